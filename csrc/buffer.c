@@ -1,0 +1,643 @@
+/* The Buffer type: construction, views, the buffer protocol and DLPack. */
+#include "buffer.h"
+
+#include <structmember.h>
+
+#include "dlpack.h"
+#include "module.h"
+
+PyTypeObject *ddpc_BufferType;
+
+/* ---- argument parsing shared by every binding -------------------------------- */
+
+int ddpc_parse_dtype(PyObject *obj, ddpc_dtype *dtype) {
+    if (PyLong_Check(obj)) {
+        long v = PyLong_AsLong(obj);
+        if (v < 0 || v >= DDPC_NDTYPES) {
+            PyErr_Format(PyExc_ValueError, "unknown dtype code %ld", v);
+            return -1;
+        }
+        *dtype = (ddpc_dtype)v;
+        return 0;
+    }
+    if (PyUnicode_Check(obj)) {
+        const char *s = PyUnicode_AsUTF8(obj);
+        if (!s) return -1;
+        for (int i = 0; i < DDPC_NDTYPES; i++)
+            if (strcmp(s, ddpc_dtype_name((ddpc_dtype)i)) == 0) {
+                *dtype = (ddpc_dtype)i;
+                return 0;
+            }
+        PyErr_Format(PyExc_TypeError,
+                     "unknown dtype %R (ddpc supports float32, float64, float16, bfloat16, int32, int64, uint8)", obj);
+        return -1;
+    }
+    PyErr_Format(PyExc_TypeError, "dtype must be a dtype name, got %R", obj);
+    return -1;
+}
+
+int ddpc_parse_device(PyObject *obj, int *device) {
+    if (obj == NULL || obj == Py_None) {
+        *device = DDPC_CPU;
+        return 0;
+    }
+    if (PyLong_Check(obj)) {
+        long v = PyLong_AsLong(obj);
+        if (v < -1) {
+            PyErr_Format(PyExc_ValueError, "invalid device index %ld", v);
+            return -1;
+        }
+        *device = (int)v;
+        return 0;
+    }
+    if (!PyUnicode_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "device must be 'cpu', 'cuda', 'cuda:N' or an int, got %R", obj);
+        return -1;
+    }
+    const char *s = PyUnicode_AsUTF8(obj);
+    if (!s) return -1;
+    if (strcmp(s, "cpu") == 0) {
+        *device = DDPC_CPU;
+        return 0;
+    }
+    if (strncmp(s, "cuda", 4) == 0) {
+        if (s[4] == '\0') {
+            if (ddpc_cuda_current_device(device) != DDPC_OK) return ddpc_raise(DDPC_ERR_NOCUDA), -1;
+            return 0;
+        }
+        char *end = NULL;
+        long v = s[4] == ':' ? strtol(s + 5, &end, 10) : -1;
+        if (s[4] == ':' && end != s + 5 && *end == '\0' && v >= 0 && v < 1 << 20) {
+            *device = (int)v;
+            return 0;
+        }
+    }
+    PyErr_Format(PyExc_ValueError, "invalid device string %R (expected 'cpu', 'cuda' or 'cuda:N')", obj);
+    return -1;
+}
+
+int ddpc_parse_shape(PyObject *seq, int64_t *shape, int64_t *numel) {
+    PyObject *fast = PySequence_Fast(seq, "shape must be a sequence of ints");
+    if (!fast) return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    if (n > DDPC_MAX_NDIM) {
+        Py_DECREF(fast);
+        PyErr_Format(PyExc_ValueError, "%zd dimensions requested; ddpc supports at most %d", n, DDPC_MAX_NDIM);
+        return -1;
+    }
+    int64_t total = 1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(fast, i);
+        if (!PyLong_Check(item) && !PyIndex_Check(item)) {
+            Py_DECREF(fast);
+            PyErr_Format(PyExc_TypeError, "shape entries must be ints, got %R", item);
+            return -1;
+        }
+        long long v = PyLong_AsLongLong(item);
+        if (v == -1 && PyErr_Occurred()) {
+            Py_DECREF(fast);
+            return -1;
+        }
+        if (v < 0) {
+            Py_DECREF(fast);
+            PyErr_Format(PyExc_ValueError, "negative dimension %lld in shape %R", v, seq);
+            return -1;
+        }
+        if (v > 0 && total > INT64_MAX / 16 / v) {
+            Py_DECREF(fast);
+            PyErr_Format(PyExc_ValueError, "shape %R is too large", seq);
+            return -1;
+        }
+        shape[i] = v;
+        total *= v;
+    }
+    Py_DECREF(fast);
+    *numel = total;
+    return (int)n;
+}
+
+static int64_t numel_of_(int ndim, const int64_t *shape) {
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++) n *= shape[i];
+    return n;
+}
+
+/* ---- construction ------------------------------------------------------------ */
+
+static ddpc_buffer *alloc_object_(int ndim, const int64_t *shape, ddpc_dtype dtype, int device) {
+    ddpc_buffer *b = (ddpc_buffer *)ddpc_BufferType->tp_alloc(ddpc_BufferType, 0);
+    if (!b) return NULL;
+    b->ndim = ndim;
+    for (int i = 0; i < ndim; i++) b->shape[i] = shape[i];
+    b->numel = numel_of_(ndim, shape);
+    b->dtype = dtype;
+    b->device = device;
+    return b;
+}
+
+ddpc_buffer *ddpc_buffer_new(int ndim, const int64_t *shape, ddpc_dtype dtype, int device, int pinned) {
+    ddpc_buffer *b = alloc_object_(ndim, shape, dtype, device);
+    if (!b) return NULL;
+    ddpc_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = ddpc_alloc(device, ddpc_buffer_nbytes(b), pinned, &b->block);
+    Py_END_ALLOW_THREADS
+    if (st != DDPC_OK) {
+        Py_DECREF(b);
+        return (ddpc_buffer *)ddpc_raise(st);
+    }
+    b->data = b->block->ptr;
+    return b;
+}
+
+ddpc_buffer *ddpc_buffer_view(ddpc_buffer *parent, void *data, int ndim, const int64_t *shape, ddpc_dtype dtype) {
+    ddpc_buffer *b = alloc_object_(ndim, shape, dtype, parent->device);
+    if (!b) return NULL;
+    b->data = data;
+    b->readonly = parent->readonly;
+    /* Point at the memory's real owner so chains of views stay one level deep. */
+    b->base = parent->block || !parent->base ? (PyObject *)parent : parent->base;
+    Py_INCREF(b->base);
+    return b;
+}
+
+static PyObject *buffer_tp_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    (void)type;
+    static char *kwlist[] = {"shape", "dtype", "device", "pin_memory", NULL};
+    PyObject *shape_obj, *dtype_obj = NULL, *device_obj = NULL;
+    int pinned = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|OOp:Buffer", kwlist, &shape_obj, &dtype_obj, &device_obj, &pinned))
+        return NULL;
+    int64_t shape[DDPC_MAX_NDIM], numel;
+    ddpc_dtype dtype = DDPC_FLOAT32;
+    int device;
+    int ndim = ddpc_parse_shape(shape_obj, shape, &numel);
+    if (ndim < 0 || (dtype_obj && ddpc_parse_dtype(dtype_obj, &dtype) < 0) || ddpc_parse_device(device_obj, &device) < 0)
+        return NULL;
+    if (pinned && device != DDPC_CPU) {
+        PyErr_SetString(PyExc_ValueError, "pin_memory=True only applies to cpu buffers");
+        return NULL;
+    }
+    return (PyObject *)ddpc_buffer_new(ndim, shape, dtype, device, pinned);
+}
+
+static void buffer_dealloc(ddpc_buffer *b) {
+    PyObject_GC_UnTrack(b);
+    if (b->weakreflist) PyObject_ClearWeakRefs((PyObject *)b);
+    if (b->block) {
+        Py_BEGIN_ALLOW_THREADS
+        ddpc_free(b->block);
+        Py_END_ALLOW_THREADS
+    }
+    if (b->imported) {
+        PyBuffer_Release(b->imported);
+        PyMem_Free(b->imported);
+    }
+    Py_CLEAR(b->base);
+    PyTypeObject *tp = Py_TYPE(b);
+    tp->tp_free((PyObject *)b);
+    Py_DECREF(tp);
+}
+
+static int buffer_traverse(ddpc_buffer *b, visitproc visit, void *arg) {
+    Py_VISIT(b->base);
+    Py_VISIT(Py_TYPE(b));
+    return 0;
+}
+
+/* ---- import from the buffer protocol ------------------------------------------ */
+
+static int dtype_from_format_(const char *fmt, Py_ssize_t itemsize, ddpc_dtype *out) {
+    while (*fmt && strchr("@=<>!", *fmt)) fmt++;
+    if (!fmt[0] || fmt[1]) return -1;
+    switch (fmt[0]) {
+    case 'f': *out = DDPC_FLOAT32; return itemsize == 4 ? 0 : -1;
+    case 'd': *out = DDPC_FLOAT64; return itemsize == 8 ? 0 : -1;
+    case 'e': *out = DDPC_FLOAT16; return itemsize == 2 ? 0 : -1;
+    case 'B': *out = DDPC_UINT8; return itemsize == 1 ? 0 : -1;
+    case 'i': case 'l': case 'q':
+        if (itemsize == 4) *out = DDPC_INT32;
+        else if (itemsize == 8) *out = DDPC_INT64;
+        else return -1;
+        return 0;
+    default: return -1;
+    }
+}
+
+static PyObject *buffer_from_object(PyObject *cls, PyObject *args, PyObject *kwds) {
+    (void)cls;
+    static char *kwlist[] = {"obj", "dtype", NULL};
+    PyObject *obj, *dtype_obj = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|O:from_object", kwlist, &obj, &dtype_obj)) return NULL;
+    Py_buffer *view = PyMem_Calloc(1, sizeof *view);
+    if (!view) return PyErr_NoMemory();
+    if (PyObject_GetBuffer(obj, view, PyBUF_RECORDS_RO) < 0) {
+        PyMem_Free(view);
+        return NULL;
+    }
+    ddpc_buffer *b = NULL;
+    ddpc_dtype dtype;
+    int64_t shape[DDPC_MAX_NDIM];
+    if (!PyBuffer_IsContiguous(view, 'C')) {
+        PyErr_SetString(PyExc_ValueError,
+                        "the array is not C-contiguous, so it cannot be viewed without a copy "
+                        "(use ddpc.tensor(a) to copy it, or numpy.ascontiguousarray(a))");
+        goto fail_;
+    }
+    if (dtype_obj != Py_None) {
+        if (ddpc_parse_dtype(dtype_obj, &dtype) < 0) goto fail_;
+        if ((Py_ssize_t)ddpc_dtype_size(dtype) != view->itemsize) {
+            PyErr_Format(PyExc_TypeError, "cannot view items of %zd bytes as %s", view->itemsize,
+                         ddpc_dtype_name(dtype));
+            goto fail_;
+        }
+    } else if (dtype_from_format_(view->format ? view->format : "B", view->itemsize, &dtype) < 0) {
+        PyErr_Format(PyExc_TypeError,
+                     "unsupported element format '%s' (%zd bytes); ddpc supports float32, float64, float16, "
+                     "bfloat16, int32, int64 and uint8",
+                     view->format ? view->format : "B", view->itemsize);
+        goto fail_;
+    }
+    if (view->ndim > DDPC_MAX_NDIM) {
+        PyErr_Format(PyExc_ValueError, "%d dimensions; ddpc supports at most %d", view->ndim, DDPC_MAX_NDIM);
+        goto fail_;
+    }
+    for (int i = 0; i < view->ndim; i++) shape[i] = view->shape[i];
+    b = alloc_object_(view->ndim, shape, dtype, DDPC_CPU);
+    if (!b) goto fail_;
+    b->data = view->buf;
+    b->readonly = view->readonly;
+    b->imported = view;
+    b->base = obj;
+    Py_INCREF(obj);
+    return (PyObject *)b;
+fail_:
+    PyBuffer_Release(view);
+    PyMem_Free(view);
+    return NULL;
+}
+
+/* ---- export through the buffer protocol (host buffers) ------------------------ */
+
+static int buffer_getbuffer(ddpc_buffer *b, Py_buffer *view, int flags) {
+    if (b->device != DDPC_CPU) {
+        PyErr_Format(PyExc_BufferError, "a cuda:%d buffer has no host memory to export; copy it with .cpu() first",
+                     b->device);
+        return -1;
+    }
+    if ((flags & PyBUF_WRITABLE) && b->readonly) {
+        PyErr_SetString(PyExc_BufferError, "buffer is read-only");
+        return -1;
+    }
+    static const char *formats[DDPC_NDTYPES] = {"f", "d", "e", "H", "i", "q", "B"};
+    Py_ssize_t stride = (Py_ssize_t)ddpc_dtype_size(b->dtype);
+    for (int i = b->ndim - 1; i >= 0; i--) {
+        b->py_shape[i] = (Py_ssize_t)b->shape[i];
+        b->py_strides[i] = stride;
+        stride *= (Py_ssize_t)b->shape[i];
+    }
+    view->buf = b->data;
+    view->obj = (PyObject *)b;
+    Py_INCREF(b);
+    view->len = (Py_ssize_t)ddpc_buffer_nbytes(b);
+    view->itemsize = (Py_ssize_t)ddpc_dtype_size(b->dtype);
+    view->readonly = b->readonly;
+    view->ndim = b->ndim;
+    view->format = (flags & PyBUF_FORMAT) ? (char *)formats[b->dtype] : NULL;
+    view->shape = (flags & PyBUF_ND) ? b->py_shape : NULL;
+    view->strides = (flags & PyBUF_STRIDES) == PyBUF_STRIDES ? b->py_strides : NULL;
+    view->suboffsets = NULL;
+    view->internal = NULL;
+    b->exports++;
+    return 0;
+}
+
+static void buffer_releasebuffer(ddpc_buffer *b, Py_buffer *view) {
+    (void)view;
+    b->exports--;
+}
+
+/* ---- DLPack -------------------------------------------------------------------- */
+
+static const DLDataType dl_types_[DDPC_NDTYPES] = {
+    {DL_FLOAT, 32, 1}, {DL_FLOAT, 64, 1}, {DL_FLOAT, 16, 1}, {DL_BFLOAT, 16, 1},
+    {DL_INT, 32, 1},   {DL_INT, 64, 1},   {DL_UINT, 8, 1},
+};
+
+static void dl_deleter_(DLManagedTensor *m) {
+    PyGILState_STATE g = PyGILState_Ensure();
+    Py_XDECREF((PyObject *)m->manager_ctx);
+    PyGILState_Release(g);
+    PyMem_RawFree(m);
+}
+
+static void dl_capsule_destructor_(PyObject *capsule) {
+    if (!PyCapsule_IsValid(capsule, "dltensor")) return; /* consumed: the consumer owns it now */
+    DLManagedTensor *m = PyCapsule_GetPointer(capsule, "dltensor");
+    if (m && m->deleter) m->deleter(m);
+}
+
+#ifdef DDPC_WITH_CUDA
+/* Orders the consumer's `stream` after everything queued on our compute stream. */
+static ddpc_status order_consumer_stream_(int device, long long stream) {
+    void *compute;
+    CHECK(ddpc_cuda_compute_stream(device, &compute));
+    cudaStream_t consumer = stream == 1 ? cudaStreamLegacy : stream == 2 ? cudaStreamPerThread : (cudaStream_t)(intptr_t)stream;
+    cudaEvent_t ev;
+    CUDACHECK(cudaSetDevice(device));
+    CUDACHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    ddpc_status st = DDPC_OK;
+    CUDACHECKGOTO(cudaEventRecord(ev, (cudaStream_t)compute), st, out_);
+    CUDACHECKGOTO(cudaStreamWaitEvent(consumer, ev, 0), st, out_);
+out_:
+    cudaEventDestroy(ev);
+    return st;
+}
+#endif
+
+static PyObject *buffer_dlpack(ddpc_buffer *b, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"stream", "max_version", "dl_device", "copy", NULL};
+    PyObject *stream = Py_None, *max_version = Py_None, *dl_device = Py_None, *copy = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|O$OOO:__dlpack__", kwlist, &stream, &max_version, &dl_device, &copy))
+        return NULL;
+    if (copy == Py_True) {
+        PyErr_SetString(PyExc_BufferError, "ddpc exports DLPack without copying; copy=True is not supported");
+        return NULL;
+    }
+    if (b->device != DDPC_CPU) {
+#ifdef DDPC_WITH_CUDA
+        long long s = stream == Py_None ? 1 : PyLong_AsLongLong(stream);
+        if (s == -1 && PyErr_Occurred()) return NULL;
+        if (s != -1) {
+            ddpc_status st;
+            Py_BEGIN_ALLOW_THREADS
+            st = order_consumer_stream_(b->device, s);
+            Py_END_ALLOW_THREADS
+            if (st != DDPC_OK) return ddpc_raise(st);
+        }
+#endif
+    } else if (stream != Py_None) {
+        PyErr_SetString(PyExc_BufferError, "stream must be None for a cpu buffer");
+        return NULL;
+    }
+    DLManagedTensor *m = PyMem_RawCalloc(1, sizeof *m);
+    if (!m) return PyErr_NoMemory();
+    m->dl_tensor.data = b->data;
+    m->dl_tensor.device.device_type = b->device == DDPC_CPU ? DL_CPU : DL_CUDA;
+    m->dl_tensor.device.device_id = b->device == DDPC_CPU ? 0 : b->device;
+    m->dl_tensor.ndim = b->ndim;
+    m->dl_tensor.dtype = dl_types_[b->dtype];
+    m->dl_tensor.shape = b->shape;
+    m->dl_tensor.strides = NULL; /* compact row-major */
+    m->manager_ctx = b;
+    m->deleter = dl_deleter_;
+    Py_INCREF(b);
+    PyObject *capsule = PyCapsule_New(m, "dltensor", dl_capsule_destructor_);
+    if (!capsule) {
+        Py_DECREF(b);
+        PyMem_RawFree(m);
+    }
+    return capsule;
+}
+
+static PyObject *buffer_dlpack_device(ddpc_buffer *b, PyObject *unused) {
+    (void)unused;
+    return Py_BuildValue("(ii)", b->device == DDPC_CPU ? DL_CPU : DL_CUDA, b->device == DDPC_CPU ? 0 : b->device);
+}
+
+/* Owner of an imported DLPack tensor: calls the producer's deleter once. */
+static void dl_owner_destructor_(PyObject *capsule) {
+    void *m = PyCapsule_GetPointer(capsule, "ddpc.dlpack_owner");
+    const int versioned = PyCapsule_GetContext(capsule) != NULL;
+    if (!m) return;
+    if (versioned) {
+        DLManagedTensorVersioned *v = m;
+        if (v->deleter) v->deleter(v);
+    } else {
+        DLManagedTensor *l = m;
+        if (l->deleter) l->deleter(l);
+    }
+}
+
+static PyObject *buffer_from_dlpack(PyObject *cls, PyObject *capsule) {
+    (void)cls;
+    DLTensor *t;
+    void *managed;
+    int versioned = PyCapsule_IsValid(capsule, "dltensor_versioned");
+    int readonly = 0;
+    if (versioned) {
+        DLManagedTensorVersioned *v = PyCapsule_GetPointer(capsule, "dltensor_versioned");
+        if (v->version.major > 1) {
+            PyErr_Format(PyExc_BufferError, "DLPack version %u.%u is newer than ddpc understands (1.x)",
+                         v->version.major, v->version.minor);
+            return NULL;
+        }
+        t = &v->dl_tensor;
+        readonly = (v->flags & DL_FLAG_READ_ONLY) != 0;
+        managed = v;
+    } else if (PyCapsule_IsValid(capsule, "dltensor")) {
+        DLManagedTensor *l = PyCapsule_GetPointer(capsule, "dltensor");
+        t = &l->dl_tensor;
+        managed = l;
+    } else {
+        PyErr_SetString(PyExc_TypeError, "expected an unconsumed DLPack capsule ('dltensor' or 'dltensor_versioned')");
+        return NULL;
+    }
+    int device;
+    if (t->device.device_type == DL_CPU || t->device.device_type == DL_CUDA_HOST) {
+        device = DDPC_CPU;
+    } else if (t->device.device_type == DL_CUDA || t->device.device_type == DL_CUDA_MANAGED) {
+        device = t->device.device_id;
+    } else {
+        PyErr_Format(PyExc_BufferError, "DLPack device type %d is not supported (cpu and cuda only)",
+                     t->device.device_type);
+        return NULL;
+    }
+    ddpc_dtype dtype = DDPC_NDTYPES;
+    for (int i = 0; i < DDPC_NDTYPES; i++)
+        if (dl_types_[i].code == t->dtype.code && dl_types_[i].bits == t->dtype.bits && t->dtype.lanes == 1)
+            dtype = (ddpc_dtype)i;
+    if (dtype == DDPC_NDTYPES) {
+        PyErr_Format(PyExc_BufferError, "DLPack dtype (code %u, %u bits, %u lanes) has no ddpc equivalent",
+                     t->dtype.code, t->dtype.bits, t->dtype.lanes);
+        return NULL;
+    }
+    if (t->ndim < 0 || t->ndim > DDPC_MAX_NDIM) {
+        PyErr_Format(PyExc_BufferError, "DLPack tensor has %d dimensions; ddpc supports at most %d", t->ndim,
+                     DDPC_MAX_NDIM);
+        return NULL;
+    }
+    if (t->strides) { /* only compact row-major layouts can be viewed */
+        int64_t expect = 1;
+        for (int i = t->ndim - 1; i >= 0; i--) {
+            if (t->shape[i] != 1 && t->strides[i] != expect) {
+                PyErr_SetString(PyExc_BufferError,
+                                "the DLPack tensor is not contiguous; make it contiguous before handing it to ddpc");
+                return NULL;
+            }
+            expect *= t->shape[i];
+        }
+    }
+    PyObject *owner = PyCapsule_New(managed, "ddpc.dlpack_owner", dl_owner_destructor_);
+    if (!owner) return NULL;
+    if (versioned && PyCapsule_SetContext(owner, (void *)1) < 0) {
+        Py_DECREF(owner);
+        return NULL;
+    }
+    /* From here the owner capsule calls the deleter; mark the producer's capsule consumed. */
+    if (PyCapsule_SetName(capsule, versioned ? "used_dltensor_versioned" : "used_dltensor") < 0) {
+        PyCapsule_SetDestructor(owner, NULL);
+        Py_DECREF(owner);
+        return NULL;
+    }
+    ddpc_buffer *b = alloc_object_(t->ndim, t->shape, dtype, device);
+    if (!b) {
+        Py_DECREF(owner);
+        return NULL;
+    }
+    b->data = (char *)t->data + t->byte_offset;
+    b->readonly = readonly;
+    b->base = owner;
+    return (PyObject *)b;
+}
+
+/* ---- views and attributes ----------------------------------------------------- */
+
+static PyObject *buffer_view_method(ddpc_buffer *b, PyObject *args) {
+    long long offset;
+    PyObject *shape_obj, *dtype_obj = NULL;
+    if (!PyArg_ParseTuple(args, "LO|O:view", &offset, &shape_obj, &dtype_obj)) return NULL;
+    int64_t shape[DDPC_MAX_NDIM], numel;
+    int ndim = ddpc_parse_shape(shape_obj, shape, &numel);
+    if (ndim < 0) return NULL;
+    ddpc_dtype dtype = b->dtype;
+    if (dtype_obj && ddpc_parse_dtype(dtype_obj, &dtype) < 0) return NULL;
+    if (ddpc_dtype_size(dtype) != ddpc_dtype_size(b->dtype)) {
+        PyErr_SetString(PyExc_TypeError, "a view may only reinterpret a dtype of the same size");
+        return NULL;
+    }
+    if (offset < 0 || offset > b->numel || numel > b->numel - offset) {
+        PyErr_Format(PyExc_ValueError, "view of %lld elements at offset %lld does not fit in a buffer of %lld elements",
+                     (long long)numel, offset, (long long)b->numel);
+        return NULL;
+    }
+    char *data = (char *)b->data + (size_t)offset * ddpc_dtype_size(b->dtype);
+    return (PyObject *)ddpc_buffer_view(b, data, ndim, shape, dtype);
+}
+
+static PyObject *shape_tuple_(const ddpc_buffer *b) {
+    PyObject *t = PyTuple_New(b->ndim);
+    if (!t) return NULL;
+    for (int i = 0; i < b->ndim; i++) {
+        PyObject *v = PyLong_FromLongLong(b->shape[i]);
+        if (!v) {
+            Py_DECREF(t);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(t, i, v);
+    }
+    return t;
+}
+
+static PyObject *get_shape(ddpc_buffer *b, void *c) { (void)c; return shape_tuple_(b); }
+static PyObject *get_dtype(ddpc_buffer *b, void *c) { (void)c; return PyUnicode_FromString(ddpc_dtype_name(b->dtype)); }
+static PyObject *get_device(ddpc_buffer *b, void *c) { (void)c; return PyLong_FromLong(b->device); }
+static PyObject *get_numel(ddpc_buffer *b, void *c) { (void)c; return PyLong_FromLongLong(b->numel); }
+static PyObject *get_nbytes(ddpc_buffer *b, void *c) { (void)c; return PyLong_FromSize_t(ddpc_buffer_nbytes(b)); }
+static PyObject *get_itemsize(ddpc_buffer *b, void *c) { (void)c; return PyLong_FromSize_t(ddpc_dtype_size(b->dtype)); }
+static PyObject *get_ndim(ddpc_buffer *b, void *c) { (void)c; return PyLong_FromLong(b->ndim); }
+static PyObject *get_data_ptr(ddpc_buffer *b, void *c) { (void)c; return PyLong_FromVoidPtr(b->data); }
+static PyObject *get_readonly(ddpc_buffer *b, void *c) { (void)c; return PyBool_FromLong(b->readonly); }
+static PyObject *get_is_pinned(ddpc_buffer *b, void *c) {
+    (void)c;
+    const ddpc_buffer *owner = b;
+    while (!owner->block && owner->base && ddpc_buffer_check(owner->base)) owner = (ddpc_buffer *)owner->base;
+    return PyBool_FromLong(owner->block && owner->block->kind == DDPC_MEM_PINNED);
+}
+static PyObject *get_base(ddpc_buffer *b, void *c) {
+    (void)c;
+    PyObject *r = b->base ? b->base : Py_None;
+    Py_INCREF(r);
+    return r;
+}
+
+static PyObject *buffer_repr(ddpc_buffer *b) {
+    PyObject *shape = shape_tuple_(b);
+    if (!shape) return NULL;
+    PyObject *r = b->device == DDPC_CPU
+                      ? PyUnicode_FromFormat("<ddpc._C.Buffer shape=%R dtype=%s device=cpu>", shape, ddpc_dtype_name(b->dtype))
+                      : PyUnicode_FromFormat("<ddpc._C.Buffer shape=%R dtype=%s device=cuda:%d>", shape,
+                                             ddpc_dtype_name(b->dtype), b->device);
+    Py_DECREF(shape);
+    return r;
+}
+
+static PyObject *buffer_reduce(ddpc_buffer *b, PyObject *unused) {
+    (void)unused;
+    (void)b;
+    PyErr_SetString(PyExc_TypeError, "a raw _C.Buffer does not pickle; pickle the ddpc.Tensor that wraps it");
+    return NULL;
+}
+
+static PyMethodDef buffer_methods[] = {
+    {"from_object", (PyCFunction)(void (*)(void))buffer_from_object, METH_VARARGS | METH_KEYWORDS | METH_CLASS,
+     "from_object(obj, dtype=None): zero-copy view of a C-contiguous buffer-protocol object"},
+    {"from_dlpack", (PyCFunction)buffer_from_dlpack, METH_O | METH_CLASS,
+     "from_dlpack(capsule): zero-copy view of a DLPack capsule (consumes it)"},
+    {"view", (PyCFunction)buffer_view_method, METH_VARARGS,
+     "view(offset, shape, dtype=None): a view of numel(shape) elements starting at element offset"},
+    {"__dlpack__", (PyCFunction)(void (*)(void))buffer_dlpack, METH_VARARGS | METH_KEYWORDS, "DLPack export"},
+    {"__dlpack_device__", (PyCFunction)buffer_dlpack_device, METH_NOARGS, "DLPack device tuple"},
+    {"__reduce__", (PyCFunction)buffer_reduce, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef buffer_getset[] = {
+    {"shape", (getter)get_shape, NULL, "shape tuple", NULL},
+    {"dtype", (getter)get_dtype, NULL, "dtype name", NULL},
+    {"device", (getter)get_device, NULL, "-1 for cpu, else the CUDA ordinal", NULL},
+    {"numel", (getter)get_numel, NULL, "number of elements", NULL},
+    {"nbytes", (getter)get_nbytes, NULL, "size in bytes", NULL},
+    {"itemsize", (getter)get_itemsize, NULL, "bytes per element", NULL},
+    {"ndim", (getter)get_ndim, NULL, "number of dimensions", NULL},
+    {"data_ptr", (getter)get_data_ptr, NULL, "address of the first element", NULL},
+    {"readonly", (getter)get_readonly, NULL, "whether writes are refused", NULL},
+    {"is_pinned", (getter)get_is_pinned, NULL, "whether the memory is page-locked host memory", NULL},
+    {"base", (getter)get_base, NULL, "the object owning a view's memory", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot buffer_slots[] = {
+    {Py_tp_new, buffer_tp_new},
+    {Py_tp_dealloc, buffer_dealloc},
+    {Py_tp_traverse, buffer_traverse},
+    {Py_tp_repr, buffer_repr},
+    {Py_tp_methods, buffer_methods},
+    {Py_tp_getset, buffer_getset},
+    {Py_bf_getbuffer, buffer_getbuffer},
+    {Py_bf_releasebuffer, buffer_releasebuffer},
+    {Py_tp_doc, "Buffer(shape, dtype='float32', device='cpu', pin_memory=False): contiguous n-d storage"},
+    {0, NULL},
+};
+
+static PyMemberDef buffer_members[] = {
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(ddpc_buffer, weakreflist), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+int ddpc_buffer_register(PyObject *module) {
+    PyType_Slot slots[sizeof buffer_slots / sizeof buffer_slots[0] + 1];
+    memcpy(slots, buffer_slots, sizeof buffer_slots);
+    slots[sizeof buffer_slots / sizeof buffer_slots[0] - 1] = (PyType_Slot){Py_tp_members, buffer_members};
+    slots[sizeof buffer_slots / sizeof buffer_slots[0]] = (PyType_Slot){0, NULL};
+    PyType_Spec spec = {
+        .name = "ddpc._C.Buffer",
+        .basicsize = sizeof(ddpc_buffer),
+        .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+        .slots = slots,
+    };
+    PyObject *type = PyType_FromModuleAndSpec(module, &spec, NULL);
+    if (!type) return -1;
+    ddpc_BufferType = (PyTypeObject *)type;
+    return PyModule_AddObjectRef(module, "Buffer", type) < 0 ? -1 : 0;
+}

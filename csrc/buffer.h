@@ -1,0 +1,57 @@
+/* Buffer: contiguous n-d storage on the host or a CUDA device.
+ *
+ * A Buffer either owns a block from alloc.c or views memory owned by another
+ * object (a parent Buffer, a numpy array through the buffer protocol, or a
+ * DLPack producer), holding a reference to that owner for its lifetime. Host
+ * buffers export the buffer protocol, so numpy views them without a copy. */
+#ifndef DDPC_BUFFER_H
+#define DDPC_BUFFER_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "alloc.h"
+#include "common.h"
+#include "device.h"
+#include "dtype.h"
+
+#define DDPC_MAX_NDIM 8
+
+typedef struct {
+    PyObject_HEAD
+    void *data;
+    int ndim;
+    int64_t shape[DDPC_MAX_NDIM];
+    int64_t numel;
+    ddpc_dtype dtype;
+    int device;              /* DDPC_CPU or a CUDA ordinal */
+    int readonly;
+    ddpc_block *block;       /* owned memory, NULL for a view */
+    PyObject *base;          /* owner of a view's memory */
+    Py_buffer *imported;     /* buffer-protocol view held for `base` */
+    Py_ssize_t exports;      /* live buffer-protocol exports */
+    Py_ssize_t py_shape[DDPC_MAX_NDIM], py_strides[DDPC_MAX_NDIM];
+    PyObject *weakreflist;
+} ddpc_buffer;
+
+/* The Buffer type object (set at module init). */
+extern PyTypeObject *ddpc_BufferType;
+
+static inline int ddpc_buffer_check(PyObject *o) { return PyObject_TypeCheck(o, ddpc_BufferType); }
+static inline size_t ddpc_buffer_nbytes(const ddpc_buffer *b) { return (size_t)b->numel * ddpc_dtype_size(b->dtype); }
+
+/* New owning buffer (uninitialised memory). Sets a Python exception on failure. */
+ddpc_buffer *ddpc_buffer_new(int ndim, const int64_t *shape, ddpc_dtype dtype, int device, int pinned);
+/* New view of `parent`'s memory at `data` with the given shape. */
+ddpc_buffer *ddpc_buffer_view(ddpc_buffer *parent, void *data, int ndim, const int64_t *shape, ddpc_dtype dtype);
+
+/* Parses a Python device spec: None/"cpu" -> DDPC_CPU, "cuda" -> current, "cuda:N", int N. */
+int ddpc_parse_device(PyObject *obj, int *device);
+/* Parses a dtype given as an int code or a name ("float32", ...). */
+int ddpc_parse_dtype(PyObject *obj, ddpc_dtype *dtype);
+/* Fills `shape` from a sequence of non-negative ints; returns ndim or -1 with an exception set. */
+int ddpc_parse_shape(PyObject *seq, int64_t *shape, int64_t *numel);
+
+int ddpc_buffer_register(PyObject *module);
+
+#endif

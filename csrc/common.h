@@ -1,0 +1,75 @@
+/* Status codes, error recording and the CHECK macros every C file uses.
+ *
+ * Every internal function returns a ddpc_status. The first failure records a
+ * message (with file:line) in thread-local storage; module.c turns the status
+ * and that message into a Python exception in one place (ddpc_raise). Nothing
+ * here ever exits or aborts the process. */
+#ifndef DDPC_COMMON_H
+#define DDPC_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum {
+    DDPC_OK = 0,
+    DDPC_ERR_ARG,      /* bad value from the caller          -> ValueError */
+    DDPC_ERR_TYPE,     /* wrong kind of object or dtype       -> TypeError */
+    DDPC_ERR_OOM,      /* host or device allocation failed    -> MemoryError */
+    DDPC_ERR_CUDA,     /* a CUDA, cuBLAS or NCCL call failed  -> RuntimeError */
+    DDPC_ERR_NOCUDA,   /* CUDA asked for but not available    -> RuntimeError */
+    DDPC_ERR_SYS,      /* a system call failed                -> OSError */
+    DDPC_ERR_DIST,     /* a peer failed or disagreed          -> ddpc.DistError */
+    DDPC_ERR_TIMEOUT,  /* a deadline passed                   -> ddpc.DistTimeoutError */
+    DDPC_ERR_INTERNAL  /* a broken invariant                  -> RuntimeError */
+} ddpc_status;
+
+/* Records the message for `st` (printf-style) and returns `st`. The message
+ * of the first error wins until ddpc_clear_error(), so a cleanup path that
+ * fails again does not hide the original cause. */
+ddpc_status ddpc_error_at(ddpc_status st, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+const char *ddpc_last_error(void);
+void ddpc_clear_error(void);
+
+#define DDPC_ERROR(st, ...) ddpc_error_at((st), __FILE__, __LINE__, __VA_ARGS__)
+
+#define CHECK(call)                                                                \
+    do {                                                                           \
+        ddpc_status st_ = (call);                                                  \
+        if (st_ != DDPC_OK) return st_;                                            \
+    } while (0)
+
+#define CHECKGOTO(call, res, label)                                                \
+    do {                                                                           \
+        (res) = (call);                                                            \
+        if ((res) != DDPC_OK) goto label;                                          \
+    } while (0)
+
+/* System calls that return -1 and set errno. */
+#define SYSCHECK(call, what)                                                       \
+    do {                                                                           \
+        if ((call) == -1)                                                          \
+            return DDPC_ERROR(DDPC_ERR_SYS, "%s failed: %s", (what), strerror(errno)); \
+    } while (0)
+
+#ifdef DDPC_WITH_CUDA
+#include <cuda_runtime_api.h>
+#define CUDACHECK(call)                                                            \
+    do {                                                                           \
+        cudaError_t e_ = (call);                                                   \
+        if (e_ != cudaSuccess)                                                     \
+            return DDPC_ERROR(DDPC_ERR_CUDA, "%s failed: %s (%s)", #call,           \
+                              cudaGetErrorString(e_), cudaGetErrorName(e_));       \
+    } while (0)
+#define CUDACHECKGOTO(call, res, label)                                            \
+    do {                                                                           \
+        cudaError_t e_ = (call);                                                   \
+        if (e_ != cudaSuccess) {                                                   \
+            (res) = DDPC_ERROR(DDPC_ERR_CUDA, "%s failed: %s (%s)", #call,          \
+                               cudaGetErrorString(e_), cudaGetErrorName(e_));      \
+            goto label;                                                            \
+        }                                                                          \
+    } while (0)
+#endif
+
+#endif

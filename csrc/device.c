@@ -1,0 +1,179 @@
+/* CUDA device query and the lazily created per-device streams. */
+#include "device.h"
+
+#include <pthread.h>
+#include <stdio.h>
+
+#ifdef DDPC_WITH_CUDA
+#include <cublas_api.h>
+#include <cuda_runtime_api.h>
+#ifdef DDPC_WITH_NCCL
+#include <nccl.h>
+#endif
+
+static pthread_once_t count_once_ = PTHREAD_ONCE_INIT;
+static int count_;
+static char reason_[512];
+static pthread_mutex_t streams_mu_ = PTHREAD_MUTEX_INITIALIZER;
+static cudaStream_t compute_[DDPC_MAX_DEVICES], copy_[DDPC_MAX_DEVICES];
+
+static void count_devices_(void) {
+    cudaError_t e = cudaGetDeviceCount(&count_);
+    if (e != cudaSuccess) {
+        snprintf(reason_, sizeof reason_, "the CUDA runtime found no usable GPU: %s (%s)", cudaGetErrorString(e),
+                 cudaGetErrorName(e));
+        count_ = 0;
+        cudaGetLastError(); /* clear the sticky-free error so later calls start clean */
+    } else if (count_ == 0) {
+        snprintf(reason_, sizeof reason_, "the CUDA driver reports no GPU on this machine");
+    }
+    if (count_ > DDPC_MAX_DEVICES) count_ = DDPC_MAX_DEVICES;
+}
+
+int ddpc_cuda_compiled(void) { return 1; }
+
+int ddpc_cuda_device_count(void) {
+    pthread_once(&count_once_, count_devices_);
+    return count_;
+}
+
+const char *ddpc_cuda_unavailable_reason(void) {
+    pthread_once(&count_once_, count_devices_);
+    return reason_;
+}
+
+ddpc_status ddpc_cuda_require(int device) {
+    int n = ddpc_cuda_device_count();
+    if (n == 0) return DDPC_ERROR(DDPC_ERR_NOCUDA, "cuda:%d was requested but %s", device, reason_);
+    if (device < 0 || device >= n)
+        return DDPC_ERROR(DDPC_ERR_ARG, "cuda:%d was requested but this machine has %d GPU%s (cuda:0..cuda:%d)", device,
+                          n, n == 1 ? "" : "s", n - 1);
+    return DDPC_OK;
+}
+
+ddpc_status ddpc_cuda_set_device(int device) {
+    CHECK(ddpc_cuda_require(device));
+    CUDACHECK(cudaSetDevice(device));
+    return DDPC_OK;
+}
+
+ddpc_status ddpc_cuda_current_device(int *device) {
+    CHECK(ddpc_cuda_require(0));
+    CUDACHECK(cudaGetDevice(device));
+    return DDPC_OK;
+}
+
+ddpc_status ddpc_cuda_properties(int device, ddpc_device_props *props) {
+    CHECK(ddpc_cuda_require(device));
+    struct cudaDeviceProp p;
+    CUDACHECK(cudaGetDeviceProperties(&p, device));
+    snprintf(props->name, sizeof props->name, "%s", p.name);
+    props->total_memory = p.totalGlobalMem;
+    props->major = p.major;
+    props->minor = p.minor;
+    props->multi_processor_count = p.multiProcessorCount;
+    CUDACHECK(cudaDeviceGetPCIBusId(props->pci_bus_id, sizeof props->pci_bus_id, device));
+    return DDPC_OK;
+}
+
+ddpc_status ddpc_cuda_synchronize(int device) {
+    CHECK(ddpc_cuda_set_device(device));
+    CUDACHECK(cudaDeviceSynchronize());
+    return DDPC_OK;
+}
+
+static ddpc_status stream_(int device, cudaStream_t *table, void **out) {
+    CHECK(ddpc_cuda_require(device));
+    ddpc_status st = DDPC_OK;
+    pthread_mutex_lock(&streams_mu_);
+    if (!table[device]) {
+        int prev = 0;
+        CUDACHECKGOTO(cudaGetDevice(&prev), st, out_);
+        CUDACHECKGOTO(cudaSetDevice(device), st, out_);
+        cudaError_t e = cudaStreamCreateWithFlags(&table[device], cudaStreamNonBlocking);
+        cudaSetDevice(prev);
+        CUDACHECKGOTO(e, st, out_);
+    }
+    *out = table[device];
+out_:
+    pthread_mutex_unlock(&streams_mu_);
+    return st;
+}
+
+ddpc_status ddpc_cuda_compute_stream(int device, void **stream) { return stream_(device, compute_, stream); }
+
+ddpc_status ddpc_cuda_copy_stream(int device, void **stream) { return stream_(device, copy_, stream); }
+
+ddpc_status ddpc_cuda_stream_synchronize(void *stream) {
+    CUDACHECK(cudaStreamSynchronize((cudaStream_t)stream));
+    return DDPC_OK;
+}
+
+int ddpc_cuda_runtime_version(void) {
+    int v = 0;
+    return cudaRuntimeGetVersion(&v) == cudaSuccess ? v : 0;
+}
+
+int ddpc_cuda_driver_version(void) {
+    int v = 0;
+    return cudaDriverGetVersion(&v) == cudaSuccess ? v : 0;
+}
+
+int ddpc_cublas_version(void) {
+    int major = 0, minor = 0, patch = 0;
+    if (cublasGetProperty(MAJOR_VERSION, &major) != CUBLAS_STATUS_SUCCESS ||
+        cublasGetProperty(MINOR_VERSION, &minor) != CUBLAS_STATUS_SUCCESS ||
+        cublasGetProperty(PATCH_LEVEL, &patch) != CUBLAS_STATUS_SUCCESS)
+        return 0;
+    return major * 10000 + minor * 100 + patch;
+}
+
+int ddpc_nccl_version(void) {
+#ifdef DDPC_WITH_NCCL
+    int v = 0;
+    return ncclGetVersion(&v) == ncclSuccess ? v : 0;
+#else
+    return 0;
+#endif
+}
+
+#else /* CPU-only build */
+
+static const char *nocuda_ = "this ddpc was built without CUDA (rebuild with a CUDA toolkit and without DDPC_CUDA=0)";
+
+int ddpc_cuda_compiled(void) { return 0; }
+int ddpc_cuda_device_count(void) { return 0; }
+const char *ddpc_cuda_unavailable_reason(void) { return nocuda_; }
+
+ddpc_status ddpc_cuda_require(int device) {
+    return DDPC_ERROR(DDPC_ERR_NOCUDA, "cuda:%d was requested but %s", device, nocuda_);
+}
+
+ddpc_status ddpc_cuda_set_device(int device) { return ddpc_cuda_require(device); }
+ddpc_status ddpc_cuda_current_device(int *device) {
+    *device = 0;
+    return ddpc_cuda_require(0);
+}
+ddpc_status ddpc_cuda_properties(int device, ddpc_device_props *props) {
+    (void)props;
+    return ddpc_cuda_require(device);
+}
+ddpc_status ddpc_cuda_synchronize(int device) { return ddpc_cuda_require(device); }
+ddpc_status ddpc_cuda_compute_stream(int device, void **stream) {
+    *stream = NULL;
+    return ddpc_cuda_require(device);
+}
+ddpc_status ddpc_cuda_copy_stream(int device, void **stream) {
+    *stream = NULL;
+    return ddpc_cuda_require(device);
+}
+ddpc_status ddpc_cuda_stream_synchronize(void *stream) {
+    (void)stream;
+    return ddpc_cuda_require(0);
+}
+int ddpc_cuda_runtime_version(void) { return 0; }
+int ddpc_cuda_driver_version(void) { return 0; }
+int ddpc_cublas_version(void) { return 0; }
+int ddpc_nccl_version(void) { return 0; }
+
+#endif

@@ -1,0 +1,46 @@
+/* CUDA devices: availability, properties, and the per-device streams.
+ *
+ * Each device has a compute stream (every op runs on it, so ops are ordered
+ * without host synchronisation) and a copy stream (loader H2D prefetch). Both
+ * are created lazily, non-blocking with respect to the legacy default stream.
+ * In a CPU-only build, or where no driver or GPU is present, every function
+ * that needs a device returns DDPC_ERR_NOCUDA with the reason. */
+#ifndef DDPC_DEVICE_H
+#define DDPC_DEVICE_H
+
+#include "common.h"
+
+#define DDPC_CPU (-1)
+#define DDPC_MAX_DEVICES 64
+
+typedef struct {
+    char name[256];
+    size_t total_memory;
+    int major, minor;
+    int multi_processor_count;
+    char pci_bus_id[32];
+} ddpc_device_props;
+
+int ddpc_cuda_compiled(void);
+/* Number of usable GPUs; 0 (never an error) when there is no driver or GPU. */
+int ddpc_cuda_device_count(void);
+/* Why ddpc_cuda_device_count() is 0, or "" when it is not. */
+const char *ddpc_cuda_unavailable_reason(void);
+/* DDPC_OK when `device` names a usable GPU, else a clear NOCUDA/ARG error. */
+ddpc_status ddpc_cuda_require(int device);
+ddpc_status ddpc_cuda_set_device(int device);
+ddpc_status ddpc_cuda_current_device(int *device);
+ddpc_status ddpc_cuda_properties(int device, ddpc_device_props *props);
+ddpc_status ddpc_cuda_synchronize(int device);
+/* cudaStream_t of the device's compute and copy streams, as void *. */
+ddpc_status ddpc_cuda_compute_stream(int device, void **stream);
+ddpc_status ddpc_cuda_copy_stream(int device, void **stream);
+/* Host synchronisation on one stream (GIL must already be released). */
+ddpc_status ddpc_cuda_stream_synchronize(void *stream);
+/* Versions as integers (e.g. 12040), or 0 where unavailable. */
+int ddpc_cuda_runtime_version(void);
+int ddpc_cuda_driver_version(void);
+int ddpc_cublas_version(void);
+int ddpc_nccl_version(void);
+
+#endif

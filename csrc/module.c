@@ -1,0 +1,181 @@
+/* ddpc._C: module init, error types, device/memory queries and build info. */
+#include "module.h"
+
+#include "alloc.h"
+#include "buffer.h"
+#include "device.h"
+#include "ops.h"
+
+PyObject *ddpc_DistError, *ddpc_DistTimeoutError;
+
+PyObject *ddpc_raise(ddpc_status st) {
+    PyObject *type;
+    switch (st) {
+    case DDPC_ERR_ARG: type = PyExc_ValueError; break;
+    case DDPC_ERR_TYPE: type = PyExc_TypeError; break;
+    case DDPC_ERR_OOM: type = PyExc_MemoryError; break;
+    case DDPC_ERR_SYS: type = PyExc_OSError; break;
+    case DDPC_ERR_DIST: type = ddpc_DistError; break;
+    case DDPC_ERR_TIMEOUT: type = ddpc_DistTimeoutError; break;
+    default: type = PyExc_RuntimeError; break;
+    }
+    PyErr_SetString(type, ddpc_last_error());
+    ddpc_clear_error();
+    return NULL;
+}
+
+/* ---- devices and memory -------------------------------------------------------- */
+
+static PyObject *py_cuda_device_count(PyObject *m, PyObject *unused) {
+    (void)m, (void)unused;
+    return PyLong_FromLong(ddpc_cuda_device_count());
+}
+
+static PyObject *py_cuda_unavailable_reason(PyObject *m, PyObject *unused) {
+    (void)m, (void)unused;
+    return PyUnicode_FromString(ddpc_cuda_unavailable_reason());
+}
+
+static PyObject *py_cuda_properties(PyObject *m, PyObject *arg) {
+    (void)m;
+    int device = PyLong_AsLong(arg);
+    if (device == -1 && PyErr_Occurred()) return NULL;
+    ddpc_device_props p;
+    ddpc_status st = ddpc_cuda_properties(device, &p);
+    if (st != DDPC_OK) return ddpc_raise(st);
+    return Py_BuildValue("{s:s,s:n,s:(ii),s:i,s:s}", "name", p.name, "total_memory", (Py_ssize_t)p.total_memory,
+                         "capability", p.major, p.minor, "multi_processor_count", p.multi_processor_count,
+                         "pci_bus_id", p.pci_bus_id);
+}
+
+static PyObject *py_cuda_set_device(PyObject *m, PyObject *arg) {
+    (void)m;
+    int device = PyLong_AsLong(arg);
+    if (device == -1 && PyErr_Occurred()) return NULL;
+    ddpc_status st = ddpc_cuda_set_device(device);
+    if (st != DDPC_OK) return ddpc_raise(st);
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_cuda_current_device(PyObject *m, PyObject *unused) {
+    (void)m, (void)unused;
+    int device;
+    ddpc_status st = ddpc_cuda_current_device(&device);
+    if (st != DDPC_OK) return ddpc_raise(st);
+    return PyLong_FromLong(device);
+}
+
+static PyObject *py_cuda_synchronize(PyObject *m, PyObject *arg) {
+    (void)m;
+    int device = PyLong_AsLong(arg);
+    if (device == -1 && PyErr_Occurred()) return NULL;
+    ddpc_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = ddpc_cuda_synchronize(device);
+    Py_END_ALLOW_THREADS
+    if (st != DDPC_OK) return ddpc_raise(st);
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_cuda_compute_stream(PyObject *m, PyObject *arg) {
+    (void)m;
+    int device = PyLong_AsLong(arg);
+    if (device == -1 && PyErr_Occurred()) return NULL;
+    void *stream;
+    ddpc_status st = ddpc_cuda_compute_stream(device, &stream);
+    if (st != DDPC_OK) return ddpc_raise(st);
+    return PyLong_FromVoidPtr(stream);
+}
+
+static PyObject *py_cuda_memory_stats(PyObject *m, PyObject *arg) {
+    (void)m;
+    int device = PyLong_AsLong(arg);
+    if (device == -1 && PyErr_Occurred()) return NULL;
+    ddpc_mem_stats s;
+    ddpc_status st = ddpc_device_mem_stats(device, &s);
+    if (st != DDPC_OK) return ddpc_raise(st);
+    return Py_BuildValue("{s:n,s:n,s:n,s:K}", "allocated", (Py_ssize_t)s.allocated, "reserved",
+                         (Py_ssize_t)s.reserved, "peak_allocated", (Py_ssize_t)s.peak_allocated, "num_device_mallocs",
+                         (unsigned long long)s.num_device_mallocs);
+}
+
+static PyObject *py_cuda_empty_cache(PyObject *m, PyObject *arg) {
+    (void)m;
+    int device = PyLong_AsLong(arg);
+    if (device == -1 && PyErr_Occurred()) return NULL;
+    ddpc_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = ddpc_device_empty_cache(device);
+    Py_END_ALLOW_THREADS
+    if (st != DDPC_OK) return ddpc_raise(st);
+    Py_RETURN_NONE;
+}
+
+static PyObject *version_or_none_(int v) { return v ? PyLong_FromLong(v) : Py_NewRef(Py_None); }
+
+static PyObject *py_build_info(PyObject *m, PyObject *unused) {
+    (void)m, (void)unused;
+#ifdef DDPC_WITH_NCCL
+    const int nccl = 1;
+#else
+    const int nccl = 0;
+#endif
+#ifdef DDPC_WITH_CUDA
+    const char *cuda_compiled = "yes";
+#else
+    const char *cuda_compiled = NULL;
+#endif
+    return Py_BuildValue("{s:O,s:O,s:N,s:N,s:N,s:N,s:s,s:s}", "cuda", cuda_compiled ? Py_True : Py_False, "nccl",
+                         nccl ? Py_True : Py_False, "cuda_runtime_version",
+                         version_or_none_(ddpc_cuda_runtime_version()), "cuda_driver_version",
+                         version_or_none_(ddpc_cuda_driver_version()), "cublas_version",
+                         version_or_none_(ddpc_cublas_version()), "nccl_version", version_or_none_(ddpc_nccl_version()),
+                         "compiler", __VERSION__, "build_date", __DATE__);
+}
+
+static PyMethodDef module_methods[] = {
+    {"cuda_device_count", py_cuda_device_count, METH_NOARGS, "number of usable GPUs (0 without driver or GPU)"},
+    {"cuda_unavailable_reason", py_cuda_unavailable_reason, METH_NOARGS, "why no GPU is usable, or ''"},
+    {"cuda_properties", py_cuda_properties, METH_O, "properties of one GPU as a dict"},
+    {"cuda_set_device", py_cuda_set_device, METH_O, "make a GPU current for this thread"},
+    {"cuda_current_device", py_cuda_current_device, METH_NOARGS, "the current GPU of this thread"},
+    {"cuda_synchronize", py_cuda_synchronize, METH_O, "wait for all work on a GPU"},
+    {"cuda_compute_stream", py_cuda_compute_stream, METH_O, "the compute stream of a GPU, as an int"},
+    {"cuda_memory_stats", py_cuda_memory_stats, METH_O, "caching allocator statistics of a GPU"},
+    {"cuda_empty_cache", py_cuda_empty_cache, METH_O, "return cached device blocks to the driver"},
+    {"build_info", py_build_info, METH_NOARGS, "what this build was compiled with"},
+    {NULL, NULL, 0, NULL},
+};
+
+static int module_exec(PyObject *m) {
+    ddpc_DistError = PyErr_NewExceptionWithDoc(
+        "ddpc.DistError", "A collective failed: a peer died, disagreed, or the group was aborted.", PyExc_RuntimeError,
+        NULL);
+    if (!ddpc_DistError || PyModule_AddObjectRef(m, "DistError", ddpc_DistError) < 0) return -1;
+    PyObject *bases = PyTuple_Pack(2, ddpc_DistError, PyExc_TimeoutError);
+    if (!bases) return -1;
+    ddpc_DistTimeoutError = PyErr_NewExceptionWithDoc(
+        "ddpc.DistTimeoutError", "A collective or rendezvous did not complete before its deadline.", bases, NULL);
+    Py_DECREF(bases);
+    if (!ddpc_DistTimeoutError || PyModule_AddObjectRef(m, "DistTimeoutError", ddpc_DistTimeoutError) < 0) return -1;
+    if (ddpc_buffer_register(m) < 0 || ddpc_ops_register(m) < 0) return -1;
+    return 0;
+}
+
+static PyModuleDef_Slot module_slots[] = {
+    {Py_mod_exec, module_exec},
+    {0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "ddpc._C",
+    .m_doc = "The C core of ddpc: buffers, ops, the communicator and the loader.",
+    .m_size = 0,
+    .m_methods = module_methods,
+    .m_slots = module_slots,
+};
+
+PyMODINIT_FUNC PyInit__C(void) {
+    return PyModuleDef_Init(&module_def);
+}

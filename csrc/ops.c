@@ -1,0 +1,466 @@
+/* Op entry points: argument checks, then host loops or CUDA launchers.
+ *
+ * Host loops over 16-bit floats convert through float in chunks so the inner
+ * loops stay simple enough for the compiler to vectorise. */
+#include "ops.h"
+
+#include <math.h>
+
+#include "kernels.h"
+#include "module.h"
+
+#define CHUNK 1024
+
+/* ---- argument checks (the only place they live) ------------------------------- */
+
+static ddpc_status check_writable_(const ddpc_buffer *b, const char *op) {
+    if (b->readonly) return DDPC_ERROR(DDPC_ERR_ARG, "%s: the destination is read-only", op);
+    return DDPC_OK;
+}
+
+static const char *devname_(int device, char *buf, size_t n) {
+    if (device == DDPC_CPU) return "cpu";
+    snprintf(buf, n, "cuda:%d", device);
+    return buf;
+}
+
+static ddpc_status check_pair_(const ddpc_buffer *a, const ddpc_buffer *b, const char *op, int same_dtype, int same_device) {
+    char d1[16], d2[16];
+    if (a->numel != b->numel)
+        return DDPC_ERROR(DDPC_ERR_ARG, "%s: element counts differ (%lld vs %lld)", op, (long long)a->numel,
+                          (long long)b->numel);
+    if (same_dtype && a->dtype != b->dtype)
+        return DDPC_ERROR(DDPC_ERR_TYPE, "%s: dtypes differ (%s vs %s)", op, ddpc_dtype_name(a->dtype),
+                          ddpc_dtype_name(b->dtype));
+    if (same_device && a->device != b->device)
+        return DDPC_ERROR(DDPC_ERR_ARG, "%s: buffers are on different devices (%s vs %s)", op,
+                          devname_(a->device, d1, sizeof d1), devname_(b->device, d2, sizeof d2));
+    return DDPC_OK;
+}
+
+#ifdef DDPC_WITH_CUDA
+#define LAUNCH(device, call)                                                       \
+    do {                                                                           \
+        void *stream;                                                              \
+        CHECK(ddpc_cuda_compute_stream((device), &stream));                        \
+        CUDACHECK(cudaSetDevice(device));                                          \
+        CUDACHECK((cudaError_t)(call));                                            \
+        return DDPC_OK;                                                            \
+    } while (0)
+#else
+#define LAUNCH(device, call) return ddpc_cuda_require(device)
+#endif
+
+/* ---- host element access through double/float chunks ------------------------- */
+
+static void load_f64_(const void *src, ddpc_dtype dt, int64_t i0, int64_t n, double *out) {
+    switch (dt) {
+#define L(T, D, EXPR) case D: { const T *s = (const T *)src + i0; for (int64_t i = 0; i < n; i++) out[i] = (EXPR); } break;
+        L(float, DDPC_FLOAT32, s[i])
+        L(double, DDPC_FLOAT64, s[i])
+        L(uint16_t, DDPC_FLOAT16, ddpc_half_to_float(s[i]))
+        L(uint16_t, DDPC_BFLOAT16, ddpc_bf16_to_float(s[i]))
+        L(int32_t, DDPC_INT32, (double)s[i])
+        L(int64_t, DDPC_INT64, (double)s[i])
+        L(uint8_t, DDPC_UINT8, (double)s[i])
+#undef L
+    default: break;
+    }
+}
+
+static void store_f64_(void *dst, ddpc_dtype dt, int64_t i0, int64_t n, const double *in) {
+    switch (dt) {
+#define S(T, D, EXPR) case D: { T *d = (T *)dst + i0; for (int64_t i = 0; i < n; i++) { double v = in[i]; d[i] = (EXPR); } } break;
+        S(float, DDPC_FLOAT32, (float)v)
+        S(double, DDPC_FLOAT64, v)
+        S(uint16_t, DDPC_FLOAT16, ddpc_float_to_half((float)v))
+        S(uint16_t, DDPC_BFLOAT16, ddpc_float_to_bf16((float)v))
+        S(int32_t, DDPC_INT32, (int32_t)(int64_t)v)
+        S(int64_t, DDPC_INT64, (int64_t)v)
+        S(uint8_t, DDPC_UINT8, (uint8_t)(int64_t)v)
+#undef S
+    default: break;
+    }
+}
+
+/* ---- fill, copy, cast ---------------------------------------------------------- */
+
+ddpc_status ddpc_op_fill(ddpc_buffer *dst, double value) {
+    CHECK(check_writable_(dst, "fill"));
+    if (dst->numel == 0) return DDPC_OK;
+    if (dst->device != DDPC_CPU) LAUNCH(dst->device, ddpc_k_fill(dst->data, dst->dtype, dst->numel, value, stream));
+    double one[1] = {value};
+    store_f64_(dst->data, dst->dtype, 0, 1, one);
+    size_t item = ddpc_dtype_size(dst->dtype);
+    /* Doubling memcpy: each pass copies everything written so far. */
+    size_t done = item, total = ddpc_buffer_nbytes(dst);
+    while (done < total) {
+        size_t n = done < total - done ? done : total - done;
+        memcpy((char *)dst->data + done, dst->data, n);
+        done += n;
+    }
+    return DDPC_OK;
+}
+
+ddpc_status ddpc_op_copy(ddpc_buffer *dst, const ddpc_buffer *src, int non_blocking) {
+    CHECK(check_writable_(dst, "copy"));
+    CHECK(check_pair_(dst, src, "copy", 1, 0));
+    size_t nbytes = ddpc_buffer_nbytes(dst);
+    if (nbytes == 0 || dst->data == src->data) return DDPC_OK;
+    if (dst->device == DDPC_CPU && src->device == DDPC_CPU) {
+        memmove(dst->data, src->data, nbytes);
+        return DDPC_OK;
+    }
+#ifdef DDPC_WITH_CUDA
+    int dev = dst->device != DDPC_CPU ? dst->device : src->device;
+    void *stream;
+    CHECK(ddpc_cuda_compute_stream(dev, &stream));
+    if (dst->device != DDPC_CPU && src->device != DDPC_CPU && dst->device != src->device) {
+        /* Peer copy on the destination's stream, after the source's pending work. */
+        void *src_stream;
+        cudaEvent_t ev;
+        ddpc_status st = DDPC_OK;
+        CHECK(ddpc_cuda_compute_stream(src->device, &src_stream));
+        CUDACHECK(cudaSetDevice(src->device));
+        CUDACHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+        CUDACHECKGOTO(cudaEventRecord(ev, (cudaStream_t)src_stream), st, peer_out_);
+        CUDACHECKGOTO(cudaSetDevice(dst->device), st, peer_out_);
+        CUDACHECKGOTO(cudaStreamWaitEvent((cudaStream_t)stream, ev, 0), st, peer_out_);
+        CUDACHECKGOTO(cudaMemcpyPeerAsync(dst->data, dst->device, src->data, src->device, nbytes, (cudaStream_t)stream),
+                      st, peer_out_);
+    peer_out_:
+        cudaEventDestroy(ev);
+        return st;
+    }
+    CUDACHECK(cudaSetDevice(dev));
+    CUDACHECK(cudaMemcpyAsync(dst->data, src->data, nbytes, cudaMemcpyDefault, (cudaStream_t)stream));
+    /* A device-to-host copy is only complete for the caller after a sync; a
+     * host-to-device copy from pageable memory has already been staged. */
+    if (dst->device == DDPC_CPU && !non_blocking) CUDACHECK(cudaStreamSynchronize((cudaStream_t)stream));
+    return DDPC_OK;
+#else
+    (void)non_blocking;
+    return ddpc_cuda_require(dst->device != DDPC_CPU ? dst->device : src->device);
+#endif
+}
+
+ddpc_status ddpc_op_cast(ddpc_buffer *dst, const ddpc_buffer *src) {
+    CHECK(check_writable_(dst, "cast"));
+    CHECK(check_pair_(dst, src, "cast", 0, 1));
+    if (dst->numel == 0) return DDPC_OK;
+    if (dst->dtype == src->dtype) return ddpc_op_copy(dst, src, 0);
+    if (dst->device != DDPC_CPU)
+        LAUNCH(dst->device, ddpc_k_cast(dst->data, dst->dtype, src->data, src->dtype, dst->numel, stream));
+    double tmp[CHUNK];
+    for (int64_t i = 0; i < dst->numel; i += CHUNK) {
+        int64_t n = dst->numel - i < CHUNK ? dst->numel - i : CHUNK;
+        load_f64_(src->data, src->dtype, i, n, tmp);
+        store_f64_(dst->data, dst->dtype, i, n, tmp);
+    }
+    return DDPC_OK;
+}
+
+/* ---- arithmetic ----------------------------------------------------------------- */
+
+#define BINARY_LOOP(T, out, a, b, n, op)                                           \
+    do {                                                                           \
+        T *o_ = (T *)(out);                                                        \
+        const T *a_ = (const T *)(a), *b_ = (const T *)(b);                        \
+        switch (op) {                                                              \
+        case DDPC_ADD: for (int64_t i = 0; i < (n); i++) o_[i] = a_[i] + b_[i]; break; \
+        case DDPC_SUB: for (int64_t i = 0; i < (n); i++) o_[i] = a_[i] - b_[i]; break; \
+        case DDPC_MUL: for (int64_t i = 0; i < (n); i++) o_[i] = a_[i] * b_[i]; break; \
+        case DDPC_DIV: for (int64_t i = 0; i < (n); i++) o_[i] = a_[i] / b_[i]; break; \
+        case DDPC_RSUB: for (int64_t i = 0; i < (n); i++) o_[i] = b_[i] - a_[i]; break; \
+        default: for (int64_t i = 0; i < (n); i++) o_[i] = b_[i] / a_[i]; break;  \
+        }                                                                          \
+    } while (0)
+
+#define SCALAR_LOOP(T, out, a, s, n, op)                                           \
+    do {                                                                           \
+        T *o_ = (T *)(out);                                                        \
+        const T *a_ = (const T *)(a);                                              \
+        const T s_ = (T)(s);                                                       \
+        switch (op) {                                                              \
+        case DDPC_ADD: for (int64_t i = 0; i < (n); i++) o_[i] = a_[i] + s_; break; \
+        case DDPC_SUB: for (int64_t i = 0; i < (n); i++) o_[i] = a_[i] - s_; break; \
+        case DDPC_MUL: for (int64_t i = 0; i < (n); i++) o_[i] = a_[i] * s_; break; \
+        case DDPC_DIV: for (int64_t i = 0; i < (n); i++) o_[i] = a_[i] / s_; break; \
+        case DDPC_RSUB: for (int64_t i = 0; i < (n); i++) o_[i] = s_ - a_[i]; break; \
+        default: for (int64_t i = 0; i < (n); i++) o_[i] = s_ / a_[i]; break;      \
+        }                                                                          \
+    } while (0)
+
+static ddpc_status check_int_division_(ddpc_binary_op op, const ddpc_buffer *divisor_src, double s, int scalar) {
+    if (ddpc_dtype_is_float(divisor_src->dtype)) return DDPC_OK;
+    int divides = op == DDPC_DIV || op == DDPC_RDIV;
+    if (!divides) return DDPC_OK;
+    if (scalar && op == DDPC_DIV && s == 0.0) return DDPC_ERROR(DDPC_ERR_ARG, "integer division by zero");
+    if (scalar && op == DDPC_DIV) return DDPC_OK;
+    /* An integer divisor held in a buffer: every element must be non-zero. */
+    const ddpc_buffer *d = divisor_src;
+    if (d->device != DDPC_CPU)
+        return DDPC_ERROR(DDPC_ERR_TYPE, "integer division of cuda buffers is not supported; cast to a float dtype");
+    double tmp[CHUNK];
+    for (int64_t i = 0; i < d->numel; i += CHUNK) {
+        int64_t n = d->numel - i < CHUNK ? d->numel - i : CHUNK;
+        load_f64_(d->data, d->dtype, i, n, tmp);
+        for (int64_t j = 0; j < n; j++)
+            if (tmp[j] == 0.0) return DDPC_ERROR(DDPC_ERR_ARG, "integer division by zero");
+    }
+    return DDPC_OK;
+}
+
+ddpc_status ddpc_op_binary(ddpc_binary_op op, ddpc_buffer *out, const ddpc_buffer *a, const ddpc_buffer *b) {
+    if ((unsigned)op >= DDPC_NBINARY) return DDPC_ERROR(DDPC_ERR_ARG, "unknown binary op %d", (int)op);
+    CHECK(check_writable_(out, "binary op"));
+    CHECK(check_pair_(out, a, "binary op", 1, 1));
+    CHECK(check_pair_(out, b, "binary op", 1, 1));
+    CHECK(check_int_division_(op, op == DDPC_RDIV ? a : b, 0, 0));
+    int64_t n = out->numel;
+    if (n == 0) return DDPC_OK;
+    if (out->device != DDPC_CPU)
+        LAUNCH(out->device, ddpc_k_binary(op, out->data, a->data, b->data, out->dtype, n, stream));
+    switch (out->dtype) {
+    case DDPC_FLOAT32: BINARY_LOOP(float, out->data, a->data, b->data, n, op); break;
+    case DDPC_FLOAT64: BINARY_LOOP(double, out->data, a->data, b->data, n, op); break;
+    case DDPC_INT32: BINARY_LOOP(int32_t, out->data, a->data, b->data, n, op); break;
+    case DDPC_INT64: BINARY_LOOP(int64_t, out->data, a->data, b->data, n, op); break;
+    case DDPC_UINT8: BINARY_LOOP(uint8_t, out->data, a->data, b->data, n, op); break;
+    default: { /* 16-bit floats: compute in float, round once */
+        double ta[CHUNK], tb[CHUNK];
+        for (int64_t i = 0; i < n; i += CHUNK) {
+            int64_t m = n - i < CHUNK ? n - i : CHUNK;
+            load_f64_(a->data, a->dtype, i, m, ta);
+            load_f64_(b->data, b->dtype, i, m, tb);
+            float fa[CHUNK], fb[CHUNK], fo[CHUNK];
+            for (int64_t j = 0; j < m; j++) fa[j] = (float)ta[j], fb[j] = (float)tb[j];
+            BINARY_LOOP(float, fo, fa, fb, m, op);
+            for (int64_t j = 0; j < m; j++) ta[j] = fo[j];
+            store_f64_(out->data, out->dtype, i, m, ta);
+        }
+    }
+    }
+    return DDPC_OK;
+}
+
+ddpc_status ddpc_op_scalar(ddpc_binary_op op, ddpc_buffer *out, const ddpc_buffer *a, double s) {
+    if ((unsigned)op >= DDPC_NBINARY) return DDPC_ERROR(DDPC_ERR_ARG, "unknown binary op %d", (int)op);
+    CHECK(check_writable_(out, "scalar op"));
+    CHECK(check_pair_(out, a, "scalar op", 1, 1));
+    CHECK(check_int_division_(op, a, s, 1));
+    int64_t n = out->numel;
+    if (n == 0) return DDPC_OK;
+    if (out->device != DDPC_CPU) LAUNCH(out->device, ddpc_k_scalar(op, out->data, a->data, s, out->dtype, n, stream));
+    switch (out->dtype) {
+    case DDPC_FLOAT32: SCALAR_LOOP(float, out->data, a->data, s, n, op); break;
+    case DDPC_FLOAT64: SCALAR_LOOP(double, out->data, a->data, s, n, op); break;
+    case DDPC_INT32: SCALAR_LOOP(int32_t, out->data, a->data, s, n, op); break;
+    case DDPC_INT64: SCALAR_LOOP(int64_t, out->data, a->data, s, n, op); break;
+    case DDPC_UINT8: SCALAR_LOOP(uint8_t, out->data, a->data, (int64_t)s, n, op); break;
+    default: {
+        double t[CHUNK];
+        float f[CHUNK], fo[CHUNK];
+        for (int64_t i = 0; i < n; i += CHUNK) {
+            int64_t m = n - i < CHUNK ? n - i : CHUNK;
+            load_f64_(a->data, a->dtype, i, m, t);
+            for (int64_t j = 0; j < m; j++) f[j] = (float)t[j];
+            SCALAR_LOOP(float, fo, f, s, m, op);
+            for (int64_t j = 0; j < m; j++) t[j] = fo[j];
+            store_f64_(out->data, out->dtype, i, m, t);
+        }
+    }
+    }
+    return DDPC_OK;
+}
+
+ddpc_status ddpc_op_sum(ddpc_buffer *out, const ddpc_buffer *a) {
+    CHECK(check_writable_(out, "sum"));
+    ddpc_dtype want = ddpc_dtype_is_float(a->dtype) ? a->dtype : DDPC_INT64;
+    if (out->numel != 1 || out->dtype != want || out->device != a->device)
+        return DDPC_ERROR(DDPC_ERR_ARG, "sum: the output must be one %s element on the input's device",
+                          ddpc_dtype_name(want));
+    if (a->device != DDPC_CPU) LAUNCH(a->device, ddpc_k_sum(out->data, a->data, a->dtype, a->numel, stream));
+    if (!ddpc_dtype_is_float(a->dtype)) {
+        int64_t acc = 0;
+        double t[CHUNK];
+        for (int64_t i = 0; i < a->numel; i += CHUNK) {
+            int64_t m = a->numel - i < CHUNK ? a->numel - i : CHUNK;
+            load_f64_(a->data, a->dtype, i, m, t);
+            for (int64_t j = 0; j < m; j++) acc += (int64_t)t[j];
+        }
+        *(int64_t *)out->data = acc;
+        return DDPC_OK;
+    }
+    /* Double accumulation in blocks: accurate for float32 sums of any length. */
+    double acc = 0, t[CHUNK];
+    for (int64_t i = 0; i < a->numel; i += CHUNK) {
+        int64_t m = a->numel - i < CHUNK ? a->numel - i : CHUNK;
+        load_f64_(a->data, a->dtype, i, m, t);
+        double part = 0;
+        for (int64_t j = 0; j < m; j++) part += t[j];
+        acc += part;
+    }
+    store_f64_(out->data, out->dtype, 0, 1, &acc);
+    return DDPC_OK;
+}
+
+/* ---- random numbers ------------------------------------------------------------ */
+
+/* The mapping from random bits to values is part of ddpc's reproducibility
+ * contract; kernels/random.cu implements the same formulas. */
+static double draw_(ddpc_random_kind kind, ddpc_dtype dt, uint64_t bits, double a, double b) {
+    switch (kind) {
+    case DDPC_RAND_UNIFORM:
+        return dt == DDPC_FLOAT64 ? a + (b - a) * ddpc_uniform_f64(bits) : (double)(float)(a + (b - a) * ddpc_uniform_f32(bits));
+    case DDPC_RAND_NORMAL: {
+        double u1 = ((double)(bits >> 32) + 1.0) * (1.0 / 4294967296.0);
+        double u2 = (double)(bits & 0xffffffffu) * (1.0 / 4294967296.0);
+        return a + b * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+    }
+    default: /* integers in [a, b) */
+        return a + floor(ddpc_uniform_f64(bits) * (b - a));
+    }
+}
+
+ddpc_status ddpc_op_random(ddpc_buffer *dst, ddpc_random_kind kind, uint64_t seed, uint64_t offset, double a, double b) {
+    CHECK(check_writable_(dst, "random"));
+    if (kind != DDPC_RAND_INT && !ddpc_dtype_is_float(dst->dtype))
+        return DDPC_ERROR(DDPC_ERR_TYPE, "rand/randn need a floating dtype, got %s", ddpc_dtype_name(dst->dtype));
+    if (kind == DDPC_RAND_INT && !(b > a))
+        return DDPC_ERROR(DDPC_ERR_ARG, "randint: high (%g) must be greater than low (%g)", b, a);
+    if (dst->numel == 0) return DDPC_OK;
+    if (dst->device != DDPC_CPU)
+        LAUNCH(dst->device, ddpc_k_random(dst->data, dst->dtype, kind, seed, offset, a, b, dst->numel, stream));
+    double t[CHUNK];
+    for (int64_t i = 0; i < dst->numel; i += CHUNK) {
+        int64_t m = dst->numel - i < CHUNK ? dst->numel - i : CHUNK;
+        for (int64_t j = 0; j < m; j++)
+            t[j] = draw_(kind, dst->dtype, ddpc_random_bits(seed, offset + (uint64_t)(i + j)), a, b);
+        store_f64_(dst->data, dst->dtype, i, m, t);
+    }
+    return DDPC_OK;
+}
+
+ddpc_status ddpc_op_randperm(ddpc_buffer *dst, uint64_t seed, uint64_t offset) {
+    CHECK(check_writable_(dst, "randperm"));
+    if (dst->device != DDPC_CPU || dst->dtype != DDPC_INT64 || dst->ndim != 1)
+        return DDPC_ERROR(DDPC_ERR_ARG, "randperm: the output must be a 1-d int64 cpu buffer");
+    int64_t *p = dst->data;
+    int64_t n = dst->numel;
+    for (int64_t i = 0; i < n; i++) p[i] = i;
+    /* Fisher-Yates from the top; step i swaps with j uniform in [0, i]. */
+    for (int64_t i = n - 1; i > 0; i--) {
+        uint64_t bits = ddpc_random_bits(seed, offset + (uint64_t)i);
+        int64_t j = (int64_t)(((unsigned __int128)bits * (uint64_t)(i + 1)) >> 64);
+        int64_t tmp = p[i];
+        p[i] = p[j];
+        p[j] = tmp;
+    }
+    return DDPC_OK;
+}
+
+/* ---- Python bindings ------------------------------------------------------------ */
+
+static int arg_buffer_(PyObject *o, ddpc_buffer **out) {
+    if (!ddpc_buffer_check(o)) {
+        PyErr_Format(PyExc_TypeError, "expected a ddpc._C.Buffer, got %.100s", Py_TYPE(o)->tp_name);
+        return 0;
+    }
+    *out = (ddpc_buffer *)o;
+    return 1;
+}
+
+/* Runs `call` with the GIL released when the work is large enough to matter. */
+#define RUN(nbytes, call)                                                          \
+    do {                                                                           \
+        ddpc_status st_;                                                           \
+        if ((nbytes) >= (1 << 16)) {                                               \
+            Py_BEGIN_ALLOW_THREADS st_ = (call);                                   \
+            Py_END_ALLOW_THREADS                                                   \
+        } else {                                                                   \
+            st_ = (call);                                                          \
+        }                                                                          \
+        if (st_ != DDPC_OK) return ddpc_raise(st_);                                \
+        Py_RETURN_NONE;                                                            \
+    } while (0)
+
+static PyObject *py_fill(PyObject *m, PyObject *args) {
+    (void)m;
+    ddpc_buffer *dst;
+    double v;
+    if (!PyArg_ParseTuple(args, "O&d:fill", arg_buffer_, &dst, &v)) return NULL;
+    RUN(ddpc_buffer_nbytes(dst), ddpc_op_fill(dst, v));
+}
+
+static PyObject *py_copy(PyObject *m, PyObject *args) {
+    (void)m;
+    ddpc_buffer *dst, *src;
+    int non_blocking = 0;
+    if (!PyArg_ParseTuple(args, "O&O&|p:copy", arg_buffer_, &dst, arg_buffer_, &src, &non_blocking)) return NULL;
+    RUN(ddpc_buffer_nbytes(dst) + (dst->device != src->device ? 1 << 16 : 0), ddpc_op_copy(dst, src, non_blocking));
+}
+
+static PyObject *py_cast(PyObject *m, PyObject *args) {
+    (void)m;
+    ddpc_buffer *dst, *src;
+    if (!PyArg_ParseTuple(args, "O&O&:cast", arg_buffer_, &dst, arg_buffer_, &src)) return NULL;
+    RUN(ddpc_buffer_nbytes(dst), ddpc_op_cast(dst, src));
+}
+
+static PyObject *py_binary(PyObject *m, PyObject *args) {
+    (void)m;
+    int op;
+    ddpc_buffer *out, *a, *b;
+    if (!PyArg_ParseTuple(args, "iO&O&O&:binary", &op, arg_buffer_, &out, arg_buffer_, &a, arg_buffer_, &b)) return NULL;
+    RUN(ddpc_buffer_nbytes(out), ddpc_op_binary((ddpc_binary_op)op, out, a, b));
+}
+
+static PyObject *py_scalar(PyObject *m, PyObject *args) {
+    (void)m;
+    int op;
+    ddpc_buffer *out, *a;
+    double s;
+    if (!PyArg_ParseTuple(args, "iO&O&d:scalar", &op, arg_buffer_, &out, arg_buffer_, &a, &s)) return NULL;
+    RUN(ddpc_buffer_nbytes(out), ddpc_op_scalar((ddpc_binary_op)op, out, a, s));
+}
+
+static PyObject *py_sum(PyObject *m, PyObject *args) {
+    (void)m;
+    ddpc_buffer *out, *a;
+    if (!PyArg_ParseTuple(args, "O&O&:sum", arg_buffer_, &out, arg_buffer_, &a)) return NULL;
+    RUN(ddpc_buffer_nbytes(a), ddpc_op_sum(out, a));
+}
+
+static PyObject *py_random(PyObject *m, PyObject *args) {
+    (void)m;
+    ddpc_buffer *dst;
+    int kind;
+    unsigned long long seed, offset;
+    double a, b;
+    if (!PyArg_ParseTuple(args, "O&iKKdd:random", arg_buffer_, &dst, &kind, &seed, &offset, &a, &b)) return NULL;
+    if (kind < 0 || kind > DDPC_RAND_INT) return PyErr_Format(PyExc_ValueError, "unknown random kind %d", kind);
+    RUN(ddpc_buffer_nbytes(dst), ddpc_op_random(dst, (ddpc_random_kind)kind, seed, offset, a, b));
+}
+
+static PyObject *py_randperm(PyObject *m, PyObject *args) {
+    (void)m;
+    ddpc_buffer *dst;
+    unsigned long long seed, offset;
+    if (!PyArg_ParseTuple(args, "O&KK:randperm", arg_buffer_, &dst, &seed, &offset)) return NULL;
+    RUN(ddpc_buffer_nbytes(dst), ddpc_op_randperm(dst, seed, offset));
+}
+
+static PyMethodDef ops_methods[] = {
+    {"fill", py_fill, METH_VARARGS, "fill(dst, value)"},
+    {"copy", py_copy, METH_VARARGS, "copy(dst, src, non_blocking=False): same dtype and count, any devices"},
+    {"cast", py_cast, METH_VARARGS, "cast(dst, src): same device and count, any dtypes"},
+    {"binary", py_binary, METH_VARARGS, "binary(op, out, a, b): op 0 add 1 sub 2 mul 3 div 4 rsub 5 rdiv"},
+    {"scalar", py_scalar, METH_VARARGS, "scalar(op, out, a, s)"},
+    {"sum", py_sum, METH_VARARGS, "sum(out, a): out is one element"},
+    {"random", py_random, METH_VARARGS, "random(dst, kind, seed, offset, a, b): 0 uniform[a,b) 1 normal(a,b) 2 int[a,b)"},
+    {"randperm", py_randperm, METH_VARARGS, "randperm(dst, seed, offset): permutation of 0..n-1 into an int64 buffer"},
+    {NULL, NULL, 0, NULL},
+};
+
+int ddpc_ops_register(PyObject *module) { return PyModule_AddFunctions(module, ops_methods); }

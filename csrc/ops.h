@@ -1,0 +1,31 @@
+/* The op table: one checked entry point per op, dispatching to host loops or
+ * to the CUDA launchers in kernels/ on the buffer's compute stream.
+ * Arguments are checked here, once, before any dispatch. */
+#ifndef DDPC_OPS_H
+#define DDPC_OPS_H
+
+#include "buffer.h"
+
+typedef enum { DDPC_ADD = 0, DDPC_SUB, DDPC_MUL, DDPC_DIV, DDPC_RSUB, DDPC_RDIV, DDPC_NBINARY } ddpc_binary_op;
+typedef enum { DDPC_RAND_UNIFORM = 0, DDPC_RAND_NORMAL, DDPC_RAND_INT } ddpc_random_kind;
+
+ddpc_status ddpc_op_fill(ddpc_buffer *dst, double value);
+/* Same dtype and element count, any pair of devices. */
+ddpc_status ddpc_op_copy(ddpc_buffer *dst, const ddpc_buffer *src, int non_blocking);
+/* Same device and element count, any pair of dtypes. */
+ddpc_status ddpc_op_cast(ddpc_buffer *dst, const ddpc_buffer *src);
+/* out = a op b, elementwise; all three the same dtype, device and count. */
+ddpc_status ddpc_op_binary(ddpc_binary_op op, ddpc_buffer *out, const ddpc_buffer *a, const ddpc_buffer *b);
+/* out = a op s (RSUB: s - a, RDIV: s / a). */
+ddpc_status ddpc_op_scalar(ddpc_binary_op op, ddpc_buffer *out, const ddpc_buffer *a, double s);
+/* out (one element; float dtypes keep theirs, integers give int64) = sum of a. */
+ddpc_status ddpc_op_sum(ddpc_buffer *out, const ddpc_buffer *a);
+/* Counter-based random numbers: element i of a draw with (seed, offset) is a
+ * pure function of (seed, offset + i), so host and device give the same values. */
+ddpc_status ddpc_op_random(ddpc_buffer *dst, ddpc_random_kind kind, uint64_t seed, uint64_t offset, double a, double b);
+/* A uniformly random permutation of 0..n-1 (int64, host) from (seed, offset). */
+ddpc_status ddpc_op_randperm(ddpc_buffer *dst, uint64_t seed, uint64_t offset);
+
+int ddpc_ops_register(PyObject *module);
+
+#endif

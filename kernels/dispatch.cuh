@@ -1,0 +1,51 @@
+// Element-type dispatch and float conversions shared by the CUDA kernels.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+// Must match ddpc_dtype in csrc/dtype.h.
+enum { K_F32 = 0, K_F64, K_F16, K_BF16, K_I32, K_I64, K_U8 };
+
+// Loads and stores through float (16-bit floats) or the type's own arithmetic.
+template <typename T> struct Acc { typedef T type; };
+template <> struct Acc<__half> { typedef float type; };
+template <> struct Acc<__nv_bfloat16> { typedef float type; };
+
+template <typename T> __device__ __forceinline__ typename Acc<T>::type load(const T *p, int64_t i) { return p[i]; }
+template <> __device__ __forceinline__ float load<__half>(const __half *p, int64_t i) { return __half2float(p[i]); }
+template <> __device__ __forceinline__ float load<__nv_bfloat16>(const __nv_bfloat16 *p, int64_t i) {
+    return __bfloat162float(p[i]);
+}
+
+template <typename T> __host__ __device__ __forceinline__ T from_double(double v) { return (T)v; }
+template <> __host__ __device__ __forceinline__ __half from_double<__half>(double v) { return __float2half_rn((float)v); }
+template <> __host__ __device__ __forceinline__ __nv_bfloat16 from_double<__nv_bfloat16>(double v) {
+    return __float2bfloat16_rn((float)v);
+}
+template <> __host__ __device__ __forceinline__ int32_t from_double<int32_t>(double v) { return (int32_t)(int64_t)v; }
+template <> __host__ __device__ __forceinline__ uint8_t from_double<uint8_t>(double v) { return (uint8_t)(int64_t)v; }
+
+template <typename T> __device__ __forceinline__ double to_double(const T *p, int64_t i) { return (double)load(p, i); }
+
+// Calls f.template operator()<T>() for the element type `dtype`.
+#define DDPC_DISPATCH(dtype, ...)                                                  \
+    switch (dtype) {                                                               \
+    case K_F32: { typedef float T; __VA_ARGS__; } break;                           \
+    case K_F64: { typedef double T; __VA_ARGS__; } break;                          \
+    case K_F16: { typedef __half T; __VA_ARGS__; } break;                          \
+    case K_BF16: { typedef __nv_bfloat16 T; __VA_ARGS__; } break;                  \
+    case K_I32: { typedef int32_t T; __VA_ARGS__; } break;                         \
+    case K_I64: { typedef int64_t T; __VA_ARGS__; } break;                         \
+    case K_U8: { typedef uint8_t T; __VA_ARGS__; } break;                          \
+    default: return (int)cudaErrorInvalidValue;                                    \
+    }
+
+static inline unsigned grid_for(int64_t n, unsigned block) {
+    int64_t g = (n + block - 1) / block;
+    return (unsigned)(g > 65535 * 8 ? 65535 * 8 : (g < 1 ? 1 : g));
+}
+
+#define GRID_STRIDE(i, n) for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)

@@ -1,0 +1,47 @@
+/* Host-callable launchers of the CUDA kernels in kernels/, declared in
+ * plain C so csrc/ compiles with cc. Each returns a cudaError_t as an int
+ * (0 on success) so the caller's CUDACHECK records file and line. `stream` is
+ * a cudaStream_t. dtype codes are ddpc_dtype values (csrc/dtype.h). */
+#ifndef DDPC_KERNELS_H
+#define DDPC_KERNELS_H
+
+#include <stdint.h>
+
+#ifdef __CUDACC__
+#define DDPC_HD __host__ __device__
+#else
+#define DDPC_HD
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The counter-based generator behind ddpc's random numbers: 64 random bits for
+ * element `counter` of stream `seed` (splitmix64's finaliser over a key mixing
+ * both). Host and device share this function, so a seed gives the same numbers
+ * on every device kind. The mapping to distributions is documented in random.cu. */
+static inline DDPC_HD uint64_t ddpc_random_bits(uint64_t seed, uint64_t counter) {
+    uint64_t z = seed * 0x9E3779B97F4A7C15ull + counter * 0xD1B54A32D192ED03ull + 0x632BE59BD9B4E019ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* Uniform in [0, 1) with 24 (float) or 53 (double) random bits. */
+static inline DDPC_HD float ddpc_uniform_f32(uint64_t bits) { return (float)(bits >> 40) * (1.0f / 16777216.0f); }
+static inline DDPC_HD double ddpc_uniform_f64(uint64_t bits) { return (double)(bits >> 11) * (1.0 / 9007199254740992.0); }
+
+int ddpc_k_fill(void *dst, int dtype, int64_t n, double value, void *stream);
+int ddpc_k_cast(void *dst, int dst_dtype, const void *src, int src_dtype, int64_t n, void *stream);
+int ddpc_k_binary(int op, void *out, const void *a, const void *b, int dtype, int64_t n, void *stream);
+int ddpc_k_scalar(int op, void *out, const void *a, double s, int dtype, int64_t n, void *stream);
+int ddpc_k_sum(void *out, const void *a, int dtype, int64_t n, void *stream);
+int ddpc_k_random(void *dst, int dtype, int kind, uint64_t seed, uint64_t offset, double a, double b, int64_t n,
+                  void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

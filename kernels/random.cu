@@ -1,0 +1,40 @@
+// Counter-based random numbers. Element i of a draw is a pure function of
+// (seed, offset + i) through ddpc_random_bits (kernels.h), mapped exactly as
+// csrc/ops.c maps it on the host:
+//   uniform: a + (b - a) * u, u with 24 bits (53 for float64)
+//   normal:  Box-Muller on the high (u1 in (0,1]) and low (u2) 32 bits, in double
+//   integer: a + floor(u53 * (b - a))
+#include <math.h>
+
+#include "dispatch.cuh"
+#include "kernels.h"
+
+namespace {
+
+template <typename T>
+__global__ void random_kernel(T *dst, int kind, int f64, uint64_t seed, uint64_t offset, double a, double b, int64_t n) {
+    GRID_STRIDE(i, n) {
+        uint64_t bits = ddpc_random_bits(seed, offset + (uint64_t)i);
+        double v;
+        if (kind == 0) {
+            v = f64 ? a + (b - a) * ddpc_uniform_f64(bits) : (double)(float)(a + (b - a) * ddpc_uniform_f32(bits));
+        } else if (kind == 1) {
+            double u1 = ((double)(bits >> 32) + 1.0) * (1.0 / 4294967296.0);
+            double u2 = (double)(bits & 0xffffffffu) * (1.0 / 4294967296.0);
+            v = a + b * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+        } else {
+            v = a + floor(ddpc_uniform_f64(bits) * (b - a));
+        }
+        dst[i] = from_double<T>(v);
+    }
+}
+
+}  // namespace
+
+extern "C" int ddpc_k_random(void *dst, int dtype, int kind, uint64_t seed, uint64_t offset, double a, double b,
+                             int64_t n, void *stream) {
+    cudaStream_t s = (cudaStream_t)stream;
+    DDPC_DISPATCH(dtype, random_kernel<T><<<grid_for(n, 256), 256, 0, s>>>((T *)dst, kind, dtype == K_F64, seed, offset,
+                                                                           a, b, n))
+    return (int)cudaGetLastError();
+}

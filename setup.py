@@ -1,0 +1,151 @@
+"""Build of the ddpc._C extension: C sources in csrc/, CUDA kernels in kernels/.
+
+CUDA is compiled in when a toolkit is found (CUDA_HOME, /usr/local/cuda, or nvcc
+on PATH) unless DDPC_CUDA=0. Environment switches:
+  DDPC_CUDA=0             CPU-only build
+  DDPC_SANITIZE=address   AddressSanitizer (load with LD_PRELOAD=$(gcc -print-file-name=libasan.so))
+  DDPC_DEBUG=1            -O0 -g
+  DDPC_CUDA_ARCHS=80;90   SASS targets (PTX for the highest is always added)
+  NCCL_HOME=/path         NCCL outside the toolkit (the nvidia-nccl wheel is also found)
+"""
+import glob
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+
+
+def env_flag(name, default=""):
+    return os.environ.get(name, default).strip()
+
+
+def find_cuda():
+    if env_flag("DDPC_CUDA", "1") in ("0", "off", "no", "false"):
+        return None
+    candidates = [env_flag("CUDA_HOME"), env_flag("CUDA_PATH"), "/usr/local/cuda"]
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        candidates.append(os.path.dirname(os.path.dirname(os.path.realpath(nvcc))))
+    for home in candidates:
+        if home and os.path.exists(os.path.join(home, "bin", "nvcc")):
+            return home
+    return None
+
+
+def find_nccl(cuda_home):
+    """(include_dir, lib_dir) of NCCL: NCCL_HOME, the toolkit, or the nvidia-nccl wheel."""
+    roots = [env_flag("NCCL_HOME"), cuda_home]
+    spec = importlib.util.find_spec("nvidia")
+    if spec is not None and spec.submodule_search_locations:
+        roots += [os.path.join(p, "nccl") for p in spec.submodule_search_locations]
+    for root in filter(None, roots):
+        inc = os.path.join(root, "include")
+        if not os.path.exists(os.path.join(inc, "nccl.h")):
+            continue
+        for lib in ("lib64", "lib"):
+            libdir = os.path.join(root, lib)
+            if glob.glob(os.path.join(libdir, "libnccl.so*")):
+                return inc, libdir
+    return None
+
+
+def cuda_libdir(cuda_home):
+    for lib in ("lib64", "lib", os.path.join("targets", "x86_64-linux", "lib")):
+        path = os.path.join(cuda_home, lib)
+        if os.path.exists(os.path.join(path, "libcudart.so")):
+            return path
+    return os.path.join(cuda_home, "lib64")
+
+
+def numpy_include():
+    import numpy
+
+    return numpy.get_include()
+
+
+CUDA_HOME = find_cuda()
+NCCL = find_nccl(CUDA_HOME) if CUDA_HOME else None
+SANITIZE = env_flag("DDPC_SANITIZE")
+DEBUG = env_flag("DDPC_DEBUG") == "1"
+
+opt = ["-O0", "-g"] if DEBUG else ["-O3"]
+cflags = ["-std=c11", "-Wall", "-Wextra", "-Wno-missing-field-initializers", "-fvisibility=hidden",
+          "-D_GNU_SOURCE", "-pthread"] + opt
+ldflags = ["-pthread"]
+if SANITIZE:
+    cflags += ["-fsanitize=" + SANITIZE, "-fno-omit-frame-pointer"]
+    ldflags += ["-fsanitize=" + SANITIZE]
+
+include_dirs = [os.path.join(ROOT, "csrc"), os.path.join(ROOT, "kernels")]
+library_dirs, libraries, rpaths, macros = [], ["rt"], [], []
+if CUDA_HOME:
+    macros.append(("DDPC_WITH_CUDA", "1"))
+    include_dirs.append(os.path.join(CUDA_HOME, "include"))
+    libdir = cuda_libdir(CUDA_HOME)
+    library_dirs.append(libdir)
+    rpaths.append(libdir)
+    libraries += ["cudart", "cublas"]
+    if NCCL:
+        macros.append(("DDPC_WITH_NCCL", "1"))
+        include_dirs.insert(0, NCCL[0])
+        library_dirs.append(NCCL[1])
+        rpaths.append(NCCL[1])
+        libraries.append("nccl")
+
+sources = sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "csrc", "**", "*.c"), recursive=True))
+
+
+class BuildExt(build_ext):
+    """build_ext that first compiles kernels/*.cu with nvcc and links the objects in."""
+
+    def build_extensions(self):
+        for ext in self.extensions:
+            ext.include_dirs.append(numpy_include())
+            if CUDA_HOME:
+                ext.extra_objects += self.compile_cuda(ext)
+        super().build_extensions()
+
+    def compile_cuda(self, ext):
+        nvcc = os.path.join(CUDA_HOME, "bin", "nvcc")
+        archs = [a for a in env_flag("DDPC_CUDA_ARCHS", "80;90").replace(",", ";").split(";") if a]
+        gencode = []
+        for a in archs:
+            gencode += ["-gencode", f"arch=compute_{a},code=sm_{a}"]
+        gencode += ["-gencode", f"arch=compute_{archs[-1]},code=compute_{archs[-1]}"]
+        flags = ["-std=c++17", "-Xcompiler", "-fPIC,-Wall,-Wextra,-fvisibility=hidden",
+                 "--expt-relaxed-constexpr", "-DDDPC_WITH_CUDA=1"]
+        flags += ["-O0", "-g", "-G"] if DEBUG else ["-O3"]
+        incs = [f"-I{d}" for d in ext.include_dirs]
+        objects = []
+        out_dir = os.path.join(self.build_temp, "kernels")
+        os.makedirs(out_dir, exist_ok=True)
+        for cu in sorted(glob.glob(os.path.join(ROOT, "kernels", "*.cu"))):
+            obj = os.path.join(out_dir, os.path.basename(cu) + ".o")
+            deps = [cu] + glob.glob(os.path.join(ROOT, "kernels", "*.h")) + glob.glob(os.path.join(ROOT, "kernels", "*.cuh"))
+            if self.force or not os.path.exists(obj) or max(map(os.path.getmtime, deps)) > os.path.getmtime(obj):
+                cmd = [nvcc, "-c", cu, "-o", obj] + gencode + flags + incs
+                print(" ".join(cmd))
+                subprocess.check_call(cmd)
+            objects.append(obj)
+        return objects
+
+
+ext = Extension(
+    "ddpc._C",
+    sources=sources,
+    include_dirs=include_dirs,
+    define_macros=macros,
+    library_dirs=library_dirs,
+    libraries=libraries,
+    runtime_library_dirs=rpaths,
+    extra_compile_args=cflags,
+    extra_link_args=ldflags,
+)
+
+setup(ext_modules=[ext], cmdclass={"build_ext": BuildExt})
