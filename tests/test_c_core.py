@@ -39,17 +39,23 @@ def compile_and_run(tmp_path, test_source, sources, with_cuda):
 
 
 CORE = [f"{ROOT}/csrc/{f}.c" for f in ("common", "dtype", "alloc", "device")]
+C_TESTS = {
+    "core": (f"{ROOT}/tests/c/test_core.c", CORE),
+    "watchdog": (f"{ROOT}/tests/c/test_watchdog.c", [f"{ROOT}/csrc/common.c", f"{ROOT}/csrc/comm/watchdog.c"]),
+}
 
 
 @pytest.mark.parametrize("with_cuda", [False, True], ids=["cpu-only", "cuda"])
-def test_core_c_under_asan(tmp_path, with_cuda):
+@pytest.mark.parametrize("name", sorted(C_TESTS))
+def test_c_unit_tests_under_asan(tmp_path, name, with_cuda):
     if with_cuda and not cuda_home():
         pytest.skip("no CUDA toolkit to compile against")
+    source, deps = C_TESTS[name]
     try:
-        out = compile_and_run(tmp_path, f"{ROOT}/tests/c/test_core.c", CORE, with_cuda)
+        out = compile_and_run(tmp_path, source, deps, with_cuda)
     except subprocess.CalledProcessError as e:
         pytest.fail(f"compile failed:\n{e.stderr}")
-    assert "all C core tests passed" in out
+    assert "tests passed" in out
 
 
 def libasan():
