@@ -70,10 +70,11 @@ static ddpc_status check_same_(PyObject *bufs, const char *op, ddpc_buffer ***ou
         }
         b[i] = (ddpc_buffer *)o;
         if (b[i]->numel != b[0]->numel || b[i]->dtype != b[0]->dtype) {
+            ddpc_status st = DDPC_ERROR(DDPC_ERR_ARG, "%s: buffer %zd (%lld %s) differs from buffer 0 (%lld %s)", op, i,
+                                        (long long)b[i]->numel, ddpc_dtype_name(b[i]->dtype), (long long)b[0]->numel,
+                                        ddpc_dtype_name(b[0]->dtype));
             PyMem_RawFree(b);
-            return DDPC_ERROR(DDPC_ERR_ARG, "%s: buffer %zd (%lld %s) differs from buffer 0 (%lld %s)", op, i,
-                              (long long)b[i]->numel, ddpc_dtype_name(b[i]->dtype), (long long)b[0]->numel,
-                              ddpc_dtype_name(b[0]->dtype));
+            return st;
         }
     }
     *out = b;
