@@ -81,6 +81,7 @@ static ddpc_status device_alloc_(int device, size_t nbytes, ddpc_block **out) {
             goto out_;
         }
         int prev = 0;
+        ddpc_cuda_mark_initialized();
         CUDACHECKGOTO(cudaGetDevice(&prev), st, fail_);
         CUDACHECKGOTO(cudaSetDevice(device), st, fail_);
         cudaError_t e = cudaMalloc(&b->ptr, size);
@@ -146,6 +147,7 @@ ddpc_status ddpc_device_empty_cache(int device) {
 }
 
 static ddpc_status pinned_alloc_(size_t nbytes, void **ptr) {
+    ddpc_cuda_mark_initialized();
     CUDACHECK(cudaHostAlloc(ptr, nbytes ? nbytes : 1, cudaHostAllocPortable));
     return DDPC_OK;
 }

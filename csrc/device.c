@@ -16,6 +16,10 @@ static int count_;
 static char reason_[512];
 static pthread_mutex_t streams_mu_ = PTHREAD_MUTEX_INITIALIZER;
 static cudaStream_t compute_[DDPC_MAX_DEVICES], copy_[DDPC_MAX_DEVICES];
+static int initialized_; /* a context was (or is about to be) created: fork is unsafe from now on */
+
+int ddpc_cuda_initialized(void) { return __atomic_load_n(&initialized_, __ATOMIC_RELAXED); }
+void ddpc_cuda_mark_initialized(void) { __atomic_store_n(&initialized_, 1, __ATOMIC_RELAXED); }
 
 static void count_devices_(void) {
     cudaError_t e = cudaGetDeviceCount(&count_);
@@ -53,6 +57,7 @@ ddpc_status ddpc_cuda_require(int device) {
 
 ddpc_status ddpc_cuda_set_device(int device) {
     CHECK(ddpc_cuda_require(device));
+    ddpc_cuda_mark_initialized();
     CUDACHECK(cudaSetDevice(device));
     return DDPC_OK;
 }
@@ -85,6 +90,7 @@ ddpc_status ddpc_cuda_synchronize(int device) {
 static ddpc_status stream_(int device, cudaStream_t *table, void **out) {
     CHECK(ddpc_cuda_require(device));
     ddpc_status st = DDPC_OK;
+    ddpc_cuda_mark_initialized();
     pthread_mutex_lock(&streams_mu_);
     if (!table[device]) {
         int prev = 0;
@@ -142,6 +148,8 @@ int ddpc_nccl_version(void) {
 static const char *nocuda_ = "this ddpc was built without CUDA (rebuild with a CUDA toolkit and without DDPC_CUDA=0)";
 
 int ddpc_cuda_compiled(void) { return 0; }
+int ddpc_cuda_initialized(void) { return 0; }
+void ddpc_cuda_mark_initialized(void) {}
 int ddpc_cuda_device_count(void) { return 0; }
 const char *ddpc_cuda_unavailable_reason(void) { return nocuda_; }
 

@@ -22,6 +22,10 @@ typedef struct {
 } ddpc_device_props;
 
 int ddpc_cuda_compiled(void);
+/* Whether this process has created (or begun creating) a CUDA context; after
+ * that, fork() gives children an unusable CUDA state. */
+int ddpc_cuda_initialized(void);
+void ddpc_cuda_mark_initialized(void);
 /* Number of usable GPUs; 0 (never an error) when there is no driver or GPU. */
 int ddpc_cuda_device_count(void);
 /* Why ddpc_cuda_device_count() is 0, or "" when it is not. */

@@ -1,0 +1,31 @@
+"""ddpc: data-parallel training with a C and CUDA core, shaped like PyTorch.
+
+The public API is re-exported here; see the submodules for details.
+"""
+
+from . import _C, cuda
+from ._C import DistError, DistTimeoutError
+from ._dtype import bfloat16, device, dtype, float16, float32, float64, int32, int64, uint8
+from .tensor import (Tensor, arange, cat, empty, empty_like, from_dlpack, from_numpy, full, initial_seed, manual_seed,
+                     ones, ones_like, rand, randint, randn, randperm, stack, tensor, zeros, zeros_like)
+
+half = float16
+float = float32
+double = float64
+long = int64
+int = int32
+
+__version__ = "0.1.0"
+
+
+def build_info():
+    """What this build was compiled with: CUDA, NCCL and their versions (None where absent)."""
+    return _C.build_info()
+
+
+__all__ = [
+    "DistError", "DistTimeoutError", "Tensor", "arange", "bfloat16", "build_info", "cat", "cuda", "device", "dtype",
+    "empty", "empty_like", "float16", "float32", "float64", "from_dlpack", "from_numpy", "full", "initial_seed",
+    "int32", "int64", "manual_seed", "ones", "ones_like", "rand", "randint", "randn", "randperm", "stack", "tensor",
+    "uint8", "zeros", "zeros_like",
+]

@@ -1,0 +1,59 @@
+"""`python -m ddpc doctor` (also the `ddpc` console script): what this install can do."""
+
+import argparse
+import platform
+import sys
+
+
+def _version(v, kind):
+    if v is None:
+        return "not available"
+    if kind == "cuda":
+        return f"{v // 1000}.{v % 1000 // 10}"
+    if kind == "nccl":
+        return f"{v // 10000}.{v // 100 % 100}.{v % 100}"
+    return f"{v // 10000}.{v // 100 % 100}.{v % 100}"
+
+
+def doctor(out=sys.stdout):
+    import ddpc
+    from ddpc import _C
+
+    info = ddpc.build_info()
+    p = lambda *a: print(*a, file=out)  # noqa: E731
+    p(f"ddpc {ddpc.__version__} on Python {platform.python_version()}, {platform.machine()} {platform.system()}")
+    p(f"  CUDA compiled in:  {'yes' if info['cuda'] else 'no'}")
+    p(f"  CUDA runtime:      {_version(info['cuda_runtime_version'], 'cuda')}")
+    p(f"  CUDA driver:       {_version(info['cuda_driver_version'], 'cuda')}")
+    p(f"  cuBLAS:            {_version(info['cublas_version'], 'cublas')}")
+    p(f"  NCCL:              {_version(info['nccl_version'], 'nccl')}")
+    n = ddpc.cuda.device_count()
+    p(f"GPUs: {n}")
+    if n == 0:
+        p(f"  none usable: {_C.cuda_unavailable_reason()}")
+    for i in range(n):
+        props = ddpc.cuda.get_device_properties(i)
+        p(f"  cuda:{i}  {props.name}  {props.total_memory / 2**30:.1f} GiB  "
+          f"compute capability {props.major}.{props.minor}  {props.multi_processor_count} SMs  PCI {props.pci_bus_id}")
+    backends = ["cpu (shared memory within a host, TCP ring across hosts)"]
+    if info["nccl"] and n > 0:
+        backends.append("nccl")
+    elif info["nccl"]:
+        backends.append("nccl (compiled in; needs a GPU)")
+    p("Communication backends: " + ", ".join(backends))
+    return 0
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="ddpc", description="ddpc utilities")
+    sub = parser.add_subparsers(dest="command")
+    sub.add_parser("doctor", help="print the build, the GPUs and the communication backends")
+    args = parser.parse_args(argv)
+    if args.command == "doctor":
+        return doctor()
+    parser.print_help()
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,156 @@
+"""dtype and device objects, and their parsing from user input."""
+
+import numpy as np
+
+from . import _C
+
+
+class dtype:
+    """An element type, like ``torch.dtype``: ``ddpc.float32``, ``ddpc.bfloat16``, ..."""
+
+    __slots__ = ("name", "itemsize", "is_floating_point", "_np")
+
+    def __init__(self, name, itemsize, is_floating_point, np_dtype):
+        self.name = name
+        self.itemsize = itemsize
+        self.is_floating_point = is_floating_point
+        self._np = np_dtype
+
+    def __repr__(self):
+        return f"ddpc.{self.name}"
+
+    def __reduce__(self):
+        return (get_dtype, (self.name,))
+
+
+float32 = dtype("float32", 4, True, np.dtype(np.float32))
+float64 = dtype("float64", 8, True, np.dtype(np.float64))
+float16 = dtype("float16", 2, True, np.dtype(np.float16))
+bfloat16 = dtype("bfloat16", 2, True, None)
+int32 = dtype("int32", 4, False, np.dtype(np.int32))
+int64 = dtype("int64", 8, False, np.dtype(np.int64))
+uint8 = dtype("uint8", 1, False, np.dtype(np.uint8))
+
+_BY_NAME = {d.name: d for d in (float32, float64, float16, bfloat16, int32, int64, uint8)}
+_ALIASES = {"float": float32, "double": float64, "half": float16, "long": int64, "int": int32, "bool": uint8}
+# Promotion order for mixed-dtype arithmetic; float16 with bfloat16 gives float32.
+_RANK = {uint8: 0, int32: 1, int64: 2, float16: 3, bfloat16: 3, float32: 4, float64: 5}
+
+
+def _bfloat16_numpy():
+    try:
+        import ml_dtypes
+    except ImportError:
+        return None
+    return np.dtype(ml_dtypes.bfloat16)
+
+
+def get_dtype(spec):
+    """A ddpc dtype from a ddpc dtype, a name, a numpy dtype or a Python type."""
+    if isinstance(spec, dtype):
+        return spec
+    if isinstance(spec, str):
+        d = _BY_NAME.get(spec) or _ALIASES.get(spec)
+        if d is None:
+            raise TypeError(f"unknown dtype {spec!r} (ddpc supports {', '.join(_BY_NAME)})")
+        return d
+    if spec is float:
+        return float32
+    if spec is int:
+        return int64
+    if spec is bool:
+        return uint8
+    try:
+        npd = np.dtype(spec)
+    except TypeError:
+        raise TypeError(f"unknown dtype {spec!r} (ddpc supports {', '.join(_BY_NAME)})") from None
+    if npd.name == "bfloat16":
+        return bfloat16
+    if npd == np.bool_:
+        return uint8
+    for d in _BY_NAME.values():
+        if d._np is not None and d._np == npd:
+            return d
+    raise TypeError(f"numpy dtype {npd} has no ddpc equivalent (ddpc supports {', '.join(_BY_NAME)})")
+
+
+def numpy_dtype(d):
+    """The numpy dtype matching a ddpc dtype (bfloat16 needs the ml_dtypes package)."""
+    if d._np is not None:
+        return d._np
+    npd = _bfloat16_numpy()
+    if npd is None:
+        raise TypeError("numpy has no bfloat16; install ml_dtypes to view bfloat16 data in numpy, "
+                        "or cast first with .float()")
+    return npd
+
+
+def promote(a, b):
+    """Result dtype of an arithmetic op between two ddpc dtypes."""
+    if a is b:
+        return a
+    if {a, b} == {float16, bfloat16}:
+        return float32
+    return a if _RANK[a] >= _RANK[b] else b
+
+
+class device:
+    """A device, like ``torch.device``: ``device("cpu")``, ``device("cuda", 1)``, ``device("cuda:1")``."""
+
+    __slots__ = ("type", "index")
+
+    def __init__(self, spec, index=None):
+        if isinstance(spec, device):
+            self.type, self.index = spec.type, spec.index
+            return
+        if isinstance(spec, int) and not isinstance(spec, bool):
+            if spec < 0:
+                raise ValueError(f"invalid device index {spec}")
+            self.type, self.index = "cuda", spec
+            return
+        if not isinstance(spec, str):
+            raise TypeError(f"device must be 'cpu', 'cuda', 'cuda:N', an int or a ddpc.device, got {spec!r}")
+        kind, _, idx = spec.partition(":")
+        if kind not in ("cpu", "cuda") or (idx and not idx.isdigit()) or (idx and index is not None):
+            raise ValueError(f"invalid device {spec!r} (expected 'cpu', 'cuda' or 'cuda:N')")
+        if kind == "cpu" and (idx or index not in (None, 0, -1)):
+            raise ValueError(f"invalid device {spec!r}: cpu has no index")
+        self.type = kind
+        self.index = None if kind == "cpu" else (int(idx) if idx else index)
+
+    @property
+    def _ordinal(self):
+        """-1 for cpu, else the CUDA ordinal (the current device for a bare 'cuda')."""
+        if self.type == "cpu":
+            return -1
+        return self.index if self.index is not None else _C.cuda_current_device()
+
+    def __eq__(self, other):
+        try:
+            other = device(other)
+        except (TypeError, ValueError):
+            return NotImplemented
+        return self.type == other.type and self.index == other.index
+
+    def __hash__(self):
+        return hash((self.type, self.index))
+
+    def __str__(self):
+        return self.type if self.index is None else f"{self.type}:{self.index}"
+
+    def __repr__(self):
+        return f"device(type={self.type!r}" + ("" if self.index is None else f", index={self.index}") + ")"
+
+    def __reduce__(self):
+        return (device, (str(self),))
+
+
+def ordinal(spec):
+    """-1 for a cpu device spec, else the CUDA ordinal."""
+    if spec is None:
+        return -1
+    return device(spec)._ordinal
+
+
+def device_of(ordinal_):
+    return device("cpu") if ordinal_ < 0 else device("cuda", ordinal_)

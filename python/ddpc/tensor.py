@@ -1,0 +1,681 @@
+"""ddpc.Tensor: a _C.Buffer with PyTorch's tensor API, and the factory functions.
+
+Storage ops (copies, casts, fills, arithmetic, random numbers) are single calls
+into _C; this module only checks arguments, picks dtypes and shapes views.
+Autograd (requires_grad, grad, grad_fn) is layered on top by autograd.py.
+"""
+
+import numbers
+
+import numpy as np
+
+from . import _C
+from ._dtype import (bfloat16, device, device_of, dtype, float16, float32, float64, get_dtype, int32, int64,
+                     numpy_dtype, ordinal, promote, uint8)
+
+_ADD, _SUB, _MUL, _DIV, _RSUB, _RDIV = range(6)
+_RAND_UNIFORM, _RAND_NORMAL, _RAND_INT = range(3)
+
+
+class _Generator:
+    """The global random state: a seed and a counter of numbers drawn so far.
+
+    Every draw of n numbers uses counters [offset, offset + n) of the
+    counter-based generator in _C, so the same seed gives the same numbers on
+    the host and on any GPU.
+    """
+
+    def __init__(self, seed):
+        self.manual_seed(seed)
+
+    def manual_seed(self, seed):
+        self.seed = int(seed) & 0xFFFFFFFFFFFFFFFF
+        self.offset = 0
+
+    def take(self, n):
+        offset = self.offset
+        self.offset += max(int(n), 1)
+        return self.seed, offset
+
+
+default_generator = _Generator(67280421310721)
+
+
+def manual_seed(seed):
+    """Seeds the global generator (host and every device draw from it)."""
+    default_generator.manual_seed(seed)
+    return default_generator
+
+
+def initial_seed():
+    return default_generator.seed
+
+
+def _size_args(size):
+    if len(size) == 1 and isinstance(size[0], (tuple, list)):
+        size = tuple(size[0])
+    for s in size:
+        if not isinstance(s, numbers.Integral):
+            raise TypeError(f"size must be ints, got {size!r}")
+    return tuple(int(s) for s in size)
+
+
+class Tensor:
+    """An n-d array on the host or a CUDA device, shaped like ``torch.Tensor``.
+
+    Differences from PyTorch: storage is always contiguous, so views exist only
+    for reshapes and for indexing along dim 0; a slice with a step copies.
+    """
+
+    __array_priority__ = 1000
+
+    def __init__(self, buf, requires_grad=False):
+        if not isinstance(buf, _C.Buffer):
+            raise TypeError("Tensor wraps a ddpc._C.Buffer; use ddpc.tensor(data) to build one from data")
+        self._buf = buf
+        self.requires_grad = requires_grad
+        self.grad = None
+        self.grad_fn = None
+
+    # ---- metadata -------------------------------------------------------------
+    @property
+    def shape(self):
+        return self._buf.shape
+
+    def size(self, dim=None):
+        return self.shape if dim is None else self.shape[dim]
+
+    @property
+    def dtype(self):
+        return get_dtype(self._buf.dtype)
+
+    @property
+    def device(self):
+        return device_of(self._buf.device)
+
+    @property
+    def is_cuda(self):
+        return self._buf.device >= 0
+
+    @property
+    def ndim(self):
+        return self._buf.ndim
+
+    def dim(self):
+        return self._buf.ndim
+
+    def numel(self):
+        return self._buf.numel
+
+    def element_size(self):
+        return self._buf.itemsize
+
+    @property
+    def nbytes(self):
+        return self._buf.nbytes
+
+    def data_ptr(self):
+        return self._buf.data_ptr
+
+    def is_pinned(self):
+        return self._buf.is_pinned
+
+    def is_contiguous(self):
+        return True
+
+    def contiguous(self):
+        return self
+
+    def __len__(self):
+        if self.ndim == 0:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    # ---- conversion -------------------------------------------------------------
+    def numpy(self):
+        """A zero-copy numpy view of a cpu tensor."""
+        if self.is_cuda:
+            raise TypeError(f"can't convert a {self.device} tensor to numpy; copy it to the host with .cpu() first")
+        arr = np.asarray(self._buf)
+        return arr.view(numpy_dtype(self.dtype)) if self.dtype is bfloat16 else arr
+
+    def __array__(self, dtype=None, copy=None):
+        arr = self.numpy()
+        if copy:
+            arr = arr.copy()
+        return arr if dtype is None else arr.astype(dtype, copy=False)
+
+    def item(self):
+        if self.numel() != 1:
+            raise ValueError(f"item() needs a tensor with one element, this one has {self.numel()}")
+        t = self.cpu()
+        if t.dtype in (bfloat16, float16):
+            t = t.to(float32)
+        return t.numpy().reshape(()).item()
+
+    def tolist(self):
+        t = self.cpu()
+        if t.dtype is bfloat16:
+            t = t.to(float32)
+        return t.numpy().tolist()
+
+    def __float__(self):
+        return float(self.item())
+
+    def __int__(self):
+        return int(self.item())
+
+    def __bool__(self):
+        return bool(self.item())
+
+    def __index__(self):
+        if self.dtype.is_floating_point:
+            raise TypeError("only integer tensors of a single element can be used as an index")
+        return int(self.item())
+
+    def to(self, *args, non_blocking=False, copy=False, dtype=None, device=None):
+        """``to(device)``, ``to(dtype)``, ``to(device, dtype)`` or ``to(other_tensor)``."""
+        for a in args:
+            if isinstance(a, Tensor):
+                device, dtype = a.device, a.dtype
+            elif _is_dtype_spec(a):
+                dtype = a
+            else:
+                device = a
+        out = self
+        target_dtype = get_dtype(dtype) if dtype is not None else self.dtype
+        target_dev = ordinal(device) if device is not None else self._buf.device
+        if target_dev != self._buf.device:
+            buf = _C.Buffer(self.shape, self._buf.dtype, target_dev)
+            _C.copy(buf, self._buf, bool(non_blocking))
+            out = Tensor(buf)
+        if target_dtype is not self.dtype:
+            buf = _C.Buffer(out.shape, target_dtype.name, out._buf.device)
+            _C.cast(buf, out._buf)
+            out = Tensor(buf)
+        if copy and out is self:
+            out = self.clone()
+        return out
+
+    def astype(self, dtype):
+        return self.to(dtype=dtype)
+
+    def float(self):
+        return self.to(dtype=float32)
+
+    def double(self):
+        return self.to(dtype=float64)
+
+    def half(self):
+        return self.to(dtype=float16)
+
+    def bfloat16(self):
+        return self.to(dtype=bfloat16)
+
+    def long(self):
+        return self.to(dtype=int64)
+
+    def int(self):
+        return self.to(dtype=int32)
+
+    def cpu(self):
+        return self.to(device="cpu")
+
+    def cuda(self, device=None, non_blocking=False):
+        dev = "cuda" if device is None else (f"cuda:{device}" if isinstance(device, int) else device)
+        return self.to(device=dev, non_blocking=non_blocking)
+
+    def pin_memory(self):
+        if self.is_cuda:
+            raise RuntimeError("pin_memory() applies to cpu tensors only")
+        buf = _C.Buffer(self.shape, self._buf.dtype, -1, pin_memory=True)
+        _C.copy(buf, self._buf)
+        return Tensor(buf)
+
+    def clone(self):
+        buf = _C.Buffer(self.shape, self._buf.dtype, self._buf.device)
+        _C.copy(buf, self._buf)
+        return Tensor(buf)
+
+    def detach(self):
+        return Tensor(self._buf)
+
+    # ---- interop ------------------------------------------------------------------
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        return self._buf.__dlpack__(stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
+
+    def __dlpack_device__(self):
+        return self._buf.__dlpack_device__()
+
+    @property
+    def __cuda_array_interface__(self):
+        if not self.is_cuda:
+            raise AttributeError("__cuda_array_interface__ exists only on cuda tensors; cpu tensors offer __array__")
+        if self.dtype is bfloat16:
+            raise AttributeError("__cuda_array_interface__ has no bfloat16 typestr; use DLPack (__dlpack__)")
+        return {
+            "shape": self.shape,
+            "typestr": numpy_dtype(self.dtype).str,
+            "data": (self._buf.data_ptr, self._buf.readonly),
+            "version": 3,
+            "strides": None,
+            "stream": _C.cuda_compute_stream(self._buf.device),
+        }
+
+    def __reduce__(self):
+        """Pickles by value; a cuda tensor unpickles onto the same device index."""
+        host = self.cpu()
+        return (_rebuild_tensor, (bytes(memoryview(host._buf).cast("B")), self.shape, self.dtype.name,
+                                  str(self.device), self.requires_grad))
+
+    # ---- views and indexing -------------------------------------------------------
+    def _normalize_shape(self, shape):
+        shape = list(_size_args(shape))
+        unknown = [i for i, s in enumerate(shape) if s == -1]
+        if len(unknown) > 1:
+            raise ValueError("only one dimension can be -1")
+        known = 1
+        for s in shape:
+            if s != -1:
+                if s < 0:
+                    raise ValueError(f"invalid shape {tuple(shape)}")
+                known *= s
+        if unknown:
+            if known == 0 or self.numel() % known:
+                raise ValueError(f"shape {tuple(shape)} is invalid for a tensor of {self.numel()} elements")
+            shape[unknown[0]] = self.numel() // known
+        elif known != self.numel():
+            raise ValueError(f"shape {tuple(shape)} is invalid for a tensor of {self.numel()} elements")
+        return tuple(shape)
+
+    def reshape(self, *shape):
+        return Tensor(self._buf.view(0, self._normalize_shape(shape)))
+
+    view = reshape
+
+    def flatten(self):
+        return self.reshape(-1)
+
+    def _row_elems(self):
+        n = 1
+        for s in self.shape[1:]:
+            n *= s
+        return n
+
+    def __getitem__(self, index):
+        if self.ndim == 0:
+            raise IndexError("a 0-d tensor cannot be indexed")
+        if isinstance(index, tuple):
+            if len(index) != 1:
+                raise IndexError("ddpc tensors index along dim 0 only")
+            index = index[0]
+        n, row = self.shape[0], self._row_elems()
+        if isinstance(index, slice):
+            start, stop, step = index.indices(n)
+            if step == 1:
+                count = max(stop - start, 0)
+                return Tensor(self._buf.view(start * row, (count,) + self.shape[1:]))
+            return stack([self[i] for i in range(start, stop, step)], _shape=self.shape[1:], _like=self)
+        if isinstance(index, numbers.Integral) or (isinstance(index, Tensor) and index.numel() == 1):
+            i = int(index)
+            if not -n <= i < n:
+                raise IndexError(f"index {i} is out of bounds for dim 0 of size {n}")
+            i %= n
+            return Tensor(self._buf.view(i * row, self.shape[1:]))
+        raise IndexError(f"ddpc tensors are indexed by an int or a slice along dim 0, got {type(index).__name__}")
+
+    def __setitem__(self, index, value):
+        target = self[index]
+        if isinstance(value, Tensor):
+            target.copy_(value)
+        elif isinstance(value, numbers.Number):
+            target.fill_(value)
+        else:
+            target.copy_(tensor(value, dtype=self.dtype))
+
+    def __iter__(self):
+        if self.ndim == 0:
+            raise TypeError("iteration over a 0-d tensor")
+        return (self[i] for i in range(self.shape[0]))
+
+    # ---- in-place storage ops ----------------------------------------------------
+    def copy_(self, src, non_blocking=False):
+        """Copies src (any device and dtype, same number of elements) into self."""
+        if not isinstance(src, Tensor):
+            src = tensor(src, dtype=self.dtype)
+        if src.shape != self.shape and src.numel() != self.numel():
+            raise ValueError(f"copy_: shapes {src.shape} and {self.shape} differ")
+        if src.dtype is not self.dtype:
+            src = src.to(dtype=self.dtype) if src._buf.device == self._buf.device else src.to(device=self.device)
+        if src.dtype is not self.dtype:
+            _C.cast(self._buf, src._buf)
+        else:
+            _C.copy(self._buf, src._buf, bool(non_blocking))
+        return self
+
+    def fill_(self, value):
+        _C.fill(self._buf, float(value))
+        return self
+
+    def zero_(self):
+        return self.fill_(0)
+
+    # ---- arithmetic --------------------------------------------------------------
+    def _binary(self, other, op, out=None):
+        if isinstance(other, numbers.Number) and not isinstance(other, bool) or isinstance(other, bool):
+            rdt = self.dtype
+            if not rdt.is_floating_point and (isinstance(other, float) or op in (_DIV, _RDIV)):
+                rdt = float32
+            a = self if rdt is self.dtype else self.to(dtype=rdt)
+            res = out if out is not None else Tensor(_C.Buffer(self.shape, rdt.name, self._buf.device))
+            _check_inplace(res, rdt)
+            _C.scalar(op, res._buf, a._buf, float(other))
+            return res
+        if not isinstance(other, Tensor):
+            other = tensor(other, device=self.device)
+        if other.shape != self.shape:
+            raise ValueError(f"shapes {self.shape} and {other.shape} differ; ddpc's elementwise ops need equal shapes")
+        if other._buf.device != self._buf.device:
+            raise ValueError(f"tensors are on different devices ({self.device} and {other.device})")
+        rdt = promote(self.dtype, other.dtype)
+        if not rdt.is_floating_point and op in (_DIV, _RDIV):
+            rdt = float32
+        a = self if rdt is self.dtype else self.to(dtype=rdt)
+        b = other if rdt is other.dtype else other.to(dtype=rdt)
+        res = out if out is not None else Tensor(_C.Buffer(self.shape, rdt.name, self._buf.device))
+        _check_inplace(res, rdt)
+        _C.binary(op, res._buf, a._buf, b._buf)
+        return res
+
+    def __add__(self, o): return self._binary(o, _ADD)
+    def __radd__(self, o): return self._binary(o, _ADD)
+    def __sub__(self, o): return self._binary(o, _SUB)
+    def __rsub__(self, o): return self._binary(o, _RSUB)
+    def __mul__(self, o): return self._binary(o, _MUL)
+    def __rmul__(self, o): return self._binary(o, _MUL)
+    def __truediv__(self, o): return self._binary(o, _DIV)
+    def __rtruediv__(self, o): return self._binary(o, _RDIV)
+    def __neg__(self): return self._binary(-1, _MUL)
+    def __iadd__(self, o): return self._binary(o, _ADD, out=self)
+    def __isub__(self, o): return self._binary(o, _SUB, out=self)
+    def __imul__(self, o): return self._binary(o, _MUL, out=self)
+    def __itruediv__(self, o): return self._binary(o, _DIV, out=self)
+
+    add = __add__
+    sub = __sub__
+    mul = __mul__
+    div = __truediv__
+
+    def add_(self, o): return self.__iadd__(o)
+    def sub_(self, o): return self.__isub__(o)
+    def mul_(self, o): return self.__imul__(o)
+    def div_(self, o): return self.__itruediv__(o)
+
+    def sum(self):
+        out_dt = self.dtype if self.dtype.is_floating_point else int64
+        out = Tensor(_C.Buffer((), out_dt.name, self._buf.device))
+        _C.sum(out._buf, self._buf)
+        return out
+
+    def mean(self):
+        if not self.dtype.is_floating_point:
+            raise TypeError(f"mean() needs a floating dtype, got {self.dtype}; cast with .float() first")
+        if self.numel() == 0:
+            return full((), float("nan"), dtype=self.dtype, device=self.device)
+        return self.sum()._binary(self.numel(), _DIV)
+
+    # ---- printing -------------------------------------------------------------------
+    def __repr__(self):
+        t = self.cpu()
+        arr = t.to(float32).numpy() if t.dtype is bfloat16 else t.numpy()
+        body = np.array2string(arr, separator=", ", prefix="tensor(")
+        extras = []
+        if self.is_cuda:
+            extras.append(f"device='{self.device}'")
+        if self.dtype not in (float32, int64):
+            extras.append(f"dtype={self.dtype!r}")
+        if self.requires_grad:
+            extras.append("requires_grad=True")
+        return "tensor(" + ", ".join([body] + extras) + ")"
+
+
+    def _with_grad(self, requires_grad):
+        self.requires_grad = requires_grad
+        return self
+
+
+def _is_dtype_spec(a):
+    if isinstance(a, (dtype, type, np.dtype)):
+        return True
+    return isinstance(a, str) and not (a == "cpu" or a.startswith("cuda"))
+
+
+def _check_inplace(res, rdt):
+    if res.dtype is not rdt:
+        raise TypeError(f"result type {rdt} can't be cast to the in-place output's dtype {res.dtype}")
+
+
+def _rebuild_tensor(data, shape, dtype_name, device_str, requires_grad):
+    buf = _C.Buffer(shape, dtype_name)
+    np.asarray(buf).reshape(-1).view(np.uint8)[:] = np.frombuffer(data, np.uint8)
+    t = Tensor(buf)
+    if device_str != "cpu":
+        dev = device(device_str)
+        n = _C.cuda_device_count()
+        if dev.index >= n:
+            reason = _C.cuda_unavailable_reason() or f"this machine has {n} GPU(s)"
+            raise RuntimeError(f"the tensor was pickled on {dev} but cannot be restored there: {reason}")
+        t = t.to(dev)
+    t.requires_grad = requires_grad
+    return t
+
+
+# ---- factories ---------------------------------------------------------------------
+
+def _array_default_dtype(arr):
+    """ddpc dtype for a numpy array given to tensor(): its own, or the nearest wider one."""
+    try:
+        return get_dtype(arr.dtype)
+    except TypeError:
+        if arr.dtype.kind in "iu" and arr.dtype.itemsize <= 2:
+            return int32
+        if arr.dtype.kind in "iu":
+            return int64
+        raise
+
+
+def tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False):
+    """A new tensor holding a copy of data (nested lists, numbers, arrays, tensors)."""
+    if isinstance(data, Tensor):
+        src = data
+        out = src.to(device=device if device is not None else src.device, dtype=dtype or src.dtype, copy=True)
+        out.requires_grad = requires_grad
+        return out
+    if isinstance(data, np.ndarray) or hasattr(data, "__array_interface__"):
+        arr = np.asarray(data)
+        dt = get_dtype(dtype) if dtype is not None else _array_default_dtype(arr)
+    else:
+        arr = np.asarray(data)
+        if arr.dtype == object:
+            raise TypeError(f"can't build a tensor from {type(data).__name__} data of mixed or ragged shape")
+        if dtype is not None:
+            dt = get_dtype(dtype)
+        elif arr.dtype.kind == "f":
+            dt = float32
+        elif arr.dtype.kind == "b":
+            dt = uint8
+        elif arr.dtype.kind in "iu":
+            dt = int64
+        else:
+            raise TypeError(f"can't build a tensor from data of numpy dtype {arr.dtype}")
+    buf = _C.Buffer(arr.shape, dt.name, -1, pin_memory=pin_memory)
+    dst = np.asarray(buf)
+    if dt is bfloat16:
+        src = Tensor(_C.Buffer.from_object(np.ascontiguousarray(arr, dtype=np.float32)))
+        _C.cast(buf, src._buf)
+    else:
+        np.copyto(dst, arr, casting="unsafe")
+    out = Tensor(buf, requires_grad=requires_grad)
+    return out.to(device=device) if device is not None else out
+
+
+def from_numpy(arr):
+    """A tensor sharing arr's memory (no copy). arr must be C-contiguous."""
+    if not isinstance(arr, np.ndarray):
+        raise TypeError(f"from_numpy expects a numpy.ndarray, got {type(arr).__name__}")
+    if arr.dtype.name == "bfloat16":  # ml_dtypes arrays don't export the buffer protocol; view the bits
+        return Tensor(_C.Buffer.from_object(arr.view(np.uint16), "bfloat16"))
+    return Tensor(_C.Buffer.from_object(arr))
+
+
+def from_dlpack(obj):
+    """A tensor sharing the memory of any DLPack producer (numpy, PyTorch, CuPy, JAX) or capsule."""
+    if hasattr(obj, "__dlpack__"):
+        dev_type, dev_id = obj.__dlpack_device__()
+        if dev_type == 2:  # CUDA: the producer orders its work before our compute stream
+            capsule = obj.__dlpack__(stream=_C.cuda_compute_stream(dev_id))
+        else:
+            capsule = obj.__dlpack__()
+    else:
+        capsule = obj
+    return Tensor(_C.Buffer.from_dlpack(capsule))
+
+
+def _new(size, dtype, device, requires_grad=False, pin_memory=False, default=float32):
+    dt = get_dtype(dtype) if dtype is not None else default
+    buf = _C.Buffer(_size_args(size), dt.name, ordinal(device), pin_memory=pin_memory)
+    return Tensor(buf, requires_grad=requires_grad)
+
+
+def empty(*size, dtype=None, device=None, requires_grad=False, pin_memory=False):
+    return _new(size, dtype, device, requires_grad, pin_memory)
+
+
+def zeros(*size, dtype=None, device=None, requires_grad=False, pin_memory=False):
+    return _new(size, dtype, device, False, pin_memory).fill_(0)._with_grad(requires_grad)
+
+
+def ones(*size, dtype=None, device=None, requires_grad=False, pin_memory=False):
+    return _new(size, dtype, device, False, pin_memory).fill_(1)._with_grad(requires_grad)
+
+
+def full(size, fill_value, dtype=None, device=None, requires_grad=False):
+    default = float32 if isinstance(fill_value, float) else int64
+    return _new(size, dtype, device, default=default).fill_(fill_value)._with_grad(requires_grad)
+
+
+def zeros_like(t, dtype=None, device=None):
+    return zeros(t.shape, dtype=dtype or t.dtype, device=device or t.device)
+
+
+def ones_like(t, dtype=None, device=None):
+    return ones(t.shape, dtype=dtype or t.dtype, device=device or t.device)
+
+
+def empty_like(t, dtype=None, device=None):
+    return empty(t.shape, dtype=dtype or t.dtype, device=device or t.device)
+
+
+def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False):
+    if end is None:
+        start, end = 0, start
+    if step == 0:
+        raise ValueError("arange: step must be non-zero")
+    is_float = any(isinstance(v, float) for v in (start, end, step))
+    dt = get_dtype(dtype) if dtype is not None else (float32 if is_float else int64)
+    values = np.arange(start, end, step, dtype=np.float64 if is_float or dt.is_floating_point else np.int64)
+    return tensor(values, dtype=dt, device=device, requires_grad=requires_grad)
+
+
+def _random(size, kind, a, b, dtype, device, requires_grad, default=float32):
+    t = _new(size, dtype, device, default=default)
+    seed, offset = default_generator.take(t.numel())
+    _C.random(t._buf, kind, seed, offset, float(a), float(b))
+    return t._with_grad(requires_grad)
+
+
+def rand(*size, dtype=None, device=None, requires_grad=False):
+    """Uniform on [0, 1)."""
+    return _random(size, _RAND_UNIFORM, 0.0, 1.0, dtype, device, requires_grad)
+
+
+def randn(*size, dtype=None, device=None, requires_grad=False):
+    """Standard normal."""
+    return _random(size, _RAND_NORMAL, 0.0, 1.0, dtype, device, requires_grad)
+
+
+def randint(low, high=None, size=None, dtype=None, device=None):
+    """Integers uniform on [low, high); ``randint(high, size)`` as in PyTorch."""
+    if size is None:
+        if high is None or not isinstance(high, (tuple, list)):
+            raise TypeError("randint() needs a size, e.g. randint(0, 10, (3,))")
+        low, high, size = 0, low, high
+    if high is None:
+        low, high = 0, low
+    return _random(tuple(size), _RAND_INT, low, high, dtype, device, False, default=int64)
+
+
+def randperm(n, dtype=None, device=None):
+    """A random permutation of 0..n-1 (drawn on the host, the same on every device kind)."""
+    if n < 0:
+        raise ValueError(f"randperm: n must be non-negative, got {n}")
+    t = _new((n,), "int64", None)
+    seed, offset = default_generator.take(n)
+    _C.randperm(t._buf, seed, offset)
+    if dtype is not None and get_dtype(dtype) is not int64:
+        t = t.to(dtype=dtype)
+    return t.to(device=device) if device is not None else t
+
+
+def _gather_rows(tensors, name):
+    tensors = list(tensors)
+    if not tensors:
+        raise ValueError(f"{name}() needs at least one tensor")
+    for t in tensors:
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{name}() takes ddpc tensors, got {type(t).__name__}")
+    first = tensors[0]
+    for t in tensors[1:]:
+        if t._buf.device != first._buf.device:
+            raise ValueError(f"{name}(): tensors are on different devices ({first.device} and {t.device})")
+    return tensors, first
+
+
+def stack(tensors, dim=0, _shape=None, _like=None):
+    """Stacks equal-shape tensors along a new dim 0."""
+    if dim != 0:
+        raise ValueError("ddpc.stack supports dim=0 only")
+    tensors = list(tensors)
+    if not tensors and _like is not None:
+        return empty((0,) + tuple(_shape), dtype=_like.dtype, device=_like.device)
+    tensors, first = _gather_rows(tensors, "stack")
+    for t in tensors[1:]:
+        if t.shape != first.shape:
+            raise ValueError(f"stack(): shapes {first.shape} and {t.shape} differ")
+    dt = first.dtype
+    for t in tensors[1:]:
+        dt = promote(dt, t.dtype)
+    out = empty((len(tensors),) + first.shape, dtype=dt, device=first.device)
+    for i, t in enumerate(tensors):
+        out[i].copy_(t)
+    return out
+
+
+def cat(tensors, dim=0):
+    """Concatenates tensors along dim 0 (all other dims equal)."""
+    if dim != 0:
+        raise ValueError("ddpc.cat supports dim=0 only")
+    tensors, first = _gather_rows(tensors, "cat")
+    for t in tensors:
+        if t.ndim == 0 or t.shape[1:] != first.shape[1:]:
+            raise ValueError(f"cat(): shapes {first.shape} and {t.shape} differ beyond dim 0")
+    dt = first.dtype
+    for t in tensors[1:]:
+        dt = promote(dt, t.dtype)
+    out = empty((sum(t.shape[0] for t in tensors),) + first.shape[1:], dtype=dt, device=first.device)
+    row = 0
+    for t in tensors:
+        out[row:row + t.shape[0]].copy_(t)
+        row += t.shape[0]
+    return out
+
