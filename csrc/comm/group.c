@@ -461,3 +461,10 @@ static void cpu_abort_(void *state) { ddpc_shm_abort(state); }
 static void cpu_free_(void *state) { ddpc_shm_free(state); }
 
 const ddpc_backend ddpc_cpu_backend = {"cpu", cpu_init_, cpu_run_, cpu_abort_, cpu_free_};
+
+const ddpc_backend *ddpc_backend_find(const char *name) {
+    static const ddpc_backend *const backends[] = {&ddpc_cpu_backend};
+    for (size_t i = 0; i < sizeof backends / sizeof *backends; i++)
+        if (strcmp(backends[i]->name, name) == 0) return backends[i];
+    return NULL;
+}

@@ -63,6 +63,9 @@ typedef struct {
 
 extern const ddpc_backend ddpc_cpu_backend;
 
+/* The backend registered under `name` ("cpu"; "nccl" once built in), or NULL. */
+const ddpc_backend *ddpc_backend_find(const char *name);
+
 /* Topology found through the store: which group ranks share this host. */
 typedef struct {
     int nnodes, node;          /* hosts in the group and this rank's host index */

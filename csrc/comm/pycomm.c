@@ -3,8 +3,6 @@
  * python/ddpc/distributed.py; here objects are turned into pointers and
  * every wait runs with the GIL released. Handles tied to this process refuse
  * pickling. */
-#include <dlfcn.h>
-
 #include "buffer.h"
 #include "comm/group.h"
 #include "comm/pycomm.h"
@@ -333,8 +331,10 @@ static int group_init(group_obj *self, PyObject *args, PyObject *kwds) {
         PyErr_SetString(PyExc_RuntimeError, "ProcessGroup already initialised");
         return -1;
     }
-    if (strcmp(backend, "cpu") != 0) {
-        PyErr_Format(PyExc_ValueError, "backend '%s' is not available in this build", backend);
+    const ddpc_backend *be = ddpc_backend_find(backend);
+    if (!be) {
+        PyErr_Format(PyExc_NotImplementedError, "the '%s' backend is not available in this build of ddpc "
+                     "(available: cpu)", backend);
         return -1;
     }
     store_obj *so = (store_obj *)store;
@@ -353,7 +353,7 @@ static int group_init(group_obj *self, PyObject *args, PyObject *kwds) {
     if (PyErr_Occurred()) return PyMem_Free(gr), -1;
     ddpc_status st;
     Py_BEGIN_ALLOW_THREADS
-    st = ddpc_group_init(&self->group, so->store, prefix, rank, size, gr, &ddpc_cpu_backend, timeout);
+    st = ddpc_group_init(&self->group, so->store, prefix, rank, size, gr, be, timeout);
     Py_END_ALLOW_THREADS
     PyMem_Free(gr);
     if (st != DDPC_OK) return ddpc_raise(st), -1;
@@ -617,36 +617,10 @@ static PyObject *py_host_id(PyObject *m, PyObject *unused) {
     return PyUnicode_FromString(id);
 }
 
-/* Whether this process holds a CUDA context: the driver is loaded and some
- * device's primary context is active. Asked through the driver API, loaded
- * only if already present, so the question never creates a context. */
-static PyObject *py_cuda_context_active(PyObject *m, PyObject *unused) {
-    (void)m, (void)unused;
-    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-    if (!lib) Py_RETURN_FALSE;
-    typedef int (*count_fn)(int *);
-    typedef int (*get_fn)(int *, int);
-    typedef int (*state_fn)(int, unsigned *, int *);
-    count_fn count = (count_fn)dlsym(lib, "cuDeviceGetCount");
-    get_fn get = (get_fn)dlsym(lib, "cuDeviceGet");
-    state_fn state = (state_fn)dlsym(lib, "cuDevicePrimaryCtxGetState");
-    int n = 0, active = 0;
-    if (count && get && state && count(&n) == 0)
-        for (int i = 0; i < n && !active; i++) {
-            int dev;
-            unsigned flags;
-            int on = 0;
-            if (get(&dev, i) == 0 && state(dev, &flags, &on) == 0) active = on;
-        }
-    dlclose(lib);
-    return PyBool_FromLong(active);
-}
-
 static PyMethodDef comm_functions[] = {
     {"monitor_start", py_monitor_start, METH_VARARGS, "monitor_start(store, rank): watch the job for dead ranks"},
     {"monitor_stop", py_monitor_stop, METH_O, "monitor_stop(timeout): leave the job cleanly"},
     {"host_id", py_host_id, METH_NOARGS, "identity of this host as the communicator sees it"},
-    {"cuda_context_active", py_cuda_context_active, METH_NOARGS, "whether this process has created a CUDA context"},
     {NULL, NULL, 0, NULL},
 };
 
