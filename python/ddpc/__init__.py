@@ -5,6 +5,9 @@ The public API is re-exported here; see the submodules for details.
 
 from . import _C, cuda
 from ._C import DistError, DistTimeoutError
+from . import distributed
+from .distributed import destroy_process_group, init_process_group
+from .spawn import spawn
 from ._dtype import bfloat16, device, dtype, float16, float32, float64, int32, int64, uint8
 from .tensor import (Tensor, arange, cat, empty, empty_like, from_dlpack, from_numpy, full, initial_seed, manual_seed,
                      ones, ones_like, rand, randint, randn, randperm, stack, tensor, zeros, zeros_like)
@@ -29,3 +32,4 @@ __all__ = [
     "int32", "int64", "manual_seed", "ones", "ones_like", "rand", "randint", "randn", "randperm", "stack", "tensor",
     "uint8", "zeros", "zeros_like",
 ]
+__all__ += ["destroy_process_group", "distributed", "init_process_group", "spawn"]
