@@ -324,17 +324,36 @@ static const DLDataType dl_types_[DDPC_NDTYPES] = {
     {DL_INT, 32, 1},   {DL_INT, 64, 1},   {DL_UINT, 8, 1},
 };
 
-static void dl_deleter_(DLManagedTensor *m) {
+/* Exported tensors hold a reference to the Buffer; the deleter may run on any thread. */
+static void dl_release_(void *buffer, void *managed) {
     PyGILState_STATE g = PyGILState_Ensure();
-    Py_XDECREF((PyObject *)m->manager_ctx);
+    Py_XDECREF((PyObject *)buffer);
     PyGILState_Release(g);
-    PyMem_RawFree(m);
+    PyMem_RawFree(managed);
 }
 
+static void dl_deleter_(DLManagedTensor *m) { dl_release_(m->manager_ctx, m); }
+static void dl_deleter_versioned_(DLManagedTensorVersioned *m) { dl_release_(m->manager_ctx, m); }
+
 static void dl_capsule_destructor_(PyObject *capsule) {
-    if (!PyCapsule_IsValid(capsule, "dltensor")) return; /* consumed: the consumer owns it now */
-    DLManagedTensor *m = PyCapsule_GetPointer(capsule, "dltensor");
-    if (m && m->deleter) m->deleter(m);
+    /* A renamed ("used_...") capsule was consumed: the consumer owns it now. */
+    if (PyCapsule_IsValid(capsule, "dltensor")) {
+        DLManagedTensor *m = PyCapsule_GetPointer(capsule, "dltensor");
+        if (m->deleter) m->deleter(m);
+    } else if (PyCapsule_IsValid(capsule, "dltensor_versioned")) {
+        DLManagedTensorVersioned *m = PyCapsule_GetPointer(capsule, "dltensor_versioned");
+        if (m->deleter) m->deleter(m);
+    }
+}
+
+static void dl_describe_(ddpc_buffer *b, DLTensor *t) {
+    t->data = b->data;
+    t->device.device_type = b->device == DDPC_CPU ? DL_CPU : DL_CUDA;
+    t->device.device_id = b->device == DDPC_CPU ? 0 : b->device;
+    t->ndim = b->ndim;
+    t->dtype = dl_types_[b->dtype];
+    t->shape = b->shape;
+    t->strides = NULL; /* compact row-major */
 }
 
 #ifdef DDPC_WITH_CUDA
@@ -380,23 +399,45 @@ static PyObject *buffer_dlpack(ddpc_buffer *b, PyObject *args, PyObject *kwds) {
         PyErr_SetString(PyExc_BufferError, "stream must be None for a cpu buffer");
         return NULL;
     }
-    DLManagedTensor *m = PyMem_RawCalloc(1, sizeof *m);
-    if (!m) return PyErr_NoMemory();
-    m->dl_tensor.data = b->data;
-    m->dl_tensor.device.device_type = b->device == DDPC_CPU ? DL_CPU : DL_CUDA;
-    m->dl_tensor.device.device_id = b->device == DDPC_CPU ? 0 : b->device;
-    m->dl_tensor.ndim = b->ndim;
-    m->dl_tensor.dtype = dl_types_[b->dtype];
-    m->dl_tensor.shape = b->shape;
-    m->dl_tensor.strides = NULL; /* compact row-major */
-    m->manager_ctx = b;
-    m->deleter = dl_deleter_;
-    Py_INCREF(b);
-    PyObject *capsule = PyCapsule_New(m, "dltensor", dl_capsule_destructor_);
-    if (!capsule) {
-        Py_DECREF(b);
-        PyMem_RawFree(m);
+    /* Consumers that understand DLPack 1.x get a versioned capsule, which can
+     * carry the read-only flag (numpy marks legacy imports read-only). */
+    int versioned = 0;
+    if (max_version != Py_None) {
+        long major = PyLong_AsLong(PyTuple_Check(max_version) && PyTuple_GET_SIZE(max_version) > 0
+                                       ? PyTuple_GET_ITEM(max_version, 0)
+                                       : max_version);
+        if (major == -1 && PyErr_Occurred()) return NULL;
+        versioned = major >= 1;
     }
+    PyObject *capsule;
+    Py_INCREF(b);
+    if (versioned) {
+        DLManagedTensorVersioned *m = PyMem_RawCalloc(1, sizeof *m);
+        if (!m) {
+            Py_DECREF(b);
+            return PyErr_NoMemory();
+        }
+        m->version.major = 1;
+        m->version.minor = 0;
+        m->flags = b->readonly ? DL_FLAG_READ_ONLY : 0;
+        dl_describe_(b, &m->dl_tensor);
+        m->manager_ctx = b;
+        m->deleter = dl_deleter_versioned_;
+        capsule = PyCapsule_New(m, "dltensor_versioned", dl_capsule_destructor_);
+        if (!capsule) PyMem_RawFree(m);
+    } else {
+        DLManagedTensor *m = PyMem_RawCalloc(1, sizeof *m);
+        if (!m) {
+            Py_DECREF(b);
+            return PyErr_NoMemory();
+        }
+        dl_describe_(b, &m->dl_tensor);
+        m->manager_ctx = b;
+        m->deleter = dl_deleter_;
+        capsule = PyCapsule_New(m, "dltensor", dl_capsule_destructor_);
+        if (!capsule) PyMem_RawFree(m);
+    }
+    if (!capsule) Py_DECREF(b);
     return capsule;
 }
 

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-static _Thread_local char last_msg_[2048];
+static _Thread_local char last_msg_[8192];
 static _Thread_local int have_msg_;
 
 ddpc_status ddpc_error_at(ddpc_status st, const char *file, int line, const char *fmt, ...) {

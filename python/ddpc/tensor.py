@@ -523,8 +523,9 @@ def from_numpy(arr):
     """A tensor sharing arr's memory (no copy). arr must be C-contiguous."""
     if not isinstance(arr, np.ndarray):
         raise TypeError(f"from_numpy expects a numpy.ndarray, got {type(arr).__name__}")
-    override = "bfloat16" if arr.dtype.name == "bfloat16" else None
-    return Tensor(_C.Buffer.from_object(arr, override))
+    if arr.dtype.name == "bfloat16":  # ml_dtypes arrays don't export the buffer protocol; view the bits
+        return Tensor(_C.Buffer.from_object(arr.view(np.uint16), "bfloat16"))
+    return Tensor(_C.Buffer.from_object(arr))
 
 
 def from_dlpack(obj):

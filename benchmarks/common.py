@@ -1,0 +1,70 @@
+"""Shared benchmark helpers: the machine description, timing, and table printing."""
+
+import os
+import platform
+import time
+
+
+def machine():
+    """One line naming the CPU, core count, memory and GPUs this run measures."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    mem = ""
+    try:
+        mem = f", {os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB"
+    except (ValueError, OSError):
+        pass
+    desc = f"{cpu}, {os.cpu_count()} cores{mem}"
+    try:
+        import ddpc
+        n = ddpc.cuda.device_count()
+        if n:
+            desc += ", " + ", ".join(f"cuda:{i} {ddpc.cuda.get_device_name(i)}" for i in range(n))
+        else:
+            desc += ", no GPU"
+    except ImportError:
+        pass
+    return desc
+
+
+def best_time(fn, repeat=5, min_time=0.2, sync=None):
+    """Best per-call seconds of fn over `repeat` rounds of at least `min_time` each."""
+    fn()
+    if sync:
+        sync()
+    best = float("inf")
+    for _ in range(repeat):
+        n, start = 0, time.perf_counter()
+        while True:
+            fn()
+            n += 1
+            if sync:
+                sync()
+            elapsed = time.perf_counter() - start
+            if elapsed >= min_time:
+                break
+        best = min(best, elapsed / n)
+    return best
+
+
+def print_table(headers, rows):
+    widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) for i, h in enumerate(headers)]
+    print("  ".join(str(h).rjust(w) for h, w in zip(headers, widths)))
+    for r in rows:
+        print("  ".join(str(c).rjust(w) for c, w in zip(r, widths)))
+
+
+def memcpy_bandwidth(nbytes=256 << 20):
+    """Host memcpy bandwidth in GB/s (bytes copied per second), the physical reference."""
+    import numpy as np
+
+    src = np.ones(nbytes, np.uint8)
+    dst = np.empty_like(src)
+    return nbytes / best_time(lambda: np.copyto(dst, src), repeat=3) / 1e9

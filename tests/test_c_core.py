@@ -1,0 +1,88 @@
+"""Builds and runs the C-level tests under AddressSanitizer, and the whole
+extension CPU-only with AddressSanitizer and -Werror, running the tensor tests on it."""
+
+import glob
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CC = os.environ.get("CC", "cc")
+SANITIZE = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=all"]
+WARN = ["-Wall", "-Wextra", "-Werror", "-Wno-missing-field-initializers", "-std=c11", "-D_GNU_SOURCE", "-g", "-O1"]
+
+
+def cuda_home():
+    for home in (os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
+        if home and os.path.exists(os.path.join(home, "include", "cuda_runtime_api.h")):
+            return home
+    return None
+
+
+def compile_and_run(tmp_path, test_source, sources, with_cuda):
+    exe = str(tmp_path / ("test_cuda" if with_cuda else "test_cpu"))
+    cmd = [CC] + WARN + SANITIZE + ["-I", f"{ROOT}/csrc", "-I", f"{ROOT}/kernels", test_source] + sources
+    if with_cuda:
+        home = cuda_home()
+        cmd += ["-DDDPC_WITH_CUDA=1", "-I", f"{home}/include", f"-L{home}/lib64", f"-Wl,-rpath,{home}/lib64",
+                "-lcudart", "-lcublas"]
+    cmd += ["-o", exe, "-lm", "-pthread", "-lrt"]
+    subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=300)
+    env = dict(os.environ, ASAN_OPTIONS="detect_leaks=1:abort_on_error=0", UBSAN_OPTIONS="print_stacktrace=1")
+    res = subprocess.run([exe], capture_output=True, text=True, timeout=300, env=env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    return res.stdout
+
+
+CORE = [f"{ROOT}/csrc/{f}.c" for f in ("common", "dtype", "alloc", "device")]
+C_TESTS = {
+    "core": (f"{ROOT}/tests/c/test_core.c", CORE),
+    "watchdog": (f"{ROOT}/tests/c/test_watchdog.c", [f"{ROOT}/csrc/common.c", f"{ROOT}/csrc/comm/watchdog.c"]),
+}
+
+
+@pytest.mark.parametrize("with_cuda", [False, True], ids=["cpu-only", "cuda"])
+@pytest.mark.parametrize("name", sorted(C_TESTS))
+def test_c_unit_tests_under_asan(tmp_path, name, with_cuda):
+    if with_cuda and not cuda_home():
+        pytest.skip("no CUDA toolkit to compile against")
+    source, deps = C_TESTS[name]
+    try:
+        out = compile_and_run(tmp_path, source, deps, with_cuda)
+    except subprocess.CalledProcessError as e:
+        pytest.fail(f"compile failed:\n{e.stderr}")
+    assert "tests passed" in out
+
+
+def libasan():
+    out = subprocess.run([CC, "-print-file-name=libasan.so"], capture_output=True, text=True).stdout.strip()
+    return out if os.path.isabs(out) and os.path.exists(out) else None
+
+
+@pytest.mark.slow
+def test_extension_cpu_only_asan_build_without_warnings(tmp_path):
+    """The CPU-only build compiles with no warnings and passes the tensor tests under ASan."""
+    asan = libasan()
+    if asan is None:
+        pytest.skip("the compiler has no libasan.so")
+    pkg = tmp_path / "lib"
+    env = dict(os.environ, DDPC_CUDA="0", DDPC_SANITIZE="address", CFLAGS="-Werror")
+    res = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--build-lib", str(pkg), "--build-temp",
+                          str(tmp_path / "tmp")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "warning:" not in res.stdout + res.stderr
+    shutil.copytree(f"{ROOT}/python/ddpc", pkg / "ddpc", dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns("_C*.so", "__pycache__"))
+    assert glob.glob(str(pkg / "ddpc" / "_C*.so"))
+    env = dict(os.environ, LD_PRELOAD=asan, ASAN_OPTIONS="detect_leaks=0", PYTHONPATH=str(pkg))
+    check = ("import ddpc; assert not ddpc.build_info()['cuda'];"
+             "import pytest, sys; sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', '-x', "
+             f"'{ROOT}/tests/test_tensor.py', '{ROOT}/tests/test_interop.py', '-k', 'not cross_process']))")
+    res = subprocess.run([sys.executable, "-c", check], cwd=str(tmp_path), env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert "passed" in res.stdout

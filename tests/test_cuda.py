@@ -1,0 +1,147 @@
+"""CUDA paths of the foundation: device query, copies, casts, the caching allocator, interop.
+
+Tests marked `gpu` need a CUDA GPU and are skipped without one; the rest check
+that a machine without a GPU gets clear answers.
+"""
+
+import numpy as np
+import pytest
+
+import ddpc
+
+
+def test_build_info_reports_what_was_compiled():
+    info = ddpc.build_info()
+    for key in ("cuda", "nccl", "cuda_runtime_version", "cuda_driver_version", "cublas_version", "nccl_version"):
+        assert key in info
+    if not info["cuda"]:
+        assert info["cuda_runtime_version"] is None and info["cublas_version"] is None
+    if not info["nccl"]:
+        assert info["nccl_version"] is None
+
+
+def test_no_gpu_means_clear_errors():
+    if ddpc.cuda.is_available():
+        pytest.skip("a GPU is present")
+    assert ddpc.cuda.device_count() == 0
+    for call in (lambda: ddpc.zeros(3, device="cuda"), lambda: ddpc.ones(2).cuda(), lambda: ddpc.cuda.synchronize(0),
+                 lambda: ddpc.cuda.memory_allocated(0), lambda: ddpc.cuda.get_device_properties(0)):
+        with pytest.raises(RuntimeError, match="cuda:0 was requested but"):
+            call()
+
+
+def test_doctor_runs_and_reports(capsys):
+    from ddpc.__main__ import main
+    assert main(["doctor"]) == 0
+    out = capsys.readouterr().out
+    assert "CUDA compiled in" in out and "Communication backends" in out and "GPUs:" in out
+
+
+@pytest.mark.gpu
+def test_host_device_round_trip_every_dtype():
+    for dt in (ddpc.float32, ddpc.float64, ddpc.float16, ddpc.bfloat16, ddpc.int32, ddpc.int64, ddpc.uint8):
+        t = ddpc.arange(1000, dtype=dt)
+        g = t.cuda()
+        assert g.is_cuda and g.device == "cuda:0" and g.dtype is dt
+        back = g.cpu()
+        assert back.to(ddpc.float64).tolist() == t.to(ddpc.float64).tolist()
+
+
+@pytest.mark.gpu
+def test_pinned_non_blocking_copies():
+    src = ddpc.arange(1 << 20, dtype=ddpc.float32).pin_memory()
+    assert src.is_pinned()
+    g = src.to("cuda", non_blocking=True)
+    ddpc.cuda.synchronize()
+    np.testing.assert_array_equal(g.cpu().numpy(), src.numpy())
+
+
+@pytest.mark.gpu
+def test_device_ops_match_host():
+    x = ddpc.randn(4097, dtype=ddpc.float32)
+    gx = x.cuda()
+    np.testing.assert_allclose((gx * 3 - 1).cpu().numpy(), (x * 3 - 1).numpy(), rtol=1e-6)
+    np.testing.assert_allclose((gx / (gx + 10)).cpu().numpy(), (x / (x + 10)).numpy(), rtol=1e-6)
+    for dt in (ddpc.float16, ddpc.bfloat16, ddpc.float64, ddpc.int32):
+        np.testing.assert_array_equal(gx.to(dt).cpu().to(ddpc.float64).numpy(), x.to(dt).to(ddpc.float64).numpy())
+    assert gx.sum().item() == pytest.approx(x.sum().item(), rel=1e-5, abs=1e-3)
+    assert gx[10:20].cpu().tolist() == x[10:20].tolist()
+
+
+@pytest.mark.gpu
+def test_random_numbers_identical_on_host_and_device():
+    for fn in (ddpc.rand, ddpc.randn):
+        ddpc.manual_seed(7)
+        h = fn(10000)
+        ddpc.manual_seed(7)
+        d = fn(10000, device="cuda")
+        np.testing.assert_allclose(d.cpu().numpy(), h.numpy(), rtol=1e-6, atol=1e-6)
+    ddpc.manual_seed(3)
+    hi = ddpc.randint(0, 100, (5000,))
+    ddpc.manual_seed(3)
+    assert ddpc.randint(0, 100, (5000,), device="cuda").cpu().tolist() == hi.tolist()
+
+
+@pytest.mark.gpu
+def test_caching_allocator_reuses_blocks():
+    ddpc.cuda.synchronize()
+    ddpc.cuda.empty_cache()
+    base = ddpc.cuda.memory_stats()["num_device_mallocs"]
+    for _ in range(50):
+        t = ddpc.empty(1 << 20, device="cuda")
+        del t
+    stats = ddpc.cuda.memory_stats()
+    assert stats["num_device_mallocs"] - base <= 1
+    assert ddpc.cuda.memory_reserved() >= 4 << 20
+    t = ddpc.empty(1 << 20, device="cuda")
+    assert ddpc.cuda.memory_allocated() >= 4 << 20
+    del t
+    ddpc.cuda.empty_cache()
+    assert ddpc.cuda.memory_reserved() == ddpc.cuda.memory_allocated()
+
+
+@pytest.mark.gpu
+def test_device_properties_and_cai():
+    p = ddpc.cuda.get_device_properties(0)
+    assert p.total_memory > 0 and p.major >= 7 and p.multi_processor_count > 0
+    assert ddpc.cuda.get_device_name(0) == p.name
+    g = ddpc.arange(10, dtype=ddpc.float32, device="cuda")
+    cai = g.__cuda_array_interface__
+    assert cai["shape"] == (10,) and cai["typestr"] == "<f4" and cai["data"][0] == g.data_ptr()
+
+
+@pytest.mark.gpu
+def test_cupy_and_torch_interop_on_device():
+    done = 0
+    try:
+        import cupy
+    except ImportError:
+        cupy = None
+    if cupy is not None:
+        g = ddpc.arange(8, dtype=ddpc.float32, device="cuda")
+        c = cupy.asarray(g)
+        assert c.data.ptr == g.data_ptr() and float(c.sum()) == 28.0
+        back = ddpc.from_dlpack(cupy.arange(5, dtype=cupy.float32))
+        assert back.is_cuda and back.cpu().tolist() == [0, 1, 2, 3, 4]
+        done += 1
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if torch is not None and torch.cuda.is_available():
+        x = torch.arange(6, dtype=torch.float32, device="cuda")
+        t = ddpc.from_dlpack(x)
+        assert t.is_cuda and t.cpu().tolist() == [0, 1, 2, 3, 4, 5]
+        y = torch.from_dlpack(t)
+        assert y.data_ptr() == x.data_ptr()
+        done += 1
+    if not done:
+        pytest.skip("neither CuPy nor a CUDA PyTorch is installed")
+
+
+@pytest.mark.gpu
+def test_cuda_tensor_pickles_onto_same_device():
+    import pickle
+    g = ddpc.arange(4, dtype=ddpc.float32, device="cuda:0")
+    u = pickle.loads(pickle.dumps(g))
+    assert u.device == "cuda:0" and u.cpu().tolist() == [0, 1, 2, 3]

@@ -1,0 +1,255 @@
+"""Tensor storage API on the host: dtypes, casts, views, arithmetic, random numbers, pickling."""
+
+import multiprocessing as mp
+import pickle
+
+import numpy as np
+import pytest
+
+import ddpc
+
+ALL = [ddpc.float32, ddpc.float64, ddpc.float16, ddpc.bfloat16, ddpc.int32, ddpc.int64, ddpc.uint8]
+NUMPY_TYPED = [d for d in ALL if d is not ddpc.bfloat16]
+
+
+def bf16_reference_bits(x):
+    """bfloat16 bits of float32 values, round-to-nearest-even, written from the format's definition."""
+    bits = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
+    nan = np.isnan(np.asarray(x, np.float32))
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+    return np.where(nan, ((bits >> 16) | 0x40).astype(np.uint16), rounded)
+
+
+def bf16_bits(t):
+    return np.asarray(t._buf).copy()  # bfloat16 buffers export their raw 16-bit words
+
+
+def special_floats():
+    rng = np.random.default_rng(0)
+    vals = [0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, 65504.0, 65519.0, 65520.0, 1e-8, 6e-8, 3e-8, 2.98e-8,
+            5.96e-8, 6.1e-5, 1e38, -3.4e38, 1.00390625, 1.01171875, 2.0 ** -133]
+    return np.concatenate([np.array(vals, np.float32), rng.standard_normal(5000).astype(np.float32) * 100,
+                           rng.standard_normal(1000).astype(np.float32) * 1e-6,
+                           rng.integers(0, 2**32, 20000, dtype=np.uint64).astype(np.uint32).view(np.float32)])
+
+
+@pytest.mark.parametrize("dt", NUMPY_TYPED, ids=lambda d: d.name)
+def test_round_trip_every_numpy_dtype(dt):
+    a = (np.arange(24).reshape(2, 3, 4) % 17).astype(dt._np)
+    t = ddpc.tensor(a)
+    assert t.dtype is dt and t.shape == (2, 3, 4) and t.numel() == 24
+    np.testing.assert_array_equal(t.numpy(), a)
+    np.testing.assert_array_equal(ddpc.from_numpy(a).numpy(), a)
+
+
+@pytest.mark.filterwarnings("ignore:overflow")
+def test_float16_cast_matches_numpy_bit_for_bit():
+    x = special_floats()
+    got = ddpc.from_numpy(x).to(ddpc.float16).numpy()
+    want = x.astype(np.float16)
+    same = (got.view(np.uint16) == want.view(np.uint16)) | (np.isnan(got) & np.isnan(want))
+    assert same.all(), x[~same][:5]
+    back = ddpc.from_numpy(want).to(ddpc.float32).numpy()
+    np.testing.assert_array_equal(back, want.astype(np.float32))
+
+
+def test_bfloat16_cast_matches_reference_rounding():
+    x = special_floats()
+    t = ddpc.from_numpy(x).to(ddpc.bfloat16)
+    assert t.dtype is ddpc.bfloat16
+    np.testing.assert_array_equal(bf16_bits(t), bf16_reference_bits(x))
+    widened = t.to(ddpc.float32).numpy()
+    expect = (bf16_reference_bits(x).astype(np.uint32) << 16).view(np.float32)
+    np.testing.assert_array_equal(widened[~np.isnan(x)], expect[~np.isnan(x)])
+    assert np.isnan(widened[np.isnan(x)]).all()
+
+
+@pytest.mark.parametrize("src", NUMPY_TYPED, ids=lambda d: d.name)
+@pytest.mark.parametrize("dst", NUMPY_TYPED, ids=lambda d: d.name)
+def test_casts_between_all_dtypes_match_numpy(src, dst):
+    a = np.array([0, 1, 2, 7, 100, 127, 250], dtype=src._np)
+    got = ddpc.from_numpy(a).to(dst).numpy()
+    np.testing.assert_array_equal(got, a.astype(dst._np))
+
+
+def test_from_numpy_and_numpy_are_zero_copy_both_ways():
+    a = np.zeros((4, 3), np.float32)
+    t = ddpc.from_numpy(a)
+    a[1, 2] = 5.0
+    assert t[1].tolist() == [0.0, 0.0, 5.0]
+    t.fill_(2.0)
+    assert (a == 2.0).all()
+    v = t.numpy()
+    v[0, 0] = -1
+    assert a[0, 0] == -1 and np.shares_memory(v, a)
+
+
+def test_slices_are_views_and_step_slices_copy():
+    t = ddpc.arange(12, dtype=ddpc.float32).reshape(4, 3)
+    s = t[1:3]
+    assert s.shape == (2, 3)
+    s.fill_(0)
+    assert t.numpy()[1:3].sum() == 0 and t.numpy()[0].sum() == 3
+    row = t[-1]
+    assert row.tolist() == [9.0, 10.0, 11.0]
+    stepped = t[::2]
+    stepped.fill_(7)
+    assert t.numpy()[0].tolist() == [0.0, 1.0, 2.0]
+    assert len(t) == 4 and len(t[4:]) == 0
+    with pytest.raises(IndexError):
+        t[4]
+
+
+def test_reshape_view_infers_and_checks():
+    t = ddpc.arange(6)
+    assert t.reshape(2, -1).shape == (2, 3)
+    assert t.view((3, 2)).shape == (3, 2)
+    with pytest.raises(ValueError):
+        t.reshape(4, -1)
+    with pytest.raises(ValueError):
+        t.view(5)
+
+
+def test_stack_cat_copy_fill():
+    a, b = ddpc.ones(2, 3), ddpc.zeros(2, 3)
+    np.testing.assert_array_equal(ddpc.stack([a, b]).numpy(), np.stack([np.ones((2, 3)), np.zeros((2, 3))]))
+    np.testing.assert_array_equal(ddpc.cat([a, b, a]).numpy(), np.concatenate([np.ones((2, 3)), np.zeros((2, 3)),
+                                                                                np.ones((2, 3))]))
+    c = ddpc.empty(2, 3, dtype=ddpc.float64).copy_(a)
+    assert c.dtype is ddpc.float64 and c.numpy().sum() == 6
+    with pytest.raises(ValueError):
+        ddpc.cat([ddpc.ones(2, 3), ddpc.ones(2, 4)])
+    with pytest.raises(ValueError):
+        ddpc.stack([])
+
+
+@pytest.mark.parametrize("dt", [ddpc.float32, ddpc.float64, ddpc.int32, ddpc.int64], ids=lambda d: d.name)
+def test_arithmetic_matches_numpy(dt):
+    rng = np.random.default_rng(1)
+    x = (rng.integers(1, 50, (5, 7))).astype(dt._np)
+    y = (rng.integers(1, 50, (5, 7))).astype(dt._np)
+    tx, ty = ddpc.tensor(x), ddpc.tensor(y)
+    np.testing.assert_array_equal((tx + ty).numpy(), x + y)
+    np.testing.assert_array_equal((tx - ty).numpy(), x - y)
+    np.testing.assert_array_equal((tx * ty).numpy(), x * y)
+    np.testing.assert_allclose((tx / ty).numpy(), x / y, rtol=1e-6)
+    np.testing.assert_array_equal((tx + 3).numpy(), x + 3)
+    np.testing.assert_array_equal((3 - tx).numpy(), 3 - x)
+    np.testing.assert_allclose((2 / tx).numpy(), 2 / x, rtol=1e-6)
+    np.testing.assert_array_equal((-tx).numpy(), -x)
+    z = tx.clone()
+    z += ty
+    z *= 2
+    np.testing.assert_array_equal(z.numpy(), (x + y) * 2)
+    assert tx.sum().item() == pytest.approx(float(x.sum()))
+
+
+def test_half_precision_arithmetic_rounds_once():
+    x = np.array([1.0, 2.5, 1000.0, 0.1], np.float32)
+    h = ddpc.from_numpy(x).half()
+    got = (h * 3 + h).numpy()
+    want = ((x.astype(np.float16).astype(np.float32) * 3).astype(np.float16).astype(np.float32)
+            + x.astype(np.float16).astype(np.float32)).astype(np.float16)
+    np.testing.assert_array_equal(got, want)
+    b = ddpc.from_numpy(x).bfloat16()
+    assert (b + b).float().tolist() == (b.float() * 2).tolist()
+
+
+def test_sum_mean_and_promotion():
+    t = ddpc.arange(10)
+    assert t.sum().dtype is ddpc.int64 and t.sum().item() == 45
+    assert (t / 2).dtype is ddpc.float32 and (t + 0.5).dtype is ddpc.float32
+    f = ddpc.arange(10, dtype=ddpc.float32)
+    assert f.mean().item() == pytest.approx(4.5)
+    big = ddpc.ones(1 << 20) * 0.1
+    assert big.sum().item() == pytest.approx(0.1 * (1 << 20), rel=1e-6)
+    with pytest.raises(TypeError):
+        t.mean()
+    with pytest.raises(TypeError):
+        i = ddpc.arange(3)
+        i += 0.5
+    with pytest.raises(ValueError):
+        ddpc.ones(3) + ddpc.ones(4)
+
+
+def test_random_is_reproducible_and_well_distributed():
+    ddpc.manual_seed(123)
+    a, b = ddpc.rand(10000), ddpc.randn(10000)
+    ddpc.manual_seed(123)
+    a2, b2 = ddpc.rand(10000), ddpc.randn(10000)
+    np.testing.assert_array_equal(a.numpy(), a2.numpy())
+    np.testing.assert_array_equal(b.numpy(), b2.numpy())
+    assert 0.0 <= a.numpy().min() and a.numpy().max() < 1.0
+    assert abs(a.numpy().mean() - 0.5) < 0.02
+    assert abs(b.numpy().mean()) < 0.05 and abs(b.numpy().std() - 1.0) < 0.05
+    r = ddpc.randint(3, 9, (5000,))
+    assert r.dtype is ddpc.int64 and set(np.unique(r.numpy())) == set(range(3, 9))
+    p = ddpc.randperm(1000)
+    assert sorted(p.tolist()) == list(range(1000)) and p.tolist() != list(range(1000))
+    assert ddpc.rand(3, dtype=ddpc.float64).dtype is ddpc.float64
+    with pytest.raises(TypeError):
+        ddpc.rand(3, dtype=ddpc.int32)
+
+
+def test_factories_follow_torch_signatures():
+    assert ddpc.zeros(2, 3).shape == (2, 3) and ddpc.zeros((2, 3)).shape == (2, 3)
+    assert ddpc.ones(4, dtype=ddpc.int32).tolist() == [1, 1, 1, 1]
+    assert ddpc.full((2,), 7).dtype is ddpc.int64 and ddpc.full((2,), 7.5).tolist() == [7.5, 7.5]
+    assert ddpc.arange(1, 4).tolist() == [1, 2, 3] and ddpc.arange(0, 1, 0.25).tolist() == [0, 0.25, 0.5, 0.75]
+    assert ddpc.tensor([1.5, 2]).dtype is ddpc.float32 and ddpc.tensor([1, 2]).dtype is ddpc.int64
+    assert ddpc.tensor(np.array([1.0])).dtype is ddpc.float64
+    assert ddpc.tensor(3.0).item() == 3.0 and ddpc.tensor(3.0).shape == ()
+    assert ddpc.empty(3, pin_memory=True).shape == (3,)
+
+
+def test_bad_inputs_raise_clear_errors():
+    with pytest.raises(TypeError, match="unknown dtype"):
+        ddpc.zeros(2, dtype="complex64")
+    with pytest.raises(ValueError, match="negative dimension"):
+        ddpc.zeros(2, -1)
+    with pytest.raises(ValueError, match="not C-contiguous"):
+        ddpc.from_numpy(np.zeros((4, 4), np.float32)[:, ::2])
+    copied = ddpc.tensor(np.arange(16, dtype=np.float32).reshape(4, 4)[:, ::2])
+    assert copied.tolist()[1] == [4.0, 6.0]
+    with pytest.raises(TypeError, match="unsupported element format"):
+        ddpc.from_numpy(np.zeros(3, np.complex64))
+    with pytest.raises(ValueError, match="invalid device"):
+        ddpc.zeros(2, device="tpu")
+    with pytest.raises(ValueError, match="one element"):
+        ddpc.ones(2).item()
+
+
+def test_readonly_arrays_are_viewed_but_not_written():
+    a = np.arange(4, dtype=np.float32)
+    a.setflags(write=False)
+    t = ddpc.from_numpy(a)
+    assert t.tolist() == [0, 1, 2, 3]
+    with pytest.raises(ValueError, match="read-only"):
+        t.fill_(1)
+
+
+def test_pickle_by_value():
+    for dt in ALL:
+        t = ddpc.arange(6, dtype=dt).reshape(2, 3)
+        u = pickle.loads(pickle.dumps(t))
+        assert u.dtype is dt and u.shape == (2, 3) and u.to(ddpc.float64).tolist() == t.to(ddpc.float64).tolist()
+        assert u.data_ptr() != t.data_ptr()
+
+
+def _double_in_child(t):
+    return t * 2
+
+
+def test_tensors_cross_process_boundaries():
+    ctx = mp.get_context("spawn")
+    with ctx.Pool(1) as pool:
+        out = pool.apply(_double_in_child, (ddpc.arange(5, dtype=ddpc.float32),))
+    assert isinstance(out, ddpc.Tensor) and out.tolist() == [0, 2, 4, 6, 8]
+
+
+def test_cuda_tensor_unpickles_with_clear_error_where_no_gpu():
+    if ddpc.cuda.device_count() > 3:
+        pytest.skip("machine has a cuda:3")
+    from ddpc.tensor import _rebuild_tensor
+    with pytest.raises(RuntimeError, match="pickled on cuda:3"):
+        _rebuild_tensor(b"\0" * 8, (2,), "float32", "cuda:3", False)
