@@ -53,7 +53,8 @@ ddpc_status ddpc_loader_wait(ddpc_loader *l, int64_t batch);
 /* Stops and joins the threads (finishing no queued batch) and frees everything. */
 void ddpc_loader_free(ddpc_loader *l);
 
-/* Registers _C.Loader, _C.NpyFile and the sampler functions (PyObject is struct _object). */
+/* Registers _C.Loader, _C.NpyFile and the sampler functions (loader_py.c;
+ * PyObject is struct _object, so this header needs no Python.h). */
 struct _object;
 int ddpc_loader_register(struct _object *module);
 

@@ -165,6 +165,14 @@ ddpc_status ddpc_weighted_sampler_indices(const double *weights, int64_t n, int6
     return DDPC_OK;
 }
 
+/* Ascending load, ties by rank: a total order. */
+static int by_load_(const void *a, const void *b, void *loads) {
+    const double *load = loads;
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    if (load[x] != load[y]) return load[x] < load[y] ? -1 : 1;
+    return (x > y) - (x < y);
+}
+
 static void balance_add_(ddpc_balance_stats *s, const double *load, int64_t num_replicas) {
     double max = 0, sum = 0;
     for (int64_t r = 0; r < num_replicas; r++) {
@@ -187,11 +195,11 @@ ddpc_status ddpc_balanced_sampler_indices(const double *costs, int64_t n, int64_
     if (batch_size < 1) return DDPC_ERROR(DDPC_ERR_ARG, "batch_size must be >= 1, got %lld", (long long)batch_size);
     ddpc_balance_stats bal = {0, 0}, nai = {0, 0};
     int64_t steps = (num_samples + batch_size - 1) / batch_size;
-    int64_t *perm = NULL, *count = NULL;
+    int64_t *perm = NULL, *order = NULL;
     double *load = NULL, *naive_load = NULL;
     keyed_ *step = NULL;
     if (shuffle) CHECKGOTO(alloc_i64_(n, &perm), st, out_);
-    CHECKGOTO(alloc_i64_(num_replicas, &count), st, out_);
+    CHECKGOTO(alloc_i64_(num_replicas, &order), st, out_);
     load = calloc((size_t)num_replicas, sizeof *load);
     naive_load = calloc((size_t)num_replicas, sizeof *naive_load);
     step = malloc((size_t)(batch_size * num_replicas) * sizeof *step);
@@ -208,7 +216,6 @@ ddpc_status ddpc_balanced_sampler_indices(const double *costs, int64_t n, int64_
         int64_t m = 0;
         for (int64_t r = 0; r < num_replicas; r++) {
             load[r] = naive_load[r] = 0;
-            count[r] = 0;
             for (int64_t j = 0; j < per_rank; j++) {
                 int64_t k = ((s * batch_size + j) * num_replicas + r) % n;
                 int64_t idx = perm ? perm[k] : k;
@@ -218,15 +225,18 @@ ddpc_status ddpc_balanced_sampler_indices(const double *costs, int64_t n, int64_
                 m++;
             }
         }
-        /* Longest processing time first, with each rank capped at per_rank samples. */
+        /* Longest processing time first, in rounds of R: the heaviest sample of
+         * a round goes to the least loaded rank, the next to the next least, so
+         * every rank gets exactly per_rank samples. */
         qsort(step, (size_t)m, sizeof *step, keyed_desc_);
-        for (int64_t k = 0; k < m; k++) {
-            int64_t best = -1;
-            for (int64_t r = 0; r < num_replicas; r++)
-                if (count[r] < per_rank && (best < 0 || load[r] < load[best])) best = r;
-            load[best] += step[k].key;
-            count[best]++;
-            if (best == rank) out[produced++] = step[k].index;
+        for (int64_t k = 0; k < m; k += num_replicas) {
+            for (int64_t r = 0; r < num_replicas; r++) order[r] = r;
+            qsort_r(order, (size_t)num_replicas, sizeof *order, by_load_, load);
+            for (int64_t j = 0; j < num_replicas; j++) {
+                int64_t r = order[j];
+                load[r] += step[k + j].key;
+                if (r == rank) out[produced++] = step[k + j].index;
+            }
         }
         balance_add_(&bal, load, num_replicas);
         balance_add_(&nai, naive_load, num_replicas);
@@ -239,7 +249,7 @@ ddpc_status ddpc_balanced_sampler_indices(const double *costs, int64_t n, int64_
     if (naive) *naive = nai;
 out_:
     free(perm);
-    free(count);
+    free(order);
     free(load);
     free(naive_load);
     free(step);
