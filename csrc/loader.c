@@ -2,7 +2,6 @@
 #include "loader.h"
 
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +13,8 @@
 /* Rows a thread claims at once: about 256 KiB, large enough that the lock is
  * cold, small enough that two threads share one batch. */
 #define CHUNK_BYTES (256u << 10)
+/* Rows read from mapped files between two looks at the resident set. */
+#define RESIDENT_CHECK_ROWS 16
 
 typedef struct {
     int64_t batch;       /* -1 while the slot is free */
@@ -33,8 +34,9 @@ typedef struct {
 
 struct ddpc_loader {
     ddpc_loader_source src[DDPC_LOADER_MAX_SOURCES];
-    _Atomic size_t touched[DDPC_LOADER_MAX_SOURCES];
     int nsources;
+    int file_backed;          /* some source is a mapped file */
+    size_t resident_base;     /* resident file pages when the loader started */
     int64_t *indices, *offsets, nbatches;
     int prefetch, nthreads, nstarted, device;
     size_t budget, chunk_rows;
@@ -61,19 +63,29 @@ static void copy_rows_(char *dst, const char *base, const int64_t *idx, int64_t 
     }
 }
 
+/* A mapped file's pages stay resident after they are read, and one read can
+ * map far more than it reads (fault-around, large page-cache folios: up to
+ * 2 MiB for a 4 KiB row). So after every few rows the threads compare the
+ * process's resident file pages with the level at init and drop the mapped
+ * sources' pages once it exceeds the budget: resident memory stays within
+ * about budget + threads * RESIDENT_CHECK_ROWS * folio size, whatever the file size. */
+static void limit_resident_(ddpc_loader *l) {
+    size_t now = ddpc_resident_file_bytes();
+    if (now <= l->resident_base + l->budget) return;
+    for (int k = 0; k < l->nsources; k++)
+        if (l->src[k].file_backed) ddpc_release_file_pages(l->src[k].base, (size_t)l->src[k].rows * l->src[k].row_bytes);
+}
+
 static void gather_(ddpc_loader *l, slot_ *s, int64_t r0, int64_t r1) {
-    const int64_t *idx = l->indices + l->offsets[s->batch] + r0;
-    for (int k = 0; k < l->nsources; k++) {
-        const ddpc_loader_source *src = &l->src[k];
-        copy_rows_(s->dst[k] + (size_t)r0 * src->row_bytes, src->base, idx, r1 - r0, src->row_bytes);
-        if (!src->file_backed) continue;
-        /* Pages read from a mapped file stay resident until dropped; dropping
-         * them every `budget` bytes bounds the resident set whatever the file size. */
-        size_t bytes = (size_t)(r1 - r0) * src->row_bytes;
-        if (atomic_fetch_add(&l->touched[k], bytes) + bytes >= l->budget) {
-            atomic_store(&l->touched[k], 0);
-            ddpc_release_file_pages(src->base, (size_t)src->rows * src->row_bytes);
+    const int64_t *idx = l->indices + l->offsets[s->batch];
+    int64_t step = l->file_backed ? RESIDENT_CHECK_ROWS : r1 - r0;
+    for (int64_t a = r0; a < r1; a += step) {
+        int64_t b = a + step < r1 ? a + step : r1;
+        for (int k = 0; k < l->nsources; k++) {
+            const ddpc_loader_source *src = &l->src[k];
+            copy_rows_(s->dst[k] + (size_t)a * src->row_bytes, src->base, idx + a, b - a, src->row_bytes);
         }
+        if (l->file_backed) limit_resident_(l);
     }
 }
 
@@ -249,7 +261,11 @@ ddpc_status ddpc_loader_init(const ddpc_loader_config *cfg, ddpc_loader **out) {
     l->device = cfg->device;
     l->budget = cfg->resident_budget ? cfg->resident_budget : 1;
     size_t row_total = 0;
-    for (int k = 0; k < l->nsources; k++) row_total += l->src[k].row_bytes;
+    for (int k = 0; k < l->nsources; k++) {
+        row_total += l->src[k].row_bytes;
+        l->file_backed |= l->src[k].file_backed;
+    }
+    if (l->file_backed) l->resident_base = ddpc_resident_file_bytes();
     l->chunk_rows = row_total >= CHUNK_BYTES ? 1 : CHUNK_BYTES / (row_total ? row_total : 1);
     l->indices = malloc((size_t)(cfg->nindices ? cfg->nindices : 1) * sizeof *l->indices);
     l->offsets = malloc((size_t)(cfg->nbatches + 1) * sizeof *l->offsets);

@@ -31,7 +31,7 @@ typedef struct {
     int prefetch;            /* slots in the ring */
     int nthreads;            /* producer threads */
     int device;              /* DDPC_CPU, or the CUDA ordinal the batches go to */
-    size_t resident_budget;  /* bytes read from a file-backed source before its pages are dropped */
+    size_t resident_budget;  /* resident file pages (bytes) the loader may add before dropping them */
 } ddpc_loader_config;
 
 typedef struct ddpc_loader ddpc_loader;

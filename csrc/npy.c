@@ -214,3 +214,16 @@ void ddpc_release_file_pages(const void *addr, size_t len) {
     /* Advice only: a failure leaves the pages resident, nothing worse. */
     (void)madvise((void *)start, end - start, MADV_DONTNEED);
 }
+
+size_t ddpc_resident_file_bytes(void) {
+    char buf[256];
+    int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    buf[n] = '\0';
+    unsigned long long size, resident, shared;
+    if (sscanf(buf, "%llu %llu %llu", &size, &resident, &shared) != 3) return 0;
+    return (size_t)shared * (size_t)sysconf(_SC_PAGESIZE);
+}

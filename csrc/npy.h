@@ -39,4 +39,8 @@ void ddpc_npy_close(ddpc_npy_file *f);
  * read-only file mappings: on anonymous memory it would discard data. */
 void ddpc_release_file_pages(const void *addr, size_t len);
 
+/* Bytes of file-backed and shared pages resident in this process (statm's
+ * third field), or 0 where /proc is unreadable. */
+size_t ddpc_resident_file_bytes(void);
+
 #endif

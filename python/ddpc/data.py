@@ -50,7 +50,7 @@ __all__ = [
 ]
 
 _MASK64 = (1 << 64) - 1
-# Bytes read from one mapped file before its pages are dropped from the resident set.
+# Resident pages of mapped files (bytes) a loader may add before dropping them.
 _RESIDENT_BUDGET = 64 << 20
 
 
