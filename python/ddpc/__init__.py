@@ -3,12 +3,13 @@
 The public API is re-exported here; see the submodules for details.
 """
 
-from . import _C, cuda
+from . import _C, cuda, data
 from ._C import DistError, DistTimeoutError
 from . import distributed
 from .distributed import destroy_process_group, init_process_group
 from .spawn import spawn
 from ._dtype import bfloat16, device, dtype, float16, float32, float64, int32, int64, uint8
+from .data import DataLoader, DistributedSampler, ShardedLoader, TensorDataset
 from .tensor import (Tensor, arange, cat, empty, empty_like, from_dlpack, from_numpy, full, initial_seed, manual_seed,
                      ones, ones_like, rand, randint, randn, randperm, stack, tensor, zeros, zeros_like)
 
@@ -27,7 +28,8 @@ def build_info():
 
 
 __all__ = [
-    "DistError", "DistTimeoutError", "Tensor", "arange", "bfloat16", "build_info", "cat", "cuda", "device", "dtype",
+    "DataLoader", "DistError", "DistTimeoutError", "DistributedSampler", "ShardedLoader", "Tensor", "TensorDataset",
+    "arange", "bfloat16", "build_info", "cat", "cuda", "data", "device", "dtype",
     "empty", "empty_like", "float16", "float32", "float64", "from_dlpack", "from_numpy", "full", "initial_seed",
     "int32", "int64", "manual_seed", "ones", "ones_like", "rand", "randint", "randn", "randperm", "stack", "tensor",
     "uint8", "zeros", "zeros_like",
