@@ -29,6 +29,7 @@
 
 #include "comm/group.h"
 #include "comm/net.h"
+#include "comm/schedule.h"
 
 /* Bytes of one rank's slot in one area: big enough that barriers are rare,
  * small enough that a chunk of all slots stays in the cache. */
@@ -301,16 +302,6 @@ static ddpc_status check_descs_(ddpc_shm *s, int parity) {
 
 static char *slot_(ddpc_shm *s, int parity, int rank) { return s->area[parity] + (size_t)rank * SLOT_BYTES; }
 
-/* Elements [lo, hi) of a chunk of `m` that local rank `r` reduces: slices
- * are cache-line multiples so ranks never write the same line. */
-static void slice_(size_t m, size_t esize, int n, int r, size_t *lo, size_t *hi) {
-    size_t line = ALIGN_ / esize;
-    size_t per = (m + (size_t)n - 1) / (size_t)n;
-    per = (per + line - 1) / line * line;
-    *lo = (size_t)r * per < m ? (size_t)r * per : m;
-    *hi = (size_t)(r + 1) * per < m ? (size_t)(r + 1) * per : m;
-}
-
 static ddpc_status allreduce_(ddpc_shm *s, const ddpc_coll_args *a, int divisor, uint64_t deadline) {
     size_t es = ddpc_dtype_size(a->dtype), per_chunk = SLOT_BYTES / es;
     const char *in = a->in;
@@ -324,7 +315,7 @@ static ddpc_status allreduce_(ddpc_shm *s, const ddpc_coll_args *a, int divisor,
         memcpy(slot_(s, p, s->me), in + off * es, m * es);
         CHECK(sync_(s, deadline));
         size_t lo, hi;
-        slice_(m, es, s->n, s->me, &lo, &hi);
+        ddpc_shm_slice(m, es, ALIGN_, s->n, s->me, &lo, &hi);
         for (int j = 0; j < s->n; j++) srcs[j] = slot_(s, p, j) + lo * es;
         ddpc_reduce(a->dtype, a->op, slot_(s, p ^ 1, 0) + lo * es, srcs, s->n, hi - lo, divisor);
         CHECK(sync_(s, deadline));
