@@ -199,7 +199,7 @@ def scenario_pickle():
         raise AssertionError(f"{type(obj).__name__} pickled")
 
 
-def scenario_kill(victim, size_mb):
+def scenario_kill(victim, size_mb, marker=None):
     """`victim` SIGKILLs itself while all ranks are inside a large all_reduce loop."""
     rank = dist.get_rank()
     a = np.ones(int(size_mb) << 18, np.float32)

@@ -1,7 +1,7 @@
 /* Intra-host collectives over one shared-memory segment per group and host.
  *
  * The segment holds a control block (a barrier counter used as a futex word,
- * an abort word, one call descriptor per rank) and two data areas of one slot
+ * one call descriptor per rank) and two data areas of one slot
  * per local rank. Collectives proceed in phases separated by barriers; phase
  * i writes only area i % 2 and reads only what phase i - 1 wrote, so no rank
  * overwrites data another rank may still read, with one barrier per phase.
@@ -46,7 +46,6 @@ typedef struct {
 typedef struct {
     _Alignas(64) atomic_uint arrive;      /* barrier arrivals, the futex word */
     atomic_uint sleepers;                 /* ranks asleep on the futex */
-    atomic_int abort;                     /* set when the group failed */
     uint32_t nlocal;
     /* followed by: desc_ desc[2][nlocal]; _Atomic uint64_t reached[nlocal] (64 B apart); areas */
 } ctrl_;
@@ -192,10 +191,12 @@ fail:
     return res;
 }
 
+/* The failure itself is recorded in the group, which is private to this
+ * process: each rank learns of a death from its own monitor and of a timeout
+ * from its own deadline, so no rank's error is imposed on the others. The
+ * wake only makes this process's sleepers look at their group. */
 void ddpc_shm_abort(ddpc_shm *s) {
-    if (!s || !s->ctrl) return;
-    atomic_store(&s->ctrl->abort, 1);
-    futex_wake_(&s->ctrl->arrive);
+    if (s && s->ctrl) futex_wake_(&s->ctrl->arrive);
 }
 
 void ddpc_shm_free(ddpc_shm *s) {
@@ -231,7 +232,7 @@ static ddpc_status sync_(ddpc_shm *s, uint64_t deadline) {
             v = atomic_load_explicit(&c->arrive, memory_order_acquire);
             if ((int32_t)(v - target) >= 0) break;
             if (i < s->spin) { cpu_relax_(); continue; }
-            if (atomic_load(&c->abort) || atomic_load(&s->g->failed)) return ddpc_group_error(s->g);
+            if (atomic_load(&s->g->failed)) return ddpc_group_error(s->g);
             int ms = ddpc_ms_left(deadline, 20);
             if (ms == 0) {
                 char who[256];
