@@ -54,7 +54,7 @@ static ddpc_status rethrow_(ddpc_status st, const char *msg) {
 
 ddpc_status ddpc_group_error(ddpc_group *g) {
     int st = atomic_load(&g->failed);
-    if (!st) return DDPC_ERROR(DDPC_ERR_DIST, "the process group was aborted by a peer on this host");
+    if (!st) return DDPC_ERROR(DDPC_ERR_INTERNAL, "ddpc_group_error called on a healthy group");
     char msg[1024];
     pthread_mutex_lock(&g->lock);
     snprintf(msg, sizeof msg, "%s", g->fail_msg);

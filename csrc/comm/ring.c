@@ -12,6 +12,7 @@
 
 #include "comm/group.h"
 #include "comm/net.h"
+#include "comm/schedule.h"
 
 #define PIECE_BYTES (512u << 10)
 
@@ -40,12 +41,6 @@ static ddpc_status ring_open_(ddpc_group *g, const ddpc_coll_args *a, uint64_t d
     return ddpc_msg_header_check(a, &theirs, g->rank, r->prev);
 }
 
-/* Bounds of segment `i` of `count` elements cut into `n` parts. */
-static void segment_(size_t count, int n, int i, size_t *lo, size_t *hi) {
-    *lo = count * (size_t)i / (size_t)n;
-    *hi = count * (size_t)(i + 1) / (size_t)n;
-}
-
 static ddpc_status fail_(ddpc_group *g, ddpc_status st) {
     return st == DDPC_ERR_DIST && atomic_load(&g->failed) ? ddpc_group_error(g) : st;
 }
@@ -61,8 +56,8 @@ ddpc_status ddpc_ring_allreduce(ddpc_group *g, const ddpc_coll_args *a, uint64_t
     /* Reduce-scatter: after L-1 steps, segment pos+1 is complete here. */
     for (int s = 0; s < r.len - 1; s++) {
         size_t slo, shi, rlo, rhi;
-        segment_(a->count, r.len, (r.pos - s + 2 * r.len) % r.len, &slo, &shi);
-        segment_(a->count, r.len, (r.pos - s - 1 + 2 * r.len) % r.len, &rlo, &rhi);
+        ddpc_ring_segment(a->count, r.len, ddpc_ring_rs_send(r.pos, s, r.len), &slo, &shi);
+        ddpc_ring_segment(a->count, r.len, ddpc_ring_rs_recv(r.pos, s, r.len), &rlo, &rhi);
         for (size_t k = 0; slo + k < shi || rlo + k < rhi; k += piece) {
             size_t sn = slo + k < shi ? (shi - slo - k < piece ? shi - slo - k : piece) : 0;
             size_t rn = rlo + k < rhi ? (rhi - rlo - k < piece ? rhi - rlo - k : piece) : 0;
@@ -75,8 +70,8 @@ ddpc_status ddpc_ring_allreduce(ddpc_group *g, const ddpc_coll_args *a, uint64_t
     /* All-gather: pass the completed segments around. */
     for (int s = 0; s < r.len - 1; s++) {
         size_t slo, shi, rlo, rhi;
-        segment_(a->count, r.len, (r.pos + 1 - s + 2 * r.len) % r.len, &slo, &shi);
-        segment_(a->count, r.len, (r.pos - s + 2 * r.len) % r.len, &rlo, &rhi);
+        ddpc_ring_segment(a->count, r.len, ddpc_ring_ag_send(r.pos, s, r.len), &slo, &shi);
+        ddpc_ring_segment(a->count, r.len, ddpc_ring_ag_recv(r.pos, s, r.len), &rlo, &rhi);
         CHECKGOTO(ddpc_net_sendrecv(r.next_fd, data + slo * es, (shi - slo) * es, r.prev_fd, data + rlo * es,
                                     (rhi - rlo) * es, deadline, &g->failed, r.what), res, out);
     }

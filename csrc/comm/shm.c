@@ -1,7 +1,7 @@
 /* Intra-host collectives over one shared-memory segment per group and host.
  *
  * The segment holds a control block (a barrier counter used as a futex word,
- * an abort word, one call descriptor per rank) and two data areas of one slot
+ * one call descriptor per rank) and two data areas of one slot
  * per local rank. Collectives proceed in phases separated by barriers; phase
  * i writes only area i % 2 and reads only what phase i - 1 wrote, so no rank
  * overwrites data another rank may still read, with one barrier per phase.
@@ -29,6 +29,7 @@
 
 #include "comm/group.h"
 #include "comm/net.h"
+#include "comm/schedule.h"
 
 /* Bytes of one rank's slot in one area: big enough that barriers are rare,
  * small enough that a chunk of all slots stays in the cache. */
@@ -45,7 +46,6 @@ typedef struct {
 typedef struct {
     _Alignas(64) atomic_uint arrive;      /* barrier arrivals, the futex word */
     atomic_uint sleepers;                 /* ranks asleep on the futex */
-    atomic_int abort;                     /* set when the group failed */
     uint32_t nlocal;
     /* followed by: desc_ desc[2][nlocal]; _Atomic uint64_t reached[nlocal] (64 B apart); areas */
 } ctrl_;
@@ -191,10 +191,12 @@ fail:
     return res;
 }
 
+/* The failure itself is recorded in the group, which is private to this
+ * process: each rank learns of a death from its own monitor and of a timeout
+ * from its own deadline, so no rank's error is imposed on the others. The
+ * wake only makes this process's sleepers look at their group. */
 void ddpc_shm_abort(ddpc_shm *s) {
-    if (!s || !s->ctrl) return;
-    atomic_store(&s->ctrl->abort, 1);
-    futex_wake_(&s->ctrl->arrive);
+    if (s && s->ctrl) futex_wake_(&s->ctrl->arrive);
 }
 
 void ddpc_shm_free(ddpc_shm *s) {
@@ -230,7 +232,7 @@ static ddpc_status sync_(ddpc_shm *s, uint64_t deadline) {
             v = atomic_load_explicit(&c->arrive, memory_order_acquire);
             if ((int32_t)(v - target) >= 0) break;
             if (i < s->spin) { cpu_relax_(); continue; }
-            if (atomic_load(&c->abort) || atomic_load(&s->g->failed)) return ddpc_group_error(s->g);
+            if (atomic_load(&s->g->failed)) return ddpc_group_error(s->g);
             int ms = ddpc_ms_left(deadline, 20);
             if (ms == 0) {
                 char who[256];
@@ -301,16 +303,6 @@ static ddpc_status check_descs_(ddpc_shm *s, int parity) {
 
 static char *slot_(ddpc_shm *s, int parity, int rank) { return s->area[parity] + (size_t)rank * SLOT_BYTES; }
 
-/* Elements [lo, hi) of a chunk of `m` that local rank `r` reduces: slices
- * are cache-line multiples so ranks never write the same line. */
-static void slice_(size_t m, size_t esize, int n, int r, size_t *lo, size_t *hi) {
-    size_t line = ALIGN_ / esize;
-    size_t per = (m + (size_t)n - 1) / (size_t)n;
-    per = (per + line - 1) / line * line;
-    *lo = (size_t)r * per < m ? (size_t)r * per : m;
-    *hi = (size_t)(r + 1) * per < m ? (size_t)(r + 1) * per : m;
-}
-
 static ddpc_status allreduce_(ddpc_shm *s, const ddpc_coll_args *a, int divisor, uint64_t deadline) {
     size_t es = ddpc_dtype_size(a->dtype), per_chunk = SLOT_BYTES / es;
     const char *in = a->in;
@@ -324,7 +316,7 @@ static ddpc_status allreduce_(ddpc_shm *s, const ddpc_coll_args *a, int divisor,
         memcpy(slot_(s, p, s->me), in + off * es, m * es);
         CHECK(sync_(s, deadline));
         size_t lo, hi;
-        slice_(m, es, s->n, s->me, &lo, &hi);
+        ddpc_shm_slice(m, es, ALIGN_, s->n, s->me, &lo, &hi);
         for (int j = 0; j < s->n; j++) srcs[j] = slot_(s, p, j) + lo * es;
         ddpc_reduce(a->dtype, a->op, slot_(s, p ^ 1, 0) + lo * es, srcs, s->n, hi - lo, divisor);
         CHECK(sync_(s, deadline));

@@ -561,8 +561,9 @@ def all_gather(tensor_list, tensor, group=None, async_op=False):
         raise ValueError(f"all_gather: tensor_list has {len(tensor_list)} entries for a group of {g.size()}")
     dtype = next(k for k, v in _DTYPE_CODES.items() if v == inp.code)
     for t in tensor_list:
-        if _Arg(t, writable=False).numel != inp.numel:
-            raise ValueError("all_gather: every output must have as many elements as the input")
+        o = _Arg(t, writable=False)
+        if o.numel != inp.numel or o.code != inp.code:
+            raise ValueError("all_gather: every output must have the input's dtype and number of elements")
     out = _C.Buffer((g.size() * inp.numel,), dtype, -1)
 
     def finish():
