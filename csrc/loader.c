@@ -1,10 +1,12 @@
 /* The threaded batch loader: producer threads, the slot ring, GPU staging. */
 #include "loader.h"
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "alloc.h"
 #include "device.h"
@@ -37,6 +39,7 @@ struct ddpc_loader {
     int nsources;
     int file_backed;          /* some source is a mapped file */
     size_t resident_base;     /* resident file pages when the loader started */
+    int statm_fd;             /* /proc/self/statm, or -1 */
     int64_t *indices, *offsets, nbatches;
     int prefetch, nthreads, nstarted, device;
     size_t budget, chunk_rows;
@@ -69,11 +72,13 @@ static void copy_rows_(char *dst, const char *base, const int64_t *idx, int64_t 
  * process's resident file pages with the level at init and drop the mapped
  * sources' pages once it exceeds the budget: resident memory stays within
  * about budget + threads * RESIDENT_CHECK_ROWS * folio size, whatever the file size. */
-static void limit_resident_(ddpc_loader *l) {
-    size_t now = ddpc_resident_file_bytes();
-    if (now <= l->resident_base + l->budget) return;
+static void release_files_(ddpc_loader *l) {
     for (int k = 0; k < l->nsources; k++)
         if (l->src[k].file_backed) ddpc_release_file_pages(l->src[k].base, (size_t)l->src[k].rows * l->src[k].row_bytes);
+}
+
+static void limit_resident_(ddpc_loader *l) {
+    if (ddpc_resident_file_bytes(l->statm_fd) > l->resident_base + l->budget) release_files_(l);
 }
 
 static void gather_(ddpc_loader *l, slot_ *s, int64_t r0, int64_t r1) {
@@ -265,7 +270,11 @@ ddpc_status ddpc_loader_init(const ddpc_loader_config *cfg, ddpc_loader **out) {
         row_total += l->src[k].row_bytes;
         l->file_backed |= l->src[k].file_backed;
     }
-    if (l->file_backed) l->resident_base = ddpc_resident_file_bytes();
+    /* Start from none of the files resident (an earlier pass may have left
+     * them mapped), so the budget bounds what this pass adds. */
+    release_files_(l);
+    l->statm_fd = l->file_backed ? open("/proc/self/statm", O_RDONLY | O_CLOEXEC) : -1;
+    l->resident_base = ddpc_resident_file_bytes(l->statm_fd);
     l->chunk_rows = row_total >= CHUNK_BYTES ? 1 : CHUNK_BYTES / (row_total ? row_total : 1);
     l->indices = malloc((size_t)(cfg->nindices ? cfg->nindices : 1) * sizeof *l->indices);
     l->offsets = malloc((size_t)(cfg->nbatches + 1) * sizeof *l->offsets);
@@ -360,6 +369,7 @@ void ddpc_loader_free(ddpc_loader *l) {
     pthread_cond_destroy(&l->work_cv);
     pthread_cond_destroy(&l->done_cv);
     pthread_mutex_destroy(&l->mu);
+    if (l->statm_fd >= 0) close(l->statm_fd);
     free(l->indices);
     free(l->offsets);
     free(l->slots);

@@ -85,6 +85,22 @@ def test_batches_equal_numpy_gather(batch_size, drop_last, prefetch, threads):
     check_batches(loader, sources, idx, [min(b * batch_size, n) for b in range(nb + 1)])
 
 
+def test_batch_memory_is_reused_only_once_released():
+    a = arrays(2000)
+    loader = DataLoader(TensorDataset(a["x"], a["y"]), batch_size=10, shuffle=True, prefetch=2, num_threads=2)
+    pointers = set()
+    for x, y in loader:  # each batch dropped before the next: a handful of buffer sets serve the epoch
+        pointers.add(x.data_ptr())
+        np.testing.assert_array_equal(x.numpy(), a["x"][y.numpy()])
+    assert len(pointers) <= 4
+    kept = []
+    for i, (x, y) in enumerate(loader):
+        if i % 3 == 0:
+            kept.append((x.numpy(), y))  # a numpy view alone keeps the memory from being reused
+    for x, y in kept:
+        np.testing.assert_array_equal(x, a["x"][y.numpy()])
+
+
 def test_shuffle_sequential_and_epochs():
     a = arrays(64)
     ds = TensorDataset(a["x"], a["y"])
@@ -194,7 +210,7 @@ RSS_SCRIPT = textwrap.dedent("""
     import sys
     import ddpc.data as data
     path, budget = sys.argv[1], int(sys.argv[2])
-    data._RESIDENT_BUDGET = budget
+    data.RESIDENT_BUDGET = budget
     def rss():
         with open("/proc/self/statm") as f:
             return int(f.read().split()[1]) * 4096
