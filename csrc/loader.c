@@ -135,15 +135,54 @@ static void fail_slot_(ddpc_loader *l, slot_ *s, ddpc_status st) {
     pthread_cond_broadcast(&l->done_cv);
 }
 
+static int has_work_(const slot_ *s) {
+    return s->batch >= 0 && !s->done && !s->syncing && (s->need_sync || s->next_row < s->rows);
+}
+
 /* The oldest batch with work left for a thread; the lock is held. */
 static slot_ *pick_(ddpc_loader *l) {
     slot_ *best = NULL;
     for (int i = 0; i < l->prefetch; i++) {
         slot_ *s = &l->slots[i];
-        if (s->batch < 0 || s->done || s->syncing || (!s->need_sync && s->next_row >= s->rows)) continue;
-        if (!best || s->batch < best->batch) best = s;
+        if (has_work_(s) && (!best || s->batch < best->batch)) best = s;
     }
     return best;
+}
+
+/* One piece of work on slot s: the wait before its staging is reused, or
+ * one chunk of rows (and the copy to the device after the last chunk). The
+ * lock is held on entry and on return, released while working. */
+static void work_on_(ddpc_loader *l, slot_ *s) {
+    if (s->need_sync) { /* staging is reused: its last copy to the device must be over */
+        s->need_sync = 0;
+        s->syncing = 1;
+        pthread_mutex_unlock(&l->mu);
+        ddpc_status st = wait_copied_(l, s);
+        pthread_mutex_lock(&l->mu);
+        s->syncing = 0;
+        if (st != DDPC_OK) fail_slot_(l, s, st);
+        pthread_cond_broadcast(&l->work_cv);
+        return;
+    }
+    int64_t r0 = s->next_row, r1 = r0 + (int64_t)l->chunk_rows < s->rows ? r0 + (int64_t)l->chunk_rows : s->rows;
+    s->next_row = r1;
+    pthread_mutex_unlock(&l->mu);
+    gather_(l, s, r0, r1);
+    pthread_mutex_lock(&l->mu);
+    s->done_rows += r1 - r0;
+    if (s->done_rows < s->rows || s->done) return;
+    if (l->device != DDPC_CPU) {
+        pthread_mutex_unlock(&l->mu);
+        ddpc_status st = issue_copy_(l, s);
+        pthread_mutex_lock(&l->mu);
+        if (st != DDPC_OK) {
+            fail_slot_(l, s, st);
+            return;
+        }
+        s->need_sync = 1;
+    }
+    s->done = 1;
+    pthread_cond_broadcast(&l->done_cv);
 }
 
 static void *producer_main_(void *arg) {
@@ -151,40 +190,8 @@ static void *producer_main_(void *arg) {
     pthread_mutex_lock(&l->mu);
     while (!l->stop) {
         slot_ *s = pick_(l);
-        if (!s) {
-            pthread_cond_wait(&l->work_cv, &l->mu);
-            continue;
-        }
-        if (s->need_sync) { /* staging is reused: its last copy to the device must be over */
-            s->need_sync = 0;
-            s->syncing = 1;
-            pthread_mutex_unlock(&l->mu);
-            ddpc_status st = wait_copied_(l, s);
-            pthread_mutex_lock(&l->mu);
-            s->syncing = 0;
-            if (st != DDPC_OK) fail_slot_(l, s, st);
-            pthread_cond_broadcast(&l->work_cv);
-            continue;
-        }
-        int64_t r0 = s->next_row, r1 = r0 + (int64_t)l->chunk_rows < s->rows ? r0 + (int64_t)l->chunk_rows : s->rows;
-        s->next_row = r1;
-        pthread_mutex_unlock(&l->mu);
-        gather_(l, s, r0, r1);
-        pthread_mutex_lock(&l->mu);
-        s->done_rows += r1 - r0;
-        if (s->done_rows < s->rows || s->done) continue;
-        if (l->device != DDPC_CPU) {
-            pthread_mutex_unlock(&l->mu);
-            ddpc_status st = issue_copy_(l, s);
-            pthread_mutex_lock(&l->mu);
-            if (st != DDPC_OK) {
-                fail_slot_(l, s, st);
-                continue;
-            }
-            s->need_sync = 1;
-        }
-        s->done = 1;
-        pthread_cond_broadcast(&l->done_cv);
+        if (s) work_on_(l, s);
+        else pthread_cond_wait(&l->work_cv, &l->mu);
     }
     pthread_mutex_unlock(&l->mu);
     return NULL;
@@ -339,7 +346,11 @@ ddpc_status ddpc_loader_wait(ddpc_loader *l, int64_t batch) {
         pthread_mutex_unlock(&l->mu);
         return DDPC_ERROR(DDPC_ERR_INTERNAL, "batch %lld was never queued", (long long)batch);
     }
-    while (!s->done) pthread_cond_wait(&l->done_cv, &l->mu);
+    /* The waiting thread gathers rows of its own batch rather than sleep. */
+    while (!s->done) {
+        if (has_work_(s)) work_on_(l, s);
+        else pthread_cond_wait(&l->done_cv, &l->mu);
+    }
     ddpc_status st = s->st;
     int64_t rows = s->rows;
     char msg[sizeof s->msg];
