@@ -16,24 +16,26 @@ a fraction of 2^64. A sampler's seed for an epoch is ``seed + epoch`` (mod
 
 A ``TensorDataset`` of arrays, ddpc tensors or ``.npy`` paths loads through C
 threads that gather rows with the GIL released, ``prefetch`` batches ahead.
-``.npy`` paths (and arrays from ``np.load(mmap_mode="r")``) are memory-mapped;
-once the pages they have made resident exceed ``ddpc.data.RESIDENT_BUDGET``
-bytes (1 GiB unless changed) the loader drops them from the resident set (they
-stay in the page cache), so a data set larger than memory streams with bounded
-resident memory. Every batch
-is a fresh allocation that the loader never touches again, so a batch may be
-kept as long as wanted. With ``device="cuda:N"`` rows are gathered into pinned
+A batch's host memory is gathered into again only once nothing refers to the
+batch (no tensor, view, numpy array or DLPack capsule made from it), so
+batches may be kept as long as wanted, and memory let go is reused without
+fresh page faults. With ``device="cuda:N"`` rows are gathered into pinned
 staging memory and copied on the device's copy stream; the batch handed out
 is ordered before later work on the compute stream by an event (no host
 synchronisation). Any other map-style data set (``__getitem__``/``__len__``)
 is fetched and collated in one background thread, also ``prefetch`` ahead.
+
+``.npy`` paths (and arrays from ``np.load(mmap_mode="r")``) are memory-mapped;
+once the pages they have made resident exceed ``ddpc.data.RESIDENT_BUDGET``
+bytes (1 GiB unless changed) the loader drops them from the resident set (they
+stay in the page cache), so a data set larger than memory streams with bounded
+resident memory.
 
 Differences from PyTorch: there are no worker processes (``num_workers``);
 ``RandomSampler`` takes a ``seed`` instead of a ``generator``; batches of a
 ``TensorDataset`` are lists of ``ddpc.Tensor``.
 """
 
-import math
 import numbers
 import os
 import queue
