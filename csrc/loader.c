@@ -1,10 +1,12 @@
 /* The threaded batch loader: producer threads, the slot ring, GPU staging. */
 #include "loader.h"
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "alloc.h"
 #include "device.h"
@@ -37,6 +39,7 @@ struct ddpc_loader {
     int nsources;
     int file_backed;          /* some source is a mapped file */
     size_t resident_base;     /* resident file pages when the loader started */
+    int statm_fd;             /* /proc/self/statm, or -1 */
     int64_t *indices, *offsets, nbatches;
     int prefetch, nthreads, nstarted, device;
     size_t budget, chunk_rows;
@@ -69,11 +72,13 @@ static void copy_rows_(char *dst, const char *base, const int64_t *idx, int64_t 
  * process's resident file pages with the level at init and drop the mapped
  * sources' pages once it exceeds the budget: resident memory stays within
  * about budget + threads * RESIDENT_CHECK_ROWS * folio size, whatever the file size. */
-static void limit_resident_(ddpc_loader *l) {
-    size_t now = ddpc_resident_file_bytes();
-    if (now <= l->resident_base + l->budget) return;
+static void release_files_(ddpc_loader *l) {
     for (int k = 0; k < l->nsources; k++)
         if (l->src[k].file_backed) ddpc_release_file_pages(l->src[k].base, (size_t)l->src[k].rows * l->src[k].row_bytes);
+}
+
+static void limit_resident_(ddpc_loader *l) {
+    if (ddpc_resident_file_bytes(l->statm_fd) > l->resident_base + l->budget) release_files_(l);
 }
 
 static void gather_(ddpc_loader *l, slot_ *s, int64_t r0, int64_t r1) {
@@ -130,15 +135,54 @@ static void fail_slot_(ddpc_loader *l, slot_ *s, ddpc_status st) {
     pthread_cond_broadcast(&l->done_cv);
 }
 
+static int has_work_(const slot_ *s) {
+    return s->batch >= 0 && !s->done && !s->syncing && (s->need_sync || s->next_row < s->rows);
+}
+
 /* The oldest batch with work left for a thread; the lock is held. */
 static slot_ *pick_(ddpc_loader *l) {
     slot_ *best = NULL;
     for (int i = 0; i < l->prefetch; i++) {
         slot_ *s = &l->slots[i];
-        if (s->batch < 0 || s->done || s->syncing || (!s->need_sync && s->next_row >= s->rows)) continue;
-        if (!best || s->batch < best->batch) best = s;
+        if (has_work_(s) && (!best || s->batch < best->batch)) best = s;
     }
     return best;
+}
+
+/* One piece of work on slot s: the wait before its staging is reused, or
+ * one chunk of rows (and the copy to the device after the last chunk). The
+ * lock is held on entry and on return, released while working. */
+static void work_on_(ddpc_loader *l, slot_ *s) {
+    if (s->need_sync) { /* staging is reused: its last copy to the device must be over */
+        s->need_sync = 0;
+        s->syncing = 1;
+        pthread_mutex_unlock(&l->mu);
+        ddpc_status st = wait_copied_(l, s);
+        pthread_mutex_lock(&l->mu);
+        s->syncing = 0;
+        if (st != DDPC_OK) fail_slot_(l, s, st);
+        pthread_cond_broadcast(&l->work_cv);
+        return;
+    }
+    int64_t r0 = s->next_row, r1 = r0 + (int64_t)l->chunk_rows < s->rows ? r0 + (int64_t)l->chunk_rows : s->rows;
+    s->next_row = r1;
+    pthread_mutex_unlock(&l->mu);
+    gather_(l, s, r0, r1);
+    pthread_mutex_lock(&l->mu);
+    s->done_rows += r1 - r0;
+    if (s->done_rows < s->rows || s->done) return;
+    if (l->device != DDPC_CPU) {
+        pthread_mutex_unlock(&l->mu);
+        ddpc_status st = issue_copy_(l, s);
+        pthread_mutex_lock(&l->mu);
+        if (st != DDPC_OK) {
+            fail_slot_(l, s, st);
+            return;
+        }
+        s->need_sync = 1;
+    }
+    s->done = 1;
+    pthread_cond_broadcast(&l->done_cv);
 }
 
 static void *producer_main_(void *arg) {
@@ -146,40 +190,8 @@ static void *producer_main_(void *arg) {
     pthread_mutex_lock(&l->mu);
     while (!l->stop) {
         slot_ *s = pick_(l);
-        if (!s) {
-            pthread_cond_wait(&l->work_cv, &l->mu);
-            continue;
-        }
-        if (s->need_sync) { /* staging is reused: its last copy to the device must be over */
-            s->need_sync = 0;
-            s->syncing = 1;
-            pthread_mutex_unlock(&l->mu);
-            ddpc_status st = wait_copied_(l, s);
-            pthread_mutex_lock(&l->mu);
-            s->syncing = 0;
-            if (st != DDPC_OK) fail_slot_(l, s, st);
-            pthread_cond_broadcast(&l->work_cv);
-            continue;
-        }
-        int64_t r0 = s->next_row, r1 = r0 + (int64_t)l->chunk_rows < s->rows ? r0 + (int64_t)l->chunk_rows : s->rows;
-        s->next_row = r1;
-        pthread_mutex_unlock(&l->mu);
-        gather_(l, s, r0, r1);
-        pthread_mutex_lock(&l->mu);
-        s->done_rows += r1 - r0;
-        if (s->done_rows < s->rows || s->done) continue;
-        if (l->device != DDPC_CPU) {
-            pthread_mutex_unlock(&l->mu);
-            ddpc_status st = issue_copy_(l, s);
-            pthread_mutex_lock(&l->mu);
-            if (st != DDPC_OK) {
-                fail_slot_(l, s, st);
-                continue;
-            }
-            s->need_sync = 1;
-        }
-        s->done = 1;
-        pthread_cond_broadcast(&l->done_cv);
+        if (s) work_on_(l, s);
+        else pthread_cond_wait(&l->work_cv, &l->mu);
     }
     pthread_mutex_unlock(&l->mu);
     return NULL;
@@ -265,7 +277,11 @@ ddpc_status ddpc_loader_init(const ddpc_loader_config *cfg, ddpc_loader **out) {
         row_total += l->src[k].row_bytes;
         l->file_backed |= l->src[k].file_backed;
     }
-    if (l->file_backed) l->resident_base = ddpc_resident_file_bytes();
+    /* Start from none of the files resident (an earlier pass may have left
+     * them mapped), so the budget bounds what this pass adds. */
+    release_files_(l);
+    l->statm_fd = l->file_backed ? open("/proc/self/statm", O_RDONLY | O_CLOEXEC) : -1;
+    l->resident_base = ddpc_resident_file_bytes(l->statm_fd);
     l->chunk_rows = row_total >= CHUNK_BYTES ? 1 : CHUNK_BYTES / (row_total ? row_total : 1);
     l->indices = malloc((size_t)(cfg->nindices ? cfg->nindices : 1) * sizeof *l->indices);
     l->offsets = malloc((size_t)(cfg->nbatches + 1) * sizeof *l->offsets);
@@ -330,7 +346,11 @@ ddpc_status ddpc_loader_wait(ddpc_loader *l, int64_t batch) {
         pthread_mutex_unlock(&l->mu);
         return DDPC_ERROR(DDPC_ERR_INTERNAL, "batch %lld was never queued", (long long)batch);
     }
-    while (!s->done) pthread_cond_wait(&l->done_cv, &l->mu);
+    /* The waiting thread gathers rows of its own batch rather than sleep. */
+    while (!s->done) {
+        if (has_work_(s)) work_on_(l, s);
+        else pthread_cond_wait(&l->done_cv, &l->mu);
+    }
     ddpc_status st = s->st;
     int64_t rows = s->rows;
     char msg[sizeof s->msg];
@@ -360,6 +380,7 @@ void ddpc_loader_free(ddpc_loader *l) {
     pthread_cond_destroy(&l->work_cv);
     pthread_cond_destroy(&l->done_cv);
     pthread_mutex_destroy(&l->mu);
+    if (l->statm_fd >= 0) close(l->statm_fd);
     free(l->indices);
     free(l->offsets);
     free(l->slots);

@@ -46,9 +46,9 @@ int64_t ddpc_loader_batch_rows(const ddpc_loader *l, int64_t batch);
  * the compute stream; the copy waits for the work queued there so far). The
  * slot must be free: new, or taken back by ddpc_loader_wait. */
 ddpc_status ddpc_loader_submit(ddpc_loader *l, int64_t batch, void *const *dst);
-/* Blocks until batch `batch` is gathered (on a GPU: until its copy is queued,
- * and the compute stream then waits for it, with no host synchronisation),
- * and frees its slot. Call with the GIL released. */
+/* Blocks until batch `batch` is gathered, gathering rows of it meanwhile (on
+ * a GPU: until its copy is queued, and the compute stream then waits for it,
+ * with no host synchronisation), and frees its slot. Call with the GIL released. */
 ddpc_status ddpc_loader_wait(ddpc_loader *l, int64_t batch);
 /* Stops and joins the threads (finishing no queued batch) and frees everything. */
 void ddpc_loader_free(ddpc_loader *l);

@@ -1,10 +1,13 @@
 /* Python bindings of the data layer: _C.Loader (one pass over an index list),
  * _C.NpyFile (a mapped .npy file) and the sampler index functions.
  *
- * Ownership of a batch: every batch is gathered into freshly allocated output
- * Buffers that the loader hands to the caller and never touches again, so a
- * batch the user holds can't be overwritten; the ring recycles only its slots
- * (and, on a GPU, the pinned staging behind each slot). */
+ * Ownership of a batch: a host batch is a view of one set of buffers from the
+ * loader's pool, and a set is gathered into again only once nothing but the
+ * pool refers to it: every view, tensor, numpy array or DLPack capsule made
+ * from a batch holds a reference to its buffer, so a batch the user holds is
+ * never overwritten, while memory the user let go is reused without the page
+ * faults of a fresh allocation. Device batches are fresh allocations from the
+ * caching allocator. */
 #include <string.h>
 
 #include "buffer.h"
@@ -20,7 +23,8 @@ typedef struct {
     ddpc_loader *loader;
     PyObject *sources;    /* tuple of the source Buffers: they own the memory the threads read */
     PyObject **pending;   /* per slot: the tuple of output Buffers being filled, or NULL */
-    int64_t next, nbatches;
+    PyObject *pool;       /* host batches: list of tuples of owning Buffers (max_rows each) */
+    int64_t next, nbatches, max_rows;
     int prefetch, device, pinned, nsources;
 } loader_object;
 
@@ -36,9 +40,42 @@ static int get_index_array_(PyObject *obj, const char *what, Py_buffer *view) {
     return 0;
 }
 
-/* New output Buffers for batch `batch`, queued into its slot. */
+/* Whether no one but the pool refers to the buffer set `set`. */
+static int set_is_free_(PyObject *set) {
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(set); k++)
+        if (Py_REFCNT(PyTuple_GET_ITEM(set, k)) != 1) return 0;
+    return Py_REFCNT(set) == 1;
+}
+
+/* A host buffer set no batch refers to any more, or a new one added to the pool. */
+static PyObject *free_set_(loader_object *self) {
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(self->pool); i++)
+        if (set_is_free_(PyList_GET_ITEM(self->pool, i))) return PyList_GET_ITEM(self->pool, i);
+    PyObject *set = PyTuple_New(self->nsources);
+    if (!set) return NULL;
+    for (int k = 0; k < self->nsources; k++) {
+        ddpc_buffer *src = (ddpc_buffer *)PyTuple_GET_ITEM(self->sources, k);
+        int64_t shape[DDPC_MAX_NDIM];
+        memcpy(shape, src->shape, sizeof shape);
+        shape[0] = self->max_rows;
+        ddpc_buffer *b = ddpc_buffer_new(src->ndim, shape, src->dtype, DDPC_CPU, self->pinned);
+        if (!b) {
+            Py_DECREF(set);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(set, k, (PyObject *)b);
+    }
+    int rc = PyList_Append(self->pool, set);
+    Py_DECREF(set);
+    return rc < 0 ? NULL : set;
+}
+
+/* Output Buffers for batch `batch` (views of a pool set on the host, new
+ * device buffers on a GPU), queued into its slot. */
 static int queue_batch_(loader_object *self, int64_t batch) {
     int64_t rows = ddpc_loader_batch_rows(self->loader, batch);
+    PyObject *set = self->device == DDPC_CPU ? free_set_(self) : NULL;
+    if (self->device == DDPC_CPU && !set) return -1;
     PyObject *out = PyTuple_New(self->nsources);
     if (!out) return -1;
     void *dst[DDPC_LOADER_MAX_SOURCES];
@@ -47,7 +84,13 @@ static int queue_batch_(loader_object *self, int64_t batch) {
         int64_t shape[DDPC_MAX_NDIM];
         memcpy(shape, src->shape, sizeof shape);
         shape[0] = rows;
-        ddpc_buffer *b = ddpc_buffer_new(src->ndim, shape, src->dtype, self->device, self->pinned);
+        ddpc_buffer *b;
+        if (set) {
+            ddpc_buffer *owner = (ddpc_buffer *)PyTuple_GET_ITEM(set, k);
+            b = ddpc_buffer_view(owner, owner->data, src->ndim, shape, src->dtype);
+        } else {
+            b = ddpc_buffer_new(src->ndim, shape, src->dtype, self->device, 0);
+        }
         if (!b) {
             Py_DECREF(out);
             return -1;
@@ -141,10 +184,14 @@ static PyObject *loader_new(PyTypeObject *type, PyObject *args, PyObject *kwds) 
     self->pinned = pinned && device == DDPC_CPU;
     self->nbatches = off.shape[0] - 1;
     self->pending = PyMem_Calloc((size_t)prefetch, sizeof *self->pending);
-    if (!self->pending) {
-        PyErr_NoMemory();
+    self->pool = PyList_New(0);
+    if (!self->pending || !self->pool) {
+        if (!PyErr_Occurred()) PyErr_NoMemory();
         goto fail_;
     }
+    const int64_t *offsets = off.buf;
+    for (int64_t b = 0; b < self->nbatches; b++)
+        if (offsets[b + 1] - offsets[b] > self->max_rows) self->max_rows = offsets[b + 1] - offsets[b];
     ddpc_loader_config cfg = {
         .sources = src, .nsources = (int)n, .indices = idx.buf, .nindices = idx.shape[0], .offsets = off.buf,
         .nbatches = self->nbatches, .prefetch = prefetch, .nthreads = nthreads, .device = device,
@@ -212,6 +259,7 @@ static PyObject *loader_len(loader_object *self, PyObject *unused) {
 static void loader_dealloc(loader_object *self) {
     loader_close_(self);
     PyMem_Free(self->pending);
+    Py_XDECREF(self->pool);
     Py_XDECREF(self->sources);
     PyTypeObject *tp = Py_TYPE(self);
     tp->tp_free((PyObject *)self);

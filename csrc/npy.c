@@ -215,12 +215,9 @@ void ddpc_release_file_pages(const void *addr, size_t len) {
     (void)madvise((void *)start, end - start, MADV_DONTNEED);
 }
 
-size_t ddpc_resident_file_bytes(void) {
+size_t ddpc_resident_file_bytes(int statm_fd) {
     char buf[256];
-    int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return 0;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
+    ssize_t n = statm_fd < 0 ? -1 : pread(statm_fd, buf, sizeof buf - 1, 0);
     if (n <= 0) return 0;
     buf[n] = '\0';
     unsigned long long size, resident, shared;

@@ -40,7 +40,8 @@ void ddpc_npy_close(ddpc_npy_file *f);
 void ddpc_release_file_pages(const void *addr, size_t len);
 
 /* Bytes of file-backed and shared pages resident in this process (statm's
- * third field), or 0 where /proc is unreadable. */
-size_t ddpc_resident_file_bytes(void);
+ * third field) read through `statm_fd`, an open /proc/self/statm (reading it
+ * again costs far less than opening it), or 0 where it is unreadable. */
+size_t ddpc_resident_file_bytes(int statm_fd);
 
 #endif

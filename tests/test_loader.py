@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -22,6 +23,27 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def c_threads():
     return len(os.listdir("/proc/self/task"))
+
+
+def stable_threads(timeout=2.0):
+    """The task count once two looks 50 ms apart agree (threads joined by earlier tests are gone)."""
+    deadline = time.monotonic() + timeout
+    last = c_threads()
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        now, last = last, c_threads()
+        if now == last:
+            break
+    return last
+
+
+def settled_threads(expected, timeout=5.0):
+    """The task count once it equals `expected` or the timeout passes: a joined
+    thread can linger in /proc/self/task for a moment after pthread_join returns."""
+    deadline = time.monotonic() + timeout
+    while c_threads() != expected and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return c_threads()
 
 
 def arrays(n=103, seed=0):
@@ -61,6 +83,22 @@ def test_batches_equal_numpy_gather(batch_size, drop_last, prefetch, threads):
     n = len(idx)
     nb = n // batch_size if drop_last else -(-n // batch_size)
     check_batches(loader, sources, idx, [min(b * batch_size, n) for b in range(nb + 1)])
+
+
+def test_batch_memory_is_reused_only_once_released():
+    a = arrays(2000)
+    loader = DataLoader(TensorDataset(a["x"], a["y"]), batch_size=10, shuffle=True, prefetch=2, num_threads=2)
+    pointers = set()
+    for x, y in loader:  # each batch dropped before the next: a handful of buffer sets serve the epoch
+        pointers.add(x.data_ptr())
+        np.testing.assert_array_equal(x.numpy(), a["x"][y.numpy()])
+    assert len(pointers) <= 4
+    kept = []
+    for i, (x, y) in enumerate(loader):
+        if i % 3 == 0:
+            kept.append((x.numpy(), y))  # a numpy view alone keeps the memory from being reused
+    for x, y in kept:
+        np.testing.assert_array_equal(x, a["x"][y.numpy()])
 
 
 def test_shuffle_sequential_and_epochs():
@@ -172,7 +210,7 @@ RSS_SCRIPT = textwrap.dedent("""
     import sys
     import ddpc.data as data
     path, budget = sys.argv[1], int(sys.argv[2])
-    data._RESIDENT_BUDGET = budget
+    data.RESIDENT_BUDGET = budget
     def rss():
         with open("/proc/self/statm") as f:
             return int(f.read().split()[1]) * 4096
@@ -256,14 +294,15 @@ def test_generic_dataset_error_reaches_the_caller():
 
 def test_no_threads_left_after_dropping_iterators_mid_epoch():
     a = arrays(1000)
-    py_before, c_before = threading.active_count(), c_threads()
+    py_before = threading.active_count()
+    c_before = stable_threads()
     loader = DataLoader(TensorDataset(a["x"], a["y"]), batch_size=10, shuffle=True, num_threads=3, prefetch=4)
     it = iter(loader)
     next(it)
     assert c_threads() == c_before + 3
     held = next(it)
     del it
-    assert c_threads() == c_before
+    assert settled_threads(c_before) == c_before
     assert held[1].numpy().shape == (10,)  # a batch outlives its loader
     it = iter(DataLoader(Squares(100), batch_size=3, prefetch=2))
     next(it)
@@ -273,9 +312,9 @@ def test_no_threads_left_after_dropping_iterators_mid_epoch():
     it = iter(ShardedLoader(a["x"], 10, rank=0, world_size=1))
     next(it)
     it.close()
-    assert c_threads() == c_before
+    assert settled_threads(c_before) == c_before
     list(DataLoader(TensorDataset(a["y"]), batch_size=100))  # a finished epoch stops its threads too
-    assert c_threads() == c_before and threading.active_count() == py_before
+    assert settled_threads(c_before) == c_before and threading.active_count() == py_before
 
 
 def test_errors_at_construction(tmp_path):

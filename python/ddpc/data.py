@@ -16,22 +16,26 @@ a fraction of 2^64. A sampler's seed for an epoch is ``seed + epoch`` (mod
 
 A ``TensorDataset`` of arrays, ddpc tensors or ``.npy`` paths loads through C
 threads that gather rows with the GIL released, ``prefetch`` batches ahead.
-``.npy`` paths (and arrays from ``np.load(mmap_mode="r")``) are memory-mapped
-and their pages dropped from the resident set as the loader moves on, so a
-data set larger than memory streams with bounded resident memory. Every batch
-is a fresh allocation that the loader never touches again, so a batch may be
-kept as long as wanted. With ``device="cuda:N"`` rows are gathered into pinned
+A batch's host memory is gathered into again only once nothing refers to the
+batch (no tensor, view, numpy array or DLPack capsule made from it), so
+batches may be kept as long as wanted, and memory let go is reused without
+fresh page faults. With ``device="cuda:N"`` rows are gathered into pinned
 staging memory and copied on the device's copy stream; the batch handed out
 is ordered before later work on the compute stream by an event (no host
 synchronisation). Any other map-style data set (``__getitem__``/``__len__``)
 is fetched and collated in one background thread, also ``prefetch`` ahead.
+
+``.npy`` paths (and arrays from ``np.load(mmap_mode="r")``) are memory-mapped;
+once the pages they have made resident exceed ``ddpc.data.RESIDENT_BUDGET``
+bytes (1 GiB unless changed) the loader drops them from the resident set (they
+stay in the page cache), so a data set larger than memory streams with bounded
+resident memory.
 
 Differences from PyTorch: there are no worker processes (``num_workers``);
 ``RandomSampler`` takes a ``seed`` instead of a ``generator``; batches of a
 ``TensorDataset`` are lists of ``ddpc.Tensor``.
 """
 
-import math
 import numbers
 import os
 import queue
@@ -51,7 +55,7 @@ __all__ = [
 
 _MASK64 = (1 << 64) - 1
 # Resident pages of mapped files (bytes) a loader may add before dropping them.
-_RESIDENT_BUDGET = 64 << 20
+RESIDENT_BUDGET = 1 << 30
 
 
 def _positive_int(value, name):
@@ -588,7 +592,7 @@ class DataLoader:
         if self._arrays:
             ds = self.dataset
             return _ArrayBatches(_C.Loader(ds._buffers, ds._file_backed, idx, offsets, self.prefetch,
-                                           self.num_threads, self.device, self.pin_memory, _RESIDENT_BUDGET))
+                                           self.num_threads, self.device, self.pin_memory, RESIDENT_BUDGET))
         idx = idx.tolist()
         batches = [idx[offsets[b]:offsets[b + 1]] for b in range(len(offsets) - 1)]
         return _ThreadedBatches(self._fetch, batches, self.prefetch)
