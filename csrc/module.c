@@ -5,6 +5,7 @@
 #include "buffer.h"
 #include "device.h"
 #include "ops.h"
+#include "ops_nn.h"
 
 PyObject *ddpc_DistError, *ddpc_DistTimeoutError;
 
@@ -165,6 +166,7 @@ static int module_exec(PyObject *m) {
     Py_DECREF(bases);
     if (!ddpc_DistTimeoutError || PyModule_AddObjectRef(m, "DistTimeoutError", ddpc_DistTimeoutError) < 0) return -1;
     if (ddpc_buffer_register(m) < 0 || ddpc_ops_register(m) < 0) return -1;
+    if (ddpc_nn_register(m) < 0) return -1;
     return 0;
 }
 
