@@ -6,8 +6,13 @@ The public API is re-exported here; see the submodules for details.
 from . import _C, cuda
 from ._C import DistError, DistTimeoutError
 from ._dtype import bfloat16, device, dtype, float16, float32, float64, int32, int64, uint8
-from .tensor import (Tensor, arange, cat, empty, empty_like, from_dlpack, from_numpy, full, initial_seed, manual_seed,
-                     ones, ones_like, rand, randint, randn, randperm, stack, tensor, zeros, zeros_like)
+from .tensor import (Tensor, arange, empty, empty_like, from_dlpack, from_numpy, full, initial_seed, manual_seed, ones,
+                     ones_like, rand, randint, randn, randperm, tensor, zeros, zeros_like)
+from . import autograd
+from .autograd import (cat, enable_grad, exp, is_grad_enabled, log, matmul, no_grad, relu, set_grad_enabled, sigmoid,
+                       stack, tanh)
+from . import nn, optim
+from .serialization import CheckpointError, load, save
 
 half = float16
 float = float32
@@ -24,7 +29,8 @@ def build_info():
 
 
 __all__ = [
-    "DistError", "DistTimeoutError", "Tensor", "arange", "bfloat16", "build_info", "cat", "cuda", "device", "dtype",
+    "CheckpointError", "DistError", "DistTimeoutError", "Tensor", "autograd", "enable_grad", "exp", "is_grad_enabled",
+    "load", "log", "matmul", "nn", "no_grad", "optim", "relu", "save", "set_grad_enabled", "sigmoid", "tanh", "arange", "bfloat16", "build_info", "cat", "cuda", "device", "dtype",
     "empty", "empty_like", "float16", "float32", "float64", "from_dlpack", "from_numpy", "full", "initial_seed",
     "int32", "int64", "manual_seed", "ones", "ones_like", "rand", "randint", "randn", "randperm", "stack", "tensor",
     "uint8", "zeros", "zeros_like",
