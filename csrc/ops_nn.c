@@ -78,7 +78,12 @@ ddpc_status ddpc_op_unary_backward(ddpc_unary_op op, ddpc_buffer *gx, const ddpc
         const T *g = gy->data, *s = saved->data;
         const T e = (T)p;
         switch (op) {
-        case DDPC_RELU: for (int64_t i = 0; i < n; i++) o[i] = s[i] > 0 ? g[i] : (T)0; break;
+        case DDPC_RELU: /* both loads unconditional, so the select vectorises */
+            for (int64_t i = 0; i < n; i++) {
+                T gi = g[i];
+                o[i] = s[i] > 0 ? gi : (T)0;
+            }
+            break;
         case DDPC_GELU:
             for (int64_t i = 0; i < n; i++) {
                 T cdf = (T)0.5 * ((T)1 + erf(s[i] * (T)INV_SQRT2));

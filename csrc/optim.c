@@ -11,13 +11,15 @@
  *          p = p - lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
  *
  * The Python binding checks every list entry and collects the pointers with
- * the GIL held, then runs all updates with it released. */
-#include <math.h>
+ * the GIL held, then runs all updates with it released: device tensors as one
+ * kernel each on their compute stream, host tensors split across cores. */
 #include <stdlib.h>
+#include <tgmath.h>
 
 #include "kernels.h"
 #include "module.h"
 #include "ops_nn.h"
+#include "parallel.h"
 
 /* Every tensor of a step must match its parameter in dtype, device and size. */
 static ddpc_status check_group_(int n, ddpc_buffer **params, ddpc_buffer **lists[], const char *names[], int nlists,
@@ -39,33 +41,145 @@ static ddpc_status check_group_(int n, ddpc_buffer **params, ddpc_buffer **lists
     return DDPC_OK;
 }
 
-static ddpc_status sgd_one_(ddpc_buffer *param, const ddpc_buffer *grad, ddpc_buffer *buf, const ddpc_sgd_args *a) {
-    int64_t n = param->numel;
-    if (n == 0) return DDPC_OK;
-    if (param->device != DDPC_CPU)
-        DDPC_LAUNCH(param->device, ddpc_k_sgd(param->data, grad->data, buf ? buf->data : NULL, n, param->dtype, a->lr,
-                                              a->momentum, a->dampening, a->weight_decay, a->nesterov, a->first, stream));
-    DDPC_FLOAT_TYPES(param->dtype, {
-        T *p = param->data, *b = buf ? buf->data : NULL;
-        const T *g = grad->data;
+/* A group's host tensors seen as one index space [0, total), so the split
+ * across threads balances one big weight and many small biases alike. */
+typedef struct {
+    int n;
+    ddpc_buffer **params, **grads, **s1, **s2, **s3; /* s*: the optimizer's state lists */
+    int64_t *starts;                                 /* n + 1 prefix offsets; device tensors add 0 */
+    const ddpc_sgd_args *sgd;
+    const ddpc_adam_args *adam;
+    double step_size, bc2_sqrt;
+} group_job_;
+
+typedef void (*span_fn_)(const group_job_ *j, int i, int64_t lo, int64_t hi);
+
+typedef struct {
+    const group_job_ *job;
+    span_fn_ span;
+} range_ctx_;
+
+static void group_range_(void *ctx, int64_t lo, int64_t hi) {
+    const range_ctx_ *r = ctx;
+    const group_job_ *j = r->job;
+    for (int i = 0; i < j->n; i++) {
+        int64_t s = lo > j->starts[i] ? lo : j->starts[i], e = hi < j->starts[i + 1] ? hi : j->starts[i + 1];
+        if (s < e) r->span(j, i, s - j->starts[i], e - j->starts[i]);
+    }
+}
+
+/* Grain: below ~64K elements per thread, starting a thread costs more than it saves. */
+static void run_group_(const group_job_ *j, span_fn_ span) {
+    range_ctx_ r = {j, span};
+    ddpc_parallel_for(j->starts[j->n], 1 << 16, group_range_, &r);
+}
+
+/* Each loop variant has its branches resolved outside the loop (the macro
+ * arguments are constants), so the compiler vectorises every one. */
+#define SGD_LOOP(T, MOMENTUM, FIRST, NESTEROV)                                     \
+    for (int64_t i = lo; i < hi; i++) {                                            \
+        T d = g[i] + wd * p[i];                                                    \
+        if (MOMENTUM) {                                                            \
+            T m = (FIRST) ? d : mom * b[i] + damp * d;                             \
+            b[i] = m;                                                              \
+            d = (NESTEROV) ? d + mom * m : m;                                      \
+        }                                                                          \
+        p[i] -= lr * d;                                                            \
+    }
+
+static void sgd_span_(const group_job_ *j, int i, int64_t lo, int64_t hi) {
+    const ddpc_sgd_args *a = j->sgd;
+    ddpc_buffer *bb = j->s1 ? j->s1[i] : NULL;
+    DDPC_FLOAT_TYPES(j->params[i]->dtype, {
+        T *restrict p = j->params[i]->data, *restrict b = bb ? bb->data : NULL;
+        const T *restrict g = j->grads[i]->data;
         const T lr = (T)a->lr, wd = (T)a->weight_decay, mom = (T)a->momentum, damp = (T)(1 - a->dampening);
-        if (!b) {
-            for (int64_t i = 0; i < n; i++) p[i] -= lr * (g[i] + wd * p[i]);
-        } else if (a->first) {
-            for (int64_t i = 0; i < n; i++) {
-                T d = g[i] + wd * p[i];
-                b[i] = d;
-                p[i] -= lr * (a->nesterov ? d + mom * d : d);
-            }
-        } else {
-            for (int64_t i = 0; i < n; i++) {
-                T d = g[i] + wd * p[i];
-                T m = mom * b[i] + damp * d;
-                b[i] = m;
-                p[i] -= lr * (a->nesterov ? d + mom * m : m);
-            }
-        }
+        if (!b) SGD_LOOP(T, 0, 0, 0)
+        else if (a->first && a->nesterov) SGD_LOOP(T, 1, 1, 1)
+        else if (a->first) SGD_LOOP(T, 1, 1, 0)
+        else if (a->nesterov) SGD_LOOP(T, 1, 0, 1)
+        else SGD_LOOP(T, 1, 0, 0)
     });
+}
+
+#define ADAM_LOOP(T, AMSGRAD)                                                      \
+    for (int64_t i = lo; i < hi; i++) {                                            \
+        T gi = g[i] + l2 * p[i];                                                   \
+        T mi = m[i] + b1c * (gi - m[i]);                                           \
+        T vi = b2 * v[i] + b2c * gi * gi;                                          \
+        m[i] = mi;                                                                 \
+        v[i] = vi;                                                                 \
+        if (AMSGRAD) {                                                             \
+            vi = vmax[i] > vi ? vmax[i] : vi;                                      \
+            vmax[i] = vi;                                                          \
+        }                                                                          \
+        p[i] = p[i] * shrink - ss * mi / (sqrt(vi) / bc2s + eps);                  \
+    }
+
+static void adam_span_(const group_job_ *j, int i, int64_t lo, int64_t hi) {
+    const ddpc_adam_args *a = j->adam;
+    ddpc_buffer *mx = j->s3 ? j->s3[i] : NULL;
+    DDPC_FLOAT_TYPES(j->params[i]->dtype, {
+        T *restrict p = j->params[i]->data, *restrict m = j->s1[i]->data, *restrict v = j->s2[i]->data;
+        T *restrict vmax = mx ? mx->data : NULL;
+        const T *restrict g = j->grads[i]->data;
+        /* Adam adds wd * p to the gradient; AdamW scales p by 1 - lr * wd.
+         * The unused one is 0 or 1, which leaves the result exact. */
+        const T l2 = a->decoupled ? (T)0 : (T)a->weight_decay;
+        const T shrink = a->decoupled ? (T)(1 - a->lr * a->weight_decay) : (T)1;
+        const T b1c = (T)(1 - a->beta1), b2 = (T)a->beta2, b2c = (T)(1 - a->beta2);
+        const T ss = (T)j->step_size, bc2s = (T)j->bc2_sqrt, eps = (T)a->eps;
+        if (vmax) ADAM_LOOP(T, 1)
+        else ADAM_LOOP(T, 0)
+    });
+}
+
+/* Launches device tensors one kernel each; fills j->starts for the host ones. */
+static ddpc_status sgd_device_(const group_job_ *j) {
+    for (int i = 0; i < j->n; i++) {
+        ddpc_buffer *p = j->params[i], *b = j->s1 ? j->s1[i] : NULL;
+        const ddpc_sgd_args *a = j->sgd;
+        if (p->device == DDPC_CPU || p->numel == 0) continue;
+#ifdef DDPC_WITH_CUDA
+        void *stream;
+        CHECK(ddpc_cuda_compute_stream(p->device, &stream));
+        CUDACHECK(cudaSetDevice(p->device));
+        CUDACHECK((cudaError_t)ddpc_k_sgd(p->data, j->grads[i]->data, b ? b->data : NULL, p->numel, p->dtype, a->lr,
+                                          a->momentum, a->dampening, a->weight_decay, a->nesterov, a->first, stream));
+#else
+        (void)b, (void)a;
+        return ddpc_cuda_require(p->device);
+#endif
+    }
+    return DDPC_OK;
+}
+
+static ddpc_status adam_device_(const group_job_ *j) {
+    for (int i = 0; i < j->n; i++) {
+        ddpc_buffer *p = j->params[i], *mx = j->s3 ? j->s3[i] : NULL;
+        const ddpc_adam_args *a = j->adam;
+        if (p->device == DDPC_CPU || p->numel == 0) continue;
+#ifdef DDPC_WITH_CUDA
+        void *stream;
+        CHECK(ddpc_cuda_compute_stream(p->device, &stream));
+        CUDACHECK(cudaSetDevice(p->device));
+        CUDACHECK((cudaError_t)ddpc_k_adam(p->data, j->grads[i]->data, j->s1[i]->data, j->s2[i]->data,
+                                           mx ? mx->data : NULL, p->numel, p->dtype, a->lr, a->beta1, a->beta2, a->eps,
+                                           a->weight_decay, a->decoupled, j->step_size, j->bc2_sqrt, stream));
+#else
+        (void)mx, (void)a;
+        return ddpc_cuda_require(p->device);
+#endif
+    }
+    return DDPC_OK;
+}
+
+static ddpc_status host_starts_(group_job_ *j) {
+    j->starts = malloc(((size_t)j->n + 1) * sizeof *j->starts);
+    if (!j->starts) return DDPC_ERROR(DDPC_ERR_OOM, "out of host memory for an optimizer step");
+    j->starts[0] = 0;
+    for (int i = 0; i < j->n; i++)
+        j->starts[i + 1] = j->starts[i] + (j->params[i]->device == DDPC_CPU ? j->params[i]->numel : 0);
     return DDPC_OK;
 }
 
@@ -74,41 +188,15 @@ ddpc_status ddpc_op_sgd_step(int n, ddpc_buffer **params, ddpc_buffer **grads, d
     ddpc_buffer **lists[2] = {grads, bufs};
     const char *names[2] = {"gradient", "momentum buffer"};
     CHECK(check_group_(n, params, lists, names, 2, "sgd"));
-    if (args->momentum != 0 && !bufs) return DDPC_ERROR(DDPC_ERR_ARG, "sgd: momentum needs momentum buffers");
-    for (int i = 0; i < n; i++) CHECK(sgd_one_(params[i], grads[i], args->momentum != 0 ? bufs[i] : NULL, args));
-    return DDPC_OK;
-}
-
-static ddpc_status adam_one_(ddpc_buffer *param, const ddpc_buffer *grad, ddpc_buffer *m_, ddpc_buffer *v_,
-                             ddpc_buffer *vmax_, const ddpc_adam_args *a, double step_size, double bc2_sqrt) {
-    int64_t n = param->numel;
-    if (n == 0) return DDPC_OK;
-    if (param->device != DDPC_CPU)
-        DDPC_LAUNCH(param->device,
-                    ddpc_k_adam(param->data, grad->data, m_->data, v_->data, vmax_ ? vmax_->data : NULL, n, param->dtype,
-                                a->lr, a->beta1, a->beta2, a->eps, a->weight_decay, a->decoupled, step_size, bc2_sqrt,
-                                stream));
-    DDPC_FLOAT_TYPES(param->dtype, {
-        T *p = param->data, *m = m_->data, *v = v_->data, *vmax = vmax_ ? vmax_->data : NULL;
-        const T *g = grad->data;
-        const T wd = (T)a->weight_decay, b1c = (T)(1 - a->beta1), b2 = (T)a->beta2, b2c = (T)(1 - a->beta2);
-        const T shrink = (T)(1 - a->lr * a->weight_decay), ss = (T)step_size, bc2s = (T)bc2_sqrt, eps = (T)a->eps;
-        const T l2 = a->decoupled ? (T)0 : wd;
-        const int decay = a->decoupled && a->weight_decay != 0;
-        for (int64_t i = 0; i < n; i++) {
-            T gi = g[i] + l2 * p[i];
-            T pi = decay ? p[i] * shrink : p[i];
-            T mi = m[i] + b1c * (gi - m[i]);
-            T vi = b2 * v[i] + b2c * gi * gi;
-            m[i] = mi;
-            v[i] = vi;
-            if (vmax) {
-                vi = vmax[i] > vi ? vmax[i] : vi;
-                vmax[i] = vi;
-            }
-            p[i] = pi - ss * mi / (sqrt(vi) / bc2s + eps);
-        }
-    });
+    if (args->momentum != 0) {
+        for (int i = 0; i < n; i++)
+            if (!bufs || !bufs[i]) return DDPC_ERROR(DDPC_ERR_ARG, "sgd: momentum needs a buffer for parameter %d", i);
+    }
+    group_job_ j = {.n = n, .params = params, .grads = grads, .s1 = args->momentum != 0 ? bufs : NULL, .sgd = args};
+    CHECK(sgd_device_(&j));
+    CHECK(host_starts_(&j));
+    run_group_(&j, sgd_span_);
+    free(j.starts);
     return DDPC_OK;
 }
 
@@ -117,12 +205,17 @@ ddpc_status ddpc_op_adam_step(int n, ddpc_buffer **params, ddpc_buffer **grads, 
     ddpc_buffer **lists[4] = {grads, exp_avgs, exp_avg_sqs, max_sqs};
     const char *names[4] = {"gradient", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
     CHECK(check_group_(n, params, lists, names, 4, "adam"));
+    for (int i = 0; i < n; i++)
+        if (!exp_avgs[i] || !exp_avg_sqs[i] || (max_sqs && !max_sqs[i]))
+            return DDPC_ERROR(DDPC_ERR_ARG, "adam: parameter %d has no state buffers", i);
     if (args->step < 1) return DDPC_ERROR(DDPC_ERR_ARG, "adam: step counts from 1, got %lld", (long long)args->step);
     double bc1 = 1 - pow(args->beta1, (double)args->step), bc2 = 1 - pow(args->beta2, (double)args->step);
-    double step_size = args->lr / bc1, bc2_sqrt = sqrt(bc2);
-    for (int i = 0; i < n; i++)
-        CHECK(adam_one_(params[i], grads[i], exp_avgs[i], exp_avg_sqs[i], max_sqs ? max_sqs[i] : NULL, args, step_size,
-                        bc2_sqrt));
+    group_job_ j = {.n = n, .params = params, .grads = grads, .s1 = exp_avgs, .s2 = exp_avg_sqs, .s3 = max_sqs,
+                    .adam = args, .step_size = args->lr / bc1, .bc2_sqrt = sqrt(bc2)};
+    CHECK(adam_device_(&j));
+    CHECK(host_starts_(&j));
+    run_group_(&j, adam_span_);
+    free(j.starts);
     return DDPC_OK;
 }
 
