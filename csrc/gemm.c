@@ -57,8 +57,9 @@ static ddpc_status handle_for_(int device, cublasHandle_t *out) {
 static ddpc_status gemm_cuda_(ddpc_buffer *out, const ddpc_buffer *a, const ddpc_buffer *b, int ta, int tb,
                               const ddpc_buffer *bias, int accumulate, int64_t M, int64_t N, int64_t K) {
     cublasHandle_t h;
-    CHECK(handle_for_(out->device, &h));
+    /* cublasCreate binds the handle to the current device. */
     CUDACHECK(cudaSetDevice(out->device));
+    CHECK(handle_for_(out->device, &h));
     void *stream;
     CHECK(ddpc_cuda_compute_stream(out->device, &stream));
     if (bias) CUDACHECK((cudaError_t)ddpc_k_rows_fill(out->data, bias->data, out->dtype, M, N, stream));
