@@ -4,6 +4,7 @@
 #include "alloc.h"
 #include "buffer.h"
 #include "device.h"
+#include "comm/nccl.h"
 #include "ops.h"
 #include "ops_nn.h"
 
@@ -167,6 +168,7 @@ static int module_exec(PyObject *m) {
     if (!ddpc_DistTimeoutError || PyModule_AddObjectRef(m, "DistTimeoutError", ddpc_DistTimeoutError) < 0) return -1;
     if (ddpc_buffer_register(m) < 0 || ddpc_ops_register(m) < 0) return -1;
     if (ddpc_nn_register(m) < 0) return -1;
+    if (ddpc_nccl_register(m) < 0) return -1;
     return 0;
 }
 
