@@ -159,3 +159,13 @@ def test_mlp_learns_a_synthetic_problem_deterministically():
     assert loss2 == loss
     for p, q in zip(params, params2):
         np.testing.assert_array_equal(p, q)
+
+
+def test_parameters_deep_copy_as_parameters():
+    import copy
+
+    lin = nn.Linear(3, 2)
+    twin = copy.deepcopy(lin)
+    assert isinstance(twin.weight, nn.Parameter) and twin.weight.requires_grad
+    assert twin.weight.data_ptr() != lin.weight.data_ptr()
+    np.testing.assert_array_equal(np.asarray(twin.weight), np.asarray(lin.weight))

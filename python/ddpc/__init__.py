@@ -29,9 +29,9 @@ def build_info():
 
 
 __all__ = [
-    "CheckpointError", "DistError", "DistTimeoutError", "Tensor", "autograd", "enable_grad", "exp", "is_grad_enabled",
-    "load", "log", "matmul", "nn", "no_grad", "optim", "relu", "save", "set_grad_enabled", "sigmoid", "tanh", "arange", "bfloat16", "build_info", "cat", "cuda", "device", "dtype",
-    "empty", "empty_like", "float16", "float32", "float64", "from_dlpack", "from_numpy", "full", "initial_seed",
-    "int32", "int64", "manual_seed", "ones", "ones_like", "rand", "randint", "randn", "randperm", "stack", "tensor",
-    "uint8", "zeros", "zeros_like",
+    "CheckpointError", "DistError", "DistTimeoutError", "Tensor", "arange", "autograd", "bfloat16", "build_info", "cat",
+    "cuda", "device", "dtype", "empty", "empty_like", "enable_grad", "exp", "float16", "float32", "float64",
+    "from_dlpack", "from_numpy", "full", "initial_seed", "int32", "int64", "is_grad_enabled", "load", "log",
+    "manual_seed", "matmul", "nn", "no_grad", "ones", "ones_like", "optim", "rand", "randint", "randn", "randperm",
+    "relu", "save", "set_grad_enabled", "sigmoid", "stack", "tanh", "tensor", "uint8", "zeros", "zeros_like",
 ]

@@ -34,6 +34,10 @@ class Parameter(Tensor):
     def __repr__(self):
         return "Parameter containing:\n" + super().__repr__()
 
+    def __reduce__(self):
+        """Pickles (and deep-copies) by value as a Parameter."""
+        return (Parameter, (self.detach(), self.requires_grad))
+
 
 _IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
 
