@@ -27,9 +27,9 @@ is fetched and collated in one background thread, also ``prefetch`` ahead.
 
 ``.npy`` paths (and arrays from ``np.load(mmap_mode="r")``) are memory-mapped;
 once the pages they have made resident exceed ``ddpc.data.RESIDENT_BUDGET``
-bytes (1 GiB unless changed) the loader drops them from the resident set (they
-stay in the page cache), so a data set larger than memory streams with bounded
-resident memory.
+bytes (a quarter of physical memory, at least 1 GiB, unless changed) the
+loader drops them from the resident set (they stay in the page cache), so a
+data set larger than memory streams with bounded resident memory.
 
 Differences from PyTorch: there are no worker processes (``num_workers``);
 ``RandomSampler`` takes a ``seed`` instead of a ``generator``; batches of a
@@ -54,8 +54,18 @@ __all__ = [
 ]
 
 _MASK64 = (1 << 64) - 1
-# Resident pages of mapped files (bytes) a loader may add before dropping them.
-RESIDENT_BUDGET = 1 << 30
+
+
+def _physical_memory():
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return 0
+
+
+# Resident pages of mapped files (bytes) a loader may add before dropping them:
+# a quarter of physical memory, at least 1 GiB.
+RESIDENT_BUDGET = max(1 << 30, _physical_memory() // 4)
 
 
 def _positive_int(value, name):
