@@ -67,17 +67,19 @@ static void copy_rows_(char *dst, const char *base, const int64_t *idx, int64_t 
     }
 }
 
+static void release_files_(ddpc_loader *l) {
+    for (int k = 0; k < l->nsources; k++) {
+        const ddpc_loader_source *src = &l->src[k];
+        if (src->kind == DDPC_SOURCE_MAPPED) ddpc_release_file_pages(src->base, (size_t)src->rows * src->row_bytes);
+    }
+}
+
 /* A mapped file's pages stay resident after they are read, and one read can
  * map far more than it reads (fault-around, large page-cache folios: up to
  * 2 MiB for a 4 KiB row). So after every few rows the threads compare the
  * process's resident file pages with the level at init and drop the mapped
  * sources' pages once it exceeds the budget: resident memory stays within
  * about budget + threads * RESIDENT_CHECK_ROWS * folio size, whatever the file size. */
-static void release_files_(ddpc_loader *l) {
-    for (int k = 0; k < l->nsources; k++)
-        if (l->src[k].kind == DDPC_SOURCE_MAPPED) ddpc_release_file_pages(l->src[k].base, (size_t)l->src[k].rows * l->src[k].row_bytes);
-}
-
 static void limit_resident_(ddpc_loader *l) {
     if (ddpc_resident_file_bytes(l->statm_fd) > l->resident_base + l->budget) release_files_(l);
 }
@@ -232,7 +234,8 @@ static ddpc_status check_config_(const ddpc_loader_config *c) {
     int64_t rows = c->sources[0].rows;
     for (int k = 1; k < c->nsources; k++)
         if (c->sources[k].rows != rows)
-            return DDPC_ERROR(DDPC_ERR_ARG, "sources have different lengths: source 0 has %lld rows, source %d has %lld",
+            return DDPC_ERROR(DDPC_ERR_ARG,
+                              "sources have different lengths: source 0 has %lld rows, source %d has %lld",
                               (long long)rows, k, (long long)c->sources[k].rows);
     if (c->nbatches < 0 || c->offsets[0] < 0 || c->offsets[c->nbatches] > c->nindices)
         return DDPC_ERROR(DDPC_ERR_ARG, "batch offsets out of range of the %lld indices", (long long)c->nindices);
@@ -241,7 +244,8 @@ static ddpc_status check_config_(const ddpc_loader_config *c) {
             return DDPC_ERROR(DDPC_ERR_ARG, "batch offsets must be non-decreasing (batch %lld)", (long long)b);
     for (int64_t i = 0; i < c->nindices; i++)
         if (c->indices[i] < 0 || c->indices[i] >= rows)
-            return DDPC_ERROR(DDPC_ERR_ARG, "index %lld (at position %lld) is out of range for a data set of %lld samples",
+            return DDPC_ERROR(DDPC_ERR_ARG,
+                              "index %lld (at position %lld) is out of range for a data set of %lld samples",
                               (long long)c->indices[i], (long long)i, (long long)rows);
     return DDPC_OK;
 }

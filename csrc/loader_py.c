@@ -494,7 +494,8 @@ static PyObject *py_weighted_sampler_indices(PyObject *m, PyObject *args) {
     long long total, r, rank;
     int replacement;
     unsigned long long seed;
-    if (!PyArg_ParseTuple(args, "OLpLLK:weighted_sampler_indices", &weights_obj, &total, &replacement, &r, &rank, &seed))
+    if (!PyArg_ParseTuple(args, "OLpLLK:weighted_sampler_indices", &weights_obj, &total, &replacement, &r, &rank,
+                          &seed))
         return NULL;
     if (total < 0 || r < 1) return PyErr_Format(PyExc_ValueError, "need total >= 0 and num_replicas >= 1");
     Py_buffer w;

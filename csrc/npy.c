@@ -188,7 +188,8 @@ ddpc_status ddpc_npy_open(const char *path, ddpc_npy_file *f) {
     }
     CHECKGOTO(ddpc_npy_parse_header(f->map, f->map_len, path, &f->header), st, fail_);
     if (f->header.nbytes > f->map_len - f->header.data_offset) {
-        st = DDPC_ERROR(DDPC_ERR_ARG, "%s: .npy file truncated: the header promises %zu bytes of data, the file has %zu",
+        st = DDPC_ERROR(DDPC_ERR_ARG,
+                        "%s: .npy file truncated: the header promises %zu bytes of data, the file has %zu",
                         path, f->header.nbytes, f->map_len - f->header.data_offset);
         goto fail_;
     }

@@ -71,8 +71,8 @@ def check_batches(loader, sources, idx, offsets):
             np.testing.assert_array_equal(got, src[want])
 
 
-@pytest.mark.parametrize("batch_size,drop_last,prefetch,threads", [(1, False, 1, 1), (16, False, 2, 2), (16, True, 3, 4),
-                                                                   (50, False, 8, 3), (200, False, 2, 2)])
+@pytest.mark.parametrize("batch_size,drop_last,prefetch,threads",
+                         [(1, False, 1, 1), (16, False, 2, 2), (16, True, 3, 4), (50, False, 8, 3), (200, False, 2, 2)])
 def test_batches_equal_numpy_gather(batch_size, drop_last, prefetch, threads):
     a = arrays()
     sources = [a["x"], a["y"], a["u"], a["h"], a["d"]]
@@ -167,7 +167,8 @@ RANK_SCRIPT = textwrap.dedent("""
     import json, sys
     import numpy as np
     from ddpc.data import ShardedLoader
-    path, rank, world, epoch, batch = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+    path = sys.argv[1]
+    rank, world, epoch, batch = map(int, sys.argv[2:6])
     x = np.load(path)
     loader = ShardedLoader([path, np.arange(len(x))], batch, shuffle=True, seed=11, rank=rank, world_size=world)
     loader.set_epoch(epoch)

@@ -102,7 +102,8 @@ def _group_defaults(num_replicas, rank):
         rank = me if rank is None else rank
     num_replicas = _positive_int(num_replicas, "num_replicas")
     if isinstance(rank, bool) or not isinstance(rank, numbers.Integral) or not 0 <= rank < num_replicas:
-        raise ValueError(f"rank {rank!r} is out of range for num_replicas {num_replicas} (expected 0..{num_replicas - 1})")
+        raise ValueError(f"rank {rank!r} is out of range for num_replicas {num_replicas} "
+                         f"(expected 0..{num_replicas - 1})")
     return num_replicas, int(rank)
 
 
