@@ -352,6 +352,11 @@ def test_errors_at_construction(tmp_path):
         TensorDataset(np.float32(1.0))
     with pytest.raises(TypeError, match="unsupported element format"):
         TensorDataset(np.zeros(4, dtype=np.int16))
+    if not ddpc.cuda.is_available():
+        with pytest.raises(RuntimeError, match="cuda:0 was requested"):
+            DataLoader(TensorDataset(a["x"]), device="cuda:0")
+        with pytest.raises(RuntimeError, match="cuda:0 was requested"):
+            ShardedLoader(a["x"], 2, device="cuda")
 
 
 def write_raw(path, header, payload=b""):

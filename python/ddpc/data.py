@@ -581,6 +581,10 @@ class DataLoader:
         self.device = None if device is None else ordinal(device)
         if self.device == -1:
             self.device = None
+        if self.device is not None and self.device >= _C.cuda_device_count():
+            count = _C.cuda_device_count()
+            raise RuntimeError(f"cuda:{self.device} was requested but "
+                               + (f"this machine has {count} GPU(s)" if count else _C.cuda_unavailable_reason()))
         self.prefetch = _positive_int(prefetch, "prefetch")
         self.num_threads = (max(1, min(4, os.cpu_count() or 1)) if num_threads is None
                             else _positive_int(num_threads, "num_threads"))
