@@ -210,6 +210,31 @@ def test_every_sample_once_per_epoch_across_rank_processes(tmp_path, n, world):
     assert per_epoch[0] != per_epoch[1]
 
 
+def group_worker(rank, path, n, epoch):
+    """A rank of a real process group: ShardedLoader takes rank and world size from it."""
+    import ddpc.distributed as dist
+    dist.init_process_group("cpu")
+    try:
+        loader = ShardedLoader([path, np.arange(n)], 5, seed=3)
+        loader.set_epoch(epoch)
+        assert (loader.sampler.rank, loader.sampler.num_replicas) == (dist.get_rank(), dist.get_world_size())
+        return [int(v) for _, yb in loader for v in yb.numpy()]
+    finally:
+        dist.destroy_process_group()
+
+
+def test_sharded_loader_defaults_to_the_process_group(tmp_path):
+    n, world = 40, 2
+    path = str(tmp_path / "x.npy")
+    np.save(path, np.zeros((n, 3), np.float32))
+    shares = ddpc.spawn(group_worker, args=(path, n, 1), nprocs=world)
+    assert sorted(shares[0] + shares[1]) == list(range(n))
+    for rank, share in enumerate(shares):
+        expected = DistributedSampler(n, world, rank, seed=3)
+        expected.set_epoch(1)
+        assert share == expected.indices().tolist()
+
+
 RSS_SCRIPT = textwrap.dedent("""
     import sys
     import numpy as np
