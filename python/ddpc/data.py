@@ -25,11 +25,14 @@ is ordered before later work on the compute stream by an event (no host
 synchronisation). Any other map-style data set (``__getitem__``/``__len__``)
 is fetched and collated in one background thread, also ``prefetch`` ahead.
 
-``.npy`` paths (and arrays from ``np.load(mmap_mode="r")``) are memory-mapped;
-once the pages they have made resident exceed ``ddpc.data.RESIDENT_BUDGET``
-bytes (a quarter of physical memory, at least 1 GiB, unless changed) the
-loader drops them from the resident set (they stay in the page cache), so a
-data set larger than memory streams with bounded resident memory.
+``.npy`` paths (and arrays from ``np.load(mmap_mode="r")``) are memory-mapped
+and read through the mapping while they fit ``ddpc.data.RESIDENT_BUDGET``
+(a quarter of physical memory or of the cgroup's limit, at least 1 GiB). A
+``.npy`` path bigger than that is read row by row with ``pread``, so it never
+becomes resident; a bigger mapped array has its pages dropped from the
+resident set (they stay in the page cache) whenever those the loader made
+resident exceed the budget. Either way a data set larger than memory streams
+with bounded resident memory.
 
 Differences from PyTorch: there are no worker processes (``num_workers``);
 ``RandomSampler`` takes a ``seed`` instead of a ``generator``; batches of a
@@ -56,16 +59,38 @@ __all__ = [
 _MASK64 = (1 << 64) - 1
 
 
-def _physical_memory():
+def _memory_limit():
+    """Physical memory, or this process's cgroup memory limit (v1 or v2) where lower."""
     try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        limit = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError):
-        return 0
+        limit = 0
+    try:
+        with open("/proc/self/cgroup") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return limit
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":
+            candidate = f"/sys/fs/cgroup{path}/memory.max"
+        elif "memory" in controllers.split(","):
+            candidate = f"/sys/fs/cgroup/memory{path}/memory.limit_in_bytes"
+        else:
+            continue
+        try:
+            with open(candidate) as f:
+                value = f.read().strip()
+        except OSError:
+            continue
+        if value.isdigit() and (limit == 0 or int(value) < limit):
+            limit = int(value)
+    return limit
 
 
 # Resident pages of mapped files (bytes) a loader may add before dropping them:
-# a quarter of physical memory, at least 1 GiB.
-RESIDENT_BUDGET = max(1 << 30, _physical_memory() // 4)
+# a quarter of the memory this process may use, at least 1 GiB.
+RESIDENT_BUDGET = max(1 << 30, _memory_limit() // 4)
 
 
 def _positive_int(value, name):
