@@ -18,26 +18,11 @@ import time
 import numpy as np
 
 
-def import_torch():
-    """torch, or None. Imported before ddpc (both link NCCL, and torch needs its own,
-    newer one loaded first) and without this directory on sys.path, where
-    benchmarks/copy.py would stand in for the standard library's copy module."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    saved = sys.path[:]
-    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
-    try:
-        import torch
-    except ImportError:
-        torch = None
-    finally:
-        sys.path[:] = saved
-    return torch
-
+from common import best_time, import_torch, machine, print_table
 
 torch = import_torch()
 
-import ddpc
-from common import best_time, machine, print_table
+import ddpc  # noqa: E402 - after torch, see import_torch
 from ddpc import data
 from ddpc.data import DataLoader, DistributedSampler, TensorDataset
 
