@@ -11,7 +11,6 @@ to the GPU, and the rate is compared with pinned cudaMemcpy bandwidth.
 
 import argparse
 import os
-import sys
 import tempfile
 import time
 
