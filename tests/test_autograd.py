@@ -290,3 +290,25 @@ def test_grad_fn_and_repr():
     y = (x * 2).sum()
     assert "grad_fn" in repr(y)
     assert y.grad_fn.next_functions[0] is not None
+
+
+def test_set_grad_enabled_as_call_context_and_decorator():
+    x = leaf(2)
+    with ddpc.set_grad_enabled(False):
+        assert (x * 2).grad_fn is None
+    assert ddpc.is_grad_enabled()
+    ddpc.set_grad_enabled(False)
+    try:
+        assert not ddpc.is_grad_enabled()
+    finally:
+        ddpc.set_grad_enabled(True)
+
+    @ddpc.set_grad_enabled(False)
+    def f():
+        return (x * 2).grad_fn
+
+    assert ddpc.is_grad_enabled() and f() is None
+    with ddpc.no_grad():
+        with ddpc.set_grad_enabled(True):
+            assert (x * 2).grad_fn is not None
+        assert not ddpc.is_grad_enabled()

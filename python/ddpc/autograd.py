@@ -44,36 +44,9 @@ def is_grad_enabled():
     return _mode.enabled
 
 
-class set_grad_enabled:
-    """Context manager (and decorator) setting grad mode in this thread."""
-
-    def __init__(self, mode):
-        self.prev = _mode.enabled
-        self.mode = bool(mode)
-        _mode.enabled = self.mode
-
-    def __enter__(self):
-        _mode.enabled = self.mode
-        return self
-
-    def __exit__(self, *exc):
-        _mode.enabled = self.prev
-        return False
-
-    def __call__(self, fn):
-        mode = self.mode
-        _mode.enabled = self.prev
-
-        def wrapper(*args, **kwargs):
-            with set_grad_enabled(mode):
-                return fn(*args, **kwargs)
-
-        wrapper.__name__ = getattr(fn, "__name__", "wrapper")
-        wrapper.__doc__ = getattr(fn, "__doc__", None)
-        return wrapper
-
-
 class _ModeContext:
+    """Sets grad mode for a with-block, or for every call of a decorated function."""
+
     _mode_value = True
 
     def __enter__(self):
@@ -107,6 +80,23 @@ class enable_grad(_ModeContext):
     """Re-enables graph recording inside a ``no_grad`` region."""
 
     _mode_value = True
+
+
+class set_grad_enabled(_ModeContext):
+    """Sets grad mode: at once when called, like PyTorch, and for a with-block."""
+
+    def __init__(self, mode):
+        self._mode_value = bool(mode)
+        self.prev = _mode.enabled
+        _mode.enabled = self._mode_value
+
+    def __enter__(self):
+        _mode.enabled = self._mode_value  # self.prev was taken before __init__ changed the mode
+        return self
+
+    def __call__(self, fn):
+        _mode.enabled = self.prev  # used as a decorator: only the calls change the mode
+        return super().__call__(fn)
 
 
 # ---- graph --------------------------------------------------------------------------
