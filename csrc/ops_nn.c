@@ -1,13 +1,14 @@
 /* nn op entry points (see ops_nn.h): argument checks, then host loops or the
  * launchers of kernels/nn.cu and kernels/loss.cu.
  *
- * Host loops are written once over an element type T (float or double) with
- * <tgmath.h>, so exp/log/tanh/erf pick the precision of T; row reductions of
- * the losses accumulate in double. */
+ * Host loops are written once over an element type T (float or double):
+ * float goes through the vectorisable functions of fastmath.h, double through
+ * <tgmath.h>'s libm calls. Row reductions of the losses accumulate in double. */
 #include "ops_nn.h"
 
 #include <tgmath.h>
 
+#include "fastmath.h"
 #include "gemm.h"
 #include "kernels.h"
 #include "module.h"
@@ -39,6 +40,12 @@ static ddpc_status check_like_(const ddpc_buffer *ref, const ddpc_buffer *b, int
 #define INV_SQRT2 0.70710678118654752440
 #define INV_SQRT_2PI 0.39894228040143267794
 
+/* The function of T's precision (sizeof is a constant, so one branch remains). */
+#define EXP_T(T, x) (sizeof(T) == 4 ? (T)ddpc_exp_f32((float)(x)) : (T)exp((double)(x)))
+#define TANH_T(T, x) (sizeof(T) == 4 ? (T)ddpc_tanh_f32((float)(x)) : (T)tanh((double)(x)))
+#define SIGMOID_T(T, x) (sizeof(T) == 4 ? (T)ddpc_sigmoid_f32((float)(x)) : (T)(1 / (1 + exp(-(double)(x)))))
+#define CDF_T(T, x) (sizeof(T) == 4 ? (T)ddpc_normal_cdf_f32((float)(x)) : (T)(0.5 * erfc(-(double)(x) * INV_SQRT2)))
+
 ddpc_status ddpc_op_unary(ddpc_unary_op op, ddpc_buffer *out, const ddpc_buffer *x, double p) {
     if ((unsigned)op >= DDPC_NUNARY) return DDPC_ERROR(DDPC_ERR_ARG, "unknown unary op %d", (int)op);
     CHECK(check_out_(out, "unary op"));
@@ -52,10 +59,12 @@ ddpc_status ddpc_op_unary(ddpc_unary_op op, ddpc_buffer *out, const ddpc_buffer 
         const T e = (T)p;
         switch (op) {
         case DDPC_RELU: for (int64_t i = 0; i < n; i++) o[i] = a[i] > 0 ? a[i] : (T)0; break;
-        case DDPC_GELU: for (int64_t i = 0; i < n; i++) o[i] = (T)0.5 * a[i] * ((T)1 + erf(a[i] * (T)INV_SQRT2)); break;
-        case DDPC_TANH: for (int64_t i = 0; i < n; i++) o[i] = tanh(a[i]); break;
-        case DDPC_SIGMOID: for (int64_t i = 0; i < n; i++) o[i] = (T)1 / ((T)1 + exp(-a[i])); break;
-        case DDPC_EXP: for (int64_t i = 0; i < n; i++) o[i] = exp(a[i]); break;
+        case DDPC_GELU:
+            for (int64_t i = 0; i < n; i++) o[i] = a[i] * CDF_T(T, a[i]);
+            break;
+        case DDPC_TANH: for (int64_t i = 0; i < n; i++) o[i] = TANH_T(T, a[i]); break;
+        case DDPC_SIGMOID: for (int64_t i = 0; i < n; i++) o[i] = SIGMOID_T(T, a[i]); break;
+        case DDPC_EXP: for (int64_t i = 0; i < n; i++) o[i] = EXP_T(T, a[i]); break;
         case DDPC_LOG: for (int64_t i = 0; i < n; i++) o[i] = log(a[i]); break;
         default: for (int64_t i = 0; i < n; i++) o[i] = pow(a[i], e); break;
         }
@@ -86,8 +95,8 @@ ddpc_status ddpc_op_unary_backward(ddpc_unary_op op, ddpc_buffer *gx, const ddpc
             break;
         case DDPC_GELU:
             for (int64_t i = 0; i < n; i++) {
-                T cdf = (T)0.5 * ((T)1 + erf(s[i] * (T)INV_SQRT2));
-                T pdf = (T)INV_SQRT_2PI * exp((T)-0.5 * s[i] * s[i]);
+                T cdf = CDF_T(T, s[i]);
+                T pdf = (T)INV_SQRT_2PI * EXP_T(T, (T)-0.5 * s[i] * s[i]);
                 o[i] = g[i] * (cdf + s[i] * pdf);
             }
             break;
