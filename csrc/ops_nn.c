@@ -374,6 +374,64 @@ ddpc_status ddpc_op_cross_entropy_backward(ddpc_buffer *glogits, const ddpc_buff
     return DDPC_OK;
 }
 
+static ddpc_status softmax_rows_(const ddpc_buffer *x, int64_t *rows, int64_t *cols, const char *op) {
+    if (x->ndim < 1) return DDPC_ERROR(DDPC_ERR_ARG, "%s: needs at least one dim", op);
+    *cols = x->shape[x->ndim - 1];
+    *rows = *cols ? x->numel / *cols : 0;
+    return DDPC_OK;
+}
+
+ddpc_status ddpc_op_softmax(ddpc_buffer *out, const ddpc_buffer *x, int take_log) {
+    CHECK(check_out_(out, "softmax"));
+    CHECK(check_like_(out, x, out->numel, "softmax", "the input"));
+    int64_t R = 0, C = 0;
+    CHECK(softmax_rows_(x, &R, &C, "softmax"));
+    if (R * C == 0) return DDPC_OK;
+    if (out->device != DDPC_CPU)
+        DDPC_LAUNCH(out->device, ddpc_k_softmax(out->data, x->data, R, C, take_log, out->dtype, stream));
+    DDPC_FLOAT_TYPES(out->dtype, {
+        for (int64_t r = 0; r < R; r++) {
+            const T *xr = (const T *)x->data + r * C;
+            T *o = (T *)out->data + r * C;
+            double lse, sx;
+            ROW_LSE(T, xr, C, lse, sx);
+            (void)sx;
+            if (take_log) {
+                for (int64_t c = 0; c < C; c++) o[c] = (T)((double)xr[c] - lse);
+            } else {
+                for (int64_t c = 0; c < C; c++) o[c] = (T)exp((double)xr[c] - lse);
+            }
+        }
+    });
+    return DDPC_OK;
+}
+
+ddpc_status ddpc_op_softmax_backward(ddpc_buffer *gx, const ddpc_buffer *gy, const ddpc_buffer *y, int take_log) {
+    CHECK(check_out_(gx, "softmax backward"));
+    CHECK(check_like_(gx, gy, gx->numel, "softmax backward", "the output gradient"));
+    CHECK(check_like_(gx, y, gx->numel, "softmax backward", "the output"));
+    int64_t R = 0, C = 0;
+    CHECK(softmax_rows_(y, &R, &C, "softmax backward"));
+    if (R * C == 0) return DDPC_OK;
+    if (gx->device != DDPC_CPU)
+        DDPC_LAUNCH(gx->device, ddpc_k_softmax_backward(gx->data, gy->data, y->data, R, C, take_log, gx->dtype, stream));
+    DDPC_FLOAT_TYPES(gx->dtype, {
+        for (int64_t r = 0; r < R; r++) {
+            const T *g = (const T *)gy->data + r * C, *yr = (const T *)y->data + r * C;
+            T *o = (T *)gx->data + r * C;
+            double dot = 0;
+            if (take_log) {
+                for (int64_t c = 0; c < C; c++) dot += (double)g[c];
+                for (int64_t c = 0; c < C; c++) o[c] = (T)((double)g[c] - exp((double)yr[c]) * dot);
+            } else {
+                for (int64_t c = 0; c < C; c++) dot += (double)g[c] * (double)yr[c];
+                for (int64_t c = 0; c < C; c++) o[c] = (T)((double)yr[c] * ((double)g[c] - dot));
+            }
+        }
+    });
+    return DDPC_OK;
+}
+
 ddpc_status ddpc_op_mse(ddpc_buffer *out, const ddpc_buffer *a, const ddpc_buffer *b, ddpc_reduction reduction) {
     CHECK(check_out_(out, "mse"));
     CHECK(check_like_(out, a, -1, "mse", "the input"));
@@ -511,6 +569,24 @@ static PyObject *py_cross_entropy_backward(PyObject *m, PyObject *args) {
                                                                                   (ddpc_reduction)red));
 }
 
+static PyObject *py_softmax(PyObject *m, PyObject *args) {
+    (void)m;
+    ddpc_buffer *out, *x;
+    int take_log;
+    if (!PyArg_ParseTuple(args, "O&O&p:softmax", ddpc_arg_buffer, &out, ddpc_arg_buffer, &x, &take_log)) return NULL;
+    DDPC_RUN_RELEASED(ddpc_buffer_nbytes(x), ddpc_op_softmax(out, x, take_log));
+}
+
+static PyObject *py_softmax_backward(PyObject *m, PyObject *args) {
+    (void)m;
+    ddpc_buffer *gx, *gy, *y;
+    int take_log;
+    if (!PyArg_ParseTuple(args, "O&O&O&p:softmax_backward", ddpc_arg_buffer, &gx, ddpc_arg_buffer, &gy,
+                          ddpc_arg_buffer, &y, &take_log))
+        return NULL;
+    DDPC_RUN_RELEASED(ddpc_buffer_nbytes(y), ddpc_op_softmax_backward(gx, gy, y, take_log));
+}
+
 static PyObject *py_mse(PyObject *m, PyObject *args) {
     (void)m;
     ddpc_buffer *out, *a, *b;
@@ -542,6 +618,8 @@ static PyMethodDef nn_methods[] = {
      "cross_entropy(out, logits, target, ignore_index, label_smoothing, reduction): 0 none 1 mean 2 sum"},
     {"cross_entropy_backward", py_cross_entropy_backward, METH_VARARGS,
      "cross_entropy_backward(glogits, gout, logits, target, ignore_index, label_smoothing, reduction)"},
+    {"softmax", py_softmax, METH_VARARGS, "softmax(out, x, take_log): (log-)softmax over the last dim"},
+    {"softmax_backward", py_softmax_backward, METH_VARARGS, "softmax_backward(gx, gy, y, take_log): y is the output"},
     {"mse", py_mse, METH_VARARGS, "mse(out, a, b, reduction)"},
     {"mse_backward", py_mse_backward, METH_VARARGS, "mse_backward(ga, gout, a, b, reduction)"},
     {NULL, NULL, 0, NULL},

@@ -251,6 +251,12 @@ def test_gpu_ops_match_host(dtype):
         o = empty(x.shape, dtype, device)
         _C.dropout(o, B(x), 0.3, 5, 11)
         res["dropout"] = o
+        for take_log in (False, True):
+            o = empty(x.shape, dtype, device)
+            _C.softmax(o, B(x), take_log)
+            gx = empty(x.shape, dtype, device)
+            _C.softmax_backward(gx, B(x * 0.5), o, take_log)
+            res[f"softmax{take_log}"], res[f"softmax_bwd{take_log}"] = o, gx
         for red in (0, 1, 2):
             o = empty((33,) if red == 0 else (), dtype, device)
             _C.cross_entropy(o, B(g), buf(t, device), -100, 0.1, red)

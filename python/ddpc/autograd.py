@@ -828,6 +828,44 @@ def dropout(x, p=0.5, training=True):
     return out
 
 
+class _SoftmaxBackward(Node):
+    def __init__(self, x, out, take_log):
+        super().__init__((x,), (out.detach(),))
+        self.take_log = take_log
+
+    def name(self):
+        return "LogSoftmaxBackward" if self.take_log else "SoftmaxBackward"
+
+    def backward(self, g):
+        (y,) = self.saved
+        gx = _empty(y.shape, y)
+        _C.softmax_backward(gx._buf, g._buf, y._buf, self.take_log)
+        return (gx,)
+
+
+def _softmax(x, dim, take_log):
+    if x.ndim == 0:
+        raise ValueError("softmax needs at least one dim")
+    if dim is None or dim % x.ndim != x.ndim - 1:
+        raise ValueError(f"ddpc's softmax runs over the last dim (dim=-1 or {x.ndim - 1}), got dim={dim}")
+    src = _as_float(x.detach())
+    out = _empty(src.shape, src)
+    _C.softmax(out._buf, src._buf, take_log)
+    if _needs_grad(x):
+        _attach(out, _SoftmaxBackward(x, out, take_log))
+    return out
+
+
+def softmax(x, dim=-1):
+    """exp(x) / sum(exp(x)) over the last dim."""
+    return _softmax(x, dim, False)
+
+
+def log_softmax(x, dim=-1):
+    """x - log(sum(exp(x))) over the last dim, computed stably."""
+    return _softmax(x, dim, True)
+
+
 _REDUCTIONS = {"none": 0, "mean": 1, "sum": 2}
 
 
