@@ -9,7 +9,7 @@ from ddpc import nn
 def make_blobs(n=2048, features=20, classes=4, seed=0, weights=None):
     """Gaussian blobs: class c centred at a random point; `weights` skews the class frequencies."""
     rng = np.random.default_rng(seed)
-    centres = rng.normal(0, 3, (classes, features))
+    centres = rng.normal(0, 0.8, (classes, features))
     y = rng.choice(classes, n, p=weights).astype(np.int64)
     X = (centres[y] + rng.normal(0, 1, (n, features))).astype(np.float32)
     return X, y

@@ -34,6 +34,8 @@ def load_digits(seed=0, test_fraction=0.2):
 
 
 def progress(epoch, step, steps, loss, start):
+    if not sys.stderr.isatty():  # a log file gets the per-epoch lines only
+        return
     width = 30
     done = int(width * step / steps)
     sys.stderr.write(f"\repoch {epoch:2d} [{'#' * done}{'.' * (width - done)}] {step}/{steps} "
@@ -107,7 +109,8 @@ def main(argv=None):
         ddpc.checkpoint.save({"epoch": epoch, "model": model.state_dict(), "optimizer": optimizer.state_dict()},
                              args.checkpoint)
         if rank == 0:
-            sys.stderr.write("\n")
+            if sys.stderr.isatty():
+                sys.stderr.write("\n")
             print(f"epoch {epoch:2d}  loss {total / max(count, 1):.4f}  test accuracy {accuracy:.4f}", flush=True)
 
     if rank == 0:

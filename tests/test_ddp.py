@@ -23,9 +23,22 @@ def model(seed=0, hidden=HIDDEN, extra=False):
     ddpc.manual_seed(seed)
     layers = [nn.Linear(FEATURES, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, CLASSES)]
     m = nn.Sequential(*layers)
-    if extra:
-        m.unused = nn.Linear(3, 3)
-    return m
+    return _WithUnused(m) if extra else m
+
+
+def _WithUnused(body):
+    from ddpc import nn
+
+    class WithUnused(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = body
+            self.unused = nn.Linear(3, 3)
+
+        def forward(self, x):
+            return self.body(x)
+
+    return WithUnused()
 
 
 def params(m):

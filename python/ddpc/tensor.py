@@ -427,7 +427,7 @@ class Tensor:
 
     # ---- arithmetic --------------------------------------------------------------
     def _binary(self, other, op, out=None):
-        if isinstance(other, numbers.Number) and not isinstance(other, bool) or isinstance(other, bool):
+        if isinstance(other, numbers.Number):
             rdt = self.dtype
             if not rdt.is_floating_point and (isinstance(other, float) or op in (_DIV, _RDIV)):
                 rdt = float32

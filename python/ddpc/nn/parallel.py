@@ -18,7 +18,7 @@ import copy
 
 from .. import _C
 from .. import distributed as dist
-from ..autograd import Node, no_grad
+from ..autograd import Node, is_grad_enabled, no_grad
 from ..tensor import Tensor, zeros
 from .modules import Module
 
@@ -72,16 +72,18 @@ class GradBucket:
 
 
 def allreduce_hook(process_group, bucket):
-    """Averages the bucket over the group: divide by the world size, then all-reduce (SUM)."""
+    """Averages the bucket over the group with one all-reduce (AVG divides while it
+    reduces, saving the extra pass over the bucket that a separate division costs)."""
     flat = bucket.buffer()
-    flat /= dist.get_world_size(process_group)
-    return _Future(dist.all_reduce(flat, group=process_group, async_op=True), flat)
+    if dist.get_world_size(process_group) == 1:
+        return _Future(None, flat)
+    return _Future(dist.all_reduce(flat, op=dist.ReduceOp.AVG, group=process_group, async_op=True), flat)
 
 
 def _compress_hook(dtype, process_group, bucket):
     flat = bucket.buffer()
     compressed = flat.to(dtype)
-    compressed /= dist.get_world_size(process_group)
+    compressed /= dist.get_world_size(process_group)  # before reducing, so the sum stays in the narrow type's range
     fut = _Future(dist.all_reduce(compressed, group=process_group, async_op=True), compressed)
 
     def decompress(f):
@@ -193,7 +195,7 @@ class DistributedDataParallel(Module):
         self._comm_hook, self._comm_state = allreduce_hook, process_group
         self._named_params = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
         self._verify_same_model()
-        self._sync_module_states()
+        self._broadcast_states(0, with_params=True)
         self._buckets = self._make_buckets(bucket_cap_mb * (1 << 20))
         self._where = {}
         for b in self._buckets:
@@ -232,11 +234,13 @@ class DistributedDataParallel(Module):
                         f"DistributedDataParallel: the model differs between ranks 0 and {r} at parameter #{i}: "
                         f"rank 0 has {a!r}, rank {r} has {b!r} (name:shape:dtype); every rank must build the same model")
 
-    def _sync_module_states(self):
-        tensors = [p for _, p in self._named_params] + list(self.module.buffers())
+    def _broadcast_states(self, group_rank, with_params):
+        """Copies the parameters (if asked) and buffers of one group member to all."""
+        src = self.process_group.ranks[group_rank] if self.process_group is not None else group_rank
+        tensors = ([p for _, p in self._named_params] if with_params else []) + list(self.module.buffers())
         with no_grad():
             for t in tensors:
-                dist.broadcast(t, src=0, group=self.process_group)
+                dist.broadcast(t, src=src, group=self.process_group)
 
     def _make_buckets(self, cap):
         buckets, current, size = [], [], 0
@@ -321,20 +325,16 @@ class DistributedDataParallel(Module):
     def forward(self, *inputs, **kwargs):
         if self._join_mode:
             self._join_vote(1)
+            self._join_steps += 1
         if self.broadcast_buffers and self.require_backward_grad_sync:
-            self._broadcast_buffers()
+            self._broadcast_states(0, with_params=False)
         if self.device is not None:
             dev = self.device if not isinstance(self.device, int) else f"cuda:{self.device}"
             inputs, kwargs = _to_device(inputs, dev), _to_device(kwargs, dev)
         outputs = self.module(*inputs, **kwargs)
-        if self.module.training and self._buckets:
+        if self.module.training and self._buckets and is_grad_enabled():
             self._prepare_for_backward(outputs)
         return outputs
-
-    def _broadcast_buffers(self):
-        with no_grad():
-            for buf in self.module.buffers():
-                dist.broadcast(buf, src=0, group=self.process_group)
 
     @contextlib.contextmanager
     def no_sync(self):
@@ -367,19 +367,28 @@ class DistributedDataParallel(Module):
         if not enable:
             yield
             return
-        self._join_mode = True
+        self._join_mode, self._join_steps = True, 0
         try:
             yield
         finally:
             try:
                 while self._join_vote(0) > 0:
                     if self.broadcast_buffers:
-                        self._broadcast_buffers()
+                        self._broadcast_states(0, with_params=False)
                     for b in self._buckets:
                         b.flat.fill_(0)
                         self._comm_hook(self._comm_state, GradBucket(b.index, b.flat, b.params, False)).wait()
+                self._sync_from_last_joiner()
             finally:
                 self._join_mode = False
+
+    def _sync_from_last_joiner(self):
+        """Ranks that joined early stopped stepping; the rank that ran the most
+        steps (the highest such rank on ties) broadcasts its model to all."""
+        size, rank = self._world()
+        key = Tensor(_C.Buffer((1,), "int64")).fill_(self._join_steps * size + rank)
+        dist.all_reduce(key, op=dist.ReduceOp.MAX, group=self.process_group)
+        self._broadcast_states(int(key.item()) % size, with_params=True)
 
     def __getstate__(self):
         raise TypeError("DistributedDataParallel is tied to its process group and cannot be pickled; "
@@ -426,6 +435,11 @@ class DataParallel(Module):
             grads = [ps[k].grad for ps in self._params]
             if all(g is not None for g in grads):
                 _C.multi_all_reduce([g._buf for g in grads], 0)
+            # The optimizer steps the first replica only; the others' gradients
+            # are spent, and clearing them keeps accumulation across backward
+            # passes (without zero_grad) exact.
+            for ps in self._params[1:]:
+                ps[k].grad = None
             self._stale = True
 
     def _sync_replicas(self):

@@ -1,0 +1,470 @@
+/* Process groups: creation through the store, topology, the in-order work
+ * queue, failure state, the death monitor, and the cpu backend's dispatch
+ * between shared memory, the TCP ring and the hierarchical combination. */
+#include "comm/group.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "comm/net.h"
+
+const char *ddpc_coll_name(ddpc_coll c) {
+    static const char *names[DDPC_NCOLLS] = {"all_reduce", "broadcast", "all_gather", "reduce_scatter",
+                                             "barrier", "send", "recv"};
+    return c >= 0 && c < DDPC_NCOLLS ? names[c] : "?";
+}
+
+struct ddpc_work {
+    ddpc_coll_args args;
+    ddpc_group *g;
+    int done, refs;       /* under g->lock */
+    ddpc_status status;
+    char msg[1024];
+    ddpc_work *next;
+};
+
+/* ---- failure state -------------------------------------------------------------- */
+
+void ddpc_group_fail(ddpc_group *g, ddpc_status st, const char *msg) {
+    int expected = 0;
+    pthread_mutex_lock(&g->lock);
+    if (atomic_load(&g->failed) == 0) {
+        snprintf(g->fail_msg, sizeof g->fail_msg, "%s", msg);
+        atomic_compare_exchange_strong(&g->failed, &expected, (int)st);
+    }
+    pthread_mutex_unlock(&g->lock);
+    if (g->backend && g->backend->abort && g->bstate) g->backend->abort(g->bstate);
+}
+
+/* Re-records a message captured on another thread, without a second location. */
+static ddpc_status rethrow_(ddpc_status st, const char *msg) {
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%s", msg);
+    size_t n = strlen(buf);
+    char *loc = strrchr(buf, '[');
+    if (n && buf[n - 1] == ']' && loc && loc > buf && loc[-1] == ' ') loc[-1] = '\0';
+    return DDPC_ERROR(st, "%s", buf);
+}
+
+ddpc_status ddpc_group_error(ddpc_group *g) {
+    int st = atomic_load(&g->failed);
+    if (!st) return DDPC_ERROR(DDPC_ERR_INTERNAL, "ddpc_group_error called on a healthy group");
+    char msg[1024];
+    pthread_mutex_lock(&g->lock);
+    snprintf(msg, sizeof msg, "%s", g->fail_msg);
+    pthread_mutex_unlock(&g->lock);
+    return rethrow_((ddpc_status)st, msg);
+}
+
+/* ---- topology ------------------------------------------------------------------- */
+
+static ddpc_status topology_(ddpc_group *g) {
+    ddpc_topology *t = &g->topo;
+    char key[192], me[512];
+    ddpc_host_id(me, sizeof me);
+    snprintf(key, sizeof key, "%shost/%d", g->prefix, g->rank);
+    CHECK(ddpc_store_set(g->store, key, me, strlen(me) + 1));
+    char **ids = calloc((size_t)g->size, sizeof *ids);
+    t->local_ranks = malloc((size_t)g->size * sizeof(int));
+    t->leaders = malloc((size_t)g->size * sizeof(int));
+    t->node_of = malloc((size_t)g->size * sizeof(int));
+    ddpc_status res = DDPC_OK;
+    if (!ids || !t->local_ranks || !t->leaders || !t->node_of) {
+        res = DDPC_ERROR(DDPC_ERR_OOM, "out of memory");
+        goto out;
+    }
+    t->nnodes = 0;
+    t->local_size = 0;
+    for (int r = 0; r < g->size; r++) {
+        size_t len;
+        snprintf(key, sizeof key, "%shost/%d", g->prefix, r);
+        CHECKGOTO(ddpc_store_get(g->store, key, (void **)&ids[r], &len, g->timeout_s), res, out);
+        int node = -1;
+        for (int q = 0; q < r && node < 0; q++)
+            if (strcmp(ids[q], ids[r]) == 0) node = t->node_of[q];
+        if (node < 0) {
+            node = t->nnodes++;
+            t->leaders[node] = r;
+        }
+        t->node_of[r] = node;
+        if (strcmp(ids[r], me) == 0) {
+            if (r == g->rank) t->local_rank = t->local_size;
+            t->local_ranks[t->local_size++] = r;
+        }
+    }
+    t->node = t->node_of[g->rank];
+    if (t->local_size > 256) res = DDPC_ERROR(DDPC_ERR_ARG, "more than 256 ranks on one host are not supported");
+out:
+    if (ids)
+        for (int r = 0; r < g->size; r++) free(ids[r]);
+    free(ids);
+    return res;
+}
+
+/* ---- creation ------------------------------------------------------------------- */
+
+static void *worker_main_(void *arg);
+
+ddpc_status ddpc_group_init(ddpc_group **out, ddpc_store *store, const char *prefix, int rank, int size,
+                            const int *global_ranks, const ddpc_backend *backend, double timeout_s) {
+    ddpc_status res = DDPC_OK;
+    if (size < 1 || rank < 0 || rank >= size)
+        return DDPC_ERROR(DDPC_ERR_ARG, "rank %d is not valid in a group of size %d", rank, size);
+    ddpc_group *g = calloc(1, sizeof *g);
+    if (!g) return DDPC_ERROR(DDPC_ERR_OOM, "out of memory");
+    g->rank = rank, g->size = size, g->store = store, g->timeout_s = timeout_s;
+    g->listen_fd = -1;
+    snprintf(g->prefix, sizeof g->prefix, "%s", prefix);
+    pthread_mutex_init(&g->lock, NULL);
+    pthread_cond_init(&g->cond, NULL);
+    g->global_ranks = malloc((size_t)size * sizeof(int));
+    if (!g->global_ranks) { res = DDPC_ERROR(DDPC_ERR_OOM, "out of memory"); goto fail; }
+    memcpy(g->global_ranks, global_ranks, (size_t)size * sizeof(int));
+    ddpc_monitor_register(g);
+    CHECKGOTO(ddpc_p2p_init(g), res, fail);
+    CHECKGOTO(topology_(g), res, fail);
+    g->backend = backend;
+    CHECKGOTO(backend->init(g, &g->bstate), res, fail);
+    *out = g;
+    return DDPC_OK;
+fail:
+    ddpc_group_free(g);
+    return res;
+}
+
+void ddpc_group_free(ddpc_group *g) {
+    if (!g) return;
+    ddpc_monitor_unregister(g);
+    pthread_mutex_lock(&g->lock);
+    g->stop = 1;
+    pthread_cond_broadcast(&g->cond);
+    int joinable = g->have_worker;
+    pthread_mutex_unlock(&g->lock);
+    if (joinable) pthread_join(g->worker, NULL);
+    if (g->backend && g->bstate) g->backend->free(g->bstate);
+    ddpc_p2p_free(g);
+    free(g->topo.local_ranks);
+    free(g->topo.leaders);
+    free(g->topo.node_of);
+    free(g->global_ranks);
+    pthread_cond_destroy(&g->cond);
+    pthread_mutex_destroy(&g->lock);
+    free(g);
+}
+
+/* ---- work ----------------------------------------------------------------------- */
+
+/* Runs one collective; any failure mid-collective leaves peers at unknown
+ * points of the protocol, so it fails the whole group. */
+static void execute_(ddpc_group *g, ddpc_work *w) {
+    ddpc_status st;
+    if (atomic_load(&g->failed)) {
+        st = ddpc_group_error(g);
+    } else {
+        st = g->backend->run(g, g->bstate, &w->args, ddpc_deadline_after(g->timeout_s));
+        if (st != DDPC_OK && st != DDPC_ERR_ARG && st != DDPC_ERR_TYPE) ddpc_group_fail(g, st, ddpc_last_error());
+    }
+    if (st != DDPC_OK) {
+        snprintf(w->msg, sizeof w->msg, "%s", ddpc_last_error());
+        ddpc_clear_error();
+    }
+    pthread_mutex_lock(&g->lock);
+    w->status = st;
+    w->done = 1;
+    g->busy = 0;
+    pthread_cond_broadcast(&g->cond);
+    pthread_mutex_unlock(&g->lock);
+}
+
+static void *worker_main_(void *arg) {
+    ddpc_group *g = arg;
+    pthread_mutex_lock(&g->lock);
+    for (;;) {
+        while (!(g->head && !g->busy) && !(g->stop && !g->head)) pthread_cond_wait(&g->cond, &g->lock);
+        if (!g->head) break;
+        ddpc_work *w = g->head;
+        g->head = w->next;
+        if (!g->head) g->tail = NULL;
+        g->busy = 1;
+        pthread_mutex_unlock(&g->lock);
+        execute_(g, w);
+        ddpc_work_release(w);
+        pthread_mutex_lock(&g->lock);
+    }
+    pthread_mutex_unlock(&g->lock);
+    return NULL;
+}
+
+ddpc_status ddpc_group_submit(ddpc_group *g, const ddpc_coll_args *a, ddpc_work **out) {
+    ddpc_work *w = calloc(1, sizeof *w);
+    if (!w) return DDPC_ERROR(DDPC_ERR_OOM, "out of memory");
+    w->args = *a;
+    w->g = g;
+    w->refs = 2;
+    pthread_mutex_lock(&g->lock);
+    if (a->coll != DDPC_COLL_SEND && a->coll != DDPC_COLL_RECV) w->args.seq = g->next_seq++;
+    /* A call on an idle group runs on the calling thread: no hand-off latency. */
+    int inline_run = !out && !g->head && !g->busy;
+    if (inline_run) {
+        g->busy = 1;
+    } else {
+        if (!g->have_worker) {
+            int rc = pthread_create(&g->worker, NULL, worker_main_, g);
+            if (rc) {
+                pthread_mutex_unlock(&g->lock);
+                free(w);
+                return DDPC_ERROR(DDPC_ERR_SYS, "cannot start the group's worker thread: %s", strerror(rc));
+            }
+            g->have_worker = 1;
+        }
+        if (g->tail) g->tail->next = w;
+        else g->head = w;
+        g->tail = w;
+        pthread_cond_broadcast(&g->cond);
+    }
+    pthread_mutex_unlock(&g->lock);
+    if (inline_run) {
+        execute_(g, w);
+        w->refs = 1;
+    }
+    if (out) {
+        *out = w;
+        return DDPC_OK;
+    }
+    ddpc_status st = ddpc_work_wait(w, -1);
+    ddpc_work_release(w);
+    return st;
+}
+
+int ddpc_work_done(ddpc_work *w) {
+    pthread_mutex_lock(&w->g->lock);
+    int d = w->done;
+    pthread_mutex_unlock(&w->g->lock);
+    return d;
+}
+
+ddpc_status ddpc_work_wait(ddpc_work *w, double timeout_s) {
+    ddpc_group *g = w->g;
+    /* The collective bounds itself by the group timeout; a queued one may
+     * wait behind others, so the default bound leaves room for those. */
+    uint64_t deadline = timeout_s < 0 ? DDPC_NO_DEADLINE : ddpc_deadline_after(timeout_s);
+    pthread_mutex_lock(&g->lock);
+    while (!w->done) {
+        if (deadline == DDPC_NO_DEADLINE) {
+            pthread_cond_wait(&g->cond, &g->lock);
+            continue;
+        }
+        int ms = ddpc_ms_left(deadline, 1000000);
+        if (ms == 0) break;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += ms / 1000;
+        ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+        pthread_cond_timedwait(&g->cond, &g->lock, &ts);
+    }
+    int done = w->done;
+    pthread_mutex_unlock(&g->lock);
+    if (!done)
+        return DDPC_ERROR(DDPC_ERR_TIMEOUT, "%s (collective #%llu) did not complete within %.1f s",
+                          ddpc_coll_name(w->args.coll), (unsigned long long)w->args.seq, timeout_s);
+    return w->status == DDPC_OK ? DDPC_OK : rethrow_(w->status, w->msg);
+}
+
+void ddpc_work_release(ddpc_work *w) {
+    ddpc_group *g = w->g;
+    pthread_mutex_lock(&g->lock);
+    int left = --w->refs;
+    pthread_mutex_unlock(&g->lock);
+    if (left == 0) free(w);
+}
+
+/* ---- death monitor -------------------------------------------------------------- */
+
+static struct {
+    pthread_mutex_t lock;
+    ddpc_group **groups;
+    int ngroups, cap;
+    int watch_fd, wake[2], running, dead;
+    pthread_t thread;
+} mon_ = {PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0, -1, {-1, -1}, 0, 0, 0};
+
+void ddpc_monitor_register(ddpc_group *g) {
+    pthread_mutex_lock(&mon_.lock);
+    if (mon_.ngroups == mon_.cap) {
+        int cap = mon_.cap ? 2 * mon_.cap : 8;
+        ddpc_group **ng = realloc(mon_.groups, (size_t)cap * sizeof *ng);
+        if (ng) mon_.groups = ng, mon_.cap = cap;
+    }
+    if (mon_.ngroups < mon_.cap) mon_.groups[mon_.ngroups++] = g;
+    pthread_mutex_unlock(&mon_.lock);
+}
+
+void ddpc_monitor_unregister(ddpc_group *g) {
+    pthread_mutex_lock(&mon_.lock);
+    for (int i = 0; i < mon_.ngroups; i++)
+        if (mon_.groups[i] == g) mon_.groups[i] = mon_.groups[--mon_.ngroups];
+    pthread_mutex_unlock(&mon_.lock);
+}
+
+static void *monitor_main_(void *arg) {
+    (void)arg;
+    struct pollfd p[2] = {{mon_.watch_fd, POLLIN, 0}, {mon_.wake[0], POLLIN, 0}};
+    while (poll(p, 2, -1) < 0 && errno == EINTR) {
+    }
+    if (p[1].revents || !p[0].revents) return NULL;
+    int dead = ddpc_store_read_death(mon_.watch_fd);
+    char msg[256];
+    if (dead >= 0)
+        snprintf(msg, sizeof msg, "rank %d died or exited while the process group was in use", dead);
+    else
+        snprintf(msg, sizeof msg, "rank 0 died or exited while the process group was in use (lost the connection "
+                                  "to the store it hosted)");
+    pthread_mutex_lock(&mon_.lock);
+    mon_.dead = 1;
+    for (int i = 0; i < mon_.ngroups; i++) ddpc_group_fail(mon_.groups[i], DDPC_ERR_DIST, msg);
+    pthread_mutex_unlock(&mon_.lock);
+    return NULL;
+}
+
+ddpc_status ddpc_monitor_start(ddpc_store *store, int global_rank) {
+    if (mon_.running) return DDPC_ERROR(DDPC_ERR_ARG, "the default process group is already initialised");
+    CHECK(ddpc_store_watch(store, global_rank, &mon_.watch_fd));
+    if (pipe2(mon_.wake, O_CLOEXEC) < 0) {
+        close(mon_.watch_fd);
+        return DDPC_ERROR(DDPC_ERR_SYS, "pipe failed: %s", strerror(errno));
+    }
+    mon_.dead = 0;
+    int rc = pthread_create(&mon_.thread, NULL, monitor_main_, NULL);
+    if (rc) {
+        close(mon_.watch_fd), close(mon_.wake[0]), close(mon_.wake[1]);
+        return DDPC_ERROR(DDPC_ERR_SYS, "cannot start the monitor thread: %s", strerror(rc));
+    }
+    mon_.running = 1;
+    return DDPC_OK;
+}
+
+void ddpc_monitor_stop(double timeout_s) {
+    if (!mon_.running) return;
+    char b = 1;
+    if (write(mon_.wake[1], &b, 1) == 1) pthread_join(mon_.thread, NULL);
+    if (!mon_.dead && ddpc_store_leave(mon_.watch_fd, timeout_s) != DDPC_OK) ddpc_clear_error();
+    close(mon_.watch_fd), close(mon_.wake[0]), close(mon_.wake[1]);
+    mon_.watch_fd = mon_.wake[0] = mon_.wake[1] = -1;
+    mon_.running = 0;
+}
+
+/* ---- the cpu backend ------------------------------------------------------------ */
+
+static ddpc_status cpu_init_(ddpc_group *g, void **state) {
+    ddpc_shm *s = NULL;
+    if (g->topo.local_size > 1) CHECK(ddpc_shm_init(g, &s));
+    *state = s;
+    return DDPC_OK;
+}
+
+static int is_leader_(const ddpc_group *g) { return g->topo.local_rank == 0; }
+
+/* all_reduce across hosts: within each host through shared memory, across
+ * host leaders around the ring, then back out within each host. */
+static ddpc_status hier_allreduce_(ddpc_group *g, ddpc_shm *s, const ddpc_coll_args *a, uint64_t deadline) {
+    ddpc_coll_args b = *a;
+    b.op = a->op == DDPC_RED_AVG ? DDPC_RED_SUM : a->op;
+    b.in = b.out;
+    if (s) CHECK(ddpc_shm_run(s, &(ddpc_coll_args){.coll = DDPC_COLL_ALLREDUCE, .op = b.op, .dtype = b.dtype,
+                                                    .in = a->in, .out = a->out, .count = a->count, .seq = a->seq},
+                              deadline));
+    if (is_leader_(g)) CHECK(ddpc_ring_allreduce(g, &b, deadline));
+    if (s) CHECK(ddpc_shm_run(s, &(ddpc_coll_args){.coll = DDPC_COLL_BROADCAST, .dtype = b.dtype, .in = b.out,
+                                                    .out = b.out, .count = b.count, .peer = 0, .seq = a->seq},
+                              deadline));
+    if (a->op == DDPC_RED_AVG) {
+        const void *src = b.out;
+        ddpc_reduce(b.dtype, DDPC_RED_SUM, b.out, &src, 1, b.count, g->size);
+    }
+    return DDPC_OK;
+}
+
+static ddpc_status hier_broadcast_(ddpc_group *g, ddpc_shm *s, const ddpc_coll_args *a, uint64_t deadline) {
+    const ddpc_topology *t = &g->topo;
+    int root_node = t->node_of[a->peer];
+    ddpc_coll_args local = *a;
+    if (s && t->node == root_node) {
+        for (int j = 0; j < t->local_size; j++)
+            if (t->local_ranks[j] == a->peer) local.peer = j;
+        CHECK(ddpc_shm_run(s, &local, deadline));
+    }
+    if (is_leader_(g)) CHECK(ddpc_ring_broadcast(g, a, root_node, deadline));
+    if (s && t->node != root_node) {
+        local.peer = 0;
+        CHECK(ddpc_shm_run(s, &local, deadline));
+    }
+    return DDPC_OK;
+}
+
+static ddpc_status cpu_run_(ddpc_group *g, void *state, const ddpc_coll_args *a, uint64_t deadline) {
+    ddpc_shm *s = state;
+    size_t es = ddpc_dtype_size(a->dtype), n = a->count;
+    if (a->coll == DDPC_COLL_SEND) return ddpc_p2p_send(g, a, deadline);
+    if (a->coll == DDPC_COLL_RECV) return ddpc_p2p_recv(g, a, deadline);
+    if (g->topo.nnodes == 1) {
+        if (s) return ddpc_shm_run(s, a, deadline);
+        /* A group of one: the only work is moving data into place. */
+        if (a->coll == DDPC_COLL_REDUCE_SCATTER || a->coll == DDPC_COLL_ALLGATHER)
+            memmove(a->out, a->in, n * es);
+        return DDPC_OK;
+    }
+    switch (a->coll) {
+    case DDPC_COLL_ALLREDUCE:
+        return hier_allreduce_(g, s, a, deadline);
+    case DDPC_COLL_BROADCAST:
+        return hier_broadcast_(g, s, a, deadline);
+    case DDPC_COLL_BARRIER: {
+        uint8_t token = 0;
+        return hier_allreduce_(g, s, &(ddpc_coll_args){.coll = DDPC_COLL_ALLREDUCE, .op = DDPC_RED_MAX,
+                                                        .dtype = DDPC_UINT8, .in = &token, .out = &token,
+                                                        .count = 1, .seq = a->seq}, deadline);
+    }
+    case DDPC_COLL_ALLGATHER: {
+        /* Zeros everywhere but this rank's block, then a bitwise-or all-reduce:
+         * exact for every dtype, and it rides the hierarchical path. */
+        char *out = a->out;
+        memset(out, 0, (size_t)g->size * n * es);
+        memcpy(out + (size_t)g->rank * n * es, a->in, n * es);
+        return hier_allreduce_(g, s, &(ddpc_coll_args){.coll = DDPC_COLL_ALLREDUCE, .op = DDPC_RED_BOR,
+                                                        .dtype = DDPC_UINT8, .in = out, .out = out,
+                                                        .count = (size_t)g->size * n * es, .seq = a->seq}, deadline);
+    }
+    case DDPC_COLL_REDUCE_SCATTER: {
+        char *tmp = malloc((size_t)g->size * n * es + 1);
+        if (!tmp) return DDPC_ERROR(DDPC_ERR_OOM, "out of memory for reduce_scatter");
+        memcpy(tmp, a->in, (size_t)g->size * n * es);
+        ddpc_status st = hier_allreduce_(g, s, &(ddpc_coll_args){.coll = DDPC_COLL_ALLREDUCE, .op = a->op,
+                                                                  .dtype = a->dtype, .in = tmp, .out = tmp,
+                                                                  .count = (size_t)g->size * n, .seq = a->seq}, deadline);
+        if (st == DDPC_OK) memcpy(a->out, tmp + (size_t)g->rank * n * es, n * es);
+        free(tmp);
+        return st;
+    }
+    default:
+        return DDPC_ERROR(DDPC_ERR_INTERNAL, "unknown collective %d", (int)a->coll);
+    }
+}
+
+static void cpu_abort_(void *state) { ddpc_shm_abort(state); }
+static void cpu_free_(void *state) { ddpc_shm_free(state); }
+
+const ddpc_backend ddpc_cpu_backend = {"cpu", cpu_init_, cpu_run_, cpu_abort_, cpu_free_};
+
+const ddpc_backend *ddpc_backend_find(const char *name) {
+    static const ddpc_backend *const backends[] = {&ddpc_cpu_backend};
+    for (size_t i = 0; i < sizeof backends / sizeof *backends; i++)
+        if (strcmp(backends[i]->name, name) == 0) return backends[i];
+    return NULL;
+}

@@ -1,0 +1,158 @@
+/* Process groups: rank, size, store, a backend behind a vtable, and work
+ * handles executed in order by one worker thread per group.
+ *
+ * Every blocking wait inside a collective has the group's deadline, and every
+ * wait also gives up as soon as the group is marked failed (a peer died, or
+ * ranks disagreed about which collective they are in); from then on every
+ * call on the group raises that same error. */
+#ifndef DDPC_COMM_GROUP_H
+#define DDPC_COMM_GROUP_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "comm/reduce.h"
+#include "comm/store.h"
+#include "common.h"
+#include "dtype.h"
+
+typedef enum {
+    DDPC_COLL_ALLREDUCE = 0,
+    DDPC_COLL_BROADCAST,
+    DDPC_COLL_ALLGATHER,
+    DDPC_COLL_REDUCE_SCATTER,
+    DDPC_COLL_BARRIER,
+    DDPC_COLL_SEND,
+    DDPC_COLL_RECV,
+    DDPC_NCOLLS
+} ddpc_coll;
+
+const char *ddpc_coll_name(ddpc_coll c);
+
+/* One collective call. `count` is the element count of this rank's
+ * contribution: the whole tensor for all_reduce, broadcast, send and recv;
+ * the input for all_gather (output is size*count); the output for
+ * reduce_scatter (input is size*count). In-place ops have in == out. */
+typedef struct {
+    ddpc_coll coll;
+    ddpc_redop op;
+    ddpc_dtype dtype;
+    const void *in;
+    void *out;
+    size_t count;
+    int peer;           /* root of a broadcast, peer of send/recv (group ranks) */
+    int tag;
+    uint64_t seq;       /* position in this group's sequence of collectives */
+} ddpc_coll_args;
+
+typedef struct ddpc_group ddpc_group;
+
+/* A backend executes collectives for a group. `init` runs collectively on
+ * every member during group creation; `run` executes one collective before
+ * the deadline; `abort` wakes every wait of the backend (called from any
+ * thread once the group has failed). */
+typedef struct {
+    const char *name;
+    ddpc_status (*init)(ddpc_group *g, void **state);
+    ddpc_status (*run)(ddpc_group *g, void *state, const ddpc_coll_args *a, uint64_t deadline);
+    void (*abort)(void *state);
+    void (*free)(void *state);
+} ddpc_backend;
+
+extern const ddpc_backend ddpc_cpu_backend;
+
+/* The backend registered under `name` ("cpu"; "nccl" once built in), or NULL. */
+const ddpc_backend *ddpc_backend_find(const char *name);
+
+/* Topology found through the store: which group ranks share this host. */
+typedef struct {
+    int nnodes, node;          /* hosts in the group and this rank's host index */
+    int local_rank, local_size;
+    int *local_ranks;          /* group ranks on this host, ascending */
+    int *leaders;              /* lowest group rank of each host, by host index */
+    int *node_of;              /* host index of each group rank */
+} ddpc_topology;
+
+typedef struct ddpc_work ddpc_work;
+
+struct ddpc_group {
+    int rank, size;
+    int *global_ranks;         /* group rank -> rank in the default group */
+    ddpc_store *store;         /* shared, not owned */
+    char prefix[96];           /* store key prefix of this group */
+    double timeout_s;
+    ddpc_topology topo;
+    const ddpc_backend *backend;
+    void *bstate;
+    atomic_int failed;         /* ddpc_status of the failure, 0 while healthy */
+    char fail_msg[1024];
+    uint64_t next_seq;         /* sequence number of the next collective */
+    /* Worker: collectives run in call order on one thread at a time. */
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    ddpc_work *head, *tail;
+    int busy, stop, have_worker;
+    pthread_t worker;
+    /* Point-to-point TCP links, set up lazily (p2p.c). */
+    int listen_fd;
+    int *peer_fd;
+};
+
+ddpc_status ddpc_group_init(ddpc_group **out, ddpc_store *store, const char *prefix, int rank, int size,
+                            const int *global_ranks, const ddpc_backend *backend, double timeout_s);
+void ddpc_group_free(ddpc_group *g);
+
+/* Marks the group failed with `msg` (first cause wins) and wakes its waits. */
+void ddpc_group_fail(ddpc_group *g, ddpc_status st, const char *msg);
+/* Records the group's failure as the current error and returns its status. */
+ddpc_status ddpc_group_error(ddpc_group *g);
+
+/* Work: one queued collective. */
+ddpc_status ddpc_group_submit(ddpc_group *g, const ddpc_coll_args *a, ddpc_work **work);
+/* Waits for the work (timeout_s < 0: the group timeout) and returns its status. */
+ddpc_status ddpc_work_wait(ddpc_work *w, double timeout_s);
+int ddpc_work_done(ddpc_work *w);
+void ddpc_work_release(ddpc_work *w);
+
+/* Death watch: one thread per process watches the store and fails every
+ * registered group when a rank dies. */
+ddpc_status ddpc_monitor_start(ddpc_store *store, int global_rank);
+void ddpc_monitor_stop(double timeout_s);
+void ddpc_monitor_register(ddpc_group *g);
+void ddpc_monitor_unregister(ddpc_group *g);
+
+/* Engines used by the cpu backend. */
+typedef struct ddpc_shm ddpc_shm;
+ddpc_status ddpc_shm_init(ddpc_group *g, ddpc_shm **out);
+ddpc_status ddpc_shm_run(ddpc_shm *s, const ddpc_coll_args *a, uint64_t deadline);
+void ddpc_shm_abort(ddpc_shm *s);
+void ddpc_shm_free(ddpc_shm *s);
+
+/* TCP ring among the host leaders (ring.c): all_reduce and broadcast, where
+ * `root` is a host index. */
+ddpc_status ddpc_ring_allreduce(ddpc_group *g, const ddpc_coll_args *a, uint64_t deadline);
+ddpc_status ddpc_ring_broadcast(ddpc_group *g, const ddpc_coll_args *a, int root_node, uint64_t deadline);
+
+/* Point-to-point links (p2p.c). */
+ddpc_status ddpc_p2p_init(ddpc_group *g);
+void ddpc_p2p_free(ddpc_group *g);
+ddpc_status ddpc_p2p_link(ddpc_group *g, int peer, uint64_t deadline, int *fd);
+ddpc_status ddpc_p2p_send(ddpc_group *g, const ddpc_coll_args *a, uint64_t deadline);
+ddpc_status ddpc_p2p_recv(ddpc_group *g, const ddpc_coll_args *a, uint64_t deadline);
+
+/* Header that precedes every message on a TCP link, so both ends can check
+ * they are in the same call. */
+typedef struct {
+    uint32_t magic;
+    uint32_t coll, op, dtype;
+    uint64_t seq, count;
+    int32_t peer, tag;
+} ddpc_msg_header;
+
+void ddpc_msg_header_fill(ddpc_msg_header *h, const ddpc_coll_args *a);
+/* DDPC_OK when `theirs` describes the same call as `a`, else a DistError naming both. */
+ddpc_status ddpc_msg_header_check(const ddpc_coll_args *a, const ddpc_msg_header *theirs, int me, int them);
+
+#endif

@@ -1,0 +1,147 @@
+/* Point-to-point TCP links between the ranks of a group, made on first use:
+ * the lower rank connects to the higher rank's listening socket (its address
+ * is in the store) and introduces itself; the higher rank accepts, keeping
+ * links from other peers that arrive first. Used by send/recv and the ring. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "comm/group.h"
+#include "comm/net.h"
+
+#define HELLO_MAGIC 0x64647063u /* "ddpc" */
+#define MSG_MAGIC 0x6d736721u
+
+ddpc_status ddpc_p2p_init(ddpc_group *g) {
+    char addr[300], host[256], key[160];
+    int port;
+    g->peer_fd = malloc((size_t)g->size * sizeof *g->peer_fd);
+    if (!g->peer_fd) return DDPC_ERROR(DDPC_ERR_OOM, "out of memory");
+    for (int i = 0; i < g->size; i++) g->peer_fd[i] = -1;
+    if (g->size == 1) return DDPC_OK;
+    CHECK(ddpc_net_listen(NULL, 0, &g->listen_fd, &port));
+    const char *env = getenv("DDPC_IFADDR");
+    if (env && env[0]) snprintf(host, sizeof host, "%s", env);
+    else ddpc_store_local_addr(g->store, host, sizeof host);
+    snprintf(addr, sizeof addr, "%s %d", host, port);
+    snprintf(key, sizeof key, "%saddr/%d", g->prefix, g->rank);
+    return ddpc_store_set(g->store, key, addr, strlen(addr) + 1);
+}
+
+void ddpc_p2p_free(ddpc_group *g) {
+    if (g->peer_fd)
+        for (int i = 0; i < g->size; i++)
+            if (g->peer_fd[i] >= 0) close(g->peer_fd[i]);
+    free(g->peer_fd);
+    g->peer_fd = NULL;
+    if (g->listen_fd >= 0) close(g->listen_fd);
+    g->listen_fd = -1;
+}
+
+static ddpc_status connect_peer_(ddpc_group *g, int peer, uint64_t deadline) {
+    char key[160], host[256], what[64];
+    void *val;
+    size_t len;
+    int port, fd;
+    snprintf(key, sizeof key, "%saddr/%d", g->prefix, peer);
+    CHECK(ddpc_store_get(g->store, key, &val, &len, g->timeout_s));
+    int ok = sscanf(val, "%255s %d", host, &port) == 2;
+    free(val);
+    if (!ok) return DDPC_ERROR(DDPC_ERR_DIST, "malformed address of rank %d in the store", peer);
+    CHECK(ddpc_net_connect(host, port, deadline, &fd));
+    uint32_t hello[2] = {HELLO_MAGIC, (uint32_t)g->rank};
+    snprintf(what, sizeof what, "rank %d", peer);
+    ddpc_status st = ddpc_net_send(fd, hello, sizeof hello, deadline, &g->failed, what);
+    if (st != DDPC_OK) { close(fd); return st == DDPC_ERR_DIST && atomic_load(&g->failed) ? ddpc_group_error(g) : st; }
+    g->peer_fd[peer] = fd;
+    return DDPC_OK;
+}
+
+static ddpc_status accept_peer_(ddpc_group *g, int peer, uint64_t deadline) {
+    while (g->peer_fd[peer] < 0) {
+        int fd;
+        ddpc_status st = ddpc_net_accept(g->listen_fd, deadline, &g->failed, &fd);
+        if (st == DDPC_ERR_DIST && atomic_load(&g->failed)) return ddpc_group_error(g);
+        if (st == DDPC_ERR_TIMEOUT) {
+            ddpc_clear_error();
+            return DDPC_ERROR(DDPC_ERR_TIMEOUT, "timed out after %.1f s waiting for rank %d to connect", g->timeout_s, peer);
+        }
+        CHECK(st);
+        uint32_t hello[2];
+        st = ddpc_net_recv(fd, hello, sizeof hello, deadline, &g->failed, "a connecting peer");
+        if (st != DDPC_OK || hello[0] != HELLO_MAGIC || hello[1] >= (uint32_t)g->size || (int)hello[1] == g->rank ||
+            g->peer_fd[hello[1]] >= 0) {
+            /* Not a member of this group: drop it and keep waiting. */
+            ddpc_clear_error();
+            close(fd);
+            continue;
+        }
+        g->peer_fd[hello[1]] = fd;
+    }
+    return DDPC_OK;
+}
+
+ddpc_status ddpc_p2p_link(ddpc_group *g, int peer, uint64_t deadline, int *fd) {
+    if (peer < 0 || peer >= g->size || peer == g->rank)
+        return DDPC_ERROR(DDPC_ERR_ARG, "invalid peer rank %d for rank %d of a group of %d", peer, g->rank, g->size);
+    if (g->peer_fd[peer] < 0) CHECK(g->rank < peer ? connect_peer_(g, peer, deadline) : accept_peer_(g, peer, deadline));
+    *fd = g->peer_fd[peer];
+    return DDPC_OK;
+}
+
+void ddpc_msg_header_fill(ddpc_msg_header *h, const ddpc_coll_args *a) {
+    memset(h, 0, sizeof *h);
+    h->magic = MSG_MAGIC;
+    h->coll = a->coll, h->op = a->op, h->dtype = a->dtype;
+    h->seq = a->seq, h->count = a->count;
+    h->peer = a->coll == DDPC_COLL_BROADCAST ? a->peer : 0;
+    h->tag = a->tag;
+}
+
+static void describe_(const ddpc_msg_header *h, char *buf, size_t cap) {
+    if (h->magic != MSG_MAGIC || h->coll >= DDPC_NCOLLS || h->dtype >= DDPC_NDTYPES) {
+        snprintf(buf, cap, "something unrecognised");
+        return;
+    }
+    snprintf(buf, cap, "%s(%llu x %s, tag %d) as collective #%llu", ddpc_coll_name((ddpc_coll)h->coll),
+             (unsigned long long)h->count, ddpc_dtype_name((ddpc_dtype)h->dtype), h->tag, (unsigned long long)h->seq);
+}
+
+ddpc_status ddpc_msg_header_check(const ddpc_coll_args *a, const ddpc_msg_header *theirs, int me, int them) {
+    ddpc_msg_header mine;
+    ddpc_msg_header_fill(&mine, a);
+    /* A recv matches a send with the same shape; collectives match themselves. */
+    if (a->coll == DDPC_COLL_RECV) mine.coll = DDPC_COLL_SEND;
+    if (memcmp(&mine, theirs, sizeof mine) == 0) return DDPC_OK;
+    char x[160], y[160];
+    describe_(&mine, x, sizeof x);
+    describe_(theirs, y, sizeof y);
+    return DDPC_ERROR(DDPC_ERR_DIST, "collective mismatch: rank %d expected %s, rank %d sent %s", me,
+                      x, them, y);
+}
+
+static ddpc_status transfer_(ddpc_group *g, const ddpc_coll_args *a, uint64_t deadline, int sending) {
+    int fd;
+    char what[64];
+    snprintf(what, sizeof what, "rank %d", a->peer);
+    CHECK(ddpc_p2p_link(g, a->peer, deadline, &fd));
+    ddpc_msg_header h;
+    size_t nbytes = a->count * ddpc_dtype_size(a->dtype);
+    ddpc_status st;
+    if (sending) {
+        ddpc_msg_header_fill(&h, a);
+        st = ddpc_net_send(fd, &h, sizeof h, deadline, &g->failed, what);
+        if (st == DDPC_OK) st = ddpc_net_send(fd, a->in, nbytes, deadline, &g->failed, what);
+    } else {
+        st = ddpc_net_recv(fd, &h, sizeof h, deadline, &g->failed, what);
+        if (st == DDPC_OK) st = ddpc_msg_header_check(a, &h, g->rank, a->peer);
+        if (st == DDPC_OK) st = ddpc_net_recv(fd, a->out, nbytes, deadline, &g->failed, what);
+    }
+    if (st == DDPC_ERR_DIST && atomic_load(&g->failed)) return ddpc_group_error(g);
+    return st;
+}
+
+ddpc_status ddpc_p2p_send(ddpc_group *g, const ddpc_coll_args *a, uint64_t deadline) { return transfer_(g, a, deadline, 1); }
+ddpc_status ddpc_p2p_recv(ddpc_group *g, const ddpc_coll_args *a, uint64_t deadline) { return transfer_(g, a, deadline, 0); }

@@ -1,0 +1,641 @@
+/* Python types of the communicator: _C.Store, _C.ProcessGroup and _C.Work,
+ * plus the death monitor switches. Argument checks live in
+ * python/ddpc/distributed.py; here objects are turned into pointers and
+ * every wait runs with the GIL released. Handles tied to this process refuse
+ * pickling. */
+#include "buffer.h"
+#include "comm/group.h"
+#include "comm/pycomm.h"
+#include "comm/net.h"
+#include "comm/store.h"
+#include "module.h"
+
+/* ---- Store ---------------------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    ddpc_store *store;
+} store_obj;
+
+static PyTypeObject *StoreType, *GroupType, *WorkType;
+
+static PyObject *refuse_pickle_(PyObject *self, PyObject *unused) {
+    (void)unused;
+    PyErr_Format(PyExc_TypeError, "cannot pickle '%s' object: it is tied to this process's connections",
+                 Py_TYPE(self)->tp_name);
+    return NULL;
+}
+
+static int store_init(store_obj *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"host", "port", "is_master", "token", "timeout", NULL};
+    const char *host, *token = "";
+    int port, is_master = 0;
+    double timeout = 300;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "si|psd", kwlist, &host, &port, &is_master, &token, &timeout))
+        return -1;
+    if (self->store) {
+        PyErr_SetString(PyExc_RuntimeError, "Store already initialised");
+        return -1;
+    }
+    ddpc_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = ddpc_store_init(&self->store, host, port, is_master, token, timeout);
+    Py_END_ALLOW_THREADS
+    if (st != DDPC_OK) return ddpc_raise(st), -1;
+    return 0;
+}
+
+static void store_dealloc(store_obj *self) {
+    ddpc_store *s = self->store;
+    self->store = NULL;
+    if (s) {
+        Py_BEGIN_ALLOW_THREADS
+        ddpc_store_free(s);
+        Py_END_ALLOW_THREADS
+    }
+    PyTypeObject *tp = Py_TYPE(self);
+    tp->tp_free(self);
+    Py_DECREF(tp);
+}
+
+static int store_ready_(store_obj *self) {
+    if (self->store) return 1;
+    PyErr_SetString(PyExc_ValueError, "the store is closed");
+    return 0;
+}
+
+static double timeout_arg_(ddpc_store *s, PyObject *t) {
+    return t == NULL || t == Py_None ? ddpc_store_timeout(s) : PyFloat_AsDouble(t);
+}
+
+static PyObject *store_set(store_obj *self, PyObject *args) {
+    const char *key;
+    Py_buffer val;
+    if (!PyArg_ParseTuple(args, "sy*", &key, &val) || !store_ready_(self)) return NULL;
+    ddpc_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = ddpc_store_set(self->store, key, val.buf, (size_t)val.len);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&val);
+    if (st != DDPC_OK) return ddpc_raise(st);
+    Py_RETURN_NONE;
+}
+
+static PyObject *store_get(store_obj *self, PyObject *args) {
+    const char *key;
+    PyObject *t = NULL;
+    if (!PyArg_ParseTuple(args, "s|O", &key, &t) || !store_ready_(self)) return NULL;
+    double timeout = timeout_arg_(self->store, t);
+    if (PyErr_Occurred()) return NULL;
+    void *val;
+    size_t len;
+    ddpc_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = ddpc_store_get(self->store, key, &val, &len, timeout);
+    Py_END_ALLOW_THREADS
+    if (st != DDPC_OK) return ddpc_raise(st);
+    PyObject *r = PyBytes_FromStringAndSize(val, (Py_ssize_t)len);
+    free(val);
+    return r;
+}
+
+static PyObject *store_add(store_obj *self, PyObject *args) {
+    const char *key;
+    long long delta;
+    if (!PyArg_ParseTuple(args, "sL", &key, &delta) || !store_ready_(self)) return NULL;
+    int64_t r;
+    ddpc_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = ddpc_store_add(self->store, key, delta, &r);
+    Py_END_ALLOW_THREADS
+    if (st != DDPC_OK) return ddpc_raise(st);
+    return PyLong_FromLongLong(r);
+}
+
+/* Converts a list of str keys into a C array that borrows from `seq`. */
+static const char **keys_arg_(PyObject *seq, Py_ssize_t *n) {
+    PyObject *fast = PySequence_Fast(seq, "keys must be a sequence of str");
+    if (!fast) return NULL;
+    *n = PySequence_Fast_GET_SIZE(fast);
+    const char **keys = PyMem_Malloc((size_t)(*n + 1) * sizeof *keys);
+    for (Py_ssize_t i = 0; keys && i < *n; i++) {
+        keys[i] = PyUnicode_AsUTF8(PySequence_Fast_GET_ITEM(fast, i));
+        if (!keys[i]) { PyMem_Free(keys); keys = NULL; }
+    }
+    Py_DECREF(fast); /* the str objects stay alive in `seq` */
+    if (!keys && !PyErr_Occurred()) PyErr_NoMemory();
+    return keys;
+}
+
+static PyObject *store_wait(store_obj *self, PyObject *args) {
+    PyObject *seq, *t = NULL;
+    if (!PyArg_ParseTuple(args, "O|O", &seq, &t) || !store_ready_(self)) return NULL;
+    double timeout = timeout_arg_(self->store, t);
+    if (PyErr_Occurred()) return NULL;
+    Py_ssize_t n;
+    const char **keys = keys_arg_(seq, &n);
+    if (!keys) return NULL;
+    ddpc_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = ddpc_store_wait(self->store, keys, (int)n, timeout);
+    Py_END_ALLOW_THREADS
+    PyMem_Free(keys);
+    if (st != DDPC_OK) return ddpc_raise(st);
+    Py_RETURN_NONE;
+}
+
+static PyObject *store_check(store_obj *self, PyObject *seq) {
+    if (!store_ready_(self)) return NULL;
+    Py_ssize_t n;
+    const char **keys = keys_arg_(seq, &n);
+    if (!keys) return NULL;
+    int all;
+    ddpc_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = ddpc_store_check(self->store, keys, (int)n, &all);
+    Py_END_ALLOW_THREADS
+    PyMem_Free(keys);
+    if (st != DDPC_OK) return ddpc_raise(st);
+    return PyBool_FromLong(all);
+}
+
+static PyObject *store_delete_key(store_obj *self, PyObject *args) {
+    const char *key;
+    if (!PyArg_ParseTuple(args, "s", &key) || !store_ready_(self)) return NULL;
+    int deleted;
+    ddpc_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = ddpc_store_delete(self->store, key, &deleted);
+    Py_END_ALLOW_THREADS
+    if (st != DDPC_OK) return ddpc_raise(st);
+    return PyBool_FromLong(deleted);
+}
+
+static PyObject *store_num_keys(store_obj *self, PyObject *unused) {
+    (void)unused;
+    if (!store_ready_(self)) return NULL;
+    int64_t n;
+    ddpc_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = ddpc_store_num_keys(self->store, &n);
+    Py_END_ALLOW_THREADS
+    if (st != DDPC_OK) return ddpc_raise(st);
+    return PyLong_FromLongLong(n);
+}
+
+static PyObject *store_wait_departed(store_obj *self, PyObject *args) {
+    int n;
+    double timeout;
+    if (!PyArg_ParseTuple(args, "id", &n, &timeout) || !store_ready_(self)) return NULL;
+    ddpc_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = ddpc_store_wait_departed(self->store, n, timeout);
+    Py_END_ALLOW_THREADS
+    if (st != DDPC_OK) return ddpc_raise(st);
+    Py_RETURN_NONE;
+}
+
+static PyObject *store_get_port(store_obj *self, void *c) {
+    (void)c;
+    if (!store_ready_(self)) return NULL;
+    return PyLong_FromLong(ddpc_store_port(self->store));
+}
+
+static PyObject *store_get_timeout(store_obj *self, void *c) {
+    (void)c;
+    if (!store_ready_(self)) return NULL;
+    return PyFloat_FromDouble(ddpc_store_timeout(self->store));
+}
+
+static PyMethodDef store_methods[] = {
+    {"set", (PyCFunction)store_set, METH_VARARGS, "set(key, value: bytes)"},
+    {"get", (PyCFunction)store_get, METH_VARARGS, "get(key, timeout=None) -> bytes, waiting for the key"},
+    {"add", (PyCFunction)store_add, METH_VARARGS, "add(key, delta) -> new value"},
+    {"wait", (PyCFunction)store_wait, METH_VARARGS, "wait(keys, timeout=None)"},
+    {"check", (PyCFunction)store_check, METH_O, "check(keys) -> whether all exist"},
+    {"delete_key", (PyCFunction)store_delete_key, METH_VARARGS, "delete_key(key) -> whether it existed"},
+    {"num_keys", (PyCFunction)store_num_keys, METH_NOARGS, "number of keys"},
+    {"wait_departed", (PyCFunction)store_wait_departed, METH_VARARGS, "wait until n ranks left or died"},
+    {"__reduce__", refuse_pickle_, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef store_getset[] = {
+    {"port", (getter)store_get_port, NULL, "port of the store server", NULL},
+    {"timeout", (getter)store_get_timeout, NULL, "default timeout in seconds", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot store_slots[] = {
+    {Py_tp_init, store_init},
+    {Py_tp_new, PyType_GenericNew},
+    {Py_tp_dealloc, store_dealloc},
+    {Py_tp_methods, store_methods},
+    {Py_tp_getset, store_getset},
+    {Py_tp_doc, "Store(host, port, is_master=False, token='', timeout=300.0): TCP rendezvous store client "
+                "(the master also hosts the server)."},
+    {0, NULL},
+};
+
+static PyType_Spec store_spec = {"ddpc._C.Store", sizeof(store_obj), 0, Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+                                 store_slots};
+
+/* ---- Work ----------------------------------------------------------------------- */
+
+#define MAX_VIEWS 2
+
+typedef struct {
+    PyObject_HEAD
+    ddpc_work *work;
+    Py_buffer views[MAX_VIEWS];
+    int nviews;
+    PyObject *group;     /* keeps the group (and its store) alive until done */
+} work_obj;
+
+static void release_views_(Py_buffer *views, int n) {
+    for (int i = 0; i < n; i++) PyBuffer_Release(&views[i]);
+}
+
+static void work_dealloc(work_obj *self) {
+    if (self->work) {
+        /* The collective still writes into the viewed memory: wait before
+         * letting it go (bounded by the group timeout). */
+        ddpc_work *w = self->work;
+        Py_BEGIN_ALLOW_THREADS
+        if (ddpc_work_wait(w, -1) != DDPC_OK) ddpc_clear_error();
+        ddpc_work_release(w);
+        Py_END_ALLOW_THREADS
+    }
+    release_views_(self->views, self->nviews);
+    Py_XDECREF(self->group);
+    PyTypeObject *tp = Py_TYPE(self);
+    tp->tp_free(self);
+    Py_DECREF(tp);
+}
+
+static PyObject *work_wait(work_obj *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"timeout", NULL};
+    PyObject *t = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|O", kwlist, &t)) return NULL;
+    double timeout = t == Py_None ? -1 : PyFloat_AsDouble(t);
+    if (PyErr_Occurred()) return NULL;
+    if (!self->work) Py_RETURN_TRUE;
+    ddpc_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = ddpc_work_wait(self->work, timeout);
+    Py_END_ALLOW_THREADS
+    if (st != DDPC_OK) return ddpc_raise(st);
+    Py_RETURN_TRUE;
+}
+
+static PyObject *work_is_completed(work_obj *self, PyObject *unused) {
+    (void)unused;
+    return PyBool_FromLong(!self->work || ddpc_work_done(self->work));
+}
+
+static PyMethodDef work_methods[] = {
+    {"wait", (PyCFunction)(void (*)(void))work_wait, METH_VARARGS | METH_KEYWORDS,
+     "wait(timeout=None): block until the collective finished; raises its error"},
+    {"is_completed", (PyCFunction)work_is_completed, METH_NOARGS, "whether the collective finished"},
+    {"__reduce__", refuse_pickle_, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot work_slots[] = {
+    {Py_tp_dealloc, work_dealloc},
+    {Py_tp_methods, work_methods},
+    {Py_tp_doc, "Handle of an asynchronous collective."},
+    {0, NULL},
+};
+
+static PyType_Spec work_spec = {"ddpc._C.Work", sizeof(work_obj), 0, Py_TPFLAGS_DEFAULT, work_slots};
+
+/* ---- ProcessGroup --------------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    ddpc_group *group;
+    PyObject *store;
+} group_obj;
+
+static int group_init(group_obj *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"store", "prefix", "rank", "size", "global_ranks", "backend", "timeout", NULL};
+    PyObject *store, *granks;
+    const char *prefix, *backend = "cpu";
+    int rank, size;
+    double timeout = 300;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!siiO|sd", kwlist, StoreType, &store, &prefix, &rank, &size,
+                                     &granks, &backend, &timeout))
+        return -1;
+    if (self->group) {
+        PyErr_SetString(PyExc_RuntimeError, "ProcessGroup already initialised");
+        return -1;
+    }
+    const ddpc_backend *be = ddpc_backend_find(backend);
+    if (!be) {
+        PyErr_Format(PyExc_NotImplementedError, "the '%s' backend is not available in this build of ddpc "
+                     "(available: cpu)", backend);
+        return -1;
+    }
+    store_obj *so = (store_obj *)store;
+    if (!store_ready_(so)) return -1;
+    PyObject *fast = PySequence_Fast(granks, "global_ranks must be a sequence of int");
+    if (!fast) return -1;
+    if (PySequence_Fast_GET_SIZE(fast) != size) {
+        Py_DECREF(fast);
+        PyErr_SetString(PyExc_ValueError, "global_ranks must have `size` entries");
+        return -1;
+    }
+    int *gr = PyMem_Malloc((size_t)(size > 0 ? size : 1) * sizeof *gr);
+    for (int i = 0; gr && i < size; i++) gr[i] = (int)PyLong_AsLong(PySequence_Fast_GET_ITEM(fast, i));
+    Py_DECREF(fast);
+    if (!gr) return PyErr_NoMemory(), -1;
+    if (PyErr_Occurred()) return PyMem_Free(gr), -1;
+    ddpc_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = ddpc_group_init(&self->group, so->store, prefix, rank, size, gr, be, timeout);
+    Py_END_ALLOW_THREADS
+    PyMem_Free(gr);
+    if (st != DDPC_OK) return ddpc_raise(st), -1;
+    Py_INCREF(store);
+    self->store = store;
+    return 0;
+}
+
+static void group_close_(group_obj *self) {
+    ddpc_group *g = self->group;
+    self->group = NULL;
+    if (g) {
+        Py_BEGIN_ALLOW_THREADS
+        ddpc_group_free(g);
+        Py_END_ALLOW_THREADS
+    }
+    Py_CLEAR(self->store);
+}
+
+static void group_dealloc(group_obj *self) {
+    group_close_(self);
+    PyTypeObject *tp = Py_TYPE(self);
+    tp->tp_free(self);
+    Py_DECREF(tp);
+}
+
+static int group_ready_(group_obj *self) {
+    if (self->group) return 1;
+    PyErr_SetString(PyExc_ValueError, "the process group was destroyed");
+    return 0;
+}
+
+/* Host memory of a Buffer or a C-contiguous buffer-protocol object. */
+static int view_(PyObject *obj, int writable, Py_buffer *view) {
+    if (ddpc_buffer_check(obj) && ((ddpc_buffer *)obj)->device != DDPC_CPU) {
+        PyErr_SetString(PyExc_TypeError, "the cpu backend takes host memory (CUDA buffers are staged by the caller)");
+        return -1;
+    }
+    return PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0));
+}
+
+/* Submits `a` and either waits (GIL released) or returns a Work that holds the views. */
+static PyObject *launch_(group_obj *self, ddpc_coll_args *a, Py_buffer *views, int nviews, int async_op) {
+    ddpc_status st;
+    if (!async_op) {
+        Py_BEGIN_ALLOW_THREADS
+        st = ddpc_group_submit(self->group, a, NULL);
+        Py_END_ALLOW_THREADS
+        release_views_(views, nviews);
+        if (st != DDPC_OK) return ddpc_raise(st);
+        Py_RETURN_NONE;
+    }
+    work_obj *w = PyObject_New(work_obj, WorkType);
+    if (!w) return release_views_(views, nviews), NULL;
+    w->work = NULL;
+    w->nviews = nviews;
+    memcpy(w->views, views, (size_t)nviews * sizeof *views);
+    Py_INCREF(self);
+    w->group = (PyObject *)self;
+    Py_BEGIN_ALLOW_THREADS
+    st = ddpc_group_submit(self->group, a, &w->work);
+    Py_END_ALLOW_THREADS
+    if (st != DDPC_OK) {
+        Py_DECREF(w);
+        return ddpc_raise(st);
+    }
+    return (PyObject *)w;
+}
+
+static int dtype_arg_(int code, ddpc_dtype *dt) {
+    if (code < 0 || code >= DDPC_NDTYPES) {
+        PyErr_Format(PyExc_ValueError, "invalid dtype code %d", code);
+        return -1;
+    }
+    *dt = (ddpc_dtype)code;
+    return 0;
+}
+
+/* Element count of a view, checking it holds whole elements. */
+static int count_(const Py_buffer *v, ddpc_dtype dt, size_t *count) {
+    size_t es = ddpc_dtype_size(dt);
+    if ((size_t)v->len % es) {
+        PyErr_Format(PyExc_ValueError, "buffer of %zd bytes does not hold whole %s elements", v->len, ddpc_dtype_name(dt));
+        return -1;
+    }
+    *count = (size_t)v->len / es;
+    return 0;
+}
+
+static PyObject *group_all_reduce(group_obj *self, PyObject *args) {
+    PyObject *obj;
+    int code, op, async_op = 0;
+    if (!PyArg_ParseTuple(args, "Oii|p", &obj, &code, &op, &async_op) || !group_ready_(self)) return NULL;
+    ddpc_coll_args a = {.coll = DDPC_COLL_ALLREDUCE, .op = (ddpc_redop)op};
+    if (dtype_arg_(code, &a.dtype) < 0) return NULL;
+    if (op < 0 || op >= DDPC_RED_BOR) return PyErr_Format(PyExc_ValueError, "invalid reduce op %d", op);
+    Py_buffer v;
+    if (view_(obj, 1, &v) < 0) return NULL;
+    if (count_(&v, a.dtype, &a.count) < 0) return PyBuffer_Release(&v), NULL;
+    a.in = a.out = v.buf;
+    return launch_(self, &a, &v, 1, async_op);
+}
+
+static PyObject *group_broadcast(group_obj *self, PyObject *args) {
+    PyObject *obj;
+    int code, src, async_op = 0;
+    if (!PyArg_ParseTuple(args, "Oii|p", &obj, &code, &src, &async_op) || !group_ready_(self)) return NULL;
+    ddpc_coll_args a = {.coll = DDPC_COLL_BROADCAST, .peer = src};
+    if (dtype_arg_(code, &a.dtype) < 0) return NULL;
+    if (src < 0 || src >= self->group->size)
+        return PyErr_Format(PyExc_ValueError, "src %d is not a rank of this group of %d", src, self->group->size);
+    Py_buffer v;
+    if (view_(obj, 1, &v) < 0) return NULL;
+    if (count_(&v, a.dtype, &a.count) < 0) return PyBuffer_Release(&v), NULL;
+    a.in = a.out = v.buf;
+    return launch_(self, &a, &v, 1, async_op);
+}
+
+/* all_gather and reduce_scatter: an output and an input of size-fold lengths. */
+static PyObject *gather_scatter_(group_obj *self, PyObject *args, ddpc_coll coll) {
+    PyObject *out, *in;
+    int code, op = 0, async_op = 0;
+    if (!PyArg_ParseTuple(args, "OOii|p", &out, &in, &code, &op, &async_op) || !group_ready_(self)) return NULL;
+    ddpc_coll_args a = {.coll = coll, .op = (ddpc_redop)op};
+    if (dtype_arg_(code, &a.dtype) < 0) return NULL;
+    if (op < 0 || op >= DDPC_RED_BOR) return PyErr_Format(PyExc_ValueError, "invalid reduce op %d", op);
+    Py_buffer v[2];
+    if (view_(out, 1, &v[0]) < 0) return NULL;
+    if (view_(in, 0, &v[1]) < 0) return PyBuffer_Release(&v[0]), NULL;
+    size_t nout, nin, n = (size_t)self->group->size;
+    if (count_(&v[0], a.dtype, &nout) < 0 || count_(&v[1], a.dtype, &nin) < 0) return release_views_(v, 2), NULL;
+    int ok = coll == DDPC_COLL_ALLGATHER ? nout == nin * n : nin == nout * n;
+    if (!ok) {
+        release_views_(v, 2);
+        return PyErr_Format(PyExc_ValueError, "%s: output has %zu elements and input %zu; with %zu ranks the %s "
+                            "must be %zu times the %s", ddpc_coll_name(coll), nout, nin, n,
+                            coll == DDPC_COLL_ALLGATHER ? "output" : "input", n,
+                            coll == DDPC_COLL_ALLGATHER ? "input" : "output");
+    }
+    if (v[0].len && v[1].len && (char *)v[0].buf < (char *)v[1].buf + v[1].len && (char *)v[1].buf < (char *)v[0].buf + v[0].len) {
+        release_views_(v, 2);
+        return PyErr_Format(PyExc_ValueError, "%s: input and output must not overlap", ddpc_coll_name(coll));
+    }
+    a.count = coll == DDPC_COLL_ALLGATHER ? nin : nout;
+    a.in = v[1].buf;
+    a.out = v[0].buf;
+    return launch_(self, &a, v, 2, async_op);
+}
+
+static PyObject *group_all_gather(group_obj *self, PyObject *args) { return gather_scatter_(self, args, DDPC_COLL_ALLGATHER); }
+static PyObject *group_reduce_scatter(group_obj *self, PyObject *args) { return gather_scatter_(self, args, DDPC_COLL_REDUCE_SCATTER); }
+
+static PyObject *group_barrier(group_obj *self, PyObject *args) {
+    int async_op = 0;
+    if (!PyArg_ParseTuple(args, "|p", &async_op) || !group_ready_(self)) return NULL;
+    ddpc_coll_args a = {.coll = DDPC_COLL_BARRIER, .dtype = DDPC_UINT8};
+    return launch_(self, &a, NULL, 0, async_op);
+}
+
+static PyObject *p2p_(group_obj *self, PyObject *args, ddpc_coll coll) {
+    PyObject *obj;
+    int code, peer, tag = 0, async_op = 0;
+    if (!PyArg_ParseTuple(args, "Oii|ip", &obj, &code, &peer, &tag, &async_op) || !group_ready_(self)) return NULL;
+    ddpc_coll_args a = {.coll = coll, .peer = peer, .tag = tag};
+    if (dtype_arg_(code, &a.dtype) < 0) return NULL;
+    if (peer < 0 || peer >= self->group->size || peer == self->group->rank)
+        return PyErr_Format(PyExc_ValueError, "%s: peer %d is not another rank of this group of %d",
+                            ddpc_coll_name(coll), peer, self->group->size);
+    Py_buffer v;
+    if (view_(obj, coll == DDPC_COLL_RECV, &v) < 0) return NULL;
+    if (count_(&v, a.dtype, &a.count) < 0) return PyBuffer_Release(&v), NULL;
+    a.in = a.out = v.buf;
+    return launch_(self, &a, &v, 1, async_op);
+}
+
+static PyObject *group_send(group_obj *self, PyObject *args) { return p2p_(self, args, DDPC_COLL_SEND); }
+static PyObject *group_recv(group_obj *self, PyObject *args) { return p2p_(self, args, DDPC_COLL_RECV); }
+
+static PyObject *group_close(group_obj *self, PyObject *unused) {
+    (void)unused;
+    group_close_(self);
+    Py_RETURN_NONE;
+}
+
+static PyObject *group_get_(group_obj *self, void *which) {
+    if (!group_ready_(self)) return NULL;
+    const ddpc_group *g = self->group;
+    switch ((int)(intptr_t)which) {
+    case 0: return PyLong_FromLong(g->rank);
+    case 1: return PyLong_FromLong(g->size);
+    case 2: return PyLong_FromLong(g->topo.local_rank);
+    case 3: return PyLong_FromLong(g->topo.local_size);
+    default: return PyLong_FromLong(g->topo.nnodes);
+    }
+}
+
+static PyMethodDef group_methods[] = {
+    {"all_reduce", (PyCFunction)group_all_reduce, METH_VARARGS, "all_reduce(buf, dtype, op, async_op=False)"},
+    {"broadcast", (PyCFunction)group_broadcast, METH_VARARGS, "broadcast(buf, dtype, src, async_op=False)"},
+    {"all_gather", (PyCFunction)group_all_gather, METH_VARARGS, "all_gather(out, in, dtype, 0, async_op=False)"},
+    {"reduce_scatter", (PyCFunction)group_reduce_scatter, METH_VARARGS, "reduce_scatter(out, in, dtype, op, async_op=False)"},
+    {"barrier", (PyCFunction)group_barrier, METH_VARARGS, "barrier(async_op=False)"},
+    {"send", (PyCFunction)group_send, METH_VARARGS, "send(buf, dtype, dst, tag=0, async_op=False)"},
+    {"recv", (PyCFunction)group_recv, METH_VARARGS, "recv(buf, dtype, src, tag=0, async_op=False)"},
+    {"close", (PyCFunction)group_close, METH_NOARGS, "release the group's threads, segment and sockets"},
+    {"__reduce__", refuse_pickle_, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef group_getset[] = {
+    {"rank", (getter)group_get_, NULL, "rank in this group", (void *)0},
+    {"size", (getter)group_get_, NULL, "number of ranks", (void *)1},
+    {"local_rank", (getter)group_get_, NULL, "index among the group's ranks on this host", (void *)2},
+    {"local_size", (getter)group_get_, NULL, "group ranks on this host", (void *)3},
+    {"nnodes", (getter)group_get_, NULL, "hosts the group spans", (void *)4},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot group_slots[] = {
+    {Py_tp_init, group_init},
+    {Py_tp_new, PyType_GenericNew},
+    {Py_tp_dealloc, group_dealloc},
+    {Py_tp_methods, group_methods},
+    {Py_tp_getset, group_getset},
+    {Py_tp_doc, "ProcessGroup(store, prefix, rank, size, global_ranks, backend='cpu', timeout=300.0)"},
+    {0, NULL},
+};
+
+static PyType_Spec group_spec = {"ddpc._C.ProcessGroup", sizeof(group_obj), 0, Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+                                 group_slots};
+
+/* ---- module functions ----------------------------------------------------------- */
+
+static PyObject *py_monitor_start(PyObject *m, PyObject *args) {
+    (void)m;
+    PyObject *store;
+    int rank;
+    if (!PyArg_ParseTuple(args, "O!i", StoreType, &store, &rank) || !store_ready_((store_obj *)store)) return NULL;
+    ddpc_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = ddpc_monitor_start(((store_obj *)store)->store, rank);
+    Py_END_ALLOW_THREADS
+    if (st != DDPC_OK) return ddpc_raise(st);
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_monitor_stop(PyObject *m, PyObject *arg) {
+    (void)m;
+    double timeout = PyFloat_AsDouble(arg);
+    if (PyErr_Occurred()) return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    ddpc_monitor_stop(timeout);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_host_id(PyObject *m, PyObject *unused) {
+    (void)m, (void)unused;
+    char id[512];
+    ddpc_host_id(id, sizeof id);
+    return PyUnicode_FromString(id);
+}
+
+static PyMethodDef comm_functions[] = {
+    {"monitor_start", py_monitor_start, METH_VARARGS, "monitor_start(store, rank): watch the job for dead ranks"},
+    {"monitor_stop", py_monitor_stop, METH_O, "monitor_stop(timeout): leave the job cleanly"},
+    {"host_id", py_host_id, METH_NOARGS, "identity of this host as the communicator sees it"},
+    {NULL, NULL, 0, NULL},
+};
+
+int ddpc_comm_register(PyObject *m) {
+    StoreType = (PyTypeObject *)PyType_FromSpec(&store_spec);
+    GroupType = (PyTypeObject *)PyType_FromSpec(&group_spec);
+    WorkType = (PyTypeObject *)PyType_FromSpec(&work_spec);
+    if (!StoreType || !GroupType || !WorkType) return -1;
+    if (PyModule_AddObjectRef(m, "Store", (PyObject *)StoreType) < 0 ||
+        PyModule_AddObjectRef(m, "ProcessGroup", (PyObject *)GroupType) < 0 ||
+        PyModule_AddObjectRef(m, "Work", (PyObject *)WorkType) < 0 || PyModule_AddFunctions(m, comm_functions) < 0)
+        return -1;
+    PyObject *ops = Py_BuildValue("{s:i,s:i,s:i,s:i,s:i}", "SUM", DDPC_RED_SUM, "AVG", DDPC_RED_AVG, "MIN",
+                                  DDPC_RED_MIN, "MAX", DDPC_RED_MAX, "PROD", DDPC_RED_PROD);
+    int rc = ops ? PyModule_AddObjectRef(m, "REDUCE_OPS", ops) : -1;
+    Py_XDECREF(ops);
+    return rc;
+}

@@ -1,0 +1,89 @@
+/* Reduction loops (see reduce.h). Written so the compiler vectorises them:
+ * one pass per source over a contiguous destination. */
+#include "reduce.h"
+
+#include <stdint.h>
+#include <string.h>
+
+const char *ddpc_redop_name(ddpc_redop op) {
+    static const char *names[DDPC_NREDOPS] = {"sum", "avg", "min", "max", "prod", "bor"};
+    return op >= 0 && op < DDPC_NREDOPS ? names[op] : "?";
+}
+
+/* Integer arithmetic goes through the unsigned type so overflow wraps. */
+#define SUM_(T, U, a, b) ((T)((U)(a) + (U)(b)))
+#define PROD_(T, U, a, b) ((T)((U)(a) * (U)(b)))
+#define MIN_(T, U, a, b) ((b) < (a) ? (b) : (a))
+#define MAX_(T, U, a, b) ((b) > (a) ? (b) : (a))
+
+#define DEFINE_NATIVE_(T, U, NAME)                                                           \
+    static void reduce_##NAME##_(ddpc_redop op, T *d, const void *const *srcs, int nsrc,     \
+                                 size_t n, int divisor) {                                     \
+        if ((const void *)d != srcs[0]) memcpy(d, srcs[0], n * sizeof(T));                   \
+        for (int j = 1; j < nsrc; j++) {                                                      \
+            const T *restrict s = srcs[j];                                                    \
+            switch (op) {                                                                     \
+            case DDPC_RED_PROD: for (size_t i = 0; i < n; i++) d[i] = PROD_(T, U, d[i], s[i]); break; \
+            case DDPC_RED_MIN: for (size_t i = 0; i < n; i++) d[i] = MIN_(T, U, d[i], s[i]); break;   \
+            case DDPC_RED_MAX: for (size_t i = 0; i < n; i++) d[i] = MAX_(T, U, d[i], s[i]); break;   \
+            default: for (size_t i = 0; i < n; i++) d[i] = SUM_(T, U, d[i], s[i]); break;             \
+            }                                                                                 \
+        }                                                                                     \
+        if (divisor > 1)                                                                      \
+            for (size_t i = 0; i < n; i++) d[i] = (T)(d[i] / (T)divisor);                     \
+    }
+
+DEFINE_NATIVE_(float, float, f32)
+DEFINE_NATIVE_(double, double, f64)
+DEFINE_NATIVE_(int32_t, uint32_t, i32)
+DEFINE_NATIVE_(int64_t, uint64_t, i64)
+DEFINE_NATIVE_(uint8_t, uint8_t, u8)
+
+/* float16 / bfloat16: tiles converted to float, reduced, rounded once. */
+#define TILE_ 256
+
+static void reduce_half_(ddpc_dtype dt, ddpc_redop op, uint16_t *d, const void *const *srcs, int nsrc, size_t n,
+                         int divisor) {
+    float acc[TILE_], x[TILE_];
+    const int bf = dt == DDPC_BFLOAT16;
+    for (size_t base = 0; base < n; base += TILE_) {
+        size_t m = n - base < TILE_ ? n - base : TILE_;
+        const uint16_t *s0 = (const uint16_t *)srcs[0] + base;
+        for (size_t i = 0; i < m; i++) acc[i] = bf ? ddpc_bf16_to_float(s0[i]) : ddpc_half_to_float(s0[i]);
+        for (int j = 1; j < nsrc; j++) {
+            const uint16_t *s = (const uint16_t *)srcs[j] + base;
+            for (size_t i = 0; i < m; i++) x[i] = bf ? ddpc_bf16_to_float(s[i]) : ddpc_half_to_float(s[i]);
+            reduce_f32_(op, acc, (const void *const[]){acc, x}, 2, m, 1);
+        }
+        if (divisor > 1)
+            for (size_t i = 0; i < m; i++) acc[i] /= (float)divisor;
+        for (size_t i = 0; i < m; i++) d[base + i] = bf ? ddpc_float_to_bf16(acc[i]) : ddpc_float_to_half(acc[i]);
+    }
+}
+
+static void reduce_bor_(uint8_t *d, const void *const *srcs, int nsrc, size_t n) {
+    if ((const void *)d != srcs[0]) memcpy(d, srcs[0], n);
+    for (int j = 1; j < nsrc; j++) {
+        const uint8_t *restrict s = srcs[j];
+        for (size_t i = 0; i < n; i++) d[i] |= s[i];
+    }
+}
+
+void ddpc_reduce(ddpc_dtype dt, ddpc_redop op, void *dst, const void *const *srcs, int nsrc, size_t count,
+                 int divisor) {
+    if (count == 0) return;
+    if (op == DDPC_RED_BOR) {
+        reduce_bor_(dst, srcs, nsrc, count * ddpc_dtype_size(dt));
+        return;
+    }
+    switch (dt) {
+    case DDPC_FLOAT32: reduce_f32_(op, dst, srcs, nsrc, count, divisor); break;
+    case DDPC_FLOAT64: reduce_f64_(op, dst, srcs, nsrc, count, divisor); break;
+    case DDPC_INT32: reduce_i32_(op, dst, srcs, nsrc, count, divisor); break;
+    case DDPC_INT64: reduce_i64_(op, dst, srcs, nsrc, count, divisor); break;
+    case DDPC_UINT8: reduce_u8_(op, dst, srcs, nsrc, count, divisor); break;
+    case DDPC_FLOAT16:
+    case DDPC_BFLOAT16: reduce_half_(dt, op, dst, srcs, nsrc, count, divisor); break;
+    default: break;
+    }
+}

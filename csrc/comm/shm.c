@@ -1,0 +1,390 @@
+/* Intra-host collectives over one shared-memory segment per group and host.
+ *
+ * The segment holds a control block (a barrier counter used as a futex word,
+ * one call descriptor per rank) and two data areas of one slot
+ * per local rank. Collectives proceed in phases separated by barriers; phase
+ * i writes only area i % 2 and reads only what phase i - 1 wrote, so no rank
+ * overwrites data another rank may still read, with one barrier per phase.
+ *
+ * all_reduce of a chunk: every rank copies its chunk into its slot (phase a);
+ * rank r reduces slice r of all slots into the other area (phase b, a
+ * reduce-scatter); every rank copies the reduced chunk out (phase c, an
+ * all-gather), which shares its phase with the next chunk's phase a.
+ *
+ * The leader creates the segment, every local rank maps it, and it is
+ * unlinked as soon as all have, so no name is left in /dev/shm even if a
+ * process is killed. */
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "comm/group.h"
+#include "comm/net.h"
+#include "comm/schedule.h"
+
+/* Bytes of one rank's slot in one area: big enough that barriers are rare,
+ * small enough that a chunk of all slots stays in the cache. */
+#define SLOT_BYTES (256u << 10)
+#define ALIGN_ 64
+
+typedef struct {
+    _Alignas(64) _Atomic uint64_t seq;   /* 1 + sequence number of the call, 0 before any */
+    uint32_t coll, op, dtype;
+    int32_t peer;
+    uint64_t count;
+} desc_;
+
+typedef struct {
+    _Alignas(64) atomic_uint arrive;      /* barrier arrivals, the futex word */
+    atomic_uint sleepers;                 /* ranks asleep on the futex */
+    uint32_t nlocal;
+    /* followed by: desc_ desc[2][nlocal]; _Atomic uint64_t reached[nlocal] (64 B apart); areas */
+} ctrl_;
+
+struct ddpc_shm {
+    ddpc_group *g;
+    char *base;
+    size_t size;
+    ctrl_ *ctrl;
+    desc_ *desc[2];
+    char *reached;        /* per-rank barrier progress, 64 bytes apart */
+    char *area[2];
+    int me, n;
+    uint32_t epoch;       /* barriers passed */
+    int spin;             /* busy-wait rounds before sleeping */
+    int check_pending;    /* the next barrier opens a call: compare descriptors */
+    ddpc_coll_args cur;   /* the call in progress, for error messages */
+};
+
+static _Atomic uint64_t *reached_(ddpc_shm *s, int r) { return (_Atomic uint64_t *)(s->reached + 64 * (size_t)r); }
+
+static size_t layout_(int n, size_t *desc_off, size_t *reached_off, size_t *area_off) {
+    size_t off = (sizeof(ctrl_) + ALIGN_ - 1) / ALIGN_ * ALIGN_;
+    *desc_off = off;
+    off += 2 * (size_t)n * sizeof(desc_);
+    *reached_off = off;
+    off += 64 * (size_t)n;
+    off = (off + 4095) / 4096 * 4096;
+    *area_off = off;
+    return off + 2 * (size_t)n * SLOT_BYTES;
+}
+
+static void futex_wake_(atomic_uint *w) { syscall(SYS_futex, w, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0); }
+
+static void futex_wait_(atomic_uint *w, unsigned val, int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    syscall(SYS_futex, w, FUTEX_WAIT, val, &ts, NULL, 0);
+}
+
+static inline void cpu_relax_(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+/* ---- setup ---------------------------------------------------------------------- */
+
+static ddpc_status map_(ddpc_shm *s, int fd, size_t size) {
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) return DDPC_ERROR(DDPC_ERR_SYS, "mmap of the shared segment failed: %s", strerror(errno));
+    s->base = p;
+    s->size = size;
+    size_t d, r, a;
+    layout_(s->n, &d, &r, &a);
+    s->ctrl = p;
+    s->desc[0] = (desc_ *)(s->base + d);
+    s->desc[1] = s->desc[0] + s->n;
+    s->reached = s->base + r;
+    s->area[0] = s->base + a;
+    s->area[1] = s->area[0] + (size_t)s->n * SLOT_BYTES;
+    return DDPC_OK;
+}
+
+ddpc_status ddpc_shm_init(ddpc_group *g, ddpc_shm **out) {
+    ddpc_status res = DDPC_OK;
+    const ddpc_topology *t = &g->topo;
+    ddpc_shm *s = calloc(1, sizeof *s);
+    if (!s) return DDPC_ERROR(DDPC_ERR_OOM, "out of memory");
+    s->g = g;
+    s->me = t->local_rank;
+    s->n = t->local_size;
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    /* With more ranks than cores a spinning rank steals the core another rank
+     * needs to arrive, so sleep almost at once. */
+    s->spin = ncpu >= s->n ? 20000 : 50;
+    size_t d, r, a, size = layout_(s->n, &d, &r, &a);
+    char name[128], key[192];
+    int fd = -1;
+    void *val = NULL;
+    size_t vlen;
+    int leader = t->local_ranks[0];
+    snprintf(key, sizeof key, "%sshm/%d", g->prefix, leader);
+    if (s->me == 0) {
+        unsigned rnd = 0;
+        int ur = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+        if (ur >= 0) {
+            if (read(ur, &rnd, sizeof rnd) != sizeof rnd) rnd = 0;
+            close(ur);
+        }
+        snprintf(name, sizeof name, "/ddpc-%d-%08x-%d", (int)getpid(), rnd, leader);
+        fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+        if (fd < 0) return free(s), DDPC_ERROR(DDPC_ERR_SYS, "shm_open(%s) failed: %s", name, strerror(errno));
+        if (ftruncate(fd, (off_t)size) < 0) {
+            res = DDPC_ERROR(DDPC_ERR_SYS, "cannot size the shared segment (%zu bytes) in /dev/shm: %s", size,
+                             strerror(errno));
+            shm_unlink(name);
+            goto fail;
+        }
+        CHECKGOTO(map_(s, fd, size), res, unlink);
+        s->ctrl->nlocal = (uint32_t)s->n;
+        CHECKGOTO(ddpc_store_set(g->store, key, name, strlen(name) + 1), res, unlink);
+    } else {
+        CHECKGOTO(ddpc_store_get(g->store, key, &val, &vlen, g->timeout_s), res, fail);
+        snprintf(name, sizeof name, "%s", (char *)val);
+        fd = shm_open(name, O_RDWR | O_CLOEXEC, 0600);
+        if (fd < 0) {
+            res = DDPC_ERROR(DDPC_ERR_SYS, "shm_open(%s) failed: %s", name, strerror(errno));
+            goto fail;
+        }
+        CHECKGOTO(map_(s, fd, size), res, fail);
+    }
+    /* Every rank counts itself in once mapped; the leader removes the name as
+     * soon as all have, or when giving up (a rank died before mapping). */
+    int64_t mapped;
+    snprintf(key, sizeof key, "%sshm_mapped/%d", g->prefix, leader);
+    CHECKGOTO(ddpc_store_add(g->store, key, 1, &mapped), res, unlink);
+    if (s->me == 0) {
+        uint64_t deadline = ddpc_deadline_after(g->timeout_s);
+        while (mapped < s->n) {
+            if (atomic_load(&g->failed)) { res = ddpc_group_error(g); goto unlink; }
+            if (ddpc_ms_left(deadline, 1) == 0) {
+                res = DDPC_ERROR(DDPC_ERR_TIMEOUT, "timed out waiting for the ranks on this host to map the shared segment");
+                goto unlink;
+            }
+            struct timespec ts = {0, 1000000};
+            nanosleep(&ts, NULL);
+            CHECKGOTO(ddpc_store_add(g->store, key, 0, &mapped), res, unlink);
+        }
+        shm_unlink(name);
+    }
+    close(fd);
+    free(val);
+    *out = s;
+    return DDPC_OK;
+unlink:
+    if (s->me == 0) shm_unlink(name);
+fail:
+    if (fd >= 0) close(fd);
+    free(val);
+    ddpc_shm_free(s);
+    return res;
+}
+
+/* The failure itself is recorded in the group, which is private to this
+ * process: each rank learns of a death from its own monitor and of a timeout
+ * from its own deadline, so no rank's error is imposed on the others. The
+ * wake only makes this process's sleepers look at their group. */
+void ddpc_shm_abort(ddpc_shm *s) {
+    if (s && s->ctrl) futex_wake_(&s->ctrl->arrive);
+}
+
+void ddpc_shm_free(ddpc_shm *s) {
+    if (!s) return;
+    if (s->base) munmap(s->base, s->size);
+    free(s);
+}
+
+/* ---- barrier -------------------------------------------------------------------- */
+
+/* Lists the local ranks that have not reached barrier `target_epoch`. */
+static void missing_(ddpc_shm *s, uint64_t target_epoch, char *buf, size_t cap) {
+    size_t len = 0;
+    buf[0] = '\0';
+    for (int j = 0; j < s->n && len + 16 < cap; j++)
+        if (atomic_load(reached_(s, j)) < target_epoch)
+            len += (size_t)snprintf(buf + len, cap - len, "%s%d", len ? ", " : "", s->g->topo.local_ranks[j]);
+}
+
+static ddpc_status check_descs_(ddpc_shm *s, int parity);
+
+/* Arrives at the next barrier and waits for every local rank. */
+static ddpc_status sync_(ddpc_shm *s, uint64_t deadline) {
+    ctrl_ *c = s->ctrl;
+    uint32_t epoch = ++s->epoch;
+    uint32_t target = epoch * (uint32_t)s->n;
+    atomic_store_explicit(reached_(s, s->me), epoch, memory_order_relaxed);
+    uint32_t v = atomic_fetch_add(&c->arrive, 1) + 1;
+    if (v == target) {
+        if (atomic_load(&c->sleepers)) futex_wake_(&c->arrive);
+    } else {
+        for (int i = 0;; i++) {
+            v = atomic_load_explicit(&c->arrive, memory_order_acquire);
+            if ((int32_t)(v - target) >= 0) break;
+            if (i < s->spin) { cpu_relax_(); continue; }
+            if (atomic_load(&s->g->failed)) return ddpc_group_error(s->g);
+            int ms = ddpc_ms_left(deadline, 20);
+            if (ms == 0) {
+                char who[256];
+                missing_(s, epoch, who, sizeof who);
+                const ddpc_coll_args *a = &s->cur;
+                return DDPC_ERROR(DDPC_ERR_TIMEOUT,
+                                  "%s (collective #%llu of rank %d) timed out after %.1f s waiting for ranks [%s]",
+                                  ddpc_coll_name(a->coll), (unsigned long long)a->seq, s->g->rank,
+                                  s->g->timeout_s, who);
+            }
+            if (s->n > 2 && i < s->spin + 4) { sched_yield(); continue; }
+            atomic_fetch_add(&c->sleepers, 1);
+            v = atomic_load(&c->arrive);
+            if ((int32_t)(v - target) < 0) futex_wait_(&c->arrive, v, ms);
+            atomic_fetch_sub(&c->sleepers, 1);
+        }
+    }
+    if (s->check_pending) {
+        s->check_pending = 0;
+        CHECK(check_descs_(s, (int)((epoch - 1) & 1)));
+    }
+    return DDPC_OK;
+}
+
+/* ---- call descriptors ----------------------------------------------------------- */
+
+static void describe_(const desc_ *d, char *buf, size_t cap) {
+    if (d->coll >= DDPC_NCOLLS) {
+        snprintf(buf, cap, "?");
+        return;
+    }
+    snprintf(buf, cap, "%s(%llu x %s%s%s) as collective #%llu", ddpc_coll_name((ddpc_coll)d->coll),
+             (unsigned long long)d->count, ddpc_dtype_name((ddpc_dtype)d->dtype),
+             d->coll == DDPC_COLL_ALLREDUCE || d->coll == DDPC_COLL_REDUCE_SCATTER ? ", " : "",
+             d->coll == DDPC_COLL_ALLREDUCE || d->coll == DDPC_COLL_REDUCE_SCATTER ? ddpc_redop_name((ddpc_redop)d->op) : "",
+             (unsigned long long)(atomic_load(&d->seq) - 1));
+}
+
+/* Opens a call: publishes its descriptor in the area the next phase writes. */
+static void begin_(ddpc_shm *s, const ddpc_coll_args *a) {
+    desc_ *d = &s->desc[s->epoch & 1][s->me];
+    d->coll = a->coll, d->op = a->op, d->dtype = a->dtype, d->count = a->count;
+    d->peer = a->coll == DDPC_COLL_BROADCAST ? a->peer : 0;
+    atomic_store(&d->seq, a->seq + 1);
+    s->check_pending = 1;
+    s->cur = *a;
+}
+
+static ddpc_status check_descs_(ddpc_shm *s, int parity) {
+    const desc_ *mine = &s->desc[parity][s->me];
+    for (int j = 0; j < s->n; j++) {
+        const desc_ *o = &s->desc[parity][j];
+        if (atomic_load(&o->seq) == atomic_load(&mine->seq) && o->coll == mine->coll && o->op == mine->op &&
+            o->dtype == mine->dtype && o->count == mine->count && o->peer == mine->peer)
+            continue;
+        char a[160], b[160], msg[512];
+        describe_(mine, a, sizeof a);
+        describe_(o, b, sizeof b);
+        snprintf(msg, sizeof msg, "collective mismatch: rank %d called %s, rank %d called %s", s->g->rank, a,
+                 s->g->topo.local_ranks[j], b);
+        ddpc_group_fail(s->g, DDPC_ERR_DIST, msg);
+        return ddpc_group_error(s->g);
+    }
+    return DDPC_OK;
+}
+
+/* ---- collectives ---------------------------------------------------------------- */
+
+static char *slot_(ddpc_shm *s, int parity, int rank) { return s->area[parity] + (size_t)rank * SLOT_BYTES; }
+
+static ddpc_status allreduce_(ddpc_shm *s, const ddpc_coll_args *a, int divisor, uint64_t deadline) {
+    size_t es = ddpc_dtype_size(a->dtype), per_chunk = SLOT_BYTES / es;
+    const char *in = a->in;
+    char *out = a->out;
+    const void *srcs[256];
+    begin_(s, a);
+    if (a->count == 0) return sync_(s, deadline);
+    for (size_t off = 0; off < a->count; off += per_chunk) {
+        size_t m = a->count - off < per_chunk ? a->count - off : per_chunk;
+        int p = s->epoch & 1;
+        memcpy(slot_(s, p, s->me), in + off * es, m * es);
+        CHECK(sync_(s, deadline));
+        size_t lo, hi;
+        ddpc_shm_slice(m, es, ALIGN_, s->n, s->me, &lo, &hi);
+        for (int j = 0; j < s->n; j++) srcs[j] = slot_(s, p, j) + lo * es;
+        ddpc_reduce(a->dtype, a->op, slot_(s, p ^ 1, 0) + lo * es, srcs, s->n, hi - lo, divisor);
+        CHECK(sync_(s, deadline));
+        memcpy(out + off * es, slot_(s, p ^ 1, 0), m * es);
+    }
+    return DDPC_OK;
+}
+
+/* Broadcast from local rank `root`: the root fills a whole area per phase. */
+static ddpc_status broadcast_(ddpc_shm *s, const ddpc_coll_args *a, int root, uint64_t deadline) {
+    size_t es = ddpc_dtype_size(a->dtype), per_chunk = (size_t)s->n * SLOT_BYTES / es;
+    begin_(s, a);
+    if (a->count == 0) return sync_(s, deadline);
+    for (size_t off = 0; off < a->count; off += per_chunk) {
+        size_t m = a->count - off < per_chunk ? a->count - off : per_chunk;
+        int p = s->epoch & 1;
+        if (s->me == root) memcpy(s->area[p], (const char *)a->in + off * es, m * es);
+        CHECK(sync_(s, deadline));
+        if (s->me != root) memcpy((char *)a->out + off * es, s->area[p], m * es);
+    }
+    return DDPC_OK;
+}
+
+static ddpc_status allgather_(ddpc_shm *s, const ddpc_coll_args *a, uint64_t deadline) {
+    size_t es = ddpc_dtype_size(a->dtype), per_chunk = SLOT_BYTES / es, total = a->count * es;
+    begin_(s, a);
+    if (a->count == 0) return sync_(s, deadline);
+    char *out = a->out;
+    for (size_t off = 0; off < a->count; off += per_chunk) {
+        size_t m = a->count - off < per_chunk ? a->count - off : per_chunk;
+        int p = s->epoch & 1;
+        memcpy(slot_(s, p, s->me), (const char *)a->in + off * es, m * es);
+        CHECK(sync_(s, deadline));
+        for (int j = 0; j < s->n; j++) memcpy(out + (size_t)j * total + off * es, slot_(s, p, j), m * es);
+    }
+    return DDPC_OK;
+}
+
+/* Each rank's slot holds one piece of every output block; rank r reduces
+ * piece r of all slots straight into its output. */
+static ddpc_status reduce_scatter_(ddpc_shm *s, const ddpc_coll_args *a, int divisor, uint64_t deadline) {
+    size_t es = ddpc_dtype_size(a->dtype), per_chunk = SLOT_BYTES / es / (size_t)s->n;
+    const void *srcs[256];
+    begin_(s, a);
+    if (a->count == 0) return sync_(s, deadline);
+    const char *in = a->in;
+    for (size_t off = 0; off < a->count; off += per_chunk) {
+        size_t m = a->count - off < per_chunk ? a->count - off : per_chunk;
+        int p = s->epoch & 1;
+        char *mine = slot_(s, p, s->me);
+        for (int j = 0; j < s->n; j++) memcpy(mine + (size_t)j * m * es, in + ((size_t)j * a->count + off) * es, m * es);
+        CHECK(sync_(s, deadline));
+        for (int j = 0; j < s->n; j++) srcs[j] = slot_(s, p, j) + (size_t)s->me * m * es;
+        ddpc_reduce(a->dtype, a->op, (char *)a->out + off * es, srcs, s->n, m, divisor);
+    }
+    return DDPC_OK;
+}
+
+ddpc_status ddpc_shm_run(ddpc_shm *s, const ddpc_coll_args *a, uint64_t deadline) {
+    int divisor = a->op == DDPC_RED_AVG ? s->n : 0;
+    ddpc_coll_args b = *a;
+    if (b.op == DDPC_RED_AVG) b.op = DDPC_RED_SUM;
+    switch (a->coll) {
+    case DDPC_COLL_ALLREDUCE: return allreduce_(s, &b, divisor, deadline);
+    case DDPC_COLL_BROADCAST: return broadcast_(s, &b, b.peer, deadline);
+    case DDPC_COLL_ALLGATHER: return allgather_(s, &b, deadline);
+    case DDPC_COLL_REDUCE_SCATTER: return reduce_scatter_(s, &b, divisor, deadline);
+    case DDPC_COLL_BARRIER: begin_(s, &b); return sync_(s, deadline);
+    default: return DDPC_ERROR(DDPC_ERR_INTERNAL, "%s is not a shared-memory collective", ddpc_coll_name(a->coll));
+    }
+}

@@ -1,0 +1,727 @@
+/* TCP rendezvous key-value store: the poll()-driven server thread and the
+ * client calls (protocol in store.h). */
+#include "store.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "net.h"
+
+enum {
+    CMD_HELLO = 1, CMD_SET, CMD_GET, CMD_ADD, CMD_CHECK, CMD_WAIT, CMD_DELETE, CMD_NUMKEYS,
+    CMD_WATCH, CMD_LEAVE, CMD_DEPARTED,
+};
+
+#define MAX_CONNS 4096
+
+/* ---- growable byte buffer ------------------------------------------------------ */
+
+typedef struct {
+    char *data;
+    size_t len, cap;
+} bytes_;
+
+static int bytes_append_(bytes_ *b, const void *p, size_t n) {
+    if (b->len + n > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + n) cap *= 2;
+        char *d = realloc(b->data, cap);
+        if (!d) return -1;
+        b->data = d, b->cap = cap;
+    }
+    memcpy(b->data + b->len, p, n);
+    b->len += n;
+    return 0;
+}
+
+static int bytes_u32_(bytes_ *b, uint32_t v) { return bytes_append_(b, &v, 4); }
+
+/* Cursor over a received body; any read past the end marks it bad. */
+typedef struct {
+    const char *p;
+    size_t left;
+    int bad;
+} reader_;
+
+static const char *read_raw_(reader_ *r, size_t n) {
+    if (r->bad || n > r->left) { r->bad = 1; return NULL; }
+    const char *p = r->p;
+    r->p += n, r->left -= n;
+    return p;
+}
+
+static uint32_t read_u32_(reader_ *r) {
+    const char *p = read_raw_(r, 4);
+    uint32_t v = 0;
+    if (p) memcpy(&v, p, 4);
+    return v;
+}
+
+static const char *read_str_(reader_ *r, uint32_t *len) {
+    *len = read_u32_(r);
+    return read_raw_(r, *len);
+}
+
+/* ---- server -------------------------------------------------------------------- */
+
+typedef struct {
+    char *key;
+    uint32_t klen;
+    char *val;
+    uint32_t vlen;
+} entry_;
+
+enum { PARK_NONE = 0, PARK_WAIT, PARK_WATCH, PARK_DEPARTED };
+enum { RANK_UNKNOWN = 0, RANK_ALIVE, RANK_LEFT, RANK_DEAD };
+
+typedef struct {
+    int fd;
+    int authed;
+    int rank;              /* announced by a watch connection, else -1 */
+    char hdr[4];
+    size_t hdr_got;
+    char *body;
+    uint32_t body_len, body_got;
+    bytes_ out;
+    int park;
+    char *park_body;       /* the parked request, kept for re-evaluation */
+    uint32_t park_len;
+    int64_t park_n;
+} conn_;
+
+typedef struct {
+    int listen_fd, wake_pipe[2];
+    char token[DDPC_STORE_MAX_TOKEN + 1];
+    pthread_t thread;
+    conn_ *conns;
+    int nconns;
+    entry_ *entries;
+    size_t nentries, cap_entries;
+    int *rank_state;
+    int nranks;
+    int first_dead;
+} server_;
+
+struct ddpc_store {
+    server_ *server;
+    int fd, port;
+    char host[256], given_host[256], token[DDPC_STORE_MAX_TOKEN + 1];
+    double timeout_s;
+    int broken;            /* a timed-out reply may still arrive: reconnect before the next request */
+    pthread_mutex_t lock;
+};
+
+static entry_ *find_(server_ *sv, const char *key, uint32_t klen) {
+    for (size_t i = 0; i < sv->nentries; i++)
+        if (sv->entries[i].klen == klen && memcmp(sv->entries[i].key, key, klen) == 0) return &sv->entries[i];
+    return NULL;
+}
+
+static int put_(server_ *sv, const char *key, uint32_t klen, const char *val, uint32_t vlen) {
+    char *v = malloc(vlen ? vlen : 1);
+    if (!v) return -1;
+    memcpy(v, val, vlen);
+    entry_ *e = find_(sv, key, klen);
+    if (e) {
+        free(e->val);
+        e->val = v, e->vlen = vlen;
+        return 0;
+    }
+    if (sv->nentries == sv->cap_entries) {
+        size_t cap = sv->cap_entries ? 2 * sv->cap_entries : 64;
+        entry_ *ne = realloc(sv->entries, cap * sizeof *ne);
+        if (!ne) { free(v); return -1; }
+        sv->entries = ne, sv->cap_entries = cap;
+    }
+    char *k = malloc(klen ? klen : 1);
+    if (!k) { free(v); return -1; }
+    memcpy(k, key, klen);
+    sv->entries[sv->nentries++] = (entry_){k, klen, v, vlen};
+    return 0;
+}
+
+static int reply_(conn_ *c, const void *body, uint32_t len) {
+    return bytes_u32_(&c->out, len) || bytes_append_(&c->out, body, len) ? -1 : 0;
+}
+
+static int reply_byte_(conn_ *c, uint8_t v) { return reply_(c, &v, 1); }
+
+/* Whether every key named in a CHECK/WAIT body is present; -1 if malformed. */
+static int keys_present_(server_ *sv, reader_ *r) {
+    uint32_t n = read_u32_(r);
+    int all = 1;
+    for (uint32_t i = 0; i < n && !r->bad; i++) {
+        uint32_t kl;
+        const char *k = read_str_(r, &kl);
+        if (k && !find_(sv, k, kl)) all = 0;
+    }
+    return r->bad || r->left ? -1 : all;
+}
+
+static int departed_count_(server_ *sv) {
+    int n = 0;
+    for (int i = 0; i < sv->nranks; i++) n += sv->rank_state[i] == RANK_LEFT || sv->rank_state[i] == RANK_DEAD;
+    return n;
+}
+
+static int set_rank_state_(server_ *sv, int rank, int state) {
+    if (rank >= sv->nranks) {
+        int n = rank + 1 > 2 * sv->nranks ? rank + 1 : 2 * sv->nranks;
+        int *rs = realloc(sv->rank_state, (size_t)n * sizeof *rs);
+        if (!rs) return -1;
+        memset(rs + sv->nranks, 0, (size_t)(n - sv->nranks) * sizeof *rs);
+        sv->rank_state = rs, sv->nranks = n;
+    }
+    sv->rank_state[rank] = state;
+    if (state == RANK_DEAD && sv->first_dead < 0) sv->first_dead = rank;
+    return 0;
+}
+
+/* Answers parked requests whose condition now holds. */
+static void unpark_(server_ *sv) {
+    for (int i = 0; i < sv->nconns; i++) {
+        conn_ *c = &sv->conns[i];
+        int ready = 0;
+        if (c->park == PARK_WAIT) {
+            reader_ r = {c->park_body, c->park_len, 0};
+            ready = keys_present_(sv, &r) == 1;
+            if (ready) reply_byte_(c, 1);
+        } else if (c->park == PARK_WATCH && sv->first_dead >= 0) {
+            int32_t d = sv->first_dead;
+            reply_(c, &d, 4);
+            ready = 1;
+        } else if (c->park == PARK_DEPARTED && departed_count_(sv) >= c->park_n) {
+            reply_byte_(c, 1);
+            ready = 1;
+        }
+        if (ready) {
+            c->park = PARK_NONE;
+            free(c->park_body);
+            c->park_body = NULL;
+        }
+    }
+}
+
+/* Executes one request; returns -1 to drop the connection. */
+static int handle_(server_ *sv, conn_ *c, const char *body, uint32_t len) {
+    reader_ r = {body + 1, len - 1, 0};
+    uint8_t cmd = (uint8_t)body[0];
+    if (!c->authed) {
+        if (cmd != CMD_HELLO) return -1;
+        uint32_t tl;
+        const char *tok = read_str_(&r, &tl);
+        int32_t rank = (int32_t)read_u32_(&r);
+        if (r.bad || r.left || tl != strlen(sv->token) || memcmp(tok, sv->token, tl) != 0) return -1;
+        c->authed = 1;
+        c->rank = rank;
+        if (rank >= 0 && set_rank_state_(sv, rank, RANK_ALIVE)) return -1;
+        return reply_byte_(c, 1);
+    }
+    /* A client waits for its reply before the next request; the one exception
+     * is a watcher leaving, whose watch stays parked until then. */
+    if (c->park != PARK_NONE && !(c->park == PARK_WATCH && cmd == CMD_LEAVE)) return -1;
+    uint32_t kl, vl;
+    const char *k, *v;
+    switch (cmd) {
+    case CMD_SET:
+        k = read_str_(&r, &kl), v = read_str_(&r, &vl);
+        if (r.bad || r.left || put_(sv, k, kl, v, vl)) return -1;
+        unpark_(sv);
+        return reply_byte_(c, 1);
+    case CMD_GET: {
+        k = read_str_(&r, &kl);
+        if (r.bad || r.left) return -1;
+        entry_ *e = find_(sv, k, kl);
+        uint8_t found = e != NULL;
+        if (bytes_u32_(&c->out, 1 + (e ? e->vlen : 0)) || bytes_append_(&c->out, &found, 1)) return -1;
+        return e ? bytes_append_(&c->out, e->val, e->vlen) : 0;
+    }
+    case CMD_ADD: {
+        k = read_str_(&r, &kl);
+        const char *d = read_raw_(&r, 8);
+        if (r.bad || r.left) return -1;
+        int64_t delta, cur = 0;
+        memcpy(&delta, d, 8);
+        entry_ *e = find_(sv, k, kl);
+        if (e && e->vlen == 8) memcpy(&cur, e->val, 8);
+        cur = (int64_t)((uint64_t)cur + (uint64_t)delta);
+        if (put_(sv, k, kl, (const char *)&cur, 8)) return -1;
+        unpark_(sv);
+        return reply_(c, &cur, 8);
+    }
+    case CMD_CHECK: {
+        int all = keys_present_(sv, &r);
+        return all < 0 ? -1 : reply_byte_(c, (uint8_t)all);
+    }
+    case CMD_WAIT: {
+        reader_ r2 = r;
+        int all = keys_present_(sv, &r2);
+        if (all < 0) return -1;
+        if (all) return reply_byte_(c, 1);
+        c->park_body = malloc(r.left ? r.left : 1);
+        if (!c->park_body) return -1;
+        memcpy(c->park_body, r.p, r.left);
+        c->park_len = (uint32_t)r.left;
+        c->park = PARK_WAIT;
+        return 0;
+    }
+    case CMD_DELETE: {
+        k = read_str_(&r, &kl);
+        if (r.bad || r.left) return -1;
+        entry_ *e = find_(sv, k, kl);
+        if (e) {
+            free(e->key), free(e->val);
+            *e = sv->entries[--sv->nentries];
+        }
+        return reply_byte_(c, e != NULL);
+    }
+    case CMD_NUMKEYS: {
+        int64_t n = (int64_t)sv->nentries;
+        return r.left ? -1 : reply_(c, &n, 8);
+    }
+    case CMD_WATCH:
+        if (r.left || c->rank < 0) return -1;
+        c->park = PARK_WATCH;
+        unpark_(sv);
+        return 0;
+    case CMD_LEAVE:
+        if (r.left || c->rank < 0) return -1;
+        if (sv->rank_state[c->rank] == RANK_ALIVE) set_rank_state_(sv, c->rank, RANK_LEFT);
+        c->rank = -1;
+        c->park = PARK_NONE;
+        unpark_(sv);
+        return reply_byte_(c, 1);
+    case CMD_DEPARTED: {
+        const char *n = read_raw_(&r, 8);
+        if (r.bad || r.left) return -1;
+        memcpy(&c->park_n, n, 8);
+        c->park = PARK_DEPARTED;
+        unpark_(sv);
+        return 0;
+    }
+    default:
+        return -1;
+    }
+}
+
+static void conn_close_(server_ *sv, int i) {
+    conn_ *c = &sv->conns[i];
+    close(c->fd);
+    free(c->body);
+    free(c->out.data);
+    free(c->park_body);
+    int rank = c->rank;
+    sv->conns[i] = sv->conns[--sv->nconns];
+    if (rank >= 0 && rank < sv->nranks && sv->rank_state[rank] == RANK_ALIVE) {
+        set_rank_state_(sv, rank, RANK_DEAD);
+        unpark_(sv);
+    }
+}
+
+/* Reads what is available; returns -1 to drop the connection. */
+static int conn_read_(server_ *sv, conn_ *c) {
+    for (;;) {
+        if (c->hdr_got < 4) {
+            ssize_t k = recv(c->fd, c->hdr + c->hdr_got, 4 - c->hdr_got, MSG_DONTWAIT);
+            if (k == 0) return -1;
+            if (k < 0) return errno == EAGAIN || errno == EINTR ? 0 : -1;
+            c->hdr_got += (size_t)k;
+            if (c->hdr_got < 4) return 0;
+            memcpy(&c->body_len, c->hdr, 4);
+            if (c->body_len == 0 || c->body_len > DDPC_STORE_MAX_FRAME) return -1;
+            if (!c->authed && c->body_len > DDPC_STORE_MAX_TOKEN + 16) return -1;
+            c->body = malloc(c->body_len);
+            if (!c->body) return -1;
+            c->body_got = 0;
+        }
+        ssize_t k = recv(c->fd, c->body + c->body_got, c->body_len - c->body_got, MSG_DONTWAIT);
+        if (k == 0) return -1;
+        if (k < 0) return errno == EAGAIN || errno == EINTR ? 0 : -1;
+        c->body_got += (uint32_t)k;
+        if (c->body_got < c->body_len) return 0;
+        int rc = handle_(sv, c, c->body, c->body_len);
+        free(c->body);
+        c->body = NULL;
+        c->hdr_got = 0;
+        if (rc) return -1;
+    }
+}
+
+static int conn_write_(conn_ *c) {
+    while (c->out.len) {
+        ssize_t k = send(c->fd, c->out.data, c->out.len, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (k < 0) return errno == EAGAIN || errno == EINTR ? 0 : -1;
+        memmove(c->out.data, c->out.data + k, c->out.len - (size_t)k);
+        c->out.len -= (size_t)k;
+    }
+    return 0;
+}
+
+static void *server_main_(void *arg) {
+    server_ *sv = arg;
+    struct pollfd *pfds = malloc((MAX_CONNS + 2) * sizeof *pfds);
+    if (!pfds) return NULL;
+    for (;;) {
+        pfds[0] = (struct pollfd){sv->wake_pipe[0], POLLIN, 0};
+        pfds[1] = (struct pollfd){sv->listen_fd, sv->nconns < MAX_CONNS ? POLLIN : 0, 0};
+        int n = sv->nconns;
+        for (int i = 0; i < n; i++)
+            pfds[2 + i] = (struct pollfd){sv->conns[i].fd, (short)(POLLIN | (sv->conns[i].out.len ? POLLOUT : 0)), 0};
+        if (poll(pfds, (nfds_t)(2 + n), -1) < 0 && errno != EINTR) break;
+        if (pfds[0].revents) break;
+        /* Walk backwards: closing swaps the last connection into slot i. */
+        for (int i = n - 1; i >= 0; i--) {
+            short ev = pfds[2 + i].revents;
+            if (!ev) continue;
+            conn_ *c = &sv->conns[i];
+            if (((ev & (POLLIN | POLLHUP | POLLERR)) && conn_read_(sv, c)) || conn_write_(c)) conn_close_(sv, i);
+        }
+        /* Replies queued for other connections (unparked waiters) are flushed here. */
+        for (int i = sv->nconns - 1; i >= 0; i--)
+            if (sv->conns[i].out.len && conn_write_(&sv->conns[i])) conn_close_(sv, i);
+        if (pfds[1].revents & POLLIN) {
+            int fd = accept4(sv->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+            if (fd >= 0) {
+                sv->conns[sv->nconns++] = (conn_){.fd = fd, .rank = -1};
+            }
+        }
+    }
+    free(pfds);
+    return NULL;
+}
+
+static void server_free_(server_ *sv) {
+    if (!sv) return;
+    if (sv->wake_pipe[1] >= 0) {
+        char b = 1;
+        if (write(sv->wake_pipe[1], &b, 1) == 1) pthread_join(sv->thread, NULL);
+    }
+    for (int i = sv->nconns - 1; i >= 0; i--) {
+        sv->conns[i].rank = -1;
+        conn_close_(sv, i);
+    }
+    for (size_t i = 0; i < sv->nentries; i++) free(sv->entries[i].key), free(sv->entries[i].val);
+    free(sv->entries);
+    free(sv->conns);
+    free(sv->rank_state);
+    if (sv->listen_fd >= 0) close(sv->listen_fd);
+    if (sv->wake_pipe[0] >= 0) close(sv->wake_pipe[0]), close(sv->wake_pipe[1]);
+    free(sv);
+}
+
+static ddpc_status server_init_(const char *host, int port, const char *token, server_ **out, int *bound_port) {
+    ddpc_status res = DDPC_OK;
+    server_ *sv = calloc(1, sizeof *sv);
+    if (!sv) return DDPC_ERROR(DDPC_ERR_OOM, "out of memory for the store server");
+    sv->listen_fd = sv->wake_pipe[0] = sv->wake_pipe[1] = -1;
+    sv->first_dead = -1;
+    snprintf(sv->token, sizeof sv->token, "%s", token);
+    sv->conns = calloc(MAX_CONNS, sizeof *sv->conns);
+    if (!sv->conns) { res = DDPC_ERROR(DDPC_ERR_OOM, "out of memory for the store server"); goto fail; }
+    /* Listen on all interfaces: the master address names this host for the
+     * clients, and may be a name that does not resolve to a local interface. */
+    (void)host;
+    CHECKGOTO(ddpc_net_listen(NULL, port, &sv->listen_fd, bound_port), res, fail);
+    if (pipe2(sv->wake_pipe, O_CLOEXEC) < 0) {
+        res = DDPC_ERROR(DDPC_ERR_SYS, "pipe failed: %s", strerror(errno));
+        goto fail;
+    }
+    int rc = pthread_create(&sv->thread, NULL, server_main_, sv);
+    if (rc) {
+        close(sv->wake_pipe[1]);
+        sv->wake_pipe[1] = -1;
+        res = DDPC_ERROR(DDPC_ERR_SYS, "cannot start the store thread: %s", strerror(rc));
+        goto fail;
+    }
+    *out = sv;
+    return DDPC_OK;
+fail:
+    server_free_(sv);
+    return res;
+}
+
+/* ---- client -------------------------------------------------------------------- */
+
+static ddpc_status hello_(int fd, const char *token, int32_t rank, uint64_t deadline) {
+    bytes_ b = {0};
+    uint8_t cmd = CMD_HELLO;
+    uint32_t tl = (uint32_t)strlen(token);
+    if (bytes_u32_(&b, 1 + 4 + tl + 4) || bytes_append_(&b, &cmd, 1) || bytes_u32_(&b, tl) ||
+        bytes_append_(&b, token, tl) || bytes_u32_(&b, (uint32_t)rank)) {
+        free(b.data);
+        return DDPC_ERROR(DDPC_ERR_OOM, "out of memory");
+    }
+    ddpc_status st = ddpc_net_send(fd, b.data, b.len, deadline, NULL, "the store");
+    free(b.data);
+    CHECK(st);
+    char rep[5];
+    st = ddpc_net_recv(fd, rep, 5, deadline, NULL, "the store");
+    if (st == DDPC_ERR_DIST) {
+        ddpc_clear_error();
+        return DDPC_ERROR(DDPC_ERR_DIST, "the store refused this client (wrong DDPC_STORE_TOKEN?)");
+    }
+    return st;
+}
+
+static ddpc_status connect_(ddpc_store *s, int32_t rank, uint64_t deadline, int *fd) {
+    CHECK(ddpc_net_connect(s->host, s->port, deadline, fd));
+    ddpc_status st = hello_(*fd, s->token, rank, deadline);
+    if (st != DDPC_OK) { close(*fd); *fd = -1; }
+    return st;
+}
+
+ddpc_status ddpc_store_init(ddpc_store **out, const char *host, int port, int is_master, const char *token,
+                            double timeout_s) {
+    ddpc_status res = DDPC_OK;
+    if (strlen(token) > DDPC_STORE_MAX_TOKEN) return DDPC_ERROR(DDPC_ERR_ARG, "store token longer than %d bytes", DDPC_STORE_MAX_TOKEN);
+    if (strlen(host) >= 256) return DDPC_ERROR(DDPC_ERR_ARG, "store host name too long");
+    if (port < 0 || port > 65535) return DDPC_ERROR(DDPC_ERR_ARG, "store port %d out of range", port);
+    ddpc_store *s = calloc(1, sizeof *s);
+    if (!s) return DDPC_ERROR(DDPC_ERR_OOM, "out of memory for the store");
+    s->fd = -1;
+    s->timeout_s = timeout_s;
+    s->port = port;
+    snprintf(s->host, sizeof s->host, "%s", host);
+    snprintf(s->given_host, sizeof s->given_host, "%s", host);
+    snprintf(s->token, sizeof s->token, "%s", token);
+    pthread_mutex_init(&s->lock, NULL);
+    if (is_master) {
+        CHECKGOTO(server_init_(host, port, token, &s->server, &s->port), res, fail);
+        snprintf(s->host, sizeof s->host, "127.0.0.1");
+    }
+    CHECKGOTO(connect_(s, -1, ddpc_deadline_after(timeout_s), &s->fd), res, fail);
+    *out = s;
+    return DDPC_OK;
+fail:
+    ddpc_store_free(s);
+    return res;
+}
+
+void ddpc_store_free(ddpc_store *s) {
+    if (!s) return;
+    if (s->fd >= 0) close(s->fd);
+    server_free_(s->server);
+    pthread_mutex_destroy(&s->lock);
+    free(s);
+}
+
+int ddpc_store_port(const ddpc_store *s) { return s->port; }
+
+void ddpc_store_local_addr(const ddpc_store *s, char *buf, size_t cap) {
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    if (s->server || getsockname(s->fd, (struct sockaddr *)&ss, &sl) < 0 ||
+        getnameinfo((struct sockaddr *)&ss, sl, buf, (socklen_t)cap, NULL, 0, NI_NUMERICHOST) != 0)
+        snprintf(buf, cap, "%s", s->given_host);
+}
+double ddpc_store_timeout(const ddpc_store *s) { return s->timeout_s; }
+
+/* One request/reply exchange on the main connection. `body` is the request
+ * without its length; the reply body is returned malloc'ed. */
+static ddpc_status request_(ddpc_store *s, const bytes_ *body, uint64_t deadline, char **rep, uint32_t *rep_len) {
+    ddpc_status res = DDPC_OK;
+    char *r = NULL;
+    pthread_mutex_lock(&s->lock);
+    if (s->broken) {
+        close(s->fd);
+        s->fd = -1;
+        s->broken = 0;
+        CHECKGOTO(connect_(s, -1, deadline, &s->fd), res, out);
+    }
+    uint32_t len = (uint32_t)body->len;
+    CHECKGOTO(ddpc_net_send(s->fd, &len, 4, deadline, NULL, "the store"), res, fail);
+    CHECKGOTO(ddpc_net_send(s->fd, body->data, body->len, deadline, NULL, "the store"), res, fail);
+    CHECKGOTO(ddpc_net_recv(s->fd, &len, 4, deadline, NULL, "the store"), res, fail);
+    if (len > DDPC_STORE_MAX_FRAME + 8) {
+        res = DDPC_ERROR(DDPC_ERR_DIST, "the store sent a malformed reply");
+        goto fail;
+    }
+    r = malloc(len ? len : 1);
+    if (!r) { res = DDPC_ERROR(DDPC_ERR_OOM, "out of memory for a store reply"); goto fail; }
+    CHECKGOTO(ddpc_net_recv(s->fd, r, len, deadline, NULL, "the store"), res, fail);
+    *rep = r;
+    *rep_len = len;
+    goto out;
+fail:
+    free(r);
+    s->broken = 1;
+out:
+    pthread_mutex_unlock(&s->lock);
+    return res;
+}
+
+static ddpc_status build_(bytes_ *b, uint8_t cmd, const char *key, const void *val, size_t vlen, int with_val) {
+    if (vlen > DDPC_STORE_MAX_FRAME - 64 - (key ? strlen(key) : 0))
+        return DDPC_ERROR(DDPC_ERR_ARG, "store value of %zu bytes exceeds the %u-byte limit", vlen, DDPC_STORE_MAX_FRAME);
+    int bad = bytes_append_(b, &cmd, 1);
+    if (key) bad |= bytes_u32_(b, (uint32_t)strlen(key)) || bytes_append_(b, key, strlen(key));
+    if (with_val) bad |= bytes_u32_(b, (uint32_t)vlen) || bytes_append_(b, val, vlen);
+    return bad ? DDPC_ERROR(DDPC_ERR_OOM, "out of memory") : DDPC_OK;
+}
+
+static ddpc_status simple_(ddpc_store *s, bytes_ *b, double timeout_s, char **rep, uint32_t *len, uint32_t want) {
+    ddpc_status st = request_(s, b, ddpc_deadline_after(timeout_s), rep, len);
+    free(b->data);
+    CHECK(st);
+    if (want && *len != want) {
+        free(*rep);
+        return DDPC_ERROR(DDPC_ERR_DIST, "the store sent a malformed reply");
+    }
+    return DDPC_OK;
+}
+
+ddpc_status ddpc_store_set(ddpc_store *s, const char *key, const void *val, size_t len) {
+    bytes_ b = {0};
+    char *rep;
+    uint32_t rl;
+    ddpc_status st = build_(&b, CMD_SET, key, val, len, 1);
+    if (st != DDPC_OK) { free(b.data); return st; }
+    CHECK(simple_(s, &b, s->timeout_s, &rep, &rl, 1));
+    free(rep);
+    return DDPC_OK;
+}
+
+static ddpc_status keys_body_(bytes_ *b, uint8_t cmd, const char *const *keys, int nkeys) {
+    int bad = bytes_append_(b, &cmd, 1) || bytes_u32_(b, (uint32_t)nkeys);
+    for (int i = 0; i < nkeys && !bad; i++)
+        bad = bytes_u32_(b, (uint32_t)strlen(keys[i])) || bytes_append_(b, keys[i], strlen(keys[i]));
+    if (b->len > DDPC_STORE_MAX_FRAME) bad = 1;
+    if (bad) { free(b->data); b->data = NULL; return DDPC_ERROR(DDPC_ERR_ARG, "store key list too large"); }
+    return DDPC_OK;
+}
+
+ddpc_status ddpc_store_wait(ddpc_store *s, const char *const *keys, int nkeys, double timeout_s) {
+    bytes_ b = {0};
+    char *rep;
+    uint32_t rl;
+    CHECK(keys_body_(&b, CMD_WAIT, keys, nkeys));
+    ddpc_status st = simple_(s, &b, timeout_s, &rep, &rl, 1);
+    if (st == DDPC_ERR_TIMEOUT) {
+        ddpc_clear_error();
+        return DDPC_ERROR(DDPC_ERR_TIMEOUT, "store wait for '%s'%s timed out after %.1f s", nkeys ? keys[0] : "",
+                          nkeys > 1 ? " and other keys" : "", timeout_s);
+    }
+    CHECK(st);
+    free(rep);
+    return DDPC_OK;
+}
+
+ddpc_status ddpc_store_check(ddpc_store *s, const char *const *keys, int nkeys, int *all_present) {
+    bytes_ b = {0};
+    char *rep;
+    uint32_t rl;
+    CHECK(keys_body_(&b, CMD_CHECK, keys, nkeys));
+    CHECK(simple_(s, &b, s->timeout_s, &rep, &rl, 1));
+    *all_present = rep[0];
+    free(rep);
+    return DDPC_OK;
+}
+
+ddpc_status ddpc_store_get(ddpc_store *s, const char *key, void **val, size_t *len, double timeout_s) {
+    CHECK(ddpc_store_wait(s, &key, 1, timeout_s));
+    bytes_ b = {0};
+    char *rep;
+    uint32_t rl;
+    ddpc_status st = build_(&b, CMD_GET, key, NULL, 0, 0);
+    if (st != DDPC_OK) { free(b.data); return st; }
+    CHECK(simple_(s, &b, s->timeout_s, &rep, &rl, 0));
+    if (rl < 1 || !rep[0]) {
+        free(rep);
+        return DDPC_ERROR(DDPC_ERR_DIST, "store key '%s' vanished (deleted by another client)", key);
+    }
+    memmove(rep, rep + 1, rl - 1);
+    *val = rep;
+    *len = rl - 1;
+    return DDPC_OK;
+}
+
+ddpc_status ddpc_store_add(ddpc_store *s, const char *key, int64_t delta, int64_t *result) {
+    bytes_ b = {0};
+    char *rep;
+    uint32_t rl;
+    ddpc_status st = build_(&b, CMD_ADD, key, NULL, 0, 0);
+    if (st == DDPC_OK && bytes_append_(&b, &delta, 8)) st = DDPC_ERROR(DDPC_ERR_OOM, "out of memory");
+    if (st != DDPC_OK) { free(b.data); return st; }
+    CHECK(simple_(s, &b, s->timeout_s, &rep, &rl, 8));
+    memcpy(result, rep, 8);
+    free(rep);
+    return DDPC_OK;
+}
+
+ddpc_status ddpc_store_delete(ddpc_store *s, const char *key, int *deleted) {
+    bytes_ b = {0};
+    char *rep;
+    uint32_t rl;
+    ddpc_status st = build_(&b, CMD_DELETE, key, NULL, 0, 0);
+    if (st != DDPC_OK) { free(b.data); return st; }
+    CHECK(simple_(s, &b, s->timeout_s, &rep, &rl, 1));
+    *deleted = rep[0];
+    free(rep);
+    return DDPC_OK;
+}
+
+ddpc_status ddpc_store_num_keys(ddpc_store *s, int64_t *n) {
+    bytes_ b = {0};
+    char *rep;
+    uint32_t rl;
+    ddpc_status st = build_(&b, CMD_NUMKEYS, NULL, NULL, 0, 0);
+    if (st != DDPC_OK) { free(b.data); return st; }
+    CHECK(simple_(s, &b, s->timeout_s, &rep, &rl, 8));
+    memcpy(n, rep, 8);
+    free(rep);
+    return DDPC_OK;
+}
+
+ddpc_status ddpc_store_watch(ddpc_store *s, int rank, int *fd) {
+    uint64_t deadline = ddpc_deadline_after(s->timeout_s);
+    CHECK(connect_(s, rank, deadline, fd));
+    uint32_t len = 1;
+    uint8_t cmd = CMD_WATCH;
+    ddpc_status st = ddpc_net_send(*fd, &len, 4, deadline, NULL, "the store");
+    if (st == DDPC_OK) st = ddpc_net_send(*fd, &cmd, 1, deadline, NULL, "the store");
+    if (st != DDPC_OK) { close(*fd); *fd = -1; }
+    return st;
+}
+
+int ddpc_store_read_death(int fd) {
+    char rep[8];
+    size_t got = 0;
+    while (got < 8) {
+        ssize_t k = recv(fd, rep + got, 8 - got, 0);
+        if (k <= 0) return -1;
+        got += (size_t)k;
+    }
+    int32_t rank;
+    memcpy(&rank, rep + 4, 4);
+    return rank;
+}
+
+ddpc_status ddpc_store_leave(int watch_fd, double timeout_s) {
+    /* The watch request is still parked; LEAVE is answered before it. */
+    char msg[5] = {1, 0, 0, 0, CMD_LEAVE};
+    uint64_t deadline = ddpc_deadline_after(timeout_s);
+    CHECK(ddpc_net_send(watch_fd, msg, 5, deadline, NULL, "the store"));
+    char rep[5];
+    return ddpc_net_recv(watch_fd, rep, 5, deadline, NULL, "the store");
+}
+
+ddpc_status ddpc_store_wait_departed(ddpc_store *s, int nranks, double timeout_s) {
+    bytes_ b = {0};
+    char *rep;
+    uint32_t rl;
+    int64_t n = nranks;
+    uint8_t cmd = CMD_DEPARTED;
+    if (bytes_append_(&b, &cmd, 1) || bytes_append_(&b, &n, 8)) { free(b.data); return DDPC_ERROR(DDPC_ERR_OOM, "out of memory"); }
+    CHECK(simple_(s, &b, timeout_s, &rep, &rl, 1));
+    free(rep);
+    return DDPC_OK;
+}

@@ -1,0 +1,60 @@
+/* TCP rendezvous key-value store. The master process (rank 0) hosts the
+ * server on a thread of its own that never touches Python; every process,
+ * the master included, talks to it as a client.
+ *
+ * Wire format: each message is a 4-byte little-endian length and a body whose
+ * first byte is the command. Bodies over DDPC_STORE_MAX_FRAME, malformed
+ * bodies and clients whose first message is not a HELLO carrying the job's
+ * token are disconnected; the server and other clients carry on.
+ *
+ * Liveness: each rank of a job also opens a "watch" connection announcing its
+ * rank. The server reports to every watcher the first rank whose watch
+ * connection closes without a prior leave message, so a killed process is
+ * noticed by the others as soon as the kernel closes its sockets. */
+#ifndef DDPC_COMM_STORE_H
+#define DDPC_COMM_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common.h"
+
+#define DDPC_STORE_MAX_FRAME (16u << 20)
+#define DDPC_STORE_MAX_TOKEN 256
+
+typedef struct ddpc_store ddpc_store;
+
+/* Connects to host:port (starting the server there first when `is_master`;
+ * port 0 lets the server pick one, see ddpc_store_port). Clients retry until
+ * `timeout_s`, which also bounds every later call. */
+ddpc_status ddpc_store_init(ddpc_store **out, const char *host, int port, int is_master, const char *token,
+                            double timeout_s);
+void ddpc_store_free(ddpc_store *s);
+int ddpc_store_port(const ddpc_store *s);
+/* An address of this host that other hosts of the job can reach: the local
+ * end of the connection to the store, or the master address on the master. */
+void ddpc_store_local_addr(const ddpc_store *s, char *buf, size_t cap);
+double ddpc_store_timeout(const ddpc_store *s);
+
+ddpc_status ddpc_store_set(ddpc_store *s, const char *key, const void *val, size_t len);
+/* Waits until `key` exists, then returns a malloc'ed copy of its value. */
+ddpc_status ddpc_store_get(ddpc_store *s, const char *key, void **val, size_t *len, double timeout_s);
+ddpc_status ddpc_store_add(ddpc_store *s, const char *key, int64_t delta, int64_t *result);
+ddpc_status ddpc_store_wait(ddpc_store *s, const char *const *keys, int nkeys, double timeout_s);
+ddpc_status ddpc_store_check(ddpc_store *s, const char *const *keys, int nkeys, int *all_present);
+ddpc_status ddpc_store_delete(ddpc_store *s, const char *key, int *deleted);
+ddpc_status ddpc_store_num_keys(ddpc_store *s, int64_t *n);
+
+/* Opens this rank's watch connection and asks to hear of deaths; the returned
+ * socket becomes readable when a rank died (ddpc_store_read_death) or the
+ * server went away (read returns 0). */
+ddpc_status ddpc_store_watch(ddpc_store *s, int rank, int *fd);
+/* Reads the dead rank from a readable watch socket; -1 when the server itself is gone. */
+int ddpc_store_read_death(int fd);
+/* Tells the server this rank leaves cleanly (no death is reported for it). */
+ddpc_status ddpc_store_leave(int watch_fd, double timeout_s);
+/* Waits until `nranks` watched ranks have left or died (the master keeps the
+ * server up until then). */
+ddpc_status ddpc_store_wait_departed(ddpc_store *s, int nranks, double timeout_s);
+
+#endif

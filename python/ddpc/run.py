@@ -1,0 +1,194 @@
+"""ddpc-run: start N worker processes per node with the process-group environment.
+
+    ddpc-run --nproc-per-node 4 train.py --epochs 3
+    python -m ddpc.run --nnodes 2 --node-rank 0 --master-addr node0 --master-port 29500 -m mypkg.train
+
+Each worker gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR,
+MASTER_PORT, DDPC_STORE_TOKEN and DDPC_RESTART_COUNT. When a worker fails,
+the others are stopped (SIGTERM, then SIGKILL after a grace period), the
+failed rank, its exit code or signal and the tail of its stderr are printed,
+and the launcher exits non-zero, or restarts the whole group while
+``--max-restarts`` allows. Workers die with the launcher (PR_SET_PDEATHSIG),
+and Ctrl-C stops everything.
+"""
+
+import argparse
+import collections
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from ._procs import describe_exit, die_with_parent, free_port, new_token, remove_shm_segments
+
+_TAIL_LINES = 40
+
+
+class _Worker:
+    def __init__(self, cmd, env, local_rank, rank, log_dir, restart):
+        self.rank = rank
+        self.local_rank = local_rank
+        self.tail = collections.deque(maxlen=_TAIL_LINES)
+        self.log = None
+        stdout = None
+        if log_dir:
+            os.makedirs(log_dir, exist_ok=True)
+            prefix = os.path.join(log_dir, f"attempt{restart}_rank{rank}")
+            stdout = open(prefix + ".out", "wb")
+            self.log = open(prefix + ".err", "wb")
+        self.proc = subprocess.Popen(cmd, env=env, stdout=stdout, stderr=subprocess.PIPE,
+                                     preexec_fn=die_with_parent)
+        if stdout is not None:
+            stdout.close()
+        self.reader = threading.Thread(target=self._pump, daemon=True)
+        self.reader.start()
+
+    def _pump(self):
+        """Forwards the worker's stderr and keeps its last lines for the failure report."""
+        out = sys.stderr.buffer
+        for line in iter(self.proc.stderr.readline, b""):
+            self.tail.append(line.decode(errors="replace").rstrip("\n"))
+            if self.log is not None:
+                self.log.write(line)
+                self.log.flush()
+            else:
+                out.write(line)
+                out.flush()
+        self.proc.stderr.close()
+        if self.log is not None:
+            self.log.close()
+
+    def signal(self, sig):
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+def stop_all(workers, grace):
+    """SIGTERM every live worker's process group, SIGKILL what is left after `grace` seconds."""
+    for w in workers:
+        w.signal(signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and any(w.proc.poll() is None for w in workers):
+        time.sleep(0.02)
+    for w in workers:
+        w.signal(signal.SIGKILL)
+    for w in workers:
+        w.proc.wait()
+        # Anything the worker started in its process group goes too.
+        try:
+            os.killpg(w.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        w.reader.join(timeout=2)
+    remove_shm_segments(w.proc.pid for w in workers)
+
+
+def _report(w, code, out):
+    print(f"ddpc-run: rank {w.rank} (local rank {w.local_rank}, pid {w.proc.pid}) failed: {describe_exit(code)}",
+          file=out)
+    if w.tail:
+        print(f"ddpc-run: last lines of rank {w.rank}'s stderr:", file=out)
+        for line in w.tail:
+            print(f"  [rank {w.rank}] {line}", file=out)
+    out.flush()
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="ddpc-run", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--nproc-per-node", "--nproc_per_node", type=int, default=1)
+    p.add_argument("--nnodes", type=int, default=1)
+    p.add_argument("--node-rank", "--node_rank", type=int, default=0)
+    p.add_argument("--master-addr", "--master_addr", default=None,
+                   help="address of the node hosting rank 0 (default 127.0.0.1 on one node)")
+    p.add_argument("--master-port", "--master_port", type=int, default=None,
+                   help="store port (default: a free port on one node, 29500 otherwise)")
+    p.add_argument("--max-restarts", "--max_restarts", type=int, default=0)
+    p.add_argument("--log-dir", "--log_dir", default=None, help="write each worker's stdout/stderr here")
+    p.add_argument("--grace", type=float, default=5.0, help="seconds between SIGTERM and SIGKILL when stopping")
+    p.add_argument("-m", dest="module", default=None, help="run a module, like python -m")
+    p.add_argument("script", nargs="?", help="the training script")
+    p.add_argument("args", nargs=argparse.REMAINDER)
+    a = p.parse_args(argv)
+    if a.module is not None and a.script is not None:
+        a.args = [a.script] + a.args
+        a.script = None
+    if a.module is None and a.script is None:
+        p.error("give a script or -m module")
+    if a.nproc_per_node < 1 or a.nnodes < 1 or not 0 <= a.node_rank < a.nnodes:
+        p.error("need --nproc-per-node >= 1, --nnodes >= 1 and 0 <= --node-rank < --nnodes")
+    if a.nnodes > 1 and a.master_addr is None:
+        p.error("--master-addr is required with --nnodes > 1")
+    return a
+
+
+def _run_group(a, restart, interrupted):
+    """Runs one attempt; returns (exit status, failed worker or None)."""
+    port = a.master_port if a.master_port is not None else (free_port() if a.nnodes == 1 else 29500)
+    token = os.environ.get("DDPC_STORE_TOKEN") or (new_token() if a.nnodes == 1 else "")
+    world = a.nnodes * a.nproc_per_node
+    cmd = [sys.executable, "-u"] + (["-m", a.module] if a.module else [a.script]) + a.args
+    workers = []
+    for local_rank in range(a.nproc_per_node):
+        rank = a.node_rank * a.nproc_per_node + local_rank
+        env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(local_rank), WORLD_SIZE=str(world),
+                   LOCAL_WORLD_SIZE=str(a.nproc_per_node), GROUP_RANK=str(a.node_rank),
+                   MASTER_ADDR=a.master_addr or "127.0.0.1", MASTER_PORT=str(port), DDPC_STORE_TOKEN=token,
+                   DDPC_RESTART_COUNT=str(restart))
+        workers.append(_Worker(cmd, env, local_rank, rank, a.log_dir, restart))
+    try:
+        while True:
+            if interrupted.is_set():
+                stop_all(workers, a.grace)
+                return 130, None
+            codes = [w.proc.poll() for w in workers]
+            failed = [(w, c) for w, c in zip(workers, codes) if c not in (None, 0)]
+            if failed:
+                # A killed worker is the cause; the others' errors are its consequences.
+                w, code = min(failed, key=lambda wc: (wc[1] >= 0, wc[0].rank))
+                stop_all(workers, a.grace)
+                w.reader.join(timeout=2)
+                _report(w, code, sys.stderr)
+                return 1, w
+            if all(c == 0 for c in codes):
+                for w in workers:
+                    w.reader.join(timeout=2)
+                remove_shm_segments(w.proc.pid for w in workers)
+                return 0, None
+            time.sleep(0.05)
+    except BaseException:
+        stop_all(workers, a.grace)
+        raise
+
+
+def main(argv=None):
+    a = parse_args(sys.argv[1:] if argv is None else argv)
+    if a.nnodes > 1 and not os.environ.get("DDPC_STORE_TOKEN"):
+        print("ddpc-run: warning: DDPC_STORE_TOKEN is not set; with several nodes set the same secret on every "
+              "node, or the store accepts any client", file=sys.stderr)
+    interrupted = threading.Event()
+
+    def on_signal(signum, frame):
+        interrupted.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    for restart in range(a.max_restarts + 1):
+        status, failed = _run_group(a, restart, interrupted)
+        if status == 0 or interrupted.is_set():
+            if interrupted.is_set():
+                print("ddpc-run: interrupted; all workers stopped", file=sys.stderr)
+            return status
+        if restart < a.max_restarts:
+            print(f"ddpc-run: restarting the group ({restart + 1}/{a.max_restarts})", file=sys.stderr, flush=True)
+    print(f"ddpc-run: giving up: rank {failed.rank} failed", file=sys.stderr)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

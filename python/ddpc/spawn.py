@@ -1,0 +1,152 @@
+"""ddpc.spawn: run a function in N processes that form a process group.
+
+Children are forked, so a function defined in a notebook cell works. Each
+child gets the environment ddpc-run would give it; ``fn(rank, *args)`` may
+call ``init_process_group()`` with no arguments. Return values come back to
+the parent by rank; a child's exception is re-raised in the parent with the
+child's rank and traceback, after the other children have been stopped.
+"""
+
+import multiprocessing
+import multiprocessing.connection
+import os
+import pickle
+import traceback
+
+from . import _C
+from ._procs import describe_exit, die_with_parent, free_port, new_token, remove_shm_segments
+
+
+class ProcessRaisedException(Exception):
+    """A spawned process raised; ``rank`` and the child's ``child_traceback`` are attached."""
+
+    def __init__(self, msg, rank, child_traceback):
+        super().__init__(msg)
+        self.rank = rank
+        self.child_traceback = child_traceback
+
+
+class ProcessExitedException(Exception):
+    """A spawned process ended without returning (killed, or os._exit)."""
+
+    def __init__(self, msg, rank, exit_code):
+        super().__init__(msg)
+        self.rank = rank
+        self.exit_code = exit_code
+
+
+def _child(fn, rank, args, env, conn):
+    die_with_parent()
+    os.environ.update(env)
+    try:
+        result = ("ok", fn(rank, *args))
+    except BaseException as e:
+        result = ("error", f"{type(e).__name__}: {e}", traceback.format_exc())
+    finally:
+        # Leave the group cleanly: forked children skip atexit handlers.
+        from . import distributed
+
+        try:
+            distributed.destroy_process_group()
+        except Exception:
+            pass
+    try:
+        conn.send_bytes(pickle.dumps(result))
+    except Exception as e:
+        conn.send_bytes(pickle.dumps(("error", f"cannot send the return value of rank {rank} to the parent: {e}",
+                                      traceback.format_exc())))
+    conn.close()
+
+
+class SpawnContext:
+    """The running children of ``spawn(..., join=False)``; ``join()`` returns their results."""
+
+    def __init__(self, processes, conns):
+        self.processes = processes
+        self._conns = conns
+        self._results = {}
+
+    def pids(self):
+        return [p.pid for p in self.processes]
+
+    def _stop(self):
+        for p in self.processes:
+            if p.is_alive():
+                p.terminate()
+        for p in self.processes:
+            p.join(5)
+            if p.is_alive():
+                p.kill()
+                p.join()
+        remove_shm_segments(self.pids())
+
+    def join(self, timeout=None):
+        """Waits for every child; returns the return values by rank, or raises
+        the first failure (after stopping the others). With a timeout, returns
+        None if the children are still running when it passes."""
+        pending = {c: r for r, c in enumerate(self._conns) if r not in self._results}
+        sentinels = {p.sentinel: r for r, p in enumerate(self.processes)}
+        while pending:
+            ready = multiprocessing.connection.wait(list(pending) + list(sentinels), timeout)
+            if not ready:
+                return None
+            for obj in ready:
+                if obj in pending:
+                    rank = pending.pop(obj)
+                    try:
+                        self._results[rank] = pickle.loads(obj.recv_bytes())
+                    except EOFError:
+                        self._results[rank] = None
+                elif obj in sentinels:
+                    rank = sentinels.pop(obj)
+                    conn = self._conns[rank]
+                    if rank not in self._results and conn in pending and not conn.poll():
+                        pending.pop(conn)
+                        self._results[rank] = None
+            self._raise_failure()
+        for p in self.processes:
+            p.join()
+        remove_shm_segments(self.pids())
+        return [self._results[r][1] for r in range(len(self.processes))]
+
+    def _raise_failure(self):
+        for rank in sorted(self._results):
+            res = self._results[rank]
+            if res is not None and res[0] == "ok":
+                continue
+            self._stop()
+            if res is None:
+                code = self.processes[rank].exitcode
+                raise ProcessExitedException(f"process {rank} ended without a result ({describe_exit(code)})",
+                                             rank, code)
+            raise ProcessRaisedException(f"\n\n-- process {rank} raised {res[1]}\n\n{res[2]}", rank, res[2])
+
+
+def spawn(fn, args=(), nprocs=1, join=True, daemon=False, start_method="fork"):
+    """Runs ``fn(rank, *args)`` in ``nprocs`` forked processes with RANK,
+    LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT and a
+    store token set, and returns ``[fn(0, ...), fn(1, ...), ...]``."""
+    if start_method != "fork":
+        raise ValueError("ddpc.spawn forks its children (start_method='fork'); use ddpc-run to start fresh "
+                         "interpreters")
+    if _C.cuda_initialized():
+        raise RuntimeError("CUDA is already initialised in this process, and a forked child cannot use it. Call "
+                           "ddpc.spawn before any CUDA work (in a notebook: restart the kernel and spawn first), or "
+                           "launch a script with ddpc-run.")
+    if nprocs < 1:
+        raise ValueError("nprocs must be at least 1")
+    ctx = multiprocessing.get_context("fork")
+    port, token = free_port(), new_token()
+    processes, conns = [], []
+    for rank in range(nprocs):
+        env = {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(nprocs),
+               "LOCAL_WORLD_SIZE": str(nprocs), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+               "DDPC_STORE_TOKEN": token, "DDPC_RESTART_COUNT": "0"}
+        reader, writer = ctx.Pipe(duplex=False)
+        p = ctx.Process(target=_child, args=(fn, rank, args, env, writer), daemon=daemon)
+        p.start()
+        writer.close()
+        processes.append(p)
+        conns.append(reader)
+    context = SpawnContext(processes, conns)
+    return context.join() if join else context

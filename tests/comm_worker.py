@@ -1,0 +1,257 @@
+"""Worker program for the multi-process communicator tests.
+
+Started once per rank (by ddpc-run or directly with the env:// variables):
+    python comm_worker.py SCENARIO [ARGS...]
+Each scenario checks results against closed forms and prints "RANK r PASS"
+(or the error it was asked to provoke) on stdout.
+"""
+
+import os
+import signal
+import sys
+import threading
+import time
+
+import ml_dtypes
+import numpy as np
+
+import ddpc
+import ddpc.distributed as dist
+from ddpc.distributed import ReduceOp
+
+DTYPES = [np.float32, np.float64, np.float16, ml_dtypes.bfloat16, np.int32, np.int64, np.uint8]
+OPS = [ReduceOp.SUM, ReduceOp.AVG, ReduceOp.MIN, ReduceOp.MAX, ReduceOp.PROD]
+SIZES = [0, 1, 7, 4097, (1 << 20) + 3]
+
+
+def contribution(op, rank, n, dtype):
+    """Rank `rank`'s input for `op`: small integers, exact in every dtype."""
+    i = np.arange(n, dtype=np.int64)
+    if op == ReduceOp.PROD:
+        x = 1 + (i + rank) % 2
+    elif op in (ReduceOp.MIN, ReduceOp.MAX):
+        x = (i * 3 + rank * 5) % 11
+    else:
+        x = i % 7 + rank + 1
+    return x.astype(dtype)
+
+
+def expected(op, world, n, dtype):
+    """Closed form of the reduction of every rank's contribution."""
+    i = np.arange(n, dtype=np.int64)
+    if op == ReduceOp.PROD:
+        odd = sum(((i + r) % 2) for r in range(world))  # ranks contributing a 2
+        return (2 ** odd).astype(dtype)
+    if op == ReduceOp.MIN:
+        return np.min([(i * 3 + r * 5) % 11 for r in range(world)], axis=0).astype(dtype)
+    if op == ReduceOp.MAX:
+        return np.max([(i * 3 + r * 5) % 11 for r in range(world)], axis=0).astype(dtype)
+    total = world * (i % 7) + world * (world + 1) // 2
+    if op == ReduceOp.SUM:
+        return total.astype(dtype)
+    if np.issubdtype(np.dtype(dtype), np.integer):
+        return (total // world).astype(dtype)
+    return (total / world).astype(dtype)
+
+
+def check(got, want, what):
+    if not np.array_equal(np.asarray(got).astype(np.float64), np.asarray(want).astype(np.float64)):
+        bad = np.flatnonzero(np.asarray(got).astype(np.float64) != np.asarray(want).astype(np.float64))[:5]
+        raise AssertionError(f"{what}: mismatch at {bad.tolist()}: got {np.asarray(got)[bad]}, "
+                             f"want {np.asarray(want)[bad]}")
+
+
+def scenario_matrix():
+    """Every op x dtype x size for all_reduce and reduce_scatter, every dtype x
+    size for broadcast and all_gather, on numpy arrays; a sample on ddpc.Tensor."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    for dtype in DTYPES:
+        for n in SIZES:
+            name = np.dtype(dtype).name
+            for op in OPS:
+                a = contribution(op, rank, n, dtype)
+                dist.all_reduce(a, op=op)
+                check(a, expected(op, world, n, dtype), f"all_reduce {name} op {op} n {n}")
+                # reduce_scatter: block r of rank q's input is contribution(op, q, ...) shifted by r*n.
+                inp = np.concatenate([contribution(op, rank, n, dtype) for _ in range(world)]) if n else \
+                    np.zeros(0, dtype)
+                out = np.empty(n, dtype)
+                dist.reduce_scatter_tensor(out, inp, op=op)
+                check(out, expected(op, world, n, dtype), f"reduce_scatter {name} op {op} n {n}")
+            b = (np.arange(n) % 251).astype(dtype) if rank == world - 1 else np.zeros(n, dtype)
+            dist.broadcast(b, src=world - 1)
+            check(b, (np.arange(n) % 251).astype(dtype), f"broadcast {name} n {n}")
+            mine = ((np.arange(n) + rank) % 97).astype(dtype)
+            out = np.empty(world * n, dtype)
+            dist.all_gather_into_tensor(out, mine)
+            want = np.concatenate([((np.arange(n) + r) % 97).astype(dtype) for r in range(world)]) if n else out
+            check(out, want, f"all_gather_into_tensor {name} n {n}")
+    # ddpc.Tensor in place, and all_gather into a list of tensors.
+    for dt in (ddpc.float32, ddpc.int64, ddpc.float16):
+        t = ddpc.full((3, 5), rank + 1, dtype=dt)
+        dist.all_reduce(t)
+        check(t.numpy(), np.full((3, 5), world * (world + 1) // 2), f"all_reduce Tensor {dt}")
+        outs = [ddpc.zeros(4, dtype=dt) for _ in range(world)]
+        dist.all_gather(outs, ddpc.full((4,), rank, dtype=dt))
+        for r, o in enumerate(outs):
+            check(o.numpy(), np.full(4, r), f"all_gather list Tensor {dt}")
+    lst = [np.zeros(3, np.int32) for _ in range(world)]
+    dist.all_gather(lst, np.full(3, rank * 10, np.int32))
+    for r, o in enumerate(lst):
+        check(o, np.full(3, r * 10), "all_gather list numpy")
+    dist.barrier()
+
+
+def scenario_async():
+    rank, world = dist.get_rank(), dist.get_world_size()
+    arrays = [np.full(100000 + k, rank + k, np.float64) for k in range(6)]
+    works = [dist.all_reduce(a, async_op=True) for a in arrays]
+    wb = dist.barrier(async_op=True)
+    for k, (a, w) in enumerate(zip(arrays, works)):
+        assert w.wait(timeout=60)
+        assert w.is_completed()
+        check(a, np.full(a.size, sum(r + k for r in range(world))), f"async all_reduce {k}")
+    wb.wait()
+    lst = [ddpc.zeros(5) for _ in range(world)]
+    w = dist.all_gather(lst, ddpc.full((5,), float(rank)), async_op=True)
+    w.wait()
+    check(np.concatenate([t.numpy() for t in lst]), np.repeat(np.arange(world), 5), "async all_gather list")
+    # A sync call after async ones runs after them, in order.
+    b = np.full(10, rank, np.int64)
+    dist.all_reduce(b)
+    check(b, np.full(10, world * (world - 1) // 2), "sync after async")
+
+
+def scenario_groups():
+    rank, world = dist.get_rank(), dist.get_world_size()
+    evens = dist.new_group([r for r in range(world) if r % 2 == 0])
+    odds = dist.new_group([r for r in range(world) if r % 2 == 1]) if world > 1 else None
+    mine = evens if rank % 2 == 0 else odds
+    members = [r for r in range(world) if r % 2 == rank % 2]
+    assert dist.get_rank(mine) == members.index(rank) and dist.get_world_size(mine) == len(members)
+    other = odds if rank % 2 == 0 else evens
+    assert other is dist.GroupMember.NON_GROUP_MEMBER or other is None
+    a = np.full(1000, rank, np.int64)
+    dist.all_reduce(a, group=mine)
+    check(a, np.full(1000, sum(members)), "subgroup all_reduce")
+    b = np.full(5, rank, np.float32)
+    dist.broadcast(b, src=members[-1], group=mine)
+    check(b, np.full(5, members[-1]), "subgroup broadcast (src is a global rank)")
+    # The default group still works, interleaved with the subgroup.
+    c = np.ones(3, np.float32)
+    dist.all_reduce(c)
+    check(c, np.full(3, world), "default group after subgroup")
+    dist.destroy_process_group(mine)
+    dist.barrier()
+
+
+def scenario_p2p():
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if world == 1:
+        return
+    nxt, prv = (rank + 1) % world, (rank - 1) % world
+    big = np.arange((1 << 20) + 3, dtype=np.float32) + rank
+    got = np.empty_like(big)
+    # Even ranks send first, odd ranks receive first: no cycle of blocking sends.
+    if rank % 2 == 0:
+        dist.send(big, nxt)
+        dist.recv(got, prv)
+    else:
+        dist.recv(got, prv)
+        dist.send(big, nxt)
+    check(got, np.arange(big.size, dtype=np.float32) + prv, "send/recv ring")
+    t = ddpc.zeros(7, dtype=ddpc.int32)
+    if rank == 0:
+        dist.send(ddpc.full((7,), 42, dtype=ddpc.int32), 1, tag=5)
+    elif rank == 1:
+        assert dist.recv(t, 0, tag=5) == 0
+        check(t.numpy(), np.full(7, 42), "send/recv Tensor with tag")
+    w = dist.isend(np.full(4, rank, np.int64), nxt)
+    r = np.empty(4, np.int64)
+    dist.irecv(r, prv).wait()
+    w.wait()
+    check(r, np.full(4, prv), "isend/irecv")
+    dist.barrier()
+
+
+def scenario_mismatch():
+    """Rank 0 all-reduces 10 floats, the others 12: every rank must get DistError."""
+    rank = dist.get_rank()
+    if dist.get_world_size() == 1:
+        return
+    a = np.ones(10 if rank == 0 else 12, np.float32)
+    try:
+        dist.all_reduce(a)
+    except dist.DistError as e:
+        print(f"RANK {rank} MISMATCH {e}", flush=True)
+        return
+    raise AssertionError("mismatched all_reduce did not raise")
+
+
+def scenario_pickle():
+    import pickle
+
+    for obj in (dist.GroupMember.WORLD, dist.all_reduce(np.ones(1), async_op=True)):
+        try:
+            pickle.dumps(obj)
+        except TypeError:
+            continue
+        raise AssertionError(f"{type(obj).__name__} pickled")
+
+
+def scenario_kill(victim, size_mb, marker=None):
+    """`victim` SIGKILLs itself while all ranks are inside a large all_reduce loop."""
+    rank = dist.get_rank()
+    a = np.ones(int(size_mb) << 18, np.float32)
+    dist.all_reduce(a)
+    if rank == int(victim):
+        threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGKILL)).start()
+    t0 = time.monotonic()
+    try:
+        while time.monotonic() - t0 < 60:
+            dist.all_reduce(a)
+    except dist.DistError as e:
+        print(f"RANK {rank} CAUGHT {type(e).__name__} after {time.monotonic() - t0:.2f}s: {e}", flush=True)
+        sys.exit(3)
+
+
+def scenario_absent(absent, sleep_s):
+    """Rank `absent` is alive but never joins the collective."""
+    rank = dist.get_rank()
+    if rank == int(absent):
+        time.sleep(float(sleep_s))
+        return
+    try:
+        dist.all_reduce(np.ones(100, np.float32))
+    except dist.DistTimeoutError as e:
+        print(f"RANK {rank} TIMEOUT {e}", flush=True)
+        return
+    raise AssertionError("collective with a missing rank did not time out")
+
+
+def scenario_loop(seconds):
+    """All-reduces for a while (a job other tests disturb from outside)."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < float(seconds):
+        a = np.full(1000, rank, np.int64)
+        dist.all_reduce(a)
+        check(a, np.full(1000, world * (world - 1) // 2), "all_reduce while disturbed")
+        time.sleep(0.01)
+
+
+def main():
+    scenario, args = sys.argv[1], sys.argv[2:]
+    timeout = float(os.environ.get("TEST_DIST_TIMEOUT", "60"))
+    dist.init_process_group(timeout=timeout)
+    if scenario == "all":
+        for name in ("matrix", "async", "groups", "p2p", "pickle", "mismatch"):
+            globals()["scenario_" + name]()
+    else:
+        globals()["scenario_" + scenario](*args)
+    print(f"RANK {dist.get_rank()} PASS", flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

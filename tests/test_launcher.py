@@ -1,0 +1,239 @@
+"""ddpc-run: the worker environment, scripts and -m modules, failure reports,
+restarts, log files, Ctrl-C, and no process left behind; ddpc.spawn."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+
+import pytest
+
+import ddpc
+
+
+def launch(tmp_path, body, *launcher_args, timeout=60, script_args=()):
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent(body))
+    cmd = [sys.executable, "-m", "ddpc.run", *launcher_args, str(script), *script_args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=tmp_path)
+
+
+def processes_with(marker):
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if marker.encode() in f.read():
+                    found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
+
+def test_environment_of_every_worker(tmp_path):
+    res = launch(tmp_path, """
+        import os, sys
+        keys = ["RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                "DDPC_STORE_TOKEN", "DDPC_RESTART_COUNT"]
+        os.write(1, ("ENV " + " ".join(f"{k}={os.environ[k]}" for k in keys) + f" ARGS {sys.argv[1:]}\\n").encode())
+    """, "--nproc-per-node", "3", script_args=("--flag", "x"))
+    assert res.returncode == 0, res.stderr
+    lines = sorted(line for line in res.stdout.splitlines() if line.startswith("ENV"))
+    assert len(lines) == 3
+    tokens = set()
+    for r, line in enumerate(lines):
+        env = dict(kv.split("=", 1) for kv in line.split(" ARGS ")[0].split()[1:])
+        assert env["RANK"] == env["LOCAL_RANK"] == str(r)
+        assert env["WORLD_SIZE"] == env["LOCAL_WORLD_SIZE"] == "3"
+        assert env["MASTER_ADDR"] == "127.0.0.1" and int(env["MASTER_PORT"]) > 0
+        assert env["DDPC_RESTART_COUNT"] == "0" and len(env["DDPC_STORE_TOKEN"]) >= 16
+        tokens.add(env["DDPC_STORE_TOKEN"])
+        assert "['--flag', 'x']" in line
+    assert len(tokens) == 1
+
+
+def test_multi_node_ranks(tmp_path):
+    res = launch(tmp_path, """
+        import os
+        os.write(1, f"R {os.environ['RANK']} {os.environ['WORLD_SIZE']} {os.environ['LOCAL_RANK']}\\n".encode())
+    """, "--nproc-per-node", "2", "--nnodes", "3", "--node-rank", "1", "--master-addr", "127.0.0.1",
+                 "--master-port", "29999")
+    assert res.returncode == 0, res.stderr
+    assert sorted(line for line in res.stdout.splitlines() if line.startswith("R")) == ["R 2 6 0", "R 3 6 1"]
+
+
+def test_module_mode(tmp_path):
+    (tmp_path / "mymod.py").write_text("import os\nos.write(1, ('MOD ' + os.environ['RANK'] + '\\n').encode())\n")
+    env = dict(os.environ, PYTHONPATH=f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    res = subprocess.run([sys.executable, "-m", "ddpc.run", "--nproc-per-node", "2", "-m", "mymod"],
+                         capture_output=True, text=True, timeout=60, env=env)
+    assert res.returncode == 0, res.stderr
+    assert sorted(res.stdout.split()) == ["0", "1", "MOD", "MOD"]
+
+
+def test_collectives_through_the_launcher(tmp_path):
+    res = launch(tmp_path, """
+        import os, numpy as np, ddpc
+        import ddpc.distributed as dist
+        ddpc.init_process_group()
+        a = np.full(10, dist.get_rank() + 1.0)
+        dist.all_reduce(a)
+        os.write(1, f"SUM {a[0]}\\n".encode())
+    """, "--nproc-per-node", "2")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split().count("3.0") == 2
+
+
+def test_failure_is_reported_with_traceback_and_others_stopped(tmp_path):
+    marker = uuid.uuid4().hex
+    t0 = time.monotonic()
+    res = launch(tmp_path, """
+        import os, sys, time
+        if os.environ["RANK"] == "1":
+            def inner():
+                raise ValueError("bad batch in rank one")
+            inner()
+        time.sleep(120)
+    """, "--nproc-per-node", "3", "--grace", "1", script_args=(marker,))
+    assert time.monotonic() - t0 < 30
+    assert res.returncode != 0
+    assert "rank 1 (local rank 1" in res.stderr and "exit code 1" in res.stderr
+    assert "[rank 1] ValueError: bad batch in rank one" in res.stderr
+    assert "in inner" in res.stderr
+    assert processes_with(marker) == []
+
+
+def test_worker_ignoring_sigterm_is_killed(tmp_path):
+    marker = uuid.uuid4().hex
+    res = launch(tmp_path, """
+        import os, signal, sys, time
+        if os.environ["RANK"] == "0":
+            sys.exit(7)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        time.sleep(120)
+    """, "--nproc-per-node", "2", "--grace", "0.5", script_args=(marker,))
+    assert res.returncode != 0 and "rank 0" in res.stderr and "exit code 7" in res.stderr
+    assert processes_with(marker) == []
+
+
+def test_max_restarts(tmp_path):
+    res = launch(tmp_path, """
+        import os, sys
+        attempt = int(os.environ["DDPC_RESTART_COUNT"])
+        os.write(1, f"ATTEMPT {os.environ['RANK']} {attempt}\\n".encode())
+        if attempt < 2 and os.environ["RANK"] == "1":
+            sys.exit(5)
+    """, "--nproc-per-node", "2", "--max-restarts", "3", "--grace", "0.5")
+    assert res.returncode == 0, res.stderr
+    assert "ATTEMPT 1 2" in res.stdout and "ATTEMPT 1 3" not in res.stdout
+    assert res.stderr.count("restarting the group") == 2
+
+
+def test_restarts_exhausted(tmp_path):
+    res = launch(tmp_path, "import sys; sys.exit(4)\n", "--nproc-per-node", "1", "--max-restarts", "1")
+    assert res.returncode != 0
+    assert res.stderr.count("restarting the group") == 1 and "giving up" in res.stderr
+
+
+def test_log_dir(tmp_path):
+    res = launch(tmp_path, """
+        import os, sys
+        print("out of", os.environ["RANK"])
+        print("err of", os.environ["RANK"], file=sys.stderr)
+    """, "--nproc-per-node", "2", "--log-dir", str(tmp_path / "logs"))
+    assert res.returncode == 0, res.stderr
+    for r in range(2):
+        assert (tmp_path / "logs" / f"attempt0_rank{r}.out").read_text() == f"out of {r}\n"
+        assert (tmp_path / "logs" / f"attempt0_rank{r}.err").read_text() == f"err of {r}\n"
+
+
+def test_ctrl_c_stops_everything(tmp_path):
+    marker = uuid.uuid4().hex
+    script = tmp_path / "job.py"
+    script.write_text("import time\nprint('UP', flush=True)\ntime.sleep(120)\n")
+    p = subprocess.Popen([sys.executable, "-m", "ddpc.run", "--nproc-per-node", "2", "--grace", "1", str(script),
+                          marker], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for _ in range(2):
+        assert p.stdout.readline().strip() == "UP"
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=30)
+    assert p.returncode == 130
+    assert "interrupted" in err
+    assert processes_with(marker) == []
+
+
+def test_launcher_killed_takes_workers_with_it(tmp_path):
+    marker = uuid.uuid4().hex
+    script = tmp_path / "job.py"
+    script.write_text("import time\nprint('UP', flush=True)\ntime.sleep(120)\n")
+    p = subprocess.Popen([sys.executable, "-m", "ddpc.run", "--nproc-per-node", "2", str(script), marker],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for _ in range(2):
+        assert p.stdout.readline().strip() == "UP"
+    p.kill()
+    p.wait(timeout=10)
+    deadline = time.monotonic() + 10
+    while processes_with(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert processes_with(marker) == []
+
+
+# ---- ddpc.spawn ---------------------------------------------------------------------
+
+
+def _allreduce_rank(rank, scale):
+    import numpy as np
+
+    import ddpc.distributed as dist
+
+    dist.init_process_group()
+    a = np.full(1000, float(rank + 1))
+    dist.all_reduce(a)
+    return {"rank": dist.get_rank(), "sum": float(a[0]) * scale}
+
+
+def test_spawn_returns_values_by_rank():
+    out = ddpc.spawn(_allreduce_rank, args=(2,), nprocs=3)
+    assert out == [{"rank": r, "sum": 12.0} for r in range(3)]
+
+
+def _fail_on_rank_two(rank):
+    import time
+
+    if rank == 2:
+        raise KeyError("missing feature in rank two")
+    time.sleep(60)
+
+
+def test_spawn_reraises_child_exception_with_rank_and_traceback():
+    from ddpc.spawn import ProcessRaisedException
+
+    t0 = time.monotonic()
+    with pytest.raises(ProcessRaisedException) as info:
+        ddpc.spawn(_fail_on_rank_two, nprocs=3)
+    assert time.monotonic() - t0 < 30
+    assert info.value.rank == 2
+    assert "KeyError" in str(info.value) and "missing feature in rank two" in str(info.value)
+    assert "_fail_on_rank_two" in info.value.child_traceback
+
+
+def _die(rank):
+    if rank == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return rank
+
+
+def test_spawn_reports_a_killed_child():
+    from ddpc.spawn import ProcessExitedException
+
+    with pytest.raises(ProcessExitedException, match="process 1 .*SIGKILL"):
+        ddpc.spawn(_die, nprocs=2)
+
+
+def test_spawn_join_false():
+    ctx = ddpc.spawn(_allreduce_rank, args=(1,), nprocs=2, join=False)
+    assert len(ctx.pids()) == 2
+    assert [r["sum"] for r in ctx.join()] == [3.0, 3.0]

@@ -1,0 +1,139 @@
+"""The TCP rendezvous store: the key-value API, timeouts, token checks, and a
+server that survives garbage, oversized and unauthenticated clients."""
+
+import socket
+import struct
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+
+import ddpc
+from ddpc.distributed import FileStore, TCPStore
+
+
+@pytest.fixture
+def master():
+    return TCPStore("127.0.0.1", 0, is_master=True, timeout=timedelta(seconds=5), token="secret")
+
+
+def client(master, token="secret", timeout=5):
+    return TCPStore("127.0.0.1", master.port, timeout=timedelta(seconds=timeout), token=token)
+
+
+def test_set_get_add_check_delete(master):
+    c = client(master)
+    c.set("a", "hello")
+    master.set("b", b"\x00\x01")
+    assert master.get("a") == b"hello" and c.get("b") == b"\x00\x01"
+    assert c.add("n", 5) == 5 and master.add("n", -2) == 3
+    assert c.check(["a", "b", "n"]) and not c.check(["a", "missing"])
+    assert c.num_keys() == 3
+    assert c.delete_key("a") and not c.delete_key("a")
+    assert not master.check(["a"])
+    c.set("big", b"x" * (1 << 20))
+    assert master.get("big") == b"x" * (1 << 20)
+
+
+def test_get_waits_for_a_later_set(master):
+    c = client(master)
+    threading.Timer(0.2, lambda: master.set("late", "v")).start()
+    t0 = time.monotonic()
+    assert c.get("late") == b"v"
+    assert time.monotonic() - t0 >= 0.15
+    c.wait(["late"])
+
+
+def test_wait_times_out_and_client_recovers(master):
+    c = client(master)
+    with pytest.raises(ddpc.DistTimeoutError, match="never"):
+        c.wait(["never"], timeout=timedelta(milliseconds=300))
+    c.set("after", "ok")
+    assert c.get("after") == b"ok"
+
+
+def test_wrong_token_is_refused(master):
+    with pytest.raises(ddpc.DistError, match="refused"):
+        client(master, token="wrong")
+    assert client(master).add("still", 1) == 1
+
+
+def raw_connection(master):
+    s = socket.create_connection(("127.0.0.1", master.port), timeout=5)
+    return s
+
+
+def closed_by_server(s):
+    try:
+        return s.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+@pytest.mark.parametrize("payload", [
+    b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",                    # garbage: a huge length prefix
+    struct.pack("<I", 0xFFFFFFF0) + b"\x01",                 # oversized frame
+    struct.pack("<I", 64 << 20) + b"\x02" * 100,             # over the frame bound
+    struct.pack("<I", 5) + b"\x02abcd",                      # a request before HELLO
+    struct.pack("<I", 9) + b"\x01" + struct.pack("<I", 4) + b"nope",  # malformed HELLO
+    struct.pack("<I", 0),                                   # empty frame
+], ids=["http", "huge", "over-bound", "no-hello", "bad-hello", "empty"])
+def test_malformed_clients_are_disconnected(master, payload):
+    c = client(master)
+    c.set("k", "v")
+    s = raw_connection(master)
+    s.sendall(payload)
+    assert closed_by_server(s)
+    s.close()
+    assert c.get("k") == b"v"
+    assert client(master).get("k") == b"v"
+
+
+def test_authenticated_client_sending_garbage_is_disconnected(master):
+    s = raw_connection(master)
+    tok = b"secret"
+    s.sendall(struct.pack("<IB I", 1 + 4 + len(tok) + 4, 1, len(tok)) + tok + struct.pack("<i", -1))
+    assert s.recv(5) == struct.pack("<IB", 1, 1)
+    s.sendall(struct.pack("<I", 3) + b"\x63zz")  # unknown command
+    assert closed_by_server(s)
+    assert client(master).add("ok", 1) == 1
+
+
+def test_port_in_use_is_a_clear_error(master):
+    with pytest.raises(ddpc.DistError, match="in use|another process"):
+        TCPStore("127.0.0.1", master.port, is_master=True, token="secret")
+
+
+def test_unreachable_master_times_out_clearly():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # bound but not listening: connections are refused
+        t0 = time.monotonic()
+        with pytest.raises(ddpc.DistTimeoutError, match=f"could not connect to 127.0.0.1:{port}"):
+            TCPStore("127.0.0.1", port, timeout=timedelta(seconds=1))
+        assert time.monotonic() - t0 < 5
+
+
+def test_unresolvable_master_is_a_clear_error():
+    with pytest.raises(ddpc.DistError, match="cannot resolve"):
+        TCPStore("no-such-host.invalid", 29500, timeout=timedelta(seconds=1))
+
+
+def test_store_refuses_pickling(master):
+    import pickle
+
+    with pytest.raises(TypeError):
+        pickle.dumps(master)
+
+
+def test_file_store(tmp_path):
+    path = str(tmp_path / "store")
+    a, b = FileStore(path, 2), FileStore(path, 2)
+    a.set("x", b"1")
+    assert b.get("x") == b"1"
+    assert a.add("n", 2) == 2 and b.add("n", 3) == 5
+    assert b.check(["x", "n"]) and not b.check(["y"])
+    assert a.delete_key("x") and not b.check(["x"])
+    with pytest.raises(ddpc.DistTimeoutError):
+        a.wait(["never"], timeout=0.2)
