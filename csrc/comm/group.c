@@ -32,14 +32,38 @@ struct ddpc_work {
 /* ---- failure state -------------------------------------------------------------- */
 
 void ddpc_group_fail(ddpc_group *g, ddpc_status st, const char *msg) {
-    int expected = 0;
+    int expected = 0, first = 0;
     pthread_mutex_lock(&g->lock);
     if (atomic_load(&g->failed) == 0) {
         snprintf(g->fail_msg, sizeof g->fail_msg, "%s", msg);
-        atomic_compare_exchange_strong(&g->failed, &expected, (int)st);
+        first = atomic_compare_exchange_strong(&g->failed, &expected, (int)st);
     }
     pthread_mutex_unlock(&g->lock);
+    if (!first) return;
     if (g->backend && g->backend->abort && g->bstate) g->backend->abort(g->bstate);
+    ddpc_p2p_shutdown(g);
+}
+
+ddpc_status ddpc_group_disagree(ddpc_group *g, const char *msg) {
+    char text[1200];
+    snprintf(text, sizeof text, "%s\n%s", g->prefix, msg);
+    /* Publish before failing here: failing shuts this rank's links, and the
+     * peers should learn the reason before they see the links close. */
+    if (ddpc_store_abort(g->store, text) != DDPC_OK) ddpc_clear_error();
+    ddpc_group_fail(g, DDPC_ERR_DIST, msg);
+    return ddpc_group_error(g);
+}
+
+ddpc_status ddpc_group_explain(ddpc_group *g, ddpc_status st) {
+    if (st != DDPC_ERR_DIST) return st;
+    uint64_t deadline = ddpc_deadline_after(0.5);
+    while (!atomic_load(&g->failed) && ddpc_ms_left(deadline, 1) > 0) {
+        struct timespec ts = {0, 2000000};
+        nanosleep(&ts, NULL);
+    }
+    if (!atomic_load(&g->failed)) return st;
+    ddpc_clear_error();
+    return ddpc_group_error(g);
 }
 
 /* Re-records a message captured on another thread, without a second location. */
@@ -59,6 +83,9 @@ ddpc_status ddpc_group_error(ddpc_group *g) {
     pthread_mutex_lock(&g->lock);
     snprintf(msg, sizeof msg, "%s", g->fail_msg);
     pthread_mutex_unlock(&g->lock);
+    /* The group's cause replaces whatever symptom this thread recorded
+     * (a link closing because the peer gave up). */
+    ddpc_clear_error();
     return rethrow_((ddpc_status)st, msg);
 }
 
@@ -168,6 +195,7 @@ static void execute_(ddpc_group *g, ddpc_work *w) {
         st = ddpc_group_error(g);
     } else {
         st = g->backend->run(g, g->bstate, &w->args, ddpc_deadline_after(g->timeout_s));
+        if (st == DDPC_ERR_DIST && !atomic_load(&g->failed)) st = ddpc_group_explain(g, st);
         if (st != DDPC_OK && st != DDPC_ERR_ARG && st != DDPC_ERR_TYPE) ddpc_group_fail(g, st, ddpc_last_error());
     }
     if (st != DDPC_OK) {
@@ -313,24 +341,44 @@ void ddpc_monitor_unregister(ddpc_group *g) {
     pthread_mutex_unlock(&mon_.lock);
 }
 
-static void *monitor_main_(void *arg) {
-    (void)arg;
-    struct pollfd p[2] = {{mon_.watch_fd, POLLIN, 0}, {mon_.wake[0], POLLIN, 0}};
-    while (poll(p, 2, -1) < 0 && errno == EINTR) {
-    }
-    if (p[1].revents || !p[0].revents) return NULL;
-    int dead = ddpc_store_read_death(mon_.watch_fd);
-    char msg[256];
-    if (dead >= 0)
-        snprintf(msg, sizeof msg, "rank %d died or exited while the process group was in use", dead);
+/* Fails the registered groups an event concerns: all of them for a death,
+ * the group named by its prefix for an abort. */
+static void monitor_event_(int rank, const char *text) {
+    char msg[1024];
+    const char *reason = strchr(text, '\n');
+    if (rank >= 0)
+        snprintf(msg, sizeof msg, "rank %d died or exited while the process group was in use", rank);
+    else if (rank == -2 && reason)
+        snprintf(msg, sizeof msg, "%s", reason + 1);
     else
         snprintf(msg, sizeof msg, "rank 0 died or exited while the process group was in use (lost the connection "
                                   "to the store it hosted)");
+    size_t plen = reason ? (size_t)(reason - text) : 0;
     pthread_mutex_lock(&mon_.lock);
-    mon_.dead = 1;
-    for (int i = 0; i < mon_.ngroups; i++) ddpc_group_fail(mon_.groups[i], DDPC_ERR_DIST, msg);
+    for (int i = 0; i < mon_.ngroups; i++) {
+        ddpc_group *g = mon_.groups[i];
+        if (rank != -2 || (strlen(g->prefix) == plen && strncmp(g->prefix, text, plen) == 0))
+            ddpc_group_fail(g, DDPC_ERR_DIST, msg);
+    }
     pthread_mutex_unlock(&mon_.lock);
-    return NULL;
+}
+
+static void *monitor_main_(void *arg) {
+    (void)arg;
+    for (int64_t seen = 1;; seen++) {
+        struct pollfd p[2] = {{mon_.watch_fd, POLLIN, 0}, {mon_.wake[0], POLLIN, 0}};
+        while (poll(p, 2, -1) < 0 && errno == EINTR) {
+        }
+        if (p[1].revents || !p[0].revents) return NULL;
+        char text[4200];
+        int rank = ddpc_store_read_event(mon_.watch_fd, text, sizeof text);
+            monitor_event_(rank, text);
+        if (rank == -1 || ddpc_store_watch_next(mon_.watch_fd, seen, 10) != DDPC_OK) {
+            ddpc_clear_error();
+            mon_.dead = 1;
+            return NULL;
+        }
+    }
 }
 
 ddpc_status ddpc_monitor_start(ddpc_store *store, int global_rank) {

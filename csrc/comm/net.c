@@ -182,7 +182,7 @@ ddpc_status ddpc_net_sendrecv(int sfd, const void *sbuf, size_t slen, int rfd, v
         }
         if (ri >= 0 && p[ri].revents) {
             ssize_t k = recv(rfd, r, rlen, MSG_DONTWAIT);
-            if (k == 0) return DDPC_ERROR(DDPC_ERR_DIST, "connection to %s closed (the peer exited or died)", what);
+            if (k == 0) return DDPC_ERROR(DDPC_ERR_DIST, "connection to %s closed (the peer exited, died or gave up on the collective)", what);
             if (k < 0 && errno != EAGAIN && errno != EINTR)
                 return DDPC_ERROR(DDPC_ERR_DIST, "connection to %s lost while receiving: %s", what, strerror(errno));
             if (k > 0) { r += k; rlen -= (size_t)k; }

@@ -191,10 +191,9 @@ fail:
     return res;
 }
 
-/* The failure itself is recorded in the group, which is private to this
- * process: each rank learns of a death from its own monitor and of a timeout
- * from its own deadline, so no rank's error is imposed on the others. The
- * wake only makes this process's sleepers look at their group. */
+/* The failure is recorded in the group, private to this process (a death
+ * or an abort reaches every rank through its own monitor; a timeout is each
+ * rank's own); the wake makes this process's sleepers look at it. */
 void ddpc_shm_abort(ddpc_shm *s) {
     if (s && s->ctrl) futex_wake_(&s->ctrl->arrive);
 }
@@ -293,8 +292,7 @@ static ddpc_status check_descs_(ddpc_shm *s, int parity) {
         describe_(o, b, sizeof b);
         snprintf(msg, sizeof msg, "collective mismatch: rank %d called %s, rank %d called %s", s->g->rank, a,
                  s->g->topo.local_ranks[j], b);
-        ddpc_group_fail(s->g, DDPC_ERR_DIST, msg);
-        return ddpc_group_error(s->g);
+        return ddpc_group_disagree(s->g, msg);
     }
     return DDPC_OK;
 }
