@@ -122,7 +122,7 @@ ddpc_status ddpc_shm_init(ddpc_group *g, ddpc_shm **out) {
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     /* With more ranks than cores a spinning rank steals the core another rank
      * needs to arrive, so sleep almost at once. */
-    s->spin = ncpu >= s->n ? 20000 : 50;
+    s->spin = ncpu >= s->n ? 2000 : 50;
     size_t d, r, a, size = layout_(s->n, &d, &r, &a);
     char name[128], key[192];
     int fd = -1;

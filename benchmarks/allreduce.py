@@ -1,0 +1,166 @@
+"""all_reduce bandwidth and latency, printed like nccl-tests.
+
+    python benchmarks/allreduce.py --nproc 2
+    python benchmarks/allreduce.py --nproc 4 --compare-torch   # needs torch importable
+
+For each size: time per all_reduce (the slowest rank's mean over the timed
+iterations), algbw = bytes / time and busbw = algbw * 2(n-1)/n, the traffic
+each rank's link carries in a ring. With --compare-torch the same processes
+also run torch.distributed with gloo on the same buffers, and the table adds
+its time, busbw and ddpc's busbw ratio. The machine's memcpy bandwidth (one
+process, 64 MiB) is printed as the physical reference.
+"""
+
+import argparse
+import os
+import platform
+import sys
+import time
+
+import numpy as np
+
+import ddpc
+import ddpc.distributed as dist
+
+OPS = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.AVG, "min": dist.ReduceOp.MIN, "max": dist.ReduceOp.MAX,
+       "prod": dist.ReduceOp.PROD}
+DTYPES = {"float32": np.float32, "float64": np.float64, "float16": np.float16, "int32": np.int32,
+          "int64": np.int64, "uint8": np.uint8}
+
+
+def sizes(lo, hi):
+    s = lo
+    while s <= hi:
+        yield s
+        s *= 2
+
+
+def iterations(nbytes):
+    """Enough iterations for ~0.2 s of traffic per size, at least 5."""
+    return int(min(1000, max(5, 2e8 / max(nbytes, 1) / 4)))
+
+
+def time_loop(fn, iters, barrier):
+    for _ in range(2):
+        fn()
+    barrier()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    return (time.perf_counter() - t0) / iters
+
+
+def worker(rank, args):
+    dist.init_process_group(backend=args.backend)
+    world = dist.get_world_size()
+    dtype = DTYPES[args.dtype]
+    item = np.dtype(dtype).itemsize
+    buf = np.zeros(args.max_bytes // item, dtype)
+    torch_dist = None
+    if args.compare_torch:
+        import torch
+        import torch.distributed as torch_dist
+
+        torch.set_num_threads(1)
+        torch_dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{args.torch_port}", rank=rank,
+                                      world_size=world)
+        tbuf = torch.from_numpy(buf)
+        top = {"sum": torch_dist.ReduceOp.SUM, "avg": torch_dist.ReduceOp.SUM, "min": torch_dist.ReduceOp.MIN,
+               "max": torch_dist.ReduceOp.MAX, "prod": torch_dist.ReduceOp.PRODUCT}[args.op]
+    rows = []
+    slowest = np.zeros(1, np.float64)
+    for nbytes in sizes(args.min_bytes, args.max_bytes):
+        count = max(nbytes // item, 1)
+        view = buf[:count]
+        iters = iterations(count * item)
+        t = time_loop(lambda: dist.all_reduce(view, op=OPS[args.op]), iters, dist.barrier)
+        slowest[0] = t
+        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+        row = [count * item, count, slowest[0]]
+        if torch_dist is not None:
+            tview = tbuf[:count]
+            tt = time_loop(lambda: torch_dist.all_reduce(tview, op=top), iters, torch_dist.barrier)
+            slowest[0] = tt
+            dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+            row.append(slowest[0])
+        rows.append(row)
+    if torch_dist is not None:
+        torch_dist.destroy_process_group()
+    dist.destroy_process_group()
+    return rows
+
+
+def memcpy_bandwidth(nbytes=64 << 20):
+    src = np.ones(nbytes, np.uint8)
+    dst = np.empty_like(src)
+    np.copyto(dst, src)
+    best = float("inf")
+    for _ in range(10):
+        t0 = time.perf_counter()
+        np.copyto(dst, src)
+        best = min(best, time.perf_counter() - t0)
+    return nbytes / best / 1e9
+
+
+def cpu_name():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def parse_size(s):
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    s = s.strip().lower().rstrip("b").rstrip("i")
+    return int(float(s[:-1]) * units[s[-1]]) if s and s[-1] in units else int(s)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--nproc", type=int, default=2, help="ranks (processes on this host)")
+    p.add_argument("--backend", default="cpu")
+    p.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
+    p.add_argument("--op", default="sum", choices=sorted(OPS))
+    p.add_argument("--min-bytes", type=parse_size, default=8)
+    p.add_argument("--max-bytes", type=parse_size, default=256 << 20)
+    p.add_argument("--compare-torch", action="store_true", help="also time torch.distributed (gloo)")
+    args = p.parse_args()
+    if args.compare_torch:
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            sys.exit("--compare-torch needs PyTorch importable (it is never a ddpc dependency)")
+        from ddpc._procs import free_port
+
+        args.torch_port = free_port()
+    ncpu = os.cpu_count()
+    print(f"# ddpc all_reduce: {args.nproc} ranks on one host, backend {args.backend}, {args.dtype} {args.op}")
+    print(f"# host: {cpu_name()}, {ncpu} cores, Python {platform.python_version()}, ddpc {ddpc.__version__}")
+    print(f"# memcpy bandwidth (one process, 64 MiB): {memcpy_bandwidth():.2f} GB/s")
+    rows = ddpc.spawn(worker, args=(args,), nprocs=args.nproc)[0]
+    n = args.nproc
+    factor = 2 * (n - 1) / n if n > 1 else 1.0
+    head = f"{'size':>12} {'count':>11} {'type':>8} {'redop':>6} {'time_us':>10} {'algbw':>7} {'busbw':>7}"
+    if args.compare_torch:
+        head += f" {'gloo_us':>10} {'gloo_bus':>8} {'ratio':>6}"
+    print(head)
+    print(f"{'(B)':>12} {'(elements)':>11} {'':>8} {'':>6} {'':>10} {'(GB/s)':>7} {'(GB/s)':>7}"
+          + (f" {'':>10} {'(GB/s)':>8} {'(bus)':>6}" if args.compare_torch else ""))
+    for row in rows:
+        nbytes, count, t = row[:3]
+        alg = nbytes / t / 1e9
+        line = (f"{nbytes:>12} {count:>11} {args.dtype:>8} {args.op:>6} {t * 1e6:>10.1f} {alg:>7.2f} "
+                f"{alg * factor:>7.2f}")
+        if args.compare_torch:
+            tt = row[3]
+            talg = nbytes / tt / 1e9
+            line += f" {tt * 1e6:>10.1f} {talg * factor:>8.2f} {tt / t:>6.2f}"
+        print(line, flush=True)
+
+
+if __name__ == "__main__":
+    main()
