@@ -12,15 +12,28 @@ process, 64 MiB) is printed as the physical reference.
 """
 
 import argparse
-import os
 import platform
 import sys
 import time
 
 import numpy as np
 
-import ddpc
-import ddpc.distributed as dist
+if "--compare-torch" in sys.argv:
+    # Load PyTorch first: a CUDA build of ddpc._C links the system libnccl.so.2,
+    # and once that soname is loaded torch would bind to it instead of its own.
+    # This directory leaves sys.path meanwhile: its copy.py would shadow the
+    # standard library module torch imports.
+    _here = sys.path.pop(0)
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        pass
+    finally:
+        sys.path.insert(0, _here)
+
+import ddpc  # noqa: E402
+import ddpc.distributed as dist  # noqa: E402
+from common import machine  # noqa: E402
 
 OPS = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.AVG, "min": dist.ReduceOp.MIN, "max": dist.ReduceOp.MAX,
        "prod": dist.ReduceOp.PROD}
@@ -102,17 +115,6 @@ def memcpy_bandwidth(nbytes=64 << 20):
     return nbytes / best / 1e9
 
 
-def cpu_name():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def parse_size(s):
     units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
     s = s.strip().lower().rstrip("b").rstrip("i")
@@ -130,16 +132,14 @@ def main():
     p.add_argument("--compare-torch", action="store_true", help="also time torch.distributed (gloo)")
     args = p.parse_args()
     if args.compare_torch:
-        try:
-            import torch  # noqa: F401
-        except ImportError:
+        if "torch" not in sys.modules:
             sys.exit("--compare-torch needs PyTorch importable (it is never a ddpc dependency)")
         from ddpc._procs import free_port
 
         args.torch_port = free_port()
-    ncpu = os.cpu_count()
     print(f"# ddpc all_reduce: {args.nproc} ranks on one host, backend {args.backend}, {args.dtype} {args.op}")
-    print(f"# host: {cpu_name()}, {ncpu} cores, Python {platform.python_version()}, ddpc {ddpc.__version__}")
+    print(f"# host: {machine()}; Python {platform.python_version()}, ddpc {ddpc.__version__}"
+          + (f", torch {sys.modules['torch'].__version__}" if args.compare_torch else ""))
     print(f"# memcpy bandwidth (one process, 64 MiB): {memcpy_bandwidth():.2f} GB/s")
     rows = ddpc.spawn(worker, args=(args,), nprocs=args.nproc)[0]
     n = args.nproc

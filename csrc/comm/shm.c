@@ -122,7 +122,7 @@ ddpc_status ddpc_shm_init(ddpc_group *g, ddpc_shm **out) {
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     /* With more ranks than cores a spinning rank steals the core another rank
      * needs to arrive, so sleep almost at once. */
-    s->spin = ncpu >= s->n ? 2000 : 50;
+    s->spin = ncpu >= s->n ? 20000 : 64;
     size_t d, r, a, size = layout_(s->n, &d, &r, &a);
     char name[128], key[192];
     int fd = -1;
@@ -230,7 +230,13 @@ static ddpc_status sync_(ddpc_shm *s, uint64_t deadline) {
         for (int i = 0;; i++) {
             v = atomic_load_explicit(&c->arrive, memory_order_acquire);
             if ((int32_t)(v - target) >= 0) break;
-            if (i < s->spin) { cpu_relax_(); continue; }
+            /* Spin (yielding now and then, in case the rank we wait for
+             * shares this core with us), then sleep on the futex. */
+            if (i < s->spin) {
+                if ((i & 63) == 63) sched_yield();
+                else cpu_relax_();
+                continue;
+            }
             if (atomic_load(&s->g->failed)) return ddpc_group_error(s->g);
             int ms = ddpc_ms_left(deadline, 20);
             if (ms == 0) {
@@ -242,7 +248,6 @@ static ddpc_status sync_(ddpc_shm *s, uint64_t deadline) {
                                   ddpc_coll_name(a->coll), (unsigned long long)a->seq, s->g->rank,
                                   s->g->timeout_s, who);
             }
-            if (s->n > 2 && i < s->spin + 4) { sched_yield(); continue; }
             atomic_fetch_add(&c->sleepers, 1);
             v = atomic_load(&c->arrive);
             if ((int32_t)(v - target) < 0) futex_wait_(&c->arrive, v, ms);
