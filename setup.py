@@ -75,7 +75,7 @@ SANITIZE = env_flag("DDPC_SANITIZE")
 DEBUG = env_flag("DDPC_DEBUG") == "1"
 
 opt = ["-O0", "-g"] if DEBUG else ["-O3"]
-cflags = ["-std=c11", "-Wall", "-Wextra", "-Wno-missing-field-initializers", "-fvisibility=hidden",
+cflags = ["-std=c11", "-Wall", "-Wextra", "-Wno-missing-field-initializers", "-fvisibility=hidden", "-fno-math-errno",
           "-D_GNU_SOURCE", "-pthread"] + opt
 ldflags = ["-pthread"]
 if SANITIZE:

@@ -3,9 +3,12 @@
 
 #include "alloc.h"
 #include "buffer.h"
+#include "comm/nccl.h"
 #include "comm/pycomm.h"
 #include "device.h"
+#include "loader.h"
 #include "ops.h"
+#include "ops_nn.h"
 
 PyObject *ddpc_DistError, *ddpc_DistTimeoutError;
 
@@ -166,7 +169,9 @@ static int module_exec(PyObject *m) {
     Py_DECREF(bases);
     if (!ddpc_DistTimeoutError || PyModule_AddObjectRef(m, "DistTimeoutError", ddpc_DistTimeoutError) < 0) return -1;
     if (ddpc_buffer_register(m) < 0 || ddpc_ops_register(m) < 0) return -1;
-    if (ddpc_comm_register(m) < 0) return -1;
+    if (ddpc_nn_register(m) < 0 || ddpc_comm_register(m) < 0 || ddpc_nccl_register(m) < 0 ||
+        ddpc_loader_register(m) < 0)
+        return -1;
     return 0;
 }
 

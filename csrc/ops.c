@@ -8,6 +8,7 @@
 
 #include "kernels.h"
 #include "module.h"
+#include "sampler.h"
 
 #define CHUNK 1024
 
@@ -346,17 +347,7 @@ ddpc_status ddpc_op_randperm(ddpc_buffer *dst, uint64_t seed, uint64_t offset) {
     CHECK(check_writable_(dst, "randperm"));
     if (dst->device != DDPC_CPU || dst->dtype != DDPC_INT64 || dst->ndim != 1)
         return DDPC_ERROR(DDPC_ERR_ARG, "randperm: the output must be a 1-d int64 cpu buffer");
-    int64_t *p = dst->data;
-    int64_t n = dst->numel;
-    for (int64_t i = 0; i < n; i++) p[i] = i;
-    /* Fisher-Yates from the top; step i swaps with j uniform in [0, i]. */
-    for (int64_t i = n - 1; i > 0; i--) {
-        uint64_t bits = ddpc_random_bits(seed, offset + (uint64_t)i);
-        int64_t j = (int64_t)(((unsigned __int128)bits * (uint64_t)(i + 1)) >> 64);
-        int64_t tmp = p[i];
-        p[i] = p[j];
-        p[j] = tmp;
-    }
+    ddpc_randperm_fill(dst->data, dst->numel, seed, offset);
     return DDPC_OK;
 }
 

@@ -40,6 +40,38 @@ int ddpc_k_sum(void *out, const void *a, int dtype, int64_t n, void *stream);
 int ddpc_k_random(void *dst, int dtype, int kind, uint64_t seed, uint64_t offset, double a, double b, int64_t n,
                   void *stream);
 
+/* nn ops (kernels/nn.cu); float32 and float64 only. */
+int ddpc_k_rows_fill(void *out, const void *row, int dtype, int64_t rows, int64_t n, void *stream);
+int ddpc_k_binary_rows(int op, void *out, const void *a, const void *row, int dtype, int64_t numel, int64_t n,
+                       void *stream);
+int ddpc_k_sum_dim(void *out, const void *a, int dtype, int64_t outer, int64_t len, int64_t inner, void *stream);
+int ddpc_k_transpose(void *out, const void *a, int dtype, int64_t rows, int64_t cols, void *stream);
+int ddpc_k_unary(int op, void *out, const void *x, double p, int dtype, int64_t n, void *stream);
+int ddpc_k_unary_backward(int op, void *gx, const void *gy, const void *saved, double p, int dtype, int64_t n,
+                          void *stream);
+int ddpc_k_dropout(void *out, const void *x, double p, uint64_t seed, uint64_t offset, int dtype, int64_t n,
+                   void *stream);
+
+/* Losses (kernels/loss.cu). `scratch` is device memory for `rows` doubles
+ * plus one, used by the reductions (unused for reduction NONE). An
+ * out-of-range target makes its row's loss NaN (the host op raises instead). */
+int ddpc_k_cross_entropy(void *out, double *scratch, const void *logits, const int64_t *target, int64_t rows,
+                         int64_t classes, int64_t ignore_index, double smoothing, int reduction, int dtype,
+                         void *stream);
+int ddpc_k_cross_entropy_backward(void *glogits, double *scratch, const void *gout, const void *logits,
+                                  const int64_t *target, int64_t rows, int64_t classes, int64_t ignore_index,
+                                  double smoothing, int reduction, int dtype, void *stream);
+int ddpc_k_mse(void *out, const void *a, const void *b, int64_t n, int reduction, int dtype, void *stream);
+int ddpc_k_mse_backward(void *ga, const void *gout, const void *a, const void *b, int64_t n, int reduction, int dtype,
+                        void *stream);
+
+/* Optimizer steps on one tensor (kernels/optim.cu); see csrc/optim.c for the update rules. */
+int ddpc_k_sgd(void *p, const void *g, void *buf, int64_t n, int dtype, double lr, double momentum, double dampening,
+               double weight_decay, int nesterov, int first, void *stream);
+int ddpc_k_adam(void *p, const void *g, void *m, void *v, void *vmax, int64_t n, int dtype, double lr, double beta1,
+                double beta2, double eps, double weight_decay, int decoupled, double step_size, double bc2_sqrt,
+                void *stream);
+
 #ifdef __cplusplus
 }
 #endif

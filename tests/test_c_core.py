@@ -81,7 +81,8 @@ def test_extension_cpu_only_asan_build_without_warnings(tmp_path):
     env = dict(os.environ, LD_PRELOAD=asan, ASAN_OPTIONS="detect_leaks=0", PYTHONPATH=str(pkg))
     check = ("import ddpc; assert not ddpc.build_info()['cuda'];"
              "import pytest, sys; sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', '-x', "
-             f"'{ROOT}/tests/test_tensor.py', '{ROOT}/tests/test_interop.py', '-k', 'not cross_process']))")
+             f"'{ROOT}/tests/test_tensor.py', '{ROOT}/tests/test_interop.py', '{ROOT}/tests/test_nccl.py', "
+             "'-k', 'not cross_process']))")
     res = subprocess.run([sys.executable, "-c", check], cwd=str(tmp_path), env=env, capture_output=True, text=True,
                          timeout=600)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]

@@ -5,12 +5,18 @@ The public API is re-exported here; see the submodules for details.
 
 from . import _C, cuda
 from ._C import DistError, DistTimeoutError
-from . import distributed
-from .distributed import destroy_process_group, init_process_group
-from .spawn import spawn
 from ._dtype import bfloat16, device, dtype, float16, float32, float64, int32, int64, uint8
-from .tensor import (Tensor, arange, cat, empty, empty_like, from_dlpack, from_numpy, full, initial_seed, manual_seed,
-                     ones, ones_like, rand, randint, randn, randperm, stack, tensor, zeros, zeros_like)
+from .tensor import (Tensor, arange, empty, empty_like, from_dlpack, from_numpy, full, initial_seed, manual_seed, ones,
+                     ones_like, rand, randint, randn, randperm, tensor, zeros, zeros_like)
+from . import autograd
+from .autograd import (cat, enable_grad, exp, is_grad_enabled, log, matmul, no_grad, relu, set_grad_enabled, sigmoid,
+                       stack, tanh)
+from .serialization import CheckpointError, load, save
+from . import data, distributed, nn, optim
+from . import checkpoint
+from .distributed import destroy_process_group, init_process_group
+from .nn.parallel import DataParallel, DistributedDataParallel
+from .spawn import spawn
 
 half = float16
 float = float32
@@ -27,9 +33,11 @@ def build_info():
 
 
 __all__ = [
-    "DistError", "DistTimeoutError", "Tensor", "arange", "bfloat16", "build_info", "cat", "cuda", "device", "dtype",
-    "empty", "empty_like", "float16", "float32", "float64", "from_dlpack", "from_numpy", "full", "initial_seed",
-    "int32", "int64", "manual_seed", "ones", "ones_like", "rand", "randint", "randn", "randperm", "stack", "tensor",
-    "uint8", "zeros", "zeros_like",
+    "CheckpointError", "DataParallel", "DistError", "DistTimeoutError", "DistributedDataParallel", "Tensor", "arange",
+    "autograd", "bfloat16", "build_info", "cat", "checkpoint", "cuda", "data", "destroy_process_group", "device",
+    "distributed", "dtype", "empty", "empty_like", "enable_grad", "exp", "float16", "float32", "float64",
+    "from_dlpack", "from_numpy", "full", "init_process_group", "initial_seed", "int32", "int64", "is_grad_enabled",
+    "load", "log", "manual_seed", "matmul", "nn", "no_grad", "ones", "ones_like", "optim", "rand", "randint", "randn",
+    "randperm", "relu", "save", "set_grad_enabled", "sigmoid", "spawn", "stack", "tanh", "tensor", "uint8", "zeros",
+    "zeros_like",
 ]
-__all__ += ["destroy_process_group", "distributed", "init_process_group", "spawn"]

@@ -2,7 +2,9 @@
 
 Storage ops (copies, casts, fills, arithmetic, random numbers) are single calls
 into _C; this module only checks arguments, picks dtypes and shapes views.
-Autograd (requires_grad, grad, grad_fn) is layered on top by autograd.py.
+Differentiable ops (arithmetic, matmul, reductions, reshapes, indexing) go
+through autograd.py, which records the graph when grad mode is on; in-place
+ops never record and refuse tensors that require grad while it is on.
 """
 
 import numbers
@@ -195,7 +197,7 @@ class Tensor:
             out = Tensor(buf)
         if copy and out is self:
             out = self.clone()
-        return out
+        return _ag.record_to(self, out)
 
     def astype(self, dtype):
         return self.to(dtype=dtype)
@@ -233,12 +235,69 @@ class Tensor:
         return Tensor(buf)
 
     def clone(self):
-        buf = _C.Buffer(self.shape, self._buf.dtype, self._buf.device)
-        _C.copy(buf, self._buf)
-        return Tensor(buf)
+        return _ag.clone(self)
 
     def detach(self):
+        """A tensor sharing this one's storage, outside the graph."""
         return Tensor(self._buf)
+
+    def detach_(self):
+        self.grad_fn = None
+        self.requires_grad = False
+        return self
+
+    # ---- autograd -----------------------------------------------------------------
+    @property
+    def data(self):
+        """This tensor's storage as a tensor outside the graph; assigning replaces the storage."""
+        return Tensor(self._buf)
+
+    @data.setter
+    def data(self, value):
+        if not isinstance(value, Tensor):
+            raise TypeError(f"data must be a ddpc.Tensor, got {type(value).__name__}")
+        self._buf = value._buf
+
+    @property
+    def is_leaf(self):
+        return self.grad_fn is None
+
+    def requires_grad_(self, requires_grad=True):
+        if requires_grad and not self.dtype.is_floating_point:
+            raise RuntimeError(f"only tensors of floating point dtype can require gradients, this one is {self.dtype}")
+        if not requires_grad and self.grad_fn is not None:
+            raise RuntimeError("requires_grad can only be turned off on leaf tensors; use detach()")
+        self.requires_grad = bool(requires_grad)
+        return self
+
+    def backward(self, gradient=None, retain_graph=None):
+        """Accumulates d(self)/d(leaf) into every leaf's .grad (see ddpc.autograd)."""
+        _ag.backward(self, gradient, retain_graph)
+
+    def register_hook(self, hook):
+        """hook(grad) runs when this tensor's gradient is computed; returning a tensor replaces it."""
+        if not self.requires_grad:
+            raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
+        if self.grad_fn is not None:
+            if self.grad_fn.pre_hooks is None:
+                self.grad_fn.pre_hooks = {}
+            hooks = self.grad_fn.pre_hooks
+        else:
+            hooks = self.__dict__.setdefault("_grad_hooks", {})
+        handle = _ag.RemovableHandle(hooks)
+        hooks[handle.id] = hook
+        return handle
+
+    def register_post_accumulate_grad_hook(self, hook):
+        """hook(tensor) runs once per backward pass, right after this leaf's .grad is final."""
+        if self.grad_fn is not None:
+            raise RuntimeError("post accumulate grad hooks can only be registered on leaf tensors")
+        if not self.requires_grad:
+            raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
+        hooks = self.__dict__.setdefault("_post_accumulate_hooks", {})
+        handle = _ag.RemovableHandle(hooks)
+        hooks[handle.id] = hook
+        return handle
 
     # ---- interop ------------------------------------------------------------------
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
@@ -289,7 +348,7 @@ class Tensor:
         return tuple(shape)
 
     def reshape(self, *shape):
-        return Tensor(self._buf.view(0, self._normalize_shape(shape)))
+        return _ag.reshape(self, shape)
 
     view = reshape
 
@@ -303,6 +362,9 @@ class Tensor:
         return n
 
     def __getitem__(self, index):
+        return _ag.index(self, index)
+
+    def _getitem(self, index):
         if self.ndim == 0:
             raise IndexError("a 0-d tensor cannot be indexed")
         if isinstance(index, tuple):
@@ -315,7 +377,7 @@ class Tensor:
             if step == 1:
                 count = max(stop - start, 0)
                 return Tensor(self._buf.view(start * row, (count,) + self.shape[1:]))
-            return stack([self[i] for i in range(start, stop, step)], _shape=self.shape[1:], _like=self)
+            return stack([self._getitem(i) for i in range(start, stop, step)], _shape=self.shape[1:], _like=self)
         if isinstance(index, numbers.Integral) or (isinstance(index, Tensor) and index.numel() == 1):
             i = int(index)
             if not -n <= i < n:
@@ -325,7 +387,8 @@ class Tensor:
         raise IndexError(f"ddpc tensors are indexed by an int or a slice along dim 0, got {type(index).__name__}")
 
     def __setitem__(self, index, value):
-        target = self[index]
+        _check_no_grad_inplace(self, "item assignment")
+        target = self._getitem(index)
         if isinstance(value, Tensor):
             target.copy_(value)
         elif isinstance(value, numbers.Number):
@@ -341,6 +404,7 @@ class Tensor:
     # ---- in-place storage ops ----------------------------------------------------
     def copy_(self, src, non_blocking=False):
         """Copies src (any device and dtype, same number of elements) into self."""
+        _check_no_grad_inplace(self, "copy_")
         if not isinstance(src, Tensor):
             src = tensor(src, dtype=self.dtype)
         if src.shape != self.shape and src.numel() != self.numel():
@@ -354,6 +418,7 @@ class Tensor:
         return self
 
     def fill_(self, value):
+        _check_no_grad_inplace(self, "fill_")
         _C.fill(self._buf, float(value))
         return self
 
@@ -362,13 +427,13 @@ class Tensor:
 
     # ---- arithmetic --------------------------------------------------------------
     def _binary(self, other, op, out=None):
-        if isinstance(other, numbers.Number) and not isinstance(other, bool) or isinstance(other, bool):
+        if isinstance(other, numbers.Number):
             rdt = self.dtype
             if not rdt.is_floating_point and (isinstance(other, float) or op in (_DIV, _RDIV)):
                 rdt = float32
             a = self if rdt is self.dtype else self.to(dtype=rdt)
             res = out if out is not None else Tensor(_C.Buffer(self.shape, rdt.name, self._buf.device))
-            _check_inplace(res, rdt)
+            _check_inplace(res, rdt, out)
             _C.scalar(op, res._buf, a._buf, float(other))
             return res
         if not isinstance(other, Tensor):
@@ -383,19 +448,21 @@ class Tensor:
         a = self if rdt is self.dtype else self.to(dtype=rdt)
         b = other if rdt is other.dtype else other.to(dtype=rdt)
         res = out if out is not None else Tensor(_C.Buffer(self.shape, rdt.name, self._buf.device))
-        _check_inplace(res, rdt)
+        _check_inplace(res, rdt, out)
         _C.binary(op, res._buf, a._buf, b._buf)
         return res
 
-    def __add__(self, o): return self._binary(o, _ADD)
-    def __radd__(self, o): return self._binary(o, _ADD)
-    def __sub__(self, o): return self._binary(o, _SUB)
-    def __rsub__(self, o): return self._binary(o, _RSUB)
-    def __mul__(self, o): return self._binary(o, _MUL)
-    def __rmul__(self, o): return self._binary(o, _MUL)
-    def __truediv__(self, o): return self._binary(o, _DIV)
-    def __rtruediv__(self, o): return self._binary(o, _RDIV)
-    def __neg__(self): return self._binary(-1, _MUL)
+    def __add__(self, o): return _ag.add(self, o)
+    def __radd__(self, o): return _ag.add(self, o)
+    def __sub__(self, o): return _ag.sub(self, o)
+    def __rsub__(self, o): return _ag.rsub(self, o)
+    def __mul__(self, o): return _ag.mul(self, o)
+    def __rmul__(self, o): return _ag.mul(self, o)
+    def __truediv__(self, o): return _ag.div(self, o)
+    def __rtruediv__(self, o): return _ag.rdiv(self, o)
+    def __neg__(self): return _ag.neg(self)
+    def __pow__(self, e): return _ag.pow(self, e)
+    def __matmul__(self, o): return _ag.matmul(self, o)
     def __iadd__(self, o): return self._binary(o, _ADD, out=self)
     def __isub__(self, o): return self._binary(o, _SUB, out=self)
     def __imul__(self, o): return self._binary(o, _MUL, out=self)
@@ -405,24 +472,37 @@ class Tensor:
     sub = __sub__
     mul = __mul__
     div = __truediv__
+    neg = __neg__
+    pow = __pow__
+    matmul = __matmul__
+    mm = __matmul__
+
+    def exp(self): return _ag.exp(self)
+    def log(self): return _ag.log(self)
+    def relu(self): return _ag.relu(self)
+    def tanh(self): return _ag.tanh(self)
+    def sigmoid(self): return _ag.sigmoid(self)
+
+    def t(self):
+        return _ag.transpose(self, 0, 1)
+
+    @property
+    def T(self):
+        return _ag.transpose(self, 0, 1)
+
+    def transpose(self, dim0, dim1):
+        return _ag.transpose(self, dim0, dim1)
 
     def add_(self, o): return self.__iadd__(o)
     def sub_(self, o): return self.__isub__(o)
     def mul_(self, o): return self.__imul__(o)
     def div_(self, o): return self.__itruediv__(o)
 
-    def sum(self):
-        out_dt = self.dtype if self.dtype.is_floating_point else int64
-        out = Tensor(_C.Buffer((), out_dt.name, self._buf.device))
-        _C.sum(out._buf, self._buf)
-        return out
+    def sum(self, dim=None, keepdim=False):
+        return _ag.sum(self, dim, keepdim)
 
-    def mean(self):
-        if not self.dtype.is_floating_point:
-            raise TypeError(f"mean() needs a floating dtype, got {self.dtype}; cast with .float() first")
-        if self.numel() == 0:
-            return full((), float("nan"), dtype=self.dtype, device=self.device)
-        return self.sum()._binary(self.numel(), _DIV)
+    def mean(self, dim=None, keepdim=False):
+        return _ag.mean(self, dim, keepdim)
 
     # ---- printing -------------------------------------------------------------------
     def __repr__(self):
@@ -434,7 +514,9 @@ class Tensor:
             extras.append(f"device='{self.device}'")
         if self.dtype not in (float32, int64):
             extras.append(f"dtype={self.dtype!r}")
-        if self.requires_grad:
+        if self.grad_fn is not None:
+            extras.append(f"grad_fn={self.grad_fn!r}")
+        elif self.requires_grad:
             extras.append("requires_grad=True")
         return "tensor(" + ", ".join([body] + extras) + ")"
 
@@ -450,7 +532,15 @@ def _is_dtype_spec(a):
     return isinstance(a, str) and not (a == "cpu" or a.startswith("cuda"))
 
 
-def _check_inplace(res, rdt):
+def _check_no_grad_inplace(t, what):
+    if t.requires_grad and _ag.is_grad_enabled():
+        raise RuntimeError(f"{what}: a tensor that requires grad can't be modified in place while grad mode is on; "
+                           "wrap the update in ddpc.no_grad()")
+
+
+def _check_inplace(res, rdt, out):
+    if out is not None:
+        _check_no_grad_inplace(out, "in-place op")
     if res.dtype is not rdt:
         raise TypeError(f"result type {rdt} can't be cast to the in-place output's dtype {res.dtype}")
 
@@ -487,7 +577,7 @@ def _array_default_dtype(arr):
 def tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False):
     """A new tensor holding a copy of data (nested lists, numbers, arrays, tensors)."""
     if isinstance(data, Tensor):
-        src = data
+        src = data.detach()
         out = src.to(device=device if device is not None else src.device, dtype=dtype or src.dtype, copy=True)
         out.requires_grad = requires_grad
         return out
@@ -515,8 +605,10 @@ def tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False)
         _C.cast(buf, src._buf)
     else:
         np.copyto(dst, arr, casting="unsafe")
-    out = Tensor(buf, requires_grad=requires_grad)
-    return out.to(device=device) if device is not None else out
+    out = Tensor(buf)
+    if device is not None:
+        out = out.to(device=device)
+    return out._with_grad(requires_grad)
 
 
 def from_numpy(arr):
@@ -679,3 +771,5 @@ def cat(tensors, dim=0):
         row += t.shape[0]
     return out
 
+
+from . import autograd as _ag  # noqa: E402  (autograd builds on the Tensor class above)

@@ -1,0 +1,107 @@
+"""DistributedDataParallel step time on the cpu backend (and one rank on nccl with --device cuda).
+
+    python benchmarks/ddp.py [--ranks 1 2] [--batch 64] [--steps 20]
+
+For a ~5M-parameter MLP it prints per-step time and samples/s of plain
+training (no DDP) and of DDP with overlap on (25 MB buckets, all-reduce
+launched during backward) and off (one bucket holding every gradient, reduced
+after backward), the DDP overhead ratio (DDP step / plain step at the same
+per-rank batch), the time of all-reducing the gradients alone, and the
+fraction of that time hidden behind backward:
+    hidden = 1 - (DDP step - plain step) / all-reduce time.
+"""
+
+import argparse
+import time
+
+import numpy as np
+
+import ddpc
+
+LAYERS = (1024, 2048, 1536, 10)  # 1024*2048 + 2048*1536 + 1536*10 weights + biases ~ 5.2M parameters
+
+
+def build(device):
+    from ddpc import nn
+    ddpc.manual_seed(0)
+    mods = []
+    for i, (a, b) in enumerate(zip(LAYERS[:-1], LAYERS[1:])):
+        mods.append(nn.Linear(a, b))
+        if i < len(LAYERS) - 2:
+            mods.append(nn.ReLU())
+    return nn.Sequential(*mods).to(device)
+
+
+def timed_steps(model, optimizer, x, y, steps, sync):
+    from ddpc import nn
+    loss_fn = nn.CrossEntropyLoss()
+    times = []
+    for _ in range(steps + 3):
+        start = time.perf_counter()
+        optimizer.zero_grad()
+        loss_fn(model(x), y).backward()
+        optimizer.step()
+        sync()
+        times.append(time.perf_counter() - start)
+    return float(np.median(times[3:]))
+
+
+def rank_main(rank, args):
+    import ddpc.distributed as dist
+    from ddpc import nn
+
+    device = "cuda" if args.device == "cuda" else "cpu"
+    sync = ddpc.cuda.synchronize if device == "cuda" else (lambda: None)
+    dist.init_process_group("nccl" if device == "cuda" else "cpu")
+    world = dist.get_world_size()
+    rng = np.random.default_rng(rank)
+    x = ddpc.from_numpy(rng.standard_normal((args.batch, LAYERS[0])).astype(np.float32)).to(device)
+    y = ddpc.from_numpy(rng.integers(0, LAYERS[-1], args.batch)).to(device)
+    out = {}
+    model = build(device)
+    out["plain"] = timed_steps(model, ddpc.optim.SGD(model.parameters(), lr=1e-3), x, y, args.steps, sync)
+    for name, cap in (("overlap", 25), ("no_overlap", 1 << 20)):
+        model = build(device)
+        ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=cap)
+        dist.barrier()
+        out[name] = timed_steps(ddp, ddpc.optim.SGD(ddp.parameters(), lr=1e-3), x, y, args.steps, sync)
+    grads = ddpc.zeros(sum(p.numel() for p in model.parameters()), device=device)
+    comm = []
+    for _ in range(args.steps + 3):
+        dist.barrier()
+        start = time.perf_counter()
+        dist.all_reduce(grads)
+        sync()
+        comm.append(time.perf_counter() - start)
+    out["allreduce"] = float(np.median(comm[3:]))
+    out["world"] = world
+    dist.destroy_process_group()
+    return out
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ranks", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--batch", type=int, default=64, help="per-rank batch")
+    parser.add_argument("--steps", type=int, default=15)
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    args = parser.parse_args()
+    from common import machine, print_table
+    print(f"machine: {machine()}")
+    nparams = sum(a * b + b for a, b in zip(LAYERS[:-1], LAYERS[1:]))
+    print(f"model: MLP {'-'.join(map(str, LAYERS))} ({nparams / 1e6:.1f}M parameters), per-rank batch {args.batch}, "
+          f"backend {'nccl' if args.device == 'cuda' else 'cpu'}")
+    rows = []
+    for n in (args.ranks if args.device == "cpu" else [1]):
+        r = ddpc.spawn(rank_main, args=(args,), nprocs=n)[0]
+        for name in ("plain", "overlap", "no_overlap"):
+            t = r[name]
+            ratio = t / r["plain"]
+            hidden = "" if name == "plain" or n == 1 else f"{max(0.0, 1 - (t - r['plain']) / r['allreduce']):.2f}"
+            rows.append((n, name, f"{t * 1e3:.1f}", f"{n * args.batch / t:.0f}", f"{ratio:.3f}",
+                         f"{r['allreduce'] * 1e3:.1f}", hidden))
+    print_table(["ranks", "mode", "step ms", "samples/s", "overhead", "allreduce ms", "hidden"], rows)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,169 @@
+"""Loader throughput: shuffled batches of 784 float32 features + an int64 label.
+
+ddpc's DataLoader (C threads gathering rows) from memory and from a .npy file,
+against the gather limit (numpy ``X[idx], y[idx]`` per batch, on one thread)
+and against PyTorch's DataLoader + DistributedSampler + TensorDataset
+(num_workers=0) when torch is importable. With ``--device cuda``, batches go
+to the GPU, and the rate is compared with pinned cudaMemcpy bandwidth.
+
+    python benchmarks/loader.py [--samples 65536] [--batch 256] [--device cuda]
+"""
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+
+def import_torch():
+    """torch, or None. Imported before ddpc (both link NCCL, and torch needs its own,
+    newer one loaded first) and without this directory on sys.path, where
+    benchmarks/copy.py would stand in for the standard library's copy module."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    saved = sys.path[:]
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    finally:
+        sys.path[:] = saved
+    return torch
+
+
+torch = import_torch()
+
+import ddpc
+from common import best_time, machine, print_table
+from ddpc import data
+from ddpc.data import DataLoader, DistributedSampler, TensorDataset
+
+FEATURES = 784
+SAMPLE_BYTES = FEATURES * 4 + 8
+
+
+def epoch_rates(runs, repeat):
+    """Best samples/s of each (epoch function, samples it reads) over `repeat` rounds after
+    a warm-up round. The functions take turns within a round, so a noisy machine slows all alike."""
+    for run, _ in runs:
+        run()
+    best = [float("inf")] * len(runs)
+    for _ in range(repeat):
+        for i, (run, _) in enumerate(runs):
+            start = time.perf_counter()
+            run()
+            best[i] = min(best[i], time.perf_counter() - start)
+    return [samples / t for (_, samples), t in zip(runs, best)]
+
+
+def numpy_epoch(X, y, batch, seed):
+    def run():
+        perm = np.random.default_rng(seed).permutation(len(y))
+        for i in range(0, len(perm), batch):
+            idx = perm[i:i + batch]
+            X[idx], y[idx]
+    return run
+
+
+def ddpc_epoch(loader, sync=None):
+    def run():
+        for xb, yb in loader:
+            pass
+        if sync:
+            sync()
+    return run
+
+
+def torch_epoch(X, y, batch, max_batches):
+    from torch.utils.data import DataLoader as TorchLoader
+    from torch.utils.data import DistributedSampler as TorchSampler
+    from torch.utils.data import TensorDataset as TorchDataset
+
+    ds = TorchDataset(torch.from_numpy(X), torch.from_numpy(y))
+    sampler = TorchSampler(ds, num_replicas=1, rank=0, shuffle=True, seed=0)
+    loader = TorchLoader(ds, batch_size=batch, sampler=sampler, num_workers=0)
+
+    def run():
+        for i, (xb, yb) in enumerate(loader):
+            if i + 1 == max_batches:
+                break
+    return run
+
+
+def pinned_h2d_bandwidth(nbytes):
+    src = ddpc.empty(nbytes, dtype=ddpc.uint8, pin_memory=True)
+    dst = ddpc.empty(nbytes, dtype=ddpc.uint8, device="cuda")
+    return nbytes / best_time(lambda: dst.copy_(src, non_blocking=True), sync=ddpc.cuda.synchronize) / 1e9
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--samples", type=int, default=65536)
+    parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--threads", type=int, default=None, help="loader threads (default: up to 4)")
+    parser.add_argument("--torch-batches", type=int, default=128, help="batches timed for PyTorch (it is slow)")
+    parser.add_argument("--repeat", type=int, default=10, help="timed epochs per case (best is reported)")
+    parser.add_argument("--device", default="cpu")
+    args = parser.parse_args()
+    print(f"machine: {machine()}")
+    n, batch = args.samples, args.batch
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((n, FEATURES), dtype=np.float32)
+    y = rng.integers(0, 10, size=n).astype(np.int64)
+    print(f"data: {n} samples x ({FEATURES} float32 + int64 label) = {n * SAMPLE_BYTES / 2**20:.0f} MiB, "
+          f"batch {batch}, shuffled every epoch")
+
+    rows = []
+
+    def add(source, path, rate, ref):
+        rows.append((source, path, f"{rate:,.0f}", f"{rate * SAMPLE_BYTES / 1e9:.2f}", f"{rate / ref:.2f}"))
+
+    sampler = DistributedSampler(n, num_replicas=1, rank=0, shuffle=True, seed=0)
+    device = None if args.device == "cpu" else args.device
+    sync = ddpc.cuda.synchronize if device else None
+    suffix = f" -> {device}" if device else ""
+    torch_batches = min(args.torch_batches, n // batch)
+    with tempfile.TemporaryDirectory() as tmp:
+        px, py = os.path.join(tmp, "x.npy"), os.path.join(tmp, "y.npy")
+        np.save(px, X)
+        np.save(py, y)
+
+        def loader(*sources):
+            return DataLoader(TensorDataset(*sources), batch_size=batch, sampler=sampler, device=device,
+                              num_threads=args.threads)
+
+        mx, my = np.load(px, mmap_mode="r"), np.load(py, mmap_mode="r")
+        runs = [(numpy_epoch(X, y, batch, 0), n), (ddpc_epoch(loader(X, y), sync), n),
+                (numpy_epoch(mx, my, batch, 0), n), (ddpc_epoch(loader(px, py), sync), n)]
+        if torch is not None:
+            runs.append((torch_epoch(X, y, batch, torch_batches), torch_batches * batch))
+        np_mem, dd_mem, np_npy, dd_npy, *t = epoch_rates(runs, args.repeat)
+        # A data set bigger than the resident budget: pages are dropped and mapped again as the epoch goes.
+        default_budget, data.RESIDENT_BUDGET = data.RESIDENT_BUDGET, 64 << 20
+        (dd_small,) = epoch_rates([(ddpc_epoch(loader(px, py), sync), n)], args.repeat)
+        data.RESIDENT_BUDGET = default_budget
+    add("memory", "numpy X[idx] (gather limit)", np_mem, np_mem)
+    add("memory", "ddpc DataLoader" + suffix, dd_mem, np_mem)
+    add(".npy file", "numpy X[idx] on np.load(mmap_mode='r')", np_npy, np_npy)
+    add(".npy file", "ddpc DataLoader" + suffix, dd_npy, np_npy)
+    add(".npy file", "ddpc, 64 MiB resident budget" + suffix, dd_small, np_npy)
+    t = t[0] if t else None
+    if t is not None:
+        add("memory", "torch DataLoader (num_workers=0)", t, np_mem)
+    print_table(["source", "path", "samples/s", "GB/s", "vs numpy"], rows)
+    if t is not None:
+        print(f"ddpc from memory vs PyTorch DataLoader: {dd_mem / t:.1f}x")
+    else:
+        print("PyTorch not importable: no PyTorch comparison")
+    if device:
+        bw = pinned_h2d_bandwidth(batch * SAMPLE_BYTES * 16)
+        ddpc_bw = dd_mem * SAMPLE_BYTES / 1e9
+        print(f"pinned cudaMemcpy H2D: {bw:.2f} GB/s; ddpc loader to {device}: {ddpc_bw:.2f} GB/s "
+              f"({ddpc_bw / bw:.0%} of pinned bandwidth)")
+
+
+if __name__ == "__main__":
+    main()

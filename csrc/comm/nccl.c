@@ -1,0 +1,770 @@
+/* The NCCL backend: a communicator per process group, collectives on a
+ * per-device communication stream, work handles over CUDA events, the
+ * watchdog (comm/watchdog.c), and the in-process multi-device all-reduce used
+ * by DataParallel (with a copy-based fallback when NCCL is not compiled in).
+ *
+ * Ordering: a collective's comm stream waits on an event recorded on the
+ * compute stream, so it sees every queued op's output without a host sync;
+ * Work.wait() makes the compute stream wait on the collective's completion
+ * event, so later kernels see the reduced data, again without a host sync. */
+#include "comm/nccl.h"
+
+#include "buffer.h"
+#include "module.h"
+#include "ops.h"
+
+/* Reduction op codes shared with the cpu backend (ddpc.distributed.ReduceOp). */
+enum { RED_SUM = 0, RED_AVG, RED_MIN, RED_MAX, RED_PROD };
+
+static ddpc_status check_same_(PyObject *bufs, const char *op, ddpc_buffer ***out, Py_ssize_t *n);
+
+/* ---- multi-device all-reduce and broadcast, copy-based path -------------------- */
+
+/* A temporary buffer with the shape of `like` on `device` (not a Python object). */
+static ddpc_status temp_like_(const ddpc_buffer *like, int device, ddpc_buffer *tmp, ddpc_block **block) {
+    CHECK(ddpc_alloc(device, ddpc_buffer_nbytes(like), 0, block));
+    memset(tmp, 0, sizeof *tmp);
+    tmp->data = (*block)->ptr;
+    tmp->ndim = 1;
+    tmp->shape[0] = like->numel;
+    tmp->numel = like->numel;
+    tmp->dtype = like->dtype;
+    tmp->device = device;
+    return DDPC_OK;
+}
+
+static ddpc_status copy_all_reduce_(ddpc_buffer **b, Py_ssize_t n, int op) {
+    if (op != RED_SUM && op != RED_AVG)
+        return DDPC_ERROR(DDPC_ERR_ARG, "the copy-based multi-device all-reduce supports SUM and AVG only");
+    ddpc_buffer tmp;
+    ddpc_block *block = NULL;
+    ddpc_status st = DDPC_OK;
+    CHECK(temp_like_(b[0], b[0]->device, &tmp, &block));
+    for (Py_ssize_t i = 1; i < n; i++) {
+        CHECKGOTO(ddpc_op_copy(&tmp, b[i], 0), st, out_);
+        CHECKGOTO(ddpc_op_binary(DDPC_ADD, b[0], b[0], &tmp), st, out_);
+    }
+    if (op == RED_AVG) CHECKGOTO(ddpc_op_scalar(DDPC_DIV, b[0], b[0], (double)n), st, out_);
+    for (Py_ssize_t i = 1; i < n; i++) CHECKGOTO(ddpc_op_copy(b[i], b[0], 0), st, out_);
+out_:
+    ddpc_free(block);
+    return st;
+}
+
+static ddpc_status copy_broadcast_(ddpc_buffer **b, Py_ssize_t n, Py_ssize_t root) {
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (i != root) CHECK(ddpc_op_copy(b[i], b[root], 0));
+    return DDPC_OK;
+}
+
+static ddpc_status check_same_(PyObject *bufs, const char *op, ddpc_buffer ***out, Py_ssize_t *n) {
+    *n = PyList_GET_SIZE(bufs);
+    if (*n == 0) return DDPC_ERROR(DDPC_ERR_ARG, "%s: no buffers given", op);
+    ddpc_buffer **b = PyMem_RawCalloc((size_t)*n, sizeof *b);
+    if (!b) return DDPC_ERROR(DDPC_ERR_OOM, "%s: out of memory", op);
+    for (Py_ssize_t i = 0; i < *n; i++) {
+        PyObject *o = PyList_GET_ITEM(bufs, i);
+        if (!ddpc_buffer_check(o)) {
+            PyMem_RawFree(b);
+            return DDPC_ERROR(DDPC_ERR_TYPE, "%s: item %zd is not a Buffer", op, i);
+        }
+        b[i] = (ddpc_buffer *)o;
+        if (b[i]->numel != b[0]->numel || b[i]->dtype != b[0]->dtype) {
+            ddpc_status st = DDPC_ERROR(DDPC_ERR_ARG, "%s: buffer %zd (%lld %s) differs from buffer 0 (%lld %s)", op, i,
+                                        (long long)b[i]->numel, ddpc_dtype_name(b[i]->dtype), (long long)b[0]->numel,
+                                        ddpc_dtype_name(b[0]->dtype));
+            PyMem_RawFree(b);
+            return st;
+        }
+    }
+    *out = b;
+    return DDPC_OK;
+}
+
+#ifdef DDPC_WITH_NCCL
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include "comm/watchdog.h"
+
+static const ncclDataType_t nccl_types_[DDPC_NDTYPES] = {ncclFloat32, ncclFloat64, ncclFloat16, ncclBfloat16,
+                                                         ncclInt32,   ncclInt64,   ncclUint8};
+static const ncclRedOp_t nccl_ops_[] = {ncclSum, ncclAvg, ncclMin, ncclMax, ncclProd};
+
+#define NCCLCHECK(call)                                                            \
+    do {                                                                           \
+        ncclResult_t r_ = (call);                                                  \
+        if (r_ != ncclSuccess && r_ != ncclInProgress)                             \
+            return DDPC_ERROR(DDPC_ERR_DIST, "%s failed: %s", #call, ncclGetErrorString(r_)); \
+    } while (0)
+
+/* ---- in-process communicators over distinct local devices -------------------- */
+
+typedef struct multi_comms_ {
+    int n;
+    int devices[DDPC_MAX_DEVICES];
+    ncclComm_t comms[DDPC_MAX_DEVICES];
+    struct multi_comms_ *next;
+} multi_comms_;
+
+static multi_comms_ *multi_cache_; /* guarded by the GIL: only touched while it is held */
+
+static ddpc_status multi_comms_for_(ddpc_buffer **b, Py_ssize_t n, multi_comms_ **out) {
+    for (multi_comms_ *m = multi_cache_; m; m = m->next) {
+        int same = m->n == n;
+        for (Py_ssize_t i = 0; same && i < n; i++) same = m->devices[i] == b[i]->device;
+        if (same) {
+            *out = m;
+            return DDPC_OK;
+        }
+    }
+    multi_comms_ *m = calloc(1, sizeof *m);
+    if (!m) return DDPC_ERROR(DDPC_ERR_OOM, "out of memory for communicators");
+    m->n = (int)n;
+    for (Py_ssize_t i = 0; i < n; i++) m->devices[i] = b[i]->device;
+    ncclResult_t r = ncclCommInitAll(m->comms, m->n, m->devices);
+    if (r != ncclSuccess) {
+        free(m);
+        return DDPC_ERROR(DDPC_ERR_DIST, "ncclCommInitAll over %d devices failed: %s", (int)n, ncclGetErrorString(r));
+    }
+    m->next = multi_cache_;
+    multi_cache_ = m;
+    *out = m;
+    return DDPC_OK;
+}
+
+static int distinct_cuda_(ddpc_buffer **b, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (b[i]->device == DDPC_CPU) return 0;
+        for (Py_ssize_t j = 0; j < i; j++)
+            if (b[j]->device == b[i]->device) return 0;
+    }
+    return n > 1;
+}
+
+static ddpc_status nccl_multi_(ddpc_buffer **b, Py_ssize_t n, int op, Py_ssize_t root, multi_comms_ *m) {
+    void *streams[DDPC_MAX_DEVICES];
+    for (Py_ssize_t i = 0; i < n; i++) CHECK(ddpc_cuda_compute_stream(b[i]->device, &streams[i]));
+    NCCLCHECK(ncclGroupStart());
+    ddpc_status st = DDPC_OK;
+    for (Py_ssize_t i = 0; i < n && st == DDPC_OK; i++) {
+        ncclResult_t r;
+        if (root < 0)
+            r = ncclAllReduce(b[i]->data, b[i]->data, (size_t)b[i]->numel, nccl_types_[b[i]->dtype], nccl_ops_[op],
+                              m->comms[i], (cudaStream_t)streams[i]);
+        else
+            r = ncclBroadcast(b[i]->data, b[i]->data, (size_t)b[i]->numel, nccl_types_[b[i]->dtype], (int)root,
+                              m->comms[i], (cudaStream_t)streams[i]);
+        if (r != ncclSuccess) st = DDPC_ERROR(DDPC_ERR_DIST, "multi-device collective: %s", ncclGetErrorString(r));
+    }
+    ncclResult_t r = ncclGroupEnd();
+    if (st == DDPC_OK && r != ncclSuccess)
+        st = DDPC_ERROR(DDPC_ERR_DIST, "ncclGroupEnd failed: %s", ncclGetErrorString(r));
+    return st;
+}
+#endif
+
+/* op >= 0: all-reduce with that op; op < 0: broadcast from `root`. */
+static PyObject *multi_collective_(PyObject *bufs, int op, Py_ssize_t root, const char *name) {
+    if (!PyList_Check(bufs)) return PyErr_Format(PyExc_TypeError, "%s expects a list of Buffers", name);
+    ddpc_buffer **b = NULL;
+    Py_ssize_t n = 0;
+    ddpc_status st = check_same_(bufs, name, &b, &n);
+    if (st != DDPC_OK) return ddpc_raise(st);
+    if (op > RED_PROD || (op < 0 && (root < 0 || root >= n))) {
+        PyMem_RawFree(b);
+        return PyErr_Format(PyExc_ValueError, "%s: invalid op or root", name);
+    }
+#ifdef DDPC_WITH_NCCL
+    if (distinct_cuda_(b, n)) {
+        multi_comms_ *m = NULL;
+        st = multi_comms_for_(b, n, &m);
+        if (st == DDPC_OK) {
+            Py_BEGIN_ALLOW_THREADS
+            st = nccl_multi_(b, n, op, op < 0 ? root : -1, m);
+            Py_END_ALLOW_THREADS
+        }
+        PyMem_RawFree(b);
+        if (st != DDPC_OK) return ddpc_raise(st);
+        Py_RETURN_NONE;
+    }
+#endif
+    Py_BEGIN_ALLOW_THREADS
+    st = op >= 0 ? copy_all_reduce_(b, n, op) : copy_broadcast_(b, n, root);
+    Py_END_ALLOW_THREADS
+    PyMem_RawFree(b);
+    if (st != DDPC_OK) return ddpc_raise(st);
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_multi_all_reduce(PyObject *m, PyObject *args) {
+    (void)m;
+    PyObject *bufs;
+    int op = RED_SUM;
+    if (!PyArg_ParseTuple(args, "O|i:multi_all_reduce", &bufs, &op)) return NULL;
+    if (op < 0) return PyErr_Format(PyExc_ValueError, "invalid reduce op %d", op);
+    return multi_collective_(bufs, op, 0, "multi_all_reduce");
+}
+
+static PyObject *py_multi_broadcast(PyObject *m, PyObject *args) {
+    (void)m;
+    PyObject *bufs;
+    Py_ssize_t root = 0;
+    if (!PyArg_ParseTuple(args, "O|n:multi_broadcast", &bufs, &root)) return NULL;
+    return multi_collective_(bufs, -1, root, "multi_broadcast");
+}
+
+static PyMethodDef multi_methods[] = {
+    {"multi_all_reduce", py_multi_all_reduce, METH_VARARGS,
+     "multi_all_reduce(buffers, op=SUM): in-place all-reduce over buffers on distinct local devices "
+     "(NCCL when compiled in and every buffer is on its own GPU, else copies)"},
+    {"multi_broadcast", py_multi_broadcast, METH_VARARGS,
+     "multi_broadcast(buffers, root=0): copy buffers[root] into the others"},
+    {NULL, NULL, 0, NULL},
+};
+
+#ifdef DDPC_WITH_NCCL
+/* ---- the process-group communicator ------------------------------------------ */
+
+typedef struct {
+    PyObject_HEAD
+    ncclComm_t comm;
+    int device, rank, size;
+    cudaStream_t stream;
+    ddpc_watchdog wd;
+    int wd_ready;
+    int group_depth;
+    PyObject *group_works; /* works created inside coalesce(), completed at group_end */
+} nccl_comm;
+
+typedef struct {
+    PyObject_HEAD
+    nccl_comm *comm;
+    cudaEvent_t done;      /* recorded on the comm stream after the collective */
+    PyObject *keep;        /* buffers the collective reads or writes */
+    int waited;
+} nccl_work;
+
+static PyTypeObject *nccl_comm_type_, *nccl_work_type_;
+
+/* Waits out ncclInProgress of a non-blocking communicator, up to a deadline. */
+static ddpc_status settle_(nccl_comm *c, const char *what) {
+    double deadline = ddpc_watchdog_now() + c->wd.timeout_s;
+    for (;;) {
+        ncclResult_t async;
+        NCCLCHECK(ncclCommGetAsyncError(c->comm, &async));
+        if (async == ncclSuccess) return DDPC_OK;
+        if (async != ncclInProgress)
+            return DDPC_ERROR(DDPC_ERR_DIST, "%s on rank %d failed: %s (%s)", what, c->rank, ncclGetErrorString(async),
+                              ncclGetLastError(c->comm));
+        if (ddpc_watchdog_now() > deadline) {
+            ncclCommAbort(c->comm);
+            c->comm = NULL;
+            return DDPC_ERROR(DDPC_ERR_TIMEOUT, "%s on rank %d did not finish within %.1f s; the communicator was aborted",
+                              what, c->rank, c->wd.timeout_s);
+        }
+        sched_yield();
+    }
+}
+
+static int wd_async_error_(void *ctx, char *msg, size_t n) {
+    nccl_comm *c = ctx;
+    ncclResult_t async;
+    if (!c->comm) return 0;
+    if (ncclCommGetAsyncError(c->comm, &async) != ncclSuccess) async = ncclInternalError;
+    if (async == ncclSuccess || async == ncclInProgress) return 0;
+    snprintf(msg, n, "%s (%s)", ncclGetErrorString(async), ncclGetLastError(c->comm));
+    return 1;
+}
+
+static int wd_query_(void *ctx, void *event, char *msg, size_t n) {
+    (void)ctx;
+    cudaError_t e = cudaEventQuery((cudaEvent_t)event);
+    if (e == cudaSuccess) return 1;
+    if (e == cudaErrorNotReady) return 0;
+    snprintf(msg, n, "%s", cudaGetErrorString(e));
+    return -1;
+}
+
+static void wd_abort_(void *ctx) {
+    nccl_comm *c = ctx;
+    if (c->comm) ncclCommAbort(c->comm);
+    c->comm = NULL;
+}
+
+static void wd_release_(void *ctx, void *event) {
+    (void)ctx;
+    cudaEventDestroy((cudaEvent_t)event);
+}
+
+static const ddpc_watchdog_ops wd_ops_ = {wd_async_error_, wd_query_, wd_abort_, wd_release_};
+
+static ddpc_status comm_init_(nccl_comm *c, const ncclUniqueId *id) {
+    CHECK(ddpc_cuda_set_device(c->device));
+    CUDACHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0; /* so a stuck peer can be timed out and aborted */
+    NCCLCHECK(ncclCommInitRankConfig(&c->comm, c->size, *id, c->rank, &config));
+    return settle_(c, "ncclCommInitRankConfig");
+}
+
+static PyObject *comm_new_(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"unique_id", "rank", "size", "device", "timeout", NULL};
+    Py_buffer id;
+    int rank, size, device;
+    double timeout;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "y*iiid:NcclComm", kwlist, &id, &rank, &size, &device, &timeout))
+        return NULL;
+    if (id.len != (Py_ssize_t)sizeof(ncclUniqueId) || size < 1 || rank < 0 || rank >= size || timeout <= 0) {
+        PyBuffer_Release(&id);
+        return PyErr_Format(PyExc_ValueError, "NcclComm: invalid unique id (%zd bytes), rank %d, size %d or timeout",
+                            id.len, rank, size);
+    }
+    nccl_comm *c = (nccl_comm *)type->tp_alloc(type, 0);
+    if (!c) {
+        PyBuffer_Release(&id);
+        return NULL;
+    }
+    c->rank = rank;
+    c->size = size;
+    c->device = device;
+    c->group_works = PyList_New(0);
+    if (!c->group_works) {
+        PyBuffer_Release(&id);
+        Py_DECREF(c);
+        return NULL;
+    }
+    ddpc_status st = ddpc_watchdog_init(&c->wd, &wd_ops_, c, rank, size, timeout);
+    if (st == DDPC_OK) {
+        c->wd_ready = 1;
+        ncclUniqueId uid;
+        memcpy(&uid, id.buf, sizeof uid);
+        Py_BEGIN_ALLOW_THREADS
+        st = comm_init_(c, &uid);
+        if (st == DDPC_OK) st = ddpc_watchdog_start(&c->wd, 0.1);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&id);
+    if (st != DDPC_OK) {
+        Py_DECREF(c);
+        return ddpc_raise(st);
+    }
+    return (PyObject *)c;
+}
+
+static void comm_dealloc_(nccl_comm *c) {
+    if (c->wd_ready) {
+        Py_BEGIN_ALLOW_THREADS
+        ddpc_watchdog_free(&c->wd);
+        Py_END_ALLOW_THREADS
+    }
+    if (c->comm) {
+        Py_BEGIN_ALLOW_THREADS
+        /* Finalize flushes queued work; abort if it cannot (a peer is gone). */
+        ncclResult_t fin = ncclCommFinalize(c->comm);
+        if (fin == ncclSuccess || fin == ncclInProgress) {
+            ncclResult_t async = ncclInProgress;
+            double deadline = ddpc_watchdog_now() + 10.0;
+            while (async == ncclInProgress && ddpc_watchdog_now() < deadline)
+                if (ncclCommGetAsyncError(c->comm, &async) != ncclSuccess) break;
+            if (async == ncclSuccess) ncclCommDestroy(c->comm);
+            else ncclCommAbort(c->comm);
+        } else {
+            ncclCommAbort(c->comm);
+        }
+        Py_END_ALLOW_THREADS
+    }
+    if (c->stream) cudaStreamDestroy(c->stream);
+    Py_XDECREF(c->group_works);
+    PyTypeObject *tp = Py_TYPE(c);
+    tp->tp_free((PyObject *)c);
+    Py_DECREF(tp);
+}
+
+/* Orders the comm stream after the compute stream. */
+static ddpc_status comm_stream_after_compute_(nccl_comm *c) {
+    void *compute;
+    cudaEvent_t ev;
+    ddpc_status st = DDPC_OK;
+    CHECK(ddpc_cuda_compute_stream(c->device, &compute));
+    CUDACHECK(cudaSetDevice(c->device));
+    CUDACHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    CUDACHECKGOTO(cudaEventRecord(ev, (cudaStream_t)compute), st, out_);
+    CUDACHECKGOTO(cudaStreamWaitEvent(c->stream, ev, 0), st, out_);
+out_:
+    cudaEventDestroy(ev);
+    return st;
+}
+
+/* Records the completion events of a collective (one for the work, one for the watchdog). */
+static ddpc_status record_done_(nccl_comm *c, const char *op, int64_t count, ddpc_dtype dt, cudaEvent_t *done) {
+    cudaEvent_t wd_ev;
+    ddpc_status st = DDPC_OK;
+    uint64_t seq;
+    CUDACHECK(cudaEventCreateWithFlags(done, cudaEventDisableTiming));
+    CUDACHECKGOTO(cudaEventCreateWithFlags(&wd_ev, cudaEventDisableTiming), st, fail_done_);
+    CUDACHECKGOTO(cudaEventRecord(*done, c->stream), st, fail_);
+    CUDACHECKGOTO(cudaEventRecord(wd_ev, c->stream), st, fail_);
+    CHECKGOTO(ddpc_watchdog_record(&c->wd, op, count, ddpc_dtype_name(dt), wd_ev, &seq), st, fail_);
+    return DDPC_OK;
+fail_:
+    cudaEventDestroy(wd_ev);
+fail_done_:
+    cudaEventDestroy(*done);
+    return st;
+}
+
+typedef struct {
+    int kind; /* 0 all_reduce, 1 broadcast, 2 all_gather, 3 reduce_scatter, 4 send, 5 recv */
+    ddpc_buffer *out, *in;
+    int op, peer;
+} coll_;
+
+static const char *coll_names_[] = {"all_reduce", "broadcast", "all_gather", "reduce_scatter", "send", "recv"};
+
+static ddpc_status coll_run_(nccl_comm *c, const coll_ *a, cudaEvent_t *done) {
+    CHECK(ddpc_watchdog_error(&c->wd));
+    if (!c->comm) return DDPC_ERROR(DDPC_ERR_DIST, "the NCCL communicator of rank %d was aborted", c->rank);
+    CHECK(comm_stream_after_compute_(c));
+    ncclDataType_t dt = nccl_types_[a->in->dtype];
+    size_t n = (size_t)a->in->numel;
+    switch (a->kind) {
+    case 0: NCCLCHECK(ncclAllReduce(a->in->data, a->out->data, n, dt, nccl_ops_[a->op], c->comm, c->stream)); break;
+    case 1: NCCLCHECK(ncclBroadcast(a->in->data, a->out->data, n, dt, a->peer, c->comm, c->stream)); break;
+    case 2: NCCLCHECK(ncclAllGather(a->in->data, a->out->data, n, dt, c->comm, c->stream)); break;
+    case 3:
+        NCCLCHECK(ncclReduceScatter(a->in->data, a->out->data, (size_t)a->out->numel, dt, nccl_ops_[a->op], c->comm,
+                                    c->stream));
+        break;
+    case 4: NCCLCHECK(ncclSend(a->in->data, n, dt, a->peer, c->comm, c->stream)); break;
+    default: NCCLCHECK(ncclRecv(a->out->data, n, dt, a->peer, c->comm, c->stream)); break;
+    }
+    if (c->group_depth > 0) {
+        *done = NULL; /* recorded by group_end, after ncclGroupEnd */
+        return DDPC_OK;
+    }
+    CHECK(settle_(c, coll_names_[a->kind]));
+    return record_done_(c, coll_names_[a->kind], a->in->numel, a->in->dtype, done);
+}
+
+static ddpc_status check_coll_(nccl_comm *c, const coll_ *a) {
+    const char *name = coll_names_[a->kind];
+    if (a->in->device != c->device || a->out->device != c->device)
+        return DDPC_ERROR(DDPC_ERR_ARG, "%s on rank %d: tensors must be on cuda:%d, the communicator's device", name,
+                          c->rank, c->device);
+    if (a->in->dtype != a->out->dtype) return DDPC_ERROR(DDPC_ERR_TYPE, "%s: input and output dtypes differ", name);
+    if (a->out->readonly) return DDPC_ERROR(DDPC_ERR_ARG, "%s: the output is read-only", name);
+    int64_t want_out = a->kind == 2 ? a->in->numel * c->size : a->kind == 3 ? a->in->numel / c->size : a->in->numel;
+    if (a->kind == 3 && a->in->numel != a->out->numel * c->size)
+        return DDPC_ERROR(DDPC_ERR_ARG, "reduce_scatter: input has %lld elements, expected %d x %lld",
+                          (long long)a->in->numel, c->size, (long long)a->out->numel);
+    if (a->out->numel != want_out)
+        return DDPC_ERROR(DDPC_ERR_ARG, "%s: output has %lld elements, expected %lld", name, (long long)a->out->numel,
+                          (long long)want_out);
+    if ((a->kind == 1 || a->kind >= 4) && (a->peer < 0 || a->peer >= c->size))
+        return DDPC_ERROR(DDPC_ERR_ARG, "%s: rank %d is not in a group of %d", name, a->peer, c->size);
+    if ((a->kind == 0 || a->kind == 3) && (a->op < 0 || a->op > RED_PROD))
+        return DDPC_ERROR(DDPC_ERR_ARG, "%s: unknown reduce op %d", name, a->op);
+    return DDPC_OK;
+}
+
+static PyObject *work_new_(nccl_comm *c, cudaEvent_t done, PyObject *keep) {
+    nccl_work *w = (nccl_work *)nccl_work_type_->tp_alloc(nccl_work_type_, 0);
+    if (!w) {
+        if (done) cudaEventDestroy(done);
+        return NULL;
+    }
+    Py_INCREF(c);
+    w->comm = c;
+    w->done = done;
+    Py_INCREF(keep);
+    w->keep = keep;
+    if (!done && PyList_Append(c->group_works, (PyObject *)w) < 0) {
+        Py_DECREF(w);
+        return NULL;
+    }
+    return (PyObject *)w;
+}
+
+static PyObject *comm_collective_(nccl_comm *c, coll_ *a, PyObject *keep) {
+    ddpc_status st = check_coll_(c, a);
+    cudaEvent_t done = NULL;
+    if (st == DDPC_OK) {
+        Py_BEGIN_ALLOW_THREADS
+        st = coll_run_(c, a, &done);
+        Py_END_ALLOW_THREADS
+    }
+    if (st != DDPC_OK) return ddpc_raise(st);
+    return work_new_(c, done, keep);
+}
+
+static int buf_arg_(PyObject *o, ddpc_buffer **out) {
+    if (!ddpc_buffer_check(o)) {
+        PyErr_Format(PyExc_TypeError, "expected a ddpc._C.Buffer, got %.100s", Py_TYPE(o)->tp_name);
+        return 0;
+    }
+    *out = (ddpc_buffer *)o;
+    return 1;
+}
+
+static PyObject *comm_all_reduce(nccl_comm *c, PyObject *args) {
+    coll_ a = {.kind = 0};
+    if (!PyArg_ParseTuple(args, "O&i:all_reduce", buf_arg_, &a.in, &a.op)) return NULL;
+    a.out = a.in;
+    return comm_collective_(c, &a, args);
+}
+
+static PyObject *comm_broadcast(nccl_comm *c, PyObject *args) {
+    coll_ a = {.kind = 1};
+    if (!PyArg_ParseTuple(args, "O&i:broadcast", buf_arg_, &a.in, &a.peer)) return NULL;
+    a.out = a.in;
+    return comm_collective_(c, &a, args);
+}
+
+static PyObject *comm_all_gather(nccl_comm *c, PyObject *args) {
+    coll_ a = {.kind = 2};
+    if (!PyArg_ParseTuple(args, "O&O&:all_gather", buf_arg_, &a.out, buf_arg_, &a.in)) return NULL;
+    return comm_collective_(c, &a, args);
+}
+
+static PyObject *comm_reduce_scatter(nccl_comm *c, PyObject *args) {
+    coll_ a = {.kind = 3};
+    if (!PyArg_ParseTuple(args, "O&O&i:reduce_scatter", buf_arg_, &a.out, buf_arg_, &a.in, &a.op)) return NULL;
+    return comm_collective_(c, &a, args);
+}
+
+static PyObject *comm_send(nccl_comm *c, PyObject *args) {
+    coll_ a = {.kind = 4};
+    if (!PyArg_ParseTuple(args, "O&i:send", buf_arg_, &a.in, &a.peer)) return NULL;
+    a.out = a.in;
+    return comm_collective_(c, &a, args);
+}
+
+static PyObject *comm_recv(nccl_comm *c, PyObject *args) {
+    coll_ a = {.kind = 5};
+    if (!PyArg_ParseTuple(args, "O&i:recv", buf_arg_, &a.out, &a.peer)) return NULL;
+    a.in = a.out;
+    return comm_collective_(c, &a, args);
+}
+
+static PyObject *comm_group_start(nccl_comm *c, PyObject *unused) {
+    (void)unused;
+    ncclResult_t r = ncclGroupStart();
+    if (r != ncclSuccess) return PyErr_Format(ddpc_DistError, "ncclGroupStart failed: %s", ncclGetErrorString(r));
+    c->group_depth++;
+    Py_RETURN_NONE;
+}
+
+static ddpc_status group_end_(nccl_comm *c) {
+    NCCLCHECK(ncclGroupEnd());
+    return settle_(c, "ncclGroupEnd");
+}
+
+static PyObject *comm_group_end(nccl_comm *c, PyObject *unused) {
+    (void)unused;
+    if (c->group_depth == 0) return PyErr_Format(PyExc_RuntimeError, "group_end without group_start");
+    ddpc_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = group_end_(c);
+    Py_END_ALLOW_THREADS
+    c->group_depth--;
+    if (st != DDPC_OK) return ddpc_raise(st);
+    if (c->group_depth > 0) Py_RETURN_NONE;
+    /* The group's collectives complete together: give each work its event. */
+    Py_ssize_t n = PyList_GET_SIZE(c->group_works);
+    for (Py_ssize_t i = 0; i < n && st == DDPC_OK; i++) {
+        nccl_work *w = (nccl_work *)PyList_GET_ITEM(c->group_works, i);
+        st = record_done_(c, "coalesced", 0, DDPC_UINT8, &w->done);
+    }
+    if (PyList_SetSlice(c->group_works, 0, n, NULL) < 0) return NULL;
+    if (st != DDPC_OK) return ddpc_raise(st);
+    Py_RETURN_NONE;
+}
+
+static PyObject *comm_abort(nccl_comm *c, PyObject *unused) {
+    (void)unused;
+    pthread_mutex_lock(&c->wd.mu);
+    if (c->wd.failed == DDPC_OK) {
+        c->wd.failed = DDPC_ERR_DIST;
+        snprintf(c->wd.fail_msg, sizeof c->wd.fail_msg, "the NCCL communicator of rank %d was aborted by the user",
+                 c->rank);
+    }
+    pthread_mutex_unlock(&c->wd.mu);
+    Py_BEGIN_ALLOW_THREADS
+    wd_abort_(c);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+static PyObject *comm_flight_record(nccl_comm *c, PyObject *unused) {
+    (void)unused;
+    char buf[4096];
+    ddpc_watchdog_format(&c->wd, ddpc_watchdog_now(), buf, sizeof buf);
+    return PyUnicode_FromString(buf);
+}
+
+static PyObject *comm_check(nccl_comm *c, PyObject *unused) {
+    (void)unused;
+    ddpc_status st = ddpc_watchdog_error(&c->wd);
+    if (st != DDPC_OK) return ddpc_raise(st);
+    Py_RETURN_NONE;
+}
+
+static PyObject *comm_reduce_(PyObject *self, PyObject *unused) {
+    (void)self, (void)unused;
+    PyErr_SetString(PyExc_TypeError, "an NCCL communicator is tied to its process and cannot be pickled");
+    return NULL;
+}
+
+static PyMethodDef comm_methods[] = {
+    {"all_reduce", (PyCFunction)comm_all_reduce, METH_VARARGS, "all_reduce(buf, op) -> Work"},
+    {"broadcast", (PyCFunction)comm_broadcast, METH_VARARGS, "broadcast(buf, root) -> Work"},
+    {"all_gather", (PyCFunction)comm_all_gather, METH_VARARGS, "all_gather(out, in) -> Work"},
+    {"reduce_scatter", (PyCFunction)comm_reduce_scatter, METH_VARARGS, "reduce_scatter(out, in, op) -> Work"},
+    {"send", (PyCFunction)comm_send, METH_VARARGS, "send(buf, peer) -> Work"},
+    {"recv", (PyCFunction)comm_recv, METH_VARARGS, "recv(buf, peer) -> Work"},
+    {"group_start", (PyCFunction)comm_group_start, METH_NOARGS, "start coalescing collectives"},
+    {"group_end", (PyCFunction)comm_group_end, METH_NOARGS, "launch the coalesced collectives"},
+    {"abort", (PyCFunction)comm_abort, METH_NOARGS, "abort the communicator"},
+    {"flight_record", (PyCFunction)comm_flight_record, METH_NOARGS, "the last collectives, one per line"},
+    {"check", (PyCFunction)comm_check, METH_NOARGS, "raise the communicator's failure, if any"},
+    {"__reduce__", (PyCFunction)comm_reduce_, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot comm_slots[] = {
+    {Py_tp_new, comm_new_},
+    {Py_tp_dealloc, comm_dealloc_},
+    {Py_tp_methods, comm_methods},
+    {Py_tp_doc, "NcclComm(unique_id, rank, size, device, timeout): a non-blocking NCCL communicator with a watchdog"},
+    {0, NULL},
+};
+
+/* ---- work handles -------------------------------------------------------------- */
+
+static ddpc_status work_wait_(nccl_work *w, double timeout) {
+    if (!w->done) return DDPC_ERROR(DDPC_ERR_ARG, "wait() inside coalesce(): leave the block first");
+    if (timeout >= 0) {
+        double deadline = ddpc_watchdog_now() + timeout;
+        for (;;) {
+            CHECK(ddpc_watchdog_error(&w->comm->wd));
+            cudaError_t e = cudaEventQuery(w->done);
+            if (e == cudaSuccess) break;
+            if (e != cudaErrorNotReady) CUDACHECK(e);
+            if (ddpc_watchdog_now() > deadline)
+                return DDPC_ERROR(DDPC_ERR_TIMEOUT, "Work.wait(timeout=%.3g): the collective on rank %d has not completed",
+                                  timeout, w->comm->rank);
+            struct timespec ts = {0, 200000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    CHECK(ddpc_watchdog_error(&w->comm->wd));
+    void *compute;
+    CHECK(ddpc_cuda_compute_stream(w->comm->device, &compute));
+    CUDACHECK(cudaSetDevice(w->comm->device));
+    CUDACHECK(cudaStreamWaitEvent((cudaStream_t)compute, w->done, 0));
+    return DDPC_OK;
+}
+
+static PyObject *work_wait(nccl_work *w, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"timeout", NULL};
+    PyObject *timeout_obj = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|O:wait", kwlist, &timeout_obj)) return NULL;
+    double timeout = -1;
+    if (timeout_obj != Py_None) {
+        PyObject *secs = PyObject_HasAttrString(timeout_obj, "total_seconds")
+                             ? PyObject_CallMethod(timeout_obj, "total_seconds", NULL)
+                             : Py_NewRef(timeout_obj);
+        if (!secs) return NULL;
+        timeout = PyFloat_AsDouble(secs);
+        Py_DECREF(secs);
+        if (timeout == -1 && PyErr_Occurred()) return NULL;
+    }
+    ddpc_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = work_wait_(w, timeout);
+    Py_END_ALLOW_THREADS
+    if (st != DDPC_OK) return ddpc_raise(st);
+    w->waited = 1;
+    Py_RETURN_TRUE;
+}
+
+static PyObject *work_is_completed(nccl_work *w, PyObject *unused) {
+    (void)unused;
+    ddpc_status st = ddpc_watchdog_error(&w->comm->wd);
+    if (st != DDPC_OK) return ddpc_raise(st);
+    if (!w->done) Py_RETURN_FALSE;
+    cudaError_t e = cudaEventQuery(w->done);
+    if (e == cudaSuccess) Py_RETURN_TRUE;
+    if (e == cudaErrorNotReady) Py_RETURN_FALSE;
+    return PyErr_Format(PyExc_RuntimeError, "cudaEventQuery failed: %s", cudaGetErrorString(e));
+}
+
+static void work_dealloc_(nccl_work *w) {
+    if (w->done) {
+        /* Buffers go back to the caching allocator now; anything that reuses
+         * them runs on the compute stream, so order it after the collective. */
+        void *compute;
+        if (!w->waited && ddpc_cuda_compute_stream(w->comm->device, &compute) == DDPC_OK)
+            cudaStreamWaitEvent((cudaStream_t)compute, w->done, 0);
+        else
+            ddpc_clear_error();
+        cudaEventDestroy(w->done);
+    }
+    Py_XDECREF(w->keep);
+    Py_XDECREF(w->comm);
+    PyTypeObject *tp = Py_TYPE(w);
+    tp->tp_free((PyObject *)w);
+    Py_DECREF(tp);
+}
+
+static PyMethodDef work_methods[] = {
+    {"wait", (PyCFunction)(void (*)(void))work_wait, METH_VARARGS | METH_KEYWORDS,
+     "wait(timeout=None): order the compute stream after the collective (with a timeout: first wait on the host)"},
+    {"is_completed", (PyCFunction)work_is_completed, METH_NOARGS, "whether the collective has finished on the GPU"},
+    {"__reduce__", (PyCFunction)comm_reduce_, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot work_slots[] = {
+    {Py_tp_dealloc, work_dealloc_},
+    {Py_tp_methods, work_methods},
+    {Py_tp_doc, "A collective queued on an NCCL communicator"},
+    {0, NULL},
+};
+
+static PyObject *py_nccl_unique_id(PyObject *m, PyObject *unused) {
+    (void)m, (void)unused;
+    ncclUniqueId id;
+    ncclResult_t r = ncclGetUniqueId(&id);
+    if (r != ncclSuccess) return PyErr_Format(ddpc_DistError, "ncclGetUniqueId failed: %s", ncclGetErrorString(r));
+    return PyBytes_FromStringAndSize((const char *)&id, sizeof id);
+}
+
+static PyMethodDef nccl_methods[] = {
+    {"nccl_unique_id", py_nccl_unique_id, METH_NOARGS, "a new ncclUniqueId, as bytes (rank 0 makes it)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject *make_type_(PyObject *m, const char *name, size_t size, PyType_Slot *slots) {
+    PyType_Spec spec = {.name = name, .basicsize = (int)size, .flags = Py_TPFLAGS_DEFAULT, .slots = slots};
+    PyObject *t = PyType_FromModuleAndSpec(m, &spec, NULL);
+    if (!t) return NULL;
+    const char *dot = strrchr(name, '.');
+    if (PyModule_AddObjectRef(m, dot + 1, t) < 0) {
+        Py_DECREF(t);
+        return NULL;
+    }
+    return (PyTypeObject *)t;
+}
+#endif
+
+int ddpc_nccl_register(PyObject *m) {
+    if (PyModule_AddFunctions(m, multi_methods) < 0) return -1;
+#ifdef DDPC_WITH_NCCL
+    nccl_comm_type_ = make_type_(m, "ddpc._C.NcclComm", sizeof(nccl_comm), comm_slots);
+    nccl_work_type_ = make_type_(m, "ddpc._C.NcclWork", sizeof(nccl_work), work_slots);
+    if (!nccl_comm_type_ || !nccl_work_type_ || PyModule_AddFunctions(m, nccl_methods) < 0) return -1;
+#endif
+    return 0;
+}

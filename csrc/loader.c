@@ -1,0 +1,389 @@
+/* The threaded batch loader: producer threads, the slot ring, GPU staging. */
+#include "loader.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "alloc.h"
+#include "device.h"
+#include "npy.h"
+
+/* Rows a thread claims at once: about 256 KiB, large enough that the lock is
+ * cold, small enough that two threads share one batch. */
+#define CHUNK_BYTES (256u << 10)
+/* Rows read from mapped files between two looks at the resident set. */
+#define RESIDENT_CHECK_ROWS 16
+
+typedef struct {
+    int64_t batch;       /* -1 while the slot is free */
+    int64_t rows, next_row, done_rows;
+    int done;
+    int need_sync;       /* the previous copy out of this slot's staging may still run */
+    int syncing;         /* a thread is waiting for that copy */
+    char *dst[DDPC_LOADER_MAX_SOURCES];        /* where rows are gathered to */
+    void *device_dst[DDPC_LOADER_MAX_SOURCES]; /* GPU: final destination of the copy */
+    ddpc_status st;
+    char msg[512];
+#ifdef DDPC_WITH_CUDA
+    ddpc_block *staging[DDPC_LOADER_MAX_SOURCES];
+    cudaEvent_t alloc_ready, copied;
+#endif
+} slot_;
+
+struct ddpc_loader {
+    ddpc_loader_source src[DDPC_LOADER_MAX_SOURCES];
+    int nsources;
+    int file_backed;          /* some source is a mapped file */
+    size_t resident_base;     /* resident file pages when the loader started */
+    int statm_fd;             /* /proc/self/statm, or -1 */
+    int64_t *indices, *offsets, nbatches;
+    int prefetch, nthreads, nstarted, device;
+    size_t budget, chunk_rows;
+    slot_ *slots;
+    pthread_t *threads;
+    pthread_mutex_t mu;
+    pthread_cond_t work_cv, done_cv;
+    int stop;
+    void *compute_stream, *copy_stream;
+};
+
+int64_t ddpc_loader_batch_rows(const ddpc_loader *l, int64_t batch) {
+    return l->offsets[batch + 1] - l->offsets[batch];
+}
+
+/* ---- the producer threads ------------------------------------------------------- */
+
+static void copy_rows_(char *dst, const char *base, const int64_t *idx, int64_t n, size_t rb) {
+    /* Fixed sizes let the compiler turn the per-row memcpy into one load and store. */
+    switch (rb) {
+    case 4: for (int64_t i = 0; i < n; i++) memcpy(dst + i * 4, base + idx[i] * 4, 4); break;
+    case 8: for (int64_t i = 0; i < n; i++) memcpy(dst + i * 8, base + idx[i] * 8, 8); break;
+    default: for (int64_t i = 0; i < n; i++) memcpy(dst + (size_t)i * rb, base + (size_t)idx[i] * rb, rb); break;
+    }
+}
+
+/* A mapped file's pages stay resident after they are read, and one read can
+ * map far more than it reads (fault-around, large page-cache folios: up to
+ * 2 MiB for a 4 KiB row). So after every few rows the threads compare the
+ * process's resident file pages with the level at init and drop the mapped
+ * sources' pages once it exceeds the budget: resident memory stays within
+ * about budget + threads * RESIDENT_CHECK_ROWS * folio size, whatever the file size. */
+static void release_files_(ddpc_loader *l) {
+    for (int k = 0; k < l->nsources; k++)
+        if (l->src[k].file_backed) ddpc_release_file_pages(l->src[k].base, (size_t)l->src[k].rows * l->src[k].row_bytes);
+}
+
+static void limit_resident_(ddpc_loader *l) {
+    if (ddpc_resident_file_bytes(l->statm_fd) > l->resident_base + l->budget) release_files_(l);
+}
+
+static void gather_(ddpc_loader *l, slot_ *s, int64_t r0, int64_t r1) {
+    const int64_t *idx = l->indices + l->offsets[s->batch];
+    int64_t step = l->file_backed ? RESIDENT_CHECK_ROWS : r1 - r0;
+    for (int64_t a = r0; a < r1; a += step) {
+        int64_t b = a + step < r1 ? a + step : r1;
+        for (int k = 0; k < l->nsources; k++) {
+            const ddpc_loader_source *src = &l->src[k];
+            copy_rows_(s->dst[k] + (size_t)a * src->row_bytes, src->base, idx + a, b - a, src->row_bytes);
+        }
+        if (l->file_backed) limit_resident_(l);
+    }
+}
+
+#ifdef DDPC_WITH_CUDA
+static ddpc_status wait_copied_(ddpc_loader *l, slot_ *s) {
+    CUDACHECK(cudaSetDevice(l->device));
+    CUDACHECK(cudaEventSynchronize(s->copied));
+    return DDPC_OK;
+}
+
+/* The copy waits for the compute stream's work queued before the destination
+ * was allocated (the caching allocator may hand out a block that queued
+ * kernels still read); the consumer's compute stream later waits for `copied`. */
+static ddpc_status issue_copy_(ddpc_loader *l, slot_ *s) {
+    cudaStream_t copy = (cudaStream_t)l->copy_stream;
+    CUDACHECK(cudaSetDevice(l->device));
+    CUDACHECK(cudaStreamWaitEvent(copy, s->alloc_ready, 0));
+    for (int k = 0; k < l->nsources; k++)
+        CUDACHECK(cudaMemcpyAsync(s->device_dst[k], s->dst[k], (size_t)s->rows * l->src[k].row_bytes,
+                                  cudaMemcpyHostToDevice, copy));
+    CUDACHECK(cudaEventRecord(s->copied, copy));
+    return DDPC_OK;
+}
+#else
+static ddpc_status wait_copied_(ddpc_loader *l, slot_ *s) {
+    (void)s;
+    return ddpc_cuda_require(l->device);
+}
+static ddpc_status issue_copy_(ddpc_loader *l, slot_ *s) {
+    (void)s;
+    return ddpc_cuda_require(l->device);
+}
+#endif
+
+/* Records a failure in the slot and completes it; the lock is held. */
+static void fail_slot_(ddpc_loader *l, slot_ *s, ddpc_status st) {
+    s->st = st;
+    snprintf(s->msg, sizeof s->msg, "%s", ddpc_last_error());
+    ddpc_clear_error();
+    s->next_row = s->done_rows = s->rows;
+    s->done = 1;
+    pthread_cond_broadcast(&l->done_cv);
+}
+
+static int has_work_(const slot_ *s) {
+    return s->batch >= 0 && !s->done && !s->syncing && (s->need_sync || s->next_row < s->rows);
+}
+
+/* The oldest batch with work left for a thread; the lock is held. */
+static slot_ *pick_(ddpc_loader *l) {
+    slot_ *best = NULL;
+    for (int i = 0; i < l->prefetch; i++) {
+        slot_ *s = &l->slots[i];
+        if (has_work_(s) && (!best || s->batch < best->batch)) best = s;
+    }
+    return best;
+}
+
+/* One piece of work on slot s: the wait before its staging is reused, or
+ * one chunk of rows (and the copy to the device after the last chunk). The
+ * lock is held on entry and on return, released while working. */
+static void work_on_(ddpc_loader *l, slot_ *s) {
+    if (s->need_sync) { /* staging is reused: its last copy to the device must be over */
+        s->need_sync = 0;
+        s->syncing = 1;
+        pthread_mutex_unlock(&l->mu);
+        ddpc_status st = wait_copied_(l, s);
+        pthread_mutex_lock(&l->mu);
+        s->syncing = 0;
+        if (st != DDPC_OK) fail_slot_(l, s, st);
+        pthread_cond_broadcast(&l->work_cv);
+        return;
+    }
+    int64_t r0 = s->next_row, r1 = r0 + (int64_t)l->chunk_rows < s->rows ? r0 + (int64_t)l->chunk_rows : s->rows;
+    s->next_row = r1;
+    pthread_mutex_unlock(&l->mu);
+    gather_(l, s, r0, r1);
+    pthread_mutex_lock(&l->mu);
+    s->done_rows += r1 - r0;
+    if (s->done_rows < s->rows || s->done) return;
+    if (l->device != DDPC_CPU) {
+        pthread_mutex_unlock(&l->mu);
+        ddpc_status st = issue_copy_(l, s);
+        pthread_mutex_lock(&l->mu);
+        if (st != DDPC_OK) {
+            fail_slot_(l, s, st);
+            return;
+        }
+        s->need_sync = 1;
+    }
+    s->done = 1;
+    pthread_cond_broadcast(&l->done_cv);
+}
+
+static void *producer_main_(void *arg) {
+    ddpc_loader *l = arg;
+    pthread_mutex_lock(&l->mu);
+    while (!l->stop) {
+        slot_ *s = pick_(l);
+        if (s) work_on_(l, s);
+        else pthread_cond_wait(&l->work_cv, &l->mu);
+    }
+    pthread_mutex_unlock(&l->mu);
+    return NULL;
+}
+
+/* ---- setup, the ring, teardown --------------------------------------------------- */
+
+static ddpc_status check_config_(const ddpc_loader_config *c) {
+    if (c->nsources < 1 || c->nsources > DDPC_LOADER_MAX_SOURCES)
+        return DDPC_ERROR(DDPC_ERR_ARG, "a loader reads 1 to %d sources, got %d", DDPC_LOADER_MAX_SOURCES, c->nsources);
+    if (c->prefetch < 1) return DDPC_ERROR(DDPC_ERR_ARG, "prefetch must be >= 1, got %d", c->prefetch);
+    if (c->nthreads < 1) return DDPC_ERROR(DDPC_ERR_ARG, "num_threads must be >= 1, got %d", c->nthreads);
+    int64_t rows = c->sources[0].rows;
+    for (int k = 1; k < c->nsources; k++)
+        if (c->sources[k].rows != rows)
+            return DDPC_ERROR(DDPC_ERR_ARG, "sources have different lengths: source 0 has %lld rows, source %d has %lld",
+                              (long long)rows, k, (long long)c->sources[k].rows);
+    if (c->nbatches < 0 || c->offsets[0] < 0 || c->offsets[c->nbatches] > c->nindices)
+        return DDPC_ERROR(DDPC_ERR_ARG, "batch offsets out of range of the %lld indices", (long long)c->nindices);
+    for (int64_t b = 0; b < c->nbatches; b++)
+        if (c->offsets[b + 1] < c->offsets[b])
+            return DDPC_ERROR(DDPC_ERR_ARG, "batch offsets must be non-decreasing (batch %lld)", (long long)b);
+    for (int64_t i = 0; i < c->nindices; i++)
+        if (c->indices[i] < 0 || c->indices[i] >= rows)
+            return DDPC_ERROR(DDPC_ERR_ARG, "index %lld (at position %lld) is out of range for a data set of %lld samples",
+                              (long long)c->indices[i], (long long)i, (long long)rows);
+    return DDPC_OK;
+}
+
+#ifdef DDPC_WITH_CUDA
+static ddpc_status init_device_(ddpc_loader *l) {
+    CHECK(ddpc_cuda_compute_stream(l->device, &l->compute_stream));
+    CHECK(ddpc_cuda_copy_stream(l->device, &l->copy_stream));
+    CUDACHECK(cudaSetDevice(l->device));
+    int64_t max_rows = 0;
+    for (int64_t b = 0; b < l->nbatches; b++)
+        if (ddpc_loader_batch_rows(l, b) > max_rows) max_rows = ddpc_loader_batch_rows(l, b);
+    for (int i = 0; i < l->prefetch; i++) {
+        slot_ *s = &l->slots[i];
+        CUDACHECK(cudaEventCreateWithFlags(&s->alloc_ready, cudaEventDisableTiming));
+        CUDACHECK(cudaEventCreateWithFlags(&s->copied, cudaEventDisableTiming));
+        for (int k = 0; k < l->nsources; k++) {
+            CHECK(ddpc_alloc(DDPC_CPU, (size_t)max_rows * l->src[k].row_bytes, 1, &s->staging[k]));
+            s->dst[k] = s->staging[k]->ptr;
+        }
+    }
+    return DDPC_OK;
+}
+
+static void free_device_(ddpc_loader *l) {
+    for (int i = 0; i < l->prefetch; i++) {
+        slot_ *s = &l->slots[i];
+        /* A copy out of staging may still be queued: let it finish before the memory goes. */
+        if (s->copied) cudaEventSynchronize(s->copied);
+        if (s->alloc_ready) cudaEventDestroy(s->alloc_ready);
+        if (s->copied) cudaEventDestroy(s->copied);
+        for (int k = 0; k < l->nsources; k++) ddpc_free(s->staging[k]);
+    }
+}
+#else
+static ddpc_status init_device_(ddpc_loader *l) { return ddpc_cuda_require(l->device); }
+static void free_device_(ddpc_loader *l) { (void)l; }
+#endif
+
+ddpc_status ddpc_loader_init(const ddpc_loader_config *cfg, ddpc_loader **out) {
+    *out = NULL;
+    CHECK(check_config_(cfg));
+    ddpc_status st = DDPC_OK;
+    ddpc_loader *l = calloc(1, sizeof *l);
+    if (!l) return DDPC_ERROR(DDPC_ERR_OOM, "out of memory for a loader");
+    pthread_mutex_init(&l->mu, NULL);
+    pthread_cond_init(&l->work_cv, NULL);
+    pthread_cond_init(&l->done_cv, NULL);
+    l->nsources = cfg->nsources;
+    memcpy(l->src, cfg->sources, (size_t)cfg->nsources * sizeof *cfg->sources);
+    l->nbatches = cfg->nbatches;
+    l->prefetch = cfg->prefetch;
+    l->nthreads = cfg->nthreads;
+    l->device = cfg->device;
+    l->budget = cfg->resident_budget ? cfg->resident_budget : 1;
+    size_t row_total = 0;
+    for (int k = 0; k < l->nsources; k++) {
+        row_total += l->src[k].row_bytes;
+        l->file_backed |= l->src[k].file_backed;
+    }
+    /* Start from none of the files resident (an earlier pass may have left
+     * them mapped), so the budget bounds what this pass adds. */
+    release_files_(l);
+    l->statm_fd = l->file_backed ? open("/proc/self/statm", O_RDONLY | O_CLOEXEC) : -1;
+    l->resident_base = ddpc_resident_file_bytes(l->statm_fd);
+    l->chunk_rows = row_total >= CHUNK_BYTES ? 1 : CHUNK_BYTES / (row_total ? row_total : 1);
+    l->indices = malloc((size_t)(cfg->nindices ? cfg->nindices : 1) * sizeof *l->indices);
+    l->offsets = malloc((size_t)(cfg->nbatches + 1) * sizeof *l->offsets);
+    l->slots = calloc((size_t)l->prefetch, sizeof *l->slots);
+    l->threads = calloc((size_t)l->nthreads, sizeof *l->threads);
+    if (!l->indices || !l->offsets || !l->slots || !l->threads) {
+        st = DDPC_ERROR(DDPC_ERR_OOM, "out of memory for a loader's index list (%lld entries)",
+                        (long long)cfg->nindices);
+        goto fail_;
+    }
+    memcpy(l->indices, cfg->indices, (size_t)cfg->nindices * sizeof *l->indices);
+    memcpy(l->offsets, cfg->offsets, (size_t)(cfg->nbatches + 1) * sizeof *l->offsets);
+    for (int i = 0; i < l->prefetch; i++) l->slots[i].batch = -1;
+    if (l->device != DDPC_CPU) CHECKGOTO(init_device_(l), st, fail_);
+    for (; l->nstarted < l->nthreads; l->nstarted++) {
+        int rc = pthread_create(&l->threads[l->nstarted], NULL, producer_main_, l);
+        if (rc != 0) {
+            st = DDPC_ERROR(DDPC_ERR_SYS, "could not start a loader thread: %s", strerror(rc));
+            goto fail_;
+        }
+    }
+    *out = l;
+    return DDPC_OK;
+fail_:
+    ddpc_loader_free(l);
+    return st;
+}
+
+ddpc_status ddpc_loader_submit(ddpc_loader *l, int64_t batch, void *const *dst) {
+    if (batch < 0 || batch >= l->nbatches)
+        return DDPC_ERROR(DDPC_ERR_ARG, "batch %lld is out of range (%lld batches)", (long long)batch,
+                          (long long)l->nbatches);
+    slot_ *s = &l->slots[batch % l->prefetch];
+    if (s->batch >= 0)
+        return DDPC_ERROR(DDPC_ERR_INTERNAL, "loader slot for batch %lld still holds batch %lld", (long long)batch,
+                          (long long)s->batch);
+#ifdef DDPC_WITH_CUDA
+    if (l->device != DDPC_CPU) {
+        CUDACHECK(cudaSetDevice(l->device));
+        CUDACHECK(cudaEventRecord(s->alloc_ready, (cudaStream_t)l->compute_stream));
+    }
+#endif
+    pthread_mutex_lock(&l->mu);
+    for (int k = 0; k < l->nsources; k++) {
+        if (l->device == DDPC_CPU) s->dst[k] = dst[k];
+        else s->device_dst[k] = dst[k];
+    }
+    s->rows = ddpc_loader_batch_rows(l, batch);
+    s->next_row = s->done_rows = 0;
+    s->done = s->rows == 0;
+    s->st = DDPC_OK;
+    s->batch = batch;
+    pthread_cond_broadcast(&l->work_cv);
+    pthread_mutex_unlock(&l->mu);
+    return DDPC_OK;
+}
+
+ddpc_status ddpc_loader_wait(ddpc_loader *l, int64_t batch) {
+    slot_ *s = &l->slots[batch % l->prefetch];
+    pthread_mutex_lock(&l->mu);
+    if (s->batch != batch) {
+        pthread_mutex_unlock(&l->mu);
+        return DDPC_ERROR(DDPC_ERR_INTERNAL, "batch %lld was never queued", (long long)batch);
+    }
+    /* The waiting thread gathers rows of its own batch rather than sleep. */
+    while (!s->done) {
+        if (has_work_(s)) work_on_(l, s);
+        else pthread_cond_wait(&l->done_cv, &l->mu);
+    }
+    ddpc_status st = s->st;
+    int64_t rows = s->rows;
+    char msg[sizeof s->msg];
+    memcpy(msg, s->msg, sizeof msg);
+    s->batch = -1;
+    pthread_mutex_unlock(&l->mu);
+    if (st != DDPC_OK) return DDPC_ERROR(st, "%s", msg);
+#ifdef DDPC_WITH_CUDA
+    if (l->device != DDPC_CPU && rows > 0) {
+        CUDACHECK(cudaSetDevice(l->device));
+        CUDACHECK(cudaStreamWaitEvent((cudaStream_t)l->compute_stream, s->copied, 0));
+    }
+#else
+    (void)rows;
+#endif
+    return DDPC_OK;
+}
+
+void ddpc_loader_free(ddpc_loader *l) {
+    if (!l) return;
+    pthread_mutex_lock(&l->mu);
+    l->stop = 1;
+    pthread_cond_broadcast(&l->work_cv);
+    pthread_mutex_unlock(&l->mu);
+    for (int i = 0; i < l->nstarted; i++) pthread_join(l->threads[i], NULL);
+    if (l->slots && l->device != DDPC_CPU) free_device_(l);
+    pthread_cond_destroy(&l->work_cv);
+    pthread_cond_destroy(&l->done_cv);
+    pthread_mutex_destroy(&l->mu);
+    if (l->statm_fd >= 0) close(l->statm_fd);
+    free(l->indices);
+    free(l->offsets);
+    free(l->slots);
+    free(l->threads);
+    free(l);
+}

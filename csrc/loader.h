@@ -1,0 +1,61 @@
+/* The batch loader: producer threads gather rows by index into a ring of
+ * `prefetch` batches, and on a GPU stage them through pinned memory onto the
+ * device's copy stream.
+ *
+ * One loader serves one pass over an index list split into batches (batch b
+ * is indices[offsets[b] .. offsets[b+1])). The caller owns the ring order:
+ * batch b goes into slot b % prefetch with ddpc_loader_submit and is taken
+ * back with ddpc_loader_wait. Producer threads touch only the plain memory
+ * described here, never a Python object, so they run without the GIL. */
+#ifndef DDPC_LOADER_H
+#define DDPC_LOADER_H
+
+#include "common.h"
+
+#define DDPC_LOADER_MAX_SOURCES 16
+
+typedef struct {
+    const char *base;  /* row 0 */
+    size_t row_bytes;
+    int64_t rows;
+    int file_backed;   /* a read-only file mapping whose resident pages may be dropped */
+} ddpc_loader_source;
+
+typedef struct {
+    const ddpc_loader_source *sources;
+    int nsources;
+    const int64_t *indices;  /* copied by init; each must be in [0, rows) */
+    int64_t nindices;
+    const int64_t *offsets;  /* copied by init; nbatches + 1 entries, non-decreasing from 0 */
+    int64_t nbatches;
+    int prefetch;            /* slots in the ring */
+    int nthreads;            /* producer threads */
+    int device;              /* DDPC_CPU, or the CUDA ordinal the batches go to */
+    size_t resident_budget;  /* resident file pages (bytes) the loader may add before dropping them */
+} ddpc_loader_config;
+
+typedef struct ddpc_loader ddpc_loader;
+
+/* Checks the configuration (every index in range), starts the threads and,
+ * for a GPU, allocates pinned staging for each slot. */
+ddpc_status ddpc_loader_init(const ddpc_loader_config *cfg, ddpc_loader **out);
+/* Rows in batch b. */
+int64_t ddpc_loader_batch_rows(const ddpc_loader *l, int64_t batch);
+/* Queues batch `batch` into slot batch % prefetch, gathered into dst[s] for
+ * each source s: host memory on the CPU, device memory on a GPU (allocated on
+ * the compute stream; the copy waits for the work queued there so far). The
+ * slot must be free: new, or taken back by ddpc_loader_wait. */
+ddpc_status ddpc_loader_submit(ddpc_loader *l, int64_t batch, void *const *dst);
+/* Blocks until batch `batch` is gathered, gathering rows of it meanwhile (on
+ * a GPU: until its copy is queued, and the compute stream then waits for it,
+ * with no host synchronisation), and frees its slot. Call with the GIL released. */
+ddpc_status ddpc_loader_wait(ddpc_loader *l, int64_t batch);
+/* Stops and joins the threads (finishing no queued batch) and frees everything. */
+void ddpc_loader_free(ddpc_loader *l);
+
+/* Registers _C.Loader, _C.NpyFile and the sampler functions (loader_py.c;
+ * PyObject is struct _object, so this header needs no Python.h). */
+struct _object;
+int ddpc_loader_register(struct _object *module);
+
+#endif

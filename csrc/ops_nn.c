@@ -1,0 +1,545 @@
+/* nn op entry points (see ops_nn.h): argument checks, then host loops or the
+ * launchers of kernels/nn.cu and kernels/loss.cu.
+ *
+ * Host loops are written once over an element type T (float or double) with
+ * <tgmath.h>, so exp/log/tanh/erf pick the precision of T; row reductions of
+ * the losses accumulate in double. */
+#include "ops_nn.h"
+
+#include <tgmath.h>
+
+#include "gemm.h"
+#include "kernels.h"
+#include "module.h"
+
+/* ---- argument checks ------------------------------------------------------------ */
+
+static ddpc_status check_out_(const ddpc_buffer *out, const char *op) {
+    if (out->readonly) return DDPC_ERROR(DDPC_ERR_ARG, "%s: the output is read-only", op);
+    if (out->dtype != DDPC_FLOAT32 && out->dtype != DDPC_FLOAT64)
+        return DDPC_ERROR(DDPC_ERR_TYPE, "%s: needs float32 or float64, got %s", op, ddpc_dtype_name(out->dtype));
+    return DDPC_OK;
+}
+
+/* `b` must match `ref` in dtype and device, and in element count unless numel < 0. */
+static ddpc_status check_like_(const ddpc_buffer *ref, const ddpc_buffer *b, int64_t numel, const char *op,
+                               const char *what) {
+    if (b->dtype != ref->dtype)
+        return DDPC_ERROR(DDPC_ERR_TYPE, "%s: %s is %s, expected %s", op, what, ddpc_dtype_name(b->dtype),
+                          ddpc_dtype_name(ref->dtype));
+    if (b->device != ref->device) return DDPC_ERROR(DDPC_ERR_ARG, "%s: %s is on another device", op, what);
+    if (numel >= 0 && b->numel != numel)
+        return DDPC_ERROR(DDPC_ERR_ARG, "%s: %s has %lld elements, expected %lld", op, what, (long long)b->numel,
+                          (long long)numel);
+    return DDPC_OK;
+}
+
+/* ---- activations ------------------------------------------------------------------ */
+
+#define INV_SQRT2 0.70710678118654752440
+#define INV_SQRT_2PI 0.39894228040143267794
+
+ddpc_status ddpc_op_unary(ddpc_unary_op op, ddpc_buffer *out, const ddpc_buffer *x, double p) {
+    if ((unsigned)op >= DDPC_NUNARY) return DDPC_ERROR(DDPC_ERR_ARG, "unknown unary op %d", (int)op);
+    CHECK(check_out_(out, "unary op"));
+    CHECK(check_like_(out, x, out->numel, "unary op", "the input"));
+    int64_t n = out->numel;
+    if (n == 0) return DDPC_OK;
+    if (out->device != DDPC_CPU) DDPC_LAUNCH(out->device, ddpc_k_unary(op, out->data, x->data, p, out->dtype, n, stream));
+    DDPC_FLOAT_TYPES(out->dtype, {
+        T *o = out->data;
+        const T *a = x->data;
+        const T e = (T)p;
+        switch (op) {
+        case DDPC_RELU: for (int64_t i = 0; i < n; i++) o[i] = a[i] > 0 ? a[i] : (T)0; break;
+        case DDPC_GELU: for (int64_t i = 0; i < n; i++) o[i] = (T)0.5 * a[i] * ((T)1 + erf(a[i] * (T)INV_SQRT2)); break;
+        case DDPC_TANH: for (int64_t i = 0; i < n; i++) o[i] = tanh(a[i]); break;
+        case DDPC_SIGMOID: for (int64_t i = 0; i < n; i++) o[i] = (T)1 / ((T)1 + exp(-a[i])); break;
+        case DDPC_EXP: for (int64_t i = 0; i < n; i++) o[i] = exp(a[i]); break;
+        case DDPC_LOG: for (int64_t i = 0; i < n; i++) o[i] = log(a[i]); break;
+        default: for (int64_t i = 0; i < n; i++) o[i] = pow(a[i], e); break;
+        }
+    });
+    return DDPC_OK;
+}
+
+ddpc_status ddpc_op_unary_backward(ddpc_unary_op op, ddpc_buffer *gx, const ddpc_buffer *gy, const ddpc_buffer *saved,
+                                   double p) {
+    if ((unsigned)op >= DDPC_NUNARY) return DDPC_ERROR(DDPC_ERR_ARG, "unknown unary op %d", (int)op);
+    CHECK(check_out_(gx, "unary backward"));
+    CHECK(check_like_(gx, gy, gx->numel, "unary backward", "the output gradient"));
+    CHECK(check_like_(gx, saved, gx->numel, "unary backward", "the saved tensor"));
+    int64_t n = gx->numel;
+    if (n == 0) return DDPC_OK;
+    if (gx->device != DDPC_CPU)
+        DDPC_LAUNCH(gx->device, ddpc_k_unary_backward(op, gx->data, gy->data, saved->data, p, gx->dtype, n, stream));
+    DDPC_FLOAT_TYPES(gx->dtype, {
+        T *o = gx->data;
+        const T *g = gy->data, *s = saved->data;
+        const T e = (T)p;
+        switch (op) {
+        case DDPC_RELU: /* both loads unconditional, so the select vectorises */
+            for (int64_t i = 0; i < n; i++) {
+                T gi = g[i];
+                o[i] = s[i] > 0 ? gi : (T)0;
+            }
+            break;
+        case DDPC_GELU:
+            for (int64_t i = 0; i < n; i++) {
+                T cdf = (T)0.5 * ((T)1 + erf(s[i] * (T)INV_SQRT2));
+                T pdf = (T)INV_SQRT_2PI * exp((T)-0.5 * s[i] * s[i]);
+                o[i] = g[i] * (cdf + s[i] * pdf);
+            }
+            break;
+        case DDPC_TANH: for (int64_t i = 0; i < n; i++) o[i] = g[i] * ((T)1 - s[i] * s[i]); break;
+        case DDPC_SIGMOID: for (int64_t i = 0; i < n; i++) o[i] = g[i] * s[i] * ((T)1 - s[i]); break;
+        case DDPC_EXP: for (int64_t i = 0; i < n; i++) o[i] = g[i] * s[i]; break;
+        case DDPC_LOG: for (int64_t i = 0; i < n; i++) o[i] = g[i] / s[i]; break;
+        default:
+            for (int64_t i = 0; i < n; i++) o[i] = e == 0 ? (T)0 : g[i] * e * pow(s[i], e - (T)1);
+            break;
+        }
+    });
+    return DDPC_OK;
+}
+
+/* ---- broadcasting, reductions, layout --------------------------------------------- */
+
+ddpc_status ddpc_op_binary_rows(ddpc_binary_op op, ddpc_buffer *out, const ddpc_buffer *a, const ddpc_buffer *row) {
+    if ((unsigned)op >= DDPC_NBINARY) return DDPC_ERROR(DDPC_ERR_ARG, "unknown binary op %d", (int)op);
+    CHECK(check_out_(out, "row broadcast"));
+    CHECK(check_like_(out, a, out->numel, "row broadcast", "the input"));
+    CHECK(check_like_(out, row, -1, "row broadcast", "the row"));
+    int64_t n = row->numel, total = out->numel;
+    if (n == 0 ? total != 0 : total % n != 0)
+        return DDPC_ERROR(DDPC_ERR_ARG, "row broadcast: %lld elements are not whole rows of %lld", (long long)total,
+                          (long long)n);
+    if (total == 0) return DDPC_OK;
+    if (out->device != DDPC_CPU)
+        DDPC_LAUNCH(out->device, ddpc_k_binary_rows(op, out->data, a->data, row->data, out->dtype, total, n, stream));
+    int64_t rows = total / n;
+    DDPC_FLOAT_TYPES(out->dtype, {
+        for (int64_t r = 0; r < rows; r++) {
+            T *o = (T *)out->data + r * n;
+            const T *x = (const T *)a->data + r * n, *b = row->data;
+            switch (op) {
+            case DDPC_ADD: for (int64_t j = 0; j < n; j++) o[j] = x[j] + b[j]; break;
+            case DDPC_SUB: for (int64_t j = 0; j < n; j++) o[j] = x[j] - b[j]; break;
+            case DDPC_MUL: for (int64_t j = 0; j < n; j++) o[j] = x[j] * b[j]; break;
+            case DDPC_DIV: for (int64_t j = 0; j < n; j++) o[j] = x[j] / b[j]; break;
+            case DDPC_RSUB: for (int64_t j = 0; j < n; j++) o[j] = b[j] - x[j]; break;
+            default: for (int64_t j = 0; j < n; j++) o[j] = b[j] / x[j]; break;
+            }
+        }
+    });
+    return DDPC_OK;
+}
+
+ddpc_status ddpc_op_sum_dim(ddpc_buffer *out, const ddpc_buffer *a, int dim) {
+    CHECK(check_out_(out, "sum along a dim"));
+    if (dim < 0 || dim >= a->ndim)
+        return DDPC_ERROR(DDPC_ERR_ARG, "sum along a dim: dim %d is out of range for %d dims", dim, a->ndim);
+    int64_t outer = 1, len = a->shape[dim], inner = 1;
+    for (int d = 0; d < dim; d++) outer *= a->shape[d];
+    for (int d = dim + 1; d < a->ndim; d++) inner *= a->shape[d];
+    CHECK(check_like_(out, a, -1, "sum along a dim", "the input"));
+    if (out->numel != outer * inner)
+        return DDPC_ERROR(DDPC_ERR_ARG, "sum along a dim: the output has %lld elements, expected %lld",
+                          (long long)out->numel, (long long)(outer * inner));
+    if (out->numel == 0) return DDPC_OK;
+    if (out->device != DDPC_CPU)
+        DDPC_LAUNCH(out->device, ddpc_k_sum_dim(out->data, a->data, out->dtype, outer, len, inner, stream));
+    DDPC_FLOAT_TYPES(out->dtype, {
+        T *o = out->data;
+        const T *x = a->data;
+        if (inner == 1) {
+            for (int64_t r = 0; r < outer; r++) {
+                double acc = 0;
+                for (int64_t l = 0; l < len; l++) acc += x[r * len + l];
+                o[r] = (T)acc;
+            }
+        } else {
+            for (int64_t r = 0; r < outer; r++) {
+                T *dst = o + r * inner;
+                for (int64_t i = 0; i < inner; i++) dst[i] = 0;
+                for (int64_t l = 0; l < len; l++) {
+                    const T *src = x + (r * len + l) * inner;
+                    for (int64_t i = 0; i < inner; i++) dst[i] += src[i];
+                }
+            }
+        }
+    });
+    return DDPC_OK;
+}
+
+ddpc_status ddpc_op_transpose(ddpc_buffer *out, const ddpc_buffer *a) {
+    CHECK(check_out_(out, "transpose"));
+    CHECK(check_like_(out, a, out->numel, "transpose", "the input"));
+    if (a->ndim != 2 || out->ndim != 2 || out->shape[0] != a->shape[1] || out->shape[1] != a->shape[0])
+        return DDPC_ERROR(DDPC_ERR_ARG, "transpose: needs a 2-d input and an output of the swapped shape");
+    int64_t R = a->shape[0], C = a->shape[1];
+    if (R * C == 0) return DDPC_OK;
+    if (out->device != DDPC_CPU) DDPC_LAUNCH(out->device, ddpc_k_transpose(out->data, a->data, out->dtype, R, C, stream));
+    /* Tiles keep both the reads and the writes within a few cache lines. */
+    enum { TILE = 32 };
+    DDPC_FLOAT_TYPES(out->dtype, {
+        T *o = out->data;
+        const T *x = a->data;
+        for (int64_t r0 = 0; r0 < R; r0 += TILE)
+            for (int64_t c0 = 0; c0 < C; c0 += TILE) {
+                int64_t r1 = r0 + TILE < R ? r0 + TILE : R, c1 = c0 + TILE < C ? c0 + TILE : C;
+                for (int64_t r = r0; r < r1; r++)
+                    for (int64_t c = c0; c < c1; c++) o[c * R + r] = x[r * C + c];
+            }
+    });
+    return DDPC_OK;
+}
+
+ddpc_status ddpc_op_dropout(ddpc_buffer *out, const ddpc_buffer *x, double p, uint64_t seed, uint64_t offset) {
+    CHECK(check_out_(out, "dropout"));
+    CHECK(check_like_(out, x, out->numel, "dropout", "the input"));
+    if (!(p >= 0 && p <= 1)) return DDPC_ERROR(DDPC_ERR_ARG, "dropout: p must be in [0, 1], got %g", p);
+    int64_t n = out->numel;
+    if (n == 0) return DDPC_OK;
+    if (out->device != DDPC_CPU)
+        DDPC_LAUNCH(out->device, ddpc_k_dropout(out->data, x->data, p, seed, offset, out->dtype, n, stream));
+    const float pf = (float)p;
+    DDPC_FLOAT_TYPES(out->dtype, {
+        T *o = out->data;
+        const T *a = x->data;
+        const T scale = p < 1 ? (T)(1.0 / (1.0 - p)) : (T)0;
+        for (int64_t i = 0; i < n; i++)
+            o[i] = ddpc_uniform_f32(ddpc_random_bits(seed, offset + (uint64_t)i)) >= pf ? a[i] * scale : (T)0;
+    });
+    return DDPC_OK;
+}
+
+/* ---- losses ------------------------------------------------------------------------- */
+
+static ddpc_status check_loss_out_(const ddpc_buffer *out, const ddpc_buffer *ref, int64_t rows,
+                                   ddpc_reduction reduction, const char *op) {
+    if ((unsigned)reduction > DDPC_REDUCE_SUM) return DDPC_ERROR(DDPC_ERR_ARG, "%s: unknown reduction %d", op, reduction);
+    int64_t want = reduction == DDPC_REDUCE_NONE ? rows : 1;
+    return check_like_(ref, out, want, op, reduction == DDPC_REDUCE_NONE ? "the per-row loss" : "the loss");
+}
+
+static ddpc_status check_ce_(const ddpc_buffer *logits, const ddpc_buffer *target, double smoothing, const char *op) {
+    if (logits->ndim != 2) return DDPC_ERROR(DDPC_ERR_ARG, "%s: logits must be [N, C], got %d dims", op, logits->ndim);
+    if (target->dtype != DDPC_INT64 || target->numel != logits->shape[0] || target->device != logits->device)
+        return DDPC_ERROR(DDPC_ERR_ARG, "%s: targets must be %lld int64 class indices on the logits' device", op,
+                          (long long)logits->shape[0]);
+    if (!(smoothing >= 0 && smoothing <= 1))
+        return DDPC_ERROR(DDPC_ERR_ARG, "%s: label_smoothing must be in [0, 1], got %g", op, smoothing);
+    return DDPC_OK;
+}
+
+/* log(sum(exp(x))) of one row, and the row's sum, in double. */
+#define ROW_LSE(T, x, C, lse, sx)                                                  \
+    do {                                                                           \
+        double mx_ = (double)(x)[0];                                               \
+        for (int64_t c_ = 1; c_ < (C); c_++) mx_ = (double)(x)[c_] > mx_ ? (double)(x)[c_] : mx_; \
+        double s_ = 0, t_ = 0;                                                     \
+        for (int64_t c_ = 0; c_ < (C); c_++) {                                     \
+            s_ += exp((double)(x)[c_] - mx_);                                      \
+            t_ += (double)(x)[c_];                                                 \
+        }                                                                          \
+        (lse) = mx_ + log(s_);                                                     \
+        (sx) = t_;                                                                 \
+    } while (0)
+
+static ddpc_status check_targets_(const int64_t *t, int64_t rows, int64_t C, int64_t ignore_index, int64_t *valid) {
+    int64_t count = 0;
+    for (int64_t i = 0; i < rows; i++) {
+        if (t[i] == ignore_index) continue;
+        if (t[i] < 0 || t[i] >= C)
+            return DDPC_ERROR(DDPC_ERR_ARG, "cross entropy: target %lld of row %lld is not a class in [0, %lld)",
+                              (long long)t[i], (long long)i, (long long)C);
+        count++;
+    }
+    *valid = count;
+    return DDPC_OK;
+}
+
+ddpc_status ddpc_op_cross_entropy(ddpc_buffer *out, const ddpc_buffer *logits, const ddpc_buffer *target,
+                                  int64_t ignore_index, double label_smoothing, ddpc_reduction reduction) {
+    CHECK(check_out_(out, "cross entropy"));
+    CHECK(check_ce_(logits, target, label_smoothing, "cross entropy"));
+    int64_t N = logits->shape[0], C = logits->shape[1];
+    CHECK(check_loss_out_(out, logits, N, reduction, "cross entropy"));
+    if (C == 0 && N > 0) return DDPC_ERROR(DDPC_ERR_ARG, "cross entropy: logits have no classes");
+    if (out->device != DDPC_CPU) {
+#ifdef DDPC_WITH_CUDA
+        ddpc_block *scratch = NULL;
+        if (reduction != DDPC_REDUCE_NONE) CHECK(ddpc_alloc(out->device, (size_t)(N + 1) * sizeof(double), 0, &scratch));
+        void *stream;
+        ddpc_status st = DDPC_OK;
+        CHECKGOTO(ddpc_cuda_compute_stream(out->device, &stream), st, exit);
+        CUDACHECKGOTO(cudaSetDevice(out->device), st, exit);
+        CUDACHECKGOTO((cudaError_t)ddpc_k_cross_entropy(out->data, scratch ? scratch->ptr : NULL, logits->data,
+                                                         target->data, N, C, ignore_index, label_smoothing, reduction,
+                                                         out->dtype, stream),
+                      st, exit);
+    exit:
+        /* The block goes back to the stream-ordered cache: later users queue after this kernel. */
+        if (scratch) ddpc_free(scratch);
+        return st;
+#else
+        return ddpc_cuda_require(out->device);
+#endif
+    }
+    const int64_t *t = target->data;
+    int64_t valid = 0;
+    CHECK(check_targets_(t, N, C, ignore_index, &valid));
+    const double eps = label_smoothing;
+    double total = 0;
+    DDPC_FLOAT_TYPES(out->dtype, {
+        const T *x = logits->data;
+        T *o = out->data;
+        for (int64_t i = 0; i < N; i++) {
+            double loss = 0;
+            if (t[i] != ignore_index) {
+                double lse, sx;
+                ROW_LSE(T, x + i * C, C, lse, sx);
+                loss = (1 - eps) * (lse - (double)x[i * C + t[i]]) + eps * (lse - sx / (double)C);
+            }
+            if (reduction == DDPC_REDUCE_NONE) o[i] = (T)loss;
+            total += loss;
+        }
+        if (reduction == DDPC_REDUCE_SUM) o[0] = (T)total;
+        if (reduction == DDPC_REDUCE_MEAN) o[0] = (T)(total / (double)valid);
+    });
+    return DDPC_OK;
+}
+
+ddpc_status ddpc_op_cross_entropy_backward(ddpc_buffer *glogits, const ddpc_buffer *gout, const ddpc_buffer *logits,
+                                           const ddpc_buffer *target, int64_t ignore_index, double label_smoothing,
+                                           ddpc_reduction reduction) {
+    CHECK(check_out_(glogits, "cross entropy backward"));
+    CHECK(check_ce_(logits, target, label_smoothing, "cross entropy backward"));
+    CHECK(check_like_(glogits, logits, glogits->numel, "cross entropy backward", "the logits"));
+    int64_t N = logits->shape[0], C = logits->shape[1];
+    CHECK(check_loss_out_(gout, logits, N, reduction, "cross entropy backward"));
+    if (glogits->numel == 0) return DDPC_OK;
+    if (glogits->device != DDPC_CPU) {
+#ifdef DDPC_WITH_CUDA
+        ddpc_block *scratch = NULL;
+        CHECK(ddpc_alloc(glogits->device, (size_t)(N + 1) * sizeof(double), 0, &scratch));
+        void *stream;
+        ddpc_status st = DDPC_OK;
+        CHECKGOTO(ddpc_cuda_compute_stream(glogits->device, &stream), st, exit);
+        CUDACHECKGOTO(cudaSetDevice(glogits->device), st, exit);
+        CUDACHECKGOTO((cudaError_t)ddpc_k_cross_entropy_backward(glogits->data, scratch->ptr, gout->data, logits->data,
+                                                                  target->data, N, C, ignore_index, label_smoothing,
+                                                                  reduction, glogits->dtype, stream),
+                      st, exit);
+    exit:
+        ddpc_free(scratch);
+        return st;
+#else
+        return ddpc_cuda_require(glogits->device);
+#endif
+    }
+    const int64_t *t = target->data;
+    int64_t valid = 0;
+    CHECK(check_targets_(t, N, C, ignore_index, &valid));
+    const double eps = label_smoothing, off = eps / (double)C;
+    DDPC_FLOAT_TYPES(glogits->dtype, {
+        const T *x = logits->data, *g = gout->data;
+        T *o = glogits->data;
+        for (int64_t i = 0; i < N; i++) {
+            T *row = o + i * C;
+            if (t[i] == ignore_index) {
+                for (int64_t c = 0; c < C; c++) row[c] = 0;
+                continue;
+            }
+            double scale = reduction == DDPC_REDUCE_NONE ? (double)g[i]
+                           : reduction == DDPC_REDUCE_SUM ? (double)g[0]
+                                                          : (double)g[0] / (double)valid;
+            double lse, sx;
+            ROW_LSE(T, x + i * C, C, lse, sx);
+            (void)sx;
+            for (int64_t c = 0; c < C; c++) row[c] = (T)(scale * (exp((double)x[i * C + c] - lse) - off));
+            row[t[i]] -= (T)(scale * (1 - eps));
+        }
+    });
+    return DDPC_OK;
+}
+
+ddpc_status ddpc_op_mse(ddpc_buffer *out, const ddpc_buffer *a, const ddpc_buffer *b, ddpc_reduction reduction) {
+    CHECK(check_out_(out, "mse"));
+    CHECK(check_like_(out, a, -1, "mse", "the input"));
+    CHECK(check_like_(a, b, a->numel, "mse", "the target"));
+    int64_t n = a->numel;
+    CHECK(check_loss_out_(out, a, n, reduction, "mse"));
+    if (out->device != DDPC_CPU)
+        DDPC_LAUNCH(out->device, ddpc_k_mse(out->data, a->data, b->data, n, reduction, out->dtype, stream));
+    DDPC_FLOAT_TYPES(out->dtype, {
+        T *o = out->data;
+        const T *x = a->data, *y = b->data;
+        if (reduction == DDPC_REDUCE_NONE) {
+            for (int64_t i = 0; i < n; i++) o[i] = (x[i] - y[i]) * (x[i] - y[i]);
+        } else {
+            double acc = 0;
+            for (int64_t i = 0; i < n; i++) acc += ((double)x[i] - y[i]) * ((double)x[i] - y[i]);
+            o[0] = (T)(reduction == DDPC_REDUCE_MEAN ? acc / (double)n : acc);
+        }
+    });
+    return DDPC_OK;
+}
+
+ddpc_status ddpc_op_mse_backward(ddpc_buffer *ga, const ddpc_buffer *gout, const ddpc_buffer *a, const ddpc_buffer *b,
+                                 ddpc_reduction reduction) {
+    CHECK(check_out_(ga, "mse backward"));
+    CHECK(check_like_(ga, a, ga->numel, "mse backward", "the input"));
+    CHECK(check_like_(ga, b, ga->numel, "mse backward", "the target"));
+    int64_t n = ga->numel;
+    CHECK(check_loss_out_(gout, ga, n, reduction, "mse backward"));
+    if (n == 0) return DDPC_OK;
+    if (ga->device != DDPC_CPU)
+        DDPC_LAUNCH(ga->device, ddpc_k_mse_backward(ga->data, gout->data, a->data, b->data, n, reduction, ga->dtype, stream));
+    DDPC_FLOAT_TYPES(ga->dtype, {
+        T *o = ga->data;
+        const T *x = a->data, *y = b->data, *g = gout->data;
+        if (reduction == DDPC_REDUCE_NONE) {
+            for (int64_t i = 0; i < n; i++) o[i] = (T)2 * (x[i] - y[i]) * g[i];
+        } else {
+            const T s = (T)(2.0 * (double)g[0] / (reduction == DDPC_REDUCE_MEAN ? (double)n : 1.0));
+            for (int64_t i = 0; i < n; i++) o[i] = s * (x[i] - y[i]);
+        }
+    });
+    return DDPC_OK;
+}
+
+/* ---- Python bindings -------------------------------------------------------------- */
+
+int ddpc_arg_buffer(PyObject *o, ddpc_buffer **out) {
+    if (!ddpc_buffer_check(o)) {
+        PyErr_Format(PyExc_TypeError, "expected a ddpc._C.Buffer, got %.100s", Py_TYPE(o)->tp_name);
+        return 0;
+    }
+    *out = (ddpc_buffer *)o;
+    return 1;
+}
+
+static PyObject *py_unary(PyObject *m, PyObject *args) {
+    (void)m;
+    int op;
+    ddpc_buffer *out, *x;
+    double p = 0;
+    if (!PyArg_ParseTuple(args, "iO&O&|d:unary", &op, ddpc_arg_buffer, &out, ddpc_arg_buffer, &x, &p)) return NULL;
+    DDPC_RUN_RELEASED(ddpc_buffer_nbytes(out), ddpc_op_unary((ddpc_unary_op)op, out, x, p));
+}
+
+static PyObject *py_unary_backward(PyObject *m, PyObject *args) {
+    (void)m;
+    int op;
+    ddpc_buffer *gx, *gy, *saved;
+    double p = 0;
+    if (!PyArg_ParseTuple(args, "iO&O&O&|d:unary_backward", &op, ddpc_arg_buffer, &gx, ddpc_arg_buffer, &gy,
+                          ddpc_arg_buffer, &saved, &p))
+        return NULL;
+    DDPC_RUN_RELEASED(ddpc_buffer_nbytes(gx), ddpc_op_unary_backward((ddpc_unary_op)op, gx, gy, saved, p));
+}
+
+static PyObject *py_binary_rows(PyObject *m, PyObject *args) {
+    (void)m;
+    int op;
+    ddpc_buffer *out, *a, *row;
+    if (!PyArg_ParseTuple(args, "iO&O&O&:binary_rows", &op, ddpc_arg_buffer, &out, ddpc_arg_buffer, &a,
+                          ddpc_arg_buffer, &row))
+        return NULL;
+    DDPC_RUN_RELEASED(ddpc_buffer_nbytes(out), ddpc_op_binary_rows((ddpc_binary_op)op, out, a, row));
+}
+
+static PyObject *py_sum_dim(PyObject *m, PyObject *args) {
+    (void)m;
+    ddpc_buffer *out, *a;
+    int dim;
+    if (!PyArg_ParseTuple(args, "O&O&i:sum_dim", ddpc_arg_buffer, &out, ddpc_arg_buffer, &a, &dim)) return NULL;
+    DDPC_RUN_RELEASED(ddpc_buffer_nbytes(a), ddpc_op_sum_dim(out, a, dim));
+}
+
+static PyObject *py_transpose(PyObject *m, PyObject *args) {
+    (void)m;
+    ddpc_buffer *out, *a;
+    if (!PyArg_ParseTuple(args, "O&O&:transpose", ddpc_arg_buffer, &out, ddpc_arg_buffer, &a)) return NULL;
+    DDPC_RUN_RELEASED(ddpc_buffer_nbytes(a), ddpc_op_transpose(out, a));
+}
+
+static PyObject *py_dropout(PyObject *m, PyObject *args) {
+    (void)m;
+    ddpc_buffer *out, *x;
+    double p;
+    unsigned long long seed, offset;
+    if (!PyArg_ParseTuple(args, "O&O&dKK:dropout", ddpc_arg_buffer, &out, ddpc_arg_buffer, &x, &p, &seed, &offset))
+        return NULL;
+    DDPC_RUN_RELEASED(ddpc_buffer_nbytes(out), ddpc_op_dropout(out, x, p, seed, offset));
+}
+
+static PyObject *py_cross_entropy(PyObject *m, PyObject *args) {
+    (void)m;
+    ddpc_buffer *out, *logits, *target;
+    long long ignore;
+    double eps;
+    int red;
+    if (!PyArg_ParseTuple(args, "O&O&O&Ldi:cross_entropy", ddpc_arg_buffer, &out, ddpc_arg_buffer, &logits,
+                          ddpc_arg_buffer, &target, &ignore, &eps, &red))
+        return NULL;
+    DDPC_RUN_RELEASED(ddpc_buffer_nbytes(logits),
+                      ddpc_op_cross_entropy(out, logits, target, ignore, eps, (ddpc_reduction)red));
+}
+
+static PyObject *py_cross_entropy_backward(PyObject *m, PyObject *args) {
+    (void)m;
+    ddpc_buffer *gx, *gout, *logits, *target;
+    long long ignore;
+    double eps;
+    int red;
+    if (!PyArg_ParseTuple(args, "O&O&O&O&Ldi:cross_entropy_backward", ddpc_arg_buffer, &gx, ddpc_arg_buffer, &gout,
+                          ddpc_arg_buffer, &logits, ddpc_arg_buffer, &target, &ignore, &eps, &red))
+        return NULL;
+    DDPC_RUN_RELEASED(ddpc_buffer_nbytes(logits), ddpc_op_cross_entropy_backward(gx, gout, logits, target, ignore, eps,
+                                                                                  (ddpc_reduction)red));
+}
+
+static PyObject *py_mse(PyObject *m, PyObject *args) {
+    (void)m;
+    ddpc_buffer *out, *a, *b;
+    int red;
+    if (!PyArg_ParseTuple(args, "O&O&O&i:mse", ddpc_arg_buffer, &out, ddpc_arg_buffer, &a, ddpc_arg_buffer, &b, &red))
+        return NULL;
+    DDPC_RUN_RELEASED(ddpc_buffer_nbytes(a), ddpc_op_mse(out, a, b, (ddpc_reduction)red));
+}
+
+static PyObject *py_mse_backward(PyObject *m, PyObject *args) {
+    (void)m;
+    ddpc_buffer *ga, *gout, *a, *b;
+    int red;
+    if (!PyArg_ParseTuple(args, "O&O&O&O&i:mse_backward", ddpc_arg_buffer, &ga, ddpc_arg_buffer, &gout,
+                          ddpc_arg_buffer, &a, ddpc_arg_buffer, &b, &red))
+        return NULL;
+    DDPC_RUN_RELEASED(ddpc_buffer_nbytes(a), ddpc_op_mse_backward(ga, gout, a, b, (ddpc_reduction)red));
+}
+
+static PyMethodDef nn_methods[] = {
+    {"unary", py_unary, METH_VARARGS, "unary(op, out, x, p=0): 0 relu 1 gelu 2 tanh 3 sigmoid 4 exp 5 log 6 pow(x, p)"},
+    {"unary_backward", py_unary_backward, METH_VARARGS,
+     "unary_backward(op, gx, gy, saved, p=0): saved is x (relu gelu log pow) or y (tanh sigmoid exp)"},
+    {"binary_rows", py_binary_rows, METH_VARARGS, "binary_rows(op, out, a, row): a op row, row repeated over a"},
+    {"sum_dim", py_sum_dim, METH_VARARGS, "sum_dim(out, a, dim)"},
+    {"transpose", py_transpose, METH_VARARGS, "transpose(out, a): 2-d"},
+    {"dropout", py_dropout, METH_VARARGS, "dropout(out, x, p, seed, offset)"},
+    {"cross_entropy", py_cross_entropy, METH_VARARGS,
+     "cross_entropy(out, logits, target, ignore_index, label_smoothing, reduction): 0 none 1 mean 2 sum"},
+    {"cross_entropy_backward", py_cross_entropy_backward, METH_VARARGS,
+     "cross_entropy_backward(glogits, gout, logits, target, ignore_index, label_smoothing, reduction)"},
+    {"mse", py_mse, METH_VARARGS, "mse(out, a, b, reduction)"},
+    {"mse_backward", py_mse_backward, METH_VARARGS, "mse_backward(ga, gout, a, b, reduction)"},
+    {NULL, NULL, 0, NULL},
+};
+
+int ddpc_nn_register(PyObject *module) {
+    if (PyModule_AddFunctions(module, nn_methods) < 0) return -1;
+    if (ddpc_gemm_register(module) < 0 || ddpc_optim_register(module) < 0) return -1;
+    return 0;
+}

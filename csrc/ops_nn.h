@@ -1,0 +1,117 @@
+/* Neural-network ops: activations and their gradients, row-broadcast
+ * arithmetic, reductions along a dim, 2-d transpose, dropout, the fused
+ * softmax-cross-entropy and mean-squared-error losses, and the fused
+ * multi-tensor optimizer steps (optim.c). One checked entry point per op,
+ * float32 and float64, dispatching to host loops or kernels/ launchers. */
+#ifndef DDPC_OPS_NN_H
+#define DDPC_OPS_NN_H
+
+#include "ops.h"
+
+typedef enum { DDPC_RELU = 0, DDPC_GELU, DDPC_TANH, DDPC_SIGMOID, DDPC_EXP, DDPC_LOG, DDPC_POW, DDPC_NUNARY } ddpc_unary_op;
+/* Matches PyTorch's reduction codes. */
+typedef enum { DDPC_REDUCE_NONE = 0, DDPC_REDUCE_MEAN, DDPC_REDUCE_SUM } ddpc_reduction;
+
+/* out = f(x); `p` is the exponent of DDPC_POW (ignored otherwise). GELU is the exact erf form. */
+ddpc_status ddpc_op_unary(ddpc_unary_op op, ddpc_buffer *out, const ddpc_buffer *x, double p);
+/* gx = gy * f'(x). `saved` is the input x for relu, gelu, log and pow, and the
+ * output y = f(x) for tanh, sigmoid and exp (whichever the derivative needs). */
+ddpc_status ddpc_op_unary_backward(ddpc_unary_op op, ddpc_buffer *gx, const ddpc_buffer *gy, const ddpc_buffer *saved,
+                                   double p);
+/* out = a op row, `row` repeated over a's leading elements (a->numel a multiple
+ * of row->numel): the bias-add broadcast. RSUB and RDIV put the row first. */
+ddpc_status ddpc_op_binary_rows(ddpc_binary_op op, ddpc_buffer *out, const ddpc_buffer *a, const ddpc_buffer *row);
+/* out = a summed along `dim` (out has a's shape without that dim). */
+ddpc_status ddpc_op_sum_dim(ddpc_buffer *out, const ddpc_buffer *a, int dim);
+/* out [C,R] = a [R,C] transposed. */
+ddpc_status ddpc_op_transpose(ddpc_buffer *out, const ddpc_buffer *a);
+/* out = x * keep / (1 - p) where keep_i = uniform(seed, offset + i) >= p. The
+ * mask is a pure function of (seed, offset), so the backward pass calls the
+ * same op on the incoming gradient instead of storing the mask. */
+ddpc_status ddpc_op_dropout(ddpc_buffer *out, const ddpc_buffer *x, double p, uint64_t seed, uint64_t offset);
+/* Cross entropy of logits [N,C] against int64 class indices [N], with
+ * log-softmax fused in. Rows whose target is `ignore_index` contribute
+ * nothing (and are not counted by the mean). out is [N] for NONE, one element
+ * otherwise. */
+ddpc_status ddpc_op_cross_entropy(ddpc_buffer *out, const ddpc_buffer *logits, const ddpc_buffer *target,
+                                  int64_t ignore_index, double label_smoothing, ddpc_reduction reduction);
+/* glogits = d loss / d logits scaled by gout (shaped like the forward's out). */
+ddpc_status ddpc_op_cross_entropy_backward(ddpc_buffer *glogits, const ddpc_buffer *gout, const ddpc_buffer *logits,
+                                           const ddpc_buffer *target, int64_t ignore_index, double label_smoothing,
+                                           ddpc_reduction reduction);
+/* Mean squared error of a against b (same shape); out as for cross entropy. */
+ddpc_status ddpc_op_mse(ddpc_buffer *out, const ddpc_buffer *a, const ddpc_buffer *b, ddpc_reduction reduction);
+/* ga = d loss / d a scaled by gout (d loss / d b is -ga). */
+ddpc_status ddpc_op_mse_backward(ddpc_buffer *ga, const ddpc_buffer *gout, const ddpc_buffer *a, const ddpc_buffer *b,
+                                 ddpc_reduction reduction);
+
+/* Fused optimizer steps over a group of n tensors with PyTorch's update rules.
+ * bufs[i] is the momentum buffer (NULL entries when momentum is 0); `first`
+ * says this is its first step, so the buffer is set to the gradient. */
+typedef struct {
+    double lr, momentum, dampening, weight_decay;
+    int nesterov, first;
+} ddpc_sgd_args;
+ddpc_status ddpc_op_sgd_step(int n, ddpc_buffer **params, ddpc_buffer **grads, ddpc_buffer **bufs,
+                             const ddpc_sgd_args *args);
+
+/* Adam (decoupled = 0, weight decay added to the gradient) or AdamW
+ * (decoupled = 1, weights shrunk by lr * weight_decay); `step` counts from 1.
+ * max_sqs is NULL unless amsgrad. */
+typedef struct {
+    double lr, beta1, beta2, eps, weight_decay;
+    int64_t step;
+    int decoupled;
+} ddpc_adam_args;
+ddpc_status ddpc_op_adam_step(int n, ddpc_buffer **params, ddpc_buffer **grads, ddpc_buffer **exp_avgs,
+                              ddpc_buffer **exp_avg_sqs, ddpc_buffer **max_sqs, const ddpc_adam_args *args);
+
+/* Launches `call` (a kernels.h launcher using the local `stream`) on the
+ * device's compute stream and returns its status. */
+#ifdef DDPC_WITH_CUDA
+#define DDPC_LAUNCH(device, call)                                                  \
+    do {                                                                           \
+        void *stream;                                                              \
+        CHECK(ddpc_cuda_compute_stream((device), &stream));                        \
+        CUDACHECK(cudaSetDevice(device));                                          \
+        CUDACHECK((cudaError_t)(call));                                            \
+        return DDPC_OK;                                                            \
+    } while (0)
+#else
+#define DDPC_LAUNCH(device, call) return ddpc_cuda_require(device)
+#endif
+
+/* Runs the statement list with T bound to the C type of a float dtype. */
+#define DDPC_FLOAT_TYPES(dt, ...)                                                     \
+    do {                                                                           \
+        if ((dt) == DDPC_FLOAT32) {                                                \
+            typedef float T;                                                       \
+            __VA_ARGS__;                                                           \
+        } else {                                                                   \
+            typedef double T;                                                      \
+            __VA_ARGS__;                                                           \
+        }                                                                          \
+    } while (0)
+
+/* Binding helpers shared by the nn op files. */
+int ddpc_arg_buffer(PyObject *o, ddpc_buffer **out);
+/* Releases the GIL around `call` (a ddpc_status expression) when the work is
+ * big enough for the switch to pay, then returns None or raises. */
+#define DDPC_RUN_RELEASED(nbytes, call)                                            \
+    do {                                                                           \
+        ddpc_status st_;                                                           \
+        if ((nbytes) >= (1 << 16)) {                                               \
+            Py_BEGIN_ALLOW_THREADS st_ = (call);                                   \
+            Py_END_ALLOW_THREADS                                                   \
+        } else {                                                                   \
+            st_ = (call);                                                          \
+        }                                                                          \
+        if (st_ != DDPC_OK) return ddpc_raise(st_);                                \
+        Py_RETURN_NONE;                                                            \
+    } while (0)
+
+int ddpc_optim_register(PyObject *module);
+/* Registers the nn ops, GEMM and the optimizer steps. */
+int ddpc_nn_register(PyObject *module);
+
+#endif

@@ -1,0 +1,352 @@
+/* Fused multi-tensor optimizer steps: one call updates every tensor of a
+ * parameter group, in place, with PyTorch's documented update rules.
+ *
+ *   SGD:   d = g + wd * p
+ *          buf = d (first step) | momentum * buf + (1 - dampening) * d
+ *          d = d + momentum * buf (nesterov) | buf          (when momentum != 0)
+ *          p = p - lr * d
+ *   Adam:  g = g + wd * p (Adam) | p = p * (1 - lr * wd) (AdamW)
+ *          m = m + (1 - beta1) * (g - m);  v = beta2 * v + (1 - beta2) * g * g
+ *          vmax = max(vmax, v) (amsgrad, used in place of v below)
+ *          p = p - lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
+ *
+ * The Python binding checks every list entry and collects the pointers with
+ * the GIL held, then runs all updates with it released: device tensors as one
+ * kernel each on their compute stream, host tensors split across cores. */
+#include <stdlib.h>
+#include <tgmath.h>
+
+#include "kernels.h"
+#include "module.h"
+#include "ops_nn.h"
+#include "parallel.h"
+
+/* Every tensor of a step must match its parameter in dtype, device and size. */
+static ddpc_status check_group_(int n, ddpc_buffer **params, ddpc_buffer **lists[], const char *names[], int nlists,
+                                const char *op) {
+    for (int i = 0; i < n; i++) {
+        const ddpc_buffer *p = params[i];
+        if (p->readonly) return DDPC_ERROR(DDPC_ERR_ARG, "%s: parameter %d is read-only", op, i);
+        if (p->dtype != DDPC_FLOAT32 && p->dtype != DDPC_FLOAT64)
+            return DDPC_ERROR(DDPC_ERR_TYPE, "%s: parameter %d is %s; optimizers need float32 or float64", op, i,
+                              ddpc_dtype_name(p->dtype));
+        for (int l = 0; l < nlists; l++) {
+            const ddpc_buffer *b = lists[l] ? lists[l][i] : NULL;
+            if (!b) continue;
+            if (b->dtype != p->dtype || b->device != p->device || b->numel != p->numel)
+                return DDPC_ERROR(DDPC_ERR_ARG, "%s: the %s of parameter %d does not match it in dtype, device or size",
+                                  op, names[l], i);
+        }
+    }
+    return DDPC_OK;
+}
+
+/* A group's host tensors seen as one index space [0, total), so the split
+ * across threads balances one big weight and many small biases alike. */
+typedef struct {
+    int n;
+    ddpc_buffer **params, **grads, **s1, **s2, **s3; /* s*: the optimizer's state lists */
+    int64_t *starts;                                 /* n + 1 prefix offsets; device tensors add 0 */
+    const ddpc_sgd_args *sgd;
+    const ddpc_adam_args *adam;
+    double step_size, bc2_sqrt;
+} group_job_;
+
+typedef void (*span_fn_)(const group_job_ *j, int i, int64_t lo, int64_t hi);
+
+typedef struct {
+    const group_job_ *job;
+    span_fn_ span;
+} range_ctx_;
+
+static void group_range_(void *ctx, int64_t lo, int64_t hi) {
+    const range_ctx_ *r = ctx;
+    const group_job_ *j = r->job;
+    for (int i = 0; i < j->n; i++) {
+        int64_t s = lo > j->starts[i] ? lo : j->starts[i], e = hi < j->starts[i + 1] ? hi : j->starts[i + 1];
+        if (s < e) r->span(j, i, s - j->starts[i], e - j->starts[i]);
+    }
+}
+
+/* Grain: below ~64K elements per thread, starting a thread costs more than it saves. */
+static void run_group_(const group_job_ *j, span_fn_ span) {
+    range_ctx_ r = {j, span};
+    ddpc_parallel_for(j->starts[j->n], 1 << 16, group_range_, &r);
+}
+
+/* Each loop variant has its branches resolved outside the loop (the macro
+ * arguments are constants), so the compiler vectorises every one. */
+#define SGD_LOOP(T, MOMENTUM, FIRST, NESTEROV)                                     \
+    for (int64_t i = lo; i < hi; i++) {                                            \
+        T d = g[i] + wd * p[i];                                                    \
+        if (MOMENTUM) {                                                            \
+            T m = (FIRST) ? d : mom * b[i] + damp * d;                             \
+            b[i] = m;                                                              \
+            d = (NESTEROV) ? d + mom * m : m;                                      \
+        }                                                                          \
+        p[i] -= lr * d;                                                            \
+    }
+
+static void sgd_span_(const group_job_ *j, int i, int64_t lo, int64_t hi) {
+    const ddpc_sgd_args *a = j->sgd;
+    ddpc_buffer *bb = j->s1 ? j->s1[i] : NULL;
+    DDPC_FLOAT_TYPES(j->params[i]->dtype, {
+        T *restrict p = j->params[i]->data, *restrict b = bb ? bb->data : NULL;
+        const T *restrict g = j->grads[i]->data;
+        const T lr = (T)a->lr, wd = (T)a->weight_decay, mom = (T)a->momentum, damp = (T)(1 - a->dampening);
+        if (!b) SGD_LOOP(T, 0, 0, 0)
+        else if (a->first && a->nesterov) SGD_LOOP(T, 1, 1, 1)
+        else if (a->first) SGD_LOOP(T, 1, 1, 0)
+        else if (a->nesterov) SGD_LOOP(T, 1, 0, 1)
+        else SGD_LOOP(T, 1, 0, 0)
+    });
+}
+
+#define ADAM_LOOP(T, AMSGRAD)                                                      \
+    for (int64_t i = lo; i < hi; i++) {                                            \
+        T gi = g[i] + l2 * p[i];                                                   \
+        T mi = m[i] + b1c * (gi - m[i]);                                           \
+        T vi = b2 * v[i] + b2c * gi * gi;                                          \
+        m[i] = mi;                                                                 \
+        v[i] = vi;                                                                 \
+        if (AMSGRAD) {                                                             \
+            vi = vmax[i] > vi ? vmax[i] : vi;                                      \
+            vmax[i] = vi;                                                          \
+        }                                                                          \
+        p[i] = p[i] * shrink - ss * mi / (sqrt(vi) / bc2s + eps);                  \
+    }
+
+static void adam_span_(const group_job_ *j, int i, int64_t lo, int64_t hi) {
+    const ddpc_adam_args *a = j->adam;
+    ddpc_buffer *mx = j->s3 ? j->s3[i] : NULL;
+    DDPC_FLOAT_TYPES(j->params[i]->dtype, {
+        T *restrict p = j->params[i]->data, *restrict m = j->s1[i]->data, *restrict v = j->s2[i]->data;
+        T *restrict vmax = mx ? mx->data : NULL;
+        const T *restrict g = j->grads[i]->data;
+        /* Adam adds wd * p to the gradient; AdamW scales p by 1 - lr * wd.
+         * The unused one is 0 or 1, which leaves the result exact. */
+        const T l2 = a->decoupled ? (T)0 : (T)a->weight_decay;
+        const T shrink = a->decoupled ? (T)(1 - a->lr * a->weight_decay) : (T)1;
+        const T b1c = (T)(1 - a->beta1), b2 = (T)a->beta2, b2c = (T)(1 - a->beta2);
+        const T ss = (T)j->step_size, bc2s = (T)j->bc2_sqrt, eps = (T)a->eps;
+        if (vmax) ADAM_LOOP(T, 1)
+        else ADAM_LOOP(T, 0)
+    });
+}
+
+/* Launches device tensors one kernel each; fills j->starts for the host ones. */
+static ddpc_status sgd_device_(const group_job_ *j) {
+    for (int i = 0; i < j->n; i++) {
+        ddpc_buffer *p = j->params[i], *b = j->s1 ? j->s1[i] : NULL;
+        const ddpc_sgd_args *a = j->sgd;
+        if (p->device == DDPC_CPU || p->numel == 0) continue;
+#ifdef DDPC_WITH_CUDA
+        void *stream;
+        CHECK(ddpc_cuda_compute_stream(p->device, &stream));
+        CUDACHECK(cudaSetDevice(p->device));
+        CUDACHECK((cudaError_t)ddpc_k_sgd(p->data, j->grads[i]->data, b ? b->data : NULL, p->numel, p->dtype, a->lr,
+                                          a->momentum, a->dampening, a->weight_decay, a->nesterov, a->first, stream));
+#else
+        (void)b, (void)a;
+        return ddpc_cuda_require(p->device);
+#endif
+    }
+    return DDPC_OK;
+}
+
+static ddpc_status adam_device_(const group_job_ *j) {
+    for (int i = 0; i < j->n; i++) {
+        ddpc_buffer *p = j->params[i], *mx = j->s3 ? j->s3[i] : NULL;
+        const ddpc_adam_args *a = j->adam;
+        if (p->device == DDPC_CPU || p->numel == 0) continue;
+#ifdef DDPC_WITH_CUDA
+        void *stream;
+        CHECK(ddpc_cuda_compute_stream(p->device, &stream));
+        CUDACHECK(cudaSetDevice(p->device));
+        CUDACHECK((cudaError_t)ddpc_k_adam(p->data, j->grads[i]->data, j->s1[i]->data, j->s2[i]->data,
+                                           mx ? mx->data : NULL, p->numel, p->dtype, a->lr, a->beta1, a->beta2, a->eps,
+                                           a->weight_decay, a->decoupled, j->step_size, j->bc2_sqrt, stream));
+#else
+        (void)mx, (void)a;
+        return ddpc_cuda_require(p->device);
+#endif
+    }
+    return DDPC_OK;
+}
+
+static ddpc_status host_starts_(group_job_ *j) {
+    j->starts = malloc(((size_t)j->n + 1) * sizeof *j->starts);
+    if (!j->starts) return DDPC_ERROR(DDPC_ERR_OOM, "out of host memory for an optimizer step");
+    j->starts[0] = 0;
+    for (int i = 0; i < j->n; i++)
+        j->starts[i + 1] = j->starts[i] + (j->params[i]->device == DDPC_CPU ? j->params[i]->numel : 0);
+    return DDPC_OK;
+}
+
+ddpc_status ddpc_op_sgd_step(int n, ddpc_buffer **params, ddpc_buffer **grads, ddpc_buffer **bufs,
+                             const ddpc_sgd_args *args) {
+    ddpc_buffer **lists[2] = {grads, bufs};
+    const char *names[2] = {"gradient", "momentum buffer"};
+    CHECK(check_group_(n, params, lists, names, 2, "sgd"));
+    if (args->momentum != 0) {
+        for (int i = 0; i < n; i++)
+            if (!bufs || !bufs[i]) return DDPC_ERROR(DDPC_ERR_ARG, "sgd: momentum needs a buffer for parameter %d", i);
+    }
+    group_job_ j = {.n = n, .params = params, .grads = grads, .s1 = args->momentum != 0 ? bufs : NULL, .sgd = args};
+    CHECK(sgd_device_(&j));
+    CHECK(host_starts_(&j));
+    run_group_(&j, sgd_span_);
+    free(j.starts);
+    return DDPC_OK;
+}
+
+ddpc_status ddpc_op_adam_step(int n, ddpc_buffer **params, ddpc_buffer **grads, ddpc_buffer **exp_avgs,
+                              ddpc_buffer **exp_avg_sqs, ddpc_buffer **max_sqs, const ddpc_adam_args *args) {
+    ddpc_buffer **lists[4] = {grads, exp_avgs, exp_avg_sqs, max_sqs};
+    const char *names[4] = {"gradient", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
+    CHECK(check_group_(n, params, lists, names, 4, "adam"));
+    for (int i = 0; i < n; i++)
+        if (!exp_avgs[i] || !exp_avg_sqs[i] || (max_sqs && !max_sqs[i]))
+            return DDPC_ERROR(DDPC_ERR_ARG, "adam: parameter %d has no state buffers", i);
+    if (args->step < 1) return DDPC_ERROR(DDPC_ERR_ARG, "adam: step counts from 1, got %lld", (long long)args->step);
+    double bc1 = 1 - pow(args->beta1, (double)args->step), bc2 = 1 - pow(args->beta2, (double)args->step);
+    group_job_ j = {.n = n, .params = params, .grads = grads, .s1 = exp_avgs, .s2 = exp_avg_sqs, .s3 = max_sqs,
+                    .adam = args, .step_size = args->lr / bc1, .bc2_sqrt = sqrt(bc2)};
+    CHECK(adam_device_(&j));
+    CHECK(host_starts_(&j));
+    run_group_(&j, adam_span_);
+    free(j.starts);
+    return DDPC_OK;
+}
+
+/* ---- Python bindings -------------------------------------------------------------- */
+
+/* Buffers of a Python sequence of length n (or NULL entries for None when allowed). */
+static int collect_(PyObject *seq, Py_ssize_t n, int allow_none, const char *what, ddpc_buffer **out) {
+    PyObject *fast = PySequence_Fast(seq, "optimizer step: expected a list of buffers");
+    if (!fast) return -1;
+    if (PySequence_Fast_GET_SIZE(fast) != n) {
+        PyErr_Format(PyExc_ValueError, "optimizer step: %zd %s for %zd parameters", PySequence_Fast_GET_SIZE(fast),
+                     what, n);
+        Py_DECREF(fast);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *o = PySequence_Fast_GET_ITEM(fast, i);
+        if (o == Py_None && allow_none) {
+            out[i] = NULL;
+        } else if (ddpc_buffer_check(o)) {
+            out[i] = (ddpc_buffer *)o;
+        } else {
+            PyErr_Format(PyExc_TypeError, "optimizer step: %s %zd is a %.100s, not a ddpc._C.Buffer", what, i,
+                         Py_TYPE(o)->tp_name);
+            Py_DECREF(fast);
+            return -1;
+        }
+    }
+    Py_DECREF(fast);
+    return 0;
+}
+
+/* The buffers stay alive during the released section: the caller's lists own them. */
+static PyObject *run_step_(ddpc_status (*step)(void *), void *ctx, size_t nbytes) {
+    ddpc_status st;
+    if (nbytes >= (1 << 16)) {
+        Py_BEGIN_ALLOW_THREADS st = step(ctx);
+        Py_END_ALLOW_THREADS
+    } else {
+        st = step(ctx);
+    }
+    if (st != DDPC_OK) return ddpc_raise(st);
+    Py_RETURN_NONE;
+}
+
+typedef struct {
+    int n;
+    ddpc_buffer **params, **grads, **bufs, **m, **v, **vmax;
+    ddpc_sgd_args sgd;
+    ddpc_adam_args adam;
+} step_ctx_;
+
+static ddpc_status sgd_call_(void *c) {
+    step_ctx_ *s = c;
+    return ddpc_op_sgd_step(s->n, s->params, s->grads, s->bufs, &s->sgd);
+}
+
+static ddpc_status adam_call_(void *c) {
+    step_ctx_ *s = c;
+    return ddpc_op_adam_step(s->n, s->params, s->grads, s->m, s->v, s->vmax, &s->adam);
+}
+
+static size_t group_bytes_(ddpc_buffer **params, int n) {
+    size_t total = 0;
+    for (int i = 0; i < n; i++) total += ddpc_buffer_nbytes(params[i]);
+    return total;
+}
+
+static PyObject *py_sgd_step(PyObject *m, PyObject *args, PyObject *kwargs) {
+    (void)m;
+    static char *kwlist[] = {"params", "grads", "momentum_buffers", "lr", "momentum", "dampening", "weight_decay",
+                             "nesterov", "first", NULL};
+    PyObject *lp, *lg, *lb;
+    step_ctx_ s = {0};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOddddpp:sgd_step", kwlist, &lp, &lg, &lb, &s.sgd.lr,
+                                     &s.sgd.momentum, &s.sgd.dampening, &s.sgd.weight_decay, &s.sgd.nesterov,
+                                     &s.sgd.first))
+        return NULL;
+    Py_ssize_t n = PySequence_Size(lp);
+    if (n < 0) return NULL;
+    if (n > INT32_MAX) return PyErr_Format(PyExc_ValueError, "sgd_step: too many parameters");
+    PyObject *res = NULL;
+    ddpc_buffer **all = calloc(3 * (size_t)n + 1, sizeof *all);
+    if (!all) return PyErr_NoMemory();
+    s.n = (int)n, s.params = all, s.grads = all + n, s.bufs = all + 2 * n;
+    if (collect_(lp, n, 0, "params", s.params) < 0 || collect_(lg, n, 0, "grads", s.grads) < 0 ||
+        collect_(lb, n, s.sgd.momentum == 0, "momentum_buffers", s.bufs) < 0)
+        goto exit;
+    res = run_step_(sgd_call_, &s, group_bytes_(s.params, s.n));
+exit:
+    free(all);
+    return res;
+}
+
+static PyObject *py_adam_step(PyObject *m, PyObject *args, PyObject *kwargs) {
+    (void)m;
+    static char *kwlist[] = {"params", "grads", "exp_avgs", "exp_avg_sqs", "max_exp_avg_sqs", "step", "lr", "beta1",
+                             "beta2", "eps", "weight_decay", "decoupled", NULL};
+    PyObject *lp, *lg, *lm, *lv, *lx;
+    step_ctx_ s = {0};
+    long long step;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOLdddddp:adam_step", kwlist, &lp, &lg, &lm, &lv, &lx, &step,
+                                     &s.adam.lr, &s.adam.beta1, &s.adam.beta2, &s.adam.eps, &s.adam.weight_decay,
+                                     &s.adam.decoupled))
+        return NULL;
+    s.adam.step = step;
+    Py_ssize_t n = PySequence_Size(lp);
+    if (n < 0) return NULL;
+    if (n > INT32_MAX) return PyErr_Format(PyExc_ValueError, "adam_step: too many parameters");
+    PyObject *res = NULL;
+    ddpc_buffer **all = calloc(5 * (size_t)n + 1, sizeof *all);
+    if (!all) return PyErr_NoMemory();
+    s.n = (int)n, s.params = all, s.grads = all + n, s.m = all + 2 * n, s.v = all + 3 * n;
+    s.vmax = lx == Py_None ? NULL : all + 4 * n;
+    if (collect_(lp, n, 0, "params", s.params) < 0 || collect_(lg, n, 0, "grads", s.grads) < 0 ||
+        collect_(lm, n, 0, "exp_avgs", s.m) < 0 || collect_(lv, n, 0, "exp_avg_sqs", s.v) < 0 ||
+        (s.vmax && collect_(lx, n, 0, "max_exp_avg_sqs", s.vmax) < 0))
+        goto exit;
+    res = run_step_(adam_call_, &s, group_bytes_(s.params, s.n));
+exit:
+    free(all);
+    return res;
+}
+
+static PyMethodDef optim_methods[] = {
+    {"sgd_step", (PyCFunction)(void (*)(void))py_sgd_step, METH_VARARGS | METH_KEYWORDS,
+     "sgd_step(params, grads, momentum_buffers, lr, momentum, dampening, weight_decay, nesterov, first)"},
+    {"adam_step", (PyCFunction)(void (*)(void))py_adam_step, METH_VARARGS | METH_KEYWORDS,
+     "adam_step(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, step, lr, beta1, beta2, eps, weight_decay, "
+     "decoupled): Adam, or AdamW when decoupled"},
+    {NULL, NULL, 0, NULL},
+};
+
+int ddpc_optim_register(PyObject *module) { return PyModule_AddFunctions(module, optim_methods); }

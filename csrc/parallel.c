@@ -1,0 +1,61 @@
+/* ddpc_parallel_for: fork-join over pthreads (see parallel.h).
+ *
+ * Threads are created per call: a call only splits work that takes
+ * milliseconds, against tens of microseconds to start a thread, and no idle
+ * pool competes with BLAS's own threads between calls. DDPC_NUM_THREADS caps
+ * the count (default: the online cores, at most 8). */
+#include "parallel.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#define MAX_THREADS 8
+
+typedef struct {
+    ddpc_range_fn fn;
+    void *ctx;
+    int64_t lo, hi;
+} range_job_;
+
+static void *run_range_(void *arg) {
+    range_job_ *j = arg;
+    j->fn(j->ctx, j->lo, j->hi);
+    return NULL;
+}
+
+static int thread_count_(void) {
+    static int count;
+    int c = __atomic_load_n(&count, __ATOMIC_RELAXED);
+    if (c) return c;
+    const char *env = getenv("DDPC_NUM_THREADS");
+    c = env ? atoi(env) : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    c = c < 1 ? 1 : (c > MAX_THREADS ? MAX_THREADS : c);
+    __atomic_store_n(&count, c, __ATOMIC_RELAXED);
+    return c;
+}
+
+void ddpc_parallel_for(int64_t n, int64_t grain, ddpc_range_fn fn, void *ctx) {
+    int64_t parts = grain > 0 ? n / grain : n;
+    if (parts > thread_count_()) parts = thread_count_();
+    if (parts <= 1) {
+        if (n > 0) fn(ctx, 0, n);
+        return;
+    }
+    range_job_ jobs[MAX_THREADS];
+    pthread_t tids[MAX_THREADS];
+    int started[MAX_THREADS] = {0};
+    int64_t step = (n + parts - 1) / parts;
+    for (int64_t k = 0; k < parts; k++) {
+        jobs[k] = (range_job_){fn, ctx, k * step, (k + 1) * step < n ? (k + 1) * step : n};
+    }
+    /* Part 0 runs on the caller; a part whose thread fails to start also runs here. */
+    for (int64_t k = 1; k < parts; k++) started[k] = pthread_create(&tids[k], NULL, run_range_, &jobs[k]) == 0;
+    run_range_(&jobs[0]);
+    for (int64_t k = 1; k < parts; k++) {
+        if (started[k])
+            pthread_join(tids[k], NULL);
+        else
+            run_range_(&jobs[k]);
+    }
+}

@@ -1,0 +1,168 @@
+// nn kernels: activations and their gradients, row-broadcast arithmetic,
+// sums along a dim, 2-d transpose and dropout (float32 and float64).
+// The formulas match the host loops in csrc/ops_nn.c.
+#include <math.h>
+
+#include "kernels.h"
+#include "nn_common.cuh"
+
+namespace {
+
+constexpr double kInvSqrt2 = 0.70710678118654752440;
+constexpr double kInvSqrt2Pi = 0.39894228040143267794;
+
+template <typename T> __global__ void rows_fill_kernel(T *out, const T *row, int64_t total, int64_t n) {
+    GRID_STRIDE(i, total) out[i] = row[i % n];
+}
+
+template <typename T> __global__ void binary_rows_kernel(int op, T *out, const T *a, const T *row, int64_t total, int64_t n) {
+    GRID_STRIDE(i, total) {
+        T x = a[i], b = row[i % n];
+        T r;
+        switch (op) {
+        case 0: r = x + b; break;
+        case 1: r = x - b; break;
+        case 2: r = x * b; break;
+        case 3: r = x / b; break;
+        case 4: r = b - x; break;
+        default: r = b / x; break;
+        }
+        out[i] = r;
+    }
+}
+
+// One thread per output element: sums `len` values `inner` apart (coalesced across threads).
+template <typename T> __global__ void sum_dim_kernel(T *out, const T *a, int64_t outer, int64_t len, int64_t inner) {
+    GRID_STRIDE(k, outer * inner) {
+        int64_t o = k / inner, i = k % inner;
+        const T *src = a + o * len * inner + i;
+        double acc = 0;
+        for (int64_t l = 0; l < len; l++) acc += (double)src[l * inner];
+        out[k] = (T)acc;
+    }
+}
+
+// Rows summed when inner == 1: one block per output, shared-memory tree.
+template <typename T> __global__ void sum_rows_kernel(T *out, const T *a, int64_t len) {
+    __shared__ double part[256];
+    const T *src = a + (int64_t)blockIdx.x * len;
+    double acc = 0;
+    for (int64_t l = threadIdx.x; l < len; l += blockDim.x) acc += (double)src[l];
+    part[threadIdx.x] = acc;
+    __syncthreads();
+    for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) part[threadIdx.x] += part[threadIdx.x + s];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) out[blockIdx.x] = (T)part[0];
+}
+
+template <typename T> __global__ void transpose_kernel(T *out, const T *a, int64_t R, int64_t C) {
+    __shared__ T tile[32][33];
+    int64_t c = blockIdx.x * 32 + threadIdx.x, r = blockIdx.y * 32 + threadIdx.y;
+    for (int k = 0; k < 32; k += 8)
+        if (r + k < R && c < C) tile[threadIdx.y + k][threadIdx.x] = a[(r + k) * C + c];
+    __syncthreads();
+    int64_t oc = blockIdx.y * 32 + threadIdx.x, orow = blockIdx.x * 32 + threadIdx.y;
+    for (int k = 0; k < 32; k += 8)
+        if (orow + k < C && oc < R) out[(orow + k) * R + oc] = tile[threadIdx.x][threadIdx.y + k];
+}
+
+template <typename T> __device__ __forceinline__ T unary_f(int op, T x, T p) {
+    switch (op) {
+    case 0: return x > T(0) ? x : T(0);
+    case 1: return T(0.5) * x * (T(1) + erf(x * T(kInvSqrt2)));
+    case 2: return tanh(x);
+    case 3: return T(1) / (T(1) + exp(-x));
+    case 4: return exp(x);
+    case 5: return log(x);
+    default: return pow(x, p);
+    }
+}
+
+template <typename T> __device__ __forceinline__ T unary_grad(int op, T g, T s, T p) {
+    switch (op) {
+    case 0: return s > T(0) ? g : T(0);
+    case 1: {
+        T cdf = T(0.5) * (T(1) + erf(s * T(kInvSqrt2)));
+        T pdf = T(kInvSqrt2Pi) * exp(T(-0.5) * s * s);
+        return g * (cdf + s * pdf);
+    }
+    case 2: return g * (T(1) - s * s);
+    case 3: return g * s * (T(1) - s);
+    case 4: return g * s;
+    case 5: return g / s;
+    default: return p == T(0) ? T(0) : g * p * pow(s, p - T(1));
+    }
+}
+
+template <typename T> __global__ void unary_kernel(int op, T *out, const T *x, T p, int64_t n) {
+    GRID_STRIDE(i, n) out[i] = unary_f<T>(op, x[i], p);
+}
+
+template <typename T> __global__ void unary_backward_kernel(int op, T *gx, const T *gy, const T *s, T p, int64_t n) {
+    GRID_STRIDE(i, n) gx[i] = unary_grad<T>(op, gy[i], s[i], p);
+}
+
+template <typename T>
+__global__ void dropout_kernel(T *out, const T *x, float p, T scale, uint64_t seed, uint64_t offset, int64_t n) {
+    GRID_STRIDE(i, n) out[i] = ddpc_uniform_f32(ddpc_random_bits(seed, offset + (uint64_t)i)) >= p ? x[i] * scale : T(0);
+}
+
+}  // namespace
+
+extern "C" int ddpc_k_rows_fill(void *out, const void *row, int dtype, int64_t rows, int64_t n, void *stream) {
+    cudaStream_t s = (cudaStream_t)stream;
+    FLOAT_DISPATCH(dtype, rows_fill_kernel<T><<<grid_for(rows * n, 256), 256, 0, s>>>((T *)out, (const T *)row, rows * n, n))
+    return (int)cudaGetLastError();
+}
+
+extern "C" int ddpc_k_binary_rows(int op, void *out, const void *a, const void *row, int dtype, int64_t numel, int64_t n,
+                                  void *stream) {
+    cudaStream_t s = (cudaStream_t)stream;
+    FLOAT_DISPATCH(dtype, binary_rows_kernel<T><<<grid_for(numel, 256), 256, 0, s>>>(op, (T *)out, (const T *)a,
+                                                                                      (const T *)row, numel, n))
+    return (int)cudaGetLastError();
+}
+
+extern "C" int ddpc_k_sum_dim(void *out, const void *a, int dtype, int64_t outer, int64_t len, int64_t inner,
+                              void *stream) {
+    cudaStream_t s = (cudaStream_t)stream;
+    if (inner == 1 && outer <= 65535 * 8) {
+        FLOAT_DISPATCH(dtype, sum_rows_kernel<T><<<(unsigned)outer, 256, 0, s>>>((T *)out, (const T *)a, len))
+    } else {
+        FLOAT_DISPATCH(dtype, sum_dim_kernel<T><<<grid_for(outer * inner, 256), 256, 0, s>>>((T *)out, (const T *)a,
+                                                                                              outer, len, inner))
+    }
+    return (int)cudaGetLastError();
+}
+
+extern "C" int ddpc_k_transpose(void *out, const void *a, int dtype, int64_t rows, int64_t cols, void *stream) {
+    cudaStream_t s = (cudaStream_t)stream;
+    if ((cols + 31) / 32 > 2147483647 || (rows + 31) / 32 > 65535) return (int)cudaErrorInvalidConfiguration;
+    dim3 grid((unsigned)((cols + 31) / 32), (unsigned)((rows + 31) / 32)), block(32, 8);
+    FLOAT_DISPATCH(dtype, transpose_kernel<T><<<grid, block, 0, s>>>((T *)out, (const T *)a, rows, cols))
+    return (int)cudaGetLastError();
+}
+
+extern "C" int ddpc_k_unary(int op, void *out, const void *x, double p, int dtype, int64_t n, void *stream) {
+    cudaStream_t s = (cudaStream_t)stream;
+    FLOAT_DISPATCH(dtype, unary_kernel<T><<<grid_for(n, 256), 256, 0, s>>>(op, (T *)out, (const T *)x, (T)p, n))
+    return (int)cudaGetLastError();
+}
+
+extern "C" int ddpc_k_unary_backward(int op, void *gx, const void *gy, const void *saved, double p, int dtype, int64_t n,
+                                     void *stream) {
+    cudaStream_t s = (cudaStream_t)stream;
+    FLOAT_DISPATCH(dtype, unary_backward_kernel<T><<<grid_for(n, 256), 256, 0, s>>>(op, (T *)gx, (const T *)gy,
+                                                                                     (const T *)saved, (T)p, n))
+    return (int)cudaGetLastError();
+}
+
+extern "C" int ddpc_k_dropout(void *out, const void *x, double p, uint64_t seed, uint64_t offset, int dtype, int64_t n,
+                              void *stream) {
+    cudaStream_t s = (cudaStream_t)stream;
+    FLOAT_DISPATCH(dtype, dropout_kernel<T><<<grid_for(n, 256), 256, 0, s>>>(
+                              (T *)out, (const T *)x, (float)p, p < 1 ? (T)(1.0 / (1.0 - p)) : T(0), seed, offset, n))
+    return (int)cudaGetLastError();
+}

@@ -1,0 +1,61 @@
+"""Setting up the nccl backend: device checks through the store, the unique id, the communicator.
+
+The checks run before NCCL sees the ranks, so two ranks on one GPU or a rank
+without a GPU give a clear DistError instead of an NCCL hang or crash. They
+take a store-like object (``set(key, bytes)``, ``get(key) -> bytes`` waiting
+for the key), so tests can drive them without GPUs.
+"""
+
+from . import _C
+from ._C import DistError
+
+_FIX = ("give each rank its own GPU: set CUDA_VISIBLE_DEVICES per process, launch with ddpc-run (which sets "
+        "LOCAL_RANK), pass device_id= to init_process_group, or use backend='cpu'")
+
+
+def exchange(store, prefix, rank, size, value):
+    """Every rank publishes `value` (bytes) and gets all ranks' values, by rank."""
+    store.set(f"{prefix}/{rank}", value)
+    return [store.get(f"{prefix}/{r}") for r in range(size)]
+
+
+def check_devices(bus_ids, hosts=None):
+    """Raises DistError when a rank has no GPU or two ranks share one.
+
+    bus_ids[r] is rank r's PCI bus id ('' for no GPU); hosts[r] its host name,
+    so equal bus ids on different hosts are different GPUs.
+    """
+    hosts = hosts or [""] * len(bus_ids)
+    missing = [r for r, b in enumerate(bus_ids) if not b]
+    if missing:
+        have = [r for r, b in enumerate(bus_ids) if b]
+        raise DistError(f"backend 'nccl' needs a GPU on every rank, but rank(s) {missing} have none "
+                        f"(rank(s) {have} do); use backend='cpu' for groups that mix GPU and CPU-only processes")
+    seen = {}
+    for r, key in enumerate(zip(hosts, bus_ids)):
+        if key in seen:
+            host = f" on host {key[0]}" if key[0] else ""
+            raise DistError(f"ranks {seen[key]} and {r} both use the GPU at PCI bus id {key[1]}{host}; NCCL cannot run "
+                            f"two ranks on one GPU. To fix it, {_FIX}")
+        seen[key] = r
+
+
+def local_bus_id(device):
+    """PCI bus id of this rank's GPU, or '' when there is none."""
+    if device is None or _C.cuda_device_count() <= device:
+        return ""
+    return _C.cuda_properties(device)["pci_bus_id"]
+
+
+def create_communicator(store, prefix, rank, size, device, timeout_s, host=""):
+    """Checks the group's devices through the store, shares rank 0's unique id, and builds the NcclComm."""
+    if not hasattr(_C, "NcclComm"):
+        raise RuntimeError("backend 'nccl' is not available: this ddpc was built without NCCL "
+                           "(install NCCL or the nvidia-nccl wheel and rebuild), use backend='cpu'")
+    bus = exchange(store, f"{prefix}/bus", rank, size, local_bus_id(device).encode())
+    hosts = exchange(store, f"{prefix}/host", rank, size, host.encode())
+    check_devices([b.decode() for b in bus], [h.decode() for h in hosts])
+    if rank == 0:
+        store.set(f"{prefix}/uid", _C.nccl_unique_id())
+    uid = store.get(f"{prefix}/uid")
+    return _C.NcclComm(uid, rank, size, device, float(timeout_s))

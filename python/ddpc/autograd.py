@@ -1,0 +1,919 @@
+"""Reverse-mode automatic differentiation over ddpc's ops.
+
+Each differentiable op computes its result with the _C ops and, when grad
+mode is on and an input requires grad, records a ``Node`` as the result's
+``grad_fn``: the edges to its inputs' nodes (or to leaf tensors) and what it
+saved for the backward pass. ``backward`` walks that graph once: it counts how
+many edges reach every node and leaf, runs each node when all of its gradient
+has arrived (latest-created first among the ready ones, as PyTorch does), and
+accumulates a leaf's gradient the moment its last contribution arrives. That
+is when the leaf's ``register_hook`` functions see the gradient and its
+``register_post_accumulate_grad_hook`` functions fire, so a data-parallel
+reducer can start communicating a parameter's gradient while the rest of the
+backward pass is still running.
+
+Broadcasting is PyTorch's trailing-dimension rule restricted to what models
+need: a tensor whose shape is a suffix of the other's (a bias row, a scalar)
+is repeated over the leading dimensions.
+"""
+
+import heapq
+import itertools
+import numbers
+import threading
+
+from . import _C
+from .tensor import (_ADD, _DIV, _MUL, _RDIV, _RSUB, _SUB, Tensor, float32, get_dtype, promote)
+from .tensor import cat as _cat_storage
+from .tensor import stack as _stack_storage
+
+_RELU, _GELU, _TANH, _SIGMOID, _EXP, _LOG, _POW = range(7)
+
+
+# ---- grad mode ---------------------------------------------------------------------
+
+class _GradMode(threading.local):
+    enabled = True
+
+
+_mode = _GradMode()
+
+
+def is_grad_enabled():
+    """Whether ops record the graph in this thread."""
+    return _mode.enabled
+
+
+class set_grad_enabled:
+    """Context manager (and decorator) setting grad mode in this thread."""
+
+    def __init__(self, mode):
+        self.prev = _mode.enabled
+        self.mode = bool(mode)
+        _mode.enabled = self.mode
+
+    def __enter__(self):
+        _mode.enabled = self.mode
+        return self
+
+    def __exit__(self, *exc):
+        _mode.enabled = self.prev
+        return False
+
+    def __call__(self, fn):
+        mode = self.mode
+        _mode.enabled = self.prev
+
+        def wrapper(*args, **kwargs):
+            with set_grad_enabled(mode):
+                return fn(*args, **kwargs)
+
+        wrapper.__name__ = getattr(fn, "__name__", "wrapper")
+        wrapper.__doc__ = getattr(fn, "__doc__", None)
+        return wrapper
+
+
+class _ModeContext:
+    _mode_value = True
+
+    def __enter__(self):
+        self.prev = _mode.enabled
+        _mode.enabled = self._mode_value
+        return self
+
+    def __exit__(self, *exc):
+        _mode.enabled = self.prev
+        return False
+
+    def __call__(self, fn):
+        value = self._mode_value
+
+        def wrapper(*args, **kwargs):
+            with set_grad_enabled(value):
+                return fn(*args, **kwargs)
+
+        wrapper.__name__ = getattr(fn, "__name__", "wrapper")
+        wrapper.__doc__ = getattr(fn, "__doc__", None)
+        return wrapper
+
+
+class no_grad(_ModeContext):
+    """Ops inside record no graph (context manager or decorator)."""
+
+    _mode_value = False
+
+
+class enable_grad(_ModeContext):
+    """Re-enables graph recording inside a ``no_grad`` region."""
+
+    _mode_value = True
+
+
+# ---- graph --------------------------------------------------------------------------
+
+_sequence = itertools.count()
+
+
+class RemovableHandle:
+    """Returned by the register_*hook methods; ``remove()`` unregisters the hook."""
+
+    _ids = itertools.count()
+
+    def __init__(self, hooks):
+        self.hooks = hooks
+        self.id = next(RemovableHandle._ids)
+
+    def remove(self):
+        self.hooks.pop(self.id, None)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.remove()
+
+
+class Node:
+    """A recorded op. ``next_functions`` holds, per input, the input's Node,
+    the input itself when it is a leaf that requires grad, or None.
+
+    Subclasses implement ``backward(grad)`` returning one gradient per input
+    (None for inputs that need none), and set ``passes_through`` when a
+    returned gradient may be the incoming one or a view of it (such gradients
+    are copied before they become a leaf's ``.grad``).
+    """
+
+    passes_through = False
+
+    def __init__(self, inputs, saved=()):
+        self.next_functions = tuple(_edge(t) for t in inputs)
+        self.seq = next(_sequence)
+        self.saved = saved
+        self.pre_hooks = None
+
+    def name(self):
+        return type(self).__name__.lstrip("_")
+
+    def __repr__(self):
+        return f"<{self.name()}>"
+
+
+def _edge(t):
+    if isinstance(t, Tensor) and t.requires_grad:
+        return t.grad_fn if t.grad_fn is not None else t
+    return None
+
+
+def _needs_grad(*inputs):
+    if not _mode.enabled:
+        return False
+    return any(isinstance(t, Tensor) and t.requires_grad for t in inputs)
+
+
+def _attach(out, node):
+    out.requires_grad = True
+    out.grad_fn = node
+    return out
+
+
+# ---- the engine ----------------------------------------------------------------------
+
+def _accumulate_leaf(leaf, grad, owned):
+    hooks = leaf.__dict__.get("_grad_hooks")
+    if hooks:
+        for fn in list(hooks.values()):
+            res = fn(grad)
+            if res is not None:
+                grad, owned = res, False
+    if leaf.grad is None:
+        leaf.grad = grad if owned else grad.clone()
+    else:
+        leaf.grad.add_(grad)
+    post = leaf.__dict__.get("_post_accumulate_hooks")
+    if post:
+        for fn in list(post.values()):
+            fn(leaf)
+
+
+def _run_backward(root, grad, owned, retain_graph):
+    if root.grad_fn is None:
+        if not root.requires_grad:
+            raise RuntimeError("element 0 of tensors does not require grad and does not have a grad_fn")
+        with no_grad():
+            _accumulate_leaf(root, grad, owned)
+        return
+    start = root.grad_fn
+    deps = {}
+    seen = {id(start)}
+    stack = [start]
+    while stack:
+        node = stack.pop()
+        for e in node.next_functions:
+            if e is None:
+                continue
+            k = id(e)
+            deps[k] = deps.get(k, 0) + 1
+            if k not in seen:
+                seen.add(k)
+                if isinstance(e, Node):
+                    stack.append(e)
+    grads = {id(start): (grad, owned)}
+    ready = [(-start.seq, start)]
+    with no_grad():
+        while ready:
+            _, node = heapq.heappop(ready)
+            g, _owned = grads.pop(id(node))
+            if node.saved is None:
+                raise RuntimeError(
+                    f"trying to backward through {node.name()} a second time: its saved tensors were freed after "
+                    "the first backward; pass retain_graph=True to the first backward() to keep them")
+            if node.pre_hooks:
+                for fn in list(node.pre_hooks.values()):
+                    res = fn(g)
+                    if res is not None:
+                        g = res
+            in_grads = node.backward(g)
+            if not retain_graph:
+                node.saved = None
+            owned = not node.passes_through
+            for e, ig in zip(node.next_functions, in_grads):
+                if e is None:
+                    continue
+                k = id(e)
+                if ig is not None:
+                    if k in grads:
+                        grads[k] = (grads[k][0] + ig, True)
+                    else:
+                        grads[k] = (ig, owned)
+                deps[k] -= 1
+                if deps[k]:
+                    continue
+                if k not in grads:
+                    # No gradient reached it at all: nothing flows past it either.
+                    _drain(e, deps, grads, ready)
+                elif isinstance(e, Node):
+                    heapq.heappush(ready, (-e.seq, e))
+                else:
+                    _accumulate_leaf(e, *grads.pop(k))
+
+
+def _drain(e, deps, grads, ready):
+    """Counts a gradient-less node's edges as delivered, so later nodes still run."""
+    if not isinstance(e, Node):
+        return
+    for sub in e.next_functions:
+        if sub is None:
+            continue
+        k = id(sub)
+        deps[k] -= 1
+        if deps[k]:
+            continue
+        if k not in grads:
+            _drain(sub, deps, grads, ready)
+        elif isinstance(sub, Node):
+            heapq.heappush(ready, (-sub.seq, sub))
+        else:
+            _accumulate_leaf(sub, *grads.pop(k))
+
+
+def backward(tensor, gradient=None, retain_graph=None):
+    """Computes the gradient of ``tensor`` with respect to the graph's leaves
+    and accumulates it into their ``.grad``."""
+    if gradient is None:
+        if tensor.numel() != 1:
+            raise RuntimeError(f"grad can be implicitly created only for scalar outputs; this output has shape "
+                               f"{tensor.shape}, pass backward(gradient=...)")
+        gradient = Tensor(_C.Buffer(tensor.shape, tensor._buf.dtype, tensor._buf.device)).fill_(1)
+        owned = True
+    else:
+        if not isinstance(gradient, Tensor):
+            gradient = _like_scalar(gradient, tensor)
+        if gradient.shape != tensor.shape:
+            raise RuntimeError(f"gradient has shape {gradient.shape}, but the output has shape {tensor.shape}")
+        owned = False
+    _run_backward(tensor, gradient.detach(), owned, bool(retain_graph))
+
+
+def _like_scalar(value, ref):
+    from .tensor import tensor as _tensor
+
+    return _tensor(value, dtype=ref.dtype, device=ref.device)
+
+
+# ---- helpers -------------------------------------------------------------------------
+
+def _empty(shape, ref, dtype=None):
+    return Tensor(_C.Buffer(tuple(shape), (dtype or ref.dtype).name, ref._buf.device))
+
+
+def _is_suffix(small, big):
+    """Whether a tensor of shape `small` broadcasts over `big` by repetition."""
+    small = tuple(small)
+    while small and small[0] == 1:
+        small = small[1:]
+    return len(small) <= len(big) and tuple(big[len(big) - len(small):]) == small
+
+
+def _reduce_to(g, shape, dtype):
+    """Sums g over the leading dims it was broadcast across, back to `shape`."""
+    if g.shape != tuple(shape):
+        n = 1
+        for s in shape:
+            n *= s
+        flat = g.reshape(-1, n) if n else g.reshape(-1, 0)
+        out = _empty((n,), g)
+        _C.sum_dim(out._buf, flat._buf, 0)
+        g = out.reshape(shape)
+    return g if g.dtype is dtype else g.to(dtype=dtype)
+
+
+def _as_float(t):
+    return t if t.dtype.is_floating_point else t.to(dtype=float32)
+
+
+# ---- arithmetic -------------------------------------------------------------------------
+
+class _ScalarBackward(Node):
+    """a op s for a python number s."""
+
+    def __init__(self, a, op, s, out):
+        super().__init__((a,), (a, out) if op in (_RDIV,) else ())
+        self.op, self.s, self.dtype = op, s, a.dtype
+        self.passes_through = op in (_ADD, _SUB)
+
+    def backward(self, g):
+        op, s = self.op, self.s
+        if op in (_ADD, _SUB):
+            r = g
+        elif op == _RSUB:
+            r = g._binary(-1, _MUL)
+        elif op == _MUL:
+            r = g._binary(s, _MUL)
+        elif op == _DIV:
+            r = g._binary(s, _DIV)
+        else:  # s / a: -g * out / a
+            a, out = self.saved
+            r = (g * out / a)._binary(-1, _MUL)
+        return (r if r.dtype is self.dtype else r.to(dtype=self.dtype),)
+
+
+class _BinaryBackward(Node):
+    def __init__(self, a, b, op, out):
+        super().__init__((a, b), (a, b, out) if op in (_MUL, _DIV) else ())
+        self.op = op
+        self.shapes = (a.shape, b.shape)
+        self.dtypes = (a.dtype, b.dtype)
+        self.passes_through = op in (_ADD, _SUB)
+
+    def backward(self, g):
+        (sa, sb), (da, db) = self.shapes, self.dtypes
+        need_a, need_b = self.next_functions[0] is not None, self.next_functions[1] is not None
+        ga = gb = None
+        if self.op == _ADD:
+            ga = _reduce_to(g, sa, da) if need_a else None
+            gb = _reduce_to(g, sb, db) if need_b else None
+        elif self.op == _SUB:
+            ga = _reduce_to(g, sa, da) if need_a else None
+            gb = _reduce_to(g._binary(-1, _MUL), sb, db) if need_b else None
+        elif self.op == _MUL:
+            a, b, _ = self.saved
+            ga = _reduce_to(mul(g, b), sa, da) if need_a else None
+            gb = _reduce_to(mul(g, a), sb, db) if need_b else None
+        else:
+            a, b, out = self.saved
+            ga = _reduce_to(div(g, b), sa, da) if need_a else None
+            gb = _reduce_to(div(mul(g, out), b)._binary(-1, _MUL), sb, db) if need_b else None
+        return ga, gb
+
+
+_SWAPPED = {_ADD: _ADD, _SUB: _RSUB, _MUL: _MUL, _DIV: _RDIV}
+
+
+def _binary(a, b, op):
+    """a op b for op in add/sub/mul/div, a a Tensor, b a Tensor or a number."""
+    if not isinstance(b, Tensor):
+        if isinstance(b, numbers.Number):
+            out = a._binary(b, op)
+            if _needs_grad(a):
+                _attach(out, _ScalarBackward(a, op, b, out))
+            return out
+        from .tensor import tensor as _tensor
+
+        b = _tensor(b, device=a.device)
+    if b._buf.device != a._buf.device:
+        raise ValueError(f"tensors are on different devices ({a.device} and {b.device})")
+    if a.shape == b.shape:
+        out = a._binary(b, op)
+    else:
+        dt = promote(a.dtype, b.dtype)
+        if not dt.is_floating_point and op == _DIV:
+            dt = float32
+        x, y = (a if a.dtype is dt else a.to(dtype=dt)), (b if b.dtype is dt else b.to(dtype=dt))
+        if _is_suffix(b.shape, a.shape):
+            out = _empty(a.shape, x)
+            _C.binary_rows(op, out._buf, x._buf, y._buf)
+        elif _is_suffix(a.shape, b.shape):
+            out = _empty(b.shape, y)
+            _C.binary_rows(_SWAPPED[op], out._buf, y._buf, x._buf)
+        else:
+            raise ValueError(f"shapes {a.shape} and {b.shape} do not broadcast: ddpc repeats a tensor only over the "
+                             "other's leading dimensions (as for a bias row)")
+    if _needs_grad(a, b):
+        _attach(out, _BinaryBackward(a, b, op, out))
+    return out
+
+
+def add(a, b):
+    return _binary(a, b, _ADD)
+
+
+def sub(a, b):
+    return _binary(a, b, _SUB)
+
+
+def mul(a, b):
+    return _binary(a, b, _MUL)
+
+
+def div(a, b):
+    return _binary(a, b, _DIV)
+
+
+def rsub(a, s):
+    """s - a for a number s."""
+    if isinstance(s, Tensor):
+        return sub(s, a)
+    return _binary(a, s, _RSUB)
+
+
+def rdiv(a, s):
+    """s / a for a number s."""
+    if isinstance(s, Tensor):
+        return div(s, a)
+    return _binary(a, s, _RDIV)
+
+
+def neg(a):
+    return _binary(a, -1, _MUL)
+
+
+# ---- unary functions ---------------------------------------------------------------------
+
+class _UnaryBackward(Node):
+    # Which tensor the derivative needs: the input (False) or the output (True).
+    _USES_OUTPUT = {_RELU: False, _GELU: False, _TANH: True, _SIGMOID: True, _EXP: True, _LOG: False, _POW: False}
+
+    def __init__(self, x, op, p, out):
+        super().__init__((x,), (out if self._USES_OUTPUT[op] else x,))
+        self.op, self.p = op, p
+
+    def name(self):
+        return ["ReluBackward", "GeluBackward", "TanhBackward", "SigmoidBackward", "ExpBackward", "LogBackward",
+                "PowBackward"][self.op]
+
+    def backward(self, g):
+        (s,) = self.saved
+        gx = _empty(s.shape, s)
+        _C.unary_backward(self.op, gx._buf, g._buf, s._buf, float(self.p))
+        return (gx,)
+
+
+def _unary(x, op, p=0.0):
+    if not isinstance(x, Tensor):
+        raise TypeError(f"expected a ddpc.Tensor, got {type(x).__name__}")
+    x = _as_float(x)
+    out = _empty(x.shape, x)
+    _C.unary(op, out._buf, x._buf, float(p))
+    if _needs_grad(x):
+        _attach(out, _UnaryBackward(x, op, p, out))
+    return out
+
+
+def relu(x):
+    return _unary(x, _RELU)
+
+
+def gelu(x, approximate="none"):
+    if approximate != "none":
+        raise ValueError("ddpc's gelu implements the exact form only (approximate='none')")
+    return _unary(x, _GELU)
+
+
+def tanh(x):
+    return _unary(x, _TANH)
+
+
+def sigmoid(x):
+    return _unary(x, _SIGMOID)
+
+
+def exp(x):
+    return _unary(x, _EXP)
+
+
+def log(x):
+    return _unary(x, _LOG)
+
+
+def pow(x, exponent):
+    if not isinstance(exponent, numbers.Number):
+        raise TypeError("ddpc supports pow with a number exponent only")
+    return _unary(x, _POW, float(exponent))
+
+
+# ---- linear algebra ------------------------------------------------------------------------
+
+class _MatmulBackward(Node):
+    def __init__(self, a, b):
+        super().__init__((a, b), (a, b))
+
+    def backward(self, g):
+        a, b = self.saved
+        ga = gb = None
+        if self.next_functions[0] is not None:
+            ga = _empty(a.shape, g)
+            _C.gemm(ga._buf, g._buf, b._buf, False, True)
+        if self.next_functions[1] is not None:
+            gb = _empty(b.shape, g)
+            _C.gemm(gb._buf, a._buf, g._buf, True, False)
+        return ga, gb
+
+
+def matmul(a, b):
+    """a @ b for 2-d a and b."""
+    if not isinstance(b, Tensor):
+        raise TypeError(f"matmul needs two ddpc tensors, got {type(b).__name__}")
+    if a.ndim != 2 or b.ndim != 2:
+        raise ValueError(f"ddpc's matmul takes 2-d operands, got shapes {a.shape} and {b.shape}")
+    if a.shape[1] != b.shape[0]:
+        raise ValueError(f"matmul: shapes {a.shape} and {b.shape} cannot be multiplied")
+    if a._buf.device != b._buf.device:
+        raise ValueError(f"matmul: tensors are on different devices ({a.device} and {b.device})")
+    if a.dtype is not b.dtype:
+        raise TypeError(f"matmul: dtypes differ ({a.dtype} and {b.dtype})")
+    out = _empty((a.shape[0], b.shape[1]), a)
+    _C.gemm(out._buf, a._buf, b._buf)
+    if _needs_grad(a, b):
+        _attach(out, _MatmulBackward(a, b))
+    return out
+
+
+class _LinearBackward(Node):
+    def __init__(self, x, weight, bias, x2):
+        super().__init__((x, weight, bias), (x2, weight.detach()))
+        self.in_shape = x.shape
+
+    def backward(self, g):
+        x2, w = self.saved
+        g2 = g.reshape(-1, w.shape[0])
+        gx = gw = gb = None
+        if self.next_functions[0] is not None:
+            gx = _empty(x2.shape, g2)
+            _C.gemm(gx._buf, g2._buf, w._buf)
+            gx = gx.reshape(self.in_shape)
+        if self.next_functions[1] is not None:
+            gw = _empty(w.shape, g2)
+            _C.gemm(gw._buf, g2._buf, x2._buf, True, False)
+        if self.next_functions[2] is not None:
+            gb = _empty((w.shape[0],), g2)
+            _C.sum_dim(gb._buf, g2._buf, 0)
+        return gx, gw, gb
+
+
+def linear(x, weight, bias=None):
+    """x @ weight.T + bias in one GEMM with the bias fused; x is [..., in]."""
+    if x.ndim < 1 or x.shape[-1] != weight.shape[1]:
+        raise ValueError(f"linear: input of shape {x.shape} does not end in in_features={weight.shape[1]}")
+    if x.dtype is not weight.dtype:
+        raise TypeError(f"linear: input is {x.dtype} but the weight is {weight.dtype}")
+    if x._buf.device != weight._buf.device or (bias is not None and bias._buf.device != weight._buf.device):
+        raise ValueError(f"linear: input on {x.device}, weight on {weight.device}")
+    x2 = x.detach().reshape(-1, weight.shape[1])
+    out = _empty((x2.shape[0], weight.shape[0]), x)
+    _C.gemm(out._buf, x2._buf, weight._buf, False, True, None if bias is None else bias._buf)
+    out = out.reshape(x.shape[:-1] + (weight.shape[0],))
+    if _needs_grad(x, weight, bias):
+        _attach(out, _LinearBackward(x, weight, bias, x2))
+    return out
+
+
+class _TransposeBackward(Node):
+    def backward(self, g):
+        return (_transpose_storage(g),)
+
+
+def _transpose_storage(a):
+    out = _empty((a.shape[1], a.shape[0]), a)
+    _C.transpose(out._buf, a._buf)
+    return out
+
+
+def transpose(a, dim0=0, dim1=1):
+    if a.ndim != 2 or {dim0 % 2, dim1 % 2} != {0, 1}:
+        if a.ndim < 2:
+            return a
+        raise ValueError(f"ddpc transposes 2-d tensors only, got {a.ndim} dims")
+    out = _transpose_storage(a)
+    if _needs_grad(a):
+        _attach(out, _TransposeBackward((a,)))
+    return out
+
+
+# ---- reductions ----------------------------------------------------------------------------
+
+class _SumBackward(Node):
+    def __init__(self, a, dim, keepdim):
+        super().__init__((a,), ())
+        self.shape, self.dim, self.keepdim = a.shape, dim, keepdim
+
+    def backward(self, g):
+        if self.keepdim:
+            g = g.reshape(()) if self.dim is None else g.reshape(self.shape[:self.dim] + self.shape[self.dim + 1:])
+        return (_expand(g, self.shape, self.dim),)
+
+
+def _expand(g, shape, dim):
+    """g broadcast back over `dim` of `shape` (over every dim when dim is None)."""
+    out = _empty(shape, g)
+    if dim is None:
+        _C.fill(out._buf, 0.0)
+        _C.binary_rows(_ADD, out._buf, out._buf, g.reshape(1)._buf)
+        return out
+    outer, inner = 1, 1
+    for s in shape[:dim]:
+        outer *= s
+    for s in shape[dim + 1:]:
+        inner *= s
+    n = shape[dim]
+    if outer == 1:
+        _C.fill(out._buf, 0.0)
+        _C.binary_rows(_ADD, out._buf, out._buf, g.reshape(inner)._buf)
+        return out
+    # Repeat along a middle or last dim: per outer slice, ones[n,1] @ g[1,inner].
+    ones = Tensor(_C.Buffer((n, 1), g.dtype.name, g._buf.device)).fill_(1)
+    o3, g2 = out.reshape(outer, n, inner), g.reshape(outer, 1, inner)
+    if inner == 1:
+        _C.gemm(out.reshape(outer, n)._buf, g.reshape(outer, 1)._buf, ones.reshape(1, n)._buf)
+        return out
+    for i in range(outer):
+        _C.gemm(o3[i]._buf, ones._buf, g2[i]._buf)
+    return out
+
+
+def sum(a, dim=None, keepdim=False):
+    if dim is None:
+        dt = a.dtype if a.dtype.is_floating_point else get_dtype("int64")
+        out = Tensor(_C.Buffer((), dt.name, a._buf.device))
+        _C.sum(out._buf, a._buf)
+        if keepdim:
+            out = out.reshape((1,) * a.ndim)
+    else:
+        if isinstance(dim, (tuple, list)):
+            if len(dim) != 1:
+                raise ValueError("ddpc sums along one dim at a time")
+            dim = dim[0]
+        if not -a.ndim <= dim < a.ndim:
+            raise IndexError(f"dim {dim} is out of range for a tensor of {a.ndim} dims")
+        dim %= a.ndim
+        src = _as_float(a)
+        shape = a.shape[:dim] + a.shape[dim + 1:]
+        out = _empty(shape, src)
+        _C.sum_dim(out._buf, src._buf, dim)
+        if keepdim:
+            out = out.reshape(a.shape[:dim] + (1,) + a.shape[dim + 1:])
+    if _needs_grad(a):
+        _attach(out, _SumBackward(a, dim, keepdim))
+    return out
+
+
+def mean(a, dim=None, keepdim=False):
+    if not a.dtype.is_floating_point:
+        raise TypeError(f"mean() needs a floating dtype, got {a.dtype}; cast with .float() first")
+    n = a.numel() if dim is None else a.shape[dim]
+    return div(sum(a, dim, keepdim), n) if n else sum(a, dim, keepdim)._binary(float("nan"), _ADD)
+
+
+# ---- shape ops ------------------------------------------------------------------------------
+
+class _ViewBackward(Node):
+    passes_through = True
+
+    def __init__(self, a):
+        super().__init__((a,), ())
+        self.shape = a.shape
+
+    def backward(self, g):
+        return (g.reshape(self.shape),)
+
+
+def reshape(a, shape):
+    out = Tensor(a._buf.view(0, a._normalize_shape(shape)))
+    if _needs_grad(a):
+        _attach(out, _ViewBackward(a))
+    return out
+
+
+class _IndexBackward(Node):
+    def __init__(self, a, index):
+        super().__init__((a,), ())
+        self.shape, self.dtype, self.index = a.shape, a.dtype, index
+
+    def backward(self, g):
+        ga = Tensor(_C.Buffer(self.shape, self.dtype.name, g._buf.device))
+        _C.fill(ga._buf, 0.0)
+        idx = self.index[0] if isinstance(self.index, tuple) else self.index
+        if isinstance(idx, slice) and idx.indices(self.shape[0])[2] != 1:
+            # A stepped slice is a copy, not a view: scatter its rows one by one.
+            for j, i in enumerate(range(*idx.indices(self.shape[0]))):
+                ga._getitem(i).copy_(g._getitem(j))
+        else:
+            ga._getitem(idx).copy_(g)
+        return (ga,)
+
+
+def index(a, idx):
+    out = a._getitem(idx)
+    if _needs_grad(a):
+        _attach(out, _IndexBackward(a, idx))
+    return out
+
+
+class _CatBackward(Node):
+    passes_through = True
+
+    def __init__(self, tensors, sizes):
+        super().__init__(tensors, ())
+        self.sizes = sizes
+        self.dtypes = [t.dtype for t in tensors]
+
+    def backward(self, g):
+        grads, row = [], 0
+        for n, dt in zip(self.sizes, self.dtypes):
+            part = g._getitem(slice(row, row + n))
+            grads.append(part if part.dtype is dt else part.to(dtype=dt))
+            row += n
+        return grads
+
+
+class _StackBackward(_CatBackward):
+    def backward(self, g):
+        return [g._getitem(i) if g.dtype is dt else g._getitem(i).to(dtype=dt) for i, dt in enumerate(self.dtypes)]
+
+
+def cat(tensors, dim=0):
+    """Concatenates tensors along dim 0 (all other dims equal)."""
+    tensors = list(tensors)
+    out = _cat_storage(tensors, dim)
+    if _needs_grad(*tensors):
+        _attach(out, _CatBackward(tensors, [t.shape[0] for t in tensors]))
+    return out
+
+
+def stack(tensors, dim=0):
+    """Stacks equal-shape tensors along a new dim 0."""
+    tensors = list(tensors)
+    out = _stack_storage(tensors, dim)
+    if _needs_grad(*tensors):
+        _attach(out, _StackBackward(tensors, [1] * len(tensors)))
+    return out
+
+
+class _CloneBackward(Node):
+    passes_through = True
+
+    def backward(self, g):
+        return (g,)
+
+
+def clone(a):
+    buf = _C.Buffer(a.shape, a._buf.dtype, a._buf.device)
+    _C.copy(buf, a._buf)
+    out = Tensor(buf)
+    if _needs_grad(a):
+        _attach(out, _CloneBackward((a,)))
+    return out
+
+
+class _ToBackward(Node):
+    def __init__(self, a):
+        super().__init__((a,), ())
+        self.device, self.dtype = a.device, a.dtype
+
+    def backward(self, g):
+        return (g.to(device=self.device, dtype=self.dtype),)
+
+
+def record_to(src, out):
+    """Records a device or dtype conversion done by Tensor.to."""
+    if out is not src and _needs_grad(src):
+        _attach(out, _ToBackward(src))
+    return out
+
+
+# ---- nn functions with fused kernels --------------------------------------------------------
+
+class _DropoutBackward(Node):
+    def __init__(self, x, p, seed, offset):
+        super().__init__((x,), ())
+        self.p, self.seed, self.offset = p, seed, offset
+
+    def backward(self, g):
+        gx = _empty(g.shape, g)
+        _C.dropout(gx._buf, g._buf, self.p, self.seed, self.offset)
+        return (gx,)
+
+
+def dropout(x, p=0.5, training=True):
+    from .tensor import default_generator
+
+    if not 0 <= p <= 1:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    if not training or p == 0:
+        return x
+    seed, offset = default_generator.take(x.numel())
+    out = _empty(x.shape, x)
+    _C.dropout(out._buf, x._buf, float(p), seed, offset)
+    if _needs_grad(x):
+        _attach(out, _DropoutBackward(x, float(p), seed, offset))
+    return out
+
+
+_REDUCTIONS = {"none": 0, "mean": 1, "sum": 2}
+
+
+def _reduction_code(reduction):
+    try:
+        return _REDUCTIONS[reduction]
+    except KeyError:
+        raise ValueError(f"reduction must be 'none', 'mean' or 'sum', got {reduction!r}") from None
+
+
+class _CrossEntropyBackward(Node):
+    def __init__(self, input, logits, target, ignore_index, smoothing, red):
+        super().__init__((input,), (logits.detach(), target))
+        self.args = (ignore_index, smoothing, red)
+        self.shape, self.dtype = input.shape, input.dtype
+
+    def backward(self, g):
+        logits, target = self.saved
+        gx = _empty(logits.shape, logits)
+        _C.cross_entropy_backward(gx._buf, g.reshape(-1 if self.args[2] == 0 else ())._buf, logits._buf,
+                                  target._buf, *self.args)
+        gx = gx.reshape(self.shape)
+        return (gx if gx.dtype is self.dtype else gx.to(dtype=self.dtype),)
+
+
+def cross_entropy(input, target, ignore_index=-100, reduction="mean", label_smoothing=0.0):
+    """Softmax cross entropy of logits [N, C] (or [C]) against int64 class indices [N] (or [])."""
+    red = _reduction_code(reduction)
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(f"label_smoothing must be between 0.0 and 1.0, got {label_smoothing}")
+    if not isinstance(target, Tensor):
+        raise TypeError("cross_entropy: target must be a ddpc tensor of class indices")
+    if target.dtype.is_floating_point:
+        raise TypeError("cross_entropy: ddpc takes class-index targets (int64), not class probabilities")
+    logits = input.detach().reshape(1, -1) if input.ndim == 1 else input.detach()
+    if logits.ndim != 2:
+        raise ValueError(f"cross_entropy: input must be [N, C] logits, got shape {input.shape}")
+    tgt = target if target.dtype.name == "int64" else target.to(dtype="int64")
+    tgt = tgt.reshape(-1)
+    if tgt.numel() != logits.shape[0]:
+        raise ValueError(f"cross_entropy: {logits.shape[0]} rows of logits but {tgt.numel()} targets")
+    if tgt._buf.device != logits._buf.device:
+        raise ValueError(f"cross_entropy: input on {input.device}, target on {target.device}")
+    x = _as_float(logits)
+    out_shape = (logits.shape[0],) if red == 0 else ()
+    out = _empty(out_shape, x)
+    _C.cross_entropy(out._buf, x._buf, tgt._buf, int(ignore_index), float(label_smoothing), red)
+    if red == 0 and input.ndim == 1:
+        out = out.reshape(())
+    if _needs_grad(input):
+        _attach(out, _CrossEntropyBackward(input, x, tgt, int(ignore_index), float(label_smoothing), red))
+    return out
+
+
+class _MSEBackward(Node):
+    def __init__(self, a, b, red):
+        super().__init__((a, b), (a.detach(), b.detach()))
+        self.red = red
+
+    def backward(self, g):
+        a, b = self.saved
+        ga = _empty(a.shape, a)
+        _C.mse_backward(ga._buf, g.reshape(-1)._buf if self.red == 0 else g._buf, a._buf, b._buf, self.red)
+        gb = ga._binary(-1, _MUL) if self.next_functions[1] is not None else None
+        return ga, gb
+
+
+def mse_loss(input, target, reduction="mean"):
+    red = _reduction_code(reduction)
+    if input.shape != target.shape:
+        raise ValueError(f"mse_loss: input shape {input.shape} and target shape {target.shape} differ")
+    a, b = _as_float(input.detach()), target.detach()
+    if b.dtype is not a.dtype:
+        b = b.to(dtype=a.dtype)
+    out = _empty(a.shape if red == 0 else (), a)
+    _C.mse(out._buf, a._buf, b._buf, red)
+    if _needs_grad(input, target):
+        _attach(out, _MSEBackward(input, target, red))
+    return out

@@ -1,0 +1,661 @@
+"""ddpc.data: data sets, samplers, and the prefetching loaders.
+
+Shaped like ``torch.utils.data``: ``Dataset``, ``TensorDataset``, ``DataLoader``,
+``SequentialSampler``, ``RandomSampler``, ``BatchSampler``, ``DistributedSampler``,
+plus ``BalancedDistributedSampler``, ``WeightedDistributedSampler`` and
+``ShardedLoader`` (DataLoader + DistributedSampler in one line).
+
+Index lists are computed in C (csrc/sampler.c). Shuffles use ddpc's own
+permutation generator, which is stable across versions and platforms: the
+permutation of n items for seed s is Fisher-Yates from the top, where step i
+(i = n-1 down to 1) swaps positions i and j = floor(u_i * (i + 1)), with u_i the
+64-bit word ``ddpc_random_bits(s, i)`` (splitmix64's finaliser over
+``s * 0x9E3779B97F4A7C15 + i * 0xD1B54A32D192ED03 + 0x632BE59BD9B4E019``) read as
+a fraction of 2^64. A sampler's seed for an epoch is ``seed + epoch`` (mod
+2^64), as in PyTorch, so every rank draws the same permutation.
+
+A ``TensorDataset`` of arrays, ddpc tensors or ``.npy`` paths loads through C
+threads that gather rows with the GIL released, ``prefetch`` batches ahead.
+A batch's host memory is gathered into again only once nothing refers to the
+batch (no tensor, view, numpy array or DLPack capsule made from it), so
+batches may be kept as long as wanted, and memory let go is reused without
+fresh page faults. With ``device="cuda:N"`` rows are gathered into pinned
+staging memory and copied on the device's copy stream; the batch handed out
+is ordered before later work on the compute stream by an event (no host
+synchronisation). Any other map-style data set (``__getitem__``/``__len__``)
+is fetched and collated in one background thread, also ``prefetch`` ahead.
+
+``.npy`` paths (and arrays from ``np.load(mmap_mode="r")``) are memory-mapped;
+once the pages they have made resident exceed ``ddpc.data.RESIDENT_BUDGET``
+bytes (1 GiB unless changed) the loader drops them from the resident set (they
+stay in the page cache), so a data set larger than memory streams with bounded
+resident memory.
+
+Differences from PyTorch: there are no worker processes (``num_workers``);
+``RandomSampler`` takes a ``seed`` instead of a ``generator``; batches of a
+``TensorDataset`` are lists of ``ddpc.Tensor``.
+"""
+
+import numbers
+import os
+import queue
+import threading
+import weakref
+
+import numpy as np
+
+from . import _C
+from ._dtype import ordinal
+from .tensor import Tensor, default_generator, from_numpy, stack
+
+__all__ = [
+    "BalancedDistributedSampler", "BatchSampler", "DataLoader", "Dataset", "DistributedSampler", "RandomSampler",
+    "Sampler", "SequentialSampler", "ShardedLoader", "TensorDataset", "WeightedDistributedSampler", "default_collate",
+]
+
+_MASK64 = (1 << 64) - 1
+# Resident pages of mapped files (bytes) a loader may add before dropping them.
+RESIDENT_BUDGET = 1 << 30
+
+
+def _positive_int(value, name):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def _length_of(dataset_or_len, what="data set"):
+    if isinstance(dataset_or_len, numbers.Integral) and not isinstance(dataset_or_len, bool):
+        n = int(dataset_or_len)
+    else:
+        try:
+            n = len(dataset_or_len)
+        except TypeError:
+            raise TypeError(f"expected a {what} with __len__ or an int length, got {type(dataset_or_len).__name__}") \
+                from None
+    if n < 0:
+        raise ValueError(f"{what} length must be >= 0, got {n}")
+    return n
+
+
+def _group_defaults(num_replicas, rank):
+    """num_replicas and rank, defaulting to the process group when one is initialised (else 1 and 0)."""
+    if num_replicas is None or rank is None:
+        world, me = 1, 0
+        try:
+            from . import distributed
+        except ImportError:
+            distributed = None
+        if distributed is not None and distributed.is_initialized():
+            world, me = distributed.get_world_size(), distributed.get_rank()
+        num_replicas = world if num_replicas is None else num_replicas
+        rank = me if rank is None else rank
+    num_replicas = _positive_int(num_replicas, "num_replicas")
+    if isinstance(rank, bool) or not isinstance(rank, numbers.Integral) or not 0 <= rank < num_replicas:
+        raise ValueError(f"rank {rank!r} is out of range for num_replicas {num_replicas} (expected 0..{num_replicas - 1})")
+    return num_replicas, int(rank)
+
+
+def _f64_vector(values, what):
+    arr = np.ascontiguousarray(np.asarray(values, dtype=np.float64))
+    if arr.ndim != 1:
+        raise ValueError(f"{what} must be 1-d, got shape {arr.shape}")
+    return arr
+
+
+# ---- samplers ----------------------------------------------------------------------------
+
+
+class Sampler:
+    """Base class: a sampler yields sample indices. Subclasses implement ``indices()``,
+    the epoch's index list as an int64 numpy array, which the loaders read directly."""
+
+    def indices(self):
+        raise NotImplementedError
+
+    def __iter__(self):
+        return iter(self.indices().tolist())
+
+    def __len__(self):
+        raise NotImplementedError
+
+
+class _EpochMixin:
+    epoch = 0
+
+    def set_epoch(self, epoch):
+        """Selects the epoch: the shuffle is drawn from ``seed + epoch``."""
+        self.epoch = int(epoch)
+
+    def _epoch_seed(self):
+        return (self.seed + self.epoch) & _MASK64
+
+
+class SequentialSampler(Sampler):
+    """0, 1, ..., len(data_source) - 1."""
+
+    def __init__(self, data_source):
+        self.data_source = data_source
+
+    def indices(self):
+        return np.arange(_length_of(self.data_source), dtype=np.int64)
+
+    def __len__(self):
+        return _length_of(self.data_source)
+
+
+class RandomSampler(_EpochMixin, Sampler):
+    """Random order of ``data_source``: a permutation (or ``num_samples`` draws), or
+    uniform draws with ``replacement``.
+
+    Differs from PyTorch: ``seed`` replaces ``generator``. With ``seed=None`` every
+    pass draws a fresh seed from ddpc's global generator (``ddpc.manual_seed``);
+    with a seed, pass e uses ``seed + e`` as set by ``set_epoch``.
+    """
+
+    def __init__(self, data_source, replacement=False, num_samples=None, seed=None):
+        self.data_source = data_source
+        self.replacement = bool(replacement)
+        self._num_samples = None if num_samples is None else _positive_int(num_samples, "num_samples")
+        self.seed = None if seed is None else int(seed) & _MASK64
+
+    @property
+    def num_samples(self):
+        return _length_of(self.data_source) if self._num_samples is None else self._num_samples
+
+    def indices(self):
+        n = _length_of(self.data_source)
+        if n == 0:
+            return np.empty(0, dtype=np.int64)
+        if self.seed is None:
+            gseed, offset = default_generator.take(1)
+            seed = (gseed * 0x9E3779B97F4A7C15 + offset) & _MASK64
+        else:
+            seed = self._epoch_seed()
+        return np.asarray(_C.random_sampler_indices(n, self.num_samples, self.replacement, seed))
+
+    def __len__(self):
+        return self.num_samples
+
+
+class BatchSampler(Sampler):
+    """Groups a sampler's indices into lists of ``batch_size`` (the last one shorter unless ``drop_last``)."""
+
+    def __init__(self, sampler, batch_size, drop_last):
+        self.sampler = sampler
+        self.batch_size = _positive_int(batch_size, "batch_size")
+        self.drop_last = bool(drop_last)
+
+    def plan(self):
+        """(indices, offsets): batch b is ``indices[offsets[b]:offsets[b + 1]]``."""
+        return _fixed_batches(_sampler_indices(self.sampler), self.batch_size, self.drop_last)
+
+    def __iter__(self):
+        idx, off = self.plan()
+        idx = idx.tolist()
+        return (idx[off[b]:off[b + 1]] for b in range(len(off) - 1))
+
+    def __len__(self):
+        n = len(self.sampler)
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+
+class DistributedSampler(_EpochMixin, Sampler):
+    """Restricts sampling to this rank's share of the data set, exactly as PyTorch's
+    ``DistributedSampler``.
+
+    Without ``drop_last`` the (shuffled) index list is padded by wrapping around to
+    a multiple of ``num_replicas``; with it the tail is cut; rank r takes positions
+    r, r + R, r + 2R, ... ``len()`` is the per-rank count. ``num_replicas`` and
+    ``rank`` default to the process group (1 and 0 without one).
+    """
+
+    def __init__(self, dataset_or_len, num_replicas=None, rank=None, shuffle=True, seed=0, drop_last=False):
+        self.dataset = dataset_or_len
+        self.num_replicas, self.rank = _group_defaults(num_replicas, rank)
+        self.shuffle = bool(shuffle)
+        self.seed = int(seed) & _MASK64
+        self.drop_last = bool(drop_last)
+        self.epoch = 0
+        self.num_samples, self.total_size = _C.dist_sampler_size(
+            _length_of(dataset_or_len), self.num_replicas, self.rank, self.drop_last)
+
+    def indices(self):
+        return np.asarray(_C.dist_sampler_indices(_length_of(self.dataset), self.num_replicas, self.rank,
+                                                  self.shuffle, self._epoch_seed(), self.drop_last))
+
+    def __len__(self):
+        return self.num_samples
+
+
+class BalancedDistributedSampler(DistributedSampler):
+    """A DistributedSampler whose steps carry near-equal cost on every rank.
+
+    ``costs[i]`` is the cost of sample i (e.g. its sequence length). Each step's
+    ``batch_size * num_replicas`` samples (those DistributedSampler would give the
+    ranks for that step) are dealt out heaviest first to the rank with the
+    smallest load that still has room, so every rank gets ``batch_size`` samples
+    per step and no rank waits long for a straggler. Use the same ``batch_size``
+    in the DataLoader. ``imbalance()`` reports what the assignment achieves.
+    """
+
+    def __init__(self, costs, batch_size, num_replicas=None, rank=None, shuffle=True, seed=0, drop_last=False):
+        self.costs = _f64_vector(costs, "costs")
+        if not np.all(np.isfinite(self.costs)) or np.any(self.costs < 0):
+            raise ValueError("costs must be finite and >= 0")
+        self.batch_size = _positive_int(batch_size, "batch_size")
+        super().__init__(len(self.costs), num_replicas, rank, shuffle, seed, drop_last)
+        self._stats = None
+
+    def _compute(self):
+        idx, bal, naive = _C.balanced_sampler_indices(self.costs, self.num_replicas, self.rank, self.batch_size,
+                                                      self.shuffle, self._epoch_seed(), self.drop_last)
+        self._stats = (self.epoch, bal, naive)
+        return np.asarray(idx)
+
+    def indices(self):
+        return self._compute()
+
+    def imbalance(self):
+        """For the current epoch: max over ranks of a step's cost divided by the mean
+        over ranks, as ``{"mean", "worst"}`` over steps, with the same figures for the
+        plain DistributedSampler assignment under ``"unbalanced_mean"``/``"unbalanced_worst"``."""
+        if self._stats is None or self._stats[0] != self.epoch:
+            self._compute()
+        _, (mean, worst), (umean, uworst) = self._stats
+        return {"mean": mean, "worst": worst, "unbalanced_mean": umean, "unbalanced_worst": uworst}
+
+
+class WeightedDistributedSampler(_EpochMixin, Sampler):
+    """Class-imbalance sampling across ranks: index i is drawn with probability
+    proportional to ``weights[i]``.
+
+    ``num_samples`` is the number of draws over all ranks; each rank draws its own
+    share, ``ceil(num_samples / num_replicas)`` (``floor`` with ``drop_last``), and
+    the ranks' draws together are exactly one single-process draw sequence of
+    ``share * num_replicas`` draws (rank r makes draws r, r + R, ...). With
+    ``replacement=False`` no index repeats across ranks within an epoch.
+    """
+
+    def __init__(self, weights, num_samples, replacement=True, num_replicas=None, rank=None, seed=0, drop_last=False):
+        self.weights = _f64_vector(weights, "weights")
+        self.num_replicas, self.rank = _group_defaults(num_replicas, rank)
+        num_samples = _positive_int(num_samples, "num_samples")
+        self.replacement = bool(replacement)
+        self.seed = int(seed) & _MASK64
+        self.drop_last = bool(drop_last)
+        self.epoch = 0
+        R = self.num_replicas
+        self.num_samples = num_samples // R if self.drop_last else -(-num_samples // R)
+        self.total_size = self.num_samples * R
+        positive = int(np.count_nonzero(self.weights > 0))
+        if not np.all(np.isfinite(self.weights)) or np.any(self.weights < 0) or positive == 0:
+            raise ValueError("weights must be finite, >= 0, and not all zero")
+        if not self.replacement and self.total_size > positive:
+            raise ValueError(f"{self.total_size} draws without replacement, but only {positive} weights are > 0")
+
+    def indices(self):
+        return np.asarray(_C.weighted_sampler_indices(self.weights, self.total_size, self.replacement,
+                                                      self.num_replicas, self.rank, self._epoch_seed()))
+
+    def __len__(self):
+        return self.num_samples
+
+
+def _sampler_indices(sampler):
+    if hasattr(sampler, "indices"):
+        idx = sampler.indices()
+    else:
+        idx = np.fromiter((int(i) for i in sampler), dtype=np.int64)
+    return np.ascontiguousarray(idx, dtype=np.int64)
+
+
+def _fixed_batches(idx, batch_size, drop_last):
+    n = len(idx)
+    nb = n // batch_size if drop_last else -(-n // batch_size)
+    offsets = np.minimum(np.arange(nb + 1, dtype=np.int64) * batch_size, n)
+    return idx, offsets
+
+
+# ---- data sets ---------------------------------------------------------------------------
+
+
+class Dataset:
+    """A map-style data set: ``__getitem__(i)`` and ``__len__()``."""
+
+    def __getitem__(self, index):
+        raise NotImplementedError
+
+    def __len__(self):
+        raise NotImplementedError
+
+
+def _as_source(obj):
+    """(Buffer, file_backed) for an array, tensor, Buffer or .npy path."""
+    if isinstance(obj, (str, bytes, os.PathLike)):
+        path = os.fsdecode(obj)
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"no such .npy file: {path!r}")
+        return _C.Buffer.from_object(_C.NpyFile(path)), True
+    if isinstance(obj, Tensor):
+        obj = obj._buf
+    if isinstance(obj, _C.Buffer):
+        if obj.device != -1:
+            raise ValueError("data set arrays must be in host memory; the loader moves batches to the device")
+        return obj, False
+    # A read-only np.memmap (np.load(mmap_mode="r")) maps a file: its pages may be dropped.
+    file_backed = isinstance(obj, np.memmap) and obj.mode == "r"
+    arr = np.asarray(obj)
+    if not arr.flags.c_contiguous:
+        if file_backed:
+            raise ValueError("a memory-mapped array must be C-contiguous to be read row by row")
+        arr = np.ascontiguousarray(arr)
+    override = "bfloat16" if arr.dtype.name == "bfloat16" else None
+    return _C.Buffer.from_object(arr, override), file_backed
+
+
+class TensorDataset(Dataset):
+    """Samples are rows of equal-length arrays: numpy arrays, ddpc tensors, or paths of
+    ``.npy`` files (memory-mapped). ``dataset[i]`` is a tuple of the i-th rows."""
+
+    def __init__(self, *arrays):
+        if not arrays:
+            raise ValueError("TensorDataset needs at least one array")
+        if len(arrays) > 16:
+            raise ValueError(f"TensorDataset holds at most 16 arrays, got {len(arrays)}")
+        sources = [_as_source(a) for a in arrays]
+        for i, (buf, _) in enumerate(sources):
+            if buf.ndim < 1:
+                raise ValueError(f"array {i} is 0-d; every array needs a first (sample) dimension")
+        lengths = [buf.shape[0] for buf, _ in sources]
+        if len(set(lengths)) != 1:
+            raise ValueError(f"arrays have different lengths {lengths}; every array needs one row per sample")
+        self._buffers = [buf for buf, _ in sources]
+        self._file_backed = [fb for _, fb in sources]
+        self.tensors = tuple(Tensor(buf) for buf in self._buffers)
+
+    def __getitem__(self, index):
+        return tuple(t[index] for t in self.tensors)
+
+    def __len__(self):
+        return self._buffers[0].shape[0]
+
+
+# ---- collation ---------------------------------------------------------------------------
+
+
+def _to_tensor(arr):
+    try:
+        return from_numpy(np.ascontiguousarray(arr))
+    except TypeError:  # a dtype ddpc has no tensor for (bool, strings, ...): keep the array
+        return arr
+
+
+def default_collate(batch):
+    """Stacks a list of samples: tensors and arrays along a new dim 0, numbers into a
+    1-d tensor (int64 or float64), tuples/lists per field (into a list), dicts per key."""
+    elem = batch[0]
+    if isinstance(elem, Tensor):
+        return stack(batch)
+    if isinstance(elem, np.ndarray):
+        return _to_tensor(np.stack(batch))
+    if isinstance(elem, bool):
+        return np.asarray(batch)
+    if isinstance(elem, numbers.Integral):
+        return _to_tensor(np.asarray(batch, dtype=np.int64))
+    if isinstance(elem, numbers.Real):
+        return _to_tensor(np.asarray(batch, dtype=np.float64))
+    if isinstance(elem, np.generic):
+        return _to_tensor(np.asarray(batch))
+    if isinstance(elem, dict):
+        return {k: default_collate([s[k] for s in batch]) for k in elem}
+    if isinstance(elem, (tuple, list)):
+        if any(len(s) != len(elem) for s in batch):
+            raise ValueError("each sample in a batch must have the same number of fields")
+        return [default_collate(list(field)) for field in zip(*batch)]
+    return batch
+
+
+def _move(value, device, pin_memory):
+    if isinstance(value, Tensor):
+        if device is not None:
+            return value.to(device, non_blocking=True)
+        return value.pin_memory() if pin_memory else value
+    if isinstance(value, list):
+        return [_move(v, device, pin_memory) for v in value]
+    if isinstance(value, dict):
+        return {k: _move(v, device, pin_memory) for k, v in value.items()}
+    return value
+
+
+# ---- iterators -----------------------------------------------------------------------------
+
+
+class _ArrayBatches:
+    """Batches of a TensorDataset gathered by _C.Loader's threads."""
+
+    def __init__(self, loader):
+        self._loader = loader
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return [Tensor(buf) for buf in next(self._loader)]
+
+    def __length_hint__(self):
+        return self._loader.__length_hint__()
+
+    def close(self):
+        """Stops the loader's threads now (dropping the iterator does the same)."""
+        self._loader.close()
+
+
+_END = object()
+
+
+class _Failure:
+    def __init__(self, exc):
+        self.exc = exc
+
+
+def _produce(fetch, batches, out, stop):
+    """Background thread of _ThreadedBatches: fetches batches in order until told to stop."""
+    try:
+        for batch in batches:
+            if stop.is_set():
+                return
+            try:
+                item = fetch(batch)
+            except BaseException as exc:  # handed to the consumer, which re-raises it
+                item = _Failure(exc)
+            while not stop.is_set():
+                try:
+                    out.put(item, timeout=0.05)
+                    break
+                except queue.Full:
+                    continue
+            if isinstance(item, _Failure):
+                return
+    finally:
+        while not stop.is_set():
+            try:
+                out.put(_END, timeout=0.05)
+                break
+            except queue.Full:
+                continue
+
+
+def _shutdown(stop, thread):
+    stop.set()
+    if thread is not threading.current_thread():
+        thread.join()
+
+
+class _ThreadedBatches:
+    """Batches of a generic data set, fetched and collated by one background thread,
+    at most ``prefetch`` ahead. The thread holds no reference to this iterator, so
+    dropping the iterator stops and joins it."""
+
+    def __init__(self, fetch, batches, prefetch):
+        self._queue = queue.Queue(maxsize=prefetch)
+        stop = threading.Event()
+        thread = threading.Thread(target=_produce, args=(fetch, batches, self._queue, stop), daemon=True,
+                                  name="ddpc-data-prefetch")
+        thread.start()
+        self._finalizer = weakref.finalize(self, _shutdown, stop, thread)
+        self._remaining = len(batches)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if not self._finalizer.alive:
+            raise StopIteration
+        item = self._queue.get()
+        if item is _END:
+            self.close()
+            raise StopIteration
+        if isinstance(item, _Failure):
+            self.close()
+            raise item.exc
+        self._remaining -= 1
+        return item
+
+    def __length_hint__(self):
+        return self._remaining
+
+    def close(self):
+        """Stops and joins the background thread now."""
+        self._finalizer()
+
+
+# ---- loaders -------------------------------------------------------------------------------
+
+
+class DataLoader:
+    """Batches of a data set, prefetched in the background, like ``torch.utils.data.DataLoader``.
+
+    A ``TensorDataset`` (with the default collation) is gathered by ``num_threads``
+    C threads straight into new batch tensors (pinned staging and a copy stream
+    when ``device`` is a GPU); any other data set is read with ``__getitem__`` and
+    collated by ``collate_fn`` in a background thread. ``prefetch`` batches are
+    prepared ahead of the one being used. Batches of a TensorDataset are lists of
+    ``ddpc.Tensor`` (one per array). ``device`` places batches on that device;
+    ``pin_memory`` puts host batches in page-locked memory.
+    """
+
+    def __init__(self, dataset, batch_size=1, shuffle=False, sampler=None, batch_sampler=None, drop_last=False,
+                 collate_fn=None, pin_memory=False, device=None, prefetch=2, num_threads=None):
+        self.dataset = dataset
+        n = _length_of(dataset)
+        if n == 0:
+            raise ValueError("the data set is empty")
+        if batch_sampler is not None:
+            if batch_size != 1 or shuffle or sampler is not None or drop_last:
+                raise ValueError("batch_sampler is mutually exclusive with batch_size, shuffle, sampler and drop_last")
+            batch_size = None
+        else:
+            batch_size = _positive_int(batch_size, "batch_size")
+            if sampler is not None and shuffle:
+                raise ValueError("sampler is mutually exclusive with shuffle")
+            if sampler is None:
+                sampler = RandomSampler(dataset) if shuffle else SequentialSampler(dataset)
+        self.batch_size = batch_size
+        self.drop_last = bool(drop_last)
+        self.sampler = sampler
+        self.batch_sampler = batch_sampler
+        self.collate_fn = collate_fn
+        self.pin_memory = bool(pin_memory)
+        self.device = None if device is None else ordinal(device)
+        if self.device == -1:
+            self.device = None
+        self.prefetch = _positive_int(prefetch, "prefetch")
+        self.num_threads = (max(1, min(4, os.cpu_count() or 1)) if num_threads is None
+                            else _positive_int(num_threads, "num_threads"))
+        self._arrays = isinstance(dataset, TensorDataset) and collate_fn is None
+
+    def _plan(self):
+        """The epoch's (indices, offsets): batch b is indices[offsets[b]:offsets[b + 1]]."""
+        if self.batch_sampler is None:
+            return _fixed_batches(_sampler_indices(self.sampler), self.batch_size, self.drop_last)
+        if hasattr(self.batch_sampler, "plan"):
+            return self.batch_sampler.plan()
+        batches = [np.asarray(b, dtype=np.int64).reshape(-1) for b in self.batch_sampler]
+        offsets = np.zeros(len(batches) + 1, dtype=np.int64)
+        np.cumsum([len(b) for b in batches], out=offsets[1:])
+        idx = np.concatenate(batches) if batches else np.empty(0, dtype=np.int64)
+        return np.ascontiguousarray(idx), offsets
+
+    def __iter__(self):
+        idx, offsets = self._plan()
+        if self._arrays:
+            ds = self.dataset
+            return _ArrayBatches(_C.Loader(ds._buffers, ds._file_backed, idx, offsets, self.prefetch,
+                                           self.num_threads, self.device, self.pin_memory, RESIDENT_BUDGET))
+        idx = idx.tolist()
+        batches = [idx[offsets[b]:offsets[b + 1]] for b in range(len(offsets) - 1)]
+        return _ThreadedBatches(self._fetch, batches, self.prefetch)
+
+    def _fetch(self, batch):
+        samples = [self.dataset[i] for i in batch]
+        value = (self.collate_fn or default_collate)(samples)
+        return _move(value, self.device, self.pin_memory)
+
+    def __len__(self):
+        if self.batch_sampler is not None:
+            return len(self.batch_sampler)
+        n = len(self.sampler)
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+
+class ShardedLoader:
+    """DataLoader + DistributedSampler over arrays or ``.npy`` files, in one line.
+
+    ``sources`` is one array/tensor/path (batches are single tensors) or a list or
+    tuple of them (batches are lists). Each rank gets its DistributedSampler share
+    (``rank`` and ``world_size`` default to the process group); ``drop_last`` drops
+    both the uneven tail across ranks and each rank's last incomplete batch. A
+    ``sampler`` replaces the DistributedSampler, e.g. ``RandomSampler(n, seed=s)``
+    when every rank passes a data set of its own. ``set_epoch(e)`` reshuffles.
+    """
+
+    def __init__(self, sources, batch_size, shuffle=True, seed=0, drop_last=False, rank=None, world_size=None,
+                 device=None, prefetch=2, sampler=None):
+        self._single = not isinstance(sources, (list, tuple))
+        self.dataset = TensorDataset(*([sources] if self._single else sources))
+        if len(self.dataset) == 0:
+            raise ValueError("the data set is empty")
+        batch_size = _positive_int(batch_size, "batch_size")
+        if sampler is None:
+            sampler = DistributedSampler(len(self.dataset), world_size, rank, shuffle, seed, drop_last)
+        self.sampler = sampler
+        self.loader = DataLoader(self.dataset, batch_size, sampler=sampler, drop_last=drop_last, device=device,
+                                 prefetch=prefetch)
+
+    def set_epoch(self, epoch):
+        if hasattr(self.sampler, "set_epoch"):
+            self.sampler.set_epoch(epoch)
+
+    def __iter__(self):
+        batches = iter(self.loader)
+        if not self._single:
+            return batches
+        return _Single(batches)
+
+    def __len__(self):
+        return len(self.loader)
+
+
+class _Single:
+    def __init__(self, batches):
+        self._batches = batches
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return next(self._batches)[0]
+
+    def close(self):
+        self._batches.close()

@@ -1,0 +1,22 @@
+"""ddpc.nn.functional: the stateless forms of the layers and losses.
+
+Each function is one fused _C op forward and one backward (see ddpc.autograd).
+"""
+
+from ..autograd import cross_entropy, dropout, gelu, linear, mse_loss, relu, sigmoid, tanh
+
+__all__ = ["cross_entropy", "dropout", "gelu", "linear", "mse_loss", "relu", "sigmoid", "tanh", "flatten"]
+
+
+def flatten(input, start_dim=1, end_dim=-1):
+    """Merges dims start_dim..end_dim into one (a view)."""
+    nd = input.ndim
+    if nd == 0:
+        return input.reshape(1)
+    start, end = start_dim % nd, end_dim % nd
+    if start > end:
+        raise ValueError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim}")
+    merged = 1
+    for s in input.shape[start:end + 1]:
+        merged *= s
+    return input.reshape(input.shape[:start] + (merged,) + input.shape[end + 1:])

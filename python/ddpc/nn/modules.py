@@ -1,0 +1,549 @@
+"""ddpc.nn modules: Module and Parameter, the layers, containers and losses.
+
+Module follows torch.nn.Module: assigning a Parameter, a Module or a
+registered buffer to an attribute registers it; state_dict keys are dotted
+paths; ``to``/``cuda``/``cpu`` convert parameters in place (the Parameter
+objects stay the same, so an optimizer built before the move keeps working).
+"""
+
+import itertools
+import math
+from collections import OrderedDict, namedtuple
+
+from ..autograd import no_grad
+from ..tensor import Tensor, _is_dtype_spec, empty
+from .._dtype import get_dtype, ordinal
+from . import functional as F
+from . import init
+
+__all__ = ["Module", "Parameter", "Linear", "ReLU", "GELU", "Tanh", "Sigmoid", "Dropout", "Flatten", "Identity",
+           "Sequential", "ModuleList", "CrossEntropyLoss", "MSELoss"]
+
+
+class Parameter(Tensor):
+    """A tensor that is a module's parameter: it requires grad by default and
+    is registered when assigned to a Module attribute."""
+
+    def __init__(self, data=None, requires_grad=True):
+        if data is None:
+            data = empty(0)
+        if not isinstance(data, Tensor):
+            raise TypeError(f"Parameter wraps a ddpc.Tensor, got {type(data).__name__}")
+        super().__init__(data._buf, requires_grad=requires_grad)
+
+    def __repr__(self):
+        return "Parameter containing:\n" + super().__repr__()
+
+    def __reduce__(self):
+        """Pickles (and deep-copies) by value as a Parameter."""
+        return (Parameter, (self.detach(), self.requires_grad))
+
+
+_IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
+
+
+class Module:
+    """Base class of every layer and model."""
+
+    def __init__(self):
+        object.__setattr__(self, "training", True)
+        object.__setattr__(self, "_parameters", OrderedDict())
+        object.__setattr__(self, "_buffers", OrderedDict())
+        object.__setattr__(self, "_non_persistent", set())
+        object.__setattr__(self, "_modules", OrderedDict())
+
+    def forward(self, *args, **kwargs):
+        raise NotImplementedError(f"{type(self).__name__} does not define forward()")
+
+    def __call__(self, *args, **kwargs):
+        return self.forward(*args, **kwargs)
+
+    # ---- registration ---------------------------------------------------------------
+    def _dicts(self):
+        params = self.__dict__.get("_parameters")
+        if params is None:
+            raise AttributeError(f"cannot assign to {type(self).__name__} before Module.__init__() is called")
+        return params, self.__dict__["_buffers"], self.__dict__["_modules"]
+
+    def __setattr__(self, name, value):
+        if isinstance(value, Parameter):
+            params, buffers, modules = self._dicts()
+            buffers.pop(name, None)
+            modules.pop(name, None)
+            self.__dict__.pop(name, None)
+            params[name] = value
+        elif isinstance(value, Module):
+            params, buffers, modules = self._dicts()
+            params.pop(name, None)
+            buffers.pop(name, None)
+            self.__dict__.pop(name, None)
+            modules[name] = value
+        else:
+            params = self.__dict__.get("_parameters")
+            if params is not None and name in params:
+                if value is not None:
+                    raise TypeError(f"cannot assign a {type(value).__name__} as parameter {name!r} "
+                                    "(a ddpc.nn.Parameter or None is expected)")
+                params[name] = None
+            elif params is not None and name in self._modules:
+                if value is not None:
+                    raise TypeError(f"cannot assign a {type(value).__name__} as child module {name!r}")
+                self._modules[name] = None
+            elif params is not None and name in self._buffers:
+                if value is not None and not isinstance(value, Tensor):
+                    raise TypeError(f"cannot assign a {type(value).__name__} as buffer {name!r}")
+                self._buffers[name] = value
+            else:
+                object.__setattr__(self, name, value)
+
+    def __getattr__(self, name):
+        d = self.__dict__
+        for key in ("_parameters", "_buffers", "_modules"):
+            table = d.get(key)
+            if table is not None and name in table:
+                return table[name]
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+
+    def __delattr__(self, name):
+        for table in (self._parameters, self._buffers, self._modules):
+            if name in table:
+                del table[name]
+                self._non_persistent.discard(name)
+                return
+        object.__delattr__(self, name)
+
+    def register_parameter(self, name, param):
+        if param is not None and not isinstance(param, Parameter):
+            raise TypeError(f"register_parameter: {name!r} must be a Parameter or None")
+        self._check_name(name)
+        self._parameters[name] = param
+
+    def register_buffer(self, name, tensor, persistent=True):
+        if tensor is not None and not isinstance(tensor, Tensor):
+            raise TypeError(f"register_buffer: {name!r} must be a ddpc.Tensor or None")
+        self._check_name(name)
+        self._buffers[name] = tensor
+        if persistent:
+            self._non_persistent.discard(name)
+        else:
+            self._non_persistent.add(name)
+
+    def add_module(self, name, module):
+        if module is not None and not isinstance(module, Module):
+            raise TypeError(f"add_module: {name!r} must be a Module or None")
+        self._check_name(name)
+        self._modules[name] = module
+
+    register_module = add_module
+
+    def _check_name(self, name):
+        if not isinstance(name, str) or not name or "." in name:
+            raise KeyError(f"invalid name {name!r}: a non-empty string without '.' is needed")
+        if name in self.__dict__ and name not in ("training",):
+            raise KeyError(f"attribute {name!r} already exists")
+
+    # ---- traversal -------------------------------------------------------------------
+    def named_modules(self, memo=None, prefix=""):
+        memo = set() if memo is None else memo
+        if id(self) in memo:
+            return
+        memo.add(id(self))
+        yield prefix, self
+        for name, m in self._modules.items():
+            if m is not None:
+                yield from m.named_modules(memo, prefix + ("." if prefix else "") + name)
+
+    def modules(self):
+        for _, m in self.named_modules():
+            yield m
+
+    def named_children(self):
+        seen = set()
+        for name, m in self._modules.items():
+            if m is not None and id(m) not in seen:
+                seen.add(id(m))
+                yield name, m
+
+    def children(self):
+        for _, m in self.named_children():
+            yield m
+
+    def _named_members(self, table, prefix, recurse):
+        seen = set()
+        mods = self.named_modules(prefix=prefix) if recurse else [(prefix, self)]
+        for mod_prefix, m in mods:
+            for name, v in getattr(m, table).items():
+                if v is None or id(v) in seen:
+                    continue
+                seen.add(id(v))
+                yield mod_prefix + ("." if mod_prefix else "") + name, v
+
+    def named_parameters(self, prefix="", recurse=True):
+        return self._named_members("_parameters", prefix, recurse)
+
+    def parameters(self, recurse=True):
+        for _, p in self.named_parameters(recurse=recurse):
+            yield p
+
+    def named_buffers(self, prefix="", recurse=True):
+        return self._named_members("_buffers", prefix, recurse)
+
+    def buffers(self, recurse=True):
+        for _, b in self.named_buffers(recurse=recurse):
+            yield b
+
+    def apply(self, fn):
+        for m in self.children():
+            m.apply(fn)
+        fn(self)
+        return self
+
+    # ---- state ------------------------------------------------------------------------
+    def state_dict(self, destination=None, prefix="", keep_vars=False):
+        """Parameters and persistent buffers by dotted name (sharing storage with the module)."""
+        out = OrderedDict() if destination is None else destination
+        for name, p in self._parameters.items():
+            if p is not None:
+                out[prefix + name] = p if keep_vars else p.detach()
+        for name, b in self._buffers.items():
+            if b is not None and name not in self._non_persistent:
+                out[prefix + name] = b if keep_vars else b.detach()
+        for name, m in self._modules.items():
+            if m is not None:
+                m.state_dict(out, prefix + name + ".", keep_vars)
+        return out
+
+    def load_state_dict(self, state_dict, strict=True):
+        """Copies tensors from state_dict into this module's parameters and buffers.
+
+        Missing and unexpected keys raise (strict=True) or are returned; a
+        shape mismatch always raises. All problems are reported together and
+        nothing is copied unless every key checks out.
+        """
+        if not hasattr(state_dict, "items"):
+            raise TypeError(f"expected a dict-like state_dict, got {type(state_dict).__name__}")
+        own = self.state_dict(keep_vars=True)
+        missing = [k for k in own if k not in state_dict]
+        unexpected = [k for k in state_dict if k not in own]
+        errors = []
+        for k, target in own.items():
+            if k not in state_dict:
+                continue
+            value = state_dict[k]
+            if not isinstance(value, Tensor):
+                errors.append(f'While copying the parameter named "{k}", expected a ddpc.Tensor but got '
+                              f"{type(value).__name__}.")
+            elif value.shape != target.shape:
+                errors.append(f"size mismatch for {k}: copying a param with shape {value.shape} from checkpoint, "
+                              f"the shape in current model is {target.shape}.")
+        if strict:
+            if unexpected:
+                errors.insert(0, "Unexpected key(s) in state_dict: " + ", ".join(f'"{k}"' for k in unexpected) + ". ")
+            if missing:
+                errors.insert(0, "Missing key(s) in state_dict: " + ", ".join(f'"{k}"' for k in missing) + ". ")
+        if errors:
+            raise RuntimeError(f"Error(s) in loading state_dict for {type(self).__name__}:\n\t" + "\n\t".join(errors))
+        with no_grad():
+            for k, target in own.items():
+                if k in state_dict:
+                    target.copy_(state_dict[k])
+        return _IncompatibleKeys(missing, unexpected)
+
+    # ---- conversion ---------------------------------------------------------------------
+    def _apply(self, fn):
+        """Replaces every parameter's and buffer's storage (and each grad) by fn(tensor)."""
+        for m in self.modules():
+            for p in m._parameters.values():
+                if p is None:
+                    continue
+                p._buf = fn(p.detach())._buf
+                if p.grad is not None:
+                    p.grad = fn(p.grad)
+            for name, b in m._buffers.items():
+                if b is not None:
+                    m._buffers[name] = fn(b)
+        return self
+
+    def to(self, *args, dtype=None, device=None, non_blocking=False):
+        """``to(device)``, ``to(dtype)`` (floating tensors only) or ``to(device, dtype)``, in place."""
+        for a in args:
+            if isinstance(a, Tensor):
+                device, dtype = a.device, a.dtype
+            elif _is_dtype_spec(a):
+                dtype = a
+            else:
+                device = a
+        dt = get_dtype(dtype) if dtype is not None else None
+        if dt is not None and not dt.is_floating_point:
+            raise TypeError(f"Module.to only accepts floating point dtypes, got {dt}")
+        dev = ordinal(device) if device is not None else None
+
+        def convert(t):
+            out = t
+            if dev is not None and out._buf.device != dev:
+                out = out.to(device=dev, non_blocking=non_blocking)
+            if dt is not None and out.dtype.is_floating_point and out.dtype is not dt:
+                out = out.to(dtype=dt)
+            return out
+
+        return self._apply(convert)
+
+    def cuda(self, device=None):
+        return self.to(device="cuda" if device is None else (f"cuda:{device}" if isinstance(device, int) else device))
+
+    def cpu(self):
+        return self.to(device="cpu")
+
+    def float(self):
+        return self.to(dtype="float32")
+
+    def double(self):
+        return self.to(dtype="float64")
+
+    def train(self, mode=True):
+        if not isinstance(mode, bool):
+            raise ValueError("training mode is expected to be a bool")
+        for m in self.modules():
+            object.__setattr__(m, "training", mode)
+        return self
+
+    def eval(self):
+        return self.train(False)
+
+    def requires_grad_(self, requires_grad=True):
+        for p in self.parameters():
+            p.requires_grad_(requires_grad)
+        return self
+
+    def zero_grad(self, set_to_none=True):
+        for p in self.parameters():
+            if p.grad is None:
+                continue
+            if set_to_none:
+                p.grad = None
+            else:
+                p.grad.zero_()
+
+    # ---- printing ------------------------------------------------------------------------
+    def extra_repr(self):
+        return ""
+
+    def __repr__(self):
+        lines = []
+        extra = self.extra_repr()
+        if extra:
+            lines = extra.split("\n")
+        for name, m in self._modules.items():
+            body = repr(m).replace("\n", "\n  ")
+            lines.append(f"({name}): {body}")
+        if not lines:
+            return f"{type(self).__name__}()"
+        if len(lines) == 1 and not self._modules:
+            return f"{type(self).__name__}({lines[0]})"
+        return f"{type(self).__name__}(\n  " + "\n  ".join(lines) + "\n)"
+
+
+# ---- layers ------------------------------------------------------------------------------
+
+class Identity(Module):
+    def __init__(self, *args, **kwargs):
+        super().__init__()
+
+    def forward(self, input):
+        return input
+
+
+class Linear(Module):
+    """y = x @ weight.T + bias, with PyTorch's default initialisation
+    (weight and bias uniform on +-1/sqrt(in_features), drawn from ddpc's generator)."""
+
+    def __init__(self, in_features, out_features, bias=True, device=None, dtype=None):
+        super().__init__()
+        self.in_features, self.out_features = int(in_features), int(out_features)
+        self.weight = Parameter(empty(self.out_features, self.in_features, dtype=dtype, device=device))
+        if bias:
+            self.bias = Parameter(empty(self.out_features, dtype=dtype, device=device))
+        else:
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        if self.bias is not None:
+            bound = 1 / math.sqrt(self.in_features) if self.in_features > 0 else 0
+            init.uniform_(self.bias, -bound, bound)
+
+    def forward(self, input):
+        return F.linear(input, self.weight, self.bias)
+
+    def extra_repr(self):
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+
+
+class ReLU(Module):
+    def __init__(self, inplace=False):
+        super().__init__()
+
+    def forward(self, input):
+        return F.relu(input)
+
+
+class GELU(Module):
+    def __init__(self, approximate="none"):
+        super().__init__()
+        if approximate != "none":
+            raise ValueError("ddpc's GELU implements the exact form only (approximate='none')")
+        self.approximate = approximate
+
+    def forward(self, input):
+        return F.gelu(input)
+
+    def extra_repr(self):
+        return f"approximate='{self.approximate}'"
+
+
+class Tanh(Module):
+    def forward(self, input):
+        return F.tanh(input)
+
+
+class Sigmoid(Module):
+    def forward(self, input):
+        return F.sigmoid(input)
+
+
+class Dropout(Module):
+    """Zeroes each element with probability p in training mode (mask from ddpc's generator)."""
+
+    def __init__(self, p=0.5, inplace=False):
+        super().__init__()
+        if not 0 <= p <= 1:
+            raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+        self.p = p
+
+    def forward(self, input):
+        return F.dropout(input, self.p, self.training)
+
+    def extra_repr(self):
+        return f"p={self.p}, inplace=False"
+
+
+class Flatten(Module):
+    def __init__(self, start_dim=1, end_dim=-1):
+        super().__init__()
+        self.start_dim, self.end_dim = start_dim, end_dim
+
+    def forward(self, input):
+        return F.flatten(input, self.start_dim, self.end_dim)
+
+    def extra_repr(self):
+        return f"start_dim={self.start_dim}, end_dim={self.end_dim}"
+
+
+# ---- containers ---------------------------------------------------------------------------
+
+class Sequential(Module):
+    """Modules applied in order; built from modules or one OrderedDict of them."""
+
+    def __init__(self, *args):
+        super().__init__()
+        if len(args) == 1 and isinstance(args[0], OrderedDict):
+            for name, m in args[0].items():
+                self.add_module(name, m)
+        else:
+            for i, m in enumerate(args):
+                self.add_module(str(i), m)
+
+    def forward(self, input):
+        for m in self._modules.values():
+            input = m(input)
+        return input
+
+    def __len__(self):
+        return len(self._modules)
+
+    def __iter__(self):
+        return iter(self._modules.values())
+
+    def __getitem__(self, idx):
+        if isinstance(idx, slice):
+            return Sequential(OrderedDict(list(self._modules.items())[idx]))
+        n = len(self)
+        if not -n <= idx < n:
+            raise IndexError(f"index {idx} is out of range for a Sequential of {n} modules")
+        return next(itertools.islice(self._modules.values(), idx % n, None))
+
+    def append(self, module):
+        self.add_module(str(len(self)), module)
+        return self
+
+
+class ModuleList(Module):
+    """A list of modules, registered so their parameters are found."""
+
+    def __init__(self, modules=None):
+        super().__init__()
+        if modules is not None:
+            self.extend(modules)
+
+    def __len__(self):
+        return len(self._modules)
+
+    def __iter__(self):
+        return iter(self._modules.values())
+
+    def _key(self, idx):
+        n = len(self)
+        if not -n <= idx < n:
+            raise IndexError(f"index {idx} is out of range for a ModuleList of {n} modules")
+        return str(idx % n)
+
+    def __getitem__(self, idx):
+        if isinstance(idx, slice):
+            return ModuleList(list(self._modules.values())[idx])
+        return self._modules[self._key(idx)]
+
+    def __setitem__(self, idx, module):
+        self.add_module(self._key(idx), module)
+
+    def append(self, module):
+        self.add_module(str(len(self)), module)
+        return self
+
+    def extend(self, modules):
+        for m in modules:
+            self.append(m)
+        return self
+
+    def insert(self, index, module):
+        mods = list(self._modules.values())
+        mods.insert(index, module)
+        self._modules.clear()
+        for i, m in enumerate(mods):
+            self.add_module(str(i), m)
+
+
+# ---- losses --------------------------------------------------------------------------------
+
+class CrossEntropyLoss(Module):
+    """Softmax cross entropy over class-index targets (int64), fused in one op."""
+
+    def __init__(self, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0):
+        super().__init__()
+        if weight is not None:
+            raise ValueError("ddpc's CrossEntropyLoss does not support class weights")
+        self.ignore_index, self.reduction, self.label_smoothing = ignore_index, reduction, label_smoothing
+
+    def forward(self, input, target):
+        return F.cross_entropy(input, target, ignore_index=self.ignore_index, reduction=self.reduction,
+                               label_smoothing=self.label_smoothing)
+
+
+class MSELoss(Module):
+    def __init__(self, reduction="mean"):
+        super().__init__()
+        self.reduction = reduction
+
+    def forward(self, input, target):
+        return F.mse_loss(input, target, reduction=self.reduction)
+

@@ -1,0 +1,499 @@
+"""DistributedDataParallel and DataParallel.
+
+DistributedDataParallel (one process per device) broadcasts rank 0's
+parameters and buffers at construction, puts gradients into buckets in
+reverse parameter order, and launches each bucket's all-reduce asynchronously
+from the parameters' post-accumulate-grad hooks as soon as the bucket is
+complete, so communication overlaps the rest of the backward pass. Buckets
+launch in the same order on every rank.
+
+DataParallel (one process, several devices) keeps one persistent replica per
+device, scatters inputs along a dimension, runs every replica's forward,
+gathers the outputs, and sums the replicas' gradients with an in-process
+all-reduce (NCCL across GPUs; copies otherwise).
+"""
+
+import contextlib
+import copy
+
+from .. import _C
+from .. import distributed as dist
+from ..autograd import Node, is_grad_enabled, no_grad
+from ..tensor import Tensor, zeros
+from .modules import Module
+
+_FIRST_BUCKET_BYTES = 1 << 20  # small first bucket: its all-reduce starts early in backward
+
+
+class _Future:
+    """The result of a comm hook: ``wait()`` returns the reduced flat tensor.
+
+    ``then(fn)`` chains a step that runs on the waited result (e.g. casting a
+    compressed gradient back), as ``torch.futures.Future.then`` does.
+    """
+
+    def __init__(self, work, value):
+        self._work, self._value, self._steps = work, value, []
+
+    def then(self, fn):
+        self._steps.append(fn)
+        return self
+
+    def wait(self):
+        if self._work is not None:
+            self._work.wait()
+            self._work = None
+        for fn in self._steps:
+            self._value = fn(self)
+        self._steps = []
+        return self._value
+
+    def value(self):
+        return self._value
+
+
+class GradBucket:
+    """What a comm hook receives: one bucket's flat gradient and its parameters."""
+
+    def __init__(self, index, flat, params, is_last):
+        self._index, self._flat, self._params, self._last = index, flat, params, is_last
+
+    def index(self):
+        return self._index
+
+    def buffer(self):
+        return self._flat
+
+    def parameters(self):
+        return list(self._params)
+
+    def is_last(self):
+        return self._last
+
+
+def allreduce_hook(process_group, bucket):
+    """Averages the bucket over the group with one all-reduce (AVG divides while it
+    reduces, saving the extra pass over the bucket that a separate division costs)."""
+    flat = bucket.buffer()
+    if dist.get_world_size(process_group) == 1:
+        return _Future(None, flat)
+    return _Future(dist.all_reduce(flat, op=dist.ReduceOp.AVG, group=process_group, async_op=True), flat)
+
+
+def _compress_hook(dtype, process_group, bucket):
+    flat = bucket.buffer()
+    compressed = flat.to(dtype)
+    compressed /= dist.get_world_size(process_group)  # before reducing, so the sum stays in the narrow type's range
+    fut = _Future(dist.all_reduce(compressed, group=process_group, async_op=True), compressed)
+
+    def decompress(f):
+        flat.copy_(f.value())
+        return flat
+
+    return fut.then(decompress)
+
+
+def fp16_compress_hook(process_group, bucket):
+    """Averages the bucket in float16 (half the bytes on the wire), then casts back."""
+    from .._dtype import float16
+    return _compress_hook(float16, process_group, bucket)
+
+
+def bf16_compress_hook(process_group, bucket):
+    """Averages the bucket in bfloat16 (half the bytes, float32's range), then casts back."""
+    from .._dtype import bfloat16
+    return _compress_hook(bfloat16, process_group, bucket)
+
+
+class _Bucket:
+    def __init__(self, index, params, device, dtype):
+        self.index = index
+        self.params = params
+        self.offsets = []
+        n = 0
+        for p in params:
+            self.offsets.append(n)
+            n += p.numel()
+        self.flat = zeros(n, dtype=dtype, device=device)
+        self.pending = len(params)
+        self.future = None
+
+    def view(self, i):
+        p = self.params[i]
+        return self.flat[self.offsets[i]:self.offsets[i] + p.numel()].view(p.shape)
+
+
+def _reachable_leaves(outputs):
+    """The leaf tensors an autograd graph reaches from `outputs` (ids)."""
+    found, seen, stack = set(), set(), []
+    for t in _flatten(outputs):
+        if isinstance(t, Tensor) and t.grad_fn is not None:
+            stack.append(t.grad_fn)
+        elif isinstance(t, Tensor) and t.requires_grad:
+            found.add(id(t))
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        for e in node.next_functions:
+            if isinstance(e, Node):
+                stack.append(e)
+            elif isinstance(e, Tensor):
+                found.add(id(e))
+    return found
+
+
+def _flatten(obj):
+    if isinstance(obj, Tensor):
+        yield obj
+    elif isinstance(obj, (list, tuple)):
+        for o in obj:
+            yield from _flatten(o)
+    elif isinstance(obj, dict):
+        for o in obj.values():
+            yield from _flatten(o)
+
+
+def _to_device(obj, device):
+    if isinstance(obj, Tensor):
+        return obj.to(device)
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_to_device(o, device) for o in obj)
+    if isinstance(obj, dict):
+        return {k: _to_device(v, device) for k, v in obj.items()}
+    return obj
+
+
+class DistributedDataParallel(Module):
+    """Data parallelism across processes, with PyTorch's constructor and behaviour.
+
+    ``device_ids`` names this process's device (one entry) or is None for a
+    module on the cpu or already on its device. Gradients are averaged over
+    the group. Differences from PyTorch: ``static_graph`` and
+    ``gradient_predivide_factor`` are not offered.
+    """
+
+    def __init__(self, module, device_ids=None, output_device=None, broadcast_buffers=True, process_group=None,
+                 bucket_cap_mb=25, find_unused_parameters=False, gradient_as_bucket_view=False):
+        super().__init__()
+        if not dist.is_initialized():
+            raise RuntimeError("DistributedDataParallel needs a process group: call "
+                               "ddpc.distributed.init_process_group() first")
+        if device_ids is not None and len(device_ids) != 1:
+            raise ValueError("DistributedDataParallel drives one device per process: pass device_ids=[i] or None")
+        self.module = module
+        self.device = device_ids[0] if device_ids else None
+        if self.device is not None:
+            module.to(self.device if not isinstance(self.device, int) else f"cuda:{self.device}")
+        self.output_device = output_device
+        self.broadcast_buffers = broadcast_buffers
+        self.process_group = process_group
+        self.find_unused_parameters = find_unused_parameters
+        self.gradient_as_bucket_view = gradient_as_bucket_view
+        self.require_backward_grad_sync = True
+        self._comm_hook, self._comm_state = allreduce_hook, process_group
+        self._named_params = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
+        self._verify_same_model()
+        self._broadcast_states(0, with_params=True)
+        self._buckets = self._make_buckets(bucket_cap_mb * (1 << 20))
+        self._where = {}
+        for b in self._buckets:
+            for i, p in enumerate(b.params):
+                self._where[id(p)] = (b, i)
+                p.register_post_accumulate_grad_hook(self._on_grad_ready)
+        self._next_launch = 0
+        self._got_grad = {}
+        self._expect_reduction = False
+        self._join_mode = False
+
+    # ---- construction --------------------------------------------------------------
+    def _world(self):
+        return dist.get_world_size(self.process_group), dist.get_rank(self.process_group)
+
+    def _verify_same_model(self):
+        """Raises naming the first parameter whose name or shape differs between ranks."""
+        desc = "\n".join(f"{n}:{tuple(p.shape)}:{p.dtype.name}" for n, p in self._named_params).encode()
+        size, rank = self._world()
+        length = Tensor(_C.Buffer((1,), "int64")).fill_(len(desc))
+        dist.all_reduce(length, op=dist.ReduceOp.MAX, group=self.process_group)
+        mine = zeros(int(length.item()), dtype="uint8")
+        if desc:
+            mine.numpy()[:len(desc)] = list(desc)
+        gathered = [zeros(int(length.item()), dtype="uint8") for _ in range(size)]
+        dist.all_gather(gathered, mine, group=self.process_group)
+        tables = [bytes(g.numpy()).rstrip(b"\0").decode().split("\n") for g in gathered]
+        for r, table in enumerate(tables):
+            if table == tables[0]:
+                continue
+            for i in range(max(len(table), len(tables[0]))):
+                a = tables[0][i] if i < len(tables[0]) else "<none>"
+                b = table[i] if i < len(table) else "<none>"
+                if a != b:
+                    raise RuntimeError(
+                        f"DistributedDataParallel: the model differs between ranks 0 and {r} at parameter #{i}: "
+                        f"rank 0 has {a!r}, rank {r} has {b!r} (name:shape:dtype); every rank must build the same model")
+
+    def _broadcast_states(self, group_rank, with_params):
+        """Copies the parameters (if asked) and buffers of one group member to all."""
+        src = self.process_group.ranks[group_rank] if self.process_group is not None else group_rank
+        tensors = ([p for _, p in self._named_params] if with_params else []) + list(self.module.buffers())
+        with no_grad():
+            for t in tensors:
+                dist.broadcast(t, src=src, group=self.process_group)
+
+    def _make_buckets(self, cap):
+        buckets, current, size = [], [], 0
+        limit = _FIRST_BUCKET_BYTES
+        for _, p in reversed(self._named_params):
+            if current and (size + p.nbytes > limit or p.dtype is not current[0].dtype
+                            or p.device != current[0].device):
+                buckets.append(current)
+                current, size, limit = [], 0, cap
+            current.append(p)
+            size += p.nbytes
+        if current:
+            buckets.append(current)
+        return [_Bucket(i, ps, ps[0].device, ps[0].dtype) for i, ps in enumerate(buckets)]
+
+    # ---- the reducer -----------------------------------------------------------------
+    def _prepare_for_backward(self, outputs):
+        if self._expect_reduction and self._next_launch < len(self._buckets):
+            missing = [n for n, p in self._named_params if id(p) not in self._got_grad]
+            raise RuntimeError(
+                "DistributedDataParallel: the previous iteration's gradient reduction did not finish because these "
+                f"parameters got no gradient: {missing[:10]}{' ...' if len(missing) > 10 else ''}. Pass "
+                "find_unused_parameters=True if some parameters are unused in forward, or make every output "
+                "contribute to the loss")
+        for b in self._buckets:
+            b.pending, b.future = len(b.params), None
+        self._next_launch = 0
+        self._got_grad = {}
+        self._expect_reduction = self.require_backward_grad_sync
+        if self._expect_reduction and self.find_unused_parameters:
+            used = _reachable_leaves(outputs)
+            for _, p in self._named_params:
+                if id(p) not in used:
+                    self._mark_ready(p, None)
+
+    def _on_grad_ready(self, p):
+        if not self._expect_reduction:
+            return
+        self._mark_ready(p, p.grad)
+
+    def _mark_ready(self, p, grad):
+        b, i = self._where[id(p)]
+        if self._got_grad.get(id(p)):
+            raise RuntimeError(f"DistributedDataParallel: a parameter got a gradient twice in one backward pass "
+                               f"({tuple(p.shape)}); this reducer supports one backward per forward")
+        self._got_grad[id(p)] = True
+        slot = b.view(i)
+        if grad is None:
+            slot.fill_(0)
+        elif grad is not slot and grad.data_ptr() != slot.data_ptr():
+            slot.copy_(grad)
+        if self.gradient_as_bucket_view and grad is not None:
+            p.grad = slot
+        b.pending -= 1
+        self._launch_ready()
+
+    def _launch_ready(self):
+        while self._next_launch < len(self._buckets) and self._buckets[self._next_launch].pending == 0:
+            b = self._buckets[self._next_launch]
+            b.future = self._comm_hook(self._comm_state, GradBucket(b.index, b.flat, b.params,
+                                                                     b.index == len(self._buckets) - 1))
+            self._next_launch += 1
+        if self._next_launch == len(self._buckets):
+            self._finish_reduction()
+
+    def _finish_reduction(self):
+        for b in self._buckets:
+            result = b.future.wait()
+            if result is not b.flat:
+                b.flat.copy_(result)
+            for i, p in enumerate(b.params):
+                slot = b.view(i)
+                if self.gradient_as_bucket_view:
+                    p.grad = slot
+                elif p.grad is None:
+                    p.grad = slot.clone()
+                else:
+                    p.grad.copy_(slot)
+        self._expect_reduction = False
+
+    # ---- public API --------------------------------------------------------------------
+    def forward(self, *inputs, **kwargs):
+        if self._join_mode:
+            self._join_vote(1)
+            self._join_steps += 1
+        if self.broadcast_buffers and self.require_backward_grad_sync:
+            self._broadcast_states(0, with_params=False)
+        if self.device is not None:
+            dev = self.device if not isinstance(self.device, int) else f"cuda:{self.device}"
+            inputs, kwargs = _to_device(inputs, dev), _to_device(kwargs, dev)
+        outputs = self.module(*inputs, **kwargs)
+        if self.module.training and self._buckets and is_grad_enabled():
+            self._prepare_for_backward(outputs)
+        return outputs
+
+    @contextlib.contextmanager
+    def no_sync(self):
+        """Gradients of backward passes inside accumulate locally; the first
+        backward after the block reduces the accumulated gradients."""
+        old = self.require_backward_grad_sync
+        self.require_backward_grad_sync = False
+        try:
+            yield
+        finally:
+            self.require_backward_grad_sync = old
+
+    def register_comm_hook(self, state, hook):
+        """``hook(state, bucket) -> future``: replaces the default all-reduce of each bucket."""
+        if not callable(hook):
+            raise TypeError("hook must be callable: hook(state, bucket) -> future")
+        self._comm_hook, self._comm_state = hook, state
+
+    # ---- uneven inputs -----------------------------------------------------------------
+    def _join_vote(self, active):
+        flag = Tensor(_C.Buffer((1,), "int64")).fill_(active)
+        dist.all_reduce(flag, group=self.process_group)
+        return int(flag.item())
+
+    @contextlib.contextmanager
+    def join(self, enable=True):
+        """Lets ranks with fewer batches finish the epoch: a rank that has run
+        out shadows the others' collectives (contributing zero gradients) until
+        every rank is done. Gradients stay averaged over the whole world size."""
+        if not enable:
+            yield
+            return
+        self._join_mode, self._join_steps = True, 0
+        try:
+            yield
+        finally:
+            try:
+                while self._join_vote(0) > 0:
+                    if self.broadcast_buffers:
+                        self._broadcast_states(0, with_params=False)
+                    for b in self._buckets:
+                        b.flat.fill_(0)
+                        self._comm_hook(self._comm_state, GradBucket(b.index, b.flat, b.params, False)).wait()
+                self._sync_from_last_joiner()
+            finally:
+                self._join_mode = False
+
+    def _sync_from_last_joiner(self):
+        """Ranks that joined early stopped stepping; the rank that ran the most
+        steps (the highest such rank on ties) broadcasts its model to all."""
+        size, rank = self._world()
+        key = Tensor(_C.Buffer((1,), "int64")).fill_(self._join_steps * size + rank)
+        dist.all_reduce(key, op=dist.ReduceOp.MAX, group=self.process_group)
+        self._broadcast_states(int(key.item()) % size, with_params=True)
+
+    def __getstate__(self):
+        raise TypeError("DistributedDataParallel is tied to its process group and cannot be pickled; "
+                        "save model.module.state_dict() instead")
+
+
+class DataParallel(Module):
+    """One process, one replica per device, gradients summed in place across replicas.
+
+    ``device_ids`` lists devices (ints for GPUs, or device strings; ``["cpu",
+    "cpu"]`` runs CPU replicas); the default is every visible GPU. Replicas are
+    made once and kept: after a backward pass their gradients are summed with
+    an in-process all-reduce, and before the next forward the replicas take
+    the first replica's parameters with an in-process broadcast (instead of
+    PyTorch's rebuilding the replicas on every call).
+    """
+
+    def __init__(self, module, device_ids=None, output_device=None, dim=0):
+        super().__init__()
+        if dim != 0:
+            raise ValueError("DataParallel scatters along dim 0 only")
+        if device_ids is None:
+            n = _C.cuda_device_count()
+            device_ids = list(range(n)) if n else ["cpu"]
+        self.device_ids = [f"cuda:{d}" if isinstance(d, int) else str(d) for d in device_ids]
+        if not self.device_ids:
+            raise ValueError("DataParallel needs at least one device")
+        self.output_device = (f"cuda:{output_device}" if isinstance(output_device, int)
+                              else output_device or self.device_ids[0])
+        self.dim = dim
+        self.module = module.to(self.device_ids[0])
+        self._replicas = [self.module] + [copy.deepcopy(module).to(d) for d in self.device_ids[1:]]
+        self._params = [[p for p in r.parameters() if p.requires_grad] for r in self._replicas]
+        self._ready = [0] * len(self._params[0])
+        self._stale = False
+        for k, ps in enumerate(zip(*self._params)):
+            for p in ps:
+                p.register_post_accumulate_grad_hook(lambda _p, k=k: self._on_grad_ready(k))
+
+    def _on_grad_ready(self, k):
+        self._ready[k] += 1
+        if self._ready[k] == len(self._replicas):
+            self._ready[k] = 0
+            grads = [ps[k].grad for ps in self._params]
+            if all(g is not None for g in grads):
+                _C.multi_all_reduce([g._buf for g in grads], 0)
+            # The optimizer steps the first replica only; the others' gradients
+            # are spent, and clearing them keeps accumulation across backward
+            # passes (without zero_grad) exact.
+            for ps in self._params[1:]:
+                ps[k].grad = None
+            self._stale = True
+
+    def _sync_replicas(self):
+        with no_grad():
+            for ps in zip(*self._params):
+                _C.multi_broadcast([p._buf for p in ps], 0)
+            for bs in zip(*(list(r.buffers()) for r in self._replicas)):
+                _C.multi_broadcast([b._buf for b in bs], 0)
+        self._stale = False
+
+    def forward(self, *inputs, **kwargs):
+        if len(self._replicas) == 1:
+            return self.module(*_to_device(inputs, self.device_ids[0]), **_to_device(kwargs, self.device_ids[0]))
+        if self._stale or self.training:
+            self._sync_replicas()
+        chunks = self._scatter(inputs)
+        outputs = [r(*c, **_to_device(kwargs, d)) for r, c, d in zip(self._replicas, chunks, self.device_ids)
+                   if c is not None]
+        return self._gather(outputs)
+
+    def _scatter(self, inputs):
+        tensors = [t for t in inputs if isinstance(t, Tensor)]
+        if not tensors:
+            raise ValueError("DataParallel needs at least one tensor input to scatter")
+        n = tensors[0].shape[0]
+        k = len(self._replicas)
+        per = -(-n // k)
+        chunks = []
+        for i, d in enumerate(self.device_ids):
+            lo, hi = i * per, min(n, (i + 1) * per)
+            if lo >= hi:
+                chunks.append(None)
+                continue
+            chunks.append(tuple(_scatter_slice(x, lo, hi, d) for x in inputs))
+        return chunks
+
+    def _gather(self, outputs):
+        first = outputs[0]
+        if isinstance(first, Tensor):
+            from .. import cat  # the differentiable cat: gradients flow back to each replica
+            return cat([_to_output(o, self.output_device) for o in outputs])
+        if isinstance(first, (tuple, list)):
+            return type(first)(self._gather([o[i] for o in outputs]) for i in range(len(first)))
+        if isinstance(first, dict):
+            return {key: self._gather([o[key] for o in outputs]) for key in first}
+        return outputs
+
+
+def _scatter_slice(x, lo, hi, device):
+    if not isinstance(x, Tensor):
+        return x
+    return _to_output(x[lo:hi], device)
+
+
+def _to_output(t, device):
+    return t if t.device == device else t.to(device)
+

@@ -1,0 +1,62 @@
+"""Adam and AdamW (torch.optim.Adam / AdamW update rules, bias correction and defaults)."""
+
+from .. import _C
+from ..tensor import zeros_like
+from .optimizer import Optimizer
+
+
+class Adam(Optimizer):
+    _decoupled = False
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0, amsgrad=False, *,
+                 maximize=False):
+        if maximize:
+            raise ValueError(f"ddpc's {type(self).__name__} does not implement maximize")
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
+                                      amsgrad=amsgrad))
+
+    def _check_group(self, g):
+        if g["lr"] < 0:
+            raise ValueError(f"Invalid learning rate: {g['lr']}")
+        if g["eps"] < 0:
+            raise ValueError(f"Invalid epsilon value: {g['eps']}")
+        b1, b2 = g["betas"]
+        if not 0.0 <= b1 < 1.0 or not 0.0 <= b2 < 1.0:
+            raise ValueError(f"Invalid beta parameters: {g['betas']}")
+        if g["weight_decay"] < 0:
+            raise ValueError(f"Invalid weight_decay value: {g['weight_decay']}")
+
+    def _step_group(self, group):
+        params = [p for p in group["params"] if p.grad is not None]
+        if not params:
+            return
+        amsgrad = bool(group["amsgrad"])
+        by_step = {}
+        for p in params:
+            s = self._state_of(p)
+            if not s:
+                s["step"] = 0
+                s["exp_avg"] = zeros_like(p)
+                s["exp_avg_sq"] = zeros_like(p)
+            if amsgrad and "max_exp_avg_sq" not in s:
+                s["max_exp_avg_sq"] = zeros_like(p)
+            s["step"] += 1
+            by_step.setdefault(s["step"], []).append(p)
+        b1, b2 = group["betas"]
+        # One call per group (params added to a group later get a call of their own until caught up).
+        for step, batch in by_step.items():
+            st = [self.state[p] for p in batch]
+            _C.adam_step([p._buf for p in batch], [p.grad._buf for p in batch], [s["exp_avg"]._buf for s in st],
+                         [s["exp_avg_sq"]._buf for s in st],
+                         [s["max_exp_avg_sq"]._buf for s in st] if amsgrad else None, step, float(group["lr"]),
+                         float(b1), float(b2), float(group["eps"]), float(group["weight_decay"]), self._decoupled)
+
+
+class AdamW(Adam):
+    """Adam with decoupled weight decay (default 1e-2)."""
+
+    _decoupled = True
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, amsgrad=False, *,
+                 maximize=False):
+        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize=maximize)

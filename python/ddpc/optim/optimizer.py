@@ -1,0 +1,148 @@
+"""Optimizer base class: parameter groups, per-parameter state, zero_grad and
+state_dict/load_state_dict in PyTorch's layout.
+
+Subclasses implement ``_step_group(group)``, which hands a whole group to one
+fused multi-tensor _C call.
+"""
+
+from ..autograd import no_grad
+from ..tensor import Tensor
+
+_required = object()
+
+
+class Optimizer:
+    def __init__(self, params, defaults):
+        self.defaults = dict(defaults)
+        self.state = {}
+        self.param_groups = []
+        if isinstance(params, Tensor):
+            raise TypeError("params must be an iterable of tensors or of dicts, got a single tensor")
+        groups = list(params)
+        if not groups:
+            raise ValueError("optimizer got an empty parameter list")
+        if not isinstance(groups[0], dict):
+            groups = [{"params": groups}]
+        for g in groups:
+            self.add_param_group(g)
+
+    def add_param_group(self, param_group):
+        if not isinstance(param_group, dict):
+            raise TypeError(f"a param group must be a dict, got {type(param_group).__name__}")
+        group = dict(param_group)
+        params = group["params"]
+        group["params"] = [params] if isinstance(params, Tensor) else list(params)
+        for p in group["params"]:
+            if not isinstance(p, Tensor):
+                raise TypeError(f"optimizers can only optimize ddpc tensors, got {type(p).__name__}")
+            if not p.is_leaf:
+                raise ValueError("can't optimize a non-leaf tensor")
+            if not p.dtype.is_floating_point:
+                raise TypeError(f"can't optimize a tensor of dtype {p.dtype}")
+        for k, v in self.defaults.items():
+            if v is _required and k not in group:
+                raise ValueError(f"parameter group didn't specify a value of required optimization parameter {k}")
+            group.setdefault(k, v)
+        existing = {id(p) for g in self.param_groups for p in g["params"]}
+        if any(id(p) in existing for p in group["params"]):
+            raise ValueError("some parameters appear in more than one parameter group")
+        if len({id(p) for p in group["params"]}) != len(group["params"]):
+            raise ValueError("a parameter group holds the same parameter twice")
+        self._check_group(group)
+        self.param_groups.append(group)
+
+    def _check_group(self, group):
+        """Validates a group's hyper-parameters (subclasses)."""
+
+    def zero_grad(self, set_to_none=True):
+        for g in self.param_groups:
+            for p in g["params"]:
+                if p.grad is None:
+                    continue
+                if set_to_none:
+                    p.grad = None
+                else:
+                    p.grad.zero_()
+
+    @no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            from ..autograd import enable_grad
+
+            with enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            self._step_group(group)
+        return loss
+
+    def _step_group(self, group):
+        raise NotImplementedError
+
+    def _state_of(self, p):
+        s = self.state.get(p)
+        if s is None:
+            s = self.state[p] = {}
+        return s
+
+    # ---- state dicts ---------------------------------------------------------------
+    def state_dict(self):
+        """{'state': {index: {...}}, 'param_groups': [{..., 'params': [indices]}]}; tensors are shared, not copied."""
+        index, groups, n = {}, [], 0
+        for g in self.param_groups:
+            packed = {k: v for k, v in g.items() if k != "params"}
+            ids = []
+            for p in g["params"]:
+                if id(p) not in index:
+                    index[id(p)] = n
+                    n += 1
+                ids.append(index[id(p)])
+            packed["params"] = ids
+            groups.append(packed)
+        state = {}
+        for g in self.param_groups:
+            for p in g["params"]:
+                if p in self.state and self.state[p]:
+                    state[index[id(p)]] = dict(self.state[p])
+        return {"state": state, "param_groups": groups}
+
+    def load_state_dict(self, state_dict):
+        groups = state_dict["param_groups"]
+        if len(groups) != len(self.param_groups):
+            raise ValueError(f"loaded state dict has {len(groups)} parameter groups, the optimizer has "
+                             f"{len(self.param_groups)}")
+        for i, (saved, own) in enumerate(zip(groups, self.param_groups)):
+            if len(saved["params"]) != len(own["params"]):
+                raise ValueError(f"loaded state dict's parameter group {i} holds {len(saved['params'])} parameters, "
+                                 f"the optimizer's holds {len(own['params'])}")
+        new_state = {}
+        saved_state = state_dict["state"]
+        for saved, own in zip(groups, self.param_groups):
+            for idx, p in zip(saved["params"], own["params"]):
+                s = saved_state.get(idx, saved_state.get(str(idx)))
+                if s is None:
+                    continue
+                new_state[p] = {k: self._cast_state(p, k, v) for k, v in s.items()}
+        self.state = new_state
+        for saved, own in zip(groups, self.param_groups):
+            for k, v in saved.items():
+                if k != "params":
+                    own[k] = v
+
+    @staticmethod
+    def _cast_state(p, key, value):
+        if not isinstance(value, Tensor):
+            return value
+        if value.shape != p.shape:
+            raise ValueError(f"state {key!r} has shape {value.shape}, its parameter has shape {p.shape}")
+        return value.to(device=p.device, dtype=p.dtype, copy=True)
+
+    def __repr__(self):
+        lines = [f"{type(self).__name__} ("]
+        for i, g in enumerate(self.param_groups):
+            lines.append(f"Parameter Group {i}")
+            for k in sorted(g):
+                if k != "params":
+                    lines.append(f"    {k}: {g[k]}")
+        lines.append(")")
+        return "\n".join(lines)

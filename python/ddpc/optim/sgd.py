@@ -1,0 +1,42 @@
+"""Stochastic gradient descent with momentum, dampening, Nesterov and weight decay (torch.optim.SGD's rules)."""
+
+from .. import _C
+from ..tensor import empty_like
+from .optimizer import Optimizer
+
+
+class SGD(Optimizer):
+    def __init__(self, params, lr=1e-3, momentum=0, dampening=0, weight_decay=0, nesterov=False, *, maximize=False):
+        if maximize:
+            raise ValueError("ddpc's SGD does not implement maximize")
+        super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
+                                      nesterov=nesterov))
+
+    def _check_group(self, g):
+        if g["lr"] < 0:
+            raise ValueError(f"Invalid learning rate: {g['lr']}")
+        if g["momentum"] < 0:
+            raise ValueError(f"Invalid momentum value: {g['momentum']}")
+        if g["weight_decay"] < 0:
+            raise ValueError(f"Invalid weight_decay value: {g['weight_decay']}")
+        if g["nesterov"] and (g["momentum"] <= 0 or g["dampening"] != 0):
+            raise ValueError("Nesterov momentum requires a momentum and zero dampening")
+
+    def _step_group(self, group):
+        params = [p for p in group["params"] if p.grad is not None]
+        if not params:
+            return
+        momentum = float(group["momentum"])
+        # Buffers start as a copy of the first step's gradient, so new ones go in their own call.
+        fresh, running = [], []
+        for p in params:
+            (running if "momentum_buffer" in self._state_of(p) else fresh).append(p)
+        for batch, first in ((fresh, True), (running, False)):
+            if not batch:
+                continue
+            if momentum != 0 and first:
+                for p in batch:
+                    self.state[p]["momentum_buffer"] = empty_like(p)
+            bufs = [self.state[p]["momentum_buffer"]._buf if momentum != 0 else None for p in batch]
+            _C.sgd_step([p._buf for p in batch], [p.grad._buf for p in batch], bufs, float(group["lr"]), momentum,
+                        float(group["dampening"]), float(group["weight_decay"]), bool(group["nesterov"]), first)

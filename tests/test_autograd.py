@@ -1,0 +1,292 @@
+"""Autograd: every differentiable op against central finite differences in
+float64, gradient accumulation, hooks and their timing, grad mode."""
+
+import numpy as np
+import pytest
+
+import ddpc
+import ddpc.nn.functional as F
+
+rng = np.random.default_rng(1)
+
+
+def leaf(*shape, positive=False):
+    a = rng.standard_normal(shape)
+    if positive:
+        a = np.abs(a) + 0.5
+    return ddpc.tensor(a, dtype=ddpc.float64, requires_grad=True)
+
+
+def gradcheck(fn, *inputs, eps=1e-6, atol=1e-6, rtol=1e-5):
+    """Analytic gradients of sum(g * fn(inputs)) against central differences."""
+    out = fn(*inputs)
+    g = ddpc.tensor(rng.standard_normal(out.shape), dtype=ddpc.float64)
+    for t in inputs:
+        t.grad = None
+    out.backward(g)
+    gn = np.asarray(g)
+    for t in inputs:
+        if not t.requires_grad:
+            continue
+        arr = t.numpy()  # shares memory: perturb in place
+        num = np.zeros_like(arr)
+        flat, nflat = arr.reshape(-1), num.reshape(-1)
+        for i in range(flat.size):
+            old = flat[i]
+            flat[i] = old + eps
+            with ddpc.no_grad():
+                fp = (np.asarray(fn(*inputs)) * gn).sum()
+            flat[i] = old - eps
+            with ddpc.no_grad():
+                fm = (np.asarray(fn(*inputs)) * gn).sum()
+            flat[i] = old
+            nflat[i] = (fp - fm) / (2 * eps)
+        assert t.grad is not None, "no gradient reached an input"
+        assert t.grad.shape == t.shape
+        np.testing.assert_allclose(np.asarray(t.grad), num, atol=atol, rtol=rtol)
+
+
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "div"])
+def test_binary_same_shape(op):
+    a, b = leaf(3, 4), leaf(3, 4, positive=True)
+    gradcheck(lambda x, y: getattr(x, op)(y), a, b)
+
+
+@pytest.mark.parametrize("op", ["__add__", "__sub__", "__mul__", "__truediv__", "__radd__", "__rsub__", "__rmul__",
+                                "__rtruediv__"])
+def test_binary_with_rows_and_scalars(op):
+    a, row = leaf(5, 3, positive=True), leaf(3, positive=True)
+    gradcheck(lambda x, r: getattr(x, op)(r), a, row)
+    gradcheck(lambda r, x: getattr(r, op)(x), row, a)
+    gradcheck(lambda x: getattr(x, op)(2.5), a)
+    scalar = leaf(positive=True)
+    gradcheck(lambda x, s: getattr(x, op)(s), a, scalar)
+
+
+def test_unary_ops():
+    x, p = leaf(4, 5), leaf(4, 5, positive=True)
+    gradcheck(lambda t: -t, x)
+    gradcheck(lambda t: t.exp(), x)
+    gradcheck(lambda t: t.log(), p)
+    gradcheck(lambda t: t ** 3, x)
+    gradcheck(lambda t: t ** 0.5, p)
+    gradcheck(lambda t: F.relu(t), x)
+    gradcheck(lambda t: F.gelu(t), x)
+    gradcheck(lambda t: F.tanh(t), x)
+    gradcheck(lambda t: F.sigmoid(t), x)
+
+
+def test_reductions():
+    x = leaf(3, 4)
+    gradcheck(lambda t: t.sum(), x)
+    gradcheck(lambda t: t.mean(), x)
+    for dim in (0, 1, -1):
+        gradcheck(lambda t: t.sum(dim), x)
+        gradcheck(lambda t: t.mean(dim, keepdim=True), x)
+    y = leaf(2, 3, 4)
+    for dim in (0, 1, 2):
+        gradcheck(lambda t: t.sum(dim), y)
+
+
+def test_shape_ops():
+    x = leaf(4, 6)
+    gradcheck(lambda t: t.reshape(3, 8) * 2, x)
+    gradcheck(lambda t: t.view(-1), x)
+    gradcheck(lambda t: t.T, x)
+    gradcheck(lambda t: t.t() @ t, x)
+    gradcheck(lambda t: t[1], x)
+    gradcheck(lambda t: t[1:3], x)
+    gradcheck(lambda t: t[::2], x)
+    gradcheck(lambda t: t[-1] * t[0], x)
+    gradcheck(lambda t: t.clone(), x)
+
+
+def test_cat_and_stack():
+    a, b = leaf(2, 3), leaf(4, 3)
+    gradcheck(lambda x, y: ddpc.cat([x, y * 2]), a, b)
+    c = leaf(2, 3)
+    gradcheck(lambda x, y: ddpc.stack([x, y, x]), a, c)
+
+
+def test_matmul_and_linear():
+    a, b = leaf(3, 4), leaf(4, 5)
+    gradcheck(lambda x, y: x @ y, a, b)
+    x, w, bias = leaf(6, 4), leaf(3, 4), leaf(3)
+    gradcheck(lambda x, w, b: F.linear(x, w, b), x, w, bias)
+    gradcheck(lambda x, w: F.linear(x, w), x, w)
+    x3 = leaf(2, 3, 4)
+    gradcheck(lambda x, w, b: F.linear(x, w, b), x3, w, bias)
+
+
+def test_dropout_gradient_uses_the_forward_mask():
+    x = leaf(8, 5)
+
+    def fn(t):
+        ddpc.manual_seed(3)
+        return F.dropout(t, 0.4, training=True)
+
+    gradcheck(fn, x)
+    out = fn(x)
+    assert (np.asarray(out) == 0).any()
+    assert F.dropout(x, 0.4, training=False) is x
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("smoothing", [0.0, 0.2])
+def test_cross_entropy(reduction, smoothing):
+    x = leaf(6, 4)
+    t = ddpc.tensor([0, 3, 1, -100, 2, 3])
+    gradcheck(lambda z: F.cross_entropy(z, t, reduction=reduction, label_smoothing=smoothing), x)
+
+
+def test_cross_entropy_matches_log_softmax_formula():
+    x = leaf(5, 3)
+    t = ddpc.tensor([0, 2, 1, 1, 0])
+    xn = np.asarray(x)
+    logp = xn - np.log(np.exp(xn).sum(1, keepdims=True))
+    want = -logp[np.arange(5), np.asarray(t)].mean()
+    np.testing.assert_allclose(F.cross_entropy(x, t).item(), want, rtol=1e-12)
+    ignored = F.cross_entropy(x, ddpc.tensor([0, -1, -1, -1, -1]), ignore_index=-1).item()
+    np.testing.assert_allclose(ignored, -logp[0, 0], rtol=1e-12)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_mse_loss(reduction):
+    a, b = leaf(3, 4), leaf(3, 4)
+    gradcheck(lambda x, y: F.mse_loss(x, y, reduction=reduction), a, b)
+
+
+def test_layers_and_losses_as_modules():
+    lin = ddpc.nn.Linear(4, 3).double()
+    x = leaf(5, 4)
+    seq = ddpc.nn.Sequential(lin, ddpc.nn.GELU(), ddpc.nn.Tanh(), ddpc.nn.Sigmoid(), ddpc.nn.ReLU(),
+                             ddpc.nn.Identity(), ddpc.nn.Flatten())
+    gradcheck(lambda t, w, b: seq(t), x, lin.weight, lin.bias)
+    t = ddpc.tensor([0, 1, 2, 1, 0])
+    gradcheck(lambda z: ddpc.nn.CrossEntropyLoss(label_smoothing=0.1)(z @ lin.weight.T, t), x)
+    y = leaf(5, 3)
+    gradcheck(lambda z, w: ddpc.nn.MSELoss()(lin(z), y), x, lin.weight)
+
+
+# ---- engine behaviour ---------------------------------------------------------------------
+
+def test_gradients_accumulate_until_zeroed():
+    x = leaf(3)
+    (x * 2).sum().backward()
+    (x * 3).sum().backward()
+    np.testing.assert_allclose(np.asarray(x.grad), 5.0)
+    x.grad = None
+    (x * x).sum().backward()
+    np.testing.assert_allclose(np.asarray(x.grad), 2 * np.asarray(x))
+
+
+def test_shared_gradients_are_not_aliased():
+    a, b = leaf(3), leaf(3)
+    (a + b).sum().backward()
+    a.grad.mul_(10)
+    np.testing.assert_allclose(np.asarray(b.grad), 1.0)
+    x = leaf(2)
+    (x + x).sum().backward()
+    np.testing.assert_allclose(np.asarray(x.grad), 2.0)
+
+
+def test_backward_needs_a_scalar_or_a_gradient():
+    x = leaf(3)
+    with pytest.raises(RuntimeError, match="scalar"):
+        (x * 2).backward()
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        ddpc.ones(2).sum().backward()
+
+
+def test_second_backward_needs_retain_graph():
+    x = leaf(3)
+    y = (x * x).sum()
+    y.backward(retain_graph=True)
+    y.backward()
+    np.testing.assert_allclose(np.asarray(x.grad), 4 * np.asarray(x))
+    with pytest.raises(RuntimeError, match="second time"):
+        y.backward()
+
+
+def test_no_grad_enable_grad_and_detach():
+    x = leaf(3)
+    with ddpc.no_grad():
+        y = x * 2
+        assert not y.requires_grad and y.grad_fn is None
+        with ddpc.enable_grad():
+            z = x * 2
+        assert z.requires_grad and z.grad_fn is not None
+    assert ddpc.is_grad_enabled()
+
+    @ddpc.no_grad()
+    def f(t):
+        return t * 3
+
+    assert f(x).grad_fn is None
+    d = (x * 2).detach()
+    assert d.grad_fn is None and not d.requires_grad
+    assert x.is_leaf and not (x * 2).is_leaf
+
+
+def test_inplace_on_a_tensor_requiring_grad_is_refused():
+    x = leaf(3)
+    with pytest.raises(RuntimeError, match="in place"):
+        x.add_(1)
+    with ddpc.no_grad():
+        x.add_(1)
+
+
+def test_register_hook_can_replace_the_gradient():
+    x = leaf(3)
+    seen = []
+    h = x.register_hook(lambda g: (seen.append(np.asarray(g).copy()), g * 10)[1])
+    (x * 2).sum().backward()
+    np.testing.assert_allclose(seen[0], 2.0)
+    np.testing.assert_allclose(np.asarray(x.grad), 20.0)
+    h.remove()
+    x.grad = None
+    (x * 2).sum().backward()
+    np.testing.assert_allclose(np.asarray(x.grad), 2.0)
+    y = x * 3
+    y.register_hook(lambda g: g * 0)
+    x.grad = None
+    y.sum().backward()
+    np.testing.assert_allclose(np.asarray(x.grad), 0.0)
+
+
+def test_post_accumulate_hooks_fire_once_as_soon_as_each_grad_is_final():
+    ddpc.manual_seed(0)
+    model = ddpc.nn.Sequential(ddpc.nn.Linear(4, 5), ddpc.nn.ReLU(), ddpc.nn.Linear(5, 5), ddpc.nn.ReLU(),
+                               ddpc.nn.Linear(5, 2))
+    params = list(model.named_parameters())
+    events = []
+
+    def hook(name):
+        def fn(p):
+            # Record which parameters already have a gradient at this moment.
+            events.append((name, sorted(n for n, q in params if q.grad is not None)))
+        return fn
+
+    for name, p in params:
+        p.register_post_accumulate_grad_hook(hook(name))
+    x = ddpc.randn(3, 4)
+    # The first layer's input is reused, so its weight also gets a second path.
+    loss = model(x).sum() + model[0](x).sum()
+    loss.backward()
+    names = [e[0] for e in events]
+    assert sorted(names) == sorted(n for n, _ in params)
+    # The last layer's gradients are final (and reported) before the first layer's exist.
+    last = [e for e in events if e[0].startswith("4.")]
+    assert all("0.weight" not in have for _, have in last)
+    assert names.index("4.weight") < names.index("2.weight") < names.index("0.weight")
+    events.clear()
+    loss2 = model(x).sum()
+    loss2.backward()
+    assert len(events) == len(params)
+
+
+def test_grad_fn_and_repr():
+    x = leaf(2)
+    y = (x * 2).sum()
+    assert "grad_fn" in repr(y)
+    assert y.grad_fn.next_functions[0] is not None

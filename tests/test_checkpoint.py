@@ -1,0 +1,171 @@
+"""ddpc.save / ddpc.load: round trips, damaged and foreign files, and atomic
+replacement under SIGKILL."""
+
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import time
+from collections import OrderedDict
+
+import numpy as np
+import pytest
+
+import ddpc
+
+
+def sample():
+    ddpc.manual_seed(0)
+    model = ddpc.nn.Sequential(ddpc.nn.Linear(3, 4), ddpc.nn.ReLU(), ddpc.nn.Linear(4, 2))
+    opt = ddpc.optim.AdamW(model.parameters(), lr=1e-3)
+    model(ddpc.randn(2, 3)).sum().backward()
+    opt.step()
+    return {
+        "model": model.state_dict(),
+        "optim": opt.state_dict(),
+        "epoch": 3,
+        "loss": 0.25,
+        "nan": float("nan"),
+        "name": "run-1",
+        "flags": [True, False, None],
+        "pair": (1, "two"),
+        "ints": ddpc.tensor([1, 2, 3]),
+        "empty": ddpc.zeros(0, 5),
+        "bf16": ddpc.ones(3, dtype=ddpc.bfloat16),
+        "leaf": ddpc.ones(2, requires_grad=True),
+    }
+
+
+def assert_same(a, b):
+    assert type(a) is type(b), (type(a), type(b))
+    if isinstance(a, ddpc.Tensor):
+        assert a.shape == b.shape and a.dtype is b.dtype and a.device == b.device
+        assert a.requires_grad == b.requires_grad
+        np.testing.assert_array_equal(np.asarray(a.cpu().to(ddpc.float32 if a.dtype is ddpc.bfloat16 else a.dtype)),
+                                      np.asarray(b.cpu().to(ddpc.float32 if b.dtype is ddpc.bfloat16 else b.dtype)))
+    elif isinstance(a, dict):
+        assert list(a) == list(b)
+        for k in a:
+            assert_same(a[k], b[k])
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b)
+        for x, y in zip(a, b):
+            assert_same(x, y)
+    elif isinstance(a, float) and a != a:
+        assert b != b
+    else:
+        assert a == b
+
+
+def test_round_trip(tmp_path):
+    obj = sample()
+    path = tmp_path / "ck.ddpc"
+    ddpc.save(obj, path)
+    back = ddpc.load(path)
+    assert_same(obj, back)
+    assert isinstance(back["model"], OrderedDict)
+    assert list(back["optim"]["state"]) == [0, 1, 2, 3]
+    # A loaded state dict restores a fresh model.
+    model = ddpc.nn.Sequential(ddpc.nn.Linear(3, 4), ddpc.nn.ReLU(), ddpc.nn.Linear(4, 2))
+    model.load_state_dict(back["model"])
+    np.testing.assert_array_equal(np.asarray(model[0].weight), np.asarray(obj["model"]["0.weight"]))
+    assert list(os.listdir(tmp_path)) == ["ck.ddpc"]
+
+
+def test_map_location_and_file_objects(tmp_path):
+    path = tmp_path / "ck.ddpc"
+    ddpc.save({"w": ddpc.arange(4)}, str(path))
+    assert ddpc.load(path, map_location="cpu")["w"].device == ddpc.device("cpu")
+    assert ddpc.load(path, map_location={"cpu": "cpu"})["w"].tolist() == [0, 1, 2, 3]
+    assert ddpc.load(path, map_location=lambda d: "cpu")["w"].tolist() == [0, 1, 2, 3]
+    with open(path, "rb") as f:
+        assert ddpc.load(f)["w"].tolist() == [0, 1, 2, 3]
+
+
+def test_unsupported_objects_are_refused(tmp_path):
+    with pytest.raises(TypeError, match="can't store a set"):
+        ddpc.save({"s": {1, 2}}, tmp_path / "x")
+    assert not os.listdir(tmp_path)
+
+
+def test_truncated_files_raise_the_clear_error(tmp_path):
+    path = tmp_path / "ck.ddpc"
+    ddpc.save(sample(), path)
+    data = path.read_bytes()
+    cut = tmp_path / "cut.ddpc"
+    for n in range(0, len(data), 10):
+        cut.write_bytes(data[:n])
+        with pytest.raises(ddpc.CheckpointError, match="not a loadable ddpc checkpoint"):
+            ddpc.load(cut)
+    assert issubclass(ddpc.CheckpointError, ValueError)
+
+
+def test_flipped_bytes_raise_the_clear_error(tmp_path):
+    path = tmp_path / "ck.ddpc"
+    ddpc.save(sample(), path)
+    data = path.read_bytes()
+    bad = tmp_path / "bad.ddpc"
+    rng = np.random.default_rng(0)
+    positions = sorted(set(rng.integers(0, len(data), 200).tolist()) | {0, 9, 12, 20, 28, 40, len(data) - 1})
+    for pos in positions:
+        flipped = bytearray(data)
+        flipped[pos] ^= 0x5A
+        bad.write_bytes(bytes(flipped))
+        with pytest.raises(ddpc.CheckpointError):
+            ddpc.load(bad)
+
+
+def test_foreign_files_raise_and_never_run_code(tmp_path):
+    marker = tmp_path / "ran"
+
+    class Evil:
+        def __reduce__(self):
+            return (open, (str(marker), "w"))
+
+    p = tmp_path / "evil.pt"
+    p.write_bytes(pickle.dumps(Evil()))
+    with pytest.raises(ddpc.CheckpointError, match="magic"):
+        ddpc.load(p)
+    assert not marker.exists()
+    (tmp_path / "text").write_text("hello world, this is text and not a checkpoint")
+    with pytest.raises(ddpc.CheckpointError, match="magic"):
+        ddpc.load(tmp_path / "text")
+    (tmp_path / "empty").write_bytes(b"")
+    with pytest.raises(ddpc.CheckpointError):
+        ddpc.load(tmp_path / "empty")
+
+
+_WRITER = r"""
+import sys
+import ddpc
+path = sys.argv[1]
+big = ddpc.zeros(4_000_000)
+i = 0
+while True:
+    i += 1
+    ddpc.save({"generation": i, "big": big.fill_(float(i))}, path)
+    print(i, flush=True)
+"""
+
+
+def test_sigkill_during_save_leaves_the_previous_checkpoint(tmp_path):
+    path = tmp_path / "ck.ddpc"
+    ddpc.save({"generation": 0, "big": ddpc.zeros(10)}, path)
+    env = dict(os.environ)
+    for delay in (0.25, 0.6, 1.0):
+        proc = subprocess.Popen([sys.executable, "-c", _WRITER, str(path)], stdout=subprocess.PIPE, env=env)
+        try:
+            time.sleep(delay)
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=30)
+            proc.stdout.close()
+        ck = ddpc.load(path)
+        gen = ck["generation"]
+        assert gen >= 0
+        if gen:
+            assert ck["big"].shape == (4_000_000,)
+            assert float(ck["big"][0]) == gen and float(ck["big"][-1]) == gen
+    leftovers = [n for n in os.listdir(tmp_path) if n != "ck.ddpc"]
+    assert all(n.startswith(".ck.ddpc.") and n.endswith(".tmp") for n in leftovers)

@@ -1,0 +1,261 @@
+"""DistributedDataParallel and DataParallel: equivalence with one process, gradient
+accumulation, comm hooks, uneven inputs, and the errors that replace hangs.
+
+Ranks are real processes started by ddpc.spawn on the cpu backend.
+"""
+
+import numpy as np
+import pytest
+
+import ddpc
+
+FEATURES, CLASSES, HIDDEN = 12, 5, 16
+
+
+def data(n, seed=0):
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal((n, FEATURES)).astype(np.float32), rng.integers(0, CLASSES, n).astype(np.int64))
+
+
+def model(seed=0, hidden=HIDDEN, extra=False):
+    from ddpc import nn
+
+    ddpc.manual_seed(seed)
+    layers = [nn.Linear(FEATURES, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, CLASSES)]
+    m = nn.Sequential(*layers)
+    return _WithUnused(m) if extra else m
+
+
+def _WithUnused(body):
+    from ddpc import nn
+
+    class WithUnused(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = body
+            self.unused = nn.Linear(3, 3)
+
+        def forward(self, x):
+            return self.body(x)
+
+    return WithUnused()
+
+
+def params(m):
+    return {k: v.detach().cpu().numpy().copy() for k, v in m.state_dict().items()}
+
+
+def train_single(world, batch, steps, lr=0.1, accumulate=1):
+    from ddpc import nn
+
+    X, y = data(world * batch * steps * accumulate)
+    m = model()
+    opt = ddpc.optim.SGD(m.parameters(), lr=lr, momentum=0.9)
+    big = world * batch * accumulate
+    for s in range(steps):
+        opt.zero_grad()
+        nn.CrossEntropyLoss()(m(ddpc.from_numpy(X[s * big:(s + 1) * big])), ddpc.from_numpy(y[s * big:(s + 1) * big])
+                              ).backward()
+        opt.step()
+    return params(m)
+
+
+def ddp_worker(rank, world, batch, steps, options):
+    import ddpc.distributed as dist
+    from ddpc import nn
+
+    dist.init_process_group("cpu")
+    X, y = data(world * batch * steps * options.get("accumulate", 1))
+    ddp = nn.parallel.DistributedDataParallel(model(seed=rank if options.get("different_init") else 0),
+                                              bucket_cap_mb=options.get("bucket_cap_mb", 25),
+                                              gradient_as_bucket_view=options.get("view", False))
+    if options.get("hook"):
+        ddp.register_comm_hook(None, getattr(nn.parallel, options["hook"]))
+    opt = ddpc.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9)
+    loss_fn = nn.CrossEntropyLoss()
+    k = options.get("accumulate", 1)
+    big = world * batch * k
+    for s in range(steps):
+        opt.zero_grad()
+        for j in range(k):
+            lo = s * big + j * world * batch + rank * batch
+            xb, yb = ddpc.from_numpy(X[lo:lo + batch]), ddpc.from_numpy(y[lo:lo + batch])
+            if j < k - 1:
+                with ddp.no_sync():
+                    (loss_fn(ddp(xb), yb) / k).backward()
+            else:
+                (loss_fn(ddp(xb), yb) / k).backward()
+        opt.step()
+    out = params(ddp.module)
+    dist.destroy_process_group()
+    return out
+
+
+def assert_params_close(a, b, atol=1e-5):
+    assert a.keys() == b.keys()
+    for k in a:
+        np.testing.assert_allclose(a[k], b[k], atol=atol, rtol=0, err_msg=k)
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_ddp_equals_one_process_on_the_combined_batch(world):
+    ref = train_single(world, batch=8, steps=4)
+    # different initial weights on each rank: DDP must broadcast rank 0's
+    results = ddpc.spawn(ddp_worker, args=(world, 8, 4, {"different_init": True}), nprocs=world)
+    for r in results:
+        assert_params_close(r, ref)
+
+
+def test_small_buckets_and_gradient_views_give_the_same_result():
+    ref = train_single(2, batch=8, steps=3)
+    results = ddpc.spawn(ddp_worker, args=(2, 8, 3, {"bucket_cap_mb": 0.0005, "view": True}), nprocs=2)
+    for r in results:
+        assert_params_close(r, ref)
+
+
+def test_no_sync_accumulation_equals_one_step_on_the_concatenation():
+    ref = train_single(2, batch=4, steps=2, accumulate=3)
+    results = ddpc.spawn(ddp_worker, args=(2, 4, 2, {"accumulate": 3}), nprocs=2)
+    for r in results:
+        assert_params_close(r, ref)
+
+
+@pytest.mark.parametrize("hook,atol", [("allreduce_hook", 1e-5), ("fp16_compress_hook", 2e-3),
+                                       ("bf16_compress_hook", 2e-2)])
+def test_comm_hooks_within_compression_tolerance(hook, atol):
+    ref = train_single(2, batch=8, steps=2)
+    results = ddpc.spawn(ddp_worker, args=(2, 8, 2, {"hook": hook}), nprocs=2)
+    assert_params_close(results[0], results[1], atol=0)
+    assert_params_close(results[0], ref, atol=atol)
+
+
+def mismatched_worker(rank):
+    import ddpc.distributed as dist
+    from ddpc import nn
+
+    dist.init_process_group("cpu")
+    try:
+        nn.parallel.DistributedDataParallel(model(hidden=HIDDEN + rank))
+    except RuntimeError as e:
+        return str(e)
+    finally:
+        dist.destroy_process_group()
+    return "no error"
+
+
+def test_mismatched_models_are_refused_at_construction():
+    msgs = ddpc.spawn(mismatched_worker, nprocs=2)
+    for m in msgs:
+        assert "differs between ranks 0 and 1" in m and "0.weight" in m
+
+
+def unused_worker(rank, find_unused):
+    import ddpc.distributed as dist
+    from ddpc import nn
+
+    dist.init_process_group("cpu")
+    X, y = data(32, seed=rank)
+    ddp = nn.parallel.DistributedDataParallel(model(extra=True), find_unused_parameters=find_unused)
+    opt = ddpc.optim.SGD(ddp.parameters(), lr=0.1)
+    try:
+        for _ in range(3):
+            opt.zero_grad()
+            nn.CrossEntropyLoss()(ddp(ddpc.from_numpy(X)), ddpc.from_numpy(y)).backward()
+            opt.step()
+    except RuntimeError as e:
+        return str(e)
+    finally:
+        dist.destroy_process_group()
+    return params(ddp.module)
+
+
+def test_unused_parameter_without_find_unused_is_a_clear_error():
+    msgs = ddpc.spawn(unused_worker, args=(False,), nprocs=2)
+    for m in msgs:
+        assert isinstance(m, str) and "got no gradient" in m and "unused.weight" in m
+        assert "find_unused_parameters=True" in m
+
+
+def test_find_unused_parameters_keeps_ranks_identical():
+    results = ddpc.spawn(unused_worker, args=(True,), nprocs=2)
+    assert_params_close(results[0], results[1], atol=0)
+
+
+def join_worker(rank):
+    import ddpc.distributed as dist
+    from ddpc import nn
+
+    dist.init_process_group("cpu")
+    X, y = data(64, seed=rank)
+    ddp = nn.parallel.DistributedDataParallel(model())
+    opt = ddpc.optim.SGD(ddp.parameters(), lr=0.1)
+    with ddp.join():
+        for i in range(2 + 3 * rank):
+            opt.zero_grad()
+            nn.CrossEntropyLoss()(ddp(ddpc.from_numpy(X[i * 8:i * 8 + 8])), ddpc.from_numpy(y[i * 8:i * 8 + 8])
+                                  ).backward()
+            opt.step()
+    out = params(ddp.module)
+    dist.destroy_process_group()
+    return out
+
+
+def test_join_lets_uneven_ranks_finish_with_identical_models():
+    results = ddpc.spawn(join_worker, nprocs=2)
+    assert_params_close(results[0], results[1], atol=0)
+
+
+def test_data_parallel_cpu_replicas_equal_one_process():
+    from ddpc import nn
+
+    X, y = data(3 * 16 * 3)
+    ref = train_single(3, batch=16, steps=3)
+    dp = nn.DataParallel(model(), device_ids=["cpu", "cpu", "cpu"])
+    opt = ddpc.optim.SGD(dp.parameters(), lr=0.1, momentum=0.9)
+    for s in range(3):
+        opt.zero_grad()
+        out = dp(ddpc.from_numpy(X[s * 48:(s + 1) * 48]))
+        assert out.shape == (48, CLASSES)
+        nn.CrossEntropyLoss()(out, ddpc.from_numpy(y[s * 48:(s + 1) * 48])).backward()
+        opt.step()
+    assert_params_close(params(dp.module), ref)
+    # the replicas are kept, and hold the same weights as the module before each forward
+    dp(ddpc.from_numpy(X[:6]))
+    for replica in dp._replicas[1:]:
+        assert_params_close(params(replica), params(dp.module), atol=0)
+
+
+@pytest.mark.gpu
+def test_ddp_on_one_nccl_rank_matches_cpu():
+    def worker(rank):
+        import ddpc.distributed as dist
+        from ddpc import nn
+        dist.init_process_group("nccl")
+        X, y = data(32)
+        ddp = nn.parallel.DistributedDataParallel(model().cuda(), device_ids=[0])
+        opt = ddpc.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9)
+        for s in range(4):
+            opt.zero_grad()
+            nn.CrossEntropyLoss()(ddp(ddpc.from_numpy(X[s * 8:s * 8 + 8])), ddpc.from_numpy(y[s * 8:s * 8 + 8]).cuda()
+                                  ).backward()
+            opt.step()
+        out = params(ddp.module)
+        dist.destroy_process_group()
+        return out
+
+    ref = train_single(1, batch=8, steps=4)
+    assert_params_close(ddpc.spawn(worker, nprocs=1)[0], ref, atol=1e-4)
+
+
+@pytest.mark.gpu
+def test_data_parallel_one_cuda_device_matches_cpu():
+    from ddpc import nn
+    X, y = data(32)
+    dp = nn.DataParallel(model(), device_ids=[0])
+    opt = ddpc.optim.SGD(dp.parameters(), lr=0.1, momentum=0.9)
+    for s in range(4):
+        opt.zero_grad()
+        nn.CrossEntropyLoss()(dp(ddpc.from_numpy(X[s * 8:s * 8 + 8])), ddpc.from_numpy(y[s * 8:s * 8 + 8]).cuda()
+                              ).backward()
+        opt.step()
+    assert_params_close(params(dp.module), train_single(1, batch=8, steps=4), atol=1e-4)

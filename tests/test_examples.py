@@ -1,0 +1,87 @@
+"""The main job and every example run end to end (real processes, cpu backend)."""
+
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXAMPLES = os.path.join(ROOT, "examples")
+
+
+def run(args, timeout=300, env=None, cwd=EXAMPLES):
+    res = subprocess.run([sys.executable] + args, cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                         env=dict(os.environ, **(env or {})))
+    return res.returncode, res.stdout + res.stderr
+
+
+def launch(script, *args, nproc=2, extra=(), env=None):
+    return run(["-m", "ddpc.run", "--nproc-per-node", str(nproc), *extra, script, *args], env=env)
+
+
+def test_main_job_reaches_the_accuracy_bound(tmp_path):
+    pytest.importorskip("sklearn")
+    code, out = launch("train_digits.py", "--checkpoint", str(tmp_path / "ckpt"))
+    assert code == 0, out
+    accuracy = float(re.search(r"final test accuracy (\d\.\d+)", out).group(1))
+    assert accuracy >= 0.95, out
+    assert "training on 2 process(es), backend cpu" in out
+    assert len(re.findall(r"^epoch +\d+ +loss", out, re.M)) == 12  # rank 0 reports each epoch once
+
+
+def test_killed_rank_resumes_from_checkpoint_to_the_same_parameters(tmp_path):
+    pytest.importorskip("sklearn")
+    common = ["--epochs", "4", "--min-accuracy", "0"]
+    code, out = launch("train_digits.py", "--checkpoint", str(tmp_path / "a"), "--save-params", str(tmp_path / "a.npz"),
+                       *common)
+    assert code == 0, out
+    code, out = launch("train_digits.py", "--checkpoint", str(tmp_path / "b"), "--save-params", str(tmp_path / "b.npz"),
+                       *common, extra=("--max-restarts", "1"), env={"DIGITS_FAIL_AT_EPOCH": "2"})
+    assert code == 0, out
+    assert "rank 1" in out and "SIGKILL" in out and "restarting the group (1/1)" in out
+    assert "resumed from" in out and "after epoch 1" in out
+    a, b = np.load(tmp_path / "a.npz"), np.load(tmp_path / "b.npz")
+    assert sorted(a.files) == sorted(b.files)
+    for k in a.files:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
+def test_killed_rank_without_restarts_fails_the_launch(tmp_path):
+    pytest.importorskip("sklearn")
+    code, out = launch("train_digits.py", "--checkpoint", str(tmp_path / "c"), "--epochs", "3",
+                       env={"DIGITS_FAIL_AT_EPOCH": "1"})
+    assert code != 0
+    assert "rank 1" in out and "SIGKILL" in out
+
+
+@pytest.mark.parametrize("script,expect", [
+    ("single_process.py", r"epoch 4 +loss"),
+    ("data_parallel.py", r"accuracy \d"),
+    ("ddp_spawn.py", r"accuracy per rank \(identical models\): \[(\S+), \1\]"),
+    ("model_per_device.py", r"model 1: final loss"),
+    ("two_nodes.py", r"node exit codes: \[0, 0\]"),
+])
+def test_single_command_examples(script, expect):
+    code, out = run([script])
+    assert code == 0, out
+    assert re.search(expect, out), out
+
+
+@pytest.mark.parametrize("script,expect", [
+    ("ddp_run.py", r"epoch 4 +accuracy"),
+    ("grad_accumulation.py", r"epoch 2 +accuracy"),
+    ("imbalanced.py", r"per-class recall"),
+    ("uneven_inputs.py", r"rank 1: ran 8 batches; the group ran 13 in all"),
+])
+def test_launched_examples(script, expect):
+    code, out = launch(script)
+    assert code == 0, out
+    assert re.search(expect, out), out
+
+
+def test_tensors_example():
+    code, out = run(["tensors.py"])
+    assert code == 0 and "round trip through DLPack" in out, out

@@ -1,0 +1,426 @@
+"""Loaders: batch contents against the numpy gather of the sampler's indices,
+every sample once per epoch across rank processes, .npy files with bounded
+resident memory, the generic Dataset path, errors at construction, and no
+threads left behind."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import ddpc
+from ddpc.data import (BatchSampler, DataLoader, Dataset, DistributedSampler, RandomSampler, SequentialSampler,
+                       ShardedLoader, TensorDataset, WeightedDistributedSampler)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def c_threads():
+    return len(os.listdir("/proc/self/task"))
+
+
+def stable_threads(timeout=2.0):
+    """The task count once two looks 50 ms apart agree (threads joined by earlier tests are gone)."""
+    deadline = time.monotonic() + timeout
+    last = c_threads()
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        now, last = last, c_threads()
+        if now == last:
+            break
+    return last
+
+
+def settled_threads(expected, timeout=5.0):
+    """The task count once it equals `expected` or the timeout passes: a joined
+    thread can linger in /proc/self/task for a moment after pthread_join returns."""
+    deadline = time.monotonic() + timeout
+    while c_threads() != expected and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return c_threads()
+
+
+def arrays(n=103, seed=0):
+    rng = np.random.default_rng(seed)
+    return {
+        "x": rng.standard_normal((n, 5, 3)).astype(np.float32),
+        "y": np.arange(n, dtype=np.int64),
+        "u": rng.integers(0, 255, size=(n, 7), dtype=np.uint8),
+        "h": rng.standard_normal(n).astype(np.float16),
+        "d": rng.standard_normal((n, 2)),
+    }
+
+
+def check_batches(loader, sources, idx, offsets):
+    batches = list(loader)
+    assert len(batches) == len(offsets) - 1 == len(loader)
+    # All batches are still held here: none was overwritten by a later one.
+    for b, batch in enumerate(batches):
+        want = idx[offsets[b]:offsets[b + 1]]
+        assert isinstance(batch, list) and len(batch) == len(sources)
+        for t, src in zip(batch, sources):
+            assert isinstance(t, ddpc.Tensor)
+            got = t.numpy()
+            assert got.dtype == src.dtype and got.shape == (len(want),) + src.shape[1:]
+            np.testing.assert_array_equal(got, src[want])
+
+
+@pytest.mark.parametrize("batch_size,drop_last,prefetch,threads", [(1, False, 1, 1), (16, False, 2, 2), (16, True, 3, 4),
+                                                                   (50, False, 8, 3), (200, False, 2, 2)])
+def test_batches_equal_numpy_gather(batch_size, drop_last, prefetch, threads):
+    a = arrays()
+    sources = [a["x"], a["y"], a["u"], a["h"], a["d"]]
+    sampler = DistributedSampler(len(a["y"]), num_replicas=3, rank=1, seed=5)
+    loader = DataLoader(TensorDataset(*sources), batch_size=batch_size, sampler=sampler, drop_last=drop_last,
+                        prefetch=prefetch, num_threads=threads)
+    idx = sampler.indices()
+    n = len(idx)
+    nb = n // batch_size if drop_last else -(-n // batch_size)
+    check_batches(loader, sources, idx, [min(b * batch_size, n) for b in range(nb + 1)])
+
+
+def test_batch_memory_is_reused_only_once_released():
+    a = arrays(2000)
+    loader = DataLoader(TensorDataset(a["x"], a["y"]), batch_size=10, shuffle=True, prefetch=2, num_threads=2)
+    pointers = set()
+    for x, y in loader:  # each batch dropped before the next: a handful of buffer sets serve the epoch
+        pointers.add(x.data_ptr())
+        np.testing.assert_array_equal(x.numpy(), a["x"][y.numpy()])
+    assert len(pointers) <= 4
+    kept = []
+    for i, (x, y) in enumerate(loader):
+        if i % 3 == 0:
+            kept.append((x.numpy(), y))  # a numpy view alone keeps the memory from being reused
+    for x, y in kept:
+        np.testing.assert_array_equal(x, a["x"][y.numpy()])
+
+
+def test_shuffle_sequential_and_epochs():
+    a = arrays(64)
+    ds = TensorDataset(a["x"], a["y"])
+    seq = [y.numpy() for _, y in DataLoader(ds, batch_size=10)]
+    assert np.concatenate(seq).tolist() == list(range(64))
+    ep1 = np.concatenate([y.numpy() for _, y in DataLoader(ds, batch_size=10, shuffle=True)])
+    assert sorted(ep1.tolist()) == list(range(64)) and ep1.tolist() != list(range(64))
+    s = DistributedSampler(ds, num_replicas=2, rank=0, seed=1)
+    dl = DataLoader(ds, batch_size=8, sampler=s)
+    first = np.concatenate([y.numpy() for _, y in dl])
+    s.set_epoch(1)
+    second = np.concatenate([y.numpy() for _, y in dl])
+    assert first.tolist() == s.__class__(ds, 2, 0, seed=1).indices().tolist() and first.tolist() != second.tolist()
+
+
+def test_batch_sampler_and_other_samplers():
+    a = arrays(40)
+    ds = TensorDataset(a["x"], a["y"])
+    custom = [[3, 1], [39], [0, 0, 5, 7, 9]]
+    batches = list(DataLoader(ds, batch_sampler=custom))
+    assert [y.numpy().tolist() for _, y in batches] == custom
+    bs = BatchSampler(RandomSampler(ds, seed=2), 6, drop_last=True)
+    got = [y.numpy().tolist() for _, y in DataLoader(ds, batch_sampler=bs)]
+    assert got == list(bs) and len(got) == 6
+    w = WeightedDistributedSampler(np.ones(40), 30, num_replicas=2, rank=1, seed=3)
+    got = np.concatenate([y.numpy() for _, y in DataLoader(ds, batch_size=4, sampler=w)])
+    assert got.tolist() == w.indices().tolist()
+    gen = DataLoader(ds, batch_size=5, sampler=range(12))  # any iterable of indices with a length
+    assert [y.numpy().tolist() for _, y in gen][-1] == [10, 11]
+
+
+def test_tensor_sources_and_dataset_indexing():
+    a = arrays(30)
+    xt = ddpc.from_numpy(a["x"])
+    ds = TensorDataset(xt, a["y"].tolist())
+    x0, y0 = ds[4]
+    np.testing.assert_array_equal(x0.numpy(), a["x"][4])
+    assert int(y0) == 4 and len(ds) == 30
+    x, y = next(iter(DataLoader(ds, batch_size=30)))
+    np.testing.assert_array_equal(x.numpy(), a["x"])
+
+
+def test_npy_path_and_np_load_mmap(tmp_path):
+    a = arrays(77)
+    px, py = tmp_path / "x.npy", tmp_path / "y.npy"
+    np.save(px, a["x"])
+    np.save(py, a["y"])
+    sampler = DistributedSampler(77, num_replicas=2, rank=0, seed=9)
+    idx = sampler.indices()
+    offsets = [min(b * 8, len(idx)) for b in range(-(-len(idx) // 8) + 1)]
+    for sources in ([str(px), py], [np.load(px, mmap_mode="r"), np.load(py, mmap_mode="r")]):
+        check_batches(DataLoader(TensorDataset(*sources), batch_size=8, sampler=sampler), [a["x"], a["y"]], idx,
+                      offsets)
+    loader = ShardedLoader(str(px), 8, seed=9, rank=0, world_size=2)
+    assert len(loader) == len(offsets) - 1
+    got = [b.numpy() for b in loader]
+    np.testing.assert_array_equal(np.concatenate(got), a["x"][idx])
+
+
+RANK_SCRIPT = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    from ddpc.data import ShardedLoader
+    path, rank, world, epoch, batch = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+    x = np.load(path)
+    loader = ShardedLoader([path, np.arange(len(x))], batch, shuffle=True, seed=11, rank=rank, world_size=world)
+    loader.set_epoch(epoch)
+    seen = []
+    for xb, yb in loader:
+        assert (xb.numpy() == x[yb.numpy()]).all()
+        seen += yb.numpy().tolist()
+    print(json.dumps({"len": len(loader), "seen": seen}))
+""")
+
+
+@pytest.mark.parametrize("n,world", [(120, 3), (101, 4)])
+def test_every_sample_once_per_epoch_across_rank_processes(tmp_path, n, world):
+    path = tmp_path / "data.npy"
+    np.save(path, np.random.default_rng(1).standard_normal((n, 4)).astype(np.float32))
+    script = tmp_path / "rank.py"
+    script.write_text(RANK_SCRIPT)
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+    per_epoch = []
+    for epoch in (0, 1):
+        procs = [subprocess.Popen([sys.executable, str(script), str(path), str(r), str(world), str(epoch), "7"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                 for r in range(world)]
+        outs = []
+        for p in procs:
+            out, err = p.communicate(timeout=60)
+            assert p.returncode == 0, err
+            outs.append(json.loads(out))
+        seen = [o["seen"] for o in outs]
+        assert len({len(s) for s in seen}) == 1  # same number of samples, and of steps, on every rank
+        assert len({o["len"] for o in outs}) == 1
+        flat = sum(seen, [])
+        counts = np.bincount(flat, minlength=n)
+        padding = len(flat) - n
+        assert (counts >= 1).all() and counts.sum() == n + padding and padding < world
+        if padding == 0:
+            assert (counts == 1).all()
+        per_epoch.append(seen)
+    assert per_epoch[0] != per_epoch[1]
+
+
+RSS_SCRIPT = textwrap.dedent("""
+    import sys
+    import ddpc.data as data
+    path, budget = sys.argv[1], int(sys.argv[2])
+    data.RESIDENT_BUDGET = budget
+    def rss():
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * 4096
+    loader = data.ShardedLoader(path, 256, shuffle=True, rank=0, world_size=1)
+    base = rss()
+    peak = 0
+    rows = 0
+    for batch in loader:
+        rows += batch.shape[0]
+        peak = max(peak, rss() - base)
+    print(rows, peak)
+""")
+
+
+def test_npy_larger_than_the_resident_budget_streams_with_bounded_memory(tmp_path):
+    rows, width = 40 * 1024, 1024  # 160 MiB of float32
+    path = tmp_path / "big.npy"
+    mm = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(rows, width))
+    for i in range(0, rows, 4096):
+        mm[i:i + 4096] = i
+    del mm
+    size = rows * width * 4
+    script = tmp_path / "rss.py"
+    script.write_text(RSS_SCRIPT)
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+
+    def peak(budget):
+        res = subprocess.run([sys.executable, str(script), str(path), str(budget)], capture_output=True, text=True,
+                             env=env, timeout=120)
+        assert res.returncode == 0, res.stderr
+        n, grown = map(int, res.stdout.split())
+        assert n == rows
+        return grown
+
+    bounded = peak(8 << 20)
+    unbounded = peak(1 << 62)
+    # Without dropping pages the whole file ends up resident; with an 8 MiB budget
+    # resident memory stays a fraction of the data set (the budget plus what the
+    # threads map between two looks at the resident set).
+    assert unbounded > 0.8 * size
+    assert bounded < size / 3, (bounded, size)
+
+
+class Squares(Dataset):
+    def __init__(self, n, fail_at=None):
+        self.n, self.fail_at = n, fail_at
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        if i == self.fail_at:
+            raise KeyError(f"sample {i} is broken")
+        return {"x": np.full(3, i, np.float32), "sq": i * i, "f": i / 2}
+
+
+def test_generic_dataset_path():
+    ds = Squares(23)
+    batches = list(DataLoader(ds, batch_size=5, shuffle=False, prefetch=3))
+    assert len(batches) == 5
+    b = batches[1]
+    np.testing.assert_array_equal(b["x"].numpy(), np.repeat(np.arange(5, 10, dtype=np.float32)[:, None], 3, 1))
+    assert b["sq"].numpy().tolist() == [i * i for i in range(5, 10)] and b["sq"].dtype == ddpc.int64
+    assert b["f"].dtype == ddpc.float64
+    sampler = DistributedSampler(ds, num_replicas=2, rank=1, seed=3)
+    got = np.concatenate([b["sq"].numpy() for b in DataLoader(ds, batch_size=4, sampler=sampler)])
+    assert got.tolist() == [i * i for i in sampler.indices().tolist()]
+    custom = list(DataLoader(ds, batch_size=4, collate_fn=lambda items: [it["sq"] for it in items]))
+    assert custom[0] == [0, 1, 4, 9]
+    tuples = list(DataLoader(TensorDataset(np.arange(6.0)), batch_size=4, collate_fn=lambda s: len(s)))
+    assert tuples == [4, 2]
+
+
+def test_generic_dataset_error_reaches_the_caller():
+    before = threading.active_count()
+    with pytest.raises(KeyError, match="sample 7 is broken"):
+        for _ in DataLoader(Squares(20, fail_at=7), batch_size=2):
+            pass
+    assert threading.active_count() == before
+
+
+def test_no_threads_left_after_dropping_iterators_mid_epoch():
+    a = arrays(1000)
+    py_before = threading.active_count()
+    c_before = stable_threads()
+    loader = DataLoader(TensorDataset(a["x"], a["y"]), batch_size=10, shuffle=True, num_threads=3, prefetch=4)
+    it = iter(loader)
+    next(it)
+    assert c_threads() == c_before + 3
+    held = next(it)
+    del it
+    assert settled_threads(c_before) == c_before
+    assert held[1].numpy().shape == (10,)  # a batch outlives its loader
+    it = iter(DataLoader(Squares(100), batch_size=3, prefetch=2))
+    next(it)
+    assert threading.active_count() == py_before + 1
+    del it
+    assert threading.active_count() == py_before
+    it = iter(ShardedLoader(a["x"], 10, rank=0, world_size=1))
+    next(it)
+    it.close()
+    assert settled_threads(c_before) == c_before
+    list(DataLoader(TensorDataset(a["y"]), batch_size=100))  # a finished epoch stops its threads too
+    assert settled_threads(c_before) == c_before and threading.active_count() == py_before
+
+
+def test_errors_at_construction(tmp_path):
+    a = arrays(10)
+    with pytest.raises(ValueError, match="different lengths"):
+        TensorDataset(a["x"], np.arange(9))
+    with pytest.raises(ValueError, match="different lengths"):
+        ShardedLoader([a["x"], np.arange(11)], 2)
+    with pytest.raises(ValueError, match="batch_size"):
+        DataLoader(TensorDataset(a["x"]), batch_size=0)
+    with pytest.raises(ValueError, match="batch_size"):
+        ShardedLoader(a["x"], 0)
+    with pytest.raises(ValueError, match="empty"):
+        DataLoader(TensorDataset(np.zeros((0, 3), np.float32)), batch_size=2)
+    with pytest.raises(ValueError, match="empty"):
+        ShardedLoader(np.zeros((0, 3), np.float32), 2)
+    with pytest.raises(ValueError, match="empty"):
+        DataLoader(Squares(0))
+    with pytest.raises(ValueError, match="rank 4 is out of range"):
+        ShardedLoader(a["x"], 2, rank=4, world_size=4)
+    with pytest.raises(FileNotFoundError, match="missing.npy"):
+        ShardedLoader(str(tmp_path / "missing.npy"), 2)
+    with pytest.raises(ValueError, match="mutually exclusive"):
+        DataLoader(TensorDataset(a["x"]), shuffle=True, sampler=SequentialSampler(range(10)))
+    with pytest.raises(ValueError, match="mutually exclusive"):
+        DataLoader(TensorDataset(a["x"]), batch_size=2, batch_sampler=[[0]])
+    with pytest.raises(ValueError, match="prefetch"):
+        DataLoader(TensorDataset(a["x"]), prefetch=0)
+    with pytest.raises(ValueError, match="0-d"):
+        TensorDataset(np.float32(1.0))
+    with pytest.raises(TypeError, match="unsupported element format"):
+        TensorDataset(np.zeros(4, dtype=np.int16))
+
+
+def write_raw(path, header, payload=b""):
+    path.write_bytes(header + payload)
+    return str(path)
+
+
+def npy_header(body, version=1):
+    body = body.encode()
+    if version == 1:
+        return b"\x93NUMPY\x01\x00" + len(body).to_bytes(2, "little") + body
+    return b"\x93NUMPY" + bytes([version, 0]) + len(body).to_bytes(4, "little") + body
+
+
+@pytest.mark.parametrize("make,exc,match", [
+    (lambda p: write_raw(p, b"PK\x03\x04 not an npy file"), ValueError, "not a .npy file"),
+    (lambda p: write_raw(p, b"\x93NU"), ValueError, "not a .npy file"),
+    (lambda p: write_raw(p, npy_header("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 2), }"), bytes(16)),
+     ValueError, "Fortran-order"),
+    (lambda p: write_raw(p, npy_header("{'descr': '>f4', 'fortran_order': False, 'shape': (2,), }"), bytes(8)),
+     TypeError, "dtype '>f4' is not supported"),
+    (lambda p: write_raw(p, npy_header("{'descr': '<c8', 'fortran_order': False, 'shape': (2,), }"), bytes(16)),
+     TypeError, "not supported"),
+    (lambda p: write_raw(p, npy_header("{'descr': '<f4', 'fortran_order': False, 'shape': (100,), }"), bytes(16)),
+     ValueError, "truncated"),
+    (lambda p: write_raw(p, npy_header("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }", 9)),
+     ValueError, "version 9.0"),
+    (lambda p: write_raw(p, npy_header("{'descr': '<f4', 'shape': (2,), 'fortran_order': False", 2), bytes(8)),
+     ValueError, "malformed"),
+])
+def test_malformed_npy_files(tmp_path, make, exc, match):
+    path = make(tmp_path / "bad.npy")
+    with pytest.raises(exc, match=match):
+        ShardedLoader(path, 2)
+
+
+def test_npy_versions_2_and_3_and_header_padding(tmp_path):
+    data = np.arange(12, dtype=np.int32).reshape(6, 2)
+    for version in (2, 3):
+        body = "{'descr': '<i4', 'fortran_order': False, 'shape': (6, 2), }"
+        body += " " * (64 - (12 + len(body) + 1) % 64) + "\n"
+        path = write_raw(tmp_path / f"v{version}.npy", npy_header(body, version), data.tobytes())
+        assert np.load(path).tolist() == data.tolist()
+        got = np.concatenate([b.numpy() for b in ShardedLoader(path, 4, shuffle=False, rank=0, world_size=1)])
+        assert got.tolist() == data.tolist()
+
+
+def test_loader_and_npy_file_refuse_pickling(tmp_path):
+    import pickle
+    np.save(tmp_path / "a.npy", np.zeros(3, np.float32))
+    with pytest.raises(TypeError, match="cannot be pickled"):
+        pickle.dumps(ddpc._C.NpyFile(str(tmp_path / "a.npy")))
+
+
+@pytest.mark.gpu
+def test_cuda_batches_equal_cpu_batches():
+    a = arrays(300)
+    sampler = DistributedSampler(300, num_replicas=2, rank=1, seed=2)
+    ds = TensorDataset(a["x"], a["y"])
+    cpu = list(DataLoader(ds, batch_size=32, sampler=sampler))
+    gpu = list(DataLoader(ds, batch_size=32, sampler=sampler, device="cuda:0", prefetch=3))
+    assert len(cpu) == len(gpu)
+    for c, g in zip(cpu, gpu):
+        for ct, gt in zip(c, g):
+            assert gt.is_cuda
+            np.testing.assert_array_equal(gt.cpu().numpy(), ct.numpy())
+
+
+@pytest.mark.gpu
+def test_cuda_prefetch_is_ordered_before_compute_stream_work():
+    """A batch consumed right away on the compute stream (no host sync in between) has its data."""
+    a = arrays(4096)
+    ds = TensorDataset(a["d"])
+    total = 0.0
+    for (x,) in DataLoader(ds, batch_size=512, device="cuda:0", prefetch=4):
+        total += float(x.sum())
+    assert total == pytest.approx(float(a["d"].sum()), rel=1e-9)

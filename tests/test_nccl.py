@@ -1,0 +1,162 @@
+"""The nccl backend: device checks (no GPU needed), and its collectives on one real GPU (`gpu`)."""
+
+import threading
+
+import numpy as np
+import pytest
+
+import ddpc
+from ddpc import _C, _nccl
+
+
+class DictStore:
+    """A thread-safe in-memory store with waiting gets, standing in for TCPStore."""
+
+    def __init__(self):
+        self.data, self.cond = {}, threading.Condition()
+
+    def set(self, key, value):
+        with self.cond:
+            self.data[key] = value
+            self.cond.notify_all()
+
+    def get(self, key):
+        with self.cond:
+            assert self.cond.wait_for(lambda: key in self.data, timeout=10), key
+            return self.data[key]
+
+
+def run_ranks(size, fn):
+    results, errors = [None] * size, [None] * size
+
+    def body(r):
+        try:
+            results[r] = fn(r)
+        except Exception as e:  # noqa: BLE001 - collected and asserted below
+            errors[r] = e
+
+    threads = [threading.Thread(target=body, args=(r,)) for r in range(size)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    return results, errors
+
+
+def test_two_ranks_on_one_gpu_are_refused_with_a_fix():
+    store = DictStore()
+    bus = ["0000:1A:00.0", "0000:1A:00.0", "0000:1B:00.0"]
+
+    def rank(r):
+        ids = _nccl.exchange(store, "g0/bus", r, 3, bus[r].encode())
+        _nccl.check_devices([b.decode() for b in ids])
+
+    _, errors = run_ranks(3, rank)
+    for e in errors:
+        assert isinstance(e, ddpc.DistError)
+        msg = str(e)
+        assert "ranks 0 and 1" in msg and "0000:1A:00.0" in msg
+        assert "CUDA_VISIBLE_DEVICES" in msg and "LOCAL_RANK" in msg and "device_id" in msg and "backend='cpu'" in msg
+
+
+def test_same_bus_id_on_different_hosts_is_fine():
+    _nccl.check_devices(["0000:1A:00.0", "0000:1A:00.0"], ["node-a", "node-b"])
+    with pytest.raises(ddpc.DistError, match="on host node-a"):
+        _nccl.check_devices(["0000:1A:00.0", "0000:1A:00.0"], ["node-a", "node-a"])
+
+
+def test_mixed_gpu_and_cpu_ranks_are_refused():
+    with pytest.raises(ddpc.DistError, match=r"rank\(s\) \[1\] have none.*backend='cpu'"):
+        _nccl.check_devices(["0000:1A:00.0", ""])
+
+
+def test_nccl_without_gpu_fails_at_the_check_not_in_nccl():
+    if ddpc.cuda.is_available():
+        pytest.skip("a GPU is present")
+    store = DictStore()
+    if not hasattr(_C, "NcclComm"):
+        with pytest.raises(RuntimeError, match="built without NCCL"):
+            _nccl.create_communicator(store, "g1", 0, 1, 0, 5.0)
+        return
+    with pytest.raises(ddpc.DistError, match="needs a GPU on every rank"):
+        _nccl.create_communicator(store, "g1", 0, 1, 0, 5.0)
+
+
+def test_multi_device_fallback_reduces_cpu_replicas():
+    bufs = [ddpc.full((7,), float(i + 1)) for i in range(3)]
+    _C.multi_all_reduce([b._buf for b in bufs], 0)
+    assert all(b.tolist() == [6.0] * 7 for b in bufs)
+    for i, b in enumerate(bufs):
+        b.fill_(i + 1)
+    _C.multi_all_reduce([b._buf for b in bufs], 1)
+    assert all(b.tolist() == [2.0] * 7 for b in bufs)
+    bufs[1].fill_(9)
+    _C.multi_broadcast([b._buf for b in bufs], 1)
+    assert all(b.tolist() == [9.0] * 7 for b in bufs)
+    with pytest.raises(ValueError, match="differs from buffer 0"):
+        _C.multi_all_reduce([ddpc.ones(3)._buf, ddpc.ones(4)._buf], 0)
+    with pytest.raises(ValueError, match="SUM and AVG only"):
+        _C.multi_all_reduce([ddpc.ones(3)._buf, ddpc.ones(3)._buf], 3)
+
+
+def single_rank_comm(timeout=30.0):
+    return _nccl.create_communicator(DictStore(), "solo", 0, 1, 0, timeout)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dt", [ddpc.float32, ddpc.float64, ddpc.float16, ddpc.bfloat16, ddpc.int32, ddpc.int64,
+                                ddpc.uint8], ids=lambda d: d.name)
+def test_every_collective_on_one_gpu(dt):
+    comm = single_rank_comm()
+    x = ddpc.arange(1, 4098, dtype=dt, device="cuda") if dt is not ddpc.uint8 else ddpc.full((4097,), 3, dtype=dt,
+                                                                                             device="cuda")
+    ref = x.cpu().to(ddpc.float64).numpy().copy()
+    for op in range(5):  # SUM AVG MIN MAX PROD over one rank leave the data unchanged
+        comm.all_reduce(x._buf, op).wait()
+        np.testing.assert_array_equal(x.cpu().to(ddpc.float64).numpy(), ref)
+    comm.broadcast(x._buf, 0).wait()
+    out = ddpc.zeros(4097, dtype=dt, device="cuda")
+    comm.all_gather(out._buf, x._buf).wait()
+    np.testing.assert_array_equal(out.cpu().to(ddpc.float64).numpy(), ref)
+    out.fill_(0)
+    comm.reduce_scatter(out._buf, x._buf, 0).wait()
+    np.testing.assert_array_equal(out.cpu().to(ddpc.float64).numpy(), ref)
+    assert "all_reduce of 4097" in comm.flight_record()
+
+
+@pytest.mark.gpu
+def test_wait_orders_later_kernels_after_the_collective():
+    comm = single_rank_comm()
+    x = ddpc.ones(1 << 22, device="cuda")
+    work = comm.all_reduce(x._buf, 0)
+    work.wait()
+    y = x * 2  # runs on the compute stream after wait(): must see the collective's output
+    assert y.sum().item() == 2 * (1 << 22)
+    ddpc.cuda.synchronize()
+    assert work.is_completed() and work.wait(timeout=5)
+
+
+@pytest.mark.gpu
+def test_coalesced_collectives_complete_together():
+    comm = single_rank_comm()
+    xs = [ddpc.full((1000,), float(i), device="cuda") for i in range(4)]
+    comm.group_start()
+    works = [comm.all_reduce(x._buf, 0) for x in xs]
+    comm.group_end()
+    for w in works:
+        w.wait()
+    assert [x.cpu().tolist()[0] for x in xs] == [0.0, 1.0, 2.0, 3.0]
+
+
+@pytest.mark.gpu
+def test_watchdog_aborts_a_collective_that_cannot_complete():
+    """A group of two whose second rank never joins: creation or the first collective times out."""
+    import time
+    store = DictStore()
+    store.set("pair/bus/1", b"0000:FF:00.0")  # a phantom peer on another GPU that never creates its communicator
+    store.set("pair/host/1", b"")
+    start = time.monotonic()
+    with pytest.raises(ddpc.DistTimeoutError):
+        comm = _nccl.create_communicator(store, "pair", 0, 2, 0, 3.0)
+        comm.all_reduce(ddpc.ones(10, device="cuda")._buf, 0).wait(timeout=30)
+    assert time.monotonic() - start < 30

@@ -1,0 +1,171 @@
+"""ddpc.nn: module registration and state, layers, and end-to-end training."""
+
+import math
+
+import numpy as np
+import pytest
+
+import ddpc
+import ddpc.nn.functional as F
+from ddpc import nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Dropout(0.1))
+        self.head = nn.Linear(8, 3, bias=False)
+        self.register_buffer("steps", ddpc.zeros(1))
+        self.register_buffer("scratch", ddpc.zeros(2), persistent=False)
+        self.blocks = nn.ModuleList([nn.Identity(), nn.Tanh()])
+
+    def forward(self, x):
+        h = self.body(x)
+        for b in self.blocks:
+            h = b(h)
+        return self.head(h)
+
+
+def test_registration_and_traversal():
+    net = Net()
+    names = [n for n, _ in net.named_parameters()]
+    assert names == ["body.0.weight", "body.0.bias", "head.weight"]
+    assert [n for n, _ in net.named_buffers()] == ["steps", "scratch"]
+    assert len(list(net.parameters())) == 3
+    assert [type(m).__name__ for m in net.children()] == ["Sequential", "Linear", "ModuleList"]
+    assert len(list(net.modules())) == 9
+    assert all(isinstance(p, nn.Parameter) and p.requires_grad for p in net.parameters())
+    assert net.head.bias is None
+    with pytest.raises(TypeError):
+        net.head.weight = ddpc.zeros(3, 8)
+    with pytest.raises(AttributeError):
+        net.missing
+
+
+def test_state_dict_and_strict_loading():
+    ddpc.manual_seed(0)
+    a, b = Net(), Net()
+    sd = a.state_dict()
+    assert list(sd) == ["steps", "body.0.weight", "body.0.bias", "head.weight"] or set(sd) == {
+        "steps", "body.0.weight", "body.0.bias", "head.weight"}
+    assert "scratch" not in sd
+    res = b.load_state_dict(sd)
+    assert res.missing_keys == [] and res.unexpected_keys == []
+    for (n, p), (_, q) in zip(a.named_parameters(), b.named_parameters()):
+        np.testing.assert_array_equal(np.asarray(p), np.asarray(q))
+    bad = dict(sd)
+    del bad["head.weight"]
+    bad["extra"] = ddpc.zeros(1)
+    with pytest.raises(RuntimeError, match=r'Missing key\(s\) in state_dict: "head.weight"') as e:
+        b.load_state_dict(bad)
+    assert 'Unexpected key(s) in state_dict: "extra"' in str(e.value)
+    res = b.load_state_dict(bad, strict=False)
+    assert res.missing_keys == ["head.weight"] and res.unexpected_keys == ["extra"]
+    wrong = dict(sd)
+    wrong["head.weight"] = ddpc.zeros(3, 9)
+    with pytest.raises(RuntimeError, match="size mismatch for head.weight"):
+        b.load_state_dict(wrong, strict=False)
+
+
+def test_to_dtype_keeps_parameter_identity_and_train_eval():
+    net = Net()
+    params = list(net.parameters())
+    net.double()
+    assert all(p.dtype is ddpc.float64 for p in net.parameters())
+    assert [id(p) for p in net.parameters()] == [id(p) for p in params]
+    assert net.steps.dtype is ddpc.float64
+    net.to(ddpc.float32).cpu()
+    assert net.body[0].weight.dtype is ddpc.float32
+    net.eval()
+    assert not any(m.training for m in net.modules())
+    x = ddpc.randn(5, 4)
+    np.testing.assert_array_equal(np.asarray(net(x)), np.asarray(net(x)))
+    net.train()
+    assert all(m.training for m in net.modules())
+
+
+def test_zero_grad_apply_and_repr():
+    net = Net()
+    net(ddpc.randn(2, 4)).sum().backward()
+    assert all(p.grad is not None for p in net.parameters())
+    net.zero_grad(set_to_none=False)
+    assert all(np.all(np.asarray(p.grad) == 0) for p in net.parameters())
+    net.zero_grad()
+    assert all(p.grad is None for p in net.parameters())
+    seen = []
+    net.apply(lambda m: seen.append(type(m).__name__))
+    assert seen[-1] == "Net" and "Linear" in seen
+    text = repr(net)
+    assert "(body): Sequential(" in text and "(0): Linear(in_features=4, out_features=8, bias=True)" in text
+    assert "(head): Linear(in_features=8, out_features=3, bias=False)" in text
+    assert "Dropout(p=0.1" in text
+
+
+def test_linear_default_init_is_uniform_within_pytorch_bounds():
+    ddpc.manual_seed(1)
+    lin = nn.Linear(400, 300)
+    bound = 1 / math.sqrt(400)
+    w, b = np.asarray(lin.weight), np.asarray(lin.bias)
+    assert np.abs(w).max() <= bound and np.abs(w).max() > 0.95 * bound
+    assert abs(w.std() - bound / math.sqrt(3)) < 0.01 * bound
+    assert np.abs(b).max() <= bound
+    ddpc.manual_seed(1)
+    np.testing.assert_array_equal(np.asarray(nn.Linear(400, 300).weight), w)
+
+
+def test_containers():
+    seq = nn.Sequential(nn.Linear(2, 3), nn.ReLU(), nn.Linear(3, 1))
+    assert len(seq) == 3 and isinstance(seq[-1], nn.Linear) and len(seq[:2]) == 2
+    ml = nn.ModuleList([nn.ReLU()])
+    ml.append(nn.Tanh())
+    ml.insert(0, nn.Sigmoid())
+    assert [type(m).__name__ for m in ml] == ["Sigmoid", "ReLU", "Tanh"]
+    assert isinstance(ml[-1], nn.Tanh)
+    flat = nn.Flatten()(ddpc.zeros(2, 3, 4))
+    assert flat.shape == (2, 12)
+
+
+def _synthetic(seed=0, n=512, d=10, classes=4):
+    rng = np.random.default_rng(seed)
+    centers = rng.standard_normal((classes, d)) * 2
+    y = rng.integers(0, classes, n)
+    x = centers[y] + rng.standard_normal((n, d)) * 0.5
+    return ddpc.tensor(x, dtype=ddpc.float32), ddpc.tensor(y)
+
+
+def _train(seed, steps=60):
+    ddpc.manual_seed(seed)
+    x, y = _synthetic()
+    model = nn.Sequential(nn.Linear(10, 32), nn.GELU(), nn.Dropout(0.1), nn.Linear(32, 4))
+    opt = ddpc.optim.Adam(model.parameters(), lr=1e-2)
+    loss_fn = nn.CrossEntropyLoss()
+    for i in range(steps):
+        batch = slice((i * 64) % 512, (i * 64) % 512 + 64)
+        opt.zero_grad()
+        loss = loss_fn(model(x[batch]), y[batch])
+        loss.backward()
+        opt.step()
+    model.eval()
+    with ddpc.no_grad():
+        final = loss_fn(model(x), y).item()
+    return final, [np.asarray(p).copy() for p in model.parameters()]
+
+
+def test_mlp_learns_a_synthetic_problem_deterministically():
+    loss, params = _train(7)
+    # Chance level is log(4) = 1.386; the classes are well separated.
+    assert loss < 0.05
+    loss2, params2 = _train(7)
+    assert loss2 == loss
+    for p, q in zip(params, params2):
+        np.testing.assert_array_equal(p, q)
+
+
+def test_parameters_deep_copy_as_parameters():
+    import copy
+
+    lin = nn.Linear(3, 2)
+    twin = copy.deepcopy(lin)
+    assert isinstance(twin.weight, nn.Parameter) and twin.weight.requires_grad
+    assert twin.weight.data_ptr() != lin.weight.data_ptr()
+    np.testing.assert_array_equal(np.asarray(twin.weight), np.asarray(lin.weight))

@@ -1,0 +1,211 @@
+"""Optimizers against numpy implementations of PyTorch's documented update
+rules over several steps; param groups, state dicts and LR schedulers."""
+
+import math
+
+import numpy as np
+import pytest
+
+import ddpc
+from ddpc import _C, optim
+
+rng = np.random.default_rng(2)
+
+
+def make_params(dtype=ddpc.float64, shapes=((4, 3), (3,), (2, 2, 2))):
+    return [ddpc.tensor(rng.standard_normal(s), dtype=dtype, requires_grad=True) for s in shapes]
+
+
+def grads_for(step, params):
+    r = np.random.default_rng(100 + step)
+    return [r.standard_normal(p.shape) for p in params]
+
+
+def ref_sgd(ps, steps, lr, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False):
+    ps = [p.copy() for p in ps]
+    bufs = [None] * len(ps)
+    for step in range(steps):
+        for i, g in enumerate(grads_for(step, ps)):
+            d = g + weight_decay * ps[i]
+            if momentum:
+                bufs[i] = d.copy() if bufs[i] is None else momentum * bufs[i] + (1 - dampening) * d
+                d = d + momentum * bufs[i] if nesterov else bufs[i]
+            ps[i] = ps[i] - lr * d
+    return ps
+
+
+def ref_adam(ps, steps, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, amsgrad=False, decoupled=False):
+    ps = [p.copy() for p in ps]
+    m = [np.zeros_like(p) for p in ps]
+    v = [np.zeros_like(p) for p in ps]
+    vmax = [np.zeros_like(p) for p in ps]
+    b1, b2 = betas
+    for step in range(1, steps + 1):
+        for i, g in enumerate(grads_for(step - 1, ps)):
+            if decoupled:
+                ps[i] = ps[i] * (1 - lr * weight_decay)
+            else:
+                g = g + weight_decay * ps[i]
+            m[i] = b1 * m[i] + (1 - b1) * g
+            v[i] = b2 * v[i] + (1 - b2) * g * g
+            vhat = v[i]
+            if amsgrad:
+                vmax[i] = np.maximum(vmax[i], v[i])
+                vhat = vmax[i]
+            denom = np.sqrt(vhat) / math.sqrt(1 - b2 ** step) + eps
+            ps[i] = ps[i] - lr / (1 - b1 ** step) * m[i] / denom
+    return ps
+
+
+def run(opt, params, steps):
+    for step in range(steps):
+        opt.zero_grad()
+        for p, g in zip(params, grads_for(step, params)):
+            p.grad = ddpc.tensor(g, dtype=p.dtype)
+        opt.step()
+
+
+@pytest.mark.parametrize("kw", [
+    dict(lr=0.1),
+    dict(lr=0.1, weight_decay=0.01),
+    dict(lr=0.05, momentum=0.9),
+    dict(lr=0.05, momentum=0.9, dampening=0.3, weight_decay=0.02),
+    dict(lr=0.05, momentum=0.8, nesterov=True, weight_decay=0.01),
+])
+def test_sgd_matches_reference(kw):
+    params = make_params()
+    start = [np.asarray(p).copy() for p in params]
+    run(optim.SGD(params, **kw), params, 5)
+    for p, want in zip(params, ref_sgd(start, 5, **kw)):
+        np.testing.assert_allclose(np.asarray(p), want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("cls,kw", [
+    (optim.Adam, dict(lr=1e-2)),
+    (optim.Adam, dict(lr=1e-2, weight_decay=0.1, betas=(0.8, 0.99))),
+    (optim.Adam, dict(lr=1e-2, amsgrad=True, eps=1e-6)),
+    (optim.AdamW, dict(lr=1e-2)),
+    (optim.AdamW, dict(lr=1e-2, weight_decay=0.2, amsgrad=True)),
+])
+def test_adam_and_adamw_match_reference(cls, kw):
+    params = make_params()
+    start = [np.asarray(p).copy() for p in params]
+    opt = cls(params, **kw)
+    run(opt, params, 6)
+    kw = dict(kw)
+    if cls is optim.AdamW:
+        kw.setdefault("weight_decay", 1e-2)
+    for p, want in zip(params, ref_adam(start, 6, decoupled=cls is optim.AdamW, **kw)):
+        np.testing.assert_allclose(np.asarray(p), want, rtol=1e-10, atol=1e-12)
+
+
+def test_float32_adam_is_close_to_the_float64_reference():
+    params = make_params(ddpc.float32)
+    start = [np.asarray(p).astype(np.float64) for p in params]
+    run(optim.AdamW(params, lr=1e-3), params, 4)
+    for p, want in zip(params, ref_adam(start, 4, lr=1e-3, weight_decay=1e-2, decoupled=True)):
+        np.testing.assert_allclose(np.asarray(p), want, rtol=1e-5, atol=1e-6)
+
+
+def test_one_fused_call_per_group(monkeypatch):
+    calls = []
+    real = _C.adam_step
+    monkeypatch.setattr(_C, "adam_step", lambda *a, **k: (calls.append(len(a[0])), real(*a, **k))[1])
+    a, b = make_params(), make_params()
+    opt = optim.Adam([{"params": a}, {"params": b, "lr": 0.5}], lr=1e-3)
+    run(opt, a + b, 2)
+    assert calls == [3, 3, 3, 3]
+    assert opt.param_groups[1]["lr"] == 0.5 and opt.param_groups[0]["lr"] == 1e-3
+
+
+def test_param_groups_use_their_own_hyperparameters():
+    a, b = make_params(shapes=((3,),)), make_params(shapes=((2,),))
+    start = [np.asarray(a[0]).copy(), np.asarray(b[0]).copy()]
+    opt = optim.SGD([{"params": a}, {"params": b, "lr": 1.0, "momentum": 0.5}], lr=0.1)
+    run(opt, a + b, 3)
+    # run() hands out the gradients of [a, b] in order, as ref_sgd does for its list.
+    slow = ref_sgd(start, 3, 0.1)
+    fast = ref_sgd(start, 3, 1.0, momentum=0.5)
+    np.testing.assert_allclose(np.asarray(a[0]), slow[0], rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(b[0]), fast[1], rtol=1e-12)
+
+
+def test_zero_grad_and_params_without_grads():
+    params = make_params()
+    opt = optim.Adam(params)
+    before = [np.asarray(p).copy() for p in params]
+    opt.step()  # no grads yet: nothing moves
+    for p, q in zip(params, before):
+        np.testing.assert_array_equal(np.asarray(p), q)
+    for p in params:
+        p.grad = ddpc.ones(p.shape, dtype=p.dtype)
+    opt.zero_grad(set_to_none=False)
+    assert all(np.all(np.asarray(p.grad) == 0) for p in params)
+    opt.zero_grad()
+    assert all(p.grad is None for p in params)
+
+
+def test_state_dict_round_trip_continues_identically():
+    params = make_params()
+    opt = optim.Adam(params, lr=1e-2, amsgrad=True)
+    run(opt, params, 3)
+    sd = opt.state_dict()
+    assert sd["param_groups"][0]["params"] == [0, 1, 2] and sd["state"][0]["step"] == 3
+    clone = [ddpc.tensor(np.asarray(p), requires_grad=True, dtype=p.dtype) for p in params]
+    opt2 = optim.Adam(clone, lr=0.5)
+    opt2.load_state_dict(sd)
+    assert opt2.param_groups[0]["lr"] == 1e-2
+    for o, ps in ((opt, params), (opt2, clone)):
+        for p in ps:
+            p.grad = ddpc.ones(p.shape, dtype=p.dtype)
+        o.step()
+    for p, q in zip(params, clone):
+        np.testing.assert_array_equal(np.asarray(p), np.asarray(q))
+    with pytest.raises(ValueError, match="parameter groups"):
+        optim.Adam([{"params": clone[:1]}, {"params": clone[1:]}]).load_state_dict(sd)
+
+
+def test_argument_checks():
+    p = make_params()
+    with pytest.raises(ValueError):
+        optim.SGD(p, lr=0.1, nesterov=True)
+    with pytest.raises(ValueError):
+        optim.Adam(p, betas=(1.0, 0.9))
+    with pytest.raises(ValueError):
+        optim.Adam([])
+    with pytest.raises(ValueError, match="more than one"):
+        optim.SGD([{"params": p}, {"params": p[:1]}], lr=0.1)
+
+
+def test_lr_schedulers():
+    p = make_params(shapes=((1,),))
+    opt = optim.SGD(p, lr=1.0)
+    sched = optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
+    lrs = []
+    for _ in range(6):
+        lrs.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    assert lrs == [1.0, 1.0, 0.5, 0.5, 0.25, 0.25]
+    assert sched.get_last_lr() == [0.125]
+
+    opt = optim.SGD(p, lr=0.1)
+    sched = optim.lr_scheduler.CosineAnnealingLR(opt, T_max=10, eta_min=0.01)
+    got = []
+    for _ in range(11):
+        got.append(opt.param_groups[0]["lr"])
+        sched.step()
+    want = [0.01 + 0.09 * (1 + math.cos(math.pi * e / 10)) / 2 for e in range(11)]
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+
+    opt = optim.SGD(p, lr=0.2)
+    sched = optim.lr_scheduler.LambdaLR(opt, lambda e: 1 / (e + 1))
+    for _ in range(3):
+        sched.step()
+    assert math.isclose(opt.param_groups[0]["lr"], 0.2 / 4)
+    state = sched.state_dict()
+    opt2 = optim.SGD(p, lr=0.2)
+    s2 = optim.lr_scheduler.LambdaLR(opt2, lambda e: 1 / (e + 1))
+    s2.load_state_dict(state)
+    s2.step()
+    assert math.isclose(opt2.param_groups[0]["lr"], 0.2 / 5)
