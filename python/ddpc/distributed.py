@@ -288,9 +288,11 @@ def _pick_backend(backend, store, rank, world_size, timeout_s):
             raise ValueError(f"unknown backend {backend!r} (use 'cpu', 'gloo' or 'nccl')")
         return backend
     # nccl only when every rank has a GPU and this build can run it.
+    if "nccl" not in _C.backends():
+        return "cpu"
     store.set(f"ddpc/gpus/{rank}", str(_C.cuda_device_count()).encode())
     every_rank_has_gpu = all(int(store.get(f"ddpc/gpus/{r}", timeout_s)) > 0 for r in range(world_size))
-    return "nccl" if every_rank_has_gpu and _C.build_info()["nccl"] else "cpu"
+    return "nccl" if every_rank_has_gpu else "cpu"
 
 
 def init_process_group(backend=None, init_method=None, timeout=None, world_size=-1, rank=-1, store=None,
