@@ -50,14 +50,20 @@ def sizes(lo, hi):
         s *= 2
 
 
-def iterations(nbytes):
-    """Enough iterations for ~0.2 s of traffic per size, at least 5."""
-    return int(min(1000, max(5, 2e8 / max(nbytes, 1) / 4)))
+def iterations(fn, barrier):
+    """Iterations for ~0.2 s per round (5 to 1000), timed on rank 0 and
+    broadcast so every rank runs the same number of collectives."""
+    barrier()
+    t0 = time.perf_counter()
+    for _ in range(3):
+        fn()
+    n = np.array([min(1000, max(5, int(0.2 / ((time.perf_counter() - t0) / 3))))], np.int64)
+    dist.broadcast(n, src=0)
+    return int(n[0])
 
 
 def time_loop(fn, iters, barrier):
-    for _ in range(2):
-        fn()
+    fn()
     barrier()
     t0 = time.perf_counter()
     for _ in range(iters):
@@ -80,6 +86,7 @@ def worker(rank, args):
         torch_dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{args.torch_port}", rank=rank,
                                       world_size=world)
         tbuf = torch.from_numpy(buf)
+        # gloo has no average: --op avg times its sum.
         top = {"sum": torch_dist.ReduceOp.SUM, "avg": torch_dist.ReduceOp.SUM, "min": torch_dist.ReduceOp.MIN,
                "max": torch_dist.ReduceOp.MAX, "prod": torch_dist.ReduceOp.PRODUCT}[args.op]
     rows = []
@@ -93,15 +100,23 @@ def worker(rank, args):
     for nbytes in sizes(args.min_bytes, args.max_bytes):
         count = max(nbytes // item, 1)
         view = buf[:count]
-        iters = iterations(count * item)
         best = [float("inf"), float("inf")]
+
+        def ddpc_op():
+            dist.all_reduce(view, op=OPS[args.op])
+
+        iters = iterations(ddpc_op, dist.barrier)
+        if torch_dist is not None:
+            tview = tbuf[:count]
+
+            def gloo_op():
+                torch_dist.all_reduce(tview, op=top)
+
+            gloo_iters = iterations(gloo_op, torch_dist.barrier)
         for _ in range(args.rounds):
-            t = time_loop(lambda: dist.all_reduce(view, op=OPS[args.op]), iters, dist.barrier)
-            best[0] = min(best[0], slowest_rank(t))
+            best[0] = min(best[0], slowest_rank(time_loop(ddpc_op, iters, dist.barrier)))
             if torch_dist is not None:
-                tview = tbuf[:count]
-                t = time_loop(lambda: torch_dist.all_reduce(tview, op=top), iters, torch_dist.barrier)
-                best[1] = min(best[1], slowest_rank(t))
+                best[1] = min(best[1], slowest_rank(time_loop(gloo_op, gloo_iters, torch_dist.barrier)))
         rows.append([count * item, count] + best[:2 if torch_dist is not None else 1])
     if torch_dist is not None:
         torch_dist.destroy_process_group()

@@ -41,6 +41,14 @@ static void set_nodelay_(int fd) {
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
+void ddpc_net_keepalive(int fd, int idle_s, int interval_s, int count) {
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle_s, sizeof idle_s);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval_s, sizeof interval_s);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
+}
+
 static ddpc_status resolve_(const char *host, int port, int passive, struct addrinfo **res) {
     struct addrinfo hints = {0};
     char portstr[16];

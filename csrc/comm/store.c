@@ -22,6 +22,12 @@ enum {
 };
 
 #define MAX_CONNS 4096
+/* Keepalive on every store connection: a rank whose host goes silent counts
+ * as dead after 3 + 2 * 3 = 9 seconds, within the 10 s a death must be
+ * reported in. */
+#define LIVENESS_IDLE_S 3
+#define LIVENESS_INTERVAL_S 2
+#define LIVENESS_COUNT 3
 #define MAX_EVENTS 256
 
 /* ---- growable byte buffer ------------------------------------------------------ */
@@ -416,6 +422,7 @@ static void *server_main_(void *arg) {
         if (pfds[1].revents & POLLIN) {
             int fd = accept4(sv->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
             if (fd >= 0) {
+                ddpc_net_keepalive(fd, LIVENESS_IDLE_S, LIVENESS_INTERVAL_S, LIVENESS_COUNT);
                 sv->conns[sv->nconns++] = (conn_){.fd = fd, .rank = -1};
             }
         }
@@ -708,6 +715,7 @@ ddpc_status ddpc_store_num_keys(ddpc_store *s, int64_t *n) {
 
 ddpc_status ddpc_store_watch(ddpc_store *s, int rank, int *fd) {
     CHECK(connect_(s, rank, ddpc_deadline_after(s->timeout_s), fd));
+    ddpc_net_keepalive(*fd, LIVENESS_IDLE_S, LIVENESS_INTERVAL_S, LIVENESS_COUNT);
     ddpc_status st = ddpc_store_watch_next(*fd, 0, s->timeout_s);
     if (st != DDPC_OK) { close(*fd); *fd = -1; }
     return st;
