@@ -112,7 +112,9 @@ def test_single_rank_group_and_helpers(single_rank):
         dist.all_reduce([1.0, 2.0])
     with pytest.raises(ValueError, match="output has"):
         dist.all_gather_into_tensor(ddpc.zeros(3), ddpc.zeros(2))
+    late = dist.all_reduce(ddpc.ones(1000), async_op=True)
     dist.destroy_process_group()
     assert not dist.is_initialized()
+    assert late.wait() and late.is_completed()  # a handle outlives its group
     with pytest.raises(RuntimeError, match="not initialised"):
         dist.barrier()

@@ -20,10 +20,13 @@ const char *ddpc_coll_name(ddpc_coll c) {
     return c >= 0 && c < DDPC_NCOLLS ? names[c] : "?";
 }
 
+/* A work handle has its own lock so that it outlives its group: a handle
+ * kept after destroy_process_group() still answers wait() and is_completed(). */
 struct ddpc_work {
     ddpc_coll_args args;
-    ddpc_group *g;
-    int done, refs;       /* under g->lock */
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int done, refs;       /* under lock */
     ddpc_status status;
     char msg[1024];
     ddpc_work *next;
@@ -202,9 +205,12 @@ static void execute_(ddpc_group *g, ddpc_work *w) {
         snprintf(w->msg, sizeof w->msg, "%s", ddpc_last_error());
         ddpc_clear_error();
     }
-    pthread_mutex_lock(&g->lock);
+    pthread_mutex_lock(&w->lock);
     w->status = st;
     w->done = 1;
+    pthread_cond_broadcast(&w->cond);
+    pthread_mutex_unlock(&w->lock);
+    pthread_mutex_lock(&g->lock);
     g->busy = 0;
     pthread_cond_broadcast(&g->cond);
     pthread_mutex_unlock(&g->lock);
@@ -233,8 +239,9 @@ ddpc_status ddpc_group_submit(ddpc_group *g, const ddpc_coll_args *a, ddpc_work 
     ddpc_work *w = calloc(1, sizeof *w);
     if (!w) return DDPC_ERROR(DDPC_ERR_OOM, "out of memory");
     w->args = *a;
-    w->g = g;
     w->refs = 2;
+    pthread_mutex_init(&w->lock, NULL);
+    pthread_cond_init(&w->cond, NULL);
     pthread_mutex_lock(&g->lock);
     if (a->coll != DDPC_COLL_SEND && a->coll != DDPC_COLL_RECV) w->args.seq = g->next_seq++;
     /* A call on an idle group runs on the calling thread: no hand-off latency. */
@@ -246,7 +253,8 @@ ddpc_status ddpc_group_submit(ddpc_group *g, const ddpc_coll_args *a, ddpc_work 
             int rc = pthread_create(&g->worker, NULL, worker_main_, g);
             if (rc) {
                 pthread_mutex_unlock(&g->lock);
-                free(w);
+                w->refs = 1;
+                ddpc_work_release(w);
                 return DDPC_ERROR(DDPC_ERR_SYS, "cannot start the group's worker thread: %s", strerror(rc));
             }
             g->have_worker = 1;
@@ -259,7 +267,7 @@ ddpc_status ddpc_group_submit(ddpc_group *g, const ddpc_coll_args *a, ddpc_work 
     pthread_mutex_unlock(&g->lock);
     if (inline_run) {
         execute_(g, w);
-        w->refs = 1;
+        ddpc_work_release(w);
     }
     if (out) {
         *out = w;
@@ -271,21 +279,20 @@ ddpc_status ddpc_group_submit(ddpc_group *g, const ddpc_coll_args *a, ddpc_work 
 }
 
 int ddpc_work_done(ddpc_work *w) {
-    pthread_mutex_lock(&w->g->lock);
+    pthread_mutex_lock(&w->lock);
     int d = w->done;
-    pthread_mutex_unlock(&w->g->lock);
+    pthread_mutex_unlock(&w->lock);
     return d;
 }
 
 ddpc_status ddpc_work_wait(ddpc_work *w, double timeout_s) {
-    ddpc_group *g = w->g;
     /* The collective bounds itself by the group timeout; a queued one may
      * wait behind others, so the default bound leaves room for those. */
     uint64_t deadline = timeout_s < 0 ? DDPC_NO_DEADLINE : ddpc_deadline_after(timeout_s);
-    pthread_mutex_lock(&g->lock);
+    pthread_mutex_lock(&w->lock);
     while (!w->done) {
         if (deadline == DDPC_NO_DEADLINE) {
-            pthread_cond_wait(&g->cond, &g->lock);
+            pthread_cond_wait(&w->cond, &w->lock);
             continue;
         }
         int ms = ddpc_ms_left(deadline, 1000000);
@@ -295,10 +302,10 @@ ddpc_status ddpc_work_wait(ddpc_work *w, double timeout_s) {
         ts.tv_sec += ms / 1000;
         ts.tv_nsec += (long)(ms % 1000) * 1000000L;
         if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
-        pthread_cond_timedwait(&g->cond, &g->lock, &ts);
+        pthread_cond_timedwait(&w->cond, &w->lock, &ts);
     }
     int done = w->done;
-    pthread_mutex_unlock(&g->lock);
+    pthread_mutex_unlock(&w->lock);
     if (!done)
         return DDPC_ERROR(DDPC_ERR_TIMEOUT, "%s (collective #%llu) did not complete within %.1f s",
                           ddpc_coll_name(w->args.coll), (unsigned long long)w->args.seq, timeout_s);
@@ -306,11 +313,14 @@ ddpc_status ddpc_work_wait(ddpc_work *w, double timeout_s) {
 }
 
 void ddpc_work_release(ddpc_work *w) {
-    ddpc_group *g = w->g;
-    pthread_mutex_lock(&g->lock);
+    pthread_mutex_lock(&w->lock);
     int left = --w->refs;
-    pthread_mutex_unlock(&g->lock);
-    if (left == 0) free(w);
+    pthread_mutex_unlock(&w->lock);
+    if (left == 0) {
+        pthread_cond_destroy(&w->cond);
+        pthread_mutex_destroy(&w->lock);
+        free(w);
+    }
 }
 
 /* ---- death monitor -------------------------------------------------------------- */
