@@ -7,7 +7,14 @@ numpy arrays and CUDA tensors to the C calls.
 
 Differences from PyTorch: ``recv`` needs an explicit ``src``; ``Work.wait()``
 must be called before reading the result of an async ``all_gather`` into a
-list or of an async collective on a CUDA tensor (both finish with a copy).
+list or of an async collective on a CUDA tensor (both finish with a copy);
+``TCPStore`` ignores ``world_size`` and ``wait_for_workers``.
+
+Environment: ``DDPC_STORE_TOKEN`` is the job's store secret (ddpc-run and
+ddpc.spawn make one); ``DDPC_HOST_ID`` overrides how ranks decide they share
+a host (hostname and boot id by default), and ``DDPC_IFADDR`` the address a
+rank advertises to peers on other hosts (by default the local address of its
+connection to the store).
 """
 
 import atexit
