@@ -22,6 +22,8 @@ from ddpc.distributed import ReduceOp
 DTYPES = [np.float32, np.float64, np.float16, ml_dtypes.bfloat16, np.int32, np.int64, np.uint8]
 OPS = [ReduceOp.SUM, ReduceOp.AVG, ReduceOp.MIN, ReduceOp.MAX, ReduceOp.PROD]
 SIZES = [0, 1, 7, 4097, (1 << 20) + 3]
+if os.environ.get("TEST_SMALL_SIZES"):
+    SIZES = SIZES[:-1] + [65537]
 
 
 def contribution(op, rank, n, dtype):
@@ -240,12 +242,26 @@ def scenario_loop(seconds):
         time.sleep(0.01)
 
 
+def scenario_topology():
+    """The group found the hosts that TEST_EXPECT_HOSTS (or TEST_HOSTS) lists by rank."""
+    hosts = os.environ.get("TEST_EXPECT_HOSTS", os.environ.get("TEST_HOSTS", "")).split(",")
+    g = dist.GroupMember.WORLD._c
+    want = (len(set(hosts)), hosts.count(hosts[dist.get_rank()]))
+    assert (g.nnodes, g.local_size) == want, ((g.nnodes, g.local_size), want)
+
+
 def main():
     scenario, args = sys.argv[1], sys.argv[2:]
     timeout = float(os.environ.get("TEST_DIST_TIMEOUT", "60"))
+    # TEST_HOSTS="a,a,b,b" makes rank r believe it runs on host TEST_HOSTS[r].
+    if os.environ.get("TEST_HOSTS"):
+        os.environ["DDPC_HOST_ID"] = os.environ["TEST_HOSTS"].split(",")[int(os.environ["RANK"])]
     dist.init_process_group(timeout=timeout)
     if scenario == "all":
         for name in ("matrix", "async", "groups", "p2p", "pickle", "mismatch"):
+            globals()["scenario_" + name]()
+    elif "+" in scenario:
+        for name in scenario.split("+"):
             globals()["scenario_" + name]()
     else:
         globals()["scenario_" + scenario](*args)

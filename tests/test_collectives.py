@@ -31,3 +31,17 @@ def test_all_collectives(world):
             assert f"RANK {r} MISMATCH collective mismatch" in res.stdout, out
         assert "all_reduce(10 x float32, sum)" in res.stdout and "all_reduce(12 x float32, sum)" in res.stdout, out
     assert not {f for f in os.listdir("/dev/shm") if f.startswith("ddpc-")} - before
+
+
+@pytest.mark.parametrize("hosts", ["a,b,c", "a,a,b,b", "a,b,b,a"], ids=["ring3", "hier2x2", "hier-interleaved"])
+def test_collectives_across_simulated_hosts(hosts):
+    """Ranks told they run on different hosts (DDPC_HOST_ID) use the TCP ring
+    (one rank per host) or the hierarchical path (shared memory within a host)."""
+    world = len(hosts.split(","))
+    # The full sizes run on one host above; here the largest is 64 Ki + 1 to bound the runtime.
+    res = run_job(world, "topology+matrix+async+groups+p2p+mismatch",
+                  env={"TEST_HOSTS": hosts, "TEST_SMALL_SIZES": "1"})
+    assert res.returncode == 0, res.stdout + res.stderr
+    for r in range(world):
+        assert f"RANK {r} PASS" in res.stdout
+        assert f"RANK {r} MISMATCH collective mismatch" in res.stdout, res.stdout

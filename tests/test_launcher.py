@@ -237,3 +237,9 @@ def test_spawn_join_false():
     ctx = ddpc.spawn(_allreduce_rank, args=(1,), nprocs=2, join=False)
     assert len(ctx.pids()) == 2
     assert [r["sum"] for r in ctx.join()] == [3.0, 3.0]
+
+
+def test_spawn_refuses_when_cuda_is_initialised(monkeypatch):
+    monkeypatch.setattr(ddpc._C, "cuda_initialized", lambda: True)
+    with pytest.raises(RuntimeError, match="CUDA is already initialised"):
+        ddpc.spawn(_die, nprocs=2)

@@ -20,10 +20,13 @@ const char *ddpc_coll_name(ddpc_coll c) {
     return c >= 0 && c < DDPC_NCOLLS ? names[c] : "?";
 }
 
+/* A work handle has its own lock so that it outlives its group: a handle
+ * kept after destroy_process_group() still answers wait() and is_completed(). */
 struct ddpc_work {
     ddpc_coll_args args;
-    ddpc_group *g;
-    int done, refs;       /* under g->lock */
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int done, refs;       /* under lock */
     ddpc_status status;
     char msg[1024];
     ddpc_work *next;
@@ -32,14 +35,38 @@ struct ddpc_work {
 /* ---- failure state -------------------------------------------------------------- */
 
 void ddpc_group_fail(ddpc_group *g, ddpc_status st, const char *msg) {
-    int expected = 0;
+    int expected = 0, first = 0;
     pthread_mutex_lock(&g->lock);
     if (atomic_load(&g->failed) == 0) {
         snprintf(g->fail_msg, sizeof g->fail_msg, "%s", msg);
-        atomic_compare_exchange_strong(&g->failed, &expected, (int)st);
+        first = atomic_compare_exchange_strong(&g->failed, &expected, (int)st);
     }
     pthread_mutex_unlock(&g->lock);
+    if (!first) return;
     if (g->backend && g->backend->abort && g->bstate) g->backend->abort(g->bstate);
+    ddpc_p2p_shutdown(g);
+}
+
+ddpc_status ddpc_group_disagree(ddpc_group *g, const char *msg) {
+    char text[1200];
+    snprintf(text, sizeof text, "%s\n%s", g->prefix, msg);
+    /* Publish before failing here: failing shuts this rank's links, and the
+     * peers should learn the reason before they see the links close. */
+    if (ddpc_store_abort(g->store, text) != DDPC_OK) ddpc_clear_error();
+    ddpc_group_fail(g, DDPC_ERR_DIST, msg);
+    return ddpc_group_error(g);
+}
+
+ddpc_status ddpc_group_explain(ddpc_group *g, ddpc_status st) {
+    if (st != DDPC_ERR_DIST) return st;
+    uint64_t deadline = ddpc_deadline_after(0.5);
+    while (!atomic_load(&g->failed) && ddpc_ms_left(deadline, 1) > 0) {
+        struct timespec ts = {0, 2000000};
+        nanosleep(&ts, NULL);
+    }
+    if (!atomic_load(&g->failed)) return st;
+    ddpc_clear_error();
+    return ddpc_group_error(g);
 }
 
 /* Re-records a message captured on another thread, without a second location. */
@@ -59,6 +86,9 @@ ddpc_status ddpc_group_error(ddpc_group *g) {
     pthread_mutex_lock(&g->lock);
     snprintf(msg, sizeof msg, "%s", g->fail_msg);
     pthread_mutex_unlock(&g->lock);
+    /* The group's cause replaces whatever symptom this thread recorded
+     * (a link closing because the peer gave up). */
+    ddpc_clear_error();
     return rethrow_((ddpc_status)st, msg);
 }
 
@@ -168,15 +198,19 @@ static void execute_(ddpc_group *g, ddpc_work *w) {
         st = ddpc_group_error(g);
     } else {
         st = g->backend->run(g, g->bstate, &w->args, ddpc_deadline_after(g->timeout_s));
+        if (st == DDPC_ERR_DIST && !atomic_load(&g->failed)) st = ddpc_group_explain(g, st);
         if (st != DDPC_OK && st != DDPC_ERR_ARG && st != DDPC_ERR_TYPE) ddpc_group_fail(g, st, ddpc_last_error());
     }
     if (st != DDPC_OK) {
         snprintf(w->msg, sizeof w->msg, "%s", ddpc_last_error());
         ddpc_clear_error();
     }
-    pthread_mutex_lock(&g->lock);
+    pthread_mutex_lock(&w->lock);
     w->status = st;
     w->done = 1;
+    pthread_cond_broadcast(&w->cond);
+    pthread_mutex_unlock(&w->lock);
+    pthread_mutex_lock(&g->lock);
     g->busy = 0;
     pthread_cond_broadcast(&g->cond);
     pthread_mutex_unlock(&g->lock);
@@ -205,8 +239,9 @@ ddpc_status ddpc_group_submit(ddpc_group *g, const ddpc_coll_args *a, ddpc_work 
     ddpc_work *w = calloc(1, sizeof *w);
     if (!w) return DDPC_ERROR(DDPC_ERR_OOM, "out of memory");
     w->args = *a;
-    w->g = g;
     w->refs = 2;
+    pthread_mutex_init(&w->lock, NULL);
+    pthread_cond_init(&w->cond, NULL);
     pthread_mutex_lock(&g->lock);
     if (a->coll != DDPC_COLL_SEND && a->coll != DDPC_COLL_RECV) w->args.seq = g->next_seq++;
     /* A call on an idle group runs on the calling thread: no hand-off latency. */
@@ -218,7 +253,8 @@ ddpc_status ddpc_group_submit(ddpc_group *g, const ddpc_coll_args *a, ddpc_work 
             int rc = pthread_create(&g->worker, NULL, worker_main_, g);
             if (rc) {
                 pthread_mutex_unlock(&g->lock);
-                free(w);
+                w->refs = 1;
+                ddpc_work_release(w);
                 return DDPC_ERROR(DDPC_ERR_SYS, "cannot start the group's worker thread: %s", strerror(rc));
             }
             g->have_worker = 1;
@@ -231,7 +267,7 @@ ddpc_status ddpc_group_submit(ddpc_group *g, const ddpc_coll_args *a, ddpc_work 
     pthread_mutex_unlock(&g->lock);
     if (inline_run) {
         execute_(g, w);
-        w->refs = 1;
+        ddpc_work_release(w);
     }
     if (out) {
         *out = w;
@@ -243,21 +279,20 @@ ddpc_status ddpc_group_submit(ddpc_group *g, const ddpc_coll_args *a, ddpc_work 
 }
 
 int ddpc_work_done(ddpc_work *w) {
-    pthread_mutex_lock(&w->g->lock);
+    pthread_mutex_lock(&w->lock);
     int d = w->done;
-    pthread_mutex_unlock(&w->g->lock);
+    pthread_mutex_unlock(&w->lock);
     return d;
 }
 
 ddpc_status ddpc_work_wait(ddpc_work *w, double timeout_s) {
-    ddpc_group *g = w->g;
     /* The collective bounds itself by the group timeout; a queued one may
      * wait behind others, so the default bound leaves room for those. */
     uint64_t deadline = timeout_s < 0 ? DDPC_NO_DEADLINE : ddpc_deadline_after(timeout_s);
-    pthread_mutex_lock(&g->lock);
+    pthread_mutex_lock(&w->lock);
     while (!w->done) {
         if (deadline == DDPC_NO_DEADLINE) {
-            pthread_cond_wait(&g->cond, &g->lock);
+            pthread_cond_wait(&w->cond, &w->lock);
             continue;
         }
         int ms = ddpc_ms_left(deadline, 1000000);
@@ -267,10 +302,10 @@ ddpc_status ddpc_work_wait(ddpc_work *w, double timeout_s) {
         ts.tv_sec += ms / 1000;
         ts.tv_nsec += (long)(ms % 1000) * 1000000L;
         if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
-        pthread_cond_timedwait(&g->cond, &g->lock, &ts);
+        pthread_cond_timedwait(&w->cond, &w->lock, &ts);
     }
     int done = w->done;
-    pthread_mutex_unlock(&g->lock);
+    pthread_mutex_unlock(&w->lock);
     if (!done)
         return DDPC_ERROR(DDPC_ERR_TIMEOUT, "%s (collective #%llu) did not complete within %.1f s",
                           ddpc_coll_name(w->args.coll), (unsigned long long)w->args.seq, timeout_s);
@@ -278,11 +313,14 @@ ddpc_status ddpc_work_wait(ddpc_work *w, double timeout_s) {
 }
 
 void ddpc_work_release(ddpc_work *w) {
-    ddpc_group *g = w->g;
-    pthread_mutex_lock(&g->lock);
+    pthread_mutex_lock(&w->lock);
     int left = --w->refs;
-    pthread_mutex_unlock(&g->lock);
-    if (left == 0) free(w);
+    pthread_mutex_unlock(&w->lock);
+    if (left == 0) {
+        pthread_cond_destroy(&w->cond);
+        pthread_mutex_destroy(&w->lock);
+        free(w);
+    }
 }
 
 /* ---- death monitor -------------------------------------------------------------- */
@@ -313,24 +351,44 @@ void ddpc_monitor_unregister(ddpc_group *g) {
     pthread_mutex_unlock(&mon_.lock);
 }
 
-static void *monitor_main_(void *arg) {
-    (void)arg;
-    struct pollfd p[2] = {{mon_.watch_fd, POLLIN, 0}, {mon_.wake[0], POLLIN, 0}};
-    while (poll(p, 2, -1) < 0 && errno == EINTR) {
-    }
-    if (p[1].revents || !p[0].revents) return NULL;
-    int dead = ddpc_store_read_death(mon_.watch_fd);
-    char msg[256];
-    if (dead >= 0)
-        snprintf(msg, sizeof msg, "rank %d died or exited while the process group was in use", dead);
+/* Fails the registered groups an event concerns: all of them for a death,
+ * the group named by its prefix for an abort. */
+static void monitor_event_(int rank, const char *text) {
+    char msg[1024];
+    const char *reason = strchr(text, '\n');
+    if (rank >= 0)
+        snprintf(msg, sizeof msg, "rank %d died or exited while the process group was in use", rank);
+    else if (rank == -2 && reason)
+        snprintf(msg, sizeof msg, "%s", reason + 1);
     else
         snprintf(msg, sizeof msg, "rank 0 died or exited while the process group was in use (lost the connection "
                                   "to the store it hosted)");
+    size_t plen = reason ? (size_t)(reason - text) : 0;
     pthread_mutex_lock(&mon_.lock);
-    mon_.dead = 1;
-    for (int i = 0; i < mon_.ngroups; i++) ddpc_group_fail(mon_.groups[i], DDPC_ERR_DIST, msg);
+    for (int i = 0; i < mon_.ngroups; i++) {
+        ddpc_group *g = mon_.groups[i];
+        if (rank != -2 || (strlen(g->prefix) == plen && strncmp(g->prefix, text, plen) == 0))
+            ddpc_group_fail(g, DDPC_ERR_DIST, msg);
+    }
     pthread_mutex_unlock(&mon_.lock);
-    return NULL;
+}
+
+static void *monitor_main_(void *arg) {
+    (void)arg;
+    for (int64_t seen = 1;; seen++) {
+        struct pollfd p[2] = {{mon_.watch_fd, POLLIN, 0}, {mon_.wake[0], POLLIN, 0}};
+        while (poll(p, 2, -1) < 0 && errno == EINTR) {
+        }
+        if (p[1].revents || !p[0].revents) return NULL;
+        char text[4200];
+        int rank = ddpc_store_read_event(mon_.watch_fd, text, sizeof text);
+            monitor_event_(rank, text);
+        if (rank == -1 || ddpc_store_watch_next(mon_.watch_fd, seen, 10) != DDPC_OK) {
+            ddpc_clear_error();
+            mon_.dead = 1;
+            return NULL;
+        }
+    }
 }
 
 ddpc_status ddpc_monitor_start(ddpc_store *store, int global_rank) {

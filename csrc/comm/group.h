@@ -106,6 +106,14 @@ void ddpc_group_free(ddpc_group *g);
 
 /* Marks the group failed with `msg` (first cause wins) and wakes its waits. */
 void ddpc_group_fail(ddpc_group *g, ddpc_status st, const char *msg);
+/* Ranks disagree about the current collective: fails the group here and,
+ * through the store, on every other rank of the group, then returns the
+ * DistError. */
+ddpc_status ddpc_group_disagree(ddpc_group *g, const char *msg);
+/* A link to a peer broke (`st` is DistError): gives the monitor a moment to
+ * deliver the cause (a death, a disagreement elsewhere) and returns that
+ * instead when it arrives. */
+ddpc_status ddpc_group_explain(ddpc_group *g, ddpc_status st);
 /* Records the group's failure as the current error and returns its status. */
 ddpc_status ddpc_group_error(ddpc_group *g);
 
@@ -138,6 +146,8 @@ ddpc_status ddpc_ring_broadcast(ddpc_group *g, const ddpc_coll_args *a, int root
 /* Point-to-point links (p2p.c). */
 ddpc_status ddpc_p2p_init(ddpc_group *g);
 void ddpc_p2p_free(ddpc_group *g);
+/* Shuts the links down so peers blocked on them see the failure at once. */
+void ddpc_p2p_shutdown(ddpc_group *g);
 ddpc_status ddpc_p2p_link(ddpc_group *g, int peer, uint64_t deadline, int *fd);
 ddpc_status ddpc_p2p_send(ddpc_group *g, const ddpc_coll_args *a, uint64_t deadline);
 ddpc_status ddpc_p2p_recv(ddpc_group *g, const ddpc_coll_args *a, uint64_t deadline);
@@ -152,7 +162,8 @@ typedef struct {
 } ddpc_msg_header;
 
 void ddpc_msg_header_fill(ddpc_msg_header *h, const ddpc_coll_args *a);
-/* DDPC_OK when `theirs` describes the same call as `a`, else a DistError naming both. */
-ddpc_status ddpc_msg_header_check(const ddpc_coll_args *a, const ddpc_msg_header *theirs, int me, int them);
+/* DDPC_OK when `theirs` (from rank `them`) describes the same call as `a`,
+ * else the group fails with a DistError naming both calls. */
+ddpc_status ddpc_msg_header_check(ddpc_group *g, const ddpc_coll_args *a, const ddpc_msg_header *theirs, int them);
 
 #endif

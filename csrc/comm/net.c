@@ -41,6 +41,14 @@ static void set_nodelay_(int fd) {
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
+void ddpc_net_keepalive(int fd, int idle_s, int interval_s, int count) {
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle_s, sizeof idle_s);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval_s, sizeof interval_s);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
+}
+
 static ddpc_status resolve_(const char *host, int port, int passive, struct addrinfo **res) {
     struct addrinfo hints = {0};
     char portstr[16];
@@ -182,7 +190,7 @@ ddpc_status ddpc_net_sendrecv(int sfd, const void *sbuf, size_t slen, int rfd, v
         }
         if (ri >= 0 && p[ri].revents) {
             ssize_t k = recv(rfd, r, rlen, MSG_DONTWAIT);
-            if (k == 0) return DDPC_ERROR(DDPC_ERR_DIST, "connection to %s closed (the peer exited or died)", what);
+            if (k == 0) return DDPC_ERROR(DDPC_ERR_DIST, "connection to %s closed (the peer exited, died or gave up on the collective)", what);
             if (k < 0 && errno != EAGAIN && errno != EINTR)
                 return DDPC_ERROR(DDPC_ERR_DIST, "connection to %s lost while receiving: %s", what, strerror(errno));
             if (k > 0) { r += k; rlen -= (size_t)k; }

@@ -31,6 +31,11 @@ ddpc_status ddpc_net_connect(const char *host, int port, uint64_t deadline, int 
 /* Accepts one connection before the deadline. */
 ddpc_status ddpc_net_accept(int listen_fd, uint64_t deadline, const atomic_int *abort, int *fd);
 
+/* TCP keepalive probing after `idle_s` seconds of silence, every `interval_s`,
+ * `count` times: a host that vanishes without closing its sockets (power
+ * loss, a cut link) is noticed within idle_s + interval_s * count seconds. */
+void ddpc_net_keepalive(int fd, int idle_s, int interval_s, int count);
+
 /* Send or receive exactly `len` bytes. `what` names the peer in errors. A
  * closed connection is DDPC_ERR_DIST; the deadline is DDPC_ERR_TIMEOUT; a
  * raised abort flag returns DDPC_ERR_DIST without recording a message (the

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "comm/group.h"
@@ -38,6 +39,12 @@ void ddpc_p2p_free(ddpc_group *g) {
     g->peer_fd = NULL;
     if (g->listen_fd >= 0) close(g->listen_fd);
     g->listen_fd = -1;
+}
+
+void ddpc_p2p_shutdown(ddpc_group *g) {
+    if (!g->peer_fd) return;
+    for (int i = 0; i < g->size; i++)
+        if (g->peer_fd[i] >= 0) shutdown(g->peer_fd[i], SHUT_RDWR);
 }
 
 static ddpc_status connect_peer_(ddpc_group *g, int peer, uint64_t deadline) {
@@ -109,17 +116,17 @@ static void describe_(const ddpc_msg_header *h, char *buf, size_t cap) {
              (unsigned long long)h->count, ddpc_dtype_name((ddpc_dtype)h->dtype), h->tag, (unsigned long long)h->seq);
 }
 
-ddpc_status ddpc_msg_header_check(const ddpc_coll_args *a, const ddpc_msg_header *theirs, int me, int them) {
+ddpc_status ddpc_msg_header_check(ddpc_group *g, const ddpc_coll_args *a, const ddpc_msg_header *theirs, int them) {
     ddpc_msg_header mine;
     ddpc_msg_header_fill(&mine, a);
     /* A recv matches a send with the same shape; collectives match themselves. */
     if (a->coll == DDPC_COLL_RECV) mine.coll = DDPC_COLL_SEND;
     if (memcmp(&mine, theirs, sizeof mine) == 0) return DDPC_OK;
-    char x[160], y[160];
+    char x[160], y[160], msg[512];
     describe_(&mine, x, sizeof x);
     describe_(theirs, y, sizeof y);
-    return DDPC_ERROR(DDPC_ERR_DIST, "collective mismatch: rank %d expected %s, rank %d sent %s", me,
-                      x, them, y);
+    snprintf(msg, sizeof msg, "collective mismatch: rank %d called %s, rank %d called %s", g->rank, x, them, y);
+    return ddpc_group_disagree(g, msg);
 }
 
 static ddpc_status transfer_(ddpc_group *g, const ddpc_coll_args *a, uint64_t deadline, int sending) {
@@ -136,11 +143,10 @@ static ddpc_status transfer_(ddpc_group *g, const ddpc_coll_args *a, uint64_t de
         if (st == DDPC_OK) st = ddpc_net_send(fd, a->in, nbytes, deadline, &g->failed, what);
     } else {
         st = ddpc_net_recv(fd, &h, sizeof h, deadline, &g->failed, what);
-        if (st == DDPC_OK) st = ddpc_msg_header_check(a, &h, g->rank, a->peer);
+        if (st == DDPC_OK) st = ddpc_msg_header_check(g, a, &h, a->peer);
         if (st == DDPC_OK) st = ddpc_net_recv(fd, a->out, nbytes, deadline, &g->failed, what);
     }
-    if (st == DDPC_ERR_DIST && atomic_load(&g->failed)) return ddpc_group_error(g);
-    return st;
+    return st == DDPC_ERR_DIST && atomic_load(&g->failed) ? ddpc_group_error(g) : st;
 }
 
 ddpc_status ddpc_p2p_send(ddpc_group *g, const ddpc_coll_args *a, uint64_t deadline) { return transfer_(g, a, deadline, 1); }

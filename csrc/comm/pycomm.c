@@ -617,7 +617,21 @@ static PyObject *py_host_id(PyObject *m, PyObject *unused) {
     return PyUnicode_FromString(id);
 }
 
+static PyObject *py_backends(PyObject *m, PyObject *unused) {
+    (void)m, (void)unused;
+    static const char *names[] = {"cpu", "nccl"};
+    PyObject *list = PyList_New(0);
+    for (size_t i = 0; list && i < sizeof names / sizeof *names; i++) {
+        if (!ddpc_backend_find(names[i])) continue;
+        PyObject *name = PyUnicode_FromString(names[i]);
+        if (!name || PyList_Append(list, name) < 0) Py_CLEAR(list);
+        Py_XDECREF(name);
+    }
+    return list;
+}
+
 static PyMethodDef comm_functions[] = {
+    {"backends", py_backends, METH_NOARGS, "names of the communication backends this build can run"},
     {"monitor_start", py_monitor_start, METH_VARARGS, "monitor_start(store, rank): watch the job for dead ranks"},
     {"monitor_stop", py_monitor_stop, METH_O, "monitor_stop(timeout): leave the job cleanly"},
     {"host_id", py_host_id, METH_NOARGS, "identity of this host as the communicator sees it"},

@@ -38,7 +38,7 @@ static ddpc_status ring_open_(ddpc_group *g, const ddpc_coll_args *a, uint64_t d
     ddpc_msg_header_fill(&mine, a);
     CHECK(ddpc_net_sendrecv(r->next_fd, &mine, sizeof mine, r->prev_fd, &theirs, sizeof theirs, deadline, &g->failed,
                             r->what));
-    return ddpc_msg_header_check(a, &theirs, g->rank, r->prev);
+    return ddpc_msg_header_check(g, a, &theirs, r->prev);
 }
 
 static ddpc_status fail_(ddpc_group *g, ddpc_status st) {

@@ -18,10 +18,17 @@
 
 enum {
     CMD_HELLO = 1, CMD_SET, CMD_GET, CMD_ADD, CMD_CHECK, CMD_WAIT, CMD_DELETE, CMD_NUMKEYS,
-    CMD_WATCH, CMD_LEAVE, CMD_DEPARTED,
+    CMD_WATCH, CMD_LEAVE, CMD_DEPARTED, CMD_ABORT,
 };
 
 #define MAX_CONNS 4096
+/* Keepalive on every store connection: a rank whose host goes silent counts
+ * as dead after 3 + 2 * 3 = 9 seconds, within the 10 s a death must be
+ * reported in. */
+#define LIVENESS_IDLE_S 3
+#define LIVENESS_INTERVAL_S 2
+#define LIVENESS_COUNT 3
+#define MAX_EVENTS 256
 
 /* ---- growable byte buffer ------------------------------------------------------ */
 
@@ -95,7 +102,7 @@ typedef struct {
     int park;
     char *park_body;       /* the parked request, kept for re-evaluation */
     uint32_t park_len;
-    int64_t park_n;
+    int64_t park_n;        /* DEPARTED: ranks to wait for; WATCH: events already seen */
 } conn_;
 
 typedef struct {
@@ -108,7 +115,10 @@ typedef struct {
     size_t nentries, cap_entries;
     int *rank_state;
     int nranks;
-    int first_dead;
+    /* Failures watchers are told about, in order: a dead rank, or an abort
+     * text ("group prefix\nreason") with rank -2. */
+    struct { int32_t rank; char *text; } events[MAX_EVENTS];
+    int nevents;
 } server_;
 
 struct ddpc_store {
@@ -182,7 +192,7 @@ static int set_rank_state_(server_ *sv, int rank, int state) {
         sv->rank_state = rs, sv->nranks = n;
     }
     sv->rank_state[rank] = state;
-    if (state == RANK_DEAD && sv->first_dead < 0) sv->first_dead = rank;
+    if (state == RANK_DEAD && sv->nevents < MAX_EVENTS) sv->events[sv->nevents++].rank = rank;
     return 0;
 }
 
@@ -195,9 +205,12 @@ static void unpark_(server_ *sv) {
             reader_ r = {c->park_body, c->park_len, 0};
             ready = keys_present_(sv, &r) == 1;
             if (ready) reply_byte_(c, 1);
-        } else if (c->park == PARK_WATCH && sv->first_dead >= 0) {
-            int32_t d = sv->first_dead;
-            reply_(c, &d, 4);
+        } else if (c->park == PARK_WATCH && sv->nevents > c->park_n) {
+            const char *text = sv->events[c->park_n].text ? sv->events[c->park_n].text : "";
+            uint32_t tl = (uint32_t)strlen(text);
+            bytes_u32_(&c->out, 4 + tl);
+            bytes_append_(&c->out, &sv->events[c->park_n].rank, 4);
+            bytes_append_(&c->out, text, tl);
             ready = 1;
         } else if (c->park == PARK_DEPARTED && departed_count_(sv) >= c->park_n) {
             reply_byte_(c, 1);
@@ -288,11 +301,29 @@ static int handle_(server_ *sv, conn_ *c, const char *body, uint32_t len) {
         int64_t n = (int64_t)sv->nentries;
         return r.left ? -1 : reply_(c, &n, 8);
     }
-    case CMD_WATCH:
-        if (r.left || c->rank < 0) return -1;
+    case CMD_WATCH: {
+        const char *n = read_raw_(&r, 8);
+        if (r.bad || r.left || c->rank < 0) return -1;
+        memcpy(&c->park_n, n, 8);
+        if (c->park_n < 0) return -1;
         c->park = PARK_WATCH;
         unpark_(sv);
         return 0;
+    }
+    case CMD_ABORT: {
+        const char *text = read_str_(&r, &vl);
+        if (r.bad || r.left || vl > 4096) return -1;
+        if (sv->nevents < MAX_EVENTS) {
+            char *t = malloc(vl + 1);
+            if (!t) return -1;
+            memcpy(t, text, vl);
+            t[vl] = '\0';
+            sv->events[sv->nevents].rank = -2;
+            sv->events[sv->nevents++].text = t;
+            unpark_(sv);
+        }
+        return reply_byte_(c, 1);
+    }
     case CMD_LEAVE:
         if (r.left || c->rank < 0) return -1;
         if (sv->rank_state[c->rank] == RANK_ALIVE) set_rank_state_(sv, c->rank, RANK_LEFT);
@@ -391,6 +422,7 @@ static void *server_main_(void *arg) {
         if (pfds[1].revents & POLLIN) {
             int fd = accept4(sv->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
             if (fd >= 0) {
+                ddpc_net_keepalive(fd, LIVENESS_IDLE_S, LIVENESS_INTERVAL_S, LIVENESS_COUNT);
                 sv->conns[sv->nconns++] = (conn_){.fd = fd, .rank = -1};
             }
         }
@@ -410,6 +442,7 @@ static void server_free_(server_ *sv) {
         conn_close_(sv, i);
     }
     for (size_t i = 0; i < sv->nentries; i++) free(sv->entries[i].key), free(sv->entries[i].val);
+    for (int i = 0; i < sv->nevents; i++) free(sv->events[i].text);
     free(sv->entries);
     free(sv->conns);
     free(sv->rank_state);
@@ -423,7 +456,6 @@ static ddpc_status server_init_(const char *host, int port, const char *token, s
     server_ *sv = calloc(1, sizeof *sv);
     if (!sv) return DDPC_ERROR(DDPC_ERR_OOM, "out of memory for the store server");
     sv->listen_fd = sv->wake_pipe[0] = sv->wake_pipe[1] = -1;
-    sv->first_dead = -1;
     snprintf(sv->token, sizeof sv->token, "%s", token);
     sv->conns = calloc(MAX_CONNS, sizeof *sv->conns);
     if (!sv->conns) { res = DDPC_ERROR(DDPC_ERR_OOM, "out of memory for the store server"); goto fail; }
@@ -682,27 +714,52 @@ ddpc_status ddpc_store_num_keys(ddpc_store *s, int64_t *n) {
 }
 
 ddpc_status ddpc_store_watch(ddpc_store *s, int rank, int *fd) {
-    uint64_t deadline = ddpc_deadline_after(s->timeout_s);
-    CHECK(connect_(s, rank, deadline, fd));
-    uint32_t len = 1;
-    uint8_t cmd = CMD_WATCH;
-    ddpc_status st = ddpc_net_send(*fd, &len, 4, deadline, NULL, "the store");
-    if (st == DDPC_OK) st = ddpc_net_send(*fd, &cmd, 1, deadline, NULL, "the store");
+    CHECK(connect_(s, rank, ddpc_deadline_after(s->timeout_s), fd));
+    ddpc_net_keepalive(*fd, LIVENESS_IDLE_S, LIVENESS_INTERVAL_S, LIVENESS_COUNT);
+    ddpc_status st = ddpc_store_watch_next(*fd, 0, s->timeout_s);
     if (st != DDPC_OK) { close(*fd); *fd = -1; }
     return st;
 }
 
-int ddpc_store_read_death(int fd) {
-    char rep[8];
-    size_t got = 0;
-    while (got < 8) {
-        ssize_t k = recv(fd, rep + got, 8 - got, 0);
-        if (k <= 0) return -1;
-        got += (size_t)k;
-    }
+ddpc_status ddpc_store_watch_next(int fd, int64_t seen, double timeout_s) {
+    char msg[13] = {9, 0, 0, 0, CMD_WATCH};
+    memcpy(msg + 5, &seen, 8);
+    return ddpc_net_send(fd, msg, sizeof msg, ddpc_deadline_after(timeout_s), NULL, "the store");
+}
+
+int ddpc_store_read_event(int fd, char *text, size_t cap) {
+    uint32_t len;
     int32_t rank;
-    memcpy(&rank, rep + 4, 4);
+    text[0] = '\0';
+    uint64_t deadline = ddpc_deadline_after(10);
+    if (ddpc_net_recv(fd, &len, 4, deadline, NULL, "the store") != DDPC_OK || len < 4 || len > 4 + 4096 ||
+        ddpc_net_recv(fd, &rank, 4, deadline, NULL, "the store") != DDPC_OK) {
+        ddpc_clear_error();
+        return -1;
+    }
+    char buf[4097];
+    if (ddpc_net_recv(fd, buf, len - 4, deadline, NULL, "the store") != DDPC_OK) {
+        ddpc_clear_error();
+        return -1;
+    }
+    buf[len - 4] = '\0';
+    snprintf(text, cap, "%s", buf);
     return rank;
+}
+
+ddpc_status ddpc_store_abort(ddpc_store *s, const char *text) {
+    bytes_ b = {0};
+    char *rep;
+    uint32_t rl;
+    uint8_t cmd = CMD_ABORT;
+    uint32_t tl = (uint32_t)strnlen(text, 4096);
+    if (bytes_append_(&b, &cmd, 1) || bytes_u32_(&b, tl) || bytes_append_(&b, text, tl)) {
+        free(b.data);
+        return DDPC_ERROR(DDPC_ERR_OOM, "out of memory");
+    }
+    CHECK(simple_(s, &b, s->timeout_s, &rep, &rl, 1));
+    free(rep);
+    return DDPC_OK;
 }
 
 ddpc_status ddpc_store_leave(int watch_fd, double timeout_s) {

@@ -8,9 +8,11 @@
  * token are disconnected; the server and other clients carry on.
  *
  * Liveness: each rank of a job also opens a "watch" connection announcing its
- * rank. The server reports to every watcher the first rank whose watch
- * connection closes without a prior leave message, so a killed process is
- * noticed by the others as soon as the kernel closes its sockets. */
+ * rank. The server reports to every watcher each rank whose watch connection
+ * closes without a prior leave message, so a killed process is noticed by
+ * the others as soon as the kernel closes its sockets, and each abort a rank
+ * publishes (ranks that disagree about a collective), so ranks on other hosts
+ * stop waiting for it too. */
 #ifndef DDPC_COMM_STORE_H
 #define DDPC_COMM_STORE_H
 
@@ -45,12 +47,17 @@ ddpc_status ddpc_store_check(ddpc_store *s, const char *const *keys, int nkeys, 
 ddpc_status ddpc_store_delete(ddpc_store *s, const char *key, int *deleted);
 ddpc_status ddpc_store_num_keys(ddpc_store *s, int64_t *n);
 
-/* Opens this rank's watch connection and asks to hear of deaths; the returned
- * socket becomes readable when a rank died (ddpc_store_read_death) or the
- * server went away (read returns 0). */
+/* Opens this rank's watch connection and asks for the first failure event;
+ * the socket becomes readable when there is one (ddpc_store_read_event) or
+ * the server went away. ddpc_store_watch_next asks for the event after the
+ * first `seen` ones. */
 ddpc_status ddpc_store_watch(ddpc_store *s, int rank, int *fd);
-/* Reads the dead rank from a readable watch socket; -1 when the server itself is gone. */
-int ddpc_store_read_death(int fd);
+ddpc_status ddpc_store_watch_next(int fd, int64_t seen, double timeout_s);
+/* Reads one event from a readable watch socket: a dead rank (>= 0), an abort
+ * (-2, its text in `text`), or -1 when the server itself is gone. */
+int ddpc_store_read_event(int fd, char *text, size_t cap);
+/* Publishes an abort ("group prefix\nreason") to every watcher of the job. */
+ddpc_status ddpc_store_abort(ddpc_store *s, const char *text);
 /* Tells the server this rank leaves cleanly (no death is reported for it). */
 ddpc_status ddpc_store_leave(int watch_fd, double timeout_s);
 /* Waits until `nranks` watched ranks have left or died (the master keeps the

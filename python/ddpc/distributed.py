@@ -7,7 +7,14 @@ numpy arrays and CUDA tensors to the C calls.
 
 Differences from PyTorch: ``recv`` needs an explicit ``src``; ``Work.wait()``
 must be called before reading the result of an async ``all_gather`` into a
-list or of an async collective on a CUDA tensor (both finish with a copy).
+list or of an async collective on a CUDA tensor (both finish with a copy);
+``TCPStore`` ignores ``world_size`` and ``wait_for_workers``.
+
+Environment: ``DDPC_STORE_TOKEN`` is the job's store secret (ddpc-run and
+ddpc.spawn make one); ``DDPC_HOST_ID`` overrides how ranks decide they share
+a host (hostname and boot id by default), and ``DDPC_IFADDR`` the address a
+rank advertises to peers on other hosts (by default the local address of its
+connection to the store).
 """
 
 import atexit
@@ -288,9 +295,11 @@ def _pick_backend(backend, store, rank, world_size, timeout_s):
             raise ValueError(f"unknown backend {backend!r} (use 'cpu', 'gloo' or 'nccl')")
         return backend
     # nccl only when every rank has a GPU and this build can run it.
+    if "nccl" not in _C.backends():
+        return "cpu"
     store.set(f"ddpc/gpus/{rank}", str(_C.cuda_device_count()).encode())
     every_rank_has_gpu = all(int(store.get(f"ddpc/gpus/{r}", timeout_s)) > 0 for r in range(world_size))
-    return "nccl" if every_rank_has_gpu and _C.build_info()["nccl"] else "cpu"
+    return "nccl" if every_rank_has_gpu else "cpu"
 
 
 def init_process_group(backend=None, init_method=None, timeout=None, world_size=-1, rank=-1, store=None,

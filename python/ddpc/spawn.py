@@ -83,7 +83,15 @@ class SpawnContext:
     def join(self, timeout=None):
         """Waits for every child; returns the return values by rank, or raises
         the first failure (after stopping the others). With a timeout, returns
-        None if the children are still running when it passes."""
+        None if the children are still running when it passes. An interrupt
+        (Ctrl-C, a notebook's stop button) stops the children."""
+        try:
+            return self._join(timeout)
+        except BaseException:
+            self._stop()
+            raise
+
+    def _join(self, timeout):
         pending = {c: r for r, c in enumerate(self._conns) if r not in self._results}
         sentinels = {p.sentinel: r for r, p in enumerate(self.processes)}
         while pending:

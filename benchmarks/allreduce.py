@@ -1,0 +1,188 @@
+"""all_reduce bandwidth and latency, printed like nccl-tests.
+
+    python benchmarks/allreduce.py --nproc 2
+    python benchmarks/allreduce.py --nproc 4 --compare-torch   # needs torch importable
+
+For each size: time per all_reduce (the slowest rank's mean over the timed
+iterations of a round, best of --rounds rounds), algbw = bytes / time and
+busbw = algbw * 2(n-1)/n, the traffic each rank's link carries in a ring.
+With --compare-torch the same processes also run torch.distributed with gloo
+on the same buffers, rounds alternating between the two so a busy moment on a
+shared machine does not favour either, and the table adds gloo's time and
+busbw and the ratio of ddpc's busbw to gloo's. The machine's memcpy bandwidth (one
+process, 64 MiB) is printed as the physical reference.
+"""
+
+import argparse
+import platform
+import sys
+import time
+
+import numpy as np
+
+if "--compare-torch" in sys.argv:
+    # Load PyTorch first: a CUDA build of ddpc._C links the system libnccl.so.2,
+    # and once that soname is loaded torch would bind to it instead of its own.
+    # This directory leaves sys.path meanwhile: its copy.py would shadow the
+    # standard library module torch imports.
+    _here = sys.path.pop(0)
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        pass
+    finally:
+        sys.path.insert(0, _here)
+
+import ddpc  # noqa: E402
+import ddpc.distributed as dist  # noqa: E402
+from common import machine  # noqa: E402
+
+OPS = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.AVG, "min": dist.ReduceOp.MIN, "max": dist.ReduceOp.MAX,
+       "prod": dist.ReduceOp.PROD}
+DTYPES = {"float32": np.float32, "float64": np.float64, "float16": np.float16, "int32": np.int32,
+          "int64": np.int64, "uint8": np.uint8}
+
+
+def sizes(lo, hi):
+    s = lo
+    while s <= hi:
+        yield s
+        s *= 2
+
+
+def iterations(fn, barrier):
+    """Iterations for ~0.2 s per round (5 to 1000), timed on rank 0 and
+    broadcast so every rank runs the same number of collectives."""
+    barrier()
+    t0 = time.perf_counter()
+    for _ in range(3):
+        fn()
+    n = np.array([min(1000, max(5, int(0.2 / ((time.perf_counter() - t0) / 3))))], np.int64)
+    dist.broadcast(n, src=0)
+    return int(n[0])
+
+
+def time_loop(fn, iters, barrier):
+    fn()
+    barrier()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    return (time.perf_counter() - t0) / iters
+
+
+def worker(rank, args):
+    dist.init_process_group(backend=args.backend)
+    world = dist.get_world_size()
+    dtype = DTYPES[args.dtype]
+    item = np.dtype(dtype).itemsize
+    buf = np.zeros(args.max_bytes // item, dtype)
+    torch_dist = None
+    if args.compare_torch:
+        import torch
+        import torch.distributed as torch_dist
+
+        torch.set_num_threads(1)
+        torch_dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{args.torch_port}", rank=rank,
+                                      world_size=world)
+        tbuf = torch.from_numpy(buf)
+        # gloo has no average: --op avg times its sum.
+        top = {"sum": torch_dist.ReduceOp.SUM, "avg": torch_dist.ReduceOp.SUM, "min": torch_dist.ReduceOp.MIN,
+               "max": torch_dist.ReduceOp.MAX, "prod": torch_dist.ReduceOp.PRODUCT}[args.op]
+    rows = []
+    slowest = np.zeros(1, np.float64)
+
+    def slowest_rank(t):
+        slowest[0] = t
+        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+        return slowest[0]
+
+    for nbytes in sizes(args.min_bytes, args.max_bytes):
+        count = max(nbytes // item, 1)
+        view = buf[:count]
+        best = [float("inf"), float("inf")]
+
+        def ddpc_op():
+            dist.all_reduce(view, op=OPS[args.op])
+
+        iters = iterations(ddpc_op, dist.barrier)
+        if torch_dist is not None:
+            tview = tbuf[:count]
+
+            def gloo_op():
+                torch_dist.all_reduce(tview, op=top)
+
+            gloo_iters = iterations(gloo_op, torch_dist.barrier)
+        for _ in range(args.rounds):
+            best[0] = min(best[0], slowest_rank(time_loop(ddpc_op, iters, dist.barrier)))
+            if torch_dist is not None:
+                best[1] = min(best[1], slowest_rank(time_loop(gloo_op, gloo_iters, torch_dist.barrier)))
+        rows.append([count * item, count] + best[:2 if torch_dist is not None else 1])
+    if torch_dist is not None:
+        torch_dist.destroy_process_group()
+    dist.destroy_process_group()
+    return rows
+
+
+def memcpy_bandwidth(nbytes=64 << 20):
+    src = np.ones(nbytes, np.uint8)
+    dst = np.empty_like(src)
+    np.copyto(dst, src)
+    best = float("inf")
+    for _ in range(10):
+        t0 = time.perf_counter()
+        np.copyto(dst, src)
+        best = min(best, time.perf_counter() - t0)
+    return nbytes / best / 1e9
+
+
+def parse_size(s):
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    s = s.strip().lower().rstrip("b").rstrip("i")
+    return int(float(s[:-1]) * units[s[-1]]) if s and s[-1] in units else int(s)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--nproc", type=int, default=2, help="ranks (processes on this host)")
+    p.add_argument("--backend", default="cpu")
+    p.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
+    p.add_argument("--op", default="sum", choices=sorted(OPS))
+    p.add_argument("--min-bytes", type=parse_size, default=8)
+    p.add_argument("--max-bytes", type=parse_size, default=256 << 20)
+    p.add_argument("--rounds", type=int, default=3, help="timed rounds per size; the best is kept")
+    p.add_argument("--compare-torch", action="store_true", help="also time torch.distributed (gloo)")
+    args = p.parse_args()
+    if args.compare_torch:
+        if "torch" not in sys.modules:
+            sys.exit("--compare-torch needs PyTorch importable (it is never a ddpc dependency)")
+        from ddpc._procs import free_port
+
+        args.torch_port = free_port()
+    print(f"# ddpc all_reduce: {args.nproc} ranks on one host, backend {args.backend}, {args.dtype} {args.op}")
+    print(f"# host: {machine()}; Python {platform.python_version()}, ddpc {ddpc.__version__}"
+          + (f", torch {sys.modules['torch'].__version__}" if args.compare_torch else ""))
+    print(f"# memcpy bandwidth (one process, 64 MiB): {memcpy_bandwidth():.2f} GB/s")
+    rows = ddpc.spawn(worker, args=(args,), nprocs=args.nproc)[0]
+    n = args.nproc
+    factor = 2 * (n - 1) / n if n > 1 else 1.0
+    head = f"{'size':>12} {'count':>11} {'type':>8} {'redop':>6} {'time_us':>10} {'algbw':>7} {'busbw':>7}"
+    if args.compare_torch:
+        head += f" {'gloo_us':>10} {'gloo_bus':>8} {'ratio':>6}"
+    print(head)
+    print(f"{'(B)':>12} {'(elements)':>11} {'':>8} {'':>6} {'':>10} {'(GB/s)':>7} {'(GB/s)':>7}"
+          + (f" {'':>10} {'(GB/s)':>8} {'(bus)':>6}" if args.compare_torch else ""))
+    for row in rows:
+        nbytes, count, t = row[:3]
+        alg = nbytes / t / 1e9
+        line = (f"{nbytes:>12} {count:>11} {args.dtype:>8} {args.op:>6} {t * 1e6:>10.1f} {alg:>7.2f} "
+                f"{alg * factor:>7.2f}")
+        if args.compare_torch:
+            tt = row[3]
+            talg = nbytes / tt / 1e9
+            line += f" {tt * 1e6:>10.1f} {talg * factor:>8.2f} {tt / t:>6.2f}"
+        print(line, flush=True)
+
+
+if __name__ == "__main__":
+    main()
