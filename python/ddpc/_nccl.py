@@ -27,6 +27,8 @@ def check_devices(bus_ids, hosts=None):
     """
     hosts = hosts or [""] * len(bus_ids)
     missing = [r for r, b in enumerate(bus_ids) if not b]
+    if len(missing) == len(bus_ids):
+        raise DistError("backend 'nccl' needs a GPU on every rank, but no rank has one; use backend='cpu'")
     if missing:
         have = [r for r, b in enumerate(bus_ids) if b]
         raise DistError(f"backend 'nccl' needs a GPU on every rank, but rank(s) {missing} have none "
@@ -71,9 +73,9 @@ class NcclGroup:
     """
 
     def __init__(self, store, prefix, rank, size, device, timeout_s, host=""):
-        _C.cuda_set_device(device)
         self.rank, self.size, self.device, self.timeout_s = rank, size, device, timeout_s
         self._comm = create_communicator(store, prefix, rank, size, device, timeout_s, host)
+        _C.cuda_set_device(device)
         self._scratch = _C.Buffer((1,), "float32", device)
 
     def _finish(self, work, async_op):
