@@ -361,16 +361,8 @@ static void dl_describe_(ddpc_buffer *b, DLTensor *t) {
 static ddpc_status order_consumer_stream_(int device, long long stream) {
     void *compute;
     CHECK(ddpc_cuda_compute_stream(device, &compute));
-    cudaStream_t consumer = stream == 1 ? cudaStreamLegacy : stream == 2 ? cudaStreamPerThread : (cudaStream_t)(intptr_t)stream;
-    cudaEvent_t ev;
-    CUDACHECK(cudaSetDevice(device));
-    CUDACHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
-    ddpc_status st = DDPC_OK;
-    CUDACHECKGOTO(cudaEventRecord(ev, (cudaStream_t)compute), st, out_);
-    CUDACHECKGOTO(cudaStreamWaitEvent(consumer, ev, 0), st, out_);
-out_:
-    cudaEventDestroy(ev);
-    return st;
+    void *consumer = stream == 1 ? (void *)cudaStreamLegacy : stream == 2 ? (void *)cudaStreamPerThread : (void *)(intptr_t)stream;
+    return ddpc_cuda_stream_after(device, consumer, device, compute);
 }
 #endif
 

@@ -115,6 +115,19 @@ ddpc_status ddpc_cuda_stream_synchronize(void *stream) {
     return DDPC_OK;
 }
 
+ddpc_status ddpc_cuda_stream_after(int waiter_device, void *waiter, int device, void *stream) {
+    cudaEvent_t ev;
+    ddpc_status st = DDPC_OK;
+    CUDACHECK(cudaSetDevice(device));
+    CUDACHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    CUDACHECKGOTO(cudaEventRecord(ev, (cudaStream_t)stream), st, out_);
+    CUDACHECKGOTO(cudaSetDevice(waiter_device), st, out_);
+    CUDACHECKGOTO(cudaStreamWaitEvent((cudaStream_t)waiter, ev, 0), st, out_);
+out_:
+    cudaEventDestroy(ev); /* safe once recorded: the wait keeps what it needs */
+    return st;
+}
+
 int ddpc_cuda_runtime_version(void) {
     int v = 0;
     return cudaRuntimeGetVersion(&v) == cudaSuccess ? v : 0;
@@ -178,6 +191,10 @@ ddpc_status ddpc_cuda_copy_stream(int device, void **stream) {
 ddpc_status ddpc_cuda_stream_synchronize(void *stream) {
     (void)stream;
     return ddpc_cuda_require(0);
+}
+ddpc_status ddpc_cuda_stream_after(int waiter_device, void *waiter, int device, void *stream) {
+    (void)waiter_device, (void)waiter, (void)stream;
+    return ddpc_cuda_require(device);
 }
 int ddpc_cuda_runtime_version(void) { return 0; }
 int ddpc_cuda_driver_version(void) { return 0; }

@@ -39,6 +39,9 @@ ddpc_status ddpc_cuda_synchronize(int device);
 /* cudaStream_t of the device's compute and copy streams, as void *. */
 ddpc_status ddpc_cuda_compute_stream(int device, void **stream);
 ddpc_status ddpc_cuda_copy_stream(int device, void **stream);
+/* Makes `waiter` (a stream of `waiter_device`) wait for everything queued so
+ * far on `stream` (a stream of `device`), through an event: no host sync. */
+ddpc_status ddpc_cuda_stream_after(int waiter_device, void *waiter, int device, void *stream);
 /* Host synchronisation on one stream (GIL must already be released). */
 ddpc_status ddpc_cuda_stream_synchronize(void *stream);
 /* Versions as integers (e.g. 12040), or 0 where unavailable. */

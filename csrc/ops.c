@@ -39,18 +39,6 @@ static ddpc_status check_pair_(const ddpc_buffer *a, const ddpc_buffer *b, const
     return DDPC_OK;
 }
 
-#ifdef DDPC_WITH_CUDA
-#define LAUNCH(device, call)                                                       \
-    do {                                                                           \
-        void *stream;                                                              \
-        CHECK(ddpc_cuda_compute_stream((device), &stream));                        \
-        CUDACHECK(cudaSetDevice(device));                                          \
-        CUDACHECK((cudaError_t)(call));                                            \
-        return DDPC_OK;                                                            \
-    } while (0)
-#else
-#define LAUNCH(device, call) return ddpc_cuda_require(device)
-#endif
 
 /* ---- host element access through double/float chunks ------------------------- */
 
@@ -89,7 +77,7 @@ static void store_f64_(void *dst, ddpc_dtype dt, int64_t i0, int64_t n, const do
 ddpc_status ddpc_op_fill(ddpc_buffer *dst, double value) {
     CHECK(check_writable_(dst, "fill"));
     if (dst->numel == 0) return DDPC_OK;
-    if (dst->device != DDPC_CPU) LAUNCH(dst->device, ddpc_k_fill(dst->data, dst->dtype, dst->numel, value, stream));
+    if (dst->device != DDPC_CPU) DDPC_LAUNCH(dst->device, ddpc_k_fill(dst->data, dst->dtype, dst->numel, value, stream));
     double one[1] = {value};
     store_f64_(dst->data, dst->dtype, 0, 1, one);
     size_t item = ddpc_dtype_size(dst->dtype);
@@ -119,19 +107,10 @@ ddpc_status ddpc_op_copy(ddpc_buffer *dst, const ddpc_buffer *src, int non_block
     if (dst->device != DDPC_CPU && src->device != DDPC_CPU && dst->device != src->device) {
         /* Peer copy on the destination's stream, after the source's pending work. */
         void *src_stream;
-        cudaEvent_t ev;
-        ddpc_status st = DDPC_OK;
         CHECK(ddpc_cuda_compute_stream(src->device, &src_stream));
-        CUDACHECK(cudaSetDevice(src->device));
-        CUDACHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
-        CUDACHECKGOTO(cudaEventRecord(ev, (cudaStream_t)src_stream), st, peer_out_);
-        CUDACHECKGOTO(cudaSetDevice(dst->device), st, peer_out_);
-        CUDACHECKGOTO(cudaStreamWaitEvent((cudaStream_t)stream, ev, 0), st, peer_out_);
-        CUDACHECKGOTO(cudaMemcpyPeerAsync(dst->data, dst->device, src->data, src->device, nbytes, (cudaStream_t)stream),
-                      st, peer_out_);
-    peer_out_:
-        cudaEventDestroy(ev);
-        return st;
+        CHECK(ddpc_cuda_stream_after(dst->device, stream, src->device, src_stream));
+        CUDACHECK(cudaMemcpyPeerAsync(dst->data, dst->device, src->data, src->device, nbytes, (cudaStream_t)stream));
+        return DDPC_OK;
     }
     CUDACHECK(cudaSetDevice(dev));
     CUDACHECK(cudaMemcpyAsync(dst->data, src->data, nbytes, cudaMemcpyDefault, (cudaStream_t)stream));
@@ -151,7 +130,7 @@ ddpc_status ddpc_op_cast(ddpc_buffer *dst, const ddpc_buffer *src) {
     if (dst->numel == 0) return DDPC_OK;
     if (dst->dtype == src->dtype) return ddpc_op_copy(dst, src, 0);
     if (dst->device != DDPC_CPU)
-        LAUNCH(dst->device, ddpc_k_cast(dst->data, dst->dtype, src->data, src->dtype, dst->numel, stream));
+        DDPC_LAUNCH(dst->device, ddpc_k_cast(dst->data, dst->dtype, src->data, src->dtype, dst->numel, stream));
     double tmp[CHUNK];
     for (int64_t i = 0; i < dst->numel; i += CHUNK) {
         int64_t n = dst->numel - i < CHUNK ? dst->numel - i : CHUNK;
@@ -221,7 +200,7 @@ ddpc_status ddpc_op_binary(ddpc_binary_op op, ddpc_buffer *out, const ddpc_buffe
     int64_t n = out->numel;
     if (n == 0) return DDPC_OK;
     if (out->device != DDPC_CPU)
-        LAUNCH(out->device, ddpc_k_binary(op, out->data, a->data, b->data, out->dtype, n, stream));
+        DDPC_LAUNCH(out->device, ddpc_k_binary(op, out->data, a->data, b->data, out->dtype, n, stream));
     switch (out->dtype) {
     case DDPC_FLOAT32: BINARY_LOOP(float, out->data, a->data, b->data, n, op); break;
     case DDPC_FLOAT64: BINARY_LOOP(double, out->data, a->data, b->data, n, op); break;
@@ -252,7 +231,7 @@ ddpc_status ddpc_op_scalar(ddpc_binary_op op, ddpc_buffer *out, const ddpc_buffe
     CHECK(check_int_division_(op, a, s, 1));
     int64_t n = out->numel;
     if (n == 0) return DDPC_OK;
-    if (out->device != DDPC_CPU) LAUNCH(out->device, ddpc_k_scalar(op, out->data, a->data, s, out->dtype, n, stream));
+    if (out->device != DDPC_CPU) DDPC_LAUNCH(out->device, ddpc_k_scalar(op, out->data, a->data, s, out->dtype, n, stream));
     switch (out->dtype) {
     case DDPC_FLOAT32: SCALAR_LOOP(float, out->data, a->data, s, n, op); break;
     case DDPC_FLOAT64: SCALAR_LOOP(double, out->data, a->data, s, n, op); break;
@@ -281,7 +260,7 @@ ddpc_status ddpc_op_sum(ddpc_buffer *out, const ddpc_buffer *a) {
     if (out->numel != 1 || out->dtype != want || out->device != a->device)
         return DDPC_ERROR(DDPC_ERR_ARG, "sum: the output must be one %s element on the input's device",
                           ddpc_dtype_name(want));
-    if (a->device != DDPC_CPU) LAUNCH(a->device, ddpc_k_sum(out->data, a->data, a->dtype, a->numel, stream));
+    if (a->device != DDPC_CPU) DDPC_LAUNCH(a->device, ddpc_k_sum(out->data, a->data, a->dtype, a->numel, stream));
     if (!ddpc_dtype_is_float(a->dtype)) {
         int64_t acc = 0;
         double t[CHUNK];
@@ -332,7 +311,7 @@ ddpc_status ddpc_op_random(ddpc_buffer *dst, ddpc_random_kind kind, uint64_t see
         return DDPC_ERROR(DDPC_ERR_ARG, "randint: high (%g) must be greater than low (%g)", b, a);
     if (dst->numel == 0) return DDPC_OK;
     if (dst->device != DDPC_CPU)
-        LAUNCH(dst->device, ddpc_k_random(dst->data, dst->dtype, kind, seed, offset, a, b, dst->numel, stream));
+        DDPC_LAUNCH(dst->device, ddpc_k_random(dst->data, dst->dtype, kind, seed, offset, a, b, dst->numel, stream));
     double t[CHUNK];
     for (int64_t i = 0; i < dst->numel; i += CHUNK) {
         int64_t m = dst->numel - i < CHUNK ? dst->numel - i : CHUNK;

@@ -26,6 +26,21 @@ ddpc_status ddpc_op_random(ddpc_buffer *dst, ddpc_random_kind kind, uint64_t see
 /* A uniformly random permutation of 0..n-1 (int64, host) from (seed, offset). */
 ddpc_status ddpc_op_randperm(ddpc_buffer *dst, uint64_t seed, uint64_t offset);
 
+/* Launches `call` (a kernels.h launcher using the local `stream`) on the
+ * device's compute stream and returns its status. */
+#ifdef DDPC_WITH_CUDA
+#define DDPC_LAUNCH(device, call)                                                  \
+    do {                                                                           \
+        void *stream;                                                              \
+        CHECK(ddpc_cuda_compute_stream((device), &stream));                        \
+        CUDACHECK(cudaSetDevice(device));                                          \
+        CUDACHECK((cudaError_t)(call));                                            \
+        return DDPC_OK;                                                            \
+    } while (0)
+#else
+#define DDPC_LAUNCH(device, call) return ddpc_cuda_require(device)
+#endif
+
 int ddpc_ops_register(PyObject *module);
 
 #endif

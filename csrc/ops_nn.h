@@ -72,20 +72,6 @@ typedef struct {
 ddpc_status ddpc_op_adam_step(int n, ddpc_buffer **params, ddpc_buffer **grads, ddpc_buffer **exp_avgs,
                               ddpc_buffer **exp_avg_sqs, ddpc_buffer **max_sqs, const ddpc_adam_args *args);
 
-/* Launches `call` (a kernels.h launcher using the local `stream`) on the
- * device's compute stream and returns its status. */
-#ifdef DDPC_WITH_CUDA
-#define DDPC_LAUNCH(device, call)                                                  \
-    do {                                                                           \
-        void *stream;                                                              \
-        CHECK(ddpc_cuda_compute_stream((device), &stream));                        \
-        CUDACHECK(cudaSetDevice(device));                                          \
-        CUDACHECK((cudaError_t)(call));                                            \
-        return DDPC_OK;                                                            \
-    } while (0)
-#else
-#define DDPC_LAUNCH(device, call) return ddpc_cuda_require(device)
-#endif
 
 /* Runs the statement list with T bound to the C type of a float dtype. */
 #define DDPC_FLOAT_TYPES(dt, ...)                                                     \

@@ -384,16 +384,8 @@ static void comm_dealloc_(nccl_comm *c) {
 /* Orders the comm stream after the compute stream. */
 static ddpc_status comm_stream_after_compute_(nccl_comm *c) {
     void *compute;
-    cudaEvent_t ev;
-    ddpc_status st = DDPC_OK;
     CHECK(ddpc_cuda_compute_stream(c->device, &compute));
-    CUDACHECK(cudaSetDevice(c->device));
-    CUDACHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
-    CUDACHECKGOTO(cudaEventRecord(ev, (cudaStream_t)compute), st, out_);
-    CUDACHECKGOTO(cudaStreamWaitEvent(c->stream, ev, 0), st, out_);
-out_:
-    cudaEventDestroy(ev);
-    return st;
+    return ddpc_cuda_stream_after(c->device, c->stream, c->device, compute);
 }
 
 /* Records the completion events of a collective (one for the work, one for the watchdog). */
