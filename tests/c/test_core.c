@@ -5,19 +5,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
+
 #include "alloc.h"
 #include "device.h"
 #include "dtype.h"
 #include "kernels.h"
 
-static int failures_;
-#define EXPECT(cond)                                                                 \
-    do {                                                                             \
-        if (!(cond)) {                                                               \
-            fprintf(stderr, "%s:%d: expected %s\n", __FILE__, __LINE__, #cond);      \
-            failures_++;                                                             \
-        }                                                                            \
-    } while (0)
 
 static void test_host_allocations_(void) {
     for (size_t n = 0; n < 5000; n += 97) {
@@ -105,10 +99,5 @@ int main(void) {
     test_half_round_trip_all_bit_patterns_();
     test_random_bits_are_stateless_and_spread_();
     test_errors_keep_the_first_message_();
-    if (failures_) {
-        fprintf(stderr, "%d failures\n", failures_);
-        return 1;
-    }
-    printf("all C core tests passed\n");
-    return 0;
+    return check_finish("C core");
 }

@@ -6,21 +6,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
+
 #include "comm/reduce.h"
 #include "comm/schedule.h"
 #include "dtype.h"
 
-static int failures;
-
-#define EXPECT(cond, ...)                                        \
-    do {                                                         \
-        if (!(cond)) {                                           \
-            failures++;                                          \
-            fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);      \
-            fprintf(stderr, __VA_ARGS__);                        \
-            fputc('\n', stderr);                                 \
-        }                                                        \
-    } while (0)
 
 static const size_t COUNTS[] = {0, 1, 7, 4097, (1u << 20) + 3};
 
@@ -195,10 +186,5 @@ int main(void) {
     test_ring();
     test_shm_slices();
     test_reduce();
-    if (failures) {
-        printf("%d failures\n", failures);
-        return 1;
-    }
-    printf("all comm schedule tests passed\n");
-    return 0;
+    return check_finish("comm schedule");
 }

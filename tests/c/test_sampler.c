@@ -8,19 +8,13 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "check.h"
+
 #include "device.h"
 #include "loader.h"
 #include "npy.h"
 #include "sampler.h"
 
-static int failures_;
-#define EXPECT(cond)                                                                 \
-    do {                                                                             \
-        if (!(cond)) {                                                               \
-            fprintf(stderr, "%s:%d: expected %s\n", __FILE__, __LINE__, #cond);      \
-            failures_++;                                                             \
-        }                                                                            \
-    } while (0)
 
 static int is_permutation_(const int64_t *p, int64_t n) {
     char *seen = calloc((size_t)n + 1, 1);
@@ -360,10 +354,5 @@ int main(void) {
     test_npy_headers_();
     test_loader_();
     test_loader_file_source_();
-    if (failures_) {
-        fprintf(stderr, "%d failures\n", failures_);
-        return 1;
-    }
-    printf("all data-layer tests passed\n");
-    return 0;
+    return check_finish("data-layer");
 }

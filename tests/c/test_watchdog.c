@@ -4,16 +4,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "check.h"
+
 #include "comm/watchdog.h"
 
-static int failures_;
-#define EXPECT(cond)                                                                 \
-    do {                                                                             \
-        if (!(cond)) {                                                               \
-            fprintf(stderr, "%s:%d: expected %s\n", __FILE__, __LINE__, #cond);      \
-            failures_++;                                                             \
-        }                                                                            \
-    } while (0)
 
 typedef struct {
     int async_error;
@@ -142,10 +136,5 @@ int main(void) {
     test_async_error_and_failed_event_();
     test_ring_keeps_the_last_entries_();
     test_thread_completes_entries_();
-    if (failures_) {
-        fprintf(stderr, "%d failures\n", failures_);
-        return 1;
-    }
-    printf("all watchdog tests passed\n");
-    return 0;
+    return check_finish("watchdog");
 }

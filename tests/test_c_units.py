@@ -1,5 +1,6 @@
-"""Builds and runs the C-level tests under AddressSanitizer, and the whole
-extension CPU-only with AddressSanitizer and -Werror, running the tensor tests on it."""
+"""Builds and runs the C unit tests (tests/c/) under AddressSanitizer and
+UBSan with -Werror, CPU-only and against CUDA; and builds the whole extension
+CPU-only with AddressSanitizer and -Werror and runs Python tests on it."""
 
 import glob
 import os
@@ -37,12 +38,18 @@ def compile_and_run(tmp_path, test_source, sources, with_cuda):
     return res.stdout
 
 
-CORE = [f"{ROOT}/csrc/{f}.c" for f in ("common", "dtype", "alloc", "device")]
+def _sources(*names):
+    return [f"{ROOT}/csrc/{n}.c" for n in names]
+
+
+CORE = _sources("common", "dtype", "alloc", "device")
+# name: (test program, the sources it links)
 C_TESTS = {
     "core": (f"{ROOT}/tests/c/test_core.c", CORE),
-    "watchdog": (f"{ROOT}/tests/c/test_watchdog.c", [f"{ROOT}/csrc/common.c", f"{ROOT}/csrc/comm/watchdog.c"]),
+    "watchdog": (f"{ROOT}/tests/c/test_watchdog.c", _sources("common", "comm/watchdog")),
+    "data": (f"{ROOT}/tests/c/test_sampler.c", CORE + _sources("sampler", "npy", "loader")),
+    "comm": (f"{ROOT}/tests/c/test_ring_schedule.c", _sources("dtype", "comm/reduce")),
 }
-
 
 @pytest.mark.parametrize("with_cuda", [False, True], ids=["cpu-only", "cuda"])
 @pytest.mark.parametrize("name", sorted(C_TESTS))
