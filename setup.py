@@ -39,11 +39,15 @@ def find_cuda():
 
 
 def find_nccl(cuda_home):
-    """(include_dir, lib_dir) of NCCL: NCCL_HOME, the toolkit, or the nvidia-nccl wheel."""
-    roots = [env_flag("NCCL_HOME"), cuda_home]
+    """(include_dir, lib_dir) of NCCL: NCCL_HOME, the nvidia-nccl wheel, or the toolkit.
+
+    The wheel comes before the toolkit because it is the NCCL that PyTorch loads:
+    two different libnccl.so.2 in one process make whichever is imported second fail."""
+    roots = [env_flag("NCCL_HOME")]
     spec = importlib.util.find_spec("nvidia")
     if spec is not None and spec.submodule_search_locations:
         roots += [os.path.join(p, "nccl") for p in spec.submodule_search_locations]
+    roots.append(cuda_home)
     for root in filter(None, roots):
         inc = os.path.join(root, "include")
         if not os.path.exists(os.path.join(inc, "nccl.h")):
@@ -75,8 +79,10 @@ SANITIZE = env_flag("DDPC_SANITIZE")
 DEBUG = env_flag("DDPC_DEBUG") == "1"
 
 opt = ["-O0", "-g"] if DEBUG else ["-O3"]
-cflags = ["-std=c11", "-Wall", "-Wextra", "-Wno-missing-field-initializers", "-fvisibility=hidden", "-fno-math-errno",
-          "-D_GNU_SOURCE", "-pthread"] + opt
+# No errno from math functions and no floating-point traps (ddpc uses neither)
+# let gcc vectorise the sqrt, compares and selects of the host loops.
+cflags = ["-std=c11", "-Wall", "-Wextra", "-Wno-missing-field-initializers", "-fvisibility=hidden",
+          "-fno-math-errno", "-fno-trapping-math", "-D_GNU_SOURCE", "-pthread"] + opt
 ldflags = ["-pthread"]
 if SANITIZE:
     cflags += ["-fsanitize=" + SANITIZE, "-fno-omit-frame-pointer"]

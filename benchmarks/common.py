@@ -5,6 +5,16 @@ import platform
 import time
 
 
+def import_torch():
+    """torch, or None when it is not installed. Call it before importing ddpc:
+    both load NCCL, and torch needs its own (newer) libnccl loaded first."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
+
+
 def machine():
     """One line naming the CPU, core count, memory and GPUs this run measures."""
     cpu = platform.processor() or platform.machine()

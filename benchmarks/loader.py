@@ -6,38 +6,22 @@ and against PyTorch's DataLoader + DistributedSampler + TensorDataset
 (num_workers=0) when torch is importable. With ``--device cuda``, batches go
 to the GPU, and the rate is compared with pinned cudaMemcpy bandwidth.
 
-    python benchmarks/loader.py [--samples 65536] [--batch 256] [--device cuda]
+    python benchmarks/loader.py [--samples 524288] [--batch 256] [--threads N] [--device cuda]
 """
 
 import argparse
 import os
-import sys
 import tempfile
 import time
 
 import numpy as np
 
 
-def import_torch():
-    """torch, or None. Imported before ddpc (both link NCCL, and torch needs its own,
-    newer one loaded first) and without this directory on sys.path, where
-    benchmarks/copy.py would stand in for the standard library's copy module."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    saved = sys.path[:]
-    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
-    try:
-        import torch
-    except ImportError:
-        torch = None
-    finally:
-        sys.path[:] = saved
-    return torch
-
+from common import best_time, import_torch, machine, print_table
 
 torch = import_torch()
 
-import ddpc
-from common import best_time, machine, print_table
+import ddpc  # noqa: E402 - after torch, see import_torch
 from ddpc import data
 from ddpc.data import DataLoader, DistributedSampler, TensorDataset
 
@@ -101,11 +85,11 @@ def pinned_h2d_bandwidth(nbytes):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--samples", type=int, default=65536)
+    parser.add_argument("--samples", type=int, default=524288, help="1.6 GB: more than the last-level cache")
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--threads", type=int, default=None, help="loader threads (default: up to 4)")
     parser.add_argument("--torch-batches", type=int, default=128, help="batches timed for PyTorch (it is slow)")
-    parser.add_argument("--repeat", type=int, default=10, help="timed epochs per case (best is reported)")
+    parser.add_argument("--repeat", type=int, default=5, help="timed epochs per case (best is reported)")
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
     print(f"machine: {machine()}")
@@ -141,7 +125,7 @@ def main():
         if torch is not None:
             runs.append((torch_epoch(X, y, batch, torch_batches), torch_batches * batch))
         np_mem, dd_mem, np_npy, dd_npy, *t = epoch_rates(runs, args.repeat)
-        # A data set bigger than the resident budget: pages are dropped and mapped again as the epoch goes.
+        # A file bigger than the resident budget: rows are read with pread, nothing stays resident.
         default_budget, data.RESIDENT_BUDGET = data.RESIDENT_BUDGET, 64 << 20
         (dd_small,) = epoch_rates([(ddpc_epoch(loader(px, py), sync), n)], args.repeat)
         data.RESIDENT_BUDGET = default_budget
@@ -149,7 +133,7 @@ def main():
     add("memory", "ddpc DataLoader" + suffix, dd_mem, np_mem)
     add(".npy file", "numpy X[idx] on np.load(mmap_mode='r')", np_npy, np_npy)
     add(".npy file", "ddpc DataLoader" + suffix, dd_npy, np_npy)
-    add(".npy file", "ddpc, 64 MiB resident budget" + suffix, dd_small, np_npy)
+    add(".npy file", "ddpc, 64 MiB resident budget (pread)" + suffix, dd_small, np_npy)
     t = t[0] if t else None
     if t is not None:
         add("memory", "torch DataLoader (num_workers=0)", t, np_mem)

@@ -10,23 +10,14 @@ PYTHONPATH=python /path/to/venv-with-torch/bin/python benchmarks/train_step.py
 """
 
 import argparse
-import os
-import sys
-
-# torch is imported first (it must load its own CUDA libraries before ddpc's)
-# and without this directory on the path, whose copy.py shadows the stdlib's.
-_HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
-try:
-    import torch
-except ImportError:
-    torch = None
-sys.path.insert(0, _HERE)
 
 import numpy as np
 
-import ddpc
-from common import best_time, machine, print_table
+from common import best_time, import_torch, machine, print_table
+
+torch = import_torch()
+
+import ddpc  # noqa: E402 - after torch, see import_torch
 
 SIZES = (784, 1024, 1024, 10)
 LR, BETAS, EPS = 1e-3, (0.9, 0.999), 1e-8

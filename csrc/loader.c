@@ -1,6 +1,7 @@
 /* The threaded batch loader: producer threads, the slot ring, GPU staging. */
 #include "loader.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -37,7 +38,7 @@ typedef struct {
 struct ddpc_loader {
     ddpc_loader_source src[DDPC_LOADER_MAX_SOURCES];
     int nsources;
-    int file_backed;          /* some source is a mapped file */
+    int mapped;               /* some source is DDPC_SOURCE_MAPPED */
     size_t resident_base;     /* resident file pages when the loader started */
     int statm_fd;             /* /proc/self/statm, or -1 */
     int64_t *indices, *offsets, nbatches;
@@ -66,32 +67,54 @@ static void copy_rows_(char *dst, const char *base, const int64_t *idx, int64_t 
     }
 }
 
+static void release_files_(ddpc_loader *l) {
+    for (int k = 0; k < l->nsources; k++) {
+        const ddpc_loader_source *src = &l->src[k];
+        if (src->kind == DDPC_SOURCE_MAPPED) ddpc_release_file_pages(src->base, (size_t)src->rows * src->row_bytes);
+    }
+}
+
 /* A mapped file's pages stay resident after they are read, and one read can
  * map far more than it reads (fault-around, large page-cache folios: up to
  * 2 MiB for a 4 KiB row). So after every few rows the threads compare the
  * process's resident file pages with the level at init and drop the mapped
  * sources' pages once it exceeds the budget: resident memory stays within
  * about budget + threads * RESIDENT_CHECK_ROWS * folio size, whatever the file size. */
-static void release_files_(ddpc_loader *l) {
-    for (int k = 0; k < l->nsources; k++)
-        if (l->src[k].file_backed) ddpc_release_file_pages(l->src[k].base, (size_t)l->src[k].rows * l->src[k].row_bytes);
-}
-
 static void limit_resident_(ddpc_loader *l) {
     if (ddpc_resident_file_bytes(l->statm_fd) > l->resident_base + l->budget) release_files_(l);
 }
 
-static void gather_(ddpc_loader *l, slot_ *s, int64_t r0, int64_t r1) {
+static ddpc_status read_rows_(const ddpc_loader_source *src, char *dst, const int64_t *idx, int64_t n) {
+    size_t rb = src->row_bytes;
+    for (int64_t i = 0; i < n; i++) {
+        size_t done = 0;
+        while (done < rb) {
+            ssize_t got = pread(src->fd, dst + (size_t)i * rb + done, rb - done,
+                                (off_t)(src->file_offset + (uint64_t)idx[i] * rb + done));
+            if (got < 0 && errno == EINTR) continue;
+            if (got <= 0)
+                return DDPC_ERROR(DDPC_ERR_SYS, "reading sample %lld from a .npy file failed: %s", (long long)idx[i],
+                                  got < 0 ? strerror(errno) : "the file ended early (was it truncated?)");
+            done += (size_t)got;
+        }
+    }
+    return DDPC_OK;
+}
+
+static ddpc_status gather_(ddpc_loader *l, slot_ *s, int64_t r0, int64_t r1) {
     const int64_t *idx = l->indices + l->offsets[s->batch];
-    int64_t step = l->file_backed ? RESIDENT_CHECK_ROWS : r1 - r0;
+    int64_t step = l->mapped ? RESIDENT_CHECK_ROWS : r1 - r0;
     for (int64_t a = r0; a < r1; a += step) {
         int64_t b = a + step < r1 ? a + step : r1;
         for (int k = 0; k < l->nsources; k++) {
             const ddpc_loader_source *src = &l->src[k];
-            copy_rows_(s->dst[k] + (size_t)a * src->row_bytes, src->base, idx + a, b - a, src->row_bytes);
+            char *dst = s->dst[k] + (size_t)a * src->row_bytes;
+            if (src->kind == DDPC_SOURCE_FILE) CHECK(read_rows_(src, dst, idx + a, b - a));
+            else copy_rows_(dst, src->base, idx + a, b - a, src->row_bytes);
         }
-        if (l->file_backed) limit_resident_(l);
+        if (l->mapped) limit_resident_(l);
     }
+    return DDPC_OK;
 }
 
 #ifdef DDPC_WITH_CUDA
@@ -167,13 +190,17 @@ static void work_on_(ddpc_loader *l, slot_ *s) {
     int64_t r0 = s->next_row, r1 = r0 + (int64_t)l->chunk_rows < s->rows ? r0 + (int64_t)l->chunk_rows : s->rows;
     s->next_row = r1;
     pthread_mutex_unlock(&l->mu);
-    gather_(l, s, r0, r1);
+    ddpc_status st = gather_(l, s, r0, r1);
     pthread_mutex_lock(&l->mu);
+    if (st != DDPC_OK) {
+        fail_slot_(l, s, st);
+        return;
+    }
     s->done_rows += r1 - r0;
     if (s->done_rows < s->rows || s->done) return;
     if (l->device != DDPC_CPU) {
         pthread_mutex_unlock(&l->mu);
-        ddpc_status st = issue_copy_(l, s);
+        st = issue_copy_(l, s);
         pthread_mutex_lock(&l->mu);
         if (st != DDPC_OK) {
             fail_slot_(l, s, st);
@@ -207,7 +234,8 @@ static ddpc_status check_config_(const ddpc_loader_config *c) {
     int64_t rows = c->sources[0].rows;
     for (int k = 1; k < c->nsources; k++)
         if (c->sources[k].rows != rows)
-            return DDPC_ERROR(DDPC_ERR_ARG, "sources have different lengths: source 0 has %lld rows, source %d has %lld",
+            return DDPC_ERROR(DDPC_ERR_ARG,
+                              "sources have different lengths: source 0 has %lld rows, source %d has %lld",
                               (long long)rows, k, (long long)c->sources[k].rows);
     if (c->nbatches < 0 || c->offsets[0] < 0 || c->offsets[c->nbatches] > c->nindices)
         return DDPC_ERROR(DDPC_ERR_ARG, "batch offsets out of range of the %lld indices", (long long)c->nindices);
@@ -216,7 +244,8 @@ static ddpc_status check_config_(const ddpc_loader_config *c) {
             return DDPC_ERROR(DDPC_ERR_ARG, "batch offsets must be non-decreasing (batch %lld)", (long long)b);
     for (int64_t i = 0; i < c->nindices; i++)
         if (c->indices[i] < 0 || c->indices[i] >= rows)
-            return DDPC_ERROR(DDPC_ERR_ARG, "index %lld (at position %lld) is out of range for a data set of %lld samples",
+            return DDPC_ERROR(DDPC_ERR_ARG,
+                              "index %lld (at position %lld) is out of range for a data set of %lld samples",
                               (long long)c->indices[i], (long long)i, (long long)rows);
     return DDPC_OK;
 }
@@ -275,12 +304,12 @@ ddpc_status ddpc_loader_init(const ddpc_loader_config *cfg, ddpc_loader **out) {
     size_t row_total = 0;
     for (int k = 0; k < l->nsources; k++) {
         row_total += l->src[k].row_bytes;
-        l->file_backed |= l->src[k].file_backed;
+        l->mapped |= l->src[k].kind == DDPC_SOURCE_MAPPED;
     }
     /* Start from none of the files resident (an earlier pass may have left
      * them mapped), so the budget bounds what this pass adds. */
     release_files_(l);
-    l->statm_fd = l->file_backed ? open("/proc/self/statm", O_RDONLY | O_CLOEXEC) : -1;
+    l->statm_fd = l->mapped ? open("/proc/self/statm", O_RDONLY | O_CLOEXEC) : -1;
     l->resident_base = ddpc_resident_file_bytes(l->statm_fd);
     l->chunk_rows = row_total >= CHUNK_BYTES ? 1 : CHUNK_BYTES / (row_total ? row_total : 1);
     l->indices = malloc((size_t)(cfg->nindices ? cfg->nindices : 1) * sizeof *l->indices);

@@ -14,11 +14,19 @@
 
 #define DDPC_LOADER_MAX_SOURCES 16
 
+typedef enum {
+    DDPC_SOURCE_MEMORY = 0, /* rows are read from `base` */
+    DDPC_SOURCE_MAPPED,     /* from `base`, a read-only file mapping whose resident pages may be dropped */
+    DDPC_SOURCE_FILE,       /* with pread from `fd` at file_offset + i * row_bytes: the file is never mapped */
+} ddpc_source_kind;
+
 typedef struct {
-    const char *base;  /* row 0 */
+    ddpc_source_kind kind;
+    const char *base;  /* row 0 (MEMORY, MAPPED) */
     size_t row_bytes;
     int64_t rows;
-    int file_backed;   /* a read-only file mapping whose resident pages may be dropped */
+    int fd;            /* FILE */
+    uint64_t file_offset;
 } ddpc_loader_source;
 
 typedef struct {

@@ -16,6 +16,128 @@
 #include "npy.h"
 #include "sampler.h"
 
+/* ---- Python: _C.NpyFile ----------------------------------------------------------- */
+
+static PyObject *refuse_pickle_(PyObject *self, PyObject *unused) {
+    (void)unused;
+    return PyErr_Format(PyExc_TypeError, "%s is tied to this process and cannot be pickled", Py_TYPE(self)->tp_name);
+}
+
+/* The NpyFile type (set at registration): the loader reads big ones with pread. */
+static PyTypeObject *npy_type_;
+
+typedef struct {
+    PyObject_HEAD
+    ddpc_npy_file file;
+    PyObject *path;
+    Py_ssize_t shape[DDPC_NPY_MAX_NDIM], strides[DDPC_NPY_MAX_NDIM];
+} npy_object;
+
+static PyObject *npy_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"path", NULL};
+    PyObject *path;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O&:NpyFile", kwlist, PyUnicode_FSConverter, &path)) return NULL;
+    npy_object *self = (npy_object *)type->tp_alloc(type, 0);
+    if (!self) {
+        Py_DECREF(path);
+        return NULL;
+    }
+    self->path = path;
+    self->file.fd = -1;
+    ddpc_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = ddpc_npy_open(PyBytes_AS_STRING(path), &self->file);
+    Py_END_ALLOW_THREADS
+    if (st != DDPC_OK) {
+        Py_DECREF(self);
+        return ddpc_raise(st);
+    }
+    const ddpc_npy_header *h = &self->file.header;
+    Py_ssize_t stride = (Py_ssize_t)ddpc_dtype_size(h->dtype);
+    for (int i = h->ndim - 1; i >= 0; i--) {
+        self->shape[i] = (Py_ssize_t)h->shape[i];
+        self->strides[i] = stride;
+        stride *= (Py_ssize_t)h->shape[i];
+    }
+    return (PyObject *)self;
+}
+
+static int npy_getbuffer(npy_object *self, Py_buffer *view, int flags) {
+    if (flags & PyBUF_WRITABLE) {
+        PyErr_SetString(PyExc_BufferError, "a mapped .npy file is read-only");
+        return -1;
+    }
+    static const char *formats[DDPC_NDTYPES] = {"f", "d", "e", "H", "i", "q", "B"};
+    const ddpc_npy_header *h = &self->file.header;
+    view->buf = (void *)self->file.data;
+    view->obj = (PyObject *)self;
+    Py_INCREF(self);
+    view->len = (Py_ssize_t)h->nbytes;
+    view->itemsize = (Py_ssize_t)ddpc_dtype_size(h->dtype);
+    view->readonly = 1;
+    view->ndim = h->ndim;
+    view->format = (flags & PyBUF_FORMAT) ? (char *)formats[h->dtype] : NULL;
+    view->shape = (flags & PyBUF_ND) ? self->shape : NULL;
+    view->strides = (flags & PyBUF_STRIDES) == PyBUF_STRIDES ? self->strides : NULL;
+    view->suboffsets = NULL;
+    view->internal = NULL;
+    return 0;
+}
+
+static void npy_dealloc(npy_object *self) {
+    ddpc_npy_close(&self->file);
+    Py_XDECREF(self->path);
+    PyTypeObject *tp = Py_TYPE(self);
+    tp->tp_free((PyObject *)self);
+    Py_DECREF(tp);
+}
+
+static PyObject *npy_get_shape(npy_object *self, void *c) {
+    (void)c;
+    PyObject *t = PyTuple_New(self->file.header.ndim);
+    for (int i = 0; t && i < self->file.header.ndim; i++) {
+        PyObject *v = PyLong_FromLongLong(self->file.header.shape[i]);
+        if (!v) {
+            Py_CLEAR(t);
+            break;
+        }
+        PyTuple_SET_ITEM(t, i, v);
+    }
+    return t;
+}
+
+static PyObject *npy_get_dtype(npy_object *self, void *c) {
+    (void)c;
+    return PyUnicode_FromString(ddpc_dtype_name(self->file.header.dtype));
+}
+
+static PyObject *npy_get_path(npy_object *self, void *c) {
+    (void)c;
+    return PyUnicode_DecodeFSDefault(PyBytes_AS_STRING(self->path));
+}
+
+static PyGetSetDef npy_getset[] = {
+    {"shape", (getter)npy_get_shape, NULL, "shape tuple", NULL},
+    {"dtype", (getter)npy_get_dtype, NULL, "dtype name", NULL},
+    {"path", (getter)npy_get_path, NULL, "the file", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMethodDef npy_methods[] = {
+    {"__reduce__", refuse_pickle_, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot npy_slots[] = {
+    {Py_tp_new, npy_new},
+    {Py_tp_dealloc, npy_dealloc},
+    {Py_tp_getset, npy_getset},
+    {Py_tp_methods, npy_methods},
+    {Py_bf_getbuffer, npy_getbuffer},
+    {Py_tp_doc, "NpyFile(path): a .npy file mapped read-only, exported through the buffer protocol"},
+    {0, NULL},
+};
+
 /* ---- Python: _C.Loader ------------------------------------------------------------ */
 
 typedef struct {
@@ -166,7 +288,16 @@ static PyObject *loader_new(PyTypeObject *type, PyObject *args, PyObject *kwds) 
         src[k].rows = b->shape[0];
         src[k].row_bytes = ddpc_dtype_size(b->dtype);
         for (int d = 1; d < b->ndim; d++) src[k].row_bytes *= (size_t)b->shape[d];
-        src[k].file_backed = fb;
+        src[k].kind = fb ? DDPC_SOURCE_MAPPED : DDPC_SOURCE_MEMORY;
+        src[k].fd = -1;
+        src[k].file_offset = 0;
+        if (b->base && Py_IS_TYPE(b->base, npy_type_) && ddpc_buffer_nbytes(b) > budget) {
+            /* Bigger than the resident budget: read rows with pread, which maps nothing. */
+            const ddpc_npy_file *f = &((npy_object *)b->base)->file;
+            src[k].kind = DDPC_SOURCE_FILE;
+            src[k].fd = f->fd;
+            src[k].file_offset = f->header.data_offset + (uint64_t)((const char *)b->data - f->data);
+        }
     }
     if (get_index_array_(indices_obj, "indices", &idx) < 0 || get_index_array_(offsets_obj, "offsets", &off) < 0)
         goto fail_;
@@ -266,11 +397,6 @@ static void loader_dealloc(loader_object *self) {
     Py_DECREF(tp);
 }
 
-static PyObject *refuse_pickle_(PyObject *self, PyObject *unused) {
-    (void)unused;
-    return PyErr_Format(PyExc_TypeError, "%s is tied to this process and cannot be pickled", Py_TYPE(self)->tp_name);
-}
-
 static PyMethodDef loader_methods[] = {
     {"close", (PyCFunction)loader_close, METH_NOARGS, "stop the threads and drop the queued batches"},
     {"__length_hint__", (PyCFunction)loader_len, METH_NOARGS, NULL},
@@ -287,119 +413,6 @@ static PyType_Slot loader_slots[] = {
     {Py_tp_doc, "Loader(sources, file_backed, indices, offsets, prefetch=2, num_threads=2, device=None, "
                 "pin_memory=False, resident_budget=64 MiB): one pass over indices, batch b being "
                 "indices[offsets[b]:offsets[b+1]]; yields a tuple of new Buffers per batch"},
-    {0, NULL},
-};
-
-/* ---- Python: _C.NpyFile ----------------------------------------------------------- */
-
-typedef struct {
-    PyObject_HEAD
-    ddpc_npy_file file;
-    PyObject *path;
-    Py_ssize_t shape[DDPC_NPY_MAX_NDIM], strides[DDPC_NPY_MAX_NDIM];
-} npy_object;
-
-static PyObject *npy_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"path", NULL};
-    PyObject *path;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O&:NpyFile", kwlist, PyUnicode_FSConverter, &path)) return NULL;
-    npy_object *self = (npy_object *)type->tp_alloc(type, 0);
-    if (!self) {
-        Py_DECREF(path);
-        return NULL;
-    }
-    self->path = path;
-    ddpc_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = ddpc_npy_open(PyBytes_AS_STRING(path), &self->file);
-    Py_END_ALLOW_THREADS
-    if (st != DDPC_OK) {
-        Py_DECREF(self);
-        return ddpc_raise(st);
-    }
-    const ddpc_npy_header *h = &self->file.header;
-    Py_ssize_t stride = (Py_ssize_t)ddpc_dtype_size(h->dtype);
-    for (int i = h->ndim - 1; i >= 0; i--) {
-        self->shape[i] = (Py_ssize_t)h->shape[i];
-        self->strides[i] = stride;
-        stride *= (Py_ssize_t)h->shape[i];
-    }
-    return (PyObject *)self;
-}
-
-static int npy_getbuffer(npy_object *self, Py_buffer *view, int flags) {
-    if (flags & PyBUF_WRITABLE) {
-        PyErr_SetString(PyExc_BufferError, "a mapped .npy file is read-only");
-        return -1;
-    }
-    static const char *formats[DDPC_NDTYPES] = {"f", "d", "e", "H", "i", "q", "B"};
-    const ddpc_npy_header *h = &self->file.header;
-    view->buf = (void *)self->file.data;
-    view->obj = (PyObject *)self;
-    Py_INCREF(self);
-    view->len = (Py_ssize_t)h->nbytes;
-    view->itemsize = (Py_ssize_t)ddpc_dtype_size(h->dtype);
-    view->readonly = 1;
-    view->ndim = h->ndim;
-    view->format = (flags & PyBUF_FORMAT) ? (char *)formats[h->dtype] : NULL;
-    view->shape = (flags & PyBUF_ND) ? self->shape : NULL;
-    view->strides = (flags & PyBUF_STRIDES) == PyBUF_STRIDES ? self->strides : NULL;
-    view->suboffsets = NULL;
-    view->internal = NULL;
-    return 0;
-}
-
-static void npy_dealloc(npy_object *self) {
-    ddpc_npy_close(&self->file);
-    Py_XDECREF(self->path);
-    PyTypeObject *tp = Py_TYPE(self);
-    tp->tp_free((PyObject *)self);
-    Py_DECREF(tp);
-}
-
-static PyObject *npy_get_shape(npy_object *self, void *c) {
-    (void)c;
-    PyObject *t = PyTuple_New(self->file.header.ndim);
-    for (int i = 0; t && i < self->file.header.ndim; i++) {
-        PyObject *v = PyLong_FromLongLong(self->file.header.shape[i]);
-        if (!v) {
-            Py_CLEAR(t);
-            break;
-        }
-        PyTuple_SET_ITEM(t, i, v);
-    }
-    return t;
-}
-
-static PyObject *npy_get_dtype(npy_object *self, void *c) {
-    (void)c;
-    return PyUnicode_FromString(ddpc_dtype_name(self->file.header.dtype));
-}
-
-static PyObject *npy_get_path(npy_object *self, void *c) {
-    (void)c;
-    return PyUnicode_DecodeFSDefault(PyBytes_AS_STRING(self->path));
-}
-
-static PyGetSetDef npy_getset[] = {
-    {"shape", (getter)npy_get_shape, NULL, "shape tuple", NULL},
-    {"dtype", (getter)npy_get_dtype, NULL, "dtype name", NULL},
-    {"path", (getter)npy_get_path, NULL, "the file", NULL},
-    {NULL, NULL, NULL, NULL, NULL},
-};
-
-static PyMethodDef npy_methods[] = {
-    {"__reduce__", refuse_pickle_, METH_NOARGS, NULL},
-    {NULL, NULL, 0, NULL},
-};
-
-static PyType_Slot npy_slots[] = {
-    {Py_tp_new, npy_new},
-    {Py_tp_dealloc, npy_dealloc},
-    {Py_tp_getset, npy_getset},
-    {Py_tp_methods, npy_methods},
-    {Py_bf_getbuffer, npy_getbuffer},
-    {Py_tp_doc, "NpyFile(path): a .npy file mapped read-only, exported through the buffer protocol"},
     {0, NULL},
 };
 
@@ -481,7 +494,8 @@ static PyObject *py_weighted_sampler_indices(PyObject *m, PyObject *args) {
     long long total, r, rank;
     int replacement;
     unsigned long long seed;
-    if (!PyArg_ParseTuple(args, "OLpLLK:weighted_sampler_indices", &weights_obj, &total, &replacement, &r, &rank, &seed))
+    if (!PyArg_ParseTuple(args, "OLpLLK:weighted_sampler_indices", &weights_obj, &total, &replacement, &r, &rank,
+                          &seed))
         return NULL;
     if (total < 0 || r < 1) return PyErr_Format(PyExc_ValueError, "need total >= 0 and num_replicas >= 1");
     Py_buffer w;
@@ -554,5 +568,8 @@ static int add_type_(PyObject *m, const char *name, int basicsize, PyType_Slot *
 int ddpc_loader_register(PyObject *m) {
     if (add_type_(m, "ddpc._C.Loader", sizeof(loader_object), loader_slots) < 0) return -1;
     if (add_type_(m, "ddpc._C.NpyFile", sizeof(npy_object), npy_slots) < 0) return -1;
+    npy_type_ = (PyTypeObject *)PyObject_GetAttrString(m, "NpyFile");
+    if (!npy_type_) return -1;
+    Py_DECREF(npy_type_); /* the module keeps it alive */
     return PyModule_AddFunctions(m, loader_functions);
 }

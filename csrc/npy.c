@@ -166,44 +166,45 @@ ddpc_status ddpc_npy_parse_header(const void *buf, size_t len, const char *name,
 
 ddpc_status ddpc_npy_open(const char *path, ddpc_npy_file *f) {
     memset(f, 0, sizeof *f);
+    f->fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (f->fd < 0) return DDPC_ERROR(DDPC_ERR_SYS, "cannot open %s: %s", path, strerror(errno));
     ddpc_status st = DDPC_OK;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return DDPC_ERROR(DDPC_ERR_SYS, "cannot open %s: %s", path, strerror(errno));
     struct stat sb;
-    if (fstat(fd, &sb) != 0) {
+    if (fstat(f->fd, &sb) != 0) {
         st = DDPC_ERROR(DDPC_ERR_SYS, "cannot stat %s: %s", path, strerror(errno));
-        goto out_;
+        goto fail_;
     }
     if (!S_ISREG(sb.st_mode) || sb.st_size < MAGIC_LEN + 4) {
         st = DDPC_ERROR(DDPC_ERR_ARG, "%s: not a .npy file (%s)", path,
                         S_ISREG(sb.st_mode) ? "too short" : "not a regular file");
-        goto out_;
+        goto fail_;
     }
     f->map_len = (size_t)sb.st_size;
-    f->map = mmap(NULL, f->map_len, PROT_READ, MAP_SHARED, fd, 0);
+    f->map = mmap(NULL, f->map_len, PROT_READ, MAP_SHARED, f->fd, 0);
     if (f->map == MAP_FAILED) {
         f->map = NULL;
         st = DDPC_ERROR(DDPC_ERR_SYS, "cannot map %s: %s", path, strerror(errno));
-        goto out_;
+        goto fail_;
     }
     CHECKGOTO(ddpc_npy_parse_header(f->map, f->map_len, path, &f->header), st, fail_);
     if (f->header.nbytes > f->map_len - f->header.data_offset) {
-        st = DDPC_ERROR(DDPC_ERR_ARG, "%s: .npy file truncated: the header promises %zu bytes of data, the file has %zu",
+        st = DDPC_ERROR(DDPC_ERR_ARG,
+                        "%s: .npy file truncated: the header promises %zu bytes of data, the file has %zu",
                         path, f->header.nbytes, f->map_len - f->header.data_offset);
         goto fail_;
     }
     f->data = (const char *)f->map + f->header.data_offset;
-    goto out_;
+    return DDPC_OK;
 fail_:
     ddpc_npy_close(f);
-out_:
-    close(fd);
     return st;
 }
 
 void ddpc_npy_close(ddpc_npy_file *f) {
     if (f->map) munmap(f->map, f->map_len);
+    if (f->fd >= 0) close(f->fd);
     memset(f, 0, sizeof *f);
+    f->fd = -1;
 }
 
 void ddpc_release_file_pages(const void *addr, size_t len) {

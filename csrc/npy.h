@@ -26,12 +26,14 @@ ddpc_status ddpc_npy_parse_header(const void *buf, size_t len, const char *name,
 
 typedef struct {
     ddpc_npy_header header;
+    int fd;            /* open for reading until ddpc_npy_close, then -1 */
     void *map;         /* the whole file, mapped read-only */
     size_t map_len;
     const char *data;  /* map + header.data_offset */
 } ddpc_npy_file;
 
 ddpc_status ddpc_npy_open(const char *path, ddpc_npy_file *f);
+/* Unmaps and closes; safe on a file whose open failed (fd -1). */
 void ddpc_npy_close(ddpc_npy_file *f);
 
 /* Drops the file's pages from this process's resident set (they stay in the

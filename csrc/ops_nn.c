@@ -1,13 +1,14 @@
 /* nn op entry points (see ops_nn.h): argument checks, then host loops or the
  * launchers of kernels/nn.cu and kernels/loss.cu.
  *
- * Host loops are written once over an element type T (float or double) with
- * <tgmath.h>, so exp/log/tanh/erf pick the precision of T; row reductions of
- * the losses accumulate in double. */
+ * Host loops are written once over an element type T (float or double):
+ * float goes through the vectorisable functions of fastmath.h, double through
+ * <tgmath.h>'s libm calls. Row reductions of the losses accumulate in double. */
 #include "ops_nn.h"
 
 #include <tgmath.h>
 
+#include "fastmath.h"
 #include "gemm.h"
 #include "kernels.h"
 #include "module.h"
@@ -39,6 +40,12 @@ static ddpc_status check_like_(const ddpc_buffer *ref, const ddpc_buffer *b, int
 #define INV_SQRT2 0.70710678118654752440
 #define INV_SQRT_2PI 0.39894228040143267794
 
+/* The function of T's precision (sizeof is a constant, so one branch remains). */
+#define EXP_T(T, x) (sizeof(T) == 4 ? (T)ddpc_exp_f32((float)(x)) : (T)exp((double)(x)))
+#define TANH_T(T, x) (sizeof(T) == 4 ? (T)ddpc_tanh_f32((float)(x)) : (T)tanh((double)(x)))
+#define SIGMOID_T(T, x) (sizeof(T) == 4 ? (T)ddpc_sigmoid_f32((float)(x)) : (T)(1 / (1 + exp(-(double)(x)))))
+#define CDF_T(T, x) (sizeof(T) == 4 ? (T)ddpc_normal_cdf_f32((float)(x)) : (T)(0.5 * erfc(-(double)(x) * INV_SQRT2)))
+
 ddpc_status ddpc_op_unary(ddpc_unary_op op, ddpc_buffer *out, const ddpc_buffer *x, double p) {
     if ((unsigned)op >= DDPC_NUNARY) return DDPC_ERROR(DDPC_ERR_ARG, "unknown unary op %d", (int)op);
     CHECK(check_out_(out, "unary op"));
@@ -52,10 +59,12 @@ ddpc_status ddpc_op_unary(ddpc_unary_op op, ddpc_buffer *out, const ddpc_buffer 
         const T e = (T)p;
         switch (op) {
         case DDPC_RELU: for (int64_t i = 0; i < n; i++) o[i] = a[i] > 0 ? a[i] : (T)0; break;
-        case DDPC_GELU: for (int64_t i = 0; i < n; i++) o[i] = (T)0.5 * a[i] * ((T)1 + erf(a[i] * (T)INV_SQRT2)); break;
-        case DDPC_TANH: for (int64_t i = 0; i < n; i++) o[i] = tanh(a[i]); break;
-        case DDPC_SIGMOID: for (int64_t i = 0; i < n; i++) o[i] = (T)1 / ((T)1 + exp(-a[i])); break;
-        case DDPC_EXP: for (int64_t i = 0; i < n; i++) o[i] = exp(a[i]); break;
+        case DDPC_GELU:
+            for (int64_t i = 0; i < n; i++) o[i] = a[i] * CDF_T(T, a[i]);
+            break;
+        case DDPC_TANH: for (int64_t i = 0; i < n; i++) o[i] = TANH_T(T, a[i]); break;
+        case DDPC_SIGMOID: for (int64_t i = 0; i < n; i++) o[i] = SIGMOID_T(T, a[i]); break;
+        case DDPC_EXP: for (int64_t i = 0; i < n; i++) o[i] = EXP_T(T, a[i]); break;
         case DDPC_LOG: for (int64_t i = 0; i < n; i++) o[i] = log(a[i]); break;
         default: for (int64_t i = 0; i < n; i++) o[i] = pow(a[i], e); break;
         }
@@ -86,8 +95,8 @@ ddpc_status ddpc_op_unary_backward(ddpc_unary_op op, ddpc_buffer *gx, const ddpc
             break;
         case DDPC_GELU:
             for (int64_t i = 0; i < n; i++) {
-                T cdf = (T)0.5 * ((T)1 + erf(s[i] * (T)INV_SQRT2));
-                T pdf = (T)INV_SQRT_2PI * exp((T)-0.5 * s[i] * s[i]);
+                T cdf = CDF_T(T, s[i]);
+                T pdf = (T)INV_SQRT_2PI * EXP_T(T, (T)-0.5 * s[i] * s[i]);
                 o[i] = g[i] * (cdf + s[i] * pdf);
             }
             break;
@@ -365,6 +374,64 @@ ddpc_status ddpc_op_cross_entropy_backward(ddpc_buffer *glogits, const ddpc_buff
     return DDPC_OK;
 }
 
+static ddpc_status softmax_rows_(const ddpc_buffer *x, int64_t *rows, int64_t *cols, const char *op) {
+    if (x->ndim < 1) return DDPC_ERROR(DDPC_ERR_ARG, "%s: needs at least one dim", op);
+    *cols = x->shape[x->ndim - 1];
+    *rows = *cols ? x->numel / *cols : 0;
+    return DDPC_OK;
+}
+
+ddpc_status ddpc_op_softmax(ddpc_buffer *out, const ddpc_buffer *x, int take_log) {
+    CHECK(check_out_(out, "softmax"));
+    CHECK(check_like_(out, x, out->numel, "softmax", "the input"));
+    int64_t R = 0, C = 0;
+    CHECK(softmax_rows_(x, &R, &C, "softmax"));
+    if (R * C == 0) return DDPC_OK;
+    if (out->device != DDPC_CPU)
+        DDPC_LAUNCH(out->device, ddpc_k_softmax(out->data, x->data, R, C, take_log, out->dtype, stream));
+    DDPC_FLOAT_TYPES(out->dtype, {
+        for (int64_t r = 0; r < R; r++) {
+            const T *xr = (const T *)x->data + r * C;
+            T *o = (T *)out->data + r * C;
+            double lse, sx;
+            ROW_LSE(T, xr, C, lse, sx);
+            (void)sx;
+            if (take_log) {
+                for (int64_t c = 0; c < C; c++) o[c] = (T)((double)xr[c] - lse);
+            } else {
+                for (int64_t c = 0; c < C; c++) o[c] = (T)exp((double)xr[c] - lse);
+            }
+        }
+    });
+    return DDPC_OK;
+}
+
+ddpc_status ddpc_op_softmax_backward(ddpc_buffer *gx, const ddpc_buffer *gy, const ddpc_buffer *y, int take_log) {
+    CHECK(check_out_(gx, "softmax backward"));
+    CHECK(check_like_(gx, gy, gx->numel, "softmax backward", "the output gradient"));
+    CHECK(check_like_(gx, y, gx->numel, "softmax backward", "the output"));
+    int64_t R = 0, C = 0;
+    CHECK(softmax_rows_(y, &R, &C, "softmax backward"));
+    if (R * C == 0) return DDPC_OK;
+    if (gx->device != DDPC_CPU)
+        DDPC_LAUNCH(gx->device, ddpc_k_softmax_backward(gx->data, gy->data, y->data, R, C, take_log, gx->dtype, stream));
+    DDPC_FLOAT_TYPES(gx->dtype, {
+        for (int64_t r = 0; r < R; r++) {
+            const T *g = (const T *)gy->data + r * C, *yr = (const T *)y->data + r * C;
+            T *o = (T *)gx->data + r * C;
+            double dot = 0;
+            if (take_log) {
+                for (int64_t c = 0; c < C; c++) dot += (double)g[c];
+                for (int64_t c = 0; c < C; c++) o[c] = (T)((double)g[c] - exp((double)yr[c]) * dot);
+            } else {
+                for (int64_t c = 0; c < C; c++) dot += (double)g[c] * (double)yr[c];
+                for (int64_t c = 0; c < C; c++) o[c] = (T)((double)yr[c] * ((double)g[c] - dot));
+            }
+        }
+    });
+    return DDPC_OK;
+}
+
 ddpc_status ddpc_op_mse(ddpc_buffer *out, const ddpc_buffer *a, const ddpc_buffer *b, ddpc_reduction reduction) {
     CHECK(check_out_(out, "mse"));
     CHECK(check_like_(out, a, -1, "mse", "the input"));
@@ -502,6 +569,24 @@ static PyObject *py_cross_entropy_backward(PyObject *m, PyObject *args) {
                                                                                   (ddpc_reduction)red));
 }
 
+static PyObject *py_softmax(PyObject *m, PyObject *args) {
+    (void)m;
+    ddpc_buffer *out, *x;
+    int take_log;
+    if (!PyArg_ParseTuple(args, "O&O&p:softmax", ddpc_arg_buffer, &out, ddpc_arg_buffer, &x, &take_log)) return NULL;
+    DDPC_RUN_RELEASED(ddpc_buffer_nbytes(x), ddpc_op_softmax(out, x, take_log));
+}
+
+static PyObject *py_softmax_backward(PyObject *m, PyObject *args) {
+    (void)m;
+    ddpc_buffer *gx, *gy, *y;
+    int take_log;
+    if (!PyArg_ParseTuple(args, "O&O&O&p:softmax_backward", ddpc_arg_buffer, &gx, ddpc_arg_buffer, &gy,
+                          ddpc_arg_buffer, &y, &take_log))
+        return NULL;
+    DDPC_RUN_RELEASED(ddpc_buffer_nbytes(y), ddpc_op_softmax_backward(gx, gy, y, take_log));
+}
+
 static PyObject *py_mse(PyObject *m, PyObject *args) {
     (void)m;
     ddpc_buffer *out, *a, *b;
@@ -533,6 +618,8 @@ static PyMethodDef nn_methods[] = {
      "cross_entropy(out, logits, target, ignore_index, label_smoothing, reduction): 0 none 1 mean 2 sum"},
     {"cross_entropy_backward", py_cross_entropy_backward, METH_VARARGS,
      "cross_entropy_backward(glogits, gout, logits, target, ignore_index, label_smoothing, reduction)"},
+    {"softmax", py_softmax, METH_VARARGS, "softmax(out, x, take_log): (log-)softmax over the last dim"},
+    {"softmax_backward", py_softmax_backward, METH_VARARGS, "softmax_backward(gx, gy, y, take_log): y is the output"},
     {"mse", py_mse, METH_VARARGS, "mse(out, a, b, reduction)"},
     {"mse_backward", py_mse_backward, METH_VARARGS, "mse_backward(ga, gout, a, b, reduction)"},
     {NULL, NULL, 0, NULL},

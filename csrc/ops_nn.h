@@ -1,6 +1,6 @@
 /* Neural-network ops: activations and their gradients, row-broadcast
- * arithmetic, reductions along a dim, 2-d transpose, dropout, the fused
- * softmax-cross-entropy and mean-squared-error losses, and the fused
+ * arithmetic, reductions along a dim, 2-d transpose, dropout, softmax, the
+ * fused softmax-cross-entropy and mean-squared-error losses, and the fused
  * multi-tensor optimizer steps (optim.c). One checked entry point per op,
  * float32 and float64, dispatching to host loops or kernels/ launchers. */
 #ifndef DDPC_OPS_NN_H
@@ -44,6 +44,12 @@ ddpc_status ddpc_op_mse(ddpc_buffer *out, const ddpc_buffer *a, const ddpc_buffe
 /* ga = d loss / d a scaled by gout (d loss / d b is -ga). */
 ddpc_status ddpc_op_mse_backward(ddpc_buffer *ga, const ddpc_buffer *gout, const ddpc_buffer *a, const ddpc_buffer *b,
                                  ddpc_reduction reduction);
+
+/* Softmax (or log-softmax when `take_log`) over the last dim of x, row by row. */
+ddpc_status ddpc_op_softmax(ddpc_buffer *out, const ddpc_buffer *x, int take_log);
+/* gx from gy and the forward's output y: y * (gy - sum(gy * y)) for softmax,
+ * gy - exp(y) * sum(gy) for log-softmax. */
+ddpc_status ddpc_op_softmax_backward(ddpc_buffer *gx, const ddpc_buffer *gy, const ddpc_buffer *y, int take_log);
 
 /* Fused optimizer steps over a group of n tensors with PyTorch's update rules.
  * bufs[i] is the momentum buffer (NULL entries when momentum is 0); `first`

@@ -52,7 +52,7 @@ int ddpc_k_unary_backward(int op, void *gx, const void *gy, const void *saved, d
 int ddpc_k_dropout(void *out, const void *x, double p, uint64_t seed, uint64_t offset, int dtype, int64_t n,
                    void *stream);
 
-/* Losses (kernels/loss.cu). `scratch` is device memory for `rows` doubles
+/* Softmax and losses (kernels/loss.cu). `scratch` is device memory for `rows` doubles
  * plus one, used by the reductions (unused for reduction NONE). An
  * out-of-range target makes its row's loss NaN (the host op raises instead). */
 int ddpc_k_cross_entropy(void *out, double *scratch, const void *logits, const int64_t *target, int64_t rows,
@@ -61,6 +61,9 @@ int ddpc_k_cross_entropy(void *out, double *scratch, const void *logits, const i
 int ddpc_k_cross_entropy_backward(void *glogits, double *scratch, const void *gout, const void *logits,
                                   const int64_t *target, int64_t rows, int64_t classes, int64_t ignore_index,
                                   double smoothing, int reduction, int dtype, void *stream);
+int ddpc_k_softmax(void *out, const void *x, int64_t rows, int64_t cols, int take_log, int dtype, void *stream);
+int ddpc_k_softmax_backward(void *gx, const void *gy, const void *y, int64_t rows, int64_t cols, int take_log, int dtype,
+                            void *stream);
 int ddpc_k_mse(void *out, const void *a, const void *b, int64_t n, int reduction, int dtype, void *stream);
 int ddpc_k_mse_backward(void *ga, const void *gout, const void *a, const void *b, int64_t n, int reduction, int dtype,
                         void *stream);

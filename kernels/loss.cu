@@ -1,7 +1,8 @@
-// Loss kernels: softmax cross entropy (log-softmax fused with the negative
-// log likelihood, with ignore_index and label smoothing) and mean squared
-// error, forward and backward. Formulas match csrc/ops_nn.c; row statistics
-// are accumulated in double. Reductions: 0 none, 1 mean, 2 sum.
+// Softmax and loss kernels: (log-)softmax over rows, softmax cross entropy
+// (log-softmax fused with the negative log likelihood, with ignore_index and
+// label smoothing) and mean squared error, forward and backward. Formulas
+// match csrc/ops_nn.c; row statistics are accumulated in double.
+// Reductions: 0 none, 1 mean, 2 sum.
 #include <math.h>
 
 #include "kernels.h"
@@ -89,6 +90,30 @@ __global__ void ce_backward_kernel(T *gx, const double *count, const T *gout, co
     }
 }
 
+template <typename T> __global__ void softmax_kernel(T *out, const T *x, int64_t R, int64_t C, int take_log) {
+    int64_t row = (int64_t)blockIdx.x * kRowsPerBlock + (threadIdx.x >> 5);
+    if (row >= R) return;
+    double lse, sx;
+    row_stats(x + row * C, C, &lse, &sx);
+    for (int64_t c = threadIdx.x & 31; c < C; c += 32) {
+        double v = (double)x[row * C + c] - lse;
+        out[row * C + c] = (T)(take_log ? v : exp(v));
+    }
+}
+
+template <typename T>
+__global__ void softmax_backward_kernel(T *gx, const T *gy, const T *y, int64_t R, int64_t C, int take_log) {
+    int64_t row = (int64_t)blockIdx.x * kRowsPerBlock + (threadIdx.x >> 5);
+    if (row >= R) return;
+    int lane = threadIdx.x & 31;
+    const T *g = gy + row * C, *yr = y + row * C;
+    double dot = 0;
+    for (int64_t c = lane; c < C; c += 32) dot += take_log ? (double)g[c] : (double)g[c] * (double)yr[c];
+    dot = warp_sum(dot);
+    for (int64_t c = lane; c < C; c += 32)
+        gx[row * C + c] = (T)(take_log ? (double)g[c] - exp((double)yr[c]) * dot : (double)yr[c] * ((double)g[c] - dot));
+}
+
 template <typename T> __global__ void sq_diff_kernel(T *out, const T *a, const T *b, int64_t n) {
     GRID_STRIDE(i, n) out[i] = (a[i] - b[i]) * (a[i] - b[i]);
 }
@@ -141,6 +166,22 @@ extern "C" int ddpc_k_cross_entropy_backward(void *glogits, double *scratch, con
     FLOAT_DISPATCH(dtype, ce_backward_kernel<T><<<row_blocks(rows), 32 * kRowsPerBlock, 0, s>>>(
                               (T *)glogits, scratch, (const T *)gout, (const T *)logits, target, rows, classes,
                               ignore_index, smoothing, reduction))
+    return (int)cudaGetLastError();
+}
+
+extern "C" int ddpc_k_softmax(void *out, const void *x, int64_t rows, int64_t cols, int take_log, int dtype,
+                              void *stream) {
+    cudaStream_t s = (cudaStream_t)stream;
+    FLOAT_DISPATCH(dtype, softmax_kernel<T><<<row_blocks(rows), 32 * kRowsPerBlock, 0, s>>>((T *)out, (const T *)x,
+                                                                                             rows, cols, take_log))
+    return (int)cudaGetLastError();
+}
+
+extern "C" int ddpc_k_softmax_backward(void *gx, const void *gy, const void *y, int64_t rows, int64_t cols, int take_log,
+                                       int dtype, void *stream) {
+    cudaStream_t s = (cudaStream_t)stream;
+    FLOAT_DISPATCH(dtype, softmax_backward_kernel<T><<<row_blocks(rows), 32 * kRowsPerBlock, 0, s>>>(
+                              (T *)gx, (const T *)gy, (const T *)y, rows, cols, take_log))
     return (int)cudaGetLastError();
 }
 

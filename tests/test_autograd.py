@@ -131,6 +131,22 @@ def test_dropout_gradient_uses_the_forward_mask():
     assert F.dropout(x, 0.4, training=False) is x
 
 
+def test_softmax_and_log_softmax():
+    x = leaf(4, 5)
+    gradcheck(lambda t: F.softmax(t, dim=-1), x)
+    gradcheck(lambda t: F.log_softmax(t, dim=1), x)
+    gradcheck(lambda t: F.log_softmax(t), leaf(2, 3, 4))
+    xn = np.asarray(x)
+    e = np.exp(xn - xn.max(1, keepdims=True))
+    np.testing.assert_allclose(np.asarray(F.softmax(x, 1)), e / e.sum(1, keepdims=True), rtol=1e-12)
+    t = ddpc.tensor([0, 2, 1, 4])
+    # cross entropy is the mean negative log-softmax at the targets
+    want = -np.asarray(F.log_softmax(x))[np.arange(4), np.asarray(t)].mean()
+    np.testing.assert_allclose(F.cross_entropy(x, t).item(), want, rtol=1e-12)
+    with pytest.raises(ValueError, match="last dim"):
+        F.softmax(x, dim=0)
+
+
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 @pytest.mark.parametrize("smoothing", [0.0, 0.2])
 def test_cross_entropy(reduction, smoothing):
@@ -290,3 +306,25 @@ def test_grad_fn_and_repr():
     y = (x * 2).sum()
     assert "grad_fn" in repr(y)
     assert y.grad_fn.next_functions[0] is not None
+
+
+def test_set_grad_enabled_as_call_context_and_decorator():
+    x = leaf(2)
+    with ddpc.set_grad_enabled(False):
+        assert (x * 2).grad_fn is None
+    assert ddpc.is_grad_enabled()
+    ddpc.set_grad_enabled(False)
+    try:
+        assert not ddpc.is_grad_enabled()
+    finally:
+        ddpc.set_grad_enabled(True)
+
+    @ddpc.set_grad_enabled(False)
+    def f():
+        return (x * 2).grad_fn
+
+    assert ddpc.is_grad_enabled() and f() is None
+    with ddpc.no_grad():
+        with ddpc.set_grad_enabled(True):
+            assert (x * 2).grad_fn is not None
+        assert not ddpc.is_grad_enabled()

@@ -160,3 +160,72 @@ def test_watchdog_aborts_a_collective_that_cannot_complete():
         comm = _nccl.create_communicator(store, "pair", 0, 2, 0, 3.0)
         comm.all_reduce(ddpc.ones(10, device="cuda")._buf, 0).wait(timeout=30)
     assert time.monotonic() - start < 30
+
+
+def _nccl_init_worker(rank):
+    import ddpc.distributed as dist
+    try:
+        dist.init_process_group("nccl")
+    except ddpc.DistError as e:
+        return str(e)
+    dist.destroy_process_group()
+    return "initialised"
+
+
+def test_init_process_group_nccl_without_gpus_is_a_clear_error():
+    if ddpc.cuda.is_available() or not hasattr(_C, "NcclComm"):
+        pytest.skip("needs a CUDA build on a machine without a GPU")
+    first = ddpc.spawn(_nccl_init_worker, nprocs=1)[0]
+    assert "no rank has one" in first and "backend='cpu'" in first
+
+
+SCRIPT = r"""
+import sys
+import numpy as np
+import ddpc, ddpc.distributed as dist
+backend, rank, world, port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+out = {}
+for dt in ("float32", "float64", "float16", "bfloat16", "int32", "int64", "uint8"):
+    x = ddpc.full((4097,), rank + 1, dtype=dt, device="cuda:0")
+    dist.all_reduce(x)
+    out[dt] = x.cpu().to(ddpc.float64).numpy()[[0, -1]].tolist()
+y = ddpc.arange(7, dtype=ddpc.float32, device="cuda:0") * (rank + 1)
+dist.broadcast(y, src=0)
+g = ddpc.zeros(7 * world, device="cuda:0")
+dist.all_gather_into_tensor(g, y)
+w = dist.all_reduce(ddpc.ones(3, device="cuda:0"), async_op=True)
+w.wait()
+dist.barrier()
+print("RESULT", out, y.cpu().tolist(), g.cpu().tolist(), w.is_completed(), flush=True)
+dist.destroy_process_group()
+"""
+
+
+def _run_ranks(backend, world):
+    import socket
+    import subprocess
+    import sys
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    procs = [subprocess.Popen([sys.executable, "-c", SCRIPT, backend, str(r), str(world), port],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(world)]
+    outs = [p.communicate(timeout=120)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    return [next(line for line in o.splitlines() if line.startswith("RESULT")) for o in outs]
+
+
+@pytest.mark.gpu
+def test_distributed_api_on_one_nccl_rank():
+    (line,) = _run_ranks("nccl", 1)
+    assert "'float32': [1.0, 1.0]" in line and "'bfloat16': [1.0, 1.0]" in line
+    assert "[0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0]" in line and line.endswith("True")
+
+
+@pytest.mark.gpu
+def test_cpu_backend_with_two_ranks_on_one_gpu_agrees_with_closed_form():
+    lines = _run_ranks("cpu", 2)
+    for line in lines:
+        assert "'float32': [3.0, 3.0]" in line and "'uint8': [3.0, 3.0]" in line  # 1 + 2
+        assert "[0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0]" in line

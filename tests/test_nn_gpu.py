@@ -31,6 +31,7 @@ CASES = [
                                                                                    device=x.device),
                                                   label_smoothing=0.1), [(5, 4), (3, 4), (3,)]),
     ("mse", lambda a, b: F.mse_loss(a, b) + F.mse_loss(a, b, reduction="sum"), [(4, 4), (4, 4)]),
+    ("softmax", lambda a: (F.softmax(a) * F.log_softmax(a * 2)).sum(), [(6, 37)]),
 ]
 
 

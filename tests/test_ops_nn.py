@@ -251,6 +251,12 @@ def test_gpu_ops_match_host(dtype):
         o = empty(x.shape, dtype, device)
         _C.dropout(o, B(x), 0.3, 5, 11)
         res["dropout"] = o
+        for take_log in (False, True):
+            o = empty(x.shape, dtype, device)
+            _C.softmax(o, B(x), take_log)
+            gx = empty(x.shape, dtype, device)
+            _C.softmax_backward(gx, B(x * 0.5), o, take_log)
+            res[f"softmax{take_log}"], res[f"softmax_bwd{take_log}"] = o, gx
         for red in (0, 1, 2):
             o = empty((33,) if red == 0 else (), dtype, device)
             _C.cross_entropy(o, B(g), buf(t, device), -100, 0.1, red)
@@ -278,3 +284,21 @@ def test_gpu_ops_match_host(dtype):
     cpu, gpu = run("cpu"), run("cuda")
     for k in cpu:
         np.testing.assert_allclose(host(gpu[k]), host(cpu[k]), err_msg=k, **close)
+
+
+def test_float32_activations_handle_extremes():
+    x = np.array([0.0, -0.0, 1e-7, -1e-7, 0.6249, 0.6251, 30.0, -30.0, 88.0, 89.0, -87.5, -104.0, np.inf, -np.inf,
+                  np.nan], np.float32)
+    x64 = x.astype(np.float64)
+    with np.errstate(over="ignore"):
+        refs = {TANH: np.tanh(x64), SIGMOID: 1 / (1 + np.exp(-x64)), EXP: np.exp(x64)}
+        refs = {op: v.astype(np.float32) for op, v in refs.items()}
+    for op, want in refs.items():
+        out = empty(x.shape, np.float32)
+        _C.unary(op, out, buf(x))
+        got = host(out)
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=str(op))
+        finite = ~np.isnan(want)
+        # Results below float32's normal range may flush to zero.
+        np.testing.assert_allclose(got[finite], want[finite], rtol=3e-7, atol=1.2e-38,
+                                   err_msg=str(op))

@@ -160,7 +160,8 @@ def test_sequential_random_and_batch_samplers():
     assert len(longer) == 25 and sorted(longer[:10]) == list(range(10)) and sorted(longer[10:20]) == list(range(10))
     drawn = list(RandomSampler(range(10), replacement=True, num_samples=1000, seed=3))
     assert len(drawn) == 1000 and set(drawn) == set(range(10))
-    assert list(BatchSampler(SequentialSampler(range(10)), 3, drop_last=False)) == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9]]
+    assert list(BatchSampler(SequentialSampler(range(10)), 3, drop_last=False)) == \
+        [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9]]
     assert list(BatchSampler(SequentialSampler(range(10)), 3, drop_last=True)) == [[0, 1, 2], [3, 4, 5], [6, 7, 8]]
     assert len(BatchSampler(range(10), 3, False)) == 4 and len(BatchSampler(range(10), 3, True)) == 3
     assert list(BatchSampler(range(5), 2, False)) == [[0, 1], [2, 3], [4]]  # any iterable of indices
@@ -202,7 +203,8 @@ def test_weighted_sampler_without_replacement():
         WeightedDistributedSampler([1.0, -1.0], 2)
 
 
-@pytest.mark.parametrize("n,R,B,drop_last", [(1000, 4, 8, False), (999, 3, 16, False), (50, 4, 5, True), (7, 8, 2, False)])
+@pytest.mark.parametrize("n,R,B,drop_last",
+                         [(1000, 4, 8, False), (999, 3, 16, False), (50, 4, 5, True), (7, 8, 2, False)])
 def test_balanced_sampler(n, R, B, drop_last):
     rng = np.random.default_rng(0)
     costs = rng.integers(1, 500, size=n).astype(np.float64)

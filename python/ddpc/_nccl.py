@@ -27,6 +27,8 @@ def check_devices(bus_ids, hosts=None):
     """
     hosts = hosts or [""] * len(bus_ids)
     missing = [r for r, b in enumerate(bus_ids) if not b]
+    if len(missing) == len(bus_ids):
+        raise DistError("backend 'nccl' needs a GPU on every rank, but no rank has one; use backend='cpu'")
     if missing:
         have = [r for r, b in enumerate(bus_ids) if b]
         raise DistError(f"backend 'nccl' needs a GPU on every rank, but rank(s) {missing} have none "
@@ -59,3 +61,59 @@ def create_communicator(store, prefix, rank, size, device, timeout_s, host=""):
         store.set(f"{prefix}/uid", _C.nccl_unique_id())
     uid = store.get(f"{prefix}/uid")
     return _C.NcclComm(uid, rank, size, device, float(timeout_s))
+
+
+class NcclGroup:
+    """The nccl backend behind ddpc.distributed's process-group calls.
+
+    Collectives take CUDA buffers (no staging) and are queued on the
+    communicator's stream; a blocking call returns once the compute stream is
+    ordered after the collective (as in PyTorch, the host does not wait), and
+    ``async_op`` returns the NcclWork. ``barrier`` does wait on the host.
+    """
+
+    def __init__(self, store, prefix, rank, size, device, timeout_s, host=""):
+        self.rank, self.size, self.device, self.timeout_s = rank, size, device, timeout_s
+        self._comm = create_communicator(store, prefix, rank, size, device, timeout_s, host)
+        _C.cuda_set_device(device)
+        self._scratch = _C.Buffer((1,), "float32", device)
+
+    def _finish(self, work, async_op):
+        if async_op:
+            return work
+        work.wait()
+        return None
+
+    def all_reduce(self, buf, code, op, async_op):
+        return self._finish(self._comm.all_reduce(buf, op), async_op)
+
+    def broadcast(self, buf, code, root, async_op):
+        return self._finish(self._comm.broadcast(buf, root), async_op)
+
+    def all_gather(self, out, inp, code, tag, async_op):
+        return self._finish(self._comm.all_gather(out, inp), async_op)
+
+    def reduce_scatter(self, out, inp, code, op, async_op):
+        return self._finish(self._comm.reduce_scatter(out, inp, op), async_op)
+
+    def send(self, buf, code, peer, tag, async_op):
+        return self._finish(self._comm.send(buf, peer), async_op)
+
+    def recv(self, buf, code, peer, tag, async_op):
+        return self._finish(self._comm.recv(buf, peer), async_op)
+
+    def barrier(self, async_op):
+        work = self._comm.all_reduce(self._scratch, 0)
+        if async_op:
+            return work
+        work.wait(timeout=self.timeout_s)
+        return None
+
+    def coalesce_start(self):
+        self._comm.group_start()
+
+    def coalesce_end(self):
+        self._comm.group_end()
+
+    def close(self):
+        self._comm = None

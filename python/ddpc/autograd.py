@@ -44,36 +44,9 @@ def is_grad_enabled():
     return _mode.enabled
 
 
-class set_grad_enabled:
-    """Context manager (and decorator) setting grad mode in this thread."""
-
-    def __init__(self, mode):
-        self.prev = _mode.enabled
-        self.mode = bool(mode)
-        _mode.enabled = self.mode
-
-    def __enter__(self):
-        _mode.enabled = self.mode
-        return self
-
-    def __exit__(self, *exc):
-        _mode.enabled = self.prev
-        return False
-
-    def __call__(self, fn):
-        mode = self.mode
-        _mode.enabled = self.prev
-
-        def wrapper(*args, **kwargs):
-            with set_grad_enabled(mode):
-                return fn(*args, **kwargs)
-
-        wrapper.__name__ = getattr(fn, "__name__", "wrapper")
-        wrapper.__doc__ = getattr(fn, "__doc__", None)
-        return wrapper
-
-
 class _ModeContext:
+    """Sets grad mode for a with-block, or for every call of a decorated function."""
+
     _mode_value = True
 
     def __enter__(self):
@@ -107,6 +80,23 @@ class enable_grad(_ModeContext):
     """Re-enables graph recording inside a ``no_grad`` region."""
 
     _mode_value = True
+
+
+class set_grad_enabled(_ModeContext):
+    """Sets grad mode: at once when called, like PyTorch, and for a with-block."""
+
+    def __init__(self, mode):
+        self._mode_value = bool(mode)
+        self.prev = _mode.enabled
+        _mode.enabled = self._mode_value
+
+    def __enter__(self):
+        _mode.enabled = self._mode_value  # self.prev was taken before __init__ changed the mode
+        return self
+
+    def __call__(self, fn):
+        _mode.enabled = self.prev  # used as a decorator: only the calls change the mode
+        return super().__call__(fn)
 
 
 # ---- graph --------------------------------------------------------------------------
@@ -836,6 +826,44 @@ def dropout(x, p=0.5, training=True):
     if _needs_grad(x):
         _attach(out, _DropoutBackward(x, float(p), seed, offset))
     return out
+
+
+class _SoftmaxBackward(Node):
+    def __init__(self, x, out, take_log):
+        super().__init__((x,), (out.detach(),))
+        self.take_log = take_log
+
+    def name(self):
+        return "LogSoftmaxBackward" if self.take_log else "SoftmaxBackward"
+
+    def backward(self, g):
+        (y,) = self.saved
+        gx = _empty(y.shape, y)
+        _C.softmax_backward(gx._buf, g._buf, y._buf, self.take_log)
+        return (gx,)
+
+
+def _softmax(x, dim, take_log):
+    if x.ndim == 0:
+        raise ValueError("softmax needs at least one dim")
+    if dim is None or dim % x.ndim != x.ndim - 1:
+        raise ValueError(f"ddpc's softmax runs over the last dim (dim=-1 or {x.ndim - 1}), got dim={dim}")
+    src = _as_float(x.detach())
+    out = _empty(src.shape, src)
+    _C.softmax(out._buf, src._buf, take_log)
+    if _needs_grad(x):
+        _attach(out, _SoftmaxBackward(x, out, take_log))
+    return out
+
+
+def softmax(x, dim=-1):
+    """exp(x) / sum(exp(x)) over the last dim."""
+    return _softmax(x, dim, False)
+
+
+def log_softmax(x, dim=-1):
+    """x - log(sum(exp(x))) over the last dim, computed stably."""
+    return _softmax(x, dim, True)
 
 
 _REDUCTIONS = {"none": 0, "mean": 1, "sum": 2}

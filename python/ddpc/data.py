@@ -25,11 +25,14 @@ is ordered before later work on the compute stream by an event (no host
 synchronisation). Any other map-style data set (``__getitem__``/``__len__``)
 is fetched and collated in one background thread, also ``prefetch`` ahead.
 
-``.npy`` paths (and arrays from ``np.load(mmap_mode="r")``) are memory-mapped;
-once the pages they have made resident exceed ``ddpc.data.RESIDENT_BUDGET``
-bytes (1 GiB unless changed) the loader drops them from the resident set (they
-stay in the page cache), so a data set larger than memory streams with bounded
-resident memory.
+``.npy`` paths (and arrays from ``np.load(mmap_mode="r")``) are memory-mapped
+and read through the mapping while they fit ``ddpc.data.RESIDENT_BUDGET``
+(a quarter of physical memory or of the cgroup's limit, at least 1 GiB). A
+``.npy`` path bigger than that is read row by row with ``pread``, so it never
+becomes resident; a bigger mapped array has its pages dropped from the
+resident set (they stay in the page cache) whenever those the loader made
+resident exceed the budget. Either way a data set larger than memory streams
+with bounded resident memory.
 
 Differences from PyTorch: there are no worker processes (``num_workers``);
 ``RandomSampler`` takes a ``seed`` instead of a ``generator``; batches of a
@@ -54,8 +57,40 @@ __all__ = [
 ]
 
 _MASK64 = (1 << 64) - 1
-# Resident pages of mapped files (bytes) a loader may add before dropping them.
-RESIDENT_BUDGET = 1 << 30
+
+
+def _memory_limit():
+    """Physical memory, or this process's cgroup memory limit (v1 or v2) where lower."""
+    try:
+        limit = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        limit = 0
+    try:
+        with open("/proc/self/cgroup") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return limit
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":
+            candidate = f"/sys/fs/cgroup{path}/memory.max"
+        elif "memory" in controllers.split(","):
+            candidate = f"/sys/fs/cgroup/memory{path}/memory.limit_in_bytes"
+        else:
+            continue
+        try:
+            with open(candidate) as f:
+                value = f.read().strip()
+        except OSError:
+            continue
+        if value.isdigit() and (limit == 0 or int(value) < limit):
+            limit = int(value)
+    return limit
+
+
+# Resident pages of mapped files (bytes) a loader may add before dropping them:
+# a quarter of the memory this process may use, at least 1 GiB.
+RESIDENT_BUDGET = max(1 << 30, _memory_limit() // 4)
 
 
 def _positive_int(value, name):
@@ -92,7 +127,8 @@ def _group_defaults(num_replicas, rank):
         rank = me if rank is None else rank
     num_replicas = _positive_int(num_replicas, "num_replicas")
     if isinstance(rank, bool) or not isinstance(rank, numbers.Integral) or not 0 <= rank < num_replicas:
-        raise ValueError(f"rank {rank!r} is out of range for num_replicas {num_replicas} (expected 0..{num_replicas - 1})")
+        raise ValueError(f"rank {rank!r} is out of range for num_replicas {num_replicas} "
+                         f"(expected 0..{num_replicas - 1})")
     return num_replicas, int(rank)
 
 
@@ -570,6 +606,10 @@ class DataLoader:
         self.device = None if device is None else ordinal(device)
         if self.device == -1:
             self.device = None
+        if self.device is not None and self.device >= _C.cuda_device_count():
+            count = _C.cuda_device_count()
+            raise RuntimeError(f"cuda:{self.device} was requested but "
+                               + (f"this machine has {count} GPU(s)" if count else _C.cuda_unavailable_reason()))
         self.prefetch = _positive_int(prefetch, "prefetch")
         self.num_threads = (max(1, min(4, os.cpu_count() or 1)) if num_threads is None
                             else _positive_int(num_threads, "num_threads"))

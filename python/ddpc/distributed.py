@@ -19,6 +19,7 @@ connection to the store).
 
 import atexit
 import base64
+import contextlib
 import fcntl
 import json
 import os
@@ -227,6 +228,7 @@ class _World:
         self.next_group_id = 1
         self.rank = -1
         self.timeout = None
+        self.device = None       # this rank's GPU on the nccl backend
 
 
 _world = _World()
@@ -302,6 +304,27 @@ def _pick_backend(backend, store, rank, world_size, timeout_s):
     return "nccl" if every_rank_has_gpu else "cpu"
 
 
+def _rank_device(device_id):
+    """This rank's GPU: ``device_id`` if given, else LOCAL_RANK (as ddpc-run sets it)."""
+    if device_id is None:
+        return int(os.environ.get("LOCAL_RANK", "0"))
+    if isinstance(device_id, int):
+        return device_id
+    index = getattr(device_id, "index", None)
+    if index is None:
+        from ._dtype import device as _device
+        index = _device(device_id).index
+    return 0 if index is None else int(index)
+
+
+def _make_group(store, prefix, rank, size, ranks, backend, timeout_s):
+    """The C process group of the cpu backend, or the NCCL communicator's adapter."""
+    if backend == "nccl":
+        from ._nccl import NcclGroup
+        return NcclGroup(store, prefix + "nccl", rank, size, _world.device, timeout_s, socket.gethostname())
+    return _C.ProcessGroup(store, prefix, rank, size, ranks, backend, timeout_s)
+
+
 def init_process_group(backend=None, init_method=None, timeout=None, world_size=-1, rank=-1, store=None,
                        group_name="", device_id=None):
     """Joins the default process group (collective: every rank calls it).
@@ -313,7 +336,7 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
     else cpu. Every collective fails with DistTimeoutError after ``timeout``
     and with DistError as soon as a peer dies.
     """
-    del group_name, device_id
+    del group_name
     if _world.default is not None:
         raise RuntimeError("the default process group is already initialised; call destroy_process_group() first")
     timeout_s = _seconds(timeout, _DEFAULT_TIMEOUT.total_seconds())
@@ -326,9 +349,10 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
     else:
         c_store, rank, world_size = _connect_store(init_method or "env://", rank, world_size, timeout_s)
     backend = _pick_backend(backend, c_store, rank, world_size, timeout_s)
+    _world.device = _rank_device(device_id)
     _C.monitor_start(c_store, rank)
     try:
-        c_group = _C.ProcessGroup(c_store, "g0/", rank, world_size, list(range(world_size)), backend, timeout_s)
+        c_group = _make_group(c_store, "g0/", rank, world_size, list(range(world_size)), backend, timeout_s)
     except BaseException:
         _C.monitor_stop(1.0)
         raise
@@ -387,8 +411,8 @@ def new_group(ranks=None, timeout=None, backend=None):
         return GroupMember.NON_GROUP_MEMBER
     backend = world.backend if backend is None else ("cpu" if backend == "gloo" else backend)
     timeout_s = _seconds(timeout, _world.timeout)
-    c_group = _C.ProcessGroup(_world.store, f"g{group_id}/", ranks.index(_world.rank), len(ranks), ranks, backend,
-                              timeout_s)
+    c_group = _make_group(_world.store, f"g{group_id}/", ranks.index(_world.rank), len(ranks), ranks, backend,
+                          timeout_s)
     group = ProcessGroup(c_group, ranks, backend, _world.store)
     _world.groups.append(group)
     return group
@@ -438,16 +462,20 @@ def _dtype_code(name):
 class _Arg:
     """A tensor argument as the C layer takes it: host memory and a dtype code.
 
-    CUDA tensors are staged through a pinned host buffer; ``finish()`` copies
-    the result back to the device."""
+    On the cpu backend, CUDA tensors are staged through a pinned host buffer
+    and ``finish()`` copies the result back to the device; the nccl backend
+    takes CUDA buffers as they are."""
 
-    def __init__(self, t, writable=True):
+    def __init__(self, t, group, writable=True):
         buf = getattr(t, "_buf", t)
         self.device_buf = None
+        if group.backend == "nccl" and not (isinstance(buf, _C.Buffer) and buf.device >= 0):
+            raise TypeError(f"the nccl backend reduces CUDA tensors; got {type(t).__name__} on the host "
+                            "(move it with .cuda(), or use backend='cpu')")
         if isinstance(buf, _C.Buffer):
             self.code = _dtype_code(buf.dtype)
             self.numel = buf.numel
-            if buf.device >= 0:
+            if buf.device >= 0 and group.backend != "nccl":
                 host = _C.Buffer(buf.shape, buf.dtype, -1, pin_memory=True)
                 _C.copy(host, buf)
                 _C.cuda_synchronize(buf.device)
@@ -533,14 +561,14 @@ def _reduce_op(op):
 def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
     """Reduces ``tensor`` across the group in place. AVG of integers truncates."""
     g = _group(group)
-    a = _Arg(tensor)
+    a = _Arg(tensor, g)
     return _launch(g._c.all_reduce, async_op, _finisher(a.device_buf and a.finish), a.obj, a.code, _reduce_op(op))
 
 
 def broadcast(tensor, src, group=None, async_op=False):
     """Copies ``tensor`` of rank ``src`` (a rank of the default group) to every member."""
     g = _group(group)
-    a = _Arg(tensor)
+    a = _Arg(tensor, g)
     return _launch(g._c.broadcast, async_op, _finisher(a.device_buf and a.finish), a.obj, a.code,
                    _group_rank(g, src, "src"))
 
@@ -548,7 +576,7 @@ def broadcast(tensor, src, group=None, async_op=False):
 def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=False):
     """Concatenates every rank's ``input_tensor`` (in rank order) into ``output_tensor``."""
     g = _group(group)
-    out, inp = _Arg(output_tensor), _Arg(input_tensor, writable=False)
+    out, inp = _Arg(output_tensor, g), _Arg(input_tensor, g, writable=False)
     if out.code != inp.code:
         raise TypeError("all_gather_into_tensor: input and output dtypes differ")
     return _launch(g._c.all_gather, async_op, _finisher(out.device_buf and out.finish), out.obj, inp.obj, out.code, 0)
@@ -565,15 +593,15 @@ def _copy_out(dst, src_buf):
 def all_gather(tensor_list, tensor, group=None, async_op=False):
     """Fills ``tensor_list[r]`` with rank r's ``tensor``."""
     g = _group(group)
-    inp = _Arg(tensor, writable=False)
+    inp = _Arg(tensor, g, writable=False)
     if len(tensor_list) != g.size():
         raise ValueError(f"all_gather: tensor_list has {len(tensor_list)} entries for a group of {g.size()}")
     dtype = next(k for k, v in _DTYPE_CODES.items() if v == inp.code)
     for t in tensor_list:
-        o = _Arg(t, writable=False)
+        o = _Arg(t, g, writable=False)
         if o.numel != inp.numel or o.code != inp.code:
             raise ValueError("all_gather: every output must have the input's dtype and number of elements")
-    out = _C.Buffer((g.size() * inp.numel,), dtype, -1)
+    out = _C.Buffer((g.size() * inp.numel,), dtype, inp.obj.device if g.backend == "nccl" else -1)
 
     def finish():
         for r, t in enumerate(tensor_list):
@@ -586,11 +614,27 @@ def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op=F
     """Reduces ``input`` (size x the output's elements) across ranks; rank r
     receives block r."""
     g = _group(group)
-    out, inp = _Arg(output), _Arg(input, writable=False)
+    out, inp = _Arg(output, g), _Arg(input, g, writable=False)
     if out.code != inp.code:
         raise TypeError("reduce_scatter_tensor: input and output dtypes differ")
     return _launch(g._c.reduce_scatter, async_op, _finisher(out.device_buf and out.finish), out.obj, inp.obj,
                    out.code, _reduce_op(op))
+
+
+@contextlib.contextmanager
+def coalesce(group=None):
+    """Collectives issued inside the block are launched together when it ends
+    (ncclGroupStart/End on the nccl backend; the cpu backend already queues
+    them in order, so there it changes nothing)."""
+    g = _group(group)
+    if g.backend != "nccl":
+        yield
+        return
+    g._c.coalesce_start()
+    try:
+        yield
+    finally:
+        g._c.coalesce_end()
 
 
 def barrier(group=None, async_op=False, device_ids=None):
@@ -601,7 +645,7 @@ def barrier(group=None, async_op=False, device_ids=None):
 
 def _p2p(tensor, peer, group, tag, sending, async_op):
     g = _group(group)
-    a = _Arg(tensor, writable=not sending)
+    a = _Arg(tensor, g, writable=not sending)
     call = g._c.send if sending else g._c.recv
     peer_rank = _group_rank(g, peer, "dst" if sending else "src")
     finish = None if sending else _finisher(a.device_buf and a.finish)

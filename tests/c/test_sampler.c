@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "device.h"
 #include "loader.h"
@@ -232,8 +233,8 @@ static void run_loader_(int nthreads, int prefetch, int64_t stop_after) {
     for (int64_t o = 0; o < N; o += nb == 3 ? 0 : 13 + nb % 50) offsets[nb++] = o; /* uneven; batch 2 is empty */
     offsets[nb] = N;
     ddpc_loader_source src[2] = {
-        {(const char *)feats, W * sizeof(float), ROWS, 0},
-        {(const char *)labels, sizeof(int64_t), ROWS, 0},
+        {.kind = DDPC_SOURCE_MEMORY, .base = (const char *)feats, .row_bytes = W * sizeof(float), .rows = ROWS},
+        {.kind = DDPC_SOURCE_MEMORY, .base = (const char *)labels, .row_bytes = sizeof(int64_t), .rows = ROWS},
     };
     ddpc_loader_config cfg = {src, 2, idx, N, offsets, nb, prefetch, nthreads, DDPC_CPU, 1 << 16};
     ddpc_loader *l = NULL;
@@ -275,6 +276,53 @@ static void run_loader_(int nthreads, int prefetch, int64_t stop_after) {
     free(idx);
 }
 
+/* Rows read with pread from a file (the path for files bigger than the resident budget). */
+static void test_loader_file_source_(void) {
+    enum { ROWS = 300, W = 5, HEADER = 128 };
+    char path[] = "/tmp/ddpc_test_rowsXXXXXX";
+    int fd = mkstemp(path);
+    EXPECT(fd >= 0);
+    if (fd < 0) return;
+    char header[HEADER] = {0};
+    EXPECT(write(fd, header, HEADER) == HEADER);
+    for (int i = 0; i < ROWS; i++) {
+        double row[W];
+        for (int j = 0; j < W; j++) row[j] = i + j / 10.0;
+        EXPECT(write(fd, row, sizeof row) == (ssize_t)sizeof row);
+    }
+    int64_t idx[64], off[3] = {0, 40, 64};
+    for (int i = 0; i < 64; i++) idx[i] = (i * 37) % ROWS;
+    ddpc_loader_source src = {.kind = DDPC_SOURCE_FILE, .row_bytes = W * sizeof(double), .rows = ROWS, .fd = fd,
+                              .file_offset = HEADER};
+    ddpc_loader_config cfg = {&src, 1, idx, 64, off, 2, 2, 2, DDPC_CPU, 1};
+    ddpc_loader *l = NULL;
+    double out[2][64][W];
+    EXPECT(ddpc_loader_init(&cfg, &l) == DDPC_OK);
+    for (int b = 0; l && b < 2; b++) {
+        void *dst[1] = {out[b]};
+        EXPECT(ddpc_loader_submit(l, b, dst) == DDPC_OK);
+    }
+    for (int b = 0; l && b < 2; b++) {
+        EXPECT(ddpc_loader_wait(l, b) == DDPC_OK);
+        for (int64_t i = off[b]; i < off[b + 1]; i++)
+            for (int j = 0; j < W; j++) EXPECT(out[b][i - off[b]][j] == idx[i] + j / 10.0);
+    }
+    ddpc_loader_free(l);
+    /* A file shorter than its rows: the batch fails with a clear error, not garbage. */
+    EXPECT(ftruncate(fd, HEADER + 10 * (off_t)sizeof(double) * W) == 0);
+    EXPECT(ddpc_loader_init(&cfg, &l) == DDPC_OK);
+    if (l) {
+        void *dst[1] = {out[0]};
+        EXPECT(ddpc_loader_submit(l, 0, dst) == DDPC_OK);
+        EXPECT(ddpc_loader_wait(l, 0) == DDPC_ERR_SYS);
+        EXPECT(strstr(ddpc_last_error(), "ended early") != NULL);
+        ddpc_clear_error();
+        ddpc_loader_free(l);
+    }
+    close(fd);
+    unlink(path);
+}
+
 static void test_loader_(void) {
     run_loader_(1, 1, 1 << 30);
     run_loader_(3, 2, 1 << 30);
@@ -284,7 +332,8 @@ static void test_loader_(void) {
     /* Bad configurations fail at init with a clear message. */
     float x[4] = {0};
     int64_t y[3] = {0}, idx[2] = {0, 9}, off[2] = {0, 2};
-    ddpc_loader_source src[2] = {{(const char *)x, 4, 4, 0}, {(const char *)y, 8, 3, 0}};
+    ddpc_loader_source src[2] = {{.base = (const char *)x, .row_bytes = 4, .rows = 4},
+                                 {.base = (const char *)y, .row_bytes = 8, .rows = 3}};
     ddpc_loader_config cfg = {src, 2, idx, 2, off, 1, 2, 1, DDPC_CPU, 1};
     ddpc_loader *l = NULL;
     EXPECT(ddpc_loader_init(&cfg, &l) == DDPC_ERR_ARG && l == NULL);
@@ -310,6 +359,7 @@ int main(void) {
     test_balanced_sampler_();
     test_npy_headers_();
     test_loader_();
+    test_loader_file_source_();
     if (failures_) {
         fprintf(stderr, "%d failures\n", failures_);
         return 1;

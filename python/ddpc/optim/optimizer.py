@@ -8,9 +8,6 @@ fused multi-tensor _C call.
 from ..autograd import no_grad
 from ..tensor import Tensor
 
-_required = object()
-
-
 class Optimizer:
     def __init__(self, params, defaults):
         self.defaults = dict(defaults)
@@ -40,8 +37,6 @@ class Optimizer:
             if not p.dtype.is_floating_point:
                 raise TypeError(f"can't optimize a tensor of dtype {p.dtype}")
         for k, v in self.defaults.items():
-            if v is _required and k not in group:
-                raise ValueError(f"parameter group didn't specify a value of required optimization parameter {k}")
             group.setdefault(k, v)
         existing = {id(p) for g in self.param_groups for p in g["params"]}
         if any(id(p) in existing for p in group["params"]):

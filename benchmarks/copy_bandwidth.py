@@ -1,7 +1,9 @@
 """Copy bandwidth: host memcpy, and with a GPU host<->device (pageable and pinned)
 and device-to-device, through ddpc and through numpy as the host baseline.
 
-    python benchmarks/copy.py [--sizes-mib 1 16 256]
+    python benchmarks/copy_bandwidth.py [--sizes-mib 1 16 256]
+
+(Not named copy.py: a script directory on sys.path would shadow the standard copy module.)
 """
 
 import argparse
