@@ -217,6 +217,21 @@ def scenario_kill(victim, size_mb, marker=None):
         sys.exit(3)
 
 
+def scenario_until_error(seconds=60):
+    """All-reduces until the group fails; reports the time since the last success."""
+    rank = dist.get_rank()
+    a = np.ones(1 << 16, np.float32)
+    t0 = last = time.monotonic()
+    try:
+        while time.monotonic() - t0 < float(seconds):
+            dist.all_reduce(a)
+            last = time.monotonic()
+            time.sleep(0.01)
+    except dist.DistError as e:
+        print(f"RANK {rank} CAUGHT {type(e).__name__} after {time.monotonic() - last:.2f}s: {e}", flush=True)
+        sys.exit(3)
+
+
 def scenario_absent(absent, sleep_s):
     """Rank `absent` is alive but never joins the collective."""
     rank = dist.get_rank()

@@ -4,9 +4,11 @@ TCP ring; with two per host on the hierarchical path (shared memory within a
 namespace, the ring between them). Skipped where namespaces can't be made."""
 
 import os
+import re
 import shutil
 import subprocess
 import sys
+import time
 import uuid
 
 import pytest
@@ -51,13 +53,13 @@ def namespaces():
                  " pass\n" % ADDR["b"])
         if sh("ip", "netns", "exec", ns["a"], sys.executable, "-c", probe).returncode:
             pytest.skip("the namespaces cannot reach each other")
-        yield ns
+        yield ns, veth
     finally:
         for name in made:
             sh("ip", "netns", "del", name)
 
 
-def run_two_hosts(ns, nproc, scenario, port, extra_env):
+def start_two_hosts(ns, nproc, scenario, port, extra_env):
     procs = []
     for node, h in enumerate("ab"):
         env = dict(os.environ, DDPC_HOST_ID=f"host-{h}", DDPC_STORE_TOKEN="twohost-secret", **extra_env)
@@ -65,6 +67,10 @@ def run_two_hosts(ns, nproc, scenario, port, extra_env):
                str(node), "--nproc-per-node", str(nproc), "--master-addr", ADDR["a"], "--master-port", str(port),
                WORKER, scenario]
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    return procs
+
+
+def finish(procs):
     outs = []
     for p in procs:
         try:
@@ -76,13 +82,37 @@ def run_two_hosts(ns, nproc, scenario, port, extra_env):
     return [p.returncode for p in procs], outs
 
 
+def run_two_hosts(ns, nproc, scenario, port, extra_env):
+    return finish(start_two_hosts(ns, nproc, scenario, port, extra_env))
+
+
 @pytest.mark.parametrize("nproc", [1, 2], ids=["ring", "hierarchical"])
 def test_collectives_between_two_namespaces(namespaces, nproc):
     hosts = ",".join(["a"] * nproc + ["b"] * nproc)
-    codes, outs = run_two_hosts(namespaces, nproc, "topology+matrix+async+groups+p2p+mismatch", 29611 + nproc,
+    codes, outs = run_two_hosts(namespaces[0], nproc, "topology+matrix+async+groups+p2p+mismatch", 29611 + nproc,
                                 {"TEST_EXPECT_HOSTS": hosts, "TEST_SMALL_SIZES": "1"})
     text = "\n".join(o + e for o, e in outs)
     assert codes == [0, 0], text
     for r in range(2 * nproc):
         assert f"RANK {r} PASS" in text, text
         assert f"RANK {r} MISMATCH collective mismatch" in text, text
+
+
+def test_host_that_goes_silent_is_reported_dead(namespaces):
+    """Host b's link goes down without any socket being closed: keepalive on
+    the store connections must turn the silence into a DistError naming the
+    lost rank on host a, within 10 seconds."""
+    ns, veth = namespaces
+    procs = start_two_hosts(ns, 1, "until_error", 29641, {})
+    time.sleep(3)
+    assert all(p.poll() is None for p in procs), [p.communicate() for p in procs]
+    assert sh("ip", "-n", ns["b"], "link", "set", veth["b"], "down").returncode == 0
+    try:
+        codes, outs = finish(procs)
+    finally:
+        sh("ip", "-n", ns["b"], "link", "set", veth["b"], "up")
+    out_a = outs[0][0] + outs[0][1]
+    m = re.search(r"RANK 0 CAUGHT DistError after ([\d.]+)s: (.*)", out_a)
+    assert m, out_a
+    assert float(m.group(1)) < 10 and "rank 1 died" in m.group(2), out_a
+    assert codes[0] != 0 and "rank 0" in outs[0][1]

@@ -363,11 +363,15 @@ static ddpc_status allreduce_(ddpc_shm *s, const ddpc_coll_args *a, int divisor,
     for (size_t off = 0; off < a->count; off += per_chunk) {
         size_t m = a->count - off < per_chunk ? a->count - off : per_chunk;
         int p = s->epoch & 1;
-        memcpy(slot_(s, p, s->me), in + off * es, m * es);
-        CHECK(sync_(s, deadline));
         size_t lo, hi;
         ddpc_shm_slice(m, es, ALIGN_, s->n, s->me, &lo, &hi);
-        for (int j = 0; j < s->n; j++) srcs[j] = slot_(s, p, j) + lo * es;
+        /* The others need every slice but this rank's own, which it reduces
+         * straight from its input. */
+        char *mine = slot_(s, p, s->me);
+        memcpy(mine, in + off * es, lo * es);
+        memcpy(mine + hi * es, in + (off + hi) * es, (m - hi) * es);
+        CHECK(sync_(s, deadline));
+        for (int j = 0; j < s->n; j++) srcs[j] = j == s->me ? in + (off + lo) * es : slot_(s, p, j) + lo * es;
         ddpc_reduce(a->dtype, a->op, slot_(s, p ^ 1, 0) + lo * es, srcs, s->n, hi - lo, divisor);
         if (a->count * es >= STREAM_BYTES) prefetch_(in + (off + m) * es, (a->count - off - m) * es);
         CHECK(sync_(s, deadline));

@@ -23,11 +23,11 @@ enum {
 
 #define MAX_CONNS 4096
 /* Keepalive on every store connection: a rank whose host goes silent counts
- * as dead after 3 + 2 * 3 = 9 seconds, within the 10 s a death must be
+ * as dead after 2 + 1 * 4 = 6 seconds, within the 10 s a death must be
  * reported in. */
-#define LIVENESS_IDLE_S 3
-#define LIVENESS_INTERVAL_S 2
-#define LIVENESS_COUNT 3
+#define LIVENESS_IDLE_S 2
+#define LIVENESS_INTERVAL_S 1
+#define LIVENESS_COUNT 4
 #define MAX_EVENTS 256
 
 /* ---- growable byte buffer ------------------------------------------------------ */
