@@ -246,15 +246,19 @@ def scenario_absent(absent, sleep_s):
     raise AssertionError("collective with a missing rank did not time out")
 
 
-def scenario_loop(seconds):
-    """All-reduces for a while (a job other tests disturb from outside)."""
+def scenario_loop(stop_file):
+    """All-reduces (a job other tests disturb from outside) until `stop_file` exists on some rank."""
     rank, world = dist.get_rank(), dist.get_world_size()
     t0 = time.monotonic()
-    while time.monotonic() - t0 < float(seconds):
+    stop = np.zeros(1, np.int64)
+    while not stop[0] and time.monotonic() - t0 < 120:
         a = np.full(1000, rank, np.int64)
         dist.all_reduce(a)
         check(a, np.full(1000, world * (world - 1) // 2), "all_reduce while disturbed")
+        stop[0] = os.path.exists(stop_file)
+        dist.all_reduce(stop, op=ReduceOp.MAX)
         time.sleep(0.01)
+    assert stop[0], "the test never asked the job to stop"
 
 
 def scenario_topology():

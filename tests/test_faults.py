@@ -91,7 +91,7 @@ def test_launcher_names_the_killed_rank_and_leaves_nothing():
 
 
 def test_rank_that_never_arrives_gives_timeout_naming_it():
-    procs, _ = start_ranks(3, "absent", 1, 5, timeout_s=2)
+    procs, _ = start_ranks(3, "absent", 1, 8, timeout_s=2)
     results = finish(procs)
     for r in (0, 2):
         code, out, err = results[r]
@@ -114,19 +114,21 @@ def disturb_store(port):
         s.close()
 
 
-def test_store_disturbed_by_garbage_and_strangers_leaves_the_job_unaffected():
-    procs, port = start_ranks(2, "loop", 3)
-    deadline = time.monotonic() + 10
+def test_store_disturbed_by_garbage_and_strangers_leaves_the_job_unaffected(tmp_path):
+    stop = tmp_path / "stop"
+    procs, port = start_ranks(2, "loop", stop)
+    deadline = time.monotonic() + 60
     while True:  # wait for rank 0's store to listen
         try:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
             break
         except OSError:
-            assert time.monotonic() < deadline
+            assert time.monotonic() < deadline and all(p.poll() is None for p in procs)
             time.sleep(0.05)
     for _ in range(3):
         disturb_store(port)
         time.sleep(0.2)
+    stop.touch()
     for r, (code, out, err) in enumerate(finish(procs)):
         assert code == 0 and f"RANK {r} PASS" in out, out + err
 
