@@ -60,7 +60,7 @@ def rank_main(rank, args):
     out = {}
     model = build(device)
     out["plain"] = timed_steps(model, ddpc.optim.SGD(model.parameters(), lr=1e-3), x, y, args.steps, sync)
-    for name, cap in (("overlap", 25), ("no_overlap", 1 << 20)):
+    for name, cap in (("overlap", args.bucket_cap_mb), ("no_overlap", 1 << 20)):
         model = build(device)
         ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=cap)
         dist.barrier()
@@ -85,6 +85,7 @@ def main():
     parser.add_argument("--batch", type=int, default=64, help="per-rank batch")
     parser.add_argument("--steps", type=int, default=15)
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--bucket-cap-mb", type=float, default=25)
     args = parser.parse_args()
     from common import machine, print_table
     print(f"machine: {machine()}")

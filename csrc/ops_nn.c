@@ -5,6 +5,7 @@
  * float goes through the vectorisable functions of fastmath.h, double through
  * <tgmath.h>'s libm calls. Row reductions of the losses accumulate in double. */
 #include "ops_nn.h"
+#include "parallel.h"
 
 #include <tgmath.h>
 
@@ -606,7 +607,22 @@ static PyObject *py_mse_backward(PyObject *m, PyObject *args) {
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(a), ddpc_op_mse_backward(ga, gout, a, b, (ddpc_reduction)red));
 }
 
+static PyObject *py_set_num_threads(PyObject *m, PyObject *arg) {
+    (void)m;
+    long n = PyLong_AsLong(arg);
+    if (n == -1 && PyErr_Occurred()) return NULL;
+    ddpc_set_num_threads((int)n);
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_get_num_threads(PyObject *m, PyObject *unused) {
+    (void)m, (void)unused;
+    return PyLong_FromLong(ddpc_get_num_threads());
+}
+
 static PyMethodDef nn_methods[] = {
+    {"set_num_threads", py_set_num_threads, METH_O, "threads for ddpc's host loops (< 1: the default)"},
+    {"get_num_threads", py_get_num_threads, METH_NOARGS, "threads for ddpc's host loops"},
     {"unary", py_unary, METH_VARARGS, "unary(op, out, x, p=0): 0 relu 1 gelu 2 tanh 3 sigmoid 4 exp 5 log 6 pow(x, p)"},
     {"unary_backward", py_unary_backward, METH_VARARGS,
      "unary_backward(op, gx, gy, saved, p=0): saved is x (relu gelu log pow) or y (tanh sigmoid exp)"},

@@ -24,20 +24,27 @@ static void *run_range_(void *arg) {
     return NULL;
 }
 
-static int thread_count_(void) {
-    static int count;
-    int c = __atomic_load_n(&count, __ATOMIC_RELAXED);
-    if (c) return c;
+static int count_; /* 0: not decided yet */
+
+static int default_count_(void) {
     const char *env = getenv("DDPC_NUM_THREADS");
-    c = env ? atoi(env) : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    return env ? atoi(env) : (int)sysconf(_SC_NPROCESSORS_ONLN);
+}
+
+void ddpc_set_num_threads(int n) {
+    int c = n < 1 ? default_count_() : n;
     c = c < 1 ? 1 : (c > MAX_THREADS ? MAX_THREADS : c);
-    __atomic_store_n(&count, c, __ATOMIC_RELAXED);
-    return c;
+    __atomic_store_n(&count_, c, __ATOMIC_RELAXED);
+}
+
+int ddpc_get_num_threads(void) {
+    if (!__atomic_load_n(&count_, __ATOMIC_RELAXED)) ddpc_set_num_threads(0);
+    return __atomic_load_n(&count_, __ATOMIC_RELAXED);
 }
 
 void ddpc_parallel_for(int64_t n, int64_t grain, ddpc_range_fn fn, void *ctx) {
     int64_t parts = grain > 0 ? n / grain : n;
-    if (parts > thread_count_()) parts = thread_count_();
+    if (parts > ddpc_get_num_threads()) parts = ddpc_get_num_threads();
     if (parts <= 1) {
         if (n > 0) fn(ctx, 0, n);
         return;

@@ -16,4 +16,9 @@ typedef void (*ddpc_range_fn)(void *ctx, int64_t lo, int64_t hi);
  * unavailable. Touches no Python object, so it runs with the GIL released. */
 void ddpc_parallel_for(int64_t n, int64_t grain, ddpc_range_fn fn, void *ctx);
 
+/* Threads ddpc_parallel_for may use: DDPC_NUM_THREADS, else the online cores,
+ * until ddpc_set_num_threads changes it (n < 1 restores that default). */
+int ddpc_get_num_threads(void);
+void ddpc_set_num_threads(int n);
+
 #endif

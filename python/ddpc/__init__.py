@@ -16,6 +16,7 @@ from . import data, distributed, nn, optim
 from . import checkpoint
 from .distributed import destroy_process_group, init_process_group
 from .nn.parallel import DataParallel, DistributedDataParallel
+from ._threads import get_num_threads, set_num_threads
 from .spawn import spawn
 
 half = float16
@@ -33,11 +34,11 @@ def build_info():
 
 
 __all__ = [
-    "CheckpointError", "DataParallel", "DistError", "DistTimeoutError", "DistributedDataParallel", "Tensor", "arange",
-    "autograd", "bfloat16", "build_info", "cat", "checkpoint", "cuda", "data", "destroy_process_group", "device",
-    "distributed", "dtype", "empty", "empty_like", "enable_grad", "exp", "float16", "float32", "float64",
-    "from_dlpack", "from_numpy", "full", "init_process_group", "initial_seed", "int32", "int64", "is_grad_enabled",
-    "load", "log", "manual_seed", "matmul", "nn", "no_grad", "ones", "ones_like", "optim", "rand", "randint", "randn",
-    "randperm", "relu", "save", "set_grad_enabled", "sigmoid", "spawn", "stack", "tanh", "tensor", "uint8", "zeros",
-    "zeros_like",
+    "arange", "autograd", "bfloat16", "build_info", "cat", "checkpoint", "CheckpointError", "cuda", "data",
+    "DataParallel", "destroy_process_group", "device", "DistError", "distributed", "DistributedDataParallel",
+    "DistTimeoutError", "dtype", "empty", "empty_like", "enable_grad", "exp", "float16", "float32", "float64",
+    "from_dlpack", "from_numpy", "full", "get_num_threads", "init_process_group", "initial_seed", "int32", "int64",
+    "is_grad_enabled", "load", "log", "manual_seed", "matmul", "nn", "no_grad", "ones", "ones_like", "optim",
+    "rand", "randint", "randn", "randperm", "relu", "save", "set_grad_enabled", "set_num_threads", "sigmoid",
+    "spawn", "stack", "tanh", "Tensor", "tensor", "uint8", "zeros", "zeros_like",
 ]

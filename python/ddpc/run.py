@@ -22,6 +22,7 @@ import threading
 import time
 
 from ._procs import describe_exit, die_with_parent, free_port, new_token, remove_shm_segments
+from ._threads import per_rank_threads, user_chose_threads
 
 _TAIL_LINES = 40
 
@@ -140,6 +141,9 @@ def _run_group(a, restart, interrupted):
                    LOCAL_WORLD_SIZE=str(a.nproc_per_node), GROUP_RANK=str(a.node_rank),
                    MASTER_ADDR=a.master_addr or "127.0.0.1", MASTER_PORT=str(port), DDPC_STORE_TOKEN=token,
                    DDPC_RESTART_COUNT=str(restart))
+        if not user_chose_threads():
+            threads = str(per_rank_threads(a.nproc_per_node))
+            env.update(OMP_NUM_THREADS=threads, OPENBLAS_NUM_THREADS=threads, DDPC_NUM_THREADS=threads)
         workers.append(_Worker(cmd, env, local_rank, rank, a.log_dir, restart))
     try:
         while True:

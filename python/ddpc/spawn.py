@@ -15,6 +15,7 @@ import traceback
 
 from . import _C
 from ._procs import describe_exit, die_with_parent, free_port, new_token, remove_shm_segments
+from ._threads import per_rank_threads, set_num_threads, user_chose_threads
 
 
 class ProcessRaisedException(Exception):
@@ -37,6 +38,8 @@ class ProcessExitedException(Exception):
 
 def _child(fn, rank, args, env, conn):
     die_with_parent()
+    if not user_chose_threads():  # the ranks share the machine's cores
+        set_num_threads(per_rank_threads(int(env["LOCAL_WORLD_SIZE"])))
     os.environ.update(env)
     try:
         result = ("ok", fn(rank, *args))

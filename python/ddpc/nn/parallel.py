@@ -117,6 +117,7 @@ class _Bucket:
         self.flat = zeros(n, dtype=dtype, device=device)
         self.pending = len(params)
         self.future = None
+        self.data = self.flat  # what this step reduces: the flat buffer, or a lone parameter's gradient
 
     def view(self, i):
         p = self.params[i]
@@ -266,7 +267,7 @@ class DistributedDataParallel(Module):
                 "find_unused_parameters=True if some parameters are unused in forward, or make every output "
                 "contribute to the loss")
         for b in self._buckets:
-            b.pending, b.future = len(b.params), None
+            b.pending, b.future, b.data = len(b.params), None, b.flat
         self._next_launch = 0
         self._got_grad = {}
         self._expect_reduction = self.require_backward_grad_sync
@@ -287,20 +288,23 @@ class DistributedDataParallel(Module):
             raise RuntimeError(f"DistributedDataParallel: a parameter got a gradient twice in one backward pass "
                                f"({tuple(p.shape)}); this reducer supports one backward per forward")
         self._got_grad[id(p)] = True
-        slot = b.view(i)
-        if grad is None:
-            slot.fill_(0)
-        elif grad is not slot and grad.data_ptr() != slot.data_ptr():
-            slot.copy_(grad)
-        if self.gradient_as_bucket_view and grad is not None:
-            p.grad = slot
+        if len(b.params) == 1 and grad is not None and not self.gradient_as_bucket_view:
+            b.data = grad.reshape(-1)  # a bucket of one reduces the gradient itself: no copy in or out
+        else:
+            slot = b.view(i)
+            if grad is None:
+                slot.fill_(0)
+            elif grad.data_ptr() != slot.data_ptr():
+                slot.copy_(grad)
+            if self.gradient_as_bucket_view and grad is not None:
+                p.grad = slot
         b.pending -= 1
         self._launch_ready()
 
     def _launch_ready(self):
         while self._next_launch < len(self._buckets) and self._buckets[self._next_launch].pending == 0:
             b = self._buckets[self._next_launch]
-            b.future = self._comm_hook(self._comm_state, GradBucket(b.index, b.flat, b.params,
+            b.future = self._comm_hook(self._comm_state, GradBucket(b.index, b.data, b.params,
                                                                      b.index == len(self._buckets) - 1))
             self._next_launch += 1
         if self._next_launch == len(self._buckets):
@@ -309,16 +313,12 @@ class DistributedDataParallel(Module):
     def _finish_reduction(self):
         for b in self._buckets:
             result = b.future.wait()
-            if result is not b.flat:
-                b.flat.copy_(result)
+            if result is not b.data:
+                b.data.copy_(result)
+            if b.data is not b.flat:
+                continue  # the parameter's own gradient was reduced in place
             for i, p in enumerate(b.params):
-                slot = b.view(i)
-                if self.gradient_as_bucket_view:
-                    p.grad = slot
-                elif p.grad is None:
-                    p.grad = slot.clone()
-                else:
-                    p.grad.copy_(slot)
+                p.grad = b.view(i)  # the reduced gradient, in place: no copy back
         self._expect_reduction = False
 
     # ---- public API --------------------------------------------------------------------
