@@ -20,22 +20,13 @@ import time
 
 import numpy as np
 
+from common import import_torch, machine
+
 if "--compare-torch" in sys.argv:
-    # Load PyTorch first: a CUDA build of ddpc._C links the system libnccl.so.2,
-    # and once that soname is loaded torch would bind to it instead of its own.
-    # This directory leaves sys.path meanwhile: its copy.py would shadow the
-    # standard library module torch imports.
-    _here = sys.path.pop(0)
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        pass
-    finally:
-        sys.path.insert(0, _here)
+    import_torch()  # before ddpc: see import_torch
 
 import ddpc  # noqa: E402
 import ddpc.distributed as dist  # noqa: E402
-from common import machine  # noqa: E402
 
 OPS = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.AVG, "min": dist.ReduceOp.MIN, "max": dist.ReduceOp.MAX,
        "prod": dist.ReduceOp.PROD}

@@ -270,7 +270,9 @@ class DistributedDataParallel(Module):
             b.pending, b.future, b.data = len(b.params), None, b.flat
         self._next_launch = 0
         self._got_grad = {}
-        self._expect_reduction = self.require_backward_grad_sync
+        # A group of one with the default hook has nothing to average: skip the buckets entirely.
+        alone = self._comm_hook is allreduce_hook and dist.get_world_size(self.process_group) == 1
+        self._expect_reduction = self.require_backward_grad_sync and not alone
         if self._expect_reduction and self.find_unused_parameters:
             used = _reachable_leaves(outputs)
             for _, p in self._named_params:
