@@ -171,7 +171,11 @@ class DistributedDataParallel(Module):
 
     ``device_ids`` names this process's device (one entry) or is None for a
     module on the cpu or already on its device. Gradients are averaged over
-    the group. Differences from PyTorch: ``static_graph`` and
+    the group. Differences from PyTorch: after each reduction a parameter's
+    ``.grad`` is a view of its bucket (no copy back), as PyTorch gives only
+    with ``gradient_as_bucket_view=True``, which here also makes the gradients
+    views before the first reduction; a parameter alone in its bucket is
+    reduced in place; a group of one skips the buckets; ``static_graph`` and
     ``gradient_predivide_factor`` are not offered.
     """
 
