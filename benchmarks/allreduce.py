@@ -20,7 +20,7 @@ import time
 
 import numpy as np
 
-from common import import_torch, machine
+from common import import_torch, machine, memcpy_bandwidth
 
 if "--compare-torch" in sys.argv:
     import_torch()  # before ddpc: see import_torch
@@ -67,7 +67,13 @@ def worker(rank, args):
     world = dist.get_world_size()
     dtype = DTYPES[args.dtype]
     item = np.dtype(dtype).itemsize
-    buf = np.zeros(args.max_bytes // item, dtype)
+    on_gpu = args.backend == "nccl"  # CUDA tensors, one GPU per rank (LOCAL_RANK)
+    if on_gpu:
+        buf = ddpc.zeros(args.max_bytes // item, dtype=args.dtype, device=f"cuda:{rank}")
+        slowest = ddpc.zeros(1, dtype=ddpc.float64, device=f"cuda:{rank}")
+    else:
+        buf = np.zeros(args.max_bytes // item, dtype)
+        slowest = np.zeros(1, np.float64)
     torch_dist = None
     if args.compare_torch:
         import torch
@@ -81,12 +87,11 @@ def worker(rank, args):
         top = {"sum": torch_dist.ReduceOp.SUM, "avg": torch_dist.ReduceOp.SUM, "min": torch_dist.ReduceOp.MIN,
                "max": torch_dist.ReduceOp.MAX, "prod": torch_dist.ReduceOp.PRODUCT}[args.op]
     rows = []
-    slowest = np.zeros(1, np.float64)
 
     def slowest_rank(t):
         slowest[0] = t
         dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-        return slowest[0]
+        return float(slowest[0])
 
     for nbytes in sizes(args.min_bytes, args.max_bytes):
         count = max(nbytes // item, 1)
@@ -115,18 +120,6 @@ def worker(rank, args):
     return rows
 
 
-def memcpy_bandwidth(nbytes=64 << 20):
-    src = np.ones(nbytes, np.uint8)
-    dst = np.empty_like(src)
-    np.copyto(dst, src)
-    best = float("inf")
-    for _ in range(10):
-        t0 = time.perf_counter()
-        np.copyto(dst, src)
-        best = min(best, time.perf_counter() - t0)
-    return nbytes / best / 1e9
-
-
 def parse_size(s):
     units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
     s = s.strip().lower().rstrip("b").rstrip("i")
@@ -144,6 +137,8 @@ def main():
     p.add_argument("--rounds", type=int, default=3, help="timed rounds per size; the best is kept")
     p.add_argument("--compare-torch", action="store_true", help="also time torch.distributed (gloo)")
     args = p.parse_args()
+    if args.compare_torch and args.backend == "nccl":
+        sys.exit("--compare-torch times gloo on host buffers; run it with the cpu backend")
     if args.compare_torch:
         if "torch" not in sys.modules:
             sys.exit("--compare-torch needs PyTorch importable (it is never a ddpc dependency)")
@@ -153,7 +148,7 @@ def main():
     print(f"# ddpc all_reduce: {args.nproc} ranks on one host, backend {args.backend}, {args.dtype} {args.op}")
     print(f"# host: {machine()}; Python {platform.python_version()}, ddpc {ddpc.__version__}"
           + (f", torch {sys.modules['torch'].__version__}" if args.compare_torch else ""))
-    print(f"# memcpy bandwidth (one process, 64 MiB): {memcpy_bandwidth():.2f} GB/s")
+    print(f"# memcpy bandwidth (one process, 256 MiB): {memcpy_bandwidth():.2f} GB/s")
     rows = ddpc.spawn(worker, args=(args,), nprocs=args.nproc)[0]
     n = args.nproc
     factor = 2 * (n - 1) / n if n > 1 else 1.0
