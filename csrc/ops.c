@@ -332,7 +332,7 @@ ddpc_status ddpc_op_randperm(ddpc_buffer *dst, uint64_t seed, uint64_t offset) {
 
 /* ---- Python bindings ------------------------------------------------------------ */
 
-static int arg_buffer_(PyObject *o, ddpc_buffer **out) {
+int ddpc_arg_buffer(PyObject *o, ddpc_buffer **out) {
     if (!ddpc_buffer_check(o)) {
         PyErr_Format(PyExc_TypeError, "expected a ddpc._C.Buffer, got %.100s", Py_TYPE(o)->tp_name);
         return 0;
@@ -341,49 +341,35 @@ static int arg_buffer_(PyObject *o, ddpc_buffer **out) {
     return 1;
 }
 
-/* Runs `call` with the GIL released when the work is large enough to matter. */
-#define RUN(nbytes, call)                                                          \
-    do {                                                                           \
-        ddpc_status st_;                                                           \
-        if ((nbytes) >= (1 << 16)) {                                               \
-            Py_BEGIN_ALLOW_THREADS st_ = (call);                                   \
-            Py_END_ALLOW_THREADS                                                   \
-        } else {                                                                   \
-            st_ = (call);                                                          \
-        }                                                                          \
-        if (st_ != DDPC_OK) return ddpc_raise(st_);                                \
-        Py_RETURN_NONE;                                                            \
-    } while (0)
-
 static PyObject *py_fill(PyObject *m, PyObject *args) {
     (void)m;
     ddpc_buffer *dst;
     double v;
-    if (!PyArg_ParseTuple(args, "O&d:fill", arg_buffer_, &dst, &v)) return NULL;
-    RUN(ddpc_buffer_nbytes(dst), ddpc_op_fill(dst, v));
+    if (!PyArg_ParseTuple(args, "O&d:fill", ddpc_arg_buffer, &dst, &v)) return NULL;
+    DDPC_RUN_RELEASED(ddpc_buffer_nbytes(dst), ddpc_op_fill(dst, v));
 }
 
 static PyObject *py_copy(PyObject *m, PyObject *args) {
     (void)m;
     ddpc_buffer *dst, *src;
     int non_blocking = 0;
-    if (!PyArg_ParseTuple(args, "O&O&|p:copy", arg_buffer_, &dst, arg_buffer_, &src, &non_blocking)) return NULL;
-    RUN(ddpc_buffer_nbytes(dst) + (dst->device != src->device ? 1 << 16 : 0), ddpc_op_copy(dst, src, non_blocking));
+    if (!PyArg_ParseTuple(args, "O&O&|p:copy", ddpc_arg_buffer, &dst, ddpc_arg_buffer, &src, &non_blocking)) return NULL;
+    DDPC_RUN_RELEASED(ddpc_buffer_nbytes(dst) + (dst->device != src->device ? 1 << 16 : 0), ddpc_op_copy(dst, src, non_blocking));
 }
 
 static PyObject *py_cast(PyObject *m, PyObject *args) {
     (void)m;
     ddpc_buffer *dst, *src;
-    if (!PyArg_ParseTuple(args, "O&O&:cast", arg_buffer_, &dst, arg_buffer_, &src)) return NULL;
-    RUN(ddpc_buffer_nbytes(dst), ddpc_op_cast(dst, src));
+    if (!PyArg_ParseTuple(args, "O&O&:cast", ddpc_arg_buffer, &dst, ddpc_arg_buffer, &src)) return NULL;
+    DDPC_RUN_RELEASED(ddpc_buffer_nbytes(dst), ddpc_op_cast(dst, src));
 }
 
 static PyObject *py_binary(PyObject *m, PyObject *args) {
     (void)m;
     int op;
     ddpc_buffer *out, *a, *b;
-    if (!PyArg_ParseTuple(args, "iO&O&O&:binary", &op, arg_buffer_, &out, arg_buffer_, &a, arg_buffer_, &b)) return NULL;
-    RUN(ddpc_buffer_nbytes(out), ddpc_op_binary((ddpc_binary_op)op, out, a, b));
+    if (!PyArg_ParseTuple(args, "iO&O&O&:binary", &op, ddpc_arg_buffer, &out, ddpc_arg_buffer, &a, ddpc_arg_buffer, &b)) return NULL;
+    DDPC_RUN_RELEASED(ddpc_buffer_nbytes(out), ddpc_op_binary((ddpc_binary_op)op, out, a, b));
 }
 
 static PyObject *py_scalar(PyObject *m, PyObject *args) {
@@ -391,15 +377,15 @@ static PyObject *py_scalar(PyObject *m, PyObject *args) {
     int op;
     ddpc_buffer *out, *a;
     double s;
-    if (!PyArg_ParseTuple(args, "iO&O&d:scalar", &op, arg_buffer_, &out, arg_buffer_, &a, &s)) return NULL;
-    RUN(ddpc_buffer_nbytes(out), ddpc_op_scalar((ddpc_binary_op)op, out, a, s));
+    if (!PyArg_ParseTuple(args, "iO&O&d:scalar", &op, ddpc_arg_buffer, &out, ddpc_arg_buffer, &a, &s)) return NULL;
+    DDPC_RUN_RELEASED(ddpc_buffer_nbytes(out), ddpc_op_scalar((ddpc_binary_op)op, out, a, s));
 }
 
 static PyObject *py_sum(PyObject *m, PyObject *args) {
     (void)m;
     ddpc_buffer *out, *a;
-    if (!PyArg_ParseTuple(args, "O&O&:sum", arg_buffer_, &out, arg_buffer_, &a)) return NULL;
-    RUN(ddpc_buffer_nbytes(a), ddpc_op_sum(out, a));
+    if (!PyArg_ParseTuple(args, "O&O&:sum", ddpc_arg_buffer, &out, ddpc_arg_buffer, &a)) return NULL;
+    DDPC_RUN_RELEASED(ddpc_buffer_nbytes(a), ddpc_op_sum(out, a));
 }
 
 static PyObject *py_random(PyObject *m, PyObject *args) {
@@ -408,17 +394,17 @@ static PyObject *py_random(PyObject *m, PyObject *args) {
     int kind;
     unsigned long long seed, offset;
     double a, b;
-    if (!PyArg_ParseTuple(args, "O&iKKdd:random", arg_buffer_, &dst, &kind, &seed, &offset, &a, &b)) return NULL;
+    if (!PyArg_ParseTuple(args, "O&iKKdd:random", ddpc_arg_buffer, &dst, &kind, &seed, &offset, &a, &b)) return NULL;
     if (kind < 0 || kind > DDPC_RAND_INT) return PyErr_Format(PyExc_ValueError, "unknown random kind %d", kind);
-    RUN(ddpc_buffer_nbytes(dst), ddpc_op_random(dst, (ddpc_random_kind)kind, seed, offset, a, b));
+    DDPC_RUN_RELEASED(ddpc_buffer_nbytes(dst), ddpc_op_random(dst, (ddpc_random_kind)kind, seed, offset, a, b));
 }
 
 static PyObject *py_randperm(PyObject *m, PyObject *args) {
     (void)m;
     ddpc_buffer *dst;
     unsigned long long seed, offset;
-    if (!PyArg_ParseTuple(args, "O&KK:randperm", arg_buffer_, &dst, &seed, &offset)) return NULL;
-    RUN(ddpc_buffer_nbytes(dst), ddpc_op_randperm(dst, seed, offset));
+    if (!PyArg_ParseTuple(args, "O&KK:randperm", ddpc_arg_buffer, &dst, &seed, &offset)) return NULL;
+    DDPC_RUN_RELEASED(ddpc_buffer_nbytes(dst), ddpc_op_randperm(dst, seed, offset));
 }
 
 static PyMethodDef ops_methods[] = {

@@ -41,6 +41,24 @@ ddpc_status ddpc_op_randperm(ddpc_buffer *dst, uint64_t seed, uint64_t offset);
 #define DDPC_LAUNCH(device, call) return ddpc_cuda_require(device)
 #endif
 
+/* Binding helpers shared by the op files: a Buffer argument converter for
+ * PyArg_ParseTuple's O&, and the release-the-GIL-and-return macro. */
+int ddpc_arg_buffer(PyObject *o, ddpc_buffer **out);
+/* Releases the GIL around `call` (a ddpc_status expression) when the work is
+ * big enough for the switch to pay, then returns None or raises. */
+#define DDPC_RUN_RELEASED(nbytes, call)                                            \
+    do {                                                                           \
+        ddpc_status st_;                                                           \
+        if ((nbytes) >= (1 << 16)) {                                               \
+            Py_BEGIN_ALLOW_THREADS st_ = (call);                                   \
+            Py_END_ALLOW_THREADS                                                   \
+        } else {                                                                   \
+            st_ = (call);                                                          \
+        }                                                                          \
+        if (st_ != DDPC_OK) return ddpc_raise(st_);                                \
+        Py_RETURN_NONE;                                                            \
+    } while (0)
+
 int ddpc_ops_register(PyObject *module);
 
 #endif

@@ -480,15 +480,6 @@ ddpc_status ddpc_op_mse_backward(ddpc_buffer *ga, const ddpc_buffer *gout, const
 
 /* ---- Python bindings -------------------------------------------------------------- */
 
-int ddpc_arg_buffer(PyObject *o, ddpc_buffer **out) {
-    if (!ddpc_buffer_check(o)) {
-        PyErr_Format(PyExc_TypeError, "expected a ddpc._C.Buffer, got %.100s", Py_TYPE(o)->tp_name);
-        return 0;
-    }
-    *out = (ddpc_buffer *)o;
-    return 1;
-}
-
 static PyObject *py_unary(PyObject *m, PyObject *args) {
     (void)m;
     int op;

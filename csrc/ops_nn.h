@@ -85,22 +85,6 @@ ddpc_status ddpc_op_adam_step(int n, ddpc_buffer **params, ddpc_buffer **grads, 
         }                                                                          \
     } while (0)
 
-/* Binding helpers shared by the nn op files. */
-int ddpc_arg_buffer(PyObject *o, ddpc_buffer **out);
-/* Releases the GIL around `call` (a ddpc_status expression) when the work is
- * big enough for the switch to pay, then returns None or raises. */
-#define DDPC_RUN_RELEASED(nbytes, call)                                            \
-    do {                                                                           \
-        ddpc_status st_;                                                           \
-        if ((nbytes) >= (1 << 16)) {                                               \
-            Py_BEGIN_ALLOW_THREADS st_ = (call);                                   \
-            Py_END_ALLOW_THREADS                                                   \
-        } else {                                                                   \
-            st_ = (call);                                                          \
-        }                                                                          \
-        if (st_ != DDPC_OK) return ddpc_raise(st_);                                \
-        Py_RETURN_NONE;                                                            \
-    } while (0)
 
 int ddpc_optim_register(PyObject *module);
 /* Registers the nn ops, GEMM and the optimizer steps. */

@@ -11,6 +11,8 @@ import sys
 import time
 import uuid
 
+from procs import processes_with
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "comm_worker.py")
 
@@ -48,18 +50,6 @@ def finish(procs, timeout=60):
 
 def shm_segments():
     return {f for f in os.listdir("/dev/shm") if f.startswith("ddpc-")}
-
-
-def processes_with(marker):
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if marker.encode() in f.read():
-                    found.append(int(pid))
-        except OSError:
-            pass
-    return found
 
 
 def test_sigkill_mid_allreduce_raises_dist_error_naming_the_rank():

@@ -12,6 +12,7 @@ import uuid
 import pytest
 
 import ddpc
+from procs import processes_with
 
 
 def launch(tmp_path, body, *launcher_args, timeout=60, script_args=()):
@@ -19,18 +20,6 @@ def launch(tmp_path, body, *launcher_args, timeout=60, script_args=()):
     script.write_text(textwrap.dedent(body))
     cmd = [sys.executable, "-m", "ddpc.run", *launcher_args, str(script), *script_args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=tmp_path)
-
-
-def processes_with(marker):
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if marker.encode() in f.read():
-                    found.append(int(pid))
-        except OSError:
-            pass
-    return found
 
 
 def test_environment_of_every_worker(tmp_path):

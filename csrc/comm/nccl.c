@@ -490,51 +490,42 @@ static PyObject *comm_collective_(nccl_comm *c, coll_ *a, PyObject *keep) {
     return work_new_(c, done, keep);
 }
 
-static int buf_arg_(PyObject *o, ddpc_buffer **out) {
-    if (!ddpc_buffer_check(o)) {
-        PyErr_Format(PyExc_TypeError, "expected a ddpc._C.Buffer, got %.100s", Py_TYPE(o)->tp_name);
-        return 0;
-    }
-    *out = (ddpc_buffer *)o;
-    return 1;
-}
-
 static PyObject *comm_all_reduce(nccl_comm *c, PyObject *args) {
     coll_ a = {.kind = 0};
-    if (!PyArg_ParseTuple(args, "O&i:all_reduce", buf_arg_, &a.in, &a.op)) return NULL;
+    if (!PyArg_ParseTuple(args, "O&i:all_reduce", ddpc_arg_buffer, &a.in, &a.op)) return NULL;
     a.out = a.in;
     return comm_collective_(c, &a, args);
 }
 
 static PyObject *comm_broadcast(nccl_comm *c, PyObject *args) {
     coll_ a = {.kind = 1};
-    if (!PyArg_ParseTuple(args, "O&i:broadcast", buf_arg_, &a.in, &a.peer)) return NULL;
+    if (!PyArg_ParseTuple(args, "O&i:broadcast", ddpc_arg_buffer, &a.in, &a.peer)) return NULL;
     a.out = a.in;
     return comm_collective_(c, &a, args);
 }
 
 static PyObject *comm_all_gather(nccl_comm *c, PyObject *args) {
     coll_ a = {.kind = 2};
-    if (!PyArg_ParseTuple(args, "O&O&:all_gather", buf_arg_, &a.out, buf_arg_, &a.in)) return NULL;
+    if (!PyArg_ParseTuple(args, "O&O&:all_gather", ddpc_arg_buffer, &a.out, ddpc_arg_buffer, &a.in)) return NULL;
     return comm_collective_(c, &a, args);
 }
 
 static PyObject *comm_reduce_scatter(nccl_comm *c, PyObject *args) {
     coll_ a = {.kind = 3};
-    if (!PyArg_ParseTuple(args, "O&O&i:reduce_scatter", buf_arg_, &a.out, buf_arg_, &a.in, &a.op)) return NULL;
+    if (!PyArg_ParseTuple(args, "O&O&i:reduce_scatter", ddpc_arg_buffer, &a.out, ddpc_arg_buffer, &a.in, &a.op)) return NULL;
     return comm_collective_(c, &a, args);
 }
 
 static PyObject *comm_send(nccl_comm *c, PyObject *args) {
     coll_ a = {.kind = 4};
-    if (!PyArg_ParseTuple(args, "O&i:send", buf_arg_, &a.in, &a.peer)) return NULL;
+    if (!PyArg_ParseTuple(args, "O&i:send", ddpc_arg_buffer, &a.in, &a.peer)) return NULL;
     a.out = a.in;
     return comm_collective_(c, &a, args);
 }
 
 static PyObject *comm_recv(nccl_comm *c, PyObject *args) {
     coll_ a = {.kind = 5};
-    if (!PyArg_ParseTuple(args, "O&i:recv", buf_arg_, &a.out, &a.peer)) return NULL;
+    if (!PyArg_ParseTuple(args, "O&i:recv", ddpc_arg_buffer, &a.out, &a.peer)) return NULL;
     a.in = a.out;
     return comm_collective_(c, &a, args);
 }

@@ -177,13 +177,7 @@ class Tensor:
 
     def to(self, *args, non_blocking=False, copy=False, dtype=None, device=None):
         """``to(device)``, ``to(dtype)``, ``to(device, dtype)`` or ``to(other_tensor)``."""
-        for a in args:
-            if isinstance(a, Tensor):
-                device, dtype = a.device, a.dtype
-            elif _is_dtype_spec(a):
-                dtype = a
-            else:
-                device = a
+        device, dtype = parse_to_args(args, device, dtype)
         out = self
         target_dtype = get_dtype(dtype) if dtype is not None else self.dtype
         target_dev = ordinal(device) if device is not None else self._buf.device
@@ -530,6 +524,30 @@ def _is_dtype_spec(a):
     if isinstance(a, (dtype, type, np.dtype)):
         return True
     return isinstance(a, str) and not (a == "cpu" or a.startswith("cuda"))
+
+
+def parse_to_args(args, device, dtype):
+    """(device, dtype) from the positional arguments of ``to()``: a device, a
+    dtype, both, or a tensor whose device and dtype to take."""
+    for a in args:
+        if isinstance(a, Tensor):
+            device, dtype = a.device, a.dtype
+        elif _is_dtype_spec(a):
+            dtype = a
+        else:
+            device = a
+    return device, dtype
+
+
+def zero_grads(params, set_to_none=True):
+    """Sets each parameter's gradient to None, or to zeros in place."""
+    for p in params:
+        if p.grad is None:
+            continue
+        if set_to_none:
+            p.grad = None
+        else:
+            p.grad.zero_()
 
 
 def _check_no_grad_inplace(t, what):

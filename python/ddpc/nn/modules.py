@@ -11,7 +11,7 @@ import math
 from collections import OrderedDict, namedtuple
 
 from ..autograd import no_grad
-from ..tensor import Tensor, _is_dtype_spec, empty
+from ..tensor import Tensor, empty, parse_to_args, zero_grads
 from .._dtype import get_dtype, ordinal
 from . import functional as F
 from . import init
@@ -266,13 +266,7 @@ class Module:
 
     def to(self, *args, dtype=None, device=None, non_blocking=False):
         """``to(device)``, ``to(dtype)`` (floating tensors only) or ``to(device, dtype)``, in place."""
-        for a in args:
-            if isinstance(a, Tensor):
-                device, dtype = a.device, a.dtype
-            elif _is_dtype_spec(a):
-                dtype = a
-            else:
-                device = a
+        device, dtype = parse_to_args(args, device, dtype)
         dt = get_dtype(dtype) if dtype is not None else None
         if dt is not None and not dt.is_floating_point:
             raise TypeError(f"Module.to only accepts floating point dtypes, got {dt}")
@@ -316,13 +310,7 @@ class Module:
         return self
 
     def zero_grad(self, set_to_none=True):
-        for p in self.parameters():
-            if p.grad is None:
-                continue
-            if set_to_none:
-                p.grad = None
-            else:
-                p.grad.zero_()
+        zero_grads(self.parameters(), set_to_none)
 
     # ---- printing ------------------------------------------------------------------------
     def extra_repr(self):

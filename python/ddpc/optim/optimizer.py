@@ -6,7 +6,7 @@ fused multi-tensor _C call.
 """
 
 from ..autograd import no_grad
-from ..tensor import Tensor
+from ..tensor import Tensor, zero_grads
 
 class Optimizer:
     def __init__(self, params, defaults):
@@ -50,14 +50,7 @@ class Optimizer:
         """Validates a group's hyper-parameters (subclasses)."""
 
     def zero_grad(self, set_to_none=True):
-        for g in self.param_groups:
-            for p in g["params"]:
-                if p.grad is None:
-                    continue
-                if set_to_none:
-                    p.grad = None
-                else:
-                    p.grad.zero_()
+        zero_grads((p for g in self.param_groups for p in g["params"]), set_to_none)
 
     @no_grad()
     def step(self, closure=None):
