@@ -33,18 +33,19 @@ def initial_weights(seed=0):
     return layers
 
 
-def ddpc_step(layers, x, y, device):
+def framework_step(lib, layers, x, y, device):
+    """The step written once against the API ddpc shares with PyTorch (`lib` is either module)."""
     mods = []
     for w, b in layers:
-        lin = ddpc.nn.Linear(w.shape[1], w.shape[0])
-        with ddpc.no_grad():
-            lin.weight.copy_(ddpc.from_numpy(w))
-            lin.bias.copy_(ddpc.from_numpy(b))
-        mods += [lin, ddpc.nn.ReLU()]
-    model = ddpc.nn.Sequential(*mods[:-1]).to(device)
-    opt = ddpc.optim.Adam(model.parameters(), lr=LR, betas=BETAS, eps=EPS)
-    loss_fn = ddpc.nn.CrossEntropyLoss()
-    xt, yt = ddpc.tensor(x, device=device), ddpc.tensor(y, device=device)
+        lin = lib.nn.Linear(w.shape[1], w.shape[0])
+        with lib.no_grad():
+            lin.weight.copy_(lib.from_numpy(w))
+            lin.bias.copy_(lib.from_numpy(b))
+        mods += [lin, lib.nn.ReLU()]
+    model = lib.nn.Sequential(*mods[:-1]).to(device)
+    opt = lib.optim.Adam(model.parameters(), lr=LR, betas=BETAS, eps=EPS)
+    loss_fn = lib.nn.CrossEntropyLoss()
+    xt, yt = lib.from_numpy(x).to(device), lib.from_numpy(y).to(device)
 
     def step():
         opt.zero_grad()
@@ -53,31 +54,7 @@ def ddpc_step(layers, x, y, device):
         opt.step()
         return loss
 
-    sync = (lambda: ddpc.cuda.synchronize()) if device != "cpu" else None
-    return step, sync
-
-
-def torch_step(layers, x, y, device):
-    mods = []
-    for w, b in layers:
-        lin = torch.nn.Linear(w.shape[1], w.shape[0])
-        with torch.no_grad():
-            lin.weight.copy_(torch.from_numpy(w))
-            lin.bias.copy_(torch.from_numpy(b))
-        mods += [lin, torch.nn.ReLU()]
-    model = torch.nn.Sequential(*mods[:-1]).to(device)
-    opt = torch.optim.Adam(model.parameters(), lr=LR, betas=BETAS, eps=EPS)
-    loss_fn = torch.nn.CrossEntropyLoss()
-    xt, yt = torch.from_numpy(x).to(device), torch.from_numpy(y).to(device)
-
-    def step():
-        opt.zero_grad()
-        loss = loss_fn(model(xt), yt)
-        loss.backward()
-        opt.step()
-        return loss
-
-    sync = torch.cuda.synchronize if device != "cpu" else None
+    sync = lib.cuda.synchronize if device != "cpu" else None
     return step, sync
 
 
@@ -147,11 +124,11 @@ def main():
     y = rng.integers(0, SIZES[-1], args.batch)
     layers = initial_weights()
 
-    cases = [("ddpc", *ddpc_step(layers, x, y, device))]
+    cases = [("ddpc", *framework_step(ddpc, layers, x, y, device))]
     if device == "cpu":
         cases.append(("numpy (hand-written)", *numpy_step(layers, x, y)))
     if torch is not None:
-        cases.append((f"PyTorch {torch.__version__} eager", *torch_step(layers, x, y, device)))
+        cases.append((f"PyTorch {torch.__version__} eager", *framework_step(torch, layers, x, y, device)))
     else:
         print("(torch is not importable: no PyTorch column)")
 
