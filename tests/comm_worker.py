@@ -131,6 +131,7 @@ def scenario_groups():
     mine = evens if rank % 2 == 0 else odds
     members = [r for r in range(world) if r % 2 == rank % 2]
     assert dist.get_rank(mine) == members.index(rank) and dist.get_world_size(mine) == len(members)
+    assert [dist.get_global_rank(mine, i) for i in range(len(members))] == members
     other = odds if rank % 2 == 0 else evens
     assert other is dist.GroupMember.NON_GROUP_MEMBER or other is None
     a = np.full(1000, rank, np.int64)

@@ -98,6 +98,7 @@ def test_single_rank_group_and_helpers(single_rank):
     ddpc.init_process_group(rank=0, world_size=1)
     assert dist.is_initialized() and dist.get_rank() == 0 and dist.get_world_size() == 1
     assert dist.get_backend() == "cpu"
+    assert dist.get_global_rank(None, 0) == 0 and dist.collective_device() == "cpu"
     with pytest.raises(RuntimeError, match="already initialised"):
         ddpc.init_process_group(rank=0, world_size=1)
     with pytest.raises(TypeError, match="pickle"):

@@ -23,7 +23,7 @@ import os
 from . import distributed as dist
 from .serialization import load as _load
 from .serialization import save as _save
-from .tensor import zeros
+from .tensor import full, zeros
 
 
 def _group_info(group):
@@ -49,13 +49,15 @@ def load(path, map_location=None, group=None):
         with open(path, "rb") as f:
             data = f.read()
     if size > 1:
-        length = zeros(1, dtype="int64").fill_(len(data))
-        dist.broadcast(length, src=0, group=group)
+        src, device = dist.get_global_rank(group, 0), dist.collective_device(group)
+        length = full((1,), len(data), dtype="int64", device=device)
+        dist.broadcast(length, src=src, group=group)
         payload = zeros(int(length.item()), dtype="uint8")
         if rank == 0 and data:
             payload.numpy()[:] = memoryview(data)
-        dist.broadcast(payload, src=0, group=group)
-        data = bytes(payload.numpy())
+        payload = payload.to(device)
+        dist.broadcast(payload, src=src, group=group)
+        data = bytes(payload.cpu().numpy())
     if not data:
         return None
     return _load(io.BytesIO(data), map_location=map_location)

@@ -397,6 +397,17 @@ def get_backend(group=None):
     return _group(group).backend
 
 
+def get_global_rank(group, group_rank):
+    """The default-group rank of member ``group_rank`` of ``group`` (None: the default group)."""
+    return _group(group).ranks[group_rank]
+
+
+def collective_device(group=None):
+    """Where this rank's tensors for ``group``'s collectives must live: its GPU
+    on the nccl backend, the host on the cpu backend (which also stages CUDA tensors)."""
+    return f"cuda:{_world.device}" if _group(group).backend == "nccl" else "cpu"
+
+
 def new_group(ranks=None, timeout=None, backend=None):
     """A group of some ranks of the default group. Every rank of the default
     group must call it, in the same order; ranks outside get

@@ -19,7 +19,8 @@ import copy
 from .. import _C
 from .. import distributed as dist
 from ..autograd import Node, is_grad_enabled, no_grad
-from ..tensor import Tensor, zeros
+from .._dtype import bfloat16, float16
+from ..tensor import Tensor, full, zeros
 from .modules import Module
 
 _FIRST_BUCKET_BYTES = 1 << 20  # small first bucket: its all-reduce starts early in backward
@@ -95,13 +96,11 @@ def _compress_hook(dtype, process_group, bucket):
 
 def fp16_compress_hook(process_group, bucket):
     """Averages the bucket in float16 (half the bytes on the wire), then casts back."""
-    from .._dtype import float16
     return _compress_hook(float16, process_group, bucket)
 
 
 def bf16_compress_hook(process_group, bucket):
     """Averages the bucket in bfloat16 (half the bytes, float32's range), then casts back."""
-    from .._dtype import bfloat16
     return _compress_hook(bfloat16, process_group, bucket)
 
 
@@ -219,15 +218,16 @@ class DistributedDataParallel(Module):
     def _verify_same_model(self):
         """Raises naming the first parameter whose name or shape differs between ranks."""
         desc = "\n".join(f"{n}:{tuple(p.shape)}:{p.dtype.name}" for n, p in self._named_params).encode()
-        size, rank = self._world()
-        length = Tensor(_C.Buffer((1,), "int64")).fill_(len(desc))
+        size, _ = self._world()
+        length = self._scalar(len(desc))
         dist.all_reduce(length, op=dist.ReduceOp.MAX, group=self.process_group)
         mine = zeros(int(length.item()), dtype="uint8")
         if desc:
             mine.numpy()[:len(desc)] = list(desc)
-        gathered = [zeros(int(length.item()), dtype="uint8") for _ in range(size)]
-        dist.all_gather(gathered, mine, group=self.process_group)
-        tables = [bytes(g.numpy()).rstrip(b"\0").decode().split("\n") for g in gathered]
+        device = dist.collective_device(self.process_group)
+        gathered = [zeros(mine.numel(), dtype="uint8", device=device) for _ in range(size)]
+        dist.all_gather(gathered, mine.to(device), group=self.process_group)
+        tables = [bytes(g.cpu().numpy()).rstrip(b"\0").decode().split("\n") for g in gathered]
         for r, table in enumerate(tables):
             if table == tables[0]:
                 continue
@@ -239,9 +239,13 @@ class DistributedDataParallel(Module):
                         f"DistributedDataParallel: the model differs between ranks 0 and {r} at parameter #{i}: "
                         f"rank 0 has {a!r}, rank {r} has {b!r} (name:shape:dtype); every rank must build the same model")
 
+    def _scalar(self, value):
+        """A one-element int64 tensor where this group's collectives take it."""
+        return full((1,), value, dtype="int64", device=dist.collective_device(self.process_group))
+
     def _broadcast_states(self, group_rank, with_params):
         """Copies the parameters (if asked) and buffers of one group member to all."""
-        src = self.process_group.ranks[group_rank] if self.process_group is not None else group_rank
+        src = dist.get_global_rank(self.process_group, group_rank)
         tensors = ([p for _, p in self._named_params] if with_params else []) + list(self.module.buffers())
         with no_grad():
             for t in tensors:
@@ -361,7 +365,7 @@ class DistributedDataParallel(Module):
 
     # ---- uneven inputs -----------------------------------------------------------------
     def _join_vote(self, active):
-        flag = Tensor(_C.Buffer((1,), "int64")).fill_(active)
+        flag = self._scalar(active)
         dist.all_reduce(flag, group=self.process_group)
         return int(flag.item())
 
@@ -392,7 +396,7 @@ class DistributedDataParallel(Module):
         """Ranks that joined early stopped stepping; the rank that ran the most
         steps (the highest such rank on ties) broadcasts its model to all."""
         size, rank = self._world()
-        key = Tensor(_C.Buffer((1,), "int64")).fill_(self._join_steps * size + rank)
+        key = self._scalar(self._join_steps * size + rank)
         dist.all_reduce(key, op=dist.ReduceOp.MAX, group=self.process_group)
         self._broadcast_states(int(key.item()) % size, with_params=True)
 
@@ -429,7 +433,6 @@ class DataParallel(Module):
         self._replicas = [self.module] + [copy.deepcopy(module).to(d) for d in self.device_ids[1:]]
         self._params = [[p for p in r.parameters() if p.requires_grad] for r in self._replicas]
         self._ready = [0] * len(self._params[0])
-        self._stale = False
         for k, ps in enumerate(zip(*self._params)):
             for p in ps:
                 p.register_post_accumulate_grad_hook(lambda _p, k=k: self._on_grad_ready(k))
@@ -446,7 +449,6 @@ class DataParallel(Module):
             # passes (without zero_grad) exact.
             for ps in self._params[1:]:
                 ps[k].grad = None
-            self._stale = True
 
     def _sync_replicas(self):
         with no_grad():
@@ -454,13 +456,12 @@ class DataParallel(Module):
                 _C.multi_broadcast([p._buf for p in ps], 0)
             for bs in zip(*(list(r.buffers()) for r in self._replicas)):
                 _C.multi_broadcast([b._buf for b in bs], 0)
-        self._stale = False
 
     def forward(self, *inputs, **kwargs):
         if len(self._replicas) == 1:
             return self.module(*_to_device(inputs, self.device_ids[0]), **_to_device(kwargs, self.device_ids[0]))
-        if self._stale or self.training:
-            self._sync_replicas()
+        # The optimizer (or load_state_dict) changed the first replica only.
+        self._sync_replicas()
         chunks = self._scatter(inputs)
         outputs = [r(*c, **_to_device(kwargs, d)) for r, c, d in zip(self._replicas, chunks, self.device_ids)
                    if c is not None]
@@ -486,7 +487,7 @@ class DataParallel(Module):
         first = outputs[0]
         if isinstance(first, Tensor):
             from .. import cat  # the differentiable cat: gradients flow back to each replica
-            return cat([_to_output(o, self.output_device) for o in outputs])
+            return cat([_to_device(o, self.output_device) for o in outputs])
         if isinstance(first, (tuple, list)):
             return type(first)(self._gather([o[i] for o in outputs]) for i in range(len(first)))
         if isinstance(first, dict):
@@ -495,11 +496,5 @@ class DataParallel(Module):
 
 
 def _scatter_slice(x, lo, hi, device):
-    if not isinstance(x, Tensor):
-        return x
-    return _to_output(x[lo:hi], device)
-
-
-def _to_output(t, device):
-    return t if t.device == device else t.to(device)
+    return _to_device(x[lo:hi], device) if isinstance(x, Tensor) else x
 
