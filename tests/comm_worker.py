@@ -191,6 +191,19 @@ def scenario_mismatch():
     raise AssertionError("mismatched all_reduce did not raise")
 
 
+def scenario_late():
+    """Ranks 0 and 1 leave a broadcast from rank 0 before rank 3 has joined
+    it, then disagree on the next collective: the failure they report must
+    not cut the broadcast short on ranks 2 and 3, who fail at the next one."""
+    rank = dist.get_rank()
+    b = np.full(1000, rank, np.float32)
+    if rank == 3:
+        time.sleep(1.0)
+    dist.broadcast(b, src=0)
+    check(b, np.zeros(1000), "broadcast finished by ranks behind a failure")
+    scenario_mismatch()
+
+
 def scenario_pickle():
     import pickle
 

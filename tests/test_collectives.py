@@ -33,6 +33,14 @@ def test_all_collectives(world):
     assert not {f for f in os.listdir("/dev/shm") if f.startswith("ddpc-")} - before
 
 
+def test_failure_reported_at_a_later_collective_spares_earlier_ones():
+    res = run_job(4, "late", env={"TEST_HOSTS": "a,a,b,b"})
+    assert res.returncode == 0, res.stdout + res.stderr
+    for r in range(4):
+        assert f"RANK {r} MISMATCH collective mismatch" in res.stdout, res.stdout
+        assert f"RANK {r} PASS" in res.stdout, res.stdout
+
+
 @pytest.mark.parametrize("hosts", ["a,b,c", "a,a,b,b", "a,b,b,a"], ids=["ring3", "hier2x2", "hier-interleaved"])
 def test_collectives_across_simulated_hosts(hosts):
     """Ranks told they run on different hosts (DDPC_HOST_ID) use the TCP ring

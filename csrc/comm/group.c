@@ -34,12 +34,23 @@ struct ddpc_work {
 
 /* ---- failure state -------------------------------------------------------------- */
 
+static int is_p2p_(const ddpc_coll_args *a) { return a->coll == DDPC_COLL_SEND || a->coll == DDPC_COLL_RECV; }
+
+/* Under g->lock: whether a failure reported by another rank applies to `a`. */
+static int deferred_hits_(const ddpc_group *g, const ddpc_coll_args *a) {
+    return g->deferred && (is_p2p_(a) || a->seq >= g->fail_seq);
+}
+
+/* A pending failure reported by another rank is the cause of whatever goes
+ * wrong after it arrived, so it replaces `msg` (which may then be NULL). */
 void ddpc_group_fail(ddpc_group *g, ddpc_status st, const char *msg) {
-    int expected = 0, first = 0;
+    int first = 0;
     pthread_mutex_lock(&g->lock);
     if (atomic_load(&g->failed) == 0) {
-        snprintf(g->fail_msg, sizeof g->fail_msg, "%s", msg);
-        first = atomic_compare_exchange_strong(&g->failed, &expected, (int)st);
+        if (g->deferred) st = (ddpc_status)g->deferred;
+        else snprintf(g->fail_msg, sizeof g->fail_msg, "%s", msg);
+        atomic_store(&g->failed, (int)st);
+        first = 1;
     }
     pthread_mutex_unlock(&g->lock);
     if (!first) return;
@@ -47,9 +58,23 @@ void ddpc_group_fail(ddpc_group *g, ddpc_status st, const char *msg) {
     ddpc_p2p_shutdown(g);
 }
 
-ddpc_status ddpc_group_disagree(ddpc_group *g, const char *msg) {
+void ddpc_group_fail_from(ddpc_group *g, ddpc_status st, const char *msg, uint64_t seq) {
+    int now = 0;
+    pthread_mutex_lock(&g->lock);
+    if (atomic_load(&g->failed) == 0 && !g->deferred) {
+        snprintf(g->fail_msg, sizeof g->fail_msg, "%s", msg);
+        g->deferred = (int)st;
+        g->fail_seq = seq;
+        now = g->current && deferred_hits_(g, g->current);
+    }
+    pthread_mutex_unlock(&g->lock);
+    if (now) ddpc_group_fail(g, st, NULL);
+}
+
+ddpc_status ddpc_group_disagree(ddpc_group *g, const ddpc_coll_args *a, const char *msg) {
     char text[1200];
-    snprintf(text, sizeof text, "%s\n%s", g->prefix, msg);
+    /* send and recv have no place in the sequence: the peers fail at once. */
+    snprintf(text, sizeof text, "%s\n%llu\n%s", g->prefix, is_p2p_(a) ? 0ULL : (unsigned long long)a->seq, msg);
     /* Publish before failing here: failing shuts this rank's links, and the
      * peers should learn the reason before they see the links close. */
     if (ddpc_store_abort(g->store, text) != DDPC_OK) ddpc_clear_error();
@@ -60,10 +85,19 @@ ddpc_status ddpc_group_disagree(ddpc_group *g, const char *msg) {
 ddpc_status ddpc_group_explain(ddpc_group *g, ddpc_status st) {
     if (st != DDPC_ERR_DIST) return st;
     uint64_t deadline = ddpc_deadline_after(0.5);
-    while (!atomic_load(&g->failed) && ddpc_ms_left(deadline, 1) > 0) {
+    for (;;) {
+        pthread_mutex_lock(&g->lock);
+        int known = atomic_load(&g->failed) || g->deferred;
+        pthread_mutex_unlock(&g->lock);
+        if (known || ddpc_ms_left(deadline, 1) == 0) break;
         struct timespec ts = {0, 2000000};
         nanosleep(&ts, NULL);
     }
+    pthread_mutex_lock(&g->lock);
+    int deferred = g->deferred;
+    pthread_mutex_unlock(&g->lock);
+    /* The link broke because of the failure another rank reported. */
+    if (deferred) ddpc_group_fail(g, (ddpc_status)deferred, NULL);
     if (!atomic_load(&g->failed)) return st;
     ddpc_clear_error();
     return ddpc_group_error(g);
@@ -194,6 +228,11 @@ void ddpc_group_free(ddpc_group *g) {
  * points of the protocol, so it fails the whole group. */
 static void execute_(ddpc_group *g, ddpc_work *w) {
     ddpc_status st;
+    pthread_mutex_lock(&g->lock);
+    g->current = &w->args;
+    int hit = deferred_hits_(g, &w->args);
+    pthread_mutex_unlock(&g->lock);
+    if (hit) ddpc_group_fail(g, DDPC_ERR_DIST, NULL);
     if (atomic_load(&g->failed)) {
         st = ddpc_group_error(g);
     } else {
@@ -212,6 +251,7 @@ static void execute_(ddpc_group *g, ddpc_work *w) {
     pthread_mutex_unlock(&w->lock);
     pthread_mutex_lock(&g->lock);
     g->busy = 0;
+    g->current = NULL;
     pthread_cond_broadcast(&g->cond);
     pthread_mutex_unlock(&g->lock);
 }
@@ -351,24 +391,31 @@ void ddpc_monitor_unregister(ddpc_group *g) {
     pthread_mutex_unlock(&mon_.lock);
 }
 
-/* Fails the registered groups an event concerns: all of them for a death,
- * the group named by its prefix for an abort. */
+/* Fails the registered groups an event concerns: all of them at once for a
+ * death, the group named by its prefix for an abort ("prefix\nseq\nreason"),
+ * from the collective where it arose. */
 static void monitor_event_(int rank, const char *text) {
     char msg[1024];
     const char *reason = strchr(text, '\n');
-    if (rank >= 0)
+    unsigned long long seq = 0;
+    if (rank >= 0) {
         snprintf(msg, sizeof msg, "rank %d died or exited while the process group was in use", rank);
-    else if (rank == -2 && reason)
-        snprintf(msg, sizeof msg, "%s", reason + 1);
-    else
+    } else if (rank == -2 && reason) {
+        char *end;
+        seq = strtoull(reason + 1, &end, 10);
+        snprintf(msg, sizeof msg, "%s", *end == '\n' ? end + 1 : reason + 1);
+    } else {
         snprintf(msg, sizeof msg, "rank 0 died or exited while the process group was in use (lost the connection "
                                   "to the store it hosted)");
+    }
     size_t plen = reason ? (size_t)(reason - text) : 0;
     pthread_mutex_lock(&mon_.lock);
     for (int i = 0; i < mon_.ngroups; i++) {
         ddpc_group *g = mon_.groups[i];
-        if (rank != -2 || (strlen(g->prefix) == plen && strncmp(g->prefix, text, plen) == 0))
+        if (rank != -2)
             ddpc_group_fail(g, DDPC_ERR_DIST, msg);
+        else if (strlen(g->prefix) == plen && strncmp(g->prefix, text, plen) == 0)
+            ddpc_group_fail_from(g, DDPC_ERR_DIST, msg, seq);
     }
     pthread_mutex_unlock(&mon_.lock);
 }
@@ -382,7 +429,7 @@ static void *monitor_main_(void *arg) {
         if (p[1].revents || !p[0].revents) return NULL;
         char text[4200];
         int rank = ddpc_store_read_event(mon_.watch_fd, text, sizeof text);
-            monitor_event_(rank, text);
+        monitor_event_(rank, text);
         if (rank == -1 || ddpc_store_watch_next(mon_.watch_fd, seen, 10) != DDPC_OK) {
             ddpc_clear_error();
             mon_.dead = 1;

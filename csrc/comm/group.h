@@ -88,6 +88,12 @@ struct ddpc_group {
     void *bstate;
     atomic_int failed;         /* ddpc_status of the failure, 0 while healthy */
     char fail_msg[1024];
+    /* A failure another rank reported at collective #fail_seq: collectives
+     * before it still run to completion here (this rank may be behind), the
+     * first one at or after it fails. Under lock. */
+    int deferred;              /* its ddpc_status, 0 when none */
+    uint64_t fail_seq;
+    const ddpc_coll_args *current; /* the call executing now, NULL when idle; under lock */
     uint64_t next_seq;         /* sequence number of the next collective */
     /* Worker: collectives run in call order on one thread at a time. */
     pthread_mutex_t lock;
@@ -106,10 +112,14 @@ void ddpc_group_free(ddpc_group *g);
 
 /* Marks the group failed with `msg` (first cause wins) and wakes its waits. */
 void ddpc_group_fail(ddpc_group *g, ddpc_status st, const char *msg);
-/* Ranks disagree about the current collective: fails the group here and,
- * through the store, on every other rank of the group, then returns the
- * DistError. */
-ddpc_status ddpc_group_disagree(ddpc_group *g, const char *msg);
+/* Marks the group failed from collective #seq on: a call already running
+ * with an earlier sequence number finishes first (used for failures other
+ * ranks report; send and recv, which have no sequence number, fail at once). */
+void ddpc_group_fail_from(ddpc_group *g, ddpc_status st, const char *msg, uint64_t seq);
+/* Ranks disagree about collective `a`: fails the group here and, through
+ * the store, on every other rank of the group from that collective on, then
+ * returns the DistError. */
+ddpc_status ddpc_group_disagree(ddpc_group *g, const ddpc_coll_args *a, const char *msg);
 /* A link to a peer broke (`st` is DistError): gives the monitor a moment to
  * deliver the cause (a death, a disagreement elsewhere) and returns that
  * instead when it arrives. */

@@ -126,7 +126,7 @@ ddpc_status ddpc_msg_header_check(ddpc_group *g, const ddpc_coll_args *a, const 
     describe_(&mine, x, sizeof x);
     describe_(theirs, y, sizeof y);
     snprintf(msg, sizeof msg, "collective mismatch: rank %d called %s, rank %d called %s", g->rank, x, them, y);
-    return ddpc_group_disagree(g, msg);
+    return ddpc_group_disagree(g, a, msg);
 }
 
 static ddpc_status transfer_(ddpc_group *g, const ddpc_coll_args *a, uint64_t deadline, int sending) {

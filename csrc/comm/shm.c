@@ -302,7 +302,7 @@ static ddpc_status check_descs_(ddpc_shm *s, int parity) {
         describe_(o, b, sizeof b);
         snprintf(msg, sizeof msg, "collective mismatch: rank %d called %s, rank %d called %s", s->g->rank, a,
                  s->g->topo.local_ranks[j], b);
-        return ddpc_group_disagree(s->g, msg);
+        return ddpc_group_disagree(s->g, &s->cur, msg);
     }
     return DDPC_OK;
 }

@@ -116,7 +116,7 @@ typedef struct {
     int *rank_state;
     int nranks;
     /* Failures watchers are told about, in order: a dead rank, or an abort
-     * text ("group prefix\nreason") with rank -2. */
+     * text ("group prefix\nseq\nreason") with rank -2. */
     struct { int32_t rank; char *text; } events[MAX_EVENTS];
     int nevents;
 } server_;

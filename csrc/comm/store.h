@@ -56,7 +56,7 @@ ddpc_status ddpc_store_watch_next(int fd, int64_t seen, double timeout_s);
 /* Reads one event from a readable watch socket: a dead rank (>= 0), an abort
  * (-2, its text in `text`), or -1 when the server itself is gone. */
 int ddpc_store_read_event(int fd, char *text, size_t cap);
-/* Publishes an abort ("group prefix\nreason") to every watcher of the job. */
+/* Publishes an abort ("group prefix\ncollective seq\nreason") to every watcher of the job. */
 ddpc_status ddpc_store_abort(ddpc_store *s, const char *text);
 /* Tells the server this rank leaves cleanly (no death is reported for it). */
 ddpc_status ddpc_store_leave(int watch_fd, double timeout_s);
