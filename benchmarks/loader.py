@@ -1,4 +1,4 @@
-"""Loader throughput: shuffled batches of 784 float32 features + an int64 label.
+"""Loader throughput: shuffled batches of float32 features (784 by default) + an int64 label.
 
 ddpc's DataLoader (C threads gathering rows) from memory and from a .npy file,
 against the gather limit (numpy ``X[idx], y[idx]`` per batch, on one thread)
@@ -6,7 +6,7 @@ and against PyTorch's DataLoader + DistributedSampler + TensorDataset
 (num_workers=0) when torch is importable. With ``--device cuda``, batches go
 to the GPU, and the rate is compared with pinned cudaMemcpy bandwidth.
 
-    python benchmarks/loader.py [--samples 524288] [--batch 256] [--threads N] [--device cuda]
+    python benchmarks/loader.py [--samples 524288] [--batch 256] [--features 784] [--threads N] [--device cuda]
 """
 
 import argparse
@@ -24,9 +24,6 @@ torch = import_torch()
 import ddpc  # noqa: E402 - after torch, see import_torch
 from ddpc import data
 from ddpc.data import DataLoader, DistributedSampler, TensorDataset
-
-FEATURES = 784
-SAMPLE_BYTES = FEATURES * 4 + 8
 
 
 def epoch_rates(runs, repeat):
@@ -87,23 +84,27 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=524288, help="1.6 GB: more than the last-level cache")
     parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--features", type=int, default=784,
+                        help="float32 features per sample: 784 is bound by memory bandwidth, a few dozen by "
+                             "per-batch overhead")
     parser.add_argument("--threads", type=int, default=None, help="loader threads (default: up to 4)")
     parser.add_argument("--torch-batches", type=int, default=128, help="batches timed for PyTorch (it is slow)")
     parser.add_argument("--repeat", type=int, default=5, help="timed epochs per case (best is reported)")
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
     print(f"machine: {machine()}")
-    n, batch = args.samples, args.batch
+    n, batch, features = args.samples, args.batch, args.features
+    sample_bytes = features * 4 + 8
     rng = np.random.default_rng(0)
-    X = rng.standard_normal((n, FEATURES), dtype=np.float32)
+    X = rng.standard_normal((n, features), dtype=np.float32)
     y = rng.integers(0, 10, size=n).astype(np.int64)
-    print(f"data: {n} samples x ({FEATURES} float32 + int64 label) = {n * SAMPLE_BYTES / 2**20:.0f} MiB, "
+    print(f"data: {n} samples x ({features} float32 + int64 label) = {n * sample_bytes / 2**20:.0f} MiB, "
           f"batch {batch}, shuffled every epoch")
 
     rows = []
 
     def add(source, path, rate, ref):
-        rows.append((source, path, f"{rate:,.0f}", f"{rate * SAMPLE_BYTES / 1e9:.2f}", f"{rate / ref:.2f}"))
+        rows.append((source, path, f"{rate:,.0f}", f"{rate * sample_bytes / 1e9:.2f}", f"{rate / ref:.2f}"))
 
     sampler = DistributedSampler(n, num_replicas=1, rank=0, shuffle=True, seed=0)
     device = None if args.device == "cpu" else args.device
@@ -143,8 +144,8 @@ def main():
     else:
         print("PyTorch not importable: no PyTorch comparison")
     if device:
-        bw = pinned_h2d_bandwidth(batch * SAMPLE_BYTES * 16)
-        ddpc_bw = dd_mem * SAMPLE_BYTES / 1e9
+        bw = pinned_h2d_bandwidth(batch * sample_bytes * 16)
+        ddpc_bw = dd_mem * sample_bytes / 1e9
         print(f"pinned cudaMemcpy H2D: {bw:.2f} GB/s; ddpc loader to {device}: {ddpc_bw:.2f} GB/s "
               f"({ddpc_bw / bw:.0%} of pinned bandwidth)")
 
