@@ -226,14 +226,23 @@ static PyMethodDef multi_methods[] = {
 #ifdef DDPC_WITH_NCCL
 /* ---- the process-group communicator ------------------------------------------ */
 
+/* NCCL allows one thread at a time on a communicator, and the watchdog
+ * thread queries and aborts it while the caller's thread enqueues: `mu`
+ * guards `comm` and every NCCL call on it, held for one call at a time. The
+ * watchdog takes it while holding its own mutex, so a thread holding `mu`
+ * never waits for the watchdog's. An abort requested inside an open group
+ * waits for ncclGroupEnd, which still refers to the communicator. */
 typedef struct {
     PyObject_HEAD
-    ncclComm_t comm;
+    ncclComm_t comm;       /* NULL once aborted */
+    pthread_mutex_t mu;
+    int mu_ready;
     int device, rank, size;
     cudaStream_t stream;
     ddpc_watchdog wd;
     int wd_ready;
-    int group_depth;
+    int group_depth;       /* under mu */
+    int abort_pending;     /* under mu: abort at the end of the open group */
     PyObject *group_works; /* works created inside coalesce(), completed at group_end */
 } nccl_comm;
 
@@ -247,34 +256,60 @@ typedef struct {
 
 static PyTypeObject *nccl_comm_type_, *nccl_work_type_;
 
+/* mu is held. */
+static void abort_locked_(nccl_comm *c) {
+    if (c->comm) ncclCommAbort(c->comm);
+    c->comm = NULL;
+}
+
+/* The error for a call on an aborted communicator; mu is not held. */
+static ddpc_status aborted_(nccl_comm *c) {
+    CHECK(ddpc_watchdog_error(&c->wd));
+    return DDPC_ERROR(DDPC_ERR_DIST, "the NCCL communicator of rank %d was aborted", c->rank);
+}
+
 /* Waits out ncclInProgress of a non-blocking communicator, up to a deadline. */
 static ddpc_status settle_(nccl_comm *c, const char *what) {
     double deadline = ddpc_watchdog_now() + c->wd.timeout_s;
     for (;;) {
-        ncclResult_t async;
-        NCCLCHECK(ncclCommGetAsyncError(c->comm, &async));
+        ncclResult_t async = ncclSuccess, r = ncclSuccess;
+        char last[512] = "";
+        int gone, late = ddpc_watchdog_now() > deadline;
+        pthread_mutex_lock(&c->mu);
+        gone = !c->comm;
+        if (!gone) {
+            r = ncclCommGetAsyncError(c->comm, &async);
+            if (r == ncclSuccess && async != ncclSuccess && async != ncclInProgress)
+                snprintf(last, sizeof last, "%s", ncclGetLastError(c->comm));
+            if (r == ncclSuccess && async == ncclInProgress && late) abort_locked_(c);
+        }
+        pthread_mutex_unlock(&c->mu);
+        if (gone) return aborted_(c);
+        if (r != ncclSuccess)
+            return DDPC_ERROR(DDPC_ERR_DIST, "ncclCommGetAsyncError failed: %s", ncclGetErrorString(r));
         if (async == ncclSuccess) return DDPC_OK;
         if (async != ncclInProgress)
             return DDPC_ERROR(DDPC_ERR_DIST, "%s on rank %d failed: %s (%s)", what, c->rank, ncclGetErrorString(async),
-                              ncclGetLastError(c->comm));
-        if (ddpc_watchdog_now() > deadline) {
-            ncclCommAbort(c->comm);
-            c->comm = NULL;
+                              last);
+        if (late)
             return DDPC_ERROR(DDPC_ERR_TIMEOUT, "%s on rank %d did not finish within %.1f s; the communicator was aborted",
                               what, c->rank, c->wd.timeout_s);
-        }
         sched_yield();
     }
 }
 
 static int wd_async_error_(void *ctx, char *msg, size_t n) {
     nccl_comm *c = ctx;
-    ncclResult_t async;
-    if (!c->comm) return 0;
-    if (ncclCommGetAsyncError(c->comm, &async) != ncclSuccess) async = ncclInternalError;
-    if (async == ncclSuccess || async == ncclInProgress) return 0;
-    snprintf(msg, n, "%s (%s)", ncclGetErrorString(async), ncclGetLastError(c->comm));
-    return 1;
+    ncclResult_t async = ncclSuccess;
+    int failed = 0;
+    pthread_mutex_lock(&c->mu);
+    if (c->comm) {
+        if (ncclCommGetAsyncError(c->comm, &async) != ncclSuccess) async = ncclInternalError;
+        failed = async != ncclSuccess && async != ncclInProgress;
+        if (failed) snprintf(msg, n, "%s (%s)", ncclGetErrorString(async), ncclGetLastError(c->comm));
+    }
+    pthread_mutex_unlock(&c->mu);
+    return failed;
 }
 
 static int wd_query_(void *ctx, void *event, char *msg, size_t n) {
@@ -288,8 +323,10 @@ static int wd_query_(void *ctx, void *event, char *msg, size_t n) {
 
 static void wd_abort_(void *ctx) {
     nccl_comm *c = ctx;
-    if (c->comm) ncclCommAbort(c->comm);
-    c->comm = NULL;
+    pthread_mutex_lock(&c->mu);
+    if (c->group_depth > 0) c->abort_pending = 1;
+    else abort_locked_(c);
+    pthread_mutex_unlock(&c->mu);
 }
 
 static void wd_release_(void *ctx, void *event) {
@@ -328,6 +365,13 @@ static PyObject *comm_new_(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     c->rank = rank;
     c->size = size;
     c->device = device;
+    int rc = pthread_mutex_init(&c->mu, NULL);
+    if (rc) {
+        PyBuffer_Release(&id);
+        Py_DECREF(c);
+        return PyErr_Format(PyExc_OSError, "pthread_mutex_init failed: %s", strerror(rc));
+    }
+    c->mu_ready = 1;
     c->group_works = PyList_New(0);
     if (!c->group_works) {
         PyBuffer_Release(&id);
@@ -375,6 +419,7 @@ static void comm_dealloc_(nccl_comm *c) {
         Py_END_ALLOW_THREADS
     }
     if (c->stream) cudaStreamDestroy(c->stream);
+    if (c->mu_ready) pthread_mutex_destroy(&c->mu);
     Py_XDECREF(c->group_works);
     PyTypeObject *tp = Py_TYPE(c);
     tp->tp_free((PyObject *)c);
@@ -414,23 +459,32 @@ typedef struct {
 
 static const char *coll_names_[] = {"all_reduce", "broadcast", "all_gather", "reduce_scatter", "send", "recv"};
 
-static ddpc_status coll_run_(nccl_comm *c, const coll_ *a, cudaEvent_t *done) {
-    CHECK(ddpc_watchdog_error(&c->wd));
-    if (!c->comm) return DDPC_ERROR(DDPC_ERR_DIST, "the NCCL communicator of rank %d was aborted", c->rank);
-    CHECK(comm_stream_after_compute_(c));
+/* Enqueues one collective; mu is held and the communicator is live. */
+static ncclResult_t enqueue_locked_(nccl_comm *c, const coll_ *a) {
     ncclDataType_t dt = nccl_types_[a->in->dtype];
     size_t n = (size_t)a->in->numel;
+    void *in = a->in->data, *out = a->out->data;
     switch (a->kind) {
-    case 0: NCCLCHECK(ncclAllReduce(a->in->data, a->out->data, n, dt, nccl_ops_[a->op], c->comm, c->stream)); break;
-    case 1: NCCLCHECK(ncclBroadcast(a->in->data, a->out->data, n, dt, a->peer, c->comm, c->stream)); break;
-    case 2: NCCLCHECK(ncclAllGather(a->in->data, a->out->data, n, dt, c->comm, c->stream)); break;
-    case 3:
-        NCCLCHECK(ncclReduceScatter(a->in->data, a->out->data, (size_t)a->out->numel, dt, nccl_ops_[a->op], c->comm,
-                                    c->stream));
-        break;
-    case 4: NCCLCHECK(ncclSend(a->in->data, n, dt, a->peer, c->comm, c->stream)); break;
-    default: NCCLCHECK(ncclRecv(a->out->data, n, dt, a->peer, c->comm, c->stream)); break;
+    case 0: return ncclAllReduce(in, out, n, dt, nccl_ops_[a->op], c->comm, c->stream);
+    case 1: return ncclBroadcast(in, out, n, dt, a->peer, c->comm, c->stream);
+    case 2: return ncclAllGather(in, out, n, dt, c->comm, c->stream);
+    case 3: return ncclReduceScatter(in, out, (size_t)a->out->numel, dt, nccl_ops_[a->op], c->comm, c->stream);
+    case 4: return ncclSend(in, n, dt, a->peer, c->comm, c->stream);
+    default: return ncclRecv(out, n, dt, a->peer, c->comm, c->stream);
     }
+}
+
+static ddpc_status coll_run_(nccl_comm *c, const coll_ *a, cudaEvent_t *done) {
+    CHECK(ddpc_watchdog_error(&c->wd));
+    CHECK(comm_stream_after_compute_(c));
+    pthread_mutex_lock(&c->mu);
+    int gone = !c->comm;
+    ncclResult_t r = gone ? ncclSuccess : enqueue_locked_(c, a);
+    pthread_mutex_unlock(&c->mu);
+    if (gone) return aborted_(c);
+    if (r != ncclSuccess && r != ncclInProgress)
+        return DDPC_ERROR(DDPC_ERR_DIST, "%s on rank %d failed: %s", coll_names_[a->kind], c->rank,
+                          ncclGetErrorString(r));
     if (c->group_depth > 0) {
         *done = NULL; /* recorded by group_end, after ncclGroupEnd */
         return DDPC_OK;
@@ -532,14 +586,24 @@ static PyObject *comm_recv(nccl_comm *c, PyObject *args) {
 
 static PyObject *comm_group_start(nccl_comm *c, PyObject *unused) {
     (void)unused;
+    pthread_mutex_lock(&c->mu);
     ncclResult_t r = ncclGroupStart();
+    if (r == ncclSuccess) c->group_depth++;
+    pthread_mutex_unlock(&c->mu);
     if (r != ncclSuccess) return PyErr_Format(ddpc_DistError, "ncclGroupStart failed: %s", ncclGetErrorString(r));
-    c->group_depth++;
     Py_RETURN_NONE;
 }
 
 static ddpc_status group_end_(nccl_comm *c) {
-    NCCLCHECK(ncclGroupEnd());
+    pthread_mutex_lock(&c->mu);
+    ncclResult_t r = ncclGroupEnd();
+    if (--c->group_depth == 0 && c->abort_pending) {
+        c->abort_pending = 0;
+        abort_locked_(c);
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (r != ncclSuccess && r != ncclInProgress)
+        return DDPC_ERROR(DDPC_ERR_DIST, "ncclGroupEnd on rank %d failed: %s", c->rank, ncclGetErrorString(r));
     return settle_(c, "ncclGroupEnd");
 }
 
@@ -550,7 +614,6 @@ static PyObject *comm_group_end(nccl_comm *c, PyObject *unused) {
     Py_BEGIN_ALLOW_THREADS
     st = group_end_(c);
     Py_END_ALLOW_THREADS
-    c->group_depth--;
     if (st != DDPC_OK) return ddpc_raise(st);
     if (c->group_depth > 0) Py_RETURN_NONE;
     /* The group's collectives complete together: give each work its event. */
