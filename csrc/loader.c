@@ -38,7 +38,7 @@ typedef struct {
 struct ddpc_loader {
     ddpc_loader_source src[DDPC_LOADER_MAX_SOURCES];
     int nsources;
-    int mapped;               /* some source is DDPC_SOURCE_MAPPED */
+    int mapped;               /* mapped sources bigger than the budget: keep their pages in check */
     size_t resident_base;     /* resident file pages when the loader started */
     int statm_fd;             /* /proc/self/statm, or -1 */
     int64_t *indices, *offsets, nbatches;
@@ -301,14 +301,17 @@ ddpc_status ddpc_loader_init(const ddpc_loader_config *cfg, ddpc_loader **out) {
     l->nthreads = cfg->nthreads;
     l->device = cfg->device;
     l->budget = cfg->resident_budget ? cfg->resident_budget : 1;
-    size_t row_total = 0;
+    size_t row_total = 0, mapped_bytes = 0;
     for (int k = 0; k < l->nsources; k++) {
         row_total += l->src[k].row_bytes;
-        l->mapped |= l->src[k].kind == DDPC_SOURCE_MAPPED;
+        if (l->src[k].kind == DDPC_SOURCE_MAPPED) mapped_bytes += (size_t)l->src[k].rows * l->src[k].row_bytes;
     }
-    /* Start from none of the files resident (an earlier pass may have left
-     * them mapped), so the budget bounds what this pass adds. */
-    release_files_(l);
+    /* Mapped files that fit the budget together can stay resident: no checks
+     * and no dropping of pages the next pass would fault in again. Bigger
+     * ones start from none of their pages resident (an earlier pass may have
+     * left them mapped), so the budget bounds what this pass adds. */
+    l->mapped = mapped_bytes > l->budget;
+    if (l->mapped) release_files_(l);
     l->statm_fd = l->mapped ? open("/proc/self/statm", O_RDONLY | O_CLOEXEC) : -1;
     l->resident_base = ddpc_resident_file_bytes(l->statm_fd);
     l->chunk_rows = row_total >= CHUNK_BYTES ? 1 : CHUNK_BYTES / (row_total ? row_total : 1);
