@@ -177,6 +177,71 @@ def scenario_p2p():
     dist.barrier()
 
 
+def in_shared(mem, n, dtype, offset):
+    """n elements of dtype at byte `offset` of a shared buffer (bfloat16 through its bits)."""
+    if np.dtype(dtype) == np.dtype(ml_dtypes.bfloat16):
+        return np.frombuffer(mem, np.uint16, n, offset).view(ml_dtypes.bfloat16)
+    return np.frombuffer(mem, dtype, n, offset)
+
+
+def scenario_shared():
+    """all_reduce in place in a shared buffer: every op x dtype x size at an
+    offset that is no multiple of the cache line, async and async after async,
+    in async, a buffer outliving its group, and clear errors for sizes that
+    differ between ranks."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    alone = dist.GroupMember.WORLD._c.local_size == 1
+    mem = dist.shared_buffer(1 << 20)
+    # A rank alone on its host gets None, and joins the others' collectives with private memory.
+    assert (mem is None) == alone, "shared_buffer: None exactly where no other rank shares the host"
+    mem = bytearray(1 << 20) if alone else mem
+    view = memoryview(mem)
+    assert view.nbytes == 1 << 20 and not any(view[:: 4093]), "a shared buffer is not zeroed"
+    for dtype in DTYPES:
+        for n in [1, 7, 4097, 65537]:
+            for op in OPS:
+                a = in_shared(mem, n, dtype, 40)
+                a[:] = contribution(op, rank, n, dtype)
+                dist.all_reduce(a, op=op)
+                check(a, expected(op, world, n, dtype), f"shared all_reduce {np.dtype(dtype).name} op {op} n {n}")
+    # Two tensors in one buffer, reduced asynchronously one after the other.
+    x, y = in_shared(mem, 1000, np.float32, 0), in_shared(mem, 3000, np.float32, 4096)
+    x[:], y[:] = rank, 2 * rank
+    works = [dist.all_reduce(x, async_op=True), dist.all_reduce(y, async_op=True)]
+    for w in works:
+        w.wait()
+    check(x, np.full(1000, world * (world - 1) // 2), "shared async 1")
+    check(y, np.full(3000, world * (world - 1)), "shared async 2")
+    # A subgroup's buffer stays usable after the subgroup is destroyed.
+    sub = dist.new_group(list(range(world)))
+    kept = dist.shared_buffer(4096, group=sub) or bytearray(4096)
+    z = np.frombuffer(kept, np.int64, 8)
+    z[:] = rank + 1
+    dist.all_reduce(z, group=sub)
+    dist.destroy_process_group(sub)
+    check(z, np.full(8, world * (world + 1) // 2), "shared buffer after its group is gone")
+    z[:] = 0
+    # Ranks asking for different sizes get an error, not a hang.
+    try:
+        dist.shared_buffer(4096 * (1 + (rank == 0)))
+    except (ValueError, dist.DistError) as e:
+        print(f"RANK {rank} SIZES {e}", flush=True)
+    dist.barrier()
+
+
+def scenario_shared_mismatch():
+    """Rank 0 all-reduces in a shared buffer, the others private arrays: every rank gets DistError."""
+    rank = dist.get_rank()
+    mem = dist.shared_buffer(4096)
+    a = np.frombuffer(mem, np.float32, 10) if rank == 0 else np.ones(10, np.float32)
+    try:
+        dist.all_reduce(a)
+    except dist.DistError as e:
+        print(f"RANK {rank} MISMATCH {e}", flush=True)
+        return
+    raise AssertionError("an all_reduce in a shared buffer against private ones did not raise")
+
+
 def scenario_mismatch():
     """Rank 0 all-reduces 10 floats, the others 12: every rank must get DistError."""
     rank = dist.get_rank()

@@ -41,6 +41,32 @@ def test_failure_reported_at_a_later_collective_spares_earlier_ones():
         assert f"RANK {r} PASS" in res.stdout, res.stdout
 
 
+@pytest.mark.parametrize("world,hosts", [(2, ""), (3, ""), (4, ""), (4, "a,a,b,b"), (3, "a,b,b")],
+                         ids=["2", "3", "4", "hier2x2", "alone+2"])
+def test_all_reduce_in_shared_buffers(world, hosts):
+    """dist.shared_buffer: all_reduce in place, on one host and on the hierarchical path
+    (a rank alone on its host gets None), and mismatches reported, not hung on."""
+    before = set(os.listdir("/dev/shm"))
+    res = run_job(world, "shared", env={"TEST_HOSTS": hosts} if hosts else None)
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out
+    # Rank 0 asks for another size than the others: its host's ranks hear of it, other hosts do not.
+    on = hosts.split(",") if hosts else ["a"] * world
+    told = [r for r in range(world) if on[r] == on[0] and on.count(on[0]) > 1]
+    for r in range(world):
+        assert f"RANK {r} PASS" in res.stdout, out
+        assert (f"RANK {r} SIZES " in res.stdout) == (r in told), out
+    assert ("shared buffers differ in size" in res.stdout) == bool(told), out
+    assert not {f for f in os.listdir("/dev/shm") if f.startswith("ddpc-")} - before
+    if hosts:
+        return
+    res = run_job(world, "shared_mismatch")
+    assert res.returncode == 0, res.stdout + res.stderr
+    for r in range(world):
+        assert f"RANK {r} MISMATCH collective mismatch" in res.stdout, res.stdout
+    assert "shared buffer #" in res.stdout, res.stdout
+
+
 @pytest.mark.parametrize("hosts", ["a,b,c", "a,a,b,b", "a,b,b,a"], ids=["ring3", "hier2x2", "hier-interleaved"])
 def test_collectives_across_simulated_hosts(hosts):
     """Ranks told they run on different hosts (DDPC_HOST_ID) use the TCP ring

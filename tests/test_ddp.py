@@ -113,6 +113,24 @@ def test_small_buckets_and_gradient_views_give_the_same_result():
         assert_params_close(r, ref)
 
 
+def bucket_memory_worker(rank):
+    import ddpc.distributed as dist
+    from ddpc import nn
+
+    dist.init_process_group("cpu")
+    # hidden 600: more than the first bucket's 1 MB, so there are several buckets
+    ddp = nn.parallel.DistributedDataParallel(model(hidden=600), bucket_cap_mb=0.0005)
+    owners = [type(b.flat._buf.base.base).__name__ for b in ddp._buckets]
+    dist.destroy_process_group()
+    return owners
+
+
+def test_buckets_live_in_memory_the_ranks_share():
+    """On one host the buckets lie in a dist.shared_buffer, which the cpu backend reduces in place."""
+    for owners in ddpc.spawn(bucket_memory_worker, nprocs=2):
+        assert len(owners) > 1 and set(owners) == {"SharedBuffer"}, owners
+
+
 def test_no_sync_accumulation_equals_one_step_on_the_concatenation():
     ref = train_single(2, batch=4, steps=2, accumulate=3)
     results = ddpc.spawn(ddp_worker, args=(2, 4, 2, {"accumulate": 3}), nprocs=2)

@@ -256,8 +256,13 @@ static void execute_(ddpc_group *g, ddpc_work *w) {
     pthread_mutex_unlock(&g->lock);
 }
 
+static _Thread_local int in_worker_;
+
+int ddpc_in_worker(void) { return in_worker_; }
+
 static void *worker_main_(void *arg) {
     ddpc_group *g = arg;
+    in_worker_ = 1;
     pthread_mutex_lock(&g->lock);
     for (;;) {
         while (!(g->head && !g->busy) && !(g->stop && !g->head)) pthread_cond_wait(&g->cond, &g->lock);
@@ -315,6 +320,23 @@ ddpc_status ddpc_group_submit(ddpc_group *g, const ddpc_coll_args *a, ddpc_work 
     }
     ddpc_status st = ddpc_work_wait(w, -1);
     ddpc_work_release(w);
+    return st;
+}
+
+ddpc_status ddpc_group_share(ddpc_group *g, size_t nbytes, ddpc_shm_reg **out) {
+    if (g->backend != &ddpc_cpu_backend || !g->bstate)
+        return DDPC_ERROR(DDPC_ERR_ARG, "a shared buffer needs the cpu backend and another rank of the group on "
+                                        "this host");
+    /* Hold the group while sharing: the store is then used by one thread at a time. */
+    pthread_mutex_lock(&g->lock);
+    while (g->head || g->busy) pthread_cond_wait(&g->cond, &g->lock);
+    g->busy = 1;
+    pthread_mutex_unlock(&g->lock);
+    ddpc_status st = atomic_load(&g->failed) ? ddpc_group_error(g) : ddpc_shm_share(g->bstate, nbytes, out);
+    pthread_mutex_lock(&g->lock);
+    g->busy = 0;
+    pthread_cond_broadcast(&g->cond);
+    pthread_mutex_unlock(&g->lock);
     return st;
 }
 

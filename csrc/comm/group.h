@@ -129,6 +129,9 @@ ddpc_status ddpc_group_error(ddpc_group *g);
 
 /* Work: one queued collective. */
 ddpc_status ddpc_group_submit(ddpc_group *g, const ddpc_coll_args *a, ddpc_work **work);
+/* Whether the calling thread is a group's worker, running collectives the
+ * caller launched asynchronously (while it goes on computing). */
+int ddpc_in_worker(void);
 /* Waits for the work (timeout_s < 0: the group timeout) and returns its status. */
 ddpc_status ddpc_work_wait(ddpc_work *w, double timeout_s);
 int ddpc_work_done(ddpc_work *w);
@@ -147,6 +150,20 @@ ddpc_status ddpc_shm_init(ddpc_group *g, ddpc_shm **out);
 ddpc_status ddpc_shm_run(ddpc_shm *s, const ddpc_coll_args *a, uint64_t deadline);
 void ddpc_shm_abort(ddpc_shm *s);
 void ddpc_shm_free(ddpc_shm *s);
+
+/* Shared buffers: `nbytes` (zeroed) in a segment that every local rank of the
+ * group maps. An all_reduce of data lying in one, at the same offset on every
+ * local rank, reduces them where they are instead of through the staging
+ * areas. Collective over the local ranks, with the same size on each; the
+ * buffer stays mapped until released, even after the group is freed. */
+typedef struct ddpc_shm_reg ddpc_shm_reg;
+ddpc_status ddpc_shm_share(ddpc_shm *s, size_t nbytes, ddpc_shm_reg **out);
+void *ddpc_shm_reg_data(const ddpc_shm_reg *r);
+size_t ddpc_shm_reg_size(const ddpc_shm_reg *r);
+void ddpc_shm_reg_release(ddpc_shm_reg *r);
+/* Shares a buffer on the group's cpu backend once the collectives queued
+ * before it are done; an ARG error where no other group rank is on this host. */
+ddpc_status ddpc_group_share(ddpc_group *g, size_t nbytes, ddpc_shm_reg **out);
 
 /* TCP ring among the host leaders (ring.c): all_reduce and broadcast, where
  * `root` is a host index. */

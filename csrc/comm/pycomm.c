@@ -532,6 +532,63 @@ static PyObject *p2p_(group_obj *self, PyObject *args, ddpc_coll coll) {
 static PyObject *group_send(group_obj *self, PyObject *args) { return p2p_(self, args, DDPC_COLL_SEND); }
 static PyObject *group_recv(group_obj *self, PyObject *args) { return p2p_(self, args, DDPC_COLL_RECV); }
 
+/* ---- SharedBuffer: host memory every local rank maps ----------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    ddpc_shm_reg *reg;
+} shared_obj;
+
+static PyTypeObject *SharedType;
+
+static int shared_getbuffer(shared_obj *self, Py_buffer *view, int flags) {
+    return PyBuffer_FillInfo(view, (PyObject *)self, ddpc_shm_reg_data(self->reg),
+                             (Py_ssize_t)ddpc_shm_reg_size(self->reg), 0, flags);
+}
+
+static void shared_dealloc(shared_obj *self) {
+    ddpc_shm_reg_release(self->reg);
+    PyTypeObject *tp = Py_TYPE(self);
+    tp->tp_free((PyObject *)self);
+    Py_DECREF(tp);
+}
+
+static PyMethodDef shared_methods[] = {
+    {"__reduce__", refuse_pickle_, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot shared_slots[] = {
+    {Py_tp_dealloc, shared_dealloc},
+    {Py_tp_methods, shared_methods},
+    {Py_bf_getbuffer, shared_getbuffer},
+    {Py_tp_doc, "Zeroed host memory that every rank of a group on this host maps (ProcessGroup.share)"},
+    {0, NULL},
+};
+
+static PyType_Spec shared_spec = {"ddpc._C.SharedBuffer", sizeof(shared_obj), 0, Py_TPFLAGS_DEFAULT, shared_slots};
+
+static PyObject *group_share(group_obj *self, PyObject *arg) {
+    Py_ssize_t nbytes = PyLong_AsSsize_t(arg);
+    if (nbytes < 0) {
+        if (!PyErr_Occurred()) PyErr_Format(PyExc_ValueError, "share: size must be >= 0, got %zd", nbytes);
+        return NULL;
+    }
+    if (!group_ready_(self)) return NULL;
+    shared_obj *o = PyObject_New(shared_obj, SharedType);
+    if (!o) return NULL;
+    o->reg = NULL;
+    ddpc_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = ddpc_group_share(self->group, (size_t)nbytes, &o->reg);
+    Py_END_ALLOW_THREADS
+    if (st != DDPC_OK) {
+        Py_DECREF(o);
+        return ddpc_raise(st);
+    }
+    return (PyObject *)o;
+}
+
 static PyObject *group_close(group_obj *self, PyObject *unused) {
     (void)unused;
     group_close_(self);
@@ -558,6 +615,9 @@ static PyMethodDef group_methods[] = {
     {"barrier", (PyCFunction)group_barrier, METH_VARARGS, "barrier(async_op=False)"},
     {"send", (PyCFunction)group_send, METH_VARARGS, "send(buf, dtype, dst, tag=0, async_op=False)"},
     {"recv", (PyCFunction)group_recv, METH_VARARGS, "recv(buf, dtype, src, tag=0, async_op=False)"},
+    {"share", (PyCFunction)group_share, METH_O,
+     "share(nbytes) -> SharedBuffer: zeroed memory every rank on this host maps; an all_reduce of data in it, at "
+     "the same offset on every rank, skips the staging copies (collective over the ranks on this host)"},
     {"close", (PyCFunction)group_close, METH_NOARGS, "release the group's threads, segment and sockets"},
     {"__reduce__", refuse_pickle_, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
@@ -639,10 +699,12 @@ int ddpc_comm_register(PyObject *m) {
     StoreType = (PyTypeObject *)PyType_FromSpec(&store_spec);
     GroupType = (PyTypeObject *)PyType_FromSpec(&group_spec);
     WorkType = (PyTypeObject *)PyType_FromSpec(&work_spec);
-    if (!StoreType || !GroupType || !WorkType) return -1;
+    SharedType = (PyTypeObject *)PyType_FromSpec(&shared_spec);
+    if (!StoreType || !GroupType || !WorkType || !SharedType) return -1;
     if (PyModule_AddObjectRef(m, "Store", (PyObject *)StoreType) < 0 ||
         PyModule_AddObjectRef(m, "ProcessGroup", (PyObject *)GroupType) < 0 ||
-        PyModule_AddObjectRef(m, "Work", (PyObject *)WorkType) < 0 || PyModule_AddFunctions(m, comm_functions) < 0)
+        PyModule_AddObjectRef(m, "Work", (PyObject *)WorkType) < 0 ||
+        PyModule_AddObjectRef(m, "SharedBuffer", (PyObject *)SharedType) < 0 || PyModule_AddFunctions(m, comm_functions) < 0)
         return -1;
     PyObject *ops = Py_BuildValue("{s:i,s:i,s:i,s:i,s:i}", "SUM", DDPC_RED_SUM, "AVG", DDPC_RED_AVG, "MIN",
                                   DDPC_RED_MIN, "MAX", DDPC_RED_MAX, "PROD", DDPC_RED_PROD);

@@ -37,7 +37,7 @@ __all__ = [
     "Backend", "DistError", "DistTimeoutError", "FileStore", "GroupMember", "ProcessGroup", "ReduceOp", "TCPStore",
     "Work", "all_gather", "all_gather_into_tensor", "all_reduce", "barrier", "broadcast", "destroy_process_group",
     "get_backend", "get_rank", "get_world_size", "init_process_group", "irecv", "is_available", "is_initialized",
-    "isend", "new_group", "recv", "reduce_scatter_tensor", "send",
+    "isend", "new_group", "recv", "reduce_scatter_tensor", "send", "shared_buffer",
 ]
 
 _DTYPE_CODES = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 3, "int32": 4, "int64": 5, "uint8": 6}
@@ -406,6 +406,20 @@ def collective_device(group=None):
     """Where this rank's tensors for ``group``'s collectives must live: its GPU
     on the nccl backend, the host on the cpu backend (which also stages CUDA tensors)."""
     return f"cuda:{_world.device}" if _group(group).backend == "nccl" else "cpu"
+
+
+def shared_buffer(nbytes, group=None):
+    """``nbytes`` of zeroed host memory that every rank of ``group`` on this
+    host maps, or None where the group has no other rank on this host or is
+    not on the cpu backend. An all_reduce of a tensor lying in it, at the
+    same offset on every rank, reduces the ranks' data where they are instead
+    of copying them through the staging areas (about half the memory
+    traffic); DistributedDataParallel keeps its buckets in one. Collective:
+    the group's ranks call it in the same order, with the same size."""
+    g = _group(group)
+    if g.backend != "cpu" or g._c.local_size < 2:
+        return None
+    return g._c.share(int(nbytes))
 
 
 def new_group(ranks=None, timeout=None, backend=None):

@@ -16,6 +16,8 @@ all-reduce (NCCL across GPUs; copies otherwise).
 import contextlib
 import copy
 
+import numpy as np
+
 from .. import _C
 from .. import distributed as dist
 from ..autograd import Node, is_grad_enabled, no_grad
@@ -105,7 +107,7 @@ def bf16_compress_hook(process_group, bucket):
 
 
 class _Bucket:
-    def __init__(self, index, params, device, dtype):
+    def __init__(self, index, params, flat):
         self.index = index
         self.params = params
         self.offsets = []
@@ -113,7 +115,7 @@ class _Bucket:
         for p in params:
             self.offsets.append(n)
             n += p.numel()
-        self.flat = zeros(n, dtype=dtype, device=device)
+        self.flat = flat
         self.pending = len(params)
         self.future = None
         self.data = self.flat  # what this step reduces: the flat buffer, or a lone parameter's gradient
@@ -263,7 +265,25 @@ class DistributedDataParallel(Module):
             size += p.nbytes
         if current:
             buckets.append(current)
-        return [_Bucket(i, ps, ps[0].device, ps[0].dtype) for i, ps in enumerate(buckets)]
+        flats = self._bucket_memory(buckets)
+        return [_Bucket(i, ps, flat) for i, (ps, flat) in enumerate(zip(buckets, flats))]
+
+    def _bucket_memory(self, buckets):
+        """Zeroed flat storage for each bucket. On the host, all of it lies in one
+        buffer that the ranks on this host share (dist.shared_buffer), at the same
+        offsets on every rank, so the cpu backend reduces the buckets in place."""
+        counts = [sum(p.numel() for p in ps) for ps in buckets]
+        if not buckets or any(ps[0].device.type != "cpu" for ps in buckets):
+            return [zeros(n, dtype=ps[0].dtype, device=ps[0].device) for ps, n in zip(buckets, counts)]
+        offsets, end = [], 0
+        for ps, n in zip(buckets, counts):
+            offsets.append(end)
+            end += -(-n * ps[0].element_size() // 64) * 64  # 64-byte aligned: no cache line spans two buckets
+        memory = dist.shared_buffer(end, self.process_group)
+        if memory is None:
+            return [zeros(n, dtype=ps[0].dtype, device=ps[0].device) for ps, n in zip(buckets, counts)]
+        return [Tensor(_C.Buffer.from_object(np.frombuffer(memory, f"u{ps[0].element_size()}", n, o), ps[0].dtype.name))
+                for ps, n, o in zip(buckets, counts, offsets)]
 
     # ---- the reducer -----------------------------------------------------------------
     def _prepare_for_backward(self, outputs):
