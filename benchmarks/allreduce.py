@@ -2,6 +2,7 @@
 
     python benchmarks/allreduce.py --nproc 2
     python benchmarks/allreduce.py --nproc 4 --compare-torch   # needs torch importable
+    python benchmarks/allreduce.py --nproc 2 --shared          # buffers from dist.shared_buffer
 
 For each size: time per all_reduce (the slowest rank's mean over the timed
 iterations of a round, best of --rounds rounds), algbw = bytes / time and
@@ -71,6 +72,9 @@ def worker(rank, args):
     if on_gpu:
         buf = ddpc.zeros(args.max_bytes // item, dtype=args.dtype, device=f"cuda:{rank}")
         slowest = ddpc.zeros(1, dtype=ddpc.float64, device=f"cuda:{rank}")
+    elif args.shared:  # reduced in place where the ranks share memory
+        buf = np.frombuffer(dist.shared_buffer(args.max_bytes), dtype, args.max_bytes // item)
+        slowest = np.zeros(1, np.float64)
     else:
         buf = np.zeros(args.max_bytes // item, dtype)
         slowest = np.zeros(1, np.float64)
@@ -136,7 +140,11 @@ def main():
     p.add_argument("--max-bytes", type=parse_size, default=256 << 20)
     p.add_argument("--rounds", type=int, default=3, help="timed rounds per size; the best is kept")
     p.add_argument("--compare-torch", action="store_true", help="also time torch.distributed (gloo)")
+    p.add_argument("--shared", action="store_true",
+                   help="all-reduce in a dist.shared_buffer (cpu backend, 2 or more ranks), as DDP's buckets are")
     args = p.parse_args()
+    if args.shared and (args.backend != "cpu" or args.nproc < 2):
+        sys.exit("--shared needs the cpu backend and at least 2 ranks")
     if args.compare_torch and args.backend == "nccl":
         sys.exit("--compare-torch times gloo on host buffers; run it with the cpu backend")
     if args.compare_torch:
@@ -145,7 +153,8 @@ def main():
         from ddpc._procs import free_port
 
         args.torch_port = free_port()
-    print(f"# ddpc all_reduce: {args.nproc} ranks on one host, backend {args.backend}, {args.dtype} {args.op}")
+    print(f"# ddpc all_reduce: {args.nproc} ranks on one host, backend {args.backend}, {args.dtype} {args.op}"
+          + (", in a shared buffer" if args.shared else ""))
     print(f"# host: {machine()}; Python {platform.python_version()}, ddpc {ddpc.__version__}"
           + (f", torch {sys.modules['torch'].__version__}" if args.compare_torch else ""))
     print(f"# memcpy bandwidth (one process, 256 MiB): {memcpy_bandwidth():.2f} GB/s")

@@ -256,13 +256,8 @@ static void execute_(ddpc_group *g, ddpc_work *w) {
     pthread_mutex_unlock(&g->lock);
 }
 
-static _Thread_local int in_worker_;
-
-int ddpc_in_worker(void) { return in_worker_; }
-
 static void *worker_main_(void *arg) {
     ddpc_group *g = arg;
-    in_worker_ = 1;
     pthread_mutex_lock(&g->lock);
     for (;;) {
         while (!(g->head && !g->busy) && !(g->stop && !g->head)) pthread_cond_wait(&g->cond, &g->lock);

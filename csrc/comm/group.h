@@ -129,9 +129,6 @@ ddpc_status ddpc_group_error(ddpc_group *g);
 
 /* Work: one queued collective. */
 ddpc_status ddpc_group_submit(ddpc_group *g, const ddpc_coll_args *a, ddpc_work **work);
-/* Whether the calling thread is a group's worker, running collectives the
- * caller launched asynchronously (while it goes on computing). */
-int ddpc_in_worker(void);
 /* Waits for the work (timeout_s < 0: the group timeout) and returns its status. */
 ddpc_status ddpc_work_wait(ddpc_work *w, double timeout_s);
 int ddpc_work_done(ddpc_work *w);

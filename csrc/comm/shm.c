@@ -421,9 +421,6 @@ static ddpc_status sync_(ddpc_shm *s, uint64_t deadline) {
     uint32_t target = epoch * (uint32_t)s->n;
     atomic_store_explicit(reached_(s, s->me), epoch, memory_order_relaxed);
     uint32_t v = atomic_fetch_add(&c->arrive, 1) + 1;
-    /* An asynchronous collective shares this rank's cores with the caller's
-     * computation: spinning would take time from it, so sleep almost at once. */
-    int spin = ddpc_in_worker() ? 64 : s->spin;
     if (v == target) {
         if (atomic_load(&c->sleepers)) futex_wake_(&c->arrive);
     } else {
@@ -432,7 +429,7 @@ static ddpc_status sync_(ddpc_shm *s, uint64_t deadline) {
             if ((int32_t)(v - target) >= 0) break;
             /* Spin (yielding now and then, in case the rank we wait for
              * shares this core with us), then sleep on the futex. */
-            if (i < spin) {
+            if (i < s->spin) {
                 if ((i & 63) == 63) sched_yield();
                 else cpu_relax_();
                 continue;
