@@ -76,7 +76,8 @@ def libasan():
 
 @pytest.mark.slow
 def test_extension_cpu_only_asan_build_without_warnings(tmp_path):
-    """The CPU-only build compiles with no warnings and passes the in-process suites under ASan."""
+    """The CPU-only build compiles with no warnings and passes the in-process suites under ASan,
+    and multi-process all-reduces through shared memory."""
     asan = libasan()
     if asan is None:
         pytest.skip("the compiler has no libasan.so")
@@ -99,3 +100,8 @@ def test_extension_cpu_only_asan_build_without_warnings(tmp_path):
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     passed = re.search(r"(\d+) passed", res.stdout)
     assert passed and int(passed.group(1)) > 300, res.stdout[-3000:]
+    # Ranks in processes of their own, on the same build: the shared-memory engine and its shared buffers.
+    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x",
+                          f"{ROOT}/tests/test_collectives.py", "-k", "shared or later"],
+                         cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0 and " passed" in res.stdout, res.stdout[-3000:] + res.stderr[-3000:]
