@@ -229,6 +229,20 @@ def scenario_shared():
     dist.barrier()
 
 
+def scenario_shared_full(nbytes):
+    """Rank 0 asks for more than /dev/shm holds (the others for a little, so they
+    learn of rank 0's failure from it): every rank gets an error at once, and
+    the group goes on."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    try:
+        dist.shared_buffer(int(nbytes) if rank == 0 else 4096)
+    except (OSError, dist.DistError) as e:
+        print(f"RANK {rank} FULL {e}", flush=True)
+    a = np.ones(5, np.float32)
+    dist.all_reduce(a)
+    check(a, np.full(5, world), "all_reduce after a failed shared_buffer")
+
+
 def scenario_shared_mismatch():
     """Rank 0 all-reduces in a shared buffer, the others private arrays: every rank gets DistError."""
     rank = dist.get_rank()

@@ -67,6 +67,22 @@ def test_all_reduce_in_shared_buffers(world, hosts):
     assert "shared buffer #" in res.stdout, res.stdout
 
 
+def test_shared_buffer_larger_than_dev_shm_is_an_error_on_every_rank():
+    """Its pages are allocated up front: a full /dev/shm is an error, not a SIGBUS at first touch."""
+    st = os.statvfs("/dev/shm")
+    if st.f_blocks == 0:
+        pytest.skip("/dev/shm has no size limit")
+    before = set(os.listdir("/dev/shm"))
+    res = run_job(3, "shared_full", st.f_blocks * st.f_frsize + (1 << 30), timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    lines = {r: [ln for ln in res.stdout.splitlines() if ln.startswith(f"RANK {r} FULL ")] for r in range(3)}
+    for r in range(3):
+        assert len(lines[r]) == 1 and "no room for a shared buffer" in lines[r][0], res.stdout
+        assert f"RANK {r} PASS" in res.stdout, res.stdout
+    assert "rank 0 could not make its shared buffer" in res.stdout, res.stdout
+    assert not {f for f in os.listdir("/dev/shm") if f.startswith("ddpc-")} - before
+
+
 @pytest.mark.parametrize("hosts", ["a,b,c", "a,a,b,b", "a,b,b,a"], ids=["ring3", "hier2x2", "hier-interleaved"])
 def test_collectives_across_simulated_hosts(hosts):
     """Ranks told they run on different hosts (DDPC_HOST_ID) use the TCP ring

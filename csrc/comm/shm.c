@@ -176,9 +176,11 @@ ddpc_status ddpc_shm_init(ddpc_group *g, ddpc_shm **out) {
         segment_name_(name, sizeof name, what);
         fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
         if (fd < 0) return free(s), DDPC_ERROR(DDPC_ERR_SYS, "shm_open(%s) failed: %s", name, strerror(errno));
-        if (ftruncate(fd, (off_t)size) < 0) {
-            res = DDPC_ERROR(DDPC_ERR_SYS, "cannot size the shared segment (%zu bytes) in /dev/shm: %s", size,
-                             strerror(errno));
+        /* Pages allocated now: a full /dev/shm is an error here, not a SIGBUS later. */
+        int e = ftruncate(fd, (off_t)size) < 0 ? errno : posix_fallocate(fd, 0, (off_t)size);
+        if (e) {
+            res = DDPC_ERROR(DDPC_ERR_SYS, "cannot make the shared segment (%zu bytes) in /dev/shm: %s", size,
+                             strerror(e));
             shm_unlink(name);
             goto fail;
         }
@@ -245,20 +247,27 @@ void ddpc_shm_reg_release(ddpc_shm_reg *r) {
     reg_unref_(r);
 }
 
-/* Maps local rank j's buffer, whose name was published under `key`. */
+/* Maps local rank j's buffer, whose name (or "!reason" when that rank could
+ * not make it) was published under `key`. */
 static ddpc_status map_peer_(ddpc_shm *s, ddpc_shm_reg *r, int j, const char *key) {
     void *val;
     size_t len;
     CHECK(ddpc_store_get(s->g->store, key, &val, &len, s->g->timeout_s));
-    int peer = s->g->topo.local_ranks[j], fd = shm_open((const char *)val, O_RDWR | O_CLOEXEC, 0600);
+    const char *name = val;
+    int peer = s->g->topo.local_ranks[j];
+    if (name[0] == '!') {
+        ddpc_status st = DDPC_ERROR(DDPC_ERR_DIST, "rank %d could not make its shared buffer: %s", peer, name + 1);
+        free(val);
+        return st;
+    }
+    int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0600);
     struct stat sb;
     ddpc_status st = DDPC_OK;
     if (fd < 0 && errno == ENOENT) {
         st = DDPC_ERROR(DDPC_ERR_DIST, "rank %d's shared buffer is gone: that rank gave up sharing it (it failed, "
                         "or asked for another size)", peer);
     } else if (fd < 0) {
-        st = DDPC_ERROR(DDPC_ERR_SYS, "shm_open(%s) of rank %d's shared buffer failed: %s", (char *)val, peer,
-                        strerror(errno));
+        st = DDPC_ERROR(DDPC_ERR_SYS, "shm_open(%s) of rank %d's shared buffer failed: %s", name, peer, strerror(errno));
     } else if (fstat(fd, &sb) < 0) {
         st = DDPC_ERROR(DDPC_ERR_SYS, "fstat of rank %d's shared buffer failed: %s", peer, strerror(errno));
     } else if ((size_t)sb.st_size != r->map_size) {
@@ -274,39 +283,68 @@ static ddpc_status map_peer_(ddpc_shm *s, ddpc_shm_reg *r, int j, const char *ke
     return st;
 }
 
+/* Makes this rank's buffer: a segment whose pages are all allocated now, so
+ * a full /dev/shm is an error here rather than a SIGBUS on first touch. */
+static ddpc_status make_own_(ddpc_shm_reg *r, int me, const char *name, int *created) {
+    int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0) return DDPC_ERROR(DDPC_ERR_SYS, "shm_open(%s) failed: %s", name, strerror(errno));
+    *created = 1;
+    ddpc_status st = DDPC_OK;
+    int e = ftruncate(fd, (off_t)r->map_size) < 0 ? errno : posix_fallocate(fd, 0, (off_t)r->map_size);
+    if (e) {
+        st = DDPC_ERROR(DDPC_ERR_SYS, "no room for a shared buffer of %zu bytes in /dev/shm (%s); give /dev/shm "
+                        "more space (e.g. docker run --shm-size)", r->map_size, strerror(e));
+    } else {
+        void *p = mmap(NULL, r->map_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (p == MAP_FAILED)
+            st = DDPC_ERROR(DDPC_ERR_SYS, "mmap of a shared buffer (%zu bytes) failed: %s", r->map_size, strerror(errno));
+        else r->base[me] = r->mine = p;
+    }
+    close(fd);
+    return st;
+}
+
+/* Every rank publishes its buffer's name (or why it has none), maps the
+ * others', and counts itself in once it has; a rank that fails at any point
+ * counts itself as failed instead, so no rank waits for one that gave up. */
+#define FAILED_ONE_ ((int64_t)1 << 32)
+
 ddpc_status ddpc_shm_share(ddpc_shm *s, size_t nbytes, ddpc_shm_reg **out) {
     ddpc_group *g = s->g;
     ddpc_status res = DDPC_OK;
-    ddpc_shm_reg *r = calloc(1, sizeof *r + (size_t)s->n * sizeof(char *));
+    /* Room in the table first: once the ranks agree, nothing may fail on one of them alone. */
+    pthread_mutex_lock(&s->reg_lock);
+    if (s->nregs == s->cap_regs) {
+        int cap = s->cap_regs ? 2 * s->cap_regs : 4;
+        ddpc_shm_reg **nr = realloc(s->regs, (size_t)cap * sizeof *nr);
+        if (nr) s->regs = nr, s->cap_regs = cap;
+    }
+    int room = s->nregs < s->cap_regs;
+    pthread_mutex_unlock(&s->reg_lock);
+    ddpc_shm_reg *r = room ? calloc(1, sizeof *r + (size_t)s->n * sizeof(char *)) : NULL;
     if (!r) return DDPC_ERROR(DDPC_ERR_OOM, "out of memory");
     atomic_init(&r->refs, 1);
     r->id = ++s->reg_next;
     r->size = nbytes;
     r->map_size = nbytes ? (nbytes + 4095) / 4096 * 4096 : 4096;
     r->n = s->n;
-    int leader = g->topo.local_ranks[0], fd, created = 0;
+    int leader = g->topo.local_ranks[0], created = 0;
+    int64_t state = 0;
     unsigned long long id = (unsigned long long)r->id;
-    char name[128], key[192], what[48];
+    char name[128], key[192], state_key[192], what[48];
     snprintf(what, sizeof what, "%d-b%llu", leader, id);
     segment_name_(name, sizeof name, what);
-    fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
-    if (fd < 0) {
-        res = DDPC_ERROR(DDPC_ERR_SYS, "shm_open(%s) failed: %s", name, strerror(errno));
-        goto fail;
-    }
-    created = 1;
-    if (ftruncate(fd, (off_t)r->map_size) < 0) {
-        res = DDPC_ERROR(DDPC_ERR_SYS, "cannot size a shared buffer (%zu bytes) in /dev/shm: %s", r->map_size,
-                         strerror(errno));
-        goto fail;
-    }
-    void *p = mmap(NULL, r->map_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (p == MAP_FAILED) {
-        res = DDPC_ERROR(DDPC_ERR_SYS, "mmap of a shared buffer (%zu bytes) failed: %s", r->map_size, strerror(errno));
-        goto fail;
-    }
-    r->base[s->me] = r->mine = p;
+    snprintf(state_key, sizeof state_key, "%sbuf_state/%d/%llu", g->prefix, leader, id);
     snprintf(key, sizeof key, "%sbuf/%d/%llu/%d", g->prefix, leader, id, s->me);
+    res = make_own_(r, s->me, name, &created);
+    if (res != DDPC_OK) {
+        char why[600];
+        snprintf(why, sizeof why, "!%s", ddpc_last_error());
+        char *loc = strrchr(why, '[');  /* the peers' message gets their own location */
+        if (loc && loc > why + 1 && loc[-1] == ' ') loc[-1] = '\0';
+        (void)ddpc_store_set(g->store, key, why, strlen(why) + 1);
+        goto fail;
+    }
     CHECKGOTO(ddpc_store_set(g->store, key, name, strlen(name) + 1), res, fail);
     for (int j = 0; j < s->n; j++) {
         if (j == s->me) continue;
@@ -314,11 +352,13 @@ ddpc_status ddpc_shm_share(ddpc_shm *s, size_t nbytes, ddpc_shm_reg **out) {
         CHECKGOTO(map_peer_(s, r, j, key), res, fail);
     }
     /* Once every rank has mapped every buffer the names can go. */
-    int64_t mapped;
-    snprintf(key, sizeof key, "%sbuf_mapped/%d/%llu", g->prefix, leader, id);
-    CHECKGOTO(ddpc_store_add(g->store, key, 1, &mapped), res, fail);
+    CHECKGOTO(ddpc_store_add(g->store, state_key, 1, &state), res, fail);
     uint64_t deadline = ddpc_deadline_after(g->timeout_s);
-    while (mapped < s->n) {
+    while (state % FAILED_ONE_ < s->n) {
+        if (state >= FAILED_ONE_) {
+            res = DDPC_ERROR(DDPC_ERR_DIST, "another rank on this host could not map the shared buffers");
+            goto fail;
+        }
         if (atomic_load(&g->failed)) {
             res = ddpc_group_error(g);
             goto fail;
@@ -330,32 +370,19 @@ ddpc_status ddpc_shm_share(ddpc_shm *s, size_t nbytes, ddpc_shm_reg **out) {
         }
         struct timespec ts = {0, 1000000};
         nanosleep(&ts, NULL);
-        CHECKGOTO(ddpc_store_add(g->store, key, 0, &mapped), res, fail);
+        CHECKGOTO(ddpc_store_add(g->store, state_key, 0, &state), res, fail);
     }
     shm_unlink(name);
-    created = 0;
-    close(fd);
-    fd = -1;
     pthread_mutex_lock(&s->reg_lock);
-    if (s->nregs == s->cap_regs) {
-        int cap = s->cap_regs ? 2 * s->cap_regs : 4;
-        ddpc_shm_reg **nr = realloc(s->regs, (size_t)cap * sizeof *nr);
-        if (nr) s->regs = nr, s->cap_regs = cap;
-    }
-    int added = s->nregs < s->cap_regs;
-    if (added) {
-        atomic_fetch_add(&r->refs, 1);
-        s->regs[s->nregs++] = r;
-    }
+    atomic_fetch_add(&r->refs, 1);
+    s->regs[s->nregs++] = r;
     pthread_mutex_unlock(&s->reg_lock);
-    if (!added) {
-        res = DDPC_ERROR(DDPC_ERR_OOM, "out of memory");
-        goto fail;
-    }
     *out = r;
     return DDPC_OK;
 fail:
-    if (fd >= 0) close(fd);
+    /* The others stop waiting for this rank. Should the store fail too, the
+     * error recorded first, this rank's own, is the one reported. */
+    (void)ddpc_store_add(g->store, state_key, FAILED_ONE_, &state);
     if (created) shm_unlink(name);
     reg_unref_(r);
     return res;

@@ -15,6 +15,7 @@ all-reduce (NCCL across GPUs; copies otherwise).
 
 import contextlib
 import copy
+import warnings
 
 import numpy as np
 
@@ -279,7 +280,11 @@ class DistributedDataParallel(Module):
         for ps, n in zip(buckets, counts):
             offsets.append(end)
             end += -(-n * ps[0].element_size() // 64) * 64  # 64-byte aligned: no cache line spans two buckets
-        memory = dist.shared_buffer(end, self.process_group)
+        try:
+            memory = dist.shared_buffer(end, self.process_group)
+        except (dist.DistError, OSError) as e:  # e.g. /dev/shm too small: every rank on the host gets an error
+            warnings.warn(f"DistributedDataParallel keeps its buckets in private memory: {e}", RuntimeWarning)
+            memory = None
         if memory is None:
             return [zeros(n, dtype=ps[0].dtype, device=ps[0].device) for ps, n in zip(buckets, counts)]
         return [Tensor(_C.Buffer.from_object(np.frombuffer(memory, f"u{ps[0].element_size()}", n, o), ps[0].dtype.name))
