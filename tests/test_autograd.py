@@ -328,3 +328,42 @@ def test_set_grad_enabled_as_call_context_and_decorator():
         with ddpc.set_grad_enabled(True):
             assert (x * 2).grad_fn is not None
         assert not ddpc.is_grad_enabled()
+
+
+def test_gradients_land_in_the_memory_a_leaf_names():
+    """``leaf._grad_into`` (DDP's bucket slots): a linear layer's weight and bias
+    gradients are written there when that gradient alone reaches the leaf and it
+    has none yet; otherwise (shared weights, accumulation, hooks) as usual."""
+    x = ddpc.tensor(rng.standard_normal((6, 4)), dtype=ddpc.float64)
+
+    def reference(uses):
+        w, b = leaf(3, 4), leaf(3)
+        w0, b0 = w.detach().numpy().copy(), b.detach().numpy().copy()
+        ref_w, ref_b = ddpc.tensor(w0, requires_grad=True), ddpc.tensor(b0, requires_grad=True)
+        sum(F.linear(x, ref_w, ref_b).sum() for _ in range(uses)).backward()
+        return w, b, ref_w.grad.numpy(), ref_b.grad.numpy()
+
+    w, b, want_w, want_b = reference(1)
+    w._grad_into, b._grad_into = ddpc.zeros((3, 4), dtype=ddpc.float64), ddpc.zeros(3, dtype=ddpc.float64)
+    F.linear(x, w, b).sum().backward()
+    assert w.grad.data_ptr() == w._grad_into.data_ptr() and b.grad.data_ptr() == b._grad_into.data_ptr()
+    np.testing.assert_allclose(w.grad.numpy(), want_w, rtol=1e-12)
+    np.testing.assert_allclose(b.grad.numpy(), want_b, rtol=1e-12)
+    # A second backward accumulates into the gradient, which is still that memory.
+    F.linear(x, w, b).sum().backward()
+    np.testing.assert_allclose(w._grad_into.numpy(), 2 * want_w, rtol=1e-12)
+
+    # A weight used twice gets the sum of both gradients, in memory of its own.
+    w, b, want_w, want_b = reference(2)
+    w._grad_into = ddpc.zeros((3, 4), dtype=ddpc.float64)
+    (F.linear(x, w, b).sum() + F.linear(x, w, b).sum()).backward()
+    assert w.grad.data_ptr() != w._grad_into.data_ptr() and not w._grad_into.numpy().any()
+    np.testing.assert_allclose(w.grad.numpy(), want_w, rtol=1e-12)
+
+    # A leaf with a gradient hook gets what the hook returns, not the memory it named.
+    w, b, want_w, _ = reference(1)
+    w._grad_into = ddpc.zeros((3, 4), dtype=ddpc.float64)
+    w.register_hook(lambda g: g * 2)
+    F.linear(x, w, b).sum().backward()
+    assert not w._grad_into.numpy().any()
+    np.testing.assert_allclose(w.grad.numpy(), 2 * want_w, rtol=1e-12)

@@ -34,6 +34,7 @@ _RELU, _GELU, _TANH, _SIGMOID, _EXP, _LOG, _POW = range(7)
 
 class _GradMode(threading.local):
     enabled = True
+    sole_leaves = frozenset()  # ids of the leaves one gradient reaches in the running backward pass
 
 
 _mode = _GradMode()
@@ -168,6 +169,20 @@ def _attach(out, node):
 
 # ---- the engine ----------------------------------------------------------------------
 
+def _grad_out(edge, shape, ref):
+    """Where a backward op puts the gradient it sends along `edge`: a new tensor;
+    or, when `edge` is a leaf that this gradient alone reaches and that has no
+    gradient yet, the memory its owner asked its gradients to land in
+    (``leaf._grad_into``: DistributedDataParallel's bucket slots), which spares
+    copying the gradient there afterwards. The leaf's ``.grad`` then is that memory."""
+    into = edge.__dict__.get("_grad_into") if isinstance(edge, Tensor) else None
+    if (into is not None and edge.grad is None and id(edge) in _mode.sole_leaves
+            and not edge.__dict__.get("_grad_hooks") and into.shape == tuple(shape) and into.dtype is ref.dtype
+            and into._buf.device == ref._buf.device):
+        return into
+    return _empty(shape, ref)
+
+
 def _accumulate_leaf(leaf, grad, owned):
     hooks = leaf.__dict__.get("_grad_hooks")
     if hooks:
@@ -209,6 +224,14 @@ def _run_backward(root, grad, owned, retain_graph):
                     stack.append(e)
     grads = {id(start): (grad, owned)}
     ready = [(-start.seq, start)]
+    outer, _mode.sole_leaves = _mode.sole_leaves, frozenset(k for k, n in deps.items() if n == 1)
+    try:
+        _run_nodes(ready, grads, deps, retain_graph)
+    finally:
+        _mode.sole_leaves = outer
+
+
+def _run_nodes(ready, grads, deps, retain_graph):
     with no_grad():
         while ready:
             _, node = heapq.heappop(ready)
@@ -562,10 +585,10 @@ class _LinearBackward(Node):
             _C.gemm(gx._buf, g2._buf, w._buf)
             gx = gx.reshape(self.in_shape)
         if self.next_functions[1] is not None:
-            gw = _empty(w.shape, g2)
+            gw = _grad_out(self.next_functions[1], w.shape, g2)
             _C.gemm(gw._buf, g2._buf, x2._buf, True, False)
         if self.next_functions[2] is not None:
-            gb = _empty((w.shape[0],), g2)
+            gb = _grad_out(self.next_functions[2], (w.shape[0],), g2)
             _C.sum_dim(gb._buf, g2._buf, 0)
         return gx, gw, gb
 

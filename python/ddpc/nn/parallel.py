@@ -209,6 +209,7 @@ class DistributedDataParallel(Module):
             for i, p in enumerate(b.params):
                 self._where[id(p)] = (b, i)
                 p.register_post_accumulate_grad_hook(self._on_grad_ready)
+                p._grad_into = b.view(i)  # backward writes a fresh gradient straight into the bucket
         self._next_launch = 0
         self._got_grad = {}
         self._expect_reduction = False
