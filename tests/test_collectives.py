@@ -4,6 +4,7 @@ size loops over all cases), async work, new_group, send/recv, mismatched
 calls and pickling refusal. Ranks are real processes started by ddpc-run."""
 
 import os
+import re
 import subprocess
 import sys
 
@@ -75,9 +76,11 @@ def test_shared_buffer_larger_than_dev_shm_is_an_error_on_every_rank():
     before = set(os.listdir("/dev/shm"))
     res = run_job(3, "shared_full", st.f_blocks * st.f_frsize + (1 << 30), timeout=120)
     assert res.returncode == 0, res.stdout + res.stderr
-    lines = {r: [ln for ln in res.stdout.splitlines() if ln.startswith(f"RANK {r} FULL ")] for r in range(3)}
+    # Each rank's message, cut at the next "RANK ": ranks' lines may interleave at their newlines.
+    said = re.findall(r"RANK (\d) FULL (.*?)(?=RANK \d|\Z)", res.stdout, re.S)
+    assert sorted(r for r, _ in said) == ["0", "1", "2"], res.stdout
+    assert all("no room for a shared buffer" in msg for _, msg in said), res.stdout
     for r in range(3):
-        assert len(lines[r]) == 1 and "no room for a shared buffer" in lines[r][0], res.stdout
         assert f"RANK {r} PASS" in res.stdout, res.stdout
     assert "rank 0 could not make its shared buffer" in res.stdout, res.stdout
     assert not {f for f in os.listdir("/dev/shm") if f.startswith("ddpc-")} - before
