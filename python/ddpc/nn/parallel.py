@@ -179,6 +179,12 @@ class DistributedDataParallel(Module):
     views before the first reduction; a parameter alone in its bucket is
     reduced in place; a group of one skips the buckets; ``static_graph`` and
     ``gradient_predivide_factor`` are not offered.
+
+    Where the work goes: a linear layer's fresh weight and bias gradients are
+    written by backward straight into their bucket slots (nothing is copied
+    into the buckets), and host buckets lie in a
+    ``ddpc.distributed.shared_buffer``, which the cpu backend reduces in place
+    across the ranks on a host.
     """
 
     def __init__(self, module, device_ids=None, output_device=None, broadcast_buffers=True, process_group=None,
