@@ -247,6 +247,19 @@ void ddpc_shm_reg_release(ddpc_shm_reg *r) {
     reg_unref_(r);
 }
 
+/* Forgets the buffers their owners let go of; reg_lock is held. */
+static void prune_locked_(ddpc_shm *s) {
+    for (int i = 0; i < s->nregs;) {
+        ddpc_shm_reg *r = s->regs[i];
+        if (atomic_load(&r->dead)) {
+            s->regs[i] = s->regs[--s->nregs];
+            reg_unref_(r);
+        } else {
+            i++;
+        }
+    }
+}
+
 /* Maps local rank j's buffer, whose name (or "!reason" when that rank could
  * not make it) was published under `key`. */
 static ddpc_status map_peer_(ddpc_shm *s, ddpc_shm_reg *r, int j, const char *key) {
@@ -314,6 +327,7 @@ ddpc_status ddpc_shm_share(ddpc_shm *s, size_t nbytes, ddpc_shm_reg **out) {
     ddpc_status res = DDPC_OK;
     /* Room in the table first: once the ranks agree, nothing may fail on one of them alone. */
     pthread_mutex_lock(&s->reg_lock);
+    prune_locked_(s);
     if (s->nregs == s->cap_regs) {
         int cap = s->cap_regs ? 2 * s->cap_regs : 4;
         ddpc_shm_reg **nr = realloc(s->regs, (size_t)cap * sizeof *nr);
@@ -388,25 +402,21 @@ fail:
     return res;
 }
 
-/* This rank's live shared buffer holding [p, p + nbytes), and the offset of
- * p in it; NULL when there is none. Forgets the buffers let go of. */
+/* This rank's live shared buffer holding [p, p + nbytes) with a reference
+ * for the caller, and the offset of p in it; NULL when there is none. */
 static ddpc_shm_reg *find_shared_(ddpc_shm *s, const void *p, size_t nbytes, size_t *off) {
     ddpc_shm_reg *found = NULL;
     uintptr_t a = (uintptr_t)p;
     pthread_mutex_lock(&s->reg_lock);
-    for (int i = 0; i < s->nregs;) {
+    prune_locked_(s);
+    for (int i = 0; i < s->nregs && !found; i++) {
         ddpc_shm_reg *r = s->regs[i];
-        if (atomic_load(&r->dead)) {
-            s->regs[i] = s->regs[--s->nregs];
-            reg_unref_(r);
-            continue;
-        }
         uintptr_t lo = (uintptr_t)r->mine;
-        if (!found && a >= lo && a - lo <= r->size && nbytes <= r->size - (a - lo)) {
+        if (a >= lo && a - lo <= r->size && nbytes <= r->size - (a - lo)) {
             found = r;
             *off = a - lo;
+            atomic_fetch_add(&r->refs, 1);
         }
-        i++;
     }
     pthread_mutex_unlock(&s->reg_lock);
     return found;
@@ -605,9 +615,13 @@ static ddpc_status allreduce_shared_(ddpc_shm *s, const ddpc_coll_args *a, const
 }
 
 static ddpc_status allreduce_(ddpc_shm *s, const ddpc_coll_args *a, int divisor, uint64_t deadline) {
-    size_t es = ddpc_dtype_size(a->dtype), per_chunk = SLOT_BYTES / es, off;
-    const ddpc_shm_reg *shared = a->in == a->out && a->count ? find_shared_(s, a->out, a->count * es, &off) : NULL;
-    if (shared) return allreduce_shared_(s, a, shared, off, divisor, deadline);
+    size_t es = ddpc_dtype_size(a->dtype), per_chunk = SLOT_BYTES / es, at;
+    ddpc_shm_reg *shared = a->in == a->out && a->count ? find_shared_(s, a->out, a->count * es, &at) : NULL;
+    if (shared) {
+        ddpc_status st = allreduce_shared_(s, a, shared, at, divisor, deadline);
+        reg_unref_(shared);
+        return st;
+    }
     const char *in = a->in;
     char *out = a->out;
     const void *srcs[256];
