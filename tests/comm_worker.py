@@ -245,29 +245,26 @@ def scenario_shared_full(nbytes):
 
 def scenario_shared_mismatch():
     """Rank 0 all-reduces in a shared buffer, the others private arrays: every rank gets DistError."""
-    rank = dist.get_rank()
     mem = dist.shared_buffer(4096)
-    a = np.frombuffer(mem, np.float32, 10) if rank == 0 else np.ones(10, np.float32)
-    try:
-        dist.all_reduce(a)
-    except dist.DistError as e:
-        print(f"RANK {rank} MISMATCH {e}", flush=True)
-        return
-    raise AssertionError("an all_reduce in a shared buffer against private ones did not raise")
+    a = np.frombuffer(mem, np.float32, 10) if dist.get_rank() == 0 else np.ones(10, np.float32)
+    all_reduce_expecting_mismatch(a, "an all_reduce in a shared buffer against private ones")
 
 
 def scenario_mismatch():
     """Rank 0 all-reduces 10 floats, the others 12: every rank must get DistError."""
-    rank = dist.get_rank()
     if dist.get_world_size() == 1:
         return
-    a = np.ones(10 if rank == 0 else 12, np.float32)
+    all_reduce_expecting_mismatch(np.ones(10 if dist.get_rank() == 0 else 12, np.float32), "mismatched all_reduce")
+
+
+def all_reduce_expecting_mismatch(a, what):
+    """all_reduce(a), about which the ranks disagree: prints the DistError that every rank must get."""
     try:
         dist.all_reduce(a)
     except dist.DistError as e:
-        print(f"RANK {rank} MISMATCH {e}", flush=True)
+        print(f"RANK {dist.get_rank()} MISMATCH {e}", flush=True)
         return
-    raise AssertionError("mismatched all_reduce did not raise")
+    raise AssertionError(f"{what} did not raise")
 
 
 def scenario_late():
