@@ -154,6 +154,38 @@ static ddpc_status pinned_alloc_(size_t nbytes, void **ptr) {
 
 static void pinned_free_(void *ptr) { cudaFreeHost(ptr); }
 
+static void forget_use_(ddpc_block *b) {
+    if (!b->use_event) return;
+    cudaEventSynchronize((cudaEvent_t)b->use_event); /* the memory goes away: the copy must be over */
+    cudaEventDestroy((cudaEvent_t)b->use_event);
+    b->use_event = NULL;
+}
+
+ddpc_status ddpc_block_record_use(ddpc_block *b, int device, void *stream) {
+    if (b->kind != DDPC_MEM_PINNED) return DDPC_OK;
+    if (b->use_event && b->use_device != device) forget_use_(b); /* an event records on its own device only */
+    int prev;
+    CHECK(ddpc_cuda_enter(device, &prev));
+    cudaError_t e = cudaSuccess;
+    if (!b->use_event) {
+        cudaEvent_t ev;
+        e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+        if (e == cudaSuccess) b->use_event = ev, b->use_device = device;
+    }
+    if (e == cudaSuccess) e = cudaEventRecord((cudaEvent_t)b->use_event, (cudaStream_t)stream);
+    ddpc_cuda_leave(prev);
+    CUDACHECK(e);
+    return DDPC_OK;
+}
+
+int ddpc_block_busy(ddpc_block *b) {
+    if (!b || !b->use_event) return 0;
+    cudaError_t e = cudaEventQuery((cudaEvent_t)b->use_event);
+    if (e == cudaErrorNotReady) return 1;
+    if (e != cudaSuccess) cudaGetLastError(); /* a failed copy reads nothing more */
+    return 0;
+}
+
 #else
 
 static ddpc_status device_alloc_(int device, size_t nbytes, ddpc_block **out) {
@@ -173,6 +205,17 @@ static ddpc_status pinned_alloc_(size_t nbytes, void **ptr) {
     return ddpc_cuda_require(0);
 }
 static void pinned_free_(void *ptr) { (void)ptr; }
+static void forget_use_(ddpc_block *b) { (void)b; }
+
+ddpc_status ddpc_block_record_use(ddpc_block *b, int device, void *stream) {
+    (void)b, (void)stream;
+    return ddpc_cuda_require(device);
+}
+
+int ddpc_block_busy(ddpc_block *b) {
+    (void)b;
+    return 0;
+}
 
 #endif
 
@@ -208,6 +251,7 @@ void ddpc_free(ddpc_block *b) {
         device_free_(b);
         return;
     case DDPC_MEM_PINNED:
+        forget_use_(b);
         pinned_free_(b->ptr);
         break;
     case DDPC_MEM_HOST:

@@ -19,12 +19,21 @@ typedef struct ddpc_block {
     int device;       /* DDPC_CPU for host kinds */
     ddpc_mem_kind kind;
     struct ddpc_block *next; /* free-list link while cached */
+    void *use_event;  /* pinned: event after the last asynchronous copy out of it (cudaEvent_t) */
+    int use_device;   /* the device that event belongs to */
 } ddpc_block;
 
 /* `device` DDPC_CPU gives host memory (pinned when `pinned` and a GPU is
  * usable; plain page-aligned memory otherwise). Zero bytes is allowed. */
 ddpc_status ddpc_alloc(int device, size_t nbytes, int pinned, ddpc_block **out);
 void ddpc_free(ddpc_block *block);
+
+/* Pinned blocks are read by copies the host does not wait for: each such
+ * copy records its completion in the block (on `stream` of `device`), and a
+ * block is busy until the last one is done, so those who recycle pinned
+ * memory (the loader's batch pool) wait for it. Only the last copy is tracked. */
+ddpc_status ddpc_block_record_use(ddpc_block *block, int device, void *stream);
+int ddpc_block_busy(ddpc_block *block);
 
 typedef struct {
     size_t allocated;  /* bytes in blocks handed out */

@@ -68,6 +68,15 @@ ddpc_status ddpc_cuda_current_device(int *device) {
     return DDPC_OK;
 }
 
+ddpc_status ddpc_cuda_enter(int device, int *prev) {
+    CHECK(ddpc_cuda_require(device));
+    CUDACHECK(cudaGetDevice(prev));
+    CUDACHECK(cudaSetDevice(device));
+    return DDPC_OK;
+}
+
+void ddpc_cuda_leave(int prev) { cudaSetDevice(prev); }
+
 ddpc_status ddpc_cuda_properties(int device, ddpc_device_props *props) {
     CHECK(ddpc_cuda_require(device));
     struct cudaDeviceProp p;
@@ -82,8 +91,13 @@ ddpc_status ddpc_cuda_properties(int device, ddpc_device_props *props) {
 }
 
 ddpc_status ddpc_cuda_synchronize(int device) {
-    CHECK(ddpc_cuda_set_device(device));
-    CUDACHECK(cudaDeviceSynchronize());
+    int prev;
+    CHECK(ddpc_cuda_require(device));
+    ddpc_cuda_mark_initialized();
+    CHECK(ddpc_cuda_enter(device, &prev));
+    cudaError_t e = cudaDeviceSynchronize();
+    ddpc_cuda_leave(prev);
+    CUDACHECK(e);
     return DDPC_OK;
 }
 
@@ -118,13 +132,16 @@ ddpc_status ddpc_cuda_stream_synchronize(void *stream) {
 ddpc_status ddpc_cuda_stream_after(int waiter_device, void *waiter, int device, void *stream) {
     cudaEvent_t ev;
     ddpc_status st = DDPC_OK;
-    CUDACHECK(cudaSetDevice(device));
-    CUDACHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    int prev;
+    CHECK(ddpc_cuda_enter(device, &prev));
+    CUDACHECKGOTO(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), st, leave_);
     CUDACHECKGOTO(cudaEventRecord(ev, (cudaStream_t)stream), st, out_);
     CUDACHECKGOTO(cudaSetDevice(waiter_device), st, out_);
     CUDACHECKGOTO(cudaStreamWaitEvent((cudaStream_t)waiter, ev, 0), st, out_);
 out_:
     cudaEventDestroy(ev); /* safe once recorded: the wait keeps what it needs */
+leave_:
+    ddpc_cuda_leave(prev);
     return st;
 }
 

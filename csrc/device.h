@@ -34,6 +34,11 @@ const char *ddpc_cuda_unavailable_reason(void);
 ddpc_status ddpc_cuda_require(int device);
 ddpc_status ddpc_cuda_set_device(int device);
 ddpc_status ddpc_cuda_current_device(int *device);
+/* Makes `device` current for the calling thread and saves the device that
+ * was (ddpc_cuda_leave puts it back): ops leave the caller's current device,
+ * which "cuda" without an index names, as they found it. */
+ddpc_status ddpc_cuda_enter(int device, int *prev);
+void ddpc_cuda_leave(int prev);
 ddpc_status ddpc_cuda_properties(int device, ddpc_device_props *props);
 ddpc_status ddpc_cuda_synchronize(int device);
 /* cudaStream_t of the device's compute and copy streams, as void *. */

@@ -12,6 +12,7 @@
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
 #include "gemm.h"
 
+#include <limits.h>
 #include <numpy/arrayobject.h>
 #include <pthread.h>
 
@@ -54,11 +55,9 @@ static ddpc_status handle_for_(int device, cublasHandle_t *out) {
 
 /* cuBLAS is column-major: row-major C = op(A) op(B) is column-major
  * C^T = op(B)^T op(A)^T, so the operands are passed swapped. */
-static ddpc_status gemm_cuda_(ddpc_buffer *out, const ddpc_buffer *a, const ddpc_buffer *b, int ta, int tb,
-                              const ddpc_buffer *bias, int accumulate, int64_t M, int64_t N, int64_t K) {
+static ddpc_status gemm_cuda_on_(ddpc_buffer *out, const ddpc_buffer *a, const ddpc_buffer *b, int ta, int tb,
+                                 const ddpc_buffer *bias, int accumulate, int64_t M, int64_t N, int64_t K) {
     cublasHandle_t h;
-    /* cublasCreate binds the handle to the current device. */
-    CUDACHECK(cudaSetDevice(out->device));
     CHECK(handle_for_(out->device, &h));
     void *stream;
     CHECK(ddpc_cuda_compute_stream(out->device, &stream));
@@ -80,6 +79,20 @@ static ddpc_status gemm_cuda_(ddpc_buffer *out, const ddpc_buffer *a, const ddpc
                                 (int)N));
     }
     return DDPC_OK;
+}
+
+/* With out's device current (cublasCreate binds a handle to the current
+ * device), and the caller's current device back afterwards. */
+static ddpc_status gemm_cuda_(ddpc_buffer *out, const ddpc_buffer *a, const ddpc_buffer *b, int ta, int tb,
+                              const ddpc_buffer *bias, int accumulate, int64_t M, int64_t N, int64_t K) {
+    if (M > INT_MAX || N > INT_MAX || K > INT_MAX)
+        return DDPC_ERROR(DDPC_ERR_ARG, "gemm on a GPU: dimensions above %d are not supported (M=%lld, N=%lld, K=%lld)",
+                          INT_MAX, (long long)M, (long long)N, (long long)K);
+    int prev;
+    CHECK(ddpc_cuda_enter(out->device, &prev));
+    ddpc_status st = gemm_cuda_on_(out, a, b, ta, tb, bias, accumulate, M, N, K);
+    ddpc_cuda_leave(prev);
+    return st;
 }
 #endif
 

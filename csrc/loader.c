@@ -131,11 +131,18 @@ static ddpc_status issue_copy_(ddpc_loader *l, slot_ *s) {
     cudaStream_t copy = (cudaStream_t)l->copy_stream;
     CUDACHECK(cudaSetDevice(l->device));
     CUDACHECK(cudaStreamWaitEvent(copy, s->alloc_ready, 0));
+    ddpc_status st = DDPC_OK;
     for (int k = 0; k < l->nsources; k++)
-        CUDACHECK(cudaMemcpyAsync(s->device_dst[k], s->dst[k], (size_t)s->rows * l->src[k].row_bytes,
-                                  cudaMemcpyHostToDevice, copy));
-    CUDACHECK(cudaEventRecord(s->copied, copy));
-    return DDPC_OK;
+        CUDACHECKGOTO(cudaMemcpyAsync(s->device_dst[k], s->dst[k], (size_t)s->rows * l->src[k].row_bytes,
+                                      cudaMemcpyHostToDevice, copy),
+                      st, recorded_);
+recorded_:;
+    /* Recorded after a failure too: the copies already queued are waited
+     * for before the staging is reused or freed. */
+    cudaError_t e = cudaEventRecord(s->copied, copy);
+    if (e != cudaSuccess) cudaStreamSynchronize(copy);
+    if (st == DDPC_OK) CUDACHECK(e);
+    return st;
 }
 #else
 static ddpc_status wait_copied_(ddpc_loader *l, slot_ *s) {
@@ -251,10 +258,9 @@ static ddpc_status check_config_(const ddpc_loader_config *c) {
 }
 
 #ifdef DDPC_WITH_CUDA
-static ddpc_status init_device_(ddpc_loader *l) {
+static ddpc_status init_device_on_(ddpc_loader *l) {
     CHECK(ddpc_cuda_compute_stream(l->device, &l->compute_stream));
     CHECK(ddpc_cuda_copy_stream(l->device, &l->copy_stream));
-    CUDACHECK(cudaSetDevice(l->device));
     int64_t max_rows = 0;
     for (int64_t b = 0; b < l->nbatches; b++)
         if (ddpc_loader_batch_rows(l, b) > max_rows) max_rows = ddpc_loader_batch_rows(l, b);
@@ -268,6 +274,14 @@ static ddpc_status init_device_(ddpc_loader *l) {
         }
     }
     return DDPC_OK;
+}
+
+static ddpc_status init_device_(ddpc_loader *l) {
+    int prev;
+    CHECK(ddpc_cuda_enter(l->device, &prev));
+    ddpc_status st = init_device_on_(l);
+    ddpc_cuda_leave(prev);
+    return st;
 }
 
 static void free_device_(ddpc_loader *l) {
@@ -342,7 +356,7 @@ fail_:
     return st;
 }
 
-ddpc_status ddpc_loader_submit(ddpc_loader *l, int64_t batch, void *const *dst) {
+static ddpc_status submit_(ddpc_loader *l, int64_t batch, void *const *dst) {
     if (batch < 0 || batch >= l->nbatches)
         return DDPC_ERROR(DDPC_ERR_ARG, "batch %lld is out of range (%lld batches)", (long long)batch,
                           (long long)l->nbatches);
@@ -371,7 +385,7 @@ ddpc_status ddpc_loader_submit(ddpc_loader *l, int64_t batch, void *const *dst) 
     return DDPC_OK;
 }
 
-ddpc_status ddpc_loader_wait(ddpc_loader *l, int64_t batch) {
+static ddpc_status wait_(ddpc_loader *l, int64_t batch) {
     slot_ *s = &l->slots[batch % l->prefetch];
     pthread_mutex_lock(&l->mu);
     if (s->batch != batch) {
@@ -400,6 +414,27 @@ ddpc_status ddpc_loader_wait(ddpc_loader *l, int64_t batch) {
 #endif
     return DDPC_OK;
 }
+
+/* The caller's thread works with the loader's device current (it may gather
+ * and copy a batch itself), then gets its own current device back. */
+#ifdef DDPC_WITH_CUDA
+#define ON_LOADER_DEVICE_(l, call)                                                 \
+    do {                                                                           \
+        int prev_ = -1;                                                            \
+        if ((l)->device != DDPC_CPU) CHECK(ddpc_cuda_enter((l)->device, &prev_));  \
+        ddpc_status st_ = (call);                                                  \
+        if (prev_ >= 0) ddpc_cuda_leave(prev_);                                    \
+        return st_;                                                                \
+    } while (0)
+#else
+#define ON_LOADER_DEVICE_(l, call) return (call)
+#endif
+
+ddpc_status ddpc_loader_submit(ddpc_loader *l, int64_t batch, void *const *dst) {
+    ON_LOADER_DEVICE_(l, submit_(l, batch, dst));
+}
+
+ddpc_status ddpc_loader_wait(ddpc_loader *l, int64_t batch) { ON_LOADER_DEVICE_(l, wait_(l, batch)); }
 
 void ddpc_loader_free(ddpc_loader *l) {
     if (!l) return;

@@ -162,10 +162,13 @@ static int get_index_array_(PyObject *obj, const char *what, Py_buffer *view) {
     return 0;
 }
 
-/* Whether no one but the pool refers to the buffer set `set`. */
+/* Whether no one but the pool refers to the buffer set `set`, and no copy
+ * to a GPU still reads it (pinned memory copied with non_blocking=True). */
 static int set_is_free_(PyObject *set) {
-    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(set); k++)
-        if (Py_REFCNT(PyTuple_GET_ITEM(set, k)) != 1) return 0;
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(set); k++) {
+        ddpc_buffer *b = (ddpc_buffer *)PyTuple_GET_ITEM(set, k);
+        if (Py_REFCNT(b) != 1 || ddpc_block_busy(b->block)) return 0;
+    }
     return Py_REFCNT(set) == 1;
 }
 

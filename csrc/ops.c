@@ -91,6 +91,14 @@ ddpc_status ddpc_op_fill(ddpc_buffer *dst, double value) {
     return DDPC_OK;
 }
 
+#ifdef DDPC_WITH_CUDA
+/* Records a pending copy out of host buffer `b` in the block that owns its memory. */
+static ddpc_status record_host_use_(const ddpc_buffer *b, int device, void *stream) {
+    while (!b->block && b->base && ddpc_buffer_check(b->base)) b = (const ddpc_buffer *)b->base;
+    return b->block ? ddpc_block_record_use(b->block, device, stream) : DDPC_OK;
+}
+#endif
+
 ddpc_status ddpc_op_copy(ddpc_buffer *dst, const ddpc_buffer *src, int non_blocking) {
     CHECK(check_writable_(dst, "copy"));
     CHECK(check_pair_(dst, src, "copy", 1, 0));
@@ -101,22 +109,32 @@ ddpc_status ddpc_op_copy(ddpc_buffer *dst, const ddpc_buffer *src, int non_block
         return DDPC_OK;
     }
 #ifdef DDPC_WITH_CUDA
-    int dev = dst->device != DDPC_CPU ? dst->device : src->device;
+    int dev = dst->device != DDPC_CPU ? dst->device : src->device, prev;
     void *stream;
     CHECK(ddpc_cuda_compute_stream(dev, &stream));
     if (dst->device != DDPC_CPU && src->device != DDPC_CPU && dst->device != src->device) {
-        /* Peer copy on the destination's stream, after the source's pending work. */
+        /* Peer copy on the destination's stream, after the source's pending work;
+         * the source's stream then waits for the copy, since the source's memory
+         * may be freed and handed out again there. */
         void *src_stream;
         CHECK(ddpc_cuda_compute_stream(src->device, &src_stream));
         CHECK(ddpc_cuda_stream_after(dst->device, stream, src->device, src_stream));
-        CUDACHECK(cudaMemcpyPeerAsync(dst->data, dst->device, src->data, src->device, nbytes, (cudaStream_t)stream));
-        return DDPC_OK;
+        CHECK(ddpc_cuda_enter(dst->device, &prev));
+        cudaError_t e = cudaMemcpyPeerAsync(dst->data, dst->device, src->data, src->device, nbytes, (cudaStream_t)stream);
+        ddpc_cuda_leave(prev);
+        CUDACHECK(e);
+        return ddpc_cuda_stream_after(src->device, src_stream, dst->device, stream);
     }
-    CUDACHECK(cudaSetDevice(dev));
-    CUDACHECK(cudaMemcpyAsync(dst->data, src->data, nbytes, cudaMemcpyDefault, (cudaStream_t)stream));
-    /* A device-to-host copy is only complete for the caller after a sync; a
-     * host-to-device copy from pageable memory has already been staged. */
-    if (dst->device == DDPC_CPU && !non_blocking) CUDACHECK(cudaStreamSynchronize((cudaStream_t)stream));
+    CHECK(ddpc_cuda_enter(dev, &prev));
+    cudaError_t e = cudaMemcpyAsync(dst->data, src->data, nbytes, cudaMemcpyDefault, (cudaStream_t)stream);
+    /* A blocking copy is over when it returns, whichever way it goes (from
+     * pinned memory cudaMemcpyAsync does not wait for the read either). A
+     * non-blocking one out of pinned memory marks the memory busy until the
+     * copy is done, so it is not recycled under the copy. */
+    if (e == cudaSuccess && !non_blocking) e = cudaStreamSynchronize((cudaStream_t)stream);
+    ddpc_cuda_leave(prev);
+    CUDACHECK(e);
+    if (non_blocking && src->device == DDPC_CPU) CHECK(record_host_use_(src, dev, stream));
     return DDPC_OK;
 #else
     (void)non_blocking;
@@ -175,7 +193,9 @@ static ddpc_status check_int_division_(ddpc_binary_op op, const ddpc_buffer *div
     if (ddpc_dtype_is_float(divisor_src->dtype)) return DDPC_OK;
     int divides = op == DDPC_DIV || op == DDPC_RDIV;
     if (!divides) return DDPC_OK;
-    if (scalar && op == DDPC_DIV && s == 0.0) return DDPC_ERROR(DDPC_ERR_ARG, "integer division by zero");
+    /* The divisor as the integer loops use it: truncated (modulo 256 for uint8). */
+    double used = divisor_src->dtype == DDPC_UINT8 ? (double)(uint8_t)(int64_t)s : trunc(s);
+    if (scalar && op == DDPC_DIV && used == 0.0) return DDPC_ERROR(DDPC_ERR_ARG, "integer division by zero");
     if (scalar && op == DDPC_DIV) return DDPC_OK;
     /* An integer divisor held in a buffer: every element must be non-zero. */
     const ddpc_buffer *d = divisor_src;
@@ -231,13 +251,16 @@ ddpc_status ddpc_op_scalar(ddpc_binary_op op, ddpc_buffer *out, const ddpc_buffe
     CHECK(check_int_division_(op, a, s, 1));
     int64_t n = out->numel;
     if (n == 0) return DDPC_OK;
+    /* uint8 takes the scalar modulo 256 on both kinds of device (a negative
+     * double converted straight to uint8 is undefined, and saturates on a GPU). */
+    if (out->dtype == DDPC_UINT8) s = (double)(uint8_t)(int64_t)s;
     if (out->device != DDPC_CPU) DDPC_LAUNCH(out->device, ddpc_k_scalar(op, out->data, a->data, s, out->dtype, n, stream));
     switch (out->dtype) {
     case DDPC_FLOAT32: SCALAR_LOOP(float, out->data, a->data, s, n, op); break;
     case DDPC_FLOAT64: SCALAR_LOOP(double, out->data, a->data, s, n, op); break;
     case DDPC_INT32: SCALAR_LOOP(int32_t, out->data, a->data, s, n, op); break;
     case DDPC_INT64: SCALAR_LOOP(int64_t, out->data, a->data, s, n, op); break;
-    case DDPC_UINT8: SCALAR_LOOP(uint8_t, out->data, a->data, (int64_t)s, n, op); break;
+    case DDPC_UINT8: SCALAR_LOOP(uint8_t, out->data, a->data, s, n, op); break;
     default: {
         double t[CHUNK];
         float f[CHUNK], fo[CHUNK];

@@ -32,9 +32,12 @@ ddpc_status ddpc_op_randperm(ddpc_buffer *dst, uint64_t seed, uint64_t offset);
 #define DDPC_LAUNCH(device, call)                                                  \
     do {                                                                           \
         void *stream;                                                              \
+        int prev_;                                                                 \
         CHECK(ddpc_cuda_compute_stream((device), &stream));                        \
-        CUDACHECK(cudaSetDevice(device));                                          \
-        CUDACHECK((cudaError_t)(call));                                            \
+        CHECK(ddpc_cuda_enter((device), &prev_));                                  \
+        cudaError_t launched_ = (cudaError_t)(call);                               \
+        ddpc_cuda_leave(prev_);                                                    \
+        CUDACHECK(launched_);                                                      \
         return DDPC_OK;                                                            \
     } while (0)
 #else

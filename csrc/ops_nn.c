@@ -282,14 +282,16 @@ ddpc_status ddpc_op_cross_entropy(ddpc_buffer *out, const ddpc_buffer *logits, c
         ddpc_block *scratch = NULL;
         if (reduction != DDPC_REDUCE_NONE) CHECK(ddpc_alloc(out->device, (size_t)(N + 1) * sizeof(double), 0, &scratch));
         void *stream;
+        int prev = -1;
         ddpc_status st = DDPC_OK;
         CHECKGOTO(ddpc_cuda_compute_stream(out->device, &stream), st, exit);
-        CUDACHECKGOTO(cudaSetDevice(out->device), st, exit);
+        CHECKGOTO(ddpc_cuda_enter(out->device, &prev), st, exit);
         CUDACHECKGOTO((cudaError_t)ddpc_k_cross_entropy(out->data, scratch ? scratch->ptr : NULL, logits->data,
                                                          target->data, N, C, ignore_index, label_smoothing, reduction,
                                                          out->dtype, stream),
                       st, exit);
     exit:
+        if (prev >= 0) ddpc_cuda_leave(prev);
         /* The block goes back to the stream-ordered cache: later users queue after this kernel. */
         if (scratch) ddpc_free(scratch);
         return st;
@@ -335,14 +337,16 @@ ddpc_status ddpc_op_cross_entropy_backward(ddpc_buffer *glogits, const ddpc_buff
         ddpc_block *scratch = NULL;
         CHECK(ddpc_alloc(glogits->device, (size_t)(N + 1) * sizeof(double), 0, &scratch));
         void *stream;
+        int prev = -1;
         ddpc_status st = DDPC_OK;
         CHECKGOTO(ddpc_cuda_compute_stream(glogits->device, &stream), st, exit);
-        CUDACHECKGOTO(cudaSetDevice(glogits->device), st, exit);
+        CHECKGOTO(ddpc_cuda_enter(glogits->device, &prev), st, exit);
         CUDACHECKGOTO((cudaError_t)ddpc_k_cross_entropy_backward(glogits->data, scratch->ptr, gout->data, logits->data,
                                                                   target->data, N, C, ignore_index, label_smoothing,
                                                                   reduction, glogits->dtype, stream),
                       st, exit);
     exit:
+        if (prev >= 0) ddpc_cuda_leave(prev);
         ddpc_free(scratch);
         return st;
 #else

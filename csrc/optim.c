@@ -143,9 +143,13 @@ static ddpc_status sgd_device_(const group_job_ *j) {
 #ifdef DDPC_WITH_CUDA
         void *stream;
         CHECK(ddpc_cuda_compute_stream(p->device, &stream));
-        CUDACHECK(cudaSetDevice(p->device));
-        CUDACHECK((cudaError_t)ddpc_k_sgd(p->data, j->grads[i]->data, b ? b->data : NULL, p->numel, p->dtype, a->lr,
-                                          a->momentum, a->dampening, a->weight_decay, a->nesterov, a->first, stream));
+        int prev;
+        CHECK(ddpc_cuda_enter(p->device, &prev));
+        cudaError_t e = (cudaError_t)ddpc_k_sgd(p->data, j->grads[i]->data, b ? b->data : NULL, p->numel, p->dtype,
+                                                a->lr, a->momentum, a->dampening, a->weight_decay, a->nesterov,
+                                                a->first, stream);
+        ddpc_cuda_leave(prev);
+        CUDACHECK(e);
 #else
         (void)b, (void)a;
         return ddpc_cuda_require(p->device);
@@ -162,10 +166,14 @@ static ddpc_status adam_device_(const group_job_ *j) {
 #ifdef DDPC_WITH_CUDA
         void *stream;
         CHECK(ddpc_cuda_compute_stream(p->device, &stream));
-        CUDACHECK(cudaSetDevice(p->device));
-        CUDACHECK((cudaError_t)ddpc_k_adam(p->data, j->grads[i]->data, j->s1[i]->data, j->s2[i]->data,
-                                           mx ? mx->data : NULL, p->numel, p->dtype, a->lr, a->beta1, a->beta2, a->eps,
-                                           a->weight_decay, a->decoupled, j->step_size, j->bc2_sqrt, stream));
+        int prev;
+        CHECK(ddpc_cuda_enter(p->device, &prev));
+        cudaError_t e = (cudaError_t)ddpc_k_adam(p->data, j->grads[i]->data, j->s1[i]->data, j->s2[i]->data,
+                                                 mx ? mx->data : NULL, p->numel, p->dtype, a->lr, a->beta1, a->beta2,
+                                                 a->eps, a->weight_decay, a->decoupled, j->step_size, j->bc2_sqrt,
+                                                 stream);
+        ddpc_cuda_leave(prev);
+        CUDACHECK(e);
 #else
         (void)mx, (void)a;
         return ddpc_cuda_require(p->device);

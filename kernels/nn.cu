@@ -57,15 +57,20 @@ template <typename T> __global__ void sum_rows_kernel(T *out, const T *a, int64_
     if (threadIdx.x == 0) out[blockIdx.x] = (T)part[0];
 }
 
+/* 32x32 tiles through shared memory; a block walks down its column of tiles
+ * in steps of gridDim.y tiles, so any number of rows fits the grid. */
 template <typename T> __global__ void transpose_kernel(T *out, const T *a, int64_t R, int64_t C) {
     __shared__ T tile[32][33];
-    int64_t c = blockIdx.x * 32 + threadIdx.x, r = blockIdx.y * 32 + threadIdx.y;
-    for (int k = 0; k < 32; k += 8)
-        if (r + k < R && c < C) tile[threadIdx.y + k][threadIdx.x] = a[(r + k) * C + c];
-    __syncthreads();
-    int64_t oc = blockIdx.y * 32 + threadIdx.x, orow = blockIdx.x * 32 + threadIdx.y;
-    for (int k = 0; k < 32; k += 8)
-        if (orow + k < C && oc < R) out[(orow + k) * R + oc] = tile[threadIdx.x][threadIdx.y + k];
+    int64_t c = (int64_t)blockIdx.x * 32 + threadIdx.x, orow = (int64_t)blockIdx.x * 32 + threadIdx.y;
+    for (int64_t r0 = (int64_t)blockIdx.y * 32; r0 < R; r0 += (int64_t)gridDim.y * 32) {
+        int64_t r = r0 + threadIdx.y, oc = r0 + threadIdx.x;
+        for (int k = 0; k < 32; k += 8)
+            if (r + k < R && c < C) tile[threadIdx.y + k][threadIdx.x] = a[(r + k) * C + c];
+        __syncthreads();
+        for (int k = 0; k < 32; k += 8)
+            if (orow + k < C && oc < R) out[(orow + k) * R + oc] = tile[threadIdx.x][threadIdx.y + k];
+        __syncthreads(); /* the tile is refilled next round */
+    }
 }
 
 template <typename T> __device__ __forceinline__ T unary_f(int op, T x, T p) {
@@ -139,8 +144,9 @@ extern "C" int ddpc_k_sum_dim(void *out, const void *a, int dtype, int64_t outer
 
 extern "C" int ddpc_k_transpose(void *out, const void *a, int dtype, int64_t rows, int64_t cols, void *stream) {
     cudaStream_t s = (cudaStream_t)stream;
-    if ((cols + 31) / 32 > 2147483647 || (rows + 31) / 32 > 65535) return (int)cudaErrorInvalidConfiguration;
-    dim3 grid((unsigned)((cols + 31) / 32), (unsigned)((rows + 31) / 32)), block(32, 8);
+    if ((cols + 31) / 32 > 2147483647) return (int)cudaErrorInvalidConfiguration;
+    int64_t row_tiles = (rows + 31) / 32;
+    dim3 grid((unsigned)((cols + 31) / 32), (unsigned)(row_tiles < 65535 ? row_tiles : 65535)), block(32, 8);
     FLOAT_DISPATCH(dtype, transpose_kernel<T><<<grid, block, 0, s>>>((T *)out, (const T *)a, rows, cols))
     return (int)cudaGetLastError();
 }

@@ -334,7 +334,10 @@ static void wd_release_(void *ctx, void *event) {
     cudaEventDestroy((cudaEvent_t)event);
 }
 
-static const ddpc_watchdog_ops wd_ops_ = {wd_async_error_, wd_query_, wd_abort_, wd_release_};
+/* Unchecked: should it fail, the watchdog's first event query reports it. */
+static void wd_thread_start_(void *ctx) { cudaSetDevice(((nccl_comm *)ctx)->device); }
+
+static const ddpc_watchdog_ops wd_ops_ = {wd_async_error_, wd_query_, wd_abort_, wd_release_, wd_thread_start_};
 
 static ddpc_status comm_init_(nccl_comm *c, const ncclUniqueId *id) {
     CHECK(ddpc_cuda_set_device(c->device));
@@ -499,7 +502,7 @@ static ddpc_status check_coll_(nccl_comm *c, const coll_ *a) {
         return DDPC_ERROR(DDPC_ERR_ARG, "%s on rank %d: tensors must be on cuda:%d, the communicator's device", name,
                           c->rank, c->device);
     if (a->in->dtype != a->out->dtype) return DDPC_ERROR(DDPC_ERR_TYPE, "%s: input and output dtypes differ", name);
-    if (a->out->readonly) return DDPC_ERROR(DDPC_ERR_ARG, "%s: the output is read-only", name);
+    if (a->kind != 4 && a->out->readonly) return DDPC_ERROR(DDPC_ERR_ARG, "%s: the output is read-only", name);
     int64_t want_out = a->kind == 2 ? a->in->numel * c->size : a->kind == 3 ? a->in->numel / c->size : a->in->numel;
     if (a->kind == 3 && a->in->numel != a->out->numel * c->size)
         return DDPC_ERROR(DDPC_ERR_ARG, "reduce_scatter: input has %lld elements, expected %d x %lld",
@@ -614,13 +617,19 @@ static PyObject *comm_group_end(nccl_comm *c, PyObject *unused) {
     Py_BEGIN_ALLOW_THREADS
     st = group_end_(c);
     Py_END_ALLOW_THREADS
-    if (st != DDPC_OK) return ddpc_raise(st);
-    if (c->group_depth > 0) Py_RETURN_NONE;
+    if (st == DDPC_OK && c->group_depth > 0) Py_RETURN_NONE;
     /* The group's collectives complete together: give each work its event. */
     Py_ssize_t n = PyList_GET_SIZE(c->group_works);
     for (Py_ssize_t i = 0; i < n && st == DDPC_OK; i++) {
         nccl_work *w = (nccl_work *)PyList_GET_ITEM(c->group_works, i);
         st = record_done_(c, "coalesced", 0, DDPC_UINT8, &w->done);
+    }
+    /* Works left without an event would let their buffers be reused under
+     * the collectives: wait for those here instead. */
+    if (st != DDPC_OK) {
+        Py_BEGIN_ALLOW_THREADS
+        cudaStreamSynchronize(c->stream); /* best effort: the error raised below is the one that matters */
+        Py_END_ALLOW_THREADS
     }
     if (PyList_SetSlice(c->group_works, 0, n, NULL) < 0) return NULL;
     if (st != DDPC_OK) return ddpc_raise(st);
@@ -689,7 +698,12 @@ static PyType_Slot comm_slots[] = {
 /* ---- work handles -------------------------------------------------------------- */
 
 static ddpc_status work_wait_(nccl_work *w, double timeout) {
-    if (!w->done) return DDPC_ERROR(DDPC_ERR_ARG, "wait() inside coalesce(): leave the block first");
+    if (!w->done) {
+        CHECK(ddpc_watchdog_error(&w->comm->wd));
+        if (w->comm->group_depth > 0) return DDPC_ERROR(DDPC_ERR_ARG, "wait() inside coalesce(): leave the block first");
+        return DDPC_ERROR(DDPC_ERR_DIST, "this collective's coalesce() block failed to launch (its error was raised "
+                                         "when the block ended)");
+    }
     if (timeout >= 0) {
         double deadline = ddpc_watchdog_now() + timeout;
         for (;;) {
@@ -707,8 +721,11 @@ static ddpc_status work_wait_(nccl_work *w, double timeout) {
     CHECK(ddpc_watchdog_error(&w->comm->wd));
     void *compute;
     CHECK(ddpc_cuda_compute_stream(w->comm->device, &compute));
-    CUDACHECK(cudaSetDevice(w->comm->device));
-    CUDACHECK(cudaStreamWaitEvent((cudaStream_t)compute, w->done, 0));
+    int prev;
+    CHECK(ddpc_cuda_enter(w->comm->device, &prev));
+    cudaError_t e = cudaStreamWaitEvent((cudaStream_t)compute, w->done, 0);
+    ddpc_cuda_leave(prev);
+    CUDACHECK(e);
     return DDPC_OK;
 }
 

@@ -39,6 +39,7 @@ ddpc_status ddpc_watchdog_init(ddpc_watchdog *wd, const ddpc_watchdog_ops *ops, 
 
 static void *watchdog_main_(void *arg) {
     ddpc_watchdog *wd = arg;
+    if (wd->ops.thread_start) wd->ops.thread_start(wd->ctx);
     pthread_mutex_lock(&wd->mu);
     while (!wd->stop) {
         struct timespec ts;

@@ -43,6 +43,10 @@ typedef struct {
     int (*query)(void *ctx, void *event, char *msg, size_t n);
     void (*abort)(void *ctx);
     void (*release_event)(void *ctx, void *event);
+    /* Run first on the watchdog's thread, or NULL: the NCCL watchdog makes
+     * its rank's GPU current there (else its first CUDA call would make a
+     * context on GPU 0). */
+    void (*thread_start)(void *ctx);
 } ddpc_watchdog_ops;
 
 typedef struct {

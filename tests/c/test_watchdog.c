@@ -38,7 +38,7 @@ static void fake_release_(void *ctx, void *event) {
     ((fake_ *)ctx)->released++;
 }
 
-static const ddpc_watchdog_ops ops_ = {fake_async_, fake_query_, fake_abort_, fake_release_};
+static const ddpc_watchdog_ops ops_ = {fake_async_, fake_query_, fake_abort_, fake_release_, NULL};
 #define EV(i) ((void *)(intptr_t)((i) + 1))
 
 static void test_timeout_aborts_and_reports_(void) {
