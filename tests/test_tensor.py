@@ -253,3 +253,17 @@ def test_cuda_tensor_unpickles_with_clear_error_where_no_gpu():
     from ddpc.tensor import _rebuild_tensor
     with pytest.raises(RuntimeError, match="pickled on cuda:3"):
         _rebuild_tensor(b"\0" * 8, (2,), "float32", "cuda:3", False)
+
+
+def test_uint8_scalars_wrap_modulo_256_and_integer_division_by_a_truncated_zero_is_refused():
+    from ddpc import _C
+    from ddpc.tensor import _DIV
+
+    t = ddpc.tensor([0, 5, 200], dtype=ddpc.uint8)
+    assert (t + (-1)).tolist() == [255, 4, 199]
+    assert (t - 300).tolist() == [(v - 300) % 256 for v in (0, 5, 200)]
+    for dt in (ddpc.int32, ddpc.uint8):
+        a, out = ddpc.tensor([4, 5], dtype=dt), ddpc.empty(2, dtype=dt)
+        for s in (0.5, 0.0) + ((256,) if dt is ddpc.uint8 else ()):
+            with pytest.raises(ValueError, match="integer division by zero"):
+                _C.scalar(_DIV, out._buf, a._buf, s)
