@@ -75,6 +75,8 @@ ddpc_status ddpc_cuda_enter(int device, int *prev) {
     return DDPC_OK;
 }
 
+/* Unchecked: `prev` was current a moment ago, so making it current again
+ * cannot fail for a reason the caller could act on. */
 void ddpc_cuda_leave(int prev) { cudaSetDevice(prev); }
 
 ddpc_status ddpc_cuda_properties(int device, ddpc_device_props *props) {
