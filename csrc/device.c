@@ -94,9 +94,8 @@ ddpc_status ddpc_cuda_properties(int device, ddpc_device_props *props) {
 
 ddpc_status ddpc_cuda_synchronize(int device) {
     int prev;
-    CHECK(ddpc_cuda_require(device));
-    ddpc_cuda_mark_initialized();
     CHECK(ddpc_cuda_enter(device, &prev));
+    ddpc_cuda_mark_initialized();
     cudaError_t e = cudaDeviceSynchronize();
     ddpc_cuda_leave(prev);
     CUDACHECK(e);

@@ -123,6 +123,12 @@ static inline void cpu_relax_(void) {
 
 /* ---- setup ---------------------------------------------------------------------- */
 
+/* Sizes a new segment and allocates its pages now, so that a full /dev/shm
+ * is an error here rather than a SIGBUS at first touch; 0 or an errno. */
+static int allocate_segment_(int fd, size_t size) {
+    return ftruncate(fd, (off_t)size) < 0 ? errno : posix_fallocate(fd, 0, (off_t)size);
+}
+
 /* A fresh name in /dev/shm for this process's segment `what`. */
 static void segment_name_(char *buf, size_t cap, const char *what) {
     unsigned rnd = 0;
@@ -176,8 +182,7 @@ ddpc_status ddpc_shm_init(ddpc_group *g, ddpc_shm **out) {
         segment_name_(name, sizeof name, what);
         fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
         if (fd < 0) return free(s), DDPC_ERROR(DDPC_ERR_SYS, "shm_open(%s) failed: %s", name, strerror(errno));
-        /* Pages allocated now: a full /dev/shm is an error here, not a SIGBUS later. */
-        int e = ftruncate(fd, (off_t)size) < 0 ? errno : posix_fallocate(fd, 0, (off_t)size);
+        int e = allocate_segment_(fd, size);
         if (e) {
             res = DDPC_ERROR(DDPC_ERR_SYS, "cannot make the shared segment (%zu bytes) in /dev/shm: %s", size,
                              strerror(e));
@@ -296,14 +301,13 @@ static ddpc_status map_peer_(ddpc_shm *s, ddpc_shm_reg *r, int j, const char *ke
     return st;
 }
 
-/* Makes this rank's buffer: a segment whose pages are all allocated now, so
- * a full /dev/shm is an error here rather than a SIGBUS on first touch. */
+/* Makes this rank's buffer, its pages allocated up front. */
 static ddpc_status make_own_(ddpc_shm_reg *r, int me, const char *name, int *created) {
     int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
     if (fd < 0) return DDPC_ERROR(DDPC_ERR_SYS, "shm_open(%s) failed: %s", name, strerror(errno));
     *created = 1;
     ddpc_status st = DDPC_OK;
-    int e = ftruncate(fd, (off_t)r->map_size) < 0 ? errno : posix_fallocate(fd, 0, (off_t)r->map_size);
+    int e = allocate_segment_(fd, r->map_size);
     if (e) {
         st = DDPC_ERROR(DDPC_ERR_SYS, "no room for a shared buffer of %zu bytes in /dev/shm (%s); give /dev/shm "
                         "more space (e.g. docker run --shm-size)", r->map_size, strerror(e));
