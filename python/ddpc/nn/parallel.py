@@ -281,17 +281,15 @@ class DistributedDataParallel(Module):
         buffer that the ranks on this host share (dist.shared_buffer), at the same
         offsets on every rank, so the cpu backend reduces the buckets in place."""
         counts = [sum(p.numel() for p in ps) for ps in buckets]
-        if not buckets or any(ps[0].device.type != "cpu" for ps in buckets):
-            return [zeros(n, dtype=ps[0].dtype, device=ps[0].device) for ps, n in zip(buckets, counts)]
-        offsets, end = [], 0
+        offsets, end, memory = [], 0, None
         for ps, n in zip(buckets, counts):
             offsets.append(end)
             end += -(-n * ps[0].element_size() // 64) * 64  # 64-byte aligned: no cache line spans two buckets
-        try:
-            memory = dist.shared_buffer(end, self.process_group)
-        except (dist.DistError, OSError) as e:  # e.g. /dev/shm too small: every rank on the host gets an error
-            warnings.warn(f"DistributedDataParallel keeps its buckets in private memory: {e}", RuntimeWarning)
-            memory = None
+        if buckets and all(ps[0].device.type == "cpu" for ps in buckets):
+            try:
+                memory = dist.shared_buffer(end, self.process_group)
+            except (dist.DistError, OSError) as e:  # e.g. /dev/shm too small: every rank on the host gets an error
+                warnings.warn(f"DistributedDataParallel keeps its buckets in private memory: {e}", RuntimeWarning)
         if memory is None:
             return [zeros(n, dtype=ps[0].dtype, device=ps[0].device) for ps, n in zip(buckets, counts)]
         return [Tensor(_C.Buffer.from_object(np.frombuffer(memory, f"u{ps[0].element_size()}", n, o), ps[0].dtype.name))
