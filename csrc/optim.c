@@ -134,48 +134,40 @@ static void adam_span_(const group_job_ *j, int i, int64_t lo, int64_t hi) {
     });
 }
 
-/* Launches device tensors one kernel each; fills j->starts for the host ones. */
-static ddpc_status sgd_device_(const group_job_ *j) {
-    for (int i = 0; i < j->n; i++) {
-        ddpc_buffer *p = j->params[i], *b = j->s1 ? j->s1[i] : NULL;
-        const ddpc_sgd_args *a = j->sgd;
-        if (p->device == DDPC_CPU || p->numel == 0) continue;
 #ifdef DDPC_WITH_CUDA
-        void *stream;
-        CHECK(ddpc_cuda_compute_stream(p->device, &stream));
-        int prev;
-        CHECK(ddpc_cuda_enter(p->device, &prev));
-        cudaError_t e = (cudaError_t)ddpc_k_sgd(p->data, j->grads[i]->data, b ? b->data : NULL, p->numel, p->dtype,
-                                                a->lr, a->momentum, a->dampening, a->weight_decay, a->nesterov,
-                                                a->first, stream);
-        ddpc_cuda_leave(prev);
-        CUDACHECK(e);
-#else
-        (void)b, (void)a;
-        return ddpc_cuda_require(p->device);
-#endif
-    }
-    return DDPC_OK;
+/* Queue parameter i's update kernel on `stream`; return a cudaError_t. */
+static int sgd_kernel_(const group_job_ *j, int i, void *stream) {
+    ddpc_buffer *p = j->params[i], *b = j->s1 ? j->s1[i] : NULL;
+    const ddpc_sgd_args *a = j->sgd;
+    return ddpc_k_sgd(p->data, j->grads[i]->data, b ? b->data : NULL, p->numel, p->dtype, a->lr, a->momentum,
+                      a->dampening, a->weight_decay, a->nesterov, a->first, stream);
 }
 
-static ddpc_status adam_device_(const group_job_ *j) {
+static int adam_kernel_(const group_job_ *j, int i, void *stream) {
+    ddpc_buffer *p = j->params[i], *mx = j->s3 ? j->s3[i] : NULL;
+    const ddpc_adam_args *a = j->adam;
+    return ddpc_k_adam(p->data, j->grads[i]->data, j->s1[i]->data, j->s2[i]->data, mx ? mx->data : NULL, p->numel,
+                       p->dtype, a->lr, a->beta1, a->beta2, a->eps, a->weight_decay, a->decoupled, j->step_size,
+                       j->bc2_sqrt, stream);
+}
+#endif
+
+/* Launches the device tensors' updates, one kernel each, on their devices'
+ * compute streams; the host tensors are left to the threads. */
+static ddpc_status device_steps_(const group_job_ *j, int adam) {
     for (int i = 0; i < j->n; i++) {
-        ddpc_buffer *p = j->params[i], *mx = j->s3 ? j->s3[i] : NULL;
-        const ddpc_adam_args *a = j->adam;
+        ddpc_buffer *p = j->params[i];
         if (p->device == DDPC_CPU || p->numel == 0) continue;
 #ifdef DDPC_WITH_CUDA
         void *stream;
-        CHECK(ddpc_cuda_compute_stream(p->device, &stream));
         int prev;
+        CHECK(ddpc_cuda_compute_stream(p->device, &stream));
         CHECK(ddpc_cuda_enter(p->device, &prev));
-        cudaError_t e = (cudaError_t)ddpc_k_adam(p->data, j->grads[i]->data, j->s1[i]->data, j->s2[i]->data,
-                                                 mx ? mx->data : NULL, p->numel, p->dtype, a->lr, a->beta1, a->beta2,
-                                                 a->eps, a->weight_decay, a->decoupled, j->step_size, j->bc2_sqrt,
-                                                 stream);
+        cudaError_t e = (cudaError_t)(adam ? adam_kernel_(j, i, stream) : sgd_kernel_(j, i, stream));
         ddpc_cuda_leave(prev);
         CUDACHECK(e);
 #else
-        (void)mx, (void)a;
+        (void)adam;
         return ddpc_cuda_require(p->device);
 #endif
     }
@@ -201,7 +193,7 @@ ddpc_status ddpc_op_sgd_step(int n, ddpc_buffer **params, ddpc_buffer **grads, d
             if (!bufs || !bufs[i]) return DDPC_ERROR(DDPC_ERR_ARG, "sgd: momentum needs a buffer for parameter %d", i);
     }
     group_job_ j = {.n = n, .params = params, .grads = grads, .s1 = args->momentum != 0 ? bufs : NULL, .sgd = args};
-    CHECK(sgd_device_(&j));
+    CHECK(device_steps_(&j, 0));
     CHECK(host_starts_(&j));
     run_group_(&j, sgd_span_);
     free(j.starts);
@@ -220,7 +212,7 @@ ddpc_status ddpc_op_adam_step(int n, ddpc_buffer **params, ddpc_buffer **grads, 
     double bc1 = 1 - pow(args->beta1, (double)args->step), bc2 = 1 - pow(args->beta2, (double)args->step);
     group_job_ j = {.n = n, .params = params, .grads = grads, .s1 = exp_avgs, .s2 = exp_avg_sqs, .s3 = max_sqs,
                     .adam = args, .step_size = args->lr / bc1, .bc2_sqrt = sqrt(bc2)};
-    CHECK(adam_device_(&j));
+    CHECK(device_steps_(&j, 1));
     CHECK(host_starts_(&j));
     run_group_(&j, adam_span_);
     free(j.starts);
