@@ -594,27 +594,29 @@ static void copy_out_done_(void) {
 
 static char *slot_(ddpc_shm *s, int parity, int rank) { return s->area[parity] + (size_t)rank * SLOT_BYTES; }
 
-/* all_reduce in place in shared buffer r, at offset `off` on every rank. */
+/* all_reduce in place in shared buffer r, at offset `off` on every rank: each
+ * rank reduces its slice of every rank's buffer and writes the result into
+ * all of them, a cache-sized piece at a time while the piece is still in its
+ * cache. Two barriers: every input is in place, every result is. */
 static ddpc_status allreduce_shared_(ddpc_shm *s, const ddpc_coll_args *a, const ddpc_shm_reg *r, size_t off,
                                      int divisor, uint64_t deadline) {
-    size_t es = ddpc_dtype_size(a->dtype), lo, hi;
+    size_t es = ddpc_dtype_size(a->dtype), piece = SLOT_BYTES / es, lo, hi;
     const void *srcs[256];
     begin_(s, a, r, off);
-    CHECK(sync_(s, deadline)); /* every rank's data are in place */
+    CHECK(sync_(s, deadline));
     ddpc_shm_slice(a->count, es, ALIGN_, s->n, s->me, &lo, &hi);
-    /* This rank's own slice first: the reduction writes over it. */
-    char *mine = r->mine + off + lo * es;
-    srcs[0] = mine;
-    for (int j = 0, k = 1; j < s->n; j++)
-        if (j != s->me) srcs[k++] = r->base[j] + off + lo * es;
-    ddpc_reduce(a->dtype, a->op, mine, srcs, s->n, hi - lo, divisor);
-    CHECK(sync_(s, deadline)); /* every slice is reduced */
-    for (int j = 0; j < s->n; j++) {
-        if (j == s->me) continue;
-        ddpc_shm_slice(a->count, es, ALIGN_, s->n, j, &lo, &hi);
-        memcpy(r->mine + off + lo * es, r->base[j] + off + lo * es, (hi - lo) * es);
+    for (size_t at = lo; at < hi; at += piece) {
+        size_t m = hi - at < piece ? hi - at : piece, pos = off + at * es;
+        /* This rank's own buffer first: the reduction writes over it. */
+        srcs[0] = r->mine + pos;
+        for (int j = 0, k = 1; j < s->n; j++)
+            if (j != s->me) srcs[k++] = r->base[j] + pos;
+        ddpc_reduce(a->dtype, a->op, r->mine + pos, srcs, s->n, m, divisor);
+        for (int j = 0; j < s->n; j++)
+            if (j != s->me) memcpy(r->base[j] + pos, r->mine + pos, m * es);
     }
-    /* No rank writes its buffer again while another may still read from it. */
+    /* No rank returns before every slice has reached it, nor writes its
+     * buffer again while another may still read from it. */
     return sync_(s, deadline);
 }
 
