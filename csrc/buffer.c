@@ -207,6 +207,15 @@ static int buffer_traverse(ddpc_buffer *b, visitproc visit, void *arg) {
 
 /* ---- import from the buffer protocol ------------------------------------------ */
 
+/* Whether a buffer-protocol format names a byte order other than this machine's. */
+static int foreign_byte_order_(const char *fmt) {
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    return fmt[0] == '>' || fmt[0] == '!';
+#else
+    return fmt[0] == '<';
+#endif
+}
+
 static int dtype_from_format_(const char *fmt, Py_ssize_t itemsize, ddpc_dtype *out) {
     while (*fmt && strchr("@=<>!", *fmt)) fmt++;
     if (!fmt[0] || fmt[1]) return -1;
@@ -242,6 +251,12 @@ static PyObject *buffer_from_object(PyObject *cls, PyObject *args, PyObject *kwd
         PyErr_SetString(PyExc_ValueError,
                         "the array is not C-contiguous, so it cannot be viewed without a copy "
                         "(use ddpc.tensor(a) to copy it, or numpy.ascontiguousarray(a))");
+        goto fail_;
+    }
+    if (view->format && view->itemsize > 1 && foreign_byte_order_(view->format)) {
+        PyErr_Format(PyExc_TypeError,
+                     "the array's bytes are in the other byte order (format '%s'); convert it first, e.g. "
+                     "a.astype(a.dtype.newbyteorder('='))", view->format);
         goto fail_;
     }
     if (dtype_obj != Py_None) {

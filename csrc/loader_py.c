@@ -148,6 +148,8 @@ typedef struct {
     PyObject *pool;       /* host batches: list of tuples of owning Buffers (max_rows each) */
     int64_t next, nbatches, max_rows;
     int prefetch, device, pinned, nsources;
+    int waiting;          /* a thread waits for a batch with the GIL released */
+    int close_asked;      /* close() came meanwhile: the waiting call closes */
 } loader_object;
 
 static int get_index_array_(PyObject *obj, const char *what, Py_buffer *view) {
@@ -235,6 +237,10 @@ static int queue_batch_(loader_object *self, int64_t batch) {
 
 /* Stops the threads and drops the queued batches; the iterator is exhausted after it. */
 static void loader_close_(loader_object *self) {
+    if (self->waiting) {
+        self->close_asked = 1; /* the loader is in use: the waiting call frees it */
+        return;
+    }
     if (self->loader) {
         ddpc_loader *l = self->loader;
         self->loader = NULL;
@@ -355,15 +361,26 @@ fail_:
 }
 
 static PyObject *loader_iternext(loader_object *self) {
+    if (self->waiting) {
+        PyErr_SetString(PyExc_RuntimeError, "this batch iterator is already waiting for a batch in another thread; "
+                                            "one thread at a time may take batches from it");
+        return NULL;
+    }
     if (!self->loader || self->next >= self->nbatches) {
         loader_close_(self);
         return NULL; /* StopIteration */
     }
     int64_t batch = self->next;
     ddpc_status st;
+    self->waiting = 1;
     Py_BEGIN_ALLOW_THREADS
     st = ddpc_loader_wait(self->loader, batch);
     Py_END_ALLOW_THREADS
+    self->waiting = 0;
+    if (self->close_asked) {
+        loader_close_(self);
+        return NULL; /* closed by another thread meanwhile: StopIteration */
+    }
     if (st != DDPC_OK) {
         loader_close_(self);
         return ddpc_raise(st);

@@ -193,6 +193,7 @@ ddpc_status ddpc_balanced_sampler_indices(const double *costs, int64_t n, int64_
     CHECK(ddpc_dist_sampler_size(n, num_replicas, rank, drop_last, &num_samples, &total));
     CHECK(check_weights_(costs, n, "cost", &positive, &sum));
     if (batch_size < 1) return DDPC_ERROR(DDPC_ERR_ARG, "batch_size must be >= 1, got %lld", (long long)batch_size);
+    if (batch_size > num_samples) batch_size = num_samples > 0 ? num_samples : 1; /* one step holds everything */
     ddpc_balance_stats bal = {0, 0}, nai = {0, 0};
     int64_t steps = (num_samples + batch_size - 1) / batch_size;
     int64_t *perm = NULL, *order = NULL;

@@ -347,6 +347,113 @@ def test_no_threads_left_after_dropping_iterators_mid_epoch():
     assert settled_threads(c_before) == c_before and threading.active_count() == py_before
 
 
+def test_closing_from_another_thread_ends_the_waiting_iteration():
+    """close() while another thread waits in next(): that next() ends the epoch (no crash,
+    no hang), and a second thread calling next() meanwhile gets an error."""
+    rows = np.zeros((1024, 1 << 17), dtype=np.uint8)  # 64 batches of 2 MiB: the consumer mostly waits
+
+    def run(make):
+        it = iter(make())
+        seen, errors = [], []
+
+        def consume():
+            try:
+                for b in it:
+                    seen.append(b)
+            except RuntimeError as e:
+                errors.append(str(e))
+
+        t = threading.Thread(target=consume)
+        t.start()
+        while not seen and t.is_alive():
+            time.sleep(0.001)
+        it.close()
+        t.join(10)
+        assert not t.is_alive()
+        return seen, errors
+
+    for _ in range(5):
+        seen, errors = run(lambda: DataLoader(TensorDataset(rows), batch_size=16, shuffle=True, prefetch=1,
+                                              num_threads=1))
+        assert not errors and len(seen) < 64
+    seen, errors = run(lambda: DataLoader(Squares(1000), batch_size=1, collate_fn=lambda s: time.sleep(0.01)))
+    assert not errors and len(seen) < 1000
+
+    it = iter(DataLoader(TensorDataset(rows), batch_size=512, prefetch=1, num_threads=1))
+    errors = []
+
+    def other():
+        try:
+            next(it)
+        except RuntimeError as e:
+            errors.append(str(e))
+
+    threads = [threading.Thread(target=other) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    it.close()
+    assert all("one thread at a time" in e for e in errors)
+
+
+def test_pytorch_style_samplers_subclasses_and_scalars():
+    x = np.arange(10, dtype=np.float32)
+
+    class IterOnly:  # a sampler with only __iter__ and __len__, as PyTorch's samplers are
+        def __iter__(self):
+            return iter([9, 0, 4])
+
+        def __len__(self):
+            return 3
+
+    class WithIndexList(IterOnly):
+        indices = [1, 3, 5]  # an attribute called indices, as torch's SubsetRandomSampler has
+
+        def __iter__(self):
+            return iter(self.indices)
+
+    for sampler, want in ((IterOnly(), [9, 0, 4]), (WithIndexList(), [1, 3, 5])):
+        got = [b[0].numpy().tolist() for b in DataLoader(TensorDataset(x), batch_size=3, sampler=sampler)]
+        assert got == [[float(i) for i in want]]
+    with pytest.raises(TypeError, match="integer indices"):
+        list(DataLoader(TensorDataset(x), batch_size=2, sampler=[1.9, 2.5]))
+    with pytest.raises(TypeError, match="integer indices"):
+        list(DataLoader(TensorDataset(x), batch_sampler=[[0.7, 3.99]]))
+
+    class Doubled(TensorDataset):  # a subclass that transforms samples is read item by item
+        def __getitem__(self, i):
+            return tuple(2 * v for v in super().__getitem__(i))
+
+    got = list(DataLoader(Doubled(x), batch_size=4))
+    np.testing.assert_array_equal(got[0][0].numpy(), 2 * x[:4])
+
+    class Scalars(Dataset):
+        def __len__(self):
+            return 4
+
+        def __getitem__(self, i):
+            return np.float32(i), np.int32(i)
+
+    f, i = next(iter(DataLoader(Scalars(), batch_size=4)))
+    assert (f.dtype, i.dtype) == (ddpc.float32, ddpc.int32)  # numpy scalars keep their dtype
+
+
+def test_big_endian_arrays_are_refused_and_bfloat16_arrays_load(tmp_path):
+    big = np.arange(6, dtype=">f4")
+    with pytest.raises(TypeError, match="other byte order"):
+        TensorDataset(big)
+    with pytest.raises(TypeError, match="other byte order"):
+        ddpc.from_numpy(big)
+    np.save(tmp_path / "big.npy", big)
+    with pytest.raises(TypeError, match="other byte order"):
+        TensorDataset(np.load(tmp_path / "big.npy", mmap_mode="r"))
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    bf = np.arange(4, dtype=np.float32).astype(ml_dtypes.bfloat16)
+    (b,) = next(iter(DataLoader(TensorDataset(bf), batch_size=4)))
+    assert b.dtype == ddpc.bfloat16 and b.float().numpy().tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
 def test_errors_at_construction(tmp_path):
     a = arrays(10)
     with pytest.raises(ValueError, match="different lengths"):

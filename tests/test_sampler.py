@@ -236,3 +236,11 @@ def test_balanced_sampler_errors():
         BalancedDistributedSampler([1.0, 2.0], 0, num_replicas=1, rank=0)
     with pytest.raises(ValueError, match="rank"):
         BalancedDistributedSampler([1.0, 2.0], 1, num_replicas=2, rank=5)
+
+
+def test_balanced_sampler_batch_larger_than_the_data_set():
+    """A batch bigger than a rank's share is one step holding all of it (no overflow for huge sizes)."""
+    plain = DistributedSampler(10, num_replicas=2, rank=1, shuffle=False).indices()
+    for bs in (7, 2**61, 2**63 - 1):
+        s = BalancedDistributedSampler(np.ones(10), bs, num_replicas=2, rank=1, shuffle=False)
+        assert sorted(s.indices().tolist()) == sorted(plain.tolist())

@@ -338,12 +338,23 @@ class WeightedDistributedSampler(_EpochMixin, Sampler):
         return self.num_samples
 
 
+def _int_indices(values, what):
+    """``values`` as a flat int64 array; anything but integers is an error, not truncated."""
+    idx = np.asarray(values)
+    if idx.size == 0:
+        return np.empty(0, dtype=np.int64)
+    if idx.dtype.kind not in "iu":
+        raise TypeError(f"{what} must yield integer indices, got {idx.dtype} (e.g. {idx.reshape(-1)[0]!r})")
+    return np.ascontiguousarray(idx, dtype=np.int64).reshape(-1)
+
+
 def _sampler_indices(sampler):
-    if hasattr(sampler, "indices"):
-        idx = sampler.indices()
-    else:
-        idx = np.fromiter((int(i) for i in sampler), dtype=np.int64)
-    return np.ascontiguousarray(idx, dtype=np.int64)
+    """The epoch's indices: a ddpc sampler's ``indices()``, or any iterable of ints (e.g. a
+    PyTorch-style sampler that only defines ``__iter__``)."""
+    method = getattr(type(sampler), "indices", None)
+    if callable(method) and method is not Sampler.indices:
+        return _int_indices(sampler.indices(), "sampler")
+    return _int_indices(list(sampler), "sampler")
 
 
 def _fixed_batches(idx, batch_size, drop_last):
@@ -386,8 +397,9 @@ def _as_source(obj):
         if file_backed:
             raise ValueError("a memory-mapped array must be C-contiguous to be read row by row")
         arr = np.ascontiguousarray(arr)
-    override = "bfloat16" if arr.dtype.name == "bfloat16" else None
-    return _C.Buffer.from_object(arr, override), file_backed
+    if arr.dtype.name == "bfloat16":  # ml_dtypes' bfloat16 exports no buffer format: view its bits
+        return _C.Buffer.from_object(arr.view(np.uint16), "bfloat16"), file_backed
+    return _C.Buffer.from_object(arr), file_backed
 
 
 class TensorDataset(Dataset):
@@ -435,14 +447,14 @@ def default_collate(batch):
         return stack(batch)
     if isinstance(elem, np.ndarray):
         return _to_tensor(np.stack(batch))
+    if isinstance(elem, np.generic):  # numpy scalars keep their dtype
+        return _to_tensor(np.asarray(batch))
     if isinstance(elem, bool):
         return np.asarray(batch)
     if isinstance(elem, numbers.Integral):
         return _to_tensor(np.asarray(batch, dtype=np.int64))
     if isinstance(elem, numbers.Real):
         return _to_tensor(np.asarray(batch, dtype=np.float64))
-    if isinstance(elem, np.generic):
-        return _to_tensor(np.asarray(batch))
     if isinstance(elem, dict):
         return {k: default_collate([s[k] for s in batch]) for k in elem}
     if isinstance(elem, (tuple, list)):
@@ -546,9 +558,14 @@ class _ThreadedBatches:
         return self
 
     def __next__(self):
-        if not self._finalizer.alive:
-            raise StopIteration
-        item = self._queue.get()
+        while True:
+            if not self._finalizer.alive:  # closed, also by another thread while this one waited
+                raise StopIteration
+            try:
+                item = self._queue.get(timeout=0.05)
+                break
+            except queue.Empty:
+                continue
         if item is _END:
             self.close()
             raise StopIteration
@@ -613,7 +630,9 @@ class DataLoader:
         self.prefetch = _positive_int(prefetch, "prefetch")
         self.num_threads = (max(1, min(4, os.cpu_count() or 1)) if num_threads is None
                             else _positive_int(num_threads, "num_threads"))
-        self._arrays = isinstance(dataset, TensorDataset) and collate_fn is None
+        # A subclass that overrides __getitem__ is read item by item, as PyTorch would.
+        self._arrays = (isinstance(dataset, TensorDataset) and type(dataset).__getitem__ is TensorDataset.__getitem__
+                        and collate_fn is None)
 
     def _plan(self):
         """The epoch's (indices, offsets): batch b is indices[offsets[b]:offsets[b + 1]]."""
@@ -621,7 +640,7 @@ class DataLoader:
             return _fixed_batches(_sampler_indices(self.sampler), self.batch_size, self.drop_last)
         if hasattr(self.batch_sampler, "plan"):
             return self.batch_sampler.plan()
-        batches = [np.asarray(b, dtype=np.int64).reshape(-1) for b in self.batch_sampler]
+        batches = [_int_indices(list(b), "batch_sampler") for b in self.batch_sampler]
         offsets = np.zeros(len(batches) + 1, dtype=np.int64)
         np.cumsum([len(b) for b in batches], out=offsets[1:])
         idx = np.concatenate(batches) if batches else np.empty(0, dtype=np.int64)
