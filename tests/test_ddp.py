@@ -223,6 +223,146 @@ def test_join_lets_uneven_ranks_finish_with_identical_models():
     assert_params_close(results[0], results[1], atol=0)
 
 
+def _two_branches():
+    from ddpc import nn
+
+    class TwoBranches(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(4, 2), nn.Linear(4, 2)
+
+        def forward(self, x, use_b=True):
+            return self.a(x) + self.b(x) if use_b else self.a(x)
+
+    ddpc.manual_seed(0)
+    return TwoBranches()
+
+
+def _with_big():
+    """A small layer and a parameter of 1.2 MB, alone in the first bucket, whose
+    gradient backward does not write into the bucket (an elementwise use)."""
+    from ddpc import nn
+
+    class WithBig(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+            self.big = nn.Parameter(ddpc.ones(300000))
+
+        def forward(self, x, use_big):
+            out = self.lin(x).sum()
+            return out + (self.big * 0.5).sum() if use_big else out
+
+    ddpc.manual_seed(0)
+    return WithBig()
+
+
+def semantics_worker(rank, scenario):
+    """One PyTorch DDP behaviour per scenario; returns what the test compares across ranks."""
+    import dataclasses
+
+    import ddpc.distributed as dist
+    from ddpc import nn
+
+    dist.init_process_group("cpu")
+    x = ddpc.from_numpy(np.full((2, 4), rank + 1.0, dtype=np.float32))  # rank r's gradients are (r + 1) * ...
+    DDP = nn.parallel.DistributedDataParallel
+    try:
+        if scenario == "frozen_broadcast":  # frozen parameters are rank 0's too
+            ddpc.manual_seed(rank)
+            m = nn.Sequential(nn.Linear(3, 3), nn.Linear(3, 2))
+            m[0].requires_grad_(False)
+            return params(DDP(m).module)
+        if scenario == "unused_everywhere":  # a parameter no rank used keeps .grad None
+            ddp = DDP(_two_branches(), find_unused_parameters=True)
+            ddp(x, False).sum().backward()
+            return ddp.module.b.weight.grad, ddp.module.a.weight.grad.numpy().tolist()
+        if scenario == "unused_after_no_sync":  # a gradient accumulated under no_sync is reduced, not zeroed
+            ddp = DDP(_two_branches(), find_unused_parameters=True)
+            with ddp.no_sync():
+                ddp(x, True).sum().backward()
+            ddp(x, False).sum().backward()
+            return ddp.module.b.weight.grad.numpy().tolist()
+        if scenario == "used_on_one_rank":  # a parameter alone in its bucket, used by rank 0 only
+            ddp = DDP(_with_big(), find_unused_parameters=True)
+            ddp(x, rank == 0).backward()
+            return ddp.module.big.grad.numpy()[:3].tolist()
+        if scenario == "hook_on_one_rank":  # a bias alone in its bucket whose gradient a hook replaces on rank 0
+            ddpc.manual_seed(0)
+            m = nn.Linear(600, 600)
+            if rank == 0:
+                m.bias.register_hook(lambda g: g * 3)
+            ddp = DDP(m)
+            ddp(ddpc.ones(1, 600)).sum().backward()
+            return m.bias.grad.numpy()[:3].tolist()
+        if scenario == "eval_mode":  # eval() does not turn the reduction off
+            ddp = DDP(_two_branches()).eval()
+            ddp(x).sum().backward()
+            return ddp.module.a.weight.grad.numpy().tolist()
+        if scenario == "skip_backward":  # a forward without backward, then two forwards and one backward
+            ddp = DDP(_two_branches())
+            ddp(x)
+            (ddp(x).sum() + ddp(x).sum()).backward()
+            return ddp.module.a.weight.grad.numpy().tolist()
+        if scenario == "dataclass_output":  # find_unused_parameters walks dataclass outputs
+            @dataclasses.dataclass
+            class Out:
+                y: object
+
+            class Wrapped(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.inner = _two_branches()
+
+                def forward(self, x):
+                    return Out(self.inner(x))
+
+            ddp = DDP(Wrapped(), find_unused_parameters=True)
+            ddp(x).y.sum().backward()
+            return ddp.module.inner.a.weight.grad.numpy().tolist()
+        if scenario in ("join_no_sync", "join_lone_bucket"):  # uneven inputs with no_sync or lone buckets
+            m = _two_branches() if scenario == "join_no_sync" else _with_big()
+            ddp = DDP(m)
+            opt = ddpc.optim.SGD(ddp.parameters(), lr=0.1)
+            with ddp.join():
+                for i in range(1 + 2 * rank):
+                    if i % 2 and scenario == "join_no_sync":
+                        with ddp.no_sync():
+                            ddp(x).sum().backward()
+                        continue
+                    (ddp(x).sum() if scenario == "join_no_sync" else ddp(x, True)).backward()
+                    opt.step()
+                    opt.zero_grad()
+            return params(m)
+        raise ValueError(scenario)
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("scenario", ["frozen_broadcast", "unused_everywhere", "unused_after_no_sync",
+                                      "used_on_one_rank", "hook_on_one_rank", "eval_mode", "skip_backward",
+                                      "dataclass_output", "join_no_sync", "join_lone_bucket"])
+def test_ddp_behaves_as_pytorch_ddp(scenario):
+    r0, r1 = ddpc.spawn(semantics_worker, args=(scenario,), nprocs=2)
+    if isinstance(r0, dict):
+        assert_params_close(r0, r1, atol=0)
+    else:
+        assert r0 == r1
+    # Rank r's input is r + 1, so the average gradient of sum(W x) is 1.5 per weight (2 rows of inputs: 3.0).
+    if scenario == "unused_everywhere":
+        assert r0[0] is None and r0[1] == [[3.0] * 4] * 2
+    elif scenario == "unused_after_no_sync":
+        assert r0 == [[3.0] * 4] * 2  # (2 + 4) / 2: each rank's accumulated gradient, averaged
+    elif scenario == "used_on_one_rank":
+        assert r0 == [0.25] * 3  # rank 0's 0.5 and rank 1's nothing (zero), averaged
+    elif scenario == "hook_on_one_rank":
+        assert r0 == [2.0] * 3  # (3 + 1) / 2
+    elif scenario in ("eval_mode", "dataclass_output"):
+        assert r0 == [[3.0] * 4] * 2
+    elif scenario == "skip_backward":
+        assert r0 == [[6.0] * 4] * 2
+
+
 def test_data_parallel_cpu_replicas_equal_one_process():
     from ddpc import nn
 

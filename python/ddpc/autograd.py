@@ -35,6 +35,7 @@ _RELU, _GELU, _TANH, _SIGMOID, _EXP, _LOG, _POW = range(7)
 class _GradMode(threading.local):
     enabled = True
     sole_leaves = frozenset()  # ids of the leaves one gradient reaches in the running backward pass
+    callbacks = None  # functions to run when the running backward pass ends (queue_callback)
 
 
 _mode = _GradMode()
@@ -201,13 +202,26 @@ def _accumulate_leaf(leaf, grad, owned):
 
 
 def _run_backward(root, grad, owned, retain_graph):
-    if root.grad_fn is None:
-        if not root.requires_grad:
-            raise RuntimeError("element 0 of tensors does not require grad and does not have a grad_fn")
-        with no_grad():
-            _accumulate_leaf(root, grad, owned)
-        return
-    start = root.grad_fn
+    if root.grad_fn is None and not root.requires_grad:
+        raise RuntimeError("element 0 of tensors does not require grad and does not have a grad_fn")
+    outer = _mode.sole_leaves, _mode.callbacks
+    _mode.callbacks = []
+    try:
+        if root.grad_fn is None:
+            _mode.sole_leaves = frozenset()
+            with no_grad():
+                _accumulate_leaf(root, grad, owned)
+        else:
+            _run_graph(root.grad_fn, grad, owned, retain_graph)
+        callbacks = _mode.callbacks
+        _mode.callbacks = None  # a callback's own backward passes or callbacks are not part of this pass
+        for fn in callbacks:
+            fn()
+    finally:
+        _mode.sole_leaves, _mode.callbacks = outer
+
+
+def _run_graph(start, grad, owned, retain_graph):
     deps = {}
     seen = {id(start)}
     stack = [start]
@@ -222,13 +236,17 @@ def _run_backward(root, grad, owned, retain_graph):
                 seen.add(k)
                 if isinstance(e, Node):
                     stack.append(e)
-    grads = {id(start): (grad, owned)}
-    ready = [(-start.seq, start)]
-    outer, _mode.sole_leaves = _mode.sole_leaves, frozenset(k for k, n in deps.items() if n == 1)
-    try:
-        _run_nodes(ready, grads, deps, retain_graph)
-    finally:
-        _mode.sole_leaves = outer
+    _mode.sole_leaves = frozenset(k for k, n in deps.items() if n == 1)
+    _run_nodes([(-start.seq, start)], {id(start): (grad, owned)}, deps, retain_graph)
+
+
+def queue_callback(fn):
+    """Runs ``fn()`` once the backward pass now running has delivered every
+    gradient (from a hook during backward; like PyTorch's
+    ``Variable._execution_engine.queue_callback``)."""
+    if _mode.callbacks is None:
+        raise RuntimeError("queue_callback() is for hooks that run during a backward pass")
+    _mode.callbacks.append(fn)
 
 
 def _run_nodes(ready, grads, deps, retain_graph):

@@ -15,13 +15,14 @@ all-reduce (NCCL across GPUs; copies otherwise).
 
 import contextlib
 import copy
+import dataclasses
 import warnings
 
 import numpy as np
 
 from .. import _C
 from .. import distributed as dist
-from ..autograd import Node, is_grad_enabled, no_grad
+from ..autograd import Node, is_grad_enabled, no_grad, queue_callback
 from .._dtype import bfloat16, float16
 from ..tensor import Tensor, full, zeros
 from .modules import Module
@@ -119,7 +120,6 @@ class _Bucket:
         self.flat = flat
         self.pending = len(params)
         self.future = None
-        self.data = self.flat  # what this step reduces: the flat buffer, or a lone parameter's gradient
 
     def view(self, i):
         p = self.params[i]
@@ -156,6 +156,9 @@ def _flatten(obj):
     elif isinstance(obj, dict):
         for o in obj.values():
             yield from _flatten(o)
+    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        for f in dataclasses.fields(obj):
+            yield from _flatten(getattr(obj, f.name))
 
 
 def _to_device(obj, device):
@@ -176,9 +179,8 @@ class DistributedDataParallel(Module):
     the group. Differences from PyTorch: after each reduction a parameter's
     ``.grad`` is a view of its bucket (no copy back), as PyTorch gives only
     with ``gradient_as_bucket_view=True``, which here also makes the gradients
-    views before the first reduction; a parameter alone in its bucket is
-    reduced in place; a group of one skips the buckets; ``static_graph`` and
-    ``gradient_predivide_factor`` are not offered.
+    views before the first reduction; a group of one skips the buckets;
+    ``static_graph`` and ``gradient_predivide_factor`` are not offered.
 
     Where the work goes: a linear layer's fresh weight and bias gradients are
     written by backward straight into their bucket slots (nothing is copied
@@ -206,11 +208,13 @@ class DistributedDataParallel(Module):
         self.gradient_as_bucket_view = gradient_as_bucket_view
         self.require_backward_grad_sync = True
         self._comm_hook, self._comm_state = allreduce_hook, process_group
-        self._named_params = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
+        self._all_params = list(module.named_parameters())  # frozen ones too: verified and broadcast
+        self._named_params = [(n, p) for n, p in self._all_params if p.requires_grad]  # these are reduced
         self._verify_same_model()
         self._broadcast_states(0, with_params=True)
         self._buckets = self._make_buckets(bucket_cap_mb * (1 << 20))
         self._where = {}
+        self._index = {id(p): k for k, (_, p) in enumerate(self._named_params)}
         for b in self._buckets:
             for i, p in enumerate(b.params):
                 self._where[id(p)] = (b, i)
@@ -218,6 +222,8 @@ class DistributedDataParallel(Module):
                 p._grad_into = b.view(i)  # backward writes a fresh gradient straight into the bucket
         self._next_launch = 0
         self._got_grad = {}
+        self._hook_fired = False
+        self._unused, self._used_mask = [], None
         self._expect_reduction = False
         self._join_mode = False
 
@@ -227,7 +233,8 @@ class DistributedDataParallel(Module):
 
     def _verify_same_model(self):
         """Raises naming the first parameter whose name or shape differs between ranks."""
-        desc = "\n".join(f"{n}:{tuple(p.shape)}:{p.dtype.name}" for n, p in self._named_params).encode()
+        desc = "\n".join(f"{n}:{tuple(p.shape)}:{p.dtype.name}{'' if p.requires_grad else ':frozen'}"
+                         for n, p in self._all_params).encode()
         size, _ = self._world()
         length = self._scalar(len(desc))
         dist.all_reduce(length, op=dist.ReduceOp.MAX, group=self.process_group)
@@ -247,7 +254,8 @@ class DistributedDataParallel(Module):
                 if a != b:
                     raise RuntimeError(
                         f"DistributedDataParallel: the model differs between ranks 0 and {r} at parameter #{i}: "
-                        f"rank 0 has {a!r}, rank {r} has {b!r} (name:shape:dtype); every rank must build the same model")
+                        f"rank 0 has {a!r}, rank {r} has {b!r} (name:shape:dtype[:frozen]); every rank must build "
+                        "the same model")
 
     def _scalar(self, value):
         """A one-element int64 tensor where this group's collectives take it."""
@@ -256,7 +264,7 @@ class DistributedDataParallel(Module):
     def _broadcast_states(self, group_rank, with_params):
         """Copies the parameters (if asked) and buffers of one group member to all."""
         src = dist.get_global_rank(self.process_group, group_rank)
-        tensors = ([p for _, p in self._named_params] if with_params else []) + list(self.module.buffers())
+        tensors = ([p for _, p in self._all_params] if with_params else []) + list(self.module.buffers())
         with no_grad():
             for t in tensors:
                 dist.broadcast(t, src=src, group=self.process_group)
@@ -297,30 +305,57 @@ class DistributedDataParallel(Module):
 
     # ---- the reducer -----------------------------------------------------------------
     def _prepare_for_backward(self, outputs):
-        if self._expect_reduction and self._next_launch < len(self._buckets):
+        if self._expect_reduction and self._hook_fired:
             missing = [n for n, p in self._named_params if id(p) not in self._got_grad]
             raise RuntimeError(
                 "DistributedDataParallel: the previous iteration's gradient reduction did not finish because these "
                 f"parameters got no gradient: {missing[:10]}{' ...' if len(missing) > 10 else ''}. Pass "
                 "find_unused_parameters=True if some parameters are unused in forward, or make every output "
                 "contribute to the loss")
+        # A forward without a backward (e.g. evaluation with grad mode on) launched nothing: start afresh.
         for b in self._buckets:
-            b.pending, b.future, b.data = len(b.params), None, b.flat
+            b.pending, b.future = len(b.params), None
         self._next_launch = 0
         self._got_grad = {}
+        self._hook_fired = False
+        self._unused, self._used_mask = [], None
         # A group of one with the default hook has nothing to average: skip the buckets entirely.
         alone = self._comm_hook is allreduce_hook and dist.get_world_size(self.process_group) == 1
         self._expect_reduction = self.require_backward_grad_sync and not alone
         if self._expect_reduction and self.find_unused_parameters:
             used = _reachable_leaves(outputs)
-            for _, p in self._named_params:
-                if id(p) not in used:
-                    self._mark_ready(p, None)
+            self._unused = [p for _, p in self._named_params if id(p) not in used]
 
     def _on_grad_ready(self, p):
         if not self._expect_reduction:
             return
+        if not self._hook_fired:
+            # The first gradient of this backward pass: the parameters forward did not
+            # reach are ready now (as PyTorch marks them), with any gradient they hold.
+            self._hook_fired = True
+            if self.find_unused_parameters:
+                self._launch_used_mask()
+                for q in self._unused:
+                    self._mark_ready(q, q.grad)
+        if self._got_grad.get(id(p)) and any(q is p for q in self._unused):
+            raise RuntimeError(
+                f"DistributedDataParallel: a parameter ({tuple(p.shape)}) that forward's outputs do not reach got a "
+                "gradient; with find_unused_parameters=True, return from forward every tensor the loss is computed "
+                "from")
         self._mark_ready(p, p.grad)
+
+    def _launch_used_mask(self):
+        """All-reduces which parameters have a gradient on some rank: those that have
+        none anywhere keep ``.grad`` None after the reduction, as in PyTorch."""
+        unused = {id(q) for q in self._unused}
+        used = np.array([id(q) not in unused or q.grad is not None for _, q in self._named_params], dtype=np.int32)
+        self._used_mask = self._mask_tensor(used)
+        self._used_mask_work = dist.all_reduce(self._used_mask, op=dist.ReduceOp.MAX, group=self.process_group,
+                                               async_op=True)
+
+    def _mask_tensor(self, values):
+        from ..tensor import from_numpy
+        return from_numpy(values).to(dist.collective_device(self.process_group))
 
     def _mark_ready(self, p, grad):
         b, i = self._where[id(p)]
@@ -328,23 +363,20 @@ class DistributedDataParallel(Module):
             raise RuntimeError(f"DistributedDataParallel: a parameter got a gradient twice in one backward pass "
                                f"({tuple(p.shape)}); this reducer supports one backward per forward")
         self._got_grad[id(p)] = True
-        if len(b.params) == 1 and grad is not None and not self.gradient_as_bucket_view:
-            b.data = grad.reshape(-1)  # a bucket of one reduces the gradient itself: no copy in or out
-        else:
-            slot = b.view(i)
-            if grad is None:
-                slot.fill_(0)
-            elif grad.data_ptr() != slot.data_ptr():
-                slot.copy_(grad)
-            if self.gradient_as_bucket_view and grad is not None:
-                p.grad = slot
+        slot = b.view(i)
+        if grad is None:
+            slot.fill_(0)
+        elif grad.data_ptr() != slot.data_ptr():
+            slot.copy_(grad)
+        if self.gradient_as_bucket_view and grad is not None:
+            p.grad = slot
         b.pending -= 1
         self._launch_ready()
 
     def _launch_ready(self):
         while self._next_launch < len(self._buckets) and self._buckets[self._next_launch].pending == 0:
             b = self._buckets[self._next_launch]
-            b.future = self._comm_hook(self._comm_state, GradBucket(b.index, b.data, b.params,
+            b.future = self._comm_hook(self._comm_state, GradBucket(b.index, b.flat, b.params,
                                                                      b.index == len(self._buckets) - 1))
             self._next_launch += 1
         if self._next_launch == len(self._buckets):
@@ -353,26 +385,31 @@ class DistributedDataParallel(Module):
     def _finish_reduction(self):
         for b in self._buckets:
             result = b.future.wait()
-            if result is not b.data:
-                b.data.copy_(result)
-            if b.data is not b.flat:
-                continue  # the parameter's own gradient was reduced in place
+            if result is not b.flat:
+                b.flat.copy_(result)
+        used = None
+        if self._used_mask is not None:
+            self._used_mask_work.wait()
+            used = self._used_mask.cpu().numpy()
+        for b in self._buckets:
             for i, p in enumerate(b.params):
-                p.grad = b.view(i)  # the reduced gradient, in place: no copy back
+                if used is None or used[self._index[id(p)]]:
+                    p.grad = b.view(i)  # the reduced gradient, in place: no copy back
         self._expect_reduction = False
 
     # ---- public API --------------------------------------------------------------------
     def forward(self, *inputs, **kwargs):
+        sync_buffers = self.broadcast_buffers and self.require_backward_grad_sync
         if self._join_mode:
-            self._join_vote(1)
+            self._join_vote(1, int(self.require_backward_grad_sync and is_grad_enabled()), int(sync_buffers))
             self._join_steps += 1
-        if self.broadcast_buffers and self.require_backward_grad_sync:
+        if sync_buffers:
             self._broadcast_states(0, with_params=False)
         if self.device is not None:
             dev = self.device if not isinstance(self.device, int) else f"cuda:{self.device}"
             inputs, kwargs = _to_device(inputs, dev), _to_device(kwargs, dev)
         outputs = self.module(*inputs, **kwargs)
-        if self.module.training and self._buckets and is_grad_enabled():
+        if self._buckets and is_grad_enabled():  # also in eval mode: PyTorch reduces whenever grad mode is on
             self._prepare_for_backward(outputs)
         return outputs
 
@@ -394,10 +431,12 @@ class DistributedDataParallel(Module):
         self._comm_hook, self._comm_state = hook, state
 
     # ---- uneven inputs -----------------------------------------------------------------
-    def _join_vote(self, active):
-        flag = self._scalar(active)
-        dist.all_reduce(flag, group=self.process_group)
-        return int(flag.item())
+    def _join_vote(self, active, grads, buffers):
+        """Of the ranks still active: how many, how many reduce gradients this step,
+        how many broadcast buffers (the joined ranks shadow those collectives)."""
+        votes = self._mask_tensor(np.array([active, grads, buffers], dtype=np.int64))
+        dist.all_reduce(votes, group=self.process_group)
+        return tuple(int(v) for v in votes.cpu().numpy())
 
     @contextlib.contextmanager
     def join(self, enable=True):
@@ -412,9 +451,17 @@ class DistributedDataParallel(Module):
             yield
         finally:
             try:
-                while self._join_vote(0) > 0:
-                    if self.broadcast_buffers:
+                while True:
+                    active, grads, buffers = self._join_vote(0, 0, 0)
+                    if not active:
+                        break
+                    if buffers:
                         self._broadcast_states(0, with_params=False)
+                    if not grads:  # the active ranks' step is inside no_sync() or without grad mode
+                        continue
+                    if self.find_unused_parameters:
+                        dist.all_reduce(self._mask_tensor(np.zeros(len(self._named_params), dtype=np.int32)),
+                                        op=dist.ReduceOp.MAX, group=self.process_group)
                     for b in self._buckets:
                         b.flat.fill_(0)
                         self._comm_hook(self._comm_state, GradBucket(b.index, b.flat, b.params, False)).wait()
