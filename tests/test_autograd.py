@@ -367,3 +367,19 @@ def test_gradients_land_in_the_memory_a_leaf_names():
     F.linear(x, w, b).sum().backward()
     assert not w._grad_into.numpy().any()
     np.testing.assert_allclose(w.grad.numpy(), 2 * want_w, rtol=1e-12)
+
+
+def test_queue_callback_runs_once_when_backward_ends():
+    from ddpc.autograd import queue_callback
+
+    w = ddpc.ones(3, requires_grad=True)
+    seen = []
+
+    def hook(p):
+        queue_callback(lambda: seen.append(p.grad.numpy().tolist()))
+
+    w.register_post_accumulate_grad_hook(hook)
+    ((w * 2).sum() + (w * 3).sum()).backward()
+    assert seen == [[5.0, 5.0, 5.0]]
+    with pytest.raises(RuntimeError, match="during a backward pass"):
+        queue_callback(lambda: None)

@@ -383,6 +383,92 @@ def test_data_parallel_cpu_replicas_equal_one_process():
         assert_params_close(params(replica), params(dp.module), atol=0)
 
 
+def _grads(m):
+    return {n: (p.grad.numpy().copy() if p.grad is not None else None) for n, p in m.named_parameters()}
+
+
+def test_data_parallel_uneven_chunks_and_replicas_without_a_chunk():
+    """Batches of 1 on 2 replicas and 4 rows on 3 (chunks 2, 2 and none) give one
+    process's gradients, also on the next full batch."""
+    from ddpc import nn
+
+    X, y = data(16)
+    ref, dp = model(), nn.DataParallel(model(), device_ids=["cpu"] * 3)
+    for rows in (slice(0, 1), slice(1, 5), slice(5, 14)):
+        for m in (ref, dp):
+            m.zero_grad()
+            nn.CrossEntropyLoss()(m(ddpc.from_numpy(X[rows])), ddpc.from_numpy(y[rows])).backward()
+        got, want = _grads(dp.module), _grads(ref)
+        for k in want:
+            np.testing.assert_allclose(got[k], want[k], atol=1e-6, err_msg=f"{k} after rows {rows}")
+
+
+def test_data_parallel_parameter_used_by_some_replicas_only():
+    """A parameter only replica 1's chunk uses gets replica 1's gradient (on the
+    module, which is replica 0), and nothing stale is left for the next step."""
+    from ddpc import nn
+
+    class Branchy(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(4, 2), nn.Linear(4, 2)
+
+        def forward(self, x):
+            out = self.a(x).sum()
+            return (out + self.b(x).sum() if float(x.numpy()[0, 0]) > 0 else out).reshape(1)
+
+    ddpc.manual_seed(0)
+    dp = nn.DataParallel(Branchy(), device_ids=["cpu", "cpu"])
+    x = np.ones((4, 4), dtype=np.float32)
+    x[:2] = -1  # replica 0's chunk
+    for _ in range(2):
+        dp.zero_grad()
+        dp(ddpc.from_numpy(x)).sum().backward()
+        np.testing.assert_allclose(dp.module.b.weight.grad.numpy(), np.full((2, 4), 2.0))  # rows 2 and 3 only
+        np.testing.assert_allclose(dp.module.a.weight.grad.numpy(), np.zeros((2, 4)))  # 2 rows of +1, 2 of -1
+
+
+def test_data_parallel_modes_frozen_parameters_inputs_and_outputs():
+    from ddpc import nn
+
+    ddpc.manual_seed(0)
+    m = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5))
+    dp = nn.DataParallel(m, device_ids=["cpu", "cpu"])
+    dp.eval()  # reaches every replica: no dropout anywhere
+    out = dp(ddpc.ones(4, 4)).numpy()
+    np.testing.assert_array_equal(out[2:], out[:2])
+
+    # A frozen parameter changed by load_state_dict, and one unfrozen after wrapping.
+    lin = nn.Linear(3, 1)
+    lin.weight.requires_grad_(False)
+    dp = nn.DataParallel(lin, device_ids=["cpu", "cpu"])
+    state = lin.state_dict()
+    state["weight"] = ddpc.full((1, 3), 5.0)
+    lin.load_state_dict(state)
+    x = ddpc.from_numpy(np.arange(12, dtype=np.float32).reshape(4, 3))
+    np.testing.assert_allclose(dp(x).numpy()[:, 0], 5.0 * x.numpy().sum(1) + lin.bias.numpy()[0], rtol=1e-6)
+    lin.weight.requires_grad_(True)
+    dp(x).sum().backward()
+    np.testing.assert_allclose(lin.weight.grad.numpy(), x.numpy().sum(0, keepdims=True))
+
+    # Tensors in keyword arguments and nested containers are scattered; scalars and None gathered.
+    class Inputs(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(2, 2)
+
+        def forward(self, pair, mask=None):
+            out = self.lin(pair[0]) * mask
+            return out, out.sum(), None
+
+    dp = nn.DataParallel(Inputs(), device_ids=["cpu", "cpu"])
+    x = ddpc.ones(4, 2)
+    with pytest.warns(UserWarning, match="scalar outputs"):
+        out, total, none = dp([x], mask=ddpc.ones(4, 2))
+    assert out.shape == (4, 2) and total.shape == (2,) and none is None
+    np.testing.assert_allclose(total.numpy(), out.numpy().reshape(2, 4).sum(1), rtol=1e-6)
+
+
 NCCL_RANK = r"""
 import socket, sys
 import numpy as np

@@ -490,7 +490,11 @@ class DataParallel(Module):
     made once and kept: after a backward pass their gradients are summed with
     an in-process all-reduce, and before the next forward the replicas take
     the first replica's parameters with an in-process broadcast (instead of
-    PyTorch's rebuilding the replicas on every call).
+    PyTorch's rebuilding the replicas on every call). Tensors in the inputs,
+    also inside lists, tuples and dicts and in keyword arguments, are split as
+    torch's scatter splits them; replicas left without a chunk sit the step out,
+    and a parameter only some replicas used gets their gradients when backward
+    ends.
     """
 
     def __init__(self, module, device_ids=None, output_device=None, dim=0):
@@ -508,63 +512,104 @@ class DataParallel(Module):
         self.dim = dim
         self.module = module.to(self.device_ids[0])
         self._replicas = [self.module] + [copy.deepcopy(module).to(d) for d in self.device_ids[1:]]
-        self._params = [[p for p in r.parameters() if p.requires_grad] for r in self._replicas]
+        # Every parameter, frozen ones too: requires_grad may change after wrapping.
+        self._params = [list(r.parameters()) for r in self._replicas]
         self._ready = [0] * len(self._params[0])
+        self._ran = len(self._replicas)  # replicas that got a chunk in the last forward
+        self._finishing = False
+        self._hooked = set()
+        self._hook_trainable()
+
+    def _hook_trainable(self):
+        """Listens to the gradients of every parameter that requires one (once each)."""
         for k, ps in enumerate(zip(*self._params)):
-            for p in ps:
-                p.register_post_accumulate_grad_hook(lambda _p, k=k: self._on_grad_ready(k))
+            if ps[0].requires_grad and k not in self._hooked:
+                self._hooked.add(k)
+                for p in ps:
+                    p.register_post_accumulate_grad_hook(lambda _p, k=k: self._on_grad_ready(k))
 
     def _on_grad_ready(self, k):
+        if not self._finishing:
+            self._finishing = True
+            queue_callback(self._finish_backward)
         self._ready[k] += 1
-        if self._ready[k] == len(self._replicas):
-            self._ready[k] = 0
-            grads = [ps[k].grad for ps in self._params]
-            if all(g is not None for g in grads):
-                _C.multi_all_reduce([g._buf for g in grads], 0)
-            # The optimizer steps the first replica only; the others' gradients
-            # are spent, and clearing them keeps accumulation across backward
-            # passes (without zero_grad) exact.
-            for ps in self._params[1:]:
-                ps[k].grad = None
+        if self._ready[k] == self._ran:
+            self._reduce(k)
+
+    def _reduce(self, k):
+        """Sums parameter k's gradients of the replicas that ran into each of them;
+        replicas whose forward did not use it contribute zeros."""
+        self._ready[k] = 0
+        ps = [ps[k] for ps in self._params[:self._ran]]
+        if len(ps) > 1:
+            for p in ps:
+                if p.grad is None:
+                    p.grad = zeros(p.shape, dtype=p.dtype, device=p.device)
+            _C.multi_all_reduce([p.grad._buf for p in ps], 0)
+        # The optimizer steps the first replica only; the others' gradients are
+        # spent, and clearing them keeps accumulation across backward passes
+        # (without zero_grad) exact.
+        for p in ps[1:]:
+            p.grad = None
+
+    def _finish_backward(self):
+        """End of a backward pass: parameters that some replicas' forward did not use."""
+        self._finishing = False
+        for k, n in enumerate(self._ready):
+            if n:
+                self._reduce(k)
 
     def _sync_replicas(self):
         with no_grad():
             for ps in zip(*self._params):
                 _C.multi_broadcast([p._buf for p in ps], 0)
+                for p in ps[1:]:
+                    p.requires_grad = ps[0].requires_grad
             for bs in zip(*(list(r.buffers()) for r in self._replicas)):
                 _C.multi_broadcast([b._buf for b in bs], 0)
+        for ms in zip(*(r.modules() for r in self._replicas)):  # train() / eval() set on the wrapper
+            for m in ms[1:]:
+                m.training = ms[0].training
+        self._hook_trainable()
 
     def forward(self, *inputs, **kwargs):
         if len(self._replicas) == 1:
             return self.module(*_to_device(inputs, self.device_ids[0]), **_to_device(kwargs, self.device_ids[0]))
         # The optimizer (or load_state_dict) changed the first replica only.
         self._sync_replicas()
-        chunks = self._scatter(inputs)
-        outputs = [r(*c, **_to_device(kwargs, d)) for r, c, d in zip(self._replicas, chunks, self.device_ids)
-                   if c is not None]
+        chunks = self._scatter(inputs, kwargs)
+        self._ran, self._ready = len(chunks), [0] * len(self._ready)
+        outputs = [r(*args, **kw) for r, (args, kw) in zip(self._replicas, chunks)]
         return self._gather(outputs)
 
-    def _scatter(self, inputs):
-        tensors = [t for t in inputs if isinstance(t, Tensor)]
+    def _scatter(self, inputs, kwargs):
+        """Per replica (args, kwargs): every tensor, also in lists, tuples and dicts,
+        split along dim 0 into chunks of ceil(len / replicas), as torch's scatter;
+        as many replicas run as the shortest tensor has chunks."""
+        tensors = [t for t in _flatten((inputs, kwargs)) if isinstance(t, Tensor) and t.dim() > 0]
         if not tensors:
-            raise ValueError("DataParallel needs at least one tensor input to scatter")
-        n = tensors[0].shape[0]
+            raise ValueError("DataParallel needs at least one tensor input with a batch dimension to scatter")
         k = len(self._replicas)
-        per = -(-n // k)
-        chunks = []
-        for i, d in enumerate(self.device_ids):
-            lo, hi = i * per, min(n, (i + 1) * per)
-            if lo >= hi:
-                chunks.append(None)
-                continue
-            chunks.append(tuple(_scatter_slice(x, lo, hi, d) for x in inputs))
-        return chunks
+        ran = min(-(-t.shape[0] // -(-t.shape[0] // k)) if t.shape[0] else 0 for t in tensors)
+        if ran == 0:
+            raise ValueError("DataParallel cannot scatter an empty batch")
+        return [(_scatter_chunk(inputs, i, k, d), _scatter_chunk(kwargs, i, k, d))
+                for i, d in enumerate(self.device_ids[:ran])]
 
     def _gather(self, outputs):
         first = outputs[0]
+        if first is None:
+            return None
         if isinstance(first, Tensor):
-            from .. import cat  # the differentiable cat: gradients flow back to each replica
-            return cat([_to_device(o, self.output_device) for o in outputs])
+            from .. import cat, stack  # differentiable: gradients flow back to each replica
+            moved = [_to_device(o, self.output_device) for o in outputs]
+            if first.dim() == 0:
+                warnings.warn("DataParallel gathers scalar outputs (e.g. a loss per replica) into a vector",
+                              UserWarning)
+                return stack(moved)
+            return cat(moved)
+        if isinstance(first, tuple) and hasattr(first, "_fields"):  # a namedtuple
+            return type(first)(*(self._gather([o[i] for o in outputs]) for i in range(len(first))))
         if isinstance(first, (tuple, list)):
             return type(first)(self._gather([o[i] for o in outputs]) for i in range(len(first)))
         if isinstance(first, dict):
@@ -572,6 +617,18 @@ class DataParallel(Module):
         return outputs
 
 
-def _scatter_slice(x, lo, hi, device):
-    return _to_device(x[lo:hi], device) if isinstance(x, Tensor) else x
+def _scatter_chunk(obj, i, k, device):
+    """Chunk i of k of every tensor with a batch dimension in obj (on `device`)."""
+    if isinstance(obj, Tensor):
+        if obj.dim() == 0:
+            return _to_device(obj, device)
+        per = -(-obj.shape[0] // k)
+        return _to_device(obj[i * per:min(obj.shape[0], (i + 1) * per)], device)
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+        return type(obj)(*(_scatter_chunk(o, i, k, device) for o in obj))
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(_scatter_chunk(o, i, k, device) for o in obj)
+    if isinstance(obj, dict):
+        return {key: _scatter_chunk(v, i, k, device) for key, v in obj.items()}
+    return obj
 
