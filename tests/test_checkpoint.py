@@ -175,3 +175,31 @@ def test_sigkill_during_save_leaves_the_previous_checkpoint(tmp_path):
     # The kills landed inside saves: their temporary files were left behind.
     assert torn >= 1
     assert all(n == "ck.ddpc" or (n.startswith(".ck.ddpc.") and n.endswith(".tmp")) for n in os.listdir(tmp_path))
+
+
+def _failing_checkpoint_worker(rank, path):
+    import time
+
+    import ddpc.distributed as dist
+
+    dist.init_process_group("cpu")
+    out = []
+    for call in (lambda: ddpc.checkpoint.save({"w": ddpc.ones(2)}, path),
+                 lambda: ddpc.checkpoint.load(os.path.dirname(os.path.dirname(path)))):  # a directory
+        start = time.monotonic()
+        try:
+            call()
+            out.append("returned")
+        except Exception as e:
+            out.append(f"{type(e).__name__}: {e} ({time.monotonic() - start:.0f} s)")
+    dist.destroy_process_group()
+    return out
+
+
+def test_a_checkpoint_rank_0_cannot_write_or_read_is_an_error_on_every_rank(tmp_path):
+    path = str(tmp_path / "missing-dir" / "ckpt.ddpc")
+    r0, r1 = ddpc.spawn(_failing_checkpoint_worker, args=(path,), nprocs=2)
+    assert r0[0].startswith("FileNotFoundError") and r0[1].startswith("IsADirectoryError"), r0
+    assert r1[0].startswith("RuntimeError: rank 0 could not save the checkpoint") and "FileNotFoundError" in r1[0], r1
+    assert r1[1].startswith("RuntimeError: rank 0 could not read the checkpoint") and "IsADirectoryError" in r1[1], r1
+    assert all(m.endswith("(0 s)") for m in r0 + r1)  # at once, not after the collective timeout

@@ -32,32 +32,59 @@ def _group_info(group):
     return 0, 1
 
 
-def save(obj, path, group=None):
-    """Rank 0 writes `obj` to `path` atomically; every rank returns once it is on disk."""
+def _from_rank0(produce, what, group):
+    """Runs ``produce()`` on rank 0 and returns its bytes on every rank; if it
+    fails, every rank raises (the others a RuntimeError naming rank 0's error)
+    instead of waiting for rank 0 until the timeout."""
     rank, size = _group_info(group)
+    data, error = b"", None
     if rank == 0:
-        _save(obj, path)
+        try:
+            data = produce()
+        except Exception as e:
+            if size == 1:
+                raise
+            error, data = e, f"{type(e).__name__}: {e}".encode()
     if size > 1:
-        dist.barrier(group=group)
+        src, device = dist.get_global_rank(group, 0), dist.collective_device(group)
+        head = full((2,), 0, dtype="int64")
+        head.numpy()[:] = (error is not None, len(data))
+        head = head.to(device)
+        dist.broadcast(head, src=src, group=group)
+        failed, length = (int(v) for v in head.cpu().numpy())
+        if length:
+            payload = zeros(length, dtype="uint8")
+            if rank == 0:
+                payload.numpy()[:] = memoryview(data)
+            payload = payload.to(device)
+            dist.broadcast(payload, src=src, group=group)
+            data = bytes(payload.cpu().numpy())
+        if error is not None:
+            raise error
+        if failed:
+            raise RuntimeError(f"rank 0 could not {what}: {data.decode(errors='replace')}")
+    return data
+
+
+def save(obj, path, group=None):
+    """Rank 0 writes `obj` to `path` atomically; every rank returns once it is on
+    disk, or raises if rank 0 could not write it."""
+    def write():
+        _save(obj, path)
+        return b""
+
+    _from_rank0(write, f"save the checkpoint {path!r}", group)
 
 
 def load(path, map_location=None, group=None):
     """Rank 0 reads `path` and broadcasts it; returns None on every rank when it does not exist."""
-    rank, size = _group_info(group)
-    data = b""
-    if rank == 0 and os.path.exists(path):
+    def read():
+        if not os.path.exists(path):
+            return b""
         with open(path, "rb") as f:
-            data = f.read()
-    if size > 1:
-        src, device = dist.get_global_rank(group, 0), dist.collective_device(group)
-        length = full((1,), len(data), dtype="int64", device=device)
-        dist.broadcast(length, src=src, group=group)
-        payload = zeros(int(length.item()), dtype="uint8")
-        if rank == 0 and data:
-            payload.numpy()[:] = memoryview(data)
-        payload = payload.to(device)
-        dist.broadcast(payload, src=src, group=group)
-        data = bytes(payload.cpu().numpy())
+            return f.read()
+
+    data = _from_rank0(read, f"read the checkpoint {path!r}", group)
     if not data:
         return None
     return _load(io.BytesIO(data), map_location=map_location)
