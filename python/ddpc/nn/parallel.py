@@ -24,7 +24,7 @@ from .. import _C
 from .. import distributed as dist
 from ..autograd import Node, is_grad_enabled, no_grad, queue_callback
 from .._dtype import bfloat16, float16
-from ..tensor import Tensor, full, zeros
+from ..tensor import Tensor, from_numpy, full, zeros
 from .modules import Module
 
 _FIRST_BUCKET_BYTES = 1 << 20  # small first bucket: its all-reduce starts early in backward
@@ -354,7 +354,6 @@ class DistributedDataParallel(Module):
                                                async_op=True)
 
     def _mask_tensor(self, values):
-        from ..tensor import from_numpy
         return from_numpy(values).to(dist.collective_device(self.process_group))
 
     def _mark_ready(self, p, grad):
