@@ -101,6 +101,15 @@ def scenario_matrix():
     dist.all_gather(lst, np.full(3, rank * 10, np.int32))
     for r, o in enumerate(lst):
         check(o, np.full(3, r * 10), "all_gather list numpy")
+    # A NaN from any rank wins MIN and MAX, also the last rank's (never the first operand on rank 0).
+    for dtype in (np.float32, np.float64, np.float16):
+        for op in (ReduceOp.MIN, ReduceOp.MAX):
+            a = np.ones(5, dtype)
+            if rank == world - 1:
+                a[2] = np.nan
+            dist.all_reduce(a, op=op)
+            if not np.isnan(a[2]) or np.isnan(a[[0, 1, 3, 4]]).any():
+                raise AssertionError(f"all_reduce {np.dtype(dtype).name} op {op} with a NaN: got {a}")
     dist.barrier()
 
 
@@ -265,6 +274,17 @@ def all_reduce_expecting_mismatch(a, what):
         print(f"RANK {dist.get_rank()} MISMATCH {e}", flush=True)
         return
     raise AssertionError(f"{what} did not raise")
+
+
+def scenario_p2p_mismatch():
+    """Rank 0 sends 10 floats, rank 1 receives 12: rank 1's error describes its own call as a recv."""
+    try:
+        if dist.get_rank() == 0:
+            dist.send(np.ones(10, np.float32), 1)
+        else:
+            dist.recv(np.ones(12, np.float32), 0)
+    except dist.DistError as e:
+        print(f"RANK {dist.get_rank()} MISMATCH {e}", flush=True)
 
 
 def scenario_late():

@@ -86,6 +86,13 @@ def test_shared_buffer_larger_than_dev_shm_is_an_error_on_every_rank():
     assert not {f for f in os.listdir("/dev/shm") if f.startswith("ddpc-")} - before
 
 
+def test_a_mismatched_recv_is_described_as_a_recv():
+    res = run_job(2, "p2p_mismatch")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "RANK 1 MISMATCH collective mismatch: rank 1 called recv(12 x float32" in res.stdout, res.stdout
+    assert "rank 0 called send(10 x float32" in res.stdout, res.stdout
+
+
 @pytest.mark.parametrize("hosts", ["a,b,c", "a,a,b,b", "a,b,b,a"], ids=["ring3", "hier2x2", "hier-interleaved"])
 def test_collectives_across_simulated_hosts(hosts):
     """Ranks told they run on different hosts (DDPC_HOST_ID) use the TCP ring

@@ -100,6 +100,27 @@ def test_authenticated_client_sending_garbage_is_disconnected(master):
     assert client(master).add("ok", 1) == 1
 
 
+def test_hello_with_an_absurd_rank_is_refused(master):
+    """The server keeps a table indexed by rank: a huge rank is a disconnect, not a write out of bounds."""
+    s = raw_connection(master)
+    tok = b"secret"
+    s.sendall(struct.pack("<IB I", 1 + 4 + len(tok) + 4, 1, len(tok)) + tok + struct.pack("<i", 0x7FFFFFFF))
+    assert closed_by_server(s)
+    assert client(master).add("alive", 1) == 1
+
+
+def test_counters_are_decimal_text_and_keys_too_long_are_refused(master):
+    c = client(master)
+    c.add("n", 5)
+    assert c.get("n") == b"5"  # as torch's stores (and ddpc's FileStore) keep counters
+    c.set("m", "10")
+    assert c.add("m", 1) == 11 and c.get("m") == b"11"
+    assert c.add("neg", -3) == -3 and c.get("neg") == b"-3"
+    with pytest.raises(ValueError, match="exceed"):
+        c.add("k" * (17 << 20), 1)
+    assert c.get("n") == b"5"  # the connection survives
+
+
 def test_port_in_use_is_a_clear_error(master):
     with pytest.raises(ddpc.DistError, match="in use|another process"):
         TCPStore("127.0.0.1", master.port, is_master=True, token="secret")

@@ -119,11 +119,11 @@ static void describe_(const ddpc_msg_header *h, char *buf, size_t cap) {
 ddpc_status ddpc_msg_header_check(ddpc_group *g, const ddpc_coll_args *a, const ddpc_msg_header *theirs, int them) {
     ddpc_msg_header mine;
     ddpc_msg_header_fill(&mine, a);
+    char x[160], y[160], msg[512];
+    describe_(&mine, x, sizeof x); /* before a recv is compared as the send it expects */
     /* A recv matches a send with the same shape; collectives match themselves. */
     if (a->coll == DDPC_COLL_RECV) mine.coll = DDPC_COLL_SEND;
     if (memcmp(&mine, theirs, sizeof mine) == 0) return DDPC_OK;
-    char x[160], y[160], msg[512];
-    describe_(&mine, x, sizeof x);
     describe_(theirs, y, sizeof y);
     snprintf(msg, sizeof msg, "collective mismatch: rank %d called %s, rank %d called %s", g->rank, x, them, y);
     return ddpc_group_disagree(g, a, msg);

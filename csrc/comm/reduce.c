@@ -13,8 +13,9 @@ const char *ddpc_redop_name(ddpc_redop op) {
 /* Integer arithmetic goes through the unsigned type so overflow wraps. */
 #define SUM_(T, U, a, b) ((T)((U)(a) + (U)(b)))
 #define PROD_(T, U, a, b) ((T)((U)(a) * (U)(b)))
-#define MIN_(T, U, a, b) ((b) < (a) ? (b) : (a))
-#define MAX_(T, U, a, b) ((b) > (a) ? (b) : (a))
+/* A NaN from any rank wins, as in torch.minimum / torch.maximum (b != b only for NaN). */
+#define MIN_(T, U, a, b) ((b) < (a) || (b) != (b) ? (b) : (a))
+#define MAX_(T, U, a, b) ((b) > (a) || (b) != (b) ? (b) : (a))
 
 #define DEFINE_NATIVE_(T, U, NAME)                                                           \
     static void reduce_##NAME##_(ddpc_redop op, T *d, const void *const *srcs, int nsrc,     \

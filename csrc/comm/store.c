@@ -183,6 +183,8 @@ static int departed_count_(server_ *sv) {
     return n;
 }
 
+#define STORE_MAX_RANK_ (1 << 24)
+
 static int set_rank_state_(server_ *sv, int rank, int state) {
     if (rank >= sv->nranks) {
         int n = rank + 1 > 2 * sv->nranks ? rank + 1 : 2 * sv->nranks;
@@ -234,6 +236,7 @@ static int handle_(server_ *sv, conn_ *c, const char *body, uint32_t len) {
         const char *tok = read_str_(&r, &tl);
         int32_t rank = (int32_t)read_u32_(&r);
         if (r.bad || r.left || tl != strlen(sv->token) || memcmp(tok, sv->token, tl) != 0) return -1;
+        if (rank > STORE_MAX_RANK_) return -1; /* the rank table grows to the largest rank seen */
         c->authed = 1;
         c->rank = rank;
         if (rank >= 0 && set_rank_state_(sv, rank, RANK_ALIVE)) return -1;
@@ -265,9 +268,17 @@ static int handle_(server_ *sv, conn_ *c, const char *body, uint32_t len) {
         int64_t delta, cur = 0;
         memcpy(&delta, d, 8);
         entry_ *e = find_(sv, k, kl);
-        if (e && e->vlen == 8) memcpy(&cur, e->val, 8);
+        /* Counters are decimal text, as torch's stores keep them: get() reads
+         * b"5", and add() continues from a value set() as b"10". */
+        char text[24];
+        if (e && e->vlen > 0 && e->vlen < sizeof text) {
+            memcpy(text, e->val, e->vlen);
+            text[e->vlen] = '\0';
+            cur = strtoll(text, NULL, 10);
+        }
         cur = (int64_t)((uint64_t)cur + (uint64_t)delta);
-        if (put_(sv, k, kl, (const char *)&cur, 8)) return -1;
+        int tn = snprintf(text, sizeof text, "%lld", (long long)cur);
+        if (put_(sv, k, kl, text, (uint32_t)tn)) return -1;
         unpark_(sv);
         return reply_(c, &cur, 8);
     }
@@ -592,8 +603,10 @@ out:
 }
 
 static ddpc_status build_(bytes_ *b, uint8_t cmd, const char *key, const void *val, size_t vlen, int with_val) {
-    if (vlen > DDPC_STORE_MAX_FRAME - 64 - (key ? strlen(key) : 0))
-        return DDPC_ERROR(DDPC_ERR_ARG, "store value of %zu bytes exceeds the %u-byte limit", vlen, DDPC_STORE_MAX_FRAME);
+    size_t klen = key ? strlen(key) : 0;
+    if (klen > DDPC_STORE_MAX_FRAME - 64 || vlen > DDPC_STORE_MAX_FRAME - 64 - klen)
+        return DDPC_ERROR(DDPC_ERR_ARG, "store key and value of %zu bytes exceed the %u-byte limit", klen + vlen,
+                          DDPC_STORE_MAX_FRAME);
     int bad = bytes_append_(b, &cmd, 1);
     if (key) bad |= bytes_u32_(b, (uint32_t)strlen(key)) || bytes_append_(b, key, strlen(key));
     if (with_val) bad |= bytes_u32_(b, (uint32_t)vlen) || bytes_append_(b, val, vlen);
