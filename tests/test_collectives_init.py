@@ -3,15 +3,18 @@ tcp://, file://, backend choice and errors, group helpers and pickling."""
 
 import os
 import pickle
+import signal
 import socket
 import subprocess
 import sys
 import textwrap
+import uuid
 
 import pytest
 
 import ddpc
 import ddpc.distributed as dist
+from procs import processes_with
 
 BODY = """
 import numpy as np, ddpc, ddpc.distributed as dist
@@ -122,3 +125,137 @@ def test_single_rank_group_and_helpers(single_rank):
     assert late.wait() and late.is_completed()  # a handle outlives its group
     with pytest.raises(RuntimeError, match="not initialised"):
         dist.barrier()
+
+
+@pytest.mark.parametrize("env, message", [
+    ({"RANK": "abc", "WORLD_SIZE": "2"}, "RANK='abc' is not an integer >= 0"),
+    ({"RANK": "-1", "WORLD_SIZE": "2"}, "RANK='-1' is not an integer >= 0"),
+    ({"RANK": "0", "WORLD_SIZE": "x"}, "WORLD_SIZE='x' is not an integer >= 1"),
+    ({"RANK": "0", "WORLD_SIZE": "1", "MASTER_PORT": "abc"}, "MASTER_PORT='abc' is not an integer from 1 to 65535"),
+    ({"SLURM_PROCID": "0", "SLURM_NTASKS": "two"}, "SLURM_NTASKS='two' is not an integer >= 1"),
+])
+def test_bad_environment_variable_is_named(monkeypatch, env, message):
+    for k in ("RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    with pytest.raises(ValueError, match=message):
+        ddpc.init_process_group()
+    assert not dist.is_initialized()
+
+
+def test_forked_child_leaves_the_parents_group_alone():
+    """A child forked by a rank starts with no group, can make its own, and
+    exits normally without closing what it inherited: the parent's group and
+    the store it hosts keep working."""
+    port, child_port = free_port(), free_port()
+    code = textwrap.dedent(f"""
+        import os, signal, sys, time, numpy as np
+        import ddpc.distributed as dist
+        dist.init_process_group("cpu", init_method="tcp://127.0.0.1:{port}", rank=0, world_size=1)
+        dist.all_reduce(np.ones(2), async_op=True).wait()  # the group has a worker thread now
+        pid = os.fork()
+        if pid == 0:
+            assert not dist.is_initialized()
+            dist.init_process_group("cpu", init_method="tcp://127.0.0.1:{child_port}", rank=0, world_size=1)
+            dist.destroy_process_group()
+            sys.exit(0)  # through atexit handlers and the interpreter's cleanup
+        deadline = time.monotonic() + 20
+        while os.waitpid(pid, os.WNOHANG) == (0, 0):
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                sys.exit("the forked child hung on exit")
+            time.sleep(0.05)
+        a = np.ones(2)
+        dist.all_reduce(a)
+        store = dist.TCPStore("127.0.0.1", {port}, timeout=5)
+        store.set("k", "v")
+        print("PARENT OK", a[0], store.get("k"))
+        dist.destroy_process_group()
+    """)
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert "PARENT OK 1.0 b'v'" in res.stdout
+
+
+def test_forked_child_does_not_keep_a_dead_rank_alive():
+    """The others learn of a rank's death when its connection to the store
+    closes; a child it forked must not hold that connection open."""
+    port, marker = free_port(), uuid.uuid4().hex
+    code = textwrap.dedent(f"""
+        import os, time, numpy as np
+        import ddpc, ddpc.distributed as dist
+        dist.init_process_group("cpu", timeout=60)
+        dist.all_reduce(np.ones(2))
+        if dist.get_rank() == 1:
+            if os.fork() == 0:
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, 1), os.dup2(devnull, 2)
+                time.sleep(60)  # {marker}
+            os._exit(1)
+        t0 = time.monotonic()
+        try:
+            dist.barrier()
+        except ddpc.DistError as e:
+            os.write(1, f"NOTICED {{time.monotonic() - t0:.1f}} {{e}}\\n".encode())
+    """)
+    base = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=dict(base, RANK=str(r), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
+                                       MASTER_PORT=str(port))) for r in range(2)]
+    try:
+        out = procs[0].communicate(timeout=120)[0]
+    finally:
+        for pid in processes_with(marker):
+            os.kill(pid, signal.SIGKILL)
+        for p in procs:
+            p.kill()
+            p.communicate()
+    assert "NOTICED" in out, out
+    assert float(out.split("NOTICED ")[1].split()[0]) < 10 and "rank 1 died" in out
+
+
+def test_init_again_after_destroy():
+    """Rank 0 is late to leave, so rank 1 would init again while rank 0's
+    old store still runs."""
+    port = free_port()
+    code = textwrap.dedent("""
+        import os, time, numpy as np
+        import ddpc.distributed as dist
+        for i in range(3):
+            dist.init_process_group("cpu", timeout=20)
+            a = np.full(2, dist.get_rank() + 1.0)
+            dist.all_reduce(a)
+            os.write(1, f"ROUND {i} SUM {a[0]}\\n".encode())
+            if dist.get_rank() == 0:
+                time.sleep(1)
+            dist.destroy_process_group()
+    """)
+    base = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=dict(base, RANK=str(r), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
+                                       MASTER_PORT=str(port))) for r in range(2)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    for out, _ in outs:
+        assert out.split("\n")[:3] == [f"ROUND {i} SUM 3.0" for i in range(3)]
+
+
+def _init_rounds_on_one_store(rank):
+    import numpy as np
+
+    store = dist.TCPStore("127.0.0.1", int(os.environ["MASTER_PORT"]), 2, rank == 0, timeout=20)
+    sums = []
+    for _ in range(3):
+        dist.init_process_group("cpu", store=store, rank=rank, world_size=2, timeout=20)
+        a = np.full(2, rank + 1.0)
+        dist.all_reduce(a)
+        sums.append(float(a[0]))
+        dist.destroy_process_group()
+    return sums
+
+
+def test_init_again_on_the_same_store():
+    assert ddpc.spawn(_init_rounds_on_one_store, nprocs=2) == [[3.0] * 3] * 2

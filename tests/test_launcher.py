@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import uuid
 
@@ -61,6 +62,38 @@ def test_module_mode(tmp_path):
                          capture_output=True, text=True, timeout=60, env=env)
     assert res.returncode == 0, res.stderr
     assert sorted(res.stdout.split()) == ["0", "1", "MOD", "MOD"]
+
+
+def test_everything_after_the_module_goes_to_it(tmp_path):
+    (tmp_path / "mymod.py").write_text("import os, sys\nos.write(1, f'ARGS {sys.argv[1:]}\\n'.encode())\n")
+    env = dict(os.environ, PYTHONPATH=f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    res = subprocess.run([sys.executable, "-m", "ddpc.run", "-m", "mymod", "--lr", "1", "--nproc-per-node", "2"],
+                         capture_output=True, text=True, timeout=60, env=env)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines() == ["ARGS ['--lr', '1', '--nproc-per-node', '2']"]
+
+
+def test_nproc_per_node_by_device(monkeypatch, capsys):
+    from ddpc.run import parse_args
+
+    assert parse_args(["--nproc-per-node", "cpu", "job.py"]).nproc_per_node == os.cpu_count()
+    monkeypatch.setattr(ddpc._C, "cuda_device_count", lambda: 3)
+    assert parse_args(["--nproc-per-node", "gpu", "job.py"]).nproc_per_node == 3
+    assert parse_args(["--nproc-per-node", "auto", "job.py"]).nproc_per_node == 3
+    monkeypatch.setattr(ddpc._C, "cuda_device_count", lambda: 0)
+    assert parse_args(["--nproc-per-node", "auto", "job.py"]).nproc_per_node == 1
+    with pytest.raises(SystemExit):
+        parse_args(["--nproc-per-node", "gpu", "job.py"])
+    assert "--nproc-per-node gpu:" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--max-restarts", "-1"], "--max-restarts must be >= 0"),
+    (["--nproc-per-node", "many"], "--nproc-per-node must be a number, cpu, gpu or auto; got 'many'"),
+])
+def test_bad_launcher_arguments(tmp_path, args, message):
+    res = launch(tmp_path, "print('RAN')\n", *args)
+    assert res.returncode == 2 and message in res.stderr and "RAN" not in res.stdout
 
 
 def test_collectives_through_the_launcher(tmp_path):
@@ -137,6 +170,81 @@ def test_log_dir(tmp_path):
     for r in range(2):
         assert (tmp_path / "logs" / f"attempt0_rank{r}.out").read_text() == f"out of {r}\n"
         assert (tmp_path / "logs" / f"attempt0_rank{r}.err").read_text() == f"err of {r}\n"
+
+
+NOISY_WORKER = """
+    import sys
+    for i in range(20000):
+        print(f"line {i} " + "x" * 70, file=sys.stderr)
+    open("done", "w").close()
+"""
+
+
+def test_workers_finish_when_the_launchers_stderr_breaks(tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent(NOISY_WORKER))
+    p = subprocess.Popen([sys.executable, "-m", "ddpc.run", str(script)], cwd=tmp_path, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE)
+    try:
+        p.stderr.read(100)
+        p.stderr.close()  # whoever read the launcher's output went away
+        assert p.wait(timeout=60) == 0
+    finally:
+        p.kill()
+    assert (tmp_path / "done").exists()
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_workers_finish_when_the_log_cannot_be_written(tmp_path):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "attempt0_rank0.err").symlink_to("/dev/full")  # every write fails: no space left
+    res = launch(tmp_path, NOISY_WORKER, "--log-dir", str(logs))
+    assert res.returncode == 0, res.stderr
+    assert (tmp_path / "done").exists()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGQUIT])
+def test_hangup_and_quit_stop_workers_and_what_they_started(tmp_path, sig):
+    marker = uuid.uuid4().hex
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent(f"""
+        import os, subprocess, sys, time
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "{marker}"])
+        os.write(1, b"UP\\n")
+        time.sleep(120)
+    """))
+    p = subprocess.Popen([sys.executable, "-m", "ddpc.run", "--nproc-per-node", "2", "--grace", "1", str(script)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(2):
+            assert p.stdout.readline().strip() == "UP"
+        p.send_signal(sig)
+        out, err = p.communicate(timeout=30)
+        assert p.returncode == 130 and "interrupted" in err
+        deadline = time.monotonic() + 5
+        while processes_with(marker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert processes_with(marker) == []
+    finally:
+        p.kill()
+        for pid in processes_with(marker):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_rank_zero_failure_is_reported_promptly(tmp_path):
+    res = launch(tmp_path, """
+        import os, time, numpy as np
+        import ddpc.distributed as dist
+        dist.init_process_group("cpu", timeout=60)
+        if dist.get_rank() == 0:
+            os.write(1, f"RAISING {time.time()}\\n".encode())
+            raise ValueError("bad batch on rank 0")
+        dist.all_reduce(np.ones(2))
+    """, "--nproc-per-node", "2")
+    # Rank 0 used to wait 10 s for rank 1, which waited for rank 0, before exiting.
+    assert time.time() - float(res.stdout.split("RAISING ")[1].split()[0]) < 5
+    assert res.returncode != 0 and "ValueError: bad batch on rank 0" in res.stderr
 
 
 def test_ctrl_c_stops_everything(tmp_path):
@@ -232,3 +340,128 @@ def test_spawn_refuses_when_cuda_is_initialised(monkeypatch):
     monkeypatch.setattr(ddpc._C, "cuda_initialized", lambda: True)
     with pytest.raises(RuntimeError, match="CUDA is already initialised"):
         ddpc.spawn(_die, nprocs=2)
+
+
+def _exit_on_rank_one(rank, code):
+    if rank == 1:
+        sys.exit(code)
+    return rank
+
+
+def test_spawn_child_calling_sys_exit():
+    from ddpc.spawn import ProcessExitedException
+
+    assert ddpc.spawn(_exit_on_rank_one, args=(0,), nprocs=2) == [0, None]
+    with pytest.raises(ProcessExitedException, match="process 1 exited with exit code 3") as info:
+        ddpc.spawn(_exit_on_rank_one, args=(3,), nprocs=2)
+    assert info.value.rank == 1 and info.value.exit_code == 3
+
+
+def _sleep_and_return(rank, seconds):
+    time.sleep(seconds[rank])
+    return rank
+
+
+def test_spawn_join_false_from_a_thread_that_ends():
+    box = {}
+    t = threading.Thread(target=lambda: box.setdefault("ctx", ddpc.spawn(_sleep_and_return, args=([1.0, 1.0],),
+                                                                          nprocs=2, join=False)))
+    t.start()
+    t.join()
+    assert box["ctx"].join(timeout=60) == [0, 1]
+
+
+def test_children_spawned_by_a_thread_die_with_their_parent(tmp_path):
+    marker = uuid.uuid4().hex
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent("""
+        import threading, time, ddpc
+        def work(rank):
+            time.sleep(120)
+        t = threading.Thread(target=lambda: ddpc.spawn(work, nprocs=2, join=False))
+        t.start()
+        t.join()
+        print("UP", flush=True)
+        time.sleep(120)
+    """))
+    p = subprocess.Popen([sys.executable, str(script), marker], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "UP"
+        assert len(processes_with(marker)) == 3
+        p.kill()
+        p.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while processes_with(marker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert processes_with(marker) == []
+    finally:
+        p.kill()
+        for pid in processes_with(marker):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_spawn_join_timeout_is_one_deadline():
+    # Ranks 0-2 finish 1.2 s apart: each used to restart the timeout.
+    ctx = ddpc.spawn(_sleep_and_return, args=([1.2, 2.4, 3.6, 6.0],), nprocs=4, join=False)
+    t0 = time.monotonic()
+    assert ctx.join(timeout=1.5) is None
+    assert time.monotonic() - t0 < 3.5
+    assert ctx.join(timeout=60) == [0, 1, 2, 3]
+
+
+def _rank_zero_fails_while_rank_one_waits(rank):
+    import numpy as np
+
+    import ddpc.distributed as dist
+
+    dist.init_process_group("cpu", timeout=60)
+    if rank == 0:
+        raise ValueError("bad batch on rank 0")
+    try:
+        dist.all_reduce(np.ones(2))
+    except ddpc.DistError:
+        time.sleep(60)  # the parent stops this rank once it has rank 0's failure
+
+
+def test_spawn_reports_a_rank_zero_failure_promptly():
+    from ddpc.spawn import ProcessRaisedException
+
+    t0 = time.monotonic()
+    with pytest.raises(ProcessRaisedException, match="bad batch on rank 0") as info:
+        ddpc.spawn(_rank_zero_fails_while_rank_one_waits, nprocs=2)
+    # Rank 0 used to wait 10 s for rank 1 to leave before reporting.
+    assert time.monotonic() - t0 < 5
+    assert info.value.rank == 0
+
+
+def test_spawn_from_a_rank_of_a_running_group(tmp_path):
+    res = launch(tmp_path, """
+        import os, time, numpy as np
+        import ddpc, ddpc.distributed as dist
+
+        def work(rank):
+            assert not dist.is_initialized()
+            dist.init_process_group("cpu")
+            a = np.ones(2)
+            dist.all_reduce(a)
+            return float(a[0])
+
+        dist.init_process_group("cpu", timeout=60)
+        if dist.get_rank() == 0:
+            os.write(1, f"SPAWNED {ddpc.spawn(work, nprocs=2)}\\n".encode())
+        a = np.ones(2)
+        dist.all_reduce(a)
+        os.write(1, f"SUM {a[0]}\\n".encode())
+        if dist.get_rank() == 1:
+            os._exit(0)  # without leaving: rank 0 must notice
+        t0 = time.monotonic()
+        try:
+            dist.barrier()
+        except ddpc.DistError as e:
+            os.write(1, f"NOTICED {time.monotonic() - t0:.1f} {e}\\n".encode())
+        os._exit(0)
+    """, "--nproc-per-node", "2")
+    assert res.returncode == 0, res.stderr
+    assert "SPAWNED [2.0, 2.0]" in res.stdout and res.stdout.count("SUM 2.0") == 2
+    seconds = float(res.stdout.split("NOTICED ")[1].split()[0])
+    assert seconds < 5 and "rank 1 died" in res.stdout

@@ -390,7 +390,36 @@ static struct {
     pthread_t thread;
 } mon_ = {PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0, -1, {-1, -1}, 0, 0, 0};
 
+/* A forked child is no member of its parent's job, yet it shares the
+ * parent's wake pipe and watch connection: stopping the monitor there would
+ * stop the parent's thread (through the pipe), tell the store that the
+ * parent left (so its death would go unreported), and join a thread that
+ * does not exist in the child. So the child forgets the monitor: it closes
+ * its copies of the descriptors, which leaves the parent's open, and drops
+ * the parent's groups from the registry. The lock is held across fork so
+ * the child finds it in a consistent state. */
+static void monitor_prepare_fork_(void) { pthread_mutex_lock(&mon_.lock); }
+static void monitor_parent_after_fork_(void) { pthread_mutex_unlock(&mon_.lock); }
+
+static void monitor_child_after_fork_(void) {
+    if (mon_.running) close(mon_.watch_fd), close(mon_.wake[0]), close(mon_.wake[1]);
+    mon_.watch_fd = mon_.wake[0] = mon_.wake[1] = -1;
+    mon_.running = mon_.dead = 0;
+    mon_.ngroups = 0;
+    pthread_mutex_unlock(&mon_.lock);
+}
+
+static void monitor_register_fork_handlers_(void) {
+    pthread_atfork(monitor_prepare_fork_, monitor_parent_after_fork_, monitor_child_after_fork_);
+}
+
+static void monitor_forget_on_fork_(void) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, monitor_register_fork_handlers_);
+}
+
 void ddpc_monitor_register(ddpc_group *g) {
+    monitor_forget_on_fork_();
     pthread_mutex_lock(&mon_.lock);
     if (mon_.ngroups == mon_.cap) {
         int cap = mon_.cap ? 2 * mon_.cap : 8;
@@ -456,6 +485,7 @@ static void *monitor_main_(void *arg) {
 }
 
 ddpc_status ddpc_monitor_start(ddpc_store *store, int global_rank) {
+    monitor_forget_on_fork_();
     if (mon_.running) return DDPC_ERROR(DDPC_ERR_ARG, "the default process group is already initialised");
     CHECK(ddpc_store_watch(store, global_rank, &mon_.watch_fd));
     if (pipe2(mon_.wake, O_CLOEXEC) < 0) {

@@ -2,10 +2,12 @@
 
 import ctypes
 import glob
+import multiprocessing
 import os
 import secrets
 import signal
 import socket
+import threading
 
 _PR_SET_PDEATHSIG = 1
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -22,11 +24,24 @@ def new_token():
     return secrets.token_hex(16)
 
 
-def die_with_parent():
+def die_with_parent(forked_by_main_thread=True):
     """In a child right after fork: its own process group (so the launcher can
-    signal the worker and everything it starts) and SIGKILL when the parent dies."""
+    signal the worker and everything it starts) and SIGKILL when the parent dies.
+
+    The kernel sends PR_SET_PDEATHSIG's signal when the thread that forked
+    ends, which for any thread but the main one can be long before its
+    process does; a multiprocessing child forked by another thread watches
+    its parent process from a thread instead."""
     os.setpgid(0, 0)
-    _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if forked_by_main_thread:
+        _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    else:
+        threading.Thread(target=_kill_self_when_parent_exits, daemon=True).start()
+
+
+def _kill_self_when_parent_exits():
+    multiprocessing.parent_process().join()
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def remove_shm_segments(pids):

@@ -20,10 +20,12 @@ connection to the store).
 import atexit
 import base64
 import contextlib
+import ctypes
 import fcntl
 import json
 import os
 import socket
+import sys
 import time
 from datetime import timedelta
 from urllib.parse import urlparse
@@ -223,6 +225,8 @@ class ProcessGroup:
 class _World:
     def __init__(self):
         self.store = None        # the _C.Store every group of this job uses
+        self.owns_store = False  # made by init_process_group (not passed as store=)
+        self.prefix = ""         # of this init's keys in the store
         self.default = None      # ProcessGroup of all ranks
         self.groups = []
         self.next_group_id = 1
@@ -234,15 +238,46 @@ class _World:
 _world = _World()
 
 
+def _forget_parent_group():
+    """In a forked child: the parent's groups and store are not this process's
+    to use or to close (the C side forgets the parent's monitor likewise), so
+    the child starts with no group and may create its own."""
+    global _world
+    if _world.default is not None:
+        # Freeing the copies would tear down what the parent still uses (the
+        # store thread's wake pipe is shared) and wait for threads that do not
+        # exist here, so they keep a reference that is never dropped, not even
+        # when the interpreter exits.
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(_world))
+        _world = _World()
+        GroupMember.WORLD = None
+
+
+os.register_at_fork(after_in_child=_forget_parent_group)
+
+
+def _env_int(name, low, high=None):
+    """Environment variable ``name`` as an integer in [low, high]."""
+    value = os.environ[name]
+    try:
+        n = int(value)
+    except ValueError:
+        n = None
+    if n is None or n < low or (high is not None and n > high):
+        wanted = f"an integer >= {low}" if high is None else f"an integer from {low} to {high}"
+        raise ValueError(f"environment variable {name}={value!r} is not {wanted}")
+    return n
+
+
 def _rank_and_size_from_env(rank, world_size):
     env = os.environ
     for rk, sk in (("RANK", "WORLD_SIZE"), ("SLURM_PROCID", "SLURM_NTASKS"),
                    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE")):
         if rk in env and sk in env:
             if rank < 0:
-                rank = int(env[rk])
+                rank = _env_int(rk, 0)
             if world_size < 0:
-                world_size = int(env[sk])
+                world_size = _env_int(sk, 1)
             break
     if rank < 0 or world_size < 0:
         raise ValueError("rank and world size are unknown: pass rank= and world_size=, or set RANK and WORLD_SIZE "
@@ -252,10 +287,9 @@ def _rank_and_size_from_env(rank, world_size):
 
 def _master_from_env():
     addr = os.environ.get("MASTER_ADDR")
-    port = os.environ.get("MASTER_PORT")
-    if not addr or not port:
+    if not addr or not os.environ.get("MASTER_PORT"):
         raise ValueError("env:// needs MASTER_ADDR and MASTER_PORT in the environment (ddpc-run sets them)")
-    return addr, int(port)
+    return addr, _env_int("MASTER_PORT", 1, 65535)
 
 
 def _connect_store(init_method, rank, world_size, timeout_s):
@@ -288,7 +322,7 @@ def _connect_store(init_method, rank, world_size, timeout_s):
     return _C.Store(addr, port, rank == 0, token, timeout_s), rank, world_size
 
 
-def _pick_backend(backend, store, rank, world_size, timeout_s):
+def _pick_backend(backend, store, prefix, rank, world_size, timeout_s):
     if backend is not None:
         backend = str(backend).lower()
         if backend == "gloo":
@@ -299,15 +333,15 @@ def _pick_backend(backend, store, rank, world_size, timeout_s):
     # nccl only when every rank has a GPU and this build can run it.
     if "nccl" not in _C.backends():
         return "cpu"
-    store.set(f"ddpc/gpus/{rank}", str(_C.cuda_device_count()).encode())
-    every_rank_has_gpu = all(int(store.get(f"ddpc/gpus/{r}", timeout_s)) > 0 for r in range(world_size))
+    store.set(f"{prefix}gpus/{rank}", str(_C.cuda_device_count()).encode())
+    every_rank_has_gpu = all(int(store.get(f"{prefix}gpus/{r}", timeout_s)) > 0 for r in range(world_size))
     return "nccl" if every_rank_has_gpu else "cpu"
 
 
 def _rank_device(device_id):
     """This rank's GPU: ``device_id`` if given, else LOCAL_RANK (as ddpc-run sets it)."""
     if device_id is None:
-        return int(os.environ.get("LOCAL_RANK", "0"))
+        return _env_int("LOCAL_RANK", 0) if "LOCAL_RANK" in os.environ else 0
     if isinstance(device_id, int):
         return device_id
     index = getattr(device_id, "index", None)
@@ -348,15 +382,22 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
         c_store = store._c
     else:
         c_store, rank, world_size = _connect_store(init_method or "env://", rank, world_size, timeout_s)
-    backend = _pick_backend(backend, c_store, rank, world_size, timeout_s)
+    # A store passed as store= outlives destroy_process_group() with the keys
+    # of the group it served, so each init's keys get a prefix of their own:
+    # the ranks count their inits in the store.
+    prefix = f"i{(c_store.add('ddpc/inits', 1) - 1) // world_size}/"
+    backend = _pick_backend(backend, c_store, prefix, rank, world_size, timeout_s)
     _world.device = _rank_device(device_id)
     _C.monitor_start(c_store, rank)
     try:
-        c_group = _make_group(c_store, "g0/", rank, world_size, list(range(world_size)), backend, timeout_s)
+        c_group = _make_group(c_store, prefix + "g0/", rank, world_size, list(range(world_size)), backend,
+                              timeout_s)
     except BaseException:
         _C.monitor_stop(1.0)
         raise
     _world.store = c_store
+    _world.owns_store = store is None
+    _world.prefix = prefix
     _world.rank = rank
     _world.timeout = timeout_s
     _world.default = ProcessGroup(c_group, range(world_size), backend, c_store)
@@ -436,8 +477,8 @@ def new_group(ranks=None, timeout=None, backend=None):
         return GroupMember.NON_GROUP_MEMBER
     backend = world.backend if backend is None else ("cpu" if backend == "gloo" else backend)
     timeout_s = _seconds(timeout, _world.timeout)
-    c_group = _make_group(_world.store, f"g{group_id}/", ranks.index(_world.rank), len(ranks), ranks, backend,
-                          timeout_s)
+    c_group = _make_group(_world.store, f"{_world.prefix}g{group_id}/", ranks.index(_world.rank), len(ranks), ranks,
+                          backend, timeout_s)
     group = ProcessGroup(c_group, ranks, backend, _world.store)
     _world.groups.append(group)
     return group
@@ -456,22 +497,50 @@ def destroy_process_group(group=None):
         group._c = None
         _world.groups = [g for g in _world.groups if g is not group]
         return
+    _leave(wait_for_others=True)
+
+
+def _leave(wait_for_others):
+    """Releases every group and the rendezvous. With ``wait_for_others``,
+    rank 0 waits for the others to leave before it closes the store it
+    hosts, and the others wait for that (each wait brief)."""
+    if _world.default is None:
+        return
     size = _world.default.size()
     for g in _world.groups + [_world.default]:
         if g._c is not None:
             g._c.close()
             g._c = None
-    _C.monitor_stop(min(_world.timeout, _SHUTDOWN_GRACE_S))
-    if _world.rank == 0 and size > 1:
+        g._store = None
+    grace = min(_world.timeout, _SHUTDOWN_GRACE_S)
+    _C.monitor_stop(grace)
+    if wait_for_others and size > 1:
         try:
-            _world.store.wait_departed(size, min(_world.timeout, _SHUTDOWN_GRACE_S))
+            if _world.rank == 0:
+                _world.store.wait_departed(size, grace)
+                if not _world.owns_store:
+                    _world.store.set(_world.prefix + "released", b"")
+            else:
+                # An init from here on must not begin before rank 0 has seen
+                # every rank leave (it would count as still here) and closed
+                # the store it made (it would be joined); the closing ends
+                # this wait by dropping the connection.
+                _world.store.wait([_world.prefix + "released"], grace)
         except DistError:
             pass
     _world.__init__()
     GroupMember.WORLD = None
 
 
-atexit.register(destroy_process_group)
+def _leave_at_exit():
+    # An uncaught exception (whose traceback Python has printed, setting
+    # sys.last_value) ends this process: the other ranks may be waiting for
+    # this one and leave only once they learn it is gone, so rank 0 does not
+    # wait for them.
+    _leave(wait_for_others=getattr(sys, "last_value", None) is None)
+
+
+atexit.register(_leave_at_exit)
 
 
 # ---- tensors -----------------------------------------------------------------------

@@ -8,12 +8,14 @@ MASTER_PORT, DDPC_STORE_TOKEN and DDPC_RESTART_COUNT. When a worker fails,
 the others are stopped (SIGTERM, then SIGKILL after a grace period), the
 failed rank, its exit code or signal and the tail of its stderr are printed,
 and the launcher exits non-zero, or restarts the whole group while
-``--max-restarts`` allows. Workers die with the launcher (PR_SET_PDEATHSIG),
-and Ctrl-C stops everything.
+``--max-restarts`` allows. Workers die with the launcher (PR_SET_PDEATHSIG);
+Ctrl-C, SIGTERM, SIGHUP and SIGQUIT stop everything in order. Everything
+after the script (or the -m module) is passed to it.
 """
 
 import argparse
 import collections
+import contextlib
 import os
 import signal
 import subprocess
@@ -21,6 +23,7 @@ import sys
 import threading
 import time
 
+from . import _C
 from ._procs import describe_exit, die_with_parent, free_port, new_token, remove_shm_segments
 from ._threads import per_rank_threads, user_chose_threads
 
@@ -47,19 +50,24 @@ class _Worker:
         self.reader.start()
 
     def _pump(self):
-        """Forwards the worker's stderr and keeps its last lines for the failure report."""
-        out = sys.stderr.buffer
+        """Forwards the worker's stderr and keeps its last lines for the failure report.
+
+        If forwarding fails (whoever read the launcher's stderr went away, the
+        log's disk is full) it stops, but the pipe is still drained: a worker
+        whose stderr pipe fills up blocks for good."""
+        out = self.log if self.log is not None else sys.stderr.buffer
         for line in iter(self.proc.stderr.readline, b""):
             self.tail.append(line.decode(errors="replace").rstrip("\n"))
-            if self.log is not None:
-                self.log.write(line)
-                self.log.flush()
-            else:
-                out.write(line)
-                out.flush()
+            if out is not None:
+                try:
+                    out.write(line)
+                    out.flush()
+                except OSError:
+                    out = None
         self.proc.stderr.close()
         if self.log is not None:
-            self.log.close()
+            with contextlib.suppress(OSError):
+                self.log.close()
 
     def signal(self, sig):
         if self.proc.poll() is None:
@@ -99,10 +107,28 @@ def _report(w, code, out):
     out.flush()
 
 
+def _nproc_per_node(p, value):
+    """--nproc-per-node: a number; or, as in torchrun, cpu (one worker per
+    core), gpu (one per GPU), auto (one per GPU, or one where there is none)."""
+    if value == "cpu":
+        return os.cpu_count() or 1
+    if value in ("gpu", "auto"):
+        gpus = _C.cuda_device_count()
+        if value == "gpu" and gpus == 0:
+            p.error(f"--nproc-per-node gpu: {_C.cuda_unavailable_reason() or 'no GPU found'}")
+        return gpus or 1
+    try:
+        return int(value)
+    except ValueError:
+        p.error(f"--nproc-per-node must be a number, cpu, gpu or auto; got {value!r}")
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(prog="ddpc-run", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--nproc-per-node", "--nproc_per_node", type=int, default=1)
+    p.add_argument("--nproc-per-node", "--nproc_per_node", default="1",
+                   help="workers on this node: a number, cpu (one per core), gpu (one per GPU) or auto (one per "
+                        "GPU, or 1 without GPUs)")
     p.add_argument("--nnodes", type=int, default=1)
     p.add_argument("--node-rank", "--node_rank", type=int, default=0)
     p.add_argument("--master-addr", "--master_addr", default=None,
@@ -112,17 +138,15 @@ def parse_args(argv):
     p.add_argument("--max-restarts", "--max_restarts", type=int, default=0)
     p.add_argument("--log-dir", "--log_dir", default=None, help="write each worker's stdout/stderr here")
     p.add_argument("--grace", type=float, default=5.0, help="seconds between SIGTERM and SIGKILL when stopping")
-    p.add_argument("-m", dest="module", default=None, help="run a module, like python -m")
-    p.add_argument("script", nargs="?", help="the training script")
-    p.add_argument("args", nargs=argparse.REMAINDER)
+    p.add_argument("-m", "--module", action="store_true", help="run the script argument as a module, like python -m")
+    p.add_argument("script", help="the training script (with -m: the module)")
+    p.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments: everything after the script")
     a = p.parse_args(argv)
-    if a.module is not None and a.script is not None:
-        a.args = [a.script] + a.args
-        a.script = None
-    if a.module is None and a.script is None:
-        p.error("give a script or -m module")
+    a.nproc_per_node = _nproc_per_node(p, a.nproc_per_node)
     if a.nproc_per_node < 1 or a.nnodes < 1 or not 0 <= a.node_rank < a.nnodes:
         p.error("need --nproc-per-node >= 1, --nnodes >= 1 and 0 <= --node-rank < --nnodes")
+    if a.max_restarts < 0:
+        p.error("--max-restarts must be >= 0")
     if a.nnodes > 1 and a.master_addr is None:
         p.error("--master-addr is required with --nnodes > 1")
     return a
@@ -133,7 +157,7 @@ def _run_group(a, restart, interrupted):
     port = a.master_port if a.master_port is not None else (free_port() if a.nnodes == 1 else 29500)
     token = os.environ.get("DDPC_STORE_TOKEN") or (new_token() if a.nnodes == 1 else "")
     world = a.nnodes * a.nproc_per_node
-    cmd = [sys.executable, "-u"] + (["-m", a.module] if a.module else [a.script]) + a.args
+    cmd = [sys.executable, "-u"] + (["-m", a.script] if a.module else [a.script]) + a.args
     workers = []
     for local_rank in range(a.nproc_per_node):
         rank = a.node_rank * a.nproc_per_node + local_rank
@@ -180,8 +204,11 @@ def main(argv=None):
     def on_signal(signum, frame):
         interrupted.set()
 
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
+    # A hangup (the terminal closed) or a quit stops the workers in order too:
+    # left to the default action, the launcher would die at once and
+    # PR_SET_PDEATHSIG would kill the workers, orphaning what they started.
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(sig, on_signal)
     for restart in range(a.max_restarts + 1):
         status, failed = _run_group(a, restart, interrupted)
         if status == 0 or interrupted.is_set():

@@ -11,6 +11,8 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import pickle
+import threading
+import time
 import traceback
 
 from . import _C
@@ -28,7 +30,7 @@ class ProcessRaisedException(Exception):
 
 
 class ProcessExitedException(Exception):
-    """A spawned process ended without returning (killed, or os._exit)."""
+    """A spawned process ended without returning (killed, os._exit, or sys.exit with a nonzero code)."""
 
     def __init__(self, msg, rank, exit_code):
         super().__init__(msg)
@@ -36,29 +38,50 @@ class ProcessExitedException(Exception):
         self.exit_code = exit_code
 
 
-def _child(fn, rank, args, env, conn):
-    die_with_parent()
+def _exit_code(e):
+    """The exit status of a process that SystemExit ``e`` ends (the OS keeps 8 bits)."""
+    if e.code is None:
+        return 0
+    return e.code & 0xFF if isinstance(e.code, int) else 1
+
+
+def _child(fn, rank, args, env, conn, forked_by_main_thread):
+    die_with_parent(forked_by_main_thread)
     if not user_chose_threads():  # the ranks share the machine's cores
         set_num_threads(per_rank_threads(int(env["LOCAL_WORLD_SIZE"])))
     os.environ.update(env)
+    exit_exc = None
     try:
         result = ("ok", fn(rank, *args))
+    except SystemExit as e:
+        # As in torch.multiprocessing.spawn: sys.exit(0) is a success (the
+        # return value is None), any other code a failure with that code.
+        exit_exc = e
+        result = ("ok", None) if _exit_code(e) == 0 else ("exit", _exit_code(e))
     except BaseException as e:
         result = ("error", f"{type(e).__name__}: {e}", traceback.format_exc())
-    finally:
-        # Leave the group cleanly: forked children skip atexit handlers.
-        from . import distributed
+    # Leave the group cleanly (forked children skip atexit handlers). After a
+    # failure the other ranks may be waiting for this one, so it does not
+    # wait for them to leave.
+    from . import distributed
 
-        try:
-            distributed.destroy_process_group()
-        except Exception:
-            pass
+    try:
+        distributed._leave(wait_for_others=result[0] == "ok")
+    except Exception:
+        pass
     try:
         conn.send_bytes(pickle.dumps(result))
     except Exception as e:
         conn.send_bytes(pickle.dumps(("error", f"cannot send the return value of rank {rank} to the parent: {e}",
                                       traceback.format_exc())))
     conn.close()
+    if exit_exc is not None:
+        raise exit_exc
+
+
+def _time_left(deadline):
+    """Seconds until ``deadline`` (a time.monotonic() value; None: no limit)."""
+    return None if deadline is None else max(0.0, deadline - time.monotonic())
 
 
 class SpawnContext:
@@ -95,10 +118,11 @@ class SpawnContext:
             raise
 
     def _join(self, timeout):
+        deadline = None if timeout is None else time.monotonic() + timeout
         pending = {c: r for r, c in enumerate(self._conns) if r not in self._results}
         sentinels = {p.sentinel: r for r, p in enumerate(self.processes)}
         while pending:
-            ready = multiprocessing.connection.wait(list(pending) + list(sentinels), timeout)
+            ready = multiprocessing.connection.wait(list(pending) + list(sentinels), _time_left(deadline))
             if not ready:
                 return None
             for obj in ready:
@@ -116,7 +140,9 @@ class SpawnContext:
                         self._results[rank] = None
             self._raise_failure()
         for p in self.processes:
-            p.join()
+            p.join(_time_left(deadline))
+            if p.is_alive():
+                return None
         remove_shm_segments(self.pids())
         return [self._results[r][1] for r in range(len(self.processes))]
 
@@ -130,6 +156,8 @@ class SpawnContext:
                 code = self.processes[rank].exitcode
                 raise ProcessExitedException(f"process {rank} ended without a result ({describe_exit(code)})",
                                              rank, code)
+            if res[0] == "exit":
+                raise ProcessExitedException(f"process {rank} exited with {describe_exit(res[1])}", rank, res[1])
             raise ProcessRaisedException(f"\n\n-- process {rank} raised {res[1]}\n\n{res[2]}", rank, res[2])
 
 
@@ -148,13 +176,14 @@ def spawn(fn, args=(), nprocs=1, join=True, daemon=False, start_method="fork"):
         raise ValueError("nprocs must be at least 1")
     ctx = multiprocessing.get_context("fork")
     port, token = free_port(), new_token()
+    forked_by_main_thread = threading.current_thread() is threading.main_thread()
     processes, conns = [], []
     for rank in range(nprocs):
         env = {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(nprocs),
                "LOCAL_WORLD_SIZE": str(nprocs), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
                "DDPC_STORE_TOKEN": token, "DDPC_RESTART_COUNT": "0"}
         reader, writer = ctx.Pipe(duplex=False)
-        p = ctx.Process(target=_child, args=(fn, rank, args, env, writer), daemon=daemon)
+        p = ctx.Process(target=_child, args=(fn, rank, args, env, writer, forked_by_main_thread), daemon=daemon)
         p.start()
         writer.close()
         processes.append(p)
