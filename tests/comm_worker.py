@@ -110,6 +110,11 @@ def scenario_matrix():
             dist.all_reduce(a, op=op)
             if not np.isnan(a[2]) or np.isnan(a[[0, 1, 3, 4]]).any():
                 raise AssertionError(f"all_reduce {np.dtype(dtype).name} op {op} with a NaN: got {a}")
+    # An average whose sum exceeds the half types' range (float16 max 65504) is still exact.
+    for dtype in (np.float16, ml_dtypes.bfloat16):
+        a = np.full(9, 40000, dtype)
+        dist.all_reduce(a, op=ReduceOp.AVG)
+        check(a, np.full(9, 40000, dtype), f"all_reduce {np.dtype(dtype).name} AVG of large values")
     dist.barrier()
 
 

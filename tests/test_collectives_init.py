@@ -259,3 +259,17 @@ def _init_rounds_on_one_store(rank):
 
 def test_init_again_on_the_same_store():
     assert ddpc.spawn(_init_rounds_on_one_store, nprocs=2) == [[3.0] * 3] * 2
+
+
+def test_arrays_in_the_other_byte_order_are_refused():
+    code = textwrap.dedent(f"""
+        import numpy as np, ddpc, ddpc.distributed as dist
+        dist.init_process_group(init_method="tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+        try:
+            dist.all_reduce(np.ones(4, ">f4"))
+        except TypeError as e:
+            print("REFUSED", e)
+        dist.destroy_process_group()
+    """)
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "REFUSED the array's bytes are in the other byte order" in res.stdout, res.stdout + res.stderr

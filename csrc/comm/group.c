@@ -525,7 +525,30 @@ static int is_leader_(const ddpc_group *g) { return g->topo.local_rank == 0; }
 
 /* all_reduce across hosts: within each host through shared memory, across
  * host leaders around the ring, then back out within each host. */
+static ddpc_status hier_allreduce_(ddpc_group *g, ddpc_shm *s, const ddpc_coll_args *a, uint64_t deadline);
+
+/* float16 / bfloat16 average across hosts: reduced in float32, as on one host,
+ * since the partial sums between hosts (stored in the half type) could leave
+ * its range where the average does not. */
+static ddpc_status half_average_(ddpc_group *g, ddpc_shm *s, const ddpc_coll_args *a, uint64_t deadline) {
+    int bf = a->dtype == DDPC_BFLOAT16;
+    float *wide = malloc((a->count ? a->count : 1) * sizeof *wide);
+    if (!wide) return DDPC_ERROR(DDPC_ERR_OOM, "out of memory for a float32 copy of %zu elements", a->count);
+    const uint16_t *in = a->in;
+    uint16_t *out = a->out;
+    for (size_t i = 0; i < a->count; i++) wide[i] = bf ? ddpc_bf16_to_float(in[i]) : ddpc_half_to_float(in[i]);
+    ddpc_coll_args w = *a;
+    w.dtype = DDPC_FLOAT32, w.in = w.out = wide;
+    ddpc_status st = hier_allreduce_(g, s, &w, deadline);
+    if (st == DDPC_OK)
+        for (size_t i = 0; i < a->count; i++) out[i] = bf ? ddpc_float_to_bf16(wide[i]) : ddpc_float_to_half(wide[i]);
+    free(wide);
+    return st;
+}
+
 static ddpc_status hier_allreduce_(ddpc_group *g, ddpc_shm *s, const ddpc_coll_args *a, uint64_t deadline) {
+    if (a->op == DDPC_RED_AVG && (a->dtype == DDPC_FLOAT16 || a->dtype == DDPC_BFLOAT16))
+        return half_average_(g, s, a, deadline);
     ddpc_coll_args b = *a;
     b.op = a->op == DDPC_RED_AVG ? DDPC_RED_SUM : a->op;
     b.in = b.out;

@@ -581,6 +581,9 @@ class _Arg:
                 raise ValueError("collectives need C-contiguous numpy arrays")
             if writable and not t.flags.writeable:
                 raise ValueError("collective output array is read-only")
+            if not t.dtype.isnative:
+                raise TypeError(f"the array's bytes are in the other byte order ({t.dtype.str}); convert it first, "
+                                "e.g. a.astype(a.dtype.newbyteorder('='))")
             self.code = _dtype_code("bfloat16" if t.dtype.name == "bfloat16" else t.dtype.name)
             self.numel = t.size
             self.obj = t
