@@ -14,9 +14,9 @@
 #include <string.h>
 
 static inline float ddpc_exp_f32(float x) {
-    /* Clamped so 2^n below stays a normal float; the selects at the end
-     * restore overflow, underflow and NaN. */
-    float c = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+    /* Clamped to where exp(x) is a float other than 0 or inf; the selects at
+     * the end restore overflow, underflow and NaN. */
+    float c = x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x);
     /* Round-to-nearest by the 1.5 * 2^23 trick (no SSE4.1 round needed). */
     float n = (c * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
     float r = c - n * 0.693359375f + n * 2.12194440e-4f;
@@ -27,12 +27,17 @@ static inline float ddpc_exp_f32(float x) {
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     float y = p * r * r + r + 1.0f;
-    int32_t bits = ((int32_t)n + 127) << 23;
-    float scale;
-    memcpy(&scale, &bits, sizeof scale);
-    y *= scale;
+    /* n is in [-150, 128], beyond a normal float's exponents at both ends:
+     * 2^n as two factors that each are normal, so results near overflow stay
+     * finite and those below FLT_MIN round gradually to subnormals. */
+    int32_t n1 = (int32_t)n / 2, n2 = (int32_t)n - n1;
+    int32_t bits1 = (n1 + 127) << 23, bits2 = (n2 + 127) << 23;
+    float scale1, scale2;
+    memcpy(&scale1, &bits1, sizeof scale1);
+    memcpy(&scale2, &bits2, sizeof scale2);
+    y = y * scale1 * scale2;
     y = x > 88.72283905f ? INFINITY : y;
-    y = x < -87.0f ? 0.0f : y; /* flushes the subnormal range to zero */
+    y = x < -104.0f ? 0.0f : y;
     return x != x ? x : y;
 }
 

@@ -72,6 +72,30 @@ static void store_f64_(void *dst, ddpc_dtype dt, int64_t i0, int64_t n, const do
     }
 }
 
+/* Integer elements through int64, which holds every one of them exactly
+ * (double holds only 53 bits). Stores keep the low bits, as C and PyTorch do. */
+static void load_i64_(const void *src, ddpc_dtype dt, int64_t i0, int64_t n, int64_t *out) {
+    switch (dt) {
+#define L(T, D) case D: { const T *s = (const T *)src + i0; for (int64_t i = 0; i < n; i++) out[i] = s[i]; } break;
+        L(int32_t, DDPC_INT32)
+        L(int64_t, DDPC_INT64)
+        L(uint8_t, DDPC_UINT8)
+#undef L
+    default: break;
+    }
+}
+
+static void store_i64_(void *dst, ddpc_dtype dt, int64_t i0, int64_t n, const int64_t *in) {
+    switch (dt) {
+#define S(T, D) case D: { T *d = (T *)dst + i0; for (int64_t i = 0; i < n; i++) d[i] = (T)in[i]; } break;
+        S(int32_t, DDPC_INT32)
+        S(int64_t, DDPC_INT64)
+        S(uint8_t, DDPC_UINT8)
+#undef S
+    default: break;
+    }
+}
+
 /* ---- fill, copy, cast ---------------------------------------------------------- */
 
 ddpc_status ddpc_op_fill(ddpc_buffer *dst, double value) {
@@ -149,11 +173,18 @@ ddpc_status ddpc_op_cast(ddpc_buffer *dst, const ddpc_buffer *src) {
     if (dst->dtype == src->dtype) return ddpc_op_copy(dst, src, 0);
     if (dst->device != DDPC_CPU)
         DDPC_LAUNCH(dst->device, ddpc_k_cast(dst->data, dst->dtype, src->data, src->dtype, dst->numel, stream));
-    double tmp[CHUNK];
+    int ints = !ddpc_dtype_is_float(dst->dtype) && !ddpc_dtype_is_float(src->dtype);
     for (int64_t i = 0; i < dst->numel; i += CHUNK) {
         int64_t n = dst->numel - i < CHUNK ? dst->numel - i : CHUNK;
-        load_f64_(src->data, src->dtype, i, n, tmp);
-        store_f64_(dst->data, dst->dtype, i, n, tmp);
+        if (ints) {
+            int64_t tmp[CHUNK];
+            load_i64_(src->data, src->dtype, i, n, tmp);
+            store_i64_(dst->data, dst->dtype, i, n, tmp);
+        } else {
+            double tmp[CHUNK];
+            load_f64_(src->data, src->dtype, i, n, tmp);
+            store_f64_(dst->data, dst->dtype, i, n, tmp);
+        }
     }
     return DDPC_OK;
 }
@@ -285,14 +316,15 @@ ddpc_status ddpc_op_sum(ddpc_buffer *out, const ddpc_buffer *a) {
                           ddpc_dtype_name(want));
     if (a->device != DDPC_CPU) DDPC_LAUNCH(a->device, ddpc_k_sum(out->data, a->data, a->dtype, a->numel, stream));
     if (!ddpc_dtype_is_float(a->dtype)) {
-        int64_t acc = 0;
-        double t[CHUNK];
+        /* Unsigned: overflow wraps (as in PyTorch) where signed overflow would be undefined. */
+        uint64_t acc = 0;
+        int64_t t[CHUNK];
         for (int64_t i = 0; i < a->numel; i += CHUNK) {
             int64_t m = a->numel - i < CHUNK ? a->numel - i : CHUNK;
-            load_f64_(a->data, a->dtype, i, m, t);
-            for (int64_t j = 0; j < m; j++) acc += (int64_t)t[j];
+            load_i64_(a->data, a->dtype, i, m, t);
+            for (int64_t j = 0; j < m; j++) acc += (uint64_t)t[j];
         }
-        *(int64_t *)out->data = acc;
+        *(int64_t *)out->data = (int64_t)acc;
         return DDPC_OK;
     }
     /* Double accumulation in blocks: accurate for float32 sums of any length. */

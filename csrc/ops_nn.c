@@ -16,8 +16,13 @@
 
 /* ---- argument checks ------------------------------------------------------------ */
 
-static ddpc_status check_out_(const ddpc_buffer *out, const char *op) {
+static ddpc_status check_writable_(const ddpc_buffer *out, const char *op) {
     if (out->readonly) return DDPC_ERROR(DDPC_ERR_ARG, "%s: the output is read-only", op);
+    return DDPC_OK;
+}
+
+static ddpc_status check_out_(const ddpc_buffer *out, const char *op) {
+    CHECK(check_writable_(out, op));
     if (out->dtype != DDPC_FLOAT32 && out->dtype != DDPC_FLOAT64)
         return DDPC_ERROR(DDPC_ERR_TYPE, "%s: needs float32 or float64, got %s", op, ddpc_dtype_name(out->dtype));
     return DDPC_OK;
@@ -59,7 +64,8 @@ ddpc_status ddpc_op_unary(ddpc_unary_op op, ddpc_buffer *out, const ddpc_buffer 
         const T *a = x->data;
         const T e = (T)p;
         switch (op) {
-        case DDPC_RELU: for (int64_t i = 0; i < n; i++) o[i] = a[i] > 0 ? a[i] : (T)0; break;
+        /* `<= 0` rather than `> 0`: NaN passes through, as in PyTorch. */
+        case DDPC_RELU: for (int64_t i = 0; i < n; i++) o[i] = a[i] <= 0 ? (T)0 : a[i]; break;
         case DDPC_GELU:
             for (int64_t i = 0; i < n; i++) o[i] = a[i] * CDF_T(T, a[i]);
             break;
@@ -88,10 +94,10 @@ ddpc_status ddpc_op_unary_backward(ddpc_unary_op op, ddpc_buffer *gx, const ddpc
         const T *g = gy->data, *s = saved->data;
         const T e = (T)p;
         switch (op) {
-        case DDPC_RELU: /* both loads unconditional, so the select vectorises */
+        case DDPC_RELU: /* both loads unconditional, so the select vectorises; NaN passes g on */
             for (int64_t i = 0; i < n; i++) {
                 T gi = g[i];
-                o[i] = s[i] > 0 ? gi : (T)0;
+                o[i] = s[i] <= 0 ? (T)0 : gi;
             }
             break;
         case DDPC_GELU:
@@ -115,9 +121,32 @@ ddpc_status ddpc_op_unary_backward(ddpc_unary_op op, ddpc_buffer *gx, const ddpc
 
 /* ---- broadcasting, reductions, layout --------------------------------------------- */
 
+static int is_int_(ddpc_dtype dt) { return dt == DDPC_INT32 || dt == DDPC_INT64 || dt == DDPC_UINT8; }
+
+#define ROWS_LOOP(T)                                                               \
+    do {                                                                           \
+        for (int64_t r = 0; r < rows; r++) {                                       \
+            T *o = (T *)out->data + r * n;                                         \
+            const T *x = (const T *)a->data + r * n, *b = row->data;               \
+            switch (op) {                                                          \
+            case DDPC_ADD: for (int64_t j = 0; j < n; j++) o[j] = x[j] + b[j]; break; \
+            case DDPC_SUB: for (int64_t j = 0; j < n; j++) o[j] = x[j] - b[j]; break; \
+            case DDPC_MUL: for (int64_t j = 0; j < n; j++) o[j] = x[j] * b[j]; break; \
+            case DDPC_DIV: for (int64_t j = 0; j < n; j++) o[j] = x[j] / b[j]; break; \
+            case DDPC_RSUB: for (int64_t j = 0; j < n; j++) o[j] = b[j] - x[j]; break; \
+            default: for (int64_t j = 0; j < n; j++) o[j] = b[j] / x[j]; break;   \
+            }                                                                      \
+        }                                                                          \
+    } while (0)
+
 ddpc_status ddpc_op_binary_rows(ddpc_binary_op op, ddpc_buffer *out, const ddpc_buffer *a, const ddpc_buffer *row) {
     if ((unsigned)op >= DDPC_NBINARY) return DDPC_ERROR(DDPC_ERR_ARG, "unknown binary op %d", (int)op);
-    CHECK(check_out_(out, "row broadcast"));
+    /* Integers too (a bias-like row added to an integer tensor), but not their
+     * division: Python divides integers in float32, and a zero divisor would trap. */
+    int ints = is_int_(out->dtype);
+    CHECK(ints ? check_writable_(out, "row broadcast") : check_out_(out, "row broadcast"));
+    if (ints && (op == DDPC_DIV || op == DDPC_RDIV))
+        return DDPC_ERROR(DDPC_ERR_TYPE, "row broadcast: no integer division; cast to a float dtype");
     CHECK(check_like_(out, a, out->numel, "row broadcast", "the input"));
     CHECK(check_like_(out, row, -1, "row broadcast", "the row"));
     int64_t n = row->numel, total = out->numel;
@@ -128,25 +157,51 @@ ddpc_status ddpc_op_binary_rows(ddpc_binary_op op, ddpc_buffer *out, const ddpc_
     if (out->device != DDPC_CPU)
         DDPC_LAUNCH(out->device, ddpc_k_binary_rows(op, out->data, a->data, row->data, out->dtype, total, n, stream));
     int64_t rows = total / n;
-    DDPC_FLOAT_TYPES(out->dtype, {
-        for (int64_t r = 0; r < rows; r++) {
-            T *o = (T *)out->data + r * n;
-            const T *x = (const T *)a->data + r * n, *b = row->data;
-            switch (op) {
-            case DDPC_ADD: for (int64_t j = 0; j < n; j++) o[j] = x[j] + b[j]; break;
-            case DDPC_SUB: for (int64_t j = 0; j < n; j++) o[j] = x[j] - b[j]; break;
-            case DDPC_MUL: for (int64_t j = 0; j < n; j++) o[j] = x[j] * b[j]; break;
-            case DDPC_DIV: for (int64_t j = 0; j < n; j++) o[j] = x[j] / b[j]; break;
-            case DDPC_RSUB: for (int64_t j = 0; j < n; j++) o[j] = b[j] - x[j]; break;
-            default: for (int64_t j = 0; j < n; j++) o[j] = b[j] / x[j]; break;
-            }
-        }
-    });
+    switch (out->dtype) {
+    case DDPC_INT32: ROWS_LOOP(int32_t); break;
+    case DDPC_INT64: ROWS_LOOP(int64_t); break;
+    case DDPC_UINT8: ROWS_LOOP(uint8_t); break;
+    default: DDPC_FLOAT_TYPES(out->dtype, ROWS_LOOP(T));
+    }
     return DDPC_OK;
 }
 
+/* Sums along `len` (values `inner` apart), `outer` times. The partial sums
+ * live in ACC: double for floats, so long float32 sums keep their precision
+ * on every path; uint64_t for int64, exact and wrapping on overflow (as in
+ * PyTorch) where signed overflow would be undefined. With inner > 1 they are
+ * kept for a chunk of the row at a time, so the reads stay contiguous, and
+ * four rows go into them at once, which keeps the loop as fast as memory. */
+#define SUM_CHUNK 256
+#define SUM_DIM_LOOP(T, ACC, out, a, outer, len, inner)                            \
+    do {                                                                           \
+        T *o_ = (T *)(out);                                                        \
+        const T *x_ = (const T *)(a);                                              \
+        ACC acc_[SUM_CHUNK];                                                       \
+        for (int64_t r = 0; r < (outer); r++) {                                    \
+            for (int64_t i0 = 0; i0 < (inner); i0 += SUM_CHUNK) {                  \
+                int64_t m = (inner) - i0 < SUM_CHUNK ? (inner) - i0 : SUM_CHUNK, l = 0; \
+                const T *src = x_ + r * (len) * (inner) + i0;                      \
+                for (int64_t i = 0; i < m; i++) acc_[i] = 0;                       \
+                if (m == 1) {                                                      \
+                    for (; l < (len); l++) acc_[0] += (ACC)src[l * (inner)];       \
+                } else {                                                           \
+                    for (; l + 4 <= (len); l += 4) {                               \
+                        const T *s0 = src + l * (inner), *s1 = s0 + (inner), *s2 = s1 + (inner), *s3 = s2 + (inner); \
+                        for (int64_t i = 0; i < m; i++)                            \
+                            acc_[i] += ((ACC)s0[i] + (ACC)s1[i]) + ((ACC)s2[i] + (ACC)s3[i]); \
+                    }                                                              \
+                    for (; l < (len); l++)                                         \
+                        for (int64_t i = 0; i < m; i++) acc_[i] += (ACC)src[l * (inner) + i]; \
+                }                                                                  \
+                for (int64_t i = 0; i < m; i++) o_[r * (inner) + i0 + i] = (T)acc_[i]; \
+            }                                                                      \
+        }                                                                          \
+    } while (0)
+
 ddpc_status ddpc_op_sum_dim(ddpc_buffer *out, const ddpc_buffer *a, int dim) {
-    CHECK(check_out_(out, "sum along a dim"));
+    /* int64 too: integer tensors sum exactly, as their sum over all elements does. */
+    CHECK(out->dtype == DDPC_INT64 ? check_writable_(out, "sum along a dim") : check_out_(out, "sum along a dim"));
     if (dim < 0 || dim >= a->ndim)
         return DDPC_ERROR(DDPC_ERR_ARG, "sum along a dim: dim %d is out of range for %d dims", dim, a->ndim);
     int64_t outer = 1, len = a->shape[dim], inner = 1;
@@ -159,49 +214,41 @@ ddpc_status ddpc_op_sum_dim(ddpc_buffer *out, const ddpc_buffer *a, int dim) {
     if (out->numel == 0) return DDPC_OK;
     if (out->device != DDPC_CPU)
         DDPC_LAUNCH(out->device, ddpc_k_sum_dim(out->data, a->data, out->dtype, outer, len, inner, stream));
-    DDPC_FLOAT_TYPES(out->dtype, {
-        T *o = out->data;
-        const T *x = a->data;
-        if (inner == 1) {
-            for (int64_t r = 0; r < outer; r++) {
-                double acc = 0;
-                for (int64_t l = 0; l < len; l++) acc += x[r * len + l];
-                o[r] = (T)acc;
-            }
-        } else {
-            for (int64_t r = 0; r < outer; r++) {
-                T *dst = o + r * inner;
-                for (int64_t i = 0; i < inner; i++) dst[i] = 0;
-                for (int64_t l = 0; l < len; l++) {
-                    const T *src = x + (r * len + l) * inner;
-                    for (int64_t i = 0; i < inner; i++) dst[i] += src[i];
-                }
-            }
-        }
-    });
+    if (out->dtype == DDPC_INT64) SUM_DIM_LOOP(int64_t, uint64_t, out->data, a->data, outer, len, inner);
+    else DDPC_FLOAT_TYPES(out->dtype, SUM_DIM_LOOP(T, double, out->data, a->data, outer, len, inner));
     return DDPC_OK;
 }
 
+/* Tiles keep both the reads and the writes within a few cache lines. */
+#define TRANSPOSE_TILE 32
+#define TRANSPOSE_LOOP(T)                                                          \
+    do {                                                                           \
+        T *o = out->data;                                                          \
+        const T *x = a->data;                                                      \
+        for (int64_t r0 = 0; r0 < R; r0 += TRANSPOSE_TILE)                         \
+            for (int64_t c0 = 0; c0 < C; c0 += TRANSPOSE_TILE) {                   \
+                int64_t r1 = r0 + TRANSPOSE_TILE < R ? r0 + TRANSPOSE_TILE : R;    \
+                int64_t c1 = c0 + TRANSPOSE_TILE < C ? c0 + TRANSPOSE_TILE : C;    \
+                for (int64_t r = r0; r < r1; r++)                                  \
+                    for (int64_t c = c0; c < c1; c++) o[c * R + r] = x[r * C + c]; \
+            }                                                                      \
+    } while (0)
+
 ddpc_status ddpc_op_transpose(ddpc_buffer *out, const ddpc_buffer *a) {
-    CHECK(check_out_(out, "transpose"));
+    CHECK(check_writable_(out, "transpose")); /* any dtype: it only moves elements */
     CHECK(check_like_(out, a, out->numel, "transpose", "the input"));
     if (a->ndim != 2 || out->ndim != 2 || out->shape[0] != a->shape[1] || out->shape[1] != a->shape[0])
         return DDPC_ERROR(DDPC_ERR_ARG, "transpose: needs a 2-d input and an output of the swapped shape");
     int64_t R = a->shape[0], C = a->shape[1];
     if (R * C == 0) return DDPC_OK;
     if (out->device != DDPC_CPU) DDPC_LAUNCH(out->device, ddpc_k_transpose(out->data, a->data, out->dtype, R, C, stream));
-    /* Tiles keep both the reads and the writes within a few cache lines. */
-    enum { TILE = 32 };
-    DDPC_FLOAT_TYPES(out->dtype, {
-        T *o = out->data;
-        const T *x = a->data;
-        for (int64_t r0 = 0; r0 < R; r0 += TILE)
-            for (int64_t c0 = 0; c0 < C; c0 += TILE) {
-                int64_t r1 = r0 + TILE < R ? r0 + TILE : R, c1 = c0 + TILE < C ? c0 + TILE : C;
-                for (int64_t r = r0; r < r1; r++)
-                    for (int64_t c = c0; c < c1; c++) o[c * R + r] = x[r * C + c];
-            }
-    });
+    /* Elements move as unsigned words of their size. */
+    switch (ddpc_dtype_size(out->dtype)) {
+    case 1: TRANSPOSE_LOOP(uint8_t); break;
+    case 2: TRANSPOSE_LOOP(uint16_t); break;
+    case 4: TRANSPOSE_LOOP(uint32_t); break;
+    default: TRANSPOSE_LOOP(uint64_t); break;
+    }
     return DDPC_OK;
 }
 
@@ -243,18 +290,22 @@ static ddpc_status check_ce_(const ddpc_buffer *logits, const ddpc_buffer *targe
     return DDPC_OK;
 }
 
-/* log(sum(exp(x))) of one row, and the row's sum, in double. */
-#define ROW_LSE(T, x, C, lse, sx)                                                  \
+/* Row statistics in double: the row's max, log(sum(exp(x - max))) and
+ * sum(x - max). log(sum(exp(x))) is max + ls, but the two stay apart: with a
+ * max of 1e16 or more the sum would absorb ls, and every result needs x - max
+ * anyway (log-softmax is (x - max) - ls). */
+#define ROW_LSE(T, x, C, mx, ls, sd)                                               \
     do {                                                                           \
         double mx_ = (double)(x)[0];                                               \
         for (int64_t c_ = 1; c_ < (C); c_++) mx_ = (double)(x)[c_] > mx_ ? (double)(x)[c_] : mx_; \
         double s_ = 0, t_ = 0;                                                     \
         for (int64_t c_ = 0; c_ < (C); c_++) {                                     \
             s_ += exp((double)(x)[c_] - mx_);                                      \
-            t_ += (double)(x)[c_];                                                 \
+            t_ += (double)(x)[c_] - mx_;                                           \
         }                                                                          \
-        (lse) = mx_ + log(s_);                                                     \
-        (sx) = t_;                                                                 \
+        (mx) = mx_;                                                                \
+        (ls) = log(s_);                                                            \
+        (sd) = t_;                                                                 \
     } while (0)
 
 static ddpc_status check_targets_(const int64_t *t, int64_t rows, int64_t C, int64_t ignore_index, int64_t *valid) {
@@ -310,9 +361,9 @@ ddpc_status ddpc_op_cross_entropy(ddpc_buffer *out, const ddpc_buffer *logits, c
         for (int64_t i = 0; i < N; i++) {
             double loss = 0;
             if (t[i] != ignore_index) {
-                double lse, sx;
-                ROW_LSE(T, x + i * C, C, lse, sx);
-                loss = (1 - eps) * (lse - (double)x[i * C + t[i]]) + eps * (lse - sx / (double)C);
+                double mx, ls, sd;
+                ROW_LSE(T, x + i * C, C, mx, ls, sd);
+                loss = (1 - eps) * (ls - ((double)x[i * C + t[i]] - mx)) + eps * (ls - sd / (double)C);
             }
             if (reduction == DDPC_REDUCE_NONE) o[i] = (T)loss;
             total += loss;
@@ -369,10 +420,10 @@ ddpc_status ddpc_op_cross_entropy_backward(ddpc_buffer *glogits, const ddpc_buff
             double scale = reduction == DDPC_REDUCE_NONE ? (double)g[i]
                            : reduction == DDPC_REDUCE_SUM ? (double)g[0]
                                                           : (double)g[0] / (double)valid;
-            double lse, sx;
-            ROW_LSE(T, x + i * C, C, lse, sx);
-            (void)sx;
-            for (int64_t c = 0; c < C; c++) row[c] = (T)(scale * (exp((double)x[i * C + c] - lse) - off));
+            double mx, ls, sd;
+            ROW_LSE(T, x + i * C, C, mx, ls, sd);
+            (void)sd;
+            for (int64_t c = 0; c < C; c++) row[c] = (T)(scale * (exp(((double)x[i * C + c] - mx) - ls) - off));
             row[t[i]] -= (T)(scale * (1 - eps));
         }
     });
@@ -398,13 +449,13 @@ ddpc_status ddpc_op_softmax(ddpc_buffer *out, const ddpc_buffer *x, int take_log
         for (int64_t r = 0; r < R; r++) {
             const T *xr = (const T *)x->data + r * C;
             T *o = (T *)out->data + r * C;
-            double lse, sx;
-            ROW_LSE(T, xr, C, lse, sx);
-            (void)sx;
+            double mx, ls, sd;
+            ROW_LSE(T, xr, C, mx, ls, sd);
+            (void)sd;
             if (take_log) {
-                for (int64_t c = 0; c < C; c++) o[c] = (T)((double)xr[c] - lse);
+                for (int64_t c = 0; c < C; c++) o[c] = (T)(((double)xr[c] - mx) - ls);
             } else {
-                for (int64_t c = 0; c < C; c++) o[c] = (T)exp((double)xr[c] - lse);
+                for (int64_t c = 0; c < C; c++) o[c] = (T)exp(((double)xr[c] - mx) - ls);
             }
         }
     });

@@ -2,7 +2,8 @@
  * arithmetic, reductions along a dim, 2-d transpose, dropout, softmax, the
  * fused softmax-cross-entropy and mean-squared-error losses, and the fused
  * multi-tensor optimizer steps (optim.c). One checked entry point per op,
- * float32 and float64, dispatching to host loops or kernels/ launchers. */
+ * float32 and float64 (a few also integers, as noted), dispatching to host
+ * loops or kernels/ launchers. */
 #ifndef DDPC_OPS_NN_H
 #define DDPC_OPS_NN_H
 
@@ -19,11 +20,13 @@ ddpc_status ddpc_op_unary(ddpc_unary_op op, ddpc_buffer *out, const ddpc_buffer 
 ddpc_status ddpc_op_unary_backward(ddpc_unary_op op, ddpc_buffer *gx, const ddpc_buffer *gy, const ddpc_buffer *saved,
                                    double p);
 /* out = a op row, `row` repeated over a's leading elements (a->numel a multiple
- * of row->numel): the bias-add broadcast. RSUB and RDIV put the row first. */
+ * of row->numel): the bias-add broadcast. RSUB and RDIV put the row first.
+ * Floats and integers (these without DIV and RDIV). */
 ddpc_status ddpc_op_binary_rows(ddpc_binary_op op, ddpc_buffer *out, const ddpc_buffer *a, const ddpc_buffer *row);
-/* out = a summed along `dim` (out has a's shape without that dim). */
+/* out = a summed along `dim` (out has a's shape without that dim); float32,
+ * float64 (both accumulated in double) or int64 (exact, wrapping on overflow). */
 ddpc_status ddpc_op_sum_dim(ddpc_buffer *out, const ddpc_buffer *a, int dim);
-/* out [C,R] = a [R,C] transposed. */
+/* out [C,R] = a [R,C] transposed; any dtype. */
 ddpc_status ddpc_op_transpose(ddpc_buffer *out, const ddpc_buffer *a);
 /* out = x * keep / (1 - p) where keep_i = uniform(seed, offset + i) >= p. The
  * mask is a pure function of (seed, offset), so the backward pass calls the

@@ -1,4 +1,6 @@
 // Elementwise kernels: fill, cast, binary and scalar arithmetic.
+#include <type_traits>
+
 #include "dispatch.cuh"
 #include "kernels.h"
 
@@ -8,8 +10,14 @@ template <typename T> __global__ void fill_kernel(T *dst, int64_t n, T v) {
     GRID_STRIDE(i, n) dst[i] = v;
 }
 
+// Integer to integer directly, keeping the low bits (a double holds only 53
+// of an int64's 64 bits); everything else through double, as ops.c does.
 template <typename D, typename S> __global__ void cast_kernel(D *dst, const S *src, int64_t n) {
-    GRID_STRIDE(i, n) dst[i] = from_double<D>(to_double(src, i));
+    if constexpr (std::is_integral<D>::value && std::is_integral<S>::value) {
+        GRID_STRIDE(i, n) dst[i] = (D)src[i];
+    } else {
+        GRID_STRIDE(i, n) dst[i] = from_double<D>(to_double(src, i));
+    }
 }
 
 template <typename T> __device__ __forceinline__ typename Acc<T>::type apply(int op, typename Acc<T>::type a, typename Acc<T>::type b) {

@@ -12,19 +12,21 @@ namespace {
 
 constexpr int kRowsPerBlock = 8;  // one warp per row
 
-// log-sum-exp and plain sum of one row, reduced across the warp.
-template <typename T> __device__ void row_stats(const T *x, int64_t C, double *lse, double *sx) {
+// One row's max, log(sum(exp(x - max))) and sum(x - max), reduced across
+// the warp; kept apart as in csrc/ops_nn.c (a huge max would absorb the log).
+template <typename T> __device__ void row_stats(const T *x, int64_t C, double *mx, double *ls, double *sd) {
     int lane = threadIdx.x & 31;
-    double mx = -INFINITY;
-    for (int64_t c = lane; c < C; c += 32) mx = fmax(mx, (double)x[c]);
-    mx = warp_max(mx);
+    double m = -INFINITY;
+    for (int64_t c = lane; c < C; c += 32) m = fmax(m, (double)x[c]);
+    m = warp_max(m);
     double s = 0, t = 0;
     for (int64_t c = lane; c < C; c += 32) {
-        s += exp((double)x[c] - mx);
-        t += (double)x[c];
+        s += exp((double)x[c] - m);
+        t += (double)x[c] - m;
     }
-    *lse = mx + log(warp_sum(s));
-    *sx = warp_sum(t);
+    *mx = m;
+    *ls = log(warp_sum(s));
+    *sd = warp_sum(t);
 }
 
 template <typename T>
@@ -35,9 +37,10 @@ __global__ void ce_rows_kernel(T *out, double *scratch, const T *logits, const i
     int64_t t = target[row];
     double loss = 0;
     if (t != ignore) {
-        double lse, sx;
-        row_stats(logits + row * C, C, &lse, &sx);
-        loss = (t < 0 || t >= C) ? NAN : (1 - eps) * (lse - (double)logits[row * C + t]) + eps * (lse - sx / (double)C);
+        double mx, ls, sd;
+        row_stats(logits + row * C, C, &mx, &ls, &sd);
+        loss = (t < 0 || t >= C) ? NAN
+                                 : (1 - eps) * (ls - ((double)logits[row * C + t] - mx)) + eps * (ls - sd / (double)C);
     }
     if ((threadIdx.x & 31) == 0) {
         if (scratch) scratch[row] = loss;
@@ -80,11 +83,11 @@ __global__ void ce_backward_kernel(T *gx, const double *count, const T *gout, co
         return;
     }
     double scale = reduction == 0 ? (double)gout[row] : reduction == 2 ? (double)gout[0] : (double)gout[0] / *count;
-    double lse, sx;
-    row_stats(logits + row * C, C, &lse, &sx);
+    double mx, ls, sd;
+    row_stats(logits + row * C, C, &mx, &ls, &sd);
     double off = eps / (double)C;
     for (int64_t c = lane; c < C; c += 32) {
-        double v = exp((double)logits[row * C + c] - lse) - off;
+        double v = exp(((double)logits[row * C + c] - mx) - ls) - off;
         if (c == t) v -= 1 - eps;
         g[c] = (T)(scale * v);
     }
@@ -93,10 +96,10 @@ __global__ void ce_backward_kernel(T *gx, const double *count, const T *gout, co
 template <typename T> __global__ void softmax_kernel(T *out, const T *x, int64_t R, int64_t C, int take_log) {
     int64_t row = (int64_t)blockIdx.x * kRowsPerBlock + (threadIdx.x >> 5);
     if (row >= R) return;
-    double lse, sx;
-    row_stats(x + row * C, C, &lse, &sx);
+    double mx, ls, sd;
+    row_stats(x + row * C, C, &mx, &ls, &sd);
     for (int64_t c = threadIdx.x & 31; c < C; c += 32) {
-        double v = (double)x[row * C + c] - lse;
+        double v = ((double)x[row * C + c] - mx) - ls;
         out[row * C + c] = (T)(take_log ? v : exp(v));
     }
 }

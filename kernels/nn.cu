@@ -1,5 +1,6 @@
 // nn kernels: activations and their gradients, row-broadcast arithmetic,
-// sums along a dim, 2-d transpose and dropout (float32 and float64).
+// sums along a dim, 2-d transpose and dropout (float32 and float64; row
+// broadcasts also integers, sums along a dim also int64, transposes any dtype).
 // The formulas match the host loops in csrc/ops_nn.c.
 #include <math.h>
 
@@ -31,23 +32,34 @@ template <typename T> __global__ void binary_rows_kernel(int op, T *out, const T
     }
 }
 
+// Sums accumulate in A: double for floats, unsigned 64 bits for int64 (exact,
+// wrapping on overflow like the host loop).
+#define SUM_DISPATCH(dtype, ...)                                                   \
+    switch (dtype) {                                                               \
+    case K_F32: { typedef float T; typedef double A; __VA_ARGS__; } break;         \
+    case K_F64: { typedef double T; typedef double A; __VA_ARGS__; } break;        \
+    case K_I64: { typedef int64_t T; typedef unsigned long long A; __VA_ARGS__; } break; \
+    default: return (int)cudaErrorInvalidValue;                                    \
+    }
+
 // One thread per output element: sums `len` values `inner` apart (coalesced across threads).
-template <typename T> __global__ void sum_dim_kernel(T *out, const T *a, int64_t outer, int64_t len, int64_t inner) {
+template <typename T, typename A>
+__global__ void sum_dim_kernel(T *out, const T *a, int64_t outer, int64_t len, int64_t inner) {
     GRID_STRIDE(k, outer * inner) {
         int64_t o = k / inner, i = k % inner;
         const T *src = a + o * len * inner + i;
-        double acc = 0;
-        for (int64_t l = 0; l < len; l++) acc += (double)src[l * inner];
+        A acc = 0;
+        for (int64_t l = 0; l < len; l++) acc += (A)src[l * inner];
         out[k] = (T)acc;
     }
 }
 
 // Rows summed when inner == 1: one block per output, shared-memory tree.
-template <typename T> __global__ void sum_rows_kernel(T *out, const T *a, int64_t len) {
-    __shared__ double part[256];
+template <typename T, typename A> __global__ void sum_rows_kernel(T *out, const T *a, int64_t len) {
+    __shared__ A part[256];
     const T *src = a + (int64_t)blockIdx.x * len;
-    double acc = 0;
-    for (int64_t l = threadIdx.x; l < len; l += blockDim.x) acc += (double)src[l];
+    A acc = 0;
+    for (int64_t l = threadIdx.x; l < len; l += blockDim.x) acc += (A)src[l];
     part[threadIdx.x] = acc;
     __syncthreads();
     for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
@@ -75,7 +87,7 @@ template <typename T> __global__ void transpose_kernel(T *out, const T *a, int64
 
 template <typename T> __device__ __forceinline__ T unary_f(int op, T x, T p) {
     switch (op) {
-    case 0: return x > T(0) ? x : T(0);
+    case 0: return x <= T(0) ? T(0) : x;  // NaN passes through, as on the host
     case 1: return T(0.5) * x * (T(1) + erf(x * T(kInvSqrt2)));
     case 2: return tanh(x);
     case 3: return T(1) / (T(1) + exp(-x));
@@ -87,7 +99,7 @@ template <typename T> __device__ __forceinline__ T unary_f(int op, T x, T p) {
 
 template <typename T> __device__ __forceinline__ T unary_grad(int op, T g, T s, T p) {
     switch (op) {
-    case 0: return s > T(0) ? g : T(0);
+    case 0: return s <= T(0) ? T(0) : g;
     case 1: {
         T cdf = T(0.5) * (T(1) + erf(s * T(kInvSqrt2)));
         T pdf = T(kInvSqrt2Pi) * exp(T(-0.5) * s * s);
@@ -122,11 +134,19 @@ extern "C" int ddpc_k_rows_fill(void *out, const void *row, int dtype, int64_t r
     return (int)cudaGetLastError();
 }
 
+#define ROWS_LAUNCH \
+    binary_rows_kernel<T><<<grid_for(numel, 256), 256, 0, s>>>(op, (T *)out, (const T *)a, (const T *)row, numel, n)
+
 extern "C" int ddpc_k_binary_rows(int op, void *out, const void *a, const void *row, int dtype, int64_t numel, int64_t n,
                                   void *stream) {
     cudaStream_t s = (cudaStream_t)stream;
-    FLOAT_DISPATCH(dtype, binary_rows_kernel<T><<<grid_for(numel, 256), 256, 0, s>>>(op, (T *)out, (const T *)a,
-                                                                                      (const T *)row, numel, n))
+    // Floats and integers, as on the host (which refuses integer division before launching).
+    switch (dtype) {
+    case K_I32: { typedef int32_t T; ROWS_LAUNCH; } break;
+    case K_I64: { typedef int64_t T; ROWS_LAUNCH; } break;
+    case K_U8: { typedef uint8_t T; ROWS_LAUNCH; } break;
+    default: FLOAT_DISPATCH(dtype, ROWS_LAUNCH)
+    }
     return (int)cudaGetLastError();
 }
 
@@ -134,10 +154,10 @@ extern "C" int ddpc_k_sum_dim(void *out, const void *a, int dtype, int64_t outer
                               void *stream) {
     cudaStream_t s = (cudaStream_t)stream;
     if (inner == 1 && outer <= 65535 * 8) {
-        FLOAT_DISPATCH(dtype, sum_rows_kernel<T><<<(unsigned)outer, 256, 0, s>>>((T *)out, (const T *)a, len))
+        SUM_DISPATCH(dtype, sum_rows_kernel<T, A><<<(unsigned)outer, 256, 0, s>>>((T *)out, (const T *)a, len))
     } else {
-        FLOAT_DISPATCH(dtype, sum_dim_kernel<T><<<grid_for(outer * inner, 256), 256, 0, s>>>((T *)out, (const T *)a,
-                                                                                              outer, len, inner))
+        SUM_DISPATCH(dtype, sum_dim_kernel<T, A><<<grid_for(outer * inner, 256), 256, 0, s>>>((T *)out, (const T *)a,
+                                                                                                outer, len, inner))
     }
     return (int)cudaGetLastError();
 }
@@ -147,7 +167,19 @@ extern "C" int ddpc_k_transpose(void *out, const void *a, int dtype, int64_t row
     if ((cols + 31) / 32 > 2147483647) return (int)cudaErrorInvalidConfiguration;
     int64_t row_tiles = (rows + 31) / 32;
     dim3 grid((unsigned)((cols + 31) / 32), (unsigned)(row_tiles < 65535 ? row_tiles : 65535)), block(32, 8);
-    FLOAT_DISPATCH(dtype, transpose_kernel<T><<<grid, block, 0, s>>>((T *)out, (const T *)a, rows, cols))
+    // Any dtype: elements move as unsigned words of their size.
+#define TRANSPOSE_AS(W) transpose_kernel<W><<<grid, block, 0, s>>>((W *)out, (const W *)a, rows, cols)
+    switch (dtype) {
+    case K_U8: TRANSPOSE_AS(uint8_t); break;
+    case K_F16:
+    case K_BF16: TRANSPOSE_AS(uint16_t); break;
+    case K_F32:
+    case K_I32: TRANSPOSE_AS(uint32_t); break;
+    case K_F64:
+    case K_I64: TRANSPOSE_AS(uint64_t); break;
+    default: return (int)cudaErrorInvalidValue;
+    }
+#undef TRANSPOSE_AS
     return (int)cudaGetLastError();
 }
 

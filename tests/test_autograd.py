@@ -383,3 +383,78 @@ def test_queue_callback_runs_once_when_backward_ends():
     assert seen == [[5.0, 5.0, 5.0]]
     with pytest.raises(RuntimeError, match="during a backward pass"):
         queue_callback(lambda: None)
+
+
+def test_broadcast_results_take_the_broadcast_shape_and_gradients_their_operands_shapes():
+    a, b, c = leaf(3), leaf(1, 3, positive=True), leaf(2, 1, 1, 3)
+    for x, y in ((a, b), (b, a), (a, c), (c, b)):
+        want = np.broadcast_shapes(x.shape, y.shape)
+        for op in ("__add__", "__sub__", "__mul__", "__truediv__"):
+            assert getattr(x, op)(y).shape == want, (x.shape, op, y.shape)
+    gradcheck(lambda x, y: x * y, a, b)
+    gradcheck(lambda x, y: x / y, c, b)
+    gradcheck(lambda x, y: y - x, a, c)
+
+
+def test_to_with_copy_gives_each_leaf_its_own_gradient():
+    a, b = leaf(2), leaf(2)
+    y = a.to(ddpc.float64, copy=True) + b.to(ddpc.float64, copy=True)
+    gout = ddpc.tensor([1.0, 1.0], dtype=ddpc.float64)
+    y.backward(gout)
+    assert a.grad is not b.grad and a.grad is not gout and b.grad is not gout
+    (b * 10).sum().backward()
+    assert a.grad.tolist() == [1.0, 1.0] and b.grad.tolist() == [11.0, 11.0] and gout.tolist() == [1.0, 1.0]
+
+
+def test_saved_outputs_leave_no_reference_cycle():
+    import gc
+    import weakref
+
+    x = leaf(4, 4, positive=True)
+    ops = [lambda t: t.exp(), lambda t: t.tanh(), lambda t: t.sigmoid(), lambda t: t * t, lambda t: t / t,
+           lambda t: 2.0 / t, lambda t: t / leaf(4)]
+    gc.disable()
+    try:
+        for i, fn in enumerate(ops):
+            y = fn(x)
+            freed = weakref.ref(y._buf)
+            del y
+            assert freed() is None, f"op {i}: the output outlived its last reference"
+    finally:
+        gc.enable()
+    gradcheck(lambda t: (2.0 / t) * t.exp() / t.sigmoid(), x)
+
+
+def test_integer_tensors_refuse_requires_grad_and_integer_casts_end_the_graph():
+    with pytest.raises(RuntimeError, match="floating point"):
+        ddpc.zeros(2, dtype=ddpc.int64, requires_grad=True)
+    with pytest.raises(RuntimeError, match="floating point"):
+        ddpc.tensor([1, 2], requires_grad=True)
+    with pytest.raises(RuntimeError, match="floating point"):
+        ddpc.nn.Parameter(ddpc.tensor([1, 2]))
+    t = ddpc.arange(3)
+    with pytest.raises(RuntimeError, match="floating point"):
+        t.requires_grad = True
+    assert not t.requires_grad
+    x = leaf(2)
+    y = x.long()
+    assert not y.requires_grad and y.grad_fn is None
+    z = x.float()
+    assert z.requires_grad and z.grad_fn is not None
+
+
+def test_mse_loss_backward_with_a_target_of_another_dtype():
+    for target in (ddpc.tensor([1, 2]), ddpc.tensor([1.0, 2.0], dtype=ddpc.float32, requires_grad=True)):
+        a = leaf(2)
+        F.mse_loss(a, target).backward()
+        want = (np.asarray(a) - np.asarray(target.detach(), np.float64)).tolist()
+        np.testing.assert_allclose(np.asarray(a.grad), want)
+        if target.requires_grad:
+            assert target.grad.dtype is ddpc.float32
+            np.testing.assert_allclose(np.asarray(target.grad), [-v for v in want], rtol=1e-6)
+
+
+def test_linear_bias_of_shape_1_by_n_gets_a_gradient_of_that_shape():
+    x, w, b = leaf(3, 4), leaf(5, 4), leaf(1, 5)
+    gradcheck(lambda x, w, b: F.linear(x, w, b), x, w, b)
+    assert b.grad.shape == (1, 5)

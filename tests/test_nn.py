@@ -169,3 +169,28 @@ def test_parameters_deep_copy_as_parameters():
     assert isinstance(twin.weight, nn.Parameter) and twin.weight.requires_grad
     assert twin.weight.data_ptr() != lin.weight.data_ptr()
     np.testing.assert_array_equal(np.asarray(twin.weight), np.asarray(lin.weight))
+
+
+def test_linear_with_no_input_features_gives_the_bias():
+    lin = nn.Linear(0, 3)
+    x = ddpc.zeros(2, 0, requires_grad=True)
+    y = lin(x)
+    assert y.shape == (2, 3)
+    np.testing.assert_array_equal(np.asarray(y.detach()), np.tile(np.asarray(lin.bias.detach()), (2, 1)))
+    y.sum().backward()
+    assert lin.bias.grad.tolist() == [2.0, 2.0, 2.0] and lin.weight.grad.shape == (3, 0) and x.grad.shape == (2, 0)
+
+
+def test_flatten_refuses_dims_out_of_range():
+    with pytest.raises(IndexError, match="dim 4 is out of range"):
+        F.flatten(ddpc.zeros(2, 3, 4), start_dim=4)
+    with pytest.raises(IndexError, match="dim 1 is out of range"):
+        nn.Flatten()(ddpc.zeros(5))
+    assert F.flatten(ddpc.zeros(2, 3, 4), 0, -2).shape == (6, 4)
+    assert F.flatten(ddpc.tensor(1.0), 0).shape == (1,)
+
+
+def test_linear_bias_gradient_over_a_large_batch_accumulates_in_double():
+    lin = nn.Linear(1, 2)
+    (lin(ddpc.zeros(1 << 20, 1)) * 0.1).sum().backward()
+    np.testing.assert_allclose(np.asarray(lin.bias.grad), np.float64(np.float32(0.1)) * (1 << 20), rtol=1e-7)

@@ -302,3 +302,150 @@ def test_float32_activations_handle_extremes():
         # Results below float32's normal range may flush to zero.
         np.testing.assert_allclose(got[finite], want[finite], rtol=3e-7, atol=1.2e-38,
                                    err_msg=str(op))
+
+
+def test_float32_exp_is_accurate_up_to_both_ends_of_its_range():
+    x = np.array([88.0, 88.3, 88.7, 88.72, -87.0, -87.2, -87.3, -87.33], np.float32)
+    out = empty(x.shape, np.float32)
+    _C.unary(EXP, out, buf(x))
+    np.testing.assert_allclose(host(out), np.exp(x.astype(np.float64)), rtol=3e-7)
+    # Below float32's normal range results round to subnormals instead of flushing to zero.
+    x = np.array([-90.0, -100.0, -103.9, -104.5, 88.73], np.float32)
+    out = empty(x.shape, np.float32)
+    _C.unary(EXP, out, buf(x))
+    with np.errstate(over="ignore"):
+        want = np.exp(x.astype(np.float64)).astype(np.float32)
+    np.testing.assert_allclose(host(out), want, rtol=0, atol=1.5e-45)
+    assert host(out)[-1] == np.inf and host(out)[2] > 0
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_relu_keeps_nan_and_passes_its_gradient_on(dtype):
+    x = np.array([np.nan, -1.0, -0.0, 0.0, 2.0], dtype)
+    out = empty(x.shape, dtype)
+    _C.unary(RELU, out, buf(x))
+    got = host(out)
+    assert np.isnan(got[0]) and got[1:].tolist() == [0.0, 0.0, 0.0, 2.0]
+    gx = empty(x.shape, dtype)
+    _C.unary_backward(RELU, gx, buf(np.full(5, 3.0, dtype)), buf(x))
+    assert host(gx).tolist() == [3.0, 0.0, 0.0, 0.0, 3.0]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_softmax_and_cross_entropy_keep_ties_among_huge_logits(dtype):
+    x = np.array([[1e20, 1e20, 0.0], [-1e17, 5.0, -1e17], [1.0, 2.0, 3.0]], dtype)
+    x64 = x.astype(np.float64)
+    shifted = x64 - x64.max(1, keepdims=True)
+    lsm = shifted - np.log(np.exp(shifted).sum(1, keepdims=True))
+    for take_log, want in ((True, lsm), (False, np.exp(lsm))):
+        out = empty(x.shape, dtype)
+        _C.softmax(out, buf(x), take_log)
+        np.testing.assert_allclose(host(out), want, rtol=1e-6)
+    t = np.array([0, 1, 2])
+    for eps in (0.0, 0.1):
+        out = empty((3,), dtype)
+        _C.cross_entropy(out, buf(x), buf(t), -100, eps, 0)
+        want = -(1 - eps) * lsm[np.arange(3), t] - eps * lsm.mean(1)
+        np.testing.assert_allclose(host(out), want, rtol=1e-6)
+    gx, go = empty(x.shape, dtype), buf(np.ones(3, dtype))
+    _C.cross_entropy_backward(gx, go, buf(x), buf(t), -100, 0.0, 0)
+    want = np.exp(lsm)
+    want[np.arange(3), t] -= 1
+    np.testing.assert_allclose(host(gx), want, rtol=1e-6, atol=1e-12)
+    assert host(gx)[0].tolist() == [-0.5, 0.5, 0.0]
+
+
+def test_sum_dim_accumulates_float32_in_double_for_every_layout():
+    a = np.full((1 << 20, 3), 0.1, np.float32)
+    want = a.astype(np.float64).sum(0)
+    out = empty((3,), np.float32)
+    _C.sum_dim(out, buf(a), 0)
+    np.testing.assert_allclose(host(out), want, rtol=1e-7)
+    b = np.full((2, 1 << 14, 300), 0.1, np.float32)  # rows longer than the host loop's chunk
+    out = empty((2, 300), np.float32)
+    _C.sum_dim(out, buf(b), 1)
+    np.testing.assert_allclose(host(out), b.astype(np.float64).sum(1), rtol=1e-7)
+
+
+def test_sum_dim_of_int64_is_exact():
+    a = np.array([[[2 ** 53 + 1, -5], [1, 2 ** 62]]] * 3, np.int64)
+    for dim in (0, 1, 2):
+        out = empty(np.delete(a.shape, dim), np.int64)
+        _C.sum_dim(out, buf(a), dim)
+        np.testing.assert_array_equal(host(out), a.sum(dim))
+    with pytest.raises(TypeError, match="float32 or float64"):
+        _C.sum_dim(empty((2,), np.int32), buf(a[0].astype(np.int32)), 0)
+
+
+@pytest.mark.gpu
+def test_gpu_edge_cases_match_host():
+    """The cases the host loops handle with care come out the same on a GPU."""
+    x = np.array([[1e20, 1e20, 0.0], [np.nan, -1.0, 2.0]])
+    big = np.array([[2 ** 53 + 1, 2 ** 60 + 1], [-3, 2 ** 40 + 7]], np.int64)
+    long_rows = np.full((1 << 16, 3), 0.1, np.float32)
+
+    def run(device):
+        res = {}
+        for name, op, src in (("relu", RELU, x[1:]), ("relu32", RELU, x[1:].astype(np.float32))):
+            o = empty(src.shape, src.dtype, device)
+            _C.unary(op, o, buf(src, device))
+            res[name] = o
+        for take_log in (False, True):
+            o = empty(x[:1].shape, x.dtype, device)
+            _C.softmax(o, buf(x[:1], device), take_log)
+            res[f"softmax{take_log}"] = o
+        o = empty((1,), x.dtype, device)
+        _C.cross_entropy(o, buf(x[:1], device), buf(np.array([0]), device), -100, 0.1, 0)
+        res["ce"] = o
+        for dim in (0, 1):
+            o = empty((big.shape[1 - dim],), np.int64, device)
+            _C.sum_dim(o, buf(big, device), dim)
+            res[f"sum_dim{dim}"] = o
+        o = empty((3,), np.float32, device)
+        _C.sum_dim(o, buf(long_rows, device), 0)
+        res["sum_dim_f32"] = o
+        o = empty((), np.int64, device)
+        _C.sum(o, buf(big, device))
+        res["sum"] = o
+        o = empty(big.shape, np.int32, device)
+        _C.cast(o, buf(big, device))
+        res["cast"] = o
+        for dt in (np.int64, np.int32, np.uint8):
+            o = empty(big.shape, dt, device)
+            _C.binary_rows(SUB, o, buf(big.astype(dt), device), buf(big[0].astype(dt), device))
+            res[f"rows_{dt.__name__}"] = o
+        for dt in (np.float16, np.uint8, np.int64):
+            o = empty(big.T.shape, dt, device)
+            _C.transpose(o, buf(big.astype(dt), device))
+            res[f"transpose_{dt.__name__}"] = o
+        return res
+
+    cpu, gpu = run("cpu"), run("cuda")
+    for k in cpu:
+        got, want = host(gpu[k]), host(cpu[k])
+        if want.dtype.kind == "f":
+            np.testing.assert_allclose(got, want, rtol=1e-7, atol=0, err_msg=k)
+        else:
+            np.testing.assert_array_equal(got, want, err_msg=k)
+    assert host(cpu["sum"]) == big.sum() and host(cpu["cast"]).tolist() == big.astype(np.int32).tolist()
+
+
+def test_transpose_moves_elements_of_any_dtype():
+    for dt in (np.float16, np.int64, np.int32, np.uint8, np.float64):
+        a = (np.arange(37 * 70) % 251).astype(dt).reshape(37, 70)
+        out = empty((70, 37), dt)
+        _C.transpose(out, buf(a))
+        np.testing.assert_array_equal(host(out), a.T)
+
+
+@pytest.mark.parametrize("dt", [np.int64, np.int32, np.uint8])
+def test_binary_rows_of_integers(dt):
+    a = (np.arange(12) % 7).astype(dt).reshape(3, 4)
+    row = np.array([1, 2, 3, 250], dt)
+    for op, want in ((ADD, a + row), (SUB, a - row), (MUL, a * row), (RSUB, row - a)):
+        out = empty(a.shape, dt)
+        _C.binary_rows(op, out, buf(a), buf(row))
+        np.testing.assert_array_equal(host(out), want)
+    for op in (DIV, RDIV):
+        with pytest.raises(TypeError, match="no integer division"):
+            _C.binary_rows(op, empty(a.shape, dt), buf(a), buf(row))

@@ -209,3 +209,19 @@ def test_lr_schedulers():
     s2.load_state_dict(state)
     s2.step()
     assert math.isclose(opt2.param_groups[0]["lr"], 0.2 / 5)
+
+
+@pytest.mark.parametrize("cls,kw", [(optim.SGD, dict(lr=1.0, momentum=0.9)), (optim.Adam, dict(lr=0.1)),
+                                    (optim.AdamW, dict(lr=0.1, amsgrad=True))])
+def test_a_step_that_raises_leaves_the_state_as_it_was(cls, kw):
+    p, q = (ddpc.nn.Parameter(ddpc.ones(4, dtype=ddpc.float64)) for _ in range(2))
+    failing, clean = cls([p], **kw), cls([q], **kw)
+    p.grad = ddpc.ones(4, dtype=ddpc.float32)  # wrong dtype: the step raises
+    with pytest.raises(ValueError, match="does not match"):
+        failing.step()
+    assert "momentum_buffer" not in failing.state[p] and failing.state[p].get("step", 0) == 0
+    for _ in range(2):
+        p.grad, q.grad = ddpc.full((4,), 0.5, dtype=ddpc.float64), ddpc.full((4,), 0.5, dtype=ddpc.float64)
+        failing.step()
+        clean.step()
+    np.testing.assert_array_equal(np.asarray(p.detach()), np.asarray(q.detach()))

@@ -267,3 +267,142 @@ def test_uint8_scalars_wrap_modulo_256_and_integer_division_by_a_truncated_zero_
         for s in (0.5, 0.0) + ((256,) if dt is ddpc.uint8 else ()):
             with pytest.raises(ValueError, match="integer division by zero"):
                 _C.scalar(_DIV, out._buf, a._buf, s)
+
+
+def test_assignment_through_a_stepped_slice_writes_the_selected_rows():
+    x = ddpc.zeros(4, 2)
+    x[::2] = 7.0
+    assert x.tolist() == [[7, 7], [0, 0], [7, 7], [0, 0]]
+    y = ddpc.zeros(3)
+    y[::-1] = ddpc.tensor([1.0, 2.0, 3.0])
+    assert y.tolist() == [3.0, 2.0, 1.0]
+    z = ddpc.zeros(4)
+    z[1::2] += 5
+    assert z.tolist() == [0.0, 5.0, 0.0, 5.0]
+    w = ddpc.arange(4)
+    w[::-1] = w  # reads every row before writing any
+    assert w.tolist() == [3, 2, 1, 0]
+    v = ddpc.zeros(5, dtype=ddpc.float64)
+    v[4:0:-2] = [1, 2]
+    assert v.tolist() == [0.0, 0.0, 2.0, 0.0, 1.0]
+    with pytest.raises(ValueError, match="can't assign 2 elements to a slice of 3 rows"):
+        v[::2] = ddpc.ones(2)
+
+
+def test_numpy_float_scalars_make_integer_arithmetic_float():
+    t = ddpc.tensor([1, 2])
+    for s in (2.5, np.float64(2.5), np.float32(2.5), np.float16(2.5)):
+        r = t * s
+        assert r.dtype is ddpc.float32 and r.tolist() == [2.5, 5.0], type(s)
+    assert (t + np.int32(3)).dtype is ddpc.int64
+    assert ddpc.full((2,), np.float32(1.5)).tolist() == [1.5, 1.5]
+    assert ddpc.arange(0, 2, np.float32(0.5)).tolist() == [0.0, 0.5, 1.0, 1.5]
+
+
+def test_int64_values_beyond_two_to_the_53_stay_exact():
+    big = 2 ** 53 + 1
+    assert ddpc.tensor([big, 0]).sum().item() == big
+    assert ddpc.tensor([[big], [2]]).sum(1).tolist() == [big, 2]
+    assert ddpc.full((3,), big).tolist() == [big] * 3
+    assert ddpc.full((1,), -2 ** 63).item() == -2 ** 63 and ddpc.full((1,), 2 ** 63 - 1).item() == 2 ** 63 - 1
+    t = ddpc.zeros(2, dtype=ddpc.int64)
+    t[0] = big
+    assert t.tolist() == [big, 0]
+    assert (ddpc.tensor([1]) + big).item() == big + 1
+    assert (big - ddpc.tensor([1])).item() == big - 1
+    assert (ddpc.tensor([3]) * (2 ** 60 + 1)).item() == 3 * (2 ** 60 + 1)
+    low = ddpc.tensor([2 ** 60 + 1, -(2 ** 40) - 3]).to(ddpc.int32)
+    assert low.tolist() == np.array([2 ** 60 + 1, -(2 ** 40) - 3]).astype(np.int32).tolist() == [1, -3]
+    assert ddpc.tensor([2 ** 40 + 300]).to(ddpc.uint8).item() == 300 % 256
+
+
+def test_integers_a_dtype_cannot_hold_raise_overflow_error():
+    with pytest.raises(OverflowError, match="int32"):
+        ddpc.tensor([1], dtype=ddpc.int32) + 2 ** 40
+    with pytest.raises(OverflowError, match="int64"):
+        ddpc.tensor([1]) + 2 ** 63
+    with pytest.raises(OverflowError, match="int32"):
+        ddpc.zeros(2, dtype=ddpc.int32).fill_(-2 ** 31 - 1)
+    with pytest.raises(OverflowError):
+        ddpc.tensor([2 ** 63])
+    with pytest.raises(OverflowError):
+        ddpc.tensor([2 ** 64])
+    with pytest.raises(OverflowError, match="int32"):
+        ddpc.tensor([2 ** 31], dtype=ddpc.int32)
+    assert (ddpc.tensor([1], dtype=ddpc.int32) + (2 ** 31 - 2)).item() == 2 ** 31 - 1
+    assert ddpc.tensor([2 ** 63 - 1, -2 ** 63]).tolist() == [2 ** 63 - 1, -2 ** 63]
+
+
+def test_inplace_ops_between_overlapping_views_match_numpy():
+    for op in ("__iadd__", "__isub__", "__imul__"):
+        x, n = ddpc.arange(1, 7, dtype=ddpc.float32), np.arange(1, 7, dtype=np.float32)
+        getattr(x[1:], op)(x[:-1])
+        getattr(n[1:], op)(n[:-1])
+        assert x.tolist() == n.tolist(), op
+        x, n = ddpc.arange(1, 7, dtype=ddpc.float32), np.arange(1, 7, dtype=np.float32)
+        getattr(x[:-2], op)(x[2:])
+        getattr(n[:-2], op)(n[2:])
+        assert x.tolist() == n.tolist(), op
+    x = ddpc.arange(4, dtype=ddpc.float32)
+    x += x
+    assert x.tolist() == [0.0, 2.0, 4.0, 6.0]
+
+
+def test_integer_sum_along_a_dim_is_exact_int64():
+    a = np.array([[2 ** 24 + 1, 0], [3, 4]], np.int64)
+    for dt in (ddpc.int64, ddpc.int32):
+        r = ddpc.tensor(a, dtype=dt).sum(1)
+        assert r.dtype is ddpc.int64 and r.tolist() == a.sum(1).tolist()
+    r = ddpc.tensor([[200, 100], [255, 1]], dtype=ddpc.uint8).sum(0, keepdim=True)
+    assert r.dtype is ddpc.int64 and r.tolist() == [[455, 101]]
+
+
+def test_reductions_take_a_dim_tuple_and_check_the_dim():
+    t = ddpc.ones(2, 3)
+    assert t.mean((1,)).tolist() == [1.0, 1.0] and t.mean(-2, keepdim=True).shape == (1, 3)
+    with pytest.raises(IndexError, match="dim 5 is out of range"):
+        t.mean(5)
+    with pytest.raises(IndexError, match="dim -3 is out of range"):
+        t.sum(-3)
+
+
+def test_transposing_a_dim_with_itself_is_a_no_op():
+    t = ddpc.arange(6, dtype=ddpc.float32).reshape(2, 3)
+    assert t.transpose(1, 1).tolist() == t.tolist() and t.transpose(0, -2).shape == (2, 3)
+    assert t.transpose(1, 0).shape == (3, 2)
+    with pytest.raises(IndexError, match="dim 2 is out of range"):
+        t.transpose(0, 2)
+
+
+def test_integer_tensors_broadcast_and_transpose():
+    i = ddpc.tensor([[1, 2, 3], [4, 5, 6]])
+    row = ddpc.tensor([10, 20, 30], dtype=ddpc.int32)
+    assert (i + row).dtype is ddpc.int64 and (i + row).tolist() == [[11, 22, 33], [14, 25, 36]]
+    assert (row - i).tolist() == [[9, 18, 27], [6, 15, 24]] and (i * row[:1]).tolist() == [[10, 20, 30], [40, 50, 60]]
+    np.testing.assert_allclose((i / row).numpy(), np.array([[1, 2, 3], [4, 5, 6]]) / [10, 20, 30], rtol=1e-6)
+    u = ddpc.tensor([[250, 3]], dtype=ddpc.uint8)
+    assert (u + ddpc.tensor([10, 1], dtype=ddpc.uint8)).tolist() == [[4, 4]]
+    for dt in (ddpc.int64, ddpc.int32, ddpc.uint8, ddpc.float16, ddpc.bfloat16):
+        t = ddpc.arange(6, dtype=dt).reshape(2, 3)
+        assert t.t().dtype is dt and t.t().to(ddpc.float64).tolist() == [[0, 3], [1, 4], [2, 5]]
+
+
+@pytest.mark.parametrize("dt", [ddpc.float16, ddpc.bfloat16], ids=lambda d: d.name)
+def test_16_bit_floats_broadcast_reduce_and_activate_in_float32_rounded_once(dt):
+    rng = np.random.default_rng(3)
+    x = ddpc.tensor(rng.standard_normal((4, 5)), dtype=dt)
+    row = ddpc.tensor(rng.standard_normal(5), dtype=dt)
+    xf, rowf = x.float(), row.float()
+    pairs = [(x + row, xf + rowf), (row / x, rowf / xf), (x.sum(1), xf.sum(1)), (x.mean(0), xf.mean(0)),
+             (x.exp(), xf.exp()), (x.relu(), xf.relu()), (x.tanh(), xf.tanh()),
+             (ddpc.nn.functional.softmax(x, -1), ddpc.nn.functional.softmax(xf, -1)),
+             (ddpc.nn.functional.log_softmax(x, -1), ddpc.nn.functional.log_softmax(xf, -1))]
+    for got, want in pairs:
+        assert got.dtype is dt
+        np.testing.assert_array_equal(got.float().numpy(), want.to(dt).float().numpy())
+    w = x.detach().requires_grad_()
+    (w * row).exp().sum(1).mean().backward()
+    wf = xf.detach().requires_grad_()
+    (wf * rowf).exp().sum(1).mean().backward()
+    assert w.grad.dtype is dt
+    np.testing.assert_allclose(w.grad.float().numpy(), wf.grad.numpy(), rtol=2e-2, atol=1e-3)

@@ -23,7 +23,8 @@ import numbers
 import threading
 
 from . import _C
-from .tensor import (_ADD, _DIV, _MUL, _RDIV, _RSUB, _SUB, Tensor, float32, get_dtype, promote)
+from .tensor import (_ADD, _DIV, _MUL, _RDIV, _RSUB, _SUB, Tensor, bfloat16, float16, float32, get_dtype, int64,
+                     promote)
 from .tensor import cat as _cat_storage
 from .tensor import stack as _stack_storage
 
@@ -351,15 +352,25 @@ def _reduce_to(g, shape, dtype):
         n = 1
         for s in shape:
             n *= s
-        flat = g.reshape(-1, n) if n else g.reshape(-1, 0)
-        out = _empty((n,), g)
-        _C.sum_dim(out._buf, flat._buf, 0)
-        g = out.reshape(shape)
+        if g.numel() == n:  # broadcast over leading dims of size 1 only
+            g = g.reshape(shape)
+        else:
+            flat = g.reshape(-1, n) if n else g.reshape(-1, 0)
+            out = _empty((n,), g)
+            _C.sum_dim(out._buf, flat._buf, 0)
+            g = out.reshape(shape)
     return g if g.dtype is dtype else g.to(dtype=dtype)
 
 
 def _as_float(t):
     return t if t.dtype.is_floating_point else t.to(dtype=float32)
+
+
+# The nn ops of _C take float32 and float64. For 16-bit floats the ops below
+# compute in float32 and round the result once to the 16-bit dtype (as the
+# elementwise ops do); both casts are in the graph, so gradients take the same
+# way back.
+_HALVES = (float16, bfloat16)
 
 
 # ---- arithmetic -------------------------------------------------------------------------
@@ -368,7 +379,8 @@ class _ScalarBackward(Node):
     """a op s for a python number s."""
 
     def __init__(self, a, op, s, out):
-        super().__init__((a,), (a, out) if op in (_RDIV,) else ())
+        # The output is saved detached: out -> grad_fn -> out would be a reference cycle.
+        super().__init__((a,), (a, out.detach()) if op in (_RDIV,) else ())
         self.op, self.s, self.dtype = op, s, a.dtype
         self.passes_through = op in (_ADD, _SUB)
 
@@ -390,7 +402,9 @@ class _ScalarBackward(Node):
 
 class _BinaryBackward(Node):
     def __init__(self, a, b, op, out):
-        super().__init__((a, b), (a, b, out) if op in (_MUL, _DIV) else ())
+        # The output is saved detached: out -> grad_fn -> out would be a reference cycle.
+        saved = {_MUL: (a, b), _DIV: (b, out.detach())}.get(op, ())
+        super().__init__((a, b), saved)
         self.op = op
         self.shapes = (a.shape, b.shape)
         self.dtypes = (a.dtype, b.dtype)
@@ -407,11 +421,11 @@ class _BinaryBackward(Node):
             ga = _reduce_to(g, sa, da) if need_a else None
             gb = _reduce_to(g._binary(-1, _MUL), sb, db) if need_b else None
         elif self.op == _MUL:
-            a, b, _ = self.saved
+            a, b = self.saved
             ga = _reduce_to(mul(g, b), sa, da) if need_a else None
             gb = _reduce_to(mul(g, a), sb, db) if need_b else None
         else:
-            a, b, out = self.saved
+            b, out = self.saved
             ga = _reduce_to(div(g, b), sa, da) if need_a else None
             gb = _reduce_to(div(mul(g, out), b)._binary(-1, _MUL), sb, db) if need_b else None
         return ga, gb
@@ -439,16 +453,22 @@ def _binary(a, b, op):
         dt = promote(a.dtype, b.dtype)
         if not dt.is_floating_point and op == _DIV:
             dt = float32
+        if dt in _HALVES:
+            return _binary(a.to(dtype=float32), b.to(dtype=float32), op).to(dtype=dt)
         x, y = (a if a.dtype is dt else a.to(dtype=dt)), (b if b.dtype is dt else b.to(dtype=dt))
         if _is_suffix(b.shape, a.shape):
             out = _empty(a.shape, x)
             _C.binary_rows(op, out._buf, x._buf, y._buf)
+            big, small = a.shape, b.shape
         elif _is_suffix(a.shape, b.shape):
             out = _empty(b.shape, y)
             _C.binary_rows(_SWAPPED[op], out._buf, y._buf, x._buf)
+            big, small = b.shape, a.shape
         else:
             raise ValueError(f"shapes {a.shape} and {b.shape} do not broadcast: ddpc repeats a tensor only over the "
                              "other's leading dimensions (as for a bias row)")
+        if len(small) > len(big):  # the repeated operand's extra leading dims (all 1) stay in the result
+            out = out.reshape((1,) * (len(small) - len(big)) + big)
     if _needs_grad(a, b):
         _attach(out, _BinaryBackward(a, b, op, out))
     return out
@@ -495,7 +515,8 @@ class _UnaryBackward(Node):
     _USES_OUTPUT = {_RELU: False, _GELU: False, _TANH: True, _SIGMOID: True, _EXP: True, _LOG: False, _POW: False}
 
     def __init__(self, x, op, p, out):
-        super().__init__((x,), (out if self._USES_OUTPUT[op] else x,))
+        # The output is saved detached: out -> grad_fn -> out would be a reference cycle.
+        super().__init__((x,), (out.detach() if self._USES_OUTPUT[op] else x,))
         self.op, self.p = op, p
 
     def name(self):
@@ -512,6 +533,8 @@ class _UnaryBackward(Node):
 def _unary(x, op, p=0.0):
     if not isinstance(x, Tensor):
         raise TypeError(f"expected a ddpc.Tensor, got {type(x).__name__}")
+    if x.dtype in _HALVES:
+        return _unary(x.float(), op, p).to(dtype=x.dtype)
     x = _as_float(x)
     out = _empty(x.shape, x)
     _C.unary(op, out._buf, x._buf, float(p))
@@ -593,6 +616,7 @@ class _LinearBackward(Node):
     def __init__(self, x, weight, bias, x2):
         super().__init__((x, weight, bias), (x2, weight.detach()))
         self.in_shape = x.shape
+        self.bias_shape = None if bias is None else bias.shape
 
     def backward(self, g):
         x2, w = self.saved
@@ -606,7 +630,7 @@ class _LinearBackward(Node):
             gw = _grad_out(self.next_functions[1], w.shape, g2)
             _C.gemm(gw._buf, g2._buf, x2._buf, True, False)
         if self.next_functions[2] is not None:
-            gb = _grad_out(self.next_functions[2], (w.shape[0],), g2)
+            gb = _grad_out(self.next_functions[2], self.bias_shape, g2)
             _C.sum_dim(gb._buf, g2._buf, 0)
         return gx, gw, gb
 
@@ -619,7 +643,10 @@ def linear(x, weight, bias=None):
         raise TypeError(f"linear: input is {x.dtype} but the weight is {weight.dtype}")
     if x._buf.device != weight._buf.device or (bias is not None and bias._buf.device != weight._buf.device):
         raise ValueError(f"linear: input on {x.device}, weight on {weight.device}")
-    x2 = x.detach().reshape(-1, weight.shape[1])
+    rows = 1
+    for s in x.shape[:-1]:
+        rows *= s
+    x2 = x.detach().reshape(rows, weight.shape[1])  # not -1: in_features may be 0
     out = _empty((x2.shape[0], weight.shape[0]), x)
     _C.gemm(out._buf, x2._buf, weight._buf, False, True, None if bias is None else bias._buf)
     out = out.reshape(x.shape[:-1] + (weight.shape[0],))
@@ -640,9 +667,14 @@ def _transpose_storage(a):
 
 
 def transpose(a, dim0=0, dim1=1):
-    if a.ndim != 2 or {dim0 % 2, dim1 % 2} != {0, 1}:
-        if a.ndim < 2:
-            return a
+    if a.ndim < 2:
+        return a
+    for d in (dim0, dim1):
+        if not -a.ndim <= d < a.ndim:
+            raise IndexError(f"dim {d} is out of range for a tensor of {a.ndim} dims")
+    if dim0 % a.ndim == dim1 % a.ndim:  # swapping a dim with itself changes nothing
+        return reshape(a, a.shape)
+    if a.ndim != 2:
         raise ValueError(f"ddpc transposes 2-d tensors only, got {a.ndim} dims")
     out = _transpose_storage(a)
     if _needs_grad(a):
@@ -691,6 +723,17 @@ def _expand(g, shape, dim):
     return out
 
 
+def _one_dim(a, dim):
+    """The dim a reduction runs along: one int (or a 1-tuple) within a's dims, made non-negative."""
+    if isinstance(dim, (tuple, list)):
+        if len(dim) != 1:
+            raise ValueError("ddpc reduces along one dim at a time")
+        dim = dim[0]
+    if not -a.ndim <= dim < a.ndim:
+        raise IndexError(f"dim {dim} is out of range for a tensor of {a.ndim} dims")
+    return dim % a.ndim
+
+
 def sum(a, dim=None, keepdim=False):
     if dim is None:
         dt = a.dtype if a.dtype.is_floating_point else get_dtype("int64")
@@ -698,15 +741,12 @@ def sum(a, dim=None, keepdim=False):
         _C.sum(out._buf, a._buf)
         if keepdim:
             out = out.reshape((1,) * a.ndim)
+    elif a.dtype in _HALVES:
+        return sum(a.float(), dim, keepdim).to(dtype=a.dtype)
     else:
-        if isinstance(dim, (tuple, list)):
-            if len(dim) != 1:
-                raise ValueError("ddpc sums along one dim at a time")
-            dim = dim[0]
-        if not -a.ndim <= dim < a.ndim:
-            raise IndexError(f"dim {dim} is out of range for a tensor of {a.ndim} dims")
-        dim %= a.ndim
-        src = _as_float(a)
+        dim = _one_dim(a, dim)
+        # Integers sum exactly in int64, as the sum over every element does.
+        src = a if a.dtype.is_floating_point or a.dtype is int64 else a.to(dtype=int64)
         shape = a.shape[:dim] + a.shape[dim + 1:]
         out = _empty(shape, src)
         _C.sum_dim(out._buf, src._buf, dim)
@@ -720,7 +760,9 @@ def sum(a, dim=None, keepdim=False):
 def mean(a, dim=None, keepdim=False):
     if not a.dtype.is_floating_point:
         raise TypeError(f"mean() needs a floating dtype, got {a.dtype}; cast with .float() first")
-    n = a.numel() if dim is None else a.shape[dim]
+    if a.dtype in _HALVES:  # a 16-bit sum of many elements would overflow before the division
+        return mean(a.float(), dim, keepdim).to(dtype=a.dtype)
+    n = a.numel() if dim is None else a.shape[_one_dim(a, dim)]
     return div(sum(a, dim, keepdim), n) if n else sum(a, dim, keepdim)._binary(float("nan"), _ADD)
 
 
@@ -826,18 +868,21 @@ def clone(a):
 
 
 class _ToBackward(Node):
-    def __init__(self, a):
+    def __init__(self, a, out):
         super().__init__((a,), ())
         self.device, self.dtype = a.device, a.dtype
+        # A copy to the same device and dtype hands the incoming gradient back as it is.
+        self.passes_through = out.device == a.device and out.dtype is a.dtype
 
     def backward(self, g):
         return (g.to(device=self.device, dtype=self.dtype),)
 
 
 def record_to(src, out):
-    """Records a device or dtype conversion done by Tensor.to."""
-    if out is not src and _needs_grad(src):
-        _attach(out, _ToBackward(src))
+    """Records a device or dtype conversion done by Tensor.to; gradients flow
+    only into floating outputs (an integer cast ends the graph, as in PyTorch)."""
+    if out is not src and out.dtype.is_floating_point and _needs_grad(src):
+        _attach(out, _ToBackward(src, out))
     return out
 
 
@@ -889,6 +934,8 @@ def _softmax(x, dim, take_log):
         raise ValueError("softmax needs at least one dim")
     if dim is None or dim % x.ndim != x.ndim - 1:
         raise ValueError(f"ddpc's softmax runs over the last dim (dim=-1 or {x.ndim - 1}), got dim={dim}")
+    if x.dtype in _HALVES:
+        return _softmax(x.float(), dim, take_log).to(dtype=x.dtype)
     src = _as_float(x.detach())
     out = _empty(src.shape, src)
     _C.softmax(out._buf, src._buf, take_log)
@@ -962,16 +1009,19 @@ def cross_entropy(input, target, ignore_index=-100, reduction="mean", label_smoo
 
 
 class _MSEBackward(Node):
-    def __init__(self, a, b, red):
-        super().__init__((a, b), (a.detach(), b.detach()))
-        self.red = red
+    def __init__(self, input, target, a, b, red):
+        """a and b: input and target in the dtype the forward computed in."""
+        super().__init__((input, target), (a, b))
+        self.red, self.dtypes = red, (input.dtype, target.dtype)
 
     def backward(self, g):
         a, b = self.saved
         ga = _empty(a.shape, a)
         _C.mse_backward(ga._buf, g.reshape(-1)._buf if self.red == 0 else g._buf, a._buf, b._buf, self.red)
         gb = ga._binary(-1, _MUL) if self.next_functions[1] is not None else None
-        return ga, gb
+        da, db = self.dtypes
+        return (ga if ga.dtype is da else ga.to(dtype=da),
+                gb if gb is None or gb.dtype is db else gb.to(dtype=db))
 
 
 def mse_loss(input, target, reduction="mean"):
@@ -984,5 +1034,5 @@ def mse_loss(input, target, reduction="mean"):
     out = _empty(a.shape if red == 0 else (), a)
     _C.mse(out._buf, a._buf, b._buf, red)
     if _needs_grad(input, target):
-        _attach(out, _MSEBackward(input, target, red))
+        _attach(out, _MSEBackward(input, target, a, b, red))
     return out

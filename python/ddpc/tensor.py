@@ -66,7 +66,8 @@ class Tensor:
     """An n-d array on the host or a CUDA device, shaped like ``torch.Tensor``.
 
     Differences from PyTorch: storage is always contiguous, so views exist only
-    for reshapes and for indexing along dim 0; a slice with a step copies.
+    for reshapes and for indexing along dim 0; a slice with a step reads as a
+    copy (assigning to one writes its rows).
     """
 
     __array_priority__ = 1000
@@ -80,6 +81,16 @@ class Tensor:
         self.grad_fn = None
 
     # ---- metadata -------------------------------------------------------------
+    @property
+    def requires_grad(self):
+        return self._requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, value):
+        if value and not self.dtype.is_floating_point:
+            raise RuntimeError(f"only tensors of floating point dtype can require gradients, this one is {self.dtype}")
+        self._requires_grad = bool(value)
+
     @property
     def shape(self):
         return self._buf.shape
@@ -257,11 +268,9 @@ class Tensor:
         return self.grad_fn is None
 
     def requires_grad_(self, requires_grad=True):
-        if requires_grad and not self.dtype.is_floating_point:
-            raise RuntimeError(f"only tensors of floating point dtype can require gradients, this one is {self.dtype}")
         if not requires_grad and self.grad_fn is not None:
             raise RuntimeError("requires_grad can only be turned off on leaf tensors; use detach()")
-        self.requires_grad = bool(requires_grad)
+        self.requires_grad = requires_grad
         return self
 
     def backward(self, gradient=None, retain_graph=None):
@@ -380,15 +389,45 @@ class Tensor:
             return Tensor(self._buf.view(i * row, self.shape[1:]))
         raise IndexError(f"ddpc tensors are indexed by an int or a slice along dim 0, got {type(index).__name__}")
 
+    def _stepped_rows(self, index):
+        """The rows a slice with a step other than 1 selects along dim 0 (such a
+        slice reads as a copy, not a view), or None for any other index."""
+        if isinstance(index, tuple) and len(index) == 1:
+            index = index[0]
+        if isinstance(index, slice) and self.ndim > 0:
+            start, stop, step = index.indices(self.shape[0])
+            if step != 1:
+                return range(start, stop, step)
+        return None
+
     def __setitem__(self, index, value):
         _check_no_grad_inplace(self, "item assignment")
-        target = self._getitem(index)
-        if isinstance(value, Tensor):
-            target.copy_(value)
-        elif isinstance(value, numbers.Number):
-            target.fill_(value)
-        else:
-            target.copy_(tensor(value, dtype=self.dtype))
+        rows = self._stepped_rows(index)
+        if rows is None:
+            target = self._getitem(index)
+            if isinstance(value, Tensor):
+                target.copy_(value)
+            elif isinstance(value, numbers.Number):
+                target.fill_(value)
+            else:
+                target.copy_(tensor(value, dtype=self.dtype))
+            return
+        # A stepped slice has no view to write through: write its rows one by one.
+        if isinstance(value, numbers.Number):
+            for i in rows:
+                self._getitem(i).fill_(value)
+            return
+        if not isinstance(value, Tensor):
+            value = tensor(value, dtype=self.dtype)
+        if value.numel() != len(rows) * self._row_elems():
+            raise ValueError(f"can't assign {value.numel()} elements to a slice of {len(rows)} rows of shape "
+                             f"{self.shape[1:]}")
+        src = value.detach().to(device=self.device, dtype=self.dtype)
+        if _shares_memory(src, self):  # rows written early would be read later
+            src = src.clone()
+        src = src.reshape((len(rows),) + self.shape[1:])
+        for j, i in enumerate(rows):
+            _C.copy(self._getitem(i)._buf, src._getitem(j)._buf)
 
     def __iter__(self):
         if self.ndim == 0:
@@ -413,6 +452,15 @@ class Tensor:
 
     def fill_(self, value):
         _check_no_grad_inplace(self, "fill_")
+        if not self.dtype.is_floating_point and isinstance(value, numbers.Integral):
+            value = _int_scalar(value, self.dtype)
+            if abs(value) > _DOUBLE_INTS:
+                # _C.fill takes a double: fill the value less its low 21 bits (exact
+                # in a double), then add those bits, which int64 arithmetic keeps exact.
+                low = value % (1 << 21)
+                _C.fill(self._buf, float(value - low))
+                _C.scalar(_ADD, self._buf, self._buf, float(low))
+                return self
         _C.fill(self._buf, float(value))
         return self
 
@@ -423,8 +471,12 @@ class Tensor:
     def _binary(self, other, op, out=None):
         if isinstance(other, numbers.Number):
             rdt = self.dtype
-            if not rdt.is_floating_point and (isinstance(other, float) or op in (_DIV, _RDIV)):
+            if not rdt.is_floating_point and (_is_float_scalar(other) or op in (_DIV, _RDIV)):
                 rdt = float32
+            if not rdt.is_floating_point:
+                other = _int_scalar(other, rdt)
+                if abs(other) > _DOUBLE_INTS:  # _C.scalar's double would round it
+                    return self._binary(full(self.shape, other, dtype=rdt, device=self.device), op, out)
             a = self if rdt is self.dtype else self.to(dtype=rdt)
             res = out if out is not None else Tensor(_C.Buffer(self.shape, rdt.name, self._buf.device))
             _check_inplace(res, rdt, out)
@@ -432,6 +484,9 @@ class Tensor:
             return res
         if not isinstance(other, Tensor):
             other = tensor(other, device=self.device)
+        if out is not None and _shares_memory(other, out) and not _same_memory(other, out):
+            # The C loop would read elements of `other` it has already overwritten.
+            other = other.detach().clone()
         if other.shape != self.shape:
             raise ValueError(f"shapes {self.shape} and {other.shape} differ; ddpc's elementwise ops need equal shapes")
         if other._buf.device != self._buf.device:
@@ -550,6 +605,43 @@ def zero_grads(params, set_to_none=True):
             p.grad.zero_()
 
 
+# Integers up to this size are exact in a double (the _C ops' scalar argument).
+_DOUBLE_INTS = 2 ** 53
+_INT_BOUNDS = {int32: (-2 ** 31, 2 ** 31), int64: (-2 ** 63, 2 ** 63)}
+
+
+def _is_float_scalar(value):
+    """Whether a number makes integer arithmetic float: Python and numpy floats
+    (numpy's float32 and float16 are no subclasses of float)."""
+    return isinstance(value, (float, np.floating))
+
+
+def _int_scalar(value, dt):
+    """value as a Python int for integer dtype dt, refusing what dt can't hold
+    (C's conversion of such a value is undefined); uint8 takes values modulo
+    256, as _C.scalar does."""
+    value = int(value)
+    if dt is uint8:
+        return value % 256
+    bounds = _INT_BOUNDS.get(dt)
+    if bounds is not None and not bounds[0] <= value < bounds[1]:
+        raise OverflowError(f"value {value} cannot be converted to {dt.name} without overflow")
+    return value
+
+
+def _shares_memory(a, b):
+    """Whether the storage of a and b overlaps."""
+    if a._buf.device != b._buf.device or not a.nbytes or not b.nbytes:
+        return False
+    return a.data_ptr() < b.data_ptr() + b.nbytes and b.data_ptr() < a.data_ptr() + a.nbytes
+
+
+def _same_memory(a, b):
+    """Whether a and b are the same elements (an elementwise op may then write one while reading the other)."""
+    return (a._buf.device == b._buf.device and a.data_ptr() == b.data_ptr() and a.nbytes == b.nbytes
+            and a.element_size() == b.element_size())
+
+
 def _check_no_grad_inplace(t, what):
     if t.requires_grad and _ag.is_grad_enabled():
         raise RuntimeError(f"{what}: a tensor that requires grad can't be modified in place while grad mode is on; "
@@ -605,6 +697,8 @@ def tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False)
     else:
         arr = np.asarray(data)
         if arr.dtype == object:
+            if all(isinstance(v, numbers.Integral) for v in arr.flat):  # ints too big even for uint64
+                raise OverflowError(f"{type(data).__name__} data holds integers that don't fit in int64")
             raise TypeError(f"can't build a tensor from {type(data).__name__} data of mixed or ragged shape")
         if dtype is not None:
             dt = get_dtype(dtype)
@@ -616,6 +710,13 @@ def tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False)
             dt = int64
         else:
             raise TypeError(f"can't build a tensor from data of numpy dtype {arr.dtype}")
+        bounds = _INT_BOUNDS.get(dt)
+        if bounds is not None and arr.dtype.kind in "iu" and arr.size:
+            # Python ints the dtype can't hold would wrap in the copy below.
+            lo, hi = int(arr.min()), int(arr.max())
+            if lo < bounds[0] or hi >= bounds[1]:
+                raise OverflowError(f"value {hi if hi >= bounds[1] else lo} cannot be converted to {dt.name} "
+                                    "without overflow")
     buf = _C.Buffer(arr.shape, dt.name, -1, pin_memory=pin_memory)
     dst = np.asarray(buf)
     if dt is bfloat16:
@@ -670,7 +771,7 @@ def ones(*size, dtype=None, device=None, requires_grad=False, pin_memory=False):
 
 
 def full(size, fill_value, dtype=None, device=None, requires_grad=False):
-    default = float32 if isinstance(fill_value, float) else int64
+    default = float32 if _is_float_scalar(fill_value) else int64
     return _new(size, dtype, device, default=default).fill_(fill_value)._with_grad(requires_grad)
 
 
@@ -691,7 +792,7 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False
         start, end = 0, start
     if step == 0:
         raise ValueError("arange: step must be non-zero")
-    is_float = any(isinstance(v, float) for v in (start, end, step))
+    is_float = any(_is_float_scalar(v) for v in (start, end, step))
     dt = get_dtype(dtype) if dtype is not None else (float32 if is_float else int64)
     values = np.arange(start, end, step, dtype=np.float64 if is_float or dt.is_floating_point else np.int64)
     return tensor(values, dtype=dt, device=device, requires_grad=requires_grad)

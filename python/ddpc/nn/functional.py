@@ -12,6 +12,9 @@ __all__ = ["cross_entropy", "dropout", "flatten", "gelu", "linear", "log_softmax
 def flatten(input, start_dim=1, end_dim=-1):
     """Merges dims start_dim..end_dim into one (a view)."""
     nd = input.ndim
+    for d in (start_dim, end_dim):
+        if not -max(nd, 1) <= d < max(nd, 1):  # a 0-d tensor flattens as if it had one dim
+            raise IndexError(f"flatten: dim {d} is out of range for a tensor of {nd} dims")
     if nd == 0:
         return input.reshape(1)
     start, end = start_dim % nd, end_dim % nd

@@ -40,8 +40,7 @@ class Adam(Optimizer):
                 s["exp_avg_sq"] = zeros_like(p)
             if amsgrad and "max_exp_avg_sq" not in s:
                 s["max_exp_avg_sq"] = zeros_like(p)
-            s["step"] += 1
-            by_step.setdefault(s["step"], []).append(p)
+            by_step.setdefault(s["step"] + 1, []).append(p)
         b1, b2 = group["betas"]
         # One call per group (params added to a group later get a call of their own until caught up).
         for step, batch in by_step.items():
@@ -50,6 +49,9 @@ class Adam(Optimizer):
                          [s["exp_avg_sq"]._buf for s in st],
                          [s["max_exp_avg_sq"]._buf for s in st] if amsgrad else None, step, float(group["lr"]),
                          float(b1), float(b2), float(group["eps"]), float(group["weight_decay"]), self._decoupled)
+            # Counted only once taken: after a step that raised, the next one is still this step.
+            for s in st:
+                s["step"] = step
 
 
 class AdamW(Adam):

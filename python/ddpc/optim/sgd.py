@@ -34,9 +34,16 @@ class SGD(Optimizer):
         for batch, first in ((fresh, True), (running, False)):
             if not batch:
                 continue
-            if momentum != 0 and first:
-                for p in batch:
-                    self.state[p]["momentum_buffer"] = empty_like(p)
-            bufs = [self.state[p]["momentum_buffer"]._buf if momentum != 0 else None for p in batch]
-            _C.sgd_step([p._buf for p in batch], [p.grad._buf for p in batch], bufs, float(group["lr"]), momentum,
+            if momentum == 0:
+                bufs = [None] * len(batch)
+            elif first:
+                bufs = [empty_like(p) for p in batch]
+            else:
+                bufs = [self.state[p]["momentum_buffer"] for p in batch]
+            _C.sgd_step([p._buf for p in batch], [p.grad._buf for p in batch],
+                        [None if b is None else b._buf for b in bufs], float(group["lr"]), momentum,
                         float(group["dampening"]), float(group["weight_decay"]), bool(group["nesterov"]), first)
+            if momentum != 0 and first:
+                # Kept only once the step has set them: a step that raised leaves no unset buffer behind.
+                for p, b in zip(batch, bufs):
+                    self.state[p]["momentum_buffer"] = b
