@@ -40,7 +40,8 @@ int ddpc_k_sum(void *out, const void *a, int dtype, int64_t n, void *stream);
 int ddpc_k_random(void *dst, int dtype, int kind, uint64_t seed, uint64_t offset, double a, double b, int64_t n,
                   void *stream);
 
-/* nn ops (kernels/nn.cu); float32 and float64 only. */
+/* nn ops (kernels/nn.cu): float32 and float64; binary_rows also takes the integer
+ * types, sum_dim int64, and transpose every dtype. */
 int ddpc_k_rows_fill(void *out, const void *row, int dtype, int64_t rows, int64_t n, void *stream);
 int ddpc_k_binary_rows(int op, void *out, const void *a, const void *row, int dtype, int64_t numel, int64_t n,
                        void *stream);
