@@ -332,6 +332,21 @@ def scenario_kill(victim, size_mb, marker=None):
         sys.exit(3)
 
 
+def scenario_leaver(leaver):
+    """Rank `leaver` ends its script after a barrier (leaving the group at exit) while
+    the others call one more all_reduce: they get DistError, not the timeout."""
+    rank = dist.get_rank()
+    dist.barrier()
+    if rank == int(leaver):
+        return
+    t0 = time.monotonic()
+    try:
+        dist.all_reduce(np.ones(1000, np.float32))
+    except dist.DistError as e:
+        print(f"RANK {rank} CAUGHT {type(e).__name__} after {time.monotonic() - t0:.2f}s: {e}", flush=True)
+        sys.exit(3)
+
+
 def scenario_until_error(seconds=60):
     """All-reduces until the group fails; reports the time since the last success."""
     rank = dist.get_rank()

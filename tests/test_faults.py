@@ -67,6 +67,20 @@ def test_sigkill_mid_allreduce_raises_dist_error_naming_the_rank():
     assert shm_segments() - before == set()
 
 
+def test_a_rank_that_left_fails_the_collectives_waiting_for_it_at_once():
+    """A rank ends its script (leaving the group) while the others, launched without
+    a launcher to stop them, wait for it in an all_reduce on one host."""
+    procs, _ = start_ranks(3, "leaver", 1)
+    results = finish(procs)
+    assert results[1][0] == 0, results[1]
+    for r in (0, 2):
+        code, out, err = results[r]
+        assert code == 3, out + err
+        m = re.search(r"CAUGHT DistError after ([\d.]+)s: (.*)", out)
+        assert m and float(m.group(1)) < 10, out + err  # the timeout is 60 s
+        assert "rank 1 left the process group" in m.group(2), out
+
+
 def test_launcher_names_the_killed_rank_and_leaves_nothing():
     before = shm_segments()
     marker = uuid.uuid4().hex

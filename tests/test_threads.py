@@ -37,9 +37,10 @@ def test_spawned_ranks_share_the_cores():
 
 def test_launcher_sets_thread_variables_unless_chosen(tmp_path):
     script = tmp_path / "show.py"
-    script.write_text("import os, ddpc\n"
-                      "print('THREADS', os.environ.get('OMP_NUM_THREADS'), os.environ.get('OPENBLAS_NUM_THREADS'), "
-                      "ddpc.get_num_threads(), flush=True)\n")
+    # One write per line: print() writes its arguments one by one, so the ranks' lines could interleave.
+    script.write_text("import os, sys, ddpc\n"
+                      "sys.stdout.write(f\"THREADS {os.environ.get('OMP_NUM_THREADS')} "
+                      "{os.environ.get('OPENBLAS_NUM_THREADS')} {ddpc.get_num_threads()}\\n\")\n")
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "DDPC_NUM_THREADS",
                                                             "OPENBLAS_NUM_THREADS")}
     res = subprocess.run([sys.executable, "-m", "ddpc.run", "--nproc-per-node", "2", str(script)], env=env,

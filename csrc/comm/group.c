@@ -188,7 +188,8 @@ ddpc_status ddpc_group_init(ddpc_group **out, ddpc_store *store, const char *pre
     pthread_mutex_init(&g->lock, NULL);
     pthread_cond_init(&g->cond, NULL);
     g->global_ranks = malloc((size_t)size * sizeof(int));
-    if (!g->global_ranks) { res = DDPC_ERROR(DDPC_ERR_OOM, "out of memory"); goto fail; }
+    g->departed = calloc((size_t)size, sizeof *g->departed);
+    if (!g->global_ranks || !g->departed) { res = DDPC_ERROR(DDPC_ERR_OOM, "out of memory"); goto fail; }
     memcpy(g->global_ranks, global_ranks, (size_t)size * sizeof(int));
     ddpc_monitor_register(g);
     CHECKGOTO(ddpc_p2p_init(g), res, fail);
@@ -217,6 +218,7 @@ void ddpc_group_free(ddpc_group *g) {
     free(g->topo.leaders);
     free(g->topo.node_of);
     free(g->global_ranks);
+    free(g->departed);
     pthread_cond_destroy(&g->cond);
     pthread_mutex_destroy(&g->lock);
     free(g);
@@ -440,10 +442,26 @@ void ddpc_monitor_unregister(ddpc_group *g) {
 /* Fails the registered groups an event concerns: all of them at once for a
  * death, the group named by its prefix for an abort ("prefix\nseq\nreason"),
  * from the collective where it arose. */
+/* A rank that left on purpose: its groups fail no collective that ran without
+ * it, only the waits for it (shm.c), which notice within a wait slice. */
+static void monitor_departed_(int rank) {
+    pthread_mutex_lock(&mon_.lock);
+    for (int i = 0; i < mon_.ngroups; i++) {
+        ddpc_group *g = mon_.groups[i];
+        for (int k = 0; k < g->size; k++)
+            if (g->global_ranks[k] == rank) atomic_store(&g->departed[k], 1);
+    }
+    pthread_mutex_unlock(&mon_.lock);
+}
+
 static void monitor_event_(int rank, const char *text) {
     char msg[1024];
     const char *reason = strchr(text, '\n');
     unsigned long long seq = 0;
+    if (rank >= 0 && strcmp(text, DDPC_STORE_LEFT_EVENT) == 0) {
+        monitor_departed_(rank);
+        return;
+    }
     if (rank >= 0) {
         snprintf(msg, sizeof msg, "rank %d died or exited while the process group was in use", rank);
     } else if (rank == -2 && reason) {

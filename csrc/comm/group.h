@@ -80,6 +80,7 @@ typedef struct ddpc_work ddpc_work;
 struct ddpc_group {
     int rank, size;
     int *global_ranks;         /* group rank -> rank in the default group */
+    atomic_uchar *departed;    /* by group rank: left the job (destroy_process_group or exit) */
     ddpc_store *store;         /* shared, not owned */
     char prefix[96];           /* store key prefix of this group */
     double timeout_s;

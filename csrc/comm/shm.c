@@ -453,6 +453,16 @@ static void missing_(ddpc_shm *s, uint64_t target_epoch, char *buf, size_t cap) 
             len += (size_t)snprintf(buf + len, cap - len, "%s%d", len ? ", " : "", s->g->topo.local_ranks[j]);
 }
 
+/* A local rank that left the job before reaching barrier `target_epoch`
+ * (its group rank), or -1. */
+static int departed_(ddpc_shm *s, uint64_t target_epoch) {
+    for (int j = 0; j < s->n; j++) {
+        int k = s->g->topo.local_ranks[j];
+        if (atomic_load(reached_(s, j)) < target_epoch && atomic_load(&s->g->departed[k])) return k;
+    }
+    return -1;
+}
+
 static ddpc_status check_descs_(ddpc_shm *s, int parity);
 
 /* Arrives at the next barrier and waits for every local rank. */
@@ -476,6 +486,15 @@ static ddpc_status sync_(ddpc_shm *s, uint64_t deadline) {
                 continue;
             }
             if (atomic_load(&s->g->failed)) return ddpc_group_error(s->g);
+            int gone = departed_(s, epoch);
+            if (gone >= 0) {
+                const ddpc_coll_args *a = &s->cur;
+                return DDPC_ERROR(DDPC_ERR_DIST,
+                                  "%s (collective #%llu of rank %d) cannot finish: rank %d left the process group "
+                                  "(destroy_process_group() or the end of its process) without taking part",
+                                  ddpc_coll_name(a->coll), (unsigned long long)a->seq, s->g->rank,
+                                  s->g->global_ranks[gone]);
+            }
             int ms = ddpc_ms_left(deadline, 20);
             if (ms == 0) {
                 char who[256];

@@ -194,7 +194,12 @@ static int set_rank_state_(server_ *sv, int rank, int state) {
         sv->rank_state = rs, sv->nranks = n;
     }
     sv->rank_state[rank] = state;
-    if (state == RANK_DEAD && sv->nevents < MAX_EVENTS) sv->events[sv->nevents++].rank = rank;
+    if ((state == RANK_DEAD || state == RANK_LEFT) && sv->nevents < MAX_EVENTS) {
+        char *text = state == RANK_LEFT ? strdup(DDPC_STORE_LEFT_EVENT) : NULL;
+        if (state == RANK_LEFT && !text) return -1;
+        sv->events[sv->nevents].text = text;
+        sv->events[sv->nevents++].rank = rank;
+    }
     return 0;
 }
 

@@ -22,6 +22,10 @@
 #include "common.h"
 
 #define DDPC_STORE_MAX_FRAME (16u << 20)
+
+/* The text of the watch event for a rank that left (CMD_LEAVE); a rank that
+ * died has an empty text. */
+#define DDPC_STORE_LEFT_EVENT "left"
 #define DDPC_STORE_MAX_TOKEN 256
 
 typedef struct ddpc_store ddpc_store;
