@@ -292,6 +292,20 @@ def scenario_p2p_mismatch():
         print(f"RANK {dist.get_rank()} MISMATCH {e}", flush=True)
 
 
+def scenario_barrier_mismatch():
+    """Rank 0 calls barrier, the others all_reduce one uint8 with MAX (which a
+    barrier across hosts runs as): every rank gets DistError."""
+    try:
+        if dist.get_rank() == 0:
+            dist.barrier()
+        else:
+            dist.all_reduce(np.zeros(1, np.uint8), op=ReduceOp.MAX)
+    except dist.DistError as e:
+        print(f"RANK {dist.get_rank()} MISMATCH {e}", flush=True)
+        return
+    raise AssertionError("a barrier matched an all_reduce")
+
+
 def scenario_late():
     """Ranks 0 and 1 leave a broadcast from rank 0 before rank 3 has joined
     it, then disagree on the next collective: the failure they report must

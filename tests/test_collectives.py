@@ -86,6 +86,15 @@ def test_shared_buffer_larger_than_dev_shm_is_an_error_on_every_rank():
     assert not {f for f in os.listdir("/dev/shm") if f.startswith("ddpc-")} - before
 
 
+@pytest.mark.parametrize("hosts", ["a,a", "a,b"], ids=["one-host", "two-hosts"])
+def test_a_barrier_against_an_all_reduce_is_a_mismatch(hosts):
+    res = run_job(2, "barrier_mismatch", env={"TEST_HOSTS": hosts})
+    assert res.returncode == 0, res.stdout + res.stderr
+    for r in range(2):
+        assert f"RANK {r} MISMATCH collective mismatch" in res.stdout, res.stdout
+    assert "barrier" in res.stdout, res.stdout
+
+
 def test_a_mismatched_recv_is_described_as_a_recv():
     res = run_job(2, "p2p_mismatch")
     assert res.returncode == 0, res.stdout + res.stderr

@@ -619,8 +619,10 @@ static ddpc_status cpu_run_(ddpc_group *g, void *state, const ddpc_coll_args *a,
     case DDPC_COLL_BROADCAST:
         return hier_broadcast_(g, s, a, deadline);
     case DDPC_COLL_BARRIER: {
+        /* Through an all-reduce whose ring header still names the collective
+         * called, so a barrier never matches another rank's all_reduce. */
         uint8_t token = 0;
-        return hier_allreduce_(g, s, &(ddpc_coll_args){.coll = DDPC_COLL_ALLREDUCE, .op = DDPC_RED_MAX,
+        return hier_allreduce_(g, s, &(ddpc_coll_args){.coll = a->coll, .op = DDPC_RED_MAX,
                                                         .dtype = DDPC_UINT8, .in = &token, .out = &token,
                                                         .count = 1, .seq = a->seq}, deadline);
     }
@@ -630,7 +632,7 @@ static ddpc_status cpu_run_(ddpc_group *g, void *state, const ddpc_coll_args *a,
         char *out = a->out;
         memset(out, 0, (size_t)g->size * n * es);
         memcpy(out + (size_t)g->rank * n * es, a->in, n * es);
-        return hier_allreduce_(g, s, &(ddpc_coll_args){.coll = DDPC_COLL_ALLREDUCE, .op = DDPC_RED_BOR,
+        return hier_allreduce_(g, s, &(ddpc_coll_args){.coll = a->coll, .op = DDPC_RED_BOR,
                                                         .dtype = DDPC_UINT8, .in = out, .out = out,
                                                         .count = (size_t)g->size * n * es, .seq = a->seq}, deadline);
     }
@@ -638,7 +640,7 @@ static ddpc_status cpu_run_(ddpc_group *g, void *state, const ddpc_coll_args *a,
         char *tmp = malloc((size_t)g->size * n * es + 1);
         if (!tmp) return DDPC_ERROR(DDPC_ERR_OOM, "out of memory for reduce_scatter");
         memcpy(tmp, a->in, (size_t)g->size * n * es);
-        ddpc_status st = hier_allreduce_(g, s, &(ddpc_coll_args){.coll = DDPC_COLL_ALLREDUCE, .op = a->op,
+        ddpc_status st = hier_allreduce_(g, s, &(ddpc_coll_args){.coll = a->coll, .op = a->op,
                                                                   .dtype = a->dtype, .in = tmp, .out = tmp,
                                                                   .count = (size_t)g->size * n, .seq = a->seq}, deadline);
         if (st == DDPC_OK) memcpy(a->out, tmp + (size_t)g->rank * n * es, n * es);
