@@ -14,3 +14,23 @@ def processes_with(marker):
         except OSError:
             pass
     return found
+
+
+def processes_left_after(marker, seconds):
+    """Pids of the processes with `marker` still alive after waiting up to `seconds` for them to end."""
+    import time
+
+    deadline = time.monotonic() + seconds
+    while processes_with(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return processes_with(marker)
+
+
+def kill_processes_with(marker):
+    import signal
+
+    for pid in processes_with(marker):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass

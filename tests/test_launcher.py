@@ -13,7 +13,7 @@ import uuid
 import pytest
 
 import ddpc
-from procs import processes_with
+from procs import kill_processes_with, processes_left_after, processes_with
 
 
 def launch(tmp_path, body, *launcher_args, timeout=60, script_args=()):
@@ -222,14 +222,10 @@ def test_hangup_and_quit_stop_workers_and_what_they_started(tmp_path, sig):
         p.send_signal(sig)
         out, err = p.communicate(timeout=30)
         assert p.returncode == 130 and "interrupted" in err
-        deadline = time.monotonic() + 5
-        while processes_with(marker) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert processes_with(marker) == []
+        assert processes_left_after(marker, 5) == []
     finally:
         p.kill()
-        for pid in processes_with(marker):
-            os.kill(pid, signal.SIGKILL)
+        kill_processes_with(marker)
 
 
 def test_rank_zero_failure_is_reported_promptly(tmp_path):
@@ -272,10 +268,7 @@ def test_launcher_killed_takes_workers_with_it(tmp_path):
         assert p.stdout.readline().strip() == "UP"
     p.kill()
     p.wait(timeout=10)
-    deadline = time.monotonic() + 10
-    while processes_with(marker) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert processes_with(marker) == []
+    assert processes_left_after(marker, 10) == []
 
 
 # ---- ddpc.spawn ---------------------------------------------------------------------
@@ -390,14 +383,10 @@ def test_children_spawned_by_a_thread_die_with_their_parent(tmp_path):
         assert len(processes_with(marker)) == 3
         p.kill()
         p.wait(timeout=10)
-        deadline = time.monotonic() + 10
-        while processes_with(marker) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert processes_with(marker) == []
+        assert processes_left_after(marker, 10) == []
     finally:
         p.kill()
-        for pid in processes_with(marker):
-            os.kill(pid, signal.SIGKILL)
+        kill_processes_with(marker)
 
 
 def test_spawn_join_timeout_is_one_deadline():
