@@ -361,6 +361,23 @@ def scenario_leaver(leaver):
         sys.exit(3)
 
 
+def scenario_new_group_with_the_dead(victim, when):
+    """`victim` SIGKILLs itself before (when="before") or while (when="during") the
+    others make a group that includes it: they get DistError, not the timeout."""
+    rank = dist.get_rank()
+    if rank == int(victim):
+        time.sleep(0.0 if when == "before" else 1.0)
+        os.kill(os.getpid(), signal.SIGKILL)
+    if when == "before":
+        time.sleep(1.0)  # the death has been reported by now
+    t0 = time.monotonic()
+    try:
+        dist.new_group(list(range(dist.get_world_size())))
+    except dist.DistError as e:
+        print(f"RANK {rank} CAUGHT {type(e).__name__} after {time.monotonic() - t0:.2f}s: {e}", flush=True)
+        sys.exit(3)
+
+
 def scenario_until_error(seconds=60):
     """All-reduces until the group fails; reports the time since the last success."""
     rank = dist.get_rank()

@@ -11,6 +11,8 @@ import sys
 import time
 import uuid
 
+import pytest
+
 from procs import processes_with
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -79,6 +81,19 @@ def test_a_rank_that_left_fails_the_collectives_waiting_for_it_at_once():
         m = re.search(r"CAUGHT DistError after ([\d.]+)s: (.*)", out)
         assert m and float(m.group(1)) < 10, out + err  # the timeout is 60 s
         assert "rank 1 left the process group" in m.group(2), out
+
+
+@pytest.mark.parametrize("when", ["before", "during"])
+def test_a_group_made_with_a_dead_rank_fails_at_once(when):
+    procs, _ = start_ranks(3, "new_group_with_the_dead", 1, when)
+    results = finish(procs)
+    assert results[1][0] == -9, results[1]
+    for r in (0, 2):
+        code, out, err = results[r]
+        assert code == 3, out + err
+        m = re.search(r"CAUGHT DistError after ([\d.]+)s: (.*)", out)
+        assert m and float(m.group(1)) < 10, out + err  # the timeout is 60 s
+        assert "rank 1 died" in m.group(2), out
 
 
 def test_launcher_names_the_killed_rank_and_leaves_nothing():

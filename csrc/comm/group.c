@@ -128,6 +128,15 @@ ddpc_status ddpc_group_error(ddpc_group *g) {
 
 /* ---- topology ------------------------------------------------------------------- */
 
+ddpc_status ddpc_group_store_get(ddpc_group *g, const char *key, void **val, size_t *len) {
+    ddpc_status st = ddpc_store_get_unless(g->store, key, val, len, g->timeout_s, &g->failed);
+    if (st != DDPC_OK && atomic_load(&g->failed)) {
+        ddpc_clear_error();
+        return ddpc_group_error(g);
+    }
+    return st;
+}
+
 static ddpc_status topology_(ddpc_group *g) {
     ddpc_topology *t = &g->topo;
     char key[192], me[512];
@@ -148,7 +157,7 @@ static ddpc_status topology_(ddpc_group *g) {
     for (int r = 0; r < g->size; r++) {
         size_t len;
         snprintf(key, sizeof key, "%shost/%d", g->prefix, r);
-        CHECKGOTO(ddpc_store_get(g->store, key, (void **)&ids[r], &len, g->timeout_s), res, out);
+        CHECKGOTO(ddpc_group_store_get(g, key, (void **)&ids[r], &len), res, out);
         int node = -1;
         for (int q = 0; q < r && node < 0; q++)
             if (strcmp(ids[q], ids[r]) == 0) node = t->node_of[q];
@@ -390,7 +399,8 @@ static struct {
     int ngroups, cap;
     int watch_fd, wake[2], running, dead;
     pthread_t thread;
-} mon_ = {PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0, -1, {-1, -1}, 0, 0, 0};
+    char death[1024]; /* the first rank death seen: groups made afterwards fail at once */
+} mon_ = {PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0, -1, {-1, -1}, 0, 0, 0, {0}};
 
 /* A forked child is no member of its parent's job, yet it shares the
  * parent's wake pipe and watch connection: stopping the monitor there would
@@ -408,6 +418,7 @@ static void monitor_child_after_fork_(void) {
     mon_.watch_fd = mon_.wake[0] = mon_.wake[1] = -1;
     mon_.running = mon_.dead = 0;
     mon_.ngroups = 0;
+    mon_.death[0] = '\0';
     pthread_mutex_unlock(&mon_.lock);
 }
 
@@ -429,6 +440,8 @@ void ddpc_monitor_register(ddpc_group *g) {
         if (ng) mon_.groups = ng, mon_.cap = cap;
     }
     if (mon_.ngroups < mon_.cap) mon_.groups[mon_.ngroups++] = g;
+    /* A group made after a rank died would wait for it until the timeout. */
+    if (mon_.death[0]) ddpc_group_fail(g, DDPC_ERR_DIST, mon_.death);
     pthread_mutex_unlock(&mon_.lock);
 }
 
@@ -474,6 +487,7 @@ static void monitor_event_(int rank, const char *text) {
     }
     size_t plen = reason ? (size_t)(reason - text) : 0;
     pthread_mutex_lock(&mon_.lock);
+    if (rank != -2 && !mon_.death[0]) snprintf(mon_.death, sizeof mon_.death, "%s", msg);
     for (int i = 0; i < mon_.ngroups; i++) {
         ddpc_group *g = mon_.groups[i];
         if (rank != -2)

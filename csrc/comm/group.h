@@ -107,6 +107,10 @@ struct ddpc_group {
     int *peer_fd;
 };
 
+/* A store value the group's members publish, waited for until the group's
+ * timeout or its failure (a member that died). */
+ddpc_status ddpc_group_store_get(ddpc_group *g, const char *key, void **val, size_t *len);
+
 ddpc_status ddpc_group_init(ddpc_group **out, ddpc_store *store, const char *prefix, int rank, int size,
                             const int *global_ranks, const ddpc_backend *backend, double timeout_s);
 void ddpc_group_free(ddpc_group *g);

@@ -53,7 +53,7 @@ static ddpc_status connect_peer_(ddpc_group *g, int peer, uint64_t deadline) {
     size_t len;
     int port, fd;
     snprintf(key, sizeof key, "%saddr/%d", g->prefix, peer);
-    CHECK(ddpc_store_get(g->store, key, &val, &len, g->timeout_s));
+    CHECK(ddpc_group_store_get(g, key, &val, &len));
     int ok = sscanf(val, "%255s %d", host, &port) == 2;
     free(val);
     if (!ok) return DDPC_ERROR(DDPC_ERR_DIST, "malformed address of rank %d in the store", peer);

@@ -193,7 +193,7 @@ ddpc_status ddpc_shm_init(ddpc_group *g, ddpc_shm **out) {
         s->ctrl->nlocal = (uint32_t)s->n;
         CHECKGOTO(ddpc_store_set(g->store, key, name, strlen(name) + 1), res, unlink);
     } else {
-        CHECKGOTO(ddpc_store_get(g->store, key, &val, &vlen, g->timeout_s), res, fail);
+        CHECKGOTO(ddpc_group_store_get(g, key, &val, &vlen), res, fail);
         snprintf(name, sizeof name, "%s", (char *)val);
         fd = shm_open(name, O_RDWR | O_CLOEXEC, 0600);
         if (fd < 0) {
@@ -270,7 +270,7 @@ static void prune_locked_(ddpc_shm *s) {
 static ddpc_status map_peer_(ddpc_shm *s, ddpc_shm_reg *r, int j, const char *key) {
     void *val;
     size_t len;
-    CHECK(ddpc_store_get(s->g->store, key, &val, &len, s->g->timeout_s));
+    CHECK(ddpc_group_store_get(s->g, key, &val, &len));
     const char *name = val;
     int peer = s->g->topo.local_ranks[j];
     if (name[0] == '!') {

@@ -575,9 +575,15 @@ double ddpc_store_timeout(const ddpc_store *s) { return s->timeout_s; }
 
 /* One request/reply exchange on the main connection. `body` is the request
  * without its length; the reply body is returned malloc'ed. */
-static ddpc_status request_(ddpc_store *s, const bytes_ *body, uint64_t deadline, char **rep, uint32_t *rep_len) {
+/* One request and its reply. A set `*abort` gives up the wait (returning
+ * DDPC_ERR_DIST with no message of its own); the connection is then remade
+ * for the next request, as after any failure mid-request. */
+static ddpc_status request_(ddpc_store *s, const bytes_ *body, uint64_t deadline, const atomic_int *abort, char **rep,
+                            uint32_t *rep_len) {
     ddpc_status res = DDPC_OK;
     char *r = NULL;
+    *rep = NULL;
+    *rep_len = 0;
     pthread_mutex_lock(&s->lock);
     if (s->broken) {
         close(s->fd);
@@ -588,7 +594,7 @@ static ddpc_status request_(ddpc_store *s, const bytes_ *body, uint64_t deadline
     uint32_t len = (uint32_t)body->len;
     CHECKGOTO(ddpc_net_send(s->fd, &len, 4, deadline, NULL, "the store"), res, fail);
     CHECKGOTO(ddpc_net_send(s->fd, body->data, body->len, deadline, NULL, "the store"), res, fail);
-    CHECKGOTO(ddpc_net_recv(s->fd, &len, 4, deadline, NULL, "the store"), res, fail);
+    CHECKGOTO(ddpc_net_recv(s->fd, &len, 4, deadline, abort, "the store"), res, fail);
     if (len > DDPC_STORE_MAX_FRAME + 8) {
         res = DDPC_ERROR(DDPC_ERR_DIST, "the store sent a malformed reply");
         goto fail;
@@ -619,7 +625,7 @@ static ddpc_status build_(bytes_ *b, uint8_t cmd, const char *key, const void *v
 }
 
 static ddpc_status simple_(ddpc_store *s, bytes_ *b, double timeout_s, char **rep, uint32_t *len, uint32_t want) {
-    ddpc_status st = request_(s, b, ddpc_deadline_after(timeout_s), rep, len);
+    ddpc_status st = request_(s, b, ddpc_deadline_after(timeout_s), NULL, rep, len);
     free(b->data);
     CHECK(st);
     if (want && *len != want) {
@@ -649,12 +655,13 @@ static ddpc_status keys_body_(bytes_ *b, uint8_t cmd, const char *const *keys, i
     return DDPC_OK;
 }
 
-ddpc_status ddpc_store_wait(ddpc_store *s, const char *const *keys, int nkeys, double timeout_s) {
+static ddpc_status wait_(ddpc_store *s, const char *const *keys, int nkeys, double timeout_s, const atomic_int *abort) {
     bytes_ b = {0};
     char *rep;
     uint32_t rl;
     CHECK(keys_body_(&b, CMD_WAIT, keys, nkeys));
-    ddpc_status st = simple_(s, &b, timeout_s, &rep, &rl, 1);
+    ddpc_status st = request_(s, &b, ddpc_deadline_after(timeout_s), abort, &rep, &rl);
+    free(b.data);
     if (st == DDPC_ERR_TIMEOUT) {
         ddpc_clear_error();
         return DDPC_ERROR(DDPC_ERR_TIMEOUT, "store wait for '%s'%s timed out after %.1f s", nkeys ? keys[0] : "",
@@ -662,7 +669,12 @@ ddpc_status ddpc_store_wait(ddpc_store *s, const char *const *keys, int nkeys, d
     }
     CHECK(st);
     free(rep);
+    if (rl != 1) return DDPC_ERROR(DDPC_ERR_DIST, "the store sent a malformed reply");
     return DDPC_OK;
+}
+
+ddpc_status ddpc_store_wait(ddpc_store *s, const char *const *keys, int nkeys, double timeout_s) {
+    return wait_(s, keys, nkeys, timeout_s, NULL);
 }
 
 ddpc_status ddpc_store_check(ddpc_store *s, const char *const *keys, int nkeys, int *all_present) {
@@ -677,7 +689,12 @@ ddpc_status ddpc_store_check(ddpc_store *s, const char *const *keys, int nkeys, 
 }
 
 ddpc_status ddpc_store_get(ddpc_store *s, const char *key, void **val, size_t *len, double timeout_s) {
-    CHECK(ddpc_store_wait(s, &key, 1, timeout_s));
+    return ddpc_store_get_unless(s, key, val, len, timeout_s, NULL);
+}
+
+ddpc_status ddpc_store_get_unless(ddpc_store *s, const char *key, void **val, size_t *len, double timeout_s,
+                                  const atomic_int *abort) {
+    CHECK(wait_(s, &key, 1, timeout_s, abort));
     bytes_ b = {0};
     char *rep;
     uint32_t rl;

@@ -16,6 +16,7 @@
 #ifndef DDPC_COMM_STORE_H
 #define DDPC_COMM_STORE_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -45,6 +46,9 @@ double ddpc_store_timeout(const ddpc_store *s);
 ddpc_status ddpc_store_set(ddpc_store *s, const char *key, const void *val, size_t len);
 /* Waits until `key` exists, then returns a malloc'ed copy of its value. */
 ddpc_status ddpc_store_get(ddpc_store *s, const char *key, void **val, size_t *len, double timeout_s);
+/* get, giving up (DDPC_ERR_DIST without a message) once *abort is set. */
+ddpc_status ddpc_store_get_unless(ddpc_store *s, const char *key, void **val, size_t *len, double timeout_s,
+                                  const atomic_int *abort);
 ddpc_status ddpc_store_add(ddpc_store *s, const char *key, int64_t delta, int64_t *result);
 ddpc_status ddpc_store_wait(ddpc_store *s, const char *const *keys, int nkeys, double timeout_s);
 ddpc_status ddpc_store_check(ddpc_store *s, const char *const *keys, int nkeys, int *all_present);
