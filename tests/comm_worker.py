@@ -188,6 +188,26 @@ def scenario_p2p():
     dist.irecv(r, prv).wait()
     w.wait()
     check(r, np.full(4, prv), "isend/irecv")
+    # Every rank posts a send larger than the socket buffers before its receive (and
+    # then the other way round): sends and receives progress independently.
+    for recv_first in (False, True):
+        got[:] = 0
+        if recv_first:
+            rw = dist.irecv(got, prv)
+            sw = dist.isend(big, nxt)
+        else:
+            sw = dist.isend(big, nxt)
+            rw = dist.irecv(got, prv)
+        rw.wait()
+        sw.wait()
+        check(got, np.arange(big.size, dtype=np.float32) + prv, f"isend/irecv exchange (recv first: {recv_first})")
+    # A pending send neither holds back nor mixes with a collective in between.
+    sw = dist.isend(np.full(5, rank, np.float32), nxt)
+    total = np.ones(3, np.float32)
+    dist.all_reduce(total)
+    dist.recv(np.empty(5, np.float32), prv)
+    sw.wait()
+    check(total, np.full(3, world), "all_reduce while a send is pending")
     dist.barrier()
 
 

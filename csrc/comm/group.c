@@ -196,6 +196,8 @@ ddpc_status ddpc_group_init(ddpc_group **out, ddpc_store *store, const char *pre
     snprintf(g->prefix, sizeof g->prefix, "%s", prefix);
     pthread_mutex_init(&g->lock, NULL);
     pthread_cond_init(&g->cond, NULL);
+    pthread_mutex_init(&g->link_lock, NULL);
+    for (int i = 0; i < DDPC_NQUEUES; i++) g->queues[i].g = g;
     g->global_ranks = malloc((size_t)size * sizeof(int));
     g->departed = calloc((size_t)size, sizeof *g->departed);
     if (!g->global_ranks || !g->departed) { res = DDPC_ERROR(DDPC_ERR_OOM, "out of memory"); goto fail; }
@@ -218,9 +220,9 @@ void ddpc_group_free(ddpc_group *g) {
     pthread_mutex_lock(&g->lock);
     g->stop = 1;
     pthread_cond_broadcast(&g->cond);
-    int joinable = g->have_worker;
     pthread_mutex_unlock(&g->lock);
-    if (joinable) pthread_join(g->worker, NULL);
+    for (int i = 0; i < DDPC_NQUEUES; i++)
+        if (g->queues[i].have_worker) pthread_join(g->queues[i].worker, NULL);
     if (g->backend && g->bstate) g->backend->free(g->bstate);
     ddpc_p2p_free(g);
     free(g->topo.local_ranks);
@@ -230,6 +232,7 @@ void ddpc_group_free(ddpc_group *g) {
     free(g->departed);
     pthread_cond_destroy(&g->cond);
     pthread_mutex_destroy(&g->lock);
+    pthread_mutex_destroy(&g->link_lock);
     free(g);
 }
 
@@ -237,10 +240,12 @@ void ddpc_group_free(ddpc_group *g) {
 
 /* Runs one collective; any failure mid-collective leaves peers at unknown
  * points of the protocol, so it fails the whole group. */
-static void execute_(ddpc_group *g, ddpc_work *w) {
+static void execute_(ddpc_queue *q, ddpc_work *w) {
+    ddpc_group *g = q->g;
     ddpc_status st;
+    int collective = q == &g->queues[DDPC_QUEUE_COLL];
     pthread_mutex_lock(&g->lock);
-    g->current = &w->args;
+    if (collective) g->current = &w->args;
     int hit = deferred_hits_(g, &w->args);
     pthread_mutex_unlock(&g->lock);
     if (hit) ddpc_group_fail(g, DDPC_ERR_DIST, NULL);
@@ -261,24 +266,25 @@ static void execute_(ddpc_group *g, ddpc_work *w) {
     pthread_cond_broadcast(&w->cond);
     pthread_mutex_unlock(&w->lock);
     pthread_mutex_lock(&g->lock);
-    g->busy = 0;
-    g->current = NULL;
+    q->busy = 0;
+    if (collective) g->current = NULL;
     pthread_cond_broadcast(&g->cond);
     pthread_mutex_unlock(&g->lock);
 }
 
 static void *worker_main_(void *arg) {
-    ddpc_group *g = arg;
+    ddpc_queue *q = arg;
+    ddpc_group *g = q->g;
     pthread_mutex_lock(&g->lock);
     for (;;) {
-        while (!(g->head && !g->busy) && !(g->stop && !g->head)) pthread_cond_wait(&g->cond, &g->lock);
-        if (!g->head) break;
-        ddpc_work *w = g->head;
-        g->head = w->next;
-        if (!g->head) g->tail = NULL;
-        g->busy = 1;
+        while (!(q->head && !q->busy) && !(g->stop && !q->head)) pthread_cond_wait(&g->cond, &g->lock);
+        if (!q->head) break;
+        ddpc_work *w = q->head;
+        q->head = w->next;
+        if (!q->head) q->tail = NULL;
+        q->busy = 1;
         pthread_mutex_unlock(&g->lock);
-        execute_(g, w);
+        execute_(q, w);
         ddpc_work_release(w);
         pthread_mutex_lock(&g->lock);
     }
@@ -293,31 +299,34 @@ ddpc_status ddpc_group_submit(ddpc_group *g, const ddpc_coll_args *a, ddpc_work 
     w->refs = 2;
     pthread_mutex_init(&w->lock, NULL);
     pthread_cond_init(&w->cond, NULL);
+    int p2p = a->coll == DDPC_COLL_SEND || a->coll == DDPC_COLL_RECV;
+    ddpc_queue *q = &g->queues[!p2p || g->backend != &ddpc_cpu_backend ? DDPC_QUEUE_COLL
+                               : a->coll == DDPC_COLL_SEND ? DDPC_QUEUE_SEND : DDPC_QUEUE_RECV];
     pthread_mutex_lock(&g->lock);
-    if (a->coll != DDPC_COLL_SEND && a->coll != DDPC_COLL_RECV) w->args.seq = g->next_seq++;
-    /* A call on an idle group runs on the calling thread: no hand-off latency. */
-    int inline_run = !out && !g->head && !g->busy;
+    if (!p2p) w->args.seq = g->next_seq++;
+    /* A call on an idle queue runs on the calling thread: no hand-off latency. */
+    int inline_run = !out && !q->head && !q->busy;
     if (inline_run) {
-        g->busy = 1;
+        q->busy = 1;
     } else {
-        if (!g->have_worker) {
-            int rc = pthread_create(&g->worker, NULL, worker_main_, g);
+        if (!q->have_worker) {
+            int rc = pthread_create(&q->worker, NULL, worker_main_, q);
             if (rc) {
                 pthread_mutex_unlock(&g->lock);
                 w->refs = 1;
                 ddpc_work_release(w);
                 return DDPC_ERROR(DDPC_ERR_SYS, "cannot start the group's worker thread: %s", strerror(rc));
             }
-            g->have_worker = 1;
+            q->have_worker = 1;
         }
-        if (g->tail) g->tail->next = w;
-        else g->head = w;
-        g->tail = w;
+        if (q->tail) q->tail->next = w;
+        else q->head = w;
+        q->tail = w;
         pthread_cond_broadcast(&g->cond);
     }
     pthread_mutex_unlock(&g->lock);
     if (inline_run) {
-        execute_(g, w);
+        execute_(q, w);
         ddpc_work_release(w);
     }
     if (out) {
@@ -334,13 +343,14 @@ ddpc_status ddpc_group_share(ddpc_group *g, size_t nbytes, ddpc_shm_reg **out) {
         return DDPC_ERROR(DDPC_ERR_ARG, "a shared buffer needs the cpu backend and another rank of the group on "
                                         "this host");
     /* Hold the group while sharing: the store is then used by one thread at a time. */
+    ddpc_queue *q = &g->queues[DDPC_QUEUE_COLL];
     pthread_mutex_lock(&g->lock);
-    while (g->head || g->busy) pthread_cond_wait(&g->cond, &g->lock);
-    g->busy = 1;
+    while (q->head || q->busy) pthread_cond_wait(&g->cond, &g->lock);
+    q->busy = 1;
     pthread_mutex_unlock(&g->lock);
     ddpc_status st = atomic_load(&g->failed) ? ddpc_group_error(g) : ddpc_shm_share(g->bstate, nbytes, out);
     pthread_mutex_lock(&g->lock);
-    g->busy = 0;
+    q->busy = 0;
     pthread_cond_broadcast(&g->cond);
     pthread_mutex_unlock(&g->lock);
     return st;

@@ -49,6 +49,22 @@ typedef struct {
 
 typedef struct ddpc_group ddpc_group;
 
+/* Calls waiting for one thread, in call order. On the cpu backend sends and
+ * receives have queues of their own, so a pending isend never holds back an
+ * irecv (each end of an exchange can post both), nor a collective. */
+typedef struct {
+    ddpc_group *g;
+    struct ddpc_work *head, *tail;
+    int busy, have_worker;
+    pthread_t worker;
+} ddpc_queue;
+
+enum { DDPC_QUEUE_COLL, DDPC_QUEUE_SEND, DDPC_QUEUE_RECV, DDPC_NQUEUES };
+
+/* TCP links between two ranks: one for the ring's collectives, one for
+ * send/recv, so the two never read each other's messages. */
+enum { DDPC_LINK_RING, DDPC_LINK_P2P, DDPC_NLINKS };
+
 /* A backend executes collectives for a group. `init` runs collectively on
  * every member during group creation; `run` executes one collective before
  * the deadline; `abort` wakes every wait of the backend (called from any
@@ -96,13 +112,13 @@ struct ddpc_group {
     uint64_t fail_seq;
     const ddpc_coll_args *current; /* the call executing now, NULL when idle; under lock */
     uint64_t next_seq;         /* sequence number of the next collective */
-    /* Worker: collectives run in call order on one thread at a time. */
+    /* Workers: each queue runs its calls in order on one thread at a time. */
     pthread_mutex_t lock;
     pthread_cond_t cond;
-    ddpc_work *head, *tail;
-    int busy, stop, have_worker;
-    pthread_t worker;
-    /* Point-to-point TCP links, set up lazily (p2p.c). */
+    ddpc_queue queues[DDPC_NQUEUES];
+    int stop;
+    /* TCP links, set up lazily (p2p.c): peer_fd[link * size + peer]. */
+    pthread_mutex_t link_lock;
     int listen_fd;
     int *peer_fd;
 };
@@ -177,7 +193,7 @@ ddpc_status ddpc_p2p_init(ddpc_group *g);
 void ddpc_p2p_free(ddpc_group *g);
 /* Shuts the links down so peers blocked on them see the failure at once. */
 void ddpc_p2p_shutdown(ddpc_group *g);
-ddpc_status ddpc_p2p_link(ddpc_group *g, int peer, uint64_t deadline, int *fd);
+ddpc_status ddpc_p2p_link(ddpc_group *g, int peer, int link, uint64_t deadline, int *fd);
 ddpc_status ddpc_p2p_send(ddpc_group *g, const ddpc_coll_args *a, uint64_t deadline);
 ddpc_status ddpc_p2p_recv(ddpc_group *g, const ddpc_coll_args *a, uint64_t deadline);
 

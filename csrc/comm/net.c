@@ -147,8 +147,12 @@ static ddpc_status wait_fd_(int fd, short events, uint64_t deadline, const atomi
 }
 
 ddpc_status ddpc_net_accept(int listen_fd, uint64_t deadline, const atomic_int *abort, int *fd) {
-    CHECK(wait_fd_(listen_fd, POLLIN, deadline, abort, "a peer to connect"));
-    int c = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
+    int c;
+    do {
+        CHECK(wait_fd_(listen_fd, POLLIN, deadline, abort, "a peer to connect"));
+        c = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
+        /* A non-blocking listener another thread also accepts on: it may have taken the connection. */
+    } while (c < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR));
     if (c < 0) return DDPC_ERROR(DDPC_ERR_SYS, "accept failed: %s", strerror(errno));
     set_nodelay_(c);
     *fd = c;

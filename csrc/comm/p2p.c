@@ -3,6 +3,7 @@
  * is in the store) and introduces itself; the higher rank accepts, keeping
  * links from other peers that arrive first. Used by send/recv and the ring. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,11 +19,16 @@
 ddpc_status ddpc_p2p_init(ddpc_group *g) {
     char addr[300], host[256], key[160];
     int port;
-    g->peer_fd = malloc((size_t)g->size * sizeof *g->peer_fd);
+    size_t nfd = (size_t)DDPC_NLINKS * (size_t)g->size;
+    g->peer_fd = malloc(nfd * sizeof *g->peer_fd);
     if (!g->peer_fd) return DDPC_ERROR(DDPC_ERR_OOM, "out of memory");
-    for (int i = 0; i < g->size; i++) g->peer_fd[i] = -1;
+    for (size_t i = 0; i < nfd; i++) g->peer_fd[i] = -1;
     if (g->size == 1) return DDPC_OK;
     CHECK(ddpc_net_listen(NULL, 0, &g->listen_fd, &port));
+    /* Several threads may accept (one per queue): the one that loses a race
+     * for a connection must find nothing rather than block. */
+    if (fcntl(g->listen_fd, F_SETFL, fcntl(g->listen_fd, F_GETFL) | O_NONBLOCK) < 0)
+        return DDPC_ERROR(DDPC_ERR_SYS, "fcntl(O_NONBLOCK) on the listening socket failed: %s", strerror(errno));
     const char *env = getenv("DDPC_IFADDR");
     if (env && env[0]) snprintf(host, sizeof host, "%s", env);
     else ddpc_store_local_addr(g->store, host, sizeof host);
@@ -33,7 +39,7 @@ ddpc_status ddpc_p2p_init(ddpc_group *g) {
 
 void ddpc_p2p_free(ddpc_group *g) {
     if (g->peer_fd)
-        for (int i = 0; i < g->size; i++)
+        for (int i = 0; i < DDPC_NLINKS * g->size; i++)
             if (g->peer_fd[i] >= 0) close(g->peer_fd[i]);
     free(g->peer_fd);
     g->peer_fd = NULL;
@@ -43,11 +49,14 @@ void ddpc_p2p_free(ddpc_group *g) {
 
 void ddpc_p2p_shutdown(ddpc_group *g) {
     if (!g->peer_fd) return;
-    for (int i = 0; i < g->size; i++)
+    for (int i = 0; i < DDPC_NLINKS * g->size; i++)
         if (g->peer_fd[i] >= 0) shutdown(g->peer_fd[i], SHUT_RDWR);
 }
 
-static ddpc_status connect_peer_(ddpc_group *g, int peer, uint64_t deadline) {
+static int *slot_(ddpc_group *g, int peer, int link) { return &g->peer_fd[link * g->size + peer]; }
+
+/* Under link_lock: the connecting side makes each link once. */
+static ddpc_status connect_peer_(ddpc_group *g, int peer, int link, uint64_t deadline) {
     char key[160], host[256], what[64];
     void *val;
     size_t len;
@@ -58,43 +67,65 @@ static ddpc_status connect_peer_(ddpc_group *g, int peer, uint64_t deadline) {
     free(val);
     if (!ok) return DDPC_ERROR(DDPC_ERR_DIST, "malformed address of rank %d in the store", peer);
     CHECK(ddpc_net_connect(host, port, deadline, &fd));
-    uint32_t hello[2] = {HELLO_MAGIC, (uint32_t)g->rank};
+    uint32_t hello[3] = {HELLO_MAGIC, (uint32_t)g->rank, (uint32_t)link};
     snprintf(what, sizeof what, "rank %d", peer);
     ddpc_status st = ddpc_net_send(fd, hello, sizeof hello, deadline, &g->failed, what);
     if (st != DDPC_OK) { close(fd); return st == DDPC_ERR_DIST && atomic_load(&g->failed) ? ddpc_group_error(g) : st; }
-    g->peer_fd[peer] = fd;
+    *slot_(g, peer, link) = fd;
     return DDPC_OK;
 }
 
-static ddpc_status accept_peer_(ddpc_group *g, int peer, uint64_t deadline) {
-    while (g->peer_fd[peer] < 0) {
+/* Accepts connections until link (peer, link) is there; a connection for
+ * another link is kept for whoever needs it. Other threads may accept at the
+ * same time, so the lock is held only to look and to store, and each accept
+ * waits a short slice before looking again. */
+static ddpc_status accept_peer_(ddpc_group *g, int peer, int link, uint64_t deadline) {
+    for (;;) {
+        pthread_mutex_lock(&g->link_lock);
+        int have = *slot_(g, peer, link) >= 0;
+        pthread_mutex_unlock(&g->link_lock);
+        if (have) return DDPC_OK;
+        if (ddpc_ms_left(deadline, 1) == 0)
+            return DDPC_ERROR(DDPC_ERR_TIMEOUT, "timed out after %.1f s waiting for rank %d to connect", g->timeout_s,
+                              peer);
         int fd;
-        ddpc_status st = ddpc_net_accept(g->listen_fd, deadline, &g->failed, &fd);
+        ddpc_status st = ddpc_net_accept(g->listen_fd, ddpc_deadline_after(0.05), &g->failed, &fd);
         if (st == DDPC_ERR_DIST && atomic_load(&g->failed)) return ddpc_group_error(g);
         if (st == DDPC_ERR_TIMEOUT) {
             ddpc_clear_error();
-            return DDPC_ERROR(DDPC_ERR_TIMEOUT, "timed out after %.1f s waiting for rank %d to connect", g->timeout_s, peer);
+            continue;
         }
         CHECK(st);
-        uint32_t hello[2];
+        uint32_t hello[3];
         st = ddpc_net_recv(fd, hello, sizeof hello, deadline, &g->failed, "a connecting peer");
+        pthread_mutex_lock(&g->link_lock);
         if (st != DDPC_OK || hello[0] != HELLO_MAGIC || hello[1] >= (uint32_t)g->size || (int)hello[1] == g->rank ||
-            g->peer_fd[hello[1]] >= 0) {
+            hello[2] >= DDPC_NLINKS || *slot_(g, (int)hello[1], (int)hello[2]) >= 0) {
             /* Not a member of this group: drop it and keep waiting. */
             ddpc_clear_error();
             close(fd);
-            continue;
+        } else {
+            *slot_(g, (int)hello[1], (int)hello[2]) = fd;
         }
-        g->peer_fd[hello[1]] = fd;
+        pthread_mutex_unlock(&g->link_lock);
     }
-    return DDPC_OK;
 }
 
-ddpc_status ddpc_p2p_link(ddpc_group *g, int peer, uint64_t deadline, int *fd) {
+ddpc_status ddpc_p2p_link(ddpc_group *g, int peer, int link, uint64_t deadline, int *fd) {
     if (peer < 0 || peer >= g->size || peer == g->rank)
         return DDPC_ERROR(DDPC_ERR_ARG, "invalid peer rank %d for rank %d of a group of %d", peer, g->rank, g->size);
-    if (g->peer_fd[peer] < 0) CHECK(g->rank < peer ? connect_peer_(g, peer, deadline) : accept_peer_(g, peer, deadline));
-    *fd = g->peer_fd[peer];
+    ddpc_status st = DDPC_OK;
+    if (g->rank < peer) {
+        pthread_mutex_lock(&g->link_lock);
+        if (*slot_(g, peer, link) < 0) st = connect_peer_(g, peer, link, deadline);
+        pthread_mutex_unlock(&g->link_lock);
+    } else {
+        st = accept_peer_(g, peer, link, deadline);
+    }
+    CHECK(st);
+    pthread_mutex_lock(&g->link_lock);
+    *fd = *slot_(g, peer, link);
+    pthread_mutex_unlock(&g->link_lock);
     return DDPC_OK;
 }
 
@@ -133,7 +164,7 @@ static ddpc_status transfer_(ddpc_group *g, const ddpc_coll_args *a, uint64_t de
     int fd;
     char what[64];
     snprintf(what, sizeof what, "rank %d", a->peer);
-    CHECK(ddpc_p2p_link(g, a->peer, deadline, &fd));
+    CHECK(ddpc_p2p_link(g, a->peer, DDPC_LINK_P2P, deadline, &fd));
     ddpc_msg_header h;
     size_t nbytes = a->count * ddpc_dtype_size(a->dtype);
     ddpc_status st;
