@@ -67,9 +67,11 @@ def test_tcp_init_with_gloo_alias():
 
 def test_file_init(tmp_path):
     path = tmp_path / "rendezvous"
-    codes, outs = run_ranks(2, f"ddpc.init_process_group(init_method='file://{path}', "
-                               "rank=int(__import__('os').environ['R']), world_size=2)", lambda r: {"R": str(r)})
-    check(codes, outs, 2)
+    for _ in range(2):  # a second job on the same path does not find the first one's address
+        codes, outs = run_ranks(2, f"ddpc.init_process_group(init_method='file://{path}', "
+                                   "rank=int(__import__('os').environ['R']), world_size=2)", lambda r: {"R": str(r)})
+        check(codes, outs, 2)
+        assert not path.exists()
 
 
 def test_missing_rank_is_a_clear_error():

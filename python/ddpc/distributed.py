@@ -226,6 +226,7 @@ class _World:
     def __init__(self):
         self.store = None        # the _C.Store every group of this job uses
         self.owns_store = False  # made by init_process_group (not passed as store=)
+        self.rendezvous_file = None  # file:// init on rank 0: removed when the group ends
         self.prefix = ""         # of this init's keys in the store
         self.default = None      # ProcessGroup of all ranks
         self.groups = []
@@ -382,6 +383,8 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
         c_store = store._c
     else:
         c_store, rank, world_size = _connect_store(init_method or "env://", rank, world_size, timeout_s)
+        if rank == 0 and urlparse(init_method or "").scheme == "file":
+            _world.rendezvous_file = urlparse(init_method).path
     # A store passed as store= outlives destroy_process_group() with the keys
     # of the group it served, so each init's keys get a prefix of their own:
     # the ranks count their inits in the store.
@@ -528,6 +531,10 @@ def _leave(wait_for_others):
                 _world.store.wait([_world.prefix + "released"], grace)
         except DistError:
             pass
+    if _world.rendezvous_file:
+        # Its address would be stale: the next job on the same file:// path starts afresh.
+        with contextlib.suppress(OSError):
+            os.remove(_world.rendezvous_file)
     _world.__init__()
     GroupMember.WORLD = None
 
