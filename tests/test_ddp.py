@@ -334,6 +334,37 @@ def semantics_worker(rank, scenario):
                     opt.step()
                     opt.zero_grad()
             return params(m)
+        if scenario == "bucket_gradients":  # GradBucket.gradients(): per-parameter views of the flat bucket
+            ddp = DDP(_two_branches())
+            seen = []
+
+            def hook(state, bucket):
+                grads = bucket.gradients()
+                seen.append([(tuple(g.shape), tuple(p.shape), g.data_ptr() - bucket.buffer().data_ptr())
+                             for g, p in zip(grads, bucket.parameters())])
+                return nn.parallel.allreduce_hook(state, bucket)
+
+            ddp.register_comm_hook(None, hook)
+            ddp(x).sum().backward()
+            return seen
+        if scenario == "join_throw":  # every rank raises as soon as rank 0 runs out
+            ddp = DDP(_two_branches())
+            try:
+                with ddp.join(throw_on_early_termination=True):
+                    for _ in range(1 + 2 * rank):
+                        ddp(x).sum().backward()
+            except RuntimeError as e:
+                return "raised" if "throw_on_early_termination" in str(e) else str(e)
+            return "no error"
+        if scenario == "join_active_average":  # gradients averaged over the ranks still active
+            ddp = DDP(_two_branches())
+            grads = []
+            with ddp.join(divide_by_initial_world_size=False):
+                for _ in range(1 + rank):
+                    ddp.zero_grad()
+                    ddp(x).sum().backward()
+                    grads.append(ddp.module.a.weight.grad.numpy()[0, 0].item())
+            return grads[-1] if rank == 1 else None
         raise ValueError(scenario)
     finally:
         dist.destroy_process_group()
@@ -341,11 +372,15 @@ def semantics_worker(rank, scenario):
 
 @pytest.mark.parametrize("scenario", ["frozen_broadcast", "unused_everywhere", "unused_after_no_sync",
                                       "used_on_one_rank", "hook_on_one_rank", "eval_mode", "skip_backward",
-                                      "dataclass_output", "join_no_sync", "join_lone_bucket"])
+                                      "dataclass_output", "join_no_sync", "join_lone_bucket", "join_throw",
+                                      "join_active_average", "bucket_gradients"])
 def test_ddp_behaves_as_pytorch_ddp(scenario):
     r0, r1 = ddpc.spawn(semantics_worker, args=(scenario,), nprocs=2)
     if isinstance(r0, dict):
         assert_params_close(r0, r1, atol=0)
+    elif scenario == "join_active_average":
+        assert r1 == 4.0  # rank 1's own gradient (2 rows of 2.0) once rank 0 has joined, not half of it
+        return
     else:
         assert r0 == r1
     # Rank r's input is r + 1, so the average gradient of sum(W x) is 1.5 per weight (2 rows of inputs: 3.0).
@@ -359,6 +394,15 @@ def test_ddp_behaves_as_pytorch_ddp(scenario):
         assert r0 == [2.0] * 3  # (3 + 1) / 2
     elif scenario in ("eval_mode", "dataclass_output"):
         assert r0 == [[3.0] * 4] * 2
+    elif scenario == "join_throw":
+        assert r0 == "raised"
+    elif scenario == "bucket_gradients":
+        views = [v for bucket in r0 for v in bucket]
+        assert len(views) == 4 and all(g == p for g, p, _ in views)
+        for bucket in r0:  # consecutive views, each starting where the previous parameter ends
+            offsets = [off for _, _, off in bucket]
+            sizes = [int(np.prod(shape)) * 4 for shape, _, _ in bucket]
+            assert offsets == [sum(sizes[:i]) for i in range(len(sizes))]
     elif scenario == "skip_backward":
         assert r0 == [[6.0] * 4] * 2
 

@@ -75,6 +75,14 @@ class GradBucket:
     def is_last(self):
         return self._last
 
+    def gradients(self):
+        """Views of the flat buffer shaped as each parameter's gradient."""
+        out, at = [], 0
+        for p in self._params:
+            out.append(self._flat[at:at + p.numel()].view(p.shape))
+            at += p.numel()
+        return out
+
 
 def allreduce_hook(process_group, bucket):
     """Averages the bucket over the group with one all-reduce (AVG divides while it
@@ -382,10 +390,15 @@ class DistributedDataParallel(Module):
             self._finish_reduction()
 
     def _finish_reduction(self):
+        world = dist.get_world_size(self.process_group)
+        rescale = (self._join_mode and not self._join_divide_by_world and self._join_active is not None
+                   and 0 < self._join_active < world)
         for b in self._buckets:
             result = b.future.wait()
             if result is not b.flat:
                 b.flat.copy_(result)
+            if rescale:  # averaged over the ranks still active, not over the whole world
+                b.flat.mul_(world / self._join_active)
         used = None
         if self._used_mask is not None:
             self._used_mask_work.wait()
@@ -400,7 +413,12 @@ class DistributedDataParallel(Module):
     def forward(self, *inputs, **kwargs):
         sync_buffers = self.broadcast_buffers and self.require_backward_grad_sync
         if self._join_mode:
-            self._join_vote(1, int(self.require_backward_grad_sync and is_grad_enabled()), int(sync_buffers))
+            active = self._join_vote(1, int(self.require_backward_grad_sync and is_grad_enabled()), int(sync_buffers))[0]
+            if self._join_throw and active < self._world()[0]:
+                self._join_terminated = True
+                raise RuntimeError("DistributedDataParallel.join(throw_on_early_termination=True): a rank ran out "
+                                   "of inputs")
+            self._join_active = active
             self._join_steps += 1
         if sync_buffers:
             self._broadcast_states(0, with_params=False)
@@ -438,35 +456,50 @@ class DistributedDataParallel(Module):
         return tuple(int(v) for v in votes.cpu().numpy())
 
     @contextlib.contextmanager
-    def join(self, enable=True):
+    def join(self, divide_by_initial_world_size=True, enable=True, throw_on_early_termination=False):
         """Lets ranks with fewer batches finish the epoch: a rank that has run
         out shadows the others' collectives (contributing zero gradients) until
-        every rank is done. Gradients stay averaged over the whole world size."""
+        every rank is done. As in PyTorch, gradients are averaged over the
+        whole world size, or with ``divide_by_initial_world_size=False`` over
+        the ranks still active; ``throw_on_early_termination=True`` makes every
+        rank raise instead as soon as one runs out of inputs."""
         if not enable:
             yield
             return
-        self._join_mode, self._join_steps = True, 0
+        self._join_mode, self._join_steps, self._join_active = True, 0, None
+        self._join_divide_by_world = bool(divide_by_initial_world_size)
+        self._join_throw, self._join_terminated = bool(throw_on_early_termination), False
         try:
             yield
         finally:
             try:
-                while True:
-                    active, grads, buffers = self._join_vote(0, 0, 0)
-                    if not active:
-                        break
-                    if buffers:
-                        self._broadcast_states(0, with_params=False)
-                    if not grads:  # the active ranks' step is inside no_sync() or without grad mode
-                        continue
-                    if self.find_unused_parameters:
-                        dist.all_reduce(self._mask_tensor(np.zeros(len(self._named_params), dtype=np.int32)),
-                                        op=dist.ReduceOp.MAX, group=self.process_group)
-                    for b in self._buckets:
-                        b.flat.fill_(0)
-                        self._comm_hook(self._comm_state, GradBucket(b.index, b.flat, b.params, False)).wait()
-                self._sync_from_last_joiner()
+                if not self._join_terminated:
+                    self._shadow_until_all_joined()
             finally:
                 self._join_mode = False
+
+    def _shadow_until_all_joined(self):
+        """This rank ran out of inputs: it takes part in the active ranks'
+        collectives until they have too, then takes the model of the rank
+        that ran the most steps."""
+        while True:
+            active, grads, buffers = self._join_vote(0, 0, 0)
+            if not active:
+                break
+            if self._join_throw:  # the active ranks raise at this vote too
+                raise RuntimeError("DistributedDataParallel.join(throw_on_early_termination=True): this rank ran "
+                                   "out of inputs before the others")
+            if buffers:
+                self._broadcast_states(0, with_params=False)
+            if not grads:  # the active ranks' step is inside no_sync() or without grad mode
+                continue
+            if self.find_unused_parameters:
+                dist.all_reduce(self._mask_tensor(np.zeros(len(self._named_params), dtype=np.int32)),
+                                op=dist.ReduceOp.MAX, group=self.process_group)
+            for b in self._buckets:
+                b.flat.fill_(0)
+                self._comm_hook(self._comm_state, GradBucket(b.index, b.flat, b.params, False)).wait()
+        self._sync_from_last_joiner()
 
     def _sync_from_last_joiner(self):
         """Ranks that joined early stopped stepping; the rank that ran the most
