@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import time
 import uuid
 
 import pytest
@@ -246,13 +247,20 @@ def test_init_again_after_destroy():
 
 
 def _init_rounds_on_one_store(rank):
+    """Three jobs of 2 ranks, then one of 3 ranks and one of 2 on a store made for 3.
+    Rank 1 comes late to each all_reduce, so rank 0 waits past its spinning
+    (where a rank that left an earlier job would count as gone)."""
     import numpy as np
 
-    store = dist.TCPStore("127.0.0.1", int(os.environ["MASTER_PORT"]), 2, rank == 0, timeout=20)
+    store = dist.TCPStore("127.0.0.1", int(os.environ["MASTER_PORT"]), 3, rank == 0, timeout=20)
     sums = []
-    for _ in range(3):
-        dist.init_process_group("cpu", store=store, rank=rank, world_size=2, timeout=20)
+    for world in (2, 2, 2, 3, 2):
+        if rank >= world:
+            continue
+        dist.init_process_group("cpu", store=store, rank=rank, world_size=world, timeout=20)
         a = np.full(2, rank + 1.0)
+        if rank == 1:
+            time.sleep(0.3)
         dist.all_reduce(a)
         sums.append(float(a[0]))
         dist.destroy_process_group()
@@ -260,7 +268,35 @@ def _init_rounds_on_one_store(rank):
 
 
 def test_init_again_on_the_same_store():
-    assert ddpc.spawn(_init_rounds_on_one_store, nprocs=2) == [[3.0] * 3] * 2
+    assert ddpc.spawn(_init_rounds_on_one_store, nprocs=3) == [[3.0, 3.0, 3.0, 6.0, 3.0]] * 2 + [[6.0]]
+
+
+def test_a_new_job_after_a_rank_died_in_an_earlier_one():
+    """Rank 2 dies in a first job; ranks 0 and 1 start a second job afterwards,
+    which the death in the first one must not fail."""
+    port1, port2 = free_port(), free_port()
+    code = textwrap.dedent(f"""
+        import os, numpy as np, ddpc.distributed as dist
+        rank = int(os.environ["R"])
+        dist.init_process_group("cpu", init_method="tcp://127.0.0.1:{port1}", rank=rank, world_size=3, timeout=20)
+        if rank == 2:
+            os._exit(0)
+        try:
+            dist.all_reduce(np.ones(2))
+        except dist.DistError:
+            pass
+        dist.destroy_process_group()
+        dist.init_process_group("cpu", init_method="tcp://127.0.0.1:{port2}", rank=rank, world_size=2, timeout=20)
+        a = np.ones(2)
+        dist.all_reduce(a)
+        print("SECOND JOB SUM", a[0])
+        dist.destroy_process_group()
+    """)
+    procs = [subprocess.Popen([sys.executable, "-c", code], env=dict(os.environ, R=str(r)), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for r in range(3)]
+    outs = [p.communicate(timeout=60) for p in procs]
+    for r in (0, 1):
+        assert procs[r].returncode == 0 and "SECOND JOB SUM 2.0" in outs[r][0], outs[r]
 
 
 def test_arrays_in_the_other_byte_order_are_refused():

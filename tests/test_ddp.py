@@ -472,6 +472,41 @@ def test_data_parallel_parameter_used_by_some_replicas_only():
         np.testing.assert_allclose(dp.module.a.weight.grad.numpy(), np.zeros((2, 4)))  # 2 rows of +1, 2 of -1
 
 
+def test_data_parallel_step_after_a_backward_that_raised():
+    """A backward interrupted by an exception leaves nothing behind on the other
+    replicas that the next step would add."""
+    from ddpc import nn
+
+    class Branchy(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(3, 2), nn.Linear(3, 2)
+
+        def forward(self, x):
+            y = self.a(x)
+            return y + self.b(x) if float(x.numpy()[0, 0]) > 0 else y
+
+    ddpc.manual_seed(0)
+    dp = nn.DataParallel(Branchy(), device_ids=["cpu"] * 3)
+    x = np.ones((6, 3), dtype=np.float32)
+    x[2:4, 0] = -1  # replica 1's chunk skips b
+
+    class Stop(Exception):
+        pass
+
+    def stop(g):
+        raise Stop
+
+    handle = dp.module.a.weight.register_hook(stop)
+    with pytest.raises(Stop):
+        dp(ddpc.from_numpy(x)).sum().backward()
+    handle.remove()
+    dp.zero_grad()
+    dp(ddpc.from_numpy(x)).sum().backward()
+    want = x[[0, 1, 4, 5]].sum(0, keepdims=True).repeat(2, 0)  # the rows of the chunks that use b
+    np.testing.assert_allclose(dp.module.b.weight.grad.numpy(), want)
+
+
 def test_data_parallel_modes_frozen_parameters_inputs_and_outputs():
     from ddpc import nn
 

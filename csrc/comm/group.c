@@ -410,7 +410,8 @@ static struct {
     int watch_fd, wake[2], running, dead;
     pthread_t thread;
     char death[1024]; /* the first rank death seen: groups made afterwards fail at once */
-} mon_ = {PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0, -1, {-1, -1}, 0, 0, 0, {0}};
+    char prefix[96];  /* of the job's keys in the store */
+} mon_ = {PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0, -1, {-1, -1}, 0, 0, 0, {0}, {0}};
 
 /* A forked child is no member of its parent's job, yet it shares the
  * parent's wake pipe and watch connection: stopping the monitor there would
@@ -465,12 +466,15 @@ void ddpc_monitor_unregister(ddpc_group *g) {
 /* Fails the registered groups an event concerns: all of them at once for a
  * death, the group named by its prefix for an abort ("prefix\nseq\nreason"),
  * from the collective where it arose. */
-/* A rank that left on purpose: its groups fail no collective that ran without
- * it, only the waits for it (shm.c), which notice within a wait slice. */
-static void monitor_departed_(int rank) {
+/* A rank that left on purpose the job whose keys start with `prefix`: its
+ * groups there fail no collective that ran without it, only the waits for it
+ * (shm.c), which notice within a wait slice. A job before this one on the
+ * same store has another prefix. */
+static void monitor_departed_(int rank, const char *prefix) {
     pthread_mutex_lock(&mon_.lock);
     for (int i = 0; i < mon_.ngroups; i++) {
         ddpc_group *g = mon_.groups[i];
+        if (strncmp(g->prefix, prefix, strlen(prefix)) != 0) continue;
         for (int k = 0; k < g->size; k++)
             if (g->global_ranks[k] == rank) atomic_store(&g->departed[k], 1);
     }
@@ -481,8 +485,9 @@ static void monitor_event_(int rank, const char *text) {
     char msg[1024];
     const char *reason = strchr(text, '\n');
     unsigned long long seq = 0;
-    if (rank >= 0 && strcmp(text, DDPC_STORE_LEFT_EVENT) == 0) {
-        monitor_departed_(rank);
+    size_t left = strlen(DDPC_STORE_LEFT_EVENT);
+    if (rank >= 0 && strncmp(text, DDPC_STORE_LEFT_EVENT, left) == 0) {
+        if (text[left]) monitor_departed_(rank, text + left);
         return;
     }
     if (rank >= 0) {
@@ -526,9 +531,11 @@ static void *monitor_main_(void *arg) {
     }
 }
 
-ddpc_status ddpc_monitor_start(ddpc_store *store, int global_rank) {
+ddpc_status ddpc_monitor_start(ddpc_store *store, int global_rank, const char *prefix) {
     monitor_forget_on_fork_();
     if (mon_.running) return DDPC_ERROR(DDPC_ERR_ARG, "the default process group is already initialised");
+    snprintf(mon_.prefix, sizeof mon_.prefix, "%s", prefix);
+    mon_.death[0] = '\0'; /* a new job: the deaths of an earlier one do not fail its groups */
     CHECK(ddpc_store_watch(store, global_rank, &mon_.watch_fd));
     if (pipe2(mon_.wake, O_CLOEXEC) < 0) {
         close(mon_.watch_fd);
@@ -548,7 +555,7 @@ void ddpc_monitor_stop(double timeout_s) {
     if (!mon_.running) return;
     char b = 1;
     if (write(mon_.wake[1], &b, 1) == 1) pthread_join(mon_.thread, NULL);
-    if (!mon_.dead && ddpc_store_leave(mon_.watch_fd, timeout_s) != DDPC_OK) ddpc_clear_error();
+    if (!mon_.dead && ddpc_store_leave(mon_.watch_fd, mon_.prefix, timeout_s) != DDPC_OK) ddpc_clear_error();
     close(mon_.watch_fd), close(mon_.wake[0]), close(mon_.wake[1]);
     mon_.watch_fd = mon_.wake[0] = mon_.wake[1] = -1;
     mon_.running = 0;

@@ -157,7 +157,9 @@ void ddpc_work_release(ddpc_work *w);
 
 /* Death watch: one thread per process watches the store and fails every
  * registered group when a rank dies. */
-ddpc_status ddpc_monitor_start(ddpc_store *store, int global_rank);
+/* `prefix`: the key prefix of this job's groups in the store, which the
+ * store's "left" events name. */
+ddpc_status ddpc_monitor_start(ddpc_store *store, int global_rank, const char *prefix);
 void ddpc_monitor_stop(double timeout_s);
 void ddpc_monitor_register(ddpc_group *g);
 void ddpc_monitor_unregister(ddpc_group *g);

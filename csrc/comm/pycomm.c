@@ -651,10 +651,12 @@ static PyObject *py_monitor_start(PyObject *m, PyObject *args) {
     (void)m;
     PyObject *store;
     int rank;
-    if (!PyArg_ParseTuple(args, "O!i", StoreType, &store, &rank) || !store_ready_((store_obj *)store)) return NULL;
+    const char *prefix;
+    if (!PyArg_ParseTuple(args, "O!is", StoreType, &store, &rank, &prefix) || !store_ready_((store_obj *)store))
+        return NULL;
     ddpc_status st;
     Py_BEGIN_ALLOW_THREADS
-    st = ddpc_monitor_start(((store_obj *)store)->store, rank);
+    st = ddpc_monitor_start(((store_obj *)store)->store, rank, prefix);
     Py_END_ALLOW_THREADS
     if (st != DDPC_OK) return ddpc_raise(st);
     Py_RETURN_NONE;
@@ -689,7 +691,7 @@ static PyObject *py_backends(PyObject *m, PyObject *unused) {
 
 static PyMethodDef comm_functions[] = {
     {"backends", py_backends, METH_NOARGS, "names of the communication backends this build can run"},
-    {"monitor_start", py_monitor_start, METH_VARARGS, "monitor_start(store, rank): watch the job for dead ranks"},
+    {"monitor_start", py_monitor_start, METH_VARARGS, "monitor_start(store, rank, prefix): watch the job (whose keys start with prefix) for dead ranks"},
     {"monitor_stop", py_monitor_stop, METH_O, "monitor_stop(timeout): leave the job cleanly"},
     {"host_id", py_host_id, METH_NOARGS, "identity of this host as the communicator sees it"},
     {NULL, NULL, 0, NULL},

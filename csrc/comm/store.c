@@ -185,7 +185,8 @@ static int departed_count_(server_ *sv) {
 
 #define STORE_MAX_RANK_ (1 << 24)
 
-static int set_rank_state_(server_ *sv, int rank, int state) {
+/* `left_prefix`: for RANK_LEFT, the key prefix of the job the rank left. */
+static int set_rank_state_(server_ *sv, int rank, int state, const char *left_prefix, uint32_t prefix_len) {
     if (rank >= sv->nranks) {
         int n = rank + 1 > 2 * sv->nranks ? rank + 1 : 2 * sv->nranks;
         int *rs = realloc(sv->rank_state, (size_t)n * sizeof *rs);
@@ -195,8 +196,14 @@ static int set_rank_state_(server_ *sv, int rank, int state) {
     }
     sv->rank_state[rank] = state;
     if ((state == RANK_DEAD || state == RANK_LEFT) && sv->nevents < MAX_EVENTS) {
-        char *text = state == RANK_LEFT ? strdup(DDPC_STORE_LEFT_EVENT) : NULL;
-        if (state == RANK_LEFT && !text) return -1;
+        char *text = NULL;
+        if (state == RANK_LEFT) {
+            size_t n = strlen(DDPC_STORE_LEFT_EVENT);
+            if (!(text = malloc(n + prefix_len + 1))) return -1;
+            memcpy(text, DDPC_STORE_LEFT_EVENT, n);
+            memcpy(text + n, left_prefix, prefix_len);
+            text[n + prefix_len] = '\0';
+        }
         sv->events[sv->nevents].text = text;
         sv->events[sv->nevents++].rank = rank;
     }
@@ -244,7 +251,7 @@ static int handle_(server_ *sv, conn_ *c, const char *body, uint32_t len) {
         if (rank > STORE_MAX_RANK_) return -1; /* the rank table grows to the largest rank seen */
         c->authed = 1;
         c->rank = rank;
-        if (rank >= 0 && set_rank_state_(sv, rank, RANK_ALIVE)) return -1;
+        if (rank >= 0 && set_rank_state_(sv, rank, RANK_ALIVE, NULL, 0)) return -1;
         return reply_byte_(c, 1);
     }
     /* A client waits for its reply before the next request; the one exception
@@ -340,13 +347,15 @@ static int handle_(server_ *sv, conn_ *c, const char *body, uint32_t len) {
         }
         return reply_byte_(c, 1);
     }
-    case CMD_LEAVE:
-        if (r.left || c->rank < 0) return -1;
-        if (sv->rank_state[c->rank] == RANK_ALIVE) set_rank_state_(sv, c->rank, RANK_LEFT);
+    case CMD_LEAVE: {
+        const char *prefix = read_str_(&r, &vl);
+        if (r.bad || r.left || vl > 256 || c->rank < 0) return -1;
+        if (sv->rank_state[c->rank] == RANK_ALIVE) set_rank_state_(sv, c->rank, RANK_LEFT, prefix, vl);
         c->rank = -1;
         c->park = PARK_NONE;
         unpark_(sv);
         return reply_byte_(c, 1);
+    }
     case CMD_DEPARTED: {
         const char *n = read_raw_(&r, 8);
         if (r.bad || r.left) return -1;
@@ -369,7 +378,7 @@ static void conn_close_(server_ *sv, int i) {
     int rank = c->rank;
     sv->conns[i] = sv->conns[--sv->nconns];
     if (rank >= 0 && rank < sv->nranks && sv->rank_state[rank] == RANK_ALIVE) {
-        set_rank_state_(sv, rank, RANK_DEAD);
+        set_rank_state_(sv, rank, RANK_DEAD, NULL, 0);
         unpark_(sv);
     }
 }
@@ -797,11 +806,19 @@ ddpc_status ddpc_store_abort(ddpc_store *s, const char *text) {
     return DDPC_OK;
 }
 
-ddpc_status ddpc_store_leave(int watch_fd, double timeout_s) {
+ddpc_status ddpc_store_leave(int watch_fd, const char *prefix, double timeout_s) {
     /* The watch request is still parked; LEAVE is answered before it. */
-    char msg[5] = {1, 0, 0, 0, CMD_LEAVE};
+    bytes_ b = {0};
+    uint8_t cmd = CMD_LEAVE;
+    uint32_t pl = (uint32_t)strnlen(prefix, 256);
+    if (bytes_u32_(&b, 1 + 4 + pl) || bytes_append_(&b, &cmd, 1) || bytes_u32_(&b, pl) || bytes_append_(&b, prefix, pl)) {
+        free(b.data);
+        return DDPC_ERROR(DDPC_ERR_OOM, "out of memory");
+    }
     uint64_t deadline = ddpc_deadline_after(timeout_s);
-    CHECK(ddpc_net_send(watch_fd, msg, 5, deadline, NULL, "the store"));
+    ddpc_status st = ddpc_net_send(watch_fd, b.data, b.len, deadline, NULL, "the store");
+    free(b.data);
+    CHECK(st);
     char rep[5];
     return ddpc_net_recv(watch_fd, rep, 5, deadline, NULL, "the store");
 }

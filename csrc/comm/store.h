@@ -24,9 +24,10 @@
 
 #define DDPC_STORE_MAX_FRAME (16u << 20)
 
-/* The text of the watch event for a rank that left (CMD_LEAVE); a rank that
- * died has an empty text. */
-#define DDPC_STORE_LEFT_EVENT "left"
+/* The watch event for a rank that left (CMD_LEAVE) reads this, then the key
+ * prefix of the job it left (several jobs may use one store in turn); a rank
+ * that died has an empty text. */
+#define DDPC_STORE_LEFT_EVENT "left "
 #define DDPC_STORE_MAX_TOKEN 256
 
 typedef struct ddpc_store ddpc_store;
@@ -67,7 +68,7 @@ int ddpc_store_read_event(int fd, char *text, size_t cap);
 /* Publishes an abort ("group prefix\ncollective seq\nreason") to every watcher of the job. */
 ddpc_status ddpc_store_abort(ddpc_store *s, const char *text);
 /* Tells the server this rank leaves cleanly (no death is reported for it). */
-ddpc_status ddpc_store_leave(int watch_fd, double timeout_s);
+ddpc_status ddpc_store_leave(int watch_fd, const char *prefix, double timeout_s);
 /* Waits until `nranks` watched ranks have left or died (the master keeps the
  * server up until then). */
 ddpc_status ddpc_store_wait_departed(ddpc_store *s, int nranks, double timeout_s);

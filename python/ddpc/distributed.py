@@ -387,11 +387,12 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
             _world.rendezvous_file = urlparse(init_method).path
     # A store passed as store= outlives destroy_process_group() with the keys
     # of the group it served, so each init's keys get a prefix of their own:
-    # the ranks count their inits in the store.
-    prefix = f"i{(c_store.add('ddpc/inits', 1) - 1) // world_size}/"
+    # the ranks count their inits in the store, per world size (a job of
+    # another size may follow on the same store).
+    prefix = f"w{world_size}i{(c_store.add(f'ddpc/inits/{world_size}', 1) - 1) // world_size}/"
     backend = _pick_backend(backend, c_store, prefix, rank, world_size, timeout_s)
     _world.device = _rank_device(device_id)
-    _C.monitor_start(c_store, rank)
+    _C.monitor_start(c_store, rank, prefix)
     try:
         c_group = _make_group(c_store, prefix + "g0/", rank, world_size, list(range(world_size)), backend,
                               timeout_s)

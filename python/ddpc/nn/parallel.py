@@ -610,7 +610,12 @@ class DataParallel(Module):
         # The optimizer (or load_state_dict) changed the first replica only.
         self._sync_replicas()
         chunks = self._scatter(inputs, kwargs)
-        self._ran, self._ready = len(chunks), [0] * len(self._ready)
+        # Afresh each forward, also after a backward that raised before it ended
+        # (whose gradients on the other replicas were never reduced and cleared).
+        self._ran, self._ready, self._finishing = len(chunks), [0] * len(self._ready), False
+        for ps in self._params[1:]:
+            for p in ps:
+                p.grad = None
         outputs = [r(*args, **kw) for r, (args, kw) in zip(self._replicas, chunks)]
         return self._gather(outputs)
 
