@@ -54,18 +54,22 @@ def shm_segments():
     return {f for f in os.listdir("/dev/shm") if f.startswith("ddpc-")}
 
 
+def assert_survivors_caught(results, within_s, says):
+    """Ranks 0 and 2 (rank 1 is the one that failed) caught a DistError saying `says` within `within_s`."""
+    for r in (0, 2):
+        code, out, err = results[r]
+        assert code == 3, out + err
+        m = re.search(r"CAUGHT DistError after ([\d.]+)s: (.*)", out)
+        assert m and float(m.group(1)) < within_s, out + err
+        assert says in m.group(2), out
+
+
 def test_sigkill_mid_allreduce_raises_dist_error_naming_the_rank():
     before = shm_segments()
     procs, _ = start_ranks(3, "kill", 1, 64)
     results = finish(procs)
     assert results[1][0] == -9, results[1]
-    for r in (0, 2):
-        code, out, err = results[r]
-        assert code == 3, out + err
-        m = re.search(r"CAUGHT DistError after ([\d.]+)s: (.*)", out)
-        assert m, out + err
-        assert float(m.group(1)) < 10.3, out
-        assert "rank 1 died" in m.group(2), out
+    assert_survivors_caught(results, 10.3, "rank 1 died")
     assert shm_segments() - before == set()
 
 
@@ -75,12 +79,7 @@ def test_a_rank_that_left_fails_the_collectives_waiting_for_it_at_once():
     procs, _ = start_ranks(3, "leaver", 1)
     results = finish(procs)
     assert results[1][0] == 0, results[1]
-    for r in (0, 2):
-        code, out, err = results[r]
-        assert code == 3, out + err
-        m = re.search(r"CAUGHT DistError after ([\d.]+)s: (.*)", out)
-        assert m and float(m.group(1)) < 10, out + err  # the timeout is 60 s
-        assert "rank 1 left the process group" in m.group(2), out
+    assert_survivors_caught(results, 10, "rank 1 left the process group")  # the timeout is 60 s
 
 
 @pytest.mark.parametrize("when", ["before", "during"])
@@ -88,12 +87,7 @@ def test_a_group_made_with_a_dead_rank_fails_at_once(when):
     procs, _ = start_ranks(3, "new_group_with_the_dead", 1, when)
     results = finish(procs)
     assert results[1][0] == -9, results[1]
-    for r in (0, 2):
-        code, out, err = results[r]
-        assert code == 3, out + err
-        m = re.search(r"CAUGHT DistError after ([\d.]+)s: (.*)", out)
-        assert m and float(m.group(1)) < 10, out + err  # the timeout is 60 s
-        assert "rank 1 died" in m.group(2), out
+    assert_survivors_caught(results, 10, "rank 1 died")  # the timeout is 60 s
 
 
 def test_launcher_names_the_killed_rank_and_leaves_nothing():
