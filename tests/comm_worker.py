@@ -326,6 +326,21 @@ def scenario_barrier_mismatch():
     raise AssertionError("a barrier matched an all_reduce")
 
 
+def scenario_subgroup_timeout():
+    """In a group of global ranks [1, 2], rank 2 never joins rank 1's all_reduce:
+    rank 1's timeout names both by their global ranks."""
+    rank = dist.get_rank()
+    g = dist.new_group([1, 2], timeout=2)
+    if rank == 1:
+        try:
+            dist.all_reduce(np.ones(10, np.float32), group=g)
+        except dist.DistTimeoutError as e:
+            print(f"RANK 1 TIMEOUT {e}", flush=True)
+    elif rank == 2:
+        time.sleep(3)
+    dist.barrier()
+
+
 def scenario_late():
     """Ranks 0 and 1 leave a broadcast from rank 0 before rank 3 has joined
     it, then disagree on the next collective: the failure they report must

@@ -95,6 +95,13 @@ def test_a_barrier_against_an_all_reduce_is_a_mismatch(hosts):
     assert "barrier" in res.stdout, res.stdout
 
 
+def test_errors_in_a_subgroup_name_global_ranks():
+    res = run_job(3, "subgroup_timeout")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert re.search(r"RANK 1 TIMEOUT all_reduce \(collective #0 of rank 1\) timed out .* waiting for ranks \[2\]",
+                     res.stdout), res.stdout
+
+
 def test_a_mismatched_recv_is_described_as_a_recv():
     res = run_job(2, "p2p_mismatch")
     assert res.returncode == 0, res.stdout + res.stderr

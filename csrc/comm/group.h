@@ -127,6 +127,9 @@ struct ddpc_group {
  * timeout or its failure (a member that died). */
 ddpc_status ddpc_group_store_get(ddpc_group *g, const char *key, void **val, size_t *len);
 
+/* Messages name ranks as the default group numbers them, whatever the group. */
+static inline int ddpc_global_rank(const ddpc_group *g, int group_rank) { return g->global_ranks[group_rank]; }
+
 ddpc_status ddpc_group_init(ddpc_group **out, ddpc_store *store, const char *prefix, int rank, int size,
                             const int *global_ranks, const ddpc_backend *backend, double timeout_s);
 void ddpc_group_free(ddpc_group *g);

@@ -65,10 +65,10 @@ static ddpc_status connect_peer_(ddpc_group *g, int peer, int link, uint64_t dea
     CHECK(ddpc_group_store_get(g, key, &val, &len));
     int ok = sscanf(val, "%255s %d", host, &port) == 2;
     free(val);
-    if (!ok) return DDPC_ERROR(DDPC_ERR_DIST, "malformed address of rank %d in the store", peer);
+    if (!ok) return DDPC_ERROR(DDPC_ERR_DIST, "malformed address of rank %d in the store", ddpc_global_rank(g, peer));
     CHECK(ddpc_net_connect(host, port, deadline, &fd));
     uint32_t hello[3] = {HELLO_MAGIC, (uint32_t)g->rank, (uint32_t)link};
-    snprintf(what, sizeof what, "rank %d", peer);
+    snprintf(what, sizeof what, "rank %d", ddpc_global_rank(g, peer));
     ddpc_status st = ddpc_net_send(fd, hello, sizeof hello, deadline, &g->failed, what);
     if (st != DDPC_OK) { close(fd); return st == DDPC_ERR_DIST && atomic_load(&g->failed) ? ddpc_group_error(g) : st; }
     *slot_(g, peer, link) = fd;
@@ -87,7 +87,7 @@ static ddpc_status accept_peer_(ddpc_group *g, int peer, int link, uint64_t dead
         if (have) return DDPC_OK;
         if (ddpc_ms_left(deadline, 1) == 0)
             return DDPC_ERROR(DDPC_ERR_TIMEOUT, "timed out after %.1f s waiting for rank %d to connect", g->timeout_s,
-                              peer);
+                              ddpc_global_rank(g, peer));
         int fd;
         ddpc_status st = ddpc_net_accept(g->listen_fd, ddpc_deadline_after(0.05), &g->failed, &fd);
         if (st == DDPC_ERR_DIST && atomic_load(&g->failed)) return ddpc_group_error(g);
@@ -156,14 +156,15 @@ ddpc_status ddpc_msg_header_check(ddpc_group *g, const ddpc_coll_args *a, const 
     if (a->coll == DDPC_COLL_RECV) mine.coll = DDPC_COLL_SEND;
     if (memcmp(&mine, theirs, sizeof mine) == 0) return DDPC_OK;
     describe_(theirs, y, sizeof y);
-    snprintf(msg, sizeof msg, "collective mismatch: rank %d called %s, rank %d called %s", g->rank, x, them, y);
+    snprintf(msg, sizeof msg, "collective mismatch: rank %d called %s, rank %d called %s", ddpc_global_rank(g, g->rank),
+             x, ddpc_global_rank(g, them), y);
     return ddpc_group_disagree(g, a, msg);
 }
 
 static ddpc_status transfer_(ddpc_group *g, const ddpc_coll_args *a, uint64_t deadline, int sending) {
     int fd;
     char what[64];
-    snprintf(what, sizeof what, "rank %d", a->peer);
+    snprintf(what, sizeof what, "rank %d", ddpc_global_rank(g, a->peer));
     CHECK(ddpc_p2p_link(g, a->peer, DDPC_LINK_P2P, deadline, &fd));
     ddpc_msg_header h;
     size_t nbytes = a->count * ddpc_dtype_size(a->dtype);

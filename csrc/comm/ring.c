@@ -31,7 +31,8 @@ static ddpc_status ring_open_(ddpc_group *g, const ddpc_coll_args *a, uint64_t d
     r->pos = t->node;
     r->next = t->leaders[(r->pos + 1) % r->len];
     r->prev = t->leaders[(r->pos + r->len - 1) % r->len];
-    snprintf(r->what, sizeof r->what, "ring neighbours (ranks %d and %d)", r->prev, r->next);
+    snprintf(r->what, sizeof r->what, "ring neighbours (ranks %d and %d)", ddpc_global_rank(g, r->prev),
+             ddpc_global_rank(g, r->next));
     CHECK(ddpc_p2p_link(g, r->next, DDPC_LINK_RING, deadline, &r->next_fd));
     CHECK(ddpc_p2p_link(g, r->prev, DDPC_LINK_RING, deadline, &r->prev_fd));
     ddpc_msg_header mine, theirs;

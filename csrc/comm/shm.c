@@ -272,7 +272,7 @@ static ddpc_status map_peer_(ddpc_shm *s, ddpc_shm_reg *r, int j, const char *ke
     size_t len;
     CHECK(ddpc_group_store_get(s->g, key, &val, &len));
     const char *name = val;
-    int peer = s->g->topo.local_ranks[j];
+    int peer = ddpc_global_rank(s->g, s->g->topo.local_ranks[j]);
     if (name[0] == '!') {
         ddpc_status st = DDPC_ERROR(DDPC_ERR_DIST, "rank %d could not make its shared buffer: %s", peer, name + 1);
         free(val);
@@ -450,7 +450,8 @@ static void missing_(ddpc_shm *s, uint64_t target_epoch, char *buf, size_t cap) 
     buf[0] = '\0';
     for (int j = 0; j < s->n && len + 16 < cap; j++)
         if (atomic_load(reached_(s, j)) < target_epoch)
-            len += (size_t)snprintf(buf + len, cap - len, "%s%d", len ? ", " : "", s->g->topo.local_ranks[j]);
+            len += (size_t)snprintf(buf + len, cap - len, "%s%d", len ? ", " : "",
+                                    ddpc_global_rank(s->g, s->g->topo.local_ranks[j]));
 }
 
 /* A local rank that left the job before reaching barrier `target_epoch`
@@ -492,8 +493,8 @@ static ddpc_status sync_(ddpc_shm *s, uint64_t deadline) {
                 return DDPC_ERROR(DDPC_ERR_DIST,
                                   "%s (collective #%llu of rank %d) cannot finish: rank %d left the process group "
                                   "(destroy_process_group() or the end of its process) without taking part",
-                                  ddpc_coll_name(a->coll), (unsigned long long)a->seq, s->g->rank,
-                                  s->g->global_ranks[gone]);
+                                  ddpc_coll_name(a->coll), (unsigned long long)a->seq,
+                                  ddpc_global_rank(s->g, s->g->rank), ddpc_global_rank(s->g, gone));
             }
             int ms = ddpc_ms_left(deadline, 20);
             if (ms == 0) {
@@ -502,8 +503,8 @@ static ddpc_status sync_(ddpc_shm *s, uint64_t deadline) {
                 const ddpc_coll_args *a = &s->cur;
                 return DDPC_ERROR(DDPC_ERR_TIMEOUT,
                                   "%s (collective #%llu of rank %d) timed out after %.1f s waiting for ranks [%s]",
-                                  ddpc_coll_name(a->coll), (unsigned long long)a->seq, s->g->rank,
-                                  s->g->timeout_s, who);
+                                  ddpc_coll_name(a->coll), (unsigned long long)a->seq,
+                                  ddpc_global_rank(s->g, s->g->rank), s->g->timeout_s, who);
             }
             atomic_fetch_add(&c->sleepers, 1);
             v = atomic_load(&c->arrive);
@@ -560,8 +561,8 @@ static ddpc_status check_descs_(ddpc_shm *s, int parity) {
         char a[160], b[160], msg[512];
         describe_(mine, a, sizeof a);
         describe_(o, b, sizeof b);
-        snprintf(msg, sizeof msg, "collective mismatch: rank %d called %s, rank %d called %s", s->g->rank, a,
-                 s->g->topo.local_ranks[j], b);
+        snprintf(msg, sizeof msg, "collective mismatch: rank %d called %s, rank %d called %s",
+                 ddpc_global_rank(s->g, s->g->rank), a, ddpc_global_rank(s->g, s->g->topo.local_ranks[j]), b);
         return ddpc_group_disagree(s->g, &s->cur, msg);
     }
     return DDPC_OK;
