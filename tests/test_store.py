@@ -121,6 +121,38 @@ def test_counters_are_decimal_text_and_keys_too_long_are_refused(master):
     assert c.get("n") == b"5"  # the connection survives
 
 
+def _recv_exactly(s, n):
+    data = b""
+    while len(data) < n:
+        chunk = s.recv(n - len(data))
+        assert chunk, "the store closed the connection"
+        data += chunk
+    return data
+
+
+def test_watchers_see_every_event_however_many_came_before(master):
+    """Each rank that leaves a job adds an event (jobs may follow each other on one
+    store); a watcher still gets the 300th."""
+    tok, prefix = b"secret", b"w2i0/"
+
+    def hello(rank):
+        s = raw_connection(master)
+        s.sendall(struct.pack("<IB I", 1 + 4 + len(tok) + 4, 1, len(tok)) + tok + struct.pack("<i", rank))
+        assert _recv_exactly(s, 5) == struct.pack("<IB", 1, 1)
+        return s
+
+    for r in range(300):
+        s = hello(r)
+        s.sendall(struct.pack("<IB I", 1 + 4 + len(prefix), 10, len(prefix)) + prefix)  # LEAVE
+        assert _recv_exactly(s, 5) == struct.pack("<IB", 1, 1)
+        s.close()
+    w = hello(1000)
+    w.sendall(struct.pack("<IBq", 1 + 8, 9, 299))  # WATCH from event 299
+    length, rank = struct.unpack("<Ii", _recv_exactly(w, 8))
+    assert rank == 299 and _recv_exactly(w, length - 4) == b"left " + prefix
+    w.close()
+
+
 def test_port_in_use_is_a_clear_error(master):
     with pytest.raises(ddpc.DistError, match="in use|another process"):
         TCPStore("127.0.0.1", master.port, is_master=True, token="secret")

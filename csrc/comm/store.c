@@ -28,7 +28,7 @@ enum {
 #define LIVENESS_IDLE_S 2
 #define LIVENESS_INTERVAL_S 1
 #define LIVENESS_COUNT 4
-#define MAX_EVENTS 256
+#define MAX_EVENTS (1 << 20) /* a bound on a malfunctioning client, far beyond what jobs produce */
 
 /* ---- growable byte buffer ------------------------------------------------------ */
 
@@ -117,8 +117,8 @@ typedef struct {
     int nranks;
     /* Failures watchers are told about, in order: a dead rank, or an abort
      * text ("group prefix\nseq\nreason") with rank -2. */
-    struct { int32_t rank; char *text; } events[MAX_EVENTS];
-    int nevents;
+    struct { int32_t rank; char *text; } *events; /* grows: every job on a reused store adds its own */
+    int nevents, cap_events;
 } server_;
 
 struct ddpc_store {
@@ -186,6 +186,26 @@ static int departed_count_(server_ *sv) {
 #define STORE_MAX_RANK_ (1 << 24)
 
 /* `left_prefix`: for RANK_LEFT, the key prefix of the job the rank left. */
+/* Appends an event for the watchers, taking `text` (NULL for none); -1 when out of memory. */
+static int add_event_(server_ *sv, int32_t rank, char *text) {
+    if (sv->nevents == MAX_EVENTS) {
+        free(text);
+        return 0;
+    }
+    if (sv->nevents == sv->cap_events) {
+        int cap = sv->cap_events ? 2 * sv->cap_events : 64;
+        void *ev = realloc(sv->events, (size_t)cap * sizeof *sv->events);
+        if (!ev) {
+            free(text);
+            return -1;
+        }
+        sv->events = ev, sv->cap_events = cap;
+    }
+    sv->events[sv->nevents].rank = rank;
+    sv->events[sv->nevents++].text = text;
+    return 0;
+}
+
 static int set_rank_state_(server_ *sv, int rank, int state, const char *left_prefix, uint32_t prefix_len) {
     if (rank >= sv->nranks) {
         int n = rank + 1 > 2 * sv->nranks ? rank + 1 : 2 * sv->nranks;
@@ -195,19 +215,16 @@ static int set_rank_state_(server_ *sv, int rank, int state, const char *left_pr
         sv->rank_state = rs, sv->nranks = n;
     }
     sv->rank_state[rank] = state;
-    if ((state == RANK_DEAD || state == RANK_LEFT) && sv->nevents < MAX_EVENTS) {
-        char *text = NULL;
-        if (state == RANK_LEFT) {
-            size_t n = strlen(DDPC_STORE_LEFT_EVENT);
-            if (!(text = malloc(n + prefix_len + 1))) return -1;
-            memcpy(text, DDPC_STORE_LEFT_EVENT, n);
-            memcpy(text + n, left_prefix, prefix_len);
-            text[n + prefix_len] = '\0';
-        }
-        sv->events[sv->nevents].text = text;
-        sv->events[sv->nevents++].rank = rank;
+    if (state != RANK_DEAD && state != RANK_LEFT) return 0;
+    char *text = NULL;
+    if (state == RANK_LEFT) {
+        size_t n = strlen(DDPC_STORE_LEFT_EVENT);
+        if (!(text = malloc(n + prefix_len + 1))) return -1;
+        memcpy(text, DDPC_STORE_LEFT_EVENT, n);
+        memcpy(text + n, left_prefix, prefix_len);
+        text[n + prefix_len] = '\0';
     }
-    return 0;
+    return add_event_(sv, rank, text);
 }
 
 /* Answers parked requests whose condition now holds. */
@@ -336,15 +353,12 @@ static int handle_(server_ *sv, conn_ *c, const char *body, uint32_t len) {
     case CMD_ABORT: {
         const char *text = read_str_(&r, &vl);
         if (r.bad || r.left || vl > 4096) return -1;
-        if (sv->nevents < MAX_EVENTS) {
-            char *t = malloc(vl + 1);
-            if (!t) return -1;
-            memcpy(t, text, vl);
-            t[vl] = '\0';
-            sv->events[sv->nevents].rank = -2;
-            sv->events[sv->nevents++].text = t;
-            unpark_(sv);
-        }
+        char *t = malloc(vl + 1);
+        if (!t) return -1;
+        memcpy(t, text, vl);
+        t[vl] = '\0';
+        if (add_event_(sv, -2, t)) return -1;
+        unpark_(sv);
         return reply_byte_(c, 1);
     }
     case CMD_LEAVE: {
@@ -468,6 +482,7 @@ static void server_free_(server_ *sv) {
     }
     for (size_t i = 0; i < sv->nentries; i++) free(sv->entries[i].key), free(sv->entries[i].val);
     for (int i = 0; i < sv->nevents; i++) free(sv->events[i].text);
+    free(sv->events);
     free(sv->entries);
     free(sv->conns);
     free(sv->rank_state);
