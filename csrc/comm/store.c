@@ -648,8 +648,10 @@ static ddpc_status build_(bytes_ *b, uint8_t cmd, const char *key, const void *v
     return bad ? DDPC_ERROR(DDPC_ERR_OOM, "out of memory") : DDPC_OK;
 }
 
-static ddpc_status simple_(ddpc_store *s, bytes_ *b, double timeout_s, char **rep, uint32_t *len, uint32_t want) {
-    ddpc_status st = request_(s, b, ddpc_deadline_after(timeout_s), NULL, rep, len);
+/* A request whose reply has `want` bytes (0: any length); `abort` as for request_. */
+static ddpc_status exchange_(ddpc_store *s, bytes_ *b, double timeout_s, const atomic_int *abort, char **rep,
+                             uint32_t *len, uint32_t want) {
+    ddpc_status st = request_(s, b, ddpc_deadline_after(timeout_s), abort, rep, len);
     free(b->data);
     CHECK(st);
     if (want && *len != want) {
@@ -657,6 +659,10 @@ static ddpc_status simple_(ddpc_store *s, bytes_ *b, double timeout_s, char **re
         return DDPC_ERROR(DDPC_ERR_DIST, "the store sent a malformed reply");
     }
     return DDPC_OK;
+}
+
+static ddpc_status simple_(ddpc_store *s, bytes_ *b, double timeout_s, char **rep, uint32_t *len, uint32_t want) {
+    return exchange_(s, b, timeout_s, NULL, rep, len, want);
 }
 
 ddpc_status ddpc_store_set(ddpc_store *s, const char *key, const void *val, size_t len) {
@@ -684,8 +690,7 @@ static ddpc_status wait_(ddpc_store *s, const char *const *keys, int nkeys, doub
     char *rep;
     uint32_t rl;
     CHECK(keys_body_(&b, CMD_WAIT, keys, nkeys));
-    ddpc_status st = request_(s, &b, ddpc_deadline_after(timeout_s), abort, &rep, &rl);
-    free(b.data);
+    ddpc_status st = exchange_(s, &b, timeout_s, abort, &rep, &rl, 1);
     if (st == DDPC_ERR_TIMEOUT) {
         ddpc_clear_error();
         return DDPC_ERROR(DDPC_ERR_TIMEOUT, "store wait for '%s'%s timed out after %.1f s", nkeys ? keys[0] : "",
@@ -693,7 +698,6 @@ static ddpc_status wait_(ddpc_store *s, const char *const *keys, int nkeys, doub
     }
     CHECK(st);
     free(rep);
-    if (rl != 1) return DDPC_ERROR(DDPC_ERR_DIST, "the store sent a malformed reply");
     return DDPC_OK;
 }
 

@@ -397,9 +397,7 @@ def _as_source(obj):
         if file_backed:
             raise ValueError("a memory-mapped array must be C-contiguous to be read row by row")
         arr = np.ascontiguousarray(arr)
-    if arr.dtype.name == "bfloat16":  # ml_dtypes' bfloat16 exports no buffer format: view its bits
-        return _C.Buffer.from_object(arr.view(np.uint16), "bfloat16"), file_backed
-    return _C.Buffer.from_object(arr), file_backed
+    return from_numpy(arr)._buf, file_backed
 
 
 class TensorDataset(Dataset):

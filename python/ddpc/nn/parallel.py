@@ -24,7 +24,7 @@ from .. import _C
 from .. import distributed as dist
 from ..autograd import Node, is_grad_enabled, no_grad, queue_callback
 from .._dtype import bfloat16, float16
-from ..tensor import Tensor, from_numpy, full, zeros
+from ..tensor import Tensor, from_numpy, zeros
 from .modules import Module
 
 _FIRST_BUCKET_BYTES = 1 << 20  # small first bucket: its all-reduce starts early in backward
@@ -244,7 +244,7 @@ class DistributedDataParallel(Module):
         desc = "\n".join(f"{n}:{tuple(p.shape)}:{p.dtype.name}{'' if p.requires_grad else ':frozen'}"
                          for n, p in self._all_params).encode()
         size, _ = self._world()
-        length = self._scalar(len(desc))
+        length = self._collective_tensor(np.array([len(desc)], dtype=np.int64))
         dist.all_reduce(length, op=dist.ReduceOp.MAX, group=self.process_group)
         mine = zeros(int(length.item()), dtype="uint8")
         if desc:
@@ -265,9 +265,9 @@ class DistributedDataParallel(Module):
                         f"rank 0 has {a!r}, rank {r} has {b!r} (name:shape:dtype[:frozen]); every rank must build "
                         "the same model")
 
-    def _scalar(self, value):
-        """A one-element int64 tensor where this group's collectives take it."""
-        return full((1,), value, dtype="int64", device=dist.collective_device(self.process_group))
+    def _collective_tensor(self, values):
+        """A numpy array's copy where this group's collectives take it."""
+        return from_numpy(values).to(dist.collective_device(self.process_group))
 
     def _broadcast_states(self, group_rank, with_params):
         """Copies the parameters (if asked) and buffers of one group member to all."""
@@ -357,12 +357,9 @@ class DistributedDataParallel(Module):
         none anywhere keep ``.grad`` None after the reduction, as in PyTorch."""
         unused = {id(q) for q in self._unused}
         used = np.array([id(q) not in unused or q.grad is not None for _, q in self._named_params], dtype=np.int32)
-        self._used_mask = self._mask_tensor(used)
+        self._used_mask = self._collective_tensor(used)
         self._used_mask_work = dist.all_reduce(self._used_mask, op=dist.ReduceOp.MAX, group=self.process_group,
                                                async_op=True)
-
-    def _mask_tensor(self, values):
-        return from_numpy(values).to(dist.collective_device(self.process_group))
 
     def _mark_ready(self, p, grad):
         b, i = self._where[id(p)]
@@ -451,7 +448,7 @@ class DistributedDataParallel(Module):
     def _join_vote(self, active, grads, buffers):
         """Of the ranks still active: how many, how many reduce gradients this step,
         how many broadcast buffers (the joined ranks shadow those collectives)."""
-        votes = self._mask_tensor(np.array([active, grads, buffers], dtype=np.int64))
+        votes = self._collective_tensor(np.array([active, grads, buffers], dtype=np.int64))
         dist.all_reduce(votes, group=self.process_group)
         return tuple(int(v) for v in votes.cpu().numpy())
 
@@ -494,7 +491,7 @@ class DistributedDataParallel(Module):
             if not grads:  # the active ranks' step is inside no_sync() or without grad mode
                 continue
             if self.find_unused_parameters:
-                dist.all_reduce(self._mask_tensor(np.zeros(len(self._named_params), dtype=np.int32)),
+                dist.all_reduce(self._collective_tensor(np.zeros(len(self._named_params), dtype=np.int32)),
                                 op=dist.ReduceOp.MAX, group=self.process_group)
             for b in self._buckets:
                 b.flat.fill_(0)
@@ -505,7 +502,7 @@ class DistributedDataParallel(Module):
         """Ranks that joined early stopped stepping; the rank that ran the most
         steps (the highest such rank on ties) broadcasts its model to all."""
         size, rank = self._world()
-        key = self._scalar(self._join_steps * size + rank)
+        key = self._collective_tensor(np.array([self._join_steps * size + rank], dtype=np.int64))
         dist.all_reduce(key, op=dist.ReduceOp.MAX, group=self.process_group)
         self._broadcast_states(int(key.item()) % size, with_params=True)
 
