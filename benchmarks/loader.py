@@ -87,7 +87,7 @@ def main():
     parser.add_argument("--features", type=int, default=784,
                         help="float32 features per sample: 784 is bound by memory bandwidth, a few dozen by "
                              "per-batch overhead")
-    parser.add_argument("--threads", type=int, default=None, help="loader threads (default: up to 4)")
+    parser.add_argument("--threads", type=int, default=None, help="loader threads (default: one fewer than the cores, 1 to 4)")
     parser.add_argument("--torch-batches", type=int, default=128, help="batches timed for PyTorch (it is slow)")
     parser.add_argument("--repeat", type=int, default=5, help="timed epochs per case (best is reported)")
     parser.add_argument("--device", default="cpu")

@@ -8,14 +8,17 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include "alloc.h"
 #include "device.h"
 #include "npy.h"
 
-/* Rows a thread claims at once: about 256 KiB, large enough that the lock is
+/* Rows a thread claims at once: about 128 KiB, large enough that the lock is
  * cold, small enough that two threads share one batch. */
-#define CHUNK_BYTES (256u << 10)
+#define CHUNK_BYTES (128u << 10)
 /* Rows read from mapped files between two looks at the resident set. */
 #define RESIDENT_CHECK_ROWS 16
 
@@ -35,6 +38,9 @@ typedef struct {
 #endif
 } slot_;
 
+/* Copies whole 64-byte lines (see COPY_LOOP_). */
+typedef void (*copy_lines_fn)(char *dst, const char *src, const char *next, size_t lines);
+
 struct ddpc_loader {
     ddpc_loader_source src[DDPC_LOADER_MAX_SOURCES];
     int nsources;
@@ -50,6 +56,7 @@ struct ddpc_loader {
     pthread_cond_t work_cv, done_cv;
     int stop;
     void *compute_stream, *copy_stream;
+    copy_lines_fn copy_lines;
 };
 
 int64_t ddpc_loader_batch_rows(const ddpc_loader *l, int64_t batch) {
@@ -58,13 +65,110 @@ int64_t ddpc_loader_batch_rows(const ddpc_loader *l, int64_t batch) {
 
 /* ---- the producer threads ------------------------------------------------------- */
 
-static void copy_rows_(char *dst, const char *base, const int64_t *idx, int64_t n, size_t rb) {
-    /* Fixed sizes let the compiler turn the per-row memcpy into one load and store. */
-    switch (rb) {
-    case 4: for (int64_t i = 0; i < n; i++) memcpy(dst + i * 4, base + idx[i] * 4, 4); break;
-    case 8: for (int64_t i = 0; i < n; i++) memcpy(dst + i * 8, base + idx[i] * 8, 8); break;
-    default: for (int64_t i = 0; i < n; i++) memcpy(dst + (size_t)i * rb, base + (size_t)idx[i] * rb, rb); break;
+/* Rows ahead whose cache lines are requested while a row is copied. */
+#define PREFETCH_ROWS 2
+/* Rows at least this long are copied line by line (copy_row_ahead_). */
+#define LINE_MIN_ROW 256
+
+/* Copies `lines` whole 64-byte lines to a 64-byte-aligned dst, asking at each
+ * line for the matching line of a row further on (`next`, or NULL): one core
+ * alone keeps only a few misses in flight, and random rows defeat the
+ * hardware prefetcher at every row start, so the next rows' lines are
+ * requested while this one is copied (hint T1: into L2, not L1). The widest
+ * loads and stores the CPU has are used.
+ *
+ * Batches bound for a GPU are written with streaming (non-temporal) stores:
+ * the copy engine reads the staging from memory, so bringing its lines into
+ * this core's cache first would only add traffic (the gather alone measured
+ * 1.4x faster). Host batches use ordinary stores, so that the batch is still
+ * in cache when the training step reads it: streaming them made the gather
+ * faster but a consumer that reads each batch once slower overall. */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define COPY_LOOP_(load, store)                                \
+    for (size_t k = 0; k < lines * 64; k += 64) {              \
+        if (next) __builtin_prefetch(next + k, 0, 2);          \
+        for (size_t j = 0; j < 64; j += sizeof(load(src)))     \
+            store(dst + k + j, load(src + k + j));             \
     }
+#define COPY_LINES_FN_(name, attr, load, store)                                        \
+    attr static void name(char *dst, const char *src, const char *next, size_t lines) { \
+        COPY_LOOP_(load, store)                                                        \
+    }
+
+#define LOAD512_(p) _mm512_loadu_si512((const void *)(p))
+#define LOAD256_(p) _mm256_loadu_si256((const __m256i *)(p))
+#define LOAD128_(p) _mm_loadu_si128((const __m128i *)(p))
+#define STREAM512_(p, v) _mm512_stream_si512((__m512i *)(p), v)
+#define STREAM256_(p, v) _mm256_stream_si256((__m256i *)(p), v)
+#define STREAM128_(p, v) _mm_stream_si128((__m128i *)(p), v)
+#define STORE512_(p, v) _mm512_storeu_si512((void *)(p), v)
+#define STORE256_(p, v) _mm256_storeu_si256((__m256i *)(p), v)
+#define STORE128_(p, v) _mm_storeu_si128((__m128i *)(p), v)
+#define AVX512_ __attribute__((target("avx512f")))
+#define AVX_ __attribute__((target("avx")))
+COPY_LINES_FN_(stream_lines_avx512_, AVX512_, LOAD512_, STREAM512_)
+COPY_LINES_FN_(stream_lines_avx_, AVX_, LOAD256_, STREAM256_)
+COPY_LINES_FN_(stream_lines_sse2_, , LOAD128_, STREAM128_)
+COPY_LINES_FN_(store_lines_avx512_, AVX512_, LOAD512_, STORE512_)
+COPY_LINES_FN_(store_lines_avx_, AVX_, LOAD256_, STORE256_)
+COPY_LINES_FN_(store_lines_sse2_, , LOAD128_, STORE128_)
+
+static copy_lines_fn pick_copy_lines_(int streaming) {
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) return streaming ? stream_lines_avx512_ : store_lines_avx512_;
+    if (__builtin_cpu_supports("avx")) return streaming ? stream_lines_avx_ : store_lines_avx_;
+    return streaming ? stream_lines_sse2_ : store_lines_sse2_;
+}
+static void store_fence_(void) { _mm_sfence(); } /* streaming stores are weakly ordered */
+#else
+static void store_lines_(char *dst, const char *src, const char *next, size_t lines) {
+    for (size_t k = 0; k < lines * 64; k += 64) {
+        if (next) __builtin_prefetch(next + k, 0, 2);
+        memcpy(dst + k, src + k, 64);
+    }
+}
+static copy_lines_fn pick_copy_lines_(int streaming) {
+    (void)streaming;
+    return store_lines_;
+}
+static void store_fence_(void) {}
+#endif
+
+/* One row of rb >= LINE_MIN_ROW bytes: the bytes before dst's first line
+ * boundary and after its last are copied with memcpy, the lines between by `copy`. */
+static void copy_row_ahead_(copy_lines_fn copy, char *dst, const char *src, const char *next, size_t rb) {
+    size_t head = (size_t)(-(uintptr_t)dst & 63), lines = (rb - head) / 64, k = head + lines * 64;
+    memcpy(dst, src, head);
+    copy(dst + head, src + head, next ? next + head : NULL, lines);
+    memcpy(dst + k, src + k, rb - k);
+    if (next) {
+        __builtin_prefetch(next, 0, 2);
+        __builtin_prefetch(next + rb - 1, 0, 2);
+    }
+}
+
+/* Small rows ahead whose line is requested while a row is copied. */
+#define PREFETCH_SMALL_ROWS 16
+
+/* Copies rows idx[0..n) of rb bytes each from base to dst. The rows after
+ * them (up to idx[ahead - 1], the rest of the batch) are only prefetched. */
+static void copy_rows_(copy_lines_fn copy, char *dst, const char *base, const int64_t *idx, int64_t n,
+                       int64_t ahead, size_t rb) {
+    if (rb < LINE_MIN_ROW) {
+        for (int64_t i = 0; i < n; i++) {
+            if (i + PREFETCH_SMALL_ROWS < ahead) __builtin_prefetch(base + (size_t)idx[i + PREFETCH_SMALL_ROWS] * rb);
+            /* Fixed sizes let the compiler turn the memcpy into one load and store. */
+            if (rb == 4) memcpy(dst + i * 4, base + idx[i] * 4, 4);
+            else if (rb == 8) memcpy(dst + i * 8, base + idx[i] * 8, 8);
+            else memcpy(dst + (size_t)i * rb, base + (size_t)idx[i] * rb, rb);
+        }
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        const char *next = i + PREFETCH_ROWS < ahead ? base + (size_t)idx[i + PREFETCH_ROWS] * rb : NULL;
+        copy_row_ahead_(copy, dst + (size_t)i * rb, base + (size_t)idx[i] * rb, next, rb);
+    }
+    store_fence_(); /* before the rows are published */
 }
 
 static void release_files_(ddpc_loader *l) {
@@ -110,7 +214,7 @@ static ddpc_status gather_(ddpc_loader *l, slot_ *s, int64_t r0, int64_t r1) {
             const ddpc_loader_source *src = &l->src[k];
             char *dst = s->dst[k] + (size_t)a * src->row_bytes;
             if (src->kind == DDPC_SOURCE_FILE) CHECK(read_rows_(src, dst, idx + a, b - a));
-            else copy_rows_(dst, src->base, idx + a, b - a, src->row_bytes);
+            else copy_rows_(l->copy_lines, dst, src->base, idx + a, b - a, s->rows - a, src->row_bytes);
         }
         if (l->mapped) limit_resident_(l);
     }
@@ -177,6 +281,12 @@ static slot_ *pick_(ddpc_loader *l) {
         if (has_work_(s) && (!best || s->batch < best->batch)) best = s;
     }
     return best;
+}
+
+/* The oldest batch with rows left to gather (no staging wait); the lock is held. */
+static slot_ *pick_rows_(ddpc_loader *l) {
+    slot_ *s = pick_(l);
+    return s && !s->need_sync ? s : NULL;
 }
 
 /* One piece of work on slot s: the wait before its staging is reused, or
@@ -314,6 +424,7 @@ ddpc_status ddpc_loader_init(const ddpc_loader_config *cfg, ddpc_loader **out) {
     l->prefetch = cfg->prefetch;
     l->nthreads = cfg->nthreads;
     l->device = cfg->device;
+    l->copy_lines = pick_copy_lines_(cfg->device != DDPC_CPU);
     l->budget = cfg->resident_budget ? cfg->resident_budget : 1;
     size_t row_total = 0, mapped_bytes = 0;
     for (int k = 0; k < l->nsources; k++) {
@@ -392,9 +503,12 @@ static ddpc_status wait_(ddpc_loader *l, int64_t batch) {
         pthread_mutex_unlock(&l->mu);
         return DDPC_ERROR(DDPC_ERR_INTERNAL, "batch %lld was never queued", (long long)batch);
     }
-    /* The waiting thread gathers rows of its own batch rather than sleep. */
+    /* The waiting thread gathers rows rather than sleep: of its own batch,
+     * or once all of them are taken, of the next ones (a chunk is short, so
+     * its batch is handed back at most one chunk late). */
     while (!s->done) {
-        if (has_work_(s)) work_on_(l, s);
+        slot_ *w = has_work_(s) ? s : pick_rows_(l);
+        if (w) work_on_(l, w);
         else pthread_cond_wait(&l->done_cv, &l->mu);
     }
     ddpc_status st = s->st;

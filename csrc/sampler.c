@@ -60,7 +60,8 @@ ddpc_status ddpc_dist_sampler_indices(int64_t n, int64_t num_replicas, int64_t r
     }
     /* Position k >= n of the padded list repeats position k mod n. */
     for (int64_t i = 0; i < num_samples; i++) {
-        int64_t k = (rank + i * num_replicas) % n;
+        int64_t k = rank + i * num_replicas;
+        if (k >= n) k %= n; /* only in the padding: no division per index */
         out[i] = perm ? perm[k] : k;
     }
     free(perm);

@@ -49,6 +49,7 @@ C_TESTS = {
     "core": (f"{ROOT}/tests/c/test_core.c", CORE),
     "watchdog": (f"{ROOT}/tests/c/test_watchdog.c", _sources("common", "comm/watchdog")),
     "data": (f"{ROOT}/tests/c/test_sampler.c", CORE + _sources("sampler", "npy", "loader")),
+    "copy": (f"{ROOT}/tests/c/test_copy_lines.c", CORE + _sources("npy")),  # includes loader.c
     "comm": (f"{ROOT}/tests/c/test_ring_schedule.c", _sources("dtype", "comm/reduce")),
 }
 

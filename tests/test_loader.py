@@ -85,6 +85,23 @@ def test_batches_equal_numpy_gather(batch_size, drop_last, prefetch, threads):
     check_batches(loader, sources, idx, [min(b * batch_size, n) for b in range(nb + 1)])
 
 
+@pytest.mark.parametrize("row_bytes", [255, 256, 260, 1001, 3136])
+@pytest.mark.parametrize("batch_size,threads", [(1, 1), (7, 2), (64, 1), (100, 3)])
+def test_wide_rows_equal_numpy_gather(row_bytes, batch_size, threads):
+    # Rows of 256 bytes and more are copied line by line with prefetching; rows
+    # whose length is no multiple of 64 start off a line boundary in the batch.
+    rng = np.random.default_rng(row_bytes)
+    n = 301
+    wide = rng.integers(0, 256, size=(n, row_bytes), dtype=np.uint8)
+    floats = rng.standard_normal((n, 3, 65)).astype(np.float32)  # 780 bytes
+    labels = np.arange(n, dtype=np.int64)
+    sources = [wide, floats, labels]
+    sampler = DistributedSampler(n, num_replicas=2, rank=1, seed=row_bytes)
+    loader = DataLoader(TensorDataset(*sources), batch_size=batch_size, sampler=sampler, num_threads=threads)
+    idx = sampler.indices()
+    check_batches(loader, sources, idx, [min(b * batch_size, len(idx)) for b in range(-(-len(idx) // batch_size) + 1)])
+
+
 def test_batch_memory_is_reused_only_once_released():
     a = arrays(2000)
     loader = DataLoader(TensorDataset(a["x"], a["y"]), batch_size=10, shuffle=True, prefetch=2, num_threads=2)

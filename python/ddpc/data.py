@@ -588,7 +588,8 @@ class DataLoader:
     """Batches of a data set, prefetched in the background, like ``torch.utils.data.DataLoader``.
 
     A ``TensorDataset`` (with the default collation) is gathered by ``num_threads``
-    C threads straight into new batch tensors (pinned staging and a copy stream
+    C threads (by default one fewer than the cores, at most 4), helped by the
+    thread waiting for a batch, straight into new batch tensors (pinned staging and a copy stream
     when ``device`` is a GPU); any other data set is read with ``__getitem__`` and
     collated by ``collate_fn`` in a background thread. ``prefetch`` batches are
     prepared ahead of the one being used. Batches of a TensorDataset are lists of
@@ -626,7 +627,8 @@ class DataLoader:
             raise RuntimeError(f"cuda:{self.device} was requested but "
                                + (f"this machine has {count} GPU(s)" if count else _C.cuda_unavailable_reason()))
         self.prefetch = _positive_int(prefetch, "prefetch")
-        self.num_threads = (max(1, min(4, os.cpu_count() or 1)) if num_threads is None
+        # The thread waiting for a batch gathers too: one thread fewer than the cores, 1 to 4.
+        self.num_threads = (max(1, min(4, (os.cpu_count() or 1) - 1)) if num_threads is None
                             else _positive_int(num_threads, "num_threads"))
         # A subclass that overrides __getitem__ is read item by item, as PyTorch would.
         self._arrays = (isinstance(dataset, TensorDataset) and type(dataset).__getitem__ is TensorDataset.__getitem__
