@@ -88,7 +88,9 @@ def main():
                         help="float32 features per sample: 784 is bound by memory bandwidth, a few dozen by "
                              "per-batch overhead")
     parser.add_argument("--threads", type=int, default=None, help="loader threads (default: one fewer than the cores, 1 to 4)")
-    parser.add_argument("--torch-batches", type=int, default=128, help="batches timed for PyTorch (it is slow)")
+    parser.add_argument("--torch-batches", type=int, default=0,
+                        help="batches timed for PyTorch per epoch (default 0: all of them, so that its sampler's "
+                             "per-epoch setup is spread over a whole epoch, as ddpc's is)")
     parser.add_argument("--repeat", type=int, default=5, help="timed epochs per case (best is reported)")
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
@@ -110,7 +112,7 @@ def main():
     device = None if args.device == "cpu" else args.device
     sync = ddpc.cuda.synchronize if device else None
     suffix = f" -> {device}" if device else ""
-    torch_batches = min(args.torch_batches, n // batch)
+    torch_batches = min(args.torch_batches or n // batch, n // batch)
     with tempfile.TemporaryDirectory() as tmp:
         px, py = os.path.join(tmp, "x.npy"), os.path.join(tmp, "y.npy")
         np.save(px, X)
