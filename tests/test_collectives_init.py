@@ -246,6 +246,55 @@ def test_init_again_after_destroy():
         assert out.split("\n")[:3] == [f"ROUND {i} SUM 3.0" for i in range(3)]
 
 
+@pytest.mark.parametrize("call", ["recv", "all_reduce", "subgroup"])
+def test_destroy_while_another_thread_waits_in_a_call(call):
+    """A thread blocked in a call on the group (its peer never takes part)
+    gets an error once the main thread destroys the group; nothing crashes."""
+    port = free_port()
+    code = textwrap.dedent("""
+        import os, threading, time, numpy as np
+        import ddpc.distributed as dist
+        dist.init_process_group("cpu", timeout=60)
+        call = os.environ["CALL"]
+        group = dist.new_group([0, 1]) if call == "subgroup" else None
+        if dist.get_rank() == 0:
+            result = []
+            def waiter():
+                buf = np.zeros(1 << 16, np.float32)
+                try:
+                    if call == "recv":
+                        dist.recv(buf, src=1)
+                    else:
+                        dist.all_reduce(buf, group=group)
+                    result.append("returned")
+                except Exception as e:
+                    result.append(f"{type(e).__name__}: {e}")
+            t = threading.Thread(target=waiter)
+            t.start()
+            time.sleep(0.5)
+            start = time.monotonic()
+            dist.destroy_process_group(group)
+            t.join(10)
+            os.write(1, f"ALIVE {t.is_alive()} AFTER {time.monotonic() - start:.1f} RESULT {result}\\n".encode())
+            if group is not None:
+                dist.destroy_process_group()
+        else:
+            time.sleep(1.5)
+            dist.destroy_process_group()
+    """)
+    base = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
+    procs = [subprocess.Popen([sys.executable, "-X", "faulthandler", "-c", code], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True,
+                              env=dict(base, RANK=str(r), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
+                                       MASTER_PORT=str(port), CALL=call)) for r in range(2)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    line = outs[0][0]
+    assert "ALIVE False" in line, outs
+    assert float(line.split("AFTER ")[1].split()[0]) < 5, outs
+    assert "destroyed" in line and "returned" not in line, outs
+
+
 def _init_rounds_on_one_store(rank):
     """Three jobs of 2 ranks, then one of 3 ranks and one of 2 on a store made for 3.
     Rank 1 comes late to each all_reduce, so rank 0 waits past its spinning

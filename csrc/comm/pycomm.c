@@ -316,6 +316,8 @@ typedef struct {
     PyObject_HEAD
     ddpc_group *group;
     PyObject *store;
+    int users;   /* calls using `group` with the GIL released (counted under the GIL) */
+    int closed;  /* close() ran while users > 0: the last of them frees the group */
 } group_obj;
 
 static int group_init(group_obj *self, PyObject *args, PyObject *kwds) {
@@ -362,7 +364,7 @@ static int group_init(group_obj *self, PyObject *args, PyObject *kwds) {
     return 0;
 }
 
-static void group_close_(group_obj *self) {
+static void group_free_(group_obj *self) {
     ddpc_group *g = self->group;
     self->group = NULL;
     if (g) {
@@ -373,15 +375,38 @@ static void group_close_(group_obj *self) {
     Py_CLEAR(self->store);
 }
 
+/* Closing while another thread is inside a call on the group (a blocking
+ * recv, say) fails the group, which wakes that call with an error, and
+ * leaves the freeing to it: the memory it uses stays valid until it returns. */
+static void group_close_(group_obj *self) {
+    if (self->closed) return;
+    if (self->users == 0) {
+        group_free_(self);
+        return;
+    }
+    self->closed = 1;
+    ddpc_group_fail(self->group, DDPC_ERR_DIST, "the process group was destroyed while this call was in progress");
+}
+
+/* Around every use of self->group with the GIL released. */
+static ddpc_group *group_enter_(group_obj *self) {
+    self->users++;
+    return self->group;
+}
+
+static void group_leave_(group_obj *self) {
+    if (--self->users == 0 && self->closed) group_free_(self);
+}
+
 static void group_dealloc(group_obj *self) {
-    group_close_(self);
+    group_free_(self); /* no call is in progress: each holds a reference */
     PyTypeObject *tp = Py_TYPE(self);
     tp->tp_free(self);
     Py_DECREF(tp);
 }
 
 static int group_ready_(group_obj *self) {
-    if (self->group) return 1;
+    if (self->group && !self->closed) return 1;
     PyErr_SetString(PyExc_ValueError, "the process group was destroyed");
     return 0;
 }
@@ -398,24 +423,27 @@ static int view_(PyObject *obj, int writable, Py_buffer *view) {
 /* Submits `a` and either waits (GIL released) or returns a Work that holds the views. */
 static PyObject *launch_(group_obj *self, ddpc_coll_args *a, Py_buffer *views, int nviews, int async_op) {
     ddpc_status st;
+    ddpc_group *g = group_enter_(self);
     if (!async_op) {
         Py_BEGIN_ALLOW_THREADS
-        st = ddpc_group_submit(self->group, a, NULL);
+        st = ddpc_group_submit(g, a, NULL);
         Py_END_ALLOW_THREADS
+        group_leave_(self);
         release_views_(views, nviews);
         if (st != DDPC_OK) return ddpc_raise(st);
         Py_RETURN_NONE;
     }
     work_obj *w = PyObject_New(work_obj, WorkType);
-    if (!w) return release_views_(views, nviews), NULL;
+    if (!w) return group_leave_(self), release_views_(views, nviews), NULL;
     w->work = NULL;
     w->nviews = nviews;
     memcpy(w->views, views, (size_t)nviews * sizeof *views);
     Py_INCREF(self);
     w->group = (PyObject *)self;
     Py_BEGIN_ALLOW_THREADS
-    st = ddpc_group_submit(self->group, a, &w->work);
+    st = ddpc_group_submit(g, a, &w->work);
     Py_END_ALLOW_THREADS
+    group_leave_(self);
     if (st != DDPC_OK) {
         Py_DECREF(w);
         return ddpc_raise(st);
@@ -579,9 +607,11 @@ static PyObject *group_share(group_obj *self, PyObject *arg) {
     if (!o) return NULL;
     o->reg = NULL;
     ddpc_status st;
+    ddpc_group *g = group_enter_(self);
     Py_BEGIN_ALLOW_THREADS
-    st = ddpc_group_share(self->group, (size_t)nbytes, &o->reg);
+    st = ddpc_group_share(g, (size_t)nbytes, &o->reg);
     Py_END_ALLOW_THREADS
+    group_leave_(self);
     if (st != DDPC_OK) {
         Py_DECREF(o);
         return ddpc_raise(st);
