@@ -602,6 +602,23 @@ static PyObject *get_is_pinned(ddpc_buffer *b, void *c) {
     while (!owner->block && owner->base && ddpc_buffer_check(owner->base)) owner = (ddpc_buffer *)owner->base;
     return PyBool_FromLong(owner->block && owner->block->kind == DDPC_MEM_PINNED);
 }
+/* The buffer whose version counter b's writes bump: the one owning or
+ * importing the memory that b views. (A view of an imported buffer points at
+ * the foreign object, so it counts on its own.) */
+static ddpc_buffer *version_holder_(ddpc_buffer *b) {
+    while (!b->block && !b->imported && b->base && ddpc_buffer_check(b->base)) b = (ddpc_buffer *)b->base;
+    return b;
+}
+static PyObject *get_version(ddpc_buffer *b, void *c) {
+    (void)c;
+    return PyLong_FromUnsignedLongLong(version_holder_(b)->version);
+}
+static PyObject *buffer_bump_version(ddpc_buffer *b, PyObject *unused) {
+    (void)unused;
+    version_holder_(b)->version++;
+    Py_RETURN_NONE;
+}
+
 static PyObject *get_base(ddpc_buffer *b, void *c) {
     (void)c;
     PyObject *r = b->base ? b->base : Py_None;
@@ -637,10 +654,13 @@ static PyMethodDef buffer_methods[] = {
     {"__dlpack__", (PyCFunction)(void (*)(void))buffer_dlpack, METH_VARARGS | METH_KEYWORDS, "DLPack export"},
     {"__dlpack_device__", (PyCFunction)buffer_dlpack_device, METH_NOARGS, "DLPack device tuple"},
     {"__reduce__", (PyCFunction)buffer_reduce, METH_NOARGS, NULL},
+    {"bump_version", (PyCFunction)buffer_bump_version, METH_NOARGS,
+     "counts an in-place write into this memory (autograd checks tensors saved for backward against it)"},
     {NULL, NULL, 0, NULL},
 };
 
 static PyGetSetDef buffer_getset[] = {
+    {"version", (getter)get_version, NULL, "in-place writes into this memory so far", NULL},
     {"shape", (getter)get_shape, NULL, "shape tuple", NULL},
     {"dtype", (getter)get_dtype, NULL, "dtype name", NULL},
     {"device", (getter)get_device, NULL, "-1 for cpu, else the CUDA ordinal", NULL},

@@ -252,6 +252,66 @@ def test_inplace_on_a_tensor_requiring_grad_is_refused():
         x.add_(1)
 
 
+def test_changing_a_saved_tensor_in_place_before_backward_is_refused():
+    x = ddpc.randn(3, 4)
+    w = ddpc.randn(4, 2, requires_grad=True)
+    loss = (x @ w).sum()
+    x.add_(1.0)  # x is saved for w's gradient
+    with pytest.raises(RuntimeError, match="modified by an in-place operation.*MatmulBackward.*version 1; expected "
+                                           "version 0"):
+        loss.backward()
+
+
+@pytest.mark.parametrize("change", ["setitem on a view", "fill_", "copy_", "optimizer step", "init", "all_reduce"])
+def test_every_kind_of_in_place_write_to_saved_memory_is_caught(change, monkeypatch):
+    import socket
+
+    import ddpc.distributed as dist
+
+    lin = ddpc.nn.Linear(4, 3)
+    x = ddpc.randn(5, 4)
+    loss = lin(x).sum()  # saves x and the weight
+    with ddpc.no_grad():
+        if change == "setitem on a view":
+            x[1:3][0] = 7.0  # a view of x's memory
+        elif change == "fill_":
+            x.fill_(0.0)
+        elif change == "copy_":
+            x.copy_(ddpc.zeros(5, 4))
+        elif change == "optimizer step":
+            lin.weight.grad = ddpc.ones(3, 4)
+            ddpc.optim.SGD(lin.parameters(), lr=0.1).step()
+        elif change == "init":
+            ddpc.nn.init.uniform_(lin.weight)
+        else:
+            with socket.socket() as sock:
+                sock.bind(("127.0.0.1", 0))
+                port = sock.getsockname()[1]
+            monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+            monkeypatch.setenv("MASTER_PORT", str(port))
+            dist.init_process_group("cpu", rank=0, world_size=1)
+            try:
+                dist.all_reduce(x)
+            finally:
+                dist.destroy_process_group()
+    with pytest.raises(RuntimeError, match="modified by an in-place operation"):
+        loss.backward()
+
+
+def test_in_place_writes_after_backward_or_to_unsaved_tensors_are_fine():
+    lin = ddpc.nn.Linear(4, 3)
+    x = ddpc.randn(5, 4)
+    other = ddpc.zeros(2)
+    for _ in range(2):  # the optimizer's in-place update comes after each backward
+        loss = lin(x).sum()
+        other.add_(1.0)
+        loss.backward()
+        with ddpc.no_grad():
+            ddpc.optim.SGD(lin.parameters(), lr=0.1).step()
+    x.add_(1.0)
+    np.testing.assert_allclose(lin.weight.grad.numpy(), np.tile(x.numpy().sum(0) - 5, (3, 1)) * 2, rtol=1e-5)
+
+
 def test_register_hook_can_replace_the_gradient():
     x = leaf(3)
     seen = []

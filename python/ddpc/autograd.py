@@ -142,7 +142,19 @@ class Node:
         self.next_functions = tuple(_edge(t) for t in inputs)
         self.seq = next(_sequence)
         self.saved = saved
+        # In-place writes counted on each saved tensor's memory so far: backward
+        # refuses to run on a saved tensor changed since (its gradient would be wrong).
+        self.saved_versions = tuple(t._buf.version if isinstance(t, Tensor) else None for t in saved)
         self.pre_hooks = None
+
+    def check_saved(self):
+        for i, (t, v) in enumerate(zip(self.saved, self.saved_versions)):
+            if v is not None and t._buf.version != v:
+                raise RuntimeError(
+                    f"one of the tensors needed for gradient computation has been modified by an in-place operation: "
+                    f"tensor {i} saved by {self.name()} (shape {tuple(t.shape)}, {t.dtype}) is at version "
+                    f"{t._buf.version}; expected version {v} instead. Make the in-place change after backward(), "
+                    "or on a copy (.clone())")
 
     def name(self):
         return type(self).__name__.lstrip("_")
@@ -259,6 +271,7 @@ def _run_nodes(ready, grads, deps, retain_graph):
                 raise RuntimeError(
                     f"trying to backward through {node.name()} a second time: its saved tensors were freed after "
                     "the first backward; pass retain_graph=True to the first backward() to keep them")
+            node.check_saved()
             if node.pre_hooks:
                 for fn in list(node.pre_hooks.values()):
                     res = fn(g)

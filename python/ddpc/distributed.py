@@ -577,6 +577,8 @@ class _Arg:
         if isinstance(buf, _C.Buffer):
             self.code = _dtype_code(buf.dtype)
             self.numel = buf.numel
+            if writable:
+                buf.bump_version()  # an in-place write, as autograd counts them
             if buf.device >= 0 and group.backend != "nccl":
                 host = _C.Buffer(buf.shape, buf.dtype, -1, pin_memory=True)
                 _C.copy(host, buf)
@@ -692,6 +694,7 @@ def _copy_out(dst, src_buf):
     if isinstance(dst, np.ndarray):
         memoryview(dst).cast("B")[:] = memoryview(src_buf).cast("B")
     else:
+        dst._buf.bump_version()
         _C.copy(dst._buf, src_buf.view(0, dst._buf.shape))
 
 

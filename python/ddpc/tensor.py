@@ -401,7 +401,7 @@ class Tensor:
         return None
 
     def __setitem__(self, index, value):
-        _check_no_grad_inplace(self, "item assignment")
+        _begin_inplace(self, "item assignment")
         rows = self._stepped_rows(index)
         if rows is None:
             target = self._getitem(index)
@@ -437,7 +437,7 @@ class Tensor:
     # ---- in-place storage ops ----------------------------------------------------
     def copy_(self, src, non_blocking=False):
         """Copies src (any device and dtype, same number of elements) into self."""
-        _check_no_grad_inplace(self, "copy_")
+        _begin_inplace(self, "copy_")
         if not isinstance(src, Tensor):
             src = tensor(src, dtype=self.dtype)
         if src.shape != self.shape and src.numel() != self.numel():
@@ -451,7 +451,7 @@ class Tensor:
         return self
 
     def fill_(self, value):
-        _check_no_grad_inplace(self, "fill_")
+        _begin_inplace(self, "fill_")
         if not self.dtype.is_floating_point and isinstance(value, numbers.Integral):
             value = _int_scalar(value, self.dtype)
             if abs(value) > _DOUBLE_INTS:
@@ -642,15 +642,18 @@ def _same_memory(a, b):
             and a.element_size() == b.element_size())
 
 
-def _check_no_grad_inplace(t, what):
+def _begin_inplace(t, what):
+    """Before an in-place write into t: refuses one autograd would miss, and
+    counts it, so that backward can tell a tensor it saved was changed."""
     if t.requires_grad and _ag.is_grad_enabled():
         raise RuntimeError(f"{what}: a tensor that requires grad can't be modified in place while grad mode is on; "
                            "wrap the update in ddpc.no_grad()")
+    t._buf.bump_version()
 
 
 def _check_inplace(res, rdt, out):
     if out is not None:
-        _check_no_grad_inplace(out, "in-place op")
+        _begin_inplace(out, "in-place op")
     if res.dtype is not rdt:
         raise TypeError(f"result type {rdt} can't be cast to the in-place output's dtype {res.dtype}")
 

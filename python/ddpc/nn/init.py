@@ -12,6 +12,7 @@ __all__ = ["calculate_gain", "constant_", "kaiming_uniform_", "normal_", "ones_"
 
 def _draw(tensor, kind, a, b):
     seed, offset = default_generator.take(tensor.numel())
+    tensor._buf.bump_version()
     _C.random(tensor._buf, kind, seed, offset, float(a), float(b))
     return tensor
 

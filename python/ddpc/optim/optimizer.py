@@ -62,6 +62,9 @@ class Optimizer:
                 loss = closure()
         for group in self.param_groups:
             self._step_group(group)
+            for p in group["params"]:
+                if p.grad is not None:  # updated in place: autograd counts it (see Tensor.copy_)
+                    p._buf.bump_version()
         return loss
 
     def _step_group(self, group):
