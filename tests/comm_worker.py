@@ -211,6 +211,46 @@ def scenario_p2p():
     dist.barrier()
 
 
+def scenario_p2p_any():
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if world == 1:
+        return
+    # Every other rank sends to rank 0, which takes the sends as they come.
+    if rank == 0:
+        senders = []
+        for _ in range(world - 1):
+            buf = np.zeros(3, np.int64)
+            src = dist.recv(buf, tag=4)
+            check(buf, np.full(3, src), "recv from any rank gets the data of the rank it returns")
+            senders.append(src)
+        assert sorted(senders) == list(range(1, world)), senders
+        buf = ddpc.zeros(2)
+        w = dist.irecv(buf, tag=6)
+        w.wait()
+        assert w.source_rank() == world - 1 and buf.numpy().tolist() == [world - 1.0] * 2, w.source_rank()
+    else:
+        dist.send(np.full(3, rank, np.int64), 0, tag=4)
+        if rank == world - 1:
+            dist.send(ddpc.full((2,), float(rank)), 0, tag=6)
+    dist.barrier()
+    if world >= 3:
+        # Rank 1's next message has another tag: a recv from any rank for tag 9
+        # waits for rank 2's instead, and a recv from rank 1 then takes rank 1's.
+        if rank == 0:
+            time.sleep(0.2)  # rank 1's message is there first
+            a, b = np.zeros(2), np.zeros(2)
+            assert dist.recv(a, tag=9) == 2
+            assert dist.recv(b, src=1, tag=8) == 1
+            check(a, np.full(2, 2.0), "recv from any rank for a tag")
+            check(b, np.full(2, 1.0), "recv from rank 1 after a recv from any rank passed it by")
+        elif rank == 1:
+            dist.send(np.full(2, 1.0), 0, tag=8)
+        elif rank == 2:
+            time.sleep(0.5)
+            dist.send(np.full(2, 2.0), 0, tag=9)
+    dist.barrier()
+
+
 def in_shared(mem, n, dtype, offset):
     """n elements of dtype at byte `offset` of a shared buffer (bfloat16 through its bits)."""
     if np.dtype(dtype) == np.dtype(ml_dtypes.bfloat16):
@@ -473,7 +513,7 @@ def main():
         os.environ["DDPC_HOST_ID"] = os.environ["TEST_HOSTS"].split(",")[int(os.environ["RANK"])]
     dist.init_process_group(timeout=timeout)
     if scenario == "all":
-        for name in ("matrix", "async", "groups", "p2p", "pickle", "mismatch"):
+        for name in ("matrix", "async", "groups", "p2p", "p2p_any", "pickle", "mismatch"):
             globals()["scenario_" + name]()
     elif "+" in scenario:
         for name in scenario.split("+"):

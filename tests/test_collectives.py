@@ -115,7 +115,7 @@ def test_collectives_across_simulated_hosts(hosts):
     (one rank per host) or the hierarchical path (shared memory within a host)."""
     world = len(hosts.split(","))
     # The full sizes run on one host above; here the largest is 64 Ki + 1 to bound the runtime.
-    res = run_job(world, "topology+matrix+async+groups+p2p+mismatch",
+    res = run_job(world, "topology+matrix+async+groups+p2p+p2p_any+mismatch",
                   env={"TEST_HOSTS": hosts, "TEST_SMALL_SIZES": "1"})
     assert res.returncode == 0, res.stdout + res.stderr
     for r in range(world):

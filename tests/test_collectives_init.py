@@ -99,6 +99,14 @@ def test_nccl_backend_without_a_gpu_is_a_clear_error(single_rank):
     assert not dist.is_initialized()
 
 
+def test_recv_from_any_rank_needs_another_rank(single_rank):
+    ddpc.init_process_group(rank=0, world_size=1)
+    with pytest.raises(ValueError, match="no other rank"):
+        dist.recv(ddpc.zeros(2))
+    with pytest.raises(RuntimeError, match="irecv"):
+        dist.Work(None).source_rank()
+
+
 def test_single_rank_group_and_helpers(single_rank):
     assert not dist.is_initialized()
     ddpc.init_process_group(rank=0, world_size=1)

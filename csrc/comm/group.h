@@ -42,10 +42,14 @@ typedef struct {
     const void *in;
     void *out;
     size_t count;
-    int peer;           /* root of a broadcast, peer of send/recv (group ranks) */
+    int peer;           /* root of a broadcast, peer of send/recv (group ranks); DDPC_ANY_SOURCE for a recv */
     int tag;
     uint64_t seq;       /* position in this group's sequence of collectives */
+    int *source;        /* recv: where the sender's rank is written, or NULL */
 } ddpc_coll_args;
+
+/* The peer of a recv that takes the first matching send from any rank (cpu backend). */
+#define DDPC_ANY_SOURCE (-1)
 
 typedef struct ddpc_group ddpc_group;
 

@@ -4,6 +4,7 @@
  * links from other peers that arrive first. Used by send/recv and the ring. */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,6 +76,28 @@ static ddpc_status connect_peer_(ddpc_group *g, int peer, int link, uint64_t dea
     return DDPC_OK;
 }
 
+/* Accepts one connection before `slice` and files it under the link its
+ * hello names; one that is not a new link of this group is dropped.
+ * DDPC_ERR_TIMEOUT (with its message recorded) when none came. */
+static ddpc_status accept_one_(ddpc_group *g, uint64_t slice, uint64_t deadline) {
+    int fd;
+    ddpc_status st = ddpc_net_accept(g->listen_fd, slice, &g->failed, &fd);
+    if (st == DDPC_ERR_DIST && atomic_load(&g->failed)) return ddpc_group_error(g);
+    CHECK(st);
+    uint32_t hello[3];
+    st = ddpc_net_recv(fd, hello, sizeof hello, deadline, &g->failed, "a connecting peer");
+    pthread_mutex_lock(&g->link_lock);
+    if (st != DDPC_OK || hello[0] != HELLO_MAGIC || hello[1] >= (uint32_t)g->size || (int)hello[1] == g->rank ||
+        hello[2] >= DDPC_NLINKS || *slot_(g, (int)hello[1], (int)hello[2]) >= 0) {
+        ddpc_clear_error();
+        close(fd);
+    } else {
+        *slot_(g, (int)hello[1], (int)hello[2]) = fd;
+    }
+    pthread_mutex_unlock(&g->link_lock);
+    return DDPC_OK;
+}
+
 /* Accepts connections until link (peer, link) is there; a connection for
  * another link is kept for whoever needs it. Other threads may accept at the
  * same time, so the lock is held only to look and to store, and each accept
@@ -88,26 +111,9 @@ static ddpc_status accept_peer_(ddpc_group *g, int peer, int link, uint64_t dead
         if (ddpc_ms_left(deadline, 1) == 0)
             return DDPC_ERROR(DDPC_ERR_TIMEOUT, "timed out after %.1f s waiting for rank %d to connect", g->timeout_s,
                               ddpc_global_rank(g, peer));
-        int fd;
-        ddpc_status st = ddpc_net_accept(g->listen_fd, ddpc_deadline_after(0.05), &g->failed, &fd);
-        if (st == DDPC_ERR_DIST && atomic_load(&g->failed)) return ddpc_group_error(g);
-        if (st == DDPC_ERR_TIMEOUT) {
-            ddpc_clear_error();
-            continue;
-        }
-        CHECK(st);
-        uint32_t hello[3];
-        st = ddpc_net_recv(fd, hello, sizeof hello, deadline, &g->failed, "a connecting peer");
-        pthread_mutex_lock(&g->link_lock);
-        if (st != DDPC_OK || hello[0] != HELLO_MAGIC || hello[1] >= (uint32_t)g->size || (int)hello[1] == g->rank ||
-            hello[2] >= DDPC_NLINKS || *slot_(g, (int)hello[1], (int)hello[2]) >= 0) {
-            /* Not a member of this group: drop it and keep waiting. */
-            ddpc_clear_error();
-            close(fd);
-        } else {
-            *slot_(g, (int)hello[1], (int)hello[2]) = fd;
-        }
-        pthread_mutex_unlock(&g->link_lock);
+        ddpc_status st = accept_one_(g, ddpc_deadline_after(0.05), deadline);
+        if (st == DDPC_ERR_TIMEOUT) ddpc_clear_error();
+        else CHECK(st);
     }
 }
 
@@ -162,6 +168,7 @@ ddpc_status ddpc_msg_header_check(ddpc_group *g, const ddpc_coll_args *a, const 
 }
 
 static ddpc_status transfer_(ddpc_group *g, const ddpc_coll_args *a, uint64_t deadline, int sending) {
+    if (!sending && a->source) *a->source = a->peer;
     int fd;
     char what[64];
     snprintf(what, sizeof what, "rank %d", ddpc_global_rank(g, a->peer));
@@ -181,5 +188,91 @@ static ddpc_status transfer_(ddpc_group *g, const ddpc_coll_args *a, uint64_t de
     return st == DDPC_ERR_DIST && atomic_load(&g->failed) ? ddpc_group_error(g) : st;
 }
 
+/* The first rank whose next message on its send/recv link is a send with
+ * `tag`, or -1 after a look at every ready link (peers whose next message has
+ * another tag are marked in `skip`: that message is for a later recv). */
+static ddpc_status ready_sender_(ddpc_group *g, int tag, struct pollfd *pf, const int *who, int np, char *skip,
+                                 uint64_t deadline, int *sender) {
+    *sender = -1;
+    for (int i = 0; i < np; i++) {
+        if (!(pf[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+        if (who[i] < 0) { /* a lower rank connecting */
+            ddpc_status st = accept_one_(g, ddpc_deadline_after(0), deadline);
+            if (st == DDPC_ERR_TIMEOUT) ddpc_clear_error();
+            else CHECK(st);
+            continue;
+        }
+        ddpc_msg_header h;
+        ssize_t got = recv(pf[i].fd, &h, sizeof h, MSG_PEEK | MSG_DONTWAIT);
+        if (got == 0) /* closed: the normal receive reports it */
+            got = sizeof h, h.magic = 0;
+        if (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+            return DDPC_ERROR(DDPC_ERR_DIST, "receiving from rank %d failed: %s", ddpc_global_rank(g, who[i]),
+                              strerror(errno));
+        if (got < (ssize_t)sizeof h) continue; /* the rest of the header is on its way */
+        if (h.magic == MSG_MAGIC && h.coll == DDPC_COLL_SEND && h.tag != tag) {
+            skip[who[i]] = 1;
+            continue;
+        }
+        *sender = who[i]; /* a send with this tag, or something the normal receive will report */
+        return DDPC_OK;
+    }
+    return DDPC_OK;
+}
+
+/* A recv from any source: links to every other rank are made (connecting
+ * to the higher ranks; the lower ones connect here), then the first link
+ * whose next message is a send with this recv's tag is read. */
+static ddpc_status recv_any_(ddpc_group *g, const ddpc_coll_args *a, uint64_t deadline) {
+    for (int p = g->rank + 1; p < g->size; p++) {
+        int fd;
+        CHECK(ddpc_p2p_link(g, p, DDPC_LINK_P2P, deadline, &fd));
+    }
+    struct pollfd *pf = malloc((size_t)(g->size + 1) * sizeof *pf);
+    int *who = malloc((size_t)(g->size + 1) * sizeof *who);
+    char *skip = calloc((size_t)g->size, 1);
+    ddpc_status st = DDPC_OK;
+    int sender = -1;
+    if (!pf || !who || !skip) {
+        st = DDPC_ERROR(DDPC_ERR_OOM, "out of memory");
+        goto done_;
+    }
+    while (sender < 0) {
+        if (atomic_load(&g->failed)) {
+            st = ddpc_group_error(g);
+            goto done_;
+        }
+        if (ddpc_ms_left(deadline, 1) == 0) {
+            st = DDPC_ERROR(DDPC_ERR_TIMEOUT, "timed out after %.1f s in recv from any rank (tag %d): no rank sent",
+                            g->timeout_s, a->tag);
+            goto done_;
+        }
+        int np = 0;
+        pthread_mutex_lock(&g->link_lock);
+        for (int p = 0; p < g->size; p++) {
+            int fd = *slot_(g, p, DDPC_LINK_P2P);
+            if (p != g->rank && fd >= 0 && !skip[p]) pf[np] = (struct pollfd){fd, POLLIN, 0}, who[np++] = p;
+        }
+        pthread_mutex_unlock(&g->link_lock);
+        if (g->rank > 0) pf[np] = (struct pollfd){g->listen_fd, POLLIN, 0}, who[np++] = -1;
+        int rc = poll(pf, (nfds_t)np, ddpc_ms_left(deadline, 50));
+        if (rc < 0 && errno != EINTR) {
+            st = DDPC_ERROR(DDPC_ERR_SYS, "poll failed: %s", strerror(errno));
+            goto done_;
+        }
+        if (rc > 0 && (st = ready_sender_(g, a->tag, pf, who, np, skip, deadline, &sender)) != DDPC_OK) goto done_;
+    }
+done_:
+    free(pf);
+    free(who);
+    free(skip);
+    if (st != DDPC_OK) return st;
+    ddpc_coll_args b = *a;
+    b.peer = sender;
+    return transfer_(g, &b, deadline, 0);
+}
+
 ddpc_status ddpc_p2p_send(ddpc_group *g, const ddpc_coll_args *a, uint64_t deadline) { return transfer_(g, a, deadline, 1); }
-ddpc_status ddpc_p2p_recv(ddpc_group *g, const ddpc_coll_args *a, uint64_t deadline) { return transfer_(g, a, deadline, 0); }
+ddpc_status ddpc_p2p_recv(ddpc_group *g, const ddpc_coll_args *a, uint64_t deadline) {
+    return a->peer == DDPC_ANY_SOURCE ? recv_any_(g, a, deadline) : transfer_(g, a, deadline, 0);
+}

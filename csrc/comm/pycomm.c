@@ -250,6 +250,7 @@ typedef struct {
     Py_buffer views[MAX_VIEWS];
     int nviews;
     PyObject *group;     /* keeps the group (and its store) alive until done */
+    int source;          /* a recv's sender (group rank), once done */
 } work_obj;
 
 static void release_views_(Py_buffer *views, int n) {
@@ -293,10 +294,18 @@ static PyObject *work_is_completed(work_obj *self, PyObject *unused) {
     return PyBool_FromLong(!self->work || ddpc_work_done(self->work));
 }
 
+static PyObject *work_source(work_obj *self, PyObject *unused) {
+    (void)unused;
+    if (self->work && !ddpc_work_done(self->work))
+        return PyErr_Format(PyExc_RuntimeError, "source_rank(): the recv has not finished; wait() for it first");
+    return PyLong_FromLong(self->source);
+}
+
 static PyMethodDef work_methods[] = {
     {"wait", (PyCFunction)(void (*)(void))work_wait, METH_VARARGS | METH_KEYWORDS,
      "wait(timeout=None): block until the collective finished; raises its error"},
     {"is_completed", (PyCFunction)work_is_completed, METH_NOARGS, "whether the collective finished"},
+    {"source", (PyCFunction)work_source, METH_NOARGS, "a finished recv's sender (group rank); -1 for other calls"},
     {"__reduce__", refuse_pickle_, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
@@ -436,6 +445,8 @@ static PyObject *launch_(group_obj *self, ddpc_coll_args *a, Py_buffer *views, i
     work_obj *w = PyObject_New(work_obj, WorkType);
     if (!w) return group_leave_(self), release_views_(views, nviews), NULL;
     w->work = NULL;
+    w->source = -1;
+    if (a->source) a->source = &w->source; /* written when the recv completes: w outlives it */
     w->nviews = nviews;
     memcpy(w->views, views, (size_t)nviews * sizeof *views);
     Py_INCREF(self);
@@ -545,16 +556,26 @@ static PyObject *p2p_(group_obj *self, PyObject *args, ddpc_coll coll) {
     PyObject *obj;
     int code, peer, tag = 0, async_op = 0;
     if (!PyArg_ParseTuple(args, "Oii|ip", &obj, &code, &peer, &tag, &async_op) || !group_ready_(self)) return NULL;
-    ddpc_coll_args a = {.coll = coll, .peer = peer, .tag = tag};
+    int source = peer;
+    ddpc_coll_args a = {.coll = coll, .peer = peer, .tag = tag, .source = coll == DDPC_COLL_RECV ? &source : NULL};
     if (dtype_arg_(code, &a.dtype) < 0) return NULL;
-    if (peer < 0 || peer >= self->group->size || peer == self->group->rank)
+    int any = coll == DDPC_COLL_RECV && peer == DDPC_ANY_SOURCE;
+    if (!any && (peer < 0 || peer >= self->group->size || peer == self->group->rank))
         return PyErr_Format(PyExc_ValueError, "%s: peer %d is not another rank of this group of %d",
                             ddpc_coll_name(coll), peer, self->group->size);
+    if (any && self->group->size == 1)
+        return PyErr_Format(PyExc_ValueError, "recv from any rank: this group has no other rank");
     Py_buffer v;
     if (view_(obj, coll == DDPC_COLL_RECV, &v) < 0) return NULL;
     if (count_(&v, a.dtype, &a.count) < 0) return PyBuffer_Release(&v), NULL;
     a.in = a.out = v.buf;
-    return launch_(self, &a, &v, 1, async_op);
+    PyObject *r = launch_(self, &a, &v, 1, async_op);
+    /* A blocking recv returns its sender. */
+    if (r == Py_None && coll == DDPC_COLL_RECV) {
+        Py_DECREF(r);
+        return PyLong_FromLong(source);
+    }
+    return r;
 }
 
 static PyObject *group_send(group_obj *self, PyObject *args) { return p2p_(self, args, DDPC_COLL_SEND); }
@@ -644,7 +665,8 @@ static PyMethodDef group_methods[] = {
     {"reduce_scatter", (PyCFunction)group_reduce_scatter, METH_VARARGS, "reduce_scatter(out, in, dtype, op, async_op=False)"},
     {"barrier", (PyCFunction)group_barrier, METH_VARARGS, "barrier(async_op=False)"},
     {"send", (PyCFunction)group_send, METH_VARARGS, "send(buf, dtype, dst, tag=0, async_op=False)"},
-    {"recv", (PyCFunction)group_recv, METH_VARARGS, "recv(buf, dtype, src, tag=0, async_op=False)"},
+    {"recv", (PyCFunction)group_recv, METH_VARARGS,
+     "recv(buf, dtype, src, tag=0, async_op=False) -> sender, or Work; src -1: from any rank"},
     {"share", (PyCFunction)group_share, METH_O,
      "share(nbytes) -> SharedBuffer: zeroed memory every rank on this host maps; an all_reduce of data in it, at "
      "the same offset on every rank, skips the staging copies (collective over the ranks on this host)"},

@@ -609,9 +609,16 @@ class _Arg:
 class Work:
     """Handle of an asynchronous collective (``async_op=True``)."""
 
-    def __init__(self, c_work, finish=None):
+    def __init__(self, c_work, finish=None, ranks=None):
         self._c = c_work
         self._finish = finish
+        self._ranks = ranks  # a recv's group members, to name its sender
+
+    def source_rank(self):
+        """The rank (in the default group) that sent what a finished ``irecv`` received."""
+        if self._ranks is None:
+            raise RuntimeError("source_rank() is for the handle of an irecv")
+        return self._ranks[self._c.source()]
 
     def wait(self, timeout=None):
         """Blocks until the collective is done (raising its error if it failed)."""
@@ -753,16 +760,18 @@ def barrier(group=None, async_op=False, device_ids=None):
 
 def _p2p(tensor, peer, group, tag, sending, async_op):
     g = _group(group)
+    if peer is None and g.backend == "nccl":
+        raise ValueError("the nccl backend receives from a given rank only: pass src=")
     a = _Arg(tensor, g, writable=not sending)
     call = g._c.send if sending else g._c.recv
-    peer_rank = _group_rank(g, peer, "dst" if sending else "src")
+    peer_rank = -1 if peer is None else _group_rank(g, peer, "dst" if sending else "src")
     finish = None if sending else _finisher(a.device_buf and a.finish)
     if async_op:
-        return Work(call(a.obj, a.code, peer_rank, int(tag), True), finish)
-    call(a.obj, a.code, peer_rank, int(tag), False)
+        return Work(call(a.obj, a.code, peer_rank, int(tag), True), finish, None if sending else g.ranks)
+    sender = call(a.obj, a.code, peer_rank, int(tag), False)
     if finish is not None:
         finish()
-    return None
+    return None if sending else g.ranks[peer_rank if sender is None else sender]
 
 
 def send(tensor, dst, group=None, tag=0):
@@ -771,11 +780,10 @@ def send(tensor, dst, group=None, tag=0):
 
 
 def recv(tensor, src=None, group=None, tag=0):
-    """Receives into ``tensor`` from rank ``src`` (required: ddpc has no any-source receive). Returns src."""
-    if src is None:
-        raise ValueError("recv needs src= (receiving from any source is not supported)")
-    _p2p(tensor, src, group, tag, False, False)
-    return src
+    """Receives into ``tensor`` from rank ``src``, or without ``src`` from
+    whichever rank's send with this tag comes first (cpu backend). Returns the
+    sender's rank."""
+    return _p2p(tensor, src, group, tag, False, False)
 
 
 def isend(tensor, dst, group=None, tag=0):
@@ -783,6 +791,5 @@ def isend(tensor, dst, group=None, tag=0):
 
 
 def irecv(tensor, src=None, group=None, tag=0):
-    if src is None:
-        raise ValueError("irecv needs src= (receiving from any source is not supported)")
+    """Asynchronous recv; without ``src`` the handle's ``source_rank()`` names the sender once done."""
     return _p2p(tensor, src, group, tag, False, True)
