@@ -28,6 +28,7 @@ typedef struct {
     int done;
     int need_sync;       /* the previous copy out of this slot's staging may still run */
     int syncing;         /* a thread is waiting for that copy */
+    int inflight;        /* chunks being gathered (or copied to the device) right now */
     char *dst[DDPC_LOADER_MAX_SOURCES];        /* where rows are gathered to */
     void *device_dst[DDPC_LOADER_MAX_SOURCES]; /* GPU: final destination of the copy */
     ddpc_status st;
@@ -183,7 +184,8 @@ static void release_files_(ddpc_loader *l) {
  * 2 MiB for a 4 KiB row). So after every few rows the threads compare the
  * process's resident file pages with the level at init and drop the mapped
  * sources' pages once it exceeds the budget: resident memory stays within
- * about budget + threads * RESIDENT_CHECK_ROWS * folio size, whatever the file size. */
+ * about budget + (threads + 1) * RESIDENT_CHECK_ROWS * folio size (the waiting
+ * thread gathers too), whatever the file size. */
 static void limit_resident_(ddpc_loader *l) {
     if (ddpc_resident_file_bytes(l->statm_fd) > l->resident_base + l->budget) release_files_(l);
 }
@@ -259,12 +261,23 @@ static ddpc_status issue_copy_(ddpc_loader *l, slot_ *s) {
 }
 #endif
 
-/* Records a failure in the slot and completes it; the lock is held. */
-static void fail_slot_(ddpc_loader *l, slot_ *s, ddpc_status st) {
-    s->st = st;
-    snprintf(s->msg, sizeof s->msg, "%s", ddpc_last_error());
+/* Records a failure in the slot (the first one is reported) and stops
+ * further chunks from being claimed; the lock is held. The slot completes
+ * once no thread still works on it: until then its batch, rows and buffers
+ * must stay as they are, so it cannot be handed back and queued again. */
+static void fail_slot_(slot_ *s, ddpc_status st) {
+    if (s->st == DDPC_OK) {
+        s->st = st;
+        snprintf(s->msg, sizeof s->msg, "%s", ddpc_last_error());
+    }
     ddpc_clear_error();
-    s->next_row = s->done_rows = s->rows;
+    s->next_row = s->rows;
+}
+
+/* Completes the slot once every row is in (and its copy queued) or it
+ * failed, and no chunk of it is in flight; the lock is held. */
+static void settle_(ddpc_loader *l, slot_ *s) {
+    if (s->done || s->inflight > 0 || (s->st == DDPC_OK && s->done_rows < s->rows)) return;
     s->done = 1;
     pthread_cond_broadcast(&l->done_cv);
 }
@@ -273,20 +286,15 @@ static int has_work_(const slot_ *s) {
     return s->batch >= 0 && !s->done && !s->syncing && (s->need_sync || s->next_row < s->rows);
 }
 
-/* The oldest batch with work left for a thread; the lock is held. */
-static slot_ *pick_(ddpc_loader *l) {
+/* The oldest batch with work left for a thread (with rows_only, rows to
+ * gather rather than a staging wait); the lock is held. */
+static slot_ *pick_(ddpc_loader *l, int rows_only) {
     slot_ *best = NULL;
     for (int i = 0; i < l->prefetch; i++) {
         slot_ *s = &l->slots[i];
-        if (has_work_(s) && (!best || s->batch < best->batch)) best = s;
+        if (has_work_(s) && !(rows_only && s->need_sync) && (!best || s->batch < best->batch)) best = s;
     }
     return best;
-}
-
-/* The oldest batch with rows left to gather (no staging wait); the lock is held. */
-static slot_ *pick_rows_(ddpc_loader *l) {
-    slot_ *s = pick_(l);
-    return s && !s->need_sync ? s : NULL;
 }
 
 /* One piece of work on slot s: the wait before its staging is reused, or
@@ -300,40 +308,38 @@ static void work_on_(ddpc_loader *l, slot_ *s) {
         ddpc_status st = wait_copied_(l, s);
         pthread_mutex_lock(&l->mu);
         s->syncing = 0;
-        if (st != DDPC_OK) fail_slot_(l, s, st);
+        if (st != DDPC_OK) fail_slot_(s, st);
+        settle_(l, s);
+        /* Its rows can be gathered now, also by a thread waiting for a batch. */
         pthread_cond_broadcast(&l->work_cv);
+        pthread_cond_broadcast(&l->done_cv);
         return;
     }
     int64_t r0 = s->next_row, r1 = r0 + (int64_t)l->chunk_rows < s->rows ? r0 + (int64_t)l->chunk_rows : s->rows;
     s->next_row = r1;
+    s->inflight++;
     pthread_mutex_unlock(&l->mu);
     ddpc_status st = gather_(l, s, r0, r1);
     pthread_mutex_lock(&l->mu);
-    if (st != DDPC_OK) {
-        fail_slot_(l, s, st);
-        return;
-    }
-    s->done_rows += r1 - r0;
-    if (s->done_rows < s->rows || s->done) return;
-    if (l->device != DDPC_CPU) {
-        pthread_mutex_unlock(&l->mu);
-        st = issue_copy_(l, s);
-        pthread_mutex_lock(&l->mu);
-        if (st != DDPC_OK) {
-            fail_slot_(l, s, st);
-            return;
+    if (st == DDPC_OK && s->st == DDPC_OK) {
+        s->done_rows += r1 - r0;
+        if (s->done_rows == s->rows && l->device != DDPC_CPU) {
+            pthread_mutex_unlock(&l->mu);
+            st = issue_copy_(l, s);
+            pthread_mutex_lock(&l->mu);
+            s->need_sync = 1; /* also after a failure: copies already queued still read the staging */
         }
-        s->need_sync = 1;
     }
-    s->done = 1;
-    pthread_cond_broadcast(&l->done_cv);
+    if (st != DDPC_OK) fail_slot_(s, st);
+    s->inflight--;
+    settle_(l, s);
 }
 
 static void *producer_main_(void *arg) {
     ddpc_loader *l = arg;
     pthread_mutex_lock(&l->mu);
     while (!l->stop) {
-        slot_ *s = pick_(l);
+        slot_ *s = pick_(l, 0);
         if (s) work_on_(l, s);
         else pthread_cond_wait(&l->work_cv, &l->mu);
     }
@@ -507,7 +513,7 @@ static ddpc_status wait_(ddpc_loader *l, int64_t batch) {
      * or once all of them are taken, of the next ones (a chunk is short, so
      * its batch is handed back at most one chunk late). */
     while (!s->done) {
-        slot_ *w = has_work_(s) ? s : pick_rows_(l);
+        slot_ *w = has_work_(s) ? s : pick_(l, 1);
         if (w) work_on_(l, w);
         else pthread_cond_wait(&l->done_cv, &l->mu);
     }
