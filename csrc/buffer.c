@@ -155,8 +155,9 @@ ddpc_buffer *ddpc_buffer_view(ddpc_buffer *parent, void *data, int ndim, const i
     if (!b) return NULL;
     b->data = data;
     b->readonly = parent->readonly;
-    /* Point at the memory's real owner so chains of views stay one level deep. */
-    b->base = parent->block || !parent->base ? (PyObject *)parent : parent->base;
+    /* Point at the memory's real owner so chains of views stay one level deep
+     * (or at a view with a version counter of its own, which its views share). */
+    b->base = parent->block || !parent->base || parent->own_version ? (PyObject *)parent : parent->base;
     Py_INCREF(b->base);
     return b;
 }
@@ -603,11 +604,19 @@ static PyObject *get_is_pinned(ddpc_buffer *b, void *c) {
     return PyBool_FromLong(owner->block && owner->block->kind == DDPC_MEM_PINNED);
 }
 /* The buffer whose version counter b's writes bump: the one owning or
- * importing the memory that b views. (A view of an imported buffer points at
- * the foreign object, so it counts on its own.) */
+ * importing the memory that b views, or the view made to count apart.
+ * (A view of an imported buffer points at the foreign object, so it counts
+ * on its own.) */
 static ddpc_buffer *version_holder_(ddpc_buffer *b) {
-    while (!b->block && !b->imported && b->base && ddpc_buffer_check(b->base)) b = (ddpc_buffer *)b->base;
+    while (!b->block && !b->imported && !b->own_version && b->base && ddpc_buffer_check(b->base))
+        b = (ddpc_buffer *)b->base;
     return b;
+}
+static PyObject *buffer_unversioned(ddpc_buffer *b, PyObject *unused) {
+    (void)unused;
+    ddpc_buffer *v = ddpc_buffer_view(b, b->data, b->ndim, b->shape, b->dtype);
+    if (v) v->own_version = 1;
+    return (PyObject *)v;
 }
 static PyObject *get_version(ddpc_buffer *b, void *c) {
     (void)c;
@@ -654,6 +663,8 @@ static PyMethodDef buffer_methods[] = {
     {"__dlpack__", (PyCFunction)(void (*)(void))buffer_dlpack, METH_VARARGS | METH_KEYWORDS, "DLPack export"},
     {"__dlpack_device__", (PyCFunction)buffer_dlpack_device, METH_NOARGS, "DLPack device tuple"},
     {"__reduce__", (PyCFunction)buffer_reduce, METH_NOARGS, NULL},
+    {"unversioned", (PyCFunction)buffer_unversioned, METH_NOARGS,
+     "a view of the same memory whose writes are counted apart (what Tensor.data returns)"},
     {"bump_version", (PyCFunction)buffer_bump_version, METH_NOARGS,
      "counts an in-place write into this memory (autograd checks tensors saved for backward against it)"},
     {NULL, NULL, 0, NULL},

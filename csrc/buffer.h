@@ -33,6 +33,7 @@ typedef struct {
     Py_ssize_t py_shape[DDPC_MAX_NDIM], py_strides[DDPC_MAX_NDIM];
     PyObject *weakreflist;
     uint64_t version;        /* in-place writes, counted on the buffer that holds the memory (see buffer.c) */
+    int own_version;         /* a view counting its writes apart from its owner's (Tensor.data) */
 } ddpc_buffer;
 
 /* The Buffer type object (set at module init). */

@@ -6,6 +6,7 @@ Each scenario checks results against closed forms and prints "RANK r PASS"
 (or the error it was asked to provoke) on stdout.
 """
 
+import contextlib
 import os
 import signal
 import sys
@@ -249,6 +250,56 @@ def scenario_p2p_any():
             time.sleep(0.5)
             dist.send(np.full(2, 2.0), 0, tag=9)
     dist.barrier()
+    # In a new group no link exists yet: the last rank hears rank 0, which has
+    # to connect to it first.
+    sub = dist.new_group(list(range(world)))
+    if rank == world - 1:
+        buf = np.zeros(2)
+        assert dist.recv(buf, group=sub, tag=2) == 0
+        check(buf, np.full(2, 5.0), "recv from any rank over a link made meanwhile")
+    elif rank == 0:
+        dist.send(np.full(2, 5.0), world - 1, group=sub, tag=2)
+    dist.barrier()
+    dist.destroy_process_group(sub)
+    if world >= 3:
+        # Rank 2 leaves a new group at once (it never links to rank 0), rank 1
+        # sends and then leaves too: rank 0 hears rank 1 without waiting on
+        # rank 2, and its second recv sees rank 1's closed link as no sender.
+        sub = dist.new_group([0, 1, 2])
+        if rank == 0:
+            start = time.monotonic()
+            buf = np.zeros(2)
+            assert dist.recv(buf, group=sub, tag=3) == 1
+            assert time.monotonic() - start < 5, time.monotonic() - start
+            w = dist.irecv(buf, group=sub, tag=3)
+            with no_sender_within():
+                w.wait(timeout=1.5)
+            # Destroying the group ends the recv still pending, at once.
+            start = time.monotonic()
+            dist.destroy_process_group(sub)
+            try:
+                w.wait()
+            except dist.DistError as e:
+                assert "destroyed" in str(e), e
+            else:
+                raise AssertionError("the pending recv should fail when its group is destroyed")
+            assert time.monotonic() - start < 5, time.monotonic() - start
+        elif rank < 3:
+            if rank == 1:
+                time.sleep(0.3)
+                dist.send(np.full(2, 1.0), 0, group=sub, tag=3)
+            dist.destroy_process_group(sub)
+    dist.barrier()
+
+
+@contextlib.contextmanager
+def no_sender_within():
+    try:
+        yield
+    except dist.DistTimeoutError as e:
+        assert "did not complete within" in str(e), e
+    else:
+        raise AssertionError("expected the wait to time out")
 
 
 def in_shared(mem, n, dtype, offset):

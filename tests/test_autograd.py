@@ -312,6 +312,24 @@ def test_in_place_writes_after_backward_or_to_unsaved_tensors_are_fine():
     np.testing.assert_allclose(lin.weight.grad.numpy(), np.tile(x.numpy().sum(0) - 5, (3, 1)) * 2, rtol=1e-5)
 
 
+def test_writes_autograd_does_not_count():
+    # A rejected in-place op writes nothing; .data writes are not counted (as
+    # in PyTorch); a tensor whose storage was replaced is checked on the
+    # storage it had when it was saved.
+    x = ddpc.randn(3, 4)
+    w = ddpc.randn(4, 2, requires_grad=True)
+    loss = (x @ w).sum()
+    with pytest.raises(ValueError):
+        x.copy_(ddpc.zeros(5))
+    with pytest.raises(TypeError):
+        x.add_(ddpc.tensor([[1.0] * 4] * 3, dtype=ddpc.float64))
+    x.data.mul_(1.0)
+    x.data = ddpc.randn(3, 4)
+    x.add_(1.0)
+    loss.backward()
+    assert w.grad is not None
+
+
 def test_register_hook_can_replace_the_gradient():
     x = leaf(3)
     seen = []

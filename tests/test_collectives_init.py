@@ -106,6 +106,14 @@ def test_recv_from_any_rank_needs_another_rank(single_rank):
     with pytest.raises(RuntimeError, match="irecv"):
         dist.Work(None).source_rank()
 
+    class FailedRecv:  # what a recv from any rank that failed reports
+        def source(self):
+            return -1
+
+    with pytest.raises(RuntimeError, match="irecv failed"):
+        dist.Work(FailedRecv(), ranks=[0, 1]).source_rank()
+    assert dist.Work(None, source=3).source_rank() == 3
+
 
 def test_single_rank_group_and_helpers(single_rank):
     assert not dist.is_initialized()

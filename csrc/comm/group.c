@@ -214,6 +214,14 @@ fail:
     return res;
 }
 
+int ddpc_group_busy(ddpc_group *g) {
+    int busy = 0;
+    pthread_mutex_lock(&g->lock);
+    for (int i = 0; i < DDPC_NQUEUES; i++) busy |= g->queues[i].busy || g->queues[i].head;
+    pthread_mutex_unlock(&g->lock);
+    return busy;
+}
+
 void ddpc_group_free(ddpc_group *g) {
     if (!g) return;
     ddpc_monitor_unregister(g);

@@ -197,15 +197,17 @@ static ddpc_status ready_sender_(ddpc_group *g, int tag, struct pollfd *pf, cons
     for (int i = 0; i < np; i++) {
         if (!(pf[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
         if (who[i] < 0) { /* a lower rank connecting */
-            ddpc_status st = accept_one_(g, ddpc_deadline_after(0), deadline);
+            ddpc_status st = accept_one_(g, ddpc_deadline_after(0.01), deadline);
             if (st == DDPC_ERR_TIMEOUT) ddpc_clear_error();
             else CHECK(st);
             continue;
         }
         ddpc_msg_header h;
         ssize_t got = recv(pf[i].fd, &h, sizeof h, MSG_PEEK | MSG_DONTWAIT);
-        if (got == 0) /* closed: the normal receive reports it */
-            got = sizeof h, h.magic = 0;
+        if (got == 0) { /* the peer closed its end (it left the group): it sends nothing more */
+            skip[who[i]] = 1;
+            continue;
+        }
         if (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
             return DDPC_ERROR(DDPC_ERR_DIST, "receiving from rank %d failed: %s", ddpc_global_rank(g, who[i]),
                               strerror(errno));
@@ -220,14 +222,26 @@ static ddpc_status ready_sender_(ddpc_group *g, int tag, struct pollfd *pf, cons
     return DDPC_OK;
 }
 
-/* A recv from any source: links to every other rank are made (connecting
- * to the higher ranks; the lower ones connect here), then the first link
- * whose next message is a send with this recv's tag is read. */
-static ddpc_status recv_any_(ddpc_group *g, const ddpc_coll_args *a, uint64_t deadline) {
+/* Tries once, briefly, to make the send/recv links to the higher ranks that
+ * have none yet (they wait for this rank to connect before they can send).
+ * A rank that does not answer (it may have left the group) is tried again
+ * on a later call; meanwhile the others can be heard. */
+static ddpc_status connect_higher_(ddpc_group *g) {
     for (int p = g->rank + 1; p < g->size; p++) {
-        int fd;
-        CHECK(ddpc_p2p_link(g, p, DDPC_LINK_P2P, deadline, &fd));
+        pthread_mutex_lock(&g->link_lock);
+        ddpc_status st = *slot_(g, p, DDPC_LINK_P2P) < 0 ? connect_peer_(g, p, DDPC_LINK_P2P, ddpc_deadline_after(0.05))
+                                                         : DDPC_OK;
+        pthread_mutex_unlock(&g->link_lock);
+        if (st == DDPC_ERR_TIMEOUT) ddpc_clear_error();
+        else CHECK(st);
     }
+    return DDPC_OK;
+}
+
+/* A recv from any source: the first link whose next message is a send with
+ * this recv's tag is read. Links to the higher ranks are made from here (the
+ * lower ones connect here), each retried on every turn until it is there. */
+static ddpc_status recv_any_(ddpc_group *g, const ddpc_coll_args *a, uint64_t deadline) {
     struct pollfd *pf = malloc((size_t)(g->size + 1) * sizeof *pf);
     int *who = malloc((size_t)(g->size + 1) * sizeof *who);
     char *skip = calloc((size_t)g->size, 1);
@@ -247,6 +261,7 @@ static ddpc_status recv_any_(ddpc_group *g, const ddpc_coll_args *a, uint64_t de
                             g->timeout_s, a->tag);
             goto done_;
         }
+        if ((st = connect_higher_(g)) != DDPC_OK) goto done_;
         int np = 0;
         pthread_mutex_lock(&g->link_lock);
         for (int p = 0; p < g->size; p++) {

@@ -384,17 +384,16 @@ static void group_free_(group_obj *self) {
     Py_CLEAR(self->store);
 }
 
-/* Closing while another thread is inside a call on the group (a blocking
- * recv, say) fails the group, which wakes that call with an error, and
- * leaves the freeing to it: the memory it uses stays valid until it returns. */
+/* Closing while a call on the group is queued or running (a blocking recv
+ * on another thread, an isend nobody waited for) fails the group, which ends
+ * that call at once with an error. A thread inside a call then frees the
+ * group when it returns: the memory it uses stays valid until then. */
 static void group_close_(group_obj *self) {
-    if (self->closed) return;
-    if (self->users == 0) {
-        group_free_(self);
-        return;
-    }
-    self->closed = 1;
-    ddpc_group_fail(self->group, DDPC_ERR_DIST, "the process group was destroyed while this call was in progress");
+    if (self->closed || !self->group) return;
+    if (self->users > 0 || ddpc_group_busy(self->group))
+        ddpc_group_fail(self->group, DDPC_ERR_DIST, "the process group was destroyed while this call was in progress");
+    if (self->users == 0) group_free_(self);
+    else self->closed = 1;
 }
 
 /* Around every use of self->group with the GIL released. */

@@ -144,17 +144,17 @@ class Node:
         self.saved = saved
         # In-place writes counted on each saved tensor's memory so far: backward
         # refuses to run on a saved tensor changed since (its gradient would be wrong).
-        self.saved_versions = tuple(t._buf.version if isinstance(t, Tensor) else None for t in saved)
+        self.saved_versions = tuple((t._buf, t._buf.version) if isinstance(t, Tensor) else None for t in saved)
         self.pre_hooks = None
 
     def check_saved(self):
-        for i, (t, v) in enumerate(zip(self.saved, self.saved_versions)):
-            if v is not None and t._buf.version != v:
+        for i, (t, saved) in enumerate(zip(self.saved, self.saved_versions)):
+            if saved is not None and saved[0].version != saved[1]:
                 raise RuntimeError(
                     f"one of the tensors needed for gradient computation has been modified by an in-place operation: "
                     f"tensor {i} saved by {self.name()} (shape {tuple(t.shape)}, {t.dtype}) is at version "
-                    f"{t._buf.version}; expected version {v} instead. Make the in-place change after backward(), "
-                    "or on a copy (.clone())")
+                    f"{saved[0].version}; expected version {saved[1]} instead. Make the in-place change after "
+                    "backward(), or on a copy (.clone())")
 
     def name(self):
         return type(self).__name__.lstrip("_")

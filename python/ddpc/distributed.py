@@ -609,16 +609,22 @@ class _Arg:
 class Work:
     """Handle of an asynchronous collective (``async_op=True``)."""
 
-    def __init__(self, c_work, finish=None, ranks=None):
+    def __init__(self, c_work, finish=None, ranks=None, source=None):
         self._c = c_work
         self._finish = finish
-        self._ranks = ranks  # a recv's group members, to name its sender
+        self._ranks = ranks    # an irecv from any rank: its group's members, to name the sender
+        self._source = source  # an irecv from a given rank: that rank
 
     def source_rank(self):
         """The rank (in the default group) that sent what a finished ``irecv`` received."""
+        if self._source is not None:
+            return self._source
         if self._ranks is None:
             raise RuntimeError("source_rank() is for the handle of an irecv")
-        return self._ranks[self._c.source()]
+        sender = self._c.source()
+        if sender < 0:
+            raise RuntimeError("source_rank(): the irecv failed; wait() raises its error")
+        return self._ranks[sender]
 
     def wait(self, timeout=None):
         """Blocks until the collective is done (raising its error if it failed)."""
@@ -767,7 +773,10 @@ def _p2p(tensor, peer, group, tag, sending, async_op):
     peer_rank = -1 if peer is None else _group_rank(g, peer, "dst" if sending else "src")
     finish = None if sending else _finisher(a.device_buf and a.finish)
     if async_op:
-        return Work(call(a.obj, a.code, peer_rank, int(tag), True), finish, None if sending else g.ranks)
+        work = call(a.obj, a.code, peer_rank, int(tag), True)
+        if sending:
+            return Work(work)
+        return Work(work, finish, g.ranks if peer is None else None, peer)
     sender = call(a.obj, a.code, peer_rank, int(tag), False)
     if finish is not None:
         finish()

@@ -254,8 +254,9 @@ class Tensor:
     # ---- autograd -----------------------------------------------------------------
     @property
     def data(self):
-        """This tensor's storage as a tensor outside the graph; assigning replaces the storage."""
-        return Tensor(self._buf)
+        """This tensor's storage as a tensor outside the graph, whose in-place
+        writes autograd does not count (as in PyTorch); assigning replaces the storage."""
+        return Tensor(self._buf.unversioned())
 
     @data.setter
     def data(self, value):
@@ -426,6 +427,7 @@ class Tensor:
         if _shares_memory(src, self):  # rows written early would be read later
             src = src.clone()
         src = src.reshape((len(rows),) + self.shape[1:])
+        self._buf.bump_version()
         for j, i in enumerate(rows):
             _C.copy(self._getitem(i)._buf, src._getitem(j)._buf)
 
@@ -444,6 +446,7 @@ class Tensor:
             raise ValueError(f"copy_: shapes {src.shape} and {self.shape} differ")
         if src.dtype is not self.dtype:
             src = src.to(dtype=self.dtype) if src._buf.device == self._buf.device else src.to(device=self.device)
+        self._buf.bump_version()
         if src.dtype is not self.dtype:
             _C.cast(self._buf, src._buf)
         else:
@@ -458,10 +461,13 @@ class Tensor:
                 # _C.fill takes a double: fill the value less its low 21 bits (exact
                 # in a double), then add those bits, which int64 arithmetic keeps exact.
                 low = value % (1 << 21)
+                self._buf.bump_version()
                 _C.fill(self._buf, float(value - low))
                 _C.scalar(_ADD, self._buf, self._buf, float(low))
                 return self
-        _C.fill(self._buf, float(value))
+        value = float(value)
+        self._buf.bump_version()
+        _C.fill(self._buf, value)
         return self
 
     def zero_(self):
@@ -643,12 +649,12 @@ def _same_memory(a, b):
 
 
 def _begin_inplace(t, what):
-    """Before an in-place write into t: refuses one autograd would miss, and
-    counts it, so that backward can tell a tensor it saved was changed."""
+    """Refuses an in-place write into t that autograd would miss. (Each write
+    also bumps t's version once its arguments are checked, so that backward
+    can tell a tensor it saved was changed.)"""
     if t.requires_grad and _ag.is_grad_enabled():
         raise RuntimeError(f"{what}: a tensor that requires grad can't be modified in place while grad mode is on; "
                            "wrap the update in ddpc.no_grad()")
-    t._buf.bump_version()
 
 
 def _check_inplace(res, rdt, out):
@@ -656,6 +662,8 @@ def _check_inplace(res, rdt, out):
         _begin_inplace(out, "in-place op")
     if res.dtype is not rdt:
         raise TypeError(f"result type {rdt} can't be cast to the in-place output's dtype {res.dtype}")
+    if out is not None:
+        out._buf.bump_version()
 
 
 def _rebuild_tensor(data, shape, dtype_name, device_str, requires_grad):
