@@ -214,12 +214,26 @@ fail:
     return res;
 }
 
-int ddpc_group_busy(ddpc_group *g) {
+static int busy_(const ddpc_group *g) {
     int busy = 0;
-    pthread_mutex_lock(&g->lock);
-    for (int i = 0; i < DDPC_NQUEUES; i++) busy |= g->queues[i].busy || g->queues[i].head;
-    pthread_mutex_unlock(&g->lock);
+    for (int i = 0; i < DDPC_NQUEUES; i++) busy |= g->queues[i].busy || g->queues[i].head != NULL;
     return busy;
+}
+
+int ddpc_group_idle(ddpc_group *g, double seconds) {
+    uint64_t deadline = ddpc_deadline_after(seconds);
+    pthread_mutex_lock(&g->lock);
+    while (busy_(g) && ddpc_ms_left(deadline, 1) > 0) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        long ns = ts.tv_nsec + (long)ddpc_ms_left(deadline, 50) * 1000000L;
+        ts.tv_sec += ns / 1000000000L;
+        ts.tv_nsec = ns % 1000000000L;
+        pthread_cond_timedwait(&g->cond, &g->lock, &ts);
+    }
+    int idle = !busy_(g);
+    pthread_mutex_unlock(&g->lock);
+    return idle;
 }
 
 void ddpc_group_free(ddpc_group *g) {

@@ -137,8 +137,9 @@ static inline int ddpc_global_rank(const ddpc_group *g, int group_rank) { return
 ddpc_status ddpc_group_init(ddpc_group **out, ddpc_store *store, const char *prefix, int rank, int size,
                             const int *global_ranks, const ddpc_backend *backend, double timeout_s);
 void ddpc_group_free(ddpc_group *g);
-/* Whether a call is queued or running on the group. */
-int ddpc_group_busy(ddpc_group *g);
+/* Waits up to `seconds` for no call to be queued or running on the group;
+ * whether none is. */
+int ddpc_group_idle(ddpc_group *g, double seconds);
 
 /* Marks the group failed with `msg` (first cause wins) and wakes its waits. */
 void ddpc_group_fail(ddpc_group *g, ddpc_status st, const char *msg);

@@ -204,13 +204,12 @@ static ddpc_status ready_sender_(ddpc_group *g, int tag, struct pollfd *pf, cons
         }
         ddpc_msg_header h;
         ssize_t got = recv(pf[i].fd, &h, sizeof h, MSG_PEEK | MSG_DONTWAIT);
-        if (got == 0) { /* the peer closed its end (it left the group): it sends nothing more */
+        if (got == 0 || (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+            /* Closed or reset: the peer left the group and sends nothing more
+             * (one that died is reported by the group's monitor). */
             skip[who[i]] = 1;
             continue;
         }
-        if (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-            return DDPC_ERROR(DDPC_ERR_DIST, "receiving from rank %d failed: %s", ddpc_global_rank(g, who[i]),
-                              strerror(errno));
         if (got < (ssize_t)sizeof h) continue; /* the rest of the header is on its way */
         if (h.magic == MSG_MAGIC && h.coll == DDPC_COLL_SEND && h.tag != tag) {
             skip[who[i]] = 1;

@@ -384,14 +384,23 @@ static void group_free_(group_obj *self) {
     Py_CLEAR(self->store);
 }
 
-/* Closing while a call on the group is queued or running (a blocking recv
- * on another thread, an isend nobody waited for) fails the group, which ends
- * that call at once with an error. A thread inside a call then frees the
- * group when it returns: the memory it uses stays valid until then. */
+/* Calls still queued or running when a group is closed (an async
+ * all_reduce nobody waited for, a recv blocked on another thread) get this
+ * long to finish; then the group fails, which ends them with an error. */
+#define CLOSE_GRACE_S 1.0
+
+/* A thread inside a call frees the group when it returns: the memory that
+ * call uses stays valid until then. */
 static void group_close_(group_obj *self) {
     if (self->closed || !self->group) return;
-    if (self->users > 0 || ddpc_group_busy(self->group))
-        ddpc_group_fail(self->group, DDPC_ERR_DIST, "the process group was destroyed while this call was in progress");
+    ddpc_group *g = self->group;
+    int idle;
+    Py_BEGIN_ALLOW_THREADS
+    idle = ddpc_group_idle(g, CLOSE_GRACE_S);
+    Py_END_ALLOW_THREADS
+    if (self->closed || !self->group) return; /* closed by another thread meanwhile */
+    if (!idle)
+        ddpc_group_fail(g, DDPC_ERR_DIST, "the process group was destroyed while this call was in progress");
     if (self->users == 0) group_free_(self);
     else self->closed = 1;
 }

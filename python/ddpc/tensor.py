@@ -402,7 +402,7 @@ class Tensor:
         return None
 
     def __setitem__(self, index, value):
-        _begin_inplace(self, "item assignment")
+        _check_no_grad_inplace(self, "item assignment")
         rows = self._stepped_rows(index)
         if rows is None:
             target = self._getitem(index)
@@ -439,7 +439,7 @@ class Tensor:
     # ---- in-place storage ops ----------------------------------------------------
     def copy_(self, src, non_blocking=False):
         """Copies src (any device and dtype, same number of elements) into self."""
-        _begin_inplace(self, "copy_")
+        _check_no_grad_inplace(self, "copy_")
         if not isinstance(src, Tensor):
             src = tensor(src, dtype=self.dtype)
         if src.shape != self.shape and src.numel() != self.numel():
@@ -454,7 +454,7 @@ class Tensor:
         return self
 
     def fill_(self, value):
-        _begin_inplace(self, "fill_")
+        _check_no_grad_inplace(self, "fill_")
         if not self.dtype.is_floating_point and isinstance(value, numbers.Integral):
             value = _int_scalar(value, self.dtype)
             if abs(value) > _DOUBLE_INTS:
@@ -648,7 +648,7 @@ def _same_memory(a, b):
             and a.element_size() == b.element_size())
 
 
-def _begin_inplace(t, what):
+def _check_no_grad_inplace(t, what):
     """Refuses an in-place write into t that autograd would miss. (Each write
     also bumps t's version once its arguments are checked, so that backward
     can tell a tensor it saved was changed.)"""
@@ -659,7 +659,7 @@ def _begin_inplace(t, what):
 
 def _check_inplace(res, rdt, out):
     if out is not None:
-        _begin_inplace(out, "in-place op")
+        _check_no_grad_inplace(out, "in-place op")
     if res.dtype is not rdt:
         raise TypeError(f"result type {rdt} can't be cast to the in-place output's dtype {res.dtype}")
     if out is not None:
