@@ -249,7 +249,6 @@ typedef struct {
     ddpc_work *work;
     Py_buffer views[MAX_VIEWS];
     int nviews;
-    PyObject *group;     /* keeps the group (and its store) alive until done */
     int source;          /* a recv's sender (group rank), once done */
 } work_obj;
 
@@ -259,8 +258,9 @@ static void release_views_(Py_buffer *views, int n) {
 
 static void work_dealloc(work_obj *self) {
     if (self->work) {
-        /* The collective still writes into the viewed memory: wait before
-         * letting it go (bounded by the group timeout). */
+        /* Its group keeps a handle until the collective is done, so this wait
+         * is for a handle whose group was let go first (bounded by the group
+         * timeout): the collective still uses the viewed memory. */
         ddpc_work *w = self->work;
         Py_BEGIN_ALLOW_THREADS
         if (ddpc_work_wait(w, -1) != DDPC_OK) ddpc_clear_error();
@@ -268,7 +268,6 @@ static void work_dealloc(work_obj *self) {
         Py_END_ALLOW_THREADS
     }
     release_views_(self->views, self->nviews);
-    Py_XDECREF(self->group);
     PyTypeObject *tp = Py_TYPE(self);
     tp->tp_free(self);
     Py_DECREF(tp);
@@ -327,6 +326,9 @@ typedef struct {
     PyObject *store;
     int users;   /* calls using `group` with the GIL released (counted under the GIL) */
     int closed;  /* close() ran while users > 0: the last of them frees the group */
+    PyObject *pending; /* list of the Works not known to be done: a handle the
+                          caller drops is kept (with the memory it uses) until
+                          its collective is over, so dropping it never blocks */
 } group_obj;
 
 static int group_init(group_obj *self, PyObject *args, PyObject *kwds) {
@@ -378,10 +380,32 @@ static void group_free_(group_obj *self) {
     self->group = NULL;
     if (g) {
         Py_BEGIN_ALLOW_THREADS
-        ddpc_group_free(g);
+        ddpc_group_free(g); /* runs what was queued to its end */
         Py_END_ALLOW_THREADS
     }
+    Py_CLEAR(self->pending);
     Py_CLEAR(self->store);
+}
+
+/* Keeps Work w until its collective is done, dropping the handles of those
+ * that are; -1 with an exception on failure. */
+static int keep_pending_(group_obj *self, PyObject *w) {
+    PyObject *kept = PyList_New(0);
+    if (!kept) return -1;
+    Py_ssize_t n = self->pending ? PyList_GET_SIZE(self->pending) : 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        work_obj *o = (work_obj *)PyList_GET_ITEM(self->pending, i);
+        if (!ddpc_work_done(o->work) && PyList_Append(kept, (PyObject *)o) < 0) {
+            Py_DECREF(kept);
+            return -1;
+        }
+    }
+    if (PyList_Append(kept, w) < 0) {
+        Py_DECREF(kept);
+        return -1;
+    }
+    Py_XSETREF(self->pending, kept); /* the handles of finished collectives go (without waiting) */
+    return 0;
 }
 
 /* Calls still queued or running when a group is closed (an async
@@ -457,8 +481,6 @@ static PyObject *launch_(group_obj *self, ddpc_coll_args *a, Py_buffer *views, i
     if (a->source) a->source = &w->source; /* written when the recv completes: w outlives it */
     w->nviews = nviews;
     memcpy(w->views, views, (size_t)nviews * sizeof *views);
-    Py_INCREF(self);
-    w->group = (PyObject *)self;
     Py_BEGIN_ALLOW_THREADS
     st = ddpc_group_submit(g, a, &w->work);
     Py_END_ALLOW_THREADS
@@ -466,6 +488,11 @@ static PyObject *launch_(group_obj *self, ddpc_coll_args *a, Py_buffer *views, i
     if (st != DDPC_OK) {
         Py_DECREF(w);
         return ddpc_raise(st);
+    }
+    /* A group already freed ran the collective to its end. */
+    if (self->group && keep_pending_(self, (PyObject *)w) < 0) {
+        Py_DECREF(w);
+        return NULL;
     }
     return (PyObject *)w;
 }
