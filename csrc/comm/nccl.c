@@ -104,10 +104,11 @@ typedef struct multi_comms_ {
     int n;
     int devices[DDPC_MAX_DEVICES];
     ncclComm_t comms[DDPC_MAX_DEVICES];
+    pthread_mutex_t mu; /* one collective at a time on these communicators (it runs without the GIL) */
     struct multi_comms_ *next;
 } multi_comms_;
 
-static multi_comms_ *multi_cache_; /* guarded by the GIL: only touched while it is held */
+static multi_comms_ *multi_cache_; /* the list is guarded by the GIL: only touched while it is held */
 
 static ddpc_status multi_comms_for_(ddpc_buffer **b, Py_ssize_t n, multi_comms_ **out) {
     for (multi_comms_ *m = multi_cache_; m; m = m->next) {
@@ -122,8 +123,14 @@ static ddpc_status multi_comms_for_(ddpc_buffer **b, Py_ssize_t n, multi_comms_ 
     if (!m) return DDPC_ERROR(DDPC_ERR_OOM, "out of memory for communicators");
     m->n = (int)n;
     for (Py_ssize_t i = 0; i < n; i++) m->devices[i] = b[i]->device;
+    int rc = pthread_mutex_init(&m->mu, NULL);
+    if (rc != 0) {
+        free(m);
+        return DDPC_ERROR(DDPC_ERR_SYS, "pthread_mutex_init failed: %s", strerror(rc));
+    }
     ncclResult_t r = ncclCommInitAll(m->comms, m->n, m->devices);
     if (r != ncclSuccess) {
+        pthread_mutex_destroy(&m->mu);
         free(m);
         return DDPC_ERROR(DDPC_ERR_DIST, "ncclCommInitAll over %d devices failed: %s", (int)n, ncclGetErrorString(r));
     }
@@ -181,7 +188,9 @@ static PyObject *multi_collective_(PyObject *bufs, int op, Py_ssize_t root, cons
         st = multi_comms_for_(b, n, &m);
         if (st == DDPC_OK) {
             Py_BEGIN_ALLOW_THREADS
+            pthread_mutex_lock(&m->mu);
             st = nccl_multi_(b, n, op, op < 0 ? root : -1, m);
+            pthread_mutex_unlock(&m->mu);
             Py_END_ALLOW_THREADS
         }
         PyMem_RawFree(b);
