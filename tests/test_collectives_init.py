@@ -311,6 +311,45 @@ def test_destroy_while_another_thread_waits_in_a_call(call):
     assert "destroyed" in line and "returned" not in line, outs
 
 
+def test_destroy_lets_a_call_whose_handle_was_dropped_finish_with_a_late_peer():
+    """Rank 0 sends more than the socket buffers hold, drops the handle and
+    leaves; rank 1 comes 2 s later: the send still arrives (as with gloo),
+    and a second close from another thread meanwhile changes nothing."""
+    port = free_port()
+    code = textwrap.dedent("""
+        import os, threading, time, numpy as np
+        import ddpc.distributed as dist
+        dist.init_process_group("cpu", timeout=30)
+        n = 16 << 20
+        if dist.get_rank() == 0:
+            dist.isend(np.arange(n, dtype=np.float32), 1)
+            dist.all_reduce(np.ones(4), async_op=True)
+            g = dist.GroupMember.WORLD._c
+            other = threading.Thread(target=lambda: (time.sleep(0.5), g.close()))
+            other.start()
+            dist.destroy_process_group()
+            other.join()
+            os.write(1, b"LEFT\\n")
+        else:
+            time.sleep(2)
+            got = np.zeros(n, np.float32)
+            dist.recv(got, 0)
+            total = np.ones(4)
+            dist.all_reduce(total)
+            ok = np.array_equal(got, np.arange(n, dtype=np.float32)) and total.tolist() == [2.0] * 4
+            os.write(1, f"RECEIVED {ok}\\n".encode())
+            dist.destroy_process_group()
+    """)
+    base = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
+    procs = [subprocess.Popen([sys.executable, "-X", "faulthandler", "-c", code], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True,
+                              env=dict(base, RANK=str(r), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
+                                       MASTER_PORT=str(port))) for r in range(2)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    assert "LEFT" in outs[0][0] and "RECEIVED True" in outs[1][0], outs
+
+
 def _init_rounds_on_one_store(rank):
     """Three jobs of 2 ranks, then one of 3 ranks and one of 2 on a store made for 3.
     Rank 1 comes late to each all_reduce, so rank 0 waits past its spinning

@@ -168,7 +168,6 @@ ddpc_status ddpc_msg_header_check(ddpc_group *g, const ddpc_coll_args *a, const 
 }
 
 static ddpc_status transfer_(ddpc_group *g, const ddpc_coll_args *a, uint64_t deadline, int sending) {
-    if (!sending && a->source) *a->source = a->peer;
     int fd;
     char what[64];
     snprintf(what, sizeof what, "rank %d", ddpc_global_rank(g, a->peer));
@@ -184,6 +183,7 @@ static ddpc_status transfer_(ddpc_group *g, const ddpc_coll_args *a, uint64_t de
         st = ddpc_net_recv(fd, &h, sizeof h, deadline, &g->failed, what);
         if (st == DDPC_OK) st = ddpc_msg_header_check(g, a, &h, a->peer);
         if (st == DDPC_OK) st = ddpc_net_recv(fd, a->out, nbytes, deadline, &g->failed, what);
+        if (st == DDPC_OK && a->source) *a->source = a->peer;
     }
     return st == DDPC_ERR_DIST && atomic_load(&g->failed) ? ddpc_group_error(g) : st;
 }
@@ -225,11 +225,11 @@ static ddpc_status ready_sender_(ddpc_group *g, int tag, struct pollfd *pf, cons
  * have none yet (they wait for this rank to connect before they can send).
  * A rank that does not answer (it may have left the group) is tried again
  * on a later call; meanwhile the others can be heard. */
-static ddpc_status connect_higher_(ddpc_group *g) {
+static ddpc_status connect_higher_(ddpc_group *g, uint64_t deadline) {
     for (int p = g->rank + 1; p < g->size; p++) {
+        uint64_t brief = ddpc_deadline_after(ddpc_ms_left(deadline, 50) / 1000.0);
         pthread_mutex_lock(&g->link_lock);
-        ddpc_status st = *slot_(g, p, DDPC_LINK_P2P) < 0 ? connect_peer_(g, p, DDPC_LINK_P2P, ddpc_deadline_after(0.05))
-                                                         : DDPC_OK;
+        ddpc_status st = *slot_(g, p, DDPC_LINK_P2P) < 0 ? connect_peer_(g, p, DDPC_LINK_P2P, brief) : DDPC_OK;
         pthread_mutex_unlock(&g->link_lock);
         if (st == DDPC_ERR_TIMEOUT) ddpc_clear_error();
         else CHECK(st);
@@ -260,7 +260,7 @@ static ddpc_status recv_any_(ddpc_group *g, const ddpc_coll_args *a, uint64_t de
                             g->timeout_s, a->tag);
             goto done_;
         }
-        if ((st = connect_higher_(g)) != DDPC_OK) goto done_;
+        if ((st = connect_higher_(g, deadline)) != DDPC_OK) goto done_;
         int np = 0;
         pthread_mutex_lock(&g->link_lock);
         for (int p = 0; p < g->size; p++) {

@@ -387,12 +387,14 @@ static void group_free_(group_obj *self) {
     Py_CLEAR(self->store);
 }
 
-/* Keeps Work w until its collective is done, dropping the handles of those
- * that are; -1 with an exception on failure. */
+/* Keeps Work w (if not NULL) until its collective is done, and drops the
+ * handles of those that are (without waiting: they are done); -1 with an
+ * exception on failure. */
 static int keep_pending_(group_obj *self, PyObject *w) {
+    Py_ssize_t n = self->pending ? PyList_GET_SIZE(self->pending) : 0;
+    if (n == 0 && !w) return 0;
     PyObject *kept = PyList_New(0);
     if (!kept) return -1;
-    Py_ssize_t n = self->pending ? PyList_GET_SIZE(self->pending) : 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         work_obj *o = (work_obj *)PyList_GET_ITEM(self->pending, i);
         if (!ddpc_work_done(o->work) && PyList_Append(kept, (PyObject *)o) < 0) {
@@ -400,33 +402,12 @@ static int keep_pending_(group_obj *self, PyObject *w) {
             return -1;
         }
     }
-    if (PyList_Append(kept, w) < 0) {
+    if (w && PyList_Append(kept, w) < 0) {
         Py_DECREF(kept);
         return -1;
     }
-    Py_XSETREF(self->pending, kept); /* the handles of finished collectives go (without waiting) */
+    Py_XSETREF(self->pending, kept);
     return 0;
-}
-
-/* Calls still queued or running when a group is closed (an async
- * all_reduce nobody waited for, a recv blocked on another thread) get this
- * long to finish; then the group fails, which ends them with an error. */
-#define CLOSE_GRACE_S 1.0
-
-/* A thread inside a call frees the group when it returns: the memory that
- * call uses stays valid until then. */
-static void group_close_(group_obj *self) {
-    if (self->closed || !self->group) return;
-    ddpc_group *g = self->group;
-    int idle;
-    Py_BEGIN_ALLOW_THREADS
-    idle = ddpc_group_idle(g, CLOSE_GRACE_S);
-    Py_END_ALLOW_THREADS
-    if (self->closed || !self->group) return; /* closed by another thread meanwhile */
-    if (!idle)
-        ddpc_group_fail(g, DDPC_ERR_DIST, "the process group was destroyed while this call was in progress");
-    if (self->users == 0) group_free_(self);
-    else self->closed = 1;
 }
 
 /* Around every use of self->group with the GIL released. */
@@ -437,6 +418,31 @@ static ddpc_group *group_enter_(group_obj *self) {
 
 static void group_leave_(group_obj *self) {
     if (--self->users == 0 && self->closed) group_free_(self);
+}
+
+/* A thread blocked inside a call (a recv on a background thread, say) gets
+ * this long to return when its group is closed; then the group fails, which
+ * ends that call with an error. */
+#define CLOSE_GRACE_S 1.0
+
+/* Closing lets the calls still queued (an isend or async all_reduce whose
+ * handle was dropped) run to their end, waiting for them up to the group's
+ * timeout as PyTorch's gloo backend does, and interrupts a thread blocked in
+ * a call after CLOSE_GRACE_S; whatever is left then is failed. The closer
+ * counts as a user while it waits with the GIL released, so the group is
+ * freed once, by the last user, and a second close returns at once. */
+static void group_close_(group_obj *self) {
+    if (self->closed || !self->group) return;
+    self->closed = 1;
+    ddpc_group *g = group_enter_(self);
+    double wait_s = self->users > 1 ? CLOSE_GRACE_S : g->timeout_s;
+    int idle;
+    Py_BEGIN_ALLOW_THREADS
+    idle = ddpc_group_idle(g, wait_s);
+    Py_END_ALLOW_THREADS
+    if (!idle)
+        ddpc_group_fail(g, DDPC_ERR_DIST, "the process group was destroyed while this call was in progress");
+    group_leave_(self);
 }
 
 static void group_dealloc(group_obj *self) {
@@ -472,6 +478,8 @@ static PyObject *launch_(group_obj *self, ddpc_coll_args *a, Py_buffer *views, i
         group_leave_(self);
         release_views_(views, nviews);
         if (st != DDPC_OK) return ddpc_raise(st);
+        /* Lets go of the handles (and the memory they hold) of the calls done by now. */
+        if (self->group && keep_pending_(self, NULL) < 0) return NULL;
         Py_RETURN_NONE;
     }
     work_obj *w = PyObject_New(work_obj, WorkType);
