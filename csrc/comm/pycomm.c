@@ -325,7 +325,7 @@ typedef struct {
     ddpc_group *group;
     PyObject *store;
     int users;   /* calls using `group` with the GIL released (counted under the GIL) */
-    int closed;  /* close() ran while users > 0: the last of them frees the group */
+    int closed;  /* close() began: no new call starts, and the last user frees the group */
     PyObject *pending; /* list of the Works not known to be done: a handle the
                           caller drops is kept (with the memory it uses) until
                           its collective is over, so dropping it never blocks */
