@@ -19,6 +19,8 @@ from ddpc.data import (BatchSampler, DataLoader, Dataset, DistributedSampler, Ra
                        ShardedLoader, TensorDataset, WeightedDistributedSampler)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Where the ddpc under test was imported from (the checkout, or site-packages), for child processes.
+DDPC_PARENT = os.path.dirname(os.path.dirname(ddpc.__file__))
 
 
 def c_threads():
@@ -203,7 +205,7 @@ def test_every_sample_once_per_epoch_across_rank_processes(tmp_path, n, world):
     np.save(path, np.random.default_rng(1).standard_normal((n, 4)).astype(np.float32))
     script = tmp_path / "rank.py"
     script.write_text(RANK_SCRIPT)
-    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+    env = dict(os.environ, PYTHONPATH=DDPC_PARENT)
     per_epoch = []
     for epoch in (0, 1):
         procs = [subprocess.Popen([sys.executable, str(script), str(path), str(r), str(world), str(epoch), "7"],
@@ -283,7 +285,7 @@ def test_npy_larger_than_the_resident_budget_streams_with_bounded_memory(tmp_pat
     size = rows * width * 4
     script = tmp_path / "rss.py"
     script.write_text(RSS_SCRIPT)
-    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+    env = dict(os.environ, PYTHONPATH=DDPC_PARENT)
 
     def peak(budget, how):
         res = subprocess.run([sys.executable, str(script), str(path), str(budget), how], capture_output=True,

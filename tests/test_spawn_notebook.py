@@ -5,14 +5,15 @@ import os
 
 import pytest
 
+import ddpc
+
 nbformat = pytest.importorskip("nbformat", reason="nbformat is not installed")
 nbclient = pytest.importorskip("nbclient", reason="nbclient is not installed")
 pytest.importorskip("ipykernel", reason="ipykernel is not installed")
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
+# The kernel imports the ddpc under test (from the checkout, or site-packages).
 CELLS = [
-    f"import sys; sys.path.insert(0, {os.path.join(ROOT, 'python')!r})\nimport ddpc",
+    f"import sys; sys.path.insert(0, {os.path.dirname(os.path.dirname(ddpc.__file__))!r})\nimport ddpc",
     """\
 def train(rank, scale):
     import numpy as np
