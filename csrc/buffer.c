@@ -155,9 +155,11 @@ ddpc_buffer *ddpc_buffer_view(ddpc_buffer *parent, void *data, int ndim, const i
     if (!b) return NULL;
     b->data = data;
     b->readonly = parent->readonly;
-    /* Point at the memory's real owner so chains of views stay one level deep
-     * (or at a view with a version counter of its own, which its views share). */
-    b->base = parent->block || !parent->base || parent->own_version ? (PyObject *)parent : parent->base;
+    /* Point at the buffer owning or importing the memory, so chains of views
+     * stay one level deep and share its version counter (or at a view with a
+     * counter of its own, which its views share). */
+    b->base = parent->block || parent->imported || !parent->base || parent->own_version ? (PyObject *)parent
+                                                                                        : parent->base;
     Py_INCREF(b->base);
     return b;
 }
@@ -604,9 +606,7 @@ static PyObject *get_is_pinned(ddpc_buffer *b, void *c) {
     return PyBool_FromLong(owner->block && owner->block->kind == DDPC_MEM_PINNED);
 }
 /* The buffer whose version counter b's writes bump: the one owning or
- * importing the memory that b views, or the view made to count apart.
- * (A view of an imported buffer points at the foreign object, so it counts
- * on its own.) */
+ * importing the memory that b views, or the view made to count apart. */
 static ddpc_buffer *version_holder_(ddpc_buffer *b) {
     while (!b->block && !b->imported && !b->own_version && b->base && ddpc_buffer_check(b->base))
         b = (ddpc_buffer *)b->base;

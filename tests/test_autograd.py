@@ -312,6 +312,15 @@ def test_in_place_writes_after_backward_or_to_unsaved_tensors_are_fine():
     np.testing.assert_allclose(lin.weight.grad.numpy(), np.tile(x.numpy().sum(0) - 5, (3, 1)) * 2, rtol=1e-5)
 
 
+def test_a_write_through_a_view_of_a_tensor_made_from_numpy_is_caught():
+    x = ddpc.from_numpy(np.arange(12, dtype=np.float32).reshape(3, 4))
+    w = ddpc.randn(4, 2, requires_grad=True)
+    loss = (x @ w).sum()
+    x[0:2].fill_(1.0)  # a view of the memory numpy owns
+    with pytest.raises(RuntimeError, match="modified by an in-place operation"):
+        loss.backward()
+
+
 def test_writes_autograd_does_not_count():
     # A rejected in-place op writes nothing; .data writes are not counted (as
     # in PyTorch); a tensor whose storage was replaced is checked on the
