@@ -214,6 +214,16 @@ fail:
     return res;
 }
 
+/* Waits on `cond` (with `lock` held) for at most `ms` milliseconds. */
+static void cond_wait_ms_(pthread_cond_t *cond, pthread_mutex_t *lock, int ms) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+    pthread_cond_timedwait(cond, lock, &ts);
+}
+
 static int busy_(const ddpc_group *g) {
     int busy = 0;
     for (int i = 0; i < DDPC_NQUEUES; i++) busy |= g->queues[i].busy || g->queues[i].head != NULL;
@@ -223,14 +233,7 @@ static int busy_(const ddpc_group *g) {
 int ddpc_group_idle(ddpc_group *g, double seconds) {
     uint64_t deadline = ddpc_deadline_after(seconds);
     pthread_mutex_lock(&g->lock);
-    while (busy_(g) && ddpc_ms_left(deadline, 1) > 0) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        long ns = ts.tv_nsec + (long)ddpc_ms_left(deadline, 50) * 1000000L;
-        ts.tv_sec += ns / 1000000000L;
-        ts.tv_nsec = ns % 1000000000L;
-        pthread_cond_timedwait(&g->cond, &g->lock, &ts);
-    }
+    while (busy_(g) && ddpc_ms_left(deadline, 1) > 0) cond_wait_ms_(&g->cond, &g->lock, ddpc_ms_left(deadline, 50));
     int idle = !busy_(g);
     pthread_mutex_unlock(&g->lock);
     return idle;
@@ -397,12 +400,7 @@ ddpc_status ddpc_work_wait(ddpc_work *w, double timeout_s) {
         }
         int ms = ddpc_ms_left(deadline, 1000000);
         if (ms == 0) break;
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += ms / 1000;
-        ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
-        pthread_cond_timedwait(&w->cond, &w->lock, &ts);
+        cond_wait_ms_(&w->cond, &w->lock, ms);
     }
     int done = w->done;
     pthread_mutex_unlock(&w->lock);
