@@ -33,13 +33,22 @@ def free_port():
         return s.getsockname()[1]
 
 
-def run_ranks(world, init, env_of_rank, timeout=60):
-    code = textwrap.dedent(BODY.format(init=init))
+def run_code(world, code, env_of_rank, timeout=60):
+    """Runs `code` in `world` processes (rank r with env_of_rank(r) added); their exit codes and outputs."""
     base = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
-    procs = [subprocess.Popen([sys.executable, "-c", code], env=dict(base, **env_of_rank(r)),
+    procs = [subprocess.Popen([sys.executable, "-X", "faulthandler", "-c", code], env=dict(base, **env_of_rank(r)),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(world)]
     outs = [p.communicate(timeout=timeout) for p in procs]
     return [p.returncode for p in procs], outs
+
+
+def run_ranks(world, init, env_of_rank, timeout=60):
+    return run_code(world, textwrap.dedent(BODY.format(init=init)), env_of_rank, timeout)
+
+
+def env_rank(port, world=2, **extra):
+    """env_of_rank for env:// on loopback."""
+    return lambda r: dict(extra, RANK=str(r), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
 
 
 def check(codes, outs, world, backend="cpu"):
@@ -252,12 +261,8 @@ def test_init_again_after_destroy():
                 time.sleep(1)
             dist.destroy_process_group()
     """)
-    base = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
-    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env=dict(base, RANK=str(r), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
-                                       MASTER_PORT=str(port))) for r in range(2)]
-    outs = [p.communicate(timeout=120) for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], outs
+    codes, outs = run_code(2, code, env_rank(port), timeout=120)
+    assert codes == [0, 0], outs
     for out, _ in outs:
         assert out.split("\n")[:3] == [f"ROUND {i} SUM 3.0" for i in range(3)]
 
@@ -298,13 +303,8 @@ def test_destroy_while_another_thread_waits_in_a_call(call):
             time.sleep(1.5)
             dist.destroy_process_group()
     """)
-    base = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
-    procs = [subprocess.Popen([sys.executable, "-X", "faulthandler", "-c", code], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True,
-                              env=dict(base, RANK=str(r), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
-                                       MASTER_PORT=str(port), CALL=call)) for r in range(2)]
-    outs = [p.communicate(timeout=120) for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], outs
+    codes, outs = run_code(2, code, env_rank(port, CALL=call), timeout=120)
+    assert codes == [0, 0], outs
     line = outs[0][0]
     assert "ALIVE False" in line, outs
     assert float(line.split("AFTER ")[1].split()[0]) < 5, outs
@@ -340,13 +340,8 @@ def test_destroy_lets_a_call_whose_handle_was_dropped_finish_with_a_late_peer():
             os.write(1, f"RECEIVED {ok}\\n".encode())
             dist.destroy_process_group()
     """)
-    base = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
-    procs = [subprocess.Popen([sys.executable, "-X", "faulthandler", "-c", code], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True,
-                              env=dict(base, RANK=str(r), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
-                                       MASTER_PORT=str(port))) for r in range(2)]
-    outs = [p.communicate(timeout=120) for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], outs
+    codes, outs = run_code(2, code, env_rank(port), timeout=120)
+    assert codes == [0, 0], outs
     assert "LEFT" in outs[0][0] and "RECEIVED True" in outs[1][0], outs
 
 
