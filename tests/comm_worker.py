@@ -139,6 +139,108 @@ def scenario_async():
     check(b, np.full(10, world * (world - 1) // 2), "sync after async")
 
 
+def scenario_more():
+    """reduce, gather, scatter, reduce_scatter of a list, all_to_all(_single),
+    batch_isend_irecv, the object collectives, and results of async calls
+    whose handles were dropped unwaited."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    dst = world - 1
+    for dtype in (np.float32, np.int64, ml_dtypes.bfloat16):
+        name = np.dtype(dtype).name
+        a = np.full(7, rank + 1, dtype)
+        dist.reduce(a, dst=dst)
+        check(a, np.full(7, world * (world + 1) // 2 if rank == dst else rank + 1), f"reduce {name}")
+        outs = [np.zeros(4, dtype) for _ in range(world)] if rank == dst else None
+        dist.gather(np.full(4, rank * 3, dtype), outs, dst=dst)
+        if rank == dst:
+            for r, o in enumerate(outs):
+                check(o, np.full(4, r * 3), f"gather {name}")
+        got = np.zeros((2, 3), dtype)
+        parts = [np.full((2, 3), 10 + r, dtype) for r in range(world)] if rank == 0 else None
+        dist.scatter(got, parts, src=0)
+        check(got, np.full((2, 3), 10 + rank), f"scatter {name}")
+        out = np.zeros(5, dtype)
+        dist.reduce_scatter(out, [np.full(5, rank + r, dtype) for r in range(world)])
+        check(out, np.full(5, sum(q + rank for q in range(world))), f"reduce_scatter list {name}")
+    # ddpc.Tensor: reduce, gather into Tensors, scatter into a Tensor.
+    t = ddpc.full((3,), float(rank))
+    dist.reduce(t, dst=0, op=ReduceOp.MAX)
+    check(t.numpy(), np.full(3, world - 1 if rank == 0 else rank), "reduce Tensor MAX")
+    tl = [ddpc.zeros(2) for _ in range(world)] if rank == 0 else None
+    dist.gather(ddpc.full((2,), rank + 0.5), tl, dst=0)
+    if rank == 0:
+        check(np.concatenate([x.numpy() for x in tl]), np.repeat(np.arange(world) + 0.5, 2), "gather Tensor")
+    ts = ddpc.zeros(3, dtype=ddpc.int32)
+    dist.scatter(ts, [ddpc.full((3,), r * 7, dtype=ddpc.int32) for r in range(world)] if rank == 0 else None)
+    check(ts.numpy(), np.full(3, rank * 7), "scatter Tensor")
+    # all_to_all_single: equal blocks of rows, then uneven ones (rank r sends r + q rows to rank q).
+    inp = np.arange(world * 2 * 3, dtype=np.float32).reshape(world * 2, 3) + 100 * rank
+    out = np.zeros_like(inp)
+    dist.all_to_all_single(out, inp)
+    want = np.concatenate([np.arange(world * 2 * 3, dtype=np.float32).reshape(world * 2, 3)[2 * rank:2 * rank + 2]
+                           + 100 * q for q in range(world)])
+    check(out, want, "all_to_all_single")
+    send_rows = [rank + q for q in range(world)]
+    recv_rows = [q + rank for q in range(world)]
+    inp = np.concatenate([np.full((k, 2), rank * 10 + q, np.int64) for q, k in enumerate(send_rows)])
+    out = np.full((sum(recv_rows), 2), -1, np.int64)
+    dist.all_to_all_single(out, inp, output_split_sizes=recv_rows, input_split_sizes=send_rows)
+    want = np.concatenate([np.full((k, 2), q * 10 + rank, np.int64) for q, k in enumerate(recv_rows)])
+    check(out, want, "all_to_all_single with split sizes")
+    outs = [ddpc.zeros(q + 1) for q in range(world)]
+    w = dist.all_to_all(outs, [ddpc.full((rank + 1,), float(rank * world + q)) for q in range(world)],
+                        async_op=True)
+    w.wait()
+    for q, o in enumerate(outs):
+        check(o.numpy(), np.full(q + 1, q * world + rank), "all_to_all")
+    if world > 1:
+        try:
+            dist.all_to_all_single(np.zeros(world + 1), np.zeros(world + 1))
+            raise AssertionError("rows not a multiple of the group size must be refused")
+        except ValueError as e:
+            assert "split_sizes" in str(e), e
+    # batch_isend_irecv around a ring.
+    if world > 1:
+        nxt, prv = (rank + 1) % world, (rank - 1) % world
+        got = np.zeros(6, np.float64)
+        ops = [dist.P2POp(dist.isend, np.full(6, rank, np.float64), nxt), dist.P2POp(dist.irecv, got, prv)]
+        for w in dist.batch_isend_irecv(ops):
+            w.wait()
+        check(got, np.full(6, prv), "batch_isend_irecv")
+    # Objects, of different sizes on each rank.
+    objs = [None] * world
+    dist.all_gather_object(objs, {"rank": rank, "pad": "x" * (rank * 1000)})
+    assert objs == [{"rank": r, "pad": "x" * (r * 1000)} for r in range(world)], objs
+    lst = [("from", 0), [1, 2, 3], None] if rank == 0 else [None, None, None]
+    dist.broadcast_object_list(lst, src=0)
+    assert lst == [("from", 0), [1, 2, 3], None], lst
+    empty = []
+    dist.broadcast_object_list(empty, src=0)
+    assert empty == []
+    gathered = [None] * world if rank == dst else None
+    dist.gather_object(f"rank{rank}", gathered, dst=dst)
+    assert rank != dst or gathered == [f"rank{r}" for r in range(world)], gathered
+    mine = [None]
+    dist.scatter_object_list(mine, [{"for": r} for r in range(world)] if rank == 0 else None, src=0)
+    assert mine == [{"for": rank}], mine
+    # A rank whose list has another length than src's learns it after taking part (nobody hangs).
+    lst = [1, 2] if rank == 0 else [None]
+    try:
+        dist.broadcast_object_list(lst, src=0)
+        assert rank == 0 or world == 1, "a list of the wrong length must be refused"
+    except ValueError as e:
+        assert rank != 0 and "sent 2 objects" in str(e), e
+    # Handles dropped unwaited: their results land by the group's next call.
+    lst = [np.zeros(3, np.int32) for _ in range(world)]
+    dist.all_gather(lst, np.full(3, rank + 5, np.int32), async_op=True)
+    got = np.zeros(2, np.float32)
+    dist.scatter(got, [np.full(2, r, np.float32) for r in range(world)] if rank == 0 else None, async_op=True)
+    dist.barrier()
+    for r, o in enumerate(lst):
+        check(o, np.full(3, r + 5), "all_gather list, handle dropped")
+    check(got, np.full(2, rank), "scatter, handle dropped")
+
+
 def scenario_groups():
     rank, world = dist.get_rank(), dist.get_world_size()
     evens = dist.new_group([r for r in range(world) if r % 2 == 0])
@@ -571,7 +673,7 @@ def main():
         os.environ["DDPC_HOST_ID"] = os.environ["TEST_HOSTS"].split(",")[int(os.environ["RANK"])]
     dist.init_process_group(timeout=timeout)
     if scenario == "all":
-        for name in ("matrix", "async", "groups", "p2p", "p2p_any", "pickle", "mismatch"):
+        for name in ("matrix", "async", "more", "groups", "p2p", "p2p_any", "pickle", "mismatch"):
             globals()["scenario_" + name]()
     elif "+" in scenario:
         for name in scenario.split("+"):

@@ -198,11 +198,25 @@ w = dist.all_reduce(ddpc.ones(3, device="cuda:0"), async_op=True)
 w.wait()
 dist.barrier()
 print("RESULT", out, y.cpu().tolist(), g.cpu().tolist(), w.is_completed(), flush=True)
+objs = [None] * world
+dist.all_gather_object(objs, {"r": rank})
+lst = ["from", rank]
+dist.broadcast_object_list(lst, src=0)
+s = ddpc.zeros(3, device="cuda:0")
+dist.scatter(s, [ddpc.full((3,), float(r), device="cuda:0") for r in range(world)] if rank == 0 else None)
+gl = [ddpc.zeros(2, device="cuda:0") for _ in range(world)] if rank == 0 else None
+dist.gather(ddpc.full((2,), rank + 1.0, device="cuda:0"), gl)
+a2a = ddpc.zeros(world, device="cuda:0")
+dist.all_to_all_single(a2a, ddpc.arange(world, dtype=ddpc.float32, device="cuda:0") + 10 * rank)
+red = ddpc.full((2,), rank + 1.0, device="cuda:0")
+dist.reduce(red, dst=0)
+print("MORE", objs, lst, s.cpu().tolist(), gl and [x.cpu().tolist() for x in gl], a2a.cpu().tolist(),
+      red.cpu().tolist(), flush=True)
 dist.destroy_process_group()
 """
 
 
-def _run_ranks(backend, world):
+def _run_ranks(backend, world, prefix="RESULT"):
     import socket
     import subprocess
     import sys
@@ -213,7 +227,7 @@ def _run_ranks(backend, world):
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(world)]
     outs = [p.communicate(timeout=120)[0] for p in procs]
     assert all(p.returncode == 0 for p in procs), outs
-    return [next(line for line in o.splitlines() if line.startswith("RESULT")) for o in outs]
+    return [next(line for line in o.splitlines() if line.startswith(prefix)) for o in outs]
 
 
 @pytest.mark.gpu
@@ -221,6 +235,19 @@ def test_distributed_api_on_one_nccl_rank():
     (line,) = _run_ranks("nccl", 1)
     assert "'float32': [1.0, 1.0]" in line and "'bfloat16': [1.0, 1.0]" in line
     assert "[0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0]" in line and line.endswith("True")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend,world", [("nccl", 1), ("cpu", 2)])
+def test_gather_scatter_and_object_collectives_on_cuda_tensors(backend, world):
+    lines = _run_ranks(backend, world, prefix="MORE")
+    objs = str([{"r": r} for r in range(world)])
+    gathered = str([[r + 1.0] * 2 for r in range(world)])
+    for rank, line in enumerate(lines):
+        a2a = str([10.0 * q + rank for q in range(world)])
+        red = str([world * (world + 1) / 2] * 2 if rank == 0 else [rank + 1.0] * 2)
+        want = f"MORE {objs} ['from', 0] {[float(rank)] * 3} {gathered if rank == 0 else None} {a2a} {red}"
+        assert line == want, (line, want)
 
 
 @pytest.mark.gpu

@@ -5,10 +5,14 @@ with the GIL released); this module resolves the rendezvous from the
 environment or an init_method, checks arguments, and adapts ddpc tensors,
 numpy arrays and CUDA tensors to the C calls.
 
-Differences from PyTorch: ``recv`` needs an explicit ``src``; ``Work.wait()``
-must be called before reading the result of an async ``all_gather`` into a
-list or of an async collective on a CUDA tensor (both finish with a copy);
-``TCPStore`` ignores ``world_size`` and ``wait_for_workers``.
+Differences from PyTorch: ``recv`` without ``src`` is for the cpu backend;
+an async ``all_gather`` into a list, ``gather``, ``scatter`` or async
+collective on a CUDA tensor staged by the cpu backend finishes with a copy,
+made by ``Work.wait()``, or, if the handle was dropped unwaited, by the
+group's next call after the collective is done; ``reduce``, ``gather`` and
+``scatter`` are an all_reduce, all_gather and broadcast underneath (every rank
+moves what the root moves), and ``all_to_all`` is sends and receives tagged
+``-2**31``; ``TCPStore`` ignores ``world_size`` and ``wait_for_workers``.
 
 Environment: ``DDPC_STORE_TOKEN`` is the job's store secret (ddpc-run and
 ddpc.spawn make one); ``DDPC_HOST_ID`` overrides how ranks decide they share
@@ -19,11 +23,13 @@ connection to the store).
 
 import atexit
 import base64
+import collections
 import contextlib
 import ctypes
 import fcntl
 import json
 import os
+import pickle
 import socket
 import sys
 import time
@@ -37,15 +43,19 @@ from ._C import DistError, DistTimeoutError
 
 __all__ = [
     "Backend", "DistError", "DistTimeoutError", "FileStore", "GroupMember", "ProcessGroup", "ReduceOp", "TCPStore",
-    "Work", "all_gather", "all_gather_into_tensor", "all_reduce", "barrier", "broadcast", "destroy_process_group",
-    "get_backend", "get_rank", "get_world_size", "init_process_group", "irecv", "is_available", "is_initialized",
-    "isend", "new_group", "recv", "reduce_scatter_tensor", "send", "shared_buffer",
+    "P2POp", "Work", "all_gather", "all_gather_into_tensor", "all_gather_object", "all_reduce", "all_to_all",
+    "all_to_all_single", "barrier", "batch_isend_irecv", "broadcast", "broadcast_object_list", "destroy_process_group",
+    "gather", "gather_object", "get_backend", "get_process_group_ranks", "get_rank", "get_world_size",
+    "init_process_group", "irecv", "is_available", "is_initialized", "isend", "new_group", "recv", "reduce",
+    "reduce_scatter", "reduce_scatter_tensor", "scatter", "scatter_object_list", "send", "shared_buffer",
 ]
 
 _DTYPE_CODES = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 3, "int32": 4, "int64": 5, "uint8": 6}
 _DEFAULT_TIMEOUT = timedelta(minutes=5)
 # How long rank 0 keeps the store up at shutdown for the others to leave.
 _SHUTDOWN_GRACE_S = 10.0
+# The tag of the messages all_to_all sends, out of the way of the tags users pick.
+_ALL_TO_ALL_TAG = -(2**31)
 
 
 class ReduceOp:
@@ -208,6 +218,23 @@ class ProcessGroup:
         self.ranks = list(ranks)
         self.backend = backend
         self._store = store
+        self._dropped = collections.deque()  # (C work, finish) of handles dropped before wait()
+
+    def _finish_dropped(self, wait=False):
+        """Makes the copies that finish collectives whose handles were dropped
+        unwaited: of those done (with ``wait``, of all, each waited for), so
+        that a result lands although nobody waits for it. A failed one's
+        error had nobody to go to: its copy is skipped."""
+        for _ in range(len(self._dropped)):  # appends from other threads meanwhile wait for the next look
+            c_work, finish = self._dropped.popleft()
+            if not wait and not c_work.is_completed():
+                self._dropped.append((c_work, finish))
+                continue
+            try:
+                c_work.wait(None)
+            except DistError:
+                continue
+            finish()
 
     def rank(self):
         return self._c.rank
@@ -423,6 +450,8 @@ def _group(group):
         raise TypeError(f"group must be a ProcessGroup, got {type(group).__name__}")
     if group._c is None:
         raise ValueError("the process group was destroyed")
+    if group._dropped:
+        group._finish_dropped()
     return group
 
 
@@ -497,6 +526,7 @@ def destroy_process_group(group=None):
         return
     if group is not None and group is not _world.default:
         group = _group(group)
+        group._finish_dropped(wait=True)
         group._c.close()
         group._c = None
         _world.groups = [g for g in _world.groups if g is not group]
@@ -513,6 +543,8 @@ def _leave(wait_for_others):
     size = _world.default.size()
     for g in _world.groups + [_world.default]:
         if g._c is not None:
+            if wait_for_others:
+                g._finish_dropped(wait=True)
             g._c.close()
             g._c = None
         g._store = None
@@ -609,11 +641,16 @@ class _Arg:
 class Work:
     """Handle of an asynchronous collective (``async_op=True``)."""
 
-    def __init__(self, c_work, finish=None, ranks=None, source=None):
+    def __init__(self, c_work, finish=None, ranks=None, source=None, group=None):
         self._c = c_work
         self._finish = finish
+        self._group = group    # finishes the collective if this handle is dropped unwaited
         self._ranks = ranks    # an irecv from any rank: its group's members, to name the sender
         self._source = source  # an irecv from a given rank: that rank
+
+    def __del__(self):
+        if self._finish is not None and self._group is not None and self._group._c is not None:
+            self._group._dropped.append((self._c, self._finish))
 
     def source_rank(self):
         """The rank (in the default group) that sent what a finished ``irecv`` received."""
@@ -641,13 +678,15 @@ class Work:
         raise TypeError("cannot pickle a Work handle")
 
 
-def _launch(c_call, async_op, finish, *args):
-    """Runs a C collective synchronously or wraps its async handle."""
+def _launch(g, c_call, async_op, finish, *args):
+    """Runs a C collective of group ``g`` synchronously or wraps its async handle."""
     if async_op:
-        return Work(c_call(*args, True), finish)
+        return Work(c_call(*args, True), finish, group=g)
     c_call(*args, False)
     if finish is not None:
         finish()
+    if g._dropped:
+        g._finish_dropped()  # the collectives queued before this one are done too
     return None
 
 
@@ -682,14 +721,14 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
     """Reduces ``tensor`` across the group in place. AVG of integers truncates."""
     g = _group(group)
     a = _Arg(tensor, g)
-    return _launch(g._c.all_reduce, async_op, _finisher(a.device_buf and a.finish), a.obj, a.code, _reduce_op(op))
+    return _launch(g, g._c.all_reduce, async_op, _finisher(a.device_buf and a.finish), a.obj, a.code, _reduce_op(op))
 
 
 def broadcast(tensor, src, group=None, async_op=False):
     """Copies ``tensor`` of rank ``src`` (a rank of the default group) to every member."""
     g = _group(group)
     a = _Arg(tensor, g)
-    return _launch(g._c.broadcast, async_op, _finisher(a.device_buf and a.finish), a.obj, a.code,
+    return _launch(g, g._c.broadcast, async_op, _finisher(a.device_buf and a.finish), a.obj, a.code,
                    _group_rank(g, src, "src"))
 
 
@@ -699,36 +738,105 @@ def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=Fal
     out, inp = _Arg(output_tensor, g), _Arg(input_tensor, g, writable=False)
     if out.code != inp.code:
         raise TypeError("all_gather_into_tensor: input and output dtypes differ")
-    return _launch(g._c.all_gather, async_op, _finisher(out.device_buf and out.finish), out.obj, inp.obj, out.code, 0)
+    return _launch(g, g._c.all_gather, async_op, _finisher(out.device_buf and out.finish), out.obj, inp.obj, out.code, 0)
+
+
+def _as_buffer(obj):
+    """A _C.Buffer over a buffer or C-contiguous numpy array (bfloat16 ones too)."""
+    if isinstance(obj, _C.Buffer):
+        return obj
+    if obj.dtype.name == "bfloat16":  # ml_dtypes arrays don't export the buffer protocol; view the bits
+        return _C.Buffer.from_object(obj.view(np.uint16), "bfloat16")
+    return _C.Buffer.from_object(obj)
 
 
 def _copy_out(dst, src_buf):
-    """Copies a host _C.Buffer into a tensor or array of the same size."""
+    """Copies a _C.Buffer into a tensor or array of as many elements."""
     if isinstance(dst, np.ndarray):
-        memoryview(dst).cast("B")[:] = memoryview(src_buf).cast("B")
+        _C.copy(_as_buffer(dst), src_buf.view(0, dst.shape))
     else:
         dst._buf.bump_version()
         _C.copy(dst._buf, src_buf.view(0, dst._buf.shape))
 
 
-def all_gather(tensor_list, tensor, group=None, async_op=False):
-    """Fills ``tensor_list[r]`` with rank r's ``tensor``."""
-    g = _group(group)
+def _dtype_name(code):
+    return next(k for k, v in _DTYPE_CODES.items() if v == code)
+
+
+
+
+def _member_args(what, tensors, g, like):
+    """_Args of a list of one tensor per group member, each of ``like``'s dtype and size."""
+    if tensors is None or len(tensors) != g.size():
+        got = "none" if tensors is None else len(tensors)
+        raise ValueError(f"{what}: the list needs one tensor per group member ({g.size()}), got {got}")
+    args = [_Arg(t, g, writable=False) for t in tensors]
+    if any(a.numel != like.numel or a.code != like.code for a in args):
+        raise ValueError(f"{what}: every tensor in the list must have the dtype and number of elements of "
+                         f"the other tensor ({_dtype_name(like.code)}, {like.numel} elements)")
+    return args
+
+
+def _member_blocks(g, like):
+    """A flat buffer of one ``like``-sized block per group member, where g's collectives take it."""
+    return _C.Buffer((g.size() * like.numel,), _dtype_name(like.code), like.obj.device if g.backend == "nccl" else -1)
+
+
+def _all_gather_list(what, g, tensor_list, tensor, async_op, keep=True):
+    """all_gather into a list (or, without ``keep``, into scratch, for gather's other ranks)."""
     inp = _Arg(tensor, g, writable=False)
-    if len(tensor_list) != g.size():
-        raise ValueError(f"all_gather: tensor_list has {len(tensor_list)} entries for a group of {g.size()}")
-    dtype = next(k for k, v in _DTYPE_CODES.items() if v == inp.code)
-    for t in tensor_list:
-        o = _Arg(t, g, writable=False)
-        if o.numel != inp.numel or o.code != inp.code:
-            raise ValueError("all_gather: every output must have the input's dtype and number of elements")
-    out = _C.Buffer((g.size() * inp.numel,), dtype, inp.obj.device if g.backend == "nccl" else -1)
+    if keep:
+        _member_args(what, tensor_list, g, inp)
+    out = _member_blocks(g, inp)
 
     def finish():
         for r, t in enumerate(tensor_list):
             _copy_out(t, out.view(r * inp.numel, (inp.numel,)))
 
-    return _launch(g._c.all_gather, async_op, finish, out, inp.obj, inp.code, 0)
+    return _launch(g, g._c.all_gather, async_op, finish if keep else None, out, inp.obj, inp.code, 0)
+
+
+def all_gather(tensor_list, tensor, group=None, async_op=False):
+    """Fills ``tensor_list[r]`` with rank r's ``tensor``."""
+    return _all_gather_list("all_gather", _group(group), tensor_list, tensor, async_op)
+
+
+def gather(tensor, gather_list=None, dst=0, group=None, async_op=False):
+    """Rank ``dst`` receives every rank's ``tensor`` in ``gather_list`` (in
+    rank order); the other ranks pass no list."""
+    g = _group(group)
+    at_dst = g.rank() == _group_rank(g, dst, "dst")
+    if not at_dst and gather_list:
+        raise ValueError("gather: only rank dst passes a gather_list")
+    return _all_gather_list("gather", g, gather_list, tensor, async_op, keep=at_dst)
+
+
+def scatter(tensor, scatter_list=None, src=0, group=None, async_op=False):
+    """Copies rank ``src``'s ``scatter_list[r]`` into rank r's ``tensor``; the
+    other ranks pass no list."""
+    g = _group(group)
+    src_rank = _group_rank(g, src, "src")
+    out = _Arg(tensor, g, writable=False)  # written by the copy out of the broadcast blocks
+    blocks = _member_blocks(g, out)
+    if g.rank() == src_rank:
+        for r, a in enumerate(_member_args("scatter", scatter_list, g, out)):
+            _C.copy(blocks.view(r * out.numel, (out.numel,)), _as_buffer(a.obj).view(0, (out.numel,)))
+    elif scatter_list:
+        raise ValueError("scatter: only rank src passes a scatter_list")
+    mine = blocks.view(g.rank() * out.numel, (out.numel,))
+    return _launch(g, g._c.broadcast, async_op, lambda: _copy_out(tensor, mine), blocks, out.code, src_rank)
+
+
+def reduce(tensor, dst, op=ReduceOp.SUM, group=None, async_op=False):
+    """Reduces ``tensor`` across the group into rank ``dst``'s ``tensor``; the
+    other ranks' tensors are left as they were."""
+    g = _group(group)
+    if g.rank() == _group_rank(g, dst, "dst"):
+        return all_reduce(tensor, op, g, async_op)
+    a = _Arg(tensor, g, writable=False)
+    scratch = _C.Buffer((a.numel,), _dtype_name(a.code), a.obj.device if g.backend == "nccl" else -1)
+    _C.copy(scratch, _as_buffer(a.obj).view(0, (a.numel,)))
+    return _launch(g, g._c.all_reduce, async_op, None, scratch, a.code, _reduce_op(op))
 
 
 def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op=False):
@@ -738,7 +846,18 @@ def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op=F
     out, inp = _Arg(output, g), _Arg(input, g, writable=False)
     if out.code != inp.code:
         raise TypeError("reduce_scatter_tensor: input and output dtypes differ")
-    return _launch(g._c.reduce_scatter, async_op, _finisher(out.device_buf and out.finish), out.obj, inp.obj,
+    return _launch(g, g._c.reduce_scatter, async_op, _finisher(out.device_buf and out.finish), out.obj, inp.obj,
+                   out.code, _reduce_op(op))
+
+
+def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op=False):
+    """Reduces ``input_list[r]`` across ranks into rank r's ``output``."""
+    g = _group(group)
+    out = _Arg(output, g)
+    blocks = _member_blocks(g, out)
+    for r, a in enumerate(_member_args("reduce_scatter", input_list, g, out)):
+        _C.copy(blocks.view(r * out.numel, (out.numel,)), _as_buffer(a.obj).view(0, (out.numel,)))
+    return _launch(g, g._c.reduce_scatter, async_op, _finisher(out.device_buf and out.finish), out.obj, blocks,
                    out.code, _reduce_op(op))
 
 
@@ -761,7 +880,8 @@ def coalesce(group=None):
 def barrier(group=None, async_op=False, device_ids=None):
     """Waits until every rank of the group has entered the barrier."""
     del device_ids
-    return _launch(_group(group)._c.barrier, async_op, None)
+    g = _group(group)
+    return _launch(g, g._c.barrier, async_op, None)
 
 
 def _p2p(tensor, peer, group, tag, sending, async_op):
@@ -776,7 +896,7 @@ def _p2p(tensor, peer, group, tag, sending, async_op):
         work = call(a.obj, a.code, peer_rank, int(tag), True)
         if sending:
             return Work(work)
-        return Work(work, finish, g.ranks if peer is None else None, peer)
+        return Work(work, finish, g.ranks if peer is None else None, peer, g)
     sender = call(a.obj, a.code, peer_rank, int(tag), False)
     if finish is not None:
         finish()
@@ -802,3 +922,224 @@ def isend(tensor, dst, group=None, tag=0):
 def irecv(tensor, src=None, group=None, tag=0):
     """Asynchronous recv; without ``src`` the handle's ``source_rank()`` names the sender once done."""
     return _p2p(tensor, src, group, tag, False, True)
+
+
+class P2POp:
+    """One send or receive for ``batch_isend_irecv``: ``op`` is ``isend`` or ``irecv``."""
+
+    def __init__(self, op, tensor, peer=None, group=None, tag=0):
+        if op not in (isend, irecv):
+            raise ValueError("P2POp: op must be ddpc.distributed.isend or ddpc.distributed.irecv")
+        if peer is None and op is isend:
+            raise ValueError("P2POp: an isend needs a peer")
+        self.op, self.tensor, self.peer, self.group, self.tag = op, tensor, peer, group, tag
+
+
+def batch_isend_irecv(p2p_op_list):
+    """Starts every op of the list (as one NCCL group on the nccl backend) and
+    returns their handles."""
+    if not p2p_op_list or not all(isinstance(p, P2POp) for p in p2p_op_list):
+        raise ValueError("batch_isend_irecv takes a non-empty list of P2POp")
+    with coalesce(p2p_op_list[0].group):
+        return [p.op(p.tensor, p.peer, p.group, p.tag) for p in p2p_op_list]
+
+
+class _Works(Work):
+    """One handle for the several sends and receives of an all_to_all."""
+
+    def __init__(self, works):
+        super().__init__(None)
+        self._works = works
+
+    def wait(self, timeout=None):
+        for w in self._works:
+            w.wait(timeout)
+        return True
+
+    def is_completed(self):
+        return all(w.is_completed() for w in self._works)
+
+
+def _exchange(what, g, outs, ins, async_op):
+    """Sends ``ins[r]`` to member r and receives ``outs[r]`` from it (both
+    lists of contiguous tensors, arrays or buffers, one per member)."""
+    n, me = g.size(), g.rank()
+    for name, blocks in (("output", outs), ("input", ins)):
+        if len(blocks) != n:
+            raise ValueError(f"{what}: the {name} list needs one tensor per group member ({n}), got {len(blocks)}")
+    mine_in, mine_out = _Arg(ins[me], g, writable=False), _Arg(outs[me], g)
+    if mine_in.numel != mine_out.numel or mine_in.code != mine_out.code:
+        raise ValueError(f"{what}: this rank's own input and output blocks differ in dtype or size")
+    _C.copy(_as_buffer(mine_out.obj), _as_buffer(mine_in.obj))
+    if mine_out.device_buf is not None:
+        mine_out.finish()
+    works = []
+    with coalesce(g):
+        # Round k: send to the member k ahead while receiving from the one k
+        # behind, so every send meets a receive posted in the same order.
+        for k in range(1, n):
+            to, frm = (me + k) % n, (me - k) % n
+            works.append(isend(ins[to], g.ranks[to], g, _ALL_TO_ALL_TAG))
+            works.append(irecv(outs[frm], g.ranks[frm], g, _ALL_TO_ALL_TAG))
+    handle = _Works(works)
+    if async_op:
+        return handle
+    handle.wait()
+    return None
+
+
+def _row_blocks(what, t, splits, n):
+    """Views of consecutive blocks of ``t``'s rows (dim 0), ``splits[r]`` rows
+    each, or equal blocks."""
+    if isinstance(t, np.ndarray) and not t.flags.c_contiguous:
+        raise ValueError(f"all_to_all_single: the {what} array must be C-contiguous")
+    buf = _as_buffer(getattr(t, "_buf", t))
+    if not buf.shape:
+        raise ValueError(f"all_to_all_single: the {what} must have at least one dimension")
+    rows = buf.shape[0]
+    if splits is None:
+        if rows % n:
+            raise ValueError(f"all_to_all_single: the {what} has {rows} rows, not a multiple of the group size {n}; "
+                             f"pass {what}_split_sizes")
+        splits = [rows // n] * n
+    splits = [int(k) for k in splits]
+    if len(splits) != n or min(splits) < 0 or sum(splits) != rows:
+        raise ValueError(f"all_to_all_single: {what}_split_sizes must be {n} non-negative row counts adding up "
+                         f"to the {what}'s {rows} rows, got {splits}")
+    per_row = buf.numel // rows if rows else 0
+    views, start = [], 0
+    for k in splits:
+        views.append(buf.view(start * per_row, (k, *buf.shape[1:])))
+        start += k
+    return views
+
+
+def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=None, group=None, async_op=False):
+    """Block r of ``input`` (rows along dim 0: ``input_split_sizes[r]`` of
+    them, or equal blocks) goes to rank r, where it becomes the block of
+    ``output`` from this rank."""
+    g = _group(group)
+    outs = _row_blocks("output", output, output_split_sizes, g.size())
+    ins = _row_blocks("input", input, input_split_sizes, g.size())
+    return _exchange("all_to_all_single", g, outs, ins, async_op)
+
+
+def all_to_all(output_tensor_list, input_tensor_list, group=None, async_op=False):
+    """Sends ``input_tensor_list[r]`` to rank r and receives rank r's tensor for
+    this rank into ``output_tensor_list[r]``."""
+    return _exchange("all_to_all", _group(group), list(output_tensor_list), list(input_tensor_list), async_op)
+
+
+# ---- Python objects (pickled: unpickling runs code, so exchange objects only among trusted ranks) ----
+
+
+def _to_group(g, arr):
+    """A numpy array where ``g``'s collectives take it: itself on the cpu backend, a copy on this rank's GPU on nccl."""
+    if g.backend != "nccl":
+        return arr
+    buf = _C.Buffer(arr.shape, arr.dtype.name, _world.device)
+    _C.copy(buf, _C.Buffer.from_object(arr))
+    return buf
+
+
+def _to_numpy(x, dtype):
+    if isinstance(x, np.ndarray):
+        return x
+    host = np.empty(x.shape, dtype)
+    _C.copy(_C.Buffer.from_object(host), x)
+    _C.cuda_synchronize(x.device)
+    return host
+
+
+def _object_bytes(obj):
+    return np.frombuffer(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), dtype=np.uint8)
+
+
+def _gather_objects(g, obj):
+    """Every member's ``obj``, in rank order (an all_gather of their pickles)."""
+    data = _object_bytes(obj)
+    n = g.size()
+    sizes = _to_group(g, np.zeros(n, np.int64))
+    all_gather_into_tensor(sizes, _to_group(g, np.array([data.size], np.int64)), g)
+    sizes = _to_numpy(sizes, np.int64)
+    width = int(sizes.max())
+    mine = np.zeros(width, np.uint8)
+    mine[:data.size] = data
+    out = _to_group(g, np.empty(n * width, np.uint8))
+    all_gather_into_tensor(out, _to_group(g, mine), g)
+    out = _to_numpy(out, np.uint8).reshape(n, width)
+    return [pickle.loads(out[r, :sizes[r]].tobytes()) for r in range(n)]
+
+
+def _broadcast_objects(g, objects, src, count):
+    """Rank ``src``'s list ``objects`` on every member (a broadcast of its
+    length, the pickles' sizes and the pickles); ``count`` is what the other
+    members expect, checked once they have taken part."""
+    src_rank = _group_rank(g, src, "src")
+    at_src = g.rank() == src_rank
+    header = _to_group(g, np.array([len(objects) if at_src else 0], np.int64))
+    broadcast(header, src, g)
+    n = int(_to_numpy(header, np.int64)[0])
+    data = [_object_bytes(o) for o in objects] if at_src else []
+    sizes = np.array([d.size for d in data] if at_src else [0] * n, np.int64)
+    if n:
+        sizes_g = _to_group(g, sizes)
+        broadcast(sizes_g, src, g)
+        sizes = _to_numpy(sizes_g, np.int64)
+    payload = np.concatenate(data) if data else np.empty(int(sizes.sum()), np.uint8)
+    if payload.size:
+        payload_g = _to_group(g, payload)
+        broadcast(payload_g, src, g)
+        payload = _to_numpy(payload_g, np.uint8)
+    if at_src:
+        return list(objects)
+    if count is not None and count != n:
+        raise ValueError(f"rank {src} sent {n} objects, this rank's list holds {count}")
+    ends = np.cumsum(sizes)
+    return [pickle.loads(payload[end - size:end].tobytes()) for size, end in zip(sizes, ends)]
+
+
+def all_gather_object(object_list, obj, group=None):
+    """Fills ``object_list[r]`` with rank r's ``obj`` (any picklable object)."""
+    g = _group(group)
+    if len(object_list) != g.size():
+        raise ValueError(f"all_gather_object: object_list needs one entry per group member ({g.size()}), "
+                         f"got {len(object_list)}")
+    object_list[:] = _gather_objects(g, obj)
+
+
+def gather_object(obj, object_gather_list=None, dst=0, group=None):
+    """Rank ``dst`` receives every rank's ``obj`` in ``object_gather_list``."""
+    g = _group(group)
+    at_dst = g.rank() == _group_rank(g, dst, "dst")
+    if at_dst and (object_gather_list is None or len(object_gather_list) != g.size()):
+        raise ValueError(f"gather_object: rank dst needs an object_gather_list of {g.size()} entries")
+    if not at_dst and object_gather_list:
+        raise ValueError("gather_object: only rank dst passes an object_gather_list")
+    objects = _gather_objects(g, obj)
+    if at_dst:
+        object_gather_list[:] = objects
+
+
+def broadcast_object_list(object_list, src=0, group=None, device=None):
+    """Replaces the entries of ``object_list`` with rank ``src``'s (every rank's list has the same length)."""
+    del device  # where the pickles travel follows the group's backend
+    g = _group(group)
+    object_list[:] = _broadcast_objects(g, object_list, src, len(object_list))
+
+
+def scatter_object_list(scatter_object_output_list, scatter_object_input_list=None, src=0, group=None):
+    """Sets ``scatter_object_output_list[0]`` to rank ``src``'s ``scatter_object_input_list[r]`` on rank r."""
+    g = _group(group)
+    at_src = g.rank() == _group_rank(g, src, "src")
+    if not scatter_object_output_list:
+        raise ValueError("scatter_object_list: the output list needs at least one entry")
+    if at_src and (scatter_object_input_list is None or len(scatter_object_input_list) != g.size()):
+        raise ValueError(f"scatter_object_list: rank src needs an input list of {g.size()} entries")
+    objects = _broadcast_objects(g, scatter_object_input_list if at_src else [], src, None)
+    scatter_object_output_list[0] = objects[g.rank()]
+
+
+def get_process_group_ranks(group):
+    """The default-group ranks of ``group``'s members, in group-rank order."""
+    return list(_group(group).ranks)
