@@ -241,6 +241,20 @@ def scenario_more():
     check(got, np.full(2, rank), "scatter, handle dropped")
 
 
+def scenario_monitored(wait_all):
+    """monitored_barrier: everyone comes; then ranks 2.. stay away and rank 0
+    names the first of them (or all, with wait_all_ranks), rank 1 times out."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    dist.monitored_barrier()
+    if rank < 2:
+        try:
+            dist.monitored_barrier(timeout=2, wait_all_ranks=wait_all == "all")
+            print(f"RANK {rank} NO ERROR", flush=True)
+        except dist.DistTimeoutError as e:
+            print(f"RANK {rank} MONITORED {e}", flush=True)
+    dist.barrier()
+
+
 def scenario_groups():
     rank, world = dist.get_rank(), dist.get_world_size()
     evens = dist.new_group([r for r in range(world) if r % 2 == 0])

@@ -121,3 +121,14 @@ def test_collectives_across_simulated_hosts(hosts):
     for r in range(world):
         assert f"RANK {r} PASS" in res.stdout
         assert f"RANK {r} MISMATCH collective mismatch" in res.stdout, res.stdout
+
+
+@pytest.mark.parametrize("wait_all", ["first", "all"])
+def test_monitored_barrier_names_the_ranks_that_stay_away(wait_all):
+    res = run_job(4, "monitored", wait_all, timeout=120)
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out
+    missing = "ranks 2, 3 did not" if wait_all == "all" else "rank 2 did not"
+    assert f"RANK 0 MONITORED monitored_barrier: {missing} reach the barrier within 2 s" in res.stdout, out
+    assert "RANK 1 MONITORED monitored_barrier: rank 0 did not release rank 1 within 2 s" in res.stdout, out
+    assert "NO ERROR" not in res.stdout, out

@@ -46,8 +46,9 @@ __all__ = [
     "P2POp", "Work", "all_gather", "all_gather_into_tensor", "all_gather_object", "all_reduce", "all_to_all",
     "all_to_all_single", "barrier", "batch_isend_irecv", "broadcast", "broadcast_object_list", "destroy_process_group",
     "gather", "gather_object", "get_backend", "get_process_group_ranks", "get_rank", "get_world_size",
-    "init_process_group", "irecv", "is_available", "is_initialized", "isend", "new_group", "recv", "reduce",
-    "reduce_scatter", "reduce_scatter_tensor", "scatter", "scatter_object_list", "send", "shared_buffer",
+    "init_process_group", "irecv", "is_available", "is_initialized", "isend", "monitored_barrier", "new_group",
+    "recv", "reduce", "reduce_scatter", "reduce_scatter_tensor", "scatter", "scatter_object_list", "send",
+    "shared_buffer",
 ]
 
 _DTYPE_CODES = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 3, "int32": 4, "int64": 5, "uint8": 6}
@@ -213,11 +214,13 @@ class ProcessGroup:
     """A set of ranks that run collectives together. ``rank()`` and ``size()``
     are within the group; ``ranks`` are the members' ranks in the default group."""
 
-    def __init__(self, c_group, ranks, backend, store):
+    def __init__(self, c_group, ranks, backend, store, prefix):
         self._c = c_group
         self.ranks = list(ranks)
         self.backend = backend
         self._store = store
+        self._prefix = prefix  # of the group's keys in the store
+        self._monitored = 0    # monitored_barrier calls so far
         self._dropped = collections.deque()  # (C work, finish) of handles dropped before wait()
 
     def _finish_dropped(self, wait=False):
@@ -431,7 +434,7 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
     _world.prefix = prefix
     _world.rank = rank
     _world.timeout = timeout_s
-    _world.default = ProcessGroup(c_group, range(world_size), backend, c_store)
+    _world.default = ProcessGroup(c_group, range(world_size), backend, c_store, prefix + "g0/")
     GroupMember.WORLD = _world.default
 
 
@@ -510,9 +513,9 @@ def new_group(ranks=None, timeout=None, backend=None):
         return GroupMember.NON_GROUP_MEMBER
     backend = world.backend if backend is None else ("cpu" if backend == "gloo" else backend)
     timeout_s = _seconds(timeout, _world.timeout)
-    c_group = _make_group(_world.store, f"{_world.prefix}g{group_id}/", ranks.index(_world.rank), len(ranks), ranks,
-                          backend, timeout_s)
-    group = ProcessGroup(c_group, ranks, backend, _world.store)
+    prefix = f"{_world.prefix}g{group_id}/"
+    c_group = _make_group(_world.store, prefix, ranks.index(_world.rank), len(ranks), ranks, backend, timeout_s)
+    group = ProcessGroup(c_group, ranks, backend, _world.store, prefix)
     _world.groups.append(group)
     return group
 
@@ -882,6 +885,41 @@ def barrier(group=None, async_op=False, device_ids=None):
     del device_ids
     g = _group(group)
     return _launch(g, g._c.barrier, async_op, None)
+
+
+def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
+    """A barrier that names who did not come: the group's first rank waits
+    for each other member, up to ``timeout`` (the group's by default) in all,
+    and raises DistTimeoutError naming the first one missing (with
+    ``wait_all_ranks``, every one missing); the others raise DistTimeoutError
+    if it does not release them in that time. Goes through the store, not
+    the backend, so it also finds a rank stuck before its collectives."""
+    g = _group(group)
+    timeout_s = _seconds(timeout, _world.timeout)
+    g._monitored += 1
+    key = f"{g._prefix}monitored/{g._monitored}/"
+    if g.rank() != 0:
+        g._store.set(key + str(g.rank()), b"")
+        try:
+            g._store.wait([key + "released"], timeout_s)
+        except DistTimeoutError:
+            raise DistTimeoutError(f"monitored_barrier: rank {g.ranks[0]} did not release rank {g.ranks[g.rank()]} "
+                                   f"within {timeout_s:g} s: some member did not reach the barrier "
+                                   f"(rank {g.ranks[0]}'s error names it)") from None
+        return
+    deadline = time.monotonic() + timeout_s
+    missing = []
+    for r in range(1, g.size()):
+        try:
+            g._store.wait([key + str(r)], max(deadline - time.monotonic(), 0.001))
+        except DistTimeoutError:
+            missing.append(g.ranks[r])
+            if not wait_all_ranks:
+                break
+    if missing:
+        raise DistTimeoutError(f"monitored_barrier: rank{'s' if len(missing) > 1 else ''} "
+                               f"{', '.join(map(str, missing))} did not reach the barrier within {timeout_s:g} s")
+    g._store.set(key + "released", b"")
 
 
 def _p2p(tensor, peer, group, tag, sending, async_op):
