@@ -1,9 +1,12 @@
 """ddpc.data: data sets, samplers, and the prefetching loaders.
 
-Shaped like ``torch.utils.data``: ``Dataset``, ``TensorDataset``, ``DataLoader``,
-``SequentialSampler``, ``RandomSampler``, ``BatchSampler``, ``DistributedSampler``,
-plus ``BalancedDistributedSampler``, ``WeightedDistributedSampler`` and
-``ShardedLoader`` (DataLoader + DistributedSampler in one line).
+Shaped like ``torch.utils.data``: ``Dataset``, ``IterableDataset``,
+``TensorDataset``, ``Subset``, ``ConcatDataset``, ``random_split``,
+``DataLoader``, ``SequentialSampler``, ``RandomSampler``,
+``SubsetRandomSampler``, ``WeightedRandomSampler``, ``BatchSampler``,
+``DistributedSampler``, plus ``BalancedDistributedSampler``,
+``WeightedDistributedSampler`` and ``ShardedLoader`` (DataLoader +
+DistributedSampler in one line).
 
 Index lists are computed in C (csrc/sampler.c). Shuffles use ddpc's own
 permutation generator, which is stable across versions and platforms: the
@@ -34,11 +37,16 @@ resident set (they stay in the page cache) whenever those the loader made
 resident exceed the budget. Either way a data set larger than memory streams
 with bounded resident memory.
 
-Differences from PyTorch: there are no worker processes (``num_workers``);
-``RandomSampler`` takes a ``seed`` instead of a ``generator``; batches of a
-``TensorDataset`` are lists of ``ddpc.Tensor``.
+Differences from PyTorch: there are no worker processes (see ``DataLoader``
+for what ``num_workers`` and its neighbours do); a ``generator`` is a
+``ddpc.Generator`` (an int or a generator with ``initial_seed()`` seeds one),
+and samplers also take a fixed ``seed``; batches of a ``TensorDataset`` are
+lists of ``ddpc.Tensor``; ``DistributedSampler`` without a process group
+takes one replica, unless ``WORLD_SIZE`` names several (then it is an error).
 """
 
+import bisect
+import collections.abc
 import numbers
 import os
 import queue
@@ -49,11 +57,13 @@ import numpy as np
 
 from . import _C
 from ._dtype import ordinal
-from .tensor import Tensor, default_generator, from_numpy, stack
+from .tensor import Generator, Tensor, default_generator, from_numpy, stack
 
 __all__ = [
-    "BalancedDistributedSampler", "BatchSampler", "DataLoader", "Dataset", "DistributedSampler", "RandomSampler",
-    "Sampler", "SequentialSampler", "ShardedLoader", "TensorDataset", "WeightedDistributedSampler", "default_collate",
+    "BalancedDistributedSampler", "BatchSampler", "ConcatDataset", "DataLoader", "Dataset", "DistributedSampler",
+    "IterableDataset", "RandomSampler", "Sampler", "SequentialSampler", "ShardedLoader", "Subset",
+    "SubsetRandomSampler", "TensorDataset", "WeightedDistributedSampler", "WeightedRandomSampler", "default_collate",
+    "random_split",
 ]
 
 _MASK64 = (1 << 64) - 1
@@ -114,7 +124,8 @@ def _length_of(dataset_or_len, what="data set"):
 
 
 def _group_defaults(num_replicas, rank):
-    """num_replicas and rank, defaulting to the process group when one is initialised (else 1 and 0)."""
+    """num_replicas and rank, defaulting to the process group when one is initialised (else 1 and 0,
+    unless the environment says this process is one of several ranks)."""
     if num_replicas is None or rank is None:
         world, me = 1, 0
         try:
@@ -123,6 +134,10 @@ def _group_defaults(num_replicas, rank):
             distributed = None
         if distributed is not None and distributed.is_initialized():
             world, me = distributed.get_world_size(), distributed.get_rank()
+        elif os.environ.get("WORLD_SIZE", "1").strip() not in ("", "0", "1"):
+            raise ValueError(f"WORLD_SIZE={os.environ['WORLD_SIZE']} says this process is one of several ranks, but "
+                             "no process group is initialised: call ddpc.distributed.init_process_group() first "
+                             "(or pass num_replicas and rank)")
         num_replicas = world if num_replicas is None else num_replicas
         rank = me if rank is None else rank
     num_replicas = _positive_int(num_replicas, "num_replicas")
@@ -130,6 +145,26 @@ def _group_defaults(num_replicas, rank):
         raise ValueError(f"rank {rank!r} is out of range for num_replicas {num_replicas} "
                          f"(expected 0..{num_replicas - 1})")
     return num_replicas, int(rank)
+
+
+def _pass_seeds(generator):
+    """What draws each pass's seed: ``generator`` (a ddpc.Generator; an int or
+    another generator with ``initial_seed()``, e.g. a torch.Generator, seeds a
+    private one), or ddpc's global generator for None."""
+    if generator is None or isinstance(generator, Generator):
+        return generator
+    if isinstance(generator, numbers.Integral):
+        return Generator(int(generator))
+    if callable(getattr(generator, "initial_seed", None)):
+        return Generator(generator.initial_seed())
+    raise TypeError(f"generator must be a ddpc.Generator, an int seed or have initial_seed(), "
+                    f"got {type(generator).__name__}")
+
+
+def _next_seed(generator):
+    """A fresh 64-bit seed from ``generator`` (None: the global one): each pass draws anew."""
+    gseed, offset = (generator or default_generator).take(1)
+    return (gseed * 0x9E3779B97F4A7C15 + offset) & _MASK64
 
 
 def _f64_vector(values, what):
@@ -184,15 +219,18 @@ class RandomSampler(_EpochMixin, Sampler):
     """Random order of ``data_source``: a permutation (or ``num_samples`` draws), or
     uniform draws with ``replacement``.
 
-    Differs from PyTorch: ``seed`` replaces ``generator``. With ``seed=None`` every
-    pass draws a fresh seed from ddpc's global generator (``ddpc.manual_seed``);
+    With ``seed=None`` every pass draws a fresh seed from ``generator`` (see
+    ``ddpc.Generator``; by default ddpc's global one, ``ddpc.manual_seed``);
     with a seed, pass e uses ``seed + e`` as set by ``set_epoch``.
     """
 
-    def __init__(self, data_source, replacement=False, num_samples=None, seed=None):
+    def __init__(self, data_source, replacement=False, num_samples=None, generator=None, seed=None):
+        if isinstance(generator, numbers.Integral) and seed is None:  # RandomSampler(ds, False, None, 7): a seed
+            generator, seed = None, generator
         self.data_source = data_source
         self.replacement = bool(replacement)
         self._num_samples = None if num_samples is None else _positive_int(num_samples, "num_samples")
+        self.generator = _pass_seeds(generator)
         self.seed = None if seed is None else int(seed) & _MASK64
 
     @property
@@ -203,11 +241,7 @@ class RandomSampler(_EpochMixin, Sampler):
         n = _length_of(self.data_source)
         if n == 0:
             return np.empty(0, dtype=np.int64)
-        if self.seed is None:
-            gseed, offset = default_generator.take(1)
-            seed = (gseed * 0x9E3779B97F4A7C15 + offset) & _MASK64
-        else:
-            seed = self._epoch_seed()
+        seed = _next_seed(self.generator) if self.seed is None else self._epoch_seed()
         return np.asarray(_C.random_sampler_indices(n, self.num_samples, self.replacement, seed))
 
     def __len__(self):
@@ -338,6 +372,36 @@ class WeightedDistributedSampler(_EpochMixin, Sampler):
         return self.num_samples
 
 
+class WeightedRandomSampler(WeightedDistributedSampler):
+    """``num_samples`` indices drawn with probability proportional to
+    ``weights`` (one process; a fresh draw each pass, from ``generator``)."""
+
+    def __init__(self, weights, num_samples, replacement=True, generator=None):
+        super().__init__(weights, num_samples, replacement, num_replicas=1, rank=0)
+        self.generator = _pass_seeds(generator)
+
+    def indices(self):
+        return np.asarray(_C.weighted_sampler_indices(self.weights, self.total_size, self.replacement, 1, 0,
+                                                      _next_seed(self.generator)))
+
+
+class SubsetRandomSampler(Sampler):
+    """The given indices in a random order, drawn afresh each pass from ``generator``."""
+
+    def __init__(self, indices, generator=None):
+        self.subset = _int_indices(list(indices) if not isinstance(indices, np.ndarray) else indices, "indices")
+        self.generator = _pass_seeds(generator)
+
+    def indices(self):
+        n = len(self.subset)
+        if n == 0:
+            return self.subset
+        return self.subset[np.asarray(_C.random_sampler_indices(n, n, False, _next_seed(self.generator)))]
+
+    def __len__(self):
+        return len(self.subset)
+
+
 def _int_indices(values, what):
     """``values`` as a flat int64 array; anything but integers is an error, not truncated."""
     idx = np.asarray(values)
@@ -350,9 +414,10 @@ def _int_indices(values, what):
 
 def _sampler_indices(sampler):
     """The epoch's indices: a ddpc sampler's ``indices()``, or any iterable of ints (e.g. a
-    PyTorch-style sampler that only defines ``__iter__``)."""
+    PyTorch-style sampler that only defines ``__iter__``, or a subclass of a
+    ddpc sampler that overrides ``__iter__``)."""
     method = getattr(type(sampler), "indices", None)
-    if callable(method) and method is not Sampler.indices:
+    if callable(method) and method is not Sampler.indices and type(sampler).__iter__ is Sampler.__iter__:
         return _int_indices(sampler.indices(), "sampler")
     return _int_indices(list(sampler), "sampler")
 
@@ -375,6 +440,82 @@ class Dataset:
 
     def __len__(self):
         raise NotImplementedError
+
+
+class IterableDataset(Dataset):
+    """A data set read as a stream: ``__iter__`` yields samples. The DataLoader
+    batches them in order, with no sampler; each rank yields its own share."""
+
+    def __iter__(self):
+        raise NotImplementedError
+
+    def __getitem__(self, index):
+        raise TypeError(f"{type(self).__name__} is an IterableDataset: it is read by iterating, not by index")
+
+
+class Subset(Dataset):
+    """The samples of ``dataset`` at ``indices``. A Subset of a TensorDataset
+    still loads through the C threads."""
+
+    def __init__(self, dataset, indices):
+        self.dataset = dataset
+        self.indices = indices
+
+    def __getitem__(self, index):
+        if isinstance(index, list):
+            return [self.dataset[self.indices[i]] for i in index]
+        return self.dataset[self.indices[index]]
+
+    def __len__(self):
+        return len(self.indices)
+
+
+class ConcatDataset(Dataset):
+    """The samples of several data sets, one after the other."""
+
+    def __init__(self, datasets):
+        self.datasets = list(datasets)
+        if not self.datasets:
+            raise ValueError("ConcatDataset needs at least one data set")
+        if any(isinstance(d, IterableDataset) for d in self.datasets):
+            raise TypeError("ConcatDataset takes map-style data sets, not IterableDataset")
+        self.cumulative_sizes = np.cumsum([len(d) for d in self.datasets]).tolist()
+
+    def __len__(self):
+        return self.cumulative_sizes[-1]
+
+    def __getitem__(self, index):
+        if index < 0:
+            if -index > len(self):
+                raise IndexError(f"index {index} is out of range for a data set of {len(self)}")
+            index += len(self)
+        k = bisect.bisect_right(self.cumulative_sizes, index)
+        if k == len(self.datasets):
+            raise IndexError(f"index {index} is out of range for a data set of {len(self)}")
+        return self.datasets[k][index - (self.cumulative_sizes[k - 1] if k else 0)]
+
+
+def random_split(dataset, lengths, generator=None):
+    """Splits ``dataset`` into Subsets of the given lengths (or fractions of
+    its length, the remainder dealt one by one from the first) over a random
+    permutation drawn from ``generator`` (ddpc's global one by default)."""
+    n = _length_of(dataset)
+    lengths = list(lengths)
+    if lengths and all(isinstance(k, float) for k in lengths) and abs(sum(lengths) - 1) < 1e-6:
+        if any(k < 0 for k in lengths):
+            raise ValueError(f"random_split: fractions must be >= 0, got {lengths}")
+        counts = [int(np.floor(n * k)) for k in lengths]
+        for i in range(n - sum(counts)):
+            counts[i % len(counts)] += 1
+        lengths = counts
+    if any(isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 0 for k in lengths) \
+            or sum(lengths) != n:
+        raise ValueError(f"random_split: lengths must be non-negative ints adding up to the data set's {n} samples "
+                         f"(or fractions adding up to 1), got {lengths}")
+    perm = np.asarray(_C.random_sampler_indices(n, n, False, _next_seed(_pass_seeds(generator)))) if n else \
+        np.empty(0, np.int64)
+    ends = np.cumsum(lengths)
+    return [Subset(dataset, perm[end - k:end]) for k, end in zip(lengths, ends)]
 
 
 def _as_source(obj):
@@ -450,16 +591,27 @@ def default_collate(batch):
     if isinstance(elem, bool):
         return np.asarray(batch)
     if isinstance(elem, numbers.Integral):
-        return _to_tensor(np.asarray(batch, dtype=np.int64))
+        arr = np.asarray(batch)  # ints, or ints with floats among them (as PyTorch: float32)
+        return _to_tensor(arr.astype(np.float32 if arr.dtype.kind == "f" else np.int64))
     if isinstance(elem, numbers.Real):
         return _to_tensor(np.asarray(batch, dtype=np.float64))
-    if isinstance(elem, dict):
-        return {k: default_collate([s[k] for s in batch]) for k in elem}
+    if isinstance(elem, collections.abc.Mapping):
+        collated = {k: default_collate([s[k] for s in batch]) for k in elem}
+        return collated if type(elem) is dict else _rebuild(elem, collated)
     if isinstance(elem, (tuple, list)):
         if any(len(s) != len(elem) for s in batch):
             raise ValueError("each sample in a batch must have the same number of fields")
-        return [default_collate(list(field)) for field in zip(*batch)]
+        fields = [default_collate(list(field)) for field in zip(*batch)]
+        return type(elem)(*fields) if hasattr(elem, "_fields") else fields  # namedtuples keep their type
     return batch
+
+
+def _rebuild(like, mapping):
+    """A mapping of ``like``'s type holding ``mapping``'s items, or a dict where that type cannot be made so."""
+    try:
+        return type(like)(mapping)
+    except TypeError:
+        return mapping
 
 
 def _move(value, device, pin_memory):
@@ -469,8 +621,12 @@ def _move(value, device, pin_memory):
         return value.pin_memory() if pin_memory else value
     if isinstance(value, list):
         return [_move(v, device, pin_memory) for v in value]
-    if isinstance(value, dict):
-        return {k: _move(v, device, pin_memory) for k, v in value.items()}
+    if isinstance(value, tuple):
+        moved = [_move(v, device, pin_memory) for v in value]
+        return type(value)(*moved) if hasattr(value, "_fields") else tuple(moved)
+    if isinstance(value, collections.abc.Mapping):
+        moved = {k: _move(v, device, pin_memory) for k, v in value.items()}
+        return moved if type(value) is dict else _rebuild(value, moved)
     return value
 
 
@@ -505,9 +661,15 @@ class _Failure:
         self.exc = exc
 
 
-def _produce(fetch, batches, out, stop):
+def _produce(fetch, batches, out, stop, init):
     """Background thread of _ThreadedBatches: fetches batches in order until told to stop."""
     try:
+        if init is not None:
+            try:
+                init(0)
+            except BaseException as exc:  # the queue is empty yet: this put does not block
+                out.put(_Failure(exc))
+                return
         for batch in batches:
             if stop.is_set():
                 return
@@ -543,19 +705,21 @@ class _ThreadedBatches:
     at most ``prefetch`` ahead. The thread holds no reference to this iterator, so
     dropping the iterator stops and joins it."""
 
-    def __init__(self, fetch, batches, prefetch):
+    def __init__(self, fetch, batches, prefetch, remaining, timeout=0, init=None):
         self._queue = queue.Queue(maxsize=prefetch)
         stop = threading.Event()
-        thread = threading.Thread(target=_produce, args=(fetch, batches, self._queue, stop), daemon=True,
+        thread = threading.Thread(target=_produce, args=(fetch, batches, self._queue, stop, init), daemon=True,
                                   name="ddpc-data-prefetch")
         thread.start()
         self._finalizer = weakref.finalize(self, _shutdown, stop, thread)
-        self._remaining = len(batches)
+        self._remaining = remaining
+        self._timeout = timeout
 
     def __iter__(self):
         return self
 
     def __next__(self):
+        waited = 0.0
         while True:
             if not self._finalizer.alive:  # closed, also by another thread while this one waited
                 raise StopIteration
@@ -563,14 +727,17 @@ class _ThreadedBatches:
                 item = self._queue.get(timeout=0.05)
                 break
             except queue.Empty:
-                continue
+                waited += 0.05
+                if self._timeout and waited >= self._timeout:
+                    self.close()
+                    raise RuntimeError(f"DataLoader timed out after {self._timeout} seconds waiting for a batch")
         if item is _END:
             self.close()
             raise StopIteration
         if isinstance(item, _Failure):
             self.close()
             raise item.exc
-        self._remaining -= 1
+        self._remaining = max(self._remaining - 1, 0)
         return item
 
     def __length_hint__(self):
@@ -581,38 +748,118 @@ class _ThreadedBatches:
         self._finalizer()
 
 
+class _CallerBatches:
+    """Batches of a generic data set fetched by the thread that asks for them
+    (``num_workers=0``, as PyTorch's loader does in the main process)."""
+
+    def __init__(self, fetch, batches, remaining):
+        self._fetch, self._batches, self._remaining = fetch, iter(batches), remaining
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        item = self._fetch(next(self._batches))
+        self._remaining = max(self._remaining - 1, 0)
+        return item
+
+    def __length_hint__(self):
+        return self._remaining
+
+    def close(self):
+        self._batches = iter(())
+
+
+def _chunks(samples, size, drop_last):
+    """Lists of ``size`` consecutive items of the iterable ``samples`` (the last shorter unless ``drop_last``)."""
+    chunk = []
+    for sample in samples:
+        chunk.append(sample)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk and not drop_last:
+        yield chunk
+
+
+def _convert(sample):
+    """A sample handed out unbatched (``batch_size=None``): numpy arrays become tensors."""
+    if isinstance(sample, np.ndarray):
+        return _to_tensor(sample)
+    if isinstance(sample, tuple) and hasattr(sample, "_fields"):
+        return type(sample)(*map(_convert, sample))
+    if isinstance(sample, (tuple, list)):
+        return type(sample)(map(_convert, sample))
+    if isinstance(sample, dict):
+        return {k: _convert(v) for k, v in sample.items()}
+    return sample
+
+
+def _array_rows(dataset):
+    """(TensorDataset, rows) when ``dataset`` is a TensorDataset, maybe through
+    Subsets (``rows`` maps its indices to the TensorDataset's, None for itself),
+    whose rows the C threads can gather; (None, None) otherwise."""
+    rows = None
+    while type(dataset) is Subset:
+        ind = _int_indices(dataset.indices, "Subset indices")
+        rows = ind if rows is None else ind[rows]
+        dataset = dataset.dataset
+    if isinstance(dataset, TensorDataset) and type(dataset).__getitem__ is TensorDataset.__getitem__:
+        return dataset, rows
+    return None, None
+
+
 # ---- loaders -------------------------------------------------------------------------------
 
 
 class DataLoader:
     """Batches of a data set, prefetched in the background, like ``torch.utils.data.DataLoader``.
 
-    A ``TensorDataset`` (with the default collation) is gathered by ``num_threads``
-    C threads (by default one fewer than the cores, at most 4), helped by the
-    thread waiting for a batch, straight into new batch tensors (pinned staging and a copy stream
-    when ``device`` is a GPU); any other data set is read with ``__getitem__`` and
-    collated by ``collate_fn`` in a background thread. ``prefetch`` batches are
-    prepared ahead of the one being used. Batches of a TensorDataset are lists of
+    A ``TensorDataset`` (or a ``Subset`` of one) with the default collation is
+    gathered by ``num_threads`` C threads (by default one fewer than this
+    rank's share of the cores, at most 4), helped by the thread waiting for a
+    batch, straight into new batch tensors (pinned staging and a copy stream
+    when ``device`` is a GPU); any other data set is read with ``__getitem__``
+    (or, an ``IterableDataset``, by iterating it) and collated by
+    ``collate_fn`` in a background thread. ``prefetch`` batches are prepared
+    ahead of the one being used. Batches of a TensorDataset are lists of
     ``ddpc.Tensor`` (one per array). ``device`` places batches on that device;
     ``pin_memory`` puts host batches in page-locked memory.
+
+    PyTorch's keyword arguments are taken too. There are no worker
+    processes: ``num_workers=0`` reads a generic data set in the thread that
+    asks for each batch (for data sets tied to their thread, e.g. holding a
+    database connection), any other value (or leaving it out) in the background
+    thread, where ``worker_init_fn(0)`` runs first; ``timeout`` bounds each
+    wait for a batch there; ``prefetch_factor`` sets ``prefetch``;
+    ``generator`` draws the shuffle (see ``RandomSampler``);
+    ``persistent_workers``, ``pin_memory_device``, ``multiprocessing_context``
+    and ``in_order`` change nothing (batches always come in order).
     """
 
     def __init__(self, dataset, batch_size=1, shuffle=False, sampler=None, batch_sampler=None, drop_last=False,
-                 collate_fn=None, pin_memory=False, device=None, prefetch=2, num_threads=None):
+                 collate_fn=None, pin_memory=False, device=None, prefetch=2, num_threads=None, *, num_workers=None,
+                 timeout=0, worker_init_fn=None, generator=None, prefetch_factor=None, persistent_workers=False,
+                 pin_memory_device="", multiprocessing_context=None, in_order=True):
+        del persistent_workers, pin_memory_device, multiprocessing_context, in_order  # see the docstring
         self.dataset = dataset
-        n = _length_of(dataset)
-        if n == 0:
+        self._iterable = isinstance(dataset, IterableDataset)
+        if self._iterable:
+            if shuffle or sampler is not None or batch_sampler is not None:
+                raise ValueError("an IterableDataset is read in its own order: no shuffle, sampler or batch_sampler")
+        elif _length_of(dataset) == 0:
             raise ValueError("the data set is empty")
         if batch_sampler is not None:
             if batch_size != 1 or shuffle or sampler is not None or drop_last:
                 raise ValueError("batch_sampler is mutually exclusive with batch_size, shuffle, sampler and drop_last")
             batch_size = None
         else:
-            batch_size = _positive_int(batch_size, "batch_size")
+            batch_size = None if batch_size is None else _positive_int(batch_size, "batch_size")
             if sampler is not None and shuffle:
                 raise ValueError("sampler is mutually exclusive with shuffle")
-            if sampler is None:
-                sampler = RandomSampler(dataset) if shuffle else SequentialSampler(dataset)
+            if sampler is None and not self._iterable:
+                sampler = (RandomSampler(dataset, generator=_pass_seeds(generator)) if shuffle
+                           else SequentialSampler(dataset))
         self.batch_size = batch_size
         self.drop_last = bool(drop_last)
         self.sampler = sampler
@@ -626,19 +873,27 @@ class DataLoader:
             count = _C.cuda_device_count()
             raise RuntimeError(f"cuda:{self.device} was requested but "
                                + (f"this machine has {count} GPU(s)" if count else _C.cuda_unavailable_reason()))
-        self.prefetch = _positive_int(prefetch, "prefetch")
-        # The thread waiting for a batch gathers too: one thread fewer than the cores, 1 to 4.
-        self.num_threads = (max(1, min(4, (os.cpu_count() or 1) - 1)) if num_threads is None
+        self.prefetch = _positive_int(prefetch if prefetch_factor is None else prefetch_factor, "prefetch")
+        if num_workers is not None and (isinstance(num_workers, bool) or not isinstance(num_workers, numbers.Integral)
+                                        or num_workers < 0):
+            raise ValueError(f"num_workers must be an integer >= 0, got {num_workers!r}")
+        self.num_workers = num_workers
+        if not isinstance(timeout, numbers.Real) or timeout < 0:
+            raise ValueError(f"timeout must be >= 0, got {timeout!r}")
+        self.timeout = timeout
+        self.worker_init_fn = worker_init_fn
+        # The thread waiting for a batch gathers too: one thread fewer than this rank's cores, 1 to 4.
+        self.num_threads = (max(1, min(4, _C.get_num_threads() - 1)) if num_threads is None
                             else _positive_int(num_threads, "num_threads"))
         # A subclass that overrides __getitem__ is read item by item, as PyTorch would.
-        self._arrays = (isinstance(dataset, TensorDataset) and type(dataset).__getitem__ is TensorDataset.__getitem__
-                        and collate_fn is None)
+        batched = batch_size is not None or batch_sampler is not None
+        self._arrays, self._rows = _array_rows(dataset) if collate_fn is None and batched else (None, None)
 
     def _plan(self):
         """The epoch's (indices, offsets): batch b is indices[offsets[b]:offsets[b + 1]]."""
         if self.batch_sampler is None:
-            return _fixed_batches(_sampler_indices(self.sampler), self.batch_size, self.drop_last)
-        if hasattr(self.batch_sampler, "plan"):
+            return _fixed_batches(_sampler_indices(self.sampler), self.batch_size or 1, self.drop_last)
+        if isinstance(self.batch_sampler, BatchSampler) and type(self.batch_sampler).__iter__ is BatchSampler.__iter__:
             return self.batch_sampler.plan()
         batches = [_int_indices(list(b), "batch_sampler") for b in self.batch_sampler]
         offsets = np.zeros(len(batches) + 1, dtype=np.int64)
@@ -647,24 +902,53 @@ class DataLoader:
         return np.ascontiguousarray(idx), offsets
 
     def __iter__(self):
+        if self._iterable:
+            samples = iter(self.dataset)
+            batches = samples if self.batch_size is None else _chunks(samples, self.batch_size, self.drop_last)
+            fetch = self._finish if self.batch_size is not None else self._finish_one
+            return self._batches(fetch, batches, self._length_or(0))
         idx, offsets = self._plan()
-        if self._arrays:
-            ds = self.dataset
+        if self._arrays is not None:
+            ds = self._arrays
+            if self._rows is not None:
+                idx = self._rows[idx]
             return _ArrayBatches(_C.Loader(ds._buffers, ds._file_backed, idx, offsets, self.prefetch,
                                            self.num_threads, self.device, self.pin_memory, RESIDENT_BUDGET))
         idx = idx.tolist()
         batches = [idx[offsets[b]:offsets[b + 1]] for b in range(len(offsets) - 1)]
-        return _ThreadedBatches(self._fetch, batches, self.prefetch)
+        if self.batch_size is None and self.batch_sampler is None:
+            return self._batches(lambda b: self._finish_one(self.dataset[b[0]]), batches, len(batches))
+        return self._batches(lambda b: self._finish([self.dataset[i] for i in b]), batches, len(batches))
 
-    def _fetch(self, batch):
-        samples = [self.dataset[i] for i in batch]
-        value = (self.collate_fn or default_collate)(samples)
-        return _move(value, self.device, self.pin_memory)
+    def _batches(self, fetch, batches, remaining):
+        if self.num_workers == 0:
+            return _CallerBatches(fetch, batches, remaining)
+        return _ThreadedBatches(fetch, batches, self.prefetch, remaining, self.timeout, self.worker_init_fn)
+
+    def _finish(self, samples):
+        return _move((self.collate_fn or default_collate)(samples), self.device, self.pin_memory)
+
+    def _finish_one(self, sample):
+        return _move(self.collate_fn(sample) if self.collate_fn else _convert(sample), self.device, self.pin_memory)
+
+    def _length_or(self, default):
+        try:
+            return len(self)
+        except TypeError:
+            return default
 
     def __len__(self):
         if self.batch_sampler is not None:
             return len(self.batch_sampler)
-        n = len(self.sampler)
+        if self._iterable:
+            try:
+                n = len(self.dataset)
+            except NotImplementedError:
+                raise TypeError(f"{type(self.dataset).__name__} has no len(), nor has its loader") from None
+        else:
+            n = len(self.sampler)
+        if self.batch_size is None:
+            return n
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
 
 

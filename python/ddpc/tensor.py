@@ -19,20 +19,26 @@ _ADD, _SUB, _MUL, _DIV, _RSUB, _RDIV = range(6)
 _RAND_UNIFORM, _RAND_NORMAL, _RAND_INT = range(3)
 
 
-class _Generator:
-    """The global random state: a seed and a counter of numbers drawn so far.
+class Generator:
+    """A random state, like ``torch.Generator``: a seed and a counter of numbers
+    drawn so far. ``ddpc.default_generator`` is the global one; samplers and
+    ``random_split`` take one as ``generator=``.
 
     Every draw of n numbers uses counters [offset, offset + n) of the
     counter-based generator in _C, so the same seed gives the same numbers on
     the host and on any GPU.
     """
 
-    def __init__(self, seed):
+    def __init__(self, seed=67280421310721):
         self.manual_seed(seed)
 
     def manual_seed(self, seed):
         self.seed = int(seed) & 0xFFFFFFFFFFFFFFFF
         self.offset = 0
+        return self
+
+    def initial_seed(self):
+        return self.seed
 
     def take(self, n):
         offset = self.offset
@@ -40,7 +46,7 @@ class _Generator:
         return self.seed, offset
 
 
-default_generator = _Generator(67280421310721)
+default_generator = Generator()
 
 
 def manual_seed(seed):

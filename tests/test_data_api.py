@@ -1,0 +1,213 @@
+"""The parts of ddpc.data shaped after torch.utils.data beyond the loaders'
+core: subclassed samplers, collation, PyTorch's DataLoader arguments
+(num_workers, timeout, worker_init_fn, generator, ...), IterableDataset,
+Subset, ConcatDataset, random_split and the single-process samplers."""
+
+import collections
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import ddpc
+from ddpc import data
+from ddpc.data import (BatchSampler, ConcatDataset, DataLoader, Dataset, DistributedSampler, IterableDataset,
+                       RandomSampler, SequentialSampler, Subset, SubsetRandomSampler, TensorDataset,
+                       WeightedRandomSampler, default_collate, random_split)
+
+
+class Items(Dataset):
+    """Sample i is i itself; records the threads that read it."""
+
+    def __init__(self, n):
+        self.n = n
+        self.readers = set()
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        self.readers.add(threading.get_ident())
+        return i
+
+
+def batches(loader):
+    return [b.tolist() for b in loader]
+
+
+def test_a_subclass_overriding_iter_is_iterated():
+    class Unpadded(DistributedSampler):  # evaluation without the padding samples
+        def __iter__(self):
+            return iter(range(self.rank, len(self.dataset), self.num_replicas))
+
+        def __len__(self):
+            return len(range(self.rank, len(self.dataset), self.num_replicas))
+
+    s = Unpadded(list(range(10)), num_replicas=4, rank=3, shuffle=False)
+    for ds in (Items(10), TensorDataset(np.arange(10))):
+        loader = DataLoader(ds, batch_size=2, sampler=s)
+        got = [b.tolist() if isinstance(b, ddpc.Tensor) else b[0].tolist() for b in loader]
+        assert got == [[3, 7]] and len(loader) == 1
+
+    class Reversed(BatchSampler):
+        def __iter__(self):
+            return iter([[9, 8, 7], [1]])
+
+        def __len__(self):
+            return 2
+
+    loader = DataLoader(Items(10), batch_sampler=Reversed(SequentialSampler(range(10)), 3, False))
+    assert batches(loader) == [[9, 8, 7], [1]]
+    assert list(BatchSampler(s, 1, False)) == [[3], [7]]
+
+
+def test_collation_of_numbers_tuples_and_mappings():
+    got = default_collate([0, 1.5, 2])
+    assert got.dtype == ddpc.float32 and got.tolist() == [0.0, 1.5, 2.0]
+    assert default_collate([1, 2]).dtype == ddpc.int64
+    Pair = collections.namedtuple("Pair", "x y")
+    pair = default_collate([Pair(np.ones(2), 1), Pair(np.zeros(2), 2)])
+    assert isinstance(pair, Pair) and pair.x.shape == (2, 2) and pair.y.tolist() == [1, 2]
+    od = default_collate([collections.OrderedDict(a=1), collections.OrderedDict(a=2)])
+    assert isinstance(od, collections.OrderedDict) and od["a"].tolist() == [1, 2]
+
+
+def test_pin_memory_and_device_reach_tensors_in_tuples(monkeypatch):
+    pinned = []
+    monkeypatch.setattr(ddpc.Tensor, "pin_memory", lambda self: pinned.append(self) or self)
+    Pair = collections.namedtuple("Pair", "x y")
+
+    def collate(samples):
+        t = ddpc.tensor(samples)
+        return (t, {"k": (t,)}, Pair(t, [t]))
+
+    (out,) = list(DataLoader(Items(3), batch_size=3, collate_fn=collate, pin_memory=True))
+    assert len(pinned) == 4 and isinstance(out, tuple) and isinstance(out[2], Pair)
+
+
+def test_num_workers_zero_reads_in_the_calling_thread_others_in_the_background():
+    ds = Items(6)
+    assert batches(DataLoader(ds, batch_size=4, num_workers=0)) == [[0, 1, 2, 3], [4, 5]]
+    assert ds.readers == {threading.get_ident()}
+    ds = Items(6)
+    inits = []
+    loader = DataLoader(ds, batch_size=4, num_workers=2, worker_init_fn=lambda w: inits.append(
+        (w, threading.get_ident())), prefetch_factor=1, persistent_workers=True, pin_memory_device="cuda")
+    assert batches(loader) == [[0, 1, 2, 3], [4, 5]]
+    assert len(inits) == 1 and inits[0][0] == 0 and ds.readers == {inits[0][1]} != {threading.get_ident()}
+    with pytest.raises(ValueError, match="num_workers"):
+        DataLoader(ds, num_workers=-1)
+
+
+def test_a_failing_worker_init_fn_and_a_timeout_are_raised():
+    def bad_init(worker_id):
+        raise KeyError("no seed")
+
+    with pytest.raises(KeyError, match="no seed"):
+        list(DataLoader(Items(4), batch_size=2, worker_init_fn=bad_init))
+
+    class Slow(Items):
+        def __getitem__(self, i):
+            time.sleep(1.0)
+            return i
+
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match="timed out after 0.2 seconds"):
+        list(DataLoader(Slow(4), batch_size=2, timeout=0.2))
+    assert time.monotonic() - start < 5
+
+
+def test_generator_draws_the_shuffle_reproducibly_and_afresh_each_pass():
+    def epochs(gen):
+        loader = DataLoader(Items(20), batch_size=20, shuffle=True, generator=gen)
+        return [batches(loader)[0] for _ in range(2)]
+
+    a, b = epochs(ddpc.Generator().manual_seed(5)), epochs(ddpc.Generator().manual_seed(5))
+    assert a == b and a[0] != a[1] and sorted(a[0]) == list(range(20))
+    assert epochs(ddpc.Generator().manual_seed(6)) != a
+    assert epochs(5) == a  # an int seeds a private generator
+    with pytest.raises(TypeError, match="generator"):
+        RandomSampler(range(3), generator="seed")
+
+
+def test_iterable_dataset_is_batched_in_its_own_order():
+    class Stream(IterableDataset):
+        def __iter__(self):
+            return iter(range(7))
+
+    assert batches(DataLoader(Stream(), batch_size=3)) == [[0, 1, 2], [3, 4, 5], [6]]
+    assert batches(DataLoader(Stream(), batch_size=3, drop_last=True, num_workers=0)) == [[0, 1, 2], [3, 4, 5]]
+    assert [int(x) for x in DataLoader(Stream(), batch_size=None)] == list(range(7))
+    with pytest.raises(TypeError):
+        len(DataLoader(Stream(), batch_size=3))
+
+    class Sized(Stream):
+        def __len__(self):
+            return 7
+
+    assert len(DataLoader(Sized(), batch_size=3)) == 3
+    with pytest.raises(ValueError, match="IterableDataset"):
+        DataLoader(Stream(), shuffle=True)
+
+
+def test_batch_size_none_hands_out_samples_converted():
+    ds = TensorDataset(np.arange(6).reshape(3, 2))
+    got = list(DataLoader(ds, batch_size=None))
+    assert [tuple(t.shape) for (t,) in got] == [(2,)] * 3 and got[2][0].tolist() == [4, 5]
+
+
+def test_subsets_of_a_tensor_dataset_load_through_the_c_threads():
+    X = np.arange(40, dtype=np.float32).reshape(20, 2)
+    ds = TensorDataset(X, np.arange(20))
+    inner = Subset(ds, np.arange(19, -1, -1))  # reversed
+    outer = Subset(inner, [1, 3, 5, 7, 9])     # ds rows 18, 16, 14, 12, 10
+    loader = DataLoader(outer, batch_size=2)
+    assert loader._arrays is ds
+    got = [(x.numpy().tolist(), y.tolist()) for x, y in loader]
+    assert [y for _, ys in got for y in ys] == [18, 16, 14, 12, 10]
+    assert [row for xs, _ in got for row in xs] == X[[18, 16, 14, 12, 10]].tolist()
+    assert len(outer) == 5 and outer[0][1].tolist() == 18
+
+
+def test_random_split_and_concat():
+    ds = Items(10)
+    parts = random_split(ds, [3, 7], generator=ddpc.Generator().manual_seed(1))
+    again = random_split(ds, [3, 7], generator=ddpc.Generator().manual_seed(1))
+    assert [len(p) for p in parts] == [3, 7]
+    assert sorted(int(p[i]) for p in parts for i in range(len(p))) == list(range(10))
+    assert [list(p.indices) for p in parts] == [list(p.indices) for p in again]
+    assert [len(p) for p in random_split(ds, [0.25, 0.75])] == [3, 7]  # the remainder goes to the first
+    with pytest.raises(ValueError, match="adding up"):
+        random_split(ds, [3, 6])
+    cat = ConcatDataset([Items(3), Items(2)])
+    assert len(cat) == 5 and [cat[i] for i in range(5)] == [0, 1, 2, 0, 1] and cat[-1] == 1
+    with pytest.raises(IndexError):
+        cat[5]
+    assert batches(DataLoader(cat, batch_size=5)) == [[0, 1, 2, 0, 1]]
+
+
+def test_single_process_weighted_and_subset_samplers():
+    w = WeightedRandomSampler([0, 1, 0, 3], 4000, generator=ddpc.Generator().manual_seed(3))
+    counts = np.bincount(list(w), minlength=4)
+    assert counts[0] == counts[2] == 0 and 800 < counts[1] < 1200 and len(w) == 4000
+    assert list(w)[:50] != list(w)[:50]  # each pass draws afresh
+    s = SubsetRandomSampler(range(5, 45, 2), generator=7)
+    first, second = list(s), list(s)
+    assert sorted(first) == sorted(second) == list(range(5, 45, 2)) and len(s) == 20
+    assert first != second
+    assert first == list(SubsetRandomSampler(range(5, 45, 2), generator=7))
+
+
+def test_distributed_sampler_under_a_launcher_without_a_group_is_an_error(monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ValueError, match="init_process_group"):
+        DistributedSampler(10)
+    assert len(DistributedSampler(10, num_replicas=2, rank=1)) == 5
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert len(DistributedSampler(10)) == 10
+
+
+def test_data_api_names_exist():
+    for name in data.__all__:
+        assert hasattr(data, name), name
