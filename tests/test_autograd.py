@@ -545,3 +545,68 @@ def test_linear_bias_of_shape_1_by_n_gets_a_gradient_of_that_shape():
     x, w, b = leaf(3, 4), leaf(5, 4), leaf(1, 5)
     gradcheck(lambda x, w, b: F.linear(x, w, b), x, w, b)
     assert b.grad.shape == (1, 5)
+
+
+def test_in_place_writes_of_values_that_require_grad_are_recorded():
+    w = ddpc.ones(3, requires_grad=True)
+    v = ddpc.full((3,), 5.0, requires_grad=True)
+    acc = ddpc.zeros(3)
+    acc += w * 2  # a plain tensor takes the sum's history
+    assert acc.requires_grad and acc.grad_fn is not None
+    (acc * v).sum().backward()
+    assert w.grad.tolist() == [10.0] * 3 and v.grad.tolist() == [2.0] * 3
+
+    w.grad = v.grad = None
+    acc = ddpc.zeros(3)
+    acc.copy_(w * 2)
+    (acc * v).sum().backward()
+    assert w.grad.tolist() == [10.0] * 3
+
+    w.grad = v.grad = None
+    out = ddpc.zeros(2, 3)
+    out[0] = w * 3
+    out[1] = v
+    (out * ddpc.tensor([[1.0, 2, 3], [4, 5, 6]])).sum().backward()
+    assert w.grad.tolist() == [3.0, 6.0, 9.0] and v.grad.tolist() == [4.0, 5.0, 6.0]
+
+
+def test_in_place_ops_on_non_leaf_tensors_keep_their_history():
+    w = ddpc.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    r = ddpc.tensor([0.5, 0.5, 0.5], requires_grad=True)
+    h = w * w
+    h += r   # a residual
+    h *= 3   # by a number
+    h /= r   # by a tensor
+    h[1] = 0.0  # the row's gradient stops here
+    h.sum().backward()
+    # h = 3 (w^2 + r) / r with h[1] cut: dh/dw = 6w/r, dh/dr = -3 w^2 / r^2
+    assert np.allclose(w.grad.numpy(), [12.0, 0.0, 36.0])
+    assert np.allclose(r.grad.numpy(), [-12.0, 0.0, -108.0])
+
+
+def test_in_place_writes_autograd_cannot_follow_are_errors():
+    w = ddpc.ones(3, requires_grad=True)
+    with pytest.raises(RuntimeError, match="leaf tensor that requires grad"):
+        w += 1
+    x = ddpc.zeros(2, 3)
+    with pytest.raises(RuntimeError, match="view of another tensor"):
+        x[0] += w
+    with pytest.raises(RuntimeError, match="stepped slice"):
+        x[::2] = w.reshape(1, 3)
+    h = w * 2
+    y = h * h  # saves h
+    h += 1
+    with pytest.raises(RuntimeError, match="modified by an in-place operation"):
+        y.sum().backward()
+    with ddpc.no_grad():
+        w += 1  # an update outside the graph, as optimizers make
+    assert w.tolist() == [2.0] * 3
+
+
+def test_copy_needs_equal_shapes_or_one_element():
+    x = ddpc.zeros(2, 3)
+    with pytest.raises(ValueError, match="shapes"):
+        x.copy_(ddpc.ones(3, 2))
+    with pytest.raises(ValueError):
+        x[0:2] = ddpc.arange(6.0)
+    assert x.copy_(ddpc.tensor(4.0)).tolist() == [[4.0] * 3] * 2

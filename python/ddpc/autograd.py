@@ -824,6 +824,81 @@ def index(a, idx):
     return out
 
 
+# ---- in-place writes ------------------------------------------------------------------
+# A write into a tensor that takes part in the graph (it requires grad, or
+# what is written does) is recorded as PyTorch does: the tensor's memory gets
+# the new values and the tensor takes the write's node as its history, whose
+# edge to the old values is the tensor's previous history.
+
+
+def _writable_history(t, what):
+    """A tensor standing for ``t`` before the write (same memory, t's history)."""
+    if t.requires_grad and t.grad_fn is None:
+        raise RuntimeError(f"{what}: a leaf tensor that requires grad can't be modified in place while grad mode "
+                           "is on; wrap the update in ddpc.no_grad()")
+    if isinstance(t._buf.base, _C.Buffer):
+        raise RuntimeError(f"{what}: a view of another tensor can't take part in the graph through an in-place "
+                           "write (the tensor it views would not know); write into that tensor, or build the "
+                           "result out of place (x = x + y, ddpc.cat, ddpc.stack)")
+    old = Tensor(t._buf)
+    old.requires_grad, old.grad_fn = t.requires_grad, t.grad_fn
+    return old
+
+
+def _take_history(t, values, node):
+    """Writes ``values`` into ``t`` and makes ``node`` its history."""
+    t._buf.bump_version()
+    _C.copy(t._buf, values._buf)
+    t.grad_fn = node
+    t.requires_grad = node is not None
+    return t
+
+
+def inplace_binary(t, other, op):
+    """``t op= other`` (add, sub, mul, div) recorded in the graph."""
+    old = _writable_history(t, "in-place op")
+    if op == _MUL and isinstance(other, Tensor):
+        old = clone(old)  # the product's node keeps this operand, and t's memory is about to change
+    res = _binary(old, other, op)
+    if res.shape != t.shape:
+        raise ValueError(f"in-place op: the result's shape {res.shape} is not the tensor's {t.shape}")
+    if res.dtype is not t.dtype:
+        raise TypeError(f"result type {res.dtype} can't be cast to the in-place output's dtype {t.dtype}")
+    return _take_history(t, res, res.grad_fn)
+
+
+class _WriteBackward(Node):
+    """``t[index] = value`` (index None: all of t): the gradient of the old
+    values is the incoming one with the written part zeroed; the value's is
+    the written part."""
+
+    def __init__(self, old, value, index, value_shape):
+        super().__init__((old, value), ())
+        self.index, self.value_shape = index, value_shape
+
+    def backward(self, g):
+        need_old, need_value = self.next_functions[0] is not None, self.next_functions[1] is not None
+        part = g if self.index is None else g._getitem(self.index)
+        gv = clone(part).reshape(self.value_shape) if need_value else None
+        go = None
+        if need_old and self.index is not None:
+            go = clone(g)
+            _C.fill(go._getitem(self.index)._buf, 0.0)
+        return go, gv
+
+
+def write(t, index, value):
+    """``t[index] = value`` (``index`` None: ``t.copy_(value)``) recorded in the
+    graph; ``value`` is a tensor of t's dtype and device with as many elements
+    as the part written."""
+    old = _writable_history(t, "copy_" if index is None else "item assignment")
+    values = clone(old.detach()) if index is not None else value.detach().reshape(t.shape)
+    if index is not None:
+        _C.copy(values._getitem(index)._buf, value._buf)
+    node = _WriteBackward(old, value, index, value.shape) if _needs_grad(old, value) else None
+    return _take_history(t, values, node)
+
+
 class _CatBackward(Node):
     passes_through = True
 

@@ -408,8 +408,20 @@ class Tensor:
         return None
 
     def __setitem__(self, index, value):
-        _check_no_grad_inplace(self, "item assignment")
         rows = self._stepped_rows(index)
+        if _in_graph(self, value):
+            if rows is not None:
+                raise RuntimeError("item assignment through a stepped slice can't be recorded in the graph; "
+                                   "assign the rows one by one, or build the result with ddpc.stack")
+            target = self._getitem(index)
+            if not isinstance(value, Tensor):
+                value = full(target.shape, value, dtype=self.dtype, device=self.device) \
+                    if isinstance(value, numbers.Number) else tensor(value, dtype=self.dtype, device=self.device)
+            if value.shape != target.shape:
+                raise ValueError(f"can't assign a tensor of shape {value.shape} to a part of shape {target.shape}")
+            _ag.write(self, index, value.to(device=self.device, dtype=self.dtype))
+            return
+        _check_no_grad_inplace(self, "item assignment")
         if rows is None:
             target = self._getitem(index)
             if isinstance(value, Tensor):
@@ -445,11 +457,15 @@ class Tensor:
     # ---- in-place storage ops ----------------------------------------------------
     def copy_(self, src, non_blocking=False):
         """Copies src (any device and dtype, same number of elements) into self."""
-        _check_no_grad_inplace(self, "copy_")
         if not isinstance(src, Tensor):
             src = tensor(src, dtype=self.dtype)
-        if src.shape != self.shape and src.numel() != self.numel():
+        if src.shape != self.shape:
+            if src.numel() == 1 and not _in_graph(self, src):  # broadcast, as PyTorch does
+                return self.fill_(src.item())
             raise ValueError(f"copy_: shapes {src.shape} and {self.shape} differ")
+        if _in_graph(self, src):
+            return _ag.write(self, None, src.to(device=self.device, dtype=self.dtype))
+        _check_no_grad_inplace(self, "copy_")
         if src.dtype is not self.dtype:
             src = src.to(dtype=self.dtype) if src._buf.device == self._buf.device else src.to(device=self.device)
         self._buf.bump_version()
@@ -524,10 +540,15 @@ class Tensor:
     def __neg__(self): return _ag.neg(self)
     def __pow__(self, e): return _ag.pow(self, e)
     def __matmul__(self, o): return _ag.matmul(self, o)
-    def __iadd__(self, o): return self._binary(o, _ADD, out=self)
-    def __isub__(self, o): return self._binary(o, _SUB, out=self)
-    def __imul__(self, o): return self._binary(o, _MUL, out=self)
-    def __itruediv__(self, o): return self._binary(o, _DIV, out=self)
+    def _inplace(self, o, op):
+        if _in_graph(self, o):
+            return _ag.inplace_binary(self, o, op)
+        return self._binary(o, op, out=self)
+
+    def __iadd__(self, o): return self._inplace(o, _ADD)
+    def __isub__(self, o): return self._inplace(o, _SUB)
+    def __imul__(self, o): return self._inplace(o, _MUL)
+    def __itruediv__(self, o): return self._inplace(o, _DIV)
 
     add = __add__
     sub = __sub__
@@ -652,6 +673,11 @@ def _same_memory(a, b):
     """Whether a and b are the same elements (an elementwise op may then write one while reading the other)."""
     return (a._buf.device == b._buf.device and a.data_ptr() == b.data_ptr() and a.nbytes == b.nbytes
             and a.element_size() == b.element_size())
+
+
+def _in_graph(t, value):
+    """Whether an in-place write of ``value`` into ``t`` is recorded in the graph."""
+    return _ag.is_grad_enabled() and (t.requires_grad or (isinstance(value, Tensor) and value.requires_grad))
 
 
 def _check_no_grad_inplace(t, what):
@@ -885,7 +911,7 @@ def stack(tensors, dim=0, _shape=None, _like=None):
         dt = promote(dt, t.dtype)
     out = empty((len(tensors),) + first.shape, dtype=dt, device=first.device)
     for i, t in enumerate(tensors):
-        out[i].copy_(t)
+        out[i].copy_(t.detach())  # storage only: autograd's stack records the graph
     return out
 
 
@@ -903,7 +929,7 @@ def cat(tensors, dim=0):
     out = empty((sum(t.shape[0] for t in tensors),) + first.shape[1:], dtype=dt, device=first.device)
     row = 0
     for t in tensors:
-        out[row:row + t.shape[0]].copy_(t)
+        out[row:row + t.shape[0]].copy_(t.detach())  # storage only: autograd's cat records the graph
         row += t.shape[0]
     return out
 
