@@ -347,6 +347,8 @@ ddpc_status ddpc_op_sum(ddpc_buffer *out, const ddpc_buffer *a) {
 static double draw_(ddpc_random_kind kind, ddpc_dtype dt, uint64_t bits, double a, double b) {
     switch (kind) {
     case DDPC_RAND_UNIFORM:
+        if (dt == DDPC_FLOAT16 || dt == DDPC_BFLOAT16)
+            return a + (b - a) * ddpc_uniform_bits(bits, dt == DDPC_FLOAT16 ? 11 : 8);
         return dt == DDPC_FLOAT64 ? a + (b - a) * ddpc_uniform_f64(bits) : (double)(float)(a + (b - a) * ddpc_uniform_f32(bits));
     case DDPC_RAND_NORMAL: {
         double u1 = ((double)(bits >> 32) + 1.0) * (1.0 / 4294967296.0);

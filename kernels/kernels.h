@@ -31,6 +31,11 @@ static inline DDPC_HD uint64_t ddpc_random_bits(uint64_t seed, uint64_t counter)
 /* Uniform in [0, 1) with 24 (float) or 53 (double) random bits. */
 static inline DDPC_HD float ddpc_uniform_f32(uint64_t bits) { return (float)(bits >> 40) * (1.0f / 16777216.0f); }
 static inline DDPC_HD double ddpc_uniform_f64(uint64_t bits) { return (double)(bits >> 11) * (1.0 / 9007199254740992.0); }
+/* Uniform in [0, 1) with `m` random bits (m <= 53): 11 for float16 and 8 for
+ * bfloat16, as many as their significands hold, so that no draw rounds up to 1. */
+static inline DDPC_HD double ddpc_uniform_bits(uint64_t bits, int m) {
+    return (double)(bits >> (64 - m)) / (double)(1ull << m);
+}
 
 int ddpc_k_fill(void *dst, int dtype, int64_t n, double value, void *stream);
 int ddpc_k_cast(void *dst, int dst_dtype, const void *src, int src_dtype, int64_t n, void *stream);

@@ -610,3 +610,26 @@ def test_copy_needs_equal_shapes_or_one_element():
     with pytest.raises(ValueError):
         x[0:2] = ddpc.arange(6.0)
     assert x.copy_(ddpc.tensor(4.0)).tolist() == [[4.0] * 3] * 2
+
+
+def test_a_hook_returning_another_shape_is_an_error():
+    x = ddpc.randn(4, 4, requires_grad=True)
+    y = x * 2.0
+    y.register_hook(lambda g: ddpc.ones(1))
+    with pytest.raises(RuntimeError, match="gradient hook must return None or a tensor like"):
+        y.sum().backward()
+    x.register_hook(lambda g: g.double())
+    with pytest.raises(RuntimeError, match="float64"):
+        (x * 3.0).sum().backward()
+
+
+def test_sums_and_means_of_16_bit_and_empty_tensors_keep_the_graph():
+    for dt in (ddpc.float16, ddpc.bfloat16):
+        x = ddpc.ones(4, 3, dtype=dt, requires_grad=True)
+        x.sum().backward()
+        assert x.grad.dtype is dt and x.grad.float().tolist() == [[1.0] * 3] * 4
+    e = ddpc.zeros(0, 3, requires_grad=True)
+    m = e.mean()
+    assert m.requires_grad and np.isnan(m.item())
+    m.backward()
+    assert e.grad.shape == (0, 3)

@@ -406,3 +406,17 @@ def test_16_bit_floats_broadcast_reduce_and_activate_in_float32_rounded_once(dt)
     (wf * rowf).exp().sum(1).mean().backward()
     assert w.grad.dtype is dt
     np.testing.assert_allclose(w.grad.float().numpy(), wf.grad.numpy(), rtol=2e-2, atol=1e-3)
+
+
+def test_16_bit_rand_stays_below_one_and_randint_refuses_what_it_cannot_draw():
+    for dt, levels in ((ddpc.float16, 2048), (ddpc.bfloat16, 256)):
+        x = ddpc.rand(100000, dtype=dt).float().numpy()
+        assert x.max() < 1.0 and x.min() >= 0.0 and len(np.unique(x)) == levels
+    big = ddpc.randint(2 ** 53, 2 ** 53 + 10, (4000,)).numpy() - 2 ** 53
+    assert sorted(np.unique(big).tolist()) == list(range(10))  # odd offsets too
+    with pytest.raises(ValueError, match="does not fit int32"):
+        ddpc.randint(0, 2 ** 40, (3,), dtype=ddpc.int32)
+    with pytest.raises(ValueError, match="does not fit uint8"):
+        ddpc.randint(0, 300, (3,), dtype=ddpc.uint8)
+    with pytest.raises(ValueError, match="wider than 2\\*\\*53"):
+        ddpc.randint(0, 2 ** 62, (3,))

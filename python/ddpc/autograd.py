@@ -197,11 +197,24 @@ def _grad_out(edge, shape, ref):
     return _empty(shape, ref)
 
 
+def _hooked(fn, grad):
+    """``fn(grad)``: None keeps ``grad``; a replacement must look like it."""
+    res = fn(grad)
+    if res is None:
+        return None
+    if not isinstance(res, Tensor) or res.shape != grad.shape or res.dtype is not grad.dtype \
+            or res._buf.device != grad._buf.device:
+        got = (f"{tuple(res.shape)}, {res.dtype}, {res.device}" if isinstance(res, Tensor) else type(res).__name__)
+        raise RuntimeError(f"a gradient hook must return None or a tensor like its argument "
+                           f"({tuple(grad.shape)}, {grad.dtype}, {grad.device}); got {got}")
+    return res
+
+
 def _accumulate_leaf(leaf, grad, owned):
     hooks = leaf.__dict__.get("_grad_hooks")
     if hooks:
         for fn in list(hooks.values()):
-            res = fn(grad)
+            res = _hooked(fn, grad)
             if res is not None:
                 grad, owned = res, False
     if leaf.grad is None:
@@ -274,7 +287,7 @@ def _run_nodes(ready, grads, deps, retain_graph):
             node.check_saved()
             if node.pre_hooks:
                 for fn in list(node.pre_hooks.values()):
-                    res = fn(g)
+                    res = _hooked(fn, g)
                     if res is not None:
                         g = res
             in_grads = node.backward(g)
@@ -748,14 +761,14 @@ def _one_dim(a, dim):
 
 
 def sum(a, dim=None, keepdim=False):
+    if a.dtype in _HALVES:  # summed in float32, which the backward pass's broadcast also needs
+        return sum(a.float(), dim, keepdim).to(dtype=a.dtype)
     if dim is None:
         dt = a.dtype if a.dtype.is_floating_point else get_dtype("int64")
         out = Tensor(_C.Buffer((), dt.name, a._buf.device))
         _C.sum(out._buf, a._buf)
         if keepdim:
             out = out.reshape((1,) * a.ndim)
-    elif a.dtype in _HALVES:
-        return sum(a.float(), dim, keepdim).to(dtype=a.dtype)
     else:
         dim = _one_dim(a, dim)
         # Integers sum exactly in int64, as the sum over every element does.
@@ -776,7 +789,7 @@ def mean(a, dim=None, keepdim=False):
     if a.dtype in _HALVES:  # a 16-bit sum of many elements would overflow before the division
         return mean(a.float(), dim, keepdim).to(dtype=a.dtype)
     n = a.numel() if dim is None else a.shape[_one_dim(a, dim)]
-    return div(sum(a, dim, keepdim), n) if n else sum(a, dim, keepdim)._binary(float("nan"), _ADD)
+    return div(sum(a, dim, keepdim), n) if n else add(sum(a, dim, keepdim), float("nan"))
 
 
 # ---- shape ops ------------------------------------------------------------------------------

@@ -866,6 +866,17 @@ def randint(low, high=None, size=None, dtype=None, device=None):
         low, high, size = 0, low, high
     if high is None:
         low, high = 0, low
+    low, high = int(low), int(high)
+    dt = int64 if dtype is None else get_dtype(dtype)
+    lo, hi = (0, 256) if dt is uint8 else _INT_BOUNDS.get(dt, (-_DOUBLE_INTS, _DOUBLE_INTS + 1))
+    if high > low and not (lo <= low and high - 1 < hi):
+        raise ValueError(f"randint: [{low}, {high}) does not fit {dt.name} (its range is [{lo}, {hi}))")
+    if high - low > _DOUBLE_INTS:
+        raise ValueError(f"randint: the range [{low}, {high}) is wider than 2**53, more than ddpc draws exactly")
+    if abs(low) > _DOUBLE_INTS or abs(high) > _DOUBLE_INTS:
+        # Draw the offset from low, which a double holds exactly, then add low in int64.
+        return _random(tuple(size), _RAND_INT, 0, high - low, int64, device, False, default=int64).add(low).to(
+            dtype=dt)
     return _random(tuple(size), _RAND_INT, low, high, dtype, device, False, default=int64)
 
 
