@@ -195,14 +195,7 @@ ddpc_status ddpc_op_cast(ddpc_buffer *dst, const ddpc_buffer *src) {
     do {                                                                           \
         T *o_ = (T *)(out);                                                        \
         const T *a_ = (const T *)(a), *b_ = (const T *)(b);                        \
-        switch (op) {                                                              \
-        case DDPC_ADD: for (int64_t i = 0; i < (n); i++) o_[i] = a_[i] + b_[i]; break; \
-        case DDPC_SUB: for (int64_t i = 0; i < (n); i++) o_[i] = a_[i] - b_[i]; break; \
-        case DDPC_MUL: for (int64_t i = 0; i < (n); i++) o_[i] = a_[i] * b_[i]; break; \
-        case DDPC_DIV: for (int64_t i = 0; i < (n); i++) o_[i] = a_[i] / b_[i]; break; \
-        case DDPC_RSUB: for (int64_t i = 0; i < (n); i++) o_[i] = b_[i] - a_[i]; break; \
-        default: for (int64_t i = 0; i < (n); i++) o_[i] = b_[i] / a_[i]; break;  \
-        }                                                                          \
+        DDPC_BINARY_LOOPS(op, n, o_[k_], a_[k_], b_[k_]);                          \
     } while (0)
 
 #define SCALAR_LOOP(T, out, a, s, n, op)                                           \
@@ -210,14 +203,7 @@ ddpc_status ddpc_op_cast(ddpc_buffer *dst, const ddpc_buffer *src) {
         T *o_ = (T *)(out);                                                        \
         const T *a_ = (const T *)(a);                                              \
         const T s_ = (T)(s);                                                       \
-        switch (op) {                                                              \
-        case DDPC_ADD: for (int64_t i = 0; i < (n); i++) o_[i] = a_[i] + s_; break; \
-        case DDPC_SUB: for (int64_t i = 0; i < (n); i++) o_[i] = a_[i] - s_; break; \
-        case DDPC_MUL: for (int64_t i = 0; i < (n); i++) o_[i] = a_[i] * s_; break; \
-        case DDPC_DIV: for (int64_t i = 0; i < (n); i++) o_[i] = a_[i] / s_; break; \
-        case DDPC_RSUB: for (int64_t i = 0; i < (n); i++) o_[i] = s_ - a_[i]; break; \
-        default: for (int64_t i = 0; i < (n); i++) o_[i] = s_ / a_[i]; break;      \
-        }                                                                          \
+        DDPC_BINARY_LOOPS(op, n, o_[k_], a_[k_], s_);                              \
     } while (0)
 
 static ddpc_status check_int_division_(ddpc_binary_op op, const ddpc_buffer *divisor_src, double s, int scalar) {

@@ -6,7 +6,29 @@
 
 #include "buffer.h"
 
-typedef enum { DDPC_ADD = 0, DDPC_SUB, DDPC_MUL, DDPC_DIV, DDPC_RSUB, DDPC_RDIV, DDPC_NBINARY } ddpc_binary_op;
+/* The comparisons write 1 where they hold and 0 elsewhere, in the operands' dtype. */
+typedef enum {
+    DDPC_ADD = 0, DDPC_SUB, DDPC_MUL, DDPC_DIV, DDPC_RSUB, DDPC_RDIV,
+    DDPC_EQ, DDPC_NE, DDPC_LT, DDPC_LE, DDPC_GT, DDPC_GE, DDPC_NBINARY
+} ddpc_binary_op;
+
+/* `n` elements of `o = x op y`, where o, x and y are expressions of the index
+ * k_; the switch is outside the loops, so each loop vectorises. */
+#define DDPC_BINARY_LOOPS(op, n, o, x, y)                                          \
+    switch (op) {                                                                  \
+    case DDPC_ADD: for (int64_t k_ = 0; k_ < (n); k_++) o = x + y; break;           \
+    case DDPC_SUB: for (int64_t k_ = 0; k_ < (n); k_++) o = x - y; break;           \
+    case DDPC_MUL: for (int64_t k_ = 0; k_ < (n); k_++) o = x * y; break;           \
+    case DDPC_DIV: for (int64_t k_ = 0; k_ < (n); k_++) o = x / y; break;           \
+    case DDPC_RSUB: for (int64_t k_ = 0; k_ < (n); k_++) o = y - x; break;          \
+    case DDPC_RDIV: for (int64_t k_ = 0; k_ < (n); k_++) o = y / x; break;          \
+    case DDPC_EQ: for (int64_t k_ = 0; k_ < (n); k_++) o = x == y; break;           \
+    case DDPC_NE: for (int64_t k_ = 0; k_ < (n); k_++) o = x != y; break;           \
+    case DDPC_LT: for (int64_t k_ = 0; k_ < (n); k_++) o = x < y; break;            \
+    case DDPC_LE: for (int64_t k_ = 0; k_ < (n); k_++) o = x <= y; break;           \
+    case DDPC_GT: for (int64_t k_ = 0; k_ < (n); k_++) o = x > y; break;            \
+    default: for (int64_t k_ = 0; k_ < (n); k_++) o = x >= y; break;                \
+    }
 typedef enum { DDPC_RAND_UNIFORM = 0, DDPC_RAND_NORMAL, DDPC_RAND_INT } ddpc_random_kind;
 
 ddpc_status ddpc_op_fill(ddpc_buffer *dst, double value);

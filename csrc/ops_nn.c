@@ -128,14 +128,7 @@ static int is_int_(ddpc_dtype dt) { return dt == DDPC_INT32 || dt == DDPC_INT64 
         for (int64_t r = 0; r < rows; r++) {                                       \
             T *o = (T *)out->data + r * n;                                         \
             const T *x = (const T *)a->data + r * n, *b = row->data;               \
-            switch (op) {                                                          \
-            case DDPC_ADD: for (int64_t j = 0; j < n; j++) o[j] = x[j] + b[j]; break; \
-            case DDPC_SUB: for (int64_t j = 0; j < n; j++) o[j] = x[j] - b[j]; break; \
-            case DDPC_MUL: for (int64_t j = 0; j < n; j++) o[j] = x[j] * b[j]; break; \
-            case DDPC_DIV: for (int64_t j = 0; j < n; j++) o[j] = x[j] / b[j]; break; \
-            case DDPC_RSUB: for (int64_t j = 0; j < n; j++) o[j] = b[j] - x[j]; break; \
-            default: for (int64_t j = 0; j < n; j++) o[j] = b[j] / x[j]; break;   \
-            }                                                                      \
+            DDPC_BINARY_LOOPS(op, n, o[k_], x[k_], b[k_]);                         \
         }                                                                          \
     } while (0)
 
@@ -199,14 +192,22 @@ ddpc_status ddpc_op_binary_rows(ddpc_binary_op op, ddpc_buffer *out, const ddpc_
         }                                                                          \
     } while (0)
 
+/* dim splits a's elements into outer x len x inner. */
+static ddpc_status dim_split_(const ddpc_buffer *a, int dim, const char *op, int64_t *outer, int64_t *len,
+                              int64_t *inner) {
+    if (dim < 0 || dim >= a->ndim)
+        return DDPC_ERROR(DDPC_ERR_ARG, "%s: dim %d is out of range for %d dims", op, dim, a->ndim);
+    *outer = 1, *len = a->shape[dim], *inner = 1;
+    for (int d = 0; d < dim; d++) *outer *= a->shape[d];
+    for (int d = dim + 1; d < a->ndim; d++) *inner *= a->shape[d];
+    return DDPC_OK;
+}
+
 ddpc_status ddpc_op_sum_dim(ddpc_buffer *out, const ddpc_buffer *a, int dim) {
     /* int64 too: integer tensors sum exactly, as their sum over all elements does. */
     CHECK(out->dtype == DDPC_INT64 ? check_writable_(out, "sum along a dim") : check_out_(out, "sum along a dim"));
-    if (dim < 0 || dim >= a->ndim)
-        return DDPC_ERROR(DDPC_ERR_ARG, "sum along a dim: dim %d is out of range for %d dims", dim, a->ndim);
-    int64_t outer = 1, len = a->shape[dim], inner = 1;
-    for (int d = 0; d < dim; d++) outer *= a->shape[d];
-    for (int d = dim + 1; d < a->ndim; d++) inner *= a->shape[d];
+    int64_t outer = 0, len = 0, inner = 0;
+    CHECK(dim_split_(a, dim, "sum along a dim", &outer, &len, &inner));
     CHECK(check_like_(out, a, -1, "sum along a dim", "the input"));
     if (out->numel != outer * inner)
         return DDPC_ERROR(DDPC_ERR_ARG, "sum along a dim: the output has %lld elements, expected %lld",
@@ -216,6 +217,81 @@ ddpc_status ddpc_op_sum_dim(ddpc_buffer *out, const ddpc_buffer *a, int dim) {
         DDPC_LAUNCH(out->device, ddpc_k_sum_dim(out->data, a->data, out->dtype, outer, len, inner, stream));
     if (out->dtype == DDPC_INT64) SUM_DIM_LOOP(int64_t, uint64_t, out->data, a->data, outer, len, inner);
     else DDPC_FLOAT_TYPES(out->dtype, SUM_DIM_LOOP(T, double, out->data, a->data, outer, len, inner));
+    return DDPC_OK;
+}
+
+/* `v != v` holds for a NaN only (never for integers). */
+#define EXTREME_LOOP(T)                                                            \
+    do {                                                                           \
+        const T *x_ = (const T *)a->data;                                          \
+        T *v_ = (T *)values->data;                                                 \
+        int64_t *ix_ = (int64_t *)indices->data;                                   \
+        for (int64_t o = 0; o < outer; o++)                                        \
+            for (int64_t i = 0; i < inner; i++) {                                  \
+                const T *src = x_ + o * len * inner + i;                           \
+                T best = src[0];                                                   \
+                int64_t at = 0;                                                    \
+                for (int64_t l = 1; l < len && best == best; l++) {                \
+                    T v = src[l * inner];                                          \
+                    if (v != v || (want_max ? v > best : v < best)) best = v, at = l; \
+                }                                                                  \
+                v_[o * inner + i] = best;                                          \
+                ix_[o * inner + i] = at;                                           \
+            }                                                                      \
+    } while (0)
+
+ddpc_status ddpc_op_extreme_dim(ddpc_buffer *values, ddpc_buffer *indices, const ddpc_buffer *a, int dim,
+                                int want_max) {
+    const char *op = want_max ? "max along a dim" : "min along a dim";
+    int64_t outer = 0, len = 0, inner = 0;
+    CHECK(check_writable_(values, op));
+    CHECK(check_writable_(indices, op));
+    CHECK(dim_split_(a, dim, op, &outer, &len, &inner));
+    if (a->dtype == DDPC_FLOAT16 || a->dtype == DDPC_BFLOAT16)
+        return DDPC_ERROR(DDPC_ERR_TYPE, "%s: 16-bit floats are compared in float32 (cast first)", op);
+    CHECK(check_like_(values, a, -1, op, "the input"));
+    if (indices->dtype != DDPC_INT64 || indices->device != a->device)
+        return DDPC_ERROR(DDPC_ERR_TYPE, "%s: indices must be int64 on the input's device", op);
+    if (values->numel != outer * inner || indices->numel != outer * inner)
+        return DDPC_ERROR(DDPC_ERR_ARG, "%s: the outputs need %lld elements", op, (long long)(outer * inner));
+    if (outer * inner == 0) return DDPC_OK;
+    if (len == 0) return DDPC_ERROR(DDPC_ERR_ARG, "%s: dim %d has no elements to choose from", op, dim);
+    if (a->device != DDPC_CPU)
+        DDPC_LAUNCH(a->device, ddpc_k_extreme_dim(values->data, indices->data, a->data, a->dtype, outer, len, inner,
+                                                  want_max, stream));
+    switch (a->dtype) {
+    case DDPC_INT32: EXTREME_LOOP(int32_t); break;
+    case DDPC_INT64: EXTREME_LOOP(int64_t); break;
+    case DDPC_UINT8: EXTREME_LOOP(uint8_t); break;
+    default: DDPC_FLOAT_TYPES(a->dtype, EXTREME_LOOP(T));
+    }
+    return DDPC_OK;
+}
+
+ddpc_status ddpc_op_put_dim(ddpc_buffer *out, const ddpc_buffer *g, const ddpc_buffer *indices, int dim) {
+    const char *op = "gradient of max/min along a dim";
+    int64_t outer = 0, len = 0, inner = 0;
+    CHECK(check_out_(out, op));
+    CHECK(dim_split_(out, dim, op, &outer, &len, &inner));
+    CHECK(check_like_(out, g, outer * inner, op, "the gradient"));
+    if (indices->dtype != DDPC_INT64 || indices->device != out->device || indices->numel != outer * inner)
+        return DDPC_ERROR(DDPC_ERR_ARG, "%s: indices must be %lld int64 on the output's device", op,
+                          (long long)(outer * inner));
+    if (out->numel == 0) return DDPC_OK;
+    if (out->device != DDPC_CPU)
+        DDPC_LAUNCH(out->device, ddpc_k_put_dim(out->data, g->data, indices->data, out->dtype, outer, len, inner,
+                                                stream));
+    const int64_t *ix = indices->data;
+    for (int64_t k = 0; k < outer * inner; k++)
+        if (ix[k] < 0 || ix[k] >= len)
+            return DDPC_ERROR(DDPC_ERR_ARG, "%s: index %lld is out of range for a dim of %lld", op, (long long)ix[k],
+                              (long long)len);
+    memset(out->data, 0, ddpc_buffer_nbytes(out));
+    DDPC_FLOAT_TYPES(out->dtype, {
+        T *o = out->data;
+        const T *gv = g->data;
+        for (int64_t k = 0; k < outer * inner; k++) o[(k / inner) * len * inner + ix[k] * inner + k % inner] = gv[k];
+    });
     return DDPC_OK;
 }
 
@@ -573,6 +649,26 @@ static PyObject *py_sum_dim(PyObject *m, PyObject *args) {
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(a), ddpc_op_sum_dim(out, a, dim));
 }
 
+static PyObject *py_extreme_dim(PyObject *m, PyObject *args) {
+    (void)m;
+    ddpc_buffer *values, *indices, *a;
+    int dim, want_max;
+    if (!PyArg_ParseTuple(args, "O&O&O&ip:extreme_dim", ddpc_arg_buffer, &values, ddpc_arg_buffer, &indices,
+                          ddpc_arg_buffer, &a, &dim, &want_max))
+        return NULL;
+    DDPC_RUN_RELEASED(ddpc_buffer_nbytes(a), ddpc_op_extreme_dim(values, indices, a, dim, want_max));
+}
+
+static PyObject *py_put_dim(PyObject *m, PyObject *args) {
+    (void)m;
+    ddpc_buffer *out, *g, *indices;
+    int dim;
+    if (!PyArg_ParseTuple(args, "O&O&O&i:put_dim", ddpc_arg_buffer, &out, ddpc_arg_buffer, &g, ddpc_arg_buffer,
+                          &indices, &dim))
+        return NULL;
+    DDPC_RUN_RELEASED(ddpc_buffer_nbytes(out), ddpc_op_put_dim(out, g, indices, dim));
+}
+
 static PyObject *py_transpose(PyObject *m, PyObject *args) {
     (void)m;
     ddpc_buffer *out, *a;
@@ -674,6 +770,9 @@ static PyMethodDef nn_methods[] = {
      "unary_backward(op, gx, gy, saved, p=0): saved is x (relu gelu log pow) or y (tanh sigmoid exp)"},
     {"binary_rows", py_binary_rows, METH_VARARGS, "binary_rows(op, out, a, row): a op row, row repeated over a"},
     {"sum_dim", py_sum_dim, METH_VARARGS, "sum_dim(out, a, dim)"},
+    {"extreme_dim", py_extreme_dim, METH_VARARGS,
+     "extreme_dim(values, indices, a, dim, want_max): max or min along dim and where it first is"},
+    {"put_dim", py_put_dim, METH_VARARGS, "put_dim(out, g, indices, dim): zeros, g put at indices along dim"},
     {"transpose", py_transpose, METH_VARARGS, "transpose(out, a): 2-d"},
     {"dropout", py_dropout, METH_VARARGS, "dropout(out, x, p, seed, offset)"},
     {"cross_entropy", py_cross_entropy, METH_VARARGS,

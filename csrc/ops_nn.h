@@ -26,6 +26,14 @@ ddpc_status ddpc_op_binary_rows(ddpc_binary_op op, ddpc_buffer *out, const ddpc_
 /* out = a summed along `dim` (out has a's shape without that dim); float32,
  * float64 (both accumulated in double) or int64 (exact, wrapping on overflow). */
 ddpc_status ddpc_op_sum_dim(ddpc_buffer *out, const ddpc_buffer *a, int dim);
+/* values and indices (a's shape without `dim`; indices int64) = the largest
+ * (`want_max`) or smallest element of `a` along `dim` and where it first
+ * occurs; a NaN wins, as in PyTorch. float32, float64, int32, int64, uint8. */
+ddpc_status ddpc_op_extreme_dim(ddpc_buffer *values, ddpc_buffer *indices, const ddpc_buffer *a, int dim,
+                                int want_max);
+/* out (float32 or float64, of `shape_of`'s shape) = zeros but for
+ * out[..., indices[...], ...] = g[...] along `dim`: the gradient of extreme_dim. */
+ddpc_status ddpc_op_put_dim(ddpc_buffer *out, const ddpc_buffer *g, const ddpc_buffer *indices, int dim);
 /* out [C,R] = a [R,C] transposed; any dtype. */
 ddpc_status ddpc_op_transpose(ddpc_buffer *out, const ddpc_buffer *a);
 /* out = x * keep / (1 - p) where keep_i = uniform(seed, offset + i) >= p. The

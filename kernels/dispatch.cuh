@@ -20,6 +20,24 @@ template <> __device__ __forceinline__ float load<__nv_bfloat16>(const __nv_bflo
     return __bfloat162float(p[i]);
 }
 
+// a op b for the binary op codes of csrc/ops.h (comparisons give 1 or 0).
+template <typename A> __device__ __forceinline__ A binary_apply(int op, A a, A b) {
+    switch (op) {
+    case 0: return a + b;
+    case 1: return a - b;
+    case 2: return a * b;
+    case 3: return a / b;
+    case 4: return b - a;
+    case 5: return b / a;
+    case 6: return (A)(a == b);
+    case 7: return (A)(a != b);
+    case 8: return (A)(a < b);
+    case 9: return (A)(a <= b);
+    case 10: return (A)(a > b);
+    default: return (A)(a >= b);
+    }
+}
+
 template <typename T> __host__ __device__ __forceinline__ T from_double(double v) { return (T)v; }
 template <> __host__ __device__ __forceinline__ __half from_double<__half>(double v) { return __float2half_rn((float)v); }
 template <> __host__ __device__ __forceinline__ __nv_bfloat16 from_double<__nv_bfloat16>(double v) {

@@ -20,23 +20,12 @@ template <typename D, typename S> __global__ void cast_kernel(D *dst, const S *s
     }
 }
 
-template <typename T> __device__ __forceinline__ typename Acc<T>::type apply(int op, typename Acc<T>::type a, typename Acc<T>::type b) {
-    switch (op) {
-    case 0: return a + b;
-    case 1: return a - b;
-    case 2: return a * b;
-    case 3: return a / b;
-    case 4: return b - a;
-    default: return b / a;
-    }
-}
-
 template <typename T> __global__ void binary_kernel(int op, T *out, const T *a, const T *b, int64_t n) {
-    GRID_STRIDE(i, n) out[i] = (T)apply<T>(op, load(a, i), load(b, i));
+    GRID_STRIDE(i, n) out[i] = (T)binary_apply<typename Acc<T>::type>(op, load(a, i), load(b, i));
 }
 
 template <typename T> __global__ void scalar_kernel(int op, T *out, const T *a, typename Acc<T>::type s, int64_t n) {
-    GRID_STRIDE(i, n) out[i] = (T)apply<T>(op, load(a, i), s);
+    GRID_STRIDE(i, n) out[i] = (T)binary_apply<typename Acc<T>::type>(op, load(a, i), s);
 }
 
 template <typename D> int cast_from(void *dst, const void *src, int src_dtype, int64_t n, cudaStream_t stream) {

@@ -51,6 +51,10 @@ int ddpc_k_rows_fill(void *out, const void *row, int dtype, int64_t rows, int64_
 int ddpc_k_binary_rows(int op, void *out, const void *a, const void *row, int dtype, int64_t numel, int64_t n,
                        void *stream);
 int ddpc_k_sum_dim(void *out, const void *a, int dtype, int64_t outer, int64_t len, int64_t inner, void *stream);
+int ddpc_k_extreme_dim(void *values, void *indices, const void *a, int dtype, int64_t outer, int64_t len,
+                       int64_t inner, int want_max, void *stream);
+int ddpc_k_put_dim(void *out, const void *g, const void *indices, int dtype, int64_t outer, int64_t len,
+                   int64_t inner, void *stream);
 int ddpc_k_transpose(void *out, const void *a, int dtype, int64_t rows, int64_t cols, void *stream);
 int ddpc_k_unary(int op, void *out, const void *x, double p, int dtype, int64_t n, void *stream);
 int ddpc_k_unary_backward(int op, void *gx, const void *gy, const void *saved, double p, int dtype, int64_t n,

@@ -17,19 +17,7 @@ template <typename T> __global__ void rows_fill_kernel(T *out, const T *row, int
 }
 
 template <typename T> __global__ void binary_rows_kernel(int op, T *out, const T *a, const T *row, int64_t total, int64_t n) {
-    GRID_STRIDE(i, total) {
-        T x = a[i], b = row[i % n];
-        T r;
-        switch (op) {
-        case 0: r = x + b; break;
-        case 1: r = x - b; break;
-        case 2: r = x * b; break;
-        case 3: r = x / b; break;
-        case 4: r = b - x; break;
-        default: r = b / x; break;
-        }
-        out[i] = r;
-    }
+    GRID_STRIDE(i, total) out[i] = binary_apply<T>(op, a[i], row[i % n]);
 }
 
 // Sums accumulate in A: double for floats, unsigned 64 bits for int64 (exact,
@@ -52,6 +40,29 @@ __global__ void sum_dim_kernel(T *out, const T *a, int64_t outer, int64_t len, i
         for (int64_t l = 0; l < len; l++) acc += (A)src[l * inner];
         out[k] = (T)acc;
     }
+}
+
+// One thread per output: the first largest (or smallest) of `len` values
+// `inner` apart, a NaN winning (v != v holds for a NaN only), as csrc/ops_nn.c.
+template <typename T>
+__global__ void extreme_dim_kernel(T *values, int64_t *indices, const T *a, int64_t outer, int64_t len, int64_t inner,
+                                   int want_max) {
+    GRID_STRIDE(k, outer * inner) {
+        const T *src = a + (k / inner) * len * inner + k % inner;
+        T best = src[0];
+        int64_t at = 0;
+        for (int64_t l = 1; l < len && best == best; l++) {
+            T v = src[l * inner];
+            if (v != v || (want_max ? v > best : v < best)) best = v, at = l;
+        }
+        values[k] = best;
+        indices[k] = at;
+    }
+}
+
+template <typename T>
+__global__ void put_dim_kernel(T *out, const T *g, const int64_t *indices, int64_t outer, int64_t len, int64_t inner) {
+    GRID_STRIDE(k, outer * inner) out[(k / inner) * len * inner + indices[k] * inner + k % inner] = g[k];
 }
 
 // Rows summed when inner == 1: one block per output, shared-memory tree.
@@ -159,6 +170,33 @@ extern "C" int ddpc_k_sum_dim(void *out, const void *a, int dtype, int64_t outer
         SUM_DISPATCH(dtype, sum_dim_kernel<T, A><<<grid_for(outer * inner, 256), 256, 0, s>>>((T *)out, (const T *)a,
                                                                                                 outer, len, inner))
     }
+    return (int)cudaGetLastError();
+}
+
+extern "C" int ddpc_k_extreme_dim(void *values, void *indices, const void *a, int dtype, int64_t outer, int64_t len,
+                                  int64_t inner, int want_max, void *stream) {
+    cudaStream_t s = (cudaStream_t)stream;
+#define EXTREME_LAUNCH                                                             \
+    extreme_dim_kernel<T><<<grid_for(outer * inner, 256), 256, 0, s>>>((T *)values, (int64_t *)indices,       \
+                                                                      (const T *)a, outer, len, inner, want_max)
+    switch (dtype) {
+    case K_I32: { typedef int32_t T; EXTREME_LAUNCH; } break;
+    case K_I64: { typedef int64_t T; EXTREME_LAUNCH; } break;
+    case K_U8: { typedef uint8_t T; EXTREME_LAUNCH; } break;
+    default: FLOAT_DISPATCH(dtype, EXTREME_LAUNCH)
+    }
+#undef EXTREME_LAUNCH
+    return (int)cudaGetLastError();
+}
+
+extern "C" int ddpc_k_put_dim(void *out, const void *g, const void *indices, int dtype, int64_t outer, int64_t len,
+                              int64_t inner, void *stream) {
+    cudaStream_t s = (cudaStream_t)stream;
+    int rc = ddpc_k_fill(out, dtype, outer * len * inner, 0.0, stream);
+    if (rc) return rc;
+    FLOAT_DISPATCH(dtype, put_dim_kernel<T><<<grid_for(outer * inner, 256), 256, 0, s>>>((T *)out, (const T *)g,
+                                                                                       (const int64_t *)indices,
+                                                                                       outer, len, inner))
     return (int)cudaGetLastError();
 }
 

@@ -145,3 +145,18 @@ def test_cuda_tensor_pickles_onto_same_device():
     g = ddpc.arange(4, dtype=ddpc.float32, device="cuda:0")
     u = pickle.loads(pickle.dumps(g))
     assert u.device == "cuda:0" and u.cpu().tolist() == [0, 1, 2, 3]
+
+
+@pytest.mark.gpu
+def test_comparisons_and_extremes_match_host():
+    x = ddpc.randn(64, 33)
+    gx = x.cuda()
+    assert (gx > 0).cpu().tolist() == (x > 0).tolist()
+    assert (gx == gx[0]).cpu().tolist() == (x == x[0]).tolist()
+    for dim in (0, 1):
+        assert gx.argmax(dim).cpu().tolist() == x.argmax(dim).tolist()
+        np.testing.assert_array_equal(gx.min(dim).values.cpu().numpy(), x.min(dim).values.numpy())
+    w = ddpc.randn(8, 5, device="cuda", requires_grad=True)
+    w.max(1).values.sum().backward()
+    assert w.grad.sum().item() == 8.0 and (w.grad.cpu().argmax(1) == w.detach().cpu().argmax(1)).sum().item() == 8
+    assert ddpc.rand(100000, dtype=ddpc.bfloat16, device="cuda").float().max().item() < 1.0

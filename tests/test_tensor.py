@@ -420,3 +420,40 @@ def test_16_bit_rand_stays_below_one_and_randint_refuses_what_it_cannot_draw():
         ddpc.randint(0, 300, (3,), dtype=ddpc.uint8)
     with pytest.raises(ValueError, match="wider than 2\\*\\*53"):
         ddpc.randint(0, 2 ** 62, (3,))
+
+
+def test_comparisons_are_elementwise_uint8_masks():
+    a, b = ddpc.tensor([1.0, 2.0, float("nan")]), ddpc.tensor([1.0, 5.0, float("nan")])
+    assert (a == b).tolist() == [1, 0, 0] and (a == b).dtype is ddpc.uint8
+    assert (a != b).tolist() == [0, 1, 1]
+    assert (a < 2).tolist() == [1, 0, 0] and (2 < a).tolist() == [0, 0, 0] and (a >= 2).tolist() == [0, 1, 0]
+    assert (a <= b).tolist() == [1, 1, 0] and a.gt(1).tolist() == [0, 1, 0]
+    pred, y = ddpc.tensor([3, 1, 2]), ddpc.tensor([3, 0, 2])
+    assert (pred == y).sum().item() == 2 and (pred == y).float().mean().item() == pytest.approx(2 / 3)
+    rows = ddpc.ones(2, 3) == ddpc.tensor([1.0, 0.0, 1.0])  # a row repeated over the leading dim
+    assert rows.tolist() == [[1, 0, 1]] * 2
+    small = ddpc.tensor([1, 44], dtype=ddpc.uint8)
+    assert (small == 300).tolist() == [0, 0] and (small < 300).tolist() == [1, 1]  # not taken modulo 256
+    assert ddpc.tensor([1.0, 2.5], dtype=ddpc.bfloat16).gt(2).tolist() == [0, 1]
+    assert (a == None) is False and a in [a] and {a: 1}[a] == 1  # noqa: E711 - identity where no tensor is given
+    with pytest.raises(ValueError, match="one element"):
+        bool(a == b)
+
+
+def test_max_min_and_their_indices():
+    x = ddpc.tensor([[1.0, 5.0, 3.0], [7.0, 2.0, 7.0]], requires_grad=True)
+    values, indices = ddpc.max(x, 1)
+    assert values.tolist() == [5.0, 7.0] and indices.tolist() == [1, 0]  # the first of equal values
+    (values * ddpc.tensor([1.0, 2.0])).sum().backward()
+    assert x.grad.tolist() == [[0.0, 1.0, 0.0], [2.0, 0.0, 0.0]]
+    assert x.min(0).values.tolist() == [1.0, 2.0, 3.0] and x.min(0).indices.tolist() == [0, 1, 0]
+    assert x.max().item() == 7.0 and x.argmax().item() == 3 and x.argmin(1, keepdim=True).tolist() == [[0], [1]]
+    assert x.max(0, keepdim=True).values.shape == (1, 3)
+    assert ddpc.tensor([1.0, float("nan"), 3.0]).max().item() != ddpc.tensor([1.0, float("nan"), 3.0]).max().item()
+    assert ddpc.tensor([3, 1, 2], dtype=ddpc.uint8).argmin().item() == 1
+    assert ddpc.tensor([2 ** 60, 2 ** 60 + 1]).argmax().item() == 1  # int64 compared exactly
+    assert ddpc.tensor([1.0, 2.0], dtype=ddpc.bfloat16).max(0).values.dtype is ddpc.bfloat16
+    with pytest.raises(ValueError, match="empty"):
+        ddpc.zeros(0).max()
+    with pytest.raises(ValueError, match="no elements"):
+        ddpc.zeros(2, 0).max(1)

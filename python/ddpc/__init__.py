@@ -10,8 +10,8 @@ from .tensor import (Generator, Tensor, arange, default_generator, empty, empty_
                      initial_seed, manual_seed, ones, ones_like, rand, randint, randn, randperm, tensor, zeros,
                      zeros_like)
 from . import autograd
-from .autograd import (cat, enable_grad, exp, is_grad_enabled, log, matmul, no_grad, relu, set_grad_enabled, sigmoid,
-                       stack, tanh)
+from .autograd import (argmax, argmin, cat, enable_grad, exp, is_grad_enabled, log, matmul, max, min, no_grad, relu,
+                       set_grad_enabled, sigmoid, stack, tanh)
 from .serialization import CheckpointError, load, save
 from . import data, distributed, nn, optim
 from . import checkpoint
@@ -35,11 +35,12 @@ def build_info():
 
 
 __all__ = [
-    "arange", "autograd", "bfloat16", "build_info", "cat", "checkpoint", "CheckpointError", "cuda", "data",
-    "DataParallel", "default_generator", "destroy_process_group", "device", "DistError", "distributed", "DistributedDataParallel",
-    "DistTimeoutError", "dtype", "empty", "empty_like", "enable_grad", "exp", "float16", "float32", "float64",
-    "from_dlpack", "from_numpy", "full", "Generator", "get_num_threads", "init_process_group", "initial_seed", "int32", "int64",
-    "is_grad_enabled", "load", "log", "manual_seed", "matmul", "nn", "no_grad", "ones", "ones_like", "optim",
-    "rand", "randint", "randn", "randperm", "relu", "save", "set_grad_enabled", "set_num_threads", "sigmoid",
-    "spawn", "stack", "tanh", "Tensor", "tensor", "uint8", "zeros", "zeros_like",
+    "arange", "argmax", "argmin", "autograd", "bfloat16", "build_info", "cat", "checkpoint", "CheckpointError",
+    "cuda", "data", "DataParallel", "default_generator", "destroy_process_group", "device", "DistError",
+    "distributed", "DistributedDataParallel", "DistTimeoutError", "dtype", "empty", "empty_like", "enable_grad",
+    "exp", "float16", "float32", "float64", "from_dlpack", "from_numpy", "full", "Generator", "get_num_threads",
+    "init_process_group", "initial_seed", "int32", "int64", "is_grad_enabled", "load", "log", "manual_seed",
+    "matmul", "max", "min", "nn", "no_grad", "ones", "ones_like", "optim", "rand", "randint", "randn", "randperm",
+    "relu", "save", "set_grad_enabled", "set_num_threads", "sigmoid", "spawn", "stack", "tanh", "Tensor", "tensor",
+    "uint8", "zeros", "zeros_like",
 ]

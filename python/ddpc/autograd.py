@@ -17,6 +17,7 @@ need: a tensor whose shape is a suffix of the other's (a bias row, a scalar)
 is repeated over the leading dimensions.
 """
 
+import collections
 import heapq
 import itertools
 import numbers
@@ -781,6 +782,71 @@ def sum(a, dim=None, keepdim=False):
     if _needs_grad(a):
         _attach(out, _SumBackward(a, dim, keepdim))
     return out
+
+
+class _ExtremeBackward(Node):
+    """The gradient of max/min along a dim goes to where each was taken."""
+
+    def __init__(self, a, dim, keepdim, indices):
+        super().__init__((a,), ())
+        self.shape, self.dim, self.keepdim, self.indices = a.shape, dim, keepdim, indices
+
+    def backward(self, g):
+        ga = _empty(self.shape, g)
+        _C.put_dim(ga._buf, g._buf, self.indices._buf, self.dim)
+        return (ga,)
+
+
+MinMax = collections.namedtuple("MinMax", "values indices")
+MinMax.__doc__ = "What max(dim) and min(dim) return, as torch.return_types.max: (values, indices)."
+
+
+def extreme(a, dim, keepdim, want_max):
+    """max or min of ``a``: of all elements (``dim`` None: a 0-d tensor), or
+    along ``dim`` with the first index each was taken at (a MinMax)."""
+    if a.dtype in _HALVES:
+        res = extreme(a.float(), dim, keepdim, want_max)
+        return res.to(dtype=a.dtype) if dim is None else MinMax(res.values.to(dtype=a.dtype), res.indices)
+    if dim is None:
+        if a.numel() == 0:
+            raise ValueError(f"{'max' if want_max else 'min'}() of an empty tensor: give a dim")
+        return extreme(a.reshape(-1), 0, False, want_max).values
+    dim = _one_dim(a, dim)
+    shape = a.shape[:dim] + a.shape[dim + 1:]
+    values, indices = _empty(shape, a), _empty(shape, a, int64)
+    _C.extreme_dim(values._buf, indices._buf, a._buf, dim, want_max)
+    if _needs_grad(a):
+        _attach(values, _ExtremeBackward(a, dim, keepdim, indices))
+    if keepdim:
+        kept = a.shape[:dim] + (1,) + a.shape[dim + 1:]
+        values, indices = reshape(values, kept), indices.reshape(kept)
+    return MinMax(values, indices)
+
+
+def arg_extreme(a, dim, keepdim, want_max):
+    """argmax or argmin: along ``dim``, or (None) the index into the flattened tensor."""
+    if dim is None:
+        a = a.reshape(-1)
+        return extreme(a, 0, keepdim, want_max).indices.reshape((1,) * a.ndim if keepdim else ())
+    return extreme(a.detach(), dim, keepdim, want_max).indices
+
+
+def max(a, dim=None, keepdim=False):
+    """The largest element, or with ``dim`` (values, indices) along it (a NaN wins, as in PyTorch)."""
+    return extreme(a, dim, keepdim, True)
+
+
+def min(a, dim=None, keepdim=False):
+    """The smallest element, or with ``dim`` (values, indices) along it (a NaN wins, as in PyTorch)."""
+    return extreme(a, dim, keepdim, False)
+
+
+def argmax(a, dim=None, keepdim=False):
+    return arg_extreme(a, dim, keepdim, True)
+
+
+def argmin(a, dim=None, keepdim=False):
+    return arg_extreme(a, dim, keepdim, False)
 
 
 def mean(a, dim=None, keepdim=False):

@@ -15,7 +15,7 @@ from . import _C
 from ._dtype import (bfloat16, device, device_of, dtype, float16, float32, float64, get_dtype, int32, int64,
                      numpy_dtype, ordinal, promote, uint8)
 
-_ADD, _SUB, _MUL, _DIV, _RSUB, _RDIV = range(6)
+_ADD, _SUB, _MUL, _DIV, _RSUB, _RDIV, _EQ, _NE, _LT, _LE, _GT, _GE = range(12)
 _RAND_UNIFORM, _RAND_NORMAL, _RAND_INT = range(3)
 
 
@@ -575,6 +575,40 @@ class Tensor:
     def transpose(self, dim0, dim1):
         return _ag.transpose(self, dim0, dim1)
 
+    # ---- comparisons ------------------------------------------------------------------
+    def _compare(self, other, op):
+        """Elementwise comparison, as a uint8 tensor of 1 where it holds and 0
+        elsewhere (ddpc has no bool dtype); outside the graph."""
+        if isinstance(other, (np.ndarray, list, tuple)):
+            other = tensor(other, device=self.device)
+        elif not isinstance(other, (Tensor, numbers.Number)):
+            return NotImplemented
+        a = self.detach()
+        if isinstance(other, Tensor):
+            other = other.detach()
+        elif not a.dtype.is_floating_point and not _is_float_scalar(other):
+            lo, hi = (0, 256) if a.dtype is uint8 else _INT_BOUNDS[a.dtype]
+            if not lo <= other < hi:  # a value the dtype can't hold: compare in a wider one
+                a = a.to(dtype=int64 if a.dtype is not int64 else float64)
+        with _ag.no_grad():
+            res = _ag._binary(a, other, op)
+        return res.to(dtype=uint8)
+
+    def __eq__(self, o): return self._compare(o, _EQ)
+    def __ne__(self, o): return self._compare(o, _NE)
+    def __lt__(self, o): return self._compare(o, _LT)
+    def __le__(self, o): return self._compare(o, _LE)
+    def __gt__(self, o): return self._compare(o, _GT)
+    def __ge__(self, o): return self._compare(o, _GE)
+    __hash__ = object.__hash__  # by identity, as PyTorch's (== compares elements)
+
+    eq = __eq__
+    ne = __ne__
+    lt = __lt__
+    le = __le__
+    gt = __gt__
+    ge = __ge__
+
     def add_(self, o): return self.__iadd__(o)
     def sub_(self, o): return self.__isub__(o)
     def mul_(self, o): return self.__imul__(o)
@@ -585,6 +619,18 @@ class Tensor:
 
     def mean(self, dim=None, keepdim=False):
         return _ag.mean(self, dim, keepdim)
+
+    def max(self, dim=None, keepdim=False):
+        return _ag.max(self, dim, keepdim)
+
+    def min(self, dim=None, keepdim=False):
+        return _ag.min(self, dim, keepdim)
+
+    def argmax(self, dim=None, keepdim=False):
+        return _ag.argmax(self, dim, keepdim)
+
+    def argmin(self, dim=None, keepdim=False):
+        return _ag.argmin(self, dim, keepdim)
 
     # ---- printing -------------------------------------------------------------------
     def __repr__(self):
