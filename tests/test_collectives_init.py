@@ -267,6 +267,26 @@ def test_init_again_after_destroy():
         assert out.split("\n")[:3] == [f"ROUND {i} SUM 3.0" for i in range(3)]
 
 
+def test_init_again_at_once_after_destroy_many_times():
+    """The ranks init again as soon as destroy returns: the old store stops
+    listening before it drops its clients, so none of them reaches it."""
+    port = free_port()
+    code = textwrap.dedent("""
+        import os, numpy as np
+        import ddpc.distributed as dist
+        for i in range(8):
+            dist.init_process_group("cpu", timeout=20)
+            a = np.ones(1)
+            dist.all_reduce(a)
+            assert a[0] == dist.get_world_size(), a
+            dist.destroy_process_group()
+        os.write(1, b"DONE\\n")
+    """)
+    codes, outs = run_code(3, code, env_rank(port, world=3), timeout=120)
+    assert codes == [0, 0, 0], outs
+    assert all(out == "DONE\n" for out, _ in outs), outs
+
+
 @pytest.mark.parametrize("call", ["recv", "all_reduce", "subgroup"])
 def test_destroy_while_another_thread_waits_in_a_call(call):
     """A thread blocked in a call on the group (its peer never takes part)

@@ -476,6 +476,11 @@ static void server_free_(server_ *sv) {
         char b = 1;
         if (write(sv->wake_pipe[1], &b, 1) == 1) pthread_join(sv->thread, NULL);
     }
+    /* Listening ends before the clients are dropped: a client told of the end
+     * by the drop may connect again at once (a new job's store on this port),
+     * and must be refused, not queued here and then reset. */
+    if (sv->listen_fd >= 0) close(sv->listen_fd);
+    sv->listen_fd = -1;
     for (int i = sv->nconns - 1; i >= 0; i--) {
         sv->conns[i].rank = -1;
         conn_close_(sv, i);
@@ -486,7 +491,6 @@ static void server_free_(server_ *sv) {
     free(sv->entries);
     free(sv->conns);
     free(sv->rank_state);
-    if (sv->listen_fd >= 0) close(sv->listen_fd);
     if (sv->wake_pipe[0] >= 0) close(sv->wake_pipe[0]), close(sv->wake_pipe[1]);
     free(sv);
 }
