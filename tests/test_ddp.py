@@ -223,6 +223,38 @@ def test_join_lets_uneven_ranks_finish_with_identical_models():
     assert_params_close(results[0], results[1], atol=0)
 
 
+def join_error_worker(rank):
+    import ddpc.distributed as dist
+    from ddpc import nn
+
+    dist.init_process_group("cpu", timeout=30)
+    X, y = data(80, seed=rank)
+    ddp = nn.parallel.DistributedDataParallel(model())
+    opt = ddpc.optim.SGD(ddp.parameters(), lr=0.1)
+    steps = 0
+    try:
+        with ddp.join():
+            for i in range(10):
+                if rank == 1 and i == 3:
+                    raise ValueError("bad batch")
+                opt.zero_grad()
+                nn.CrossEntropyLoss()(ddp(ddpc.from_numpy(X[i * 8:i * 8 + 8])), ddpc.from_numpy(y[i * 8:i * 8 + 8])
+                                      ).backward()
+                opt.step()
+                steps += 1
+    except ValueError as e:
+        return f"raised {e} after {steps} steps"
+    except ddpc.DistError:
+        return f"peer failed after {steps} steps"
+    return f"finished {steps} steps"
+
+
+def test_an_exception_inside_join_is_raised_at_once_not_shadowed():
+    results = ddpc.spawn(join_error_worker, nprocs=2)
+    assert results[1] == "raised bad batch after 3 steps", results
+    assert results[0].startswith("peer failed after") and results[0] != "peer failed after 10 steps", results
+
+
 def _two_branches():
     from ddpc import nn
 

@@ -468,12 +468,13 @@ class DistributedDataParallel(Module):
         self._join_throw, self._join_terminated = bool(throw_on_early_termination), False
         try:
             yield
+            if not self._join_terminated:
+                self._shadow_until_all_joined()
         finally:
-            try:
-                if not self._join_terminated:
-                    self._shadow_until_all_joined()
-            finally:
-                self._join_mode = False
+            # An exception in the block leaves at once, as PyTorch's Join does:
+            # shadowing the others would hide it behind their steps, and the
+            # others learn of this rank's failure from its collectives instead.
+            self._join_mode = False
 
     def _shadow_until_all_joined(self):
         """This rank ran out of inputs: it takes part in the active ranks'
