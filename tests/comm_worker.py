@@ -230,6 +230,21 @@ def scenario_more():
         assert rank == 0 or world == 1, "a list of the wrong length must be refused"
     except ValueError as e:
         assert rank != 0 and "sent 2 objects" in str(e), e
+    # A collective on a group this rank is not in does nothing (with a warning), as in PyTorch.
+    first = dist.new_group([0])
+    x = np.full(2, rank + 1.0)
+    if rank == 0:
+        assert dist.get_group_rank(first, 0) == 0 and dist.get_process_group_ranks(first) == [0]
+        dist.all_reduce(x, group=first)
+    else:
+        import warnings
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert dist.all_reduce(x, group=first) is None and dist.barrier(group=first) is None
+        assert len(caught) == 2 and "not a member" in str(caught[0].message), caught
+    check(x, np.full(2, rank + 1.0), "all_reduce outside the group changes nothing")
+    dist.barrier(timeout=30)
+    assert dist.group.WORLD is dist.GroupMember.WORLD is not None
     # Handles dropped unwaited: their results land by the group's next call.
     lst = [np.zeros(3, np.int32) for _ in range(world)]
     dist.all_gather(lst, np.full(3, rank + 5, np.int32), async_op=True)

@@ -82,6 +82,7 @@ def test_map_location_and_file_objects(tmp_path):
     assert ddpc.load(path, map_location=lambda d: "cpu")["w"].tolist() == [0, 1, 2, 3]
     with open(path, "rb") as f:
         assert ddpc.load(f)["w"].tolist() == [0, 1, 2, 3]
+    assert ddpc.load(path, map_location="cpu", weights_only=True)["w"].tolist() == [0, 1, 2, 3]  # PyTorch's keyword
 
 
 def test_unsupported_objects_are_refused(tmp_path):

@@ -255,6 +255,27 @@ def test_an_exception_inside_join_is_raised_at_once_not_shadowed():
     assert results[0].startswith("peer failed after") and results[0] != "peer failed after 10 steps", results
 
 
+def torch_arguments_worker(rank):
+    import ddpc.distributed as dist
+    from ddpc import nn
+
+    dist.init_process_group("cpu")
+    m = model(seed=rank)  # different on each rank: init_sync=False keeps them so
+    ddp = nn.parallel.DistributedDataParallel(m, None, None, 0, True, False, bucket_cap_mb=None, static_graph=True,
+                                              check_reduction=False)
+    ddp._set_static_graph()
+    out = params(ddp.module)
+    with np.testing.assert_raises(ValueError):
+        nn.parallel.DistributedDataParallel(model(), dim=1)
+    dist.destroy_process_group()
+    return out
+
+
+def test_pytorch_constructor_arguments_are_taken():
+    results = ddpc.spawn(torch_arguments_worker, nprocs=2)
+    assert not np.allclose(results[0]["0.weight"], results[1]["0.weight"])
+
+
 def _two_branches():
     from ddpc import nn
 

@@ -27,12 +27,15 @@ import collections
 import contextlib
 import ctypes
 import fcntl
+import functools
+import inspect
 import json
 import os
 import pickle
 import socket
 import sys
 import time
+import warnings
 from datetime import timedelta
 from urllib.parse import urlparse
 
@@ -44,15 +47,15 @@ from ._C import DistError, DistTimeoutError
 __all__ = [
     "Backend", "DistError", "DistTimeoutError", "FileStore", "GroupMember", "ProcessGroup", "ReduceOp", "TCPStore",
     "P2POp", "Work", "all_gather", "all_gather_into_tensor", "all_gather_object", "all_reduce", "all_to_all",
-    "all_to_all_single", "barrier", "batch_isend_irecv", "broadcast", "broadcast_object_list", "destroy_process_group",
-    "gather", "gather_object", "get_backend", "get_process_group_ranks", "get_rank", "get_world_size",
-    "init_process_group", "irecv", "is_available", "is_initialized", "isend", "monitored_barrier", "new_group",
-    "recv", "reduce", "reduce_scatter", "reduce_scatter_tensor", "scatter", "scatter_object_list", "send",
-    "shared_buffer",
+    "all_to_all_single", "barrier", "batch_isend_irecv", "broadcast", "broadcast_object_list",
+    "destroy_process_group", "gather", "gather_object", "get_backend", "get_group_rank", "get_process_group_ranks",
+    "get_rank", "get_world_size", "group", "init_process_group", "irecv", "is_available", "is_gloo_available",
+    "is_initialized", "is_mpi_available", "is_nccl_available", "isend", "monitored_barrier", "new_group", "recv",
+    "reduce", "reduce_scatter", "reduce_scatter_tensor", "scatter", "scatter_object_list", "send", "shared_buffer",
 ]
 
 _DTYPE_CODES = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 3, "int32": 4, "int64": 5, "uint8": 6}
-_DEFAULT_TIMEOUT = timedelta(minutes=5)
+_DEFAULT_TIMEOUT = timedelta(minutes=30)  # PyTorch's for gloo: a dead peer is noticed in seconds anyway
 # How long rank 0 keeps the store up at shutdown for the others to leave.
 _SHUTDOWN_GRACE_S = 10.0
 # The tag of the messages all_to_all sends, out of the way of the tags users pick.
@@ -77,6 +80,19 @@ class Backend:
 
 def is_available():
     return True
+
+
+def is_gloo_available():
+    """Whether the host backend is there (always: ddpc's cpu backend answers to "gloo")."""
+    return True
+
+
+def is_nccl_available():
+    return "nccl" in _C.backends()
+
+
+def is_mpi_available():
+    return False
 
 
 def _seconds(timeout, default=None):
@@ -208,6 +224,9 @@ class GroupMember:
 
     NON_GROUP_MEMBER = object()
     WORLD = None
+
+
+group = GroupMember  # dist.group.WORLD, as in PyTorch
 
 
 class ProcessGroup:
@@ -472,6 +491,11 @@ def get_world_size(group=None):
 
 def get_backend(group=None):
     return _group(group).backend
+
+
+def get_group_rank(group, global_rank):
+    """The rank within ``group`` of default-group rank ``global_rank``."""
+    return _group_rank(_group(group), global_rank, "global_rank")
 
 
 def get_global_rank(group, group_rank):
@@ -880,11 +904,15 @@ def coalesce(group=None):
         g._c.coalesce_end()
 
 
-def barrier(group=None, async_op=False, device_ids=None):
-    """Waits until every rank of the group has entered the barrier."""
+def barrier(group=None, async_op=False, device_ids=None, timeout=None):
+    """Waits until every rank of the group has entered the barrier (at most
+    ``timeout``, the group's by default)."""
     del device_ids
     g = _group(group)
-    return _launch(g, g._c.barrier, async_op, None)
+    if timeout is None or async_op:
+        return _launch(g, g._c.barrier, async_op, None)
+    Work(g._c.barrier(True), group=g).wait(timeout)
+    return None
 
 
 def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
@@ -1181,3 +1209,26 @@ def scatter_object_list(scatter_object_output_list, scatter_object_input_list=No
 def get_process_group_ranks(group):
     """The default-group ranks of ``group``'s members, in group-rank order."""
     return list(_group(group).ranks)
+
+
+def _members_only(fn):
+    """A collective called on a rank outside its group does nothing (with a
+    warning), as in PyTorch, so that code calling it on every rank runs."""
+    at = list(inspect.signature(fn).parameters).index("group")
+
+    @functools.wraps(fn)
+    def collective(*args, **kwargs):
+        if kwargs.get("group", args[at] if len(args) > at else None) is GroupMember.NON_GROUP_MEMBER:
+            warnings.warn(f"{fn.__name__} on rank {_world.rank}, which is not a member of the group: nothing done",
+                          stacklevel=2)
+            return None
+        return fn(*args, **kwargs)
+
+    return collective
+
+
+for _name in ("all_reduce", "broadcast", "reduce", "all_gather", "all_gather_into_tensor", "gather", "scatter",
+              "reduce_scatter", "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "barrier",
+              "monitored_barrier", "send", "recv", "isend", "irecv", "all_gather_object", "gather_object",
+              "broadcast_object_list", "scatter_object_list"):
+    globals()[_name] = _members_only(globals()[_name])

@@ -232,14 +232,17 @@ def save(obj, f):
         os.close(dfd)
 
 
-def load(f, map_location=None):
-    """Reads a checkpoint written by ddpc.save.
+def load(f, map_location=None, weights_only=None):
+    """Reads a checkpoint written by ddpc.save. (``weights_only`` is taken for
+    PyTorch's signature: a ddpc checkpoint holds only tensors and plain
+    values, and loading never runs code from the file.)
 
     map_location: None (tensors return to the device they were saved from),
     a device ("cpu", "cuda:1"), a dict mapping saved device strings to new
     ones, or a callable taking the saved device string. Raises CheckpointError
     for files that are not intact ddpc checkpoints.
     """
+    del weights_only
     if hasattr(f, "read"):
         data, path = f.read(), getattr(f, "name", "<file>")
     else:

@@ -188,7 +188,10 @@ class DistributedDataParallel(Module):
     ``.grad`` is a view of its bucket (no copy back), as PyTorch gives only
     with ``gradient_as_bucket_view=True``, which here also makes the gradients
     views before the first reduction; a group of one skips the buckets;
-    ``static_graph`` and ``gradient_predivide_factor`` are not offered.
+    ``static_graph`` is taken and changes nothing (the buckets are launched
+    in a fixed order already); ``init_sync=False`` skips the check that every
+    rank has the same model and the broadcast of rank 0's state;
+    ``gradient_predivide_factor`` is not offered.
 
     Where the work goes: a linear layer's fresh weight and bias gradients are
     written by backward straight into their bucket slots (nothing is copied
@@ -197,9 +200,17 @@ class DistributedDataParallel(Module):
     across the ranks on a host.
     """
 
-    def __init__(self, module, device_ids=None, output_device=None, broadcast_buffers=True, process_group=None,
-                 bucket_cap_mb=25, find_unused_parameters=False, gradient_as_bucket_view=False):
+    def __init__(self, module, device_ids=None, output_device=None, dim=0, broadcast_buffers=True, init_sync=True,
+                 process_group=None, bucket_cap_mb=None, find_unused_parameters=False, check_reduction=False,
+                 gradient_as_bucket_view=False, static_graph=False):
         super().__init__()
+        del check_reduction, static_graph  # PyTorch's arguments that change nothing (see the docstring)
+        if dim != 0:
+            raise ValueError("DistributedDataParallel splits nothing (each rank brings its own batch): dim must be 0")
+        if bucket_cap_mb is None:
+            bucket_cap_mb = 25
+        if not isinstance(bucket_cap_mb, (int, float)) or bucket_cap_mb <= 0:
+            raise ValueError(f"bucket_cap_mb must be a positive number of MiB, got {bucket_cap_mb!r}")
         if not dist.is_initialized():
             raise RuntimeError("DistributedDataParallel needs a process group: call "
                                "ddpc.distributed.init_process_group() first")
@@ -218,9 +229,10 @@ class DistributedDataParallel(Module):
         self._comm_hook, self._comm_state = allreduce_hook, process_group
         self._all_params = list(module.named_parameters())  # frozen ones too: verified and broadcast
         self._named_params = [(n, p) for n, p in self._all_params if p.requires_grad]  # these are reduced
-        self._verify_same_model()
-        self._broadcast_states(0, with_params=True)
-        self._buckets = self._make_buckets(bucket_cap_mb * (1 << 20))
+        if init_sync:
+            self._verify_same_model()
+            self._broadcast_states(0, with_params=True)
+        self._buckets = self._make_buckets(int(bucket_cap_mb * (1 << 20)))
         self._where = {}
         self._index = {id(p): k for k, (_, p) in enumerate(self._named_params)}
         for b in self._buckets:
@@ -437,6 +449,9 @@ class DistributedDataParallel(Module):
             yield
         finally:
             self.require_backward_grad_sync = old
+
+    def _set_static_graph(self):
+        """PyTorch's switch for graphs that do not change between iterations: nothing to do here."""
 
     def register_comm_hook(self, state, hook):
         """``hook(state, bucket) -> future``: replaces the default all-reduce of each bucket."""
