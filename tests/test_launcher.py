@@ -87,9 +87,30 @@ def test_nproc_per_node_by_device(monkeypatch, capsys):
     assert "--nproc-per-node gpu:" in capsys.readouterr().err
 
 
+def test_torchrun_command_lines_are_taken(tmp_path):
+    """The DDP tutorial's torchrun lines: --standalone, and --rdzv-* naming the store."""
+    from ddpc.run import parse_args
+
+    a = parse_args(["--nnodes=2:2", "--node_rank=1", "--rdzv_id=100", "--rdzv_backend=c10d",
+                    "--rdzv_endpoint=node0:29400", "job.py"])
+    assert (a.nnodes, a.master_addr, a.master_port, a.rdzv_id) == (2, "node0", 29400, "100")
+    res = launch(tmp_path, """
+        import os
+        keys = ["GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK", "TORCHELASTIC_RESTART_COUNT",
+                "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID"]
+        os.write(1, ("ENV " + " ".join(os.environ[k] for k in keys) + "\\n").encode())
+    """, "--standalone", "--nproc_per_node=2", "--rdzv-id", "job7")
+    assert res.returncode == 0, res.stderr
+    assert sorted(line for line in res.stdout.splitlines() if line.startswith("ENV")) == [
+        "ENV 0 1 0 0 0 job7", "ENV 0 1 1 0 0 job7"]
+
+
 @pytest.mark.parametrize("args, message", [
     (["--max-restarts", "-1"], "--max-restarts must be >= 0"),
     (["--nproc-per-node", "many"], "--nproc-per-node must be a number, cpu, gpu or auto; got 'many'"),
+    (["--nnodes", "1:4"], "elastic ranges are not offered"),
+    (["--standalone", "--nnodes", "2", "--master-addr", "h"], "--standalone is for one node"),
+    (["--rdzv-endpoint", "h:x"], "--rdzv-endpoint is HOST[:PORT]"),
 ])
 def test_bad_launcher_arguments(tmp_path, args, message):
     res = launch(tmp_path, "print('RAN')\n", *args)

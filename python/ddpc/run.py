@@ -4,7 +4,11 @@
     python -m ddpc.run --nnodes 2 --node-rank 0 --master-addr node0 --master-port 29500 -m mypkg.train
 
 Each worker gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR,
-MASTER_PORT, DDPC_STORE_TOKEN and DDPC_RESTART_COUNT. When a worker fails,
+MASTER_PORT, DDPC_STORE_TOKEN and DDPC_RESTART_COUNT, and torchrun's
+GROUP_RANK, GROUP_WORLD_SIZE, ROLE_*, TORCHELASTIC_RESTART_COUNT,
+TORCHELASTIC_MAX_RESTARTS and TORCHELASTIC_RUN_ID. torchrun's --standalone
+and --rdzv-endpoint/--rdzv-backend/--rdzv-id are taken (the endpoint is the
+store's address); every node names its --node-rank. When a worker fails,
 the others are stopped (SIGTERM, then SIGKILL after a grace period), the
 failed rank, its exit code or signal and the tail of its stderr are printed,
 and the launcher exits non-zero, or restarts the whole group while
@@ -129,8 +133,15 @@ def parse_args(argv):
     p.add_argument("--nproc-per-node", "--nproc_per_node", default="1",
                    help="workers on this node: a number, cpu (one per core), gpu (one per GPU) or auto (one per "
                         "GPU, or 1 without GPUs)")
-    p.add_argument("--nnodes", type=int, default=1)
+    p.add_argument("--nnodes", default="1", help="nodes in the job: N (or N:N; elastic ranges are not offered)")
     p.add_argument("--node-rank", "--node_rank", type=int, default=0)
+    p.add_argument("--standalone", action="store_true", help="one node with a store of its own (the default on "
+                                                             "one node; taken for torchrun's command lines)")
+    p.add_argument("--rdzv-endpoint", "--rdzv_endpoint", default=None,
+                   help="HOST[:PORT] of the store: the same as --master-addr and --master-port")
+    p.add_argument("--rdzv-backend", "--rdzv_backend", default="static", choices=["static", "c10d"],
+                   help="taken for torchrun's command lines: ranks come from --node-rank either way")
+    p.add_argument("--rdzv-id", "--rdzv_id", default=None, help="the job's id (TORCHELASTIC_RUN_ID)")
     p.add_argument("--master-addr", "--master_addr", default=None,
                    help="address of the node hosting rank 0 (default 127.0.0.1 on one node)")
     p.add_argument("--master-port", "--master_port", type=int, default=None,
@@ -143,6 +154,17 @@ def parse_args(argv):
     p.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments: everything after the script")
     a = p.parse_args(argv)
     a.nproc_per_node = _nproc_per_node(p, a.nproc_per_node)
+    low, _, high = a.nnodes.partition(":")
+    if not low.isdigit() or (high and high != low):
+        p.error(f"--nnodes must be a number N (or N:N): elastic ranges are not offered, got {a.nnodes!r}")
+    a.nnodes = int(low)
+    if a.standalone and a.nnodes != 1:
+        p.error("--standalone is for one node")
+    if a.rdzv_endpoint:
+        host, _, port = a.rdzv_endpoint.rpartition(":") if ":" in a.rdzv_endpoint else (a.rdzv_endpoint, "", "")
+        if (a.master_addr or a.master_port) or (port and not port.isdigit()):
+            p.error("--rdzv-endpoint is HOST[:PORT] and replaces --master-addr/--master-port")
+        a.master_addr, a.master_port = host, int(port) if port else None
     if a.nproc_per_node < 1 or a.nnodes < 1 or not 0 <= a.node_rank < a.nnodes:
         p.error("need --nproc-per-node >= 1, --nnodes >= 1 and 0 <= --node-rank < --nnodes")
     if a.max_restarts < 0:
@@ -163,8 +185,10 @@ def _run_group(a, restart, interrupted):
         rank = a.node_rank * a.nproc_per_node + local_rank
         env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(local_rank), WORLD_SIZE=str(world),
                    LOCAL_WORLD_SIZE=str(a.nproc_per_node), GROUP_RANK=str(a.node_rank),
-                   MASTER_ADDR=a.master_addr or "127.0.0.1", MASTER_PORT=str(port), DDPC_STORE_TOKEN=token,
-                   DDPC_RESTART_COUNT=str(restart))
+                   GROUP_WORLD_SIZE=str(a.nnodes), ROLE_NAME="default", ROLE_RANK=str(rank),
+                   ROLE_WORLD_SIZE=str(world), MASTER_ADDR=a.master_addr or "127.0.0.1", MASTER_PORT=str(port),
+                   DDPC_STORE_TOKEN=token, DDPC_RESTART_COUNT=str(restart), TORCHELASTIC_RESTART_COUNT=str(restart),
+                   TORCHELASTIC_MAX_RESTARTS=str(a.max_restarts), TORCHELASTIC_RUN_ID=a.rdzv_id or "none")
         if not user_chose_threads():
             threads = str(per_rank_threads(a.nproc_per_node))
             env.update(OMP_NUM_THREADS=threads, OPENBLAS_NUM_THREADS=threads, DDPC_NUM_THREADS=threads)
