@@ -194,3 +194,32 @@ def test_linear_bias_gradient_over_a_large_batch_accumulates_in_double():
     lin = nn.Linear(1, 2)
     (lin(ddpc.zeros(1 << 20, 1)) * 0.1).sum().backward()
     np.testing.assert_allclose(np.asarray(lin.bias.grad), np.float64(np.float32(0.1)) * (1 << 20), rtol=1e-7)
+
+
+def test_module_dict_registers_its_modules():
+    m = nn.ModuleDict({"a": nn.Linear(2, 3)})
+    m["b"] = nn.Linear(3, 1)
+    assert list(m.keys()) == ["a", "b"] and "a" in m and len(m) == 2
+    assert [k for k, _ in m.named_parameters()] == ["a.weight", "a.bias", "b.weight", "b.bias"]
+    assert set(m.state_dict()) == {"a.weight", "a.bias", "b.weight", "b.bias"}
+    del m["a"]
+    assert list(m) == ["b"]
+
+
+def test_gradient_clipping():
+    w = ddpc.tensor([3.0, 4.0], requires_grad=True)
+    v = ddpc.tensor([0.0], requires_grad=True)
+    ((w * w).sum() + v.sum() * 0.0).backward()  # grads (6, 8) and (0): norm 10
+    total = nn.utils.clip_grad_norm_([w, v], max_norm=5.0)
+    assert total.item() == pytest.approx(10.0)
+    assert w.grad.tolist() == pytest.approx([3.0, 4.0], rel=1e-5)
+    w.grad = ddpc.tensor([3.0, -4.0])
+    assert nn.utils.clip_grad_norm_(w, 100, norm_type=float("inf")).item() == 4.0
+    assert nn.utils.clip_grad_norm_(w, 100, norm_type=1).item() == pytest.approx(7.0)
+    assert w.grad.tolist() == [3.0, -4.0]  # under the bound: unchanged
+    w.grad = ddpc.tensor([float("nan"), 1.0])
+    with pytest.raises(RuntimeError, match="not finite"):
+        nn.utils.clip_grad_norm_(w, 1.0, error_if_nonfinite=True)
+    w.grad = ddpc.tensor([3.0, -4.0])
+    nn.utils.clip_grad_value_([w], 3.5)
+    assert w.grad.tolist() == [3.0, -3.5]

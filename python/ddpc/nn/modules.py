@@ -511,6 +511,52 @@ class ModuleList(Module):
             self.add_module(str(i), m)
 
 
+class ModuleDict(Module):
+    """A dict of modules, registered so their parameters are found (in insertion order)."""
+
+    def __init__(self, modules=None):
+        super().__init__()
+        if modules is not None:
+            self.update(modules)
+
+    def __len__(self):
+        return len(self._modules)
+
+    def __iter__(self):
+        return iter(self._modules)
+
+    def __contains__(self, key):
+        return key in self._modules
+
+    def __getitem__(self, key):
+        return self._modules[key]
+
+    def __setitem__(self, key, module):
+        self.add_module(key, module)
+
+    def __delitem__(self, key):
+        del self._modules[key]
+
+    def keys(self):
+        return self._modules.keys()
+
+    def values(self):
+        return self._modules.values()
+
+    def items(self):
+        return self._modules.items()
+
+    def pop(self, key):
+        return self._modules.pop(key)
+
+    def clear(self):
+        self._modules.clear()
+
+    def update(self, modules):
+        for key, module in (modules.items() if hasattr(modules, "items") else modules):
+            self.add_module(key, module)
+
+
 # ---- losses --------------------------------------------------------------------------------
 
 class CrossEntropyLoss(Module):
