@@ -245,6 +245,19 @@ def scenario_more():
     check(x, np.full(2, rank + 1.0), "all_reduce outside the group changes nothing")
     dist.barrier(timeout=30)
     assert dist.group.WORLD is dist.GroupMember.WORLD is not None
+    # In place: the input is this rank's block of the output (of the input, for reduce_scatter).
+    buf = np.zeros(world * 3, np.float32)
+    buf[rank * 3:rank * 3 + 3] = rank + 1
+    dist.all_gather_into_tensor(buf, buf[rank * 3:rank * 3 + 3])
+    check(buf, np.repeat(np.arange(world) + 1.0, 3), "all_gather_into_tensor in place")
+    buf = np.ones(world * 2, np.int64)
+    dist.reduce_scatter_tensor(buf[rank * 2:rank * 2 + 2], buf)
+    check(buf[rank * 2:rank * 2 + 2], np.full(2, world), "reduce_scatter_tensor in place")
+    # Work.get_future(): the output tensors, and then() chains on them.
+    t = ddpc.full((2,), float(rank))
+    fut = dist.all_reduce(t, async_op=True).get_future().then(lambda f: f.value()[0] * 2)
+    check(fut.wait().numpy(), np.full(2, world * (world - 1)), "get_future().then")
+    assert fut.done()
     # Handles dropped unwaited: their results land by the group's next call.
     lst = [np.zeros(3, np.int32) for _ in range(world)]
     dist.all_gather(lst, np.full(3, rank + 5, np.int32), async_op=True)

@@ -70,7 +70,7 @@ def ddp_worker(rank, world, batch, steps, options):
                                               bucket_cap_mb=options.get("bucket_cap_mb", 25),
                                               gradient_as_bucket_view=options.get("view", False))
     if options.get("hook"):
-        ddp.register_comm_hook(None, getattr(nn.parallel, options["hook"]))
+        ddp.register_comm_hook(None, globals().get(options["hook"]) or getattr(nn.parallel, options["hook"]))
     opt = ddpc.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
     k = options.get("accumulate", 1)
@@ -138,8 +138,16 @@ def test_no_sync_accumulation_equals_one_step_on_the_concatenation():
         assert_params_close(r, ref)
 
 
+def torch_style_hook(state, bucket):
+    """A hook as written for PyTorch: the all-reduce's future, divided by the world size in then()."""
+    import ddpc.distributed as dist
+
+    fut = dist.all_reduce(bucket.buffer(), group=state, async_op=True).get_future()
+    return fut.then(lambda f: f.value()[0] / dist.get_world_size(state))
+
+
 @pytest.mark.parametrize("hook,atol", [("allreduce_hook", 1e-5), ("fp16_compress_hook", 2e-3),
-                                       ("bf16_compress_hook", 2e-2)])
+                                       ("bf16_compress_hook", 2e-2), ("torch_style_hook", 1e-5)])
 def test_comm_hooks_within_compression_tolerance(hook, atol):
     ref = train_single(2, batch=8, steps=2)
     results = ddpc.spawn(ddp_worker, args=(2, 8, 2, {"hook": hook}), nprocs=2)

@@ -665,15 +665,54 @@ class _Arg:
             _C.cuda_synchronize(self.device_buf.device)
 
 
+class Future:
+    """A value that an asynchronous collective delivers, like
+    ``torch.futures.Future``: ``wait()`` (or ``value()``) waits and returns
+    it; ``then(fn)`` is a new Future whose value is ``fn(this_future)``;
+    ``done()`` says whether waiting would return at once. What comm hooks
+    return, and what ``Work.get_future()`` gives (its value is the list of
+    the collective's output tensors, as in PyTorch)."""
+
+    def __init__(self, work=None, value=None, parent=None, fn=None):
+        self._work, self._value, self._parent, self._fn = work, value, parent, fn
+        self._pending = work is not None or parent is not None
+
+    def wait(self):
+        if self._pending:
+            if self._parent is not None:
+                self._parent.wait()
+                self._value = self._fn(self._parent)
+            else:
+                self._work.wait()
+            self._pending = False
+        return self._value
+
+    def value(self):
+        return self.wait()
+
+    def then(self, fn):
+        return Future(parent=self, fn=fn)
+
+    def done(self):
+        if not self._pending:
+            return True
+        return self._parent.done() if self._parent is not None else self._work.is_completed()
+
+
 class Work:
     """Handle of an asynchronous collective (``async_op=True``)."""
 
-    def __init__(self, c_work, finish=None, ranks=None, source=None, group=None):
+    def __init__(self, c_work, finish=None, ranks=None, source=None, group=None, outputs=None):
         self._c = c_work
         self._finish = finish
         self._group = group    # finishes the collective if this handle is dropped unwaited
         self._ranks = ranks    # an irecv from any rank: its group's members, to name the sender
         self._source = source  # an irecv from a given rank: that rank
+        self._outputs = outputs  # what get_future() delivers
+
+    def get_future(self):
+        """A Future whose value, once the collective is done, is the list of its output tensors."""
+        return Future(self, list(self._outputs or ()))
 
     def __del__(self):
         if self._finish is not None and self._group is not None and self._group._c is not None:
@@ -705,10 +744,11 @@ class Work:
         raise TypeError("cannot pickle a Work handle")
 
 
-def _launch(g, c_call, async_op, finish, *args):
-    """Runs a C collective of group ``g`` synchronously or wraps its async handle."""
+def _launch(g, c_call, async_op, finish, *args, outputs=None):
+    """Runs a C collective of group ``g`` synchronously or wraps its async
+    handle (whose future delivers ``outputs``)."""
     if async_op:
-        return Work(c_call(*args, True), finish, group=g)
+        return Work(c_call(*args, True), finish, group=g, outputs=outputs)
     c_call(*args, False)
     if finish is not None:
         finish()
@@ -748,7 +788,8 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
     """Reduces ``tensor`` across the group in place. AVG of integers truncates."""
     g = _group(group)
     a = _Arg(tensor, g)
-    return _launch(g, g._c.all_reduce, async_op, _finisher(a.device_buf and a.finish), a.obj, a.code, _reduce_op(op))
+    return _launch(g, g._c.all_reduce, async_op, _finisher(a.device_buf and a.finish), a.obj, a.code, _reduce_op(op),
+                   outputs=[tensor])
 
 
 def broadcast(tensor, src, group=None, async_op=False):
@@ -756,7 +797,7 @@ def broadcast(tensor, src, group=None, async_op=False):
     g = _group(group)
     a = _Arg(tensor, g)
     return _launch(g, g._c.broadcast, async_op, _finisher(a.device_buf and a.finish), a.obj, a.code,
-                   _group_rank(g, src, "src"))
+                   _group_rank(g, src, "src"), outputs=[tensor])
 
 
 def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=False):
@@ -765,7 +806,8 @@ def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=Fal
     out, inp = _Arg(output_tensor, g), _Arg(input_tensor, g, writable=False)
     if out.code != inp.code:
         raise TypeError("all_gather_into_tensor: input and output dtypes differ")
-    return _launch(g, g._c.all_gather, async_op, _finisher(out.device_buf and out.finish), out.obj, inp.obj, out.code, 0)
+    return _launch(g, g._c.all_gather, async_op, _finisher(out.device_buf and out.finish), out.obj,
+                   _apart_from(inp.obj, out.obj), out.code, 0, outputs=[output_tensor])
 
 
 def _as_buffer(obj):
@@ -775,6 +817,20 @@ def _as_buffer(obj):
     if obj.dtype.name == "bfloat16":  # ml_dtypes arrays don't export the buffer protocol; view the bits
         return _C.Buffer.from_object(obj.view(np.uint16), "bfloat16")
     return _C.Buffer.from_object(obj)
+
+
+def _apart_from(inp, out):
+    """``inp``, or a copy of it where it overlaps ``out`` (an in-place gather,
+    whose input is this rank's block of the output): the C layer reads its
+    input while it writes the output."""
+    a, b = _as_buffer(inp), _as_buffer(out)
+    if a.device != b.device or not a.nbytes or not b.nbytes:
+        return inp
+    if a.data_ptr < b.data_ptr + b.nbytes and b.data_ptr < a.data_ptr + a.nbytes:
+        copy = _C.Buffer(a.shape, a.dtype, a.device)
+        _C.copy(copy, a)
+        return copy
+    return inp
 
 
 def _copy_out(dst, src_buf):
@@ -820,7 +876,8 @@ def _all_gather_list(what, g, tensor_list, tensor, async_op, keep=True):
         for r, t in enumerate(tensor_list):
             _copy_out(t, out.view(r * inp.numel, (inp.numel,)))
 
-    return _launch(g, g._c.all_gather, async_op, finish if keep else None, out, inp.obj, inp.code, 0)
+    return _launch(g, g._c.all_gather, async_op, finish if keep else None, out, inp.obj, inp.code, 0,
+                   outputs=tensor_list if keep else None)
 
 
 def all_gather(tensor_list, tensor, group=None, async_op=False):
@@ -873,8 +930,8 @@ def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op=F
     out, inp = _Arg(output, g), _Arg(input, g, writable=False)
     if out.code != inp.code:
         raise TypeError("reduce_scatter_tensor: input and output dtypes differ")
-    return _launch(g, g._c.reduce_scatter, async_op, _finisher(out.device_buf and out.finish), out.obj, inp.obj,
-                   out.code, _reduce_op(op))
+    return _launch(g, g._c.reduce_scatter, async_op, _finisher(out.device_buf and out.finish), out.obj,
+                   _apart_from(inp.obj, out.obj), out.code, _reduce_op(op), outputs=[output])
 
 
 def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op=False):

@@ -30,33 +30,6 @@ from .modules import Module
 _FIRST_BUCKET_BYTES = 1 << 20  # small first bucket: its all-reduce starts early in backward
 
 
-class _Future:
-    """The result of a comm hook: ``wait()`` returns the reduced flat tensor.
-
-    ``then(fn)`` chains a step that runs on the waited result (e.g. casting a
-    compressed gradient back), as ``torch.futures.Future.then`` does.
-    """
-
-    def __init__(self, work, value):
-        self._work, self._value, self._steps = work, value, []
-
-    def then(self, fn):
-        self._steps.append(fn)
-        return self
-
-    def wait(self):
-        if self._work is not None:
-            self._work.wait()
-            self._work = None
-        for fn in self._steps:
-            self._value = fn(self)
-        self._steps = []
-        return self._value
-
-    def value(self):
-        return self._value
-
-
 class GradBucket:
     """What a comm hook receives: one bucket's flat gradient and its parameters."""
 
@@ -89,15 +62,15 @@ def allreduce_hook(process_group, bucket):
     reduces, saving the extra pass over the bucket that a separate division costs)."""
     flat = bucket.buffer()
     if dist.get_world_size(process_group) == 1:
-        return _Future(None, flat)
-    return _Future(dist.all_reduce(flat, op=dist.ReduceOp.AVG, group=process_group, async_op=True), flat)
+        return dist.Future(value=flat)
+    return dist.Future(dist.all_reduce(flat, op=dist.ReduceOp.AVG, group=process_group, async_op=True), flat)
 
 
 def _compress_hook(dtype, process_group, bucket):
     flat = bucket.buffer()
     compressed = flat.to(dtype)
     compressed /= dist.get_world_size(process_group)  # before reducing, so the sum stays in the narrow type's range
-    fut = _Future(dist.all_reduce(compressed, group=process_group, async_op=True), compressed)
+    fut = dist.Future(dist.all_reduce(compressed, group=process_group, async_op=True), compressed)
 
     def decompress(f):
         flat.copy_(f.value())
@@ -404,6 +377,8 @@ class DistributedDataParallel(Module):
                    and 0 < self._join_active < world)
         for b in self._buckets:
             result = b.future.wait()
+            if isinstance(result, (list, tuple)) and len(result) == 1:  # a Work's future: [the reduced tensor]
+                result = result[0]
             if result is not b.flat:
                 b.flat.copy_(result)
             if rescale:  # averaged over the ranks still active, not over the whole world
