@@ -543,6 +543,14 @@ def all_reduce_expecting_mismatch(a, what):
     raise AssertionError(f"{what} did not raise")
 
 
+def scenario_broadcast_mismatch():
+    """Every rank names itself the root: the mismatch names each side's root."""
+    try:
+        dist.broadcast(np.zeros(4, np.float32), src=dist.get_rank())
+    except dist.DistError as e:
+        print(f"RANK {dist.get_rank()} MISMATCH {e}", flush=True)
+
+
 def scenario_p2p_mismatch():
     """Rank 0 sends 10 floats, rank 1 receives 12: rank 1's error describes its own call as a recv."""
     try:

@@ -132,3 +132,10 @@ def test_monitored_barrier_names_the_ranks_that_stay_away(wait_all):
     assert f"RANK 0 MONITORED monitored_barrier: {missing} reach the barrier within 2 s" in res.stdout, out
     assert "RANK 1 MONITORED monitored_barrier: rank 0 did not release rank 1 within 2 s" in res.stdout, out
     assert "NO ERROR" not in res.stdout, out
+
+
+def test_a_broadcast_from_different_roots_names_them():
+    res = run_job(2, "broadcast_mismatch", timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert ("RANK 0 MISMATCH collective mismatch: rank 0 called broadcast(4 x float32, from rank 0) as collective #0, "
+            "rank 1 called broadcast(4 x float32, from rank 1)") in res.stdout, res.stdout

@@ -521,20 +521,23 @@ static ddpc_status sync_(ddpc_shm *s, uint64_t deadline) {
 
 /* ---- call descriptors ----------------------------------------------------------- */
 
-static void describe_(const desc_ *d, char *buf, size_t cap) {
+static void describe_(const ddpc_group *g, const desc_ *d, char *buf, size_t cap) {
     if (d->coll >= DDPC_NCOLLS) {
         snprintf(buf, cap, "?");
         return;
     }
-    char where[64] = "";
+    char how[48] = "", where[64] = "";
+    if (d->coll == DDPC_COLL_ALLREDUCE || d->coll == DDPC_COLL_REDUCE_SCATTER)
+        snprintf(how, sizeof how, ", %s", ddpc_redop_name((ddpc_redop)d->op));
+    else if (d->coll == DDPC_COLL_BROADCAST)
+        snprintf(how, sizeof how, ", from rank %d",
+                 d->peer >= 0 && d->peer < g->size ? ddpc_global_rank(g, d->peer) : -1);
     if (d->shared_id)
         snprintf(where, sizeof where, " at offset %llu of shared buffer #%llu", (unsigned long long)d->shared_off,
                  (unsigned long long)d->shared_id);
-    snprintf(buf, cap, "%s(%llu x %s%s%s%s) as collective #%llu", ddpc_coll_name((ddpc_coll)d->coll),
-             (unsigned long long)d->count, ddpc_dtype_name((ddpc_dtype)d->dtype),
-             d->coll == DDPC_COLL_ALLREDUCE || d->coll == DDPC_COLL_REDUCE_SCATTER ? ", " : "",
-             d->coll == DDPC_COLL_ALLREDUCE || d->coll == DDPC_COLL_REDUCE_SCATTER ? ddpc_redop_name((ddpc_redop)d->op) : "",
-             where, (unsigned long long)(atomic_load(&d->seq) - 1));
+    snprintf(buf, cap, "%s(%llu x %s%s%s) as collective #%llu", ddpc_coll_name((ddpc_coll)d->coll),
+             (unsigned long long)d->count, ddpc_dtype_name((ddpc_dtype)d->dtype), how, where,
+             (unsigned long long)(atomic_load(&d->seq) - 1));
 }
 
 /* Opens a call: publishes its descriptor in the area the next phase writes.
@@ -559,8 +562,8 @@ static ddpc_status check_descs_(ddpc_shm *s, int parity) {
             o->shared_id == mine->shared_id && o->shared_off == mine->shared_off)
             continue;
         char a[160], b[160], msg[512];
-        describe_(mine, a, sizeof a);
-        describe_(o, b, sizeof b);
+        describe_(s->g, mine, a, sizeof a);
+        describe_(s->g, o, b, sizeof b);
         snprintf(msg, sizeof msg, "collective mismatch: rank %d called %s, rank %d called %s",
                  ddpc_global_rank(s->g, s->g->rank), a, ddpc_global_rank(s->g, s->g->topo.local_ranks[j]), b);
         return ddpc_group_disagree(s->g, &s->cur, msg);
