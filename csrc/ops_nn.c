@@ -150,12 +150,7 @@ ddpc_status ddpc_op_binary_rows(ddpc_binary_op op, ddpc_buffer *out, const ddpc_
     if (out->device != DDPC_CPU)
         DDPC_LAUNCH(out->device, ddpc_k_binary_rows(op, out->data, a->data, row->data, out->dtype, total, n, stream));
     int64_t rows = total / n;
-    switch (out->dtype) {
-    case DDPC_INT32: ROWS_LOOP(int32_t); break;
-    case DDPC_INT64: ROWS_LOOP(int64_t); break;
-    case DDPC_UINT8: ROWS_LOOP(uint8_t); break;
-    default: DDPC_FLOAT_TYPES(out->dtype, ROWS_LOOP(T));
-    }
+    DDPC_REAL_TYPES(out->dtype, ROWS_LOOP(T));
     return DDPC_OK;
 }
 
@@ -259,12 +254,7 @@ ddpc_status ddpc_op_extreme_dim(ddpc_buffer *values, ddpc_buffer *indices, const
     if (a->device != DDPC_CPU)
         DDPC_LAUNCH(a->device, ddpc_k_extreme_dim(values->data, indices->data, a->data, a->dtype, outer, len, inner,
                                                   want_max, stream));
-    switch (a->dtype) {
-    case DDPC_INT32: EXTREME_LOOP(int32_t); break;
-    case DDPC_INT64: EXTREME_LOOP(int64_t); break;
-    case DDPC_UINT8: EXTREME_LOOP(uint8_t); break;
-    default: DDPC_FLOAT_TYPES(a->dtype, EXTREME_LOOP(T));
-    }
+    DDPC_REAL_TYPES(a->dtype, EXTREME_LOOP(T));
     return DDPC_OK;
 }
 

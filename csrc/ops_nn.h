@@ -96,6 +96,16 @@ ddpc_status ddpc_op_adam_step(int n, ddpc_buffer **params, ddpc_buffer **grads, 
         }                                                                          \
     } while (0)
 
+/* The same with T bound to the C type of a float32, float64, int32, int64 or uint8 dtype. */
+#define DDPC_REAL_TYPES(dt, ...)                                                      \
+    do {                                                                           \
+        switch (dt) {                                                              \
+        case DDPC_INT32: { typedef int32_t T; __VA_ARGS__; } break;               \
+        case DDPC_INT64: { typedef int64_t T; __VA_ARGS__; } break;               \
+        case DDPC_UINT8: { typedef uint8_t T; __VA_ARGS__; } break;               \
+        default: DDPC_FLOAT_TYPES(dt, __VA_ARGS__);                                \
+        }                                                                          \
+    } while (0)
 
 int ddpc_optim_register(PyObject *module);
 /* Registers the nn ops, GEMM and the optimizer steps. */
