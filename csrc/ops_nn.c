@@ -285,6 +285,140 @@ ddpc_status ddpc_op_put_dim(ddpc_buffer *out, const ddpc_buffer *g, const ddpc_b
     return DDPC_OK;
 }
 
+/* ---- embedding rows and layer normalisation --------------------------------------- */
+
+/* table [N, D], idx [K], rows [K, D]: the shapes index_rows and its gradient share. */
+static ddpc_status rows_args_(const ddpc_buffer *rows, const ddpc_buffer *table, const ddpc_buffer *idx, const char *op,
+                              int64_t *n, int64_t *d) {
+    if (table->ndim != 2) return DDPC_ERROR(DDPC_ERR_ARG, "%s: the table must be 2-d, got %d dims", op, table->ndim);
+    *n = table->shape[0], *d = table->shape[1];
+    if (idx->dtype != DDPC_INT64 || idx->device != table->device)
+        return DDPC_ERROR(DDPC_ERR_TYPE, "%s: indices must be int64 on the table's device", op);
+    CHECK(check_like_(table, rows, idx->numel * *d, op, "the rows"));
+    if (idx->device == DDPC_CPU) {
+        const int64_t *ix = idx->data;
+        for (int64_t k = 0; k < idx->numel; k++)
+            if (ix[k] < 0 || ix[k] >= *n)
+                return DDPC_ERROR(DDPC_ERR_ARG, "%s: index %lld is out of range for %lld rows", op, (long long)ix[k],
+                                  (long long)*n);
+    }
+    return DDPC_OK;
+}
+
+ddpc_status ddpc_op_index_rows(ddpc_buffer *out, const ddpc_buffer *table, const ddpc_buffer *idx) {
+    int64_t n = 0, d = 0;
+    CHECK(check_writable_(out, "embedding rows"));
+    CHECK(rows_args_(out, table, idx, "embedding rows", &n, &d));
+    if (out->numel == 0) return DDPC_OK;
+    size_t row = (size_t)d * ddpc_dtype_size(out->dtype);
+    if (out->device != DDPC_CPU)
+        DDPC_LAUNCH(out->device, ddpc_k_index_rows(out->data, table->data, idx->data, idx->numel, row, stream));
+    const int64_t *ix = idx->data;
+    for (int64_t k = 0; k < idx->numel; k++)
+        memcpy((char *)out->data + k * row, (const char *)table->data + ix[k] * row, row);
+    return DDPC_OK;
+}
+
+ddpc_status ddpc_op_index_add_rows(ddpc_buffer *gtable, const ddpc_buffer *g, const ddpc_buffer *idx) {
+    int64_t n = 0, d = 0;
+    CHECK(check_out_(gtable, "embedding gradient"));
+    CHECK(rows_args_(g, gtable, idx, "embedding gradient", &n, &d));
+    if (g->numel == 0) return DDPC_OK;
+    if (gtable->device != DDPC_CPU)
+        DDPC_LAUNCH(gtable->device, ddpc_k_index_add_rows(gtable->data, g->data, idx->data, gtable->dtype, idx->numel,
+                                                          d, stream));
+    const int64_t *ix = idx->data;
+    DDPC_FLOAT_TYPES(gtable->dtype, {
+        T *gt = gtable->data;
+        const T *gv = g->data;
+        for (int64_t k = 0; k < idx->numel; k++)
+            for (int64_t j = 0; j < d; j++) gt[ix[k] * d + j] += gv[k * d + j];
+    });
+    return DDPC_OK;
+}
+
+static ddpc_status norm_args_(const ddpc_buffer *x, const ddpc_buffer *mean, const ddpc_buffer *rstd,
+                              const ddpc_buffer *w, const char *op, int64_t *rows, int64_t *d) {
+    if (x->ndim < 1) return DDPC_ERROR(DDPC_ERR_ARG, "%s: the input needs a dim to normalise over", op);
+    *d = x->shape[x->ndim - 1], *rows = *d ? x->numel / *d : 0;
+    CHECK(check_like_(x, mean, *rows, op, "the mean"));
+    CHECK(check_like_(x, rstd, *rows, op, "rstd"));
+    return check_like_(x, w, *d, op, "the weight");
+}
+
+ddpc_status ddpc_op_layer_norm(ddpc_buffer *y, ddpc_buffer *mean, ddpc_buffer *rstd, const ddpc_buffer *x,
+                               const ddpc_buffer *w, const ddpc_buffer *b, double eps) {
+    const char *op = "layer norm";
+    int64_t rows = 0, d = 0;
+    CHECK(check_out_(y, op));
+    CHECK(check_writable_(mean, op));
+    CHECK(check_writable_(rstd, op));
+    CHECK(check_like_(y, x, y->numel, op, "the input"));
+    CHECK(norm_args_(x, mean, rstd, w, op, &rows, &d));
+    CHECK(check_like_(x, b, d, op, "the bias"));
+    if (!(eps >= 0)) return DDPC_ERROR(DDPC_ERR_ARG, "%s: eps must be >= 0, got %g", op, eps);
+    if (rows == 0 || d == 0) return DDPC_OK;
+    if (y->device != DDPC_CPU)
+        DDPC_LAUNCH(y->device, ddpc_k_layer_norm(y->data, mean->data, rstd->data, x->data, w->data, b->data, y->dtype,
+                                                 rows, d, eps, stream));
+    DDPC_FLOAT_TYPES(y->dtype, {
+        const T *wv = w->data, *bv = b->data;
+        for (int64_t r = 0; r < rows; r++) {
+            const T *xr = (const T *)x->data + r * d;
+            T *yr = (T *)y->data + r * d;
+            double m = 0, v = 0;
+            for (int64_t j = 0; j < d; j++) m += xr[j];
+            m /= (double)d;
+            for (int64_t j = 0; j < d; j++) v += ((double)xr[j] - m) * ((double)xr[j] - m);
+            double rs = 1.0 / sqrt(v / (double)d + eps);
+            for (int64_t j = 0; j < d; j++) yr[j] = (T)(((double)xr[j] - m) * rs) * wv[j] + bv[j];
+            ((T *)mean->data)[r] = (T)m, ((T *)rstd->data)[r] = (T)rs;
+        }
+    });
+    return DDPC_OK;
+}
+
+ddpc_status ddpc_op_layer_norm_backward(ddpc_buffer *gx, ddpc_buffer *gw, ddpc_buffer *gb, const ddpc_buffer *gy,
+                                        const ddpc_buffer *x, const ddpc_buffer *mean, const ddpc_buffer *rstd,
+                                        const ddpc_buffer *w) {
+    const char *op = "layer norm backward";
+    int64_t rows = 0, d = 0;
+    CHECK(check_out_(gx, op));
+    CHECK(check_like_(gx, x, gx->numel, op, "the input"));
+    CHECK(check_like_(gx, gy, gx->numel, op, "the output gradient"));
+    CHECK(norm_args_(x, mean, rstd, w, op, &rows, &d));
+    CHECK(check_writable_(gw, op));
+    CHECK(check_writable_(gb, op));
+    CHECK(check_like_(x, gw, d, op, "the weight gradient"));
+    CHECK(check_like_(x, gb, d, op, "the bias gradient"));
+    if (d == 0) return DDPC_OK;
+    if (gx->device != DDPC_CPU)
+        DDPC_LAUNCH(gx->device, ddpc_k_layer_norm_backward(gx->data, gw->data, gb->data, gy->data, x->data, mean->data,
+                                                           rstd->data, w->data, gx->dtype, rows, d, stream));
+    double *acc = calloc((size_t)(2 * d), sizeof *acc); /* the weight's and the bias's sums over rows */
+    if (!acc) return DDPC_ERROR(DDPC_ERR_OOM, "%s: out of memory", op);
+    DDPC_FLOAT_TYPES(gx->dtype, {
+        const T *wv = w->data;
+        for (int64_t r = 0; r < rows; r++) {
+            const T *xr = (const T *)x->data + r * d, *gr = (const T *)gy->data + r * d;
+            T *out = (T *)gx->data + r * d;
+            double m = ((const T *)mean->data)[r], rs = ((const T *)rstd->data)[r], s1 = 0, s2 = 0;
+            for (int64_t j = 0; j < d; j++) {
+                double xhat = ((double)xr[j] - m) * rs, gw_j = (double)gr[j] * wv[j];
+                s1 += gw_j, s2 += gw_j * xhat;
+                acc[j] += (double)gr[j] * xhat, acc[d + j] += gr[j];
+            }
+            for (int64_t j = 0; j < d; j++) {
+                double xhat = ((double)xr[j] - m) * rs;
+                out[j] = (T)(rs * ((double)gr[j] * wv[j] - s1 / (double)d - xhat * s2 / (double)d));
+            }
+        }
+        for (int64_t j = 0; j < d; j++) ((T *)gw->data)[j] = (T)acc[j], ((T *)gb->data)[j] = (T)acc[d + j];
+    });
+    free(acc);
+    return DDPC_OK;
+}
+
 /* Tiles keep both the reads and the writes within a few cache lines. */
 #define TRANSPOSE_TILE 32
 #define TRANSPOSE_LOOP(T)                                                          \
@@ -659,6 +793,44 @@ static PyObject *py_put_dim(PyObject *m, PyObject *args) {
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(out), ddpc_op_put_dim(out, g, indices, dim));
 }
 
+static PyObject *py_index_rows(PyObject *m, PyObject *args) {
+    (void)m;
+    ddpc_buffer *out, *table, *idx;
+    if (!PyArg_ParseTuple(args, "O&O&O&:index_rows", ddpc_arg_buffer, &out, ddpc_arg_buffer, &table, ddpc_arg_buffer,
+                          &idx))
+        return NULL;
+    DDPC_RUN_RELEASED(ddpc_buffer_nbytes(out), ddpc_op_index_rows(out, table, idx));
+}
+
+static PyObject *py_index_add_rows(PyObject *m, PyObject *args) {
+    (void)m;
+    ddpc_buffer *gtable, *g, *idx;
+    if (!PyArg_ParseTuple(args, "O&O&O&:index_add_rows", ddpc_arg_buffer, &gtable, ddpc_arg_buffer, &g,
+                          ddpc_arg_buffer, &idx))
+        return NULL;
+    DDPC_RUN_RELEASED(ddpc_buffer_nbytes(g), ddpc_op_index_add_rows(gtable, g, idx));
+}
+
+static PyObject *py_layer_norm(PyObject *m, PyObject *args) {
+    (void)m;
+    ddpc_buffer *y, *mean, *rstd, *x, *w, *b;
+    double eps;
+    if (!PyArg_ParseTuple(args, "O&O&O&O&O&O&d:layer_norm", ddpc_arg_buffer, &y, ddpc_arg_buffer, &mean,
+                          ddpc_arg_buffer, &rstd, ddpc_arg_buffer, &x, ddpc_arg_buffer, &w, ddpc_arg_buffer, &b, &eps))
+        return NULL;
+    DDPC_RUN_RELEASED(ddpc_buffer_nbytes(x), ddpc_op_layer_norm(y, mean, rstd, x, w, b, eps));
+}
+
+static PyObject *py_layer_norm_backward(PyObject *m, PyObject *args) {
+    (void)m;
+    ddpc_buffer *gx, *gw, *gb, *gy, *x, *mean, *rstd, *w;
+    if (!PyArg_ParseTuple(args, "O&O&O&O&O&O&O&O&:layer_norm_backward", ddpc_arg_buffer, &gx, ddpc_arg_buffer, &gw,
+                          ddpc_arg_buffer, &gb, ddpc_arg_buffer, &gy, ddpc_arg_buffer, &x, ddpc_arg_buffer, &mean,
+                          ddpc_arg_buffer, &rstd, ddpc_arg_buffer, &w))
+        return NULL;
+    DDPC_RUN_RELEASED(ddpc_buffer_nbytes(x), ddpc_op_layer_norm_backward(gx, gw, gb, gy, x, mean, rstd, w));
+}
+
 static PyObject *py_transpose(PyObject *m, PyObject *args) {
     (void)m;
     ddpc_buffer *out, *a;
@@ -763,6 +935,11 @@ static PyMethodDef nn_methods[] = {
     {"extreme_dim", py_extreme_dim, METH_VARARGS,
      "extreme_dim(values, indices, a, dim, want_max): max or min along dim and where it first is"},
     {"put_dim", py_put_dim, METH_VARARGS, "put_dim(out, g, indices, dim): zeros, g put at indices along dim"},
+    {"index_rows", py_index_rows, METH_VARARGS, "index_rows(out, table, idx): out[k] = table[idx[k]]"},
+    {"index_add_rows", py_index_add_rows, METH_VARARGS, "index_add_rows(gtable, g, idx): gtable[idx[k]] += g[k]"},
+    {"layer_norm", py_layer_norm, METH_VARARGS, "layer_norm(y, mean, rstd, x, w, b, eps) over the last dim"},
+    {"layer_norm_backward", py_layer_norm_backward, METH_VARARGS,
+     "layer_norm_backward(gx, gw, gb, gy, x, mean, rstd, w)"},
     {"transpose", py_transpose, METH_VARARGS, "transpose(out, a): 2-d"},
     {"dropout", py_dropout, METH_VARARGS, "dropout(out, x, p, seed, offset)"},
     {"cross_entropy", py_cross_entropy, METH_VARARGS,

@@ -34,6 +34,22 @@ ddpc_status ddpc_op_extreme_dim(ddpc_buffer *values, ddpc_buffer *indices, const
 /* out (float32 or float64, of `shape_of`'s shape) = zeros but for
  * out[..., indices[...], ...] = g[...] along `dim`: the gradient of extreme_dim. */
 ddpc_status ddpc_op_put_dim(ddpc_buffer *out, const ddpc_buffer *g, const ddpc_buffer *indices, int dim);
+/* out [K, D] = table [N, D] rows idx [K] (int64, each in [0, N)): an embedding
+ * lookup; any dtype. Host indices are checked; device ones must be checked by
+ * the caller. */
+ddpc_status ddpc_op_index_rows(ddpc_buffer *out, const ddpc_buffer *table, const ddpc_buffer *idx);
+/* gtable [N, D] += g [K, D] at rows idx [K] (rows that repeat add up): the
+ * gradient of index_rows; float32 or float64. */
+ddpc_status ddpc_op_index_add_rows(ddpc_buffer *gtable, const ddpc_buffer *g, const ddpc_buffer *idx);
+/* Layer normalisation of x [R, D] over each row: y = (x - mean) * rstd * w + b
+ * with rstd = 1 / sqrt(var + eps) (var biased), keeping mean and rstd [R]
+ * for the backward pass. float32 or float64; w and b [D]. */
+ddpc_status ddpc_op_layer_norm(ddpc_buffer *y, ddpc_buffer *mean, ddpc_buffer *rstd, const ddpc_buffer *x,
+                               const ddpc_buffer *w, const ddpc_buffer *b, double eps);
+/* Its gradients: gx [R, D], gw and gb [D] (overwritten). */
+ddpc_status ddpc_op_layer_norm_backward(ddpc_buffer *gx, ddpc_buffer *gw, ddpc_buffer *gb, const ddpc_buffer *gy,
+                                        const ddpc_buffer *x, const ddpc_buffer *mean, const ddpc_buffer *rstd,
+                                        const ddpc_buffer *w);
 /* out [C,R] = a [R,C] transposed; any dtype. */
 ddpc_status ddpc_op_transpose(ddpc_buffer *out, const ddpc_buffer *a);
 /* out = x * keep / (1 - p) where keep_i = uniform(seed, offset + i) >= p. The

@@ -53,6 +53,12 @@ int ddpc_k_binary_rows(int op, void *out, const void *a, const void *row, int dt
 int ddpc_k_sum_dim(void *out, const void *a, int dtype, int64_t outer, int64_t len, int64_t inner, void *stream);
 int ddpc_k_extreme_dim(void *values, void *indices, const void *a, int dtype, int64_t outer, int64_t len,
                        int64_t inner, int want_max, void *stream);
+int ddpc_k_index_rows(void *out, const void *table, const void *idx, int64_t k, size_t row_bytes, void *stream);
+int ddpc_k_index_add_rows(void *gtable, const void *g, const void *idx, int dtype, int64_t k, int64_t d, void *stream);
+int ddpc_k_layer_norm(void *y, void *mean, void *rstd, const void *x, const void *w, const void *b, int dtype,
+                      int64_t rows, int64_t d, double eps, void *stream);
+int ddpc_k_layer_norm_backward(void *gx, void *gw, void *gb, const void *gy, const void *x, const void *mean,
+                               const void *rstd, const void *w, int dtype, int64_t rows, int64_t d, void *stream);
 int ddpc_k_put_dim(void *out, const void *g, const void *indices, int dtype, int64_t outer, int64_t len,
                    int64_t inner, void *stream);
 int ddpc_k_transpose(void *out, const void *a, int dtype, int64_t rows, int64_t cols, void *stream);

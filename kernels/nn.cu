@@ -65,6 +65,65 @@ __global__ void put_dim_kernel(T *out, const T *g, const int64_t *indices, int64
     GRID_STRIDE(k, outer * inner) out[(k / inner) * len * inner + indices[k] * inner + k % inner] = g[k];
 }
 
+// Embedding rows, copied as bytes (any dtype): one thread per byte.
+__global__ void index_rows_kernel(char *out, const char *table, const int64_t *idx, int64_t k, size_t row) {
+    GRID_STRIDE(i, k * (int64_t)row) {
+        int64_t r = i / (int64_t)row, c = i % (int64_t)row;
+        out[i] = table[idx[r] * (int64_t)row + c];
+    }
+}
+
+template <typename T>
+__global__ void index_add_rows_kernel(T *gtable, const T *g, const int64_t *idx, int64_t k, int64_t d) {
+    GRID_STRIDE(i, k * d) atomicAdd(&gtable[idx[i / d] * d + i % d], g[i]);
+}
+
+// Layer norm: one block per row, sums in double through block_sum (as the host loop).
+template <typename T>
+__global__ void layer_norm_kernel(T *y, T *mean, T *rstd, const T *x, const T *w, const T *b, int64_t d, double eps) {
+    const T *xr = x + (int64_t)blockIdx.x * d;
+    T *yr = y + (int64_t)blockIdx.x * d;
+    double s = 0;
+    for (int64_t j = threadIdx.x; j < d; j += blockDim.x) s += (double)xr[j];
+    double m = block_sum(s) / (double)d, v = 0;
+    for (int64_t j = threadIdx.x; j < d; j += blockDim.x) v += ((double)xr[j] - m) * ((double)xr[j] - m);
+    double rs = 1.0 / sqrt(block_sum(v) / (double)d + eps);
+    for (int64_t j = threadIdx.x; j < d; j += blockDim.x) yr[j] = (T)(((double)xr[j] - m) * rs) * w[j] + b[j];
+    if (threadIdx.x == 0) mean[blockIdx.x] = (T)m, rstd[blockIdx.x] = (T)rs;
+}
+
+template <typename T>
+__global__ void layer_norm_backward_kernel(T *gx, const T *gy, const T *x, const T *mean, const T *rstd, const T *w,
+                                           int64_t d) {
+    int64_t r = blockIdx.x;
+    const T *xr = x + r * d, *gr = gy + r * d;
+    double m = mean[r], rs = rstd[r], s1 = 0, s2 = 0;
+    for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
+        double gw_j = (double)gr[j] * w[j];
+        s1 += gw_j, s2 += gw_j * ((double)xr[j] - m) * rs;
+    }
+    s1 = block_sum(s1), s2 = block_sum(s2);
+    for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
+        double xhat = ((double)xr[j] - m) * rs;
+        gx[r * d + j] = (T)(rs * ((double)gr[j] * w[j] - s1 / (double)d - xhat * s2 / (double)d));
+    }
+}
+
+// The weight's and bias's gradients: one thread per column, summing down the rows (coalesced across threads).
+template <typename T>
+__global__ void layer_norm_params_kernel(T *gw, T *gb, const T *gy, const T *x, const T *mean, const T *rstd,
+                                         int64_t rows, int64_t d) {
+    GRID_STRIDE(j, d) {
+        double sw = 0, sb = 0;
+        for (int64_t r = 0; r < rows; r++) {
+            double g = gy[r * d + j];
+            sw += g * ((double)x[r * d + j] - (double)mean[r]) * (double)rstd[r];
+            sb += g;
+        }
+        gw[j] = (T)sw, gb[j] = (T)sb;
+    }
+}
+
 // Rows summed when inner == 1: one block per output, shared-memory tree.
 template <typename T, typename A> __global__ void sum_rows_kernel(T *out, const T *a, int64_t len) {
     __shared__ A part[256];
@@ -197,6 +256,47 @@ extern "C" int ddpc_k_put_dim(void *out, const void *g, const void *indices, int
     FLOAT_DISPATCH(dtype, put_dim_kernel<T><<<grid_for(outer * inner, 256), 256, 0, s>>>((T *)out, (const T *)g,
                                                                                        (const int64_t *)indices,
                                                                                        outer, len, inner))
+    return (int)cudaGetLastError();
+}
+
+extern "C" int ddpc_k_index_rows(void *out, const void *table, const void *idx, int64_t k, size_t row_bytes,
+                                 void *stream) {
+    cudaStream_t s = (cudaStream_t)stream;
+    index_rows_kernel<<<grid_for(k * (int64_t)row_bytes, 256), 256, 0, s>>>((char *)out, (const char *)table,
+                                                                           (const int64_t *)idx, k, row_bytes);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int ddpc_k_index_add_rows(void *gtable, const void *g, const void *idx, int dtype, int64_t k, int64_t d,
+                                     void *stream) {
+    cudaStream_t s = (cudaStream_t)stream;
+    FLOAT_DISPATCH(dtype, index_add_rows_kernel<T><<<grid_for(k * d, 256), 256, 0, s>>>((T *)gtable, (const T *)g,
+                                                                                      (const int64_t *)idx, k, d))
+    return (int)cudaGetLastError();
+}
+
+extern "C" int ddpc_k_layer_norm(void *y, void *mean, void *rstd, const void *x, const void *w, const void *b,
+                                 int dtype, int64_t rows, int64_t d, double eps, void *stream) {
+    cudaStream_t s = (cudaStream_t)stream;
+    if (rows > 2147483647) return (int)cudaErrorInvalidConfiguration;
+    FLOAT_DISPATCH(dtype, layer_norm_kernel<T><<<(unsigned)rows, 256, 0, s>>>((T *)y, (T *)mean, (T *)rstd,
+                                                                              (const T *)x, (const T *)w,
+                                                                              (const T *)b, d, eps))
+    return (int)cudaGetLastError();
+}
+
+extern "C" int ddpc_k_layer_norm_backward(void *gx, void *gw, void *gb, const void *gy, const void *x,
+                                          const void *mean, const void *rstd, const void *w, int dtype, int64_t rows,
+                                          int64_t d, void *stream) {
+    cudaStream_t s = (cudaStream_t)stream;
+    if (rows > 2147483647) return (int)cudaErrorInvalidConfiguration;
+    if (rows > 0) {
+        FLOAT_DISPATCH(dtype, layer_norm_backward_kernel<T><<<(unsigned)rows, 256, 0, s>>>(
+                                  (T *)gx, (const T *)gy, (const T *)x, (const T *)mean, (const T *)rstd,
+                                  (const T *)w, d))
+    }
+    FLOAT_DISPATCH(dtype, layer_norm_params_kernel<T><<<grid_for(d, 256), 256, 0, s>>>(
+                              (T *)gw, (T *)gb, (const T *)gy, (const T *)x, (const T *)mean, (const T *)rstd, rows, d))
     return (int)cudaGetLastError();
 }
 

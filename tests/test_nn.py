@@ -223,3 +223,58 @@ def test_gradient_clipping():
     w.grad = ddpc.tensor([3.0, -4.0])
     nn.utils.clip_grad_value_([w], 3.5)
     assert w.grad.tolist() == [3.0, -3.5]
+
+
+def _layer_norm_ref(x, w, b, eps=1e-5):
+    """float64 reference of layer_norm over the last two dims, and its gradients for an upstream gradient g."""
+    axes = (-2, -1)
+    m = x.mean(axis=axes, keepdims=True)
+    v = ((x - m) ** 2).mean(axis=axes, keepdims=True)
+    xhat = (x - m) / np.sqrt(v + eps)
+    return xhat * w + b, xhat, 1 / np.sqrt(v + eps)
+
+
+def test_layer_norm_matches_its_formula_and_gradient():
+    rng = np.random.default_rng(0)
+    x, w, b, g = (rng.standard_normal(s) for s in ((4, 5, 6), (5, 6), (5, 6), (4, 5, 6)))
+    y_ref, xhat, rstd = _layer_norm_ref(x, w, b)
+    d = 30
+    gw_ref, gb_ref = (g * xhat).sum(0), g.sum(0)
+    gxhat = g * w
+    gx_ref = rstd * (gxhat - gxhat.mean(axis=(-2, -1), keepdims=True)
+                     - xhat * (gxhat * xhat).sum(axis=(-2, -1), keepdims=True) / d)
+    for dt, tol in ((ddpc.float64, 1e-10), (ddpc.float32, 2e-5)):
+        tx, tw, tb = (ddpc.tensor(a, dtype=dt, requires_grad=True) for a in (x, w, b))
+        y = F.layer_norm(tx, (5, 6), tw, tb)
+        y.backward(ddpc.tensor(g, dtype=dt))
+        for got, want in ((y, y_ref), (tx.grad, gx_ref), (tw.grad, gw_ref), (tb.grad, gb_ref)):
+            np.testing.assert_allclose(got.detach().numpy(), want, rtol=tol, atol=tol)
+    ln = nn.LayerNorm(6)
+    assert [k for k, _ in ln.named_parameters()] == ["weight", "bias"]
+    out = ln(ddpc.tensor(x, dtype=ddpc.float32)).numpy()
+    np.testing.assert_allclose(out.mean(-1), 0, atol=1e-5)
+    np.testing.assert_allclose(out.var(-1), 1, atol=1e-3)
+    assert list(nn.LayerNorm(6, elementwise_affine=False).parameters()) == []
+    h = F.layer_norm(ddpc.tensor(x, dtype=ddpc.bfloat16), 6)
+    assert h.dtype is ddpc.bfloat16
+    with pytest.raises(ValueError, match="last dims"):
+        F.layer_norm(ddpc.ones(3, 4), (3,))
+
+
+def test_embedding_looks_up_rows_and_adds_their_gradients():
+    table = np.arange(12, dtype=np.float32).reshape(6, 2)
+    w = ddpc.tensor(table, requires_grad=True)
+    idx = ddpc.tensor([[1, 4, 1], [0, 4, 4]])
+    out = F.embedding(idx, w, padding_idx=0)
+    assert out.shape == (2, 3, 2) and out.detach().numpy().tolist() == table[[[1, 4, 1], [0, 4, 4]]].tolist()
+    out.sum().backward()
+    assert w.grad.numpy()[:, 0].tolist() == [0.0, 2.0, 0.0, 0.0, 3.0, 0.0]  # repeats add up; padding row none
+    half = ddpc.tensor(table, dtype=ddpc.float16, requires_grad=True)
+    F.embedding(idx, half).sum().backward()
+    assert half.grad.dtype is ddpc.float16 and half.grad.float().numpy()[:, 0].tolist() == [1, 2, 0, 0, 3, 0]
+    emb = nn.Embedding(10, 3, padding_idx=2)
+    assert emb.weight[2].tolist() == [0.0] * 3 and emb(ddpc.tensor([2, 5])).shape == (2, 3)
+    with pytest.raises(ValueError, match="out of range"):
+        F.embedding(ddpc.tensor([6]), w)
+    with pytest.raises(TypeError, match="int64"):
+        F.embedding(ddpc.tensor([1], dtype=ddpc.int32), w)

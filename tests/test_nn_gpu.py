@@ -32,6 +32,10 @@ CASES = [
                                                   label_smoothing=0.1), [(5, 4), (3, 4), (3,)]),
     ("mse", lambda a, b: F.mse_loss(a, b) + F.mse_loss(a, b, reduction="sum"), [(4, 4), (4, 4)]),
     ("softmax", lambda a: (F.softmax(a) * F.log_softmax(a * 2)).sum(), [(6, 37)]),
+    ("layer_norm", lambda x, w, b: (F.layer_norm(x, (3, 70), w, b) ** 2 * x).sum(), [(5, 3, 70), (3, 70), (3, 70)]),
+    ("embedding", lambda w: (F.embedding(ddpc.tensor([[1, 4, 1], [0, 4, 4]], device=w.device), w, padding_idx=0)
+                             ** 2).sum(), [(6, 5)]),
+    ("extremes", lambda a: a.max(1).values.sum() + (a.min(0).values * 2).sum() + a.max(), [(7, 9)]),
 ]
 
 

@@ -1081,6 +1081,93 @@ def dropout(x, p=0.5, training=True):
     return out
 
 
+class _EmbeddingBackward(Node):
+    def __init__(self, weight, idx, padding_idx):
+        super().__init__((weight,), (idx,))
+        self.shape, self.padding_idx = weight.shape, padding_idx
+
+    def backward(self, g):
+        (idx,) = self.saved
+        if g.dtype in _HALVES:  # summed in float32
+            return (self.backward(g.float())[0].to(dtype=g.dtype),)
+        gw = _empty(self.shape, g)
+        _C.fill(gw._buf, 0.0)
+        _C.index_add_rows(gw._buf, g.reshape(-1, self.shape[1])._buf, idx._buf)
+        if self.padding_idx is not None:
+            _C.fill(gw._getitem(self.padding_idx)._buf, 0.0)
+        return (gw,)
+
+
+def embedding(input, weight, padding_idx=None):
+    """Rows of ``weight`` [N, D] at the int64 indices ``input`` (any shape): shape input.shape + (D,).
+    The row at ``padding_idx`` gets no gradient."""
+    if weight.ndim != 2:
+        raise ValueError(f"embedding: the weight must be 2-d, got shape {weight.shape}")
+    if input.dtype is not int64:
+        raise TypeError(f"embedding: indices must be int64, got {input.dtype}")
+    if input._buf.device != weight._buf.device:
+        raise ValueError(f"embedding: indices on {input.device} and weight on {weight.device}")
+    n = weight.shape[0]
+    if padding_idx is not None:
+        if not -n <= padding_idx < n:
+            raise ValueError(f"embedding: padding_idx {padding_idx} is out of range for {n} rows")
+        padding_idx %= n
+    idx = input.detach().reshape(-1)
+    if idx._buf.device >= 0 and idx.numel():  # the C op checks host indices itself
+        low, high = idx.min().item(), idx.max().item()
+        if low < 0 or high >= n:
+            raise ValueError(f"embedding: index {low if low < 0 else high} is out of range for {n} rows")
+    out = _empty(tuple(input.shape) + (weight.shape[1],), weight)
+    _C.index_rows(out.reshape(-1, weight.shape[1])._buf, weight._buf, idx._buf)
+    if _needs_grad(weight):
+        _attach(out, _EmbeddingBackward(weight, idx, padding_idx))
+    return out
+
+
+class _LayerNormBackward(Node):
+    def __init__(self, x, weight, bias, normalized_shape, rows, w, mean, rstd):
+        super().__init__((x, weight, bias), (rows, w))
+        self.x_shape, self.w_shape, self.mean, self.rstd = x.shape, normalized_shape, mean, rstd
+
+    def backward(self, g):
+        rows, w = self.saved
+        gx, gw, gb = _empty(rows.shape, rows), _empty(w.shape, w), _empty(w.shape, w)
+        _C.layer_norm_backward(gx._buf, gw._buf, gb._buf, g.reshape(rows.shape)._buf, rows._buf, self.mean._buf,
+                               self.rstd._buf, w._buf)
+        return gx.reshape(self.x_shape), gw.reshape(self.w_shape), gb.reshape(self.w_shape)
+
+
+def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
+    """Normalises over the last ``len(normalized_shape)`` dims (mean 0, variance 1, then * weight + bias)."""
+    normalized_shape = (normalized_shape,) if isinstance(normalized_shape, numbers.Integral) else \
+        tuple(normalized_shape)
+    k = len(normalized_shape)
+    if k == 0 or tuple(x.shape[x.ndim - k:]) != normalized_shape:
+        raise ValueError(f"layer_norm: normalized_shape {normalized_shape} is not the input's last dims {x.shape}")
+    for p, name in ((weight, "weight"), (bias, "bias")):
+        if p is not None and tuple(p.shape) != normalized_shape:
+            raise ValueError(f"layer_norm: {name} has shape {p.shape}, expected {normalized_shape}")
+    if x.dtype in _HALVES:
+        return layer_norm(x.float(), normalized_shape, weight if weight is None else weight.float(),
+                          bias if bias is None else bias.float(), eps).to(dtype=x.dtype)
+    d = 1
+    for s in normalized_shape:
+        d *= s
+    rows = x.reshape(-1, d) if x.numel() else x.reshape(0, d)
+    from .tensor import full
+
+    w = weight.reshape(d) if weight is not None else full((d,), 1.0, dtype=x.dtype, device=x.device)
+    b = bias.reshape(d) if bias is not None else full((d,), 0.0, dtype=x.dtype, device=x.device)
+    w, b = w.detach(), b.detach()
+    y = _empty(rows.shape, rows)
+    mean, rstd = _empty((rows.shape[0],), rows), _empty((rows.shape[0],), rows)
+    _C.layer_norm(y._buf, mean._buf, rstd._buf, rows._buf, w._buf, b._buf, float(eps))
+    y = y.reshape(x.shape)
+    if _needs_grad(x, weight, bias):
+        _attach(y, _LayerNormBackward(x, weight, bias, normalized_shape, rows.detach(), w, mean, rstd))
+    return y
+
+
 class _SoftmaxBackward(Node):
     def __init__(self, x, out, take_log):
         super().__init__((x,), (out.detach(),))

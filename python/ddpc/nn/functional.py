@@ -3,10 +3,11 @@
 Each function is one fused _C op forward and one backward (see ddpc.autograd).
 """
 
-from ..autograd import cross_entropy, dropout, gelu, linear, log_softmax, mse_loss, relu, sigmoid, softmax, tanh
+from ..autograd import (cross_entropy, dropout, embedding, gelu, layer_norm, linear, log_softmax, mse_loss, relu,
+                        sigmoid, softmax, tanh)
 
-__all__ = ["cross_entropy", "dropout", "flatten", "gelu", "linear", "log_softmax", "mse_loss", "relu", "sigmoid",
-           "softmax", "tanh"]
+__all__ = ["cross_entropy", "dropout", "embedding", "flatten", "gelu", "layer_norm", "linear", "log_softmax",
+           "mse_loss", "relu", "sigmoid", "softmax", "tanh"]
 
 
 def flatten(input, start_dim=1, end_dim=-1):

@@ -11,7 +11,7 @@ import math
 from collections import OrderedDict, namedtuple
 
 from ..autograd import no_grad
-from ..tensor import Tensor, empty, parse_to_args, zero_grads
+from ..tensor import Tensor, empty, full, parse_to_args, zero_grads
 from .._dtype import get_dtype, ordinal
 from . import functional as F
 from . import init
@@ -366,6 +366,60 @@ class Linear(Module):
 
     def extra_repr(self):
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+
+
+class Embedding(Module):
+    """A table of ``num_embeddings`` rows of ``embedding_dim``, looked up by
+    int64 indices; rows start normal(0, 1), the ``padding_idx`` row zero (and
+    it gets no gradient)."""
+
+    def __init__(self, num_embeddings, embedding_dim, padding_idx=None, device=None, dtype=None):
+        super().__init__()
+        self.num_embeddings, self.embedding_dim = int(num_embeddings), int(embedding_dim)
+        if padding_idx is not None:
+            if not -self.num_embeddings <= padding_idx < self.num_embeddings:
+                raise ValueError(f"padding_idx {padding_idx} is out of range for {self.num_embeddings} rows")
+            padding_idx %= self.num_embeddings
+        self.padding_idx = padding_idx
+        self.weight = Parameter(empty(self.num_embeddings, self.embedding_dim, dtype=dtype, device=device))
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        init.normal_(self.weight)
+        if self.padding_idx is not None:
+            with no_grad():
+                self.weight[self.padding_idx] = 0.0
+
+    def forward(self, input):
+        return F.embedding(input, self.weight, self.padding_idx)
+
+    def extra_repr(self):
+        pad = f", padding_idx={self.padding_idx}" if self.padding_idx is not None else ""
+        return f"{self.num_embeddings}, {self.embedding_dim}{pad}"
+
+
+class LayerNorm(Module):
+    """Normalises over the last dims, ``normalized_shape``, then scales and
+    shifts by a learned weight (ones) and bias (zeros) when ``elementwise_affine``."""
+
+    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True, device=None, dtype=None):
+        super().__init__()
+        shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+        self.normalized_shape, self.eps, self.elementwise_affine = shape, float(eps), bool(elementwise_affine)
+        if self.elementwise_affine:
+            self.weight = Parameter(full(shape, 1.0, dtype=dtype, device=device))
+            self.bias = Parameter(full(shape, 0.0, dtype=dtype, device=device)) if bias else None
+            if not bias:
+                self.register_parameter("bias", None)
+        else:
+            self.register_parameter("weight", None)
+            self.register_parameter("bias", None)
+
+    def forward(self, input):
+        return F.layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps)
+
+    def extra_repr(self):
+        return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
 
 
 class ReLU(Module):
