@@ -154,6 +154,65 @@ ddpc_status ddpc_op_binary_rows(ddpc_binary_op op, ddpc_buffer *out, const ddpc_
     return DDPC_OK;
 }
 
+/* a's strides over out's dims: 0 where a is broadcast (a dim of 1, or none). */
+static ddpc_status bcast_strides_(const ddpc_buffer *out, const ddpc_buffer *a, int64_t *st, const char *what) {
+    int lead = out->ndim - a->ndim;
+    if (lead < 0) return DDPC_ERROR(DDPC_ERR_ARG, "broadcast: %s has more dims than the result", what);
+    int64_t stride = 1;
+    for (int d = out->ndim - 1; d >= 0; d--) {
+        int64_t s = d >= lead ? a->shape[d - lead] : 1;
+        if (s != 1 && s != out->shape[d])
+            return DDPC_ERROR(DDPC_ERR_ARG, "broadcast: %s has %lld where the result has %lld (dim %d)", what,
+                              (long long)s, (long long)out->shape[d], d);
+        st[d] = s == 1 ? 0 : stride;
+        stride *= s;
+    }
+    return DDPC_OK;
+}
+
+/* Rows of out's last dim: the offsets of a and b advance with a counter over
+ * the other dims; within a row both step by their last stride (0 or 1). */
+#define BCAST_LOOP(T)                                                              \
+    do {                                                                           \
+        int64_t last = out->shape[nd - 1], rows = out->numel / last, idx[DDPC_MAX_NDIM] = {0}, oa = 0, ob = 0; \
+        int64_t la = sa[nd - 1], lb = sb[nd - 1];                                  \
+        const T *x = a->data, *y = b->data;                                        \
+        for (int64_t r = 0; r < rows; r++) {                                       \
+            T *o = (T *)out->data + r * last;                                      \
+            const T *xr = x + oa, *yr = y + ob;                                    \
+            DDPC_BINARY_LOOPS(op, last, o[k_], xr[k_ * la], yr[k_ * lb]);          \
+            for (int d = nd - 2; d >= 0; d--) {                                    \
+                oa += sa[d], ob += sb[d];                                          \
+                if (++idx[d] < out->shape[d]) break;                               \
+                oa -= sa[d] * out->shape[d], ob -= sb[d] * out->shape[d], idx[d] = 0; \
+            }                                                                      \
+        }                                                                          \
+    } while (0)
+
+ddpc_status ddpc_op_binary_broadcast(ddpc_binary_op op, ddpc_buffer *out, const ddpc_buffer *a, const ddpc_buffer *b) {
+    if ((unsigned)op >= DDPC_NBINARY) return DDPC_ERROR(DDPC_ERR_ARG, "unknown binary op %d", (int)op);
+    int ints = is_int_(out->dtype);
+    CHECK(ints ? check_writable_(out, "broadcast") : check_out_(out, "broadcast"));
+    if (ints && (op == DDPC_DIV || op == DDPC_RDIV))
+        return DDPC_ERROR(DDPC_ERR_TYPE, "broadcast: no integer division; cast to a float dtype");
+    CHECK(check_like_(out, a, -1, "broadcast", "the first operand"));
+    CHECK(check_like_(out, b, -1, "broadcast", "the second operand"));
+    int nd = out->ndim;
+    int64_t sa[DDPC_MAX_NDIM], sb[DDPC_MAX_NDIM];
+    if (nd == 0) return ddpc_op_binary(op, out, a, b);
+    CHECK(bcast_strides_(out, a, sa, "the first operand"));
+    CHECK(bcast_strides_(out, b, sb, "the second operand"));
+    if (out->numel == 0) return DDPC_OK;
+    if (out->device != DDPC_CPU) {
+        ddpc_k_bcast geo = {.ndim = nd};
+        for (int d = 0; d < nd; d++) geo.shape[d] = out->shape[d], geo.sa[d] = sa[d], geo.sb[d] = sb[d];
+        DDPC_LAUNCH(out->device, ddpc_k_binary_broadcast(op, out->data, a->data, b->data, out->dtype, out->numel, geo,
+                                                         stream));
+    }
+    DDPC_REAL_TYPES(out->dtype, BCAST_LOOP(T));
+    return DDPC_OK;
+}
+
 /* Sums along `len` (values `inner` apart), `outer` times. The partial sums
  * live in ACC: double for floats, so long float32 sums keep their precision
  * on every path; uint64_t for int64, exact and wrapping on overflow (as in
@@ -765,6 +824,16 @@ static PyObject *py_binary_rows(PyObject *m, PyObject *args) {
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(out), ddpc_op_binary_rows((ddpc_binary_op)op, out, a, row));
 }
 
+static PyObject *py_binary_broadcast(PyObject *m, PyObject *args) {
+    (void)m;
+    int op;
+    ddpc_buffer *out, *a, *b;
+    if (!PyArg_ParseTuple(args, "iO&O&O&:binary_broadcast", &op, ddpc_arg_buffer, &out, ddpc_arg_buffer, &a,
+                          ddpc_arg_buffer, &b))
+        return NULL;
+    DDPC_RUN_RELEASED(ddpc_buffer_nbytes(out), ddpc_op_binary_broadcast((ddpc_binary_op)op, out, a, b));
+}
+
 static PyObject *py_sum_dim(PyObject *m, PyObject *args) {
     (void)m;
     ddpc_buffer *out, *a;
@@ -931,6 +1000,7 @@ static PyMethodDef nn_methods[] = {
     {"unary_backward", py_unary_backward, METH_VARARGS,
      "unary_backward(op, gx, gy, saved, p=0): saved is x (relu gelu log pow) or y (tanh sigmoid exp)"},
     {"binary_rows", py_binary_rows, METH_VARARGS, "binary_rows(op, out, a, row): a op row, row repeated over a"},
+    {"binary_broadcast", py_binary_broadcast, METH_VARARGS, "binary_broadcast(op, out, a, b): numpy's broadcasting"},
     {"sum_dim", py_sum_dim, METH_VARARGS, "sum_dim(out, a, dim)"},
     {"extreme_dim", py_extreme_dim, METH_VARARGS,
      "extreme_dim(values, indices, a, dim, want_max): max or min along dim and where it first is"},

@@ -23,6 +23,10 @@ ddpc_status ddpc_op_unary_backward(ddpc_unary_op op, ddpc_buffer *gx, const ddpc
  * of row->numel): the bias-add broadcast. RSUB and RDIV put the row first.
  * Floats and integers (these without DIV and RDIV). */
 ddpc_status ddpc_op_binary_rows(ddpc_binary_op op, ddpc_buffer *out, const ddpc_buffer *a, const ddpc_buffer *row);
+/* out = a op b with numpy's broadcasting: a's and b's shapes, aligned at their
+ * last dims, are out's or 1 there (or missing at the front). Floats and
+ * integers (these without DIV and RDIV), one dtype for all three. */
+ddpc_status ddpc_op_binary_broadcast(ddpc_binary_op op, ddpc_buffer *out, const ddpc_buffer *a, const ddpc_buffer *b);
 /* out = a summed along `dim` (out has a's shape without that dim); float32,
  * float64 (both accumulated in double) or int64 (exact, wrapping on overflow). */
 ddpc_status ddpc_op_sum_dim(ddpc_buffer *out, const ddpc_buffer *a, int dim);

@@ -50,6 +50,13 @@ int ddpc_k_random(void *dst, int dtype, int kind, uint64_t seed, uint64_t offset
 int ddpc_k_rows_fill(void *out, const void *row, int dtype, int64_t rows, int64_t n, void *stream);
 int ddpc_k_binary_rows(int op, void *out, const void *a, const void *row, int dtype, int64_t numel, int64_t n,
                        void *stream);
+/* Strides (in elements, 0 along broadcast dims) of a and b over out's dims. */
+typedef struct {
+    int ndim;
+    int64_t shape[8], sa[8], sb[8];
+} ddpc_k_bcast;
+int ddpc_k_binary_broadcast(int op, void *out, const void *a, const void *b, int dtype, int64_t n, ddpc_k_bcast geo,
+                            void *stream);
 int ddpc_k_sum_dim(void *out, const void *a, int dtype, int64_t outer, int64_t len, int64_t inner, void *stream);
 int ddpc_k_extreme_dim(void *values, void *indices, const void *a, int dtype, int64_t outer, int64_t len,
                        int64_t inner, int want_max, void *stream);

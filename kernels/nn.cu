@@ -20,6 +20,20 @@ template <typename T> __global__ void binary_rows_kernel(int op, T *out, const T
     GRID_STRIDE(i, total) out[i] = binary_apply<T>(op, a[i], row[i % n]);
 }
 
+// One thread per output element: its index taken apart over out's dims gives a's and b's offsets.
+template <typename T>
+__global__ void binary_broadcast_kernel(int op, T *out, const T *a, const T *b, int64_t n, ddpc_k_bcast geo) {
+    GRID_STRIDE(i, n) {
+        int64_t rest = i, oa = 0, ob = 0;
+        for (int d = geo.ndim - 1; d >= 0; d--) {
+            int64_t k = rest % geo.shape[d];
+            rest /= geo.shape[d];
+            oa += k * geo.sa[d], ob += k * geo.sb[d];
+        }
+        out[i] = binary_apply<T>(op, a[oa], b[ob]);
+    }
+}
+
 // Sums accumulate in A: double for floats, unsigned 64 bits for int64 (exact,
 // wrapping on overflow like the host loop).
 #define SUM_DISPATCH(dtype, ...)                                                   \
@@ -204,19 +218,20 @@ extern "C" int ddpc_k_rows_fill(void *out, const void *row, int dtype, int64_t r
     return (int)cudaGetLastError();
 }
 
-#define ROWS_LAUNCH \
-    binary_rows_kernel<T><<<grid_for(numel, 256), 256, 0, s>>>(op, (T *)out, (const T *)a, (const T *)row, numel, n)
-
 extern "C" int ddpc_k_binary_rows(int op, void *out, const void *a, const void *row, int dtype, int64_t numel, int64_t n,
                                   void *stream) {
     cudaStream_t s = (cudaStream_t)stream;
     // Floats and integers, as on the host (which refuses integer division before launching).
-    switch (dtype) {
-    case K_I32: { typedef int32_t T; ROWS_LAUNCH; } break;
-    case K_I64: { typedef int64_t T; ROWS_LAUNCH; } break;
-    case K_U8: { typedef uint8_t T; ROWS_LAUNCH; } break;
-    default: FLOAT_DISPATCH(dtype, ROWS_LAUNCH)
-    }
+    REAL_DISPATCH(dtype, binary_rows_kernel<T><<<grid_for(numel, 256), 256, 0, s>>>(op, (T *)out, (const T *)a,
+                                                                               (const T *)row, numel, n))
+    return (int)cudaGetLastError();
+}
+
+extern "C" int ddpc_k_binary_broadcast(int op, void *out, const void *a, const void *b, int dtype, int64_t n,
+                                       ddpc_k_bcast geo, void *stream) {
+    cudaStream_t s = (cudaStream_t)stream;
+    REAL_DISPATCH(dtype, binary_broadcast_kernel<T><<<grid_for(n, 256), 256, 0, s>>>(op, (T *)out, (const T *)a,
+                                                                                   (const T *)b, n, geo))
     return (int)cudaGetLastError();
 }
 
@@ -235,16 +250,8 @@ extern "C" int ddpc_k_sum_dim(void *out, const void *a, int dtype, int64_t outer
 extern "C" int ddpc_k_extreme_dim(void *values, void *indices, const void *a, int dtype, int64_t outer, int64_t len,
                                   int64_t inner, int want_max, void *stream) {
     cudaStream_t s = (cudaStream_t)stream;
-#define EXTREME_LAUNCH                                                             \
-    extreme_dim_kernel<T><<<grid_for(outer * inner, 256), 256, 0, s>>>((T *)values, (int64_t *)indices,       \
-                                                                      (const T *)a, outer, len, inner, want_max)
-    switch (dtype) {
-    case K_I32: { typedef int32_t T; EXTREME_LAUNCH; } break;
-    case K_I64: { typedef int64_t T; EXTREME_LAUNCH; } break;
-    case K_U8: { typedef uint8_t T; EXTREME_LAUNCH; } break;
-    default: FLOAT_DISPATCH(dtype, EXTREME_LAUNCH)
-    }
-#undef EXTREME_LAUNCH
+    REAL_DISPATCH(dtype, extreme_dim_kernel<T><<<grid_for(outer * inner, 256), 256, 0, s>>>(
+                             (T *)values, (int64_t *)indices, (const T *)a, outer, len, inner, want_max))
     return (int)cudaGetLastError();
 }
 

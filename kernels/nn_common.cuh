@@ -11,6 +11,15 @@
     default: return (int)cudaErrorInvalidValue;                                    \
     }
 
+// Runs the statements with T bound to int32_t, int64_t, uint8_t, float or double.
+#define REAL_DISPATCH(dtype, ...)                                                  \
+    switch (dtype) {                                                               \
+    case K_I32: { typedef int32_t T; __VA_ARGS__; } break;                        \
+    case K_I64: { typedef int64_t T; __VA_ARGS__; } break;                        \
+    case K_U8: { typedef uint8_t T; __VA_ARGS__; } break;                         \
+    default: FLOAT_DISPATCH(dtype, __VA_ARGS__)                                    \
+    }
+
 __device__ __forceinline__ double warp_sum(double v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;

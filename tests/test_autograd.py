@@ -633,3 +633,42 @@ def test_sums_and_means_of_16_bit_and_empty_tensors_keep_the_graph():
     assert m.requires_grad and np.isnan(m.item())
     m.backward()
     assert e.grad.shape == (0, 3)
+
+
+@pytest.mark.parametrize("sa,sb", [((4, 5), (4, 1)), ((3, 1), (1, 4)), ((2, 1, 3), (4, 1)), ((5,), (2, 3, 1)),
+                                   ((2, 3, 4), (3, 1))])
+def test_numpy_broadcasting_forward_and_backward(sa, sb):
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal(sa), rng.standard_normal(sb) + 3.0
+    for op in (lambda x, y: x + y, lambda x, y: x - y, lambda x, y: x * y, lambda x, y: x / y):
+        ta, tb = ddpc.tensor(a, requires_grad=True), ddpc.tensor(b, requires_grad=True)
+        out = op(ta, tb)
+        np.testing.assert_allclose(out.detach().numpy(), op(a, b), rtol=1e-12)
+        g = rng.standard_normal(out.shape)
+        out.backward(ddpc.tensor(g))
+        # numerical reference: the gradient of sum(g * op(a, b)) by central differences
+        for t, arr, which in ((ta, a, 0), (tb, b, 1)):
+            num = np.zeros_like(arr)
+            for idx in np.ndindex(arr.shape):
+                hi, lo = arr.copy(), arr.copy()
+                hi[idx] += 1e-6
+                lo[idx] -= 1e-6
+                f = (lambda v: (g * (op(v, b) if which == 0 else op(a, v))).sum())
+                num[idx] = (f(hi) - f(lo)) / 2e-6
+            assert t.grad.shape == arr.shape
+            np.testing.assert_allclose(t.grad.numpy(), num, rtol=1e-5, atol=1e-6)
+
+
+def test_broadcasting_of_integers_and_in_place():
+    assert (ddpc.tensor([[1], [2]]) + ddpc.tensor([10, 20, 30])).tolist() == [[11, 21, 31], [12, 22, 32]]
+    x = ddpc.zeros(2, 3)
+    x += ddpc.tensor([1.0, 2.0, 3.0])
+    x *= ddpc.tensor([[2.0], [3.0]])
+    assert x.tolist() == [[2.0, 4.0, 6.0], [3.0, 6.0, 9.0]]
+    with pytest.raises(ValueError, match="result's shape"):
+        x += ddpc.ones(4, 2, 3)
+    with pytest.raises(ValueError, match="do not broadcast"):
+        ddpc.ones(2, 3) + ddpc.ones(2, 4)
+    centred = ddpc.tensor([[1.0, 3.0], [10.0, 20.0]])
+    centred = centred - centred.mean(1, keepdim=True)
+    assert centred.tolist() == [[-1.0, 1.0], [-5.0, 5.0]]

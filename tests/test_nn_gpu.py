@@ -36,6 +36,7 @@ CASES = [
     ("embedding", lambda w: (F.embedding(ddpc.tensor([[1, 4, 1], [0, 4, 4]], device=w.device), w, padding_idx=0)
                              ** 2).sum(), [(6, 5)]),
     ("extremes", lambda a: a.max(1).values.sum() + (a.min(0).values * 2).sum() + a.max(), [(7, 9)]),
+    ("broadcast", lambda a, b, c: ((a - b) * (a / (b * b + 1)) * c).sum(), [(4, 5), (4, 1), (3, 1, 5)]),
 ]
 
 

@@ -373,20 +373,50 @@ def _is_suffix(small, big):
     return len(small) <= len(big) and tuple(big[len(big) - len(small):]) == small
 
 
+def _broadcast_shape(x, y):
+    """numpy's broadcast of shapes x and y (aligned at their last dims)."""
+    n = len(x) if len(x) > len(y) else len(y)  # (max is the tensor op here)
+    x, y = (1,) * (n - len(x)) + tuple(x), (1,) * (n - len(y)) + tuple(y)
+    if any(p != q and 1 not in (p, q) for p, q in zip(x, y)):
+        raise ValueError(f"shapes {x} and {y} do not broadcast: each dim must match or be 1")
+    return tuple(q if p == 1 else p for p, q in zip(x, y))
+
+
+def _sum_rows(g, n):
+    """g [..., n] summed over everything before its last n elements."""
+    flat = g.reshape(-1, n) if n else g.reshape(-1, 0)
+    out = _empty((n,), g)
+    _C.sum_dim(out._buf, flat._buf, 0)
+    return out
+
+
 def _reduce_to(g, shape, dtype):
-    """Sums g over the leading dims it was broadcast across, back to `shape`."""
-    if g.shape != tuple(shape):
-        n = 1
-        for s in shape:
-            n *= s
+    """Sums g over the dims it was broadcast across, back to `shape`."""
+    shape = tuple(shape)
+    if g.shape != shape:
+        n = _prod(shape)
         if g.numel() == n:  # broadcast over leading dims of size 1 only
             g = g.reshape(shape)
-        else:
-            flat = g.reshape(-1, n) if n else g.reshape(-1, 0)
-            out = _empty((n,), g)
-            _C.sum_dim(out._buf, flat._buf, 0)
-            g = out.reshape(shape)
+        elif _is_suffix(shape, g.shape):
+            g = _sum_rows(g, n).reshape(shape)
+        else:  # a dim of 1 inside, e.g. (N, 1) against (N, D): sum the extra leading dims, then along each such dim
+            lead = g.ndim - len(shape)
+            if lead:
+                rest = g.shape[lead:]
+                g = _sum_rows(g, _prod(rest)).reshape(rest)
+            for d, s in enumerate(shape):
+                if s == 1 and g.shape[d] != 1:
+                    out = _empty(g.shape[:d] + g.shape[d + 1:], g)
+                    _C.sum_dim(out._buf, g._buf, d)
+                    g = out.reshape(g.shape[:d] + (1,) + g.shape[d + 1:])
     return g if g.dtype is dtype else g.to(dtype=dtype)
+
+
+def _prod(dims):
+    n = 1
+    for s in dims:
+        n *= s
+    return n
 
 
 def _as_float(t):
@@ -491,9 +521,10 @@ def _binary(a, b, op):
             out = _empty(b.shape, y)
             _C.binary_rows(_SWAPPED[op], out._buf, y._buf, x._buf)
             big, small = b.shape, a.shape
-        else:
-            raise ValueError(f"shapes {a.shape} and {b.shape} do not broadcast: ddpc repeats a tensor only over the "
-                             "other's leading dimensions (as for a bias row)")
+        else:  # numpy's rule in general, e.g. (N, D) - (N, 1)
+            big = small = _broadcast_shape(a.shape, b.shape)
+            out = _empty(big, x)
+            _C.binary_broadcast(op, out._buf, x._buf, y._buf)
         if len(small) > len(big):  # the repeated operand's extra leading dims (all 1) stay in the result
             out = out.reshape((1,) * (len(small) - len(big)) + big)
     if _needs_grad(a, b):

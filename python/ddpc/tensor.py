@@ -516,7 +516,16 @@ class Tensor:
             # The C loop would read elements of `other` it has already overwritten.
             other = other.detach().clone()
         if other.shape != self.shape:
-            raise ValueError(f"shapes {self.shape} and {other.shape} differ; ddpc's elementwise ops need equal shapes")
+            if out is None:
+                raise ValueError(f"shapes {self.shape} and {other.shape} differ (autograd's ops broadcast)")
+            with _ag.no_grad():  # in place, e.g. x += bias_row: the broadcast result must have x's shape
+                res = _ag._binary(self.detach(), other.detach(), op)
+            if res.shape != out.shape:
+                raise ValueError(f"in-place op: the result's shape {res.shape} is not the tensor's {out.shape}")
+            _check_inplace(out, res.dtype, out)
+            out._buf.bump_version()
+            _C.copy(out._buf, res._buf)
+            return out
         if other._buf.device != self._buf.device:
             raise ValueError(f"tensors are on different devices ({self.device} and {other.device})")
         rdt = promote(self.dtype, other.dtype)
