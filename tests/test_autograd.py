@@ -672,3 +672,26 @@ def test_broadcasting_of_integers_and_in_place():
     centred = ddpc.tensor([[1.0, 3.0], [10.0, 20.0]])
     centred = centred - centred.mean(1, keepdim=True)
     assert centred.tolist() == [[-1.0, 1.0], [-5.0, 5.0]]
+
+
+@pytest.mark.parametrize("dt,tol", [(ddpc.float16, 1e-2), (ddpc.bfloat16, 5e-2)])
+def test_nn_ops_take_16_bit_floats_computing_in_float32(dt, tol):
+    rng = np.random.default_rng(0)
+    x, w, b = rng.standard_normal((6, 5)), rng.standard_normal((3, 5)) * 0.5, rng.standard_normal(3) * 0.5
+    y = ddpc.tensor([0, 2, 1, 1, 0, 2])
+
+    def run(dtype):
+        tx, tw, tb = (ddpc.tensor(a, dtype=dtype, requires_grad=True) for a in (x, w, b))
+        h = F.linear(tx, tw, tb)
+        loss = F.cross_entropy(h, y) + F.mse_loss(h, h.detach() * 0) + (tx @ tw.t()).sum() * 0.01 \
+            + F.dropout(tx, 0.0).sum() * 0.0
+        loss.backward()
+        return loss, [t.grad for t in (tx, tw, tb)]
+
+    loss16, grads16 = run(dt)
+    loss32, grads32 = run(ddpc.float32)
+    assert loss16.dtype is dt and all(g.dtype is dt for g in grads16)
+    assert loss16.float().item() == pytest.approx(loss32.item(), rel=tol)
+    for g16, g32 in zip(grads16, grads32):
+        np.testing.assert_allclose(g16.float().numpy(), g32.numpy(), rtol=tol, atol=tol)
+    assert F.dropout(ddpc.ones(1000, dtype=dt), 0.5).dtype is dt

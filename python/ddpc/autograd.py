@@ -663,6 +663,8 @@ def matmul(a, b):
         raise ValueError(f"matmul: tensors are on different devices ({a.device} and {b.device})")
     if a.dtype is not b.dtype:
         raise TypeError(f"matmul: dtypes differ ({a.dtype} and {b.dtype})")
+    if a.dtype in _HALVES:
+        return matmul(a.float(), b.float()).to(dtype=a.dtype)
     out = _empty((a.shape[0], b.shape[1]), a)
     _C.gemm(out._buf, a._buf, b._buf)
     if _needs_grad(a, b):
@@ -701,6 +703,8 @@ def linear(x, weight, bias=None):
         raise TypeError(f"linear: input is {x.dtype} but the weight is {weight.dtype}")
     if x._buf.device != weight._buf.device or (bias is not None and bias._buf.device != weight._buf.device):
         raise ValueError(f"linear: input on {x.device}, weight on {weight.device}")
+    if x.dtype in _HALVES:
+        return linear(x.float(), weight.float(), None if bias is None else bias.float()).to(dtype=x.dtype)
     rows = 1
     for s in x.shape[:-1]:
         rows *= s
@@ -1104,6 +1108,8 @@ def dropout(x, p=0.5, training=True):
         raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
     if not training or p == 0:
         return x
+    if x.dtype in _HALVES:
+        return dropout(x.float(), p, training).to(dtype=x.dtype)
     seed, offset = default_generator.take(x.numel())
     out = _empty(x.shape, x)
     _C.dropout(out._buf, x._buf, float(p), seed, offset)
@@ -1273,6 +1279,8 @@ def cross_entropy(input, target, ignore_index=-100, reduction="mean", label_smoo
         raise TypeError("cross_entropy: target must be a ddpc tensor of class indices")
     if target.dtype.is_floating_point:
         raise TypeError("cross_entropy: ddpc takes class-index targets (int64), not class probabilities")
+    if input.dtype in _HALVES:
+        return cross_entropy(input.float(), target, ignore_index, reduction, label_smoothing).to(dtype=input.dtype)
     logits = input.detach().reshape(1, -1) if input.ndim == 1 else input.detach()
     if logits.ndim != 2:
         raise ValueError(f"cross_entropy: input must be [N, C] logits, got shape {input.shape}")
@@ -1313,6 +1321,8 @@ def mse_loss(input, target, reduction="mean"):
     red = _reduction_code(reduction)
     if input.shape != target.shape:
         raise ValueError(f"mse_loss: input shape {input.shape} and target shape {target.shape} differ")
+    if input.dtype in _HALVES:
+        return mse_loss(input.float(), target.float(), reduction).to(dtype=input.dtype)
     a, b = _as_float(input.detach()), target.detach()
     if b.dtype is not a.dtype:
         b = b.to(dtype=a.dtype)
