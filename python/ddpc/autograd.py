@@ -12,9 +12,10 @@ is when the leaf's ``register_hook`` functions see the gradient and its
 reducer can start communicating a parameter's gradient while the rest of the
 backward pass is still running.
 
-Broadcasting is PyTorch's trailing-dimension rule restricted to what models
-need: a tensor whose shape is a suffix of the other's (a bias row, a scalar)
-is repeated over the leading dimensions.
+Broadcasting is PyTorch's (numpy's) rule: shapes aligned at their last dims
+must match or be 1 there. A tensor whose shape is a suffix of the other's (a
+bias row, a scalar) goes through the row-broadcast op; any other pair through
+the general strided one.
 """
 
 import collections
