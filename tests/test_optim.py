@@ -225,3 +225,51 @@ def test_a_step_that_raises_leaves_the_state_as_it_was(cls, kw):
         failing.step()
         clean.step()
     np.testing.assert_array_equal(np.asarray(p.detach()), np.asarray(q.detach()))
+
+
+def _lrs(make, n=12, metrics=None):
+    p = ddpc.zeros(1, requires_grad=True)
+    opt = optim.SGD([p], lr=0.5)
+    s = make(opt)
+    out = []
+    for i in range(n):
+        opt.step()
+        s.step(metrics[i]) if metrics else s.step()
+        out.append(opt.param_groups[0]["lr"])
+    return out, s
+
+
+def test_more_lr_schedulers_follow_pytorchs_formulas():
+    S = optim.lr_scheduler
+    lrs, _ = _lrs(lambda o: S.MultiStepLR(o, [3, 7], 0.5))
+    assert lrs == pytest.approx([0.5, 0.5, 0.25, 0.25, 0.25, 0.25, 0.125, 0.125, 0.125, 0.125, 0.125, 0.125])
+    lrs, _ = _lrs(lambda o: S.ExponentialLR(o, 0.9))
+    assert lrs == pytest.approx([0.5 * 0.9 ** e for e in range(1, 13)])
+    lrs, _ = _lrs(lambda o: S.ConstantLR(o, 0.25, 4))
+    assert lrs == pytest.approx([0.125] * 3 + [0.5] * 9)
+    lrs, _ = _lrs(lambda o: S.LinearLR(o, 0.1, 1.0, 6))
+    assert lrs == pytest.approx([0.5 * (0.1 + 0.9 * min(e, 6) / 6) for e in range(1, 13)])
+    lrs, _ = _lrs(lambda o: S.PolynomialLR(o, 8, 2.0))
+    assert lrs == pytest.approx([0.5 * (1 - min(e, 8) / 8) ** 2 for e in range(1, 13)])
+    # Warm-up then cosine: the cosine starts from its own epoch 0 at the milestone.
+    lrs, seq = _lrs(lambda o: S.SequentialLR(o, [S.LinearLR(o, 0.1, 1.0, 5), S.CosineAnnealingLR(o, 10)], [5]))
+    warm = [0.5 * (0.1 + 0.9 * e / 5) for e in range(1, 5)]
+    cos = [0.5 * (1 + math.cos(math.pi * e / 10)) / 2 for e in range(0, 8)]
+    assert lrs == pytest.approx(warm + cos)
+    assert seq.get_last_lr() == pytest.approx([lrs[-1]])
+    state = seq.state_dict()
+    assert state["last_epoch"] == 12 and len(state["_schedulers"]) == 2
+    with pytest.raises(ValueError, match="milestones"):
+        S.SequentialLR(seq.optimizer, [S.ExponentialLR(seq.optimizer, 0.5)], [3])
+
+
+def test_reduce_lr_on_plateau():
+    metrics = [5, 4, 4, 4, 4, 4, 3, 3, 3, 3, 3, 3]
+    lrs, s = _lrs(lambda o: optim.lr_scheduler.ReduceLROnPlateau(o, patience=2, cooldown=1, factor=0.5, min_lr=0.1),
+                  metrics=metrics)
+    # 3 epochs without improvement after epoch 2 halve the lr; the cooldown then waits an epoch; never below 0.1.
+    assert lrs == [0.5, 0.5, 0.5, 0.5, 0.25, 0.25, 0.25, 0.25, 0.25, 0.125, 0.125, 0.125]
+    assert s.get_last_lr() == [0.125] and s.best == 3
+    lrs, _ = _lrs(lambda o: optim.lr_scheduler.ReduceLROnPlateau(o, mode="max", patience=0, factor=0.1, min_lr=0.01),
+                  metrics=[1, 0, 0, 0] + [0] * 8)
+    assert lrs[:4] == pytest.approx([0.5, 0.05, 0.01, 0.01])
