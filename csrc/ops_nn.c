@@ -170,6 +170,13 @@ static ddpc_status bcast_strides_(const ddpc_buffer *out, const ddpc_buffer *a, 
     return DDPC_OK;
 }
 
+/* The strides as the CUDA kernel takes them (inline: unused where CUDA is not built). */
+static inline ddpc_k_bcast bcast_geo_(const ddpc_buffer *out, const int64_t *sa, const int64_t *sb) {
+    ddpc_k_bcast geo = {.ndim = out->ndim};
+    for (int d = 0; d < out->ndim; d++) geo.shape[d] = out->shape[d], geo.sa[d] = sa[d], geo.sb[d] = sb[d];
+    return geo;
+}
+
 /* Rows of out's last dim: the offsets of a and b advance with a counter over
  * the other dims; within a row both step by their last stride (0 or 1). */
 #define BCAST_LOOP(T)                                                              \
@@ -203,12 +210,9 @@ ddpc_status ddpc_op_binary_broadcast(ddpc_binary_op op, ddpc_buffer *out, const 
     CHECK(bcast_strides_(out, a, sa, "the first operand"));
     CHECK(bcast_strides_(out, b, sb, "the second operand"));
     if (out->numel == 0) return DDPC_OK;
-    if (out->device != DDPC_CPU) {
-        ddpc_k_bcast geo = {.ndim = nd};
-        for (int d = 0; d < nd; d++) geo.shape[d] = out->shape[d], geo.sa[d] = sa[d], geo.sb[d] = sb[d];
-        DDPC_LAUNCH(out->device, ddpc_k_binary_broadcast(op, out->data, a->data, b->data, out->dtype, out->numel, geo,
-                                                         stream));
-    }
+    if (out->device != DDPC_CPU)
+        DDPC_LAUNCH(out->device, ddpc_k_binary_broadcast(op, out->data, a->data, b->data, out->dtype, out->numel,
+                                                         bcast_geo_(out, sa, sb), stream));
     DDPC_REAL_TYPES(out->dtype, BCAST_LOOP(T));
     return DDPC_OK;
 }
