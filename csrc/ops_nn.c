@@ -132,14 +132,19 @@ static int is_int_(ddpc_dtype dt) { return dt == DDPC_INT32 || dt == DDPC_INT64 
         }                                                                          \
     } while (0)
 
-ddpc_status ddpc_op_binary_rows(ddpc_binary_op op, ddpc_buffer *out, const ddpc_buffer *a, const ddpc_buffer *row) {
+/* The broadcasting ops take floats and integers (a bias-like row added to an
+ * integer tensor), but not integer division: Python divides integers in
+ * float32, and a zero divisor would trap. */
+static ddpc_status check_broadcast_(ddpc_binary_op op, const ddpc_buffer *out, const char *what) {
     if ((unsigned)op >= DDPC_NBINARY) return DDPC_ERROR(DDPC_ERR_ARG, "unknown binary op %d", (int)op);
-    /* Integers too (a bias-like row added to an integer tensor), but not their
-     * division: Python divides integers in float32, and a zero divisor would trap. */
-    int ints = is_int_(out->dtype);
-    CHECK(ints ? check_writable_(out, "row broadcast") : check_out_(out, "row broadcast"));
-    if (ints && (op == DDPC_DIV || op == DDPC_RDIV))
-        return DDPC_ERROR(DDPC_ERR_TYPE, "row broadcast: no integer division; cast to a float dtype");
+    if (!is_int_(out->dtype)) return check_out_(out, what);
+    if (op == DDPC_DIV || op == DDPC_RDIV)
+        return DDPC_ERROR(DDPC_ERR_TYPE, "%s: no integer division; cast to a float dtype", what);
+    return check_writable_(out, what);
+}
+
+ddpc_status ddpc_op_binary_rows(ddpc_binary_op op, ddpc_buffer *out, const ddpc_buffer *a, const ddpc_buffer *row) {
+    CHECK(check_broadcast_(op, out, "row broadcast"));
     CHECK(check_like_(out, a, out->numel, "row broadcast", "the input"));
     CHECK(check_like_(out, row, -1, "row broadcast", "the row"));
     int64_t n = row->numel, total = out->numel;
@@ -197,11 +202,7 @@ static inline ddpc_k_bcast bcast_geo_(const ddpc_buffer *out, const int64_t *sa,
     } while (0)
 
 ddpc_status ddpc_op_binary_broadcast(ddpc_binary_op op, ddpc_buffer *out, const ddpc_buffer *a, const ddpc_buffer *b) {
-    if ((unsigned)op >= DDPC_NBINARY) return DDPC_ERROR(DDPC_ERR_ARG, "unknown binary op %d", (int)op);
-    int ints = is_int_(out->dtype);
-    CHECK(ints ? check_writable_(out, "broadcast") : check_out_(out, "broadcast"));
-    if (ints && (op == DDPC_DIV || op == DDPC_RDIV))
-        return DDPC_ERROR(DDPC_ERR_TYPE, "broadcast: no integer division; cast to a float dtype");
+    CHECK(check_broadcast_(op, out, "broadcast"));
     CHECK(check_like_(out, a, -1, "broadcast", "the first operand"));
     CHECK(check_like_(out, b, -1, "broadcast", "the second operand"));
     int nd = out->ndim;
