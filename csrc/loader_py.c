@@ -148,8 +148,12 @@ typedef struct {
     PyObject *pool;       /* host batches: list of tuples of owning Buffers (max_rows each) */
     int64_t next, nbatches, max_rows;
     int prefetch, device, pinned, nsources;
-    int waiting;          /* a thread waits for a batch with the GIL released */
-    int close_asked;      /* close() came meanwhile: the waiting call closes */
+    /* A next() call is running: it waits for a batch with the GIL released, and
+     * queuing the next batch allocates, which may run Python code (the garbage
+     * collector's) that lets other threads in. Until it returns, close() from
+     * another thread only asks, and the running call closes. */
+    int busy;
+    int close_asked;
 } loader_object;
 
 static int get_index_array_(PyObject *obj, const char *what, Py_buffer *view) {
@@ -237,8 +241,8 @@ static int queue_batch_(loader_object *self, int64_t batch) {
 
 /* Stops the threads and drops the queued batches; the iterator is exhausted after it. */
 static void loader_close_(loader_object *self) {
-    if (self->waiting) {
-        self->close_asked = 1; /* the loader is in use: the waiting call frees it */
+    if (self->busy) {
+        self->close_asked = 1; /* the loader is in use: the running next() frees it */
         return;
     }
     if (self->loader) {
@@ -361,7 +365,7 @@ fail_:
 }
 
 static PyObject *loader_iternext(loader_object *self) {
-    if (self->waiting) {
+    if (self->busy) {
         PyErr_SetString(PyExc_RuntimeError, "this batch iterator is already waiting for a batch in another thread; "
                                             "one thread at a time may take batches from it");
         return NULL;
@@ -372,24 +376,25 @@ static PyObject *loader_iternext(loader_object *self) {
     }
     int64_t batch = self->next;
     ddpc_status st;
-    self->waiting = 1;
+    int queued = 0;
+    self->busy = 1;
     Py_BEGIN_ALLOW_THREADS
     st = ddpc_loader_wait(self->loader, batch);
     Py_END_ALLOW_THREADS
-    self->waiting = 0;
-    if (self->close_asked) {
-        loader_close_(self);
-        return NULL; /* closed by another thread meanwhile: StopIteration */
+    PyObject *out = NULL;
+    if (st == DDPC_OK && !self->close_asked) {
+        out = self->pending[batch % self->prefetch];
+        self->pending[batch % self->prefetch] = NULL;
+        self->next++;
+        queued = batch + self->prefetch >= self->nbatches || queue_batch_(self, batch + self->prefetch) == 0;
     }
+    self->busy = 0;
     if (st != DDPC_OK) {
         loader_close_(self);
         return ddpc_raise(st);
     }
-    PyObject *out = self->pending[batch % self->prefetch];
-    self->pending[batch % self->prefetch] = NULL;
-    self->next++;
-    if (batch + self->prefetch < self->nbatches && queue_batch_(self, batch + self->prefetch) < 0) {
-        Py_DECREF(out);
+    if (self->close_asked || !queued) { /* closed by another thread meanwhile (StopIteration), or queuing failed */
+        Py_XDECREF(out);
         loader_close_(self);
         return NULL;
     }

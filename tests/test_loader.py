@@ -3,6 +3,7 @@ every sample once per epoch across rank processes, .npy files with bounded
 resident memory, the generic Dataset path, errors at construction, and no
 threads left behind."""
 
+import gc
 import json
 import os
 import subprocess
@@ -364,6 +365,40 @@ def test_no_threads_left_after_dropping_iterators_mid_epoch():
     assert settled_threads(c_before) == c_before
     list(DataLoader(TensorDataset(a["y"]), batch_size=100))  # a finished epoch stops its threads too
     assert settled_threads(c_before) == c_before and threading.active_count() == py_before
+
+
+def test_closing_from_another_thread_while_next_queues_the_following_batch():
+    """next() queues the following batch after taking one, and that allocates:
+    the garbage collector may run there and let another thread in, whose
+    close() must not free the loader under the running next()."""
+    it = iter(DataLoader(TensorDataset(np.zeros((256, 8), np.float32)), batch_size=4, prefetch=1, num_threads=1))
+    inside, closed, got = threading.Event(), threading.Event(), []
+
+    def during_gc(phase, info):
+        # Only in the consumer, inside the C next() (the frame that called it is _ArrayBatches.__next__).
+        if (phase == "start" and threading.current_thread() is consumer and not inside.is_set()
+                and sys._getframe(1).f_code.co_name == "__next__" and got):
+            inside.set()
+            closed.wait(5)  # sleeps with the GIL released: the main thread closes meanwhile
+
+    def consume():
+        for batch in it:
+            got.append(batch)
+
+    consumer = threading.Thread(target=consume)
+    threshold = gc.get_threshold()
+    gc.callbacks.append(during_gc)
+    gc.set_threshold(1)  # a collection at nearly every allocation
+    try:
+        consumer.start()
+        assert inside.wait(20), "the collector never ran inside next()"
+        it.close()
+        closed.set()
+        consumer.join(10)
+    finally:
+        gc.callbacks.remove(during_gc)
+        gc.set_threshold(*threshold)
+    assert not consumer.is_alive() and 0 < len(got) < 64
 
 
 def test_closing_from_another_thread_ends_the_waiting_iteration():
