@@ -860,9 +860,22 @@ def _member_args(what, tensors, g, like):
     return args
 
 
+def _scratch(g, like, numel):
+    """``numel`` elements of ``like``'s dtype where g's collectives take them (its GPU on nccl, else the host)."""
+    return _C.Buffer((numel,), _dtype_name(like.code), like.obj.device if g.backend == "nccl" else -1)
+
+
 def _member_blocks(g, like):
     """A flat buffer of one ``like``-sized block per group member, where g's collectives take it."""
-    return _C.Buffer((g.size() * like.numel,), _dtype_name(like.code), like.obj.device if g.backend == "nccl" else -1)
+    return _scratch(g, like, g.size() * like.numel)
+
+
+def _blocks_of(what, g, like, tensors):
+    """_member_blocks holding ``tensors`` (one per member, checked), in rank order."""
+    blocks = _member_blocks(g, like)
+    for r, a in enumerate(_member_args(what, tensors, g, like)):
+        _C.copy(blocks.view(r * like.numel, (like.numel,)), _as_buffer(a.obj).view(0, (like.numel,)))
+    return blocks
 
 
 def _all_gather_list(what, g, tensor_list, tensor, async_op, keep=True):
@@ -901,12 +914,9 @@ def scatter(tensor, scatter_list=None, src=0, group=None, async_op=False):
     g = _group(group)
     src_rank = _group_rank(g, src, "src")
     out = _Arg(tensor, g, writable=False)  # written by the copy out of the broadcast blocks
-    blocks = _member_blocks(g, out)
-    if g.rank() == src_rank:
-        for r, a in enumerate(_member_args("scatter", scatter_list, g, out)):
-            _C.copy(blocks.view(r * out.numel, (out.numel,)), _as_buffer(a.obj).view(0, (out.numel,)))
-    elif scatter_list:
+    if g.rank() != src_rank and scatter_list:
         raise ValueError("scatter: only rank src passes a scatter_list")
+    blocks = _blocks_of("scatter", g, out, scatter_list) if g.rank() == src_rank else _member_blocks(g, out)
     mine = blocks.view(g.rank() * out.numel, (out.numel,))
     return _launch(g, g._c.broadcast, async_op, lambda: _copy_out(tensor, mine), blocks, out.code, src_rank)
 
@@ -918,7 +928,7 @@ def reduce(tensor, dst, op=ReduceOp.SUM, group=None, async_op=False):
     if g.rank() == _group_rank(g, dst, "dst"):
         return all_reduce(tensor, op, g, async_op)
     a = _Arg(tensor, g, writable=False)
-    scratch = _C.Buffer((a.numel,), _dtype_name(a.code), a.obj.device if g.backend == "nccl" else -1)
+    scratch = _scratch(g, a, a.numel)
     _C.copy(scratch, _as_buffer(a.obj).view(0, (a.numel,)))
     return _launch(g, g._c.all_reduce, async_op, None, scratch, a.code, _reduce_op(op))
 
@@ -938,9 +948,7 @@ def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op=Fal
     """Reduces ``input_list[r]`` across ranks into rank r's ``output``."""
     g = _group(group)
     out = _Arg(output, g)
-    blocks = _member_blocks(g, out)
-    for r, a in enumerate(_member_args("reduce_scatter", input_list, g, out)):
-        _C.copy(blocks.view(r * out.numel, (out.numel,)), _as_buffer(a.obj).view(0, (out.numel,)))
+    blocks = _blocks_of("reduce_scatter", g, out, input_list)
     return _launch(g, g._c.reduce_scatter, async_op, _finisher(out.device_buf and out.finish), out.obj, blocks,
                    out.code, _reduce_op(op))
 
@@ -1174,6 +1182,20 @@ def _to_numpy(x, dtype):
     return host
 
 
+def _broadcast_array(g, arr, src):
+    """Rank ``src``'s numpy array ``arr`` (each rank passes one of that shape), broadcast through g."""
+    on = _to_group(g, arr)
+    broadcast(on, src, g)
+    return _to_numpy(on, arr.dtype)
+
+
+def _all_gather_array(g, arr):
+    """Every member's 1-d numpy array ``arr`` (all of one size), concatenated in rank order."""
+    out = _to_group(g, np.empty(g.size() * arr.size, arr.dtype))
+    all_gather_into_tensor(out, _to_group(g, arr), g)
+    return _to_numpy(out, arr.dtype)
+
+
 def _object_bytes(obj):
     return np.frombuffer(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), dtype=np.uint8)
 
@@ -1181,17 +1203,12 @@ def _object_bytes(obj):
 def _gather_objects(g, obj):
     """Every member's ``obj``, in rank order (an all_gather of their pickles)."""
     data = _object_bytes(obj)
-    n = g.size()
-    sizes = _to_group(g, np.zeros(n, np.int64))
-    all_gather_into_tensor(sizes, _to_group(g, np.array([data.size], np.int64)), g)
-    sizes = _to_numpy(sizes, np.int64)
+    sizes = _all_gather_array(g, np.array([data.size], np.int64))
     width = int(sizes.max())
     mine = np.zeros(width, np.uint8)
     mine[:data.size] = data
-    out = _to_group(g, np.empty(n * width, np.uint8))
-    all_gather_into_tensor(out, _to_group(g, mine), g)
-    out = _to_numpy(out, np.uint8).reshape(n, width)
-    return [pickle.loads(out[r, :sizes[r]].tobytes()) for r in range(n)]
+    out = _all_gather_array(g, mine).reshape(g.size(), width)
+    return [pickle.loads(row[:size].tobytes()) for row, size in zip(out, sizes)]
 
 
 def _broadcast_objects(g, objects, src, count):
@@ -1200,20 +1217,14 @@ def _broadcast_objects(g, objects, src, count):
     members expect, checked once they have taken part."""
     src_rank = _group_rank(g, src, "src")
     at_src = g.rank() == src_rank
-    header = _to_group(g, np.array([len(objects) if at_src else 0], np.int64))
-    broadcast(header, src, g)
-    n = int(_to_numpy(header, np.int64)[0])
+    n = int(_broadcast_array(g, np.array([len(objects) if at_src else 0], np.int64), src)[0])
     data = [_object_bytes(o) for o in objects] if at_src else []
     sizes = np.array([d.size for d in data] if at_src else [0] * n, np.int64)
     if n:
-        sizes_g = _to_group(g, sizes)
-        broadcast(sizes_g, src, g)
-        sizes = _to_numpy(sizes_g, np.int64)
+        sizes = _broadcast_array(g, sizes, src)
     payload = np.concatenate(data) if data else np.empty(int(sizes.sum()), np.uint8)
     if payload.size:
-        payload_g = _to_group(g, payload)
-        broadcast(payload_g, src, g)
-        payload = _to_numpy(payload_g, np.uint8)
+        payload = _broadcast_array(g, payload, src)
     if at_src:
         return list(objects)
     if count is not None and count != n:
