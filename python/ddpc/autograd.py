@@ -706,10 +706,7 @@ def linear(x, weight, bias=None):
         raise ValueError(f"linear: input on {x.device}, weight on {weight.device}")
     if x.dtype in _HALVES:
         return linear(x.float(), weight.float(), None if bias is None else bias.float()).to(dtype=x.dtype)
-    rows = 1
-    for s in x.shape[:-1]:
-        rows *= s
-    x2 = x.detach().reshape(rows, weight.shape[1])  # not -1: in_features may be 0
+    x2 = x.detach().reshape(_prod(x.shape[:-1]), weight.shape[1])  # not -1: in_features may be 0
     out = _empty((x2.shape[0], weight.shape[0]), x)
     _C.gemm(out._buf, x2._buf, weight._buf, False, True, None if bias is None else bias._buf)
     out = out.reshape(x.shape[:-1] + (weight.shape[0],))
@@ -960,10 +957,10 @@ def _writable_history(t, what):
     return old
 
 
-def _take_history(t, values, node):
-    """Writes ``values`` into ``t`` and makes ``node`` its history."""
+def _write_into(t, part, values, node):
+    """Writes ``values`` into ``part`` (t, or a view of it) and makes ``node`` t's history."""
     t._buf.bump_version()
-    _C.copy(t._buf, values._buf)
+    _C.copy(part._buf, values._buf)
     t.grad_fn = node
     t.requires_grad = node is not None
     return t
@@ -979,7 +976,7 @@ def inplace_binary(t, other, op):
         raise ValueError(f"in-place op: the result's shape {res.shape} is not the tensor's {t.shape}")
     if res.dtype is not t.dtype:
         raise TypeError(f"result type {res.dtype} can't be cast to the in-place output's dtype {t.dtype}")
-    return _take_history(t, res, res.grad_fn)
+    return _write_into(t, t, res, res.grad_fn)
 
 
 class _WriteBackward(Node):
@@ -1007,11 +1004,9 @@ def write(t, index, value):
     graph; ``value`` is a tensor of t's dtype and device with as many elements
     as the part written."""
     old = _writable_history(t, "copy_" if index is None else "item assignment")
-    values = clone(old.detach()) if index is not None else value.detach().reshape(t.shape)
-    if index is not None:
-        _C.copy(values._getitem(index)._buf, value._buf)
+    part = t if index is None else t._getitem(index)
     node = _WriteBackward(old, value, index, value.shape) if _needs_grad(old, value) else None
-    return _take_history(t, values, node)
+    return _write_into(t, part, value.detach().reshape(part.shape), node)
 
 
 class _CatBackward(Node):
@@ -1188,9 +1183,7 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     if x.dtype in _HALVES:
         return layer_norm(x.float(), normalized_shape, weight if weight is None else weight.float(),
                           bias if bias is None else bias.float(), eps).to(dtype=x.dtype)
-    d = 1
-    for s in normalized_shape:
-        d *= s
+    d = _prod(normalized_shape)
     rows = x.reshape(-1, d) if x.numel() else x.reshape(0, d)
     from .tensor import full
 
