@@ -972,11 +972,16 @@ def inplace_binary(t, other, op):
     if op == _MUL and isinstance(other, Tensor):
         old = clone(old)  # the product's node keeps this operand, and t's memory is about to change
     res = _binary(old, other, op)
+    check_inplace_result(t, res)
+    return _write_into(t, t, res, res.grad_fn)
+
+
+def check_inplace_result(t, res):
+    """An in-place op's result, computed aside, must fit the tensor it goes into."""
     if res.shape != t.shape:
         raise ValueError(f"in-place op: the result's shape {res.shape} is not the tensor's {t.shape}")
     if res.dtype is not t.dtype:
         raise TypeError(f"result type {res.dtype} can't be cast to the in-place output's dtype {t.dtype}")
-    return _write_into(t, t, res, res.grad_fn)
 
 
 class _WriteBackward(Node):

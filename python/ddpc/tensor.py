@@ -516,16 +516,7 @@ class Tensor:
             # The C loop would read elements of `other` it has already overwritten.
             other = other.detach().clone()
         if other.shape != self.shape:
-            if out is None:
-                raise ValueError(f"shapes {self.shape} and {other.shape} differ (autograd's ops broadcast)")
-            with _ag.no_grad():  # in place, e.g. x += bias_row: the broadcast result must have x's shape
-                res = _ag._binary(self.detach(), other.detach(), op)
-            if res.shape != out.shape:
-                raise ValueError(f"in-place op: the result's shape {res.shape} is not the tensor's {out.shape}")
-            _check_inplace(out, res.dtype, out)
-            out._buf.bump_version()
-            _C.copy(out._buf, res._buf)
-            return out
+            raise ValueError(f"shapes {self.shape} and {other.shape} differ (autograd's ops broadcast)")
         if other._buf.device != self._buf.device:
             raise ValueError(f"tensors are on different devices ({self.device} and {other.device})")
         rdt = promote(self.dtype, other.dtype)
@@ -552,6 +543,13 @@ class Tensor:
     def _inplace(self, o, op):
         if _in_graph(self, o):
             return _ag.inplace_binary(self, o, op)
+        if isinstance(o, Tensor) and o.shape != self.shape:  # x += bias_row: broadcast aside, then written
+            with _ag.no_grad():
+                res = _ag._binary(self.detach(), o.detach(), op)
+            _ag.check_inplace_result(self, res)
+            self._buf.bump_version()
+            _C.copy(self._buf, res._buf)
+            return self
         return self._binary(o, op, out=self)
 
     def __iadd__(self, o): return self._inplace(o, _ADD)
