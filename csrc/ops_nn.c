@@ -175,6 +175,9 @@ static ddpc_status bcast_strides_(const ddpc_buffer *out, const ddpc_buffer *a, 
     return DDPC_OK;
 }
 
+_Static_assert(sizeof(((ddpc_k_bcast *)0)->shape) == DDPC_MAX_NDIM * sizeof(int64_t),
+               "ddpc_k_bcast (kernels.h) holds DDPC_MAX_NDIM dims");
+
 /* The strides as the CUDA kernel takes them (inline: unused where CUDA is not built). */
 static inline ddpc_k_bcast bcast_geo_(const ddpc_buffer *out, const int64_t *sa, const int64_t *sb) {
     ddpc_k_bcast geo = {.ndim = out->ndim};

@@ -50,7 +50,8 @@ int ddpc_k_random(void *dst, int dtype, int kind, uint64_t seed, uint64_t offset
 int ddpc_k_rows_fill(void *out, const void *row, int dtype, int64_t rows, int64_t n, void *stream);
 int ddpc_k_binary_rows(int op, void *out, const void *a, const void *row, int dtype, int64_t numel, int64_t n,
                        void *stream);
-/* Strides (in elements, 0 along broadcast dims) of a and b over out's dims. */
+/* Strides (in elements, 0 along broadcast dims) of a and b over out's dims
+ * (8: DDPC_MAX_NDIM of csrc/buffer.h, which ops_nn.c checks). */
 typedef struct {
     int ndim;
     int64_t shape[8], sa[8], sb[8];
