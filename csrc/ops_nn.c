@@ -372,18 +372,32 @@ static ddpc_status rows_args_(const ddpc_buffer *rows, const ddpc_buffer *table,
     return DDPC_OK;
 }
 
-ddpc_status ddpc_op_index_rows(ddpc_buffer *out, const ddpc_buffer *table, const ddpc_buffer *idx) {
+/* rows = table[idx], or table[idx] = rows when `put` (const: the buffers'
+ * memory is written, not their descriptions). */
+static ddpc_status move_rows_(const ddpc_buffer *rows, const ddpc_buffer *table, const ddpc_buffer *idx, int put,
+                              const char *op) {
     int64_t n = 0, d = 0;
-    CHECK(check_writable_(out, "embedding rows"));
-    CHECK(rows_args_(out, table, idx, "embedding rows", &n, &d));
-    if (out->numel == 0) return DDPC_OK;
-    size_t row = (size_t)d * ddpc_dtype_size(out->dtype);
-    if (out->device != DDPC_CPU)
-        DDPC_LAUNCH(out->device, ddpc_k_index_rows(out->data, table->data, idx->data, idx->numel, row, stream));
+    CHECK(check_writable_(put ? table : rows, op));
+    CHECK(rows_args_(rows, table, idx, op, &n, &d));
+    if (rows->numel == 0) return DDPC_OK;
+    size_t row = (size_t)d * ddpc_dtype_size(rows->dtype);
+    if (rows->device != DDPC_CPU)
+        DDPC_LAUNCH(rows->device, ddpc_k_move_rows(rows->data, table->data, idx->data, idx->numel, row, put, stream));
     const int64_t *ix = idx->data;
-    for (int64_t k = 0; k < idx->numel; k++)
-        memcpy((char *)out->data + k * row, (const char *)table->data + ix[k] * row, row);
+    char *r = rows->data, *t = table->data;
+    for (int64_t k = 0; k < idx->numel; k++) {
+        if (put) memcpy(t + ix[k] * row, r + k * row, row);
+        else memcpy(r + k * row, t + ix[k] * row, row);
+    }
     return DDPC_OK;
+}
+
+ddpc_status ddpc_op_index_rows(ddpc_buffer *out, const ddpc_buffer *table, const ddpc_buffer *idx) {
+    return move_rows_(out, table, idx, 0, "index rows");
+}
+
+ddpc_status ddpc_op_put_rows(ddpc_buffer *table, const ddpc_buffer *rows, const ddpc_buffer *idx) {
+    return move_rows_(rows, table, idx, 1, "put rows");
 }
 
 ddpc_status ddpc_op_index_add_rows(ddpc_buffer *gtable, const ddpc_buffer *g, const ddpc_buffer *idx) {
@@ -515,6 +529,85 @@ ddpc_status ddpc_op_transpose(ddpc_buffer *out, const ddpc_buffer *a) {
     case 2: TRANSPOSE_LOOP(uint16_t); break;
     case 4: TRANSPOSE_LOOP(uint32_t); break;
     default: TRANSPOSE_LOOP(uint64_t); break;
+    }
+    return DDPC_OK;
+}
+
+/* The first and last elements a view reaches, checked against its buffer. */
+static ddpc_status check_view_(const ddpc_buffer *buf, const ddpc_strided *g, int64_t offset, const int64_t *strides,
+                               const char *what) {
+    int64_t lo = offset, hi = offset;
+    for (int d = 0; d < g->ndim; d++) {
+        int64_t span = g->shape[d] - 1, st = strides[d] < 0 ? -strides[d] : strides[d];
+        if (span > 0 && st > (INT64_MAX / 4) / span)
+            return DDPC_ERROR(DDPC_ERR_ARG, "strided copy: the view of %s overflows", what);
+        if (strides[d] < 0) lo -= span * st;
+        else hi += span * st;
+    }
+    if (lo < 0 || hi >= buf->numel)
+        return DDPC_ERROR(DDPC_ERR_ARG, "strided copy: the view reaches elements %lld to %lld of %s, which has %lld",
+                          (long long)lo, (long long)hi, what, (long long)buf->numel);
+    return DDPC_OK;
+}
+
+/* The geometry as the CUDA kernel takes it (inline: unused where CUDA is not built). */
+static inline ddpc_k_bcast strided_geo_(const ddpc_strided *g) {
+    ddpc_k_bcast geo = {.ndim = g->ndim};
+    for (int d = 0; d < g->ndim; d++)
+        geo.shape[d] = g->shape[d], geo.sa[d] = g->dst_strides[d], geo.sb[d] = g->src_strides[d];
+    return geo;
+}
+
+/* Rows of the last dim, as BCAST_LOOP walks them; a row contiguous on both
+ * sides is one memcpy. */
+#define STRIDED_LOOP(W)                                                            \
+    do {                                                                           \
+        int64_t last = g->shape[nd - 1], rows = total / last, idx[DDPC_MAX_NDIM] = {0}, od = 0, os = 0; \
+        int64_t ld = g->dst_strides[nd - 1], ls = g->src_strides[nd - 1];          \
+        W *o = (W *)dst->data + g->dst_offset;                                     \
+        const W *x = (const W *)src->data + g->src_offset;                         \
+        for (int64_t r = 0; r < rows; r++) {                                       \
+            if (ld == 1 && ls == 1) memcpy(o + od, x + os, (size_t)last * sizeof(W)); \
+            else for (int64_t k = 0; k < last; k++) o[od + k * ld] = x[os + k * ls]; \
+            for (int d = nd - 2; d >= 0; d--) {                                    \
+                od += g->dst_strides[d], os += g->src_strides[d];                  \
+                if (++idx[d] < g->shape[d]) break;                                 \
+                od -= g->dst_strides[d] * g->shape[d], os -= g->src_strides[d] * g->shape[d], idx[d] = 0; \
+            }                                                                      \
+        }                                                                          \
+    } while (0)
+
+ddpc_status ddpc_op_strided_copy(ddpc_buffer *dst, const ddpc_buffer *src, const ddpc_strided *geo) {
+    CHECK(check_writable_(dst, "strided copy")); /* any dtype: it only moves elements */
+    CHECK(check_like_(dst, src, -1, "strided copy", "the source"));
+    if (geo->ndim < 0 || geo->ndim > DDPC_MAX_NDIM)
+        return DDPC_ERROR(DDPC_ERR_ARG, "strided copy: %d dims (at most %d)", geo->ndim, DDPC_MAX_NDIM);
+    /* A 0-d view is one element: a 1-d view of one. */
+    ddpc_strided one = {.ndim = 1, .shape = {1}, .dst_offset = geo->dst_offset, .src_offset = geo->src_offset};
+    const ddpc_strided *g = geo->ndim ? geo : &one;
+    int nd = g->ndim;
+    int64_t total = 1;
+    for (int d = 0; d < nd; d++) {
+        if (g->shape[d] < 0) return DDPC_ERROR(DDPC_ERR_ARG, "strided copy: negative dim %lld", (long long)g->shape[d]);
+        if (g->shape[d] > 1 && g->dst_strides[d] == 0)
+            return DDPC_ERROR(DDPC_ERR_ARG, "strided copy: the destination's stride is 0 over a dim of %lld",
+                              (long long)g->shape[d]);
+        total *= g->shape[d];
+    }
+    if (total == 0) return DDPC_OK;
+    CHECK(check_view_(dst, g, g->dst_offset, g->dst_strides, "the destination"));
+    CHECK(check_view_(src, g, g->src_offset, g->src_strides, "the source"));
+    size_t w = ddpc_dtype_size(dst->dtype);
+    if (dst->device != DDPC_CPU)
+        DDPC_LAUNCH(dst->device, ddpc_k_strided_copy((char *)dst->data + g->dst_offset * (int64_t)w,
+                                                     (const char *)src->data + g->src_offset * (int64_t)w, (int)w,
+                                                     total, strided_geo_(g), stream));
+    /* Elements move as unsigned words of their size. */
+    switch (w) {
+    case 1: STRIDED_LOOP(uint8_t); break;
+    case 2: STRIDED_LOOP(uint16_t); break;
+    case 4: STRIDED_LOOP(uint32_t); break;
+    default: STRIDED_LOOP(uint64_t); break;
     }
     return DDPC_OK;
 }
@@ -879,6 +972,15 @@ static PyObject *py_index_rows(PyObject *m, PyObject *args) {
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(out), ddpc_op_index_rows(out, table, idx));
 }
 
+static PyObject *py_put_rows(PyObject *m, PyObject *args) {
+    (void)m;
+    ddpc_buffer *table, *rows, *idx;
+    if (!PyArg_ParseTuple(args, "O&O&O&:put_rows", ddpc_arg_buffer, &table, ddpc_arg_buffer, &rows, ddpc_arg_buffer,
+                          &idx))
+        return NULL;
+    DDPC_RUN_RELEASED(ddpc_buffer_nbytes(rows), ddpc_op_put_rows(table, rows, idx));
+}
+
 static PyObject *py_index_add_rows(PyObject *m, PyObject *args) {
     (void)m;
     ddpc_buffer *gtable, *g, *idx;
@@ -913,6 +1015,47 @@ static PyObject *py_transpose(PyObject *m, PyObject *args) {
     ddpc_buffer *out, *a;
     if (!PyArg_ParseTuple(args, "O&O&:transpose", ddpc_arg_buffer, &out, ddpc_arg_buffer, &a)) return NULL;
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(a), ddpc_op_transpose(out, a));
+}
+
+/* `n` ints from a sequence into `out` (>= 0 unless `signed_ok`). */
+static int parse_dims_(PyObject *seq, int n, int64_t *out, int signed_ok, const char *what) {
+    PyObject *fast = PySequence_Fast(seq, "strided_copy: the shape and strides are sequences of ints");
+    if (!fast) return -1;
+    int rc = 0;
+    if (PySequence_Fast_GET_SIZE(fast) != n) {
+        PyErr_Format(PyExc_ValueError, "strided_copy: %s has %zd entries for %d dims", what,
+                     PySequence_Fast_GET_SIZE(fast), n);
+        rc = -1;
+    }
+    for (int d = 0; rc == 0 && d < n; d++) {
+        long long v = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(fast, d));
+        if (v == -1 && PyErr_Occurred()) rc = -1;
+        else if (v < 0 && !signed_ok)
+            PyErr_Format(PyExc_ValueError, "strided_copy: negative entry %lld in %s", v, what), rc = -1;
+        else out[d] = v;
+    }
+    Py_DECREF(fast);
+    return rc;
+}
+
+static PyObject *py_strided_copy(PyObject *m, PyObject *args) {
+    (void)m;
+    ddpc_buffer *dst, *src;
+    PyObject *shape, *dst_strides, *src_strides;
+    long long dst_offset, src_offset;
+    ddpc_strided geo = {0};
+    if (!PyArg_ParseTuple(args, "O&LOO&LOO:strided_copy", ddpc_arg_buffer, &dst, &dst_offset, &dst_strides,
+                          ddpc_arg_buffer, &src, &src_offset, &src_strides, &shape))
+        return NULL;
+    Py_ssize_t nd = PySequence_Size(shape);
+    if (nd < 0) return NULL;
+    if (nd > DDPC_MAX_NDIM) return PyErr_Format(PyExc_ValueError, "strided_copy: %zd dims (at most %d)", nd, DDPC_MAX_NDIM);
+    geo.ndim = (int)nd, geo.dst_offset = dst_offset, geo.src_offset = src_offset;
+    if (parse_dims_(shape, geo.ndim, geo.shape, 0, "the shape") ||
+        parse_dims_(dst_strides, geo.ndim, geo.dst_strides, 1, "the destination strides") ||
+        parse_dims_(src_strides, geo.ndim, geo.src_strides, 1, "the source strides"))
+        return NULL;
+    DDPC_RUN_RELEASED(ddpc_buffer_nbytes(dst), ddpc_op_strided_copy(dst, src, &geo));
 }
 
 static PyObject *py_dropout(PyObject *m, PyObject *args) {
@@ -1014,11 +1157,14 @@ static PyMethodDef nn_methods[] = {
      "extreme_dim(values, indices, a, dim, want_max): max or min along dim and where it first is"},
     {"put_dim", py_put_dim, METH_VARARGS, "put_dim(out, g, indices, dim): zeros, g put at indices along dim"},
     {"index_rows", py_index_rows, METH_VARARGS, "index_rows(out, table, idx): out[k] = table[idx[k]]"},
+    {"put_rows", py_put_rows, METH_VARARGS, "put_rows(table, rows, idx): table[idx[k]] = rows[k]"},
     {"index_add_rows", py_index_add_rows, METH_VARARGS, "index_add_rows(gtable, g, idx): gtable[idx[k]] += g[k]"},
     {"layer_norm", py_layer_norm, METH_VARARGS, "layer_norm(y, mean, rstd, x, w, b, eps) over the last dim"},
     {"layer_norm_backward", py_layer_norm_backward, METH_VARARGS,
      "layer_norm_backward(gx, gw, gb, gy, x, mean, rstd, w)"},
     {"transpose", py_transpose, METH_VARARGS, "transpose(out, a): 2-d"},
+    {"strided_copy", py_strided_copy, METH_VARARGS,
+     "strided_copy(dst, dst_offset, dst_strides, src, src_offset, src_strides, shape): dst's view = src's view"},
     {"dropout", py_dropout, METH_VARARGS, "dropout(out, x, p, seed, offset)"},
     {"cross_entropy", py_cross_entropy, METH_VARARGS,
      "cross_entropy(out, logits, target, ignore_index, label_smoothing, reduction): 0 none 1 mean 2 sum"},

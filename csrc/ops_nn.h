@@ -42,6 +42,9 @@ ddpc_status ddpc_op_put_dim(ddpc_buffer *out, const ddpc_buffer *g, const ddpc_b
  * lookup; any dtype. Host indices are checked; device ones must be checked by
  * the caller. */
 ddpc_status ddpc_op_index_rows(ddpc_buffer *out, const ddpc_buffer *table, const ddpc_buffer *idx);
+/* table [N, D] rows idx [K] = rows [K, D]: assignment through an index (of
+ * rows that repeat, one write lands); any dtype, indices as index_rows. */
+ddpc_status ddpc_op_put_rows(ddpc_buffer *table, const ddpc_buffer *rows, const ddpc_buffer *idx);
 /* gtable [N, D] += g [K, D] at rows idx [K] (rows that repeat add up): the
  * gradient of index_rows; float32 or float64. */
 ddpc_status ddpc_op_index_add_rows(ddpc_buffer *gtable, const ddpc_buffer *g, const ddpc_buffer *idx);
@@ -56,6 +59,19 @@ ddpc_status ddpc_op_layer_norm_backward(ddpc_buffer *gx, ddpc_buffer *gw, ddpc_b
                                         const ddpc_buffer *w);
 /* out [C,R] = a [R,C] transposed; any dtype. */
 ddpc_status ddpc_op_transpose(ddpc_buffer *out, const ddpc_buffer *a);
+/* Strided views of two contiguous buffers over one shape: in each, element
+ * offset + sum over d of i_d * strides[d] for each index i of `shape` (in
+ * elements; a negative stride walks backwards from the offset). */
+typedef struct {
+    int ndim;
+    int64_t shape[DDPC_MAX_NDIM];
+    int64_t dst_offset, src_offset;
+    int64_t dst_strides[DDPC_MAX_NDIM], src_strides[DDPC_MAX_NDIM];
+} ddpc_strided;
+/* dst's view = src's view: what slicing, permute and expand read, and what
+ * assignment into a slice writes. Any dtype (one for both); a dst stride of 0
+ * is allowed only over a dim of size 1, so no element is written twice. */
+ddpc_status ddpc_op_strided_copy(ddpc_buffer *dst, const ddpc_buffer *src, const ddpc_strided *geo);
 /* out = x * keep / (1 - p) where keep_i = uniform(seed, offset + i) >= p. The
  * mask is a pure function of (seed, offset), so the backward pass calls the
  * same op on the incoming gradient instead of storing the mask. */

@@ -61,7 +61,8 @@ int ddpc_k_binary_broadcast(int op, void *out, const void *a, const void *b, int
 int ddpc_k_sum_dim(void *out, const void *a, int dtype, int64_t outer, int64_t len, int64_t inner, void *stream);
 int ddpc_k_extreme_dim(void *values, void *indices, const void *a, int dtype, int64_t outer, int64_t len,
                        int64_t inner, int want_max, void *stream);
-int ddpc_k_index_rows(void *out, const void *table, const void *idx, int64_t k, size_t row_bytes, void *stream);
+/* rows[k] = table[idx[k]], or the reverse when `put`. */
+int ddpc_k_move_rows(void *rows, void *table, const void *idx, int64_t k, size_t row_bytes, int put, void *stream);
 int ddpc_k_index_add_rows(void *gtable, const void *g, const void *idx, int dtype, int64_t k, int64_t d, void *stream);
 int ddpc_k_layer_norm(void *y, void *mean, void *rstd, const void *x, const void *w, const void *b, int dtype,
                       int64_t rows, int64_t d, double eps, void *stream);
@@ -70,6 +71,8 @@ int ddpc_k_layer_norm_backward(void *gx, void *gw, void *gb, const void *gy, con
 int ddpc_k_put_dim(void *out, const void *g, const void *indices, int dtype, int64_t outer, int64_t len,
                    int64_t inner, void *stream);
 int ddpc_k_transpose(void *out, const void *a, int dtype, int64_t rows, int64_t cols, void *stream);
+/* dst (sa strides) = src (sb strides) over geo's shape, as words of `size` bytes. */
+int ddpc_k_strided_copy(void *dst, const void *src, int size, int64_t n, ddpc_k_bcast geo, void *stream);
 int ddpc_k_unary(int op, void *out, const void *x, double p, int dtype, int64_t n, void *stream);
 int ddpc_k_unary_backward(int op, void *gx, const void *gy, const void *saved, double p, int dtype, int64_t n,
                           void *stream);

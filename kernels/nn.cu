@@ -1,6 +1,7 @@
 // nn kernels: activations and their gradients, row-broadcast arithmetic,
-// sums along a dim, 2-d transpose and dropout (float32 and float64; row
-// broadcasts also integers, sums along a dim also int64, transposes any dtype).
+// sums along a dim, 2-d transpose, strided copies and dropout (float32 and
+// float64; row broadcasts also integers, sums along a dim also int64,
+// transposes, strided copies and row moves any dtype).
 // The formulas match the host loops in csrc/ops_nn.c.
 #include <math.h>
 
@@ -79,11 +80,14 @@ __global__ void put_dim_kernel(T *out, const T *g, const int64_t *indices, int64
     GRID_STRIDE(k, outer * inner) out[(k / inner) * len * inner + indices[k] * inner + k % inner] = g[k];
 }
 
-// Embedding rows, copied as bytes (any dtype): one thread per byte.
-__global__ void index_rows_kernel(char *out, const char *table, const int64_t *idx, int64_t k, size_t row) {
+// Rows gathered from (or, with `put`, written into) the table, copied as
+// bytes (any dtype): one thread per byte.
+__global__ void move_rows_kernel(char *rows, char *table, const int64_t *idx, int64_t k, size_t row, int put) {
     GRID_STRIDE(i, k * (int64_t)row) {
         int64_t r = i / (int64_t)row, c = i % (int64_t)row;
-        out[i] = table[idx[r] * (int64_t)row + c];
+        char *t = table + idx[r] * (int64_t)row + c;
+        if (put) *t = rows[i];
+        else rows[i] = *t;
     }
 }
 
@@ -166,6 +170,19 @@ template <typename T> __global__ void transpose_kernel(T *out, const T *a, int64
         for (int k = 0; k < 32; k += 8)
             if (orow + k < C && oc < R) out[(orow + k) * R + oc] = tile[threadIdx.x][threadIdx.y + k];
         __syncthreads(); /* the tile is refilled next round */
+    }
+}
+
+// One thread per element: its index taken apart over the shape gives both offsets.
+template <typename W> __global__ void strided_copy_kernel(W *dst, const W *src, int64_t n, ddpc_k_bcast geo) {
+    GRID_STRIDE(i, n) {
+        int64_t rest = i, od = 0, os = 0;
+        for (int d = geo.ndim - 1; d >= 0; d--) {
+            int64_t k = rest % geo.shape[d];
+            rest /= geo.shape[d];
+            od += k * geo.sa[d], os += k * geo.sb[d];
+        }
+        dst[od] = src[os];
     }
 }
 
@@ -266,11 +283,11 @@ extern "C" int ddpc_k_put_dim(void *out, const void *g, const void *indices, int
     return (int)cudaGetLastError();
 }
 
-extern "C" int ddpc_k_index_rows(void *out, const void *table, const void *idx, int64_t k, size_t row_bytes,
-                                 void *stream) {
+extern "C" int ddpc_k_move_rows(void *rows, void *table, const void *idx, int64_t k, size_t row_bytes, int put,
+                                void *stream) {
     cudaStream_t s = (cudaStream_t)stream;
-    index_rows_kernel<<<grid_for(k * (int64_t)row_bytes, 256), 256, 0, s>>>((char *)out, (const char *)table,
-                                                                           (const int64_t *)idx, k, row_bytes);
+    move_rows_kernel<<<grid_for(k * (int64_t)row_bytes, 256), 256, 0, s>>>((char *)rows, (char *)table,
+                                                                          (const int64_t *)idx, k, row_bytes, put);
     return (int)cudaGetLastError();
 }
 
@@ -325,6 +342,20 @@ extern "C" int ddpc_k_transpose(void *out, const void *a, int dtype, int64_t row
     default: return (int)cudaErrorInvalidValue;
     }
 #undef TRANSPOSE_AS
+    return (int)cudaGetLastError();
+}
+
+extern "C" int ddpc_k_strided_copy(void *dst, const void *src, int size, int64_t n, ddpc_k_bcast geo, void *stream) {
+    cudaStream_t s = (cudaStream_t)stream;
+#define STRIDED_AS(W) strided_copy_kernel<W><<<grid_for(n, 256), 256, 0, s>>>((W *)dst, (const W *)src, n, geo)
+    switch (size) {
+    case 1: STRIDED_AS(uint8_t); break;
+    case 2: STRIDED_AS(uint16_t); break;
+    case 4: STRIDED_AS(uint32_t); break;
+    case 8: STRIDED_AS(uint64_t); break;
+    default: return (int)cudaErrorInvalidValue;
+    }
+#undef STRIDED_AS
     return (int)cudaGetLastError();
 }
 

@@ -37,6 +37,9 @@ CASES = [
                              ** 2).sum(), [(6, 5)]),
     ("extremes", lambda a: a.max(1).values.sum() + (a.min(0).values * 2).sum() + a.max(), [(7, 9)]),
     ("broadcast", lambda a, b, c: ((a - b) * (a / (b * b + 1)) * c).sum(), [(4, 5), (4, 1), (3, 1, 5)]),
+    ("indexing", lambda a: ((a[:, 1:, ::2] * 2).sum() + a.permute(2, 0, 1)[1].sum() + a[[0, 2, 0], :, [1, 3, 1]].sum()
+                            + (a[a.detach() > 0] ** 2).sum() + a[:1].expand(3, 4, 5).repeat(1, 2, 1).sum()),
+     [(3, 4, 5)]),
 ]
 
 
@@ -99,3 +102,17 @@ def test_module_moves_and_checkpoints_cuda_tensors(tmp_path):
     np.testing.assert_array_equal(np.asarray(host["weight"]), np.asarray(model.weight.cpu()))
     model.cpu()
     assert not model.weight.is_cuda
+
+
+def test_assignment_through_indices_on_cuda_matches_cpu():
+    base = np.random.default_rng(3).standard_normal((4, 5, 6)).astype(np.float32)
+    results = []
+    for device in ("cpu", "cuda"):
+        x = ddpc.tensor(base, device=device)
+        x[:, 0] = 1.5
+        x[::2, 1:4, ::-2] += 2
+        x[[3, 0], :, [5, 1]] = ddpc.tensor(np.arange(5, dtype=np.float32), device=device)
+        x[x > 1.9] = 0
+        x.transpose(0, 2)[1].mul_(3)  # written back through the copy
+        results.append(x.cpu().numpy())
+    np.testing.assert_array_equal(results[0], results[1])

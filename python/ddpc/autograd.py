@@ -24,9 +24,9 @@ import itertools
 import numbers
 import threading
 
-from . import _C
-from .tensor import (_ADD, _DIV, _MUL, _RDIV, _RSUB, _SUB, Tensor, bfloat16, float16, float32, get_dtype, int64,
-                     promote)
+from . import _C, _indexing
+from .tensor import (_ADD, _DIV, _MUL, _RDIV, _RSUB, _SUB, Tensor, _copy_view, _CopyOf, _read, _shares_memory,
+                     bfloat16, float16, float32, get_dtype, int64, promote)
 from .tensor import cat as _cat_storage
 from .tensor import stack as _stack_storage
 
@@ -726,22 +726,6 @@ def _transpose_storage(a):
     return out
 
 
-def transpose(a, dim0=0, dim1=1):
-    if a.ndim < 2:
-        return a
-    for d in (dim0, dim1):
-        if not -a.ndim <= d < a.ndim:
-            raise IndexError(f"dim {d} is out of range for a tensor of {a.ndim} dims")
-    if dim0 % a.ndim == dim1 % a.ndim:  # swapping a dim with itself changes nothing
-        return reshape(a, a.shape)
-    if a.ndim != 2:
-        raise ValueError(f"ddpc transposes 2-d tensors only, got {a.ndim} dims")
-    out = _transpose_storage(a)
-    if _needs_grad(a):
-        _attach(out, _TransposeBackward((a,)))
-    return out
-
-
 # ---- reductions ----------------------------------------------------------------------------
 
 class _SumBackward(Node):
@@ -906,33 +890,111 @@ class _ViewBackward(Node):
 
 def reshape(a, shape):
     out = Tensor(a._buf.view(0, a._normalize_shape(shape)))
+    out._not_a_view = _copy_view(a)
     if _needs_grad(a):
         _attach(out, _ViewBackward(a))
     return out
 
 
-class _IndexBackward(Node):
-    def __init__(self, a, index):
+def alias(a):
+    """A tensor over a's elements that is not marked as a copy (``contiguous()``)."""
+    out = Tensor(a._buf.view(0, a.shape))
+    if _needs_grad(a):
+        _attach(out, _ViewBackward(a))
+    return out
+
+
+class _SelectBackward(Node):
+    """The gradient of a selection of a's elements (an index, permute): zeros
+    but for the incoming gradient at the selected elements."""
+
+    def __init__(self, a, sel):
         super().__init__((a,), ())
-        self.shape, self.dtype, self.index = a.shape, a.dtype, index
+        self.shape, self.dtype, self.sel = a.shape, a.dtype, sel
 
     def backward(self, g):
-        ga = Tensor(_C.Buffer(self.shape, self.dtype.name, g._buf.device))
+        ga = _empty(self.shape, g)
         _C.fill(ga._buf, 0.0)
-        idx = self.index[0] if isinstance(self.index, tuple) else self.index
-        if isinstance(idx, slice) and idx.indices(self.shape[0])[2] != 1:
-            # A stepped slice is a copy, not a view: scatter its rows one by one.
-            for j, i in enumerate(range(*idx.indices(self.shape[0]))):
-                ga._getitem(i).copy_(g._getitem(j))
-        else:
-            ga._getitem(idx).copy_(g)
+        self.sel.add_into(ga._buf, g._buf)
         return (ga,)
 
 
-def index(a, idx):
-    out = a._getitem(idx)
+def _select(a, sel, what):
+    out = _read(a, sel, what)
     if _needs_grad(a):
-        _attach(out, _IndexBackward(a, idx))
+        _attach(out, _SelectBackward(a, sel))
+    return out
+
+
+def index(a, idx):
+    return _select(a, _indexing.select(a.shape, idx), "indexing")
+
+
+def _dim(a, d, ndim=None):
+    """Dim ``d`` of a (of ``ndim`` dims if given), counted from the front; a 0-d tensor takes 0 and -1."""
+    n = a.ndim if ndim is None else ndim
+    n = n if n else 1
+    if not -n <= d < n:
+        raise IndexError(f"dim {d} is out of range for a tensor of {a.ndim if ndim is None else ndim} dims")
+    return d % n
+
+
+def permute(a, dims):
+    """a's dims in the order ``dims`` (a copy unless the order keeps the elements' order)."""
+    dims = tuple(_dim(a, int(d)) for d in dims)
+    if sorted(dims) != list(range(a.ndim)):
+        raise ValueError(f"permute: {dims} is not an ordering of the {a.ndim} dims of a tensor of shape {a.shape}")
+    strides = _indexing.contiguous_strides(a.shape)
+    sel = _indexing.Region(0, [a.shape[d] for d in dims], [strides[d] for d in dims])
+    return _select(a, sel, "permute")
+
+
+def transpose(a, dim0=0, dim1=1):
+    d0, d1 = _dim(a, dim0), _dim(a, dim1)
+    if a.ndim < 2 or d0 == d1:  # nothing moves
+        return reshape(a, a.shape)
+    if a.ndim > 2:
+        dims = list(range(a.ndim))
+        dims[d0], dims[d1] = dims[d1], dims[d0]
+        return permute(a, dims)
+    out = _transpose_storage(a)  # the tiled 2-d kernel
+    out._not_a_view = _CopyOf(a, _indexing.Region(0, out.shape, (1, a.shape[1])), "transpose")
+    if _needs_grad(a):
+        _attach(out, _TransposeBackward((a,)))
+    return out
+
+
+class _ExpandBackward(Node):
+    def __init__(self, a):
+        super().__init__((a,), ())
+        self.shape, self.dtype = a.shape, a.dtype
+
+    def backward(self, g):
+        return (_reduce_to(g, self.shape, self.dtype),)
+
+
+def expand(a, shape):
+    """a repeated along its dims of size 1 (and new leading dims) to ``shape``; -1 keeps a dim."""
+    shape = list(shape)
+    lead = len(shape) - a.ndim
+    if lead < 0:
+        raise ValueError(f"expand: the shape {tuple(shape)} has fewer dims than the tensor's {a.shape}")
+    for d, s in enumerate(shape):
+        if s == -1:
+            if d < lead:
+                raise ValueError(f"expand: -1 is not allowed for a new leading dim ({tuple(shape)})")
+            shape[d] = a.shape[d - lead]
+    shape = tuple(shape)
+    if shape == a.shape:
+        return reshape(a, shape)
+    try:
+        strides = _indexing.broadcast_strides(a.shape, shape, "the tensor")
+    except ValueError:
+        raise ValueError(f"expand: the tensor of shape {a.shape} can't be expanded to {shape} (only dims of "
+                         "size 1 repeat)") from None
+    out = _read(a, _indexing.Region(0, shape, strides), "expand")
+    if _needs_grad(a):
+        _attach(out, _ExpandBackward(a))
     return out
 
 
@@ -945,6 +1007,10 @@ def index(a, idx):
 
 def _writable_history(t, what):
     """A tensor standing for ``t`` before the write (same memory, t's history)."""
+    if t._not_a_view is not None:
+        raise RuntimeError(f"{what}: this tensor is a copy made by {t._not_a_view.what} (a view in PyTorch, but ddpc "
+                           "tensors are contiguous), and a write into it can't be followed by autograd; write "
+                           "through an index of the tensor it came from (x[index] = value)")
     if t.requires_grad and t.grad_fn is None:
         raise RuntimeError(f"{what}: a leaf tensor that requires grad can't be modified in place while grad mode "
                            "is on; wrap the update in ddpc.no_grad()")
@@ -957,10 +1023,13 @@ def _writable_history(t, what):
     return old
 
 
-def _write_into(t, part, values, node):
-    """Writes ``values`` into ``part`` (t, or a view of it) and makes ``node`` t's history."""
+def _write_into(t, sel, values, node):
+    """Writes ``values`` into t's selection ``sel`` (None: all of t) and makes ``node`` t's history."""
     t._buf.bump_version()
-    _C.copy(part._buf, values._buf)
+    if sel is None:
+        _C.copy(t._buf, values._buf)
+    else:
+        sel.write(t._buf, values._buf)
     t.grad_fn = node
     t.requires_grad = node is not None
     return t
@@ -973,7 +1042,7 @@ def inplace_binary(t, other, op):
         old = clone(old)  # the product's node keeps this operand, and t's memory is about to change
     res = _binary(old, other, op)
     check_inplace_result(t, res)
-    return _write_into(t, t, res, res.grad_fn)
+    return _write_into(t, None, res, res.grad_fn)
 
 
 def check_inplace_result(t, res):
@@ -985,33 +1054,37 @@ def check_inplace_result(t, res):
 
 
 class _WriteBackward(Node):
-    """``t[index] = value`` (index None: all of t): the gradient of the old
-    values is the incoming one with the written part zeroed; the value's is
-    the written part."""
+    """``t[index] = value`` (sel None: all of t): the gradient of the old values
+    is the incoming one with the written part zeroed; the value's is the
+    written part, summed over the dims the value was broadcast along."""
 
-    def __init__(self, old, value, index, value_shape):
+    def __init__(self, old, value, sel):
         super().__init__((old, value), ())
-        self.index, self.value_shape = index, value_shape
+        self.sel, self.value_shape, self.value_dtype = sel, value.shape, value.dtype
 
     def backward(self, g):
         need_old, need_value = self.next_functions[0] is not None, self.next_functions[1] is not None
-        part = g if self.index is None else g._getitem(self.index)
-        gv = clone(part).reshape(self.value_shape) if need_value else None
-        go = None
-        if need_old and self.index is not None:
+        gv = go = None
+        if need_value:
+            part = g if self.sel is None else Tensor(self.sel.read(g._buf))
+            gv = _reduce_to(clone(part), self.value_shape, self.value_dtype)
+        if need_old and self.sel is not None:
             go = clone(g)
-            _C.fill(go._getitem(self.index)._buf, 0.0)
+            zero = _empty((), g)
+            _C.fill(zero._buf, 0.0)
+            self.sel.write(go._buf, zero._buf)
         return go, gv
 
 
-def write(t, index, value):
-    """``t[index] = value`` (``index`` None: ``t.copy_(value)``) recorded in the
-    graph; ``value`` is a tensor of t's dtype and device with as many elements
-    as the part written."""
-    old = _writable_history(t, "copy_" if index is None else "item assignment")
-    part = t if index is None else t._getitem(index)
-    node = _WriteBackward(old, value, index, value.shape) if _needs_grad(old, value) else None
-    return _write_into(t, part, value.detach().reshape(part.shape), node)
+def write(t, sel, value):
+    """``t[index] = value`` (``sel`` the index's selection, or None for
+    ``t.copy_(value)``) recorded in the graph; ``value`` is a tensor of t's
+    dtype and device that broadcasts to the part written."""
+    old = _writable_history(t, "copy_" if sel is None else "item assignment")
+    node = _WriteBackward(old, value, sel) if _needs_grad(old, value) else None
+    if sel is not None and _shares_memory(value, t):
+        value = clone(value.detach())
+    return _write_into(t, sel, value.detach(), node)
 
 
 class _CatBackward(Node):

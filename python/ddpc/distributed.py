@@ -637,6 +637,10 @@ class _Arg:
             self.code = _dtype_code(buf.dtype)
             self.numel = buf.numel
             if writable:
+                if t is not buf and t._not_a_view is not None:
+                    raise ValueError(f"collectives write into contiguous tensors only, and this one is a copy made "
+                                     f"by {t._not_a_view.what} (as PyTorch refuses a non-contiguous view); pass "
+                                     "x[index].contiguous() and assign the result back (x[index] = result)")
                 buf.bump_version()  # an in-place write, as autograd counts them
             if buf.device >= 0 and group.backend != "nccl":
                 host = _C.Buffer(buf.shape, buf.dtype, -1, pin_memory=True)

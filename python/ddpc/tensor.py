@@ -11,7 +11,7 @@ import numbers
 
 import numpy as np
 
-from . import _C
+from . import _C, _indexing
 from ._dtype import (bfloat16, device, device_of, dtype, float16, float32, float64, get_dtype, int32, int64,
                      numpy_dtype, ordinal, promote, uint8)
 
@@ -71,12 +71,19 @@ def _size_args(size):
 class Tensor:
     """An n-d array on the host or a CUDA device, shaped like ``torch.Tensor``.
 
-    Differences from PyTorch: storage is always contiguous, so views exist only
-    for reshapes and for indexing along dim 0; a slice with a step reads as a
-    copy (assigning to one writes its rows).
+    Differences from PyTorch: storage is always contiguous, so an index,
+    permute or expand whose elements are not contiguous in the tensor gives a
+    copy where PyTorch gives a view (x[:, 0], x[::2], x.t()), and
+    ``is_contiguous()`` is False for it. In-place ops on such a copy are
+    written back into the tensor it came from, as through PyTorch's view
+    (``x[:, 0] += 1``, ``x.t().zero_()``), but the copy does not see later
+    changes of that tensor. Writes into a copy that can't be written back (an
+    expand, or a view of such a copy) raise; ``contiguous()`` or ``clone()``
+    gives a tensor of its own.
     """
 
     __array_priority__ = 1000
+    _not_a_view = None  # a _CopyOf when this tensor is a copy where PyTorch has a view
 
     def __init__(self, buf, requires_grad=False):
         if not isinstance(buf, _C.Buffer):
@@ -140,10 +147,12 @@ class Tensor:
         return self._buf.is_pinned
 
     def is_contiguous(self):
-        return True
+        return self._not_a_view is None
 
     def contiguous(self):
-        return self
+        """This tensor, or, for a copy that stands where PyTorch has a view, one
+        over the same elements that may be written."""
+        return self if self._not_a_view is None else _ag.alias(self)
 
     def __len__(self):
         if self.ndim == 0:
@@ -250,7 +259,9 @@ class Tensor:
 
     def detach(self):
         """A tensor sharing this one's storage, outside the graph."""
-        return Tensor(self._buf)
+        out = Tensor(self._buf)
+        out._not_a_view = _copy_view(self)
+        return out
 
     def detach_(self):
         self.grad_fn = None
@@ -375,79 +386,24 @@ class Tensor:
         return _ag.index(self, index)
 
     def _getitem(self, index):
-        if self.ndim == 0:
-            raise IndexError("a 0-d tensor cannot be indexed")
-        if isinstance(index, tuple):
-            if len(index) != 1:
-                raise IndexError("ddpc tensors index along dim 0 only")
-            index = index[0]
-        n, row = self.shape[0], self._row_elems()
-        if isinstance(index, slice):
-            start, stop, step = index.indices(n)
-            if step == 1:
-                count = max(stop - start, 0)
-                return Tensor(self._buf.view(start * row, (count,) + self.shape[1:]))
-            return stack([self._getitem(i) for i in range(start, stop, step)], _shape=self.shape[1:], _like=self)
-        if isinstance(index, numbers.Integral) or (isinstance(index, Tensor) and index.numel() == 1):
-            i = int(index)
-            if not -n <= i < n:
-                raise IndexError(f"index {i} is out of bounds for dim 0 of size {n}")
-            i %= n
-            return Tensor(self._buf.view(i * row, self.shape[1:]))
-        raise IndexError(f"ddpc tensors are indexed by an int or a slice along dim 0, got {type(index).__name__}")
-
-    def _stepped_rows(self, index):
-        """The rows a slice with a step other than 1 selects along dim 0 (such a
-        slice reads as a copy, not a view), or None for any other index."""
-        if isinstance(index, tuple) and len(index) == 1:
-            index = index[0]
-        if isinstance(index, slice) and self.ndim > 0:
-            start, stop, step = index.indices(self.shape[0])
-            if step != 1:
-                return range(start, stop, step)
-        return None
+        """``self[index]`` outside the graph."""
+        return _read(self, _indexing.select(self.shape, index), "indexing")
 
     def __setitem__(self, index, value):
-        rows = self._stepped_rows(index)
+        sel = _indexing.select(self.shape, index)
+        if not isinstance(value, Tensor):
+            value = full((), value, dtype=self.dtype, device=self.device) if isinstance(value, numbers.Number) \
+                else tensor(value, dtype=self.dtype, device=self.device)
         if _in_graph(self, value):
-            if rows is not None:
-                raise RuntimeError("item assignment through a stepped slice can't be recorded in the graph; "
-                                   "assign the rows one by one, or build the result with ddpc.stack")
-            target = self._getitem(index)
-            if not isinstance(value, Tensor):
-                value = full(target.shape, value, dtype=self.dtype, device=self.device) \
-                    if isinstance(value, numbers.Number) else tensor(value, dtype=self.dtype, device=self.device)
-            if value.shape != target.shape:
-                raise ValueError(f"can't assign a tensor of shape {value.shape} to a part of shape {target.shape}")
-            _ag.write(self, index, value.to(device=self.device, dtype=self.dtype))
+            _ag.write(self, sel, value.to(device=self.device, dtype=self.dtype))
             return
         _check_no_grad_inplace(self, "item assignment")
-        if rows is None:
-            target = self._getitem(index)
-            if isinstance(value, Tensor):
-                target.copy_(value)
-            elif isinstance(value, numbers.Number):
-                target.fill_(value)
-            else:
-                target.copy_(tensor(value, dtype=self.dtype))
-            return
-        # A stepped slice has no view to write through: write its rows one by one.
-        if isinstance(value, numbers.Number):
-            for i in rows:
-                self._getitem(i).fill_(value)
-            return
-        if not isinstance(value, Tensor):
-            value = tensor(value, dtype=self.dtype)
-        if value.numel() != len(rows) * self._row_elems():
-            raise ValueError(f"can't assign {value.numel()} elements to a slice of {len(rows)} rows of shape "
-                             f"{self.shape[1:]}")
         src = value.detach().to(device=self.device, dtype=self.dtype)
-        if _shares_memory(src, self):  # rows written early would be read later
+        if _shares_memory(src, self):  # elements written early would be read later
             src = src.clone()
-        src = src.reshape((len(rows),) + self.shape[1:])
         self._buf.bump_version()
-        for j, i in enumerate(rows):
-            _C.copy(self._getitem(i)._buf, src._getitem(j)._buf)
+        sel.write(self._buf, src._buf)
+        _write_back(self)
 
     def __iter__(self):
         if self.ndim == 0:
@@ -473,6 +429,7 @@ class Tensor:
             _C.cast(self._buf, src._buf)
         else:
             _C.copy(self._buf, src._buf, bool(non_blocking))
+        _write_back(self)
         return self
 
     def fill_(self, value):
@@ -486,10 +443,12 @@ class Tensor:
                 self._buf.bump_version()
                 _C.fill(self._buf, float(value - low))
                 _C.scalar(_ADD, self._buf, self._buf, float(low))
+                _write_back(self)
                 return self
         value = float(value)
         self._buf.bump_version()
         _C.fill(self._buf, value)
+        _write_back(self)
         return self
 
     def zero_(self):
@@ -509,6 +468,7 @@ class Tensor:
             res = out if out is not None else Tensor(_C.Buffer(self.shape, rdt.name, self._buf.device))
             _check_inplace(res, rdt, out)
             _C.scalar(op, res._buf, a._buf, float(other))
+            _write_back(res)
             return res
         if not isinstance(other, Tensor):
             other = tensor(other, device=self.device)
@@ -527,6 +487,7 @@ class Tensor:
         res = out if out is not None else Tensor(_C.Buffer(self.shape, rdt.name, self._buf.device))
         _check_inplace(res, rdt, out)
         _C.binary(op, res._buf, a._buf, b._buf)
+        _write_back(res)
         return res
 
     def __add__(self, o): return _ag.add(self, o)
@@ -544,11 +505,13 @@ class Tensor:
         if _in_graph(self, o):
             return _ag.inplace_binary(self, o, op)
         if isinstance(o, Tensor) and o.shape != self.shape:  # x += bias_row: broadcast aside, then written
+            _check_no_grad_inplace(self, "in-place op")
             with _ag.no_grad():
                 res = _ag._binary(self.detach(), o.detach(), op)
             _ag.check_inplace_result(self, res)
             self._buf.bump_version()
             _C.copy(self._buf, res._buf)
+            _write_back(self)
             return self
         return self._binary(o, op, out=self)
 
@@ -572,15 +535,90 @@ class Tensor:
     def tanh(self): return _ag.tanh(self)
     def sigmoid(self): return _ag.sigmoid(self)
 
+    # ---- layout: these copy where PyTorch views non-contiguous elements (see the class docstring)
     def t(self):
-        return _ag.transpose(self, 0, 1)
+        if self.ndim > 2:
+            raise RuntimeError(f"t() expects a tensor with <= 2 dims, but this one has {self.ndim}; use transpose")
+        return _ag.transpose(self, 0, -1)
 
     @property
     def T(self):
-        return _ag.transpose(self, 0, 1)
+        return _ag.permute(self, range(self.ndim - 1, -1, -1))
+
+    @property
+    def mT(self):
+        return _ag.transpose(self, -2, -1)
 
     def transpose(self, dim0, dim1):
         return _ag.transpose(self, dim0, dim1)
+
+    swapaxes = swapdims = transpose
+
+    def permute(self, *dims):
+        return _ag.permute(self, _size_args(dims))
+
+    def movedim(self, source, destination):
+        src = [source] if isinstance(source, numbers.Integral) else list(source)
+        dst = [destination] if isinstance(destination, numbers.Integral) else list(destination)
+        if len(src) != len(dst):
+            raise ValueError(f"movedim: {len(src)} source dims but {len(dst)} destinations")
+        src = [_ag._dim(self, d) for d in src]
+        dst = [_ag._dim(self, d) for d in dst]
+        order = [None] * self.ndim
+        for s_, d_ in zip(src, dst):
+            order[d_] = s_
+        rest = iter(d for d in range(self.ndim) if d not in src)
+        return _ag.permute(self, [d if d is not None else next(rest) for d in order])
+
+    def unsqueeze(self, dim):
+        d = _ag._dim(self, dim, self.ndim + 1)
+        return self.reshape(self.shape[:d] + (1,) + self.shape[d:])
+
+    def squeeze(self, dim=None):
+        if dim is None:
+            dims = range(self.ndim)
+        else:
+            dims = [_ag._dim(self, d) for d in ((dim,) if isinstance(dim, numbers.Integral) else dim)]
+        return self.reshape(tuple(s for d, s in enumerate(self.shape) if not (d in dims and s == 1)))
+
+    def expand(self, *sizes):
+        return _ag.expand(self, _size_args(sizes))
+
+    def expand_as(self, other):
+        return _ag.expand(self, other.shape)
+
+    broadcast_to = expand
+
+    def repeat(self, *sizes):
+        """Tiles the tensor ``sizes[d]`` times along each dim (new leading dims for extra sizes)."""
+        sizes = _size_args(sizes)
+        if len(sizes) < self.ndim:
+            raise ValueError(f"repeat: {len(sizes)} repeats for a tensor of {self.ndim} dims")
+        shape = (1,) * (len(sizes) - self.ndim) + self.shape
+        # (1, s0, 1, s1, ...) expanded to (r0, s0, r1, s1, ...) lays the copies out as tiles.
+        inter = tuple(x for s_ in shape for x in (1, s_))
+        tiled = tuple(x for r, s_ in zip(sizes, shape) for x in (r, s_))
+        return self.reshape(inter).expand(tiled).reshape(tuple(r * s_ for r, s_ in zip(sizes, shape))).contiguous()
+
+    def narrow(self, dim, start, length):
+        d = _ag._dim(self, dim)
+        start = start + self.shape[d] if start < 0 else start
+        if not (0 <= start and 0 <= length and start + length <= self.shape[d]):
+            raise IndexError(f"narrow: [{start}, {start + length}) is outside dim {d} of size {self.shape[d]}")
+        return self[(slice(None),) * d + (slice(start, start + length),)]
+
+    def select(self, dim, index):
+        return self[(slice(None),) * _ag._dim(self, dim) + (index,)]
+
+    def index_select(self, dim, index):
+        if not isinstance(index, Tensor) or index.ndim != 1:
+            raise IndexError("index_select takes a 1-d tensor of indices")
+        return self[(slice(None),) * _ag._dim(self, dim) + (index,)]
+
+    def view_as(self, other):
+        return self.reshape(other.shape)
+
+    reshape_as = view_as
 
     # ---- comparisons ------------------------------------------------------------------
     def _compare(self, other, op):
@@ -733,10 +771,72 @@ def _in_graph(t, value):
     return _ag.is_grad_enabled() and (t.requires_grad or (isinstance(value, Tensor) and value.requires_grad))
 
 
+class _CopyOf:
+    """What a copy standing where PyTorch has a view stands for: the elements
+    ``sel`` of ``source``, into which writes into the copy are written back
+    (sel None: the copy is a view of ``source``, itself such a copy, and the
+    write only goes on from there). With no source, writes are refused: the
+    copy's elements repeat (expand)."""
+
+    __slots__ = ("source", "sel", "what")
+
+    def __init__(self, source, sel, what):
+        self.source, self.sel, self.what = source, sel, what
+
+
+def _read(t, sel, what):
+    """t's elements in the selection ``sel`` as a tensor: a view of t where
+    they are contiguous in it; else a copy, which remembers what it stands for
+    where PyTorch would give a view (all but advanced indexing)."""
+    buf = sel.read(t._buf)
+    out = Tensor(buf)
+    if buf.base is not None:  # a view (a new Buffer has no base)
+        out._not_a_view = _copy_view(t)
+    elif isinstance(sel, _indexing.Region):
+        repeats = any(n > 1 and st == 0 for n, st in zip(sel.shape, sel.strides))
+        out._not_a_view = _CopyOf(None if repeats else t, None if repeats else sel, what)
+    return out
+
+
+def _copy_view(t):
+    """What a view (or reshape, or detached alias) of t stands for."""
+    c = t._not_a_view
+    if c is None or c.source is None:
+        return c
+    return _CopyOf(t, None, c.what)
+
+
+def _check_writable(t, what):
+    """Refuses a write into a copy that can't be written back where PyTorch
+    would write through a view (and one whose source refuses the write)."""
+    c = t._not_a_view
+    if c is None:
+        return
+    if c.source is None:
+        raise RuntimeError(f"{what}: this tensor is a copy made by {c.what} (a view in PyTorch, but ddpc tensors "
+                           "are contiguous) whose elements can't be written back into the tensor it came from; "
+                           "write through an index of that tensor (x[index] = value), or .clone() this one first "
+                           "to change the copy only")
+    _check_no_grad_inplace(c.source, what)
+
+
+def _write_back(t):
+    """After a write into a copy that stands for part of another tensor, that
+    part takes the new values, as it would through PyTorch's view."""
+    c = t._not_a_view
+    if c is not None and c.source is not None:
+        c.source._buf.bump_version()
+        if c.sel is not None:
+            c.sel.write(c.source._buf, t._buf)
+        _write_back(c.source)
+
+
 def _check_no_grad_inplace(t, what):
-    """Refuses an in-place write into t that autograd would miss. (Each write
-    also bumps t's version once its arguments are checked, so that backward
-    can tell a tensor it saved was changed.)"""
+    """Refuses an in-place write into t that autograd would miss, or that
+    would land in a copy only. (Each write also bumps t's version once its
+    arguments are checked, so that backward can tell a tensor it saved was
+    changed.)"""
+    _check_writable(t, what)
     if t.requires_grad and _ag.is_grad_enabled():
         raise RuntimeError(f"{what}: a tensor that requires grad can't be modified in place while grad mode is on; "
                            "wrap the update in ddpc.no_grad()")

@@ -4,16 +4,18 @@ import math
 
 from .. import _C
 from ..autograd import no_grad
-from ..tensor import _RAND_NORMAL, _RAND_UNIFORM, default_generator
+from ..tensor import _RAND_NORMAL, _RAND_UNIFORM, _check_no_grad_inplace, _write_back, default_generator
 
 __all__ = ["calculate_gain", "constant_", "kaiming_uniform_", "normal_", "ones_", "uniform_", "xavier_uniform_",
            "zeros_"]
 
 
 def _draw(tensor, kind, a, b):
+    _check_no_grad_inplace(tensor, "init")
     seed, offset = default_generator.take(tensor.numel())
     tensor._buf.bump_version()
     _C.random(tensor._buf, kind, seed, offset, float(a), float(b))
+    _write_back(tensor)
     return tensor
 
 

@@ -1,0 +1,272 @@
+"""Indexing on ddpc's contiguous buffers, as PyTorch indexes tensors.
+
+``select(shape, index)`` turns an index into a selection of a tensor's
+elements:
+
+- ``Region``: basic indexing (ints, slices with any step, None,
+  Ellipsis) along any dims, also what permute and expand read: the elements
+  offset + sum over d of i_d * strides[d] of the contiguous buffer. Where they
+  are contiguous the read is a view (x[2:5], x[1], x[None]); otherwise one
+  strided-copy op copies them (x[:, 0], x[::2], x.t()), where PyTorch would
+  give a non-contiguous view.
+- ``Rows``: advanced indexing (integer tensors, arrays and lists, masks), in
+  PyTorch's layout: ints select first; the broadcast index dims replace the
+  indexed dims where those are adjacent, and lead otherwise. The positions
+  are worked out on the host from the index (one copy to the host for an
+  index on a GPU, as a mask needs anyway) and the elements move as rows: as
+  long a run of trailing elements as is contiguous in the buffer.
+
+Every selection reads (``read``), writes (``write``, the value broadcast to
+its shape) and adds a gradient back (``add_into``), on _C.Buffers.
+"""
+
+import numbers
+import operator
+
+import numpy as np
+
+from . import _C
+
+
+def contiguous_strides(shape):
+    strides, n = [], 1
+    for s in reversed(shape):
+        strides.append(n)
+        n *= s
+    return tuple(reversed(strides))
+
+
+def _prod(dims):
+    n = 1
+    for s in dims:
+        n *= s
+    return n
+
+
+def broadcast_strides(shape, target, what="value"):
+    """The strides that read a contiguous ``shape`` as ``target`` by numpy's broadcasting (0 where repeated)."""
+    lead = len(target) - len(shape)
+    if lead < 0 or any(s not in (1, t) for s, t in zip(shape, target[lead:])):
+        raise ValueError(f"shape mismatch: {what} of shape {tuple(shape)} cannot be broadcast to {tuple(target)}")
+    own = contiguous_strides(shape)
+    return (0,) * lead + tuple(0 if s == 1 else st for s, st in zip(shape, own))
+
+
+def _broadcast_to(value, shape):
+    """``value`` (a Buffer) as a contiguous Buffer of ``shape`` (itself when it has that shape)."""
+    if tuple(value.shape) == tuple(shape):
+        return value
+    out = _C.Buffer(tuple(shape), value.dtype, value.device)
+    _C.strided_copy(out, 0, contiguous_strides(shape), value, 0, broadcast_strides(value.shape, shape), shape)
+    return out
+
+
+class Region:
+    """Elements offset + sum over d of i_d * strides[d], for each index i of shape."""
+
+    __slots__ = ("offset", "shape", "strides")
+
+    def __init__(self, offset, shape, strides):
+        self.offset, self.shape, self.strides = offset, tuple(shape), tuple(strides)
+
+    def is_view(self):
+        """Whether the elements are contiguous in the buffer (in order)."""
+        if not _prod(self.shape):
+            return True
+        want = contiguous_strides(self.shape)
+        return all(s == 1 or st == w for s, st, w in zip(self.shape, self.strides, want))
+
+    def read(self, buf):
+        if self.is_view():
+            return buf.view(self.offset if _prod(self.shape) else 0, self.shape)
+        out = _C.Buffer(self.shape, buf.dtype, buf.device)
+        _C.strided_copy(out, 0, contiguous_strides(self.shape), buf, self.offset, self.strides, self.shape)
+        return out
+
+    def write(self, buf, value):
+        src = broadcast_strides(value.shape, self.shape)
+        _C.strided_copy(buf, self.offset, self.strides, value, 0, src, self.shape)
+
+    def add_into(self, gbuf, g):
+        """gbuf (zeros) gets g at the region's elements: they are distinct, so writing is adding."""
+        self.write(gbuf, g)
+
+
+class Rows:
+    """Rows of ``width`` elements of the buffer: result row k is buffer row rows[k]."""
+
+    __slots__ = ("shape", "rows", "width")
+
+    def __init__(self, shape, rows, width):
+        self.shape, self.rows, self.width = tuple(shape), rows, width
+
+    def _index(self, buf):
+        idx = _C.Buffer.from_object(self.rows)
+        if buf.device >= 0:
+            dev = _C.Buffer(tuple(idx.shape), "int64", buf.device)
+            _C.copy(dev, idx)
+            idx = dev
+        return idx
+
+    def _table(self, buf):
+        return buf.view(0, (buf.numel // self.width, self.width))
+
+    def read(self, buf):
+        out = _C.Buffer(self.shape, buf.dtype, buf.device)
+        _C.index_rows(out.view(0, (len(self.rows), self.width)), self._table(buf), self._index(buf))
+        return out
+
+    def write(self, buf, value):
+        value = _broadcast_to(value, self.shape)
+        _C.put_rows(self._table(buf), value.view(0, (len(self.rows), self.width)), self._index(buf))
+
+    def add_into(self, gbuf, g):
+        """gbuf (zeros) += g at the rows; rows selected twice add up."""
+        _C.index_add_rows(self._table(gbuf), g.view(0, (len(self.rows), self.width)), self._index(gbuf))
+
+
+def _is_mask(item):
+    if isinstance(item, np.ndarray):
+        return item.dtype == np.bool_
+    if hasattr(item, "_buf"):  # a ddpc Tensor: comparisons give uint8 masks
+        return item._buf.dtype == "uint8"
+    return isinstance(item, (list, tuple)) and len(item) > 0 and all(isinstance(v, bool) for v in item)
+
+
+def _host_array(item, what):
+    if hasattr(item, "_buf"):
+        item = item.cpu().numpy()
+    arr = np.asarray(item)
+    if arr.dtype != np.bool_ and not np.issubdtype(arr.dtype, np.integer):
+        if arr.size or arr.dtype != np.float64:  # an empty list reads as float64
+            raise IndexError(f"tensors used as indices must be integer or mask tensors, got {what} of {arr.dtype}")
+    return arr
+
+
+def _is_advanced(item):
+    if hasattr(item, "_buf"):
+        return item.ndim > 0 or item._buf.dtype == "uint8"
+    return isinstance(item, (list, np.ndarray))
+
+
+def _expand_index(index, ndim):
+    """The index as a list with Ellipsis expanded, masks split into one int array per dim they cover."""
+    if not isinstance(index, tuple):
+        index = (index,)
+    items = []
+    for item in index:
+        if _is_mask(item):
+            mask = _host_array(item, "a mask").astype(bool)
+            items.append(("mask", mask))
+        elif _is_advanced(item):
+            items.append(("ints", _host_array(item, "an index").astype(np.int64)))
+        else:
+            items.append(item)
+    used = sum(1 if not isinstance(i, tuple) else (i[1].ndim if i[0] == "mask" else 1)
+               for i in items if i is not None and i is not Ellipsis)
+    if sum(i is Ellipsis for i in items) > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    if used > ndim:
+        raise IndexError(f"too many indices for tensor of dimension {ndim}")
+    out = []
+    for i in items:
+        if i is Ellipsis:
+            out.extend([slice(None)] * (ndim - used))
+        else:
+            out.append(i)
+    if Ellipsis not in items:
+        out.extend([slice(None)] * (ndim - used))
+    return out
+
+
+def select(shape, index):
+    """The selection ``index`` makes of a contiguous tensor of ``shape``: a Region or Rows."""
+    items = _expand_index(index, len(shape))
+    strides = contiguous_strides(shape)
+    offset, out_shape, out_strides, adv = 0, [], [], []
+    d = 0
+    for item in items:
+        if item is None:
+            out_shape.append(1)
+            out_strides.append(0)
+            continue
+        if isinstance(item, tuple):  # advanced: ("ints", array) or ("mask", array)
+            kind, arr = item
+            if kind == "mask":
+                covered = tuple(shape[d:d + arr.ndim])
+                if arr.shape != covered:
+                    raise IndexError(f"the shape of the mask {arr.shape} at index {d} does not match the shape of "
+                                     f"the indexed tensor {covered}")
+                for k, ints in enumerate(np.nonzero(arr)):
+                    adv.append((len(out_shape), ints))
+                    out_shape.append(shape[d + k])
+                    out_strides.append(strides[d + k])
+                d += arr.ndim
+            else:
+                adv.append((len(out_shape), arr))
+                out_shape.append(shape[d])
+                out_strides.append(strides[d])
+                d += 1
+            continue
+        n, st = shape[d], strides[d]
+        d += 1
+        if isinstance(item, slice):
+            start, stop, step = item.indices(n)  # a negative step walks backwards, as in numpy
+            count = len(range(start, stop, step))
+            if count:
+                offset += start * st
+            out_shape.append(count)
+            out_strides.append(st * step)
+        elif isinstance(item, numbers.Integral) or hasattr(item, "_buf") or hasattr(item, "__index__"):
+            try:
+                i = operator.index(item)
+            except TypeError:
+                raise IndexError(f"only integers, slices, None, ..., masks and integer tensors are valid "
+                                 f"indices, got {type(item).__name__}") from None
+            if not -n <= i < n:
+                raise IndexError(f"index {i} is out of range for dim {d - 1} of size {n}")
+            offset += (i % n) * st
+        else:
+            raise IndexError(f"only integers, slices, None, ..., masks and integer tensors are valid indices, "
+                             f"got {type(item).__name__}")
+    region = Region(offset, out_shape, out_strides)
+    return _rows(region, adv, _prod(shape)) if adv else region
+
+
+def _rows(region, adv, numel, whole_rows=True):
+    """The Rows that advanced indices ``adv`` ((dim, int array) pairs) pick
+    out of ``region``; rows of one element unless ``whole_rows``."""
+    shape, strides = region.shape, region.strides
+    dims = [d for d, _ in adv]
+    try:
+        idx = np.broadcast_arrays(*[a for _, a in adv])
+    except ValueError:
+        raise IndexError("shape mismatch: indexing tensors could not be broadcast together with shapes "
+                         + " ".join(str(a.shape) for _, a in adv)) from None
+    pos = np.full(idx[0].shape, region.offset, dtype=np.int64)
+    for d, i in zip(dims, idx):
+        n = shape[d]
+        if i.size and (i.min() < -n or i.max() >= n):
+            bad = i[(i < -n) | (i >= n)].flat[0]
+            raise IndexError(f"index {bad} is out of bounds for dim {d} with size {n}")
+        pos += np.where(i < 0, i + n, i) * strides[d]
+    adjacent = dims == list(range(dims[0], dims[0] + len(dims)))
+    rest = [d for d in range(len(shape)) if d not in dims]
+    before = [d for d in rest if d < dims[0]] if adjacent else []
+    after = [d for d in rest if d not in before]
+    out_shape = [shape[d] for d in before] + list(pos.shape) + [shape[d] for d in after]
+    # The trailing dims contiguous in the buffer move together as one row.
+    width, k = 1, len(after)
+    while whole_rows and k and (shape[after[k - 1]] == 1 or strides[after[k - 1]] == width) and shape[after[k - 1]]:
+        width *= shape[after[k - 1]]
+        k -= 1
+    axes = [(d, j) for j, d in enumerate(before)] + [(d, len(before) + pos.ndim + j) for j, d in enumerate(after[:k])]
+    ndim = len(before) + pos.ndim + k
+    grid = pos.reshape((1,) * len(before) + pos.shape + (1,) * k)
+    for d, axis in axes:
+        step = np.arange(shape[d], dtype=np.int64) * strides[d]
+        grid = grid + step.reshape([shape[d] if a == axis else 1 for a in range(ndim)])
+    grid = np.ascontiguousarray(grid).reshape(-1)
+    if width > 1 and (numel % width or (grid % width).any()):
+        return _rows(region, adv, numel, whole_rows=False)  # the rows would not start on multiples of their width
+    return Rows(out_shape, grid // width if width > 1 else grid, width)
