@@ -66,7 +66,7 @@ def test_c_unit_tests_under_asan(tmp_path, name, with_cuda):
     assert "tests passed" in out
 
 
-ASAN_SUITES = ("test_tensor", "test_interop", "test_nccl", "test_ops_nn", "test_autograd", "test_nn", "test_optim",
+ASAN_SUITES = ("test_tensor", "test_indexing", "test_interop", "test_nccl", "test_ops_nn", "test_autograd", "test_nn", "test_optim",
                "test_sampler")
 
 
