@@ -1,13 +1,96 @@
 """ddpc.nn.functional: the stateless forms of the layers and losses.
 
-Each function is one fused _C op forward and one backward (see ddpc.autograd).
+Most functions are one fused _C op forward and one backward (see
+ddpc.autograd); batch_norm is built from the autograd ops.
 """
 
+from .. import autograd as _ag
 from ..autograd import (cross_entropy, dropout, embedding, gelu, layer_norm, linear, log_softmax, mse_loss, relu,
                         sigmoid, softmax, tanh)
 
-__all__ = ["cross_entropy", "dropout", "embedding", "flatten", "gelu", "layer_norm", "linear", "log_softmax",
-           "mse_loss", "relu", "sigmoid", "softmax", "tanh"]
+__all__ = ["batch_norm", "cross_entropy", "dropout", "embedding", "flatten", "gelu", "layer_norm", "linear",
+           "log_softmax", "mse_loss", "relu", "sigmoid", "softmax", "tanh"]
+
+
+def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5):
+    """Normalises each channel (dim 1) of ``input`` over the batch and the
+    other dims: with the batch's mean and (biased) variance when
+    ``training``, updating the running statistics in place (the variance
+    unbiased), else with the running statistics."""
+    return _batch_norm(input, running_mean, running_var, weight, bias, training, momentum, eps, None)
+
+
+class _AllReduceSum(_ag.Node):
+    """The sum over the group's ranks of a tensor each computes: each rank's
+    input moves every rank's output, so its gradient is the sum of theirs."""
+
+    def __init__(self, a, group):
+        super().__init__((a,), ())
+        self.group = group
+
+    def backward(self, g):
+        return (_all_reduce_sum(g.detach(), self.group),)
+
+
+def _all_reduce_sum(t, group):
+    from .. import distributed as dist
+
+    out = _ag.clone(t.detach())
+    dist.all_reduce(out, group=group)
+    if _ag._needs_grad(t):
+        _ag._attach(out, _AllReduceSum(t, group))
+    return out
+
+
+def _batch_norm(input, running_mean, running_var, weight, bias, training, momentum, eps, group):
+    """batch_norm, with the batch's statistics taken over every rank of
+    ``group`` when it is not None (SyncBatchNorm): two all-reduces, one for the
+    mean and one for the variance about it (summing squares about each rank's
+    own mean would lose digits where the mean is large)."""
+    if input.ndim < 2:
+        raise ValueError(f"batch_norm: expected an input of at least 2 dims (N, C, ...), got {input.shape}")
+    n, c = input.shape[0], input.shape[1]
+    x = input.reshape(n, c, -1)
+    if not training and (running_mean is None or running_var is None):
+        raise ValueError("batch_norm: running_mean and running_var are needed outside training")
+    if training:
+        count = n * x.shape[2]
+        total = x.sum(2, keepdim=True).sum(0, keepdim=True)
+        if group is not None:
+            count = _count_over(count, group, input.device)
+            total = _all_reduce_sum(total, group)
+        if count <= 1:
+            raise ValueError(f"batch_norm: expected more than 1 value per channel when training, got input of "
+                             f"shape {input.shape}")
+        mean = total / count
+        centred = x - mean
+        sq = (centred * centred).sum(2, keepdim=True).sum(0, keepdim=True)
+        if group is not None:
+            sq = _all_reduce_sum(sq, group)
+        var = sq / count
+        if running_mean is not None:
+            with _ag.no_grad():
+                running_mean.mul_(1 - momentum).add_(mean.reshape(c) * momentum)
+                running_var.mul_(1 - momentum).add_(var.reshape(c) * (momentum * count / (count - 1)))
+    else:
+        mean, var = running_mean.reshape(1, c, 1), running_var.reshape(1, c, 1)
+        centred = x - mean
+    y = centred * (var + eps) ** -0.5
+    if weight is not None:
+        y = y * weight.reshape(1, c, 1)
+    if bias is not None:
+        y = y + bias.reshape(1, c, 1)
+    return y.reshape(input.shape)
+
+
+def _count_over(count, group, device):
+    """The sum of ``count`` over the group's ranks."""
+    from .. import distributed as dist
+    from ..tensor import tensor
+
+    t = tensor([count], device=device)
+    dist.all_reduce(t, group=group)
+    return int(t.item())
 
 
 def flatten(input, start_dim=1, end_dim=-1):

@@ -17,7 +17,8 @@ from . import functional as F
 from . import init
 
 __all__ = ["Module", "Parameter", "Linear", "ReLU", "GELU", "Tanh", "Sigmoid", "Dropout", "Flatten", "Identity",
-           "Sequential", "ModuleList", "CrossEntropyLoss", "MSELoss"]
+           "Sequential", "ModuleList", "CrossEntropyLoss", "MSELoss", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d",
+           "SyncBatchNorm"]
 
 
 class Parameter(Tensor):
@@ -420,6 +421,134 @@ class LayerNorm(Module):
 
     def extra_repr(self):
         return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
+
+
+class _BatchNorm(Module):
+    """Batch normalisation over dim 1 (the channels) of ``_dims``-d inputs, as
+    torch.nn.BatchNorm*d: running statistics (``running_mean``,
+    ``running_var``, ``num_batches_tracked``) are buffers, so DDP broadcasts
+    them from rank 0 with broadcast_buffers; ``momentum=None`` keeps a
+    cumulative average."""
+
+    _dims = ()
+
+    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True, track_running_stats=True, device=None,
+                 dtype=None):
+        super().__init__()
+        self.num_features, self.eps, self.momentum = int(num_features), float(eps), momentum
+        self.affine, self.track_running_stats = bool(affine), bool(track_running_stats)
+        if self.affine:
+            self.weight = Parameter(full((num_features,), 1.0, dtype=dtype, device=device))
+            self.bias = Parameter(full((num_features,), 0.0, dtype=dtype, device=device))
+        else:
+            self.register_parameter("weight", None)
+            self.register_parameter("bias", None)
+        if self.track_running_stats:
+            self.register_buffer("running_mean", full((num_features,), 0.0, dtype=dtype, device=device))
+            self.register_buffer("running_var", full((num_features,), 1.0, dtype=dtype, device=device))
+            self.register_buffer("num_batches_tracked", full((), 0, dtype="int64", device=device))
+        else:
+            self.running_mean = self.running_var = self.num_batches_tracked = None
+
+    def reset_running_stats(self):
+        if self.track_running_stats:
+            self.running_mean.zero_()
+            self.running_var.fill_(1.0)
+            self.num_batches_tracked.zero_()
+
+    def _check_input(self, input):
+        if input.ndim not in self._dims:
+            raise ValueError(f"{type(self).__name__}: expected a {' or '.join(map(str, self._dims))}-d input, got "
+                             f"{input.ndim}-d of shape {input.shape}")
+        if input.shape[1] != self.num_features:
+            raise ValueError(f"{type(self).__name__}: expected {self.num_features} channels in dim 1, got "
+                             f"{input.shape[1]} (shape {input.shape})")
+
+    def _statistics(self):
+        """(training, momentum, running_mean, running_var) for this call, counting the batch."""
+        use_batch = self.training or not self.track_running_stats
+        momentum = 0.0 if self.momentum is None else self.momentum
+        if self.training and self.track_running_stats:
+            with no_grad():
+                self.num_batches_tracked.add_(1)
+            if self.momentum is None:
+                momentum = 1.0 / int(self.num_batches_tracked.item())
+        track = not self.training or self.track_running_stats
+        return use_batch, momentum, self.running_mean if track else None, self.running_var if track else None
+
+    def forward(self, input):
+        self._check_input(input)
+        use_batch, momentum, rm, rv = self._statistics()
+        return F.batch_norm(input, rm, rv, self.weight, self.bias, use_batch, momentum, self.eps)
+
+    def extra_repr(self):
+        return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
+                f"track_running_stats={self.track_running_stats}")
+
+
+class BatchNorm1d(_BatchNorm):
+    """Over (N, C) or (N, C, L) inputs."""
+
+    _dims = (2, 3)
+
+
+class BatchNorm2d(_BatchNorm):
+    """Over (N, C, H, W) inputs."""
+
+    _dims = (4,)
+
+
+class BatchNorm3d(_BatchNorm):
+    """Over (N, C, D, H, W) inputs."""
+
+    _dims = (5,)
+
+
+class SyncBatchNorm(_BatchNorm):
+    """Batch normalisation whose batch statistics are taken over every rank of
+    ``process_group`` (the default group) in training, as
+    torch.nn.SyncBatchNorm: two all-reduces per forward and two in backward,
+    made in the same order on every rank. Without an initialised group of more
+    than one rank, or outside training, it is a BatchNorm. Any input of at
+    least 2 dims. ``convert_sync_batchnorm`` swaps the BatchNorm layers of a
+    model for it, keeping their parameters and statistics."""
+
+    _dims = tuple(range(2, 9))
+
+    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True, track_running_stats=True,
+                 process_group=None, device=None, dtype=None):
+        super().__init__(num_features, eps, momentum, affine, track_running_stats, device, dtype)
+        self.process_group = process_group
+
+    def forward(self, input):
+        from .. import distributed as dist
+
+        self._check_input(input)
+        use_batch, momentum, rm, rv = self._statistics()
+        group = None
+        if use_batch and dist.is_initialized() and dist.get_world_size(self.process_group) > 1:
+            group = self.process_group if self.process_group is not None else dist.group.WORLD
+        return F._batch_norm(input, rm, rv, self.weight, self.bias, use_batch, momentum, self.eps, group)
+
+    @classmethod
+    def convert_sync_batchnorm(cls, module, process_group=None):
+        """``module`` with each BatchNorm*d in it (itself included) replaced by a
+        SyncBatchNorm holding the same parameters and buffers."""
+        out = module
+        if isinstance(module, _BatchNorm) and not isinstance(module, SyncBatchNorm):
+            out = cls(module.num_features, module.eps, module.momentum, module.affine, module.track_running_stats,
+                      process_group)
+            for name in ("weight", "bias"):
+                if module.affine:
+                    setattr(out, name, getattr(module, name))
+            if module.track_running_stats:
+                for name in ("running_mean", "running_var", "num_batches_tracked"):
+                    out.register_buffer(name, getattr(module, name))
+            out.train(module.training)
+        for name, child in list(module._modules.items()):
+            if child is not None:
+                out._modules[name] = cls.convert_sync_batchnorm(child, process_group)
+        return out
 
 
 class ReLU(Module):
