@@ -99,11 +99,14 @@ ddpc_status ddpc_op_softmax(ddpc_buffer *out, const ddpc_buffer *x, int take_log
 ddpc_status ddpc_op_softmax_backward(ddpc_buffer *gx, const ddpc_buffer *gy, const ddpc_buffer *y, int take_log);
 
 /* Fused optimizer steps over a group of n tensors with PyTorch's update rules.
+ * Float16 and bfloat16 tensors (parameter, gradient and state all of that
+ * dtype) are updated in float32 and rounded once on store. `maximize` steps
+ * up the gradient instead of down.
  * bufs[i] is the momentum buffer (NULL entries when momentum is 0); `first`
  * says this is its first step, so the buffer is set to the gradient. */
 typedef struct {
     double lr, momentum, dampening, weight_decay;
-    int nesterov, first;
+    int nesterov, first, maximize;
 } ddpc_sgd_args;
 ddpc_status ddpc_op_sgd_step(int n, ddpc_buffer **params, ddpc_buffer **grads, ddpc_buffer **bufs,
                              const ddpc_sgd_args *args);
@@ -114,7 +117,7 @@ ddpc_status ddpc_op_sgd_step(int n, ddpc_buffer **params, ddpc_buffer **grads, d
 typedef struct {
     double lr, beta1, beta2, eps, weight_decay;
     int64_t step;
-    int decoupled;
+    int decoupled, maximize;
 } ddpc_adam_args;
 ddpc_status ddpc_op_adam_step(int n, ddpc_buffer **params, ddpc_buffer **grads, ddpc_buffer **exp_avgs,
                               ddpc_buffer **exp_avg_sqs, ddpc_buffer **max_sqs, const ddpc_adam_args *args);

@@ -10,6 +10,9 @@
  *          vmax = max(vmax, v) (amsgrad, used in place of v below)
  *          p = p - lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
  *
+ * With maximize, both start from -g. Float16 and bfloat16 groups keep their
+ * state in their own dtype (as PyTorch does) and compute in float32.
+ *
  * The Python binding checks every list entry and collects the pointers with
  * the GIL held, then runs all updates with it released: device tensors as one
  * kernel each on their compute stream, host tensors split across cores. */
@@ -27,8 +30,8 @@ static ddpc_status check_group_(int n, ddpc_buffer **params, ddpc_buffer **lists
     for (int i = 0; i < n; i++) {
         const ddpc_buffer *p = params[i];
         if (p->readonly) return DDPC_ERROR(DDPC_ERR_ARG, "%s: parameter %d is read-only", op, i);
-        if (p->dtype != DDPC_FLOAT32 && p->dtype != DDPC_FLOAT64)
-            return DDPC_ERROR(DDPC_ERR_TYPE, "%s: parameter %d is %s; optimizers need float32 or float64", op, i,
+        if (!ddpc_dtype_is_float(p->dtype))
+            return DDPC_ERROR(DDPC_ERR_TYPE, "%s: parameter %d is %s; optimizers need a float dtype", op, i,
                               ddpc_dtype_name(p->dtype));
         for (int l = 0; l < nlists; l++) {
             const ddpc_buffer *b = lists[l] ? lists[l][i] : NULL;
@@ -52,11 +55,58 @@ typedef struct {
     double step_size, bc2_sqrt;
 } group_job_;
 
-typedef void (*span_fn_)(const group_job_ *j, int i, int64_t lo, int64_t hi);
+/* One update rule over n elements of float32 or float64 (dt): t holds the
+ * parameter, its gradient and the three state arrays (NULL where unused). */
+typedef void (*loop_fn_)(const group_job_ *j, ddpc_dtype dt, void *const t[5], int64_t n);
+
+#define CHUNK 1024
+
+static void widen_(const ddpc_buffer *b, int64_t at, int64_t n, float *out) {
+    const uint16_t *s = (const uint16_t *)b->data + at;
+    if (b->dtype == DDPC_FLOAT16)
+        for (int64_t i = 0; i < n; i++) out[i] = ddpc_half_to_float(s[i]);
+    else
+        for (int64_t i = 0; i < n; i++) out[i] = ddpc_bf16_to_float(s[i]);
+}
+
+static void narrow_(ddpc_buffer *b, int64_t at, int64_t n, const float *in) {
+    uint16_t *d = (uint16_t *)b->data + at;
+    if (b->dtype == DDPC_FLOAT16)
+        for (int64_t i = 0; i < n; i++) d[i] = ddpc_float_to_half(in[i]);
+    else
+        for (int64_t i = 0; i < n; i++) d[i] = ddpc_float_to_bf16(in[i]);
+}
+
+/* Elements [lo, hi) of parameter i. Float16 and bfloat16 tensors go through
+ * float32 copies a chunk at a time (PyTorch's fused steps also compute them in
+ * float32), so every dtype runs the same loops and each value is rounded once. */
+static void span_(const group_job_ *j, loop_fn_ loop, int i, int64_t lo, int64_t hi) {
+    ddpc_buffer *b[5] = {j->params[i], j->grads[i], j->s1 ? j->s1[i] : NULL, j->s2 ? j->s2[i] : NULL,
+                         j->s3 ? j->s3[i] : NULL};
+    ddpc_dtype dt = b[0]->dtype;
+    void *t[5];
+    if (dt == DDPC_FLOAT32 || dt == DDPC_FLOAT64) {
+        size_t item = ddpc_dtype_size(dt);
+        for (int k = 0; k < 5; k++) t[k] = b[k] ? (char *)b[k]->data + (size_t)lo * item : NULL;
+        loop(j, dt, t, hi - lo);
+        return;
+    }
+    float f[5][CHUNK];
+    for (int64_t c = lo; c < hi; c += CHUNK) {
+        int64_t m = hi - c < CHUNK ? hi - c : CHUNK;
+        for (int k = 0; k < 5; k++) {
+            t[k] = b[k] ? f[k] : NULL;
+            if (b[k]) widen_(b[k], c, m, f[k]);
+        }
+        loop(j, DDPC_FLOAT32, t, m);
+        for (int k = 0; k < 5; k++)
+            if (b[k] && k != 1) narrow_(b[k], c, m, f[k]); /* all but the gradient were updated */
+    }
+}
 
 typedef struct {
     const group_job_ *job;
-    span_fn_ span;
+    loop_fn_ loop;
 } range_ctx_;
 
 static void group_range_(void *ctx, int64_t lo, int64_t hi) {
@@ -64,21 +114,22 @@ static void group_range_(void *ctx, int64_t lo, int64_t hi) {
     const group_job_ *j = r->job;
     for (int i = 0; i < j->n; i++) {
         int64_t s = lo > j->starts[i] ? lo : j->starts[i], e = hi < j->starts[i + 1] ? hi : j->starts[i + 1];
-        if (s < e) r->span(j, i, s - j->starts[i], e - j->starts[i]);
+        if (s < e) span_(j, r->loop, i, s - j->starts[i], e - j->starts[i]);
     }
 }
 
 /* Grain: below ~64K elements per thread, starting a thread costs more than it saves. */
-static void run_group_(const group_job_ *j, span_fn_ span) {
-    range_ctx_ r = {j, span};
+static void run_group_(const group_job_ *j, loop_fn_ loop) {
+    range_ctx_ r = {j, loop};
     ddpc_parallel_for(j->starts[j->n], 1 << 16, group_range_, &r);
 }
 
 /* Each loop variant has its branches resolved outside the loop (the macro
- * arguments are constants), so the compiler vectorises every one. */
+ * arguments are constants), so the compiler vectorises every one. `sign` is
+ * -1 to maximize: multiplying by it negates exactly, as PyTorch's -grad does. */
 #define SGD_LOOP(T, MOMENTUM, FIRST, NESTEROV)                                     \
-    for (int64_t i = lo; i < hi; i++) {                                            \
-        T d = g[i] + wd * p[i];                                                    \
+    for (int64_t i = 0; i < n; i++) {                                              \
+        T d = sign * g[i] + wd * p[i];                                             \
         if (MOMENTUM) {                                                            \
             T m = (FIRST) ? d : mom * b[i] + damp * d;                             \
             b[i] = m;                                                              \
@@ -87,13 +138,13 @@ static void run_group_(const group_job_ *j, span_fn_ span) {
         p[i] -= lr * d;                                                            \
     }
 
-static void sgd_span_(const group_job_ *j, int i, int64_t lo, int64_t hi) {
+static void sgd_loop_(const group_job_ *j, ddpc_dtype dt, void *const t[5], int64_t n) {
     const ddpc_sgd_args *a = j->sgd;
-    ddpc_buffer *bb = j->s1 ? j->s1[i] : NULL;
-    DDPC_FLOAT_TYPES(j->params[i]->dtype, {
-        T *restrict p = j->params[i]->data, *restrict b = bb ? bb->data : NULL;
-        const T *restrict g = j->grads[i]->data;
+    DDPC_FLOAT_TYPES(dt, {
+        T *restrict p = t[0], *restrict b = t[2];
+        const T *restrict g = t[1];
         const T lr = (T)a->lr, wd = (T)a->weight_decay, mom = (T)a->momentum, damp = (T)(1 - a->dampening);
+        const T sign = a->maximize ? (T)-1 : (T)1;
         if (!b) SGD_LOOP(T, 0, 0, 0)
         else if (a->first && a->nesterov) SGD_LOOP(T, 1, 1, 1)
         else if (a->first) SGD_LOOP(T, 1, 1, 0)
@@ -103,8 +154,8 @@ static void sgd_span_(const group_job_ *j, int i, int64_t lo, int64_t hi) {
 }
 
 #define ADAM_LOOP(T, AMSGRAD)                                                      \
-    for (int64_t i = lo; i < hi; i++) {                                            \
-        T gi = g[i] + l2 * p[i];                                                   \
+    for (int64_t i = 0; i < n; i++) {                                              \
+        T gi = sign * g[i] + l2 * p[i];                                            \
         T mi = m[i] + b1c * (gi - m[i]);                                           \
         T vi = b2 * v[i] + b2c * gi * gi;                                          \
         m[i] = mi;                                                                 \
@@ -116,19 +167,17 @@ static void sgd_span_(const group_job_ *j, int i, int64_t lo, int64_t hi) {
         p[i] = p[i] * shrink - ss * mi / (sqrt(vi) / bc2s + eps);                  \
     }
 
-static void adam_span_(const group_job_ *j, int i, int64_t lo, int64_t hi) {
+static void adam_loop_(const group_job_ *j, ddpc_dtype dt, void *const t[5], int64_t n) {
     const ddpc_adam_args *a = j->adam;
-    ddpc_buffer *mx = j->s3 ? j->s3[i] : NULL;
-    DDPC_FLOAT_TYPES(j->params[i]->dtype, {
-        T *restrict p = j->params[i]->data, *restrict m = j->s1[i]->data, *restrict v = j->s2[i]->data;
-        T *restrict vmax = mx ? mx->data : NULL;
-        const T *restrict g = j->grads[i]->data;
+    DDPC_FLOAT_TYPES(dt, {
+        T *restrict p = t[0], *restrict m = t[2], *restrict v = t[3], *restrict vmax = t[4];
+        const T *restrict g = t[1];
         /* Adam adds wd * p to the gradient; AdamW scales p by 1 - lr * wd.
          * The unused one is 0 or 1, which leaves the result exact. */
         const T l2 = a->decoupled ? (T)0 : (T)a->weight_decay;
         const T shrink = a->decoupled ? (T)(1 - a->lr * a->weight_decay) : (T)1;
         const T b1c = (T)(1 - a->beta1), b2 = (T)a->beta2, b2c = (T)(1 - a->beta2);
-        const T ss = (T)j->step_size, bc2s = (T)j->bc2_sqrt, eps = (T)a->eps;
+        const T ss = (T)j->step_size, bc2s = (T)j->bc2_sqrt, eps = (T)a->eps, sign = a->maximize ? (T)-1 : (T)1;
         if (vmax) ADAM_LOOP(T, 1)
         else ADAM_LOOP(T, 0)
     });
@@ -140,15 +189,15 @@ static int sgd_kernel_(const group_job_ *j, int i, void *stream) {
     ddpc_buffer *p = j->params[i], *b = j->s1 ? j->s1[i] : NULL;
     const ddpc_sgd_args *a = j->sgd;
     return ddpc_k_sgd(p->data, j->grads[i]->data, b ? b->data : NULL, p->numel, p->dtype, a->lr, a->momentum,
-                      a->dampening, a->weight_decay, a->nesterov, a->first, stream);
+                      a->dampening, a->weight_decay, a->nesterov, a->first, a->maximize, stream);
 }
 
 static int adam_kernel_(const group_job_ *j, int i, void *stream) {
     ddpc_buffer *p = j->params[i], *mx = j->s3 ? j->s3[i] : NULL;
     const ddpc_adam_args *a = j->adam;
     return ddpc_k_adam(p->data, j->grads[i]->data, j->s1[i]->data, j->s2[i]->data, mx ? mx->data : NULL, p->numel,
-                       p->dtype, a->lr, a->beta1, a->beta2, a->eps, a->weight_decay, a->decoupled, j->step_size,
-                       j->bc2_sqrt, stream);
+                       p->dtype, a->lr, a->beta1, a->beta2, a->eps, a->weight_decay, a->decoupled, a->maximize,
+                       j->step_size, j->bc2_sqrt, stream);
 }
 #endif
 
@@ -195,7 +244,7 @@ ddpc_status ddpc_op_sgd_step(int n, ddpc_buffer **params, ddpc_buffer **grads, d
     group_job_ j = {.n = n, .params = params, .grads = grads, .s1 = args->momentum != 0 ? bufs : NULL, .sgd = args};
     CHECK(device_steps_(&j, 0));
     CHECK(host_starts_(&j));
-    run_group_(&j, sgd_span_);
+    run_group_(&j, sgd_loop_);
     free(j.starts);
     return DDPC_OK;
 }
@@ -214,7 +263,7 @@ ddpc_status ddpc_op_adam_step(int n, ddpc_buffer **params, ddpc_buffer **grads, 
                     .adam = args, .step_size = args->lr / bc1, .bc2_sqrt = sqrt(bc2)};
     CHECK(device_steps_(&j, 1));
     CHECK(host_starts_(&j));
-    run_group_(&j, adam_span_);
+    run_group_(&j, adam_loop_);
     free(j.starts);
     return DDPC_OK;
 }
@@ -287,12 +336,12 @@ static size_t group_bytes_(ddpc_buffer **params, int n) {
 static PyObject *py_sgd_step(PyObject *m, PyObject *args, PyObject *kwargs) {
     (void)m;
     static char *kwlist[] = {"params", "grads", "momentum_buffers", "lr", "momentum", "dampening", "weight_decay",
-                             "nesterov", "first", NULL};
+                             "nesterov", "first", "maximize", NULL};
     PyObject *lp, *lg, *lb;
     step_ctx_ s = {0};
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOddddpp:sgd_step", kwlist, &lp, &lg, &lb, &s.sgd.lr,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOddddppp:sgd_step", kwlist, &lp, &lg, &lb, &s.sgd.lr,
                                      &s.sgd.momentum, &s.sgd.dampening, &s.sgd.weight_decay, &s.sgd.nesterov,
-                                     &s.sgd.first))
+                                     &s.sgd.first, &s.sgd.maximize))
         return NULL;
     Py_ssize_t n = PySequence_Size(lp);
     if (n < 0) return NULL;
@@ -313,13 +362,13 @@ exit:
 static PyObject *py_adam_step(PyObject *m, PyObject *args, PyObject *kwargs) {
     (void)m;
     static char *kwlist[] = {"params", "grads", "exp_avgs", "exp_avg_sqs", "max_exp_avg_sqs", "step", "lr", "beta1",
-                             "beta2", "eps", "weight_decay", "decoupled", NULL};
+                             "beta2", "eps", "weight_decay", "decoupled", "maximize", NULL};
     PyObject *lp, *lg, *lm, *lv, *lx;
     step_ctx_ s = {0};
     long long step;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOLdddddp:adam_step", kwlist, &lp, &lg, &lm, &lv, &lx, &step,
-                                     &s.adam.lr, &s.adam.beta1, &s.adam.beta2, &s.adam.eps, &s.adam.weight_decay,
-                                     &s.adam.decoupled))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOLdddddpp:adam_step", kwlist, &lp, &lg, &lm, &lv, &lx,
+                                     &step, &s.adam.lr, &s.adam.beta1, &s.adam.beta2, &s.adam.eps,
+                                     &s.adam.weight_decay, &s.adam.decoupled, &s.adam.maximize))
         return NULL;
     s.adam.step = step;
     Py_ssize_t n = PySequence_Size(lp);
@@ -342,10 +391,10 @@ exit:
 
 static PyMethodDef optim_methods[] = {
     {"sgd_step", (PyCFunction)(void (*)(void))py_sgd_step, METH_VARARGS | METH_KEYWORDS,
-     "sgd_step(params, grads, momentum_buffers, lr, momentum, dampening, weight_decay, nesterov, first)"},
+     "sgd_step(params, grads, momentum_buffers, lr, momentum, dampening, weight_decay, nesterov, first, maximize)"},
     {"adam_step", (PyCFunction)(void (*)(void))py_adam_step, METH_VARARGS | METH_KEYWORDS,
      "adam_step(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, step, lr, beta1, beta2, eps, weight_decay, "
-     "decoupled): Adam, or AdamW when decoupled"},
+     "decoupled, maximize): Adam, or AdamW when decoupled"},
     {NULL, NULL, 0, NULL},
 };
 

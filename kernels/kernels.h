@@ -97,10 +97,10 @@ int ddpc_k_mse_backward(void *ga, const void *gout, const void *a, const void *b
 
 /* Optimizer steps on one tensor (kernels/optim.cu); see csrc/optim.c for the update rules. */
 int ddpc_k_sgd(void *p, const void *g, void *buf, int64_t n, int dtype, double lr, double momentum, double dampening,
-               double weight_decay, int nesterov, int first, void *stream);
+               double weight_decay, int nesterov, int first, int maximize, void *stream);
 int ddpc_k_adam(void *p, const void *g, void *m, void *v, void *vmax, int64_t n, int dtype, double lr, double beta1,
-                double beta2, double eps, double weight_decay, int decoupled, double step_size, double bc2_sqrt,
-                void *stream);
+                double beta2, double eps, double weight_decay, int decoupled, int maximize, double step_size,
+                double bc2_sqrt, void *stream);
 
 #ifdef __cplusplus
 }

@@ -11,6 +11,14 @@
     default: return (int)cudaErrorInvalidValue;                                    \
     }
 
+// The same over every float type, the 16-bit ones included.
+#define ANY_FLOAT_DISPATCH(dtype, ...)                                             \
+    switch (dtype) {                                                               \
+    case K_F16: { typedef __half T; __VA_ARGS__; } break;                          \
+    case K_BF16: { typedef __nv_bfloat16 T; __VA_ARGS__; } break;                  \
+    default: FLOAT_DISPATCH(dtype, __VA_ARGS__)                                    \
+    }
+
 // Runs the statements with T bound to int32_t, int64_t, uint8_t, float or double.
 #define REAL_DISPATCH(dtype, ...)                                                  \
     switch (dtype) {                                                               \

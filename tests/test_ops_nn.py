@@ -274,10 +274,10 @@ def test_gpu_ops_match_host(dtype):
             res[f"mse{red}"], res[f"mse_bwd{red}"] = o, ga
         p, gr, m, v, mx = (B(x.copy()) for _ in range(5))
         _C.adam_step([p], [B(x * 0.1)], [m], [v], [mx], 3, 1e-3, 0.9, 0.999,
-                     1e-8, 0.01, True)
+                     1e-8, 0.01, True, True)
         res["adam"] = p
         p, bf = B(x.copy()), B(x * 0.2)
-        _C.sgd_step([p], [B(x * 0.1)], [bf], 0.1, 0.9, 0.1, 0.01, False, False)
+        _C.sgd_step([p], [B(x * 0.1)], [bf], 0.1, 0.9, 0.1, 0.01, False, False, True)
         res["sgd"] = p
         return res
 

@@ -21,40 +21,60 @@ def grads_for(step, params):
     return [r.standard_normal(p.shape) for p in params]
 
 
-def ref_sgd(ps, steps, lr, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False):
-    ps = [p.copy() for p in ps]
+def exact(a):
+    return a
+
+
+def ref_sgd(ps, steps, lr, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False, maximize=False,
+            rnd=exact):
+    """rnd rounds every stored array (parameters, gradients, buffers) to the tensors' dtype."""
+    ps = [rnd(p.copy()) for p in ps]
     bufs = [None] * len(ps)
     for step in range(steps):
         for i, g in enumerate(grads_for(step, ps)):
-            d = g + weight_decay * ps[i]
+            g = rnd(g)
+            d = (-g if maximize else g) + weight_decay * ps[i]
             if momentum:
-                bufs[i] = d.copy() if bufs[i] is None else momentum * bufs[i] + (1 - dampening) * d
-                d = d + momentum * bufs[i] if nesterov else bufs[i]
-            ps[i] = ps[i] - lr * d
+                m = d.copy() if bufs[i] is None else momentum * bufs[i] + (1 - dampening) * d
+                bufs[i] = rnd(m)
+                d = d + momentum * m if nesterov else m
+            ps[i] = rnd(ps[i] - lr * d)
     return ps
 
 
-def ref_adam(ps, steps, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, amsgrad=False, decoupled=False):
-    ps = [p.copy() for p in ps]
+def ref_adam(ps, steps, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, amsgrad=False, decoupled=False,
+             maximize=False, rnd=exact):
+    ps = [rnd(p.copy()) for p in ps]
     m = [np.zeros_like(p) for p in ps]
     v = [np.zeros_like(p) for p in ps]
     vmax = [np.zeros_like(p) for p in ps]
     b1, b2 = betas
     for step in range(1, steps + 1):
         for i, g in enumerate(grads_for(step - 1, ps)):
+            g = rnd(g)
+            g = -g if maximize else g
             if decoupled:
                 ps[i] = ps[i] * (1 - lr * weight_decay)
             else:
                 g = g + weight_decay * ps[i]
-            m[i] = b1 * m[i] + (1 - b1) * g
-            v[i] = b2 * v[i] + (1 - b2) * g * g
-            vhat = v[i]
+            mi = b1 * m[i] + (1 - b1) * g
+            vhat = b2 * v[i] + (1 - b2) * g * g
+            m[i], v[i] = rnd(mi), rnd(vhat)
             if amsgrad:
-                vmax[i] = np.maximum(vmax[i], v[i])
-                vhat = vmax[i]
+                vhat = np.maximum(vmax[i], vhat)
+                vmax[i] = rnd(vhat)
             denom = np.sqrt(vhat) / math.sqrt(1 - b2 ** step) + eps
-            ps[i] = ps[i] - lr / (1 - b1 ** step) * m[i] / denom
+            ps[i] = rnd(ps[i] - lr / (1 - b1 ** step) * mi / denom)
     return ps
+
+
+def reference(cls, start, steps, **kw):
+    """The reference run of optimizer class cls (AdamW's default weight decay included)."""
+    if cls is optim.SGD:
+        return ref_sgd(start, steps, **kw)
+    if cls is optim.AdamW:
+        kw.setdefault("weight_decay", 1e-2)
+    return ref_adam(start, steps, decoupled=cls is optim.AdamW, **kw)
 
 
 def run(opt, params, steps):
@@ -90,13 +110,68 @@ def test_sgd_matches_reference(kw):
 def test_adam_and_adamw_match_reference(cls, kw):
     params = make_params()
     start = [np.asarray(p).copy() for p in params]
+    run(cls(params, **kw), params, 6)
+    for p, want in zip(params, reference(cls, start, 6, **kw)):
+        np.testing.assert_allclose(np.asarray(p), want, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("cls,kw", [
+    (optim.SGD, dict(lr=0.1, weight_decay=0.01)),
+    (optim.SGD, dict(lr=0.05, momentum=0.8, nesterov=True, weight_decay=0.01)),
+    (optim.Adam, dict(lr=1e-2, weight_decay=0.1)),
+    (optim.AdamW, dict(lr=1e-2, amsgrad=True)),
+])
+def test_maximize_steps_up_the_gradient(cls, kw):
+    params = make_params()
+    start = [np.asarray(p).copy() for p in params]
+    opt = cls(params, maximize=True, **kw)
+    run(opt, params, 5)
+    assert opt.param_groups[0]["maximize"] is True and opt.state_dict()["param_groups"][0]["maximize"] is True
+    for p, want in zip(params, reference(cls, start, 5, maximize=True, **kw)):
+        np.testing.assert_allclose(np.asarray(p), want, rtol=1e-10, atol=1e-12)
+
+
+def to_bf16(a):
+    """Rounds to the nearest bfloat16 (ties to even), kept in float32."""
+    x = np.asarray(a, np.float32).view(np.uint32)
+    return ((x + 0x7FFF + ((x >> 16) & 1)) & 0xFFFF0000).astype(np.uint32).view(np.float32)
+
+
+ROUND16 = {ddpc.float16: lambda a: np.asarray(a, np.float32).astype(np.float16).astype(np.float32),
+           ddpc.bfloat16: to_bf16}
+
+
+def ulps16(a, b, dt):
+    """How many dtype-dt steps apart the dt values a and b (held in float32) lie."""
+    def ordered(x):
+        bits = (x.view(np.uint32) >> 16) if dt is ddpc.bfloat16 else x.astype(np.float16).view(np.uint16)
+        bits = bits.astype(np.int64)
+        return np.where(bits & 0x8000, -(bits & 0x7FFF), bits)
+    return np.abs(ordered(np.asarray(a, np.float32)) - ordered(np.asarray(b, np.float32)))
+
+
+SIXTEEN_BIT_CASES = [
+    (optim.SGD, dict(lr=0.05, momentum=0.9, weight_decay=0.01)),
+    (optim.SGD, dict(lr=0.05, momentum=0.8, nesterov=True, maximize=True)),
+    (optim.Adam, dict(lr=1e-2, weight_decay=0.1)),
+    (optim.AdamW, dict(lr=1e-2, amsgrad=True, maximize=True)),
+]
+
+
+@pytest.mark.parametrize("dt", [ddpc.float16, ddpc.bfloat16], ids=["float16", "bfloat16"])
+@pytest.mark.parametrize("cls,kw", SIXTEEN_BIT_CASES)
+def test_16_bit_params_update_in_float32_and_round_once(dt, cls, kw):
+    params = make_params(dt, shapes=((40, 30), (30,)))
+    start = [p.float().numpy() for p in params]
     opt = cls(params, **kw)
     run(opt, params, 6)
-    kw = dict(kw)
-    if cls is optim.AdamW:
-        kw.setdefault("weight_decay", 1e-2)
-    for p, want in zip(params, ref_adam(start, 6, decoupled=cls is optim.AdamW, **kw)):
-        np.testing.assert_allclose(np.asarray(p), want, rtol=1e-10, atol=1e-12)
+    assert all(t.dtype is dt for s in opt.state.values() for t in s.values() if isinstance(t, ddpc.Tensor))
+    # The reference computes in float32 and rounds every stored array; a step that rounded
+    # each intermediate to 16 bits would be several steps off on many elements.
+    for p, want in zip(params, reference(cls, start, 6, rnd=ROUND16[dt], **kw)):
+        assert p.dtype is dt
+        apart = ulps16(p.float().numpy(), want, dt)
+        assert apart.max() <= 1 and (apart > 0).mean() < 0.01
 
 
 def test_float32_adam_is_close_to_the_float64_reference():
@@ -273,3 +348,26 @@ def test_reduce_lr_on_plateau():
     lrs, _ = _lrs(lambda o: optim.lr_scheduler.ReduceLROnPlateau(o, mode="max", patience=0, factor=0.1, min_lr=0.01),
                   metrics=[1, 0, 0, 0] + [0] * 8)
     assert lrs[:4] == pytest.approx([0.5, 0.05, 0.01, 0.01])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dt", [ddpc.float32, ddpc.float16, ddpc.bfloat16], ids=["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("cls,kw", SIXTEEN_BIT_CASES)
+def test_cuda_steps_match_the_host(dt, cls, kw):
+    arrays = [p.detach().numpy() for p in make_params(shapes=((300, 70), (70,)))]
+    out = {}
+    for device in ("cpu", "cuda"):
+        params = [ddpc.tensor(a, dtype=dt, device=device, requires_grad=True) for a in arrays]
+        opt = cls(params, **kw)
+        for step in range(5):
+            for p, g in zip(params, grads_for(step, params)):
+                p.grad = ddpc.tensor(g, dtype=dt, device=device)
+            opt.step()
+        assert all(p.is_cuda == (device == "cuda") for p in params)
+        out[device] = [p.float().cpu().numpy() for p in params]
+    for host, cuda in zip(out["cpu"], out["cuda"]):
+        if dt is ddpc.float32:
+            np.testing.assert_allclose(cuda, host, rtol=1e-5, atol=1e-6)
+        else:  # the GPU contracts a * b + c into one rounding: a float32 step apart, rarely a 16-bit one
+            apart = ulps16(cuda, host, dt)
+            assert apart.max() <= 1 and (apart > 0).mean() < 0.01

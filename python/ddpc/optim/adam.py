@@ -1,4 +1,8 @@
-"""Adam and AdamW (torch.optim.Adam / AdamW update rules, bias correction and defaults)."""
+"""Adam and AdamW (torch.optim.Adam / AdamW update rules, bias correction and defaults).
+
+Float16 and bfloat16 parameters are updated in float32 and rounded once, with
+exp_avg and exp_avg_sq in their own dtype.
+"""
 
 from .. import _C
 from ..tensor import zeros_like
@@ -10,10 +14,8 @@ class Adam(Optimizer):
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0, amsgrad=False, *,
                  maximize=False):
-        if maximize:
-            raise ValueError(f"ddpc's {type(self).__name__} does not implement maximize")
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
-                                      amsgrad=amsgrad))
+                                      amsgrad=amsgrad, maximize=maximize))
 
     def _check_group(self, g):
         if g["lr"] < 0:
@@ -48,7 +50,8 @@ class Adam(Optimizer):
             _C.adam_step([p._buf for p in batch], [p.grad._buf for p in batch], [s["exp_avg"]._buf for s in st],
                          [s["exp_avg_sq"]._buf for s in st],
                          [s["max_exp_avg_sq"]._buf for s in st] if amsgrad else None, step, float(group["lr"]),
-                         float(b1), float(b2), float(group["eps"]), float(group["weight_decay"]), self._decoupled)
+                         float(b1), float(b2), float(group["eps"]), float(group["weight_decay"]), self._decoupled,
+                         bool(group["maximize"]))
             # Counted only once taken: after a step that raised, the next one is still this step.
             for s in st:
                 s["step"] = step

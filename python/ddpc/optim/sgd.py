@@ -1,4 +1,8 @@
-"""Stochastic gradient descent with momentum, dampening, Nesterov and weight decay (torch.optim.SGD's rules)."""
+"""Stochastic gradient descent with momentum, dampening, Nesterov and weight decay (torch.optim.SGD's rules).
+
+Float16 and bfloat16 parameters are updated in float32 and rounded once, with
+their momentum buffers in their own dtype.
+"""
 
 from .. import _C
 from ..tensor import empty_like
@@ -7,10 +11,8 @@ from .optimizer import Optimizer
 
 class SGD(Optimizer):
     def __init__(self, params, lr=1e-3, momentum=0, dampening=0, weight_decay=0, nesterov=False, *, maximize=False):
-        if maximize:
-            raise ValueError("ddpc's SGD does not implement maximize")
         super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
-                                      nesterov=nesterov))
+                                      nesterov=nesterov, maximize=maximize))
 
     def _check_group(self, g):
         if g["lr"] < 0:
@@ -42,7 +44,8 @@ class SGD(Optimizer):
                 bufs = [self.state[p]["momentum_buffer"] for p in batch]
             _C.sgd_step([p._buf for p in batch], [p.grad._buf for p in batch],
                         [None if b is None else b._buf for b in bufs], float(group["lr"]), momentum,
-                        float(group["dampening"]), float(group["weight_decay"]), bool(group["nesterov"]), first)
+                        float(group["dampening"]), float(group["weight_decay"]), bool(group["nesterov"]), first,
+                        bool(group["maximize"]))
             if momentum != 0 and first:
                 # Kept only once the step has set them: a step that raised leaves no unset buffer behind.
                 for p, b in zip(batch, bufs):
