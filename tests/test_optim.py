@@ -350,6 +350,132 @@ def test_reduce_lr_on_plateau():
     assert lrs[:4] == pytest.approx([0.5, 0.05, 0.01, 0.01])
 
 
+def _trace(opt, sched, n):
+    """Group 0's (lr, momentum or beta1) after construction and after each of n steps."""
+    def now():
+        g = opt.param_groups[0]
+        return g["lr"], g["betas"][0] if "betas" in g else g["momentum"]
+    out = [now()]
+    for _ in range(n):
+        opt.step()
+        sched.step()
+        out.append(now())
+    return out
+
+
+def _cos(start, end, pct):
+    return end + (start - end) * (1 + math.cos(math.pi * pct)) / 2
+
+
+def test_one_cycle_lr_two_phases_cycle_sgd_momentum():
+    opt = optim.SGD([ddpc.zeros(1, requires_grad=True)], lr=0.5, momentum=0.9)
+    sched = optim.lr_scheduler.OneCycleLR(opt, max_lr=1.0, total_steps=10, div_factor=10)
+    got = _trace(opt, sched, 9)
+    # Up from 0.1 to 1.0 over steps 0..2 (30% of 10, less one), then down to 0.1 / 1e4 by step 9.
+    want = [(_cos(0.1, 1.0, s / 2), _cos(0.95, 0.85, s / 2)) if s <= 2 else
+            (_cos(1.0, 1e-5, (s - 2) / 7), _cos(0.85, 0.95, (s - 2) / 7)) for s in range(10)]
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+    assert got[0] == pytest.approx((0.1, 0.95)) and got[1] == pytest.approx((0.55, 0.9))
+    assert got[2] == pytest.approx((1.0, 0.85)) and got[9] == pytest.approx((1e-5, 0.95))
+    g = opt.param_groups[0]
+    assert (g["initial_lr"], g["max_lr"], g["base_momentum"], g["max_momentum"]) == pytest.approx((0.1, 1, 0.85, 0.95))
+    sched.step()  # step 10 = total_steps is still allowed, as in PyTorch
+    with pytest.raises(ValueError, match="total steps"):
+        sched.step()
+
+
+def test_one_cycle_lr_three_phases_linear_cycle_adam_beta1():
+    opt = optim.Adam([ddpc.zeros(1, requires_grad=True)], lr=0.5, betas=(0.9, 0.99))
+    sched = optim.lr_scheduler.OneCycleLR(opt, max_lr=1.0, epochs=2, steps_per_epoch=5, div_factor=10,
+                                          final_div_factor=10, three_phase=True, anneal_strategy="linear")
+    assert sched.total_steps == 10
+    got = _trace(opt, sched, 9)
+    lrs = [0.1, 0.55, 1.0, 0.55, 0.1] + [0.1 - 0.09 * k / 5 for k in range(1, 6)]
+    beta1 = [0.95, 0.9, 0.85, 0.9, 0.95] + [0.95] * 5
+    np.testing.assert_allclose(got, list(zip(lrs, beta1)), rtol=1e-12)
+    assert opt.param_groups[0]["betas"][1] == 0.99
+    S = optim.lr_scheduler
+    for bad in (dict(), dict(total_steps=0), dict(total_steps=5, pct_start=1.5),
+                dict(total_steps=5, anneal_strategy="exp")):
+        with pytest.raises(ValueError):
+            S.OneCycleLR(opt, 1.0, **bad)
+
+
+def test_cosine_annealing_warm_restarts():
+    opt = optim.SGD([ddpc.zeros(1, requires_grad=True)], lr=1.0)
+    sched = optim.lr_scheduler.CosineAnnealingWarmRestarts(opt, T_0=2, T_mult=2, eta_min=0.1)
+    lrs = [lr for lr, _ in _trace(opt, sched, 8)]
+    # Periods of 2, 4, 8 epochs: restarts at epochs 2 and 6.
+    phase = [(0, 2), (1, 2), (0, 4), (1, 4), (2, 4), (3, 4), (0, 8), (1, 8), (2, 8)]
+    assert lrs == pytest.approx([_cos(1.0, 0.1, t / T) for t, T in phase], rel=1e-12)
+    assert lrs[1] == pytest.approx(0.55) and lrs[6] == 1.0
+    sched.step(2.5)  # fractional epochs anneal within the period that holds them
+    assert opt.param_groups[0]["lr"] == pytest.approx(_cos(1.0, 0.1, 0.5 / 4)) and sched.last_epoch == 2
+    sched.step(13)  # period 8 starting at epoch 6
+    assert opt.param_groups[0]["lr"] == pytest.approx(_cos(1.0, 0.1, 7 / 8))
+    sched.step()  # epoch 14: the next restart
+    assert opt.param_groups[0]["lr"] == 1.0 and sched.T_i == 16
+    opt = optim.SGD([ddpc.zeros(1, requires_grad=True)], lr=1.0)
+    lrs = [lr for lr, _ in _trace(opt, optim.lr_scheduler.CosineAnnealingWarmRestarts(opt, T_0=3), 6)]
+    assert lrs == pytest.approx([1.0, 0.75, 0.25] * 2 + [1.0])
+    for bad in (dict(T_0=0), dict(T_0=2.5), dict(T_0=2, T_mult=0)):
+        with pytest.raises(ValueError):
+            optim.lr_scheduler.CosineAnnealingWarmRestarts(opt, **bad)
+
+
+def test_cyclic_lr_modes_and_momentum():
+    S = optim.lr_scheduler
+    opt = optim.SGD([ddpc.zeros(1, requires_grad=True)], lr=0.5, momentum=0.9)
+    got = _trace(opt, S.CyclicLR(opt, base_lr=0.1, max_lr=1.0, step_size_up=2), 8)
+    np.testing.assert_allclose(got, [(0.1, 0.9), (0.55, 0.85), (1.0, 0.8), (0.55, 0.85)] * 2 + [(0.1, 0.9)])
+    # triangular2: one step up, three down, the swing halved every cycle
+    opt = optim.Adam([ddpc.zeros(1, requires_grad=True)], betas=(0.5, 0.99))
+    got = _trace(opt, S.CyclicLR(opt, 0.1, 1.0, step_size_up=1, step_size_down=3, mode="triangular2"), 8)
+    assert [lr for lr, _ in got] == pytest.approx([0.1, 1.0, 0.7, 0.4, 0.1, 0.55, 0.4, 0.25, 0.1])
+    assert [b1 for _, b1 in got] == pytest.approx([0.9, 0.8, 0.8 + 0.1 / 3, 0.9 - 0.1 / 3, 0.9, 0.85, 0.8 + 0.1 / 3 * 2,
+                                                   0.9 - 0.1 / 6, 0.9])
+    assert opt.param_groups[0]["betas"][1] == 0.99
+    # exp_range: the swing shrinks by gamma every batch
+    opt = optim.SGD([ddpc.zeros(1, requires_grad=True)], lr=0.5)
+    sched = S.CyclicLR(opt, 0.1, 1.0, step_size_up=2, mode="exp_range", gamma=0.5, cycle_momentum=False)
+    rise = [0, 0.5, 1, 0.5, 0, 0.5]
+    assert [lr for lr, _ in _trace(opt, sched, 5)] == pytest.approx([0.1 + 0.9 * r * 0.5 ** i for i, r in
+                                                                   enumerate(rise)])
+    assert opt.param_groups[0]["momentum"] == 0 and "scale_fn_custom" not in sched.state_dict()
+    with pytest.raises(ValueError, match="mode"):
+        S.CyclicLR(opt, 0.1, 1.0, mode="square")
+
+
+@pytest.mark.parametrize("cls,kw", [(optim.SGD, dict(lr=0.1, momentum=0.9)), (optim.AdamW, dict(lr=0.1))])
+def test_optimizer_and_one_cycle_state_dicts_resume_a_run(cls, kw):
+    def setup(arrays):
+        params = [ddpc.tensor(a, requires_grad=True) for a in arrays]
+        opt = cls(params, **kw)
+        return params, opt, optim.lr_scheduler.OneCycleLR(opt, max_lr=1.0, total_steps=8)
+
+    def steps(params, opt, sched, lo, hi):
+        for step in range(lo, hi):
+            for p, g in zip(params, grads_for(step, params)):
+                p.grad = ddpc.tensor(g)
+            opt.step()
+            sched.step()
+
+    start = [np.asarray(p) for p in make_params()]
+    whole = setup(start)
+    steps(*whole, 0, 8)
+    first = setup(start)
+    steps(*first, 0, 4)
+    resumed = setup([np.asarray(p) for p in first[0]])
+    resumed[1].load_state_dict(first[1].state_dict())
+    resumed[2].load_state_dict(first[2].state_dict())
+    steps(*resumed, 4, 8)
+    for p, q in zip(whole[0], resumed[0]):
+        np.testing.assert_array_equal(np.asarray(p), np.asarray(q))
+    hypers = [{k: v for k, v in g.items() if k != "params"} for g in (whole[1].param_groups[0],
+                                                                      resumed[1].param_groups[0])]
+    assert hypers[0] == hypers[1] and resumed[2].get_last_lr() == whole[2].get_last_lr()
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dt", [ddpc.float32, ddpc.float16, ddpc.bfloat16], ids=["float32", "float16", "bfloat16"])
 @pytest.mark.parametrize("cls,kw", SIXTEEN_BIT_CASES)

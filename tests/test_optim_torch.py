@@ -1,5 +1,6 @@
 """Optional: ddpc.optim against torch.optim (skipped when torch is not
-installed): maximize, and float16 and bfloat16 parameters.
+installed): maximize, float16 and bfloat16 parameters, and the cyclic
+schedulers' lr and momentum sequences.
 
 Each comparison runs in a child process that imports torch before ddpc (see
 test_nn_torch.py) and fails there, printing what it measured.
@@ -13,7 +14,7 @@ import sys
 import pytest
 
 
-@pytest.mark.parametrize("case", ["maximize", "sixteen_bit"])
+@pytest.mark.parametrize("case", ["maximize", "sixteen_bit", "schedulers"])
 def test_matches_pytorch(case):
     if importlib.util.find_spec("torch") is None:
         pytest.skip("torch is not installed")
@@ -88,8 +89,58 @@ def _case_sixteen_bit():
             assert rel_default <= 8 * eps
 
 
+def _case_schedulers():
+    import torch
+    import numpy as np
+
+    import ddpc
+
+    def trace(lib, opt_name, opt_kw, sched_name, sched_kw, n, epochs=None):
+        optim = torch.optim if lib is torch else ddpc.optim
+        p, q = lib.zeros(1, requires_grad=True), lib.zeros(1, requires_grad=True)
+        opt = getattr(optim, opt_name)([{"params": [p]}, {"params": [q], "lr": 0.3}], **opt_kw)
+        sched = getattr(optim.lr_scheduler, sched_name)(opt, **sched_kw)
+        key = "betas" if "betas" in opt.defaults else "momentum"
+        out = []
+        for i in range(n):
+            opt.step()
+            sched.step() if epochs is None else sched.step(epochs[i])
+            for g in opt.param_groups:
+                out += [g["lr"], g[key][0] if key == "betas" else g[key]]
+        return np.array(out)
+
+    fractional = [0, 0.5, 1.2, 2.9, 3.0, 5.5, 7.99, 8.0, 13, 26, 27.5]
+    cases = [
+        ("SGD", dict(lr=0.1, momentum=0.9), "OneCycleLR", dict(max_lr=1.0, total_steps=20), 20, None),
+        ("Adam", dict(lr=0.1), "OneCycleLR", dict(max_lr=[1.0, 2.0], total_steps=20, three_phase=True,
+                                                  anneal_strategy="linear"), 20, None),
+        ("AdamW", dict(lr=0.1), "OneCycleLR", dict(max_lr=0.01, epochs=3, steps_per_epoch=7, pct_start=0.25,
+                                                   div_factor=10, final_div_factor=100), 21, None),
+        ("SGD", dict(lr=0.1), "OneCycleLR", dict(max_lr=0.5, total_steps=10, cycle_momentum=False), 10, None),
+        ("SGD", dict(lr=0.1), "CosineAnnealingWarmRestarts", dict(T_0=3), 20, None),
+        ("SGD", dict(lr=0.1), "CosineAnnealingWarmRestarts", dict(T_0=2, T_mult=3, eta_min=0.01), 30, None),
+        ("SGD", dict(lr=0.1), "CosineAnnealingWarmRestarts", dict(T_0=2, T_mult=2), len(fractional), fractional),
+        ("SGD", dict(lr=0.1, momentum=0.9), "CyclicLR", dict(base_lr=0.01, max_lr=0.1, step_size_up=4), 30, None),
+        ("Adam", dict(lr=0.1), "CyclicLR", dict(base_lr=[0.01, 0.02], max_lr=0.1, step_size_up=3, step_size_down=5,
+                                                mode="triangular2"), 30, None),
+        ("SGD", dict(lr=0.1, momentum=0.5), "CyclicLR", dict(base_lr=0.01, max_lr=0.1, step_size_up=3,
+                                                             mode="exp_range", gamma=0.9), 30, None),
+        ("SGD", dict(lr=0.1), "CyclicLR", dict(base_lr=0.01, max_lr=0.1, step_size_up=3, scale_fn=lambda x: 0.5 ** x,
+                                               scale_mode="iterations", cycle_momentum=False), 30, None),
+    ]
+    for opt_name, opt_kw, name, kw, n, epochs in cases:
+        want = trace(torch, opt_name, opt_kw, name, kw, n, epochs)
+        got = trace(ddpc, opt_name, opt_kw, name, kw, n, epochs)
+        worst = float(np.abs(got - want).max())
+        print(name, opt_name, kw, "max |ddpc - torch|", worst)
+        assert worst <= 1e-15
+
+
 if __name__ == "__main__":
+    import warnings
+
     import torch  # noqa: F401  (first, see the module docstring)
 
+    warnings.simplefilter("ignore")  # torch's warnings about scheduler steps without optimizer updates
     globals()["_case_" + sys.argv[1]]()
     print("ok")

@@ -1,15 +1,48 @@
 """Learning-rate schedulers, as torch.optim.lr_scheduler: StepLR,
 MultiStepLR, ExponentialLR, ConstantLR, LinearLR, PolynomialLR,
-CosineAnnealingLR, LambdaLR, SequentialLR and ReduceLROnPlateau.
+CosineAnnealingLR, CosineAnnealingWarmRestarts, CyclicLR, OneCycleLR,
+LambdaLR, SequentialLR and ReduceLROnPlateau.
 
 Each but ReduceLROnPlateau computes the closed form of PyTorch's schedule from
 the epoch count, lr = f(base_lr, last_epoch), and writes it into every param
 group on step(), so an lr set by hand lasts until the next step();
 ReduceLROnPlateau scales the current lr when the metric it is given stalls.
+CyclicLR and OneCycleLR also cycle the momentum (SGD's ``momentum``, Adam's
+beta1) against the lr, as PyTorch's ``cycle_momentum`` does.
 """
 
 import bisect
 import math
+
+
+def _per_group(name, optimizer, value):
+    """One value per param group: a list or tuple as given, anything else repeated."""
+    n = len(optimizer.param_groups)
+    if not isinstance(value, (list, tuple)):
+        return [value] * n
+    if len(value) != n:
+        raise ValueError(f"expected {n} {name}, one per param group, got {len(value)}")
+    return list(value)
+
+
+def _momentum_key(optimizer):
+    """The group entry that cycle_momentum drives: Adam's betas (beta1) or SGD's momentum."""
+    for key in ("betas", "momentum"):
+        if key in optimizer.defaults:
+            return key
+    raise ValueError("optimizer must support momentum or beta1 with `cycle_momentum` option enabled")
+
+
+def _set_momentum(group, key, value):
+    group[key] = (value, *group["betas"][1:]) if key == "betas" else value
+
+
+def _start_momentum(optimizer, key, base_momentum, max_momentum):
+    """Starts every group at its max_momentum and records both bounds in it, as PyTorch does."""
+    for g, low, high in zip(optimizer.param_groups, _per_group("base_momentum", optimizer, base_momentum),
+                            _per_group("max_momentum", optimizer, max_momentum)):
+        _set_momentum(g, key, high)
+        g["max_momentum"], g["base_momentum"] = high, low
 
 
 class LRScheduler:
@@ -34,8 +67,10 @@ class LRScheduler:
 
     def step(self, epoch=None):
         self.last_epoch = self.last_epoch + 1 if epoch is None else int(epoch)
-        lrs = self.get_lr()
-        for g, lr in zip(self.optimizer.param_groups, lrs):
+        self._set_lrs()
+
+    def _set_lrs(self):
+        for g, lr in zip(self.optimizer.param_groups, self.get_lr()):
             g["lr"] = lr
         self._last_lr = [g["lr"] for g in self.optimizer.param_groups]
 
@@ -69,17 +104,184 @@ class CosineAnnealingLR(LRScheduler):
         return [self.eta_min + (base - self.eta_min) * c for base in self.base_lrs]
 
 
+class CosineAnnealingWarmRestarts(LRScheduler):
+    """SGDR: lr = eta_min + (base_lr - eta_min) * (1 + cos(pi * T_cur / T_i)) / 2,
+    restarting at base_lr after T_i epochs; T_i starts at T_0 and grows by
+    T_mult at each restart. step(epoch) also takes a fractional epoch (epoch +
+    batch / batches) to anneal within an epoch."""
+
+    def __init__(self, optimizer, T_0, T_mult=1, eta_min=0.0, last_epoch=-1):
+        if not isinstance(T_0, int) or T_0 <= 0:
+            raise ValueError(f"Expected positive integer T_0, but got {T_0}")
+        if not isinstance(T_mult, int) or T_mult < 1:
+            raise ValueError(f"Expected integer T_mult >= 1, but got {T_mult}")
+        self.T_0, self.T_i, self.T_mult, self.eta_min = T_0, T_0, T_mult, eta_min
+        self.T_cur = last_epoch
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self):
+        c = (1 + math.cos(math.pi * self.T_cur / self.T_i)) / 2
+        return [self.eta_min + (base - self.eta_min) * c for base in self.base_lrs]
+
+    def step(self, epoch=None):
+        if epoch is None and self.last_epoch < 0:
+            epoch = 0
+        if epoch is None:
+            epoch = self.last_epoch + 1
+            self.T_cur += 1
+            if self.T_cur >= self.T_i:
+                self.T_cur %= self.T_i
+                self.T_i *= self.T_mult
+        elif epoch < 0:
+            raise ValueError(f"Expected non-negative epoch, but got {epoch}")
+        elif epoch < self.T_0:
+            self.T_i, self.T_cur = self.T_0, epoch
+        elif self.T_mult == 1:
+            self.T_cur = epoch % self.T_0
+        else:
+            # Restarts so far: the n with T_0 * (T_mult^n - 1) / (T_mult - 1) <= epoch.
+            n = int(math.log(epoch / self.T_0 * (self.T_mult - 1) + 1, self.T_mult))
+            self.T_cur = epoch - self.T_0 * (self.T_mult ** n - 1) / (self.T_mult - 1)
+            self.T_i = self.T_0 * self.T_mult ** n
+        self.last_epoch = math.floor(epoch)
+        self._set_lrs()
+
+
+class CyclicLR(LRScheduler):
+    """Cyclical learning rates: lr climbs from base_lr to max_lr in step_size_up
+    batches and back in step_size_down (default the same), the swing scaled by
+    mode ("triangular": 1, "triangular2": halved every cycle, "exp_range":
+    gamma ** batch) or by scale_fn(cycle or batch, per scale_mode). With
+    cycle_momentum the momentum moves the other way, max_momentum to
+    base_momentum. Step it after every batch. base_lr replaces the groups' lr."""
+
+    def __init__(self, optimizer, base_lr, max_lr, step_size_up=2000, step_size_down=None, mode="triangular",
+                 gamma=1.0, scale_fn=None, scale_mode="cycle", cycle_momentum=True, base_momentum=0.8,
+                 max_momentum=0.9, last_epoch=-1):
+        base_lrs = _per_group("base_lr", optimizer, base_lr)
+        if last_epoch == -1:
+            for g, lr in zip(optimizer.param_groups, base_lrs):
+                g["lr"] = lr
+        self.max_lrs = _per_group("max_lr", optimizer, max_lr)
+        up = float(step_size_up)
+        down = float(step_size_down) if step_size_down is not None else up
+        self.total_size, self.step_ratio = up + down, up / (up + down)
+        if scale_fn is None and mode not in ("triangular", "triangular2", "exp_range"):
+            raise ValueError("mode is invalid and scale_fn is None")
+        self.mode, self.gamma, self.scale_fn_custom = mode, gamma, scale_fn
+        if scale_fn is None:
+            scale_mode = "iterations" if mode == "exp_range" else "cycle"
+        self.scale_mode = scale_mode
+        self.cycle_momentum = cycle_momentum
+        if cycle_momentum:
+            self._momentum = _momentum_key(optimizer)
+            self.base_momentums = _per_group("base_momentum", optimizer, base_momentum)
+            self.max_momentums = _per_group("max_momentum", optimizer, max_momentum)
+            if last_epoch == -1:
+                _start_momentum(optimizer, self._momentum, base_momentum, max_momentum)
+        super().__init__(optimizer, last_epoch)
+        self.base_lrs = base_lrs
+
+    def scale_fn(self, x):
+        if self.scale_fn_custom is not None:
+            return self.scale_fn_custom(x)
+        if self.mode == "triangular":
+            return 1.0
+        if self.mode == "triangular2":
+            return 1 / (2.0 ** (x - 1))
+        return self.gamma ** x
+
+    def get_lr(self):
+        cycle = math.floor(1 + self.last_epoch / self.total_size)
+        x = 1.0 + self.last_epoch / self.total_size - cycle
+        rise = x / self.step_ratio if x <= self.step_ratio else (x - 1) / (self.step_ratio - 1)
+        scale = self.scale_fn(cycle if self.scale_mode == "cycle" else self.last_epoch)
+        if self.cycle_momentum:
+            for g, low, high in zip(self.optimizer.param_groups, self.base_momentums, self.max_momentums):
+                _set_momentum(g, self._momentum, high - (high - low) * rise * scale)
+        return [base + (top - base) * rise * scale for base, top in zip(self.base_lrs, self.max_lrs)]
+
+    def state_dict(self):
+        """scale_fn is code, so it is not saved."""
+        return {k: v for k, v in self.__dict__.items() if k not in ("optimizer", "scale_fn_custom")}
+
+
+class OneCycleLR(LRScheduler):
+    """The 1cycle policy: lr rises from max_lr / div_factor to max_lr over the
+    first pct_start of total_steps (or epochs * steps_per_epoch), then anneals
+    ("cos" or "linear") to that start / final_div_factor; with three_phase it
+    first comes back down to the start, symmetrically, and anneals to the
+    minimum in a third phase. With cycle_momentum the momentum moves the other
+    way, max_momentum to base_momentum. Step it after every batch; stepping
+    past total_steps raises."""
+
+    def __init__(self, optimizer, max_lr, total_steps=None, epochs=None, steps_per_epoch=None, pct_start=0.3,
+                 anneal_strategy="cos", cycle_momentum=True, base_momentum=0.85, max_momentum=0.95, div_factor=25.0,
+                 final_div_factor=1e4, three_phase=False, last_epoch=-1):
+        if total_steps is None:
+            if epochs is None or steps_per_epoch is None:
+                raise ValueError("You must define either total_steps OR (epochs AND steps_per_epoch)")
+            if not isinstance(epochs, int) or epochs <= 0:
+                raise ValueError(f"Expected positive integer epochs, but got {epochs}")
+            if not isinstance(steps_per_epoch, int) or steps_per_epoch <= 0:
+                raise ValueError(f"Expected positive integer steps_per_epoch, but got {steps_per_epoch}")
+            total_steps = epochs * steps_per_epoch
+        if not isinstance(total_steps, int) or total_steps <= 0:
+            raise ValueError(f"Expected positive integer total_steps, but got {total_steps}")
+        if not 0 <= pct_start <= 1:
+            raise ValueError(f"Expected float between 0 and 1 pct_start, but got {pct_start}")
+        if anneal_strategy not in ("cos", "linear"):
+            raise ValueError(f"anneal_strategy must be one of 'cos' or 'linear', instead got {anneal_strategy}")
+        self.total_steps, self.anneal_strategy = total_steps, anneal_strategy
+        # Phases: (last step, lr from, lr to, momentum from, momentum to), the values named by group entries.
+        rise = float(pct_start * total_steps) - 1
+        if three_phase:
+            self._phases = [(rise, "initial_lr", "max_lr", "max_momentum", "base_momentum"),
+                            (float(2 * pct_start * total_steps) - 2, "max_lr", "initial_lr", "base_momentum",
+                             "max_momentum"),
+                            (total_steps - 1, "initial_lr", "min_lr", "max_momentum", "max_momentum")]
+        else:
+            self._phases = [(rise, "initial_lr", "max_lr", "max_momentum", "base_momentum"),
+                            (total_steps - 1, "max_lr", "min_lr", "base_momentum", "max_momentum")]
+        if last_epoch == -1:
+            for g, top in zip(optimizer.param_groups, _per_group("max_lr", optimizer, max_lr)):
+                g["initial_lr"], g["max_lr"] = top / div_factor, top
+                g["min_lr"] = g["initial_lr"] / final_div_factor
+        self.cycle_momentum = cycle_momentum
+        if cycle_momentum:
+            self._momentum = _momentum_key(optimizer)
+            if last_epoch == -1:
+                _start_momentum(optimizer, self._momentum, base_momentum, max_momentum)
+        super().__init__(optimizer, last_epoch)
+
+    def _anneal(self, start, end, pct):
+        if self.anneal_strategy == "cos":
+            return end + (start - end) / 2.0 * (math.cos(math.pi * pct) + 1)
+        return (end - start) * pct + start
+
+    def get_lr(self):
+        step = self.last_epoch
+        if step > self.total_steps:
+            raise ValueError(f"Tried to step {step} times. The specified number of total steps is {self.total_steps}")
+        begin = 0.0
+        for end, lr0, lr1, m0, m1 in self._phases[:-1]:
+            if step <= end:
+                break
+            begin = end
+        else:
+            end, lr0, lr1, m0, m1 = self._phases[-1]
+        pct = (step - begin) / (end - begin)
+        if self.cycle_momentum:
+            for g in self.optimizer.param_groups:
+                _set_momentum(g, self._momentum, self._anneal(g[m0], g[m1], pct))
+        return [self._anneal(g[lr0], g[lr1], pct) for g in self.optimizer.param_groups]
+
+
 class LambdaLR(LRScheduler):
     """lr = base_lr * lr_lambda(epoch), one function for all groups or one per group."""
 
     def __init__(self, optimizer, lr_lambda, last_epoch=-1):
-        n = len(optimizer.param_groups)
-        if isinstance(lr_lambda, (list, tuple)):
-            if len(lr_lambda) != n:
-                raise ValueError(f"expected {n} lr_lambdas, got {len(lr_lambda)}")
-            self.lr_lambdas = list(lr_lambda)
-        else:
-            self.lr_lambdas = [lr_lambda] * n
+        self.lr_lambdas = _per_group("lr_lambdas", optimizer, lr_lambda)
         super().__init__(optimizer, last_epoch)
 
     def get_lr(self):
@@ -197,10 +399,7 @@ class ReduceLROnPlateau:
             raise ValueError("ReduceLROnPlateau: factor must be < 1")
         if mode not in ("min", "max") or threshold_mode not in ("rel", "abs"):
             raise ValueError("ReduceLROnPlateau: mode is min or max, threshold_mode rel or abs")
-        n = len(optimizer.param_groups)
-        self.min_lrs = list(min_lr) if isinstance(min_lr, (list, tuple)) else [min_lr] * n
-        if len(self.min_lrs) != n:
-            raise ValueError(f"ReduceLROnPlateau: expected {n} min_lrs, got {len(self.min_lrs)}")
+        self.min_lrs = _per_group("min_lrs", optimizer, min_lr)
         self.optimizer, self.mode, self.factor, self.patience = optimizer, mode, factor, int(patience)
         self.threshold, self.threshold_mode, self.cooldown, self.eps = threshold, threshold_mode, int(cooldown), eps
         self.best = math.inf if mode == "min" else -math.inf
