@@ -476,6 +476,20 @@ def test_optimizer_and_one_cycle_state_dicts_resume_a_run(cls, kw):
     assert hypers[0] == hypers[1] and resumed[2].get_last_lr() == whole[2].get_last_lr()
 
 
+def test_pytorch_only_arguments_and_state_reads():
+    a = make_params()
+    start = [np.asarray(p).copy() for p in a]
+    b = [ddpc.tensor(x, requires_grad=True) for x in start]
+    opt = optim.Adam(a, lr=1e-2, weight_decay=0.1, decoupled_weight_decay=True, foreach=False, fused=True)
+    assert opt.state[a[0]] == {}  # as PyTorch's defaultdict: not stepped yet
+    run(opt, a, 3)
+    run(optim.AdamW(b, lr=1e-2, weight_decay=0.1, fused=True), b, 3)
+    for p, q, want in zip(a, b, reference(optim.AdamW, start, 3, lr=1e-2, weight_decay=0.1)):
+        np.testing.assert_array_equal(np.asarray(p), np.asarray(q))
+        np.testing.assert_allclose(np.asarray(p), want, rtol=1e-10, atol=1e-12)
+    optim.SGD(make_params(), lr=0.1, foreach=True, fused=False)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dt", [ddpc.float32, ddpc.float16, ddpc.bfloat16], ids=["float32", "float16", "bfloat16"])
 @pytest.mark.parametrize("cls,kw", SIXTEEN_BIT_CASES)

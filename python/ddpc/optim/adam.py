@@ -1,7 +1,8 @@
 """Adam and AdamW (torch.optim.Adam / AdamW update rules, bias correction and defaults).
 
 Float16 and bfloat16 parameters are updated in float32 and rounded once, with
-exp_avg and exp_avg_sq in their own dtype.
+exp_avg and exp_avg_sq in their own dtype. ``foreach`` and ``fused`` are
+accepted for PyTorch's signature: every step is one fused multi-tensor call.
 """
 
 from .. import _C
@@ -10,12 +11,14 @@ from .optimizer import Optimizer
 
 
 class Adam(Optimizer):
-    _decoupled = False
+    """Adam; ``decoupled_weight_decay=True`` makes it AdamW."""
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0, amsgrad=False, *,
-                 maximize=False):
+                 foreach=None, maximize=False, fused=None, decoupled_weight_decay=False):
+        del foreach, fused
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
-                                      amsgrad=amsgrad, maximize=maximize))
+                                      amsgrad=amsgrad, maximize=maximize,
+                                      decoupled_weight_decay=decoupled_weight_decay))
 
     def _check_group(self, g):
         if g["lr"] < 0:
@@ -35,7 +38,7 @@ class Adam(Optimizer):
         amsgrad = bool(group["amsgrad"])
         by_step = {}
         for p in params:
-            s = self._state_of(p)
+            s = self.state[p]
             if not s:
                 s["step"] = 0
                 s["exp_avg"] = zeros_like(p)
@@ -50,8 +53,8 @@ class Adam(Optimizer):
             _C.adam_step([p._buf for p in batch], [p.grad._buf for p in batch], [s["exp_avg"]._buf for s in st],
                          [s["exp_avg_sq"]._buf for s in st],
                          [s["max_exp_avg_sq"]._buf for s in st] if amsgrad else None, step, float(group["lr"]),
-                         float(b1), float(b2), float(group["eps"]), float(group["weight_decay"]), self._decoupled,
-                         bool(group["maximize"]))
+                         float(b1), float(b2), float(group["eps"]), float(group["weight_decay"]),
+                         bool(group["decoupled_weight_decay"]), bool(group["maximize"]))
             # Counted only once taken: after a step that raised, the next one is still this step.
             for s in st:
                 s["step"] = step
@@ -60,8 +63,7 @@ class Adam(Optimizer):
 class AdamW(Adam):
     """Adam with decoupled weight decay (default 1e-2)."""
 
-    _decoupled = True
-
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, amsgrad=False, *,
-                 maximize=False):
-        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize=maximize)
+                 maximize=False, foreach=None, fused=None):
+        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, foreach=foreach, maximize=maximize,
+                         fused=fused, decoupled_weight_decay=True)

@@ -5,13 +5,15 @@ Subclasses implement ``_step_group(group)``, which hands a whole group to one
 fused multi-tensor _C call.
 """
 
+from collections import defaultdict
+
 from ..autograd import no_grad
 from ..tensor import Tensor, zero_grads
 
 class Optimizer:
     def __init__(self, params, defaults):
         self.defaults = dict(defaults)
-        self.state = {}
+        self.state = defaultdict(dict)  # as PyTorch's: a parameter not stepped yet reads as {}
         self.param_groups = []
         if isinstance(params, Tensor):
             raise TypeError("params must be an iterable of tensors or of dicts, got a single tensor")
@@ -70,12 +72,6 @@ class Optimizer:
     def _step_group(self, group):
         raise NotImplementedError
 
-    def _state_of(self, p):
-        s = self.state.get(p)
-        if s is None:
-            s = self.state[p] = {}
-        return s
-
     # ---- state dicts ---------------------------------------------------------------
     def state_dict(self):
         """{'state': {index: {...}}, 'param_groups': [{..., 'params': [indices]}]}; tensors are shared, not copied."""
@@ -106,7 +102,7 @@ class Optimizer:
             if len(saved["params"]) != len(own["params"]):
                 raise ValueError(f"loaded state dict's parameter group {i} holds {len(saved['params'])} parameters, "
                                  f"the optimizer's holds {len(own['params'])}")
-        new_state = {}
+        new_state = defaultdict(dict)
         saved_state = state_dict["state"]
         for saved, own in zip(groups, self.param_groups):
             for idx, p in zip(saved["params"], own["params"]):

@@ -1,7 +1,8 @@
 """Stochastic gradient descent with momentum, dampening, Nesterov and weight decay (torch.optim.SGD's rules).
 
 Float16 and bfloat16 parameters are updated in float32 and rounded once, with
-their momentum buffers in their own dtype.
+their momentum buffers in their own dtype. ``foreach`` and ``fused`` are
+accepted for PyTorch's signature: every step is one fused multi-tensor call.
 """
 
 from .. import _C
@@ -10,7 +11,9 @@ from .optimizer import Optimizer
 
 
 class SGD(Optimizer):
-    def __init__(self, params, lr=1e-3, momentum=0, dampening=0, weight_decay=0, nesterov=False, *, maximize=False):
+    def __init__(self, params, lr=1e-3, momentum=0, dampening=0, weight_decay=0, nesterov=False, *, maximize=False,
+                 foreach=None, fused=None):
+        del foreach, fused
         super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
                                       nesterov=nesterov, maximize=maximize))
 
@@ -32,7 +35,7 @@ class SGD(Optimizer):
         # Buffers start as a copy of the first step's gradient, so new ones go in their own call.
         fresh, running = [], []
         for p in params:
-            (running if "momentum_buffer" in self._state_of(p) else fresh).append(p)
+            (running if "momentum_buffer" in self.state[p] else fresh).append(p)
         for batch, first in ((fresh, True), (running, False)):
             if not batch:
                 continue
