@@ -21,16 +21,23 @@ template <typename T> __global__ void binary_rows_kernel(int op, T *out, const T
     GRID_STRIDE(i, total) out[i] = binary_apply<T>(op, a[i], row[i % n]);
 }
 
-// One thread per output element: its index taken apart over out's dims gives a's and b's offsets.
+// Element i of geo's shape taken apart over its dims: its offsets at the sa and sb strides.
+__device__ __forceinline__ void strided_offsets(int64_t i, const ddpc_k_bcast &geo, int64_t *oa, int64_t *ob) {
+    int64_t rest = i;
+    *oa = 0, *ob = 0;
+    for (int d = geo.ndim - 1; d >= 0; d--) {
+        int64_t k = rest % geo.shape[d];
+        rest /= geo.shape[d];
+        *oa += k * geo.sa[d], *ob += k * geo.sb[d];
+    }
+}
+
+// One thread per output element.
 template <typename T>
 __global__ void binary_broadcast_kernel(int op, T *out, const T *a, const T *b, int64_t n, ddpc_k_bcast geo) {
     GRID_STRIDE(i, n) {
-        int64_t rest = i, oa = 0, ob = 0;
-        for (int d = geo.ndim - 1; d >= 0; d--) {
-            int64_t k = rest % geo.shape[d];
-            rest /= geo.shape[d];
-            oa += k * geo.sa[d], ob += k * geo.sb[d];
-        }
+        int64_t oa, ob;
+        strided_offsets(i, geo, &oa, &ob);
         out[i] = binary_apply<T>(op, a[oa], b[ob]);
     }
 }
@@ -173,15 +180,11 @@ template <typename T> __global__ void transpose_kernel(T *out, const T *a, int64
     }
 }
 
-// One thread per element: its index taken apart over the shape gives both offsets.
+// One thread per element.
 template <typename W> __global__ void strided_copy_kernel(W *dst, const W *src, int64_t n, ddpc_k_bcast geo) {
     GRID_STRIDE(i, n) {
-        int64_t rest = i, od = 0, os = 0;
-        for (int d = geo.ndim - 1; d >= 0; d--) {
-            int64_t k = rest % geo.shape[d];
-            rest /= geo.shape[d];
-            od += k * geo.sa[d], os += k * geo.sb[d];
-        }
+        int64_t od, os;
+        strided_offsets(i, geo, &od, &os);
         dst[od] = src[os];
     }
 }
