@@ -181,6 +181,8 @@ def _expand_index(index, ndim):
 
 def select(shape, index):
     """The selection ``index`` makes of a contiguous tensor of ``shape``: a Region or Rows."""
+    if shape and (type(index) is int or (type(index) is slice and index.step in (None, 1))):
+        return _leading_rows(shape, index)  # the common x[i] and x[a:b], without the general parse
     items = _expand_index(index, len(shape))
     strides = contiguous_strides(shape)
     offset, out_shape, out_strides, adv = 0, [], [], []
@@ -231,6 +233,18 @@ def select(shape, index):
                              f"got {type(item).__name__}")
     region = Region(offset, out_shape, out_strides)
     return _rows(region, adv, _prod(shape)) if adv else region
+
+
+def _leading_rows(shape, index):
+    n, rest = shape[0], tuple(shape[1:])
+    row = _prod(rest)
+    if type(index) is int:
+        if not -n <= index < n:
+            raise IndexError(f"index {index} is out of range for dim 0 of size {n}")
+        return Region((index % n) * row, rest, contiguous_strides(rest))
+    start, stop, _ = index.indices(n)
+    count = max(stop - start, 0)
+    return Region(start * row if count else 0, (count,) + rest, contiguous_strides(shape))
 
 
 def _rows(region, adv, numel, whole_rows=True):
