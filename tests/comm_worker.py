@@ -443,6 +443,134 @@ def scenario_p2p_any():
     dist.barrier()
 
 
+def scenario_p2p_tag_order():
+    """Rank 0 sends tag 1 and then tag 2, rank 1 receives tag 2 first: as in
+    gloo, a recv takes the oldest message from its peer with its tag, and rank
+    0's isend of tag 1 (more than the socket buffers hold) completes because
+    rank 1 reads it ahead for its own recv."""
+    rank = dist.get_rank()
+    big = np.arange((1 << 20) + 3, dtype=np.float32)
+    if rank == 0:
+        for w in (dist.isend(big, 1, tag=1), dist.isend(np.arange(5, dtype=np.int64), 1, tag=2)):
+            w.wait()
+    elif rank == 1:
+        small, got = np.zeros(5, np.int64), np.zeros_like(big)
+        assert dist.recv(small, 0, tag=2) == 0
+        assert dist.recv(got, 0, tag=1) == 0
+        check(small, np.arange(5), "recv of tag 2 sent after tag 1")
+        check(got, big, "recv of tag 1 after the recv of tag 2")
+    # The same with both receives posted at once.
+    if rank == 0:
+        ops = [dist.P2POp(dist.isend, big + 1, 1, tag=1), dist.P2POp(dist.isend, np.full(3, 7.0), 1, tag=2)]
+    elif rank == 1:
+        small, got = np.zeros(3), np.zeros_like(big)
+        ops = [dist.P2POp(dist.irecv, small, 0, tag=2), dist.P2POp(dist.irecv, got, 0, tag=1)]
+    if rank < 2:
+        for w in dist.batch_isend_irecv(ops):
+            w.wait()
+    if rank == 1:
+        check(small, np.full(3, 7.0), "batch_isend_irecv: irecv of tag 2 posted first")
+        check(got, big + 1, "batch_isend_irecv: irecv of tag 1 posted second")
+    dist.barrier()
+
+
+def scenario_p2p_tag_fifo():
+    """Messages with one tag keep their order with another tag between them:
+    the first two with tag 1 wait while rank 1 takes both with tag 2."""
+    rank = dist.get_rank()
+    if rank == 0:
+        for i in range(3):
+            dist.send(np.full(i + 1, 10 + i, np.int32), 1, tag=1)
+            if i < 2:
+                dist.send(np.full(4, 20 + i, np.int32), 1, tag=2)
+    elif rank == 1:
+        for i in range(2):
+            got = np.zeros(4, np.int32)
+            dist.recv(got, 0, tag=2)
+            check(got, np.full(4, 20 + i), f"message #{i} with tag 2")
+        for i in range(3):
+            got = np.zeros(i + 1, np.int32)
+            dist.recv(got, 0, tag=1)
+            check(got, np.full(i + 1, 10 + i), f"message #{i} with tag 1, in order")
+    dist.barrier()
+
+
+def scenario_p2p_tag_any():
+    """A recv from any rank matches by tag as well, and reads ahead too."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    # Rank 1 takes rank 0's tag 4 first, then the tag 3 sent before it.
+    if rank == 0:
+        dist.send(np.full(2, 3.0), 1, tag=3)
+        dist.send(np.full(6, 4.0), 1, tag=4)
+    elif rank == 1:
+        got3, got4 = np.zeros(2), np.zeros(6)
+        assert dist.recv(got4, tag=4) == 0
+        w = dist.irecv(got3, tag=3)
+        w.wait()
+        assert w.source_rank() == 0, w.source_rank()
+        check(got4, np.full(6, 4.0), "recv from any rank of tag 4 sent after tag 3")
+        check(got3, np.full(2, 3.0), "recv from any rank of the tag 3 read ahead")
+    dist.barrier()
+    if world >= 3:
+        # Rank 1's tag 8 is read ahead by rank 0's recv of its tag 5; a recv
+        # from any rank for tag 7 then gets rank 2's, and one for tag 8 rank 1's.
+        if rank == 0:
+            b, c, a = np.zeros(3, np.int64), np.zeros(4), np.zeros(2)
+            assert dist.recv(b, 1, tag=5) == 1
+            assert dist.recv(c, tag=7) == 2
+            w = dist.irecv(a, tag=8)
+            w.wait()
+            assert w.source_rank() == 1, w.source_rank()
+            check(b, np.arange(3), "recv of rank 1's tag 5 sent after its tag 8")
+            check(c, np.full(4, 2.0), "recv from any rank while another rank's message waits")
+            check(a, np.full(2, 1.0), "recv from any rank of a message read ahead")
+        elif rank == 1:
+            dist.send(np.full(2, 1.0), 0, tag=8)
+            dist.send(np.arange(3, dtype=np.int64), 0, tag=5)
+        elif rank == 2:
+            dist.send(np.full(4, 2.0), 0, tag=7)
+        dist.barrier()
+
+
+def scenario_p2p_tag_timeout():
+    """Rank 1 receives a tag rank 0 never sends, each time in a new group with
+    a short timeout: from rank 0 when rank 0 sends nothing, from rank 0 and
+    then from any rank when rank 0 sends another tag (that send completes).
+    The errors name the tag and the peer."""
+    rank = dist.get_rank()
+    for src, other in ((0, False), (0, True), (None, True)):
+        sub = dist.new_group([0, 1], timeout=1.5)
+        if rank == 0 and other:
+            dist.send(np.ones(3, np.float32), 1, group=sub, tag=1)
+        elif rank == 1:
+            start = time.monotonic()
+            try:
+                dist.recv(np.ones(3, np.float32), src, group=sub, tag=3)
+            except dist.DistError as e:
+                print(f"RANK 1 TIMEOUT {type(e).__name__} after {time.monotonic() - start:.1f} s: {e}", flush=True)
+            else:
+                raise AssertionError("a recv for a tag never sent returned")
+        dist.barrier()
+
+
+def scenario_p2p_tag_mismatch(what):
+    """Rank 0 sends 10 floats with tag 1 and then with tag 2; rank 1 takes tag 2
+    and then receives tag 1 into 12 floats (what="size") or 10 int32 ("dtype"):
+    the message read ahead is checked as one read off the link."""
+    rank = dist.get_rank()
+    try:
+        if rank == 0:
+            dist.send(np.ones(10, np.float32), 1, tag=1)
+            dist.send(np.full(10, 2.0, np.float32), 1, tag=2)
+        elif rank == 1:
+            got = np.zeros(10, np.float32)
+            dist.recv(got, 0, tag=2)
+            check(got, np.full(10, 2.0), "recv of tag 2")
+            dist.recv(np.ones(12, np.float32) if what == "size" else np.ones(10, np.int32), 0, tag=1)
+    except dist.DistError as e:
+        print(f"RANK {rank} MISMATCH {e}", flush=True)
+
+
 @contextlib.contextmanager
 def no_sender_within():
     try:

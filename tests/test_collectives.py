@@ -109,6 +109,40 @@ def test_a_mismatched_recv_is_described_as_a_recv():
     assert "rank 0 called send(10 x float32" in res.stdout, res.stdout
 
 
+@pytest.mark.parametrize("scenario,world", [("p2p_tag_order", 2), ("p2p_tag_fifo", 2), ("p2p_tag_any", 2),
+                                            ("p2p_tag_any", 3)])
+def test_p2p_messages_are_matched_by_tag(scenario, world):
+    """A recv takes the oldest message from its peer with its tag, as in gloo:
+    messages sent before it with other tags wait for their own recvs, in order."""
+    res = run_job(world, scenario, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    for r in range(world):
+        assert f"RANK {r} PASS" in res.stdout, res.stdout + res.stderr
+
+
+def test_p2p_recv_for_a_tag_never_sent_times_out_naming_it():
+    res = run_job(2, "p2p_tag_timeout", timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    said = re.findall(r"RANK 1 TIMEOUT DistTimeoutError after ([\d.]+) s: (.*)", res.stdout)
+    assert len(said) == 3, res.stdout + res.stderr
+    assert all(1.0 < float(t) < 10 for t, _ in said), said
+    (_, nothing), (_, other), (_, from_any) = said
+    assert "timed out after 1.5 s in recv from rank 0 (tag 3): no message with tag 3 came from rank 0" in nothing, \
+        nothing
+    assert ("timed out after 1.5 s in recv from rank 0 (tag 3): no message with tag 3 came from rank 0 "
+            "(it sent 1 with other tags, kept for their recvs)") in other, other
+    assert "timed out after 1.5 s in recv from any rank (tag 3): no rank sent a message with tag 3" in from_any, \
+        from_any
+
+
+@pytest.mark.parametrize("what,theirs", [("size", "recv(12 x float32, tag 1)"), ("dtype", "recv(10 x int32, tag 1)")])
+def test_p2p_message_read_ahead_is_checked_against_its_recv(what, theirs):
+    res = run_job(2, "p2p_tag_mismatch", what, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert f"RANK 1 MISMATCH collective mismatch: rank 1 called {theirs}" in res.stdout, res.stdout
+    assert "rank 0 called send(10 x float32, tag 1)" in res.stdout, res.stdout
+
+
 @pytest.mark.parametrize("hosts", ["a,b,c", "a,a,b,b", "a,b,b,a"], ids=["ring3", "hier2x2", "hier-interleaved"])
 def test_collectives_across_simulated_hosts(hosts):
     """Ranks told they run on different hosts (DDPC_HOST_ID) use the TCP ring

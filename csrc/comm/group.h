@@ -96,6 +96,7 @@ typedef struct {
 } ddpc_topology;
 
 typedef struct ddpc_work ddpc_work;
+typedef struct ddpc_stash ddpc_stash;
 
 struct ddpc_group {
     int rank, size;
@@ -125,6 +126,10 @@ struct ddpc_group {
     pthread_mutex_t link_lock;
     int listen_fd;
     int *peer_fd;
+    /* Messages with other tags that receives read ahead (stash.h). Only a
+     * receive touches it, and a group runs its receives one at a time (on
+     * the cpu backend they have a queue of their own), so it needs no lock. */
+    ddpc_stash *stash;
 };
 
 /* A store value the group's members publish, waited for until the group's

@@ -1,7 +1,12 @@
 /* Point-to-point TCP links between the ranks of a group, made on first use:
  * the lower rank connects to the higher rank's listening socket (its address
  * is in the store) and introduces itself; the higher rank accepts, keeping
- * links from other peers that arrive first. Used by send/recv and the ring. */
+ * links from other peers that arrive first. Used by send/recv and the ring.
+ *
+ * send/recv match by tag, as gloo does: a recv takes the oldest message from
+ * its peer with its tag, whatever that peer sent before it. Messages with
+ * other tags that stand in the way on the link are read into the group's
+ * stash (stash.h), where the recvs for their tags find them. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -13,6 +18,7 @@
 
 #include "comm/group.h"
 #include "comm/net.h"
+#include "comm/stash.h"
 
 #define HELLO_MAGIC 0x64647063u /* "ddpc" */
 #define MSG_MAGIC 0x6d736721u
@@ -24,6 +30,7 @@ ddpc_status ddpc_p2p_init(ddpc_group *g) {
     g->peer_fd = malloc(nfd * sizeof *g->peer_fd);
     if (!g->peer_fd) return DDPC_ERROR(DDPC_ERR_OOM, "out of memory");
     for (size_t i = 0; i < nfd; i++) g->peer_fd[i] = -1;
+    CHECK(ddpc_stash_init(g->size, &g->stash));
     if (g->size == 1) return DDPC_OK;
     CHECK(ddpc_net_listen(NULL, 0, &g->listen_fd, &port));
     /* Several threads may accept (one per queue): the one that loses a race
@@ -44,6 +51,8 @@ void ddpc_p2p_free(ddpc_group *g) {
             if (g->peer_fd[i] >= 0) close(g->peer_fd[i]);
     free(g->peer_fd);
     g->peer_fd = NULL;
+    ddpc_stash_free(g->stash);
+    g->stash = NULL;
     if (g->listen_fd >= 0) close(g->listen_fd);
     g->listen_fd = -1;
 }
@@ -167,30 +176,100 @@ ddpc_status ddpc_msg_header_check(ddpc_group *g, const ddpc_coll_args *a, const 
     return ddpc_group_disagree(g, a, msg);
 }
 
-static ddpc_status transfer_(ddpc_group *g, const ddpc_coll_args *a, uint64_t deadline, int sending) {
-    int fd;
-    char what[64];
-    snprintf(what, sizeof what, "rank %d", ddpc_global_rank(g, a->peer));
-    CHECK(ddpc_p2p_link(g, a->peer, DDPC_LINK_P2P, deadline, &fd));
-    ddpc_msg_header h;
-    size_t nbytes = a->count * ddpc_dtype_size(a->dtype);
-    ddpc_status st;
-    if (sending) {
-        ddpc_msg_header_fill(&h, a);
-        st = ddpc_net_send(fd, &h, sizeof h, deadline, &g->failed, what);
-        if (st == DDPC_OK) st = ddpc_net_send(fd, a->in, nbytes, deadline, &g->failed, what);
-    } else {
-        st = ddpc_net_recv(fd, &h, sizeof h, deadline, &g->failed, what);
-        if (st == DDPC_OK) st = ddpc_msg_header_check(g, a, &h, a->peer);
-        if (st == DDPC_OK) st = ddpc_net_recv(fd, a->out, nbytes, deadline, &g->failed, what);
-        if (st == DDPC_OK && a->source) *a->source = a->peer;
-    }
+/* A link that broke because the group failed: report the group's cause. */
+static ddpc_status cause_(ddpc_group *g, ddpc_status st) {
     return st == DDPC_ERR_DIST && atomic_load(&g->failed) ? ddpc_group_error(g) : st;
 }
 
+static void peer_name_(const ddpc_group *g, int peer, char *buf, size_t cap) {
+    snprintf(buf, cap, "rank %d", ddpc_global_rank(g, peer));
+}
+
+static ddpc_status send_(ddpc_group *g, const ddpc_coll_args *a, uint64_t deadline) {
+    int fd;
+    char what[64];
+    peer_name_(g, a->peer, what, sizeof what);
+    CHECK(ddpc_p2p_link(g, a->peer, DDPC_LINK_P2P, deadline, &fd));
+    ddpc_msg_header h;
+    ddpc_msg_header_fill(&h, a);
+    CHECK(ddpc_net_send(fd, &h, sizeof h, deadline, &g->failed, what));
+    return ddpc_net_send(fd, a->in, a->count * ddpc_dtype_size(a->dtype), deadline, &g->failed, what);
+}
+
+/* Whether `h` is a well-formed send with a tag other than `tag`: a message
+ * for a later recv. Anything else is this recv's, or something its header
+ * check reports. */
+static int other_tag_(const ddpc_msg_header *h, int tag) {
+    return h->magic == MSG_MAGIC && h->coll == DDPC_COLL_SEND && h->dtype < DDPC_NDTYPES && h->tag != tag &&
+           h->count <= SIZE_MAX / ddpc_dtype_size((ddpc_dtype)h->dtype);
+}
+
+/* Reads the payload of message `h` from `peer`, whose header was just read
+ * off `fd`, into the stash. The stash grows by what the peer sent, no more. */
+static ddpc_status stash_rest_(ddpc_group *g, int peer, int fd, const ddpc_msg_header *h, uint64_t deadline) {
+    char what[64];
+    peer_name_(g, peer, what, sizeof what);
+    ddpc_stash_msg *m;
+    CHECK(ddpc_stash_msg_new(peer, h, h->count * ddpc_dtype_size((ddpc_dtype)h->dtype), &m));
+    ddpc_status st = ddpc_net_recv(fd, m->data, m->nbytes, deadline, &g->failed, what);
+    if (st != DDPC_OK) {
+        free(m);
+        return st;
+    }
+    ddpc_stash_put(g->stash, m);
+    return DDPC_OK;
+}
+
+/* Gives recv `a` the stashed message `m`, checked as one read off the link. */
+static ddpc_status deliver_(ddpc_group *g, const ddpc_coll_args *a, ddpc_stash_msg *m) {
+    ddpc_status st = ddpc_msg_header_check(g, a, &m->h, m->peer);
+    if (st == DDPC_OK) {
+        if (m->nbytes) memcpy(a->out, m->data, m->nbytes); /* an empty tensor may have no buffer */
+        if (a->source) *a->source = m->peer;
+    }
+    free(m);
+    return st;
+}
+
+static ddpc_status tag_timeout_(ddpc_group *g, const ddpc_coll_args *a) {
+    int r = ddpc_global_rank(g, a->peer), other = ddpc_stash_count(g->stash, a->peer);
+    char kept[96] = "";
+    if (other) snprintf(kept, sizeof kept, " (it sent %d with other tags, kept for their recvs)", other);
+    ddpc_clear_error();
+    return DDPC_ERROR(DDPC_ERR_TIMEOUT, "timed out after %.1f s in recv from rank %d (tag %d): no message with tag %d "
+                      "came from rank %d%s", g->timeout_s, r, a->tag, a->tag, r, kept);
+}
+
+/* A recv from rank a->peer: its oldest stashed message with a->tag, else the
+ * next one with a->tag on the link, stashing those with other tags on the way. */
+static ddpc_status recv_from_(ddpc_group *g, const ddpc_coll_args *a, uint64_t deadline) {
+    ddpc_stash_msg *m = ddpc_stash_take(g->stash, a->peer, a->tag);
+    if (m) return deliver_(g, a, m);
+    int fd;
+    char what[64];
+    peer_name_(g, a->peer, what, sizeof what);
+    ddpc_status st = ddpc_p2p_link(g, a->peer, DDPC_LINK_P2P, deadline, &fd);
+    /* A lower rank connects on its first send: until then nothing came from it. */
+    if (st == DDPC_ERR_TIMEOUT && a->peer < g->rank) return tag_timeout_(g, a);
+    CHECK(st);
+    ddpc_msg_header h;
+    for (;;) {
+        st = ddpc_net_recv(fd, &h, sizeof h, deadline, &g->failed, what);
+        if (st == DDPC_ERR_TIMEOUT) return tag_timeout_(g, a);
+        CHECK(st);
+        if (!other_tag_(&h, a->tag)) break;
+        CHECK(stash_rest_(g, a->peer, fd, &h, deadline));
+    }
+    CHECK(ddpc_msg_header_check(g, a, &h, a->peer));
+    CHECK(ddpc_net_recv(fd, a->out, a->count * ddpc_dtype_size(a->dtype), deadline, &g->failed, what));
+    if (a->source) *a->source = a->peer;
+    return DDPC_OK;
+}
+
 /* The first rank whose next message on its send/recv link is a send with
- * `tag`, or -1 after a look at every ready link (peers whose next message has
- * another tag are marked in `skip`: that message is for a later recv). */
+ * `tag`, or -1 after a look at every ready link. A message with another tag
+ * is read into the stash on the way, so the one behind it can be looked at
+ * on the next turn; links that closed are marked in `skip`. */
 static ddpc_status ready_sender_(ddpc_group *g, int tag, struct pollfd *pf, const int *who, int np, char *skip,
                                  uint64_t deadline, int *sender) {
     *sender = -1;
@@ -211,8 +290,11 @@ static ddpc_status ready_sender_(ddpc_group *g, int tag, struct pollfd *pf, cons
             continue;
         }
         if (got < (ssize_t)sizeof h) continue; /* the rest of the header is on its way */
-        if (h.magic == MSG_MAGIC && h.coll == DDPC_COLL_SEND && h.tag != tag) {
-            skip[who[i]] = 1;
+        if (other_tag_(&h, tag)) {
+            char what[64];
+            peer_name_(g, who[i], what, sizeof what);
+            CHECK(ddpc_net_recv(pf[i].fd, &h, sizeof h, deadline, &g->failed, what));
+            CHECK(stash_rest_(g, who[i], pf[i].fd, &h, deadline));
             continue;
         }
         *sender = who[i]; /* a send with this tag, or something the normal receive will report */
@@ -237,10 +319,13 @@ static ddpc_status connect_higher_(ddpc_group *g, uint64_t deadline) {
     return DDPC_OK;
 }
 
-/* A recv from any source: the first link whose next message is a send with
- * this recv's tag is read. Links to the higher ranks are made from here (the
- * lower ones connect here), each retried on every turn until it is there. */
+/* A recv from any source: the earliest stashed message with this recv's tag,
+ * else the first link whose next message is a send with the tag. Links to
+ * the higher ranks are made from here (the lower ones connect here), each
+ * retried on every turn until it is there. */
 static ddpc_status recv_any_(ddpc_group *g, const ddpc_coll_args *a, uint64_t deadline) {
+    ddpc_stash_msg *m = ddpc_stash_take(g->stash, DDPC_ANY_SOURCE, a->tag);
+    if (m) return deliver_(g, a, m);
     struct pollfd *pf = malloc((size_t)(g->size + 1) * sizeof *pf);
     int *who = malloc((size_t)(g->size + 1) * sizeof *who);
     char *skip = calloc((size_t)g->size, 1);
@@ -256,8 +341,8 @@ static ddpc_status recv_any_(ddpc_group *g, const ddpc_coll_args *a, uint64_t de
             goto done_;
         }
         if (ddpc_ms_left(deadline, 1) == 0) {
-            st = DDPC_ERROR(DDPC_ERR_TIMEOUT, "timed out after %.1f s in recv from any rank (tag %d): no rank sent",
-                            g->timeout_s, a->tag);
+            st = DDPC_ERROR(DDPC_ERR_TIMEOUT, "timed out after %.1f s in recv from any rank (tag %d): no rank sent a "
+                            "message with tag %d", g->timeout_s, a->tag, a->tag);
             goto done_;
         }
         if ((st = connect_higher_(g, deadline)) != DDPC_OK) goto done_;
@@ -283,10 +368,13 @@ done_:
     if (st != DDPC_OK) return st;
     ddpc_coll_args b = *a;
     b.peer = sender;
-    return transfer_(g, &b, deadline, 0);
+    return recv_from_(g, &b, deadline);
 }
 
-ddpc_status ddpc_p2p_send(ddpc_group *g, const ddpc_coll_args *a, uint64_t deadline) { return transfer_(g, a, deadline, 1); }
+ddpc_status ddpc_p2p_send(ddpc_group *g, const ddpc_coll_args *a, uint64_t deadline) {
+    return cause_(g, send_(g, a, deadline));
+}
+
 ddpc_status ddpc_p2p_recv(ddpc_group *g, const ddpc_coll_args *a, uint64_t deadline) {
-    return a->peer == DDPC_ANY_SOURCE ? recv_any_(g, a, deadline) : transfer_(g, a, deadline, 0);
+    return cause_(g, a->peer == DDPC_ANY_SOURCE ? recv_any_(g, a, deadline) : recv_from_(g, a, deadline));
 }

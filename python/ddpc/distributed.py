@@ -1044,9 +1044,16 @@ def send(tensor, dst, group=None, tag=0):
 
 
 def recv(tensor, src=None, group=None, tag=0):
-    """Receives into ``tensor`` from rank ``src``, or without ``src`` from
-    whichever rank's send with this tag comes first (cpu backend). Returns the
-    sender's rank."""
+    """Receives into ``tensor`` the oldest message from rank ``src`` sent with
+    ``tag``, or without ``src`` the first such message from any rank (cpu
+    backend); its size and dtype must be those of ``tensor``. Returns the
+    sender's rank.
+
+    On the cpu backend messages are matched by tag, as in PyTorch's gloo
+    backend: messages with other tags that the sender sent first are kept
+    until the receives for their tags take them, each tag's in the order sent.
+    The nccl backend ignores tags, as PyTorch's does: a rank's messages arrive
+    in the order it sent them."""
     return _p2p(tensor, src, group, tag, False, False)
 
 
@@ -1055,7 +1062,8 @@ def isend(tensor, dst, group=None, tag=0):
 
 
 def irecv(tensor, src=None, group=None, tag=0):
-    """Asynchronous recv; without ``src`` the handle's ``source_rank()`` names the sender once done."""
+    """Asynchronous recv, matched by tag like ``recv``; without ``src`` the
+    handle's ``source_rank()`` names the sender once done."""
     return _p2p(tensor, src, group, tag, False, True)
 
 
