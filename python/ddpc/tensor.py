@@ -376,12 +376,6 @@ class Tensor:
     def flatten(self):
         return self.reshape(-1)
 
-    def _row_elems(self):
-        n = 1
-        for s in self.shape[1:]:
-            n *= s
-        return n
-
     def __getitem__(self, index):
         return _ag.index(self, index)
 
@@ -1059,13 +1053,10 @@ def _gather_rows(tensors, name):
     return tensors, first
 
 
-def stack(tensors, dim=0, _shape=None, _like=None):
+def stack(tensors, dim=0):
     """Stacks equal-shape tensors along a new dim 0."""
     if dim != 0:
         raise ValueError("ddpc.stack supports dim=0 only")
-    tensors = list(tensors)
-    if not tensors and _like is not None:
-        return empty((0,) + tuple(_shape), dtype=_like.dtype, device=_like.device)
     tensors, first = _gather_rows(tensors, "stack")
     for t in tensors[1:]:
         if t.shape != first.shape:
