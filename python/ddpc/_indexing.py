@@ -20,6 +20,7 @@ Every selection reads (``read``), writes (``write``, the value broadcast to
 its shape) and adds a gradient back (``add_into``), on _C.Buffers.
 """
 
+import math
 import numbers
 import operator
 
@@ -34,13 +35,6 @@ def contiguous_strides(shape):
         strides.append(n)
         n *= s
     return tuple(reversed(strides))
-
-
-def _prod(dims):
-    n = 1
-    for s in dims:
-        n *= s
-    return n
 
 
 def broadcast_strides(shape, target, what="value"):
@@ -71,14 +65,14 @@ class Region:
 
     def is_view(self):
         """Whether the elements are contiguous in the buffer (in order)."""
-        if not _prod(self.shape):
+        if not math.prod(self.shape):
             return True
         want = contiguous_strides(self.shape)
         return all(s == 1 or st == w for s, st, w in zip(self.shape, self.strides, want))
 
     def read(self, buf):
         if self.is_view():
-            return buf.view(self.offset if _prod(self.shape) else 0, self.shape)
+            return buf.view(self.offset if math.prod(self.shape) else 0, self.shape)
         out = _C.Buffer(self.shape, buf.dtype, buf.device)
         _C.strided_copy(out, 0, contiguous_strides(self.shape), buf, self.offset, self.strides, self.shape)
         return out
@@ -232,12 +226,12 @@ def select(shape, index):
             raise IndexError(f"only integers, slices, None, ..., masks and integer tensors are valid indices, "
                              f"got {type(item).__name__}")
     region = Region(offset, out_shape, out_strides)
-    return _rows(region, adv, _prod(shape)) if adv else region
+    return _rows(region, adv, math.prod(shape)) if adv else region
 
 
 def _leading_rows(shape, index):
     n, rest = shape[0], tuple(shape[1:])
-    row = _prod(rest)
+    row = math.prod(rest)
     if type(index) is int:
         if not -n <= index < n:
             raise IndexError(f"index {index} is out of range for dim 0 of size {n}")

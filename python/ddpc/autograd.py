@@ -21,6 +21,7 @@ the general strided one.
 import collections
 import heapq
 import itertools
+import math
 import numbers
 import threading
 
@@ -395,7 +396,7 @@ def _reduce_to(g, shape, dtype):
     """Sums g over the dims it was broadcast across, back to `shape`."""
     shape = tuple(shape)
     if g.shape != shape:
-        n = _prod(shape)
+        n = math.prod(shape)
         if g.numel() == n:  # broadcast over leading dims of size 1 only
             g = g.reshape(shape)
         elif _is_suffix(shape, g.shape):
@@ -404,20 +405,13 @@ def _reduce_to(g, shape, dtype):
             lead = g.ndim - len(shape)
             if lead:
                 rest = g.shape[lead:]
-                g = _sum_rows(g, _prod(rest)).reshape(rest)
+                g = _sum_rows(g, math.prod(rest)).reshape(rest)
             for d, s in enumerate(shape):
                 if s == 1 and g.shape[d] != 1:
                     out = _empty(g.shape[:d] + g.shape[d + 1:], g)
                     _C.sum_dim(out._buf, g._buf, d)
                     g = out.reshape(g.shape[:d] + (1,) + g.shape[d + 1:])
     return g if g.dtype is dtype else g.to(dtype=dtype)
-
-
-def _prod(dims):
-    n = 1
-    for s in dims:
-        n *= s
-    return n
 
 
 def _as_float(t):
@@ -706,7 +700,7 @@ def linear(x, weight, bias=None):
         raise ValueError(f"linear: input on {x.device}, weight on {weight.device}")
     if x.dtype in _HALVES:
         return linear(x.float(), weight.float(), None if bias is None else bias.float()).to(dtype=x.dtype)
-    x2 = x.detach().reshape(_prod(x.shape[:-1]), weight.shape[1])  # not -1: in_features may be 0
+    x2 = x.detach().reshape(math.prod(x.shape[:-1]), weight.shape[1])  # not -1: in_features may be 0
     out = _empty((x2.shape[0], weight.shape[0]), x)
     _C.gemm(out._buf, x2._buf, weight._buf, False, True, None if bias is None else bias._buf)
     out = out.reshape(x.shape[:-1] + (weight.shape[0],))
@@ -1261,7 +1255,7 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     if x.dtype in _HALVES:
         return layer_norm(x.float(), normalized_shape, weight if weight is None else weight.float(),
                           bias if bias is None else bias.float(), eps).to(dtype=x.dtype)
-    d = _prod(normalized_shape)
+    d = math.prod(normalized_shape)
     rows = x.reshape(-1, d) if x.numel() else x.reshape(0, d)
     from .tensor import full
 
