@@ -89,18 +89,21 @@ class Region:
 class Rows:
     """Rows of ``width`` elements of the buffer: result row k is buffer row rows[k]."""
 
-    __slots__ = ("shape", "rows", "width")
+    __slots__ = ("shape", "rows", "width", "_idx")
 
     def __init__(self, shape, rows, width):
-        self.shape, self.rows, self.width = tuple(shape), rows, width
+        self.shape, self.rows, self.width, self._idx = tuple(shape), rows, width, None
 
     def _index(self, buf):
-        idx = _C.Buffer.from_object(self.rows)
-        if buf.device >= 0:
-            dev = _C.Buffer(tuple(idx.shape), "int64", buf.device)
-            _C.copy(dev, idx)
-            idx = dev
-        return idx
+        """The rows as an int64 Buffer on buf's device, made once (the backward pass uses it again)."""
+        if self._idx is None or self._idx.device != buf.device:
+            idx = _C.Buffer.from_object(self.rows)
+            if buf.device >= 0:
+                dev = _C.Buffer(tuple(idx.shape), "int64", buf.device)
+                _C.copy(dev, idx)
+                idx = dev
+            self._idx = idx
+        return self._idx
 
     def _table(self, buf):
         return buf.view(0, (buf.numel // self.width, self.width))
