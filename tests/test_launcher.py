@@ -267,7 +267,7 @@ def test_rank_zero_failure_is_reported_promptly(tmp_path):
 def test_ctrl_c_stops_everything(tmp_path):
     marker = uuid.uuid4().hex
     script = tmp_path / "job.py"
-    script.write_text("import time\nprint('UP', flush=True)\ntime.sleep(120)\n")
+    script.write_text("import os, time\nos.write(1, b'UP\\n')\ntime.sleep(120)\n")  # one write: two workers share the pipe
     p = subprocess.Popen([sys.executable, "-m", "ddpc.run", "--nproc-per-node", "2", "--grace", "1", str(script),
                           marker], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     for _ in range(2):
@@ -282,7 +282,7 @@ def test_ctrl_c_stops_everything(tmp_path):
 def test_launcher_killed_takes_workers_with_it(tmp_path):
     marker = uuid.uuid4().hex
     script = tmp_path / "job.py"
-    script.write_text("import time\nprint('UP', flush=True)\ntime.sleep(120)\n")
+    script.write_text("import os, time\nos.write(1, b'UP\\n')\ntime.sleep(120)\n")  # one write: two workers share the pipe
     p = subprocess.Popen([sys.executable, "-m", "ddpc.run", "--nproc-per-node", "2", str(script), marker],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     for _ in range(2):
