@@ -2,6 +2,7 @@
 #include "module.h"
 
 #include "alloc.h"
+#include "amp.h"
 #include "buffer.h"
 #include "comm/nccl.h"
 #include "comm/pycomm.h"
@@ -170,7 +171,7 @@ static int module_exec(PyObject *m) {
     if (!ddpc_DistTimeoutError || PyModule_AddObjectRef(m, "DistTimeoutError", ddpc_DistTimeoutError) < 0) return -1;
     if (ddpc_buffer_register(m) < 0 || ddpc_ops_register(m) < 0) return -1;
     if (ddpc_nn_register(m) < 0 || ddpc_comm_register(m) < 0 || ddpc_nccl_register(m) < 0 ||
-        ddpc_loader_register(m) < 0)
+        ddpc_loader_register(m) < 0 || ddpc_amp_register(m) < 0)
         return -1;
     return 0;
 }

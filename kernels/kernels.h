@@ -102,6 +102,9 @@ int ddpc_k_adam(void *p, const void *g, void *m, void *v, void *vmax, int64_t n,
                 double beta2, double eps, double weight_decay, int decoupled, int maximize, double step_size,
                 double bc2_sqrt, void *stream);
 
+/* Gradient unscaling (kernels/amp.cu); see csrc/amp.c. */
+int ddpc_k_unscale(void *g, int64_t n, int dtype, double inv_scale, void *found_inf, void *stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -13,7 +13,8 @@ from . import autograd
 from .autograd import (argmax, argmin, cat, enable_grad, exp, is_grad_enabled, log, matmul, max, min, no_grad, relu,
                        set_grad_enabled, sigmoid, stack, tanh)
 from .serialization import CheckpointError, load, save
-from . import data, distributed, nn, optim
+from . import amp, data, distributed, nn, optim
+from .amp import autocast
 from . import checkpoint
 from .distributed import destroy_process_group, init_process_group
 from .nn.parallel import DataParallel, DistributedDataParallel
@@ -35,7 +36,7 @@ def build_info():
 
 
 __all__ = [
-    "arange", "argmax", "argmin", "autograd", "bfloat16", "build_info", "cat", "checkpoint", "CheckpointError",
+    "amp", "arange", "argmax", "argmin", "autocast", "autograd", "bfloat16", "build_info", "cat", "checkpoint", "CheckpointError",
     "cuda", "data", "DataParallel", "default_generator", "destroy_process_group", "device", "DistError",
     "distributed", "DistributedDataParallel", "DistTimeoutError", "dtype", "empty", "empty_like", "enable_grad",
     "exp", "float16", "float32", "float64", "from_dlpack", "from_numpy", "full", "Generator", "get_num_threads",

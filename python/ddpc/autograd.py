@@ -26,6 +26,7 @@ import numbers
 import threading
 
 from . import _C, _indexing
+from .amp import autocast_op
 from .tensor import (_ADD, _DIV, _MUL, _RDIV, _RSUB, _SUB, Tensor, _copy_view, _CopyOf, _read, _shares_memory,
                      bfloat16, float16, float32, get_dtype, int64, promote)
 from .tensor import cat as _cat_storage
@@ -614,14 +615,17 @@ def sigmoid(x):
     return _unary(x, _SIGMOID)
 
 
+@autocast_op("float32_cuda")
 def exp(x):
     return _unary(x, _EXP)
 
 
+@autocast_op("float32_cuda")
 def log(x):
     return _unary(x, _LOG)
 
 
+@autocast_op("float32_cuda")
 def pow(x, exponent):
     if not isinstance(exponent, numbers.Number):
         raise TypeError("ddpc supports pow with a number exponent only")
@@ -646,6 +650,7 @@ class _MatmulBackward(Node):
         return ga, gb
 
 
+@autocast_op("lower")
 def matmul(a, b):
     """a @ b for 2-d a and b."""
     if not isinstance(b, Tensor):
@@ -690,6 +695,7 @@ class _LinearBackward(Node):
         return gx, gw, gb
 
 
+@autocast_op("lower")
 def linear(x, weight, bias=None):
     """x @ weight.T + bias in one GEMM with the bias fused; x is [..., in]."""
     if x.ndim < 1 or x.shape[-1] != weight.shape[1]:
@@ -772,6 +778,7 @@ def _one_dim(a, dim):
     return dim % a.ndim
 
 
+@autocast_op("float32_cuda")
 def sum(a, dim=None, keepdim=False):
     if a.dtype in _HALVES:  # summed in float32, which the backward pass's broadcast also needs
         return sum(a.float(), dim, keepdim).to(dtype=a.dtype)
@@ -1242,6 +1249,7 @@ class _LayerNormBackward(Node):
         return gx.reshape(self.x_shape), gw.reshape(self.w_shape), gb.reshape(self.w_shape)
 
 
+@autocast_op("float32_cuda")
 def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     """Normalises over the last ``len(normalized_shape)`` dims (mean 0, variance 1, then * weight + bias)."""
     normalized_shape = (normalized_shape,) if isinstance(normalized_shape, numbers.Integral) else \
@@ -1301,11 +1309,13 @@ def _softmax(x, dim, take_log):
     return out
 
 
+@autocast_op("float32_cuda")
 def softmax(x, dim=-1):
     """exp(x) / sum(exp(x)) over the last dim."""
     return _softmax(x, dim, False)
 
 
+@autocast_op("float32_cuda")
 def log_softmax(x, dim=-1):
     """x - log(sum(exp(x))) over the last dim, computed stably."""
     return _softmax(x, dim, True)
@@ -1336,6 +1346,7 @@ class _CrossEntropyBackward(Node):
         return (gx if gx.dtype is self.dtype else gx.to(dtype=self.dtype),)
 
 
+@autocast_op("float32")
 def cross_entropy(input, target, ignore_index=-100, reduction="mean", label_smoothing=0.0):
     """Softmax cross entropy of logits [N, C] (or [C]) against int64 class indices [N] (or [])."""
     red = _reduction_code(reduction)
@@ -1383,6 +1394,7 @@ class _MSEBackward(Node):
                 gb if gb is None or gb.dtype is db else gb.to(dtype=db))
 
 
+@autocast_op("float32")
 def mse_loss(input, target, reduction="mean"):
     red = _reduction_code(reduction)
     if input.shape != target.shape:

@@ -1,0 +1,325 @@
+"""ddpc.amp: autocast's casting policy and gradients, GradScaler's skipping
+and scale schedule, the fused unscale op, and a scaler under DDP on 2 ranks
+(real processes started by ddpc.spawn on the cpu backend)."""
+
+import threading
+
+import numpy as np
+import pytest
+
+import ddpc
+from ddpc import nn
+from ddpc.amp import GradScaler, autocast
+from ddpc.nn import functional as F
+
+
+def _bf16_round(a):
+    """numpy float32 values rounded to bfloat16 (nearest even), as float32."""
+    u = np.asarray(a, np.float32).view(np.uint32).astype(np.uint64)
+    u = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000
+    return u.astype(np.uint32).view(np.float32)
+
+
+def _mlp(seed=0):
+    ddpc.manual_seed(seed)
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+
+
+# ---- autocast ----------------------------------------------------------------------------
+
+
+def test_linear_and_matmul_run_in_the_autocast_dtype_and_losses_in_float32():
+    x, w = ddpc.randn(5, 8), ddpc.randn(3, 8)
+    y = ddpc.randint(0, 3, (5,))
+    with autocast("cpu"):
+        out = F.linear(x, w)
+        assert out.dtype is ddpc.bfloat16
+        assert (x @ w.t()).dtype is ddpc.bfloat16
+        assert (x.double() @ w.double().t()).dtype is ddpc.float64  # float64 is never cast
+        assert F.cross_entropy(out, y).dtype is ddpc.float32
+        assert F.mse_loss(out, out.detach()).dtype is ddpc.float32
+        assert F.softmax(out, -1).dtype is ddpc.bfloat16  # float32 on cuda only, as in PyTorch's lists
+        assert (out + x[:, :3]).dtype is ddpc.float32  # mixed dtypes promote
+    assert F.linear(x, w).dtype is ddpc.float32
+    with autocast("cpu", dtype=ddpc.float16):
+        assert F.linear(x, w).dtype is ddpc.float16
+    with autocast("cuda"):  # autocast for another device type leaves host tensors alone
+        assert F.linear(x, w).dtype is ddpc.float32
+
+
+def test_autocast_linear_matches_the_rounded_float32_computation():
+    rng = np.random.default_rng(0)
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((6, 10), (7, 10), (7,)))
+    with autocast("cpu"):
+        out = F.linear(ddpc.tensor(x), ddpc.tensor(w), ddpc.tensor(b))
+    expect = _bf16_round(_bf16_round(x) @ _bf16_round(w).T + _bf16_round(b))
+    got = out.float().numpy()
+    assert not np.array_equal(got, x @ w.T + b)
+    np.testing.assert_allclose(got, expect, rtol=8e-3, atol=1e-6)
+
+
+def test_gradients_reach_float32_parameters_in_float32():
+    x = ddpc.randn(12, 8)
+    y = ddpc.randint(0, 4, (12,))
+    ref = _mlp()
+    F.cross_entropy(ref(x), y).backward()
+    m = _mlp()
+    with autocast("cpu"):
+        loss = F.cross_entropy(m(x), y)
+    assert loss.dtype is ddpc.float32
+    loss.backward()
+    for p, q in zip(m.parameters(), ref.parameters()):
+        assert p.dtype is ddpc.float32 and p.grad.dtype is ddpc.float32
+        np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=0, atol=3e-2 * np.abs(q.grad.numpy()).max())
+        assert not np.array_equal(p.grad.numpy(), q.grad.numpy())
+
+
+def test_a_parameter_is_cast_once_per_region_and_again_after_an_in_place_change():
+    w = ddpc.randn(3, 4, requires_grad=True)
+    x = ddpc.randn(2, 4)
+    with autocast("cpu"):
+        a = F.linear(x, w)
+        cast = ddpc.amp._state.cache[id(w)][2]
+        b = F.linear(x, w)
+        assert ddpc.amp._state.cache[id(w)][2] is cast
+        with ddpc.no_grad():
+            w.add_(1.0)
+        c = F.linear(x, w)
+        assert ddpc.amp._state.cache[id(w)][2] is not cast
+        np.testing.assert_allclose(c.float().numpy(), b.float().numpy() + x.numpy().sum(1, keepdims=True),
+                                   rtol=2e-2, atol=2e-2)
+    assert ddpc.amp._state.cache is None  # dropped when the outermost region ends
+    (a.float().sum() + b.float().sum()).backward()
+    np.testing.assert_allclose(w.grad.numpy(), 2 * np.tile(_bf16_round(x.numpy()).sum(0), (3, 1)), rtol=8e-3)
+
+
+def test_a_cast_made_without_grad_is_not_reused_with_grad():
+    w = ddpc.randn(3, 4, requires_grad=True)
+    x = ddpc.randn(2, 4)
+    with autocast("cpu"):
+        with ddpc.no_grad():
+            F.linear(x, w)
+        out = F.linear(x, w)
+    assert out.requires_grad
+    out.float().sum().backward()
+    assert w.grad is not None
+
+
+def test_nesting_disabling_decorating_and_threads():
+    x, w = ddpc.randn(2, 4), ddpc.randn(3, 4)
+    seen = []
+
+    @autocast("cpu")
+    def forward():
+        return F.linear(x, w).dtype
+
+    with autocast("cpu"):
+        assert ddpc.amp.is_autocast_enabled("cpu") and not ddpc.amp.is_autocast_enabled("cuda")
+        with autocast("cpu", enabled=False):
+            assert F.linear(x, w).dtype is ddpc.float32
+            assert forward() is ddpc.bfloat16
+        assert F.linear(x, w).dtype is ddpc.bfloat16
+        t = threading.Thread(target=lambda: seen.append(F.linear(x, w).dtype))  # autocast is per thread
+        t.start()
+        t.join()
+    assert seen == [ddpc.float32]
+    assert not ddpc.amp.is_autocast_enabled()
+    assert ddpc.amp.get_autocast_dtype("cpu") is ddpc.bfloat16
+    assert ddpc.amp.get_autocast_dtype("cuda") is ddpc.float16
+
+
+def test_autocast_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="device_type"):
+        autocast("tpu")
+    with pytest.raises(ValueError, match="dtype"):
+        autocast("cpu", dtype=ddpc.float32)
+
+
+# ---- the unscale op --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [ddpc.float32, ddpc.float64, ddpc.bfloat16])
+@pytest.mark.parametrize("bad", [None, np.inf, -np.inf, np.nan])
+def test_unscale_divides_and_flags_non_finite_values(dtype, bad):
+    rng = np.random.default_rng(1)
+    big = rng.standard_normal(200_003).astype(np.float32)  # large enough to be split across threads
+    if bad is not None:
+        big[-1] = bad
+    grads = [ddpc.tensor(big).to(dtype=dtype), ddpc.tensor(np.float32([1e-30, 3.0])).to(dtype=dtype)]
+    before = [g.float().numpy().copy() for g in grads]
+    found = ddpc.zeros(1)
+    ddpc._C.unscale([g._buf for g in grads], 0.25, found._buf)
+    assert found.item() == (0.0 if bad is None else 1.0)
+    for g, b in zip(grads, before):
+        np.testing.assert_array_equal(g.float().numpy(), (b * np.float32(0.25)).astype(np.float32)
+                                      if dtype is not ddpc.bfloat16 else _bf16_round(b * np.float32(0.25)))
+
+
+def test_unscale_rejects_bad_buffers():
+    g = ddpc.ones(3)
+    with pytest.raises(ValueError, match="found_inf"):
+        ddpc._C.unscale([g._buf], 1.0, ddpc.zeros(2)._buf)
+    with pytest.raises(TypeError, match="float dtype"):
+        ddpc._C.unscale([ddpc.ones(3, dtype=ddpc.int64)._buf], 1.0, ddpc.zeros(1)._buf)
+    with pytest.raises(TypeError, match="Buffer"):
+        ddpc._C.unscale([np.ones(3)], 1.0, ddpc.zeros(1)._buf)
+
+
+# ---- GradScaler --------------------------------------------------------------------------
+
+
+def _scaled_step(model, opt, scaler, x, y, poison=False):
+    opt.zero_grad()
+    loss = F.cross_entropy(model(x), y)
+    scaler.scale(loss).backward()
+    if poison:
+        with ddpc.no_grad():
+            model[0].weight.grad[0, 0] = float("inf")
+    scaler.step(opt)
+    scaler.update()
+    return loss
+
+
+def test_scaled_steps_equal_unscaled_steps():
+    x, y = ddpc.randn(16, 8), ddpc.randint(0, 4, (16,))
+    ref, m = _mlp(), _mlp()
+    ref_opt, opt = ddpc.optim.SGD(ref.parameters(), lr=0.1), ddpc.optim.SGD(m.parameters(), lr=0.1)
+    scaler = GradScaler("cpu", init_scale=1024.0)
+    for _ in range(3):
+        ref_opt.zero_grad()
+        F.cross_entropy(ref(x), y).backward()
+        ref_opt.step()
+        _scaled_step(m, opt, scaler, x, y)
+    for p, q in zip(m.parameters(), ref.parameters()):
+        np.testing.assert_allclose(p.numpy(), q.numpy(), rtol=1e-5, atol=1e-6)
+    assert scaler.get_scale() == 1024.0
+
+
+def test_an_overflow_skips_the_step_and_backs_off_then_the_scale_grows_again():
+    x, y = ddpc.randn(16, 8), ddpc.randint(0, 4, (16,))
+    m = _mlp()
+    opt = ddpc.optim.SGD(m.parameters(), lr=0.1)
+    scaler = GradScaler("cpu", init_scale=256.0, growth_interval=2)
+    start = [p.numpy().copy() for p in m.parameters()]
+    _scaled_step(m, opt, scaler, x, y, poison=True)
+    for p, s in zip(m.parameters(), start):
+        np.testing.assert_array_equal(p.numpy(), s)
+    scales = [scaler.get_scale()]
+    for _ in range(4):
+        _scaled_step(m, opt, scaler, x, y)
+        scales.append(scaler.get_scale())
+    assert scales == [128.0, 128.0, 256.0, 256.0, 512.0]
+    assert not all(np.array_equal(p.numpy(), s) for p, s in zip(m.parameters(), start))
+
+
+def test_unscale_before_clipping_divides_once():
+    x, y = ddpc.randn(16, 8), ddpc.randint(0, 4, (16,))
+    ref, m = _mlp(), _mlp()
+    F.cross_entropy(ref(x), y).backward()
+    opt = ddpc.optim.SGD(m.parameters(), lr=0.1)
+    scaler = GradScaler("cpu", init_scale=4096.0)
+    scaler.scale(F.cross_entropy(m(x), y)).backward()
+    scaler.unscale_(opt)
+    for p, q in zip(m.parameters(), ref.parameters()):
+        np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=1e-5, atol=1e-7)
+    scaler.step(opt)  # does not unscale again
+    scaler.update()
+
+
+def test_scaler_misuse_is_refused():
+    x, y = ddpc.randn(4, 8), ddpc.randint(0, 4, (4,))
+    m = _mlp()
+    opt = ddpc.optim.SGD(m.parameters(), lr=0.1)
+    scaler = GradScaler("cpu")
+    with pytest.raises(RuntimeError, match="No inf checks"):
+        scaler.update()
+    scaler.scale(F.cross_entropy(m(x), y)).backward()
+    scaler.unscale_(opt)
+    with pytest.raises(RuntimeError, match="already been called"):
+        scaler.unscale_(opt)
+    scaler.step(opt)
+    with pytest.raises(RuntimeError, match="already been called"):
+        scaler.step(opt)
+    with pytest.raises(RuntimeError, match="after step"):
+        scaler.unscale_(opt)
+    scaler.update()
+    with pytest.raises(RuntimeError, match="Closure"):
+        scaler.step(opt, closure=lambda: 0.0)
+    half = nn.Linear(2, 2).to(dtype=ddpc.float16)
+    half.weight.grad = ddpc.ones(2, 2, dtype=ddpc.float16)
+    with pytest.raises(ValueError, match="FP16 gradients"):
+        scaler.unscale_(ddpc.optim.SGD(half.parameters(), lr=0.1))
+    for bad in (dict(growth_factor=1.0), dict(backoff_factor=1.0), dict(growth_interval=0), dict(init_scale=0)):
+        with pytest.raises(ValueError):
+            GradScaler("cpu", **bad)
+    with pytest.raises(TypeError, match="tensor"):
+        scaler.scale(3.0)
+
+
+def test_disabled_scaler_passes_through_and_state_round_trips():
+    loss = ddpc.ones(())
+    off = GradScaler("cpu", enabled=False)
+    assert off.scale(loss) is loss and off.get_scale() == 1.0 and off.state_dict() == {}
+    a = GradScaler("cpu", init_scale=8.0, growth_interval=3)
+    a._growth_tracker = 2
+    b = GradScaler("cpu")
+    b.load_state_dict(a.state_dict())
+    assert b.state_dict() == a.state_dict() and b.get_scale() == 8.0 and b.get_growth_interval() == 3
+    with pytest.raises(RuntimeError, match="empty"):
+        b.load_state_dict({})
+    scaled = a.scale([loss, (loss, loss)])
+    assert isinstance(scaled, list) and isinstance(scaled[1], tuple) and scaled[1][0].item() == 8.0
+
+
+def scaler_worker(rank, steps):
+    import ddpc.distributed as dist
+
+    dist.init_process_group("cpu")
+    rng = np.random.default_rng(rank)
+    model = nn.parallel.DistributedDataParallel(_mlp())
+    opt = ddpc.optim.SGD(model.parameters(), lr=0.1)
+    scaler = GradScaler("cpu", init_scale=64.0, growth_interval=1)
+    scales = []
+    for step in range(steps):
+        x = rng.standard_normal((8, 8)).astype(np.float32)
+        if rank == 1 and step == 1:
+            x[0, 0] = np.inf  # only this rank's local gradient overflows
+        opt.zero_grad()
+        with autocast("cpu"):
+            loss = F.cross_entropy(model(ddpc.tensor(x)), ddpc.randint(0, 4, (8,)))
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        scales.append(scaler.get_scale())
+    params = [p.numpy().copy() for p in model.parameters()]
+    dist.destroy_process_group()
+    return scales, params
+
+
+def test_under_ddp_one_ranks_overflow_skips_the_step_on_every_rank():
+    (s0, p0), (s1, p1) = ddpc.spawn(scaler_worker, args=(3,), nprocs=2)
+    assert s0 == s1 == [128.0, 64.0, 128.0]
+    for a, b in zip(p0, p1):
+        np.testing.assert_array_equal(a, b)
+        assert np.isfinite(a).all()
+
+
+@pytest.mark.gpu
+def test_cuda_autocast_policy_and_unscale():
+    x, w = ddpc.randn(5, 8, device="cuda"), ddpc.randn(3, 8, device="cuda")
+    with autocast("cuda"):
+        out = F.linear(x, w)
+        assert out.dtype is ddpc.float16
+        assert F.softmax(out, -1).dtype is ddpc.float32
+        assert F.layer_norm(out, (3,)).dtype is ddpc.float32
+        assert out.sum().dtype is ddpc.float32
+    with autocast("cpu"):
+        assert F.linear(x, w).dtype is ddpc.float32
+    host = ddpc.tensor(np.float32([1.0, np.nan, 4.0]))
+    dev = host.to("cuda")
+    found = ddpc.zeros(1, device="cuda")
+    ddpc._C.unscale([dev._buf], 0.5, found._buf)
+    assert found.item() == 1.0
+    np.testing.assert_array_equal(dev.cpu().numpy(), np.float32([0.5, np.nan, 2.0]))
+    with pytest.raises(ValueError, match="another device"):
+        ddpc._C.unscale([dev._buf], 0.5, ddpc.zeros(1)._buf)
