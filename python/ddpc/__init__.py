@@ -13,7 +13,7 @@ from . import autograd
 from .autograd import (argmax, argmin, cat, enable_grad, exp, is_grad_enabled, log, matmul, max, min, no_grad, relu,
                        set_grad_enabled, sigmoid, stack, tanh)
 from .serialization import CheckpointError, load, save
-from . import amp, data, distributed, nn, optim
+from . import amp, data, distributed, nn, optim, utils
 from .amp import autocast
 from . import checkpoint
 from .distributed import destroy_process_group, init_process_group
@@ -42,6 +42,6 @@ __all__ = [
     "exp", "float16", "float32", "float64", "from_dlpack", "from_numpy", "full", "Generator", "get_num_threads",
     "init_process_group", "initial_seed", "int32", "int64", "is_grad_enabled", "load", "log", "manual_seed",
     "matmul", "max", "min", "nn", "no_grad", "ones", "ones_like", "optim", "rand", "randint", "randn", "randperm",
-    "relu", "save", "set_grad_enabled", "set_num_threads", "sigmoid", "spawn", "stack", "tanh", "Tensor", "tensor",
+    "relu", "save", "set_grad_enabled", "set_num_threads", "sigmoid", "spawn", "stack", "tanh", "Tensor", "tensor", "utils",
     "uint8", "zeros", "zeros_like",
 ]

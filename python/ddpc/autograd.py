@@ -41,6 +41,7 @@ class _GradMode(threading.local):
     enabled = True
     sole_leaves = frozenset()  # ids of the leaves one gradient reaches in the running backward pass
     callbacks = None  # functions to run when the running backward pass ends (queue_callback)
+    recording = None  # the nodes a checkpointed forward creates, in order (see ddpc.utils.checkpoint)
 
 
 _mode = _GradMode()
@@ -150,6 +151,8 @@ class Node:
         # refuses to run on a saved tensor changed since (its gradient would be wrong).
         self.saved_versions = tuple((t._buf, t._buf.version) if isinstance(t, Tensor) else None for t in saved)
         self.pre_hooks = None
+        if _mode.recording is not None:
+            _mode.recording.append(self)
 
     def check_saved(self):
         for i, (t, saved) in enumerate(zip(self.saved, self.saved_versions)):
@@ -165,6 +168,33 @@ class Node:
 
     def __repr__(self):
         return f"<{self.name()}>"
+
+
+class Recompute:
+    """Stands in for the saved tensors of the nodes a checkpointed forward
+    recorded (see ddpc.utils.checkpoint): the first of those nodes that
+    backward runs calls ``restore()``, which recomputes the forward and gives
+    every node of the segment its saved tensors back."""
+
+    __slots__ = ("restore",)
+
+    def __init__(self, restore):
+        self.restore = restore
+
+
+class recording:
+    """Collects into ``nodes`` every Node created in this thread inside the with-block."""
+
+    def __init__(self, nodes):
+        self.nodes = nodes
+
+    def __enter__(self):
+        self.prev, _mode.recording = _mode.recording, self.nodes
+        return self.nodes
+
+    def __exit__(self, *exc):
+        _mode.recording = self.prev
+        return False
 
 
 def _edge(t):
@@ -284,6 +314,8 @@ def _run_nodes(ready, grads, deps, retain_graph):
         while ready:
             _, node = heapq.heappop(ready)
             g, _owned = grads.pop(id(node))
+            if type(node.saved) is Recompute:
+                node.saved.restore()
             if node.saved is None:
                 raise RuntimeError(
                     f"trying to backward through {node.name()} a second time: its saved tensors were freed after "

@@ -1,0 +1,157 @@
+"""ddpc.utils.checkpoint: the same gradients as without it (dropout included),
+the segment's activations freed after forward, recomputation errors, and
+checkpointed blocks under DDP on 2 ranks (real processes, cpu backend)."""
+
+import gc
+import weakref
+
+import numpy as np
+import pytest
+
+import ddpc
+from ddpc import nn
+from ddpc.utils.checkpoint import checkpoint, checkpoint_sequential
+
+
+class Blocks(nn.Module):
+    def __init__(self, use_checkpoint, p=0.0):
+        super().__init__()
+        ddpc.manual_seed(4)
+        self.a = nn.Sequential(nn.Linear(6, 32), nn.GELU(), nn.Dropout(p), nn.Linear(32, 32), nn.Tanh())
+        self.b = nn.Sequential(nn.Linear(32, 32), nn.ReLU(), nn.LayerNorm(32))
+        self.head = nn.Linear(32, 3)
+        self.use_checkpoint = use_checkpoint
+
+    def forward(self, x):
+        run = checkpoint if self.use_checkpoint else (lambda f, *a, **k: f(*a))
+        h = run(self.a, x, use_reentrant=False)
+        h = run(self.b, h)
+        return self.head(h)
+
+
+def _grads(model, x, y, seed=11):
+    ddpc.manual_seed(seed)
+    model.zero_grad()
+    loss = nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    return loss.item(), [p.grad.numpy().copy() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("p", [0.0, 0.3])
+def test_checkpointed_gradients_equal_the_plain_ones(p):
+    rng = np.random.default_rng(0)
+    x = ddpc.tensor(rng.standard_normal((16, 6)).astype(np.float32))
+    y = ddpc.tensor(rng.integers(0, 3, 16))
+    loss, plain = _grads(Blocks(False, p), x, y)
+    loss_c, ckpt = _grads(Blocks(True, p), x, y)
+    assert loss == loss_c
+    for a, b in zip(plain, ckpt):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_gradients_reach_parameters_when_no_input_requires_grad():
+    lin = nn.Linear(4, 2)
+    out = checkpoint(lin, ddpc.ones(3, 4))
+    out.sum().backward()
+    np.testing.assert_allclose(lin.weight.grad.numpy(), np.full((2, 4), 3.0))
+    np.testing.assert_allclose(lin.bias.grad.numpy(), np.full(2, 3.0))
+
+
+def test_the_segments_activations_are_freed_after_forward_and_recomputed_in_backward():
+    lin1, lin2 = nn.Linear(8, 64), nn.Linear(64, 8)
+    kept = []
+
+    def block(x):
+        h = ddpc.relu(lin1(x))  # saved by lin2's backward unless checkpointed
+        kept.append(weakref.ref(h._buf))  # the memory: backward nodes save views of it
+        return lin2(h)
+
+    x = ddpc.randn(4, 8, requires_grad=True)
+    plain = block(x)
+    gc.collect()
+    assert kept[0]() is not None
+    out = checkpoint(block, x)
+    gc.collect()
+    assert kept[1]() is None
+    assert len(kept) == 2  # not run again yet
+    plain.sum().backward()
+    once = x.grad.numpy().copy()
+    out.sum().backward()
+    assert len(kept) == 3  # the recompute, during backward
+    np.testing.assert_allclose(x.grad.numpy(), 2 * once, rtol=1e-6)
+
+
+def test_input_gradients_and_sequential_checkpointing():
+    ddpc.manual_seed(1)
+    seq = nn.Sequential(nn.Linear(5, 9), nn.ReLU(), nn.Linear(9, 9), nn.Tanh(), nn.Linear(9, 2))
+    x = ddpc.randn(7, 5, requires_grad=True)
+    seq(x).sum().backward()
+    ref = [x.grad.numpy().copy()] + [p.grad.numpy().copy() for p in seq.parameters()]
+    x.grad = None
+    seq.zero_grad()
+    checkpoint_sequential(seq, 2, x).sum().backward()
+    got = [x.grad.numpy()] + [p.grad.numpy() for p in seq.parameters()]
+    for a, b in zip(ref, got):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+
+
+def test_a_function_that_changes_between_runs_is_refused():
+    lin = nn.Linear(3, 3)
+    calls = []
+
+    def unstable(x):
+        calls.append(1)
+        return lin(x) if len(calls) == 1 else ddpc.relu(lin(x))
+
+    out = checkpoint(unstable, ddpc.randn(2, 3))
+    with pytest.raises(RuntimeError, match="same ops"):
+        out.sum().backward()
+
+
+def test_no_grad_and_nested_checkpoints_run_the_function_once():
+    lin = nn.Linear(3, 3)
+    with ddpc.no_grad():
+        assert not checkpoint(lin, ddpc.randn(2, 3)).requires_grad
+    inner = nn.Linear(3, 3)
+    out = checkpoint(lambda x: checkpoint(inner, lin(x)), ddpc.randn(2, 3))
+    out.sum().backward()
+    assert lin.weight.grad is not None and inner.weight.grad is not None
+
+
+def test_autocast_settings_are_replayed_in_the_recompute():
+    lin1, lin2 = nn.Linear(4, 4), nn.Linear(4, 4)
+    x = ddpc.randn(3, 4)
+    with ddpc.autocast("cpu"):
+        out = checkpoint(lambda t: lin2(lin1(t)), x)
+    assert out.dtype is ddpc.bfloat16
+    out.float().sum().backward()  # outside the region: the recompute must still cast as the first run did
+    assert lin1.weight.grad.dtype is ddpc.float32
+
+
+def ddp_checkpoint_worker(rank, find_unused):
+    import ddpc.distributed as dist
+
+    dist.init_process_group("cpu")
+    rng = np.random.default_rng(rank)
+    results = []
+    for use in (False, True):
+        model = nn.parallel.DistributedDataParallel(Blocks(use, 0.2), find_unused_parameters=find_unused)
+        opt = ddpc.optim.SGD(model.parameters(), lr=0.1)
+        ddpc.manual_seed(100 + rank)
+        for _ in range(3):
+            x = ddpc.tensor(rng.standard_normal((8, 6)).astype(np.float32))
+            y = ddpc.tensor(rng.integers(0, 3, 8))
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+        results.append([p.numpy().copy() for p in model.parameters()])
+        rng = np.random.default_rng(rank)
+    dist.destroy_process_group()
+    return results
+
+
+@pytest.mark.parametrize("find_unused", [False, True])
+def test_checkpointed_blocks_under_ddp_train_as_plain_ones(find_unused):
+    for plain, ckpt in ddpc.spawn(ddp_checkpoint_worker, args=(find_unused,), nprocs=2):
+        for a, b in zip(plain, ckpt):
+            np.testing.assert_array_equal(a, b)
