@@ -75,6 +75,7 @@ def test_single_command_examples(script, expect):
     ("grad_accumulation.py", r"epoch 2 +accuracy"),
     ("imbalanced.py", r"per-class recall"),
     ("uneven_inputs.py", r"rank 1: ran 8 batches; the group ran 13 in all"),
+    ("less_memory.py", r"epoch 3 +accuracy 0\.9\d+ +optimizer state for \d+ of 36228 parameters"),
 ])
 def test_launched_examples(script, expect):
     code, out = launch(script)
