@@ -338,6 +338,77 @@ def test_more_lr_schedulers_follow_pytorchs_formulas():
         S.SequentialLR(seq.optimizer, [S.ExponentialLR(seq.optimizer, 0.5)], [3])
 
 
+def test_multiplicative_lr_scales_the_current_lr():
+    S = optim.lr_scheduler
+    lrs, s = _lrs(lambda o: S.MultiplicativeLR(o, lambda e: 0.9 if e % 3 else 0.5))
+    assert lrs == pytest.approx([0.5 * math.prod(0.9 if e % 3 else 0.5 for e in range(1, n + 1)) for n in range(1, 13)])
+    assert "lr_lambdas" not in s.state_dict() and s.state_dict()["last_epoch"] == 12
+    s.optimizer.param_groups[0]["lr"] = 2.0  # set by hand: the schedule carries on from it
+    s.step()
+    assert s.get_last_lr() == [2.0 * 0.9]
+    with pytest.raises(TypeError, match="function"):
+        S.MultiplicativeLR(s.optimizer, 0.9)
+    with pytest.raises(ValueError, match="1 lr_lambdas"):
+        S.MultiplicativeLR(s.optimizer, [lambda e: 1.0] * 2)
+
+
+def _warmup_times_decay(e):
+    """The lr at epoch e of lr=0.5 under ConstantLR(factor=0.25, total_iters=4) and ExponentialLR(0.9) together."""
+    return 0.5 * 0.9 ** e * (0.25 if e < 4 else 1.0)
+
+
+def test_chainable_schedulers_on_one_optimizer_compose():
+    S = optim.lr_scheduler
+    p = ddpc.zeros(1, requires_grad=True)
+    opt = optim.SGD([p], lr=0.5)
+    both = [S.ConstantLR(opt, 0.25, 4), S.ExponentialLR(opt, 0.9)]
+    lrs = [opt.param_groups[0]["lr"]]
+    for _ in range(10):
+        opt.step()
+        for s in both:
+            s.step()
+        lrs.append(opt.param_groups[0]["lr"])
+    assert lrs == pytest.approx([_warmup_times_decay(e) for e in range(11)], rel=1e-12)
+    assert both[1].get_last_lr() == [lrs[-1]] and both[0].last_epoch == both[1].last_epoch == 10
+    # An explicit epoch jumps to that scheduler's own closed form, dropping the other's factor.
+    both[1].step(2)
+    assert opt.param_groups[0]["lr"] == pytest.approx(0.5 * 0.81)
+
+    for make in (lambda o: S.StepLR(o, 3, 0.5), lambda o: S.MultiStepLR(o, [2, 5, 5], 0.5),
+                 lambda o: S.LinearLR(o, 0.2, 0.8, 5), lambda o: S.PolynomialLR(o, 6, 2.0),
+                 lambda o: S.CosineAnnealingLR(o, 20)):
+        # Chained with a factor of 0.5 per epoch, each schedule is its closed form times 0.5 ** epoch.
+        alone, _ = _lrs(make)
+        chained, _ = _lrs(lambda o, make=make: S.ChainedScheduler([make(o), S.MultiplicativeLR(o, lambda e: 0.5)]))
+        assert chained == pytest.approx([lr * 0.5 ** e for e, lr in enumerate(alone, 1)], rel=1e-12)
+
+
+def test_chained_scheduler_steps_all_and_resumes_from_its_state_dict():
+    S = optim.lr_scheduler
+
+    def make(opt):
+        return S.ChainedScheduler([S.ConstantLR(opt, 0.25, 4), S.ExponentialLR(opt, 0.9)])
+
+    lrs, chain = _lrs(make, n=6)
+    assert lrs == pytest.approx([_warmup_times_decay(e) for e in range(1, 7)], rel=1e-12)
+    assert chain.get_last_lr() == [lrs[-1]] and chain.optimizer is chain._schedulers[0].optimizer
+    state = chain.state_dict()
+    assert [s["last_epoch"] for s in state["_schedulers"]] == [6, 6] and "optimizer" not in state
+    opt = optim.SGD([ddpc.zeros(1, requires_grad=True)], lr=0.5)
+    resumed = make(opt)
+    resumed.load_state_dict(state)
+    opt.param_groups[0]["lr"] = lrs[-1]  # the optimizer's own state_dict carries the lr
+    for _ in range(3):
+        resumed.step()
+    assert resumed.get_last_lr() == pytest.approx([_warmup_times_decay(9)], rel=1e-12)
+    with pytest.raises(ValueError, match="at least one"):
+        S.ChainedScheduler([])
+    with pytest.raises(ValueError, match="same optimizer"):
+        S.ChainedScheduler([S.ExponentialLR(opt, 0.9)], optimizer=chain.optimizer)
+    with pytest.raises(ValueError, match="ReduceLROnPlateau"):
+        S.ChainedScheduler([S.ExponentialLR(opt, 0.9), S.ReduceLROnPlateau(opt)])
+
+
 def test_reduce_lr_on_plateau():
     metrics = [5, 4, 4, 4, 4, 4, 3, 3, 3, 3, 3, 3]
     lrs, s = _lrs(lambda o: optim.lr_scheduler.ReduceLROnPlateau(o, patience=2, cooldown=1, factor=0.5, min_lr=0.1),

@@ -1,6 +1,7 @@
 """Optional: ddpc.optim against torch.optim (skipped when torch is not
-installed): maximize, float16 and bfloat16 parameters, and the cyclic
-schedulers' lr and momentum sequences.
+installed): maximize, float16 and bfloat16 parameters, the cyclic
+schedulers' lr and momentum sequences, and the chainable schedulers alone,
+composed on one optimizer, chained and in sequence.
 
 Each comparison runs in a child process that imports torch before ddpc (see
 test_nn_torch.py) and fails there, printing what it measured.
@@ -14,7 +15,7 @@ import sys
 import pytest
 
 
-@pytest.mark.parametrize("case", ["maximize", "sixteen_bit", "schedulers"])
+@pytest.mark.parametrize("case", ["maximize", "sixteen_bit", "schedulers", "chainable_schedulers"])
 def test_matches_pytorch(case):
     if importlib.util.find_spec("torch") is None:
         pytest.skip("torch is not installed")
@@ -134,6 +135,60 @@ def _case_schedulers():
         worst = float(np.abs(got - want).max())
         print(name, opt_name, kw, "max |ddpc - torch|", worst)
         assert worst <= 1e-15
+
+
+def _case_chainable_schedulers():
+    import torch
+
+    import ddpc
+
+    def trace(lib, make, epochs):
+        """Both groups' lrs and the last scheduler's get_last_lr() after each step (step(e) where e is given)."""
+        optim = torch.optim if lib is torch else ddpc.optim
+        p, q = lib.zeros(1, requires_grad=True), lib.zeros(1, requires_grad=True)
+        opt = optim.SGD([{"params": [p]}, {"params": [q], "lr": 0.3}], lr=0.1)
+        scheds = make(optim.lr_scheduler, opt)
+        out = [g["lr"] for g in opt.param_groups]
+        for e in epochs:
+            opt.step()
+            for s in scheds:
+                s.step() if e is None else s.step(e)
+            out += [g["lr"] for g in opt.param_groups] + list(scheds[-1].get_last_lr())
+        return out
+
+    alone = {
+        "StepLR": lambda S, o: S.StepLR(o, 3, 0.5),
+        "MultiStepLR": lambda S, o: S.MultiStepLR(o, [2, 5, 5, 9], 0.3),
+        "ExponentialLR": lambda S, o: S.ExponentialLR(o, 0.9),
+        "ConstantLR": lambda S, o: S.ConstantLR(o, 0.25, 4),
+        "LinearLR": lambda S, o: S.LinearLR(o, 0.1, 0.9, 6),
+        "PolynomialLR": lambda S, o: S.PolynomialLR(o, 8, 2.0),
+        "CosineAnnealingLR": lambda S, o: S.CosineAnnealingLR(o, 7, 0.01),
+        "MultiplicativeLR": lambda S, o: S.MultiplicativeLR(o, [lambda e: 0.95 if e % 2 else 1.01,
+                                                                lambda e: 1 / (e + 1)]),
+    }
+    cases = {name: lambda S, o, make=make: [make(S, o)] for name, make in alone.items()}
+    cases.update({
+        "ConstantLR and ExponentialLR on one optimizer": lambda S, o: [S.ConstantLR(o, 0.5, 4),
+                                                                       S.ExponentialLR(o, 0.9)],
+        "CosineAnnealingLR and StepLR on one optimizer": lambda S, o: [S.CosineAnnealingLR(o, 10),
+                                                                       S.StepLR(o, 4, 0.5)],
+        "ChainedScheduler": lambda S, o: [S.ChainedScheduler([S.LinearLR(o, 0.2, 1.0, 5), S.ExponentialLR(o, 0.95),
+                                                              S.MultiStepLR(o, [3, 8])])],
+        "ChainedScheduler with MultiplicativeLR": lambda S, o: [S.ChainedScheduler(
+            [S.CosineAnnealingLR(o, 6, 0.001), S.MultiplicativeLR(o, lambda e: 0.97)], optimizer=o)],
+        "SequentialLR": lambda S, o: [S.SequentialLR(o, [S.ConstantLR(o, 0.1, 3), S.ExponentialLR(o, 0.9),
+                                                         S.PolynomialLR(o, 6, 1.5)], [4, 12])],
+    })
+    for name, make in cases.items():
+        got, want = trace(ddpc, make, [None] * 30), trace(torch, make, [None] * 30)
+        print(name, "equal" if got == want else f"{got} != {want}")
+        assert got == want
+    for name, make in alone.items():  # an explicit epoch takes the closed form, when the schedule has one
+        epochs = [3, 1, 7, 7, 12] + [None] * 5
+        got, want = trace(ddpc, cases[name], epochs), trace(torch, cases[name], epochs)
+        print(name, "at epochs", epochs, "equal" if got == want else f"{got} != {want}")
+        assert got == want
 
 
 if __name__ == "__main__":

@@ -1,14 +1,18 @@
 """Learning-rate schedulers, as torch.optim.lr_scheduler: StepLR,
 MultiStepLR, ExponentialLR, ConstantLR, LinearLR, PolynomialLR,
-CosineAnnealingLR, CosineAnnealingWarmRestarts, CyclicLR, OneCycleLR,
-LambdaLR, SequentialLR and ReduceLROnPlateau.
+CosineAnnealingLR, MultiplicativeLR, CosineAnnealingWarmRestarts, CyclicLR,
+OneCycleLR, LambdaLR, SequentialLR, ChainedScheduler and ReduceLROnPlateau.
 
-Each but ReduceLROnPlateau computes the closed form of PyTorch's schedule from
-the epoch count, lr = f(base_lr, last_epoch), and writes it into every param
-group on step(), so an lr set by hand lasts until the next step();
-ReduceLROnPlateau scales the current lr when the metric it is given stalls.
-CyclicLR and OneCycleLR also cycle the momentum (SGD's ``momentum``, Adam's
-beta1) against the lr, as PyTorch's ``cycle_momentum`` does.
+As in PyTorch, StepLR, MultiStepLR, ExponentialLR, ConstantLR, LinearLR,
+PolynomialLR, CosineAnnealingLR and MultiplicativeLR are chainable: step()
+changes each group's current lr by the schedule's factor for this epoch, so
+several of them on one optimizer compose (ChainedScheduler steps them
+together) and an lr set by hand carries on scaled. step(epoch) jumps to the
+closed form lr = f(base_lr, epoch) instead. The others compute the closed form
+from the epoch count and overwrite the lr on every step(); ReduceLROnPlateau
+scales the current lr when the metric it is given stalls. CyclicLR and
+OneCycleLR also cycle the momentum (SGD's ``momentum``, Adam's beta1) against
+the lr, as PyTorch's ``cycle_momentum`` does.
 """
 
 import bisect
@@ -46,6 +50,11 @@ def _start_momentum(optimizer, key, base_momentum, max_momentum):
 
 
 class LRScheduler:
+    # What state_dict() leaves out: the optimizer, and in subclasses code (lambdas) or other schedulers.
+    _unsaved = ("optimizer",)
+    # True during the step the constructor takes: a chainable schedule keeps the lr it finds there.
+    _is_initial = False
+
     def __init__(self, optimizer, last_epoch=-1):
         self.optimizer = optimizer
         if last_epoch == -1:
@@ -57,51 +66,88 @@ class LRScheduler:
                     raise KeyError(f"param 'initial_lr' is not specified in param_groups[{i}] when resuming")
         self.base_lrs = [g["initial_lr"] for g in optimizer.param_groups]
         self.last_epoch = last_epoch
-        self.step()
+        self._initial_step()
+
+    def _initial_step(self):
+        self._is_initial = True
+        try:
+            self.step()
+        finally:
+            self._is_initial = False
 
     def get_lr(self):
+        """The lrs for self.last_epoch; a chainable schedule derives them from the groups' current lrs."""
         raise NotImplementedError
 
     def get_last_lr(self):
         return list(self._last_lr)
 
     def step(self, epoch=None):
-        self.last_epoch = self.last_epoch + 1 if epoch is None else int(epoch)
-        self._set_lrs()
+        """The next epoch's lrs; with ``epoch``, that epoch's, from the closed form where the schedule has one."""
+        if epoch is None:
+            self.last_epoch += 1
+            self._set_lrs(self.get_lr())
+        else:
+            self.last_epoch = int(epoch)
+            self._set_lrs(getattr(self, "_get_closed_form_lr", self.get_lr)())
 
-    def _set_lrs(self):
-        for g, lr in zip(self.optimizer.param_groups, self.get_lr()):
+    def _current_lrs(self):
+        return [g["lr"] for g in self.optimizer.param_groups]
+
+    def _set_lrs(self, lrs):
+        for g, lr in zip(self.optimizer.param_groups, lrs):
             g["lr"] = lr
-        self._last_lr = [g["lr"] for g in self.optimizer.param_groups]
+        self._last_lr = self._current_lrs()
+
+    def _step_back(self):
+        """Takes back the epoch of the constructor's step (SequentialLR restarts its schedulers)."""
+        self.last_epoch -= 1
 
     def state_dict(self):
-        return {k: v for k, v in self.__dict__.items() if k != "optimizer"}
+        return {k: v for k, v in self.__dict__.items() if k not in self._unsaved}
 
     def load_state_dict(self, state_dict):
         self.__dict__.update(state_dict)
 
 
 class StepLR(LRScheduler):
-    """lr = base_lr * gamma ** (epoch // step_size)."""
+    """lr *= gamma every step_size epochs: lr = base_lr * gamma ** (epoch // step_size) alone. Chainable."""
 
     def __init__(self, optimizer, step_size, gamma=0.1, last_epoch=-1):
         self.step_size, self.gamma = int(step_size), gamma
         super().__init__(optimizer, last_epoch)
 
     def get_lr(self):
+        if self.last_epoch == 0 or self.last_epoch % self.step_size != 0:
+            return self._current_lrs()
+        return [g["lr"] * self.gamma for g in self.optimizer.param_groups]
+
+    def _get_closed_form_lr(self):
         return [base * self.gamma ** (self.last_epoch // self.step_size) for base in self.base_lrs]
 
 
 class CosineAnnealingLR(LRScheduler):
-    """lr = eta_min + (base_lr - eta_min) * (1 + cos(pi * epoch / T_max)) / 2."""
+    """lr = eta_min + (base_lr - eta_min) * (1 + cos(pi * epoch / T_max)) / 2 alone. Chainable: each step
+    scales lr - eta_min by the ratio of consecutive cosine terms (PyTorch's recursive form)."""
 
     def __init__(self, optimizer, T_max, eta_min=0.0, last_epoch=-1):
         self.T_max, self.eta_min = T_max, eta_min
         super().__init__(optimizer, last_epoch)
 
     def get_lr(self):
-        c = (1 + math.cos(math.pi * self.last_epoch / self.T_max)) / 2
-        return [self.eta_min + (base - self.eta_min) * c for base in self.base_lrs]
+        if self._is_initial:
+            return self._current_lrs()
+        if (self.last_epoch - 1 - self.T_max) % (2 * self.T_max) == 0:
+            # Leaving the minimum, where the ratio's denominator is 0: add the first step up instead.
+            return [g["lr"] + (base - self.eta_min) * (1 - math.cos(math.pi / self.T_max)) / 2
+                    for base, g in zip(self.base_lrs, self.optimizer.param_groups)]
+        ratio = (1 + math.cos(math.pi * self.last_epoch / self.T_max)) / (
+            1 + math.cos(math.pi * (self.last_epoch - 1) / self.T_max))
+        return [ratio * (g["lr"] - self.eta_min) + self.eta_min for g in self.optimizer.param_groups]
+
+    def _get_closed_form_lr(self):
+        return [self.eta_min + (base - self.eta_min) * (1 + math.cos(math.pi * self.last_epoch / self.T_max)) / 2
+                for base in self.base_lrs]
 
 
 class CosineAnnealingWarmRestarts(LRScheduler):
@@ -144,7 +190,7 @@ class CosineAnnealingWarmRestarts(LRScheduler):
             self.T_cur = epoch - self.T_0 * (self.T_mult ** n - 1) / (self.T_mult - 1)
             self.T_i = self.T_0 * self.T_mult ** n
         self.last_epoch = math.floor(epoch)
-        self._set_lrs()
+        self._set_lrs(self.get_lr())
 
 
 class CyclicLR(LRScheduler):
@@ -153,7 +199,10 @@ class CyclicLR(LRScheduler):
     mode ("triangular": 1, "triangular2": halved every cycle, "exp_range":
     gamma ** batch) or by scale_fn(cycle or batch, per scale_mode). With
     cycle_momentum the momentum moves the other way, max_momentum to
-    base_momentum. Step it after every batch. base_lr replaces the groups' lr."""
+    base_momentum. Step it after every batch. base_lr replaces the groups' lr.
+    scale_fn is code, so state_dict() leaves it out."""
+
+    _unsaved = ("optimizer", "scale_fn_custom")
 
     def __init__(self, optimizer, base_lr, max_lr, step_size_up=2000, step_size_down=None, mode="triangular",
                  gamma=1.0, scale_fn=None, scale_mode="cycle", cycle_momentum=True, base_momentum=0.8,
@@ -200,10 +249,6 @@ class CyclicLR(LRScheduler):
             for g, low, high in zip(self.optimizer.param_groups, self.base_momentums, self.max_momentums):
                 _set_momentum(g, self._momentum, high - (high - low) * rise * scale)
         return [base + (top - base) * rise * scale for base, top in zip(self.base_lrs, self.max_lrs)]
-
-    def state_dict(self):
-        """scale_fn is code, so it is not saved."""
-        return {k: v for k, v in self.__dict__.items() if k not in ("optimizer", "scale_fn_custom")}
 
 
 class OneCycleLR(LRScheduler):
@@ -277,45 +322,83 @@ class OneCycleLR(LRScheduler):
         return [self._anneal(g[lr0], g[lr1], pct) for g in self.optimizer.param_groups]
 
 
+def _lambdas(optimizer, lr_lambda):
+    lambdas = _per_group("lr_lambdas", optimizer, lr_lambda)
+    for f in lambdas:
+        if not callable(f):
+            raise TypeError(f"lr_lambda should be a function, but got {type(f).__name__}")
+    return lambdas
+
+
 class LambdaLR(LRScheduler):
-    """lr = base_lr * lr_lambda(epoch), one function for all groups or one per group."""
+    """lr = base_lr * lr_lambda(epoch), one function for all groups or one per group.
+    Lambdas are code, so state_dict() saves only the epoch count and base rates."""
+
+    _unsaved = ("optimizer", "lr_lambdas")
 
     def __init__(self, optimizer, lr_lambda, last_epoch=-1):
-        self.lr_lambdas = _per_group("lr_lambdas", optimizer, lr_lambda)
+        self.lr_lambdas = _lambdas(optimizer, lr_lambda)
         super().__init__(optimizer, last_epoch)
 
     def get_lr(self):
         return [base * f(self.last_epoch) for base, f in zip(self.base_lrs, self.lr_lambdas)]
 
-    def state_dict(self):
-        """Lambdas are code, so only the epoch count and base rates are saved."""
-        return {k: v for k, v in self.__dict__.items() if k not in ("optimizer", "lr_lambdas")}
+
+class MultiplicativeLR(LRScheduler):
+    """lr *= lr_lambda(epoch) on every step, one function for all groups or one per group. Chainable, with
+    no closed form: step(epoch) scales the current lr by lr_lambda(epoch). As for LambdaLR, state_dict()
+    leaves the lambdas out."""
+
+    _unsaved = ("optimizer", "lr_lambdas")
+
+    def __init__(self, optimizer, lr_lambda, last_epoch=-1):
+        self.lr_lambdas = _lambdas(optimizer, lr_lambda)
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self):
+        if self._is_initial:
+            return self._current_lrs()
+        return [g["lr"] * f(self.last_epoch) for f, g in zip(self.lr_lambdas, self.optimizer.param_groups)]
 
 
 class MultiStepLR(LRScheduler):
-    """lr = base_lr * gamma ** (number of milestones reached)."""
+    """lr *= gamma at each milestone (once per time it is listed): lr = base_lr * gamma ** (milestones
+    reached) alone. Chainable."""
 
     def __init__(self, optimizer, milestones, gamma=0.1, last_epoch=-1):
         self.milestones, self.gamma = sorted(int(m) for m in milestones), gamma
         super().__init__(optimizer, last_epoch)
 
     def get_lr(self):
+        hits = (bisect.bisect_right(self.milestones, self.last_epoch)
+                - bisect.bisect_left(self.milestones, self.last_epoch))
+        if not hits:
+            return self._current_lrs()
+        return [g["lr"] * self.gamma ** hits for g in self.optimizer.param_groups]
+
+    def _get_closed_form_lr(self):
         return [base * self.gamma ** bisect.bisect_right(self.milestones, self.last_epoch) for base in self.base_lrs]
 
 
 class ExponentialLR(LRScheduler):
-    """lr = base_lr * gamma ** epoch."""
+    """lr *= gamma every epoch: lr = base_lr * gamma ** epoch alone. Chainable."""
 
     def __init__(self, optimizer, gamma, last_epoch=-1):
         self.gamma = gamma
         super().__init__(optimizer, last_epoch)
 
     def get_lr(self):
+        if self._is_initial:
+            return self._current_lrs()
+        return [g["lr"] * self.gamma for g in self.optimizer.param_groups]
+
+    def _get_closed_form_lr(self):
         return [base * self.gamma ** self.last_epoch for base in self.base_lrs]
 
 
 class ConstantLR(LRScheduler):
-    """lr = base_lr * factor for the first total_iters epochs, then base_lr."""
+    """lr = base_lr * factor for the first total_iters epochs, then base_lr, alone. Chainable: the lr is
+    multiplied by factor at epoch 0 and divided by it at total_iters (so factor=0 fails there, as in PyTorch)."""
 
     def __init__(self, optimizer, factor=1.0 / 3, total_iters=5, last_epoch=-1):
         if not 0 <= factor <= 1:
@@ -324,12 +407,20 @@ class ConstantLR(LRScheduler):
         super().__init__(optimizer, last_epoch)
 
     def get_lr(self):
+        if self.last_epoch == 0:
+            return [g["lr"] * self.factor for g in self.optimizer.param_groups]
+        if self.last_epoch != self.total_iters:
+            return self._current_lrs()
+        return [g["lr"] * (1.0 / self.factor) for g in self.optimizer.param_groups]
+
+    def _get_closed_form_lr(self):
         f = self.factor if self.last_epoch < self.total_iters else 1.0
         return [base * f for base in self.base_lrs]
 
 
 class LinearLR(LRScheduler):
-    """lr = base_lr * a factor going linearly from start_factor to end_factor over total_iters epochs (a warm-up)."""
+    """lr = base_lr * a factor going linearly from start_factor to end_factor over total_iters epochs (a
+    warm-up) alone. Chainable: each step scales the lr by the ratio of consecutive factors."""
 
     def __init__(self, optimizer, start_factor=1.0 / 3, end_factor=1.0, total_iters=5, last_epoch=-1):
         if not 0 < start_factor <= 1 or not 0 <= end_factor <= 1:
@@ -338,45 +429,64 @@ class LinearLR(LRScheduler):
         super().__init__(optimizer, last_epoch)
 
     def get_lr(self):
-        t = min(self.last_epoch, self.total_iters) / self.total_iters if self.total_iters else 1.0
-        f = self.start_factor + (self.end_factor - self.start_factor) * t
+        if self.last_epoch == 0:
+            return [g["lr"] * self.start_factor for g in self.optimizer.param_groups]
+        if self._is_initial or self.last_epoch > self.total_iters:
+            return self._current_lrs()
+        slope = self.end_factor - self.start_factor
+        ratio = 1.0 + slope / (self.total_iters * self.start_factor + (self.last_epoch - 1) * slope)
+        return [g["lr"] * ratio for g in self.optimizer.param_groups]
+
+    def _get_closed_form_lr(self):
+        f = self.start_factor + (self.end_factor - self.start_factor) * min(self.total_iters, self.last_epoch) \
+            / self.total_iters
         return [base * f for base in self.base_lrs]
 
 
 class PolynomialLR(LRScheduler):
-    """lr = base_lr * (1 - min(epoch, total_iters) / total_iters) ** power."""
+    """lr = base_lr * (1 - min(epoch, total_iters) / total_iters) ** power alone. Chainable: each step
+    scales the lr by the ratio of consecutive factors."""
 
     def __init__(self, optimizer, total_iters=5, power=1.0, last_epoch=-1):
         self.total_iters, self.power = int(total_iters), power
         super().__init__(optimizer, last_epoch)
 
     def get_lr(self):
+        if self._is_initial or self.last_epoch > self.total_iters:
+            return self._current_lrs()
+        ratio = ((1.0 - self.last_epoch / self.total_iters)
+                 / (1.0 - (self.last_epoch - 1) / self.total_iters)) ** self.power
+        return [g["lr"] * ratio for g in self.optimizer.param_groups]
+
+    def _get_closed_form_lr(self):
         f = (1 - min(self.last_epoch, self.total_iters) / self.total_iters) ** self.power
         return [base * f for base in self.base_lrs]
 
 
-class SequentialLR(LRScheduler):
-    """Runs ``schedulers[i]`` from ``milestones[i - 1]`` on; each starts from
-    its own epoch 0 at its milestone (e.g. LinearLR warm-up, then cosine)."""
+class _Composite(LRScheduler):
+    """A scheduler that steps others on one optimizer; its state holds theirs."""
 
-    def __init__(self, optimizer, schedulers, milestones, last_epoch=-1):
-        if len(milestones) != len(schedulers) - 1:
-            raise ValueError(f"SequentialLR: {len(schedulers)} schedulers need {len(schedulers) - 1} milestones, "
-                             f"got {len(milestones)}")
-        if any(s.optimizer is not optimizer for s in schedulers):
-            raise ValueError("SequentialLR: every scheduler must drive the same optimizer")
-        self._schedulers, self._milestones = list(schedulers), [int(m) for m in milestones]
-        super().__init__(optimizer, last_epoch)
+    _unsaved = ("optimizer", "_schedulers")
 
-    def step(self, epoch=None):
-        self.last_epoch = self.last_epoch + 1 if epoch is None else int(epoch)
-        k = bisect.bisect_right(self._milestones, self.last_epoch)
-        start = self._milestones[k - 1] if k else 0
-        self._schedulers[k].step(self.last_epoch - start)
-        self._last_lr = self._schedulers[k].get_last_lr()
+    def _adopt(self, schedulers, optimizer):
+        name = type(self).__name__
+        if not schedulers:
+            raise ValueError(f"{name} needs at least one scheduler")
+        optimizer = schedulers[0].optimizer if optimizer is None else optimizer
+        for i, s in enumerate(schedulers):
+            if isinstance(s, ReduceLROnPlateau):
+                why = f"{name}: ReduceLROnPlateau (at index {i}) takes a metric in step(), so it cannot be stepped"
+                raise ValueError(why)  # noqa: TRY004  (a ValueError, as PyTorch raises)
+            if s.optimizer is not optimizer:
+                raise ValueError(f"{name}: every scheduler must drive the same optimizer")
+        self.optimizer, self._schedulers = optimizer, list(schedulers)
+
+    def _step_back(self):
+        for s in self._schedulers:
+            s._step_back()
 
     def state_dict(self):
-        state = {k: v for k, v in self.__dict__.items() if k not in ("optimizer", "_schedulers")}
+        state = super().state_dict()
         state["_schedulers"] = [s.state_dict() for s in self._schedulers]
         return state
 
@@ -385,6 +495,50 @@ class SequentialLR(LRScheduler):
         for s, sd in zip(self._schedulers, state.pop("_schedulers")):
             s.load_state_dict(sd)
         self.__dict__.update(state)
+
+
+class SequentialLR(_Composite):
+    """Runs ``schedulers[i]`` from ``milestones[i - 1]`` on (e.g. LinearLR warm-up, then cosine): at its
+    milestone a scheduler jumps to its own epoch 0 (its closed form), then steps from there."""
+
+    def __init__(self, optimizer, schedulers, milestones, last_epoch=-1):
+        self._adopt(schedulers, optimizer)
+        if len(milestones) != len(schedulers) - 1:
+            raise ValueError(f"SequentialLR: {len(schedulers)} schedulers need {len(schedulers) - 1} milestones, "
+                             f"got {len(milestones)}")
+        self._milestones, self.last_epoch = [int(m) for m in milestones], last_epoch + 1
+        # Every scheduler stepped the lrs when it was built: start again from the initial lrs, with each of
+        # them an epoch back, and let the first one alone take its constructor's step.
+        for g in optimizer.param_groups:
+            g["lr"] = g["initial_lr"]
+        self._step_back()
+        first = self._schedulers[bisect.bisect_right(self._milestones, 0)]
+        first._initial_step()
+        self._last_lr = first.get_last_lr()
+
+    def step(self, epoch=None):
+        self.last_epoch = self.last_epoch + 1 if epoch is None else int(epoch)
+        k = bisect.bisect_right(self._milestones, self.last_epoch)
+        start = self._milestones[k - 1] if k else 0
+        if epoch is not None or (k and self.last_epoch == start):
+            self._schedulers[k].step(self.last_epoch - start)
+        else:
+            self._schedulers[k].step()
+        self._last_lr = self._schedulers[k].get_last_lr()
+
+
+class ChainedScheduler(_Composite):
+    """Steps every scheduler of ``schedulers`` on each step(), in order, so that chainable ones compose
+    (e.g. a ConstantLR warm-up on top of an ExponentialLR decay); ``optimizer`` defaults to theirs."""
+
+    def __init__(self, schedulers, optimizer=None):
+        self._adopt(schedulers, optimizer)
+        self._last_lr = self._current_lrs()
+
+    def step(self):
+        for s in self._schedulers:
+            s.step()
+        self._last_lr = self._current_lrs()
 
 
 class ReduceLROnPlateau:
