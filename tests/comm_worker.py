@@ -719,6 +719,50 @@ def scenario_subgroup_timeout():
     dist.barrier()
 
 
+def scenario_work_exception():
+    """Work.exception(), is_success() and result(): rank 1 never joins rank 0's
+    async all_reduce in a group with a 2 s timeout; then an async all_reduce
+    and all_to_all of the whole world succeed."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    sub = dist.new_group([0, 1], timeout=2)
+    if rank == 0:
+        t = ddpc.ones(10)
+        w = dist.all_reduce(t, group=sub, async_op=True)
+        assert w.exception() is None and w.is_success(), "a collective still waiting for its peer has no error yet"
+        try:
+            w.result()
+        except RuntimeError as e:
+            assert "not completed" in str(e), e
+        else:
+            raise AssertionError("result() of a running collective returned")
+        deadline = time.monotonic() + 60
+        while not w.is_completed():
+            assert time.monotonic() < deadline, "the all_reduce without its peer never ended"
+            time.sleep(0.05)
+        err = w.exception()
+        assert isinstance(err, dist.DistTimeoutError) and not w.is_success(), repr(err)
+        print(f"RANK 0 EXCEPTION {type(err).__name__}: {err}", flush=True)
+        for call in (w.result, w.wait):
+            try:
+                call()
+            except dist.DistTimeoutError as e:
+                assert str(e) == str(err), (str(e), str(err))
+            else:
+                raise AssertionError(f"{call.__name__}() of a failed collective returned")
+        assert str(w.exception()) == str(err)  # still there after wait() raised it
+    dist.barrier()
+    t = ddpc.full((3,), rank + 1.0)
+    w = dist.all_reduce(t, async_op=True)
+    assert w.wait() and w.exception() is None and w.is_success()
+    out = w.result()
+    assert len(out) == 1 and out[0] is t
+    check(t.numpy(), np.full(3, world * (world + 1) / 2), "async all_reduce result()")
+    outs = [np.zeros(2, np.float32) for _ in range(world)]
+    w = dist.all_to_all(outs, [np.full(2, 10 * rank + r, np.float32) for r in range(world)], async_op=True)
+    assert w.wait() and w.exception() is None and w.is_success()
+    check(np.concatenate(outs), np.repeat(10 * np.arange(world) + rank, 2), "async all_to_all")
+
+
 def scenario_late():
     """Ranks 0 and 1 leave a broadcast from rank 0 before rank 3 has joined
     it, then disagree on the next collective: the failure they report must

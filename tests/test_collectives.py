@@ -102,6 +102,15 @@ def test_errors_in_a_subgroup_name_global_ranks():
                      res.stdout), res.stdout
 
 
+def test_work_exception_is_the_error_of_a_failed_async_collective():
+    res = run_job(2, "work_exception")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert re.search(r"RANK 0 EXCEPTION DistTimeoutError: all_reduce \(collective #0 of rank 0\) timed out .* "
+                     r"waiting for ranks \[1\]", res.stdout), res.stdout
+    for r in range(2):
+        assert f"RANK {r} PASS" in res.stdout, res.stdout + res.stderr
+
+
 def test_a_mismatched_recv_is_described_as_a_recv():
     res = run_job(2, "p2p_mismatch")
     assert res.returncode == 0, res.stdout + res.stderr

@@ -744,6 +744,27 @@ class Work:
     def is_completed(self):
         return self._c.is_completed()
 
+    def exception(self):
+        """The error of a collective that failed (what wait() raises); None while it runs and once it succeeded."""
+        if not self._c.is_completed():
+            return None
+        try:
+            self._c.wait(0)  # done: returns, or raises its error, at once
+        except Exception as e:  # noqa: BLE001  (whichever error the collective ended with is the answer)
+            return e
+        return None
+
+    def is_success(self):
+        """False once the collective failed, as PyTorch's (which also says True while it runs)."""
+        return self.exception() is None
+
+    def result(self):
+        """The output tensors of a completed collective, as get_future() delivers them; its error if it failed."""
+        if not self.is_completed():
+            raise RuntimeError("result(): the collective has not completed; wait() for it first")
+        self.wait()  # at once: raises the collective's error, copies staged outputs back to their devices
+        return list(self._outputs or ())
+
     def __reduce__(self):
         raise TypeError("cannot pickle a Work handle")
 
@@ -1101,6 +1122,9 @@ class _Works(Work):
 
     def is_completed(self):
         return all(w.is_completed() for w in self._works)
+
+    def exception(self):
+        return next((e for e in (w.exception() for w in self._works) if e is not None), None)
 
 
 def _exchange(what, g, outs, ins, async_op):
