@@ -50,6 +50,7 @@ typedef struct {
     int n;
     ddpc_buffer **params, **grads, **s1, **s2, **s3; /* s*: the optimizer's state lists */
     int64_t *starts;                                 /* n + 1 prefix offsets; device tensors add 0 */
+    int s1_unset;                                    /* s1 is only written: SGD's first step sets its buffers */
     const ddpc_sgd_args *sgd;
     const ddpc_adam_args *adam;
     double step_size, bc2_sqrt;
@@ -79,7 +80,8 @@ static void narrow_(ddpc_buffer *b, int64_t at, int64_t n, const float *in) {
 
 /* Elements [lo, hi) of parameter i. Float16 and bfloat16 tensors go through
  * float32 copies a chunk at a time (PyTorch's fused steps also compute them in
- * float32), so every dtype runs the same loops and each value is rounded once. */
+ * float32), so every dtype runs the same loops and each value is rounded once.
+ * Buffers the step only writes (still unset) are not read into their copies. */
 static void span_(const group_job_ *j, loop_fn_ loop, int i, int64_t lo, int64_t hi) {
     ddpc_buffer *b[5] = {j->params[i], j->grads[i], j->s1 ? j->s1[i] : NULL, j->s2 ? j->s2[i] : NULL,
                          j->s3 ? j->s3[i] : NULL};
@@ -96,7 +98,7 @@ static void span_(const group_job_ *j, loop_fn_ loop, int i, int64_t lo, int64_t
         int64_t m = hi - c < CHUNK ? hi - c : CHUNK;
         for (int k = 0; k < 5; k++) {
             t[k] = b[k] ? f[k] : NULL;
-            if (b[k]) widen_(b[k], c, m, f[k]);
+            if (b[k] && !(k == 2 && j->s1_unset)) widen_(b[k], c, m, f[k]);
         }
         loop(j, DDPC_FLOAT32, t, m);
         for (int k = 0; k < 5; k++)
@@ -241,7 +243,8 @@ ddpc_status ddpc_op_sgd_step(int n, ddpc_buffer **params, ddpc_buffer **grads, d
         for (int i = 0; i < n; i++)
             if (!bufs || !bufs[i]) return DDPC_ERROR(DDPC_ERR_ARG, "sgd: momentum needs a buffer for parameter %d", i);
     }
-    group_job_ j = {.n = n, .params = params, .grads = grads, .s1 = args->momentum != 0 ? bufs : NULL, .sgd = args};
+    group_job_ j = {.n = n, .params = params, .grads = grads, .s1 = args->momentum != 0 ? bufs : NULL, .sgd = args,
+                    .s1_unset = args->first};
     CHECK(device_steps_(&j, 0));
     CHECK(host_starts_(&j));
     run_group_(&j, sgd_loop_);
