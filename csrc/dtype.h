@@ -23,11 +23,12 @@ const char *ddpc_dtype_name(ddpc_dtype dt);
 int ddpc_dtype_is_float(ddpc_dtype dt);
 
 /* IEEE binary16 and bfloat16 from float with round-to-nearest-even (NaN stays
- * NaN, overflow goes to infinity), and back (exact). */
+ * NaN, quiet, overflow goes to infinity), and back (exact; a float16 signalling
+ * NaN comes back quiet, as the F16C instruction returns it). */
 static inline float ddpc_half_to_float(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, bits;
     if (exp == 0x1f) {
-        bits = sign | 0x7f800000u | (man << 13);
+        bits = sign | 0x7f800000u | (man << 13) | (man ? 0x400000u : 0);
     } else if (exp != 0) {
         bits = sign | ((exp + 112u) << 23) | (man << 13);
     } else if (man == 0) {
@@ -75,5 +76,12 @@ static inline uint16_t ddpc_float_to_bf16(float f) {
     x += 0x7fffu + ((x >> 16) & 1u);
     return (uint16_t)(x >> 16);
 }
+
+/* n float16 (dt DDPC_FLOAT16) or bfloat16 (DDPC_BFLOAT16) values to float
+ * and back, the same bits as the functions above one value at a time; float16
+ * goes 8 values an instruction where the CPU has F16C. Every host loop that
+ * converts 16-bit arrays goes through these two. */
+void ddpc_16bit_to_float(ddpc_dtype dt, const uint16_t *in, float *out, size_t n);
+void ddpc_float_to_16bit(ddpc_dtype dt, const float *in, uint16_t *out, size_t n);
 
 #endif

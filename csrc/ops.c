@@ -47,12 +47,16 @@ static void load_f64_(const void *src, ddpc_dtype dt, int64_t i0, int64_t n, dou
 #define L(T, D, EXPR) case D: { const T *s = (const T *)src + i0; for (int64_t i = 0; i < n; i++) out[i] = (EXPR); } break;
         L(float, DDPC_FLOAT32, s[i])
         L(double, DDPC_FLOAT64, s[i])
-        L(uint16_t, DDPC_FLOAT16, ddpc_half_to_float(s[i]))
-        L(uint16_t, DDPC_BFLOAT16, ddpc_bf16_to_float(s[i]))
         L(int32_t, DDPC_INT32, (double)s[i])
         L(int64_t, DDPC_INT64, (double)s[i])
         L(uint8_t, DDPC_UINT8, (double)s[i])
 #undef L
+    case DDPC_FLOAT16:
+    case DDPC_BFLOAT16: {
+        float f[CHUNK]; /* n <= CHUNK */
+        ddpc_16bit_to_float(dt, (const uint16_t *)src + i0, f, (size_t)n);
+        for (int64_t i = 0; i < n; i++) out[i] = f[i];
+    } break;
     default: break;
     }
 }
@@ -62,12 +66,16 @@ static void store_f64_(void *dst, ddpc_dtype dt, int64_t i0, int64_t n, const do
 #define S(T, D, EXPR) case D: { T *d = (T *)dst + i0; for (int64_t i = 0; i < n; i++) { double v = in[i]; d[i] = (EXPR); } } break;
         S(float, DDPC_FLOAT32, (float)v)
         S(double, DDPC_FLOAT64, v)
-        S(uint16_t, DDPC_FLOAT16, ddpc_float_to_half((float)v))
-        S(uint16_t, DDPC_BFLOAT16, ddpc_float_to_bf16((float)v))
         S(int32_t, DDPC_INT32, (int32_t)(int64_t)v)
         S(int64_t, DDPC_INT64, (int64_t)v)
         S(uint8_t, DDPC_UINT8, (uint8_t)(int64_t)v)
 #undef S
+    case DDPC_FLOAT16:
+    case DDPC_BFLOAT16: {
+        float f[CHUNK]; /* n <= CHUNK */
+        for (int64_t i = 0; i < n; i++) f[i] = (float)in[i];
+        ddpc_float_to_16bit(dt, f, (uint16_t *)dst + i0, (size_t)n);
+    } break;
     default: break;
     }
 }

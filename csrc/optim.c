@@ -62,22 +62,6 @@ typedef void (*loop_fn_)(const group_job_ *j, ddpc_dtype dt, void *const t[5], i
 
 #define CHUNK 1024
 
-static void widen_(const ddpc_buffer *b, int64_t at, int64_t n, float *out) {
-    const uint16_t *s = (const uint16_t *)b->data + at;
-    if (b->dtype == DDPC_FLOAT16)
-        for (int64_t i = 0; i < n; i++) out[i] = ddpc_half_to_float(s[i]);
-    else
-        for (int64_t i = 0; i < n; i++) out[i] = ddpc_bf16_to_float(s[i]);
-}
-
-static void narrow_(ddpc_buffer *b, int64_t at, int64_t n, const float *in) {
-    uint16_t *d = (uint16_t *)b->data + at;
-    if (b->dtype == DDPC_FLOAT16)
-        for (int64_t i = 0; i < n; i++) d[i] = ddpc_float_to_half(in[i]);
-    else
-        for (int64_t i = 0; i < n; i++) d[i] = ddpc_float_to_bf16(in[i]);
-}
-
 /* Elements [lo, hi) of parameter i. Float16 and bfloat16 tensors go through
  * float32 copies a chunk at a time (PyTorch's fused steps also compute them in
  * float32), so every dtype runs the same loops and each value is rounded once.
@@ -98,11 +82,11 @@ static void span_(const group_job_ *j, loop_fn_ loop, int i, int64_t lo, int64_t
         int64_t m = hi - c < CHUNK ? hi - c : CHUNK;
         for (int k = 0; k < 5; k++) {
             t[k] = b[k] ? f[k] : NULL;
-            if (b[k] && !(k == 2 && j->s1_unset)) widen_(b[k], c, m, f[k]);
+            if (b[k] && !(k == 2 && j->s1_unset)) ddpc_16bit_to_float(dt, (const uint16_t *)b[k]->data + c, f[k], m);
         }
         loop(j, DDPC_FLOAT32, t, m);
         for (int k = 0; k < 5; k++)
-            if (b[k] && k != 1) narrow_(b[k], c, m, f[k]); /* all but the gradient were updated */
+            if (b[k] && k != 1) ddpc_float_to_16bit(dt, f[k], (uint16_t *)b[k]->data + c, m); /* all but the gradient */
     }
 }
 

@@ -600,17 +600,13 @@ static ddpc_status hier_allreduce_(ddpc_group *g, ddpc_shm *s, const ddpc_coll_a
  * since the partial sums between hosts (stored in the half type) could leave
  * its range where the average does not. */
 static ddpc_status half_average_(ddpc_group *g, ddpc_shm *s, const ddpc_coll_args *a, uint64_t deadline) {
-    int bf = a->dtype == DDPC_BFLOAT16;
     float *wide = malloc((a->count ? a->count : 1) * sizeof *wide);
     if (!wide) return DDPC_ERROR(DDPC_ERR_OOM, "out of memory for a float32 copy of %zu elements", a->count);
-    const uint16_t *in = a->in;
-    uint16_t *out = a->out;
-    for (size_t i = 0; i < a->count; i++) wide[i] = bf ? ddpc_bf16_to_float(in[i]) : ddpc_half_to_float(in[i]);
+    ddpc_16bit_to_float(a->dtype, a->in, wide, a->count);
     ddpc_coll_args w = *a;
     w.dtype = DDPC_FLOAT32, w.in = w.out = wide;
     ddpc_status st = hier_allreduce_(g, s, &w, deadline);
-    if (st == DDPC_OK)
-        for (size_t i = 0; i < a->count; i++) out[i] = bf ? ddpc_float_to_bf16(wide[i]) : ddpc_float_to_half(wide[i]);
+    if (st == DDPC_OK) ddpc_float_to_16bit(a->dtype, wide, a->out, a->count);
     free(wide);
     return st;
 }

@@ -46,19 +46,16 @@ DEFINE_NATIVE_(uint8_t, uint8_t, u8)
 static void reduce_half_(ddpc_dtype dt, ddpc_redop op, uint16_t *d, const void *const *srcs, int nsrc, size_t n,
                          int divisor) {
     float acc[TILE_], x[TILE_];
-    const int bf = dt == DDPC_BFLOAT16;
     for (size_t base = 0; base < n; base += TILE_) {
         size_t m = n - base < TILE_ ? n - base : TILE_;
-        const uint16_t *s0 = (const uint16_t *)srcs[0] + base;
-        for (size_t i = 0; i < m; i++) acc[i] = bf ? ddpc_bf16_to_float(s0[i]) : ddpc_half_to_float(s0[i]);
+        ddpc_16bit_to_float(dt, (const uint16_t *)srcs[0] + base, acc, m);
         for (int j = 1; j < nsrc; j++) {
-            const uint16_t *s = (const uint16_t *)srcs[j] + base;
-            for (size_t i = 0; i < m; i++) x[i] = bf ? ddpc_bf16_to_float(s[i]) : ddpc_half_to_float(s[i]);
+            ddpc_16bit_to_float(dt, (const uint16_t *)srcs[j] + base, x, m);
             reduce_f32_(op, acc, (const void *const[]){acc, x}, 2, m, 1);
         }
         if (divisor > 1)
             for (size_t i = 0; i < m; i++) acc[i] /= (float)divisor;
-        for (size_t i = 0; i < m; i++) d[base + i] = bf ? ddpc_float_to_bf16(acc[i]) : ddpc_float_to_half(acc[i]);
+        ddpc_float_to_16bit(dt, acc, d + base, m);
     }
 }
 

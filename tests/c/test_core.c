@@ -1,5 +1,6 @@
-/* C-level tests of the allocator, the 16-bit float conversions and the random
- * generator, built with AddressSanitizer by tests/test_c_core.py. */
+/* C-level tests of the allocator, the 16-bit float conversions (scalar and
+ * array, software and F16C) and the random generator, built with
+ * AddressSanitizer by tests/test_c_units.py. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,6 +70,94 @@ static void test_half_round_trip_all_bit_patterns_(void) {
     EXPECT(ddpc_float_to_bf16(1.01171875f) == 0x3f82);               /* tie to even, up */
 }
 
+/* Converts in pieces of 1 to 37 values, so that the 8-wide path meets every
+ * tail length and unaligned starts. */
+static void widen_in_pieces_(ddpc_dtype dt, const uint16_t *in, float *out, size_t n) {
+    for (size_t at = 0, len = 1; at < n; at += len, len = len % 37 + 1)
+        ddpc_16bit_to_float(dt, in + at, out + at, at + len <= n ? len : n - at);
+}
+
+static void narrow_in_pieces_(ddpc_dtype dt, const float *in, uint16_t *out, size_t n) {
+    for (size_t at = 0, len = 1; at < n; at += len, len = len % 37 + 1)
+        ddpc_float_to_16bit(dt, in + at, out + at, at + len <= n ? len : n - at);
+}
+
+static float from_bits_(uint32_t x) {
+    float f;
+    memcpy(&f, &x, 4);
+    return f;
+}
+
+/* Floats where float16 rounding can go wrong: each half value, the midpoints
+ * between neighbours (ties, to even) and the floats either side of them, with
+ * both signs, from the subnormals to the overflow boundary; then infinities,
+ * NaNs (quiet and signalling, payloads that survive and ones that do not),
+ * float subnormals and extremes, and random bit patterns to fill `cap`. */
+static size_t rounding_cases_(float *f, size_t cap) {
+    size_t n = 0;
+    for (uint32_t h = 0; h < 0x7c00; h++) {
+        double lo = ddpc_half_to_float((uint16_t)h), hi = h == 0x7bff ? 65536.0 : ddpc_half_to_float((uint16_t)(h + 1));
+        float mid = (float)((lo + hi) / 2); /* exact: halves have 11 significant bits */
+        float near[4] = {(float)lo, mid, nextafterf(mid, 0.0f), nextafterf(mid, INFINITY)};
+        for (int k = 0; k < 4; k++) f[n++] = near[k], f[n++] = -near[k];
+    }
+    static const uint32_t special[] = {0x7f800000u, 0xff800000u, 0x7fc00000u, 0xffc00000u, 0x7f800001u, 0x7f802000u,
+                                       0x7fbfe000u, 0xffa00001u, 0x7fc01fffu, 0x7fffffffu, 0x00000001u, 0x807fffffu,
+                                       0x00800000u, 0x7f7fffffu, 0xff7fffffu, 0x477fefffu, 0x477ff000u, 0x33000000u,
+                                       0x33000001u, 0xb3000000u, 0x387fe000u, 0x387ff000u, 0x38800000u};
+    for (size_t k = 0; k < sizeof special / sizeof *special; k++) f[n++] = from_bits_(special[k]);
+    for (uint64_t x = 0x9e3779b97f4a7c15u; n < cap;) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        f[n++] = from_bits_((uint32_t)(x >> 32));
+    }
+    return n;
+}
+
+/* The array conversions give the bits of the scalar ones on every path: with
+ * F16C where the CPU has it (this test says which it compared), all 65536
+ * half values widened and the rounding cases above narrowed; bfloat16 too. */
+static void test_16bit_arrays_match_the_scalar_conversions_(void) {
+#if defined(__x86_64__)
+    printf("16-bit arrays: %s compared with the scalar conversions\n",
+           __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx") ? "F16C" : "software");
+#endif
+    enum { NH = 0x10000, NF = 1 << 22 };
+    uint16_t *h = malloc(NF * sizeof *h);
+    float *f = malloc(NF * sizeof *f);
+    EXPECT(h && f);
+    if (!h || !f) goto done;
+    for (int b = 0; b < 2; b++) {
+        ddpc_dtype dt = b ? DDPC_BFLOAT16 : DDPC_FLOAT16;
+        size_t bad = 0;
+        for (uint32_t i = 0; i < NH; i++) h[i] = (uint16_t)i;
+        widen_in_pieces_(dt, h, f, NH);
+        for (uint32_t i = 0; i < NH; i++) {
+            float want = b ? ddpc_bf16_to_float(h[i]) : ddpc_half_to_float(h[i]);
+            if (memcmp(&want, &f[i], 4) && bad++ == 0) EXPECT(0, "%s %#06x widened differently", ddpc_dtype_name(dt), i);
+        }
+        EXPECT(bad == 0, "%zu of 65536 %s values widened differently", bad, ddpc_dtype_name(dt));
+        size_t n = rounding_cases_(f, NF);
+        narrow_in_pieces_(dt, f, h, n);
+        bad = 0;
+        for (size_t i = 0; i < n; i++) {
+            uint16_t want = b ? ddpc_float_to_bf16(f[i]) : ddpc_float_to_half(f[i]);
+            uint32_t x;
+            memcpy(&x, &f[i], 4);
+            if (h[i] != want && bad++ == 0)
+                EXPECT(0, "float %#010x narrowed to %s %#06x, not %#06x", x, ddpc_dtype_name(dt), h[i], want);
+        }
+        EXPECT(bad == 0, "%zu of %zu floats narrowed to %s differently", bad, n, ddpc_dtype_name(dt));
+    }
+    /* The rounding edges themselves, against known float16 bits. */
+    float edges[4] = {65519.0f, 65520.0f, 0x1p-25f, nextafterf(0x1p-25f, 1.0f)};
+    uint16_t got[4];
+    ddpc_float_to_16bit(DDPC_FLOAT16, edges, got, 4);
+    EXPECT(got[0] == 0x7bff && got[1] == 0x7c00 && got[2] == 0x0000 && got[3] == 0x0001);
+done:
+    free(h);
+    free(f);
+}
+
 static void test_random_bits_are_stateless_and_spread_(void) {
     EXPECT(ddpc_random_bits(1, 2) == ddpc_random_bits(1, 2));
     EXPECT(ddpc_random_bits(1, 2) != ddpc_random_bits(2, 1));
@@ -97,6 +186,7 @@ int main(void) {
     test_device_requests_fail_cleanly_without_gpu_();
     test_size_classes_();
     test_half_round_trip_all_bit_patterns_();
+    test_16bit_arrays_match_the_scalar_conversions_();
     test_random_bits_are_stateless_and_spread_();
     test_errors_keep_the_first_message_();
     return check_finish("C core");
