@@ -96,7 +96,8 @@ if CUDA_HOME:
     libdir = cuda_libdir(CUDA_HOME)
     library_dirs.append(libdir)
     rpaths.append(libdir)
-    libraries += ["cudart", "cublas"]
+    # The kernels' host code is C++ (nvcc), so it needs libstdc++ (exception handling, static locals).
+    libraries += ["cudart", "cublas", "stdc++"]
     if NCCL:
         macros.append(("DDPC_WITH_NCCL", "1"))
         include_dirs.insert(0, NCCL[0])
