@@ -41,8 +41,11 @@ def find_cuda():
 def find_nccl(cuda_home):
     """(include_dir, lib_dir) of NCCL: NCCL_HOME, the nvidia-nccl wheel, or the toolkit.
 
-    The wheel comes before the toolkit because it is the NCCL that PyTorch loads:
-    two different libnccl.so.2 in one process make whichever is imported second fail."""
+    ddpc compiles against the headers but does not link the library: _C loads
+    libnccl.so.2 on first use (csrc/comm/nccl_lib.c), preferring the copy already
+    in the process and the wheel's, so that it shares PyTorch's NCCL. lib_dir is
+    its last resort but one. The wheel comes before the toolkit so that the
+    headers match the NCCL that PyTorch loads."""
     roots = [env_flag("NCCL_HOME")]
     spec = importlib.util.find_spec("nvidia")
     if spec is not None and spec.submodule_search_locations:
@@ -99,11 +102,9 @@ if CUDA_HOME:
     # The kernels' host code is C++ (nvcc), so it needs libstdc++ (exception handling, static locals).
     libraries += ["cudart", "cublas", "stdc++"]
     if NCCL:
-        macros.append(("DDPC_WITH_NCCL", "1"))
+        macros += [("DDPC_WITH_NCCL", "1"), ("DDPC_NCCL_LIBDIR", f'"{NCCL[1]}"')]
         include_dirs.insert(0, NCCL[0])
-        library_dirs.append(NCCL[1])
-        rpaths.append(NCCL[1])
-        libraries.append("nccl")
+        libraries.append("dl")
 
 sources = sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "csrc", "**", "*.c"), recursive=True))
 

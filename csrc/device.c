@@ -8,7 +8,7 @@
 #include <cublas_api.h>
 #include <cuda_runtime_api.h>
 #ifdef DDPC_WITH_NCCL
-#include <nccl.h>
+#include "comm/nccl_lib.h"
 #endif
 
 static pthread_once_t count_once_ = PTHREAD_ONCE_INIT;
@@ -168,7 +168,7 @@ int ddpc_cublas_version(void) {
 int ddpc_nccl_version(void) {
 #ifdef DDPC_WITH_NCCL
     int v = 0;
-    return ncclGetVersion(&v) == ncclSuccess ? v : 0;
+    return ddpc_nccl_available() && ddpc_nccl.GetVersion(&v) == ncclSuccess ? v : 0;
 #else
     return 0;
 #endif

@@ -53,6 +53,7 @@ ddpc_status ddpc_cuda_stream_synchronize(void *stream);
 int ddpc_cuda_runtime_version(void);
 int ddpc_cuda_driver_version(void);
 int ddpc_cublas_version(void);
+/* 0 also where NCCL cannot be loaded (see comm/nccl_lib.h); call with the GIL held. */
 int ddpc_nccl_version(void);
 
 #endif

@@ -1,7 +1,9 @@
 /* The NCCL backend: a communicator per process group, collectives on a
  * per-device communication stream, work handles over CUDA events, the
  * watchdog (comm/watchdog.c), and the in-process multi-device all-reduce used
- * by DataParallel (with a copy-based fallback when NCCL is not compiled in).
+ * by DataParallel (with a copy-based fallback when NCCL is not compiled in or
+ * cannot be loaded). NCCL is called through comm/nccl_lib.h's table, loaded
+ * by each entry point: the communicator, the unique id, the multi-device path.
  *
  * Ordering: a collective's comm stream waits on an event recorded on the
  * compute stream, so it sees every queued op's output without a host sync;
@@ -83,19 +85,20 @@ static ddpc_status check_same_(PyObject *bufs, const char *op, ddpc_buffer ***ou
 
 #ifdef DDPC_WITH_NCCL
 #include <cuda_runtime_api.h>
-#include <nccl.h>
 
+#include "comm/nccl_lib.h"
 #include "comm/watchdog.h"
 
 static const ncclDataType_t nccl_types_[DDPC_NDTYPES] = {ncclFloat32, ncclFloat64, ncclFloat16, ncclBfloat16,
                                                          ncclInt32,   ncclInt64,   ncclUint8};
 static const ncclRedOp_t nccl_ops_[] = {ncclSum, ncclAvg, ncclMin, ncclMax, ncclProd};
 
-#define NCCLCHECK(call)                                                            \
+/* Calls ncclNAME(ARGS) through the loaded table; ARGS is parenthesised. */
+#define NCCLCHECK(name, args)                                                      \
     do {                                                                           \
-        ncclResult_t r_ = (call);                                                  \
+        ncclResult_t r_ = ddpc_nccl.name args;                                     \
         if (r_ != ncclSuccess && r_ != ncclInProgress)                             \
-            return DDPC_ERROR(DDPC_ERR_DIST, "%s failed: %s", #call, ncclGetErrorString(r_)); \
+            return DDPC_ERROR(DDPC_ERR_DIST, "nccl" #name " failed: %s", ddpc_nccl.GetErrorString(r_)); \
     } while (0)
 
 /* ---- in-process communicators over distinct local devices -------------------- */
@@ -128,11 +131,12 @@ static ddpc_status multi_comms_for_(ddpc_buffer **b, Py_ssize_t n, multi_comms_ 
         free(m);
         return DDPC_ERROR(DDPC_ERR_SYS, "pthread_mutex_init failed: %s", strerror(rc));
     }
-    ncclResult_t r = ncclCommInitAll(m->comms, m->n, m->devices);
+    ncclResult_t r = ddpc_nccl.CommInitAll(m->comms, m->n, m->devices);
     if (r != ncclSuccess) {
         pthread_mutex_destroy(&m->mu);
         free(m);
-        return DDPC_ERROR(DDPC_ERR_DIST, "ncclCommInitAll over %d devices failed: %s", (int)n, ncclGetErrorString(r));
+        return DDPC_ERROR(DDPC_ERR_DIST, "ncclCommInitAll over %d devices failed: %s", (int)n,
+                          ddpc_nccl.GetErrorString(r));
     }
     m->next = multi_cache_;
     multi_cache_ = m;
@@ -152,21 +156,22 @@ static int distinct_cuda_(ddpc_buffer **b, Py_ssize_t n) {
 static ddpc_status nccl_multi_(ddpc_buffer **b, Py_ssize_t n, int op, Py_ssize_t root, multi_comms_ *m) {
     void *streams[DDPC_MAX_DEVICES];
     for (Py_ssize_t i = 0; i < n; i++) CHECK(ddpc_cuda_compute_stream(b[i]->device, &streams[i]));
-    NCCLCHECK(ncclGroupStart());
+    NCCLCHECK(GroupStart, ());
     ddpc_status st = DDPC_OK;
     for (Py_ssize_t i = 0; i < n && st == DDPC_OK; i++) {
         ncclResult_t r;
         if (root < 0)
-            r = ncclAllReduce(b[i]->data, b[i]->data, (size_t)b[i]->numel, nccl_types_[b[i]->dtype], nccl_ops_[op],
-                              m->comms[i], (cudaStream_t)streams[i]);
+            r = ddpc_nccl.AllReduce(b[i]->data, b[i]->data, (size_t)b[i]->numel, nccl_types_[b[i]->dtype],
+                                    nccl_ops_[op], m->comms[i], (cudaStream_t)streams[i]);
         else
-            r = ncclBroadcast(b[i]->data, b[i]->data, (size_t)b[i]->numel, nccl_types_[b[i]->dtype], (int)root,
-                              m->comms[i], (cudaStream_t)streams[i]);
-        if (r != ncclSuccess) st = DDPC_ERROR(DDPC_ERR_DIST, "multi-device collective: %s", ncclGetErrorString(r));
+            r = ddpc_nccl.Broadcast(b[i]->data, b[i]->data, (size_t)b[i]->numel, nccl_types_[b[i]->dtype], (int)root,
+                                    m->comms[i], (cudaStream_t)streams[i]);
+        if (r != ncclSuccess)
+            st = DDPC_ERROR(DDPC_ERR_DIST, "multi-device collective: %s", ddpc_nccl.GetErrorString(r));
     }
-    ncclResult_t r = ncclGroupEnd();
+    ncclResult_t r = ddpc_nccl.GroupEnd();
     if (st == DDPC_OK && r != ncclSuccess)
-        st = DDPC_ERROR(DDPC_ERR_DIST, "ncclGroupEnd failed: %s", ncclGetErrorString(r));
+        st = DDPC_ERROR(DDPC_ERR_DIST, "ncclGroupEnd failed: %s", ddpc_nccl.GetErrorString(r));
     return st;
 }
 #endif
@@ -183,7 +188,8 @@ static PyObject *multi_collective_(PyObject *bufs, int op, Py_ssize_t root, cons
         return PyErr_Format(PyExc_ValueError, "%s: invalid op or root", name);
     }
 #ifdef DDPC_WITH_NCCL
-    if (distinct_cuda_(b, n)) {
+    /* Where NCCL does not load, the copies below do the work, as in a build without NCCL. */
+    if (distinct_cuda_(b, n) && ddpc_nccl_available()) {
         multi_comms_ *m = NULL;
         st = multi_comms_for_(b, n, &m);
         if (st == DDPC_OK) {
@@ -226,7 +232,7 @@ static PyObject *py_multi_broadcast(PyObject *m, PyObject *args) {
 static PyMethodDef multi_methods[] = {
     {"multi_all_reduce", py_multi_all_reduce, METH_VARARGS,
      "multi_all_reduce(buffers, op=SUM): in-place all-reduce over buffers on distinct local devices "
-     "(NCCL when compiled in and every buffer is on its own GPU, else copies)"},
+     "(NCCL when it loads and every buffer is on its own GPU, else copies)"},
     {"multi_broadcast", py_multi_broadcast, METH_VARARGS,
      "multi_broadcast(buffers, root=0): copy buffers[root] into the others"},
     {NULL, NULL, 0, NULL},
@@ -267,7 +273,7 @@ static PyTypeObject *nccl_comm_type_, *nccl_work_type_;
 
 /* mu is held. */
 static void abort_locked_(nccl_comm *c) {
-    if (c->comm) ncclCommAbort(c->comm);
+    if (c->comm) ddpc_nccl.CommAbort(c->comm);
     c->comm = NULL;
 }
 
@@ -287,19 +293,19 @@ static ddpc_status settle_(nccl_comm *c, const char *what) {
         pthread_mutex_lock(&c->mu);
         gone = !c->comm;
         if (!gone) {
-            r = ncclCommGetAsyncError(c->comm, &async);
+            r = ddpc_nccl.CommGetAsyncError(c->comm, &async);
             if (r == ncclSuccess && async != ncclSuccess && async != ncclInProgress)
-                snprintf(last, sizeof last, "%s", ncclGetLastError(c->comm));
+                snprintf(last, sizeof last, "%s", ddpc_nccl.GetLastError(c->comm));
             if (r == ncclSuccess && async == ncclInProgress && late) abort_locked_(c);
         }
         pthread_mutex_unlock(&c->mu);
         if (gone) return aborted_(c);
         if (r != ncclSuccess)
-            return DDPC_ERROR(DDPC_ERR_DIST, "ncclCommGetAsyncError failed: %s", ncclGetErrorString(r));
+            return DDPC_ERROR(DDPC_ERR_DIST, "ncclCommGetAsyncError failed: %s", ddpc_nccl.GetErrorString(r));
         if (async == ncclSuccess) return DDPC_OK;
         if (async != ncclInProgress)
-            return DDPC_ERROR(DDPC_ERR_DIST, "%s on rank %d failed: %s (%s)", what, c->rank, ncclGetErrorString(async),
-                              last);
+            return DDPC_ERROR(DDPC_ERR_DIST, "%s on rank %d failed: %s (%s)", what, c->rank,
+                              ddpc_nccl.GetErrorString(async), last);
         if (late)
             return DDPC_ERROR(DDPC_ERR_TIMEOUT, "%s on rank %d did not finish within %.1f s; the communicator was aborted",
                               what, c->rank, c->wd.timeout_s);
@@ -313,9 +319,9 @@ static int wd_async_error_(void *ctx, char *msg, size_t n) {
     int failed = 0;
     pthread_mutex_lock(&c->mu);
     if (c->comm) {
-        if (ncclCommGetAsyncError(c->comm, &async) != ncclSuccess) async = ncclInternalError;
+        if (ddpc_nccl.CommGetAsyncError(c->comm, &async) != ncclSuccess) async = ncclInternalError;
         failed = async != ncclSuccess && async != ncclInProgress;
-        if (failed) snprintf(msg, n, "%s (%s)", ncclGetErrorString(async), ncclGetLastError(c->comm));
+        if (failed) snprintf(msg, n, "%s (%s)", ddpc_nccl.GetErrorString(async), ddpc_nccl.GetLastError(c->comm));
     }
     pthread_mutex_unlock(&c->mu);
     return failed;
@@ -353,7 +359,7 @@ static ddpc_status comm_init_(nccl_comm *c, const ncclUniqueId *id) {
     CUDACHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0; /* so a stuck peer can be timed out and aborted */
-    NCCLCHECK(ncclCommInitRankConfig(&c->comm, c->size, *id, c->rank, &config));
+    NCCLCHECK(CommInitRankConfig, (&c->comm, c->size, *id, c->rank, &config));
     return settle_(c, "ncclCommInitRankConfig");
 }
 
@@ -364,6 +370,11 @@ static PyObject *comm_new_(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     double timeout;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "y*iiid:NcclComm", kwlist, &id, &rank, &size, &device, &timeout))
         return NULL;
+    ddpc_status st = ddpc_nccl_load();
+    if (st != DDPC_OK) {
+        PyBuffer_Release(&id);
+        return ddpc_raise(st);
+    }
     if (id.len != (Py_ssize_t)sizeof(ncclUniqueId) || size < 1 || rank < 0 || rank >= size || timeout <= 0) {
         PyBuffer_Release(&id);
         return PyErr_Format(PyExc_ValueError, "NcclComm: invalid unique id (%zd bytes), rank %d, size %d or timeout",
@@ -390,7 +401,7 @@ static PyObject *comm_new_(PyTypeObject *type, PyObject *args, PyObject *kwds) {
         Py_DECREF(c);
         return NULL;
     }
-    ddpc_status st = ddpc_watchdog_init(&c->wd, &wd_ops_, c, rank, size, timeout);
+    st = ddpc_watchdog_init(&c->wd, &wd_ops_, c, rank, size, timeout);
     if (st == DDPC_OK) {
         c->wd_ready = 1;
         ncclUniqueId uid;
@@ -417,16 +428,16 @@ static void comm_dealloc_(nccl_comm *c) {
     if (c->comm) {
         Py_BEGIN_ALLOW_THREADS
         /* Finalize flushes queued work; abort if it cannot (a peer is gone). */
-        ncclResult_t fin = ncclCommFinalize(c->comm);
+        ncclResult_t fin = ddpc_nccl.CommFinalize(c->comm);
         if (fin == ncclSuccess || fin == ncclInProgress) {
             ncclResult_t async = ncclInProgress;
             double deadline = ddpc_watchdog_now() + 10.0;
             while (async == ncclInProgress && ddpc_watchdog_now() < deadline)
-                if (ncclCommGetAsyncError(c->comm, &async) != ncclSuccess) break;
-            if (async == ncclSuccess) ncclCommDestroy(c->comm);
-            else ncclCommAbort(c->comm);
+                if (ddpc_nccl.CommGetAsyncError(c->comm, &async) != ncclSuccess) break;
+            if (async == ncclSuccess) ddpc_nccl.CommDestroy(c->comm);
+            else ddpc_nccl.CommAbort(c->comm);
         } else {
-            ncclCommAbort(c->comm);
+            ddpc_nccl.CommAbort(c->comm);
         }
         Py_END_ALLOW_THREADS
     }
@@ -477,12 +488,12 @@ static ncclResult_t enqueue_locked_(nccl_comm *c, const coll_ *a) {
     size_t n = (size_t)a->in->numel;
     void *in = a->in->data, *out = a->out->data;
     switch (a->kind) {
-    case 0: return ncclAllReduce(in, out, n, dt, nccl_ops_[a->op], c->comm, c->stream);
-    case 1: return ncclBroadcast(in, out, n, dt, a->peer, c->comm, c->stream);
-    case 2: return ncclAllGather(in, out, n, dt, c->comm, c->stream);
-    case 3: return ncclReduceScatter(in, out, (size_t)a->out->numel, dt, nccl_ops_[a->op], c->comm, c->stream);
-    case 4: return ncclSend(in, n, dt, a->peer, c->comm, c->stream);
-    default: return ncclRecv(out, n, dt, a->peer, c->comm, c->stream);
+    case 0: return ddpc_nccl.AllReduce(in, out, n, dt, nccl_ops_[a->op], c->comm, c->stream);
+    case 1: return ddpc_nccl.Broadcast(in, out, n, dt, a->peer, c->comm, c->stream);
+    case 2: return ddpc_nccl.AllGather(in, out, n, dt, c->comm, c->stream);
+    case 3: return ddpc_nccl.ReduceScatter(in, out, (size_t)a->out->numel, dt, nccl_ops_[a->op], c->comm, c->stream);
+    case 4: return ddpc_nccl.Send(in, n, dt, a->peer, c->comm, c->stream);
+    default: return ddpc_nccl.Recv(out, n, dt, a->peer, c->comm, c->stream);
     }
 }
 
@@ -496,7 +507,7 @@ static ddpc_status coll_run_(nccl_comm *c, const coll_ *a, cudaEvent_t *done) {
     if (gone) return aborted_(c);
     if (r != ncclSuccess && r != ncclInProgress)
         return DDPC_ERROR(DDPC_ERR_DIST, "%s on rank %d failed: %s", coll_names_[a->kind], c->rank,
-                          ncclGetErrorString(r));
+                          ddpc_nccl.GetErrorString(r));
     if (c->group_depth > 0) {
         *done = NULL; /* recorded by group_end, after ncclGroupEnd */
         return DDPC_OK;
@@ -599,23 +610,24 @@ static PyObject *comm_recv(nccl_comm *c, PyObject *args) {
 static PyObject *comm_group_start(nccl_comm *c, PyObject *unused) {
     (void)unused;
     pthread_mutex_lock(&c->mu);
-    ncclResult_t r = ncclGroupStart();
+    ncclResult_t r = ddpc_nccl.GroupStart();
     if (r == ncclSuccess) c->group_depth++;
     pthread_mutex_unlock(&c->mu);
-    if (r != ncclSuccess) return PyErr_Format(ddpc_DistError, "ncclGroupStart failed: %s", ncclGetErrorString(r));
+    if (r != ncclSuccess)
+        return PyErr_Format(ddpc_DistError, "ncclGroupStart failed: %s", ddpc_nccl.GetErrorString(r));
     Py_RETURN_NONE;
 }
 
 static ddpc_status group_end_(nccl_comm *c) {
     pthread_mutex_lock(&c->mu);
-    ncclResult_t r = ncclGroupEnd();
+    ncclResult_t r = ddpc_nccl.GroupEnd();
     if (--c->group_depth == 0 && c->abort_pending) {
         c->abort_pending = 0;
         abort_locked_(c);
     }
     pthread_mutex_unlock(&c->mu);
     if (r != ncclSuccess && r != ncclInProgress)
-        return DDPC_ERROR(DDPC_ERR_DIST, "ncclGroupEnd on rank %d failed: %s", c->rank, ncclGetErrorString(r));
+        return DDPC_ERROR(DDPC_ERR_DIST, "ncclGroupEnd on rank %d failed: %s", c->rank, ddpc_nccl.GetErrorString(r));
     return settle_(c, "ncclGroupEnd");
 }
 
@@ -807,14 +819,26 @@ static PyType_Slot work_slots[] = {
 
 static PyObject *py_nccl_unique_id(PyObject *m, PyObject *unused) {
     (void)m, (void)unused;
+    ddpc_status st = ddpc_nccl_load();
+    if (st != DDPC_OK) return ddpc_raise(st);
     ncclUniqueId id;
-    ncclResult_t r = ncclGetUniqueId(&id);
-    if (r != ncclSuccess) return PyErr_Format(ddpc_DistError, "ncclGetUniqueId failed: %s", ncclGetErrorString(r));
+    ncclResult_t r = ddpc_nccl.GetUniqueId(&id);
+    if (r != ncclSuccess)
+        return PyErr_Format(ddpc_DistError, "ncclGetUniqueId failed: %s", ddpc_nccl.GetErrorString(r));
     return PyBytes_FromStringAndSize((const char *)&id, sizeof id);
+}
+
+static PyObject *py_nccl_library(PyObject *m, PyObject *unused) {
+    (void)m, (void)unused;
+    ddpc_status st = ddpc_nccl_load();
+    if (st != DDPC_OK) return ddpc_raise(st);
+    return PyUnicode_DecodeFSDefault(ddpc_nccl_path());
 }
 
 static PyMethodDef nccl_methods[] = {
     {"nccl_unique_id", py_nccl_unique_id, METH_NOARGS, "a new ncclUniqueId, as bytes (rank 0 makes it)"},
+    {"nccl_library", py_nccl_library, METH_NOARGS,
+     "the path of the libnccl ddpc uses, loaded on first use; RuntimeError saying what was tried when none loads"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -54,6 +54,7 @@ def create_communicator(store, prefix, rank, size, device, timeout_s, host=""):
     if not hasattr(_C, "NcclComm"):
         raise RuntimeError("backend 'nccl' is not available: this ddpc was built without NCCL "
                            "(install NCCL or the nvidia-nccl wheel and rebuild), use backend='cpu'")
+    _C.nccl_library()  # loads NCCL, or raises saying why, on every rank before any rank waits on the store
     bus = exchange(store, f"{prefix}/bus", rank, size, local_bus_id(device).encode())
     hosts = exchange(store, f"{prefix}/host", rank, size, host.encode())
     check_devices([b.decode() for b in bus], [h.decode() for h in hosts])
