@@ -81,6 +81,22 @@ def test_a_library_without_the_nccl_functions_is_named():
     """, DDPC_NCCL_LIBRARY="libm.so.6")
 
 
+@pytest.mark.parametrize("override", ["", "/nonexistent/libnccl.so.2"], ids=["default", "not-loadable"])
+def test_doctor_names_the_nccl_library_or_why_none_loads(override):
+    run_child("""
+        import io
+        from ddpc import _C
+        from ddpc.__main__ import doctor
+        out = io.StringIO()
+        assert doctor(out) == 0
+        line = next(l for l in out.getvalue().splitlines() if l.lstrip().startswith("NCCL:"))
+        if os.environ["DDPC_NCCL_LIBRARY"]:
+            assert "does not load: cannot load NCCL" in line and "NCCL does not load" in out.getvalue(), out.getvalue()
+        else:
+            assert _C.nccl_library() in line, line
+    """, DDPC_NCCL_LIBRARY=override)
+
+
 def needs_torch():
     if importlib.util.find_spec("torch") is None:
         pytest.skip("torch is not installed")

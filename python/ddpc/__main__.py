@@ -15,6 +15,19 @@ def _version(v, kind):
     return f"{v // 10000}.{v // 100 % 100}.{v % 100}"
 
 
+def _nccl(info):
+    """(what to print for NCCL, whether it loads): its version and library, or why it cannot be used."""
+    from ddpc import _C
+
+    if not info["nccl"]:
+        return "not compiled in", False
+    try:
+        path = _C.nccl_library()
+    except RuntimeError as e:
+        return "does not load: " + str(e).replace("\n", "\n" + " " * 21), False
+    return f"{_version(info['nccl_version'], 'nccl')} ({path})", True
+
+
 def doctor(out=sys.stdout):
     import ddpc
     from ddpc import _C
@@ -26,7 +39,8 @@ def doctor(out=sys.stdout):
     p(f"  CUDA runtime:      {_version(info['cuda_runtime_version'], 'cuda')}")
     p(f"  CUDA driver:       {_version(info['cuda_driver_version'], 'cuda')}")
     p(f"  cuBLAS:            {_version(info['cublas_version'], 'cublas')}")
-    p(f"  NCCL:              {_version(info['nccl_version'], 'nccl')}")
+    nccl, nccl_loads = _nccl(info)
+    p(f"  NCCL:              {nccl}")
     n = ddpc.cuda.device_count()
     p(f"GPUs: {n}")
     if n == 0:
@@ -36,7 +50,9 @@ def doctor(out=sys.stdout):
         p(f"  cuda:{i}  {props.name}  {props.total_memory / 2**30:.1f} GiB  "
           f"compute capability {props.major}.{props.minor}  {props.multi_processor_count} SMs  PCI {props.pci_bus_id}")
     backends = ["cpu (shared memory within a host, TCP ring across hosts)"]
-    if info["nccl"] and n > 0:
+    if info["nccl"] and not nccl_loads:
+        backends.append("nccl (compiled in; NCCL does not load, see above)")
+    elif info["nccl"] and n > 0:
         backends.append("nccl")
     elif info["nccl"]:
         backends.append("nccl (compiled in; needs a GPU)")
