@@ -6,8 +6,9 @@ import time
 
 
 def import_torch():
-    """torch, or None when it is not installed. Call it before importing ddpc:
-    both load NCCL, and torch needs its own (newer) libnccl loaded first."""
+    """torch, or None when it is not installed. Call it before importing ddpc,
+    so that ddpc uses torch's NCCL even where no nvidia-nccl wheel is on
+    sys.path (see csrc/comm/nccl_lib.c)."""
     try:
         import torch
     except ImportError:

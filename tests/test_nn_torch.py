@@ -1,8 +1,9 @@
 """Optional: ddpc and PyTorch give the same losses over 20 Adam steps from the
 same initial weights and batches (skipped when torch is not installed).
 
-The comparison runs in a child process that imports torch before ddpc: both
-link a CUDA communication library, and torch needs its own copy loaded first.
+The comparison runs in a child process that imports torch before ddpc, so
+that ddpc uses torch's NCCL even where no nvidia-nccl wheel is on sys.path
+(the one import order that csrc/comm/nccl_lib.c cannot fix by itself).
 """
 
 import importlib.util
