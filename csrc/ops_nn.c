@@ -51,20 +51,24 @@ static ddpc_status check_like_(const ddpc_buffer *ref, const ddpc_buffer *b, int
 #define TANH_T(T, x) (sizeof(T) == 4 ? (T)ddpc_tanh_f32((float)(x)) : (T)tanh((double)(x)))
 #define SIGMOID_T(T, x) (sizeof(T) == 4 ? (T)ddpc_sigmoid_f32((float)(x)) : (T)(1 / (1 + exp(-(double)(x)))))
 #define CDF_T(T, x) (sizeof(T) == 4 ? (T)ddpc_normal_cdf_f32((float)(x)) : (T)(0.5 * erfc(-(double)(x) * INV_SQRT2)))
+/* log(1 + exp(z)) as max(z, 0) + log1p(exp(-|z|)), which neither overflows nor loses the small values. */
+#define RELU6_T(T, v) ((v) < 0 ? (T)0 : ((v) > 6 ? (T)6 : (v)))
+#define SOFTPLUS_T(T, z) (((z) > 0 ? (z) : (T)0) + log1p(EXP_T(T, -fabs(z))))
 
-ddpc_status ddpc_op_unary(ddpc_unary_op op, ddpc_buffer *out, const ddpc_buffer *x, double p) {
+ddpc_status ddpc_op_unary(ddpc_unary_op op, ddpc_buffer *out, const ddpc_buffer *x, double p, double q) {
     if ((unsigned)op >= DDPC_NUNARY) return DDPC_ERROR(DDPC_ERR_ARG, "unknown unary op %d", (int)op);
     CHECK(check_out_(out, "unary op"));
     CHECK(check_like_(out, x, out->numel, "unary op", "the input"));
     int64_t n = out->numel;
     if (n == 0) return DDPC_OK;
-    if (out->device != DDPC_CPU) DDPC_LAUNCH(out->device, ddpc_k_unary(op, out->data, x->data, p, out->dtype, n, stream));
+    if (out->device != DDPC_CPU)
+        DDPC_LAUNCH(out->device, ddpc_k_unary(op, out->data, x->data, p, q, out->dtype, n, stream));
     DDPC_FLOAT_TYPES(out->dtype, {
         T *o = out->data;
         const T *a = x->data;
-        const T e = (T)p;
+        const T pt = (T)p, qt = (T)q;
+        /* The comparisons are written so that NaN passes through, as in PyTorch. */
         switch (op) {
-        /* `<= 0` rather than `> 0`: NaN passes through, as in PyTorch. */
         case DDPC_RELU: for (int64_t i = 0; i < n; i++) o[i] = a[i] <= 0 ? (T)0 : a[i]; break;
         case DDPC_GELU:
             for (int64_t i = 0; i < n; i++) o[i] = a[i] * CDF_T(T, a[i]);
@@ -73,14 +77,29 @@ ddpc_status ddpc_op_unary(ddpc_unary_op op, ddpc_buffer *out, const ddpc_buffer 
         case DDPC_SIGMOID: for (int64_t i = 0; i < n; i++) o[i] = SIGMOID_T(T, a[i]); break;
         case DDPC_EXP: for (int64_t i = 0; i < n; i++) o[i] = EXP_T(T, a[i]); break;
         case DDPC_LOG: for (int64_t i = 0; i < n; i++) o[i] = log(a[i]); break;
-        default: for (int64_t i = 0; i < n; i++) o[i] = pow(a[i], e); break;
+        case DDPC_POW: for (int64_t i = 0; i < n; i++) o[i] = pow(a[i], pt); break;
+        case DDPC_LEAKY_RELU: for (int64_t i = 0; i < n; i++) o[i] = a[i] > 0 ? a[i] : a[i] * pt; break;
+        case DDPC_ELU: for (int64_t i = 0; i < n; i++) o[i] = a[i] <= 0 ? expm1(a[i]) * pt : a[i]; break;
+        case DDPC_SILU: for (int64_t i = 0; i < n; i++) o[i] = a[i] * SIGMOID_T(T, a[i]); break;
+        case DDPC_SOFTPLUS:
+            for (int64_t i = 0; i < n; i++) {
+                T z = a[i] * pt;
+                o[i] = z > qt ? a[i] : SOFTPLUS_T(T, z) / pt;
+            }
+            break;
+        case DDPC_MISH: for (int64_t i = 0; i < n; i++) o[i] = a[i] * TANH_T(T, SOFTPLUS_T(T, a[i])); break;
+        case DDPC_HARDTANH: for (int64_t i = 0; i < n; i++) o[i] = a[i] < pt ? pt : (a[i] > qt ? qt : a[i]); break;
+        case DDPC_HARDSWISH: for (int64_t i = 0; i < n; i++) o[i] = a[i] * RELU6_T(T, a[i] + 3) / 6; break;
+        default: /* HARDSIGMOID */
+            for (int64_t i = 0; i < n; i++) o[i] = RELU6_T(T, a[i] + 3) / 6;
+            break;
         }
     });
     return DDPC_OK;
 }
 
 ddpc_status ddpc_op_unary_backward(ddpc_unary_op op, ddpc_buffer *gx, const ddpc_buffer *gy, const ddpc_buffer *saved,
-                                   double p) {
+                                   double p, double q) {
     if ((unsigned)op >= DDPC_NUNARY) return DDPC_ERROR(DDPC_ERR_ARG, "unknown unary op %d", (int)op);
     CHECK(check_out_(gx, "unary backward"));
     CHECK(check_like_(gx, gy, gx->numel, "unary backward", "the output gradient"));
@@ -88,13 +107,14 @@ ddpc_status ddpc_op_unary_backward(ddpc_unary_op op, ddpc_buffer *gx, const ddpc
     int64_t n = gx->numel;
     if (n == 0) return DDPC_OK;
     if (gx->device != DDPC_CPU)
-        DDPC_LAUNCH(gx->device, ddpc_k_unary_backward(op, gx->data, gy->data, saved->data, p, gx->dtype, n, stream));
+        DDPC_LAUNCH(gx->device, ddpc_k_unary_backward(op, gx->data, gy->data, saved->data, p, q, gx->dtype, n, stream));
     DDPC_FLOAT_TYPES(gx->dtype, {
         T *o = gx->data;
         const T *g = gy->data, *s = saved->data;
-        const T e = (T)p;
+        const T pt = (T)p, qt = (T)q;
+        /* At a kink the derivative is the one PyTorch takes; a NaN input passes g on where PyTorch's does. */
         switch (op) {
-        case DDPC_RELU: /* both loads unconditional, so the select vectorises; NaN passes g on */
+        case DDPC_RELU: /* both loads unconditional, so the select vectorises */
             for (int64_t i = 0; i < n; i++) {
                 T gi = g[i];
                 o[i] = s[i] <= 0 ? (T)0 : gi;
@@ -111,8 +131,35 @@ ddpc_status ddpc_op_unary_backward(ddpc_unary_op op, ddpc_buffer *gx, const ddpc
         case DDPC_SIGMOID: for (int64_t i = 0; i < n; i++) o[i] = g[i] * s[i] * ((T)1 - s[i]); break;
         case DDPC_EXP: for (int64_t i = 0; i < n; i++) o[i] = g[i] * s[i]; break;
         case DDPC_LOG: for (int64_t i = 0; i < n; i++) o[i] = g[i] / s[i]; break;
-        default:
-            for (int64_t i = 0; i < n; i++) o[i] = e == 0 ? (T)0 : g[i] * e * pow(s[i], e - (T)1);
+        case DDPC_POW:
+            for (int64_t i = 0; i < n; i++) o[i] = pt == 0 ? (T)0 : g[i] * pt * pow(s[i], pt - (T)1);
+            break;
+        case DDPC_LEAKY_RELU: for (int64_t i = 0; i < n; i++) o[i] = s[i] > 0 ? g[i] : g[i] * pt; break;
+        case DDPC_ELU: for (int64_t i = 0; i < n; i++) o[i] = s[i] <= 0 ? g[i] * pt * EXP_T(T, s[i]) : g[i]; break;
+        case DDPC_SILU:
+            for (int64_t i = 0; i < n; i++) {
+                T sg = SIGMOID_T(T, s[i]);
+                o[i] = g[i] * sg * ((T)1 + s[i] * ((T)1 - sg));
+            }
+            break;
+        case DDPC_SOFTPLUS:
+            for (int64_t i = 0; i < n; i++) {
+                T z = s[i] * pt;
+                o[i] = z > qt ? g[i] : g[i] * SIGMOID_T(T, z);
+            }
+            break;
+        case DDPC_MISH:
+            for (int64_t i = 0; i < n; i++) {
+                T t = TANH_T(T, SOFTPLUS_T(T, s[i])), sg = SIGMOID_T(T, s[i]);
+                o[i] = g[i] * (t + s[i] * sg * ((T)1 - t * t));
+            }
+            break;
+        case DDPC_HARDTANH: for (int64_t i = 0; i < n; i++) o[i] = s[i] <= pt || s[i] >= qt ? (T)0 : g[i]; break;
+        case DDPC_HARDSWISH:
+            for (int64_t i = 0; i < n; i++) o[i] = s[i] <= -3 ? (T)0 : (s[i] < 3 ? g[i] * (s[i] / 3 + (T)0.5) : g[i]);
+            break;
+        default: /* HARDSIGMOID */
+            for (int64_t i = 0; i < n; i++) o[i] = s[i] > -3 && s[i] < 3 ? g[i] / 6 : (T)0;
             break;
         }
     });
@@ -899,20 +946,20 @@ static PyObject *py_unary(PyObject *m, PyObject *args) {
     (void)m;
     int op;
     ddpc_buffer *out, *x;
-    double p = 0;
-    if (!PyArg_ParseTuple(args, "iO&O&|d:unary", &op, ddpc_arg_buffer, &out, ddpc_arg_buffer, &x, &p)) return NULL;
-    DDPC_RUN_RELEASED(ddpc_buffer_nbytes(out), ddpc_op_unary((ddpc_unary_op)op, out, x, p));
+    double p = 0, q = 0;
+    if (!PyArg_ParseTuple(args, "iO&O&|dd:unary", &op, ddpc_arg_buffer, &out, ddpc_arg_buffer, &x, &p, &q)) return NULL;
+    DDPC_RUN_RELEASED(ddpc_buffer_nbytes(out), ddpc_op_unary((ddpc_unary_op)op, out, x, p, q));
 }
 
 static PyObject *py_unary_backward(PyObject *m, PyObject *args) {
     (void)m;
     int op;
     ddpc_buffer *gx, *gy, *saved;
-    double p = 0;
-    if (!PyArg_ParseTuple(args, "iO&O&O&|d:unary_backward", &op, ddpc_arg_buffer, &gx, ddpc_arg_buffer, &gy,
-                          ddpc_arg_buffer, &saved, &p))
+    double p = 0, q = 0;
+    if (!PyArg_ParseTuple(args, "iO&O&O&|dd:unary_backward", &op, ddpc_arg_buffer, &gx, ddpc_arg_buffer, &gy,
+                          ddpc_arg_buffer, &saved, &p, &q))
         return NULL;
-    DDPC_RUN_RELEASED(ddpc_buffer_nbytes(gx), ddpc_op_unary_backward((ddpc_unary_op)op, gx, gy, saved, p));
+    DDPC_RUN_RELEASED(ddpc_buffer_nbytes(gx), ddpc_op_unary_backward((ddpc_unary_op)op, gx, gy, saved, p, q));
 }
 
 static PyObject *py_binary_rows(PyObject *m, PyObject *args) {
@@ -1147,9 +1194,11 @@ static PyObject *py_get_num_threads(PyObject *m, PyObject *unused) {
 static PyMethodDef nn_methods[] = {
     {"set_num_threads", py_set_num_threads, METH_O, "threads for ddpc's host loops (< 1: the default)"},
     {"get_num_threads", py_get_num_threads, METH_NOARGS, "threads for ddpc's host loops"},
-    {"unary", py_unary, METH_VARARGS, "unary(op, out, x, p=0): 0 relu 1 gelu 2 tanh 3 sigmoid 4 exp 5 log 6 pow(x, p)"},
+    {"unary", py_unary, METH_VARARGS,
+     "unary(op, out, x, p=0, q=0): 0 relu 1 gelu 2 tanh 3 sigmoid 4 exp 5 log 6 pow(x, p) 7 leaky_relu(x, p) "
+     "8 elu(x, p) 9 silu 10 softplus(x, p, q) 11 mish 12 hardtanh(x, p, q) 13 hardswish 14 hardsigmoid"},
     {"unary_backward", py_unary_backward, METH_VARARGS,
-     "unary_backward(op, gx, gy, saved, p=0): saved is x (relu gelu log pow) or y (tanh sigmoid exp)"},
+     "unary_backward(op, gx, gy, saved, p=0, q=0): saved is y for tanh sigmoid exp, x for the others"},
     {"binary_rows", py_binary_rows, METH_VARARGS, "binary_rows(op, out, a, row): a op row, row repeated over a"},
     {"binary_broadcast", py_binary_broadcast, METH_VARARGS, "binary_broadcast(op, out, a, b): numpy's broadcasting"},
     {"sum_dim", py_sum_dim, METH_VARARGS, "sum_dim(out, a, dim)"},

@@ -9,16 +9,27 @@
 
 #include "ops.h"
 
-typedef enum { DDPC_RELU = 0, DDPC_GELU, DDPC_TANH, DDPC_SIGMOID, DDPC_EXP, DDPC_LOG, DDPC_POW, DDPC_NUNARY } ddpc_unary_op;
+/* The parameters p and q of ddpc_op_unary: POW's exponent p; LEAKY_RELU's
+ * negative slope p; ELU's alpha p; SOFTPLUS's beta p and threshold q;
+ * HARDTANH's min p and max q (ReLU6 is HARDTANH over [0, 6], as in PyTorch). */
+typedef enum {
+    DDPC_RELU = 0, DDPC_GELU, DDPC_TANH, DDPC_SIGMOID, DDPC_EXP, DDPC_LOG, DDPC_POW,
+    DDPC_LEAKY_RELU, DDPC_ELU, DDPC_SILU, DDPC_SOFTPLUS, DDPC_MISH, DDPC_HARDTANH, DDPC_HARDSWISH, DDPC_HARDSIGMOID,
+    DDPC_NUNARY
+} ddpc_unary_op;
 /* Matches PyTorch's reduction codes. */
 typedef enum { DDPC_REDUCE_NONE = 0, DDPC_REDUCE_MEAN, DDPC_REDUCE_SUM } ddpc_reduction;
 
-/* out = f(x); `p` is the exponent of DDPC_POW (ignored otherwise). GELU is the exact erf form. */
-ddpc_status ddpc_op_unary(ddpc_unary_op op, ddpc_buffer *out, const ddpc_buffer *x, double p);
-/* gx = gy * f'(x). `saved` is the input x for relu, gelu, log and pow, and the
- * output y = f(x) for tanh, sigmoid and exp (whichever the derivative needs). */
+/* out = f(x) with PyTorch's formulas (p and q as above, ignored by the
+ * other ops). GELU is the exact erf form; SOFTPLUS is x where beta * x >
+ * threshold and log(1 + exp(beta * x)) / beta, computed without overflow,
+ * elsewhere. */
+ddpc_status ddpc_op_unary(ddpc_unary_op op, ddpc_buffer *out, const ddpc_buffer *x, double p, double q);
+/* gx = gy * f'(x), with PyTorch's choice of derivative at the kinks. `saved`
+ * is the output y = f(x) for tanh, sigmoid and exp, and the input x for the
+ * others (whichever the derivative needs). */
 ddpc_status ddpc_op_unary_backward(ddpc_unary_op op, ddpc_buffer *gx, const ddpc_buffer *gy, const ddpc_buffer *saved,
-                                   double p);
+                                   double p, double q);
 /* out = a op row, `row` repeated over a's leading elements (a->numel a multiple
  * of row->numel): the bias-add broadcast. RSUB and RDIV put the row first.
  * Floats and integers (these without DIV and RDIV). */

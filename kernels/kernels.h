@@ -73,8 +73,8 @@ int ddpc_k_put_dim(void *out, const void *g, const void *indices, int dtype, int
 int ddpc_k_transpose(void *out, const void *a, int dtype, int64_t rows, int64_t cols, void *stream);
 /* dst (sa strides) = src (sb strides) over geo's shape, as words of `size` bytes. */
 int ddpc_k_strided_copy(void *dst, const void *src, int size, int64_t n, ddpc_k_bcast geo, void *stream);
-int ddpc_k_unary(int op, void *out, const void *x, double p, int dtype, int64_t n, void *stream);
-int ddpc_k_unary_backward(int op, void *gx, const void *gy, const void *saved, double p, int dtype, int64_t n,
+int ddpc_k_unary(int op, void *out, const void *x, double p, double q, int dtype, int64_t n, void *stream);
+int ddpc_k_unary_backward(int op, void *gx, const void *gy, const void *saved, double p, double q, int dtype, int64_t n,
                           void *stream);
 int ddpc_k_dropout(void *out, const void *x, double p, uint64_t seed, uint64_t offset, int dtype, int64_t n,
                    void *stream);

@@ -189,19 +189,38 @@ template <typename W> __global__ void strided_copy_kernel(W *dst, const W *src, 
     }
 }
 
-template <typename T> __device__ __forceinline__ T unary_f(int op, T x, T p) {
+// log(1 + exp(z)) without overflow, as on the host.
+template <typename T> __device__ __forceinline__ T softplus_f(T z) {
+    return (z > T(0) ? z : T(0)) + log1p(exp(-fabs(z)));
+}
+
+template <typename T> __device__ __forceinline__ T relu6_f(T v) { return v < T(0) ? T(0) : (v > T(6) ? T(6) : v); }
+
+template <typename T> __device__ __forceinline__ T sigmoid_f(T x) { return T(1) / (T(1) + exp(-x)); }
+
+// The op codes of csrc/ops_nn.h; NaN passes through as on the host.
+template <typename T> __device__ __forceinline__ T unary_f(int op, T x, T p, T q) {
     switch (op) {
-    case 0: return x <= T(0) ? T(0) : x;  // NaN passes through, as on the host
+    case 0: return x <= T(0) ? T(0) : x;
     case 1: return T(0.5) * x * (T(1) + erf(x * T(kInvSqrt2)));
     case 2: return tanh(x);
-    case 3: return T(1) / (T(1) + exp(-x));
+    case 3: return sigmoid_f(x);
     case 4: return exp(x);
     case 5: return log(x);
-    default: return pow(x, p);
+    case 6: return pow(x, p);
+    case 7: return x > T(0) ? x : x * p;
+    case 8: return x <= T(0) ? expm1(x) * p : x;
+    case 9: return x * sigmoid_f(x);
+    case 10: return x * p > q ? x : softplus_f(x * p) / p;
+    case 11: return x * tanh(softplus_f(x));
+    case 12: return x < p ? p : (x > q ? q : x);
+    case 13: return x * relu6_f(x + T(3)) / T(6);
+    default: return relu6_f(x + T(3)) / T(6);
     }
 }
 
-template <typename T> __device__ __forceinline__ T unary_grad(int op, T g, T s, T p) {
+// The derivative at a kink is PyTorch's, as on the host.
+template <typename T> __device__ __forceinline__ T unary_grad(int op, T g, T s, T p, T q) {
     switch (op) {
     case 0: return s <= T(0) ? T(0) : g;
     case 1: {
@@ -213,16 +232,31 @@ template <typename T> __device__ __forceinline__ T unary_grad(int op, T g, T s, 
     case 3: return g * s * (T(1) - s);
     case 4: return g * s;
     case 5: return g / s;
-    default: return p == T(0) ? T(0) : g * p * pow(s, p - T(1));
+    case 6: return p == T(0) ? T(0) : g * p * pow(s, p - T(1));
+    case 7: return s > T(0) ? g : g * p;
+    case 8: return s <= T(0) ? g * p * exp(s) : g;
+    case 9: {
+        T sg = sigmoid_f(s);
+        return g * sg * (T(1) + s * (T(1) - sg));
+    }
+    case 10: return s * p > q ? g : g * sigmoid_f(s * p);
+    case 11: {
+        T t = tanh(softplus_f(s)), sg = sigmoid_f(s);
+        return g * (t + s * sg * (T(1) - t * t));
+    }
+    case 12: return s <= p || s >= q ? T(0) : g;
+    case 13: return s <= T(-3) ? T(0) : (s < T(3) ? g * (s / T(3) + T(0.5)) : g);
+    default: return s > T(-3) && s < T(3) ? g / T(6) : T(0);
     }
 }
 
-template <typename T> __global__ void unary_kernel(int op, T *out, const T *x, T p, int64_t n) {
-    GRID_STRIDE(i, n) out[i] = unary_f<T>(op, x[i], p);
+template <typename T> __global__ void unary_kernel(int op, T *out, const T *x, T p, T q, int64_t n) {
+    GRID_STRIDE(i, n) out[i] = unary_f<T>(op, x[i], p, q);
 }
 
-template <typename T> __global__ void unary_backward_kernel(int op, T *gx, const T *gy, const T *s, T p, int64_t n) {
-    GRID_STRIDE(i, n) gx[i] = unary_grad<T>(op, gy[i], s[i], p);
+template <typename T>
+__global__ void unary_backward_kernel(int op, T *gx, const T *gy, const T *s, T p, T q, int64_t n) {
+    GRID_STRIDE(i, n) gx[i] = unary_grad<T>(op, gy[i], s[i], p, q);
 }
 
 template <typename T>
@@ -362,17 +396,17 @@ extern "C" int ddpc_k_strided_copy(void *dst, const void *src, int size, int64_t
     return (int)cudaGetLastError();
 }
 
-extern "C" int ddpc_k_unary(int op, void *out, const void *x, double p, int dtype, int64_t n, void *stream) {
+extern "C" int ddpc_k_unary(int op, void *out, const void *x, double p, double q, int dtype, int64_t n, void *stream) {
     cudaStream_t s = (cudaStream_t)stream;
-    FLOAT_DISPATCH(dtype, unary_kernel<T><<<grid_for(n, 256), 256, 0, s>>>(op, (T *)out, (const T *)x, (T)p, n))
+    FLOAT_DISPATCH(dtype, unary_kernel<T><<<grid_for(n, 256), 256, 0, s>>>(op, (T *)out, (const T *)x, (T)p, (T)q, n))
     return (int)cudaGetLastError();
 }
 
-extern "C" int ddpc_k_unary_backward(int op, void *gx, const void *gy, const void *saved, double p, int dtype, int64_t n,
-                                     void *stream) {
+extern "C" int ddpc_k_unary_backward(int op, void *gx, const void *gy, const void *saved, double p, double q,
+                                     int dtype, int64_t n, void *stream) {
     cudaStream_t s = (cudaStream_t)stream;
-    FLOAT_DISPATCH(dtype, unary_backward_kernel<T><<<grid_for(n, 256), 256, 0, s>>>(op, (T *)gx, (const T *)gy,
-                                                                                     (const T *)saved, (T)p, n))
+    FLOAT_DISPATCH(dtype, unary_backward_kernel<T><<<grid_for(n, 256), 256, 0, s>>>(
+                              op, (T *)gx, (const T *)gy, (const T *)saved, (T)p, (T)q, n))
     return (int)cudaGetLastError();
 }
 

@@ -27,12 +27,14 @@ import threading
 
 from . import _C, _indexing
 from .amp import autocast_op
-from .tensor import (_ADD, _DIV, _MUL, _RDIV, _RSUB, _SUB, Tensor, _copy_view, _CopyOf, _read, _shares_memory,
-                     bfloat16, float16, float32, get_dtype, int64, promote)
+from .tensor import (_ADD, _DIV, _MUL, _RDIV, _RSUB, _SUB, Tensor, _check_no_grad_inplace, _copy_view, _CopyOf, _read,
+                     _shares_memory, _write_back, bfloat16, float16, float32, get_dtype, int64, promote)
 from .tensor import cat as _cat_storage
 from .tensor import stack as _stack_storage
 
-_RELU, _GELU, _TANH, _SIGMOID, _EXP, _LOG, _POW = range(7)
+# The unary op codes of csrc/ops_nn.h.
+(_RELU, _GELU, _TANH, _SIGMOID, _EXP, _LOG, _POW, _LEAKY_RELU, _ELU, _SILU, _SOFTPLUS, _MISH, _HARDTANH, _HARDSWISH,
+ _HARDSIGMOID) = range(15)
 
 
 # ---- grad mode ---------------------------------------------------------------------
@@ -597,35 +599,38 @@ def neg(a):
 # ---- unary functions ---------------------------------------------------------------------
 
 class _UnaryBackward(Node):
-    # Which tensor the derivative needs: the input (False) or the output (True).
-    _USES_OUTPUT = {_RELU: False, _GELU: False, _TANH: True, _SIGMOID: True, _EXP: True, _LOG: False, _POW: False}
+    _NAMES = ("ReluBackward", "GeluBackward", "TanhBackward", "SigmoidBackward", "ExpBackward", "LogBackward",
+              "PowBackward", "LeakyReluBackward", "EluBackward", "SiluBackward", "SoftplusBackward", "MishBackward",
+              "HardtanhBackward", "HardswishBackward", "HardsigmoidBackward")
+    # The ops whose derivative needs the output; the others' needs the input.
+    _USES_OUTPUT = (_TANH, _SIGMOID, _EXP)
 
-    def __init__(self, x, op, p, out):
+    def __init__(self, x, op, p, q, out):
         # The output is saved detached: out -> grad_fn -> out would be a reference cycle.
-        super().__init__((x,), (out.detach() if self._USES_OUTPUT[op] else x,))
-        self.op, self.p = op, p
+        super().__init__((x,), (out.detach() if op in self._USES_OUTPUT else x,))
+        self.op, self.p, self.q = op, p, q
 
     def name(self):
-        return ["ReluBackward", "GeluBackward", "TanhBackward", "SigmoidBackward", "ExpBackward", "LogBackward",
-                "PowBackward"][self.op]
+        return self._NAMES[self.op]
 
     def backward(self, g):
         (s,) = self.saved
         gx = _empty(s.shape, s)
-        _C.unary_backward(self.op, gx._buf, g._buf, s._buf, float(self.p))
+        _C.unary_backward(self.op, gx._buf, g._buf, s._buf, self.p, self.q)
         return (gx,)
 
 
-def _unary(x, op, p=0.0):
+def _unary(x, op, p=0.0, q=0.0):
     if not isinstance(x, Tensor):
         raise TypeError(f"expected a ddpc.Tensor, got {type(x).__name__}")
     if x.dtype in _HALVES:
-        return _unary(x.float(), op, p).to(dtype=x.dtype)
+        return _unary(x.float(), op, p, q).to(dtype=x.dtype)
     x = _as_float(x)
     out = _empty(x.shape, x)
-    _C.unary(op, out._buf, x._buf, float(p))
+    p, q = float(p), float(q)
+    _C.unary(op, out._buf, x._buf, p, q)
     if _needs_grad(x):
-        _attach(out, _UnaryBackward(x, op, p, out))
+        _attach(out, _UnaryBackward(x, op, p, q, out))
     return out
 
 
@@ -662,6 +667,53 @@ def pow(x, exponent):
     if not isinstance(exponent, numbers.Number):
         raise TypeError("ddpc supports pow with a number exponent only")
     return _unary(x, _POW, float(exponent))
+
+
+def leaky_relu(x, negative_slope=0.01):
+    """x where x > 0, else negative_slope * x."""
+    return _unary(x, _LEAKY_RELU, negative_slope)
+
+
+def elu(x, alpha=1.0):
+    """x where x > 0, else alpha * (exp(x) - 1)."""
+    return _unary(x, _ELU, alpha)
+
+
+def silu(x):
+    """x * sigmoid(x)."""
+    return _unary(x, _SILU)
+
+
+def softplus(x, beta=1.0, threshold=20.0):
+    """log(1 + exp(beta * x)) / beta, and x itself where beta * x > threshold."""
+    return _unary(x, _SOFTPLUS, beta, threshold)
+
+
+def mish(x):
+    """x * tanh(softplus(x))."""
+    return _unary(x, _MISH)
+
+
+def hardtanh(x, min_val=-1.0, max_val=1.0):
+    """x clamped to [min_val, max_val]."""
+    if min_val > max_val:
+        raise ValueError(f"hardtanh: min_val ({min_val}) cannot be greater than max_val ({max_val})")
+    return _unary(x, _HARDTANH, min_val, max_val)
+
+
+def relu6(x):
+    """min(max(x, 0), 6): hardtanh over [0, 6], as PyTorch computes it."""
+    return _unary(x, _HARDTANH, 0.0, 6.0)
+
+
+def hardswish(x):
+    """x * relu6(x + 3) / 6."""
+    return _unary(x, _HARDSWISH)
+
+
+def hardsigmoid(x):
+    """relu6(x + 3) / 6."""
+    return _unary(x, _HARDSIGMOID)
 
 
 # ---- linear algebra ------------------------------------------------------------------------
@@ -1078,6 +1130,27 @@ def inplace_binary(t, other, op):
     return _write_into(t, None, res, res.grad_fn)
 
 
+def inplace_apply(t, fn, what):
+    """``fn(t)`` written into t, for the ``inplace=True`` forms of the nn
+    functions: computed aside, then t holds the result (and whatever t is a
+    copy of, where PyTorch would write through a view). In the graph t takes
+    the result's history, as after PyTorch's in-place op; fn then runs on a
+    copy of t's old values, which its node may save while t's memory changes."""
+    if not (_mode.enabled and t.requires_grad):
+        _check_no_grad_inplace(t, what)
+        with no_grad():
+            res = fn(t.detach())
+        check_inplace_result(t, res)
+        t._buf.bump_version()
+        _C.copy(t._buf, res._buf)
+        _write_back(t)
+        return t
+    old = _writable_history(t, what)
+    res = fn(clone(old))
+    check_inplace_result(t, res)
+    return _write_into(t, None, res, res.grad_fn)
+
+
 def check_inplace_result(t, res):
     """An in-place op's result, computed aside, must fit the tensor it goes into."""
     if res.shape != t.shape:
@@ -1328,9 +1401,11 @@ class _SoftmaxBackward(Node):
 
 def _softmax(x, dim, take_log):
     if x.ndim == 0:
-        raise ValueError("softmax needs at least one dim")
-    if dim is None or dim % x.ndim != x.ndim - 1:
-        raise ValueError(f"ddpc's softmax runs over the last dim (dim=-1 or {x.ndim - 1}), got dim={dim}")
+        _dim(x, dim)
+        return _softmax(reshape(x, (1,)), 0, take_log).reshape(())
+    dim = _dim(x, dim)
+    if dim != x.ndim - 1:  # the op runs along the last dim: the others move there and back
+        return _softmax(x.movedim(dim, -1), -1, take_log).movedim(-1, dim)
     if x.dtype in _HALVES:
         return _softmax(x.float(), dim, take_log).to(dtype=x.dtype)
     src = _as_float(x.detach())
@@ -1342,14 +1417,14 @@ def _softmax(x, dim, take_log):
 
 
 @autocast_op("float32_cuda")
-def softmax(x, dim=-1):
-    """exp(x) / sum(exp(x)) over the last dim."""
+def softmax(x, dim):
+    """exp(x) / sum(exp(x)) along dim."""
     return _softmax(x, dim, False)
 
 
 @autocast_op("float32_cuda")
-def log_softmax(x, dim=-1):
-    """x - log(sum(exp(x))) over the last dim, computed stably."""
+def log_softmax(x, dim):
+    """x - log(sum(exp(x))) along dim, computed stably."""
     return _softmax(x, dim, True)
 
 

@@ -1,15 +1,87 @@
 """ddpc.nn.functional: the stateless forms of the layers and losses.
 
 Most functions are one fused _C op forward and one backward (see
-ddpc.autograd); batch_norm is built from the autograd ops.
+ddpc.autograd); batch_norm is built from the autograd ops. The
+``inplace=True`` forms compute aside and write the result into the input,
+which then holds it as after PyTorch's in-place op.
 """
 
-from .. import autograd as _ag
-from ..autograd import (cross_entropy, dropout, embedding, gelu, layer_norm, linear, log_softmax, mse_loss, relu,
-                        sigmoid, softmax, tanh)
+import warnings
 
-__all__ = ["batch_norm", "cross_entropy", "dropout", "embedding", "flatten", "gelu", "layer_norm", "linear",
-           "log_softmax", "mse_loss", "relu", "sigmoid", "softmax", "tanh"]
+from .. import autograd as _ag
+from ..autograd import cross_entropy, embedding, gelu, layer_norm, linear, mse_loss, sigmoid, softplus, tanh
+
+__all__ = ["batch_norm", "cross_entropy", "dropout", "elu", "embedding", "flatten", "gelu", "hardsigmoid", "hardswish",
+           "hardtanh", "layer_norm", "leaky_relu", "linear", "log_softmax", "mish", "mse_loss", "relu", "relu6",
+           "sigmoid", "silu", "softmax", "softplus", "tanh"]
+
+
+def _apply(fn, input, inplace, what, *args):
+    """fn(input, *args), written into input when ``inplace``."""
+    if inplace:
+        return _ag.inplace_apply(input, lambda t: fn(t, *args), what)
+    return fn(input, *args)
+
+
+def relu(input, inplace=False):
+    return _apply(_ag.relu, input, inplace, "relu_")
+
+
+def leaky_relu(input, negative_slope=0.01, inplace=False):
+    return _apply(_ag.leaky_relu, input, inplace, "leaky_relu_", negative_slope)
+
+
+def elu(input, alpha=1.0, inplace=False):
+    return _apply(_ag.elu, input, inplace, "elu_", alpha)
+
+
+def silu(input, inplace=False):
+    return _apply(_ag.silu, input, inplace, "silu_")
+
+
+def mish(input, inplace=False):
+    return _apply(_ag.mish, input, inplace, "mish_")
+
+
+def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
+    return _apply(_ag.hardtanh, input, inplace, "hardtanh_", min_val, max_val)
+
+
+def relu6(input, inplace=False):
+    return _apply(_ag.relu6, input, inplace, "relu6_")
+
+
+def hardswish(input, inplace=False):
+    return _apply(_ag.hardswish, input, inplace, "hardswish_")
+
+
+def hardsigmoid(input, inplace=False):
+    return _apply(_ag.hardsigmoid, input, inplace, "hardsigmoid_")
+
+
+def dropout(input, p=0.5, training=True, inplace=False):
+    # With nothing dropped the input itself is the result: there is nothing to write.
+    return _apply(_ag.dropout, input, inplace and training and p != 0, "dropout_", p, training)
+
+
+def _softmax_dim(input, dim, name, stacklevel, dtype):
+    """The input (cast to ``dtype``) and the dim a softmax runs along; with no
+    dim, PyTorch's deprecated implicit choice (dim 0 for 0-, 1- and 3-d inputs, else 1)."""
+    if dim is None:
+        warnings.warn(f"Implicit dimension choice for {name} has been deprecated. Change the call to include dim=X "
+                      "as an argument.", stacklevel=stacklevel)
+        dim = 0 if input.ndim in (0, 1, 3) else 1
+    return (input if dtype is None else input.to(dtype=dtype)), dim
+
+
+def softmax(input, dim=None, _stacklevel=3, dtype=None):
+    """exp(x) / sum(exp(x)) along dim (computed in ``dtype`` when given)."""
+    return _ag.softmax(*_softmax_dim(input, dim, "softmax", _stacklevel, dtype))
+
+
+def log_softmax(input, dim=None, _stacklevel=3, dtype=None):
+    """x - log(sum(exp(x))) along dim, computed stably (in ``dtype`` when given)."""
+    return _ag.log_softmax(*_softmax_dim(input, dim, "log_softmax", _stacklevel, dtype))
 
 
 def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5):
@@ -108,3 +180,4 @@ def flatten(input, start_dim=1, end_dim=-1):
     for s in input.shape[start:end + 1]:
         merged *= s
     return input.reshape(input.shape[:start] + (merged,) + input.shape[end + 1:])
+
