@@ -687,151 +687,187 @@ static ddpc_status check_loss_out_(const ddpc_buffer *out, const ddpc_buffer *re
     return check_like_(ref, out, want, op, reduction == DDPC_REDUCE_NONE ? "the per-row loss" : "the loss");
 }
 
-static ddpc_status check_ce_(const ddpc_buffer *logits, const ddpc_buffer *target, double smoothing, const char *op) {
+/* The targets are int64 class indices [N] or, in the logits' dtype, class
+ * probabilities [N, C]; the weights are NULL or [C] in the logits' dtype. */
+static ddpc_status check_ce_(const ddpc_buffer *logits, const ddpc_buffer *target, const ddpc_buffer *weight,
+                             const ddpc_ce_args *args, const char *op) {
+    if ((unsigned)args->reduction > DDPC_REDUCE_SUM)
+        return DDPC_ERROR(DDPC_ERR_ARG, "%s: unknown reduction %d", op, args->reduction);
     if (logits->ndim != 2) return DDPC_ERROR(DDPC_ERR_ARG, "%s: logits must be [N, C], got %d dims", op, logits->ndim);
-    if (target->dtype != DDPC_INT64 || target->numel != logits->shape[0] || target->device != logits->device)
-        return DDPC_ERROR(DDPC_ERR_ARG, "%s: targets must be %lld int64 class indices on the logits' device", op,
-                          (long long)logits->shape[0]);
-    if (!(smoothing >= 0 && smoothing <= 1))
-        return DDPC_ERROR(DDPC_ERR_ARG, "%s: label_smoothing must be in [0, 1], got %g", op, smoothing);
+    int64_t N = logits->shape[0], C = logits->shape[1];
+    if (target->device != logits->device)
+        return DDPC_ERROR(DDPC_ERR_ARG, "%s: the targets are on another device than the logits", op);
+    if (target->dtype == logits->dtype) {
+        if (target->numel != N * C)
+            return DDPC_ERROR(DDPC_ERR_ARG, "%s: class probabilities must be [%lld, %lld], got %lld elements", op,
+                              (long long)N, (long long)C, (long long)target->numel);
+    } else if (target->dtype != DDPC_INT64 || target->numel != N) {
+        return DDPC_ERROR(DDPC_ERR_ARG, "%s: targets must be %lld int64 class indices, or class probabilities in "
+                          "the logits' dtype", op, (long long)N);
+    }
+    if (weight) CHECK(check_like_(logits, weight, C, op, "the class weight"));
+    if (!(args->label_smoothing >= 0 && args->label_smoothing <= 1))
+        return DDPC_ERROR(DDPC_ERR_ARG, "%s: label_smoothing must be in [0, 1], got %g", op, args->label_smoothing);
+    if (C == 0 && N > 0) return DDPC_ERROR(DDPC_ERR_ARG, "%s: logits have no classes", op);
     return DDPC_OK;
 }
 
-/* Row statistics in double: the row's max, log(sum(exp(x - max))) and
- * sum(x - max). log(sum(exp(x))) is max + ls, but the two stay apart: with a
- * max of 1e16 or more the sum would absorb ls, and every result needs x - max
- * anyway (log-softmax is (x - max) - ls). */
-#define ROW_LSE(T, x, C, mx, ls, sd)                                               \
+/* Row statistics in double: the row's max and log(sum(exp(x - max))).
+ * log(sum(exp(x))) is their sum, but the two stay apart: with a max of 1e16
+ * or more the sum would absorb the log; log-softmax is (x - max) - log. */
+#define ROW_LSE(T, x, C, mx, ls)                                                   \
     do {                                                                           \
         double mx_ = (double)(x)[0];                                               \
         for (int64_t c_ = 1; c_ < (C); c_++) mx_ = (double)(x)[c_] > mx_ ? (double)(x)[c_] : mx_; \
-        double s_ = 0, t_ = 0;                                                     \
-        for (int64_t c_ = 0; c_ < (C); c_++) {                                     \
-            s_ += exp((double)(x)[c_] - mx_);                                      \
-            t_ += (double)(x)[c_] - mx_;                                           \
-        }                                                                          \
+        double s_ = 0;                                                             \
+        for (int64_t c_ = 0; c_ < (C); c_++) s_ += exp((double)(x)[c_] - mx_);     \
         (mx) = mx_;                                                                \
         (ls) = log(s_);                                                            \
-        (sd) = t_;                                                                 \
     } while (0)
 
-static ddpc_status check_targets_(const int64_t *t, int64_t rows, int64_t C, int64_t ignore_index, int64_t *valid) {
-    int64_t count = 0;
-    for (int64_t i = 0; i < rows; i++) {
-        if (t[i] == ignore_index) continue;
-        if (t[i] < 0 || t[i] >= C)
+static ddpc_status check_targets_(const int64_t *t, int64_t rows, int64_t C, int64_t ignore_index) {
+    for (int64_t i = 0; i < rows; i++)
+        if (t[i] != ignore_index && (t[i] < 0 || t[i] >= C))
             return DDPC_ERROR(DDPC_ERR_ARG, "cross entropy: target %lld of row %lld is not a class in [0, %lld)",
                               (long long)t[i], (long long)i, (long long)C);
-        count++;
-    }
-    *valid = count;
     return DDPC_OK;
 }
 
-ddpc_status ddpc_op_cross_entropy(ddpc_buffer *out, const ddpc_buffer *logits, const ddpc_buffer *target,
-                                  int64_t ignore_index, double label_smoothing, ddpc_reduction reduction) {
-    CHECK(check_out_(out, "cross entropy"));
-    CHECK(check_ce_(logits, target, label_smoothing, "cross entropy"));
-    int64_t N = logits->shape[0], C = logits->shape[1];
-    CHECK(check_loss_out_(out, logits, N, reduction, "cross entropy"));
-    if (C == 0 && N > 0) return DDPC_ERROR(DDPC_ERR_ARG, "cross entropy: logits have no classes");
-    if (out->device != DDPC_CPU) {
+/* Row i's log-softmax is (x[c] - MX) - LS; the rows of log-probabilities
+ * (args->log_probs) are theirs already (MX = LS = 0). */
+#define CE_ROW_STATS(T, xr, C, log_probs, MX, LS)                                  \
+    do {                                                                           \
+        (MX) = 0, (LS) = 0;                                                        \
+        if (!(log_probs)) ROW_LSE(T, xr, C, MX, LS);                               \
+    } while (0)
+
+/* The class weight of c (1 without weights). */
+#define CE_W(w, c) ((w) ? (double)(w)[c] : 1.0)
+
+/* What the mean divides by: the summed weights of the rows' target classes
+ * (ignored rows count 0), or N for class probabilities. */
+#define CE_DENOMINATOR(t, w, N, ignore, out)                                       \
+    do {                                                                           \
+        (out) = 0;                                                                 \
+        for (int64_t i_ = 0; i_ < (N); i_++)                                       \
+            (out) += !(t) ? 1.0 : (t)[i_] == (ignore) ? 0.0 : CE_W(w, (t)[i_]);    \
+    } while (0)
+
+/* The CUDA path: a scratch block of N + 1 doubles for the kernels' reductions, freed stream-ordered. */
+static ddpc_status ce_cuda_(ddpc_buffer *out, ddpc_buffer *grad, const ddpc_buffer *gout, const ddpc_buffer *logits,
+                           const ddpc_buffer *target, const ddpc_buffer *weight, const ddpc_ce_args *args) {
 #ifdef DDPC_WITH_CUDA
-        ddpc_block *scratch = NULL;
-        if (reduction != DDPC_REDUCE_NONE) CHECK(ddpc_alloc(out->device, (size_t)(N + 1) * sizeof(double), 0, &scratch));
-        void *stream;
-        int prev = -1;
-        ddpc_status st = DDPC_OK;
-        CHECKGOTO(ddpc_cuda_compute_stream(out->device, &stream), st, exit);
-        CHECKGOTO(ddpc_cuda_enter(out->device, &prev), st, exit);
-        CUDACHECKGOTO((cudaError_t)ddpc_k_cross_entropy(out->data, scratch ? scratch->ptr : NULL, logits->data,
-                                                         target->data, N, C, ignore_index, label_smoothing, reduction,
-                                                         out->dtype, stream),
-                      st, exit);
-    exit:
-        if (prev >= 0) ddpc_cuda_leave(prev);
-        /* The block goes back to the stream-ordered cache: later users queue after this kernel. */
-        if (scratch) ddpc_free(scratch);
-        return st;
+    int device = logits->device;
+    int64_t N = logits->shape[0], C = logits->shape[1];
+    int probs = target->dtype != DDPC_INT64;
+    ddpc_block *scratch = NULL;
+    if (grad || args->reduction != DDPC_REDUCE_NONE)
+        CHECK(ddpc_alloc(device, (size_t)(N + 1) * sizeof(double), 0, &scratch));
+    void *stream;
+    int prev = -1;
+    ddpc_status st = DDPC_OK;
+    ddpc_k_ce ce = {.logits = logits->data, .target = probs ? NULL : target->data, .probs = probs ? target->data : NULL,
+                    .weight = weight ? weight->data : NULL, .rows = N, .classes = C,
+                    .ignore_index = args->ignore_index, .smoothing = args->label_smoothing,
+                    .reduction = args->reduction, .log_probs = args->log_probs, .dtype = logits->dtype};
+    CHECKGOTO(ddpc_cuda_compute_stream(device, &stream), st, exit);
+    CHECKGOTO(ddpc_cuda_enter(device, &prev), st, exit);
+    if (grad)
+        CUDACHECKGOTO((cudaError_t)ddpc_k_cross_entropy_backward(grad->data, scratch->ptr, gout->data, &ce, stream), st,
+                      exit);
+    else
+        CUDACHECKGOTO((cudaError_t)ddpc_k_cross_entropy(out->data, scratch ? scratch->ptr : NULL, &ce, stream), st,
+                      exit);
+exit:
+    if (prev >= 0) ddpc_cuda_leave(prev);
+    /* The block goes back to the stream-ordered cache: later users queue after this kernel. */
+    if (scratch) ddpc_free(scratch);
+    return st;
 #else
-        return ddpc_cuda_require(out->device);
+    (void)out, (void)grad, (void)gout, (void)target, (void)weight, (void)args;
+    return ddpc_cuda_require(logits->device);
 #endif
-    }
-    const int64_t *t = target->data;
-    int64_t valid = 0;
-    CHECK(check_targets_(t, N, C, ignore_index, &valid));
-    const double eps = label_smoothing;
-    double total = 0;
+}
+
+ddpc_status ddpc_op_cross_entropy(ddpc_buffer *out, const ddpc_buffer *logits, const ddpc_buffer *target,
+                                  const ddpc_buffer *weight, const ddpc_ce_args *args) {
+    CHECK(check_out_(out, "cross entropy"));
+    CHECK(check_ce_(logits, target, weight, args, "cross entropy"));
+    int64_t N = logits->shape[0], C = logits->shape[1];
+    CHECK(check_loss_out_(out, logits, N, args->reduction, "cross entropy"));
+    if (out->device != DDPC_CPU) return ce_cuda_(out, NULL, NULL, logits, target, weight, args);
+    const int64_t *t = target->dtype == DDPC_INT64 ? target->data : NULL;
+    if (t) CHECK(check_targets_(t, N, C, args->ignore_index));
+    const double eps = args->label_smoothing, off = eps / (double)C;
     DDPC_FLOAT_TYPES(out->dtype, {
-        const T *x = logits->data;
+        const T *x = logits->data, *w = weight ? weight->data : NULL, *prob = t ? NULL : target->data;
         T *o = out->data;
+        double total = 0, denom;
+        CE_DENOMINATOR(t, w, N, args->ignore_index, denom);
         for (int64_t i = 0; i < N; i++) {
-            double loss = 0;
-            if (t[i] != ignore_index) {
-                double mx, ls, sd;
-                ROW_LSE(T, x + i * C, C, mx, ls, sd);
-                loss = (1 - eps) * (ls - ((double)x[i * C + t[i]] - mx)) + eps * (ls - sd / (double)C);
+            const T *xr = x + i * C;
+            double loss = 0, mx, ls;
+            if (prob) { /* -sum_c w_c q_c log p_c with the smoothed probabilities q */
+                CE_ROW_STATS(T, xr, C, args->log_probs, mx, ls);
+                for (int64_t c = 0; c < C; c++)
+                    loss -= CE_W(w, c) * ((1 - eps) * (double)prob[i * C + c] + off) * (((double)xr[c] - mx) - ls);
+            } else if (t[i] != args->ignore_index) {
+                CE_ROW_STATS(T, xr, C, args->log_probs, mx, ls);
+                double smooth = 0;
+                for (int64_t c = 0; eps > 0 && c < C; c++) smooth += CE_W(w, c) * (((double)xr[c] - mx) - ls);
+                loss = -(1 - eps) * CE_W(w, t[i]) * (((double)xr[t[i]] - mx) - ls) - off * smooth;
             }
-            if (reduction == DDPC_REDUCE_NONE) o[i] = (T)loss;
+            if (args->reduction == DDPC_REDUCE_NONE) o[i] = (T)loss;
             total += loss;
         }
-        if (reduction == DDPC_REDUCE_SUM) o[0] = (T)total;
-        if (reduction == DDPC_REDUCE_MEAN) o[0] = (T)(total / (double)valid);
+        if (args->reduction == DDPC_REDUCE_SUM) o[0] = (T)total;
+        if (args->reduction == DDPC_REDUCE_MEAN) o[0] = (T)(total / denom);
     });
     return DDPC_OK;
 }
 
 ddpc_status ddpc_op_cross_entropy_backward(ddpc_buffer *glogits, const ddpc_buffer *gout, const ddpc_buffer *logits,
-                                           const ddpc_buffer *target, int64_t ignore_index, double label_smoothing,
-                                           ddpc_reduction reduction) {
+                                           const ddpc_buffer *target, const ddpc_buffer *weight,
+                                           const ddpc_ce_args *args) {
     CHECK(check_out_(glogits, "cross entropy backward"));
-    CHECK(check_ce_(logits, target, label_smoothing, "cross entropy backward"));
+    CHECK(check_ce_(logits, target, weight, args, "cross entropy backward"));
     CHECK(check_like_(glogits, logits, glogits->numel, "cross entropy backward", "the logits"));
     int64_t N = logits->shape[0], C = logits->shape[1];
-    CHECK(check_loss_out_(gout, logits, N, reduction, "cross entropy backward"));
+    CHECK(check_loss_out_(gout, logits, N, args->reduction, "cross entropy backward"));
     if (glogits->numel == 0) return DDPC_OK;
-    if (glogits->device != DDPC_CPU) {
-#ifdef DDPC_WITH_CUDA
-        ddpc_block *scratch = NULL;
-        CHECK(ddpc_alloc(glogits->device, (size_t)(N + 1) * sizeof(double), 0, &scratch));
-        void *stream;
-        int prev = -1;
-        ddpc_status st = DDPC_OK;
-        CHECKGOTO(ddpc_cuda_compute_stream(glogits->device, &stream), st, exit);
-        CHECKGOTO(ddpc_cuda_enter(glogits->device, &prev), st, exit);
-        CUDACHECKGOTO((cudaError_t)ddpc_k_cross_entropy_backward(glogits->data, scratch->ptr, gout->data, logits->data,
-                                                                  target->data, N, C, ignore_index, label_smoothing,
-                                                                  reduction, glogits->dtype, stream),
-                      st, exit);
-    exit:
-        if (prev >= 0) ddpc_cuda_leave(prev);
-        ddpc_free(scratch);
-        return st;
-#else
-        return ddpc_cuda_require(glogits->device);
-#endif
-    }
-    const int64_t *t = target->data;
-    int64_t valid = 0;
-    CHECK(check_targets_(t, N, C, ignore_index, &valid));
-    const double eps = label_smoothing, off = eps / (double)C;
+    if (glogits->device != DDPC_CPU) return ce_cuda_(NULL, glogits, gout, logits, target, weight, args);
+    const int64_t *t = target->dtype == DDPC_INT64 ? target->data : NULL;
+    if (t) CHECK(check_targets_(t, N, C, args->ignore_index));
+    const double eps = args->label_smoothing, off = eps / (double)C;
     DDPC_FLOAT_TYPES(glogits->dtype, {
-        const T *x = logits->data, *g = gout->data;
+        const T *x = logits->data, *g = gout->data, *w = weight ? weight->data : NULL, *prob = t ? NULL : target->data;
         T *o = glogits->data;
+        double denom = 1, wsum = 0;
+        if (args->reduction == DDPC_REDUCE_MEAN) CE_DENOMINATOR(t, w, N, args->ignore_index, denom);
+        for (int64_t c = 0; c < C; c++) wsum += CE_W(w, c);
         for (int64_t i = 0; i < N; i++) {
+            const T *xr = x + i * C;
             T *row = o + i * C;
-            if (t[i] == ignore_index) {
+            if (t && t[i] == args->ignore_index) {
                 for (int64_t c = 0; c < C; c++) row[c] = 0;
                 continue;
             }
-            double scale = reduction == DDPC_REDUCE_NONE ? (double)g[i]
-                           : reduction == DDPC_REDUCE_SUM ? (double)g[0]
-                                                          : (double)g[0] / (double)valid;
-            double mx, ls, sd;
-            ROW_LSE(T, x + i * C, C, mx, ls, sd);
-            (void)sd;
-            for (int64_t c = 0; c < C; c++) row[c] = (T)(scale * (exp(((double)x[i * C + c] - mx) - ls) - off));
-            row[t[i]] -= (T)(scale * (1 - eps));
+            double scale = args->reduction == DDPC_REDUCE_NONE ? (double)g[i] : (double)g[0] / denom;
+            double mx, ls;
+            CE_ROW_STATS(T, xr, C, args->log_probs, mx, ls);
+            /* d/dx_c = softmax_c * (sum_k of what class k's log-probability is weighted by) - (that of c) */
+            double mass = 0;
+            if (prob) {
+                for (int64_t c = 0; c < C; c++) mass += CE_W(w, c) * ((1 - eps) * (double)prob[i * C + c] + off);
+            } else {
+                mass = (1 - eps) * CE_W(w, t[i]) + off * wsum;
+            }
+            for (int64_t c = 0; c < C; c++) {
+                double sm = args->log_probs ? 0.0 : exp(((double)xr[c] - mx) - ls);
+                double own = prob ? CE_W(w, c) * ((1 - eps) * (double)prob[i * C + c] + off) : off * CE_W(w, c);
+                row[c] = (T)(scale * (sm * mass - own));
+            }
+            if (!prob) row[t[i]] -= (T)(scale * (1 - eps) * CE_W(w, t[i]));
         }
     });
     return DDPC_OK;
@@ -856,9 +892,8 @@ ddpc_status ddpc_op_softmax(ddpc_buffer *out, const ddpc_buffer *x, int take_log
         for (int64_t r = 0; r < R; r++) {
             const T *xr = (const T *)x->data + r * C;
             T *o = (T *)out->data + r * C;
-            double mx, ls, sd;
-            ROW_LSE(T, xr, C, mx, ls, sd);
-            (void)sd;
+            double mx, ls;
+            ROW_LSE(T, xr, C, mx, ls);
             if (take_log) {
                 for (int64_t c = 0; c < C; c++) o[c] = (T)(((double)xr[c] - mx) - ls);
             } else {
@@ -895,52 +930,107 @@ ddpc_status ddpc_op_softmax_backward(ddpc_buffer *gx, const ddpc_buffer *gy, con
     return DDPC_OK;
 }
 
-ddpc_status ddpc_op_mse(ddpc_buffer *out, const ddpc_buffer *a, const ddpc_buffer *b, ddpc_reduction reduction) {
-    CHECK(check_out_(out, "mse"));
-    CHECK(check_like_(out, a, -1, "mse", "the input"));
-    CHECK(check_like_(a, b, a->numel, "mse", "the target"));
-    int64_t n = a->numel;
-    CHECK(check_loss_out_(out, a, n, reduction, "mse"));
+/* The pos_weight of BCE_LOGITS (one per element) or NULL; no other kind takes one. */
+static ddpc_status check_pointwise_loss_(ddpc_loss_kind kind, const ddpc_buffer *x, const ddpc_buffer *y,
+                                         const ddpc_buffer *pos_weight, double p, const char *op) {
+    if ((unsigned)kind >= DDPC_NLOSS) return DDPC_ERROR(DDPC_ERR_ARG, "%s: unknown loss %d", op, (int)kind);
+    CHECK(check_like_(x, y, x->numel, op, "the target"));
+    if (pos_weight && kind != DDPC_LOSS_BCE_LOGITS)
+        return DDPC_ERROR(DDPC_ERR_ARG, "%s: only binary cross entropy with logits takes a pos_weight", op);
+    if (pos_weight) CHECK(check_like_(x, pos_weight, x->numel, op, "pos_weight"));
+    if ((kind == DDPC_LOSS_SMOOTH_L1 || kind == DDPC_LOSS_HUBER) && !(p > 0))
+        return DDPC_ERROR(DDPC_ERR_ARG, "%s: %s must be positive, got %g", op,
+                          kind == DDPC_LOSS_HUBER ? "delta" : "beta", p);
+    return DDPC_OK;
+}
+
+/* Runs the statements with K bound to `kind` as a constant: the inlined
+ * formulas of pointwise_loss.h then fold to that kind's, and the loops
+ * vectorise. */
+#define LOSS_DISPATCH(kind, ...)                                                   \
+    switch (kind) {                                                                \
+    case DDPC_LOSS_MSE: { enum { K = DDPC_LOSS_MSE }; __VA_ARGS__; } break;        \
+    case DDPC_LOSS_L1: { enum { K = DDPC_LOSS_L1 }; __VA_ARGS__; } break;          \
+    case DDPC_LOSS_SMOOTH_L1: { enum { K = DDPC_LOSS_SMOOTH_L1 }; __VA_ARGS__; } break; \
+    case DDPC_LOSS_HUBER: { enum { K = DDPC_LOSS_HUBER }; __VA_ARGS__; } break;    \
+    case DDPC_LOSS_BCE: { enum { K = DDPC_LOSS_BCE }; __VA_ARGS__; } break;        \
+    case DDPC_LOSS_BCE_LOGITS: { enum { K = DDPC_LOSS_BCE_LOGITS }; __VA_ARGS__; } break; \
+    case DDPC_LOSS_KL_DIV: { enum { K = DDPC_LOSS_KL_DIV }; __VA_ARGS__; } break;  \
+    default: { enum { K = DDPC_LOSS_KL_DIV_LOG_TARGET }; __VA_ARGS__; } break;     \
+    }
+
+ddpc_status ddpc_op_loss(ddpc_loss_kind kind, ddpc_buffer *out, const ddpc_buffer *x, const ddpc_buffer *y,
+                         const ddpc_buffer *pos_weight, double p, ddpc_reduction reduction) {
+    CHECK(check_out_(out, "loss"));
+    CHECK(check_like_(out, x, -1, "loss", "the input"));
+    CHECK(check_pointwise_loss_(kind, x, y, pos_weight, p, "loss"));
+    int64_t n = x->numel;
+    CHECK(check_loss_out_(out, x, n, reduction, "loss"));
+    if (n == 0 && reduction == DDPC_REDUCE_NONE) return DDPC_OK;
     if (out->device != DDPC_CPU)
-        DDPC_LAUNCH(out->device, ddpc_k_mse(out->data, a->data, b->data, n, reduction, out->dtype, stream));
+        DDPC_LAUNCH(out->device, ddpc_k_loss(kind, out->data, x->data, y->data, pos_weight ? pos_weight->data : NULL,
+                                             p, n, reduction, out->dtype, stream));
     DDPC_FLOAT_TYPES(out->dtype, {
         T *o = out->data;
-        const T *x = a->data, *y = b->data;
-        if (reduction == DDPC_REDUCE_NONE) {
-            for (int64_t i = 0; i < n; i++) o[i] = (x[i] - y[i]) * (x[i] - y[i]);
-        } else {
-            double acc = 0;
-            for (int64_t i = 0; i < n; i++) acc += ((double)x[i] - y[i]) * ((double)x[i] - y[i]);
-            o[0] = (T)(reduction == DDPC_REDUCE_MEAN ? acc / (double)n : acc);
+        const T *a = x->data, *b = y->data, *w = pos_weight ? pos_weight->data : NULL;
+        for (int64_t i = 0; kind == DDPC_LOSS_BCE && i < n; i++) {
+            int bad_input = !(a[i] >= 0 && a[i] <= 1);
+            if (bad_input || !(b[i] >= 0 && b[i] <= 1))
+                return DDPC_ERROR(DDPC_ERR_ARG, "binary cross entropy: all elements of the %s should be between 0 "
+                                  "and 1, element %lld is %g", bad_input ? "input" : "target", (long long)i,
+                                  (double)(bad_input ? a[i] : b[i]));
         }
+        double acc = 0;
+        LOSS_DISPATCH(kind, {
+            if (reduction == DDPC_REDUCE_NONE)
+                for (int64_t i = 0; i < n; i++) o[i] = (T)ddpc_loss_value(K, a[i], b[i], w ? w[i] : (T)1, p);
+            else
+                for (int64_t i = 0; i < n; i++) acc += ddpc_loss_value(K, a[i], b[i], w ? w[i] : (T)1, p);
+        });
+        if (reduction != DDPC_REDUCE_NONE) o[0] = (T)(reduction == DDPC_REDUCE_MEAN ? acc / (double)n : acc);
     });
     return DDPC_OK;
 }
 
-ddpc_status ddpc_op_mse_backward(ddpc_buffer *ga, const ddpc_buffer *gout, const ddpc_buffer *a, const ddpc_buffer *b,
-                                 ddpc_reduction reduction) {
-    CHECK(check_out_(ga, "mse backward"));
-    CHECK(check_like_(ga, a, ga->numel, "mse backward", "the input"));
-    CHECK(check_like_(ga, b, ga->numel, "mse backward", "the target"));
-    int64_t n = ga->numel;
-    CHECK(check_loss_out_(gout, ga, n, reduction, "mse backward"));
+ddpc_status ddpc_op_loss_backward(ddpc_loss_kind kind, int wrt_target, ddpc_buffer *g, const ddpc_buffer *gout,
+                                  const ddpc_buffer *x, const ddpc_buffer *y, const ddpc_buffer *pos_weight, double p,
+                                  ddpc_reduction reduction) {
+    CHECK(check_out_(g, "loss backward"));
+    CHECK(check_like_(g, x, g->numel, "loss backward", "the input"));
+    CHECK(check_pointwise_loss_(kind, x, y, pos_weight, p, "loss backward"));
+    int64_t n = g->numel;
+    CHECK(check_loss_out_(gout, g, n, reduction, "loss backward"));
     if (n == 0) return DDPC_OK;
-    if (ga->device != DDPC_CPU)
-        DDPC_LAUNCH(ga->device, ddpc_k_mse_backward(ga->data, gout->data, a->data, b->data, n, reduction, ga->dtype, stream));
-    DDPC_FLOAT_TYPES(ga->dtype, {
-        T *o = ga->data;
-        const T *x = a->data, *y = b->data, *g = gout->data;
-        if (reduction == DDPC_REDUCE_NONE) {
-            for (int64_t i = 0; i < n; i++) o[i] = (T)2 * (x[i] - y[i]) * g[i];
-        } else {
-            const T s = (T)(2.0 * (double)g[0] / (reduction == DDPC_REDUCE_MEAN ? (double)n : 1.0));
-            for (int64_t i = 0; i < n; i++) o[i] = s * (x[i] - y[i]);
-        }
+    if (g->device != DDPC_CPU)
+        DDPC_LAUNCH(g->device, ddpc_k_loss_backward(kind, wrt_target, g->data, gout->data, x->data, y->data,
+                                                    pos_weight ? pos_weight->data : NULL, p, n, reduction, g->dtype,
+                                                    stream));
+    DDPC_FLOAT_TYPES(g->dtype, {
+        T *o = g->data;
+        const T *a = x->data, *b = y->data, *w = pos_weight ? pos_weight->data : NULL, *go = gout->data;
+        const double s = reduction == DDPC_REDUCE_MEAN ? (double)go[0] / (double)n : (double)go[0];
+        LOSS_DISPATCH(kind, {
+            if (reduction == DDPC_REDUCE_NONE)
+                for (int64_t i = 0; i < n; i++)
+                    o[i] = (T)(go[i] * ddpc_loss_grad(K, wrt_target, a[i], b[i], w ? w[i] : (T)1, p));
+            else
+                for (int64_t i = 0; i < n; i++)
+                    o[i] = (T)(s * ddpc_loss_grad(K, wrt_target, a[i], b[i], w ? w[i] : (T)1, p));
+        });
     });
     return DDPC_OK;
 }
 
 /* ---- Python bindings -------------------------------------------------------------- */
+
+/* A Buffer argument that may be None (NULL). */
+static int arg_optional_buffer_(PyObject *o, ddpc_buffer **out) {
+    if (o == Py_None) {
+        *out = NULL;
+        return 1;
+    }
+    return ddpc_arg_buffer(o, out);
+}
 
 static PyObject *py_unary(PyObject *m, PyObject *args) {
     (void)m;
@@ -1117,28 +1207,32 @@ static PyObject *py_dropout(PyObject *m, PyObject *args) {
 
 static PyObject *py_cross_entropy(PyObject *m, PyObject *args) {
     (void)m;
-    ddpc_buffer *out, *logits, *target;
+    ddpc_buffer *out, *logits, *target, *weight;
     long long ignore;
+    int red, log_probs;
     double eps;
-    int red;
-    if (!PyArg_ParseTuple(args, "O&O&O&Ldi:cross_entropy", ddpc_arg_buffer, &out, ddpc_arg_buffer, &logits,
-                          ddpc_arg_buffer, &target, &ignore, &eps, &red))
+    if (!PyArg_ParseTuple(args, "O&O&O&O&Ldip:cross_entropy", ddpc_arg_buffer, &out, ddpc_arg_buffer, &logits,
+                          ddpc_arg_buffer, &target, arg_optional_buffer_, &weight, &ignore, &eps, &red, &log_probs))
         return NULL;
-    DDPC_RUN_RELEASED(ddpc_buffer_nbytes(logits),
-                      ddpc_op_cross_entropy(out, logits, target, ignore, eps, (ddpc_reduction)red));
+    ddpc_ce_args ce = {.ignore_index = ignore, .label_smoothing = eps, .reduction = (ddpc_reduction)red,
+                       .log_probs = log_probs};
+    DDPC_RUN_RELEASED(ddpc_buffer_nbytes(logits), ddpc_op_cross_entropy(out, logits, target, weight, &ce));
 }
 
 static PyObject *py_cross_entropy_backward(PyObject *m, PyObject *args) {
     (void)m;
-    ddpc_buffer *gx, *gout, *logits, *target;
+    ddpc_buffer *gx, *gout, *logits, *target, *weight;
     long long ignore;
+    int red, log_probs;
     double eps;
-    int red;
-    if (!PyArg_ParseTuple(args, "O&O&O&O&Ldi:cross_entropy_backward", ddpc_arg_buffer, &gx, ddpc_arg_buffer, &gout,
-                          ddpc_arg_buffer, &logits, ddpc_arg_buffer, &target, &ignore, &eps, &red))
+    if (!PyArg_ParseTuple(args, "O&O&O&O&O&Ldip:cross_entropy_backward", ddpc_arg_buffer, &gx, ddpc_arg_buffer, &gout,
+                          ddpc_arg_buffer, &logits, ddpc_arg_buffer, &target, arg_optional_buffer_, &weight, &ignore,
+                          &eps, &red, &log_probs))
         return NULL;
-    DDPC_RUN_RELEASED(ddpc_buffer_nbytes(logits), ddpc_op_cross_entropy_backward(gx, gout, logits, target, ignore, eps,
-                                                                                  (ddpc_reduction)red));
+    ddpc_ce_args ce = {.ignore_index = ignore, .label_smoothing = eps, .reduction = (ddpc_reduction)red,
+                       .log_probs = log_probs};
+    DDPC_RUN_RELEASED(ddpc_buffer_nbytes(logits),
+                      ddpc_op_cross_entropy_backward(gx, gout, logits, target, weight, &ce));
 }
 
 static PyObject *py_softmax(PyObject *m, PyObject *args) {
@@ -1159,23 +1253,29 @@ static PyObject *py_softmax_backward(PyObject *m, PyObject *args) {
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(y), ddpc_op_softmax_backward(gx, gy, y, take_log));
 }
 
-static PyObject *py_mse(PyObject *m, PyObject *args) {
+static PyObject *py_loss(PyObject *m, PyObject *args) {
     (void)m;
-    ddpc_buffer *out, *a, *b;
-    int red;
-    if (!PyArg_ParseTuple(args, "O&O&O&i:mse", ddpc_arg_buffer, &out, ddpc_arg_buffer, &a, ddpc_arg_buffer, &b, &red))
+    int kind, red;
+    ddpc_buffer *out, *x, *y, *pos_weight;
+    double p;
+    if (!PyArg_ParseTuple(args, "iO&O&O&O&di:loss", &kind, ddpc_arg_buffer, &out, ddpc_arg_buffer, &x, ddpc_arg_buffer,
+                          &y, arg_optional_buffer_, &pos_weight, &p, &red))
         return NULL;
-    DDPC_RUN_RELEASED(ddpc_buffer_nbytes(a), ddpc_op_mse(out, a, b, (ddpc_reduction)red));
+    DDPC_RUN_RELEASED(ddpc_buffer_nbytes(x),
+                      ddpc_op_loss((ddpc_loss_kind)kind, out, x, y, pos_weight, p, (ddpc_reduction)red));
 }
 
-static PyObject *py_mse_backward(PyObject *m, PyObject *args) {
+static PyObject *py_loss_backward(PyObject *m, PyObject *args) {
     (void)m;
-    ddpc_buffer *ga, *gout, *a, *b;
-    int red;
-    if (!PyArg_ParseTuple(args, "O&O&O&O&i:mse_backward", ddpc_arg_buffer, &ga, ddpc_arg_buffer, &gout,
-                          ddpc_arg_buffer, &a, ddpc_arg_buffer, &b, &red))
+    int kind, wrt_target, red;
+    ddpc_buffer *g, *gout, *x, *y, *pos_weight;
+    double p;
+    if (!PyArg_ParseTuple(args, "ipO&O&O&O&O&di:loss_backward", &kind, &wrt_target, ddpc_arg_buffer, &g,
+                          ddpc_arg_buffer, &gout, ddpc_arg_buffer, &x, ddpc_arg_buffer, &y, arg_optional_buffer_,
+                          &pos_weight, &p, &red))
         return NULL;
-    DDPC_RUN_RELEASED(ddpc_buffer_nbytes(a), ddpc_op_mse_backward(ga, gout, a, b, (ddpc_reduction)red));
+    DDPC_RUN_RELEASED(ddpc_buffer_nbytes(x), ddpc_op_loss_backward((ddpc_loss_kind)kind, wrt_target, g, gout, x, y,
+                                                                   pos_weight, p, (ddpc_reduction)red));
 }
 
 static PyObject *py_set_num_threads(PyObject *m, PyObject *arg) {
@@ -1216,13 +1316,18 @@ static PyMethodDef nn_methods[] = {
      "strided_copy(dst, dst_offset, dst_strides, src, src_offset, src_strides, shape): dst's view = src's view"},
     {"dropout", py_dropout, METH_VARARGS, "dropout(out, x, p, seed, offset)"},
     {"cross_entropy", py_cross_entropy, METH_VARARGS,
-     "cross_entropy(out, logits, target, ignore_index, label_smoothing, reduction): 0 none 1 mean 2 sum"},
+     "cross_entropy(out, logits, target, weight, ignore_index, label_smoothing, reduction, log_probs): reduction 0 "
+     "none 1 mean 2 sum; target int64 classes or class probabilities; log_probs: logits are log-probabilities (nll)"},
     {"cross_entropy_backward", py_cross_entropy_backward, METH_VARARGS,
-     "cross_entropy_backward(glogits, gout, logits, target, ignore_index, label_smoothing, reduction)"},
+     "cross_entropy_backward(glogits, gout, logits, target, weight, ignore_index, label_smoothing, reduction, "
+     "log_probs)"},
     {"softmax", py_softmax, METH_VARARGS, "softmax(out, x, take_log): (log-)softmax over the last dim"},
     {"softmax_backward", py_softmax_backward, METH_VARARGS, "softmax_backward(gx, gy, y, take_log): y is the output"},
-    {"mse", py_mse, METH_VARARGS, "mse(out, a, b, reduction)"},
-    {"mse_backward", py_mse_backward, METH_VARARGS, "mse_backward(ga, gout, a, b, reduction)"},
+    {"loss", py_loss, METH_VARARGS,
+     "loss(kind, out, x, y, pos_weight, p, reduction): 0 mse 1 l1 2 smooth_l1(beta p) 3 huber(delta p) 4 bce "
+     "5 bce_with_logits 6 kl_div 7 kl_div(log_target)"},
+    {"loss_backward", py_loss_backward, METH_VARARGS,
+     "loss_backward(kind, wrt_target, g, gout, x, y, pos_weight, p, reduction): d loss / d x (or y)"},
     {NULL, NULL, 0, NULL},
 };
 

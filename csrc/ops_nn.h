@@ -1,6 +1,6 @@
 /* Neural-network ops: activations and their gradients, row-broadcast
  * arithmetic, reductions along a dim, 2-d transpose, dropout, softmax, the
- * fused softmax-cross-entropy and mean-squared-error losses, and the fused
+ * fused softmax-cross-entropy and the elementwise losses, and the fused
  * multi-tensor optimizer steps (optim.c). One checked entry point per op,
  * float32 and float64 (a few also integers, as noted), dispatching to host
  * loops or kernels/ launchers. */
@@ -8,6 +8,7 @@
 #define DDPC_OPS_NN_H
 
 #include "ops.h"
+#include "pointwise_loss.h"
 
 /* The parameters p and q of ddpc_op_unary: POW's exponent p; LEAKY_RELU's
  * negative slope p; ELU's alpha p; SOFTPLUS's beta p and threshold q;
@@ -87,21 +88,37 @@ ddpc_status ddpc_op_strided_copy(ddpc_buffer *dst, const ddpc_buffer *src, const
  * mask is a pure function of (seed, offset), so the backward pass calls the
  * same op on the incoming gradient instead of storing the mask. */
 ddpc_status ddpc_op_dropout(ddpc_buffer *out, const ddpc_buffer *x, double p, uint64_t seed, uint64_t offset);
-/* Cross entropy of logits [N,C] against int64 class indices [N], with
- * log-softmax fused in. Rows whose target is `ignore_index` contribute
- * nothing (and are not counted by the mean). out is [N] for NONE, one element
- * otherwise. */
+/* Cross entropy of logits [N, C] with log-softmax fused in, as PyTorch's
+ * cross_entropy; with `log_probs` the input holds log-probabilities already
+ * and nothing is fused (PyTorch's nll_loss). The targets are int64 class
+ * indices [N] (a row whose target is `ignore_index` contributes nothing) or,
+ * in the logits' dtype, class probabilities [N, C]. `weight` (NULL or [C])
+ * weighs each class's term; label smoothing mixes eps / C into every class.
+ * out is [N] for NONE, one element otherwise; the mean divides by the summed
+ * weights of the rows' target classes (by N for class probabilities). */
+typedef struct {
+    int64_t ignore_index;
+    double label_smoothing;
+    ddpc_reduction reduction;
+    int log_probs;
+} ddpc_ce_args;
 ddpc_status ddpc_op_cross_entropy(ddpc_buffer *out, const ddpc_buffer *logits, const ddpc_buffer *target,
-                                  int64_t ignore_index, double label_smoothing, ddpc_reduction reduction);
+                                  const ddpc_buffer *weight, const ddpc_ce_args *args);
 /* glogits = d loss / d logits scaled by gout (shaped like the forward's out). */
 ddpc_status ddpc_op_cross_entropy_backward(ddpc_buffer *glogits, const ddpc_buffer *gout, const ddpc_buffer *logits,
-                                           const ddpc_buffer *target, int64_t ignore_index, double label_smoothing,
-                                           ddpc_reduction reduction);
-/* Mean squared error of a against b (same shape); out as for cross entropy. */
-ddpc_status ddpc_op_mse(ddpc_buffer *out, const ddpc_buffer *a, const ddpc_buffer *b, ddpc_reduction reduction);
-/* ga = d loss / d a scaled by gout (d loss / d b is -ga). */
-ddpc_status ddpc_op_mse_backward(ddpc_buffer *ga, const ddpc_buffer *gout, const ddpc_buffer *a, const ddpc_buffer *b,
-                                 ddpc_reduction reduction);
+                                           const ddpc_buffer *target, const ddpc_buffer *weight,
+                                           const ddpc_ce_args *args);
+/* An elementwise loss (kernels/pointwise_loss.h) of x against the target y
+ * (same shape); `pos_weight` (x's shape) only for BCE_LOGITS, else NULL; `p`
+ * SMOOTH_L1's beta or HUBER's delta (> 0). out as for cross entropy: the mean
+ * and sum accumulate in double. A BCE input or target outside [0, 1] is an
+ * error on the host and makes the loss NaN on a GPU. */
+ddpc_status ddpc_op_loss(ddpc_loss_kind kind, ddpc_buffer *out, const ddpc_buffer *x, const ddpc_buffer *y,
+                         const ddpc_buffer *pos_weight, double p, ddpc_reduction reduction);
+/* g = d loss / d x (d loss / d y when `wrt_target`) scaled by gout. */
+ddpc_status ddpc_op_loss_backward(ddpc_loss_kind kind, int wrt_target, ddpc_buffer *g, const ddpc_buffer *gout,
+                                  const ddpc_buffer *x, const ddpc_buffer *y, const ddpc_buffer *pos_weight, double p,
+                                  ddpc_reduction reduction);
 
 /* Softmax (or log-softmax when `take_log`) over the last dim of x, row by row. */
 ddpc_status ddpc_op_softmax(ddpc_buffer *out, const ddpc_buffer *x, int take_log);

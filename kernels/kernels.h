@@ -79,21 +79,29 @@ int ddpc_k_unary_backward(int op, void *gx, const void *gy, const void *saved, d
 int ddpc_k_dropout(void *out, const void *x, double p, uint64_t seed, uint64_t offset, int dtype, int64_t n,
                    void *stream);
 
-/* Softmax and losses (kernels/loss.cu). `scratch` is device memory for `rows` doubles
- * plus one, used by the reductions (unused for reduction NONE). An
- * out-of-range target makes its row's loss NaN (the host op raises instead). */
-int ddpc_k_cross_entropy(void *out, double *scratch, const void *logits, const int64_t *target, int64_t rows,
-                         int64_t classes, int64_t ignore_index, double smoothing, int reduction, int dtype,
-                         void *stream);
-int ddpc_k_cross_entropy_backward(void *glogits, double *scratch, const void *gout, const void *logits,
-                                  const int64_t *target, int64_t rows, int64_t classes, int64_t ignore_index,
-                                  double smoothing, int reduction, int dtype, void *stream);
+/* Softmax and losses (kernels/loss.cu). A cross entropy as csrc/ops_nn.h's
+ * ddpc_op_cross_entropy describes it: target (int64 classes) or probs
+ * (class probabilities) is NULL, weight may be. */
+typedef struct {
+    const void *logits, *probs, *weight;
+    const int64_t *target;
+    int64_t rows, classes, ignore_index;
+    double smoothing;
+    int reduction, log_probs, dtype;
+} ddpc_k_ce;
+/* `scratch` is device memory for `rows` doubles plus one, used by the
+ * reductions (unused for reduction NONE in the forward pass). An
+ * out-of-range target makes its row NaN (the host op raises instead). */
+int ddpc_k_cross_entropy(void *out, double *scratch, const ddpc_k_ce *ce, void *stream);
+int ddpc_k_cross_entropy_backward(void *glogits, double *scratch, const void *gout, const ddpc_k_ce *ce, void *stream);
 int ddpc_k_softmax(void *out, const void *x, int64_t rows, int64_t cols, int take_log, int dtype, void *stream);
 int ddpc_k_softmax_backward(void *gx, const void *gy, const void *y, int64_t rows, int64_t cols, int take_log, int dtype,
                             void *stream);
-int ddpc_k_mse(void *out, const void *a, const void *b, int64_t n, int reduction, int dtype, void *stream);
-int ddpc_k_mse_backward(void *ga, const void *gout, const void *a, const void *b, int64_t n, int reduction, int dtype,
-                        void *stream);
+/* The elementwise losses of pointwise_loss.h; pos_weight may be NULL. */
+int ddpc_k_loss(int kind, void *out, const void *x, const void *y, const void *pos_weight, double p, int64_t n,
+                int reduction, int dtype, void *stream);
+int ddpc_k_loss_backward(int kind, int wrt_target, void *g, const void *gout, const void *x, const void *y,
+                         const void *pos_weight, double p, int64_t n, int reduction, int dtype, void *stream);
 
 /* Optimizer steps on one tensor (kernels/optim.cu); see csrc/optim.c for the update rules. */
 int ddpc_k_sgd(void *p, const void *g, void *buf, int64_t n, int dtype, double lr, double momentum, double dampening,

@@ -10,6 +10,7 @@ import ddpc
 from ddpc import _C
 
 RELU, GELU, TANH, SIGMOID, EXP, LOG, POW = range(7)
+MSE = 0
 ADD, SUB, MUL, DIV, RSUB, RDIV = range(6)
 rng = np.random.default_rng(0)
 erf = np.vectorize(math.erf)
@@ -155,11 +156,11 @@ def test_cross_entropy_forward_backward(reduction, eps):
     t[2] = -100
     want = _ce_ref(x, t, -100, eps, reduction)
     out = empty(want.shape, np.float64)
-    _C.cross_entropy(out, buf(x), buf(t), -100, eps, reduction)
+    _C.cross_entropy(out, buf(x), buf(t), None, -100, eps, reduction, False)
     np.testing.assert_allclose(host(out), want, rtol=1e-12)
     g = rng.standard_normal(want.shape)
     gx = empty(x.shape, np.float64)
-    _C.cross_entropy_backward(gx, buf(g), buf(x), buf(t), -100, eps, reduction)
+    _C.cross_entropy_backward(gx, buf(g), buf(x), buf(t), None, -100, eps, reduction, False)
     # Central differences of sum(g * loss(x)).
     h, num = 1e-6, np.zeros_like(x)
     for i in range(N):
@@ -176,9 +177,9 @@ def test_cross_entropy_forward_backward(reduction, eps):
 def test_cross_entropy_rejects_bad_targets():
     x = np.zeros((2, 3), np.float32)
     with pytest.raises(ValueError, match="not a class"):
-        _C.cross_entropy(empty((), np.float32), buf(x), buf(np.array([0, 3])), -100, 0.0, 1)
+        _C.cross_entropy(empty((), np.float32), buf(x), buf(np.array([0, 3])), None, -100, 0.0, 1, False)
     with pytest.raises(ValueError, match="int64"):
-        _C.cross_entropy(empty((), np.float32), buf(x), buf(np.array([0, 1], np.int32)), -100, 0.0, 1)
+        _C.cross_entropy(empty((), np.float32), buf(x), buf(np.array([0, 1], np.int32)), None, -100, 0.0, 1, False)
 
 
 @pytest.mark.parametrize("reduction", [0, 1, 2])
@@ -187,11 +188,11 @@ def test_mse_forward_backward(reduction):
     d = (a - b) ** 2
     want = d if reduction == 0 else (d.mean() if reduction == 1 else d.sum())
     out = empty(np.shape(want), np.float64)
-    _C.mse(out, buf(a), buf(b), reduction)
+    _C.loss(MSE, out, buf(a), buf(b), None, 0.0, reduction)
     np.testing.assert_allclose(host(out), want, rtol=1e-12)
     g = rng.standard_normal(np.shape(want))
     ga = empty(a.shape, np.float64)
-    _C.mse_backward(ga, buf(g), buf(a), buf(b), reduction)
+    _C.loss_backward(MSE, False, ga, buf(g), buf(a), buf(b), None, 0.0, reduction)
     scale = g if reduction == 0 else (g / a.size if reduction == 1 else g)
     np.testing.assert_allclose(host(ga), 2 * (a - b) * scale, rtol=1e-12)
 
@@ -259,18 +260,18 @@ def test_gpu_ops_match_host(dtype):
             res[f"softmax{take_log}"], res[f"softmax_bwd{take_log}"] = o, gx
         for red in (0, 1, 2):
             o = empty((33,) if red == 0 else (), dtype, device)
-            _C.cross_entropy(o, B(g), buf(t, device), -100, 0.1, red)
+            _C.cross_entropy(o, B(g), buf(t, device), None, -100, 0.1, red, False)
             go = empty((33,) if red == 0 else (), dtype, device)
             _C.fill(go, 0.5)
             gx = empty(g.shape, dtype, device)
-            _C.cross_entropy_backward(gx, go, B(g), buf(t, device), -100, 0.1, red)
+            _C.cross_entropy_backward(gx, go, B(g), buf(t, device), None, -100, 0.1, red, False)
             res[f"ce{red}"], res[f"ce_bwd{red}"] = o, gx
             o = empty(x.shape if red == 0 else (), dtype, device)
-            _C.mse(o, B(x), B(x * 0.5), red)
+            _C.loss(MSE, o, B(x), B(x * 0.5), None, 0.0, red)
             go = empty(x.shape if red == 0 else (), dtype, device)
             _C.fill(go, 0.5)
             ga = empty(x.shape, dtype, device)
-            _C.mse_backward(ga, go, B(x), B(x * 0.5), red)
+            _C.loss_backward(MSE, False, ga, go, B(x), B(x * 0.5), None, 0.0, red)
             res[f"mse{red}"], res[f"mse_bwd{red}"] = o, ga
         p, gr, m, v, mx = (B(x.copy()) for _ in range(5))
         _C.adam_step([p], [B(x * 0.1)], [m], [v], [mx], 3, 1e-3, 0.9, 0.999,
@@ -344,11 +345,11 @@ def test_softmax_and_cross_entropy_keep_ties_among_huge_logits(dtype):
     t = np.array([0, 1, 2])
     for eps in (0.0, 0.1):
         out = empty((3,), dtype)
-        _C.cross_entropy(out, buf(x), buf(t), -100, eps, 0)
+        _C.cross_entropy(out, buf(x), buf(t), None, -100, eps, 0, False)
         want = -(1 - eps) * lsm[np.arange(3), t] - eps * lsm.mean(1)
         np.testing.assert_allclose(host(out), want, rtol=1e-6)
     gx, go = empty(x.shape, dtype), buf(np.ones(3, dtype))
-    _C.cross_entropy_backward(gx, go, buf(x), buf(t), -100, 0.0, 0)
+    _C.cross_entropy_backward(gx, go, buf(x), buf(t), None, -100, 0.0, 0, False)
     want = np.exp(lsm)
     want[np.arange(3), t] -= 1
     np.testing.assert_allclose(host(gx), want, rtol=1e-6, atol=1e-12)
@@ -395,7 +396,7 @@ def test_gpu_edge_cases_match_host():
             _C.softmax(o, buf(x[:1], device), take_log)
             res[f"softmax{take_log}"] = o
         o = empty((1,), x.dtype, device)
-        _C.cross_entropy(o, buf(x[:1], device), buf(np.array([0]), device), -100, 0.1, 0)
+        _C.cross_entropy(o, buf(x[:1], device), buf(np.array([0]), device), None, -100, 0.1, 0, False)
         res["ce"] = o
         for dim in (0, 1):
             o = empty((big.shape[1 - dim],), np.int64, device)

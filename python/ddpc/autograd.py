@@ -1438,81 +1438,162 @@ def _reduction_code(reduction):
         raise ValueError(f"reduction must be 'none', 'mean' or 'sum', got {reduction!r}") from None
 
 
+def _no_grad_weight(t, name, what):
+    """A weight argument as a constant: like PyTorch, ddpc refuses one that requires grad."""
+    if t is not None and _needs_grad(t):
+        raise RuntimeError(f"{what} is not differentiable with respect to {name}: it can't require grad")
+    return None if t is None else t.detach()
+
+
 class _CrossEntropyBackward(Node):
-    def __init__(self, input, logits, target, ignore_index, smoothing, red):
-        super().__init__((input,), (logits.detach(), target))
-        self.args = (ignore_index, smoothing, red)
-        self.shape, self.dtype = input.shape, input.dtype
+    def __init__(self, input, target, rows, tgt, weight, args):
+        """rows, tgt, weight: what the forward op took (args its other arguments)."""
+        super().__init__((input, target), (rows, tgt, weight))
+        self.args = args
+
+    def name(self):
+        return "NllLossBackward" if self.args[3] else "CrossEntropyLossBackward"
 
     def backward(self, g):
-        logits, target = self.saved
-        gx = _empty(logits.shape, logits)
-        _C.cross_entropy_backward(gx._buf, g.reshape(-1 if self.args[2] == 0 else ())._buf, logits._buf,
-                                  target._buf, *self.args)
-        gx = gx.reshape(self.shape)
-        return (gx if gx.dtype is self.dtype else gx.to(dtype=self.dtype),)
+        rows, tgt, weight = self.saved
+        _, eps, red, log_probs = self.args
+        gx = gt = None
+        if self.next_functions[0] is not None:
+            gx = _empty(rows.shape, rows)
+            _C.cross_entropy_backward(gx._buf, g._buf, rows._buf, tgt._buf, None if weight is None else weight._buf,
+                                      *self.args)
+        if self.next_functions[1] is not None:  # class probabilities: -(1 - eps) * weight * log-probability
+            gt = (rows if log_probs else _softmax(rows, -1, True)) * -(1 - eps)
+            if weight is not None:
+                gt = gt * weight
+            gt = gt * (g.reshape(-1, 1) if red == 0 else g / rows.shape[0] if red == 1 else g)
+        return gx, gt
+
+
+def _class_rows(t, n, c):
+    """An input or probability target with the classes along dim 1 (or 0 when 1-d) as n rows of c."""
+    if t.ndim == 2:
+        return t
+    return reshape(t.movedim(1, -1) if t.ndim > 2 else t, (n, c))
 
 
 @autocast_op("float32")
-def cross_entropy(input, target, ignore_index=-100, reduction="mean", label_smoothing=0.0):
-    """Softmax cross entropy of logits [N, C] (or [C]) against int64 class indices [N] (or [])."""
+def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0,
+                  log_probs=False):
+    """Softmax cross entropy of logits with the classes along dim 1 ([N, C],
+    or [C], or [N, C, d1, ...]) against int64 class indices ([N], [], or [N,
+    d1, ...]) or against class probabilities shaped like the logits; the
+    negative log likelihood (nll_loss) when ``log_probs`` says the input holds
+    log-probabilities. ``weight`` [C] weighs the classes; the mean divides by
+    the summed weights of the targets' classes (by the number of rows for
+    class probabilities), as in PyTorch."""
+    what = "nll_loss" if log_probs else "cross_entropy"
     red = _reduction_code(reduction)
     if not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(f"label_smoothing must be between 0.0 and 1.0, got {label_smoothing}")
     if not isinstance(target, Tensor):
-        raise TypeError("cross_entropy: target must be a ddpc tensor of class indices")
-    if target.dtype.is_floating_point:
-        raise TypeError("cross_entropy: ddpc takes class-index targets (int64), not class probabilities")
+        raise TypeError(f"{what}: target must be a ddpc tensor of class indices or class probabilities")
+    weight = _no_grad_weight(weight, "weight", what)
     if input.dtype in _HALVES:
-        return cross_entropy(input.float(), target, ignore_index, reduction, label_smoothing).to(dtype=input.dtype)
-    logits = input.detach().reshape(1, -1) if input.ndim == 1 else input.detach()
-    if logits.ndim != 2:
-        raise ValueError(f"cross_entropy: input must be [N, C] logits, got shape {input.shape}")
-    tgt = target if target.dtype.name == "int64" else target.to(dtype="int64")
-    tgt = tgt.reshape(-1)
-    if tgt.numel() != logits.shape[0]:
-        raise ValueError(f"cross_entropy: {logits.shape[0]} rows of logits but {tgt.numel()} targets")
-    if tgt._buf.device != logits._buf.device:
-        raise ValueError(f"cross_entropy: input on {input.device}, target on {target.device}")
-    x = _as_float(logits)
-    out_shape = (logits.shape[0],) if red == 0 else ()
-    out = _empty(out_shape, x)
-    _C.cross_entropy(out._buf, x._buf, tgt._buf, int(ignore_index), float(label_smoothing), red)
-    if red == 0 and input.ndim == 1:
-        out = out.reshape(())
-    if _needs_grad(input):
-        _attach(out, _CrossEntropyBackward(input, x, tgt, int(ignore_index), float(label_smoothing), red))
-    return out
+        return cross_entropy(input.float(), target.float() if target.dtype.is_floating_point else target,
+                             None if weight is None else weight.float(), ignore_index, reduction, label_smoothing,
+                             log_probs).to(dtype=input.dtype)
+    if input.ndim == 0:
+        raise ValueError(f"{what}: the input needs a dim of classes, got a 0-d tensor")
+    c = input.shape[1 if input.ndim > 1 else 0]
+    out_shape = input.shape[:1] + input.shape[2:] if input.ndim > 1 else ()
+    n = math.prod(out_shape)
+    if weight is not None and weight.shape != (c,):
+        raise ValueError(f"{what}: weight must have one element per class ({c}), got shape {weight.shape}")
+    rows = _class_rows(input, n, c)
+    x = _as_float(rows.detach())
+    if target.dtype.is_floating_point:
+        if log_probs:
+            raise TypeError("nll_loss: the target must be class indices (an integer tensor)")
+        if target.shape != input.shape:
+            raise ValueError(f"{what}: class probabilities must be shaped like the input {input.shape}, got "
+                             f"{target.shape}")
+        target = _class_rows(target, n, c)
+        tgt = target.detach() if target.dtype is x.dtype else target.detach().to(dtype=x.dtype)
+    else:
+        if target.shape != out_shape:
+            raise ValueError(f"{what}: class indices must have shape {out_shape} for an input of shape "
+                             f"{input.shape}, got {target.shape}")
+        tgt = (target if target.dtype is int64 else target.to(dtype=int64)).reshape(n).detach()
+        target = None
+    for t in (tgt, weight):
+        if t is not None and t._buf.device != x._buf.device:
+            raise ValueError(f"{what}: input on {input.device}, target or weight on {t.device}")
+    if weight is not None and weight.dtype is not x.dtype:
+        weight = weight.to(dtype=x.dtype)
+    args = (int(ignore_index), float(label_smoothing), red, bool(log_probs))
+    out = _empty((n,) if red == 0 else (), x)
+    _C.cross_entropy(out._buf, x._buf, tgt._buf, None if weight is None else weight._buf, *args)
+    if _needs_grad(rows, target):
+        _attach(out, _CrossEntropyBackward(rows, target, x, tgt, weight, args))
+    return reshape(out, out_shape) if red == 0 and out.shape != out_shape else out
 
 
-class _MSEBackward(Node):
-    def __init__(self, input, target, a, b, red):
-        """a and b: input and target in the dtype the forward computed in."""
-        super().__init__((input, target), (a, b))
-        self.red, self.dtypes = red, (input.dtype, target.dtype)
+# The loss codes of kernels/pointwise_loss.h.
+_MSE, _L1, _SMOOTH_L1, _HUBER, _BCE, _BCE_LOGITS, _KL_DIV, _KL_DIV_LOG_TARGET = range(8)
+_LOSS_NAMES = ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy",
+               "binary_cross_entropy_with_logits", "kl_div", "kl_div")
+
+
+class _PointwiseLossBackward(Node):
+    _NAMES = ("MseLossBackward", "L1LossBackward", "SmoothL1LossBackward", "HuberLossBackward",
+              "BinaryCrossEntropyBackward", "BinaryCrossEntropyWithLogitsBackward", "KlDivBackward", "KlDivBackward")
+
+    def __init__(self, input, target, kind, x, y, pos_weight, p, red):
+        """x, y, pos_weight: what the forward op took."""
+        super().__init__((input, target), (x, y, pos_weight))
+        self.kind, self.p, self.red, self.dtypes = kind, p, red, (input.dtype, target.dtype)
+
+    def name(self):
+        return self._NAMES[self.kind]
 
     def backward(self, g):
-        a, b = self.saved
-        ga = _empty(a.shape, a)
-        _C.mse_backward(ga._buf, g.reshape(-1)._buf if self.red == 0 else g._buf, a._buf, b._buf, self.red)
-        gb = ga._binary(-1, _MUL) if self.next_functions[1] is not None else None
-        da, db = self.dtypes
-        return (ga if ga.dtype is da else ga.to(dtype=da),
-                gb if gb is None or gb.dtype is db else gb.to(dtype=db))
+        x, y, pw = self.saved
+        grads = []
+        for wrt_target, (edge, dtype) in enumerate(zip(self.next_functions, self.dtypes)):
+            if edge is None:
+                grads.append(None)
+                continue
+            gi = _empty(x.shape, x)
+            _C.loss_backward(self.kind, wrt_target, gi._buf, g._buf, x._buf, y._buf, None if pw is None else pw._buf,
+                             self.p, self.red)
+            grads.append(gi if gi.dtype is dtype else gi.to(dtype=dtype))
+        return grads
 
 
 @autocast_op("float32")
-def mse_loss(input, target, reduction="mean"):
+def pointwise_loss(kind, input, target, reduction="mean", p=0.0, weight=None, pos_weight=None):
+    """The elementwise loss ``kind`` (kernels/pointwise_loss.h; p is
+    smooth_l1's beta and huber's delta) of input against target, both
+    broadcast to one shape, then reduced. ``weight`` multiplies each element's
+    loss before the reduction; ``pos_weight`` weighs the positive term of
+    binary_cross_entropy_with_logits. Neither takes a gradient, as in PyTorch."""
+    what = _LOSS_NAMES[kind]
     red = _reduction_code(reduction)
-    if input.shape != target.shape:
-        raise ValueError(f"mse_loss: input shape {input.shape} and target shape {target.shape} differ")
+    if not isinstance(input, Tensor) or not isinstance(target, Tensor):
+        raise TypeError(f"{what}: input and target must be ddpc tensors")
+    weight, pos_weight = _no_grad_weight(weight, "weight", what), _no_grad_weight(pos_weight, "pos_weight", what)
     if input.dtype in _HALVES:
-        return mse_loss(input.float(), target.float(), reduction).to(dtype=input.dtype)
-    a, b = _as_float(input.detach()), target.detach()
-    if b.dtype is not a.dtype:
-        b = b.to(dtype=a.dtype)
-    out = _empty(a.shape if red == 0 else (), a)
-    _C.mse(out._buf, a._buf, b._buf, red)
+        return pointwise_loss(kind, input.float(), target.float(), reduction, p,
+                              *(None if w is None else w.float() for w in (weight, pos_weight))).to(dtype=input.dtype)
+    if weight is not None:
+        loss = pointwise_loss(kind, input, target, "none", p, None, pos_weight)
+        loss = mul(loss, expand(weight if weight.dtype is loss.dtype else weight.to(dtype=loss.dtype), loss.shape))
+        return loss if red == 0 else sum(loss) if red == 2 else mean(loss)
+    if input.shape != target.shape:
+        shape = _broadcast_shape(input.shape, target.shape)
+        input, target = expand(input, shape), expand(target, shape)
+    x = _as_float(input.detach())
+    y = target.detach() if target.dtype is x.dtype else target.detach().to(dtype=x.dtype)
+    if pos_weight is not None:
+        pos_weight = expand(pos_weight if pos_weight.dtype is x.dtype else pos_weight.to(dtype=x.dtype), x.shape)
+    out = _empty(x.shape if red == 0 else (), x)
+    _C.loss(kind, out._buf, x._buf, y._buf, None if pos_weight is None else pos_weight._buf, float(p), red)
     if _needs_grad(input, target):
-        _attach(out, _MSEBackward(input, target, a, b, red))
+        _attach(out, _PointwiseLossBackward(input, target, kind, x, y, pos_weight, float(p), red))
     return out

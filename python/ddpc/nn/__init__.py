@@ -1,10 +1,11 @@
 """ddpc.nn: layers, containers and losses shaped like torch.nn."""
 
 from . import functional, init, utils
-from .modules import (ELU, GELU, BatchNorm1d, BatchNorm2d, BatchNorm3d, CrossEntropyLoss, Dropout, Embedding, Flatten,
-                      Hardsigmoid, Hardswish, Hardtanh, Identity, LayerNorm, LeakyReLU, Linear, LogSoftmax, Mish, Module,
-                      ModuleDict, ModuleList, MSELoss, Parameter, ReLU, ReLU6, Sequential, Sigmoid, SiLU, Softmax,
-                      Softplus, SyncBatchNorm, Tanh)
+from .modules import (ELU, GELU, BatchNorm1d, BatchNorm2d, BatchNorm3d, BCELoss, BCEWithLogitsLoss, CrossEntropyLoss,
+                      Dropout, Embedding, Flatten, Hardsigmoid, Hardswish, Hardtanh, HuberLoss, Identity, KLDivLoss,
+                      L1Loss, LayerNorm, LeakyReLU, Linear, LogSoftmax, Mish, Module, ModuleDict, ModuleList, MSELoss,
+                      NLLLoss, Parameter, ReLU, ReLU6, Sequential, Sigmoid, SiLU, SmoothL1Loss, Softmax, Softplus,
+                      SyncBatchNorm, Tanh)
 from . import parallel
 from .parallel import DataParallel, DistributedDataParallel
 
@@ -12,4 +13,4 @@ __all__ = ["BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm", "CrossE
            "Module", "ModuleDict", "ModuleList", "Parameter", "ReLU", "Sequential", "Sigmoid", "Tanh", "functional",
            "init", "parallel", "utils", "DataParallel", "DistributedDataParallel",
            "LeakyReLU", "ELU", "SiLU", "Softplus", "Mish", "Hardtanh", "ReLU6", "Hardswish", "Hardsigmoid", "Softmax",
-           "LogSoftmax"]
+           "LogSoftmax", "NLLLoss", "BCELoss", "BCEWithLogitsLoss", "L1Loss", "SmoothL1Loss", "HuberLoss", "KLDivLoss"]

@@ -9,11 +9,13 @@ which then holds it as after PyTorch's in-place op.
 import warnings
 
 from .. import autograd as _ag
-from ..autograd import cross_entropy, embedding, gelu, layer_norm, linear, mse_loss, sigmoid, softplus, tanh
+from ..tensor import Tensor
+from ..autograd import embedding, gelu, layer_norm, linear, sigmoid, softplus, tanh
 
-__all__ = ["batch_norm", "cross_entropy", "dropout", "elu", "embedding", "flatten", "gelu", "hardsigmoid", "hardswish",
-           "hardtanh", "layer_norm", "leaky_relu", "linear", "log_softmax", "mish", "mse_loss", "relu", "relu6",
-           "sigmoid", "silu", "softmax", "softplus", "tanh"]
+__all__ = ["batch_norm", "binary_cross_entropy", "binary_cross_entropy_with_logits", "cross_entropy", "dropout", "elu",
+           "embedding", "flatten", "gelu", "hardsigmoid", "hardswish", "hardtanh", "huber_loss", "kl_div", "l1_loss",
+           "layer_norm", "leaky_relu", "linear", "log_softmax", "mish", "mse_loss", "nll_loss", "relu", "relu6",
+           "sigmoid", "silu", "smooth_l1_loss", "softmax", "softplus", "tanh"]
 
 
 def _apply(fn, input, inplace, what, *args):
@@ -181,3 +183,113 @@ def flatten(input, start_dim=1, end_dim=-1):
         merged *= s
     return input.reshape(input.shape[:start] + (merged,) + input.shape[end + 1:])
 
+
+# ---- losses ---------------------------------------------------------------------------------
+
+def _legacy_reduction(size_average, reduce, reduction):
+    """The reduction that PyTorch's deprecated ``size_average`` and ``reduce``
+    arguments ask for, where either is given (with PyTorch's warning)."""
+    if size_average is None and reduce is None:
+        return reduction
+    size_average = True if size_average is None else size_average
+    reduce = True if reduce is None else reduce
+    reduction = "mean" if size_average and reduce else "sum" if reduce else "none"
+    warnings.warn(f"size_average and reduce args will be deprecated, please use reduction='{reduction}' instead.",
+                  stacklevel=3)
+    return reduction
+
+
+def _shapes_differ(input, target):
+    """Whether two tensors' shapes differ (anything else is left to the loss to refuse)."""
+    return isinstance(input, Tensor) and isinstance(target, Tensor) and input.shape != target.shape
+
+
+def _warn_broadcast(input, target):
+    """PyTorch's warning for a regression loss whose target is shaped unlike its input (both are then broadcast)."""
+    if _shapes_differ(input, target):
+        warnings.warn(f"Using a target size ({target.shape}) that is different to the input size ({input.shape}). "
+                      "This will likely lead to incorrect results due to broadcasting. Please ensure they have the "
+                      "same size.", stacklevel=3)
+
+
+def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean",
+                  label_smoothing=0.0):
+    """Softmax cross entropy of logits (classes along dim 1) against class
+    indices or class probabilities, as ``torch.nn.functional.cross_entropy``."""
+    return _ag.cross_entropy(input, target, weight, ignore_index, _legacy_reduction(size_average, reduce, reduction),
+                             label_smoothing)
+
+
+def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean"):
+    """The negative log likelihood of log-probabilities (classes along dim 1) at the target classes."""
+    return _ag.cross_entropy(input, target, weight, ignore_index, _legacy_reduction(size_average, reduce, reduction),
+                             log_probs=True)
+
+
+def mse_loss(input, target, size_average=None, reduce=None, reduction="mean"):
+    _warn_broadcast(input, target)
+    return _ag.pointwise_loss(_ag._MSE, input, target, _legacy_reduction(size_average, reduce, reduction))
+
+
+def l1_loss(input, target, size_average=None, reduce=None, reduction="mean"):
+    _warn_broadcast(input, target)
+    return _ag.pointwise_loss(_ag._L1, input, target, _legacy_reduction(size_average, reduce, reduction))
+
+
+def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mean", beta=1.0):
+    """0.5 (x - y)^2 / beta where |x - y| < beta, else |x - y| - 0.5 beta; l1_loss when beta is 0."""
+    if beta < 0:
+        raise ValueError(f"smooth_l1_loss does not support negative values for beta, got {beta}")
+    _warn_broadcast(input, target)
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    if beta == 0:
+        return _ag.pointwise_loss(_ag._L1, input, target, reduction)
+    return _ag.pointwise_loss(_ag._SMOOTH_L1, input, target, reduction, beta)
+
+
+def huber_loss(input, target, reduction="mean", delta=1.0):
+    """0.5 (x - y)^2 where |x - y| < delta, else delta (|x - y| - 0.5 delta)."""
+    if not delta > 0:
+        raise ValueError(f"huber_loss does not support non-positive values for delta, got {delta}")
+    _warn_broadcast(input, target)
+    return _ag.pointwise_loss(_ag._HUBER, input, target, reduction, delta)
+
+
+def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None, reduction="mean"):
+    """-(y log x + (1 - y) log(1 - x)) for probabilities x (logs clamped at -100),
+    times ``weight`` (broadcast to the input's shape)."""
+    if _shapes_differ(input, target):
+        raise ValueError(f"Using a target size ({target.shape}) that is different to the input size ({input.shape}) "
+                         "is deprecated. Please ensure they have the same size.")
+    return _ag.pointwise_loss(_ag._BCE, input, target, _legacy_reduction(size_average, reduce, reduction),
+                              weight=weight)
+
+
+def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None, reduce=None, reduction="mean",
+                                     pos_weight=None):
+    """binary_cross_entropy of sigmoid(input), computed from the logits
+    without overflow; ``pos_weight`` (broadcast along the last dims, e.g. one
+    per class) weighs the positive term."""
+    if _shapes_differ(input, target):
+        raise ValueError(f"Target size ({target.shape}) must be the same as input size ({input.shape})")
+    return _ag.pointwise_loss(_ag._BCE_LOGITS, input, target, _legacy_reduction(size_average, reduce, reduction),
+                              weight=weight, pos_weight=pos_weight)
+
+
+def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_target=False):
+    """The Kullback-Leibler divergence of log-probabilities ``input`` from
+    ``target`` (probabilities, or log-probabilities with ``log_target``):
+    target * (log(target) - input) elementwise. "batchmean" divides the sum by
+    the batch size (the input's first dim), which is the divergence's
+    definition; "mean" divides by every element, as PyTorch does (and warns)."""
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    kind = _ag._KL_DIV_LOG_TARGET if log_target else _ag._KL_DIV
+    if reduction == "mean":
+        warnings.warn("reduction: 'mean' divides the total loss by both the batch size and the support size."
+                      "'batchmean' divides only by the batch size, and aligns with the KL div math definition."
+                      "'mean' will be changed to behave the same as 'batchmean' in the next major release.",
+                      stacklevel=2)
+    if reduction != "batchmean":
+        return _ag.pointwise_loss(kind, input, target, reduction)
+    total = _ag.pointwise_loss(kind, input, target, "sum")
+    return total / input.shape[0] if input.ndim else total

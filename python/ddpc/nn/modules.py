@@ -18,7 +18,8 @@ from . import init
 
 __all__ = ["Module", "Parameter", "Linear", "ReLU", "GELU", "Tanh", "Sigmoid", "LeakyReLU", "ELU", "SiLU", "Softplus",
            "Mish", "Hardtanh", "ReLU6", "Hardswish", "Hardsigmoid", "Softmax", "LogSoftmax", "Dropout", "Flatten",
-           "Identity", "Sequential", "ModuleList", "CrossEntropyLoss", "MSELoss", "BatchNorm1d", "BatchNorm2d",
+           "Identity", "Sequential", "ModuleList", "CrossEntropyLoss", "MSELoss", "NLLLoss", "BCELoss",
+           "BCEWithLogitsLoss", "L1Loss", "SmoothL1Loss", "HuberLoss", "KLDivLoss", "BatchNorm1d", "BatchNorm2d",
            "BatchNorm3d", "SyncBatchNorm"]
 
 
@@ -876,25 +877,94 @@ class ModuleDict(Module):
 
 # ---- losses --------------------------------------------------------------------------------
 
-class CrossEntropyLoss(Module):
-    """Softmax cross entropy over class-index targets (int64), fused in one op."""
+class _Loss(Module):
+    """A loss module: the reduction, which PyTorch's deprecated
+    ``size_average`` and ``reduce`` arguments still set where given."""
 
-    def __init__(self, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0):
+    def __init__(self, size_average=None, reduce=None, reduction="mean"):
         super().__init__()
-        if weight is not None:
-            raise ValueError("ddpc's CrossEntropyLoss does not support class weights")
-        self.ignore_index, self.reduction, self.label_smoothing = ignore_index, reduction, label_smoothing
+        self.reduction = F._legacy_reduction(size_average, reduce, reduction)
+
+
+class _WeightedLoss(_Loss):
+    """A loss with an optional per-class or per-element weight, kept as a buffer (it follows .to())."""
+
+    def __init__(self, weight=None, size_average=None, reduce=None, reduction="mean"):
+        super().__init__(size_average, reduce, reduction)
+        self.register_buffer("weight", weight)
+
+
+class CrossEntropyLoss(_WeightedLoss):
+    """Softmax cross entropy (fused in one op) over class indices or class probabilities."""
+
+    def __init__(self, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean",
+                 label_smoothing=0.0):
+        super().__init__(weight, size_average, reduce, reduction)
+        self.ignore_index, self.label_smoothing = ignore_index, label_smoothing
 
     def forward(self, input, target):
-        return F.cross_entropy(input, target, ignore_index=self.ignore_index, reduction=self.reduction,
-                               label_smoothing=self.label_smoothing)
+        return F.cross_entropy(input, target, weight=self.weight, ignore_index=self.ignore_index,
+                               reduction=self.reduction, label_smoothing=self.label_smoothing)
 
 
-class MSELoss(Module):
-    def __init__(self, reduction="mean"):
-        super().__init__()
-        self.reduction = reduction
-
+class MSELoss(_Loss):
     def forward(self, input, target):
         return F.mse_loss(input, target, reduction=self.reduction)
 
+
+class NLLLoss(_WeightedLoss):
+    """The negative log likelihood of log-probabilities (e.g. LogSoftmax's output)."""
+
+    def __init__(self, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean"):
+        super().__init__(weight, size_average, reduce, reduction)
+        self.ignore_index = ignore_index
+
+    def forward(self, input, target):
+        return F.nll_loss(input, target, weight=self.weight, ignore_index=self.ignore_index, reduction=self.reduction)
+
+
+class BCELoss(_WeightedLoss):
+    def forward(self, input, target):
+        return F.binary_cross_entropy(input, target, weight=self.weight, reduction=self.reduction)
+
+
+class BCEWithLogitsLoss(_WeightedLoss):
+    def __init__(self, weight=None, size_average=None, reduce=None, reduction="mean", pos_weight=None):
+        super().__init__(weight, size_average, reduce, reduction)
+        self.register_buffer("pos_weight", pos_weight)
+
+    def forward(self, input, target):
+        return F.binary_cross_entropy_with_logits(input, target, self.weight, reduction=self.reduction,
+                                                  pos_weight=self.pos_weight)
+
+
+class L1Loss(_Loss):
+    def forward(self, input, target):
+        return F.l1_loss(input, target, reduction=self.reduction)
+
+
+class SmoothL1Loss(_Loss):
+    def __init__(self, size_average=None, reduce=None, reduction="mean", beta=1.0):
+        super().__init__(size_average, reduce, reduction)
+        self.beta = beta
+
+    def forward(self, input, target):
+        return F.smooth_l1_loss(input, target, reduction=self.reduction, beta=self.beta)
+
+
+class HuberLoss(_Loss):
+    def __init__(self, reduction="mean", delta=1.0):
+        super().__init__(reduction=reduction)
+        self.delta = delta
+
+    def forward(self, input, target):
+        return F.huber_loss(input, target, reduction=self.reduction, delta=self.delta)
+
+
+class KLDivLoss(_Loss):
+    def __init__(self, size_average=None, reduce=None, reduction="mean", log_target=False):
+        super().__init__(size_average, reduce, reduction)
+        self.log_target = log_target
+
+    def forward(self, input, target):
+        return F.kl_div(input, target, reduction=self.reduction, log_target=self.log_target)
