@@ -13,6 +13,8 @@
 #define DDPC_HD
 #endif
 
+#include "window.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -102,6 +104,20 @@ int ddpc_k_loss(int kind, void *out, const void *x, const void *y, const void *p
                 int reduction, int dtype, void *stream);
 int ddpc_k_loss_backward(int kind, int wrt_target, void *g, const void *gout, const void *x, const void *y,
                          const void *pos_weight, double p, int64_t n, int reduction, int dtype, void *stream);
+
+/* Convolution and pooling (kernels/conv.cu), float32 and float64, over the
+ * window geometry of window.h; the layouts are those of csrc/ops_conv.h.
+ * im2col and col2im take the batch n and channels c of x [n, c, H, W]; the
+ * pools take `planes` (H, W) planes. The backward passes overwrite gx. */
+int ddpc_k_im2col(void *col, const void *x, int dtype, int64_t n, int64_t c, ddpc_window w, void *stream);
+int ddpc_k_col2im(void *gx, const void *col, int dtype, int64_t n, int64_t c, ddpc_window w, void *stream);
+int ddpc_k_max_pool(void *out, int64_t *indices, const void *x, int dtype, int64_t planes, ddpc_window w,
+                    void *stream);
+/* Indices outside [0, in_plane) add nothing (the host op refuses them). */
+int ddpc_k_max_pool_backward(void *gx, const void *g, const int64_t *indices, int dtype, int64_t planes,
+                             int64_t in_plane, int64_t out_plane, void *stream);
+int ddpc_k_avg_pool(void *out, const void *x, int dtype, int64_t planes, ddpc_window w, void *stream);
+int ddpc_k_avg_pool_backward(void *gx, const void *g, int dtype, int64_t planes, ddpc_window w, void *stream);
 
 /* Optimizer steps on one tensor (kernels/optim.cu); see csrc/optim.c for the update rules. */
 int ddpc_k_sgd(void *p, const void *g, void *buf, int64_t n, int dtype, double lr, double momentum, double dampening,
