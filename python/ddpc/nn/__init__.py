@@ -6,6 +6,7 @@ from .modules import (ELU, GELU, BatchNorm1d, BatchNorm2d, BatchNorm3d, BCELoss,
                       L1Loss, LayerNorm, LeakyReLU, Linear, LogSoftmax, Mish, Module, ModuleDict, ModuleList, MSELoss,
                       NLLLoss, Parameter, ReLU, ReLU6, Sequential, Sigmoid, SiLU, SmoothL1Loss, Softmax, Softplus,
                       SyncBatchNorm, Tanh)
+from .modules import AdaptiveAvgPool2d, AvgPool1d, AvgPool2d, Conv1d, Conv2d, MaxPool1d, MaxPool2d
 from . import parallel
 from .parallel import DataParallel, DistributedDataParallel
 
@@ -14,3 +15,4 @@ __all__ = ["BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm", "CrossE
            "init", "parallel", "utils", "DataParallel", "DistributedDataParallel",
            "LeakyReLU", "ELU", "SiLU", "Softplus", "Mish", "Hardtanh", "ReLU6", "Hardswish", "Hardsigmoid", "Softmax",
            "LogSoftmax", "NLLLoss", "BCELoss", "BCEWithLogitsLoss", "L1Loss", "SmoothL1Loss", "HuberLoss", "KLDivLoss"]
+__all__ += ["AdaptiveAvgPool2d", "AvgPool1d", "AvgPool2d", "Conv1d", "Conv2d", "MaxPool1d", "MaxPool2d"]

@@ -1,15 +1,16 @@
 """ddpc.nn.functional: the stateless forms of the layers and losses.
 
 Most functions are one fused _C op forward and one backward (see
-ddpc.autograd); batch_norm is built from the autograd ops. The
-``inplace=True`` forms compute aside and write the result into the input,
-which then holds it as after PyTorch's in-place op.
+ddpc.autograd); batch_norm is built from the autograd ops, convolution and
+pooling in _conv.py. The ``inplace=True`` forms compute aside and write the
+result into the input, which then holds it as after PyTorch's in-place op.
 """
 
 import warnings
 
 from .. import autograd as _ag
 from ..tensor import Tensor
+from . import _conv
 from ..autograd import embedding, gelu, layer_norm, linear, sigmoid, softplus, tanh
 
 __all__ = ["batch_norm", "binary_cross_entropy", "binary_cross_entropy_with_logits", "cross_entropy", "dropout", "elu",
@@ -293,3 +294,49 @@ def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_
         return _ag.pointwise_loss(kind, input, target, reduction)
     total = _ag.pointwise_loss(kind, input, target, "sum")
     return total / input.shape[0] if input.ndim else total
+
+
+# ---- convolution and pooling (compute in _conv.py) --------------------------------------
+
+__all__ += ["adaptive_avg_pool2d", "avg_pool1d", "avg_pool2d", "conv1d", "conv2d", "max_pool1d", "max_pool2d"]
+
+
+def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """1-d convolution (cross-correlation) of (N, C, L) or (C, L) ``input`` by
+    ``weight`` (O, C / groups, K); ``padding`` an int, 'valid' or 'same'."""
+    return _conv.convolution("conv1d", 1, input, weight, bias, stride, padding, dilation, groups)
+
+
+def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """2-d convolution (cross-correlation) of (N, C, H, W) or (C, H, W)
+    ``input`` by ``weight`` (O, C / groups, KH, KW); ``padding`` an int, a
+    pair, 'valid' or 'same'."""
+    return _conv.convolution("conv2d", 2, input, weight, bias, stride, padding, dilation, groups)
+
+
+def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
+    """The largest element of each window of (N, C, L) or (C, L) ``input``
+    (and, with ``return_indices``, its position along L); padding is -inf."""
+    return _conv.max_pool("max_pool1d", 1, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
+
+
+def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
+    """The largest element of each window of (N, C, H, W) or (C, H, W)
+    ``input`` (and, with ``return_indices``, its position h * W + w in its plane)."""
+    return _conv.max_pool("max_pool2d", 2, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
+
+
+def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True):
+    """The mean of each window of (N, C, L) or (C, L) ``input``."""
+    return _conv.avg_pool("avg_pool1d", 1, input, kernel_size, stride, padding, ceil_mode, count_include_pad, None)
+
+
+def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
+               divisor_override=None):
+    """The mean of each window of (N, C, H, W) or (C, H, W) ``input``, or its
+    sum over ``divisor_override``."""
+    return _conv.avg_pool("avg_pool2d", 2, input, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                          divisor_override)
+
+
+adaptive_avg_pool2d = _conv.adaptive_avg_pool2d

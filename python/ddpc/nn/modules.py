@@ -13,6 +13,7 @@ from collections import OrderedDict, namedtuple
 from ..autograd import no_grad
 from ..tensor import Tensor, empty, full, parse_to_args, zero_grads
 from .._dtype import get_dtype, ordinal
+from . import _conv
 from . import functional as F
 from . import init
 
@@ -369,6 +370,159 @@ class Linear(Module):
 
     def extra_repr(self):
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+
+
+# ---- convolution and pooling (compute in _conv.py) -----------------------------------------
+
+__all__ += ["Conv1d", "Conv2d", "MaxPool1d", "MaxPool2d", "AvgPool1d", "AvgPool2d", "AdaptiveAvgPool2d"]
+
+
+class _ConvNd(Module):
+    """Convolution over the last ``_dims`` dims, as torch.nn.Conv1d/Conv2d:
+    weight (out_channels, in_channels / groups, *kernel_size) and bias
+    (out_channels) initialised as PyTorch does (kaiming_uniform_ with
+    a=sqrt(5), bias uniform on +-1/sqrt(fan_in)). ``padding_mode`` 'reflect',
+    'replicate' or 'circular' pads the input by that rule before a
+    convolution without padding."""
+
+    _dims = 0
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1, bias=True,
+                 padding_mode="zeros", device=None, dtype=None):
+        super().__init__()
+        n = self._dims
+        if not isinstance(groups, int) or groups <= 0:
+            raise ValueError(f"groups must be a positive integer, got {groups!r}")
+        if in_channels % groups:
+            raise ValueError("in_channels must be divisible by groups")
+        if out_channels % groups:
+            raise ValueError("out_channels must be divisible by groups")
+        if padding_mode not in _conv.PADDING_MODES:
+            raise ValueError(f"padding_mode must be one of {_conv.PADDING_MODES}, but got "
+                             f"padding_mode={padding_mode!r}")
+        self.in_channels, self.out_channels, self.groups = int(in_channels), int(out_channels), groups
+        self.kernel_size = _conv.as_tuple(kernel_size, n, "kernel_size")
+        self.stride = _conv.as_tuple(stride, n, "stride")
+        self.dilation = _conv.as_tuple(dilation, n, "dilation")
+        self.padding = padding if isinstance(padding, str) else _conv.as_tuple(padding, n, "padding")
+        self._pads = _conv.padding_pairs(self.padding, self.kernel_size, self.stride, self.dilation)
+        self.padding_mode = padding_mode
+        self.weight = Parameter(empty(self.out_channels, self.in_channels // groups, *self.kernel_size, dtype=dtype,
+                                      device=device))
+        if bias:
+            self.bias = Parameter(empty(self.out_channels, dtype=dtype, device=device))
+        else:
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        if self.bias is not None:
+            fan_in = self.weight.shape[1] * math.prod(self.kernel_size)
+            bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0
+            init.uniform_(self.bias, -bound, bound)
+
+    def forward(self, input):
+        conv = F.conv1d if self._dims == 1 else F.conv2d
+        if self.padding_mode == "zeros":
+            return conv(input, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
+        padded = _conv.pad_by_mode(input, self._pads, self.padding_mode)
+        return conv(padded, self.weight, self.bias, self.stride, 0, self.dilation, self.groups)
+
+    def extra_repr(self):
+        s = f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}"
+        if self.padding != (0,) * self._dims:
+            s += f", padding={self.padding}"
+        if self.dilation != (1,) * self._dims:
+            s += f", dilation={self.dilation}"
+        if self.groups != 1:
+            s += f", groups={self.groups}"
+        if self.bias is None:
+            s += ", bias=False"
+        if self.padding_mode != "zeros":
+            s += f", padding_mode={self.padding_mode}"
+        return s
+
+
+class Conv1d(_ConvNd):
+    """Over (N, C, L) or (C, L) inputs."""
+
+    _dims = 1
+
+
+class Conv2d(_ConvNd):
+    """Over (N, C, H, W) or (C, H, W) inputs."""
+
+    _dims = 2
+
+
+class _MaxPoolNd(Module):
+    def __init__(self, kernel_size, stride=None, padding=0, dilation=1, return_indices=False, ceil_mode=False):
+        super().__init__()
+        self.kernel_size, self.stride = kernel_size, stride if stride is not None else kernel_size
+        self.padding, self.dilation = padding, dilation
+        self.return_indices, self.ceil_mode = return_indices, ceil_mode
+
+    def extra_repr(self):
+        return (f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}, "
+                f"dilation={self.dilation}, ceil_mode={self.ceil_mode}")
+
+
+class MaxPool1d(_MaxPoolNd):
+    def forward(self, input):
+        return F.max_pool1d(input, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode,
+                            self.return_indices)
+
+
+class MaxPool2d(_MaxPoolNd):
+    def forward(self, input):
+        return F.max_pool2d(input, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode,
+                            self.return_indices)
+
+
+class AvgPool1d(Module):
+    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True):
+        super().__init__()
+        self.kernel_size = _conv.as_tuple(kernel_size, 1, "kernel_size")
+        self.stride = _conv.as_tuple(stride if stride is not None else kernel_size, 1, "stride")
+        self.padding = _conv.as_tuple(padding, 1, "padding")
+        self.ceil_mode, self.count_include_pad = ceil_mode, count_include_pad
+
+    def forward(self, input):
+        return F.avg_pool1d(input, self.kernel_size, self.stride, self.padding, self.ceil_mode, self.count_include_pad)
+
+    def extra_repr(self):
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+
+class AvgPool2d(Module):
+    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
+                 divisor_override=None):
+        super().__init__()
+        self.kernel_size, self.stride = kernel_size, stride if stride is not None else kernel_size
+        self.padding, self.ceil_mode, self.count_include_pad = padding, ceil_mode, count_include_pad
+        self.divisor_override = divisor_override
+
+    def forward(self, input):
+        return F.avg_pool2d(input, self.kernel_size, self.stride, self.padding, self.ceil_mode,
+                            self.count_include_pad, self.divisor_override)
+
+    def extra_repr(self):
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+
+class AdaptiveAvgPool2d(Module):
+    """Averages each (H, W) plane into ``output_size`` (an int, or a pair whose None keeps that input size)."""
+
+    def __init__(self, output_size):
+        super().__init__()
+        self.output_size = output_size
+
+    def forward(self, input):
+        return F.adaptive_avg_pool2d(input, self.output_size)
+
+    def extra_repr(self):
+        return f"output_size={self.output_size}"
 
 
 class Embedding(Module):

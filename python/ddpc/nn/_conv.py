@@ -1,0 +1,419 @@
+"""Convolution and pooling over the last one or two dims, as
+torch.nn.functional's conv1d, conv2d, max_pool1d/2d, avg_pool1d/2d and
+adaptive_avg_pool2d, with their gradients.
+
+PyTorch's geometry rules live here, checked in one place for each kind
+(``conv_geometry``, ``pool_geometry``): output sizes, 'valid' and 'same'
+padding, ceil_mode's rule that the last window starts inside the input or its
+left padding, and what is refused (ValueError). The work is _C ops over (H, W)
+planes, a 1-d op being the 2-d one with H = 1. A convolution takes the batch
+in steps of a few samples (see _COLUMN_BYTES): im2col of the step into a
+[C*KH*KW, n*OH*OW] matrix, one GEMM per group into [O, n*OH*OW], and a copy
+that swaps the two leading dims into (n, O, OH, OW) (none for a step of one
+sample, whose GEMM writes the output in place). The backward pass walks the
+same steps: one GEMM per group for each gradient, and col2im. It takes the
+columns again instead of keeping them from the forward pass: one more im2col,
+against holding KH*KW times the input in memory for every layer.
+"""
+
+import math
+import numbers
+
+import numpy as np
+
+from .. import _C
+from .. import autograd as _ag
+from ..tensor import _ADD, Tensor, int64, tensor
+
+PADDING_MODES = ("zeros", "reflect", "replicate", "circular")
+
+
+# ---- geometry ------------------------------------------------------------------------
+
+def as_tuple(value, n, name):
+    """``value`` as n ints: an int repeated, or a sequence of n ints."""
+    if isinstance(value, numbers.Integral):
+        return (int(value),) * n
+    try:
+        t = tuple(value)
+    except TypeError:
+        t = None
+    if t is None or len(t) != n or not all(isinstance(v, numbers.Integral) for v in t):
+        raise ValueError(f"{name} must be an int or a tuple of {n} ints, got {value!r}")
+    return tuple(int(v) for v in t)
+
+
+def padding_pairs(padding, kernel, stride, dilation):
+    """(before, after) per dim for an int or tuple ``padding``, 'valid' or
+    'same' (the odd one left over goes after, as in PyTorch)."""
+    n = len(kernel)
+    if isinstance(padding, str):
+        if padding == "valid":
+            return ((0, 0),) * n
+        if padding != "same":
+            raise ValueError(f"Invalid padding string {padding!r}, should be one of ('valid', 'same')")
+        if any(s != 1 for s in stride):
+            raise ValueError("padding='same' is not supported for strided convolutions")
+        totals = [d * (k - 1) for k, d in zip(kernel, dilation)]
+        return tuple((t // 2, t - t // 2) for t in totals)
+    pad = as_tuple(padding, n, "padding")
+    if any(p < 0 for p in pad):
+        raise ValueError(f"negative padding is not supported, got padding={padding}")
+    return tuple((p, p) for p in pad)
+
+
+def _check_positive(values, name, what):
+    if any(v <= 0 for v in values):
+        raise ValueError(f"{what}: {name} must be greater than zero, got {name}={values}")
+
+
+def conv_geometry(name, nd, x_shape, w_shape, stride, padding, dilation, groups):
+    """(stride, padding before each dim, dilation, output size) of a
+    convolution of an input of ``x_shape`` by a weight of ``w_shape``."""
+    if len(x_shape) not in (nd + 1, nd + 2):
+        raise ValueError(f"Expected {nd + 1}D (unbatched) or {nd + 2}D (batched) input to {name}, but got input of "
+                         f"size: {list(x_shape)}")
+    if len(w_shape) != nd + 2:
+        raise ValueError(f"{name}: the weight must be {nd + 2}-d (out_channels, in_channels / groups, *kernel_size), "
+                         f"got shape {tuple(w_shape)}")
+    if not isinstance(groups, numbers.Integral) or groups <= 0:
+        raise ValueError(f"{name}: groups must be a positive integer, got {groups!r}")
+    channels, (out_channels, group_channels), kernel = x_shape[-nd - 1], w_shape[:2], tuple(w_shape[2:])
+    if out_channels % groups:
+        raise ValueError(f"Given groups={groups}, expected weight to be divisible by {groups} at dimension 0, but "
+                         f"got weight of size {list(w_shape)} instead")
+    if channels != group_channels * groups:
+        raise ValueError(f"Given groups={groups}, weight of size {list(w_shape)}, expected input{list(x_shape)} to "
+                         f"have {group_channels * groups} channels, but got {channels} channels instead")
+    _check_positive(kernel, "kernel_size", name)
+    stride, dilation = as_tuple(stride, nd, "stride"), as_tuple(dilation, nd, "dilation")
+    _check_positive(stride, "stride", name)
+    _check_positive(dilation, "dilation", name)
+    pads = padding_pairs(padding, kernel, stride, dilation)
+    padded = [i + b + a for i, (b, a) in zip(x_shape[-nd:], pads)]
+    spans = [d * (k - 1) + 1 for k, d in zip(kernel, dilation)]
+    if any(p < s for p, s in zip(padded, spans)):
+        raise ValueError(f"{name}: calculated padded input size per channel: ({' x '.join(map(str, padded))}). "
+                         f"Kernel size: ({' x '.join(map(str, spans))}). Kernel size can't be greater than actual "
+                         f"input size")
+    out = tuple((p - s) // st + 1 for p, s, st in zip(padded, spans, stride))
+    return stride, tuple(b for b, _ in pads), dilation, out
+
+
+def _check_planes(name, nd, input):
+    if not isinstance(input, Tensor):
+        raise TypeError(f"{name}: the input must be a ddpc tensor, got {type(input).__name__}")
+    if input.ndim not in (nd + 1, nd + 2) or 0 in input.shape[-nd - 1:]:
+        raise ValueError(f"{name}: expected a {nd + 1}-d or {nd + 2}-d (batched) input with non-empty channel and "
+                         f"spatial dims, got shape {tuple(input.shape)}")
+    if not input.dtype.is_floating_point:
+        raise TypeError(f"{name}: needs a floating-point input, got {input.dtype}")
+
+
+def pool_geometry(name, nd, x_shape, kernel_size, stride, padding, dilation, ceil_mode):
+    """(kernel, stride, padding, dilation, output size) of a max or average
+    pool, with PyTorch's output size: the last window starts inside the input
+    or its left padding, also with ceil_mode."""
+    kernel = as_tuple(kernel_size, nd, "kernel_size")
+    stride = kernel if stride is None or (not isinstance(stride, numbers.Integral) and len(stride) == 0) \
+        else as_tuple(stride, nd, "stride")
+    pad, dilation = as_tuple(padding, nd, "padding"), as_tuple(dilation, nd, "dilation")
+    for values, what in ((kernel, "kernel_size"), (stride, "stride"), (dilation, "dilation")):
+        _check_positive(values, what, name)
+    if any(p < 0 or p > k // 2 for p, k in zip(pad, kernel)):
+        raise ValueError(f"{name}: pad should be at most half of kernel size and non-negative, but got "
+                         f"padding={pad} and kernel_size={kernel}")
+    out = []
+    for i, k, s, p, d in zip(x_shape[-nd:], kernel, stride, pad, dilation):
+        o = (i + 2 * p - d * (k - 1) - 1 + (s - 1 if ceil_mode else 0)) // s + 1
+        if ceil_mode and (o - 1) * s >= i + p:
+            o -= 1
+        out.append(o)
+    if any(o < 1 for o in out):
+        raise ValueError(f"{name}: given input size: ({'x'.join(map(str, x_shape[-nd - 1:]))}). Calculated output "
+                         f"size: ({'x'.join(map(str, [x_shape[-nd - 1]] + out))}). Output size is too small")
+    return kernel, stride, pad, dilation, tuple(out)
+
+
+def _as_2d(nd, values, fill):
+    """A 1-d geometry entry as the 2-d one's, with H = 1: ``fill`` along H
+    (1 for sizes, strides and dilations, 0 for padding)."""
+    return tuple(values) if nd == 2 else (fill,) + tuple(values)
+
+
+# ---- convolution ---------------------------------------------------------------------
+
+# The samples of one step are as many as keep the column matrix within this
+# many bytes (and at least one): on the host the columns then stay in a
+# core's cache between im2col and the GEMMs that read them, which measured
+# about 1.5x faster than columns of the whole batch; a GPU takes larger
+# steps, for larger GEMMs.
+_COLUMN_BYTES = {"cpu": 2 << 20, "cuda": 256 << 20}
+
+
+def _steps(x, taps, out):
+    """Ranges [n0, n1) of the batch, each sample's columns being ``taps`` rows
+    of ``out`` positions; one empty range for an empty batch, so that the
+    gradient GEMMs still write their (zero) result."""
+    n = x.shape[0]
+    per_sample = taps * math.prod(out) * x.element_size()
+    step = max(1, _COLUMN_BYTES["cpu" if x._buf.device < 0 else "cuda"] // max(per_sample, 1))
+    return [(n0, min(n, n0 + step)) for n0 in range(0, max(n, 1), step)]
+
+
+def _samples(t, n0, n1):
+    """Samples [n0, n1) of t (N, ...) as a buffer of their own shape."""
+    inner = math.prod(t.shape[1:])
+    return t._buf.view(n0 * inner, (n1 - n0,) + tuple(t.shape[1:]))
+
+
+def _matrix(buf, rows):
+    return buf.view(0, (rows, buf.numel // rows if rows else 0))
+
+
+def _group_gemm(out, a, b, groups, trans_a=False, trans_b=False, accumulate=False):
+    """out (+)= op(a) @ op(b) block by block: each operand a 2-d buffer whose
+    rows split into ``groups`` contiguous blocks, one per group."""
+    blocks = []
+    for m in (out, a, b):
+        rows, cols = m.shape[0] // groups, m.shape[1]
+        blocks.append([m.view(g * rows * cols, (rows, cols)) for g in range(groups)])
+    for o, x, y in zip(*blocks):
+        _C.gemm(o, x, y, trans_a, trans_b, None, accumulate)
+
+
+def _swap_leading(dst, src):
+    """dst (B, A, ...) = src (A, B, ...) with its two leading dims swapped."""
+    (a, b), inner = src.shape[:2], math.prod(src.shape[2:])
+    if src.numel:
+        _C.strided_copy(dst, 0, (a * inner, inner, 1), src, 0, (inner, b * inner, 1), (b, a, inner))
+
+
+def _channels_first(t, n0, n1):
+    """Samples [n0, n1) of t (N, O, ...) as a buffer (O, n1 - n0, ...): a
+    view for one sample ((1, O) and (O, 1) lay out alike), else a copy."""
+    src = _samples(t, n0, n1)
+    if n1 - n0 == 1:
+        return src.view(0, (src.shape[1], 1) + tuple(src.shape[2:]))
+    out = _C.Buffer((src.shape[1], n1 - n0) + tuple(src.shape[2:]), src.dtype, src.device)
+    _swap_leading(out, src)
+    return out
+
+
+def _columns(x, kernel, out, geometry):
+    """im2col of the image buffer x (N, C, H, W): (C, KH, KW, N) + out."""
+    col = _C.Buffer((x.shape[1],) + tuple(kernel) + (x.shape[0],) + tuple(out), x.dtype, x.device)
+    _C.im2col(col, x, *geometry)
+    return col
+
+
+class _ConvBackward(_ag.Node):
+    def __init__(self, input, weight, bias, x, w, geometry, groups):
+        super().__init__((input, weight, bias), (x, w))
+        self.geometry, self.groups = geometry, groups
+
+    def name(self):
+        return "ConvolutionBackward"
+
+    def backward(self, g):
+        x, w = self.saved
+        (c, o), kernel, out = (x.shape[1], w.shape[0]), w.shape[2:], tuple(g.shape[2:])
+        need_x, need_w, need_b = (e is not None for e in self.next_functions)
+        gx = _ag._empty(x.shape, g) if need_x else None
+        gw = _ag._grad_out(self.next_functions[1], w.shape, g) if need_w else None
+        taps = c * math.prod(kernel)
+        for n0, n1 in _steps(x, taps, out):
+            g_t = _channels_first(g, n0, n1)
+            if need_w:
+                col = _columns(_samples(x, n0, n1), kernel, out, self.geometry)
+                _group_gemm(_matrix(gw._buf, o), _matrix(g_t, o), _matrix(col, taps), self.groups, trans_b=True,
+                            accumulate=n0 > 0)
+            if need_x:
+                gcol = _C.Buffer((c,) + tuple(kernel) + (n1 - n0,) + out, g.dtype.name, g._buf.device)
+                _group_gemm(_matrix(gcol, taps), _matrix(w._buf, o), _matrix(g_t, o), self.groups, trans_a=True)
+                _C.col2im(_samples(gx, n0, n1), gcol, *self.geometry)
+        gb = None
+        if need_b:  # g summed over the batch (long contiguous rows, the fast way), then over the positions
+            over_batch = _ag._empty((o, math.prod(out)), g)
+            _C.sum_dim(over_batch._buf, g._buf.view(0, (g.shape[0], o, math.prod(out))), 0)
+            gb = _ag._grad_out(self.next_functions[2], (o,), g)
+            _C.sum_dim(gb._buf, over_batch._buf, 1)
+        return gx, gw, gb
+
+
+def _conv_planes(input, weight, bias, geometry, out, groups):
+    """The convolution of 4-d ``input`` (N, C, H, W) by ``weight`` (O, C / groups, KH, KW)."""
+    x, w = input.detach(), weight.detach()
+    (n, c), o, kernel = x.shape[:2], w.shape[0], w.shape[2:]
+    taps = c * math.prod(kernel)
+    y = _ag._empty((n, o) + tuple(out), x)
+    for n0, n1 in _steps(x, taps, out):
+        col = _columns(_samples(x, n0, n1), kernel, out, geometry)
+        one = n1 - n0 == 1  # then the GEMM writes into y itself (see _channels_first)
+        y_t = _samples(y, n0, n1) if one else _C.Buffer((o, n1 - n0) + tuple(out), x.dtype.name, x._buf.device)
+        _group_gemm(_matrix(y_t, o), _matrix(w._buf, o), _matrix(col, taps), groups)
+        if not one:
+            _swap_leading(_samples(y, n0, n1), y_t)
+    if bias is not None:
+        _C.binary_broadcast(_ADD, y._buf, y._buf, bias.detach()._buf.view(0, (o, 1, 1)))
+    if _ag._needs_grad(input, weight, bias):
+        _ag._attach(y, _ConvBackward(input, weight, bias, x, w, geometry, groups))
+    return y
+
+
+def _check_conv_operands(name, input, weight, bias):
+    for t, what in ((input, "input"), (weight, "weight"), (bias, "bias")):
+        if not (isinstance(t, Tensor) or (what == "bias" and t is None)):
+            raise TypeError(f"{name}: the {what} must be a ddpc tensor, got {type(t).__name__}")
+    if not input.dtype.is_floating_point or input.dtype is not weight.dtype or \
+            (bias is not None and bias.dtype is not weight.dtype):
+        raise TypeError(f"{name}: input, weight and bias must share one floating-point dtype, got {input.dtype}, "
+                        f"{weight.dtype} and {None if bias is None else bias.dtype}")
+    if input._buf.device != weight._buf.device or (bias is not None and bias._buf.device != weight._buf.device):
+        raise ValueError(f"{name}: input on {input.device}, weight on {weight.device}"
+                         + ("" if bias is None else f", bias on {bias.device}"))
+    if bias is not None and tuple(bias.shape) != (weight.shape[0],):
+        raise ValueError(f"{name}: the bias must have shape ({weight.shape[0]},), got {tuple(bias.shape)}")
+
+
+def convolution(name, nd, input, weight, bias, stride, padding, dilation, groups):
+    """conv1d (nd = 1) or conv2d (nd = 2), batched or not."""
+    _check_conv_operands(name, input, weight, bias)
+    stride, pad, dilation, out = conv_geometry(name, nd, input.shape, weight.shape, stride, padding, dilation,
+                                               groups)
+    if input.dtype in _ag._HALVES:
+        return convolution(name, nd, input.float(), weight.float(), None if bias is None else bias.float(), stride,
+                           padding, dilation, groups).to(dtype=input.dtype)
+    x = input if input.ndim == nd + 2 else input.unsqueeze(0)
+    (n, c), o = x.shape[:2], weight.shape[0]
+    if nd == 1:
+        x, weight = x.reshape(n, c, 1, x.shape[2]), weight.reshape(weight.shape[:2] + (1, weight.shape[2]))
+    geometry = (_as_2d(nd, stride, 1), _as_2d(nd, pad, 0), _as_2d(nd, dilation, 1))
+    y = _conv_planes(x, weight, bias, geometry, _as_2d(nd, out, 1), groups).reshape((n, o) + out)
+    return y if input.ndim == nd + 2 else y.reshape(y.shape[1:])
+
+
+# ---- padding modes (Conv1d, Conv2d) ---------------------------------------------------
+
+def pad_by_mode(input, pads, mode):
+    """``input`` padded along its last len(pads) dims by (before, after)
+    elements each, as PyTorch's 'reflect', 'replicate' or 'circular' modes:
+    one gather per dim, so the gradient adds up where an element repeats."""
+    nd = len(pads)
+    for i, (before, after) in enumerate(pads):
+        if not before and not after:
+            continue
+        dim = input.ndim - nd + i
+        n = input.shape[dim]
+        idx = np.arange(-before, n + after)
+        if mode == "reflect":
+            if before >= n or after >= n:
+                raise ValueError(f"reflect padding ({before}, {after}) must be less than the input size {n} of dim "
+                                 f"{dim}")
+            idx = np.abs(idx)
+            idx = np.where(idx >= n, 2 * (n - 1) - idx, idx)
+        elif mode == "replicate":
+            idx = np.clip(idx, 0, n - 1)
+        else:
+            if before > n or after > n:
+                raise ValueError(f"circular padding ({before}, {after}) wraps around more than once over the input "
+                                 f"size {n} of dim {dim}")
+            idx = idx % n
+        input = input.index_select(dim, tensor(idx.astype(np.int64), device=input.device))
+    return input
+
+
+# ---- pooling ------------------------------------------------------------------------
+
+def _planes(input, nd):
+    """``input`` as (P, H, W) planes (H = 1 for 1-d), in the graph."""
+    spatial = (1,) + tuple(input.shape[-1:]) if nd == 1 else tuple(input.shape[-2:])
+    return input.reshape((math.prod(input.shape[:-nd]),) + spatial)
+
+
+class _MaxPoolBackward(_ag.Node):
+    def __init__(self, x, indices):
+        super().__init__((x,), (indices,))
+        self.shape = x.shape
+
+    def name(self):
+        return "MaxPoolBackward"
+
+    def backward(self, g):
+        (indices,) = self.saved
+        gx = _ag._empty(self.shape, g)
+        _C.max_pool2d_backward(gx._buf, g._buf, indices._buf)
+        return (gx,)
+
+
+def max_pool(name, nd, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices):
+    _check_planes(name, nd, input)
+    kernel, stride, pad, dilation, out = pool_geometry(name, nd, input.shape, kernel_size, stride, padding,
+                                                       dilation, ceil_mode)
+    if input.dtype in _ag._HALVES:
+        values, indices = max_pool(name, nd, input.float(), kernel, stride, pad, dilation, ceil_mode, True)
+        values = values.to(dtype=input.dtype)
+        return (values, indices) if return_indices else values
+    x = _planes(input, nd)
+    out2 = (x.shape[0],) + _as_2d(nd, out, 1)
+    values, indices = _ag._empty(out2, x), _ag._empty(out2, x, int64)
+    _C.max_pool2d(values._buf, indices._buf, x.detach()._buf, _as_2d(nd, kernel, 1), _as_2d(nd, stride, 1),
+                  _as_2d(nd, pad, 0), _as_2d(nd, dilation, 1))
+    if _ag._needs_grad(x):
+        _ag._attach(values, _MaxPoolBackward(x, indices))
+    shape = tuple(input.shape[:-nd]) + out
+    values, indices = values.reshape(shape), Tensor(indices._buf.view(0, shape))
+    return (values, indices) if return_indices else values
+
+
+class _AvgPoolBackward(_ag.Node):
+    def __init__(self, x, args):
+        super().__init__((x,), ())
+        self.shape, self.args = x.shape, args
+
+    def name(self):
+        return "AvgPoolBackward"
+
+    def backward(self, g):
+        gx = _ag._empty(self.shape, g)
+        _C.avg_pool2d_backward(gx._buf, g._buf, *self.args)
+        return (gx,)
+
+
+def _avg_planes(input, nd, out, args):
+    """The average pool of ``input``'s planes into ``out`` (nd sizes) with the
+    _C op's geometry ``args``."""
+    if input.dtype in _ag._HALVES:
+        return _avg_planes(input.float(), nd, out, args).to(dtype=input.dtype)
+    x = _planes(input, nd)
+    y = _ag._empty((x.shape[0],) + _as_2d(nd, out, 1), x)
+    _C.avg_pool2d(y._buf, x.detach()._buf, *args)
+    if _ag._needs_grad(x):
+        _ag._attach(y, _AvgPoolBackward(x, args))
+    return y.reshape(tuple(input.shape[:-nd]) + tuple(out))
+
+
+def avg_pool(name, nd, input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
+    _check_planes(name, nd, input)
+    kernel, stride, pad, _, out = pool_geometry(name, nd, input.shape, kernel_size, stride, padding, 1, ceil_mode)
+    if divisor_override is not None and (not isinstance(divisor_override, numbers.Integral) or divisor_override == 0):
+        raise ValueError(f"{name}: divisor_override must be a non-zero int, got {divisor_override!r}")
+    args = (_as_2d(nd, kernel, 1), _as_2d(nd, stride, 1), _as_2d(nd, pad, 0), bool(count_include_pad),
+            int(divisor_override or 0))
+    return _avg_planes(input, nd, out, args)
+
+
+def adaptive_avg_pool2d(input, output_size):
+    """The mean over PyTorch's adaptive windows: output (i, j) averages rows
+    [floor(i * H / OH), ceil((i + 1) * H / OH)) and the columns likewise;
+    None in ``output_size`` keeps the input's size."""
+    _check_planes("adaptive_avg_pool2d", 2, input)
+    sizes = (output_size, output_size) if output_size is None or isinstance(output_size, numbers.Integral) \
+        else tuple(output_size)
+    if len(sizes) != 2 or not all(s is None or isinstance(s, numbers.Integral) for s in sizes):
+        raise ValueError(f"adaptive_avg_pool2d: output_size must be an int or a pair of ints or None, got "
+                         f"{output_size!r}")
+    out = tuple(int(i if s is None else s) for s, i in zip(sizes, input.shape[-2:]))
+    if any(o < 0 for o in out):
+        raise ValueError(f"adaptive_avg_pool2d: elements of output_size must be >= 0, got {out}")
+    return _avg_planes(input, 2, out, (None, None, None, True, 0))
