@@ -15,8 +15,10 @@
 #include "ops_nn.h"
 #include "parallel.h"
 
-/* Units per thread chunk: about this many elements of work each. */
-#define CONV_CHUNK 16384
+/* Units per thread chunk: about this many elements of work each, a millisecond or
+ * so; splitting less work loses more to starting a thread and to BLAS threads
+ * still spinning after a GEMM than it gains (measured on im2col of one sample). */
+#define CONV_CHUNK (1 << 20)
 /* A kernel size, stride, dilation or padding above this is refused, so no
  * window position overflows 64 bits. */
 #define WINDOW_LIMIT ((int64_t)1 << 31)

@@ -214,6 +214,29 @@ def test_batches_larger_than_one_column_step_give_the_same_result(monkeypatch):
         np.testing.assert_allclose(a, c, rtol=1e-12, atol=1e-12)
 
 
+def test_host_loops_split_across_threads_give_the_same_result(monkeypatch):
+    """Large enough for im2col, col2im and the pools to split their planes across threads."""
+    from ddpc.nn import _conv
+
+    monkeypatch.setitem(_conv._COLUMN_BYTES, "cpu", 1 << 30)
+    rng = np.random.default_rng(14)
+    arrays = [rng.standard_normal((8, 16, 64, 64)), rng.standard_normal((32, 16, 3, 3))]
+
+    def fn(x, w):
+        y = F.conv2d(x, w, padding=1)
+        return F.max_pool2d(y, 3, 1, 1) + F.avg_pool2d(y, 3, 1, 1) + F.adaptive_avg_pool2d(y, 16).sum()
+
+    results = []
+    for threads in (1, 4):
+        _C.set_num_threads(threads)
+        try:
+            results.append(run(fn, arrays, dtype=np.float32))
+        finally:
+            _C.set_num_threads(0)
+    for a, b in zip([results[0][0]] + results[0][1], [results[1][0]] + results[1][1]):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_an_empty_batch_gives_an_empty_output_and_zero_weight_gradient():
     x = ddpc.zeros(0, 3, 5, 5, requires_grad=True)
     w = ddpc.ones(2, 3, 3, 3, requires_grad=True)
