@@ -41,6 +41,9 @@ def test_linear_and_matmul_run_in_the_autocast_dtype_and_losses_in_float32():
         assert F.softmax(out, -1).dtype is ddpc.bfloat16  # float32 on cuda only, as in PyTorch's lists
         assert (out + x[:, :3]).dtype is ddpc.float32  # mixed dtypes promote
     assert F.linear(x, w).dtype is ddpc.float32
+    with autocast("cpu"):
+        assert F.conv2d(ddpc.randn(1, 2, 5, 5), ddpc.randn(3, 2, 3, 3)).dtype is ddpc.bfloat16
+        assert F.max_pool2d(ddpc.randn(1, 2, 4, 4), 2).dtype is ddpc.float32  # pooling keeps its input's dtype
     with autocast("cpu", dtype=ddpc.float16):
         assert F.linear(x, w).dtype is ddpc.float16
     with autocast("cuda"):  # autocast for another device type leaves host tensors alone
@@ -59,6 +62,7 @@ def test_autocast_linear_matches_the_rounded_float32_computation():
 
 
 def test_gradients_reach_float32_parameters_in_float32():
+    ddpc.manual_seed(5)
     x = ddpc.randn(12, 8)
     y = ddpc.randint(0, 4, (12,))
     ref = _mlp()
@@ -70,8 +74,9 @@ def test_gradients_reach_float32_parameters_in_float32():
     loss.backward()
     for p, q in zip(m.parameters(), ref.parameters()):
         assert p.dtype is ddpc.float32 and p.grad.dtype is ddpc.float32
-        np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=0, atol=3e-2 * np.abs(q.grad.numpy()).max())
-        assert not np.array_equal(p.grad.numpy(), q.grad.numpy())
+        # bfloat16 keeps 8 bits, and a rounding can move a pre-activation across ReLU's kink: compare as a whole.
+        diff = np.linalg.norm(p.grad.numpy() - q.grad.numpy())
+        assert 0 < diff <= 0.05 * np.linalg.norm(q.grad.numpy())
 
 
 def test_a_parameter_is_cast_once_per_region_and_again_after_an_in_place_change():

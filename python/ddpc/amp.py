@@ -2,7 +2,7 @@
 
 ``autocast(device_type, dtype=None)`` runs the ops of a region in a lower
 precision where that is safe and in float32 where it is not, as PyTorch's
-autocast does: inside it, the GEMM-type ops (``linear``, ``matmul``) cast
+autocast does: inside it, the GEMM-type ops (``linear``, ``matmul``, the convolutions) cast
 their floating inputs (float64 excepted) to the autocast dtype, and the
 losses cast theirs to float32. On ``"cuda"`` softmax, log_softmax,
 layer_norm, exp, log, pow and sum also run in float32, following PyTorch's

@@ -23,6 +23,7 @@ import numpy as np
 
 from .. import _C
 from .. import autograd as _ag
+from ..amp import autocast_op
 from ..tensor import _ADD, Tensor, int64, tensor
 
 PADDING_MODES = ("zeros", "reflect", "replicate", "circular")
@@ -276,6 +277,7 @@ def _check_conv_operands(name, input, weight, bias):
         raise ValueError(f"{name}: the bias must have shape ({weight.shape[0]},), got {tuple(bias.shape)}")
 
 
+@autocast_op("lower")
 def convolution(name, nd, input, weight, bias, stride, padding, dilation, groups):
     """conv1d (nd = 1) or conv2d (nd = 2), batched or not."""
     _check_conv_operands(name, input, weight, bias)
