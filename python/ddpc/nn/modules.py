@@ -8,14 +8,16 @@ objects stay the same, so an optimizer built before the move keeps working).
 
 import itertools
 import math
+import warnings
 from collections import OrderedDict, namedtuple
 
-from ..autograd import no_grad
+from ..autograd import RemovableHandle, no_grad
 from ..tensor import Tensor, empty, full, parse_to_args, zero_grads
 from .._dtype import get_dtype, ordinal
 from . import _conv
 from . import functional as F
 from . import init
+from .hooks import BackwardHook
 
 __all__ = ["Module", "Parameter", "Linear", "ReLU", "GELU", "Tanh", "Sigmoid", "LeakyReLU", "ELU", "SiLU", "Softplus",
            "Mish", "Hardtanh", "ReLU6", "Hardswish", "Hardsigmoid", "Softmax", "LogSoftmax", "Dropout", "Flatten",
@@ -43,6 +45,7 @@ class Parameter(Tensor):
         return (Parameter, (self.detach(), self.requires_grad))
 
 
+_EXTRA_STATE = "_extra_state"
 _IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
 
 
@@ -55,12 +58,91 @@ class Module:
         object.__setattr__(self, "_buffers", OrderedDict())
         object.__setattr__(self, "_non_persistent", set())
         object.__setattr__(self, "_modules", OrderedDict())
+        for table in self._HOOK_TABLES:
+            object.__setattr__(self, table, OrderedDict())
 
     def forward(self, *args, **kwargs):
         raise NotImplementedError(f"{type(self).__name__} does not define forward()")
 
     def __call__(self, *args, **kwargs):
-        return self.forward(*args, **kwargs)
+        if not (self._forward_pre_hooks or self._forward_hooks or self._backward_hooks
+                or self._backward_pre_hooks):
+            return self.forward(*args, **kwargs)
+        return self._call_with_hooks(args, kwargs)
+
+    # ---- hooks ------------------------------------------------------------------------
+    # Each table maps a handle id to its hook (forward hooks: with their flags).
+    _HOOK_TABLES = ("_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks", "_backward_hooks")
+
+    @staticmethod
+    def _add_hook(table, entry, prepend):
+        handle = RemovableHandle(table)
+        table[handle.id] = entry
+        if prepend:
+            table.move_to_end(handle.id, last=False)
+        return handle
+
+    def register_forward_pre_hook(self, hook, *, prepend=False, with_kwargs=False):
+        """``hook(module, args)`` (or ``hook(module, args, kwargs)`` with_kwargs) runs before
+        forward; returning a value (a tuple, or ``(args, kwargs)`` with_kwargs) replaces the input."""
+        return self._add_hook(self._forward_pre_hooks, (hook, with_kwargs), prepend)
+
+    def register_forward_hook(self, hook, *, prepend=False, with_kwargs=False, always_call=False):
+        """``hook(module, args, output)`` (or ``hook(module, args, kwargs, output)``) runs after
+        forward; returning a value replaces the output. ``always_call`` hooks also run (with
+        output None) when forward raises."""
+        return self._add_hook(self._forward_hooks, (hook, with_kwargs, always_call), prepend)
+
+    def register_full_backward_pre_hook(self, hook, prepend=False):
+        """``hook(module, grad_output)`` runs when the gradients w.r.t. the module's outputs are
+        computed; returning a tuple replaces grad_output."""
+        return self._add_hook(self._backward_pre_hooks, hook, prepend)
+
+    def register_full_backward_hook(self, hook, prepend=False):
+        """``hook(module, grad_input, grad_output)`` runs when the gradients w.r.t. the module's
+        tensor inputs are computed; returning a tuple replaces grad_input."""
+        return self._add_hook(self._backward_hooks, hook, prepend)
+
+    def _call_with_hooks(self, args, kwargs):
+        for hook, with_kwargs in list(self._forward_pre_hooks.values()):
+            if with_kwargs:
+                res = hook(self, args, kwargs)
+                if res is not None:
+                    if not (isinstance(res, tuple) and len(res) == 2):
+                        raise RuntimeError("a forward pre-hook registered with_kwargs must return None or a tuple "
+                                           f"(new_args, new_kwargs), got {type(res).__name__}")
+                    args, kwargs = res
+            else:
+                res = hook(self, args)
+                if res is not None:
+                    args = res if isinstance(res, tuple) else (res,)
+        bw_hook = None
+        if self._backward_hooks or self._backward_pre_hooks:
+            bw_hook = BackwardHook(self, self._backward_hooks.values(), self._backward_pre_hooks.values())
+            args = bw_hook.setup_input_hook(args)
+        called = set()
+        try:
+            result = self.forward(*args, **kwargs)
+            for key, (hook, with_kwargs, _) in list(self._forward_hooks.items()):
+                called.add(key)
+                res = hook(self, args, kwargs, result) if with_kwargs else hook(self, args, result)
+                if res is not None:
+                    result = res
+        except BaseException:
+            self._run_always_call_hooks(args, kwargs, called)
+            raise
+        if bw_hook is not None:
+            result = bw_hook.setup_output_hook(result)
+        return result
+
+    def _run_always_call_hooks(self, args, kwargs, called):
+        """After forward raised: the always_call forward hooks that have not run, with output None."""
+        for key, (hook, with_kwargs, always_call) in list(self._forward_hooks.items()):
+            if always_call and key not in called:
+                try:
+                    hook(self, args, kwargs, None) if with_kwargs else hook(self, args, None)
+                except Exception as e:
+                    warnings.warn(f"forward hook {hook!r} raised while forward was failing: {e!r}")
 
     # ---- registration ---------------------------------------------------------------
     def _dicts(self):
@@ -196,6 +278,36 @@ class Module:
         for _, b in self.named_buffers(recurse=recurse):
             yield b
 
+    def get_submodule(self, target):
+        """The submodule at dotted path ``target`` (``""`` is this module)."""
+        mod = self
+        if target == "":
+            return mod
+        for item in target.split("."):
+            if not hasattr(mod, item):
+                raise AttributeError(f"{type(mod).__name__} has no attribute `{item}`")
+            mod = getattr(mod, item)
+            if not isinstance(mod, Module):
+                raise AttributeError(f"`{item}` is not an nn.Module")
+        return mod
+
+    def _get_member(self, target, table, kind):
+        module_path, _, name = target.rpartition(".")
+        mod = self.get_submodule(module_path)
+        if not hasattr(mod, name):
+            raise AttributeError(f"{type(mod).__name__} has no attribute `{name}`")
+        if name not in getattr(mod, table):
+            raise AttributeError(f"`{name}` is not {kind}")
+        return getattr(mod, name)
+
+    def get_parameter(self, target):
+        """The parameter at dotted path ``target``."""
+        return self._get_member(target, "_parameters", "an nn.Parameter")
+
+    def get_buffer(self, target):
+        """The buffer at dotted path ``target``."""
+        return self._get_member(target, "_buffers", "a buffer")
+
     def apply(self, fn):
         for m in self.children():
             m.apply(fn)
@@ -212,10 +324,34 @@ class Module:
         for name, b in self._buffers.items():
             if b is not None and name not in self._non_persistent:
                 out[prefix + name] = b if keep_vars else b.detach()
+        if type(self).get_extra_state is not Module.get_extra_state:
+            out[prefix + _EXTRA_STATE] = self.get_extra_state()
         for name, m in self._modules.items():
             if m is not None:
                 m.state_dict(out, prefix + name + ".", keep_vars)
         return out
+
+    def get_extra_state(self):
+        """Override (with set_extra_state) to keep picklable non-tensor state in the state_dict,
+        under the key ``<prefix>_extra_state``."""
+        raise RuntimeError(f"{type(self).__name__}.get_extra_state() is not implemented: override it together "
+                           "with set_extra_state() to put extra state in the state_dict")
+
+    def set_extra_state(self, state):
+        """Restores what get_extra_state returned, from load_state_dict."""
+        raise RuntimeError(f"{type(self).__name__}.set_extra_state() is not implemented: the state_dict holds "
+                           "extra state for it; override set_extra_state() to load it")
+
+    def _tensor_state_and_extra_owners(self):
+        """This module's state_dict without extra state, and {extra state key: module} for every
+        module that overrides set_extra_state (the keys load_state_dict expects)."""
+        own, extra = self.state_dict(keep_vars=True), {}
+        for prefix, m in self.named_modules():
+            key = prefix + ("." if prefix else "") + _EXTRA_STATE
+            own.pop(key, None)
+            if type(m).set_extra_state is not Module.set_extra_state:
+                extra[key] = m
+        return own, extra
 
     def load_state_dict(self, state_dict, strict=True):
         """Copies tensors from state_dict into this module's parameters and buffers.
@@ -226,12 +362,13 @@ class Module:
         """
         if not hasattr(state_dict, "items"):
             raise TypeError(f"expected a dict-like state_dict, got {type(state_dict).__name__}")
-        own = self.state_dict(keep_vars=True)
+        own, extra = self._tensor_state_and_extra_owners()
+        own.update(dict.fromkeys(extra))
         missing = [k for k in own if k not in state_dict]
         unexpected = [k for k in state_dict if k not in own]
         errors = []
         for k, target in own.items():
-            if k not in state_dict:
+            if k not in state_dict or k in extra:
                 continue
             value = state_dict[k]
             if not isinstance(value, Tensor):
@@ -249,7 +386,9 @@ class Module:
             raise RuntimeError(f"Error(s) in loading state_dict for {type(self).__name__}:\n\t" + "\n\t".join(errors))
         with no_grad():
             for k, target in own.items():
-                if k in state_dict:
+                if k in extra and k in state_dict:
+                    extra[k].set_extra_state(state_dict[k])
+                elif k in state_dict:
                     target.copy_(state_dict[k])
         return _IncompatibleKeys(missing, unexpected)
 
@@ -297,6 +436,17 @@ class Module:
 
     def double(self):
         return self.to(dtype="float64")
+
+    def half(self):
+        return self.to(dtype="float16")
+
+    def bfloat16(self):
+        return self.to(dtype="bfloat16")
+
+    def type(self, dst_type):
+        """Casts every parameter and buffer, integer ones included, to ``dst_type``."""
+        dt = get_dtype(dst_type)
+        return self._apply(lambda t: t if t.dtype is dt else t.to(dtype=dt))
 
     def train(self, mode=True):
         if not isinstance(mode, bool):

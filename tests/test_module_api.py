@@ -1,0 +1,254 @@
+"""nn.Module's hooks and helpers: forward (pre-)hooks, full backward (pre-)hooks,
+get_submodule/get_parameter/get_buffer, dtype casts and extra state."""
+
+import copy
+
+import numpy as np
+import pytest
+
+import ddpc
+from ddpc import nn
+
+
+def _linear(in_f=3, out_f=2, bias=False):
+    ddpc.manual_seed(0)
+    return nn.Linear(in_f, out_f, bias=bias)
+
+
+class _Scale(nn.Module):
+    def forward(self, x, scale=1.0):
+        return x * scale
+
+
+# ---- forward hooks ----------------------------------------------------------------------------
+
+def test_forward_hooks_run_in_order_with_prepend_and_removal():
+    m, calls = _Scale(), []
+    h1 = m.register_forward_pre_hook(lambda mod, args: calls.append("pre1"))
+    m.register_forward_pre_hook(lambda mod, args: calls.append("pre0"), prepend=True)
+    m.register_forward_hook(lambda mod, args, out: calls.append("post1"))
+    h2 = m.register_forward_hook(lambda mod, args, out: calls.append("post0"), prepend=True)
+    m(ddpc.ones(2))
+    assert calls == ["pre0", "pre1", "post0", "post1"]
+    h1.remove()
+    h2.remove()
+    calls.clear()
+    m(ddpc.ones(2))
+    assert calls == ["pre0", "post1"]
+
+
+def test_forward_hooks_replace_input_and_output():
+    m = _Scale()
+    m.register_forward_pre_hook(lambda mod, args: args[0] + 1)  # a non-tuple becomes the only argument
+    m.register_forward_hook(lambda mod, args, out: out * 10)
+    np.testing.assert_allclose(m(ddpc.tensor([1.0, 2.0])).numpy(), [20.0, 30.0])
+
+
+def test_forward_hooks_with_kwargs_see_and_replace_kwargs():
+    m, seen = _Scale(), []
+    m.register_forward_pre_hook(lambda mod, args, kwargs: (args, {"scale": kwargs["scale"] * 2}), with_kwargs=True)
+    m.register_forward_hook(lambda mod, args, kwargs, out: seen.append(dict(kwargs)), with_kwargs=True)
+    np.testing.assert_allclose(m(ddpc.tensor([1.0]), scale=3.0).numpy(), [6.0])
+    assert seen == [{"scale": 6.0}]
+    m.register_forward_pre_hook(lambda mod, args, kwargs: "bad", with_kwargs=True)
+    with pytest.raises(RuntimeError, match="new_args, new_kwargs"):
+        m(ddpc.tensor([1.0]), scale=1.0)
+
+
+def test_always_call_forward_hook_runs_when_forward_raises():
+    class Failing(nn.Module):
+        def forward(self, x):
+            raise ValueError("boom")
+
+    m, calls = Failing(), []
+    m.register_forward_hook(lambda mod, args, out: calls.append(("always", out)), always_call=True)
+    m.register_forward_hook(lambda mod, args, out: calls.append("normal"))
+    with pytest.raises(ValueError, match="boom"):
+        m(ddpc.ones(1))
+    assert calls == [("always", None)]
+
+
+def test_handle_works_as_context_manager():
+    m, calls = _Scale(), []
+    with m.register_forward_hook(lambda mod, args, out: calls.append(1)):
+        m(ddpc.ones(1))
+    m(ddpc.ones(1))
+    assert calls == [1]
+
+
+# ---- full backward hooks -------------------------------------------------------------------------
+
+def test_full_backward_hook_gets_grad_input_and_grad_output():
+    m = _linear()
+    w = m.weight.detach().numpy()
+    x = ddpc.randn(4, 3, requires_grad=True)
+    g = np.arange(8, dtype=np.float32).reshape(4, 2)
+    seen = {}
+
+    def hook(mod, grad_input, grad_output):
+        assert mod is m
+        seen["gi"] = [t.numpy().copy() for t in grad_input]
+        seen["go"] = [t.numpy().copy() for t in grad_output]
+
+    m.register_full_backward_hook(hook)
+    m(x).backward(ddpc.tensor(g))
+    np.testing.assert_allclose(seen["go"][0], g)
+    np.testing.assert_allclose(seen["gi"][0], g @ w, rtol=1e-5)
+    np.testing.assert_allclose(x.grad.numpy(), g @ w, rtol=1e-5)
+    np.testing.assert_allclose(m.weight.grad.numpy(), g.T @ x.detach().numpy(), rtol=1e-5)
+
+
+def test_full_backward_hooks_replace_gradients_and_run_in_order():
+    m = _linear()
+    w = m.weight.detach().numpy()
+    x = ddpc.randn(4, 3, requires_grad=True)
+    order = []
+    m.register_full_backward_pre_hook(lambda mod, go: (order.append("pre"), (go[0] * 3,))[1])
+    m.register_full_backward_hook(lambda mod, gi, go: order.append("second"))
+    m.register_full_backward_hook(lambda mod, gi, go: (order.append("first"), (gi[0] * 2,))[1], prepend=True)
+    m(x).sum().backward()
+    assert order == ["pre", "first", "second"]
+    np.testing.assert_allclose(x.grad.numpy(), 6 * np.ones((4, 2)) @ w, rtol=1e-5)
+    # The weight's gradient sees the grad_output the pre-hook replaced, not grad_input's replacement.
+    np.testing.assert_allclose(m.weight.grad.numpy(), 3 * np.ones((2, 4)) @ x.detach().numpy(), rtol=1e-5)
+
+
+def test_full_backward_hook_with_inputs_that_need_no_grad():
+    m = _linear()
+    seen = []
+    m.register_full_backward_hook(lambda mod, gi, go: seen.append((gi, go[0].numpy().copy())))
+    m(ddpc.randn(4, 3)).sum().backward()
+    (gi, go), = seen
+    assert gi == (None,)
+    np.testing.assert_allclose(go, np.ones((4, 2)))
+
+
+def test_full_backward_hook_multiple_inputs_and_outputs():
+    class Pair(nn.Module):
+        def forward(self, a, b):
+            return a * b, a + b
+
+    m, seen = Pair(), {}
+    m.register_full_backward_hook(lambda mod, gi, go: seen.update(gi=gi, go=go))
+    a = ddpc.tensor([1.0, 2.0], requires_grad=True)
+    b = ddpc.tensor([3.0, 5.0], requires_grad=True)
+    p, s = m(a, b)
+    (p * 2 + s * 7).sum().backward()
+    np.testing.assert_allclose(seen["go"][0].numpy(), [2.0, 2.0])
+    np.testing.assert_allclose(seen["go"][1].numpy(), [7.0, 7.0])
+    np.testing.assert_allclose(seen["gi"][0].numpy(), [2 * 3 + 7, 2 * 5 + 7])
+    np.testing.assert_allclose(seen["gi"][1].numpy(), [2 * 1 + 7, 2 * 2 + 7])
+    np.testing.assert_allclose(a.grad.numpy(), [13.0, 17.0])
+
+
+def test_removed_backward_hook_does_not_run_and_bad_replacement_raises():
+    m, calls = _linear(), []
+    m.register_full_backward_hook(lambda mod, gi, go: calls.append(1)).remove()
+    m(ddpc.randn(2, 3, requires_grad=True)).sum().backward()
+    assert calls == []
+    m.register_full_backward_hook(lambda mod, gi, go: (gi[0], gi[0]))
+    with pytest.raises(RuntimeError, match="tuple of 1 gradients"):
+        m(ddpc.randn(2, 3, requires_grad=True)).sum().backward()
+
+
+# ---- DDP and deepcopy ------------------------------------------------------------------------------
+
+def ddp_hook_worker(rank, world):
+    import ddpc.distributed as dist
+
+    dist.init_process_group("cpu")
+    model = _linear()
+    calls = []
+    model.register_forward_hook(lambda mod, args, out: calls.append("forward"))
+    model.register_full_backward_hook(lambda mod, gi, go: calls.append(("backward", go[0].numpy().tolist())))
+    ddp = nn.parallel.DistributedDataParallel(model)
+    ddp(ddpc.ones(1, 3, requires_grad=True) * (rank + 1)).sum().backward()
+    grad = model.weight.grad.numpy().copy()
+    dist.destroy_process_group()
+    return calls, grad
+
+
+def test_module_hooks_fire_under_ddp():
+    world = 2
+    results = ddpc.spawn(ddp_hook_worker, args=(world,), nprocs=world)
+    assert len(results) == world
+    for calls, grad in results:
+        assert calls == ["forward", ("backward", [[1.0, 1.0]])]
+        np.testing.assert_allclose(grad, np.full((2, 3), 1.5))  # mean of ranks' inputs 1 and 2
+
+
+def test_deepcopy_keeps_hooks():
+    m, calls = _Scale(), []
+    m.register_forward_hook(lambda mod, args, out: calls.append(mod))
+    c = copy.deepcopy(m)
+    c(ddpc.ones(1))
+    assert calls == [c]
+
+
+# ---- helpers ------------------------------------------------------------------------------------------
+
+def test_get_submodule_parameter_and_buffer():
+    net = nn.Sequential(nn.Linear(2, 3), nn.Sequential(nn.BatchNorm1d(3)))
+    assert net.get_submodule("") is net
+    assert net.get_submodule("1.0") is net[1][0]
+    assert net.get_parameter("0.weight") is net[0].weight
+    assert net.get_buffer("1.0.running_mean") is net[1][0].running_mean
+    with pytest.raises(AttributeError, match="has no attribute `x`"):
+        net.get_submodule("0.x")
+    with pytest.raises(AttributeError, match="is not an nn.Module"):
+        net.get_submodule("0.weight")
+    with pytest.raises(AttributeError, match="is not an nn.Parameter"):
+        net.get_parameter("1.0.running_mean")
+    with pytest.raises(AttributeError, match="is not a buffer"):
+        net.get_buffer("0.weight")
+
+
+def test_half_bfloat16_and_type_cast_parameters():
+    net = nn.Sequential(nn.Linear(2, 3), nn.BatchNorm1d(3))
+    w = net[0].weight
+    assert net.half()[0].weight.dtype is ddpc.float16 and net[0].weight is w
+    assert net[1].num_batches_tracked.dtype is ddpc.int64
+    assert net.bfloat16()[1].running_var.dtype is ddpc.bfloat16
+    net.type(ddpc.float64)
+    assert net[0].weight.dtype is ddpc.float64 and net[1].num_batches_tracked.dtype is ddpc.float64
+
+
+class _Counter(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(2, 2)
+        self.steps = 0
+
+    def get_extra_state(self):
+        return {"steps": self.steps}
+
+    def set_extra_state(self, state):
+        self.steps = state["steps"]
+
+
+def test_extra_state_round_trips_through_state_dict():
+    src = nn.Sequential(_Counter())
+    src[0].steps = 7
+    sd = src.state_dict()
+    assert list(sd) == ["0._extra_state", "0.lin.weight", "0.lin.bias"]
+    assert sd["0._extra_state"] == {"steps": 7}
+    dst = nn.Sequential(_Counter())
+    dst.load_state_dict(sd)
+    assert dst[0].steps == 7
+    np.testing.assert_array_equal(dst[0].lin.weight.numpy(), src[0].lin.weight.numpy())
+    del sd["0._extra_state"]
+    with pytest.raises(RuntimeError, match='Missing key.*"0._extra_state"'):
+        dst.load_state_dict(sd)
+    assert dst.load_state_dict(sd, strict=False).missing_keys == ["0._extra_state"]
+
+
+def test_extra_state_without_set_extra_state_is_unexpected():
+    class OnlyGet(nn.Module):
+        def get_extra_state(self):
+            return 1
+
+    m = OnlyGet()
+    sd = m.state_dict()
+    assert sd == {"_extra_state": 1}
+    with pytest.raises(RuntimeError, match='Unexpected key.*"_extra_state"'):
+        m.load_state_dict(sd)
