@@ -20,6 +20,10 @@ from .distributed import destroy_process_group, init_process_group
 from .nn.parallel import DataParallel, DistributedDataParallel
 from ._threads import get_num_threads, set_num_threads
 from .spawn import spawn
+from .tensor import (as_tensor, broadcast_shapes, broadcast_tensors, diag, eye, full_like, get_default_dtype,
+                     get_rng_state, linspace, logspace, meshgrid, rand_like, randint_like, randn_like, seed,
+                     set_default_dtype, set_rng_state)
+from .autograd import inference_mode
 
 half = float16
 float = float32
@@ -44,4 +48,7 @@ __all__ = [
     "matmul", "max", "min", "nn", "no_grad", "ones", "ones_like", "optim", "rand", "randint", "randn", "randperm",
     "relu", "save", "set_grad_enabled", "set_num_threads", "sigmoid", "spawn", "stack", "tanh", "Tensor", "tensor", "utils",
     "uint8", "zeros", "zeros_like",
+    "as_tensor", "broadcast_shapes", "broadcast_tensors", "diag", "eye", "full_like", "get_default_dtype",
+    "get_rng_state", "inference_mode", "linspace", "logspace", "meshgrid", "rand_like", "randint_like",
+    "randn_like", "seed", "set_default_dtype", "set_rng_state",
 ]

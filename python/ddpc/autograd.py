@@ -109,6 +109,24 @@ class set_grad_enabled(_ModeContext):
         return super().__call__(fn)
 
 
+class inference_mode(_ModeContext):
+    """As no_grad (ddpc has no separate inference tensors); ``inference_mode(False)`` leaves grad mode as it is."""
+
+    _mode_value = False
+
+    def __init__(self, mode=True):
+        self.mode = bool(mode)
+
+    def __enter__(self):
+        self.prev = _mode.enabled
+        if self.mode:
+            _mode.enabled = False
+        return self
+
+    def __call__(self, fn):
+        return super().__call__(fn) if self.mode else fn
+
+
 # ---- graph --------------------------------------------------------------------------
 
 _sequence = itertools.count()

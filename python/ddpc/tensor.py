@@ -8,6 +8,7 @@ ops never record and refuse tensors that require grad while it is on.
 """
 
 import numbers
+import os
 
 import numpy as np
 
@@ -40,6 +41,18 @@ class Generator:
     def initial_seed(self):
         return self.seed
 
+    def get_state(self):
+        """The state as a uint8 tensor of 16 bytes: the seed, then the offset (little-endian uint64s)."""
+        return tensor(np.array([self.seed, self.offset], dtype="<u8").view(np.uint8))
+
+    def set_state(self, new_state):
+        """Restores a state that get_state returned."""
+        if not isinstance(new_state, Tensor) or new_state.dtype is not uint8 or new_state.shape != (16,):
+            got = f"{new_state.dtype} {new_state.shape}" if isinstance(new_state, Tensor) else type(new_state).__name__
+            raise TypeError(f"set_state expects the uint8 tensor of 16 bytes that get_state returns, got {got}")
+        self.seed, self.offset = (int(v) for v in new_state.cpu().numpy().view("<u8"))
+        return self
+
     def take(self, n):
         offset = self.offset
         self.offset += max(int(n), 1)
@@ -47,6 +60,23 @@ class Generator:
 
 
 default_generator = Generator()
+
+
+_default_dtype = float32
+
+
+def get_default_dtype():
+    """The dtype of floating tensors made without a dtype (float32 unless set_default_dtype changed it)."""
+    return _default_dtype
+
+
+def set_default_dtype(d):
+    """Sets the dtype that creation functions give floating tensors by default."""
+    global _default_dtype
+    dt = get_dtype(d)
+    if not dt.is_floating_point:
+        raise TypeError(f"only floating-point types are supported as the default type, got {dt}")
+    _default_dtype = dt
 
 
 def manual_seed(seed):
@@ -57,6 +87,20 @@ def manual_seed(seed):
 
 def initial_seed():
     return default_generator.seed
+
+
+def seed():
+    """Seeds the global generator from the operating system's entropy; returns the seed."""
+    return default_generator.manual_seed(int.from_bytes(os.urandom(8), "little")).seed
+
+
+def get_rng_state():
+    """The global generator's state (a uint8 tensor; see Generator.get_state)."""
+    return default_generator.get_state()
+
+
+def set_rng_state(new_state):
+    default_generator.set_state(new_state)
 
 
 def _size_args(size):
@@ -893,7 +937,7 @@ def tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False)
         if dtype is not None:
             dt = get_dtype(dtype)
         elif arr.dtype.kind == "f":
-            dt = float32
+            dt = get_default_dtype()
         elif arr.dtype.kind == "b":
             dt = uint8
         elif arr.dtype.kind in "iu":
@@ -942,8 +986,9 @@ def from_dlpack(obj):
     return Tensor(_C.Buffer.from_dlpack(capsule))
 
 
-def _new(size, dtype, device, requires_grad=False, pin_memory=False, default=float32):
-    dt = get_dtype(dtype) if dtype is not None else default
+def _new(size, dtype, device, requires_grad=False, pin_memory=False, default=None):
+    """A new tensor of dtype, else `default`, else the default float dtype."""
+    dt = get_dtype(dtype) if dtype is not None else (default if default is not None else get_default_dtype())
     buf = _C.Buffer(_size_args(size), dt.name, ordinal(device), pin_memory=pin_memory)
     return Tensor(buf, requires_grad=requires_grad)
 
@@ -961,7 +1006,7 @@ def ones(*size, dtype=None, device=None, requires_grad=False, pin_memory=False):
 
 
 def full(size, fill_value, dtype=None, device=None, requires_grad=False):
-    default = float32 if _is_float_scalar(fill_value) else int64
+    default = None if _is_float_scalar(fill_value) else int64
     return _new(size, dtype, device, default=default).fill_(fill_value)._with_grad(requires_grad)
 
 
@@ -983,12 +1028,12 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False
     if step == 0:
         raise ValueError("arange: step must be non-zero")
     is_float = any(_is_float_scalar(v) for v in (start, end, step))
-    dt = get_dtype(dtype) if dtype is not None else (float32 if is_float else int64)
+    dt = get_dtype(dtype) if dtype is not None else (get_default_dtype() if is_float else int64)
     values = np.arange(start, end, step, dtype=np.float64 if is_float or dt.is_floating_point else np.int64)
     return tensor(values, dtype=dt, device=device, requires_grad=requires_grad)
 
 
-def _random(size, kind, a, b, dtype, device, requires_grad, default=float32):
+def _random(size, kind, a, b, dtype, device, requires_grad, default=None):
     t = _new(size, dtype, device, default=default)
     seed, offset = default_generator.take(t.numel())
     _C.random(t._buf, kind, seed, offset, float(a), float(b))
@@ -1037,6 +1082,121 @@ def randperm(n, dtype=None, device=None):
     if dtype is not None and get_dtype(dtype) is not int64:
         t = t.to(dtype=dtype)
     return t.to(device=device) if device is not None else t
+
+
+# ---- more creation functions, broadcasting and grids ----------------------------------
+
+def _float_values(values, dtype, device, requires_grad):
+    """A tensor of float64 numpy values in dtype (the default float dtype if None)."""
+    return tensor(values, dtype=dtype if dtype is not None else get_default_dtype(), device=device,
+                  requires_grad=requires_grad)
+
+
+def linspace(start, end, steps, dtype=None, device=None, requires_grad=False):
+    """``steps`` values evenly spaced from start to end, both included."""
+    if steps < 0:
+        raise RuntimeError(f"linspace: number of steps must be non-negative, got {steps}")
+    return _float_values(np.linspace(start, end, int(steps)), dtype, device, requires_grad)
+
+
+def logspace(start, end, steps, base=10.0, dtype=None, device=None, requires_grad=False):
+    """``base ** linspace(start, end, steps)``."""
+    if steps < 0:
+        raise RuntimeError(f"logspace: number of steps must be non-negative, got {steps}")
+    return _float_values(np.logspace(start, end, int(steps), base=base), dtype, device, requires_grad)
+
+
+def eye(n, m=None, dtype=None, device=None, requires_grad=False):
+    """An n x m (n x n) matrix with ones on the diagonal."""
+    m = n if m is None else m
+    if n < 0 or m < 0:
+        raise RuntimeError(f"eye: n and m must be non-negative, got {n} and {m}")
+    return _float_values(np.eye(int(n), int(m)), dtype, device, requires_grad)
+
+
+def full_like(t, fill_value, dtype=None, device=None, requires_grad=False):
+    return full(t.shape, fill_value, dtype=dtype or t.dtype, device=device or t.device, requires_grad=requires_grad)
+
+
+def rand_like(t, dtype=None, device=None, requires_grad=False):
+    return rand(t.shape, dtype=dtype or t.dtype, device=device or t.device, requires_grad=requires_grad)
+
+
+def randn_like(t, dtype=None, device=None, requires_grad=False):
+    return randn(t.shape, dtype=dtype or t.dtype, device=device or t.device, requires_grad=requires_grad)
+
+
+def randint_like(t, low=0, high=None, dtype=None, device=None):
+    """Integers uniform on [low, high) in t's shape; ``randint_like(t, high)`` as in PyTorch."""
+    if high is None:
+        low, high = 0, low
+    return randint(low, high, t.shape, dtype=dtype or t.dtype, device=device or t.device)
+
+
+def as_tensor(data, dtype=None, device=None):
+    """data itself when it is a tensor of that dtype and device; a tensor sharing the memory of a
+    contiguous numpy array of a ddpc dtype on the host; otherwise a copy, as ``tensor(data)``."""
+    if isinstance(data, Tensor):
+        return data.to(dtype=dtype or data.dtype, device=device if device is not None else data.device)
+    if (isinstance(data, np.ndarray) and data.flags.c_contiguous and (device is None or ordinal(device) < 0)
+            and data.dtype.name in ("float16", "float32", "float64", "int32", "int64", "uint8")
+            and (dtype is None or get_dtype(dtype) is get_dtype(data.dtype))):
+        return from_numpy(data)
+    return tensor(data, dtype=dtype, device=device)
+
+
+def broadcast_shapes(*shapes):
+    """The shape that tensors of the given shapes broadcast to."""
+    out = ()
+    for shape in shapes:
+        out = _ag._broadcast_shape(out, (shape,) if isinstance(shape, numbers.Integral) else tuple(shape))
+    return out
+
+
+def broadcast_tensors(*tensors):
+    """The tensors expanded to their common shape (views; differentiable)."""
+    shape = broadcast_shapes(*(t.shape for t in tensors))
+    return tuple(t.expand(shape) for t in tensors)
+
+
+def meshgrid(*tensors, indexing="ij"):
+    """Coordinate grids from 1-D tensors: with indexing="ij" output i varies along dim i; with
+    "xy" the first two dims are swapped (Cartesian, as numpy's default)."""
+    if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)):
+        tensors = tuple(tensors[0])
+    if indexing not in ("ij", "xy"):
+        raise ValueError(f"meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
+    for t in tensors:
+        if t.ndim > 1:
+            raise ValueError(f"meshgrid expects 0-d or 1-d tensors, got shape {t.shape}")
+    axes = list(range(len(tensors)))
+    if indexing == "xy" and len(tensors) > 1:
+        axes[0], axes[1] = 1, 0
+    shape = [0] * len(tensors)
+    for t, axis in zip(tensors, axes):
+        shape[axis] = t.numel()
+    grids = []
+    for t, axis in zip(tensors, axes):
+        view = [1] * len(tensors)
+        view[axis] = t.numel()
+        grids.append(t.reshape(view).expand(tuple(shape)))
+    return tuple(grids)
+
+
+def diag(input, diagonal=0):
+    """A 1-d input becomes a square matrix with it on diagonal ``diagonal``; a 2-d input gives that
+    diagonal as a 1-d tensor (differentiable both ways)."""
+    k = int(diagonal)
+    if input.ndim == 1:
+        n = input.shape[0]
+        out = zeros(n + abs(k), n + abs(k), dtype=input.dtype, device=input.device)
+        rows = np.arange(n) + max(-k, 0)
+        out[rows, rows + k] = input
+        return out
+    if input.ndim == 2:
+        rows = np.arange(max(0, -k), min(input.shape[0], input.shape[1] - k))
+        return input[rows, rows + k]
+    raise ValueError(f"diag expects a 1-d or 2-d tensor, got shape {input.shape}")
 
 
 def _gather_rows(tensors, name):
