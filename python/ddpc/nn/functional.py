@@ -340,3 +340,63 @@ def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False, coun
 
 
 adaptive_avg_pool2d = _conv.adaptive_avg_pool2d
+
+
+# ---- normalisation over groups and gated activations ----------------------------------------
+
+_DTYPE_EPS = {"float16": 2.0 ** -10, "bfloat16": 2.0 ** -7, "float32": 2.0 ** -23, "float64": 2.0 ** -52}
+
+
+def _channel_affine(out, weight, bias):
+    """out * weight + bias with (C,) weight and bias broadcast over dim 1 of out."""
+    shape = (out.shape[1],) + (1,) * (out.ndim - 2)
+    if weight is not None:
+        out = out * weight.reshape(shape)
+    if bias is not None:
+        out = out + bias.reshape(shape)
+    return out
+
+
+def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
+    """Normalises each group of ``C // num_groups`` channels of each sample (dims 1.. of (N, C, *))."""
+    if input.ndim < 2 or input.shape[1] % num_groups:
+        raise ValueError(f"group_norm: expected an (N, C, *) input with C divisible by num_groups={num_groups}, "
+                         f"got shape {input.shape}")
+    grouped = input.reshape(input.shape[0], num_groups, -1)
+    out = layer_norm(grouped, (grouped.shape[-1],), None, None, eps).reshape(input.shape)
+    return _channel_affine(out, weight, bias)
+
+
+def instance_norm(input, weight=None, bias=None, eps=1e-5):
+    """Normalises each channel of each sample over its spatial dims (batch statistics only)."""
+    return group_norm(input, input.shape[1], weight, bias, eps)
+
+
+def rms_norm(input, normalized_shape, weight=None, eps=None):
+    """input / sqrt(mean(input**2 over the last dims) + eps) * weight; eps None is the dtype's epsilon."""
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    if tuple(input.shape[input.ndim - len(shape):]) != shape:
+        raise ValueError(f"rms_norm: the input's last dims {input.shape} do not end in normalized_shape {shape}")
+    eps = _DTYPE_EPS[input.dtype.name] if eps is None else eps
+    rows = input.reshape(input.shape[:input.ndim - len(shape)] + (-1,))
+    out = (rows * ((rows * rows).mean(-1, keepdim=True) + eps) ** -0.5).reshape(input.shape)
+    return out if weight is None else out * weight
+
+
+def glu(input, dim=-1):
+    """a * sigmoid(b), a and b the two halves of input along dim."""
+    d = dim % input.ndim if input.ndim else 0
+    if input.ndim == 0 or input.shape[d] % 2:
+        raise ValueError(f"glu: halving dim {dim} needs an even size, got shape {input.shape}")
+    half = input.shape[d] // 2
+    return input.narrow(d, 0, half) * sigmoid(input.narrow(d, half, half))
+
+
+def softmin(input, dim=None, _stacklevel=3, dtype=None):
+    return softmax(-input, dim, _stacklevel + 1, dtype)
+
+
+def unflatten(input, dim, sizes):
+    """Splits dim into ``sizes`` (one entry may be -1)."""
+    d = dim % input.ndim
+    return input.reshape(input.shape[:d] + tuple(sizes) + input.shape[d + 1:])

@@ -23,7 +23,9 @@ __all__ = ["Module", "Parameter", "Linear", "ReLU", "GELU", "Tanh", "Sigmoid", "
            "Mish", "Hardtanh", "ReLU6", "Hardswish", "Hardsigmoid", "Softmax", "LogSoftmax", "Dropout", "Flatten",
            "Identity", "Sequential", "ModuleList", "CrossEntropyLoss", "MSELoss", "NLLLoss", "BCELoss",
            "BCEWithLogitsLoss", "L1Loss", "SmoothL1Loss", "HuberLoss", "KLDivLoss", "BatchNorm1d", "BatchNorm2d",
-           "BatchNorm3d", "SyncBatchNorm"]
+           "BatchNorm3d", "SyncBatchNorm",
+           "ParameterList", "ParameterDict", "Unflatten", "GroupNorm", "InstanceNorm1d", "InstanceNorm2d", "RMSNorm",
+           "GLU", "Softmin"]
 
 
 class Parameter(Tensor):
@@ -1272,3 +1274,197 @@ class KLDivLoss(_Loss):
 
     def forward(self, input, target):
         return F.kl_div(input, target, reduction=self.reduction, log_target=self.log_target)
+
+
+# ---- parameter containers, normalisation over groups, gated activations ---------------------
+
+class ParameterList(Module):
+    """Parameters held in a list (registered as "0", "1", ...); tensors are wrapped as Parameters."""
+
+    def __init__(self, values=None):
+        super().__init__()
+        self.extend(values or ())
+
+    def __len__(self):
+        return len(self._parameters)
+
+    def __iter__(self):
+        return iter(self._parameters.values())
+
+    def __getitem__(self, idx):
+        if isinstance(idx, slice):
+            return ParameterList(list(self)[idx])
+        return list(self._parameters.values())[idx]
+
+    def __setitem__(self, idx, param):
+        key = list(self._parameters)[idx]
+        self.register_parameter(key, _as_parameter(param))
+
+    def append(self, param):
+        self.register_parameter(str(len(self)), _as_parameter(param))
+        return self
+
+    def extend(self, params):
+        for p in params:
+            self.append(p)
+        return self
+
+    def extra_repr(self):
+        return "\n".join(f"({i}): Parameter containing: [{p.dtype} of size {p.shape}]" for i, p in enumerate(self))
+
+
+class ParameterDict(Module):
+    """Parameters by name, in insertion order; tensors are wrapped as Parameters."""
+
+    def __init__(self, parameters=None):
+        super().__init__()
+        self.update(parameters or {})
+
+    def __len__(self):
+        return len(self._parameters)
+
+    def __iter__(self):
+        return iter(self._parameters)
+
+    def __contains__(self, key):
+        return key in self._parameters
+
+    def __getitem__(self, key):
+        return self._parameters[key]
+
+    def __setitem__(self, key, param):
+        self.register_parameter(key, _as_parameter(param))
+
+    def __delitem__(self, key):
+        del self._parameters[key]
+
+    def keys(self):
+        return self._parameters.keys()
+
+    def values(self):
+        return self._parameters.values()
+
+    def items(self):
+        return self._parameters.items()
+
+    def pop(self, key):
+        return self._parameters.pop(key)
+
+    def update(self, parameters):
+        for k, p in (parameters.items() if hasattr(parameters, "items") else parameters):
+            self[k] = p
+
+    def extra_repr(self):
+        return "\n".join(f"({k}): Parameter containing: [{p.dtype} of size {p.shape}]" for k, p in self.items())
+
+
+def _as_parameter(value):
+    return value if isinstance(value, Parameter) or value is None else Parameter(value)
+
+
+class Unflatten(Module):
+    def __init__(self, dim, unflattened_size):
+        super().__init__()
+        self.dim, self.unflattened_size = dim, tuple(unflattened_size)
+
+    def forward(self, input):
+        return F.unflatten(input, self.dim, self.unflattened_size)
+
+    def extra_repr(self):
+        return f"dim={self.dim}, unflattened_size={self.unflattened_size}"
+
+
+class GroupNorm(Module):
+    """Normalises groups of channels of each sample, then a per-channel weight (ones) and bias (zeros)."""
+
+    def __init__(self, num_groups, num_channels, eps=1e-5, affine=True, device=None, dtype=None):
+        super().__init__()
+        if num_channels % num_groups:
+            raise ValueError(f"num_channels ({num_channels}) must be divisible by num_groups ({num_groups})")
+        self.num_groups, self.num_channels, self.eps, self.affine = num_groups, num_channels, float(eps), affine
+        if affine:
+            self.weight = Parameter(full((num_channels,), 1.0, dtype=dtype, device=device))
+            self.bias = Parameter(full((num_channels,), 0.0, dtype=dtype, device=device))
+        else:
+            self.register_parameter("weight", None)
+            self.register_parameter("bias", None)
+
+    def forward(self, input):
+        return F.group_norm(input, self.num_groups, self.weight, self.bias, self.eps)
+
+    def extra_repr(self):
+        return f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}"
+
+
+class _InstanceNorm(GroupNorm):
+    """Per-sample, per-channel normalisation with torch's defaults (affine=False). Running
+    statistics (track_running_stats=True) are not supported."""
+
+    _dims = ()
+
+    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=False, track_running_stats=False,
+                 device=None, dtype=None):
+        if track_running_stats:
+            raise NotImplementedError(f"{type(self).__name__}: track_running_stats=True is not supported")
+        super().__init__(num_features, num_features, eps, affine, device, dtype)
+        self.momentum = momentum
+
+    def forward(self, input):
+        if input.ndim not in self._dims:
+            raise ValueError(f"{type(self).__name__}: expected a {' or '.join(map(str, self._dims))}-d input, "
+                             f"got shape {input.shape}")
+        if input.ndim == self._dims[0]:  # unbatched: (C, *)
+            return self.forward(input.unsqueeze(0)).squeeze(0)
+        return F.instance_norm(input, self.weight, self.bias, self.eps)
+
+    def extra_repr(self):
+        return f"{self.num_channels}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}"
+
+
+class InstanceNorm1d(_InstanceNorm):
+    _dims = (2, 3)
+
+
+class InstanceNorm2d(_InstanceNorm):
+    _dims = (3, 4)
+
+
+class RMSNorm(Module):
+    def __init__(self, normalized_shape, eps=None, elementwise_affine=True, device=None, dtype=None):
+        super().__init__()
+        shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+        self.normalized_shape, self.eps, self.elementwise_affine = shape, eps, elementwise_affine
+        if elementwise_affine:
+            self.weight = Parameter(full(shape, 1.0, dtype=dtype, device=device))
+        else:
+            self.register_parameter("weight", None)
+
+    def forward(self, input):
+        return F.rms_norm(input, self.normalized_shape, self.weight, self.eps)
+
+    def extra_repr(self):
+        return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
+
+
+class GLU(Module):
+    def __init__(self, dim=-1):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, input):
+        return F.glu(input, self.dim)
+
+    def extra_repr(self):
+        return f"dim={self.dim}"
+
+
+class Softmin(Module):
+    def __init__(self, dim=None):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, input):
+        return F.softmin(input, self.dim, 5)
+
+    def extra_repr(self):
+        return f"dim={self.dim}"

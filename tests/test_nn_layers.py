@@ -1,0 +1,113 @@
+"""Parameter containers and the group/instance/RMS normalisation, GLU, Softmin and
+Unflatten layers against numpy references (outputs and gradients)."""
+
+import numpy as np
+import pytest
+
+import ddpc
+from ddpc import nn
+from ddpc.nn import functional as F
+
+
+def _x(*shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape)
+
+
+def _group_norm_ref(x, groups, eps=1e-5):
+    g = x.reshape(x.shape[0], groups, -1)
+    out = (g - g.mean(-1, keepdims=True)) / np.sqrt(g.var(-1, keepdims=True) + eps)
+    return out.reshape(x.shape)
+
+
+def _numeric_grad(f, x, g, h=1e-6):
+    """d(sum(f(x) * g))/dx by central differences (float64)."""
+    out = np.zeros_like(x)
+    for i in np.ndindex(x.shape):
+        d = np.zeros_like(x)
+        d[i] = h
+        out[i] = ((f(x + d) * g).sum() - (f(x - d) * g).sum()) / (2 * h)
+    return out
+
+
+@pytest.mark.parametrize("layer, ref", [
+    (lambda: nn.GroupNorm(2, 4), lambda x: _group_norm_ref(x, 2)),
+    (lambda: nn.InstanceNorm2d(4), lambda x: _group_norm_ref(x, 4)),
+    (lambda: nn.RMSNorm((3, 2)), lambda x: x / np.sqrt((x.reshape(2, 4, -1) ** 2).mean(-1).reshape(2, 4, 1, 1)
+                                                        + np.finfo(np.float64).eps)),
+    (lambda: nn.GLU(1), lambda x: x[:, :2] / (1 + np.exp(-x[:, 2:]))),
+    (lambda: nn.Softmin(1), lambda x: np.exp(-x) / np.exp(-x).sum(1, keepdims=True)),
+])
+def test_layer_output_and_input_gradient_match_numpy(layer, ref):
+    x = _x(2, 4, 3, 2)
+    g = _x(*ref(x).shape, seed=1)
+    m = layer().double()
+    t = ddpc.tensor(x, requires_grad=True)
+    out = m(t)
+    np.testing.assert_allclose(out.numpy(), ref(x), rtol=1e-9, atol=1e-10)
+    out.backward(ddpc.tensor(g))
+    np.testing.assert_allclose(t.grad.numpy(), _numeric_grad(ref, x, g), rtol=1e-5, atol=1e-6)
+
+
+def test_group_norm_affine_parameters_and_their_gradients():
+    x, g = _x(3, 4, 5), _x(3, 4, 5, seed=1)
+    m = nn.GroupNorm(2, 4).double()
+    with ddpc.no_grad():
+        m.weight.copy_(ddpc.tensor([1.0, 2.0, 3.0, 4.0]))
+        m.bias.copy_(ddpc.tensor([0.5, 0.0, -0.5, 1.0]))
+    out = m(ddpc.tensor(x))
+    n = _group_norm_ref(x, 2)
+    np.testing.assert_allclose(out.numpy(), n * np.arange(1, 5)[:, None] + np.array([0.5, 0, -0.5, 1])[:, None],
+                               rtol=1e-9, atol=1e-10)
+    out.backward(ddpc.tensor(g))
+    np.testing.assert_allclose(m.weight.grad.numpy(), (g * n).sum((0, 2)), rtol=1e-9)
+    np.testing.assert_allclose(m.bias.grad.numpy(), g.sum((0, 2)), rtol=1e-9)
+    with pytest.raises(ValueError, match="divisible"):
+        nn.GroupNorm(3, 4)
+
+
+def test_instance_norm_defaults_and_unbatched_input():
+    m = nn.InstanceNorm1d(3)
+    assert m.weight is None and list(m.parameters()) == []
+    x = _x(3, 6).astype(np.float32)
+    np.testing.assert_allclose(m(ddpc.tensor(x)).numpy(), _group_norm_ref(x[None], 3)[0], rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match="2 or 3-d"):
+        m(ddpc.zeros(2))
+    with pytest.raises(NotImplementedError, match="track_running_stats"):
+        nn.InstanceNorm2d(3, track_running_stats=True)
+
+
+def test_rms_norm_weight_and_default_eps():
+    m = nn.RMSNorm(4)
+    assert m.eps is None and m.weight.shape == (4,)
+    x = _x(2, 4).astype(np.float32)
+    with ddpc.no_grad():
+        m.weight.copy_(ddpc.tensor([1.0, 2.0, 3.0, 4.0]))
+    want = x / np.sqrt((x ** 2).mean(-1, keepdims=True) + np.finfo(np.float32).eps) * [1, 2, 3, 4]
+    np.testing.assert_allclose(m(ddpc.tensor(x)).numpy(), want, rtol=1e-5)
+
+
+def test_glu_needs_an_even_dim_and_unflatten_splits_a_dim():
+    with pytest.raises(ValueError, match="even"):
+        F.glu(ddpc.zeros(2, 3))
+    x = ddpc.arange(24.0).reshape(2, 12)
+    assert nn.Unflatten(1, (3, -1))(x).shape == (2, 3, 4)
+    np.testing.assert_array_equal(F.unflatten(x, -1, (2, 6)).numpy(), np.arange(24.0).reshape(2, 2, 6))
+
+
+def test_parameter_list_and_dict_register_parameters():
+    pl = nn.ParameterList([ddpc.zeros(2), nn.Parameter(ddpc.ones(3))])
+    pl.append(ddpc.ones(1))
+    assert len(pl) == 3 and all(isinstance(p, nn.Parameter) for p in pl)
+    assert [n for n, _ in pl.named_parameters()] == ["0", "1", "2"]
+    assert pl[-1].shape == (1,) and len(pl[1:]) == 2
+    pd = nn.ParameterDict({"a": ddpc.zeros(2)})
+    pd["b"] = ddpc.ones(3)
+    assert "b" in pd and list(pd) == ["a", "b"] and isinstance(pd["a"], nn.Parameter)
+    net = nn.ModuleDict({"pl": pl, "pd": pd})
+    assert sorted(net.state_dict()) == ["pd.a", "pd.b", "pl.0", "pl.1", "pl.2"]
+    del pd["a"]
+    assert list(pd.keys()) == ["b"]
+    opt = ddpc.optim.SGD(pl.parameters(), lr=1.0)
+    (pl[0].sum() + pl[1].sum()).backward()
+    opt.step()
+    np.testing.assert_array_equal(pl[0].detach().numpy(), [-1.0, -1.0])
