@@ -75,6 +75,17 @@ int ddpc_k_put_dim(void *out, const void *g, const void *indices, int dtype, int
 int ddpc_k_transpose(void *out, const void *a, int dtype, int64_t rows, int64_t cols, void *stream);
 /* dst (sa strides) = src (sb strides) over geo's shape, as words of `size` bytes. */
 int ddpc_k_strided_copy(void *dst, const void *src, int size, int64_t n, ddpc_k_bcast geo, void *stream);
+/* Along a dim (kernels/dim.cu). fold_dim: float32, float64 and int64, flags as ddpc_op_fold_dim's. */
+int ddpc_k_fold_dim(void *out, const void *a, int dtype, int64_t outer, int64_t len, int64_t inner, int prod,
+                    int flags, void *stream);
+/* Over the n elements of index (geo: its shape; sa the strides of `big`, sb
+ * those of `small`), with ob the offset in big at index[k] along dim and os
+ * the offset in small: GATHER small[os] = big[ob] (any dtype), SCATTER
+ * big[ob] = small[os] (any dtype), SCATTER_ADD big[ob] += small[os] (float32,
+ * float64, int64). Indices outside [0, len) are skipped. */
+enum { DDPC_K_GATHER = 0, DDPC_K_SCATTER, DDPC_K_SCATTER_ADD };
+int ddpc_k_index_dim(void *big, void *small, const int64_t *index, int dtype, int64_t n, ddpc_k_bcast geo, int dim,
+                     int64_t len, int mode, void *stream);
 int ddpc_k_unary(int op, void *out, const void *x, double p, double q, int dtype, int64_t n, void *stream);
 int ddpc_k_unary_backward(int op, void *gx, const void *gy, const void *saved, double p, double q, int dtype, int64_t n,
                           void *stream);

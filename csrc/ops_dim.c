@@ -1,0 +1,236 @@
+/* Ops along one dim (see ops_dim.h): argument checks, then host loops or the
+ * launchers of kernels/dim.cu. */
+#include "ops_dim.h"
+
+#include <string.h>
+
+#include "kernels.h"
+#include "module.h"
+
+/* dim splits a's elements into outer x len x inner. */
+static ddpc_status dim_split_(const ddpc_buffer *a, int dim, const char *op, int64_t *outer, int64_t *len,
+                              int64_t *inner) {
+    if (dim < 0 || dim >= a->ndim)
+        return DDPC_ERROR(DDPC_ERR_ARG, "%s: dim %d is out of range for %d dims", op, dim, a->ndim);
+    *outer = 1, *len = a->shape[dim], *inner = 1;
+    for (int d = 0; d < dim; d++) *outer *= a->shape[d];
+    for (int d = dim + 1; d < a->ndim; d++) *inner *= a->shape[d];
+    return DDPC_OK;
+}
+
+static ddpc_status check_same_place_(const ddpc_buffer *ref, const ddpc_buffer *b, const char *op, const char *what) {
+    if (b->dtype != ref->dtype)
+        return DDPC_ERROR(DDPC_ERR_TYPE, "%s: %s is %s, expected %s", op, what, ddpc_dtype_name(b->dtype),
+                          ddpc_dtype_name(ref->dtype));
+    if (b->device != ref->device) return DDPC_ERROR(DDPC_ERR_ARG, "%s: %s is on another device", op, what);
+    return DDPC_OK;
+}
+
+/* ---- sums and products along a dim ----------------------------------------------- */
+
+/* Lines of `len` values `inner` apart, taken CHUNK lines at a time so that the
+ * inner loop runs over contiguous elements; A is the accumulator type. */
+#define FOLD_CHUNK 64
+#define FOLD_LOOP(T, A)                                                            \
+    do {                                                                           \
+        const T *x_ = (const T *)a->data;                                          \
+        T *o_ = (T *)out->data;                                                    \
+        A acc[FOLD_CHUNK];                                                         \
+        for (int64_t r = 0; r < outer; r++)                                        \
+            for (int64_t i0 = 0; i0 < inner; i0 += FOLD_CHUNK) {                   \
+                int64_t m = inner - i0 < FOLD_CHUNK ? inner - i0 : FOLD_CHUNK;     \
+                for (int64_t i = 0; i < m; i++) acc[i] = (A)(prod ? 1 : 0);        \
+                for (int64_t s = 0; s < len; s++) {                                \
+                    int64_t l = reverse ? len - 1 - s : s, at = (r * len + l) * inner + i0; \
+                    if (cumulative && exclusive)                                   \
+                        for (int64_t i = 0; i < m; i++) o_[at + i] = (T)acc[i];    \
+                    if (prod) for (int64_t i = 0; i < m; i++) acc[i] *= (A)x_[at + i]; \
+                    else for (int64_t i = 0; i < m; i++) acc[i] += (A)x_[at + i];  \
+                    if (cumulative && !exclusive)                                  \
+                        for (int64_t i = 0; i < m; i++) o_[at + i] = (T)acc[i];    \
+                }                                                                  \
+                if (!cumulative)                                                   \
+                    for (int64_t i = 0; i < m; i++) o_[r * inner + i0 + i] = (T)acc[i]; \
+            }                                                                      \
+    } while (0)
+
+ddpc_status ddpc_op_fold_dim(ddpc_buffer *out, const ddpc_buffer *a, int dim, ddpc_fold_op op, int flags) {
+    const char *name = op == DDPC_FOLD_PROD ? "product along a dim" : "sum along a dim";
+    int64_t outer = 0, len = 0, inner = 0;
+    if ((unsigned)op > DDPC_FOLD_PROD || (flags & ~7))
+        return DDPC_ERROR(DDPC_ERR_ARG, "fold along a dim: unknown op %d or flags %d", (int)op, flags);
+    int cumulative = flags & DDPC_FOLD_CUMULATIVE, reverse = (flags & DDPC_FOLD_REVERSE) != 0;
+    int exclusive = (flags & DDPC_FOLD_EXCLUSIVE) != 0, prod = op == DDPC_FOLD_PROD;
+    if (exclusive && !cumulative)
+        return DDPC_ERROR(DDPC_ERR_ARG, "%s: an exclusive fold keeps its running values (cumulative)", name);
+    if (out->readonly) return DDPC_ERROR(DDPC_ERR_ARG, "%s: the output is read-only", name);
+    if (out->dtype != DDPC_FLOAT32 && out->dtype != DDPC_FLOAT64 && out->dtype != DDPC_INT64)
+        return DDPC_ERROR(DDPC_ERR_TYPE, "%s: needs float32, float64 or int64, got %s", name,
+                          ddpc_dtype_name(out->dtype));
+    CHECK(check_same_place_(out, a, name, "the input"));
+    CHECK(dim_split_(a, dim, name, &outer, &len, &inner));
+    int64_t want = cumulative ? a->numel : outer * inner;
+    if (out->numel != want)
+        return DDPC_ERROR(DDPC_ERR_ARG, "%s: the output has %lld elements, expected %lld", name,
+                          (long long)out->numel, (long long)want);
+    if (out->numel == 0) return DDPC_OK;
+    if (out->device != DDPC_CPU)
+        DDPC_LAUNCH(out->device, ddpc_k_fold_dim(out->data, a->data, out->dtype, outer, len, inner, prod, flags,
+                                                 stream));
+    if (out->dtype == DDPC_INT64) FOLD_LOOP(int64_t, uint64_t); /* unsigned: wraps without undefined behaviour */
+    else if (out->dtype == DDPC_FLOAT32) FOLD_LOOP(float, double);
+    else FOLD_LOOP(double, double);
+    return DDPC_OK;
+}
+
+/* ---- gather and scatter along a dim ------------------------------------------------ */
+
+/* The geometry both take: over index's shape, `sa` are the contiguous strides
+ * of the tensor indexed along dim (a for gather, out for scatter) and `sb`
+ * those of the other one (out for gather, src for scatter). */
+static ddpc_status index_geo_(const ddpc_buffer *big, const ddpc_buffer *small, const ddpc_buffer *index, int dim,
+                              const char *op, ddpc_k_bcast *geo) {
+    if (index->dtype != DDPC_INT64 || index->device != big->device)
+        return DDPC_ERROR(DDPC_ERR_TYPE, "%s: the index must be int64 on the tensor's device", op);
+    if (index->ndim != big->ndim || index->ndim != small->ndim)
+        return DDPC_ERROR(DDPC_ERR_ARG, "%s: the index has %d dims, the tensors %d and %d", op, index->ndim,
+                          big->ndim, small->ndim);
+    if (dim < 0 || dim >= big->ndim)
+        return DDPC_ERROR(DDPC_ERR_ARG, "%s: dim %d is out of range for %d dims", op, dim, big->ndim);
+    geo->ndim = big->ndim;
+    int64_t sa = 1, sb = 1;
+    for (int d = big->ndim - 1; d >= 0; d--) {
+        if ((d != dim && index->shape[d] > big->shape[d]) || index->shape[d] > small->shape[d])
+            return DDPC_ERROR(DDPC_ERR_ARG, "%s: the index's size %lld in dim %d is larger than the tensors' (%lld, %lld)",
+                              op, (long long)index->shape[d], d, (long long)big->shape[d],
+                              (long long)small->shape[d]);
+        geo->shape[d] = index->shape[d], geo->sa[d] = sa, geo->sb[d] = sb;
+        sa *= big->shape[d], sb *= small->shape[d];
+    }
+    const int64_t *ix = index->data;
+    if (index->device == DDPC_CPU)
+        for (int64_t k = 0; k < index->numel; k++)
+            if (ix[k] < 0 || ix[k] >= big->shape[dim])
+                return DDPC_ERROR(DDPC_ERR_ARG, "%s: index %lld is out of range for dim %d of size %lld", op,
+                                  (long long)ix[k], dim, (long long)big->shape[dim]);
+    return DDPC_OK;
+}
+
+/* Runs the statement for each index element k with ob its offset in `big`
+ * (index[k] along dim) and os its offset in `small`. */
+#define INDEX_LOOP(geo, dim, ix, n, ...)                                           \
+    do {                                                                           \
+        for (int64_t k = 0; k < (n); k++) {                                        \
+            int64_t rest = k, ob = 0, os = 0;                                      \
+            for (int d = (geo).ndim - 1; d >= 0; d--) {                            \
+                int64_t c = rest % (geo).shape[d];                                 \
+                rest /= (geo).shape[d];                                            \
+                ob += (d == (dim) ? (ix)[k] : c) * (geo).sa[d], os += c * (geo).sb[d]; \
+            }                                                                      \
+            __VA_ARGS__;                                                           \
+        }                                                                          \
+    } while (0)
+
+#define MOVE_WORDS(W, dst, dst_off, src, src_off) ((W *)(dst))[dst_off] = ((const W *)(src))[src_off]
+
+ddpc_status ddpc_op_gather_dim(ddpc_buffer *out, const ddpc_buffer *a, const ddpc_buffer *index, int dim) {
+    const char *op = "gather";
+    ddpc_k_bcast geo = {0};
+    if (out->readonly) return DDPC_ERROR(DDPC_ERR_ARG, "%s: the output is read-only", op);
+    CHECK(check_same_place_(a, out, op, "the output"));
+    if (out->numel != index->numel)
+        return DDPC_ERROR(DDPC_ERR_ARG, "%s: the output has %lld elements, the index %lld", op,
+                          (long long)out->numel, (long long)index->numel);
+    CHECK(index_geo_(a, index, index, dim, op, &geo));
+    int64_t n = index->numel;
+    if (n == 0) return DDPC_OK;
+    size_t w = ddpc_dtype_size(a->dtype);
+    if (a->device != DDPC_CPU)
+        DDPC_LAUNCH(a->device, ddpc_k_index_dim((void *)a->data, out->data, index->data, a->dtype, n, geo, dim,
+                                                a->shape[dim], DDPC_K_GATHER, stream));
+    const int64_t *ix = index->data;
+    switch (w) {
+    case 1: INDEX_LOOP(geo, dim, ix, n, MOVE_WORDS(uint8_t, out->data, os, a->data, ob)); break;
+    case 2: INDEX_LOOP(geo, dim, ix, n, MOVE_WORDS(uint16_t, out->data, os, a->data, ob)); break;
+    case 4: INDEX_LOOP(geo, dim, ix, n, MOVE_WORDS(uint32_t, out->data, os, a->data, ob)); break;
+    default: INDEX_LOOP(geo, dim, ix, n, MOVE_WORDS(uint64_t, out->data, os, a->data, ob)); break;
+    }
+    return DDPC_OK;
+}
+
+ddpc_status ddpc_op_scatter_dim(ddpc_buffer *out, const ddpc_buffer *src, const ddpc_buffer *index, int dim,
+                                int accumulate) {
+    const char *op = accumulate ? "scatter_add" : "scatter";
+    ddpc_k_bcast geo = {0};
+    if (out->readonly) return DDPC_ERROR(DDPC_ERR_ARG, "%s: the output is read-only", op);
+    CHECK(check_same_place_(out, src, op, "the source"));
+    if (accumulate && out->dtype != DDPC_FLOAT32 && out->dtype != DDPC_FLOAT64 && out->dtype != DDPC_INT64)
+        return DDPC_ERROR(DDPC_ERR_TYPE, "%s: adds float32, float64 or int64, got %s", op, ddpc_dtype_name(out->dtype));
+    CHECK(index_geo_(out, src, index, dim, op, &geo));
+    int64_t n = index->numel;
+    if (n == 0) return DDPC_OK;
+    size_t w = ddpc_dtype_size(out->dtype);
+    if (out->device != DDPC_CPU)
+        DDPC_LAUNCH(out->device, ddpc_k_index_dim(out->data, (void *)src->data, index->data, out->dtype, n, geo, dim,
+                                                  out->shape[dim],
+                                                  accumulate ? DDPC_K_SCATTER_ADD : DDPC_K_SCATTER, stream));
+    const int64_t *ix = index->data;
+    if (accumulate) {
+        if (out->dtype == DDPC_INT64) /* unsigned: wraps without undefined behaviour */
+            INDEX_LOOP(geo, dim, ix, n, ((uint64_t *)out->data)[ob] += ((const uint64_t *)src->data)[os]);
+        else if (out->dtype == DDPC_FLOAT32)
+            INDEX_LOOP(geo, dim, ix, n, ((float *)out->data)[ob] += ((const float *)src->data)[os]);
+        else
+            INDEX_LOOP(geo, dim, ix, n, ((double *)out->data)[ob] += ((const double *)src->data)[os]);
+        return DDPC_OK;
+    }
+    switch (w) {
+    case 1: INDEX_LOOP(geo, dim, ix, n, MOVE_WORDS(uint8_t, out->data, ob, src->data, os)); break;
+    case 2: INDEX_LOOP(geo, dim, ix, n, MOVE_WORDS(uint16_t, out->data, ob, src->data, os)); break;
+    case 4: INDEX_LOOP(geo, dim, ix, n, MOVE_WORDS(uint32_t, out->data, ob, src->data, os)); break;
+    default: INDEX_LOOP(geo, dim, ix, n, MOVE_WORDS(uint64_t, out->data, ob, src->data, os)); break;
+    }
+    return DDPC_OK;
+}
+
+/* ---- bindings ------------------------------------------------------------------------ */
+
+static PyObject *py_fold_dim(PyObject *m, PyObject *args) {
+    (void)m;
+    ddpc_buffer *out, *a;
+    int dim, op, flags;
+    if (!PyArg_ParseTuple(args, "O&O&iii:fold_dim", ddpc_arg_buffer, &out, ddpc_arg_buffer, &a, &dim, &op, &flags))
+        return NULL;
+    DDPC_RUN_RELEASED(ddpc_buffer_nbytes(a), ddpc_op_fold_dim(out, a, dim, (ddpc_fold_op)op, flags));
+}
+
+static PyObject *py_gather_dim(PyObject *m, PyObject *args) {
+    (void)m;
+    ddpc_buffer *out, *a, *index;
+    int dim;
+    if (!PyArg_ParseTuple(args, "O&O&O&i:gather_dim", ddpc_arg_buffer, &out, ddpc_arg_buffer, &a, ddpc_arg_buffer,
+                          &index, &dim))
+        return NULL;
+    DDPC_RUN_RELEASED(ddpc_buffer_nbytes(index), ddpc_op_gather_dim(out, a, index, dim));
+}
+
+static PyObject *py_scatter_dim(PyObject *m, PyObject *args) {
+    (void)m;
+    ddpc_buffer *out, *src, *index;
+    int dim, accumulate;
+    if (!PyArg_ParseTuple(args, "O&O&O&ip:scatter_dim", ddpc_arg_buffer, &out, ddpc_arg_buffer, &src,
+                          ddpc_arg_buffer, &index, &dim, &accumulate))
+        return NULL;
+    DDPC_RUN_RELEASED(ddpc_buffer_nbytes(index), ddpc_op_scatter_dim(out, src, index, dim, accumulate));
+}
+
+static PyMethodDef dim_methods[] = {
+    {"fold_dim", py_fold_dim, METH_VARARGS,
+     "fold_dim(out, a, dim, op, flags): op 0 sum 1 product; flags 1 cumulative 2 reverse 4 exclusive"},
+    {"gather_dim", py_gather_dim, METH_VARARGS, "gather_dim(out, a, index, dim): out = a taken at index along dim"},
+    {"scatter_dim", py_scatter_dim, METH_VARARGS,
+     "scatter_dim(out, src, index, dim, accumulate): out at index along dim = (or +=) src"},
+    {NULL, NULL, 0, NULL},
+};
+
+int ddpc_dim_register(PyObject *module) { return PyModule_AddFunctions(module, dim_methods); }

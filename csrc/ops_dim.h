@@ -1,0 +1,32 @@
+/* Ops along one dim of a contiguous tensor: running (or total) sums and
+ * products, and gather / scatter through an index tensor. One checked entry
+ * point per op, dispatching to host loops or kernels/dim.cu. */
+#ifndef DDPC_OPS_DIM_H
+#define DDPC_OPS_DIM_H
+
+#include "ops.h"
+
+typedef enum { DDPC_FOLD_SUM = 0, DDPC_FOLD_PROD } ddpc_fold_op;
+/* Flags of ddpc_op_fold_dim: CUMULATIVE keeps every running value (out has
+ * a's shape) instead of the total only (a's shape without dim); REVERSE runs
+ * from the end of the dim; EXCLUSIVE leaves the element itself out of its
+ * running value (the first is 0 for sums, 1 for products). */
+enum { DDPC_FOLD_CUMULATIVE = 1, DDPC_FOLD_REVERSE = 2, DDPC_FOLD_EXCLUSIVE = 4 };
+/* out = a summed or multiplied along `dim`; float32 and float64 accumulate in
+ * double, int64 exactly (wrapping on overflow). */
+ddpc_status ddpc_op_fold_dim(ddpc_buffer *out, const ddpc_buffer *a, int dim, ddpc_fold_op op, int flags);
+/* out (index's shape) = a taken along `dim` at index: for dim 1,
+ * out[i][j][k] = a[i][index[i][j][k]][k]. index is int64 with a's number of
+ * dims and no larger than a in the others; any dtype. Indices outside
+ * [0, a.shape[dim]) are an error on the host and skipped on a GPU. */
+ddpc_status ddpc_op_gather_dim(ddpc_buffer *out, const ddpc_buffer *a, const ddpc_buffer *index, int dim);
+/* The reverse: out[i][index[i][j][k]][k] = src[i][j][k] (+= when
+ * `accumulate`: float32, float64 or int64), src no smaller than index in any
+ * dim; indices as for gather. Where indices repeat without `accumulate`, one
+ * write lands. */
+ddpc_status ddpc_op_scatter_dim(ddpc_buffer *out, const ddpc_buffer *src, const ddpc_buffer *index, int dim,
+                                int accumulate);
+
+int ddpc_dim_register(PyObject *module);
+
+#endif

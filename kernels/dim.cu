@@ -1,0 +1,116 @@
+// Kernels along one dim: running or total sums and products (one thread per
+// line), and gather / scatter through an index (one thread per index element).
+// The formulas match the host loops in csrc/ops_dim.c.
+#include "kernels.h"
+#include "nn_common.cuh"
+
+namespace {
+
+// One thread per line of `len` values `inner` apart (coalesced across threads);
+// A accumulates: double for floats, unsigned 64 bits for int64 (wrapping as the host loop).
+template <typename T, typename A>
+__global__ void fold_dim_kernel(T *out, const T *a, int64_t outer, int64_t len, int64_t inner, int prod, int flags) {
+    const bool cumulative = flags & 1, reverse = flags & 2, exclusive = flags & 4;
+    GRID_STRIDE(k, outer * inner) {
+        int64_t base = (k / inner) * len * inner + k % inner;
+        A acc = (A)(prod ? 1 : 0);
+        for (int64_t s = 0; s < len; s++) {
+            int64_t at = base + (reverse ? len - 1 - s : s) * inner;
+            if (cumulative && exclusive) out[at] = (T)acc;
+            acc = prod ? acc * (A)a[at] : acc + (A)a[at];
+            if (cumulative && !exclusive) out[at] = (T)acc;
+        }
+        if (!cumulative) out[k] = (T)acc;
+    }
+}
+
+__device__ __forceinline__ void atomic_add(float *p, float v) { atomicAdd(p, v); }
+__device__ __forceinline__ void atomic_add(double *p, double v) { atomicAdd(p, v); }
+__device__ __forceinline__ void atomic_add(int64_t *p, int64_t v) {
+    atomicAdd((unsigned long long *)p, (unsigned long long)v);
+}
+
+template <typename T>
+__global__ void index_dim_kernel(T *big, T *small, const int64_t *index, int64_t n, ddpc_k_bcast geo, int dim,
+                                 int64_t len, int mode) {
+    GRID_STRIDE(k, n) {
+        int64_t at = index[k];
+        if (at < 0 || at >= len) continue;
+        int64_t rest = k, ob = 0, os = 0;
+        for (int d = geo.ndim - 1; d >= 0; d--) {
+            int64_t c = rest % geo.shape[d];
+            rest /= geo.shape[d];
+            ob += (d == dim ? at : c) * geo.sa[d], os += c * geo.sb[d];
+        }
+        if (mode == DDPC_K_GATHER) small[os] = big[ob];
+        else big[ob] = small[os];
+    }
+}
+
+template <typename T>
+__global__ void index_add_dim_kernel(T *big, const T *small, const int64_t *index, int64_t n, ddpc_k_bcast geo,
+                                     int dim, int64_t len) {
+    GRID_STRIDE(k, n) {
+        int64_t at = index[k];
+        if (at < 0 || at >= len) continue;
+        int64_t rest = k, ob = 0, os = 0;
+        for (int d = geo.ndim - 1; d >= 0; d--) {
+            int64_t c = rest % geo.shape[d];
+            rest /= geo.shape[d];
+            ob += (d == dim ? at : c) * geo.sa[d], os += c * geo.sb[d];
+        }
+        atomic_add(&big[ob], small[os]);
+    }
+}
+
+}  // namespace
+
+extern "C" int ddpc_k_fold_dim(void *out, const void *a, int dtype, int64_t outer, int64_t len, int64_t inner,
+                               int prod, int flags, void *stream) {
+    cudaStream_t s = (cudaStream_t)stream;
+    unsigned grid = grid_for(outer * inner, 256);
+    switch (dtype) {
+    case K_F32: fold_dim_kernel<float, double><<<grid, 256, 0, s>>>((float *)out, (const float *)a, outer, len, inner,
+                                                                     prod, flags); break;
+    case K_F64: fold_dim_kernel<double, double><<<grid, 256, 0, s>>>((double *)out, (const double *)a, outer, len,
+                                                                       inner, prod, flags); break;
+    case K_I64: fold_dim_kernel<int64_t, unsigned long long><<<grid, 256, 0, s>>>((int64_t *)out, (const int64_t *)a,
+                                                                                   outer, len, inner, prod, flags);
+        break;
+    default: return (int)cudaErrorInvalidValue;
+    }
+    return (int)cudaGetLastError();
+}
+
+extern "C" int ddpc_k_index_dim(void *big, void *small, const int64_t *index, int dtype, int64_t n, ddpc_k_bcast geo,
+                                int dim, int64_t len, int mode, void *stream) {
+    cudaStream_t s = (cudaStream_t)stream;
+    unsigned grid = grid_for(n, 256);
+    if (mode == DDPC_K_SCATTER_ADD) {
+        switch (dtype) {
+        case K_F32: index_add_dim_kernel<float><<<grid, 256, 0, s>>>((float *)big, (const float *)small, index, n, geo,
+                                                                      dim, len); break;
+        case K_F64: index_add_dim_kernel<double><<<grid, 256, 0, s>>>((double *)big, (const double *)small, index, n,
+                                                                       geo, dim, len); break;
+        case K_I64: index_add_dim_kernel<int64_t><<<grid, 256, 0, s>>>((int64_t *)big, (const int64_t *)small, index,
+                                                                        n, geo, dim, len); break;
+        default: return (int)cudaErrorInvalidValue;
+        }
+        return (int)cudaGetLastError();
+    }
+    // Gathers and plain scatters move elements as unsigned words of their size.
+    switch (dtype) {
+    case K_U8: index_dim_kernel<uint8_t><<<grid, 256, 0, s>>>((uint8_t *)big, (uint8_t *)small, index, n, geo, dim,
+                                                              len, mode); break;
+    case K_F16: case K_BF16:
+        index_dim_kernel<uint16_t><<<grid, 256, 0, s>>>((uint16_t *)big, (uint16_t *)small, index, n, geo, dim, len,
+                                                        mode); break;
+    case K_F32: case K_I32:
+        index_dim_kernel<uint32_t><<<grid, 256, 0, s>>>((uint32_t *)big, (uint32_t *)small, index, n, geo, dim, len,
+                                                        mode); break;
+    default:
+        index_dim_kernel<uint64_t><<<grid, 256, 0, s>>>((uint64_t *)big, (uint64_t *)small, index, n, geo, dim, len,
+                                                        mode); break;
+    }
+    return (int)cudaGetLastError();
+}
