@@ -12,6 +12,12 @@ from .tensor import (Generator, Tensor, arange, default_generator, empty, empty_
 from . import autograd
 from .autograd import (argmax, argmin, cat, enable_grad, exp, is_grad_enabled, log, matmul, max, min, no_grad, relu,
                        set_grad_enabled, sigmoid, stack, tanh)
+from .autograd import (addmm, all_ as all, amax, amin, any_ as any, argsort, bmm, chunk, count_nonzero, cumprod, cumsum,
+                       diff, dot, flip, gather, index_add, logsumexp, masked_select, mean, mm, mv, norm, outer, permute,
+                       prod, repeat_interleave, reshape, roll, scatter, scatter_add, sort, split, split_with_sizes, std,
+                       std_mean, sum, take, tensor_split, topk, transpose, tril, triu, unbind, unflatten, unique, var,
+                       var_mean, clone)
+from .tensor import flatten, index_select, is_tensor, numel, squeeze, unsqueeze
 from .serialization import CheckpointError, load, save
 from . import amp, data, distributed, nn, optim, utils
 from .amp import autocast
@@ -51,4 +57,9 @@ __all__ = [
     "as_tensor", "broadcast_shapes", "broadcast_tensors", "diag", "eye", "full_like", "get_default_dtype",
     "get_rng_state", "inference_mode", "linspace", "logspace", "meshgrid", "rand_like", "randint_like",
     "randn_like", "seed", "set_default_dtype", "set_rng_state",
+    "addmm", "all", "amax", "amin", "any", "argsort", "bmm", "chunk", "clone", "count_nonzero", "cumprod", "cumsum",
+    "diff", "dot", "flatten", "flip", "gather", "index_add", "index_select", "is_tensor", "logsumexp", "masked_select",
+    "mean", "mm", "mv", "norm", "numel", "outer", "permute", "prod", "repeat_interleave", "reshape", "roll", "scatter",
+    "scatter_add", "sort", "split", "split_with_sizes", "squeeze", "std", "std_mean", "sum", "take", "tensor_split",
+    "topk", "transpose", "tril", "triu", "unbind", "unflatten", "unique", "unsqueeze", "var", "var_mean",
 ]

@@ -18,12 +18,15 @@ bias row, a scalar) goes through the row-broadcast op; any other pair through
 the general strided one.
 """
 
+import builtins
 import collections
 import heapq
 import itertools
 import math
 import numbers
 import threading
+
+import numpy as np
 
 from . import _C, _indexing
 from .amp import autocast_op
@@ -882,6 +885,8 @@ def _one_dim(a, dim):
 
 @autocast_op("float32_cuda")
 def sum(a, dim=None, keepdim=False):
+    if isinstance(dim, (tuple, list)) and len(dim) != 1:
+        return _over_dims(sum, a, _dims(a, dim or None), keepdim)
     if a.dtype in _HALVES:  # summed in float32, which the backward pass's broadcast also needs
         return sum(a.float(), dim, keepdim).to(dtype=a.dtype)
     if dim is None:
@@ -974,8 +979,738 @@ def mean(a, dim=None, keepdim=False):
         raise TypeError(f"mean() needs a floating dtype, got {a.dtype}; cast with .float() first")
     if a.dtype in _HALVES:  # a 16-bit sum of many elements would overflow before the division
         return mean(a.float(), dim, keepdim).to(dtype=a.dtype)
-    n = a.numel() if dim is None else a.shape[_one_dim(a, dim)]
+    n = a.numel() if dim is None else math.prod(a.shape[d] for d in _dims(a, dim or None))
     return div(sum(a, dim, keepdim), n) if n else add(sum(a, dim, keepdim), float("nan"))
+
+
+# ---- reductions, scans, splitting, gather / scatter and sorting ----------------------------
+# PyTorch's names and semantics over the fold, gather and scatter ops of
+# csrc/ops_dim.c; compositions of the ops above where that is exact.
+
+_FOLD_SUM, _FOLD_PROD = 0, 1
+_CUMULATIVE, _REVERSE, _EXCLUSIVE = 1, 2, 4
+
+
+def _dims(a, dim):
+    """``dim`` (None: every dim, an int or a sequence) as sorted, distinct non-negative dims."""
+    if dim is None:
+        return tuple(range(a.ndim))
+    dims = sorted({_dim(a, int(d)) for d in ((dim,) if isinstance(dim, numbers.Integral) else dim)})
+    if not isinstance(dim, numbers.Integral) and len(dims) != len(dim):
+        raise ValueError(f"dim {tuple(dim)} names a dim twice")
+    return tuple(dims)
+
+
+def _kept_shape(a, dims):
+    return tuple(1 if d in dims else s for d, s in enumerate(a.shape))
+
+
+def _reduced(out, a, dims, keepdim):
+    """out (reduced with keepdim) reshaped to drop ``dims`` unless keepdim."""
+    if keepdim:
+        return reshape(out, _kept_shape(a, dims))
+    return reshape(out, tuple(s for d, s in enumerate(a.shape) if d not in dims))
+
+
+def _over_dims(fn, a, dims, keepdim):
+    """fn(t, d, keepdim=True) applied along each of ``dims`` in turn."""
+    out = a
+    for d in dims:
+        out = fn(out, d, True)
+    return _reduced(out, a, dims, keepdim)
+
+
+def _fold_dtype(a, dtype):
+    """The dtype sums and products run in: ``dtype``, else int64 for integers, else a's."""
+    if dtype is not None:
+        return get_dtype(dtype)
+    return a.dtype if a.dtype.is_floating_point else int64
+
+
+def _fold(a, dim, op, flags):
+    """The fold op of _C along one dim (a float32, float64 or int64, outside the graph)."""
+    shape = a.shape if flags & _CUMULATIVE else a.shape[:dim] + a.shape[dim + 1:]
+    out = _empty(shape, a)
+    _C.fold_dim(out._buf, a.detach()._buf, dim, op, flags)
+    return out
+
+
+class _CumsumBackward(Node):
+    def __init__(self, a, dim):
+        super().__init__((a,), ())
+        self.dim, self.dtype = dim, a.dtype
+
+    def backward(self, g):
+        return (_fold(g, self.dim, _FOLD_SUM, _CUMULATIVE | _REVERSE).to(dtype=self.dtype),)
+
+
+def cumsum(a, dim, dtype=None):
+    """Running sums along ``dim`` (integers sum in int64 unless ``dtype`` says otherwise)."""
+    dt = _fold_dtype(a, dtype)
+    if dt in _HALVES:
+        return cumsum(a.to(dtype=float32), dim).to(dtype=dt)
+    x = a if a.dtype is dt else a.to(dtype=dt)
+    if x.ndim == 0:
+        return clone(x)
+    out = _fold(x, _dim(x, dim), _FOLD_SUM, _CUMULATIVE)
+    if _needs_grad(x) and dt.is_floating_point:
+        _attach(out, _CumsumBackward(x, _dim(x, dim)))
+    return out
+
+
+class _ProdBackward(Node):
+    """d prod / d a_k is the product of the others: the exclusive running
+    products from both ends multiplied, which stays exact where a has zeros."""
+
+    def __init__(self, a, dim, keepdim):
+        super().__init__((a,), (a.detach(),))
+        self.dim, self.keepdim = dim, keepdim
+
+    def backward(self, g):
+        (a,) = self.saved
+        others = _fold(a, self.dim, _FOLD_PROD, _CUMULATIVE | _EXCLUSIVE)
+        others = others._binary(_fold(a, self.dim, _FOLD_PROD, _CUMULATIVE | _EXCLUSIVE | _REVERSE), _MUL)
+        g = g.reshape(_kept_shape(a, (self.dim,)))
+        with no_grad():
+            return (mul(others, g),)
+
+
+def prod(a, dim=None, keepdim=False, dtype=None):
+    """The product of all elements, or along one ``dim`` (integers multiply in int64)."""
+    dt = _fold_dtype(a, dtype)
+    if dt in _HALVES:
+        return prod(a.to(dtype=float32), dim, keepdim).to(dtype=dt)
+    x = a if a.dtype is dt else a.to(dtype=dt)
+    if dim is None:
+        return reshape(prod(reshape(x, (-1,)), 0), (1,) * a.ndim if keepdim else ())
+    d = _dim(x, dim)
+    if x.ndim == 0:
+        return clone(x)
+    out = _fold(x, d, _FOLD_PROD, 0)
+    if _needs_grad(x) and dt.is_floating_point:
+        _attach(out, _ProdBackward(x, d, keepdim))
+    return reshape(out, _kept_shape(x, (d,))) if keepdim else out
+
+
+class _CumprodBackward(Node):
+    def __init__(self, a, dim, out):
+        super().__init__((a,), (a.detach(), out.detach()))
+        self.dim = dim
+
+    def backward(self, g):
+        a, out = self.saved
+        d = self.dim
+        with no_grad():
+            if not int(sum(a == 0).item()):
+                # sum over j >= k of g_j * out_j / a_k
+                return (_fold(mul(g, out), d, _FOLD_SUM, _CUMULATIVE | _REVERSE)._binary(a, _DIV),)
+            # With zeros, position k's gradient is the sum over j >= k of g_j times
+            # the running product with a_k left out (set to 1): one pass per k.
+            from .tensor import full
+            parts = []
+            for k in range(a.shape[d]):
+                at_k = full(_kept_shape(a, (d,)), k, dtype=int64, device=a.device)
+                running = _fold(scatter(a, d, at_k, value=1.0), d, _FOLD_PROD, _CUMULATIVE)
+                part = _fold(mul(g, running), d, _FOLD_SUM, _CUMULATIVE | _REVERSE)
+                parts.append(permute(part.narrow(d, k, 1), _to_front(a, d)))
+            return (permute(cat(parts), _from_front(a, d)).contiguous(),)
+
+
+def cumprod(a, dim, dtype=None):
+    """Running products along ``dim`` (integers multiply in int64). The
+    gradient is exact also where the input has zeros (one pass per position
+    along ``dim`` then)."""
+    dt = _fold_dtype(a, dtype)
+    if dt in _HALVES:
+        return cumprod(a.to(dtype=float32), dim).to(dtype=dt)
+    x = a if a.dtype is dt else a.to(dtype=dt)
+    if x.ndim == 0:
+        return clone(x)
+    out = _fold(x, _dim(x, dim), _FOLD_PROD, _CUMULATIVE)
+    if _needs_grad(x) and dt.is_floating_point:
+        _attach(out, _CumprodBackward(x, _dim(x, dim), out))
+    return out
+
+
+def _correction(unbiased, correction):
+    if correction is not None and unbiased is not None:
+        raise ValueError("give either unbiased or correction, not both")
+    if correction is not None:
+        return correction
+    return 1 if unbiased is None or unbiased else 0
+
+
+def var_mean(a, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    """(variance, mean) over ``dim``: the squared deviations summed and divided
+    by max(0, N - correction), as torch 2.x (correction 1 by default)."""
+    if not a.dtype.is_floating_point:
+        raise TypeError(f"var() needs a floating dtype, got {a.dtype}; cast with .float() first")
+    if isinstance(dim, bool):  # var(unbiased) as torch's positional form
+        dim, unbiased = None, dim
+    dims = _dims(a, dim)
+    n = math.prod(a.shape[d] for d in dims)
+    m = mean(a, dims, keepdim=True)
+    dev = sub(a, m)
+    v = div(sum(mul(dev, dev), dims, keepdim=True), float(n - _correction(unbiased, correction)) if
+            n > _correction(unbiased, correction) else 0.0)
+    return _reduced(v, a, dims, keepdim), _reduced(m, a, dims, keepdim)
+
+
+def var(a, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    return var_mean(a, dim, unbiased, keepdim, correction=correction)[0]
+
+
+def std_mean(a, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    v, m = var_mean(a, dim, unbiased, keepdim, correction=correction)
+    return pow(v, 0.5), m
+
+
+def std(a, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    return std_mean(a, dim, unbiased, keepdim, correction=correction)[0]
+
+
+class _AmaxBackward(Node):
+    """The gradient of amax/amin is split evenly among the elements equal to the result, as in PyTorch."""
+
+    def __init__(self, a, dims, kept):
+        super().__init__((a,), (a.detach(), kept))
+        self.dims = dims
+
+    def backward(self, g):
+        a, kept = self.saved
+        with no_grad():
+            hit = (a == kept).to(dtype=g.dtype)
+            share = div(g.reshape(kept.shape), sum(hit, self.dims, keepdim=True))
+            return (mul(hit, share),)
+
+
+def _amax(a, dim, keepdim, want_max):
+    dims = _dims(a, dim) if dim != () else tuple(range(a.ndim))
+    if a.numel() == 0 and any(a.shape[d] == 0 for d in dims):
+        raise ValueError(f"{'amax' if want_max else 'amin'}() of an empty dim")
+    if a.dtype in _HALVES:
+        return _amax(a.float(), dim, keepdim, want_max).to(dtype=a.dtype)
+    kept = a.detach().reshape(a.shape if a.ndim else (1,))
+    for d in dims:
+        kept = extreme(kept, d, True, want_max).values
+    kept = kept.reshape(_kept_shape(a, dims))
+    out = _reduced(kept, a, dims, keepdim).detach().clone()
+    if _needs_grad(a):
+        _attach(out, _AmaxBackward(a, dims, kept))
+    return out
+
+
+def amax(a, dim=(), keepdim=False):
+    """The largest values over ``dim`` (all dims when empty); NaN wins."""
+    return _amax(a, dim, keepdim, True)
+
+
+def amin(a, dim=(), keepdim=False):
+    return _amax(a, dim, keepdim, False)
+
+
+def logsumexp(a, dim, keepdim=False):
+    """log(sum(exp(a))) over ``dim``, shifted by the largest value so that it neither overflows nor underflows."""
+    dims = _dims(a, dim)
+    # Rows whose largest value is infinite are shifted by 0 instead (on the host: the shift is small).
+    m = amax(a.detach(), dims, keepdim=True).cpu().numpy()
+    m = _host_tensor(np.where(np.isfinite(m), m, 0), a.device, a.dtype)
+    out = add(log(sum(exp(sub(a, m)), dims, keepdim=True)), m)
+    return _reduced(out, a, dims, keepdim)
+
+
+def _nonzero_mask(a):
+    return (a.detach() != 0)
+
+
+def all_(a, dim=None, keepdim=False):
+    """Whether every element (along ``dim``) is non-zero, as uint8 (ddpc has no bool dtype)."""
+    if a.numel() == 0 and dim is None:
+        return _like_scalar(1, a).to(dtype=get_dtype("uint8")).reshape((1,) * a.ndim if keepdim else ())
+    return amin(_nonzero_mask(a), () if dim is None else dim, keepdim)
+
+
+def any_(a, dim=None, keepdim=False):
+    """Whether some element (along ``dim``) is non-zero, as uint8 (ddpc has no bool dtype)."""
+    if a.numel() == 0 and dim is None:
+        return _like_scalar(0, a).to(dtype=get_dtype("uint8")).reshape((1,) * a.ndim if keepdim else ())
+    return amax(_nonzero_mask(a), () if dim is None else dim, keepdim)
+
+
+def count_nonzero(a, dim=None):
+    """How many elements (along ``dim``) are non-zero, as int64."""
+    return sum(_nonzero_mask(a).to(dtype=int64), _dims(a, dim))
+
+
+def _abs(a):
+    return add(relu(a), relu(neg(a)))  # gradient 0 at 0, as torch's sign
+
+
+def norm(a, p="fro", dim=None, keepdim=False, dtype=None):
+    """The vector p-norm over ``dim`` (every dim when None): p 2 or 'fro'
+    (the same over a whole tensor), 1, inf, -inf, 0 or any other number."""
+    if dtype is not None:
+        a = a.to(dtype=dtype)
+    if not a.dtype.is_floating_point:
+        raise TypeError(f"norm() needs a floating dtype, got {a.dtype}")
+    dims = _dims(a, dim)
+    if p == "fro" or p == 2:
+        return pow(sum(mul(a, a), dims, keepdim), 0.5)
+    if p == "nuc" or isinstance(p, str):
+        raise ValueError(f"norm: p={p!r} is not supported (2, 'fro', 1, inf, -inf, 0 or a number)")
+    if p == 1:
+        return sum(_abs(a), dims, keepdim)
+    if p == math.inf:
+        return amax(_abs(a), dims, keepdim)
+    if p == -math.inf:
+        return amin(_abs(a), dims, keepdim)
+    if p == 0:
+        return _reduced(sum(_nonzero_mask(a).to(dtype=a.dtype), dims, True), a, dims, keepdim)
+    return pow(sum(pow(_abs(a), float(p)), dims, keepdim), 1.0 / p)
+
+
+# -- splitting and layout --
+
+def split_with_sizes(a, split_sizes, dim=0):
+    d = _dim(a, dim)
+    if builtins.sum(split_sizes) != a.shape[d] or any(s < 0 for s in split_sizes):
+        raise ValueError(f"split_with_sizes: sizes {list(split_sizes)} do not add up to {a.shape[d]} (dim {d})")
+    out, start = [], 0
+    for s in split_sizes:
+        out.append(a.narrow(d, start, s))
+        start += s
+    return tuple(out)
+
+
+def split(a, split_size_or_sections, dim=0):
+    """Pieces of ``split_size`` along ``dim`` (the last may be smaller), or of the sizes listed."""
+    if not isinstance(split_size_or_sections, numbers.Integral):
+        return split_with_sizes(a, list(split_size_or_sections), dim)
+    n, s = a.shape[_dim(a, dim)], int(split_size_or_sections)
+    if s <= 0 and n:
+        raise ValueError(f"split: the split size must be positive, got {s}")
+    sizes = [s] * (n // s) + ([n % s] if n % s else []) if n else [0]
+    return split_with_sizes(a, sizes, dim)
+
+
+def chunk(a, chunks, dim=0):
+    """At most ``chunks`` pieces of ceil(n / chunks) along ``dim``, as torch."""
+    if chunks <= 0:
+        raise ValueError(f"chunk: chunks must be positive, got {chunks}")
+    n = a.shape[_dim(a, dim)]
+    return split(a, -(-n // chunks) if n else 1, dim) if n else split_with_sizes(a, [0], dim)
+
+
+def tensor_split(a, indices_or_sections, dim=0):
+    """``sections`` pieces as equal as can be (the first n % sections one longer), or pieces between indices."""
+    d = _dim(a, dim)
+    n = a.shape[d]
+    if isinstance(indices_or_sections, numbers.Integral):
+        k = int(indices_or_sections)
+        if k <= 0:
+            raise ValueError(f"tensor_split: sections must be positive, got {k}")
+        return split_with_sizes(a, [n // k + (i < n % k) for i in range(k)], d)
+    bounds = [0] + [builtins.min(builtins.max(int(i) + (n if i < 0 else 0), 0), n) for i in indices_or_sections] + [n]
+    return tuple(a.narrow(d, lo, builtins.max(hi - lo, 0)) if hi >= lo else a.narrow(d, lo, 0)
+                 for lo, hi in zip(bounds, bounds[1:]))
+
+
+def unbind(a, dim=0):
+    d = _dim(a, dim)
+    return tuple(a.select(d, i) for i in range(a.shape[d]))
+
+
+def flip(a, dims):
+    """a with the order of ``dims`` reversed: one strided copy walking those dims backwards."""
+    dims = _dims(a, dims)
+    strides = list(_indexing.contiguous_strides(a.shape))
+    offset = 0
+    for d in dims:
+        offset += (a.shape[d] - 1) * strides[d] if a.shape[d] else 0
+        strides[d] = -strides[d]
+    if a.numel() == 0 or not dims:
+        return clone(a)
+    return _select(a, _indexing.Region(offset, a.shape, strides), "flip")
+
+
+def roll(a, shifts, dims=None):
+    """Elements shifted ``shifts`` places along ``dims`` (of the flattened tensor when None), wrapping around."""
+    if dims is None:
+        return reshape(roll(reshape(a, (-1,)), shifts, 0), a.shape)
+    shifts = (shifts,) if isinstance(shifts, numbers.Integral) else tuple(shifts)
+    dims = (dims,) if isinstance(dims, numbers.Integral) else tuple(dims)
+    if len(shifts) != len(dims):
+        raise ValueError(f"roll: {len(shifts)} shifts for {len(dims)} dims")
+    out = a
+    for s, d in zip(shifts, dims):
+        d = _dim(a, d)
+        n = a.shape[d]
+        if n and s % n:
+            out = out.index_select(d, _host_tensor(np.roll(np.arange(n), s), a.device))
+    return out if out is not a else clone(a)
+
+
+def _triangle(a, diagonal, lower):
+    if a.ndim < 2:
+        raise ValueError(f"{'tril' if lower else 'triu'}: needs at least 2 dims, got shape {a.shape}")
+    from .tensor import arange
+    rows, cols = a.shape[-2], a.shape[-1]
+    offset = arange(cols, device=a.device).reshape(1, cols)._binary(
+        arange(rows, device=a.device).reshape(rows, 1), _SUB) if rows and cols else None
+    if offset is None:
+        return clone(a)
+    keep = (offset <= diagonal) if lower else (offset >= diagonal)
+    return mul(a, keep.to(dtype=a.dtype))
+
+
+def tril(a, diagonal=0):
+    """The lower triangle of the last two dims (the rest multiplied by zero, so an inf or NaN there gives NaN)."""
+    return _triangle(a, diagonal, True)
+
+
+def triu(a, diagonal=0):
+    """The upper triangle of the last two dims (the rest multiplied by zero, as tril)."""
+    return _triangle(a, diagonal, False)
+
+
+def unflatten(a, dim, sizes):
+    d = _dim(a, dim)
+    return reshape(a, a.shape[:d] + tuple(sizes) + a.shape[d + 1:]) if -1 not in sizes else reshape(
+        a, a.shape[:d] + tuple(s if s != -1 else a.shape[d] // builtins.max(1, -math.prod(sizes)) for s in sizes)
+        + a.shape[d + 1:])
+
+
+def repeat_interleave(a, repeats, dim=None):
+    """Each element (each slice along ``dim``; of the flattened tensor when None) repeated ``repeats`` times."""
+    if dim is None:
+        a, dim = reshape(a, (-1,)), 0
+    d = _dim(a, dim)
+    n = a.shape[d]
+    if isinstance(repeats, numbers.Integral):
+        if repeats < 0:
+            raise ValueError(f"repeat_interleave: negative repeats {repeats}")
+        shape = a.shape[:d + 1] + (int(repeats),) + a.shape[d + 1:]
+        return reshape(expand(reshape(a, a.shape[:d + 1] + (1,) + a.shape[d + 1:]), shape),
+                       a.shape[:d] + (n * int(repeats),) + a.shape[d + 1:])
+    counts = repeats.detach().cpu().numpy().reshape(-1) if isinstance(repeats, Tensor) else list(repeats)
+    if len(counts) == 1:
+        return repeat_interleave(a, int(counts[0]), d)
+    if len(counts) != n or any(c < 0 for c in counts):
+        raise ValueError(f"repeat_interleave: {len(counts)} repeats for a dim of {n} (each >= 0)")
+    return a.index_select(d, _host_tensor(np.repeat(np.arange(n), counts), a.device))
+
+
+def diff(a, n=1, dim=-1, prepend=None, append=None):
+    """Differences of neighbours along ``dim``, ``n`` times (after prepend and append are joined on)."""
+    d = _dim(a, dim)
+    if prepend is not None or append is not None:
+        parts = [p for p in (prepend, a, append) if p is not None]
+        a = permute(cat([permute(p, _to_front(p, d)) for p in parts]), _from_front(a, d))
+    for _ in range(n):
+        m = a.shape[d]
+        if m == 0:
+            break
+        a = sub(a.narrow(d, 1, m - 1), a.narrow(d, 0, m - 1))
+    return a
+
+
+def _to_front(a, d):
+    return [d] + [i for i in range(a.ndim) if i != d]
+
+
+def _from_front(a, d):
+    order = _to_front(a, d)
+    return [order.index(i) for i in range(a.ndim)]
+
+
+# -- gather and scatter --
+
+def _check_range(index, size, what):
+    if index.is_cuda and index.numel():  # the kernel skips out-of-range indices: refuse them here
+        lo, hi = int(min(index)), int(max(index))
+        if lo < 0 or hi >= size:
+            raise ValueError(f"{what}: index {lo if lo < 0 else hi} is out of range for a dim of size {size}")
+
+
+def _index_args(a, dim, index, what):
+    if not isinstance(index, Tensor) or index.dtype is not int64:
+        raise TypeError(f"{what}: the index must be an int64 tensor")
+    if index._buf.device != a._buf.device:
+        raise ValueError(f"{what}: the index is on {index.device}, the tensor on {a.device}")
+    d = _dim(a, dim)
+    _check_range(index, a.shape[d] if a.ndim else 1, what)
+    return d, index.detach().contiguous()
+
+
+class _GatherBackward(Node):
+    def __init__(self, a, dim, index):
+        super().__init__((a,), ())
+        self.shape, self.dim, self.index = a.shape, dim, index
+
+    def backward(self, g):
+        ga = _empty(self.shape, g)
+        _C.fill(ga._buf, 0.0)
+        _C.scatter_dim(ga._buf, g.contiguous()._buf, self.index._buf, self.dim, True)
+        return (ga,)
+
+
+def gather(a, dim, index):
+    """out[i][j][k] = a[i][index[i][j][k]][k] for dim 1 (likewise for any dim); out has index's shape."""
+    d, index = _index_args(a, dim, index, "gather")
+    if a.ndim == 0:
+        return reshape(gather(reshape(a, (1,)), 0, index.reshape(-1)), index.shape)
+    out = _empty(index.shape, a)
+    _C.gather_dim(out._buf, a.detach().contiguous()._buf, index._buf, d)
+    if _needs_grad(a) and a.dtype.is_floating_point:
+        _attach(out, _GatherBackward(a, d, index))
+    return out
+
+
+def _padded(g, shape):
+    """g (the index's shape) placed at the front of zeros of ``shape``."""
+    if g.shape == tuple(shape):
+        return g
+    out = _empty(shape, g)
+    _C.fill(out._buf, 0.0)
+    _indexing.select(out.shape, tuple(slice(0, s) for s in g.shape)).write(out._buf, g._buf)
+    return out
+
+
+class _ScatterBackward(Node):
+    def __init__(self, a, src, dim, index, accumulate):
+        super().__init__((a, src), ())
+        self.dim, self.index, self.accumulate = dim, index, accumulate
+        self.src_shape = None if not isinstance(src, Tensor) else src.shape
+
+    def backward(self, g):
+        g = g.contiguous()
+        ga = gsrc = None
+        if self.next_functions[0] is not None:
+            ga = g
+            if not self.accumulate:  # the overwritten elements take no gradient
+                ga = g.clone()
+                zeros = _empty(self.index.shape, g)
+                _C.fill(zeros._buf, 0.0)
+                _C.scatter_dim(ga._buf, zeros._buf, self.index._buf, self.dim, False)
+        if self.next_functions[1] is not None:
+            taken = _empty(self.index.shape, g)
+            _C.gather_dim(taken._buf, g._buf, self.index._buf, self.dim)
+            gsrc = _padded(taken, self.src_shape)
+        return ga, gsrc
+
+
+def _scatter(a, dim, index, src, accumulate, what):
+    d, index = _index_args(a, dim, index, what)
+    if not isinstance(src, Tensor):
+        from .tensor import full
+        src = full(index.shape, src, dtype=a.dtype, device=a.device)
+    if src.dtype is not a.dtype:
+        raise TypeError(f"{what}: the source is {src.dtype}, the tensor {a.dtype}")
+    out = clone(a.detach())
+    if a.ndim == 0:
+        out = out.reshape(1)
+    _C.scatter_dim(out._buf, src.detach().contiguous().reshape(out.shape if a.ndim == 0 else src.shape)._buf,
+                   index.reshape(out.shape if a.ndim == 0 else index.shape)._buf, d, accumulate)
+    out = out.reshape(a.shape)
+    if _needs_grad(a, src) and a.dtype.is_floating_point:
+        _attach(out, _ScatterBackward(a, src, d, index, accumulate))
+    return out
+
+
+def scatter(a, dim, index, src=None, value=None, reduce=None):
+    """a copy of ``a`` with out[i][index[i][j][k]][k] = src[i][j][k] (dim 1)
+    or = ``value``; ``reduce='add'`` adds instead. Where indices repeat, one write lands."""
+    if reduce not in (None, "add"):
+        raise ValueError(f"scatter: reduce={reduce!r} is not supported (None or 'add')")
+    if (src is None) == (value is None):
+        if src is None:
+            raise ValueError("scatter: give src or value")
+    return _scatter(a, dim, index, src if src is not None else value, reduce == "add", "scatter")
+
+
+def scatter_add(a, dim, index, src):
+    """a copy of ``a`` with src added at index along ``dim`` (repeats add up)."""
+    return _scatter(a, dim, index, src, True, "scatter_add")
+
+
+def index_add(a, dim, index, source, alpha=1):
+    """a copy of ``a`` with alpha * source[..., k, ...] added at a[..., index[k], ...] along ``dim``."""
+    if not isinstance(index, Tensor) or index.ndim != 1:
+        raise ValueError("index_add: the index must be a 1-d int64 tensor")
+    d = _dim(a, dim)
+    if source.ndim != a.ndim or source.shape[d] != index.shape[0] or any(
+            source.shape[i] != a.shape[i] for i in range(a.ndim) if i != d):
+        raise ValueError(f"index_add: source of shape {source.shape} does not fit {a.shape} with {index.shape[0]} "
+                         f"indices along dim {d}")
+    full_index = index.reshape(tuple(-1 if i == d else 1 for i in range(a.ndim))).expand(source.shape)
+    return scatter_add(a, d, full_index.contiguous(), source if alpha == 1 else mul(source, alpha))
+
+
+def take(a, index):
+    """a's elements, as if flattened, at ``index`` (negative indices count from the end); out has index's shape."""
+    flat = reshape(a, (-1,))
+    idx = index.detach().reshape(-1)
+    n = flat.shape[0]
+    if idx.numel():
+        idx = idx._binary((idx < 0).to(dtype=int64)._binary(n, _MUL), _ADD)
+    return reshape(gather(flat, 0, idx), index.shape)
+
+
+def masked_select(a, mask):
+    """The elements where ``mask`` (broadcast to a's shape) is non-zero, as a
+    1-d tensor. The mask is read on the host (the result's size depends on it)."""
+    if mask.shape != a.shape:
+        mask = expand(mask.detach(), _broadcast_shape(mask.shape, a.shape))
+        if mask.shape != a.shape:
+            a = expand(a, mask.shape)
+    idx = _host_tensor(np.flatnonzero(mask.detach().cpu().numpy()), a.device)
+    return gather(reshape(a, (-1,)), 0, idx)
+
+
+# -- sorting --
+
+def _host_array(a):
+    t = a.detach().cpu()
+    return t.to(dtype=float32).numpy() if t.dtype is bfloat16 else t.numpy()
+
+
+def _host_tensor(arr, device, dtype=int64):
+    from .tensor import tensor as _tensor
+
+    return _tensor(np.ascontiguousarray(arr), dtype=dtype, device=device)
+
+
+def _stable_argsort(a, d, descending):
+    """numpy's stable argsort along d (NaN last); descending sorts the
+    reversed dim and maps back, so equal elements keep their order and NaN comes first."""
+    x = _host_array(a)
+    if not descending:
+        return np.argsort(x, axis=d, kind="stable")
+    n = x.shape[d]
+    return (n - 1) - np.flip(np.argsort(np.flip(x, d), axis=d, kind="stable"), d)
+
+SortResult = collections.namedtuple("SortResult", "values indices")
+SortResult.__doc__ = "What sort and topk return, as torch.return_types.sort: (values, indices)."
+
+
+def sort(a, dim=-1, descending=False, stable=False):
+    """(values, indices) sorted along ``dim``; the sort is always stable and
+    NaN sorts as the largest value (last ascending, first descending), as in
+    PyTorch. The order is computed on the host (a GPU tensor's elements are
+    copied there and the indices back); the values are gathered on a's
+    device, and gradients flow through them."""
+    if a.ndim == 0:
+        return SortResult(clone(a), _like_scalar(0, a).to(dtype=int64))
+    d = _dim(a, dim)
+    indices = _host_tensor(_stable_argsort(a, d, descending), a.device)
+    return SortResult(gather(a, d, indices), indices)
+
+
+def argsort(a, dim=-1, descending=False, stable=False):
+    return sort(a, dim, descending, stable).indices
+
+
+def topk(a, k, dim=-1, largest=True, sorted=True):
+    """The ``k`` largest (smallest) elements along ``dim`` and their indices, in
+    sorted order, ties in index order (``sorted=False`` gives the same)."""
+    d = _dim(a, dim)
+    if not 0 <= k <= (a.shape[d] if a.ndim else 1):
+        raise ValueError(f"topk: k={k} is out of range for a dim of size {a.shape[d] if a.ndim else 1}")
+    if a.ndim == 0:
+        return sort(a)
+    indices = _host_tensor(_stable_argsort(a, d, largest), a.device).narrow(d, 0, k).contiguous()
+    return SortResult(gather(a, d, indices), indices)
+
+
+def unique(a, sorted=True, return_inverse=False, return_counts=False, dim=None):
+    """The distinct elements, sorted (also with ``sorted=False``), with where each
+    element went (``return_inverse``) and how often each occurs (``return_counts``).
+    Computed on the host, returned on a's device; not differentiable."""
+    if dim is not None:
+        raise ValueError("ddpc's unique works over all elements (dim=None)")
+    values, inverse, counts = np.unique(_host_array(a), return_inverse=True, return_counts=True)
+    out = [_host_tensor(values, a.device, a.dtype)]
+    if return_inverse:
+        out.append(_host_tensor(inverse.reshape(a.shape), a.device))
+    if return_counts:
+        out.append(_host_tensor(counts, a.device))
+    return out[0] if len(out) == 1 else tuple(out)
+
+
+# -- matrix products --
+
+def _check_mat(a, b, what, nd_a, nd_b):
+    if not isinstance(a, Tensor) or not isinstance(b, Tensor):
+        raise TypeError(f"{what} takes ddpc tensors")
+    if a.ndim != nd_a or b.ndim != nd_b:
+        raise ValueError(f"{what}: expected {nd_a}-d and {nd_b}-d operands, got shapes {a.shape} and {b.shape}")
+
+
+def mm(a, b):
+    _check_mat(a, b, "mm", 2, 2)
+    return matmul(a, b)
+
+
+def mv(a, v):
+    _check_mat(a, v, "mv", 2, 1)
+    return reshape(matmul(a, reshape(v, (-1, 1))), (a.shape[0],))
+
+
+def dot(a, b):
+    _check_mat(a, b, "dot", 1, 1)
+    if a.shape != b.shape:
+        raise ValueError(f"dot: shapes {a.shape} and {b.shape} differ")
+    return sum(mul(a, b))
+
+
+def outer(a, b):
+    _check_mat(a, b, "outer", 1, 1)
+    return mul(reshape(a, (-1, 1)), reshape(b, (1, -1)))
+
+
+def addmm(input, m1, m2, *, beta=1, alpha=1):
+    """beta * input + alpha * (m1 @ m2), input broadcast to the product's shape."""
+    prod_ = mm(m1, m2)
+    prod_ = prod_ if alpha == 1 else mul(prod_, alpha)
+    return add(prod_, input) if beta == 1 else add(prod_, mul(input, beta))
+
+
+class _BmmBackward(Node):
+    def __init__(self, a, b):
+        super().__init__((a, b), (a, b))
+
+    def backward(self, g):
+        a, b = self.saved
+        g = g.contiguous()
+        ga = _empty(a.shape, g) if self.next_functions[0] is not None else None
+        gb = _empty(b.shape, g) if self.next_functions[1] is not None else None
+        for i in range(a.shape[0]):
+            if ga is not None:
+                _C.gemm(ga[i]._buf, g[i]._buf, b[i]._buf, False, True)
+            if gb is not None:
+                _C.gemm(gb[i]._buf, a[i]._buf, g[i]._buf, True, False)
+        return ga, gb
+
+
+@autocast_op("lower")
+def bmm(a, b):
+    """a[i] @ b[i] for each batch entry i: one GEMM per entry on views of the contiguous operands."""
+    _check_mat(a, b, "bmm", 3, 3)
+    if a.shape[0] != b.shape[0] or a.shape[2] != b.shape[1]:
+        raise ValueError(f"bmm: shapes {a.shape} and {b.shape} cannot be multiplied batch by batch")
+    if a._buf.device != b._buf.device:
+        raise ValueError(f"bmm: tensors are on different devices ({a.device} and {b.device})")
+    if a.dtype is not b.dtype:
+        raise TypeError(f"bmm: dtypes differ ({a.dtype} and {b.dtype})")
+    if a.dtype in _HALVES:
+        return bmm(a.float(), b.float()).to(dtype=a.dtype)
+    x, y = a.detach().contiguous(), b.detach().contiguous()
+    out = _empty((a.shape[0], a.shape[1], b.shape[2]), a)
+    for i in range(a.shape[0]):
+        _C.gemm(out[i]._buf, x[i]._buf, y[i]._buf)
+    if _needs_grad(a, b):
+        _attach(out, _BmmBackward(a, b))
+    return out
 
 
 # ---- shape ops ------------------------------------------------------------------------------

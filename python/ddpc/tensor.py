@@ -7,6 +7,7 @@ through autograd.py, which records the graph when grad mode is on; in-place
 ops never record and refuse tensors that require grad while it is on.
 """
 
+import math
 import numbers
 import os
 
@@ -417,8 +418,13 @@ class Tensor:
 
     view = reshape
 
-    def flatten(self):
-        return self.reshape(-1)
+    def flatten(self, start_dim=0, end_dim=-1):
+        if self.ndim == 0:
+            return self.reshape(1)
+        s, e = _ag._dim(self, start_dim), _ag._dim(self, end_dim)
+        if s > e:
+            raise ValueError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim}")
+        return self.reshape(self.shape[:s] + (math.prod(self.shape[s:e + 1]),) + self.shape[e + 1:])
 
     def __getitem__(self, index):
         return _ag.index(self, index)
@@ -714,6 +720,55 @@ class Tensor:
 
     def argmin(self, dim=None, keepdim=False):
         return _ag.argmin(self, dim, keepdim)
+
+    # ---- reductions, scans, splitting, gather / scatter, sorting (autograd.py has the docs)
+    def prod(self, dim=None, keepdim=False, dtype=None): return _ag.prod(self, dim, keepdim, dtype)
+    def cumsum(self, dim, dtype=None): return _ag.cumsum(self, dim, dtype)
+    def cumprod(self, dim, dtype=None): return _ag.cumprod(self, dim, dtype)
+    def var(self, dim=None, unbiased=None, keepdim=False, *, correction=None):
+        return _ag.var(self, dim, unbiased, keepdim, correction=correction)
+    def std(self, dim=None, unbiased=None, keepdim=False, *, correction=None):
+        return _ag.std(self, dim, unbiased, keepdim, correction=correction)
+    def norm(self, p="fro", dim=None, keepdim=False, dtype=None): return _ag.norm(self, p, dim, keepdim, dtype)
+    def amax(self, dim=(), keepdim=False): return _ag.amax(self, dim, keepdim)
+    def amin(self, dim=(), keepdim=False): return _ag.amin(self, dim, keepdim)
+    def logsumexp(self, dim, keepdim=False): return _ag.logsumexp(self, dim, keepdim)
+    def all(self, dim=None, keepdim=False): return _ag.all_(self, dim, keepdim)
+    def any(self, dim=None, keepdim=False): return _ag.any_(self, dim, keepdim)
+    def count_nonzero(self, dim=None): return _ag.count_nonzero(self, dim)
+    def chunk(self, chunks, dim=0): return _ag.chunk(self, chunks, dim)
+    def split(self, split_size, dim=0): return _ag.split(self, split_size, dim)
+    def split_with_sizes(self, split_sizes, dim=0): return _ag.split_with_sizes(self, split_sizes, dim)
+    def tensor_split(self, indices_or_sections, dim=0): return _ag.tensor_split(self, indices_or_sections, dim)
+    def unbind(self, dim=0): return _ag.unbind(self, dim)
+    def flip(self, *dims): return _ag.flip(self, _size_args(dims))
+    def roll(self, shifts, dims=None): return _ag.roll(self, shifts, dims)
+    def tril(self, diagonal=0): return _ag.tril(self, diagonal)
+    def triu(self, diagonal=0): return _ag.triu(self, diagonal)
+    def unflatten(self, dim, sizes): return _ag.unflatten(self, dim, sizes)
+    def repeat_interleave(self, repeats, dim=None): return _ag.repeat_interleave(self, repeats, dim)
+    def diff(self, n=1, dim=-1, prepend=None, append=None): return _ag.diff(self, n, dim, prepend, append)
+    def gather(self, dim, index): return _ag.gather(self, dim, index)
+    def scatter(self, dim, index, src=None, value=None, reduce=None):
+        return _ag.scatter(self, dim, index, src, value, reduce)
+    def scatter_add(self, dim, index, src): return _ag.scatter_add(self, dim, index, src)
+    def index_add(self, dim, index, source, alpha=1): return _ag.index_add(self, dim, index, source, alpha)
+    def scatter_(self, dim, index, src=None, value=None, reduce=None):
+        return self.copy_(_ag.scatter(self, dim, index, src, value, reduce))
+    def scatter_add_(self, dim, index, src): return self.copy_(_ag.scatter_add(self, dim, index, src))
+    def index_add_(self, dim, index, source, alpha=1): return self.copy_(_ag.index_add(self, dim, index, source, alpha))
+    def take(self, index): return _ag.take(self, index)
+    def masked_select(self, mask): return _ag.masked_select(self, mask)
+    def sort(self, dim=-1, descending=False, stable=False): return _ag.sort(self, dim, descending, stable)
+    def argsort(self, dim=-1, descending=False, stable=False): return _ag.argsort(self, dim, descending, stable)
+    def topk(self, k, dim=-1, largest=True, sorted=True): return _ag.topk(self, k, dim, largest, sorted)
+    def unique(self, sorted=True, return_inverse=False, return_counts=False, dim=None):
+        return _ag.unique(self, sorted, return_inverse, return_counts, dim)
+    def bmm(self, other): return _ag.bmm(self, other)
+    def mv(self, vec): return _ag.mv(self, vec)
+    def dot(self, other): return _ag.dot(self, other)
+    def outer(self, other): return _ag.outer(self, other)
+    def addmm(self, mat1, mat2, *, beta=1, alpha=1): return _ag.addmm(self, mat1, mat2, beta=beta, alpha=alpha)
 
     # ---- printing -------------------------------------------------------------------
     def __repr__(self):
@@ -1248,5 +1303,29 @@ def cat(tensors, dim=0):
         row += t.shape[0]
     return out
 
+
+# ---- top-level forms of Tensor methods (torch.flatten, torch.numel, ...) ----
+def is_tensor(obj):
+    return isinstance(obj, Tensor)
+
+
+def numel(t):
+    return t.numel()
+
+
+def flatten(t, start_dim=0, end_dim=-1):
+    return t.flatten(start_dim, end_dim)
+
+
+def squeeze(t, dim=None):
+    return t.squeeze(dim)
+
+
+def unsqueeze(t, dim):
+    return t.unsqueeze(dim)
+
+
+def index_select(t, dim, index):
+    return t.index_select(dim, index)
 
 from . import autograd as _ag  # noqa: E402  (autograd builds on the Tensor class above)
