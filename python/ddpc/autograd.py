@@ -1355,10 +1355,10 @@ def _triangle(a, diagonal, lower):
         raise ValueError(f"{'tril' if lower else 'triu'}: needs at least 2 dims, got shape {a.shape}")
     from .tensor import arange
     rows, cols = a.shape[-2], a.shape[-1]
-    offset = arange(cols, device=a.device).reshape(1, cols)._binary(
-        arange(rows, device=a.device).reshape(rows, 1), _SUB) if rows and cols else None
-    if offset is None:
+    if not (rows and cols):
         return clone(a)
+    with no_grad():  # column minus row, for each element
+        offset = sub(arange(cols, device=a.device).reshape(1, cols), arange(rows, device=a.device).reshape(rows, 1))
     keep = (offset <= diagonal) if lower else (offset >= diagonal)
     return mul(a, keep.to(dtype=a.dtype))
 
