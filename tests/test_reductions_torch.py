@@ -1,0 +1,79 @@
+"""Optional: the reductions, scans, gather/scatter, sorting and matrix
+products of ddpc against PyTorch's on the same float64 inputs (skipped when
+torch is not installed): outputs and gradients within 1e-9. Each comparison
+runs in a child process that imports torch before ddpc (see
+test_nn_extra_torch.py) and fails there, printing what differs."""
+
+import importlib.util
+import os
+import subprocess
+import sys
+
+import pytest
+
+def _ties(lib, x):
+    """x with columns repeated, so rows hold equal values."""
+    return x.index_select(1, lib.tensor([0, 0, 2, 3, 3]))
+
+
+# name: fn(lib, x) on a (4, 5) float64 tensor that requires grad; a tuple result is compared element by element.
+CASES = {
+    "prod": lambda L, x: x.prod(1) + x.prod(0).sum(),
+    "cumsum": lambda L, x: L.cumsum(x, 0) * 2,
+    "cumprod": lambda L, x: x.cumprod(1),
+    "cumprod_zeros": lambda L, x: (x * (x > 0)).cumprod(1),
+    "var": lambda L, x: x.var(1, correction=0) + x.var(0, keepdim=True).sum() + x.var(),
+    "std_mean": lambda L, x: L.std_mean(x, (0, 1)),
+    "norm": lambda L, x: x.norm() + x.norm(1, 1).sum() + x.norm(float("inf"), 0).sum() + x.norm(3, 1).sum(),
+    "amax": lambda L, x: _ties(L, x).amax(1) + L.amin(_ties(L, x), 0).sum(),
+    "logsumexp": lambda L, x: L.logsumexp(x * 30, 1),
+    "gather": lambda L, x: x.gather(1, L.tensor([[0, 4, 4], [1, 1, 0], [3, 2, 2], [0, 0, 0]])),
+    "scatter_add": lambda L, x: x.scatter_add(0, L.tensor([[0, 3, 3, 1, 0]] * 3), x[:3] * 2),
+    "index_add": lambda L, x: x.index_add(1, L.tensor([4, 0, 4]), x[:, :3], alpha=3),
+    "sort": lambda L, x: _ties(L, x).sort(dim=1, descending=True, stable=True),
+    "topk": lambda L, x: x.topk(3, 0),
+    "flip_roll": lambda L, x: x.flip(0) + x.roll(2, 1) + x.tril(1) + x.triu(-1),
+    "split": lambda L, x: L.cat([p.sum(0, keepdim=True) for p in x.tensor_split(3)]),
+    "bmm": lambda L, x: L.bmm(x.reshape(2, 2, 5), x.reshape(2, 5, 2)),
+}
+
+
+def _run(lib, fn, x):
+    import numpy as np
+
+    t = lib.tensor(x, requires_grad=True)
+    out = fn(lib, t)
+    outs = list(out) if isinstance(out, tuple) else [out]
+    floats = [o for o in outs if o.dtype == lib.float64]
+    loss = sum((o * lib.tensor(np.arange(o.numel(), dtype=np.float64).reshape(tuple(o.shape)))).sum() for o in floats)
+    loss.backward()
+    return [np.asarray(o.detach()) for o in outs] + [np.asarray(t.grad)]
+
+
+def _child(name):
+    import numpy as np
+    import torch
+
+    import ddpc
+
+    x = np.random.default_rng(3).standard_normal((4, 5)) * 2
+    want, got = _run(torch, CASES[name], x), _run(ddpc, CASES[name], x)
+    assert len(want) == len(got), f"{name}: {len(got)} results, PyTorch {len(want)}"
+    for i, (a, b) in enumerate(zip(got, want)):
+        assert a.shape == b.shape, f"{name} result {i}: shape {a.shape}, PyTorch's {b.shape}"
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-9, err_msg=f"{name} result {i}")
+    print("ok")
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_matches_pytorch(case):
+    if importlib.util.find_spec("torch") is None:
+        pytest.skip("torch is not installed")
+    proc = subprocess.run([sys.executable, __file__, case], capture_output=True, text=True, timeout=240,
+                          env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.strip().endswith("ok"), proc.stdout
+
+
+if __name__ == "__main__":
+    _child(sys.argv[1])
