@@ -1151,8 +1151,8 @@ def var_mean(a, dim=None, unbiased=None, keepdim=False, *, correction=None):
     n = math.prod(a.shape[d] for d in dims)
     m = mean(a, dims, keepdim=True)
     dev = sub(a, m)
-    v = div(sum(mul(dev, dev), dims, keepdim=True), float(n - _correction(unbiased, correction)) if
-            n > _correction(unbiased, correction) else 0.0)
+    c = _correction(unbiased, correction)
+    v = div(sum(mul(dev, dev), dims, keepdim=True), float(n - c) if n > c else 0.0)
     return _reduced(v, a, dims, keepdim), _reduced(m, a, dims, keepdim)
 
 
