@@ -6,14 +6,17 @@
 
 #include "buffer.h"
 
-/* The comparisons write 1 where they hold and 0 elsewhere, in the operands' dtype. */
+/* The comparisons write 1 where they hold and 0 elsewhere, in the operands'
+ * dtype. MAX and MIN are PyTorch's maximum and minimum: a NaN in either
+ * operand gives NaN. */
 typedef enum {
     DDPC_ADD = 0, DDPC_SUB, DDPC_MUL, DDPC_DIV, DDPC_RSUB, DDPC_RDIV,
-    DDPC_EQ, DDPC_NE, DDPC_LT, DDPC_LE, DDPC_GT, DDPC_GE, DDPC_NBINARY
+    DDPC_EQ, DDPC_NE, DDPC_LT, DDPC_LE, DDPC_GT, DDPC_GE, DDPC_MAX, DDPC_MIN, DDPC_NBINARY
 } ddpc_binary_op;
 
 /* `n` elements of `o = x op y`, where o, x and y are expressions of the index
- * k_; the switch is outside the loops, so each loop vectorises. */
+ * k_; the switch is outside the loops, so each loop vectorises. MAX and MIN
+ * reach x + y only when a comparison failed on a NaN, which the sum passes on. */
 #define DDPC_BINARY_LOOPS(op, n, o, x, y)                                          \
     switch (op) {                                                                  \
     case DDPC_ADD: for (int64_t k_ = 0; k_ < (n); k_++) o = x + y; break;           \
@@ -27,7 +30,9 @@ typedef enum {
     case DDPC_LT: for (int64_t k_ = 0; k_ < (n); k_++) o = x < y; break;            \
     case DDPC_LE: for (int64_t k_ = 0; k_ < (n); k_++) o = x <= y; break;           \
     case DDPC_GT: for (int64_t k_ = 0; k_ < (n); k_++) o = x > y; break;            \
-    default: for (int64_t k_ = 0; k_ < (n); k_++) o = x >= y; break;                \
+    case DDPC_GE: for (int64_t k_ = 0; k_ < (n); k_++) o = x >= y; break;           \
+    case DDPC_MAX: for (int64_t k_ = 0; k_ < (n); k_++) o = x < y ? y : (x >= y ? x : x + y); break; \
+    default: for (int64_t k_ = 0; k_ < (n); k_++) o = x > y ? y : (x <= y ? x : x + y); break; \
     }
 typedef enum { DDPC_RAND_UNIFORM = 0, DDPC_RAND_NORMAL, DDPC_RAND_INT } ddpc_random_kind;
 

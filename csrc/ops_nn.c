@@ -45,6 +45,7 @@ static ddpc_status check_like_(const ddpc_buffer *ref, const ddpc_buffer *b, int
 
 #define INV_SQRT2 0.70710678118654752440
 #define INV_SQRT_2PI 0.39894228040143267794
+#define INV_SQRT_PI 0.56418958354775628695
 
 /* The function of T's precision (sizeof is a constant, so one branch remains). */
 #define EXP_T(T, x) (sizeof(T) == 4 ? (T)ddpc_exp_f32((float)(x)) : (T)exp((double)(x)))
@@ -90,8 +91,40 @@ ddpc_status ddpc_op_unary(ddpc_unary_op op, ddpc_buffer *out, const ddpc_buffer 
         case DDPC_MISH: for (int64_t i = 0; i < n; i++) o[i] = a[i] * TANH_T(T, SOFTPLUS_T(T, a[i])); break;
         case DDPC_HARDTANH: for (int64_t i = 0; i < n; i++) o[i] = a[i] < pt ? pt : (a[i] > qt ? qt : a[i]); break;
         case DDPC_HARDSWISH: for (int64_t i = 0; i < n; i++) o[i] = a[i] * RELU6_T(T, a[i] + 3) / 6; break;
-        default: /* HARDSIGMOID */
-            for (int64_t i = 0; i < n; i++) o[i] = RELU6_T(T, a[i] + 3) / 6;
+        case DDPC_HARDSIGMOID: for (int64_t i = 0; i < n; i++) o[i] = RELU6_T(T, a[i] + 3) / 6; break;
+        case DDPC_ABS: for (int64_t i = 0; i < n; i++) o[i] = fabs(a[i]); break;
+        case DDPC_SQRT: for (int64_t i = 0; i < n; i++) o[i] = sqrt(a[i]); break;
+        case DDPC_RSQRT: for (int64_t i = 0; i < n; i++) o[i] = (T)1 / sqrt(a[i]); break;
+        case DDPC_SQUARE: for (int64_t i = 0; i < n; i++) o[i] = a[i] * a[i]; break;
+        case DDPC_SIN: for (int64_t i = 0; i < n; i++) o[i] = sin(a[i]); break;
+        case DDPC_COS: for (int64_t i = 0; i < n; i++) o[i] = cos(a[i]); break;
+        case DDPC_LOG1P: for (int64_t i = 0; i < n; i++) o[i] = log1p(a[i]); break;
+        case DDPC_EXPM1: for (int64_t i = 0; i < n; i++) o[i] = expm1(a[i]); break;
+        case DDPC_ERF: for (int64_t i = 0; i < n; i++) o[i] = erf(a[i]); break;
+        case DDPC_RECIPROCAL: for (int64_t i = 0; i < n; i++) o[i] = (T)1 / a[i]; break;
+        case DDPC_SIGN: for (int64_t i = 0; i < n; i++) o[i] = (T)((a[i] > 0) - (a[i] < 0)); break;
+        case DDPC_FLOOR: for (int64_t i = 0; i < n; i++) o[i] = floor(a[i]); break;
+        case DDPC_CEIL: for (int64_t i = 0; i < n; i++) o[i] = ceil(a[i]); break;
+        case DDPC_TRUNC: for (int64_t i = 0; i < n; i++) o[i] = trunc(a[i]); break;
+        case DDPC_ROUND: {
+            /* Half to even (rint in the default rounding mode); with decimals,
+             * PyTorch's x * 10^d rounded, then divided back. */
+            const T scale = (T)pow(10.0, fabs(p));
+            if (p >= 0)
+                for (int64_t i = 0; i < n; i++) o[i] = rint(a[i] * scale) / scale;
+            else
+                for (int64_t i = 0; i < n; i++) o[i] = rint(a[i] / scale) * scale;
+        } break;
+        case DDPC_CLAMP:
+            for (int64_t i = 0; i < n; i++) {
+                T v = a[i] < pt ? pt : a[i];
+                o[i] = v > qt ? qt : v;
+            }
+            break;
+        case DDPC_ISNAN: for (int64_t i = 0; i < n; i++) o[i] = (T)(isnan(a[i]) != 0); break;
+        case DDPC_ISINF: for (int64_t i = 0; i < n; i++) o[i] = (T)(isinf(a[i]) != 0); break;
+        default: /* ISFINITE */
+            for (int64_t i = 0; i < n; i++) o[i] = (T)(isfinite(a[i]) != 0);
             break;
         }
     });
@@ -158,8 +191,22 @@ ddpc_status ddpc_op_unary_backward(ddpc_unary_op op, ddpc_buffer *gx, const ddpc
         case DDPC_HARDSWISH:
             for (int64_t i = 0; i < n; i++) o[i] = s[i] <= -3 ? (T)0 : (s[i] < 3 ? g[i] * (s[i] / 3 + (T)0.5) : g[i]);
             break;
-        default: /* HARDSIGMOID */
-            for (int64_t i = 0; i < n; i++) o[i] = s[i] > -3 && s[i] < 3 ? g[i] / 6 : (T)0;
+        case DDPC_HARDSIGMOID: for (int64_t i = 0; i < n; i++) o[i] = s[i] > -3 && s[i] < 3 ? g[i] / 6 : (T)0; break;
+        case DDPC_ABS: for (int64_t i = 0; i < n; i++) o[i] = s[i] > 0 ? g[i] : (s[i] < 0 ? -g[i] : (T)0); break;
+        case DDPC_SQRT: for (int64_t i = 0; i < n; i++) o[i] = g[i] / (2 * s[i]); break;
+        case DDPC_RSQRT: for (int64_t i = 0; i < n; i++) o[i] = (T)-0.5 * g[i] * s[i] * s[i] * s[i]; break;
+        case DDPC_SQUARE: for (int64_t i = 0; i < n; i++) o[i] = 2 * g[i] * s[i]; break;
+        case DDPC_SIN: for (int64_t i = 0; i < n; i++) o[i] = g[i] * cos(s[i]); break;
+        case DDPC_COS: for (int64_t i = 0; i < n; i++) o[i] = -g[i] * sin(s[i]); break;
+        case DDPC_LOG1P: for (int64_t i = 0; i < n; i++) o[i] = g[i] / (1 + s[i]); break;
+        case DDPC_EXPM1: for (int64_t i = 0; i < n; i++) o[i] = g[i] * (s[i] + 1); break;
+        case DDPC_ERF:
+            for (int64_t i = 0; i < n; i++) o[i] = g[i] * (T)(2 * INV_SQRT_PI) * EXP_T(T, -s[i] * s[i]);
+            break;
+        case DDPC_RECIPROCAL: for (int64_t i = 0; i < n; i++) o[i] = -g[i] * s[i] * s[i]; break;
+        case DDPC_CLAMP: for (int64_t i = 0; i < n; i++) o[i] = s[i] > pt && s[i] < qt ? g[i] : (T)0; break;
+        default: /* piecewise constant: SIGN, FLOOR, CEIL, TRUNC, ROUND and the predicates */
+            for (int64_t i = 0; i < n; i++) o[i] = 0;
             break;
         }
     });
@@ -225,29 +272,41 @@ static ddpc_status bcast_strides_(const ddpc_buffer *out, const ddpc_buffer *a, 
 _Static_assert(sizeof(((ddpc_k_bcast *)0)->shape) == DDPC_MAX_NDIM * sizeof(int64_t),
                "ddpc_k_bcast (kernels.h) holds DDPC_MAX_NDIM dims");
 
-/* The strides as the CUDA kernel takes them (inline: unused where CUDA is not built). */
-static inline ddpc_k_bcast bcast_geo_(const ddpc_buffer *out, const int64_t *sa, const int64_t *sb) {
+/* The strides as the CUDA kernel takes them (sc: a third operand's, or NULL;
+ * inline: unused where CUDA is not built). */
+static inline ddpc_k_bcast bcast_geo_(const ddpc_buffer *out, const int64_t *sa, const int64_t *sb, const int64_t *sc) {
     ddpc_k_bcast geo = {.ndim = out->ndim};
-    for (int d = 0; d < out->ndim; d++) geo.shape[d] = out->shape[d], geo.sa[d] = sa[d], geo.sb[d] = sb[d];
+    for (int d = 0; d < out->ndim; d++) {
+        geo.shape[d] = out->shape[d], geo.sa[d] = sa[d], geo.sb[d] = sb[d];
+        geo.sc[d] = sc ? sc[d] : 0;
+    }
     return geo;
+}
+
+/* Moves the counter idx over out's dims but the last to the next row, and the
+ * offsets off[j] of the k operands along with it (at their strides st[j]). */
+static inline void next_row_(const ddpc_buffer *out, int64_t *idx, int k, const int64_t *const *st, int64_t *off) {
+    for (int d = out->ndim - 2; d >= 0; d--) {
+        for (int j = 0; j < k; j++) off[j] += st[j][d];
+        if (++idx[d] < out->shape[d]) return;
+        for (int j = 0; j < k; j++) off[j] -= st[j][d] * out->shape[d];
+        idx[d] = 0;
+    }
 }
 
 /* Rows of out's last dim: the offsets of a and b advance with a counter over
  * the other dims; within a row both step by their last stride (0 or 1). */
 #define BCAST_LOOP(T)                                                              \
     do {                                                                           \
-        int64_t last = out->shape[nd - 1], rows = out->numel / last, idx[DDPC_MAX_NDIM] = {0}, oa = 0, ob = 0; \
+        int64_t last = out->shape[nd - 1], rows = out->numel / last, idx[DDPC_MAX_NDIM] = {0}, off[2] = {0, 0}; \
         int64_t la = sa[nd - 1], lb = sb[nd - 1];                                  \
+        const int64_t *st[2] = {sa, sb};                                           \
         const T *x = a->data, *y = b->data;                                        \
         for (int64_t r = 0; r < rows; r++) {                                       \
             T *o = (T *)out->data + r * last;                                      \
-            const T *xr = x + oa, *yr = y + ob;                                    \
+            const T *xr = x + off[0], *yr = y + off[1];                            \
             DDPC_BINARY_LOOPS(op, last, o[k_], xr[k_ * la], yr[k_ * lb]);          \
-            for (int d = nd - 2; d >= 0; d--) {                                    \
-                oa += sa[d], ob += sb[d];                                          \
-                if (++idx[d] < out->shape[d]) break;                               \
-                oa -= sa[d] * out->shape[d], ob -= sb[d] * out->shape[d], idx[d] = 0; \
-            }                                                                      \
+            next_row_(out, idx, 2, st, off);                                       \
         }                                                                          \
     } while (0)
 
@@ -263,8 +322,51 @@ ddpc_status ddpc_op_binary_broadcast(ddpc_binary_op op, ddpc_buffer *out, const 
     if (out->numel == 0) return DDPC_OK;
     if (out->device != DDPC_CPU)
         DDPC_LAUNCH(out->device, ddpc_k_binary_broadcast(op, out->data, a->data, b->data, out->dtype, out->numel,
-                                                         bcast_geo_(out, sa, sb), stream));
+                                                         bcast_geo_(out, sa, sb, NULL), stream));
     DDPC_REAL_TYPES(out->dtype, BCAST_LOOP(T));
+    return DDPC_OK;
+}
+
+/* A selection moves elements unchanged, so it runs on words of the element's size (W). */
+#define WHERE_LOOP(W)                                                              \
+    do {                                                                           \
+        int64_t last = nd ? out->shape[nd - 1] : 1, rows = out->numel / last, idx[DDPC_MAX_NDIM] = {0}; \
+        int64_t off[3] = {0, 0, 0}, lc = nd ? sc[nd - 1] : 0, la = nd ? sa[nd - 1] : 0, lb = nd ? sb[nd - 1] : 0; \
+        const int64_t *st[3] = {sc, sa, sb};                                       \
+        const uint8_t *c = cond->data;                                             \
+        const W *x = a->data, *y = b->data;                                        \
+        for (int64_t r = 0; r < rows; r++) {                                       \
+            W *o = (W *)out->data + r * last;                                      \
+            const uint8_t *cr = c + off[0];                                        \
+            const W *xr = x + off[1], *yr = y + off[2];                            \
+            for (int64_t k = 0; k < last; k++) o[k] = cr[k * lc] ? xr[k * la] : yr[k * lb]; \
+            next_row_(out, idx, 3, st, off);                                       \
+        }                                                                          \
+    } while (0)
+
+ddpc_status ddpc_op_where(ddpc_buffer *out, const ddpc_buffer *cond, const ddpc_buffer *a, const ddpc_buffer *b) {
+    CHECK(check_writable_(out, "where"));
+    if (cond->dtype != DDPC_UINT8)
+        return DDPC_ERROR(DDPC_ERR_TYPE, "where: the condition must be uint8, got %s", ddpc_dtype_name(cond->dtype));
+    if (cond->device != out->device) return DDPC_ERROR(DDPC_ERR_ARG, "where: the condition is on another device");
+    CHECK(check_like_(out, a, -1, "where", "the first operand"));
+    CHECK(check_like_(out, b, -1, "where", "the second operand"));
+    int nd = out->ndim;
+    int64_t sc[DDPC_MAX_NDIM] = {0}, sa[DDPC_MAX_NDIM] = {0}, sb[DDPC_MAX_NDIM] = {0};
+    CHECK(bcast_strides_(out, cond, sc, "the condition"));
+    CHECK(bcast_strides_(out, a, sa, "the first operand"));
+    CHECK(bcast_strides_(out, b, sb, "the second operand"));
+    if (out->numel == 0) return DDPC_OK;
+    int size = (int)ddpc_dtype_size(out->dtype);
+    if (out->device != DDPC_CPU)
+        DDPC_LAUNCH(out->device, ddpc_k_where(out->data, cond->data, a->data, b->data, size, out->numel,
+                                              bcast_geo_(out, sa, sb, sc), stream));
+    switch (size) {
+    case 1: WHERE_LOOP(uint8_t); break;
+    case 2: WHERE_LOOP(uint16_t); break;
+    case 4: WHERE_LOOP(uint32_t); break;
+    default: WHERE_LOOP(uint64_t); break;
+    }
     return DDPC_OK;
 }
 
@@ -1062,6 +1164,15 @@ static PyObject *py_binary_rows(PyObject *m, PyObject *args) {
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(out), ddpc_op_binary_rows((ddpc_binary_op)op, out, a, row));
 }
 
+static PyObject *py_where(PyObject *m, PyObject *args) {
+    (void)m;
+    ddpc_buffer *out, *cond, *a, *b;
+    if (!PyArg_ParseTuple(args, "O&O&O&O&:where", ddpc_arg_buffer, &out, ddpc_arg_buffer, &cond, ddpc_arg_buffer, &a,
+                          ddpc_arg_buffer, &b))
+        return NULL;
+    DDPC_RUN_RELEASED(ddpc_buffer_nbytes(out), ddpc_op_where(out, cond, a, b));
+}
+
 static PyObject *py_binary_broadcast(PyObject *m, PyObject *args) {
     (void)m;
     int op;
@@ -1296,11 +1407,15 @@ static PyMethodDef nn_methods[] = {
     {"get_num_threads", py_get_num_threads, METH_NOARGS, "threads for ddpc's host loops"},
     {"unary", py_unary, METH_VARARGS,
      "unary(op, out, x, p=0, q=0): 0 relu 1 gelu 2 tanh 3 sigmoid 4 exp 5 log 6 pow(x, p) 7 leaky_relu(x, p) "
-     "8 elu(x, p) 9 silu 10 softplus(x, p, q) 11 mish 12 hardtanh(x, p, q) 13 hardswish 14 hardsigmoid"},
+     "8 elu(x, p) 9 silu 10 softplus(x, p, q) 11 mish 12 hardtanh(x, p, q) 13 hardswish 14 hardsigmoid "
+     "15 abs 16 sqrt 17 rsqrt 18 square 19 sin 20 cos 21 log1p 22 expm1 23 erf 24 reciprocal 25 sign 26 floor "
+     "27 ceil 28 trunc 29 round(x, decimals p) 30 clamp(x, p, q) 31 isnan 32 isinf 33 isfinite"},
     {"unary_backward", py_unary_backward, METH_VARARGS,
-     "unary_backward(op, gx, gy, saved, p=0, q=0): saved is y for tanh sigmoid exp, x for the others"},
+     "unary_backward(op, gx, gy, saved, p=0, q=0): saved is y for tanh sigmoid exp sqrt rsqrt expm1 reciprocal, "
+     "x for the others"},
     {"binary_rows", py_binary_rows, METH_VARARGS, "binary_rows(op, out, a, row): a op row, row repeated over a"},
     {"binary_broadcast", py_binary_broadcast, METH_VARARGS, "binary_broadcast(op, out, a, b): numpy's broadcasting"},
+    {"where", py_where, METH_VARARGS, "where(out, cond, a, b): cond ? a : b with numpy's broadcasting; cond uint8"},
     {"sum_dim", py_sum_dim, METH_VARARGS, "sum_dim(out, a, dim)"},
     {"extreme_dim", py_extreme_dim, METH_VARARGS,
      "extreme_dim(values, indices, a, dim, want_max): max or min along dim and where it first is"},

@@ -12,10 +12,15 @@
 
 /* The parameters p and q of ddpc_op_unary: POW's exponent p; LEAKY_RELU's
  * negative slope p; ELU's alpha p; SOFTPLUS's beta p and threshold q;
- * HARDTANH's min p and max q (ReLU6 is HARDTANH over [0, 6], as in PyTorch). */
+ * HARDTANH's and CLAMP's min p and max q (ReLU6 is HARDTANH over [0, 6], as
+ * in PyTorch); ROUND's number of decimals p. ISNAN, ISINF and ISFINITE write
+ * 1 where they hold and 0 elsewhere. */
 typedef enum {
     DDPC_RELU = 0, DDPC_GELU, DDPC_TANH, DDPC_SIGMOID, DDPC_EXP, DDPC_LOG, DDPC_POW,
     DDPC_LEAKY_RELU, DDPC_ELU, DDPC_SILU, DDPC_SOFTPLUS, DDPC_MISH, DDPC_HARDTANH, DDPC_HARDSWISH, DDPC_HARDSIGMOID,
+    DDPC_ABS, DDPC_SQRT, DDPC_RSQRT, DDPC_SQUARE, DDPC_SIN, DDPC_COS, DDPC_LOG1P, DDPC_EXPM1, DDPC_ERF,
+    DDPC_RECIPROCAL, DDPC_SIGN, DDPC_FLOOR, DDPC_CEIL, DDPC_TRUNC, DDPC_ROUND, DDPC_CLAMP,
+    DDPC_ISNAN, DDPC_ISINF, DDPC_ISFINITE,
     DDPC_NUNARY
 } ddpc_unary_op;
 /* Matches PyTorch's reduction codes. */
@@ -26,9 +31,11 @@ typedef enum { DDPC_REDUCE_NONE = 0, DDPC_REDUCE_MEAN, DDPC_REDUCE_SUM } ddpc_re
  * threshold and log(1 + exp(beta * x)) / beta, computed without overflow,
  * elsewhere. */
 ddpc_status ddpc_op_unary(ddpc_unary_op op, ddpc_buffer *out, const ddpc_buffer *x, double p, double q);
-/* gx = gy * f'(x), with PyTorch's choice of derivative at the kinks. `saved`
- * is the output y = f(x) for tanh, sigmoid and exp, and the input x for the
- * others (whichever the derivative needs). */
+/* gx = gy * f'(x), with PyTorch's choice of derivative at the kinks (CLAMP's
+ * is 0 at the bounds and at NaN, HARDTANH's only at the bounds; SIGN, FLOOR,
+ * CEIL, TRUNC, ROUND and the predicates have 0). `saved` is the output
+ * y = f(x) for tanh, sigmoid, exp, sqrt, rsqrt, expm1 and reciprocal, and the
+ * input x for the others (whichever the derivative needs). */
 ddpc_status ddpc_op_unary_backward(ddpc_unary_op op, ddpc_buffer *gx, const ddpc_buffer *gy, const ddpc_buffer *saved,
                                    double p, double q);
 /* out = a op row, `row` repeated over a's leading elements (a->numel a multiple
@@ -39,6 +46,10 @@ ddpc_status ddpc_op_binary_rows(ddpc_binary_op op, ddpc_buffer *out, const ddpc_
  * last dims, are out's or 1 there (or missing at the front). Floats and
  * integers (these without DIV and RDIV), one dtype for all three. */
 ddpc_status ddpc_op_binary_broadcast(ddpc_binary_op op, ddpc_buffer *out, const ddpc_buffer *a, const ddpc_buffer *b);
+/* out = cond ? a : b elementwise, the three broadcast to out's shape as in
+ * ddpc_op_binary_broadcast; cond is uint8 (any non-zero is true), a and b
+ * out's dtype (any). */
+ddpc_status ddpc_op_where(ddpc_buffer *out, const ddpc_buffer *cond, const ddpc_buffer *a, const ddpc_buffer *b);
 /* out = a summed along `dim` (out has a's shape without that dim); float32,
  * float64 (both accumulated in double) or int64 (exact, wrapping on overflow). */
 ddpc_status ddpc_op_sum_dim(ddpc_buffer *out, const ddpc_buffer *a, int dim);

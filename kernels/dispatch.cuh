@@ -20,7 +20,8 @@ template <> __device__ __forceinline__ float load<__nv_bfloat16>(const __nv_bflo
     return __bfloat162float(p[i]);
 }
 
-// a op b for the binary op codes of csrc/ops.h (comparisons give 1 or 0).
+// a op b for the binary op codes of csrc/ops.h (comparisons give 1 or 0;
+// maximum and minimum pass a NaN on through the sum, as the host loops do).
 template <typename A> __device__ __forceinline__ A binary_apply(int op, A a, A b) {
     switch (op) {
     case 0: return a + b;
@@ -34,7 +35,9 @@ template <typename A> __device__ __forceinline__ A binary_apply(int op, A a, A b
     case 8: return (A)(a < b);
     case 9: return (A)(a <= b);
     case 10: return (A)(a > b);
-    default: return (A)(a >= b);
+    case 11: return (A)(a >= b);
+    case 12: return a < b ? b : (a >= b ? a : (A)(a + b));
+    default: return a > b ? b : (a <= b ? a : (A)(a + b));
     }
 }
 

@@ -52,14 +52,18 @@ int ddpc_k_random(void *dst, int dtype, int kind, uint64_t seed, uint64_t offset
 int ddpc_k_rows_fill(void *out, const void *row, int dtype, int64_t rows, int64_t n, void *stream);
 int ddpc_k_binary_rows(int op, void *out, const void *a, const void *row, int dtype, int64_t numel, int64_t n,
                        void *stream);
-/* Strides (in elements, 0 along broadcast dims) of a and b over out's dims
- * (8: DDPC_MAX_NDIM of csrc/buffer.h, which ops_nn.c checks). */
+/* Strides (in elements, 0 along broadcast dims) of a and b, and of where's
+ * condition c, over out's dims (8: DDPC_MAX_NDIM of csrc/buffer.h, which
+ * ops_nn.c checks). */
 typedef struct {
     int ndim;
-    int64_t shape[8], sa[8], sb[8];
+    int64_t shape[8], sa[8], sb[8], sc[8];
 } ddpc_k_bcast;
 int ddpc_k_binary_broadcast(int op, void *out, const void *a, const void *b, int dtype, int64_t n, ddpc_k_bcast geo,
                             void *stream);
+/* out = cond (uint8) ? a : b over geo, as words of `size` bytes (any dtype). */
+int ddpc_k_where(void *out, const void *cond, const void *a, const void *b, int size, int64_t n, ddpc_k_bcast geo,
+                 void *stream);
 int ddpc_k_sum_dim(void *out, const void *a, int dtype, int64_t outer, int64_t len, int64_t inner, void *stream);
 int ddpc_k_extreme_dim(void *values, void *indices, const void *a, int dtype, int64_t outer, int64_t len,
                        int64_t inner, int want_max, void *stream);

@@ -12,6 +12,7 @@ namespace {
 
 constexpr double kInvSqrt2 = 0.70710678118654752440;
 constexpr double kInvSqrt2Pi = 0.39894228040143267794;
+constexpr double kInvSqrtPi = 0.56418958354775628695;
 
 template <typename T> __global__ void rows_fill_kernel(T *out, const T *row, int64_t total, int64_t n) {
     GRID_STRIDE(i, total) out[i] = row[i % n];
@@ -21,14 +22,18 @@ template <typename T> __global__ void binary_rows_kernel(int op, T *out, const T
     GRID_STRIDE(i, total) out[i] = binary_apply<T>(op, a[i], row[i % n]);
 }
 
-// Element i of geo's shape taken apart over its dims: its offsets at the sa and sb strides.
-__device__ __forceinline__ void strided_offsets(int64_t i, const ddpc_k_bcast &geo, int64_t *oa, int64_t *ob) {
+// Element i of geo's shape taken apart over its dims: its offsets at the sa
+// and sb strides, and at the sc strides when oc is given.
+__device__ __forceinline__ void strided_offsets(int64_t i, const ddpc_k_bcast &geo, int64_t *oa, int64_t *ob,
+                                                int64_t *oc = nullptr) {
     int64_t rest = i;
     *oa = 0, *ob = 0;
+    if (oc) *oc = 0;
     for (int d = geo.ndim - 1; d >= 0; d--) {
         int64_t k = rest % geo.shape[d];
         rest /= geo.shape[d];
         *oa += k * geo.sa[d], *ob += k * geo.sb[d];
+        if (oc) *oc += k * geo.sc[d];
     }
 }
 
@@ -39,6 +44,15 @@ __global__ void binary_broadcast_kernel(int op, T *out, const T *a, const T *b, 
         int64_t oa, ob;
         strided_offsets(i, geo, &oa, &ob);
         out[i] = binary_apply<T>(op, a[oa], b[ob]);
+    }
+}
+
+template <typename W>
+__global__ void where_kernel(W *out, const uint8_t *cond, const W *a, const W *b, int64_t n, ddpc_k_bcast geo) {
+    GRID_STRIDE(i, n) {
+        int64_t oa, ob, oc;
+        strided_offsets(i, geo, &oa, &ob, &oc);
+        out[i] = cond[oc] ? a[oa] : b[ob];
     }
 }
 
@@ -215,7 +229,32 @@ template <typename T> __device__ __forceinline__ T unary_f(int op, T x, T p, T q
     case 11: return x * tanh(softplus_f(x));
     case 12: return x < p ? p : (x > q ? q : x);
     case 13: return x * relu6_f(x + T(3)) / T(6);
-    default: return relu6_f(x + T(3)) / T(6);
+    case 14: return relu6_f(x + T(3)) / T(6);
+    case 15: return fabs(x);
+    case 16: return sqrt(x);
+    case 17: return T(1) / sqrt(x);
+    case 18: return x * x;
+    case 19: return sin(x);
+    case 20: return cos(x);
+    case 21: return log1p(x);
+    case 22: return expm1(x);
+    case 23: return erf(x);
+    case 24: return T(1) / x;
+    case 25: return T((x > T(0)) - (x < T(0)));
+    case 26: return floor(x);
+    case 27: return ceil(x);
+    case 28: return trunc(x);
+    case 29: {  // half to even; p decimals as on the host
+        T scale = pow(T(10), fabs(p));
+        return p >= T(0) ? rint(x * scale) / scale : rint(x / scale) * scale;
+    }
+    case 30: {
+        T v = x < p ? p : x;
+        return v > q ? q : v;
+    }
+    case 31: return T(isnan(x) ? 1 : 0);
+    case 32: return T(isinf(x) ? 1 : 0);
+    default: return T(isfinite(x) ? 1 : 0);
     }
 }
 
@@ -246,7 +285,19 @@ template <typename T> __device__ __forceinline__ T unary_grad(int op, T g, T s, 
     }
     case 12: return s <= p || s >= q ? T(0) : g;
     case 13: return s <= T(-3) ? T(0) : (s < T(3) ? g * (s / T(3) + T(0.5)) : g);
-    default: return s > T(-3) && s < T(3) ? g / T(6) : T(0);
+    case 14: return s > T(-3) && s < T(3) ? g / T(6) : T(0);
+    case 15: return s > T(0) ? g : (s < T(0) ? -g : T(0));
+    case 16: return g / (T(2) * s);
+    case 17: return T(-0.5) * g * s * s * s;
+    case 18: return T(2) * g * s;
+    case 19: return g * cos(s);
+    case 20: return -g * sin(s);
+    case 21: return g / (T(1) + s);
+    case 22: return g * (s + T(1));
+    case 23: return g * T(2 * kInvSqrtPi) * exp(-s * s);
+    case 24: return -g * s * s;
+    case 30: return s > p && s < q ? g : T(0);
+    default: return T(0);  // piecewise constant: sign, floor, ceil, trunc, round, the predicates
     }
 }
 
@@ -286,6 +337,22 @@ extern "C" int ddpc_k_binary_broadcast(int op, void *out, const void *a, const v
     cudaStream_t s = (cudaStream_t)stream;
     REAL_DISPATCH(dtype, binary_broadcast_kernel<T><<<grid_for(n, 256), 256, 0, s>>>(op, (T *)out, (const T *)a,
                                                                                    (const T *)b, n, geo))
+    return (int)cudaGetLastError();
+}
+
+extern "C" int ddpc_k_where(void *out, const void *cond, const void *a, const void *b, int size, int64_t n,
+                            ddpc_k_bcast geo, void *stream) {
+    cudaStream_t s = (cudaStream_t)stream;
+#define WHERE_AS(W) where_kernel<W><<<grid_for(n, 256), 256, 0, s>>>((W *)out, (const uint8_t *)cond, (const W *)a, \
+                                                                     (const W *)b, n, geo)
+    switch (size) {
+    case 1: WHERE_AS(uint8_t); break;
+    case 2: WHERE_AS(uint16_t); break;
+    case 4: WHERE_AS(uint32_t); break;
+    case 8: WHERE_AS(uint64_t); break;
+    default: return (int)cudaErrorInvalidValue;
+    }
+#undef WHERE_AS
     return (int)cudaGetLastError();
 }
 
