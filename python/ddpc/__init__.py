@@ -18,6 +18,10 @@ from .autograd import (addmm, all_ as all, amax, amin, any_ as any, argsort, bmm
                        std_mean, sum, take, tensor_split, topk, transpose, tril, triu, unbind, unflatten, unique, var,
                        var_mean, clone)
 from .tensor import flatten, index_select, is_tensor, numel, squeeze, unsqueeze
+from .autograd import (abs, absolute, addcdiv, addcmul, allclose, ceil, clamp, clamp_max, clamp_min, clip, cos, equal,
+                       erf, expm1, floor, isclose, isfinite, isinf, isnan, lerp, log1p, logical_and, logical_not,
+                       logical_or, logical_xor, masked_fill, maximum, minimum, nan_to_num, reciprocal, round, rsqrt,
+                       sign, sin, sqrt, square, trunc, where)
 from .serialization import CheckpointError, load, save
 from . import amp, data, distributed, nn, optim, utils
 from .amp import autocast
@@ -62,4 +66,8 @@ __all__ = [
     "mean", "mm", "mv", "norm", "numel", "outer", "permute", "prod", "repeat_interleave", "reshape", "roll", "scatter",
     "scatter_add", "sort", "split", "split_with_sizes", "squeeze", "std", "std_mean", "sum", "take", "tensor_split",
     "topk", "transpose", "tril", "triu", "unbind", "unflatten", "unique", "unsqueeze", "var", "var_mean",
+    "abs", "absolute", "addcdiv", "addcmul", "allclose", "ceil", "clamp", "clamp_max", "clamp_min", "clip", "cos",
+    "equal", "erf", "expm1", "floor", "isclose", "isfinite", "isinf", "isnan", "lerp", "log1p", "logical_and",
+    "logical_not", "logical_or", "logical_xor", "masked_fill", "maximum", "minimum", "nan_to_num", "reciprocal",
+    "round", "rsqrt", "sign", "sin", "sqrt", "square", "trunc", "where",
 ]

@@ -30,14 +30,16 @@ import numpy as np
 
 from . import _C, _indexing
 from .amp import autocast_op
-from .tensor import (_ADD, _DIV, _MUL, _RDIV, _RSUB, _SUB, Tensor, _check_no_grad_inplace, _copy_view, _CopyOf, _read,
-                     _shares_memory, _write_back, bfloat16, float16, float32, get_dtype, int64, promote)
+from .tensor import (_ADD, _DIV, _EQ, _GE, _GT, _INT_BOUNDS, _LE, _LT, _MAX, _MIN, _MUL, _NE, _RDIV, _RSUB, _SUB, Tensor,
+                     _check_no_grad_inplace, _copy_view, _CopyOf, _is_float_scalar, _read, _shares_memory, _write_back,
+                     bfloat16, float16, float32, float64, get_dtype, int64, promote, uint8)
 from .tensor import cat as _cat_storage
 from .tensor import stack as _stack_storage
 
 # The unary op codes of csrc/ops_nn.h.
 (_RELU, _GELU, _TANH, _SIGMOID, _EXP, _LOG, _POW, _LEAKY_RELU, _ELU, _SILU, _SOFTPLUS, _MISH, _HARDTANH, _HARDSWISH,
- _HARDSIGMOID) = range(15)
+ _HARDSIGMOID, _ABS, _SQRT, _RSQRT, _SQUARE, _SIN, _COS, _LOG1P, _EXPM1, _ERF, _RECIPROCAL, _SIGN, _FLOOR, _CEIL, _TRUNC,
+ _ROUND, _CLAMP, _ISNAN, _ISINF, _ISFINITE) = range(34)
 
 
 # ---- grad mode ---------------------------------------------------------------------
@@ -511,7 +513,7 @@ class _ScalarBackward(Node):
 class _BinaryBackward(Node):
     def __init__(self, a, b, op, out):
         # The output is saved detached: out -> grad_fn -> out would be a reference cycle.
-        saved = {_MUL: (a, b), _DIV: (b, out.detach())}.get(op, ())
+        saved = {_MUL: (a, b), _DIV: (b, out.detach()), _MAX: (a, b), _MIN: (a, b)}.get(op, ())
         super().__init__((a, b), saved)
         self.op = op
         self.shapes = (a.shape, b.shape)
@@ -532,6 +534,15 @@ class _BinaryBackward(Node):
             a, b = self.saved
             ga = _reduce_to(mul(g, b), sa, da) if need_a else None
             gb = _reduce_to(mul(g, a), sb, db) if need_b else None
+        elif self.op in (_MAX, _MIN):
+            # PyTorch's rule: the operand that lost gets 0, each gets half on a tie, and both get all of it
+            # beside a NaN. Operand x lost where x < y (maximum): its share is 1 - ((x < y) + (x <= y)) / 2.
+            a, b = self.saved
+            lt, le = (_LT, _LE) if self.op == _MAX else (_GT, _GE)
+            ga = _reduce_to(mul(g, rsub(mul(add(_binary(a, b, lt), _binary(a, b, le)), 0.5), 1)), sa, da) \
+                if need_a else None
+            gb = _reduce_to(mul(g, rsub(mul(add(_binary(b, a, lt), _binary(b, a, le)), 0.5), 1)), sb, db) \
+                if need_b else None
         else:
             b, out = self.saved
             ga = _reduce_to(div(g, b), sa, da) if need_a else None
@@ -539,7 +550,9 @@ class _BinaryBackward(Node):
         return ga, gb
 
 
-_SWAPPED = {_ADD: _ADD, _SUB: _RSUB, _MUL: _MUL, _DIV: _RDIV}
+# b op a for the op a op b (binary_rows repeats its second operand).
+_SWAPPED = {_ADD: _ADD, _SUB: _RSUB, _MUL: _MUL, _DIV: _RDIV, _MAX: _MAX, _MIN: _MIN, _EQ: _EQ, _NE: _NE, _LT: _GT,
+            _LE: _GE, _GT: _LT, _GE: _LE}
 
 
 def _binary(a, b, op):
@@ -622,9 +635,12 @@ def neg(a):
 class _UnaryBackward(Node):
     _NAMES = ("ReluBackward", "GeluBackward", "TanhBackward", "SigmoidBackward", "ExpBackward", "LogBackward",
               "PowBackward", "LeakyReluBackward", "EluBackward", "SiluBackward", "SoftplusBackward", "MishBackward",
-              "HardtanhBackward", "HardswishBackward", "HardsigmoidBackward")
+              "HardtanhBackward", "HardswishBackward", "HardsigmoidBackward", "AbsBackward", "SqrtBackward",
+              "RsqrtBackward", "PowBackward", "SinBackward", "CosBackward", "Log1PBackward", "Expm1Backward",
+              "ErfBackward", "ReciprocalBackward", "SignBackward", "FloorBackward", "CeilBackward", "TruncBackward",
+              "RoundBackward", "ClampBackward")
     # The ops whose derivative needs the output; the others' needs the input.
-    _USES_OUTPUT = (_TANH, _SIGMOID, _EXP)
+    _USES_OUTPUT = (_TANH, _SIGMOID, _EXP, _SQRT, _RSQRT, _EXPM1, _RECIPROCAL)
 
     def __init__(self, x, op, p, q, out):
         # The output is saved detached: out -> grad_fn -> out would be a reference cycle.
@@ -735,6 +751,338 @@ def hardswish(x):
 def hardsigmoid(x):
     """relu6(x + 3) / 6."""
     return _unary(x, _HARDSIGMOID)
+
+
+# ---- elementwise math ----------------------------------------------------------------------
+# PyTorch's elementwise functions: unary ones through the unary op table,
+# maximum and minimum through the broadcasting binary ops, selections through
+# _C.where, and the rest composed of those. Masks are uint8 tensors of 0 and 1,
+# as ddpc's comparisons give (ddpc has no bool dtype).
+
+# Exact on integers, which keep their dtype (the other unary functions compute in float32).
+_INTEGER_UNARY = (_ABS, _SQUARE, _SIGN, _FLOOR, _CEIL, _TRUNC, _ROUND)
+
+
+def _math(x, op, p=0.0, q=0.0):
+    if not (isinstance(x, Tensor) and not x.dtype.is_floating_point and op in _INTEGER_UNARY):
+        return _unary(x, op, p, q)
+    if op == _SQUARE:
+        return mul(x, x)
+    if op in (_ABS, _SIGN):
+        sgn = sub(x._binary(0, _GT), x._binary(0, _LT))
+        return mul(x, sgn) if op == _ABS else sgn
+    return clone(x)  # integers are whole already
+
+
+def abs(x):
+    return _math(x, _ABS)
+
+
+def sqrt(x):
+    return _math(x, _SQRT)
+
+
+def rsqrt(x):
+    """1 / sqrt(x)."""
+    return _math(x, _RSQRT)
+
+
+def square(x):
+    return _math(x, _SQUARE)
+
+
+def sin(x):
+    return _math(x, _SIN)
+
+
+def cos(x):
+    return _math(x, _COS)
+
+
+def log1p(x):
+    """log(1 + x), accurate for small x."""
+    return _math(x, _LOG1P)
+
+
+def expm1(x):
+    """exp(x) - 1, accurate for small x."""
+    return _math(x, _EXPM1)
+
+
+def erf(x):
+    return _math(x, _ERF)
+
+
+def reciprocal(x):
+    return _math(x, _RECIPROCAL)
+
+
+def sign(x):
+    """-1, 0 or 1 (0 for NaN, as in PyTorch); its gradient is 0."""
+    return _math(x, _SIGN)
+
+
+def floor(x):
+    return _math(x, _FLOOR)
+
+
+def ceil(x):
+    return _math(x, _CEIL)
+
+
+def trunc(x):
+    return _math(x, _TRUNC)
+
+
+def round(x, decimals=0):
+    """Rounds half to even, to ``decimals`` decimal places (negative: to tens, hundreds, ...)."""
+    if not isinstance(decimals, numbers.Integral):
+        raise TypeError(f"round: decimals must be an int, got {type(decimals).__name__}")
+    return _math(x, _ROUND, int(decimals))
+
+
+def _predicate(x, op):
+    if not isinstance(x, Tensor):
+        raise TypeError(f"expected a ddpc.Tensor, got {type(x).__name__}")
+    if not x.dtype.is_floating_point:  # integers are finite
+        from .tensor import full
+
+        return full(x.shape, int(op == _ISFINITE), dtype=uint8, device=x.device)
+    with no_grad():
+        return _unary(x.detach(), op).to(dtype=uint8)
+
+
+def isnan(x):
+    return _predicate(x, _ISNAN)
+
+
+def isinf(x):
+    return _predicate(x, _ISINF)
+
+
+def isfinite(x):
+    return _predicate(x, _ISFINITE)
+
+
+def _operand(v, ref, what):
+    """A tensor operand on ref's device: ``v`` itself, or a number as a 0-d tensor of
+    ref's dtype (float32 for a float beside an integer tensor, as PyTorch promotes)."""
+    from .tensor import tensor as _tensor
+
+    if isinstance(v, Tensor):
+        if v._buf.device != ref._buf.device:
+            raise ValueError(f"{what}: tensors are on different devices ({ref.device} and {v.device})")
+        return v
+    if not isinstance(v, numbers.Number):
+        raise TypeError(f"{what}: expected a ddpc.Tensor or a number, got {type(v).__name__}")
+    dt = ref.dtype if ref.dtype.is_floating_point or not _is_float_scalar(v) else float32
+    return _tensor(v, dtype=dt, device=ref.device)
+
+
+def maximum(a, b):
+    """The larger of a and b elementwise, broadcast (NaN if either is NaN); on a tie each gets half the gradient."""
+    return _binary(a, _operand(b, a, "maximum"), _MAX)
+
+
+def minimum(a, b):
+    """The smaller of a and b elementwise, broadcast (NaN if either is NaN); on a tie each gets half the gradient."""
+    return _binary(a, _operand(b, a, "minimum"), _MIN)
+
+
+def _int_clamp_bound(v, dt):
+    """An integer bound clipped to what dtype dt holds (a bound beyond it changes nothing)."""
+    lo, hi = (0, 256) if dt is uint8 else _INT_BOUNDS[dt]
+    return lo if v < lo else hi - 1 if v >= hi else int(v)
+
+
+def clamp(x, min=None, max=None):
+    """x limited to [min, max] (each a number, a tensor that broadcasts, or None);
+    where min > max the result is max. Number bounds pass the gradient strictly
+    inside them (not at a bound, nor at NaN); tensor bounds are maximum and
+    minimum, so a tie shares the gradient, as in PyTorch."""
+    if min is None and max is None:
+        raise ValueError("clamp: at least one of min and max must be given")
+    if isinstance(min, Tensor) or isinstance(max, Tensor):
+        if min is not None:
+            x = maximum(x, _operand(min, x, "clamp"))
+        if max is not None:
+            x = minimum(x, _operand(max, x, "clamp"))
+        return x
+    bounds = [v for v in (min, max) if v is not None]
+    if not isinstance(x, Tensor):
+        raise TypeError(f"expected a ddpc.Tensor, got {type(x).__name__}")
+    if not x.dtype.is_floating_point and not any(_is_float_scalar(v) for v in bounds):
+        with no_grad():
+            if min is not None:
+                x = x._binary(_int_clamp_bound(min, x.dtype), _MAX)
+            if max is not None:
+                x = x._binary(_int_clamp_bound(max, x.dtype), _MIN)
+        return x
+    lo = -math.inf if min is None else float(min)
+    hi = math.inf if max is None else float(max)
+    return _unary(x, _CLAMP, lo, hi)
+
+
+def clamp_min(x, min):
+    return clamp(x, min, None)
+
+
+def clamp_max(x, max):
+    return clamp(x, None, max)
+
+
+clip = clamp
+absolute = abs
+
+
+class _WhereBackward(Node):
+    def __init__(self, mask, a, b):
+        super().__init__((a, b), (mask,))
+        self.shapes, self.dtypes = (a.shape, b.shape), (a.dtype, b.dtype)
+
+    def backward(self, g):
+        (mask,) = self.saved
+        zero = _empty((), g)
+        _C.fill(zero._buf, 0.0)
+        grads = []
+        for i, (edge, shape, dtype) in enumerate(zip(self.next_functions, self.shapes, self.dtypes)):
+            picked = (g, zero) if i == 0 else (zero, g)
+            grads.append(None if edge is None else _reduce_to(_select_where(mask, *picked), shape, dtype))
+        return grads
+
+
+def _mask(cond):
+    """cond as a uint8 mask of 0 and 1 (any non-zero element is true)."""
+    if not isinstance(cond, Tensor):
+        raise TypeError(f"the condition must be a ddpc.Tensor, got {type(cond).__name__}")
+    return cond.detach() if cond.dtype is uint8 else cond._compare(0, _NE)
+
+
+def _select_where(mask, a, b):
+    """mask ? a : b over the broadcast of the three shapes (a and b of one dtype); outside the graph."""
+    out = _empty(_broadcast_shape(_broadcast_shape(mask.shape, a.shape), b.shape), a)
+    _C.where(out._buf, mask._buf, a._buf, b._buf)
+    return out
+
+
+def where(condition, input, other):
+    """input where condition holds (is non-zero), else other, elementwise with
+    broadcasting; input and other are tensors or numbers."""
+    if not isinstance(input, Tensor) and not isinstance(other, Tensor):
+        ref = Tensor(_C.Buffer((), (float32 if any(_is_float_scalar(v) for v in (input, other)) else int64).name,
+                               condition._buf.device))
+        input, other = _operand(input, ref, "where"), _operand(other, ref, "where")
+    elif not isinstance(input, Tensor):
+        input = _operand(input, other, "where")
+    else:
+        other = _operand(other, input, "where")
+    mask = _mask(condition)
+    if mask._buf.device != input._buf.device or input._buf.device != other._buf.device:
+        raise ValueError(f"where: tensors are on different devices ({condition.device}, {input.device}, "
+                         f"{other.device})")
+    dt = promote(input.dtype, other.dtype)
+    a = input.detach() if input.dtype is dt else input.detach().to(dtype=dt)
+    b = other.detach() if other.dtype is dt else other.detach().to(dtype=dt)
+    out = _select_where(mask, a, b)
+    if _needs_grad(input, other):
+        _attach(out, _WhereBackward(mask, input, other))
+    return out
+
+
+def masked_fill(x, mask, value):
+    """x with ``value`` (a number or a 0-d tensor) where ``mask`` (broadcast to x's shape) holds."""
+    if isinstance(value, Tensor):
+        if value.ndim:
+            raise ValueError(f"masked_fill: value must be a number or a 0-d tensor, got shape {value.shape}")
+        value = value if value.dtype is x.dtype else value.to(dtype=x.dtype)
+    else:
+        from .tensor import tensor as _tensor
+
+        value = _tensor(value, dtype=x.dtype, device=x.device)
+    if _broadcast_shape(mask.shape, x.shape) != x.shape:
+        raise ValueError(f"masked_fill: the mask's shape {mask.shape} does not broadcast to the tensor's {x.shape}")
+    return where(mask, value, x)
+
+
+def lerp(start, end, weight):
+    """start + weight * (end - start), as PyTorch computes it: from end's side where weight >= 0.5."""
+    d = sub(end, start)
+    if isinstance(weight, numbers.Number):
+        return add(start, mul(d, weight)) if builtins.abs(weight) < 0.5 else sub(end, mul(d, 1 - weight))
+    return where(abs(weight.detach()) < 0.5, add(start, mul(weight, d)), sub(end, mul(d, rsub(weight, 1))))
+
+
+def addcmul(input, tensor1, tensor2, value=1):
+    """input + value * tensor1 * tensor2."""
+    return add(input, mul(mul(tensor1, tensor2), value))
+
+
+def addcdiv(input, tensor1, tensor2, value=1):
+    """input + value * tensor1 / tensor2."""
+    return add(input, mul(div(tensor1, tensor2), value))
+
+
+def nan_to_num(x, nan=0.0, posinf=None, neginf=None):
+    """x with NaN, +inf and -inf replaced by nan, posinf and neginf (by default
+    the dtype's largest and lowest finite values); the gradient passes where x is finite."""
+    if not x.dtype.is_floating_point:
+        return clone(x)
+    big = _FLOAT_MAX[x.dtype]
+    out = where(isnan(x), nan, x)
+    out = where(x == math.inf, big if posinf is None else posinf, out)
+    return where(x == -math.inf, -big if neginf is None else neginf, out)
+
+
+_FLOAT_MAX = {float16: 65504.0, bfloat16: 3.3895313892515355e38, float32: 3.4028234663852886e38,
+              float64: 1.7976931348623157e308}
+
+
+def logical_not(x):
+    return _mask(x)._compare(0, _EQ)
+
+
+def _logical(a, b, op):
+    with no_grad():
+        return _binary(_mask(a), _mask(_operand(b, a, "logical op")), op)
+
+
+def logical_and(a, b):
+    return _logical(a, b, _MUL)
+
+
+def logical_or(a, b):
+    return _logical(a, b, _MAX)
+
+
+def logical_xor(a, b):
+    return _logical(a, b, _NE)
+
+
+def isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
+    """|a - b| <= atol + rtol * |b| elementwise (a mask), or a == b (infinities);
+    NaNs are close to each other only with ``equal_nan``."""
+    with no_grad():
+        b = _operand(b, a, "isclose").detach()
+        a = a.detach()
+        if not promote(a.dtype, b.dtype).is_floating_point:
+            a, b = a.to(dtype=float64), b.to(dtype=float64)
+        err = abs(sub(a, b))
+        close = logical_or(a == b, logical_and(isfinite(err), err <= add(mul(abs(b), rtol), atol)))
+        return logical_or(close, logical_and(isnan(a), isnan(b))) if equal_nan else close
+
+
+def allclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
+    """Whether every element of a is close to b's (see isclose)."""
+    close = isclose(a, b, rtol, atol, equal_nan)
+    return close.numel() == 0 or bool(close.min().item())
+
+
+def equal(a, b):
+    """Whether a and b have the same shape and elements."""
+    if a.shape != b.shape:
+        return False
+    same = a.detach() == b.detach()
+    return same.numel() == 0 or bool(same.min().item())
 
 
 # ---- linear algebra ------------------------------------------------------------------------
@@ -1883,13 +2231,14 @@ def inplace_binary(t, other, op):
     return _write_into(t, None, res, res.grad_fn)
 
 
-def inplace_apply(t, fn, what):
+def inplace_apply(t, fn, what, others=()):
     """``fn(t)`` written into t, for the ``inplace=True`` forms of the nn
-    functions: computed aside, then t holds the result (and whatever t is a
-    copy of, where PyTorch would write through a view). In the graph t takes
+    functions and the ``_`` methods: computed aside, then t holds the result
+    (and whatever t is a copy of, where PyTorch would write through a view).
+    In the graph (t or one of the ``others`` fn reads requires grad) t takes
     the result's history, as after PyTorch's in-place op; fn then runs on a
     copy of t's old values, which its node may save while t's memory changes."""
-    if not (_mode.enabled and t.requires_grad):
+    if not (_mode.enabled and (t.requires_grad or any(isinstance(o, Tensor) and o.requires_grad for o in others))):
         _check_no_grad_inplace(t, what)
         with no_grad():
             res = fn(t.detach())

@@ -17,7 +17,7 @@ from . import _C, _indexing
 from ._dtype import (bfloat16, device, device_of, dtype, float16, float32, float64, get_dtype, int32, int64,
                      numpy_dtype, ordinal, promote, uint8)
 
-_ADD, _SUB, _MUL, _DIV, _RSUB, _RDIV, _EQ, _NE, _LT, _LE, _GT, _GE = range(12)
+_ADD, _SUB, _MUL, _DIV, _RSUB, _RDIV, _EQ, _NE, _LT, _LE, _GT, _GE, _MAX, _MIN = range(14)
 _RAND_UNIFORM, _RAND_NORMAL, _RAND_INT = range(3)
 
 
@@ -769,6 +769,93 @@ class Tensor:
     def dot(self, other): return _ag.dot(self, other)
     def outer(self, other): return _ag.outer(self, other)
     def addmm(self, mat1, mat2, *, beta=1, alpha=1): return _ag.addmm(self, mat1, mat2, beta=beta, alpha=alpha)
+    # ---- elementwise math (autograd.py); the ``_`` forms write the result into the tensor
+    def abs(self): return _ag.abs(self)
+    def abs_(self): return _ag.inplace_apply(self, _ag.abs, "abs_")
+    absolute, absolute_, __abs__ = abs, abs_, abs
+    def sqrt(self): return _ag.sqrt(self)
+    def sqrt_(self): return _ag.inplace_apply(self, _ag.sqrt, "sqrt_")
+    def rsqrt(self): return _ag.rsqrt(self)
+    def rsqrt_(self): return _ag.inplace_apply(self, _ag.rsqrt, "rsqrt_")
+    def square(self): return _ag.square(self)
+    def square_(self): return _ag.inplace_apply(self, _ag.square, "square_")
+    def sin(self): return _ag.sin(self)
+    def sin_(self): return _ag.inplace_apply(self, _ag.sin, "sin_")
+    def cos(self): return _ag.cos(self)
+    def cos_(self): return _ag.inplace_apply(self, _ag.cos, "cos_")
+    def log1p(self): return _ag.log1p(self)
+    def log1p_(self): return _ag.inplace_apply(self, _ag.log1p, "log1p_")
+    def expm1(self): return _ag.expm1(self)
+    def expm1_(self): return _ag.inplace_apply(self, _ag.expm1, "expm1_")
+    def erf(self): return _ag.erf(self)
+    def erf_(self): return _ag.inplace_apply(self, _ag.erf, "erf_")
+    def reciprocal(self): return _ag.reciprocal(self)
+    def reciprocal_(self): return _ag.inplace_apply(self, _ag.reciprocal, "reciprocal_")
+    def sign(self): return _ag.sign(self)
+    def sign_(self): return _ag.inplace_apply(self, _ag.sign, "sign_")
+    def floor(self): return _ag.floor(self)
+    def floor_(self): return _ag.inplace_apply(self, _ag.floor, "floor_")
+    def ceil(self): return _ag.ceil(self)
+    def ceil_(self): return _ag.inplace_apply(self, _ag.ceil, "ceil_")
+    def trunc(self): return _ag.trunc(self)
+    def trunc_(self): return _ag.inplace_apply(self, _ag.trunc, "trunc_")
+    def round(self, decimals=0): return _ag.round(self, decimals)
+    def round_(self, decimals=0): return _ag.inplace_apply(self, lambda t: _ag.round(t, decimals), "round_")
+    def __round__(self, ndigits=None): return _ag.round(self, ndigits or 0)
+    def clamp(self, min=None, max=None): return _ag.clamp(self, min, max)
+    def clamp_(self, min=None, max=None):
+        return _ag.inplace_apply(self, lambda t: _ag.clamp(t, min, max), "clamp_", (min, max))
+    clip, clip_ = clamp, clamp_
+    def clamp_min(self, min): return _ag.clamp(self, min, None)
+    def clamp_min_(self, min): return self.clamp_(min, None)
+    def clamp_max(self, max): return _ag.clamp(self, None, max)
+    def clamp_max_(self, max): return self.clamp_(None, max)
+    def maximum(self, other): return _ag.maximum(self, other)
+    def minimum(self, other): return _ag.minimum(self, other)
+    def where(self, condition, other): return _ag.where(condition, self, other)
+    def masked_fill(self, mask, value): return _ag.masked_fill(self, mask, value)
+    def masked_fill_(self, mask, value):
+        return _ag.inplace_apply(self, lambda t: _ag.masked_fill(t, mask, value), "masked_fill_", (value,))
+    def lerp(self, end, weight): return _ag.lerp(self, end, weight)
+    def lerp_(self, end, weight):
+        return _ag.inplace_apply(self, lambda t: _ag.lerp(t, end, weight), "lerp_", (end, weight))
+    def addcmul(self, tensor1, tensor2, value=1): return _ag.addcmul(self, tensor1, tensor2, value)
+    def addcmul_(self, tensor1, tensor2, value=1):
+        return _ag.inplace_apply(self, lambda t: _ag.addcmul(t, tensor1, tensor2, value), "addcmul_",
+                                 (tensor1, tensor2))
+    def addcdiv(self, tensor1, tensor2, value=1): return _ag.addcdiv(self, tensor1, tensor2, value)
+    def addcdiv_(self, tensor1, tensor2, value=1):
+        return _ag.inplace_apply(self, lambda t: _ag.addcdiv(t, tensor1, tensor2, value), "addcdiv_",
+                                 (tensor1, tensor2))
+    def nan_to_num(self, nan=0.0, posinf=None, neginf=None): return _ag.nan_to_num(self, nan, posinf, neginf)
+    def nan_to_num_(self, nan=0.0, posinf=None, neginf=None):
+        return _ag.inplace_apply(self, lambda t: _ag.nan_to_num(t, nan, posinf, neginf), "nan_to_num_")
+    def isnan(self): return _ag.isnan(self)
+    def isinf(self): return _ag.isinf(self)
+    def isfinite(self): return _ag.isfinite(self)
+    def logical_not(self): return _ag.logical_not(self)
+    def logical_and(self, other): return _ag.logical_and(self, other)
+    def logical_or(self, other): return _ag.logical_or(self, other)
+    def logical_xor(self, other): return _ag.logical_xor(self, other)
+    def isclose(self, other, rtol=1e-05, atol=1e-08, equal_nan=False):
+        return _ag.isclose(self, other, rtol, atol, equal_nan)
+    def allclose(self, other, rtol=1e-05, atol=1e-08, equal_nan=False):
+        return _ag.allclose(self, other, rtol, atol, equal_nan)
+    def equal(self, other): return _ag.equal(self, other)
+
+    # ---- new tensors like this one (its dtype and device unless given)
+    def type_as(self, other): return self.to(dtype=other.dtype)
+    def new_empty(self, *size, dtype=None, device=None, requires_grad=False):
+        return empty(*size, dtype=dtype or self.dtype, device=device or self.device, requires_grad=requires_grad)
+    def new_zeros(self, *size, dtype=None, device=None, requires_grad=False):
+        return zeros(*size, dtype=dtype or self.dtype, device=device or self.device, requires_grad=requires_grad)
+    def new_ones(self, *size, dtype=None, device=None, requires_grad=False):
+        return ones(*size, dtype=dtype or self.dtype, device=device or self.device, requires_grad=requires_grad)
+    def new_full(self, size, fill_value, dtype=None, device=None, requires_grad=False):
+        return full(size, fill_value, dtype=dtype or self.dtype, device=device or self.device,
+                    requires_grad=requires_grad)
+    def new_tensor(self, data, dtype=None, device=None, requires_grad=False):
+        return tensor(data, dtype=dtype or self.dtype, device=device or self.device, requires_grad=requires_grad)
 
     # ---- printing -------------------------------------------------------------------
     def __repr__(self):
