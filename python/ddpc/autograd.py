@@ -1042,8 +1042,9 @@ def logical_not(x):
 
 
 def _logical(a, b, op):
+    """op over the truth (0 or 1) of a's and b's elements."""
     with no_grad():
-        return _binary(_mask(a), _mask(_operand(b, a, "logical op")), op)
+        return _binary(a.detach()._compare(0, _NE), _operand(b, a, "logical op").detach()._compare(0, _NE), op)
 
 
 def logical_and(a, b):
