@@ -1,0 +1,391 @@
+"""The elementwise math functions against numpy: values, dtypes,
+broadcasting, the in-place forms, gradients (closed forms and finite
+differences) and edge values (NaN, inf, 0, ties, halves)."""
+
+import math
+
+import numpy as np
+import pytest
+
+import ddpc
+
+np_erf = np.vectorize(math.erf, otypes=[np.float64])
+EDGES = np.array([-2.5, -1.5, -0.5, 0.0, 0.5, 1.5, 2.5, 3.7, -3.7, np.nan, np.inf, -np.inf], dtype=np.float64)
+
+# name: (numpy reference, derivative)
+UNARY = {
+    "abs": (np.abs, lambda x: np.sign(x)),
+    "sqrt": (np.sqrt, lambda x: 0.5 / np.sqrt(x)),
+    "rsqrt": (lambda x: 1 / np.sqrt(x), lambda x: -0.5 * x ** -1.5),
+    "square": (np.square, lambda x: 2 * x),
+    "sin": (np.sin, np.cos),
+    "cos": (np.cos, lambda x: -np.sin(x)),
+    "log1p": (np.log1p, lambda x: 1 / (1 + x)),
+    "expm1": (np.expm1, np.exp),
+    "erf": (np_erf, lambda x: 2 / np.sqrt(np.pi) * np.exp(-x * x)),
+    "reciprocal": (lambda x: 1 / x, lambda x: -1 / (x * x)),
+    "sign": (np.sign, np.zeros_like),
+    "floor": (np.floor, np.zeros_like),
+    "ceil": (np.ceil, np.zeros_like),
+    "trunc": (np.trunc, np.zeros_like),
+    "round": (np.round, np.zeros_like),
+}
+POSITIVE = ("sqrt", "rsqrt", "log1p", "reciprocal")
+
+
+def _inputs(name, dtype, shape=(4, 5), seed=0):
+    x = np.random.default_rng(seed).uniform(-3, 3, shape)
+    if name in POSITIVE:
+        x = np.abs(x) + 0.2
+    return x.astype(dtype)
+
+
+@pytest.mark.parametrize("name", sorted(UNARY))
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_unary_values_and_gradients_match_numpy(name, dtype):
+    ref, deriv = UNARY[name]
+    x = _inputs(name, dtype)
+    t = ddpc.tensor(x, requires_grad=True)
+    out = getattr(ddpc, name)(t)
+    assert out.dtype is t.dtype and out.shape == t.shape
+    tol = 1e-6 if dtype == np.float32 else 1e-13
+    np.testing.assert_allclose(out.detach().numpy(), ref(x.astype(np.float64)), rtol=tol, atol=tol)
+    g = np.random.default_rng(1).standard_normal(x.shape).astype(dtype)
+    out.backward(ddpc.tensor(g))
+    np.testing.assert_allclose(t.grad.numpy(), g * deriv(x.astype(np.float64)), rtol=tol * 10, atol=tol * 10)
+    np.testing.assert_allclose(getattr(t.detach(), name)().numpy(), out.detach().numpy())
+
+
+@pytest.mark.parametrize("name", sorted(UNARY))
+def test_unary_edge_values_match_numpy(name):
+    ref = UNARY[name][0]
+    with np.errstate(all="ignore"):
+        want = ref(EDGES)
+    got = getattr(ddpc.tensor(EDGES), name)().numpy()
+    if name == "sign":
+        want = np.nan_to_num(want, nan=0.0)  # PyTorch's sign(NaN) is 0
+    np.testing.assert_allclose(got, want, rtol=1e-15, equal_nan=True)
+
+
+@pytest.mark.parametrize("name", sorted(UNARY))
+def test_unary_gradient_by_finite_differences(name):
+    x = _inputs(name, np.float64, (7,), seed=3)
+    if name in ("sign", "floor", "ceil", "trunc", "round", "abs"):
+        x = x + 0.01  # away from the steps and kinks
+    t = ddpc.tensor(x, requires_grad=True)
+    getattr(ddpc, name)(t).sum().backward()
+    eps = 1e-6
+    fd = (getattr(ddpc.tensor(x + eps), name)().numpy() - getattr(ddpc.tensor(x - eps), name)().numpy()) / (2 * eps)
+    np.testing.assert_allclose(t.grad.numpy(), fd, rtol=1e-6, atol=1e-6)
+
+
+def test_unary_integer_dtypes_follow_pytorch():
+    i = ddpc.tensor([-3, 0, 4])
+    assert i.abs().dtype is ddpc.int64 and i.abs().tolist() == [3, 0, 4]
+    assert i.sign().tolist() == [-1, 0, 1] and i.square().tolist() == [9, 0, 16]
+    assert i.floor().dtype is ddpc.int64 and i.round().tolist() == [-3, 0, 4]
+    assert i.sqrt().dtype is ddpc.float32
+    np.testing.assert_allclose(i.abs().sqrt().numpy(), np.sqrt([3, 0, 4]), rtol=1e-6)
+    u = ddpc.tensor(np.array([253, 0, 7], dtype=np.uint8))
+    assert u.abs().tolist() == [253, 0, 7] and u.sign().tolist() == [1, 0, 1]
+
+
+def test_sixteen_bit_floats_compute_in_float32():
+    x = np.array([0.3, 1.7, -2.2, 4.0], dtype=np.float32)
+    for dt in (ddpc.float16, ddpc.bfloat16):
+        t = ddpc.tensor(x, dtype=dt)
+        for name in ("sqrt", "sin", "abs", "round"):
+            out = getattr(t, name)()
+            assert out.dtype is dt
+            want = getattr(t.float(), name)().to(dtype=dt).float().numpy()
+            np.testing.assert_array_equal(out.float().numpy(), want)
+
+
+def test_round_half_to_even_and_decimals():
+    x = ddpc.tensor([0.5, 1.5, 2.5, -0.5, -2.5, 1.2345, 125.0], dtype=ddpc.float64)
+    assert x.round().tolist() == [0.0, 2.0, 2.0, -0.0, -2.0, 1.0, 125.0]
+    np.testing.assert_allclose(ddpc.round(x, decimals=2).numpy(), [0.5, 1.5, 2.5, -0.5, -2.5, 1.23, 125.0])
+    assert ddpc.round(x, decimals=-1).tolist()[-1] == 120.0
+    assert round(ddpc.tensor([2.5])).tolist() == [2.0]
+
+
+def test_abs_gradient_at_zero_is_zero():
+    t = ddpc.tensor([0.0, -2.0, 3.0, np.nan], requires_grad=True)
+    t.abs().sum().backward()
+    assert t.grad.tolist() == [0.0, -1.0, 1.0, 0.0]
+
+
+@pytest.mark.parametrize("name", ["abs", "sqrt", "sin", "round", "floor", "reciprocal", "expm1"])
+def test_inplace_unary_writes_bumps_version_and_refuses_leaves(name):
+    x = _inputs(name, np.float32)
+    t = ddpc.tensor(x)
+    v = t._buf.version
+    res = getattr(t, name + "_")()
+    assert res is t and t._buf.version > v
+    np.testing.assert_allclose(t.numpy(), getattr(ddpc.tensor(x), name)().numpy())
+    leaf = ddpc.tensor(x, requires_grad=True)
+    with pytest.raises(RuntimeError, match="leaf"):
+        getattr(leaf, name + "_")()
+    with pytest.raises(TypeError, match="can't be cast"):
+        getattr(ddpc.tensor([4, 9]), "sqrt_")()
+
+
+def test_inplace_unary_in_the_graph_and_through_a_copy():
+    a = ddpc.tensor([0.3, 1.2, 2.0], requires_grad=True)
+    b = a * 2
+    b.sin_()
+    b.sum().backward()
+    np.testing.assert_allclose(a.grad.numpy(), 2 * np.cos(2 * np.array([0.3, 1.2, 2.0])), rtol=1e-6)
+    m = ddpc.tensor([[1.0, 4.0], [9.0, 16.0]])
+    m[:, 1].sqrt_()  # a copy (a view in PyTorch): written back
+    assert m.tolist() == [[1.0, 2.0], [9.0, 4.0]]
+
+
+def test_clamp_values_dtypes_and_number_bound_gradient():
+    x = np.array([0.0, 1.0, 1.5, 2.0, 3.0, np.nan])
+    t = ddpc.tensor(x, requires_grad=True)
+    out = t.clamp(1.0, 2.0)
+    np.testing.assert_array_equal(out.detach().numpy(), np.clip(x, 1.0, 2.0))
+    out.sum().backward()
+    assert t.grad.tolist() == [0.0, 0.0, 1.0, 0.0, 0.0, 0.0]  # PyTorch's: 0 at the bounds and at NaN
+    assert ddpc.clamp(ddpc.tensor([1.0, 5.0]), min=3.0, max=2.0).tolist() == [2.0, 2.0]
+    assert ddpc.clip(ddpc.tensor([-1.0, 5.0]), max=2.0).tolist() == [-1.0, 2.0]
+    assert ddpc.tensor([1.0, 5.0]).clamp_min(2).tolist() == [2.0, 5.0]
+    assert ddpc.tensor([1.0, 5.0]).clamp_max(2).tolist() == [1.0, 2.0]
+    i = ddpc.tensor([1, 5, -7])
+    assert i.clamp(0, 4).dtype is ddpc.int64 and i.clamp(0, 4).tolist() == [1, 4, 0]
+    assert i.clamp(min=2.5).dtype is ddpc.float32
+    u = ddpc.tensor(np.array([0, 200], dtype=np.uint8))
+    assert u.clamp(-1, 300).tolist() == [0, 200]  # bounds beyond the dtype change nothing
+    with pytest.raises(ValueError, match="at least one"):
+        ddpc.clamp(t)
+
+
+def test_clamp_with_tensor_bounds_broadcasts_and_shares_ties():
+    x = ddpc.tensor([0.0, 1.0, 1.5, 2.0, 3.0], requires_grad=True)
+    lo = ddpc.tensor([1.0], requires_grad=True)
+    hi = ddpc.tensor([2.0, 2.0, 2.0, 2.0, 0.5], requires_grad=True)
+    out = ddpc.clamp(x, lo, hi)
+    assert out.tolist() == [1.0, 1.0, 1.5, 2.0, 0.5]
+    out.sum().backward()
+    assert x.grad.tolist() == [0.0, 0.5, 1.0, 0.5, 0.0]
+    assert lo.grad.tolist() == [1.5] and hi.grad.tolist() == [0.0, 0.0, 0.0, 0.5, 1.0]
+    m = ddpc.tensor(np.arange(6.0).reshape(2, 3))
+    np.testing.assert_array_equal(m.clamp(ddpc.tensor([[1.0], [4.0]]), 4.5).numpy(),
+                                  np.clip(np.arange(6.0).reshape(2, 3), [[1.0], [4.0]], 4.5))
+
+
+def test_clamp_inplace():
+    t = ddpc.tensor([-2.0, 0.5, 3.0])
+    assert t.clamp_(-1, 1) is t and t.tolist() == [-1.0, 0.5, 1.0]
+    t.clip_(max=0.0)
+    assert t.tolist() == [-1.0, 0.0, 0.0]
+
+
+def test_maximum_minimum_broadcast_nan_ties_and_integers():
+    a = np.array([[1.0, np.nan, 3.0], [4.0, 2.0, -1.0]])
+    b = np.array([2.0, 0.0, 3.0])
+    np.testing.assert_array_equal(ddpc.maximum(ddpc.tensor(a), ddpc.tensor(b)).numpy(), np.maximum(a, b))
+    np.testing.assert_array_equal(ddpc.minimum(ddpc.tensor(b), ddpc.tensor(a)).numpy(), np.minimum(b, a))
+    np.testing.assert_array_equal(ddpc.tensor(a).maximum(ddpc.tensor(a[:, :1])).numpy(), np.maximum(a, a[:, :1]))
+    i = ddpc.maximum(ddpc.tensor([1, 7]), ddpc.tensor([3, 2], dtype=ddpc.int32))
+    assert i.dtype is ddpc.int64 and i.tolist() == [3, 7]
+    assert ddpc.minimum(ddpc.tensor([1, 7]), ddpc.tensor([3.5])).dtype is ddpc.float32
+    ta, tb = ddpc.tensor(a, requires_grad=True), ddpc.tensor(b, requires_grad=True)
+    ddpc.maximum(ta, tb).sum().backward()
+    # loser 0, tie half each, NaN: both the whole gradient (PyTorch's rule)
+    np.testing.assert_array_equal(ta.grad.numpy(), [[0.0, 1.0, 0.5], [1.0, 1.0, 0.0]])
+    np.testing.assert_array_equal(tb.grad.numpy(), [1.0, 1.0, 1.5])
+
+
+def test_where_broadcasts_promotes_and_routes_gradients():
+    cond = np.array([[True], [False]])
+    a = np.arange(6.0).reshape(2, 3)
+    ta, tb = ddpc.tensor(a, requires_grad=True), ddpc.tensor([10.0, 20.0, 30.0], requires_grad=True)
+    out = ddpc.where(ddpc.tensor(cond), ta, tb)
+    np.testing.assert_array_equal(out.detach().numpy(), np.where(cond, a, [10.0, 20.0, 30.0]))
+    out.sum().backward()
+    np.testing.assert_array_equal(ta.grad.numpy(), np.where(cond, 1.0, 0.0) * np.ones((2, 3)))
+    np.testing.assert_array_equal(tb.grad.numpy(), [1.0, 1.0, 1.0])
+    x = ddpc.tensor([1, -2, 3])
+    assert ddpc.where(x > 0, x, 0).tolist() == [1, 0, 3] and ddpc.where(x > 0, x, 0).dtype is ddpc.int64
+    assert ddpc.where(x > 0, x, 0.5).dtype is ddpc.float32
+    assert ddpc.where(x, 1.0, 0.0).tolist() == [1.0, 1.0, 1.0]  # any non-zero is true
+    assert x.where(x < 0, 9).tolist() == [9, -2, 9]
+    for dt in (ddpc.float16, ddpc.bfloat16, ddpc.uint8, ddpc.int32):
+        t = ddpc.tensor([1, 2, 3], dtype=dt)
+        assert ddpc.where(ddpc.tensor([1, 0, 1], dtype=ddpc.uint8), t, ddpc.zeros(1, dtype=dt)).tolist() == [1, 0, 3]
+    z = ddpc.where(ddpc.tensor(1, dtype=ddpc.uint8), ddpc.tensor(2.0), ddpc.tensor(3.0))
+    assert z.shape == () and z.item() == 2.0
+    with pytest.raises(ValueError, match="broadcast"):
+        ddpc.where(ddpc.ones(2), ddpc.ones(3), 0.0)
+
+
+def test_masked_fill_and_inplace_form():
+    x = np.arange(6.0).reshape(2, 3)
+    t = ddpc.tensor(x, requires_grad=True)
+    mask = ddpc.tensor([True, False, True])
+    out = t.masked_fill(mask, -1.0)
+    np.testing.assert_array_equal(out.detach().numpy(), np.where([True, False, True], -1.0, x))
+    out.sum().backward()
+    np.testing.assert_array_equal(t.grad.numpy(), np.where([True, False, True], 0.0, 1.0) * np.ones((2, 3)))
+    v = ddpc.tensor(5.0, requires_grad=True)
+    ddpc.masked_fill(t, mask, v).sum().backward()
+    assert v.grad.item() == 4.0
+    u = ddpc.tensor(x)
+    assert u.masked_fill_(u > 3, 0.0) is u and u.tolist() == [[0.0, 1.0, 2.0], [3.0, 0.0, 0.0]]
+    i = ddpc.tensor([1, 2, 3]).masked_fill(ddpc.tensor([0, 1, 0], dtype=ddpc.uint8), 7)
+    assert i.dtype is ddpc.int64 and i.tolist() == [1, 7, 3]
+    with pytest.raises(ValueError, match="does not broadcast"):
+        ddpc.tensor([1.0, 2.0]).masked_fill(ddpc.ones(2, 2) > 0, 0.0)
+
+
+def test_lerp_addcmul_addcdiv_values_gradients_and_inplace():
+    rng = np.random.default_rng(4)
+    s, e, w = (rng.standard_normal(5) for _ in range(3))
+    ts, te, tw = (ddpc.tensor(v, requires_grad=True) for v in (s, e, w))
+    out = ddpc.lerp(ts, te, tw)
+    np.testing.assert_allclose(out.detach().numpy(), s + w * (e - s), rtol=1e-12, atol=1e-12)
+    out.sum().backward()
+    np.testing.assert_allclose(ts.grad.numpy(), 1 - w, rtol=1e-12)
+    np.testing.assert_allclose(te.grad.numpy(), w, rtol=1e-12)
+    np.testing.assert_allclose(tw.grad.numpy(), e - s, rtol=1e-12)
+    assert ddpc.lerp(ddpc.tensor([1.0]), ddpc.tensor([3.0]), 1.0).tolist() == [3.0]
+    np.testing.assert_allclose(ddpc.tensor(s).lerp(ddpc.tensor(e), 0.25).numpy(), s + 0.25 * (e - s), rtol=1e-12)
+    a, b, c = (rng.standard_normal((2, 3)) for _ in range(3))
+    ta, tb, tc = (ddpc.tensor(v, requires_grad=True) for v in (a, b, c))
+    out = ddpc.addcmul(ta, tb, tc, value=0.5) + ddpc.addcdiv(ta, tb, tc, value=2)
+    np.testing.assert_allclose(out.detach().numpy(), a + 0.5 * b * c + a + 2 * b / c, rtol=1e-12)
+    out.sum().backward()
+    np.testing.assert_allclose(tb.grad.numpy(), 0.5 * c + 2 / c, rtol=1e-12)
+    np.testing.assert_allclose(tc.grad.numpy(), 0.5 * b - 2 * b / c ** 2, rtol=1e-12)
+    u = ddpc.tensor(a)
+    assert u.addcmul_(ddpc.tensor(b), ddpc.tensor(c)) is u
+    np.testing.assert_allclose(u.numpy(), a + b * c, rtol=1e-12)
+    u.addcdiv_(ddpc.tensor(b), ddpc.tensor(c), value=-1)
+    np.testing.assert_allclose(u.numpy(), a + b * c - b / c, rtol=1e-12)
+    u.lerp_(ddpc.tensor(b), 0.5)
+    np.testing.assert_allclose(u.numpy(), (a + b * c - b / c + b) / 2, rtol=1e-12)
+    # an operand that requires grad puts the in-place result in the graph
+    tb2 = ddpc.tensor(b, requires_grad=True)
+    v = ddpc.tensor(a)
+    v.addcmul_(tb2, ddpc.tensor(c))
+    assert v.requires_grad
+    v.sum().backward()
+    np.testing.assert_allclose(tb2.grad.numpy(), c, rtol=1e-12)
+
+
+def test_predicates_and_logical_ops_give_uint8_masks():
+    x = ddpc.tensor(EDGES)
+    for name, ref in (("isnan", np.isnan), ("isinf", np.isinf), ("isfinite", np.isfinite)):
+        m = getattr(ddpc, name)(x)
+        assert m.dtype is (x < 0).dtype is ddpc.uint8
+        np.testing.assert_array_equal(m.numpy(), ref(EDGES).astype(np.uint8))
+        np.testing.assert_array_equal(getattr(x.half(), name)().numpy(), ref(EDGES.astype(np.float16)))
+    i = ddpc.tensor([1, 2])
+    assert i.isnan().tolist() == [0, 0] and i.isfinite().tolist() == [1, 1]
+    a = np.array([[0, 1, 2], [3, 0, 0]])
+    b = np.array([1.0, 0.0, np.nan])
+    ta, tb = ddpc.tensor(a), ddpc.tensor(b)
+    for name, ref in (("logical_and", np.logical_and), ("logical_or", np.logical_or),
+                      ("logical_xor", np.logical_xor)):
+        m = getattr(ddpc, name)(ta, tb)
+        assert m.dtype is ddpc.uint8
+        np.testing.assert_array_equal(m.numpy(), ref(a, b).astype(np.uint8))
+    assert ta.logical_not().tolist() == np.logical_not(a).astype(int).tolist()
+    assert ddpc.tensor(np.array([0, 7], dtype=np.uint8)).logical_and(ddpc.tensor([3, 3])).tolist() == [0, 1]
+
+
+def test_nan_to_num_values_defaults_and_gradient():
+    x = np.array([np.nan, np.inf, -np.inf, 1.5], dtype=np.float32)
+    t = ddpc.tensor(x, requires_grad=True)
+    out = ddpc.nan_to_num(t)
+    np.testing.assert_array_equal(out.detach().numpy(), np.nan_to_num(x))
+    out.sum().backward()
+    assert t.grad.tolist() == [0.0, 0.0, 0.0, 1.0]
+    assert ddpc.tensor(x).nan_to_num(1.0, 2.0, -3.0).tolist() == [1.0, 2.0, -3.0, 1.5]
+    np.testing.assert_array_equal(ddpc.tensor(x, dtype=ddpc.float64).nan_to_num(posinf=7.0).numpy(),
+                                  np.nan_to_num(x.astype(np.float64), posinf=7.0))
+    assert ddpc.tensor(x).half().nan_to_num().float().tolist() == [0.0, 65504.0, -65504.0, 1.5]
+    u = ddpc.tensor(x)
+    assert u.nan_to_num_() is u and u.tolist()[0] == 0.0
+
+
+def test_isclose_allclose_equal():
+    a = np.array([1.0, np.inf, -np.inf, np.nan, 1.0, 1e-9, 100.0])
+    b = np.array([1.0 + 1e-7, np.inf, np.inf, np.nan, np.inf, 0.0, 100.01])
+    for kw in ({}, {"equal_nan": True}, {"rtol": 1e-3, "atol": 0.0}):
+        np.testing.assert_array_equal(ddpc.isclose(ddpc.tensor(a), ddpc.tensor(b), **kw).numpy(),
+                                      np.isclose(a, b, **kw).astype(np.uint8))
+    assert ddpc.tensor([1, 2]).isclose(ddpc.tensor([1, 3])).tolist() == [1, 0]
+    assert ddpc.allclose(ddpc.tensor([1.0, 2.0]), ddpc.tensor([1.0, 2.0 + 1e-6]))
+    assert not ddpc.allclose(ddpc.tensor([1.0, 2.0]), ddpc.tensor([1.0, 2.1]))
+    assert ddpc.tensor([1.0, 2.0]).allclose(ddpc.tensor([1.0, 2.0 + 1e-6]))
+    assert ddpc.equal(ddpc.tensor([1, 2]), ddpc.tensor([1, 2]))
+    assert not ddpc.equal(ddpc.tensor([1, 2]), ddpc.tensor([1, 3]))
+    assert not ddpc.equal(ddpc.tensor([1, 2]), ddpc.tensor([[1, 2]]))
+    assert not ddpc.tensor([np.nan]).equal(ddpc.tensor([np.nan]))
+
+
+def test_type_as_and_new_factories():
+    t = ddpc.tensor([1.0, 2.0], dtype=ddpc.float64)
+    assert ddpc.tensor([1, 2]).type_as(t).dtype is ddpc.float64
+    z = t.new_zeros(2, 3)
+    assert z.shape == (2, 3) and z.dtype is ddpc.float64 and z.numpy().sum() == 0
+    assert t.new_zeros((4,)).shape == (4,)
+    assert t.new_ones(2).tolist() == [1.0, 1.0] and t.new_ones(2, dtype=ddpc.int32).dtype is ddpc.int32
+    f = t.new_full((2,), 7)
+    assert f.dtype is ddpc.float64 and f.tolist() == [7.0, 7.0]
+    assert t.new_empty(3).shape == (3,) and t.new_empty(3).dtype is ddpc.float64
+    n = t.new_tensor([3, 4])
+    assert n.dtype is ddpc.float64 and n.tolist() == [3.0, 4.0]
+    assert t.new_zeros(1, requires_grad=True).requires_grad
+
+
+def test_top_level_functions_are_exported():
+    for name in ("abs", "sqrt", "rsqrt", "square", "sin", "cos", "log1p", "expm1", "erf", "reciprocal", "sign",
+                 "floor", "ceil", "trunc", "round", "clamp", "clip", "clamp_min", "clamp_max", "where", "masked_fill",
+                 "maximum", "minimum", "lerp", "addcmul", "addcdiv", "isnan", "isinf", "isfinite", "logical_and",
+                 "logical_or", "logical_not", "logical_xor", "nan_to_num", "allclose", "isclose", "equal"):
+        assert callable(getattr(ddpc, name)) and name in ddpc.__all__, name
+    assert math.isclose(ddpc.sqrt(ddpc.tensor(2.0)).item(), math.sqrt(2), rel_tol=1e-6)
+
+
+GPU_CASES = [
+    ("unary", lambda a: (a.abs().sqrt() + a.square().rsqrt() + a.sin() * a.cos() + (a * a).log1p() + a.expm1()
+                         + a.erf() + (a + 5).reciprocal() + a.sign() + a.floor() + a.ceil() + a.trunc()
+                         + ddpc.round(a, decimals=1)).sum()),
+    ("clamp", lambda a: (a.clamp(-0.5, 0.7) + a.clamp(min=0.1) * 2 + a.clamp(a[:1] * 0.5, 1.0)).sum()),
+    ("where", lambda a: (ddpc.where(a > 0, a * 3, a[:, :1]) + a.masked_fill(a < -1, 2.0) + ddpc.maximum(a, a[:1])
+                         + ddpc.minimum(a, 0.2) + ddpc.lerp(a, a * a, 0.3) + ddpc.addcdiv(a, a, a * a + 1)).sum()),
+    ("nan_to_num", lambda a: ddpc.nan_to_num(a.log()).sum() + a.isnan().float().sum()),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name,fn", GPU_CASES, ids=[c[0] for c in GPU_CASES])
+def test_math_on_cuda_matches_cpu(name, fn):
+    x = np.random.default_rng(5).standard_normal((6, 7)).astype(np.float32)
+    res = []
+    for device in ("cpu", "cuda"):
+        t = ddpc.tensor(x, device=device, requires_grad=True)
+        out = fn(t)
+        out.backward()
+        res.append((out.detach().cpu().numpy(), t.grad.cpu().numpy()))
+    np.testing.assert_allclose(res[1][0], res[0][0], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(res[1][1], res[0][1], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.gpu
+def test_where_and_predicates_on_cuda_every_dtype_and_edge_value():
+    cond = ddpc.tensor([[1], [0], [1]], dtype=ddpc.uint8)
+    for dt in (ddpc.float32, ddpc.float64, ddpc.float16, ddpc.bfloat16, ddpc.int32, ddpc.int64, ddpc.uint8):
+        a, b = ddpc.tensor(np.arange(12).reshape(3, 4), dtype=dt), ddpc.tensor([9, 8, 7, 6], dtype=dt)
+        want = ddpc.where(cond, a, b)
+        got = ddpc.where(cond.cuda(), a.cuda(), b.cuda())
+        np.testing.assert_array_equal(got.cpu().float().numpy(), want.float().numpy())
+    e = ddpc.tensor(EDGES)
+    for name in ("isnan", "isinf", "isfinite", "sign", "round", "abs", "floor"):
+        np.testing.assert_array_equal(getattr(e.cuda(), name)().cpu().numpy(), getattr(e, name)().numpy())
+    i = ddpc.tensor([[1, -5, 3]])
+    np.testing.assert_array_equal(ddpc.maximum(i.cuda(), i.T.cuda()).cpu().numpy(), ddpc.maximum(i, i.T).numpy())

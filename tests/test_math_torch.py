@@ -1,0 +1,84 @@
+"""Optional: the elementwise math functions against PyTorch's on the same
+inputs (skipped when torch is not installed): outputs and gradients within
+1e-6 relative (1e-6 absolute) in float32, 1e-12 in float64.
+
+The comparison runs in a child process that imports torch before ddpc (see
+test_nn_torch.py) and fails there, printing what differs.
+"""
+
+import importlib.util
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_matches_pytorch(dtype):
+    if importlib.util.find_spec("torch") is None:
+        pytest.skip("torch is not installed")
+    proc = subprocess.run([sys.executable, __file__, dtype], capture_output=True, text=True, timeout=240,
+                          env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.strip().endswith("ok"), proc.stdout
+
+
+# name: (function of the library module and the input tensors, how many inputs)
+CASES = {
+    "abs": (lambda L, x: L.abs(x), 1), "sqrt": (lambda L, x: L.sqrt(x.abs() + 0.1), 1),
+    "rsqrt": (lambda L, x: L.rsqrt(x.abs() + 0.1), 1), "square": (lambda L, x: L.square(x), 1),
+    "sin": (lambda L, x: L.sin(x), 1), "cos": (lambda L, x: L.cos(x), 1),
+    "log1p": (lambda L, x: L.log1p(x.abs()), 1), "expm1": (lambda L, x: L.expm1(x), 1),
+    "erf": (lambda L, x: L.erf(x), 1), "reciprocal": (lambda L, x: L.reciprocal(x), 1),
+    "sign": (lambda L, x: L.sign(x) * x, 1), "floor": (lambda L, x: L.floor(x * 3), 1),
+    "ceil": (lambda L, x: L.ceil(x * 3), 1), "trunc": (lambda L, x: L.trunc(x * 3), 1),
+    "round": (lambda L, x: L.round(x * 3), 1), "round_decimals": (lambda L, x: L.round(x * 3, decimals=1), 1),
+    "clamp": (lambda L, x: L.clamp(x, -0.5, 0.5), 1), "clamp_min": (lambda L, x: L.clamp_min(x, 0.1), 1),
+    "clamp_tensor": (lambda L, x, lo, hi: L.clamp(x, lo, hi), 3),
+    "maximum": (lambda L, a, b: L.maximum(a, b), 2), "minimum": (lambda L, a, b: L.minimum(a, b), 2),
+    "where": (lambda L, a, b: L.where(a > b, a, b * 2), 2),
+    "masked_fill": (lambda L, a, b: a.masked_fill(b > 0, 3.0), 2),
+    "lerp": (lambda L, a, b, w: L.lerp(a, b, w), 3), "lerp_number": (lambda L, a, b: L.lerp(a, b, 0.7), 2),
+    "addcmul": (lambda L, a, b, c: L.addcmul(a, b, c, value=0.5), 3),
+    "addcdiv": (lambda L, a, b, c: L.addcdiv(a, b, c.abs() + 0.5, value=-2), 3),
+    "nan_to_num": (lambda L, x: L.nan_to_num(L.log(x)), 1),
+}
+
+
+def _run(lib, fn, arrays):
+    import numpy as np
+
+    ts = [lib.tensor(a, requires_grad=True) for a in arrays]
+    out = fn(lib, *ts)
+    g = np.random.default_rng(1).standard_normal(tuple(out.shape)).astype(arrays[0].dtype)
+    out.backward(lib.tensor(g))
+    return [np.asarray(out.detach())] + [None if t.grad is None else np.asarray(t.grad) for t in ts]
+
+
+def main(dtype):
+    import numpy as np
+    import torch
+
+    import ddpc
+
+    rng = np.random.default_rng(0)
+    f32 = dtype == "float32"
+    for name, (fn, n) in CASES.items():
+        arrays = [rng.standard_normal((4, 5)).astype(dtype) for _ in range(n)]
+        if name in ("maximum", "minimum"):
+            arrays[1][0] = arrays[0][0]  # ties
+        if name == "clamp_tensor":
+            arrays[1][:, 0] = arrays[0][:, 0]
+        want, got = _run(torch, fn, arrays), _run(ddpc, fn, arrays)
+        for what, a, b in zip(["output"] + [f"grad {i}" for i in range(n)], got, want):
+            assert (a is None) == (b is None), f"{name} {dtype} {what}: {a} where PyTorch has {b}"
+            if a is None:
+                continue
+            np.testing.assert_allclose(a, b, rtol=1e-6 if f32 else 1e-12, atol=1e-6 if f32 else 1e-12,
+                                       equal_nan=True, err_msg=f"{name} {dtype} {what}")
+    print("ok")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
