@@ -2,14 +2,14 @@
 
 ``autocast(device_type, dtype=None)`` runs the ops of a region in a lower
 precision where that is safe and in float32 where it is not, as PyTorch's
-autocast does: inside it, the GEMM-type ops (``linear``, ``matmul``, the convolutions) cast
-their floating inputs (float64 excepted) to the autocast dtype, and the
-losses cast theirs to float32. On ``"cuda"`` softmax, log_softmax,
-layer_norm, exp, log, pow and sum also run in float32, following PyTorch's
-CUDA list; on ``"cpu"`` they keep their input's dtype, following its CPU list.
-The casts are recorded by autograd, so gradients reach the float32
-parameters in float32. Within a region a parameter is cast once and the cast
-reused (``cache_enabled``).
+autocast does: inside it, the GEMM-type ops (``linear``, ``matmul``, the
+convolutions) cast their floating inputs (float64 excepted) to the autocast
+dtype, and the losses cast theirs to float32. On ``"cuda"`` softmax,
+log_softmax, layer_norm, exp, log, log1p, expm1, pow, rsqrt, reciprocal and
+sum also run in float32, following PyTorch's CUDA list; on ``"cpu"`` they
+keep their input's dtype, following its CPU list. The casts are recorded by
+autograd, so gradients reach the float32 parameters in float32. Within a
+region a parameter is cast once and the cast reused (``cache_enabled``).
 
 Where ddpc differs: it computes 16-bit GEMMs in float32 on the host and
 rounds the result, so on the host autocast gives PyTorch's numerics and

@@ -782,6 +782,7 @@ def sqrt(x):
     return _math(x, _SQRT)
 
 
+@autocast_op("float32_cuda")
 def rsqrt(x):
     """1 / sqrt(x)."""
     return _math(x, _RSQRT)
@@ -799,11 +800,13 @@ def cos(x):
     return _math(x, _COS)
 
 
+@autocast_op("float32_cuda")
 def log1p(x):
     """log(1 + x), accurate for small x."""
     return _math(x, _LOG1P)
 
 
+@autocast_op("float32_cuda")
 def expm1(x):
     """exp(x) - 1, accurate for small x."""
     return _math(x, _EXPM1)
@@ -813,6 +816,7 @@ def erf(x):
     return _math(x, _ERF)
 
 
+@autocast_op("float32_cuda")
 def reciprocal(x):
     return _math(x, _RECIPROCAL)
 
