@@ -34,3 +34,21 @@ def kill_processes_with(marker):
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+def run_torch_case(script, *args):
+    """The stdout of `python script *args`, run in a child process so that it
+    can import torch before ddpc; skips the test where torch is not
+    installed and fails it where the child fails."""
+    import importlib.util
+    import subprocess
+    import sys
+
+    import pytest
+
+    if importlib.util.find_spec("torch") is None:
+        pytest.skip("torch is not installed")
+    proc = subprocess.run([sys.executable, script, *args], capture_output=True, text=True, timeout=240,
+                          env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout

@@ -6,22 +6,16 @@ The comparison runs in a child process that imports torch before ddpc (see
 test_nn_torch.py) and fails there, printing what differs.
 """
 
-import importlib.util
-import os
-import subprocess
 import sys
 
 import pytest
+from procs import run_torch_case
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_matches_pytorch(dtype):
-    if importlib.util.find_spec("torch") is None:
-        pytest.skip("torch is not installed")
-    proc = subprocess.run([sys.executable, __file__, dtype], capture_output=True, text=True, timeout=240,
-                          env=dict(os.environ, OMP_NUM_THREADS="1"))
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.strip().endswith("ok"), proc.stdout
+    out = run_torch_case(__file__, dtype)
+    assert out.strip().endswith("ok"), out
 
 
 # name: (function of the library module and the input tensors, how many inputs)

@@ -10,22 +10,16 @@ Each comparison runs in a child process that imports torch before ddpc (see
 test_nn_torch.py) and fails there, printing what differs.
 """
 
-import importlib.util
-import os
-import subprocess
 import sys
 
 import pytest
+from procs import run_torch_case
 
 
 @pytest.mark.parametrize("case", ["activations", "inplace", "losses", "cross_entropy"])
 def test_matches_pytorch(case):
-    if importlib.util.find_spec("torch") is None:
-        pytest.skip("torch is not installed")
-    proc = subprocess.run([sys.executable, __file__, case], capture_output=True, text=True, timeout=240,
-                          env=dict(os.environ, OMP_NUM_THREADS="1"))
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.strip().endswith("ok"), proc.stdout
+    out = run_torch_case(__file__, case)
+    assert out.strip().endswith("ok"), out
 
 
 def _run(lib, fn, arrays, grads, kwargs, g_seed):

@@ -6,22 +6,13 @@ that ddpc uses torch's NCCL even where no nvidia-nccl wheel is on sys.path
 (the one import order that csrc/comm/nccl_lib.c cannot fix by itself).
 """
 
-import importlib.util
-import os
-import subprocess
-import sys
-
-import pytest
+from procs import run_torch_case
 
 
 def test_matches_pytorch_over_20_adam_steps():
-    if importlib.util.find_spec("torch") is None:
-        pytest.skip("torch is not installed")
-    proc = subprocess.run([sys.executable, __file__], capture_output=True, text=True, timeout=240,
-                          env=dict(os.environ, OMP_NUM_THREADS="1"))
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    worst = float(proc.stdout.split()[-1])
-    assert worst < 1e-5, proc.stdout
+    out = run_torch_case(__file__)
+    worst = float(out.split()[-1])
+    assert worst < 1e-5, out
 
 
 def _compare():

@@ -4,12 +4,10 @@ torch is not installed): outputs and gradients within 1e-9. Each comparison
 runs in a child process that imports torch before ddpc (see
 test_nn_extra_torch.py) and fails there, printing what differs."""
 
-import importlib.util
-import os
-import subprocess
 import sys
 
 import pytest
+from procs import run_torch_case
 
 def _ties(lib, x):
     """x with columns repeated, so rows hold equal values."""
@@ -67,12 +65,8 @@ def _child(name):
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_matches_pytorch(case):
-    if importlib.util.find_spec("torch") is None:
-        pytest.skip("torch is not installed")
-    proc = subprocess.run([sys.executable, __file__, case], capture_output=True, text=True, timeout=240,
-                          env=dict(os.environ, OMP_NUM_THREADS="1"))
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.strip().endswith("ok"), proc.stdout
+    out = run_torch_case(__file__, case)
+    assert out.strip().endswith("ok"), out
 
 
 if __name__ == "__main__":
