@@ -20,6 +20,13 @@ import ddpc
 import ddpc.distributed as dist
 from ddpc.distributed import ReduceOp
 
+
+def say(text):
+    """One line on stdout in one write. The launcher runs ranks unbuffered
+    (python -u), where print writes its text and its newline apart, so two
+    ranks' lines could interleave on the shared pipe."""
+    os.write(1, (text + "\n").encode())
+
 DTYPES = [np.float32, np.float64, np.float16, ml_dtypes.bfloat16, np.int32, np.int64, np.uint8]
 OPS = [ReduceOp.SUM, ReduceOp.AVG, ReduceOp.MIN, ReduceOp.MAX, ReduceOp.PROD]
 SIZES = [0, 1, 7, 4097, (1 << 20) + 3]
@@ -277,9 +284,9 @@ def scenario_monitored(wait_all):
     if rank < 2:
         try:
             dist.monitored_barrier(timeout=2, wait_all_ranks=wait_all == "all")
-            print(f"RANK {rank} NO ERROR", flush=True)
+            say(f"RANK {rank} NO ERROR")
         except dist.DistTimeoutError as e:
-            print(f"RANK {rank} MONITORED {e}", flush=True)
+            say(f"RANK {rank} MONITORED {e}")
     dist.barrier()
 
 
@@ -547,7 +554,7 @@ def scenario_p2p_tag_timeout():
             try:
                 dist.recv(np.ones(3, np.float32), src, group=sub, tag=3)
             except dist.DistError as e:
-                print(f"RANK 1 TIMEOUT {type(e).__name__} after {time.monotonic() - start:.1f} s: {e}", flush=True)
+                say(f"RANK 1 TIMEOUT {type(e).__name__} after {time.monotonic() - start:.1f} s: {e}")
             else:
                 raise AssertionError("a recv for a tag never sent returned")
         dist.barrier()
@@ -568,7 +575,7 @@ def scenario_p2p_tag_mismatch(what):
             check(got, np.full(10, 2.0), "recv of tag 2")
             dist.recv(np.ones(12, np.float32) if what == "size" else np.ones(10, np.int32), 0, tag=1)
     except dist.DistError as e:
-        print(f"RANK {rank} MISMATCH {e}", flush=True)
+        say(f"RANK {rank} MISMATCH {e}")
 
 
 @contextlib.contextmanager
@@ -629,7 +636,7 @@ def scenario_shared():
     try:
         dist.shared_buffer(4096 * (1 + (rank == 0)))
     except (ValueError, dist.DistError) as e:
-        print(f"RANK {rank} SIZES {e}", flush=True)
+        say(f"RANK {rank} SIZES {e}")
     dist.barrier()
 
 
@@ -641,7 +648,7 @@ def scenario_shared_full(nbytes):
     try:
         dist.shared_buffer(int(nbytes) if rank == 0 else 4096)
     except (OSError, dist.DistError) as e:
-        print(f"RANK {rank} FULL {e}", flush=True)
+        say(f"RANK {rank} FULL {e}")
     a = np.ones(5, np.float32)
     dist.all_reduce(a)
     check(a, np.full(5, world), "all_reduce after a failed shared_buffer")
@@ -666,7 +673,7 @@ def all_reduce_expecting_mismatch(a, what):
     try:
         dist.all_reduce(a)
     except dist.DistError as e:
-        print(f"RANK {dist.get_rank()} MISMATCH {e}", flush=True)
+        say(f"RANK {dist.get_rank()} MISMATCH {e}")
         return
     raise AssertionError(f"{what} did not raise")
 
@@ -676,7 +683,7 @@ def scenario_broadcast_mismatch():
     try:
         dist.broadcast(np.zeros(4, np.float32), src=dist.get_rank())
     except dist.DistError as e:
-        print(f"RANK {dist.get_rank()} MISMATCH {e}", flush=True)
+        say(f"RANK {dist.get_rank()} MISMATCH {e}")
 
 
 def scenario_p2p_mismatch():
@@ -687,7 +694,7 @@ def scenario_p2p_mismatch():
         else:
             dist.recv(np.ones(12, np.float32), 0)
     except dist.DistError as e:
-        print(f"RANK {dist.get_rank()} MISMATCH {e}", flush=True)
+        say(f"RANK {dist.get_rank()} MISMATCH {e}")
 
 
 def scenario_barrier_mismatch():
@@ -699,7 +706,7 @@ def scenario_barrier_mismatch():
         else:
             dist.all_reduce(np.zeros(1, np.uint8), op=ReduceOp.MAX)
     except dist.DistError as e:
-        print(f"RANK {dist.get_rank()} MISMATCH {e}", flush=True)
+        say(f"RANK {dist.get_rank()} MISMATCH {e}")
         return
     raise AssertionError("a barrier matched an all_reduce")
 
@@ -713,7 +720,7 @@ def scenario_subgroup_timeout():
         try:
             dist.all_reduce(np.ones(10, np.float32), group=g)
         except dist.DistTimeoutError as e:
-            print(f"RANK 1 TIMEOUT {e}", flush=True)
+            say(f"RANK 1 TIMEOUT {e}")
     elif rank == 2:
         time.sleep(3)
     dist.barrier()
@@ -741,7 +748,7 @@ def scenario_work_exception():
             time.sleep(0.05)
         err = w.exception()
         assert isinstance(err, dist.DistTimeoutError) and not w.is_success(), repr(err)
-        print(f"RANK 0 EXCEPTION {type(err).__name__}: {err}", flush=True)
+        say(f"RANK 0 EXCEPTION {type(err).__name__}: {err}")
         for call in (w.result, w.wait):
             try:
                 call()
@@ -799,7 +806,7 @@ def scenario_kill(victim, size_mb, marker=None):
         while time.monotonic() - t0 < 60:
             dist.all_reduce(a)
     except dist.DistError as e:
-        print(f"RANK {rank} CAUGHT {type(e).__name__} after {time.monotonic() - t0:.2f}s: {e}", flush=True)
+        say(f"RANK {rank} CAUGHT {type(e).__name__} after {time.monotonic() - t0:.2f}s: {e}")
         sys.exit(3)
 
 
@@ -814,7 +821,7 @@ def scenario_leaver(leaver):
     try:
         dist.all_reduce(np.ones(1000, np.float32))
     except dist.DistError as e:
-        print(f"RANK {rank} CAUGHT {type(e).__name__} after {time.monotonic() - t0:.2f}s: {e}", flush=True)
+        say(f"RANK {rank} CAUGHT {type(e).__name__} after {time.monotonic() - t0:.2f}s: {e}")
         sys.exit(3)
 
 
@@ -831,7 +838,7 @@ def scenario_new_group_with_the_dead(victim, when):
     try:
         dist.new_group(list(range(dist.get_world_size())))
     except dist.DistError as e:
-        print(f"RANK {rank} CAUGHT {type(e).__name__} after {time.monotonic() - t0:.2f}s: {e}", flush=True)
+        say(f"RANK {rank} CAUGHT {type(e).__name__} after {time.monotonic() - t0:.2f}s: {e}")
         sys.exit(3)
 
 
@@ -846,7 +853,7 @@ def scenario_until_error(seconds=60):
             last = time.monotonic()
             time.sleep(0.01)
     except dist.DistError as e:
-        print(f"RANK {rank} CAUGHT {type(e).__name__} after {time.monotonic() - last:.2f}s: {e}", flush=True)
+        say(f"RANK {rank} CAUGHT {type(e).__name__} after {time.monotonic() - last:.2f}s: {e}")
         sys.exit(3)
 
 
@@ -859,7 +866,7 @@ def scenario_absent(absent, sleep_s):
     try:
         dist.all_reduce(np.ones(100, np.float32))
     except dist.DistTimeoutError as e:
-        print(f"RANK {rank} TIMEOUT {e}", flush=True)
+        say(f"RANK {rank} TIMEOUT {e}")
         return
     raise AssertionError("collective with a missing rank did not time out")
 
@@ -902,7 +909,7 @@ def main():
             globals()["scenario_" + name]()
     else:
         globals()["scenario_" + scenario](*args)
-    print(f"RANK {dist.get_rank()} PASS", flush=True)
+    say(f"RANK {dist.get_rank()} PASS")
     dist.destroy_process_group()
 
 
