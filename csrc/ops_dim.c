@@ -6,17 +6,7 @@
 
 #include "kernels.h"
 #include "module.h"
-
-/* dim splits a's elements into outer x len x inner. */
-static ddpc_status dim_split_(const ddpc_buffer *a, int dim, const char *op, int64_t *outer, int64_t *len,
-                              int64_t *inner) {
-    if (dim < 0 || dim >= a->ndim)
-        return DDPC_ERROR(DDPC_ERR_ARG, "%s: dim %d is out of range for %d dims", op, dim, a->ndim);
-    *outer = 1, *len = a->shape[dim], *inner = 1;
-    for (int d = 0; d < dim; d++) *outer *= a->shape[d];
-    for (int d = dim + 1; d < a->ndim; d++) *inner *= a->shape[d];
-    return DDPC_OK;
-}
+#include "ops_nn.h"
 
 static ddpc_status check_same_place_(const ddpc_buffer *ref, const ddpc_buffer *b, const char *op, const char *what) {
     if (b->dtype != ref->dtype)
@@ -68,7 +58,7 @@ ddpc_status ddpc_op_fold_dim(ddpc_buffer *out, const ddpc_buffer *a, int dim, dd
         return DDPC_ERROR(DDPC_ERR_TYPE, "%s: needs float32, float64 or int64, got %s", name,
                           ddpc_dtype_name(out->dtype));
     CHECK(check_same_place_(out, a, name, "the input"));
-    CHECK(dim_split_(a, dim, name, &outer, &len, &inner));
+    CHECK(ddpc_dim_split(a, dim, name, &outer, &len, &inner));
     int64_t want = cumulative ? a->numel : outer * inner;
     if (out->numel != want)
         return DDPC_ERROR(DDPC_ERR_ARG, "%s: the output has %lld elements, expected %lld", name,

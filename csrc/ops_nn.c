@@ -403,9 +403,8 @@ ddpc_status ddpc_op_where(ddpc_buffer *out, const ddpc_buffer *cond, const ddpc_
         }                                                                          \
     } while (0)
 
-/* dim splits a's elements into outer x len x inner. */
-static ddpc_status dim_split_(const ddpc_buffer *a, int dim, const char *op, int64_t *outer, int64_t *len,
-                              int64_t *inner) {
+ddpc_status ddpc_dim_split(const ddpc_buffer *a, int dim, const char *op, int64_t *outer, int64_t *len,
+                           int64_t *inner) {
     if (dim < 0 || dim >= a->ndim)
         return DDPC_ERROR(DDPC_ERR_ARG, "%s: dim %d is out of range for %d dims", op, dim, a->ndim);
     *outer = 1, *len = a->shape[dim], *inner = 1;
@@ -418,7 +417,7 @@ ddpc_status ddpc_op_sum_dim(ddpc_buffer *out, const ddpc_buffer *a, int dim) {
     /* int64 too: integer tensors sum exactly, as their sum over all elements does. */
     CHECK(out->dtype == DDPC_INT64 ? check_writable_(out, "sum along a dim") : check_out_(out, "sum along a dim"));
     int64_t outer = 0, len = 0, inner = 0;
-    CHECK(dim_split_(a, dim, "sum along a dim", &outer, &len, &inner));
+    CHECK(ddpc_dim_split(a, dim, "sum along a dim", &outer, &len, &inner));
     CHECK(check_like_(out, a, -1, "sum along a dim", "the input"));
     if (out->numel != outer * inner)
         return DDPC_ERROR(DDPC_ERR_ARG, "sum along a dim: the output has %lld elements, expected %lld",
@@ -457,7 +456,7 @@ ddpc_status ddpc_op_extreme_dim(ddpc_buffer *values, ddpc_buffer *indices, const
     int64_t outer = 0, len = 0, inner = 0;
     CHECK(check_writable_(values, op));
     CHECK(check_writable_(indices, op));
-    CHECK(dim_split_(a, dim, op, &outer, &len, &inner));
+    CHECK(ddpc_dim_split(a, dim, op, &outer, &len, &inner));
     if (a->dtype == DDPC_FLOAT16 || a->dtype == DDPC_BFLOAT16)
         return DDPC_ERROR(DDPC_ERR_TYPE, "%s: 16-bit floats are compared in float32 (cast first)", op);
     CHECK(check_like_(values, a, -1, op, "the input"));
@@ -478,7 +477,7 @@ ddpc_status ddpc_op_put_dim(ddpc_buffer *out, const ddpc_buffer *g, const ddpc_b
     const char *op = "gradient of max/min along a dim";
     int64_t outer = 0, len = 0, inner = 0;
     CHECK(check_out_(out, op));
-    CHECK(dim_split_(out, dim, op, &outer, &len, &inner));
+    CHECK(ddpc_dim_split(out, dim, op, &outer, &len, &inner));
     CHECK(check_like_(out, g, outer * inner, op, "the gradient"));
     if (indices->dtype != DDPC_INT64 || indices->device != out->device || indices->numel != outer * inner)
         return DDPC_ERROR(DDPC_ERR_ARG, "%s: indices must be %lld int64 on the output's device", op,

@@ -50,6 +50,10 @@ ddpc_status ddpc_op_binary_broadcast(ddpc_binary_op op, ddpc_buffer *out, const 
  * ddpc_op_binary_broadcast; cond is uint8 (any non-zero is true), a and b
  * out's dtype (any). */
 ddpc_status ddpc_op_where(ddpc_buffer *out, const ddpc_buffer *cond, const ddpc_buffer *a, const ddpc_buffer *b);
+/* Splits a's elements around `dim` into outer x len x inner (an error names
+ * `op` when dim is out of range). */
+ddpc_status ddpc_dim_split(const ddpc_buffer *a, int dim, const char *op, int64_t *outer, int64_t *len,
+                           int64_t *inner);
 /* out = a summed along `dim` (out has a's shape without that dim); float32,
  * float64 (both accumulated in double) or int64 (exact, wrapping on overflow). */
 ddpc_status ddpc_op_sum_dim(ddpc_buffer *out, const ddpc_buffer *a, int dim);
