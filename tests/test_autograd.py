@@ -106,6 +106,11 @@ def test_cat_and_stack():
     gradcheck(lambda x, y: ddpc.cat([x, y * 2]), a, b)
     c = leaf(2, 3)
     gradcheck(lambda x, y: ddpc.stack([x, y, x]), a, c)
+    d, e = leaf(2, 3, 4), leaf(2, 1, 4)
+    gradcheck(lambda x, y: ddpc.cat([x, y * 2, x], dim=1), d, e)
+    gradcheck(lambda x, y: ddpc.cat([x, y], dim=-1), a, c)
+    gradcheck(lambda x, y: ddpc.stack([x, y * 3], dim=-1), a, c)
+    gradcheck(lambda x, y: ddpc.stack([x, y], dim=1), a, c)
 
 
 def test_matmul_and_linear():

@@ -460,3 +460,20 @@ def test_max_min_and_their_indices():
         ddpc.zeros(0).max()
     with pytest.raises(ValueError, match="no elements"):
         ddpc.zeros(2, 0).max(1)
+
+
+def test_cat_and_stack_along_any_dim_match_numpy():
+    rng = np.random.default_rng(7)
+    a, b = rng.standard_normal((2, 3, 4)).astype(np.float32), rng.standard_normal((2, 5, 4)).astype(np.float32)
+    np.testing.assert_array_equal(ddpc.cat([ddpc.tensor(a), ddpc.tensor(b)], 1).numpy(), np.concatenate([a, b], 1))
+    np.testing.assert_array_equal(ddpc.cat([ddpc.tensor(a), ddpc.tensor(a)], -1).numpy(), np.concatenate([a, a], -1))
+    for dim in (0, 1, 2, 3, -1, -4):
+        np.testing.assert_array_equal(ddpc.stack([ddpc.tensor(a), ddpc.tensor(a * 2)], dim).numpy(),
+                                      np.stack([a, a * 2], dim))
+    with pytest.raises(ValueError, match="differ beyond dim 0"):
+        ddpc.cat([ddpc.tensor(a), ddpc.tensor(b)])
+    with pytest.raises(IndexError, match="out of range"):
+        ddpc.cat([ddpc.tensor(a)], 3)
+    with pytest.raises(IndexError, match="out of range"):
+        ddpc.stack([ddpc.tensor(a)], 4)
+

@@ -33,6 +33,7 @@ from .amp import autocast_op
 from .tensor import (_ADD, _DIV, _EQ, _GE, _GT, _INT_BOUNDS, _LE, _LT, _MAX, _MIN, _MUL, _NE, _RDIV, _RSUB, _SUB, Tensor,
                      _check_no_grad_inplace, _copy_view, _CopyOf, _is_float_scalar, _read, _shares_memory, _write_back,
                      bfloat16, float16, float32, float64, get_dtype, int64, promote, uint8)
+from .tensor import _along
 from .tensor import cat as _cat_storage
 from .tensor import stack as _stack_storage
 
@@ -2303,40 +2304,47 @@ def write(t, sel, value):
 class _CatBackward(Node):
     passes_through = True
 
-    def __init__(self, tensors, sizes):
+    def __init__(self, tensors, dim):
         super().__init__(tensors, ())
-        self.sizes = sizes
+        self.sizes = [t.shape[dim] for t in tensors]
+        self.dim = dim
         self.dtypes = [t.dtype for t in tensors]
 
     def backward(self, g):
-        grads, row = [], 0
+        grads, at = [], 0
         for n, dt in zip(self.sizes, self.dtypes):
-            part = g._getitem(slice(row, row + n))
+            part = g._getitem(_along(self.dim, slice(at, at + n)))
             grads.append(part if part.dtype is dt else part.to(dtype=dt))
-            row += n
+            at += n
         return grads
 
 
 class _StackBackward(_CatBackward):
+    def __init__(self, tensors, dim):
+        Node.__init__(self, tensors, ())
+        self.dim = dim
+        self.dtypes = [t.dtype for t in tensors]
+
     def backward(self, g):
-        return [g._getitem(i) if g.dtype is dt else g._getitem(i).to(dtype=dt) for i, dt in enumerate(self.dtypes)]
+        return [g._getitem(_along(self.dim, i)) if g.dtype is dt else g._getitem(_along(self.dim, i)).to(dtype=dt)
+                for i, dt in enumerate(self.dtypes)]
 
 
 def cat(tensors, dim=0):
-    """Concatenates tensors along dim 0 (all other dims equal)."""
+    """Concatenates tensors along ``dim`` (all other dims equal)."""
     tensors = list(tensors)
     out = _cat_storage(tensors, dim)
     if _needs_grad(*tensors):
-        _attach(out, _CatBackward(tensors, [t.shape[0] for t in tensors]))
+        _attach(out, _CatBackward(tensors, dim % out.ndim))
     return out
 
 
 def stack(tensors, dim=0):
-    """Stacks equal-shape tensors along a new dim 0."""
+    """Stacks equal-shape tensors along a new dim ``dim``."""
     tensors = list(tensors)
     out = _stack_storage(tensors, dim)
     if _needs_grad(*tensors):
-        _attach(out, _StackBackward(tensors, [1] * len(tensors)))
+        _attach(out, _StackBackward(tensors, dim % out.ndim))
     return out
 
 

@@ -1355,39 +1355,51 @@ def _gather_rows(tensors, name):
     return tensors, first
 
 
+def _cat_dim(dim, ndim, name):
+    if not -ndim <= dim < ndim:
+        raise IndexError(f"{name}(): dim {dim} is out of range for {ndim} dims")
+    return dim % ndim
+
+
+def _along(dim, index):
+    """The index that selects ``index`` along ``dim`` and everything along the dims before it."""
+    return (slice(None),) * dim + (index,)
+
+
 def stack(tensors, dim=0):
-    """Stacks equal-shape tensors along a new dim 0."""
-    if dim != 0:
-        raise ValueError("ddpc.stack supports dim=0 only")
+    """Stacks equal-shape tensors along a new dim ``dim``."""
     tensors, first = _gather_rows(tensors, "stack")
     for t in tensors[1:]:
         if t.shape != first.shape:
             raise ValueError(f"stack(): shapes {first.shape} and {t.shape} differ")
+    dim = _cat_dim(dim, first.ndim + 1, "stack")
     dt = first.dtype
     for t in tensors[1:]:
         dt = promote(dt, t.dtype)
-    out = empty((len(tensors),) + first.shape, dtype=dt, device=first.device)
+    out = empty(first.shape[:dim] + (len(tensors),) + first.shape[dim:], dtype=dt, device=first.device)
     for i, t in enumerate(tensors):
-        out[i].copy_(t.detach())  # storage only: autograd's stack records the graph
+        out[_along(dim, i)] = t.detach()  # storage only: autograd's stack records the graph
     return out
 
 
 def cat(tensors, dim=0):
-    """Concatenates tensors along dim 0 (all other dims equal)."""
-    if dim != 0:
-        raise ValueError("ddpc.cat supports dim=0 only")
+    """Concatenates tensors along ``dim`` (all other dims equal)."""
     tensors, first = _gather_rows(tensors, "cat")
+    if first.ndim == 0:
+        raise ValueError("cat(): zero-dimensional tensors cannot be concatenated")
+    dim = _cat_dim(dim, first.ndim, "cat")
     for t in tensors:
-        if t.ndim == 0 or t.shape[1:] != first.shape[1:]:
-            raise ValueError(f"cat(): shapes {first.shape} and {t.shape} differ beyond dim 0")
+        if t.ndim != first.ndim or t.shape[:dim] != first.shape[:dim] or t.shape[dim + 1:] != first.shape[dim + 1:]:
+            raise ValueError(f"cat(): shapes {first.shape} and {t.shape} differ beyond dim {dim}")
     dt = first.dtype
     for t in tensors[1:]:
         dt = promote(dt, t.dtype)
-    out = empty((sum(t.shape[0] for t in tensors),) + first.shape[1:], dtype=dt, device=first.device)
-    row = 0
+    total = sum(t.shape[dim] for t in tensors)
+    out = empty(first.shape[:dim] + (total,) + first.shape[dim + 1:], dtype=dt, device=first.device)
+    at = 0
     for t in tensors:
-        out[row:row + t.shape[0]].copy_(t.detach())  # storage only: autograd's cat records the graph
-        row += t.shape[0]
+        out[_along(dim, slice(at, at + t.shape[dim]))] = t.detach()  # storage only: autograd's cat records the graph
+        at += t.shape[dim]
     return out
 
 
