@@ -1093,41 +1093,81 @@ def equal(a, b):
 
 # ---- linear algebra ------------------------------------------------------------------------
 
+def _batch_slices(shape, batch):
+    """For each slice of the broadcast batch shape ``batch`` (in order), the
+    flat index of the slice of an operand whose batch dims are ``shape``."""
+    own = np.arange(math.prod(shape)).reshape(shape)
+    return np.broadcast_to(own, batch).ravel().tolist()
+
+
+def _batched_gemm(out_shape, x, y, trans_x, trans_y, xi, yi):
+    """One GEMM per batch slice: out[i] = op(x[xi[i]]) @ op(y[yi[i]]), x and y
+    (batch, rows, cols) views of contiguous storage, so no operand is copied."""
+    out = _empty(out_shape, x)
+    for i, (p, q) in enumerate(zip(xi, yi)):
+        _C.gemm(out[i]._buf, x[p]._buf, y[q]._buf, trans_x, trans_y)
+    return out
+
+
+def _as_batches(t):
+    """t (..., r, c) as a contiguous (batch, r, c) tensor outside the graph."""
+    return t.detach().contiguous().reshape((math.prod(t.shape[:-2]),) + t.shape[-2:])
+
+
 class _MatmulBackward(Node):
-    def __init__(self, a, b):
+    """ga[i] = g[i] @ b[j]^T and gb[j] = a[i]^T @ g[i] for each batch slice,
+    summed over the batch dims an operand was broadcast across."""
+
+    def __init__(self, a, b, batch):
         super().__init__((a, b), (a, b))
+        self.batch = batch
 
     def backward(self, g):
         a, b = self.saved
+        m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+        x, y, g3 = _as_batches(a), _as_batches(b), _as_batches(g)
+        ai, bi, gi = _batch_slices(a.shape[:-2], self.batch), _batch_slices(b.shape[:-2], self.batch), range(len(g3))
         ga = gb = None
         if self.next_functions[0] is not None:
-            ga = _empty(a.shape, g)
-            _C.gemm(ga._buf, g._buf, b._buf, False, True)
+            ga = _batched_gemm((len(g3), m, k), g3, y, False, True, gi, bi)
+            ga = _reduce_to(ga.reshape(self.batch + (m, k)), a.shape, a.dtype)
         if self.next_functions[1] is not None:
-            gb = _empty(b.shape, g)
-            _C.gemm(gb._buf, a._buf, g._buf, True, False)
+            gb = _batched_gemm((len(g3), k, n), x, g3, True, False, ai, gi)
+            gb = _reduce_to(gb.reshape(self.batch + (k, n)), b.shape, b.dtype)
         return ga, gb
 
 
 @autocast_op("lower")
 def matmul(a, b):
-    """a @ b for 2-d a and b."""
-    if not isinstance(b, Tensor):
-        raise TypeError(f"matmul needs two ddpc tensors, got {type(b).__name__}")
-    if a.ndim != 2 or b.ndim != 2:
-        raise ValueError(f"ddpc's matmul takes 2-d operands, got shapes {a.shape} and {b.shape}")
-    if a.shape[1] != b.shape[0]:
-        raise ValueError(f"matmul: shapes {a.shape} and {b.shape} cannot be multiplied")
+    """a @ b as torch.matmul: a 1-d a is a row, a 1-d b a column (both dropped
+    from the result); the dims before the last two broadcast, and each batch
+    slice is one GEMM on views of the operands (one GEMM in all where b is 2-d)."""
+    if not isinstance(a, Tensor) or not isinstance(b, Tensor):
+        raise TypeError(f"matmul needs two ddpc tensors, got {type(a).__name__} and {type(b).__name__}")
+    if a.ndim == 0 or b.ndim == 0:
+        raise ValueError(f"matmul: both operands need at least 1 dim, got shapes {a.shape} and {b.shape}")
     if a._buf.device != b._buf.device:
         raise ValueError(f"matmul: tensors are on different devices ({a.device} and {b.device})")
     if a.dtype is not b.dtype:
         raise TypeError(f"matmul: dtypes differ ({a.dtype} and {b.dtype})")
+    if a.shape[-1] != b.shape[-2 if b.ndim > 1 else 0]:
+        raise ValueError(f"matmul: shapes {a.shape} and {b.shape} cannot be multiplied")
+    if a.ndim == 1:
+        out = matmul(reshape(a, (1, a.shape[0])), b)
+        return reshape(out, out.shape[:-2] + out.shape[-1:] if b.ndim > 1 else ())
+    if b.ndim == 1:
+        return reshape(matmul(a, reshape(b, (b.shape[0], 1))), a.shape[:-1])
     if a.dtype in _HALVES:
         return matmul(a.float(), b.float()).to(dtype=a.dtype)
-    out = _empty((a.shape[0], b.shape[1]), a)
-    _C.gemm(out._buf, a._buf, b._buf)
+    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    if a.ndim > 2 and b.ndim == 2:  # the batch folds into a's rows
+        return reshape(matmul(reshape(a, (math.prod(a.shape[:-1]), k)), b), a.shape[:-1] + (n,))
+    batch = _broadcast_shape(a.shape[:-2], b.shape[:-2])
+    out = _batched_gemm((math.prod(batch), m, n), _as_batches(a), _as_batches(b), False, False,
+                        _batch_slices(a.shape[:-2], batch), _batch_slices(b.shape[:-2], batch))
+    out = reshape(out, batch + (m, n))
     if _needs_grad(a, b):
-        _attach(out, _MatmulBackward(a, b))
+        _attach(out, _MatmulBackward(a, b, batch))
     return out
 
 
@@ -2007,7 +2047,7 @@ def mm(a, b):
 
 def mv(a, v):
     _check_mat(a, v, "mv", 2, 1)
-    return reshape(matmul(a, reshape(v, (-1, 1))), (a.shape[0],))
+    return matmul(a, v)
 
 
 def dot(a, b):
@@ -2029,42 +2069,13 @@ def addmm(input, m1, m2, *, beta=1, alpha=1):
     return add(prod_, input) if beta == 1 else add(prod_, mul(input, beta))
 
 
-class _BmmBackward(Node):
-    def __init__(self, a, b):
-        super().__init__((a, b), (a, b))
-
-    def backward(self, g):
-        a, b = self.saved
-        g = g.contiguous()
-        ga = _empty(a.shape, g) if self.next_functions[0] is not None else None
-        gb = _empty(b.shape, g) if self.next_functions[1] is not None else None
-        for i in range(a.shape[0]):
-            if ga is not None:
-                _C.gemm(ga[i]._buf, g[i]._buf, b[i]._buf, False, True)
-            if gb is not None:
-                _C.gemm(gb[i]._buf, a[i]._buf, g[i]._buf, True, False)
-        return ga, gb
-
-
 @autocast_op("lower")
 def bmm(a, b):
-    """a[i] @ b[i] for each batch entry i: one GEMM per entry on views of the contiguous operands."""
+    """a[i] @ b[i] for each batch entry i (matmul without broadcasting)."""
     _check_mat(a, b, "bmm", 3, 3)
     if a.shape[0] != b.shape[0] or a.shape[2] != b.shape[1]:
         raise ValueError(f"bmm: shapes {a.shape} and {b.shape} cannot be multiplied batch by batch")
-    if a._buf.device != b._buf.device:
-        raise ValueError(f"bmm: tensors are on different devices ({a.device} and {b.device})")
-    if a.dtype is not b.dtype:
-        raise TypeError(f"bmm: dtypes differ ({a.dtype} and {b.dtype})")
-    if a.dtype in _HALVES:
-        return bmm(a.float(), b.float()).to(dtype=a.dtype)
-    x, y = a.detach().contiguous(), b.detach().contiguous()
-    out = _empty((a.shape[0], a.shape[1], b.shape[2]), a)
-    for i in range(a.shape[0]):
-        _C.gemm(out[i]._buf, x[i]._buf, y[i]._buf)
-    if _needs_grad(a, b):
-        _attach(out, _BmmBackward(a, b))
-    return out
+    return matmul(a, b)
 
 
 # ---- shape ops ------------------------------------------------------------------------------
