@@ -20,3 +20,6 @@ __all__ = ["BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm", "CrossE
            "GLU", "GroupNorm", "InstanceNorm1d", "InstanceNorm2d", "ParameterDict", "ParameterList", "RMSNorm",
            "Softmin", "Unflatten"]
 __all__ += ["AdaptiveAvgPool2d", "AvgPool1d", "AvgPool2d", "Conv1d", "Conv2d", "MaxPool1d", "MaxPool2d"]
+from .transformer import MultiheadAttention, TransformerEncoder, TransformerEncoderLayer
+
+__all__ += ["MultiheadAttention", "TransformerEncoder", "TransformerEncoderLayer"]

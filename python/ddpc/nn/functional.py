@@ -6,10 +6,12 @@ pooling in _conv.py. The ``inplace=True`` forms compute aside and write the
 result into the input, which then holds it as after PyTorch's in-place op.
 """
 
+import math
 import warnings
 
 from .. import autograd as _ag
-from ..tensor import Tensor
+from .._dtype import uint8
+from ..tensor import Tensor, ones
 from . import _conv
 from ..autograd import embedding, gelu, layer_norm, linear, sigmoid, softplus, tanh
 
@@ -400,3 +402,49 @@ def unflatten(input, dim, sizes):
     """Splits dim into ``sizes`` (one entry may be -1)."""
     d = dim % input.ndim
     return input.reshape(input.shape[:d] + tuple(sizes) + input.shape[d + 1:])
+
+
+# ---- attention ------------------------------------------------------------------------------
+
+__all__ += ["scaled_dot_product_attention"]
+
+
+def _mask_scores(scores, mask, true_takes_part):
+    """scores with a float ``mask`` added, or -inf where a bool/integer mask
+    shuts a position out (where it is False if ``true_takes_part``, else True)."""
+    if mask is None:
+        return scores
+    if mask.dtype.is_floating_point:
+        return scores + (mask if mask.dtype is scores.dtype else mask.to(dtype=scores.dtype))
+    if true_takes_part:
+        return _ag.where(mask, scores, float("-inf"))
+    return _ag.where(mask, float("-inf"), scores)
+
+
+def _attention(query, key, value, mask, true_takes_part, dropout_p, scale):
+    """softmax(query @ key^T * scale, masked) (dropped out with dropout_p) @ value, and those weights."""
+    weights = softmax(_mask_scores(query @ key.transpose(-2, -1) * scale, mask, true_takes_part), -1)
+    weights = _ag.dropout(weights, dropout_p, True)
+    return weights @ value, weights
+
+
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None):
+    """softmax(query @ key^T * scale + mask) @ value over (..., L, E) query,
+    (..., S, E) key and (..., S, Ev) value, batch dims broadcast; a bool (or
+    integer) attn_mask marks with True the positions that take part, a float
+    one is added; ``is_causal`` lets position i see keys 0..i only; scale
+    defaults to 1/sqrt(E)."""
+    if query.ndim < 2 or key.ndim < 2 or value.ndim < 2:
+        raise ValueError(f"scaled_dot_product_attention: query, key and value need at least 2 dims (..., L, E), got "
+                         f"shapes {query.shape}, {key.shape} and {value.shape}")
+    if query.shape[-1] != key.shape[-1] or key.shape[-2] != value.shape[-2]:
+        raise ValueError(f"scaled_dot_product_attention: query {query.shape} and key {key.shape} must share E and key "
+                         f"and value {value.shape} must share S")
+    if not 0 <= dropout_p <= 1:
+        raise ValueError(f"scaled_dot_product_attention: dropout_p must be in [0, 1], got {dropout_p}")
+    if is_causal:
+        if attn_mask is not None:
+            raise ValueError("scaled_dot_product_attention: pass either attn_mask or is_causal=True, not both")
+        attn_mask = _ag.tril(ones(query.shape[-2], key.shape[-2], dtype=uint8, device=query.device))
+    scale = 1 / math.sqrt(query.shape[-1]) if scale is None else scale
+    return _attention(query, key, value, attn_mask, True, dropout_p, scale)[0]

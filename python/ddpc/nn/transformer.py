@@ -1,0 +1,191 @@
+"""ddpc.nn attention layers: MultiheadAttention, TransformerEncoderLayer and
+TransformerEncoder, with torch.nn's parameter names, initialisation and
+mask conventions (in these layers a bool mask marks with True the positions
+that may NOT be attended; scaled_dot_product_attention's the opposite)."""
+
+import copy
+import math
+
+from ..autograd import where
+from ..tensor import empty
+from . import functional as F
+from . import init
+from .modules import Dropout, LayerNorm, Linear, Module, ModuleList, Parameter
+
+__all__ = ["MultiheadAttention", "TransformerEncoder", "TransformerEncoderLayer"]
+
+
+class MultiheadAttention(Module):
+    """Attention of ``num_heads`` heads of embed_dim // num_heads each; q, k
+    and v projections packed in ``in_proj_weight`` when key and value are
+    embed_dim wide, else ``q_proj_weight``/``k_proj_weight``/``v_proj_weight``."""
+
+    def __init__(self, embed_dim, num_heads, dropout=0.0, bias=True, batch_first=False, kdim=None, vdim=None,
+                 device=None, dtype=None):
+        super().__init__()
+        if embed_dim <= 0 or num_heads <= 0 or embed_dim % num_heads:
+            raise ValueError(f"MultiheadAttention: embed_dim ({embed_dim}) must be positive and divisible by "
+                             f"num_heads ({num_heads})")
+        self.embed_dim, self.num_heads, self.dropout, self.batch_first = embed_dim, num_heads, dropout, batch_first
+        self.kdim = embed_dim if kdim is None else kdim
+        self.vdim = embed_dim if vdim is None else vdim
+        self.head_dim = embed_dim // num_heads
+        self._qkv_same_embed_dim = self.kdim == embed_dim and self.vdim == embed_dim
+        if self._qkv_same_embed_dim:
+            self.in_proj_weight = Parameter(empty(3 * embed_dim, embed_dim, dtype=dtype, device=device))
+            for name in ("q_proj_weight", "k_proj_weight", "v_proj_weight"):
+                self.register_parameter(name, None)
+        else:
+            self.register_parameter("in_proj_weight", None)
+            for name, width in (("q_proj_weight", embed_dim), ("k_proj_weight", self.kdim),
+                                ("v_proj_weight", self.vdim)):
+                setattr(self, name, Parameter(empty(embed_dim, width, dtype=dtype, device=device)))
+        if bias:
+            self.in_proj_bias = Parameter(empty(3 * embed_dim, dtype=dtype, device=device))
+        else:
+            self.register_parameter("in_proj_bias", None)
+        self.out_proj = Linear(embed_dim, embed_dim, bias=bias, device=device, dtype=dtype)
+        self._reset_parameters()
+
+    def _reset_parameters(self):
+        if self._qkv_same_embed_dim:
+            init.xavier_uniform_(self.in_proj_weight)
+        else:
+            for w in (self.q_proj_weight, self.k_proj_weight, self.v_proj_weight):
+                init.xavier_uniform_(w)
+        if self.in_proj_bias is not None:
+            init.zeros_(self.in_proj_bias)
+            init.zeros_(self.out_proj.bias)
+
+    def _project(self, x, i):
+        """x through the i-th (q, k, v) input projection, split into heads: (N, H, len, head_dim)."""
+        e = self.embed_dim
+        w = self.in_proj_weight.narrow(0, i * e, e) if self._qkv_same_embed_dim else \
+            (self.q_proj_weight, self.k_proj_weight, self.v_proj_weight)[i]
+        b = None if self.in_proj_bias is None else self.in_proj_bias.narrow(0, i * e, e)
+        n, length = x.shape[0], x.shape[1]
+        return F.linear(x, w, b).reshape(n, length, self.num_heads, self.head_dim).permute(0, 2, 1, 3)
+
+    def _check(self, query, key, value):
+        if query.ndim not in (2, 3) or key.ndim != query.ndim or value.ndim != query.ndim:
+            raise ValueError(f"MultiheadAttention: expected query, key and value all 2-d (unbatched) or 3-d, got "
+                             f"shapes {query.shape}, {key.shape} and {value.shape}")
+        if query.shape[-1] != self.embed_dim or key.shape[-1] != self.kdim or value.shape[-1] != self.vdim:
+            raise ValueError(f"MultiheadAttention: the last dims of query {query.shape}, key {key.shape} and value "
+                             f"{value.shape} must be embed_dim={self.embed_dim}, kdim={self.kdim}, vdim={self.vdim}")
+        if key.shape[:-1] != value.shape[:-1]:
+            raise ValueError(f"MultiheadAttention: key {key.shape} and value {value.shape} must match but for the "
+                             "last dim")
+
+    def _mask(self, attn_mask, key_padding_mask, n, target, source):
+        """attn_mask ((L, S) or (N * num_heads, L, S)) and key_padding_mask
+        ((N, S)) shaped to broadcast against (N, H, L, S) scores, combined:
+        as additive masks (bool True as -inf) when both are given."""
+        masks = []
+        if attn_mask is not None:
+            if attn_mask.shape not in ((target, source), (n * self.num_heads, target, source)):
+                raise ValueError(f"MultiheadAttention: attn_mask must be ({target}, {source}) or "
+                                 f"({n * self.num_heads}, {target}, {source}), got {attn_mask.shape}")
+            masks.append(attn_mask.reshape(-1 if attn_mask.ndim == 3 else 1, self.num_heads if attn_mask.ndim == 3
+                                           else 1, target, source))
+        if key_padding_mask is not None:
+            if key_padding_mask.shape != (n, source):
+                raise ValueError(f"MultiheadAttention: key_padding_mask must be ({n}, {source}), got "
+                                 f"{key_padding_mask.shape}")
+            masks.append(key_padding_mask.reshape(n, 1, 1, source))
+        if len(masks) < 2:
+            return masks[0] if masks else None
+        return sum(m if m.dtype.is_floating_point else where(m, float("-inf"), 0.0) for m in masks)
+
+    def forward(self, query, key, value, key_padding_mask=None, need_weights=True, attn_mask=None,
+                average_attn_weights=True, is_causal=False):
+        """(output, weights): output shaped as query; weights (N, L, S)
+        averaged over heads, (N, H, L, S) without averaging, or None unless
+        ``need_weights``. ``is_causal`` only hints that attn_mask is causal."""
+        self._check(query, key, value)
+        if is_causal and attn_mask is None:
+            raise ValueError("MultiheadAttention: is_causal=True is a hint about attn_mask; pass the causal mask too")
+        batched = query.ndim == 3
+        if not batched:
+            query, key, value = query.unsqueeze(0), key.unsqueeze(0), value.unsqueeze(0)
+            key_padding_mask = None if key_padding_mask is None else key_padding_mask.unsqueeze(0)
+        elif not self.batch_first:
+            query, key, value = query.transpose(0, 1), key.transpose(0, 1), value.transpose(0, 1)
+        if key.shape[0] != query.shape[0]:
+            raise ValueError(f"MultiheadAttention: query and key have different batch sizes ({query.shape[0]} and "
+                             f"{key.shape[0]})")
+        n, target, source = query.shape[0], query.shape[1], key.shape[1]
+        mask = self._mask(attn_mask, key_padding_mask, n, target, source)
+        out, weights = F._attention(self._project(query, 0), self._project(key, 1), self._project(value, 2), mask,
+                                    False, self.dropout if self.training else 0.0, 1 / math.sqrt(self.head_dim))
+        out = self.out_proj(out.permute(0, 2, 1, 3).reshape(n, target, self.embed_dim))
+        if batched and not self.batch_first:
+            out = out.transpose(0, 1)
+        if not need_weights:
+            weights = None
+        elif average_attn_weights:
+            weights = weights.mean(1)
+        if not batched:
+            out = out.squeeze(0)
+            weights = None if weights is None else weights.squeeze(0)
+        return out, weights
+
+    def extra_repr(self):
+        return f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, batch_first={self.batch_first}"
+
+
+_ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
+
+
+class TransformerEncoderLayer(Module):
+    """Self-attention then a feed-forward block (linear1, activation, linear2),
+    each with dropout, a residual connection and a LayerNorm: after the
+    residual (post-norm) or, with ``norm_first``, on the block's input."""
+
+    def __init__(self, d_model, nhead, dim_feedforward=2048, dropout=0.1, activation="relu", layer_norm_eps=1e-5,
+                 batch_first=False, norm_first=False, bias=True, device=None, dtype=None):
+        super().__init__()
+        if isinstance(activation, str) and activation not in _ACTIVATIONS:
+            raise ValueError(f"TransformerEncoderLayer: activation should be relu/gelu, not {activation}")
+        self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias, batch_first=batch_first,
+                                            device=device, dtype=dtype)
+        self.linear1 = Linear(d_model, dim_feedforward, bias=bias, device=device, dtype=dtype)
+        self.dropout = Dropout(dropout)
+        self.linear2 = Linear(dim_feedforward, d_model, bias=bias, device=device, dtype=dtype)
+        self.norm_first = norm_first
+        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, device=device, dtype=dtype)
+        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, device=device, dtype=dtype)
+        self.dropout1 = Dropout(dropout)
+        self.dropout2 = Dropout(dropout)
+        self.activation = _ACTIVATIONS[activation] if isinstance(activation, str) else activation
+
+    def _sa_block(self, x, attn_mask, key_padding_mask, is_causal):
+        x = self.self_attn(x, x, x, attn_mask=attn_mask, key_padding_mask=key_padding_mask, need_weights=False,
+                           is_causal=is_causal)[0]
+        return self.dropout1(x)
+
+    def _ff_block(self, x):
+        return self.dropout2(self.linear2(self.dropout(self.activation(self.linear1(x)))))
+
+    def forward(self, src, src_mask=None, src_key_padding_mask=None, is_causal=False):
+        x = src
+        if self.norm_first:
+            x = x + self._sa_block(self.norm1(x), src_mask, src_key_padding_mask, is_causal)
+            return x + self._ff_block(self.norm2(x))
+        x = self.norm1(x + self._sa_block(x, src_mask, src_key_padding_mask, is_causal))
+        return self.norm2(x + self._ff_block(x))
+
+
+class TransformerEncoder(Module):
+    """``num_layers`` deep copies of ``encoder_layer`` applied in turn, then ``norm`` when given."""
+
+    def __init__(self, encoder_layer, num_layers, norm=None):
+        super().__init__()
+        self.layers = ModuleList([copy.deepcopy(encoder_layer) for _ in range(num_layers)])
+        self.num_layers, self.norm = num_layers, norm
+
+    def forward(self, src, mask=None, src_key_padding_mask=None, is_causal=False):
+        out = src
+        for layer in self.layers:
+            out = layer(out, src_mask=mask, src_key_padding_mask=src_key_padding_mask, is_causal=is_causal)
+        return out if self.norm is None else self.norm(out)
