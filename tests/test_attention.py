@@ -1,0 +1,193 @@
+"""Batched matmul, scaled_dot_product_attention, MultiheadAttention and
+TransformerEncoder against numpy references: outputs, finite-difference
+gradients on small shapes, masks, errors, and a short training run."""
+
+import numpy as np
+import pytest
+
+import ddpc
+from ddpc import nn
+from ddpc.nn import functional as F
+
+rng = np.random.default_rng(0)
+
+
+def numeric_grad(f, x, eps=1e-6):
+    """d f / d x by central differences (f maps a numpy array to a number)."""
+    g = np.zeros_like(x)
+    for idx in np.ndindex(x.shape):
+        d = np.zeros_like(x)
+        d[idx] = eps
+        g[idx] = (f(x + d) - f(x - d)) / (2 * eps)
+    return g
+
+
+@pytest.mark.parametrize("sa,sb", [((3, 4), (4, 5)), ((2, 3, 4), (4, 5)), ((2, 1, 3, 4), (5, 4, 6)),
+                                   ((3, 4), (2, 4, 5)), ((4,), (2, 4, 3)), ((2, 3, 4), (4,)), ((4,), (4,))])
+def test_matmul_broadcasts_batch_dims_with_gradients(sa, sb):
+    A, B = rng.standard_normal(sa), rng.standard_normal(sb)
+    G = rng.standard_normal(np.matmul(A, B).shape)
+    a, b = ddpc.tensor(A, requires_grad=True), ddpc.tensor(B, requires_grad=True)
+    out = a @ b
+    assert out.shape == np.matmul(A, B).shape
+    np.testing.assert_allclose(out.numpy(), np.matmul(A, B), atol=1e-12)
+    (out * ddpc.tensor(G)).sum().backward()
+    np.testing.assert_allclose(a.grad.numpy(), numeric_grad(lambda x: (np.matmul(x, B) * G).sum(), A), atol=1e-6)
+    np.testing.assert_allclose(b.grad.numpy(), numeric_grad(lambda y: (np.matmul(A, y) * G).sum(), B), atol=1e-6)
+
+
+def test_matmul_refuses_mismatched_shapes():
+    with pytest.raises(ValueError, match="cannot be multiplied"):
+        ddpc.randn(2, 3, 4) @ ddpc.randn(2, 5, 3)
+    with pytest.raises(ValueError, match="broadcast"):
+        ddpc.randn(2, 3, 4) @ ddpc.randn(3, 4, 3)
+    with pytest.raises(ValueError, match="at least 1 dim"):
+        ddpc.matmul(ddpc.tensor(1.0), ddpc.randn(2))
+
+
+def ref_attention(q, k, v, keep=None, add=None, scale=None):
+    """numpy attention: keep (bool, True takes part) and add (float) masks."""
+    s = q @ np.swapaxes(k, -1, -2) * (1 / np.sqrt(q.shape[-1]) if scale is None else scale)
+    if add is not None:
+        s = s + add
+    if keep is not None:
+        s = np.where(keep, s, -np.inf)
+    w = np.exp(s - s.max(-1, keepdims=True))
+    w = w / w.sum(-1, keepdims=True)
+    return w @ v, w
+
+
+def test_sdpa_matches_numpy_with_masks_and_gradients():
+    q, k, v = rng.standard_normal((2, 3, 4, 5)), rng.standard_normal((2, 3, 6, 5)), rng.standard_normal((2, 3, 6, 2))
+    keep = rng.random((4, 6)) > 0.3
+    keep[:, 0] = True
+    add = rng.standard_normal((2, 1, 4, 6))
+    causal = np.tril(np.ones((4, 6), bool))
+    for kwargs, ref in [({}, {}), ({"attn_mask": ddpc.tensor(keep.astype(np.uint8))}, {"keep": keep}),
+                        ({"attn_mask": ddpc.tensor(add)}, {"add": add}), ({"is_causal": True}, {"keep": causal}),
+                        ({"scale": 0.3}, {"scale": 0.3})]:
+        qt, kt, vt = (ddpc.tensor(x, requires_grad=True) for x in (q, k, v))
+        out = F.scaled_dot_product_attention(qt, kt, vt, **kwargs)
+        np.testing.assert_allclose(out.numpy(), ref_attention(q, k, v, **ref)[0], atol=1e-12)
+        out.sum().backward()
+        for t, x, i in ((qt, q, 0), (kt, k, 1), (vt, v, 2)):
+            args = [q, k, v]
+
+            def f(y, i=i, args=args):
+                args = list(args)
+                args[i] = y
+                return ref_attention(*args, **ref)[0].sum()
+
+            np.testing.assert_allclose(t.grad.numpy(), numeric_grad(f, x), atol=1e-6)
+
+
+def test_sdpa_dropout_drops_weights_and_bad_input_is_refused():
+    q = ddpc.randn(1, 4, 3)
+    assert not F.scaled_dot_product_attention(q, q, q, dropout_p=1.0).numpy().any()
+    kept = F.scaled_dot_product_attention(q, q, ddpc.ones(1, 4, 2), dropout_p=0.5).numpy()
+    assert (kept <= 2 + 1e-6).all() and not np.allclose(kept, 1)
+    with pytest.raises(ValueError, match="share E"):
+        F.scaled_dot_product_attention(q, ddpc.randn(1, 4, 2), q)
+    with pytest.raises(ValueError, match="not both"):
+        F.scaled_dot_product_attention(q, q, q, attn_mask=ddpc.ones(4, 4), is_causal=True)
+    with pytest.raises(ValueError, match="at least 2 dims"):
+        F.scaled_dot_product_attention(ddpc.randn(3), q, q)
+
+
+def mha_reference(m, query, key, value, keep):
+    """numpy MultiheadAttention for batch_first (N, L, E) inputs; keep (N, L, S) or None."""
+    e, h = m.embed_dim, m.num_heads
+    w, b = m.in_proj_weight.detach().numpy(), m.in_proj_bias.detach().numpy()
+
+    def heads(x, i):
+        y = x @ w[i * e:(i + 1) * e].T + b[i * e:(i + 1) * e]
+        return y.reshape(x.shape[0], x.shape[1], h, e // h).transpose(0, 2, 1, 3)
+
+    out, weights = ref_attention(heads(query, 0), heads(key, 1), heads(value, 2),
+                                 None if keep is None else keep[:, None])
+    out = out.transpose(0, 2, 1, 3).reshape(query.shape)
+    return out @ m.out_proj.weight.detach().numpy().T + m.out_proj.bias.detach().numpy(), weights
+
+
+@pytest.mark.parametrize("batch_first", [True, False])
+def test_multihead_attention_matches_numpy_with_causal_and_padding_masks(batch_first):
+    m = nn.MultiheadAttention(8, 2, batch_first=batch_first).double()
+    assert [n for n, _ in m.named_parameters()] == ["in_proj_weight", "in_proj_bias", "out_proj.weight",
+                                                   "out_proj.bias"]
+    q, kv = rng.standard_normal((3, 4, 8)), rng.standard_normal((3, 5, 8))
+    causal = np.triu(np.ones((4, 5), bool), 1)
+    pad = np.zeros((3, 5), bool)
+    pad[1, 3:] = True
+    keep = ~causal[None] & ~pad[:, None, :]
+    arrange = (lambda x: x) if batch_first else (lambda x: np.ascontiguousarray(x.transpose(1, 0, 2)))
+    out, weights = m(ddpc.tensor(arrange(q)), ddpc.tensor(arrange(kv)), ddpc.tensor(arrange(kv)),
+                     key_padding_mask=ddpc.tensor(pad.astype(np.uint8)),
+                     attn_mask=ddpc.tensor(causal.astype(np.uint8)), is_causal=True)
+    ref_out, ref_w = mha_reference(m, q, kv, kv, keep)
+    np.testing.assert_allclose(out.numpy(), arrange(ref_out), atol=1e-12)
+    np.testing.assert_allclose(weights.numpy(), ref_w.mean(1), atol=1e-12)
+    _, per_head = m(ddpc.tensor(arrange(q)), ddpc.tensor(arrange(kv)), ddpc.tensor(arrange(kv)),
+                    average_attn_weights=False)
+    np.testing.assert_allclose(per_head.numpy(), mha_reference(m, q, kv, kv, None)[1], atol=1e-12)
+
+
+def test_multihead_attention_gradients_match_finite_differences():
+    m = nn.MultiheadAttention(4, 2, batch_first=True).double()
+    x = rng.standard_normal((2, 3, 4))
+    t = ddpc.tensor(x, requires_grad=True)
+    out, _ = m(t, t, t, need_weights=False)
+    out.sum().backward()
+    np.testing.assert_allclose(t.grad.numpy(), numeric_grad(lambda y: mha_reference(m, y, y, y, None)[0].sum(), x),
+                               atol=1e-6)
+    w = m.in_proj_weight.detach().numpy().copy()
+    grad = m.in_proj_weight.grad.numpy()
+
+    def f(v):
+        with ddpc.no_grad():
+            m.in_proj_weight.copy_(ddpc.tensor(v))
+        return mha_reference(m, x, x, x, None)[0].sum()
+
+    np.testing.assert_allclose(grad, numeric_grad(f, w), atol=1e-6)
+
+
+def test_multihead_attention_kdim_vdim_unbatched_and_errors():
+    m = nn.MultiheadAttention(6, 3, kdim=4, vdim=2, bias=False)
+    assert m.in_proj_weight is None and m.k_proj_weight.shape == (6, 4) and m.v_proj_weight.shape == (6, 2)
+    out, w = m(ddpc.randn(5, 6), ddpc.randn(7, 4), ddpc.randn(7, 2))
+    assert out.shape == (5, 6) and w.shape == (5, 7)
+    with pytest.raises(ValueError, match="divisible"):
+        nn.MultiheadAttention(6, 4)
+    with pytest.raises(ValueError, match="last dims"):
+        m(ddpc.randn(5, 6), ddpc.randn(7, 6), ddpc.randn(7, 2))
+    with pytest.raises(ValueError, match="attn_mask"):
+        m(ddpc.randn(5, 6), ddpc.randn(7, 4), ddpc.randn(7, 2), attn_mask=ddpc.ones(5, 5))
+    with pytest.raises(ValueError, match="hint"):
+        m(ddpc.randn(5, 6), ddpc.randn(7, 4), ddpc.randn(7, 2), is_causal=True)
+
+
+def test_encoder_layer_is_post_or_pre_norm_residual():
+    layer = nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True, norm_first=True).double()
+    x = ddpc.tensor(rng.standard_normal((2, 3, 8)))
+    h = x + layer.self_attn(layer.norm1(x), layer.norm1(x), layer.norm1(x))[0]
+    want = h + layer.linear2(F.relu(layer.linear1(layer.norm2(h))))
+    np.testing.assert_allclose(layer(x).numpy(), want.numpy(), atol=1e-12)
+    with pytest.raises(ValueError, match="relu/gelu"):
+        nn.TransformerEncoderLayer(8, 2, activation="tanh")
+
+
+def test_a_two_layer_encoder_learns():
+    ddpc.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(8, 2, 32, dropout=0.1, activation="gelu", batch_first=True)
+    enc = nn.TransformerEncoder(layer, 2, norm=nn.LayerNorm(8))
+    assert enc.layers[0] is not layer and enc.layers[0].linear1.weight is not enc.layers[1].linear1.weight
+    x, y = ddpc.randn(4, 5, 8), ddpc.randn(4, 5, 8)
+    mask = ddpc.tensor(np.triu(np.ones((5, 5), np.uint8), 1))
+    opt = ddpc.optim.Adam(enc.parameters(), lr=1e-2)
+    losses = []
+    for _ in range(20):
+        loss = F.mse_loss(enc(x, mask=mask, is_causal=True), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.7 * losses[0], losses
