@@ -9,6 +9,9 @@ from .modules import (ELU, GELU, BatchNorm1d, BatchNorm2d, BatchNorm3d, BCELoss,
 from .modules import AdaptiveAvgPool2d, AvgPool1d, AvgPool2d, Conv1d, Conv2d, MaxPool1d, MaxPool2d
 from .modules import (GLU, GroupNorm, InstanceNorm1d, InstanceNorm2d, ParameterDict, ParameterList, RMSNorm, Softmin,
                       Unflatten)
+from .modules import (CircularPad1d, CircularPad2d, ConstantPad1d, ConstantPad2d, CosineSimilarity, Dropout1d,
+                      Dropout2d, PairwiseDistance, PReLU, ReflectionPad1d, ReflectionPad2d, ReplicationPad1d,
+                      ReplicationPad2d, Threshold, Upsample, ZeroPad1d, ZeroPad2d)
 from . import parallel
 from .parallel import DataParallel, DistributedDataParallel
 
@@ -23,3 +26,6 @@ __all__ += ["AdaptiveAvgPool2d", "AvgPool1d", "AvgPool2d", "Conv1d", "Conv2d", "
 from .transformer import MultiheadAttention, TransformerEncoder, TransformerEncoderLayer
 
 __all__ += ["MultiheadAttention", "TransformerEncoder", "TransformerEncoderLayer"]
+__all__ += ["CircularPad1d", "CircularPad2d", "ConstantPad1d", "ConstantPad2d", "CosineSimilarity", "Dropout1d",
+            "Dropout2d", "PairwiseDistance", "PReLU", "ReflectionPad1d", "ReflectionPad2d", "ReplicationPad1d",
+            "ReplicationPad2d", "Threshold", "Upsample", "ZeroPad1d", "ZeroPad2d"]

@@ -1,6 +1,7 @@
 """Convolution and pooling over the last one or two dims, as
 torch.nn.functional's conv1d, conv2d, max_pool1d/2d, avg_pool1d/2d and
-adaptive_avg_pool2d, with their gradients.
+adaptive_avg_pool2d, with their gradients, and the padding of torch's
+F.pad that the convolutions' padding modes share.
 
 PyTorch's geometry rules live here, checked in one place for each kind
 (``conv_geometry``, ``pool_geometry``): output sizes, 'valid' and 'same'
@@ -24,9 +25,10 @@ import numpy as np
 from .. import _C
 from .. import autograd as _ag
 from ..amp import autocast_op
-from ..tensor import _ADD, Tensor, int64, tensor
+from ..tensor import _ADD, Tensor, full, int64, tensor
 
 PADDING_MODES = ("zeros", "reflect", "replicate", "circular")
+PAD_MODES = ("constant", "reflect", "replicate", "circular")
 
 
 # ---- geometry ------------------------------------------------------------------------
@@ -295,7 +297,7 @@ def convolution(name, nd, input, weight, bias, stride, padding, dilation, groups
     return y if input.ndim == nd + 2 else y.reshape(y.shape[1:])
 
 
-# ---- padding modes (Conv1d, Conv2d) ---------------------------------------------------
+# ---- padding (F.pad, and the padding modes of Conv1d and Conv2d) ----------------------------
 
 def pad_by_mode(input, pads, mode):
     """``input`` padded along its last len(pads) dims by (before, after)
@@ -323,6 +325,60 @@ def pad_by_mode(input, pads, mode):
             idx = idx % n
         input = input.index_select(dim, tensor(idx.astype(np.int64), device=input.device))
     return input
+
+
+def _pad_constant(input, pads, value):
+    """``input`` cropped where a pad is negative, then with ``value`` cat
+    before and after along each of its last len(pads) dims."""
+    nd = len(pads)
+    for i, (before, after) in enumerate(pads):
+        dim = input.ndim - nd + i
+        n = input.shape[dim]
+        start, stop = max(-before, 0), n - max(-after, 0)
+        if stop < start:
+            raise ValueError(f"pad: the negative padding ({before}, {after}) of dim {dim} crops more than its size "
+                             f"{n}")
+        input = input.narrow(dim, start, stop - start)
+        pieces = []
+        for width in (before, input, after):
+            if isinstance(width, Tensor):
+                pieces.append(width)
+            elif width > 0:
+                pieces.append(full(input.shape[:dim] + (width,) + input.shape[dim + 1:], value, dtype=input.dtype,
+                                   device=input.device))
+        input = _ag.cat(pieces, dim) if len(pieces) > 1 else input
+    return input
+
+
+def pad(input, pad, mode="constant", value=None):
+    """torch.nn.functional.pad: ``pad`` holds (before, after) pairs from the
+    last dim backwards; 'constant' pads with ``value`` (0 for None) and crops
+    where a pad is negative; the other modes pad the last one to three dims
+    of a batched or unbatched input, as PyTorch does."""
+    if not isinstance(input, Tensor):
+        raise TypeError(f"pad: the input must be a ddpc tensor, got {type(input).__name__}")
+    if mode not in PAD_MODES:
+        raise ValueError(f"pad: mode must be one of {PAD_MODES}, got {mode!r}")
+    try:
+        widths = tuple(pad)
+    except TypeError:
+        widths = None
+    if widths is None or len(widths) % 2 or not all(isinstance(w, numbers.Integral) for w in widths):
+        raise ValueError(f"pad: the padding must be a sequence of an even number of ints, got {pad!r}")
+    if len(widths) // 2 > input.ndim:
+        raise ValueError(f"pad: padding length {len(widths)} is too large for a {input.ndim}-d input; at most "
+                         f"{2 * input.ndim}")
+    pads = tuple((int(widths[i]), int(widths[i + 1])) for i in range(len(widths) - 2, -1, -2))
+    if mode == "constant":
+        return _pad_constant(input, pads, 0.0 if value is None else value)
+    if value:
+        raise ValueError(f"pad: padding mode {mode!r} doesn't take in value argument")
+    if not 1 <= len(pads) <= 3 or input.ndim not in (len(pads) + 1, len(pads) + 2):
+        raise NotImplementedError(f"pad: mode {mode!r} pads the last 1 to 3 dims of an input with one or two dims "
+                                  f"more, got a padding of length {len(widths)} for a {input.ndim}-d input")
+    if any(w < 0 for w in widths):
+        raise ValueError(f"pad: mode {mode!r} takes no negative padding, got {pad!r}")
+    return pad_by_mode(input, pads, mode)
 
 
 # ---- pooling ------------------------------------------------------------------------

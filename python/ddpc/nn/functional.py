@@ -2,7 +2,7 @@
 
 Most functions are one fused _C op forward and one backward (see
 ddpc.autograd); batch_norm is built from the autograd ops, convolution and
-pooling in _conv.py. The ``inplace=True`` forms compute aside and write the
+pooling in _conv.py, nearest-neighbour resampling in _upsample.py. The ``inplace=True`` forms compute aside and write the
 result into the input, which then holds it as after PyTorch's in-place op.
 """
 
@@ -11,8 +11,8 @@ import warnings
 
 from .. import autograd as _ag
 from .._dtype import uint8
-from ..tensor import Tensor, ones
-from . import _conv
+from ..tensor import Tensor, broadcast_tensors, ones
+from . import _conv, _upsample
 from ..autograd import embedding, gelu, layer_norm, linear, sigmoid, softplus, tanh
 
 __all__ = ["batch_norm", "binary_cross_entropy", "binary_cross_entropy_with_logits", "cross_entropy", "dropout", "elu",
@@ -342,6 +342,79 @@ def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False, coun
 
 
 adaptive_avg_pool2d = _conv.adaptive_avg_pool2d
+
+
+# ---- padding, resampling, channel dropout and distances ------------------------------------
+
+__all__ += ["cosine_similarity", "dropout1d", "dropout2d", "interpolate", "pad", "pairwise_distance", "prelu",
+            "threshold"]
+
+pad = _conv.pad
+interpolate = _upsample.interpolate
+
+
+def prelu(input, weight):
+    """input where it is positive, else weight * input, ``weight`` holding
+    one slope or one per channel (dim 1 of the input)."""
+    if not isinstance(input, Tensor) or not isinstance(weight, Tensor):
+        raise TypeError("prelu: input and weight must be ddpc tensors")
+    channels = input.shape[1] if input.ndim >= 2 else 1
+    if weight.ndim > 1 or weight.numel() not in (1, channels):
+        raise ValueError(f"prelu: mismatch of parameter numbers and input channel size: found {weight.numel()} "
+                         f"parameters for {channels} channels")
+    shape = () if weight.numel() == 1 else (channels,) + (1,) * (input.ndim - 2)
+    return _ag.where(input > 0, input, weight.reshape(shape) * input)
+
+
+def threshold(input, threshold, value, inplace=False):
+    """input where it is greater than ``threshold``, else ``value``."""
+    return _apply(lambda t: _ag.where(t > threshold, t, value), input, inplace, "threshold_")
+
+
+def _channel_dropout(name, input, p, training, inplace, dims, unbatched):
+    """Zeroes whole channels (all of dims 2.., or 1.. of an input of
+    ``unbatched`` dims) with probability p and scales the rest by 1/(1-p)."""
+    if not 0 <= p <= 1:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    if not isinstance(input, Tensor) or input.ndim not in dims:
+        raise ValueError(f"{name}: expected a {' or '.join(map(str, dims))}-d input, got "
+                         f"{getattr(input, 'shape', type(input).__name__)}")
+    if not training or p == 0:
+        return input
+    kept = 1 if input.ndim == unbatched else 2
+    mask = _ag.dropout(ones(tuple(input.shape[:kept]) + (1,) * (input.ndim - kept), dtype=input.dtype,
+                            device=input.device), p)
+    return _apply(lambda t: t * mask, input, inplace, f"{name}_")
+
+
+def dropout1d(input, p=0.5, training=True, inplace=False):
+    """Zeroes whole channels of (N, C, L) or (C, L) ``input``."""
+    return _channel_dropout("dropout1d", input, p, training, inplace, (2, 3), 2)
+
+
+def dropout2d(input, p=0.5, training=True, inplace=False):
+    """Zeroes whole channels of (N, C, H, W) ``input``; a 3-d input is (N, C,
+    L), as PyTorch takes it (with a warning)."""
+    if isinstance(input, Tensor) and input.ndim == 3:
+        warnings.warn("dropout2d: Received a 3D input to dropout2d and assuming that channel-wise 1D dropout behavior "
+                      "is desired - input is interpreted as shape (N, C, L), where C is the channel dim. This behavior "
+                      "will change in a future release to interpret the input as one without a batch dimension, i.e. "
+                      "shape (C, H, W). To maintain the 1D channel-wise dropout behavior, please switch to using "
+                      "dropout1d instead.", stacklevel=2)
+    return _channel_dropout("dropout2d", input, p, training, inplace, (3, 4), None)
+
+
+def cosine_similarity(x1, x2, dim=1, eps=1e-8):
+    """sum(x1 / max(|x1|, eps) * x2 / max(|x2|, eps)) over ``dim``, the two broadcast together."""
+    x1, x2 = broadcast_tensors(x1, x2)
+    n1 = x1.norm(dim=dim, keepdim=True).clamp_min(eps)
+    n2 = x2.norm(dim=dim, keepdim=True).clamp_min(eps)
+    return ((x1 / n1) * (x2 / n2)).sum(dim)
+
+
+def pairwise_distance(x1, x2, p=2.0, eps=1e-6, keepdim=False):
+    """The p-norm of x1 - x2 + eps over the last dim."""
+    return (x1 - x2 + eps).norm(p, dim=-1, keepdim=keepdim)
 
 
 # ---- normalisation over groups and gated activations ----------------------------------------

@@ -1468,3 +1468,152 @@ class Softmin(Module):
 
     def extra_repr(self):
         return f"dim={self.dim}"
+
+
+# ---- padding, resampling, channel dropout and distances ------------------------------------
+
+__all__ += ["ZeroPad1d", "ZeroPad2d", "ConstantPad1d", "ConstantPad2d", "ReflectionPad1d", "ReflectionPad2d",
+            "ReplicationPad1d", "ReplicationPad2d", "CircularPad1d", "CircularPad2d", "PReLU", "Threshold",
+            "Dropout1d", "Dropout2d", "CosineSimilarity", "PairwiseDistance", "Upsample"]
+
+
+class _PadNd(Module):
+    """F.pad of the last ``_dims`` dims by ``padding`` (an int for every
+    side, or torch's (left, right[, top, bottom]) tuple) in mode ``_mode``."""
+
+    _dims, _mode = 0, "constant"
+
+    def __init__(self, padding, value=0.0):
+        super().__init__()
+        self.padding = _conv.as_tuple(padding, 2 * self._dims, "padding")
+        self.value = value
+
+    def forward(self, input):
+        return F.pad(input, self.padding, self._mode, self.value if self._mode == "constant" else None)
+
+    def extra_repr(self):
+        return f"{self.padding}"
+
+
+class ConstantPad1d(_PadNd):
+    _dims = 1
+
+    def __init__(self, padding, value):
+        super().__init__(padding, value)
+
+    def extra_repr(self):
+        return f"padding={self.padding}, value={self.value}"
+
+
+class ConstantPad2d(ConstantPad1d):
+    _dims = 2
+
+
+class ZeroPad1d(_PadNd):
+    _dims = 1
+
+
+class ZeroPad2d(_PadNd):
+    _dims = 2
+
+
+class ReflectionPad1d(_PadNd):
+    _dims, _mode = 1, "reflect"
+
+
+class ReflectionPad2d(_PadNd):
+    _dims, _mode = 2, "reflect"
+
+
+class ReplicationPad1d(_PadNd):
+    _dims, _mode = 1, "replicate"
+
+
+class ReplicationPad2d(_PadNd):
+    _dims, _mode = 2, "replicate"
+
+
+class CircularPad1d(_PadNd):
+    _dims, _mode = 1, "circular"
+
+
+class CircularPad2d(_PadNd):
+    _dims, _mode = 2, "circular"
+
+
+class PReLU(Module):
+    """max(0, x) + weight * min(0, x), one learnt slope or one per channel (initialised to ``init``)."""
+
+    def __init__(self, num_parameters=1, init=0.25, device=None, dtype=None):
+        super().__init__()
+        self.num_parameters, self.init = num_parameters, init
+        self.weight = Parameter(full((num_parameters,), init, dtype=dtype, device=device))
+
+    def forward(self, input):
+        return F.prelu(input, self.weight)
+
+    def extra_repr(self):
+        return f"num_parameters={self.num_parameters}"
+
+
+class Threshold(Module):
+    def __init__(self, threshold, value, inplace=False):
+        super().__init__()
+        self.threshold, self.value, self.inplace = threshold, value, inplace
+
+    def forward(self, input):
+        return F.threshold(input, self.threshold, self.value, self.inplace)
+
+    def extra_repr(self):
+        return f"threshold={self.threshold}, value={self.value}{_inplace_repr(self.inplace)}"
+
+
+class Dropout1d(Dropout):
+    """Zeroes whole channels of (N, C, L) or (C, L) inputs in training mode."""
+
+    def forward(self, input):
+        return F.dropout1d(input, self.p, self.training, self.inplace)
+
+
+class Dropout2d(Dropout):
+    """Zeroes whole channels of (N, C, H, W) inputs in training mode."""
+
+    def forward(self, input):
+        return F.dropout2d(input, self.p, self.training, self.inplace)
+
+
+class CosineSimilarity(Module):
+    def __init__(self, dim=1, eps=1e-8):
+        super().__init__()
+        self.dim, self.eps = dim, eps
+
+    def forward(self, x1, x2):
+        return F.cosine_similarity(x1, x2, self.dim, self.eps)
+
+
+class PairwiseDistance(Module):
+    def __init__(self, p=2.0, eps=1e-6, keepdim=False):
+        super().__init__()
+        self.norm, self.eps, self.keepdim = p, eps, keepdim
+
+    def forward(self, x1, x2):
+        return F.pairwise_distance(x1, x2, self.norm, self.eps, self.keepdim)
+
+
+class Upsample(Module):
+    """F.interpolate to ``size`` or by ``scale_factor`` (mode 'nearest')."""
+
+    def __init__(self, size=None, scale_factor=None, mode="nearest", align_corners=None, recompute_scale_factor=None):
+        super().__init__()
+        self.size, self.mode = size, mode
+        self.scale_factor = float(scale_factor) if isinstance(scale_factor, (int, float)) else \
+            None if scale_factor is None else tuple(float(s) for s in scale_factor)
+        self.align_corners, self.recompute_scale_factor = align_corners, recompute_scale_factor
+
+    def forward(self, input):
+        return F.interpolate(input, self.size, self.scale_factor, self.mode, self.align_corners,
+                             self.recompute_scale_factor)
+
+    def extra_repr(self):
+        info = f"scale_factor={self.scale_factor!r}" if self.scale_factor is not None else f"size={self.size!r}"
+        return f"{info}, mode={self.mode!r}"

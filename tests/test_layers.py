@@ -1,0 +1,262 @@
+"""F.pad and the padding layers, PReLU, Threshold, channel dropout, cosine
+similarity, pairwise distance and nearest-neighbour Upsample against numpy
+references: outputs, central-difference gradients and refused arguments."""
+
+import numpy as np
+import pytest
+
+import ddpc
+from ddpc import nn
+from ddpc.nn import functional as F
+
+
+def _x(*shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape)
+
+
+def _numeric_grad(f, x, g, h=1e-6):
+    """d(sum(f(x) * g))/dx by central differences (float64)."""
+    out = np.zeros_like(x)
+    for i in np.ndindex(x.shape):
+        d = np.zeros_like(x)
+        d[i] = h
+        out[i] = ((f(x + d) * g).sum() - (f(x - d) * g).sum()) / (2 * h)
+    return out
+
+
+def _check(fn, ref, *xs, rtol=1e-5):
+    """fn on ddpc tensors of ``xs`` equals ref on the arrays, and each input's
+    gradient the central differences of ref."""
+    ts = [ddpc.tensor(x, requires_grad=True) for x in xs]
+    out = fn(*ts)
+    want = ref(*xs)
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-9, atol=1e-10)
+    g = _x(*want.shape, seed=7)
+    out.backward(ddpc.tensor(g))
+    for i, t in enumerate(ts):
+        def along(v, i=i):
+            return ref(*(v if j == i else x for j, x in enumerate(xs)))
+        np.testing.assert_allclose(t.grad.numpy(), _numeric_grad(along, xs[i], g), rtol=rtol, atol=1e-6)
+
+
+# ---- padding -----------------------------------------------------------------------------
+
+def _np_pad(x, pad, mode, value=0.0):
+    """torch's pad tuple (last dim first) as numpy.pad, negative constant pads cropping."""
+    pairs = [(0, 0)] * (x.ndim - len(pad) // 2) + [(pad[i], pad[i + 1]) for i in range(len(pad) - 2, -1, -2)]
+    crop = tuple(slice(max(-b, 0), x.shape[d] - max(-a, 0)) for d, (b, a) in enumerate(pairs))
+    grow = [(max(b, 0), max(a, 0)) for b, a in pairs]
+    np_mode = {"constant": "constant", "reflect": "reflect", "replicate": "edge", "circular": "wrap"}[mode]
+    kwargs = {"constant_values": value} if mode == "constant" else {}
+    return np.pad(x[crop], grow, mode=np_mode, **kwargs)
+
+
+@pytest.mark.parametrize("mode", ["constant", "reflect", "replicate", "circular"])
+@pytest.mark.parametrize("shape, pad", [((2, 3, 5), (2, 1)), ((2, 3, 4, 5), (1, 2, 3, 0)), ((3, 4, 5), (0, 3, 2, 2)),
+                                        ((2, 3, 4), (4, 4))])
+def test_pad_matches_numpy(mode, shape, pad):
+    if mode == "reflect" and max(pad) >= min(shape[-len(pad) // 2:]):
+        pad = tuple(min(p, 2) for p in pad)
+    _check(lambda t: F.pad(t, pad, mode), lambda x: _np_pad(x, pad, mode), _x(*shape))
+
+
+@pytest.mark.parametrize("pad", [(-1, 2), (1, -2, -1, 0), (0, 0, 0, 0, 1, 1), (-2, -3)])
+def test_constant_pad_crops_on_negative_pads_and_takes_a_value(pad):
+    _check(lambda t: F.pad(t, pad, value=1.5), lambda x: _np_pad(x, pad, "constant", 1.5), _x(2, 3, 5))
+
+
+@pytest.mark.parametrize("layer, mode, value, pad", [
+    (lambda: nn.ZeroPad1d(2), "constant", 0.0, (2, 2)),
+    (lambda: nn.ZeroPad2d((1, 0, 2, 1)), "constant", 0.0, (1, 0, 2, 1)),
+    (lambda: nn.ConstantPad1d((0, 3), -2.0), "constant", -2.0, (0, 3)),
+    (lambda: nn.ConstantPad2d(1, 4.0), "constant", 4.0, (1, 1, 1, 1)),
+    (lambda: nn.ReflectionPad1d((2, 1)), "reflect", 0.0, (2, 1)),
+    (lambda: nn.ReflectionPad2d(1), "reflect", 0.0, (1, 1, 1, 1)),
+    (lambda: nn.ReplicationPad1d(3), "replicate", 0.0, (3, 3)),
+    (lambda: nn.ReplicationPad2d((0, 2, 1, 3)), "replicate", 0.0, (0, 2, 1, 3)),
+    (lambda: nn.CircularPad1d(2), "circular", 0.0, (2, 2)),
+    (lambda: nn.CircularPad2d((1, 2, 0, 1)), "circular", 0.0, (1, 2, 0, 1)),
+])
+def test_padding_layers(layer, mode, value, pad):
+    shape = (2, 3, 4) if len(pad) == 2 else (2, 3, 4, 5)
+    _check(layer(), lambda x: _np_pad(x, pad, mode, value), _x(*shape))
+    _check(layer(), lambda x: _np_pad(x, pad, mode, value), _x(*shape[1:]))  # unbatched
+
+
+def test_pad_refuses_bad_arguments():
+    x = ddpc.zeros(2, 3, 4)
+    with pytest.raises(ValueError, match="even number"):
+        F.pad(x, (1, 2, 3))
+    with pytest.raises(ValueError, match="too large"):
+        F.pad(x, (1,) * 8)
+    with pytest.raises(ValueError, match="mode must be one of"):
+        F.pad(x, (1, 1), mode="wrap")
+    with pytest.raises(ValueError, match="less than the input size"):
+        F.pad(x, (4, 0), mode="reflect")
+    with pytest.raises(ValueError, match="wraps around"):
+        F.pad(x, (5, 0), mode="circular")
+    with pytest.raises(ValueError, match="negative"):
+        F.pad(x, (-1, 0), mode="replicate")
+    with pytest.raises(ValueError, match="crops more"):
+        F.pad(x, (-3, -2))
+    with pytest.raises(ValueError, match="value"):
+        F.pad(x, (1, 1), mode="reflect", value=2.0)
+    with pytest.raises(NotImplementedError, match="last 1 to 3 dims"):
+        F.pad(ddpc.zeros(2, 3, 4, 5), (1, 1), mode="reflect")
+    with pytest.raises(TypeError, match="ddpc tensor"):
+        F.pad(np.zeros(3), (1, 1))
+    with pytest.raises(ValueError, match="padding must be"):
+        nn.ZeroPad2d((1, 2, 3))
+
+
+# ---- activations -------------------------------------------------------------------------
+
+def test_prelu_learns_one_slope_per_channel():
+    x = _x(2, 3, 4)
+    m = nn.PReLU(3, init=0.1).double()
+    with ddpc.no_grad():
+        m.weight.copy_(ddpc.tensor([0.1, -0.5, 2.0], dtype=ddpc.float64))
+    w = np.array([0.1, -0.5, 2.0]).reshape(3, 1)
+
+    def ref(v, w=w):
+        return np.where(v > 0, v, w * v)
+    _check(m, ref, x)
+    g = _x(2, 3, 4, seed=7)
+    np.testing.assert_allclose(m.weight.grad.numpy(), (np.minimum(x, 0) * g).sum((0, 2)), rtol=1e-12)
+    _check(lambda t, a: F.prelu(t, a), lambda v, a: np.where(v > 0, v, a * v), _x(5), np.array([0.25]))
+    t = ddpc.zeros(1, 3, requires_grad=True, dtype=ddpc.float64)
+    m(t).sum().backward()
+    np.testing.assert_array_equal(t.grad.numpy(), [[0.1, -0.5, 2.0]])  # at zero the slope applies, as in PyTorch
+
+
+def test_prelu_defaults_and_refusals():
+    m = nn.PReLU()
+    assert m.weight.shape == (1,) and m.weight.item() == 0.25 and repr(m) == "PReLU(num_parameters=1)"
+    with pytest.raises(ValueError, match="channel"):
+        nn.PReLU(3)(ddpc.zeros(2, 4))
+    with pytest.raises(ValueError, match="channel"):
+        F.prelu(ddpc.zeros(3), ddpc.ones(3))
+
+
+def test_threshold_replaces_what_is_not_above():
+    x = _x(3, 4)
+    ref = lambda v: np.where(v > 0.5, v, -7.0)  # noqa: E731
+    _check(nn.Threshold(0.5, -7.0), ref, x)
+    x[0, 0] = 0.5
+    t = ddpc.tensor(x)
+    assert nn.Threshold(0.5, -7.0, inplace=True)(t) is t
+    np.testing.assert_array_equal(t.numpy(), ref(x))
+    assert repr(nn.Threshold(0.1, 20)) == "Threshold(threshold=0.1, value=20)"
+
+
+# ---- channel dropout ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("layer, shape, kept", [
+    (nn.Dropout1d, (6, 5, 7), 2), (nn.Dropout1d, (40, 7), 1), (nn.Dropout2d, (6, 5, 3, 4), 2),
+])
+def test_channel_dropout_zeroes_whole_channels(layer, shape, kept):
+    x = _x(*shape) + 10.0
+    m = layer(p=0.4)
+    t = ddpc.tensor(x, requires_grad=True)
+    out = m(t)
+    ratio = out.detach().numpy() / x
+    per_channel = ratio.reshape(shape[:kept] + (-1,))
+    assert np.allclose(per_channel, per_channel[..., :1])  # one factor per channel
+    assert set(np.round(np.unique(per_channel), 12)) <= {0.0, round(1 / 0.6, 12)}
+    assert 0 < (per_channel[..., 0] == 0).mean() < 1
+    out.backward(ddpc.ones(*shape))
+    np.testing.assert_allclose(t.grad.numpy(), ratio, rtol=1e-12)
+    m.eval()
+    assert m(t) is t
+
+
+def test_channel_dropout_refusals_and_edges():
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        nn.Dropout2d(1.5)
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        F.dropout1d(ddpc.zeros(2, 3), p=-0.1)
+    with pytest.raises(ValueError, match="2 or 3-d"):
+        F.dropout1d(ddpc.zeros(2, 3, 4, 5))
+    with pytest.raises(ValueError, match="3 or 4-d"):
+        F.dropout2d(ddpc.zeros(2, 3))
+    with pytest.warns(UserWarning, match="3D input to dropout2d"):
+        F.dropout2d(ddpc.ones(2, 3, 4))
+    assert F.dropout2d(ddpc.ones(2, 3, 4, 4), p=1.0).numpy().sum() == 0
+    x = ddpc.ones(2, 3, 4)
+    assert F.dropout1d(x, p=0.0) is x
+
+
+# ---- distances ---------------------------------------------------------------------------
+
+def _np_cosine(a, b, dim=1, eps=1e-8):
+    a, b = np.broadcast_arrays(a, b)
+    na = np.maximum(np.sqrt((a * a).sum(dim, keepdims=True)), eps)
+    nb = np.maximum(np.sqrt((b * b).sum(dim, keepdims=True)), eps)
+    return (a / na * b / nb).sum(dim)
+
+
+@pytest.mark.parametrize("s1, s2, dim", [((4, 5), (4, 5), 1), ((3, 4, 2), (1, 4, 2), 1), ((2, 6), (6,), -1),
+                                         ((3, 1), (3, 4), 1)])
+def test_cosine_similarity(s1, s2, dim):
+    _check(nn.CosineSimilarity(dim), lambda a, b: _np_cosine(a, b, dim), _x(*s1), _x(*s2, seed=1))
+
+
+@pytest.mark.parametrize("p", [2.0, 1.0, 3.0, float("inf")])
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_pairwise_distance(p, keepdim):
+    def ref(a, b):
+        d = np.abs(a - b + 1e-6)
+        out = d.max(-1) if p == float("inf") else (d ** p).sum(-1) ** (1 / p)
+        return out[..., None] if keepdim else out
+    _check(nn.PairwiseDistance(p, keepdim=keepdim), ref, _x(4, 5), _x(4, 5, seed=1), rtol=1e-4)
+
+
+# ---- upsampling --------------------------------------------------------------------------
+
+def _np_nearest(x, out, scales):
+    """PyTorch's host rule: source min(floor(i * scale), n - 1), scale in float32."""
+    for d, (o, s) in enumerate(zip(out, scales)):
+        n = x.shape[2 + d]
+        if o == n:
+            continue
+        step = np.float32(1.0 / s) if s and o != 2 * n else np.float32(n) / np.float32(o)
+        idx = np.minimum(np.floor(np.arange(o, dtype=np.float32) * step).astype(np.int64), n - 1)
+        x = np.take(x, idx, axis=2 + d)
+    return x
+
+
+@pytest.mark.parametrize("shape, kwargs, out, scales", [
+    ((2, 3, 5), {"scale_factor": 2}, (10,), (2.0,)),
+    ((2, 3, 5), {"scale_factor": 1.7}, (8,), (1.7,)),
+    ((2, 3, 5), {"scale_factor": 2.1}, (10,), (2.1,)),
+    ((2, 3, 7), {"size": 3}, (3,), (None,)),
+    ((2, 3, 4, 5), {"scale_factor": (2, 3)}, (8, 15), (2.0, 3.0)),
+    ((2, 3, 4, 5), {"size": (6, 4)}, (6, 4), (None, None)),
+    ((1, 2, 3, 3), {"scale_factor": 0.5}, (1, 1), (0.5, 0.5)),
+    ((1, 2, 5, 3), {"scale_factor": 1.5, "recompute_scale_factor": True}, (7, 4), (None, None)),
+])
+def test_nearest_upsample(shape, kwargs, out, scales):
+    ref = lambda x: _np_nearest(x, out, scales)  # noqa: E731
+    _check(nn.Upsample(**kwargs), ref, _x(*shape))
+    _check(lambda t: F.interpolate(t, **kwargs), ref, _x(*shape))
+    assert ref(_x(*shape)).shape[2:] == out
+
+
+def test_interpolate_refusals():
+    x = ddpc.zeros(1, 2, 3)
+    with pytest.raises(ValueError, match="only one of"):
+        F.interpolate(x, size=4, scale_factor=2)
+    with pytest.raises(ValueError, match="either size or scale_factor"):
+        F.interpolate(x)
+    with pytest.raises(NotImplementedError, match="nearest"):
+        F.interpolate(x, scale_factor=2, mode="linear")
+    with pytest.raises(ValueError, match="align_corners"):
+        F.interpolate(x, scale_factor=2, align_corners=True)
+    with pytest.raises(ValueError, match="spatial dimensions"):
+        F.interpolate(x, size=(2, 2))
+    with pytest.raises(NotImplementedError, match="3-d"):
+        F.interpolate(ddpc.zeros(2, 3), size=4)
+    with pytest.raises(ValueError, match="positive"):
+        F.interpolate(x, scale_factor=-1)
+    assert repr(nn.Upsample(scale_factor=2)) == "Upsample(scale_factor=2.0, mode='nearest')"
+    assert repr(nn.Upsample(size=(3, 4))) == "Upsample(size=(3, 4), mode='nearest')"
