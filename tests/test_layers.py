@@ -219,7 +219,7 @@ def _np_nearest(x, out, scales):
         n = x.shape[2 + d]
         if o == n:
             continue
-        step = np.float32(1.0 / s) if s and o != 2 * n else np.float32(n) / np.float32(o)
+        step = np.float32(1.0 / s) if s else np.float32(n) / np.float32(o)
         idx = np.minimum(np.floor(np.arange(o, dtype=np.float32) * step).astype(np.int64), n - 1)
         x = np.take(x, idx, axis=2 + d)
     return x
@@ -228,7 +228,7 @@ def _np_nearest(x, out, scales):
 @pytest.mark.parametrize("shape, kwargs, out, scales", [
     ((2, 3, 5), {"scale_factor": 2}, (10,), (2.0,)),
     ((2, 3, 5), {"scale_factor": 1.7}, (8,), (1.7,)),
-    ((2, 3, 5), {"scale_factor": 2.1}, (10,), (2.1,)),
+    ((2, 3, 5), {"scale_factor": 2.1}, (10,), (2.1,)),  # scale 1 / 2.1, not in / out
     ((2, 3, 7), {"size": 3}, (3,), (None,)),
     ((2, 3, 4, 5), {"scale_factor": (2, 3)}, (8, 15), (2.0, 3.0)),
     ((2, 3, 4, 5), {"size": (6, 4)}, (6, 4), (None, None)),

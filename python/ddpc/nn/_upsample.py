@@ -3,9 +3,8 @@ torch.nn.functional.interpolate(mode='nearest') and nn.Upsample, with its
 gradient.
 
 Output element i of a dim reads input element min(floor(i * scale), n - 1),
-scale being 1 / scale_factor when one is given, else in / out (also when out
-is twice in): the rule of PyTorch's host kernel, computed in float32 as it
-does, so that the same elements are picked. The
+scale being 1 / scale_factor when one is given, else in / out: PyTorch's rule,
+computed in float32 as PyTorch does, so that the same elements are picked. The
 work is one gather (index_select) per dim; its gradient adds up where an
 input element is read more than once.
 """
@@ -31,7 +30,7 @@ def _per_dim(value, nd, name):
 
 def _source_index(n, out, scale):
     """The input element each of ``out`` output elements reads along a dim of size n."""
-    step = np.float32(1.0 / scale) if scale and out != 2 * n else np.float32(n) / np.float32(out)
+    step = np.float32(1.0 / scale) if scale else np.float32(n) / np.float32(out)
     idx = np.floor(np.arange(out, dtype=np.float32) * step).astype(np.int64)
     return np.minimum(idx, n - 1)
 

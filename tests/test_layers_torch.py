@@ -1,0 +1,122 @@
+"""Optional: F.pad, the padding layers, PReLU, Threshold, CosineSimilarity,
+PairwiseDistance, nearest Upsample and channel dropout's shape rule against
+PyTorch (skipped when torch is not installed). Each comparison runs in a child
+process that imports torch before ddpc (see test_nn_torch.py) and fails there,
+printing what differs."""
+
+import sys
+
+import numpy as np
+import pytest
+from procs import run_torch_case
+
+
+@pytest.mark.parametrize("case", ["pads", "layers", "dropout"])
+def test_matches_pytorch(case):
+    out = run_torch_case(__file__, case)
+    assert out.strip().endswith("ok"), out
+
+
+def _run(lib, make, xs, g):
+    """make(lib)(*xs) in float64, backward with g: output, input and parameter gradients."""
+    fn = make(lib)
+    if isinstance(fn, lib.nn.Module):
+        fn = fn.double()
+    ts = [lib.tensor(x, requires_grad=True) for x in xs]
+    out = fn(*ts)
+    out.backward(lib.tensor(g))
+    params = [p.grad.numpy() for p in fn.parameters()] if isinstance(fn, lib.nn.Module) else []
+    return [out.detach().numpy()] + [t.grad.numpy() for t in ts] + params
+
+
+def _compare(makes_and_inputs):
+    import torch
+    import ddpc
+
+    rng = np.random.default_rng(0)
+    for make, shapes in makes_and_inputs:
+        xs = [rng.standard_normal(s) for s in shapes]
+        out = make(torch)(*[torch.tensor(x) for x in xs]) if not isinstance(make(torch), torch.nn.Module) else \
+            make(torch).double()(*[torch.tensor(x) for x in xs])
+        g = rng.standard_normal(tuple(out.shape))
+        want, ours = _run(torch, make, xs, g), _run(ddpc, make, xs, g)
+        assert len(want) == len(ours), make(torch)
+        for w, o in zip(want, ours):
+            assert o.shape == w.shape, (make(torch), o.shape, w.shape)
+            np.testing.assert_allclose(o, w, rtol=1e-9, atol=1e-12, err_msg=repr(make(torch)))
+
+
+def pads():
+    cases = []
+    for mode in ("constant", "reflect", "replicate", "circular"):
+        for shape, pad in (((2, 3, 5), (2, 1)), ((3, 5), (0, 3)), ((2, 3, 4, 5), (1, 2, 3, 0)),
+                           ((3, 4, 5), (2, 2, 1, 3)), ((2, 2, 3, 4, 5), (1, 0, 2, 1, 1, 2))):
+            cases.append((lambda lib, pad=pad, mode=mode: lambda t: lib.nn.functional.pad(t, pad, mode), [shape]))
+    for pad in ((-1, 2), (1, -2, -1, 0), (0, 0, 0, 0, 1, 1), (-2, -3, 1, 1)):
+        cases.append((lambda lib, pad=pad: lambda t: lib.nn.functional.pad(t, pad, value=-1.5), [(2, 3, 5)]))
+    for name, args in (("ZeroPad1d", (2,)), ("ZeroPad2d", ((1, 0, 2, 1),)), ("ConstantPad1d", ((0, 3), 2.5)),
+                       ("ConstantPad2d", (1, -4.0)), ("ReflectionPad1d", ((2, 1),)), ("ReflectionPad2d", (1,)),
+                       ("ReplicationPad1d", (3,)), ("ReplicationPad2d", ((0, 2, 1, 3),)),
+                       ("CircularPad1d", (2,)), ("CircularPad2d", ((1, 2, 0, 1),))):
+        for shape in (((2, 3, 4), (3, 4)) if name.endswith("1d") else ((2, 3, 4, 5), (3, 4, 5))):
+            cases.append((lambda lib, name=name, args=args: getattr(lib.nn, name)(*args), [shape]))
+    _compare(cases)
+
+
+def layers():
+    import torch
+    import ddpc
+
+    for lib in (torch, ddpc):
+        for name in ("ZeroPad2d", "ConstantPad1d", "ReflectionPad2d", "CircularPad1d"):
+            args = (1, 2.0) if name.startswith("Constant") else (1,)
+            assert repr(getattr(lib.nn, name)(*args)) == repr(getattr(torch.nn, name)(*args))
+    for m in ("PReLU(3)", "Threshold(0.1, 20)", "Upsample(scale_factor=2)", "Upsample(size=(3, 4))",
+              "Dropout2d(0.3)", "CosineSimilarity()", "PairwiseDistance()"):
+        assert repr(eval("ddpc.nn." + m)) == repr(eval("torch.nn." + m)), m
+    cases = [
+        (lambda lib: lib.nn.PReLU(), [(2, 3, 4)]),
+        (lambda lib: lib.nn.PReLU(3, init=-0.3), [(2, 3, 4, 2)]),
+        (lambda lib: lib.nn.PReLU(), [(5,)]),
+        (lambda lib: lib.nn.Threshold(0.2, -3.0), [(3, 4)]),
+        (lambda lib: lib.nn.CosineSimilarity(), [(4, 5), (4, 5)]),
+        (lambda lib: lib.nn.CosineSimilarity(dim=-1, eps=1e-3), [(3, 1, 6), (2, 6)]),
+        (lambda lib: lib.nn.CosineSimilarity(dim=0), [(4, 5), (4, 1)]),
+        (lambda lib: lib.nn.PairwiseDistance(), [(4, 5), (4, 5)]),
+        (lambda lib: lib.nn.PairwiseDistance(p=1.0, keepdim=True), [(4, 5), (1, 5)]),
+        (lambda lib: lib.nn.PairwiseDistance(p=3.0, eps=0.1), [(3, 2, 5), (3, 2, 5)]),
+        (lambda lib: lib.nn.PairwiseDistance(p=float("inf")), [(4, 5), (4, 5)]),
+    ]
+    # Not scale_factor=2.1 on 5 elements: PyTorch's host backward reads element i // 2 where out is twice in, its
+    # forward floor(i / 2.1), so its gradient is not that of its output; ddpc's follows the forward.
+    for kwargs, shape in (({"scale_factor": 2}, (2, 3, 5)), ({"scale_factor": 1.7}, (2, 3, 5)),
+                          ({"scale_factor": 0.6}, (2, 3, 9)),
+                          ({"size": 3}, (2, 3, 7)), ({"size": 11}, (2, 3, 4)),
+                          ({"scale_factor": (2, 3)}, (2, 3, 4, 5)), ({"scale_factor": 1.3}, (1, 2, 7, 6)),
+                          ({"size": (6, 4)}, (2, 3, 4, 5)), ({"size": (2, 9)}, (1, 1, 5, 4)),
+                          ({"scale_factor": 1.5, "recompute_scale_factor": True}, (1, 2, 5, 3))):
+        cases.append((lambda lib, kwargs=kwargs: lib.nn.Upsample(**kwargs), [shape]))
+        cases.append((lambda lib, kwargs=kwargs: lambda t: lib.nn.functional.interpolate(t, **kwargs), [shape]))
+    _compare(cases)
+
+
+def dropout():
+    """Which elements share one mask value: the same channels as PyTorch's."""
+    import torch
+    import ddpc
+
+    for name, shape in (("dropout1d", (4, 3, 6)), ("dropout1d", (5, 6)), ("dropout2d", (4, 3, 2, 3))):
+        outs = [getattr(lib.nn.functional, name)(lib.ones(*shape, dtype=lib.float64), 0.5).numpy()
+                for lib in (torch, ddpc)]
+        for out in outs:
+            kept = 1 if len(shape) == 2 else 2
+            flat = out.reshape(shape[:kept] + (-1,))
+            assert (flat == flat[..., :1]).all() and set(np.unique(flat)) <= {0.0, 2.0}, name
+        assert getattr(ddpc.nn.functional, name)(ddpc.ones(*shape), 0.5, training=False).numpy().min() == 1
+
+
+if __name__ == "__main__":
+    import torch  # noqa: F401  (before ddpc, see the module docstring)
+
+    globals()[sys.argv[1]]()
+    print("ok")
