@@ -4,22 +4,13 @@ gradients on small shapes, masks, errors, and a short training run."""
 
 import numpy as np
 import pytest
+from numeric import numeric_grad
 
 import ddpc
 from ddpc import nn
 from ddpc.nn import functional as F
 
 rng = np.random.default_rng(0)
-
-
-def numeric_grad(f, x, eps=1e-6):
-    """d f / d x by central differences (f maps a numpy array to a number)."""
-    g = np.zeros_like(x)
-    for idx in np.ndindex(x.shape):
-        d = np.zeros_like(x)
-        d[idx] = eps
-        g[idx] = (f(x + d) - f(x - d)) / (2 * eps)
-    return g
 
 
 @pytest.mark.parametrize("sa,sb", [((3, 4), (4, 5)), ((2, 3, 4), (4, 5)), ((2, 1, 3, 4), (5, 4, 6)),

@@ -4,6 +4,7 @@ references: outputs, central-difference gradients and refused arguments."""
 
 import numpy as np
 import pytest
+from numeric import numeric_grad
 
 import ddpc
 from ddpc import nn
@@ -12,16 +13,6 @@ from ddpc.nn import functional as F
 
 def _x(*shape, seed=0):
     return np.random.default_rng(seed).standard_normal(shape)
-
-
-def _numeric_grad(f, x, g, h=1e-6):
-    """d(sum(f(x) * g))/dx by central differences (float64)."""
-    out = np.zeros_like(x)
-    for i in np.ndindex(x.shape):
-        d = np.zeros_like(x)
-        d[i] = h
-        out[i] = ((f(x + d) * g).sum() - (f(x - d) * g).sum()) / (2 * h)
-    return out
 
 
 def _check(fn, ref, *xs, rtol=1e-5):
@@ -36,7 +27,8 @@ def _check(fn, ref, *xs, rtol=1e-5):
     for i, t in enumerate(ts):
         def along(v, i=i):
             return ref(*(v if j == i else x for j, x in enumerate(xs)))
-        np.testing.assert_allclose(t.grad.numpy(), _numeric_grad(along, xs[i], g), rtol=rtol, atol=1e-6)
+        expect = numeric_grad(lambda a: (along(a) * g).sum(), xs[i])
+        np.testing.assert_allclose(t.grad.numpy(), expect, rtol=rtol, atol=1e-6)
 
 
 # ---- padding -----------------------------------------------------------------------------

@@ -4,6 +4,7 @@ against numpy references; gradients against finite differences; on a GPU
 
 import numpy as np
 import pytest
+from numeric import numeric_grad
 
 import ddpc
 
@@ -19,21 +20,10 @@ def close(x, ref, tol=1e-6):
     np.testing.assert_allclose(arr, ref, rtol=tol, atol=tol)
 
 
-def numeric_grad(fn, x, eps=1e-6):
-    """d sum(fn(x)) / dx by central differences (float64)."""
-    g = np.zeros_like(x)
-    for i in np.ndindex(x.shape):
-        hi, lo = x.copy(), x.copy()
-        hi[i] += eps
-        lo[i] -= eps
-        g[i] = (float(fn(t(hi)).sum()) - float(fn(t(lo)).sum())) / (2 * eps)
-    return g
-
-
 def check_grad(fn, x, tol=1e-5):
     a = t(x, requires_grad=True)
     fn(a).sum().backward()
-    close(a.grad, numeric_grad(fn, x), tol)
+    close(a.grad, numeric_grad(lambda v: float(fn(t(v)).sum()), x), tol)
 
 
 # ---- top-level aliases -----------------------------------------------------------------
