@@ -15,7 +15,9 @@ import pytest
 
 from ddpc import _C
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Where the ddpc under test comes from (the source tree, or site-packages after
+# a plain install), so that the children import the same one.
+DDPC_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(_C.__file__)))
 
 pytestmark = pytest.mark.skipif("nccl" not in _C.backends(), reason="this ddpc was built without NCCL")
 
@@ -32,7 +34,7 @@ PRELUDE = textwrap.dedent("""
 def run_child(*code, **env):
     """Runs the PRELUDE and the code blocks (each dedented) in a new interpreter with this checkout's ddpc."""
     source = "\n".join(textwrap.dedent(c) for c in (PRELUDE,) + code)
-    python_path = os.pathsep.join(filter(None, [os.path.join(ROOT, "python"), os.environ.get("PYTHONPATH")]))
+    python_path = os.pathsep.join(filter(None, [DDPC_PARENT, os.environ.get("PYTHONPATH")]))
     proc = subprocess.run([sys.executable, "-c", source], capture_output=True, text=True, timeout=120,
                           env=dict(os.environ, PYTHONPATH=python_path, **env))
     assert proc.returncode == 0, proc.stdout + proc.stderr
