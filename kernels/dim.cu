@@ -30,18 +30,27 @@ __device__ __forceinline__ void atomic_add(int64_t *p, int64_t v) {
     atomicAdd((unsigned long long *)p, (unsigned long long)v);
 }
 
+// Where element k of the index (and of `small`) lands: its offset in `big`,
+// with index value `at` in place of its coordinate along dim, and in `small`.
+__device__ __forceinline__ void index_offsets(int64_t k, const ddpc_k_bcast &geo, int dim, int64_t at, int64_t *ob,
+                                              int64_t *os) {
+    int64_t rest = k;
+    *ob = 0, *os = 0;
+    for (int d = geo.ndim - 1; d >= 0; d--) {
+        int64_t c = rest % geo.shape[d];
+        rest /= geo.shape[d];
+        *ob += (d == dim ? at : c) * geo.sa[d], *os += c * geo.sb[d];
+    }
+}
+
 template <typename T>
 __global__ void index_dim_kernel(T *big, T *small, const int64_t *index, int64_t n, ddpc_k_bcast geo, int dim,
                                  int64_t len, int mode) {
     GRID_STRIDE(k, n) {
         int64_t at = index[k];
         if (at < 0 || at >= len) continue;
-        int64_t rest = k, ob = 0, os = 0;
-        for (int d = geo.ndim - 1; d >= 0; d--) {
-            int64_t c = rest % geo.shape[d];
-            rest /= geo.shape[d];
-            ob += (d == dim ? at : c) * geo.sa[d], os += c * geo.sb[d];
-        }
+        int64_t ob, os;
+        index_offsets(k, geo, dim, at, &ob, &os);
         if (mode == DDPC_K_GATHER) small[os] = big[ob];
         else big[ob] = small[os];
     }
@@ -53,12 +62,8 @@ __global__ void index_add_dim_kernel(T *big, const T *small, const int64_t *inde
     GRID_STRIDE(k, n) {
         int64_t at = index[k];
         if (at < 0 || at >= len) continue;
-        int64_t rest = k, ob = 0, os = 0;
-        for (int d = geo.ndim - 1; d >= 0; d--) {
-            int64_t c = rest % geo.shape[d];
-            rest /= geo.shape[d];
-            ob += (d == dim ? at : c) * geo.sa[d], os += c * geo.sb[d];
-        }
+        int64_t ob, os;
+        index_offsets(k, geo, dim, at, &ob, &os);
         atomic_add(&big[ob], small[os]);
     }
 }
