@@ -14,6 +14,7 @@ import pytest
 import ddpc
 import ddpc.nn.functional as F
 from ddpc import nn
+from numeric import numeric_grad
 
 rng = np.random.default_rng(7)
 
@@ -52,7 +53,18 @@ ACTIVATIONS = {
     "hardswish": ({}, lambda x: x * np.clip(x + 3, 0, 6) / 6,
                   lambda x: np.where(x <= -3, 0, np.where(x < 3, x / 3 + 0.5, 1))),
     "hardsigmoid": ({}, lambda x: np.clip(x + 3, 0, 6) / 6, lambda x: ((x > -3) & (x < 3)) / 6),
+    "selu": ({}, lambda x: SELU_S * np.where(x > 0, x, SELU_A * np.expm1(np.minimum(x, 0))),
+             lambda x: SELU_S * np.where(x > 0, 1, SELU_A * np.exp(np.minimum(x, 0)))),
+    "celu": (dict(alpha=0.5), lambda x: np.where(x > 0, x, 0.5 * np.expm1(np.minimum(x, 0) / 0.5)),
+             lambda x: np.where(x > 0, 1, np.exp(np.minimum(x, 0) / 0.5))),
+    "logsigmoid": ({}, lambda x: -np.logaddexp(0, -x), lambda x: sig(-x)),
+    "softsign": ({}, lambda x: x / (1 + abs(x)), lambda x: 1 / (1 + abs(x)) ** 2),
+    "softshrink": ({}, lambda x: np.where(x > 0.5, x - 0.5, np.where(x < -0.5, x + 0.5, 0)),
+                   lambda x: (abs(x) > 0.5).astype(float)),
+    "hardshrink": (dict(lambd=1.0), lambda x: np.where(abs(x) > 1, x, 0), lambda x: (abs(x) > 1).astype(float)),
+    "tanhshrink": ({}, lambda x: x - np.tanh(x), lambda x: np.tanh(x) ** 2),
 }
+SELU_A, SELU_S = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
 KINKS = [-3.0, -2.0, -1.0, -0.0, 0.0, 0.5, 1.0, 2.5, 3.0, 6.0]
 
 
@@ -77,7 +89,8 @@ def test_activation_matches_its_formula_and_derivative(name, dtype):
     np.testing.assert_allclose(arr(kt.grad), df(k), rtol=1e-14, atol=0)
 
 
-@pytest.mark.parametrize("name", ["leaky_relu", "elu", "silu", "softplus", "mish", "hardswish"])
+@pytest.mark.parametrize("name", ["leaky_relu", "elu", "silu", "softplus", "mish", "hardswish", "selu", "celu",
+                                  "logsigmoid", "softsign", "tanhshrink"])
 def test_smooth_activations_pass_a_gradient_check(name):
     kw = ACTIVATIONS[name][0]
     x = t64(rng.standard_normal(40) * 3 + 0.05, requires_grad=True)  # away from the kinks
@@ -136,9 +149,14 @@ def test_activation_modules_and_their_repr():
              (nn.Softplus(2.0, 3.0), F.softplus(x, 2.0, 3.0)), (nn.Mish(), F.mish(x)),
              (nn.Hardtanh(-0.5, 2.0), F.hardtanh(x, -0.5, 2.0)), (nn.ReLU6(), F.relu6(x)),
              (nn.Hardswish(), F.hardswish(x)), (nn.Hardsigmoid(), F.hardsigmoid(x)),
-             (nn.Softmax(0), F.softmax(x, 0)), (nn.LogSoftmax(1), F.log_softmax(x, 1))]
+             (nn.Softmax(0), F.softmax(x, 0)), (nn.LogSoftmax(1), F.log_softmax(x, 1)), (nn.SELU(), F.selu(x)),
+             (nn.CELU(0.5), F.celu(x, 0.5)), (nn.LogSigmoid(), F.logsigmoid(x)), (nn.Softsign(), F.softsign(x)),
+             (nn.Softshrink(0.3), F.softshrink(x, 0.3)), (nn.Hardshrink(2.0), F.hardshrink(x, 2.0)),
+             (nn.Tanhshrink(), F.tanhshrink(x)), (nn.RReLU().eval(), F.rrelu(x)),
+             (nn.Softmax2d(), F.softmax(x.reshape(1, 3, 4, 1), -3).reshape(3, 4))]
     for m, want in pairs:
-        np.testing.assert_array_equal(arr(m(x)), arr(want), err_msg=repr(m))
+        np.testing.assert_array_equal(arr(m(x if not isinstance(m, nn.Softmax2d) else x.reshape(1, 3, 4, 1))
+                                          ).reshape(want.shape), arr(want), err_msg=repr(m))
         assert list(m.parameters()) == []
     assert repr(nn.LeakyReLU(0.2, inplace=True)) == "LeakyReLU(negative_slope=0.2, inplace=True)"
     assert repr(nn.ELU()) == "ELU(alpha=1.0)"
@@ -439,16 +457,6 @@ def ce_prob_ref(x, p, w=None, eps=0.0, reduction="mean"):
     return loss if reduction == "none" else loss.sum() / (len(loss) if reduction == "mean" else 1)
 
 
-def numeric_grad(fn, x, g, eps=1e-6):
-    num = np.zeros_like(x)
-    for i in np.ndindex(x.shape):
-        xp, xm = x.copy(), x.copy()
-        xp[i] += eps
-        xm[i] -= eps
-        num[i] = ((fn(xp) - fn(xm)) * g).sum() / (2 * eps)
-    return num
-
-
 @pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
 @pytest.mark.parametrize("eps", [0.0, 0.2])
 def test_cross_entropy_with_class_weights_and_ignore_index(reduction, eps):
@@ -464,7 +472,7 @@ def test_cross_entropy_with_class_weights_and_ignore_index(reduction, eps):
         np.testing.assert_allclose(arr(out), ce_ref(x, t, w, -1, eps, "sum") / (0.5 + 3 + 2 + 1 + 3), rtol=1e-12)
     g = rng.standard_normal(np.shape(want))
     out.backward(t64(g))
-    num = numeric_grad(lambda z: ce_ref(z, t, w, -1, eps, reduction), x, g)
+    num = numeric_grad(lambda z: (ce_ref(z, t, w, -1, eps, reduction) * g).sum(), x)
     np.testing.assert_allclose(arr(xt.grad), num, atol=1e-7)
     assert (arr(xt.grad)[3] == 0).all()
 
@@ -480,10 +488,10 @@ def test_cross_entropy_with_class_probabilities(reduction):
     np.testing.assert_allclose(arr(out), want, rtol=1e-12)
     g = rng.standard_normal(np.shape(want))
     out.backward(t64(g))
-    np.testing.assert_allclose(arr(xt.grad), numeric_grad(lambda z: ce_prob_ref(z, p, w, 0.1, reduction), x, g),
-                               atol=1e-7)
-    np.testing.assert_allclose(arr(pt.grad), numeric_grad(lambda q: ce_prob_ref(x, q, w, 0.1, reduction), p, g),
-                               atol=1e-7)
+    np.testing.assert_allclose(arr(xt.grad), numeric_grad(lambda z: (ce_prob_ref(z, p, w, 0.1, reduction) * g).sum(),
+                                                          x), atol=1e-7)
+    np.testing.assert_allclose(arr(pt.grad), numeric_grad(lambda q: (ce_prob_ref(x, q, w, 0.1, reduction) * g).sum(),
+                                                          p), atol=1e-7)
     onehot = np.eye(3)[[0, 2, 1, 1, 0]]
     np.testing.assert_allclose(F.cross_entropy(t64(x), t64(onehot)).item(),
                                F.cross_entropy(t64(x), ddpc.tensor([0, 2, 1, 1, 0])).item(), rtol=1e-12)
@@ -524,7 +532,7 @@ def test_cross_entropy_and_nll_over_extra_dims_and_single_samples():
     np.testing.assert_allclose(arr(out).reshape(-1), ce_ref(rows, t.reshape(-1), w, eps=0.1, reduction="none"),
                                rtol=1e-12)
     F.cross_entropy(xt, ddpc.tensor(t), weight=t64(w)).backward()
-    num = numeric_grad(lambda z: ce_ref(z.transpose(0, 2, 3, 1).reshape(-1, 4), t.reshape(-1), w), x, 1.0)
+    num = numeric_grad(lambda z: ce_ref(z.transpose(0, 2, 3, 1).reshape(-1, 4), t.reshape(-1), w).sum(), x)
     np.testing.assert_allclose(arr(xt.grad), num, atol=1e-7)
     np.testing.assert_allclose(F.nll_loss(t64(x), ddpc.tensor(t)).item(),
                                ce_ref(rows, t.reshape(-1), log_probs=True), rtol=1e-12)
@@ -650,3 +658,191 @@ def test_cuda_float32_activations_and_nan_for_bad_bce_inputs():
                                  reduction="none")
     assert np.isnan(arr(out)[1]) and np.isfinite(arr(out)[0])
     assert math.isnan(F.cross_entropy(ddpc.ones(2, 3, device="cuda"), ddpc.tensor([0, 5], device="cuda")).item())
+
+
+# ---- composed activations, margin and likelihood losses, layout ---------------------------------
+
+def test_rrelu_draws_slopes_in_its_range_while_training_and_uses_their_mean_otherwise():
+    x = t64(-np.abs(rng.standard_normal(4000)) - 0.1, requires_grad=True)
+    y = F.rrelu(x, 0.1, 0.3, training=True)
+    slope = arr(y) / arr(x)
+    assert slope.min() >= 0.1 and slope.max() <= 0.3 and slope.std() > 0.05
+    y.sum().backward()
+    np.testing.assert_allclose(arr(x.grad), slope, rtol=1e-12)  # the drawn slope is the gradient
+    pos = t64([0.0, 2.0])
+    np.testing.assert_array_equal(arr(F.rrelu(pos, training=True)), [0.0, 2.0])
+    np.testing.assert_allclose(arr(F.rrelu(t64([-3.0]))), [-3.0 * (1 / 8 + 1 / 3) / 2], rtol=1e-15)
+    with pytest.raises(ValueError, match="lower <= upper"):
+        F.rrelu(x, 0.5, 0.1)
+
+
+def test_alpha_dropout_keeps_a_standard_normal_input_standard():
+    x = t64(np.random.default_rng(0).standard_normal(200_000))
+    y = arr(F.alpha_dropout(x, 0.3, training=True))
+    assert abs(y.mean()) < 0.02 and abs(y.std() - 1) < 0.02
+    # a dropped element takes one value: SELU's saturation -alpha', mapped by the same affine map as the rest
+    alpha = SELU_A * SELU_S
+    a = (0.7 * (1 + 0.3 * alpha ** 2)) ** -0.5
+    dropped = np.isclose(y, -alpha * a * 0.7, rtol=1e-12, atol=0)
+    assert 0.29 < dropped.mean() < 0.31
+    np.testing.assert_allclose(y[~dropped], arr(x)[~dropped] * a + alpha * a * 0.3, rtol=1e-12)
+    assert F.alpha_dropout(x, 0.3, training=False) is x
+    np.testing.assert_array_equal(arr(F.alpha_dropout(x, 1.0, training=True)), 0)
+    m = nn.AlphaDropout(0.2)
+    assert repr(m) == "AlphaDropout(p=0.2, inplace=False)" and m.eval()(x) is x
+
+
+def _reference_losses(x1, x2, y, cls, w):
+    """Each margin loss of ``x1`` (N, C) written out sample by sample from PyTorch's documented formula."""
+    n, c = x1.shape
+    multi = np.array([sum(w[cls[i]] * max(0, 0.8 - x1[i, cls[i]] + x1[i, j]) ** 2 for j in range(c) if j != cls[i])
+                      / c for i in range(n)])
+    cos = (x1 * x2).sum(1) / np.sqrt(((x1 * x1).sum(1) + 1e-12) * ((x2 * x2).sum(1) + 1e-12))
+    return {
+        "margin_ranking_loss": np.maximum(0, -y * (x1[:, 0] - x2[:, 0]) + 0.3),
+        "cosine_embedding_loss": np.where(y == 1, 1 - cos, np.maximum(0, cos - 0.2)),
+        "multi_margin_loss": multi,
+        "triplet_margin_loss": np.maximum(0, 1 + np.linalg.norm(x1 - x2 + 1e-6, axis=1)
+                                          - np.linalg.norm(x1 - 2 * x2 + 1e-6, axis=1)),
+    }
+
+
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+def test_margin_losses_match_their_formulas_and_pass_a_gradient_check(reduction):
+    x1, x2 = rng.standard_normal((2, 6, 4))
+    y = np.where(rng.random(6) < 0.5, 1.0, -1.0)
+    cls, w = rng.integers(0, 4, 6), rng.random(4) + 0.5
+    want = _reference_losses(x1, x2, y, cls, w)
+    calls = {
+        "margin_ranking_loss": lambda a: F.margin_ranking_loss(a[:, 0], t64(x2[:, 0]), t64(y), 0.3,
+                                                               reduction=reduction),
+        "cosine_embedding_loss": lambda a: F.cosine_embedding_loss(a, t64(x2), t64(y), 0.2, reduction=reduction),
+        "multi_margin_loss": lambda a: F.multi_margin_loss(a, ddpc.tensor(cls), p=2, margin=0.8, weight=t64(w),
+                                                           reduction=reduction),
+        "triplet_margin_loss": lambda a: F.triplet_margin_loss(a, t64(x2), t64(2 * x2), reduction=reduction),
+    }
+    reduce = {"none": lambda v: v, "mean": np.mean, "sum": np.sum}[reduction]
+    for name, call in calls.items():
+        a = t64(x1, requires_grad=True)
+        out = call(a)
+        np.testing.assert_allclose(arr(out), reduce(want[name]), rtol=1e-12, err_msg=name)
+        out.sum().backward()
+        with ddpc.no_grad():
+            num = numeric_grad(lambda v: float(arr(call(t64(v))).sum()), x1)
+        np.testing.assert_allclose(arr(a.grad), num, rtol=1e-5, atol=1e-7, err_msg=name)
+
+
+def test_hinge_soft_margin_and_multilabel_losses():
+    x = rng.standard_normal((5, 3))
+    y = np.where(rng.random((5, 3)) < 0.5, 1.0, -1.0)
+    np.testing.assert_allclose(arr(F.hinge_embedding_loss(t64(x), t64(y), 0.5, reduction="none")),
+                               np.where(y == 1, x, np.maximum(0, 0.5 - x)), rtol=1e-15)
+    np.testing.assert_allclose(arr(F.soft_margin_loss(t64(x), t64(y))), np.log1p(np.exp(-y * x)).mean(), rtol=1e-12)
+    labels, w = (y > 0).astype(float), np.array([1.0, 2.0, 0.5])
+    per = -(labels * np.log(sig(x)) + (1 - labels) * np.log(sig(-x))) * w
+    np.testing.assert_allclose(arr(F.multilabel_soft_margin_loss(t64(x), t64(labels), t64(w), reduction="none")),
+                               per.mean(1), rtol=1e-12)
+
+
+def test_gaussian_and_poisson_nll():
+    mu, target = rng.standard_normal((2, 4, 3))
+    var = rng.random((4, 3)) + 0.5
+    var[0, 0] = 1e-9
+    v = t64(var, requires_grad=True)
+    loss = F.gaussian_nll_loss(t64(mu), t64(target), v, full=True, reduction="sum")
+    clamped = np.maximum(var, 1e-6)
+    np.testing.assert_allclose(arr(loss), (0.5 * (np.log(clamped) + (mu - target) ** 2 / clamped)
+                                           + 0.5 * np.log(2 * np.pi)).sum(), rtol=1e-12)
+    loss.backward()  # the clamp is not differentiated: the gradient is the formula's at the clamped value
+    np.testing.assert_allclose(arr(v.grad), 0.5 / clamped - 0.5 * (mu - target) ** 2 / clamped ** 2, rtol=1e-12)
+    homo = F.gaussian_nll_loss(t64(mu), t64(target), t64(var[:, 0]), reduction="none")
+    np.testing.assert_allclose(arr(homo), 0.5 * (np.log(np.maximum(var[:, :1], 1e-6)) + (mu - target) ** 2
+                                                 / np.maximum(var[:, :1], 1e-6)), rtol=1e-12)
+    np.testing.assert_allclose(arr(F.gaussian_nll_loss(t64(mu), t64(target), 2.0)),
+                               (0.5 * (np.log(2.0) + (mu - target) ** 2 / 2)).mean(), rtol=1e-12)
+    counts = np.array([[0.0, 1.0, 2.0], [5.0, 3.0, 0.0]])
+    rate = np.array([[0.1, -0.3, 1.2], [2.0, 0.5, -1.0]])
+    stirling = np.where(counts > 1, counts * np.log(np.maximum(counts, 1)) - counts
+                        + 0.5 * np.log(2 * np.pi * np.maximum(counts, 1)), 0)
+    np.testing.assert_allclose(arr(F.poisson_nll_loss(t64(rate), t64(counts), full=True, reduction="none")),
+                               np.exp(rate) - counts * rate + stirling, rtol=1e-12)
+    np.testing.assert_allclose(arr(F.poisson_nll_loss(t64(np.exp(rate)), t64(counts), log_input=False)),
+                               (np.exp(rate) - counts * np.log(np.exp(rate) + 1e-8)).mean(), rtol=1e-12)
+
+
+def test_composed_loss_errors():
+    x = t64(np.ones((2, 3)))
+    with pytest.raises(ValueError, match="negative"):
+        F.gaussian_nll_loss(x, x, t64(-np.ones((2, 3))))
+    with pytest.raises(ValueError, match="incorrect size"):
+        F.gaussian_nll_loss(x, x, t64(np.ones((3, 2))))
+    with pytest.raises(ValueError, match="p == 1 and p == 2"):
+        F.multi_margin_loss(x, ddpc.tensor([0, 1]), p=3)
+    with pytest.raises(ValueError, match=r"\(N, C\)"):
+        F.multi_margin_loss(x, ddpc.tensor([0, 1, 2]))
+    with pytest.raises(ValueError, match="margin must be greater than 0"):
+        F.triplet_margin_loss(x, x, x, margin=0)
+    with pytest.raises(ValueError, match="not a valid value for reduction"):
+        F.soft_margin_loss(x, x, reduction="max")
+    with pytest.raises(TypeError, match="ddpc tensors"):
+        F.hinge_embedding_loss(np.ones(3), x)
+    with pytest.raises(ValueError, match="celu"):
+        F.celu(x, alpha=0)
+    with pytest.raises(ValueError, match="lambda"):
+        F.softshrink(x, -1)
+
+
+def test_loss_modules_of_the_composed_losses():
+    x1, x2, x3 = (t64(rng.standard_normal((4, 3))) for _ in range(3))
+    y = t64([1.0, -1.0, 1.0, -1.0])
+    cls = ddpc.tensor([0, 2, 1, 1])
+    w = t64([1.0, 0.5, 2.0])
+    pairs = [(nn.MarginRankingLoss(0.2)(x1[:, 0], x2[:, 0], y), F.margin_ranking_loss(x1[:, 0], x2[:, 0], y, 0.2)),
+             (nn.HingeEmbeddingLoss(0.5, reduction="sum")(x1, x2.sign()), F.hinge_embedding_loss(x1, x2.sign(), 0.5,
+                                                                                                  reduction="sum")),
+             (nn.SoftMarginLoss()(x1, x2.sign()), F.soft_margin_loss(x1, x2.sign())),
+             (nn.CosineEmbeddingLoss(0.1)(x1, x2, y), F.cosine_embedding_loss(x1, x2, y, 0.1)),
+             (nn.TripletMarginLoss(p=1.0, swap=True)(x1, x2, x3), F.triplet_margin_loss(x1, x2, x3, p=1.0, swap=True)),
+             (nn.TripletMarginWithDistanceLoss(distance_function=F.pairwise_distance)(x1, x2, x3),
+              F.triplet_margin_loss(x1, x2, x3)),
+             (nn.GaussianNLLLoss(full=True)(x1, x2, x3.abs()), F.gaussian_nll_loss(x1, x2, x3.abs(), full=True)),
+             (nn.PoissonNLLLoss(full=True)(x1, x2.abs()), F.poisson_nll_loss(x1, x2.abs(), full=True)),
+             (nn.MultiLabelSoftMarginLoss(w)(x1, (x2 > 0).to(dtype=ddpc.float64)),
+              F.multilabel_soft_margin_loss(x1, (x2 > 0).to(dtype=ddpc.float64), w)),
+             (nn.MultiMarginLoss(p=2, margin=0.5, weight=w)(x1, cls), F.multi_margin_loss(x1, cls, 2, 0.5, w))]
+    for got, want in pairs:
+        np.testing.assert_array_equal(arr(got), arr(want))
+    assert dict(nn.MultiMarginLoss(weight=w).named_buffers())["weight"] is w
+    with pytest.raises(ValueError, match="greater than 0"):
+        nn.TripletMarginLoss(margin=-1.0)
+
+
+def test_one_hot_normalize_and_pixel_layouts():
+    idx = ddpc.tensor([[0, 3], [2, 1]])
+    got = F.one_hot(idx)
+    assert got.dtype is ddpc.int64 and got.shape == (2, 2, 4)
+    np.testing.assert_array_equal(arr(got), np.eye(4, dtype=np.int64)[arr(idx)])
+    assert F.one_hot(idx, 6).shape == (2, 2, 6)
+    for bad, n, match in ((ddpc.tensor([-1]), -1, "non-negative"), (idx, 3, "smaller than num_classes"),
+                          (ddpc.tensor([], dtype=ddpc.int64), -1, "empty")):
+        with pytest.raises(ValueError, match=match):
+            F.one_hot(bad, n)
+    with pytest.raises(TypeError, match="integer"):
+        F.one_hot(t64([1.0]))
+    x = rng.standard_normal((2, 3, 4))
+    np.testing.assert_allclose(arr(F.normalize(t64(x))), x / np.linalg.norm(x, axis=1, keepdims=True), rtol=1e-12)
+    np.testing.assert_array_equal(arr(F.normalize(t64(np.zeros((2, 3))))), 0)  # eps keeps zero rows finite
+    planes = t64(rng.standard_normal((2, 12, 3, 5)))
+    shuffled = F.pixel_shuffle(planes, 2)
+    assert shuffled.shape == (2, 3, 6, 10)
+    # output pixel (h r + i, w r + j) of channel c is input channel c r^2 + i r + j at (h, w)
+    np.testing.assert_array_equal(arr(shuffled)[1, 2, 2 * 1 + 1, 2 * 4 + 0], arr(planes)[1, 2 * 4 + 1 * 2 + 0, 1, 4])
+    np.testing.assert_array_equal(arr(F.pixel_unshuffle(shuffled, 2)), arr(planes))
+    np.testing.assert_array_equal(arr(nn.PixelUnshuffle(2)(nn.PixelShuffle(2)(planes))), arr(planes))
+    once = F.channel_shuffle(planes, 3)
+    np.testing.assert_array_equal(arr(once)[:, 1], arr(planes)[:, 4])  # channel k*groups + g is g*(C/groups) + k
+    np.testing.assert_array_equal(arr(nn.ChannelShuffle(4)(once)), arr(planes))
+    with pytest.raises(ValueError, match="divisible"):
+        F.pixel_shuffle(planes, 5)
+    with pytest.raises(ValueError, match="divisible"):
+        F.channel_shuffle(planes, 5)

@@ -16,7 +16,8 @@ import pytest
 from procs import run_torch_case
 
 
-@pytest.mark.parametrize("case", ["activations", "inplace", "losses", "cross_entropy"])
+@pytest.mark.parametrize("case", ["activations", "inplace", "losses", "cross_entropy", "more_activations",
+                                  "margin_losses", "nll_losses", "layout"])
 def test_matches_pytorch(case):
     out = run_torch_case(__file__, case)
     assert out.strip().endswith("ok"), out
@@ -160,6 +161,91 @@ def _case_cross_entropy():
             _compare("cross_entropy", [x4, p4], [1, 1], reduction=red, weight=w, label_smoothing=0.1)
             _compare("cross_entropy", [x[0], np.array(2)], [1, 0], reduction=red)
             _compare("cross_entropy", [x[0], probs[0]], [1, 1], reduction=red)
+
+
+
+def _case_more_activations():
+    import numpy as np
+
+    rng = np.random.default_rng(2)
+    # No NaN here: PyTorch's gradients at NaN differ between these ops (selu's is NaN, elu's is not).
+    edges = [-3, -1, -0.3, -0.0, 0, 0.3, 0.5, 1, 20.1, 30, -30, 100, -100, 1e-4, -1e-4]
+    base = np.concatenate([rng.standard_normal(2000) * 4, edges])
+    cases = [("selu", {}), ("celu", {}), ("celu", dict(alpha=0.5)), ("logsigmoid", {}), ("softsign", {}),
+             ("softshrink", {}), ("softshrink", dict(lambd=0.3)), ("hardshrink", dict(lambd=0.3)),
+             ("hardshrink", {}), ("tanhshrink", {}), ("rrelu", {}), ("rrelu", dict(lower=0.2, upper=0.4))]
+    for dtype in (np.float32, np.float64):
+        for name, kw in cases:
+            _compare(name, [base.astype(dtype)], [True], **kw)
+        x = rng.standard_normal((4, 6, 3)).astype(dtype)
+        for p, dim in ((2.0, 1), (1.0, -1), (3.0, 0)):
+            _compare("normalize", [x], [True], p=p, dim=dim)
+
+
+def _case_margin_losses():
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    sign = np.where(rng.random(7) < 0.5, 1.0, -1.0)
+    for dtype in (np.float32, np.float64):
+        x1, x2, x3 = (rng.standard_normal((7, 5)).astype(dtype) for _ in range(3))
+        y, ys = sign.astype(dtype), np.where(rng.random((7, 5)) < 0.5, 1.0, -1.0).astype(dtype)
+        labels = (rng.random((7, 5)) < 0.4).astype(dtype)
+        cls = rng.integers(0, 5, 7)
+        w = rng.random(5).astype(dtype) + 0.5
+        for red in ("none", "mean", "sum"):
+            _compare("margin_ranking_loss", [x1[:, 0], x2[:, 0], y], [1, 1, 0], margin=0.3, reduction=red)
+            _compare("hinge_embedding_loss", [x1, ys], [1, 0], margin=0.5, reduction=red)
+            _compare("soft_margin_loss", [x1 * 10, ys], [1, 0], reduction=red)
+            _compare("cosine_embedding_loss", [x1, x2, y], [1, 1, 0], margin=0.2, reduction=red)
+            _compare("cosine_embedding_loss", [x1[0], x2[0], np.array(-1.0, dtype)], [1, 1, 0], reduction=red)
+            for p, swap in ((2.0, False), (1.0, True)):
+                _compare("triplet_margin_loss", [x1, x2, x3], [1, 1, 1], p=p, swap=swap, margin=0.7, reduction=red)
+            _compare("triplet_margin_with_distance_loss", [x1, x2, x3], [1, 1, 1], swap=True, reduction=red)
+            _compare("multilabel_soft_margin_loss", [x1, labels], [1, 0], reduction=red)
+            _compare("multilabel_soft_margin_loss", [x1, labels], [1, 0], weight=w, reduction=red)
+            for p in (1, 2):
+                _compare("multi_margin_loss", [x1, cls], [1, 0], p=p, margin=0.8, reduction=red)
+                _compare("multi_margin_loss", [x1, cls], [1, 0], p=p, weight=w, reduction=red)
+            _compare("multi_margin_loss", [x1[0], np.array(3)], [1, 0], reduction=red)
+
+
+def _case_nll_losses():
+    import numpy as np
+
+    rng = np.random.default_rng(4)
+    for dtype in (np.float32, np.float64):
+        mu, target = rng.standard_normal((2, 6, 4)).astype(dtype)
+        var = (rng.random((6, 4)) + 0.1).astype(dtype)
+        var[0, :2] = 1e-9  # below eps: clamped, the clamp not differentiated
+        counts = rng.integers(0, 6, (6, 4)).astype(dtype)
+        for red in ("none", "mean", "sum"):
+            for full in (False, True):
+                _compare("gaussian_nll_loss", [mu, target, var], [1, 1, 1], full=full, reduction=red)
+                _compare("poisson_nll_loss", [mu, counts], [1, 0], full=full, reduction=red)
+                _compare("poisson_nll_loss", [np.abs(mu) + 0.1, counts], [1, 0], log_input=False, full=full,
+                         reduction=red)
+            _compare("gaussian_nll_loss", [mu, target, var[:, 0]], [1, 1, 1], reduction=red)
+            _compare("gaussian_nll_loss", [mu, target, var[:, :1]], [1, 1, 1], reduction=red)
+
+
+def _case_layout():
+    import numpy as np
+    import torch
+
+    import ddpc
+    import ddpc.nn.functional as F
+
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 3, 18, 4, 6))
+    _compare("pixel_shuffle", [x], [True], upscale_factor=3)
+    _compare("pixel_unshuffle", [x], [True], downscale_factor=2)
+    _compare("channel_shuffle", [x[0]], [True], groups=3)
+    idx = rng.integers(0, 7, (3, 4))
+    for n in (-1, 9):
+        got = F.one_hot(ddpc.tensor(idx), n).numpy()
+        want = torch.nn.functional.one_hot(torch.tensor(idx), n).numpy()
+        assert got.dtype == want.dtype and np.array_equal(got, want), (got, want)
 
 
 if __name__ == "__main__":

@@ -12,10 +12,15 @@ from .modules import (GLU, GroupNorm, InstanceNorm1d, InstanceNorm2d, ParameterD
 from .modules import (CircularPad1d, CircularPad2d, ConstantPad1d, ConstantPad2d, CosineSimilarity, Dropout1d,
                       Dropout2d, PairwiseDistance, PReLU, ReflectionPad1d, ReflectionPad2d, ReplicationPad1d,
                       ReplicationPad2d, Threshold, Upsample, ZeroPad1d, ZeroPad2d)
+from .modules import (CELU, SELU, AlphaDropout, ChannelShuffle, CosineEmbeddingLoss, GaussianNLLLoss, Hardshrink,
+                      HingeEmbeddingLoss, LogSigmoid, MarginRankingLoss, MultiLabelSoftMarginLoss, MultiMarginLoss,
+                      PixelShuffle, PixelUnshuffle, PoissonNLLLoss, RReLU, Softmax2d, SoftMarginLoss, Softshrink,
+                      Softsign, Tanhshrink, TripletMarginLoss, TripletMarginWithDistanceLoss)
 from . import parallel
 from .parallel import DataParallel, DistributedDataParallel
 
-__all__ = ["BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm", "CrossEntropyLoss", "Dropout", "Embedding", "Flatten", "GELU", "Identity", "LayerNorm", "Linear", "MSELoss",
+__all__ = ["BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm", "CrossEntropyLoss", "Dropout", "Embedding",
+           "Flatten", "GELU", "Identity", "LayerNorm", "Linear", "MSELoss",
            "Module", "ModuleDict", "ModuleList", "Parameter", "ReLU", "Sequential", "Sigmoid", "Tanh", "functional",
            "init", "parallel", "utils", "DataParallel", "DistributedDataParallel",
            "LeakyReLU", "ELU", "SiLU", "Softplus", "Mish", "Hardtanh", "ReLU6", "Hardswish", "Hardsigmoid", "Softmax",
@@ -29,3 +34,7 @@ __all__ += ["MultiheadAttention", "TransformerEncoder", "TransformerEncoderLayer
 __all__ += ["CircularPad1d", "CircularPad2d", "ConstantPad1d", "ConstantPad2d", "CosineSimilarity", "Dropout1d",
             "Dropout2d", "PairwiseDistance", "PReLU", "ReflectionPad1d", "ReflectionPad2d", "ReplicationPad1d",
             "ReplicationPad2d", "Threshold", "Upsample", "ZeroPad1d", "ZeroPad2d"]
+__all__ += ["AlphaDropout", "CELU", "ChannelShuffle", "CosineEmbeddingLoss", "GaussianNLLLoss", "Hardshrink",
+            "HingeEmbeddingLoss", "LogSigmoid", "MarginRankingLoss", "MultiLabelSoftMarginLoss", "MultiMarginLoss",
+            "PixelShuffle", "PixelUnshuffle", "PoissonNLLLoss", "RReLU", "SELU", "Softmax2d", "SoftMarginLoss",
+            "Softshrink", "Softsign", "Tanhshrink", "TripletMarginLoss", "TripletMarginWithDistanceLoss"]

@@ -1,9 +1,11 @@
 """ddpc.nn.functional: the stateless forms of the layers and losses.
 
 Most functions are one fused _C op forward and one backward (see
-ddpc.autograd); batch_norm is built from the autograd ops, convolution and
-pooling in _conv.py, nearest-neighbour resampling in _upsample.py. The ``inplace=True`` forms compute aside and write the
-result into the input, which then holds it as after PyTorch's in-place op.
+ddpc.autograd); batch_norm and the rarer activations are built from the
+autograd ops, convolution and pooling in _conv.py, resampling in
+_upsample.py, the margin and likelihood losses in _losses.py. The
+``inplace=True`` forms compute aside and write the result into the input,
+which then holds it as after PyTorch's in-place op.
 """
 
 import math
@@ -11,8 +13,8 @@ import warnings
 
 from .. import autograd as _ag
 from .._dtype import uint8
-from ..tensor import Tensor, broadcast_tensors, ones
-from . import _conv, _upsample
+from ..tensor import Tensor, broadcast_tensors, ones, rand, zeros
+from . import _conv, _losses, _upsample
 from ..autograd import embedding, gelu, layer_norm, linear, sigmoid, softplus, tanh
 
 __all__ = ["batch_norm", "binary_cross_entropy", "binary_cross_entropy_with_logits", "cross_entropy", "dropout", "elu",
@@ -62,6 +64,78 @@ def hardswish(input, inplace=False):
 
 def hardsigmoid(input, inplace=False):
     return _apply(_ag.hardsigmoid, input, inplace, "hardsigmoid_")
+
+
+# PyTorch's SELU constants (Klambauer et al., 2017).
+_SELU_ALPHA = 1.6732632423543772848170429916717
+_SELU_SCALE = 1.0507009873554804934193349852946
+
+
+def selu(input, inplace=False):
+    """scale * elu(input, alpha) with the self-normalising constants."""
+    return _apply(lambda t: _ag.elu(t, _SELU_ALPHA) * _SELU_SCALE, input, inplace, "selu_")
+
+
+def celu(input, alpha=1.0, inplace=False):
+    """max(0, x) + min(0, alpha * (exp(x / alpha) - 1))."""
+    if alpha == 0:
+        raise ValueError("celu: alpha must not be 0 (it divides the input)")
+    return _apply(lambda t: _ag.elu(t / alpha, 1.0) * alpha, input, inplace, "celu_")
+
+
+def logsigmoid(input):
+    """log(sigmoid(x)), computed as -softplus(-x) so that it neither overflows nor loses small values."""
+    return _losses._log_sigmoid(input)
+
+
+def softsign(input):
+    """x / (1 + |x|)."""
+    return input / (input.abs() + 1)
+
+
+def softshrink(input, lambd=0.5):
+    """x - lambd above lambd, x + lambd below -lambd, 0 between (NaN stays NaN)."""
+    if lambd < 0:
+        raise ValueError(f"softshrink: lambda must be greater or equal to 0, but found to be {lambd}")
+    return _ag.where(input > lambd, input - lambd, _ag.where(input < -lambd, input + lambd, input * 0))
+
+
+def hardshrink(input, lambd=0.5):
+    """x where |x| > lambd, else 0 (NaN stays NaN)."""
+    return _ag.where(input.abs() <= lambd, 0.0, input)
+
+
+def tanhshrink(input):
+    """x - tanh(x)."""
+    return input - tanh(input)
+
+
+def rrelu(input, lower=1.0 / 8, upper=1.0 / 3, training=False, inplace=False):
+    """Leaky ReLU whose negative slope is drawn uniformly from [lower, upper]
+    for each element while training, and is their mean otherwise."""
+    if not 0 <= lower <= upper:
+        raise ValueError(f"rrelu: expected 0 <= lower <= upper, got lower={lower}, upper={upper}")
+    if not training:
+        return _apply(_ag.leaky_relu, input, inplace, "rrelu_", (lower + upper) / 2)
+    slope = rand(input.shape, dtype=input.dtype, device=input.device) * (upper - lower) + lower
+    return _apply(lambda t: _ag.where(t >= 0, t, t * slope), input, inplace, "rrelu_")
+
+
+def alpha_dropout(input, p=0.5, training=False, inplace=False):
+    """Dropout for SELU networks: dropped elements take SELU's negative
+    saturation value, and an affine map keeps the mean and variance of a
+    standard normal input."""
+    if not 0 <= p <= 1:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    if not training or p == 0:
+        return input
+    if p == 1:
+        return _apply(lambda t: t * 0, input, inplace, "alpha_dropout_")
+    keep = (rand(input.shape, device=input.device) >= p).to(dtype=input.dtype)
+    alpha = _SELU_ALPHA * _SELU_SCALE
+    a = ((1 - p) * (1 + p * alpha * alpha)) ** -0.5
+    shift = (keep - 1) * (alpha * a) + alpha * a * p
+    return _apply(lambda t: t * (keep * a) + shift, input, inplace, "alpha_dropout_")
 
 
 def dropout(input, p=0.5, training=True, inplace=False):
@@ -298,6 +372,58 @@ def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_
     return total / input.shape[0] if input.ndim else total
 
 
+def margin_ranking_loss(input1, input2, target, margin=0.0, size_average=None, reduce=None, reduction="mean"):
+    return _losses.margin_ranking_loss(input1, input2, target, margin,
+                                       _legacy_reduction(size_average, reduce, reduction))
+
+
+def hinge_embedding_loss(input, target, margin=1.0, size_average=None, reduce=None, reduction="mean"):
+    return _losses.hinge_embedding_loss(input, target, margin, _legacy_reduction(size_average, reduce, reduction))
+
+
+def soft_margin_loss(input, target, size_average=None, reduce=None, reduction="mean"):
+    return _losses.soft_margin_loss(input, target, _legacy_reduction(size_average, reduce, reduction))
+
+
+def cosine_embedding_loss(input1, input2, target, margin=0.0, size_average=None, reduce=None, reduction="mean"):
+    return _losses.cosine_embedding_loss(input1, input2, target, margin,
+                                         _legacy_reduction(size_average, reduce, reduction))
+
+
+def triplet_margin_loss(anchor, positive, negative, margin=1.0, p=2.0, eps=1e-6, swap=False, size_average=None,
+                        reduce=None, reduction="mean"):
+    """triplet_margin_with_distance_loss with the p-norm distance (pairwise_distance)."""
+    return _losses.triplet_margin_with_distance_loss(
+        anchor, positive, negative, lambda x1, x2: pairwise_distance(x1, x2, p, eps), margin, swap,
+        _legacy_reduction(size_average, reduce, reduction))
+
+
+def triplet_margin_with_distance_loss(anchor, positive, negative, *, distance_function=None, margin=1.0, swap=False,
+                                      reduction="mean"):
+    return _losses.triplet_margin_with_distance_loss(anchor, positive, negative,
+                                                     distance_function or pairwise_distance, margin, swap, reduction)
+
+
+def gaussian_nll_loss(input, target, var, full=False, eps=1e-6, reduction="mean"):
+    return _losses.gaussian_nll_loss(input, target, var, full, eps, reduction)
+
+
+def poisson_nll_loss(input, target, log_input=True, full=False, size_average=None, eps=1e-8, reduce=None,
+                     reduction="mean"):
+    return _losses.poisson_nll_loss(input, target, log_input, full, eps,
+                                    _legacy_reduction(size_average, reduce, reduction))
+
+
+def multilabel_soft_margin_loss(input, target, weight=None, size_average=None, reduce=None, reduction="mean"):
+    return _losses.multilabel_soft_margin_loss(input, target, weight,
+                                               _legacy_reduction(size_average, reduce, reduction))
+
+
+def multi_margin_loss(input, target, p=1, margin=1.0, weight=None, size_average=None, reduce=None, reduction="mean"):
+    return _losses.multi_margin_loss(input, target, p, margin, weight,
+                                     _legacy_reduction(size_average, reduce, reduction))
+
+
 # ---- convolution and pooling (compute in _conv.py) --------------------------------------
 
 __all__ += ["adaptive_avg_pool2d", "avg_pool1d", "avg_pool2d", "conv1d", "conv2d", "max_pool1d", "max_pool2d"]
@@ -415,6 +541,82 @@ def cosine_similarity(x1, x2, dim=1, eps=1e-8):
 def pairwise_distance(x1, x2, p=2.0, eps=1e-6, keepdim=False):
     """The p-norm of x1 - x2 + eps over the last dim."""
     return (x1 - x2 + eps).norm(p, dim=-1, keepdim=keepdim)
+
+
+def normalize(input, p=2.0, dim=1, eps=1e-12, out=None):
+    """input divided by its p-norm along ``dim`` (at least ``eps``)."""
+    if out is not None:
+        raise ValueError("normalize: ddpc has no out= argument; use the returned tensor")
+    return input / input.norm(p, dim=dim, keepdim=True).clamp_min(eps)
+
+
+def one_hot(tensor, num_classes=-1):
+    """An int64 tensor of tensor's shape plus a last dim of ``num_classes``
+    (the largest class + 1 when -1: read from the device), 1 at each class index."""
+    if not isinstance(tensor, Tensor) or tensor.dtype.is_floating_point:
+        raise TypeError("one_hot is only applicable to index tensor of integer dtype")
+    if tensor.numel():
+        low, high = int(tensor.min().item()), int(tensor.max().item())
+        if low < 0:
+            raise ValueError("one_hot: class values must be non-negative")
+        if num_classes == -1:
+            num_classes = high + 1
+        elif high >= num_classes:
+            raise ValueError(f"one_hot: class values must be smaller than num_classes ({num_classes}), got {high}")
+    elif num_classes == -1:
+        raise ValueError("one_hot: can not infer total number of classes from empty tensor")
+    index = tensor.to(dtype=_ag.int64).unsqueeze(-1)
+    return zeros(tuple(tensor.shape) + (num_classes,), dtype=_ag.int64, device=tensor.device).scatter(-1, index, 1)
+
+
+def _check_rank(input, what, least):
+    if not isinstance(input, Tensor) or input.ndim < least:
+        raise ValueError(f"{what}: expected a tensor of at least {least} dims, got "
+                         f"{getattr(input, 'shape', type(input).__name__)}")
+
+
+def pixel_shuffle(input, upscale_factor):
+    """(*, C r^2, H, W) to (*, C, H r, W r): each channel's r x r block of planes interleaved into one plane."""
+    _check_rank(input, "pixel_shuffle", 3)
+    r = upscale_factor
+    *lead, c, h, w = input.shape
+    if c % (r * r):
+        raise ValueError(f"pixel_shuffle expects its input's channel dim {c} to be divisible by the square of "
+                         f"upscale_factor, but input.size(-3)={c} is not divisible by {r * r}")
+    n = len(lead)
+    x = input.reshape(*lead, c // (r * r), r, r, h, w)
+    x = x.permute(*range(n), n, n + 3, n + 1, n + 4, n + 2)
+    return x.reshape(*lead, c // (r * r), h * r, w * r)
+
+
+def pixel_unshuffle(input, downscale_factor):
+    """(*, C, H r, W r) to (*, C r^2, H, W), pixel_shuffle's inverse."""
+    _check_rank(input, "pixel_unshuffle", 3)
+    r = downscale_factor
+    *lead, c, h, w = input.shape
+    if h % r or w % r:
+        raise ValueError(f"pixel_unshuffle expects height {h} and width {w} to be divisible by downscale_factor {r}")
+    n = len(lead)
+    x = input.reshape(*lead, c, h // r, r, w // r, r)
+    x = x.permute(*range(n), n, n + 2, n + 4, n + 1, n + 3)
+    return x.reshape(*lead, c * r * r, h // r, w // r)
+
+
+def channel_shuffle(input, groups):
+    """(N, C, *) with its channels regrouped: channel g * (C / groups) + k moves to k * groups + g."""
+    _check_rank(input, "channel_shuffle", 3)
+    c = input.shape[1]
+    if groups <= 0 or c % groups:
+        raise ValueError(f"channel_shuffle: number of channels {c} must be divisible by groups {groups}")
+    x = input.reshape(input.shape[0], groups, c // groups, *input.shape[2:])
+    return x.transpose(1, 2).reshape(input.shape)
+
+
+__all__ += ["alpha_dropout", "celu", "channel_shuffle", "cosine_embedding_loss", "gaussian_nll_loss", "hardshrink",
+            "hinge_embedding_loss", "logsigmoid", "margin_ranking_loss", "multi_margin_loss",
+            "multilabel_soft_margin_loss", "normalize", "one_hot", "pixel_shuffle", "pixel_unshuffle",
+            "poisson_nll_loss", "rrelu", "selu", "soft_margin_loss", "softshrink", "softsign", "tanhshrink",
+            "triplet_margin_loss", "triplet_margin_with_distance_loss"]
 
 
 # ---- normalisation over groups and gated activations ----------------------------------------
