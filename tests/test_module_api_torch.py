@@ -10,7 +10,7 @@ import pytest
 from procs import run_torch_case
 
 
-@pytest.mark.parametrize("case", ["layers", "creation", "hooks"])
+@pytest.mark.parametrize("case", ["layers", "creation", "hooks", "instance_norm_running_stats"])
 def test_matches_pytorch(case):
     out = run_torch_case(__file__, case)
     assert out.strip().endswith("ok"), out
@@ -88,6 +88,38 @@ def hooks():
     assert len(seen["ddpc"]) == len(seen["torch"]) == 4
     for o, w in zip(seen["ddpc"], seen["torch"]):
         np.testing.assert_allclose(o, w, rtol=1e-12)
+
+
+
+def instance_norm_running_stats():
+    """Two training steps then eval with track_running_stats, for 1-, 2- and 3-d
+    instance norms, momentum None among them: outputs, gradients, buffers, repr."""
+    import torch
+    import ddpc
+
+    rng = np.random.default_rng(2)
+    for make, shape in ((lambda nn: nn.InstanceNorm1d(3, track_running_stats=True), (4, 3, 5)),
+                        (lambda nn: nn.InstanceNorm2d(3, affine=True, track_running_stats=True, momentum=0.3),
+                         (2, 3, 4, 5)),
+                        (lambda nn: nn.InstanceNorm3d(3, track_running_stats=True, momentum=None), (2, 3, 2, 3, 2)),
+                        (lambda nn: nn.InstanceNorm1d(3, track_running_stats=True), (3, 5))):
+        xs = [rng.standard_normal(shape) * 2 + 1 for _ in range(3)]
+        gs = [rng.standard_normal(shape) for _ in range(3)]
+        runs = {}
+        for lib in (torch, ddpc):
+            m = make(lib.nn).double()
+            log = runs[lib.__name__] = []
+            for i, (x, g) in enumerate(zip(xs, gs)):
+                m.train(i < 2)
+                t = lib.tensor(x, requires_grad=True)
+                out = m(t)
+                out.backward(lib.tensor(g))
+                log += [out.detach().numpy(), t.grad.numpy()] + [b.numpy().copy() for b in m.buffers()]
+            log.append(sorted(m.state_dict()))
+            log.append(repr(m))
+        assert runs["ddpc"][-2:] == runs["torch"][-2:], (runs["ddpc"][-2:], runs["torch"][-2:])
+        for o, w in zip(runs["ddpc"][:-2], runs["torch"][:-2]):
+            np.testing.assert_allclose(o, w, rtol=1e-10, atol=1e-12, err_msg=runs["torch"][-1])
 
 
 if __name__ == "__main__":

@@ -63,8 +63,26 @@ def test_instance_norm_defaults_and_unbatched_input():
     np.testing.assert_allclose(m(ddpc.tensor(x)).numpy(), _group_norm_ref(x[None], 3)[0], rtol=1e-4, atol=1e-5)
     with pytest.raises(ValueError, match="2 or 3-d"):
         m(ddpc.zeros(2))
-    with pytest.raises(NotImplementedError, match="track_running_stats"):
-        nn.InstanceNorm2d(3, track_running_stats=True)
+
+
+def test_instance_norm_running_statistics():
+    m = nn.InstanceNorm2d(3, momentum=0.25, track_running_stats=True).double()
+    assert m.running_mean.shape == (3,) and sorted(m.state_dict()) == ["num_batches_tracked", "running_mean",
+                                                                        "running_var"]
+    x = _x(2, 3, 4, 5)
+    m(ddpc.tensor(x))
+    per_sample_mean, per_sample_var = x.mean((2, 3)), x.var((2, 3), ddof=1)
+    np.testing.assert_allclose(m.running_mean.numpy(), 0.25 * per_sample_mean.mean(0), rtol=1e-12)
+    np.testing.assert_allclose(m.running_var.numpy(), 0.75 + 0.25 * per_sample_var.mean(0), rtol=1e-12)
+    m.eval()
+    y = _x(1, 3, 4, 5)
+    want = (y - m.running_mean.numpy()[:, None, None]) / np.sqrt(m.running_var.numpy()[:, None, None] + 1e-5)
+    np.testing.assert_allclose(m(ddpc.tensor(y)).numpy(), want, rtol=1e-12)
+    # PyTorch's positional order: input, running_mean, running_var, weight, bias
+    w, b = ddpc.tensor([1.0, 2.0, 3.0], dtype=ddpc.float64), ddpc.tensor([0.0, 1.0, -1.0], dtype=ddpc.float64)
+    np.testing.assert_allclose(ddpc.nn.functional.instance_norm(ddpc.tensor(y), None, None, w, b).numpy(),
+                               _group_norm_ref(y, 3) * w.numpy()[:, None, None] + b.numpy()[:, None, None],
+                               rtol=1e-10, atol=1e-12)
 
 
 def test_rms_norm_weight_and_default_eps():

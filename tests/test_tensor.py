@@ -175,6 +175,21 @@ def test_sum_mean_and_promotion():
         ddpc.ones(3) + ddpc.ones(4)
 
 
+
+@pytest.mark.parametrize("dim", [0, 1, 2, -1, (0,), (0, 2), (2, 0, 1), (), None])
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_mean_and_sum_over_any_dims_match_numpy(dim, keepdim):
+    x = np.random.default_rng(3).standard_normal((2, 3, 4))
+    axis = None if dim in (None, ()) else dim
+    t = ddpc.tensor(x, requires_grad=True)
+    out = t.mean(dim, keepdim) if dim is not None else t.mean()
+    np.testing.assert_allclose(out.detach().numpy(), x.mean(axis, keepdims=keepdim), rtol=1e-12)
+    np.testing.assert_allclose(t.sum(dim, keepdim).detach().numpy() if dim is not None else t.sum().detach().numpy(),
+                               x.sum(axis, keepdims=keepdim), rtol=1e-12)
+    out.sum().backward()
+    counted = x.size if axis is None else np.prod([x.shape[d] for d in np.atleast_1d(axis)])
+    np.testing.assert_allclose(t.grad.numpy(), np.full(x.shape, 1 / counted), rtol=1e-12)
+
 def test_random_is_reproducible_and_well_distributed():
     ddpc.manual_seed(123)
     a, b = ddpc.rand(10000), ddpc.randn(10000)

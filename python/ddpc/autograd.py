@@ -1373,7 +1373,8 @@ def mean(a, dim=None, keepdim=False):
         raise TypeError(f"mean() needs a floating dtype, got {a.dtype}; cast with .float() first")
     if a.dtype in _HALVES:  # a 16-bit sum of many elements would overflow before the division
         return mean(a.float(), dim, keepdim).to(dtype=a.dtype)
-    n = a.numel() if dim is None else math.prod(a.shape[d] for d in _dims(a, dim or None))
+    everything = dim is None or (isinstance(dim, (tuple, list)) and not dim)  # dim=() is every dim, as in sum
+    n = a.numel() if everything else math.prod(a.shape[d] for d in _dims(a, dim))
     return div(sum(a, dim, keepdim), n) if n else add(sum(a, dim, keepdim), float("nan"))
 
 

@@ -7,8 +7,8 @@ from .modules import (ELU, GELU, BatchNorm1d, BatchNorm2d, BatchNorm3d, BCELoss,
                       NLLLoss, Parameter, ReLU, ReLU6, Sequential, Sigmoid, SiLU, SmoothL1Loss, Softmax, Softplus,
                       SyncBatchNorm, Tanh)
 from .modules import AdaptiveAvgPool2d, AvgPool1d, AvgPool2d, Conv1d, Conv2d, MaxPool1d, MaxPool2d
-from .modules import (GLU, GroupNorm, InstanceNorm1d, InstanceNorm2d, ParameterDict, ParameterList, RMSNorm, Softmin,
-                      Unflatten)
+from .modules import (GLU, GroupNorm, InstanceNorm1d, InstanceNorm2d, InstanceNorm3d, ParameterDict, ParameterList,
+                      RMSNorm, Softmin, Unflatten)
 from .modules import (CircularPad1d, CircularPad2d, ConstantPad1d, ConstantPad2d, CosineSimilarity, Dropout1d,
                       Dropout2d, PairwiseDistance, PReLU, ReflectionPad1d, ReflectionPad2d, ReplicationPad1d,
                       ReplicationPad2d, Threshold, Upsample, ZeroPad1d, ZeroPad2d)
@@ -25,7 +25,7 @@ __all__ = ["BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm", "CrossE
            "init", "parallel", "utils", "DataParallel", "DistributedDataParallel",
            "LeakyReLU", "ELU", "SiLU", "Softplus", "Mish", "Hardtanh", "ReLU6", "Hardswish", "Hardsigmoid", "Softmax",
            "LogSoftmax", "NLLLoss", "BCELoss", "BCEWithLogitsLoss", "L1Loss", "SmoothL1Loss", "HuberLoss", "KLDivLoss",
-           "GLU", "GroupNorm", "InstanceNorm1d", "InstanceNorm2d", "ParameterDict", "ParameterList", "RMSNorm",
+           "GLU", "GroupNorm", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d", "ParameterDict", "ParameterList", "RMSNorm",
            "Softmin", "Unflatten"]
 __all__ += ["AdaptiveAvgPool2d", "AvgPool1d", "AvgPool2d", "Conv1d", "Conv2d", "MaxPool1d", "MaxPool2d"]
 from .transformer import MultiheadAttention, TransformerEncoder, TransformerEncoderLayer

@@ -644,8 +644,26 @@ def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
     return _channel_affine(out, weight, bias)
 
 
-def instance_norm(input, weight=None, bias=None, eps=1e-5):
-    """Normalises each channel of each sample over its spatial dims (batch statistics only)."""
+def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None, use_input_stats=True,
+                  momentum=0.1, eps=1e-5):
+    """Normalises each channel of each sample over its spatial dims, with
+    the sample's statistics (``use_input_stats``) or else the running ones.
+    Running statistics given with ``use_input_stats`` move towards the
+    batch's average of the per-sample ones, as in PyTorch."""
+    if not isinstance(input, Tensor) or input.ndim < 3:
+        raise ValueError(f"instance_norm: expected an (N, C, *) input, got {getattr(input, 'shape', input)}")
+    if not use_input_stats or running_mean is not None or running_var is not None:
+        # PyTorch's formulation: batch norm of the (1, N C, *) view with the running statistics repeated per sample.
+        n, c = input.shape[:2]
+        rm, rv = (None if r is None else r.detach().repeat(n) for r in (running_mean, running_var))
+        out = batch_norm(input.reshape(1, n * c, *input.shape[2:]), rm, rv, None, None, use_input_stats, momentum,
+                         eps).reshape(input.shape)
+        if use_input_stats:
+            with _ag.no_grad():
+                for running, repeated in ((running_mean, rm), (running_var, rv)):
+                    if running is not None:
+                        running.copy_(repeated.reshape(n, c).mean(0))
+        return _channel_affine(out, weight, bias)
     return group_norm(input, input.shape[1], weight, bias, eps)
 
 

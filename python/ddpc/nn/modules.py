@@ -24,8 +24,8 @@ __all__ = ["Module", "Parameter", "Linear", "ReLU", "GELU", "Tanh", "Sigmoid", "
            "Identity", "Sequential", "ModuleList", "CrossEntropyLoss", "MSELoss", "NLLLoss", "BCELoss",
            "BCEWithLogitsLoss", "L1Loss", "SmoothL1Loss", "HuberLoss", "KLDivLoss", "BatchNorm1d", "BatchNorm2d",
            "BatchNorm3d", "SyncBatchNorm",
-           "ParameterList", "ParameterDict", "Unflatten", "GroupNorm", "InstanceNorm1d", "InstanceNorm2d", "RMSNorm",
-           "GLU", "Softmin"]
+           "ParameterList", "ParameterDict", "Unflatten", "GroupNorm", "InstanceNorm1d", "InstanceNorm2d",
+           "InstanceNorm3d", "RMSNorm", "GLU", "Softmin"]
 
 
 class Parameter(Tensor):
@@ -731,6 +731,22 @@ class LayerNorm(Module):
         return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
 
 
+def _channel_parameters(module, channels, affine, bias, dtype, device):
+    """A norm layer's per-channel weight (ones) and, with ``bias``, bias (zeros) when ``affine``; else None."""
+    module.register_parameter("weight", Parameter(full((channels,), 1.0, dtype=dtype, device=device))
+                              if affine else None)
+    module.register_parameter("bias", Parameter(full((channels,), 0.0, dtype=dtype, device=device))
+                              if affine and bias else None)
+
+
+def _running_statistics(module, channels, track, dtype, device):
+    """The running mean (zeros), variance (ones) and batch count buffers, or None for each."""
+    for name, value, kind in (("running_mean", 0.0, dtype), ("running_var", 1.0, dtype),
+                              ("num_batches_tracked", 0, "int64")):
+        module.register_buffer(name, full((channels,) if name != "num_batches_tracked" else (), value, dtype=kind,
+                                          device=device) if track else None)
+
+
 class _BatchNorm(Module):
     """Batch normalisation over dim 1 (the channels) of ``_dims``-d inputs, as
     torch.nn.BatchNorm*d: running statistics (``running_mean``,
@@ -741,22 +757,12 @@ class _BatchNorm(Module):
     _dims = ()
 
     def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True, track_running_stats=True, device=None,
-                 dtype=None):
+                 dtype=None, *, bias=True):
         super().__init__()
         self.num_features, self.eps, self.momentum = int(num_features), float(eps), momentum
         self.affine, self.track_running_stats = bool(affine), bool(track_running_stats)
-        if self.affine:
-            self.weight = Parameter(full((num_features,), 1.0, dtype=dtype, device=device))
-            self.bias = Parameter(full((num_features,), 0.0, dtype=dtype, device=device))
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
-        if self.track_running_stats:
-            self.register_buffer("running_mean", full((num_features,), 0.0, dtype=dtype, device=device))
-            self.register_buffer("running_var", full((num_features,), 1.0, dtype=dtype, device=device))
-            self.register_buffer("num_batches_tracked", full((), 0, dtype="int64", device=device))
-        else:
-            self.running_mean = self.running_var = self.num_batches_tracked = None
+        _channel_parameters(self, num_features, affine, bias, dtype, device)
+        _running_statistics(self, num_features, track_running_stats, dtype, device)
 
     def reset_running_stats(self):
         if self.track_running_stats:
@@ -791,7 +797,7 @@ class _BatchNorm(Module):
 
     def extra_repr(self):
         return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
-                f"track_running_stats={self.track_running_stats}")
+                f"bias={self.bias is not None}, track_running_stats={self.track_running_stats}")
 
 
 class BatchNorm1d(_BatchNorm):
@@ -1592,37 +1598,34 @@ class Unflatten(Module):
 class GroupNorm(Module):
     """Normalises groups of channels of each sample, then a per-channel weight (ones) and bias (zeros)."""
 
-    def __init__(self, num_groups, num_channels, eps=1e-5, affine=True, device=None, dtype=None):
+    def __init__(self, num_groups, num_channels, eps=1e-5, affine=True, device=None, dtype=None, *, bias=True):
         super().__init__()
         if num_channels % num_groups:
             raise ValueError(f"num_channels ({num_channels}) must be divisible by num_groups ({num_groups})")
         self.num_groups, self.num_channels, self.eps, self.affine = num_groups, num_channels, float(eps), affine
-        if affine:
-            self.weight = Parameter(full((num_channels,), 1.0, dtype=dtype, device=device))
-            self.bias = Parameter(full((num_channels,), 0.0, dtype=dtype, device=device))
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        _channel_parameters(self, num_channels, affine, bias, dtype, device)
 
     def forward(self, input):
         return F.group_norm(input, self.num_groups, self.weight, self.bias, self.eps)
 
     def extra_repr(self):
-        return f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}"
+        return (f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}, "
+                f"bias={self.bias is not None}")
 
 
 class _InstanceNorm(GroupNorm):
-    """Per-sample, per-channel normalisation with torch's defaults (affine=False). Running
-    statistics (track_running_stats=True) are not supported."""
+    """Per-sample, per-channel normalisation with torch's defaults (affine=False,
+    no running statistics). With ``track_running_stats`` the running mean and
+    variance are buffers, updated in training mode and used in eval mode;
+    ``momentum=None`` is 0 (PyTorch keeps no cumulative average here either)."""
 
     _dims = ()
 
     def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=False, track_running_stats=False,
-                 device=None, dtype=None):
-        if track_running_stats:
-            raise NotImplementedError(f"{type(self).__name__}: track_running_stats=True is not supported")
-        super().__init__(num_features, num_features, eps, affine, device, dtype)
-        self.momentum = momentum
+                 device=None, dtype=None, *, bias=True):
+        super().__init__(num_features, num_features, eps, affine, device, dtype, bias=bias)
+        self.num_features, self.momentum, self.track_running_stats = num_features, momentum, track_running_stats
+        _running_statistics(self, num_features, track_running_stats, dtype, device)
 
     def forward(self, input):
         if input.ndim not in self._dims:
@@ -1630,10 +1633,13 @@ class _InstanceNorm(GroupNorm):
                              f"got shape {input.shape}")
         if input.ndim == self._dims[0]:  # unbatched: (C, *)
             return self.forward(input.unsqueeze(0)).squeeze(0)
-        return F.instance_norm(input, self.weight, self.bias, self.eps)
+        return F.instance_norm(input, self.running_mean, self.running_var, self.weight, self.bias,
+                               self.training or not self.track_running_stats,
+                               0.0 if self.momentum is None else self.momentum, self.eps)
 
     def extra_repr(self):
-        return f"{self.num_channels}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}"
+        return (f"{self.num_channels}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
+                f"bias={self.bias is not None}, track_running_stats={self.track_running_stats}")
 
 
 class InstanceNorm1d(_InstanceNorm):
@@ -1642,6 +1648,10 @@ class InstanceNorm1d(_InstanceNorm):
 
 class InstanceNorm2d(_InstanceNorm):
     _dims = (3, 4)
+
+
+class InstanceNorm3d(_InstanceNorm):
+    _dims = (4, 5)
 
 
 class RMSNorm(Module):
