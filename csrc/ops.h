@@ -11,12 +11,13 @@
  * operand gives NaN. */
 typedef enum {
     DDPC_ADD = 0, DDPC_SUB, DDPC_MUL, DDPC_DIV, DDPC_RSUB, DDPC_RDIV,
-    DDPC_EQ, DDPC_NE, DDPC_LT, DDPC_LE, DDPC_GT, DDPC_GE, DDPC_MAX, DDPC_MIN, DDPC_NBINARY
+    DDPC_EQ, DDPC_NE, DDPC_LT, DDPC_LE, DDPC_GT, DDPC_GE, DDPC_MAX, DDPC_MIN, DDPC_POWER, DDPC_RPOWER, DDPC_NBINARY
 } ddpc_binary_op;
 
 /* `n` elements of `o = x op y`, where o, x and y are expressions of the index
  * k_; the switch is outside the loops, so each loop vectorises. MAX and MIN
- * reach x + y only when a comparison failed on a NaN, which the sum passes on. */
+ * reach x + y only when a comparison failed on a NaN, which the sum passes on.
+ * POWER (x ** y) and RPOWER (y ** x) go through double: exact for integers up to 2**53. */
 #define DDPC_BINARY_LOOPS(op, n, o, x, y)                                          \
     switch (op) {                                                                  \
     case DDPC_ADD: for (int64_t k_ = 0; k_ < (n); k_++) o = x + y; break;           \
@@ -32,7 +33,9 @@ typedef enum {
     case DDPC_GT: for (int64_t k_ = 0; k_ < (n); k_++) o = x > y; break;            \
     case DDPC_GE: for (int64_t k_ = 0; k_ < (n); k_++) o = x >= y; break;           \
     case DDPC_MAX: for (int64_t k_ = 0; k_ < (n); k_++) o = x < y ? y : (x >= y ? x : x + y); break; \
-    default: for (int64_t k_ = 0; k_ < (n); k_++) o = x > y ? y : (x <= y ? x : x + y); break; \
+    case DDPC_MIN: for (int64_t k_ = 0; k_ < (n); k_++) o = x > y ? y : (x <= y ? x : x + y); break; \
+    case DDPC_POWER: for (int64_t k_ = 0; k_ < (n); k_++) o = pow((double)(x), (double)(y)); break; \
+    default: for (int64_t k_ = 0; k_ < (n); k_++) o = pow((double)(y), (double)(x)); break; \
     }
 typedef enum { DDPC_RAND_UNIFORM = 0, DDPC_RAND_NORMAL, DDPC_RAND_INT } ddpc_random_kind;
 

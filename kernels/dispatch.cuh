@@ -37,7 +37,9 @@ template <typename A> __device__ __forceinline__ A binary_apply(int op, A a, A b
     case 10: return (A)(a > b);
     case 11: return (A)(a >= b);
     case 12: return a < b ? b : (a >= b ? a : (A)(a + b));
-    default: return a > b ? b : (a <= b ? a : (A)(a + b));
+    case 13: return a > b ? b : (a <= b ? a : (A)(a + b));
+    case 14: return (A)pow((double)a, (double)b);  // as the host loops: through double
+    default: return (A)pow((double)b, (double)a);
     }
 }
 

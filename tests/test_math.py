@@ -359,6 +359,7 @@ GPU_CASES = [
     ("where", lambda a: (ddpc.where(a > 0, a * 3, a[:, :1]) + a.masked_fill(a < -1, 2.0) + ddpc.maximum(a, a[:1])
                          + ddpc.minimum(a, 0.2) + ddpc.lerp(a, a * a, 0.3) + ddpc.addcdiv(a, a, a * a + 1)).sum()),
     ("nan_to_num", lambda a: ddpc.nan_to_num(a.log()).sum() + a.isnan().float().sum()),
+    ("pow", lambda a: ((a.abs() + 0.5) ** a + 2.0 ** a + (a.abs() + 0.1) ** a[:1]).sum()),
 ]
 
 

@@ -37,6 +37,9 @@ CASES = {
     "addcmul": (lambda L, a, b, c: L.addcmul(a, b, c, value=0.5), 3),
     "addcdiv": (lambda L, a, b, c: L.addcdiv(a, b, c.abs() + 0.5, value=-2), 3),
     "nan_to_num": (lambda L, x: L.nan_to_num(L.log(x)), 1),
+    "pow_tensor": (lambda L, a, b: (a.abs() + 0.1) ** b, 2), "rpow": (lambda L, x: 2.5 ** x, 1),
+    "pow_broadcast": (lambda L, a, b: (a.abs() + 0.1) ** b[:1], 2),
+    "pow_negative_base": (lambda L, a, b: a ** L.round(b * 2), 2),
 }
 
 

@@ -190,6 +190,41 @@ def test_mean_and_sum_over_any_dims_match_numpy(dim, keepdim):
     counted = x.size if axis is None else np.prod([x.shape[d] for d in np.atleast_1d(axis)])
     np.testing.assert_allclose(t.grad.numpy(), np.full(x.shape, 1 / counted), rtol=1e-12)
 
+
+def test_pow_with_tensor_exponents_and_number_bases():
+    rng = np.random.default_rng(4)
+    a, b = rng.random((3, 4)) + 0.2, rng.standard_normal((3, 1))
+    ta, tb = ddpc.tensor(a, requires_grad=True), ddpc.tensor(b, requires_grad=True)
+    out = ta ** tb
+    np.testing.assert_allclose(out.detach().numpy(), a ** b, rtol=1e-12)
+    out.sum().backward()
+    np.testing.assert_allclose(ta.grad.numpy(), b * a ** (b - 1), rtol=1e-12)
+    np.testing.assert_allclose(tb.grad.numpy(), (a ** b * np.log(a)).sum(1, keepdims=True), rtol=1e-12)
+    ta.grad = None
+    (3.0 ** ta).sum().backward()
+    np.testing.assert_allclose(ta.grad.numpy(), 3.0 ** a * np.log(3.0), rtol=1e-12)
+    with np.errstate(invalid="ignore"):  # a negative base to a fractional power is NaN in both
+        np.testing.assert_allclose((ddpc.tensor(b) ** ddpc.tensor(a[:1])).numpy(), b ** a[:1], rtol=1e-12)
+    # 0 ** b: no gradient to the base where b is 0, none to the exponent where b >= 0
+    z, e = ddpc.tensor([0.0, 0.0, 2.0], requires_grad=True), ddpc.tensor([0.0, 2.0, 0.0], requires_grad=True)
+    (z ** e).sum().backward()
+    np.testing.assert_array_equal(z.grad.numpy(), [0, 0, 0])
+    np.testing.assert_allclose(e.grad.numpy(), [0, 0, np.log(2)], rtol=1e-6)
+    # integers stay integers, exactly; a negative integer power is refused
+    i = ddpc.arange(6)
+    assert (i ** 2).dtype is ddpc.int64 and (i ** 2).tolist() == [k * k for k in range(6)]
+    assert (3 ** i).tolist() == [3 ** k for k in range(6)] and (i ** i).tolist() == [k ** k for k in range(6)]
+    assert (i ** 0.5).dtype is ddpc.float32 and (0.5 ** i).dtype is ddpc.float32
+    for bad in (lambda: i ** -1, lambda: 2 ** (i - 3), lambda: i ** ddpc.tensor([-1])):
+        with pytest.raises(ValueError, match="negative integer powers"):
+            bad()
+    half = ddpc.tensor([1.5, 2.0], dtype=ddpc.float16)
+    assert (half ** half).dtype is ddpc.float16
+    assert (2 ** half).tolist() == np.float16([2 ** 1.5, 4.0]).tolist()
+    x = ddpc.tensor([2.0, 3.0])
+    x **= ddpc.tensor([3.0, 2.0])
+    assert x.tolist() == [8.0, 9.0]
+
 def test_random_is_reproducible_and_well_distributed():
     ddpc.manual_seed(123)
     a, b = ddpc.rand(10000), ddpc.randn(10000)

@@ -30,8 +30,8 @@ import numpy as np
 
 from . import _C, _indexing
 from .amp import autocast_op
-from .tensor import (_ADD, _DIV, _EQ, _GE, _GT, _INT_BOUNDS, _LE, _LT, _MAX, _MIN, _MUL, _NE, _RDIV, _RSUB, _SUB, Tensor,
-                     _check_no_grad_inplace, _copy_view, _CopyOf, _is_float_scalar, _read, _shares_memory, _write_back,
+from .tensor import (_ADD, _DIV, _EQ, _GE, _GT, _INT_BOUNDS, _LE, _LT, _MAX, _MIN, _MUL, _NE, _POWER, _RDIV, _RPOWER,
+                     _RSUB, _SUB, Tensor, _check_no_grad_inplace, _copy_view, _CopyOf, _is_float_scalar, _read, _shares_memory, _write_back,
                      bfloat16, float16, float32, float64, get_dtype, int64, promote, uint8)
 from .tensor import _along
 from .tensor import cat as _cat_storage
@@ -491,7 +491,7 @@ class _ScalarBackward(Node):
 
     def __init__(self, a, op, s, out):
         # The output is saved detached: out -> grad_fn -> out would be a reference cycle.
-        super().__init__((a,), (a, out.detach()) if op in (_RDIV,) else ())
+        super().__init__((a,), (a, out.detach()) if op in (_RDIV, _RPOWER) else ())
         self.op, self.s, self.dtype = op, s, a.dtype
         self.passes_through = op in (_ADD, _SUB)
 
@@ -505,6 +505,8 @@ class _ScalarBackward(Node):
             r = g._binary(s, _MUL)
         elif op == _DIV:
             r = g._binary(s, _DIV)
+        elif op == _RPOWER:  # s ** a: g * out * log(s)
+            r = mul(g, self.saved[1])._binary(math.log(s) if s > 0 else math.nan if s < 0 else -math.inf, _MUL)
         else:  # s / a: -g * out / a
             a, out = self.saved
             r = (g * out / a)._binary(-1, _MUL)
@@ -514,7 +516,8 @@ class _ScalarBackward(Node):
 class _BinaryBackward(Node):
     def __init__(self, a, b, op, out):
         # The output is saved detached: out -> grad_fn -> out would be a reference cycle.
-        saved = {_MUL: (a, b), _DIV: (b, out.detach()), _MAX: (a, b), _MIN: (a, b)}.get(op, ())
+        saved = {_MUL: (a, b), _DIV: (b, out.detach()), _MAX: (a, b), _MIN: (a, b),
+                 _POWER: (a, b, out.detach())}.get(op, ())
         super().__init__((a, b), saved)
         self.op = op
         self.shapes = (a.shape, b.shape)
@@ -544,6 +547,13 @@ class _BinaryBackward(Node):
                 if need_a else None
             gb = _reduce_to(mul(g, rsub(mul(add(_binary(b, a, lt), _binary(b, a, le)), 0.5), 1)), sb, db) \
                 if need_b else None
+        elif self.op == _POWER:
+            # PyTorch's masks: no gradient to a where b is 0, nor to b where a is 0 and b >= 0
+            # (0 ** b is constant there).
+            a, b, out = self.saved
+            ga = _reduce_to(where(b == 0, 0.0, mul(g, mul(b, pow(a, sub(b, 1))))), sa, da) if need_a else None
+            gb = _reduce_to(where(logical_and(a == 0, b >= 0), 0.0, mul(mul(g, out), log(a))), sb, db) \
+                if need_b else None
         else:
             b, out = self.saved
             ga = _reduce_to(div(g, b), sa, da) if need_a else None
@@ -553,7 +563,7 @@ class _BinaryBackward(Node):
 
 # b op a for the op a op b (binary_rows repeats its second operand).
 _SWAPPED = {_ADD: _ADD, _SUB: _RSUB, _MUL: _MUL, _DIV: _RDIV, _MAX: _MAX, _MIN: _MIN, _EQ: _EQ, _NE: _NE, _LT: _GT,
-            _LE: _GE, _GT: _LT, _GE: _LE}
+            _LE: _GE, _GT: _LT, _GE: _LE, _POWER: _RPOWER, _RPOWER: _POWER}
 
 
 def _binary(a, b, op):
@@ -702,9 +712,30 @@ def log(x):
 
 @autocast_op("float32_cuda")
 def pow(x, exponent):
+    """x ** exponent, the exponent a number or a tensor (broadcast). Integer
+    tensors stay integers with integer exponents, which must not be negative."""
+    if isinstance(exponent, Tensor) or not x.dtype.is_floating_point:
+        exponent = _operand(exponent, x, "pow")
+        if not exponent.dtype.is_floating_point and not x.dtype.is_floating_point:
+            _check_no_negative_powers(exponent)
+        return _binary(x, exponent, _POWER)
     if not isinstance(exponent, numbers.Number):
-        raise TypeError("ddpc supports pow with a number exponent only")
+        raise TypeError(f"pow: the exponent must be a number or a ddpc.Tensor, got {type(exponent).__name__}")
     return _unary(x, _POW, float(exponent))
+
+
+def rpow(x, base):
+    """base ** x for a number ``base`` (Python's ``base ** tensor``)."""
+    if not isinstance(base, numbers.Number):
+        raise TypeError(f"pow: the base must be a number or a ddpc.Tensor, got {type(base).__name__}")
+    if not x.dtype.is_floating_point and not _is_float_scalar(base):
+        _check_no_negative_powers(x)
+    return _binary(x, base, _RPOWER)
+
+
+def _check_no_negative_powers(exponent):
+    if exponent.numel() and bool((exponent.detach() < 0).any()):
+        raise ValueError("Integers to negative integer powers are not allowed.")
 
 
 def leaky_relu(x, negative_slope=0.01):

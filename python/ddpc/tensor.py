@@ -17,7 +17,7 @@ from . import _C, _indexing
 from ._dtype import (bfloat16, device, device_of, dtype, float16, float32, float64, get_dtype, int32, int64,
                      numpy_dtype, ordinal, promote, uint8)
 
-_ADD, _SUB, _MUL, _DIV, _RSUB, _RDIV, _EQ, _NE, _LT, _LE, _GT, _GE, _MAX, _MIN = range(14)
+_ADD, _SUB, _MUL, _DIV, _RSUB, _RDIV, _EQ, _NE, _LT, _LE, _GT, _GE, _MAX, _MIN, _POWER, _RPOWER = range(16)
 _RAND_UNIFORM, _RAND_NORMAL, _RAND_INT = range(3)
 
 
@@ -544,6 +544,9 @@ class Tensor:
     def __rtruediv__(self, o): return _ag.rdiv(self, o)
     def __neg__(self): return _ag.neg(self)
     def __pow__(self, e): return _ag.pow(self, e)
+    def __rpow__(self, base): return _ag.rpow(self, base)
+    def __ipow__(self, e): return self.copy_(_ag.pow(self, e)) if not _in_graph(self, e) else _ag.inplace_apply(
+        self, lambda t: _ag.pow(t, e), "pow_")
     def __matmul__(self, o): return _ag.matmul(self, o)
     def _inplace(self, o, op):
         if _in_graph(self, o):
