@@ -1,5 +1,5 @@
-"""Batched matmul, scaled_dot_product_attention, MultiheadAttention and
-TransformerEncoder against numpy references: outputs, finite-difference
+"""Batched matmul, scaled_dot_product_attention, MultiheadAttention, the
+Transformer's encoder and decoder and Transformer against numpy references: outputs, finite-difference
 gradients on small shapes, masks, errors, and a short training run."""
 
 import numpy as np
@@ -156,6 +156,38 @@ def test_multihead_attention_kdim_vdim_unbatched_and_errors():
         m(ddpc.randn(5, 6), ddpc.randn(7, 4), ddpc.randn(7, 2), is_causal=True)
 
 
+def test_bias_kv_and_zero_attn_are_appended_source_positions():
+    m = nn.MultiheadAttention(6, 3, add_bias_kv=True, add_zero_attn=True, batch_first=True).double()
+    assert [n for n, _ in m.named_parameters()] == ["in_proj_weight", "in_proj_bias", "bias_k", "bias_v",
+                                                   "out_proj.weight", "out_proj.bias"]
+    assert m.bias_k.shape == (1, 1, 6) and m.bias_v.shape == (1, 1, 6)
+    q, kv = rng.standard_normal((2, 4, 6)), rng.standard_normal((2, 5, 6))
+    pad = np.zeros((2, 5), bool)
+    pad[1, 1:] = True
+    out, weights = m(ddpc.tensor(q), ddpc.tensor(kv), ddpc.tensor(kv), key_padding_mask=ddpc.tensor(pad),
+                     average_attn_weights=False)
+    assert out.shape == (2, 4, 6) and weights.shape == (2, 3, 4, 7)
+    w, b = m.in_proj_weight.detach().numpy(), m.in_proj_bias.detach().numpy()
+
+    def heads(x, i, extra):
+        y = np.concatenate([x @ w[i * 6:(i + 1) * 6].T + b[i * 6:(i + 1) * 6], np.broadcast_to(extra, (2, 1, 6)),
+                            np.zeros((2, 1, 6))], 1)
+        return y.reshape(2, -1, 3, 2).transpose(0, 2, 1, 3)
+
+    query = (q @ w[:6].T + b[:6]).reshape(2, 4, 3, 2).transpose(0, 2, 1, 3)
+    keep = ~np.concatenate([pad, np.zeros((2, 2), bool)], 1)[:, None, None, :]
+    ref, ref_w = ref_attention(query, heads(kv, 1, m.bias_k.detach().numpy()), heads(kv, 2, m.bias_v.detach().numpy()),
+                               keep)
+    ref = ref.transpose(0, 2, 1, 3).reshape(2, 4, 6) @ m.out_proj.weight.detach().numpy().T + \
+        m.out_proj.bias.detach().numpy()
+    np.testing.assert_allclose(out.numpy(), ref, atol=1e-12)
+    np.testing.assert_allclose(weights.numpy(), ref_w, atol=1e-12)
+    out, weights = m(ddpc.randn(4, 6, dtype=ddpc.float64), ddpc.randn(5, 6, dtype=ddpc.float64),
+                     ddpc.randn(5, 6, dtype=ddpc.float64), attn_mask=ddpc.zeros(4, 5, dtype=ddpc.float64))
+    assert out.shape == (4, 6) and weights.shape == (4, 7)
+    assert nn.MultiheadAttention(6, 3).bias_k is None
+
+
 def test_encoder_layer_is_post_or_pre_norm_residual():
     layer = nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True, norm_first=True).double()
     x = ddpc.tensor(rng.standard_normal((2, 3, 8)))
@@ -177,6 +209,91 @@ def test_a_two_layer_encoder_learns():
     losses = []
     for _ in range(20):
         loss = F.mse_loss(enc(x, mask=mask, is_causal=True), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.7 * losses[0], losses
+
+
+def test_decoder_layer_is_post_or_pre_norm_residual_with_cross_attention():
+    for norm_first in (False, True):
+        layer = nn.TransformerDecoderLayer(8, 2, 16, dropout=0.0, activation=F.gelu, norm_first=norm_first).double()
+        assert [n for n, _ in layer.named_children()] == ["self_attn", "multihead_attn", "linear1", "dropout",
+                                                          "linear2", "norm1", "norm2", "norm3", "dropout1",
+                                                          "dropout2", "dropout3"]
+        tgt, memory = ddpc.tensor(rng.standard_normal((3, 2, 8))), ddpc.tensor(rng.standard_normal((5, 2, 8)))
+        mask = nn.Transformer.generate_square_subsequent_mask(3, dtype=ddpc.float64)
+
+        def sa(x):
+            return layer.self_attn(x, x, x, attn_mask=mask)[0]
+
+        def mha(x):
+            return layer.multihead_attn(x, memory, memory)[0]
+
+        def ff(x):
+            return layer.linear2(F.gelu(layer.linear1(x)))
+
+        if norm_first:
+            x = tgt + sa(layer.norm1(tgt))
+            x = x + mha(layer.norm2(x))
+            want = x + ff(layer.norm3(x))
+        else:
+            x = layer.norm1(tgt + sa(tgt))
+            x = layer.norm2(x + mha(x))
+            want = layer.norm3(x + ff(x))
+        np.testing.assert_allclose(layer(tgt, memory, tgt_mask=mask, tgt_is_causal=True).numpy(), want.numpy(),
+                                   atol=1e-12)
+    with pytest.raises(ValueError, match="relu/gelu"):
+        nn.TransformerDecoderLayer(8, 2, activation="tanh")
+    unbiased = nn.TransformerDecoderLayer(8, 2, 16, bias=False)
+    assert not [n for n, _ in unbiased.named_parameters() if "bias" in n] and unbiased.norm3.bias is None
+
+
+def test_decoder_and_transformer_shapes_masks_and_errors():
+    layer = nn.TransformerDecoderLayer(8, 2, 16, batch_first=True)
+    dec = nn.TransformerDecoder(layer, 3, norm=nn.LayerNorm(8))
+    assert len(dec.layers) == 3 and dec.layers[0] is not layer and dec.num_layers == 3
+    pad = ddpc.tensor(np.array([[0, 0, 1], [0, 0, 0]], np.uint8))
+    out = dec(ddpc.randn(2, 3, 8), ddpc.randn(2, 5, 8), tgt_mask=nn.Transformer.generate_square_subsequent_mask(3),
+              tgt_key_padding_mask=pad, memory_mask=ddpc.zeros(3, 5))
+    assert out.shape == (2, 3, 8)
+    assert dec(ddpc.randn(3, 8), ddpc.randn(5, 8)).shape == (3, 8)
+    with pytest.raises(ValueError, match="memory_mask|attn_mask"):
+        dec(ddpc.randn(2, 3, 8), ddpc.randn(2, 5, 8), memory_mask=ddpc.zeros(3, 4))
+
+    model = nn.Transformer(8, 2, 2, 1, 16, dropout=0.0)
+    assert [n for n, _ in model.named_children()] == ["encoder", "decoder"]
+    assert isinstance(model.encoder.norm, nn.LayerNorm) and isinstance(model.decoder.norm, nn.LayerNorm)
+    assert len(model.encoder.layers) == 2 and len(model.decoder.layers) == 1
+    assert model.d_model == 8 and model.nhead == 2 and not model.batch_first
+    for name, p in model.named_parameters():
+        if p.ndim > 1:  # xavier-uniform: within sqrt(6 / (fan_in + fan_out))
+            assert np.abs(p.detach().numpy()).max() <= np.sqrt(6 / sum(p.shape)), name
+    src, tgt = ddpc.randn(6, 2, 8), ddpc.randn(4, 2, 8)
+    assert model(src, tgt, tgt_mask=model.generate_square_subsequent_mask(4)).shape == (4, 2, 8)
+    assert model(ddpc.randn(6, 8), ddpc.randn(4, 8)).shape == (4, 8)
+    with pytest.raises(ValueError, match="batch number"):
+        model(src, ddpc.randn(4, 3, 8))
+    with pytest.raises(ValueError, match="d_model"):
+        model(ddpc.randn(6, 2, 4), ddpc.randn(4, 2, 4))
+    custom = nn.Linear(8, 8)
+    assert nn.Transformer(8, 2, custom_encoder=custom, num_decoder_layers=1, dim_feedforward=8).encoder is custom
+
+    mask = nn.Transformer.generate_square_subsequent_mask(3, dtype=ddpc.float64)
+    assert mask.dtype == ddpc.float64
+    np.testing.assert_array_equal(mask.numpy(), np.where(np.triu(np.ones((3, 3), bool), 1), -np.inf, 0.0))
+
+
+def test_a_small_transformer_learns_to_copy():
+    ddpc.manual_seed(0)
+    model = nn.Transformer(8, 2, 1, 1, 32, dropout=0.0, batch_first=True)
+    src = ddpc.randn(4, 5, 8)
+    tgt_mask = nn.Transformer.generate_square_subsequent_mask(5)
+    opt = ddpc.optim.Adam(model.parameters(), lr=1e-2)
+    losses = []
+    for _ in range(20):
+        loss = F.mse_loss(model(src, src, tgt_mask=tgt_mask), src)
         opt.zero_grad()
         loss.backward()
         opt.step()

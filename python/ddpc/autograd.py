@@ -1786,16 +1786,16 @@ def _triangle(a, diagonal, lower):
     with no_grad():  # column minus row, for each element
         offset = sub(arange(cols, device=a.device).reshape(1, cols), arange(rows, device=a.device).reshape(rows, 1))
     keep = (offset <= diagonal) if lower else (offset >= diagonal)
-    return mul(a, keep.to(dtype=a.dtype))
+    return where(keep, a, 0)
 
 
 def tril(a, diagonal=0):
-    """The lower triangle of the last two dims (the rest multiplied by zero, so an inf or NaN there gives NaN)."""
+    """The lower triangle of the last two dims, the rest zero (also where it held an inf or NaN)."""
     return _triangle(a, diagonal, True)
 
 
 def triu(a, diagonal=0):
-    """The upper triangle of the last two dims (the rest multiplied by zero, as tril)."""
+    """The upper triangle of the last two dims, the rest zero."""
     return _triangle(a, diagonal, False)
 
 

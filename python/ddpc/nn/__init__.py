@@ -28,9 +28,11 @@ __all__ = ["BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm", "CrossE
            "GLU", "GroupNorm", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d", "ParameterDict", "ParameterList", "RMSNorm",
            "Softmin", "Unflatten"]
 __all__ += ["AdaptiveAvgPool2d", "AvgPool1d", "AvgPool2d", "Conv1d", "Conv2d", "MaxPool1d", "MaxPool2d"]
-from .transformer import MultiheadAttention, TransformerEncoder, TransformerEncoderLayer
+from .transformer import (MultiheadAttention, Transformer, TransformerDecoder, TransformerDecoderLayer,
+                          TransformerEncoder, TransformerEncoderLayer)
 
-__all__ += ["MultiheadAttention", "TransformerEncoder", "TransformerEncoderLayer"]
+__all__ += ["MultiheadAttention", "Transformer", "TransformerDecoder", "TransformerDecoderLayer", "TransformerEncoder",
+            "TransformerEncoderLayer"]
 __all__ += ["CircularPad1d", "CircularPad2d", "ConstantPad1d", "ConstantPad2d", "CosineSimilarity", "Dropout1d",
             "Dropout2d", "PairwiseDistance", "PReLU", "ReflectionPad1d", "ReflectionPad2d", "ReplicationPad1d",
             "ReplicationPad2d", "Threshold", "Upsample", "ZeroPad1d", "ZeroPad2d"]

@@ -6,8 +6,8 @@ from .. import _C
 from ..autograd import no_grad
 from ..tensor import _RAND_NORMAL, _RAND_UNIFORM, _check_no_grad_inplace, _write_back, default_generator
 
-__all__ = ["calculate_gain", "constant_", "kaiming_uniform_", "normal_", "ones_", "uniform_", "xavier_uniform_",
-           "zeros_"]
+__all__ = ["calculate_gain", "constant_", "kaiming_uniform_", "normal_", "ones_", "uniform_", "xavier_normal_",
+           "xavier_uniform_", "zeros_"]
 
 
 def _draw(tensor, kind, a, b):
@@ -75,3 +75,8 @@ def xavier_uniform_(tensor, gain=1.0):
     fan_in, fan_out = _fans(tensor)
     bound = gain * math.sqrt(6.0 / (fan_in + fan_out))
     return uniform_(tensor, -bound, bound)
+
+
+def xavier_normal_(tensor, gain=1.0):
+    fan_in, fan_out = _fans(tensor)
+    return normal_(tensor, 0.0, gain * math.sqrt(2.0 / (fan_in + fan_out)))

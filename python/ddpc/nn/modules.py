@@ -717,8 +717,9 @@ class LayerNorm(Module):
         self.normalized_shape, self.eps, self.elementwise_affine = shape, float(eps), bool(elementwise_affine)
         if self.elementwise_affine:
             self.weight = Parameter(full(shape, 1.0, dtype=dtype, device=device))
-            self.bias = Parameter(full(shape, 0.0, dtype=dtype, device=device)) if bias else None
-            if not bias:
+            if bias:
+                self.bias = Parameter(full(shape, 0.0, dtype=dtype, device=device))
+            else:
                 self.register_parameter("bias", None)
         else:
             self.register_parameter("weight", None)

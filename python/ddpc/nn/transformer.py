@@ -1,27 +1,31 @@
-"""ddpc.nn attention layers: MultiheadAttention, TransformerEncoderLayer and
-TransformerEncoder, with torch.nn's parameter names, initialisation and
-mask conventions (in these layers a bool mask marks with True the positions
+"""ddpc.nn attention layers: MultiheadAttention, the Transformer's encoder and
+decoder (layers and stacks) and Transformer itself, with torch.nn's parameter
+names, initialisation and mask conventions (in these layers a bool mask marks with True the positions
 that may NOT be attended; scaled_dot_product_attention's the opposite)."""
 
 import copy
 import math
 
-from ..autograd import where
-from ..tensor import empty
+from ..autograd import cat, where
+from ..tensor import empty, full, zeros
 from . import functional as F
 from . import init
 from .modules import Dropout, LayerNorm, Linear, Module, ModuleList, Parameter
 
-__all__ = ["MultiheadAttention", "TransformerEncoder", "TransformerEncoderLayer"]
+__all__ = ["MultiheadAttention", "Transformer", "TransformerDecoder", "TransformerDecoderLayer", "TransformerEncoder",
+           "TransformerEncoderLayer"]
 
 
 class MultiheadAttention(Module):
     """Attention of ``num_heads`` heads of embed_dim // num_heads each; q, k
     and v projections packed in ``in_proj_weight`` when key and value are
-    embed_dim wide, else ``q_proj_weight``/``k_proj_weight``/``v_proj_weight``."""
+    embed_dim wide, else ``q_proj_weight``/``k_proj_weight``/``v_proj_weight``.
+    ``add_bias_kv`` appends the learnt ``bias_k``/``bias_v`` to the projected
+    keys and values as one more source position, ``add_zero_attn`` then a
+    position of zeros; the masks let every query attend both."""
 
-    def __init__(self, embed_dim, num_heads, dropout=0.0, bias=True, batch_first=False, kdim=None, vdim=None,
-                 device=None, dtype=None):
+    def __init__(self, embed_dim, num_heads, dropout=0.0, bias=True, add_bias_kv=False, add_zero_attn=False,
+                 kdim=None, vdim=None, batch_first=False, device=None, dtype=None):
         super().__init__()
         if embed_dim <= 0 or num_heads <= 0 or embed_dim % num_heads:
             raise ValueError(f"MultiheadAttention: embed_dim ({embed_dim}) must be positive and divisible by "
@@ -45,6 +49,13 @@ class MultiheadAttention(Module):
         else:
             self.register_parameter("in_proj_bias", None)
         self.out_proj = Linear(embed_dim, embed_dim, bias=bias, device=device, dtype=dtype)
+        if add_bias_kv:
+            self.bias_k = Parameter(empty(1, 1, embed_dim, dtype=dtype, device=device))
+            self.bias_v = Parameter(empty(1, 1, embed_dim, dtype=dtype, device=device))
+        else:
+            self.register_parameter("bias_k", None)
+            self.register_parameter("bias_v", None)
+        self.add_zero_attn = add_zero_attn
         self._reset_parameters()
 
     def _reset_parameters(self):
@@ -56,6 +67,9 @@ class MultiheadAttention(Module):
         if self.in_proj_bias is not None:
             init.zeros_(self.in_proj_bias)
             init.zeros_(self.out_proj.bias)
+        if self.bias_k is not None:
+            init.xavier_normal_(self.bias_k)
+            init.xavier_normal_(self.bias_v)
 
     def _project(self, x, i):
         """x through the i-th (q, k, v) input projection, split into heads: (N, H, len, head_dim)."""
@@ -65,6 +79,19 @@ class MultiheadAttention(Module):
         b = None if self.in_proj_bias is None else self.in_proj_bias.narrow(0, i * e, e)
         n, length = x.shape[0], x.shape[1]
         return F.linear(x, w, b).reshape(n, length, self.num_heads, self.head_dim).permute(0, 2, 1, 3)
+
+    def _extra_source(self, k, v):
+        """(N, H, S, head_dim) keys and values with bias_k/bias_v and then a
+        zero position appended along S, as add_bias_kv and add_zero_attn ask."""
+        n = k.shape[0]
+        if self.bias_k is not None:
+            heads = (1, self.num_heads, 1, self.head_dim)
+            k = cat([k, self.bias_k.reshape(heads).expand(n, *heads[1:])], 2)
+            v = cat([v, self.bias_v.reshape(heads).expand(n, *heads[1:])], 2)
+        if self.add_zero_attn:
+            zero = zeros(n, self.num_heads, 1, self.head_dim, dtype=k.dtype, device=k.device)
+            k, v = cat([k, zero], 2), cat([v, zero], 2)
+        return k, v
 
     def _check(self, query, key, value):
         if query.ndim not in (2, 3) or key.ndim != query.ndim or value.ndim != query.ndim:
@@ -116,8 +143,12 @@ class MultiheadAttention(Module):
                              f"{key.shape[0]})")
         n, target, source = query.shape[0], query.shape[1], key.shape[1]
         mask = self._mask(attn_mask, key_padding_mask, n, target, source)
-        out, weights = F._attention(self._project(query, 0), self._project(key, 1), self._project(value, 2), mask,
-                                    False, self.dropout if self.training else 0.0, 1 / math.sqrt(self.head_dim))
+        k, v = self._extra_source(self._project(key, 1), self._project(value, 2))
+        if mask is not None and k.shape[2] > source:
+            # The appended positions are attended by every query: False in a bool mask, 0 in an additive one.
+            mask = F.pad(mask, (0, k.shape[2] - source))
+        out, weights = F._attention(self._project(query, 0), k, v, mask, False, self.dropout if self.training else 0.0,
+                                    1 / math.sqrt(self.head_dim))
         out = self.out_proj(out.permute(0, 2, 1, 3).reshape(n, target, self.embed_dim))
         if batched and not self.batch_first:
             out = out.transpose(0, 1)
@@ -137,6 +168,15 @@ class MultiheadAttention(Module):
 _ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
 
 
+def _activation(activation, layer):
+    """The feed-forward activation: "relu", "gelu" or a callable."""
+    if not isinstance(activation, str):
+        return activation
+    if activation not in _ACTIVATIONS:
+        raise ValueError(f"{layer}: activation should be relu/gelu, not {activation}")
+    return _ACTIVATIONS[activation]
+
+
 class TransformerEncoderLayer(Module):
     """Self-attention then a feed-forward block (linear1, activation, linear2),
     each with dropout, a residual connection and a LayerNorm: after the
@@ -145,8 +185,6 @@ class TransformerEncoderLayer(Module):
     def __init__(self, d_model, nhead, dim_feedforward=2048, dropout=0.1, activation="relu", layer_norm_eps=1e-5,
                  batch_first=False, norm_first=False, bias=True, device=None, dtype=None):
         super().__init__()
-        if isinstance(activation, str) and activation not in _ACTIVATIONS:
-            raise ValueError(f"TransformerEncoderLayer: activation should be relu/gelu, not {activation}")
         self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias, batch_first=batch_first,
                                             device=device, dtype=dtype)
         self.linear1 = Linear(d_model, dim_feedforward, bias=bias, device=device, dtype=dtype)
@@ -157,7 +195,7 @@ class TransformerEncoderLayer(Module):
         self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, device=device, dtype=dtype)
         self.dropout1 = Dropout(dropout)
         self.dropout2 = Dropout(dropout)
-        self.activation = _ACTIVATIONS[activation] if isinstance(activation, str) else activation
+        self.activation = _activation(activation, "TransformerEncoderLayer")
 
     def _sa_block(self, x, attn_mask, key_padding_mask, is_causal):
         x = self.self_attn(x, x, x, attn_mask=attn_mask, key_padding_mask=key_padding_mask, need_weights=False,
@@ -189,3 +227,131 @@ class TransformerEncoder(Module):
         for layer in self.layers:
             out = layer(out, src_mask=mask, src_key_padding_mask=src_key_padding_mask, is_causal=is_causal)
         return out if self.norm is None else self.norm(out)
+
+
+class TransformerDecoderLayer(Module):
+    """Self-attention over the target, attention from the target to the
+    encoder's output (``memory``), then a feed-forward block; each with
+    dropout, a residual connection and a LayerNorm, after the residual or,
+    with ``norm_first``, on the block's input."""
+
+    def __init__(self, d_model, nhead, dim_feedforward=2048, dropout=0.1, activation="relu", layer_norm_eps=1e-5,
+                 batch_first=False, norm_first=False, bias=True, device=None, dtype=None):
+        super().__init__()
+        self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias, batch_first=batch_first,
+                                            device=device, dtype=dtype)
+        self.multihead_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias, batch_first=batch_first,
+                                                 device=device, dtype=dtype)
+        self.linear1 = Linear(d_model, dim_feedforward, bias=bias, device=device, dtype=dtype)
+        self.dropout = Dropout(dropout)
+        self.linear2 = Linear(dim_feedforward, d_model, bias=bias, device=device, dtype=dtype)
+        self.norm_first = norm_first
+        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, device=device, dtype=dtype)
+        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, device=device, dtype=dtype)
+        self.norm3 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, device=device, dtype=dtype)
+        self.dropout1 = Dropout(dropout)
+        self.dropout2 = Dropout(dropout)
+        self.dropout3 = Dropout(dropout)
+        self.activation = _activation(activation, "TransformerDecoderLayer")
+
+    def _sa_block(self, x, attn_mask, key_padding_mask, is_causal):
+        x = self.self_attn(x, x, x, attn_mask=attn_mask, key_padding_mask=key_padding_mask, need_weights=False,
+                           is_causal=is_causal)[0]
+        return self.dropout1(x)
+
+    def _mha_block(self, x, memory, attn_mask, key_padding_mask, is_causal):
+        x = self.multihead_attn(x, memory, memory, attn_mask=attn_mask, key_padding_mask=key_padding_mask,
+                                need_weights=False, is_causal=is_causal)[0]
+        return self.dropout2(x)
+
+    def _ff_block(self, x):
+        return self.dropout3(self.linear2(self.dropout(self.activation(self.linear1(x)))))
+
+    def forward(self, tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
+                memory_key_padding_mask=None, tgt_is_causal=False, memory_is_causal=False):
+        x = tgt
+        if self.norm_first:
+            x = x + self._sa_block(self.norm1(x), tgt_mask, tgt_key_padding_mask, tgt_is_causal)
+            x = x + self._mha_block(self.norm2(x), memory, memory_mask, memory_key_padding_mask, memory_is_causal)
+            return x + self._ff_block(self.norm3(x))
+        x = self.norm1(x + self._sa_block(x, tgt_mask, tgt_key_padding_mask, tgt_is_causal))
+        x = self.norm2(x + self._mha_block(x, memory, memory_mask, memory_key_padding_mask, memory_is_causal))
+        return self.norm3(x + self._ff_block(x))
+
+
+class TransformerDecoder(Module):
+    """``num_layers`` deep copies of ``decoder_layer`` applied in turn to the
+    target, each attending to the same ``memory``, then ``norm`` when given.
+    ``tgt_is_causal`` None is PyTorch's "detect it from tgt_mask"; here the
+    is_causal flags are hints only (the mask is always applied), so None and
+    False behave alike."""
+
+    def __init__(self, decoder_layer, num_layers, norm=None):
+        super().__init__()
+        self.layers = ModuleList([copy.deepcopy(decoder_layer) for _ in range(num_layers)])
+        self.num_layers, self.norm = num_layers, norm
+
+    def forward(self, tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
+                memory_key_padding_mask=None, tgt_is_causal=None, memory_is_causal=False):
+        out = tgt
+        for layer in self.layers:
+            out = layer(out, memory, tgt_mask=tgt_mask, memory_mask=memory_mask,
+                        tgt_key_padding_mask=tgt_key_padding_mask, memory_key_padding_mask=memory_key_padding_mask,
+                        tgt_is_causal=tgt_is_causal, memory_is_causal=memory_is_causal)
+        return out if self.norm is None else self.norm(out)
+
+
+class Transformer(Module):
+    """An encoder (TransformerEncoder of ``num_encoder_layers`` layers and a
+    final LayerNorm) over ``src`` and a decoder (likewise) over ``tgt``
+    attending to the encoder's output; every parameter of more than one dim
+    drawn xavier-uniform, as PyTorch does, also those of a custom encoder or
+    decoder."""
+
+    def __init__(self, d_model=512, nhead=8, num_encoder_layers=6, num_decoder_layers=6, dim_feedforward=2048,
+                 dropout=0.1, activation="relu", custom_encoder=None, custom_decoder=None, layer_norm_eps=1e-5,
+                 batch_first=False, norm_first=False, bias=True, device=None, dtype=None):
+        super().__init__()
+        layer_args = (d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps, batch_first, norm_first,
+                      bias, device, dtype)
+        if custom_encoder is not None:
+            self.encoder = custom_encoder
+        else:
+            self.encoder = TransformerEncoder(TransformerEncoderLayer(*layer_args), num_encoder_layers,
+                                              LayerNorm(d_model, eps=layer_norm_eps, bias=bias, device=device,
+                                                        dtype=dtype))
+        if custom_decoder is not None:
+            self.decoder = custom_decoder
+        else:
+            self.decoder = TransformerDecoder(TransformerDecoderLayer(*layer_args), num_decoder_layers,
+                                              LayerNorm(d_model, eps=layer_norm_eps, bias=bias, device=device,
+                                                        dtype=dtype))
+        self._reset_parameters()
+        self.d_model, self.nhead, self.batch_first = d_model, nhead, batch_first
+
+    def forward(self, src, tgt, src_mask=None, tgt_mask=None, memory_mask=None, src_key_padding_mask=None,
+                tgt_key_padding_mask=None, memory_key_padding_mask=None, src_is_causal=None, tgt_is_causal=None,
+                memory_is_causal=False):
+        """(T, N, E) output of (S, N, E) ``src`` and (T, N, E) ``tgt`` ((N, S,
+        E) and (N, T, E) with batch_first; (S, E) and (T, E) unbatched)."""
+        batch = 0 if self.batch_first else 1
+        if src.ndim == 3 and (tgt.ndim != 3 or src.shape[batch] != tgt.shape[batch]):
+            raise ValueError(f"Transformer: the batch number of src {src.shape} and tgt {tgt.shape} must be equal")
+        if src.shape[-1] != self.d_model or tgt.shape[-1] != self.d_model:
+            raise ValueError(f"Transformer: the feature number of src {src.shape} and tgt {tgt.shape} must be equal "
+                             f"to d_model={self.d_model}")
+        memory = self.encoder(src, mask=src_mask, src_key_padding_mask=src_key_padding_mask, is_causal=src_is_causal)
+        return self.decoder(tgt, memory, tgt_mask=tgt_mask, memory_mask=memory_mask,
+                            tgt_key_padding_mask=tgt_key_padding_mask,
+                            memory_key_padding_mask=memory_key_padding_mask, tgt_is_causal=tgt_is_causal,
+                            memory_is_causal=memory_is_causal)
+
+    @staticmethod
+    def generate_square_subsequent_mask(sz, device=None, dtype=None):
+        """A (sz, sz) additive causal mask: -inf above the diagonal (a later position), 0 elsewhere."""
+        return full((sz, sz), float("-inf"), dtype=dtype, device=device).triu(1)
+
+    def _reset_parameters(self):
+        for p in self.parameters():
+            if p.ndim > 1:
+                init.xavier_uniform_(p)
