@@ -1,5 +1,5 @@
 """F.pad and the padding layers, PReLU, Threshold, channel dropout, cosine
-similarity, pairwise distance and nearest-neighbour Upsample against numpy
+similarity, pairwise distance and interpolate/Upsample in every mode against numpy
 references: outputs, central-difference gradients and refused arguments."""
 
 import numpy as np
@@ -205,15 +205,35 @@ def test_pairwise_distance(p, keepdim):
 
 # ---- upsampling --------------------------------------------------------------------------
 
-def _np_nearest(x, out, scales):
-    """PyTorch's host rule: source min(floor(i * scale), n - 1), scale in float32."""
+def _np_nearest(x, out, scales, exact=False):
+    """PyTorch's host rule: source min(floor(i * scale), n - 1), or
+    min(floor((i + 0.5) * scale), n - 1) when ``exact``, scale in float32."""
+    for d, (o, s) in enumerate(zip(out, scales)):
+        n = x.shape[2 + d]
+        step = np.float32(1.0 / s) if s else np.float32(n) / np.float32(o)
+        at = ((np.arange(o) + 0.5) * np.float64(step)).astype(np.float32) if exact else \
+            np.arange(o, dtype=np.float32) * step
+        x = np.take(x, np.minimum(np.floor(at).astype(np.int64), n - 1), axis=2 + d)
+    return x
+
+
+def _np_linear(x, out, scales, align_corners):
+    """Each output element of each dim between its source position's two
+    neighbours, weighed by distance; a dim that keeps its size is copied."""
     for d, (o, s) in enumerate(zip(out, scales)):
         n = x.shape[2 + d]
         if o == n:
             continue
-        step = np.float32(1.0 / s) if s else np.float32(n) / np.float32(o)
-        idx = np.minimum(np.floor(np.arange(o, dtype=np.float32) * step).astype(np.int64), n - 1)
-        x = np.take(x, idx, axis=2 + d)
+        rows = []
+        for i in range(o):
+            if align_corners:
+                at = i * (n - 1) / (o - 1) if o > 1 else 0.0
+            else:
+                at = max((i + 0.5) * (1 / s if s else n / o) - 0.5, 0.0)
+            lo = min(int(np.floor(at)), n - 1)
+            frac = at - lo
+            rows.append(np.take(x, lo, axis=2 + d) * (1 - frac) + np.take(x, min(lo + 1, n - 1), axis=2 + d) * frac)
+        x = np.stack(rows, axis=2 + d)
     return x
 
 
@@ -226,12 +246,53 @@ def _np_nearest(x, out, scales):
     ((2, 3, 4, 5), {"size": (6, 4)}, (6, 4), (None, None)),
     ((1, 2, 3, 3), {"scale_factor": 0.5}, (1, 1), (0.5, 0.5)),
     ((1, 2, 5, 3), {"scale_factor": 1.5, "recompute_scale_factor": True}, (7, 4), (None, None)),
+    ((1, 2, 2), {"scale_factor": 1.3}, (2,), (1.3,)),  # the size is kept, yet element 1 reads element 0
 ])
-def test_nearest_upsample(shape, kwargs, out, scales):
-    ref = lambda x: _np_nearest(x, out, scales)  # noqa: E731
-    _check(nn.Upsample(**kwargs), ref, _x(*shape))
-    _check(lambda t: F.interpolate(t, **kwargs), ref, _x(*shape))
+@pytest.mark.parametrize("mode", ["nearest", "nearest-exact"])
+def test_nearest_upsample(shape, kwargs, out, scales, mode):
+    ref = lambda x: _np_nearest(x, out, scales, mode == "nearest-exact")  # noqa: E731
+    _check(nn.Upsample(mode=mode, **kwargs), ref, _x(*shape))
+    _check(lambda t: F.interpolate(t, mode=mode, **kwargs), ref, _x(*shape))
     assert ref(_x(*shape)).shape[2:] == out
+
+
+@pytest.mark.parametrize("shape, kwargs, out, scales", [
+    ((2, 3, 5), {"scale_factor": 2}, (10,), (2.0,)),
+    ((2, 3, 5), {"scale_factor": 1.7}, (8,), (1.7,)),
+    ((2, 3, 9), {"scale_factor": 0.4}, (3,), (0.4,)),
+    ((2, 3, 7), {"size": 3}, (3,), (None,)),
+    ((1, 2, 4), {"size": 11}, (11,), (None,)),
+    ((1, 2, 4), {"size": 1}, (1,), (None,)),
+    ((1, 2, 1), {"size": 4}, (4,), (None,)),
+    ((2, 3, 4, 5), {"scale_factor": (2, 3)}, (8, 15), (2.0, 3.0)),
+    ((2, 3, 4, 5), {"size": (6, 2)}, (6, 2), (None, None)),
+    ((1, 2, 6, 5), {"scale_factor": 0.5}, (3, 2), (0.5, 0.5)),
+    ((1, 2, 5, 3), {"scale_factor": 1.5, "recompute_scale_factor": True}, (7, 4), (None, None)),
+    ((1, 2, 2, 3), {"scale_factor": (1.3, 2)}, (2, 6), (1.3, 2.0)),  # a kept size is a copy
+])
+@pytest.mark.parametrize("align_corners", [None, False, True])
+def test_linear_and_bilinear_upsample(shape, kwargs, out, scales, align_corners):
+    mode = "linear" if len(shape) == 3 else "bilinear"
+    ref = lambda x: _np_linear(x, out, scales, bool(align_corners))  # noqa: E731
+    _check(nn.Upsample(mode=mode, align_corners=align_corners, **kwargs), ref, _x(*shape))
+    _check(lambda t: F.interpolate(t, mode=mode, align_corners=align_corners, **kwargs), ref, _x(*shape))
+    assert ref(_x(*shape)).shape[2:] == out
+
+
+def test_linear_upsample_known_values_and_fixed_mode_layers():
+    x = ddpc.tensor([[[0.0, 1.0]]])
+    np.testing.assert_allclose(F.interpolate(x, scale_factor=2, mode="linear").numpy(), [[[0, 0.25, 0.75, 1]]])
+    np.testing.assert_allclose(F.interpolate(x, size=4, mode="linear", align_corners=True).numpy(),
+                               [[[0, 1 / 3, 2 / 3, 1]]], rtol=1e-6)
+    img = _x(2, 3, 4, 5)
+    want = F.interpolate(ddpc.tensor(img), scale_factor=1.5, mode="bilinear", align_corners=True).numpy()
+    np.testing.assert_array_equal(nn.UpsamplingBilinear2d(scale_factor=1.5)(ddpc.tensor(img)).numpy(), want)
+    want = F.interpolate(ddpc.tensor(img), size=(3, 7)).numpy()
+    np.testing.assert_array_equal(nn.UpsamplingNearest2d(size=(3, 7))(ddpc.tensor(img)).numpy(), want)
+    half = F.interpolate(ddpc.tensor(img).half(), scale_factor=2, mode="bilinear")
+    assert half.dtype == ddpc.float16 and half.shape == (2, 3, 8, 10)
+    assert repr(nn.UpsamplingBilinear2d(scale_factor=2)) == "UpsamplingBilinear2d(scale_factor=2.0, mode='bilinear')"
+    assert repr(nn.UpsamplingNearest2d(size=3)) == "UpsamplingNearest2d(size=3, mode='nearest')"
 
 
 def test_interpolate_refusals():
@@ -240,10 +301,19 @@ def test_interpolate_refusals():
         F.interpolate(x, size=4, scale_factor=2)
     with pytest.raises(ValueError, match="either size or scale_factor"):
         F.interpolate(x)
-    with pytest.raises(NotImplementedError, match="nearest"):
-        F.interpolate(x, scale_factor=2, mode="linear")
-    with pytest.raises(ValueError, match="align_corners"):
-        F.interpolate(x, scale_factor=2, align_corners=True)
+    with pytest.raises(NotImplementedError, match="bicubic"):
+        F.interpolate(ddpc.zeros(1, 2, 3, 3), scale_factor=2, mode="bicubic")
+    with pytest.raises(NotImplementedError, match="bilinear mode needs 4D"):
+        F.interpolate(x, scale_factor=2, mode="bilinear")
+    with pytest.raises(NotImplementedError, match="linear mode needs 3D"):
+        F.interpolate(ddpc.zeros(1, 2, 3, 3), scale_factor=2, mode="linear")
+    with pytest.raises(NotImplementedError, match="antialias"):
+        F.interpolate(ddpc.zeros(1, 2, 3, 3), scale_factor=2, mode="bilinear", antialias=True)
+    with pytest.raises(TypeError, match="floating"):
+        F.interpolate(ddpc.zeros(1, 2, 3, dtype=ddpc.int64), scale_factor=2, mode="linear")
+    for mode in ("nearest", "nearest-exact"):
+        with pytest.raises(ValueError, match="align_corners"):
+            F.interpolate(x, scale_factor=2, mode=mode, align_corners=True)
     with pytest.raises(ValueError, match="spatial dimensions"):
         F.interpolate(x, size=(2, 2))
     with pytest.raises(NotImplementedError, match="3-d"):

@@ -1,9 +1,11 @@
 """Optional: F.pad, the padding layers, PReLU, Threshold, CosineSimilarity,
-PairwiseDistance, nearest Upsample and channel dropout's shape rule against
+PairwiseDistance, interpolate and the Upsample layers in every mode ddpc has,
+and channel dropout's shape rule against
 PyTorch (skipped when torch is not installed). Each comparison runs in a child
 process that imports torch before ddpc (see test_nn_torch.py) and fails there,
 printing what differs."""
 
+import math
 import sys
 
 import numpy as np
@@ -11,7 +13,7 @@ import pytest
 from procs import run_torch_case
 
 
-@pytest.mark.parametrize("case", ["pads", "layers", "dropout"])
+@pytest.mark.parametrize("case", ["pads", "layers", "resample", "dropout"])
 def test_matches_pytorch(case):
     out = run_torch_case(__file__, case)
     assert out.strip().endswith("ok"), out
@@ -98,6 +100,71 @@ def layers():
         cases.append((lambda lib, kwargs=kwargs: lib.nn.Upsample(**kwargs), [shape]))
         cases.append((lambda lib, kwargs=kwargs: lambda t: lib.nn.functional.interpolate(t, **kwargs), [shape]))
     _compare(cases)
+
+
+def _resample_cases():
+    """(interpolate kwargs, input shape): up and down, by size and by scale, every mode ddpc has."""
+    cases = []
+    for n in (1, 2, 3, 5, 8, 13):
+        for out in (1, 2, 4, 7, 9, 16, 26):
+            cases.append(({"size": out}, (2, 2, n)))
+        for s in (0.3, 0.5, 0.75, 1.0, 1.3, 1.5, 2.0, 2.5, 3.7):
+            if math.floor(n * s) > 0:
+                cases.append(({"scale_factor": s}, (1, 2, n)))
+                cases.append(({"scale_factor": s, "recompute_scale_factor": True}, (1, 2, n)))
+    for shape in ((2, 3, 4, 5), (1, 2, 7, 3), (1, 1, 1, 6)):
+        for size in ((8, 10), (2, 3), (5, 5), (1, 11), (4, 2)):
+            cases.append(({"size": size}, shape))
+        for s in (2, (1.5, 0.7), (0.5, 2.5), (3.0, 1.0)):
+            if all(math.floor(n * f) > 0 for n, f in zip(shape[2:], s if isinstance(s, tuple) else (s, s))):
+                cases.append(({"scale_factor": s}, shape))
+        cases.append(({"scale_factor": (1.6, 2.2), "recompute_scale_factor": True}, shape))
+    cases.append(({"scale_factor": 1.02}, (1, 1, 30)))  # out equals in, yet nearest-exact reads other elements
+    return cases
+
+
+def _kept_size_rescaled(kwargs, shape):
+    """Whether a dim keeps its size under a scale_factor other than 1: there
+    PyTorch's nearest forward reads element floor(i / scale_factor), its host
+    backward element i, so its gradient is not that of its output; ddpc's
+    follows the forward."""
+    if "scale_factor" not in kwargs or kwargs.get("recompute_scale_factor"):
+        return False
+    factors = kwargs["scale_factor"] if isinstance(kwargs["scale_factor"], tuple) else (kwargs["scale_factor"],) * 2
+    return any(math.floor(n * f) == n and f != 1 for n, f in zip(shape[2:], factors))
+
+
+def resample():
+    import torch
+    import ddpc
+
+    cases = []
+    for kwargs, shape in _resample_cases():
+        modes = [("nearest", None), ("nearest-exact", None)]
+        linear = "linear" if len(shape) == 3 else "bilinear"
+        modes += [(linear, None), (linear, False), (linear, True)]
+        for mode, corners in modes:
+            if mode == "nearest" and _kept_size_rescaled(kwargs, shape):
+                continue  # compared forward only, below
+            kw = dict(kwargs, mode=mode, align_corners=corners)
+            cases.append((lambda lib, kw=kw: lambda t: lib.nn.functional.interpolate(t, **kw), [shape]))
+    for kwargs in ({"scale_factor": 2}, {"size": (3, 7)}, {"scale_factor": 0.6}):
+        for name in ("UpsamplingNearest2d", "UpsamplingBilinear2d"):
+            cases.append((lambda lib, name=name, kwargs=kwargs: getattr(lib.nn, name)(**kwargs), [(2, 3, 4, 5)]))
+        cases.append((lambda lib, kwargs=kwargs: lib.nn.Upsample(mode="bilinear", **kwargs), [(2, 3, 4, 5)]))
+    cases.append((lambda lib: lib.nn.Upsample(scale_factor=1.5, mode="linear", align_corners=True), [(2, 3, 5)]))
+    _compare(cases)
+    # In float32 PyTorch computes positions and weights in float32: the same elements are read.
+    rng = np.random.default_rng(1)
+    for kwargs, shape in _resample_cases():
+        x = rng.standard_normal(shape).astype(np.float32)
+        for mode in ("nearest", "nearest-exact", "linear" if len(shape) == 3 else "bilinear"):
+            want = torch.nn.functional.interpolate(torch.tensor(x), mode=mode, **kwargs).numpy()
+            got = ddpc.nn.functional.interpolate(ddpc.tensor(x), mode=mode, **kwargs).numpy()
+            np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6, err_msg=f"{mode} {kwargs} {shape}")
+    for m in ("Upsample(scale_factor=2, mode='bilinear')", "UpsamplingNearest2d(size=(3, 4))",
+              "UpsamplingBilinear2d(scale_factor=1.5)", "Upsample(size=5, mode='nearest-exact')"):
+        assert repr(eval("ddpc.nn." + m)) == repr(eval("torch.nn." + m)), m
 
 
 def dropout():

@@ -11,7 +11,8 @@ from .modules import (GLU, GroupNorm, InstanceNorm1d, InstanceNorm2d, InstanceNo
                       RMSNorm, Softmin, Unflatten)
 from .modules import (CircularPad1d, CircularPad2d, ConstantPad1d, ConstantPad2d, CosineSimilarity, Dropout1d,
                       Dropout2d, PairwiseDistance, PReLU, ReflectionPad1d, ReflectionPad2d, ReplicationPad1d,
-                      ReplicationPad2d, Threshold, Upsample, ZeroPad1d, ZeroPad2d)
+                      ReplicationPad2d, Threshold, Upsample, UpsamplingBilinear2d, UpsamplingNearest2d,
+                      ZeroPad1d, ZeroPad2d)
 from .modules import (CELU, SELU, AlphaDropout, ChannelShuffle, CosineEmbeddingLoss, GaussianNLLLoss, Hardshrink,
                       HingeEmbeddingLoss, LogSigmoid, MarginRankingLoss, MultiLabelSoftMarginLoss, MultiMarginLoss,
                       PixelShuffle, PixelUnshuffle, PoissonNLLLoss, RReLU, Softmax2d, SoftMarginLoss, Softshrink,
@@ -35,7 +36,8 @@ __all__ += ["MultiheadAttention", "Transformer", "TransformerDecoder", "Transfor
             "TransformerEncoderLayer"]
 __all__ += ["CircularPad1d", "CircularPad2d", "ConstantPad1d", "ConstantPad2d", "CosineSimilarity", "Dropout1d",
             "Dropout2d", "PairwiseDistance", "PReLU", "ReflectionPad1d", "ReflectionPad2d", "ReplicationPad1d",
-            "ReplicationPad2d", "Threshold", "Upsample", "ZeroPad1d", "ZeroPad2d"]
+            "ReplicationPad2d", "Threshold", "Upsample", "UpsamplingBilinear2d", "UpsamplingNearest2d", "ZeroPad1d",
+            "ZeroPad2d"]
 __all__ += ["AlphaDropout", "CELU", "ChannelShuffle", "CosineEmbeddingLoss", "GaussianNLLLoss", "Hardshrink",
             "HingeEmbeddingLoss", "LogSigmoid", "MarginRankingLoss", "MultiLabelSoftMarginLoss", "MultiMarginLoss",
             "PixelShuffle", "PixelUnshuffle", "PoissonNLLLoss", "RReLU", "SELU", "Softmax2d", "SoftMarginLoss",

@@ -1,12 +1,18 @@
-"""Nearest-neighbour resampling of the last one or two dims, as
-torch.nn.functional.interpolate(mode='nearest') and nn.Upsample, with its
-gradient.
+"""Resampling of the last one or two dims, as
+torch.nn.functional.interpolate and nn.Upsample in modes 'nearest',
+'nearest-exact', 'linear' (3-d input) and 'bilinear' (4-d), with their
+gradients.
 
-Output element i of a dim reads input element min(floor(i * scale), n - 1),
-scale being 1 / scale_factor when one is given, else in / out: PyTorch's rule,
-computed in float32 as PyTorch does, so that the same elements are picked. The
-work is one gather (index_select) per dim; its gradient adds up where an
-input element is read more than once.
+Each dim is resampled in turn. Nearest modes gather one input element per
+output element: min(floor(i * scale), n - 1), or with 'nearest-exact'
+min(floor((i + 0.5) * scale), n - 1), where scale is 1 / scale_factor when
+one is given, else in / out, computed in float32 as PyTorch does so that the
+same elements are picked. Linear modes gather the two neighbours of source
+position i * (n - 1) / (out - 1) (align_corners) or max((i + 0.5) * scale -
+0.5, 0) and weigh them by their distances, in the input's precision (float32
+below float64) as PyTorch does. The work is index_select, multiplications and
+an addition, whose gradients add up where an input element is read more than
+once.
 """
 
 import math
@@ -14,7 +20,11 @@ import numbers
 
 import numpy as np
 
+from .._dtype import float64
 from ..tensor import Tensor, tensor
+
+_NEAREST_MODES = ("nearest", "nearest-exact")
+_LINEAR_MODES = {"linear": 3, "bilinear": 4}
 
 
 def _per_dim(value, nd, name):
@@ -28,11 +38,46 @@ def _per_dim(value, nd, name):
     return t
 
 
-def _source_index(n, out, scale):
+def _nearest_index(n, out, scale, exact):
     """The input element each of ``out`` output elements reads along a dim of size n."""
     step = np.float32(1.0 / scale) if scale else np.float32(n) / np.float32(out)
-    idx = np.floor(np.arange(out, dtype=np.float32) * step).astype(np.int64)
-    return np.minimum(idx, n - 1)
+    if exact:  # PyTorch forms (i + 0.5) * scale in double and floors it in float
+        pos = ((np.arange(out) + 0.5) * np.float64(step)).astype(np.float32)
+    else:
+        pos = np.arange(out, dtype=np.float32) * step
+    return np.minimum(np.floor(pos).astype(np.int64), n - 1)
+
+
+def _linear_weights(n, out, scale, align_corners, real):
+    """The two input elements each of ``out`` output elements reads along a
+    dim of size n and their weights, in numpy type ``real``."""
+    i = np.arange(out).astype(real)
+    if align_corners:
+        ratio = real(n - 1) / real(out - 1) if out > 1 else real(0)
+        src = ratio * i
+    else:
+        ratio = real(1.0 / scale) if scale else real(n) / real(out)
+        src = np.maximum(ratio * (i + real(0.5)) - real(0.5), real(0))
+    lo = np.minimum(np.floor(src).astype(np.int64), n - 1)
+    frac = np.clip(src - lo.astype(real), real(0), real(1))
+    return lo, lo + (lo < n - 1), real(1) - frac, frac
+
+
+def _resample_dim(input, dim, n, out, scale, mode, align_corners):
+    """input resampled from n to out elements along ``dim``."""
+    def take(index):
+        return input.index_select(dim, tensor(index, device=input.device))
+
+    if mode in _NEAREST_MODES:
+        return take(_nearest_index(n, out, scale, mode == "nearest-exact"))
+    lo, hi, w_lo, w_hi = _linear_weights(n, out, scale, align_corners,
+                                         np.float64 if input.dtype is float64 else np.float32)
+    shape = (out,) + (1,) * (input.ndim - 1 - dim)
+
+    def weight(w):
+        return tensor(w.reshape(shape), dtype=input.dtype, device=input.device)
+
+    return take(lo) * weight(w_lo) + take(hi) * weight(w_hi)
 
 
 def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corners=None,
@@ -40,12 +85,21 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
     """Resamples (N, C, L) or (N, C, H, W) ``input`` to ``size`` or by ``scale_factor``."""
     if not isinstance(input, Tensor):
         raise TypeError(f"interpolate: the input must be a ddpc tensor, got {type(input).__name__}")
-    if mode != "nearest" or antialias:
-        raise NotImplementedError(f"interpolate: ddpc implements mode='nearest' without antialias only, got "
-                                  f"mode={mode!r}, antialias={antialias}")
-    if align_corners is not None:
-        raise ValueError("align_corners option can only be set with the interpolating modes: linear | bilinear | "
-                         "bicubic | trilinear")
+    if mode in _NEAREST_MODES:
+        if align_corners is not None:
+            raise ValueError("align_corners option can only be set with the interpolating modes: linear | bilinear | "
+                             "bicubic | trilinear")
+    elif mode in _LINEAR_MODES:
+        align_corners = bool(align_corners)
+        if input.ndim != _LINEAR_MODES[mode]:
+            raise NotImplementedError(f"Got {input.ndim}D input, but {mode} mode needs {_LINEAR_MODES[mode]}D input")
+        if not input.dtype.is_floating_point:
+            raise TypeError(f"interpolate: mode {mode!r} needs a floating-point input, got {input.dtype}")
+    else:
+        raise NotImplementedError(f"interpolate: ddpc implements modes 'nearest', 'nearest-exact', 'linear' and "
+                                  f"'bilinear', got mode={mode!r}")
+    if antialias:
+        raise NotImplementedError("interpolate: ddpc does not implement antialias")
     if input.ndim not in (3, 4):
         raise NotImplementedError(f"interpolate: input must be 3-d (N, C, L) or 4-d (N, C, H, W), got shape "
                                   f"{tuple(input.shape)}")
@@ -70,7 +124,8 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
         if recompute_scale_factor:
             scales = (None,) * nd
     for i, (n, o, s) in enumerate(zip(sizes, out, scales)):
-        if o != n:
-            idx = _source_index(n, int(o), s)
-            input = input.index_select(2 + i, tensor(idx, device=input.device))
+        # A dim whose size is kept is a copy in PyTorch's linear modes whatever the scale, while its nearest modes
+        # still read element floor(i / scale_factor) (with no scale_factor they read element i).
+        if o != n or (mode in _NEAREST_MODES and s is not None):
+            input = _resample_dim(input, 2 + i, n, int(o), s, mode, align_corners)
     return input

@@ -1700,7 +1700,8 @@ class Softmin(Module):
 
 __all__ += ["ZeroPad1d", "ZeroPad2d", "ConstantPad1d", "ConstantPad2d", "ReflectionPad1d", "ReflectionPad2d",
             "ReplicationPad1d", "ReplicationPad2d", "CircularPad1d", "CircularPad2d", "PReLU", "Threshold",
-            "Dropout1d", "Dropout2d", "CosineSimilarity", "PairwiseDistance", "Upsample"]
+            "Dropout1d", "Dropout2d", "CosineSimilarity", "PairwiseDistance", "Upsample",
+            "UpsamplingBilinear2d", "UpsamplingNearest2d"]
 
 
 class _PadNd(Module):
@@ -1827,7 +1828,8 @@ class PairwiseDistance(Module):
 
 
 class Upsample(Module):
-    """F.interpolate to ``size`` or by ``scale_factor`` (mode 'nearest')."""
+    """F.interpolate to ``size`` or by ``scale_factor`` (modes 'nearest',
+    'nearest-exact', 'linear' and 'bilinear')."""
 
     def __init__(self, size=None, scale_factor=None, mode="nearest", align_corners=None, recompute_scale_factor=None):
         super().__init__()
@@ -1843,3 +1845,17 @@ class Upsample(Module):
     def extra_repr(self):
         info = f"scale_factor={self.scale_factor!r}" if self.scale_factor is not None else f"size={self.size!r}"
         return f"{info}, mode={self.mode!r}"
+
+
+class UpsamplingNearest2d(Upsample):
+    """Upsample of (N, C, H, W) input in mode 'nearest'."""
+
+    def __init__(self, size=None, scale_factor=None):
+        super().__init__(size, scale_factor, mode="nearest")
+
+
+class UpsamplingBilinear2d(Upsample):
+    """Upsample of (N, C, H, W) input in mode 'bilinear' with align_corners=True."""
+
+    def __init__(self, size=None, scale_factor=None):
+        super().__init__(size, scale_factor, mode="bilinear", align_corners=True)
