@@ -374,6 +374,32 @@ def test_regression_losses_broadcast_with_a_warning():
         F.mse_loss(x, t64(np.zeros((2, 4))))
 
 
+@pytest.mark.parametrize("name, fn", [("mse_loss", lambda d: d * d), ("l1_loss", np.abs)])
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+def test_weighted_regression_losses(name, fn, reduction):
+    x, y, w = rng.standard_normal((3, 4)), rng.standard_normal((3, 4)), rng.uniform(0.5, 2, (3, 4))
+    xt, yt, wt = t64(x, True), t64(y, True), t64(w, True)
+    out = getattr(F, name)(xt, yt, reduction=reduction, weight=wt)
+
+    def ref(a, b, c):
+        loss = fn(a - b) * c
+        return loss if reduction == "none" else loss.sum() if reduction == "sum" else loss.sum() / c.sum()
+
+    np.testing.assert_allclose(arr(out), ref(x, y, w), rtol=1e-12)
+    g = rng.standard_normal(out.shape)
+    out.backward(t64(g))
+    for t, i in ((xt, 0), (yt, 1), (wt, 2)):
+        def along(v, i=i):
+            return ref(*(v if j == i else a for j, a in enumerate((x, y, w))))
+        np.testing.assert_allclose(arr(t.grad), numeric_grad(along, (x, y, w)[i], g), rtol=1e-6, atol=1e-8)
+    with pytest.raises(ValueError, match="Weights and input must have the same size"):
+        getattr(F, name)(xt, yt, weight=t64(w[0]))
+    with pytest.raises(ValueError, match="Invalid reduction mode"):
+        getattr(F, name)(xt, yt, reduction="batchmean", weight=wt)
+    with pytest.raises(TypeError, match="weight must be a ddpc tensor"):
+        getattr(F, name)(xt, yt, weight=w)
+
+
 def test_loss_errors():
     p, q = t64([[0.5, 0.2]]), t64([[1.0, 0.0]])
     with pytest.raises(ValueError, match="different to the input size"):

@@ -130,6 +130,34 @@ def _case_losses():
         _compare("kl_div", [lp, tp], [1, 0], reduction="batchmean")
         _compare("mse_loss", [x, y[:1]], [1, 1])
         _compare("l1_loss", [x[:, :1], y], [1, 1], reduction="sum")
+        _compare_weighted(x, y, rng.uniform(0, 2, x.shape).astype(dtype))
+
+
+def _compare_weighted(x, y, w):
+    """mse_loss and l1_loss with PyTorch 2.15's weight=, the weight taking a
+    gradient too; also a target broadcast against the weighted input."""
+    import inspect
+
+    import numpy as np
+    import torch
+
+    import ddpc
+
+    if "weight" not in inspect.signature(torch.nn.functional.mse_loss).parameters:
+        return  # a PyTorch before the weighted regression losses
+    f32 = x.dtype == np.float32
+    for name in ("mse_loss", "l1_loss"):
+        for red in ("none", "mean", "sum"):
+            for target in (y, y[:1]):
+                res = []
+                for lib in (torch, ddpc):
+                    ts = [lib.tensor(a, requires_grad=True) for a in (x, target, w)]
+                    out = getattr(lib.nn.functional, name)(ts[0], ts[1], reduction=red, weight=ts[2])
+                    out.backward(lib.tensor(np.cos(np.arange(out.numel())).reshape(tuple(out.shape)).astype(x.dtype)))
+                    res.append([np.asarray(out.detach())] + [np.asarray(t.grad) for t in ts])
+                for a, b in zip(*res):
+                    np.testing.assert_allclose(a, b, rtol=1e-6 if f32 else 1e-12, atol=1e-6 if f32 else 1e-12,
+                                               err_msg=f"weighted {name} {red} {target.shape}")
 
 
 def _case_cross_entropy():

@@ -303,14 +303,31 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, r
                              log_probs=True)
 
 
-def mse_loss(input, target, size_average=None, reduce=None, reduction="mean"):
-    _warn_broadcast(input, target)
-    return _ag.pointwise_loss(_ag._MSE, input, target, _legacy_reduction(size_average, reduce, reduction))
+def _regression_loss(kind, input, target, reduction, weight):
+    """The elementwise loss ``kind``, each element's loss times ``weight``
+    (shaped as the input) where one is given, as PyTorch 2.15 weighs
+    mse_loss and l1_loss: 'mean' is then the weighted sum over the sum of
+    the weights, and the weight takes a gradient."""
+    if weight is None:
+        return _ag.pointwise_loss(kind, input, target, reduction)
+    if not isinstance(weight, Tensor):
+        raise TypeError(f"{_ag._LOSS_NAMES[kind]}: weight must be a ddpc tensor, got {type(weight).__name__}")
+    if isinstance(input, Tensor) and weight.shape != input.shape:
+        raise ValueError(f"Weights and input must have the same size: weight {weight.shape}, input {input.shape}.")
+    if reduction not in ("none", "mean", "sum"):
+        raise ValueError(f"Invalid reduction mode: {reduction}. Expected one of 'none', 'mean', 'sum'.")
+    loss = _ag.pointwise_loss(kind, input, target, "none") * weight
+    return loss if reduction == "none" else loss.sum() if reduction == "sum" else loss.sum() / weight.sum()
 
 
-def l1_loss(input, target, size_average=None, reduce=None, reduction="mean"):
+def mse_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
     _warn_broadcast(input, target)
-    return _ag.pointwise_loss(_ag._L1, input, target, _legacy_reduction(size_average, reduce, reduction))
+    return _regression_loss(_ag._MSE, input, target, _legacy_reduction(size_average, reduce, reduction), weight)
+
+
+def l1_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
+    _warn_broadcast(input, target)
+    return _regression_loss(_ag._L1, input, target, _legacy_reduction(size_average, reduce, reduction), weight)
 
 
 def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mean", beta=1.0):
