@@ -8,6 +8,7 @@
 #define DDPC_OPS_NN_H
 
 #include "ops.h"
+#include "optim_rules.h"
 #include "pointwise_loss.h"
 
 /* The parameters p and q of ddpc_op_unary: POW's exponent p; LEAKY_RELU's
@@ -164,6 +165,21 @@ typedef struct {
 } ddpc_adam_args;
 ddpc_status ddpc_op_adam_step(int n, ddpc_buffer **params, ddpc_buffer **grads, ddpc_buffer **exp_avgs,
                               ddpc_buffer **exp_avg_sqs, ddpc_buffer **max_sqs, const ddpc_adam_args *args);
+
+/* RMSprop, Adagrad, Adamax, NAdam, RAdam or Adadelta (kernels/optim_rules.h
+ * names each kind's state lists s1, s2, s3; s2 and s3 may be NULL where the
+ * kind or its options use none). `step` counts from 1. beta is RMSprop's
+ * alpha, Adadelta's rho and the others' beta2. NAdam reads mu_product (the
+ * product of its momentum coefficients before this step) and leaves the
+ * product after it there. */
+typedef struct {
+    ddpc_optim_kind kind;
+    double lr, eps, weight_decay, beta1, beta, momentum, lr_decay, momentum_decay, mu_product;
+    int64_t step;
+    int centered, decoupled, maximize;
+} ddpc_optim_args;
+ddpc_status ddpc_op_optim_step(int n, ddpc_buffer **params, ddpc_buffer **grads, ddpc_buffer **s1, ddpc_buffer **s2,
+                               ddpc_buffer **s3, ddpc_optim_args *args);
 
 
 /* Runs the statement list with T bound to the C type of a float dtype. */

@@ -10,13 +10,18 @@
  *          vmax = max(vmax, v) (amsgrad, used in place of v below)
  *          p = p - lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
  *
- * With maximize, both start from -g. Float16 and bfloat16 groups keep their
+ * RMSprop, Adagrad, Adamax, NAdam, RAdam and Adadelta share one op
+ * (ddpc_op_optim_step) whose rules kernels/optim_rules.h writes once for
+ * these loops and the kernels.
+ *
+ * With maximize, all start from -g. Float16 and bfloat16 groups keep their
  * state in their own dtype (as PyTorch does) and compute in float32.
  *
  * The Python binding checks every list entry and collects the pointers with
  * the GIL held, then runs all updates with it released: device tensors as one
  * kernel each on their compute stream, host tensors split across cores. */
 #include <stdlib.h>
+#include <string.h>
 #include <tgmath.h>
 
 #include "kernels.h"
@@ -53,6 +58,7 @@ typedef struct {
     int s1_unset;                                    /* s1 is only written: SGD's first step sets its buffers */
     const ddpc_sgd_args *sgd;
     const ddpc_adam_args *adam;
+    const ddpc_optim_consts *opt;
     double step_size, bc2_sqrt;
 } group_job_;
 
@@ -169,6 +175,38 @@ static void adam_loop_(const group_job_ *j, ddpc_dtype dt, void *const t[5], int
     });
 }
 
+/* One loop per kind and type: the kind is a constant in each, so the rule's
+ * switch folds away; the optional states are read and written where present. */
+#define OPTIM_LOOP(T, S, KIND)                                                     \
+    for (int64_t i = 0; i < n; i++) {                                              \
+        T pi = p[i], a = s1[i], b = s2 ? s2[i] : 0, d = s3 ? s3[i] : 0;            \
+        ddpc_optim_update_##S(KIND, c, &pi, g[i], &a, &b, &d);                     \
+        p[i] = pi;                                                                 \
+        s1[i] = a;                                                                 \
+        if (s2) s2[i] = b;                                                         \
+        if (s3) s3[i] = d;                                                         \
+    }
+
+#define OPTIM_KINDS(T, S)                                                          \
+    do {                                                                           \
+        T *restrict p = t[0], *restrict s1 = t[2], *restrict s2 = t[3], *restrict s3 = t[4]; \
+        const T *restrict g = t[1];                                                \
+        switch (c->kind) {                                                         \
+        case DDPC_OPTIM_RMSPROP: OPTIM_LOOP(T, S, DDPC_OPTIM_RMSPROP) break;       \
+        case DDPC_OPTIM_ADAGRAD: OPTIM_LOOP(T, S, DDPC_OPTIM_ADAGRAD) break;       \
+        case DDPC_OPTIM_ADAMAX: OPTIM_LOOP(T, S, DDPC_OPTIM_ADAMAX) break;         \
+        case DDPC_OPTIM_NADAM: OPTIM_LOOP(T, S, DDPC_OPTIM_NADAM) break;           \
+        case DDPC_OPTIM_RADAM: OPTIM_LOOP(T, S, DDPC_OPTIM_RADAM) break;           \
+        default: OPTIM_LOOP(T, S, DDPC_OPTIM_ADADELTA) break;                      \
+        }                                                                          \
+    } while (0)
+
+static void optim_loop_(const group_job_ *j, ddpc_dtype dt, void *const t[5], int64_t n) {
+    const ddpc_optim_consts *c = j->opt;
+    if (dt == DDPC_FLOAT32) OPTIM_KINDS(float, f32);
+    else OPTIM_KINDS(double, f64);
+}
+
 #ifdef DDPC_WITH_CUDA
 /* Queue parameter i's update kernel on `stream`; return a cudaError_t. */
 static int sgd_kernel_(const group_job_ *j, int i, void *stream) {
@@ -185,11 +223,17 @@ static int adam_kernel_(const group_job_ *j, int i, void *stream) {
                        p->dtype, a->lr, a->beta1, a->beta2, a->eps, a->weight_decay, a->decoupled, a->maximize,
                        j->step_size, j->bc2_sqrt, stream);
 }
+
+static int optim_kernel_(const group_job_ *j, int i, void *stream) {
+    ddpc_buffer *p = j->params[i];
+    return ddpc_k_optim(p->data, j->grads[i]->data, j->s1[i]->data, j->s2 ? j->s2[i]->data : NULL,
+                        j->s3 ? j->s3[i]->data : NULL, p->numel, p->dtype, j->opt, stream);
+}
 #endif
 
 /* Launches the device tensors' updates, one kernel each, on their devices'
  * compute streams; the host tensors are left to the threads. */
-static ddpc_status device_steps_(const group_job_ *j, int adam) {
+static ddpc_status device_steps_(const group_job_ *j) {
     for (int i = 0; i < j->n; i++) {
         ddpc_buffer *p = j->params[i];
         if (p->device == DDPC_CPU || p->numel == 0) continue;
@@ -198,11 +242,11 @@ static ddpc_status device_steps_(const group_job_ *j, int adam) {
         int prev;
         CHECK(ddpc_cuda_compute_stream(p->device, &stream));
         CHECK(ddpc_cuda_enter(p->device, &prev));
-        cudaError_t e = (cudaError_t)(adam ? adam_kernel_(j, i, stream) : sgd_kernel_(j, i, stream));
+        cudaError_t e = (cudaError_t)(j->sgd ? sgd_kernel_(j, i, stream)
+                                             : j->adam ? adam_kernel_(j, i, stream) : optim_kernel_(j, i, stream));
         ddpc_cuda_leave(prev);
         CUDACHECK(e);
 #else
-        (void)adam;
         return ddpc_cuda_require(p->device);
 #endif
     }
@@ -229,7 +273,7 @@ ddpc_status ddpc_op_sgd_step(int n, ddpc_buffer **params, ddpc_buffer **grads, d
     }
     group_job_ j = {.n = n, .params = params, .grads = grads, .s1 = args->momentum != 0 ? bufs : NULL, .sgd = args,
                     .s1_unset = args->first};
-    CHECK(device_steps_(&j, 0));
+    CHECK(device_steps_(&j));
     CHECK(host_starts_(&j));
     run_group_(&j, sgd_loop_);
     free(j.starts);
@@ -248,10 +292,78 @@ ddpc_status ddpc_op_adam_step(int n, ddpc_buffer **params, ddpc_buffer **grads, 
     double bc1 = 1 - pow(args->beta1, (double)args->step), bc2 = 1 - pow(args->beta2, (double)args->step);
     group_job_ j = {.n = n, .params = params, .grads = grads, .s1 = exp_avgs, .s2 = exp_avg_sqs, .s3 = max_sqs,
                     .adam = args, .step_size = args->lr / bc1, .bc2_sqrt = sqrt(bc2)};
-    CHECK(device_steps_(&j, 1));
+    CHECK(device_steps_(&j));
     CHECK(host_starts_(&j));
     run_group_(&j, adam_loop_);
     free(j.starts);
+    return DDPC_OK;
+}
+
+static const char *const optim_names_[DDPC_NOPTIM] = {"rmsprop", "adagrad", "adamax", "nadam", "radam", "adadelta"};
+
+/* The step's constants (kernels/optim_rules.h) with PyTorch's scalar
+ * formulas; *mu_product gets NAdam's product after this step. */
+static void optim_consts_(const ddpc_optim_args *a, ddpc_optim_consts *c, double *mu_product) {
+    double t = (double)a->step, wd = a->weight_decay;
+    *c = (ddpc_optim_consts){.kind = a->kind, .centered = a->centered, .momentum_on = a->momentum > 0,
+                             .sign = a->maximize ? -1 : 1, .l2 = a->decoupled ? 0 : wd,
+                             .shrink = a->decoupled ? 1 - a->lr * wd : 1, .lr = a->lr, .eps = a->eps,
+                             .beta1 = a->beta1, .beta = a->beta, .momentum = a->momentum};
+    *mu_product = a->mu_product;
+    switch (a->kind) {
+    case DDPC_OPTIM_ADAGRAD: c->lr = a->lr / (1 + (t - 1) * a->lr_decay); break;
+    case DDPC_OPTIM_ADAMAX: c->lr = a->lr / (1 - pow(a->beta1, t)); break;
+    case DDPC_OPTIM_NADAM: {
+        double mu = a->beta1 * (1 - 0.5 * pow(0.96, t * a->momentum_decay));
+        double mu_next = a->beta1 * (1 - 0.5 * pow(0.96, (t + 1) * a->momentum_decay));
+        *mu_product = a->mu_product * mu;
+        c->bc2 = 1 - pow(a->beta, t);
+        c->coef_g = -a->lr * (1 - mu) / (1 - *mu_product);
+        c->coef_a = -a->lr * mu_next / (1 - *mu_product * mu_next);
+        break;
+    }
+    case DDPC_OPTIM_RADAM: {
+        /* The variance of the adaptive rate is tractable only once rho_t > 5;
+         * before that the step is plain momentum (rect = 0). */
+        double rho_inf = 2 / (1 - a->beta) - 1;
+        c->bc1 = 1 - pow(a->beta1, t);
+        c->bc2 = 1 - pow(a->beta, t);
+        c->sqrt_bc2 = sqrt(c->bc2);
+        double rho_t = rho_inf - 2 * t * pow(a->beta, t) / c->bc2;
+        if (rho_t > 5) c->rect = sqrt((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t));
+        break;
+    }
+    default: break;
+    }
+}
+
+ddpc_status ddpc_op_optim_step(int n, ddpc_buffer **params, ddpc_buffer **grads, ddpc_buffer **s1, ddpc_buffer **s2,
+                               ddpc_buffer **s3, ddpc_optim_args *args) {
+    if ((unsigned)args->kind >= DDPC_NOPTIM)
+        return DDPC_ERROR(DDPC_ERR_ARG, "optimizer step: unknown kind %d", (int)args->kind);
+    const char *op = optim_names_[args->kind];
+    /* Which state lists this kind with these options reads; the others are left alone. */
+    int k = args->kind;
+    int uses2 = k == DDPC_OPTIM_RMSPROP ? args->momentum > 0 : k != DDPC_OPTIM_ADAGRAD;
+    int uses3 = k == DDPC_OPTIM_RMSPROP && args->centered;
+    if (!uses2) s2 = NULL;
+    if (!uses3) s3 = NULL;
+    ddpc_buffer **lists[4] = {grads, s1, s2, s3};
+    const char *names[4] = {"gradient", "first state", "second state", "third state"};
+    CHECK(check_group_(n, params, lists, names, 4, op));
+    for (int i = 0; i < n; i++)
+        if (!s1 || !s1[i] || (uses2 && (!s2 || !s2[i])) || (uses3 && (!s3 || !s3[i])))
+            return DDPC_ERROR(DDPC_ERR_ARG, "%s: parameter %d lacks a state buffer", op, i);
+    if (args->step < 1) return DDPC_ERROR(DDPC_ERR_ARG, "%s: step counts from 1, got %lld", op, (long long)args->step);
+    ddpc_optim_consts c;
+    double mu_product;
+    optim_consts_(args, &c, &mu_product);
+    group_job_ j = {.n = n, .params = params, .grads = grads, .s1 = s1, .s2 = s2, .s3 = s3, .opt = &c};
+    CHECK(device_steps_(&j));
+    CHECK(host_starts_(&j));
+    run_group_(&j, optim_loop_);
+    free(j.starts);
+    args->mu_product = mu_product;
     return DDPC_OK;
 }
 
@@ -299,9 +411,10 @@ static PyObject *run_step_(ddpc_status (*step)(void *), void *ctx, size_t nbytes
 
 typedef struct {
     int n;
-    ddpc_buffer **params, **grads, **bufs, **m, **v, **vmax;
+    ddpc_buffer **params, **grads, **bufs, **m, **v, **vmax, **s1, **s2, **s3;
     ddpc_sgd_args sgd;
     ddpc_adam_args adam;
+    ddpc_optim_args opt;
 } step_ctx_;
 
 static ddpc_status sgd_call_(void *c) {
@@ -312,6 +425,11 @@ static ddpc_status sgd_call_(void *c) {
 static ddpc_status adam_call_(void *c) {
     step_ctx_ *s = c;
     return ddpc_op_adam_step(s->n, s->params, s->grads, s->m, s->v, s->vmax, &s->adam);
+}
+
+static ddpc_status optim_call_(void *c) {
+    step_ctx_ *s = c;
+    return ddpc_op_optim_step(s->n, s->params, s->grads, s->s1, s->s2, s->s3, &s->opt);
 }
 
 static size_t group_bytes_(ddpc_buffer **params, int n) {
@@ -376,12 +494,60 @@ exit:
     return res;
 }
 
+static PyObject *py_optim_step(PyObject *m, PyObject *args, PyObject *kwargs) {
+    (void)m;
+    static char *kwlist[] = {"kind", "params", "grads", "state1", "state2", "state3", "step", "lr", "eps",
+                             "weight_decay", "maximize", "beta1", "beta", "momentum", "centered", "lr_decay",
+                             "momentum_decay", "decoupled", "mu_product", NULL};
+    const char *kind;
+    PyObject *lp, *lg, *l1, *l2, *l3;
+    step_ctx_ s = {0};
+    long long step;
+    s.opt.mu_product = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "sOOOOOLdddp|$dddpddpd:optim_step", kwlist, &kind, &lp, &lg, &l1,
+                                     &l2, &l3, &step, &s.opt.lr, &s.opt.eps, &s.opt.weight_decay, &s.opt.maximize,
+                                     &s.opt.beta1, &s.opt.beta, &s.opt.momentum, &s.opt.centered, &s.opt.lr_decay,
+                                     &s.opt.momentum_decay, &s.opt.decoupled, &s.opt.mu_product))
+        return NULL;
+    int k = 0;
+    while (k < DDPC_NOPTIM && strcmp(kind, optim_names_[k])) k++;
+    if (k == DDPC_NOPTIM) return PyErr_Format(PyExc_ValueError, "optim_step: unknown optimizer '%s'", kind);
+    s.opt.kind = (ddpc_optim_kind)k;
+    s.opt.step = step;
+    Py_ssize_t n = PySequence_Size(lp);
+    if (n < 0) return NULL;
+    if (n > INT32_MAX) return PyErr_Format(PyExc_ValueError, "optim_step: too many parameters");
+    PyObject *res = NULL;
+    ddpc_buffer **all = calloc(5 * (size_t)n + 1, sizeof *all);
+    if (!all) return PyErr_NoMemory();
+    s.n = (int)n, s.params = all, s.grads = all + n, s.s1 = all + 2 * n;
+    s.s2 = l2 == Py_None ? NULL : all + 3 * n;
+    s.s3 = l3 == Py_None ? NULL : all + 4 * n;
+    if (collect_(lp, n, 0, "params", s.params) < 0 || collect_(lg, n, 0, "grads", s.grads) < 0 ||
+        collect_(l1, n, 0, "state1", s.s1) < 0 || (s.s2 && collect_(l2, n, 0, "state2", s.s2) < 0) ||
+        (s.s3 && collect_(l3, n, 0, "state3", s.s3) < 0))
+        goto exit;
+    res = run_step_(optim_call_, &s, group_bytes_(s.params, s.n));
+    if (res && s.opt.kind == DDPC_OPTIM_NADAM) {
+        Py_DECREF(res);
+        res = PyFloat_FromDouble(s.opt.mu_product);
+    }
+exit:
+    free(all);
+    return res;
+}
+
 static PyMethodDef optim_methods[] = {
     {"sgd_step", (PyCFunction)(void (*)(void))py_sgd_step, METH_VARARGS | METH_KEYWORDS,
      "sgd_step(params, grads, momentum_buffers, lr, momentum, dampening, weight_decay, nesterov, first, maximize)"},
     {"adam_step", (PyCFunction)(void (*)(void))py_adam_step, METH_VARARGS | METH_KEYWORDS,
      "adam_step(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, step, lr, beta1, beta2, eps, weight_decay, "
      "decoupled, maximize): Adam, or AdamW when decoupled"},
+    {"optim_step", (PyCFunction)(void (*)(void))py_optim_step, METH_VARARGS | METH_KEYWORDS,
+     "optim_step(kind, params, grads, state1, state2, state3, step, lr, eps, weight_decay, maximize, *, beta1=0, "
+     "beta=0, momentum=0, centered=False, lr_decay=0, momentum_decay=0, decoupled=False, mu_product=1): one step of "
+     "'rmsprop', 'adagrad', 'adamax', 'nadam', 'radam' or 'adadelta' (kernels/optim_rules.h names the states); "
+     "returns NAdam's new mu_product, None for the others"},
     {NULL, NULL, 0, NULL},
 };
 

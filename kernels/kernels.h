@@ -140,6 +140,11 @@ int ddpc_k_sgd(void *p, const void *g, void *buf, int64_t n, int dtype, double l
 int ddpc_k_adam(void *p, const void *g, void *m, void *v, void *vmax, int64_t n, int dtype, double lr, double beta1,
                 double beta2, double eps, double weight_decay, int decoupled, int maximize, double step_size,
                 double bc2_sqrt, void *stream);
+/* One tensor's step of an optimizer of kernels/optim_rules.h, which documents
+ * its rules, the state arrays s1..s3 (NULL where unused) and the constants c. */
+struct ddpc_optim_consts;
+int ddpc_k_optim(void *p, const void *g, void *s1, void *s2, void *s3, int64_t n, int dtype,
+                 const struct ddpc_optim_consts *c, void *stream);
 
 /* Gradient unscaling (kernels/amp.cu); see csrc/amp.c. */
 int ddpc_k_unscale(void *g, int64_t n, int dtype, double inv_scale, void *found_inf, void *stream);

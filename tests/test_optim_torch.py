@@ -1,5 +1,7 @@
 """Optional: ddpc.optim against torch.optim (skipped when torch is not
-installed): maximize, float16 and bfloat16 parameters, the cyclic
+installed): maximize, float16 and bfloat16 parameters, RMSprop, Adagrad,
+Adamax, NAdam, RAdam and Adadelta over their options (trajectories and
+state), schedulers driving them and their betas, the cyclic
 schedulers' lr and momentum sequences, and the chainable schedulers alone,
 composed on one optimizer, chained and in sequence.
 
@@ -13,7 +15,8 @@ import pytest
 from procs import run_torch_case
 
 
-@pytest.mark.parametrize("case", ["maximize", "sixteen_bit", "schedulers", "chainable_schedulers"])
+@pytest.mark.parametrize("case", ["maximize", "sixteen_bit", "more_optimizers", "schedulers",
+                                  "chainable_schedulers"])
 def test_matches_pytorch(case):
     out = run_torch_case(__file__, case)
     assert out.strip().endswith("ok"), out
@@ -84,6 +87,68 @@ def _case_sixteen_bit():
             assert rel_default <= 8 * eps
 
 
+MORE_OPTIMIZERS = [
+    ("RMSprop", {}), ("RMSprop", dict(lr=0.05, weight_decay=0.1)), ("RMSprop", dict(momentum=0.9)),
+    ("RMSprop", dict(centered=True, alpha=0.3)),
+    ("RMSprop", dict(lr=0.03, alpha=0.9, eps=1e-4, momentum=0.5, centered=True, weight_decay=0.1, maximize=True)),
+    ("Adagrad", {}), ("Adagrad", dict(lr=0.1, lr_decay=0.1)), ("Adagrad", dict(weight_decay=0.1, eps=1e-4)),
+    ("Adagrad", dict(lr=0.1, lr_decay=0.05, weight_decay=0.1, initial_accumulator_value=0.5, maximize=True)),
+    ("Adamax", {}), ("Adamax", dict(lr=0.01, betas=(0.8, 0.9), eps=1e-3)),
+    ("Adamax", dict(weight_decay=0.1, maximize=True)),
+    ("NAdam", {}), ("NAdam", dict(lr=0.01, momentum_decay=0.05, betas=(0.8, 0.95))),
+    ("NAdam", dict(weight_decay=0.1)), ("NAdam", dict(weight_decay=0.1, decoupled_weight_decay=True)),
+    ("NAdam", dict(weight_decay=0.1, decoupled_weight_decay=True, eps=1e-3, maximize=True)),
+    ("RAdam", {}), ("RAdam", dict(betas=(0.8, 0.9), lr=0.01)), ("RAdam", dict(weight_decay=0.1)),
+    ("RAdam", dict(weight_decay=0.1, decoupled_weight_decay=True, betas=(0.9, 0.5))),
+    ("RAdam", dict(weight_decay=0.1, eps=1e-3, maximize=True)),
+    ("Adadelta", {}), ("Adadelta", dict(lr=0.5, rho=0.5)), ("Adadelta", dict(weight_decay=0.1, eps=1e-4)),
+    ("Adadelta", dict(rho=0.95, weight_decay=0.1, maximize=True)),
+]
+
+
+def _case_more_optimizers():
+    """Ten steps from the same start and gradients, in float64 and float32 (torch's default dtype set to
+    match, since it keeps NAdam's mu_product in that dtype); then each state entry. Two param groups, the
+    second with its own lr, and a StepLR halving the lrs every three steps."""
+    import torch
+    import numpy as np
+
+    import ddpc
+
+    rng = np.random.default_rng(0)
+    init = [rng.standard_normal(s) for s in ((20, 7), (7,), (3, 2, 2))]
+    grads = [[rng.standard_normal(a.shape) for a in init] for _ in range(10)]
+
+    def run(lib, name, kw, dtype):
+        params = [lib.tensor(a).to(dtype=dtype).requires_grad_() for a in init]
+        opt = getattr(lib.optim, name)([{"params": params[:2]}, {"params": params[2:], "lr": 0.02}], **kw)
+        sched = lib.optim.lr_scheduler.StepLR(opt, 3, 0.5)
+        for gs in grads:
+            for p, g in zip(params, gs):
+                p.grad = lib.tensor(g).to(dtype=dtype)
+            opt.step()
+            sched.step()
+        state = [{k: np.asarray(v.double().numpy()) if isinstance(v, lib.Tensor) else v
+                  for k, v in opt.state[p].items()} for p in params]
+        return [np.asarray(p.detach().double().numpy()) for p in params], state
+
+    for name, kw in MORE_OPTIMIZERS:
+        for tdt, ddt, tol in ((torch.float64, ddpc.float64, 1e-10), (torch.float32, ddpc.float32, 1e-6)):
+            torch.set_default_dtype(tdt)
+            want, want_state = run(torch, name, kw, tdt)
+            got, got_state = run(ddpc, name, kw, ddt)
+            worst = max(float(np.abs(a - b).max() / np.abs(b).max()) for a, b in zip(got, want))
+            state_worst = 0.0
+            for g, w in zip(got_state, want_state):
+                assert list(g) == list(w), (list(g), list(w))
+                for k in w:
+                    scale = max(float(np.abs(w[k]).max()), 1e-30)
+                    state_worst = max(state_worst, float(np.abs(np.asarray(g[k]) - w[k]).max()) / scale)
+            print(name, kw, tdt, "max |ddpc - torch| / max |torch|: params", worst, "state", state_worst)
+            assert worst < tol and state_worst < 10 * tol
+    torch.set_default_dtype(torch.float32)
+
+
 def _case_schedulers():
     import torch
     import numpy as np
@@ -107,6 +172,8 @@ def _case_schedulers():
     fractional = [0, 0.5, 1.2, 2.9, 3.0, 5.5, 7.99, 8.0, 13, 26, 27.5]
     cases = [
         ("SGD", dict(lr=0.1, momentum=0.9), "OneCycleLR", dict(max_lr=1.0, total_steps=20), 20, None),
+        ("NAdam", dict(lr=0.1), "OneCycleLR", dict(max_lr=1.0, total_steps=20), 20, None),
+        ("RMSprop", dict(lr=0.1, momentum=0.9), "CyclicLR", dict(base_lr=0.01, max_lr=0.1, step_size_up=4), 30, None),
         ("Adam", dict(lr=0.1), "OneCycleLR", dict(max_lr=[1.0, 2.0], total_steps=20, three_phase=True,
                                                   anneal_strategy="linear"), 20, None),
         ("AdamW", dict(lr=0.1), "OneCycleLR", dict(max_lr=0.01, epochs=3, steps_per_epoch=7, pct_start=0.25,
