@@ -26,8 +26,8 @@ __all__ = ["BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm", "CrossE
            "init", "parallel", "utils", "DataParallel", "DistributedDataParallel",
            "LeakyReLU", "ELU", "SiLU", "Softplus", "Mish", "Hardtanh", "ReLU6", "Hardswish", "Hardsigmoid", "Softmax",
            "LogSoftmax", "NLLLoss", "BCELoss", "BCEWithLogitsLoss", "L1Loss", "SmoothL1Loss", "HuberLoss", "KLDivLoss",
-           "GLU", "GroupNorm", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d", "ParameterDict", "ParameterList", "RMSNorm",
-           "Softmin", "Unflatten"]
+           "GLU", "GroupNorm", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d", "ParameterDict", "ParameterList",
+           "RMSNorm", "Softmin", "Unflatten"]
 __all__ += ["AdaptiveAvgPool2d", "AvgPool1d", "AvgPool2d", "Conv1d", "Conv2d", "MaxPool1d", "MaxPool2d"]
 from .transformer import (MultiheadAttention, Transformer, TransformerDecoder, TransformerDecoderLayer,
                           TransformerEncoder, TransformerEncoderLayer)
@@ -42,3 +42,6 @@ __all__ += ["AlphaDropout", "CELU", "ChannelShuffle", "CosineEmbeddingLoss", "Ga
             "HingeEmbeddingLoss", "LogSigmoid", "MarginRankingLoss", "MultiLabelSoftMarginLoss", "MultiMarginLoss",
             "PixelShuffle", "PixelUnshuffle", "PoissonNLLLoss", "RReLU", "SELU", "Softmax2d", "SoftMarginLoss",
             "Softshrink", "Softsign", "Tanhshrink", "TripletMarginLoss", "TripletMarginWithDistanceLoss"]
+from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase
+
+__all__ += ["GRU", "LSTM", "RNN", "GRUCell", "LSTMCell", "RNNBase", "RNNCell", "RNNCellBase"]

@@ -1,9 +1,10 @@
-"""ddpc.nn.utils: gradient clipping, as torch.nn.utils."""
+"""ddpc.nn.utils: gradient clipping, as torch.nn.utils, and (ddpc.nn.utils.rnn) packed sequences."""
 
 import math
 
-from .. import autograd
-from ..tensor import Tensor, float32, tensor
+from ... import autograd
+from ...tensor import Tensor, float32, tensor
+from . import rnn  # noqa: F401  (ddpc.nn.utils.rnn, as torch.nn.utils.rnn)
 
 
 def _grads(parameters):
