@@ -334,6 +334,45 @@ ddpc_status ddpc_op_sum(ddpc_buffer *out, const ddpc_buffer *a) {
     return DDPC_OK;
 }
 
+/* ---- replacing non-finite values ---------------------------------------------- */
+
+#define NAN_TO_NUM_LOOP(T)                                                         \
+    do {                                                                           \
+        T *o_ = out->data;                                                         \
+        const T *x_ = x->data, tn = (T)nan, tp = (T)posinf, tm = (T)neginf;        \
+        for (int64_t k = 0; k < n; k++) {                                          \
+            T v = x_[k];                                                           \
+            o_[k] = v != v ? tn : (v == (T)INFINITY ? tp : (v == (T)-INFINITY ? tm : v)); \
+        }                                                                          \
+    } while (0)
+
+ddpc_status ddpc_op_nan_to_num(ddpc_buffer *out, const ddpc_buffer *x, double nan, double posinf, double neginf) {
+    CHECK(check_writable_(out, "nan_to_num"));
+    CHECK(check_pair_(out, x, "nan_to_num", 1, 1));
+    if (!ddpc_dtype_is_float(out->dtype))
+        return DDPC_ERROR(DDPC_ERR_TYPE, "nan_to_num: needs a float dtype, got %s", ddpc_dtype_name(out->dtype));
+    int64_t n = out->numel;
+    if (n == 0) return DDPC_OK;
+    if (out->device != DDPC_CPU)
+        DDPC_LAUNCH(out->device, ddpc_k_nan_to_num(out->data, x->data, out->dtype, n, nan, posinf, neginf, stream));
+    if (out->dtype == DDPC_FLOAT32) NAN_TO_NUM_LOOP(float);
+    else if (out->dtype == DDPC_FLOAT64) NAN_TO_NUM_LOOP(double);
+    else {
+        /* 16-bit floats by their bits: only NaN and the infinities change, so
+         * no element goes through float and back. */
+        const float f[3] = {(float)nan, (float)posinf, (float)neginf};
+        uint16_t r[3], inf = out->dtype == DDPC_FLOAT16 ? 0x7c00u : 0x7f80u;
+        ddpc_float_to_16bit(out->dtype, f, r, 3);
+        uint16_t *o = out->data;
+        const uint16_t *xs = x->data;
+        for (int64_t k = 0; k < n; k++) {
+            uint16_t b = xs[k], mag = b & 0x7fffu;
+            o[k] = mag > inf ? r[0] : (mag == inf ? r[(b >> 15) + 1] : b);
+        }
+    }
+    return DDPC_OK;
+}
+
 /* ---- random numbers ------------------------------------------------------------ */
 
 /* The mapping from random bits to values is part of ddpc's reproducibility
@@ -439,6 +478,16 @@ static PyObject *py_sum(PyObject *m, PyObject *args) {
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(a), ddpc_op_sum(out, a));
 }
 
+static PyObject *py_nan_to_num(PyObject *m, PyObject *args) {
+    (void)m;
+    ddpc_buffer *out, *x;
+    double nan, posinf, neginf;
+    if (!PyArg_ParseTuple(args, "O&O&ddd:nan_to_num", ddpc_arg_buffer, &out, ddpc_arg_buffer, &x, &nan, &posinf,
+                          &neginf))
+        return NULL;
+    DDPC_RUN_RELEASED(ddpc_buffer_nbytes(out), ddpc_op_nan_to_num(out, x, nan, posinf, neginf));
+}
+
 static PyObject *py_random(PyObject *m, PyObject *args) {
     (void)m;
     ddpc_buffer *dst;
@@ -465,6 +514,7 @@ static PyMethodDef ops_methods[] = {
     {"binary", py_binary, METH_VARARGS, "binary(op, out, a, b): op 0 add 1 sub 2 mul 3 div 4 rsub 5 rdiv"},
     {"scalar", py_scalar, METH_VARARGS, "scalar(op, out, a, s)"},
     {"sum", py_sum, METH_VARARGS, "sum(out, a): out is one element"},
+    {"nan_to_num", py_nan_to_num, METH_VARARGS, "nan_to_num(out, x, nan, posinf, neginf): float dtypes"},
     {"random", py_random, METH_VARARGS, "random(dst, kind, seed, offset, a, b): 0 uniform[a,b) 1 normal(a,b) 2 int[a,b)"},
     {"randperm", py_randperm, METH_VARARGS, "randperm(dst, seed, offset): permutation of 0..n-1 into an int64 buffer"},
     {NULL, NULL, 0, NULL},

@@ -50,6 +50,9 @@ ddpc_status ddpc_op_binary(ddpc_binary_op op, ddpc_buffer *out, const ddpc_buffe
 ddpc_status ddpc_op_scalar(ddpc_binary_op op, ddpc_buffer *out, const ddpc_buffer *a, double s);
 /* out (one element; float dtypes keep theirs, integers give int64) = sum of a. */
 ddpc_status ddpc_op_sum(ddpc_buffer *out, const ddpc_buffer *a);
+/* out = x with NaN, +inf and -inf replaced by nan, posinf and neginf (each
+ * rounded to the dtype once); float dtypes, one pass. */
+ddpc_status ddpc_op_nan_to_num(ddpc_buffer *out, const ddpc_buffer *x, double nan, double posinf, double neginf);
 /* Counter-based random numbers: element i of a draw with (seed, offset) is a
  * pure function of (seed, offset + i), so host and device give the same values. */
 ddpc_status ddpc_op_random(ddpc_buffer *dst, ddpc_random_kind kind, uint64_t seed, uint64_t offset, double a, double b);

@@ -39,6 +39,30 @@ static inline DDPC_HD double ddpc_uniform_bits(uint64_t bits, int m) {
     return (double)(bits >> (64 - m)) / (double)(1ull << m);
 }
 
+/* Sort keys: an unsigned integer of the element's width that orders as the
+ * elements do, from the element's bits (zero-extended). Floats order every
+ * NaN last and equal to each other, and -0 equal to +0, as PyTorch's sort;
+ * signed integers flip their sign bit. dtype is a ddpc_dtype code: float32,
+ * float64, float16, bfloat16, int32, int64, uint8. A descending sort inverts
+ * every bit of the key (within the width), which keeps equal keys equal, so a
+ * stable ascending sort of the inverted keys keeps ties in index order. */
+static inline DDPC_HD uint64_t ddpc_sort_key(int dtype, uint64_t bits) {
+    uint64_t sign, inf;
+    switch (dtype) {
+    case 0: sign = 1ull << 31, inf = 0x7f800000ull; break;
+    case 1: sign = 1ull << 63, inf = 0x7ff0000000000000ull; break;
+    case 2: sign = 1ull << 15, inf = 0x7c00ull; break;
+    case 3: sign = 1ull << 15, inf = 0x7f80ull; break;
+    case 4: return bits ^ (1ull << 31);
+    case 5: return bits ^ (1ull << 63);
+    default: return bits;
+    }
+    uint64_t all = (sign << 1) - 1, magnitude = bits & (sign - 1);
+    if (magnitude > inf) return all; /* NaN, whatever its sign and payload */
+    if (magnitude == 0) return sign; /* both zeros */
+    return bits & sign ? ~bits & all : bits | sign;
+}
+
 int ddpc_k_fill(void *dst, int dtype, int64_t n, double value, void *stream);
 int ddpc_k_cast(void *dst, int dst_dtype, const void *src, int src_dtype, int64_t n, void *stream);
 int ddpc_k_binary(int op, void *out, const void *a, const void *b, int dtype, int64_t n, void *stream);
@@ -90,6 +114,22 @@ int ddpc_k_fold_dim(void *out, const void *a, int dtype, int64_t outer, int64_t 
 enum { DDPC_K_GATHER = 0, DDPC_K_SCATTER, DDPC_K_SCATTER_ADD };
 int ddpc_k_index_dim(void *big, void *small, const int64_t *index, int dtype, int64_t n, ddpc_k_bcast geo, int dim,
                      int64_t len, int mode, void *stream);
+/* Stable sort along a dim (kernels/sort.cu), every dtype: indices (int64) and,
+ * unless NULL, values as ddpc_op_sort_dim describes them. `scratch` is device
+ * memory of the size ddpc_k_sort_scratch gives for that many lines. */
+int ddpc_k_sort_scratch(int64_t lines, int64_t len, int dtype, size_t *bytes);
+int ddpc_k_sort_dim(int64_t *indices, void *values, const void *a, int dtype, int64_t outer, int64_t len,
+                    int64_t inner, int descending, void *scratch, size_t bytes, void *stream);
+/* The positions of the n non-zero elements of a uint8 mask, in order
+ * (kernels/select.cu): flat indices, or with `coords` the coordinates over
+ * geo's shape (geo.ndim per row). Only the first `rows` positions are
+ * written. `scratch` is device memory of the size ddpc_k_nonzero_scratch gives. */
+int ddpc_k_nonzero_scratch(int64_t n, size_t *bytes);
+int ddpc_k_nonzero(int64_t *out, const uint8_t *mask, int64_t n, int64_t rows, int coords, ddpc_k_bcast geo,
+                   void *scratch, size_t bytes, void *stream);
+/* NaN, +inf and -inf replaced by the three values (float dtypes). */
+int ddpc_k_nan_to_num(void *out, const void *x, int dtype, int64_t n, double nan, double posinf, double neginf,
+                      void *stream);
 int ddpc_k_unary(int op, void *out, const void *x, double p, double q, int dtype, int64_t n, void *stream);
 int ddpc_k_unary_backward(int op, void *gx, const void *gy, const void *saved, double p, double q, int dtype, int64_t n,
                           void *stream);

@@ -52,6 +52,7 @@ C_TESTS = {
     "copy": (f"{ROOT}/tests/c/test_copy_lines.c", CORE + _sources("npy")),  # includes loader.c
     "comm": (f"{ROOT}/tests/c/test_ring_schedule.c", _sources("dtype", "comm/reduce")),
     "stash": (f"{ROOT}/tests/c/test_stash.c", _sources("common", "comm/stash")),
+    "sort": (f"{ROOT}/tests/c/test_sort.c", _sources("sort")),
 }
 
 @pytest.mark.parametrize("with_cuda", [False, True], ids=["cpu-only", "cuda"])
@@ -68,7 +69,7 @@ def test_c_unit_tests_under_asan(tmp_path, name, with_cuda):
 
 
 ASAN_SUITES = ("test_tensor", "test_indexing", "test_interop", "test_nccl", "test_ops_nn", "test_autograd", "test_nn", "test_optim",
-               "test_nn_extra", "test_sampler", "test_amp", "test_conv", "test_reductions", "test_math")
+               "test_nn_extra", "test_sampler", "test_amp", "test_conv", "test_reductions", "test_math", "test_sort")
 
 
 def libasan():

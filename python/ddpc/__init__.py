@@ -12,11 +12,11 @@ from .tensor import (Generator, Tensor, arange, default_generator, empty, empty_
 from . import autograd
 from .autograd import (argmax, argmin, cat, enable_grad, exp, is_grad_enabled, log, matmul, max, min, no_grad, relu,
                        set_grad_enabled, sigmoid, stack, tanh)
-from .autograd import (addmm, all_ as all, amax, amin, any_ as any, argsort, bmm, chunk, count_nonzero, cumprod, cumsum,
-                       diff, dot, flip, gather, index_add, logsumexp, masked_select, mean, mm, mv, norm, outer, permute,
-                       prod, repeat_interleave, reshape, roll, scatter, scatter_add, sort, split, split_with_sizes, std,
-                       std_mean, sum, take, tensor_split, topk, transpose, tril, triu, unbind, unflatten, unique, var,
-                       var_mean, clone)
+from .autograd import (addmm, all_ as all, amax, amin, any_ as any, argsort, argwhere, bmm, chunk, count_nonzero,
+                       cumprod, cumsum, diff, dot, flip, gather, index_add, logsumexp, masked_select, mean, mm, msort,
+                       mv, nonzero, norm, outer, permute, prod, repeat_interleave, reshape, roll, scatter, scatter_add,
+                       sort, split, split_with_sizes, std, std_mean, sum, take, tensor_split, topk, transpose, tril,
+                       triu, unbind, unflatten, unique, var, var_mean, clone)
 from .tensor import flatten, index_select, is_tensor, numel, squeeze, unsqueeze
 from .autograd import (abs, absolute, addcdiv, addcmul, allclose, ceil, clamp, clamp_max, clamp_min, clip, cos, equal,
                        erf, expm1, floor, isclose, isfinite, isinf, isnan, lerp, log1p, logical_and, logical_not,
@@ -61,9 +61,9 @@ __all__ = [
     "as_tensor", "broadcast_shapes", "broadcast_tensors", "diag", "eye", "full_like", "get_default_dtype",
     "get_rng_state", "inference_mode", "linspace", "logspace", "meshgrid", "rand_like", "randint_like",
     "randn_like", "seed", "set_default_dtype", "set_rng_state",
-    "addmm", "all", "amax", "amin", "any", "argsort", "bmm", "chunk", "clone", "count_nonzero", "cumprod", "cumsum",
-    "diff", "dot", "flatten", "flip", "gather", "index_add", "index_select", "is_tensor", "logsumexp", "masked_select",
-    "mean", "mm", "mv", "norm", "numel", "outer", "permute", "prod", "repeat_interleave", "reshape", "roll", "scatter",
+    "addmm", "all", "amax", "amin", "any", "argsort", "argwhere", "bmm", "chunk", "clone", "count_nonzero", "cumprod",
+    "cumsum", "diff", "dot", "flatten", "flip", "gather", "index_add", "index_select", "is_tensor", "logsumexp",
+    "masked_select", "mean", "mm", "msort", "mv", "nonzero", "norm", "numel", "outer", "permute", "prod", "repeat_interleave", "reshape", "roll", "scatter",
     "scatter_add", "sort", "split", "split_with_sizes", "squeeze", "std", "std_mean", "sum", "take", "tensor_split",
     "topk", "transpose", "tril", "triu", "unbind", "unflatten", "unique", "unsqueeze", "var", "var_mean",
     "abs", "absolute", "addcdiv", "addcmul", "allclose", "ceil", "clamp", "clamp_max", "clamp_min", "clip", "cos",

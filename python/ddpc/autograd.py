@@ -426,6 +426,13 @@ def _empty(shape, ref, dtype=None):
     return Tensor(_C.Buffer(tuple(shape), (dtype or ref.dtype).name, ref._buf.device))
 
 
+def _host_tensor(arr, device, dtype=int64):
+    """A numpy array as a tensor on ``device``."""
+    from .tensor import tensor as _tensor
+
+    return _tensor(np.ascontiguousarray(arr), dtype=dtype, device=device)
+
+
 def _is_suffix(small, big):
     """Whether a tensor of shape `small` broadcasts over `big` by repetition."""
     small = tuple(small)
@@ -1058,15 +1065,31 @@ def addcdiv(input, tensor1, tensor2, value=1):
     return add(input, mul(div(tensor1, tensor2), value))
 
 
+class _NanToNumBackward(Node):
+    """The gradient passes where the input was finite; the replaced elements are constants."""
+
+    def __init__(self, x):
+        super().__init__((x,), (x.detach(),))
+
+    def backward(self, g):
+        (x,) = self.saved
+        with no_grad():
+            return (where(isfinite(x), g, 0.0),)
+
+
 def nan_to_num(x, nan=0.0, posinf=None, neginf=None):
     """x with NaN, +inf and -inf replaced by nan, posinf and neginf (by default
-    the dtype's largest and lowest finite values); the gradient passes where x is finite."""
+    the dtype's largest and lowest finite values), in one pass of the _C op;
+    the gradient passes where x is finite."""
     if not x.dtype.is_floating_point:
         return clone(x)
     big = _FLOAT_MAX[x.dtype]
-    out = where(isnan(x), nan, x)
-    out = where(x == math.inf, big if posinf is None else posinf, out)
-    return where(x == -math.inf, -big if neginf is None else neginf, out)
+    out = _empty(x.shape, x)
+    _C.nan_to_num(out._buf, x.detach().contiguous()._buf, float(nan), big if posinf is None else float(posinf),
+                  -big if neginf is None else float(neginf))
+    if _needs_grad(x):
+        _attach(out, _NanToNumBackward(x))
+    return out
 
 
 _FLOAT_MAX = {float16: 65504.0, bfloat16: 3.3895313892515355e38, float32: 3.4028234663852886e38,
@@ -1638,9 +1661,8 @@ def amin(a, dim=(), keepdim=False):
 def logsumexp(a, dim, keepdim=False):
     """log(sum(exp(a))) over ``dim``, shifted by the largest value so that it neither overflows nor underflows."""
     dims = _dims(a, dim)
-    # Rows whose largest value is infinite are shifted by 0 instead (on the host: the shift is small).
-    m = amax(a.detach(), dims, keepdim=True).cpu().numpy()
-    m = _host_tensor(np.where(np.isfinite(m), m, 0), a.device, a.dtype)
+    m = amax(a.detach(), dims, keepdim=True)
+    m = where(isfinite(m), m, 0.0)  # rows whose largest value is infinite or NaN are shifted by 0 instead
     out = add(log(sum(exp(sub(a, m)), dims, keepdim=True)), m)
     return _reduced(out, a, dims, keepdim)
 
@@ -1790,12 +1812,13 @@ def _triangle(a, diagonal, lower):
 
 
 def tril(a, diagonal=0):
-    """The lower triangle of the last two dims, the rest zero (also where it held an inf or NaN)."""
+    """The lower triangle of the last two dims; the rest is zero (also where it held an inf or NaN, as in
+    PyTorch) and takes no gradient."""
     return _triangle(a, diagonal, True)
 
 
 def triu(a, diagonal=0):
-    """The upper triangle of the last two dims, the rest zero."""
+    """The upper triangle of the last two dims; the rest is zero, as tril."""
     return _triangle(a, diagonal, False)
 
 
@@ -1982,84 +2005,123 @@ def take(a, index):
     return reshape(gather(flat, 0, idx), index.shape)
 
 
+def _nonzero(a, coords):
+    """Where a is non-zero, by the _C nonzero op on a's device: flat indices
+    [count], or coordinates [count, a.ndim] with ``coords``. The count is the
+    one value that reaches the host (the result's size depends on it, as in PyTorch)."""
+    mask = a.detach()._compare(0, _NE)
+    count = int(sum(mask).item())
+    out = _empty((count, a.ndim) if coords else (count,), mask, int64)
+    _C.nonzero(out._buf, mask._buf)
+    return out
+
+
+def nonzero(a, *, as_tuple=False):
+    """The coordinates of a's non-zero elements in row-major order, as an int64
+    [count, a.ndim] tensor, or (``as_tuple``) one 1-d tensor per dim."""
+    if not as_tuple:
+        return _nonzero(a, True)
+    if a.ndim == 0:
+        return (_nonzero(reshape(a, (1,)), False),)
+    coords = _nonzero(a, True)
+    return tuple(coords.select(1, d).contiguous() for d in range(a.ndim))
+
+
+def argwhere(a):
+    """nonzero(a): the coordinates of the non-zero elements, one row each."""
+    return nonzero(a)
+
+
 def masked_select(a, mask):
-    """The elements where ``mask`` (broadcast to a's shape) is non-zero, as a
-    1-d tensor. The mask is read on the host (the result's size depends on it)."""
-    if mask.shape != a.shape:
-        mask = expand(mask.detach(), _broadcast_shape(mask.shape, a.shape))
-        if mask.shape != a.shape:
-            a = expand(a, mask.shape)
-    idx = _host_tensor(np.flatnonzero(mask.detach().cpu().numpy()), a.device)
-    return gather(reshape(a, (-1,)), 0, idx)
+    """The elements where ``mask`` (broadcast with a's shape) is non-zero, as a
+    1-d tensor, selected on a's device; only their count reaches the host."""
+    shape = _broadcast_shape(mask.shape, a.shape)
+    if mask.shape != shape:
+        mask = expand(mask.detach(), shape)
+    if a.shape != shape:
+        a = expand(a, shape)
+    return gather(reshape(a, (-1,)), 0, _nonzero(mask.contiguous(), False))
 
 
 # -- sorting --
-
-def _host_array(a):
-    t = a.detach().cpu()
-    return t.to(dtype=float32).numpy() if t.dtype is bfloat16 else t.numpy()
-
-
-def _host_tensor(arr, device, dtype=int64):
-    from .tensor import tensor as _tensor
-
-    return _tensor(np.ascontiguousarray(arr), dtype=dtype, device=device)
-
-
-def _stable_argsort(a, d, descending):
-    """numpy's stable argsort along d (NaN last); descending sorts the
-    reversed dim and maps back, so equal elements keep their order and NaN comes first."""
-    x = _host_array(a)
-    if not descending:
-        return np.argsort(x, axis=d, kind="stable")
-    n = x.shape[d]
-    return (n - 1) - np.flip(np.argsort(np.flip(x, d), axis=d, kind="stable"), d)
 
 SortResult = collections.namedtuple("SortResult", "values indices")
 SortResult.__doc__ = "What sort and topk return, as torch.return_types.sort: (values, indices)."
 
 
+def _sort(a, d, descending):
+    """(values, indices) of a sorted stably along dim d by the _C sort op, outside the graph."""
+    x = a.detach().contiguous()
+    values, indices = _empty(x.shape, x), _empty(x.shape, x, int64)
+    _C.sort_dim(indices._buf, values._buf, x._buf, d, bool(descending))
+    return values, indices
+
+
 def sort(a, dim=-1, descending=False, stable=False):
     """(values, indices) sorted along ``dim``; the sort is always stable and
     NaN sorts as the largest value (last ascending, first descending), as in
-    PyTorch. The order is computed on the host (a GPU tensor's elements are
-    copied there and the indices back); the values are gathered on a's
-    device, and gradients flow through them."""
+    PyTorch. It runs on a's device (a merge sort per line on the host, CUB's
+    segmented sort on a GPU); gradients flow back to where each value came from."""
     if a.ndim == 0:
         return SortResult(clone(a), _like_scalar(0, a).to(dtype=int64))
     d = _dim(a, dim)
-    indices = _host_tensor(_stable_argsort(a, d, descending), a.device)
-    return SortResult(gather(a, d, indices), indices)
+    values, indices = _sort(a, d, descending)
+    if _needs_grad(a) and a.dtype.is_floating_point:
+        _attach(values, _GatherBackward(a, d, indices))
+    return SortResult(values, indices)
 
 
 def argsort(a, dim=-1, descending=False, stable=False):
     return sort(a, dim, descending, stable).indices
 
 
+def msort(a):
+    """a sorted along its first dim (the values of sort(a, 0))."""
+    return sort(a, 0).values
+
+
 def topk(a, k, dim=-1, largest=True, sorted=True):
     """The ``k`` largest (smallest) elements along ``dim`` and their indices, in
     sorted order, ties in index order (``sorted=False`` gives the same)."""
     d = _dim(a, dim)
-    if not 0 <= k <= (a.shape[d] if a.ndim else 1):
-        raise ValueError(f"topk: k={k} is out of range for a dim of size {a.shape[d] if a.ndim else 1}")
+    n = a.shape[d] if a.ndim else 1
+    if not 0 <= k <= n:
+        raise ValueError(f"topk: k={k} is out of range for a dim of size {n}")
     if a.ndim == 0:
         return sort(a)
-    indices = _host_tensor(_stable_argsort(a, d, largest), a.device).narrow(d, 0, k).contiguous()
-    return SortResult(gather(a, d, indices), indices)
+    values, indices = _sort(a, d, largest)
+    if k < n:
+        values, indices = values.narrow(d, 0, k).contiguous(), indices.narrow(d, 0, k).contiguous()
+    if _needs_grad(a) and a.dtype.is_floating_point:
+        _attach(values, _GatherBackward(a, d, indices))
+    return SortResult(values, indices)
 
 
 def unique(a, sorted=True, return_inverse=False, return_counts=False, dim=None):
     """The distinct elements, sorted (also with ``sorted=False``), with where each
     element went (``return_inverse``) and how often each occurs (``return_counts``).
-    Computed on the host, returned on a's device; not differentiable."""
+    Built on the sort op on a's device; the number of distinct elements reaches
+    the host. Every NaN is distinct, as in PyTorch. Not differentiable."""
     if dim is not None:
         raise ValueError("ddpc's unique works over all elements (dim=None)")
-    values, inverse, counts = np.unique(_host_array(a), return_inverse=True, return_counts=True)
-    out = [_host_tensor(values, a.device, a.dtype)]
-    if return_inverse:
-        out.append(_host_tensor(inverse.reshape(a.shape), a.device))
-    if return_counts:
-        out.append(_host_tensor(counts, a.device))
+    from .tensor import full
+
+    values, order = _sort(reshape(a.detach(), (-1,)), 0, False)
+    n = values.shape[0]
+    with no_grad():
+        # A run of equal values starts at 0 and wherever a value differs from the one before.
+        starts = full((n,), 1, dtype=uint8, device=a.device)
+        if n > 1:
+            starts = cat([starts.narrow(0, 0, 1), values.narrow(0, 1, n - 1)._compare(values.narrow(0, 0, n - 1), _NE)])
+        first = _nonzero(starts, False)
+        out = [gather(values, 0, first)]
+        if return_inverse:  # each sorted element's run number, put back where the element came from
+            run = _fold(starts.to(dtype=int64), 0, _FOLD_SUM, _CUMULATIVE)._binary(1, _SUB)
+            inverse = _empty((n,), run)
+            _C.scatter_dim(inverse._buf, run._buf, order._buf, 0, False)
+            out.append(inverse.reshape(a.shape))
+        if return_counts:
+            out.append(diff(first, append=full((1,), n, dtype=int64, device=a.device)))
     return out[0] if len(out) == 1 else tuple(out)
 
 

@@ -764,6 +764,9 @@ class Tensor:
     def masked_select(self, mask): return _ag.masked_select(self, mask)
     def sort(self, dim=-1, descending=False, stable=False): return _ag.sort(self, dim, descending, stable)
     def argsort(self, dim=-1, descending=False, stable=False): return _ag.argsort(self, dim, descending, stable)
+    def msort(self): return _ag.msort(self)
+    def nonzero(self, *, as_tuple=False): return _ag.nonzero(self, as_tuple=as_tuple)
+    def argwhere(self): return _ag.argwhere(self)
     def topk(self, k, dim=-1, largest=True, sorted=True): return _ag.topk(self, k, dim, largest, sorted)
     def unique(self, sorted=True, return_inverse=False, return_counts=False, dim=None):
         return _ag.unique(self, sorted, return_inverse, return_counts, dim)

@@ -1,0 +1,84 @@
+/* The positions of a mask's non-zero elements (see ops_select.h): a host
+ * loop, or the scan-and-write kernels of kernels/select.cu in stream-ordered
+ * scratch. */
+#include "ops_select.h"
+
+#include "kernels.h"
+#include "module.h"
+
+static ddpc_status nonzero_cuda_(ddpc_buffer *out, const ddpc_buffer *mask, int coords, ddpc_k_bcast geo) {
+#ifdef DDPC_WITH_CUDA
+    int device = mask->device, prev;
+    size_t bytes = 0;
+    ddpc_block *scratch = NULL;
+    void *stream;
+    ddpc_status st = DDPC_OK;
+    CHECK(ddpc_cuda_compute_stream(device, &stream));
+    /* The device is current from here: CUB sizes its storage for the device it runs on. */
+    CHECK(ddpc_cuda_enter(device, &prev));
+    CUDACHECKGOTO((cudaError_t)ddpc_k_nonzero_scratch(mask->numel, &bytes), st, exit);
+    CHECKGOTO(ddpc_alloc(device, bytes, 0, &scratch), st, exit);
+    CUDACHECKGOTO((cudaError_t)ddpc_k_nonzero(out->data, mask->data, mask->numel, out->shape[0], coords, geo,
+                                              scratch->ptr, bytes, stream),
+                  st, exit);
+exit:
+    ddpc_cuda_leave(prev);
+    ddpc_free(scratch);
+    return st;
+#else
+    (void)out, (void)coords, (void)geo;
+    return ddpc_cuda_require(mask->device);
+#endif
+}
+
+ddpc_status ddpc_op_nonzero(ddpc_buffer *out, const ddpc_buffer *mask) {
+    const char *op = "nonzero";
+    if (out->readonly) return DDPC_ERROR(DDPC_ERR_ARG, "%s: the output is read-only", op);
+    if (mask->dtype != DDPC_UINT8) return DDPC_ERROR(DDPC_ERR_TYPE, "%s: the mask must be uint8", op);
+    if (out->dtype != DDPC_INT64 || out->device != mask->device)
+        return DDPC_ERROR(DDPC_ERR_TYPE, "%s: the output must be int64 on the mask's device", op);
+    int coords = out->ndim == 2;
+    if (!(out->ndim == 1 || (coords && out->shape[1] == mask->ndim)))
+        return DDPC_ERROR(DDPC_ERR_ARG, "%s: the output must be [count] or [count, %d], got %d dims", op, mask->ndim,
+                          out->ndim);
+    ddpc_k_bcast geo = {.ndim = mask->ndim};
+    for (int d = 0; d < mask->ndim; d++) geo.shape[d] = mask->shape[d];
+    int64_t rows = out->shape[0], n = mask->numel;
+    if (n == 0 && rows) return DDPC_ERROR(DDPC_ERR_ARG, "%s: %lld rows for an empty mask", op, (long long)rows);
+    if (mask->device != DDPC_CPU) return rows ? nonzero_cuda_(out, mask, coords, geo) : DDPC_OK;
+    const uint8_t *m = mask->data;
+    int64_t count = 0;
+    for (int64_t k = 0; k < n; k++) count += m[k] != 0;
+    if (count != rows)
+        return DDPC_ERROR(DDPC_ERR_ARG, "%s: the mask has %lld non-zero elements, the output %lld rows", op,
+                          (long long)count, (long long)rows);
+    int64_t *o = out->data;
+    for (int64_t k = 0; k < n; k++) {
+        if (!m[k]) continue;
+        if (!coords) {
+            *o++ = k;
+            continue;
+        }
+        int64_t rest = k;
+        for (int d = geo.ndim - 1; d >= 0; d--) o[d] = rest % geo.shape[d], rest /= geo.shape[d];
+        o += geo.ndim;
+    }
+    return DDPC_OK;
+}
+
+/* ---- bindings ------------------------------------------------------------------------ */
+
+static PyObject *py_nonzero(PyObject *m, PyObject *args) {
+    (void)m;
+    ddpc_buffer *out, *mask;
+    if (!PyArg_ParseTuple(args, "O&O&:nonzero", ddpc_arg_buffer, &out, ddpc_arg_buffer, &mask)) return NULL;
+    DDPC_RUN_RELEASED(ddpc_buffer_nbytes(mask), ddpc_op_nonzero(out, mask));
+}
+
+static PyMethodDef select_methods[] = {
+    {"nonzero", py_nonzero, METH_VARARGS,
+     "nonzero(out, mask): positions of the mask's non-zero elements; out [count] flat or [count, ndim] coordinates"},
+    {NULL, NULL, 0, NULL},
+};
+
+int ddpc_select_register(PyObject *module) { return PyModule_AddFunctions(module, select_methods); }

@@ -1,0 +1,152 @@
+/* Stable sort along a dim (see ops_sort.h). Each line of `len` elements
+ * `inner` apart becomes order-preserving keys (kernels.h's ddpc_sort_key) with
+ * their positions; on the host the lines are split across threads and sorted
+ * by sort.c's merge sort, on a GPU by kernels/sort.cu. */
+#include "ops_sort.h"
+
+#include <stdlib.h>
+
+#include "kernels.h"
+#include "module.h"
+#include "ops_nn.h"
+#include "parallel.h"
+#include "sort.h"
+
+/* Elements move as unsigned words of their width, so one loop serves every dtype. */
+static uint64_t load_word_(const void *p, size_t width, int64_t at) {
+    switch (width) {
+    case 1: return ((const uint8_t *)p)[at];
+    case 2: return ((const uint16_t *)p)[at];
+    case 4: return ((const uint32_t *)p)[at];
+    default: return ((const uint64_t *)p)[at];
+    }
+}
+
+static void store_word_(void *p, size_t width, int64_t at, uint64_t w) {
+    switch (width) {
+    case 1: ((uint8_t *)p)[at] = (uint8_t)w; break;
+    case 2: ((uint16_t *)p)[at] = (uint16_t)w; break;
+    case 4: ((uint32_t *)p)[at] = (uint32_t)w; break;
+    default: ((uint64_t *)p)[at] = w; break;
+    }
+}
+
+typedef struct {
+    int64_t *indices;
+    void *values;
+    const void *a;
+    int dtype;
+    size_t width;
+    uint64_t flip; /* every key bit for a descending sort, else 0 */
+    int64_t lines, len, inner, lines_per_part;
+    uint64_t *scratch; /* per part: keys, their scratch, positions, their scratch (len each) */
+} sort_job_;
+
+/* Sorts the lines of parts [lo, hi); each part owns its slice of the scratch. */
+static void sort_parts_(void *ctx, int64_t lo, int64_t hi) {
+    const sort_job_ *j = ctx;
+    int64_t len = j->len, inner = j->inner;
+    for (int64_t part = lo; part < hi; part++) {
+        uint64_t *key = j->scratch + part * 4 * len, *tmp_key = key + len;
+        int64_t *pos = (int64_t *)(tmp_key + len), *tmp_pos = pos + len;
+        int64_t first = part * j->lines_per_part, end = first + j->lines_per_part;
+        for (int64_t line = first; line < (end < j->lines ? end : j->lines); line++) {
+            int64_t base = (line / inner) * len * inner + line % inner;
+            for (int64_t s = 0; s < len; s++) {
+                key[s] = ddpc_sort_key(j->dtype, load_word_(j->a, j->width, base + s * inner)) ^ j->flip;
+                pos[s] = s;
+            }
+            ddpc_sort_pairs(key, pos, tmp_key, tmp_pos, len);
+            for (int64_t s = 0; s < len; s++) {
+                j->indices[base + s * inner] = pos[s];
+                if (j->values)
+                    store_word_(j->values, j->width, base + s * inner,
+                                load_word_(j->a, j->width, base + pos[s] * inner));
+            }
+        }
+    }
+}
+
+/* The CUDA path: keys, positions, segment offsets and CUB's temporary storage
+ * in one scratch block, freed stream-ordered after the kernels. */
+static ddpc_status sort_cuda_(ddpc_buffer *indices, ddpc_buffer *values, const ddpc_buffer *a, int64_t outer,
+                              int64_t len, int64_t inner, int descending) {
+#ifdef DDPC_WITH_CUDA
+    int device = a->device, prev;
+    size_t bytes = 0;
+    ddpc_block *scratch = NULL;
+    void *stream;
+    ddpc_status st = DDPC_OK;
+    CHECK(ddpc_cuda_compute_stream(device, &stream));
+    /* The device is current from here: CUB sizes its storage for the device it runs on. */
+    CHECK(ddpc_cuda_enter(device, &prev));
+    CUDACHECKGOTO((cudaError_t)ddpc_k_sort_scratch(outer * inner, len, a->dtype, &bytes), st, exit);
+    CHECKGOTO(ddpc_alloc(device, bytes, 0, &scratch), st, exit);
+    CUDACHECKGOTO((cudaError_t)ddpc_k_sort_dim(indices->data, values ? values->data : NULL, a->data, a->dtype, outer,
+                                               len, inner, descending, scratch->ptr, bytes, stream),
+                  st, exit);
+exit:
+    ddpc_cuda_leave(prev);
+    ddpc_free(scratch);
+    return st;
+#else
+    (void)indices, (void)values, (void)outer, (void)len, (void)inner, (void)descending;
+    return ddpc_cuda_require(a->device);
+#endif
+}
+
+/* Elements per thread below which splitting the work does not pay for a thread start. */
+#define SORT_GRAIN_ELEMENTS (1 << 14)
+
+ddpc_status ddpc_op_sort_dim(ddpc_buffer *indices, ddpc_buffer *values, const ddpc_buffer *a, int dim,
+                             int descending) {
+    const char *op = "sort";
+    int64_t outer = 0, len = 0, inner = 0;
+    if (indices->readonly || (values && values->readonly))
+        return DDPC_ERROR(DDPC_ERR_ARG, "%s: an output is read-only", op);
+    if (indices->dtype != DDPC_INT64 || indices->device != a->device || indices->numel != a->numel)
+        return DDPC_ERROR(DDPC_ERR_ARG, "%s: the indices must be int64 with the input's size and device", op);
+    if (values && (values->dtype != a->dtype || values->device != a->device || values->numel != a->numel))
+        return DDPC_ERROR(DDPC_ERR_ARG, "%s: the values must have the input's dtype, size and device", op);
+    CHECK(ddpc_dim_split(a, dim, op, &outer, &len, &inner));
+    if (a->numel == 0) return DDPC_OK;
+    if (a->device != DDPC_CPU) return sort_cuda_(indices, values, a, outer, len, inner, descending);
+    size_t width = ddpc_dtype_size(a->dtype);
+    int64_t lines = outer * inner, parts = a->numel / SORT_GRAIN_ELEMENTS + 1;
+    if (parts > ddpc_get_num_threads()) parts = ddpc_get_num_threads();
+    if (parts > lines) parts = lines;
+    sort_job_ job = {.indices = indices->data, .values = values ? values->data : NULL, .a = a->data,
+                     .dtype = a->dtype, .width = width, .lines = lines, .len = len, .inner = inner,
+                     .lines_per_part = (lines + parts - 1) / parts,
+                     .flip = !descending ? 0 : width == 8 ? ~0ull : (1ull << (8 * width)) - 1};
+    job.scratch = malloc((size_t)parts * 4 * (size_t)len * sizeof(uint64_t));
+    if (!job.scratch)
+        return DDPC_ERROR(DDPC_ERR_OOM, "%s: no memory for %lld lines of %lld keys", op, (long long)parts,
+                          (long long)len);
+    ddpc_parallel_for(parts, 1, sort_parts_, &job);
+    free(job.scratch);
+    return DDPC_OK;
+}
+
+/* ---- bindings ------------------------------------------------------------------------ */
+
+static PyObject *py_sort_dim(PyObject *m, PyObject *args) {
+    (void)m;
+    ddpc_buffer *indices, *a;
+    PyObject *values;
+    int dim, descending;
+    if (!PyArg_ParseTuple(args, "O&OO&ip:sort_dim", ddpc_arg_buffer, &indices, &values, ddpc_arg_buffer, &a, &dim,
+                          &descending))
+        return NULL;
+    ddpc_buffer *v = NULL;
+    if (values != Py_None && !ddpc_arg_buffer(values, &v)) return NULL;
+    DDPC_RUN_RELEASED(ddpc_buffer_nbytes(a), ddpc_op_sort_dim(indices, v, a, dim, descending));
+}
+
+static PyMethodDef sort_methods[] = {
+    {"sort_dim", py_sort_dim, METH_VARARGS,
+     "sort_dim(indices, values, a, dim, descending): stable sort along dim; values may be None"},
+    {NULL, NULL, 0, NULL},
+};
+
+int ddpc_sort_register(PyObject *module) { return PyModule_AddFunctions(module, sort_methods); }

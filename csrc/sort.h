@@ -1,0 +1,14 @@
+/* Stable sorting of (key, index) pairs on the host: the per-line sort behind
+ * ddpc_op_sort_dim (ops_sort.c). Plain C without Python, so the C unit tests
+ * check it directly. */
+#ifndef DDPC_SORT_H
+#define DDPC_SORT_H
+
+#include <stdint.h>
+
+/* Sorts the n pairs (key[k], index[k]) by key, ascending, keeping pairs with
+ * equal keys in the order they came in. tmp_key and tmp_index are scratch of
+ * n elements each. */
+void ddpc_sort_pairs(uint64_t *key, int64_t *index, uint64_t *tmp_key, int64_t *tmp_index, int64_t n);
+
+#endif
