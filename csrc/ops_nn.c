@@ -46,6 +46,8 @@ static ddpc_status check_like_(const ddpc_buffer *ref, const ddpc_buffer *b, int
 #define INV_SQRT2 0.70710678118654752440
 #define INV_SQRT_2PI 0.39894228040143267794
 #define INV_SQRT_PI 0.56418958354775628695
+#define LN2 0.69314718055994530942
+#define LN10 2.30258509299404568402
 
 /* The function of T's precision (sizeof is a constant, so one branch remains). */
 #define EXP_T(T, x) (sizeof(T) == 4 ? (T)ddpc_exp_f32((float)(x)) : (T)exp((double)(x)))
@@ -123,8 +125,15 @@ ddpc_status ddpc_op_unary(ddpc_unary_op op, ddpc_buffer *out, const ddpc_buffer 
             break;
         case DDPC_ISNAN: for (int64_t i = 0; i < n; i++) o[i] = (T)(isnan(a[i]) != 0); break;
         case DDPC_ISINF: for (int64_t i = 0; i < n; i++) o[i] = (T)(isinf(a[i]) != 0); break;
-        default: /* ISFINITE */
-            for (int64_t i = 0; i < n; i++) o[i] = (T)(isfinite(a[i]) != 0);
+        case DDPC_ISFINITE: for (int64_t i = 0; i < n; i++) o[i] = (T)(isfinite(a[i]) != 0); break;
+        case DDPC_LOG2: for (int64_t i = 0; i < n; i++) o[i] = log2(a[i]); break;
+        case DDPC_LOG10: for (int64_t i = 0; i < n; i++) o[i] = log10(a[i]); break;
+        case DDPC_EXP2: for (int64_t i = 0; i < n; i++) o[i] = exp2(a[i]); break;
+        case DDPC_SINH: for (int64_t i = 0; i < n; i++) o[i] = sinh(a[i]); break;
+        case DDPC_COSH: for (int64_t i = 0; i < n; i++) o[i] = cosh(a[i]); break;
+        case DDPC_ASINH: for (int64_t i = 0; i < n; i++) o[i] = asinh(a[i]); break;
+        default: /* ATAN */
+            for (int64_t i = 0; i < n; i++) o[i] = atan(a[i]);
             break;
         }
     });
@@ -205,6 +214,13 @@ ddpc_status ddpc_op_unary_backward(ddpc_unary_op op, ddpc_buffer *gx, const ddpc
             break;
         case DDPC_RECIPROCAL: for (int64_t i = 0; i < n; i++) o[i] = -g[i] * s[i] * s[i]; break;
         case DDPC_CLAMP: for (int64_t i = 0; i < n; i++) o[i] = s[i] > pt && s[i] < qt ? g[i] : (T)0; break;
+        case DDPC_LOG2: for (int64_t i = 0; i < n; i++) o[i] = g[i] / (s[i] * (T)LN2); break;
+        case DDPC_LOG10: for (int64_t i = 0; i < n; i++) o[i] = g[i] / (s[i] * (T)LN10); break;
+        case DDPC_EXP2: for (int64_t i = 0; i < n; i++) o[i] = g[i] * s[i] * (T)LN2; break;
+        case DDPC_SINH: for (int64_t i = 0; i < n; i++) o[i] = g[i] * cosh(s[i]); break;
+        case DDPC_COSH: for (int64_t i = 0; i < n; i++) o[i] = g[i] * sinh(s[i]); break;
+        case DDPC_ASINH: for (int64_t i = 0; i < n; i++) o[i] = g[i] / sqrt(s[i] * s[i] + 1); break;
+        case DDPC_ATAN: for (int64_t i = 0; i < n; i++) o[i] = g[i] / (s[i] * s[i] + 1); break;
         default: /* piecewise constant: SIGN, FLOOR, CEIL, TRUNC, ROUND and the predicates */
             for (int64_t i = 0; i < n; i++) o[i] = 0;
             break;

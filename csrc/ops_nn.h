@@ -21,7 +21,8 @@ typedef enum {
     DDPC_LEAKY_RELU, DDPC_ELU, DDPC_SILU, DDPC_SOFTPLUS, DDPC_MISH, DDPC_HARDTANH, DDPC_HARDSWISH, DDPC_HARDSIGMOID,
     DDPC_ABS, DDPC_SQRT, DDPC_RSQRT, DDPC_SQUARE, DDPC_SIN, DDPC_COS, DDPC_LOG1P, DDPC_EXPM1, DDPC_ERF,
     DDPC_RECIPROCAL, DDPC_SIGN, DDPC_FLOOR, DDPC_CEIL, DDPC_TRUNC, DDPC_ROUND, DDPC_CLAMP,
-    DDPC_ISNAN, DDPC_ISINF, DDPC_ISFINITE,
+    DDPC_ISNAN, DDPC_ISINF, DDPC_ISFINITE, DDPC_LOG2, DDPC_LOG10, DDPC_EXP2, DDPC_SINH, DDPC_COSH, DDPC_ASINH,
+    DDPC_ATAN,
     DDPC_NUNARY
 } ddpc_unary_op;
 /* Matches PyTorch's reduction codes. */
@@ -35,7 +36,7 @@ ddpc_status ddpc_op_unary(ddpc_unary_op op, ddpc_buffer *out, const ddpc_buffer 
 /* gx = gy * f'(x), with PyTorch's choice of derivative at the kinks (CLAMP's
  * is 0 at the bounds and at NaN, HARDTANH's only at the bounds; SIGN, FLOOR,
  * CEIL, TRUNC, ROUND and the predicates have 0). `saved` is the output
- * y = f(x) for tanh, sigmoid, exp, sqrt, rsqrt, expm1 and reciprocal, and the
+ * y = f(x) for tanh, sigmoid, exp, exp2, sqrt, rsqrt, expm1 and reciprocal, and the
  * input x for the others (whichever the derivative needs). */
 ddpc_status ddpc_op_unary_backward(ddpc_unary_op op, ddpc_buffer *gx, const ddpc_buffer *gy, const ddpc_buffer *saved,
                                    double p, double q);

@@ -13,6 +13,8 @@ namespace {
 constexpr double kInvSqrt2 = 0.70710678118654752440;
 constexpr double kInvSqrt2Pi = 0.39894228040143267794;
 constexpr double kInvSqrtPi = 0.56418958354775628695;
+constexpr double kLn2 = 0.69314718055994530942;
+constexpr double kLn10 = 2.30258509299404568402;
 
 template <typename T> __global__ void rows_fill_kernel(T *out, const T *row, int64_t total, int64_t n) {
     GRID_STRIDE(i, total) out[i] = row[i % n];
@@ -254,7 +256,14 @@ template <typename T> __device__ __forceinline__ T unary_f(int op, T x, T p, T q
     }
     case 31: return T(isnan(x) ? 1 : 0);
     case 32: return T(isinf(x) ? 1 : 0);
-    default: return T(isfinite(x) ? 1 : 0);
+    case 33: return T(isfinite(x) ? 1 : 0);
+    case 34: return log2(x);
+    case 35: return log10(x);
+    case 36: return exp2(x);
+    case 37: return sinh(x);
+    case 38: return cosh(x);
+    case 39: return asinh(x);
+    default: return atan(x);
     }
 }
 
@@ -297,6 +306,13 @@ template <typename T> __device__ __forceinline__ T unary_grad(int op, T g, T s, 
     case 23: return g * T(2 * kInvSqrtPi) * exp(-s * s);
     case 24: return -g * s * s;
     case 30: return s > p && s < q ? g : T(0);
+    case 34: return g / (s * T(kLn2));
+    case 35: return g / (s * T(kLn10));
+    case 36: return g * s * T(kLn2);
+    case 37: return g * cosh(s);
+    case 38: return g * sinh(s);
+    case 39: return g / sqrt(s * s + T(1));
+    case 40: return g / (s * s + T(1));
     default: return T(0);  // piecewise constant: sign, floor, ceil, trunc, round, the predicates
     }
 }

@@ -360,6 +360,8 @@ GPU_CASES = [
                          + ddpc.minimum(a, 0.2) + ddpc.lerp(a, a * a, 0.3) + ddpc.addcdiv(a, a, a * a + 1)).sum()),
     ("nan_to_num", lambda a: ddpc.nan_to_num(a.log()).sum() + a.isnan().float().sum()),
     ("pow", lambda a: ((a.abs() + 0.5) ** a + 2.0 ** a + (a.abs() + 0.1) ** a[:1]).sum()),
+    ("unary_more", lambda a: ((a.abs() + 0.5).log2() + (a.abs() + 0.5).log10() + a.exp2() + a.sinh() + a.cosh()
+                              + a.asinh() + a.atan()).sum()),
 ]
 
 

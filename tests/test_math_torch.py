@@ -40,6 +40,9 @@ CASES = {
     "pow_tensor": (lambda L, a, b: (a.abs() + 0.1) ** b, 2), "rpow": (lambda L, x: 2.5 ** x, 1),
     "pow_broadcast": (lambda L, a, b: (a.abs() + 0.1) ** b[:1], 2),
     "pow_negative_base": (lambda L, a, b: a ** L.round(b * 2), 2),
+    "log2": (lambda L, x: L.log2(x.abs() + 0.1), 1), "log10": (lambda L, x: L.log10(x.abs() + 0.1), 1),
+    "exp2": (lambda L, x: L.exp2(x), 1), "sinh": (lambda L, x: L.sinh(x), 1), "cosh": (lambda L, x: L.cosh(x), 1),
+    "asinh": (lambda L, x: L.asinh(x * 3), 1), "atan": (lambda L, x: L.atan(x * 3), 1),
 }
 
 

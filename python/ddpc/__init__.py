@@ -34,6 +34,7 @@ from .tensor import (as_tensor, broadcast_shapes, broadcast_tensors, diag, eye, 
                      get_rng_state, linspace, logspace, meshgrid, rand_like, randint_like, randn_like, seed,
                      set_default_dtype, set_rng_state)
 from .autograd import inference_mode
+from .autograd import asinh, atan, cosh, exp2, log2, log10, sinh
 
 half = float16
 float = float32
@@ -70,4 +71,5 @@ __all__ = [
     "equal", "erf", "expm1", "floor", "isclose", "isfinite", "isinf", "isnan", "lerp", "log1p", "logical_and",
     "logical_not", "logical_or", "logical_xor", "masked_fill", "maximum", "minimum", "nan_to_num", "reciprocal",
     "round", "rsqrt", "sign", "sin", "sqrt", "square", "trunc", "where",
+    "asinh", "atan", "cosh", "exp2", "log2", "log10", "sinh",
 ]

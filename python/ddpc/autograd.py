@@ -40,7 +40,7 @@ from .tensor import stack as _stack_storage
 # The unary op codes of csrc/ops_nn.h.
 (_RELU, _GELU, _TANH, _SIGMOID, _EXP, _LOG, _POW, _LEAKY_RELU, _ELU, _SILU, _SOFTPLUS, _MISH, _HARDTANH, _HARDSWISH,
  _HARDSIGMOID, _ABS, _SQRT, _RSQRT, _SQUARE, _SIN, _COS, _LOG1P, _EXPM1, _ERF, _RECIPROCAL, _SIGN, _FLOOR, _CEIL, _TRUNC,
- _ROUND, _CLAMP, _ISNAN, _ISINF, _ISFINITE) = range(34)
+ _ROUND, _CLAMP, _ISNAN, _ISINF, _ISFINITE, _LOG2, _LOG10, _EXP2, _SINH, _COSH, _ASINH, _ATAN) = range(41)
 
 
 # ---- grad mode ---------------------------------------------------------------------
@@ -656,9 +656,10 @@ class _UnaryBackward(Node):
               "HardtanhBackward", "HardswishBackward", "HardsigmoidBackward", "AbsBackward", "SqrtBackward",
               "RsqrtBackward", "PowBackward", "SinBackward", "CosBackward", "Log1PBackward", "Expm1Backward",
               "ErfBackward", "ReciprocalBackward", "SignBackward", "FloorBackward", "CeilBackward", "TruncBackward",
-              "RoundBackward", "ClampBackward")
+              "RoundBackward", "ClampBackward", "IsnanBackward", "IsinfBackward", "IsfiniteBackward", "Log2Backward",
+              "Log10Backward", "Exp2Backward", "SinhBackward", "CoshBackward", "AsinhBackward", "AtanBackward")
     # The ops whose derivative needs the output; the others' needs the input.
-    _USES_OUTPUT = (_TANH, _SIGMOID, _EXP, _SQRT, _RSQRT, _EXPM1, _RECIPROCAL)
+    _USES_OUTPUT = (_TANH, _SIGMOID, _EXP, _EXP2, _SQRT, _RSQRT, _EXPM1, _RECIPROCAL)
 
     def __init__(self, x, op, p, q, out):
         # The output is saved detached: out -> grad_fn -> out would be a reference cycle.
@@ -858,6 +859,39 @@ def erf(x):
 @autocast_op("float32_cuda")
 def reciprocal(x):
     return _math(x, _RECIPROCAL)
+
+
+@autocast_op("float32_cuda")
+def log2(x):
+    return _math(x, _LOG2)
+
+
+@autocast_op("float32_cuda")
+def log10(x):
+    return _math(x, _LOG10)
+
+
+def exp2(x):
+    """2 ** x."""
+    return _math(x, _EXP2)
+
+
+@autocast_op("float32_cuda")
+def sinh(x):
+    return _math(x, _SINH)
+
+
+@autocast_op("float32_cuda")
+def cosh(x):
+    return _math(x, _COSH)
+
+
+def asinh(x):
+    return _math(x, _ASINH)
+
+
+def atan(x):
+    return _math(x, _ATAN)
 
 
 def sign(x):
