@@ -361,7 +361,7 @@ GPU_CASES = [
     ("nan_to_num", lambda a: ddpc.nan_to_num(a.log()).sum() + a.isnan().float().sum()),
     ("pow", lambda a: ((a.abs() + 0.5) ** a + 2.0 ** a + (a.abs() + 0.1) ** a[:1]).sum()),
     ("unary_more", lambda a: ((a.abs() + 0.5).log2() + (a.abs() + 0.5).log10() + a.exp2() + a.sinh() + a.cosh()
-                              + a.asinh() + a.atan()).sum()),
+                              + a.asinh() + a.atan() + ddpc.atan2(a, a[:1] + 0.5) + ddpc.remainder(a * 3, 0.7)).sum()),
 ]
 
 

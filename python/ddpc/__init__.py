@@ -34,7 +34,19 @@ from .tensor import (as_tensor, broadcast_shapes, broadcast_tensors, diag, eye, 
                      get_rng_state, linspace, logspace, meshgrid, rand_like, randint_like, randn_like, seed,
                      set_default_dtype, set_rng_state)
 from .autograd import inference_mode
-from .autograd import asinh, atan, cosh, exp2, log2, log10, sinh
+from .autograd import asinh, atan, cosh, exp2, log2, log10, neg, pow, sinh
+from .tensor import (detach, eq, ge, gt, is_floating_point, le, log_softmax, lt, moveaxis, movedim, narrow, ne, softmax,
+                     swapaxes, swapdims, t)
+from ._pointwise import (add, arctan2, atan2, bitwise_not, div, divide, floor_divide, fmod, frac, hardshrink, hypot,
+                         logcumsumexp, logit, mul, multiply, nanmean, nansum, remainder, sgn, sub, subtract, true_divide,
+                         xlogy)
+from ._linalg import (addbmm, addmv, addr, baddbmm, block_diag, cdist, cross, diagonal, dist, einsum, kron, renorm,
+                      tensordot, trace)
+from ._layout import (atleast_1d, atleast_2d, atleast_3d, broadcast_to, cartesian_prod, column_stack, dstack, hstack,
+                      index_copy, index_fill, masked_scatter, row_stack, tile, trapezoid, tril_indices, triu_indices,
+                      vstack)
+from ._random import bernoulli, multinomial, normal, poisson
+from . import _layout, _linalg, _pointwise, _random
 
 half = float16
 float = float32
@@ -71,5 +83,7 @@ __all__ = [
     "equal", "erf", "expm1", "floor", "isclose", "isfinite", "isinf", "isnan", "lerp", "log1p", "logical_and",
     "logical_not", "logical_or", "logical_xor", "masked_fill", "maximum", "minimum", "nan_to_num", "reciprocal",
     "round", "rsqrt", "sign", "sin", "sqrt", "square", "trunc", "where",
-    "asinh", "atan", "cosh", "exp2", "log2", "log10", "sinh",
-]
+    "asinh", "atan", "cosh", "exp2", "log2", "log10", "neg", "pow", "sinh",
+    "detach", "eq", "ge", "gt", "is_floating_point", "le", "log_softmax", "lt", "moveaxis", "movedim", "narrow", "ne",
+    "softmax", "swapaxes", "swapdims", "t",
+] + _pointwise.__all__ + _linalg.__all__ + _layout.__all__ + _random.__all__

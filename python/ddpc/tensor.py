@@ -10,6 +10,7 @@ ops never record and refuse tensors that require grad while it is on.
 import math
 import numbers
 import os
+import weakref
 
 import numpy as np
 
@@ -567,10 +568,9 @@ class Tensor:
     def __imul__(self, o): return self._inplace(o, _MUL)
     def __itruediv__(self, o): return self._inplace(o, _DIV)
 
-    add = __add__
-    sub = __sub__
+    def add(self, other, *, alpha=1): return _pw.add(self, other, alpha=alpha)
+    def sub(self, other, *, alpha=1): return _pw.sub(self, other, alpha=alpha)
     mul = __mul__
-    div = __truediv__
     neg = __neg__
     pow = __pow__
     matmul = __matmul__
@@ -603,6 +603,9 @@ class Tensor:
 
     def permute(self, *dims):
         return _ag.permute(self, _size_args(dims))
+
+    def moveaxis(self, source, destination):
+        return self.movedim(source, destination)
 
     def movedim(self, source, destination):
         src = [source] if isinstance(source, numbers.Integral) else list(source)
@@ -862,6 +865,126 @@ class Tensor:
                     requires_grad=requires_grad)
     def new_tensor(self, data, dtype=None, device=None, requires_grad=False):
         return tensor(data, dtype=dtype or self.dtype, device=device or self.device, requires_grad=requires_grad)
+
+    # ---- metadata, casts and autograd helpers in PyTorch's names ---------------------
+    def nelement(self):
+        return self.numel()
+
+    def is_floating_point(self):
+        return self.dtype.is_floating_point
+
+    def stride(self, dim=None):
+        """The steps, in elements, between neighbours along each dim. ddpc tensors
+        are contiguous, so these are always the contiguous strides (PyTorch's
+        differ for the views that ddpc copies, such as x.t())."""
+        strides = _indexing.contiguous_strides(self.shape)
+        return tuple(strides) if dim is None else strides[_ag._dim(self, dim)]
+
+    def storage_offset(self):
+        """Where this tensor starts in the storage it views, in elements (0 for a tensor of its own)."""
+        base = self._buf.base
+        return (self.data_ptr() - base.data_ptr) // self.element_size() if isinstance(base, _C.Buffer) else 0
+
+    def type(self, dtype=None, non_blocking=False):
+        """With no dtype, the type's name: 'ddpc.FloatTensor', 'ddpc.cuda.LongTensor'
+        and so on (PyTorch's names begin with 'torch.'); with a dtype, or such a
+        name (with 'ddpc.' or 'torch.'), the tensor cast to it."""
+        if dtype is None:
+            return ("ddpc.cuda." if self.is_cuda else "ddpc.") + _TYPE_NAMES[self.dtype]
+        if isinstance(dtype, str) and dtype.endswith("Tensor"):
+            prefix, _, name = dtype.rpartition(".")
+            by_name = {v: k for k, v in _TYPE_NAMES.items()}
+            if name not in by_name or prefix not in ("ddpc", "torch", "ddpc.cuda", "torch.cuda"):
+                raise ValueError(f"type: unknown tensor type {dtype!r}")
+            dev = "cuda" if prefix.endswith("cuda") else "cpu"
+            return self.to(device=self.device if (dev == "cuda") == self.is_cuda else dev, dtype=by_name[name],
+                           non_blocking=non_blocking)
+        return self.to(dtype=dtype, non_blocking=non_blocking)
+
+    def retain_grad(self):
+        """Keeps this non-leaf tensor's gradient in ``.grad`` after backward (a leaf's is kept anyway)."""
+        if not self.requires_grad:
+            raise RuntimeError("can't retain_grad on a tensor that has requires_grad=False")
+        if self.grad_fn is None or self.__dict__.get("_retains_grad"):
+            return
+        ref = weakref.ref(self)
+
+        def keep(grad):
+            t = ref()
+            if t is not None:
+                t.grad = grad.clone() if t.grad is None else t.grad + grad
+
+        self.register_hook(keep)
+        self._retains_grad = True
+
+    @property
+    def retains_grad(self):
+        return bool(self.__dict__.get("_retains_grad"))
+
+    # ---- more math, in the functions of _pointwise, _linalg, _layout and _random ------
+    def softmax(self, dim, dtype=None):
+        return _ag.softmax(self if dtype is None else self.to(dtype=dtype), dim)
+
+    def log_softmax(self, dim, dtype=None):
+        return _ag.log_softmax(self if dtype is None else self.to(dtype=dtype), dim)
+
+    def hardshrink(self, lambd=0.5): return _pw.hardshrink(self, lambd)
+    def log2(self): return _ag.log2(self)
+    def log10(self): return _ag.log10(self)
+    def exp2(self): return _ag.exp2(self)
+    def sinh(self): return _ag.sinh(self)
+    def cosh(self): return _ag.cosh(self)
+    def asinh(self): return _ag.asinh(self)
+    def atan(self): return _ag.atan(self)
+    def atan2(self, other): return _pw.atan2(self, other)
+    def hypot(self, other): return _pw.hypot(self, other)
+    def xlogy(self, other): return _pw.xlogy(self, other)
+    def logit(self, eps=None): return _pw.logit(self, eps)
+    def sgn(self): return _pw.sgn(self)
+    def frac(self): return _pw.frac(self)
+    def bitwise_not(self): return _pw.bitwise_not(self)
+    def div(self, other, *, rounding_mode=None): return _pw.div(self, other, rounding_mode=rounding_mode)
+    def true_divide(self, other): return _ag.div(self, other)
+    def floor_divide(self, other): return _pw.floor_divide(self, other)
+    def remainder(self, other): return _pw.remainder(self, other)
+    def fmod(self, other): return _pw.fmod(self, other)
+    def __mod__(self, other): return _pw.remainder(self, other)
+    def __rmod__(self, other): return _pw.remainder(other, self)
+    def __floordiv__(self, other): return _pw.floor_divide(self, other)
+    def __rfloordiv__(self, other): return _pw.floor_divide(other, self)
+    def __invert__(self): return _pw.bitwise_not(self)
+    def nansum(self, dim=None, keepdim=False, *, dtype=None): return _pw.nansum(self, dim, keepdim, dtype=dtype)
+    def nanmean(self, dim=None, keepdim=False, *, dtype=None): return _pw.nanmean(self, dim, keepdim, dtype=dtype)
+    def logcumsumexp(self, dim): return _pw.logcumsumexp(self, dim)
+    def diagonal(self, offset=0, dim1=0, dim2=1): return _la.diagonal(self, offset, dim1, dim2)
+    def trace(self): return _la.trace(self)
+    def baddbmm(self, batch1, batch2, *, beta=1, alpha=1):
+        return _la.baddbmm(self, batch1, batch2, beta=beta, alpha=alpha)
+    def addbmm(self, batch1, batch2, *, beta=1, alpha=1):
+        return _la.addbmm(self, batch1, batch2, beta=beta, alpha=alpha)
+    def addmv(self, mat, vec, *, beta=1, alpha=1): return _la.addmv(self, mat, vec, beta=beta, alpha=alpha)
+    def addr(self, vec1, vec2, *, beta=1, alpha=1): return _la.addr(self, vec1, vec2, beta=beta, alpha=alpha)
+    def cross(self, other, dim=None): return _la.cross(self, other, dim)
+    def dist(self, other, p=2): return _la.dist(self, other, p)
+    def renorm(self, p, dim, maxnorm): return _la.renorm(self, p, dim, maxnorm)
+    def kron(self, other): return _la.kron(self, other)
+    def tile(self, *dims): return _lo.tile(self, _size_args(dims))
+    def unfold(self, dimension, size, step): return _lo.unfold(self, dimension, size, step)
+    def index_fill(self, dim, index, value): return _lo.index_fill(self, dim, index, value)
+    def index_fill_(self, dim, index, value): return _lo.index_fill_(self, dim, index, value)
+    def index_copy(self, dim, index, source): return _lo.index_copy(self, dim, index, source)
+    def index_copy_(self, dim, index, source): return _lo.index_copy_(self, dim, index, source)
+    def masked_scatter(self, mask, source): return _lo.masked_scatter(self, mask, source)
+    def masked_scatter_(self, mask, source): return _lo.masked_scatter_(self, mask, source)
+    def fill_diagonal_(self, fill_value, wrap=False): return _lo.fill_diagonal_(self, fill_value, wrap)
+    def uniform_(self, from_=0.0, to=1.0, *, generator=None): return _rnd.uniform_(self, from_, to, generator=generator)
+    def normal_(self, mean=0.0, std=1.0, *, generator=None): return _rnd.normal_(self, mean, std, generator=generator)
+    def bernoulli_(self, p=0.5, *, generator=None): return _rnd.bernoulli_(self, p, generator=generator)
+    def bernoulli(self, p=None, *, generator=None): return _rnd.bernoulli(self, p, generator=generator)
+    def random_(self, from_=0, to=None, *, generator=None): return _rnd.random_(self, from_, to, generator=generator)
+    def exponential_(self, lambd=1.0, *, generator=None): return _rnd.exponential_(self, lambd, generator=generator)
+    def multinomial(self, num_samples, replacement=False, *, generator=None):
+        return _rnd.multinomial(self, num_samples, replacement, generator=generator)
 
     # ---- printing -------------------------------------------------------------------
     def __repr__(self):
@@ -1410,6 +1533,24 @@ def cat(tensors, dim=0):
 
 
 # ---- top-level forms of Tensor methods (torch.flatten, torch.numel, ...) ----
+def _method_form(name):
+    """The function ``name(input, *args, **kwargs)``: input's method of that name."""
+    def fn(input, *args, **kwargs):
+        if not isinstance(input, Tensor):
+            raise TypeError(f"{name}() takes a ddpc.Tensor first, got {type(input).__name__}")
+        return getattr(input, name)(*args, **kwargs)
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = f"``input.{name}(...)``: see ddpc.Tensor.{name}."
+    return fn
+
+
+(eq, ne, gt, ge, lt, le, narrow, t, detach, movedim, moveaxis, swapaxes, swapdims, softmax, log_softmax,
+ is_floating_point) = map(_method_form, ("eq", "ne", "gt", "ge", "lt", "le", "narrow", "t", "detach", "movedim",
+                                         "moveaxis", "swapaxes", "swapdims", "softmax", "log_softmax",
+                                         "is_floating_point"))
+
+
 def is_tensor(obj):
     return isinstance(obj, Tensor)
 
@@ -1434,3 +1575,7 @@ def index_select(t, dim, index):
     return t.index_select(dim, index)
 
 from . import autograd as _ag  # noqa: E402  (autograd builds on the Tensor class above)
+from . import _layout as _lo, _linalg as _la, _pointwise as _pw, _random as _rnd  # noqa: E402  (as autograd)
+
+_TYPE_NAMES = {float32: "FloatTensor", float64: "DoubleTensor", float16: "HalfTensor", bfloat16: "BFloat16Tensor",
+               int32: "IntTensor", int64: "LongTensor", uint8: "ByteTensor"}

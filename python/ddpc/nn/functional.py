@@ -16,9 +16,10 @@ from .._dtype import uint8
 from ..tensor import Tensor, broadcast_tensors, ones, rand, zeros
 from . import _conv, _losses, _upsample
 from ..autograd import embedding, gelu, layer_norm, linear, sigmoid, softplus, tanh
+from .._pointwise import hardshrink
 
 __all__ = ["batch_norm", "binary_cross_entropy", "binary_cross_entropy_with_logits", "cross_entropy", "dropout", "elu",
-           "embedding", "flatten", "gelu", "hardsigmoid", "hardswish", "hardtanh", "huber_loss", "kl_div", "l1_loss",
+           "embedding", "flatten", "gelu", "hardshrink", "hardsigmoid", "hardswish", "hardtanh", "huber_loss", "kl_div", "l1_loss",
            "layer_norm", "leaky_relu", "linear", "log_softmax", "mish", "mse_loss", "nll_loss", "relu", "relu6",
            "sigmoid", "silu", "smooth_l1_loss", "softmax", "softplus", "tanh"]
 

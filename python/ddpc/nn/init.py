@@ -2,31 +2,21 @@
 
 import math
 
-from .. import _C
+from .. import _random
 from ..autograd import no_grad
-from ..tensor import _RAND_NORMAL, _RAND_UNIFORM, _check_no_grad_inplace, _write_back, default_generator
 
 __all__ = ["calculate_gain", "constant_", "kaiming_uniform_", "normal_", "ones_", "uniform_", "xavier_normal_",
            "xavier_uniform_", "zeros_"]
 
 
-def _draw(tensor, kind, a, b):
-    _check_no_grad_inplace(tensor, "init")
-    seed, offset = default_generator.take(tensor.numel())
-    tensor._buf.bump_version()
-    _C.random(tensor._buf, kind, seed, offset, float(a), float(b))
-    _write_back(tensor)
-    return tensor
-
-
-def uniform_(tensor, a=0.0, b=1.0):
+def uniform_(tensor, a=0.0, b=1.0, generator=None):
     with no_grad():
-        return _draw(tensor, _RAND_UNIFORM, a, b)
+        return _random.uniform_(tensor, a, b, generator=generator)
 
 
-def normal_(tensor, mean=0.0, std=1.0):
+def normal_(tensor, mean=0.0, std=1.0, generator=None):
     with no_grad():
-        return _draw(tensor, _RAND_NORMAL, mean, std)
+        return _random.normal_(tensor, mean, std, generator=generator)
 
 
 def constant_(tensor, val):

@@ -1,0 +1,239 @@
+"""PyTorch's stacking, tiling, windowing and index-writing functions, composed
+of autograd.py's reshape, expand, cat, index and item assignment, so their
+gradients come from those ops' backward passes. Index arrays built with numpy
+are host-side metadata (one integer per selected slice or window element).
+"""
+
+import numbers
+
+import numpy as np
+
+from . import autograd as _ag
+from ._dtype import int64
+from .tensor import Tensor, _size_args, tensor
+
+
+def _tensors(args, what):
+    """The tensors passed as ``f(a, b, ...)`` or ``f([a, b, ...])``."""
+    if len(args) == 1 and isinstance(args[0], (list, tuple)):
+        args = tuple(args[0])
+    for t in args:
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{what} takes ddpc tensors, got {type(t).__name__}")
+    return args
+
+
+# ---- at least n dims, stacking -----------------------------------------------------------
+
+def _atleast(n, args, what):
+    shape_of = {1: lambda s: s or (1,), 2: lambda s: ((1,) * (2 - len(s)) + s) if len(s) < 2 else s,
+              3: lambda s: {0: (1, 1, 1), 1: (1,) + s + (1,), 2: s + (1,)}.get(len(s), s)}[n]
+    single = len(args) == 1 and isinstance(args[0], Tensor)
+    out = tuple(_ag.reshape(t, shape_of(t.shape)) for t in _tensors(args, what))
+    return out[0] if single else out
+
+
+def atleast_1d(*tensors):
+    """Each tensor with a 0-d one made 1-d (one tensor in, one out; else a tuple)."""
+    return _atleast(1, tensors, "atleast_1d")
+
+
+def atleast_2d(*tensors):
+    """Each tensor with leading dims of 1 added up to 2 dims."""
+    return _atleast(2, tensors, "atleast_2d")
+
+
+def atleast_3d(*tensors):
+    """Each tensor made 3-d as PyTorch: (1, 1, 1), (1, N, 1) or (M, N, 1)."""
+    return _atleast(3, tensors, "atleast_3d")
+
+
+def hstack(tensors):
+    """The tensors joined along dim 1 (dim 0 for 1-d ones)."""
+    ts = _ag_tuple(atleast_1d(*_tensors((tensors,), "hstack")))
+    return _ag.cat(ts, 0 if ts[0].ndim == 1 else 1)
+
+
+def vstack(tensors):
+    """The tensors, made at least 2-d, joined along dim 0."""
+    return _ag.cat(_ag_tuple(atleast_2d(*_tensors((tensors,), "vstack"))), 0)
+
+
+row_stack = vstack
+
+
+def dstack(tensors):
+    """The tensors, made at least 3-d, joined along dim 2."""
+    return _ag.cat(_ag_tuple(atleast_3d(*_tensors((tensors,), "dstack"))), 2)
+
+
+def column_stack(tensors):
+    """The tensors as columns: 0- and 1-d ones become (N, 1), then all join along dim 1."""
+    ts = [_ag.reshape(t, (t.numel(), 1)) if t.ndim < 2 else t for t in _tensors((tensors,), "column_stack")]
+    return _ag.cat(ts, 1)
+
+
+def _ag_tuple(t):
+    return (t,) if isinstance(t, Tensor) else t
+
+
+def tile(input, dims):
+    """input repeated dims[d] times along each dim; with fewer dims than input
+    has, leading 1s are assumed (unlike repeat, which needs all of them)."""
+    dims = _size_args((dims,) if isinstance(dims, numbers.Integral) else tuple(dims))
+    return input.repeat((1,) * (input.ndim - len(dims)) + dims)
+
+
+def broadcast_to(input, size):
+    """input expanded to ``size`` (a copy where PyTorch gives a view; see Tensor)."""
+    return _ag.expand(input, _size_args((size,) if isinstance(size, numbers.Integral) else tuple(size)))
+
+
+def cartesian_prod(*tensors):
+    """Every combination of one element of each 1-d tensor, as rows (a 1-d tensor given alone is returned)."""
+    ts = _tensors(tensors, "cartesian_prod")
+    if any(t.ndim != 1 for t in ts):
+        raise ValueError(f"cartesian_prod: expected 1-d tensors, got shapes {[t.shape for t in ts]}")
+    if len(ts) == 1:
+        return ts[0]
+    from .tensor import meshgrid
+
+    return _ag.stack([_ag.reshape(g, (-1,)) for g in meshgrid(*ts, indexing="ij")], 1)
+
+
+def _triangle_indices(row, col, offset, dtype, device, lower):
+    if row < 0 or col < 0:
+        raise ValueError(f"{'tril' if lower else 'triu'}_indices: row and col must be non-negative, got {row}, {col}")
+    r, c = (np.tril_indices if lower else np.triu_indices)(row, offset, col)
+    return tensor(np.stack([r, c]).astype(np.int64), dtype=dtype, device=device)
+
+
+def tril_indices(row, col, offset=0, *, dtype=int64, device=None):
+    """The (row, column) indices of the lower triangle of a row x col matrix, as a 2 x N tensor in row-major order."""
+    return _triangle_indices(row, col, offset, dtype, device, True)
+
+
+def triu_indices(row, col, offset=0, *, dtype=int64, device=None):
+    """The (row, column) indices of the upper triangle of a row x col matrix, as a 2 x N tensor in row-major order."""
+    return _triangle_indices(row, col, offset, dtype, device, False)
+
+
+def trapezoid(y, x=None, *, dx=None, dim=-1):
+    """The integral of y along ``dim`` by the trapezoid rule, at the sample points
+    x (a tensor along that dim, or broadcasting with y), else spaced dx apart (default 1)."""
+    if x is not None and dx is not None:
+        raise TypeError("trapezoid: give x or dx, not both")
+    d = _ag._dim(y, dim)
+    n = y.shape[d]
+    if n == 0:
+        return _ag.sum(y, d)
+    pairs = _ag.add(y.narrow(d, 1, n - 1), y.narrow(d, 0, n - 1))
+    if x is None:
+        return _ag.mul(_ag.sum(pairs, d), 0.5 * (1.0 if dx is None else dx))
+    if x.ndim == 1:
+        if x.shape[0] != n:
+            raise ValueError(f"trapezoid: x has {x.shape[0]} points but y has {n} along dim {d}")
+        x = _ag.reshape(x, (n,) + (1,) * (y.ndim - d - 1))
+        steps = _ag.diff(x, dim=0)
+    else:
+        steps = _ag.diff(x, dim=d)
+    return _ag.mul(_ag.sum(_ag.mul(pairs, steps), d), 0.5)
+
+
+# ---- windows and index writes -------------------------------------------------------------
+
+def unfold(input, dimension, size, step):
+    """The windows of ``size`` elements, ``step`` apart, along ``dimension``: that
+    dim becomes the window count and a last dim of ``size`` is added (a copy
+    where PyTorch gives a view; gradients of overlapping windows add up)."""
+    d = _ag._dim(input, dimension)
+    n = input.shape[d] if input.ndim else 1
+    if size < 0 or size > n or step <= 0:
+        raise ValueError(f"unfold: size {size} and step {step} do not fit dim {d} of size {n} (0 <= size <= "
+                         "the dim's size, step > 0)")
+    if input.ndim == 0:
+        return _ag.reshape(input, (size,))
+    count = (n - size) // step + 1
+    idx = (np.arange(count)[:, None] * step + np.arange(size)).reshape(-1)
+    windows = input.index_select(d, tensor(idx, device=input.device))
+    windows = _ag.reshape(windows, input.shape[:d] + (count, size) + input.shape[d + 1:])
+    return windows.movedim(d + 1, -1)
+
+
+def _along(input, dim, index, what):
+    d = _ag._dim(input, dim)
+    if not isinstance(index, Tensor) or index.ndim > 1 or index.dtype.is_floating_point:
+        raise IndexError(f"{what}: index must be a 0- or 1-d integer tensor")
+    return (slice(None),) * d + (_ag.reshape(index, (-1,)),)
+
+
+def index_fill_(input, dim, index, value):
+    """Sets input's slices at ``index`` along ``dim`` to ``value`` (a number or a 0-d tensor), in place."""
+    if isinstance(value, Tensor) and value.ndim:
+        raise ValueError(f"index_fill_: value must be a number or a 0-d tensor, got shape {value.shape}")
+    input[_along(input, dim, index, "index_fill_")] = value
+    return input
+
+
+def index_copy_(input, dim, index, source):
+    """Copies source's slices along ``dim`` into input's at ``index``, in place."""
+    sel = _along(input, dim, index, "index_copy_")
+    want = input.shape[:len(sel) - 1] + (sel[-1].numel(),) + input.shape[len(sel):]
+    if source.shape != want:
+        raise ValueError(f"index_copy_: source has shape {source.shape}, expected {want}")
+    input[sel] = source
+    return input
+
+
+def index_fill(input, dim, index, value):
+    """index_fill_ on a copy of input."""
+    return index_fill_(_ag.clone(input), dim, index, value)
+
+
+def index_copy(input, dim, index, source):
+    """index_copy_ on a copy of input."""
+    return index_copy_(_ag.clone(input), dim, index, source)
+
+
+def masked_scatter(input, mask, source):
+    """input with the elements where ``mask`` (broadcast to input's shape) holds
+    taken from source's first elements, in row-major order."""
+    if mask.dtype.is_floating_point:
+        raise TypeError(f"masked_scatter: the mask must be a uint8 or integer tensor, got {mask.dtype}")
+    m = _ag.expand(_ag._mask(mask), input.shape)
+    # Element i of the result takes source's element (the count of mask elements up to i) - 1.
+    pos = _ag.cumsum(_ag.reshape(m, (-1,)).to(dtype=int64), 0)
+    count = int(pos[-1].item()) if pos.numel() else 0
+    if count > source.numel():
+        raise ValueError(f"masked_scatter: the mask selects {count} elements but source has only {source.numel()}")
+    if count == 0:
+        return _ag.clone(input)
+    picked = _ag.reshape(_ag.reshape(source, (-1,))[_ag.clamp_min(_ag.sub(pos, 1), 0)], input.shape)
+    return _ag.where(m, picked.to(dtype=input.dtype), input)
+
+
+def masked_scatter_(input, mask, source):
+    """masked_scatter written into input."""
+    return _ag.inplace_apply(input, lambda t: masked_scatter(t, mask, source), "masked_scatter_", (source,))
+
+
+def fill_diagonal_(input, fill_value, wrap=False):
+    """Sets the main diagonal (input[i, i, ...]; all dims equal beyond 2-d) to
+    fill_value, in place; with ``wrap``, a tall matrix's diagonal starts again
+    below each square block, as in PyTorch."""
+    if input.ndim < 2:
+        raise ValueError(f"fill_diagonal_: needs at least 2 dims, got shape {input.shape}")
+    if input.ndim > 2 and len(set(input.shape)) != 1:
+        raise ValueError(f"fill_diagonal_: all dims must be equal beyond 2-d, got shape {input.shape}")
+    rows, cols = input.shape[0], input.shape[1]
+    step = sum(int(np.prod(input.shape[k + 1:])) for k in range(input.ndim))
+    end = input.numel() if wrap and input.ndim == 2 and rows > cols + 1 else min(rows, cols) * step
+    flat = np.arange(0, end, step)
+    idx = np.unravel_index(flat, input.shape)
+    input[idx] = fill_value
+    return input
+
+
+__all__ = ["atleast_1d", "atleast_2d", "atleast_3d", "broadcast_to", "cartesian_prod", "column_stack", "dstack",
+           "hstack", "index_copy", "index_fill", "masked_scatter", "row_stack", "tile", "trapezoid", "tril_indices",
+           "triu_indices", "vstack"]

@@ -1,0 +1,265 @@
+"""PyTorch's remaining elementwise functions and NaN-aware reductions, composed
+of the differentiable ops in autograd.py (so their gradients come from those
+ops' backward passes) and, where a composition would lose accuracy, computed
+in float64 and rounded once to the result's dtype.
+"""
+
+import math
+import numbers
+
+from . import autograd as _ag
+from ._dtype import float32, float64, promote, uint8
+from .tensor import _DOUBLE_INTS, Tensor
+
+
+def _pair(input, other, what):
+    """input and other as tensors on one device (a number becomes a 0-d tensor of
+    the other's dtype, or float32 beside an integer tensor as PyTorch promotes)."""
+    if not isinstance(input, Tensor):
+        if not isinstance(other, Tensor):
+            raise TypeError(f"{what}: expected a ddpc.Tensor, got {type(input).__name__} and {type(other).__name__}")
+        return _ag._operand(input, other, what), other
+    return input, _ag._operand(other, input, what)
+
+
+def _float_pair(input, other, what):
+    a, b = _pair(input, other, what)
+    dt = promote(a.dtype, b.dtype)
+    if not dt.is_floating_point:
+        dt = float32
+    return (a if a.dtype is dt else a.to(dtype=dt)), (b if b.dtype is dt else b.to(dtype=dt))
+
+
+# ---- arithmetic in PyTorch's function forms ----------------------------------------------
+
+def _operands(input, other, alpha, what):
+    """input and alpha * other, ready for autograd's broadcasting ops (which take a tensor first)."""
+    a, b = (input, other) if isinstance(input, Tensor) else _pair(input, other, what)
+    if alpha != 1:
+        b = b * alpha if isinstance(b, numbers.Number) else _ag.mul(_ag._operand(b, a, what), alpha)
+    return a, b
+
+
+def add(input, other, *, alpha=1):
+    """input + alpha * other (either may be a number; the other a tensor)."""
+    return _ag.add(*_operands(input, other, alpha, "add"))
+
+
+def sub(input, other, *, alpha=1):
+    """input - alpha * other."""
+    return _ag.sub(*_operands(input, other, alpha, "sub"))
+
+
+subtract = sub
+
+
+def mul(input, other):
+    """input * other (either may be a number; the other a tensor)."""
+    return _ag.mul(*_operands(input, other, 1, "mul"))
+
+
+multiply = mul
+
+
+# ---- division with rounding ------------------------------------------------------------
+
+def _divmod(input, other, floor, what):
+    """(q, r, dtype) for a / b: the quotient rounded toward zero (down with
+    ``floor``), detached, and the remainder a - q * b (with the dividend's sign,
+    or the divisor's with ``floor``), differentiable; both float64 (exact while
+    the operands are float32, 16-bit floats or integers below 2**53), and dtype
+    the operands' promoted dtype."""
+    a, b = _pair(input, other, what)
+    dt = promote(a.dtype, b.dtype)
+    if not dt.is_floating_point:
+        if bool(_ag.any_(b == 0)):
+            raise ZeroDivisionError(f"{what}: integer division by zero")
+        if any(t.numel() and _ag.amax(_ag.abs(t.detach().to(dtype=float64))).item() > _DOUBLE_INTS for t in (a, b)):
+            raise OverflowError(f"{what}: ddpc divides integers exactly up to 2**53 in magnitude")
+    a64, b64 = a.to(dtype=float64), b.to(dtype=float64)
+    with _ag.no_grad():
+        x, y = a64.detach(), b64.detach()
+        q = _ag.trunc(x / y)
+        # The division's rounding may cross an integer: step q back by one where
+        # the remainder came out with the wrong sign or as large as the divisor.
+        r = x - q * y
+        q = q - _ag.sign(x * y) * ((r * x) < 0).to(dtype=float64)
+        q = q + _ag.sign(x * y) * (_ag.abs(x - q * y) >= _ag.abs(y)).to(dtype=float64)
+        q = _ag.where(_ag.logical_and(_ag.isinf(y), _ag.isfinite(x)), 0.0, q)
+    r = _ag.where(_ag.logical_and(_ag.isinf(y), _ag.isfinite(x)), a64, _ag.sub(a64, _ag.mul(q, b64)))
+    if floor:  # PyTorch's rule: a remainder of the other sign than the divisor moves by one divisor
+        with _ag.no_grad():
+            off = _ag.logical_and(r.detach() != 0, (r.detach() < 0) != (y < 0))
+            q = q - off.to(dtype=float64)
+        r = _ag.where(off, _ag.add(r, b64), r)
+    return q, r, dt
+
+
+def fmod(input, other):
+    """The remainder of input / other with the quotient rounded toward zero: it
+    has the dividend's sign, as C's fmod. Computed in float64 and rounded once,
+    so exact for float32 and 16-bit floats, and for integers below 2**53 (larger
+    ones raise OverflowError); integers divided by 0 raise ZeroDivisionError."""
+    _, r, dt = _divmod(input, other, False, "fmod")
+    return r.to(dtype=dt)
+
+
+def remainder(input, other):
+    """The remainder of input / other with the quotient rounded down: it has the
+    divisor's sign, as Python's %. Accuracy and errors as fmod."""
+    _, r, dt = _divmod(input, other, True, "remainder")
+    return r.to(dtype=dt)
+
+
+def floor_divide(input, other):
+    """input / other rounded down, in the operands' promoted dtype (as PyTorch's
+    floor_divide since 1.13); no gradient flows through it."""
+    return div(input, other, rounding_mode="floor")
+
+
+def div(input, other, *, rounding_mode=None):
+    """input / other; rounding_mode None divides (integers give float32), 'trunc'
+    rounds toward zero and 'floor' down, keeping the promoted dtype (the rounded
+    forms have no gradient, as in PyTorch; accuracy as fmod)."""
+    if rounding_mode is None:
+        return _ag.div(*_operands(input, other, 1, "div"))
+    if rounding_mode not in ("trunc", "floor"):
+        raise ValueError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
+    with _ag.no_grad():
+        q, _, dt = _divmod(input, other, rounding_mode == "floor", "div")
+        if dt.is_floating_point:  # a quotient that is inf or NaN stays so
+            a, b = _pair(input, other, "div")
+            exact = _ag.div(a.detach().to(dtype=float64), b.detach().to(dtype=float64))
+            q = _ag.where(_ag.isfinite(exact), q, exact)
+    return q.to(dtype=dt)
+
+
+divide = true_divide = div
+
+
+# ---- elementwise functions ---------------------------------------------------------------
+
+class _Atan2Backward(_ag.Node):
+    def __init__(self, y, x):
+        super().__init__((y, x), (y.detach(), x.detach()))
+        self.shapes, self.dtypes = (y.shape, x.shape), (y.dtype, x.dtype)
+
+    def backward(self, g):
+        y, x = self.saved
+        scale = _ag.div(g, _ag.add(_ag.mul(x, x), _ag.mul(y, y)))
+        gy = _ag._reduce_to(_ag.mul(scale, x), self.shapes[0], self.dtypes[0])
+        gx = _ag._reduce_to(_ag.neg(_ag.mul(scale, y)), self.shapes[1], self.dtypes[1])
+        return gy, gx
+
+
+def atan2(input, other):
+    """The angle of the point (other, input) in (-pi, pi]: atan(input / other)
+    moved to other's half plane; computed in float64 and rounded once. Signed
+    zeros are not told apart (atan2(0, -1) is pi, also for -0)."""
+    y, x = _float_pair(input, other, "atan2")
+    with _ag.no_grad():
+        y64, x64 = y.detach().to(dtype=float64), x.detach().to(dtype=float64)
+        angle = _ag.atan(y64 / x64)
+        half_turn = (y64 >= 0).to(dtype=float64) * (2 * math.pi) - math.pi
+        angle = _ag.where(x64 < 0, angle + half_turn, angle)
+        angle = _ag.where(_ag.logical_and(x64 == 0, y64 == 0), 0.0, angle)
+        out = angle.to(dtype=y.dtype)
+    if _ag._needs_grad(y, x):
+        _ag._attach(out, _Atan2Backward(y, x))
+    return out
+
+
+arctan2 = atan2
+
+
+def hypot(input, other):
+    """sqrt(input ** 2 + other ** 2)."""
+    a, b = _float_pair(input, other, "hypot")
+    return _ag.sqrt(_ag.add(_ag.mul(a, a), _ag.mul(b, b)))
+
+
+def xlogy(input, other):
+    """input * log(other), and 0 where input is 0 (NaN where other is NaN), as
+    in PyTorch; the gradient is 0 where input is 0."""
+    x, y = _float_pair(input, other, "xlogy")
+    zero = (x == 0)
+    safe = _ag.where(zero, 1.0, y)
+    out = _ag.where(zero, 0.0, _ag.mul(x, _ag.log(safe)))
+    return _ag.where(_ag.isnan(y), math.nan, out)
+
+
+def logit(input, eps=None):
+    """log(p / (1 - p)), with p clamped to [eps, 1 - eps] when eps is given."""
+    p = _ag._as_float(input)
+    if eps is not None:
+        p = _ag.clamp(p, eps, 1 - eps)
+    return _ag.sub(_ag.log(p), _ag.log1p(_ag.neg(p)))
+
+
+def sgn(input):
+    """sign(input) (ddpc has no complex dtypes, for which PyTorch's sgn differs)."""
+    return _ag.sign(input)
+
+
+def frac(input):
+    """input - trunc(input): the fractional part, with input's sign."""
+    if not input.dtype.is_floating_point:
+        raise TypeError(f"frac: expected a floating tensor, got {input.dtype}")
+    return _ag.sub(input, _ag.trunc(input))
+
+
+def hardshrink(input, lambd=0.5):
+    """input where |input| > lambd, else 0."""
+    return _ag.where(_ag.abs(input.detach()) > lambd, input, 0.0)
+
+
+def bitwise_not(input):
+    """~input for integer tensors (-input - 1; 255 - input for uint8); ddpc has no
+    bool dtype, and floats have no bits to flip in PyTorch either."""
+    if input.dtype.is_floating_point:
+        raise TypeError(f"bitwise_not: expected an integer tensor, got {input.dtype}")
+    with _ag.no_grad():
+        return _ag.rsub(input, 255) if input.dtype is uint8 else _ag.rsub(input, -1)
+
+
+# ---- reductions that skip NaN ---------------------------------------------------------------
+
+def _not_nan(input):
+    return _ag.where(_ag.isnan(input), 0.0, input) if input.dtype.is_floating_point else input
+
+
+def nansum(input, dim=None, keepdim=False, *, dtype=None):
+    """The sum (over ``dim``) with NaN counted as zero."""
+    if dtype is not None:
+        input = input.to(dtype=dtype)
+    return _ag.sum(_not_nan(input), dim, keepdim)
+
+
+def nanmean(input, dim=None, keepdim=False, *, dtype=None):
+    """The mean (over ``dim``) of the elements that are not NaN (NaN where all are)."""
+    if dtype is not None:
+        input = input.to(dtype=dtype)
+    if not input.dtype.is_floating_point:
+        raise TypeError(f"nanmean: expected a floating tensor, got {input.dtype}")
+    dims = _ag._dims(input, dim)
+    count = _ag.sum(_ag.logical_not(_ag.isnan(input)).to(dtype=input.dtype), dims, keepdim)
+    return _ag.div(_ag.sum(_not_nan(input), dims, keepdim), count)
+
+
+def logcumsumexp(input, dim):
+    """log(cumsum(exp(input))) along ``dim``, shifted by each slice's largest value
+    so that it does not overflow. Unlike PyTorch's running form, a prefix whose
+    terms all lie more than ~87 (float32; ~700 float64) below the slice's
+    largest value underflows to -inf."""
+    d = _ag._dim(input, dim)
+    if input.numel() == 0:
+        return _ag.clone(input)
+    with _ag.no_grad():
+        m = _ag.amax(input.detach(), d, keepdim=True)
+        m = _ag.where(_ag.isfinite(m), m, 0.0)
+    return _ag.add(_ag.log(_ag.cumsum(_ag.exp(_ag.sub(input, m)), d)), m)
+
+
+__all__ = ["add", "arctan2", "atan2", "bitwise_not", "div", "divide", "floor_divide", "fmod", "frac", "hardshrink", "hypot",
+           "logcumsumexp", "logit", "mul", "multiply", "nanmean", "nansum", "remainder", "sgn", "sub", "subtract", "true_divide",
+           "xlogy"]
