@@ -312,6 +312,19 @@ def scenario_groups():
     check(c, np.full(3, world), "default group after subgroup")
     dist.destroy_process_group(mine)
     dist.barrier()
+    # new_subgroups: consecutive blocks of ranks, LOCAL_WORLD_SIZE (set by ddpc-run) by default.
+    assert dist.is_torchelastic_launched()
+    size = 2 if world % 2 == 0 else 1
+    cur, subs = dist.new_subgroups(size)
+    assert len(subs) == world // size and subs[rank // size] is cur
+    block = list(range(rank - rank % size, rank - rank % size + size))
+    assert [dist.get_global_rank(cur, i) for i in range(size)] == block
+    d = np.full(4, rank, np.int64)
+    dist.all_reduce(d, group=cur)
+    check(d, np.full(4, sum(block)), "new_subgroups all_reduce")
+    per_node, _ = dist.new_subgroups()
+    assert dist.get_world_size(per_node) == int(os.environ["LOCAL_WORLD_SIZE"])
+    dist.barrier()
 
 
 def scenario_p2p():

@@ -63,7 +63,7 @@ __all__ = [
     "BalancedDistributedSampler", "BatchSampler", "ConcatDataset", "DataLoader", "Dataset", "DistributedSampler",
     "IterableDataset", "RandomSampler", "Sampler", "SequentialSampler", "ShardedLoader", "Subset",
     "SubsetRandomSampler", "TensorDataset", "WeightedDistributedSampler", "WeightedRandomSampler", "default_collate",
-    "random_split",
+    "random_split", "ChainDataset", "StackDataset", "default_convert", "get_worker_info",
 ]
 
 _MASK64 = (1 << 64) - 1
@@ -495,6 +495,55 @@ class ConcatDataset(Dataset):
         return self.datasets[k][index - (self.cumulative_sizes[k - 1] if k else 0)]
 
 
+class ChainDataset(IterableDataset):
+    """The samples of several IterableDatasets, one stream after the other."""
+
+    def __init__(self, datasets):
+        self.datasets = list(datasets)
+        for d in self.datasets:
+            if not isinstance(d, IterableDataset):
+                raise TypeError(f"ChainDataset takes IterableDatasets, got {type(d).__name__}")
+
+    def __iter__(self):
+        for d in self.datasets:
+            yield from d
+
+    def __len__(self):
+        return sum(len(d) for d in self.datasets)
+
+
+class StackDataset(Dataset):
+    """Samples made of the samples at one index of several data sets of one
+    length: a tuple for ``StackDataset(a, b)``, a dict for ``StackDataset(x=a, y=b)``."""
+
+    def __init__(self, *args, **kwargs):
+        if args and kwargs:
+            raise ValueError("StackDataset takes data sets as positional or as keyword arguments, not both")
+        if not args and not kwargs:
+            raise ValueError("StackDataset needs at least one data set")
+        self.datasets = args or kwargs
+        lengths = {len(d) for d in (args or kwargs.values())}
+        if len(lengths) != 1:
+            raise ValueError(f"StackDataset: the data sets differ in length ({sorted(lengths)})")
+        self._length = lengths.pop()
+
+    def __getitem__(self, index):
+        if isinstance(self.datasets, dict):
+            return {k: d[index] for k, d in self.datasets.items()}
+        return tuple(d[index] for d in self.datasets)
+
+    def __len__(self):
+        return self._length
+
+
+def get_worker_info():
+    """None: ddpc's DataLoader has no worker processes (its loading threads run
+    in this process and share one data set object), so code that splits an
+    IterableDataset among workers sees the main process, as in PyTorch with
+    num_workers=0."""
+    return None
+
+
 def random_split(dataset, lengths, generator=None):
     """Splits ``dataset`` into Subsets of the given lengths (or fractions of
     its length, the remainder dealt one by one from the first) over a random
@@ -604,6 +653,21 @@ def default_collate(batch):
         fields = [default_collate(list(field)) for field in zip(*batch)]
         return type(elem)(*fields) if hasattr(elem, "_fields") else fields  # namedtuples keep their type
     return batch
+
+
+def default_convert(data):
+    """What an unbatched sample (``batch_size=None``) is handed out as: numpy arrays (of a dtype ddpc has) and numpy scalars as tensors, also
+    inside dicts, tuples and lists; anything else as it is."""
+    if isinstance(data, (np.ndarray, np.generic)) and not isinstance(data, (np.str_, np.bytes_)):
+        return _to_tensor(data)
+    if isinstance(data, collections.abc.Mapping):
+        converted = {k: default_convert(v) for k, v in data.items()}
+        return converted if type(data) is dict else _rebuild(data, converted)
+    if isinstance(data, tuple) and hasattr(data, "_fields"):
+        return type(data)(*(default_convert(v) for v in data))
+    if isinstance(data, (tuple, list)):
+        return type(data)(default_convert(v) for v in data)
+    return data
 
 
 def _rebuild(like, mapping):
@@ -782,19 +846,6 @@ def _chunks(samples, size, drop_last):
         yield chunk
 
 
-def _convert(sample):
-    """A sample handed out unbatched (``batch_size=None``): numpy arrays become tensors."""
-    if isinstance(sample, np.ndarray):
-        return _to_tensor(sample)
-    if isinstance(sample, tuple) and hasattr(sample, "_fields"):
-        return type(sample)(*map(_convert, sample))
-    if isinstance(sample, (tuple, list)):
-        return type(sample)(map(_convert, sample))
-    if isinstance(sample, dict):
-        return {k: _convert(v) for k, v in sample.items()}
-    return sample
-
-
 def _array_rows(dataset):
     """(TensorDataset, rows) when ``dataset`` is a TensorDataset, maybe through
     Subsets (``rows`` maps its indices to the TensorDataset's, None for itself),
@@ -929,7 +980,7 @@ class DataLoader:
         return _move((self.collate_fn or default_collate)(samples), self.device, self.pin_memory)
 
     def _finish_one(self, sample):
-        return _move(self.collate_fn(sample) if self.collate_fn else _convert(sample), self.device, self.pin_memory)
+        return _move(self.collate_fn(sample) if self.collate_fn else default_convert(sample), self.device, self.pin_memory)
 
     def _length_or(self, default):
         try:

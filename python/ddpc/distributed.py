@@ -544,6 +544,37 @@ def new_group(ranks=None, timeout=None, backend=None):
     return group
 
 
+def new_subgroups(group_size=None, group=None, timeout=None, backend=None, pg_options=None):
+    """Splits the default group into groups of ``group_size`` consecutive ranks
+    (default: LOCAL_WORLD_SIZE, the ranks per node that ddpc-run and torchrun
+    set, else the number of GPUs here); returns (this rank's group, all of
+    them), where the groups this rank is not in are
+    ``GroupMember.NON_GROUP_MEMBER``. Every rank must call it, as new_group.
+    ``group`` must be None (ddpc splits the default group only) and
+    ``pg_options`` is ignored."""
+    del pg_options
+    if group is not None:
+        raise ValueError("new_subgroups: ddpc splits the default group only (group=None)")
+    world = _group(None)
+    if group_size is None:
+        group_size = int(os.environ.get("LOCAL_WORLD_SIZE") or 0) or _C.cuda_device_count()
+        if not group_size:
+            raise ValueError("new_subgroups: give group_size (LOCAL_WORLD_SIZE is not set and there is no GPU)")
+    if group_size <= 0 or world.size() % group_size:
+        raise ValueError(f"new_subgroups: group_size {group_size} must be positive and divide the world size "
+                         f"{world.size()}")
+    subgroups = [new_group(range(start, start + group_size), timeout=timeout, backend=backend)
+                 for start in range(0, world.size(), group_size)]
+    return subgroups[_world.rank // group_size], subgroups
+
+
+def is_torchelastic_launched():
+    """Whether this process was started by an elastic launcher: torchrun, or
+    ddpc-run, which sets TORCHELASTIC_RUN_ID as torchrun does (the variable
+    PyTorch checks)."""
+    return os.environ.get("TORCHELASTIC_RUN_ID") is not None
+
+
 def destroy_process_group(group=None):
     """Releases a group; without an argument, every group and the rendezvous.
 

@@ -2,11 +2,13 @@
 
 import math
 
+import numpy as np
+
 from .. import _random
 from ..autograd import no_grad
 
-__all__ = ["calculate_gain", "constant_", "kaiming_uniform_", "normal_", "ones_", "uniform_", "xavier_normal_",
-           "xavier_uniform_", "zeros_"]
+__all__ = ["calculate_gain", "constant_", "dirac_", "eye_", "kaiming_normal_", "kaiming_uniform_", "normal_", "ones_",
+           "orthogonal_", "sparse_", "trunc_normal_", "uniform_", "xavier_normal_", "xavier_uniform_", "zeros_"]
 
 
 def uniform_(tensor, a=0.0, b=1.0, generator=None):
@@ -41,9 +43,16 @@ def _fans(tensor):
     return tensor.shape[1] * receptive, tensor.shape[0] * receptive
 
 
+_LINEAR = ("linear", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
+           "sigmoid", "identity")
+
+
 def calculate_gain(nonlinearity, param=None):
-    if nonlinearity in ("linear", "sigmoid", "identity"):
+    """The recommended gain for a nonlinearity, as PyTorch's table."""
+    if nonlinearity in _LINEAR:
         return 1.0
+    if nonlinearity == "selu":
+        return 3.0 / 4
     if nonlinearity == "tanh":
         return 5.0 / 3
     if nonlinearity == "relu":
@@ -54,19 +63,114 @@ def calculate_gain(nonlinearity, param=None):
     raise ValueError(f"unsupported nonlinearity {nonlinearity!r}")
 
 
-def kaiming_uniform_(tensor, a=0.0, mode="fan_in", nonlinearity="leaky_relu"):
+def _kaiming_std(tensor, a, mode, nonlinearity):
+    if mode not in ("fan_in", "fan_out"):
+        raise ValueError(f"mode must be 'fan_in' or 'fan_out', got {mode!r}")
     fan_in, fan_out = _fans(tensor)
     fan = fan_in if mode == "fan_in" else fan_out
-    bound = calculate_gain(nonlinearity, a) * math.sqrt(3.0 / fan) if fan else 0.0
-    return uniform_(tensor, -bound, bound)
+    return calculate_gain(nonlinearity, a) / math.sqrt(fan) if fan else 0.0
 
 
-def xavier_uniform_(tensor, gain=1.0):
+def kaiming_uniform_(tensor, a=0.0, mode="fan_in", nonlinearity="leaky_relu", generator=None):
+    bound = math.sqrt(3.0) * _kaiming_std(tensor, a, mode, nonlinearity)
+    return uniform_(tensor, -bound, bound, generator)
+
+
+def kaiming_normal_(tensor, a=0.0, mode="fan_in", nonlinearity="leaky_relu", generator=None):
+    return normal_(tensor, 0.0, _kaiming_std(tensor, a, mode, nonlinearity), generator)
+
+
+def _xavier_std(tensor, gain):
     fan_in, fan_out = _fans(tensor)
-    bound = gain * math.sqrt(6.0 / (fan_in + fan_out))
-    return uniform_(tensor, -bound, bound)
+    return gain * math.sqrt(2.0 / (fan_in + fan_out))
 
 
-def xavier_normal_(tensor, gain=1.0):
-    fan_in, fan_out = _fans(tensor)
-    return normal_(tensor, 0.0, gain * math.sqrt(2.0 / (fan_in + fan_out)))
+def xavier_uniform_(tensor, gain=1.0, generator=None):
+    bound = math.sqrt(3.0) * _xavier_std(tensor, gain)
+    return uniform_(tensor, -bound, bound, generator)
+
+
+def xavier_normal_(tensor, gain=1.0, generator=None):
+    return normal_(tensor, 0.0, _xavier_std(tensor, gain), generator)
+
+
+def trunc_normal_(tensor, mean=0.0, std=1.0, a=-2.0, b=2.0, generator=None):
+    """Draws from N(mean, std ** 2) restricted to [a, b]. PyTorch inverts the
+    normal CDF; ddpc redraws the values outside [a, b] until none is left (a
+    few rounds while [a, b] holds a fair share of the mass), and clamps what
+    is still outside after 100 rounds."""
+    if not a < b:
+        raise ValueError(f"trunc_normal_: expects a < b, got [{a}, {b}]")
+    with no_grad():
+        normal_(tensor, mean, std, generator)
+        for _ in range(100):
+            outside = (tensor < a).logical_or(tensor > b)
+            if not outside.numel() or not outside.max().item():
+                return tensor
+            fresh = _random.normal_(tensor.new_empty(tensor.shape), mean, std, generator=generator)
+            tensor.copy_(fresh.where(outside, tensor))
+        return tensor.clamp_(a, b)
+
+
+def orthogonal_(tensor, gain=1.0, generator=None):
+    """A (semi-)orthogonal matrix over the first dim and the rest flattened, times
+    gain, as PyTorch: the Q of a QR factorisation of a normal draw, with signs
+    fixed by R's diagonal. The QR runs through numpy on the host (a one-off at
+    initialisation)."""
+    if tensor.ndim < 2:
+        raise ValueError("orthogonal_: only tensors with 2 or more dims are supported")
+    if tensor.numel() == 0:
+        return tensor
+    rows, cols = tensor.shape[0], tensor.numel() // tensor.shape[0]
+    with no_grad():
+        draw = _random.normal_(tensor.new_empty((rows, cols), dtype="float64", device="cpu"), generator=generator)
+        flat = draw.numpy()
+        if rows < cols:
+            flat = flat.T
+        q, r = np.linalg.qr(flat)
+        q = q * np.sign(np.diag(r))
+        if rows < cols:
+            q = q.T
+        tensor.copy_(tensor.new_tensor(q.reshape(tensor.shape) * gain))
+    return tensor
+
+
+def eye_(tensor):
+    """The identity matrix (ones on the diagonal of a 2-d tensor, zeros elsewhere)."""
+    if tensor.ndim != 2:
+        raise ValueError("eye_: only 2-d tensors are supported")
+    with no_grad():
+        return tensor.zero_().fill_diagonal_(1)
+
+
+def dirac_(tensor, groups=1):
+    """The Dirac delta of a 3-, 4- or 5-d convolution weight: each of the first
+    min(out / groups, in) channels of each group passes its input channel through
+    at the kernel's centre; zeros elsewhere."""
+    if tensor.ndim not in (3, 4, 5):
+        raise ValueError("dirac_: only 3, 4 and 5-d tensors are supported")
+    out_per_group = tensor.shape[0] // groups
+    if tensor.shape[0] % groups:
+        raise ValueError(f"dirac_: dim 0 ({tensor.shape[0]}) is not divisible by groups ({groups})")
+    n = min(out_per_group, tensor.shape[1])
+    out = (np.arange(groups)[:, None] * out_per_group + np.arange(n)).reshape(-1)
+    centre = tuple(np.full(out.shape, s // 2) for s in tensor.shape[2:])
+    with no_grad():
+        tensor.zero_()
+        tensor[(out, np.tile(np.arange(n), groups)) + centre] = 1
+    return tensor
+
+
+def sparse_(tensor, sparsity, std=0.01, generator=None):
+    """N(0, std ** 2) with ceil(sparsity * rows) random elements of each column
+    of a 2-d tensor set to zero."""
+    if tensor.ndim != 2:
+        raise ValueError("sparse_: only 2-d tensors are supported")
+    rows, cols = tensor.shape
+    zeros_per_column = int(math.ceil(sparsity * rows))
+    with no_grad():
+        normal_(tensor, 0.0, std, generator)
+        if zeros_per_column and cols:
+            keys = _random.uniform_(tensor.new_empty((rows, cols), dtype="float32"), generator=generator)
+            tensor.scatter_(0, keys.argsort(0)[:zeros_per_column], value=0.0)
+    return tensor

@@ -1,4 +1,5 @@
-"""ddpc.nn.utils: gradient clipping, as torch.nn.utils, and (ddpc.nn.utils.rnn) packed sequences."""
+"""ddpc.nn.utils: gradient clipping and flattening parameters, as torch.nn.utils, and (ddpc.nn.utils.rnn)
+packed sequences."""
 
 import math
 
@@ -7,38 +8,84 @@ from ...tensor import Tensor, float32, tensor
 from . import rnn  # noqa: F401  (ddpc.nn.utils.rnn, as torch.nn.utils.rnn)
 
 
+def _tensors(tensors):
+    return [tensors] if isinstance(tensors, Tensor) else list(tensors)
+
+
 def _grads(parameters):
-    params = [parameters] if isinstance(parameters, Tensor) else list(parameters)
-    return [p.grad for p in params if p.grad is not None]
+    return [p.grad for p in _tensors(parameters) if p.grad is not None]
+
+
+def get_total_norm(tensors, norm_type=2.0, error_if_nonfinite=False, foreach=None):
+    """The ``norm_type``-norm of all of ``tensors`` taken as one vector (a 0-d
+    float32 tensor on the host; PyTorch's is on the tensors' device)."""
+    del foreach
+    tensors = [t for t in _tensors(tensors) if t.numel()]
+    norm_type = float(norm_type)
+    if norm_type <= 0:
+        raise ValueError(f"norm_type must be > 0 or inf, got {norm_type}")
+    with autograd.no_grad():
+        if not tensors:
+            total = 0.0
+        elif norm_type == math.inf:
+            total = max(max(t.max().item(), -t.min().item()) for t in tensors)
+        else:
+            # |t|^p as (t*t)^(p/2), summed in float32 or wider on each tensor's device
+            parts = [((t * t) ** (norm_type / 2)).sum().item() if norm_type != 2 else (t * t).sum().item()
+                     for t in tensors]
+            total = math.fsum(parts) ** (1.0 / norm_type)
+    if error_if_nonfinite and not math.isfinite(total):
+        raise RuntimeError(f"the total norm of order {norm_type} of the gradients is {total}: not finite "
+                           "(error_if_nonfinite=True)")
+    return tensor(total, dtype=float32)
+
+
+def clip_grads_with_norm_(parameters, max_norm, total_norm, foreach=None):
+    """Scales the gradients of ``parameters`` in place by max_norm / (total_norm
+    + 1e-6) where that is below 1 (total_norm as get_total_norm gives it)."""
+    del foreach
+    coef = float(max_norm) / (float(total_norm) + 1e-6)
+    if coef < 1.0:
+        with autograd.no_grad():
+            for g in _grads(parameters):
+                g.mul_(coef)
 
 
 def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=False, foreach=None):
     """Scales the gradients of ``parameters`` in place so that their joint
     ``norm_type``-norm (over all of them, as one vector) is at most
     ``max_norm``; returns that norm before scaling (a 0-d float32 tensor)."""
-    del foreach
-    grads = _grads(parameters)
-    norm_type = float(norm_type)
-    if norm_type <= 0:
-        raise ValueError(f"norm_type must be > 0 or inf, got {norm_type}")
-    with autograd.no_grad():
-        if not grads:
-            total = 0.0
-        elif norm_type == math.inf:
-            total = max(max(g.max().item(), -g.min().item()) for g in grads if g.numel())
-        else:
-            # |g|^p as (g*g)^(p/2), summed in float32 or wider on each gradient's device
-            parts = [((g * g) ** (norm_type / 2)).sum().item() if norm_type != 2 else (g * g).sum().item()
-                     for g in grads if g.numel()]
-            total = math.fsum(parts) ** (1.0 / norm_type)
-        if error_if_nonfinite and not math.isfinite(total):
-            raise RuntimeError(f"the total norm of order {norm_type} of the gradients is {total}: not finite "
-                               "(error_if_nonfinite=True)")
-        coef = float(max_norm) / (total + 1e-6)
-        if coef < 1.0:
-            for g in grads:
-                g.mul_(coef)
-    return tensor(total, dtype=float32)
+    parameters = _tensors(parameters)
+    total = get_total_norm(_grads(parameters), norm_type, error_if_nonfinite, foreach)
+    clip_grads_with_norm_(parameters, max_norm, total, foreach)
+    return total
+
+
+def parameters_to_vector(parameters):
+    """The parameters flattened and joined into one 1-d tensor (differentiable)."""
+    params = _tensors(parameters)
+    if not params:
+        raise ValueError("parameters_to_vector: no parameters given")
+    device = params[0].device
+    for p in params:
+        if p.device != device:
+            raise ValueError(f"parameters_to_vector: parameters are on different devices ({device} and {p.device})")
+    return autograd.cat([p.reshape(-1) for p in params])
+
+
+def vector_to_parameters(vec, parameters):
+    """Makes each parameter's data the next slice of the 1-d tensor ``vec`` (views
+    of vec, as in PyTorch, so later writes into vec show in the parameters)."""
+    if not isinstance(vec, Tensor):
+        raise TypeError(f"expected vec to be a ddpc.Tensor, got {type(vec).__name__}")
+    params = _tensors(parameters)
+    need = sum(p.numel() for p in params)
+    if vec.ndim != 1 or vec.numel() != need:
+        raise ValueError(f"vector_to_parameters: vec has shape {vec.shape}, the parameters need {need} elements")
+    at = 0
+    for p in params:
+        p.data = vec.detach()[at:at + p.numel()].reshape(p.shape)
+        at += p.numel()
 
 
 def clip_grad_value_(parameters, clip_value, foreach=None):

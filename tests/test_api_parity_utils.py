@@ -1,0 +1,190 @@
+"""PyTorch's helpers beyond tensors that ported scripts call: the remaining
+nn.init initialisers (PyTorch's fans and gains), nn.utils' parameter vectors
+and split gradient clipping, data's StackDataset, ChainDataset,
+get_worker_info and default_convert, and distributed's new_subgroups and
+is_torchelastic_launched (multi-rank new_subgroups runs in comm_worker.py)."""
+
+import math
+import socket
+
+import numpy as np
+import pytest
+
+import ddpc
+from ddpc import data
+from ddpc import distributed as dist
+from ddpc import nn
+from ddpc.nn import init
+
+
+# ---- nn.init ------------------------------------------------------------------------------
+
+def test_normal_initialisers_use_pytorchs_fans_and_gains():
+    ddpc.manual_seed(0)
+    w = ddpc.empty(400, 300, 3)  # fan_in 900, fan_out 1200
+    init.xavier_normal_(w, gain=2.0)
+    np.testing.assert_allclose(w.numpy().std(), 2.0 * math.sqrt(2.0 / 2100), rtol=0.01)
+    init.kaiming_normal_(w, mode="fan_out", nonlinearity="relu")
+    np.testing.assert_allclose(w.numpy().std(), math.sqrt(2.0) / math.sqrt(1200), rtol=0.01)
+    init.kaiming_normal_(w, a=0.2)
+    np.testing.assert_allclose(w.numpy().std(), math.sqrt(2.0 / 1.04) / 30, rtol=0.01)
+    assert init.calculate_gain("selu") == 0.75 and init.calculate_gain("conv2d") == 1.0
+    with pytest.raises(ValueError, match="mode"):
+        init.kaiming_normal_(w, mode="fan_avg")
+    with pytest.raises(ValueError, match="at least 2 dims"):
+        init.xavier_normal_(ddpc.empty(3))
+
+
+def test_trunc_normal_stays_in_bounds():
+    ddpc.manual_seed(1)
+    w = init.trunc_normal_(ddpc.empty(100_000), mean=1.0, std=2.0, a=0.0, b=3.0).numpy()
+    assert w.min() >= 0.0 and w.max() <= 3.0
+    pdf = lambda z: math.exp(-z * z / 2) / math.sqrt(2 * math.pi)  # noqa: E731
+    cdf = lambda z: (1 + math.erf(z / math.sqrt(2))) / 2  # noqa: E731
+    lo, hi = (0.0 - 1.0) / 2.0, (3.0 - 1.0) / 2.0
+    assert abs(w.mean() - (1.0 + 2.0 * (pdf(lo) - pdf(hi)) / (cdf(hi) - cdf(lo)))) < 0.02
+    with pytest.raises(ValueError, match="a < b"):
+        init.trunc_normal_(ddpc.empty(3), a=1, b=1)
+
+
+@pytest.mark.parametrize("shape", [(5, 3), (3, 5), (4, 2, 3)])
+def test_orthogonal_gives_orthonormal_rows_or_columns(shape):
+    w = init.orthogonal_(ddpc.empty(*shape), gain=2.0)
+    m = w.numpy().reshape(shape[0], -1) / 2.0
+    small = min(m.shape)
+    gram = m.T @ m if m.shape[0] >= m.shape[1] else m @ m.T
+    np.testing.assert_allclose(gram, np.eye(small), atol=1e-5)
+    with pytest.raises(ValueError, match="2 or more"):
+        init.orthogonal_(ddpc.empty(3))
+
+
+def test_eye_dirac_and_sparse():
+    np.testing.assert_array_equal(init.eye_(ddpc.empty(2, 3)).numpy(), np.eye(2, 3))
+    w = init.dirac_(ddpc.empty(4, 2, 3, 3), groups=2)
+    want = np.zeros((4, 2, 3, 3))
+    for g in range(2):
+        for d in range(2):
+            want[g * 2 + d, d, 1, 1] = 1
+    np.testing.assert_array_equal(w.numpy(), want)
+    x = ddpc.tensor(np.random.default_rng(0).standard_normal((1, 3, 5)), dtype=ddpc.float32)
+    np.testing.assert_allclose(nn.functional.conv1d(x, init.dirac_(ddpc.empty(3, 3, 3)), padding=1).numpy(),
+                               x.numpy(), atol=1e-6)
+    ddpc.manual_seed(2)
+    s = init.sparse_(ddpc.empty(10, 6), sparsity=0.3, std=1.0).numpy()
+    assert ((s == 0).sum(0) == 3).all()
+    for fn, bad in ((init.eye_, ddpc.empty(2, 2, 2)), (init.dirac_, ddpc.empty(2, 2)), (init.sparse_, ddpc.empty(2))):
+        with pytest.raises(ValueError):
+            fn(bad, 0.1) if fn is init.sparse_ else fn(bad)
+
+
+def test_initialisers_take_a_generator():
+    a = init.xavier_normal_(ddpc.empty(3, 4), generator=ddpc.Generator(9)).numpy()
+    b = init.xavier_normal_(ddpc.empty(3, 4), generator=ddpc.Generator(9)).numpy()
+    np.testing.assert_array_equal(a, b)
+
+
+# ---- nn.utils -----------------------------------------------------------------------------
+
+def test_parameters_to_vector_and_back():
+    m = nn.Linear(3, 2)
+    vec = nn.utils.parameters_to_vector(m.parameters())
+    np.testing.assert_array_equal(vec.numpy(), np.concatenate([m.weight.numpy().ravel(), m.bias.numpy()]))
+    vec.sum().backward()
+    np.testing.assert_array_equal(m.weight.grad.numpy(), np.ones((2, 3)))
+    nn.utils.vector_to_parameters(ddpc.arange(8.0), m.parameters())
+    np.testing.assert_array_equal(m.weight.numpy(), np.arange(6.0).reshape(2, 3))
+    np.testing.assert_array_equal(m.bias.numpy(), [6.0, 7.0])
+    assert m.weight.requires_grad
+    with pytest.raises(ValueError, match="elements"):
+        nn.utils.vector_to_parameters(ddpc.zeros(5), m.parameters())
+    with pytest.raises(TypeError, match="Tensor"):
+        nn.utils.vector_to_parameters(np.zeros(8), m.parameters())
+
+
+def test_get_total_norm_and_clip_grads_with_norm():
+    grads = [ddpc.tensor([3.0, 0.0]), ddpc.tensor([[4.0]])]
+    assert nn.utils.get_total_norm(grads).item() == pytest.approx(5.0)
+    assert nn.utils.get_total_norm(grads, 1).item() == pytest.approx(7.0)
+    assert nn.utils.get_total_norm(grads, math.inf).item() == pytest.approx(4.0)
+    with pytest.raises(RuntimeError, match="not finite"):
+        nn.utils.get_total_norm([ddpc.tensor([math.inf])], error_if_nonfinite=True)
+    p = ddpc.tensor([1.0, 1.0], requires_grad=True)
+    p.grad = ddpc.tensor([3.0, 4.0])
+    total = nn.utils.get_total_norm([p.grad])
+    nn.utils.clip_grads_with_norm_([p], 1.0, total)
+    np.testing.assert_allclose(p.grad.numpy(), [0.6, 0.8], rtol=1e-5)
+    nn.utils.clip_grads_with_norm_(p, 10.0, total)  # never scaled up
+    np.testing.assert_allclose(p.grad.numpy(), [0.6, 0.8], rtol=1e-5)
+
+
+# ---- data -----------------------------------------------------------------------------------
+
+class _Stream(data.IterableDataset):
+    def __init__(self, items):
+        self.items = items
+
+    def __iter__(self):
+        return iter(self.items)
+
+    def __len__(self):
+        return len(self.items)
+
+
+def test_stack_and_chain_datasets():
+    xs, ys = data.TensorDataset(ddpc.arange(4.0)), [10, 11, 12, 13]
+    s = data.StackDataset(xs, ys)
+    assert len(s) == 4 and s[1][0][0].item() == 1.0 and s[1][1] == 11
+    d = data.StackDataset(x=xs, y=ys)
+    assert set(d[2]) == {"x", "y"} and d[2]["y"] == 12
+    batch = next(iter(data.DataLoader(d, batch_size=2)))
+    assert batch["y"].tolist() == [10, 11]
+    with pytest.raises(ValueError, match="length"):
+        data.StackDataset(xs, [1])
+    with pytest.raises(ValueError, match="not both"):
+        data.StackDataset(xs, y=ys)
+    c = data.ChainDataset([_Stream([1, 2]), _Stream([3])])
+    assert list(c) == [1, 2, 3] and len(c) == 3
+    assert [b.tolist() for b in data.DataLoader(c, batch_size=2)] == [[1, 2], [3]]
+    with pytest.raises(TypeError, match="IterableDataset"):
+        data.ChainDataset([xs])
+
+
+def test_get_worker_info_and_default_convert():
+    assert data.get_worker_info() is None
+    out = data.default_convert({"a": np.arange(3), "b": [np.float32(2.0), "s"], "c": (1, np.ones((2, 2)))})
+    assert isinstance(out["a"], ddpc.Tensor) and out["a"].tolist() == [0, 1, 2]
+    assert isinstance(out["b"][0], ddpc.Tensor) and out["b"][1] == "s"
+    assert out["c"][0] == 1 and isinstance(out["c"][1], ddpc.Tensor) and isinstance(out["c"], tuple)
+    arrays = list(data.DataLoader([np.arange(2), np.arange(2) + 5], batch_size=None))
+    assert [a.tolist() for a in arrays] == [[0, 1], [5, 6]]
+
+
+# ---- distributed -----------------------------------------------------------------------------
+
+def test_is_torchelastic_launched_reads_the_run_id(monkeypatch):
+    monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)
+    assert not dist.is_torchelastic_launched()
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "none")
+    assert dist.is_torchelastic_launched()
+
+
+def test_new_subgroups_on_a_single_rank(monkeypatch):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(port))
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    ddpc.init_process_group(rank=0, world_size=1)
+    try:
+        cur, subs = dist.new_subgroups()
+        assert subs == [cur] and dist.get_world_size(cur) == 1
+        t = ddpc.tensor([2.0])
+        dist.all_reduce(t, group=cur)
+        assert t.item() == 2.0
+        with pytest.raises(ValueError, match="divide"):
+            dist.new_subgroups(2)
+        with pytest.raises(ValueError, match="default group"):
+            dist.new_subgroups(1, group=cur)
+    finally:
+        dist.destroy_process_group()
