@@ -209,8 +209,8 @@ def frac(input):
 
 
 def hardshrink(input, lambd=0.5):
-    """input where |input| > lambd, else 0."""
-    return _ag.where(_ag.abs(input.detach()) > lambd, input, 0.0)
+    """input where |input| > lambd, else 0 (NaN stays NaN)."""
+    return _ag.where(_ag.abs(input.detach()) <= lambd, 0.0, input)
 
 
 def bitwise_not(input):

@@ -12,6 +12,7 @@ import math
 import warnings
 
 from .. import autograd as _ag
+from .._pointwise import hardshrink
 from .._dtype import uint8
 from ..tensor import Tensor, broadcast_tensors, ones, rand, zeros
 from . import _conv, _losses, _upsample
@@ -99,11 +100,6 @@ def softshrink(input, lambd=0.5):
     if lambd < 0:
         raise ValueError(f"softshrink: lambda must be greater or equal to 0, but found to be {lambd}")
     return _ag.where(input > lambd, input - lambd, _ag.where(input < -lambd, input + lambd, input * 0))
-
-
-def hardshrink(input, lambd=0.5):
-    """x where |x| > lambd, else 0 (NaN stays NaN)."""
-    return _ag.where(input.abs() <= lambd, 0.0, input)
 
 
 def tanhshrink(input):
