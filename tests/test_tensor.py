@@ -527,3 +527,68 @@ def test_cat_and_stack_along_any_dim_match_numpy():
     with pytest.raises(IndexError, match="out of range"):
         ddpc.stack([ddpc.tensor(a)], 4)
 
+
+
+def test_mask_operators_act_on_truth_and_refuse_other_integers():
+    x = ddpc.tensor(np.arange(12.0).reshape(3, 4))
+    a, b = x > 2, x < 8
+    n = np.arange(12.0).reshape(3, 4)
+    for got, want in (((a & b), (n > 2) & (n < 8)), ((a | b), (n > 2) | (n < 8)), ((a ^ b), (n > 2) ^ (n < 8)),
+                      (~a, ~(n > 2)), ((a & True), n > 2), ((False | a), n > 2)):
+        assert got.dtype is ddpc.uint8
+        np.testing.assert_array_equal(got.numpy(), want)
+    # ~ of a mask is its logical not, so where() picks the other side (not 254/255, which are both true)
+    np.testing.assert_array_equal(ddpc.where(~a, x, -1.0).numpy(), np.where(n > 2, -1.0, n))
+    m = a.clone()
+    m &= b
+    np.testing.assert_array_equal(m.numpy(), (n > 2) & (n < 8))
+    for bad in (lambda: ddpc.arange(3) & ddpc.arange(3), lambda: x | a):
+        with pytest.raises(TypeError, match="masks"):
+            bad()
+    assert (~ddpc.arange(3)).tolist() == [-1, -2, -3]  # other integers: bitwise, as PyTorch's
+
+
+def test_binary_max_min_dtype_reductions_and_inplace_unary_methods():
+    x = ddpc.tensor([[1.0, 5.0], [4.0, 2.0]], requires_grad=True)
+    y = ddpc.tensor([[3.0, 3.0], [3.0, 3.0]])
+    assert ddpc.max(x, y).tolist() == [[3, 5], [4, 3]] and x.min(y).tolist() == [[1, 3], [3, 2]]
+    ddpc.max(x, y).sum().backward()
+    assert x.grad.tolist() == [[0, 1], [1, 0]]
+    assert x.sum(dtype=ddpc.float64).dtype is ddpc.float64 and x.mean(0, dtype=ddpc.float64).tolist() == [2.5, 3.5]
+    t = ddpc.tensor([0.5, -1.0])
+    for name, f in (("exp_", np.exp), ("log_", lambda v: np.log(np.abs(v))), ("neg_", np.negative),
+                    ("relu_", lambda v: np.maximum(v, 0)), ("sigmoid_", lambda v: 1 / (1 + np.exp(-v))),
+                    ("tanh_", np.tanh)):
+        c = t.abs() if name == "log_" else t.clone()
+        before = c.numpy().copy()
+        assert getattr(c, name)() is c
+        np.testing.assert_allclose(c.numpy(), f(before), rtol=1e-6, err_msg=name)
+    c = t.clone()
+    c.pow_(2)
+    assert c.tolist() == [0.25, 1.0]
+
+
+def test_take_along_dim_index_put_and_single_argument_where():
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((3, 4))
+    idx = rng.integers(0, 4, (3, 2))
+    t = ddpc.tensor(a, requires_grad=True)
+    got = ddpc.take_along_dim(t, ddpc.tensor(idx), 1)
+    np.testing.assert_array_equal(got.detach().numpy(), np.take_along_axis(a, idx, 1))
+    np.testing.assert_array_equal(t.take_along_dim(ddpc.tensor(idx[:1]), 1).detach().numpy(),
+                                  np.take_along_axis(a, np.broadcast_to(idx[:1], (3, 2)), 1))
+    np.testing.assert_array_equal(ddpc.take_along_dim(t, ddpc.tensor([5, 0])).detach().numpy(), a.reshape(-1)[[5, 0]])
+    rows, cols = ddpc.tensor([0, 0, 2, -1]), ddpc.tensor([1, 1, 3, 0])
+    put = ddpc.index_put(t, (rows, cols), ddpc.tensor(1.0, dtype=ddpc.float64), accumulate=True)
+    want = a.copy()
+    np.add.at(want, ([0, 0, 2, -1], [1, 1, 3, 0]), 1.0)
+    np.testing.assert_allclose(put.detach().numpy(), want, rtol=1e-12)
+    put.sum().backward()
+    np.testing.assert_array_equal(t.grad.numpy(), np.ones((3, 4)))
+    c = ddpc.tensor(a)
+    c.index_put_((ddpc.tensor([1, 2]),), ddpc.tensor(np.zeros(4)))
+    want = a.copy()
+    want[[1, 2]] = 0
+    np.testing.assert_array_equal(c.numpy(), want)
+    r, k = ddpc.where(ddpc.tensor(a) > 0)
+    np.testing.assert_array_equal(np.stack([r.numpy(), k.numpy()]), np.stack(np.nonzero(a > 0)))

@@ -34,7 +34,7 @@ from .tensor import (as_tensor, broadcast_shapes, broadcast_tensors, diag, eye, 
                      get_rng_state, linspace, logspace, meshgrid, rand_like, randint_like, randn_like, seed,
                      set_default_dtype, set_rng_state)
 from .autograd import inference_mode
-from .autograd import asinh, atan, cosh, exp2, log2, log10, neg, pow, sinh
+from .autograd import asinh, atan, cosh, exp2, index_put, log2, log10, neg, pow, sinh, take_along_dim
 from .tensor import (detach, eq, ge, gt, is_floating_point, le, log_softmax, lt, moveaxis, movedim, narrow, ne, softmax,
                      swapaxes, swapdims, t)
 from ._pointwise import (add, arctan2, atan2, bitwise_not, div, divide, floor_divide, fmod, frac, hardshrink, hypot,
@@ -83,7 +83,7 @@ __all__ = [
     "equal", "erf", "expm1", "floor", "isclose", "isfinite", "isinf", "isnan", "lerp", "log1p", "logical_and",
     "logical_not", "logical_or", "logical_xor", "masked_fill", "maximum", "minimum", "nan_to_num", "reciprocal",
     "round", "rsqrt", "sign", "sin", "sqrt", "square", "trunc", "where",
-    "asinh", "atan", "cosh", "exp2", "log2", "log10", "neg", "pow", "sinh",
+    "asinh", "atan", "cosh", "exp2", "index_put", "log2", "log10", "neg", "pow", "sinh", "take_along_dim",
     "detach", "eq", "ge", "gt", "is_floating_point", "le", "log_softmax", "lt", "moveaxis", "movedim", "narrow", "ne",
     "softmax", "swapaxes", "swapdims", "t",
 ] + _pointwise.__all__ + _linalg.__all__ + _layout.__all__ + _random.__all__

@@ -20,6 +20,7 @@ the general strided one.
 
 import builtins
 import collections
+import functools
 import heapq
 import itertools
 import math
@@ -1042,9 +1043,12 @@ def _select_where(mask, a, b):
     return out
 
 
-def where(condition, input, other):
+def where(condition, input=None, other=None):
     """input where condition holds (is non-zero), else other, elementwise with
-    broadcasting; input and other are tensors or numbers."""
+    broadcasting; input and other are tensors or numbers. With the condition
+    alone, nonzero(condition, as_tuple=True)."""
+    if input is None and other is None:
+        return nonzero(condition, as_tuple=True)
     if not isinstance(input, Tensor) and not isinstance(other, Tensor):
         ref = Tensor(_C.Buffer((), (float32 if any(_is_float_scalar(v) for v in (input, other)) else int64).name,
                                condition._buf.device))
@@ -1439,13 +1443,15 @@ def arg_extreme(a, dim, keepdim, want_max):
 
 
 def max(a, dim=None, keepdim=False):
-    """The largest element, or with ``dim`` (values, indices) along it (a NaN wins, as in PyTorch)."""
-    return extreme(a, dim, keepdim, True)
+    """The largest element, or with ``dim`` (values, indices) along it (a NaN
+    wins, as in PyTorch); with a tensor in place of dim, maximum(a, it)."""
+    return maximum(a, dim) if isinstance(dim, Tensor) else extreme(a, dim, keepdim, True)
 
 
 def min(a, dim=None, keepdim=False):
-    """The smallest element, or with ``dim`` (values, indices) along it (a NaN wins, as in PyTorch)."""
-    return extreme(a, dim, keepdim, False)
+    """The smallest element, or with ``dim`` (values, indices) along it (a NaN
+    wins, as in PyTorch); with a tensor in place of dim, minimum(a, it)."""
+    return minimum(a, dim) if isinstance(dim, Tensor) else extreme(a, dim, keepdim, False)
 
 
 def argmax(a, dim=None, keepdim=False):
@@ -2048,6 +2054,41 @@ def _nonzero(a, coords):
     out = _empty((count, a.ndim) if coords else (count,), mask, int64)
     _C.nonzero(out._buf, mask._buf)
     return out
+
+
+def take_along_dim(a, indices, dim=None):
+    """a's elements at ``indices`` along ``dim`` (gather with a and indices
+    broadcast over the other dims), or over the flattened a when dim is None."""
+    if dim is None:
+        return gather(reshape(a, (-1,)), 0, reshape(indices, (-1,)))
+    d = _dim(a, dim)
+    if indices.ndim != a.ndim:
+        raise ValueError(f"take_along_dim: indices of {indices.ndim} dims for a tensor of {a.ndim}")
+    shape = _broadcast_shape(a.shape[:d] + (1,) + a.shape[d + 1:], indices.shape[:d] + (1,) + indices.shape[d + 1:])
+    return gather(expand(a, shape[:d] + (a.shape[d],) + shape[d + 1:]), d,
+                  expand(indices, shape[:d] + (indices.shape[d],) + shape[d + 1:]))
+
+
+def index_put(a, indices, values, accumulate=False):
+    """a with a[indices] set to ``values``, or with ``accumulate`` added to it
+    (repeated indices adding up); ``indices`` is a tuple of integer tensors
+    for a's leading dims, broadcast together, as in PyTorch."""
+    indices = tuple(indices)
+    if not accumulate:
+        out = clone(a)
+        out[indices] = values
+        return out
+    lead = a.shape[:len(indices)]
+    shape = functools.reduce(_broadcast_shape, (i.shape for i in indices), ())
+    flat = None
+    for i, n in zip(indices, lead):
+        i = expand(i.detach().to(dtype=int64), shape)
+        i = where(i < 0, add(i, n), i)
+        flat = i if flat is None else add(mul(flat, n), i)
+    rows = reshape(a, (math.prod(lead), -1))
+    vals = values if isinstance(values, Tensor) else _operand(values, a, "index_put")
+    vals = reshape(expand(vals.to(dtype=a.dtype), shape + a.shape[len(indices):]), (-1, rows.shape[1]))
+    return reshape(index_add(rows, 0, reshape(flat, (-1,)), vals), a.shape)
 
 
 def nonzero(a, *, as_tuple=False):

@@ -114,6 +114,18 @@ def _size_args(size):
     return tuple(int(s) for s in size)
 
 
+
+def _mask_op(a, b, logical, symbol):
+    """a & b, a | b or a ^ b on masks: ddpc has no bool dtype, so comparisons give
+    uint8 0/1 and these operators act on the truth of uint8 operands (as
+    PyTorch's on bool); other integer dtypes have no bitwise C op yet."""
+    for v in (a, b):
+        if isinstance(v, Tensor) and v.dtype is not uint8:
+            raise TypeError(f"{symbol} takes masks (uint8, as comparisons return), got {v.dtype}; ddpc has no "
+                            "bitwise ops on other integer dtypes")
+    return logical(a, b if isinstance(b, Tensor) else full((), int(bool(b)), dtype=uint8, device=a.device))
+
+
 class Tensor:
     """An n-d array on the host or a CUDA device, shaped like ``torch.Tensor``.
 
@@ -709,11 +721,11 @@ class Tensor:
     def mul_(self, o): return self.__imul__(o)
     def div_(self, o): return self.__itruediv__(o)
 
-    def sum(self, dim=None, keepdim=False):
-        return _ag.sum(self, dim, keepdim)
+    def sum(self, dim=None, keepdim=False, *, dtype=None):
+        return _ag.sum(self if dtype is None else self.to(dtype=dtype), dim, keepdim)
 
-    def mean(self, dim=None, keepdim=False):
-        return _ag.mean(self, dim, keepdim)
+    def mean(self, dim=None, keepdim=False, *, dtype=None):
+        return _ag.mean(self if dtype is None else self.to(dtype=dtype), dim, keepdim)
 
     def max(self, dim=None, keepdim=False):
         return _ag.max(self, dim, keepdim)
@@ -781,6 +793,13 @@ class Tensor:
     # ---- elementwise math (autograd.py); the ``_`` forms write the result into the tensor
     def abs(self): return _ag.abs(self)
     def abs_(self): return _ag.inplace_apply(self, _ag.abs, "abs_")
+    def exp_(self): return _ag.inplace_apply(self, _ag.exp, "exp_")
+    def log_(self): return _ag.inplace_apply(self, _ag.log, "log_")
+    def neg_(self): return _ag.inplace_apply(self, _ag.neg, "neg_")
+    def relu_(self): return _ag.inplace_apply(self, _ag.relu, "relu_")
+    def sigmoid_(self): return _ag.inplace_apply(self, _ag.sigmoid, "sigmoid_")
+    def tanh_(self): return _ag.inplace_apply(self, _ag.tanh, "tanh_")
+    def pow_(self, exponent): return _ag.inplace_apply(self, lambda t: _ag.pow(t, exponent), "pow_", (exponent,))
     absolute, absolute_, __abs__ = abs, abs_, abs
     def sqrt(self): return _ag.sqrt(self)
     def sqrt_(self): return _ag.inplace_apply(self, _ag.sqrt, "sqrt_")
@@ -822,6 +841,11 @@ class Tensor:
     def maximum(self, other): return _ag.maximum(self, other)
     def minimum(self, other): return _ag.minimum(self, other)
     def where(self, condition, other): return _ag.where(condition, self, other)
+    def take_along_dim(self, indices, dim=None): return _ag.take_along_dim(self, indices, dim)
+    def index_put(self, indices, values, accumulate=False): return _ag.index_put(self, indices, values, accumulate)
+    def index_put_(self, indices, values, accumulate=False):
+        return _ag.inplace_apply(self, lambda t: _ag.index_put(t, indices, values, accumulate), "index_put_",
+                                 (values,))
     def masked_fill(self, mask, value): return _ag.masked_fill(self, mask, value)
     def masked_fill_(self, mask, value):
         return _ag.inplace_apply(self, lambda t: _ag.masked_fill(t, mask, value), "masked_fill_", (value,))
@@ -952,7 +976,14 @@ class Tensor:
     def __rmod__(self, other): return _pw.remainder(other, self)
     def __floordiv__(self, other): return _pw.floor_divide(self, other)
     def __rfloordiv__(self, other): return _pw.floor_divide(other, self)
-    def __invert__(self): return _pw.bitwise_not(self)
+    def __invert__(self): return _ag.logical_not(self) if self.dtype is uint8 else _pw.bitwise_not(self)
+    def __and__(self, other): return _mask_op(self, other, _ag.logical_and, "&")
+    def __or__(self, other): return _mask_op(self, other, _ag.logical_or, "|")
+    def __xor__(self, other): return _mask_op(self, other, _ag.logical_xor, "^")
+    __rand__, __ror__, __rxor__ = __and__, __or__, __xor__
+    def __iand__(self, other): return self.copy_(self & other)
+    def __ior__(self, other): return self.copy_(self | other)
+    def __ixor__(self, other): return self.copy_(self ^ other)
     def nansum(self, dim=None, keepdim=False, *, dtype=None): return _pw.nansum(self, dim, keepdim, dtype=dtype)
     def nanmean(self, dim=None, keepdim=False, *, dtype=None): return _pw.nanmean(self, dim, keepdim, dtype=dtype)
     def logcumsumexp(self, dim): return _pw.logcumsumexp(self, dim)
