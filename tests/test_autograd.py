@@ -703,3 +703,39 @@ def test_nn_ops_take_16_bit_floats_computing_in_float32(dt, tol):
     for g16, g32 in zip(grads16, grads32):
         np.testing.assert_allclose(g16.float().numpy(), g32.numpy(), rtol=tol, atol=tol)
     assert F.dropout(ddpc.ones(1000, dtype=dt), 0.5).dtype is dt
+
+
+def test_gradients_of_many_slices_of_one_tensor_add_up():
+    """Slices, strided slices, permutes and index selections of one tensor, mixed
+    with dense uses of it, in every order: the engine adds slice gradients into
+    one buffer instead of materialising each (an RNN's steps), which must not
+    lose or double any of them."""
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((6, 4, 3))
+    w = rng.standard_normal((4, 3))
+    uses = [
+        (lambda v: v[1] * 2.0, lambda g: g.__setitem__(1, g[1] + 2.0)),
+        (lambda v: v[:, 1:3].sum(1), lambda g: g.__setitem__((slice(None), slice(1, 3)), g[:, 1:3] + 1.0)),
+        (lambda v: v[::2, :, 0:1] * w[:, :1], lambda g: g.__setitem__((slice(None, None, 2), slice(None), slice(0, 1)),
+                                                                    g[::2, :, 0:1] + w[:, :1])),
+        (lambda v: v.permute(2, 0, 1)[0], lambda g: g.__setitem__((slice(None), slice(None), 0), g[:, :, 0] + 1.0)),
+        (lambda v: v.index_select(0, ddpc.tensor([0, 0, 5])), lambda g: np.add.at(g, [0, 0, 5], 1.0)),
+        (lambda v: v * 3.0, lambda g: g.__iadd__(3.0)),
+        (lambda v: v[-1], lambda g: g.__setitem__(-1, g[-1] + 1.0)),
+    ]
+    for order in (range(len(uses)), reversed(range(len(uses))), [5, 0, 4, 1, 6, 2, 3]):
+        order = list(order)
+        a = ddpc.tensor(x, requires_grad=True)
+        seen = []
+        a.register_hook(lambda g: seen.append(g.shape))
+        total = sum(uses[i][0](a).sum() for i in order)
+        total.backward()
+        want = np.zeros_like(x)
+        for i in order:
+            uses[i][1](want)
+        np.testing.assert_allclose(a.grad.numpy(), want, rtol=1e-12, err_msg=str(order))
+        assert seen == [x.shape]  # the leaf's hook sees one whole gradient
+    # a slice's gradient alone reaches the leaf as a tensor of the leaf's shape
+    b = ddpc.tensor(x, requires_grad=True)
+    b[2:4].sum().backward()
+    assert b.grad.shape == x.shape and b.grad.numpy()[2:4].all() and not b.grad.numpy()[:2].any()

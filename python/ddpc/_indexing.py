@@ -28,6 +28,8 @@ import numpy as np
 
 from . import _C
 
+_ADD = 0  # _C.binary's code for addition (tensor.py names them all)
+
 
 def contiguous_strides(shape):
     strides, n = [], 1
@@ -82,8 +84,11 @@ class Region:
         _C.strided_copy(buf, self.offset, self.strides, value, 0, src, self.shape)
 
     def add_into(self, gbuf, g):
-        """gbuf (zeros) gets g at the region's elements: they are distinct, so writing is adding."""
-        self.write(gbuf, g)
+        """gbuf += g (of the region's shape) at the region's elements, which are distinct."""
+        part = self.read(gbuf)
+        _C.binary(_ADD, part, part, g)
+        if not self.is_view():
+            self.write(gbuf, part)
 
 
 class Rows:

@@ -271,7 +271,48 @@ def _hooked(fn, grad):
     return res
 
 
+class _Scattered:
+    """A gradient that is zero but for ``g`` at the elements ``sel`` selects of a
+    tensor of ``shape`` (what an index or slice passes back). The engine keeps
+    it in this form and adds it into the sum of its input's other gradients,
+    so that T slices of one tensor (an RNN's time steps) cost T slices, not T
+    tensors of the whole shape."""
+
+    __slots__ = ("shape", "sel", "g")
+
+    def __init__(self, shape, sel, g):
+        self.shape, self.sel, self.g = shape, sel, g
+
+    def add_into(self, dense):
+        self.sel.add_into(dense._buf, self.g._buf)
+        return dense
+
+    def dense(self):
+        out = _empty(self.shape, self.g)
+        _C.fill(out._buf, 0.0)
+        return self.add_into(out)
+
+
+def _dense(grad, owned):
+    """(grad, owned) with a _Scattered gradient made a tensor (which the engine then owns)."""
+    return (grad.dense(), True) if type(grad) is _Scattered else (grad, owned)
+
+
+def _sum_grads(acc, acc_owned, ig, ig_owned):
+    """The sum of two gradients of one input; a _Scattered one is added into the
+    other in place where the engine owns it."""
+    if type(ig) is _Scattered:
+        acc, ig = ig, acc
+        acc_owned, ig_owned = ig_owned, acc_owned
+    if type(acc) is not _Scattered:
+        return acc + ig
+    if type(ig) is _Scattered or not ig_owned:
+        ig = _dense(ig, False)[0] if type(ig) is _Scattered else ig.clone()
+    return acc.add_into(ig)
+
+
 def _accumulate_leaf(leaf, grad, owned):
+    grad, owned = _dense(grad, owned)
     hooks = leaf.__dict__.get("_grad_hooks")
     if hooks:
         for fn in list(hooks.values()):
@@ -340,7 +381,7 @@ def _run_nodes(ready, grads, deps, retain_graph):
     with no_grad():
         while ready:
             _, node = heapq.heappop(ready)
-            g, _owned = grads.pop(id(node))
+            g = _dense(*grads.pop(id(node)))[0]
             if type(node.saved) is Recompute:
                 node.saved.restore()
             if node.saved is None:
@@ -363,7 +404,7 @@ def _run_nodes(ready, grads, deps, retain_graph):
                 k = id(e)
                 if ig is not None:
                     if k in grads:
-                        grads[k] = (grads[k][0] + ig, True)
+                        grads[k] = (_sum_grads(*grads[k], ig, owned), True)
                     else:
                         grads[k] = (ig, owned)
                 deps[k] -= 1
@@ -2285,10 +2326,7 @@ class _SelectBackward(Node):
         self.shape, self.dtype, self.sel = a.shape, a.dtype, sel
 
     def backward(self, g):
-        ga = _empty(self.shape, g)
-        _C.fill(ga._buf, 0.0)
-        self.sel.add_into(ga._buf, g._buf)
-        return (ga,)
+        return (_Scattered(self.shape, self.sel, g),)
 
 
 def _select(a, sel, what):
