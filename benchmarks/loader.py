@@ -74,6 +74,24 @@ def torch_epoch(X, y, batch, max_batches):
     return run
 
 
+def gather_ceiling(n, sample_bytes, batch, threads, repeat):
+    """Samples/s of benchmarks/gather_ceiling.c (bare C threads gathering shuffled
+    rows into buffers of their own), or None where no C compiler is found."""
+    import shutil
+    import subprocess
+
+    cc = shutil.which(os.environ.get("CC", "cc"))
+    if cc is None:
+        return None
+    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gather_ceiling.c")
+    with tempfile.TemporaryDirectory() as tmp:
+        exe = os.path.join(tmp, "gather_ceiling")
+        subprocess.run([cc, "-O2", "-pthread", src, "-o", exe], check=True)
+        out = subprocess.run([exe, str(n), str(sample_bytes), str(batch), str(threads), str(repeat + 1)],
+                             check=True, capture_output=True, text=True).stdout
+    return float(out)
+
+
 def pinned_h2d_bandwidth(nbytes):
     src = ddpc.empty(nbytes, dtype=ddpc.uint8, pin_memory=True)
     dst = ddpc.empty(nbytes, dtype=ddpc.uint8, device="cuda")
@@ -140,9 +158,16 @@ def main():
     t = t[0] if t else None
     if t is not None:
         add("memory", "torch DataLoader (num_workers=0)", t, np_mem)
+    cores = os.cpu_count() or 1
+    ceiling = gather_ceiling(n, sample_bytes, batch, cores, args.repeat)
+    if ceiling is not None:
+        add("memory", f"C gather on {cores} threads, no loader (ceiling)", ceiling, np_mem)
     print_table(["source", "path", "samples/s", "GB/s", "vs numpy"], rows)
+    if ceiling is not None:
+        print(f"ddpc from memory vs the C gather ceiling: {dd_mem / ceiling:.0%}")
     if t is not None:
-        print(f"ddpc from memory vs PyTorch DataLoader: {dd_mem / t:.1f}x")
+        print(f"ddpc from memory vs PyTorch DataLoader: {dd_mem / t:.1f}x"
+              + (f" (the ceiling: {ceiling / t:.1f}x)" if ceiling is not None else ""))
     else:
         print("PyTorch not importable: no PyTorch comparison")
     if device:
