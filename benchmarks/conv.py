@@ -1,0 +1,180 @@
+"""Host convolution speed: forward and forward+backward of a few typical
+Conv2d/Conv1d layers in float32, as ms per call, for ddpc, a numpy im2col +
+matmul baseline written here, and PyTorch when it is importable, all with the
+same weights and inputs (outputs and gradients are checked to agree before
+anything is timed).
+
+    PYTHONPATH=python python benchmarks/conv.py [--repeat 5] [--min-time 0.3] [--cpu-time]
+
+With --cpu-time the figures are CPU seconds of the process instead of wall
+time: per-call work that a busy shared machine does not inflate, meaningful
+when everything runs on one thread (DDPC_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+OMP_NUM_THREADS=1; idle BLAS threads spin and would be counted).
+
+Run it with an interpreter that has torch to get the PyTorch columns, e.g.
+PYTHONPATH=python /path/to/venv-with-torch/bin/python benchmarks/conv.py
+"""
+
+import argparse
+import time
+
+import numpy as np
+
+from common import best_time, import_torch, machine, print_table
+
+torch = import_torch()
+
+import ddpc  # noqa: E402 - after torch, see import_torch
+
+# (name, batch, in channels, out channels, spatial size, kernel, stride, padding): 2-d when size is a pair
+LAYERS = (
+    ("Conv2d 3->32 k3, 32x32", 64, 3, 32, (32, 32), 3, 1, 0),
+    ("Conv2d 32->64 k3 p1, 32x32", 64, 32, 64, (32, 32), 3, 1, 1),
+    ("Conv2d 64->128 k3 s2 p1, 32x32", 64, 64, 128, (32, 32), 3, 2, 1),
+    ("Conv2d 128->256 k1, 16x16", 64, 128, 256, (16, 16), 1, 1, 0),
+    ("Conv1d 64->64 k5 p2, 256", 32, 64, 64, (256,), 5, 1, 2),
+    ("Conv2d 64->64 k3 p1, 128x128", 4, 64, 64, (128, 128), 3, 1, 1),  # one sample's columns: 36 MiB
+)
+
+
+def layer_data(batch, cin, cout, size, k, seed=0):
+    rng = np.random.default_rng(seed)
+    bound = 1 / np.sqrt(cin * k ** len(size))
+    w = rng.uniform(-bound, bound, (cout, cin) + (k,) * len(size)).astype(np.float32)
+    b = rng.uniform(-bound, bound, cout).astype(np.float32)
+    x = rng.standard_normal((batch, cin) + size).astype(np.float32)
+    return w, b, x
+
+
+def framework_case(lib, w, b, x, stride, pad):
+    """forward and forward+backward closures for ddpc or torch (the shared API); each returns
+    the output and the gradients of sum(y * probe) for the agreement check."""
+    conv = (lib.nn.Conv1d if x.ndim == 3 else lib.nn.Conv2d)(w.shape[1], w.shape[0], w.shape[2], stride=stride,
+                                                             padding=pad)
+    with lib.no_grad():
+        conv.weight.copy_(lib.from_numpy(w))
+        conv.bias.copy_(lib.from_numpy(b))
+    xt = lib.from_numpy(x).requires_grad_(True)
+
+    def forward():
+        with lib.no_grad():
+            return conv(xt)
+
+    def train(probe=None):
+        conv.weight.grad = conv.bias.grad = xt.grad = None
+        y = conv(xt)
+        y.backward(lib.ones_like(y) if probe is None else lib.from_numpy(probe))
+        return y
+
+    def results(probe):
+        y = train(probe)
+        return [t.detach().numpy() for t in (y, xt.grad, conv.weight.grad, conv.bias.grad)]
+
+    return forward, train, results
+
+
+def numpy_case(w, b, x, stride, pad):
+    """The same layer as numpy im2col (strided views, one copy) and one matmul over the batch."""
+    nd = x.ndim - 2
+    if nd == 1:
+        w, x = w[:, :, None, :], x[:, :, None, :]
+    n, c, h, wd = x.shape
+    o, _, kh, kw = w.shape
+    sh, sw = (1, stride) if nd == 1 else (stride, stride)
+    ph, pw = (0, pad) if nd == 1 else (pad, pad)
+    oh, ow = (h + 2 * ph - kh) // sh + 1, (wd + 2 * pw - kw) // sw + 1
+    wm = w.reshape(o, -1)
+
+    def columns(xp):
+        s = xp.strides
+        win = np.lib.stride_tricks.as_strided(xp, (n, oh, ow, c, kh, kw),
+                                              (s[0], s[2] * sh, s[3] * sw, s[1], s[2], s[3]))
+        return win.reshape(n * oh * ow, c * kh * kw)  # one copy
+
+    def forward():
+        xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+        y = columns(xp) @ wm.T
+        y += b
+        return y.reshape(n, oh, ow, o).transpose(0, 3, 1, 2)
+
+    def train(probe=None):
+        xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+        col = columns(xp)
+        y = (col @ wm.T + b).reshape(n, oh, ow, o).transpose(0, 3, 1, 2)
+        g = np.ones_like(y) if probe is None else (probe[:, :, None, :] if nd == 1 else probe)
+        gm = g.transpose(0, 2, 3, 1).reshape(n * oh * ow, o)
+        gw = (gm.T @ col).reshape(w.shape)
+        gb = gm.sum(0)
+        gcol = (gm @ wm).reshape(n, oh, ow, c, kh, kw)
+        gxp = np.zeros_like(xp)
+        for i in range(kh):  # col2im: one strided add per tap
+            for j in range(kw):
+                gxp[:, :, i:i + sh * oh:sh, j:j + sw * ow:sw] += gcol[:, :, :, :, i, j].transpose(0, 3, 1, 2)
+        gx = gxp[:, :, ph:ph + h, pw:pw + wd]
+        return y, gx, gw, gb
+
+    def results(probe):
+        y, gx, gw, gb = train(probe)
+        if nd == 1:
+            y, gx, gw = y[:, :, 0], gx[:, :, 0], gw[:, :, 0]
+        return [np.ascontiguousarray(a) for a in (y, gx, gw, gb)]
+
+    return forward, train, results
+
+
+def check_agree(layer, got, want, what):
+    for name, a, e in zip(("output", "input grad", "weight grad", "bias grad"), got, want):
+        scale = max(float(np.abs(e).max()), 1.0)
+        err = float(np.abs(a - e).max()) / scale
+        if a.shape != e.shape or err > 1e-4:
+            raise SystemExit(f"{layer}: {what} {name} disagrees with ddpc (relative error {err:.2e})")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--min-time", type=float, default=0.3, help="seconds per timing round")
+    parser.add_argument("--cpu-time", action="store_true", help="time by the process's CPU seconds")
+    args = parser.parse_args()
+    clock = time.process_time if args.cpu_time else time.perf_counter
+    print(f"machine: {machine()}")
+    threads = f", torch threads {torch.get_num_threads()}" if torch is not None else ""
+    print(f"float32, ddpc threads {ddpc.get_num_threads()}{threads}, {'CPU' if args.cpu_time else 'wall'} time")
+    if torch is None:
+        print("(torch is not importable: no PyTorch column)")
+    rows = []
+    for layer, batch, cin, cout, size, k, stride, pad in LAYERS:
+        w, b, x = layer_data(batch, cin, cout, size, k)
+        cases = [("ddpc", *framework_case(ddpc, w, b, x, stride, pad)), ("numpy", *numpy_case(w, b, x, stride, pad))]
+        if torch is not None:
+            cases.append(("torch", *framework_case(torch, w, b, x, stride, pad)))
+        out_shape = cases[0][1]().shape
+        probe = np.random.default_rng(1).standard_normal(tuple(out_shape)).astype(np.float32)
+        want = cases[0][3](probe)
+        for name, _, _, results in cases[1:]:
+            check_agree(layer, results(probe), want, name)
+        # Rounds alternate between the implementations and the two passes, so a
+        # busy moment on a shared machine slows all of them; each keeps its best.
+        t = {(name, p): float("inf") for name, *_ in cases for p in ("fwd", "train")}
+        for _ in range(args.repeat):
+            for name, fwd, train, _ in cases:
+                t[name, "fwd"] = min(t[name, "fwd"], best_time(fwd, repeat=1, min_time=args.min_time, clock=clock))
+                t[name, "train"] = min(t[name, "train"], best_time(train, repeat=1, min_time=args.min_time,
+                                                                    clock=clock))
+        row = [f"{layer}, batch {batch}"]
+        for p in ("fwd", "train"):
+            row += [f"{t['ddpc', p] * 1e3:.2f}", f"{t['numpy', p] * 1e3:.2f}",
+                    f"{t['numpy', p] / t['ddpc', p]:.2f}"]
+            if torch is not None:
+                row += [f"{t['torch', p] * 1e3:.2f}", f"{t['torch', p] / t['ddpc', p]:.2f}"]
+        rows.append(row)
+    headers = ["layer"]
+    for p in ("fwd", "fwd+bwd"):
+        headers += [f"{p} ddpc ms", f"{p} numpy ms", "numpy/ddpc"]
+        if torch is not None:
+            headers += [f"{p} torch ms", "torch/ddpc"]
+    print_table(headers, rows)
+
+
+if __name__ == "__main__":
+    main()
