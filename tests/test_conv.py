@@ -126,6 +126,8 @@ CONV2D = [
     ((1, 2, 5, 5), (3, 5, 5), 1, 0, 1, 1),  # the kernel covers the whole input
     ((2, 2, 6, 6), (2, 1, 1), 3, 0, 1, 2),
     ((1, 3, 4, 4), (2, 3, 3), 5, 2, 1, 1),  # stride larger than the input
+    ((3, 4, 5, 6), (6, 1, 1), 1, 0, 1, 2),  # pointwise: the columns are the image, no im2col
+    ((1, 3, 4, 4), (5, 1, 1), 1, 0, 2, 1),  # pointwise, one sample: no copies at all
 ]
 
 
@@ -198,14 +200,18 @@ def test_unbatched_input_is_a_batch_of_one():
     assert F.adaptive_avg_pool2d(ddpc.tensor(x), 1).shape == (3, 1, 1)
 
 
-def test_batches_larger_than_one_column_step_give_the_same_result(monkeypatch):
-    """The batch goes through im2col and the GEMMs in steps bounded in bytes;
-    a step of one sample and one step for all agree."""
+@pytest.mark.parametrize("kernel,padding", [(3, 1), (1, 0)])
+def test_batches_larger_than_one_column_step_give_the_same_result(monkeypatch, kernel, padding):
+    """The batch goes through im2col (none for a pointwise kernel) and the
+    GEMMs in steps bounded in bytes; a step of one sample and one step for
+    all agree."""
     from ddpc.nn import _conv
 
     rng = np.random.default_rng(4)
-    x, w, b = rng.standard_normal((5, 4, 6, 6)), rng.standard_normal((6, 2, 3, 3)), rng.standard_normal(6)
-    fn = lambda x, w, b: F.conv2d(x, w, b, padding=1, groups=2)  # noqa: E731
+    x, w, b = (rng.standard_normal((5, 4, 6, 6)), rng.standard_normal((6, 2, kernel, kernel)),
+               rng.standard_normal(6))
+    fn = lambda x, w, b: F.conv2d(x, w, b, padding=padding, groups=2)  # noqa: E731
+    monkeypatch.setitem(_conv._COLUMN_BYTES, "cpu", 1 << 30)
     whole = run(fn, [x, w, b])
     monkeypatch.setitem(_conv._COLUMN_BYTES, "cpu", 1)
     steps = run(fn, [x, w, b])

@@ -11,14 +11,19 @@ planes, a 1-d op being the 2-d one with H = 1. A convolution takes the batch
 in steps of a few samples (see _COLUMN_BYTES): im2col of the step into a
 [C*KH*KW, n*OH*OW] matrix, one GEMM per group into [O, n*OH*OW], and a copy
 that swaps the two leading dims into (n, O, OH, OW) (none for a step of one
-sample, whose GEMM writes the output in place). The backward pass walks the
-same steps: one GEMM per group for each gradient, and col2im. It takes the
-columns again instead of keeping them from the forward pass: one more im2col,
-against holding KH*KW times the input in memory for every layer.
+sample, whose GEMM writes the output in place), then the bias while the
+step is still in cache. A pointwise convolution (1x1, stride 1, no padding)
+skips im2col: its columns are the image with the leading dims swapped, a
+view for one sample. The backward pass walks the same steps: one GEMM per
+group for each gradient, and col2im. It takes the columns again instead of
+keeping them from the forward pass: one more im2col, against holding KH*KW
+times the input in memory for every layer. The host temporaries are kept
+per thread between calls (see _Scratch).
 """
 
 import math
 import numbers
+import threading
 
 import numpy as np
 
@@ -146,22 +151,50 @@ def _as_2d(nd, values, fill):
 
 # ---- convolution ---------------------------------------------------------------------
 
-# The samples of one step are as many as keep the column matrix within this
-# many bytes (and at least one): on the host the columns then stay in a
-# core's cache between im2col and the GEMMs that read them, which measured
-# about 1.5x faster than columns of the whole batch; a GPU takes larger
-# steps, for larger GEMMs.
+# The samples of one step are as many as keep its column matrix, and its
+# output in GEMM layout, within this many bytes (and at least one): on the
+# host the columns then stay in a core's cache between im2col and the GEMMs
+# that read them, which took less CPU time than steps of 8 to 80 MiB with
+# their fewer, larger GEMMs; a GPU takes larger steps, for larger GEMMs.
 _COLUMN_BYTES = {"cpu": 2 << 20, "cuda": 256 << 20}
 
 
-def _steps(x, taps, out):
+def _steps(x, taps, o, out):
     """Ranges [n0, n1) of the batch, each sample's columns being ``taps`` rows
-    of ``out`` positions; one empty range for an empty batch, so that the
-    gradient GEMMs still write their (zero) result."""
+    and its output ``o`` rows of ``out`` positions; one empty range for an
+    empty batch, so that the gradient GEMMs still write their (zero) result."""
     n = x.shape[0]
-    per_sample = taps * math.prod(out) * x.element_size()
+    per_sample = max(taps, o) * math.prod(out) * x.element_size()
     step = max(1, _COLUMN_BYTES["cpu" if x._buf.device < 0 else "cuda"] // max(per_sample, 1))
     return [(n0, min(n, n0 + step)) for n0 in range(0, max(n, 1), step)]
+
+
+class _Scratch(threading.local):
+    """Each thread's host buffers for a convolution's temporaries, kept
+    between calls: a fresh allocation of tens of megabytes comes from mmap
+    and faults in every page again (a Conv2d 64->64 k3 on 128x128 images,
+    whose one sample's columns take 36 MiB, took 1.6x the CPU time). They
+    hold the largest step seen: 2 MiB each, or one sample's columns and
+    output where those are larger."""
+
+    def __init__(self):
+        self.buffers = {}
+
+
+_scratch = _Scratch()
+
+
+def _temporary(slot, shape, dtype, device):
+    """A buffer of ``shape`` for one of a convolution's temporaries (``slot``
+    names which, so that two live at once never share memory): this thread's
+    kept one on the host, a new one on a GPU (whose allocator caches)."""
+    if device >= 0:
+        return _C.Buffer(shape, dtype, device)
+    key, numel = (slot, dtype), math.prod(shape)
+    buf = _scratch.buffers.get(key)
+    if buf is None or buf.numel < numel:
+        buf = _scratch.buffers[key] = _C.Buffer((numel,), dtype, device)
+    return buf.view(0, tuple(shape))
 
 
 def _samples(t, n0, n1):
@@ -192,20 +225,29 @@ def _swap_leading(dst, src):
         _C.strided_copy(dst, 0, (a * inner, inner, 1), src, 0, (inner, b * inner, 1), (b, a, inner))
 
 
-def _channels_first(t, n0, n1):
-    """Samples [n0, n1) of t (N, O, ...) as a buffer (O, n1 - n0, ...): a
-    view for one sample ((1, O) and (O, 1) lay out alike), else a copy."""
-    src = _samples(t, n0, n1)
-    if n1 - n0 == 1:
+def _channels_first(src, slot):
+    """The buffer src (n, O, ...) as a buffer (O, n, ...): a view for one
+    sample ((1, O) and (O, 1) lay out alike), else a copy into the
+    temporary ``slot``."""
+    if src.shape[0] == 1:
         return src.view(0, (src.shape[1], 1) + tuple(src.shape[2:]))
-    out = _C.Buffer((src.shape[1], n1 - n0) + tuple(src.shape[2:]), src.dtype, src.device)
+    out = _temporary(slot, (src.shape[1], src.shape[0]) + tuple(src.shape[2:]), src.dtype, src.device)
     _swap_leading(out, src)
     return out
 
 
+def _pointwise(kernel, geometry):
+    """Whether each output position reads one input position, the same one:
+    then the columns are the image with its two leading dims swapped."""
+    return tuple(kernel) == (1, 1) and geometry[0] == (1, 1) and geometry[1] == (0, 0)
+
+
 def _columns(x, kernel, out, geometry):
-    """im2col of the image buffer x (N, C, H, W): (C, KH, KW, N) + out."""
-    col = _C.Buffer((x.shape[1],) + tuple(kernel) + (x.shape[0],) + tuple(out), x.dtype, x.device)
+    """im2col of the image buffer x (N, C, H, W): (C, KH, KW, N) + out, in
+    the temporary that the input gradient's columns reuse once these are read."""
+    if _pointwise(kernel, geometry):
+        return _channels_first(x, "columns").view(0, (x.shape[1], 1, 1, x.shape[0]) + tuple(out))
+    col = _temporary("columns", (x.shape[1],) + tuple(kernel) + (x.shape[0],) + tuple(out), x.dtype, x.device)
     _C.im2col(col, x, *geometry)
     return col
 
@@ -224,17 +266,24 @@ class _ConvBackward(_ag.Node):
         need_x, need_w, need_b = (e is not None for e in self.next_functions)
         gx = _ag._empty(x.shape, g) if need_x else None
         gw = _ag._grad_out(self.next_functions[1], w.shape, g) if need_w else None
-        taps = c * math.prod(kernel)
-        for n0, n1 in _steps(x, taps, out):
-            g_t = _channels_first(g, n0, n1)
+        taps, pointwise = c * math.prod(kernel), _pointwise(kernel, self.geometry)
+        for n0, n1 in _steps(x, taps, o, out):
+            g_t = _channels_first(_samples(g, n0, n1), "out")
             if need_w:
                 col = _columns(_samples(x, n0, n1), kernel, out, self.geometry)
                 _group_gemm(_matrix(gw._buf, o), _matrix(g_t, o), _matrix(col, taps), self.groups, trans_b=True,
                             accumulate=n0 > 0)
             if need_x:
-                gcol = _C.Buffer((c,) + tuple(kernel) + (n1 - n0,) + out, g.dtype.name, g._buf.device)
+                gx_n = _samples(gx, n0, n1)
+                # A pointwise convolution's col2im is the swap back, none for one sample (see _channels_first)
+                pointwise_one = pointwise and n1 - n0 == 1
+                gcol = gx_n if pointwise_one else _temporary("columns", (c,) + tuple(kernel) + (n1 - n0,) + out,
+                                                             g.dtype.name, g._buf.device)
                 _group_gemm(_matrix(gcol, taps), _matrix(w._buf, o), _matrix(g_t, o), self.groups, trans_a=True)
-                _C.col2im(_samples(gx, n0, n1), gcol, *self.geometry)
+                if pointwise and not pointwise_one:
+                    _swap_leading(gx_n, gcol.view(0, (c, n1 - n0) + out))
+                elif not pointwise:
+                    _C.col2im(gx_n, gcol, *self.geometry)
         gb = None
         if need_b:  # g summed over the batch (long contiguous rows, the fast way), then over the positions
             over_batch = _ag._empty((o, math.prod(out)), g)
@@ -250,15 +299,16 @@ def _conv_planes(input, weight, bias, geometry, out, groups):
     (n, c), o, kernel = x.shape[:2], w.shape[0], w.shape[2:]
     taps = c * math.prod(kernel)
     y = _ag._empty((n, o) + tuple(out), x)
-    for n0, n1 in _steps(x, taps, out):
+    for n0, n1 in _steps(x, taps, o, out):
         col = _columns(_samples(x, n0, n1), kernel, out, geometry)
         one = n1 - n0 == 1  # then the GEMM writes into y itself (see _channels_first)
-        y_t = _samples(y, n0, n1) if one else _C.Buffer((o, n1 - n0) + tuple(out), x.dtype.name, x._buf.device)
+        y_t = _samples(y, n0, n1) if one else _temporary("out", (o, n1 - n0) + tuple(out), x.dtype.name, x._buf.device)
         _group_gemm(_matrix(y_t, o), _matrix(w._buf, o), _matrix(col, taps), groups)
         if not one:
             _swap_leading(_samples(y, n0, n1), y_t)
-    if bias is not None:
-        _C.binary_broadcast(_ADD, y._buf, y._buf, bias.detach()._buf.view(0, (o, 1, 1)))
+        if bias is not None:  # while the step's output is still in cache, in rows of whole planes
+            y_n = _samples(y, n0, n1).view(0, (n1 - n0, o, math.prod(out)))
+            _C.binary_broadcast(_ADD, y_n, y_n, bias.detach()._buf.view(0, (o, 1)))
     if _ag._needs_grad(input, weight, bias):
         _ag._attach(y, _ConvBackward(input, weight, bias, x, w, geometry, groups))
     return y
