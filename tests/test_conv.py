@@ -11,6 +11,7 @@ import pytest
 import ddpc
 import ddpc.nn.functional as F
 from ddpc import _C, nn
+from numeric import numeric_grad
 
 
 # ---- numpy references ------------------------------------------------------------------
@@ -606,3 +607,81 @@ def test_max_pool_indices_on_cuda_match_the_host():
     _, ic = F.max_pool2d(ddpc.tensor(x), 3, 2, 1, return_indices=True)
     _, ig = F.max_pool2d(ddpc.tensor(x, device="cuda"), 3, 2, 1, return_indices=True)
     np.testing.assert_array_equal(np.asarray(ig.cpu()), np.asarray(ic))
+
+
+# ---- transposed convolution, fold and unfold -------------------------------------------------
+
+@pytest.mark.parametrize("stride,padding,output_padding,dilation,groups", [
+    (1, 0, 0, 1, 1), (2, 1, 1, 1, 2), ((2, 3), (0, 2), (1, 2), (1, 1), 1), (1, 2, 1, 2, 1), (3, 1, 0, 2, 2)])
+def test_conv_transpose2d_is_the_adjoint_of_conv2d(stride, padding, output_padding, dilation, groups):
+    """<conv2d(y, w), x> = <y, conv_transpose2d(x, w)> for every x and y: the
+    transposed convolution is the convolution's adjoint, the definition
+    PyTorch's follows; and its gradients pass a central-difference check."""
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((4, 6 // groups, 3, 2))
+    x = rng.standard_normal((2, 4, 4, 5))
+    t = F.conv_transpose2d(ddpc.tensor(x), ddpc.tensor(w), None, stride, padding, output_padding, groups, dilation)
+    y = rng.standard_normal(t.shape)
+    conv = F.conv2d(ddpc.tensor(y), ddpc.tensor(w), None, stride, padding, dilation, groups).numpy()
+    # an output_padding of at least the stride (allowed below the dilation) leaves the convolution one row
+    # or column longer than x: those read only padding the transposed convolution never wrote
+    assert conv.shape[:2] == x.shape[:2] and all(c - s in (0, 1) for c, s in zip(conv.shape[2:], x.shape[2:]))
+    conv = conv[:, :, :x.shape[2], :x.shape[3]]
+    np.testing.assert_allclose((conv * x).sum(), (y * t.numpy()).sum(), rtol=1e-12)
+    b = rng.standard_normal(6)
+    xt, wt, bt = (ddpc.tensor(v, requires_grad=True) for v in (x, w, b))
+    out = F.conv_transpose2d(xt, wt, bt, stride, padding, output_padding, groups, dilation)
+    g = rng.standard_normal(out.shape)
+    out.backward(ddpc.tensor(g))
+
+    def loss(xv, wv, bv):
+        o = F.conv_transpose2d(ddpc.tensor(xv), ddpc.tensor(wv), ddpc.tensor(bv), stride, padding, output_padding,
+                               groups, dilation)
+        return float((o.numpy() * g).sum())
+    for got, k in ((xt.grad, 0), (wt.grad, 1), (bt.grad, 2)):
+        args = [x, w, b]
+        num = numeric_grad(lambda v: loss(*(v if i == k else a for i, a in enumerate(args))), args[k])
+        np.testing.assert_allclose(got.numpy(), num, rtol=1e-6, atol=1e-8)
+
+
+def test_conv_transpose1d_modules_output_size_and_errors():
+    m = nn.ConvTranspose1d(3, 4, 3, stride=2, padding=1)
+    assert m.weight.shape == (3, 4, 3) and m.bias.shape == (4,)
+    x = ddpc.randn(2, 3, 6)
+    assert m(x).shape == (2, 4, 11) and m(x, output_size=[12]).shape == (2, 4, 12)
+    assert m(x[0]).shape == (4, 11)  # unbatched
+    with pytest.raises(ValueError, match="valid sizes range from 11 to 12"):
+        m(x, output_size=[13])
+    with pytest.raises(ValueError, match="output padding must be smaller"):
+        F.conv_transpose1d(x, m.weight, stride=2, output_padding=2)
+    with pytest.raises(ValueError, match="channels"):
+        F.conv_transpose1d(ddpc.randn(2, 5, 6), m.weight)
+    with pytest.raises(ValueError, match="zeros"):
+        nn.ConvTranspose2d(3, 4, 3, padding_mode="reflect")
+
+
+def test_fold_sums_what_unfold_takes_apart():
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((2, 3, 7, 6))
+    cols = F.unfold(ddpc.tensor(x), (3, 2), dilation=(1, 2), padding=1, stride=(2, 1))
+    # block l of channel c, tap (i, j): the padded image at the block's corner plus the tap's offset
+    padded = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    oh, ow = (7 + 2 - 3) // 2 + 1, (6 + 2 - 3) // 1 + 1
+    want = np.stack([padded[:, :, r * 2 + i, c + 2 * j] for i in range(3) for j in range(2)
+                     for r in range(oh) for c in range(ow)], -1).reshape(2, 3, 6, oh * ow).reshape(2, 18, oh * ow)
+    assert cols.shape == (2, 18, oh * ow)
+    np.testing.assert_array_equal(cols.numpy(), want)
+    # fold is unfold's adjoint: <unfold(x), c> = <x, fold(c)>
+    c = rng.standard_normal(cols.shape)
+    folded = F.fold(ddpc.tensor(c), (7, 6), (3, 2), dilation=(1, 2), padding=1, stride=(2, 1))
+    np.testing.assert_allclose((want * c).sum(), (x * folded.numpy()).sum(), rtol=1e-12)
+    # without overlap, fold undoes unfold
+    y = ddpc.tensor(rng.standard_normal((3, 4, 6)))
+    np.testing.assert_array_equal(nn.Fold((4, 6), 2, stride=2)(nn.Unfold(2, stride=2)(y)).numpy(), y.numpy())
+    t = ddpc.tensor(x, requires_grad=True)
+    F.unfold(t, 2).sum().backward()  # each pixel counted once per block it falls in
+    assert t.grad.numpy()[0, 0, 0, 0] == 1 and t.grad.numpy()[0, 0, 1, 1] == 4
+    with pytest.raises(ValueError, match="sliding blocks"):
+        F.fold(ddpc.tensor(c), (9, 6), (3, 2), dilation=(1, 2), padding=1, stride=(2, 1))
+    with pytest.raises(ValueError, match="divisible by the product of kernel_size"):
+        F.fold(ddpc.randn(1, 5, 4), (3, 3), 2)

@@ -52,6 +52,20 @@ def _modules(torch, ddpc):
         ("AdaptiveAvgPool2d", dict(output_size=(4, 3)), (2, 3, 9, 7)),
         ("AdaptiveAvgPool2d", dict(output_size=(None, 5)), (3, 6, 4)),
         ("AdaptiveAvgPool2d", dict(output_size=1), (2, 3, 5, 5)),
+        ("ConvTranspose2d", dict(in_channels=4, out_channels=6, kernel_size=3), (2, 4, 5, 6)),
+        ("ConvTranspose2d", dict(in_channels=4, out_channels=6, kernel_size=(3, 2), stride=(2, 3), padding=(1, 0),
+                                 output_padding=(1, 2), groups=2), (2, 4, 5, 4)),
+        ("ConvTranspose2d", dict(in_channels=3, out_channels=2, kernel_size=3, stride=1, padding=2, dilation=2,
+                                 output_padding=1, bias=False), (3, 6, 7)),
+        ("ConvTranspose2d", dict(in_channels=6, out_channels=6, kernel_size=1, groups=3), (2, 6, 4, 4)),
+        ("ConvTranspose1d", dict(in_channels=4, out_channels=8, kernel_size=4, stride=2, padding=1, groups=4),
+         (2, 4, 9)),
+        ("ConvTranspose1d", dict(in_channels=3, out_channels=2, kernel_size=5, dilation=2), (3, 7)),
+        ("Unfold", dict(kernel_size=(2, 3), dilation=(1, 2), padding=1, stride=(2, 1)), (2, 3, 7, 8)),
+        ("Unfold", dict(kernel_size=3), (3, 5, 5)),
+        ("Fold", dict(output_size=(7, 8), kernel_size=(2, 3), dilation=(1, 2), padding=1, stride=(2, 1)),
+         (2, 18, 24)),
+        ("Fold", dict(output_size=5, kernel_size=2, stride=2, padding=1), (8, 9)),
     ]
     for name, kw, shape in specs:
         yield name, getattr(dn, name)(**kw), getattr(tn, name)(**kw), shape
@@ -90,6 +104,12 @@ def _case_modules():
             for p in list(mine.parameters()) + [xm]:
                 p.grad = None
             theirs.zero_grad()
+    for size in ((9, 11), (10, 12), [2, 6, 10, 11]):  # output_size picks output_padding
+        mine, theirs = ddpc.nn.ConvTranspose2d(6, 3, 3, stride=2, padding=1), torch.nn.ConvTranspose2d(6, 3, 3, 2, 1)
+        x = rng.standard_normal((2, 6, 5, 6)).astype(np.float32)
+        want = tuple(theirs(torch.from_numpy(x), output_size=size).shape)
+        assert mine(ddpc.tensor(x), output_size=size).shape == want
+        assert repr(mine) == repr(theirs), (repr(mine), repr(theirs))
     x = rng.standard_normal((2, 3, 9, 8)).astype(np.float32)
     _, im = ddpc.nn.MaxPool2d(3, 2, 1, return_indices=True)(ddpc.tensor(x))
     _, it = torch.nn.MaxPool2d(3, 2, 1, return_indices=True)(torch.from_numpy(x))

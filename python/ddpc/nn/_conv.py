@@ -1,7 +1,9 @@
 """Convolution and pooling over the last one or two dims, as
-torch.nn.functional's conv1d, conv2d, max_pool1d/2d, avg_pool1d/2d and
-adaptive_avg_pool2d, with their gradients, and the padding of torch's
-F.pad that the convolutions' padding modes share.
+torch.nn.functional's conv1d, conv2d, conv_transpose1d/2d, fold, unfold,
+max_pool1d/2d, avg_pool1d/2d and adaptive_avg_pool2d, with their gradients,
+and the padding of torch's F.pad that the convolutions' padding modes share.
+A transposed convolution is a convolution's input gradient (and fold and
+unfold col2im and im2col), so both are built from the same steps.
 
 PyTorch's geometry rules live here, checked in one place for each kind
 (``conv_geometry``, ``pool_geometry``): output sizes, 'valid' and 'same'
@@ -252,6 +254,39 @@ def _columns(x, kernel, out, geometry):
     return col
 
 
+def _weight_grad_step(gw, g_t, x_n, kernel, out, geometry, groups, accumulate):
+    """gw (O, C / groups, KH, KW) (+)= g_t [O, n*out] @ columns(x_n)^T: one
+    step's share of a convolution's weight gradient."""
+    o, taps = g_t.shape[0], x_n.shape[1] * math.prod(kernel)
+    col = _columns(x_n, kernel, out, geometry)
+    _group_gemm(_matrix(gw, o), _matrix(g_t, o), _matrix(col, taps), groups, trans_b=True, accumulate=accumulate)
+
+
+def _input_grad_step(gx_n, g_t, w, geometry, groups):
+    """gx_n (n, C, H, W) = col2im(W^T @ g_t [O, n*out]): one step of a
+    convolution's input gradient, which is also the transposed convolution."""
+    (n, c), o, kernel, out = gx_n.shape[:2], w.shape[0], tuple(w.shape[2:]), tuple(g_t.shape[2:])
+    taps, pointwise = c * math.prod(kernel), _pointwise(kernel, geometry)
+    # A pointwise convolution's col2im is the swap back, none for one sample (see _channels_first)
+    pointwise_one = pointwise and n == 1
+    gcol = gx_n if pointwise_one else _temporary("columns", (c,) + kernel + (n,) + out, gx_n.dtype, gx_n.device)
+    _group_gemm(_matrix(gcol, taps), _matrix(w, o), _matrix(g_t, o), groups, trans_a=True)
+    if pointwise and not pointwise_one:
+        _swap_leading(gx_n, gcol.view(0, (c, n) + out))
+    elif not pointwise:
+        _C.col2im(gx_n, gcol, *geometry)
+
+
+def _bias_grad(g, edge):
+    """g (N, O, ...) summed over the batch (long contiguous rows, the fast way), then over the positions."""
+    o, positions = g.shape[1], math.prod(g.shape[2:])
+    over_batch = _ag._empty((o, positions), g)
+    _C.sum_dim(over_batch._buf, g._buf.view(0, (g.shape[0], o, positions)), 0)
+    gb = _ag._grad_out(edge, (o,), g)
+    _C.sum_dim(gb._buf, over_batch._buf, 1)
+    return gb
+
+
 class _ConvBackward(_ag.Node):
     def __init__(self, input, weight, bias, x, w, geometry, groups):
         super().__init__((input, weight, bias), (x, w))
@@ -266,31 +301,13 @@ class _ConvBackward(_ag.Node):
         need_x, need_w, need_b = (e is not None for e in self.next_functions)
         gx = _ag._empty(x.shape, g) if need_x else None
         gw = _ag._grad_out(self.next_functions[1], w.shape, g) if need_w else None
-        taps, pointwise = c * math.prod(kernel), _pointwise(kernel, self.geometry)
-        for n0, n1 in _steps(x, taps, o, out):
+        for n0, n1 in _steps(x, c * math.prod(kernel), o, out):
             g_t = _channels_first(_samples(g, n0, n1), "out")
             if need_w:
-                col = _columns(_samples(x, n0, n1), kernel, out, self.geometry)
-                _group_gemm(_matrix(gw._buf, o), _matrix(g_t, o), _matrix(col, taps), self.groups, trans_b=True,
-                            accumulate=n0 > 0)
+                _weight_grad_step(gw._buf, g_t, _samples(x, n0, n1), kernel, out, self.geometry, self.groups, n0 > 0)
             if need_x:
-                gx_n = _samples(gx, n0, n1)
-                # A pointwise convolution's col2im is the swap back, none for one sample (see _channels_first)
-                pointwise_one = pointwise and n1 - n0 == 1
-                gcol = gx_n if pointwise_one else _temporary("columns", (c,) + tuple(kernel) + (n1 - n0,) + out,
-                                                             g.dtype.name, g._buf.device)
-                _group_gemm(_matrix(gcol, taps), _matrix(w._buf, o), _matrix(g_t, o), self.groups, trans_a=True)
-                if pointwise and not pointwise_one:
-                    _swap_leading(gx_n, gcol.view(0, (c, n1 - n0) + out))
-                elif not pointwise:
-                    _C.col2im(gx_n, gcol, *self.geometry)
-        gb = None
-        if need_b:  # g summed over the batch (long contiguous rows, the fast way), then over the positions
-            over_batch = _ag._empty((o, math.prod(out)), g)
-            _C.sum_dim(over_batch._buf, g._buf.view(0, (g.shape[0], o, math.prod(out))), 0)
-            gb = _ag._grad_out(self.next_functions[2], (o,), g)
-            _C.sum_dim(gb._buf, over_batch._buf, 1)
-        return gx, gw, gb
+                _input_grad_step(_samples(gx, n0, n1), g_t, w._buf, self.geometry, self.groups)
+        return gx, gw, _bias_grad(g, self.next_functions[2]) if need_b else None
 
 
 def _conv_planes(input, weight, bias, geometry, out, groups):
@@ -314,7 +331,7 @@ def _conv_planes(input, weight, bias, geometry, out, groups):
     return y
 
 
-def _check_conv_operands(name, input, weight, bias):
+def _check_conv_operands(name, input, weight, bias, out_channels):
     for t, what in ((input, "input"), (weight, "weight"), (bias, "bias")):
         if not (isinstance(t, Tensor) or (what == "bias" and t is None)):
             raise TypeError(f"{name}: the {what} must be a ddpc tensor, got {type(t).__name__}")
@@ -325,14 +342,14 @@ def _check_conv_operands(name, input, weight, bias):
     if input._buf.device != weight._buf.device or (bias is not None and bias._buf.device != weight._buf.device):
         raise ValueError(f"{name}: input on {input.device}, weight on {weight.device}"
                          + ("" if bias is None else f", bias on {bias.device}"))
-    if bias is not None and tuple(bias.shape) != (weight.shape[0],):
-        raise ValueError(f"{name}: the bias must have shape ({weight.shape[0]},), got {tuple(bias.shape)}")
+    if bias is not None and tuple(bias.shape) != (out_channels,):
+        raise ValueError(f"{name}: the bias must have shape ({out_channels},), got {tuple(bias.shape)}")
 
 
 @autocast_op("lower")
 def convolution(name, nd, input, weight, bias, stride, padding, dilation, groups):
     """conv1d (nd = 1) or conv2d (nd = 2), batched or not."""
-    _check_conv_operands(name, input, weight, bias)
+    _check_conv_operands(name, input, weight, bias, weight.shape[0])
     stride, pad, dilation, out = conv_geometry(name, nd, input.shape, weight.shape, stride, padding, dilation,
                                                groups)
     if input.dtype in _ag._HALVES:
@@ -345,6 +362,180 @@ def convolution(name, nd, input, weight, bias, stride, padding, dilation, groups
     geometry = (_as_2d(nd, stride, 1), _as_2d(nd, pad, 0), _as_2d(nd, dilation, 1))
     y = _conv_planes(x, weight, bias, geometry, _as_2d(nd, out, 1), groups).reshape((n, o) + out)
     return y if input.ndim == nd + 2 else y.reshape(y.shape[1:])
+
+
+# ---- transposed convolution, fold and unfold ------------------------------------------
+
+def transposed_geometry(name, nd, x_shape, w_shape, stride, padding, output_padding, dilation, groups):
+    """(stride, padding, dilation, output size) of a transposed convolution of
+    ``x_shape`` by a weight of ``w_shape`` (in_channels, out_channels / groups, *kernel)."""
+    if len(x_shape) not in (nd + 1, nd + 2):
+        raise ValueError(f"Expected {nd + 1}D (unbatched) or {nd + 2}D (batched) input to {name}, but got input of "
+                         f"size: {list(x_shape)}")
+    if len(w_shape) != nd + 2:
+        raise ValueError(f"{name}: the weight must be {nd + 2}-d (in_channels, out_channels / groups, *kernel_size), "
+                         f"got shape {tuple(w_shape)}")
+    if not isinstance(groups, numbers.Integral) or groups <= 0 or w_shape[0] % groups:
+        raise ValueError(f"{name}: groups must be a positive integer dividing the weight's {w_shape[0]} input "
+                         f"channels, got {groups!r}")
+    if x_shape[-nd - 1] != w_shape[0]:
+        raise ValueError(f"{name}: the input has {x_shape[-nd - 1]} channels, the weight expects {w_shape[0]}")
+    if isinstance(padding, str):
+        raise ValueError(f"{name}: padding must be an int or a tuple of ints (PyTorch's transposed convolutions "
+                         f"take no '{padding}')")
+    kernel = tuple(w_shape[2:])
+    stride, dilation = as_tuple(stride, nd, "stride"), as_tuple(dilation, nd, "dilation")
+    padding, output_padding = as_tuple(padding, nd, "padding"), as_tuple(output_padding, nd, "output_padding")
+    for values, what in ((kernel, "kernel_size"), (stride, "stride"), (dilation, "dilation")):
+        _check_positive(values, what, name)
+    if any(p < 0 for p in padding + output_padding):
+        raise ValueError(f"{name}: negative padding {padding} or output_padding {output_padding}")
+    if any(op >= max(s, d) for op, s, d in zip(output_padding, stride, dilation)):
+        raise ValueError(f"{name}: output padding must be smaller than either stride or dilation, got "
+                         f"output_padding={output_padding}, stride={stride}, dilation={dilation}")
+    out = tuple((i - 1) * s - 2 * p + d * (k - 1) + op + 1
+                for i, s, p, d, k, op in zip(x_shape[-nd:], stride, padding, dilation, kernel, output_padding))
+    if any(o <= 0 for o in out):
+        raise ValueError(f"{name}: the output size {out} is too small (input {tuple(x_shape[-nd:])}, padding "
+                         f"{padding})")
+    return stride, padding, dilation, out
+
+
+class _ConvTransposeBackward(_ag.Node):
+    """A transposed convolution is the input gradient of the convolution by the
+    same weight, so its input's gradient is that convolution of g and its
+    weight's gradient that convolution's weight gradient, the roles swapped."""
+
+    def __init__(self, input, weight, bias, x, w, geometry, groups):
+        super().__init__((input, weight, bias), (x, w))
+        self.geometry, self.groups = geometry, groups
+
+    def name(self):
+        return "ConvolutionBackward"
+
+    def backward(self, g):
+        x, w = self.saved
+        need_x, need_w, need_b = (e is not None for e in self.next_functions)
+        gx = _conv_planes(g, w, None, self.geometry, tuple(x.shape[2:]), self.groups) if need_x else None
+        gw = None
+        if need_w:
+            gw = _ag._grad_out(self.next_functions[1], w.shape, g)
+            for n0, n1 in _steps(g, g.shape[1] * math.prod(w.shape[2:]), x.shape[1], tuple(x.shape[2:])):
+                x_t = _channels_first(_samples(x, n0, n1), "out")
+                _weight_grad_step(gw._buf, x_t, _samples(g, n0, n1), tuple(w.shape[2:]), tuple(x.shape[2:]),
+                                  self.geometry, self.groups, n0 > 0)
+        return gx, gw, _bias_grad(g, self.next_functions[2]) if need_b else None
+
+
+@autocast_op("lower")
+def conv_transpose(name, nd, input, weight, bias, stride, padding, output_padding, groups, dilation):
+    """conv_transpose1d (nd = 1) or conv_transpose2d (nd = 2), batched or not."""
+    _check_conv_operands(name, input, weight, bias, weight.shape[1] * groups)
+    stride, padding, dilation, out = transposed_geometry(name, nd, input.shape, weight.shape, stride, padding,
+                                                         output_padding, dilation, groups)
+    if input.dtype in _ag._HALVES:
+        return conv_transpose(name, nd, input.float(), weight.float(), None if bias is None else bias.float(), stride,
+                              padding, output_padding, groups, dilation).to(dtype=input.dtype)
+    x = input if input.ndim == nd + 2 else input.unsqueeze(0)
+    n, o = x.shape[0], weight.shape[1] * groups
+    if nd == 1:
+        x, weight = x.reshape(n, x.shape[1], 1, x.shape[2]), weight.reshape(weight.shape[:2] + (1, weight.shape[2]))
+    geometry = (_as_2d(nd, stride, 1), _as_2d(nd, padding, 0), _as_2d(nd, dilation, 1))
+    xd, w = x.detach(), weight.detach()
+    y = _ag._empty((n, o) + _as_2d(nd, out, 1), xd)
+    for n0, n1 in _steps(xd, o * math.prod(w.shape[2:]), x.shape[1], tuple(x.shape[2:])):
+        _input_grad_step(_samples(y, n0, n1), _channels_first(_samples(xd, n0, n1), "out"), w._buf, geometry, groups)
+    if bias is not None:
+        planes = y._buf.view(0, (n, o, math.prod(y.shape[2:])))
+        _C.binary_broadcast(_ADD, planes, planes, bias.detach()._buf.view(0, (o, 1)))
+    if _ag._needs_grad(input, weight, bias):
+        _ag._attach(y, _ConvTransposeBackward(x, weight, bias, xd, w, geometry, groups))
+    y = y.reshape((n, o) + out)
+    return y if input.ndim == nd + 2 else y.reshape(y.shape[1:])
+
+
+class _AdjointBackward(_ag.Node):
+    """The gradient of a linear map whose adjoint is ``adjoint`` (unfold's is fold, and fold's unfold)."""
+
+    def __init__(self, input, adjoint, name):
+        super().__init__((input,), ())
+        self.adjoint, self._name = adjoint, name
+
+    def name(self):
+        return self._name
+
+    def backward(self, g):
+        return (self.adjoint(g),)
+
+
+def _window_args(name, kernel_size, dilation, padding, stride):
+    kernel, dilation = as_tuple(kernel_size, 2, "kernel_size"), as_tuple(dilation, 2, "dilation")
+    padding, stride = as_tuple(padding, 2, "padding"), as_tuple(stride, 2, "stride")
+    for values, what in ((kernel, "kernel_size"), (dilation, "dilation"), (stride, "stride")):
+        _check_positive(values, what, name)
+    if any(p < 0 for p in padding):
+        raise ValueError(f"{name}: padding must be non-negative, got {padding}")
+    return kernel, (stride, padding, dilation)
+
+
+def _blocks(size, kernel, geometry):
+    (stride, padding, dilation) = geometry
+    return tuple((s + 2 * p - d * (k - 1) - 1) // st + 1
+                 for s, k, st, p, d in zip(size, kernel, stride, padding, dilation))
+
+
+def unfold(input, kernel_size, dilation=1, padding=0, stride=1):
+    """The sliding blocks of (N, C, H, W) or (C, H, W) ``input``, as torch's
+    F.unfold: (N, C * KH * KW, L) with L the blocks' count; im2col."""
+    if not isinstance(input, Tensor) or input.ndim not in (3, 4):
+        raise ValueError(f"Input Error: Only 3D or 4D input Tensors are supported (got "
+                         f"{getattr(input, 'ndim', type(input).__name__)}D)")
+    kernel, geometry = _window_args("unfold", kernel_size, dilation, padding, stride)
+    x = input if input.ndim == 4 else input.unsqueeze(0)
+    blocks = _blocks(x.shape[2:], kernel, geometry)
+    if any(b <= 0 for b in blocks):
+        raise ValueError(f"unfold: no block of {kernel} fits the padded input {tuple(x.shape[2:])}")
+    xd = x.detach()
+    col = _ag._empty((x.shape[1],) + kernel + (x.shape[0],) + blocks, xd)
+    _C.im2col(col._buf, xd._buf, *geometry)
+    taps, n = x.shape[1] * math.prod(kernel), x.shape[0]
+    out = _ag._empty((n, taps, math.prod(blocks)), xd)
+    _swap_leading(out._buf, col._buf.view(0, (taps, n, math.prod(blocks))))
+    if _ag._needs_grad(input):
+        _ag._attach(out, _AdjointBackward(x, lambda g: fold(g, x.shape[2:], kernel_size, dilation, padding, stride),
+                                          "Im2ColBackward"))
+    return out if input.ndim == 4 else out.squeeze(0)
+
+
+def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):
+    """Sums the sliding blocks of (N, C * KH * KW, L) or (C * KH * KW, L) ``input``
+    into (N, C, *output_size), as torch's F.fold (col2im: overlapping blocks add up)."""
+    if not isinstance(input, Tensor) or input.ndim not in (2, 3):
+        raise ValueError(f"Input Error: Only unbatched (2D) or batched (3D) input Tensors are supported (got "
+                         f"{getattr(input, 'ndim', type(input).__name__)}D)")
+    kernel, geometry = _window_args("fold", kernel_size, dilation, padding, stride)
+    size = as_tuple(output_size, 2, "output_size")
+    x = input if input.ndim == 3 else input.unsqueeze(0)
+    n, taps, length = x.shape
+    blocks = _blocks(size, kernel, geometry)
+    if taps % math.prod(kernel):
+        raise ValueError(f"fold: expected size of input's dimension 1 to be divisible by the product of "
+                         f"kernel_size, but got input.size(1)={taps} and kernel_size={kernel}")
+    if math.prod(blocks) != length or any(b <= 0 for b in blocks):
+        raise ValueError(f"fold: given output_size={size}, kernel_size={kernel}, dilation={geometry[2]}, "
+                         f"padding={geometry[1]}, stride={geometry[0]}, expected size of input's dimension 2 to "
+                         f"match the calculated number of sliding blocks {' * '.join(map(str, blocks))} = "
+                         f"{math.prod(blocks)}, but got input.size(2)={length}")
+    xd = x.detach().contiguous()
+    c = taps // math.prod(kernel)
+    col = _ag._empty((c,) + kernel + (n,) + blocks, xd)
+    _swap_leading(col._buf.view(0, (taps, n, length)), xd._buf)
+    out = _ag._empty((n, c) + size, xd)
+    _C.col2im(out._buf, col._buf, *geometry)
+    if _ag._needs_grad(input):
+        _ag._attach(out, _AdjointBackward(x, lambda g: unfold(g, kernel_size, dilation, padding, stride),
+                                          "Col2ImBackward"))
+    return out if input.ndim == 3 else out.squeeze(0)
 
 
 # ---- padding (F.pad, and the padding modes of Conv1d and Conv2d) ----------------------------

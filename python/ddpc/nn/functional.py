@@ -20,7 +20,8 @@ from ..autograd import embedding, gelu, layer_norm, linear, sigmoid, softplus, t
 from .._pointwise import hardshrink
 
 __all__ = ["batch_norm", "binary_cross_entropy", "binary_cross_entropy_with_logits", "cross_entropy", "dropout", "elu",
-           "embedding", "flatten", "gelu", "hardshrink", "hardsigmoid", "hardswish", "hardtanh", "huber_loss", "kl_div", "l1_loss",
+           "embedding", "flatten", "gelu", "hardshrink", "hardsigmoid", "hardswish", "hardtanh", "huber_loss", "kl_div",
+           "l1_loss",
            "layer_norm", "leaky_relu", "linear", "log_softmax", "mish", "mse_loss", "nll_loss", "relu", "relu6",
            "sigmoid", "silu", "smooth_l1_loss", "softmax", "softplus", "tanh"]
 
@@ -440,7 +441,8 @@ def multi_margin_loss(input, target, p=1, margin=1.0, weight=None, size_average=
 
 # ---- convolution and pooling (compute in _conv.py) --------------------------------------
 
-__all__ += ["adaptive_avg_pool2d", "avg_pool1d", "avg_pool2d", "conv1d", "conv2d", "max_pool1d", "max_pool2d"]
+__all__ += ["adaptive_avg_pool2d", "avg_pool1d", "avg_pool2d", "conv1d", "conv2d", "conv_transpose1d",
+            "conv_transpose2d", "fold", "max_pool1d", "max_pool2d", "unfold"]
 
 
 def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
@@ -454,6 +456,24 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     ``input`` by ``weight`` (O, C / groups, KH, KW); ``padding`` an int, a
     pair, 'valid' or 'same'."""
     return _conv.convolution("conv2d", 2, input, weight, bias, stride, padding, dilation, groups)
+
+
+def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
+    """The transposed 1-d convolution (the gradient of conv1d with respect to
+    its input) of (N, C, L) or (C, L) ``input`` by ``weight`` (C, O / groups, K)."""
+    return _conv.conv_transpose("conv_transpose1d", 1, input, weight, bias, stride, padding, output_padding, groups,
+                                dilation)
+
+
+def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
+    """The transposed 2-d convolution of (N, C, H, W) or (C, H, W) ``input`` by
+    ``weight`` (C, O / groups, KH, KW)."""
+    return _conv.conv_transpose("conv_transpose2d", 2, input, weight, bias, stride, padding, output_padding, groups,
+                                dilation)
+
+
+fold = _conv.fold
+unfold = _conv.unfold
 
 
 def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):

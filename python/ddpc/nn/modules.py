@@ -587,6 +587,8 @@ class _ConvNd(Module):
             s += f", padding={self.padding}"
         if self.dilation != (1,) * self._dims:
             s += f", dilation={self.dilation}"
+        if getattr(self, "output_padding", (0,) * self._dims) != (0,) * self._dims:
+            s += f", output_padding={self.output_padding}"
         if self.groups != 1:
             s += f", groups={self.groups}"
         if self.bias is None:
@@ -607,6 +609,90 @@ class Conv2d(_ConvNd):
 
     _dims = 2
 
+
+
+class _ConvTransposeNd(_ConvNd):
+    """Transposed convolution, as torch.nn.ConvTranspose1d/2d: weight
+    (in_channels, out_channels / groups, *kernel_size), initialised as the
+    convolutions' (fan_in from weight dim 1, as PyTorch computes it);
+    ``output_size`` in forward picks the output_padding that reaches it."""
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, output_padding=0, groups=1,
+                 bias=True, dilation=1, padding_mode="zeros", device=None, dtype=None):
+        if padding_mode != "zeros":
+            raise ValueError(f'Only "zeros" padding mode is supported for {type(self).__name__}')
+        if isinstance(padding, str):
+            raise ValueError(f"{type(self).__name__}: padding must be an int or a tuple, got {padding!r}")
+        # _ConvNd shapes the weight (out_channels, in_channels / groups, ...): swapped here, so it is
+        # (in_channels, out_channels / groups, ...), the bias still one per output channel.
+        super().__init__(out_channels, in_channels, kernel_size, stride, padding, dilation, groups, False,
+                         padding_mode, device, dtype)
+        self.in_channels, self.out_channels = int(in_channels), int(out_channels)
+        self.output_padding = _conv.as_tuple(output_padding, self._dims, "output_padding")
+        if bias:
+            self.bias = Parameter(empty(self.out_channels, dtype=dtype, device=device))
+            self.reset_parameters()
+
+    def _output_padding(self, input, output_size):
+        if output_size is None:
+            return self.output_padding
+        n = self._dims
+        size = tuple(output_size)[-n:]
+        if len(size) != n:
+            raise ValueError(f"{type(self).__name__}: output_size must have {n} or {n + 2} elements, got "
+                             f"{len(tuple(output_size))}")
+        pads = []
+        for d in range(n):
+            smallest = ((input.shape[-n + d] - 1) * self.stride[d] - 2 * self.padding[d]
+                        + self.dilation[d] * (self.kernel_size[d] - 1) + 1)
+            if not smallest <= size[d] < smallest + self.stride[d]:
+                raise ValueError(f"requested an output size of {size}, but valid sizes range from {smallest} to "
+                                 f"{smallest + self.stride[d] - 1} (for an input of {tuple(input.shape[-n:])})")
+            pads.append(size[d] - smallest)
+        return tuple(pads)
+
+    def forward(self, input, output_size=None):
+        conv = F.conv_transpose1d if self._dims == 1 else F.conv_transpose2d
+        return conv(input, self.weight, self.bias, self.stride, self.padding, self._output_padding(input, output_size),
+                    self.groups, self.dilation)
+
+
+
+class ConvTranspose1d(_ConvTransposeNd):
+    """Over (N, C, L) or (C, L) inputs."""
+
+    _dims = 1
+
+
+class ConvTranspose2d(_ConvTransposeNd):
+    """Over (N, C, H, W) or (C, H, W) inputs."""
+
+    _dims = 2
+
+
+class Unfold(Module):
+    def __init__(self, kernel_size, dilation=1, padding=0, stride=1):
+        super().__init__()
+        self.kernel_size, self.dilation, self.padding, self.stride = kernel_size, dilation, padding, stride
+
+    def forward(self, input):
+        return F.unfold(input, self.kernel_size, self.dilation, self.padding, self.stride)
+
+    def extra_repr(self):
+        return (f"kernel_size={self.kernel_size}, dilation={self.dilation}, padding={self.padding}, "
+                f"stride={self.stride}")
+
+
+class Fold(Unfold):
+    def __init__(self, output_size, kernel_size, dilation=1, padding=0, stride=1):
+        super().__init__(kernel_size, dilation, padding, stride)
+        self.output_size = output_size
+
+    def forward(self, input):
+        return F.fold(input, self.output_size, self.kernel_size, self.dilation, self.padding, self.stride)
+
+    def extra_repr(self):
+        return f"output_size={self.output_size}, " + super().extra_repr()
 
 class _MaxPoolNd(Module):
     def __init__(self, kernel_size, stride=None, padding=0, dilation=1, return_indices=False, ceil_mode=False):
