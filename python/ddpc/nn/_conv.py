@@ -401,17 +401,10 @@ def transposed_geometry(name, nd, x_shape, w_shape, stride, padding, output_padd
     return stride, padding, dilation, out
 
 
-class _ConvTransposeBackward(_ag.Node):
+class _ConvTransposeBackward(_ConvBackward):
     """A transposed convolution is the input gradient of the convolution by the
     same weight, so its input's gradient is that convolution of g and its
     weight's gradient that convolution's weight gradient, the roles swapped."""
-
-    def __init__(self, input, weight, bias, x, w, geometry, groups):
-        super().__init__((input, weight, bias), (x, w))
-        self.geometry, self.groups = geometry, groups
-
-    def name(self):
-        return "ConvolutionBackward"
 
     def backward(self, g):
         x, w = self.saved
