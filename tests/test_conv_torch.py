@@ -52,6 +52,8 @@ def _modules(torch, ddpc):
         ("AdaptiveAvgPool2d", dict(output_size=(4, 3)), (2, 3, 9, 7)),
         ("AdaptiveAvgPool2d", dict(output_size=(None, 5)), (3, 6, 4)),
         ("AdaptiveAvgPool2d", dict(output_size=1), (2, 3, 5, 5)),
+        ("AdaptiveAvgPool1d", dict(output_size=4), (2, 3, 11)),
+        ("AdaptiveAvgPool1d", dict(output_size=3), (3, 7)),
         ("ConvTranspose2d", dict(in_channels=4, out_channels=6, kernel_size=3), (2, 4, 5, 6)),
         ("ConvTranspose2d", dict(in_channels=4, out_channels=6, kernel_size=(3, 2), stride=(2, 3), padding=(1, 0),
                                  output_padding=(1, 2), groups=2), (2, 4, 5, 4)),

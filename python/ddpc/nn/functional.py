@@ -441,8 +441,8 @@ def multi_margin_loss(input, target, p=1, margin=1.0, weight=None, size_average=
 
 # ---- convolution and pooling (compute in _conv.py) --------------------------------------
 
-__all__ += ["adaptive_avg_pool2d", "avg_pool1d", "avg_pool2d", "conv1d", "conv2d", "conv_transpose1d",
-            "conv_transpose2d", "fold", "max_pool1d", "max_pool2d", "unfold"]
+__all__ += ["adaptive_avg_pool1d", "adaptive_avg_pool2d", "avg_pool1d", "avg_pool2d", "conv1d", "conv2d",
+            "conv_transpose1d", "conv_transpose2d", "fold", "max_pool1d", "max_pool2d", "unfold"]
 
 
 def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
@@ -502,6 +502,16 @@ def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False, coun
 
 
 adaptive_avg_pool2d = _conv.adaptive_avg_pool2d
+
+
+def adaptive_avg_pool1d(input, output_size):
+    """The mean over PyTorch's adaptive windows of (N, C, L) or (C, L) ``input``:
+    adaptive_avg_pool2d of the rows as planes of height 1."""
+    if not isinstance(input, Tensor) or input.ndim not in (2, 3):
+        raise ValueError(f"adaptive_avg_pool1d: expected a 2-d or 3-d input, got "
+                         f"{getattr(input, 'shape', type(input).__name__)}")
+    size = output_size[0] if isinstance(output_size, (tuple, list)) and len(output_size) == 1 else output_size
+    return adaptive_avg_pool2d(input.unsqueeze(-2), (1, size)).squeeze(-2)
 
 
 # ---- padding, resampling, channel dropout and distances ------------------------------------

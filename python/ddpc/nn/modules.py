@@ -763,6 +763,13 @@ class AdaptiveAvgPool2d(Module):
         return f"output_size={self.output_size}"
 
 
+class AdaptiveAvgPool1d(AdaptiveAvgPool2d):
+    """Averages each row (L) into ``output_size`` values."""
+
+    def forward(self, input):
+        return F.adaptive_avg_pool1d(input, self.output_size)
+
+
 class Embedding(Module):
     """A table of ``num_embeddings`` rows of ``embedding_dim``, looked up by
     int64 indices; rows start normal(0, 1), the ``padding_idx`` row zero (and
