@@ -13,6 +13,12 @@ typedef enum {
     DDPC_ADD = 0, DDPC_SUB, DDPC_MUL, DDPC_DIV, DDPC_RSUB, DDPC_RDIV,
     DDPC_EQ, DDPC_NE, DDPC_LT, DDPC_LE, DDPC_GT, DDPC_GE, DDPC_MAX, DDPC_MIN, DDPC_POWER, DDPC_RPOWER, DDPC_NBINARY
 } ddpc_binary_op;
+/* kernels/dispatch.cuh's binary_apply switches on these numbers (RPOWER is
+ * its default), as do the op codes of python/ddpc/tensor.py. */
+_Static_assert(DDPC_ADD == 0 && DDPC_SUB == 1 && DDPC_MUL == 2 && DDPC_DIV == 3 && DDPC_RSUB == 4 && DDPC_RDIV == 5 &&
+                   DDPC_EQ == 6 && DDPC_NE == 7 && DDPC_LT == 8 && DDPC_LE == 9 && DDPC_GT == 10 && DDPC_GE == 11 &&
+                   DDPC_MAX == 12 && DDPC_MIN == 13 && DDPC_POWER == 14 && DDPC_RPOWER == 15 && DDPC_NBINARY == 16,
+               "a binary op was added or moved: renumber the cases of binary_apply in kernels/dispatch.cuh");
 
 /* `n` elements of `o = x op y`, where o, x and y are expressions of the index
  * k_; the switch is outside the loops, so each loop vectorises. MAX and MIN

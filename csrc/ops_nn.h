@@ -25,6 +25,18 @@ typedef enum {
     DDPC_ATAN,
     DDPC_NUNARY
 } ddpc_unary_op;
+/* unary_f and unary_grad in kernels/nn.cu switch on these numbers (ATAN is
+ * unary_f's default), as do the op codes of python/ddpc/autograd.py. */
+_Static_assert(DDPC_RELU == 0 && DDPC_GELU == 1 && DDPC_TANH == 2 && DDPC_SIGMOID == 3 && DDPC_EXP == 4 &&
+               DDPC_LOG == 5 && DDPC_POW == 6 && DDPC_LEAKY_RELU == 7 && DDPC_ELU == 8 && DDPC_SILU == 9 &&
+               DDPC_SOFTPLUS == 10 && DDPC_MISH == 11 && DDPC_HARDTANH == 12 && DDPC_HARDSWISH == 13 &&
+               DDPC_HARDSIGMOID == 14 && DDPC_ABS == 15 && DDPC_SQRT == 16 && DDPC_RSQRT == 17 && DDPC_SQUARE == 18 &&
+               DDPC_SIN == 19 && DDPC_COS == 20 && DDPC_LOG1P == 21 && DDPC_EXPM1 == 22 && DDPC_ERF == 23 &&
+               DDPC_RECIPROCAL == 24 && DDPC_SIGN == 25 && DDPC_FLOOR == 26 && DDPC_CEIL == 27 && DDPC_TRUNC == 28 &&
+               DDPC_ROUND == 29 && DDPC_CLAMP == 30 && DDPC_ISNAN == 31 && DDPC_ISINF == 32 && DDPC_ISFINITE == 33 &&
+               DDPC_LOG2 == 34 && DDPC_LOG10 == 35 && DDPC_EXP2 == 36 && DDPC_SINH == 37 && DDPC_COSH == 38 &&
+               DDPC_ASINH == 39 && DDPC_ATAN == 40 && DDPC_NUNARY == 41,
+               "a unary op was added or moved: renumber the cases of unary_f and unary_grad in kernels/nn.cu");
 /* Matches PyTorch's reduction codes. */
 typedef enum { DDPC_REDUCE_NONE = 0, DDPC_REDUCE_MEAN, DDPC_REDUCE_SUM } ddpc_reduction;
 

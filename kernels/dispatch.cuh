@@ -6,8 +6,14 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "dtype.h"
+
 // Must match ddpc_dtype in csrc/dtype.h.
 enum { K_F32 = 0, K_F64, K_F16, K_BF16, K_I32, K_I64, K_U8 };
+static_assert(K_F32 == (int)DDPC_FLOAT32 && K_F64 == (int)DDPC_FLOAT64 && K_F16 == (int)DDPC_FLOAT16 &&
+                  K_BF16 == (int)DDPC_BFLOAT16 && K_I32 == (int)DDPC_INT32 && K_I64 == (int)DDPC_INT64 &&
+                  K_U8 == (int)DDPC_UINT8 && DDPC_NDTYPES == 7,
+              "the kernels' dtype codes are csrc/dtype.h's");
 
 // Loads and stores through float (16-bit floats) or the type's own arithmetic.
 template <typename T> struct Acc { typedef T type; };

@@ -450,3 +450,23 @@ def test_binary_rows_of_integers(dt):
     for op in (DIV, RDIV):
         with pytest.raises(TypeError, match="no integer division"):
             _C.binary_rows(op, empty(a.shape, dt), buf(a), buf(row))
+
+
+def _c_enum(header, last):
+    """The names of a C enum of csrc/<header> in order, from its first member to `last` (excluded)."""
+    import os
+    import re
+    src = open(os.path.join(os.path.dirname(__file__), "..", "csrc", header)).read()
+    body = re.search(r"typedef enum \{([^}]*?)\b" + last + r"\b", src).group(1)
+    return [re.sub(r"^DDPC_|\s*=\s*0$", "", n.strip()) for n in body.split(",") if n.strip()]
+
+
+def test_python_op_codes_are_the_c_enums():
+    # The CUDA switches number the ops as the C enums (static assertions in
+    # csrc/ops.h and csrc/ops_nn.h); the Python side passes the same numbers.
+    import importlib
+    autograd, tensor = importlib.import_module("ddpc.autograd"), importlib.import_module("ddpc.tensor")
+    for name, code in zip(_c_enum("ops_nn.h", "DDPC_NUNARY"), range(1000)):
+        assert getattr(autograd, "_" + name) == code, name
+    for name, code in zip(_c_enum("ops.h", "DDPC_NBINARY"), range(1000)):
+        assert getattr(tensor, "_" + name) == code, name
