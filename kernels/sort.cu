@@ -5,6 +5,7 @@
 // positions (and the elements they point at) are written back along the dim.
 // The keys are as wide as the elements, so the radix sort makes no more
 // passes than the dtype needs.
+#include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_segmented_sort.cuh>
 
 #include "dispatch.cuh"
@@ -27,13 +28,24 @@ struct SortScratch {
 
 __host__ __forceinline__ size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
 
+// CUB's segmented sort gives each segment one thread block, so a single long
+// line (any sort of a 1-d tensor) would run on one SM while the rest of the
+// GPU idles. A few long lines are instead sorted one after another by the
+// device-wide radix sort, which is stable as well, reusing its storage.
+__host__ __forceinline__ bool line_by_line(int64_t lines, int64_t len) { return lines <= 16 && len >= (1 << 16); }
+
 template <typename K>
 cudaError_t sort_layout(int64_t lines, int64_t len, SortScratch *l, cudaStream_t stream) {
     int64_t n = lines * len;
     size_t temp = 0;
-    cudaError_t e = cub::DeviceSegmentedSort::StableSortPairs(
-        nullptr, temp, (const K *)nullptr, (K *)nullptr, (const int64_t *)nullptr, (int64_t *)nullptr, n, lines,
-        (const int64_t *)nullptr, (const int64_t *)nullptr, stream);
+    cudaError_t e =
+        line_by_line(lines, len)
+            ? cub::DeviceRadixSort::SortPairs(nullptr, temp, (const K *)nullptr, (K *)nullptr,
+                                              (const int64_t *)nullptr, (int64_t *)nullptr, len, 0,
+                                              (int)(8 * sizeof(K)), stream)
+            : cub::DeviceSegmentedSort::StableSortPairs(nullptr, temp, (const K *)nullptr, (K *)nullptr,
+                                                        (const int64_t *)nullptr, (int64_t *)nullptr, n, lines,
+                                                        (const int64_t *)nullptr, (const int64_t *)nullptr, stream);
     if (e != cudaSuccess) return e;
     l->keys_in = 0;
     l->keys_out = l->keys_in + align256(n * sizeof(K));
@@ -87,8 +99,14 @@ int sort_dim(int64_t *indices, void *values, const void *a, int dtype, int64_t o
                                                           inner, descending ? (K)~(K)0 : (K)0);
     if ((e = cudaGetLastError()) != cudaSuccess) return (int)e;
     size_t temp = l.total - l.temp;
-    e = cub::DeviceSegmentedSort::StableSortPairs(base + l.temp, temp, keys_in, keys_out, pos_in, pos_out, n, lines,
-                                                  offsets, offsets + 1, stream);
+    if (line_by_line(lines, len)) {
+        for (int64_t at = 0; at < n && e == cudaSuccess; at += len)
+            e = cub::DeviceRadixSort::SortPairs(base + l.temp, temp, keys_in + at, keys_out + at, pos_in + at,
+                                                pos_out + at, len, 0, (int)(8 * sizeof(K)), stream);
+    } else {
+        e = cub::DeviceSegmentedSort::StableSortPairs(base + l.temp, temp, keys_in, keys_out, pos_in, pos_out, n,
+                                                      lines, offsets, offsets + 1, stream);
+    }
     if (e != cudaSuccess) return (int)e;
     write_back_kernel<K><<<grid_for(n, 256), 256, 0, stream>>>(indices, (K *)values, (const K *)a, pos_out, lines,
                                                                 len, inner);
