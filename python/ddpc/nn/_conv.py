@@ -77,15 +77,19 @@ def _check_positive(values, name, what):
         raise ValueError(f"{what}: {name} must be greater than zero, got {name}={values}")
 
 
-def conv_geometry(name, nd, x_shape, w_shape, stride, padding, dilation, groups):
-    """(stride, padding before each dim, dilation, output size) of a
-    convolution of an input of ``x_shape`` by a weight of ``w_shape``."""
+def _check_ranks(name, nd, x_shape, w_shape, weight_dims):
     if len(x_shape) not in (nd + 1, nd + 2):
         raise ValueError(f"Expected {nd + 1}D (unbatched) or {nd + 2}D (batched) input to {name}, but got input of "
                          f"size: {list(x_shape)}")
     if len(w_shape) != nd + 2:
-        raise ValueError(f"{name}: the weight must be {nd + 2}-d (out_channels, in_channels / groups, *kernel_size), "
-                         f"got shape {tuple(w_shape)}")
+        raise ValueError(f"{name}: the weight must be {nd + 2}-d ({weight_dims}, *kernel_size), got shape "
+                         f"{tuple(w_shape)}")
+
+
+def conv_geometry(name, nd, x_shape, w_shape, stride, padding, dilation, groups):
+    """(stride, padding before each dim, dilation, output size) of a
+    convolution of an input of ``x_shape`` by a weight of ``w_shape``."""
+    _check_ranks(name, nd, x_shape, w_shape, "out_channels, in_channels / groups")
     if not isinstance(groups, numbers.Integral) or groups <= 0:
         raise ValueError(f"{name}: groups must be a positive integer, got {groups!r}")
     channels, (out_channels, group_channels), kernel = x_shape[-nd - 1], w_shape[:2], tuple(w_shape[2:])
@@ -369,12 +373,7 @@ def convolution(name, nd, input, weight, bias, stride, padding, dilation, groups
 def transposed_geometry(name, nd, x_shape, w_shape, stride, padding, output_padding, dilation, groups):
     """(stride, padding, dilation, output size) of a transposed convolution of
     ``x_shape`` by a weight of ``w_shape`` (in_channels, out_channels / groups, *kernel)."""
-    if len(x_shape) not in (nd + 1, nd + 2):
-        raise ValueError(f"Expected {nd + 1}D (unbatched) or {nd + 2}D (batched) input to {name}, but got input of "
-                         f"size: {list(x_shape)}")
-    if len(w_shape) != nd + 2:
-        raise ValueError(f"{name}: the weight must be {nd + 2}-d (in_channels, out_channels / groups, *kernel_size), "
-                         f"got shape {tuple(w_shape)}")
+    _check_ranks(name, nd, x_shape, w_shape, "in_channels, out_channels / groups")
     if not isinstance(groups, numbers.Integral) or groups <= 0 or w_shape[0] % groups:
         raise ValueError(f"{name}: groups must be a positive integer dividing the weight's {w_shape[0]} input "
                          f"channels, got {groups!r}")
