@@ -1,6 +1,7 @@
 """Adagrad (torch.optim.Adagrad's update rule, defaults and state)."""
 
-from ._fused import _FusedOptimizer, check_common
+from ._fused import _FusedOptimizer
+from .optimizer import check_common
 
 
 class Adagrad(_FusedOptimizer):

@@ -7,7 +7,7 @@ accepted for PyTorch's signature: every step is one fused multi-tensor call.
 
 from .. import _C
 from ..tensor import zeros_like
-from .optimizer import Optimizer
+from .optimizer import Optimizer, check_common
 
 
 class Adam(Optimizer):
@@ -21,15 +21,7 @@ class Adam(Optimizer):
                                       decoupled_weight_decay=decoupled_weight_decay))
 
     def _check_group(self, g):
-        if g["lr"] < 0:
-            raise ValueError(f"Invalid learning rate: {g['lr']}")
-        if g["eps"] < 0:
-            raise ValueError(f"Invalid epsilon value: {g['eps']}")
-        b1, b2 = g["betas"]
-        if not 0.0 <= b1 < 1.0 or not 0.0 <= b2 < 1.0:
-            raise ValueError(f"Invalid beta parameters: {g['betas']}")
-        if g["weight_decay"] < 0:
-            raise ValueError(f"Invalid weight_decay value: {g['weight_decay']}")
+        check_common(g, betas=True)
 
     def _step_group(self, group):
         params = [p for p in group["params"] if p.grad is not None]

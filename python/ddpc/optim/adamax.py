@@ -1,6 +1,7 @@
 """Adamax (torch.optim.Adamax's update rule, defaults and state)."""
 
-from ._fused import _FusedOptimizer, check_common
+from ._fused import _FusedOptimizer
+from .optimizer import check_common
 
 
 class Adamax(_FusedOptimizer):

@@ -1,6 +1,7 @@
 """NAdam and RAdam (torch.optim.NAdam's and RAdam's update rules, defaults and state)."""
 
-from ._fused import _FusedOptimizer, check_common
+from ._fused import _FusedOptimizer
+from .optimizer import check_common
 
 
 class _AdamVariant(_FusedOptimizer):

@@ -133,3 +133,17 @@ class Optimizer:
                     lines.append(f"    {k}: {g[k]}")
         lines.append(")")
         return "\n".join(lines)
+
+
+def check_common(g, betas=False):
+    """PyTorch's checks of lr, eps (where the optimizer has one), weight_decay and (optionally) betas."""
+    if g["lr"] < 0:
+        raise ValueError(f"Invalid learning rate: {g['lr']}")
+    if "eps" in g and g["eps"] < 0:
+        raise ValueError(f"Invalid epsilon value: {g['eps']}")
+    if g["weight_decay"] < 0:
+        raise ValueError(f"Invalid weight_decay value: {g['weight_decay']}")
+    if betas:
+        for i, b in enumerate(g["betas"]):
+            if not 0.0 <= b < 1.0:
+                raise ValueError(f"Invalid beta parameter at index {i}: {b}")

@@ -7,7 +7,7 @@ accepted for PyTorch's signature: every step is one fused multi-tensor call.
 
 from .. import _C
 from ..tensor import empty_like
-from .optimizer import Optimizer
+from .optimizer import Optimizer, check_common
 
 
 class SGD(Optimizer):
@@ -18,12 +18,9 @@ class SGD(Optimizer):
                                       nesterov=nesterov, maximize=maximize))
 
     def _check_group(self, g):
-        if g["lr"] < 0:
-            raise ValueError(f"Invalid learning rate: {g['lr']}")
+        check_common(g)
         if g["momentum"] < 0:
             raise ValueError(f"Invalid momentum value: {g['momentum']}")
-        if g["weight_decay"] < 0:
-            raise ValueError(f"Invalid weight_decay value: {g['weight_decay']}")
         if g["nesterov"] and (g["momentum"] <= 0 or g["dampening"] != 0):
             raise ValueError("Nesterov momentum requires a momentum and zero dampening")
 
