@@ -57,7 +57,7 @@ def ref_adam(ps, steps, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, amsg
                 ps[i] = ps[i] * (1 - lr * weight_decay)
             else:
                 g = g + weight_decay * ps[i]
-            mi = b1 * m[i] + (1 - b1) * g
+            mi = m[i] + (1 - b1) * (g - m[i])  # PyTorch's lerp form, rounding as it does
             vhat = b2 * v[i] + (1 - b2) * g * g
             m[i], v[i] = rnd(mi), rnd(vhat)
             if amsgrad:

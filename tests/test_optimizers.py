@@ -10,34 +10,13 @@ import pytest
 
 import ddpc
 from ddpc import _C, optim
-
-rng = np.random.default_rng(3)
-
-
-def make_params(dtype=ddpc.float64, shapes=((4, 3), (3,), (2, 2, 2))):
-    return [ddpc.tensor(rng.standard_normal(s), dtype=dtype, requires_grad=True) for s in shapes]
-
-
-def grads_for(step, params):
-    r = np.random.default_rng(200 + step)
-    return [r.standard_normal(p.shape) for p in params]
-
-
-def run(opt, params, steps):
-    for step in range(steps):
-        opt.zero_grad()
-        for p, g in zip(params, grads_for(step, params)):
-            p.grad = ddpc.tensor(g, dtype=p.dtype)
-        opt.step()
-
-
-def exact(a):
-    return a
+from test_optim import ROUND16, exact, grads_for, make_params, run, ulps16
 
 
 def reference(name, start, steps, rnd=exact, lr=None, weight_decay=0.0, maximize=False, **kw):
     """The parameters after `steps` steps of optimizer `name` from the arrays `start`, following the
-    update rules of PyTorch's documentation; rnd rounds every stored array to the tensors' dtype."""
+    update rules of PyTorch's documentation; rnd rounds every stored array to the tensors' dtype.
+    Running means are lerps, as in PyTorch's code: the other algebraic form rounds differently in float32."""
     ps = [np.array(p, np.float64 if rnd is exact else np.float32) for p in start]
     zeros = [np.zeros_like(p) for p in ps]
     a, b, d = [z.copy() for z in zeros], [z.copy() for z in zeros], [z.copy() for z in zeros]
@@ -66,7 +45,7 @@ def reference(name, start, steps, rnd=exact, lr=None, weight_decay=0.0, maximize
                 a[i] = alpha * a[i] + (1 - alpha) * g * g
                 avg = a[i]
                 if kw.get("centered", False):
-                    d[i] = alpha * d[i] + (1 - alpha) * g
+                    d[i] = d[i] + (1 - alpha) * (g - d[i])
                     avg = a[i] - d[i] ** 2
                 avg = np.sqrt(avg) + eps
                 if momentum > 0:
@@ -78,11 +57,11 @@ def reference(name, start, steps, rnd=exact, lr=None, weight_decay=0.0, maximize
                 a[i] = a[i] + g * g
                 p = p - lr / (1 + (t - 1) * kw.get("lr_decay", 0.0)) * g / (np.sqrt(a[i]) + eps)
             elif name == "Adamax":
-                a[i] = beta1 * a[i] + (1 - beta1) * g
+                a[i] = a[i] + (1 - beta1) * (g - a[i])
                 b[i] = np.maximum(beta2 * b[i], np.abs(g) + eps)
                 p = p - lr / (1 - beta1 ** t) * a[i] / b[i]
             elif name in ("NAdam", "RAdam"):
-                a[i] = beta1 * a[i] + (1 - beta1) * g
+                a[i] = a[i] + (1 - beta1) * (g - a[i])
                 b[i] = beta2 * b[i] + (1 - beta2) * g * g
                 if name == "NAdam":
                     den = np.sqrt(b[i] / (1 - beta2 ** t)) + eps
@@ -152,8 +131,6 @@ def test_matches_the_documented_rule(name, kw):
 @pytest.mark.parametrize("dt", [ddpc.float16, ddpc.bfloat16], ids=["float16", "bfloat16"])
 @pytest.mark.parametrize("name,kw", CASES[1::2], ids=IDS[1::2])
 def test_16_bit_params_update_in_float32_and_round_once(dt, name, kw):
-    from test_optim import ROUND16, ulps16
-
     params = make_params(dt, shapes=((40, 30), (30,)))
     start = [p.float().numpy() for p in params]
     opt = getattr(optim, name)(params, **kw)
@@ -281,8 +258,6 @@ def test_lr_schedulers_drive_them(name):
 @pytest.mark.parametrize("dt", [ddpc.float32, ddpc.float16, ddpc.bfloat16], ids=["float32", "float16", "bfloat16"])
 @pytest.mark.parametrize("name,kw", CASES, ids=IDS)
 def test_cuda_steps_match_the_host(dt, name, kw):
-    from test_optim import ulps16
-
     arrays = [p.detach().numpy() for p in make_params(shapes=((300, 70), (70,)))]
     out = {}
     for device in ("cpu", "cuda"):
