@@ -329,18 +329,24 @@ def _accumulate_leaf(leaf, grad, owned):
             fn(leaf)
 
 
-def _run_backward(root, grad, owned, retain_graph):
-    if root.grad_fn is None and not root.requires_grad:
-        raise RuntimeError("element 0 of tensors does not require grad and does not have a grad_fn")
+def _run_backward(roots, retain_graph, targets=None):
+    """One backward pass from ``roots``, (tensor, gradient, owned) triples.
+
+    ``targets`` None: every leaf reached accumulates its gradient. Otherwise
+    only the tensors it names get one: it maps the edge of each (its grad_fn,
+    or the leaf itself) to a function that takes (gradient, owned), and only
+    the nodes that lead to one of them run."""
+    seeds = {}
+    for i, (t, g, owned) in enumerate(roots):
+        if not t.requires_grad:
+            raise RuntimeError(f"element {i} of tensors does not require grad and does not have a grad_fn")
+        e = _edge(t)
+        k = id(e)
+        seeds[k] = (e, (_sum_grads(*seeds[k][1], g, owned), True) if k in seeds else (g, owned))
     outer = _mode.sole_leaves, _mode.callbacks
     _mode.callbacks = []
     try:
-        if root.grad_fn is None:
-            _mode.sole_leaves = frozenset()
-            with no_grad():
-                _accumulate_leaf(root, grad, owned)
-        else:
-            _run_graph(root.grad_fn, grad, owned, retain_graph)
+        _run_graph(list(seeds.values()), retain_graph, targets)
         callbacks = _mode.callbacks
         _mode.callbacks = None  # a callback's own backward passes or callbacks are not part of this pass
         for fn in callbacks:
@@ -349,23 +355,56 @@ def _run_backward(root, grad, owned, retain_graph):
         _mode.sole_leaves, _mode.callbacks = outer
 
 
-def _run_graph(start, grad, owned, retain_graph):
+def _run_graph(seeds, retain_graph, targets):
+    nodes = [e for e, _ in seeds if isinstance(e, Node)]
+    seen = {id(n) for n in nodes}
+    stack = list(nodes)
     deps = {}
-    seen = {id(start)}
-    stack = [start]
     while stack:
-        node = stack.pop()
-        for e in node.next_functions:
+        for e in stack.pop().next_functions:
             if e is None:
                 continue
             k = id(e)
             deps[k] = deps.get(k, 0) + 1
-            if k not in seen:
+            if k not in seen and isinstance(e, Node):
                 seen.add(k)
-                if isinstance(e, Node):
-                    stack.append(e)
-    _mode.sole_leaves = frozenset(k for k, n in deps.items() if n == 1)
-    _run_nodes([(-start.seq, start)], {id(start): (grad, owned)}, deps, retain_graph)
+                nodes.append(e)
+                stack.append(e)
+    expands = None  # every node runs
+    if targets is not None:
+        # Only the nodes a target lies at or below run (inputs are created
+        # before the ops that read them, so by seq children come first).
+        wanted = set(targets)
+        for node in sorted(nodes, key=lambda n: n.seq):
+            if any(id(e) in wanted for e in node.next_functions if e is not None):
+                wanted.add(id(node))
+        expands = {id(n) for n in nodes if any(id(e) in wanted for e in n.next_functions if e is not None)}
+        deps = {}
+        for node in nodes:
+            if id(node) in expands:
+                for e in node.next_functions:
+                    if e is not None and id(e) in wanted:
+                        deps[id(e)] = deps.get(id(e), 0) + 1
+    # Only where the pass accumulates may a leaf's gradient land in its owner's memory (_grad_out).
+    _mode.sole_leaves = frozenset(k for k, n in deps.items() if n == 1) if targets is None else frozenset()
+    grads, ready = {}, []
+    for e, g in seeds:
+        grads[id(e)] = g
+    with no_grad():
+        for e, _ in seeds:
+            if deps.get(id(e), 0) == 0:
+                _deliver(e, grads, ready, targets)
+        _run_nodes(ready, grads, deps, retain_graph, targets, expands)
+
+
+def _deliver(e, grads, ready, targets):
+    """Edge e has all of its gradient: queue its node, or hand a leaf its gradient."""
+    if isinstance(e, Node):
+        heapq.heappush(ready, (-e.seq, e))
+    elif targets is None:
+        _accumulate_leaf(e, *grads.pop(id(e)))
+    else:
+        targets[id(e)](*grads.pop(id(e)))
 
 
 def queue_callback(fn):
@@ -377,11 +416,12 @@ def queue_callback(fn):
     _mode.callbacks.append(fn)
 
 
-def _run_nodes(ready, grads, deps, retain_graph):
-    with no_grad():
-        while ready:
-            _, node = heapq.heappop(ready)
-            g = _dense(*grads.pop(id(node)))[0]
+def _run_nodes(ready, grads, deps, retain_graph, targets, expands):
+    while ready:
+        _, node = heapq.heappop(ready)
+        g, owned = _dense(*grads.pop(id(node)))
+        expand = expands is None or id(node) in expands
+        if expand:
             if type(node.saved) is Recompute:
                 node.saved.restore()
             if node.saved is None:
@@ -389,71 +429,168 @@ def _run_nodes(ready, grads, deps, retain_graph):
                     f"trying to backward through {node.name()} a second time: its saved tensors were freed after "
                     "the first backward; pass retain_graph=True to the first backward() to keep them")
             node.check_saved()
-            if node.pre_hooks:
-                for fn in list(node.pre_hooks.values()):
-                    res = _hooked(fn, g)
-                    if res is not None:
-                        g = res
-            in_grads = node.backward(g)
-            if not retain_graph:
-                node.saved = None
-            owned = not node.passes_through
-            for e, ig in zip(node.next_functions, in_grads):
-                if e is None:
-                    continue
-                k = id(e)
-                if ig is not None:
-                    if k in grads:
-                        grads[k] = (_sum_grads(*grads[k], ig, owned), True)
-                    else:
-                        grads[k] = (ig, owned)
-                deps[k] -= 1
-                if deps[k]:
-                    continue
-                if k not in grads:
-                    # No gradient reached it at all: nothing flows past it either.
-                    _drain(e, deps, grads, ready)
-                elif isinstance(e, Node):
-                    heapq.heappush(ready, (-e.seq, e))
+        if node.pre_hooks:
+            for fn in list(node.pre_hooks.values()):
+                res = _hooked(fn, g)
+                if res is not None:
+                    g, owned = res, False
+        if targets is not None and id(node) in targets:
+            targets[id(node)](g, owned)
+        if not expand:
+            continue
+        in_grads = node.backward(g)
+        if not retain_graph:
+            node.saved = None
+        owned = not node.passes_through
+        for e, ig in zip(node.next_functions, in_grads):
+            k = id(e)
+            if e is None or k not in deps:
+                continue
+            if ig is not None:
+                if k in grads:
+                    grads[k] = (_sum_grads(*grads[k], ig, owned), True)
                 else:
-                    _accumulate_leaf(e, *grads.pop(k))
+                    grads[k] = (ig, owned)
+            deps[k] -= 1
+            if deps[k]:
+                continue
+            if k not in grads:
+                # No gradient reached it at all: nothing flows past it either.
+                _drain(e, deps, grads, ready, targets)
+            else:
+                _deliver(e, grads, ready, targets)
 
 
-def _drain(e, deps, grads, ready):
+def _drain(e, deps, grads, ready, targets):
     """Counts a gradient-less node's edges as delivered, so later nodes still run."""
     if not isinstance(e, Node):
         return
     for sub in e.next_functions:
-        if sub is None:
-            continue
         k = id(sub)
+        if sub is None or k not in deps:
+            continue
         deps[k] -= 1
         if deps[k]:
             continue
         if k not in grads:
-            _drain(sub, deps, grads, ready)
-        elif isinstance(sub, Node):
-            heapq.heappush(ready, (-sub.seq, sub))
+            _drain(sub, deps, grads, ready, targets)
         else:
-            _accumulate_leaf(sub, *grads.pop(k))
+            _deliver(sub, grads, ready, targets)
 
 
-def backward(tensor, gradient=None, retain_graph=None):
-    """Computes the gradient of ``tensor`` with respect to the graph's leaves
-    and accumulates it into their ``.grad``."""
-    if gradient is None:
-        if tensor.numel() != 1:
-            raise RuntimeError(f"grad can be implicitly created only for scalar outputs; this output has shape "
-                               f"{tensor.shape}, pass backward(gradient=...)")
-        gradient = Tensor(_C.Buffer(tensor.shape, tensor._buf.dtype, tensor._buf.device)).fill_(1)
-        owned = True
-    else:
-        if not isinstance(gradient, Tensor):
-            gradient = _like_scalar(gradient, tensor)
-        if gradient.shape != tensor.shape:
-            raise RuntimeError(f"gradient has shape {gradient.shape}, but the output has shape {tensor.shape}")
-        owned = False
-    _run_backward(tensor, gradient.detach(), owned, bool(retain_graph))
+def _roots(tensors, grads, what):
+    """(tensor, gradient, owned) triples for the tensors a pass starts from."""
+    tensors = (tensors,) if isinstance(tensors, Tensor) else tuple(tensors)
+    if grads is None or isinstance(grads, Tensor):
+        grads = (grads,) * len(tensors) if grads is None else (grads,)
+    grads = tuple(grads)
+    if len(grads) != len(tensors):
+        raise RuntimeError(f"{what}: got {len(grads)} gradients for {len(tensors)} tensors")
+    roots = []
+    for t, g in zip(tensors, grads):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{what}: expected tensors, got {type(t).__name__}")
+        if g is None:
+            if t.numel() != 1:
+                raise RuntimeError(f"grad can be implicitly created only for scalar outputs; this output has shape "
+                                   f"{t.shape}, pass its gradient")
+            roots.append((t, Tensor(_C.Buffer(t.shape, t._buf.dtype, t._buf.device)).fill_(1), True))
+            continue
+        if not isinstance(g, Tensor):
+            g = _like_scalar(g, t)
+        if g.shape != t.shape:
+            raise RuntimeError(f"gradient has shape {g.shape}, but the output has shape {t.shape}")
+        roots.append((t, g.detach(), False))
+    return roots
+
+
+def _targets(inputs, what):
+    inputs = (inputs,) if isinstance(inputs, Tensor) else tuple(inputs)
+    if not inputs:
+        raise RuntimeError(f"{what}: inputs must not be empty")
+    for t in inputs:
+        if not isinstance(t, Tensor) or not t.requires_grad:
+            raise RuntimeError("one of the differentiated tensors does not require grad")
+    return inputs
+
+
+def _no_create_graph(create_graph):
+    if create_graph:
+        raise NotImplementedError("create_graph=True: ddpc's backward functions are not recorded, so gradients "
+                                  "of gradients (double backward) are not supported")
+
+
+def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, inputs=None):
+    """Computes the gradient of ``tensors`` (one or a sequence, weighted by
+    ``grad_tensors``: None for a scalar's 1) with respect to the graph's leaves
+    and accumulates it into their ``.grad``; with ``inputs``, only into those
+    tensors' ``.grad`` (a non-leaf input keeps its gradient there too)."""
+    _no_create_graph(create_graph)
+    roots = _roots(tensors, grad_tensors, "backward")
+    if inputs is None:
+        _run_backward(roots, bool(retain_graph))
+        return
+    targets = {}
+    for t in _targets(inputs, "backward"):
+        if t.grad_fn is None:
+            targets[id(t)] = functools.partial(_accumulate_leaf, t)
+        else:
+            targets[id(t.grad_fn)] = functools.partial(_accumulate_non_leaf, t)
+    _run_backward(roots, bool(retain_graph), targets)
+
+
+def _accumulate_non_leaf(t, grad, owned):
+    t.grad = (grad if owned else grad.clone()) if t.grad is None else t.grad + grad
+
+
+def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False, allow_unused=None,
+         materialize_grads=False):
+    """The gradients of ``outputs`` (weighted by ``grad_outputs``) with respect
+    to each of ``inputs``, returned as a tuple; no tensor's ``.grad`` changes.
+    An input the outputs do not depend on raises, unless ``allow_unused``
+    (its gradient is then None, or zeros with ``materialize_grads``). Only the
+    ops between the outputs and the inputs run backward. Where ddpc differs:
+    ``create_graph=True`` raises, as backward functions are not recorded."""
+    _no_create_graph(create_graph)
+    if allow_unused is None:
+        allow_unused = materialize_grads
+    elif materialize_grads and not allow_unused:
+        raise ValueError("grad: materialize_grads=True needs allow_unused to be True or None")
+    inputs = _targets(inputs, "grad")
+    got = {}
+
+    def keep(k, grad, owned):  # once per pass: a target's gradient is complete when it arrives
+        got[k] = grad if owned else grad.clone()
+
+    targets = {}
+    for t in inputs:
+        e = _edge(t)
+        if id(e) not in targets:
+            if t.grad_fn is None:
+                targets[id(e)] = functools.partial(_keep_leaf, t, functools.partial(keep, id(e)))
+            else:
+                targets[id(e)] = functools.partial(keep, id(e))
+    _run_backward(_roots(outputs, grad_outputs, "grad"), bool(retain_graph), targets)
+    out = []
+    for i, t in enumerate(inputs):
+        g = got.get(id(_edge(t)))
+        if g is None and not allow_unused:
+            raise RuntimeError(f"one of the differentiated tensors (input {i}) appears to not have been used in the "
+                               "graph; set allow_unused=True if this is the desired behavior")
+        if g is None and materialize_grads:
+            g = Tensor(_C.Buffer(t.shape, t._buf.dtype, t._buf.device)).fill_(0)
+        out.append(g)
+    return tuple(out)
+
+
+def _keep_leaf(leaf, keep, grad, owned):
+    """A leaf's gradient for autograd.grad: its hooks see it, nothing accumulates."""
+    grad, owned = _dense(grad, owned)
+    for fn in list(leaf.__dict__.get("_grad_hooks", {}).values()):
+        res = _hooked(fn, grad)
+        if res is not None:
+            grad, owned = res, False
+    keep(grad, owned)
 
 
 def _like_scalar(value, ref):
@@ -2930,3 +3067,6 @@ def pointwise_loss(kind, input, target, reduction="mean", p=0.0, weight=None, po
     if _needs_grad(input, target):
         _attach(out, _PointwiseLossBackward(input, target, kind, x, y, pos_weight, float(p), red))
     return out
+
+
+from ._function import Function, FunctionCtx, once_differentiable  # noqa: E402,F401  (built on Node above)

@@ -349,9 +349,9 @@ class Tensor:
         self.requires_grad = requires_grad
         return self
 
-    def backward(self, gradient=None, retain_graph=None):
-        """Accumulates d(self)/d(leaf) into every leaf's .grad (see ddpc.autograd)."""
-        _ag.backward(self, gradient, retain_graph)
+    def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
+        """Accumulates d(self)/d(leaf) into every leaf's .grad, or only into ``inputs``' (see ddpc.autograd)."""
+        _ag.backward(self, gradient, retain_graph, create_graph, inputs)
 
     def register_hook(self, hook):
         """hook(grad) runs when this tensor's gradient is computed; returning a tensor replaces it."""

@@ -1,0 +1,160 @@
+"""Custom differentiable operations, as torch.autograd.Function.
+
+A subclass gives two static methods: ``forward(ctx, *args)``, which computes
+its outputs (with no graph recorded) and saves what backward needs with
+``ctx.save_for_backward``, and ``backward(ctx, *grads)``, which takes one
+gradient per output and returns one per input of forward (None where an
+input needs none). ``MyOp.apply(*args)`` runs forward and records one node.
+
+The node is the ``ctx``: the engine checks the saved tensors' versions before
+backward (an in-place change since forward raises, as for ddpc's own ops) and
+frees them after it unless retain_graph. Where ddpc differs: backward runs
+with no graph recorded, so gradients of gradients are not available
+(``once_differentiable`` is accepted and changes nothing), and ``mark_dirty``
+(in-place outputs) is not supported.
+"""
+
+from .autograd import Node, _attach, _mode, no_grad
+from .tensor import Tensor, zeros
+
+
+class _OutputGrads:
+    """The gradients of some of a multi-output function's outputs, gathered by
+    the engine (which sums two gradients of one node with ``+``) before backward runs."""
+
+    __slots__ = ("grads",)
+
+    def __init__(self, grads):
+        self.grads = grads
+
+    def __add__(self, other):
+        grads = dict(self.grads)
+        for i, g in other.grads.items():
+            grads[i] = grads[i] + g if i in grads else g
+        return _OutputGrads(grads)
+
+
+class _OutputOf(Node):
+    """Output ``index`` of a multi-output function: hands its gradient to the function's node."""
+
+    passes_through = True
+
+    def __init__(self, fn, index):
+        super().__init__(())
+        self.next_functions = (fn,)
+        self.index = index
+
+    def backward(self, g):
+        return (_OutputGrads({self.index: g}),)
+
+    def name(self):
+        return self.next_functions[0].name()
+
+
+class FunctionCtx(Node):
+    """What forward and backward share: ``save_for_backward``, ``saved_tensors``,
+    ``needs_input_grad``, ``mark_non_differentiable``, ``set_materialize_grads``;
+    other attributes set in forward are kept for backward."""
+
+    passes_through = True  # backward may hand back the incoming gradient itself
+
+    def __init__(self, fn, args):
+        super().__init__(args)
+        self._fn = fn
+        self._inputs = tuple((a.shape, a.dtype) if isinstance(a, Tensor) else None for a in args)
+        self.needs_input_grad = tuple(isinstance(a, Tensor) and a.requires_grad and _mode.enabled for a in args)
+        self.non_differentiable = ()
+        self.materialize_grads = True
+        self.outputs = ()
+
+    def save_for_backward(self, *tensors):
+        if not all(t is None or isinstance(t, Tensor) for t in tensors):
+            raise TypeError("save_for_backward takes tensors (or None) only; keep other values as ctx attributes")
+        self.saved = tensors
+        self.saved_versions = tuple((t._buf, t._buf.version) if t is not None else None for t in tensors)
+
+    @property
+    def saved_tensors(self):
+        if self.saved is None:
+            raise RuntimeError("trying to backward through the graph a second time (or to read saved tensors after "
+                               "they were freed); pass retain_graph=True to the first backward()")
+        return self.saved
+
+    def mark_non_differentiable(self, *outputs):
+        self.non_differentiable += outputs
+
+    def set_materialize_grads(self, value):
+        self.materialize_grads = bool(value)
+
+    def mark_dirty(self, *tensors):
+        raise NotImplementedError("mark_dirty: ddpc's custom functions cannot modify their inputs in place; "
+                                  "return new tensors instead")
+
+    def name(self):
+        return f"{self._fn.__name__}Backward"
+
+    def backward(self, g):
+        grads = g.grads if type(g) is _OutputGrads else {0: g}
+        outs = []
+        for i, (shape, dtype, device) in enumerate(self.outputs):
+            got = grads.get(i)
+            if got is None and self.materialize_grads and shape is not None:
+                got = zeros(shape, dtype=dtype, device=device)
+            outs.append(got)
+        res = self._fn.backward(self, *outs)
+        res = res if isinstance(res, tuple) else (res,)
+        if len(res) != len(self._inputs):
+            raise RuntimeError(f"function {self.name()} returned an incorrect number of gradients (expected "
+                               f"{len(self._inputs)}, got {len(res)})")
+        out = []
+        for i, (gi, want, need) in enumerate(zip(res, self._inputs, self.needs_input_grad)):
+            if gi is None or not need:
+                out.append(None)
+                continue
+            if not isinstance(gi, Tensor):
+                raise TypeError(f"function {self.name()} returned a {type(gi).__name__} as the gradient of input "
+                                f"{i}; expected a tensor or None")
+            if tuple(gi.shape) != tuple(want[0]):
+                raise RuntimeError(f"function {self.name()} returned an invalid gradient at index {i}: got shape "
+                                   f"{tuple(gi.shape)} but expected {tuple(want[0])}")
+            out.append(gi if gi.dtype is want[1] else gi.to(dtype=want[1]))
+        return tuple(out)
+
+
+class Function:
+    """Base class of custom differentiable operations (see the module docstring)."""
+
+    def __init__(self, *args, **kwargs):
+        raise RuntimeError("custom functions are not instantiated: call MyFunction.apply(*args)")
+
+    @staticmethod
+    def forward(ctx, *args):
+        raise NotImplementedError("a Function subclass must define forward(ctx, *args)")
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise NotImplementedError("a Function subclass must define backward(ctx, *grads) to be differentiated")
+
+    @classmethod
+    def apply(cls, *args):
+        ctx = FunctionCtx(cls, args)
+        with no_grad():
+            result = cls.forward(ctx, *args)
+        single = not isinstance(result, tuple)
+        outputs = (result,) if single else result
+        # An input handed back as an output becomes a new tensor over the same memory.
+        outputs = tuple(o.detach() if isinstance(o, Tensor) and any(o is a for a in args) else o for o in outputs)
+        ctx.outputs = tuple((o.shape, o.dtype, o.device) if isinstance(o, Tensor) else (None, None, None)
+                            for o in outputs)
+        differentiable = [isinstance(o, Tensor) and o.dtype.is_floating_point
+                          and not any(o is n for n in ctx.non_differentiable) for o in outputs]
+        if any(ctx.needs_input_grad) and any(differentiable):
+            for i, (o, d) in enumerate(zip(outputs, differentiable)):
+                if d:
+                    _attach(o, ctx if single else _OutputOf(ctx, i))
+        return outputs[0] if single else outputs
+
+
+def once_differentiable(fn):
+    """Marks a backward as not differentiable twice; every ddpc backward is, so it returns ``fn``."""
+    return fn
