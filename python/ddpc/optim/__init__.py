@@ -1,8 +1,8 @@
 """ddpc.optim: SGD, Adam, AdamW, RMSprop, Adagrad, Adamax, NAdam, RAdam and
-Adadelta with fused multi-tensor steps, lr_scheduler, and
-ZeroRedundancyOptimizer (their state sharded across ranks)."""
+Adadelta with fused multi-tensor steps, lr_scheduler, swa_utils (weight
+averaging), and ZeroRedundancyOptimizer (their state sharded across ranks)."""
 
-from . import lr_scheduler
+from . import lr_scheduler, swa_utils
 from .adadelta import Adadelta
 from .adagrad import Adagrad
 from .adam import Adam, AdamW
@@ -14,4 +14,4 @@ from .sgd import SGD
 from .zero import ZeroRedundancyOptimizer
 
 __all__ = ["Adadelta", "Adagrad", "Adam", "AdamW", "Adamax", "NAdam", "Optimizer", "RAdam", "RMSprop", "SGD",
-           "ZeroRedundancyOptimizer", "lr_scheduler"]
+           "ZeroRedundancyOptimizer", "lr_scheduler", "swa_utils"]
