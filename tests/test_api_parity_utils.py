@@ -117,6 +117,32 @@ def test_get_total_norm_and_clip_grads_with_norm():
     np.testing.assert_allclose(p.grad.numpy(), [0.6, 0.8], rtol=1e-5)
 
 
+def test_total_norm_of_16_bit_gradients_is_taken_in_float32():
+    # 3000**2 overflows float16: squares taken in the gradients' own dtype would give inf.
+    grads = [ddpc.full((4,), 3000.0, dtype=ddpc.float16), ddpc.full((2, 2), -4000.0, dtype=ddpc.bfloat16)]
+    total = nn.utils.get_total_norm(grads)
+    assert total.dtype is ddpc.float32
+    assert total.item() == pytest.approx(math.sqrt(4 * 3000.0 ** 2 + 4 * 4000.0 ** 2), rel=1e-3)
+
+
+@pytest.mark.gpu
+def test_clipping_on_a_gpu_keeps_the_norm_and_factor_on_the_device():
+    if not ddpc.cuda.is_available():
+        pytest.skip("no CUDA device")
+    host = [ddpc.tensor(np.arange(6.0).reshape(2, 3)), ddpc.tensor([-7.0, 2.0])]
+    dev = [g.cuda() for g in host]
+    total = nn.utils.get_total_norm(dev)
+    assert total.device == dev[0].device
+    assert total.item() == pytest.approx(nn.utils.get_total_norm(host).item(), rel=1e-6)
+    ps = [ddpc.zeros(g.shape, device="cuda", requires_grad=True) for g in dev]
+    for p, g in zip(ps, dev):
+        p.grad = g
+    nn.utils.clip_grads_with_norm_(ps, 2.0, total)
+    scale = 2.0 / (total.item() + 1e-6)
+    for p, g in zip(ps, host):
+        np.testing.assert_allclose(p.grad.cpu().numpy(), g.numpy() * scale, rtol=1e-6)
+
+
 # ---- data -----------------------------------------------------------------------------------
 
 class _Stream(data.IterableDataset):

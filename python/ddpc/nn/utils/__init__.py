@@ -4,7 +4,7 @@ packed sequences."""
 import math
 
 from ... import autograd
-from ...tensor import Tensor, float32, tensor
+from ...tensor import Tensor, float32, float64, tensor
 from . import rnn  # noqa: F401  (ddpc.nn.utils.rnn, as torch.nn.utils.rnn)
 
 
@@ -17,37 +17,46 @@ def _grads(parameters):
 
 
 def get_total_norm(tensors, norm_type=2.0, error_if_nonfinite=False, foreach=None):
-    """The ``norm_type``-norm of all of ``tensors`` taken as one vector (a 0-d
-    float32 tensor on the host; PyTorch's is on the tensors' device)."""
+    """The ``norm_type``-norm of all of ``tensors`` taken as one vector: a 0-d
+    float32 tensor on the first tensor's device, computed there (16-bit
+    tensors widened) without waiting for the device, unless
+    ``error_if_nonfinite`` asks to look at the result."""
     del foreach
     tensors = [t for t in _tensors(tensors) if t.numel()]
     norm_type = float(norm_type)
     if norm_type <= 0:
         raise ValueError(f"norm_type must be > 0 or inf, got {norm_type}")
+    if not tensors:
+        return tensor(0.0, dtype=float32)
+    device = tensors[0].device
     with autograd.no_grad():
-        if not tensors:
-            total = 0.0
-        elif norm_type == math.inf:
-            total = max(max(t.max().item(), -t.min().item()) for t in tensors)
-        else:
-            # |t|^p as (t*t)^(p/2), summed in float32 or wider on each tensor's device
-            parts = [((t * t) ** (norm_type / 2)).sum().item() if norm_type != 2 else (t * t).sum().item()
-                     for t in tensors]
-            total = math.fsum(parts) ** (1.0 / norm_type)
-    if error_if_nonfinite and not math.isfinite(total):
-        raise RuntimeError(f"the total norm of order {norm_type} of the gradients is {total}: not finite "
+        norms = [autograd.norm(t if t.dtype in (float32, float64) else t.to(dtype=float32), norm_type)
+                 .to(device=device, dtype=float64).reshape(1) for t in tensors]
+        total = autograd.norm(autograd.cat(norms), norm_type).to(dtype=float32)
+    if error_if_nonfinite and not math.isfinite(total.item()):
+        raise RuntimeError(f"the total norm of order {norm_type} of the gradients is {total.item()}: not finite "
                            "(error_if_nonfinite=True)")
-    return tensor(total, dtype=float32)
+    return total
 
 
 def clip_grads_with_norm_(parameters, max_norm, total_norm, foreach=None):
     """Scales the gradients of ``parameters`` in place by max_norm / (total_norm
-    + 1e-6) where that is below 1 (total_norm as get_total_norm gives it)."""
+    + 1e-6) where that is below 1 (total_norm as get_total_norm gives it). With
+    total_norm on a GPU the factor stays there, clamped to 1, and every
+    gradient is multiplied, as PyTorch does, so that nothing waits for the device."""
     del foreach
-    coef = float(max_norm) / (float(total_norm) + 1e-6)
-    if coef < 1.0:
-        with autograd.no_grad():
-            for g in _grads(parameters):
+    grads = _grads(parameters)
+    if not grads:
+        return
+    with autograd.no_grad():
+        if isinstance(total_norm, Tensor) and total_norm._buf.device >= 0:
+            coef = autograd.clamp(float(max_norm) / (total_norm.to(dtype=float32) + 1e-6), max=1.0)
+            for g in grads:
+                g.mul_(coef.to(device=g.device, dtype=g.dtype))
+            return
+        coef = float(max_norm) / (float(total_norm) + 1e-6)
+        if coef < 1.0:
+            for g in grads:
                 g.mul_(coef)
 
 
@@ -94,5 +103,4 @@ def clip_grad_value_(parameters, clip_value, foreach=None):
     c = float(clip_value)
     with autograd.no_grad():
         for g in _grads(parameters):
-            over, under = (g > c).to(dtype=g.dtype), (g < -c).to(dtype=g.dtype)
-            g.copy_(g * (1 - over - under) + over * c - under * c)
+            g.clamp_(-c, c)
