@@ -1,11 +1,12 @@
-"""ddpc.nn.utils: gradient clipping and flattening parameters, as torch.nn.utils, and (ddpc.nn.utils.rnn)
-packed sequences."""
+"""ddpc.nn.utils: gradient clipping, flattening parameters and weight
+normalisation, as torch.nn.utils; packed sequences (ddpc.nn.utils.rnn) and
+parametrizations (ddpc.nn.utils.parametrize, .parametrizations)."""
 
 import math
 
 from ... import autograd
 from ...tensor import Tensor, float32, float64, tensor
-from . import rnn  # noqa: F401  (ddpc.nn.utils.rnn, as torch.nn.utils.rnn)
+from . import parametrizations, parametrize, rnn  # noqa: F401  (as torch.nn.utils's submodules)
 
 
 def _tensors(tensors):
@@ -104,3 +105,48 @@ def clip_grad_value_(parameters, clip_value, foreach=None):
     with autograd.no_grad():
         for g in _grads(parameters):
             g.clamp_(-c, c)
+
+
+def weight_norm(module, name="weight", dim=0):
+    """The older form of ``parametrizations.weight_norm``: parameters
+    ``<name>_g`` and ``<name>_v``, and ``<name>`` recomputed from them by a
+    forward pre-hook before every forward. ``remove_weight_norm`` undoes it."""
+    from ..modules import Parameter
+    from .parametrizations import _weight_norm, _WeightNorm
+
+    hooks = module.__dict__.setdefault("_weight_norm_hooks", {})
+    if name in hooks:
+        raise RuntimeError(f"cannot register two weight_norm hooks on the same parameter {name}")
+    weight = module._parameters.get(name)
+    if weight is None:
+        raise ValueError(f"module {type(module).__name__} has no parameter named {name!r}")
+    dim = -1 if dim is None else dim
+    g, v = _WeightNorm(dim).right_inverse(weight.detach())
+    del module._parameters[name]
+    module.register_parameter(name + "_g", Parameter(g))
+    module.register_parameter(name + "_v", Parameter(weight.detach()))
+
+    def recompute(m, inputs):
+        setattr(m, name, _weight_norm(getattr(m, name + "_v"), getattr(m, name + "_g"), dim))
+
+    recompute(module, ())
+    hooks[name] = (module.register_forward_pre_hook(recompute), dim)
+    return module
+
+
+def remove_weight_norm(module, name="weight"):
+    """Makes ``<name>`` a plain parameter again, holding its current value."""
+    from ..modules import Parameter
+    from .parametrizations import _weight_norm
+
+    hooks = module.__dict__.get("_weight_norm_hooks", {})
+    if name not in hooks:
+        raise ValueError(f"weight_norm of {name!r} not found in {type(module).__name__}")
+    handle, dim = hooks.pop(name)
+    handle.remove()
+    with autograd.no_grad():
+        weight = _weight_norm(getattr(module, name + "_v"), getattr(module, name + "_g"), dim)
+    del module._parameters[name + "_g"], module._parameters[name + "_v"]
+    module.__dict__.pop(name, None)
+    module.register_parameter(name, Parameter(weight.detach()))
+    return module
