@@ -135,6 +135,15 @@ ddpc_status ddpc_device_mem_stats(int device, ddpc_mem_stats *out) {
     return DDPC_OK;
 }
 
+ddpc_status ddpc_device_reset_peak(int device) {
+    CHECK(ddpc_cuda_require(device));
+    pthread_once(&caches_once_, caches_init_);
+    pthread_mutex_lock(&caches_[device].mu);
+    caches_[device].stats.peak_allocated = caches_[device].stats.allocated;
+    pthread_mutex_unlock(&caches_[device].mu);
+    return DDPC_OK;
+}
+
 ddpc_status ddpc_device_empty_cache(int device) {
     CHECK(ddpc_cuda_require(device));
     pthread_once(&caches_once_, caches_init_);
@@ -198,6 +207,7 @@ ddpc_status ddpc_device_mem_stats(int device, ddpc_mem_stats *out) {
     memset(out, 0, sizeof *out);
     return ddpc_cuda_require(device);
 }
+ddpc_status ddpc_device_reset_peak(int device) { return ddpc_cuda_require(device); }
 ddpc_status ddpc_device_empty_cache(int device) { return ddpc_cuda_require(device); }
 static ddpc_status pinned_alloc_(size_t nbytes, void **ptr) {
     (void)nbytes;

@@ -43,6 +43,8 @@ typedef struct {
 } ddpc_mem_stats;
 
 ddpc_status ddpc_device_mem_stats(int device, ddpc_mem_stats *out);
+/* Starts peak_allocated again from what is allocated now. */
+ddpc_status ddpc_device_reset_peak(int device);
 /* Returns every cached free block to cudaFree. */
 ddpc_status ddpc_device_empty_cache(int device);
 /* Size class a device request of `nbytes` is rounded to. */

@@ -146,6 +146,78 @@ leave_:
     return st;
 }
 
+ddpc_status ddpc_cuda_mem_info(int device, size_t *free_bytes, size_t *total_bytes) {
+    int prev;
+    CHECK(ddpc_cuda_enter(device, &prev));
+    ddpc_cuda_mark_initialized();
+    cudaError_t e = cudaMemGetInfo(free_bytes, total_bytes);
+    ddpc_cuda_leave(prev);
+    CUDACHECK(e);
+    return DDPC_OK;
+}
+
+ddpc_status ddpc_cuda_event_create(int device, int timing, void **event) {
+    int prev;
+    CHECK(ddpc_cuda_enter(device, &prev));
+    ddpc_cuda_mark_initialized();
+    cudaEvent_t ev = NULL;
+    cudaError_t e = cudaEventCreateWithFlags(&ev, timing ? cudaEventDefault : cudaEventDisableTiming);
+    ddpc_cuda_leave(prev);
+    CUDACHECK(e);
+    *event = ev;
+    return DDPC_OK;
+}
+
+/* Runs `call` with `device` current: an event belongs to the device it was
+ * created on, and is recorded or waited for on that device's compute stream. */
+#define ON_COMPUTE_STREAM_(device, call)                                           \
+    do {                                                                           \
+        void *stream_;                                                             \
+        int prev_;                                                                 \
+        CHECK(ddpc_cuda_compute_stream(device, &stream_));                         \
+        CHECK(ddpc_cuda_enter(device, &prev_));                                    \
+        cudaStream_t s_ = (cudaStream_t)stream_;                                   \
+        cudaError_t err_ = (call);                                                 \
+        ddpc_cuda_leave(prev_);                                                    \
+        if (err_ != cudaSuccess)                                                   \
+            return DDPC_ERROR(DDPC_ERR_CUDA, "%s failed: %s (%s)", #call,           \
+                              cudaGetErrorString(err_), cudaGetErrorName(err_));   \
+    } while (0)
+
+ddpc_status ddpc_cuda_event_record(void *event, int device) {
+    ON_COMPUTE_STREAM_(device, cudaEventRecord((cudaEvent_t)event, s_));
+    return DDPC_OK;
+}
+
+ddpc_status ddpc_cuda_event_wait(void *event, int device) {
+    ON_COMPUTE_STREAM_(device, cudaStreamWaitEvent(s_, (cudaEvent_t)event, 0));
+    return DDPC_OK;
+}
+
+ddpc_status ddpc_cuda_event_query(void *event, int *done) {
+    cudaError_t e = cudaEventQuery((cudaEvent_t)event);
+    if (e == cudaErrorNotReady) {
+        cudaGetLastError(); /* not an error: clear it so the next check does not see it */
+        *done = 0;
+        return DDPC_OK;
+    }
+    CUDACHECK(e);
+    *done = 1;
+    return DDPC_OK;
+}
+
+ddpc_status ddpc_cuda_event_synchronize(void *event) {
+    CUDACHECK(cudaEventSynchronize((cudaEvent_t)event));
+    return DDPC_OK;
+}
+
+ddpc_status ddpc_cuda_event_elapsed(void *start, void *end, float *ms) {
+    CUDACHECK(cudaEventElapsedTime(ms, (cudaEvent_t)start, (cudaEvent_t)end));
+    return DDPC_OK;
+}
+
+void ddpc_cuda_event_destroy(void *event) { cudaEventDestroy((cudaEvent_t)event); }
+
 int ddpc_cuda_runtime_version(void) {
     int v = 0;
     return cudaRuntimeGetVersion(&v) == cudaSuccess ? v : 0;
@@ -214,6 +286,38 @@ ddpc_status ddpc_cuda_stream_after(int waiter_device, void *waiter, int device, 
     (void)waiter_device, (void)waiter, (void)stream;
     return ddpc_cuda_require(device);
 }
+ddpc_status ddpc_cuda_mem_info(int device, size_t *free_bytes, size_t *total_bytes) {
+    *free_bytes = *total_bytes = 0;
+    return ddpc_cuda_require(device);
+}
+ddpc_status ddpc_cuda_event_create(int device, int timing, void **event) {
+    (void)timing;
+    *event = NULL;
+    return ddpc_cuda_require(device);
+}
+ddpc_status ddpc_cuda_event_record(void *event, int device) {
+    (void)event;
+    return ddpc_cuda_require(device);
+}
+ddpc_status ddpc_cuda_event_wait(void *event, int device) {
+    (void)event;
+    return ddpc_cuda_require(device);
+}
+ddpc_status ddpc_cuda_event_query(void *event, int *done) {
+    (void)event;
+    *done = 1;
+    return ddpc_cuda_require(0);
+}
+ddpc_status ddpc_cuda_event_synchronize(void *event) {
+    (void)event;
+    return ddpc_cuda_require(0);
+}
+ddpc_status ddpc_cuda_event_elapsed(void *start, void *end, float *ms) {
+    (void)start, (void)end;
+    *ms = 0;
+    return ddpc_cuda_require(0);
+}
+void ddpc_cuda_event_destroy(void *event) { (void)event; }
 int ddpc_cuda_runtime_version(void) { return 0; }
 int ddpc_cuda_driver_version(void) { return 0; }
 int ddpc_cublas_version(void) { return 0; }

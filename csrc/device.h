@@ -49,6 +49,19 @@ ddpc_status ddpc_cuda_copy_stream(int device, void **stream);
 ddpc_status ddpc_cuda_stream_after(int waiter_device, void *waiter, int device, void *stream);
 /* Host synchronisation on one stream (GIL must already be released). */
 ddpc_status ddpc_cuda_stream_synchronize(void *stream);
+/* Free and total device memory as the driver reports them. */
+ddpc_status ddpc_cuda_mem_info(int device, size_t *free_bytes, size_t *total_bytes);
+/* Events for Python code (ddpc.cuda.Event), as cudaEvent_t in a void *:
+ * created on `device` (with timing or without), recorded on or waited for
+ * by that device's compute stream, queried, waited for by the host (GIL
+ * released by the caller), and timed between two recorded timing events. */
+ddpc_status ddpc_cuda_event_create(int device, int timing, void **event);
+ddpc_status ddpc_cuda_event_record(void *event, int device);
+ddpc_status ddpc_cuda_event_wait(void *event, int device);
+ddpc_status ddpc_cuda_event_query(void *event, int *done);
+ddpc_status ddpc_cuda_event_synchronize(void *event);
+ddpc_status ddpc_cuda_event_elapsed(void *start, void *end, float *ms);
+void ddpc_cuda_event_destroy(void *event);
 /* Versions as integers (e.g. 12040), or 0 where unavailable. */
 int ddpc_cuda_runtime_version(void);
 int ddpc_cuda_driver_version(void);

@@ -19,6 +19,10 @@
 #include "kernels.h"
 #include "module.h"
 
+/* Whether float32 GEMMs on GPUs may use TF32 tensor cores (10-bit mantissa
+ * products, float32 sums), as PyTorch's allow_tf32; off by default. */
+static int allow_tf32_;
+
 #ifdef DDPC_WITH_CUDA
 #include <cublas_v2.h>
 
@@ -71,6 +75,8 @@ static ddpc_status gemm_cuda_on_(ddpc_buffer *out, const ddpc_buffer *a, const d
     }
     if (out->dtype == DDPC_FLOAT32) {
         const float one = 1.0f, beta = (bias || accumulate) ? 1.0f : 0.0f;
+        const int tf32 = __atomic_load_n(&allow_tf32_, __ATOMIC_RELAXED);
+        CUBLASCHECK(cublasSetMathMode(h, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
         CUBLASCHECK(cublasSgemm(h, opb, opa, (int)N, (int)M, (int)K, &one, b->data, ldb, a->data, lda, &beta, out->data,
                                 (int)N));
     } else {
@@ -223,7 +229,22 @@ static PyObject *py_gemm(PyObject *m, PyObject *args, PyObject *kwargs) {
     Py_RETURN_NONE;
 }
 
+static PyObject *py_set_allow_tf32(PyObject *m, PyObject *arg) {
+    (void)m;
+    int on = PyObject_IsTrue(arg);
+    if (on < 0) return NULL;
+    __atomic_store_n(&allow_tf32_, on, __ATOMIC_RELAXED);
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_allow_tf32(PyObject *m, PyObject *unused) {
+    (void)m, (void)unused;
+    return PyBool_FromLong(__atomic_load_n(&allow_tf32_, __ATOMIC_RELAXED));
+}
+
 static PyMethodDef gemm_methods[] = {
+    {"set_allow_tf32", py_set_allow_tf32, METH_O, "let float32 GEMMs on GPUs use TF32 tensor cores (or not)"},
+    {"allow_tf32", py_allow_tf32, METH_NOARGS, "whether float32 GEMMs on GPUs may use TF32 tensor cores"},
     {"gemm", (PyCFunction)(void (*)(void))py_gemm, METH_VARARGS | METH_KEYWORDS,
      "gemm(out, a, b, trans_a=False, trans_b=False, bias=None, accumulate=False): out (+)= op(a) @ op(b) (+ bias)"},
     {NULL, NULL, 0, NULL},

@@ -125,6 +125,104 @@ static PyObject *py_cuda_empty_cache(PyObject *m, PyObject *arg) {
     Py_RETURN_NONE;
 }
 
+static PyObject *py_cuda_reset_peak_memory(PyObject *m, PyObject *arg) {
+    (void)m;
+    int device = PyLong_AsLong(arg);
+    if (device == -1 && PyErr_Occurred()) return NULL;
+    ddpc_status st = ddpc_device_reset_peak(device);
+    if (st != DDPC_OK) return ddpc_raise(st);
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_cuda_mem_info(PyObject *m, PyObject *arg) {
+    (void)m;
+    int device = PyLong_AsLong(arg);
+    if (device == -1 && PyErr_Occurred()) return NULL;
+    size_t free_bytes, total;
+    ddpc_status st = ddpc_cuda_mem_info(device, &free_bytes, &total);
+    if (st != DDPC_OK) return ddpc_raise(st);
+    return Py_BuildValue("(nn)", (Py_ssize_t)free_bytes, (Py_ssize_t)total);
+}
+
+/* ---- events: a cudaEvent_t in a capsule that destroys it ---- */
+
+static const char *const event_capsule_ = "ddpc.cuda_event";
+
+static void event_capsule_free_(PyObject *capsule) {
+    ddpc_cuda_event_destroy(PyCapsule_GetPointer(capsule, event_capsule_));
+}
+
+static int arg_event_(PyObject *obj, void *out) {
+    void *ev = PyCapsule_GetPointer(obj, event_capsule_);
+    if (!ev) return 0;
+    *(void **)out = ev;
+    return 1;
+}
+
+static PyObject *py_cuda_event_create(PyObject *m, PyObject *args) {
+    (void)m;
+    int device, timing;
+    if (!PyArg_ParseTuple(args, "ip:cuda_event_create", &device, &timing)) return NULL;
+    void *ev;
+    ddpc_status st = ddpc_cuda_event_create(device, timing, &ev);
+    if (st != DDPC_OK) return ddpc_raise(st);
+    PyObject *capsule = PyCapsule_New(ev, event_capsule_, event_capsule_free_);
+    if (!capsule) ddpc_cuda_event_destroy(ev);
+    return capsule;
+}
+
+static PyObject *py_cuda_event_record(PyObject *m, PyObject *args) {
+    (void)m;
+    void *ev;
+    int device;
+    if (!PyArg_ParseTuple(args, "O&i:cuda_event_record", arg_event_, &ev, &device)) return NULL;
+    ddpc_status st = ddpc_cuda_event_record(ev, device);
+    if (st != DDPC_OK) return ddpc_raise(st);
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_cuda_event_wait(PyObject *m, PyObject *args) {
+    (void)m;
+    void *ev;
+    int device;
+    if (!PyArg_ParseTuple(args, "O&i:cuda_event_wait", arg_event_, &ev, &device)) return NULL;
+    ddpc_status st = ddpc_cuda_event_wait(ev, device);
+    if (st != DDPC_OK) return ddpc_raise(st);
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_cuda_event_query(PyObject *m, PyObject *arg) {
+    (void)m;
+    void *ev;
+    int done;
+    if (!arg_event_(arg, &ev)) return NULL;
+    ddpc_status st = ddpc_cuda_event_query(ev, &done);
+    if (st != DDPC_OK) return ddpc_raise(st);
+    return PyBool_FromLong(done);
+}
+
+static PyObject *py_cuda_event_synchronize(PyObject *m, PyObject *arg) {
+    (void)m;
+    void *ev;
+    if (!arg_event_(arg, &ev)) return NULL;
+    ddpc_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = ddpc_cuda_event_synchronize(ev);
+    Py_END_ALLOW_THREADS
+    if (st != DDPC_OK) return ddpc_raise(st);
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_cuda_event_elapsed(PyObject *m, PyObject *args) {
+    (void)m;
+    void *start, *end;
+    if (!PyArg_ParseTuple(args, "O&O&:cuda_event_elapsed", arg_event_, &start, arg_event_, &end)) return NULL;
+    float ms;
+    ddpc_status st = ddpc_cuda_event_elapsed(start, end, &ms);
+    if (st != DDPC_OK) return ddpc_raise(st);
+    return PyFloat_FromDouble(ms);
+}
+
 static PyObject *version_or_none_(int v) { return v ? PyLong_FromLong(v) : Py_NewRef(Py_None); }
 
 static PyObject *py_build_info(PyObject *m, PyObject *unused) {
@@ -158,6 +256,17 @@ static PyMethodDef module_methods[] = {
     {"cuda_compute_stream", py_cuda_compute_stream, METH_O, "the compute stream of a GPU, as an int"},
     {"cuda_memory_stats", py_cuda_memory_stats, METH_O, "caching allocator statistics of a GPU"},
     {"cuda_empty_cache", py_cuda_empty_cache, METH_O, "return cached device blocks to the driver"},
+    {"cuda_reset_peak_memory", py_cuda_reset_peak_memory, METH_O, "start a GPU's peak_allocated from now"},
+    {"cuda_mem_info", py_cuda_mem_info, METH_O, "(free, total) bytes of a GPU, as the driver reports them"},
+    {"cuda_event_create", py_cuda_event_create, METH_VARARGS, "cuda_event_create(device, timing): a new event"},
+    {"cuda_event_record", py_cuda_event_record, METH_VARARGS,
+     "cuda_event_record(event, device): record the event on the device's compute stream"},
+    {"cuda_event_wait", py_cuda_event_wait, METH_VARARGS,
+     "cuda_event_wait(event, device): make the device's compute stream wait for the event"},
+    {"cuda_event_query", py_cuda_event_query, METH_O, "whether the work before the event has finished"},
+    {"cuda_event_synchronize", py_cuda_event_synchronize, METH_O, "wait on the host for the event"},
+    {"cuda_event_elapsed", py_cuda_event_elapsed, METH_VARARGS,
+     "cuda_event_elapsed(start, end): milliseconds between two recorded timing events"},
     {"build_info", py_build_info, METH_NOARGS, "what this build was compiled with"},
     {NULL, NULL, 0, NULL},
 };

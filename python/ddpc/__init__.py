@@ -3,9 +3,10 @@
 The public API is re-exported here; see the submodules for details.
 """
 
-from . import _C, cuda
+from . import _C, backends, cuda
 from ._C import DistError, DistTimeoutError
 from ._dtype import bfloat16, device, dtype, float16, float32, float64, int32, int64, uint8
+from .backends import compile, get_float32_matmul_precision, set_float32_matmul_precision
 from .tensor import (Generator, Tensor, arange, default_generator, empty, empty_like, from_dlpack, from_numpy, full,
                      initial_seed, manual_seed, ones, ones_like, rand, randint, randn, randperm, tensor, zeros,
                      zeros_like)
@@ -86,4 +87,5 @@ __all__ = [
     "asinh", "atan", "cosh", "exp2", "index_put", "log2", "log10", "neg", "pow", "sinh", "take_along_dim",
     "detach", "eq", "ge", "gt", "is_floating_point", "le", "log_softmax", "lt", "moveaxis", "movedim", "narrow", "ne",
     "softmax", "swapaxes", "swapdims", "t",
+    "backends", "compile", "get_float32_matmul_precision", "set_float32_matmul_precision",
 ] + _pointwise.__all__ + _linalg.__all__ + _layout.__all__ + _random.__all__

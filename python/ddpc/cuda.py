@@ -1,4 +1,11 @@
-"""ddpc.cuda: device query, memory statistics and synchronisation, as in torch.cuda."""
+"""ddpc.cuda: device query, memory statistics, synchronisation, events and
+seeding, as in torch.cuda.
+
+Where ddpc differs: each device has one compute stream that every op runs
+on, so there are no user-created streams; ``current_stream()`` (also
+``default_stream()``) is that stream, and events are recorded on and waited
+for by it. ddpc has one random generator for the host and every device, so
+``manual_seed``/``manual_seed_all`` seed that one, as ``ddpc.manual_seed``."""
 
 from collections import namedtuple
 
@@ -84,3 +91,120 @@ def empty_cache():
     """Returns every cached, unused block on every device to the driver."""
     for i in range(device_count()):
         _C.cuda_empty_cache(i)
+
+
+def reset_peak_memory_stats(device=None):
+    """Starts max_memory_allocated again from what is allocated now."""
+    _C.cuda_reset_peak_memory(_index(device))
+
+
+reset_max_memory_allocated = reset_peak_memory_stats
+
+
+def mem_get_info(device=None):
+    """(free, total) bytes of the device, as the driver reports them (other processes' use included)."""
+    return _C.cuda_mem_info(_index(device))
+
+
+def manual_seed(seed):
+    """Seeds ddpc's one generator (host and every device), as ``ddpc.manual_seed``."""
+    from .tensor import manual_seed as seed_all
+
+    seed_all(seed)
+
+
+manual_seed_all = manual_seed
+
+
+class Event:
+    """A point in a device's compute stream, as torch.cuda.Event: ``record()``
+    marks it after the work queued so far, ``synchronize()`` waits for that
+    work on the host, ``query()`` says whether it has finished, ``wait()``
+    makes a device's stream wait for it, and with ``enable_timing``
+    ``start.elapsed_time(end)`` gives the milliseconds between two events.
+    The CUDA event is created on the device of the first ``record``."""
+
+    def __init__(self, enable_timing=False, blocking=False, interprocess=False):
+        if interprocess:
+            raise NotImplementedError("ddpc.cuda.Event: interprocess events are not supported")
+        self.enable_timing = enable_timing
+        self._event = None
+        self.device = None
+
+    def record(self, stream=None):
+        device = _index(None) if stream is None else stream.device_index
+        if self._event is None:
+            self._event, self.device = _C.cuda_event_create(device, self.enable_timing), device
+        elif device != self.device:
+            raise ValueError(f"this event belongs to cuda:{self.device}; it cannot be recorded on cuda:{device}")
+        _C.cuda_event_record(self._event, device)
+
+    def wait(self, stream=None):
+        """Makes the stream (the current device's) wait for this event, without the host waiting."""
+        if self._event is not None:
+            _C.cuda_event_wait(self._event, _index(None) if stream is None else stream.device_index)
+
+    def query(self):
+        return self._event is None or _C.cuda_event_query(self._event)
+
+    def synchronize(self):
+        if self._event is not None:
+            _C.cuda_event_synchronize(self._event)
+
+    def elapsed_time(self, end_event):
+        """Milliseconds from this event to ``end_event``, both recorded with enable_timing=True."""
+        if not (self.enable_timing and end_event.enable_timing):
+            raise RuntimeError("elapsed_time needs two events created with enable_timing=True")
+        if self._event is None or end_event._event is None:
+            raise RuntimeError("elapsed_time: both events must be recorded first")
+        return _C.cuda_event_elapsed(self._event, end_event._event)
+
+    def __reduce__(self):
+        raise TypeError("a ddpc.cuda.Event belongs to this process and cannot be pickled")
+
+
+class _ComputeStream:
+    """A device's compute stream, where every ddpc op on that device runs."""
+
+    def __init__(self, device_index):
+        self.device_index = device_index
+        self.device = _device(f"cuda:{device_index}")
+
+    @property
+    def cuda_stream(self):
+        """The cudaStream_t as an int, for handing to other CUDA libraries."""
+        return _C.cuda_compute_stream(self.device_index)
+
+    def synchronize(self):
+        synchronize(self.device_index)
+
+    def record_event(self, event=None):
+        event = Event() if event is None else event
+        event.record(self)
+        return event
+
+    def wait_event(self, event):
+        event.wait(self)
+
+    def wait_stream(self, stream):
+        self.wait_event(stream.record_event())
+
+    def query(self):
+        return self.record_event().query()
+
+    def __eq__(self, other):
+        return isinstance(other, _ComputeStream) and other.device_index == self.device_index
+
+    def __hash__(self):
+        return hash(("ddpc.cuda stream", self.device_index))
+
+    def __repr__(self):
+        return f"<ddpc.cuda stream of cuda:{self.device_index} (compute)>"
+
+
+def current_stream(device=None):
+    """The compute stream of the device (the current one when None)."""
+    return _ComputeStream(_index(device))
+
+
+default_stream = current_stream
