@@ -2785,6 +2785,11 @@ class _EmbeddingBackward(Node):
         return (gw,)
 
 
+def _range_of(t):
+    """(min, max) of a non-empty tensor, read from its device in one copy."""
+    return tuple(stack([amin(t), amax(t)]).cpu().numpy().tolist())
+
+
 def embedding(input, weight, padding_idx=None):
     """Rows of ``weight`` [N, D] at the int64 indices ``input`` (any shape): shape input.shape + (D,).
     The row at ``padding_idx`` gets no gradient."""
@@ -2801,7 +2806,7 @@ def embedding(input, weight, padding_idx=None):
         padding_idx %= n
     idx = input.detach().reshape(-1)
     if idx._buf.device >= 0 and idx.numel():  # the C op checks host indices itself
-        low, high = idx.min().item(), idx.max().item()
+        low, high = _range_of(idx)
         if low < 0 or high >= n:
             raise ValueError(f"embedding: index {low if low < 0 else high} is out of range for {n} rows")
     out = _empty(tuple(input.shape) + (weight.shape[1],), weight)

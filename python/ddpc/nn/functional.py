@@ -600,7 +600,7 @@ def one_hot(tensor, num_classes=-1):
     if not isinstance(tensor, Tensor) or tensor.dtype.is_floating_point:
         raise TypeError("one_hot is only applicable to index tensor of integer dtype")
     if tensor.numel():
-        low, high = int(tensor.min().item()), int(tensor.max().item())
+        low, high = _ag._range_of(tensor)
         if low < 0:
             raise ValueError("one_hot: class values must be non-negative")
         if num_classes == -1:
