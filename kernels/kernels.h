@@ -160,6 +160,17 @@ int ddpc_k_loss(int kind, void *out, const void *x, const void *y, const void *p
 int ddpc_k_loss_backward(int kind, int wrt_target, void *g, const void *gout, const void *x, const void *y,
                          const void *pos_weight, double p, int64_t n, int reduction, int dtype, void *stream);
 
+/* The CTC loss (kernels/ctc.cu), as csrc/ops_ctc.h's entry points describe
+ * it: log_probs (T, N, C) float32 or float64, the int64 per-sample vectors
+ * on the device, log_alpha and log_beta float64 (N, T, S_max). */
+int ddpc_k_ctc_forward(void *nll, void *log_alpha, const void *log_probs, int dtype, const int64_t *targets,
+                       const int64_t *offsets, const int64_t *target_lengths, const int64_t *input_lengths, int64_t T,
+                       int64_t N, int64_t C, int64_t S_max, int64_t blank, void *stream);
+int ddpc_k_ctc_backward(void *grad, void *log_beta, const void *g, const void *nll, const void *log_alpha,
+                        const void *log_probs, int dtype, const int64_t *targets, const int64_t *offsets,
+                        const int64_t *target_lengths, const int64_t *input_lengths, int64_t T, int64_t N, int64_t C,
+                        int64_t S_max, int64_t blank, int zero_infinity, void *stream);
+
 /* Convolution and pooling (kernels/conv.cu), float32 and float64, over the
  * window geometry of window.h; the layouts are those of csrc/ops_conv.h.
  * im2col and col2im take the batch n and channels c of x [n, c, H, W]; the

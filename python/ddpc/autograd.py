@@ -2816,6 +2816,80 @@ def embedding(input, weight, padding_idx=None):
     return out
 
 
+class _CTCBackward(Node):
+    def __init__(self, log_probs, args, nll, log_alpha, zero_infinity):
+        super().__init__((log_probs,), (log_probs.detach(), nll, log_alpha))
+        self.args, self.zero_infinity = args, zero_infinity
+
+    def backward(self, g):
+        lp, nll, log_alpha = self.saved
+        grad, log_beta = _empty(lp.shape, lp), _empty(log_alpha.shape, log_alpha)
+        _C.ctc_loss_backward(grad._buf, log_beta._buf, g.contiguous()._buf, nll._buf, log_alpha._buf, lp._buf,
+                             *self.args, self.zero_infinity)
+        return (grad,)
+
+
+def _lengths(lengths, n, what):
+    """Per-sample lengths (a tensor, a sequence or, for one sample, an int) as a list of n ints."""
+    if isinstance(lengths, Tensor):
+        lengths = lengths.detach().cpu().numpy().reshape(-1).tolist()
+    elif isinstance(lengths, numbers.Integral):
+        lengths = [lengths]
+    lengths = [int(v) for v in lengths]
+    if len(lengths) != n:
+        raise ValueError(f"ctc_loss: {what} must have {n} entries, one per sample, got {len(lengths)}")
+    return lengths
+
+
+def ctc_nll(log_probs, targets, input_lengths, target_lengths, blank=0, zero_infinity=False):
+    """Each sample's CTC negative log-likelihood, (N,), for ``F.ctc_loss``:
+    log_probs (T, N, C); targets (N, S) padded or 1-d, the samples' labels one
+    after another. Computed in float32 for 16-bit log-probabilities."""
+    if log_probs.dtype in _HALVES:
+        return ctc_nll(log_probs.float(), targets, input_lengths, target_lengths, blank,
+                       zero_infinity).to(dtype=log_probs.dtype)
+    if log_probs.ndim != 3 or not log_probs.dtype.is_floating_point:
+        raise ValueError(f"ctc_loss: log_probs must be a floating (T, N, C) tensor, got {log_probs.dtype} "
+                         f"{tuple(log_probs.shape)}")
+    if targets.dtype.is_floating_point:
+        raise TypeError(f"ctc_loss: targets must be integers, got {targets.dtype}")
+    T, N, C = log_probs.shape
+    ilen, tlen = _lengths(input_lengths, N, "input_lengths"), _lengths(target_lengths, N, "target_lengths")
+    for n, (i, t) in enumerate(zip(ilen, tlen)):
+        if not 0 <= i <= T:
+            raise ValueError(f"ctc_loss: input length {i} of sample {n} is outside [0, {T}]")
+        if t < 0 or (targets.ndim == 2 and t > targets.shape[1]):
+            raise ValueError(f"ctc_loss: target length {t} of sample {n} does not fit the targets {targets.shape}")
+    if targets.ndim == 2:
+        if targets.shape[0] != N:
+            raise ValueError(f"ctc_loss: padded targets must have {N} rows, got {targets.shape[0]}")
+        offsets = [n * targets.shape[1] for n in range(N)]
+    elif targets.ndim == 1:
+        offsets = np.concatenate([[0], np.cumsum(tlen)[:-1]]).tolist() if N else []
+        if builtins.sum(tlen) > targets.shape[0]:
+            raise ValueError(f"ctc_loss: the target lengths add up to {builtins.sum(tlen)}, targets has "
+                             f"{targets.shape[0]}")
+    else:
+        raise ValueError(f"ctc_loss: targets must be (N, S) or 1-d, got {tuple(targets.shape)}")
+    device = log_probs._buf.device
+    flat = targets.detach().reshape(-1).to(dtype=int64, device=log_probs.device).contiguous()
+    if device >= 0 and flat.numel():  # the C op checks host labels itself
+        low, high = _range_of(flat)
+        if low < 0 or high >= C:
+            raise ValueError(f"ctc_loss: target label {low if low < 0 else high} is not a class in [0, {C})")
+    args = (flat._buf,) + tuple(_host_tensor(np.asarray(v, np.int64), log_probs.device)._buf
+                                for v in (offsets, tlen, ilen)) + (int(blank),)
+    lp = log_probs.detach().contiguous()
+    nll = _empty((N,), lp)
+    log_alpha = _empty((N, T, 2 * builtins.max(tlen, default=0) + 1), lp, float64)
+    _C.ctc_loss(nll._buf, log_alpha._buf, lp._buf, *args)
+    if _needs_grad(log_probs):
+        _attach(nll, _CTCBackward(log_probs, args, nll.detach(), log_alpha, bool(zero_infinity)))
+    if zero_infinity:
+        nll = where(isinf(nll.detach()), 0.0, nll)
+    return nll
+
+
 class _LayerNormBackward(Node):
     def __init__(self, x, weight, bias, normalized_shape, rows, w, mean, rstd):
         super().__init__((x, weight, bias), (rows, w))

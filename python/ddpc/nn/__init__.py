@@ -2,6 +2,7 @@
 
 from . import functional, init, utils
 from .modules import (ELU, GELU, BatchNorm1d, BatchNorm2d, BatchNorm3d, BCELoss, BCEWithLogitsLoss, CrossEntropyLoss,
+                      CTCLoss,
                       Dropout, Embedding, Flatten, Hardsigmoid, Hardswish, Hardtanh, HuberLoss, Identity, KLDivLoss,
                       L1Loss, LayerNorm, LeakyReLU, Linear, LogSoftmax, Mish, Module, ModuleDict, ModuleList, MSELoss,
                       NLLLoss, Parameter, ReLU, ReLU6, Sequential, Sigmoid, SiLU, SmoothL1Loss, Softmax, Softplus,
@@ -26,7 +27,7 @@ __all__ = ["BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm", "CrossE
            "Module", "ModuleDict", "ModuleList", "Parameter", "ReLU", "Sequential", "Sigmoid", "Tanh", "functional",
            "init", "parallel", "utils", "DataParallel", "DistributedDataParallel",
            "LeakyReLU", "ELU", "SiLU", "Softplus", "Mish", "Hardtanh", "ReLU6", "Hardswish", "Hardsigmoid", "Softmax",
-           "LogSoftmax", "NLLLoss", "BCELoss", "BCEWithLogitsLoss", "L1Loss", "SmoothL1Loss", "HuberLoss", "KLDivLoss",
+           "LogSoftmax", "NLLLoss", "CTCLoss", "BCELoss", "BCEWithLogitsLoss", "L1Loss", "SmoothL1Loss", "HuberLoss", "KLDivLoss",
            "GLU", "GroupNorm", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d", "ParameterDict", "ParameterList",
            "RMSNorm", "Softmin", "Unflatten"]
 __all__ += ["AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AvgPool1d", "AvgPool2d", "Conv1d", "Conv2d", "ConvTranspose1d",

@@ -15,6 +15,7 @@ from .. import autograd as _ag
 from .._pointwise import hardshrink
 from .._dtype import uint8
 from ..tensor import Tensor, broadcast_tensors, ones, rand, zeros
+from ..tensor import tensor as _tensor
 from . import _conv, _losses, _upsample
 from ..autograd import embedding, gelu, layer_norm, linear, sigmoid, softplus, tanh
 from .._pointwise import hardshrink
@@ -299,6 +300,30 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, r
     """The negative log likelihood of log-probabilities (classes along dim 1) at the target classes."""
     return _ag.cross_entropy(input, target, weight, ignore_index, _legacy_reduction(size_average, reduce, reduction),
                              log_probs=True)
+
+
+def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, reduction="mean", zero_infinity=False):
+    """The connectionist temporal classification loss of log-probabilities
+    ``log_probs`` (T, N, C), or (T, C) for one sample, against unaligned
+    ``targets`` ((N, S) padded, or 1-d with the samples' labels one after
+    another), as ``torch.nn.functional.ctc_loss``: 'mean' divides each
+    sample's loss by its target length, then averages over the batch;
+    ``zero_infinity`` makes impossible alignments' losses and gradients 0.
+    Its gradient with respect to log_probs is PyTorch's, which assumes they
+    come from a log_softmax (the usual case)."""
+    code = _ag._reduction_code(reduction)
+    one = log_probs.ndim == 2
+    if one:
+        log_probs = log_probs.unsqueeze(1)
+        targets = targets.reshape(1, -1)
+    nll = _ag.ctc_nll(log_probs, targets, input_lengths, target_lengths, blank, zero_infinity)
+    if code == 0:
+        return nll[0] if one else nll
+    if code == 2:
+        return nll.sum()
+    lengths = _ag._lengths(target_lengths, nll.shape[0], "target_lengths")
+    per_target = _tensor([max(v, 1) for v in lengths], dtype=nll.dtype, device=nll.device)
+    return (nll / per_target).mean()
 
 
 def _regression_loss(kind, input, target, reduction, weight):

@@ -21,7 +21,7 @@ from .hooks import BackwardHook
 
 __all__ = ["Module", "Parameter", "Linear", "ReLU", "GELU", "Tanh", "Sigmoid", "LeakyReLU", "ELU", "SiLU", "Softplus",
            "Mish", "Hardtanh", "ReLU6", "Hardswish", "Hardsigmoid", "Softmax", "LogSoftmax", "Dropout", "Flatten",
-           "Identity", "Sequential", "ModuleList", "CrossEntropyLoss", "MSELoss", "NLLLoss", "BCELoss",
+           "Identity", "Sequential", "ModuleList", "CrossEntropyLoss", "MSELoss", "NLLLoss", "CTCLoss", "BCELoss",
            "BCEWithLogitsLoss", "L1Loss", "SmoothL1Loss", "HuberLoss", "KLDivLoss", "BatchNorm1d", "BatchNorm2d",
            "BatchNorm3d", "SyncBatchNorm",
            "ParameterList", "ParameterDict", "Unflatten", "GroupNorm", "InstanceNorm1d", "InstanceNorm2d",
@@ -1446,6 +1446,18 @@ class NLLLoss(_WeightedLoss):
 
     def forward(self, input, target):
         return F.nll_loss(input, target, weight=self.weight, ignore_index=self.ignore_index, reduction=self.reduction)
+
+
+class CTCLoss(_Loss):
+    """The connectionist temporal classification loss (see F.ctc_loss)."""
+
+    def __init__(self, blank=0, reduction="mean", zero_infinity=False):
+        super().__init__(reduction=reduction)
+        self.blank, self.zero_infinity = blank, zero_infinity
+
+    def forward(self, log_probs, targets, input_lengths, target_lengths):
+        return F.ctc_loss(log_probs, targets, input_lengths, target_lengths, self.blank, self.reduction,
+                          self.zero_infinity)
 
 
 class BCELoss(_WeightedLoss):
