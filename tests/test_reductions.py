@@ -186,6 +186,31 @@ def test_all_any_count_nonzero():
     close(a.count_nonzero(0), [1, 2, 2])
     assert ddpc.count_nonzero(a, 1).dtype is ddpc.int64
     assert int(t(np.zeros(0)).all()) == 1 and int(t(np.zeros(0)).any()) == 0
+    empty = t(np.zeros((2, 0)))
+    close(empty.all(1), [1, 1])  # over no elements, as numpy
+    close(ddpc.any(empty, -1, keepdim=True), [[0], [0]])
+
+
+def test_reductions_of_zero_dim_tensors_along_dim_0_and_minus_1():
+    a = t(np.float64(2.5), requires_grad=True)
+    for dim in (0, -1):
+        for r in (a.sum(dim), a.mean(dim, keepdim=True), a.amax(dim), a.max(dim).values, a.logsumexp(dim),
+                  a.prod(dim), ddpc.nansum(a, dim), a.norm(dim=dim)):
+            assert r.shape == () and float(r) == 2.5
+        assert a.argmax(dim).shape == () and int(a.argmin(dim)) == 0
+        assert float(a.var(dim, correction=0)) == 0.0 and int(ddpc.count_nonzero(a, dim)) == 1
+        assert int(a.all(dim)) == 1 and int(a.any(dim)) == 1
+    a.sum(0).backward()
+    assert float(a.grad) == 1.0
+    with pytest.raises(IndexError):
+        a.sum(1)
+    with pytest.raises(IndexError):
+        a.max(-2)
+
+
+def test_logsumexp_over_no_elements_is_minus_inf():
+    assert t(np.zeros((2, 0))).logsumexp(1).tolist() == [-np.inf, -np.inf]
+    assert t(np.zeros((0, 2))).logsumexp(0, keepdim=True).shape == (1, 2)
 
 
 # ---- gather and scatter --------------------------------------------------------------------

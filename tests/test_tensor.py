@@ -508,8 +508,10 @@ def test_max_min_and_their_indices():
     assert ddpc.tensor([1.0, 2.0], dtype=ddpc.bfloat16).max(0).values.dtype is ddpc.bfloat16
     with pytest.raises(ValueError, match="empty"):
         ddpc.zeros(0).max()
-    with pytest.raises(ValueError, match="no elements"):
+    with pytest.raises(IndexError, match="no elements"):  # as PyTorch, also where the result would be empty
         ddpc.zeros(2, 0).max(1)
+    with pytest.raises(IndexError, match="no elements"):
+        ddpc.zeros(0, 0).argmin(1)
 
 
 def test_cat_and_stack_along_any_dim_match_numpy():

@@ -1537,20 +1537,21 @@ def _expand(g, shape, dim):
 
 
 def _one_dim(a, dim):
-    """The dim a reduction runs along: one int (or a 1-tuple) within a's dims, made non-negative."""
+    """The dim a reduction runs along: one int (or a 1-tuple) within a's dims, made non-negative (0 for a 0-d tensor)."""
     if isinstance(dim, (tuple, list)):
         if len(dim) != 1:
             raise ValueError("ddpc reduces along one dim at a time")
         dim = dim[0]
-    if not -a.ndim <= dim < a.ndim:
-        raise IndexError(f"dim {dim} is out of range for a tensor of {a.ndim} dims")
-    return dim % a.ndim
+    return _dim(a, dim)
 
 
 @autocast_op("float32_cuda")
 def sum(a, dim=None, keepdim=False):
     if isinstance(dim, (tuple, list)) and len(dim) != 1:
         return _over_dims(sum, a, _dims(a, dim or None), keepdim)
+    if a.ndim == 0 and dim is not None:  # a 0-d tensor reduces along dim 0 or -1, as if it had one of size 1
+        _one_dim(a, dim)
+        return sum(reshape(a, (1,)), 0)
     if a.dtype in _HALVES:  # summed in float32, which the backward pass's broadcast also needs
         return sum(a.float(), dim, keepdim).to(dtype=a.dtype)
     if dim is None:
@@ -1601,6 +1602,11 @@ def extreme(a, dim, keepdim, want_max):
             raise ValueError(f"{'max' if want_max else 'min'}() of an empty tensor: give a dim")
         return extreme(a.reshape(-1), 0, False, want_max).values
     dim = _one_dim(a, dim)
+    if a.ndim == 0:
+        res = extreme(reshape(a, (1,)), 0, False, want_max)
+        return MinMax(reshape(res.values, ()), res.indices.reshape(()))
+    if a.shape[dim] == 0:
+        raise IndexError(f"{'max' if want_max else 'min'}(): dim {dim} has no elements to choose from")
     shape = a.shape[:dim] + a.shape[dim + 1:]
     values, indices = _empty(shape, a), _empty(shape, a, int64)
     _C.extreme_dim(values._buf, indices._buf, a._buf, dim, want_max)
@@ -1659,7 +1665,12 @@ _CUMULATIVE, _REVERSE, _EXCLUSIVE = 1, 2, 4
 
 
 def _dims(a, dim):
-    """``dim`` (None: every dim, an int or a sequence) as sorted, distinct non-negative dims."""
+    """``dim`` (None: every dim, an int or a sequence) as sorted, distinct non-negative dims;
+    none for a 0-d tensor, whose reductions along dim 0 or -1 leave it as it is."""
+    if a.ndim == 0:
+        for d in (() if dim is None else (dim,) if isinstance(dim, numbers.Integral) else dim):
+            _dim(a, int(d))
+        return ()
     if dim is None:
         return tuple(range(a.ndim))
     dims = sorted({_dim(a, int(d)) for d in ((dim,) if isinstance(dim, numbers.Integral) else dim)})
@@ -1879,8 +1890,11 @@ def amin(a, dim=(), keepdim=False):
 def logsumexp(a, dim, keepdim=False):
     """log(sum(exp(a))) over ``dim``, shifted by the largest value so that it neither overflows nor underflows."""
     dims = _dims(a, dim)
-    m = amax(a.detach(), dims, keepdim=True)
-    m = where(isfinite(m), m, 0.0)  # rows whose largest value is infinite or NaN are shifted by 0 instead
+    if builtins.any(a.shape[d] == 0 for d in dims):  # the sum of no terms is 0, its log -inf
+        m = _empty(_kept_shape(a, dims), a).zero_()
+    else:
+        m = amax(a.detach(), dims, keepdim=True)
+        m = where(isfinite(m), m, 0.0)  # rows whose largest value is infinite or NaN are shifted by 0 instead
     out = add(log(sum(exp(sub(a, m)), dims, keepdim=True)), m)
     return _reduced(out, a, dims, keepdim)
 
@@ -1889,23 +1903,23 @@ def _nonzero_mask(a):
     return (a.detach() != 0)
 
 
+def _count_nonzero(a, dim, keepdim):
+    return sum(_nonzero_mask(a).to(dtype=int64), _dims(a, dim), keepdim)
+
+
 def all_(a, dim=None, keepdim=False):
-    """Whether every element (along ``dim``) is non-zero, as uint8 (ddpc has no bool dtype)."""
-    if a.numel() == 0 and dim is None:
-        return _like_scalar(1, a).to(dtype=get_dtype("uint8")).reshape((1,) * a.ndim if keepdim else ())
-    return amin(_nonzero_mask(a), () if dim is None else dim, keepdim)
+    """Whether every element (along ``dim``) is non-zero, as uint8 (ddpc has no bool dtype); true over none."""
+    return _count_nonzero(a.detach() == 0, () if dim is None else dim, keepdim) == 0
 
 
 def any_(a, dim=None, keepdim=False):
-    """Whether some element (along ``dim``) is non-zero, as uint8 (ddpc has no bool dtype)."""
-    if a.numel() == 0 and dim is None:
-        return _like_scalar(0, a).to(dtype=get_dtype("uint8")).reshape((1,) * a.ndim if keepdim else ())
-    return amax(_nonzero_mask(a), () if dim is None else dim, keepdim)
+    """Whether some element (along ``dim``) is non-zero, as uint8 (ddpc has no bool dtype); false over none."""
+    return _count_nonzero(a, () if dim is None else dim, keepdim) != 0
 
 
 def count_nonzero(a, dim=None):
     """How many elements (along ``dim``) are non-zero, as int64."""
-    return sum(_nonzero_mask(a).to(dtype=int64), _dims(a, dim))
+    return _count_nonzero(a, dim, False)
 
 
 def _abs(a):
