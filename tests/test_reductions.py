@@ -145,6 +145,14 @@ def test_var_std_norm(dim):
     check_grad(lambda v: v.norm(3, dim) + v.norm(1, dim), x)
 
 
+def test_std_of_equal_values_has_zero_gradient():
+    a = t([[1.0, 1.0, 1.0], [1.0, 2.0, 4.0]], requires_grad=True)
+    a.std(1).sum().backward()
+    x = np.array([1.0, 2.0, 4.0])
+    close(a.grad[0], [0.0, 0.0, 0.0])  # PyTorch's, where d sqrt(v) / dv is infinite at v = 0
+    close(a.grad[1], (x - x.mean()) / (2 * x.std(ddof=1)))
+
+
 def test_var_of_one_element_is_nan():
     assert np.isnan(float(t([1.0]).var()))
     assert float(t([1.0]).var(correction=0)) == 0.0

@@ -1838,9 +1838,25 @@ def var(a, dim=None, unbiased=None, keepdim=False, *, correction=None):
     return var_mean(a, dim, unbiased, keepdim, correction=correction)[0]
 
 
+class _StdBackward(Node):
+    """d sqrt(v) = 1 / (2 sqrt(v)), taken as 0 where v is 0: as in PyTorch, a
+    slice of equal values gets no gradient through its std, not NaN."""
+
+    def __init__(self, v, out):
+        super().__init__((v,), (out,))
+
+    def backward(self, g):
+        (out,) = self.saved
+        with no_grad():
+            return (where(out == 0, 0.0, div(g, mul(out, 2.0))),)
+
+
 def std_mean(a, dim=None, unbiased=None, keepdim=False, *, correction=None):
     v, m = var_mean(a, dim, unbiased, keepdim, correction=correction)
-    return pow(v, 0.5), m
+    out = sqrt(v.detach())
+    if _needs_grad(v):
+        _attach(out, _StdBackward(v, out.detach()))
+    return out, m
 
 
 def std(a, dim=None, unbiased=None, keepdim=False, *, correction=None):
