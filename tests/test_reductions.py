@@ -254,6 +254,28 @@ def test_gather_scatter():
         a.gather(1, t([0, 1]))
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "int32", "uint8"])
+def test_scatter_add_in_narrow_dtypes(dtype):
+    x = np.array([[1, 2, 3], [4, 5, 6]])
+    idx = np.array([[0, 0], [2, 1]])
+    src = np.array([[1, 2], [3, 4]])
+    ref = x.copy()
+    np.add.at(ref, (np.arange(2)[:, None], idx), src)
+    got = t(x).to(dtype).scatter_add(1, t(idx), t(src).to(dtype))
+    assert got.dtype is getattr(ddpc, dtype)
+    close(got.float(), ref)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_sort_topk_gather_gradients_in_16_bit(dtype):
+    a = t([3.0, 1.0, 2.0]).to(dtype).requires_grad_()
+    (a.sort().values * t([1.0, 10.0, 100.0]).to(dtype)).sum().backward()
+    close(a.grad.float(), [100.0, 1.0, 10.0])
+    b = t([3.0, 1.0, 2.0]).to(dtype).requires_grad_()
+    b.topk(2).values.sum().backward()
+    close(b.grad.float(), [1.0, 0.0, 1.0])
+
+
 def test_gather_scatter_gradients():
     x = RNG.standard_normal((3, 4))
     idx = t(np.array([[0, 3, 3], [1, 1, 2], [2, 0, 0]]))

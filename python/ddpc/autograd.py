@@ -2145,10 +2145,11 @@ class _GatherBackward(Node):
         self.shape, self.dim, self.index = a.shape, dim, index
 
     def backward(self, g):
-        ga = _empty(self.shape, g)
+        wide = _scatter_add_dtype(g.dtype)
+        ga = _empty(self.shape, g, wide)
         _C.fill(ga._buf, 0.0)
-        _C.scatter_dim(ga._buf, g.contiguous()._buf, self.index._buf, self.dim, True)
-        return (ga,)
+        _C.scatter_dim(ga._buf, g.to(dtype=wide).contiguous()._buf, self.index._buf, self.dim, True)
+        return (ga.to(dtype=g.dtype),)
 
 
 def gather(a, dim, index):
@@ -2196,6 +2197,13 @@ class _ScatterBackward(Node):
         return ga, gsrc
 
 
+def _scatter_add_dtype(dt):
+    """The dtype _C.scatter_dim adds in for ``dt``: float32, float64 or int64."""
+    if dt.is_floating_point:
+        return float32 if dt in _HALVES else dt
+    return int64
+
+
 def _scatter(a, dim, index, src, accumulate, what):
     d, index = _index_args(a, dim, index, what)
     if not isinstance(src, Tensor):
@@ -2203,6 +2211,9 @@ def _scatter(a, dim, index, src, accumulate, what):
         src = full(index.shape, src, dtype=a.dtype, device=a.device)
     if src.dtype is not a.dtype:
         raise TypeError(f"{what}: the source is {src.dtype}, the tensor {a.dtype}")
+    wide = _scatter_add_dtype(a.dtype)
+    if accumulate and wide is not a.dtype:
+        return _scatter(a.to(dtype=wide), d, index, src.to(dtype=wide), True, what).to(dtype=a.dtype)
     out = clone(a.detach())
     if a.ndim == 0:
         out = out.reshape(1)
