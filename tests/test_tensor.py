@@ -594,3 +594,19 @@ def test_take_along_dim_index_put_and_single_argument_where():
     np.testing.assert_array_equal(c.numpy(), want)
     r, k = ddpc.where(ddpc.tensor(a) > 0)
     np.testing.assert_array_equal(np.stack([r.numpy(), k.numpy()]), np.stack(np.nonzero(a > 0)))
+
+
+def test_zero_dim_tensors_promote_only_across_kinds():
+    # PyTorch's rule: beside a tensor with dims, a 0-d tensor decides the dtype
+    # only where it is floating and the other integer.
+    v = ddpc.ones(3)
+    assert (v + ddpc.tensor(2.0, dtype=ddpc.float64)).dtype is ddpc.float32
+    assert (ddpc.tensor(2.0, dtype=ddpc.float64) * v.half()).dtype is ddpc.float16
+    assert (v.to(ddpc.uint8) + ddpc.tensor(3)).dtype is ddpc.uint8
+    assert (v.int() - ddpc.tensor(2.5, dtype=ddpc.float64)).dtype is ddpc.float64
+    assert (ddpc.tensor(1.0, dtype=ddpc.float16) + ddpc.ones(2, dtype=ddpc.bfloat16)).dtype is ddpc.bfloat16
+    assert ddpc.where(v > 0, v, ddpc.tensor(0.0, dtype=ddpc.float64)).dtype is ddpc.float32
+    assert ddpc.atan2(v, ddpc.tensor(1.0, dtype=ddpc.float64)).dtype is ddpc.float32
+    assert (ddpc.tensor(2.0) + ddpc.tensor(1.0, dtype=ddpc.float64)).dtype is ddpc.float64  # both 0-d
+    assert (ddpc.ones(1, dtype=ddpc.float64) + v).dtype is ddpc.float64  # both with dims
+

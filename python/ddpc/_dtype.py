@@ -94,6 +94,18 @@ def promote(a, b):
     return a if _RANK[a] >= _RANK[b] else b
 
 
+def result_type(a, b):
+    """Result dtype of an elementwise op between tensors a and b, as PyTorch's:
+    a 0-d tensor beside one with dims counts only where it is of a higher kind
+    (floating beside integer), so float32 (N,) op float64 () is float32."""
+    if (a.ndim == 0) == (b.ndim == 0):
+        return promote(a.dtype, b.dtype)
+    shaped, zero_dim = (b, a) if a.ndim == 0 else (a, b)
+    if zero_dim.dtype.is_floating_point and not shaped.dtype.is_floating_point:
+        return zero_dim.dtype
+    return shaped.dtype
+
+
 class device:
     """A device, like ``torch.device``: ``device("cpu")``, ``device("cuda", 1)``, ``device("cuda:1")``."""
 

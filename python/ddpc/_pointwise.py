@@ -8,7 +8,7 @@ import math
 import numbers
 
 from . import autograd as _ag
-from ._dtype import float32, float64, promote, uint8
+from ._dtype import float32, float64, result_type, uint8
 from .tensor import _DOUBLE_INTS, Tensor
 
 
@@ -24,7 +24,7 @@ def _pair(input, other, what):
 
 def _float_pair(input, other, what):
     a, b = _pair(input, other, what)
-    dt = promote(a.dtype, b.dtype)
+    dt = result_type(a, b)
     if not dt.is_floating_point:
         dt = float32
     return (a if a.dtype is dt else a.to(dtype=dt)), (b if b.dtype is dt else b.to(dtype=dt))
@@ -70,7 +70,7 @@ def _divmod(input, other, floor, what):
     the operands are float32, 16-bit floats or integers below 2**53), and dtype
     the operands' promoted dtype."""
     a, b = _pair(input, other, what)
-    dt = promote(a.dtype, b.dtype)
+    dt = result_type(a, b)
     if not dt.is_floating_point:
         if bool(_ag.any_(b == 0)):
             raise ZeroDivisionError(f"{what}: integer division by zero")

@@ -30,6 +30,7 @@ import threading
 import numpy as np
 
 from . import _C, _indexing
+from ._dtype import result_type
 from .amp import autocast_op
 from .tensor import (_ADD, _DIV, _EQ, _GE, _GT, _INT_BOUNDS, _LE, _LT, _MAX, _MIN, _MUL, _NE, _POWER, _RDIV, _RPOWER,
                      _RSUB, _SUB, Tensor, _check_no_grad_inplace, _copy_view, _CopyOf, _is_float_scalar, _read, _shares_memory, _write_back,
@@ -768,7 +769,7 @@ def _binary(a, b, op):
     if a.shape == b.shape:
         out = a._binary(b, op)
     else:
-        dt = promote(a.dtype, b.dtype)
+        dt = result_type(a, b)
         if not dt.is_floating_point and op == _DIV:
             dt = float32
         if dt in _HALVES:
@@ -1239,7 +1240,7 @@ def where(condition, input=None, other=None):
     if mask._buf.device != input._buf.device or input._buf.device != other._buf.device:
         raise ValueError(f"where: tensors are on different devices ({condition.device}, {input.device}, "
                          f"{other.device})")
-    dt = promote(input.dtype, other.dtype)
+    dt = result_type(input, other)
     a = input.detach() if input.dtype is dt else input.detach().to(dtype=dt)
     b = other.detach() if other.dtype is dt else other.detach().to(dtype=dt)
     out = _select_where(mask, a, b)
