@@ -610,3 +610,36 @@ def test_zero_dim_tensors_promote_only_across_kinds():
     assert (ddpc.tensor(2.0) + ddpc.tensor(1.0, dtype=ddpc.float64)).dtype is ddpc.float64  # both 0-d
     assert (ddpc.ones(1, dtype=ddpc.float64) + v).dtype is ddpc.float64  # both with dims
 
+
+def test_inplace_ops_cast_their_result_except_floating_to_integer():
+    x = ddpc.ones(2, 3, dtype=ddpc.bfloat16)
+    x += ddpc.tensor([1.5, 2.5, 3.5])
+    assert x.dtype is ddpc.bfloat16 and x.float().tolist() == [[2.5, 3.5, 4.5]] * 2
+    h = ddpc.ones(3, dtype=ddpc.float16)
+    h.mul_(ddpc.tensor([0.5, 0.25, 2.0], dtype=ddpc.float64))
+    assert h.dtype is ddpc.float16 and h.tolist() == [0.5, 0.25, 2.0]
+    i = ddpc.ones(3, dtype=ddpc.int32)
+    i *= ddpc.tensor([2, 3, 4])
+    assert i.dtype is ddpc.int32 and i.tolist() == [2, 3, 4]
+    with pytest.raises(TypeError):
+        i += 2.5
+    with pytest.raises(TypeError):
+        i.add_(ddpc.ones(3))
+    p = ddpc.ones(3, requires_grad=True)
+    q = p * 1
+    q += ddpc.tensor([1.0, 2.0, 3.0], dtype=ddpc.float64)
+    (q * ddpc.tensor([1.0, 2.0, 3.0])).sum().backward()
+    assert q.dtype is ddpc.float32 and p.grad.tolist() == [1.0, 2.0, 3.0]
+
+
+def test_copy_broadcasts_the_source():
+    z = ddpc.zeros(2, 3)
+    z.copy_(ddpc.tensor([1.0, 2.0, 3.0]))
+    assert z.tolist() == [[1.0, 2.0, 3.0]] * 2
+    w = ddpc.zeros(2, 3, requires_grad=True).clone()
+    s = ddpc.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    w.copy_(s)
+    (w * ddpc.tensor([[1.0], [2.0]])).sum().backward()
+    assert s.grad.tolist() == [3.0, 3.0, 3.0]
+    with pytest.raises(ValueError):
+        z.copy_(ddpc.ones(2))

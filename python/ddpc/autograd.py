@@ -2629,8 +2629,7 @@ def inplace_binary(t, other, op):
     old = _writable_history(t, "in-place op")
     if op == _MUL and isinstance(other, Tensor):
         old = clone(old)  # the product's node keeps this operand, and t's memory is about to change
-    res = _binary(old, other, op)
-    check_inplace_result(t, res)
+    res = check_inplace_result(t, _binary(old, other, op))
     return _write_into(t, None, res, res.grad_fn)
 
 
@@ -2644,24 +2643,24 @@ def inplace_apply(t, fn, what, others=()):
     if not (_mode.enabled and (t.requires_grad or any(isinstance(o, Tensor) and o.requires_grad for o in others))):
         _check_no_grad_inplace(t, what)
         with no_grad():
-            res = fn(t.detach())
-        check_inplace_result(t, res)
+            res = check_inplace_result(t, fn(t.detach()))
         t._buf.bump_version()
         _C.copy(t._buf, res._buf)
         _write_back(t)
         return t
     old = _writable_history(t, what)
-    res = fn(clone(old))
-    check_inplace_result(t, res)
+    res = check_inplace_result(t, fn(clone(old)))
     return _write_into(t, None, res, res.grad_fn)
 
 
 def check_inplace_result(t, res):
-    """An in-place op's result, computed aside, must fit the tensor it goes into."""
+    """An in-place op's result, computed aside, checked to fit the tensor it goes
+    into and cast to its dtype: as in PyTorch, any cast but floating to integer."""
     if res.shape != t.shape:
         raise ValueError(f"in-place op: the result's shape {res.shape} is not the tensor's {t.shape}")
-    if res.dtype is not t.dtype:
+    if res.dtype.is_floating_point and not t.dtype.is_floating_point:
         raise TypeError(f"result type {res.dtype} can't be cast to the in-place output's dtype {t.dtype}")
+    return res if res.dtype is t.dtype else res.to(dtype=t.dtype)
 
 
 class _WriteBackward(Node):

@@ -469,13 +469,15 @@ class Tensor:
 
     # ---- in-place storage ops ----------------------------------------------------
     def copy_(self, src, non_blocking=False):
-        """Copies src (any device and dtype, same number of elements) into self."""
+        """Copies src (any device and dtype, broadcast to self's shape) into self."""
         if not isinstance(src, Tensor):
             src = tensor(src, dtype=self.dtype)
         if src.shape != self.shape:
-            if src.numel() == 1 and not _in_graph(self, src):  # broadcast, as PyTorch does
+            if src.numel() == 1 and not _in_graph(self, src):
                 return self.fill_(src.item())
-            raise ValueError(f"copy_: shapes {src.shape} and {self.shape} differ")
+            if broadcast_shapes(src.shape, self.shape) != self.shape:
+                raise ValueError(f"copy_: a source of shape {src.shape} does not broadcast to {self.shape}")
+            src = src.expand(self.shape)
         if _in_graph(self, src):
             return _ag.write(self, None, src.to(device=self.device, dtype=self.dtype))
         _check_no_grad_inplace(self, "copy_")
@@ -521,9 +523,11 @@ class Tensor:
                 other = _int_scalar(other, rdt)
                 if abs(other) > _DOUBLE_INTS:  # _C.scalar's double would round it
                     return self._binary(full(self.shape, other, dtype=rdt, device=self.device), op, out)
+            if out is not None and out.dtype is not rdt:
+                return out.copy_(_ag.check_inplace_result(out, self._binary(other, op)))
             a = self if rdt is self.dtype else self.to(dtype=rdt)
             res = out if out is not None else Tensor(_C.Buffer(self.shape, rdt.name, self._buf.device))
-            _check_inplace(res, rdt, out)
+            _check_inplace(out)
             _C.scalar(op, res._buf, a._buf, float(other))
             _write_back(res)
             return res
@@ -539,10 +543,12 @@ class Tensor:
         rdt = promote(self.dtype, other.dtype)
         if not rdt.is_floating_point and op in (_DIV, _RDIV):
             rdt = float32
+        if out is not None and out.dtype is not rdt:
+            return out.copy_(_ag.check_inplace_result(out, self._binary(other, op)))
         a = self if rdt is self.dtype else self.to(dtype=rdt)
         b = other if rdt is other.dtype else other.to(dtype=rdt)
         res = out if out is not None else Tensor(_C.Buffer(self.shape, rdt.name, self._buf.device))
-        _check_inplace(res, rdt, out)
+        _check_inplace(out)
         _C.binary(op, res._buf, a._buf, b._buf)
         _write_back(res)
         return res
@@ -567,8 +573,7 @@ class Tensor:
         if isinstance(o, Tensor) and o.shape != self.shape:  # x += bias_row: broadcast aside, then written
             _check_no_grad_inplace(self, "in-place op")
             with _ag.no_grad():
-                res = _ag._binary(self.detach(), o.detach(), op)
-            _ag.check_inplace_result(self, res)
+                res = _ag.check_inplace_result(self, _ag._binary(self.detach(), o.detach(), op))
             self._buf.bump_version()
             _C.copy(self._buf, res._buf)
             _write_back(self)
@@ -1182,12 +1187,9 @@ def _check_no_grad_inplace(t, what):
                            "wrap the update in ddpc.no_grad()")
 
 
-def _check_inplace(res, rdt, out):
+def _check_inplace(out):
     if out is not None:
         _check_no_grad_inplace(out, "in-place op")
-    if res.dtype is not rdt:
-        raise TypeError(f"result type {rdt} can't be cast to the in-place output's dtype {res.dtype}")
-    if out is not None:
         out._buf.bump_version()
 
 
