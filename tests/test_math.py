@@ -85,6 +85,7 @@ def test_unary_integer_dtypes_follow_pytorch():
     assert i.sign().tolist() == [-1, 0, 1] and i.square().tolist() == [9, 0, 16]
     assert i.floor().dtype is ddpc.int64 and i.round().tolist() == [-3, 0, 4]
     assert i.sqrt().dtype is ddpc.float32
+    assert i.relu().dtype is ddpc.int64 and ddpc.nn.functional.relu(i).tolist() == [0, 0, 4]
     np.testing.assert_allclose(i.abs().sqrt().numpy(), np.sqrt([3, 0, 4]), rtol=1e-6)
     u = ddpc.tensor(np.array([253, 0, 7], dtype=np.uint8))
     assert u.abs().tolist() == [253, 0, 7] and u.sign().tolist() == [1, 0, 1]

@@ -871,6 +871,9 @@ def _unary(x, op, p=0.0, q=0.0):
 
 
 def relu(x):
+    """max(x, 0); integer tensors keep their dtype, as in PyTorch."""
+    if isinstance(x, Tensor) and not x.dtype.is_floating_point:
+        return maximum(x, 0)
     return _unary(x, _RELU)
 
 
