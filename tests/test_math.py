@@ -222,6 +222,22 @@ def test_where_broadcasts_promotes_and_routes_gradients():
         ddpc.where(ddpc.ones(2), ddpc.ones(3), 0.0)
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_gradients_of_16_bit_operands_broadcast_against_integers(dtype):
+    z = ddpc.tensor([1.0, 2.0]).to(dtype).requires_grad_()
+    ddpc.where(z > 1, z, ddpc.tensor([[1], [2]])).sum().backward()
+    assert z.grad.dtype is getattr(ddpc, dtype) and z.grad.tolist() == [0.0, 2.0]
+    w = ddpc.tensor([1.0, 2.0]).to(dtype).requires_grad_()
+    (w * ddpc.tensor([[1], [3]])).sum().backward()
+    assert w.grad.tolist() == [4.0, 4.0]
+
+
+def test_add_and_sub_scale_other_in_the_result_dtype():
+    small = ddpc.tensor([200], dtype=ddpc.uint8)
+    assert ddpc.add(ddpc.tensor([1, 2]), small, alpha=2).tolist() == [401, 402]
+    assert ddpc.tensor([1.5], dtype=ddpc.float16).sub(small, alpha=2).tolist() == [-398.5]
+
+
 def test_masked_fill_and_inplace_form():
     x = np.arange(6.0).reshape(2, 3)
     t = ddpc.tensor(x, requires_grad=True)

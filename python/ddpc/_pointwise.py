@@ -33,10 +33,15 @@ def _float_pair(input, other, what):
 # ---- arithmetic in PyTorch's function forms ----------------------------------------------
 
 def _operands(input, other, alpha, what):
-    """input and alpha * other, ready for autograd's broadcasting ops (which take a tensor first)."""
+    """input and alpha * other, ready for autograd's broadcasting ops (which take a tensor first);
+    other is scaled in the result's dtype, so that uint8 values times alpha do not wrap."""
     a, b = (input, other) if isinstance(input, Tensor) else _pair(input, other, what)
     if alpha != 1:
-        b = b * alpha if isinstance(b, numbers.Number) else _ag.mul(_ag._operand(b, a, what), alpha)
+        if isinstance(b, numbers.Number):
+            return a, b * alpha
+        b = _ag._operand(b, a, what)
+        dt = result_type(a, b)
+        b = _ag.mul(b if b.dtype is dt else b.to(dtype=dt), alpha)
     return a, b
 
 

@@ -642,6 +642,8 @@ def _reduce_to(g, shape, dtype):
     """Sums g over the dims it was broadcast across, back to `shape`."""
     shape = tuple(shape)
     if g.shape != shape:
+        if g.dtype in _HALVES:  # the sums of _C run in float32 and float64
+            g = g.float()
         n = math.prod(shape)
         if g.numel() == n:  # broadcast over leading dims of size 1 only
             g = g.reshape(shape)
