@@ -195,3 +195,30 @@ def test_transpose_and_t_keep_pytorchs_rules():
         x.permute(0, 0, 1)
     with pytest.raises(ValueError, match="can't be expanded"):
         x.expand(4, 5, 7)
+
+
+@pytest.mark.parametrize("index", [(slice(None), slice(-1, 0)), (np.array([0, -1, 0]), slice(None)), (Ellipsis,)])
+def test_writes_that_select_no_elements_are_no_ops(index):
+    x = ddpc.zeros(1, 0)
+    x[tuple(ddpc.tensor(i) if isinstance(i, np.ndarray) else i for i in index)] = 3
+    assert x.shape == (1, 0)
+    y = ddpc.zeros(2, 4)
+    y[:, 2:2] = ddpc.ones(2, 0)
+    y[ddpc.tensor([], dtype=ddpc.int64)] = 5
+    assert y.tolist() == [[0.0] * 4] * 2
+
+
+def test_gradients_of_writes_broadcast_into_empty_tensors():
+    x = ddpc.zeros(4, 3, 0, requires_grad=True)
+    v = ddpc.ones(3, 1, requires_grad=True)
+    y = x * 1
+    y[:, ...] = v
+    y.sum().backward()
+    assert x.grad.shape == (4, 3, 0) and v.grad.tolist() == [[0.0]] * 3
+
+
+def test_index_put_accumulate_on_empty_rows():
+    x = ddpc.zeros(1, 0)
+    got = ddpc.index_put(x, (ddpc.tensor([0, 0]),), ddpc.ones(0), accumulate=True)
+    assert got.shape == (1, 0)
+

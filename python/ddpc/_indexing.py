@@ -53,7 +53,9 @@ def _broadcast_to(value, shape):
     if tuple(value.shape) == tuple(shape):
         return value
     out = _C.Buffer(tuple(shape), value.dtype, value.device)
-    _C.strided_copy(out, 0, contiguous_strides(shape), value, 0, broadcast_strides(value.shape, shape), shape)
+    src = broadcast_strides(value.shape, shape)
+    if math.prod(shape):  # the contiguous strides of an empty shape may be 0, which strided_copy refuses
+        _C.strided_copy(out, 0, contiguous_strides(shape), value, 0, src, shape)
     return out
 
 
@@ -80,6 +82,8 @@ class Region:
         return out
 
     def write(self, buf, value):
+        if not math.prod(self.shape):  # as in _broadcast_to
+            return
         src = broadcast_strides(value.shape, self.shape)
         _C.strided_copy(buf, self.offset, self.strides, value, 0, src, self.shape)
 

@@ -632,8 +632,10 @@ def _broadcast_shape(x, y):
 
 def _sum_rows(g, n):
     """g [..., n] summed over everything before its last n elements."""
-    flat = g.reshape(-1, n) if n else g.reshape(-1, 0)
     out = _empty((n,), g)
+    if not n:
+        return out
+    flat = g.reshape(-1, n)
     _C.sum_dim(out._buf, flat._buf, 0)
     return out
 
@@ -2310,9 +2312,10 @@ def index_put(a, indices, values, accumulate=False):
         i = expand(i.detach().to(dtype=int64), shape)
         i = where(i < 0, add(i, n), i)
         flat = i if flat is None else add(mul(flat, n), i)
-    rows = reshape(a, (math.prod(lead), -1))
+    width = math.prod(a.shape[len(indices):])  # named, not -1, which an empty tensor leaves ambiguous
+    rows = reshape(a, (math.prod(lead), width))
     vals = values if isinstance(values, Tensor) else _operand(values, a, "index_put")
-    vals = reshape(expand(vals.to(dtype=a.dtype), shape + a.shape[len(indices):]), (-1, rows.shape[1]))
+    vals = reshape(expand(vals.to(dtype=a.dtype), shape + a.shape[len(indices):]), (math.prod(shape), width))
     return reshape(index_add(rows, 0, reshape(flat, (-1,)), vals), a.shape)
 
 
