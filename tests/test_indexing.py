@@ -222,3 +222,12 @@ def test_index_put_accumulate_on_empty_rows():
     got = ddpc.index_put(x, (ddpc.tensor([0, 0]),), ddpc.ones(0), accumulate=True)
     assert got.shape == (1, 0)
 
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_row_index_gradients_in_16_bit(dtype):
+    a = ddpc.tensor(np.arange(6.0).reshape(3, 2)).to(dtype).requires_grad_()
+    a[ddpc.tensor([2, 0, 2])].sum().backward()
+    assert a.grad.dtype is getattr(ddpc, dtype) and a.grad.float().tolist() == [[1, 1], [0, 0], [2, 2]]
+    b = ddpc.tensor(np.arange(6.0).reshape(3, 2)).to(dtype).requires_grad_()
+    (b.index_copy(0, ddpc.tensor([1]), ddpc.ones(1, 2).to(dtype)) * 2).sum().backward()
+    assert b.grad.float().tolist() == [[2, 2], [0, 0], [2, 2]]

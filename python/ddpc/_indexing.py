@@ -127,7 +127,14 @@ class Rows:
         _C.put_rows(self._table(buf), value.view(0, (len(self.rows), self.width)), self._index(buf))
 
     def add_into(self, gbuf, g):
-        """gbuf (zeros) += g at the rows; rows selected twice add up."""
+        """gbuf (zeros) += g at the rows; rows selected twice add up (16-bit floats in float32)."""
+        if gbuf.dtype in ("float16", "bfloat16"):
+            wide, g_wide = (_C.Buffer(tuple(b.shape), "float32", b.device) for b in (gbuf, g))
+            _C.cast(wide, gbuf)
+            _C.cast(g_wide, g)
+            self.add_into(wide, g_wide)
+            _C.cast(gbuf, wide)
+            return
         _C.index_add_rows(self._table(gbuf), g.view(0, (len(self.rows), self.width)), self._index(gbuf))
 
 
