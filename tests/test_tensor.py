@@ -643,3 +643,20 @@ def test_copy_broadcasts_the_source():
     assert s.grad.tolist() == [3.0, 3.0, 3.0]
     with pytest.raises(ValueError):
         z.copy_(ddpc.ones(2))
+
+
+def test_cat_leaves_out_one_dim_empty_tensors_but_counts_their_dtype():
+    grown = ddpc.cat([ddpc.tensor([]), ddpc.tensor([[1, 2]])])
+    assert grown.dtype is ddpc.float32 and grown.tolist() == [[1.0, 2.0]]
+    assert ddpc.cat([ddpc.zeros(0, dtype=ddpc.int64), ddpc.ones(2, 3, dtype=ddpc.int32)], 1).dtype is ddpc.int64
+    assert ddpc.cat([ddpc.zeros(0), ddpc.zeros(0)]).shape == (0,)
+    y = ddpc.ones(2, 2, requires_grad=True)
+    ddpc.cat([ddpc.zeros(0, requires_grad=True), y], -1).sum().backward()
+    assert y.grad.tolist() == [[1.0, 1.0]] * 2
+    with pytest.raises(ValueError):
+        ddpc.cat([ddpc.zeros(1), ddpc.ones(2, 2)])
+
+
+def test_chunk_of_an_empty_dim_gives_chunks_empty_pieces():
+    assert [p.shape for p in ddpc.zeros(0, 3).chunk(3)] == [(0, 3)] * 3
+    assert [p.shape for p in ddpc.zeros(2, 0).chunk(2, 1)] == [(2, 0)] * 2

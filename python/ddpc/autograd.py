@@ -1998,11 +1998,11 @@ def split(a, split_size_or_sections, dim=0):
 
 
 def chunk(a, chunks, dim=0):
-    """At most ``chunks`` pieces of ceil(n / chunks) along ``dim``, as torch."""
+    """At most ``chunks`` pieces of ceil(n / chunks) along ``dim`` (``chunks`` empty ones of an empty dim), as torch."""
     if chunks <= 0:
         raise ValueError(f"chunk: chunks must be positive, got {chunks}")
     n = a.shape[_dim(a, dim)]
-    return split(a, -(-n // chunks) if n else 1, dim) if n else split_with_sizes(a, [0], dim)
+    return split(a, -(-n // chunks), dim) if n else split_with_sizes(a, [0] * chunks, dim)
 
 
 def tensor_split(a, indices_or_sections, dim=0):
@@ -2735,8 +2735,14 @@ class _StackBackward(_CatBackward):
 
 
 def cat(tensors, dim=0):
-    """Concatenates tensors along ``dim`` (all other dims equal)."""
+    """Concatenates tensors along ``dim`` (all other dims equal). As in
+    PyTorch, 1-d tensors of no elements (``tensor([])``, a loop's empty start)
+    are left out, though their dtypes take part in the result's."""
     tensors = list(tensors)
+    kept = [t for t in tensors if not (isinstance(t, Tensor) and t.shape == (0,))]
+    if kept and len(kept) < len(tensors):
+        dt = functools.reduce(promote, (t.dtype for t in tensors if isinstance(t, Tensor)))
+        return cat([t if t.dtype is dt else t.to(dtype=dt) for t in kept], dim)
     out = _cat_storage(tensors, dim)
     if _needs_grad(*tensors):
         _attach(out, _CatBackward(tensors, dim % out.ndim))
