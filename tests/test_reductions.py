@@ -372,6 +372,17 @@ def test_matrix_products():
         ddpc.dot(t(v), t(w))
 
 
+@pytest.mark.parametrize("dtype", ["int64", "int32", "uint8"])
+def test_integer_matrix_products_keep_the_dtype(dtype):
+    a, b = np.array([[2, 3], [4, 5]]), np.array([[7, 1, 0], [8, 2, 1]])
+    got = t(a).to(dtype) @ t(b).to(dtype)
+    assert got.dtype is getattr(ddpc, dtype) and got.tolist() == (a @ b).tolist()
+    assert ddpc.bmm(t(a[None]).to(dtype), t(b[None]).to(dtype)).tolist() == [(a @ b).tolist()]
+    v = t(np.array([1, 2])).to(dtype)
+    assert ddpc.mv(t(a).to(dtype), v).tolist() == (a @ [1, 2]).tolist()
+    assert v.dot(v).dtype is getattr(ddpc, dtype) and int(v.dot(v)) == 5
+
+
 def test_errors():
     a = t(np.zeros((2, 3)))
     with pytest.raises(IndexError):

@@ -1419,7 +1419,9 @@ class _MatmulBackward(Node):
 def matmul(a, b):
     """a @ b as torch.matmul: a 1-d a is a row, a 1-d b a column (both dropped
     from the result); the dims before the last two broadcast, and each batch
-    slice is one GEMM on views of the operands (one GEMM in all where b is 2-d)."""
+    slice is one GEMM on views of the operands (one GEMM in all where b is 2-d).
+    Integer tensors multiply in float64, exact while the sums stay below 2**53
+    in magnitude (where PyTorch's would wrap around on overflow)."""
     if not isinstance(a, Tensor) or not isinstance(b, Tensor):
         raise TypeError(f"matmul needs two ddpc tensors, got {type(a).__name__} and {type(b).__name__}")
     if a.ndim == 0 or b.ndim == 0:
@@ -1437,6 +1439,8 @@ def matmul(a, b):
         return reshape(matmul(a, reshape(b, (b.shape[0], 1))), a.shape[:-1])
     if a.dtype in _HALVES:
         return matmul(a.float(), b.float()).to(dtype=a.dtype)
+    if not a.dtype.is_floating_point:
+        return matmul(a.to(dtype=float64), b.to(dtype=float64)).to(dtype=a.dtype)
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
     if a.ndim > 2 and b.ndim == 2:  # the batch folds into a's rows
         return reshape(matmul(reshape(a, (math.prod(a.shape[:-1]), k)), b), a.shape[:-1] + (n,))
@@ -2451,7 +2455,8 @@ def dot(a, b):
     _check_mat(a, b, "dot", 1, 1)
     if a.shape != b.shape:
         raise ValueError(f"dot: shapes {a.shape} and {b.shape} differ")
-    return sum(mul(a, b))
+    out = sum(mul(a, b))
+    return out if out.dtype is a.dtype else out.to(dtype=a.dtype)  # integers keep their dtype, as torch.dot's
 
 
 def outer(a, b):
