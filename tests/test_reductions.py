@@ -383,6 +383,18 @@ def test_integer_matrix_products_keep_the_dtype(dtype):
     assert v.dot(v).dtype is getattr(ddpc, dtype) and int(v.dot(v)) == 5
 
 
+def test_linear_with_no_features_and_with_a_1d_weight():
+    x = t(np.ones((4, 3)), requires_grad=True)
+    w = t(np.ones((0, 3)), requires_grad=True)
+    b = t(np.ones(0), requires_grad=True)
+    y = ddpc.nn.functional.linear(x, w, b)
+    assert y.shape == (4, 0)
+    y.sum().backward()
+    assert x.grad.tolist() == [[0.0] * 3] * 4 and w.grad.shape == (0, 3) and b.grad.shape == (0,)
+    v = RNG.standard_normal(3)
+    close(ddpc.nn.functional.linear(t(np.eye(3)[:2]), t(v)), v[:2])
+
+
 def test_errors():
     a = t(np.zeros((2, 3)))
     with pytest.raises(IndexError):

@@ -1461,7 +1461,7 @@ class _LinearBackward(Node):
 
     def backward(self, g):
         x2, w = self.saved
-        g2 = g.reshape(-1, w.shape[0])
+        g2 = g.reshape(x2.shape[0], w.shape[0])  # not -1: out_features may be 0
         gx = gw = gb = None
         if self.next_functions[0] is not None:
             gx = _empty(x2.shape, g2)
@@ -1478,7 +1478,11 @@ class _LinearBackward(Node):
 
 @autocast_op("lower")
 def linear(x, weight, bias=None):
-    """x @ weight.T + bias in one GEMM with the bias fused; x is [..., in]."""
+    """x @ weight.T + bias in one GEMM with the bias fused; x is [..., in]. A 1-d
+    weight (in,) without a bias gives x @ weight, as in PyTorch."""
+    if weight.ndim == 1 and bias is None:
+        out = linear(x, reshape(weight, (1, weight.shape[0])))
+        return reshape(out, out.shape[:-1])
     if x.ndim < 1 or x.shape[-1] != weight.shape[1]:
         raise ValueError(f"linear: input of shape {x.shape} does not end in in_features={weight.shape[1]}")
     if x.dtype is not weight.dtype:
