@@ -95,6 +95,21 @@ def test_rms_norm_weight_and_default_eps():
     np.testing.assert_allclose(m(ddpc.tensor(x)).numpy(), want, rtol=1e-5)
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_rms_norm_of_16_bit_floats_computes_in_float32_with_its_epsilon(dtype):
+    x = np.array([0.5, -0.25, 1.0], dtype=np.float32).reshape(3, 1)
+    got = F.rms_norm(ddpc.tensor(x).to(dtype), (1,))
+    assert got.dtype is getattr(ddpc, dtype)
+    np.testing.assert_allclose(got.float().numpy(), x / np.sqrt(x * x + np.finfo(np.float32).eps), rtol=1e-2)
+
+
+def test_norms_of_empty_batches_keep_their_shape():
+    x = ddpc.zeros(0, 4, 2)
+    assert F.batch_norm(x, ddpc.zeros(4), ddpc.ones(4), training=False).shape == (0, 4, 2)
+    assert F.group_norm(x, 2).shape == (0, 4, 2)
+    assert F.rms_norm(ddpc.zeros(3, 0, 4), (4,)).shape == (3, 0, 4)
+
+
 def test_glu_needs_an_even_dim_and_unflatten_splits_a_dim():
     with pytest.raises(ValueError, match="even"):
         F.glu(ddpc.zeros(2, 3))

@@ -200,7 +200,7 @@ def _batch_norm(input, running_mean, running_var, weight, bias, training, moment
     if input.ndim < 2:
         raise ValueError(f"batch_norm: expected an input of at least 2 dims (N, C, ...), got {input.shape}")
     n, c = input.shape[0], input.shape[1]
-    x = input.reshape(n, c, -1)
+    x = input.reshape(n, c, math.prod(input.shape[2:]))  # not -1, which an empty input leaves ambiguous
     if not training and (running_mean is None or running_var is None):
         raise ValueError("batch_norm: running_mean and running_var are needed outside training")
     if training:
@@ -690,7 +690,7 @@ __all__ += ["alpha_dropout", "celu", "channel_shuffle", "cosine_embedding_loss",
 
 # ---- normalisation over groups and gated activations ----------------------------------------
 
-_DTYPE_EPS = {"float16": 2.0 ** -10, "bfloat16": 2.0 ** -7, "float32": 2.0 ** -23, "float64": 2.0 ** -52}
+_DTYPE_EPS = {"float32": 2.0 ** -23, "float64": 2.0 ** -52}
 
 
 def _channel_affine(out, weight, bias):
@@ -708,7 +708,7 @@ def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
     if input.ndim < 2 or input.shape[1] % num_groups:
         raise ValueError(f"group_norm: expected an (N, C, *) input with C divisible by num_groups={num_groups}, "
                          f"got shape {input.shape}")
-    grouped = input.reshape(input.shape[0], num_groups, -1)
+    grouped = input.reshape(input.shape[0], num_groups, math.prod(input.shape[1:]) // num_groups)
     out = layer_norm(grouped, (grouped.shape[-1],), None, None, eps).reshape(input.shape)
     return _channel_affine(out, weight, bias)
 
@@ -737,12 +737,16 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
 
 
 def rms_norm(input, normalized_shape, weight=None, eps=None):
-    """input / sqrt(mean(input**2 over the last dims) + eps) * weight; eps None is the dtype's epsilon."""
+    """input / sqrt(mean(input**2 over the last dims) + eps) * weight; eps None is
+    the epsilon of the dtype it computes in (16-bit floats compute in float32, as in PyTorch)."""
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
     if tuple(input.shape[input.ndim - len(shape):]) != shape:
         raise ValueError(f"rms_norm: the input's last dims {input.shape} do not end in normalized_shape {shape}")
+    if input.dtype.name in ("float16", "bfloat16"):
+        out = rms_norm(input.float(), shape, None, eps).to(dtype=input.dtype)
+        return out if weight is None else out * weight
     eps = _DTYPE_EPS[input.dtype.name] if eps is None else eps
-    rows = input.reshape(input.shape[:input.ndim - len(shape)] + (-1,))
+    rows = input.reshape(input.shape[:input.ndim - len(shape)] + (math.prod(shape),))
     out = (rows * ((rows * rows).mean(-1, keepdim=True) + eps) ** -0.5).reshape(input.shape)
     return out if weight is None else out * weight
 
