@@ -110,6 +110,20 @@ def test_norms_of_empty_batches_keep_their_shape():
     assert F.rms_norm(ddpc.zeros(3, 0, 4), (4,)).shape == (3, 0, 4)
 
 
+def test_gelu_tanh_approximation():
+    x = np.linspace(-4, 4, 17)
+    want = 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+    np.testing.assert_allclose(F.gelu(ddpc.tensor(x), approximate="tanh").numpy(), want, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(nn.GELU("tanh")(ddpc.tensor(x)).numpy(), want, rtol=1e-12, atol=1e-15)
+    a = ddpc.tensor(x, requires_grad=True)
+    F.gelu(a, approximate="tanh").sum().backward()
+    f = lambda v: 0.5 * v * (1 + np.tanh(np.sqrt(2 / np.pi) * (v + 0.044715 * v ** 3)))
+    np.testing.assert_allclose(a.grad.numpy(), numeric_grad(lambda v: float(f(v).sum()), x), rtol=1e-6, atol=1e-8)
+    assert F.gelu(ddpc.tensor(x).half(), approximate="tanh").dtype is ddpc.float16
+    with pytest.raises(ValueError):
+        F.gelu(a, approximate="erf")
+
+
 def test_glu_needs_an_even_dim_and_unflatten_splits_a_dim():
     with pytest.raises(ValueError, match="even"):
         F.glu(ddpc.zeros(2, 3))

@@ -882,8 +882,15 @@ def relu(x):
 
 
 def gelu(x, approximate="none"):
+    """x * Phi(x) (Phi the normal distribution function); ``approximate='tanh'``
+    is 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x**3))), composed of the elementwise ops."""
+    if approximate == "tanh":
+        if x.dtype in _HALVES:
+            return gelu(x.float(), approximate).to(dtype=x.dtype)
+        inner = mul(add(x, mul(pow(x, 3), 0.044715)), math.sqrt(2 / math.pi))
+        return mul(mul(x, 0.5), add(tanh(inner), 1.0))
     if approximate != "none":
-        raise ValueError("ddpc's gelu implements the exact form only (approximate='none')")
+        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
     return _unary(x, _GELU)
 
 

@@ -979,12 +979,12 @@ class ReLU(Module):
 class GELU(Module):
     def __init__(self, approximate="none"):
         super().__init__()
-        if approximate != "none":
-            raise ValueError("ddpc's GELU implements the exact form only (approximate='none')")
+        if approximate not in ("none", "tanh"):
+            raise ValueError(f"GELU: approximate must be 'none' or 'tanh', got {approximate!r}")
         self.approximate = approximate
 
     def forward(self, input):
-        return F.gelu(input)
+        return F.gelu(input, approximate=self.approximate)
 
     def extra_repr(self):
         return f"approximate='{self.approximate}'"
