@@ -278,3 +278,18 @@ def test_embedding_looks_up_rows_and_adds_their_gradients():
         F.embedding(ddpc.tensor([6]), w)
     with pytest.raises(TypeError, match="int64"):
         F.embedding(ddpc.tensor([1], dtype=ddpc.int32), w)
+
+
+def test_embedding_max_norm_renormalises_the_rows_looked_up_in_place():
+    table = np.array([[3.0, 4.0], [0.3, 0.4], [6.0, 8.0], [1.0, 1.0]])
+    w = ddpc.tensor(table, requires_grad=True)
+    out = F.embedding(ddpc.tensor([[0, 1], [0, 3]]), w, max_norm=2.0)
+    want = table.copy()
+    want[0] *= 2.0 / (5.0 + 1e-7)  # rows 1 and 3 are within the norm; row 2, not looked up, keeps its own
+    np.testing.assert_allclose(w.detach().numpy(), want, rtol=1e-12)
+    np.testing.assert_allclose(out.detach().numpy(), want[[[0, 1], [0, 3]]], rtol=1e-12)
+    out.sum().backward()
+    assert w.grad.numpy()[:, 0].tolist() == [2.0, 1.0, 0.0, 1.0]
+    emb = nn.Embedding(4, 2, max_norm=1.0, norm_type=1.0)
+    emb(ddpc.tensor([0, 1, 2, 3]))
+    assert float(emb.weight.detach().abs().sum(1).max()) <= 1.0 + 1e-6

@@ -2861,9 +2861,20 @@ def _range_of(t):
     return tuple(stack([amin(t), amax(t)]).cpu().numpy().tolist())
 
 
-def embedding(input, weight, padding_idx=None):
+def _renorm_rows_(weight, idx, max_norm, norm_type):
+    """PyTorch's embedding_renorm_: the rows of ``weight`` at ``idx`` whose
+    ``norm_type``-norm exceeds ``max_norm`` are scaled down to it, in place."""
+    with no_grad():
+        rows = unique(idx)
+        picked = weight.detach()[rows]
+        norms = norm(picked, norm_type, 1, keepdim=True)
+        weight[rows] = mul(picked, where(norms > max_norm, mul(reciprocal(add(norms, 1e-7)), max_norm), 1.0))
+
+
+def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0):
     """Rows of ``weight`` [N, D] at the int64 indices ``input`` (any shape): shape input.shape + (D,).
-    The row at ``padding_idx`` gets no gradient."""
+    The row at ``padding_idx`` gets no gradient. With ``max_norm``, the rows
+    looked up are first renormalised in place to at most that norm, as in PyTorch."""
     if weight.ndim != 2:
         raise ValueError(f"embedding: the weight must be 2-d, got shape {weight.shape}")
     if input.dtype is not int64:
@@ -2880,6 +2891,8 @@ def embedding(input, weight, padding_idx=None):
         low, high = _range_of(idx)
         if low < 0 or high >= n:
             raise ValueError(f"embedding: index {low if low < 0 else high} is out of range for {n} rows")
+    if max_norm is not None and idx.numel():
+        _renorm_rows_(weight, idx, max_norm, norm_type)
     out = _empty(tuple(input.shape) + (weight.shape[1],), weight)
     _C.index_rows(out.reshape(-1, weight.shape[1])._buf, weight._buf, idx._buf)
     if _needs_grad(weight):

@@ -773,11 +773,14 @@ class AdaptiveAvgPool1d(AdaptiveAvgPool2d):
 class Embedding(Module):
     """A table of ``num_embeddings`` rows of ``embedding_dim``, looked up by
     int64 indices; rows start normal(0, 1), the ``padding_idx`` row zero (and
-    it gets no gradient)."""
+    it gets no gradient); with ``max_norm`` the rows looked up are renormalised
+    in place to at most that ``norm_type``-norm."""
 
-    def __init__(self, num_embeddings, embedding_dim, padding_idx=None, device=None, dtype=None):
+    def __init__(self, num_embeddings, embedding_dim, padding_idx=None, max_norm=None, norm_type=2.0, device=None,
+                 dtype=None):
         super().__init__()
         self.num_embeddings, self.embedding_dim = int(num_embeddings), int(embedding_dim)
+        self.max_norm, self.norm_type = max_norm, norm_type
         if padding_idx is not None:
             if not -self.num_embeddings <= padding_idx < self.num_embeddings:
                 raise ValueError(f"padding_idx {padding_idx} is out of range for {self.num_embeddings} rows")
@@ -793,11 +796,12 @@ class Embedding(Module):
                 self.weight[self.padding_idx] = 0.0
 
     def forward(self, input):
-        return F.embedding(input, self.weight, self.padding_idx)
+        return F.embedding(input, self.weight, self.padding_idx, self.max_norm, self.norm_type)
 
     def extra_repr(self):
         pad = f", padding_idx={self.padding_idx}" if self.padding_idx is not None else ""
-        return f"{self.num_embeddings}, {self.embedding_dim}{pad}"
+        norm = f", max_norm={self.max_norm}" if self.max_norm is not None else ""
+        return f"{self.num_embeddings}, {self.embedding_dim}{pad}{norm}"
 
 
 class LayerNorm(Module):
