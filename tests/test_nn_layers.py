@@ -149,3 +149,21 @@ def test_parameter_list_and_dict_register_parameters():
     (pl[0].sum() + pl[1].sum()).backward()
     opt.step()
     np.testing.assert_array_equal(pl[0].detach().numpy(), [-1.0, -1.0])
+
+
+def test_bilinear_matches_numpy_and_its_gradients():
+    rng = np.random.default_rng(3)
+    x1, x2 = rng.standard_normal((2, 5, 3)), rng.standard_normal((2, 5, 4))
+    w, b = rng.standard_normal((6, 3, 4)), rng.standard_normal(6)
+    got = F.bilinear(ddpc.tensor(x1), ddpc.tensor(x2), ddpc.tensor(w), ddpc.tensor(b))
+    np.testing.assert_allclose(got.numpy(), np.einsum("...i,kij,...j->...k", x1, w, x2) + b, rtol=1e-12)
+    weight = ddpc.tensor(w, requires_grad=True)
+    F.bilinear(ddpc.tensor(x1), ddpc.tensor(x2), weight).sum().backward()
+    np.testing.assert_allclose(weight.grad.numpy(), np.einsum("abi,abj->ij", x1, x2)[None].repeat(6, 0), rtol=1e-10)
+    m = nn.Bilinear(3, 4, 6)
+    assert [(n, p.shape) for n, p in m.named_parameters()] == [("weight", (6, 3, 4)), ("bias", (6,))]
+    assert float(m.weight.detach().abs().max()) <= 1 / np.sqrt(3)
+    assert m(ddpc.randn(5, 3), ddpc.randn(5, 4)).shape == (5, 6)
+    assert nn.Bilinear(3, 4, 6, bias=False).bias is None
+    with pytest.raises(ValueError):
+        F.bilinear(ddpc.randn(5, 3), ddpc.randn(4, 4), ddpc.tensor(w))

@@ -1,12 +1,11 @@
 """ddpc.nn: layers, containers and losses shaped like torch.nn."""
 
 from . import functional, init, utils
-from .modules import (ELU, GELU, BatchNorm1d, BatchNorm2d, BatchNorm3d, BCELoss, BCEWithLogitsLoss, CrossEntropyLoss,
-                      CTCLoss,
-                      Dropout, Embedding, Flatten, Hardsigmoid, Hardswish, Hardtanh, HuberLoss, Identity, KLDivLoss,
-                      L1Loss, LayerNorm, LeakyReLU, Linear, LogSoftmax, Mish, Module, ModuleDict, ModuleList, MSELoss,
-                      NLLLoss, Parameter, ReLU, ReLU6, Sequential, Sigmoid, SiLU, SmoothL1Loss, Softmax, Softplus,
-                      SyncBatchNorm, Tanh)
+from .modules import (ELU, GELU, BatchNorm1d, BatchNorm2d, BatchNorm3d, BCELoss, BCEWithLogitsLoss, Bilinear,
+                      CrossEntropyLoss, CTCLoss, Dropout, Embedding, Flatten, Hardsigmoid, Hardswish, Hardtanh, HuberLoss,
+                      Identity, KLDivLoss, L1Loss, LayerNorm, LeakyReLU, Linear, LogSoftmax, Mish, Module, ModuleDict,
+                      ModuleList, MSELoss, NLLLoss, Parameter, ReLU, ReLU6, Sequential, Sigmoid, SiLU, SmoothL1Loss,
+                      Softmax, Softplus, SyncBatchNorm, Tanh)
 from .modules import (AdaptiveAvgPool1d, AdaptiveAvgPool2d, AvgPool1d, AvgPool2d, Conv1d, Conv2d, ConvTranspose1d,
                       ConvTranspose2d, Fold, MaxPool1d, MaxPool2d, Unfold)
 from .modules import (GLU, GroupNorm, InstanceNorm1d, InstanceNorm2d, InstanceNorm3d, ParameterDict, ParameterList,
@@ -22,7 +21,7 @@ from .modules import (CELU, SELU, AlphaDropout, ChannelShuffle, CosineEmbeddingL
 from . import parallel
 from .parallel import DataParallel, DistributedDataParallel
 
-__all__ = ["BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm", "CrossEntropyLoss", "Dropout", "Embedding",
+__all__ = ["BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "Bilinear", "SyncBatchNorm", "CrossEntropyLoss", "Dropout", "Embedding",
            "Flatten", "GELU", "Identity", "LayerNorm", "Linear", "MSELoss",
            "Module", "ModuleDict", "ModuleList", "Parameter", "ReLU", "Sequential", "Sigmoid", "Tanh", "functional",
            "init", "parallel", "utils", "DataParallel", "DistributedDataParallel",

@@ -34,6 +34,18 @@ def _apply(fn, input, inplace, what, *args):
     return fn(input, *args)
 
 
+def bilinear(input1, input2, weight, bias=None):
+    """y[..., k] = input1 @ weight[k] @ input2 + bias[k]: inputs [..., in1] and
+    [..., in2], weight (out, in1, in2). input1 meets every weight[k] in one GEMM."""
+    out_features, in1, in2 = weight.shape
+    if input1.shape[-1:] != (in1,) or input2.shape[-1:] != (in2,) or input1.shape[:-1] != input2.shape[:-1]:
+        raise ValueError(f"bilinear: inputs of shapes {input1.shape} and {input2.shape} do not fit a weight of shape "
+                         f"{weight.shape}")
+    mixed = linear(input1, weight.transpose(1, 2).reshape(out_features * in2, in1))
+    out = (mixed.reshape(input1.shape[:-1] + (out_features, in2)) * input2.unsqueeze(-2)).sum(-1)
+    return out if bias is None else out + bias
+
+
 def relu(input, inplace=False):
     return _apply(_ag.relu, input, inplace, "relu_")
 
@@ -772,7 +784,7 @@ def unflatten(input, dim, sizes):
 
 # ---- attention ------------------------------------------------------------------------------
 
-__all__ += ["scaled_dot_product_attention"]
+__all__ += ["scaled_dot_product_attention", "bilinear"]
 
 
 def _mask_scores(scores, mask, true_takes_part):

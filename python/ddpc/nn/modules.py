@@ -524,6 +524,39 @@ class Linear(Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
 
+class Bilinear(Module):
+    """y = x1 @ weight[k] @ x2 + bias[k] for each of ``out_features`` k, with
+    PyTorch's initialisation (weight and bias uniform on +-1/sqrt(in1_features))."""
+
+    def __init__(self, in1_features, in2_features, out_features, bias=True, device=None, dtype=None):
+        super().__init__()
+        self.in1_features, self.in2_features = int(in1_features), int(in2_features)
+        self.out_features = int(out_features)
+        self.weight = Parameter(empty(self.out_features, self.in1_features, self.in2_features, dtype=dtype,
+                                      device=device))
+        if bias:
+            self.bias = Parameter(empty(self.out_features, dtype=dtype, device=device))
+        else:
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        bound = 1 / math.sqrt(self.in1_features) if self.in1_features > 0 else 0
+        init.uniform_(self.weight, -bound, bound)
+        if self.bias is not None:
+            init.uniform_(self.bias, -bound, bound)
+
+    def forward(self, input1, input2):
+        return F.bilinear(input1, input2, self.weight, self.bias)
+
+    def extra_repr(self):
+        return (f"in1_features={self.in1_features}, in2_features={self.in2_features}, "
+                f"out_features={self.out_features}, bias={self.bias is not None}")
+
+
+__all__ += ["Bilinear"]
+
+
 # ---- convolution and pooling (compute in _conv.py) -----------------------------------------
 
 __all__ += ["Conv1d", "Conv2d", "MaxPool1d", "MaxPool2d", "AvgPool1d", "AvgPool2d", "AdaptiveAvgPool2d"]
