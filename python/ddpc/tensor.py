@@ -138,6 +138,11 @@ class Tensor:
     changes of that tensor. Writes into a copy that can't be written back (an
     expand, or a view of such a copy) raise; ``contiguous()`` or ``clone()``
     gives a tensor of its own.
+
+    ddpc has no bool dtype: comparisons and predicates give uint8 masks of 0
+    and 1. Arithmetic on them stays uint8 where PyTorch's bool promotes or is
+    logical: mask + mask counts (2 where both hold, not True), mask * 300 wraps
+    around; cast first (``mask.long()``, ``mask.float()``) to count or scale.
     """
 
     __array_priority__ = 1000
@@ -1310,7 +1315,9 @@ def ones(*size, dtype=None, device=None, requires_grad=False, pin_memory=False):
 
 
 def full(size, fill_value, dtype=None, device=None, requires_grad=False):
-    default = None if _is_float_scalar(fill_value) else int64
+    """A tensor of ``size`` filled with ``fill_value``: the default dtype for a
+    float, int64 for an int and uint8 for a bool (ddpc's masks, as comparisons give)."""
+    default = None if _is_float_scalar(fill_value) else uint8 if isinstance(fill_value, bool) else int64
     return _new(size, dtype, device, default=default).fill_(fill_value)._with_grad(requires_grad)
 
 
