@@ -660,3 +660,12 @@ def test_cat_leaves_out_one_dim_empty_tensors_but_counts_their_dtype():
 def test_chunk_of_an_empty_dim_gives_chunks_empty_pieces():
     assert [p.shape for p in ddpc.zeros(0, 3).chunk(3)] == [(0, 3)] * 3
     assert [p.shape for p in ddpc.zeros(2, 0).chunk(2, 1)] == [(2, 0)] * 2
+
+
+def test_integer_division_runs_in_the_result_dtype():
+    x = ddpc.tensor([1, 7, 200], dtype=ddpc.uint8)
+    # uint8 (N,) with an int64 0-d tensor is uint8, so -5 is read as the uint8 251, as in PyTorch
+    assert ddpc.div(x, ddpc.tensor(-5), rounding_mode="floor").tolist() == [0, 0, 0]
+    assert ddpc.remainder(x, ddpc.tensor(-5)).tolist() == [1, 7, 200]
+    assert (x // ddpc.tensor(3)).tolist() == [0, 2, 66] and (x // ddpc.tensor(3)).dtype is ddpc.uint8
+    assert ddpc.remainder(ddpc.tensor([-7, 7]), ddpc.tensor(3, dtype=ddpc.uint8)).tolist() == [2, 1]

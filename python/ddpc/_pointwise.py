@@ -76,7 +76,8 @@ def _divmod(input, other, floor, what):
     the operands' promoted dtype."""
     a, b = _pair(input, other, what)
     dt = result_type(a, b)
-    if not dt.is_floating_point:
+    if not dt.is_floating_point:  # in the result's dtype, as PyTorch: uint8 (N,) // int64 () divides uint8s
+        a, b = (t if t.dtype is dt else t.to(dtype=dt) for t in (a, b))
         if bool(_ag.any_(b == 0)):
             raise ZeroDivisionError(f"{what}: integer division by zero")
         if any(t.numel() and _ag.amax(_ag.abs(t.detach().to(dtype=float64))).item() > _DOUBLE_INTS for t in (a, b)):
