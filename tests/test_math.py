@@ -253,8 +253,12 @@ def test_masked_fill_and_inplace_form():
     assert u.masked_fill_(u > 3, 0.0) is u and u.tolist() == [[0.0, 1.0, 2.0], [3.0, 0.0, 0.0]]
     i = ddpc.tensor([1, 2, 3]).masked_fill(ddpc.tensor([0, 1, 0], dtype=ddpc.uint8), 7)
     assert i.dtype is ddpc.int64 and i.tolist() == [1, 7, 3]
-    with pytest.raises(ValueError, match="does not broadcast"):
-        ddpc.tensor([1.0, 2.0]).masked_fill(ddpc.ones(2, 2) > 0, 0.0)
+    wide = ddpc.tensor([1.0, 2.0]).masked_fill(ddpc.tensor([[1, 0], [0, 0]], dtype=ddpc.uint8), 0.0)
+    assert wide.tolist() == [[0.0, 2.0], [1.0, 2.0]]  # x and mask broadcast together, as in PyTorch
+    with pytest.raises(ValueError, match="shape"):
+        ddpc.tensor([1.0, 2.0]).masked_fill_(ddpc.ones(2, 2) > 0, 0.0)
+    with pytest.raises(ValueError):
+        ddpc.tensor([1.0, 2.0]).masked_fill(ddpc.ones(3) > 0, 0.0)
 
 
 def test_lerp_addcmul_addcdiv_values_gradients_and_inplace():

@@ -1264,7 +1264,8 @@ def where(condition, input=None, other=None):
 
 
 def masked_fill(x, mask, value):
-    """x with ``value`` (a number or a 0-d tensor) where ``mask`` (broadcast to x's shape) holds."""
+    """x with ``value`` (a number or a 0-d tensor) where ``mask`` holds; x and
+    mask broadcast together, as in PyTorch (the in-place form keeps x's shape)."""
     if isinstance(value, Tensor):
         if value.ndim:
             raise ValueError(f"masked_fill: value must be a number or a 0-d tensor, got shape {value.shape}")
@@ -1273,8 +1274,6 @@ def masked_fill(x, mask, value):
         from .tensor import tensor as _tensor
 
         value = _tensor(value, dtype=x.dtype, device=x.device)
-    if _broadcast_shape(mask.shape, x.shape) != x.shape:
-        raise ValueError(f"masked_fill: the mask's shape {mask.shape} does not broadcast to the tensor's {x.shape}")
     return where(mask, value, x)
 
 
