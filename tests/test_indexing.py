@@ -231,3 +231,14 @@ def test_row_index_gradients_in_16_bit(dtype):
     b = ddpc.tensor(np.arange(6.0).reshape(3, 2)).to(dtype).requires_grad_()
     (b.index_copy(0, ddpc.tensor([1]), ddpc.ones(1, 2).to(dtype)) * 2).sum().backward()
     assert b.grad.float().tolist() == [[2, 2], [0, 0], [2, 2]]
+
+
+def test_a_bool_index_is_a_new_dim_not_an_integer():
+    x = ddpc.tensor(np.arange(6.0).reshape(2, 3))
+    assert x[True].shape == (1, 2, 3) and x[False].shape == (0, 2, 3)  # as numpy and PyTorch: not x[1], x[0]
+    assert x[True, 1].tolist() == [[3.0, 4.0, 5.0]] and x[..., False].shape == (2, 3, 0)
+    y = x.clone()
+    y[False] = 7.0
+    assert y.tolist() == x.tolist()
+    y[True] = 7.0
+    assert y.tolist() == [[7.0] * 3] * 2

@@ -162,6 +162,11 @@ def _is_advanced(item):
     return isinstance(item, (list, np.ndarray))
 
 
+def _is_bool(item):
+    """A Python or numpy bool: like None, a new dim, of size 1 for True and 0 for False (as in PyTorch)."""
+    return isinstance(item, (bool, np.bool_))
+
+
 def _expand_index(index, ndim):
     """The index as a list with Ellipsis expanded, masks split into one int array per dim they cover."""
     if not isinstance(index, tuple):
@@ -176,7 +181,7 @@ def _expand_index(index, ndim):
         else:
             items.append(item)
     used = sum(1 if not isinstance(i, tuple) else (i[1].ndim if i[0] == "mask" else 1)
-               for i in items if i is not None and i is not Ellipsis)
+               for i in items if i is not None and i is not Ellipsis and not _is_bool(i))
     if sum(i is Ellipsis for i in items) > 1:
         raise IndexError("an index can only have a single ellipsis ('...')")
     if used > ndim:
@@ -201,8 +206,8 @@ def select(shape, index):
     offset, out_shape, out_strides, adv = 0, [], [], []
     d = 0
     for item in items:
-        if item is None:
-            out_shape.append(1)
+        if item is None or _is_bool(item):
+            out_shape.append(1 if item is None else int(item))
             out_strides.append(0)
             continue
         if isinstance(item, tuple):  # advanced: ("ints", array) or ("mask", array)
