@@ -690,3 +690,16 @@ def test_fold_sums_what_unfold_takes_apart():
         F.fold(ddpc.tensor(c), (9, 6), (3, 2), dilation=(1, 2), padding=1, stride=(2, 1))
     with pytest.raises(ValueError, match="divisible by the product of kernel_size"):
         F.fold(ddpc.randn(1, 5, 4), (3, 3), 2)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_unfold_and_fold_of_16_bit_floats(dtype):
+    x = np.arange(32.0).reshape(1, 2, 4, 4)
+    a = ddpc.tensor(x).to(dtype).requires_grad_()
+    cols = F.unfold(a, 2, stride=2)
+    assert cols.dtype is getattr(ddpc, dtype)
+    np.testing.assert_array_equal(cols.float().numpy(), F.unfold(ddpc.tensor(x), 2, stride=2).numpy())
+    back = F.fold(cols, (4, 4), 2, stride=2)
+    assert back.dtype is getattr(ddpc, dtype) and back.float().numpy().tolist() == x.tolist()
+    back.float().sum().backward()
+    assert a.grad.dtype is getattr(ddpc, dtype) and a.grad.float().numpy().tolist() == np.ones_like(x).tolist()

@@ -482,6 +482,8 @@ def unfold(input, kernel_size, dilation=1, padding=0, stride=1):
     if not isinstance(input, Tensor) or input.ndim not in (3, 4):
         raise ValueError(f"Input Error: Only 3D or 4D input Tensors are supported (got "
                          f"{getattr(input, 'ndim', type(input).__name__)}D)")
+    if input.dtype in _ag._HALVES:  # im2col moves float32 and float64
+        return unfold(input.float(), kernel_size, dilation, padding, stride).to(dtype=input.dtype)
     kernel, geometry = _window_args("unfold", kernel_size, dilation, padding, stride)
     x = input if input.ndim == 4 else input.unsqueeze(0)
     blocks = _blocks(x.shape[2:], kernel, geometry)
@@ -505,6 +507,8 @@ def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):
     if not isinstance(input, Tensor) or input.ndim not in (2, 3):
         raise ValueError(f"Input Error: Only unbatched (2D) or batched (3D) input Tensors are supported (got "
                          f"{getattr(input, 'ndim', type(input).__name__)}D)")
+    if input.dtype in _ag._HALVES:  # col2im adds in float32 and float64
+        return fold(input.float(), output_size, kernel_size, dilation, padding, stride).to(dtype=input.dtype)
     kernel, geometry = _window_args("fold", kernel_size, dilation, padding, stride)
     size = as_tuple(output_size, 2, "output_size")
     x = input if input.ndim == 3 else input.unsqueeze(0)
