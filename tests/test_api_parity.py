@@ -67,6 +67,11 @@ def test_binary_functions_match_numpy_with_gradients():
     y, x = np.array([1.0, 1, -1, -1, 0, 0, 2, -2]), np.array([1.0, -1, 1, -1, 0, -3, 0, 0])
     np.testing.assert_allclose(ddpc.atan2(ddpc.tensor(y), ddpc.tensor(x)).numpy(), np.arctan2(y, x), rtol=1e-12)
     _check_grad(lambda a, b: ddpc.atan2(a, b), A, B[:1])
+    special = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -2.5, 1e300])
+    y, x = np.repeat(special, len(special)), np.tile(special, len(special))
+    got = ddpc.atan2(ddpc.tensor(y), ddpc.tensor(x)).numpy()
+    np.testing.assert_array_equal(got, np.arctan2(y, x))  # also signed zeros and infinities, as C's atan2
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(np.arctan2(y, x)))
     assert ddpc.tensor([3.0]).hypot(4.0).item() == 5.0
     assert ddpc.arctan2 is ddpc.atan2
 

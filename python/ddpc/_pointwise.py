@@ -158,18 +158,25 @@ class _Atan2Backward(_ag.Node):
         return gy, gx
 
 
+def _sign_bit(t):
+    """Where t's sign bit is set: negative numbers, -inf and -0 (whose reciprocal is -inf)."""
+    return _ag.logical_or(t < 0, _ag.reciprocal(t) < 0)
+
+
 def atan2(input, other):
-    """The angle of the point (other, input) in (-pi, pi]: atan(input / other)
-    moved to other's half plane; computed in float64 and rounded once. Signed
-    zeros are not told apart (atan2(0, -1) is pi, also for -0)."""
+    """The angle of the point (other, input) in [-pi, pi], as C's atan2 (and
+    PyTorch's) also for signed zeros and infinities: the angle of (|other|,
+    |input|) in the first quadrant, reflected by the signs; computed in float64
+    and rounded once."""
     y, x = _float_pair(input, other, "atan2")
     with _ag.no_grad():
         y64, x64 = y.detach().to(dtype=float64), x.detach().to(dtype=float64)
-        angle = _ag.atan(y64 / x64)
-        half_turn = (y64 >= 0).to(dtype=float64) * (2 * math.pi) - math.pi
-        angle = _ag.where(x64 < 0, angle + half_turn, angle)
-        angle = _ag.where(_ag.logical_and(x64 == 0, y64 == 0), 0.0, angle)
-        out = angle.to(dtype=y.dtype)
+        ay, ax = _ag.abs(y64), _ag.abs(x64)
+        first = _ag.atan(ay / ax)
+        first = _ag.where(_ag.logical_and(ay == 0, ax == 0), 0.0, first)
+        first = _ag.where(_ag.logical_and(_ag.isinf(ay), _ag.isinf(ax)), math.pi / 4, first)
+        angle = _ag.where(_sign_bit(x64), math.pi - first, first)
+        out = _ag.where(_sign_bit(y64), -angle, angle).to(dtype=y.dtype)
     if _ag._needs_grad(y, x):
         _ag._attach(out, _Atan2Backward(y, x))
     return out
