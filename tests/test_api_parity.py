@@ -73,6 +73,9 @@ def test_binary_functions_match_numpy_with_gradients():
     np.testing.assert_array_equal(got, np.arctan2(y, x))  # also signed zeros and infinities, as C's atan2
     np.testing.assert_array_equal(np.signbit(got), np.signbit(np.arctan2(y, x)))
     assert ddpc.tensor([3.0]).hypot(4.0).item() == 5.0
+    big = ddpc.tensor([1e200, 1e-200, np.inf, np.nan, 0.0], dtype=ddpc.float64)
+    other = ddpc.tensor([1e200, 1e-200, np.nan, -np.inf, 0.0], dtype=ddpc.float64)
+    np.testing.assert_allclose(ddpc.hypot(big, other).numpy(), np.hypot(big.numpy(), other.numpy()), rtol=1e-15)
     assert ddpc.arctan2 is ddpc.atan2
 
 

@@ -186,9 +186,18 @@ arctan2 = atan2
 
 
 def hypot(input, other):
-    """sqrt(input ** 2 + other ** 2)."""
+    """sqrt(input ** 2 + other ** 2), as C's hypot: scaled by the larger
+    magnitude, so that it neither overflows nor underflows, and infinite where
+    either operand is (also beside a NaN). 16-bit floats compute in float32."""
     a, b = _float_pair(input, other, "hypot")
-    return _ag.sqrt(_ag.add(_ag.mul(a, a), _ag.mul(b, b)))
+    if a.dtype in _ag._HALVES:
+        return hypot(a.float(), b.float()).to(dtype=a.dtype)
+    with _ag.no_grad():
+        scale = _ag.maximum(_ag.abs(a.detach()), _ag.abs(b.detach()))
+        scale = _ag.where(_ag.logical_or(scale == 0, _ag.logical_not(_ag.isfinite(scale))), 1.0, scale)
+    # hypot(a, b) = s * hypot(a / s, b / s) for any s > 0, so s may stay outside the graph
+    out = _ag.mul(_ag.sqrt(_ag.add(_ag.square(_ag.div(a, scale)), _ag.square(_ag.div(b, scale)))), scale)
+    return _ag.where(_ag.logical_or(_ag.isinf(a.detach()), _ag.isinf(b.detach())), math.inf, out)
 
 
 def xlogy(input, other):
