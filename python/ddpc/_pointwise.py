@@ -104,8 +104,12 @@ def _divmod(input, other, floor, what):
 def fmod(input, other):
     """The remainder of input / other with the quotient rounded toward zero: it
     has the dividend's sign, as C's fmod. Computed in float64 and rounded once,
-    so exact for float32 and 16-bit floats, and for integers below 2**53 (larger
-    ones raise OverflowError); integers divided by 0 raise ZeroDivisionError."""
+    so exact for float32 and 16-bit floats while |input / other| is below 2**53,
+    and for integers below 2**53 (larger ones raise OverflowError). Unlike
+    PyTorch's (C's fmod), a larger quotient is rounded before the remainder is
+    taken, which loses it (fmod(1e30, 2.5) gives 0, not 1), and a zero result
+    is +0 whatever the dividend's sign. Integers divided by 0 raise
+    ZeroDivisionError."""
     _, r, dt = _divmod(input, other, False, "fmod")
     return r.to(dtype=dt)
 
