@@ -236,8 +236,15 @@ static ddpc_status check_int_division_(ddpc_binary_op op, const ddpc_buffer *div
     return DDPC_OK;
 }
 
+ddpc_status ddpc_check_binary_op(ddpc_binary_op op, ddpc_dtype dtype, const char *what) {
+    if ((unsigned)op >= DDPC_NBINARY) return DDPC_ERROR(DDPC_ERR_ARG, "%s: unknown op %d", what, (int)op);
+    if (op >= DDPC_BITAND && ddpc_dtype_is_float(dtype))
+        return DDPC_ERROR(DDPC_ERR_TYPE, "%s: bitwise ops take integer dtypes, got %s", what, ddpc_dtype_name(dtype));
+    return DDPC_OK;
+}
+
 ddpc_status ddpc_op_binary(ddpc_binary_op op, ddpc_buffer *out, const ddpc_buffer *a, const ddpc_buffer *b) {
-    if ((unsigned)op >= DDPC_NBINARY) return DDPC_ERROR(DDPC_ERR_ARG, "unknown binary op %d", (int)op);
+    CHECK(ddpc_check_binary_op(op, out->dtype, "binary op"));
     CHECK(check_writable_(out, "binary op"));
     CHECK(check_pair_(out, a, "binary op", 1, 1));
     CHECK(check_pair_(out, b, "binary op", 1, 1));
@@ -270,7 +277,7 @@ ddpc_status ddpc_op_binary(ddpc_binary_op op, ddpc_buffer *out, const ddpc_buffe
 }
 
 ddpc_status ddpc_op_scalar(ddpc_binary_op op, ddpc_buffer *out, const ddpc_buffer *a, double s) {
-    if ((unsigned)op >= DDPC_NBINARY) return DDPC_ERROR(DDPC_ERR_ARG, "unknown binary op %d", (int)op);
+    CHECK(ddpc_check_binary_op(op, out->dtype, "scalar op"));
     CHECK(check_writable_(out, "scalar op"));
     CHECK(check_pair_(out, a, "scalar op", 1, 1));
     CHECK(check_int_division_(op, a, s, 1));
@@ -511,7 +518,7 @@ static PyMethodDef ops_methods[] = {
     {"fill", py_fill, METH_VARARGS, "fill(dst, value)"},
     {"copy", py_copy, METH_VARARGS, "copy(dst, src, non_blocking=False): same dtype and count, any devices"},
     {"cast", py_cast, METH_VARARGS, "cast(dst, src): same device and count, any dtypes"},
-    {"binary", py_binary, METH_VARARGS, "binary(op, out, a, b): op 0 add 1 sub 2 mul 3 div 4 rsub 5 rdiv"},
+    {"binary", py_binary, METH_VARARGS, "binary(op, out, a, b): op a ddpc_binary_op code (csrc/ops.h)"},
     {"scalar", py_scalar, METH_VARARGS, "scalar(op, out, a, s)"},
     {"sum", py_sum, METH_VARARGS, "sum(out, a): out is one element"},
     {"nan_to_num", py_nan_to_num, METH_VARARGS, "nan_to_num(out, x, nan, posinf, neginf): float dtypes"},

@@ -5,25 +5,40 @@
 #define DDPC_OPS_H
 
 #include "buffer.h"
+#include "scalar_ops.h"
 
 /* The comparisons write 1 where they hold and 0 elsewhere, in the operands'
  * dtype. MAX and MIN are PyTorch's maximum and minimum: a NaN in either
- * operand gives NaN. */
+ * operand gives NaN. The bitwise ops (BITAND to RRSHIFT) take integer dtypes
+ * only; the shifts are kernels/scalar_ops.h's (PyTorch's results for every
+ * count), RLSHIFT and RRSHIFT shift the second operand by the first. */
 typedef enum {
     DDPC_ADD = 0, DDPC_SUB, DDPC_MUL, DDPC_DIV, DDPC_RSUB, DDPC_RDIV,
-    DDPC_EQ, DDPC_NE, DDPC_LT, DDPC_LE, DDPC_GT, DDPC_GE, DDPC_MAX, DDPC_MIN, DDPC_POWER, DDPC_RPOWER, DDPC_NBINARY
+    DDPC_EQ, DDPC_NE, DDPC_LT, DDPC_LE, DDPC_GT, DDPC_GE, DDPC_MAX, DDPC_MIN, DDPC_POWER, DDPC_RPOWER,
+    DDPC_BITAND, DDPC_BITOR, DDPC_BITXOR, DDPC_LSHIFT, DDPC_RSHIFT, DDPC_RLSHIFT, DDPC_RRSHIFT, DDPC_NBINARY
 } ddpc_binary_op;
-/* kernels/dispatch.cuh's binary_apply switches on these numbers (RPOWER is
- * its default), as do the op codes of python/ddpc/tensor.py. */
+/* kernels/dispatch.cuh's binary_apply switches on these numbers, as do the
+ * op codes of python/ddpc/tensor.py. */
 _Static_assert(DDPC_ADD == 0 && DDPC_SUB == 1 && DDPC_MUL == 2 && DDPC_DIV == 3 && DDPC_RSUB == 4 && DDPC_RDIV == 5 &&
                    DDPC_EQ == 6 && DDPC_NE == 7 && DDPC_LT == 8 && DDPC_LE == 9 && DDPC_GT == 10 && DDPC_GE == 11 &&
-                   DDPC_MAX == 12 && DDPC_MIN == 13 && DDPC_POWER == 14 && DDPC_RPOWER == 15 && DDPC_NBINARY == 16,
+                   DDPC_MAX == 12 && DDPC_MIN == 13 && DDPC_POWER == 14 && DDPC_RPOWER == 15 && DDPC_BITAND == 16 &&
+                   DDPC_BITOR == 17 && DDPC_BITXOR == 18 && DDPC_LSHIFT == 19 && DDPC_RSHIFT == 20 &&
+                   DDPC_RLSHIFT == 21 && DDPC_RRSHIFT == 22 && DDPC_NBINARY == 23,
                "a binary op was added or moved: renumber the cases of binary_apply in kernels/dispatch.cuh");
+
+/* A known op, and no bitwise op on a float dtype (PyTorch has none either). */
+ddpc_status ddpc_check_binary_op(ddpc_binary_op op, ddpc_dtype dtype, const char *what);
+
+/* Whether x, an element expression of the loops below, has a float type (a constant). */
+#define DDPC_IS_FLOAT_EXPR(x) _Generic((x) + 0, float: 1, double: 1, default: 0)
 
 /* `n` elements of `o = x op y`, where o, x and y are expressions of the index
  * k_; the switch is outside the loops, so each loop vectorises. MAX and MIN
  * reach x + y only when a comparison failed on a NaN, which the sum passes on.
- * POWER (x ** y) and RPOWER (y ** x) go through double: exact for integers up to 2**53. */
+ * POWER (x ** y) and RPOWER (y ** x) go through double for floats and are
+ * computed in wrapping integers for integer types, as PyTorch's. The bitwise
+ * ops work on the values widened to int64 (compiled for float types too,
+ * where the callers refuse them). */
 #define DDPC_BINARY_LOOPS(op, n, o, x, y)                                          \
     switch (op) {                                                                  \
     case DDPC_ADD: for (int64_t k_ = 0; k_ < (n); k_++) o = x + y; break;           \
@@ -40,8 +55,31 @@ _Static_assert(DDPC_ADD == 0 && DDPC_SUB == 1 && DDPC_MUL == 2 && DDPC_DIV == 3 
     case DDPC_GE: for (int64_t k_ = 0; k_ < (n); k_++) o = x >= y; break;           \
     case DDPC_MAX: for (int64_t k_ = 0; k_ < (n); k_++) o = x < y ? y : (x >= y ? x : x + y); break; \
     case DDPC_MIN: for (int64_t k_ = 0; k_ < (n); k_++) o = x > y ? y : (x <= y ? x : x + y); break; \
-    case DDPC_POWER: for (int64_t k_ = 0; k_ < (n); k_++) o = pow((double)(x), (double)(y)); break; \
-    default: for (int64_t k_ = 0; k_ < (n); k_++) o = pow((double)(y), (double)(x)); break; \
+    case DDPC_POWER:                                                               \
+        for (int64_t k_ = 0; k_ < (n); k_++)                                       \
+            if (DDPC_IS_FLOAT_EXPR(x)) o = pow((double)(x), (double)(y));          \
+            else o = ddpc_int_pow((int64_t)(x), (int64_t)(y));                     \
+        break;                                                                     \
+    case DDPC_RPOWER:                                                              \
+        for (int64_t k_ = 0; k_ < (n); k_++)                                       \
+            if (DDPC_IS_FLOAT_EXPR(x)) o = pow((double)(y), (double)(x));          \
+            else o = ddpc_int_pow((int64_t)(y), (int64_t)(x));                     \
+        break;                                                                     \
+    case DDPC_BITAND: for (int64_t k_ = 0; k_ < (n); k_++) o = (int64_t)(x) & (int64_t)(y); break; \
+    case DDPC_BITOR: for (int64_t k_ = 0; k_ < (n); k_++) o = (int64_t)(x) | (int64_t)(y); break; \
+    case DDPC_BITXOR: for (int64_t k_ = 0; k_ < (n); k_++) o = (int64_t)(x) ^ (int64_t)(y); break; \
+    case DDPC_LSHIFT:                                                              \
+        for (int64_t k_ = 0; k_ < (n); k_++) o = ddpc_shift_left((int64_t)(x), (int64_t)(y), 8 * (int)sizeof(x)); \
+        break;                                                                     \
+    case DDPC_RSHIFT:                                                              \
+        for (int64_t k_ = 0; k_ < (n); k_++) o = ddpc_shift_right((int64_t)(x), (int64_t)(y), 8 * (int)sizeof(x)); \
+        break;                                                                     \
+    case DDPC_RLSHIFT:                                                             \
+        for (int64_t k_ = 0; k_ < (n); k_++) o = ddpc_shift_left((int64_t)(y), (int64_t)(x), 8 * (int)sizeof(x)); \
+        break;                                                                     \
+    default:                                                                       \
+        for (int64_t k_ = 0; k_ < (n); k_++) o = ddpc_shift_right((int64_t)(y), (int64_t)(x), 8 * (int)sizeof(x)); \
+        break;                                                                     \
     }
 typedef enum { DDPC_RAND_UNIFORM = 0, DDPC_RAND_NORMAL, DDPC_RAND_INT } ddpc_random_kind;
 

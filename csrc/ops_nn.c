@@ -246,7 +246,7 @@ static int is_int_(ddpc_dtype dt) { return dt == DDPC_INT32 || dt == DDPC_INT64 
  * integer tensor), but not integer division: Python divides integers in
  * float32, and a zero divisor would trap. */
 static ddpc_status check_broadcast_(ddpc_binary_op op, const ddpc_buffer *out, const char *what) {
-    if ((unsigned)op >= DDPC_NBINARY) return DDPC_ERROR(DDPC_ERR_ARG, "unknown binary op %d", (int)op);
+    CHECK(ddpc_check_binary_op(op, out->dtype, what));
     if (!is_int_(out->dtype)) return check_out_(out, what);
     if (op == DDPC_DIV || op == DDPC_RDIV)
         return DDPC_ERROR(DDPC_ERR_TYPE, "%s: no integer division; cast to a float dtype", what);

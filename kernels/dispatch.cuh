@@ -6,7 +6,10 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include <type_traits>
+
 #include "dtype.h"
+#include "scalar_ops.h"
 
 // Must match ddpc_dtype in csrc/dtype.h.
 enum { K_F32 = 0, K_F64, K_F16, K_BF16, K_I32, K_I64, K_U8 };
@@ -28,7 +31,24 @@ template <> __device__ __forceinline__ float load<__nv_bfloat16>(const __nv_bflo
 
 // a op b for the binary op codes of csrc/ops.h (comparisons give 1 or 0;
 // maximum and minimum pass a NaN on through the sum, as the host loops do).
+// Integer types take POWER and the bitwise ops through kernels/scalar_ops.h,
+// as the host loops: the power wraps instead of saturating through double.
 template <typename A> __device__ __forceinline__ A binary_apply(int op, A a, A b) {
+    if constexpr (std::is_integral<A>::value) {
+        const int bits = 8 * (int)sizeof(A);
+        switch (op) {
+        case 14: return (A)ddpc_int_pow((int64_t)a, (int64_t)b);
+        case 15: return (A)ddpc_int_pow((int64_t)b, (int64_t)a);
+        case 16: return (A)(a & b);
+        case 17: return (A)(a | b);
+        case 18: return (A)(a ^ b);
+        case 19: return (A)ddpc_shift_left((int64_t)a, (int64_t)b, bits);
+        case 20: return (A)ddpc_shift_right((int64_t)a, (int64_t)b, bits);
+        case 21: return (A)ddpc_shift_left((int64_t)b, (int64_t)a, bits);
+        case 22: return (A)ddpc_shift_right((int64_t)b, (int64_t)a, bits);
+        default: break;
+        }
+    }
     switch (op) {
     case 0: return a + b;
     case 1: return a - b;
@@ -44,8 +64,8 @@ template <typename A> __device__ __forceinline__ A binary_apply(int op, A a, A b
     case 11: return (A)(a >= b);
     case 12: return a < b ? b : (a >= b ? a : (A)(a + b));
     case 13: return a > b ? b : (a <= b ? a : (A)(a + b));
-    case 14: return (A)pow((double)a, (double)b);  // as the host loops: through double
-    default: return (A)pow((double)b, (double)a);
+    case 14: return (A)pow((double)a, (double)b);  // floats, as the host loops: through double
+    default: return (A)pow((double)b, (double)a);  // 15; the bitwise ops never reach here (floats are refused)
     }
 }
 

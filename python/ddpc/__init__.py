@@ -38,7 +38,8 @@ from .autograd import inference_mode
 from .autograd import asinh, atan, cosh, exp2, index_put, log2, log10, neg, pow, sinh, take_along_dim
 from .tensor import (detach, eq, ge, gt, is_floating_point, le, log_softmax, lt, moveaxis, movedim, narrow, ne, softmax,
                      swapaxes, swapdims, t)
-from ._pointwise import (add, arctan2, atan2, bitwise_not, div, divide, floor_divide, fmod, frac, hardshrink, hypot,
+from ._pointwise import (add, arctan2, atan2, bitwise_and, bitwise_left_shift, bitwise_not, bitwise_or,
+                         bitwise_right_shift, bitwise_xor, div, divide, floor_divide, fmod, frac, hardshrink, hypot,
                          logcumsumexp, logit, mul, multiply, nanmean, nansum, remainder, sgn, sub, subtract, true_divide,
                          xlogy)
 from ._linalg import (addbmm, addmv, addr, baddbmm, block_diag, cdist, cross, diagonal, dist, einsum, kron, renorm,

@@ -8,8 +8,8 @@ import math
 import numbers
 
 from . import autograd as _ag
-from ._dtype import float32, float64, result_type, uint8
-from .tensor import _DOUBLE_INTS, Tensor
+from ._dtype import float32, float64, promote, result_type, uint8
+from .tensor import _BITAND, _BITOR, _BITXOR, _DOUBLE_INTS, _LSHIFT, _RSHIFT, Tensor, _is_float_scalar
 
 
 def _pair(input, other, what):
@@ -248,6 +248,61 @@ def bitwise_not(input):
         return _ag.rsub(input, 255) if input.dtype is uint8 else _ag.rsub(input, -1)
 
 
+
+def _check_bitwise(input, other, name):
+    """Refuses float operands as PyTorch does (NotImplementedError, a RuntimeError)."""
+    for v in (input, other):
+        if isinstance(v, Tensor) and v.dtype.is_floating_point or not isinstance(v, Tensor) and _is_float_scalar(v):
+            dt = v.dtype if isinstance(v, Tensor) else type(v).__name__
+            raise NotImplementedError(f"{name}: not implemented for {dt}; bitwise ops take integer tensors")
+
+
+def _bitwise(input, other, op, name):
+    """input op other on integer tensors, broadcast; either may be a number
+    (taken in the tensor's dtype, as PyTorch), the other a tensor."""
+    _check_bitwise(input, other, name)
+    if not isinstance(input, Tensor):
+        if not isinstance(other, Tensor):
+            raise TypeError(f"{name}: expected a ddpc.Tensor, got {type(input).__name__} and {type(other).__name__}")
+        return _ag._binary(other, input, _ag._SWAPPED[op])
+    return _ag._binary(input, other, op)
+
+
+def bitwise_and(input, other):
+    """input & other on integer tensors (uint8 masks too, where it is logical
+    and on 0/1); ``~`` on uint8 stays logical not, see bitwise_not."""
+    return _bitwise(input, other, _BITAND, "bitwise_and")
+
+
+def bitwise_or(input, other):
+    return _bitwise(input, other, _BITOR, "bitwise_or")
+
+
+def bitwise_xor(input, other):
+    return _bitwise(input, other, _BITXOR, "bitwise_xor")
+
+
+def bitwise_left_shift(input, other):
+    """input << other on integer tensors, as PyTorch: the bits shifted out of
+    the dtype are lost, and a count that is negative or not smaller than the
+    dtype's width gives 0. A count from a number must fit the tensor's dtype
+    (taken modulo 256 for uint8), where PyTorch wraps it."""
+    return _bitwise(input, other, _LSHIFT, "bitwise_left_shift")
+
+
+def bitwise_right_shift(input, other):
+    """input >> other on integer tensors, arithmetic (the sign fills in), as
+    PyTorch: a count that is negative or not smaller than the dtype's width
+    shifts every bit out, giving -1 for negative values and 0 otherwise."""
+    return _bitwise(input, other, _RSHIFT, "bitwise_right_shift")
+
+
+def bitwise_inplace(input, other, op, name):
+    """input op= other, written into input (whose dtype the result must have)."""
+    _check_bitwise(input, other, name)
+    return input._inplace(other, op)
+
+
 # ---- reductions that skip NaN ---------------------------------------------------------------
 
 def _not_nan(input):
@@ -286,6 +341,7 @@ def logcumsumexp(input, dim):
     return _ag.add(_ag.log(_ag.cumsum(_ag.exp(_ag.sub(input, m)), d)), m)
 
 
-__all__ = ["add", "arctan2", "atan2", "bitwise_not", "div", "divide", "floor_divide", "fmod", "frac", "hardshrink", "hypot",
+__all__ = ["add", "arctan2", "atan2", "bitwise_and", "bitwise_left_shift", "bitwise_not", "bitwise_or",
+           "bitwise_right_shift", "bitwise_xor", "div", "divide", "floor_divide", "fmod", "frac", "hardshrink", "hypot",
            "logcumsumexp", "logit", "mul", "multiply", "nanmean", "nansum", "remainder", "sgn", "sub", "subtract", "true_divide",
            "xlogy"]

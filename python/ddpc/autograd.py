@@ -32,7 +32,8 @@ import numpy as np
 from . import _C, _indexing
 from ._dtype import result_type
 from .amp import autocast_op
-from .tensor import (_ADD, _DIV, _EQ, _GE, _GT, _INT_BOUNDS, _LE, _LT, _MAX, _MIN, _MUL, _NE, _POWER, _RDIV, _RPOWER,
+from .tensor import (_ADD, _BITAND, _BITOR, _BITXOR, _DIV, _EQ, _GE, _GT, _INT_BOUNDS, _LE, _LSHIFT, _LT, _MAX, _MIN,
+                     _MUL, _NE, _POWER, _RDIV, _RLSHIFT, _RPOWER, _RRSHIFT, _RSHIFT,
                      _RSUB, _SUB, Tensor, _check_no_grad_inplace, _copy_view, _CopyOf, _is_float_scalar, _read, _shares_memory, _write_back,
                      bfloat16, float16, float32, float64, get_dtype, int64, promote, uint8)
 from .tensor import _along
@@ -754,7 +755,8 @@ class _BinaryBackward(Node):
 
 # b op a for the op a op b (binary_rows repeats its second operand).
 _SWAPPED = {_ADD: _ADD, _SUB: _RSUB, _MUL: _MUL, _DIV: _RDIV, _MAX: _MAX, _MIN: _MIN, _EQ: _EQ, _NE: _NE, _LT: _GT,
-            _LE: _GE, _GT: _LT, _GE: _LE, _POWER: _RPOWER, _RPOWER: _POWER}
+            _LE: _GE, _GT: _LT, _GE: _LE, _POWER: _RPOWER, _RPOWER: _POWER, _BITAND: _BITAND, _BITOR: _BITOR,
+            _BITXOR: _BITXOR, _LSHIFT: _RLSHIFT, _RLSHIFT: _LSHIFT, _RSHIFT: _RRSHIFT, _RRSHIFT: _RSHIFT}
 
 
 def _binary(a, b, op):

@@ -19,6 +19,7 @@ from ._dtype import (bfloat16, device, device_of, dtype, float16, float32, float
                      numpy_dtype, ordinal, promote, uint8)
 
 _ADD, _SUB, _MUL, _DIV, _RSUB, _RDIV, _EQ, _NE, _LT, _LE, _GT, _GE, _MAX, _MIN, _POWER, _RPOWER = range(16)
+_BITAND, _BITOR, _BITXOR, _LSHIFT, _RSHIFT, _RLSHIFT, _RRSHIFT = range(16, 23)
 _RAND_UNIFORM, _RAND_NORMAL, _RAND_INT = range(3)
 
 
@@ -113,17 +114,6 @@ def _size_args(size):
             raise TypeError(f"size must be ints, got {size!r}")
     return tuple(int(s) for s in size)
 
-
-
-def _mask_op(a, b, logical, symbol):
-    """a & b, a | b or a ^ b on masks: ddpc has no bool dtype, so comparisons give
-    uint8 0/1 and these operators act on the truth of uint8 operands (as
-    PyTorch's on bool); other integer dtypes have no bitwise C op yet."""
-    for v in (a, b):
-        if isinstance(v, Tensor) and v.dtype is not uint8:
-            raise TypeError(f"{symbol} takes masks (uint8, as comparisons return), got {v.dtype}; ddpc has no "
-                            "bitwise ops on other integer dtypes")
-    return logical(a, b if isinstance(b, Tensor) else full((), int(bool(b)), dtype=uint8, device=a.device))
 
 
 class Tensor:
@@ -987,13 +977,23 @@ class Tensor:
     def __floordiv__(self, other): return _pw.floor_divide(self, other)
     def __rfloordiv__(self, other): return _pw.floor_divide(other, self)
     def __invert__(self): return _ag.logical_not(self) if self.dtype is uint8 else _pw.bitwise_not(self)
-    def __and__(self, other): return _mask_op(self, other, _ag.logical_and, "&")
-    def __or__(self, other): return _mask_op(self, other, _ag.logical_or, "|")
-    def __xor__(self, other): return _mask_op(self, other, _ag.logical_xor, "^")
+    def __and__(self, other): return _pw.bitwise_and(self, other)
+    def __or__(self, other): return _pw.bitwise_or(self, other)
+    def __xor__(self, other): return _pw.bitwise_xor(self, other)
+    def __lshift__(self, other): return _pw.bitwise_left_shift(self, other)
+    def __rshift__(self, other): return _pw.bitwise_right_shift(self, other)
     __rand__, __ror__, __rxor__ = __and__, __or__, __xor__
-    def __iand__(self, other): return self.copy_(self & other)
-    def __ior__(self, other): return self.copy_(self | other)
-    def __ixor__(self, other): return self.copy_(self ^ other)
+    def __rlshift__(self, other): return _pw.bitwise_left_shift(other, self)
+    def __rrshift__(self, other): return _pw.bitwise_right_shift(other, self)
+    def __iand__(self, other): return _pw.bitwise_inplace(self, other, _BITAND, "bitwise_and_")
+    def __ior__(self, other): return _pw.bitwise_inplace(self, other, _BITOR, "bitwise_or_")
+    def __ixor__(self, other): return _pw.bitwise_inplace(self, other, _BITXOR, "bitwise_xor_")
+    def __ilshift__(self, other): return _pw.bitwise_inplace(self, other, _LSHIFT, "bitwise_left_shift_")
+    def __irshift__(self, other): return _pw.bitwise_inplace(self, other, _RSHIFT, "bitwise_right_shift_")
+    bitwise_and, bitwise_or, bitwise_xor = __and__, __or__, __xor__
+    bitwise_left_shift, bitwise_right_shift = __lshift__, __rshift__
+    bitwise_and_, bitwise_or_, bitwise_xor_ = __iand__, __ior__, __ixor__
+    bitwise_left_shift_, bitwise_right_shift_ = __ilshift__, __irshift__
     def nansum(self, dim=None, keepdim=False, *, dtype=None): return _pw.nansum(self, dim, keepdim, dtype=dtype)
     def nanmean(self, dim=None, keepdim=False, *, dtype=None): return _pw.nanmean(self, dim, keepdim, dtype=dtype)
     def logcumsumexp(self, dim): return _pw.logcumsumexp(self, dim)
