@@ -29,13 +29,17 @@ static ddpc_status check_same_place_(const ddpc_buffer *ref, const ddpc_buffer *
         for (int64_t r = 0; r < outer; r++)                                        \
             for (int64_t i0 = 0; i0 < inner; i0 += FOLD_CHUNK) {                   \
                 int64_t m = inner - i0 < FOLD_CHUNK ? inner - i0 : FOLD_CHUNK;     \
-                for (int64_t i = 0; i < m; i++) acc[i] = (A)(prod ? 1 : 0);        \
+                for (int64_t i = 0; i < m; i++) acc[i] = (A)(op == DDPC_FOLD_PROD ? 1 : 0); \
+                if (op == DDPC_FOLD_LOGSUMEXP)                                     \
+                    for (int64_t i = 0; i < m; i++) acc[i] = (A)-INFINITY;          \
                 for (int64_t s = 0; s < len; s++) {                                \
                     int64_t l = reverse ? len - 1 - s : s, at = (r * len + l) * inner + i0; \
                     if (cumulative && exclusive)                                   \
                         for (int64_t i = 0; i < m; i++) o_[at + i] = (T)acc[i];    \
-                    if (prod) for (int64_t i = 0; i < m; i++) acc[i] *= (A)x_[at + i]; \
-                    else for (int64_t i = 0; i < m; i++) acc[i] += (A)x_[at + i];  \
+                    if (op == DDPC_FOLD_PROD) for (int64_t i = 0; i < m; i++) acc[i] *= (A)x_[at + i]; \
+                    else if (op == DDPC_FOLD_SUM) for (int64_t i = 0; i < m; i++) acc[i] += (A)x_[at + i]; \
+                    else for (int64_t i = 0; i < m; i++)                           \
+                        acc[i] = (A)ddpc_log_add_exp((double)acc[i], (double)x_[at + i]); \
                     if (cumulative && !exclusive)                                  \
                         for (int64_t i = 0; i < m; i++) o_[at + i] = (T)acc[i];    \
                 }                                                                  \
@@ -45,18 +49,20 @@ static ddpc_status check_same_place_(const ddpc_buffer *ref, const ddpc_buffer *
     } while (0)
 
 ddpc_status ddpc_op_fold_dim(ddpc_buffer *out, const ddpc_buffer *a, int dim, ddpc_fold_op op, int flags) {
-    const char *name = op == DDPC_FOLD_PROD ? "product along a dim" : "sum along a dim";
+    static const char *const names[] = {"sum along a dim", "product along a dim", "logsumexp along a dim"};
     int64_t outer = 0, len = 0, inner = 0;
-    if ((unsigned)op > DDPC_FOLD_PROD || (flags & ~7))
+    if ((unsigned)op > DDPC_FOLD_LOGSUMEXP || (flags & ~7))
         return DDPC_ERROR(DDPC_ERR_ARG, "fold along a dim: unknown op %d or flags %d", (int)op, flags);
+    const char *name = names[op];
     int cumulative = flags & DDPC_FOLD_CUMULATIVE, reverse = (flags & DDPC_FOLD_REVERSE) != 0;
-    int exclusive = (flags & DDPC_FOLD_EXCLUSIVE) != 0, prod = op == DDPC_FOLD_PROD;
+    int exclusive = (flags & DDPC_FOLD_EXCLUSIVE) != 0;
     if (exclusive && !cumulative)
         return DDPC_ERROR(DDPC_ERR_ARG, "%s: an exclusive fold keeps its running values (cumulative)", name);
     if (out->readonly) return DDPC_ERROR(DDPC_ERR_ARG, "%s: the output is read-only", name);
-    if (out->dtype != DDPC_FLOAT32 && out->dtype != DDPC_FLOAT64 && out->dtype != DDPC_INT64)
-        return DDPC_ERROR(DDPC_ERR_TYPE, "%s: needs float32, float64 or int64, got %s", name,
-                          ddpc_dtype_name(out->dtype));
+    int lse = op == DDPC_FOLD_LOGSUMEXP;
+    if (out->dtype != DDPC_FLOAT32 && out->dtype != DDPC_FLOAT64 && (out->dtype != DDPC_INT64 || lse))
+        return DDPC_ERROR(DDPC_ERR_TYPE, "%s: needs float32, float64%s, got %s", name,
+                          lse ? "" : " or int64", ddpc_dtype_name(out->dtype));
     CHECK(check_same_place_(out, a, name, "the input"));
     CHECK(ddpc_dim_split(a, dim, name, &outer, &len, &inner));
     int64_t want = cumulative ? a->numel : outer * inner;
@@ -65,7 +71,7 @@ ddpc_status ddpc_op_fold_dim(ddpc_buffer *out, const ddpc_buffer *a, int dim, dd
                           (long long)out->numel, (long long)want);
     if (out->numel == 0) return DDPC_OK;
     if (out->device != DDPC_CPU)
-        DDPC_LAUNCH(out->device, ddpc_k_fold_dim(out->data, a->data, out->dtype, outer, len, inner, prod, flags,
+        DDPC_LAUNCH(out->device, ddpc_k_fold_dim(out->data, a->data, out->dtype, outer, len, inner, (int)op, flags,
                                                  stream));
     if (out->dtype == DDPC_INT64) FOLD_LOOP(int64_t, uint64_t); /* unsigned: wraps without undefined behaviour */
     else if (out->dtype == DDPC_FLOAT32) FOLD_LOOP(float, double);
@@ -216,7 +222,7 @@ static PyObject *py_scatter_dim(PyObject *m, PyObject *args) {
 
 static PyMethodDef dim_methods[] = {
     {"fold_dim", py_fold_dim, METH_VARARGS,
-     "fold_dim(out, a, dim, op, flags): op 0 sum 1 product; flags 1 cumulative 2 reverse 4 exclusive"},
+     "fold_dim(out, a, dim, op, flags): op 0 sum 1 product 2 logsumexp; flags 1 cumulative 2 reverse 4 exclusive"},
     {"gather_dim", py_gather_dim, METH_VARARGS, "gather_dim(out, a, index, dim): out = a taken at index along dim"},
     {"scatter_dim", py_scatter_dim, METH_VARARGS,
      "scatter_dim(out, src, index, dim, accumulate): out at index along dim = (or +=) src"},

@@ -6,14 +6,17 @@
 
 #include "ops.h"
 
-typedef enum { DDPC_FOLD_SUM = 0, DDPC_FOLD_PROD } ddpc_fold_op;
+/* LOGSUMEXP folds by kernels/scalar_ops.h's ddpc_log_add_exp: log(sum(exp(a)))
+ * with a running maximum, so no term is lost below the largest (floats only;
+ * an empty fold is -inf). */
+typedef enum { DDPC_FOLD_SUM = 0, DDPC_FOLD_PROD, DDPC_FOLD_LOGSUMEXP } ddpc_fold_op;
 /* Flags of ddpc_op_fold_dim: CUMULATIVE keeps every running value (out has
  * a's shape) instead of the total only (a's shape without dim); REVERSE runs
  * from the end of the dim; EXCLUSIVE leaves the element itself out of its
- * running value (the first is 0 for sums, 1 for products). */
+ * running value (the first is 0 for sums, 1 for products, -inf for LOGSUMEXP). */
 enum { DDPC_FOLD_CUMULATIVE = 1, DDPC_FOLD_REVERSE = 2, DDPC_FOLD_EXCLUSIVE = 4 };
-/* out = a summed or multiplied along `dim`; float32 and float64 accumulate in
- * double, int64 exactly (wrapping on overflow). */
+/* out = a folded along `dim`; float32 and float64 accumulate in double, int64
+ * exactly (wrapping on overflow). */
 ddpc_status ddpc_op_fold_dim(ddpc_buffer *out, const ddpc_buffer *a, int dim, ddpc_fold_op op, int flags);
 /* out (index's shape) = a taken along `dim` at index: for dim 1,
  * out[i][j][k] = a[i][index[i][j][k]][k]. index is int64 with a's number of

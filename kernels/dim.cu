@@ -1,23 +1,31 @@
-// Kernels along one dim: running or total sums and products (one thread per
-// line), and gather / scatter through an index (one thread per index element).
+// Kernels along one dim: running or total sums, products and logsumexps (one
+// thread per line), and gather / scatter through an index (one thread per index element).
 // The formulas match the host loops in csrc/ops_dim.c.
+#include <type_traits>
+
 #include "kernels.h"
 #include "nn_common.cuh"
+#include "scalar_ops.h"
 
 namespace {
 
 // One thread per line of `len` values `inner` apart (coalesced across threads);
-// A accumulates: double for floats, unsigned 64 bits for int64 (wrapping as the host loop).
+// A accumulates: double for floats, unsigned 64 bits for int64 (wrapping as the
+// host loop). op is a ddpc_fold_op: 0 sum, 1 product, 2 logsumexp (floats only).
 template <typename T, typename A>
-__global__ void fold_dim_kernel(T *out, const T *a, int64_t outer, int64_t len, int64_t inner, int prod, int flags) {
+__global__ void fold_dim_kernel(T *out, const T *a, int64_t outer, int64_t len, int64_t inner, int op, int flags) {
     const bool cumulative = flags & 1, reverse = flags & 2, exclusive = flags & 4;
     GRID_STRIDE(k, outer * inner) {
         int64_t base = (k / inner) * len * inner + k % inner;
-        A acc = (A)(prod ? 1 : 0);
+        A acc = (A)(op == 1 ? 1 : 0);
+        if constexpr (std::is_floating_point<A>::value)
+            if (op == 2) acc = -INFINITY;
         for (int64_t s = 0; s < len; s++) {
             int64_t at = base + (reverse ? len - 1 - s : s) * inner;
             if (cumulative && exclusive) out[at] = (T)acc;
-            acc = prod ? acc * (A)a[at] : acc + (A)a[at];
+            if (op == 1) acc = acc * (A)a[at];
+            else if (op == 0) acc = acc + (A)a[at];
+            else if constexpr (std::is_floating_point<A>::value) acc = ddpc_log_add_exp(acc, (A)a[at]);
             if (cumulative && !exclusive) out[at] = (T)acc;
         }
         if (!cumulative) out[k] = (T)acc;
@@ -71,16 +79,16 @@ __global__ void index_add_dim_kernel(T *big, const T *small, const int64_t *inde
 }  // namespace
 
 extern "C" int ddpc_k_fold_dim(void *out, const void *a, int dtype, int64_t outer, int64_t len, int64_t inner,
-                               int prod, int flags, void *stream) {
+                               int op, int flags, void *stream) {
     cudaStream_t s = (cudaStream_t)stream;
     unsigned grid = grid_for(outer * inner, 256);
     switch (dtype) {
     case K_F32: fold_dim_kernel<float, double><<<grid, 256, 0, s>>>((float *)out, (const float *)a, outer, len, inner,
-                                                                     prod, flags); break;
+                                                                     op, flags); break;
     case K_F64: fold_dim_kernel<double, double><<<grid, 256, 0, s>>>((double *)out, (const double *)a, outer, len,
-                                                                       inner, prod, flags); break;
+                                                                       inner, op, flags); break;
     case K_I64: fold_dim_kernel<int64_t, unsigned long long><<<grid, 256, 0, s>>>((int64_t *)out, (const int64_t *)a,
-                                                                                   outer, len, inner, prod, flags);
+                                                                                   outer, len, inner, op, flags);
         break;
     default: return (int)cudaErrorInvalidValue;
     }

@@ -103,8 +103,9 @@ int ddpc_k_put_dim(void *out, const void *g, const void *indices, int dtype, int
 int ddpc_k_transpose(void *out, const void *a, int dtype, int64_t rows, int64_t cols, void *stream);
 /* dst (sa strides) = src (sb strides) over geo's shape, as words of `size` bytes. */
 int ddpc_k_strided_copy(void *dst, const void *src, int size, int64_t n, ddpc_k_bcast geo, void *stream);
-/* Along a dim (kernels/dim.cu). fold_dim: float32, float64 and int64, flags as ddpc_op_fold_dim's. */
-int ddpc_k_fold_dim(void *out, const void *a, int dtype, int64_t outer, int64_t len, int64_t inner, int prod,
+/* Along a dim (kernels/dim.cu). fold_dim: float32, float64 and int64 (not for
+ * logsumexp), op and flags as ddpc_op_fold_dim's. */
+int ddpc_k_fold_dim(void *out, const void *a, int dtype, int64_t outer, int64_t len, int64_t inner, int op,
                     int flags, void *stream);
 /* Over the n elements of index (geo: its shape; sa the strides of `big`, sb
  * those of `small`), with ob the offset in big at index[k] along dim and os

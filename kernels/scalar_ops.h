@@ -1,7 +1,8 @@
 /* Formulas on single values, written once for the host loops (csrc/ops.c,
- * csrc/ops_nn.c) and the CUDA kernels (kernels/dispatch.cuh): PyTorch's
- * integer power and shifts, free of C's undefined behaviour for every input.
- * Plain C, so it compiles with cc as well as nvcc. */
+ * csrc/ops_nn.c, csrc/ops_dim.c) and the CUDA kernels (kernels/dispatch.cuh,
+ * kernels/dim.cu): PyTorch's integer power and shifts, free of C's undefined
+ * behaviour for every input, and the log of a sum of two exponentials. Plain
+ * C, so it compiles with cc as well as nvcc. */
 #ifndef DDPC_SCALAR_OPS_H
 #define DDPC_SCALAR_OPS_H
 
@@ -36,6 +37,16 @@ static inline DDPC_HD int64_t ddpc_shift_left(int64_t x, int64_t s, int bits) {
 static inline DDPC_HD int64_t ddpc_shift_right(int64_t x, int64_t s, int bits) {
     int64_t k = (uint64_t)s >= (uint64_t)bits ? 63 : s;
     return x < 0 ? ~(~x >> k) : x >> k;
+}
+
+/* log(exp(a) + exp(b)) without overflow or underflow: the larger plus
+ * log1p of the smaller's share. An infinite larger value or a -inf smaller
+ * one is the result as it stands; NaN in either gives NaN. */
+static inline DDPC_HD double ddpc_log_add_exp(double a, double b) {
+    if (a != a || b != b) return a + b;
+    double hi = a > b ? a : b, lo = a > b ? b : a;
+    if (hi == INFINITY || lo == -INFINITY) return hi;
+    return hi + log1p(exp(lo - hi));
 }
 
 #endif

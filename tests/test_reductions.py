@@ -221,6 +221,23 @@ def test_logsumexp_over_no_elements_is_minus_inf():
     assert t(np.zeros((0, 2))).logsumexp(0, keepdim=True).shape == (1, 2)
 
 
+def test_logcumsumexp_keeps_terms_far_below_the_running_maximum():
+    x = np.array([[0.0, -1000.0, -1000.0, 0.0, -1000.0], [-1000.0, -1000.0, -999.0, -1.0, -2000.0]])
+    x = np.concatenate([x, RNG.uniform(-1000, 0, (3, 5))])
+    ref = np.logaddexp.accumulate(x, axis=1)  # float64, each step a stable log-add-exp
+    for dtype, tol in ((np.float64, 1e-12), (np.float32, 1e-6)):
+        close(t(x.astype(dtype)).logcumsumexp(1), ref, tol * 1000)
+    assert np.all(np.isfinite(ddpc.logcumsumexp(t(x), 1).numpy()))
+    close(ddpc.logcumsumexp(t([-np.inf, -np.inf, 0.0, np.inf, 1.0]), 0), [-np.inf, -np.inf, 0.0, np.inf, np.inf])
+    assert np.isnan(ddpc.logcumsumexp(t([0.0, np.nan, 1.0]), 0).numpy()[1:]).all()
+    # the gradient, exp(x_j) * sum over i >= j of g_i exp(-out_i), within the range where it is representable
+    w = t(RNG.standard_normal((2, 5)))
+    check_grad(lambda v: ddpc.logcumsumexp(v, 1) * w, x[:2] / 100)
+    assert ddpc.logcumsumexp(t(x, dtype=ddpc.float16), 1).dtype is ddpc.float16
+    with pytest.raises(TypeError, match="floating"):
+        ddpc.logcumsumexp(t([1, 2]), 0)
+
+
 # ---- gather and scatter --------------------------------------------------------------------
 
 def test_gather_scatter():
@@ -416,6 +433,7 @@ GPU_CASES = [
     ("reductions", lambda a: a.var(1, keepdim=True) + a.std(0) + a.amax(1, keepdim=True) + a.logsumexp(0)
      + a.norm(1, 0)),
     ("layout", lambda a: a.flip(0, 1) + a.roll(2, 1) + a.tril() * a.sort(1).values + a.topk(2, 0).values.sum(0)),
+    ("logcumsumexp", lambda a: a.logcumsumexp(1) * 2 + ddpc.logcumsumexp(a * 300, 0)),
 ]
 
 

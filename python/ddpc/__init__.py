@@ -35,12 +35,12 @@ from .tensor import (as_tensor, broadcast_shapes, broadcast_tensors, diag, eye, 
                      get_rng_state, linspace, logspace, meshgrid, rand_like, randint_like, randn_like, seed,
                      set_default_dtype, set_rng_state)
 from .autograd import inference_mode
-from .autograd import asinh, atan, cosh, exp2, index_put, log2, log10, neg, pow, sinh, take_along_dim
+from .autograd import asinh, atan, cosh, exp2, index_put, log2, log10, logcumsumexp, neg, pow, sinh, take_along_dim
 from .tensor import (detach, eq, ge, gt, is_floating_point, le, log_softmax, lt, moveaxis, movedim, narrow, ne, softmax,
                      swapaxes, swapdims, t)
 from ._pointwise import (add, arctan2, atan2, bitwise_and, bitwise_left_shift, bitwise_not, bitwise_or,
                          bitwise_right_shift, bitwise_xor, div, divide, floor_divide, fmod, frac, hardshrink, hypot,
-                         logcumsumexp, logit, mul, multiply, nanmean, nansum, remainder, sgn, sub, subtract, true_divide,
+                         logit, mul, multiply, nanmean, nansum, remainder, sgn, sub, subtract, true_divide,
                          xlogy)
 from ._linalg import (addbmm, addmv, addr, baddbmm, block_diag, cdist, cross, diagonal, dist, einsum, kron, renorm,
                       tensordot, trace)
@@ -85,7 +85,8 @@ __all__ = [
     "equal", "erf", "expm1", "floor", "isclose", "isfinite", "isinf", "isnan", "lerp", "log1p", "logical_and",
     "logical_not", "logical_or", "logical_xor", "masked_fill", "maximum", "minimum", "nan_to_num", "reciprocal",
     "round", "rsqrt", "sign", "sin", "sqrt", "square", "trunc", "where",
-    "asinh", "atan", "cosh", "exp2", "index_put", "log2", "log10", "neg", "pow", "sinh", "take_along_dim",
+    "asinh", "atan", "cosh", "exp2", "index_put", "log2", "log10", "logcumsumexp", "neg", "pow", "sinh",
+    "take_along_dim",
     "detach", "eq", "ge", "gt", "is_floating_point", "le", "log_softmax", "lt", "moveaxis", "movedim", "narrow", "ne",
     "softmax", "swapaxes", "swapdims", "t",
     "backends", "compile", "get_float32_matmul_precision", "set_float32_matmul_precision",

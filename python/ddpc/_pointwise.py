@@ -327,21 +327,7 @@ def nanmean(input, dim=None, keepdim=False, *, dtype=None):
     return _ag.div(_ag.sum(_not_nan(input), dims, keepdim), count)
 
 
-def logcumsumexp(input, dim):
-    """log(cumsum(exp(input))) along ``dim``, shifted by each slice's largest value
-    so that it does not overflow. Unlike PyTorch's running form, a prefix whose
-    terms all lie more than ~87 (float32; ~700 float64) below the slice's
-    largest value underflows to -inf."""
-    d = _ag._dim(input, dim)
-    if input.numel() == 0:
-        return _ag.clone(input)
-    with _ag.no_grad():
-        m = _ag.amax(input.detach(), d, keepdim=True)
-        m = _ag.where(_ag.isfinite(m), m, 0.0)
-    return _ag.add(_ag.log(_ag.cumsum(_ag.exp(_ag.sub(input, m)), d)), m)
-
-
 __all__ = ["add", "arctan2", "atan2", "bitwise_and", "bitwise_left_shift", "bitwise_not", "bitwise_or",
            "bitwise_right_shift", "bitwise_xor", "div", "divide", "floor_divide", "fmod", "frac", "hardshrink", "hypot",
-           "logcumsumexp", "logit", "mul", "multiply", "nanmean", "nansum", "remainder", "sgn", "sub", "subtract", "true_divide",
+           "logit", "mul", "multiply", "nanmean", "nansum", "remainder", "sgn", "sub", "subtract", "true_divide",
            "xlogy"]

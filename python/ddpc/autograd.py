@@ -1684,7 +1684,7 @@ def mean(a, dim=None, keepdim=False):
 # PyTorch's names and semantics over the fold, gather and scatter ops of
 # csrc/ops_dim.c; compositions of the ops above where that is exact.
 
-_FOLD_SUM, _FOLD_PROD = 0, 1
+_FOLD_SUM, _FOLD_PROD, _FOLD_LOGSUMEXP = 0, 1, 2
 _CUMULATIVE, _REVERSE, _EXCLUSIVE = 1, 2, 4
 
 
@@ -1831,6 +1831,45 @@ def cumprod(a, dim, dtype=None):
     out = _fold(x, _dim(x, dim), _FOLD_PROD, _CUMULATIVE)
     if _needs_grad(x) and dt.is_floating_point:
         _attach(out, _CumprodBackward(x, _dim(x, dim), out))
+    return out
+
+
+class _LogcumsumexpBackward(Node):
+    """PyTorch's rule: the gradient of x_j is sum over i >= j of g_i exp(x_j - out_i),
+    its positive and negative terms each summed in log space (a reverse running
+    logsumexp), so that no term over- or underflows."""
+
+    def __init__(self, a, dim, out):
+        super().__init__((a,), (a.detach(), out.detach()))
+        self.dim = dim
+
+    def backward(self, g):
+        a, out = self.saved
+        lowest = float(np.finfo(a.dtype.name).min)  # PyTorch's stand-in for log(0): keeps -inf - -inf out
+        with no_grad():
+            log_abs = log(abs(g))
+
+            def part(keep):
+                logs = where(keep, log_abs, lowest)
+                return exp(add(_fold(sub(logs, out), self.dim, _FOLD_LOGSUMEXP, _CUMULATIVE | _REVERSE), a))
+
+            return (sub(part(g > 0), part(g < 0)),)
+
+
+def logcumsumexp(a, dim):
+    """log(cumsum(exp(a))) along ``dim``: a running log-add-exp in double, which
+    keeps a running maximum, so terms far below a slice's largest value still
+    count (as PyTorch's). Floating dtypes only (16-bit ones computed in float32)."""
+    if not a.dtype.is_floating_point:
+        raise TypeError(f"logcumsumexp() needs a floating dtype, got {a.dtype}")
+    if a.dtype in _HALVES:
+        return logcumsumexp(a.to(dtype=float32), dim).to(dtype=a.dtype)
+    if a.ndim == 0:
+        return clone(a)
+    d = _dim(a, dim)
+    out = _fold(a, d, _FOLD_LOGSUMEXP, _CUMULATIVE)
+    if _needs_grad(a):
+        _attach(out, _LogcumsumexpBackward(a, d, out))
     return out
 
 

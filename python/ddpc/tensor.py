@@ -996,7 +996,7 @@ class Tensor:
     bitwise_left_shift_, bitwise_right_shift_ = __ilshift__, __irshift__
     def nansum(self, dim=None, keepdim=False, *, dtype=None): return _pw.nansum(self, dim, keepdim, dtype=dtype)
     def nanmean(self, dim=None, keepdim=False, *, dtype=None): return _pw.nanmean(self, dim, keepdim, dtype=dtype)
-    def logcumsumexp(self, dim): return _pw.logcumsumexp(self, dim)
+    def logcumsumexp(self, dim): return _ag.logcumsumexp(self, dim)
     def diagonal(self, offset=0, dim1=0, dim2=1): return _la.diagonal(self, offset, dim1, dim2)
     def trace(self): return _la.trace(self)
     def baddbmm(self, batch1, batch2, *, beta=1, alpha=1):
