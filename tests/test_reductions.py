@@ -221,6 +221,32 @@ def test_logsumexp_over_no_elements_is_minus_inf():
     assert t(np.zeros((0, 2))).logsumexp(0, keepdim=True).shape == (1, 2)
 
 
+def test_empty_dims_reduce_every_dim_but_all_and_any_none():
+    x = RNG.standard_normal((3, 4))
+    a = t(x)
+    for dims in ((), []):
+        close(a.sum(dims), x.sum())
+        close(a.mean(dims, keepdim=True), x.mean(keepdims=True))
+        close(a.amax(dims), x.max())
+        close(ddpc.amin(a, dims), x.min())
+        close(a.var(dims), x.var(ddof=1))
+        close(ddpc.std(a, dims, keepdim=True), x.std(ddof=1, keepdims=True))
+        close(ddpc.var_mean(a, dims)[0], x.var(ddof=1))
+        close(ddpc.logsumexp(a, dims), np.log(np.exp(x).sum()))
+        assert ddpc.logsumexp(a, dims, keepdim=True).shape == (1, 1)
+        close(ddpc.norm(a, dim=dims), np.sqrt((x * x).sum()))
+        close(ddpc.nanmean(a, dims), x.mean())
+        assert int(ddpc.count_nonzero(a > 0, dims)) == int((x > 0).sum())
+        for fn in (ddpc.all, ddpc.any):
+            got = fn(a > 0, dims)
+            assert got.dtype is ddpc.uint8 and got.shape == (3, 4)
+            close(got, x > 0)
+        close(t([[0, 5], [7, 0]]).all(dims), [[0, 1], [1, 0]])
+    check_grad(lambda v: v.var(()) + ddpc.std(v, []) * 3, x)
+    with pytest.raises(TypeError, match="must be int, not tuple"):
+        a.prod(())
+
+
 def test_logcumsumexp_keeps_terms_far_below_the_running_maximum():
     x = np.array([[0.0, -1000.0, -1000.0, 0.0, -1000.0], [-1000.0, -1000.0, -999.0, -1.0, -2000.0]])
     x = np.concatenate([x, RNG.uniform(-1000, 0, (3, 5))])

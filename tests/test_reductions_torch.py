@@ -33,6 +33,18 @@ CASES = {
     "flip_roll": lambda L, x: x.flip(0) + x.roll(2, 1) + x.tril(1) + x.triu(-1),
     "split": lambda L, x: L.cat([p.sum(0, keepdim=True) for p in x.tensor_split(3)]),
     "bmm": lambda L, x: L.bmm(x.reshape(2, 2, 5), x.reshape(2, 5, 2)),
+    # dim=() and dim=[]: every dim for these (logsumexp with keepdim, which PyTorch needs there) ...
+    "empty_dims": lambda L, x: (x.sum(()), x.mean([], keepdim=True), x.amax([]), L.amin(x, ()),
+                                L.logsumexp(x, (), keepdim=True), L.logsumexp(x, [], keepdim=True), L.nansum(x, ()),
+                                L.nanmean(x, []), L.norm(x, dim=()), x.norm(1, dim=[]), L.count_nonzero(x > 0, ())),
+    # (values only: PyTorch's var and std backward give inf or NaN over dim=())
+    "empty_dims_var": lambda L, x: (x.detach().var(()), x.detach().std([], keepdim=True), *L.var_mean(x.detach(), ()),
+                                    *L.std_mean(x.detach(), [], correction=0), x.sum()),
+    # ... and none for all and any
+    "empty_dims_all_any": lambda L, x: (L.all(x > 0, ()).to(x.dtype) * x, L.any(x > 0, [], keepdim=True).to(x.dtype),
+                                        (x > 1).all(()).to(x.dtype)),
+    "empty_dims_0d": lambda L, x: (x[0, 0].sum(()), L.amax(x[1, 1], []), x[0, 1].var((), correction=0),
+                                   L.logsumexp(x[2, 2], (), keepdim=True), L.all(x[0, 0] > 0, ()).to(x.dtype)),
     "logcumsumexp": lambda L, x: L.logcumsumexp(x * 300, 1) + x.logcumsumexp(0),
 }
 

@@ -322,7 +322,7 @@ def nanmean(input, dim=None, keepdim=False, *, dtype=None):
         input = input.to(dtype=dtype)
     if not input.dtype.is_floating_point:
         raise TypeError(f"nanmean: expected a floating tensor, got {input.dtype}")
-    dims = _ag._dims(input, dim)
+    dims = _ag._reduction_dims(input, dim)
     count = _ag.sum(_ag.logical_not(_ag.isnan(input)).to(dtype=input.dtype), dims, keepdim)
     return _ag.div(_ag.sum(_not_nan(input), dims, keepdim), count)
 

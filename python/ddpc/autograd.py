@@ -1675,8 +1675,7 @@ def mean(a, dim=None, keepdim=False):
         raise TypeError(f"mean() needs a floating dtype, got {a.dtype}; cast with .float() first")
     if a.dtype in _HALVES:  # a 16-bit sum of many elements would overflow before the division
         return mean(a.float(), dim, keepdim).to(dtype=a.dtype)
-    everything = dim is None or (isinstance(dim, (tuple, list)) and not dim)  # dim=() is every dim, as in sum
-    n = a.numel() if everything else math.prod(a.shape[d] for d in _dims(a, dim))
+    n = math.prod(a.shape[d] for d in _reduction_dims(a, dim))
     return div(sum(a, dim, keepdim), n) if n else add(sum(a, dim, keepdim), float("nan"))
 
 
@@ -1701,6 +1700,14 @@ def _dims(a, dim):
     if not isinstance(dim, numbers.Integral) and len(dims) != len(dim):
         raise ValueError(f"dim {tuple(dim)} names a dim twice")
     return tuple(dims)
+
+
+def _reduction_dims(a, dim):
+    """The dims a reduction runs over: None, () and [] are every dim, as for
+    PyTorch's sum, mean, amax, var and logsumexp (all and any take () as none)."""
+    if dim is None or (not isinstance(dim, numbers.Integral) and len(dim) == 0):
+        return tuple(range(a.ndim))
+    return _dims(a, dim)
 
 
 def _kept_shape(a, dims):
@@ -1778,7 +1785,10 @@ class _ProdBackward(Node):
 
 
 def prod(a, dim=None, keepdim=False, dtype=None):
-    """The product of all elements, or along one ``dim`` (integers multiply in int64)."""
+    """The product of all elements, or along one ``dim`` (integers multiply in int64;
+    as in PyTorch, ``dim`` is one int, not a tuple)."""
+    if dim is not None and not isinstance(dim, numbers.Integral):
+        raise TypeError(f"prod(): argument 'dim' must be int, not {type(dim).__name__}")
     dt = _fold_dtype(a, dtype)
     if dt in _HALVES:
         return prod(a.to(dtype=float32), dim, keepdim).to(dtype=dt)
@@ -1888,7 +1898,7 @@ def var_mean(a, dim=None, unbiased=None, keepdim=False, *, correction=None):
         raise TypeError(f"var() needs a floating dtype, got {a.dtype}; cast with .float() first")
     if isinstance(dim, bool):  # var(unbiased) as torch's positional form
         dim, unbiased = None, dim
-    dims = _dims(a, dim)
+    dims = _reduction_dims(a, dim)
     n = math.prod(a.shape[d] for d in dims)
     m = mean(a, dims, keepdim=True)
     dev = sub(a, m)
@@ -1942,7 +1952,7 @@ class _AmaxBackward(Node):
 
 
 def _amax(a, dim, keepdim, want_max):
-    dims = _dims(a, dim) if dim != () else tuple(range(a.ndim))
+    dims = _reduction_dims(a, dim)
     if a.numel() == 0 and any(a.shape[d] == 0 for d in dims):
         raise ValueError(f"{'amax' if want_max else 'amin'}() of an empty dim")
     if a.dtype in _HALVES:
@@ -1967,8 +1977,10 @@ def amin(a, dim=(), keepdim=False):
 
 
 def logsumexp(a, dim, keepdim=False):
-    """log(sum(exp(a))) over ``dim``, shifted by the largest value so that it neither overflows nor underflows."""
-    dims = _dims(a, dim)
+    """log(sum(exp(a))) over ``dim``, shifted by the largest value so that it
+    neither overflows nor underflows. ``dim=()`` reduces every dim (PyTorch 2.x
+    does so with keepdim=True and raises without)."""
+    dims = _reduction_dims(a, dim)
     if builtins.any(a.shape[d] == 0 for d in dims):  # the sum of no terms is 0, its log -inf
         m = _empty(_kept_shape(a, dims), a).zero_()
     else:
@@ -1983,17 +1995,28 @@ def _nonzero_mask(a):
 
 
 def _count_nonzero(a, dim, keepdim):
-    return sum(_nonzero_mask(a).to(dtype=int64), _dims(a, dim), keepdim)
+    return sum(_nonzero_mask(a).to(dtype=int64), _reduction_dims(a, dim), keepdim)
+
+
+def _no_dims(dim):
+    """Whether ``dim`` is an empty sequence: all and any then reduce no dim, as in PyTorch."""
+    return dim is not None and not isinstance(dim, numbers.Integral) and len(dim) == 0
 
 
 def all_(a, dim=None, keepdim=False):
-    """Whether every element (along ``dim``) is non-zero, as uint8 (ddpc has no bool dtype); true over none."""
-    return _count_nonzero(a.detach() == 0, () if dim is None else dim, keepdim) == 0
+    """Whether every element (along ``dim``) is non-zero, as uint8 (ddpc has no
+    bool dtype); true over none; ``dim=()`` reduces nothing: each element's own truth."""
+    if _no_dims(dim):
+        return _nonzero_mask(a)
+    return _count_nonzero(a.detach() == 0, dim, keepdim) == 0
 
 
 def any_(a, dim=None, keepdim=False):
-    """Whether some element (along ``dim``) is non-zero, as uint8 (ddpc has no bool dtype); false over none."""
-    return _count_nonzero(a, () if dim is None else dim, keepdim) != 0
+    """Whether some element (along ``dim``) is non-zero, as uint8 (ddpc has no
+    bool dtype); false over none; ``dim=()`` reduces nothing, as in all."""
+    if _no_dims(dim):
+        return _nonzero_mask(a)
+    return _count_nonzero(a, dim, keepdim) != 0
 
 
 def count_nonzero(a, dim=None):
@@ -2012,7 +2035,7 @@ def norm(a, p="fro", dim=None, keepdim=False, dtype=None):
         a = a.to(dtype=dtype)
     if not a.dtype.is_floating_point:
         raise TypeError(f"norm() needs a floating dtype, got {a.dtype}")
-    dims = _dims(a, dim)
+    dims = _reduction_dims(a, dim)
     if p == "fro" or p == 2:
         return pow(sum(mul(a, a), dims, keepdim), 0.5)
     if p == "nuc" or isinstance(p, str):
