@@ -12,6 +12,9 @@
  * elements (the caller counts them first: the output's size depends on the
  * data); the host refuses another count, a GPU writes the first `count`. */
 ddpc_status ddpc_op_nonzero(ddpc_buffer *out, const ddpc_buffer *mask);
+/* out (one int64 on mask's device) = the number of non-zero elements of mask
+ * (uint8), the count ddpc_op_nonzero needs: a device-wide reduction on a GPU. */
+ddpc_status ddpc_op_count_nonzero(ddpc_buffer *out, const ddpc_buffer *mask);
 
 int ddpc_select_register(PyObject *module);
 

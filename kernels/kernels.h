@@ -121,12 +121,16 @@ int ddpc_k_index_dim(void *big, void *small, const int64_t *index, int dtype, in
 int ddpc_k_sort_scratch(int64_t lines, int64_t len, int dtype, size_t *bytes);
 int ddpc_k_sort_dim(int64_t *indices, void *values, const void *a, int dtype, int64_t outer, int64_t len,
                     int64_t inner, int descending, void *scratch, size_t bytes, void *stream);
-/* The positions of the n non-zero elements of a uint8 mask, in order
- * (kernels/select.cu): flat indices, or with `coords` the coordinates over
- * geo's shape (geo.ndim per row). Only the first `rows` positions are
- * written. `scratch` is device memory of the size ddpc_k_nonzero_scratch gives. */
-int ddpc_k_nonzero_scratch(int64_t n, size_t *bytes);
-int ddpc_k_nonzero(int64_t *out, const uint8_t *mask, int64_t n, int64_t rows, int coords, ddpc_k_bcast geo,
+/* The n elements of a uint8 mask (kernels/select.cu). COUNT: out (one int64)
+ * = how many are non-zero. FLAT and COORDS: the positions of the non-zero
+ * ones, in order, as flat indices or as coordinates over geo's shape
+ * (geo.ndim per row); only the first `rows` positions are written. `scratch`
+ * is device memory of the size ddpc_k_nonzero_scratch gives for the mode
+ * (8 bytes per element and CUB's storage for the positions, CUB's storage
+ * alone for the count). */
+enum { DDPC_K_NONZERO_COUNT = 0, DDPC_K_NONZERO_FLAT, DDPC_K_NONZERO_COORDS };
+int ddpc_k_nonzero_scratch(int64_t n, int mode, size_t *bytes);
+int ddpc_k_nonzero(int64_t *out, const uint8_t *mask, int64_t n, int64_t rows, int mode, ddpc_k_bcast geo,
                    void *scratch, size_t bytes, void *stream);
 /* NaN, +inf and -inf replaced by the three values (float dtypes). */
 int ddpc_k_nan_to_num(void *out, const void *x, int dtype, int64_t n, double nan, double posinf, double neginf,

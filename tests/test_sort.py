@@ -146,10 +146,23 @@ def test_masked_select_broadcasts_and_takes_the_gradient():
     check_grad(lambda v: v.masked_select(ddpc.tensor(mask)) * 2, x)
 
 
+def _count_nonzero_op(mask):
+    count = ddpc.empty((), dtype=ddpc.int64, device=mask.device)
+    ddpc._C.count_nonzero(count._buf, mask._buf)
+    return int(count.item())
+
+
 def test_nonzero_op_refuses_a_wrong_count():
     mask = ddpc.tensor([0, 1, 1], dtype=ddpc.uint8)
     with pytest.raises(ValueError, match="non-zero"):
         ddpc._C.nonzero(ddpc.empty(3, dtype=ddpc.int64)._buf, mask._buf)
+
+
+def test_count_nonzero_op_counts_any_non_zero_byte():
+    assert _count_nonzero_op(ddpc.tensor([0, 1, 2, 255, 0], dtype=ddpc.uint8)) == 3
+    assert _count_nonzero_op(ddpc.empty(0, dtype=ddpc.uint8)) == 0
+    with pytest.raises(TypeError, match="uint8"):
+        _count_nonzero_op(ddpc.tensor([1, 2]))
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16"])
@@ -245,6 +258,10 @@ def test_gpu_nonzero_masked_select_nan_to_num_tril_match_the_host():
         np.testing.assert_array_equal(ddpc.nonzero(a.cuda()).cpu().numpy(), ddpc.nonzero(a).numpy())
         np.testing.assert_array_equal(a.cuda().masked_select(a.cuda() > 0).cpu().numpy(),
                                       a.masked_select(a > 0).numpy())
+    big = ddpc.tensor(RNG.integers(0, 4, 3 * 2 ** 21 + 5).astype(np.uint8))  # a count over many blocks
+    np.testing.assert_array_equal(ddpc.nonzero(big.cuda()).cpu().numpy(), ddpc.nonzero(big).numpy())
+    for mask in (big, big[:0], big[:1000]):
+        assert _count_nonzero_op(mask.cuda()) == _count_nonzero_op(mask) == np.count_nonzero(mask.numpy())
     for dtype in ["float32", "float64", "float16", "bfloat16"]:
         a = ddpc.tensor([np.nan, np.inf, -np.inf, 1.5, -0.0], dtype=dtype)
         np.testing.assert_array_equal(ddpc.nan_to_num(a.cuda(), 1.0).cpu().double().numpy(),

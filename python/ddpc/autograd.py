@@ -2355,7 +2355,9 @@ def _nonzero(a, coords):
     [count], or coordinates [count, a.ndim] with ``coords``. The count is the
     one value that reaches the host (the result's size depends on it, as in PyTorch)."""
     mask = a.detach()._compare(0, _NE)
-    count = int(sum(mask).item())
+    count = _empty((), mask, int64)
+    _C.count_nonzero(count._buf, mask._buf)
+    count = int(count.item())
     out = _empty((count, a.ndim) if coords else (count,), mask, int64)
     _C.nonzero(out._buf, mask._buf)
     return out
