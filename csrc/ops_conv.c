@@ -2,7 +2,7 @@
  * then host loops or the launchers of kernels/conv.cu.
  *
  * The host loops run over independent units (a row block of the im2col
- * matrix, or one (H, W) plane) split across cores by ddpc_parallel_for; no
+ * matrix, or one volume) split across cores by ddpc_parallel_for; no
  * two units write the same element, so the gradients that add up overlapping
  * windows need no atomics. */
 #include "ops_conv.h"
@@ -56,18 +56,21 @@ static ddpc_status check_writable_(const ddpc_buffer *out, const char *op) {
     return DDPC_OK;
 }
 
-/* The caller's window with the sizes in and out set, checked: positive
- * kernel, stride and dilation, padding >= 0, and every window position
- * within 64 bits. */
-static ddpc_status window_(const ddpc_window *args, const int64_t *in, const int64_t *out, const char *op,
+/* The caller's window (geometry right-aligned in the DDPC_WINDOW_DIMS slots,
+ * the slots before the op's `dims` spatial dims holding a window of one tap,
+ * see window_identity_) with the sizes in and out set from the dims' sizes,
+ * checked: positive kernel, stride and dilation, padding >= 0, and every
+ * window position within 64 bits. Adaptive windows have dilation 1. */
+static ddpc_status window_(const ddpc_window *args, int dims, const int64_t *in, const int64_t *out, const char *op,
                            ddpc_window *w) {
     *w = *args;
-    for (int d = 0; d < 2; d++) {
-        w->in[d] = in[d], w->out[d] = out[d];
+    for (int d = DDPC_WINDOW_DIMS - dims; d < DDPC_WINDOW_DIMS; d++) {
+        w->in[d] = in[d - (DDPC_WINDOW_DIMS - dims)], w->out[d] = out[d - (DDPC_WINDOW_DIMS - dims)];
         if (w->adaptive) {
-            if (in[d] > 0 && out[d] > (INT64_MAX / 4) / in[d])
-                return DDPC_ERROR(DDPC_ERR_ARG, "%s: %lld outputs over %lld inputs overflow", op, (long long)out[d],
-                                  (long long)in[d]);
+            w->dilation[d] = 1;
+            if (w->in[d] > 0 && w->out[d] > (INT64_MAX / 4) / w->in[d])
+                return DDPC_ERROR(DDPC_ERR_ARG, "%s: %lld outputs over %lld inputs overflow", op,
+                                  (long long)w->out[d], (long long)w->in[d]);
             continue;
         }
         if (w->kernel[d] < 1 || w->stride[d] < 1 || w->dilation[d] < 1)
@@ -77,36 +80,55 @@ static ddpc_status window_(const ddpc_window *args, const int64_t *in, const int
         if (w->pad[d] < 0)
             return DDPC_ERROR(DDPC_ERR_ARG, "%s: padding must be >= 0, got %lld", op, (long long)w->pad[d]);
         if (w->kernel[d] > WINDOW_LIMIT || w->stride[d] > WINDOW_LIMIT || w->dilation[d] > WINDOW_LIMIT ||
-            w->pad[d] > WINDOW_LIMIT || (out[d] > 0 && w->stride[d] > (INT64_MAX / 4) / out[d]))
+            w->pad[d] > WINDOW_LIMIT || (w->out[d] > 0 && w->stride[d] > (INT64_MAX / 4) / w->out[d]))
             return DDPC_ERROR(DDPC_ERR_ARG, "%s: the window geometry is too large", op);
     }
     return DDPC_OK;
 }
 
-/* x [N, C, H, W] and col [C, KH, KW, N, OH, OW]: the operands im2col and col2im share. */
-static ddpc_status conv_args_(const ddpc_buffer *col, const ddpc_buffer *x, const ddpc_window *args, const char *op,
-                              ddpc_window *w) {
-    if (x->ndim != 4) return DDPC_ERROR(DDPC_ERR_ARG, "%s: the image must be [N, C, H, W], got %d dims", op, x->ndim);
-    if (col->ndim != 6)
-        return DDPC_ERROR(DDPC_ERR_ARG, "%s: the columns must be [C, KH, KW, N, OH, OW], got %d dims", op, col->ndim);
-    const int64_t *s = col->shape;
-    const int64_t want[6] = {x->shape[1], s[1], s[2], x->shape[0], s[4], s[5]};
-    CHECK(check_operand_(x, x, 4, x->shape, op, "the image"));
-    CHECK(check_operand_(col, x, 6, want, op, "the columns"));
-    ddpc_window with_kernel = *args;
-    with_kernel.kernel[0] = s[1], with_kernel.kernel[1] = s[2], with_kernel.adaptive = 0;
-    return window_(&with_kernel, x->shape + 2, s + 4, op, w);
+/* The number of spatial dims of a buffer of `ndim` dims with `lead` leading
+ * (batch and channel) dims, refused unless 1 to DDPC_WINDOW_DIMS. */
+static ddpc_status spatial_dims_(int ndim, int lead, const char *op, const char *what, int *dims) {
+    *dims = ndim - lead;
+    if (*dims < 1 || *dims > DDPC_WINDOW_DIMS)
+        return DDPC_ERROR(DDPC_ERR_ARG, "%s: %s must have 1 to %d spatial dims after %d leading ones, got %d dims",
+                          op, what, DDPC_WINDOW_DIMS, lead, ndim);
+    return DDPC_OK;
 }
 
-/* x [P, H, W] and a result [P, OH, OW] of the pools. */
+/* x [N, C, *in] and col [C, *kernel, N, *out]: the operands im2col and col2im share. */
+static ddpc_status conv_args_(const ddpc_buffer *col, const ddpc_buffer *x, const ddpc_window *args, const char *op,
+                              ddpc_window *w) {
+    int dims;
+    CHECK(spatial_dims_(x->ndim, 2, op, "the image [N, C, ...]", &dims));
+    if (col->ndim != 2 + 2 * dims)
+        return DDPC_ERROR(DDPC_ERR_ARG, "%s: the columns must be [C, *kernel, N, *out] with %d spatial dims, got %d "
+                          "dims", op, dims, col->ndim);
+    const int64_t *s = col->shape;
+    int64_t want[2 + 2 * DDPC_WINDOW_DIMS];
+    memcpy(want, s, (size_t)col->ndim * sizeof *want);
+    want[0] = x->shape[1], want[1 + dims] = x->shape[0];
+    CHECK(check_operand_(x, x, x->ndim, x->shape, op, "the image"));
+    CHECK(check_operand_(col, x, col->ndim, want, op, "the columns"));
+    ddpc_window with_kernel = *args;
+    for (int d = 0; d < dims; d++) with_kernel.kernel[DDPC_WINDOW_DIMS - dims + d] = s[1 + d];
+    with_kernel.adaptive = 0;
+    return window_(&with_kernel, dims, x->shape + 2, s + 2 + dims, op, w);
+}
+
+/* x [P, *in] and a result [P, *out] of the pools. */
 static ddpc_status pool_args_(const ddpc_buffer *y, const ddpc_buffer *x, const ddpc_window *args, const char *op,
                               ddpc_window *w) {
-    if (x->ndim != 3) return DDPC_ERROR(DDPC_ERR_ARG, "%s: the input must be [P, H, W], got %d dims", op, x->ndim);
-    if (y->ndim != 3) return DDPC_ERROR(DDPC_ERR_ARG, "%s: the output must be [P, OH, OW], got %d dims", op, y->ndim);
-    const int64_t want[3] = {x->shape[0], y->shape[1], y->shape[2]};
-    CHECK(check_operand_(x, x, 3, x->shape, op, "the input"));
-    CHECK(check_operand_(y, x, 3, want, op, "the output"));
-    return window_(args, x->shape + 1, y->shape + 1, op, w);
+    int dims;
+    CHECK(spatial_dims_(x->ndim, 1, op, "the input [P, ...]", &dims));
+    if (y->ndim != x->ndim)
+        return DDPC_ERROR(DDPC_ERR_ARG, "%s: the output must have the input's %d dims, got %d", op, x->ndim, y->ndim);
+    int64_t want[1 + DDPC_WINDOW_DIMS];
+    memcpy(want, y->shape, (size_t)y->ndim * sizeof *want);
+    want[0] = x->shape[0];
+    CHECK(check_operand_(x, x, x->ndim, x->shape, op, "the input"));
+    CHECK(check_operand_(y, x, y->ndim, want, op, "the output"));
+    return window_(args, dims, x->shape + 1, y->shape + 1, op, w);
 }
 
 /* ---- host loops ------------------------------------------------------------------- */
@@ -123,159 +145,180 @@ typedef struct {
 
 static int64_t grain_(int64_t unit) { return unit > 0 && unit < CONV_CHUNK ? CONV_CHUNK / unit : 1; }
 
-/* Unit u = ((c * KH + kh) * KW + kw) * N + n: one [OH, OW] block of the
- * columns, read from plane (n, c) at the offsets of tap (kh, kw). */
+static int64_t volume_(const int64_t *sizes) { return sizes[0] * sizes[1] * sizes[2]; }
+
+/* Unit u = tap * N + n, tap = ((c * KD + kd) * KH + kh) * KW + kw: one
+ * [OD, OH, OW] block of the columns, read from volume (n, c) at the offsets
+ * of tap (kd, kh, kw), row by row (a row: one (od, oh), OW long). */
 static void im2col_range_(void *ctx, int64_t lo, int64_t hi) {
     const window_job_ *j = ctx;
     const ddpc_window *w = &j->w;
-    const int64_t H = w->in[0], W = w->in[1], OH = w->out[0], OW = w->out[1], KH = w->kernel[0], KW = w->kernel[1];
-    const int64_t sw = w->stride[1];
+    const int64_t H = w->in[1], W = w->in[2], OD = w->out[0], OH = w->out[1], OW = w->out[2];
+    const int64_t KD = w->kernel[0], KH = w->kernel[1], KW = w->kernel[2], sw = w->stride[2];
     DDPC_FLOAT_TYPES(j->dtype, {
         for (int64_t u = lo; u < hi; u++) {
-            int64_t n = u % j->n, r = u / j->n, kw = r % KW, kh = (r / KW) % KH, c = r / (KW * KH);
-            const T *src = (const T *)j->src + (n * j->c + c) * H * W;
-            T *dst = (T *)j->dst + u * OH * OW;
-            int64_t oh0, oh1, ow0, ow1;
-            ddpc_window_outputs(w, 0, kh, &oh0, &oh1);
-            ddpc_window_outputs(w, 1, kw, &ow0, &ow1);
-            const int64_t ih_off = kh * w->dilation[0] - w->pad[0], iw_off = kw * w->dilation[1] - w->pad[1];
-            for (int64_t oh = 0; oh < OH; oh++) {
-                T *row = dst + oh * OW;
-                if (oh < oh0 || oh >= oh1 || ow0 == ow1) {
-                    memset(row, 0, (size_t)OW * sizeof(T));
-                    continue;
+            int64_t n = u % j->n, r = u / j->n, kw = r % KW, kh = (r / KW) % KH, kd = (r / (KW * KH)) % KD,
+                    c = r / (KW * KH * KD);
+            const T *src = (const T *)j->src + (n * j->c + c) * volume_(w->in);
+            T *dst = (T *)j->dst + u * OD * OH * OW;
+            int64_t od0, od1, oh0, oh1, ow0, ow1;
+            ddpc_window_outputs(w, 0, kd, &od0, &od1);
+            ddpc_window_outputs(w, 1, kh, &oh0, &oh1);
+            ddpc_window_outputs(w, 2, kw, &ow0, &ow1);
+            const int64_t id_off = kd * w->dilation[0] - w->pad[0], ih_off = kh * w->dilation[1] - w->pad[1];
+            const int64_t iw_off = kw * w->dilation[2] - w->pad[2];
+            for (int64_t od = 0; od < OD; od++)
+                for (int64_t oh = 0; oh < OH; oh++) {
+                    T *row = dst + (od * OH + oh) * OW;
+                    if (od < od0 || od >= od1 || oh < oh0 || oh >= oh1 || ow0 == ow1) {
+                        memset(row, 0, (size_t)OW * sizeof(T));
+                        continue;
+                    }
+                    const int64_t base = ((od * w->stride[0] + id_off) * H + oh * w->stride[1] + ih_off) * W + iw_off;
+                    memset(row, 0, (size_t)ow0 * sizeof(T));
+                    if (sw == 1) memcpy(row + ow0, src + base + ow0, (size_t)(ow1 - ow0) * sizeof(T));
+                    else for (int64_t ow = ow0; ow < ow1; ow++) row[ow] = src[base + ow * sw];
+                    memset(row + ow1, 0, (size_t)(OW - ow1) * sizeof(T));
                 }
-                const int64_t base = (oh * w->stride[0] + ih_off) * W + iw_off;
-                memset(row, 0, (size_t)ow0 * sizeof(T));
-                if (sw == 1) memcpy(row + ow0, src + base + ow0, (size_t)(ow1 - ow0) * sizeof(T));
-                else for (int64_t ow = ow0; ow < ow1; ow++) row[ow] = src[base + ow * sw];
-                memset(row + ow1, 0, (size_t)(OW - ow1) * sizeof(T));
-            }
         }
     });
 }
 
-/* Unit u = n * C + c: plane (n, c) of gx, summed from the column blocks of its channel and sample. */
+/* Unit u = n * C + c: volume (n, c) of gx, summed from the column blocks of its channel and sample. */
 static void col2im_range_(void *ctx, int64_t lo, int64_t hi) {
     const window_job_ *j = ctx;
     const ddpc_window *w = &j->w;
-    const int64_t H = w->in[0], W = w->in[1], OH = w->out[0], OW = w->out[1], KH = w->kernel[0], KW = w->kernel[1];
-    const int64_t sw = w->stride[1];
+    const int64_t H = w->in[1], W = w->in[2], OH = w->out[1], OW = w->out[2];
+    const int64_t KD = w->kernel[0], KH = w->kernel[1], KW = w->kernel[2], sw = w->stride[2];
     DDPC_FLOAT_TYPES(j->dtype, {
         for (int64_t u = lo; u < hi; u++) {
             int64_t n = u / j->c, c = u % j->c;
-            T *dst = (T *)j->dst + u * H * W;
-            memset(dst, 0, (size_t)(H * W) * sizeof(T));
-            for (int64_t kh = 0; kh < KH; kh++)
-                for (int64_t kw = 0; kw < KW; kw++) {
-                    const T *block = (const T *)j->src + (((c * KH + kh) * KW + kw) * j->n + n) * OH * OW;
-                    int64_t oh0, oh1, ow0, ow1;
-                    ddpc_window_outputs(w, 0, kh, &oh0, &oh1);
-                    ddpc_window_outputs(w, 1, kw, &ow0, &ow1);
-                    const int64_t ih_off = kh * w->dilation[0] - w->pad[0], iw_off = kw * w->dilation[1] - w->pad[1];
-                    for (int64_t oh = oh0; oh < oh1; oh++) {
-                        const T *row = block + oh * OW;
-                        const int64_t base = (oh * w->stride[0] + ih_off) * W + iw_off;
-                        for (int64_t ow = ow0; ow < ow1; ow++) dst[base + ow * sw] += row[ow];
+            T *dst = (T *)j->dst + u * volume_(w->in);
+            memset(dst, 0, (size_t)volume_(w->in) * sizeof(T));
+            for (int64_t kd = 0; kd < KD; kd++)
+                for (int64_t kh = 0; kh < KH; kh++)
+                    for (int64_t kw = 0; kw < KW; kw++) {
+                        const int64_t tap = ((c * KD + kd) * KH + kh) * KW + kw;
+                        const T *block = (const T *)j->src + (tap * j->n + n) * volume_(w->out);
+                        int64_t od0, od1, oh0, oh1, ow0, ow1;
+                        ddpc_window_outputs(w, 0, kd, &od0, &od1);
+                        ddpc_window_outputs(w, 1, kh, &oh0, &oh1);
+                        ddpc_window_outputs(w, 2, kw, &ow0, &ow1);
+                        const int64_t id_off = kd * w->dilation[0] - w->pad[0];
+                        const int64_t ih_off = kh * w->dilation[1] - w->pad[1];
+                        const int64_t iw_off = kw * w->dilation[2] - w->pad[2];
+                        for (int64_t od = od0; od < od1; od++)
+                            for (int64_t oh = oh0; oh < oh1; oh++) {
+                                const T *row = block + (od * OH + oh) * OW;
+                                const int64_t base =
+                                    ((od * w->stride[0] + id_off) * H + oh * w->stride[1] + ih_off) * W + iw_off;
+                                for (int64_t ow = ow0; ow < ow1; ow++) dst[base + ow * sw] += row[ow];
+                            }
                     }
-                }
         }
     });
 }
 
-/* Unit: one plane. PyTorch's rule: the first tap that reads the input
+/* Unit: one volume. PyTorch's rule: the first tap that reads the input
  * starts, then a larger value or a NaN takes over. */
 static void max_pool_range_(void *ctx, int64_t lo, int64_t hi) {
     const window_job_ *j = ctx;
     const ddpc_window *w = &j->w;
-    const int64_t H = w->in[0], W = w->in[1], OH = w->out[0], OW = w->out[1];
+    const int64_t H = w->in[1], W = w->in[2], OD = w->out[0], OH = w->out[1], OW = w->out[2];
+    const int64_t dd = w->dilation[0], dh = w->dilation[1], dw = w->dilation[2];
     DDPC_FLOAT_TYPES(j->dtype, {
         for (int64_t p = lo; p < hi; p++) {
-            const T *src = (const T *)j->src + p * H * W;
-            T *dst = (T *)j->dst + p * OH * OW;
-            int64_t *at = j->indices + p * OH * OW;
-            for (int64_t oh = 0; oh < OH; oh++) {
-                int64_t kh0, kh1, ih0 = oh * w->stride[0] - w->pad[0];
-                ddpc_window_taps(w, 0, oh, &kh0, &kh1);
-                for (int64_t ow = 0; ow < OW; ow++) {
-                    int64_t kw0, kw1, iw0 = ow * w->stride[1] - w->pad[1];
-                    ddpc_window_taps(w, 1, ow, &kw0, &kw1);
-                    T best = (T)-INFINITY;
-                    int64_t best_at = kh0 < kh1 && kw0 < kw1
-                                          ? (ih0 + kh0 * w->dilation[0]) * W + iw0 + kw0 * w->dilation[1]
-                                          : -1;
-                    for (int64_t kh = kh0; kh < kh1; kh++)
-                        for (int64_t kw = kw0; kw < kw1; kw++) {
-                            int64_t i = (ih0 + kh * w->dilation[0]) * W + iw0 + kw * w->dilation[1];
-                            T v = src[i];
-                            if (v > best || v != v) best = v, best_at = i;
-                        }
-                    dst[oh * OW + ow] = best;
-                    at[oh * OW + ow] = best_at;
+            const T *src = (const T *)j->src + p * volume_(w->in);
+            T *dst = (T *)j->dst + p * volume_(w->out);
+            int64_t *at = j->indices + p * volume_(w->out);
+            for (int64_t od = 0; od < OD; od++) {
+                int64_t kd0, kd1, id0 = ddpc_window_taps(w, 0, od, &kd0, &kd1);
+                for (int64_t oh = 0; oh < OH; oh++) {
+                    int64_t kh0, kh1, ih0 = ddpc_window_taps(w, 1, oh, &kh0, &kh1);
+                    for (int64_t ow = 0; ow < OW; ow++) {
+                        int64_t kw0, kw1, iw0 = ddpc_window_taps(w, 2, ow, &kw0, &kw1);
+                        T best = (T)-INFINITY;
+                        int64_t best_at = kd0 < kd1 && kh0 < kh1 && kw0 < kw1
+                                              ? ((id0 + kd0 * dd) * H + ih0 + kh0 * dh) * W + iw0 + kw0 * dw
+                                              : -1;
+                        for (int64_t kd = kd0; kd < kd1; kd++)
+                            for (int64_t kh = kh0; kh < kh1; kh++)
+                                for (int64_t kw = kw0; kw < kw1; kw++) {
+                                    int64_t i = ((id0 + kd * dd) * H + ih0 + kh * dh) * W + iw0 + kw * dw;
+                                    T v = src[i];
+                                    if (v > best || v != v) best = v, best_at = i;
+                                }
+                        int64_t o = (od * OH + oh) * OW + ow;
+                        dst[o] = best;
+                        at[o] = best_at;
+                    }
                 }
             }
         }
     });
 }
 
-/* Unit: one plane of gx. */
+/* Unit: one volume of gx. */
 static void max_pool_backward_range_(void *ctx, int64_t lo, int64_t hi) {
     const window_job_ *j = ctx;
-    const int64_t in_plane = j->w.in[0] * j->w.in[1], out_plane = j->w.out[0] * j->w.out[1];
+    const int64_t in_volume = volume_(j->w.in), out_volume = volume_(j->w.out);
     DDPC_FLOAT_TYPES(j->dtype, {
         for (int64_t p = lo; p < hi; p++) {
-            T *dst = (T *)j->dst + p * in_plane;
-            const T *g = (const T *)j->src + p * out_plane;
-            const int64_t *at = j->indices_in + p * out_plane;
-            memset(dst, 0, (size_t)in_plane * sizeof(T));
-            for (int64_t k = 0; k < out_plane; k++)
+            T *dst = (T *)j->dst + p * in_volume;
+            const T *g = (const T *)j->src + p * out_volume;
+            const int64_t *at = j->indices_in + p * out_volume;
+            memset(dst, 0, (size_t)in_volume * sizeof(T));
+            for (int64_t k = 0; k < out_volume; k++)
                 if (at[k] >= 0) dst[at[k]] += g[k];
         }
     });
 }
 
-/* Unit: one plane; the sums in double. */
+/* Unit: one volume; the sums in double. */
 static void avg_pool_range_(void *ctx, int64_t lo, int64_t hi) {
     const window_job_ *j = ctx;
     const ddpc_window *w = &j->w;
-    const int64_t H = w->in[0], W = w->in[1], OH = w->out[0], OW = w->out[1];
+    const int64_t H = w->in[1], W = w->in[2];
     DDPC_FLOAT_TYPES(j->dtype, {
         for (int64_t p = lo; p < hi; p++) {
-            const T *src = (const T *)j->src + p * H * W;
-            T *dst = (T *)j->dst + p * OH * OW;
-            for (int64_t oh = 0; oh < OH; oh++) {
-                int64_t h0, h1, fh = ddpc_avg_window(w, 0, oh, &h0, &h1);
-                for (int64_t ow = 0; ow < OW; ow++) {
-                    int64_t w0, w1, fw = ddpc_avg_window(w, 1, ow, &w0, &w1);
-                    double sum = 0;
-                    for (int64_t ih = h0; ih < h1; ih++)
-                        for (int64_t iw = w0; iw < w1; iw++) sum += (double)src[ih * W + iw];
-                    dst[oh * OW + ow] = (T)(sum / ddpc_avg_divisor(w, fh, fw));
-                }
-            }
+            const T *src = (const T *)j->src + p * volume_(w->in);
+            T *dst = (T *)j->dst + p * volume_(w->out);
+            int64_t o[DDPC_WINDOW_DIMS];
+            for (o[0] = 0; o[0] < w->out[0]; o[0]++)
+                for (o[1] = 0; o[1] < w->out[1]; o[1]++)
+                    for (o[2] = 0; o[2] < w->out[2]; o[2]++) {
+                        ddpc_avg_box b = ddpc_avg_window_box(w, o);
+                        double sum = 0;
+                        for (int64_t id = b.lo[0]; id < b.hi[0]; id++)
+                            for (int64_t ih = b.lo[1]; ih < b.hi[1]; ih++)
+                                for (int64_t iw = b.lo[2]; iw < b.hi[2]; iw++)
+                                    sum += (double)src[(id * H + ih) * W + iw];
+                        *dst++ = (T)(sum / b.divisor);
+                    }
         }
     });
 }
 
-/* Unit: one plane of gx. */
+/* Unit: one volume of gx. */
 static void avg_pool_backward_range_(void *ctx, int64_t lo, int64_t hi) {
     const window_job_ *j = ctx;
     const ddpc_window *w = &j->w;
-    const int64_t H = w->in[0], W = w->in[1], OH = w->out[0], OW = w->out[1];
+    const int64_t H = w->in[1], W = w->in[2];
     DDPC_FLOAT_TYPES(j->dtype, {
         for (int64_t p = lo; p < hi; p++) {
-            T *dst = (T *)j->dst + p * H * W;
-            const T *g = (const T *)j->src + p * OH * OW;
-            memset(dst, 0, (size_t)(H * W) * sizeof(T));
-            for (int64_t oh = 0; oh < OH; oh++) {
-                int64_t h0, h1, fh = ddpc_avg_window(w, 0, oh, &h0, &h1);
-                for (int64_t ow = 0; ow < OW; ow++) {
-                    int64_t w0, w1, fw = ddpc_avg_window(w, 1, ow, &w0, &w1);
-                    T share = (T)((double)g[oh * OW + ow] / ddpc_avg_divisor(w, fh, fw));
-                    for (int64_t ih = h0; ih < h1; ih++)
-                        for (int64_t iw = w0; iw < w1; iw++) dst[ih * W + iw] += share;
-                }
-            }
+            T *dst = (T *)j->dst + p * volume_(w->in);
+            const T *g = (const T *)j->src + p * volume_(w->out);
+            memset(dst, 0, (size_t)volume_(w->in) * sizeof(T));
+            int64_t o[DDPC_WINDOW_DIMS];
+            for (o[0] = 0; o[0] < w->out[0]; o[0]++)
+                for (o[1] = 0; o[1] < w->out[1]; o[1]++)
+                    for (o[2] = 0; o[2] < w->out[2]; o[2]++) {
+                        ddpc_avg_box b = ddpc_avg_window_box(w, o);
+                        T share = (T)((double)*g++ / b.divisor);
+                        for (int64_t id = b.lo[0]; id < b.hi[0]; id++)
+                            for (int64_t ih = b.lo[1]; ih < b.hi[1]; ih++)
+                                for (int64_t iw = b.lo[2]; iw < b.hi[2]; iw++) dst[(id * H + ih) * W + iw] += share;
+                    }
         }
     });
 }
@@ -290,8 +333,7 @@ ddpc_status ddpc_op_im2col(ddpc_buffer *col, const ddpc_buffer *x, const ddpc_wi
     if (col->numel == 0) return DDPC_OK;
     if (col->device != DDPC_CPU)
         DDPC_LAUNCH(col->device, ddpc_k_im2col(col->data, x->data, col->dtype, j.n, j.c, j.w, stream));
-    int64_t units = col->numel / (j.w.out[0] * j.w.out[1]);
-    ddpc_parallel_for(units, grain_(j.w.out[0] * j.w.out[1]), im2col_range_, &j);
+    ddpc_parallel_for(col->numel / volume_(j.w.out), grain_(volume_(j.w.out)), im2col_range_, &j);
     return DDPC_OK;
 }
 
@@ -303,8 +345,18 @@ ddpc_status ddpc_op_col2im(ddpc_buffer *gx, const ddpc_buffer *col, const ddpc_w
     if (gx->numel == 0) return DDPC_OK;
     if (gx->device != DDPC_CPU)
         DDPC_LAUNCH(gx->device, ddpc_k_col2im(gx->data, col->data, gx->dtype, j.n, j.c, j.w, stream));
-    int64_t work = j.w.kernel[0] * j.w.kernel[1] * j.w.out[0] * j.w.out[1] + j.w.in[0] * j.w.in[1];
+    int64_t work = volume_(j.w.kernel) * volume_(j.w.out) + volume_(j.w.in);
     ddpc_parallel_for(j.n * j.c, grain_(work), col2im_range_, &j);
+    return DDPC_OK;
+}
+
+/* indices: int64, on `ref`'s device (ref named `ref_name`), shaped like `like` (named `like_name`). */
+static ddpc_status check_indices_(const ddpc_buffer *indices, const ddpc_buffer *ref, const ddpc_buffer *like,
+                                  const char *op, const char *ref_name, const char *like_name) {
+    if (indices->dtype != DDPC_INT64 || indices->device != ref->device || indices->ndim != like->ndim ||
+        memcmp(indices->shape, like->shape, sizeof(int64_t) * (size_t)like->ndim) != 0)
+        return DDPC_ERROR(DDPC_ERR_ARG, "%s: indices must be int64 on the %s's device, shaped like the %s", op,
+                          ref_name, like_name);
     return DDPC_OK;
 }
 
@@ -313,45 +365,46 @@ ddpc_status ddpc_op_max_pool(ddpc_buffer *out, ddpc_buffer *indices, const ddpc_
     window_job_ j = {.dtype = out->dtype, .dst = out->data, .src = x->data, .indices = indices->data};
     CHECK(check_writable_(out, op));
     CHECK(check_writable_(indices, op));
-    ddpc_window plain = *args;
-    plain.adaptive = 0;
-    CHECK(pool_args_(out, x, &plain, op, &j.w));
-    if (indices->dtype != DDPC_INT64 || indices->device != x->device || indices->ndim != 3 ||
-        memcmp(indices->shape, out->shape, sizeof(int64_t) * 3) != 0)
-        return DDPC_ERROR(DDPC_ERR_ARG, "%s: indices must be int64 on the input's device, shaped like the output", op);
+    CHECK(pool_args_(out, x, args, op, &j.w));
+    CHECK(check_indices_(indices, x, out, op, "input", "output"));
     if (out->numel == 0) return DDPC_OK;
     if (out->device != DDPC_CPU)
         DDPC_LAUNCH(out->device,
                     ddpc_k_max_pool(out->data, indices->data, x->data, out->dtype, x->shape[0], j.w, stream));
-    int64_t plane = j.w.out[0] * j.w.out[1] * j.w.kernel[0] * j.w.kernel[1];
-    ddpc_parallel_for(x->shape[0], grain_(plane), max_pool_range_, &j);
+    int64_t taps = j.w.adaptive ? ddpc_ceil_div(volume_(j.w.in), volume_(j.w.out)) + 1 : volume_(j.w.kernel);
+    ddpc_parallel_for(x->shape[0], grain_(volume_(j.w.out) * taps), max_pool_range_, &j);
     return DDPC_OK;
 }
 
 ddpc_status ddpc_op_max_pool_backward(ddpc_buffer *gx, const ddpc_buffer *g, const ddpc_buffer *indices) {
     const char *op = "max pool backward";
     window_job_ j = {.dtype = gx->dtype, .dst = gx->data, .src = g->data, .indices_in = indices->data};
+    int dims;
     CHECK(check_writable_(gx, op));
-    if (gx->ndim != 3 || g->ndim != 3)
-        return DDPC_ERROR(DDPC_ERR_ARG, "%s: the gradients must be [P, H, W] and [P, OH, OW]", op);
-    const int64_t want[3] = {gx->shape[0], g->shape[1], g->shape[2]};
-    CHECK(check_operand_(gx, gx, 3, gx->shape, op, "the input gradient"));
-    CHECK(check_operand_(g, gx, 3, want, op, "the output gradient"));
-    if (indices->dtype != DDPC_INT64 || indices->device != gx->device || indices->ndim != 3 ||
-        memcmp(indices->shape, g->shape, sizeof(int64_t) * 3) != 0)
-        return DDPC_ERROR(DDPC_ERR_ARG, "%s: indices must be int64 on the gradient's device, shaped like it", op);
-    j.w.in[0] = gx->shape[1], j.w.in[1] = gx->shape[2], j.w.out[0] = g->shape[1], j.w.out[1] = g->shape[2];
-    int64_t in_plane = gx->shape[1] * gx->shape[2], out_plane = g->shape[1] * g->shape[2];
+    CHECK(spatial_dims_(gx->ndim, 1, op, "the input gradient [P, ...]", &dims));
+    if (g->ndim != gx->ndim)
+        return DDPC_ERROR(DDPC_ERR_ARG, "%s: the gradients must have the same number of dims, got %d and %d", op,
+                          gx->ndim, g->ndim);
+    int64_t want[1 + DDPC_WINDOW_DIMS];
+    memcpy(want, g->shape, (size_t)g->ndim * sizeof *want);
+    want[0] = gx->shape[0];
+    CHECK(check_operand_(gx, gx, gx->ndim, gx->shape, op, "the input gradient"));
+    CHECK(check_operand_(g, gx, g->ndim, want, op, "the output gradient"));
+    CHECK(check_indices_(indices, gx, g, op, "gradient", "gradient"));
+    int64_t in_volume = 1, out_volume = 1;
+    for (int d = 1; d < gx->ndim; d++) in_volume *= gx->shape[d], out_volume *= g->shape[d];
+    j.w.in[0] = in_volume, j.w.out[0] = out_volume;
+    j.w.in[1] = j.w.in[2] = j.w.out[1] = j.w.out[2] = 1;
     if (gx->numel == 0) return DDPC_OK;
     if (gx->device != DDPC_CPU)
         DDPC_LAUNCH(gx->device, ddpc_k_max_pool_backward(gx->data, g->data, indices->data, gx->dtype, gx->shape[0],
-                                                         in_plane, out_plane, stream));
+                                                         in_volume, out_volume, stream));
     const int64_t *at = indices->data;
     for (int64_t k = 0; k < indices->numel; k++)
-        if (at[k] < -1 || at[k] >= in_plane)
+        if (at[k] < -1 || at[k] >= in_volume)
             return DDPC_ERROR(DDPC_ERR_ARG, "%s: index %lld is outside a plane of %lld elements", op, (long long)at[k],
-                              (long long)in_plane);
-    ddpc_parallel_for(gx->shape[0], grain_(in_plane + out_plane), max_pool_backward_range_, &j);
+                              (long long)in_volume);
+    ddpc_parallel_for(gx->shape[0], grain_(in_volume + out_volume), max_pool_backward_range_, &j);
     return DDPC_OK;
 }
 
@@ -362,8 +415,7 @@ ddpc_status ddpc_op_avg_pool(ddpc_buffer *out, const ddpc_buffer *x, const ddpc_
     if (out->numel == 0) return DDPC_OK;
     if (out->device != DDPC_CPU)
         DDPC_LAUNCH(out->device, ddpc_k_avg_pool(out->data, x->data, out->dtype, x->shape[0], j.w, stream));
-    ddpc_parallel_for(x->shape[0], grain_(x->shape[1] * x->shape[2] + out->shape[1] * out->shape[2]), avg_pool_range_,
-                      &j);
+    ddpc_parallel_for(x->shape[0], grain_(volume_(j.w.in) + volume_(j.w.out)), avg_pool_range_, &j);
     return DDPC_OK;
 }
 
@@ -374,54 +426,76 @@ ddpc_status ddpc_op_avg_pool_backward(ddpc_buffer *gx, const ddpc_buffer *g, con
     if (gx->numel == 0) return DDPC_OK;
     if (gx->device != DDPC_CPU)
         DDPC_LAUNCH(gx->device, ddpc_k_avg_pool_backward(gx->data, g->data, gx->dtype, gx->shape[0], j.w, stream));
-    ddpc_parallel_for(gx->shape[0], grain_(gx->shape[1] * gx->shape[2] + g->shape[1] * g->shape[2]),
-                      avg_pool_backward_range_, &j);
+    ddpc_parallel_for(gx->shape[0], grain_(volume_(j.w.in) + volume_(j.w.out)), avg_pool_backward_range_, &j);
     return DDPC_OK;
 }
 
 /* ---- Python bindings -------------------------------------------------------------- */
 
-/* A pair of ints, or None (then *is_none is set, when given). */
-static int parse_pair_(PyObject *o, int64_t *out, const char *what, int *is_none) {
+/* A window of one tap over one element in every slot: what the slots before
+ * an op's spatial dims keep (see window.h). */
+static ddpc_window window_identity_(void) {
+    ddpc_window w = {0};
+    for (int d = 0; d < DDPC_WINDOW_DIMS; d++) w.in[d] = w.out[d] = w.kernel[d] = w.stride[d] = w.dilation[d] = 1;
+    return w;
+}
+
+/* A tuple of `dims` ints into the last `dims` slots of out[DDPC_WINDOW_DIMS],
+ * or None (then *is_none is set, when given). */
+static int parse_dims_(PyObject *o, int dims, int64_t *out, const char *what, int *is_none) {
     if (is_none) *is_none = o == Py_None;
     if (is_none && *is_none) return 1;
-    long long a, b;
-    if (!PyTuple_Check(o) || !PyArg_ParseTuple(o, "LL", &a, &b)) {
-        PyErr_Clear();
-        PyErr_Format(PyExc_TypeError, "%s must be a tuple of two ints", what);
+    if (!PyTuple_Check(o) || PyTuple_GET_SIZE(o) != dims) {
+        PyErr_Format(PyExc_TypeError, "%s must be a tuple of %d ints, one per spatial dim", what, dims);
         return 0;
     }
-    out[0] = a, out[1] = b;
+    for (int d = 0; d < dims; d++) {
+        long long v = PyLong_AsLongLong(PyTuple_GET_ITEM(o, d));
+        if (v == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError, "%s must be a tuple of %d ints, one per spatial dim", what, dims);
+            return 0;
+        }
+        out[DDPC_WINDOW_DIMS - dims + d] = v;
+    }
     return 1;
 }
 
-/* The geometry arguments the bindings share: stride, padding and dilation pairs. */
-static int parse_geometry_(PyObject *stride, PyObject *pad, PyObject *dilation, ddpc_window *w) {
-    return parse_pair_(stride, w->stride, "stride", NULL) && parse_pair_(pad, w->pad, "padding", NULL) &&
-           parse_pair_(dilation, w->dilation, "dilation", NULL);
+/* The spatial dims of a buffer with `lead` leading dims, for parsing its
+ * geometry; an out-of-range count is left to the op's own check (then 1). */
+static int dims_of_(const ddpc_buffer *b, int lead) {
+    int dims = b->ndim - lead;
+    return dims >= 1 && dims <= DDPC_WINDOW_DIMS ? dims : 1;
+}
+
+/* The geometry arguments the bindings share: stride, padding and dilation tuples. */
+static int parse_geometry_(PyObject *stride, PyObject *pad, PyObject *dilation, int dims, ddpc_window *w) {
+    return parse_dims_(stride, dims, w->stride, "stride", NULL) && parse_dims_(pad, dims, w->pad, "padding", NULL) &&
+           parse_dims_(dilation, dims, w->dilation, "dilation", NULL);
+}
+
+/* im2col(col, x, ...) and col2im(x, col, ...) take the same arguments; the image is x. */
+static int parse_columns_(PyObject *args, const char *fmt, ddpc_buffer **a, ddpc_buffer **b, int image_first,
+                          ddpc_window *w) {
+    PyObject *stride, *pad, *dilation;
+    *w = window_identity_();
+    if (!PyArg_ParseTuple(args, fmt, ddpc_arg_buffer, a, ddpc_arg_buffer, b, &stride, &pad, &dilation)) return 0;
+    return parse_geometry_(stride, pad, dilation, dims_of_(image_first ? *a : *b, 2), w);
 }
 
 static PyObject *py_im2col(PyObject *m, PyObject *args) {
     (void)m;
     ddpc_buffer *col, *x;
-    PyObject *stride, *pad, *dilation;
-    ddpc_window w = {0};
-    if (!PyArg_ParseTuple(args, "O&O&OOO:im2col", ddpc_arg_buffer, &col, ddpc_arg_buffer, &x, &stride, &pad,
-                          &dilation) ||
-        !parse_geometry_(stride, pad, dilation, &w))
-        return NULL;
+    ddpc_window w;
+    if (!parse_columns_(args, "O&O&OOO:im2col", &col, &x, 0, &w)) return NULL;
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(col), ddpc_op_im2col(col, x, &w));
 }
 
 static PyObject *py_col2im(PyObject *m, PyObject *args) {
     (void)m;
     ddpc_buffer *gx, *col;
-    PyObject *stride, *pad, *dilation;
-    ddpc_window w = {0};
-    if (!PyArg_ParseTuple(args, "O&O&OOO:col2im", ddpc_arg_buffer, &gx, ddpc_arg_buffer, &col, &stride, &pad,
-                          &dilation) ||
-        !parse_geometry_(stride, pad, dilation, &w))
-        return NULL;
+    ddpc_window w;
+    if (!parse_columns_(args, "O&O&OOO:col2im", &gx, &col, 1, &w)) return NULL;
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(col), ddpc_op_col2im(gx, col, &w));
 }
 
@@ -429,10 +503,13 @@ static PyObject *py_max_pool(PyObject *m, PyObject *args) {
     (void)m;
     ddpc_buffer *out, *indices, *x;
     PyObject *kernel, *stride, *pad, *dilation;
-    ddpc_window w = {0};
-    if (!PyArg_ParseTuple(args, "O&O&O&OOOO:max_pool2d", ddpc_arg_buffer, &out, ddpc_arg_buffer, &indices,
-                          ddpc_arg_buffer, &x, &kernel, &stride, &pad, &dilation) ||
-        !parse_pair_(kernel, w.kernel, "kernel_size", NULL) || !parse_geometry_(stride, pad, dilation, &w))
+    ddpc_window w = window_identity_();
+    if (!PyArg_ParseTuple(args, "O&O&O&OOOO:max_pool", ddpc_arg_buffer, &out, ddpc_arg_buffer, &indices,
+                          ddpc_arg_buffer, &x, &kernel, &stride, &pad, &dilation))
+        return NULL;
+    int dims = dims_of_(x, 1);
+    if (!parse_dims_(kernel, dims, w.kernel, "kernel_size", &w.adaptive) ||
+        (!w.adaptive && !parse_geometry_(stride, pad, dilation, dims, &w)))
         return NULL;
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(x), ddpc_op_max_pool(out, indices, x, &w));
 }
@@ -440,56 +517,60 @@ static PyObject *py_max_pool(PyObject *m, PyObject *args) {
 static PyObject *py_max_pool_backward(PyObject *m, PyObject *args) {
     (void)m;
     ddpc_buffer *gx, *g, *indices;
-    if (!PyArg_ParseTuple(args, "O&O&O&:max_pool2d_backward", ddpc_arg_buffer, &gx, ddpc_arg_buffer, &g,
+    if (!PyArg_ParseTuple(args, "O&O&O&:max_pool_backward", ddpc_arg_buffer, &gx, ddpc_arg_buffer, &g,
                           ddpc_arg_buffer, &indices))
         return NULL;
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(gx), ddpc_op_max_pool_backward(gx, g, indices));
 }
 
-/* avg_pool2d's geometry: kernel (None: adaptive windows), stride, padding,
+/* avg_pool's geometry: kernel (None: adaptive windows), stride, padding,
  * count_include_pad and divisor (0: none); dilation is 1. */
 static int parse_avg_(PyObject *args, const char *fmt, ddpc_buffer **a, ddpc_buffer **b, ddpc_window *w) {
     PyObject *kernel, *stride, *pad;
     long long divisor;
+    *w = window_identity_();
     if (!PyArg_ParseTuple(args, fmt, ddpc_arg_buffer, a, ddpc_arg_buffer, b, &kernel, &stride, &pad,
-                          &w->count_include_pad, &divisor) ||
-        !parse_pair_(kernel, w->kernel, "kernel_size", &w->adaptive))
+                          &w->count_include_pad, &divisor))
         return 0;
-    w->divisor = divisor, w->dilation[0] = w->dilation[1] = 1;
+    int dims = dims_of_(*b, 1);
+    w->divisor = divisor;
+    if (!parse_dims_(kernel, dims, w->kernel, "kernel_size", &w->adaptive)) return 0;
     if (w->adaptive) return 1;
-    return parse_pair_(stride, w->stride, "stride", NULL) && parse_pair_(pad, w->pad, "padding", NULL);
+    return parse_dims_(stride, dims, w->stride, "stride", NULL) && parse_dims_(pad, dims, w->pad, "padding", NULL);
 }
 
 static PyObject *py_avg_pool(PyObject *m, PyObject *args) {
     (void)m;
     ddpc_buffer *out, *x;
-    ddpc_window w = {0};
-    if (!parse_avg_(args, "O&O&OOOpL:avg_pool2d", &out, &x, &w)) return NULL;
+    ddpc_window w;
+    if (!parse_avg_(args, "O&O&OOOpL:avg_pool", &out, &x, &w)) return NULL;
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(x), ddpc_op_avg_pool(out, x, &w));
 }
 
 static PyObject *py_avg_pool_backward(PyObject *m, PyObject *args) {
     (void)m;
     ddpc_buffer *gx, *g;
-    ddpc_window w = {0};
-    if (!parse_avg_(args, "O&O&OOOpL:avg_pool2d_backward", &gx, &g, &w)) return NULL;
+    ddpc_window w;
+    if (!parse_avg_(args, "O&O&OOOpL:avg_pool_backward", &gx, &g, &w)) return NULL;
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(gx), ddpc_op_avg_pool_backward(gx, g, &w));
 }
 
 static PyMethodDef conv_methods[] = {
     {"im2col", py_im2col, METH_VARARGS,
-     "im2col(col, x, stride, padding, dilation): col [C, KH, KW, N, OH, OW] = the windows of x [N, C, H, W]"},
+     "im2col(col, x, stride, padding, dilation): col [C, *kernel, N, *out] = the windows of x [N, C, *in], "
+     "1 to 3 spatial dims, the geometry a tuple per spatial dim"},
     {"col2im", py_col2im, METH_VARARGS,
-     "col2im(gx, col, stride, padding, dilation): gx [N, C, H, W] = col's entries summed back where im2col took them"},
-    {"max_pool2d", py_max_pool, METH_VARARGS,
-     "max_pool2d(out, indices, x, kernel, stride, padding, dilation): over the (H, W) planes of x [P, H, W]"},
-    {"max_pool2d_backward", py_max_pool_backward, METH_VARARGS,
-     "max_pool2d_backward(gx, g, indices): gx = g added at the indices of each plane"},
-    {"avg_pool2d", py_avg_pool, METH_VARARGS,
-     "avg_pool2d(out, x, kernel, stride, padding, count_include_pad, divisor): kernel None for adaptive windows, "
-     "divisor 0 for none"},
-    {"avg_pool2d_backward", py_avg_pool_backward, METH_VARARGS,
-     "avg_pool2d_backward(gx, g, kernel, stride, padding, count_include_pad, divisor)"},
+     "col2im(gx, col, stride, padding, dilation): gx [N, C, *in] = col's entries summed back where im2col took them"},
+    {"max_pool", py_max_pool, METH_VARARGS,
+     "max_pool(out, indices, x, kernel, stride, padding, dilation): over the volumes of x [P, *in] (1 to 3 dims); "
+     "kernel None for adaptive windows; indices are flattened positions in a volume"},
+    {"max_pool_backward", py_max_pool_backward, METH_VARARGS,
+     "max_pool_backward(gx, g, indices): gx = g added at the indices of each volume"},
+    {"avg_pool", py_avg_pool, METH_VARARGS,
+     "avg_pool(out, x, kernel, stride, padding, count_include_pad, divisor): over the volumes of x [P, *in]; kernel "
+     "None for adaptive windows, divisor 0 for none"},
+    {"avg_pool_backward", py_avg_pool_backward, METH_VARARGS,
+     "avg_pool_backward(gx, g, kernel, stride, padding, count_include_pad, divisor)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -178,13 +178,13 @@ int ddpc_k_ctc_backward(void *grad, void *log_beta, const void *g, const void *n
 
 /* Convolution and pooling (kernels/conv.cu), float32 and float64, over the
  * window geometry of window.h; the layouts are those of csrc/ops_conv.h.
- * im2col and col2im take the batch n and channels c of x [n, c, H, W]; the
- * pools take `planes` (H, W) planes. The backward passes overwrite gx. */
+ * im2col and col2im take the batch n and channels c of x [n, c, D, H, W];
+ * the pools take `planes` (D, H, W) volumes. The backward passes overwrite gx. */
 int ddpc_k_im2col(void *col, const void *x, int dtype, int64_t n, int64_t c, ddpc_window w, void *stream);
 int ddpc_k_col2im(void *gx, const void *col, int dtype, int64_t n, int64_t c, ddpc_window w, void *stream);
 int ddpc_k_max_pool(void *out, int64_t *indices, const void *x, int dtype, int64_t planes, ddpc_window w,
                     void *stream);
-/* Indices outside [0, in_plane) add nothing (the host op refuses them). */
+/* Indices outside [0, in_plane) (in_plane: the elements of a volume) add nothing (the host op refuses them). */
 int ddpc_k_max_pool_backward(void *gx, const void *g, const int64_t *indices, int dtype, int64_t planes,
                              int64_t in_plane, int64_t out_plane, void *stream);
 int ddpc_k_avg_pool(void *out, const void *x, int dtype, int64_t planes, ddpc_window w, void *stream);

@@ -479,31 +479,35 @@ def test_the_c_ops_check_their_arguments():
         _C.col2im(x, col, (1, 1), (-1, 0), (1, 1))
     with pytest.raises(ValueError, match="too large"):
         _C.im2col(col, x, (1, 1), (1 << 40, 0), (1, 1))
-    with pytest.raises(TypeError, match="tuple of two ints"):
+    with pytest.raises(TypeError, match="tuple of 2 ints"):
         _C.im2col(col, x, 1, (0, 0), (1, 1))
+    with pytest.raises(TypeError, match="tuple of 2 ints"):
+        _C.im2col(col, x, (1, 1, 1), (0, 0), (1, 1))
+    with pytest.raises(ValueError, match="1 to 3 spatial dims"):
+        _C.im2col(col, ddpc.zeros(1, 1, 1, 1, 1, 1)._buf, (1,), (0,), (1,))
     with pytest.raises(TypeError, match="float32 or float64"):
         _C.im2col(_C.Buffer((3, 3, 3, 2, 3, 3), "int32", -1), ddpc.zeros(2, 3, 5, 5, dtype=ddpc.int32)._buf,
                   (1, 1), (0, 0), (1, 1))
     planes = ddpc.zeros(2, 4, 4)._buf
     out, idx = _C.Buffer((2, 2, 2), "float32", -1), _C.Buffer((2, 2, 2), "int64", -1)
-    _C.max_pool2d(out, idx, planes, (2, 2), (2, 2), (0, 0), (1, 1))
+    _C.max_pool(out, idx, planes, (2, 2), (2, 2), (0, 0), (1, 1))
     np.testing.assert_array_equal(np.asarray(idx)[0], [[0, 2], [8, 10]])
     bad = ddpc.tensor(np.full((2, 2, 2), 16, dtype=np.int64))._buf
     with pytest.raises(ValueError, match="outside a plane of 16"):
-        _C.max_pool2d_backward(ddpc.zeros(2, 4, 4)._buf, ddpc.zeros(2, 2, 2)._buf, bad)
+        _C.max_pool_backward(ddpc.zeros(2, 4, 4)._buf, ddpc.zeros(2, 2, 2)._buf, bad)
     with pytest.raises(ValueError, match="indices must be int64"):
-        _C.max_pool2d(out, _C.Buffer((2, 2, 2), "int32", -1), planes, (2, 2), (2, 2), (0, 0), (1, 1))
+        _C.max_pool(out, _C.Buffer((2, 2, 2), "int32", -1), planes, (2, 2), (2, 2), (0, 0), (1, 1))
     with pytest.raises(ValueError, match="the output has shape"):
-        _C.avg_pool2d(_C.Buffer((3, 2, 2), "float32", -1), planes, (2, 2), (2, 2), (0, 0), True, 0)
+        _C.avg_pool(_C.Buffer((3, 2, 2), "float32", -1), planes, (2, 2), (2, 2), (0, 0), True, 0)
     # A window wholly in the padding (possible only by calling the op directly) gives -inf at index -1,
     # and its gradient goes nowhere.
     one = ddpc.tensor(np.ones((1, 1, 1), dtype=np.float32))._buf
     o2, i2 = _C.Buffer((1, 1, 2), "float32", -1), _C.Buffer((1, 1, 2), "int64", -1)
-    _C.max_pool2d(o2, i2, one, (1, 1), (1, 2), (0, 2), (1, 1))
+    _C.max_pool(o2, i2, one, (1, 1), (1, 2), (0, 2), (1, 1))
     np.testing.assert_array_equal(np.asarray(o2), [[[-np.inf, 1.0]]])
     np.testing.assert_array_equal(np.asarray(i2), [[[-1, 0]]])
     gx = _C.Buffer((1, 1, 1), "float32", -1)
-    _C.max_pool2d_backward(gx, ddpc.ones(1, 1, 2)._buf, i2)
+    _C.max_pool_backward(gx, ddpc.ones(1, 1, 2)._buf, i2)
     np.testing.assert_array_equal(np.asarray(gx), [[[1.0]]])
 
 

@@ -1,7 +1,8 @@
-"""Optional: ddpc's convolution and pooling layers against PyTorch's with the
-same weights (skipped when torch is not installed): outputs and gradients of
-the input and parameters, and the output sizes (or the refusal) of the pools
-over a sweep of geometries.
+"""Optional: ddpc's convolution and pooling layers (1-d to 3-d) against
+PyTorch's with the same weights (skipped when torch is not installed):
+outputs and gradients of the input and parameters, the max pools' indices,
+and the output sizes (or the refusal) of the pools over a sweep of
+geometries.
 
 Each comparison runs in a child process that imports torch before ddpc (see
 test_nn_torch.py) and fails there, printing what it measured.
@@ -63,6 +64,27 @@ def _modules(torch, ddpc):
         ("ConvTranspose1d", dict(in_channels=4, out_channels=8, kernel_size=4, stride=2, padding=1, groups=4),
          (2, 4, 9)),
         ("ConvTranspose1d", dict(in_channels=3, out_channels=2, kernel_size=5, dilation=2), (3, 7)),
+        ("Conv3d", dict(in_channels=4, out_channels=6, kernel_size=(2, 3, 2), stride=(1, 2, 1), padding=(1, 0, 2),
+                        dilation=(2, 1, 1), groups=2), (2, 4, 5, 7, 6)),
+        ("Conv3d", dict(in_channels=3, out_channels=4, kernel_size=3, padding="same", padding_mode="reflect"),
+         (2, 3, 4, 5, 6)),
+        ("Conv3d", dict(in_channels=3, out_channels=4, kernel_size=(3, 2, 3), stride=2, padding=(1, 2, 1),
+                        padding_mode="circular", bias=False), (3, 4, 5, 6)),
+        ("Conv3d", dict(in_channels=4, out_channels=8, kernel_size=1, groups=2, padding_mode="replicate"),
+         (2, 4, 3, 4, 5)),
+        ("ConvTranspose3d", dict(in_channels=4, out_channels=6, kernel_size=(3, 2, 3), stride=(2, 1, 2), padding=1,
+                                 output_padding=(1, 0, 1), groups=2), (2, 4, 3, 4, 3)),
+        ("ConvTranspose3d", dict(in_channels=3, out_channels=2, kernel_size=2, dilation=2, bias=False), (3, 3, 4, 2)),
+        ("MaxPool3d", dict(kernel_size=3, stride=2, padding=1, dilation=(1, 2, 1), ceil_mode=True), (2, 3, 7, 9, 8)),
+        ("MaxPool3d", dict(kernel_size=2), (3, 4, 5, 6)),
+        ("AvgPool3d", dict(kernel_size=3, stride=2, padding=1, ceil_mode=True, count_include_pad=False),
+         (2, 3, 7, 8, 6)),
+        ("AvgPool3d", dict(kernel_size=(2, 3, 2), stride=1, padding=1, divisor_override=5), (2, 3, 4, 6, 5)),
+        ("AdaptiveAvgPool3d", dict(output_size=(3, None, 2)), (2, 3, 7, 5, 5)),
+        ("AdaptiveAvgPool3d", dict(output_size=2), (3, 5, 4, 3)),
+        ("AdaptiveMaxPool1d", dict(output_size=4), (2, 3, 11)),
+        ("AdaptiveMaxPool2d", dict(output_size=(3, None)), (2, 3, 7, 9)),
+        ("AdaptiveMaxPool3d", dict(output_size=(2, 3, 4)), (2, 3, 5, 7, 6)),
         ("Unfold", dict(kernel_size=(2, 3), dilation=(1, 2), padding=1, stride=(2, 1)), (2, 3, 7, 8)),
         ("Unfold", dict(kernel_size=3), (3, 5, 5)),
         ("Fold", dict(output_size=(7, 8), kernel_size=(2, 3), dilation=(1, 2), padding=1, stride=(2, 1)),
@@ -116,6 +138,15 @@ def _case_modules():
     _, im = ddpc.nn.MaxPool2d(3, 2, 1, return_indices=True)(ddpc.tensor(x))
     _, it = torch.nn.MaxPool2d(3, 2, 1, return_indices=True)(torch.from_numpy(x))
     assert (np.asarray(im) == it.numpy()).all()
+    x = rng.standard_normal((2, 3, 5, 9, 8)).astype(np.float32)
+    for name, kw, spatial in (("MaxPool3d", dict(kernel_size=3, stride=2, padding=1, ceil_mode=True), 3),
+                              ("AdaptiveMaxPool1d", dict(output_size=4), 1),
+                              ("AdaptiveMaxPool2d", dict(output_size=(3, 5)), 2),
+                              ("AdaptiveMaxPool3d", dict(output_size=(2, 4, 3)), 3)):
+        xs = np.ascontiguousarray(x[(slice(None),) * 2 + (0,) * (3 - spatial)])
+        _, im = getattr(ddpc.nn, name)(**kw, return_indices=True)(ddpc.tensor(xs))
+        _, it = getattr(torch.nn, name)(**kw, return_indices=True)(torch.from_numpy(xs))
+        assert (np.asarray(im) == it.numpy()).all(), name
     print("worst", worst, "ok")
 
 
@@ -156,6 +187,13 @@ def _case_pool_sizes():
             a = np.asarray(F.adaptive_avg_pool2d(ddpc.tensor(x), (o, 2)))
             b = tf.adaptive_avg_pool2d(torch.from_numpy(x), (o, 2)).numpy()
             assert np.abs(a - b).max() < 1e-12, (h, o)
+            checked += 1
+    for n in range(1, 9):
+        for o in range(1, 9):
+            x = np.random.default_rng(n * 10 + o).standard_normal((2, n))
+            a, ia = F.adaptive_max_pool1d(ddpc.tensor(x), o, return_indices=True)
+            b, ib = tf.adaptive_max_pool1d(torch.from_numpy(x), o, return_indices=True)
+            assert (np.asarray(a) == b.numpy()).all() and (np.asarray(ia) == ib.numpy()).all(), (n, o)
             checked += 1
     print("checked", checked, "ok")
 

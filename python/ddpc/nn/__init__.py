@@ -6,8 +6,9 @@ from .modules import (ELU, GELU, BatchNorm1d, BatchNorm2d, BatchNorm3d, BCELoss,
                       Identity, KLDivLoss, L1Loss, LayerNorm, LeakyReLU, Linear, LogSoftmax, Mish, Module, ModuleDict,
                       ModuleList, MSELoss, NLLLoss, Parameter, ReLU, ReLU6, Sequential, Sigmoid, SiLU, SmoothL1Loss,
                       Softmax, Softplus, SyncBatchNorm, Tanh)
-from .modules import (AdaptiveAvgPool1d, AdaptiveAvgPool2d, AvgPool1d, AvgPool2d, Conv1d, Conv2d, ConvTranspose1d,
-                      ConvTranspose2d, Fold, MaxPool1d, MaxPool2d, Unfold)
+from .modules import (AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveAvgPool3d, AdaptiveMaxPool1d, AdaptiveMaxPool2d,
+                      AdaptiveMaxPool3d, AvgPool1d, AvgPool2d, AvgPool3d, Conv1d, Conv2d, Conv3d, ConvTranspose1d,
+                      ConvTranspose2d, ConvTranspose3d, Fold, MaxPool1d, MaxPool2d, MaxPool3d, Unfold)
 from .modules import (GLU, GroupNorm, InstanceNorm1d, InstanceNorm2d, InstanceNorm3d, ParameterDict, ParameterList,
                       RMSNorm, Softmin, Unflatten)
 from .modules import (CircularPad1d, CircularPad2d, ConstantPad1d, ConstantPad2d, CosineSimilarity, Dropout1d,
@@ -26,11 +27,13 @@ __all__ = ["BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "Bilinear", "SyncBatchNo
            "Module", "ModuleDict", "ModuleList", "Parameter", "ReLU", "Sequential", "Sigmoid", "Tanh", "functional",
            "init", "parallel", "utils", "DataParallel", "DistributedDataParallel",
            "LeakyReLU", "ELU", "SiLU", "Softplus", "Mish", "Hardtanh", "ReLU6", "Hardswish", "Hardsigmoid", "Softmax",
-           "LogSoftmax", "NLLLoss", "CTCLoss", "BCELoss", "BCEWithLogitsLoss", "L1Loss", "SmoothL1Loss", "HuberLoss", "KLDivLoss",
+           "LogSoftmax", "NLLLoss", "CTCLoss", "BCELoss", "BCEWithLogitsLoss", "L1Loss", "SmoothL1Loss", "HuberLoss",
+           "KLDivLoss",
            "GLU", "GroupNorm", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d", "ParameterDict", "ParameterList",
            "RMSNorm", "Softmin", "Unflatten"]
-__all__ += ["AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AvgPool1d", "AvgPool2d", "Conv1d", "Conv2d", "ConvTranspose1d",
-            "ConvTranspose2d", "Fold", "MaxPool1d", "MaxPool2d", "Unfold"]
+__all__ += ["AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d",
+            "AdaptiveMaxPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d",
+            "ConvTranspose2d", "ConvTranspose3d", "Fold", "MaxPool1d", "MaxPool2d", "MaxPool3d", "Unfold"]
 from .transformer import (MultiheadAttention, Transformer, TransformerDecoder, TransformerDecoderLayer,
                           TransformerEncoder, TransformerEncoderLayer)
 

@@ -1,18 +1,21 @@
-"""Convolution and pooling over the last one or two dims, as
-torch.nn.functional's conv1d, conv2d, conv_transpose1d/2d, fold, unfold,
-max_pool1d/2d, avg_pool1d/2d and adaptive_avg_pool2d, with their gradients,
-and the padding of torch's F.pad that the convolutions' padding modes share.
+"""Convolution and pooling over the last one to three dims, as
+torch.nn.functional's conv1d/2d/3d, conv_transpose1d/2d/3d, fold, unfold,
+max_pool1d/2d/3d, avg_pool1d/2d/3d, adaptive_avg_pool1d/2d/3d and
+adaptive_max_pool1d/2d/3d, with their gradients, and the padding of torch's
+F.pad that the convolutions' padding modes share.
 A transposed convolution is a convolution's input gradient (and fold and
 unfold col2im and im2col), so both are built from the same steps.
 
 PyTorch's geometry rules live here, checked in one place for each kind
 (``conv_geometry``, ``pool_geometry``): output sizes, 'valid' and 'same'
 padding, ceil_mode's rule that the last window starts inside the input or its
-left padding, and what is refused (ValueError). The work is _C ops over (H, W)
-planes, a 1-d op being the 2-d one with H = 1. A convolution takes the batch
+left padding, and what is refused (ValueError). The work is _C ops over
+volumes of 1 to 3 spatial dims (one n-d implementation in C: a 1-d or 2-d
+op is the 3-d one with leading sizes of 1). A convolution takes the batch
 in steps of a few samples (see _COLUMN_BYTES): im2col of the step into a
-[C*KH*KW, n*OH*OW] matrix, one GEMM per group into [O, n*OH*OW], and a copy
-that swaps the two leading dims into (n, O, OH, OW) (none for a step of one
+[C*prod(kernel), n*prod(out)] matrix, one GEMM per group into
+[O, n*prod(out)], and a copy that swaps the two leading dims into
+(n, O, *out) (none for a step of one
 sample, whose GEMM writes the output in place), then the bias while the
 step is still in cache. A pointwise convolution (1x1, stride 1, no padding)
 skips im2col: its columns are the image with the leading dims swapped, a
@@ -149,12 +152,6 @@ def pool_geometry(name, nd, x_shape, kernel_size, stride, padding, dilation, cei
     return kernel, stride, pad, dilation, tuple(out)
 
 
-def _as_2d(nd, values, fill):
-    """A 1-d geometry entry as the 2-d one's, with H = 1: ``fill`` along H
-    (1 for sizes, strides and dilations, 0 for padding)."""
-    return tuple(values) if nd == 2 else (fill,) + tuple(values)
-
-
 # ---- convolution ---------------------------------------------------------------------
 
 # The samples of one step are as many as keep its column matrix, and its
@@ -245,21 +242,21 @@ def _channels_first(src, slot):
 def _pointwise(kernel, geometry):
     """Whether each output position reads one input position, the same one:
     then the columns are the image with its two leading dims swapped."""
-    return tuple(kernel) == (1, 1) and geometry[0] == (1, 1) and geometry[1] == (0, 0)
+    return all(k == 1 for k in kernel) and all(s == 1 for s in geometry[0]) and not any(geometry[1])
 
 
 def _columns(x, kernel, out, geometry):
-    """im2col of the image buffer x (N, C, H, W): (C, KH, KW, N) + out, in
+    """im2col of the image buffer x (N, C, *in): (C, *kernel, N, *out), in
     the temporary that the input gradient's columns reuse once these are read."""
     if _pointwise(kernel, geometry):
-        return _channels_first(x, "columns").view(0, (x.shape[1], 1, 1, x.shape[0]) + tuple(out))
+        return _channels_first(x, "columns").view(0, (x.shape[1],) + tuple(kernel) + (x.shape[0],) + tuple(out))
     col = _temporary("columns", (x.shape[1],) + tuple(kernel) + (x.shape[0],) + tuple(out), x.dtype, x.device)
     _C.im2col(col, x, *geometry)
     return col
 
 
 def _weight_grad_step(gw, g_t, x_n, kernel, out, geometry, groups, accumulate):
-    """gw (O, C / groups, KH, KW) (+)= g_t [O, n*out] @ columns(x_n)^T: one
+    """gw (O, C / groups, *kernel) (+)= g_t [O, n*out] @ columns(x_n)^T: one
     step's share of a convolution's weight gradient."""
     o, taps = g_t.shape[0], x_n.shape[1] * math.prod(kernel)
     col = _columns(x_n, kernel, out, geometry)
@@ -267,7 +264,7 @@ def _weight_grad_step(gw, g_t, x_n, kernel, out, geometry, groups, accumulate):
 
 
 def _input_grad_step(gx_n, g_t, w, geometry, groups):
-    """gx_n (n, C, H, W) = col2im(W^T @ g_t [O, n*out]): one step of a
+    """gx_n (n, C, *in) = col2im(W^T @ g_t [O, n*out]): one step of a
     convolution's input gradient, which is also the transposed convolution."""
     (n, c), o, kernel, out = gx_n.shape[:2], w.shape[0], tuple(w.shape[2:]), tuple(g_t.shape[2:])
     taps, pointwise = c * math.prod(kernel), _pointwise(kernel, geometry)
@@ -315,7 +312,7 @@ class _ConvBackward(_ag.Node):
 
 
 def _conv_planes(input, weight, bias, geometry, out, groups):
-    """The convolution of 4-d ``input`` (N, C, H, W) by ``weight`` (O, C / groups, KH, KW)."""
+    """The convolution of batched ``input`` (N, C, *in) by ``weight`` (O, C / groups, *kernel)."""
     x, w = input.detach(), weight.detach()
     (n, c), o, kernel = x.shape[:2], w.shape[0], w.shape[2:]
     taps = c * math.prod(kernel)
@@ -352,7 +349,7 @@ def _check_conv_operands(name, input, weight, bias, out_channels):
 
 @autocast_op("lower")
 def convolution(name, nd, input, weight, bias, stride, padding, dilation, groups):
-    """conv1d (nd = 1) or conv2d (nd = 2), batched or not."""
+    """conv1d, conv2d or conv3d (nd = 1, 2, 3), batched or not."""
     _check_conv_operands(name, input, weight, bias, weight.shape[0])
     stride, pad, dilation, out = conv_geometry(name, nd, input.shape, weight.shape, stride, padding, dilation,
                                                groups)
@@ -360,11 +357,7 @@ def convolution(name, nd, input, weight, bias, stride, padding, dilation, groups
         return convolution(name, nd, input.float(), weight.float(), None if bias is None else bias.float(), stride,
                            padding, dilation, groups).to(dtype=input.dtype)
     x = input if input.ndim == nd + 2 else input.unsqueeze(0)
-    (n, c), o = x.shape[:2], weight.shape[0]
-    if nd == 1:
-        x, weight = x.reshape(n, c, 1, x.shape[2]), weight.reshape(weight.shape[:2] + (1, weight.shape[2]))
-    geometry = (_as_2d(nd, stride, 1), _as_2d(nd, pad, 0), _as_2d(nd, dilation, 1))
-    y = _conv_planes(x, weight, bias, geometry, _as_2d(nd, out, 1), groups).reshape((n, o) + out)
+    y = _conv_planes(x, weight, bias, (stride, pad, dilation), out, groups)
     return y if input.ndim == nd + 2 else y.reshape(y.shape[1:])
 
 
@@ -421,7 +414,7 @@ class _ConvTransposeBackward(_ConvBackward):
 
 @autocast_op("lower")
 def conv_transpose(name, nd, input, weight, bias, stride, padding, output_padding, groups, dilation):
-    """conv_transpose1d (nd = 1) or conv_transpose2d (nd = 2), batched or not."""
+    """conv_transpose1d, conv_transpose2d or conv_transpose3d (nd = 1, 2, 3), batched or not."""
     _check_conv_operands(name, input, weight, bias, weight.shape[1] * groups)
     stride, padding, dilation, out = transposed_geometry(name, nd, input.shape, weight.shape, stride, padding,
                                                          output_padding, dilation, groups)
@@ -430,11 +423,9 @@ def conv_transpose(name, nd, input, weight, bias, stride, padding, output_paddin
                               padding, output_padding, groups, dilation).to(dtype=input.dtype)
     x = input if input.ndim == nd + 2 else input.unsqueeze(0)
     n, o = x.shape[0], weight.shape[1] * groups
-    if nd == 1:
-        x, weight = x.reshape(n, x.shape[1], 1, x.shape[2]), weight.reshape(weight.shape[:2] + (1, weight.shape[2]))
-    geometry = (_as_2d(nd, stride, 1), _as_2d(nd, padding, 0), _as_2d(nd, dilation, 1))
+    geometry = (stride, padding, dilation)
     xd, w = x.detach(), weight.detach()
-    y = _ag._empty((n, o) + _as_2d(nd, out, 1), xd)
+    y = _ag._empty((n, o) + out, xd)
     for n0, n1 in _steps(xd, o * math.prod(w.shape[2:]), x.shape[1], tuple(x.shape[2:])):
         _input_grad_step(_samples(y, n0, n1), _channels_first(_samples(xd, n0, n1), "out"), w._buf, geometry, groups)
     if bias is not None:
@@ -442,7 +433,6 @@ def conv_transpose(name, nd, input, weight, bias, stride, padding, output_paddin
         _C.binary_broadcast(_ADD, planes, planes, bias.detach()._buf.view(0, (o, 1)))
     if _ag._needs_grad(input, weight, bias):
         _ag._attach(y, _ConvTransposeBackward(x, weight, bias, xd, w, geometry, groups))
-    y = y.reshape((n, o) + out)
     return y if input.ndim == nd + 2 else y.reshape(y.shape[1:])
 
 
@@ -620,10 +610,9 @@ def pad(input, pad, mode="constant", value=None):
 
 # ---- pooling ------------------------------------------------------------------------
 
-def _planes(input, nd):
-    """``input`` as (P, H, W) planes (H = 1 for 1-d), in the graph."""
-    spatial = (1,) + tuple(input.shape[-1:]) if nd == 1 else tuple(input.shape[-2:])
-    return input.reshape((math.prod(input.shape[:-nd]),) + spatial)
+def _volumes(input, nd):
+    """``input`` as (P, *spatial) volumes of its last nd dims, in the graph."""
+    return input.reshape((math.prod(input.shape[:-nd]),) + tuple(input.shape[-nd:]))
 
 
 class _MaxPoolBackward(_ag.Node):
@@ -637,27 +626,33 @@ class _MaxPoolBackward(_ag.Node):
     def backward(self, g):
         (indices,) = self.saved
         gx = _ag._empty(self.shape, g)
-        _C.max_pool2d_backward(gx._buf, g._buf, indices._buf)
+        _C.max_pool_backward(gx._buf, g._buf, indices._buf)
         return (gx,)
+
+
+def _max_volumes(input, nd, out, geometry):
+    """The largest element of each window of ``input``'s volumes, into
+    ``out`` (nd sizes), and its flattened position in its volume; the _C op's
+    ``geometry`` is (kernel, stride, padding, dilation), or Nones for
+    adaptive windows."""
+    if input.dtype in _ag._HALVES:
+        values, indices = _max_volumes(input.float(), nd, out, geometry)
+        return values.to(dtype=input.dtype), indices
+    x = _volumes(input, nd)
+    shape = (x.shape[0],) + tuple(out)
+    values, indices = _ag._empty(shape, x), _ag._empty(shape, x, int64)
+    _C.max_pool(values._buf, indices._buf, x.detach()._buf, *geometry)
+    if _ag._needs_grad(x):
+        _ag._attach(values, _MaxPoolBackward(x, indices))
+    shape = tuple(input.shape[:-nd]) + tuple(out)
+    return values.reshape(shape), Tensor(indices._buf.view(0, shape))
 
 
 def max_pool(name, nd, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices):
     _check_planes(name, nd, input)
     kernel, stride, pad, dilation, out = pool_geometry(name, nd, input.shape, kernel_size, stride, padding,
                                                        dilation, ceil_mode)
-    if input.dtype in _ag._HALVES:
-        values, indices = max_pool(name, nd, input.float(), kernel, stride, pad, dilation, ceil_mode, True)
-        values = values.to(dtype=input.dtype)
-        return (values, indices) if return_indices else values
-    x = _planes(input, nd)
-    out2 = (x.shape[0],) + _as_2d(nd, out, 1)
-    values, indices = _ag._empty(out2, x), _ag._empty(out2, x, int64)
-    _C.max_pool2d(values._buf, indices._buf, x.detach()._buf, _as_2d(nd, kernel, 1), _as_2d(nd, stride, 1),
-                  _as_2d(nd, pad, 0), _as_2d(nd, dilation, 1))
-    if _ag._needs_grad(x):
-        _ag._attach(values, _MaxPoolBackward(x, indices))
-    shape = tuple(input.shape[:-nd]) + out
-    values, indices = values.reshape(shape), Tensor(indices._buf.view(0, shape))
+    values, indices = _max_volumes(input, nd, out, (kernel, stride, pad, dilation))
     return (values, indices) if return_indices else values
 
 
@@ -671,18 +666,18 @@ class _AvgPoolBackward(_ag.Node):
 
     def backward(self, g):
         gx = _ag._empty(self.shape, g)
-        _C.avg_pool2d_backward(gx._buf, g._buf, *self.args)
+        _C.avg_pool_backward(gx._buf, g._buf, *self.args)
         return (gx,)
 
 
-def _avg_planes(input, nd, out, args):
-    """The average pool of ``input``'s planes into ``out`` (nd sizes) with the
+def _avg_volumes(input, nd, out, args):
+    """The average pool of ``input``'s volumes into ``out`` (nd sizes) with the
     _C op's geometry ``args``."""
     if input.dtype in _ag._HALVES:
-        return _avg_planes(input.float(), nd, out, args).to(dtype=input.dtype)
-    x = _planes(input, nd)
-    y = _ag._empty((x.shape[0],) + _as_2d(nd, out, 1), x)
-    _C.avg_pool2d(y._buf, x.detach()._buf, *args)
+        return _avg_volumes(input.float(), nd, out, args).to(dtype=input.dtype)
+    x = _volumes(input, nd)
+    y = _ag._empty((x.shape[0],) + tuple(out), x)
+    _C.avg_pool(y._buf, x.detach()._buf, *args)
     if _ag._needs_grad(x):
         _ag._attach(y, _AvgPoolBackward(x, args))
     return y.reshape(tuple(input.shape[:-nd]) + tuple(out))
@@ -693,22 +688,38 @@ def avg_pool(name, nd, input, kernel_size, stride, padding, ceil_mode, count_inc
     kernel, stride, pad, _, out = pool_geometry(name, nd, input.shape, kernel_size, stride, padding, 1, ceil_mode)
     if divisor_override is not None and (not isinstance(divisor_override, numbers.Integral) or divisor_override == 0):
         raise ValueError(f"{name}: divisor_override must be a non-zero int, got {divisor_override!r}")
-    args = (_as_2d(nd, kernel, 1), _as_2d(nd, stride, 1), _as_2d(nd, pad, 0), bool(count_include_pad),
-            int(divisor_override or 0))
-    return _avg_planes(input, nd, out, args)
+    return _avg_volumes(input, nd, out, (kernel, stride, pad, bool(count_include_pad), int(divisor_override or 0)))
 
 
-def adaptive_avg_pool2d(input, output_size):
-    """The mean over PyTorch's adaptive windows: output (i, j) averages rows
-    [floor(i * H / OH), ceil((i + 1) * H / OH)) and the columns likewise;
-    None in ``output_size`` keeps the input's size."""
-    _check_planes("adaptive_avg_pool2d", 2, input)
-    sizes = (output_size, output_size) if output_size is None or isinstance(output_size, numbers.Integral) \
+_SIZE_WORDS = {1: "an int", 2: "a pair of ints", 3: "a triple of ints"}
+
+
+def _adaptive_size(name, nd, input, output_size):
+    """The output size of an adaptive pool: ``output_size`` an int or nd
+    ints, None in it keeping the input's size."""
+    _check_planes(name, nd, input)
+    sizes = (output_size,) * nd if output_size is None or isinstance(output_size, numbers.Integral) \
         else tuple(output_size)
-    if len(sizes) != 2 or not all(s is None or isinstance(s, numbers.Integral) for s in sizes):
-        raise ValueError(f"adaptive_avg_pool2d: output_size must be an int or a pair of ints or None, got "
-                         f"{output_size!r}")
-    out = tuple(int(i if s is None else s) for s, i in zip(sizes, input.shape[-2:]))
+    if len(sizes) != nd or not all(s is None or isinstance(s, numbers.Integral) for s in sizes):
+        raise ValueError(f"{name}: output_size must be {_SIZE_WORDS[nd]} or None, got {output_size!r}")
+    out = tuple(int(i if s is None else s) for s, i in zip(sizes, input.shape[-nd:]))
     if any(o < 0 for o in out):
-        raise ValueError(f"adaptive_avg_pool2d: elements of output_size must be >= 0, got {out}")
-    return _avg_planes(input, 2, out, (None, None, None, True, 0))
+        raise ValueError(f"{name}: elements of output_size must be >= 0, got {out}")
+    return out
+
+
+def adaptive_avg_pool(name, nd, input, output_size):
+    """The mean over PyTorch's adaptive windows: along each dim, output i
+    averages inputs [floor(i * in / out), ceil((i + 1) * in / out)); None in
+    ``output_size`` keeps the input's size."""
+    out = _adaptive_size(name, nd, input, output_size)
+    return _avg_volumes(input, nd, out, (None, None, None, True, 0))
+
+
+def adaptive_max_pool(name, nd, input, output_size, return_indices):
+    """The largest element over PyTorch's adaptive windows (those of
+    adaptive_avg_pool) and, with ``return_indices``, its flattened position
+    in its volume, as PyTorch numbers it."""
+    out = _adaptive_size(name, nd, input, output_size)
+    values, indices = _max_volumes(input, nd, out, (None, None, None, None))
+    return (values, indices) if return_indices else values

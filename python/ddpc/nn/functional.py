@@ -478,8 +478,10 @@ def multi_margin_loss(input, target, p=1, margin=1.0, weight=None, size_average=
 
 # ---- convolution and pooling (compute in _conv.py) --------------------------------------
 
-__all__ += ["adaptive_avg_pool1d", "adaptive_avg_pool2d", "avg_pool1d", "avg_pool2d", "conv1d", "conv2d",
-            "conv_transpose1d", "conv_transpose2d", "fold", "max_pool1d", "max_pool2d", "unfold"]
+__all__ += ["adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d", "adaptive_max_pool1d",
+            "adaptive_max_pool2d", "adaptive_max_pool3d", "avg_pool1d", "avg_pool2d", "avg_pool3d", "conv1d",
+            "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "fold", "max_pool1d",
+            "max_pool2d", "max_pool3d", "unfold"]
 
 
 def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
@@ -495,6 +497,13 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     return _conv.convolution("conv2d", 2, input, weight, bias, stride, padding, dilation, groups)
 
 
+def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """3-d convolution (cross-correlation) of (N, C, D, H, W) or (C, D, H, W)
+    ``input`` by ``weight`` (O, C / groups, KD, KH, KW); ``padding`` an int, a
+    triple, 'valid' or 'same'."""
+    return _conv.convolution("conv3d", 3, input, weight, bias, stride, padding, dilation, groups)
+
+
 def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
     """The transposed 1-d convolution (the gradient of conv1d with respect to
     its input) of (N, C, L) or (C, L) ``input`` by ``weight`` (C, O / groups, K)."""
@@ -506,6 +515,13 @@ def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_paddi
     """The transposed 2-d convolution of (N, C, H, W) or (C, H, W) ``input`` by
     ``weight`` (C, O / groups, KH, KW)."""
     return _conv.conv_transpose("conv_transpose2d", 2, input, weight, bias, stride, padding, output_padding, groups,
+                                dilation)
+
+
+def conv_transpose3d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
+    """The transposed 3-d convolution of (N, C, D, H, W) or (C, D, H, W)
+    ``input`` by ``weight`` (C, O / groups, KD, KH, KW)."""
+    return _conv.conv_transpose("conv_transpose3d", 3, input, weight, bias, stride, padding, output_padding, groups,
                                 dilation)
 
 
@@ -525,6 +541,13 @@ def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
     return _conv.max_pool("max_pool2d", 2, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
 
 
+def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
+    """The largest element of each window of (N, C, D, H, W) or (C, D, H, W)
+    ``input`` (and, with ``return_indices``, its position (d * H + h) * W + w
+    in its volume)."""
+    return _conv.max_pool("max_pool3d", 3, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
+
+
 def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True):
     """The mean of each window of (N, C, L) or (C, L) ``input``."""
     return _conv.avg_pool("avg_pool1d", 1, input, kernel_size, stride, padding, ceil_mode, count_include_pad, None)
@@ -538,17 +561,49 @@ def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False, coun
                           divisor_override)
 
 
-adaptive_avg_pool2d = _conv.adaptive_avg_pool2d
+def avg_pool3d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
+               divisor_override=None):
+    """The mean of each window of (N, C, D, H, W) or (C, D, H, W) ``input``,
+    or its sum over ``divisor_override``."""
+    return _conv.avg_pool("avg_pool3d", 3, input, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                          divisor_override)
 
 
 def adaptive_avg_pool1d(input, output_size):
-    """The mean over PyTorch's adaptive windows of (N, C, L) or (C, L) ``input``:
-    adaptive_avg_pool2d of the rows as planes of height 1."""
-    if not isinstance(input, Tensor) or input.ndim not in (2, 3):
-        raise ValueError(f"adaptive_avg_pool1d: expected a 2-d or 3-d input, got "
-                         f"{getattr(input, 'shape', type(input).__name__)}")
-    size = output_size[0] if isinstance(output_size, (tuple, list)) and len(output_size) == 1 else output_size
-    return adaptive_avg_pool2d(input.unsqueeze(-2), (1, size)).squeeze(-2)
+    """The mean over PyTorch's adaptive windows of (N, C, L) or (C, L)
+    ``input``: output i averages [floor(i * L / out), ceil((i + 1) * L / out))."""
+    return _conv.adaptive_avg_pool("adaptive_avg_pool1d", 1, input, output_size)
+
+
+def adaptive_avg_pool2d(input, output_size):
+    """The mean over PyTorch's adaptive windows of (N, C, H, W) or (C, H, W)
+    ``input``, rows and columns as in adaptive_avg_pool1d; None in
+    ``output_size`` keeps that input size."""
+    return _conv.adaptive_avg_pool("adaptive_avg_pool2d", 2, input, output_size)
+
+
+def adaptive_avg_pool3d(input, output_size):
+    """The mean over PyTorch's adaptive windows of (N, C, D, H, W) or
+    (C, D, H, W) ``input``."""
+    return _conv.adaptive_avg_pool("adaptive_avg_pool3d", 3, input, output_size)
+
+
+def adaptive_max_pool1d(input, output_size, return_indices=False):
+    """The largest element over the adaptive windows of (N, C, L) or (C, L)
+    ``input`` (and, with ``return_indices``, its position along L)."""
+    return _conv.adaptive_max_pool("adaptive_max_pool1d", 1, input, output_size, return_indices)
+
+
+def adaptive_max_pool2d(input, output_size, return_indices=False):
+    """The largest element over the adaptive windows of (N, C, H, W) or
+    (C, H, W) ``input`` (and its position h * W + w in its plane)."""
+    return _conv.adaptive_max_pool("adaptive_max_pool2d", 2, input, output_size, return_indices)
+
+
+def adaptive_max_pool3d(input, output_size, return_indices=False):
+    """The largest element over the adaptive windows of (N, C, D, H, W) or
+    (C, D, H, W) ``input`` (and its position (d * H + h) * W + w in its volume)."""
+    return _conv.adaptive_max_pool("adaptive_max_pool3d", 3, input, output_size, return_indices)
 
 
 # ---- padding, resampling, channel dropout and distances ------------------------------------

@@ -559,11 +559,13 @@ __all__ += ["Bilinear"]
 
 # ---- convolution and pooling (compute in _conv.py) -----------------------------------------
 
-__all__ += ["Conv1d", "Conv2d", "MaxPool1d", "MaxPool2d", "AvgPool1d", "AvgPool2d", "AdaptiveAvgPool2d"]
+__all__ += ["Conv1d", "Conv2d", "Conv3d", "MaxPool1d", "MaxPool2d", "MaxPool3d", "AvgPool1d", "AvgPool2d",
+            "AvgPool3d", "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AdaptiveMaxPool1d",
+            "AdaptiveMaxPool2d", "AdaptiveMaxPool3d"]
 
 
 class _ConvNd(Module):
-    """Convolution over the last ``_dims`` dims, as torch.nn.Conv1d/Conv2d:
+    """Convolution over the last ``_dims`` dims, as torch.nn.Conv1d/2d/3d:
     weight (out_channels, in_channels / groups, *kernel_size) and bias
     (out_channels) initialised as PyTorch does (kaiming_uniform_ with
     a=sqrt(5), bias uniform on +-1/sqrt(fan_in)). ``padding_mode`` 'reflect',
@@ -608,7 +610,7 @@ class _ConvNd(Module):
             init.uniform_(self.bias, -bound, bound)
 
     def forward(self, input):
-        conv = F.conv1d if self._dims == 1 else F.conv2d
+        conv = (F.conv1d, F.conv2d, F.conv3d)[self._dims - 1]
         if self.padding_mode == "zeros":
             return conv(input, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
         padded = _conv.pad_by_mode(input, self._pads, self.padding_mode)
@@ -643,9 +645,15 @@ class Conv2d(_ConvNd):
     _dims = 2
 
 
+class Conv3d(_ConvNd):
+    """Over (N, C, D, H, W) or (C, D, H, W) inputs."""
+
+    _dims = 3
+
+
 
 class _ConvTransposeNd(_ConvNd):
-    """Transposed convolution, as torch.nn.ConvTranspose1d/2d: weight
+    """Transposed convolution, as torch.nn.ConvTranspose1d/2d/3d: weight
     (in_channels, out_channels / groups, *kernel_size), initialised as the
     convolutions' (fan_in from weight dim 1, as PyTorch computes it);
     ``output_size`` in forward picks the output_padding that reaches it."""
@@ -685,7 +693,7 @@ class _ConvTransposeNd(_ConvNd):
         return tuple(pads)
 
     def forward(self, input, output_size=None):
-        conv = F.conv_transpose1d if self._dims == 1 else F.conv_transpose2d
+        conv = (F.conv_transpose1d, F.conv_transpose2d, F.conv_transpose3d)[self._dims - 1]
         return conv(input, self.weight, self.bias, self.stride, self.padding, self._output_padding(input, output_size),
                     self.groups, self.dilation)
 
@@ -701,6 +709,12 @@ class ConvTranspose2d(_ConvTransposeNd):
     """Over (N, C, H, W) or (C, H, W) inputs."""
 
     _dims = 2
+
+
+class ConvTranspose3d(_ConvTransposeNd):
+    """Over (N, C, D, H, W) or (C, D, H, W) inputs."""
+
+    _dims = 3
 
 
 class Unfold(Module):
@@ -751,6 +765,12 @@ class MaxPool2d(_MaxPoolNd):
                             self.return_indices)
 
 
+class MaxPool3d(_MaxPoolNd):
+    def forward(self, input):
+        return F.max_pool3d(input, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode,
+                            self.return_indices)
+
+
 class AvgPool1d(Module):
     def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True):
         super().__init__()
@@ -782,25 +802,63 @@ class AvgPool2d(Module):
         return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
 
 
-class AdaptiveAvgPool2d(Module):
-    """Averages each (H, W) plane into ``output_size`` (an int, or a pair whose None keeps that input size)."""
+class AvgPool3d(AvgPool2d):
+    def forward(self, input):
+        return F.avg_pool3d(input, self.kernel_size, self.stride, self.padding, self.ceil_mode,
+                            self.count_include_pad, self.divisor_override)
+
+
+class _AdaptivePoolNd(Module):
+    """Pools each volume of the last ``_dims`` dims into ``output_size`` (an
+    int, or ``_dims`` ints where None keeps that input size) over PyTorch's
+    adaptive windows."""
+
+    _dims = 0
 
     def __init__(self, output_size):
         super().__init__()
         self.output_size = output_size
 
-    def forward(self, input):
-        return F.adaptive_avg_pool2d(input, self.output_size)
-
     def extra_repr(self):
         return f"output_size={self.output_size}"
 
 
-class AdaptiveAvgPool1d(AdaptiveAvgPool2d):
-    """Averages each row (L) into ``output_size`` values."""
-
+class AdaptiveAvgPool1d(_AdaptivePoolNd):
     def forward(self, input):
         return F.adaptive_avg_pool1d(input, self.output_size)
+
+
+class AdaptiveAvgPool2d(_AdaptivePoolNd):
+    def forward(self, input):
+        return F.adaptive_avg_pool2d(input, self.output_size)
+
+
+class AdaptiveAvgPool3d(_AdaptivePoolNd):
+    def forward(self, input):
+        return F.adaptive_avg_pool3d(input, self.output_size)
+
+
+class _AdaptiveMaxPoolNd(_AdaptivePoolNd):
+    """With ``return_indices``, the positions of the maxima too, flattened in their volumes as PyTorch numbers them."""
+
+    def __init__(self, output_size, return_indices=False):
+        super().__init__(output_size)
+        self.return_indices = return_indices
+
+
+class AdaptiveMaxPool1d(_AdaptiveMaxPoolNd):
+    def forward(self, input):
+        return F.adaptive_max_pool1d(input, self.output_size, self.return_indices)
+
+
+class AdaptiveMaxPool2d(_AdaptiveMaxPoolNd):
+    def forward(self, input):
+        return F.adaptive_max_pool2d(input, self.output_size, self.return_indices)
+
+
+class AdaptiveMaxPool3d(_AdaptiveMaxPoolNd):
+    def forward(self, input):
+        return F.adaptive_max_pool3d(input, self.output_size, self.return_indices)
 
 
 class Embedding(Module):
