@@ -1,5 +1,6 @@
 """Volumes: conv3d, conv_transpose3d, max_pool3d, avg_pool3d, the adaptive
-average pools in 3-d and the adaptive max pools in 1 to 3 dims, against
+average pools in 3-d and the adaptive max pools and max unpooling in 1 to 3
+dims, against
 numpy references written from PyTorch's documented formulas for any number
 of spatial dims (forward, gradients and the max pools' flattened indices),
 central-difference gradients, the modules, the errors and (marked gpu) CUDA
@@ -269,6 +270,38 @@ def test_pool_gradients_pass_a_central_difference_check():
         np.testing.assert_allclose(gx, num, rtol=1e-6, atol=1e-7)
 
 
+@pytest.mark.parametrize("size,k,s,p,output_size", [((9,), 3, 2, 1, None), ((6, 7), 2, None, 0, (7, 7)),
+                                                     ((4, 5, 6), (2, 3, 2), (2, 2, 1), (1, 1, 0), None)])
+def test_max_unpool_puts_each_value_at_its_index(size, k, s, p, output_size):
+    nd = len(size)
+    x = np.random.default_rng(10).standard_normal((2, 3) + size)
+    pooled, idx = getattr(F, f"max_pool{nd}d")(ddpc.tensor(x), k, s, p, return_indices=True)
+    unpool = getattr(nn, f"MaxUnpool{nd}d")(k, s, p)
+    out, (gx,), g = run(lambda t: unpool(t, idx, output_size), [pooled.numpy()])
+    k_, s_, p_ = _tuple(k, nd), _tuple(s if s is not None else k, nd), _tuple(p, nd)
+    want_size = output_size or tuple((n - 1) * st - 2 * pd + kk for n, kk, st, pd in zip(pooled.shape[2:], k_, s_, p_))
+    assert out.shape == (2, 3) + want_size
+    want = np.zeros((6, math.prod(want_size)))
+    np.put_along_axis(want, idx.numpy().reshape(6, -1), pooled.numpy().reshape(6, -1), 1)
+    np.testing.assert_array_equal(out, want.reshape(out.shape))
+    np.testing.assert_array_equal(gx, np.take_along_axis(g.reshape(6, -1), idx.numpy().reshape(6, -1), 1)
+                                  .reshape(gx.shape))
+
+
+def test_max_unpool_refuses_what_pytorch_refuses():
+    y, i = F.max_pool2d(ddpc.randn(1, 1, 4, 4), 2, return_indices=True)
+    with pytest.raises(ValueError, match="Expected shape of indices to be same"):
+        F.max_unpool2d(y, i[..., :1], 2)
+    with pytest.raises(ValueError, match="dim 0 must be between 2 and 6"):
+        F.max_unpool2d(y, i, 2, output_size=(7, 4))
+    with pytest.raises(ValueError, match="2 or 4 elements"):
+        F.max_unpool2d(y, i, 2, output_size=(4, 4, 4))
+    with pytest.raises(TypeError, match="int64"):
+        F.max_unpool2d(y, y, 2)
+    with pytest.raises(ValueError, match="out of range|outside"):
+        F.max_unpool2d(y, i * 100, 2)
+
+
 # ---- modules and errors --------------------------------------------------------------------
 
 def test_conv3d_module_initialisation_repr_and_padding_modes():
@@ -328,6 +361,8 @@ GPU_CASES = [
     ("adaptive_max_pool1d", lambda x: F.adaptive_max_pool1d(x, 4), [(2, 3, 11)]),
     ("adaptive_max_pool2d", lambda x: F.adaptive_max_pool2d(x, (3, 5)), [(2, 3, 7, 9)]),
     ("adaptive_max_pool3d", lambda x: F.adaptive_max_pool3d(x, (2, 3, 4)), [(2, 3, 5, 7, 6)]),
+    ("max_unpool3d", lambda x: F.max_unpool3d(*F.max_pool3d(x, 2, 1, 1, return_indices=True), 2, 1, 1),
+     [(2, 3, 4, 5, 4)]),
 ]
 
 

@@ -147,6 +147,18 @@ def _case_modules():
         _, im = getattr(ddpc.nn, name)(**kw, return_indices=True)(ddpc.tensor(xs))
         _, it = getattr(torch.nn, name)(**kw, return_indices=True)(torch.from_numpy(xs))
         assert (np.asarray(im) == it.numpy()).all(), name
+    for nd, size in ((1, (2, 3, 9)), (2, (2, 3, 6, 7)), (3, (3, 4, 5, 6))):  # max_unpool, values and gradient
+        x = rng.standard_normal(size)
+        outs = []
+        for lib in (ddpc, torch):
+            f = getattr(lib.nn.functional, f"max_pool{nd}d"), getattr(lib.nn.functional, f"max_unpool{nd}d")
+            y, i = f[0](lib.tensor(x), 3, 2, 1, return_indices=True)
+            y = y.detach().requires_grad_(True)
+            u = f[1](y, i, 3, 2, 1, output_size=tuple(size[-nd:]))
+            (u * lib.tensor(np.arange(u.numel()).reshape(tuple(u.shape)).astype(np.float64))).sum().backward()
+            outs.append((np.asarray(u.detach()), np.asarray(y.grad)))
+        for a, b in zip(*outs):
+            assert a.shape == b.shape and (a == b).all(), nd
     print("worst", worst, "ok")
 
 

@@ -723,3 +723,71 @@ def adaptive_max_pool(name, nd, input, output_size, return_indices):
     out = _adaptive_size(name, nd, input, output_size)
     values, indices = _max_volumes(input, nd, out, (None, None, None, None))
     return (values, indices) if return_indices else values
+
+
+# ---- max unpooling ----------------------------------------------------------------------
+
+class _MaxUnpoolBackward(_ag.Node):
+    """Each input's gradient is the output gradient at its index."""
+
+    def __init__(self, x, indices):
+        super().__init__((x,), (indices,))
+        self.shape = x.shape
+
+    def name(self):
+        return "MaxUnpoolBackward"
+
+    def backward(self, g):
+        (indices,) = self.saved
+        gx = _ag._empty(self.shape, g)
+        _C.gather_dim(gx._buf, g._buf, indices._buf, 1)
+        return (gx,)
+
+
+def _unpool_size(nd, input, kernel, stride, padding, output_size):
+    """PyTorch's output size of a max unpool: the pool's input size, or
+    ``output_size`` (nd or nd + 2 ints) within a stride of it."""
+    default = tuple((i - 1) * s + k - 2 * p for i, k, s, p in zip(input.shape[-nd:], kernel, stride, padding))
+    if output_size is None:
+        return default
+    size = tuple(output_size)
+    if len(size) == nd + 2:
+        size = size[2:]
+    if len(size) != nd:
+        raise ValueError(f"output_size should be a sequence containing {nd} or {nd + 2} elements, but it has a "
+                         f"length of '{len(size)}'")
+    for d, (o, s) in enumerate(zip(size, stride)):
+        if not default[d] - s < o < default[d] + s:
+            raise ValueError(f'invalid output_size "{output_size}" (dim {d} must be between {default[d] - s} and '
+                             f'{default[d] + s})')
+    return tuple(int(o) for o in size)
+
+
+def max_unpool(name, nd, input, indices, kernel_size, stride, padding, output_size):
+    """The inverse of a max pool as far as it goes: zeros, each input value
+    placed at its index (flattened in its volume, as the max pools return
+    them); where indices repeat one of the values lands, as in PyTorch."""
+    _check_planes(name, nd, input)
+    kernel = as_tuple(kernel_size, nd, "kernel_size")
+    stride = kernel if stride is None else as_tuple(stride, nd, "stride")
+    padding = as_tuple(padding, nd, "padding")
+    if not isinstance(indices, Tensor) or indices.dtype is not int64:
+        raise TypeError(f"{name}: indices must be an int64 ddpc tensor, got "
+                        f"{getattr(indices, 'dtype', type(indices).__name__)}")
+    if tuple(indices.shape) != tuple(input.shape):
+        raise ValueError(f"Expected shape of indices to be same as that of the input tensor ({list(input.shape)}) "
+                         f"but got indices tensor with shape: {list(indices.shape)}")
+    if indices._buf.device != input._buf.device:
+        raise ValueError(f"{name}: input on {input.device}, indices on {indices.device}")
+    out = _unpool_size(nd, input, kernel, stride, padding, output_size)
+    if input.dtype in _ag._HALVES:
+        return max_unpool(name, nd, input.float(), indices, kernel, stride, padding, out).to(dtype=input.dtype)
+    planes, volume = math.prod(input.shape[:-nd]), math.prod(input.shape[-nd:])
+    x = input.reshape((planes, volume))
+    at = Tensor(indices.detach().contiguous()._buf.view(0, (planes, volume)))
+    y = _ag._empty((planes, math.prod(out)), x)
+    _C.fill(y._buf, 0.0)
+    _C.scatter_dim(y._buf, x.detach()._buf, at._buf, 1, False)
+    if _ag._needs_grad(x):
+        _ag._attach(y, _MaxUnpoolBackward(x, at))
+    return y.reshape(tuple(input.shape[:-nd]) + out)

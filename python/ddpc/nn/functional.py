@@ -481,7 +481,7 @@ def multi_margin_loss(input, target, p=1, margin=1.0, weight=None, size_average=
 __all__ += ["adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d", "adaptive_max_pool1d",
             "adaptive_max_pool2d", "adaptive_max_pool3d", "avg_pool1d", "avg_pool2d", "avg_pool3d", "conv1d",
             "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "fold", "max_pool1d",
-            "max_pool2d", "max_pool3d", "unfold"]
+            "max_pool2d", "max_pool3d", "max_unpool1d", "max_unpool2d", "max_unpool3d", "unfold"]
 
 
 def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
@@ -546,6 +546,24 @@ def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
     ``input`` (and, with ``return_indices``, its position (d * H + h) * W + w
     in its volume)."""
     return _conv.max_pool("max_pool3d", 3, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
+
+
+def max_unpool1d(input, indices, kernel_size, stride=None, padding=0, output_size=None):
+    """Places each value of (N, C, L) or (C, L) ``input`` at its index from
+    max_pool1d(return_indices=True), zeros elsewhere."""
+    return _conv.max_unpool("max_unpool1d", 1, input, indices, kernel_size, stride, padding, output_size)
+
+
+def max_unpool2d(input, indices, kernel_size, stride=None, padding=0, output_size=None):
+    """Places each value of (N, C, H, W) or (C, H, W) ``input`` at its index
+    from max_pool2d(return_indices=True), zeros elsewhere."""
+    return _conv.max_unpool("max_unpool2d", 2, input, indices, kernel_size, stride, padding, output_size)
+
+
+def max_unpool3d(input, indices, kernel_size, stride=None, padding=0, output_size=None):
+    """Places each value of (N, C, D, H, W) or (C, D, H, W) ``input`` at its
+    index from max_pool3d(return_indices=True), zeros elsewhere."""
+    return _conv.max_unpool("max_unpool3d", 3, input, indices, kernel_size, stride, padding, output_size)
 
 
 def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True):

@@ -561,7 +561,7 @@ __all__ += ["Bilinear"]
 
 __all__ += ["Conv1d", "Conv2d", "Conv3d", "MaxPool1d", "MaxPool2d", "MaxPool3d", "AvgPool1d", "AvgPool2d",
             "AvgPool3d", "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AdaptiveMaxPool1d",
-            "AdaptiveMaxPool2d", "AdaptiveMaxPool3d"]
+            "AdaptiveMaxPool2d", "AdaptiveMaxPool3d", "MaxUnpool1d", "MaxUnpool2d", "MaxUnpool3d"]
 
 
 class _ConvNd(Module):
@@ -769,6 +769,39 @@ class MaxPool3d(_MaxPoolNd):
     def forward(self, input):
         return F.max_pool3d(input, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode,
                             self.return_indices)
+
+
+class _MaxUnpoolNd(Module):
+    """The inverse of a max pool over the last ``_dims`` dims: forward(input,
+    indices, output_size=None) places each value at its index, zeros elsewhere."""
+
+    _dims = 0
+
+    def __init__(self, kernel_size, stride=None, padding=0):
+        super().__init__()
+        n = self._dims
+        self.kernel_size = _conv.as_tuple(kernel_size, n, "kernel_size")
+        self.stride = _conv.as_tuple(stride if stride is not None else kernel_size, n, "stride")
+        self.padding = _conv.as_tuple(padding, n, "padding")
+
+    def forward(self, input, indices, output_size=None):
+        unpool = (F.max_unpool1d, F.max_unpool2d, F.max_unpool3d)[self._dims - 1]
+        return unpool(input, indices, self.kernel_size, self.stride, self.padding, output_size)
+
+    def extra_repr(self):
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+
+class MaxUnpool1d(_MaxUnpoolNd):
+    _dims = 1
+
+
+class MaxUnpool2d(_MaxUnpoolNd):
+    _dims = 2
+
+
+class MaxUnpool3d(_MaxUnpoolNd):
+    _dims = 3
 
 
 class AvgPool1d(Module):
