@@ -5,6 +5,7 @@
 #ifndef DDPC_KERNELS_H
 #define DDPC_KERNELS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __CUDACC__
@@ -189,6 +190,26 @@ int ddpc_k_max_pool_backward(void *gx, const void *g, const int64_t *indices, in
                              int64_t in_plane, int64_t out_plane, void *stream);
 int ddpc_k_avg_pool(void *out, const void *x, int dtype, int64_t planes, ddpc_window w, void *stream);
 int ddpc_k_avg_pool_backward(void *gx, const void *g, int dtype, int64_t planes, ddpc_window w, void *stream);
+
+/* Embedding bags (kernels/embedding.cu), float32 and float64; see
+ * csrc/ops_embedding.h for the layouts and rules. On a GPU an index outside
+ * the table adds nothing and offsets are clamped into [0, n] (the host op
+ * refuses both). */
+typedef enum { DDPC_BAG_SUM = 0, DDPC_BAG_MEAN = 1, DDPC_BAG_MAX = 2 } ddpc_bag_mode;
+typedef struct {
+    const int64_t *indices; /* [n] rows of the weight */
+    const int64_t *offsets; /* [bags + 1]: bag b is indices[offsets[b] .. offsets[b + 1]) */
+    const void *weights;    /* [n] per-sample weights of the sum, or NULL */
+    int64_t n, bags, rows, d;
+    int mode;            /* ddpc_bag_mode */
+    int64_t padding_idx; /* left out of every bag; -1: none */
+} ddpc_k_bags;
+int ddpc_k_embedding_bag(void *out, int64_t *argmax, const void *weight, int dtype, ddpc_k_bags b, void *stream);
+/* Overwrites gweight. */
+int ddpc_k_embedding_bag_backward(void *gweight, const void *g, const int64_t *argmax, int dtype, ddpc_k_bags b,
+                                  void *stream);
+int ddpc_k_embedding_bag_weights_backward(void *gweights, const void *g, const void *weight, int dtype, ddpc_k_bags b,
+                                          void *stream);
 
 /* Optimizer steps on one tensor (kernels/optim.cu); see csrc/optim.c for the update rules. */
 int ddpc_k_sgd(void *p, const void *g, void *buf, int64_t n, int dtype, double lr, double momentum, double dampening,

@@ -2,10 +2,10 @@
 
 from . import functional, init, utils
 from .modules import (ELU, GELU, BatchNorm1d, BatchNorm2d, BatchNorm3d, BCELoss, BCEWithLogitsLoss, Bilinear,
-                      CrossEntropyLoss, CTCLoss, Dropout, Embedding, Flatten, Hardsigmoid, Hardswish, Hardtanh, HuberLoss,
-                      Identity, KLDivLoss, L1Loss, LayerNorm, LeakyReLU, Linear, LogSoftmax, Mish, Module, ModuleDict,
-                      ModuleList, MSELoss, NLLLoss, Parameter, ReLU, ReLU6, Sequential, Sigmoid, SiLU, SmoothL1Loss,
-                      Softmax, Softplus, SyncBatchNorm, Tanh)
+                      CrossEntropyLoss, CTCLoss, Dropout, Embedding, EmbeddingBag, Flatten, Hardsigmoid, Hardswish,
+                      Hardtanh, HuberLoss, Identity, KLDivLoss, L1Loss, LayerNorm, LeakyReLU, Linear, LogSoftmax, Mish,
+                      Module, ModuleDict, ModuleList, MSELoss, NLLLoss, Parameter, ReLU, ReLU6, Sequential, Sigmoid,
+                      SiLU, SmoothL1Loss, Softmax, Softplus, SyncBatchNorm, Tanh)
 from .modules import (AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveAvgPool3d, AdaptiveMaxPool1d, AdaptiveMaxPool2d,
                       AdaptiveMaxPool3d, AvgPool1d, AvgPool2d, AvgPool3d, Conv1d, Conv2d, Conv3d, ConvTranspose1d,
                       ConvTranspose2d, ConvTranspose3d, Fold, MaxPool1d, MaxPool2d, MaxPool3d, MaxUnpool1d, MaxUnpool2d,
@@ -23,7 +23,8 @@ from .modules import (CELU, SELU, AlphaDropout, ChannelShuffle, CosineEmbeddingL
 from . import parallel
 from .parallel import DataParallel, DistributedDataParallel
 
-__all__ = ["BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "Bilinear", "SyncBatchNorm", "CrossEntropyLoss", "Dropout", "Embedding",
+__all__ = ["BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "Bilinear", "SyncBatchNorm", "CrossEntropyLoss", "Dropout",
+           "Embedding", "EmbeddingBag",
            "Flatten", "GELU", "Identity", "LayerNorm", "Linear", "MSELoss",
            "Module", "ModuleDict", "ModuleList", "Parameter", "ReLU", "Sequential", "Sigmoid", "Tanh", "functional",
            "init", "parallel", "utils", "DataParallel", "DistributedDataParallel",

@@ -16,7 +16,7 @@ from .._pointwise import hardshrink
 from .._dtype import uint8
 from ..tensor import Tensor, broadcast_tensors, ones, rand, zeros
 from ..tensor import tensor as _tensor
-from . import _conv, _losses, _upsample
+from . import _conv, _embedding_bag, _losses, _upsample
 from ..autograd import embedding, gelu, layer_norm, linear, sigmoid, softplus, tanh
 from .._pointwise import hardshrink
 
@@ -474,6 +474,13 @@ def multilabel_soft_margin_loss(input, target, weight=None, size_average=None, r
 def multi_margin_loss(input, target, p=1, margin=1.0, weight=None, size_average=None, reduce=None, reduction="mean"):
     return _losses.multi_margin_loss(input, target, p, margin, weight,
                                      _legacy_reduction(size_average, reduce, reduction))
+
+
+# ---- embedding bags (compute in _embedding_bag.py) ---------------------------------------
+
+__all__ += ["embedding_bag"]
+
+embedding_bag = _embedding_bag.embedding_bag
 
 
 # ---- convolution and pooling (compute in _conv.py) --------------------------------------

@@ -14,7 +14,7 @@ from collections import OrderedDict, namedtuple
 from ..autograd import RemovableHandle, no_grad
 from ..tensor import Tensor, empty, full, parse_to_args, zero_grads
 from .._dtype import get_dtype, ordinal
-from . import _conv
+from . import _conv, _embedding_bag
 from . import functional as F
 from . import init
 from .hooks import BackwardHook
@@ -25,7 +25,7 @@ __all__ = ["Module", "Parameter", "Linear", "ReLU", "GELU", "Tanh", "Sigmoid", "
            "BCEWithLogitsLoss", "L1Loss", "SmoothL1Loss", "HuberLoss", "KLDivLoss", "BatchNorm1d", "BatchNorm2d",
            "BatchNorm3d", "SyncBatchNorm",
            "ParameterList", "ParameterDict", "Unflatten", "GroupNorm", "InstanceNorm1d", "InstanceNorm2d",
-           "InstanceNorm3d", "RMSNorm", "GLU", "Softmin"]
+           "InstanceNorm3d", "RMSNorm", "GLU", "Softmin", "EmbeddingBag"]
 
 
 class Parameter(Tensor):
@@ -926,6 +926,51 @@ class Embedding(Module):
         pad = f", padding_idx={self.padding_idx}" if self.padding_idx is not None else ""
         norm = f", max_norm={self.max_norm}" if self.max_norm is not None else ""
         return f"{self.num_embeddings}, {self.embedding_dim}{pad}{norm}"
+
+
+class EmbeddingBag(Module):
+    """A table of ``num_embeddings`` rows of ``embedding_dim`` whose forward
+    pass sums, averages or maxes bags of rows (see F.embedding_bag); rows
+    start normal(0, 1), the ``padding_idx`` row zero. ddpc differs: max_norm,
+    scale_grad_by_freq and sparse are not supported."""
+
+    def __init__(self, num_embeddings, embedding_dim, max_norm=None, norm_type=2.0, scale_grad_by_freq=False,
+                 mode="mean", sparse=False, _weight=None, include_last_offset=False, padding_idx=None, device=None,
+                 dtype=None):
+        super().__init__()
+        if max_norm is not None or scale_grad_by_freq or sparse:
+            raise NotImplementedError("EmbeddingBag: ddpc supports neither max_norm, scale_grad_by_freq nor sparse "
+                                      "gradients")
+        if mode not in _embedding_bag.MODES:
+            raise ValueError("mode has to be one of sum, mean or max")
+        self.num_embeddings, self.embedding_dim = int(num_embeddings), int(embedding_dim)
+        if padding_idx is not None:
+            if not -self.num_embeddings <= padding_idx < self.num_embeddings:
+                raise ValueError("padding_idx must be within num_embeddings")
+            padding_idx %= self.num_embeddings
+        self.max_norm, self.norm_type, self.scale_grad_by_freq, self.sparse = None, norm_type, False, False
+        self.mode, self.include_last_offset, self.padding_idx = mode, include_last_offset, padding_idx
+        if _weight is None:
+            self.weight = Parameter(empty(self.num_embeddings, self.embedding_dim, dtype=dtype, device=device))
+            self.reset_parameters()
+        else:
+            if tuple(_weight.shape) != (self.num_embeddings, self.embedding_dim):
+                raise ValueError("Shape of weight does not match num_embeddings and embedding_dim")
+            self.weight = Parameter(_weight)
+
+    def reset_parameters(self):
+        init.normal_(self.weight)
+        if self.padding_idx is not None:
+            with no_grad():
+                self.weight[self.padding_idx] = 0.0
+
+    def forward(self, input, offsets=None, per_sample_weights=None):
+        return F.embedding_bag(input, self.weight, offsets, mode=self.mode, per_sample_weights=per_sample_weights,
+                               include_last_offset=self.include_last_offset, padding_idx=self.padding_idx)
+
+    def extra_repr(self):
+        s = f"{self.num_embeddings}, {self.embedding_dim}, mode={self.mode!r}"
+        return s + (f", padding_idx={self.padding_idx}" if self.padding_idx is not None else "")
 
 
 class LayerNorm(Module):

@@ -1,0 +1,151 @@
+"""torch.nn.functional.embedding_bag: the sums, means or maxima of bags of
+rows of a table, without materialising the rows of every bag, and their
+gradients for the table and the per-sample weights. PyTorch's argument rules
+and errors live here; the work is the _C embedding_bag ops, which take the
+bags as B + 1 offsets (the last one the end of the last bag)."""
+
+import numbers
+
+import numpy as np
+
+from .. import _C
+from .. import autograd as _ag
+from .._dtype import int32, int64
+from ..tensor import Tensor, arange, tensor
+
+MODES = ("sum", "mean", "max")
+
+
+class _EmbeddingBagBackward(_ag.Node):
+    def __init__(self, weight, per_sample_weights, w, bags, argmax):
+        saved = (w, argmax) + bags[:3]
+        super().__init__((weight, per_sample_weights), saved)
+        self.mode, self.padding_idx = bags[3:]
+
+    def name(self):
+        return "EmbeddingBagBackward"
+
+    def backward(self, g):
+        w, argmax, indices, offsets, weights = self.saved
+        need_w, need_s = (e is not None for e in self.next_functions)
+        args = (indices._buf, offsets._buf)
+        gw = gs = None
+        if need_w:
+            gw = _ag._grad_out(self.next_functions[0], w.shape, g)
+            _C.embedding_bag_backward(gw._buf, g._buf, None if argmax is None else argmax._buf, *args,
+                                      None if weights is None else weights._buf, self.mode, self.padding_idx)
+        if need_s:
+            gs = _ag._grad_out(self.next_functions[1], indices.shape, g)
+            _C.embedding_bag_weights_backward(gs._buf, g._buf, w._buf, *args, self.padding_idx)
+        return gw, gs
+
+
+def _as_index(t, what):
+    if not isinstance(t, Tensor) or t.dtype not in (int32, int64):
+        raise TypeError(f"embedding_bag: {what} must be an int64 or int32 ddpc tensor, got "
+                        f"{getattr(t, 'dtype', type(t).__name__)}")
+    return t.detach().to(dtype=int64).contiguous()
+
+
+def _check_on_gpu(indices, offsets, rows):
+    """What the host op checks itself: indices within the table, offsets
+    from 0, non-decreasing, ending within the input (one copy of the
+    offsets to the host, as embedding's index check does)."""
+    n = indices.numel()
+    if n:
+        low, high = indices.min().item(), indices.max().item()
+        if low < 0 or high >= rows:
+            raise ValueError(f"embedding_bag: index {low if low < 0 else high} is out of range for {rows} rows")
+    off = offsets.cpu().numpy()
+    if off[0] != 0:
+        raise ValueError(f"offsets[0] has to be 0, i.e., the first sequence in the mini-batch has to start from "
+                         f"position 0. However, got {off[0]}")
+    if (np.diff(off) < 0).any():
+        raise ValueError("embedding_bag: offsets must be non-decreasing")
+    if off[-1] > n:
+        raise ValueError(f"offsets[-1] can not be greater than input's length {n} but got offsets[-1] of {off[-1]}")
+
+
+def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale_grad_by_freq=False, mode="mean",
+                  sparse=False, per_sample_weights=None, include_last_offset=False, padding_idx=None):
+    """The bags of rows of ``weight`` (V, D) at the indices ``input``, summed,
+    averaged or maxed per bag into (B, D), as torch's F.embedding_bag: a 2-d
+    ``input`` (B, L) is B bags of L; a 1-d one is cut into bags that start
+    at ``offsets`` (with ``include_last_offset`` offsets has one more
+    element, the input's length: the last bag runs to the end of the input
+    whatever it says, as in PyTorch). ``per_sample_weights`` (mode 'sum' only) scales each row;
+    rows at ``padding_idx`` are left out of their bags; an empty bag gives
+    zeros. ddpc differs: max_norm, scale_grad_by_freq and sparse gradients
+    are not supported (NotImplementedError)."""
+    if not isinstance(weight, Tensor) or weight.ndim != 2 or not weight.dtype.is_floating_point:
+        raise ValueError(f"embedding_bag: the weight must be a 2-d floating-point ddpc tensor, got "
+                         f"{getattr(weight, 'shape', type(weight).__name__)}")
+    if max_norm is not None or scale_grad_by_freq or sparse:
+        raise NotImplementedError("embedding_bag: ddpc supports neither max_norm, scale_grad_by_freq nor sparse "
+                                  "gradients")
+    if mode not in MODES:
+        raise ValueError("mode has to be one of sum, mean or max")
+    if per_sample_weights is not None and mode != "sum":
+        raise NotImplementedError(f"embedding_bag: per_sample_weights was not None. per_sample_weights is only "
+                                  f"supported for mode='sum' (got mode='{mode}')")
+    indices = _as_index(input, "input")
+    if per_sample_weights is not None:
+        if not isinstance(per_sample_weights, Tensor) or tuple(per_sample_weights.shape) != tuple(input.shape):
+            raise ValueError(f"embedding_bag: If per_sample_weights ({getattr(per_sample_weights, 'shape', None)}) "
+                             f"is not None, then it must have the same shape as the input ({tuple(input.shape)})")
+        if per_sample_weights.dtype is not weight.dtype:
+            raise TypeError(f"embedding_bag: per_sample_weights is {per_sample_weights.dtype}, the weight "
+                            f"{weight.dtype}")
+    if indices.ndim == 2:
+        if offsets is not None:
+            raise ValueError(f"if input is 2D, then offsets has to be None, as input is treated is a mini-batch of "
+                             f"fixed length sequences. However, found offsets of type {type(offsets).__name__}")
+        offsets = arange(0, indices.numel(), max(indices.shape[1], 1), dtype=int64, device=indices.device)
+        indices = indices.reshape(-1)
+        if per_sample_weights is not None:
+            per_sample_weights = per_sample_weights.reshape(-1)
+    elif indices.ndim == 1:
+        if offsets is None:
+            raise ValueError("offsets has to be a 1D Tensor but got None")
+        if not isinstance(offsets, Tensor) or offsets.ndim != 1:
+            raise ValueError("offsets has to be a 1D Tensor")
+        offsets = _as_index(offsets, "offsets")
+    else:
+        raise ValueError(f"input has to be 1D or 2D Tensor, but got Tensor of dimension {indices.ndim}")
+    if indices._buf.device != weight._buf.device or offsets._buf.device != weight._buf.device:
+        raise ValueError(f"embedding_bag: input on {indices.device}, offsets on {offsets.device}, weight on "
+                         f"{weight.device}")
+    rows = weight.shape[0]
+    if padding_idx is not None:
+        if not isinstance(padding_idx, numbers.Integral) or not -rows <= padding_idx < rows:
+            raise ValueError(f"padding_idx must be within the number of embeddings, {-rows} through {rows - 1}, but "
+                             f"got {padding_idx}")
+        padding_idx %= rows
+    n = indices.numel()
+    if include_last_offset:
+        if offsets.numel() == 0:
+            raise ValueError("embedding_bag: include_last_offset needs at least one offset")
+        last = offsets[-1].item()
+        if last > n:
+            raise ValueError(f"offsets[-1] can not be greater than input's length {n} but got offsets[-1] of {last}")
+        offsets = offsets[:-1]
+    offsets = _ag.cat([offsets, tensor(np.array([n], dtype=np.int64), device=offsets.device)])
+    if weight.dtype in _ag._HALVES:
+        out = embedding_bag(indices, weight.float(), offsets, mode=mode, include_last_offset=True,
+                            per_sample_weights=None if per_sample_weights is None else per_sample_weights.float(),
+                            padding_idx=padding_idx)
+        return out.to(dtype=weight.dtype)
+    if weight._buf.device >= 0:
+        _check_on_gpu(indices, offsets, rows)
+    w = weight.detach().contiguous()
+    weights = None if per_sample_weights is None else per_sample_weights.detach().contiguous()
+    bags = offsets.numel() - 1
+    out = _ag._empty((bags, weight.shape[1]), w)
+    argmax = _ag._empty((bags, weight.shape[1]), w, int64) if mode == "max" else None
+    code, pad = MODES.index(mode), -1 if padding_idx is None else padding_idx
+    _C.embedding_bag(out._buf, None if argmax is None else argmax._buf, w._buf, indices._buf, offsets._buf,
+                     None if weights is None else weights._buf, code, pad)
+    if _ag._needs_grad(weight, per_sample_weights):
+        _ag._attach(out, _EmbeddingBagBackward(weight, per_sample_weights, w, (indices, offsets, weights, code, pad),
+                                               argmax))
+    return out
