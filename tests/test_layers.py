@@ -279,6 +279,75 @@ def test_linear_and_bilinear_upsample(shape, kwargs, out, scales, align_corners)
     assert ref(_x(*shape)).shape[2:] == out
 
 
+def _np_bicubic(x, out, scales, align_corners):
+    """Each output element the sum of its 4 x 4 neighbours (clamped into the
+    input) weighed by Keys' cubic convolution with A = -0.75, from source
+    positions not clamped; an unchanged size is a copy."""
+    if tuple(out) == x.shape[2:]:
+        return x
+    a = -0.75
+
+    def weights(t):
+        near = lambda v: ((a + 2) * v - (a + 3)) * v * v + 1  # noqa: E731
+        far = lambda v: ((a * v - 5 * a) * v + 8 * a) * v - 4 * a  # noqa: E731
+        return [far(t + 1), near(t), near(1 - t), far(2 - t)]
+
+    def source(i, n, o, s):
+        if align_corners:
+            return i * (n - 1) / (o - 1) if o > 1 else 0.0
+        return (i + 0.5) * (1 / s if s else n / o) - 0.5
+
+    (h, w), y = x.shape[2:], np.zeros(x.shape[:2] + tuple(out))
+    for i in range(out[0]):
+        sy = source(i, h, out[0], scales[0])
+        for j in range(out[1]):
+            sx = source(j, w, out[1], scales[1])
+            for p, wy in enumerate(weights(sy - np.floor(sy))):
+                for q, wx in enumerate(weights(sx - np.floor(sx))):
+                    r = min(max(int(np.floor(sy)) - 1 + p, 0), h - 1)
+                    c = min(max(int(np.floor(sx)) - 1 + q, 0), w - 1)
+                    y[:, :, i, j] += wy * wx * x[:, :, r, c]
+    return y
+
+
+@pytest.mark.parametrize("shape, kwargs, out, scales", [
+    ((2, 3, 4, 5), {"size": (7, 3)}, (7, 3), (None, None)),
+    ((1, 2, 5, 4), {"scale_factor": 2}, (10, 8), (2.0, 2.0)),
+    ((1, 2, 8, 9), {"scale_factor": 0.4}, (3, 3), (0.4, 0.4)),
+    ((1, 2, 3, 3), {"scale_factor": (1.3, 2)}, (3, 6), (1.3, 2.0)),  # a kept size is resampled by its scale
+    ((1, 1, 4, 5), {"size": (4, 5)}, (4, 5), (None, None)),
+])
+@pytest.mark.parametrize("align_corners", [None, False, True])
+def test_bicubic_upsample(shape, kwargs, out, scales, align_corners):
+    ref = lambda x: _np_bicubic(x, out, scales, bool(align_corners))  # noqa: E731
+    _check(nn.Upsample(mode="bicubic", align_corners=align_corners, **kwargs), ref, _x(*shape))
+    _check(lambda t: F.interpolate(t, mode="bicubic", align_corners=align_corners, **kwargs), ref, _x(*shape))
+    assert ref(_x(*shape)).shape[2:] == out
+
+
+def _np_area(x, out):
+    """The mean over PyTorch's adaptive windows [floor(i * n / o), ceil((i + 1) * n / o)) of each dim."""
+    for d, o in enumerate(out):
+        n = x.shape[2 + d]
+        x = np.stack([np.take(x, range(i * n // o, -(-(i + 1) * n // o)), axis=2 + d).mean(2 + d) for i in range(o)],
+                     axis=2 + d)
+    return x
+
+
+@pytest.mark.parametrize("shape, kwargs, out", [
+    ((2, 3, 7), {"size": 3}, (3,)),
+    ((2, 3, 7, 9), {"scale_factor": 0.5}, (3, 4)),
+    ((1, 2, 3, 4), {"size": (5, 7)}, (5, 7)),
+    ((1, 2, 4, 5, 6), {"size": (2, 3, 4)}, (2, 3, 4)),
+    ((1, 2, 5, 4, 3), {"scale_factor": (0.5, 1.5, 1)}, (2, 6, 3)),
+])
+def test_area_interpolation_is_the_adaptive_average_pool(shape, kwargs, out):
+    ref = lambda x: _np_area(x, out)  # noqa: E731
+    _check(nn.Upsample(mode="area", **kwargs), ref, _x(*shape))
+    _check(lambda t: F.interpolate(t, mode="area", **kwargs), ref, _x(*shape))
+    assert ref(_x(*shape)).shape[2:] == out
+
+
 def test_linear_upsample_known_values_and_fixed_mode_layers():
     x = ddpc.tensor([[[0.0, 1.0]]])
     np.testing.assert_allclose(F.interpolate(x, scale_factor=2, mode="linear").numpy(), [[[0, 0.25, 0.75, 1]]])
@@ -301,8 +370,14 @@ def test_interpolate_refusals():
         F.interpolate(x, size=4, scale_factor=2)
     with pytest.raises(ValueError, match="either size or scale_factor"):
         F.interpolate(x)
-    with pytest.raises(NotImplementedError, match="bicubic"):
-        F.interpolate(ddpc.zeros(1, 2, 3, 3), scale_factor=2, mode="bicubic")
+    with pytest.raises(NotImplementedError, match="'bicubic' and 'area', got mode='trilinear'"):
+        F.interpolate(ddpc.zeros(1, 2, 3, 3), scale_factor=2, mode="trilinear")
+    with pytest.raises(NotImplementedError, match="bicubic mode needs 4D"):
+        F.interpolate(x, scale_factor=2, mode="bicubic")
+    with pytest.raises(ValueError, match="align_corners"):
+        F.interpolate(x, scale_factor=2, mode="area", align_corners=False)
+    with pytest.raises(NotImplementedError, match="5-d for mode 'area'"):
+        F.interpolate(ddpc.zeros(1, 2, 3, 3, 3), size=2)
     with pytest.raises(NotImplementedError, match="bilinear mode needs 4D"):
         F.interpolate(x, scale_factor=2, mode="bilinear")
     with pytest.raises(NotImplementedError, match="linear mode needs 3D"):

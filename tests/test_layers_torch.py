@@ -103,7 +103,7 @@ def layers():
 
 
 def _resample_cases():
-    """(interpolate kwargs, input shape): up and down, by size and by scale, every mode ddpc has."""
+    """(interpolate kwargs, input shape): up and down, by size and by scale, for every mode ddpc has."""
     cases = []
     for n in (1, 2, 3, 5, 8, 13):
         for out in (1, 2, 4, 7, 9, 16, 26):
@@ -142,7 +142,9 @@ def resample():
     for kwargs, shape in _resample_cases():
         modes = [("nearest", None), ("nearest-exact", None)]
         linear = "linear" if len(shape) == 3 else "bilinear"
-        modes += [(linear, None), (linear, False), (linear, True)]
+        modes += [(linear, None), (linear, False), (linear, True), ("area", None)]
+        if len(shape) == 4:
+            modes += [("bicubic", None), ("bicubic", False), ("bicubic", True)]
         for mode, corners in modes:
             if mode == "nearest" and _kept_size_rescaled(kwargs, shape):
                 continue  # compared forward only, below
@@ -153,15 +155,18 @@ def resample():
             cases.append((lambda lib, name=name, kwargs=kwargs: getattr(lib.nn, name)(**kwargs), [(2, 3, 4, 5)]))
         cases.append((lambda lib, kwargs=kwargs: lib.nn.Upsample(mode="bilinear", **kwargs), [(2, 3, 4, 5)]))
     cases.append((lambda lib: lib.nn.Upsample(scale_factor=1.5, mode="linear", align_corners=True), [(2, 3, 5)]))
+    cases.append((lambda lib: lib.nn.Upsample(size=(2, 3, 4), mode="area"), [(2, 3, 5, 7, 6)]))
     _compare(cases)
     # In float32 PyTorch computes positions and weights in float32: the same elements are read.
     rng = np.random.default_rng(1)
     for kwargs, shape in _resample_cases():
         x = rng.standard_normal(shape).astype(np.float32)
-        for mode in ("nearest", "nearest-exact", "linear" if len(shape) == 3 else "bilinear"):
+        for mode in ("nearest", "nearest-exact", "linear" if len(shape) == 3 else "bicubic", "area"):
             want = torch.nn.functional.interpolate(torch.tensor(x), mode=mode, **kwargs).numpy()
             got = ddpc.nn.functional.interpolate(ddpc.tensor(x), mode=mode, **kwargs).numpy()
-            np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6, err_msg=f"{mode} {kwargs} {shape}")
+            # bicubic sums its 16 terms in another order than PyTorch's
+            tol = 1e-5 if mode == "bicubic" else 1e-6
+            np.testing.assert_allclose(got, want, rtol=tol, atol=tol, err_msg=f"{mode} {kwargs} {shape}")
     for m in ("Upsample(scale_factor=2, mode='bilinear')", "UpsamplingNearest2d(size=(3, 4))",
               "UpsamplingBilinear2d(scale_factor=1.5)", "Upsample(size=5, mode='nearest-exact')"):
         assert repr(eval("ddpc.nn." + m)) == repr(eval("torch.nn." + m)), m

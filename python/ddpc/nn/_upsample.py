@@ -1,7 +1,7 @@
 """Resampling of the last one or two dims, as
 torch.nn.functional.interpolate and nn.Upsample in modes 'nearest',
-'nearest-exact', 'linear' (3-d input) and 'bilinear' (4-d), with their
-gradients.
+'nearest-exact', 'linear' (3-d input), 'bilinear' and 'bicubic' (4-d) and
+'area' (3-d to 5-d: the adaptive average pool), with their gradients.
 
 Each dim is resampled in turn. Nearest modes gather one input element per
 output element: min(floor(i * scale), n - 1), or with 'nearest-exact'
@@ -10,9 +10,13 @@ one is given, else in / out, computed in float32 as PyTorch does so that the
 same elements are picked. Linear modes gather the two neighbours of source
 position i * (n - 1) / (out - 1) (align_corners) or max((i + 0.5) * scale -
 0.5, 0) and weigh them by their distances, in the input's precision (float32
-below float64) as PyTorch does. The work is index_select, multiplications and
-an addition, whose gradients add up where an input element is read more than
-once.
+below float64) as PyTorch does. The bicubic mode gathers the four
+neighbours floor(x) - 1 .. floor(x) + 2 of source position x (clamped into
+the input) and weighs them by Keys' cubic convolution with A = -0.75, as
+PyTorch does, x being i * (n - 1) / (out - 1) (align_corners) or
+(i + 0.5) * scale - 0.5, not clamped. The work is index_select,
+multiplications and additions, whose gradients add up where an input
+element is read more than once.
 """
 
 import math
@@ -22,9 +26,12 @@ import numpy as np
 
 from .._dtype import float64
 from ..tensor import Tensor, tensor
+from . import _conv
 
 _NEAREST_MODES = ("nearest", "nearest-exact")
-_LINEAR_MODES = {"linear": 3, "bilinear": 4}
+_LINEAR_MODES = {"linear": 3, "bilinear": 4, "bicubic": 4}
+# Keys' cubic convolution parameter, PyTorch's
+_CUBIC_A = -0.75
 
 
 def _per_dim(value, nd, name):
@@ -63,6 +70,27 @@ def _linear_weights(n, out, scale, align_corners, real):
     return lo, lo + (lo < n - 1), real(1) - frac, frac
 
 
+def _cubic_weights(n, out, scale, align_corners, real):
+    """The four input elements each of ``out`` output elements reads along a
+    dim of size n (clamped into it) and their weights, in numpy type ``real``."""
+    i = np.arange(out).astype(real)
+    if align_corners:
+        src = (real(n - 1) / real(out - 1) if out > 1 else real(0)) * i
+    else:
+        src = (real(1.0 / scale) if scale else real(n) / real(out)) * (i + real(0.5)) - real(0.5)
+    base = np.floor(src)
+    t, a = src - base, real(_CUBIC_A)
+
+    def near(x):  # |x| <= 1
+        return ((a + 2) * x - (a + 3)) * x * x + 1
+
+    def far(x):  # 1 < |x| < 2
+        return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+
+    taps = [np.clip(base.astype(np.int64) + k, 0, n - 1) for k in (-1, 0, 1, 2)]
+    return taps, [far(t + 1), near(t), near(1 - t), far(2 - t)]
+
+
 def _resample_dim(input, dim, n, out, scale, mode, align_corners):
     """input resampled from n to out elements along ``dim``."""
     def take(index):
@@ -70,14 +98,19 @@ def _resample_dim(input, dim, n, out, scale, mode, align_corners):
 
     if mode in _NEAREST_MODES:
         return take(_nearest_index(n, out, scale, mode == "nearest-exact"))
-    lo, hi, w_lo, w_hi = _linear_weights(n, out, scale, align_corners,
-                                         np.float64 if input.dtype is float64 else np.float32)
+    real = np.float64 if input.dtype is float64 else np.float32
+    if mode == "bicubic":
+        taps, weights = _cubic_weights(n, out, scale, align_corners, real)
+    else:
+        lo, hi, w_lo, w_hi = _linear_weights(n, out, scale, align_corners, real)
+        taps, weights = (lo, hi), (w_lo, w_hi)
     shape = (out,) + (1,) * (input.ndim - 1 - dim)
-
-    def weight(w):
-        return tensor(w.reshape(shape), dtype=input.dtype, device=input.device)
-
-    return take(lo) * weight(w_lo) + take(hi) * weight(w_hi)
+    terms = [take(index) * tensor(w.reshape(shape), dtype=input.dtype, device=input.device)
+             for index, w in zip(taps, weights)]
+    result = terms[0]
+    for term in terms[1:]:
+        result = result + term
+    return result
 
 
 def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corners=None,
@@ -85,7 +118,7 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
     """Resamples (N, C, L) or (N, C, H, W) ``input`` to ``size`` or by ``scale_factor``."""
     if not isinstance(input, Tensor):
         raise TypeError(f"interpolate: the input must be a ddpc tensor, got {type(input).__name__}")
-    if mode in _NEAREST_MODES:
+    if mode in _NEAREST_MODES or mode == "area":
         if align_corners is not None:
             raise ValueError("align_corners option can only be set with the interpolating modes: linear | bilinear | "
                              "bicubic | trilinear")
@@ -96,13 +129,13 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
         if not input.dtype.is_floating_point:
             raise TypeError(f"interpolate: mode {mode!r} needs a floating-point input, got {input.dtype}")
     else:
-        raise NotImplementedError(f"interpolate: ddpc implements modes 'nearest', 'nearest-exact', 'linear' and "
-                                  f"'bilinear', got mode={mode!r}")
+        raise NotImplementedError(f"interpolate: ddpc implements modes 'nearest', 'nearest-exact', 'linear', "
+                                  f"'bilinear', 'bicubic' and 'area', got mode={mode!r}")
     if antialias:
         raise NotImplementedError("interpolate: ddpc does not implement antialias")
-    if input.ndim not in (3, 4):
-        raise NotImplementedError(f"interpolate: input must be 3-d (N, C, L) or 4-d (N, C, H, W), got shape "
-                                  f"{tuple(input.shape)}")
+    if input.ndim not in ((3, 4, 5) if mode == "area" else (3, 4)):
+        raise NotImplementedError(f"interpolate: input must be 3-d (N, C, L) or 4-d (N, C, H, W) (or 5-d for mode "
+                                  f"'area'), got shape {tuple(input.shape)}")
     if (size is None) == (scale_factor is None):
         raise ValueError("only one of size or scale_factor should be defined" if size is not None else
                          "either size or scale_factor should be defined")
@@ -123,9 +156,19 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
                              f"{sizes}")
         if recompute_scale_factor:
             scales = (None,) * nd
+    if mode == "area":
+        return _conv.adaptive_avg_pool(f"adaptive_avg_pool{nd}d", nd, input, out)
+    if mode == "bicubic":  # PyTorch copies the input when no size changes, else resamples every dim by its scale
+        return input if out == sizes else _resample_dims(input, sizes, out, scales, mode, align_corners, every=True)
+    return _resample_dims(input, sizes, out, scales, mode, align_corners, every=False)
+
+
+def _resample_dims(input, sizes, out, scales, mode, align_corners, every):
+    """Each dim resampled in turn; with ``every`` false, only those whose
+    size changes or (nearest modes) that have a scale factor."""
     for i, (n, o, s) in enumerate(zip(sizes, out, scales)):
         # A dim whose size is kept is a copy in PyTorch's linear modes whatever the scale, while its nearest modes
         # still read element floor(i / scale_factor) (with no scale_factor they read element i).
-        if o != n or (mode in _NEAREST_MODES and s is not None):
+        if every or o != n or (mode in _NEAREST_MODES and s is not None):
             input = _resample_dim(input, 2 + i, n, int(o), s, mode, align_corners)
     return input
