@@ -119,7 +119,8 @@ def _pads(padding, kernel, dilation, nd):
 @pytest.mark.parametrize("bias", [True, False])
 def test_conv3d_matches_the_reference_forward_and_backward(xs, ws, stride, padding, dilation, groups, bias):
     rng = np.random.default_rng(0)
-    x, w, b = rng.standard_normal(xs), rng.standard_normal((ws[0], xs[1] // groups) + ws[1:]), rng.standard_normal(ws[0])
+    x, b = rng.standard_normal(xs), rng.standard_normal(ws[0])
+    w = rng.standard_normal((ws[0], xs[1] // groups) + ws[1:])
     arrays = [x, w, b] if bias else [x, w]
     out, grads, g = run(lambda *t: F.conv3d(t[0], t[1], t[2] if bias else None, stride, padding, dilation, groups),
                         arrays)
