@@ -247,6 +247,8 @@ def _np_linear(x, out, scales, align_corners):
     ((1, 2, 3, 3), {"scale_factor": 0.5}, (1, 1), (0.5, 0.5)),
     ((1, 2, 5, 3), {"scale_factor": 1.5, "recompute_scale_factor": True}, (7, 4), (None, None)),
     ((1, 2, 2), {"scale_factor": 1.3}, (2,), (1.3,)),  # the size is kept, yet element 1 reads element 0
+    ((1, 2, 2, 3, 4), {"scale_factor": (2, 1.5, 0.5)}, (4, 4, 2), (2.0, 1.5, 0.5)),
+    ((1, 2, 3, 2, 4), {"size": (5, 2, 3)}, (5, 2, 3), (None, None, None)),
 ])
 @pytest.mark.parametrize("mode", ["nearest", "nearest-exact"])
 def test_nearest_upsample(shape, kwargs, out, scales, mode):
@@ -269,10 +271,12 @@ def test_nearest_upsample(shape, kwargs, out, scales, mode):
     ((1, 2, 6, 5), {"scale_factor": 0.5}, (3, 2), (0.5, 0.5)),
     ((1, 2, 5, 3), {"scale_factor": 1.5, "recompute_scale_factor": True}, (7, 4), (None, None)),
     ((1, 2, 2, 3), {"scale_factor": (1.3, 2)}, (2, 6), (1.3, 2.0)),  # a kept size is a copy
+    ((1, 2, 2, 3, 4), {"scale_factor": (2, 1.5, 0.5)}, (4, 4, 2), (2.0, 1.5, 0.5)),
+    ((1, 2, 3, 2, 4), {"size": (5, 2, 3)}, (5, 2, 3), (None, None, None)),  # a kept size is a copy
 ])
 @pytest.mark.parametrize("align_corners", [None, False, True])
-def test_linear_and_bilinear_upsample(shape, kwargs, out, scales, align_corners):
-    mode = "linear" if len(shape) == 3 else "bilinear"
+def test_linear_bilinear_and_trilinear_upsample(shape, kwargs, out, scales, align_corners):
+    mode = {3: "linear", 4: "bilinear", 5: "trilinear"}[len(shape)]
     ref = lambda x: _np_linear(x, out, scales, bool(align_corners))  # noqa: E731
     _check(nn.Upsample(mode=mode, align_corners=align_corners, **kwargs), ref, _x(*shape))
     _check(lambda t: F.interpolate(t, mode=mode, align_corners=align_corners, **kwargs), ref, _x(*shape))
@@ -370,14 +374,16 @@ def test_interpolate_refusals():
         F.interpolate(x, size=4, scale_factor=2)
     with pytest.raises(ValueError, match="either size or scale_factor"):
         F.interpolate(x)
-    with pytest.raises(NotImplementedError, match="'bicubic' and 'area', got mode='trilinear'"):
+    with pytest.raises(NotImplementedError, match="'trilinear' and 'area', got mode='cubic'"):
+        F.interpolate(ddpc.zeros(1, 2, 3, 3), scale_factor=2, mode="cubic")
+    with pytest.raises(NotImplementedError, match="trilinear mode needs 5D"):
         F.interpolate(ddpc.zeros(1, 2, 3, 3), scale_factor=2, mode="trilinear")
     with pytest.raises(NotImplementedError, match="bicubic mode needs 4D"):
         F.interpolate(x, scale_factor=2, mode="bicubic")
     with pytest.raises(ValueError, match="align_corners"):
         F.interpolate(x, scale_factor=2, mode="area", align_corners=False)
-    with pytest.raises(NotImplementedError, match="5-d for mode 'area'"):
-        F.interpolate(ddpc.zeros(1, 2, 3, 3, 3), size=2)
+    with pytest.raises(NotImplementedError, match="5-d"):
+        F.interpolate(ddpc.zeros(1, 2, 3, 3, 3, 3), size=2)
     with pytest.raises(NotImplementedError, match="bilinear mode needs 4D"):
         F.interpolate(x, scale_factor=2, mode="bilinear")
     with pytest.raises(NotImplementedError, match="linear mode needs 3D"):

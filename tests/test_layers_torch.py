@@ -119,6 +119,12 @@ def _resample_cases():
             if all(math.floor(n * f) > 0 for n, f in zip(shape[2:], s if isinstance(s, tuple) else (s, s))):
                 cases.append(({"scale_factor": s}, shape))
         cases.append(({"scale_factor": (1.6, 2.2), "recompute_scale_factor": True}, shape))
+    for shape in ((1, 2, 3, 4, 5), (1, 1, 2, 1, 3)):
+        for size in ((5, 2, 7), (3, 4, 5), (1, 6, 2)):
+            cases.append(({"size": size}, shape))
+        for s in (2, (1.5, 0.7, 2.5), (1.3, 2.0, 1.0)):
+            if all(math.floor(n * f) > 0 for n, f in zip(shape[2:], s if isinstance(s, tuple) else (s,) * 3)):
+                cases.append(({"scale_factor": s}, shape))
     cases.append(({"scale_factor": 1.02}, (1, 1, 30)))  # out equals in, yet nearest-exact reads other elements
     return cases
 
@@ -130,7 +136,8 @@ def _kept_size_rescaled(kwargs, shape):
     follows the forward."""
     if "scale_factor" not in kwargs or kwargs.get("recompute_scale_factor"):
         return False
-    factors = kwargs["scale_factor"] if isinstance(kwargs["scale_factor"], tuple) else (kwargs["scale_factor"],) * 2
+    factors = kwargs["scale_factor"] if isinstance(kwargs["scale_factor"], tuple) else \
+        (kwargs["scale_factor"],) * (len(shape) - 2)
     return any(math.floor(n * f) == n and f != 1 for n, f in zip(shape[2:], factors))
 
 
@@ -141,7 +148,7 @@ def resample():
     cases = []
     for kwargs, shape in _resample_cases():
         modes = [("nearest", None), ("nearest-exact", None)]
-        linear = "linear" if len(shape) == 3 else "bilinear"
+        linear = {3: "linear", 4: "bilinear", 5: "trilinear"}[len(shape)]
         modes += [(linear, None), (linear, False), (linear, True), ("area", None)]
         if len(shape) == 4:
             modes += [("bicubic", None), ("bicubic", False), ("bicubic", True)]
@@ -161,7 +168,8 @@ def resample():
     rng = np.random.default_rng(1)
     for kwargs, shape in _resample_cases():
         x = rng.standard_normal(shape).astype(np.float32)
-        for mode in ("nearest", "nearest-exact", "linear" if len(shape) == 3 else "bicubic", "area"):
+        interpolating = {3: ("linear",), 4: ("bilinear", "bicubic"), 5: ("trilinear",)}[len(shape)]
+        for mode in ("nearest", "nearest-exact", "area") + interpolating:
             want = torch.nn.functional.interpolate(torch.tensor(x), mode=mode, **kwargs).numpy()
             got = ddpc.nn.functional.interpolate(ddpc.tensor(x), mode=mode, **kwargs).numpy()
             # bicubic sums its 16 terms in another order than PyTorch's

@@ -1,7 +1,8 @@
-"""Resampling of the last one or two dims, as
+"""Resampling of the last one to three dims, as
 torch.nn.functional.interpolate and nn.Upsample in modes 'nearest',
-'nearest-exact', 'linear' (3-d input), 'bilinear' and 'bicubic' (4-d) and
-'area' (3-d to 5-d: the adaptive average pool), with their gradients.
+'nearest-exact' and 'area' (the adaptive average pool) of 3-d to 5-d input,
+'linear' (3-d), 'bilinear' and 'bicubic' (4-d) and 'trilinear' (5-d), with
+their gradients.
 
 Each dim is resampled in turn. Nearest modes gather one input element per
 output element: min(floor(i * scale), n - 1), or with 'nearest-exact'
@@ -29,7 +30,7 @@ from ..tensor import Tensor, tensor
 from . import _conv
 
 _NEAREST_MODES = ("nearest", "nearest-exact")
-_LINEAR_MODES = {"linear": 3, "bilinear": 4, "bicubic": 4}
+_LINEAR_MODES = {"linear": 3, "bilinear": 4, "bicubic": 4, "trilinear": 5}
 # Keys' cubic convolution parameter, PyTorch's
 _CUBIC_A = -0.75
 
@@ -130,12 +131,12 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
             raise TypeError(f"interpolate: mode {mode!r} needs a floating-point input, got {input.dtype}")
     else:
         raise NotImplementedError(f"interpolate: ddpc implements modes 'nearest', 'nearest-exact', 'linear', "
-                                  f"'bilinear', 'bicubic' and 'area', got mode={mode!r}")
+                                  f"'bilinear', 'bicubic', 'trilinear' and 'area', got mode={mode!r}")
     if antialias:
         raise NotImplementedError("interpolate: ddpc does not implement antialias")
-    if input.ndim not in ((3, 4, 5) if mode == "area" else (3, 4)):
-        raise NotImplementedError(f"interpolate: input must be 3-d (N, C, L) or 4-d (N, C, H, W) (or 5-d for mode "
-                                  f"'area'), got shape {tuple(input.shape)}")
+    if input.ndim not in (3, 4, 5):
+        raise NotImplementedError(f"interpolate: input must be 3-d (N, C, L), 4-d (N, C, H, W) or 5-d "
+                                  f"(N, C, D, H, W), got shape {tuple(input.shape)}")
     if (size is None) == (scale_factor is None):
         raise ValueError("only one of size or scale_factor should be defined" if size is not None else
                          "either size or scale_factor should be defined")

@@ -2108,7 +2108,8 @@ class PairwiseDistance(Module):
 
 class Upsample(Module):
     """F.interpolate to ``size`` or by ``scale_factor`` (modes 'nearest',
-    'nearest-exact', 'linear', 'bilinear', 'bicubic' and 'area')."""
+    'nearest-exact', 'linear', 'bilinear', 'bicubic', 'trilinear' and
+    'area')."""
 
     def __init__(self, size=None, scale_factor=None, mode="nearest", align_corners=None, recompute_scale_factor=None):
         super().__init__()
