@@ -403,3 +403,27 @@ def test_interpolate_refusals():
         F.interpolate(x, scale_factor=-1)
     assert repr(nn.Upsample(scale_factor=2)) == "Upsample(scale_factor=2.0, mode='nearest')"
     assert repr(nn.Upsample(size=(3, 4))) == "Upsample(size=(3, 4), mode='nearest')"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode, shape, kwargs", [
+    ("nearest", (2, 3, 4, 5, 3), {"scale_factor": (2, 1.5, 0.7)}),
+    ("nearest-exact", (2, 3, 7), {"size": 11}),
+    ("linear", (2, 3, 7), {"scale_factor": 1.7, "align_corners": True}),
+    ("bilinear", (2, 3, 4, 5), {"size": (7, 3)}),
+    ("bicubic", (2, 3, 4, 5), {"scale_factor": 2, "align_corners": False}),
+    ("bicubic", (2, 3, 6, 5), {"size": (4, 9), "align_corners": True}),
+    ("trilinear", (1, 2, 3, 4, 5), {"size": (5, 2, 7)}),
+    ("area", (2, 3, 7, 9), {"scale_factor": 0.5}),
+])
+def test_interpolate_on_cuda_matches_the_host(mode, shape, kwargs):
+    x, g = _x(*shape), None
+    results = []
+    for device in ("cpu", "cuda"):
+        t = ddpc.tensor(x, device=device, requires_grad=True)
+        out = F.interpolate(t, mode=mode, **kwargs)
+        g = _x(*out.shape, seed=3) if g is None else g
+        out.backward(ddpc.tensor(g, device=device))
+        results.append((out.detach().cpu().numpy(), t.grad.cpu().numpy()))
+    for a, b in zip(*results):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
