@@ -1,5 +1,5 @@
 """Host convolution speed: forward and forward+backward of a few typical
-Conv2d/Conv1d layers in float32, as ms per call, for ddpc, a numpy im2col +
+Conv1d/Conv2d/Conv3d layers in float32, as ms per call, for ddpc, a numpy im2col +
 matmul baseline written here, and PyTorch when it is importable, all with the
 same weights and inputs (outputs and gradients are checked to agree before
 anything is timed).
@@ -16,6 +16,7 @@ PYTHONPATH=python /path/to/venv-with-torch/bin/python benchmarks/conv.py
 """
 
 import argparse
+import math
 import time
 
 import numpy as np
@@ -26,7 +27,7 @@ torch = import_torch()
 
 import ddpc  # noqa: E402 - after torch, see import_torch
 
-# (name, batch, in channels, out channels, spatial size, kernel, stride, padding): 2-d when size is a pair
+# (name, batch, in channels, out channels, spatial size, kernel, stride, padding): as many dims as the size
 LAYERS = (
     ("Conv2d 3->32 k3, 32x32", 64, 3, 32, (32, 32), 3, 1, 0),
     ("Conv2d 32->64 k3 p1, 32x32", 64, 32, 64, (32, 32), 3, 1, 1),
@@ -34,6 +35,7 @@ LAYERS = (
     ("Conv2d 128->256 k1, 16x16", 64, 128, 256, (16, 16), 1, 1, 0),
     ("Conv1d 64->64 k5 p2, 256", 32, 64, 64, (256,), 5, 1, 2),
     ("Conv2d 64->64 k3 p1, 128x128", 4, 64, 64, (128, 128), 3, 1, 1),  # one sample's columns: 36 MiB
+    ("Conv3d 16->32 k3 p1, 16x16x16", 8, 16, 32, (16, 16, 16), 3, 1, 1),
 )
 
 
@@ -49,8 +51,8 @@ def layer_data(batch, cin, cout, size, k, seed=0):
 def framework_case(lib, w, b, x, stride, pad):
     """forward and forward+backward closures for ddpc or torch (the shared API); each returns
     the output and the gradients of sum(y * probe) for the agreement check."""
-    conv = (lib.nn.Conv1d if x.ndim == 3 else lib.nn.Conv2d)(w.shape[1], w.shape[0], w.shape[2], stride=stride,
-                                                             padding=pad)
+    conv = (lib.nn.Conv1d, lib.nn.Conv2d, lib.nn.Conv3d)[x.ndim - 3](w.shape[1], w.shape[0], w.shape[2],
+                                                                     stride=stride, padding=pad)
     with lib.no_grad():
         conv.weight.copy_(lib.from_numpy(w))
         conv.bias.copy_(lib.from_numpy(b))
@@ -76,48 +78,41 @@ def framework_case(lib, w, b, x, stride, pad):
 def numpy_case(w, b, x, stride, pad):
     """The same layer as numpy im2col (strided views, one copy) and one matmul over the batch."""
     nd = x.ndim - 2
-    if nd == 1:
-        w, x = w[:, :, None, :], x[:, :, None, :]
-    n, c, h, wd = x.shape
-    o, _, kh, kw = w.shape
-    sh, sw = (1, stride) if nd == 1 else (stride, stride)
-    ph, pw = (0, pad) if nd == 1 else (pad, pad)
-    oh, ow = (h + 2 * ph - kh) // sh + 1, (wd + 2 * pw - kw) // sw + 1
+    (n, c), o, kernel = x.shape[:2], w.shape[0], w.shape[2:]
+    out = tuple((size + 2 * pad - k) // stride + 1 for size, k in zip(x.shape[2:], kernel))
+    pads = ((0, 0), (0, 0)) + ((pad, pad),) * nd
     wm = w.reshape(o, -1)
+    to_channels_first = (0, nd + 1) + tuple(range(1, nd + 1))  # (n, *out, o) -> (n, o, *out)
 
     def columns(xp):
         s = xp.strides
-        win = np.lib.stride_tricks.as_strided(xp, (n, oh, ow, c, kh, kw),
-                                              (s[0], s[2] * sh, s[3] * sw, s[1], s[2], s[3]))
-        return win.reshape(n * oh * ow, c * kh * kw)  # one copy
+        win = np.lib.stride_tricks.as_strided(xp, (n,) + out + (c,) + kernel,
+                                              (s[0],) + tuple(t * stride for t in s[2:]) + (s[1],) + s[2:])
+        return win.reshape(n * math.prod(out), c * math.prod(kernel))  # one copy
 
     def forward():
-        xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
-        y = columns(xp) @ wm.T
+        y = columns(np.pad(x, pads)) @ wm.T
         y += b
-        return y.reshape(n, oh, ow, o).transpose(0, 3, 1, 2)
+        return y.reshape((n,) + out + (o,)).transpose(to_channels_first)
 
     def train(probe=None):
-        xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+        xp = np.pad(x, pads)
         col = columns(xp)
-        y = (col @ wm.T + b).reshape(n, oh, ow, o).transpose(0, 3, 1, 2)
-        g = np.ones_like(y) if probe is None else (probe[:, :, None, :] if nd == 1 else probe)
-        gm = g.transpose(0, 2, 3, 1).reshape(n * oh * ow, o)
+        y = (col @ wm.T + b).reshape((n,) + out + (o,)).transpose(to_channels_first)
+        g = np.ones_like(y) if probe is None else probe
+        gm = g.transpose((0,) + tuple(range(2, nd + 2)) + (1,)).reshape(n * math.prod(out), o)
         gw = (gm.T @ col).reshape(w.shape)
         gb = gm.sum(0)
-        gcol = (gm @ wm).reshape(n, oh, ow, c, kh, kw)
+        gcol = (gm @ wm).reshape((n,) + out + (c,) + kernel)
         gxp = np.zeros_like(xp)
-        for i in range(kh):  # col2im: one strided add per tap
-            for j in range(kw):
-                gxp[:, :, i:i + sh * oh:sh, j:j + sw * ow:sw] += gcol[:, :, :, :, i, j].transpose(0, 3, 1, 2)
-        gx = gxp[:, :, ph:ph + h, pw:pw + wd]
+        for tap in np.ndindex(*kernel):  # col2im: one strided add per tap
+            window = tuple(slice(t, t + stride * m, stride) for t, m in zip(tap, out))
+            gxp[(slice(None), slice(None)) + window] += gcol[(Ellipsis,) + tap].transpose(to_channels_first)
+        gx = gxp[(slice(None), slice(None)) + tuple(slice(pad, pad + size) for size in x.shape[2:])]
         return y, gx, gw, gb
 
     def results(probe):
-        y, gx, gw, gb = train(probe)
-        if nd == 1:
-            y, gx, gw = y[:, :, 0], gx[:, :, 0], gw[:, :, 0]
-        return [np.ascontiguousarray(a) for a in (y, gx, gw, gb)]
+        return [np.ascontiguousarray(a) for a in train(probe)]
 
     return forward, train, results
 
