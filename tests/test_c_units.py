@@ -53,6 +53,7 @@ C_TESTS = {
     "comm": (f"{ROOT}/tests/c/test_ring_schedule.c", _sources("dtype", "comm/reduce")),
     "stash": (f"{ROOT}/tests/c/test_stash.c", _sources("common", "comm/stash")),
     "sort": (f"{ROOT}/tests/c/test_sort.c", _sources("sort")),
+    "window": (f"{ROOT}/tests/c/test_window.c", []),  # kernels/window.h is header-only
 }
 
 @pytest.mark.parametrize("with_cuda", [False, True], ids=["cpu-only", "cuda"])
