@@ -8,7 +8,7 @@ buffers ``_u`` and ``_v``)."""
 from ... import autograd
 from ...tensor import Tensor, randn
 from .. import functional as F
-from ..modules import ConvTranspose1d, ConvTranspose2d, Module
+from ..modules import ConvTranspose1d, ConvTranspose2d, ConvTranspose3d, Module
 from .parametrize import register_parametrization
 
 __all__ = ["spectral_norm", "weight_norm"]
@@ -99,5 +99,5 @@ def spectral_norm(module, name="weight", n_power_iterations=1, eps=1e-12, dim=No
     if not isinstance(weight, Tensor):
         raise ValueError(f"module {type(module).__name__} has no parameter or buffer named {name!r}")
     if dim is None:
-        dim = 1 if isinstance(module, (ConvTranspose1d, ConvTranspose2d)) else 0
+        dim = 1 if isinstance(module, (ConvTranspose1d, ConvTranspose2d, ConvTranspose3d)) else 0
     return register_parametrization(module, name, _SpectralNorm(weight, n_power_iterations, dim, eps))
