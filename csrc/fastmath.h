@@ -80,4 +80,10 @@ static inline float ddpc_normal_cdf_f32(float x) {
     return x < 0 ? 0.5f * erfc : 1.0f - 0.5f * erfc;
 }
 
+/* exp, tanh and sigmoid of T's precision, T being float or double (sizeof is
+ * a constant, so one branch remains): these functions for float, libm for double. */
+#define EXP_T(T, x) (sizeof(T) == 4 ? (T)ddpc_exp_f32((float)(x)) : (T)exp((double)(x)))
+#define TANH_T(T, x) (sizeof(T) == 4 ? (T)ddpc_tanh_f32((float)(x)) : (T)tanh((double)(x)))
+#define SIGMOID_T(T, x) (sizeof(T) == 4 ? (T)ddpc_sigmoid_f32((float)(x)) : (T)(1 / (1 + exp(-(double)(x)))))
+
 #endif

@@ -49,10 +49,6 @@ static ddpc_status check_like_(const ddpc_buffer *ref, const ddpc_buffer *b, int
 #define LN2 0.69314718055994530942
 #define LN10 2.30258509299404568402
 
-/* The function of T's precision (sizeof is a constant, so one branch remains). */
-#define EXP_T(T, x) (sizeof(T) == 4 ? (T)ddpc_exp_f32((float)(x)) : (T)exp((double)(x)))
-#define TANH_T(T, x) (sizeof(T) == 4 ? (T)ddpc_tanh_f32((float)(x)) : (T)tanh((double)(x)))
-#define SIGMOID_T(T, x) (sizeof(T) == 4 ? (T)ddpc_sigmoid_f32((float)(x)) : (T)(1 / (1 + exp(-(double)(x)))))
 #define CDF_T(T, x) (sizeof(T) == 4 ? (T)ddpc_normal_cdf_f32((float)(x)) : (T)(0.5 * erfc(-(double)(x) * INV_SQRT2)))
 /* log(1 + exp(z)) as max(z, 0) + log1p(exp(-|z|)), which neither overflows nor loses the small values. */
 #define RELU6_T(T, v) ((v) < 0 ? (T)0 : ((v) > 6 ? (T)6 : (v)))

@@ -99,6 +99,16 @@ int ddpc_k_layer_norm(void *y, void *mean, void *rstd, const void *x, const void
                       int64_t rows, int64_t d, double eps, void *stream);
 int ddpc_k_layer_norm_backward(void *gx, void *gw, void *gb, const void *gy, const void *x, const void *mean,
                                const void *rstd, const void *w, int dtype, int64_t rows, int64_t d, void *stream);
+/* One recurrent cell step over n rows of H units (kernels/rnn.cu), operands as ddpc_op_lstm_cell's and
+ * ddpc_op_gru_cell's and their backward's (csrc/ops_rnn.h). */
+int ddpc_k_lstm_cell(void *h, void *c, void *gates, const void *hidden, const void *c_prev, int dtype, int64_t n,
+                     int64_t H, void *stream);
+int ddpc_k_lstm_cell_backward(void *ggates, void *gc, const void *gh, const void *gates, const void *c_prev,
+                              const void *c, int dtype, int64_t n, int64_t H, void *stream);
+int ddpc_k_gru_cell(void *h, void *gi, const void *gh, const void *h_prev, int dtype, int64_t n, int64_t H,
+                    void *stream);
+int ddpc_k_gru_cell_backward(void *ggi, void *ggh, void *gh_prev, const void *grad, const void *gates, const void *gh,
+                             const void *h_prev, int dtype, int64_t n, int64_t H, void *stream);
 int ddpc_k_put_dim(void *out, const void *g, const void *indices, int dtype, int64_t outer, int64_t len,
                    int64_t inner, void *stream);
 int ddpc_k_transpose(void *out, const void *a, int dtype, int64_t rows, int64_t cols, void *stream);
