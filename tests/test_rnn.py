@@ -13,6 +13,7 @@ from numeric import numeric_grad
 import ddpc
 from ddpc import nn
 from ddpc.nn.utils.rnn import pack_padded_sequence, pack_sequence, pad_packed_sequence, pad_sequence
+from ddpc.utils.checkpoint import checkpoint
 
 
 def sigmoid(x):
@@ -233,6 +234,36 @@ def test_dropout_between_layers_only_in_training():
     np.testing.assert_array_equal(m(x)[0].detach().numpy(), m(x)[0].detach().numpy())
     with pytest.warns(UserWarning, match="num_layers greater than 1"):
         nn.RNN(3, 4, dropout=0.2)
+
+
+@pytest.mark.parametrize("mode", ["relu", "LSTM", "GRU"])
+def test_a_layer_keeps_autograd_rules(mode):
+    """Each layer's direction is one node that saves what its backward reads: checkpointing recomputes it,
+    a weight changed in place before backward is refused, and 16-bit tensors are computed in float32."""
+    ddpc.manual_seed(5)
+    m = make(mode, 3, 4, num_layers=2, bidirectional=True)
+    x = ddpc.tensor(np.random.default_rng(6).standard_normal((5, 2, 3)).astype(np.float32), requires_grad=True)
+
+    def loss(inp):
+        out, state = m(inp)
+        return out.sum() + (state[-1] if mode == "LSTM" else state).sum()
+
+    loss(x).backward()
+    want = x.grad.numpy().copy()
+    x.grad = None
+    checkpoint(loss, x, use_reentrant=False).backward()
+    np.testing.assert_array_equal(x.grad.numpy(), want)
+    out = loss(x)
+    with ddpc.no_grad():
+        m.weight_hh_l1.mul_(2)
+    with pytest.raises(RuntimeError, match="modified by an in-place operation"):
+        out.backward()
+    half = make(mode, 3, 4).half()
+    full = make(mode, 3, 4)
+    full.load_state_dict({k: v.float() for k, v in half.state_dict().items()})
+    got = half(x.detach().half())[0]
+    assert got.dtype is ddpc.float16
+    np.testing.assert_allclose(got.float().numpy(), full(x.detach())[0].detach().numpy(), atol=2e-3)
 
 
 def test_argument_checks():

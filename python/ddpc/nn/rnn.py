@@ -3,10 +3,10 @@ GRU over one or more layers, either direction, padded or packed sequences,
 and their single-step cells RNNCell, LSTMCell and GRUCell, with torch.nn's
 arguments, parameter names, shapes, initialisation and gate order.
 
-They are composed from autograd ops, so gradients come for free and DDP
-reduces them like any other layer's: per layer and direction, one matmul
-projects the whole sequence's input, then a loop over the time steps runs
-the recurrent part (one matmul and the gate arithmetic per step)."""
+Each layer's direction is one autograd node (nn/_recurrence.py): one GEMM
+projects the whole sequence's input, then each time step is one GEMM and one
+fused cell op, forward and backward. DDP reduces their gradients like any
+other layer's. Half-precision inputs and weights are computed in float32."""
 
 import math
 import numbers
@@ -16,41 +16,11 @@ from ..autograd import cat, stack
 from ..tensor import Tensor, empty, zeros
 from . import functional as F
 from . import init
+from ._recurrence import GATES, final_ranges, recurrence
 from .modules import Module, Parameter
 from .utils.rnn import PackedSequence
 
 __all__ = ["RNNBase", "RNN", "LSTM", "GRU", "RNNCellBase", "RNNCell", "LSTMCell", "GRUCell"]
-
-_GATES = {"RNN_TANH": 1, "RNN_RELU": 1, "LSTM": 4, "GRU": 3}
-
-
-# ---- one time step: gi is the step's input projection (bias_ih included) ----------------------
-
-def _rnn_step(act):
-    def step(gi, state, w_hh, b_hh, w_hr):
-        return (act(gi + F.linear(state[0], w_hh, b_hh)),)
-    return step
-
-
-def _lstm_step(gi, state, w_hh, b_hh, w_hr):
-    h, c = state
-    i, f, g, o = (gi + F.linear(h, w_hh, b_hh)).chunk(4, 1)
-    c = f.sigmoid() * c + i.sigmoid() * g.tanh()
-    h = o.sigmoid() * c.tanh()
-    return (h if w_hr is None else F.linear(h, w_hr), c)
-
-
-def _gru_step(gi, state, w_hh, b_hh, w_hr):
-    h = state[0]
-    ir, iz, in_ = gi.chunk(3, 1)
-    hr, hz, hn = F.linear(h, w_hh, b_hh).chunk(3, 1)
-    z = (iz + hz).sigmoid()
-    n = (in_ + (ir + hr).sigmoid() * hn).tanh()
-    return ((h - n) * z + n,)
-
-
-_STEPS = {"RNN_TANH": _rnn_step(lambda x: x.tanh()), "RNN_RELU": _rnn_step(lambda x: x.relu()), "LSTM": _lstm_step,
-          "GRU": _gru_step}
 
 
 def _suffix(layer, direction):
@@ -62,41 +32,11 @@ def _rows(t, lo, hi):
     return t if lo == 0 and hi == t.shape[0] else t[lo:hi]
 
 
-def _run_direction(step, gi, batch_sizes, state, weights, reverse):
-    """One direction of one layer over packed rows: gi holds the input
-    projection of every step's rows in time order (batch_sizes[t] rows at step
-    t, never more than at the step before); state is the initial state tuple
-    for all sequences. Returns the outputs in gi's row order and the final
-    state of every sequence."""
-    starts = [0]
-    for n in batch_sizes:
-        starts.append(starts[-1] + n)
-    outs = [None] * len(batch_sizes)
-    if reverse:
-        # Sequences join as the steps go back; each starts from its initial state.
-        initial, live = state, batch_sizes[-1]
-        state = tuple(_rows(s, 0, live) for s in initial)
-        for t in reversed(range(len(batch_sizes))):
-            n = batch_sizes[t]
-            if n > live:
-                state = tuple(cat([s, _rows(s0, live, n)]) for s, s0 in zip(state, initial))
-                live = n
-            state = step(_rows(gi, starts[t], starts[t + 1]), state, *weights)
-            outs[t] = state[0]
-        return cat(outs), state
-    # Sequences leave as the steps go on; their last state is kept as they do.
-    finished, live = [], state[0].shape[0]
-    for t, n in enumerate(batch_sizes):
-        if n < live:
-            finished.append(tuple(_rows(s, n, live) for s in state))
-            state = tuple(_rows(s, 0, n) for s in state)
-            live = n
-        state = step(_rows(gi, starts[t], starts[t + 1]), state, *weights)
-        outs[t] = state[0]
-    if finished:
-        parts = [state] + finished[::-1]
-        state = tuple(cat([p[k] for p in parts]) for k in range(len(state)))
-    return cat(outs), state
+def _final_state(seqs, batch_sizes, reverse):
+    """Each sequence's last state, in sequence order, from the per-step states ``seqs`` of one direction."""
+    ranges = final_ranges(batch_sizes, reverse)
+    return tuple(_rows(s, *ranges[0]) if len(ranges) == 1 else cat([_rows(s, lo, hi) for lo, hi in ranges])
+                 for s in seqs)
 
 
 class RNNBase(Module):
@@ -106,7 +46,7 @@ class RNNBase(Module):
     def __init__(self, mode, input_size, hidden_size, num_layers=1, bias=True, batch_first=False, dropout=0.0,
                  bidirectional=False, proj_size=0, device=None, dtype=None):
         super().__init__()
-        if mode not in _GATES:
+        if mode not in GATES:
             raise ValueError(f"Unrecognized RNN mode: {mode}")
         if (not isinstance(dropout, numbers.Number) or isinstance(dropout, bool) or not 0 <= dropout <= 1):
             raise ValueError("dropout should be a number in range [0, 1] representing the probability of an element "
@@ -130,7 +70,7 @@ class RNNBase(Module):
         self.dropout, self.bidirectional, self.proj_size = float(dropout), bool(bidirectional), int(proj_size)
         directions = 2 if self.bidirectional else 1
         out_size = self.proj_size or self.hidden_size
-        gate_size = _GATES[mode] * self.hidden_size
+        gate_size = GATES[mode] * self.hidden_size
         self._all_weights = []
         for layer in range(self.num_layers):
             layer_input = self.input_size if layer == 0 else out_size * directions
@@ -159,8 +99,7 @@ class RNNBase(Module):
         return [[getattr(self, name) for name in names] for names in self._all_weights]
 
     def _weights(self, layer, direction):
-        """weight_ih, bias_ih, then the step's weight_hh, bias_hh and weight_hr of a layer's direction (None
-        where absent)."""
+        """weight_ih, bias_ih, weight_hh, bias_hh and weight_hr of a layer's direction (None where absent)."""
         suffix = _suffix(layer, direction)
         return [getattr(self, name + suffix, None) for name in ("weight_ih", "bias_ih", "weight_hh", "bias_hh",
                                                                  "weight_hr")]
@@ -188,7 +127,6 @@ class RNNBase(Module):
                                f"{data.shape[-1]}")
         state = self._initial_state(hx, data, batch, unbatched, input.sorted_indices if packed else None)
         directions = 2 if self.bidirectional else 1
-        step = _STEPS[self.mode]
         finals = []
         for layer in range(self.num_layers):
             if layer and self.dropout and self.training:
@@ -196,11 +134,10 @@ class RNNBase(Module):
             outs = []
             for direction in range(directions):
                 k = layer * directions + direction
-                w_ih, b_ih, *step_weights = self._weights(layer, direction)
-                out, final = _run_direction(step, F.linear(data, w_ih, b_ih), batch_sizes,
-                                            tuple(s[k] for s in state), step_weights, direction == 1)
-                outs.append(out)
-                finals.append(final)
+                seqs = recurrence(self.mode, data, batch_sizes, direction == 1, tuple(s[k] for s in state),
+                                  self._weights(layer, direction))
+                outs.append(seqs[0])
+                finals.append(_final_state(seqs, batch_sizes, direction == 1))
             data = outs[0] if directions == 1 else cat(outs, 1)
         h_n = [stack([f[i] for f in finals]) for i in range(len(state))]
         if packed:
@@ -306,7 +243,7 @@ class RNNCellBase(Module):
 
     reset_parameters = RNNBase.reset_parameters
 
-    def _step(self, step, input, hx, nstate):
+    def _step(self, mode, input, hx, nstate):
         name = type(self).__name__
         if input.ndim not in (1, 2):
             raise ValueError(f"{name}: Expected input to be 1D or 2D, got {input.ndim}D instead")
@@ -328,7 +265,8 @@ class RNNCellBase(Module):
                 if tuple(s.shape) != (x.shape[0], self.hidden_size):
                     raise RuntimeError(f"{name}: hidden has shape {list(s.shape)}, expected "
                                        f"{[x.shape[0], self.hidden_size]}")
-        out = step(F.linear(x, self.weight_ih, self.bias_ih), state, self.weight_hh, self.bias_hh, None)
+        out = recurrence(mode, x, [x.shape[0]], False, state,
+                         (self.weight_ih, self.bias_ih, self.weight_hh, self.bias_hh, None))
         out = tuple(o.squeeze(0) for o in out) if unbatched else out
         return out if nstate == 2 else out[0]
 
@@ -349,7 +287,7 @@ class RNNCell(RNNCellBase):
         super().__init__(input_size, hidden_size, bias, 1, device, dtype)
 
     def forward(self, input, hx=None):
-        return self._step(_STEPS["RNN_TANH" if self.nonlinearity == "tanh" else "RNN_RELU"], input, hx, 1)
+        return self._step("RNN_TANH" if self.nonlinearity == "tanh" else "RNN_RELU", input, hx, 1)
 
 
 class LSTMCell(RNNCellBase):
@@ -358,7 +296,7 @@ class LSTMCell(RNNCellBase):
 
     def forward(self, input, hx=None):
         """(h_1, c_1) from input and hx = (h_0, c_0)."""
-        return self._step(_lstm_step, input, hx, 2)
+        return self._step("LSTM", input, hx, 2)
 
 
 class GRUCell(RNNCellBase):
@@ -366,4 +304,4 @@ class GRUCell(RNNCellBase):
         super().__init__(input_size, hidden_size, bias, 3, device, dtype)
 
     def forward(self, input, hx=None):
-        return self._step(_gru_step, input, hx, 1)
+        return self._step("GRU", input, hx, 1)
