@@ -266,6 +266,17 @@ def test_a_layer_keeps_autograd_rules(mode):
     np.testing.assert_allclose(got.float().numpy(), full(x.detach())[0].detach().numpy(), atol=2e-3)
 
 
+@pytest.mark.parametrize("mode", ["tanh", "LSTM", "GRU"])
+def test_an_empty_batch_gives_empty_outputs_and_gradients(mode):
+    m = make(mode, 3, 4, num_layers=2, bidirectional=True)
+    x = ddpc.zeros(5, 0, 3, requires_grad=True)
+    out, state = m(x)
+    states = state if mode == "LSTM" else (state,)
+    assert tuple(out.shape) == (5, 0, 8) and all(tuple(s.shape) == (4, 0, 4) for s in states)
+    (out.sum() + states[-1].sum()).backward()
+    assert tuple(x.grad.shape) == (5, 0, 3) and np.all(m.weight_hh_l0.grad.numpy() == 0)
+
+
 def test_argument_checks():
     with pytest.raises(ValueError, match="dropout should be a number"):
         nn.LSTM(3, 4, num_layers=2, dropout=1.5)

@@ -38,9 +38,10 @@ def _starts(batch_sizes):
 
 def final_ranges(batch_sizes, reverse):
     """The row ranges [lo, hi) holding each sequence's last state, in sequence
-    order: step 0's rows in reverse; else, for each step, its rows whose
-    sequences end there (those the next step no longer has)."""
-    if reverse:
+    order: step 0's rows in reverse (or when the batch is empty); else, for
+    each step, its rows whose sequences end there (those the next step no
+    longer has)."""
+    if reverse or not batch_sizes[0]:
         return [(0, batch_sizes[0])]
     starts, ranges = _starts(batch_sizes), []
     for t in reversed(range(len(batch_sizes))):
