@@ -180,9 +180,10 @@ def recurrence(mode, x, batch_sizes, reverse, state, weights):
                          tuple(None if w is None else w.float() for w in weights))
         return tuple(None if r is None else r.to(dtype=x.dtype) for r in res)
     for t in operands[1:]:
-        if t is not None and (t.dtype is not x.dtype or t._buf.device != x._buf.device):
-            raise TypeError(f"{mode}: the input is {x.dtype} on {x.device}, but a weight or state is {t.dtype} on "
-                            f"{t.device}")
+        if t is not None and t.dtype is not x.dtype:
+            raise TypeError(f"{mode}: the input is {x.dtype}, but a weight or state is {t.dtype}")
+        if t is not None and t._buf.device != x._buf.device:
+            raise ValueError(f"{mode}: the input is on {x.device}, but a weight or state is on {t.device}")
     hidden = w_hh.shape[0] // GATES[mode]
     out_size = w_hh.shape[1]
     p = _Plan(mode, list(batch_sizes), reverse, hidden, out_size)
@@ -209,7 +210,7 @@ def recurrence(mode, x, batch_sizes, reverse, state, weights):
     prev_c = buffer(hidden) if lstm else None
     raw = buffer(hidden) if w_hr is not None else None
     hidden_gates = buffer(width) if mode == "GRU" else None
-    # An LSTM's h_prev W_hh^T of one step (a GRU keeps every step's: its backward reads them).
+    # h_prev W_hh^T: one step's for an LSTM, every step's for a GRU (whose backward reads them).
     step_gates = _C.Buffer((p.batch_sizes[0] if p.rows else 0, width), x.dtype.name, x._buf.device) if lstm else None
     c0 = state[1].detach()._buf if lstm else None
     whh, trans = _step_weight(w_hh, len(batch_sizes))
