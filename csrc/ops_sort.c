@@ -12,31 +12,12 @@
 #include "parallel.h"
 #include "sort.h"
 
-/* Elements move as unsigned words of their width, so one loop serves every dtype. */
-static uint64_t load_word_(const void *p, size_t width, int64_t at) {
-    switch (width) {
-    case 1: return ((const uint8_t *)p)[at];
-    case 2: return ((const uint16_t *)p)[at];
-    case 4: return ((const uint32_t *)p)[at];
-    default: return ((const uint64_t *)p)[at];
-    }
-}
-
-static void store_word_(void *p, size_t width, int64_t at, uint64_t w) {
-    switch (width) {
-    case 1: ((uint8_t *)p)[at] = (uint8_t)w; break;
-    case 2: ((uint16_t *)p)[at] = (uint16_t)w; break;
-    case 4: ((uint32_t *)p)[at] = (uint32_t)w; break;
-    default: ((uint64_t *)p)[at] = w; break;
-    }
-}
-
 typedef struct {
     int64_t *indices;
     void *values;
     const void *a;
     int dtype;
-    size_t width;
+    int width;
     uint64_t flip; /* every key bit for a descending sort, else 0 */
     int64_t lines, len, inner, lines_per_part;
     uint64_t *scratch; /* per part: keys, their scratch, positions, their scratch (len each) */
@@ -53,15 +34,15 @@ static void sort_parts_(void *ctx, int64_t lo, int64_t hi) {
         for (int64_t line = first; line < (end < j->lines ? end : j->lines); line++) {
             int64_t base = (line / inner) * len * inner + line % inner;
             for (int64_t s = 0; s < len; s++) {
-                key[s] = ddpc_sort_key(j->dtype, load_word_(j->a, j->width, base + s * inner)) ^ j->flip;
+                key[s] = ddpc_sort_key(j->dtype, ddpc_load_word(j->a, j->width, base + s * inner)) ^ j->flip;
                 pos[s] = s;
             }
             ddpc_sort_pairs(key, pos, tmp_key, tmp_pos, len);
             for (int64_t s = 0; s < len; s++) {
                 j->indices[base + s * inner] = pos[s];
                 if (j->values)
-                    store_word_(j->values, j->width, base + s * inner,
-                                load_word_(j->a, j->width, base + pos[s] * inner));
+                    ddpc_store_word(j->values, j->width, base + s * inner,
+                                ddpc_load_word(j->a, j->width, base + pos[s] * inner));
             }
         }
     }
@@ -111,7 +92,7 @@ ddpc_status ddpc_op_sort_dim(ddpc_buffer *indices, ddpc_buffer *values, const dd
     CHECK(ddpc_dim_split(a, dim, op, &outer, &len, &inner));
     if (a->numel == 0) return DDPC_OK;
     if (a->device != DDPC_CPU) return sort_cuda_(indices, values, a, outer, len, inner, descending);
-    size_t width = ddpc_dtype_size(a->dtype);
+    int width = (int)ddpc_dtype_size(a->dtype);
     int64_t lines = outer * inner, parts = a->numel / SORT_GRAIN_ELEMENTS + 1;
     if (parts > ddpc_get_num_threads()) parts = ddpc_get_num_threads();
     if (parts > lines) parts = lines;

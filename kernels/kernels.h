@@ -64,6 +64,68 @@ static inline DDPC_HD uint64_t ddpc_sort_key(int dtype, uint64_t bits) {
     return bits & sign ? ~bits & all : bits | sign;
 }
 
+/* Elements as unsigned words of their width (1, 2, 4 or 8 bytes), zero-extended:
+ * how the ops that only order or move elements serve every dtype with one loop. */
+static inline DDPC_HD uint64_t ddpc_load_word(const void *p, int width, int64_t at) {
+    switch (width) {
+    case 1: return ((const uint8_t *)p)[at];
+    case 2: return ((const uint16_t *)p)[at];
+    case 4: return ((const uint32_t *)p)[at];
+    default: return ((const uint64_t *)p)[at];
+    }
+}
+
+static inline DDPC_HD void ddpc_store_word(void *p, int width, int64_t at, uint64_t w) {
+    switch (width) {
+    case 1: ((uint8_t *)p)[at] = (uint8_t)w; break;
+    case 2: ((uint16_t *)p)[at] = (uint16_t)w; break;
+    case 4: ((uint32_t *)p)[at] = (uint32_t)w; break;
+    default: ((uint64_t *)p)[at] = w; break;
+    }
+}
+
+/* Whether a sort key is a float dtype's NaN: the one key with every bit of
+ * the width set (no other float element maps there; integers have no NaN). */
+static inline DDPC_HD int ddpc_sort_key_is_nan(int dtype, uint64_t key) {
+    switch (dtype) {
+    case 0: return key == 0xffffffffull;
+    case 1: return key == ~0ull;
+    case 2: case 3: return key == 0xffffull;
+    default: return 0;
+    }
+}
+
+/* PyTorch's searchsorted in one sorted line of `len` elements of `width`
+ * bytes (element j at line[sorter ? sorter[j] : j]): the first position
+ * whose element is >= the value (> with `right`). As PyTorch's binary
+ * search, it compares with < and <=, which are false for a NaN on either
+ * side, so a NaN value lands at the end and a NaN in the line counts as
+ * smaller than the value. Sorter entries outside [0, len) are clamped (the
+ * ops refuse them before launching). */
+static inline DDPC_HD int64_t ddpc_search_sorted(const void *line, const int64_t *sorter, int dtype, int width,
+                                                 int64_t len, uint64_t value, int right) {
+    uint64_t key = ddpc_sort_key(dtype, value);
+    int value_nan = ddpc_sort_key_is_nan(dtype, key);
+    int64_t lo = 0, hi = len;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2, at = sorter ? sorter[mid] : mid;
+        at = at < 0 ? 0 : at >= len ? len - 1 : at;
+        uint64_t k = ddpc_sort_key(dtype, ddpc_load_word(line, width, at));
+        if (value_nan || ddpc_sort_key_is_nan(dtype, k) || (right ? k <= key : k < key)) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+/* One step of PyTorch's cummax (cummin): whether the element of sort key
+ * `key` becomes the running extreme `best`. A NaN always does and then stays
+ * (until the next NaN); ties do, so the index is the latest of equal values. */
+static inline DDPC_HD int ddpc_cum_extreme_takes(int dtype, uint64_t key, uint64_t best, int want_max) {
+    if (ddpc_sort_key_is_nan(dtype, key)) return 1;
+    if (ddpc_sort_key_is_nan(dtype, best)) return 0;
+    return want_max ? key >= best : key <= best;
+}
+
 int ddpc_k_fill(void *dst, int dtype, int64_t n, double value, void *stream);
 int ddpc_k_cast(void *dst, int dst_dtype, const void *src, int src_dtype, int64_t n, void *stream);
 int ddpc_k_binary(int op, void *out, const void *a, const void *b, int dtype, int64_t n, void *stream);
@@ -132,6 +194,16 @@ int ddpc_k_index_dim(void *big, void *small, const int64_t *index, int dtype, in
 int ddpc_k_sort_scratch(int64_t lines, int64_t len, int dtype, size_t *bytes);
 int ddpc_k_sort_dim(int64_t *indices, void *values, const void *a, int dtype, int64_t outer, int64_t len,
                     int64_t inner, int descending, void *scratch, size_t bytes, void *stream);
+/* Binary search and running extremes (kernels/search.cu), every dtype.
+ * searchsorted: out[k] (int64, or int32 with out_int32) = ddpc_search_sorted
+ * of values[k] in line k / per_line of `sorted` (lines of `len` elements;
+ * one line for all values when `shared`), sorter NULL or its lines alike.
+ * cum_extreme: running max (min) along a dim with its index, as
+ * ddpc_cum_extreme_takes decides. */
+int ddpc_k_searchsorted(void *out, int out_int32, const void *sorted, const int64_t *sorter, const void *values,
+                        int dtype, int64_t n, int64_t per_line, int64_t len, int shared, int right, void *stream);
+int ddpc_k_cum_extreme(void *values, int64_t *indices, const void *a, int dtype, int64_t outer, int64_t len,
+                       int64_t inner, int want_max, void *stream);
 /* The n elements of a uint8 mask (kernels/select.cu). COUNT: out (one int64)
  * = how many are non-zero. FLAT and COORDS: the positions of the non-zero
  * ones, in order, as flat indices or as coordinates over geo's shape
