@@ -48,7 +48,9 @@ from ._layout import (atleast_1d, atleast_2d, atleast_3d, broadcast_to, cartesia
                       index_copy, index_fill, masked_scatter, row_stack, tile, trapezoid, tril_indices, triu_indices,
                       vstack)
 from ._random import bernoulli, multinomial, normal, poisson
-from . import _layout, _linalg, _pointwise, _random
+from ._stats import (aminmax, bincount, bucketize, cummax, cummin, histc, kthvalue, median, mode, nanmedian,
+                     nanquantile, quantile, searchsorted)
+from . import _layout, _linalg, _pointwise, _random, _stats
 
 half = float16
 float = float32
@@ -90,4 +92,4 @@ __all__ = [
     "detach", "eq", "ge", "gt", "is_floating_point", "le", "log_softmax", "lt", "moveaxis", "movedim", "narrow", "ne",
     "softmax", "swapaxes", "swapdims", "t",
     "backends", "compile", "get_float32_matmul_precision", "set_float32_matmul_precision",
-] + _pointwise.__all__ + _linalg.__all__ + _layout.__all__ + _random.__all__
+] + _pointwise.__all__ + _linalg.__all__ + _layout.__all__ + _random.__all__ + _stats.__all__

@@ -1027,6 +1027,24 @@ class Tensor:
     def multinomial(self, num_samples, replacement=False, *, generator=None):
         return _rnd.multinomial(self, num_samples, replacement, generator=generator)
 
+    def searchsorted(self, values, *, out_int32=False, right=False, side=None, sorter=None):
+        return _st.searchsorted(self, values, out_int32=out_int32, right=right, side=side, sorter=sorter)
+    def bucketize(self, boundaries, *, out_int32=False, right=False):
+        return _st.bucketize(self, boundaries, out_int32=out_int32, right=right)
+    def bincount(self, weights=None, minlength=0): return _st.bincount(self, weights, minlength)
+    def histc(self, bins=100, min=0, max=0): return _st.histc(self, bins, min, max)
+    def cummax(self, dim): return _st.cummax(self, dim)
+    def cummin(self, dim): return _st.cummin(self, dim)
+    def median(self, dim=None, keepdim=False): return _st.median(self, dim, keepdim)
+    def nanmedian(self, dim=None, keepdim=False): return _st.nanmedian(self, dim, keepdim)
+    def quantile(self, q, dim=None, keepdim=False, *, interpolation="linear"):
+        return _st.quantile(self, q, dim, keepdim, interpolation=interpolation)
+    def nanquantile(self, q, dim=None, keepdim=False, *, interpolation="linear"):
+        return _st.nanquantile(self, q, dim, keepdim, interpolation=interpolation)
+    def kthvalue(self, k, dim=-1, keepdim=False): return _st.kthvalue(self, k, dim, keepdim)
+    def mode(self, dim=-1, keepdim=False): return _st.mode(self, dim, keepdim)
+    def aminmax(self, *, dim=None, keepdim=False): return _st.aminmax(self, dim=dim, keepdim=keepdim)
+
     # ---- printing -------------------------------------------------------------------
     def __repr__(self):
         t = self.cpu()
@@ -1615,7 +1633,7 @@ def index_select(t, dim, index):
     return t.index_select(dim, index)
 
 from . import autograd as _ag  # noqa: E402  (autograd builds on the Tensor class above)
-from . import _layout as _lo, _linalg as _la, _pointwise as _pw, _random as _rnd  # noqa: E402  (as autograd)
+from . import _layout as _lo, _linalg as _la, _pointwise as _pw, _random as _rnd, _stats as _st  # noqa: E402  (as autograd)
 
 _TYPE_NAMES = {float32: "FloatTensor", float64: "DoubleTensor", float16: "HalfTensor", bfloat16: "BFloat16Tensor",
                int32: "IntTensor", int64: "LongTensor", uint8: "ByteTensor"}

@@ -1,0 +1,386 @@
+"""PyTorch's searching, counting, binning and order-statistic functions.
+
+searchsorted, bucketize, cummax and cummin run the binary-search and running-
+extreme ops of csrc/ops_search.c on the tensor's device. The order statistics
+(median, quantile, kthvalue, mode) sort each line with the sort op and take
+their elements with gather, so gradients flow to the selected elements through
+gather's backward pass. bincount and histc add into bins with scatter_add.
+Everything stays on the tensor's device; bincount reads its largest input on
+the host, as PyTorch does, because the result's size depends on it.
+"""
+
+import collections
+import math
+import numbers
+
+from . import _C
+from . import autograd as _ag
+from ._dtype import float32, float64, int32, int64, promote, uint8
+from .tensor import Tensor, arange, ones, tensor, zeros
+
+_HALVES = _ag._HALVES
+
+Cummax = collections.namedtuple("cummax", "values indices")
+Cummin = collections.namedtuple("cummin", "values indices")
+Median = collections.namedtuple("median", "values indices")
+Nanmedian = collections.namedtuple("nanmedian", "values indices")
+Kthvalue = collections.namedtuple("kthvalue", "values indices")
+Mode = collections.namedtuple("mode", "values indices")
+Aminmax = collections.namedtuple("aminmax", "min max")
+for _t in (Cummax, Cummin, Median, Nanmedian, Kthvalue, Mode, Aminmax):
+    _t.__doc__ = f"What {_t.__name__} returns, as torch.return_types.{_t.__name__}."
+
+
+def _check_tensor(t, what, name="input"):
+    if not isinstance(t, Tensor):
+        raise TypeError(f"{what}: {name} must be a ddpc.Tensor, got {type(t).__name__}")
+
+
+# ---- binary search ---------------------------------------------------------------------
+
+def searchsorted(sorted_sequence, input, *, out_int32=False, right=False, side=None, sorter=None):
+    """For each element of ``input``, the index in the last dim of
+    ``sorted_sequence`` where it would be inserted to keep it sorted: before
+    equal elements, or after them with ``right=True`` (or ``side='right'``).
+    ``sorted_sequence`` is 1-d or has input's leading dims; ``sorter`` (int64,
+    its shape) orders an unsorted sequence, as argsort gives. ``input`` may be
+    a number (a 0-d result). A binary search per element on the tensors'
+    device; int64 positions, int32 with ``out_int32``. NaN follows PyTorch's
+    comparisons: a NaN value goes to the end."""
+    what = "searchsorted"
+    _check_tensor(sorted_sequence, what, "sorted_sequence")
+    if side not in (None, "left", "right"):
+        raise ValueError(f"{what}: side must be 'left' or 'right', got {side!r}")
+    if side == "left" and right:
+        raise ValueError(f"{what}: side and right can't be set to opposites, got side 'left' with right True")
+    right = bool(right) or side == "right"
+    scalar = not isinstance(input, Tensor)
+    values = (tensor(input, dtype=sorted_sequence.dtype, device=sorted_sequence.device) if scalar
+              else input.detach())
+    if scalar and sorted_sequence.ndim != 1:
+        raise ValueError(f"{what}: a number as input needs a 1-d sorted_sequence, got {sorted_sequence.ndim} dims")
+    if sorted_sequence.ndim == 0:
+        raise ValueError(f"{what}: sorted_sequence must have at least one dim")
+    if sorted_sequence._buf.device != values._buf.device:
+        raise ValueError(f"{what}: sorted_sequence is on {sorted_sequence.device}, input on {values.device}")
+    if sorted_sequence.ndim > 1 and (values.ndim != sorted_sequence.ndim
+                                     or values.shape[:-1] != sorted_sequence.shape[:-1]):
+        raise ValueError(f"{what}: sorted_sequence of shape {sorted_sequence.shape} and input of shape "
+                         f"{values.shape} must have the same leading dims, or the sequence must be 1-d")
+    dt = promote(sorted_sequence.dtype, values.dtype)
+    seq = sorted_sequence.detach().to(dtype=dt).contiguous()
+    values = values.to(dtype=dt).contiguous()
+    order = None
+    if sorter is not None:
+        if not isinstance(sorter, Tensor) or sorter.dtype is not int64 or sorter.shape != seq.shape:
+            raise ValueError(f"{what}: sorter must be an int64 tensor of sorted_sequence's shape {seq.shape}")
+        order = sorter.detach().contiguous()
+        _ag._check_range(order, seq.shape[-1], what)
+    out = _ag._empty(values.shape, values, int32 if out_int32 else int64)
+    _C.searchsorted(out._buf, seq._buf, values._buf, None if order is None else order._buf, right)
+    return out
+
+
+def bucketize(input, boundaries, *, out_int32=False, right=False):
+    """The bucket of each element of ``input`` among the sorted 1-d
+    ``boundaries``: i with boundaries[i-1] < x <= boundaries[i], or
+    boundaries[i-1] <= x < boundaries[i] with ``right=True``
+    (searchsorted(boundaries, input, right=right))."""
+    _check_tensor(boundaries, "bucketize", "boundaries")
+    if boundaries.ndim != 1:
+        raise ValueError(f"bucketize: boundaries must be 1-d, got shape {boundaries.shape}")
+    return searchsorted(boundaries, input, out_int32=out_int32, right=right)
+
+
+# ---- running extremes ------------------------------------------------------------------
+
+def _cum_extreme(input, dim, want_max, result):
+    _check_tensor(input, result.__name__)
+    d = _ag._dim(input, dim)
+    x = input.detach().contiguous()
+    if input.ndim == 0:
+        x = x.reshape(1)
+    values, indices = _ag._empty(x.shape, x), _ag._empty(x.shape, x, int64)
+    _C.cum_extreme(values._buf, indices._buf, x._buf, d, want_max)
+    values, indices = values.reshape(input.shape), indices.reshape(input.shape)
+    if _ag._needs_grad(input) and input.dtype.is_floating_point:
+        _ag._attach(values, _ag._GatherBackward(input, d, indices) if input.ndim else _ag._CloneBackward((input,)))
+    return result(values, indices)
+
+
+def cummax(input, dim):
+    """(values, indices): the running maximum along ``dim`` and the index it was
+    taken at, as PyTorch: a NaN propagates, ties take the latest index. The
+    gradient goes to the selected elements."""
+    return _cum_extreme(input, dim, True, Cummax)
+
+
+def cummin(input, dim):
+    """(values, indices): the running minimum along ``dim``, as cummax."""
+    return _cum_extreme(input, dim, False, Cummin)
+
+
+# ---- order statistics ------------------------------------------------------------------
+
+def _line(input, dim, what):
+    """(a, d): input with dim d to reduce (None flattens), refusing an empty dim."""
+    _check_tensor(input, what)
+    a = input.reshape(-1) if dim is None else (input.reshape(1) if input.ndim == 0 else input)
+    d = 0 if dim is None else _ag._dim(input, dim)
+    if a.shape[d] == 0:
+        raise IndexError(f"{what}: cannot compute it over a dim of size 0 (dim {d} of shape {input.shape})")
+    return a, d
+
+
+def _nan_count(a, d):
+    """The NaN per line along d (kept), int64; zeros for integer dtypes."""
+    if not a.dtype.is_floating_point:
+        return _ag._like_scalar(0, a).to(dtype=int64)
+    return _ag.sum(_ag.isnan(a.detach()).to(dtype=int64), d, keepdim=True)
+
+
+def _take_sorted(a, d, order, pos, keepdim, input, dim):
+    """The elements of a at sorted positions ``pos`` (int64, kept dim d) of
+    ``order`` (a's stable ascending order along d): (values, indices), values
+    differentiable through gather, shaped as a reduction of input over dim."""
+    indices = _ag.gather(order, d, pos)
+    values = _ag.gather(a, d, indices)
+    if dim is None:
+        return values.reshape(()), indices.reshape(())
+    if not keepdim or input.ndim == 0:
+        shape = input.shape[:d] + input.shape[d + 1:] if input.ndim else ()
+        values, indices = values.reshape(shape), indices.reshape(shape)
+    return values, indices
+
+
+def _order_stat(input, dim, keepdim, what, position):
+    """(values, indices) of the element at sorted position position(n, nan_count) along dim."""
+    a, d = _line(input, dim, what)
+    _, order = _ag._sort(a, d, False)
+    n = a.shape[d]
+    with _ag.no_grad():
+        pos = position(n, _nan_count(a, d))
+        pos = _ag.expand(pos, a.shape[:d] + (1,) + a.shape[d + 1:]).contiguous()
+    return _take_sorted(a, d, order, pos, keepdim, input, dim)
+
+
+def _half_down(t):
+    """floor(t / 2) of a non-negative int64 tensor."""
+    return _ag.floor(_ag.div(t.to(dtype=float64), 2.0)).to(dtype=int64)
+
+
+def _median_position(n, nans):
+    # The lower of the two middle elements; a line holding NaN gives its first NaN, as PyTorch.
+    return _ag.where(nans > 0, _ag.rsub(nans, n), _ag._like_scalar((n - 1) // 2, nans))
+
+
+def _nanmedian_position(n, nans):
+    return _half_down(_ag.clamp_min(_ag.rsub(nans, n - 1), 0))
+
+
+def median(input, dim=None, keepdim=False):
+    """The median: the lower of the two middle values of an even count. Without
+    ``dim``, a 0-d tensor over all elements; with it, (values, indices) along
+    it. NaN anywhere in a line makes its median NaN (the first NaN's index)."""
+    if dim is None:
+        if input.numel() == 0:
+            if not input.dtype.is_floating_point:
+                raise IndexError("median: an empty integer tensor has no median")
+            return _ag._like_scalar(math.nan, input)
+        return _order_stat(input, None, False, "median", _median_position)[0]
+    return Median(*_order_stat(input, dim, keepdim, "median", _median_position))
+
+
+def nanmedian(input, dim=None, keepdim=False):
+    """median ignoring NaN: the lower middle value of the elements that are not
+    NaN (NaN where all are)."""
+    if dim is None:
+        if input.numel() == 0:
+            return median(input)
+        return _order_stat(input, None, False, "nanmedian", _nanmedian_position)[0]
+    return Nanmedian(*_order_stat(input, dim, keepdim, "nanmedian", _nanmedian_position))
+
+
+def kthvalue(input, k, dim=-1, keepdim=False):
+    """(values, indices): the k-th smallest element along ``dim`` (k from 1; NaN
+    counts as the largest value, ties in index order)."""
+    a, d = _line(input, dim, "kthvalue")
+    n = a.shape[d]
+    if not isinstance(k, numbers.Integral) or not 1 <= k <= n:
+        raise IndexError(f"kthvalue: k={k} is out of range for a dim of size {n}")
+    return Kthvalue(*_order_stat(input, dim, keepdim, "kthvalue",
+                                 lambda n, nans: _ag._like_scalar(k - 1, nans)))
+
+
+def mode(input, dim=-1, keepdim=False):
+    """(values, indices): the most frequent value along ``dim`` (the smallest
+    among equally frequent ones) and the index of its last occurrence, as
+    PyTorch's. Every NaN counts as distinct."""
+    a, d = _line(input, dim, "mode")
+    values, order = _ag._sort(a, d, False)
+    n = a.shape[d]
+    with _ag.no_grad():
+        # Each sorted element's run of equal values starts at the latest
+        # position up to it where the value differs from the one before.
+        steps = arange(n, device=a.device).reshape((n,) + (1,) * (a.ndim - d - 1))
+        starts = ones(values.narrow(d, 0, 1).shape, dtype=uint8, device=a.device)
+        if n > 1:
+            starts = _ag.cat([starts, values.narrow(d, 1, n - 1)._compare(values.narrow(d, 0, n - 1), _ag._NE)], d)
+        run_length = _ag.sub(steps, cummax(_ag.where(starts, steps, 0), d).values)
+        pos = _ag.argmax(run_length, d, keepdim=True)
+    return Mode(*_take_sorted(a, d, order, pos, keepdim, input, dim))
+
+
+def aminmax(input, *, dim=None, keepdim=False):
+    """(min, max) of input over all elements, or along ``dim``."""
+    _check_tensor(input, "aminmax")
+    if input.numel() == 0:
+        raise ValueError("aminmax: cannot compute it over an empty tensor; give a dim of non-zero size")
+    if dim is None:
+        flat = input.reshape(-1)
+        shape = (1,) * input.ndim if keepdim else ()
+        return Aminmax(_ag.amin(flat, 0).reshape(shape), _ag.amax(flat, 0).reshape(shape))
+    return Aminmax(_ag.amin(input, dim, keepdim), _ag.amax(input, dim, keepdim))
+
+
+_INTERPOLATIONS = ("linear", "lower", "higher", "midpoint", "nearest")
+
+
+def _quantile(input, q, dim, keepdim, interpolation, ignore_nan, what):
+    _check_tensor(input, what)
+    if input.dtype not in (float32, float64):
+        raise TypeError(f"{what}: the input must be float32 or float64, got {input.dtype}")
+    if interpolation not in _INTERPOLATIONS:
+        raise ValueError(f"{what}: interpolation must be one of {', '.join(_INTERPOLATIONS)}, got {interpolation!r}")
+    scalar_q = not isinstance(q, Tensor) or q.ndim == 0
+    if isinstance(q, Tensor):
+        if q.ndim > 1:
+            raise ValueError(f"{what}: q must be a number or a 0- or 1-d tensor, got shape {q.shape}")
+        if q.dtype is not input.dtype:
+            raise TypeError(f"{what}: q is {q.dtype} but the input is {input.dtype}")
+        if q._buf.device != input._buf.device:
+            raise ValueError(f"{what}: q is on {q.device}, the input on {input.device}")
+        qs = q.detach().reshape(-1)
+        if qs.numel() and (bool(_ag.any_(qs < 0)) or bool(_ag.any_(qs > 1))):
+            raise ValueError(f"{what}: q values must be in the range [0, 1]")
+    else:
+        if not 0 <= q <= 1:
+            raise ValueError(f"{what}: q must be in the range [0, 1], got {q}")
+        qs = tensor([float(q)], dtype=input.dtype, device=input.device)
+    a, d = _line(input, dim, what)
+    a = a.movedim(d, -1) if d != a.ndim - 1 else a
+    n = a.shape[-1]
+    values = _ag.sort(a, -1).values
+    with _ag.no_grad():
+        nans = _nan_count(a, -1).to(dtype=a.dtype)
+        qs_line = qs.reshape((1,) * (a.ndim - 1) + (-1,))
+        if ignore_nan:  # over the elements that are not NaN; all NaN gives rank 0, a NaN
+            rank = _ag.mul(qs_line, _ag.clamp_min(_ag.rsub(nans, n - 1), 0))
+        else:  # a line holding NaN takes its last element, a NaN
+            rank = _ag.where(nans > 0, float(n - 1), _ag.mul(qs_line, float(n - 1)))
+        if interpolation == "nearest":
+            rank = _ag.round(rank)
+        lower, upper = _ag.floor(rank), _ag.ceil(rank)
+        if interpolation == "lower":
+            upper = lower
+        elif interpolation == "higher":
+            lower = upper
+        weight = _ag.sub(rank, lower)
+        lower = lower.to(dtype=int64).contiguous()
+        upper = upper.to(dtype=int64).contiguous()
+    below = _ag.gather(values, -1, lower)
+    if interpolation in ("lower", "higher", "nearest"):
+        out = below
+    else:
+        above = _ag.gather(values, -1, upper)
+        out = _ag.lerp(below, above, 0.5 if interpolation == "midpoint" else weight)
+    out = out.movedim(-1, 0)  # (q, the other dims in order)
+    if keepdim:
+        kept = (1,) * input.ndim if dim is None else input.shape[:d] + (1,) + input.shape[d + 1:]
+        out = out.reshape(out.shape[:1] + kept)
+    return out.reshape(out.shape[1:]) if scalar_q else out
+
+
+def quantile(input, q, dim=None, keepdim=False, *, interpolation="linear"):
+    """The q-th quantiles of input (over all elements, or along ``dim``): q a
+    number or a 0- or 1-d tensor of input's dtype in [0, 1]; a 1-d q adds a
+    leading dim. Between two sorted elements ``interpolation`` takes 'linear',
+    'lower', 'higher', 'midpoint' or 'nearest' (half to even). float32 and
+    float64; a line holding NaN gives NaN. Differentiable."""
+    return _quantile(input, q, dim, keepdim, interpolation, False, "quantile")
+
+
+def nanquantile(input, q, dim=None, keepdim=False, *, interpolation="linear"):
+    """quantile over the elements that are not NaN (NaN where all are)."""
+    return _quantile(input, q, dim, keepdim, interpolation, True, "nanquantile")
+
+
+# ---- counting and binning --------------------------------------------------------------
+
+def bincount(input, weights=None, minlength=0):
+    """How often each value 0, 1, ... occurs in the 1-d non-negative integer
+    ``input`` (at least ``minlength`` bins), or the sum of ``weights`` per
+    value. int64 without weights; with them their dtype for float32 and
+    float64, float64 otherwise (as PyTorch). The bins are added on input's
+    device; its largest value reaches the host (the result's size depends on
+    it). Not differentiable."""
+    _check_tensor(input, "bincount")
+    if input.ndim != 1 or input.dtype.is_floating_point:
+        raise ValueError(f"bincount: input must be a 1-d integer tensor, got shape {input.shape} {input.dtype}")
+    if not isinstance(minlength, numbers.Integral) or minlength < 0:
+        raise ValueError(f"bincount: minlength must be a non-negative int, got {minlength}")
+    if weights is not None and (not isinstance(weights, Tensor) or weights.shape != input.shape):
+        raise ValueError("bincount: weights must be a tensor of input's shape")
+    with _ag.no_grad():
+        idx = input.detach().to(dtype=int64).contiguous()
+        size = minlength
+        if idx.numel():
+            lo, hi = (int(v.item()) for v in aminmax(idx))
+            if lo < 0:
+                raise ValueError(f"bincount: input must be non-negative, got {lo}")
+            size = max(size, hi + 1)
+        if weights is None:
+            dt, src = int64, ones(idx.shape, dtype=int64, device=input.device)
+        else:
+            dt = weights.dtype if weights.dtype in (float32, float64) else float64
+            src = weights.detach().to(dtype=dt).contiguous()
+        return _ag.scatter_add(zeros(size, dtype=dt, device=input.device), 0, idx, src)
+
+
+def histc(input, bins=100, min=0, max=0):
+    """A histogram of ``bins`` equal bins over [min, max] (the data's own range
+    when min and max are equal, widened by 1 each way if all elements are
+    equal); elements outside the range and NaN are not counted, the last bin
+    includes max. Float input; the counts have its dtype. The range stays on
+    the device (no host read), so where PyTorch raises for a data range that
+    is not finite, ddpc leaves NaN out of the range and counts nothing when
+    it is infinite."""
+    _check_tensor(input, "histc")
+    if not input.dtype.is_floating_point:
+        raise TypeError(f"histc: the input must be a floating tensor, got {input.dtype}")
+    if not isinstance(bins, numbers.Integral) or bins <= 0:
+        raise ValueError(f"histc: bins must be a positive int, got {bins}")
+    if min > max:
+        raise ValueError(f"histc: max must be larger than min, got min {min} and max {max}")
+    if not (math.isfinite(min) and math.isfinite(max)):
+        raise ValueError(f"histc: range of [{min}, {max}] is not finite")
+    with _ag.no_grad():
+        x = input.detach().reshape(-1).to(dtype=float64)
+        lo = _ag._like_scalar(float(min), x)
+        hi = _ag._like_scalar(float(max), x)
+        if min == max and x.numel():
+            lo = _ag.amin(_ag.where(_ag.isnan(x), math.inf, x), 0)
+            hi = _ag.amax(_ag.where(_ag.isnan(x), -math.inf, x), 0)
+        if min == max:
+            same = lo == hi
+            lo, hi = _ag.where(same, _ag.sub(lo, 1.0), lo), _ag.where(same, _ag.add(hi, 1.0), hi)
+        inside = _ag.logical_and(x >= lo, x <= hi)
+        at = _ag.floor(_ag.div(_ag.mul(_ag.sub(x, lo), float(bins)), _ag.sub(hi, lo)))
+        at = _ag.where(inside, _ag.clamp(at, 0.0, float(bins - 1)), float(bins)).to(dtype=int64)
+        counts = _ag.scatter_add(zeros(bins + 1, dtype=float64, device=input.device), 0, at.contiguous(),
+                                 ones(at.shape, dtype=float64, device=input.device))
+        return counts.narrow(0, 0, bins).to(dtype=input.dtype)
+
+
+__all__ = ["aminmax", "bincount", "bucketize", "cummax", "cummin", "histc", "kthvalue", "median", "mode",
+           "nanmedian", "nanquantile", "quantile", "searchsorted"]
