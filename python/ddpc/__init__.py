@@ -5,7 +5,7 @@ The public API is re-exported here; see the submodules for details.
 
 from . import _C, backends, cuda
 from ._C import DistError, DistTimeoutError
-from ._dtype import bfloat16, device, dtype, float16, float32, float64, int32, int64, uint8
+from ._dtype import bfloat16, device, dtype, finfo, float16, float32, float64, iinfo, int32, int64, uint8
 from .backends import compile, get_float32_matmul_precision, set_float32_matmul_precision
 from .tensor import (Generator, Tensor, arange, default_generator, empty, empty_like, from_dlpack, from_numpy, full,
                      initial_seed, manual_seed, ones, ones_like, rand, randint, randn, randperm, tensor, zeros,
@@ -33,7 +33,7 @@ from ._threads import get_num_threads, set_num_threads
 from .spawn import spawn
 from .tensor import (as_tensor, broadcast_shapes, broadcast_tensors, diag, eye, full_like, get_default_dtype,
                      get_rng_state, linspace, logspace, meshgrid, rand_like, randint_like, randn_like, seed,
-                     set_default_dtype, set_rng_state)
+                     set_default_dtype, set_printoptions, set_rng_state)
 from .autograd import inference_mode
 from .autograd import asinh, atan, cosh, exp2, index_put, log2, log10, logcumsumexp, neg, pow, sinh, take_along_dim
 from .tensor import (detach, eq, ge, gt, is_floating_point, le, log_softmax, lt, moveaxis, movedim, narrow, ne, softmax,
@@ -48,6 +48,9 @@ from ._layout import (atleast_1d, atleast_2d, atleast_3d, broadcast_to, cartesia
                       index_copy, index_fill, masked_scatter, row_stack, tile, trapezoid, tril_indices, triu_indices,
                       vstack)
 from ._random import bernoulli, multinomial, normal, poisson
+from ._pointwise import (copysign, deg2rad, frexp, heaviside, ldexp, logaddexp, logaddexp2, rad2deg, signbit, sinc)
+from ._layout import (combinations, cumulative_trapezoid, dsplit, hsplit, is_nonzero, rot90, trapz, vander, vsplit)
+from ._linalg import corrcoef, cov
 from ._stats import (aminmax, bincount, bucketize, cummax, cummin, histc, kthvalue, median, mode, nanmedian,
                      nanquantile, quantile, searchsorted)
 from . import _layout, _linalg, _pointwise, _random, _stats
@@ -77,7 +80,7 @@ __all__ = [
     "uint8", "zeros", "zeros_like",
     "as_tensor", "broadcast_shapes", "broadcast_tensors", "diag", "eye", "full_like", "get_default_dtype",
     "get_rng_state", "inference_mode", "linspace", "logspace", "meshgrid", "rand_like", "randint_like",
-    "randn_like", "seed", "set_default_dtype", "set_rng_state",
+    "randn_like", "seed", "set_default_dtype", "set_printoptions", "set_rng_state", "finfo", "iinfo",
     "addmm", "all", "amax", "amin", "any", "argsort", "argwhere", "bmm", "chunk", "clone", "count_nonzero", "cumprod",
     "cumsum", "diff", "dot", "flatten", "flip", "gather", "index_add", "index_select", "is_tensor", "logsumexp",
     "masked_select", "mean", "mm", "msort", "mv", "nonzero", "norm", "numel", "outer", "permute", "prod", "repeat_interleave", "reshape", "roll", "scatter",

@@ -106,6 +106,59 @@ def result_type(a, b):
     return shaped.dtype
 
 
+# (bits, eps, max, smallest normal, decimal digits of precision) of each float dtype.
+_FLOAT_LIMITS = {
+    float16: (16, 2.0 ** -10, 65504.0, 2.0 ** -14, 3),
+    bfloat16: (16, 2.0 ** -7, (2 - 2.0 ** -7) * 2.0 ** 127, 2.0 ** -126, 2),
+    float32: (32, 2.0 ** -23, (2 - 2.0 ** -23) * 2.0 ** 127, 2.0 ** -126, 6),
+    float64: (64, 2.0 ** -52, float(np.finfo(np.float64).max), 2.0 ** -1022, 15),
+}
+_INT_LIMITS = {uint8: (8, 0, 255), int32: (32, -2 ** 31, 2 ** 31 - 1), int64: (64, -2 ** 63, 2 ** 63 - 1)}
+
+
+def _info_dtype(type):
+    if type is None:
+        from .tensor import get_default_dtype
+
+        return get_default_dtype()
+    return get_dtype(type)
+
+
+class finfo:
+    """The limits of a float dtype (the default dtype when none is given), as
+    ``torch.finfo``: bits, eps (1 - the next number above 1), max, min (-max),
+    tiny and smallest_normal (the smallest positive normal number), resolution
+    (10 ** -digits of precision) and dtype (its name)."""
+
+    __slots__ = ("bits", "eps", "max", "min", "tiny", "smallest_normal", "resolution", "dtype")
+
+    def __init__(self, type=None):
+        d = _info_dtype(type)
+        if d not in _FLOAT_LIMITS:
+            raise TypeError(f"finfo() requires a floating point input type, got {d}; use ddpc.iinfo for it")
+        self.bits, self.eps, self.max, self.tiny, digits = _FLOAT_LIMITS[d]
+        self.min, self.smallest_normal, self.resolution, self.dtype = -self.max, self.tiny, 10.0 ** -digits, d.name
+
+    def __repr__(self):
+        return (f"finfo(resolution={self.resolution:g}, min={self.min:g}, max={self.max:g}, eps={self.eps:g}, "
+                f"smallest_normal={self.smallest_normal:g}, tiny={self.tiny:g}, dtype={self.dtype})")
+
+
+class iinfo:
+    """The limits of an integer dtype, as ``torch.iinfo``: bits, min, max and dtype (its name)."""
+
+    __slots__ = ("bits", "min", "max", "dtype")
+
+    def __init__(self, type):
+        d = get_dtype(type)
+        if d not in _INT_LIMITS:
+            raise TypeError(f"iinfo() requires an integer input type, got {d}; use ddpc.finfo for it")
+        (self.bits, self.min, self.max), self.dtype = _INT_LIMITS[d], d.name
+
+    def __repr__(self):
+        return f"iinfo(min={self.min:g}, max={self.max:g}, dtype={self.dtype})"
+
+
 class device:
     """A device, like ``torch.device``: ``device("cpu")``, ``device("cuda", 1)``, ``device("cuda:1")``."""
 

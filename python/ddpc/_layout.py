@@ -10,7 +10,7 @@ import numpy as np
 
 from . import autograd as _ag
 from ._dtype import int64
-from .tensor import Tensor, _size_args, tensor
+from .tensor import Tensor, _size_args, ones, tensor
 
 
 def _tensors(args, what):
@@ -140,6 +140,125 @@ def trapezoid(y, x=None, *, dx=None, dim=-1):
     return _ag.mul(_ag.sum(_ag.mul(pairs, steps), d), 0.5)
 
 
+def trapz(y, x=None, *, dx=None, dim=-1):
+    """trapezoid under its older name."""
+    return trapezoid(y, x, dx=dx, dim=dim)
+
+
+def cumulative_trapezoid(y, x=None, *, dx=None, dim=-1):
+    """The running integral of y along ``dim`` by the trapezoid rule (one element
+    fewer than y along dim), at sample points x or spaced dx apart, as trapezoid."""
+    if x is not None and dx is not None:
+        raise TypeError("cumulative_trapezoid: give x or dx, not both")
+    d = _ag._dim(y, dim)
+    n = y.shape[d]
+    if n == 0:
+        return _ag.clone(y)
+    pairs = _ag.add(y.narrow(d, 1, n - 1), y.narrow(d, 0, n - 1))
+    if x is None:
+        return _ag.cumsum(_ag.mul(pairs, 0.5 * (1.0 if dx is None else dx)), d)
+    if x.ndim == 1:
+        if x.shape[0] != n:
+            raise ValueError(f"cumulative_trapezoid: x has {x.shape[0]} points but y has {n} along dim {d}")
+        steps = _ag.reshape(_ag.diff(x, dim=0), (n - 1,) + (1,) * (y.ndim - d - 1))
+    else:
+        steps = _ag.diff(x, dim=d)
+    return _ag.cumsum(_ag.mul(_ag.mul(pairs, steps), 0.5), d)
+
+
+def rot90(input, k=1, dims=(0, 1)):
+    """input turned by 90 degrees k times in the plane of ``dims``, from the
+    first dim towards the second (a copy where PyTorch gives a view)."""
+    dims = tuple(dims)
+    if len(dims) != 2:
+        raise ValueError(f"rot90: expected 2 dims, got {len(dims)}")
+    if input.ndim < 2:
+        raise ValueError(f"rot90: needs at least 2 dims, got {input.ndim}")
+    d0, d1 = _ag._dim(input, dims[0]), _ag._dim(input, dims[1])
+    if d0 == d1:
+        raise ValueError(f"rot90: the two dims must differ, got {dims}")
+    k %= 4
+    if k == 1:
+        return _ag.transpose(_ag.flip(input, (d1,)), d0, d1)
+    if k == 2:
+        return _ag.flip(input, (d0, d1))
+    if k == 3:
+        return _ag.transpose(_ag.flip(input, (d0,)), d0, d1)
+    return _ag.clone(input)
+
+
+def vander(x, N=None, increasing=False):
+    """The Vandermonde matrix of the 1-d x: column j holds x ** (N - 1 - j), or
+    x ** j when ``increasing``; N columns (default len(x)). Integer x gives
+    int64, as PyTorch. Built as running products, so differentiable."""
+    if not isinstance(x, Tensor) or x.ndim != 1:
+        raise ValueError("vander: x must be a 1-d tensor")
+    n = x.shape[0] if N is None else int(N)
+    if n < 0:
+        raise ValueError(f"vander: N must be non-negative, got {n}")
+    if not x.dtype.is_floating_point:
+        x = x.to(dtype=int64)
+    if n == 0:
+        return _ag.reshape(x, (-1, 1)).narrow(1, 0, 0).contiguous()
+    first = ones((x.shape[0], 1), dtype=x.dtype, device=x.device)
+    powers = first if n == 1 else _ag.cumprod(
+        _ag.cat([first, _ag.expand(_ag.reshape(x, (-1, 1)), (x.shape[0], n - 1))], 1), 1)
+    return powers if increasing else _ag.flip(powers, (1,))
+
+
+def combinations(input, r=2, with_replacement=False):
+    """The length-r combinations of the 1-d input's elements, as rows in
+    lexicographic order of their positions (itertools.combinations, or
+    combinations_with_replacement); r = 0 gives an empty 1-d tensor."""
+    if not isinstance(input, Tensor) or input.ndim != 1:
+        raise ValueError("combinations: expected a 1-d tensor")
+    if not isinstance(r, numbers.Integral) or r < 0:
+        raise ValueError(f"combinations: r must be a non-negative int, got {r}")
+    if r == 0:
+        return input.narrow(0, 0, 0).contiguous()
+    n = input.shape[0]
+    # Every r-tuple of positions, kept where the positions increase (or do not decrease), as PyTorch builds them.
+    grid = np.indices((n,) * r).reshape(r, -1)
+    keep = np.all(grid[1:] >= grid[:-1] + (0 if with_replacement else 1), axis=0)
+    idx = tensor(grid[:, keep].T.reshape(-1).copy(), device=input.device)
+    return _ag.reshape(input.index_select(0, idx), (-1, r))
+
+
+def _split_along(input, indices_or_sections, dim, min_ndim, what):
+    if input.ndim < min_ndim:
+        raise ValueError(f"{what} requires a tensor with at least {min_ndim} dims, but got one with {input.ndim}")
+    if isinstance(indices_or_sections, numbers.Integral):
+        n = input.shape[dim]
+        if indices_or_sections == 0 or n % indices_or_sections:
+            raise ValueError(f"{what} attempted to split along dimension {dim}, but the size of the dimension {n} "
+                             f"is not divisible by the split_size {indices_or_sections}!")
+    return _ag.tensor_split(input, indices_or_sections, dim)
+
+
+def hsplit(input, indices_or_sections):
+    """tensor_split along dim 1 (dim 0 of a 1-d tensor); a section count must divide the dim."""
+    return _split_along(input, indices_or_sections, 1 if input.ndim > 1 else 0, 1, "hsplit")
+
+
+def vsplit(input, indices_or_sections):
+    """tensor_split along dim 0 of a tensor of at least 2 dims; a section count must divide the dim."""
+    return _split_along(input, indices_or_sections, 0, 2, "vsplit")
+
+
+def dsplit(input, indices_or_sections):
+    """tensor_split along dim 2 of a tensor of at least 3 dims; a section count must divide the dim."""
+    return _split_along(input, indices_or_sections, 2, 3, "dsplit")
+
+
+def is_nonzero(input):
+    """Whether the one element of input is non-zero (reads it on the host);
+    RuntimeError for no or several elements, as PyTorch."""
+    if input.numel() != 1:
+        raise RuntimeError("Boolean value of Tensor with " + ("no values" if input.numel() == 0
+                                                              else "more than one value") + " is ambiguous")
+    return bool(input.detach().reshape(()).item() != 0)
+
+
 # ---- windows and index writes -------------------------------------------------------------
 
 def unfold(input, dimension, size, step):
@@ -234,6 +353,7 @@ def fill_diagonal_(input, fill_value, wrap=False):
     return input
 
 
-__all__ = ["atleast_1d", "atleast_2d", "atleast_3d", "broadcast_to", "cartesian_prod", "column_stack", "dstack",
-           "hstack", "index_copy", "index_fill", "masked_scatter", "row_stack", "tile", "trapezoid", "tril_indices",
-           "triu_indices", "vstack"]
+__all__ = ["atleast_1d", "atleast_2d", "atleast_3d", "broadcast_to", "cartesian_prod", "column_stack", "combinations",
+           "cumulative_trapezoid", "dsplit", "dstack", "hsplit", "hstack", "index_copy", "index_fill", "is_nonzero",
+           "masked_scatter", "rot90", "row_stack", "tile", "trapezoid", "trapz", "tril_indices", "triu_indices",
+           "vander", "vsplit", "vstack"]

@@ -11,6 +11,7 @@ import numbers
 import numpy as np
 
 from . import autograd as _ag
+from ._dtype import float32
 from .tensor import Tensor, tensor, zeros
 
 
@@ -337,5 +338,64 @@ def cross(input, other, dim=None):
                    _ag.mul(a.index_select(d, i2), b.index_select(d, i1)))
 
 
-__all__ = ["addbmm", "addmv", "addr", "baddbmm", "block_diag", "cdist", "cross", "diagonal", "dist", "einsum", "kron",
-           "renorm", "tensordot", "trace"]
+# ---- covariance ----------------------------------------------------------------------
+
+def cov(input, *, correction=1, fweights=None, aweights=None):
+    """The covariance matrix of the variables in input's rows (observations in
+    its columns; a 1-d input is one variable, giving a 0-d result), with
+    integer frequency weights ``fweights`` and observation weights ``aweights``
+    per column, and ``correction`` subtracted from the (weighted) observation
+    count, as PyTorch. Where that count is not positive the result is inf or
+    NaN (PyTorch also warns). Integer input gives float32. The weights' signs
+    are checked on the host."""
+    _check_tensors("cov", input)
+    if input.ndim > 2:
+        raise ValueError(f"cov: expected a tensor of at most 2 dims, got {input.ndim}")
+    x = _ag.reshape(input, (1, -1)) if input.ndim < 2 else input
+    if not x.dtype.is_floating_point:
+        x = x.to(dtype=float32)
+    n = x.shape[1]
+    w = None
+    for name, wt, integral in (("fweights", fweights, True), ("aweights", aweights, False)):
+        if wt is None:
+            continue
+        _check_tensors("cov", wt)
+        if wt.ndim != 1 or wt.shape[0] != n:
+            raise ValueError(f"cov: {name} must be 1-d with one weight per observation ({n}), got shape {wt.shape}")
+        if integral and wt.dtype.is_floating_point:
+            raise TypeError(f"cov: fweights must be integral, got {wt.dtype}")
+        if wt.numel() and float(_ag.amin(wt.detach(), 0).item()) < 0:
+            raise ValueError(f"cov: {name} cannot be negative")
+        wt = wt.to(dtype=x.dtype)
+        w = wt if w is None else _ag.mul(w, wt)
+    if w is None:
+        avg = _ag.div(_ag.sum(x, 1), float(n))
+        norm = _ag._like_scalar(float(n - correction), x)
+    else:
+        w_sum = _ag.sum(w)
+        avg = _ag.div(_ag.sum(_ag.mul(x, w), 1), w_sum)
+        if aweights is not None and correction != 0:
+            aw = aweights.to(dtype=x.dtype)
+            norm = _ag.sub(w_sum, _ag.div(_ag.mul(_ag.sum(_ag.mul(w, aw)), float(correction)), w_sum))
+        else:
+            norm = _ag.sub(w_sum, float(correction))
+    norm = _ag.where(norm.detach() <= 0, 0.0, norm)
+    centred = _ag.sub(x, _ag.reshape(avg, (-1, 1)))
+    c = _ag.matmul(centred, (centred if w is None else _ag.mul(centred, w)).t())
+    c = _ag.div(c, norm)
+    return _ag.reshape(c, ()) if c.shape == (1, 1) else c
+
+
+def corrcoef(input):
+    """The Pearson correlation coefficients of the variables in input's rows:
+    cov(input) over the product of the standard deviations, clipped to [-1, 1]."""
+    c = cov(input)
+    if c.ndim == 0:
+        return _ag.div(c, c)
+    std = _ag.sqrt(diagonal(c))
+    c = _ag.div(_ag.div(c, _ag.reshape(std, (-1, 1))), _ag.reshape(std, (1, -1)))
+    return _ag.clamp(c, -1.0, 1.0)
+
+
+__all__ = ["addbmm", "addmv", "addr", "baddbmm", "block_diag", "cdist", "corrcoef", "cov", "cross", "diagonal", "dist",
+           "einsum", "kron", "renorm", "tensordot", "trace"]

@@ -8,7 +8,7 @@ import math
 import numbers
 
 from . import autograd as _ag
-from ._dtype import float32, float64, promote, result_type, uint8
+from ._dtype import float32, float64, int32, promote, result_type, uint8
 from .tensor import _BITAND, _BITOR, _BITXOR, _DOUBLE_INTS, _LSHIFT, _RSHIFT, Tensor, _is_float_scalar
 
 
@@ -303,6 +303,129 @@ def bitwise_inplace(input, other, op, name):
     return input._inplace(other, op)
 
 
+class Frexp(tuple):
+    """What frexp returns, as torch.return_types.frexp: (mantissa, exponent)."""
+
+    __slots__ = ()
+
+    def __new__(cls, mantissa, exponent):
+        return super().__new__(cls, (mantissa, exponent))
+
+    mantissa = property(lambda self: self[0])
+    exponent = property(lambda self: self[1])
+
+
+def _float_input(input, what):
+    """input as a float tensor: integers become float32, as PyTorch's unary float functions make them."""
+    if not isinstance(input, Tensor):
+        raise TypeError(f"{what}: expected a ddpc.Tensor, got {type(input).__name__}")
+    return input if input.dtype.is_floating_point else input.to(dtype=float32)
+
+
+def _logaddexp(input, other, log_of_1_plus, what):
+    a, b = _float_pair(input, other, what)
+    big = _ag.maximum(a, b)
+    out = _ag.add(big, log_of_1_plus(_ag.neg(_ag.abs(_ag.sub(a, b)))))
+    # Equal infinities: their difference is NaN, the answer the infinity itself.
+    return _ag.where(_ag.logical_and(_ag.isinf(a.detach()), a.detach() == b.detach()), a, out)
+
+
+def logaddexp(input, other):
+    """log(exp(input) + exp(other)) without overflow: max + log1p(exp(-|input - other|))."""
+    return _logaddexp(input, other, lambda d: _ag.log1p(_ag.exp(d)), "logaddexp")
+
+
+def logaddexp2(input, other):
+    """log2(2 ** input + 2 ** other) without overflow, as logaddexp in base 2."""
+    return _logaddexp(input, other, lambda d: _ag.mul(_ag.log1p(_ag.exp2(d)), 1 / math.log(2)), "logaddexp2")
+
+
+def signbit(input):
+    """Whether each element's sign bit is set (uint8, ddpc's bool): true for
+    negative numbers and -0. ddpc cannot read a NaN's bits, so every NaN gives
+    false where PyTorch reports the sign of a negative NaN."""
+    if not isinstance(input, Tensor):
+        raise TypeError(f"signbit: expected a ddpc.Tensor, got {type(input).__name__}")
+    with _ag.no_grad():
+        x = input.detach()
+        if not x.dtype.is_floating_point:
+            return x < 0
+        # -0 is the zero whose reciprocal is -inf.
+        return _ag.logical_or(x < 0, _ag.logical_and(x == 0, _ag.reciprocal(x) < 0))
+
+
+def copysign(input, other):
+    """|input| with the sign of other (-0 counts as negative; NaN as signbit
+    reads it); a float result. The gradient flows to input only (0 where it is 0)."""
+    a, b = _float_pair(input, other, "copysign")
+    size = _ag.abs(a)
+    return _ag.where(signbit(b), _ag.neg(size), size)
+
+
+def heaviside(input, values):
+    """The step function: 0 where input < 0 (and NaN), 1 where > 0, ``values``
+    where input is 0; input and values of one dtype, as PyTorch requires. No gradient."""
+    if not isinstance(input, Tensor) or not isinstance(values, Tensor):
+        raise TypeError("heaviside: input and values must be ddpc tensors")
+    if input.dtype is not values.dtype:
+        raise TypeError(f"heaviside: input is {input.dtype} and values {values.dtype}: heaviside takes one dtype")
+    with _ag.no_grad():
+        x = input.detach()
+        return _ag.where(x == 0, values.detach(), (x > 0).to(dtype=x.dtype))
+
+
+def deg2rad(input):
+    """Degrees to radians (integers give float32)."""
+    return _ag.mul(_float_input(input, "deg2rad"), math.pi / 180)
+
+
+def rad2deg(input):
+    """Radians to degrees (integers give float32)."""
+    return _ag.mul(_float_input(input, "rad2deg"), 180 / math.pi)
+
+
+def sinc(input):
+    """The normalized sinc, sin(pi x) / (pi x), and 1 at 0 (integers give float32)."""
+    x = _float_input(input, "sinc")
+    zero = x.detach() == 0
+    px = _ag.mul(_ag.where(zero, 1.0, x), math.pi)
+    return _ag.where(zero, 1.0, _ag.div(_ag.sin(px), px))
+
+
+def _times_pow2(t, e):
+    """t * 2 ** e (float64) in two factors, so that neither overflows for the
+    exponents of float64's subnormals and largest numbers."""
+    half = _ag.floor(_ag.div(e, 2.0))
+    return _ag.mul(_ag.mul(t, _ag.exp2(half)), _ag.exp2(_ag.sub(e, half)))
+
+
+def frexp(input):
+    """(mantissa, exponent) with input = mantissa * 2 ** exponent, 0.5 <= |mantissa| < 1
+    (mantissa 0 and exponent 0 for zero; inf and NaN keep their value with
+    exponent 0); exponent int32. Float input; exact (computed in float64)."""
+    if not isinstance(input, Tensor) or not input.dtype.is_floating_point:
+        raise TypeError("frexp: expected a floating ddpc tensor")
+    with _ag.no_grad():
+        x = input.detach().to(dtype=float64)
+        regular = _ag.logical_and(_ag.isfinite(x), x != 0)
+        size = _ag.where(regular, _ag.abs(x), 1.0)
+        e = _ag.add(_ag.floor(_ag.log2(size)), 1.0)
+        # log2 may round across a power of two: step e so that 0.5 <= |m| < 1.
+        for _ in range(2):
+            m = _times_pow2(size, _ag.neg(e))
+            e = _ag.add(e, _ag.sub((m >= 1).to(dtype=float64), (m < 0.5).to(dtype=float64)))
+        m = _times_pow2(x, _ag.neg(e))
+        mantissa = _ag.where(regular, m, x).to(dtype=input.dtype)
+        exponent = _ag.where(regular, e, 0.0).to(dtype=int32)
+    return Frexp(mantissa, exponent)
+
+
+def ldexp(input, other):
+    """input * 2 ** other (a float result)."""
+    a, b = _float_pair(input, other, "ldexp")
+    return _ag.mul(a, _ag.exp2(b))
+
+
 # ---- reductions that skip NaN ---------------------------------------------------------------
 
 def _not_nan(input):
@@ -328,6 +451,7 @@ def nanmean(input, dim=None, keepdim=False, *, dtype=None):
 
 
 __all__ = ["add", "arctan2", "atan2", "bitwise_and", "bitwise_left_shift", "bitwise_not", "bitwise_or",
-           "bitwise_right_shift", "bitwise_xor", "div", "divide", "floor_divide", "fmod", "frac", "hardshrink", "hypot",
-           "logit", "mul", "multiply", "nanmean", "nansum", "remainder", "sgn", "sub", "subtract", "true_divide",
-           "xlogy"]
+           "bitwise_right_shift", "bitwise_xor", "copysign", "deg2rad", "div", "divide", "floor_divide", "fmod",
+           "frac", "frexp", "hardshrink", "heaviside", "hypot", "ldexp", "logaddexp", "logaddexp2", "logit", "mul",
+           "multiply", "nanmean", "nansum", "rad2deg", "remainder", "sgn", "signbit", "sinc", "sub", "subtract",
+           "true_divide", "xlogy"]

@@ -1044,12 +1044,35 @@ class Tensor:
     def kthvalue(self, k, dim=-1, keepdim=False): return _st.kthvalue(self, k, dim, keepdim)
     def mode(self, dim=-1, keepdim=False): return _st.mode(self, dim, keepdim)
     def aminmax(self, *, dim=None, keepdim=False): return _st.aminmax(self, dim=dim, keepdim=keepdim)
+    def logaddexp(self, other): return _pw.logaddexp(self, other)
+    def logaddexp2(self, other): return _pw.logaddexp2(self, other)
+    def copysign(self, other): return _pw.copysign(self, other)
+    def copysign_(self, other): return _ag.inplace_apply(self, lambda t: _pw.copysign(t, other), "copysign_", (other,))
+    def signbit(self): return _pw.signbit(self)
+    def heaviside(self, values): return _pw.heaviside(self, values)
+    def deg2rad(self): return _pw.deg2rad(self)
+    def deg2rad_(self): return _ag.inplace_apply(self, _pw.deg2rad, "deg2rad_")
+    def rad2deg(self): return _pw.rad2deg(self)
+    def rad2deg_(self): return _ag.inplace_apply(self, _pw.rad2deg, "rad2deg_")
+    def sinc(self): return _pw.sinc(self)
+    def sinc_(self): return _ag.inplace_apply(self, _pw.sinc, "sinc_")
+    def frexp(self): return _pw.frexp(self)
+    def ldexp(self, other): return _pw.ldexp(self, other)
+    def ldexp_(self, other): return _ag.inplace_apply(self, lambda t: _pw.ldexp(t, other), "ldexp_", (other,))
+    def rot90(self, k=1, dims=(0, 1)): return _lo.rot90(self, k, dims)
+    def hsplit(self, indices_or_sections): return _lo.hsplit(self, indices_or_sections)
+    def vsplit(self, indices_or_sections): return _lo.vsplit(self, indices_or_sections)
+    def dsplit(self, indices_or_sections): return _lo.dsplit(self, indices_or_sections)
+    def is_nonzero(self): return _lo.is_nonzero(self)
+    def cov(self, *, correction=1, fweights=None, aweights=None):
+        return _la.cov(self, correction=correction, fweights=fweights, aweights=aweights)
+    def corrcoef(self): return _la.corrcoef(self)
 
     # ---- printing -------------------------------------------------------------------
     def __repr__(self):
         t = self.cpu()
         arr = t.to(float32).numpy() if t.dtype is bfloat16 else t.numpy()
-        body = np.array2string(arr, separator=", ", prefix="tensor(")
+        body = np.array2string(arr, separator=", ", prefix="tensor(", **_print_options.numpy_args())
         extras = []
         if self.is_cuda:
             extras.append(f"device='{self.device}'")
@@ -1065,6 +1088,56 @@ class Tensor:
     def _with_grad(self, requires_grad):
         self.requires_grad = requires_grad
         return self
+
+
+class _PrintOptions:
+    """How Tensor repr prints elements: numpy's array2string settings, set by set_printoptions."""
+
+    # ddpc's defaults are numpy's printing; None leaves numpy's choice.
+    DEFAULTS = {"precision": 8, "threshold": 1000, "edgeitems": 3, "linewidth": 75, "sci_mode": None}
+    PROFILES = {"default": {}, "short": {"precision": 2, "edgeitems": 2},
+                "full": {"threshold": math.inf}}
+
+    def __init__(self):
+        self.values = dict(self.DEFAULTS)
+
+    def numpy_args(self):
+        v = self.values
+        args = {"precision": v["precision"], "threshold": v["threshold"], "edgeitems": v["edgeitems"],
+                "max_line_width": v["linewidth"]}
+        if args["threshold"] == math.inf:
+            args["threshold"] = np.iinfo(np.int64).max
+        if v["sci_mode"] is True:
+            digits = v["precision"]
+            args["formatter"] = {"float_kind": lambda x: f"{x:.{digits}e}"}
+        elif v["sci_mode"] is False:
+            args["suppress_small"] = True
+        return args
+
+
+_print_options = _PrintOptions()
+
+
+def set_printoptions(precision=None, threshold=None, edgeitems=None, linewidth=None, profile=None, sci_mode=None):
+    """How tensors print, as torch.set_printoptions: ``precision`` digits after
+    the point, summaries ("...") beyond ``threshold`` elements with
+    ``edgeitems`` shown at each end, lines of ``linewidth`` characters, and
+    ``sci_mode`` True (always scientific), False (never) or None (automatic).
+    ``profile`` 'default', 'short' or 'full' resets every option first.
+    ddpc prints through numpy, whose defaults it keeps ('default': precision
+    8, threshold 1000, edgeitems 3, linewidth 75; PyTorch's precision is 4 and
+    its linewidth 80); 'short' and 'full' change what PyTorch's do."""
+    if profile is not None:
+        if profile not in _PrintOptions.PROFILES:
+            raise ValueError(f"set_printoptions: profile must be 'default', 'short' or 'full', got {profile!r}")
+        _print_options.values = dict(_PrintOptions.DEFAULTS, **_PrintOptions.PROFILES[profile])
+    for name, value in (("precision", precision), ("threshold", threshold), ("edgeitems", edgeitems),
+                        ("linewidth", linewidth)):
+        if value is not None:
+            if value < 0:
+                raise ValueError(f"set_printoptions: {name} must be non-negative, got {value}")
+            _print_options.values[name] = value
+    _print_options.values["sci_mode"] = None if sci_mode is None else bool(sci_mode)
 
 
 def _is_dtype_spec(a):

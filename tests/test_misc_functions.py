@@ -1,0 +1,226 @@
+"""The smaller torch-namespace functions: elementwise (logaddexp, logaddexp2,
+copysign, signbit, heaviside, deg2rad, rad2deg, sinc, frexp, ldexp), layout
+(rot90, trapz, cumulative_trapezoid, vander, combinations, hsplit, vsplit,
+dsplit, is_nonzero), statistics (cov, corrcoef), dtype limits (finfo, iinfo)
+and printing options, against numpy and closed forms; gradients against
+finite differences."""
+
+import itertools
+
+import numpy as np
+import pytest
+from numeric import numeric_grad
+
+import ddpc
+
+RNG = np.random.default_rng(12)
+SPECIAL = np.array([0.0, -0.0, 1.5, -2.25, np.inf, -np.inf, 1e-30, -7e5])
+
+
+def check_grad(f, *xs, rtol=1e-5, atol=1e-6):
+    ts = [ddpc.tensor(x, dtype="float64", requires_grad=True) for x in xs]
+    f(*ts).sum().backward()
+    for i, x in enumerate(xs):
+        def scalar(v, i=i):
+            args = [ddpc.tensor(v if j == i else xs[j], dtype="float64") for j in range(len(xs))]
+            return float(f(*args).sum().item())
+        np.testing.assert_allclose(ts[i].grad.numpy(), numeric_grad(scalar, x), rtol=rtol, atol=atol)
+
+
+# ---- elementwise ---------------------------------------------------------------------------
+
+def test_logaddexp_logaddexp2_match_numpy():
+    a = np.concatenate([RNG.standard_normal(20) * 30, [np.inf, -np.inf, np.inf, -np.inf, 800.0]])
+    b = np.concatenate([RNG.standard_normal(20) * 30, [np.inf, -np.inf, -np.inf, 3.0, 800.0]])
+    for fn, ref in ((ddpc.logaddexp, np.logaddexp), (ddpc.logaddexp2, np.logaddexp2)):
+        got = fn(ddpc.tensor(a), ddpc.tensor(b))
+        np.testing.assert_allclose(got.numpy(), ref(a, b), rtol=1e-13)
+        got32 = fn(ddpc.tensor(a, dtype="float32"), ddpc.tensor(b, dtype="float32"))
+        assert got32.dtype is ddpc.float32
+        np.testing.assert_allclose(got32.numpy(), ref(a.astype(np.float32), b.astype(np.float32)), rtol=1e-6)
+    assert ddpc.tensor([1.0]).logaddexp(ddpc.tensor([2.0], dtype="float64")).dtype is ddpc.float64
+    x, y = RNG.standard_normal(6), RNG.standard_normal(6)
+    y[0] = x[0]
+    check_grad(ddpc.logaddexp, x, y)
+    check_grad(ddpc.logaddexp2, x, y)
+
+
+def test_copysign_signbit_heaviside():
+    b = SPECIAL[::-1].copy()
+    got = ddpc.copysign(ddpc.tensor(SPECIAL), ddpc.tensor(b))
+    np.testing.assert_array_equal(np.signbit(got.numpy()), np.signbit(np.copysign(SPECIAL, b)))
+    np.testing.assert_array_equal(got.numpy(), np.copysign(SPECIAL, b))
+    assert ddpc.copysign(ddpc.tensor([1, 2]), -1).dtype is ddpc.float32
+    np.testing.assert_array_equal(ddpc.signbit(ddpc.tensor(SPECIAL)).numpy(), np.signbit(SPECIAL))
+    np.testing.assert_array_equal(ddpc.tensor([-3, 0, 4]).signbit().numpy(), [1, 0, 0])
+    x = np.array([-1.0, 0.0, 2.0, -0.0, np.nan])
+    got = ddpc.heaviside(ddpc.tensor(x), ddpc.tensor([0.5], dtype="float64"))
+    np.testing.assert_array_equal(got.numpy(), [0.0, 0.5, 1.0, 0.5, 0.0])
+    with pytest.raises(TypeError):
+        ddpc.heaviside(ddpc.tensor(x), ddpc.tensor([1], dtype="int64"))
+    x, y = RNG.standard_normal(5), RNG.standard_normal(5)
+    check_grad(lambda a: ddpc.copysign(a, ddpc.tensor(y)), x)
+
+
+def test_angles_sinc_frexp_ldexp():
+    x = RNG.standard_normal(10) * 100
+    np.testing.assert_allclose(ddpc.deg2rad(ddpc.tensor(x)).numpy(), np.deg2rad(x), rtol=1e-15)
+    np.testing.assert_allclose(ddpc.rad2deg(ddpc.tensor(x)).numpy(), np.rad2deg(x), rtol=1e-15)
+    assert ddpc.deg2rad(ddpc.tensor([180])).dtype is ddpc.float32
+    s = np.concatenate([[0.0, 1.0, -2.0, 0.5], RNG.standard_normal(8)])
+    np.testing.assert_allclose(ddpc.sinc(ddpc.tensor(s)).numpy(), np.sinc(s), rtol=1e-13, atol=1e-15)
+    check_grad(ddpc.sinc, np.array([0.3, -1.7, 2.5]))
+    f = np.concatenate([SPECIAL, [np.nan, 3.0, 0.5, 1.0, 2.0 ** -1074, np.finfo(np.float64).max, 1e-40]])
+    for dtype, npt in (("float64", np.float64), ("float32", np.float32)):
+        with np.errstate(over="ignore"):  # float64's largest number is inf in float32
+            held = f.astype(npt)
+        m, e = ddpc.frexp(ddpc.tensor(held, dtype=dtype))
+        want_m, want_e = np.frexp(held)
+        assert m.dtype.name == dtype and e.dtype is ddpc.int32
+        np.testing.assert_array_equal(m.numpy(), want_m)
+        np.testing.assert_array_equal(e.numpy()[np.isfinite(held)], want_e[np.isfinite(held)])
+    r = ddpc.tensor([3.0]).frexp()
+    assert r.mantissa.item() == 0.75 and r.exponent.item() == 2
+    e = RNG.integers(-10, 10, 6)
+    np.testing.assert_array_equal(ddpc.ldexp(ddpc.tensor(x[:6]), ddpc.tensor(e)).numpy(),
+                                  np.ldexp(x[:6], e))
+    check_grad(lambda a: ddpc.ldexp(a, ddpc.tensor(e)), x[:6])
+
+
+# ---- layout ---------------------------------------------------------------------------------
+
+def test_rot90_matches_numpy():
+    x = RNG.standard_normal((2, 3, 4))
+    for k in range(-5, 6):
+        for dims in ((0, 1), (1, 2), (2, 0), (-1, -2)):
+            np.testing.assert_array_equal(ddpc.rot90(ddpc.tensor(x), k, dims).numpy(), np.rot90(x, k, dims))
+    with pytest.raises(ValueError):
+        ddpc.rot90(ddpc.tensor(x), 1, (0, 0))
+    with pytest.raises(ValueError):
+        ddpc.tensor([1.0]).rot90()
+    check_grad(lambda t: ddpc.rot90(t, 1) * ddpc.arange(8, dtype=ddpc.float64).reshape(4, 2), x[0, :2])
+
+
+def test_trapz_and_cumulative_trapezoid():
+    y = RNG.standard_normal((3, 6))
+    xs = np.sort(RNG.standard_normal(6))
+    np.testing.assert_allclose(ddpc.trapz(ddpc.tensor(y), ddpc.tensor(xs)).numpy(), np.trapezoid(y, xs)
+                               if hasattr(np, "trapezoid") else np.trapz(y, xs), rtol=1e-12)
+    want = np.cumsum((y[:, 1:] + y[:, :-1]) / 2 * np.diff(xs), axis=1)
+    np.testing.assert_allclose(ddpc.cumulative_trapezoid(ddpc.tensor(y), ddpc.tensor(xs)).numpy(), want, rtol=1e-12)
+    want = np.cumsum((y[1:] + y[:-1]) / 2 * 0.5, axis=0)
+    np.testing.assert_allclose(ddpc.cumulative_trapezoid(ddpc.tensor(y), dx=0.5, dim=0).numpy(), want, rtol=1e-12)
+    check_grad(lambda t: ddpc.cumulative_trapezoid(t, ddpc.tensor(xs)), y)
+
+
+def test_vander_and_combinations():
+    x = np.array([2.0, -1.0, 0.5, 3.0])
+    for n in (None, 1, 3, 6):
+        for inc in (False, True):
+            np.testing.assert_allclose(ddpc.vander(ddpc.tensor(x), n, inc).numpy(), np.vander(x, n, inc), rtol=1e-15)
+    got = ddpc.vander(ddpc.tensor([1, 2, 3], dtype="int32"))
+    assert got.dtype is ddpc.int64
+    np.testing.assert_array_equal(got.numpy(), np.vander([1, 2, 3]))
+    assert ddpc.vander(ddpc.tensor(x), 0).shape == (4, 0)
+    check_grad(lambda t: ddpc.vander(t, 4), x)
+    v = np.array([5.0, 6.0, 7.0, 8.0])
+    for r in (1, 2, 3, 5):
+        for rep in (False, True):
+            pick = itertools.combinations_with_replacement if rep else itertools.combinations
+            want = np.array([list(c) for c in pick(v, r)]).reshape(-1, r)
+            np.testing.assert_array_equal(ddpc.combinations(ddpc.tensor(v), r, rep).numpy(), want)
+    assert ddpc.combinations(ddpc.tensor(v), 0).shape == (0,)
+
+
+def test_splits_and_is_nonzero():
+    x = np.arange(24.0).reshape(2, 4, 3)
+    t = ddpc.tensor(x)
+    for fn, ref in ((ddpc.hsplit, np.hsplit), (ddpc.vsplit, np.vsplit), (ddpc.dsplit, np.dsplit)):
+        for arg in (1, [1, 2], [0, 5]):
+            got, want = fn(t, arg), ref(x, arg)
+            assert len(got) == len(want)
+            for g, w in zip(got, want):
+                np.testing.assert_array_equal(g.numpy(), w)
+    np.testing.assert_array_equal(t.hsplit(2)[1].numpy(), np.hsplit(x, 2)[1])
+    with pytest.raises(ValueError, match="divisible"):
+        ddpc.hsplit(t, 3)
+    with pytest.raises(ValueError, match="at least 3"):
+        ddpc.dsplit(ddpc.zeros(2, 2), 1)
+    np.testing.assert_array_equal(ddpc.hsplit(ddpc.arange(6), 3)[2].numpy(), [4, 5])
+    assert ddpc.is_nonzero(ddpc.tensor([2.0])) and not ddpc.tensor([[0]]).is_nonzero()
+    for bad in (ddpc.zeros(0), ddpc.zeros(2)):
+        with pytest.raises(RuntimeError, match="ambiguous"):
+            ddpc.is_nonzero(bad)
+
+
+# ---- covariance ---------------------------------------------------------------------------
+
+def test_cov_corrcoef_match_numpy():
+    x = RNG.standard_normal((3, 9))
+    fw, aw = RNG.integers(1, 4, 9), RNG.random(9) + 0.1
+    for correction in (0, 1, 2):
+        np.testing.assert_allclose(ddpc.cov(ddpc.tensor(x), correction=correction).numpy(),
+                                   np.cov(x, ddof=correction), rtol=1e-12)
+        got = ddpc.cov(ddpc.tensor(x), correction=correction, fweights=ddpc.tensor(fw), aweights=ddpc.tensor(aw))
+        np.testing.assert_allclose(got.numpy(), np.cov(x, ddof=correction, fweights=fw, aweights=aw), rtol=1e-12)
+    np.testing.assert_allclose(ddpc.tensor(x).corrcoef().numpy(), np.corrcoef(x), rtol=1e-12)
+    one = ddpc.cov(ddpc.tensor(x[0]))
+    assert one.ndim == 0 and np.isclose(one.item(), np.cov(x[0]))
+    assert ddpc.cov(ddpc.tensor([[1, 2, 4]])).dtype is ddpc.float32
+    assert np.isinf(ddpc.cov(ddpc.tensor([[1.0, 2.0]]), correction=3).item())
+    with pytest.raises(ValueError):
+        ddpc.cov(ddpc.tensor(x), fweights=ddpc.tensor([-1] * 9))
+    with pytest.raises(TypeError):
+        ddpc.cov(ddpc.tensor(x), fweights=ddpc.tensor(aw))
+    check_grad(lambda t: ddpc.cov(t, aweights=ddpc.tensor(aw)), x)
+    check_grad(ddpc.corrcoef, x)
+
+
+# ---- dtype limits and printing ---------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["float16", "float32", "float64"])
+def test_finfo_matches_numpy(name):
+    f, n = ddpc.finfo(getattr(ddpc, name)), np.finfo(name)
+    assert (f.bits, f.eps, f.max, f.min, f.tiny, f.smallest_normal, f.resolution) == (
+        n.bits, float(n.eps), float(n.max), float(n.min), float(n.tiny), float(n.smallest_normal), 10.0 ** -n.precision)
+    assert f.dtype == name
+
+
+def test_finfo_bfloat16_iinfo_and_errors():
+    f = ddpc.finfo(ddpc.bfloat16)
+    assert (f.bits, f.eps, f.max, f.tiny, f.resolution) == (16, 2.0 ** -7, 3.3895313892515355e+38, 2.0 ** -126, 0.01)
+    # eps is the gap after 1 and max the largest finite value, as the dtype rounds them
+    assert ddpc.tensor([1 + f.eps], dtype="bfloat16").item() > 1
+    assert ddpc.tensor([1 + f.eps / 2], dtype="bfloat16").item() == 1
+    assert np.isfinite(ddpc.tensor([f.max], dtype="bfloat16").float().item())
+    assert ddpc.finfo().dtype == "float32"
+    for name in ("uint8", "int32", "int64"):
+        i, n = ddpc.iinfo(getattr(ddpc, name)), np.iinfo(name)
+        assert (i.bits, i.min, i.max, i.dtype) == (n.bits, n.min, n.max, name)
+    with pytest.raises(TypeError):
+        ddpc.finfo(ddpc.int32)
+    with pytest.raises(TypeError):
+        ddpc.iinfo(ddpc.float32)
+    assert "eps" in repr(ddpc.finfo(ddpc.float16)) and "max=255" in repr(ddpc.iinfo(ddpc.uint8))
+
+
+def test_set_printoptions_changes_repr():
+    t = ddpc.tensor([1.0 / 3, 2.0e-5, 12345.678])
+    try:
+        ddpc.set_printoptions(precision=2)
+        assert "0.33" in repr(t[:1]) and "0.333" not in repr(t[:1])
+        ddpc.set_printoptions(precision=3, sci_mode=True)
+        assert "3.333e-01" in repr(t)
+        ddpc.set_printoptions(sci_mode=False)
+        assert "e-" not in repr(t) and "e+" not in repr(t)
+        ddpc.set_printoptions(threshold=5, edgeitems=2)
+        assert "..." in repr(ddpc.arange(100))
+        ddpc.set_printoptions(linewidth=20)
+        assert max(len(line) for line in repr(ddpc.arange(30)).splitlines()) <= 22
+        ddpc.set_printoptions(profile="full")
+        assert "..." not in repr(ddpc.arange(2000))
+        with pytest.raises(ValueError):
+            ddpc.set_printoptions(profile="long")
+    finally:
+        ddpc.set_printoptions(profile="default")
+    assert "..." in repr(ddpc.arange(2000)) and "0.33333334" in repr(t[:1])
