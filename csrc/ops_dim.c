@@ -189,6 +189,57 @@ ddpc_status ddpc_op_scatter_dim(ddpc_buffer *out, const ddpc_buffer *src, const 
     return DDPC_OK;
 }
 
+/* a op b for ddpc_op_scatter_reduce_dim; `x != x` holds for a NaN only. */
+#define SCATTER_COMBINE(op, a, b)                                                  \
+    ((op) == DDPC_SCATTER_PROD ? (a) * (b)                                         \
+     : (a) != (a)              ? (a)                                               \
+     : (b) != (b)              ? (b)                                               \
+     : (op) == DDPC_SCATTER_AMAX ? ((b) > (a) ? (b) : (a))                         \
+                                 : ((b) < (a) ? (b) : (a)))
+
+#define SCATTER_REDUCE_LOOP(T)                                                     \
+    INDEX_LOOP(geo, dim, ix, n, {                                                  \
+        T *o_ = (T *)out->data + ob;                                               \
+        T v_ = ((const T *)src->data)[os];                                         \
+        *o_ = (T)SCATTER_COMBINE(op, *o_, v_);                                     \
+    })
+
+ddpc_status ddpc_op_scatter_reduce_dim(ddpc_buffer *out, const ddpc_buffer *src, const ddpc_buffer *index, int dim,
+                                       ddpc_scatter_reduce_op op) {
+    const char *name = "scatter_reduce";
+    ddpc_k_bcast geo = {0};
+    if ((unsigned)op > DDPC_SCATTER_AMIN) return DDPC_ERROR(DDPC_ERR_ARG, "%s: unknown reduction %d", name, (int)op);
+    if (out->readonly) return DDPC_ERROR(DDPC_ERR_ARG, "%s: the output is read-only", name);
+    CHECK(check_same_place_(out, src, name, "the source"));
+    if (out->dtype != DDPC_FLOAT32 && out->dtype != DDPC_FLOAT64 && out->dtype != DDPC_INT32 &&
+        out->dtype != DDPC_INT64)
+        return DDPC_ERROR(DDPC_ERR_TYPE, "%s: reduces float32, float64, int32 or int64, got %s", name,
+                          ddpc_dtype_name(out->dtype));
+    CHECK(index_geo_(out, src, index, dim, name, &geo));
+    int64_t n = index->numel;
+    if (n == 0) return DDPC_OK;
+    if (out->device != DDPC_CPU)
+        DDPC_LAUNCH(out->device, ddpc_k_scatter_reduce_dim(out->data, src->data, index->data, out->dtype, n, geo, dim,
+                                                           out->shape[dim], (int)op, stream));
+    const int64_t *ix = index->data;
+    switch (out->dtype) {
+    case DDPC_FLOAT32: SCATTER_REDUCE_LOOP(float); break;
+    case DDPC_FLOAT64: SCATTER_REDUCE_LOOP(double); break;
+    /* Products of integers wrap: multiply as unsigned, which has no undefined overflow. */
+    case DDPC_INT32:
+        if (op == DDPC_SCATTER_PROD)
+            INDEX_LOOP(geo, dim, ix, n, ((uint32_t *)out->data)[ob] *= ((const uint32_t *)src->data)[os]);
+        else SCATTER_REDUCE_LOOP(int32_t);
+        break;
+    default:
+        if (op == DDPC_SCATTER_PROD)
+            INDEX_LOOP(geo, dim, ix, n, ((uint64_t *)out->data)[ob] *= ((const uint64_t *)src->data)[os]);
+        else SCATTER_REDUCE_LOOP(int64_t);
+        break;
+    }
+    return DDPC_OK;
+}
+
 /* ---- bindings ------------------------------------------------------------------------ */
 
 static PyObject *py_fold_dim(PyObject *m, PyObject *args) {
@@ -220,12 +271,26 @@ static PyObject *py_scatter_dim(PyObject *m, PyObject *args) {
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(index), ddpc_op_scatter_dim(out, src, index, dim, accumulate));
 }
 
+static PyObject *py_scatter_reduce_dim(PyObject *m, PyObject *args) {
+    (void)m;
+    ddpc_buffer *out, *src, *index;
+    int dim, op;
+    if (!PyArg_ParseTuple(args, "O&O&O&ii:scatter_reduce_dim", ddpc_arg_buffer, &out, ddpc_arg_buffer, &src,
+                          ddpc_arg_buffer, &index, &dim, &op))
+        return NULL;
+    DDPC_RUN_RELEASED(ddpc_buffer_nbytes(index), ddpc_op_scatter_reduce_dim(out, src, index, dim,
+                                                                            (ddpc_scatter_reduce_op)op));
+}
+
 static PyMethodDef dim_methods[] = {
     {"fold_dim", py_fold_dim, METH_VARARGS,
      "fold_dim(out, a, dim, op, flags): op 0 sum 1 product 2 logsumexp; flags 1 cumulative 2 reverse 4 exclusive"},
     {"gather_dim", py_gather_dim, METH_VARARGS, "gather_dim(out, a, index, dim): out = a taken at index along dim"},
     {"scatter_dim", py_scatter_dim, METH_VARARGS,
      "scatter_dim(out, src, index, dim, accumulate): out at index along dim = (or +=) src"},
+    {"scatter_reduce_dim", py_scatter_reduce_dim, METH_VARARGS,
+     "scatter_reduce_dim(out, src, index, dim, op): out at index along dim = op(itself, src); op 0 prod 1 amax "
+     "2 amin"},
     {NULL, NULL, 0, NULL},
 };
 

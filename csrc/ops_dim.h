@@ -1,6 +1,7 @@
 /* Ops along one dim of a contiguous tensor: running (or total) sums and
  * products, and gather / scatter through an index tensor. One checked entry
- * point per op, dispatching to host loops or kernels/dim.cu. */
+ * point per op, dispatching to host loops or kernels/dim.cu. Scatters may add
+ * into or reduce into their output. */
 #ifndef DDPC_OPS_DIM_H
 #define DDPC_OPS_DIM_H
 
@@ -29,6 +30,17 @@ ddpc_status ddpc_op_gather_dim(ddpc_buffer *out, const ddpc_buffer *a, const ddp
  * write lands. */
 ddpc_status ddpc_op_scatter_dim(ddpc_buffer *out, const ddpc_buffer *src, const ddpc_buffer *index, int dim,
                                 int accumulate);
+
+/* The reductions of ddpc_op_scatter_reduce_dim (sums and means go through
+ * ddpc_op_scatter_dim's accumulate). */
+typedef enum { DDPC_SCATTER_PROD = 0, DDPC_SCATTER_AMAX, DDPC_SCATTER_AMIN } ddpc_scatter_reduce_op;
+/* out[i][index[i][j][k]][k] = op(that element, src[i][j][k]) for every index
+ * element (dim 1; likewise for any dim), in some order: the product, or the
+ * larger (smaller) of the two, a NaN in either winning as in PyTorch.
+ * float32, float64, int32 or int64 (products wrap); shapes and indices as
+ * for scatter. */
+ddpc_status ddpc_op_scatter_reduce_dim(ddpc_buffer *out, const ddpc_buffer *src, const ddpc_buffer *index, int dim,
+                                       ddpc_scatter_reduce_op op);
 
 int ddpc_dim_register(PyObject *module);
 

@@ -1,5 +1,6 @@
 // Kernels along one dim: running or total sums, products and logsumexps (one
-// thread per line), and gather / scatter through an index (one thread per index element).
+// thread per line), and gather / scatter / scatter-reduce through an index
+// (one thread per index element).
 // The formulas match the host loops in csrc/ops_dim.c.
 #include <type_traits>
 
@@ -76,6 +77,54 @@ __global__ void index_add_dim_kernel(T *big, const T *small, const int64_t *inde
     }
 }
 
+// Read-modify-write of one element through compare-and-swap on its bits, so
+// that a product or a NaN-aware extreme can be combined atomically.
+template <int W> struct CasWord;
+template <> struct CasWord<4> { typedef unsigned int type; };
+template <> struct CasWord<8> { typedef unsigned long long type; };
+
+// a op b as ops_dim.c's SCATTER_COMBINE: op 0 product, 1 max, 2 min, a NaN winning.
+template <typename T> __device__ __forceinline__ T scatter_combine(int op, T a, T b) {
+    if (op == 0) return a * b;
+    if (a != a) return a;
+    if (b != b) return b;
+    return op == 1 ? (b > a ? b : a) : (b < a ? b : a);
+}
+
+template <typename T> __device__ __forceinline__ void atomic_combine(T *p, T v, int op) {
+    typedef typename CasWord<sizeof(T)>::type B;
+    B *addr = (B *)p, old = *addr, assumed;
+    do {
+        assumed = old;
+        T cur, next;
+        memcpy(&cur, &assumed, sizeof(T));
+        next = scatter_combine(op, cur, v);
+        B bits;
+        memcpy(&bits, &next, sizeof(T));
+        if (bits == assumed) return;
+        old = atomicCAS(addr, assumed, bits);
+    } while (old != assumed);
+}
+
+// Products of integers wrap: they multiply as unsigned words.
+template <typename T> struct Wrapping { typedef T type; };
+template <> struct Wrapping<int32_t> { typedef uint32_t type; };
+template <> struct Wrapping<int64_t> { typedef unsigned long long type; };
+
+template <typename T>
+__global__ void scatter_reduce_dim_kernel(T *big, const T *small, const int64_t *index, int64_t n, ddpc_k_bcast geo,
+                                          int dim, int64_t len, int op) {
+    typedef typename Wrapping<T>::type U;
+    GRID_STRIDE(k, n) {
+        int64_t at = index[k];
+        if (at < 0 || at >= len) continue;
+        int64_t ob, os;
+        index_offsets(k, geo, dim, at, &ob, &os);
+        if (op == 0) atomic_combine((U *)&big[ob], (U)small[os], 0);
+        else atomic_combine(&big[ob], small[os], op);
+    }
+}
+
 }  // namespace
 
 extern "C" int ddpc_k_fold_dim(void *out, const void *a, int dtype, int64_t outer, int64_t len, int64_t inner,
@@ -124,6 +173,24 @@ extern "C" int ddpc_k_index_dim(void *big, void *small, const int64_t *index, in
     default:
         index_dim_kernel<uint64_t><<<grid, 256, 0, s>>>((uint64_t *)big, (uint64_t *)small, index, n, geo, dim, len,
                                                         mode); break;
+    }
+    return (int)cudaGetLastError();
+}
+
+extern "C" int ddpc_k_scatter_reduce_dim(void *big, const void *small, const int64_t *index, int dtype, int64_t n,
+                                         ddpc_k_bcast geo, int dim, int64_t len, int op, void *stream) {
+    cudaStream_t s = (cudaStream_t)stream;
+    unsigned grid = grid_for(n, 256);
+    switch (dtype) {
+    case K_F32: scatter_reduce_dim_kernel<float><<<grid, 256, 0, s>>>((float *)big, (const float *)small, index, n,
+                                                                       geo, dim, len, op); break;
+    case K_F64: scatter_reduce_dim_kernel<double><<<grid, 256, 0, s>>>((double *)big, (const double *)small, index,
+                                                                        n, geo, dim, len, op); break;
+    case K_I32: scatter_reduce_dim_kernel<int32_t><<<grid, 256, 0, s>>>((int32_t *)big, (const int32_t *)small,
+                                                                         index, n, geo, dim, len, op); break;
+    case K_I64: scatter_reduce_dim_kernel<int64_t><<<grid, 256, 0, s>>>((int64_t *)big, (const int64_t *)small,
+                                                                         index, n, geo, dim, len, op); break;
+    default: return (int)cudaErrorInvalidValue;
     }
     return (int)cudaGetLastError();
 }

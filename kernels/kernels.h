@@ -188,6 +188,10 @@ int ddpc_k_fold_dim(void *out, const void *a, int dtype, int64_t outer, int64_t 
 enum { DDPC_K_GATHER = 0, DDPC_K_SCATTER, DDPC_K_SCATTER_ADD };
 int ddpc_k_index_dim(void *big, void *small, const int64_t *index, int dtype, int64_t n, ddpc_k_bcast geo, int dim,
                      int64_t len, int mode, void *stream);
+/* big[ob] = op(big[ob], small[os]) over index as above, op a ddpc_scatter_reduce_op
+ * (csrc/ops_dim.h: 0 product, 1 max, 2 min); float32, float64, int32, int64. */
+int ddpc_k_scatter_reduce_dim(void *big, const void *small, const int64_t *index, int dtype, int64_t n,
+                              ddpc_k_bcast geo, int dim, int64_t len, int op, void *stream);
 /* Stable sort along a dim (kernels/sort.cu), every dtype: indices (int64) and,
  * unless NULL, values as ddpc_op_sort_dim describes them. `scratch` is device
  * memory of the size ddpc_k_sort_scratch gives for that many lines. */

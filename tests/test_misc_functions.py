@@ -1,9 +1,10 @@
 """The smaller torch-namespace functions: elementwise (logaddexp, logaddexp2,
 copysign, signbit, heaviside, deg2rad, rad2deg, sinc, frexp, ldexp), layout
 (rot90, trapz, cumulative_trapezoid, vander, combinations, hsplit, vsplit,
-dsplit, is_nonzero), statistics (cov, corrcoef), dtype limits (finfo, iinfo)
-and printing options, against numpy and closed forms; gradients against
-finite differences."""
+dsplit, is_nonzero, scatter_reduce), statistics (cov, corrcoef), dtype limits
+(finfo, iinfo) and printing options, against numpy and closed forms;
+gradients against finite differences; on a GPU (marked gpu) scatter_reduce's
+CUDA op against the host's."""
 
 import itertools
 
@@ -153,6 +154,70 @@ def test_splits_and_is_nonzero():
             ddpc.is_nonzero(bad)
 
 
+# ---- scatter_reduce ---------------------------------------------------------------------------
+
+def ref_scatter_reduce(x, dim, index, src, reduce, include_self):
+    """A loop over index elements, as the definition reads (means of integers round down)."""
+    out = x.astype(np.float64).copy()
+    seen = {}
+    for pos in np.ndindex(index.shape):
+        target = pos[:dim] + (index[pos],) + pos[dim + 1:]
+        seen.setdefault(target, [x[target]] if include_self else []).append(src[pos])
+    ops = {"sum": np.sum, "prod": np.prod, "mean": np.mean, "amax": np.max, "amin": np.min}
+    for target, vals in seen.items():
+        v = ops[reduce](np.array(vals, dtype=np.float64))
+        out[target] = np.floor(v) if reduce == "mean" and x.dtype.kind in "iu" else v
+    return out
+
+
+@pytest.mark.parametrize("reduce", ["sum", "prod", "mean", "amax", "amin"])
+def test_scatter_reduce_matches_the_reference(reduce):
+    for dtype in ("float32", "float64", "int32", "int64", "uint8", "float16"):
+        for shape, dim, ishape in [((5,), 0, (8,)), ((4, 5), 0, (6, 5)), ((4, 5), 1, (3, 7)), ((2, 3, 4), 2, (2, 2, 6))]:
+            x = RNG.integers(1, 5, shape).astype(np.float64)
+            src = RNG.integers(0 if dtype == "uint8" else -3, 4, ishape).astype(np.float64)
+            # The index reaches no further than src in any dim, nor than x outside dim.
+            index = RNG.integers(0, shape[dim], tuple(n if k == dim else min(n, shape[k])
+                                                     for k, n in enumerate(ishape)))
+            npd = np.float32 if dtype == "float16" else np.dtype(dtype)
+            for include_self in (True, False):
+                got = ddpc.tensor(x, dtype=dtype).scatter_reduce(dim, ddpc.tensor(index), ddpc.tensor(src, dtype=dtype),
+                                                                 reduce, include_self=include_self)
+                want = ref_scatter_reduce(x.astype(npd), dim, index, src.astype(npd), reduce, include_self)
+                assert got.dtype.name == dtype
+                if dtype in ("int32", "int64", "uint8"):
+                    want = want.astype(np.int64).astype(npd)
+                np.testing.assert_allclose(got.double().numpy() if got.dtype.is_floating_point else got.numpy(),
+                                           want, rtol=1e-3 if dtype == "float16" else 1e-6,
+                                           err_msg=f"{dtype} {shape} {dim} {include_self}")
+
+
+def test_scatter_reduce_nan_errors_and_gradients():
+    x = ddpc.tensor([1.0, 2.0, 3.0])
+    got = x.scatter_reduce(0, ddpc.tensor([0, 0, 1]), ddpc.tensor([np.nan, 5.0, -1.0]), "amax")
+    assert np.isnan(got[0].item()) and got[1].item() == 2.0
+    with pytest.raises(ValueError):
+        x.scatter_reduce(0, ddpc.tensor([0]), x, "max")
+    with pytest.raises(TypeError):
+        x.scatter_reduce(0, ddpc.tensor([0]), ddpc.tensor([1], dtype="int64"), "sum")
+    with pytest.raises((ValueError, IndexError)):
+        x.scatter_reduce(0, ddpc.tensor([3]), x, "sum")
+    index = np.array([[0, 2, 0, 1], [1, 1, 1, 0]])
+    a = np.round(RNG.standard_normal((2, 3)) * 4) / 4 + 0.1
+    s = RNG.standard_normal((2, 5))
+    s[0, 2] = 0.0
+    s[1, 3] = a[1, 0]  # a tie with the input element it lands on
+    for reduce in ("sum", "prod", "mean", "amax", "amin"):
+        for include_self in (True, False):
+            def f(t, u, reduce=reduce, include_self=include_self):
+                return ddpc.scatter_reduce(t, 1, ddpc.tensor(index), u, reduce, include_self=include_self) * \
+                    ddpc.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], dtype="float64")
+            check_grad(f, a, s)
+    c = ddpc.tensor(a)
+    c.scatter_reduce_(1, ddpc.tensor(index), ddpc.tensor(s), "amin")
+    assert c.shape == (2, 3) and float(c.sum().item()) <= a.sum()
+
+
 # ---- covariance ---------------------------------------------------------------------------
 
 def test_cov_corrcoef_match_numpy():
@@ -224,3 +289,24 @@ def test_set_printoptions_changes_repr():
     finally:
         ddpc.set_printoptions(profile="default")
     assert "..." in repr(ddpc.arange(2000)) and "0.33333334" in repr(t[:1])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "int64", "uint8", "bfloat16"])
+def test_gpu_scatter_reduce_matches_the_host(dtype):
+    x = ddpc.tensor(RNG.integers(1, 4, (6, 50)), dtype=dtype)
+    src = ddpc.tensor(RNG.integers(1, 3, (6, 4000)), dtype=dtype)  # products of 1s and 2s stay finite
+    index = ddpc.tensor(RNG.integers(0, 50, (6, 4000)))
+    if dtype.startswith(("float", "bfloat")):
+        x[0, :5] = float("nan")
+        src[1, :7] = float("nan")
+    for reduce in ("sum", "prod", "mean", "amax", "amin"):
+        for include_self in (True, False):
+            h = x.scatter_reduce(1, index, src, reduce, include_self=include_self)
+            d = x.cuda().scatter_reduce(1, index.cuda(), src.cuda(), reduce, include_self=include_self)
+            assert d.is_cuda
+            hv = h.double().numpy() if h.dtype.is_floating_point else h.numpy()
+            dv = d.cpu().double().numpy() if d.dtype.is_floating_point else d.cpu().numpy()
+            # Atomic products and sums of floats may add in another order.
+            np.testing.assert_allclose(dv, hv, rtol=1e-5 if reduce in ("sum", "mean", "prod") else 0,
+                                       err_msg=f"{reduce} {include_self}")

@@ -1,6 +1,6 @@
 """Optional: searchsorted, bucketize, cummax/cummin, the order statistics,
-bincount, histc, the smaller elementwise and layout functions, cov/corrcoef,
-and finfo/iinfo of ddpc against PyTorch's on the same
+bincount, histc, scatter_reduce, the smaller elementwise and layout
+functions, cov/corrcoef, and finfo/iinfo of ddpc against PyTorch's on the same
 inputs (skipped when torch is not installed): same dtypes, shapes, values
 (NaN where PyTorch has NaN), indices and gradients. Each group runs in a
 child process that imports torch before ddpc (see test_nn_extra_torch.py)
@@ -254,6 +254,44 @@ def _layout(np, torch, ddpc):
         _same(np, dg.grad, tg.grad, f"{name} gradient", rtol=1e-10)
 
 
+def _scatter_reduce(np, torch, ddpc):
+    rng = np.random.default_rng(12)
+    for dtype in ("float32", "float64", "float16", "bfloat16", "int32", "int64", "uint8"):
+        x = rng.integers(1, 5, (4, 6)).astype(np.float32)
+        src = rng.integers(0 if dtype == "uint8" else -3, 4, (4, 9)).astype(np.float32)
+        index = rng.integers(0, 6, (3, 9))
+        tx, dx = _both(torch, ddpc, x, dtype)
+        ts, ds = _both(torch, ddpc, src, dtype)
+        for reduce in ("sum", "prod", "mean", "amax", "amin"):
+            for include_self in (True, False):
+                want = tx.scatter_reduce(1, torch.tensor(index), ts, reduce, include_self=include_self)
+                got = dx.scatter_reduce(1, ddpc.tensor(index), ds, reduce, include_self=include_self)
+                _same(np, got, want, f"scatter_reduce {dtype} {reduce} {include_self}",
+                      rtol=1e-2 if dtype in ("float16", "bfloat16") else 0.0)
+    x = rng.standard_normal((3, 5))
+    src = rng.standard_normal((3, 8))
+    src[0, 1] = 0.0
+    src[2, 4] = x[2, 2]  # a tie with the input element it lands on
+    index = rng.integers(0, 5, (3, 8))
+    index[2, 4] = 2
+    for reduce in ("sum", "prod", "mean", "amax", "amin"):
+        for include_self in (True, False):
+            # Without include_self, PyTorch still counts an input element equal to the
+            # extreme when it shares out the gradient (which then does not add up to
+            # the incoming one); ddpc shares it among the reduced elements only.
+            data = src.copy()
+            data[2, 4] += 0 if include_self else 0.5
+            tx, ts = torch.tensor(x, requires_grad=True), torch.tensor(data, requires_grad=True)
+            dx, ds = ddpc.tensor(x, requires_grad=True), ddpc.tensor(data, requires_grad=True)
+            w = np.arange(15.0).reshape(3, 5)
+            (tx.scatter_reduce(1, torch.tensor(index), ts, reduce, include_self=include_self)
+             * torch.tensor(w)).sum().backward()
+            (dx.scatter_reduce(1, ddpc.tensor(index), ds, reduce, include_self=include_self)
+             * ddpc.tensor(w)).sum().backward()
+            _same(np, dx.grad, tx.grad, f"scatter_reduce {reduce} {include_self} gradient of input", rtol=1e-12)
+            _same(np, ds.grad, ts.grad, f"scatter_reduce {reduce} {include_self} gradient of src", rtol=1e-12)
+
+
 def _limits(np, torch, ddpc):
     for name in ("float16", "bfloat16", "float32", "float64"):
         f, w = ddpc.finfo(getattr(ddpc, name)), torch.finfo(getattr(torch, name))
@@ -267,7 +305,8 @@ def _limits(np, torch, ddpc):
 
 
 GROUPS = {"search": _search, "cumulative": _cumulative, "order": _order, "quantiles": _quantiles,
-          "counting": _counting, "elementwise": _elementwise, "layout": _layout, "limits": _limits}
+          "counting": _counting, "elementwise": _elementwise, "layout": _layout, "limits": _limits,
+          "scatter_reduce": _scatter_reduce}
 
 
 def _child(name):

@@ -4,13 +4,15 @@ gradients come from those ops' backward passes. Index arrays built with numpy
 are host-side metadata (one integer per selected slice or window element).
 """
 
+import math
 import numbers
 
 import numpy as np
 
+from . import _C
 from . import autograd as _ag
-from ._dtype import int64
-from .tensor import Tensor, _size_args, ones, tensor
+from ._dtype import bfloat16, float16, float32, float64, iinfo, int32, int64, uint8
+from .tensor import Tensor, _size_args, full, ones, tensor, zeros
 
 
 def _tensors(args, what):
@@ -336,6 +338,152 @@ def masked_scatter_(input, mask, source):
     return _ag.inplace_apply(input, lambda t: masked_scatter(t, mask, source), "masked_scatter_", (source,))
 
 
+# ---- scatter with a reduction -------------------------------------------------------------
+
+_REDUCE_OPS = {"prod": 0, "amax": 1, "amin": 2}  # the op codes of csrc/ops_dim.h's scatter_reduce_dim
+
+
+def _reduce_dtype(dt, reduce):
+    """The dtype the C ops reduce dt in: sums add float32, float64 or int64; the
+    other reductions take float32, float64, int32 or int64 (16-bit floats go
+    through float32, uint8 through a wider integer, whose low bits wrap alike)."""
+    if dt in (float16, bfloat16):
+        return float32
+    if reduce in ("sum", "mean"):
+        return dt if dt in (float32, float64) else int64
+    return int32 if dt is uint8 else dt
+
+
+def _identity(reduce, dt):
+    if reduce in ("sum", "mean"):
+        return 0
+    if reduce == "prod":
+        return 1
+    if dt.is_floating_point:
+        return -math.inf if reduce == "amax" else math.inf
+    info = iinfo(dt)
+    return info.min if reduce == "amax" else info.max
+
+
+def _scatter_reduce_values(a, d, index, src, reduce, include_self):
+    """(result, count): a with src reduced into it at index along d, outside the
+    graph, in a's dtype; count (float64) the number of values each mean averaged."""
+    work = _reduce_dtype(a.dtype, reduce)
+    with _ag.no_grad():
+        out = _ag.clone(a.detach().to(dtype=work).contiguous())
+        s = src.detach().to(dtype=work).contiguous()
+        if not include_self:  # the scattered-to elements start from the reduction's identity
+            _C.scatter_dim(out._buf, full(index.shape, _identity(reduce, work), dtype=work, device=a.device)._buf,
+                           index._buf, d, False)
+        if reduce in _REDUCE_OPS:
+            _C.scatter_reduce_dim(out._buf, s._buf, index._buf, d, _REDUCE_OPS[reduce])
+        else:
+            _C.scatter_dim(out._buf, s._buf, index._buf, d, True)
+        count = None
+        if reduce == "mean":
+            count = (ones if include_self else zeros)(a.shape, dtype=float64, device=a.device)
+            _C.scatter_dim(count._buf, ones(index.shape, dtype=float64, device=a.device)._buf, index._buf, d, True)
+            count = _ag.where(count == 0, 1.0, count)
+            mean = _ag.div(out.to(dtype=float64), count)
+            out = mean if work.is_floating_point else _ag.floor(mean)
+        return out.to(dtype=a.dtype), count
+
+
+class _ScatterReduceBackward(_ag.Node):
+    """PyTorch's gradients of scatter_reduce: sums pass the gradient through,
+    means divide it by the count, products by the element (with the product
+    of the others where it is 0), and amax / amin share it among the elements
+    equal to the result."""
+
+    def __init__(self, a, src, d, index, reduce, include_self, result, count):
+        super().__init__((a, src), (a.detach(), src.detach(), result, count))
+        self.d, self.index, self.reduce, self.include_self = d, index, reduce, include_self
+
+    def backward(self, g):
+        a, src, result, count = self.saved
+        d, index, reduce = self.d, self.index, self.reduce
+        dt = g.dtype
+        if dt in (float16, bfloat16):  # the scatter ops add float32 and float64
+            a, src, result, g = a.float(), src.float(), result.float(), g.float()
+        g = g.contiguous()
+        if reduce == "sum":
+            g_self, g_taken = g, _ag.gather(g, d, index)
+        elif reduce == "mean":
+            g_self = _ag.div(g, count.to(dtype=g.dtype))
+            g_taken = _ag.gather(g_self, d, index)
+        elif reduce == "prod":
+            # Where a is 0 its gradient is the product of the rest: recompute with 1 in its place.
+            masked_a = _ag.where(a == 0, 1.0, a)
+            masked_result = _scatter_reduce_values(masked_a, d, index, src, reduce, self.include_self)[0]
+            g_self = _ag.div(_ag.mul(g, masked_result), masked_a)
+            taken = _taken(src, index)
+            zero = taken == 0
+            zeros_there = _ag.gather(_ag.scatter_add(zeros(a.shape, dtype=g.dtype, device=g.device), d, index,
+                                                     zero.to(dtype=g.dtype)), d, index)
+            single = _ag.logical_and(zero, zeros_there == 1)
+            masked_src = _padded_like(_ag.where(single, 1.0, taken), src)
+            others = _scatter_reduce_values(a, d, index, masked_src, reduce, self.include_self)[0]
+            g_taken = _ag.where(single, _ag.gather(_ag.mul(g, others), d, index),
+                                _ag.div(_ag.gather(_ag.mul(g, result), d, index), _ag.where(zero, 1.0, taken)))
+        else:
+            value = _ag.gather(result, d, index)
+            self_is = (a == result).to(dtype=g.dtype)
+            if not self.include_self:
+                self_is = _ag.scatter(self_is, d, index, value=0.0)
+            src_is = (_taken(src, index) == value).to(dtype=g.dtype)
+            share = _ag.div(g, _ag.scatter_add(self_is, d, index, src_is))
+            g_self = _ag.mul(self_is, share)
+            g_taken = _ag.mul(src_is, _ag.gather(share, d, index))
+        if not self.include_self:
+            g_self = _ag.scatter(g_self, d, index, value=0.0)
+        g_self = g_self.to(dtype=dt) if self.next_functions[0] is not None else None
+        g_src = _ag._padded(g_taken.contiguous(), src.shape).to(dtype=dt) if self.next_functions[1] is not None else None
+        return g_self, g_src
+
+
+def _taken(src, index):
+    """The part of src that the index reaches (its leading corner of index's shape)."""
+    if src.shape == index.shape:
+        return src
+    return src[tuple(slice(0, n) for n in index.shape)].contiguous()
+
+
+def _padded_like(part, src):
+    """src with its leading corner of part's shape replaced by part."""
+    if part.shape == src.shape:
+        return part
+    out = _ag.clone(src)
+    out[tuple(slice(0, n) for n in part.shape)] = part
+    return out
+
+
+def scatter_reduce(input, dim, index, src, reduce, *, include_self=True):
+    """input with each src[i][j][k] reduced into input[i][index[i][j][k]][k]
+    (dim 1; likewise for any dim) by ``reduce``: 'sum', 'prod', 'mean',
+    'amax' or 'amin'; without ``include_self`` the elements scattered to
+    reduce only what lands there. Means of integers round down, as
+    PyTorch's; amax and amin propagate NaN. Runs on input's device (scatter
+    and scatter-reduce ops with atomics on a GPU); 16-bit floats reduce in
+    float32. Gradients as PyTorch's, to input and src, except that amax and
+    amin without include_self share the gradient among the reduced elements
+    equal to the result only, where PyTorch also counts an equal input
+    element that took no part."""
+    if reduce not in ("sum", "prod", "mean", "amax", "amin"):
+        raise ValueError(f"scatter_reduce: reduce must be 'sum', 'prod', 'mean', 'amax' or 'amin', got {reduce!r}")
+    if not isinstance(src, Tensor) or src.dtype is not input.dtype:
+        raise TypeError("scatter_reduce: src must be a tensor of input's dtype")
+    d, index = _ag._index_args(input, dim, index, "scatter_reduce")
+    if input.ndim == 0:
+        flat = scatter_reduce(_ag.reshape(input, (1,)), 0, index.reshape(1), _ag.reshape(src, (1,)), reduce,
+                              include_self=include_self)
+        return _ag.reshape(flat, ())
+    result, count = _scatter_reduce_values(input, d, index, src, reduce, include_self)
+    if _ag._needs_grad(input, src) and input.dtype.is_floating_point:
+        _ag._attach(result, _ScatterReduceBackward(input, src, d, index, reduce, include_self, result.detach(),
+                                                   count))
+    return result
+
+
 def fill_diagonal_(input, fill_value, wrap=False):
     """Sets the main diagonal (input[i, i, ...]; all dims equal beyond 2-d) to
     fill_value, in place; with ``wrap``, a tall matrix's diagonal starts again
@@ -355,5 +503,5 @@ def fill_diagonal_(input, fill_value, wrap=False):
 
 __all__ = ["atleast_1d", "atleast_2d", "atleast_3d", "broadcast_to", "cartesian_prod", "column_stack", "combinations",
            "cumulative_trapezoid", "dsplit", "dstack", "hsplit", "hstack", "index_copy", "index_fill", "is_nonzero",
-           "masked_scatter", "rot90", "row_stack", "tile", "trapezoid", "trapz", "tril_indices", "triu_indices",
-           "vander", "vsplit", "vstack"]
+           "masked_scatter", "rot90", "row_stack", "scatter_reduce", "tile", "trapezoid", "trapz", "tril_indices",
+           "triu_indices", "vander", "vsplit", "vstack"]

@@ -1064,6 +1064,11 @@ class Tensor:
     def vsplit(self, indices_or_sections): return _lo.vsplit(self, indices_or_sections)
     def dsplit(self, indices_or_sections): return _lo.dsplit(self, indices_or_sections)
     def is_nonzero(self): return _lo.is_nonzero(self)
+    def scatter_reduce(self, dim, index, src, reduce, *, include_self=True):
+        return _lo.scatter_reduce(self, dim, index, src, reduce, include_self=include_self)
+    def scatter_reduce_(self, dim, index, src, reduce, *, include_self=True):
+        return _ag.inplace_apply(self, lambda t: _lo.scatter_reduce(t, dim, index, src, reduce,
+                                                                    include_self=include_self), "scatter_reduce_", (src,))
     def cov(self, *, correction=1, fweights=None, aweights=None):
         return _la.cov(self, correction=correction, fweights=fweights, aweights=aweights)
     def corrcoef(self): return _la.corrcoef(self)
