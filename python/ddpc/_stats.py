@@ -46,7 +46,8 @@ def searchsorted(sorted_sequence, input, *, out_int32=False, right=False, side=N
     its shape) orders an unsorted sequence, as argsort gives. ``input`` may be
     a number (a 0-d result). A binary search per element on the tensors'
     device; int64 positions, int32 with ``out_int32``. NaN follows PyTorch's
-    comparisons: a NaN value goes to the end."""
+    comparisons: a NaN value goes to the end. A sorter on a GPU has its range
+    checked on the host (one read)."""
     what = "searchsorted"
     _check_tensor(sorted_sequence, what, "sorted_sequence")
     if side not in (None, "left", "right"):
@@ -261,7 +262,7 @@ def _quantile(input, q, dim, keepdim, interpolation, ignore_nan, what):
         if q._buf.device != input._buf.device:
             raise ValueError(f"{what}: q is on {q.device}, the input on {input.device}")
         qs = q.detach().reshape(-1)
-        if qs.numel() and (bool(_ag.any_(qs < 0)) or bool(_ag.any_(qs > 1))):
+        if qs.numel() and bool(_ag.any_(_ag.logical_or(qs < 0, qs > 1))):
             raise ValueError(f"{what}: q values must be in the range [0, 1]")
     else:
         if not 0 <= q <= 1:
@@ -306,7 +307,8 @@ def quantile(input, q, dim=None, keepdim=False, *, interpolation="linear"):
     number or a 0- or 1-d tensor of input's dtype in [0, 1]; a 1-d q adds a
     leading dim. Between two sorted elements ``interpolation`` takes 'linear',
     'lower', 'higher', 'midpoint' or 'nearest' (half to even). float32 and
-    float64; a line holding NaN gives NaN. Differentiable."""
+    float64; a line holding NaN gives NaN. Differentiable. A tensor q is
+    checked on the host (one read), as PyTorch checks it."""
     return _quantile(input, q, dim, keepdim, interpolation, False, "quantile")
 
 
@@ -335,7 +337,7 @@ def bincount(input, weights=None, minlength=0):
         idx = input.detach().to(dtype=int64).contiguous()
         size = minlength
         if idx.numel():
-            lo, hi = (int(v.item()) for v in aminmax(idx))
+            lo, hi = _ag.stack(list(aminmax(idx))).tolist()  # one read from the device
             if lo < 0:
                 raise ValueError(f"bincount: input must be non-negative, got {lo}")
             size = max(size, hi + 1)
