@@ -16,6 +16,7 @@
 #include "ops_nn.h"
 #include "ops_rnn.h"
 #include "ops_select.h"
+#include "ops_intmath.h"
 #include "ops_search.h"
 #include "ops_sort.h"
 
@@ -289,9 +290,9 @@ static int module_exec(PyObject *m) {
     if (ddpc_buffer_register(m) < 0 || ddpc_ops_register(m) < 0) return -1;
     if (ddpc_nn_register(m) < 0 || ddpc_conv_register(m) < 0 || ddpc_dim_register(m) < 0 ||
         ddpc_sort_register(m) < 0 || ddpc_search_register(m) < 0 || ddpc_select_register(m) < 0 ||
-        ddpc_ctc_register(m) < 0 || ddpc_comm_register(m) < 0 || ddpc_nccl_register(m) < 0 ||
-        ddpc_loader_register(m) < 0 || ddpc_amp_register(m) < 0 || ddpc_embedding_register(m) < 0 ||
-        ddpc_rnn_register(m) < 0)
+        ddpc_ctc_register(m) < 0 || ddpc_intmath_register(m) < 0 || ddpc_comm_register(m) < 0 ||
+        ddpc_nccl_register(m) < 0 || ddpc_loader_register(m) < 0 || ddpc_amp_register(m) < 0 ||
+        ddpc_embedding_register(m) < 0 || ddpc_rnn_register(m) < 0)
         return -1;
     return 0;
 }

@@ -126,6 +126,20 @@ static inline DDPC_HD int ddpc_cum_extreme_takes(int dtype, uint64_t key, uint64
     return want_max ? key >= best : key <= best;
 }
 
+/* gcd(a, b), or lcm(a, b) with want_lcm, as PyTorch's: on the magnitudes as
+ * unsigned 64-bit words, so that no step overflows (|INT64_MIN| included);
+ * lcm = |a| / gcd * |b|, wrapping. The caller narrows the result to its dtype. */
+static inline DDPC_HD uint64_t ddpc_gcd_lcm(int64_t a, int64_t b, int want_lcm) {
+    uint64_t x = a < 0 ? 0 - (uint64_t)a : (uint64_t)a, y = b < 0 ? 0 - (uint64_t)b : (uint64_t)b;
+    uint64_t g = y, r = x;
+    while (r != 0) {
+        uint64_t t = g % r;
+        g = r, r = t;
+    }
+    if (!want_lcm) return g;
+    return g == 0 ? 0 : x / g * y;
+}
+
 int ddpc_k_fill(void *dst, int dtype, int64_t n, double value, void *stream);
 int ddpc_k_cast(void *dst, int dst_dtype, const void *src, int src_dtype, int64_t n, void *stream);
 int ddpc_k_binary(int op, void *out, const void *a, const void *b, int dtype, int64_t n, void *stream);
@@ -208,6 +222,8 @@ int ddpc_k_searchsorted(void *out, int out_int32, const void *sorted, const int6
                         int dtype, int64_t n, int64_t per_line, int64_t len, int shared, int right, void *stream);
 int ddpc_k_cum_extreme(void *values, int64_t *indices, const void *a, int dtype, int64_t outer, int64_t len,
                        int64_t inner, int want_max, void *stream);
+/* gcd or lcm elementwise (kernels/intmath.cu): uint8, int32, int64. */
+int ddpc_k_gcd(void *out, const void *a, const void *b, int dtype, int64_t n, int want_lcm, void *stream);
 /* The n elements of a uint8 mask (kernels/select.cu). COUNT: out (one int64)
  * = how many are non-zero. FLAT and COORDS: the positions of the non-zero
  * ones, in order, as flat indices or as coordinates over geo's shape

@@ -1,10 +1,10 @@
 """The smaller torch-namespace functions: elementwise (logaddexp, logaddexp2,
-copysign, signbit, heaviside, deg2rad, rad2deg, sinc, frexp, ldexp), layout
+copysign, signbit, heaviside, deg2rad, rad2deg, sinc, frexp, ldexp, gcd, lcm), layout
 (rot90, trapz, cumulative_trapezoid, vander, combinations, hsplit, vsplit,
 dsplit, is_nonzero, scatter_reduce), statistics (cov, corrcoef), dtype limits
 (finfo, iinfo) and printing options, against numpy and closed forms;
-gradients against finite differences; on a GPU (marked gpu) scatter_reduce's
-CUDA op against the host's."""
+gradients against finite differences; on a GPU (marked gpu) the CUDA ops of
+scatter_reduce, gcd and lcm against the host's."""
 
 import itertools
 
@@ -86,6 +86,42 @@ def test_angles_sinc_frexp_ldexp():
     np.testing.assert_array_equal(ddpc.ldexp(ddpc.tensor(x[:6]), ddpc.tensor(e)).numpy(),
                                   np.ldexp(x[:6], e))
     check_grad(lambda a: ddpc.ldexp(a, ddpc.tensor(e)), x[:6])
+
+
+def test_gcd_lcm_match_numpy():
+    a = np.concatenate([RNG.integers(-60, 60, 40), [0, 0, 7, -12, 2 ** 40]])
+    b = np.concatenate([RNG.integers(-60, 60, 40), [0, 5, 0, 18, 6 * 2 ** 35]])
+    for dtype in ("int64", "int32", "uint8"):
+        x, y = (np.abs(a) % 256, np.abs(b) % 256) if dtype == "uint8" else (a, b)
+        if dtype == "int32":
+            x, y = x % 2 ** 31, y % 2 ** 31
+        x, y = x.astype(dtype), y.astype(dtype)
+        got = ddpc.gcd(ddpc.tensor(x), ddpc.tensor(y))
+        assert got.dtype.name == dtype
+        np.testing.assert_array_equal(got.numpy(), np.gcd(x, y))
+        small = np.abs(x) < 2 ** 7
+        np.testing.assert_array_equal(ddpc.tensor(x[small]).lcm(ddpc.tensor(y[small])).numpy(),
+                                      np.lcm(x[small], y[small]))
+    col = ddpc.tensor([[12], [18]])
+    np.testing.assert_array_equal(ddpc.gcd(col, ddpc.tensor([8, 27])).numpy(), np.gcd([[12], [18]], [8, 27]))
+    np.testing.assert_array_equal(ddpc.gcd(ddpc.tensor([12, 9]), 6).numpy(), [6, 3])
+    assert ddpc.gcd(ddpc.tensor([-2 ** 63]), ddpc.tensor([0])).item() == -2 ** 63  # |INT64_MIN| wraps, as PyTorch
+    with pytest.raises(TypeError):
+        ddpc.gcd(ddpc.tensor([1.0]), ddpc.tensor([2.0]))
+    t = ddpc.tensor([4, 6])
+    t.lcm_(ddpc.tensor([6, 4]))
+    np.testing.assert_array_equal(t.numpy(), [12, 12])
+
+
+@pytest.mark.gpu
+def test_gpu_gcd_lcm_match_the_host():
+    for dtype in ("uint8", "int32", "int64"):
+        a = ddpc.tensor(RNG.integers(0, 120, 5000), dtype=dtype)
+        b = ddpc.tensor(RNG.integers(0, 120, 5000), dtype=dtype)
+        for fn in (ddpc.gcd, ddpc.lcm):
+            d = fn(a.cuda(), b.cuda())
+            assert d.is_cuda
+            np.testing.assert_array_equal(d.cpu().numpy(), fn(a, b).numpy())
 
 
 # ---- layout ---------------------------------------------------------------------------------

@@ -187,6 +187,14 @@ def _elementwise(np, torch, ddpc):
     e = np.array([-3, 0, 2, 5, 1, 0, 2, 3, -1, 4])
     _same(np, ddpc.ldexp(ddpc.tensor(special), ddpc.tensor(e)), torch.ldexp(torch.tensor(special), torch.tensor(e)),
           "ldexp")
+    rng = np.random.default_rng(13)
+    for dtype in ("uint8", "int32", "int64"):
+        a, b = rng.integers(0 if dtype == "uint8" else -50, 50, (2, 30))
+        a[:3], b[:3] = [0, 0, 9], [0, 4, 0]
+        ta, da = _both(torch, ddpc, a, dtype)
+        tb, db = _both(torch, ddpc, b, dtype)
+        _same(np, ddpc.gcd(da, db), torch.gcd(ta, tb), f"gcd {dtype}")
+        _same(np, ddpc.lcm(da, db), torch.lcm(ta, tb), f"lcm {dtype}")
     x, y = np.random.default_rng(10).standard_normal((2, 6))
     for name in ("logaddexp", "logaddexp2", "copysign"):
         ta, tb = torch.tensor(x, requires_grad=True), torch.tensor(y, requires_grad=True)

@@ -48,7 +48,8 @@ from ._layout import (atleast_1d, atleast_2d, atleast_3d, broadcast_to, cartesia
                       index_copy, index_fill, masked_scatter, row_stack, tile, trapezoid, tril_indices, triu_indices,
                       vstack)
 from ._random import bernoulli, multinomial, normal, poisson
-from ._pointwise import (copysign, deg2rad, frexp, heaviside, ldexp, logaddexp, logaddexp2, rad2deg, signbit, sinc)
+from ._pointwise import (copysign, deg2rad, frexp, gcd, heaviside, lcm, ldexp, logaddexp, logaddexp2, rad2deg, signbit,
+                         sinc)
 from ._layout import (combinations, cumulative_trapezoid, dsplit, hsplit, is_nonzero, rot90, scatter_reduce, trapz,
                       vander, vsplit)
 from ._linalg import corrcoef, cov

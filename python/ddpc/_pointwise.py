@@ -7,6 +7,7 @@ in float64 and rounded once to the result's dtype.
 import math
 import numbers
 
+from . import _C
 from . import autograd as _ag
 from ._dtype import float32, float64, int32, promote, result_type, uint8
 from .tensor import _BITAND, _BITOR, _BITXOR, _DOUBLE_INTS, _LSHIFT, _RSHIFT, Tensor, _is_float_scalar
@@ -426,6 +427,31 @@ def ldexp(input, other):
     return _ag.mul(a, _ag.exp2(b))
 
 
+def _gcd_lcm(input, other, want_lcm, what):
+    a, b = _pair(input, other, what)
+    dt = promote(a.dtype, b.dtype)
+    if dt.is_floating_point:
+        raise TypeError(f"{what}: needs integer tensors, got {a.dtype} and {b.dtype}")
+    shape = _ag._broadcast_shape(a.shape, b.shape)
+    with _ag.no_grad():
+        a, b = (_ag.expand(t.detach().to(dtype=dt), shape).contiguous() for t in (a, b))
+        out = _ag._empty(shape, a)
+        _C.gcd(out._buf, a._buf, b._buf, want_lcm)
+    return out
+
+
+def gcd(input, other):
+    """The greatest common divisor of each pair of integers (non-negative;
+    gcd(0, 0) = 0), by Euclid's algorithm in a C op on the tensors' device."""
+    return _gcd_lcm(input, other, False, "gcd")
+
+
+def lcm(input, other):
+    """The least common multiple of each pair of integers: |a / gcd(a, b) * b|,
+    0 when either is 0; it wraps where it overflows the dtype."""
+    return _gcd_lcm(input, other, True, "lcm")
+
+
 # ---- reductions that skip NaN ---------------------------------------------------------------
 
 def _not_nan(input):
@@ -452,6 +478,6 @@ def nanmean(input, dim=None, keepdim=False, *, dtype=None):
 
 __all__ = ["add", "arctan2", "atan2", "bitwise_and", "bitwise_left_shift", "bitwise_not", "bitwise_or",
            "bitwise_right_shift", "bitwise_xor", "copysign", "deg2rad", "div", "divide", "floor_divide", "fmod",
-           "frac", "frexp", "hardshrink", "heaviside", "hypot", "ldexp", "logaddexp", "logaddexp2", "logit", "mul",
-           "multiply", "nanmean", "nansum", "rad2deg", "remainder", "sgn", "signbit", "sinc", "sub", "subtract",
-           "true_divide", "xlogy"]
+           "frac", "frexp", "gcd", "hardshrink", "heaviside", "hypot", "lcm", "ldexp", "logaddexp", "logaddexp2",
+           "logit", "mul", "multiply", "nanmean", "nansum", "rad2deg", "remainder", "sgn", "signbit", "sinc", "sub",
+           "subtract", "true_divide", "xlogy"]
