@@ -89,22 +89,36 @@ typedef struct {
     int64_t *indices;
     const void *a;
     int dtype, width, want_max;
-    int64_t len, inner;
+    int64_t len, inner, chunks_per_outer;
 } extreme_job_;
 
-/* Lines [lo, hi) of `len` elements `inner` apart. */
-static void cum_extreme_lines_(void *ctx, int64_t lo, int64_t hi) {
+/* Lines run EXTREME_CHUNK at a time (neighbours along the inner dims), so that
+ * each step along the dim reads and writes contiguous elements. */
+#define EXTREME_CHUNK 64
+
+/* Chunks [lo, hi): chunk c holds the lines of outer index c / chunks_per_outer
+ * from inner index (c % chunks_per_outer) * EXTREME_CHUNK on. */
+static void cum_extreme_chunks_(void *ctx, int64_t lo, int64_t hi) {
     const extreme_job_ *j = ctx;
-    for (int64_t line = lo; line < hi; line++) {
-        int64_t base = (line / j->inner) * j->len * j->inner + line % j->inner, best_at = 0;
-        uint64_t best_word = ddpc_load_word(j->a, j->width, base), best = ddpc_sort_key(j->dtype, best_word);
-        for (int64_t s = 0; s < j->len; s++) {
-            int64_t at = base + s * j->inner;
-            uint64_t word = ddpc_load_word(j->a, j->width, at), key = ddpc_sort_key(j->dtype, word);
-            if (ddpc_cum_extreme_takes(j->dtype, key, best, j->want_max)) best = key, best_word = word, best_at = s;
-            ddpc_store_word(j->values, j->width, at, best_word);
-            j->indices[at] = best_at;
+    uint64_t best[EXTREME_CHUNK], best_word[EXTREME_CHUNK];
+    int64_t best_at[EXTREME_CHUNK];
+    for (int64_t c = lo; c < hi; c++) {
+        int64_t i0 = (c % j->chunks_per_outer) * EXTREME_CHUNK;
+        int64_t base = (c / j->chunks_per_outer) * j->len * j->inner + i0;
+        int64_t m = j->inner - i0 < EXTREME_CHUNK ? j->inner - i0 : EXTREME_CHUNK;
+        for (int64_t i = 0; i < m; i++) {
+            best_word[i] = ddpc_load_word(j->a, j->width, base + i);
+            best[i] = ddpc_sort_key(j->dtype, best_word[i]), best_at[i] = 0;
         }
+        for (int64_t s = 0; s < j->len; s++)
+            for (int64_t i = 0; i < m; i++) {
+                int64_t at = base + s * j->inner + i;
+                uint64_t word = ddpc_load_word(j->a, j->width, at), key = ddpc_sort_key(j->dtype, word);
+                if (ddpc_cum_extreme_takes(j->dtype, key, best[i], j->want_max))
+                    best[i] = key, best_word[i] = word, best_at[i] = s;
+                ddpc_store_word(j->values, j->width, at, best_word[i]);
+                j->indices[at] = best_at[i];
+            }
     }
 }
 
@@ -122,9 +136,12 @@ ddpc_status ddpc_op_cum_extreme(ddpc_buffer *values, ddpc_buffer *indices, const
     if (a->device != DDPC_CPU)
         DDPC_LAUNCH(a->device, ddpc_k_cum_extreme(values->data, indices->data, a->data, a->dtype, outer, len, inner,
                                                   want_max, stream));
+    int64_t per = (inner + EXTREME_CHUNK - 1) / EXTREME_CHUNK;
     extreme_job_ job = {.values = values->data, .indices = indices->data, .a = a->data, .dtype = a->dtype,
-                        .width = (int)ddpc_dtype_size(a->dtype), .want_max = want_max, .len = len, .inner = inner};
-    ddpc_parallel_for(outer * inner, SEARCH_GRAIN / len + 1, cum_extreme_lines_, &job);
+                        .width = (int)ddpc_dtype_size(a->dtype), .want_max = want_max, .len = len, .inner = inner,
+                        .chunks_per_outer = per};
+    ddpc_parallel_for(outer * per, SEARCH_GRAIN / (len * (inner < EXTREME_CHUNK ? inner : EXTREME_CHUNK)) + 1,
+                      cum_extreme_chunks_, &job);
     return DDPC_OK;
 }
 

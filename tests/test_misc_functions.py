@@ -209,7 +209,8 @@ def ref_scatter_reduce(x, dim, index, src, reduce, include_self):
 @pytest.mark.parametrize("reduce", ["sum", "prod", "mean", "amax", "amin"])
 def test_scatter_reduce_matches_the_reference(reduce):
     for dtype in ("float32", "float64", "int32", "int64", "uint8", "float16"):
-        for shape, dim, ishape in [((5,), 0, (8,)), ((4, 5), 0, (6, 5)), ((4, 5), 1, (3, 7)), ((2, 3, 4), 2, (2, 2, 6))]:
+        for shape, dim, ishape in [((5,), 0, (8,)), ((4, 5), 0, (6, 5)), ((4, 5), 1, (3, 7)),
+                                   ((2, 3, 4), 2, (2, 2, 6))]:
             x = RNG.integers(1, 5, shape).astype(np.float64)
             src = RNG.integers(0 if dtype == "uint8" else -3, 4, ishape).astype(np.float64)
             # The index reaches no further than src in any dim, nor than x outside dim.

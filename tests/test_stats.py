@@ -112,7 +112,7 @@ def ref_cum_extreme(x, dim, want_max):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_cummax_cummin_match_the_reference(dtype):
     for shape, dim in [((9,), 0), ((4, 7), 1), ((4, 7), 0), ((2, 3, 5), 1), ((3, 0), 1), ((0, 3), 0)]:
-        a, x = sample(shape, dtype)
+        a, _ = sample(shape, dtype)
         held = values_of(a)
         for fn, want_max in ((ddpc.cummax, True), (ddpc.cummin, False)):
             got = fn(a, dim)
@@ -160,7 +160,7 @@ def test_median_nanmedian_kthvalue_match_the_reference(dtype):
             held.reshape(-1), 0, cases[0][1])[0])
         for k in (1, shape[dim]):
             got = ddpc.kthvalue(a, k, dim)
-            want_v, want_i = ref_sorted_pick(held, dim, lambda n, c: k - 1)
+            want_v, want_i = ref_sorted_pick(held, dim, lambda n, c, k=k: k - 1)
             np.testing.assert_array_equal(values_of(got.values), want_v)
             np.testing.assert_array_equal(got.indices.numpy(), want_i)
 

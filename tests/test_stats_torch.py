@@ -304,7 +304,8 @@ def _limits(np, torch, ddpc):
     for name in ("float16", "bfloat16", "float32", "float64"):
         f, w = ddpc.finfo(getattr(ddpc, name)), torch.finfo(getattr(torch, name))
         for attr in ("bits", "eps", "max", "min", "tiny", "smallest_normal", "resolution", "dtype"):
-            assert getattr(f, attr) == getattr(w, attr), f"finfo {name} {attr}: {getattr(f, attr)} vs {getattr(w, attr)}"
+            got, want = getattr(f, attr), getattr(w, attr)
+            assert got == want, f"finfo {name} {attr}: {got} vs {want}"
     for name in ("uint8", "int32", "int64"):
         i, w = ddpc.iinfo(getattr(ddpc, name)), torch.iinfo(getattr(torch, name))
         for attr in ("bits", "min", "max", "dtype"):

@@ -1071,8 +1071,9 @@ class Tensor:
     def scatter_reduce(self, dim, index, src, reduce, *, include_self=True):
         return _lo.scatter_reduce(self, dim, index, src, reduce, include_self=include_self)
     def scatter_reduce_(self, dim, index, src, reduce, *, include_self=True):
-        return _ag.inplace_apply(self, lambda t: _lo.scatter_reduce(t, dim, index, src, reduce,
-                                                                    include_self=include_self), "scatter_reduce_", (src,))
+        def reduced(t):
+            return _lo.scatter_reduce(t, dim, index, src, reduce, include_self=include_self)
+        return _ag.inplace_apply(self, reduced, "scatter_reduce_", (src,))
     def cov(self, *, correction=1, fweights=None, aweights=None):
         return _la.cov(self, correction=correction, fweights=fweights, aweights=aweights)
     def corrcoef(self): return _la.corrcoef(self)
@@ -1715,7 +1716,8 @@ def index_select(t, dim, index):
     return t.index_select(dim, index)
 
 from . import autograd as _ag  # noqa: E402  (autograd builds on the Tensor class above)
-from . import _layout as _lo, _linalg as _la, _pointwise as _pw, _random as _rnd, _stats as _st  # noqa: E402  (as autograd)
+from . import _layout as _lo, _linalg as _la, _pointwise as _pw, _random as _rnd  # noqa: E402  (as autograd)
+from . import _stats as _st  # noqa: E402  (as autograd)
 
 _TYPE_NAMES = {float32: "FloatTensor", float64: "DoubleTensor", float16: "HalfTensor", bfloat16: "BFloat16Tensor",
                int32: "IntTensor", int64: "LongTensor", uint8: "ByteTensor"}
