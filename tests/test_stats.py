@@ -69,7 +69,7 @@ def test_searchsorted_shared_sequence_sorter_int32_and_scalars():
     np.testing.assert_array_equal(ddpc.searchsorted(ddpc.tensor([1, 2, 3]), ddpc.tensor([1.5, 2.5])).numpy(), [1, 2])
     # A NaN value lands at the end either way.
     assert ddpc.searchsorted(ddpc.tensor([1.0, 2.0]), ddpc.tensor([np.nan])).item() == 2
-    assert sorted_seq.searchsorted(ddpc.tensor([4.0])).item() == 4
+    assert ddpc.searchsorted(sorted_seq, ddpc.tensor([4.0])).item() == 4
 
 
 def test_searchsorted_errors():

@@ -1027,10 +1027,6 @@ class Tensor:
     def multinomial(self, num_samples, replacement=False, *, generator=None):
         return _rnd.multinomial(self, num_samples, replacement, generator=generator)
 
-    def searchsorted(self, values, *, out_int32=False, right=False, side=None, sorter=None):
-        return _st.searchsorted(self, values, out_int32=out_int32, right=right, side=side, sorter=sorter)
-    def bucketize(self, boundaries, *, out_int32=False, right=False):
-        return _st.bucketize(self, boundaries, out_int32=out_int32, right=right)
     def bincount(self, weights=None, minlength=0): return _st.bincount(self, weights, minlength)
     def histc(self, bins=100, min=0, max=0): return _st.histc(self, bins, min, max)
     def cummax(self, dim): return _st.cummax(self, dim)
