@@ -40,6 +40,8 @@ def test_logaddexp_logaddexp2_match_numpy():
         assert got32.dtype is ddpc.float32
         np.testing.assert_allclose(got32.numpy(), ref(a.astype(np.float32), b.astype(np.float32)), rtol=1e-6)
     assert ddpc.tensor([1.0]).logaddexp(ddpc.tensor([2.0], dtype="float64")).dtype is ddpc.float64
+    with pytest.raises(TypeError):
+        ddpc.logaddexp(ddpc.tensor([1]), ddpc.tensor([2]))
     x, y = RNG.standard_normal(6), RNG.standard_normal(6)
     y[0] = x[0]
     check_grad(ddpc.logaddexp, x, y)

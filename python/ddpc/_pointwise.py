@@ -324,7 +324,13 @@ def _float_input(input, what):
 
 
 def _logaddexp(input, other, log_of_1_plus, what):
-    a, b = _float_pair(input, other, what)
+    a, b = _pair(input, other, what)
+    dt = promote(a.dtype, b.dtype)
+    if not dt.is_floating_point:
+        raise TypeError(f"{what}: needs floating tensors, got {a.dtype} and {b.dtype}")
+    if dt in _ag._HALVES:  # computed in float32 and rounded once, as PyTorch computes 16-bit floats
+        return _logaddexp(a.to(dtype=float32), b.to(dtype=float32), log_of_1_plus, what).to(dtype=dt)
+    a, b = a.to(dtype=dt), b.to(dtype=dt)
     big = _ag.maximum(a, b)
     out = _ag.add(big, log_of_1_plus(_ag.neg(_ag.abs(_ag.sub(a, b)))))
     # Equal infinities: their difference is NaN, the answer the infinity itself.
@@ -332,7 +338,8 @@ def _logaddexp(input, other, log_of_1_plus, what):
 
 
 def logaddexp(input, other):
-    """log(exp(input) + exp(other)) without overflow: max + log1p(exp(-|input - other|))."""
+    """log(exp(input) + exp(other)) without overflow: max + log1p(exp(-|input - other|));
+    floating tensors only, as PyTorch."""
     return _logaddexp(input, other, lambda d: _ag.log1p(_ag.exp(d)), "logaddexp")
 
 
@@ -386,8 +393,11 @@ def rad2deg(input):
 
 
 def sinc(input):
-    """The normalized sinc, sin(pi x) / (pi x), and 1 at 0 (integers give float32)."""
+    """The normalized sinc, sin(pi x) / (pi x), and 1 at 0 (integers give
+    float32; 16-bit floats are computed in float32 and rounded once)."""
     x = _float_input(input, "sinc")
+    if x.dtype in _ag._HALVES:
+        return sinc(x.to(dtype=float32)).to(dtype=x.dtype)
     zero = x.detach() == 0
     px = _ag.mul(_ag.where(zero, 1.0, x), math.pi)
     return _ag.where(zero, 1.0, _ag.div(_ag.sin(px), px))
