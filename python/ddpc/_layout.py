@@ -1,7 +1,9 @@
-"""PyTorch's stacking, tiling, windowing and index-writing functions, composed
-of autograd.py's reshape, expand, cat, index and item assignment, so their
-gradients come from those ops' backward passes. Index arrays built with numpy
-are host-side metadata (one integer per selected slice or window element).
+"""PyTorch's stacking, tiling, splitting, rotating, integrating, windowing and
+index-writing functions, composed of autograd.py's reshape, expand, cat, flip,
+cumsum, index and item assignment, so their gradients come from those ops'
+backward passes; scatter_reduce runs the scatter ops of csrc/ops_dim.c and
+has its own backward node. Index arrays built with numpy are host-side
+metadata (one integer per selected slice, window element or combination).
 """
 
 import math
