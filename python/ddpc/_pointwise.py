@@ -1,9 +1,11 @@
 """PyTorch's remaining elementwise functions and NaN-aware reductions, composed
 of the differentiable ops in autograd.py (so their gradients come from those
 ops' backward passes) and, where a composition would lose accuracy, computed
-in float64 and rounded once to the result's dtype.
+in float64 and rounded once to the result's dtype. gcd and lcm, which no
+composition does without a loop, are the integer C op of csrc/ops_intmath.c.
 """
 
+import collections
 import math
 import numbers
 
@@ -304,16 +306,8 @@ def bitwise_inplace(input, other, op, name):
     return input._inplace(other, op)
 
 
-class Frexp(tuple):
-    """What frexp returns, as torch.return_types.frexp: (mantissa, exponent)."""
-
-    __slots__ = ()
-
-    def __new__(cls, mantissa, exponent):
-        return super().__new__(cls, (mantissa, exponent))
-
-    mantissa = property(lambda self: self[0])
-    exponent = property(lambda self: self[1])
+Frexp = collections.namedtuple("frexp", "mantissa exponent")
+Frexp.__doc__ = "What frexp returns, as torch.return_types.frexp: (mantissa, exponent)."
 
 
 def _float_input(input, what):
