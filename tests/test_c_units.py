@@ -54,6 +54,7 @@ C_TESTS = {
     "stash": (f"{ROOT}/tests/c/test_stash.c", _sources("common", "comm/stash")),
     "sort": (f"{ROOT}/tests/c/test_sort.c", _sources("sort")),
     "window": (f"{ROOT}/tests/c/test_window.c", []),  # kernels/window.h is header-only
+    "search": (f"{ROOT}/tests/c/test_search.c", []),
 }
 
 @pytest.mark.parametrize("with_cuda", [False, True], ids=["cpu-only", "cuda"])
