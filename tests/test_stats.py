@@ -241,6 +241,19 @@ def test_quantile_errors():
         ddpc.quantile(ddpc.tensor([1.0, 2.0], dtype="float64"), ddpc.tensor([0.5], dtype="float32"))
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_16_bit_gradients_reach_the_selected_elements(dtype):
+    x = np.array([[3.0, 1.0, 2.0, 5.0], [0.5, 4.0, -1.0, 2.0]])
+    for fn in (lambda t: ddpc.median(t, 1).values, lambda t: ddpc.kthvalue(t, 2).values,
+               lambda t: ddpc.cummax(t, 1).values, lambda t: ddpc.sort(t, 1).values[:, :1]):
+        a = ddpc.tensor(x, dtype=dtype, requires_grad=True)
+        b = ddpc.tensor(x, dtype="float32", requires_grad=True)
+        fn(a).sum().backward()
+        fn(b).sum().backward()
+        assert a.grad.dtype.name == dtype
+        np.testing.assert_array_equal(a.grad.float().numpy(), b.grad.numpy())
+
+
 def test_order_statistic_gradients():
     x = RNG.standard_normal((4, 6))
     check_grad(lambda t: ddpc.median(t, 1).values, x)
