@@ -669,3 +669,15 @@ def test_integer_division_runs_in_the_result_dtype():
     assert ddpc.remainder(x, ddpc.tensor(-5)).tolist() == [1, 7, 200]
     assert (x // ddpc.tensor(3)).tolist() == [0, 2, 66] and (x // ddpc.tensor(3)).dtype is ddpc.uint8
     assert ddpc.remainder(ddpc.tensor([-7, 7]), ddpc.tensor(3, dtype=ddpc.uint8)).tolist() == [2, 1]
+
+
+def test_casts_to_bool_test_nonzero_into_uint8_masks():
+    x = ddpc.tensor([0.5, 256.0, -1.0, 0.0, np.nan])
+    want = [1, 1, 1, 0, 1]  # PyTorch's bool of each, as ddpc's uint8 mask (a cast would truncate 0.5 to 0)
+    for got in (x.bool(), x.to(bool), x.to(dtype=np.bool_), x.to("bool"), ddpc.tensor(x, dtype=bool)):
+        assert got.dtype is ddpc.uint8 and got.tolist() == want
+    assert ddpc.tensor([0.5, 2.0, 0.0], dtype=bool).tolist() == [1, 1, 0]
+    assert ddpc.tensor(np.array([0.5, 300.0]), dtype=bool).tolist() == [1, 1]
+    assert ddpc.full((2,), 2.5, dtype=bool).tolist() == [1, 1]
+    assert ddpc.tensor([2, 256, 0]).bool().tolist() == [1, 1, 0]
+    assert x.to(ddpc.uint8).tolist() == [0, 0, 255, 0, 0]  # a cast to uint8 still truncates and wraps

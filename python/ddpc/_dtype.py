@@ -85,6 +85,19 @@ def numpy_dtype(d):
     return npd
 
 
+def asks_for_bool(spec):
+    """Whether a dtype spec asks for bool (Python's or numpy's bool, 'bool'). ddpc
+    answers with a uint8 mask, and casts to it as PyTorch casts to bool: x != 0."""
+    if spec is bool or (isinstance(spec, str) and spec == "bool"):
+        return True
+    if spec is None or isinstance(spec, (dtype, str)):
+        return False
+    try:
+        return np.dtype(spec) == np.bool_
+    except TypeError:
+        return False
+
+
 def promote(a, b):
     """Result dtype of an arithmetic op between two ddpc dtypes."""
     if a is b:

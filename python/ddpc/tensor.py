@@ -15,8 +15,8 @@ import weakref
 import numpy as np
 
 from . import _C, _indexing
-from ._dtype import (bfloat16, device, device_of, dtype, float16, float32, float64, get_dtype, int32, int64,
-                     numpy_dtype, ordinal, promote, uint8)
+from ._dtype import (asks_for_bool, bfloat16, device, device_of, dtype, float16, float32, float64, get_dtype, int32,
+                     int64, numpy_dtype, ordinal, promote, uint8)
 
 _ADD, _SUB, _MUL, _DIV, _RSUB, _RDIV, _EQ, _NE, _LT, _LE, _GT, _GE, _MAX, _MIN, _POWER, _RPOWER = range(16)
 _BITAND, _BITOR, _BITXOR, _LSHIFT, _RSHIFT, _RLSHIFT, _RRSHIFT = range(16, 23)
@@ -255,8 +255,11 @@ class Tensor:
         return int(self.item())
 
     def to(self, *args, non_blocking=False, copy=False, dtype=None, device=None):
-        """``to(device)``, ``to(dtype)``, ``to(device, dtype)`` or ``to(other_tensor)``."""
+        """``to(device)``, ``to(dtype)``, ``to(device, dtype)`` or ``to(other_tensor)``;
+        to bool gives the uint8 mask of self != 0 (ddpc has no bool dtype)."""
         device, dtype = parse_to_args(args, device, dtype)
+        if asks_for_bool(dtype):
+            return (self.detach() != 0).to(device=device, non_blocking=non_blocking)
         out = self
         target_dtype = get_dtype(dtype) if dtype is not None else self.dtype
         target_dev = ordinal(device) if device is not None else self._buf.device
@@ -286,6 +289,10 @@ class Tensor:
 
     def bfloat16(self):
         return self.to(dtype=bfloat16)
+
+    def bool(self):
+        """The uint8 mask of self != 0, where PyTorch's gives a bool tensor."""
+        return self.to(dtype=bool)
 
     def long(self):
         return self.to(dtype=int64)
@@ -1333,6 +1340,8 @@ def tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False)
         return out
     if isinstance(data, np.ndarray) or hasattr(data, "__array_interface__"):
         arr = np.asarray(data)
+        if asks_for_bool(dtype):
+            arr = arr.astype(bool)  # nonzero, as PyTorch's cast to bool
         dt = get_dtype(dtype) if dtype is not None else _array_default_dtype(arr)
     else:
         arr = np.asarray(data)
@@ -1340,6 +1349,8 @@ def tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False)
             if all(isinstance(v, numbers.Integral) for v in arr.flat):  # ints too big even for uint64
                 raise OverflowError(f"{type(data).__name__} data holds integers that don't fit in int64")
             raise TypeError(f"can't build a tensor from {type(data).__name__} data of mixed or ragged shape")
+        if asks_for_bool(dtype):
+            arr = arr.astype(bool)  # nonzero, as PyTorch's cast to bool
         if dtype is not None:
             dt = get_dtype(dtype)
         elif arr.dtype.kind == "f":
@@ -1415,6 +1426,8 @@ def full(size, fill_value, dtype=None, device=None, requires_grad=False):
     """A tensor of ``size`` filled with ``fill_value``: the default dtype for a
     float, int64 for an int and uint8 for a bool (ddpc's masks, as comparisons give)."""
     default = None if _is_float_scalar(fill_value) else uint8 if isinstance(fill_value, bool) else int64
+    if asks_for_bool(dtype):
+        fill_value = bool(fill_value)
     return _new(size, dtype, device, default=default).fill_(fill_value)._with_grad(requires_grad)
 
 
