@@ -131,3 +131,11 @@ def test_diag_both_ways_with_gradients():
         np.testing.assert_array_equal(ddpc.diag(m, k).numpy(), np.diag(np.arange(12.0).reshape(3, 4), k))
     ddpc.diag(m, 1).sum().backward()
     np.testing.assert_array_equal(m.grad.numpy(), np.eye(3, 4, 1))
+
+
+def test_arange_refuses_a_step_away_from_end():
+    assert ddpc.arange(3, 3).shape == (0,) and ddpc.arange(5, 0, -2).tolist() == [5, 3, 1]
+    with pytest.raises(ValueError, match="step"):
+        ddpc.arange(0, 5, -1)  # as PyTorch; numpy would give an empty array
+    with pytest.raises(ValueError, match="step"):
+        ddpc.arange(1.0, 0.0, 0.5)

@@ -1448,6 +1448,8 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False
         start, end = 0, start
     if step == 0:
         raise ValueError("arange: step must be non-zero")
+    if (end - start) * step < 0:  # as PyTorch, where numpy gives an empty array
+        raise ValueError(f"arange: the step {step} leads away from end={end} (start={start})")
     is_float = any(_is_float_scalar(v) for v in (start, end, step))
     dt = get_dtype(dtype) if dtype is not None else (get_default_dtype() if is_float else int64)
     values = np.arange(start, end, step, dtype=np.float64 if is_float or dt.is_floating_point else np.int64)
