@@ -413,3 +413,12 @@ def test_where_and_predicates_on_cuda_every_dtype_and_edge_value():
         np.testing.assert_array_equal(getattr(e.cuda(), name)().cpu().numpy(), getattr(e, name)().numpy())
     i = ddpc.tensor([[1, -5, 3]])
     np.testing.assert_array_equal(ddpc.maximum(i.cuda(), i.T.cuda()).cpu().numpy(), ddpc.maximum(i, i.T).numpy())
+
+
+def test_floor_division_of_an_infinity_is_nan():
+    x = ddpc.tensor([np.inf, -np.inf, np.inf, 7.0], dtype=ddpc.float64)
+    y = ddpc.tensor([2.0, 3.0, 0.0, np.inf], dtype=ddpc.float64)
+    floor = ddpc.div(x, y, rounding_mode="floor").tolist()
+    assert np.isnan(floor[0]) and np.isnan(floor[1]) and floor[2:] == [np.inf, 0.0]  # as Python's // and PyTorch's
+    assert ddpc.div(x, y, rounding_mode="trunc").tolist()[:3] == [np.inf, -np.inf, np.inf]
+    assert np.isnan((x // y)[0].item())

@@ -133,7 +133,8 @@ def floor_divide(input, other):
 def div(input, other, *, rounding_mode=None):
     """input / other; rounding_mode None divides (integers give float32), 'trunc'
     rounds toward zero and 'floor' down, keeping the promoted dtype (the rounded
-    forms have no gradient, as in PyTorch; accuracy as fmod)."""
+    forms have no gradient, as in PyTorch; accuracy as fmod, and a rounded zero
+    is +0 where PyTorch's keeps the sign, as in trunc(0.5 / -1) giving -0)."""
     if rounding_mode is None:
         return _ag.div(*_operands(input, other, 1, "div"))
     if rounding_mode not in ("trunc", "floor"):
@@ -142,8 +143,11 @@ def div(input, other, *, rounding_mode=None):
         q, _, dt = _divmod(input, other, rounding_mode == "floor", "div")
         if dt.is_floating_point:  # a quotient that is inf or NaN stays so
             a, b = _pair(input, other, "div")
-            exact = _ag.div(a.detach().to(dtype=float64), b.detach().to(dtype=float64))
+            a, b = a.detach().to(dtype=float64), b.detach().to(dtype=float64)
+            exact = _ag.div(a, b)
             q = _ag.where(_ag.isfinite(exact), q, exact)
+            if rounding_mode == "floor":  # but an infinity over a finite non-zero number has no floor: NaN, as in Python
+                q = _ag.where(_ag.logical_and(_ag.isinf(a), _ag.logical_and(_ag.isfinite(b), b != 0)), math.nan, q)
     return q.to(dtype=dt)
 
 
