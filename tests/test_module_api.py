@@ -252,3 +252,15 @@ def test_extra_state_without_set_extra_state_is_unexpected():
     assert sd == {"_extra_state": 1}
     with pytest.raises(RuntimeError, match='Unexpected key.*"_extra_state"'):
         m.load_state_dict(sd)
+
+
+def test_norm_layers_load_state_dicts_without_num_batches_tracked():
+    model = nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2), nn.InstanceNorm1d(2, track_running_stats=True))
+    model[1].num_batches_tracked.fill_(5)
+    state = {k: v for k, v in model.state_dict().items() if not k.endswith("num_batches_tracked")}
+    state["1.running_mean"] = ddpc.tensor([1.0, 2.0])
+    assert model.load_state_dict(state) == ([], [])  # strict, as PyTorch's norm layers accept older state dicts
+    assert int(model[1].num_batches_tracked) == 5 and model[1].running_mean.tolist() == [1.0, 2.0]
+    del state["1.running_mean"]
+    with pytest.raises(RuntimeError, match="running_mean"):
+        model.load_state_dict(state)

@@ -54,6 +54,10 @@ _IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_
 class Module:
     """Base class of every layer and model."""
 
+    # Buffers a state_dict may lack (they then keep their value), as PyTorch's
+    # norm layers accept state dicts saved without num_batches_tracked.
+    _optional_buffers = ()
+
     def __init__(self):
         object.__setattr__(self, "training", True)
         object.__setattr__(self, "_parameters", OrderedDict())
@@ -366,7 +370,9 @@ class Module:
             raise TypeError(f"expected a dict-like state_dict, got {type(state_dict).__name__}")
         own, extra = self._tensor_state_and_extra_owners()
         own.update(dict.fromkeys(extra))
-        missing = [k for k in own if k not in state_dict]
+        optional = {prefix + ("." if prefix else "") + name for prefix, m in self.named_modules()
+                    for name in m._optional_buffers}
+        missing = [k for k in own if k not in state_dict and k not in optional]
         unexpected = [k for k in state_dict if k not in own]
         errors = []
         for k, target in own.items():
@@ -1023,6 +1029,7 @@ class _BatchNorm(Module):
     cumulative average."""
 
     _dims = ()
+    _optional_buffers = ("num_batches_tracked",)
 
     def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True, track_running_stats=True, device=None,
                  dtype=None, *, bias=True):
@@ -1900,6 +1907,7 @@ class _InstanceNorm(GroupNorm):
     ``momentum=None`` is 0 (PyTorch keeps no cumulative average here either)."""
 
     _dims = ()
+    _optional_buffers = ("num_batches_tracked",)
 
     def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=False, track_running_stats=False,
                  device=None, dtype=None, *, bias=True):
