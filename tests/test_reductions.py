@@ -438,6 +438,16 @@ def test_linear_with_no_features_and_with_a_1d_weight():
     close(ddpc.nn.functional.linear(t(np.eye(3)[:2]), t(v)), v[:2])
 
 
+def test_sum_and_mean_functions_take_dtype():
+    x = np.array([[1, 2], [3, 4]])
+    got = ddpc.sum(t(x), 0, dtype=ddpc.float32)
+    assert got.dtype is ddpc.float32 and got.tolist() == [4.0, 6.0]
+    got = ddpc.mean(t(x), (0, 1), True, dtype=ddpc.float64)
+    assert got.dtype is ddpc.float64 and got.tolist() == [[2.5]]
+    half = t(np.full(3, 40000.0)).half()  # float16 holds 40000 but not the sum
+    assert ddpc.sum(half, dtype=ddpc.float32).item() == 120000.0
+
+
 def test_errors():
     a = t(np.zeros((2, 3)))
     with pytest.raises(IndexError):

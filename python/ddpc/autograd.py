@@ -1570,7 +1570,10 @@ def _one_dim(a, dim):
 
 
 @autocast_op("float32_cuda")
-def sum(a, dim=None, keepdim=False):
+def sum(a, dim=None, keepdim=False, *, dtype=None):
+    """The sum of all elements or over ``dim``, in ``dtype`` when given (a cast first, as PyTorch's)."""
+    if dtype is not None:
+        return sum(a.to(dtype=dtype), dim, keepdim)
     if isinstance(dim, (tuple, list)) and len(dim) != 1:
         return _over_dims(sum, a, _dims(a, dim or None), keepdim)
     if a.ndim == 0 and dim is not None:  # a 0-d tensor reduces along dim 0 or -1, as if it had one of size 1
@@ -1670,7 +1673,10 @@ def argmin(a, dim=None, keepdim=False):
     return arg_extreme(a, dim, keepdim, False)
 
 
-def mean(a, dim=None, keepdim=False):
+def mean(a, dim=None, keepdim=False, *, dtype=None):
+    """The mean of all elements or over ``dim``, in ``dtype`` when given (a cast first, as PyTorch's)."""
+    if dtype is not None:
+        return mean(a.to(dtype=dtype), dim, keepdim)
     if not a.dtype.is_floating_point:
         raise TypeError(f"mean() needs a floating dtype, got {a.dtype}; cast with .float() first")
     if a.dtype in _HALVES:  # a 16-bit sum of many elements would overflow before the division

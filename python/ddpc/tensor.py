@@ -729,10 +729,10 @@ class Tensor:
     def div_(self, o): return self.__itruediv__(o)
 
     def sum(self, dim=None, keepdim=False, *, dtype=None):
-        return _ag.sum(self if dtype is None else self.to(dtype=dtype), dim, keepdim)
+        return _ag.sum(self, dim, keepdim, dtype=dtype)
 
     def mean(self, dim=None, keepdim=False, *, dtype=None):
-        return _ag.mean(self if dtype is None else self.to(dtype=dtype), dim, keepdim)
+        return _ag.mean(self, dim, keepdim, dtype=dtype)
 
     def max(self, dim=None, keepdim=False):
         return _ag.max(self, dim, keepdim)
