@@ -305,7 +305,7 @@ def bitwise_right_shift(input, other):
 
 
 def bitwise_inplace(input, other, op, name):
-    """input op= other, written into input (whose dtype the result must have)."""
+    """input op= other, written into input (the result cast to its dtype, as in-place ops do)."""
     _check_bitwise(input, other, name)
     return input._inplace(other, op)
 
