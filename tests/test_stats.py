@@ -239,6 +239,15 @@ def test_quantile_errors():
         ddpc.quantile(ddpc.tensor([1.0, 2.0]), 0.5, interpolation="cubic")
     with pytest.raises(TypeError):
         ddpc.quantile(ddpc.tensor([1.0, 2.0], dtype="float64"), ddpc.tensor([0.5], dtype="float32"))
+    with pytest.raises(ValueError, match="non-empty"):  # as PyTorch, also along a dim with elements
+        ddpc.quantile(ddpc.zeros(2, 0, 4, dtype="float64"), 0.5, 0)
+
+
+def test_quantile_of_a_0d_tensor_keeps_0_dims():
+    x = ddpc.tensor(2.5, dtype="float64")
+    for keepdim in (False, True):
+        assert ddpc.quantile(x, 0.3, 0, keepdim).shape == () and x.nanquantile(0.3, -1, keepdim).item() == 2.5
+        assert ddpc.quantile(x, ddpc.tensor([0.1, 0.9], dtype="float64"), 0, keepdim).shape == (2,)
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])

@@ -268,6 +268,8 @@ def _quantile(input, q, dim, keepdim, interpolation, ignore_nan, what):
         if not 0 <= q <= 1:
             raise ValueError(f"{what}: q must be in the range [0, 1], got {q}")
         qs = tensor([float(q)], dtype=input.dtype, device=input.device)
+    if input.numel() == 0:  # also along a dim that has elements, as PyTorch's
+        raise ValueError(f"{what}: the input must be non-empty, got shape {input.shape}")
     a, d = _line(input, dim, what)
     a = a.movedim(d, -1) if d != a.ndim - 1 else a
     n = a.shape[-1]
@@ -296,8 +298,8 @@ def _quantile(input, q, dim, keepdim, interpolation, ignore_nan, what):
         above = _ag.gather(values, -1, upper)
         out = _ag.lerp(below, above, 0.5 if interpolation == "midpoint" else weight)
     out = out.movedim(-1, 0)  # (q, the other dims in order)
-    if keepdim:
-        kept = (1,) * input.ndim if dim is None else input.shape[:d] + (1,) + input.shape[d + 1:]
+    if keepdim:  # a 0-d input stays 0-d, as in PyTorch
+        kept = (1,) * input.ndim if dim is None or not input.ndim else input.shape[:d] + (1,) + input.shape[d + 1:]
         out = out.reshape(out.shape[:1] + kept)
     return out.reshape(out.shape[1:]) if scalar_q else out
 
