@@ -18,7 +18,6 @@ from ..tensor import Tensor, broadcast_tensors, ones, rand, zeros
 from ..tensor import tensor as _tensor
 from . import _conv, _embedding_bag, _losses, _upsample
 from ..autograd import embedding, gelu, layer_norm, linear, sigmoid, softplus, tanh
-from .._pointwise import hardshrink
 
 __all__ = ["batch_norm", "binary_cross_entropy", "binary_cross_entropy_with_logits", "cross_entropy", "dropout", "elu",
            "embedding", "flatten", "gelu", "hardshrink", "hardsigmoid", "hardswish", "hardtanh", "huber_loss", "kl_div",
