@@ -236,6 +236,17 @@ static ddpc_status check_int_division_(ddpc_binary_op op, const ddpc_buffer *div
     return DDPC_OK;
 }
 
+ddpc_status ddpc_check_float_like(const ddpc_buffer *b, const ddpc_buffer *ref, const char *op, const char *what) {
+    if (b->dtype != DDPC_FLOAT32 && b->dtype != DDPC_FLOAT64)
+        return DDPC_ERROR(DDPC_ERR_TYPE, "%s: %s must be float32 or float64, got %s", op, what,
+                          ddpc_dtype_name(b->dtype));
+    if (b->dtype != ref->dtype)
+        return DDPC_ERROR(DDPC_ERR_TYPE, "%s: %s is %s, expected %s", op, what, ddpc_dtype_name(b->dtype),
+                          ddpc_dtype_name(ref->dtype));
+    if (b->device != ref->device) return DDPC_ERROR(DDPC_ERR_ARG, "%s: %s is on another device", op, what);
+    return DDPC_OK;
+}
+
 ddpc_status ddpc_check_binary_op(ddpc_binary_op op, ddpc_dtype dtype, const char *what) {
     if ((unsigned)op >= DDPC_NBINARY) return DDPC_ERROR(DDPC_ERR_ARG, "%s: unknown op %d", what, (int)op);
     if (op >= DDPC_BITAND && ddpc_dtype_is_float(dtype))

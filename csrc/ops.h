@@ -28,6 +28,9 @@ _Static_assert(DDPC_ADD == 0 && DDPC_SUB == 1 && DDPC_MUL == 2 && DDPC_DIV == 3 
 
 /* A known op, and no bitwise op on a float dtype (PyTorch has none either). */
 ddpc_status ddpc_check_binary_op(ddpc_binary_op op, ddpc_dtype dtype, const char *what);
+/* b is float32 or float64, of ref's dtype and on ref's device ("what" names
+ * b in the error, "op" the operation). */
+ddpc_status ddpc_check_float_like(const ddpc_buffer *b, const ddpc_buffer *ref, const char *op, const char *what);
 
 /* Whether x, an element expression of the loops below, has a float type (a constant). */
 #define DDPC_IS_FLOAT_EXPR(x) _Generic((x) + 0, float: 1, double: 1, default: 0)

@@ -36,13 +36,7 @@ static const char *shape_str_(const int64_t *shape, int ndim, char *buf, size_t 
 /* `b` holds float32 or float64 elements of ref's dtype on ref's device, in the shape `ndim`, `shape`. */
 static ddpc_status check_operand_(const ddpc_buffer *b, const ddpc_buffer *ref, int ndim, const int64_t *shape,
                                   const char *op, const char *what) {
-    if (b->dtype != DDPC_FLOAT32 && b->dtype != DDPC_FLOAT64)
-        return DDPC_ERROR(DDPC_ERR_TYPE, "%s: %s must be float32 or float64, got %s", op, what,
-                          ddpc_dtype_name(b->dtype));
-    if (b->dtype != ref->dtype)
-        return DDPC_ERROR(DDPC_ERR_TYPE, "%s: %s is %s, expected %s", op, what, ddpc_dtype_name(b->dtype),
-                          ddpc_dtype_name(ref->dtype));
-    if (b->device != ref->device) return DDPC_ERROR(DDPC_ERR_ARG, "%s: %s is on another device", op, what);
+    CHECK(ddpc_check_float_like(b, ref, op, what));
     if (b->ndim != ndim || memcmp(b->shape, shape, (size_t)ndim * sizeof *shape) != 0) {
         char got[160], want[160];
         return DDPC_ERROR(DDPC_ERR_ARG, "%s: %s has shape %s, expected %s", op, what,

@@ -18,17 +18,6 @@
 
 /* ---- argument checks ------------------------------------------------------------ */
 
-static ddpc_status check_float_(const ddpc_buffer *b, const ddpc_buffer *ref, const char *op, const char *what) {
-    if (b->dtype != DDPC_FLOAT32 && b->dtype != DDPC_FLOAT64)
-        return DDPC_ERROR(DDPC_ERR_TYPE, "%s: %s must be float32 or float64, got %s", op, what,
-                          ddpc_dtype_name(b->dtype));
-    if (b->dtype != ref->dtype)
-        return DDPC_ERROR(DDPC_ERR_TYPE, "%s: %s is %s, expected %s", op, what, ddpc_dtype_name(b->dtype),
-                          ddpc_dtype_name(ref->dtype));
-    if (b->device != ref->device) return DDPC_ERROR(DDPC_ERR_ARG, "%s: %s is on another device", op, what);
-    return DDPC_OK;
-}
-
 static ddpc_status check_shape_(const ddpc_buffer *b, int64_t rows, int64_t cols, const char *op, const char *what) {
     if (b->ndim != 2 || b->shape[0] != rows || b->shape[1] != cols)
         return DDPC_ERROR(DDPC_ERR_ARG, "%s: %s must have shape (%lld, %lld)", op, what, (long long)rows,
@@ -55,7 +44,7 @@ static ddpc_status bags_(const ddpc_bags *in, const ddpc_buffer *ref, int64_t ro
     if (in->weights) {
         if (in->mode != DDPC_BAG_SUM)
             return DDPC_ERROR(DDPC_ERR_ARG, "%s: per-sample weights are only supported for mode sum", op);
-        CHECK(check_float_(in->weights, ref, op, "the per-sample weights"));
+        CHECK(ddpc_check_float_like(in->weights, ref, op, "the per-sample weights"));
         if (in->weights->numel != in->indices->numel)
             return DDPC_ERROR(DDPC_ERR_ARG, "%s: %lld per-sample weights for %lld indices", op,
                               (long long)in->weights->numel, (long long)in->indices->numel);
@@ -193,8 +182,8 @@ ddpc_status ddpc_op_embedding_bag(ddpc_buffer *out, ddpc_buffer *argmax, const d
     bag_job_ j = {.dtype = weight->dtype, .dst = out->data, .table = weight->data};
     if (out->readonly) return DDPC_ERROR(DDPC_ERR_ARG, "%s: the output is read-only", op);
     if (weight->ndim != 2) return DDPC_ERROR(DDPC_ERR_ARG, "%s: the table must be 2-d, got %d dims", op, weight->ndim);
-    CHECK(check_float_(weight, weight, op, "the table"));
-    CHECK(check_float_(out, weight, op, "the output"));
+    CHECK(ddpc_check_float_like(weight, weight, op, "the table"));
+    CHECK(ddpc_check_float_like(out, weight, op, "the output"));
     CHECK(bags_(bags, weight, weight->shape[0], weight->shape[1], op, &j.b));
     CHECK(check_shape_(out, j.b.bags, j.b.d, op, "the output"));
     if ((bags->mode == DDPC_BAG_MAX) != (argmax != NULL))
@@ -219,8 +208,8 @@ ddpc_status ddpc_op_embedding_bag_backward(ddpc_buffer *gweight, const ddpc_buff
     if (gweight->readonly) return DDPC_ERROR(DDPC_ERR_ARG, "%s: the output is read-only", op);
     if (gweight->ndim != 2)
         return DDPC_ERROR(DDPC_ERR_ARG, "%s: the table's gradient must be 2-d, got %d dims", op, gweight->ndim);
-    CHECK(check_float_(gweight, gweight, op, "the table's gradient"));
-    CHECK(check_float_(g, gweight, op, "the output gradient"));
+    CHECK(ddpc_check_float_like(gweight, gweight, op, "the table's gradient"));
+    CHECK(ddpc_check_float_like(g, gweight, op, "the output gradient"));
     CHECK(bags_(bags, gweight, gweight->shape[0], gweight->shape[1], op, &j.b));
     CHECK(check_shape_(g, j.b.bags, j.b.d, op, "the output gradient"));
     if ((bags->mode == DDPC_BAG_MAX) != (argmax != NULL))
@@ -251,9 +240,9 @@ ddpc_status ddpc_op_embedding_bag_weights_backward(ddpc_buffer *gweights, const 
     bag_job_ j = {.dtype = weight->dtype, .dst = gweights->data, .src = g->data, .table = weight->data};
     if (gweights->readonly) return DDPC_ERROR(DDPC_ERR_ARG, "%s: the output is read-only", op);
     if (weight->ndim != 2) return DDPC_ERROR(DDPC_ERR_ARG, "%s: the table must be 2-d, got %d dims", op, weight->ndim);
-    CHECK(check_float_(weight, weight, op, "the table"));
-    CHECK(check_float_(g, weight, op, "the output gradient"));
-    CHECK(check_float_(gweights, weight, op, "the weights' gradient"));
+    CHECK(ddpc_check_float_like(weight, weight, op, "the table"));
+    CHECK(ddpc_check_float_like(g, weight, op, "the output gradient"));
+    CHECK(ddpc_check_float_like(gweights, weight, op, "the weights' gradient"));
     CHECK(bags_(bags, weight, weight->shape[0], weight->shape[1], op, &j.b));
     CHECK(check_shape_(g, j.b.bags, j.b.d, op, "the output gradient"));
     if (gweights->numel != j.b.n)

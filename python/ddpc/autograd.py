@@ -453,14 +453,20 @@ def _run_nodes(ready, grads, deps, retain_graph, targets, expands):
                     grads[k] = (_sum_grads(*grads[k], ig, owned), True)
                 else:
                     grads[k] = (ig, owned)
-            deps[k] -= 1
-            if deps[k]:
-                continue
-            if k not in grads:
-                # No gradient reached it at all: nothing flows past it either.
-                _drain(e, deps, grads, ready, targets)
-            else:
-                _deliver(e, grads, ready, targets)
+            _arrived(e, deps, grads, ready, targets)
+
+
+def _arrived(e, deps, grads, ready, targets):
+    """Counts one edge into e as delivered; once all have come, e runs, or
+    with no gradient at all, nothing flows past it either."""
+    k = id(e)
+    deps[k] -= 1
+    if deps[k]:
+        return
+    if k not in grads:
+        _drain(e, deps, grads, ready, targets)
+    else:
+        _deliver(e, grads, ready, targets)
 
 
 def _drain(e, deps, grads, ready, targets):
@@ -468,16 +474,8 @@ def _drain(e, deps, grads, ready, targets):
     if not isinstance(e, Node):
         return
     for sub in e.next_functions:
-        k = id(sub)
-        if sub is None or k not in deps:
-            continue
-        deps[k] -= 1
-        if deps[k]:
-            continue
-        if k not in grads:
-            _drain(sub, deps, grads, ready, targets)
-        else:
-            _deliver(sub, grads, ready, targets)
+        if sub is not None and id(sub) in deps:
+            _arrived(sub, deps, grads, ready, targets)
 
 
 def _roots(tensors, grads, what):
