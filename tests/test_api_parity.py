@@ -488,6 +488,21 @@ def test_in_place_random_fills_have_the_asked_distribution():
                                   ddpc.empty(4).uniform_(generator=ddpc.Generator(3)).numpy())
 
 
+def test_creation_functions_draw_from_a_given_generator():
+    before = ddpc.default_generator.get_state().numpy().copy()
+    draws = [(lambda g: ddpc.rand(3, generator=g)), (lambda g: ddpc.randn(2, 2, generator=g)),
+             (lambda g: ddpc.randint(0, 100, (5,), generator=g)), (lambda g: ddpc.randperm(6, generator=g))]
+    for draw in draws:
+        a, b = draw(ddpc.Generator(11)).numpy(), draw(ddpc.Generator(11)).numpy()
+        np.testing.assert_array_equal(a, b)
+        assert not np.array_equal(a, draw(ddpc.Generator(12)).numpy())
+    g = ddpc.Generator(11)
+    assert not np.array_equal(ddpc.rand(3, generator=g).numpy(), ddpc.rand(3, generator=g).numpy())  # g moves on
+    np.testing.assert_array_equal(ddpc.default_generator.get_state().numpy(), before)  # the global one did not
+    with pytest.raises(TypeError, match="ddpc.Generator"):
+        ddpc.randn(2, generator=np.random.default_rng(0))
+
+
 def test_random_fills_refuse_bad_arguments_and_grad_leaves():
     with pytest.raises(ValueError, match="probabilities"):
         ddpc.empty(3).bernoulli_(1.5)

@@ -1456,24 +1456,33 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False
     return tensor(values, dtype=dt, device=device, requires_grad=requires_grad)
 
 
-def _random(size, kind, a, b, dtype, device, requires_grad, default=None):
+def _generator(generator):
+    """The generator a random function draws from: the one given, else the global one."""
+    if generator is None:
+        return default_generator
+    if not isinstance(generator, Generator):
+        raise TypeError(f"generator must be a ddpc.Generator, got {type(generator).__name__}")
+    return generator
+
+
+def _random(size, kind, a, b, dtype, device, requires_grad, default=None, generator=None):
     t = _new(size, dtype, device, default=default)
-    seed, offset = default_generator.take(t.numel())
+    seed, offset = _generator(generator).take(t.numel())
     _C.random(t._buf, kind, seed, offset, float(a), float(b))
     return t._with_grad(requires_grad)
 
 
-def rand(*size, dtype=None, device=None, requires_grad=False):
-    """Uniform on [0, 1)."""
-    return _random(size, _RAND_UNIFORM, 0.0, 1.0, dtype, device, requires_grad)
+def rand(*size, generator=None, dtype=None, device=None, requires_grad=False):
+    """Uniform on [0, 1), drawn from ``generator`` (the global one when None)."""
+    return _random(size, _RAND_UNIFORM, 0.0, 1.0, dtype, device, requires_grad, generator=generator)
 
 
-def randn(*size, dtype=None, device=None, requires_grad=False):
-    """Standard normal."""
-    return _random(size, _RAND_NORMAL, 0.0, 1.0, dtype, device, requires_grad)
+def randn(*size, generator=None, dtype=None, device=None, requires_grad=False):
+    """Standard normal, drawn from ``generator`` (the global one when None)."""
+    return _random(size, _RAND_NORMAL, 0.0, 1.0, dtype, device, requires_grad, generator=generator)
 
 
-def randint(low, high=None, size=None, dtype=None, device=None):
+def randint(low, high=None, size=None, generator=None, dtype=None, device=None):
     """Integers uniform on [low, high); ``randint(high, size)`` as in PyTorch."""
     if size is None:
         if high is None or not isinstance(high, (tuple, list)):
@@ -1490,17 +1499,17 @@ def randint(low, high=None, size=None, dtype=None, device=None):
         raise ValueError(f"randint: the range [{low}, {high}) is wider than 2**53, more than ddpc draws exactly")
     if abs(low) > _DOUBLE_INTS or abs(high) > _DOUBLE_INTS:
         # Draw the offset from low, which a double holds exactly, then add low in int64.
-        return _random(tuple(size), _RAND_INT, 0, high - low, int64, device, False, default=int64).add(low).to(
-            dtype=dt)
-    return _random(tuple(size), _RAND_INT, low, high, dtype, device, False, default=int64)
+        return _random(tuple(size), _RAND_INT, 0, high - low, int64, device, False, default=int64,
+                       generator=generator).add(low).to(dtype=dt)
+    return _random(tuple(size), _RAND_INT, low, high, dtype, device, False, default=int64, generator=generator)
 
 
-def randperm(n, dtype=None, device=None):
+def randperm(n, generator=None, dtype=None, device=None):
     """A random permutation of 0..n-1 (drawn on the host, the same on every device kind)."""
     if n < 0:
         raise ValueError(f"randperm: n must be non-negative, got {n}")
     t = _new((n,), "int64", None)
-    seed, offset = default_generator.take(n)
+    seed, offset = _generator(generator).take(n)
     _C.randperm(t._buf, seed, offset)
     if dtype is not None and get_dtype(dtype) is not int64:
         t = t.to(dtype=dtype)
