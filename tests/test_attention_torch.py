@@ -175,7 +175,6 @@ def decoders():
         def arrange(x, swap=kwargs.get("batch_first")):
             return x.transpose(1, 0, 2).copy() if swap else x
 
-
         def call(m, lib, a, b):
             mask = m.generate_square_subsequent_mask(4, dtype=lib.float64)
             return m(a, b, src_key_padding_mask=lib.tensor(mem_pad), tgt_mask=mask, memory_mask=lib.tensor(memory_mask),

@@ -90,7 +90,6 @@ def hooks():
         np.testing.assert_allclose(o, w, rtol=1e-12)
 
 
-
 def instance_norm_running_stats():
     """Two training steps then eval with track_running_stats, for 1-, 2- and 3-d
     instance norms, momentum None among them: outputs, gradients, buffers, repr."""

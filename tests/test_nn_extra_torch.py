@@ -191,7 +191,6 @@ def _case_cross_entropy():
             _compare("cross_entropy", [x[0], probs[0]], [1, 1], reduction=red)
 
 
-
 def _case_more_activations():
     import numpy as np
 

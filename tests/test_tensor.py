@@ -175,7 +175,6 @@ def test_sum_mean_and_promotion():
         ddpc.ones(3) + ddpc.ones(4)
 
 
-
 @pytest.mark.parametrize("dim", [0, 1, 2, -1, (0,), (0, 2), (2, 0, 1), (), None])
 @pytest.mark.parametrize("keepdim", [False, True])
 def test_mean_and_sum_over_any_dims_match_numpy(dim, keepdim):
@@ -528,7 +527,6 @@ def test_cat_and_stack_along_any_dim_match_numpy():
         ddpc.cat([ddpc.tensor(a)], 3)
     with pytest.raises(IndexError, match="out of range"):
         ddpc.stack([ddpc.tensor(a)], 4)
-
 
 
 def test_mask_operators_act_on_truth_and_other_integers_bitwise():

@@ -255,7 +255,6 @@ def bitwise_not(input):
         return _ag.rsub(input, 255) if input.dtype is uint8 else _ag.rsub(input, -1)
 
 
-
 def _check_bitwise(input, other, name):
     """Refuses float operands as PyTorch does (NotImplementedError, a RuntimeError)."""
     for v in (input, other):

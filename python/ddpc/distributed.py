@@ -902,8 +902,6 @@ def _dtype_name(code):
     return next(k for k, v in _DTYPE_CODES.items() if v == code)
 
 
-
-
 def _member_args(what, tensors, g, like):
     """_Args of a list of one tensor per group member, each of ``like``'s dtype and size."""
     if tensors is None or len(tensors) != g.size():

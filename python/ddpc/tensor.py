@@ -115,7 +115,6 @@ def _size_args(size):
     return tuple(int(s) for s in size)
 
 
-
 class Tensor:
     """An n-d array on the host or a CUDA device, shaped like ``torch.Tensor``.
 
@@ -1096,7 +1095,6 @@ class Tensor:
         elif self.requires_grad:
             extras.append("requires_grad=True")
         return "tensor(" + ", ".join([body] + extras) + ")"
-
 
     def _with_grad(self, requires_grad):
         self.requires_grad = requires_grad

@@ -657,7 +657,6 @@ class Conv3d(_ConvNd):
     _dims = 3
 
 
-
 class _ConvTransposeNd(_ConvNd):
     """Transposed convolution, as torch.nn.ConvTranspose1d/2d/3d: weight
     (in_channels, out_channels / groups, *kernel_size), initialised as the
@@ -702,7 +701,6 @@ class _ConvTransposeNd(_ConvNd):
         conv = (F.conv_transpose1d, F.conv_transpose2d, F.conv_transpose3d)[self._dims - 1]
         return conv(input, self.weight, self.bias, self.stride, self.padding, self._output_padding(input, output_size),
                     self.groups, self.dilation)
-
 
 
 class ConvTranspose1d(_ConvTransposeNd):
