@@ -68,6 +68,38 @@ def best_time(fn, repeat=5, min_time=0.2, sync=None, clock=time.perf_counter):
     return best
 
 
+def add_layer_timing_args(parser):
+    """The options of the layer benchmarks (conv.py, rnn.py): rounds, round length and the clock."""
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--min-time", type=float, default=0.3, help="seconds per timing round")
+    parser.add_argument("--cpu-time", action="store_true", help="time by the process's CPU seconds")
+
+
+def start_layer_timing(args, ddpc, torch, where=""):
+    """Prints what a layer benchmark runs on (machine, threads, clock) and returns its clock."""
+    print(f"machine: {machine()}")
+    threads = f", torch threads {torch.get_num_threads()}" if torch is not None else ""
+    print(f"float32{where}, ddpc threads {ddpc.get_num_threads()}{threads}, "
+          f"{'CPU' if args.cpu_time else 'wall'} time")
+    if torch is None:
+        print("(torch is not importable: no PyTorch column)")
+    return time.process_time if args.cpu_time else time.perf_counter
+
+
+def best_of_rounds(cases, args, clock, sync_of=lambda name: None):
+    """{(name, "fwd" | "train"): best seconds per call} for cases (name, fwd,
+    train, ...). Rounds alternate between the implementations and the two
+    passes, so a busy moment on a shared machine slows all of them; each
+    keeps its best."""
+    t = {(name, p): float("inf") for name, *_ in cases for p in ("fwd", "train")}
+    for _ in range(args.repeat):
+        for name, fwd, train, *_ in cases:
+            for p, fn in (("fwd", fwd), ("train", train)):
+                t[name, p] = min(t[name, p], best_time(fn, repeat=1, min_time=args.min_time, sync=sync_of(name),
+                                                       clock=clock))
+    return t
+
+
 def print_table(headers, rows):
     widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) for i, h in enumerate(headers)]
     print("  ".join(str(h).rjust(w) for h, w in zip(headers, widths)))

@@ -17,11 +17,10 @@ PYTHONPATH=python /path/to/venv-with-torch/bin/python benchmarks/conv.py
 
 import argparse
 import math
-import time
 
 import numpy as np
 
-from common import best_time, import_torch, machine, print_table
+from common import add_layer_timing_args, best_of_rounds, import_torch, print_table, start_layer_timing
 
 torch = import_torch()
 
@@ -127,16 +126,9 @@ def check_agree(layer, got, want, what):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--min-time", type=float, default=0.3, help="seconds per timing round")
-    parser.add_argument("--cpu-time", action="store_true", help="time by the process's CPU seconds")
+    add_layer_timing_args(parser)
     args = parser.parse_args()
-    clock = time.process_time if args.cpu_time else time.perf_counter
-    print(f"machine: {machine()}")
-    threads = f", torch threads {torch.get_num_threads()}" if torch is not None else ""
-    print(f"float32, ddpc threads {ddpc.get_num_threads()}{threads}, {'CPU' if args.cpu_time else 'wall'} time")
-    if torch is None:
-        print("(torch is not importable: no PyTorch column)")
+    clock = start_layer_timing(args, ddpc, torch)
     rows = []
     for layer, batch, cin, cout, size, k, stride, pad in LAYERS:
         w, b, x = layer_data(batch, cin, cout, size, k)
@@ -148,14 +140,7 @@ def main():
         want = cases[0][3](probe)
         for name, _, _, results in cases[1:]:
             check_agree(layer, results(probe), want, name)
-        # Rounds alternate between the implementations and the two passes, so a
-        # busy moment on a shared machine slows all of them; each keeps its best.
-        t = {(name, p): float("inf") for name, *_ in cases for p in ("fwd", "train")}
-        for _ in range(args.repeat):
-            for name, fwd, train, _ in cases:
-                t[name, "fwd"] = min(t[name, "fwd"], best_time(fwd, repeat=1, min_time=args.min_time, clock=clock))
-                t[name, "train"] = min(t[name, "train"], best_time(train, repeat=1, min_time=args.min_time,
-                                                                    clock=clock))
+        t = best_of_rounds(cases, args, clock)
         row = [f"{layer}, batch {batch}"]
         for p in ("fwd", "train"):
             row += [f"{t['ddpc', p] * 1e3:.2f}", f"{t['numpy', p] * 1e3:.2f}",

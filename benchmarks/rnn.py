@@ -13,11 +13,10 @@ PYTHONPATH=python /path/to/venv-with-torch/bin/python benchmarks/rnn.py
 """
 
 import argparse
-import time
 
 import numpy as np
 
-from common import best_time, import_torch, machine, print_table
+from common import add_layer_timing_args, best_of_rounds, import_torch, print_table, start_layer_timing
 
 torch = import_torch()
 
@@ -90,17 +89,9 @@ def check_agree(label, got, want):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--min-time", type=float, default=0.3, help="seconds per timing round")
-    parser.add_argument("--cpu-time", action="store_true", help="time by the process's CPU seconds")
+    add_layer_timing_args(parser)
     args = parser.parse_args()
-    clock = time.process_time if args.cpu_time else time.perf_counter
-    print(f"machine: {machine()}")
-    threads = f", torch threads {torch.get_num_threads()}" if torch is not None else ""
-    print(f"float32 on {args.device}, ddpc threads {ddpc.get_num_threads()}{threads}, "
-          f"{'CPU' if args.cpu_time else 'wall'} time")
-    if torch is None:
-        print("(torch is not importable: no PyTorch column)")
+    clock = start_layer_timing(args, ddpc, torch, f" on {args.device}")
     rows = []
     for mode, inp, hidden, batch, steps, layers, bidirectional in CASES:
         label = f"{mode} {inp}->{hidden}{' bidir' if bidirectional else ''}, {layers} layer{'s' * (layers > 1)}, " \
@@ -112,15 +103,7 @@ def main():
         syncs = {"ddpc": ddpc.cuda.synchronize, "torch": torch.cuda.synchronize if torch is not None else None}
         if len(cases) > 1:
             check_agree(label, cases[1][3](probe), cases[0][3](probe))
-        # Rounds alternate between the implementations and the two passes, so a
-        # busy moment on a shared machine slows all of them; each keeps its best.
-        t = {(name, p): float("inf") for name, *_ in cases for p in ("fwd", "train")}
-        for _ in range(args.repeat):
-            for name, fwd, train, _ in cases:
-                sync = syncs[name] if args.device != "cpu" else None
-                for p, fn in (("fwd", fwd), ("train", train)):
-                    t[name, p] = min(t[name, p], best_time(fn, repeat=1, min_time=args.min_time, sync=sync,
-                                                           clock=clock))
+        t = best_of_rounds(cases, args, clock, lambda name: syncs[name] if args.device != "cpu" else None)
         row = [label]
         for p in ("fwd", "train"):
             row.append(f"{t['ddpc', p] * 1e3:.2f}")

@@ -16,7 +16,7 @@ import ddpc
 import ddpc.nn.functional as F
 from ddpc import nn
 from numeric import numeric_grad
-from test_conv import pool_out_size, run
+from test_conv import assert_cuda_matches_the_host, pool_out_size, run
 
 
 def _tuple(v, nd):
@@ -370,14 +370,7 @@ GPU_CASES = [
 @pytest.mark.gpu
 @pytest.mark.parametrize("name,fn,shapes", GPU_CASES, ids=[c[0] for c in GPU_CASES])
 def test_cuda_matches_the_host(name, fn, shapes):
-    rng = np.random.default_rng(12)
-    arrays = [rng.standard_normal(s) for s in shapes]
-    for dtype, tol in ((np.float32, 1e-4), (np.float64, 1e-12)):
-        out_c, g_c, _ = run(fn, arrays, dtype=dtype)
-        out_g, g_g, _ = run(fn, arrays, device="cuda", dtype=dtype)
-        np.testing.assert_allclose(out_g, out_c, rtol=tol, atol=tol)
-        for a, b in zip(g_g, g_c):
-            np.testing.assert_allclose(a, b, rtol=tol, atol=tol)
+    assert_cuda_matches_the_host(fn, shapes)
 
 
 @pytest.mark.gpu
