@@ -8,10 +8,11 @@ input needs none). ``MyOp.apply(*args)`` runs forward and records one node.
 
 The node is the ``ctx``: the engine checks the saved tensors' versions before
 backward (an in-place change since forward raises, as for ddpc's own ops) and
-frees them after it unless retain_graph. Where ddpc differs: backward runs
-with no graph recorded, so gradients of gradients are not available
-(``once_differentiable`` is accepted and changes nothing), and ``mark_dirty``
-(in-place outputs) is not supported.
+frees them after it unless retain_graph. In a ``create_graph=True`` pass
+backward runs with grad mode on, so a backward written in differentiable ops
+can be differentiated again, as in PyTorch; ``once_differentiable`` makes
+such a pass refuse it instead. Where ddpc differs: ``mark_dirty`` (in-place
+outputs) is not supported.
 """
 
 from .autograd import Node, _attach, _mode, no_grad
@@ -38,6 +39,7 @@ class _OutputOf(Node):
     """Output ``index`` of a multi-output function: hands its gradient to the function's node."""
 
     passes_through = True
+    double_backward = True
 
     def __init__(self, fn, index):
         super().__init__(())
@@ -59,6 +61,7 @@ class FunctionCtx(Node):
     passes_through = True  # backward may hand back the incoming gradient itself
 
     def __init__(self, fn, args):
+        self.double_backward = not getattr(fn.backward, "_once_differentiable", False)
         super().__init__(args)
         self._fn = fn
         self._inputs = tuple((a.shape, a.dtype) if isinstance(a, Tensor) else None for a in args)
@@ -156,5 +159,6 @@ class Function:
 
 
 def once_differentiable(fn):
-    """Marks a backward as not differentiable twice; every ddpc backward is, so it returns ``fn``."""
+    """Marks a backward as not differentiable twice: a create_graph pass through it raises."""
+    fn._once_differentiable = True
     return fn

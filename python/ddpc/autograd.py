@@ -20,6 +20,7 @@ the general strided one.
 
 import builtins
 import collections
+import copy
 import functools
 import heapq
 import itertools
@@ -167,10 +168,14 @@ class Node:
     Subclasses implement ``backward(grad)`` returning one gradient per input
     (None for inputs that need none), and set ``passes_through`` when a
     returned gradient may be the incoming one or a view of it (such gradients
-    are copied before they become a leaf's ``.grad``).
+    are copied before they become a leaf's ``.grad``). A subclass that sets
+    ``double_backward`` computes its backward with recorded ops whenever grad
+    mode is on, as it is in a ``create_graph=True`` pass, so that gradients
+    of its gradients exist; such a pass refuses to run any other node.
     """
 
     passes_through = False
+    double_backward = False
 
     def __init__(self, inputs, saved=()):
         self.next_functions = tuple(_edge(t) for t in inputs)
@@ -323,6 +328,8 @@ def _accumulate_leaf(leaf, grad, owned):
                 grad, owned = res, False
     if leaf.grad is None:
         leaf.grad = grad if owned else grad.clone()
+    elif _mode.enabled:  # create_graph: the sum stays in the graph
+        leaf.grad = leaf.grad + grad
     else:
         leaf.grad.add_(grad)
     post = leaf.__dict__.get("_post_accumulate_hooks")
@@ -331,13 +338,14 @@ def _accumulate_leaf(leaf, grad, owned):
             fn(leaf)
 
 
-def _run_backward(roots, retain_graph, targets=None):
+def _run_backward(roots, retain_graph, targets=None, create_graph=False):
     """One backward pass from ``roots``, (tensor, gradient, owned) triples.
 
     ``targets`` None: every leaf reached accumulates its gradient. Otherwise
     only the tensors it names get one: it maps the edge of each (its grad_fn,
     or the leaf itself) to a function that takes (gradient, owned), and only
-    the nodes that lead to one of them run."""
+    the nodes that lead to one of them run. With ``create_graph`` the nodes
+    run with grad mode on, so the gradients are recorded in the graph too."""
     seeds = {}
     for i, (t, g, owned) in enumerate(roots):
         if not t.requires_grad:
@@ -348,7 +356,7 @@ def _run_backward(roots, retain_graph, targets=None):
     outer = _mode.sole_leaves, _mode.callbacks
     _mode.callbacks = []
     try:
-        _run_graph(list(seeds.values()), retain_graph, targets)
+        _run_graph(list(seeds.values()), retain_graph, targets, create_graph)
         callbacks = _mode.callbacks
         _mode.callbacks = None  # a callback's own backward passes or callbacks are not part of this pass
         for fn in callbacks:
@@ -357,7 +365,7 @@ def _run_backward(roots, retain_graph, targets=None):
         _mode.sole_leaves, _mode.callbacks = outer
 
 
-def _run_graph(seeds, retain_graph, targets):
+def _run_graph(seeds, retain_graph, targets, create_graph):
     nodes = [e for e, _ in seeds if isinstance(e, Node)]
     seen = {id(n) for n in nodes}
     stack = list(nodes)
@@ -387,12 +395,14 @@ def _run_graph(seeds, retain_graph, targets):
                 for e in node.next_functions:
                     if e is not None and id(e) in wanted:
                         deps[id(e)] = deps.get(id(e), 0) + 1
-    # Only where the pass accumulates may a leaf's gradient land in its owner's memory (_grad_out).
-    _mode.sole_leaves = frozenset(k for k, n in deps.items() if n == 1) if targets is None else frozenset()
+    # Only where the pass accumulates, and keeps no graph of the gradients, may
+    # a leaf's gradient land in its owner's memory (_grad_out).
+    _mode.sole_leaves = frozenset(k for k, n in deps.items() if n == 1) \
+        if targets is None and not create_graph else frozenset()
     grads, ready = {}, []
     for e, g in seeds:
         grads[id(e)] = g
-    with no_grad():
+    with set_grad_enabled(create_graph):
         for e, _ in seeds:
             if deps.get(id(e), 0) == 0:
                 _deliver(e, grads, ready, targets)
@@ -440,6 +450,10 @@ def _run_nodes(ready, grads, deps, retain_graph, targets, expands):
             targets[id(node)](g, owned)
         if not expand:
             continue
+        if _mode.enabled and not node.double_backward:
+            raise NotImplementedError(
+                f"create_graph=True: ddpc has no double backward for {node.name()}, so the gradients of this "
+                "graph cannot be differentiated again")
         in_grads = node.backward(g)
         if not retain_graph:
             node.saved = None
@@ -478,8 +492,9 @@ def _drain(e, deps, grads, ready, targets):
             _arrived(sub, deps, grads, ready, targets)
 
 
-def _roots(tensors, grads, what):
-    """(tensor, gradient, owned) triples for the tensors a pass starts from."""
+def _roots(tensors, grads, what, create_graph=False):
+    """(tensor, gradient, owned) triples for the tensors a pass starts from;
+    with ``create_graph`` a given gradient keeps its own graph."""
     tensors = (tensors,) if isinstance(tensors, Tensor) else tuple(tensors)
     if grads is None or isinstance(grads, Tensor):
         grads = (grads,) * len(tensors) if grads is None else (grads,)
@@ -500,7 +515,7 @@ def _roots(tensors, grads, what):
             g = _like_scalar(g, t)
         if g.shape != t.shape:
             raise RuntimeError(f"gradient has shape {g.shape}, but the output has shape {t.shape}")
-        roots.append((t, g.detach(), False))
+        roots.append((t, g if create_graph else g.detach(), False))
     return roots
 
 
@@ -514,21 +529,22 @@ def _targets(inputs, what):
     return inputs
 
 
-def _no_create_graph(create_graph):
-    if create_graph:
-        raise NotImplementedError("create_graph=True: ddpc's backward functions are not recorded, so gradients "
-                                  "of gradients (double backward) are not supported")
-
-
 def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, inputs=None):
     """Computes the gradient of ``tensors`` (one or a sequence, weighted by
     ``grad_tensors``: None for a scalar's 1) with respect to the graph's leaves
     and accumulates it into their ``.grad``; with ``inputs``, only into those
-    tensors' ``.grad`` (a non-leaf input keeps its gradient there too)."""
-    _no_create_graph(create_graph)
-    roots = _roots(tensors, grad_tensors, "backward")
+    tensors' ``.grad`` (a non-leaf input keeps its gradient there too).
+
+    ``create_graph=True`` records the gradients' own graph, so they can be
+    differentiated again (gradient penalties, Hessian-vector products); the
+    graph is then retained unless ``retain_graph=False``. Where ddpc differs:
+    only the ops whose nodes set ``Node.double_backward`` support it; any
+    other op in the graph raises NotImplementedError naming it."""
+    create_graph = bool(create_graph)
+    retain_graph = create_graph if retain_graph is None else bool(retain_graph)
+    roots = _roots(tensors, grad_tensors, "backward", create_graph)
     if inputs is None:
-        _run_backward(roots, bool(retain_graph))
+        _run_backward(roots, retain_graph, None, create_graph)
         return
     targets = {}
     for t in _targets(inputs, "backward"):
@@ -536,7 +552,7 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
             targets[id(t)] = functools.partial(_accumulate_leaf, t)
         else:
             targets[id(t.grad_fn)] = functools.partial(_accumulate_non_leaf, t)
-    _run_backward(roots, bool(retain_graph), targets)
+    _run_backward(roots, retain_graph, targets, create_graph)
 
 
 def _accumulate_non_leaf(t, grad, owned):
@@ -549,9 +565,10 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     to each of ``inputs``, returned as a tuple; no tensor's ``.grad`` changes.
     An input the outputs do not depend on raises, unless ``allow_unused``
     (its gradient is then None, or zeros with ``materialize_grads``). Only the
-    ops between the outputs and the inputs run backward. Where ddpc differs:
-    ``create_graph=True`` raises, as backward functions are not recorded."""
-    _no_create_graph(create_graph)
+    ops between the outputs and the inputs run backward. ``create_graph`` is
+    as for ``backward``."""
+    create_graph = bool(create_graph)
+    retain_graph = create_graph if retain_graph is None else bool(retain_graph)
     if allow_unused is None:
         allow_unused = materialize_grads
     elif materialize_grads and not allow_unused:
@@ -570,7 +587,7 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
                 targets[id(e)] = functools.partial(_keep_leaf, t, functools.partial(keep, id(e)))
             else:
                 targets[id(e)] = functools.partial(keep, id(e))
-    _run_backward(_roots(outputs, grad_outputs, "grad"), bool(retain_graph), targets)
+    _run_backward(_roots(outputs, grad_outputs, "grad", create_graph), retain_graph, targets, create_graph)
     out = []
     for i, t in enumerate(inputs):
         g = got.get(id(_edge(t)))
@@ -600,6 +617,18 @@ def _like_scalar(value, ref):
 
 
 # ---- helpers -------------------------------------------------------------------------
+
+def _output(node, value):
+    """``value``, an output of ``node`` that it saved detached, as its backward
+    uses it: itself; or, in a create_graph pass, a tensor over the same memory
+    whose grad_fn is a copy of ``node``, so that gradients written in terms of
+    the output differentiate through it."""
+    if not _mode.enabled:
+        return value
+    twin = copy.copy(node)
+    twin.seq, twin.pre_hooks = next(_sequence), None
+    return _attach(value.detach(), twin)
+
 
 def _empty(shape, ref, dtype=None):
     return Tensor(_C.Buffer(tuple(shape), (dtype or ref.dtype).name, ref._buf.device))
@@ -640,9 +669,13 @@ def _sum_rows(g, n):
 
 
 def _reduce_to(g, shape, dtype):
-    """Sums g over the dims it was broadcast across, back to `shape`."""
+    """Sums g over the dims it was broadcast across, back to `shape` (recorded in a create_graph pass)."""
     shape = tuple(shape)
-    if g.shape != shape:
+    if g.shape != shape and _mode.enabled and g.requires_grad:
+        lead = g.ndim - len(shape)
+        dims = tuple(range(lead)) + tuple(lead + d for d, s in enumerate(shape) if s == 1 and g.shape[lead + d] != 1)
+        g = reshape(sum(g, dims) if dims else g, shape)
+    elif g.shape != shape:
         if g.dtype in _HALVES:  # the sums of _C run in float32 and float64
             g = g.float()
         n = math.prod(shape)
@@ -679,6 +712,8 @@ _HALVES = (float16, bfloat16)
 class _ScalarBackward(Node):
     """a op s for a python number s."""
 
+    double_backward = True
+
     def __init__(self, a, op, s, out):
         # The output is saved detached: out -> grad_fn -> out would be a reference cycle.
         super().__init__((a,), (a, out.detach()) if op in (_RDIV, _RPOWER) else ())
@@ -690,16 +725,17 @@ class _ScalarBackward(Node):
         if op in (_ADD, _SUB):
             r = g
         elif op == _RSUB:
-            r = g._binary(-1, _MUL)
+            r = neg(g)
         elif op == _MUL:
-            r = g._binary(s, _MUL)
+            r = _binary(g, s, _MUL)
         elif op == _DIV:
-            r = g._binary(s, _DIV)
+            r = _binary(g, s, _DIV)
         elif op == _RPOWER:  # s ** a: g * out * log(s)
-            r = mul(g, self.saved[1])._binary(math.log(s) if s > 0 else math.nan if s < 0 else -math.inf, _MUL)
+            r = _binary(mul(g, _output(self, self.saved[1])),
+                        math.log(s) if s > 0 else math.nan if s < 0 else -math.inf, _MUL)
         else:  # s / a: -g * out / a
             a, out = self.saved
-            r = (g * out / a)._binary(-1, _MUL)
+            r = neg(div(mul(g, _output(self, out)), a))
         return (r if r.dtype is self.dtype else r.to(dtype=self.dtype),)
 
 
@@ -710,6 +746,7 @@ class _BinaryBackward(Node):
                  _POWER: (a, b, out.detach())}.get(op, ())
         super().__init__((a, b), saved)
         self.op = op
+        self.double_backward = op in (_ADD, _SUB, _MUL, _DIV, _MAX, _MIN, _POWER)
         self.shapes = (a.shape, b.shape)
         self.dtypes = (a.dtype, b.dtype)
         self.passes_through = op in (_ADD, _SUB)
@@ -723,7 +760,7 @@ class _BinaryBackward(Node):
             gb = _reduce_to(g, sb, db) if need_b else None
         elif self.op == _SUB:
             ga = _reduce_to(g, sa, da) if need_a else None
-            gb = _reduce_to(g._binary(-1, _MUL), sb, db) if need_b else None
+            gb = _reduce_to(neg(g), sb, db) if need_b else None
         elif self.op == _MUL:
             a, b = self.saved
             ga = _reduce_to(mul(g, b), sa, da) if need_a else None
@@ -731,7 +768,7 @@ class _BinaryBackward(Node):
         elif self.op in (_MAX, _MIN):
             # PyTorch's rule: the operand that lost gets 0, each gets half on a tie, and both get all of it
             # beside a NaN. Operand x lost where x < y (maximum): its share is 1 - ((x < y) + (x <= y)) / 2.
-            a, b = self.saved
+            a, b = (t.detach() for t in self.saved)  # the shares are constants
             lt, le = (_LT, _LE) if self.op == _MAX else (_GT, _GE)
             ga = _reduce_to(mul(g, rsub(mul(add(_binary(a, b, lt), _binary(a, b, le)), 0.5), 1)), sa, da) \
                 if need_a else None
@@ -741,13 +778,14 @@ class _BinaryBackward(Node):
             # PyTorch's masks: no gradient to a where b is 0, nor to b where a is 0 and b >= 0
             # (0 ** b is constant there).
             a, b, out = self.saved
+            out = _output(self, out)
             ga = _reduce_to(where(b == 0, 0.0, mul(g, mul(b, pow(a, sub(b, 1))))), sa, da) if need_a else None
             gb = _reduce_to(where(logical_and(a == 0, b >= 0), 0.0, mul(mul(g, out), log(a))), sb, db) \
                 if need_b else None
         else:
             b, out = self.saved
             ga = _reduce_to(div(g, b), sa, da) if need_a else None
-            gb = _reduce_to(div(mul(g, out), b)._binary(-1, _MUL), sb, db) if need_b else None
+            gb = _reduce_to(neg(div(mul(g, _output(self, out)), b)), sb, db) if need_b else None
         return ga, gb
 
 
@@ -844,6 +882,7 @@ class _UnaryBackward(Node):
               "Log10Backward", "Exp2Backward", "SinhBackward", "CoshBackward", "AsinhBackward", "AtanBackward")
     # The ops whose derivative needs the output; the others' needs the input.
     _USES_OUTPUT = (_TANH, _SIGMOID, _EXP, _EXP2, _SQRT, _RSQRT, _EXPM1, _RECIPROCAL)
+    double_backward = True
 
     def __init__(self, x, op, p, q, out):
         # The output is saved detached: out -> grad_fn -> out would be a reference cycle.
@@ -853,11 +892,82 @@ class _UnaryBackward(Node):
     def name(self):
         return self._NAMES[self.op]
 
-    def backward(self, g):
-        (s,) = self.saved
+    def _raw(self, g, s):
         gx = _empty(s.shape, s)
         _C.unary_backward(self.op, gx._buf, g._buf, s._buf, self.p, self.q)
-        return (gx,)
+        return gx
+
+    def backward(self, g):
+        (s,) = self.saved
+        if not _mode.enabled:
+            return (self._raw(g, s),)
+        # create_graph: g times the derivative, recorded. The derivative of a
+        # piecewise-linear op is piecewise constant: the kernel's, as a constant.
+        if self.op in self._USES_OUTPUT:
+            s = _output(self, s)
+        derivative = _DERIVATIVES.get(self.op)
+        if derivative is None:
+            ones = _empty(s.shape, s)
+            _C.fill(ones._buf, 1.0)
+            return (mul(g, self._raw(ones, s.detach())),)
+        return (mul(g, derivative(s, self.p, self.q)),)
+
+
+def _between(x, lo, hi):
+    """Where lo <= x <= hi, as a constant mask."""
+    x = x.detach()
+    return logical_and(x >= lo, x <= hi)
+
+
+def _gelu_derivative(x, p, q):
+    """Phi(x) + x phi(x)."""
+    cdf = mul(add(erf(mul(x, math.sqrt(0.5))), 1.0), 0.5)
+    return add(cdf, mul(x, mul(exp(mul(square(x), -0.5)), 1 / math.sqrt(2 * math.pi))))
+
+
+def _silu_derivative(x, p, q):
+    s = sigmoid(x)
+    return mul(s, add(mul(x, rsub(s, 1.0)), 1.0))
+
+
+def _mish_derivative(x, p, q):
+    t = tanh(softplus(x))
+    return add(t, mul(mul(x, sigmoid(x)), rsub(square(t), 1.0)))
+
+
+# The derivatives of the smooth unary ops, in recorded ops of the saved tensor
+# (the output for _UnaryBackward._USES_OUTPUT, else the input); the others'
+# are piecewise constant.
+_DERIVATIVES = {
+    _GELU: _gelu_derivative,
+    _TANH: lambda y, p, q: rsub(square(y), 1.0),
+    _SIGMOID: lambda y, p, q: mul(y, rsub(y, 1.0)),
+    _EXP: lambda y, p, q: y,
+    _LOG: lambda x, p, q: reciprocal(x),
+    _POW: lambda x, p, q: mul(pow(x, p - 1), p) if p else mul(x.detach(), 0.0),
+    _ELU: lambda x, p, q: where(x.detach() > 0, 1.0, mul(exp(x), p)),
+    _SILU: _silu_derivative,
+    _SOFTPLUS: lambda x, p, q: where(mul(x.detach(), p) > q, 1.0, sigmoid(mul(x, p))),
+    _MISH: _mish_derivative,
+    _HARDSWISH: lambda x, p, q: where(_between(x, -3.0, 3.0), add(div(x, 3.0), 0.5),
+                                      (x.detach() > 3).to(dtype=x.dtype)),
+    _SQRT: lambda y, p, q: rdiv(y, 0.5),
+    _RSQRT: lambda y, p, q: mul(pow(y, 3.0), -0.5),
+    _SQUARE: lambda x, p, q: mul(x, 2.0),
+    _SIN: lambda x, p, q: cos(x),
+    _COS: lambda x, p, q: neg(sin(x)),
+    _LOG1P: lambda x, p, q: reciprocal(add(x, 1.0)),
+    _EXPM1: lambda y, p, q: add(y, 1.0),
+    _ERF: lambda x, p, q: mul(exp(neg(square(x))), 2 / math.sqrt(math.pi)),
+    _RECIPROCAL: lambda y, p, q: neg(square(y)),
+    _LOG2: lambda x, p, q: reciprocal(mul(x, math.log(2.0))),
+    _LOG10: lambda x, p, q: reciprocal(mul(x, math.log(10.0))),
+    _EXP2: lambda y, p, q: mul(y, math.log(2.0)),
+    _SINH: lambda x, p, q: cosh(x),
+    _COSH: lambda x, p, q: sinh(x),
+    _ASINH: lambda x, p, q: rsqrt(add(square(x), 1.0)),
+    _ATAN: lambda x, p, q: reciprocal(add(square(x), 1.0)),
+}
 
 
 def _unary(x, op, p=0.0, q=0.0):
@@ -1207,6 +1317,8 @@ absolute = abs
 
 
 class _WhereBackward(Node):
+    double_backward = True
+
     def __init__(self, mask, a, b):
         super().__init__((a, b), (mask,))
         self.shapes, self.dtypes = (a.shape, b.shape), (a.dtype, b.dtype)
@@ -1215,10 +1327,11 @@ class _WhereBackward(Node):
         (mask,) = self.saved
         zero = _empty((), g)
         _C.fill(zero._buf, 0.0)
+        pick = where if _mode.enabled else _select_where
         grads = []
         for i, (edge, shape, dtype) in enumerate(zip(self.next_functions, self.shapes, self.dtypes)):
             picked = (g, zero) if i == 0 else (zero, g)
-            grads.append(None if edge is None else _reduce_to(_select_where(mask, *picked), shape, dtype))
+            grads.append(None if edge is None else _reduce_to(pick(mask, *picked), shape, dtype))
         return grads
 
 
@@ -1402,12 +1515,19 @@ class _MatmulBackward(Node):
     """ga[i] = g[i] @ b[j]^T and gb[j] = a[i]^T @ g[i] for each batch slice,
     summed over the batch dims an operand was broadcast across."""
 
+    double_backward = True
+
     def __init__(self, a, b, batch):
         super().__init__((a, b), (a, b))
         self.batch = batch
 
     def backward(self, g):
         a, b = self.saved
+        if _mode.enabled:
+            return (_reduce_to(matmul(g, transpose(b, -1, -2)), a.shape, a.dtype)
+                    if self.next_functions[0] is not None else None,
+                    _reduce_to(matmul(transpose(a, -1, -2), g), b.shape, b.dtype)
+                    if self.next_functions[1] is not None else None)
         m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
         x, y, g3 = _as_batches(a), _as_batches(b), _as_batches(g)
         ai, bi, gi = _batch_slices(a.shape[:-2], self.batch), _batch_slices(b.shape[:-2], self.batch), range(len(g3))
@@ -1460,15 +1580,26 @@ def matmul(a, b):
 
 
 class _LinearBackward(Node):
+    double_backward = True
+
     def __init__(self, x, weight, bias, x2):
-        super().__init__((x, weight, bias), (x2, weight.detach()))
+        # x and weight themselves are for a create_graph pass, which needs them in the graph.
+        super().__init__((x, weight, bias), (x2, weight.detach(), x, weight))
         self.in_shape = x.shape
         self.bias_shape = None if bias is None else bias.shape
 
     def backward(self, g):
-        x2, w = self.saved
+        x2, w, x, weight = self.saved
         g2 = g.reshape(x2.shape[0], w.shape[0])  # not -1: out_features may be 0
         gx = gw = gb = None
+        if _mode.enabled:
+            if self.next_functions[0] is not None:
+                gx = reshape(matmul(g2, weight), self.in_shape)
+            if self.next_functions[1] is not None:
+                gw = matmul(transpose(g2), reshape(x, x2.shape))
+            if self.next_functions[2] is not None:
+                gb = sum(g2, 0)
+            return gx, gw, gb
         if self.next_functions[0] is not None:
             gx = _empty(x2.shape, g2)
             _C.gemm(gx._buf, g2._buf, w._buf)
@@ -1507,8 +1638,10 @@ def linear(x, weight, bias=None):
 
 
 class _TransposeBackward(Node):
+    double_backward = True
+
     def backward(self, g):
-        return (_transpose_storage(g),)
+        return (transpose(g) if _mode.enabled else _transpose_storage(g),)
 
 
 def _transpose_storage(a):
@@ -1520,11 +1653,16 @@ def _transpose_storage(a):
 # ---- reductions ----------------------------------------------------------------------------
 
 class _SumBackward(Node):
+    double_backward = True
+
     def __init__(self, a, dim, keepdim):
         super().__init__((a,), ())
         self.shape, self.dim, self.keepdim = a.shape, dim, keepdim
 
     def backward(self, g):
+        if _mode.enabled:
+            kept = tuple(1 if self.dim is None or d == self.dim else s for d, s in enumerate(self.shape))
+            return (expand(reshape(g, kept), self.shape),)
         if self.keepdim:
             g = g.reshape(()) if self.dim is None else g.reshape(self.shape[:self.dim] + self.shape[self.dim + 1:])
         return (_expand(g, self.shape, self.dim),)
@@ -1602,6 +1740,8 @@ def sum(a, dim=None, keepdim=False, *, dtype=None):
 class _ExtremeBackward(Node):
     """The gradient of max/min along a dim goes to where each was taken."""
 
+    double_backward = True
+
     def __init__(self, a, dim, keepdim, indices):
         super().__init__((a,), ())
         self.shape, self.dim, self.keepdim, self.indices = a.shape, dim, keepdim, indices
@@ -1609,7 +1749,22 @@ class _ExtremeBackward(Node):
     def backward(self, g):
         ga = _empty(self.shape, g)
         _C.put_dim(ga._buf, g._buf, self.indices._buf, self.dim)
+        if _needs_grad(g):  # create_graph
+            _attach(ga, _PutBackward(g, self.dim, self.indices))
         return (ga,)
+
+
+class _PutBackward(Node):
+    """The gradient of max/min's backward (a put along a dim): the incoming one at the same indices."""
+
+    double_backward = True
+
+    def __init__(self, g, dim, indices):
+        super().__init__((g,), ())
+        self.dim, self.indices = dim, indices
+
+    def backward(self, g):
+        return (reshape(gather(g, self.dim, self.indices.unsqueeze(self.dim)), self.indices.shape),)
 
 
 MinMax = collections.namedtuple("MinMax", "values indices")
@@ -1922,10 +2077,11 @@ class _StdBackward(Node):
     def __init__(self, v, out):
         super().__init__((v,), (out,))
 
+    double_backward = True
+
     def backward(self, g):
         (out,) = self.saved
-        with no_grad():
-            return (where(out == 0, 0.0, div(g, mul(out, 2.0))),)
+        return (where(out == 0, 0.0, div(g, mul(_output(self, out), 2.0))),)
 
 
 def std_mean(a, dim=None, unbiased=None, keepdim=False, *, correction=None):
@@ -1943,16 +2099,17 @@ def std(a, dim=None, unbiased=None, keepdim=False, *, correction=None):
 class _AmaxBackward(Node):
     """The gradient of amax/amin is split evenly among the elements equal to the result, as in PyTorch."""
 
+    double_backward = True
+
     def __init__(self, a, dims, kept):
         super().__init__((a,), (a.detach(), kept))
         self.dims = dims
 
     def backward(self, g):
         a, kept = self.saved
-        with no_grad():
-            hit = (a == kept).to(dtype=g.dtype)
-            share = div(g.reshape(kept.shape), sum(hit, self.dims, keepdim=True))
-            return (mul(hit, share),)
+        hit = (a == kept).to(dtype=g.dtype)
+        share = div(g.reshape(kept.shape), sum(hit, self.dims, keepdim=True))
+        return (mul(hit, share),)
 
 
 def _amax(a, dim, keepdim, want_max):
@@ -2564,6 +2721,7 @@ def bmm(a, b):
 
 class _ViewBackward(Node):
     passes_through = True
+    double_backward = True
 
     def __init__(self, a):
         super().__init__((a,), ())
@@ -2593,12 +2751,38 @@ class _SelectBackward(Node):
     """The gradient of a selection of a's elements (an index, permute): zeros
     but for the incoming gradient at the selected elements."""
 
+    double_backward = True
+
     def __init__(self, a, sel):
         super().__init__((a,), ())
         self.shape, self.dtype, self.sel = a.shape, a.dtype, sel
 
     def backward(self, g):
+        if _mode.enabled:
+            return (_place(self.shape, self.sel, g),)
         return (_Scattered(self.shape, self.sel, g),)
+
+
+class _PlaceBackward(Node):
+    """The gradient of _place: the placed elements' gradient, selected again."""
+
+    double_backward = True
+
+    def __init__(self, g, sel):
+        super().__init__((g,), ())
+        self.sel = sel
+
+    def backward(self, g):
+        return (_select(g, self.sel, "indexing"),)
+
+
+def _place(shape, sel, g):
+    """Zeros of ``shape`` but for ``g`` added at the elements ``sel`` selects,
+    recorded: a selection's gradient in a create_graph pass."""
+    out = _Scattered(shape, sel, g).dense()
+    if _needs_grad(g):
+        _attach(out, _PlaceBackward(g, sel))
+    return out
 
 
 def _select(a, sel, what):
@@ -2647,6 +2831,8 @@ def transpose(a, dim0=0, dim1=1):
 
 
 class _ExpandBackward(Node):
+    double_backward = True
+
     def __init__(self, a):
         super().__init__((a,), ())
         self.shape, self.dtype = a.shape, a.dtype
@@ -2792,6 +2978,7 @@ def write(t, sel, value):
 
 class _CatBackward(Node):
     passes_through = True
+    double_backward = True
 
     def __init__(self, tensors, dim):
         super().__init__(tensors, ())
@@ -2802,7 +2989,7 @@ class _CatBackward(Node):
     def backward(self, g):
         grads, at = [], 0
         for n, dt in zip(self.sizes, self.dtypes):
-            part = g._getitem(_along(self.dim, slice(at, at + n)))
+            part = index(g, _along(self.dim, slice(at, at + n)))
             grads.append(part if part.dtype is dt else part.to(dtype=dt))
             at += n
         return grads
@@ -2815,7 +3002,7 @@ class _StackBackward(_CatBackward):
         self.dtypes = [t.dtype for t in tensors]
 
     def backward(self, g):
-        return [g._getitem(_along(self.dim, i)) if g.dtype is dt else g._getitem(_along(self.dim, i)).to(dtype=dt)
+        return [index(g, _along(self.dim, i)) if g.dtype is dt else index(g, _along(self.dim, i)).to(dtype=dt)
                 for i, dt in enumerate(self.dtypes)]
 
 
@@ -2845,6 +3032,7 @@ def stack(tensors, dim=0):
 
 class _CloneBackward(Node):
     passes_through = True
+    double_backward = True
 
     def backward(self, g):
         return (g,)
@@ -2860,6 +3048,8 @@ def clone(a):
 
 
 class _ToBackward(Node):
+    double_backward = True
+
     def __init__(self, a, out):
         super().__init__((a,), ())
         self.device, self.dtype = a.device, a.dtype
@@ -2881,14 +3071,25 @@ def record_to(src, out):
 # ---- nn functions with fused kernels --------------------------------------------------------
 
 class _DropoutBackward(Node):
+    """Dropout's gradient is the same dropout (the same mask and scale) of the incoming one."""
+
+    double_backward = True
+
     def __init__(self, x, p, seed, offset):
         super().__init__((x,), ())
         self.p, self.seed, self.offset = p, seed, offset
 
     def backward(self, g):
-        gx = _empty(g.shape, g)
-        _C.dropout(gx._buf, g._buf, self.p, self.seed, self.offset)
-        return (gx,)
+        return (_dropout_with(g, self.p, self.seed, self.offset),)
+
+
+def _dropout_with(x, p, seed, offset):
+    """Dropout of x with the mask that (seed, offset) draws."""
+    out = _empty(x.shape, x)
+    _C.dropout(out._buf, x._buf, p, seed, offset)
+    if _needs_grad(x):
+        _attach(out, _DropoutBackward(x, p, seed, offset))
+    return out
 
 
 def dropout(x, p=0.5, training=True):
@@ -2901,11 +3102,7 @@ def dropout(x, p=0.5, training=True):
     if x.dtype in _HALVES:
         return dropout(x.float(), p, training).to(dtype=x.dtype)
     seed, offset = default_generator.take(x.numel())
-    out = _empty(x.shape, x)
-    _C.dropout(out._buf, x._buf, float(p), seed, offset)
-    if _needs_grad(x):
-        _attach(out, _DropoutBackward(x, float(p), seed, offset))
-    return out
+    return _dropout_with(x, float(p), seed, offset)
 
 
 class _EmbeddingBackward(Node):
@@ -3044,12 +3241,30 @@ def ctc_nll(log_probs, targets, input_lengths, target_lengths, blank=0, zero_inf
 
 
 class _LayerNormBackward(Node):
-    def __init__(self, x, weight, bias, normalized_shape, rows, w, mean, rstd):
-        super().__init__((x, weight, bias), (rows, w))
-        self.x_shape, self.w_shape, self.mean, self.rstd = x.shape, normalized_shape, mean, rstd
+    double_backward = True
+
+    def __init__(self, x, weight, bias, normalized_shape, rows, w, mean, rstd, eps):
+        # x and weight themselves are for a create_graph pass, which needs them in the graph.
+        super().__init__((x, weight, bias), (rows, w, x, weight))
+        self.x_shape, self.w_shape, self.mean, self.rstd, self.eps = x.shape, normalized_shape, mean, rstd, eps
+
+    def _recorded(self, g):
+        """The gradients in recorded ops of x, the weight and g: with xhat = (x - mean) rstd and
+        h = g w, dx = rstd (h - mean(h) - xhat mean(h xhat)), dw = sum(g xhat), db = sum(g)."""
+        rows, _, x, weight = self.saved
+        x, g = reshape(x, rows.shape), reshape(g, rows.shape)
+        centred = sub(x, mean(x, -1, keepdim=True))
+        rstd = rsqrt(add(mean(square(centred), -1, keepdim=True), self.eps))
+        xhat = mul(centred, rstd)
+        h = g if weight is None else mul(g, reshape(weight, (rows.shape[1],)))
+        gx = mul(rstd, sub(sub(h, mean(h, -1, keepdim=True)), mul(xhat, mean(mul(h, xhat), -1, keepdim=True))))
+        return (reshape(gx, self.x_shape), reshape(sum(mul(g, xhat), 0), self.w_shape),
+                reshape(sum(g, 0), self.w_shape))
 
     def backward(self, g):
-        rows, w = self.saved
+        if _mode.enabled:
+            return self._recorded(g)
+        rows, w = self.saved[:2]
         gx, gw, gb = _empty(rows.shape, rows), _empty(w.shape, w), _empty(w.shape, w)
         _C.layer_norm_backward(gx._buf, gw._buf, gb._buf, g.reshape(rows.shape)._buf, rows._buf, self.mean._buf,
                                self.rstd._buf, w._buf)
@@ -3082,11 +3297,13 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     _C.layer_norm(y._buf, mean._buf, rstd._buf, rows._buf, w._buf, b._buf, float(eps))
     y = y.reshape(x.shape)
     if _needs_grad(x, weight, bias):
-        _attach(y, _LayerNormBackward(x, weight, bias, normalized_shape, rows.detach(), w, mean, rstd))
+        _attach(y, _LayerNormBackward(x, weight, bias, normalized_shape, rows.detach(), w, mean, rstd, float(eps)))
     return y
 
 
 class _SoftmaxBackward(Node):
+    double_backward = True
+
     def __init__(self, x, out, take_log):
         super().__init__((x,), (out.detach(),))
         self.take_log = take_log
@@ -3096,6 +3313,11 @@ class _SoftmaxBackward(Node):
 
     def backward(self, g):
         (y,) = self.saved
+        if _mode.enabled:  # along the last dim: y (g - sum(g y)), or for log_softmax g - exp(y) sum(g)
+            y = _output(self, y)
+            if self.take_log:
+                return (sub(g, mul(exp(y), sum(g, -1, keepdim=True))),)
+            return (mul(y, sub(g, sum(mul(g, y), -1, keepdim=True))),)
         gx = _empty(y.shape, y)
         _C.softmax_backward(gx._buf, g._buf, y._buf, self.take_log)
         return (gx,)
@@ -3148,22 +3370,46 @@ def _no_grad_weight(t, name, what):
 
 
 class _CrossEntropyBackward(Node):
+    double_backward = True
+
     def __init__(self, input, target, rows, tgt, weight, args):
         """rows, tgt, weight: what the forward op took (args its other arguments)."""
-        super().__init__((input, target), (rows, tgt, weight))
+        # The input itself is for a create_graph pass, which needs it in the graph.
+        super().__init__((input, target), (rows, tgt, weight, input))
         self.args = args
 
     def name(self):
         return "NllLossBackward" if self.args[3] else "CrossEntropyLossBackward"
 
+    def _raw(self, g, log_probs):
+        rows, tgt, weight, _ = self.saved
+        gx = _empty(rows.shape, rows)
+        _C.cross_entropy_backward(gx._buf, g._buf, rows._buf, tgt._buf, None if weight is None else weight._buf,
+                                  *self.args[:3], log_probs)
+        return gx
+
+    def _recorded(self, g):
+        """The input's gradient in recorded ops. The loss is -sum(q * log_softmax(x)) (or -sum(q * x) for
+        log-probabilities) with q fixed by the targets, weights, smoothing and reduction, so it is
+        g (softmax(x) sum(q) - q); -q is the gradient with respect to log-probabilities at g = 1."""
+        if self.next_functions[1] is not None:
+            raise NotImplementedError("create_graph=True: ddpc has no double backward for cross_entropy with "
+                                      "class-probability targets that require grad")
+        ones = _empty(g.shape, g)
+        _C.fill(ones._buf, 1.0)
+        q = self._raw(ones, True)  # -q
+        scale = reshape(g, (-1, 1)) if g.ndim else g
+        if self.args[3]:
+            return mul(q, scale)
+        x = self.saved[3]
+        return mul(add(mul(softmax(x, -1), neg(sum(q, -1, keepdim=True))), q), scale)
+
     def backward(self, g):
-        rows, tgt, weight = self.saved
+        rows, tgt, weight, _ = self.saved
         _, eps, red, log_probs = self.args
         gx = gt = None
         if self.next_functions[0] is not None:
-            gx = _empty(rows.shape, rows)
-            _C.cross_entropy_backward(gx._buf, g._buf, rows._buf, tgt._buf, None if weight is None else weight._buf,
-                                      *self.args)
+            gx = self._recorded(g) if _mode.enabled else self._raw(g, log_probs)
         if self.next_functions[1] is not None:  # class probabilities: -(1 - eps) * weight * log-probability
             gt = (rows if log_probs else _softmax(rows, -1, True)) * -(1 - eps)
             if weight is not None:
@@ -3245,27 +3491,62 @@ _LOSS_NAMES = ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cr
 class _PointwiseLossBackward(Node):
     _NAMES = ("MseLossBackward", "L1LossBackward", "SmoothL1LossBackward", "HuberLossBackward",
               "BinaryCrossEntropyBackward", "BinaryCrossEntropyWithLogitsBackward", "KlDivBackward", "KlDivBackward")
+    double_backward = True
 
     def __init__(self, input, target, kind, x, y, pos_weight, p, red):
         """x, y, pos_weight: what the forward op took."""
-        super().__init__((input, target), (x, y, pos_weight))
+        # input and target themselves are for a create_graph pass, which needs them in the graph.
+        super().__init__((input, target), (x, y, pos_weight, input, target))
         self.kind, self.p, self.red, self.dtypes = kind, p, red, (input.dtype, target.dtype)
 
     def name(self):
         return self._NAMES[self.kind]
 
     def backward(self, g):
-        x, y, pw = self.saved
+        x, y, pw = self.saved[:3]
         grads = []
         for wrt_target, (edge, dtype) in enumerate(zip(self.next_functions, self.dtypes)):
             if edge is None:
                 grads.append(None)
                 continue
-            gi = _empty(x.shape, x)
-            _C.loss_backward(self.kind, wrt_target, gi._buf, g._buf, x._buf, y._buf, None if pw is None else pw._buf,
-                             self.p, self.red)
+            if _mode.enabled:  # create_graph: in recorded ops
+                gi = self._recorded(g, wrt_target)
+            else:
+                gi = _empty(x.shape, x)
+                _C.loss_backward(self.kind, wrt_target, gi._buf, g._buf, x._buf, y._buf,
+                                 None if pw is None else pw._buf, self.p, self.red)
             grads.append(gi if gi.dtype is dtype else gi.to(dtype=dtype))
         return grads
+
+    def _recorded(self, g, wrt_target):
+        """The gradient with respect to the input (or the target) in recorded
+        ops of both and g: the loss's derivative (kernels/pointwise_loss.h's
+        ddpc_loss_grad) times g, or times g / n for a mean."""
+        x, y, pw, input, target = self.saved
+        x, y = (input if input.requires_grad else x), (target if target.requires_grad else y)
+        d, kind, p = sub(x, y), self.kind, self.p
+        if kind == _MSE:
+            dx, dy = mul(d, 2.0), mul(d, -2.0)
+        elif kind in (_L1, _SMOOTH_L1, _HUBER):  # piecewise: constant slopes, linear inside |d| <= p
+            dx = sign(d.detach())
+            if kind == _HUBER:
+                dx = mul(dx, p)
+            if kind != _L1 and p > 0:
+                dx = where(_between(d, -p, p), div(d, p) if kind == _SMOOTH_L1 else d, dx)
+            dy = neg(dx)
+        elif kind == _BCE:
+            dx = div(d, clamp_min(mul(x, rsub(x, 1.0)), 1e-12))
+            dy = sub(log1p(neg(x)), log(x))
+        elif kind == _BCE_LOGITS:
+            w = 1.0 if pw is None else pw
+            dx = sub(mul(add(mul(y, sub(w, 1.0)), 1.0), sigmoid(x)), mul(y, w))
+            dy = sub(mul(softplus(neg(x)), w), softplus(x))
+        elif kind == _KL_DIV:
+            dx, dy = neg(y), sub(add(log(y), 1.0), x)
+        else:  # KL divergence with a log target
+            dx, dy = neg(exp(y)), mul(exp(y), add(neg(d), 1.0))
+        scale = div(g, x.numel()) if self.red == 1 else g
+        return mul(dy if wrt_target else dx, scale)
 
 
 @autocast_op("float32")

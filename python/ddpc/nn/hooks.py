@@ -27,6 +27,7 @@ _ARRIVED = _Arrived()
 
 class _Gather(Node):
     passes_through = True
+    double_backward = True
 
     def __init__(self, tensors, on_ready):
         super().__init__(tensors)
@@ -40,6 +41,7 @@ class _Gather(Node):
 
 class _Slot(Node):
     passes_through = True
+    double_backward = True
 
     def __init__(self, gather, index):
         super().__init__(())

@@ -1,0 +1,246 @@
+"""Gradients of gradients (``create_graph=True``): every op that supports it
+is checked by a Hessian-vector product against central differences of its
+first gradient, and the engine's behaviour around it against PyTorch's rules."""
+
+import numpy as np
+import pytest
+
+import ddpc
+import ddpc.nn.functional as F
+from ddpc import autograd as ag
+
+
+def _leaves(arrays):
+    return [ddpc.tensor(a, requires_grad=True) for a in arrays]
+
+
+def _first(fn, arrays):
+    """The gradient of fn at arrays, as numpy arrays (zeros where fn does not depend on one)."""
+    xs = _leaves(arrays)
+    grads = ag.grad(fn(*xs), xs, allow_unused=True, materialize_grads=True)
+    return [g.numpy() for g in grads]
+
+
+def check_hvp(fn, *arrays, seed=0, eps=1e-6, rtol=1e-5, atol=1e-7):
+    """d/dx <grad fn(x), u> (a Hessian-vector product, through create_graph)
+    against central differences of the first gradient along u."""
+    rng = np.random.default_rng(seed)
+    arrays = [np.asarray(a, dtype=np.float64) for a in arrays]
+    us = [rng.standard_normal(a.shape) for a in arrays]
+    xs = _leaves(arrays)
+    grads = ag.grad(fn(*xs), xs, create_graph=True, allow_unused=True, materialize_grads=True)
+    first = [g.detach().numpy() for g in grads]
+    for f, want in zip(first, _first(fn, arrays)):  # the recorded gradient is the ordinary one
+        np.testing.assert_allclose(f, want, rtol=1e-12, atol=1e-12)
+    dot = sum((g * ddpc.tensor(u)).sum() for g, u in zip(grads, us) if g.requires_grad)
+    if not isinstance(dot, ddpc.Tensor):  # no gradient depends on x: a zero Hessian
+        hvp = [np.zeros_like(a) for a in arrays]
+    else:
+        hvp = [h.numpy() for h in ag.grad(dot, xs, allow_unused=True, materialize_grads=True)]
+    plus = _first(fn, [a + eps * u for a, u in zip(arrays, us)])
+    minus = _first(fn, [a - eps * u for a, u in zip(arrays, us)])
+    for h, p, m in zip(hvp, plus, minus):
+        np.testing.assert_allclose(h, (p - m) / (2 * eps), rtol=rtol, atol=atol)
+
+
+RNG = np.random.default_rng(7)
+A, B = RNG.standard_normal((3, 4)), RNG.standard_normal((3, 4))
+POS = RNG.uniform(0.5, 2.0, (3, 4))
+UNIT = RNG.uniform(0.1, 0.9, (3, 4))
+ROW = RNG.standard_normal(4)
+
+
+# Smooth unary ops, their input kept where each is defined; cubed so that the second derivative is not only f''.
+@pytest.mark.parametrize("name, x", [
+    ("tanh", A), ("sigmoid", A), ("exp", A), ("log", POS), ("sqrt", POS), ("rsqrt", POS), ("square", A),
+    ("sin", A), ("cos", A), ("log1p", POS), ("expm1", A), ("erf", A), ("reciprocal", POS), ("log2", POS),
+    ("log10", POS), ("exp2", A), ("sinh", A), ("cosh", A), ("asinh", A), ("atan", A), ("abs", A), ("relu", A),
+    ("sign", A), ("floor", A),
+])
+def test_unary_second_derivatives(name, x):
+    op = getattr(ddpc, name)
+    check_hvp(lambda t: (op(t) * t * t).sum(), x)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda t: F.gelu(t), lambda t: F.gelu(t, approximate="tanh"), lambda t: F.silu(t), lambda t: F.mish(t),
+    lambda t: F.softplus(t, beta=2.0), lambda t: F.elu(t, alpha=0.7), lambda t: F.leaky_relu(t, 0.2),
+    lambda t: F.hardtanh(t * 2), lambda t: F.hardswish(t * 4), lambda t: F.hardsigmoid(t * 4),
+    lambda t: t.clamp(-0.5, 0.5), lambda t: t ** 3, lambda t: (t * t + 1) ** 1.5,
+], ids=["gelu", "gelu_tanh", "silu", "mish", "softplus", "elu", "leaky_relu", "hardtanh", "hardswish",
+        "hardsigmoid", "clamp", "cube", "pow_real"])
+def test_activation_second_derivatives(fn):
+    check_hvp(lambda t: (fn(t) * t).sum() + (fn(t) ** 2).sum(), A)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda a, b: (a * b * a).sum(),
+    lambda a, b: (a / (b * b + 1)).sum(),
+    lambda a, b: ((a - b) ** 2 + a).sum(),
+    lambda a, b: (ddpc.maximum(a, b) * a).sum() + (ddpc.minimum(a, b) ** 2).sum(),
+    lambda a, b: (a.abs() + 1).pow(b).sum(),  # tensor ** tensor
+    lambda a, b: (2.0 ** a * b).sum() + (3.0 / (b * b + 1) * a).sum() + (1 - a * b).sum() * (a - 2).sum(),
+    lambda a, b: (a * b[0]).sum() * (b + a[:, :1]).sum(),  # broadcasting both ways
+    lambda a, b: (ddpc.where(a > 0, a * b, b * b) * a).sum(),
+    lambda a, b: ((a @ b.T) ** 2).sum(),
+    lambda a, b: (F.linear(a, b, b[0, :3]) ** 2).sum(),
+    lambda a, b: ((a.reshape(2, 6).T @ b.reshape(2, 6)).exp()).sum(),
+    lambda a, b: (ddpc.matmul(a.reshape(1, 3, 4), b.reshape(3, 4, 1)) ** 2).sum(),  # batched, broadcast
+])
+def test_binary_and_matrix_second_derivatives(fn):
+    check_hvp(fn, A, B)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda t: (t.sum(0) ** 2).sum() + (t.sum(1, keepdim=True) ** 3).sum() + t.sum() ** 2,
+    lambda t: (t.mean(1) ** 2).sum() + t.mean() ** 3,
+    lambda t: (t.amax(1) * t.sum()).sum(),
+    lambda t: (t.max(1).values ** 2).sum() + (t.amin(0) ** 3).sum(),
+    lambda t: t.var(1).sum() * t.std() + t.std(0).sum() ** 2,
+    lambda t: t.norm() ** 3 + (t.norm(dim=1) ** 2).sum(),
+    lambda t: (t.permute(1, 0)[1:3] ** 3).sum() + (t[:, [0, 0, 2]] ** 2 * t[1, :3]).sum(),
+    lambda t: (t.T.reshape(-1)[::3] ** 3).sum() + (t.unsqueeze(0).expand(2, 3, 4) ** 3).sum(),
+    lambda t: (ddpc.cat([t, t * t], 1) ** 2).sum() + (ddpc.stack([t, t.exp()]) ** 2).sum(),
+    lambda t: (t.clone() ** 3).sum() + (t.clone().exp() ** 2).sum(),
+    lambda t: (F.softmax(t, 1) * t).sum() + (F.log_softmax(t, 0) ** 2).sum(),
+    lambda t: (F.layer_norm(t, (4,), t[0] + 1, t[1]) ** 3).sum(),
+    lambda t: (F.layer_norm(t.reshape(3, 2, 2), (2, 2)) * t.reshape(3, 2, 2)).sum(),
+])
+def test_reduction_shape_and_normalisation_second_derivatives(fn):
+    check_hvp(fn, A)
+
+
+def test_dtype_casts_are_differentiated_twice():
+    # float32 in the middle: the differences of its first gradients are float32's rounding over eps
+    check_hvp(lambda t: (t.float().double() ** 3).sum() + (t.float() ** 2).sum(), A, eps=1e-3, rtol=1e-3, atol=1e-5)
+
+
+def test_dropout_keeps_its_mask_in_the_second_pass():
+    def fn(t):
+        ddpc.manual_seed(3)
+        return (F.dropout(t * t, 0.4) ** 2).sum()
+
+    check_hvp(fn, A)
+
+
+LABELS = np.array([1, 3, 0])
+
+
+@pytest.mark.parametrize("kwargs", [
+    {}, {"reduction": "sum"}, {"reduction": "none"}, {"label_smoothing": 0.2},
+    {"weight": np.array([0.5, 2.0, 1.0, 1.5])}, {"ignore_index": 3},
+])
+def test_cross_entropy_second_derivatives(kwargs):
+    kwargs = {k: ddpc.tensor(v) if isinstance(v, np.ndarray) else v for k, v in kwargs.items()}
+
+    def fn(x, w):
+        loss = F.cross_entropy(x @ w, ddpc.tensor(LABELS), **kwargs)
+        return (loss * loss).sum()
+
+    check_hvp(fn, A, RNG.standard_normal((4, 4)))
+
+
+def test_nll_loss_and_probability_targets_second_derivatives():
+    probs = ddpc.tensor(RNG.dirichlet(np.ones(4), 3))
+    check_hvp(lambda x: F.nll_loss(F.log_softmax(x * x, 1), ddpc.tensor(LABELS)) ** 2, A)
+    check_hvp(lambda x: F.cross_entropy(x * x, probs, label_smoothing=0.1) ** 2, A)
+
+
+@pytest.mark.parametrize("loss", [
+    lambda x, y: F.mse_loss(x, y), lambda x, y: F.l1_loss(x, y, reduction="sum"),
+    lambda x, y: F.smooth_l1_loss(x, y, beta=0.8), lambda x, y: F.huber_loss(x, y, delta=0.8),
+    lambda x, y: F.binary_cross_entropy(ddpc.sigmoid(x), ddpc.sigmoid(y)),
+    lambda x, y: F.binary_cross_entropy_with_logits(x, ddpc.sigmoid(y), pos_weight=ddpc.tensor(ROW.__abs__())),
+    lambda x, y: F.kl_div(F.log_softmax(x, 1), F.softmax(y, 1), reduction="batchmean"),
+    lambda x, y: F.kl_div(F.log_softmax(x, 1), F.log_softmax(y, 1), reduction="sum", log_target=True),
+    lambda x, y: F.mse_loss(x, y[0], reduction="none").sum(),  # the target broadcast
+], ids=["mse", "l1", "smooth_l1", "huber", "bce", "bce_logits", "kl_div", "kl_div_log_target", "mse_broadcast"])
+@pytest.mark.filterwarnings("ignore:Using a target size")
+def test_pointwise_loss_second_derivatives(loss):
+    check_hvp(lambda x, y: loss(x * x, y * y) * (x * y).sum(), A, B)
+
+
+def test_backward_create_graph_leaves_differentiable_grads_and_accumulates():
+    x = ddpc.tensor([1.0, 2.0], requires_grad=True)
+    (x ** 3).sum().backward(create_graph=True)
+    assert x.grad.requires_grad  # 3 x**2, in the graph
+    np.testing.assert_allclose(x.grad.detach().numpy(), [3.0, 12.0])
+    g = x.grad
+    x.grad = None
+    g.sum().backward()  # d/dx sum(3 x**2) = 6 x
+    np.testing.assert_allclose(x.grad.numpy(), [6.0, 12.0])
+    x.grad = None
+    loss = (x ** 3).sum()
+    loss.backward(create_graph=True)
+    loss.backward(create_graph=True)  # retained: create_graph keeps the graph by default
+    np.testing.assert_allclose(x.grad.detach().numpy(), [6.0, 24.0])
+    assert x.grad.requires_grad
+
+
+def test_grad_outputs_in_the_graph_give_jacobian_vector_products():
+    """The double-vjp trick: J u = d/dv <J^T v, u> for a v that requires grad."""
+    w = ddpc.tensor(B, requires_grad=True)
+    x = ddpc.tensor(A[0])
+    y = ddpc.tanh(w @ x)
+    v = ddpc.zeros(3, dtype=ddpc.float64, requires_grad=True)
+    (jt_v,) = ag.grad(y, w, v, create_graph=True)
+    u = ddpc.tensor(A)
+    (jvp,) = ag.grad((jt_v * u).sum(), v)
+    np.testing.assert_allclose(jvp.numpy(), (1 - np.tanh(B @ A[0]) ** 2) * (A @ A[0]), rtol=1e-12)
+
+
+def test_custom_function_backward_is_differentiated_and_once_differentiable_refuses():
+    class Cube(ag.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x ** 3
+
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            return g * 3 * x * x
+
+    check_hvp(lambda t: (Cube.apply(t) * t).sum(), A)
+
+    class Once(Cube):
+        @staticmethod
+        @ag.once_differentiable
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            return g * 3 * x * x
+
+    x = ddpc.tensor(A, requires_grad=True)
+    np.testing.assert_allclose(ag.grad(Once.apply(x).sum(), x)[0].numpy(), 3 * A * A)
+    with pytest.raises(NotImplementedError, match="OnceBackward"):
+        ag.grad(Once.apply(x).sum(), x, create_graph=True)
+
+
+def test_an_op_without_double_backward_raises_naming_it():
+    x = ddpc.tensor(A, requires_grad=True)
+    with pytest.raises(NotImplementedError, match="create_graph=True: ddpc has no double backward for CumsumBackward"):
+        ag.grad((x.cumsum(1) ** 2).sum(), x, create_graph=True)
+    (g,) = ag.grad((x.cumsum(1) ** 2).sum(), x)  # without create_graph it runs
+    assert not g.requires_grad
+
+
+def test_module_gradient_penalty_matches_the_closed_form():
+    """A critic D(x) = v . tanh(W x): the gradient penalty (|dD/dx| - 1)**2 and its gradient in W."""
+    rng = np.random.default_rng(1)
+    net = ddpc.nn.Sequential(ddpc.nn.Linear(4, 5, bias=False), ddpc.nn.Tanh(), ddpc.nn.Linear(5, 1, bias=False))
+    net.double()
+    x = ddpc.tensor(rng.standard_normal((6, 4)), requires_grad=True)
+    (gx,) = ag.grad(net(x).sum(), x, create_graph=True)
+    penalty = ((gx.norm(dim=1) - 1) ** 2).mean()
+    penalty.backward()
+    W, v = net[0].weight.detach().numpy(), net[2].weight.detach().numpy()[0]
+
+    def closed_form(W):
+        s = 1 - np.tanh(x.detach().numpy() @ W.T) ** 2
+        grads = (s * v) @ W
+        return np.mean((np.linalg.norm(grads, axis=1) - 1) ** 2)
+
+    from numeric import numeric_grad
+
+    np.testing.assert_allclose(net[0].weight.grad.numpy(), numeric_grad(closed_form, W), rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(penalty.item(), closed_form(W), rtol=1e-12)

@@ -1,0 +1,115 @@
+"""Optional: gradients of gradients against PyTorch's (skipped when torch is
+not installed): a WGAN-GP critic step, a MAML outer step, a Hessian-vector
+product and the second derivative of each elementwise function. Runs in a
+child process that imports torch before ddpc (see test_nn_torch.py)."""
+
+import sys
+
+import numpy as np
+from procs import run_torch_case
+
+
+def test_matches_pytorch():
+    out = run_torch_case(__file__, "compare")
+    assert out.strip().endswith("ok"), out
+
+
+def _critic(lib, weights):
+    nn = lib.nn
+    net = nn.Sequential(nn.Linear(5, 8), nn.LeakyReLU(0.2), nn.LayerNorm(8), nn.Linear(8, 8), nn.GELU(),
+                        nn.Dropout(0.0), nn.Linear(8, 1)).double()
+    with lib.no_grad():
+        for p, w in zip(net.parameters(), weights):
+            p.copy_(lib.tensor(w))
+    return net
+
+
+def _gradient_penalty_step(lib, weights, real, fake, alpha):
+    net = _critic(lib, weights)
+    real, fake = lib.tensor(real), lib.tensor(fake)
+    mixed = (lib.tensor(alpha) * real + (1 - lib.tensor(alpha)) * fake).requires_grad_(True)
+    (g,) = lib.autograd.grad(net(mixed).sum(), mixed, create_graph=True)
+    penalty = ((g.norm(2, dim=1) - 1) ** 2).mean()
+    loss = net(fake).mean() - net(real).mean() + 10 * penalty
+    loss.backward()
+    return [loss.item()] + [p.grad.numpy() for p in net.parameters()]
+
+
+def _forward(lib, params, x):
+    w1, b1, w2, b2 = params
+    return lib.nn.functional.linear(lib.tanh(lib.nn.functional.linear(x, w1, b1)), w2, b2)
+
+
+def _maml_step(lib, params, xs, ys, xq, yq):
+    params = [lib.tensor(p, requires_grad=True) for p in params]
+    inner = lib.nn.functional.cross_entropy(_forward(lib, params, lib.tensor(xs)), lib.tensor(ys), label_smoothing=0.1)
+    grads = lib.autograd.grad(inner, params, create_graph=True)
+    fast = [p - 0.5 * g for p, g in zip(params, grads)]
+    outer = lib.nn.functional.cross_entropy(_forward(lib, fast, lib.tensor(xq)), lib.tensor(yq))
+    outer.backward()
+    return [outer.item()] + [p.grad.numpy() for p in params]
+
+
+def _hvp(lib, params, x, y, vs):
+    params = [lib.tensor(p, requires_grad=True) for p in params]
+    out = lib.softmax(_forward(lib, params, lib.tensor(x)), dim=1)
+    loss = lib.nn.functional.mse_loss(out, lib.tensor(y)) + lib.nn.functional.log_softmax(out, 1).amax(1).sum()
+    grads = lib.autograd.grad(loss, params, create_graph=True)
+    dot = sum((g * lib.tensor(v)).sum() for g, v in zip(grads, vs))
+    return [h.numpy() for h in lib.autograd.grad(dot, params)]
+
+
+UNARY = ["tanh", "sigmoid", "exp", "log", "sqrt", "rsqrt", "sin", "cos", "log1p", "expm1", "erf", "reciprocal",
+         "log2", "log10", "exp2", "sinh", "cosh", "asinh", "atan", "abs", "relu", "square"]
+ACTIVATIONS = ["gelu", "silu", "mish", "softplus", "elu", "leaky_relu", "hardtanh", "hardswish",
+               "relu6", "selu", "celu", "softsign", "logsigmoid", "tanhshrink"]
+
+
+def _second_derivative(lib, fn, x):
+    x = lib.tensor(x, requires_grad=True)
+    (g,) = lib.autograd.grad(fn(x).sum(), x, create_graph=True)
+    (h,) = lib.autograd.grad((g * x).sum(), x)
+    return h.numpy()
+
+
+def compare():
+    import torch
+    import ddpc
+
+    rng = np.random.default_rng(0)
+    shapes = [(8, 5), (8,), (8,), (8,), (8, 8), (8,), (1, 8), (1,)]
+    weights = [rng.standard_normal(s) * 0.5 + (1.0 if i == 2 else 0.0) for i, s in enumerate(shapes)]
+    real, fake, alpha = rng.standard_normal((6, 5)), rng.standard_normal((6, 5)), rng.uniform(size=(6, 1))
+    ours, theirs = (_gradient_penalty_step(lib, weights, real, fake, alpha) for lib in (ddpc, torch))
+    for o, t in zip(ours, theirs):
+        np.testing.assert_allclose(o, t, rtol=1e-9, atol=1e-12, err_msg="gradient penalty")
+
+    params = [rng.standard_normal(s) * 0.5 for s in ((6, 4), (6,), (3, 6), (3,))]
+    xs, xq = rng.standard_normal((10, 4)), rng.standard_normal((7, 4))
+    ys, yq = rng.integers(0, 3, 10), rng.integers(0, 3, 7)
+    ours, theirs = (_maml_step(lib, params, xs, ys, xq, yq) for lib in (ddpc, torch))
+    for o, t in zip(ours, theirs):
+        np.testing.assert_allclose(o, t, rtol=1e-9, atol=1e-12, err_msg="MAML")
+
+    y = rng.uniform(size=(10, 3))
+    vs = [rng.standard_normal(p.shape) for p in params]
+    ours, theirs = (_hvp(lib, params, xs, y, vs) for lib in (ddpc, torch))
+    for o, t in zip(ours, theirs):
+        np.testing.assert_allclose(o, t, rtol=1e-9, atol=1e-12, err_msg="Hessian-vector product")
+
+    x = rng.standard_normal(50) * 2
+    x = np.concatenate([x, [0.5, 1.5, 3.5, -3.5]])
+    for name in UNARY:
+        arg = np.abs(x) + 0.1 if name in ("log", "sqrt", "rsqrt", "log1p", "log2", "log10") else x
+        ours, theirs = (_second_derivative(lib, getattr(lib, name), arg) for lib in (ddpc, torch))
+        np.testing.assert_allclose(ours, theirs, rtol=1e-9, atol=1e-12, err_msg=name)
+    for name in ACTIVATIONS:
+        ours, theirs = (_second_derivative(lib, getattr(lib.nn.functional, name), x) for lib in (ddpc, torch))
+        np.testing.assert_allclose(ours, theirs, rtol=1e-9, atol=1e-12, err_msg=name)
+
+
+if __name__ == "__main__":
+    import torch  # noqa: F401  (before ddpc, see the module docstring)
+
+    globals()[sys.argv[1]]()
+    print("ok")
