@@ -115,6 +115,35 @@ def test_dtype_casts_are_differentiated_twice():
     check_hvp(lambda t: (t.float().double() ** 3).sum() + (t.float() ** 2).sum(), A, eps=1e-3, rtol=1e-3, atol=1e-5)
 
 
+IMAGES = RNG.standard_normal((2, 4, 5, 5))
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x, w: F.conv2d(x, w, w[0, 0, 0], stride=2, padding=1) ** 2,
+    lambda x, w: F.conv2d(x, w.reshape(6, 2, 3, 3), groups=2, dilation=(1, 2), padding=(1, 2)) ** 2,
+    lambda x, w: F.conv1d(x.reshape(2, 4, 25), w[:, :, 0], stride=3) ** 2,
+    lambda x, w: F.conv3d(x.reshape(2, 4, 5, 5, 1), w.reshape(3, 4, 3, 3, 1), padding=1) ** 2,
+    lambda x, w: F.conv_transpose2d(x[:, :3], w.reshape(3, 4, 3, 3), stride=2, padding=1, output_padding=1) ** 2,
+    lambda x, w: F.conv2d(F.conv_transpose2d(x, w.reshape(4, 3, 3, 3)), w.reshape(4, 3, 3, 3), stride=2).tanh(),
+])
+def test_convolution_second_derivatives(fn):
+    check_hvp(lambda x, w: fn(x, w).sum(), IMAGES, RNG.standard_normal((3, 4, 3, 3)) * 0.5)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: F.max_pool2d(x * x, 2, stride=1),
+    lambda x: F.max_pool2d(x, 3, stride=2, padding=1, dilation=1) * x[:, :, :3, :3],
+    lambda x: F.avg_pool2d(x * x, 2, ceil_mode=True) ** 2,
+    lambda x: F.avg_pool2d(x * x, 3, stride=2, padding=1, count_include_pad=False) ** 2,
+    lambda x: F.adaptive_avg_pool2d(x * x, 2) ** 2,
+    lambda x: F.adaptive_max_pool2d(x, 3) * F.adaptive_avg_pool2d(x, 3),
+    lambda x: F.fold(F.unfold(x * x, 2, padding=1) ** 2, (5, 5), 2, padding=1),
+    lambda x: F.max_unpool2d(*F.max_pool2d(x, 2, return_indices=True), 2, output_size=(5, 5)) ** 3,
+])
+def test_pooling_second_derivatives(fn):
+    check_hvp(lambda x: (fn(x) * fn(x)).sum(), IMAGES)
+
+
 def test_dropout_keeps_its_mask_in_the_second_pass():
     def fn(t):
         ddpc.manual_seed(3)

@@ -1,5 +1,5 @@
 """Optional: gradients of gradients against PyTorch's (skipped when torch is
-not installed): a WGAN-GP critic step, a MAML outer step, a Hessian-vector
+not installed): WGAN-GP critic steps (fully connected and convolutional), a MAML outer step, a Hessian-vector
 product and the second derivative of each elementwise function. Runs in a
 child process that imports torch before ddpc (see test_nn_torch.py)."""
 
@@ -33,6 +33,21 @@ def _gradient_penalty_step(lib, weights, real, fake, alpha):
     loss = net(fake).mean() - net(real).mean() + 10 * penalty
     loss.backward()
     return [loss.item()] + [p.grad.numpy() for p in net.parameters()]
+
+
+def _conv_critic_step(lib, weights, images):
+    """A convolutional critic's gradient penalty, as in WGAN-GP."""
+    nn = lib.nn
+    net = nn.Sequential(nn.Conv2d(3, 4, 3, stride=2, padding=1), nn.LeakyReLU(0.2), nn.Conv2d(4, 4, 3, padding=1),
+                        nn.SiLU(), nn.AvgPool2d(2), nn.MaxPool2d(2, stride=1), nn.Flatten(), nn.Linear(4, 1)).double()
+    with lib.no_grad():
+        for p, w in zip(net.parameters(), weights):
+            p.copy_(lib.tensor(w))
+    x = lib.tensor(images).requires_grad_(True)
+    (g,) = lib.autograd.grad(net(x).sum(), x, create_graph=True)
+    penalty = ((g.reshape(g.shape[0], -1).norm(2, dim=1) - 1) ** 2).mean()
+    (net(x).mean() + 10 * penalty).backward()
+    return [penalty.item()] + [p.grad.numpy() for p in net.parameters()]
 
 
 def _forward(lib, params, x):
@@ -83,6 +98,13 @@ def compare():
     ours, theirs = (_gradient_penalty_step(lib, weights, real, fake, alpha) for lib in (ddpc, torch))
     for o, t in zip(ours, theirs):
         np.testing.assert_allclose(o, t, rtol=1e-9, atol=1e-12, err_msg="gradient penalty")
+
+    shapes = [(4, 3, 3, 3), (4,), (4, 4, 3, 3), (4,), (1, 4), (1,)]
+    weights = [rng.standard_normal(s) * 0.5 for s in shapes]
+    images = rng.standard_normal((2, 3, 8, 8))
+    ours, theirs = (_conv_critic_step(lib, weights, images) for lib in (ddpc, torch))
+    for o, t in zip(ours, theirs):
+        np.testing.assert_allclose(o, t, rtol=1e-9, atol=1e-12, err_msg="convolutional gradient penalty")
 
     params = [rng.standard_normal(s) * 0.5 for s in ((6, 4), (6,), (3, 6), (3,))]
     xs, xq = rng.standard_normal((10, 4)), rng.standard_normal((7, 4))

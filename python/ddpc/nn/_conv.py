@@ -288,18 +288,61 @@ def _bias_grad(g, edge):
     return gb
 
 
+def _weight_grad(g, x, kernel, geometry, groups, into=None):
+    """The weight gradient (O, C / groups, *kernel) of the convolution of x
+    (N, C, *in) whose output (N, O, *out) has the gradient g, into ``into``
+    when given; recorded when g or x requires grad (a create_graph pass)."""
+    o, out = g.shape[1], tuple(g.shape[2:])
+    gw = into if into is not None else _ag._empty((o, x.shape[1] // groups) + tuple(kernel), g)
+    for n0, n1 in _steps(x, x.shape[1] * math.prod(kernel), o, out):
+        g_t = _channels_first(_samples(g, n0, n1), "out")
+        _weight_grad_step(gw._buf, g_t, _samples(x, n0, n1), tuple(kernel), out, geometry, groups, n0 > 0)
+    if _ag._needs_grad(g, x):
+        _ag._attach(gw, _WeightGradBackward(g, x, geometry, groups))
+    return gw
+
+
+class _WeightGradBackward(_ag.Node):
+    """The gradient of _weight_grad, bilinear in (g, x): for an incoming U
+    shaped like the weight, g's is the convolution of x by U and x's the
+    transposed convolution of g by U."""
+
+    double_backward = True
+
+    def __init__(self, g, x, geometry, groups):
+        super().__init__((g, x), (g, x))
+        self.geometry, self.groups = geometry, groups
+
+    def backward(self, u):
+        g, x = self.saved
+        return (_conv_planes(x, u, None, self.geometry, tuple(g.shape[2:]), self.groups),
+                _transposed_planes(g, u, None, self.geometry, tuple(x.shape[2:]), self.groups))
+
+
+def _bias_grad_recorded(g):
+    return _ag.sum(g, (0,) + tuple(range(2, g.ndim)))
+
+
 class _ConvBackward(_ag.Node):
+    double_backward = True
+
     def __init__(self, input, weight, bias, x, w, geometry, groups):
-        super().__init__((input, weight, bias), (x, w))
+        # input and weight themselves are for a create_graph pass, which needs them in the graph.
+        super().__init__((input, weight, bias), (x, w, input, weight))
         self.geometry, self.groups = geometry, groups
 
     def name(self):
         return "ConvolutionBackward"
 
     def backward(self, g):
-        x, w = self.saved
+        x, w, input, weight = self.saved
         (c, o), kernel, out = (x.shape[1], w.shape[0]), w.shape[2:], tuple(g.shape[2:])
         need_x, need_w, need_b = (e is not None for e in self.next_functions)
+        if _ag._mode.enabled:  # create_graph: the transposed convolution of g, and the recorded weight gradient
+            return (_transposed_planes(g, weight, None, self.geometry, tuple(x.shape[2:]), self.groups)
+                    if need_x else None,
+                    _weight_grad(g, input, kernel, self.geometry, self.groups) if need_w else None,
+                    _bias_grad_recorded(g) if need_b else None)
         gx = _ag._empty(x.shape, g) if need_x else None
         gw = _ag._grad_out(self.next_functions[1], w.shape, g) if need_w else None
         for n0, n1 in _steps(x, c * math.prod(kernel), o, out):
@@ -399,17 +442,18 @@ class _ConvTransposeBackward(_ConvBackward):
     weight's gradient that convolution's weight gradient, the roles swapped."""
 
     def backward(self, g):
-        x, w = self.saved
+        x, w, input, weight = self.saved
         need_x, need_w, need_b = (e is not None for e in self.next_functions)
+        if _ag._mode.enabled:  # create_graph
+            x, w = input, weight
         gx = _conv_planes(g, w, None, self.geometry, tuple(x.shape[2:]), self.groups) if need_x else None
         gw = None
         if need_w:
-            gw = _ag._grad_out(self.next_functions[1], w.shape, g)
-            for n0, n1 in _steps(g, g.shape[1] * math.prod(w.shape[2:]), x.shape[1], tuple(x.shape[2:])):
-                x_t = _channels_first(_samples(x, n0, n1), "out")
-                _weight_grad_step(gw._buf, x_t, _samples(g, n0, n1), tuple(w.shape[2:]), tuple(x.shape[2:]),
-                                  self.geometry, self.groups, n0 > 0)
-        return gx, gw, _bias_grad(g, self.next_functions[2]) if need_b else None
+            into = None if _ag._mode.enabled else _ag._grad_out(self.next_functions[1], w.shape, g)
+            gw = _weight_grad(x, g, w.shape[2:], self.geometry, self.groups, into)
+        if need_b:
+            return gx, gw, _bias_grad_recorded(g) if _ag._mode.enabled else _bias_grad(g, self.next_functions[2])
+        return gx, gw, None
 
 
 @autocast_op("lower")
@@ -422,22 +466,31 @@ def conv_transpose(name, nd, input, weight, bias, stride, padding, output_paddin
         return conv_transpose(name, nd, input.float(), weight.float(), None if bias is None else bias.float(), stride,
                               padding, output_padding, groups, dilation).to(dtype=input.dtype)
     x = input if input.ndim == nd + 2 else input.unsqueeze(0)
+    y = _transposed_planes(x, weight, bias, (stride, padding, dilation), out, groups)
+    return y if input.ndim == nd + 2 else y.reshape(y.shape[1:])
+
+
+def _transposed_planes(x, weight, bias, geometry, out, groups):
+    """The transposed convolution of batched ``x`` (N, C, *in) by ``weight``
+    (C, O / groups, *kernel), of spatial size ``out``: the input gradient of
+    the convolution by that weight."""
     n, o = x.shape[0], weight.shape[1] * groups
-    geometry = (stride, padding, dilation)
     xd, w = x.detach(), weight.detach()
-    y = _ag._empty((n, o) + out, xd)
+    y = _ag._empty((n, o) + tuple(out), xd)
     for n0, n1 in _steps(xd, o * math.prod(w.shape[2:]), x.shape[1], tuple(x.shape[2:])):
         _input_grad_step(_samples(y, n0, n1), _channels_first(_samples(xd, n0, n1), "out"), w._buf, geometry, groups)
     if bias is not None:
         planes = y._buf.view(0, (n, o, math.prod(y.shape[2:])))
         _C.binary_broadcast(_ADD, planes, planes, bias.detach()._buf.view(0, (o, 1)))
-    if _ag._needs_grad(input, weight, bias):
+    if _ag._needs_grad(x, weight, bias):
         _ag._attach(y, _ConvTransposeBackward(x, weight, bias, xd, w, geometry, groups))
-    return y if input.ndim == nd + 2 else y.reshape(y.shape[1:])
+    return y
 
 
 class _AdjointBackward(_ag.Node):
     """The gradient of a linear map whose adjoint is ``adjoint`` (unfold's is fold, and fold's unfold)."""
+
+    double_backward = True  # where adjoint records its result
 
     def __init__(self, input, adjoint, name):
         super().__init__((input,), ())
@@ -616,6 +669,8 @@ def _volumes(input, nd):
 
 
 class _MaxPoolBackward(_ag.Node):
+    double_backward = True
+
     def __init__(self, x, indices):
         super().__init__((x,), (indices,))
         self.shape = x.shape
@@ -627,6 +682,10 @@ class _MaxPoolBackward(_ag.Node):
         (indices,) = self.saved
         gx = _ag._empty(self.shape, g)
         _C.max_pool_backward(gx._buf, g._buf, indices._buf)
+        if _ag._needs_grad(g):  # create_graph: the adjoint takes each window's gradient at its maximum
+            flat = indices.reshape(indices.shape[0], -1)
+            _ag._attach(gx, _AdjointBackward(g, lambda u: _ag.gather(u.reshape(u.shape[0], -1), 1, flat).reshape(
+                g.shape), "MaxPoolBackwardBackward"))
         return (gx,)
 
 
@@ -657,6 +716,8 @@ def max_pool(name, nd, input, kernel_size, stride, padding, dilation, ceil_mode,
 
 
 class _AvgPoolBackward(_ag.Node):
+    double_backward = True
+
     def __init__(self, x, args):
         super().__init__((x,), ())
         self.shape, self.args = x.shape, args
@@ -667,6 +728,10 @@ class _AvgPoolBackward(_ag.Node):
     def backward(self, g):
         gx = _ag._empty(self.shape, g)
         _C.avg_pool_backward(gx._buf, g._buf, *self.args)
+        if _ag._needs_grad(g):  # create_graph: the adjoint of this gradient is the pool itself
+            nd = g.ndim - 1
+            _ag._attach(gx, _AdjointBackward(g, lambda u: _avg_volumes(u, nd, g.shape[1:], self.args),
+                                             "AvgPoolBackwardBackward"))
         return (gx,)
 
 
@@ -730,6 +795,8 @@ def adaptive_max_pool(name, nd, input, output_size, return_indices):
 class _MaxUnpoolBackward(_ag.Node):
     """Each input's gradient is the output gradient at its index."""
 
+    double_backward = True
+
     def __init__(self, x, indices):
         super().__init__((x,), (indices,))
         self.shape = x.shape
@@ -739,6 +806,8 @@ class _MaxUnpoolBackward(_ag.Node):
 
     def backward(self, g):
         (indices,) = self.saved
+        if _ag._mode.enabled:  # create_graph
+            return (_ag.gather(g, 1, indices),)
         gx = _ag._empty(self.shape, g)
         _C.gather_dim(gx._buf, g._buf, indices._buf, 1)
         return (gx,)
