@@ -155,6 +155,48 @@ def test_comm_hooks_within_compression_tolerance(hook, atol):
     assert_params_close(results[0], ref, atol=atol)
 
 
+def _penalised_loss(m, xb, yb):
+    """Cross entropy plus a gradient penalty on the input (create_graph), as in WGAN-GP."""
+    from ddpc import nn
+
+    xb = xb.requires_grad_(True)
+    out = m(xb)
+    (gx,) = ddpc.autograd.grad(out.sum(), xb, create_graph=True)
+    return nn.CrossEntropyLoss()(out, yb) + ((gx.norm(dim=1) - 1) ** 2).mean()
+
+
+def penalty_worker(rank, world, batch, steps):
+    import ddpc.distributed as dist
+    from ddpc import nn
+
+    dist.init_process_group("cpu")
+    X, y = data(world * batch * steps)
+    ddp = nn.parallel.DistributedDataParallel(model())
+    opt = ddpc.optim.SGD(ddp.parameters(), lr=0.1)
+    for s in range(steps):
+        lo = (s * world + rank) * batch
+        opt.zero_grad()
+        _penalised_loss(ddp, ddpc.from_numpy(X[lo:lo + batch]), ddpc.from_numpy(y[lo:lo + batch])).backward()
+        opt.step()
+    out = params(ddp.module)
+    dist.destroy_process_group()
+    return out
+
+
+def test_gradient_penalty_under_ddp_equals_one_process():
+    world, batch, steps = 2, 6, 3
+    X, y = data(world * batch * steps)
+    m = model()
+    opt = ddpc.optim.SGD(m.parameters(), lr=0.1)
+    for s in range(steps):
+        lo, hi = s * world * batch, (s + 1) * world * batch
+        opt.zero_grad()
+        _penalised_loss(m, ddpc.from_numpy(X[lo:hi]), ddpc.from_numpy(y[lo:hi])).backward()
+        opt.step()
+    for r in ddpc.spawn(penalty_worker, args=(world, batch, steps), nprocs=world):
+        assert_params_close(r, params(m))
+
+
 def mismatched_worker(rank):
     import ddpc.distributed as dist
     from ddpc import nn

@@ -157,12 +157,15 @@ divide = true_divide = div
 # ---- elementwise functions ---------------------------------------------------------------
 
 class _Atan2Backward(_ag.Node):
+    double_backward = True
+
     def __init__(self, y, x):
-        super().__init__((y, x), (y.detach(), x.detach()))
+        # y and x themselves are for a create_graph pass, which needs them in the graph.
+        super().__init__((y, x), (y.detach(), x.detach(), y, x))
         self.shapes, self.dtypes = (y.shape, x.shape), (y.dtype, x.dtype)
 
     def backward(self, g):
-        y, x = self.saved
+        y, x = self.saved[2:] if _ag._mode.enabled else self.saved[:2]
         scale = _ag.div(g, _ag.add(_ag.mul(x, x), _ag.mul(y, y)))
         gy = _ag._reduce_to(_ag.mul(scale, x), self.shapes[0], self.dtypes[0])
         gx = _ag._reduce_to(_ag.neg(_ag.mul(scale, y)), self.shapes[1], self.dtypes[1])

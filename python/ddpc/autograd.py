@@ -1411,13 +1411,14 @@ def addcdiv(input, tensor1, tensor2, value=1):
 class _NanToNumBackward(Node):
     """The gradient passes where the input was finite; the replaced elements are constants."""
 
+    double_backward = True
+
     def __init__(self, x):
         super().__init__((x,), (x.detach(),))
 
     def backward(self, g):
         (x,) = self.saved
-        with no_grad():
-            return (where(isfinite(x), g, 0.0),)
+        return (where(isfinite(x), g, 0.0),)
 
 
 def nan_to_num(x, nan=0.0, posinf=None, neginf=None):
@@ -1749,22 +1750,11 @@ class _ExtremeBackward(Node):
     def backward(self, g):
         ga = _empty(self.shape, g)
         _C.put_dim(ga._buf, g._buf, self.indices._buf, self.dim)
-        if _needs_grad(g):  # create_graph
-            _attach(ga, _PutBackward(g, self.dim, self.indices))
+        if _needs_grad(g):  # create_graph: the adjoint takes the incoming gradient at the same indices
+            dim, indices = self.dim, self.indices
+            _attach(ga, AdjointBackward(g, lambda u: reshape(gather(u, dim, indices.unsqueeze(dim)), indices.shape),
+                                        "MaxBackwardBackward"))
         return (ga,)
-
-
-class _PutBackward(Node):
-    """The gradient of max/min's backward (a put along a dim): the incoming one at the same indices."""
-
-    double_backward = True
-
-    def __init__(self, g, dim, indices):
-        super().__init__((g,), ())
-        self.dim, self.indices = dim, indices
-
-    def backward(self, g):
-        return (reshape(gather(g, self.dim, self.indices.unsqueeze(self.dim)), self.indices.shape),)
 
 
 MinMax = collections.namedtuple("MinMax", "values indices")
@@ -1904,11 +1894,15 @@ def _fold(a, dim, op, flags):
 
 
 class _CumsumBackward(Node):
+    double_backward = True
+
     def __init__(self, a, dim):
         super().__init__((a,), ())
         self.dim, self.dtype = dim, a.dtype
 
     def backward(self, g):
+        if _mode.enabled:  # create_graph: running sums from the end, recorded
+            return (flip(cumsum(flip(g, (self.dim,)), self.dim), (self.dim,)).to(dtype=self.dtype),)
         return (_fold(g, self.dim, _FOLD_SUM, _CUMULATIVE | _REVERSE).to(dtype=self.dtype),)
 
 
@@ -2387,11 +2381,17 @@ def _index_args(a, dim, index, what):
 
 
 class _GatherBackward(Node):
+    double_backward = True
+
     def __init__(self, a, dim, index):
         super().__init__((a,), ())
         self.shape, self.dim, self.index = a.shape, dim, index
 
     def backward(self, g):
+        if _mode.enabled:  # create_graph: the recorded scatter-add into zeros
+            from .tensor import zeros
+            return (_scatter(zeros(self.shape, dtype=g.dtype, device=g.device), self.dim, self.index, g, True,
+                             "gather"),)
         wide = _scatter_add_dtype(g.dtype)
         ga = _empty(self.shape, g, wide)
         _C.fill(ga._buf, 0.0)
@@ -2422,12 +2422,27 @@ def _padded(g, shape):
 
 
 class _ScatterBackward(Node):
+    double_backward = True
+
     def __init__(self, a, src, dim, index, accumulate):
         super().__init__((a, src), ())
         self.dim, self.index, self.accumulate = dim, index, accumulate
         self.src_shape = None if not isinstance(src, Tensor) else src.shape
 
+    def _recorded(self, g):
+        ga = gsrc = None
+        if self.next_functions[0] is not None:
+            ga = g if self.accumulate else _scatter(g, self.dim, self.index, 0.0, False, "scatter")
+        if self.next_functions[1] is not None:
+            gsrc = gather(g, self.dim, self.index)
+            if gsrc.shape != tuple(self.src_shape):
+                front = _indexing.select(self.src_shape, tuple(slice(0, s) for s in gsrc.shape))
+                gsrc = _place(self.src_shape, front, gsrc)
+        return ga, gsrc
+
     def backward(self, g):
+        if _mode.enabled:  # create_graph
+            return self._recorded(g)
         g = g.contiguous()
         ga = gsrc = None
         if self.next_functions[0] is not None:
@@ -2776,6 +2791,23 @@ class _PlaceBackward(Node):
         return (_select(g, self.sel, "indexing"),)
 
 
+class AdjointBackward(Node):
+    """The gradient of a linear map whose adjoint is ``adjoint`` (unfold's is
+    fold, and fold's unfold; a gradient op's is the op it differentiates)."""
+
+    double_backward = True  # where adjoint records its result
+
+    def __init__(self, input, adjoint, name):
+        super().__init__((input,), ())
+        self.adjoint, self._name = adjoint, name
+
+    def name(self):
+        return self._name
+
+    def backward(self, g):
+        return (self.adjoint(g),)
+
+
 def _place(shape, sel, g):
     """Zeros of ``shape`` but for ``g`` added at the elements ``sel`` selects,
     recorded: a selection's gradient in a create_graph pass."""
@@ -2947,6 +2979,8 @@ class _WriteBackward(Node):
     is the incoming one with the written part zeroed; the value's is the
     written part, summed over the dims the value was broadcast along."""
 
+    double_backward = True
+
     def __init__(self, old, value, sel):
         super().__init__((old, value), ())
         self.sel, self.value_shape, self.value_dtype = sel, value.shape, value.dtype
@@ -2955,13 +2989,20 @@ class _WriteBackward(Node):
         need_old, need_value = self.next_functions[0] is not None, self.next_functions[1] is not None
         gv = go = None
         if need_value:
-            part = g if self.sel is None else Tensor(self.sel.read(g._buf))
+            part = g if self.sel is None else _select(g, self.sel, "indexing") if _mode.enabled \
+                else Tensor(self.sel.read(g._buf))
             gv = _reduce_to(clone(part), self.value_shape, self.value_dtype)
         if need_old and self.sel is not None:
-            go = clone(g)
             zero = _empty((), g)
             _C.fill(zero._buf, 0.0)
-            self.sel.write(go._buf, zero._buf)
+            if _mode.enabled:  # create_graph: g times a mask that is 0 where written
+                kept = _empty(g.shape, g)
+                _C.fill(kept._buf, 1.0)
+                self.sel.write(kept._buf, zero._buf)
+                go = mul(g, kept)
+            else:
+                go = clone(g)
+                self.sel.write(go._buf, zero._buf)
         return go, gv
 
 
@@ -3106,6 +3147,8 @@ def dropout(x, p=0.5, training=True):
 
 
 class _EmbeddingBackward(Node):
+    double_backward = True
+
     def __init__(self, weight, idx, padding_idx):
         super().__init__((weight,), (idx,))
         self.shape, self.padding_idx = weight.shape, padding_idx
@@ -3119,7 +3162,15 @@ class _EmbeddingBackward(Node):
         _C.index_add_rows(gw._buf, g.reshape(-1, self.shape[1])._buf, idx._buf)
         if self.padding_idx is not None:
             _C.fill(gw._getitem(self.padding_idx)._buf, 0.0)
+        if _needs_grad(g):  # create_graph: the adjoint looks the rows up again (none for padding_idx)
+            _attach(gw, AdjointBackward(g, functools.partial(self._rows, idx, g.shape), "EmbeddingBackwardBackward"))
         return (gw,)
+
+    def _rows(self, idx, shape, u):
+        rows = index(u, idx)
+        if self.padding_idx is not None:
+            rows = where((idx == self.padding_idx).reshape(idx.shape + (1,)), 0.0, rows)
+        return reshape(rows, shape)
 
 
 def _range_of(t):

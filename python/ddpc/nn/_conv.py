@@ -487,22 +487,6 @@ def _transposed_planes(x, weight, bias, geometry, out, groups):
     return y
 
 
-class _AdjointBackward(_ag.Node):
-    """The gradient of a linear map whose adjoint is ``adjoint`` (unfold's is fold, and fold's unfold)."""
-
-    double_backward = True  # where adjoint records its result
-
-    def __init__(self, input, adjoint, name):
-        super().__init__((input,), ())
-        self.adjoint, self._name = adjoint, name
-
-    def name(self):
-        return self._name
-
-    def backward(self, g):
-        return (self.adjoint(g),)
-
-
 def _window_args(name, kernel_size, dilation, padding, stride):
     kernel, dilation = as_tuple(kernel_size, 2, "kernel_size"), as_tuple(dilation, 2, "dilation")
     padding, stride = as_tuple(padding, 2, "padding"), as_tuple(stride, 2, "stride")
@@ -539,8 +523,8 @@ def unfold(input, kernel_size, dilation=1, padding=0, stride=1):
     out = _ag._empty((n, taps, math.prod(blocks)), xd)
     _swap_leading(out._buf, col._buf.view(0, (taps, n, math.prod(blocks))))
     if _ag._needs_grad(input):
-        _ag._attach(out, _AdjointBackward(x, lambda g: fold(g, x.shape[2:], kernel_size, dilation, padding, stride),
-                                          "Im2ColBackward"))
+        _ag._attach(out, _ag.AdjointBackward(
+            x, lambda g: fold(g, x.shape[2:], kernel_size, dilation, padding, stride), "Im2ColBackward"))
     return out if input.ndim == 4 else out.squeeze(0)
 
 
@@ -572,8 +556,8 @@ def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):
     out = _ag._empty((n, c) + size, xd)
     _C.col2im(out._buf, col._buf, *geometry)
     if _ag._needs_grad(input):
-        _ag._attach(out, _AdjointBackward(x, lambda g: unfold(g, kernel_size, dilation, padding, stride),
-                                          "Col2ImBackward"))
+        _ag._attach(out, _ag.AdjointBackward(x, lambda g: unfold(g, kernel_size, dilation, padding, stride),
+                                             "Col2ImBackward"))
     return out if input.ndim == 3 else out.squeeze(0)
 
 
@@ -684,7 +668,7 @@ class _MaxPoolBackward(_ag.Node):
         _C.max_pool_backward(gx._buf, g._buf, indices._buf)
         if _ag._needs_grad(g):  # create_graph: the adjoint takes each window's gradient at its maximum
             flat = indices.reshape(indices.shape[0], -1)
-            _ag._attach(gx, _AdjointBackward(g, lambda u: _ag.gather(u.reshape(u.shape[0], -1), 1, flat).reshape(
+            _ag._attach(gx, _ag.AdjointBackward(g, lambda u: _ag.gather(u.reshape(u.shape[0], -1), 1, flat).reshape(
                 g.shape), "MaxPoolBackwardBackward"))
         return (gx,)
 
@@ -730,8 +714,8 @@ class _AvgPoolBackward(_ag.Node):
         _C.avg_pool_backward(gx._buf, g._buf, *self.args)
         if _ag._needs_grad(g):  # create_graph: the adjoint of this gradient is the pool itself
             nd = g.ndim - 1
-            _ag._attach(gx, _AdjointBackward(g, lambda u: _avg_volumes(u, nd, g.shape[1:], self.args),
-                                             "AvgPoolBackwardBackward"))
+            _ag._attach(gx, _ag.AdjointBackward(g, lambda u: _avg_volumes(u, nd, g.shape[1:], self.args),
+                                                "AvgPoolBackwardBackward"))
         return (gx,)
 
 

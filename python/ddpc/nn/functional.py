@@ -185,12 +185,14 @@ class _AllReduceSum(_ag.Node):
     """The sum over the group's ranks of a tensor each computes: each rank's
     input moves every rank's output, so its gradient is the sum of theirs."""
 
+    double_backward = True
+
     def __init__(self, a, group):
         super().__init__((a,), ())
         self.group = group
 
     def backward(self, g):
-        return (_all_reduce_sum(g.detach(), self.group),)
+        return (_all_reduce_sum(g, self.group),)
 
 
 def _all_reduce_sum(t, group):
