@@ -300,3 +300,54 @@ def test_in_place_writes_are_differentiated_twice():
         return (y ** 2).sum()
 
     check_hvp(fn, A)
+
+
+def test_functional_derivatives_match_closed_forms():
+    import ddpc.autograd.functional as AF
+
+    M, S = RNG.standard_normal((3, 4)), RNG.standard_normal((4, 4))
+    x, v, u = ddpc.tensor(ROW), ddpc.tensor(RNG.standard_normal(4)), ddpc.tensor(RNG.standard_normal(3))
+
+    def linear(t):
+        return ddpc.tensor(M) @ t
+
+    def quadratic(t):
+        return t @ ddpc.tensor(S) @ t
+
+    np.testing.assert_allclose(AF.jacobian(linear, x).numpy(), M)
+    np.testing.assert_allclose(AF.jacobian(linear, x, strategy="forward-mode").numpy(), M)
+    np.testing.assert_allclose(AF.hessian(quadratic, x).numpy(), S + S.T, rtol=1e-12)
+    out, jv = AF.jvp(linear, x, v)
+    np.testing.assert_allclose(jv.numpy(), M @ v.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(out.numpy(), M @ ROW, rtol=1e-12)
+    np.testing.assert_allclose(AF.vjp(linear, x, u)[1].numpy(), u.numpy() @ M, rtol=1e-12)
+    for fn in (AF.hvp, AF.vhp):
+        value, hv = fn(quadratic, x, v)
+        np.testing.assert_allclose(hv.numpy(), (S + S.T) @ v.numpy(), rtol=1e-12)
+        np.testing.assert_allclose(value.item(), ROW @ S @ ROW, rtol=1e-12)
+    # Tuples of inputs and outputs nest as PyTorch's: [output][input], each output.shape + input.shape.
+    jac = AF.jacobian(lambda a, b: (a * 2, (a * b).sum()), (x, v))
+    assert [[tuple(b.shape) for b in row] for row in jac] == [[(4, 4), (4, 4)], [(4,), (4,)]]
+    np.testing.assert_allclose(jac[1][0].numpy(), v.numpy())
+    assert not jac[0][0].requires_grad
+    # create_graph keeps the result in the graph of an input that requires grad: H v = 6 x v for sum(x**3).
+    leaf = ddpc.tensor(ROW, requires_grad=True)
+    _, hv = AF.hvp(lambda t: (t ** 3).sum(), leaf, v, create_graph=True)
+    np.testing.assert_allclose(ag.grad(hv.sum(), leaf)[0].numpy(), 6 * v.numpy(), rtol=1e-12)
+
+
+def test_functional_derivatives_errors():
+    import ddpc.autograd.functional as AF
+
+    x = ddpc.tensor(ROW)
+    with pytest.raises(RuntimeError, match="independent of input 1"):
+        AF.jacobian(lambda a, b: a * 2, (x, x), strict=True)
+    np.testing.assert_array_equal(AF.jacobian(lambda a, b: a * 2, (x, x))[1].numpy(), np.zeros((4, 4)))
+    with pytest.raises(RuntimeError, match="must match the shapes"):
+        AF.jvp(lambda a: a * 2, x, ddpc.ones(3, dtype=ddpc.float64))
+    with pytest.raises(RuntimeError, match="single element"):
+        AF.hessian(lambda a: a * 2, x)
+    with pytest.raises(RuntimeError, match="v can be left out"):
+        AF.vjp(lambda a: a * 2, x)
+    with pytest.raises(TypeError, match="must be a ddpc tensor"):
+        AF.jacobian(lambda a: a.numpy(), x)

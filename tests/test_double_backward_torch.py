@@ -1,7 +1,8 @@
 """Optional: gradients of gradients against PyTorch's (skipped when torch is
-not installed): WGAN-GP critic steps (fully connected and convolutional), a MAML outer step, a Hessian-vector
-product and the second derivative of each elementwise function. Runs in a
-child process that imports torch before ddpc (see test_nn_torch.py)."""
+not installed): WGAN-GP critic steps (fully connected and convolutional), a
+MAML outer step, a Hessian-vector product, autograd.functional and the second
+derivative of each elementwise function. Runs in a child process that imports
+torch before ddpc (see test_nn_torch.py)."""
 
 import sys
 
@@ -87,6 +88,27 @@ def _second_derivative(lib, fn, x):
     return h.numpy()
 
 
+def _functional(lib):
+    """Each of autograd.functional's derivatives of a function of two tensors with two outputs."""
+    F = lib.autograd.functional
+    rng = np.random.default_rng(4)
+    m, x, y = (lib.tensor(rng.standard_normal(s)) for s in ((3, 4), (4,), (3,)))
+
+    def pair(a, b):
+        return lib.tanh(m @ a) * b, (a * a).sum() * b.sum()
+
+    def scalar(a, b):
+        return (lib.tanh(m @ a) * b).sum() + (a ** 3).sum() * b[0]
+
+    def flat(r):
+        return [t for item in r for t in flat(item)] if isinstance(r, (tuple, list)) else [r.detach().numpy()]
+
+    return flat([F.jacobian(pair, (x, y)), F.jacobian(pair, (x, y), strategy="forward-mode", vectorize=True),
+                 F.hessian(scalar, (x, y)), F.vjp(pair, (x, y), (y, lib.tensor(2.0, dtype=lib.float64))),
+                 F.jvp(pair, (x, y), (x, y)), F.vhp(scalar, (x, y), (x, y)), F.hvp(scalar, (x, y), (x, y)),
+                 F.jacobian(lambda a: lib.sin(a) * 2, x), F.hessian(lambda a: (a ** 3).sum(), x)])
+
+
 def compare():
     import torch
     import ddpc
@@ -118,6 +140,11 @@ def compare():
     ours, theirs = (_hvp(lib, params, xs, y, vs) for lib in (ddpc, torch))
     for o, t in zip(ours, theirs):
         np.testing.assert_allclose(o, t, rtol=1e-9, atol=1e-12, err_msg="Hessian-vector product")
+
+    ours, theirs = _functional(ddpc), _functional(torch)
+    assert len(ours) == len(theirs) == 28, (len(ours), len(theirs))
+    for o, t in zip(ours, theirs):
+        np.testing.assert_allclose(o, t, rtol=1e-10, atol=1e-12, err_msg="autograd.functional")
 
     x = rng.standard_normal(50) * 2
     x = np.concatenate([x, [0.5, 1.5, 3.5, -3.5]])
