@@ -30,8 +30,9 @@ def check_hvp(fn, *arrays, seed=0, eps=1e-6, rtol=1e-5, atol=1e-7):
     xs = _leaves(arrays)
     grads = ag.grad(fn(*xs), xs, create_graph=True, allow_unused=True, materialize_grads=True)
     first = [g.detach().numpy() for g in grads]
-    for f, want in zip(first, _first(fn, arrays)):  # the recorded gradient is the ordinary one
+    for i, (f, want) in enumerate(zip(first, _first(fn, arrays))):  # the recorded gradient is the ordinary one
         np.testing.assert_allclose(f, want, rtol=1e-12, atol=1e-12)
+        assert np.any(f), f"fn does not depend on input {i}: nothing would be checked"
     dot = sum((g * ddpc.tensor(u)).sum() for g, u in zip(grads, us) if g.requires_grad)
     if not isinstance(dot, ddpc.Tensor):  # no gradient depends on x: a zero Hessian
         hvp = [np.zeros_like(a) for a in arrays]
@@ -351,3 +352,34 @@ def test_functional_derivatives_errors():
         AF.vjp(lambda a: a * 2, x)
     with pytest.raises(TypeError, match="must be a ddpc tensor"):
         AF.jacobian(lambda a: a.numpy(), x)
+
+
+@pytest.mark.parametrize("mode, kwargs", [
+    ("LSTM", {}), ("LSTM", {"proj_size": 2, "bias": False}), ("GRU", {"bidirectional": True}),
+    ("RNN", {"nonlinearity": "tanh", "num_layers": 2}), ("RNN", {"nonlinearity": "relu"}),
+])
+def test_recurrent_layer_second_derivatives(mode, kwargs):
+    ddpc.manual_seed(0)
+    layer = getattr(ddpc.nn, mode)(3, 4, **kwargs).double()
+    weights = [p.detach().numpy().copy() for p in layer.parameters()]
+    names = [n for n, _ in layer.named_parameters()]
+
+    def fn(x, *ws):
+        out = ddpc.func.functional_call(layer, dict(zip(names, ws)), x)[0]
+        return (out * out * x[..., :1]).sum()
+
+    check_hvp(fn, RNG.standard_normal((5, 2, 3)), *weights)
+
+
+def test_packed_lstm_and_cells_second_derivatives():
+    ddpc.manual_seed(1)
+    lstm, cell = ddpc.nn.LSTM(3, 4).double(), ddpc.nn.GRUCell(3, 3).double()
+    lengths = ddpc.tensor(np.array([4, 2, 1]))
+
+    def fn(x, h):
+        packed = ddpc.nn.utils.rnn.pack_padded_sequence(x, lengths, enforce_sorted=False)
+        out, (h_n, c_n) = lstm(packed, (h, h * h))
+        padded, _ = ddpc.nn.utils.rnn.pad_packed_sequence(out)
+        return (padded ** 2).sum() + (c_n * h_n).sum() + (cell(x[0], h[0, :, :3]) ** 3).sum()
+
+    check_hvp(fn, RNG.standard_normal((4, 3, 3)), RNG.standard_normal((1, 3, 4)))

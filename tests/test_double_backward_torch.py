@@ -1,8 +1,9 @@
 """Optional: gradients of gradients against PyTorch's (skipped when torch is
-not installed): WGAN-GP critic steps (fully connected and convolutional), a
-MAML outer step, a Hessian-vector product, autograd.functional and the second
-derivative of each elementwise function. Runs in a child process that imports
-torch before ddpc (see test_nn_torch.py)."""
+not installed): WGAN-GP critic steps (fully connected and convolutional),
+MAML outer steps (one through an LSTM with functional_call), a
+Hessian-vector product, autograd.functional and the second derivative of
+each elementwise function. Runs in a child process that imports torch
+before ddpc (see test_nn_torch.py)."""
 
 import sys
 
@@ -64,6 +65,29 @@ def _maml_step(lib, params, xs, ys, xq, yq):
     outer = lib.nn.functional.cross_entropy(_forward(lib, fast, lib.tensor(xq)), lib.tensor(yq))
     outer.backward()
     return [outer.item()] + [p.grad.numpy() for p in params]
+
+
+def _maml_module_step(lib, func, xs, ys, xq, yq):
+    """MAML on an LSTM classifier through functional_call with fast weights."""
+    lib.manual_seed(0)
+    nn = lib.nn
+    lstm, head = nn.LSTM(4, 5, batch_first=True).double(), nn.Linear(5, 3).double()
+    with lib.no_grad():
+        for p in list(lstm.parameters()) + list(head.parameters()):
+            p.copy_(lib.tensor(np.cos(np.arange(p.numel()) * 0.37).reshape(tuple(p.shape)) * 0.5))
+
+    def logits(weights, x):
+        out, _ = func.functional_call(lstm, {k[5:]: v for k, v in weights.items() if k.startswith("lstm.")}, x)
+        return func.functional_call(head, {k[5:]: v for k, v in weights.items() if k.startswith("head.")},
+                                    out[:, -1])
+
+    params = {"lstm." + k: v for k, v in lstm.named_parameters()}
+    params.update({"head." + k: v for k, v in head.named_parameters()})
+    inner = nn.functional.cross_entropy(logits(params, lib.tensor(xs)), lib.tensor(ys))
+    grads = lib.autograd.grad(inner, list(params.values()), create_graph=True)
+    fast = {k: v - 0.4 * g for (k, v), g in zip(params.items(), grads)}
+    nn.functional.cross_entropy(logits(fast, lib.tensor(xq)), lib.tensor(yq)).backward()
+    return [p.grad.numpy() for p in params.values()]
 
 
 def _hvp(lib, params, x, y, vs):
@@ -134,6 +158,12 @@ def compare():
     ours, theirs = (_maml_step(lib, params, xs, ys, xq, yq) for lib in (ddpc, torch))
     for o, t in zip(ours, theirs):
         np.testing.assert_allclose(o, t, rtol=1e-9, atol=1e-12, err_msg="MAML")
+
+    seqs, queries = rng.standard_normal((6, 5, 4)), rng.standard_normal((4, 5, 4))
+    ours = _maml_module_step(ddpc, ddpc.func, seqs, ys[:6], queries, yq[:4])
+    theirs = _maml_module_step(torch, torch.func, seqs, ys[:6], queries, yq[:4])
+    for o, t in zip(ours, theirs):
+        np.testing.assert_allclose(o, t, rtol=1e-8, atol=1e-12, err_msg="MAML through an LSTM")
 
     y = rng.uniform(size=(10, 3))
     vs = [rng.standard_normal(p.shape) for p in params]

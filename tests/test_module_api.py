@@ -264,3 +264,56 @@ def test_norm_layers_load_state_dicts_without_num_batches_tracked():
     del state["1.running_mean"]
     with pytest.raises(RuntimeError, match="running_mean"):
         model.load_state_dict(state)
+
+
+def test_functional_call_replaces_parameters_for_one_call_and_restores_them():
+    net = nn.Sequential(nn.Linear(3, 2), nn.ReLU(), nn.Linear(2, 1))
+    before = {k: v.detach().numpy().copy() for k, v in net.state_dict().items()}
+    x = ddpc.tensor(np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32))
+    fast = {name: (p * 2).detach().requires_grad_(True) for name, p in net.named_parameters()}
+    out = ddpc.func.functional_call(net, fast, (x,))
+    h = np.maximum(x.numpy() @ fast["0.weight"].detach().numpy().T + fast["0.bias"].detach().numpy(), 0)
+    np.testing.assert_allclose(out.detach().numpy(),
+                               h @ fast["2.weight"].detach().numpy().T + fast["2.bias"].detach().numpy(), rtol=1e-5)
+    out.sum().backward()
+    assert all(fast[name].grad is not None for name in fast)
+    assert all(p.grad is None for p in net.parameters())
+    for k, v in net.state_dict().items():
+        np.testing.assert_array_equal(v.numpy(), before[k])
+    assert isinstance(net[0].weight, nn.Parameter)
+    with pytest.raises(ZeroDivisionError):
+        ddpc.func.functional_call(nn.Sequential(net, Raises()), fast_prefixed(fast), x)
+    assert isinstance(net[0].weight, nn.Parameter) and net[0].weight.shape == (2, 3)
+
+
+class Raises(nn.Module):
+    def forward(self, x):
+        raise ZeroDivisionError
+
+
+def fast_prefixed(fast):
+    return {"0." + k: v for k, v in fast.items()}
+
+
+def test_functional_call_buffers_ties_and_errors():
+    bn = nn.BatchNorm1d(2)
+    stats = ddpc.zeros(2)
+    x = ddpc.tensor(np.array([[1.0, 2.0], [3.0, 6.0]], dtype=np.float32))
+    ddpc.func.functional_call(bn, {"running_mean": stats}, x)
+    np.testing.assert_allclose(stats.numpy(), [0.2, 0.4], rtol=1e-6)  # the given buffer took the update
+    np.testing.assert_array_equal(bn.running_mean.numpy(), [0.0, 0.0])
+
+    tied = nn.Sequential(nn.Linear(2, 2, bias=False), nn.Linear(2, 2, bias=False))
+    tied[1].weight = tied[0].weight  # two modules, one parameter
+    w = ddpc.eye(2) * 3
+    out = ddpc.func.functional_call(tied, {"0.weight": w}, ddpc.ones(1, 2))
+    np.testing.assert_allclose(out.numpy(), [[9.0, 9.0]])  # both uses of the shared weight replaced
+    out = ddpc.func.functional_call(tied, {"0.weight": w}, ddpc.ones(1, 2), tie_weights=False)
+    assert not np.allclose(out.detach().numpy(), [[9.0, 9.0]])
+    with pytest.raises(ValueError, match="no parameter or buffer named 'weight'"):
+        ddpc.func.functional_call(tied, {"weight": w}, ddpc.ones(1, 2))
+    with pytest.raises(RuntimeError, match="strict=True"):
+        ddpc.func.functional_call(nn.Linear(2, 2), {"weight": w}, ddpc.ones(1, 2), strict=True)
+    with pytest.raises(ValueError, match="more than one"):
+        ddpc.func.functional_call(nn.Linear(2, 2), ({"weight": w}, {"weight": w}), ddpc.ones(1, 2))
+    assert ddpc.nn.utils.stateless.functional_call is ddpc.func.functional_call

@@ -24,7 +24,7 @@ from .autograd import (abs, absolute, addcdiv, addcmul, allclose, ceil, clamp, c
                        logical_or, logical_xor, masked_fill, maximum, minimum, nan_to_num, reciprocal, round, rsqrt,
                        sign, sin, sqrt, square, trunc, where)
 from .serialization import CheckpointError, load, save
-from . import amp, data, distributed, nn, optim, utils
+from . import amp, data, distributed, func, nn, optim, utils
 from .amp import autocast
 from . import checkpoint
 from .distributed import destroy_process_group, init_process_group
@@ -72,29 +72,27 @@ def build_info():
 
 
 __all__ = [
-    "amp", "arange", "argmax", "argmin", "autocast", "autograd", "bfloat16", "build_info", "cat", "checkpoint", "CheckpointError",
-    "cuda", "data", "DataParallel", "default_generator", "destroy_process_group", "device", "DistError",
-    "distributed", "DistributedDataParallel", "DistTimeoutError", "dtype", "empty", "empty_like", "enable_grad",
-    "exp", "float16", "float32", "float64", "from_dlpack", "from_numpy", "full", "Generator", "get_num_threads",
-    "init_process_group", "initial_seed", "int32", "int64", "is_grad_enabled", "load", "log", "manual_seed",
-    "matmul", "max", "min", "nn", "no_grad", "ones", "ones_like", "optim", "rand", "randint", "randn", "randperm",
-    "relu", "save", "set_grad_enabled", "set_num_threads", "sigmoid", "spawn", "stack", "tanh", "Tensor", "tensor", "utils",
-    "uint8", "zeros", "zeros_like",
-    "as_tensor", "broadcast_shapes", "broadcast_tensors", "diag", "eye", "full_like", "get_default_dtype",
-    "get_rng_state", "inference_mode", "linspace", "logspace", "meshgrid", "rand_like", "randint_like",
-    "randn_like", "seed", "set_default_dtype", "set_printoptions", "set_rng_state", "finfo", "iinfo",
-    "addmm", "all", "amax", "amin", "any", "argsort", "argwhere", "bmm", "chunk", "clone", "count_nonzero", "cumprod",
-    "cumsum", "diff", "dot", "flatten", "flip", "gather", "index_add", "index_select", "is_tensor", "logsumexp",
-    "masked_select", "mean", "mm", "msort", "mv", "nonzero", "norm", "numel", "outer", "permute", "prod", "repeat_interleave", "reshape", "roll", "scatter",
-    "scatter_add", "sort", "split", "split_with_sizes", "squeeze", "std", "std_mean", "sum", "take", "tensor_split",
-    "topk", "transpose", "tril", "triu", "unbind", "unflatten", "unique", "unsqueeze", "var", "var_mean",
-    "abs", "absolute", "addcdiv", "addcmul", "allclose", "ceil", "clamp", "clamp_max", "clamp_min", "clip", "cos",
-    "equal", "erf", "expm1", "floor", "isclose", "isfinite", "isinf", "isnan", "lerp", "log1p", "logical_and",
-    "logical_not", "logical_or", "logical_xor", "masked_fill", "maximum", "minimum", "nan_to_num", "reciprocal",
-    "round", "rsqrt", "sign", "sin", "sqrt", "square", "trunc", "where",
-    "asinh", "atan", "cosh", "exp2", "index_put", "log2", "log10", "logcumsumexp", "neg", "pow", "sinh",
-    "take_along_dim",
-    "detach", "eq", "ge", "gt", "is_floating_point", "le", "log_softmax", "lt", "moveaxis", "movedim", "narrow", "ne",
-    "softmax", "swapaxes", "swapdims", "t",
-    "backends", "compile", "get_float32_matmul_precision", "set_float32_matmul_precision",
+    "amp", "arange", "argmax", "argmin", "autocast", "autograd", "bfloat16", "build_info", "cat", "checkpoint",
+    "CheckpointError", "cuda", "data", "DataParallel", "default_generator", "destroy_process_group", "device",
+    "DistError", "distributed", "DistributedDataParallel", "DistTimeoutError", "dtype", "empty", "empty_like",
+    "enable_grad", "exp", "func", "float16", "float32", "float64", "from_dlpack", "from_numpy", "full", "Generator",
+    "get_num_threads", "init_process_group", "initial_seed", "int32", "int64", "is_grad_enabled", "load", "log",
+    "manual_seed", "matmul", "max", "min", "nn", "no_grad", "ones", "ones_like", "optim", "rand", "randint", "randn",
+    "randperm", "relu", "save", "set_grad_enabled", "set_num_threads", "sigmoid", "spawn", "stack", "tanh", "Tensor",
+    "tensor", "utils", "uint8", "zeros", "zeros_like", "as_tensor", "broadcast_shapes", "broadcast_tensors", "diag",
+    "eye", "full_like", "get_default_dtype", "get_rng_state", "inference_mode", "linspace", "logspace", "meshgrid",
+    "rand_like", "randint_like", "randn_like", "seed", "set_default_dtype", "set_printoptions", "set_rng_state",
+    "finfo", "iinfo", "addmm", "all", "amax", "amin", "any", "argsort", "argwhere", "bmm", "chunk", "clone",
+    "count_nonzero", "cumprod", "cumsum", "diff", "dot", "flatten", "flip", "gather", "index_add", "index_select",
+    "is_tensor", "logsumexp", "masked_select", "mean", "mm", "msort", "mv", "nonzero", "norm", "numel", "outer",
+    "permute", "prod", "repeat_interleave", "reshape", "roll", "scatter", "scatter_add", "sort", "split",
+    "split_with_sizes", "squeeze", "std", "std_mean", "sum", "take", "tensor_split", "topk", "transpose", "tril",
+    "triu", "unbind", "unflatten", "unique", "unsqueeze", "var", "var_mean", "abs", "absolute", "addcdiv", "addcmul",
+    "allclose", "ceil", "clamp", "clamp_max", "clamp_min", "clip", "cos", "equal", "erf", "expm1", "floor", "isclose",
+    "isfinite", "isinf", "isnan", "lerp", "log1p", "logical_and", "logical_not", "logical_or", "logical_xor",
+    "masked_fill", "maximum", "minimum", "nan_to_num", "reciprocal", "round", "rsqrt", "sign", "sin", "sqrt",
+    "square", "trunc", "where", "asinh", "atan", "cosh", "exp2", "index_put", "log2", "log10", "logcumsumexp", "neg",
+    "pow", "sinh", "take_along_dim", "detach", "eq", "ge", "gt", "is_floating_point", "le", "log_softmax", "lt",
+    "moveaxis", "movedim", "narrow", "ne", "softmax", "swapaxes", "swapdims", "t", "backends", "compile",
+    "get_float32_matmul_precision", "set_float32_matmul_precision",
 ] + _pointwise.__all__ + _linalg.__all__ + _layout.__all__ + _random.__all__ + _stats.__all__

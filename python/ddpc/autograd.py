@@ -2809,6 +2809,18 @@ class AdjointBackward(Node):
         return (self.adjoint(g),)
 
 
+def recomputed_grads(node, g, forward, inputs):
+    """A fused node's gradients in a create_graph pass: ``forward``, the
+    node's op in recorded ops, runs again on stand-ins for its live
+    ``inputs`` (one per input, None where absent) and is differentiated with
+    create_graph. Each stand-in is a view of its input, so that an input
+    computed from another still gets its own partial derivative."""
+    stand_ins = [None if e is None else alias(t) for t, e in zip(inputs, node.next_functions)]
+    out = forward(*(t if s is None else s for s, t in zip(stand_ins, inputs)))
+    got = iter(grad(out, [s for s in stand_ins if s is not None], g, create_graph=True, allow_unused=True))
+    return tuple(None if s is None else next(got) for s in stand_ins)
+
+
 def _place(shape, sel, g):
     """Zeros of ``shape`` but for ``g`` added at the elements ``sel`` selects,
     recorded: a selection's gradient in a create_graph pass."""

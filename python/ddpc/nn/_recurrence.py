@@ -78,9 +78,45 @@ class _Plan:
             _C.copy(_block(dst, have, n - have), _block(initial, have, n - have))
 
 
+def _recorded(p, x, w_ih, b_ih, w_hh, b_hh, w_hr, h0, c0=None):
+    """The recurrence's output (as ``recurrence`` returns it in one tensor) in
+    recorded ops, step by step, with PyTorch's cell formulas: what a
+    create_graph pass differentiates."""
+    ag = _ag
+    proj = ag.linear(x, w_ih, b_ih)
+    outs, cells = {}, {}
+    for k, t in enumerate(p.order):
+        lo, n = p.starts[t], p.batch_sizes[t]
+        have = min(n, p.batch_sizes[p.order[k - 1]]) if k else 0
+        pieces = [outs[p.order[k - 1]][:have]] if have else []
+        h_prev = ag.cat(pieces + ([h0[have:n]] if have < n else []))
+        gi = proj[lo:lo + n]
+        gh = ag.linear(h_prev, w_hh, b_hh)
+        if p.mode == "LSTM":
+            c_prev = ag.cat(([cells[p.order[k - 1]][:have]] if have else []) + ([c0[have:n]] if have < n else []))
+            i, f, g, o = (gi + gh).chunk(4, 1)
+            cells[t] = ag.sigmoid(f) * c_prev + ag.sigmoid(i) * ag.tanh(g)
+            h = ag.sigmoid(o) * ag.tanh(cells[t])
+            outs[t] = h if w_hr is None else ag.linear(h, w_hr)
+        elif p.mode == "GRU":
+            (ir, iz, i_n), (hr, hz, h_n) = gi.chunk(3, 1), gh.chunk(3, 1)
+            z = ag.sigmoid(iz + hz)
+            outs[t] = (1 - z) * ag.tanh(i_n + ag.sigmoid(ir + hr) * h_n) + z * h_prev
+        else:
+            outs[t] = (ag.tanh if p.mode == "RNN_TANH" else ag.relu)(gi + gh)
+    steps = range(len(p.batch_sizes))
+    out = ag.cat([outs[t] for t in steps]) if p.rows else ag._empty((0, w_hh.shape[1]), x)
+    if p.mode != "LSTM":
+        return out
+    return ag.cat([out.reshape(-1)] + ([ag.cat([cells[t] for t in steps]).reshape(-1)] if p.rows else []))
+
+
 class _RecurrenceBackward(_ag.Node):
+    double_backward = True
+
     def __init__(self, inputs, saved, plan):
-        super().__init__(inputs, saved)
+        # The inputs themselves are for a create_graph pass, which needs them in the graph.
+        super().__init__(inputs, saved + tuple(inputs))
         self.plan = plan
 
     def name(self):
@@ -88,7 +124,9 @@ class _RecurrenceBackward(_ag.Node):
 
     def backward(self, g):
         p = self.plan
-        x, w_ih, w_hh, w_hr, out, gates, prev_h, prev_c, cells, raw, hidden_gates = self.saved
+        if _ag._mode.enabled:
+            return _ag.recomputed_grads(self, g, lambda *inputs: _recorded(p, *inputs), self.saved[11:])
+        x, w_ih, w_hh, w_hr, out, gates, prev_h, prev_c, cells, raw, hidden_gates = self.saved[:11]
         need = [e is not None for e in self.next_functions]
         rows, out_size, width = p.rows, p.out_size, gates.shape[1]
         batch = p.batch_sizes[0] if p.batch_sizes else 0

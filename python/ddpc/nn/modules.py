@@ -235,15 +235,16 @@ class Module:
             raise KeyError(f"attribute {name!r} already exists")
 
     # ---- traversal -------------------------------------------------------------------
-    def named_modules(self, memo=None, prefix=""):
+    def named_modules(self, memo=None, prefix="", remove_duplicate=True):
         memo = set() if memo is None else memo
-        if id(self) in memo:
-            return
-        memo.add(id(self))
+        if remove_duplicate:
+            if id(self) in memo:
+                return
+            memo.add(id(self))
         yield prefix, self
         for name, m in self._modules.items():
             if m is not None:
-                yield from m.named_modules(memo, prefix + ("." if prefix else "") + name)
+                yield from m.named_modules(memo, prefix + ("." if prefix else "") + name, remove_duplicate)
 
     def modules(self):
         for _, m in self.named_modules():
@@ -744,6 +745,7 @@ class Fold(Unfold):
 
     def extra_repr(self):
         return f"output_size={self.output_size}, " + super().extra_repr()
+
 
 class _MaxPoolNd(Module):
     def __init__(self, kernel_size, stride=None, padding=0, dilation=1, return_indices=False, ceil_mode=False):

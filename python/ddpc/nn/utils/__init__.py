@@ -6,7 +6,7 @@ import math
 
 from ... import autograd
 from ...tensor import Tensor, float32, float64, tensor
-from . import parametrizations, parametrize, rnn  # noqa: F401  (as torch.nn.utils's submodules)
+from . import parametrizations, parametrize, rnn, stateless  # noqa: F401  (as torch.nn.utils's submodules)
 
 
 def _tensors(tensors):
