@@ -197,6 +197,33 @@ def test_gradient_penalty_under_ddp_equals_one_process():
         assert_params_close(r, params(m))
 
 
+def create_graph_worker(rank):
+    import ddpc.distributed as dist
+    from ddpc import nn
+
+    dist.init_process_group("cpu")
+    X, y = data(8)
+    ddp = nn.parallel.DistributedDataParallel(model())
+    xb, yb = ddpc.from_numpy(X[rank * 4:rank * 4 + 4]), ddpc.from_numpy(y[rank * 4:rank * 4 + 4])
+    with pytest.raises(RuntimeError, match="create_graph=True. is not supported"):
+        nn.CrossEntropyLoss()(ddp(xb), yb).backward(create_graph=True)
+    for p in ddp.parameters():  # the refused pass left recorded gradients behind
+        p.grad = None
+    nn.CrossEntropyLoss()(ddp(xb), yb).backward()
+    out = {k: v.grad.numpy().copy() for k, v in ddp.module.named_parameters()}
+    dist.destroy_process_group()
+    return out
+
+
+def test_backward_with_create_graph_is_refused_before_communicating_and_training_goes_on():
+    a, b = ddpc.spawn(create_graph_worker, nprocs=2)
+    assert_params_close(a, b, atol=0)  # the next, ordinary step averaged as usual
+    dp = ddpc.nn.DataParallel(model(), device_ids=["cpu", "cpu"])
+    X, y = data(4)
+    with pytest.raises(RuntimeError, match="DataParallel: backward.create_graph=True. is not supported"):
+        ddpc.nn.CrossEntropyLoss()(dp(ddpc.from_numpy(X)), ddpc.from_numpy(y)).backward(create_graph=True)
+
+
 def mismatched_worker(rank):
     import ddpc.distributed as dist
     from ddpc import nn

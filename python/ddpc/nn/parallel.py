@@ -152,6 +152,15 @@ def _to_device(obj, device):
     return obj
 
 
+def _refuse_recorded_grad(p, what):
+    """Before any communication: a create_graph pass's gradient, whose graph the reduction would cut."""
+    if p.grad is not None and p.grad.requires_grad:
+        raise RuntimeError(
+            f"{what}: backward(create_graph=True) is not supported, as the averaged gradients would lose their graph "
+            "(PyTorch's do too); take a gradient penalty's gradient with ddpc.autograd.grad(..., create_graph=True) "
+            "and call backward() without create_graph")
+
+
 class DistributedDataParallel(Module):
     """Data parallelism across processes, with PyTorch's constructor and behaviour.
 
@@ -322,6 +331,7 @@ class DistributedDataParallel(Module):
     def _on_grad_ready(self, p):
         if not self._expect_reduction:
             return
+        _refuse_recorded_grad(p, "DistributedDataParallel")
         if not self._hook_fired:
             # The first gradient of this backward pass: the parameters forward did not
             # reach are ready now (as PyTorch marks them), with any gradient they hold.
@@ -549,6 +559,7 @@ class DataParallel(Module):
                     p.register_post_accumulate_grad_hook(lambda _p, k=k: self._on_grad_ready(k))
 
     def _on_grad_ready(self, k):
+        _refuse_recorded_grad(self._params[0][k], "DataParallel")
         if not self._finishing:
             self._finishing = True
             queue_callback(self._finish_backward)
