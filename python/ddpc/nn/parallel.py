@@ -375,8 +375,8 @@ class DistributedDataParallel(Module):
     def _launch_ready(self):
         while self._next_launch < len(self._buckets) and self._buckets[self._next_launch].pending == 0:
             b = self._buckets[self._next_launch]
-            b.future = self._comm_hook(self._comm_state, GradBucket(b.index, b.flat, b.params,
-                                                                     b.index == len(self._buckets) - 1))
+            last = b.index == len(self._buckets) - 1
+            b.future = self._comm_hook(self._comm_state, GradBucket(b.index, b.flat, b.params, last))
             self._next_launch += 1
         if self._next_launch == len(self._buckets):
             self._finish_reduction()
@@ -407,7 +407,8 @@ class DistributedDataParallel(Module):
     def forward(self, *inputs, **kwargs):
         sync_buffers = self.broadcast_buffers and self.require_backward_grad_sync
         if self._join_mode:
-            active = self._join_vote(1, int(self.require_backward_grad_sync and is_grad_enabled()), int(sync_buffers))[0]
+            syncing = int(self.require_backward_grad_sync and is_grad_enabled())
+            active = self._join_vote(1, syncing, int(sync_buffers))[0]
             if self._join_throw and active < self._world()[0]:
                 self._join_terminated = True
                 raise RuntimeError("DistributedDataParallel.join(throw_on_early_termination=True): a rank ran out "
@@ -667,4 +668,3 @@ def _scatter_chunk(obj, i, k, device):
     if isinstance(obj, dict):
         return {key: _scatter_chunk(v, i, k, device) for key, v in obj.items()}
     return obj
-
