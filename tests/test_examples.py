@@ -83,6 +83,14 @@ def test_launched_examples(script, expect):
     assert re.search(expect, out), out
 
 
+def test_gradient_penalty_example_estimates_the_distance():
+    code, out = run(["gradient_penalty.py"])
+    assert code == 0, out
+    m = re.search(r"per rank \(identical critics\): \[(\S+), (\S+)\]; true 3.0, the penalised optimum (\S+)", out)
+    assert m and m.group(1) == m.group(2), out
+    assert abs(float(m.group(1)) - float(m.group(3))) < 0.25, out
+
+
 def test_tensors_example():
     code, out = run(["tensors.py"])
     assert code == 0 and "round trip through DLPack" in out, out
