@@ -248,9 +248,10 @@ def test_custom_function_backward_is_differentiated_and_once_differentiable_refu
 
 def test_an_op_without_double_backward_raises_naming_it():
     x = ddpc.tensor(A, requires_grad=True)
-    with pytest.raises(NotImplementedError, match="create_graph=True: ddpc has no double backward for CumprodBackward"):
-        ag.grad((x.cumprod(1) ** 2).sum(), x, create_graph=True)
-    (g,) = ag.grad((x.cumprod(1) ** 2).sum(), x)  # without create_graph it runs
+    loss = F.ctc_loss(x.reshape(3, 1, 4).log_softmax(2), ddpc.tensor(np.array([[1, 2]])), [3], [2])
+    with pytest.raises(NotImplementedError, match="create_graph=True: ddpc has no double backward for CTCBackward"):
+        ag.grad(loss, x, create_graph=True, retain_graph=True)
+    (g,) = ag.grad(loss, x)  # without create_graph it runs
     assert not g.requires_grad
 
 
@@ -284,6 +285,9 @@ INDEX = np.array([[0, 2, 1, 0], [2, 2, 0, 1], [1, 0, 0, 2]])
     lambda t: (ddpc.zeros(3, 4, dtype=ddpc.float64).scatter_add(0, ddpc.tensor(INDEX), t * t) ** 2).sum(),
     lambda t: ((t * t).scatter(1, ddpc.tensor(np.array([[0, 2], [3, 1], [1, 0]])), t[:, 1:3] ** 3) ** 2).sum(),
     lambda t: (t.cumsum(1) ** 3).sum(),
+    lambda t: (t.cumprod(1) ** 2).sum() + (t.cumprod(0) * t).sum(),
+    lambda t: (t.prod(1) ** 2).sum() + t.prod() * t[0, 0] + (ddpc.prod(t * 0 + t[0], 0, keepdim=True) ** 3).sum(),
+    lambda t: (t.logcumsumexp(1) ** 2).sum() + (t.logcumsumexp(0) * t).sum(),
     lambda t: (ddpc.nan_to_num(t * t) ** 2).sum(),
     lambda t: (ddpc.atan2(t, t[::-1] + 2) ** 2).sum(),
     lambda t: (t.index_select(1, ddpc.tensor(np.array([3, 0, 3]))) ** 3).sum(),
@@ -291,6 +295,12 @@ INDEX = np.array([[0, 2, 1, 0], [2, 2, 0, 1], [1, 0, 0, 2]])
 ])
 def test_index_and_scan_second_derivatives(fn):
     check_hvp(fn, A)
+
+
+def test_products_with_a_zero_are_differentiated_twice():
+    with_zero = A.copy()
+    with_zero[1, 2] = 0.0
+    check_hvp(lambda t: (t.prod(1) ** 2).sum() + (t.cumprod(1) * t).sum(), with_zero)
 
 
 def test_in_place_writes_are_differentiated_twice():

@@ -1921,16 +1921,60 @@ def cumsum(a, dim, dtype=None):
     return out
 
 
-class _ProdBackward(Node):
+def _running(a, dim, step):
+    """The running fold of ``a`` along ``dim`` in recorded ops, one slice at a
+    time (out_k = step(out_k-1, a_k)): what a create_graph pass
+    differentiates for the scans and products."""
+    parts = []
+    for k in range(a.shape[dim]):
+        x = index(a, _along(dim, slice(k, k + 1)))
+        parts.append(x if not parts else step(parts[-1], x))
+    return cat(parts, dim)
+
+
+def _logaddexp(u, v):
+    return add(maximum(u, v), log1p(exp(neg(abs(sub(u, v))))))
+
+
+class _ScanBackward(Node):
+    """A product or scan along a dim: in a create_graph pass, its running fold
+    in recorded ops (``_running``) differentiated again."""
+
+    double_backward = True
+    _STEP, _LAST = None, False
+
+    def __init__(self, a, dim, saved):
+        # a itself is for a create_graph pass, which needs it in the graph.
+        super().__init__((a,), saved + (a,))
+        self.dim = dim
+
+    def backward(self, g):
+        a, d = self.saved[-1], self.dim
+        if not _mode.enabled:
+            return self._backward(g)
+        if not a.shape[d]:  # nothing to run along: an empty gradient
+            return (_empty(a.shape, a),)
+        step = type(self)._STEP
+
+        def forward(x):
+            run = _running(x, d, step)
+            return index(run, _along(d, -1)) if self._LAST else run
+
+        return recomputed_grads(self, g, forward, (a,))
+
+
+class _ProdBackward(_ScanBackward):
     """d prod / d a_k is the product of the others: the exclusive running
     products from both ends multiplied, which stays exact where a has zeros."""
 
-    def __init__(self, a, dim, keepdim):
-        super().__init__((a,), (a.detach(),))
-        self.dim, self.keepdim = dim, keepdim
+    _STEP, _LAST = staticmethod(mul), True
 
-    def backward(self, g):
-        (a,) = self.saved
+    def __init__(self, a, dim, keepdim):
+        super().__init__(a, dim, (a.detach(),))
+        self.keepdim = keepdim
+
+    def _backward(self, g):
+        a = self.saved[0]
         others = _fold(a, self.dim, _FOLD_PROD, _CUMULATIVE | _EXCLUSIVE)
         others = others._binary(_fold(a, self.dim, _FOLD_PROD, _CUMULATIVE | _EXCLUSIVE | _REVERSE), _MUL)
         g = g.reshape(_kept_shape(a, (self.dim,)))
@@ -1958,13 +2002,14 @@ def prod(a, dim=None, keepdim=False, dtype=None):
     return reshape(out, _kept_shape(x, (d,))) if keepdim else out
 
 
-class _CumprodBackward(Node):
-    def __init__(self, a, dim, out):
-        super().__init__((a,), (a.detach(), out.detach()))
-        self.dim = dim
+class _CumprodBackward(_ScanBackward):
+    _STEP = staticmethod(mul)
 
-    def backward(self, g):
-        a, out = self.saved
+    def __init__(self, a, dim, out):
+        super().__init__(a, dim, (a.detach(), out.detach()))
+
+    def _backward(self, g):
+        a, out = self.saved[:2]
         d = self.dim
         with no_grad():
             if not int(sum(a == 0).item()):
@@ -1998,17 +2043,18 @@ def cumprod(a, dim, dtype=None):
     return out
 
 
-class _LogcumsumexpBackward(Node):
+class _LogcumsumexpBackward(_ScanBackward):
     """PyTorch's rule: the gradient of x_j is sum over i >= j of g_i exp(x_j - out_i),
     its positive and negative terms each summed in log space (a reverse running
     logsumexp), so that no term over- or underflows."""
 
-    def __init__(self, a, dim, out):
-        super().__init__((a,), (a.detach(), out.detach()))
-        self.dim = dim
+    _STEP = staticmethod(_logaddexp)
 
-    def backward(self, g):
-        a, out = self.saved
+    def __init__(self, a, dim, out):
+        super().__init__(a, dim, (a.detach(), out.detach()))
+
+    def _backward(self, g):
+        a, out = self.saved[:2]
         lowest = float(np.finfo(a.dtype.name).min)  # PyTorch's stand-in for log(0): keeps -inf - -inf out
         with no_grad():
             log_abs = log(abs(g))
