@@ -283,3 +283,55 @@ def test_custom_function_backward_errors_name_the_function():
         WrongShape.apply(x).backward()
     with pytest.raises(RuntimeError, match="apply"):
         WrongCount()
+
+
+class ReluInPlace(Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.mark_dirty(x)
+        x.clamp_(min=0)
+        ctx.save_for_backward(x)
+        return x
+
+    @staticmethod
+    def backward(ctx, g):
+        (y,) = ctx.saved_tensors
+        return g * (y > 0).to(dtype=g.dtype)
+
+
+def test_custom_function_marking_an_input_dirty_gives_it_the_function_history():
+    w = leaf([1.0, -2.0, 3.0])
+    x = w * 2
+    seen_before = x * 1  # reads x before the in-place change: saves nothing that changes
+    y = ReluInPlace.apply(x)
+    assert y is x and x.grad_fn is not None and x.grad_fn.name() == "ReluInPlaceBackward"
+    close(x, [2.0, 0.0, 6.0])
+    (y.sum() + seen_before.sum()).backward()
+    close(w.grad, [4.0, 2.0, 4.0])
+    with pytest.raises(RuntimeError, match="leaf tensor that requires grad is being used in an in-place operation"):
+        ReluInPlace.apply(leaf([1.0, -1.0]))
+    z = w * 1
+    saved = z * z  # saves z
+    ReluInPlace.apply(z)
+    with pytest.raises(RuntimeError, match="modified by an in-place operation"):
+        saved.sum().backward()
+    with ddpc.no_grad():  # outside the graph a leaf may change
+        t = leaf([-1.0, 1.0])
+        assert ReluInPlace.apply(t) is t
+    close(t, [0.0, 1.0])
+
+
+class DirtyButNotReturned(Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.mark_dirty(x)
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 2
+
+
+def test_mark_dirty_errors():
+    with pytest.raises(RuntimeError, match="must be returned as an output"):
+        DirtyButNotReturned.apply(leaf([1.0]) * 1)

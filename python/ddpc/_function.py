@@ -11,10 +11,12 @@ backward (an in-place change since forward raises, as for ddpc's own ops) and
 frees them after it unless retain_graph. In a ``create_graph=True`` pass
 backward runs with grad mode on, so a backward written in differentiable ops
 can be differentiated again, as in PyTorch; ``once_differentiable`` makes
-such a pass refuse it instead. Where ddpc differs: ``mark_dirty`` (in-place
-outputs) is not supported.
+such a pass refuse it instead. A forward that modifies an input in place
+says so with ``ctx.mark_dirty(input)`` and returns that input, which then
+takes the function's node as its history, as PyTorch's.
 """
 
+from . import _C
 from .autograd import Node, _attach, _mode, no_grad
 from .tensor import Tensor, zeros
 
@@ -67,6 +69,7 @@ class FunctionCtx(Node):
         self._inputs = tuple((a.shape, a.dtype) if isinstance(a, Tensor) else None for a in args)
         self.needs_input_grad = tuple(isinstance(a, Tensor) and a.requires_grad and _mode.enabled for a in args)
         self.non_differentiable = ()
+        self.dirty = ()
         self.materialize_grads = True
         self.outputs = ()
 
@@ -90,8 +93,7 @@ class FunctionCtx(Node):
         self.materialize_grads = bool(value)
 
     def mark_dirty(self, *tensors):
-        raise NotImplementedError("mark_dirty: ddpc's custom functions cannot modify their inputs in place; "
-                                  "return new tensors instead")
+        self.dirty += tensors
 
     def name(self):
         return f"{self._fn.__name__}Backward"
@@ -145,8 +147,11 @@ class Function:
             result = cls.forward(ctx, *args)
         single = not isinstance(result, tuple)
         outputs = (result,) if single else result
-        # An input handed back as an output becomes a new tensor over the same memory.
-        outputs = tuple(o.detach() if isinstance(o, Tensor) and any(o is a for a in args) else o for o in outputs)
+        _check_dirty(ctx, args, outputs)
+        # An input handed back as an output becomes a new tensor over the same
+        # memory, unless forward marked it dirty: then the input itself is the output.
+        outputs = tuple(o.detach() if isinstance(o, Tensor) and any(o is a for a in args)
+                        and not any(o is d for d in ctx.dirty) else o for o in outputs)
         ctx.outputs = tuple((o.shape, o.dtype, o.device) if isinstance(o, Tensor) else (None, None, None)
                             for o in outputs)
         differentiable = [isinstance(o, Tensor) and o.dtype.is_floating_point
@@ -156,6 +161,26 @@ class Function:
                 if d:
                     _attach(o, ctx if single else _OutputOf(ctx, i))
         return outputs[0] if single else outputs
+
+
+def _check_dirty(ctx, args, outputs):
+    """The inputs forward marked dirty: each must be an input, returned as an
+    output, and one whose history autograd can take over (not a leaf that
+    requires grad, not a view of another tensor). The in-place op that
+    changed it moved its version on, so nodes that saved its old values
+    refuse to use them."""
+    for t in ctx.dirty:
+        if not any(t is a for a in args):
+            raise RuntimeError(f"{ctx.name()}: mark_dirty takes only the function's inputs")
+        if not any(t is o for o in outputs):
+            raise RuntimeError(f"{ctx.name()}: an input marked dirty must be returned as an output")
+        in_graph = t.requires_grad and _mode.enabled
+        if in_graph and t.grad_fn is None:
+            raise RuntimeError(f"{ctx.name()}: a leaf tensor that requires grad is being used in an in-place "
+                               "operation")
+        if in_graph and (isinstance(t._buf.base, _C.Buffer) or t._not_a_view is not None):
+            raise RuntimeError(f"{ctx.name()}: an input marked dirty that is a view of another tensor can't take "
+                               "part in the graph (the tensor it views would not know)")
 
 
 def once_differentiable(fn):
