@@ -393,3 +393,22 @@ def test_packed_lstm_and_cells_second_derivatives():
         return (padded ** 2).sum() + (c_n * h_n).sum() + (cell(x[0], h[0, :, :3]) ** 3).sum()
 
     check_hvp(fn, RNG.standard_normal((4, 3, 3)), RNG.standard_normal((1, 3, 4)))
+
+
+def _penalty_grads(device):
+    rng = np.random.default_rng(5)
+    ddpc.manual_seed(0)
+    net = ddpc.nn.Sequential(ddpc.nn.Conv2d(2, 3, 3, padding=1), ddpc.nn.Tanh(), ddpc.nn.MaxPool2d(2),
+                             ddpc.nn.Flatten(), ddpc.nn.Linear(12, 5), ddpc.nn.GELU(), ddpc.nn.LayerNorm(5),
+                             ddpc.nn.Linear(5, 3)).double().to(device)
+    x = ddpc.tensor(rng.standard_normal((4, 2, 4, 4)), device=device, requires_grad=True)
+    out = net(x)
+    (gx,) = ag.grad(F.cross_entropy(out, ddpc.tensor([0, 2, 1, 1], device=device)), x, create_graph=True)
+    ((gx.reshape(4, -1).norm(dim=1) - 1) ** 2).mean().backward()
+    return [p.grad.cpu().numpy() for p in net.parameters()]
+
+
+@pytest.mark.gpu
+def test_gradient_penalty_on_cuda_matches_the_host():
+    for got, want in zip(_penalty_grads("cuda"), _penalty_grads("cpu")):
+        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
