@@ -231,6 +231,29 @@ def test_scatter_reduce_matches_the_reference(reduce):
                                            err_msg=f"{dtype} {shape} {dim} {include_self}")
 
 
+def test_scatter_with_reduce_is_scatter_reduce_with_the_input():
+    index = RNG.integers(0, 4, (6, 5))
+    for dtype in ("float32", "float64", "int32", "int64", "uint8"):
+        x = RNG.integers(1, 5, (4, 5)).astype(dtype)
+        src = RNG.integers(0, 4, (7, 6)).astype(dtype)
+        for reduce, named in (("add", "sum"), ("multiply", "prod")):
+            want = ref_scatter_reduce(x, 0, index, src, named, True).astype(dtype)
+            np.testing.assert_array_equal(ddpc.tensor(x).scatter(0, ddpc.tensor(index), ddpc.tensor(src),
+                                                                 reduce=reduce).numpy(), want, err_msg=dtype)
+            in_place = ddpc.tensor(x)
+            in_place.scatter_(0, ddpc.tensor(index), ddpc.tensor(src), reduce=reduce)
+            np.testing.assert_array_equal(in_place.numpy(), want, err_msg=dtype)
+            value = ref_scatter_reduce(x, 0, index, np.full(index.shape, 3, dtype), named, True).astype(dtype)
+            np.testing.assert_array_equal(ddpc.tensor(x).scatter(0, ddpc.tensor(index), 3, reduce=reduce).numpy(),
+                                          value, err_msg=dtype)
+            np.testing.assert_array_equal(ddpc.tensor(x).scatter(0, ddpc.tensor(index), value=3,
+                                                                 reduce=reduce).numpy(), value, err_msg=dtype)
+    with pytest.raises(ValueError, match="'add' or 'multiply'"):
+        ddpc.ones(4, 5).scatter(0, ddpc.tensor(index), 2.0, reduce="mean")
+    check_grad(lambda t, u: t.scatter(0, ddpc.tensor(index[:2, :3]), u, reduce="multiply"),
+               RNG.standard_normal((4, 5)), RNG.standard_normal((2, 3)))
+
+
 def test_scatter_reduce_nan_errors_and_gradients():
     x = ddpc.tensor([1.0, 2.0, 3.0])
     got = x.scatter_reduce(0, ddpc.tensor([0, 0, 1]), ddpc.tensor([np.nan, 5.0, -1.0]), "amax")

@@ -27,6 +27,11 @@ CASES = {
     "logsumexp": lambda L, x: L.logsumexp(x * 30, 1),
     "gather": lambda L, x: x.gather(1, L.tensor([[0, 4, 4], [1, 1, 0], [3, 2, 2], [0, 0, 0]])),
     "scatter_add": lambda L, x: x.scatter_add(0, L.tensor([[0, 3, 3, 1, 0]] * 3), x[:3] * 2),
+    # (values only: PyTorch's scatter with reduce has no backward)
+    "scatter_reduce_arg": lambda L, x: (x.detach().scatter(0, L.tensor([[0, 3, 3, 1, 0]] * 3), x.detach()[:3] * 2,
+                                                           reduce="multiply"),
+                                        x.detach().scatter(1, L.tensor([[0, 0], [4, 4]]), 1.5, reduce="multiply"),
+                                        x.detach().scatter(1, L.tensor([[0, 0], [4, 4]]), -2.0, reduce="add"), x.sum()),
     "index_add": lambda L, x: x.index_add(1, L.tensor([4, 0, 4]), x[:, :3], alpha=3),
     "sort": lambda L, x: _ties(L, x).sort(dim=1, descending=True, stable=True),
     "topk": lambda L, x: x.topk(3, 0),

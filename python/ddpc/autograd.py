@@ -2536,12 +2536,24 @@ def _scatter(a, dim, index, src, accumulate, what):
 
 def scatter(a, dim, index, src=None, value=None, reduce=None):
     """a copy of ``a`` with out[i][index[i][j][k]][k] = src[i][j][k] (dim 1)
-    or = ``value``; ``reduce='add'`` adds instead. Where indices repeat, one write lands."""
-    if reduce not in (None, "add"):
-        raise ValueError(f"scatter: reduce={reduce!r} is not supported (None or 'add')")
+    or = ``value``; ``reduce='add'`` adds and ``reduce='multiply'`` multiplies
+    instead (repeats all taking part, as scatter_reduce's 'sum' and 'prod').
+    Where indices repeat without reduce, one write lands. Unlike PyTorch's,
+    the reducing forms are differentiable (scatter_add's and scatter_reduce's
+    gradients)."""
+    if reduce not in (None, "add", "multiply"):
+        raise ValueError(f"scatter: reduce must be 'add' or 'multiply', got {reduce!r}")
     if (src is None) == (value is None):
         if src is None:
             raise ValueError("scatter: give src or value")
+    if reduce == "multiply":
+        from ._layout import scatter_reduce
+        from .tensor import full
+
+        if not isinstance(src, Tensor):  # a number, given as src or value
+            _, index = _index_args(a, dim, index, "scatter")
+            src = full(index.shape, value if src is None else src, dtype=a.dtype, device=a.device)
+        return scatter_reduce(a, dim, index, src, "prod")
     return _scatter(a, dim, index, src if src is not None else value, reduce == "add", "scatter")
 
 
