@@ -77,6 +77,24 @@ def test_batch_norm_errors_and_cumulative_average():
     assert set(c.state_dict()) == {"weight", "bias", "running_mean", "running_var", "num_batches_tracked"}
 
 
+@pytest.mark.parametrize("cls,shape", [(nn.BatchNorm1d, (0, 3)), (nn.BatchNorm1d, (4, 3, 0)),
+                                       (nn.BatchNorm2d, (0, 3, 2, 2)), (nn.BatchNorm3d, (0, 3, 1, 2, 2))])
+def test_batch_norm_on_an_empty_batch_leaves_the_statistics(cls, shape):
+    m = cls(3)
+    with ddpc.no_grad():
+        m.running_mean.fill_(0.5)
+        m.running_var.fill_(2.0)
+    x = ddpc.zeros(*shape, requires_grad=True)
+    out = m(x)
+    out.sum().backward()
+    assert out.shape == shape and x.grad.shape == shape
+    assert m.weight.grad.tolist() == [0.0] * 3 and m.bias.grad.tolist() == [0.0] * 3
+    assert m.running_mean.tolist() == [0.5] * 3 and m.running_var.tolist() == [2.0] * 3
+    assert int(m.num_batches_tracked.item()) == 1  # counted all the same, as PyTorch
+    with pytest.raises(ValueError, match="more than 1 value per channel"):
+        cls(3)(ddpc.zeros(*((1, 3) + (1,) * (len(shape) - 2))))
+
+
 def _bn_model(seed=0):
     ddpc.manual_seed(seed)
     return nn.Sequential(nn.Linear(6, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 3))

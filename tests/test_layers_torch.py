@@ -1,6 +1,6 @@
 """Optional: F.pad, the padding layers, PReLU, Threshold, CosineSimilarity,
 PairwiseDistance, interpolate and the Upsample layers in every mode ddpc has,
-and channel dropout's shape rule against
+channel dropout's shape rule and batch norm's edge batches against
 PyTorch (skipped when torch is not installed). Each comparison runs in a child
 process that imports torch before ddpc (see test_nn_torch.py) and fails there,
 printing what differs."""
@@ -13,7 +13,7 @@ import pytest
 from procs import run_torch_case
 
 
-@pytest.mark.parametrize("case", ["pads", "layers", "resample", "dropout"])
+@pytest.mark.parametrize("case", ["pads", "layers", "resample", "dropout", "batch_norm_edges"])
 def test_matches_pytorch(case):
     out = run_torch_case(__file__, case)
     assert out.strip().endswith("ok"), out
@@ -193,6 +193,38 @@ def dropout():
             flat = out.reshape(shape[:kept] + (-1,))
             assert (flat == flat[..., :1]).all() and set(np.unique(flat)) <= {0.0, 2.0}, name
         assert getattr(ddpc.nn.functional, name)(ddpc.ones(*shape), 0.5, training=False).numpy().min() == 1
+
+
+def batch_norm_edges():
+    """Training on an empty batch: an empty result, zero parameter gradients
+    and the running statistics left alone (the batch still counted); one
+    value per channel: ValueError."""
+    import torch
+    import ddpc
+
+    for name, shape in (("BatchNorm1d", (0, 3)), ("BatchNorm1d", (0, 3, 4)), ("BatchNorm1d", (5, 3, 0)),
+                        ("BatchNorm2d", (0, 3, 2, 2)), ("BatchNorm3d", (0, 3, 1, 2, 2))):
+        for momentum in (0.1, None):
+            results = []
+            for lib in (torch, ddpc):
+                bn = getattr(lib.nn, name)(3, momentum=momentum)
+                with lib.no_grad():
+                    bn.running_mean.fill_(0.5)
+                    bn.running_var.fill_(2.0)
+                x = lib.zeros(*shape, requires_grad=True)
+                out = bn(x)
+                out.sum().backward()
+                results.append([tuple(out.shape), tuple(x.grad.shape), bn.weight.grad.tolist(), bn.bias.grad.tolist(),
+                                bn.running_mean.tolist(), bn.running_var.tolist(), int(bn.num_batches_tracked.item())])
+            assert results[0] == results[1], (name, shape, momentum, results)
+    for name, shape in (("BatchNorm1d", (1, 3)), ("BatchNorm2d", (1, 3, 1, 1)), ("BatchNorm3d", (1, 3, 1, 1, 1))):
+        errors = []
+        for lib in (torch, ddpc):
+            with pytest.raises(ValueError) as err:
+                getattr(lib.nn, name)(3)(lib.zeros(*shape))
+            errors.append(str(err.value).split(" got ")[0])
+        assert errors[0] == errors[1], errors
+    assert tuple(ddpc.nn.functional.batch_norm(ddpc.zeros(0, 3), None, None, training=True).shape) == (0, 3)
 
 
 if __name__ == "__main__":

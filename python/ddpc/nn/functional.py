@@ -177,7 +177,10 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
     """Normalises each channel (dim 1) of ``input`` over the batch and the
     other dims: with the batch's mean and (biased) variance when
     ``training``, updating the running statistics in place (the variance
-    unbiased), else with the running statistics."""
+    unbiased), else with the running statistics. As PyTorch's, an empty
+    batch in training gives an empty result and leaves the running
+    statistics as they are, and a batch of one value per channel raises
+    ValueError."""
     return _batch_norm(input, running_mean, running_var, weight, bias, training, momentum, eps, None)
 
 
@@ -222,16 +225,16 @@ def _batch_norm(input, running_mean, running_var, weight, bias, training, moment
         if group is not None:
             count = _count_over(count, group, input.device)
             total = _all_reduce_sum(total, group)
-        if count <= 1:
-            raise ValueError(f"batch_norm: expected more than 1 value per channel when training, got input of "
-                             f"shape {input.shape}")
-        mean = total / count
+        if count == 1:
+            raise ValueError(f"Expected more than 1 value per channel when training, got input size {input.shape}")
+        # An empty batch (PyTorch's rule) normalises nothing and leaves the running statistics as they are.
+        mean = total / max(count, 1)
         centred = x - mean
         sq = (centred * centred).sum(2, keepdim=True).sum(0, keepdim=True)
         if group is not None:
             sq = _all_reduce_sum(sq, group)
-        var = sq / count
-        if running_mean is not None:
+        var = sq / max(count, 1)
+        if running_mean is not None and count:
             with _ag.no_grad():
                 running_mean.mul_(1 - momentum).add_(mean.reshape(c) * momentum)
                 running_var.mul_(1 - momentum).add_(var.reshape(c) * (momentum * count / (count - 1)))
