@@ -76,7 +76,7 @@ ddpc_status ddpc_op_unary(ddpc_unary_op op, ddpc_buffer *out, const ddpc_buffer 
         case DDPC_SIGMOID: for (int64_t i = 0; i < n; i++) o[i] = SIGMOID_T(T, a[i]); break;
         case DDPC_EXP: for (int64_t i = 0; i < n; i++) o[i] = EXP_T(T, a[i]); break;
         case DDPC_LOG: for (int64_t i = 0; i < n; i++) o[i] = log(a[i]); break;
-        case DDPC_POW: for (int64_t i = 0; i < n; i++) o[i] = pow(a[i], pt); break;
+        case DDPC_POW: for (int64_t i = 0; i < n; i++) o[i] = DDPC_POW_NUMBER(T, a[i], pt); break;
         case DDPC_LEAKY_RELU: for (int64_t i = 0; i < n; i++) o[i] = a[i] > 0 ? a[i] : a[i] * pt; break;
         case DDPC_ELU: for (int64_t i = 0; i < n; i++) o[i] = a[i] <= 0 ? expm1(a[i]) * pt : a[i]; break;
         case DDPC_SILU: for (int64_t i = 0; i < n; i++) o[i] = a[i] * SIGMOID_T(T, a[i]); break;
@@ -170,7 +170,7 @@ ddpc_status ddpc_op_unary_backward(ddpc_unary_op op, ddpc_buffer *gx, const ddpc
         case DDPC_EXP: for (int64_t i = 0; i < n; i++) o[i] = g[i] * s[i]; break;
         case DDPC_LOG: for (int64_t i = 0; i < n; i++) o[i] = g[i] / s[i]; break;
         case DDPC_POW:
-            for (int64_t i = 0; i < n; i++) o[i] = pt == 0 ? (T)0 : g[i] * pt * pow(s[i], pt - (T)1);
+            for (int64_t i = 0; i < n; i++) o[i] = pt == 0 ? (T)0 : g[i] * pt * DDPC_POW_NUMBER(T, s[i], pt - (T)1);
             break;
         case DDPC_LEAKY_RELU: for (int64_t i = 0; i < n; i++) o[i] = s[i] > 0 ? g[i] : g[i] * pt; break;
         case DDPC_ELU: for (int64_t i = 0; i < n; i++) o[i] = s[i] <= 0 ? g[i] * pt * EXP_T(T, s[i]) : g[i]; break;

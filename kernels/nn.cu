@@ -223,7 +223,7 @@ template <typename T> __device__ __forceinline__ T unary_f(int op, T x, T p, T q
     case 3: return sigmoid_f(x);
     case 4: return exp(x);
     case 5: return log(x);
-    case 6: return pow(x, p);
+    case 6: return DDPC_POW_NUMBER(T, x, p);
     case 7: return x > T(0) ? x : x * p;
     case 8: return x <= T(0) ? expm1(x) * p : x;
     case 9: return x * sigmoid_f(x);
@@ -280,7 +280,7 @@ template <typename T> __device__ __forceinline__ T unary_grad(int op, T g, T s, 
     case 3: return g * s * (T(1) - s);
     case 4: return g * s;
     case 5: return g / s;
-    case 6: return p == T(0) ? T(0) : g * p * pow(s, p - T(1));
+    case 6: return p == T(0) ? T(0) : g * p * DDPC_POW_NUMBER(T, s, p - T(1));
     case 7: return s > T(0) ? g : g * p;
     case 8: return s <= T(0) ? g * p * exp(s) : g;
     case 9: {

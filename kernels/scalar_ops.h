@@ -1,8 +1,9 @@
 /* Formulas on single values, written once for the host loops (csrc/ops.c,
  * csrc/ops_nn.c, csrc/ops_dim.c) and the CUDA kernels (kernels/dispatch.cuh,
- * kernels/dim.cu): PyTorch's integer power and shifts, free of C's undefined
- * behaviour for every input, and the log of a sum of two exponentials. Plain
- * C, so it compiles with cc as well as nvcc. */
+ * kernels/dim.cu, kernels/nn.cu): PyTorch's integer power and shifts, free of
+ * C's undefined behaviour for every input, its power to a number, and the log
+ * of a sum of two exponentials. Plain C, so it compiles with cc as well as
+ * nvcc. */
 #ifndef DDPC_SCALAR_OPS_H
 #define DDPC_SCALAR_OPS_H
 
@@ -38,6 +39,14 @@ static inline DDPC_HD int64_t ddpc_shift_right(int64_t x, int64_t s, int bits) {
     int64_t k = (uint64_t)s >= (uint64_t)bits ? 63 : s;
     return x < 0 ? ~(~x >> k) : x >> k;
 }
+
+/* x ** p for a number p, x of the float type T, as PyTorch computes it: p =
+ * 0.5 through sqrt and p = -0.5 through 1 / sqrt, so (-0) ** 0.5 is -0 and
+ * (-inf) ** 0.5 NaN (C's pow gives +0 and +inf), every other p through pow.
+ * A macro, so that sqrt and pow are the type's own (tgmath.h on the host,
+ * the overloads in CUDA). */
+#define DDPC_POW_NUMBER(T, x, p) \
+    ((p) == (T)0.5 ? (T)sqrt(x) : ((p) == (T)-0.5 ? (T)1 / (T)sqrt(x) : (T)pow((x), (p))))
 
 /* log(exp(a) + exp(b)) without overflow or underflow: the larger plus
  * log1p of the smaller's share. An infinite larger value or a -inf smaller

@@ -422,3 +422,45 @@ def test_floor_division_of_an_infinity_is_nan():
     assert np.isnan(floor[0]) and np.isnan(floor[1]) and floor[2:] == [np.inf, 0.0]  # as Python's // and PyTorch's
     assert ddpc.div(x, y, rounding_mode="trunc").tolist()[:3] == [np.inf, -np.inf, np.inf]
     assert np.isnan((x // y)[0].item())
+
+
+SPECIAL = np.array([0.0, -0.0, 1.0, -1.0, 2.0, -2.0, 0.5, -0.5, 3.0, -3.0, np.inf, -np.inf, np.nan, 1.5, -1.5])
+
+
+def assert_same_values(got, want, err_msg=""):
+    """Infinities, NaN and zeros (with their signs) where want has them, other
+    values within float32 rounding (libm's powf is not correctly rounded)."""
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=0, err_msg=err_msg)
+    assert (np.signbit(got) == np.signbit(want))[want == 0].all(), err_msg
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_pow_special_values_follow_c99_and_sqrt_for_halves(dtype):
+    """Tensor ** tensor and number ** tensor are C99's pow at every special
+    pair; tensor ** number too, except that (as PyTorch) 0.5 and -0.5 are
+    sqrt and 1 / sqrt: (-0) ** 0.5 is -0 and (-inf) ** 0.5 NaN."""
+    a, b = (v.ravel().astype(dtype) for v in np.meshgrid(SPECIAL, SPECIAL, indexing="ij"))
+    with np.errstate(all="ignore"):
+        assert_same_values((ddpc.tensor(a) ** ddpc.tensor(b)).numpy(), np.power(a, b))
+        for e in SPECIAL.astype(dtype):
+            want = np.sqrt(a) if e == 0.5 else 1 / np.sqrt(a) if e == -0.5 else np.power(a, e)
+            assert_same_values((ddpc.tensor(a) ** float(e)).numpy(), want.astype(dtype), f"x ** {e}")
+            assert_same_values((float(e) ** ddpc.tensor(a)).numpy(), np.power(e, a), f"{e} ** x")
+    x = ddpc.tensor([-0.0, -np.inf, 4.0], dtype=dtype, requires_grad=True)
+    (x ** 0.5).sum().backward()  # 0.5 * x ** -0.5, again through 1 / sqrt
+    assert_same_values(x.grad.numpy(), np.array([-np.inf, np.nan, 0.25], dtype=dtype))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_pow_special_values_on_cuda_match_cpu(dtype):
+    a = SPECIAL.astype(dtype)
+    for e in (0.5, -0.5, 1.5, -1.5, 2.0, 3.0, -1.0, 0.0, np.inf, -np.inf, np.nan):
+        outs = []
+        for device in ("cpu", "cuda"):
+            x = ddpc.tensor(a, device=device, requires_grad=True)
+            y = x ** float(e)
+            y.sum().backward()
+            outs.append((y.detach().cpu().numpy(), x.grad.cpu().numpy()))
+        assert_same_values(outs[1][0], outs[0][0], f"x ** {e}")
+        np.testing.assert_allclose(outs[1][1], outs[0][1], rtol=1e-6, atol=0, err_msg=f"gradient of x ** {e}")
