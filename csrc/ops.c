@@ -249,7 +249,7 @@ ddpc_status ddpc_check_float_like(const ddpc_buffer *b, const ddpc_buffer *ref, 
 
 ddpc_status ddpc_check_binary_op(ddpc_binary_op op, ddpc_dtype dtype, const char *what) {
     if ((unsigned)op >= DDPC_NBINARY) return DDPC_ERROR(DDPC_ERR_ARG, "%s: unknown op %d", what, (int)op);
-    if (op >= DDPC_BITAND && ddpc_dtype_is_float(dtype))
+    if (op >= DDPC_BITAND && op <= DDPC_RRSHIFT && ddpc_dtype_is_float(dtype))
         return DDPC_ERROR(DDPC_ERR_TYPE, "%s: bitwise ops take integer dtypes, got %s", what, ddpc_dtype_name(dtype));
     return DDPC_OK;
 }

@@ -11,11 +11,15 @@
  * dtype. MAX and MIN are PyTorch's maximum and minimum: a NaN in either
  * operand gives NaN. The bitwise ops (BITAND to RRSHIFT) take integer dtypes
  * only; the shifts are kernels/scalar_ops.h's (PyTorch's results for every
- * count), RLSHIFT and RRSHIFT shift the second operand by the first. */
+ * count), RLSHIFT and RRSHIFT shift the second operand by the first. FMOD,
+ * REMAINDER, DIV_TRUNC and DIV_FLOOR are kernels/scalar_ops.h's division
+ * with rounding (PyTorch's fmod, remainder and div with rounding_mode), on
+ * every dtype; on integers a zero divisor gives 0 instead of trapping. */
 typedef enum {
     DDPC_ADD = 0, DDPC_SUB, DDPC_MUL, DDPC_DIV, DDPC_RSUB, DDPC_RDIV,
     DDPC_EQ, DDPC_NE, DDPC_LT, DDPC_LE, DDPC_GT, DDPC_GE, DDPC_MAX, DDPC_MIN, DDPC_POWER, DDPC_RPOWER,
-    DDPC_BITAND, DDPC_BITOR, DDPC_BITXOR, DDPC_LSHIFT, DDPC_RSHIFT, DDPC_RLSHIFT, DDPC_RRSHIFT, DDPC_NBINARY
+    DDPC_BITAND, DDPC_BITOR, DDPC_BITXOR, DDPC_LSHIFT, DDPC_RSHIFT, DDPC_RLSHIFT, DDPC_RRSHIFT,
+    DDPC_FMOD, DDPC_REMAINDER, DDPC_DIV_TRUNC, DDPC_DIV_FLOOR, DDPC_NBINARY
 } ddpc_binary_op;
 /* kernels/dispatch.cuh's binary_apply switches on these numbers, as do the
  * op codes of python/ddpc/tensor.py. */
@@ -23,7 +27,8 @@ _Static_assert(DDPC_ADD == 0 && DDPC_SUB == 1 && DDPC_MUL == 2 && DDPC_DIV == 3 
                    DDPC_EQ == 6 && DDPC_NE == 7 && DDPC_LT == 8 && DDPC_LE == 9 && DDPC_GT == 10 && DDPC_GE == 11 &&
                    DDPC_MAX == 12 && DDPC_MIN == 13 && DDPC_POWER == 14 && DDPC_RPOWER == 15 && DDPC_BITAND == 16 &&
                    DDPC_BITOR == 17 && DDPC_BITXOR == 18 && DDPC_LSHIFT == 19 && DDPC_RSHIFT == 20 &&
-                   DDPC_RLSHIFT == 21 && DDPC_RRSHIFT == 22 && DDPC_NBINARY == 23,
+                   DDPC_RLSHIFT == 21 && DDPC_RRSHIFT == 22 && DDPC_FMOD == 23 && DDPC_REMAINDER == 24 &&
+                   DDPC_DIV_TRUNC == 25 && DDPC_DIV_FLOOR == 26 && DDPC_NBINARY == 27,
                "a binary op was added or moved: renumber the cases of binary_apply in kernels/dispatch.cuh");
 
 /* A known op, and no bitwise op on a float dtype (PyTorch has none either). */
@@ -34,6 +39,10 @@ ddpc_status ddpc_check_float_like(const ddpc_buffer *b, const ddpc_buffer *ref, 
 
 /* Whether x, an element expression of the loops below, has a float type (a constant). */
 #define DDPC_IS_FLOAT_EXPR(x) _Generic((x) + 0, float: 1, double: 1, default: 0)
+
+/* name_f32, name_f64 or name_int of kernels/scalar_ops.h applied to (x, y), by x's type. */
+#define DDPC_BY_ELEMENT_TYPE(name, x, y)                                           \
+    _Generic((x) + 0, float: name##_f32, double: name##_f64, default: name##_int)((x), (y))
 
 /* `n` elements of `o = x op y`, where o, x and y are expressions of the index
  * k_; the switch is outside the loops, so each loop vectorises. MAX and MIN
@@ -79,6 +88,16 @@ ddpc_status ddpc_check_float_like(const ddpc_buffer *b, const ddpc_buffer *ref, 
         break;                                                                     \
     case DDPC_RLSHIFT:                                                             \
         for (int64_t k_ = 0; k_ < (n); k_++) o = ddpc_shift_left((int64_t)(y), (int64_t)(x), 8 * (int)sizeof(x)); \
+        break;                                                                     \
+    case DDPC_FMOD: for (int64_t k_ = 0; k_ < (n); k_++) o = DDPC_BY_ELEMENT_TYPE(ddpc_fmod, x, y); break; \
+    case DDPC_REMAINDER:                                                           \
+        for (int64_t k_ = 0; k_ < (n); k_++) o = DDPC_BY_ELEMENT_TYPE(ddpc_remainder, x, y); \
+        break;                                                                     \
+    case DDPC_DIV_TRUNC:                                                           \
+        for (int64_t k_ = 0; k_ < (n); k_++) o = DDPC_BY_ELEMENT_TYPE(ddpc_div_trunc, x, y); \
+        break;                                                                     \
+    case DDPC_DIV_FLOOR:                                                           \
+        for (int64_t k_ = 0; k_ < (n); k_++) o = DDPC_BY_ELEMENT_TYPE(ddpc_div_floor, x, y); \
         break;                                                                     \
     default:                                                                       \
         for (int64_t k_ = 0; k_ < (n); k_++) o = ddpc_shift_right((int64_t)(y), (int64_t)(x), 8 * (int)sizeof(x)); \

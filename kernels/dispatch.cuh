@@ -33,6 +33,7 @@ template <> __device__ __forceinline__ float load<__nv_bfloat16>(const __nv_bflo
 // maximum and minimum pass a NaN on through the sum, as the host loops do).
 // Integer types take POWER and the bitwise ops through kernels/scalar_ops.h,
 // as the host loops: the power wraps instead of saturating through double.
+// The rounding divisions (23 to 26) are scalar_ops.h's on every type.
 template <typename A> __device__ __forceinline__ A binary_apply(int op, A a, A b) {
     if constexpr (std::is_integral<A>::value) {
         const int bits = 8 * (int)sizeof(A);
@@ -46,6 +47,26 @@ template <typename A> __device__ __forceinline__ A binary_apply(int op, A a, A b
         case 20: return (A)ddpc_shift_right((int64_t)a, (int64_t)b, bits);
         case 21: return (A)ddpc_shift_left((int64_t)b, (int64_t)a, bits);
         case 22: return (A)ddpc_shift_right((int64_t)b, (int64_t)a, bits);
+        case 23: return (A)ddpc_fmod_int((int64_t)a, (int64_t)b);
+        case 24: return (A)ddpc_remainder_int((int64_t)a, (int64_t)b);
+        case 25: return (A)ddpc_div_trunc_int((int64_t)a, (int64_t)b);
+        case 26: return (A)ddpc_div_floor_int((int64_t)a, (int64_t)b);
+        default: break;
+        }
+    } else if constexpr (std::is_same<A, double>::value) {
+        switch (op) {
+        case 23: return ddpc_fmod_f64(a, b);
+        case 24: return ddpc_remainder_f64(a, b);
+        case 25: return ddpc_div_trunc_f64(a, b);
+        case 26: return ddpc_div_floor_f64(a, b);
+        default: break;
+        }
+    } else {  // float, also for the 16-bit types (their Acc)
+        switch (op) {
+        case 23: return ddpc_fmod_f32(a, b);
+        case 24: return ddpc_remainder_f32(a, b);
+        case 25: return ddpc_div_trunc_f32(a, b);
+        case 26: return ddpc_div_floor_f32(a, b);
         default: break;
         }
     }

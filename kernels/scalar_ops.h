@@ -1,9 +1,9 @@
 /* Formulas on single values, written once for the host loops (csrc/ops.c,
  * csrc/ops_nn.c, csrc/ops_dim.c) and the CUDA kernels (kernels/dispatch.cuh,
  * kernels/dim.cu, kernels/nn.cu): PyTorch's integer power and shifts, free of
- * C's undefined behaviour for every input, its power to a number, and the log
- * of a sum of two exponentials. Plain C, so it compiles with cc as well as
- * nvcc. */
+ * C's undefined behaviour for every input, its division with rounding, its
+ * power to a number, and the log of a sum of two exponentials. Plain C, so
+ * it compiles with cc as well as nvcc. */
 #ifndef DDPC_SCALAR_OPS_H
 #define DDPC_SCALAR_OPS_H
 
@@ -38,6 +38,50 @@ static inline DDPC_HD int64_t ddpc_shift_left(int64_t x, int64_t s, int bits) {
 static inline DDPC_HD int64_t ddpc_shift_right(int64_t x, int64_t s, int bits) {
     int64_t k = (uint64_t)s >= (uint64_t)bits ? 63 : s;
     return x < 0 ? ~(~x >> k) : x >> k;
+}
+
+/* Division with rounding, as PyTorch's (ATen's div_floor_floating and
+ * div_floor_integer, and the remainder beside them). fmod is C's, exact for
+ * every pair; the remainder takes the divisor's sign; the floor quotient is
+ * (a - fmod(a, b)) / b stepped down where the remainder's sign differs from
+ * the divisor's, so that a * b's sign survives on a zero quotient and the
+ * quotient stays consistent with the remainder; the truncated quotient is
+ * trunc(a / b). Each float rule is defined once for float and once for
+ * double by the macro below, so float32 rounds as PyTorch's does. */
+#define DDPC_DEFINE_ROUNDED_DIVISION_(T, SUFFIX)                                   \
+    static inline DDPC_HD T ddpc_fmod_##SUFFIX(T a, T b) { return (T)fmod(a, b); } \
+    static inline DDPC_HD T ddpc_remainder_##SUFFIX(T a, T b) {                    \
+        T mod = (T)fmod(a, b);                                                     \
+        return mod != 0 && (b < 0) != (mod < 0) ? mod + b : mod;                   \
+    }                                                                              \
+    static inline DDPC_HD T ddpc_div_trunc_##SUFFIX(T a, T b) { return (T)trunc(a / b); } \
+    static inline DDPC_HD T ddpc_div_floor_##SUFFIX(T a, T b) {                    \
+        if (b == 0) return a / b;                                                  \
+        T mod = (T)fmod(a, b), div = (a - mod) / b;                                \
+        if (mod != 0 && (b < 0) != (mod < 0)) div -= (T)1;                         \
+        if (div == 0) return (T)copysign((T)0, a / b);                             \
+        T floored = (T)floor(div);                                                 \
+        return div - floored > (T)0.5 ? floored + (T)1 : floored;                  \
+    }
+DDPC_DEFINE_ROUNDED_DIVISION_(float, f32)
+DDPC_DEFINE_ROUNDED_DIVISION_(double, f64)
+#undef DDPC_DEFINE_ROUNDED_DIVISION_
+
+/* The integer forms, on values widened to int64. A zero divisor gives 0 (C's
+ * division would trap; callers refuse it first where they can look), and
+ * INT64_MIN / -1 wraps to INT64_MIN instead of overflowing. */
+static inline DDPC_HD int64_t ddpc_div_trunc_int(int64_t a, int64_t b) {
+    if (b == 0) return 0;
+    return b == -1 ? (int64_t)(0 - (uint64_t)a) : a / b;
+}
+static inline DDPC_HD int64_t ddpc_fmod_int(int64_t a, int64_t b) { return b == 0 || b == -1 ? 0 : a % b; }
+static inline DDPC_HD int64_t ddpc_remainder_int(int64_t a, int64_t b) {
+    int64_t mod = ddpc_fmod_int(a, b);
+    return mod != 0 && (b < 0) != (mod < 0) ? mod + b : mod;
+}
+static inline DDPC_HD int64_t ddpc_div_floor_int(int64_t a, int64_t b) {
+    int64_t q = ddpc_div_trunc_int(a, b);
+    return ddpc_fmod_int(a, b) != 0 && (a < 0) != (b < 0) ? q - 1 : q;
 }
 
 /* x ** p for a number p, x of the float type T, as PyTorch computes it: p =

@@ -464,3 +464,65 @@ def test_pow_special_values_on_cuda_match_cpu(dtype):
             outs.append((y.detach().cpu().numpy(), x.grad.cpu().numpy()))
         assert_same_values(outs[1][0], outs[0][0], f"x ** {e}")
         np.testing.assert_allclose(outs[1][1], outs[0][1], rtol=1e-6, atol=0, err_msg=f"gradient of x ** {e}")
+
+
+def _wide_pairs(dtype):
+    """Dividends and divisors of every sign over a wide range: values above
+    2**53 and quotients far beyond what a float holds exactly, with the
+    special values among them."""
+    rng = np.random.default_rng(11)
+    top = 30 if dtype == "float32" else 300
+    mags = 10.0 ** rng.uniform(-top / 3, top, 400) * rng.choice([-1, 1], 400)
+    a = np.concatenate([mags, SPECIAL.repeat(len(SPECIAL)), [1e30, 2.0 ** 60, 2.0 ** 53 + 2]]).astype(dtype)
+    b = np.concatenate([10.0 ** rng.uniform(-5, 5, 400) * rng.choice([-1, 1], 400), np.tile(SPECIAL, len(SPECIAL)),
+                        [2.5, 3.0, 3.0]]).astype(dtype)
+    return a, b
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_fmod_and_remainder_are_exact(dtype):
+    """fmod is C's fmod for every pair (fmod(1e30, 2.5) is 1, not 0); the
+    remainder is fmod's, moved by one divisor where the signs differ, as
+    PyTorch's (so remainder(-0.0, 3) keeps -0)."""
+    a, b = _wide_pairs(dtype)
+    with np.errstate(all="ignore"):
+        mod = np.fmod(a, b)
+        rem = np.where((mod != 0) & ((b < 0) != (mod < 0)), mod + b, mod)
+    assert_same_values(ddpc.fmod(ddpc.tensor(a), ddpc.tensor(b)).numpy(), mod)
+    assert_same_values(ddpc.remainder(ddpc.tensor(a), ddpc.tensor(b)).numpy(), rem)
+    assert_same_values((ddpc.tensor(a) % ddpc.tensor(b)).numpy(), rem)
+    assert ddpc.fmod(ddpc.tensor([1e30], dtype="float64"), 2.5).item() == 1.0
+    assert ddpc.fmod(ddpc.tensor(2.0 ** 60, dtype="float64"), 3.0).item() == 1.0
+    # Broadcast, with a number on either side.
+    np.testing.assert_array_equal(ddpc.fmod(ddpc.tensor(a[:6]).reshape(2, 3), ddpc.tensor(b[:3])).numpy(),
+                                  np.fmod(a[:6].reshape(2, 3), b[:3]))
+    with np.errstate(all="ignore"):
+        assert_same_values((7.5 % ddpc.tensor(b)).numpy(), np.where((np.fmod(7.5, b) != 0) & (b < 0),
+                                                                    np.fmod(7.5, b) + b, np.fmod(7.5, b)).astype(dtype))
+
+
+def test_fmod_and_remainder_gradients():
+    """d/da = 1 and d/db = -(the rounded quotient), as PyTorch's."""
+    a, b = np.array([[5.3, -5.3, 7.1]]), np.array([[2.0], [-3.0]])
+    for f, rounding in ((ddpc.fmod, "trunc"), (ddpc.remainder, "floor")):
+        x, y = ddpc.tensor(a, requires_grad=True), ddpc.tensor(b, requires_grad=True)
+        f(x, y).sum().backward()
+        np.testing.assert_array_equal(x.grad.numpy(), np.full(a.shape, 2.0))
+        q = (np.trunc if rounding == "trunc" else np.floor)(a / b)
+        np.testing.assert_array_equal(y.grad.numpy(), -q.sum(1, keepdims=True))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "int32", "int64"])
+def test_rounded_division_on_cuda_matches_cpu(dtype):
+    a, b = _wide_pairs("float32")
+    if dtype.startswith("int"):
+        rng = np.random.default_rng(12)
+        a, b = rng.integers(-10 ** 6, 10 ** 6, 500), rng.integers(1, 1000, 500) * rng.choice([-1, 1], 500)
+    x, y = ddpc.tensor(a, dtype=dtype), ddpc.tensor(b, dtype=dtype)
+    cases = {"fmod": lambda p, q: ddpc.fmod(p, q), "remainder": lambda p, q: p % q, "floor": lambda p, q: p // q,
+             "trunc": lambda p, q: ddpc.div(p, q, rounding_mode="trunc"),
+             "broadcast": lambda p, q: p[:20].reshape(4, 5) // q[:5], "number": lambda p, q: ddpc.fmod(p, 3)}
+    for name, f in cases.items():
+        want, got = f(x, y), f(x.cuda(), y.cuda()).cpu()
+        assert_same_values(got.double().numpy(), want.double().numpy(), f"{name} {dtype}")

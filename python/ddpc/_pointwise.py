@@ -2,7 +2,8 @@
 of the differentiable ops in autograd.py (so their gradients come from those
 ops' backward passes) and, where a composition would lose accuracy, computed
 in float64 and rounded once to the result's dtype. gcd and lcm, which no
-composition does without a loop, are the integer C op of csrc/ops_intmath.c.
+composition does without a loop, are the integer C op of csrc/ops_intmath.c;
+fmod and remainder are binary ops of csrc/ops.h, exact as C's fmod.
 """
 
 import collections
@@ -12,7 +13,8 @@ import numbers
 from . import _C
 from . import autograd as _ag
 from ._dtype import float32, float64, int32, promote, result_type, uint8
-from .tensor import _BITAND, _BITOR, _BITXOR, _DOUBLE_INTS, _LSHIFT, _RSHIFT, Tensor, _is_float_scalar
+from .tensor import (_BITAND, _BITOR, _BITXOR, _DIV_FLOOR, _DIV_TRUNC, _DOUBLE_INTS, _FMOD, _LSHIFT, _REMAINDER, _RSHIFT,
+                     Tensor, _is_float_scalar)
 
 
 def _pair(input, other, what):
@@ -71,6 +73,24 @@ multiply = mul
 
 # ---- division with rounding ------------------------------------------------------------
 
+def _rounded_division(a, b, op, what):
+    """a op b for the rounding divisions of csrc/ops.h (_FMOD, _REMAINDER,
+    _DIV_TRUNC, _DIV_FLOOR), detached and broadcast, in the operands'
+    promoted dtype (16-bit floats through float32). An integer zero divisor
+    raises ZeroDivisionError, as in PyTorch."""
+    dt = result_type(a, b)
+    if not dt.is_floating_point and b.numel() and bool(_ag.any_(b == 0)):
+        raise ZeroDivisionError(f"{what}: integer division by zero")
+    work = float32 if dt in _ag._HALVES else dt
+    x, y = (t.detach() if t.dtype is work else t.detach().to(dtype=work) for t in (a, b))
+    out = _ag._empty(_ag._broadcast_shape(x.shape, y.shape), x, work)
+    if x.shape == y.shape:
+        _C.binary(op, out._buf, x._buf, y._buf)
+    else:
+        _C.binary_broadcast(op, out._buf, x._buf, y._buf)
+    return out if work is dt else out.to(dtype=dt)
+
+
 def _divmod(input, other, floor, what):
     """(q, r, dtype) for a / b: the quotient rounded toward zero (down with
     ``floor``), detached, and the remainder a - q * b (with the dividend's sign,
@@ -104,24 +124,42 @@ def _divmod(input, other, floor, what):
     return q, r, dt
 
 
+class _RemainderBackward(_ag.Node):
+    """fmod's and remainder's gradients, as PyTorch's: the dividend's passes
+    through, the divisor's is -g times the quotient rounded as the remainder
+    was (toward zero for fmod, down for remainder)."""
+
+    def __init__(self, a, b, quotient):
+        super().__init__((a, b), (quotient,))
+        self.shapes, self.dtypes = (a.shape, b.shape), (a.dtype, b.dtype)
+
+    def backward(self, g):
+        (q,) = self.saved
+        ga = _ag._reduce_to(g, self.shapes[0], self.dtypes[0])
+        gb = _ag._reduce_to(_ag.neg(_ag.mul(g, q)), self.shapes[1], self.dtypes[1])
+        return ga, gb
+
+
+def _remainder(input, other, op, quotient_op, what):
+    a, b = _pair(input, other, what)
+    r = _rounded_division(a, b, op, what)
+    if _ag._needs_grad(a, b) and r.dtype.is_floating_point:
+        _ag._attach(r, _RemainderBackward(a, b, _rounded_division(a, b, quotient_op, what)))
+    return r
+
+
 def fmod(input, other):
-    """The remainder of input / other with the quotient rounded toward zero: it
-    has the dividend's sign, as C's fmod. Computed in float64 and rounded once,
-    so exact for float32 and 16-bit floats while |input / other| is below 2**53,
-    and for integers below 2**53 (larger ones raise OverflowError). Unlike
-    PyTorch's (C's fmod), a larger quotient is rounded before the remainder is
-    taken, which loses it (fmod(1e30, 2.5) gives 0, not 1), and a zero result
-    is +0 whatever the dividend's sign. Integers divided by 0 raise
-    ZeroDivisionError."""
-    _, r, dt = _divmod(input, other, False, "fmod")
-    return r.to(dtype=dt)
+    """The remainder of input / other with the quotient rounded toward zero:
+    C's fmod, exact for every pair, with the dividend's sign (also on a zero).
+    Integers divided by 0 raise ZeroDivisionError."""
+    return _remainder(input, other, _FMOD, _DIV_TRUNC, "fmod")
 
 
 def remainder(input, other):
-    """The remainder of input / other with the quotient rounded down: it has the
-    divisor's sign, as Python's %. Accuracy and errors as fmod."""
-    _, r, dt = _divmod(input, other, True, "remainder")
-    return r.to(dtype=dt)
+    """The remainder of input / other with the quotient rounded down: it has
+    the divisor's sign, as Python's % (fmod's result, moved by one divisor
+    where their signs differ, as PyTorch's). Errors as fmod."""
+    return _remainder(input, other, _REMAINDER, _DIV_FLOOR, "remainder")
 
 
 def floor_divide(input, other):

@@ -20,6 +20,7 @@ from ._dtype import (asks_for_bool, bfloat16, device, device_of, dtype, float16,
 
 _ADD, _SUB, _MUL, _DIV, _RSUB, _RDIV, _EQ, _NE, _LT, _LE, _GT, _GE, _MAX, _MIN, _POWER, _RPOWER = range(16)
 _BITAND, _BITOR, _BITXOR, _LSHIFT, _RSHIFT, _RLSHIFT, _RRSHIFT = range(16, 23)
+_FMOD, _REMAINDER, _DIV_TRUNC, _DIV_FLOOR = range(23, 27)
 _RAND_UNIFORM, _RAND_NORMAL, _RAND_INT = range(3)
 
 
