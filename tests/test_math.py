@@ -512,6 +512,39 @@ def test_fmod_and_remainder_gradients():
         np.testing.assert_array_equal(y.grad.numpy(), -q.sum(1, keepdims=True))
 
 
+def test_integer_division_with_rounding_is_exact_beyond_2_53():
+    a = np.array([2 ** 62 + 1, -(2 ** 62) - 3, 2 ** 53 + 1, -7, 7, 0, -(2 ** 63)], dtype=np.int64)
+    b = np.array([3, -3, 7, 2, -2, 5, 1], dtype=np.int64)
+    x, y = ddpc.tensor(a), ddpc.tensor(b)
+    np.testing.assert_array_equal((x // y).numpy(), np.floor_divide(a, b))
+    np.testing.assert_array_equal((x % y).numpy(), np.remainder(a, b))
+    np.testing.assert_array_equal(ddpc.fmod(x, y).numpy(), np.fmod(a, b))
+    np.testing.assert_array_equal(ddpc.div(x, y, rounding_mode="trunc").numpy(), (a - np.fmod(a, b)) // b)
+    assert (x // y).dtype is ddpc.int64 and (ddpc.tensor([7], dtype="uint8") // 2).tolist() == [3]
+    with pytest.raises(ZeroDivisionError):
+        x // ddpc.tensor([0] * 7)
+    with pytest.raises(ZeroDivisionError):
+        ddpc.fmod(x, 0)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_rounded_division_keeps_the_sign_of_zero(dtype):
+    """Floor division is Python's (and numpy's) //: exact remainder first, a
+    zero quotient with the sign of a / b; 'trunc' is trunc(a / b). Both as
+    PyTorch's, so 0.5 // -1 is -1, -0.0 // 1 and 0.5 / -1 truncated are -0."""
+    a, b = _wide_pairs(dtype)
+    x, y = ddpc.tensor(a), ddpc.tensor(b)
+    with np.errstate(all="ignore"):
+        floor, trunc = np.floor_divide(a, b), np.trunc(a / b)
+    assert_same_values((x // y).numpy(), floor)
+    assert_same_values(ddpc.div(x, y, rounding_mode="floor").numpy(), floor)
+    assert_same_values(ddpc.div(x, y, rounding_mode="trunc").numpy(), trunc)
+    zeros = ddpc.tensor([0.5, -0.0, 0.0, 3.0, -1.0], dtype=dtype) // ddpc.tensor([-1.0, 1.0, -1.0, -np.inf, np.inf],
+                                                                                   dtype=dtype)
+    assert_same_values(zeros.numpy(), np.array([-1.0, -0.0, -0.0, -1.0, -1.0], dtype=dtype))
+    assert np.signbit(ddpc.div(ddpc.tensor([0.5], dtype=dtype), -1.0, rounding_mode="trunc").item())
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "int32", "int64"])
 def test_rounded_division_on_cuda_matches_cpu(dtype):

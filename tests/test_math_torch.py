@@ -47,7 +47,7 @@ CASES = {
 }
 
 
-# Values where C99's pow and fmod have special rules.
+# Values where C99's pow and fmod and PyTorch's rounding divisions have special rules.
 SPECIAL = [0.0, -0.0, 1.0, -1.0, 2.0, -2.0, 0.5, -0.5, 3.0, -3.0, float("inf"), float("-inf"), float("nan"), 1.5, -1.5]
 
 # Values above 2**53 and quotients too large for any float to hold their remainder's digits (but
@@ -61,6 +61,11 @@ SPECIAL_CASES = {
     "rpow_number": lambda L, a, b: L.stack([e ** a for e in SPECIAL]),
     "fmod": lambda L, a, b: L.fmod(a, b),
     "remainder": lambda L, a, b: L.remainder(a, b) + b.remainder(1.5) + (-2.5) % a.detach(),
+    # (outputs only: PyTorch's rounding divisions give zero gradients, ddpc's none)
+    "floor_divide": lambda L, a, b: L.stack([a.detach() // b.detach(), L.floor_divide(a.detach(), -1.5),
+                                             L.div(a.detach(), b.detach(), rounding_mode="floor")]),
+    "div_trunc": lambda L, a, b: L.stack([L.div(a.detach(), b.detach(), rounding_mode="trunc"),
+                                          L.div(a.detach(), 0.75, rounding_mode="trunc")]),
 }
 
 
@@ -96,6 +101,13 @@ def special_main(dtype):
             same = close & ((x != 0) | (np.signbit(x) == np.signbit(y)) | (what != "output"))
             bad = [(i, a[j], b[j], x[i, j], y[i, j]) for i, j in zip(*np.nonzero(~same))]
             assert not bad, f"{name} {dtype} {what}: (stacked result, a, b, ddpc, PyTorch) {bad[:8]}"
+    # Integers, exactly, beyond 2**53 too.
+    big = np.array([2 ** 62 + 1, -(2 ** 62) - 3, 2 ** 53 + 1, -7, 7, 0, 5, -2 ** 63], dtype=np.int64)
+    div = np.array([3, -3, 7, 2, -2, 5, -1, 1], dtype=np.int64)
+    for name, fn in (("fmod", lambda L, a, b: L.fmod(a, b)), ("remainder", lambda L, a, b: a % b),
+                     ("floor", lambda L, a, b: a // b), ("trunc", lambda L, a, b: L.div(a, b, rounding_mode="trunc"))):
+        got, want = (fn(L, L.tensor(big), L.tensor(div)).numpy() for L in (ddpc, torch))
+        assert got.tolist() == want.tolist(), f"{name} int64: {got} where PyTorch has {want}"
     print("ok")
 
 

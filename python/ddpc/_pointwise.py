@@ -3,7 +3,8 @@ of the differentiable ops in autograd.py (so their gradients come from those
 ops' backward passes) and, where a composition would lose accuracy, computed
 in float64 and rounded once to the result's dtype. gcd and lcm, which no
 composition does without a loop, are the integer C op of csrc/ops_intmath.c;
-fmod and remainder are binary ops of csrc/ops.h, exact as C's fmod.
+the divisions with rounding (fmod, remainder, div's rounding modes) are
+binary ops of csrc/ops.h, exact as C's fmod.
 """
 
 import collections
@@ -13,8 +14,8 @@ import numbers
 from . import _C
 from . import autograd as _ag
 from ._dtype import float32, float64, int32, promote, result_type, uint8
-from .tensor import (_BITAND, _BITOR, _BITXOR, _DIV_FLOOR, _DIV_TRUNC, _DOUBLE_INTS, _FMOD, _LSHIFT, _REMAINDER, _RSHIFT,
-                     Tensor, _is_float_scalar)
+from .tensor import (_BITAND, _BITOR, _BITXOR, _DIV_FLOOR, _DIV_TRUNC, _FMOD, _LSHIFT, _REMAINDER, _RSHIFT, Tensor,
+                     _is_float_scalar)
 
 
 def _pair(input, other, what):
@@ -91,39 +92,6 @@ def _rounded_division(a, b, op, what):
     return out if work is dt else out.to(dtype=dt)
 
 
-def _divmod(input, other, floor, what):
-    """(q, r, dtype) for a / b: the quotient rounded toward zero (down with
-    ``floor``), detached, and the remainder a - q * b (with the dividend's sign,
-    or the divisor's with ``floor``), differentiable; both float64 (exact while
-    the operands are float32, 16-bit floats or integers below 2**53), and dtype
-    the operands' promoted dtype."""
-    a, b = _pair(input, other, what)
-    dt = result_type(a, b)
-    if not dt.is_floating_point:  # in the result's dtype, as PyTorch: uint8 (N,) // int64 () divides uint8s
-        a, b = (t if t.dtype is dt else t.to(dtype=dt) for t in (a, b))
-        if bool(_ag.any_(b == 0)):
-            raise ZeroDivisionError(f"{what}: integer division by zero")
-        if any(t.numel() and _ag.amax(_ag.abs(t.detach().to(dtype=float64))).item() > _DOUBLE_INTS for t in (a, b)):
-            raise OverflowError(f"{what}: ddpc divides integers exactly up to 2**53 in magnitude")
-    a64, b64 = a.to(dtype=float64), b.to(dtype=float64)
-    with _ag.no_grad():
-        x, y = a64.detach(), b64.detach()
-        q = _ag.trunc(x / y)
-        # The division's rounding may cross an integer: step q back by one where
-        # the remainder came out with the wrong sign or as large as the divisor.
-        r = x - q * y
-        q = q - _ag.sign(x * y) * ((r * x) < 0).to(dtype=float64)
-        q = q + _ag.sign(x * y) * (_ag.abs(x - q * y) >= _ag.abs(y)).to(dtype=float64)
-        q = _ag.where(_ag.logical_and(_ag.isinf(y), _ag.isfinite(x)), 0.0, q)
-    r = _ag.where(_ag.logical_and(_ag.isinf(y), _ag.isfinite(x)), a64, _ag.sub(a64, _ag.mul(q, b64)))
-    if floor:  # PyTorch's rule: a remainder of the other sign than the divisor moves by one divisor
-        with _ag.no_grad():
-            off = _ag.logical_and(r.detach() != 0, (r.detach() < 0) != (y < 0))
-            q = q - off.to(dtype=float64)
-        r = _ag.where(off, _ag.add(r, b64), r)
-    return q, r, dt
-
-
 class _RemainderBackward(_ag.Node):
     """fmod's and remainder's gradients, as PyTorch's: the dividend's passes
     through, the divisor's is -g times the quotient rounded as the remainder
@@ -170,23 +138,16 @@ def floor_divide(input, other):
 
 def div(input, other, *, rounding_mode=None):
     """input / other; rounding_mode None divides (integers give float32), 'trunc'
-    rounds toward zero and 'floor' down, keeping the promoted dtype (the rounded
-    forms have no gradient, as in PyTorch; accuracy as fmod, and a rounded zero
-    is +0 where PyTorch's keeps the sign, as in trunc(0.5 / -1) giving -0)."""
+    rounds toward zero and 'floor' down, keeping the promoted dtype, as
+    PyTorch's: 'trunc' is trunc(input / other), 'floor' Python's // (the
+    exact remainder taken out first), and a zero quotient keeps the sign of
+    input / other. The rounded forms have no gradient, as in PyTorch."""
     if rounding_mode is None:
         return _ag.div(*_operands(input, other, 1, "div"))
     if rounding_mode not in ("trunc", "floor"):
         raise ValueError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
-    with _ag.no_grad():
-        q, _, dt = _divmod(input, other, rounding_mode == "floor", "div")
-        if dt.is_floating_point:  # a quotient that is inf or NaN stays so
-            a, b = _pair(input, other, "div")
-            a, b = a.detach().to(dtype=float64), b.detach().to(dtype=float64)
-            exact = _ag.div(a, b)
-            q = _ag.where(_ag.isfinite(exact), q, exact)
-            if rounding_mode == "floor":  # but an infinity over a finite non-zero number has no floor: NaN, as in Python
-                q = _ag.where(_ag.logical_and(_ag.isinf(a), _ag.logical_and(_ag.isfinite(b), b != 0)), math.nan, q)
-    return q.to(dtype=dt)
+    a, b = _pair(input, other, "div")
+    return _rounded_division(a, b, _DIV_TRUNC if rounding_mode == "trunc" else _DIV_FLOOR, "div")
 
 
 divide = true_divide = div
