@@ -1,4 +1,4 @@
-"""The sort op and what is built on it (sort, argsort, msort, topk, unique),
+"""The sort op and what is built on it (sort, argsort, msort, topk, unique, also along a dim),
 the nonzero op (nonzero, argwhere, masked_select), nan_to_num, tril/triu and
 logsumexp at the edges: against numpy references over every dtype, with ties,
 NaN, infinities, signed zeros and empty dims; gradients against finite
@@ -114,6 +114,40 @@ def test_unique_values_inverse_and_counts(dtype, shape):
     np.testing.assert_array_equal(a.unique().float().numpy(), ru)
     _, c = ddpc.unique(a, return_counts=True)
     np.testing.assert_array_equal(c.numpy(), rcnt)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape,dim", [((6, 3), 0), ((6, 3), 1), ((5, 4, 3), 1), ((5, 4, 3), -1), ((7,), 0),
+                                       ((300, 7), 0), ((0, 3), 0), ((1, 2), 0)])
+def test_unique_along_a_dim_matches_numpy(dtype, shape, dim):
+    x = RNG.integers(0, 2, shape).astype(np.float64)
+    if dtype == "uint8":
+        x = x * 3
+    a = ddpc.tensor(x, dtype=dtype)
+    ru, rinv, rcnt = np.unique(x, axis=dim, return_inverse=True, return_counts=True)
+    for sorted_ in (True, False):  # sorted either way, as PyTorch's
+        u, inv, cnt = ddpc.unique(a, sorted=sorted_, return_inverse=True, return_counts=True, dim=dim)
+        assert u.dtype == a.dtype and inv.dtype == ddpc.int64 and cnt.dtype == ddpc.int64
+        np.testing.assert_array_equal(u.double().numpy(), ru)
+        np.testing.assert_array_equal(inv.numpy(), rinv.reshape(-1))
+        np.testing.assert_array_equal(cnt.numpy(), rcnt)
+    np.testing.assert_array_equal(a.unique(dim=dim).double().numpy(), ru)
+
+
+def test_unique_along_a_dim_edges():
+    # A slice holding NaN equals no other; -0 equals 0.
+    x = ddpc.tensor([[1.0, np.nan], [1.0, np.nan], [-0.0, 2.0], [0.0, 2.0]])
+    u, inv, cnt = ddpc.unique(x, dim=0, return_inverse=True, return_counts=True)
+    np.testing.assert_array_equal(u.numpy(), [[0.0, 2.0], [1.0, np.nan], [1.0, np.nan]])
+    assert inv.tolist() == [1, 2, 0, 0] and cnt.tolist() == [2, 1, 1]
+    # Long slices go through several rounds of pairing their columns' ranks.
+    rows = RNG.integers(0, 2, (50, 37)).astype(np.float32)
+    rows[25:] = rows[:25]
+    np.testing.assert_array_equal(ddpc.unique(ddpc.tensor(rows), dim=0).numpy(), np.unique(rows, axis=0))
+    with pytest.raises(RuntimeError, match="0 sized dimensions"):
+        ddpc.unique(ddpc.zeros(3, 0), dim=0)
+    with pytest.raises(IndexError):
+        ddpc.unique(ddpc.zeros(3, 2), dim=2)
 
 
 @pytest.mark.parametrize("shape", [(), (0,), (5,), (3, 4), (2, 3, 4), (4, 0, 2)])
@@ -248,6 +282,12 @@ def test_gpu_sort_topk_unique_match_the_host(dtype):
                     ddpc.unique(a.cuda(), return_inverse=True, return_counts=True)):
         assert d.is_cuda
         np.testing.assert_array_equal(d.cpu().float().numpy(), h.float().numpy())
+    rows = ddpc.tensor(RNG.integers(0, 2, (300, 9)), dtype=dtype)
+    for dim in (0, 1):
+        for h, d in zip(ddpc.unique(rows, dim=dim, return_inverse=True, return_counts=True),
+                        ddpc.unique(rows.cuda(), dim=dim, return_inverse=True, return_counts=True)):
+            assert d.is_cuda
+            np.testing.assert_array_equal(d.cpu().float().numpy(), h.float().numpy())
 
 
 @pytest.mark.gpu

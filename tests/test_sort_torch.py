@@ -89,6 +89,22 @@ def _unique(np, torch, ddpc):
                 _same(np, g, w, f"unique {dtype} {x.shape} {part}")
 
 
+def _unique_dim(np, torch, ddpc):
+    """Slices along a dim, without NaN (PyTorch's comparator sort leaves their order undefined)."""
+    rng = np.random.default_rng(8)
+    for dtype in DTYPES:
+        for shape, dim in [((6, 3), 0), ((6, 3), 1), ((4, 3, 2), 1), ((4, 3, 2), -1), ((5,), 0), ((0, 3), 0),
+                           ((40, 9), 0), ((2, 1, 3), 0)]:
+            x = rng.integers(0, 2, shape).astype(np.float32)
+            tt, dt = _both(torch, ddpc, x, dtype)
+            for sorted_ in (True, False):
+                want = torch.unique(tt, sorted=sorted_, return_inverse=True, return_counts=True, dim=dim)
+                got = ddpc.unique(dt, sorted=sorted_, return_inverse=True, return_counts=True, dim=dim)
+                for g, w, part in zip(got, want, ("values", "inverse", "counts")):
+                    _same(np, g, w, f"unique {dtype} {shape} dim {dim} {part}")
+            _same(np, ddpc.unique(dt, dim=dim), torch.unique(tt, dim=dim), f"unique {dtype} {shape} dim {dim}")
+
+
 def _select(np, torch, ddpc):
     rng = np.random.default_rng(7)
     for shape in [(), (0,), (7,), (3, 4), (2, 3, 4)]:
@@ -125,7 +141,8 @@ def _elementwise(np, torch, ddpc):
             np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6, err_msg=f"logsumexp {dim}")
 
 
-GROUPS = {"sort": _sort, "topk": _topk, "unique": _unique, "select": _select, "elementwise": _elementwise}
+GROUPS = {"sort": _sort, "topk": _topk, "unique": _unique, "unique_dim": _unique_dim, "select": _select,
+          "elementwise": _elementwise}
 
 
 def _child(name):

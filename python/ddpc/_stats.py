@@ -16,6 +16,7 @@ import numbers
 from . import _C
 from . import autograd as _ag
 from ._dtype import float32, float64, int32, int64, promote, uint8
+from ._layout import scatter_reduce
 from .tensor import Tensor, arange, ones, tensor, zeros
 
 _HALVES = _ag._HALVES
@@ -349,6 +350,57 @@ def bincount(input, weights=None, minlength=0):
             dt = weights.dtype if weights.dtype in (float32, float64) else float64
             src = weights.detach().to(dtype=dt).contiguous()
         return _ag.scatter_add(zeros(size, dtype=dt, device=input.device), 0, idx, src)
+
+
+def _dense_ranks(x):
+    """Each element's rank within its column of the 2-d x, equal values
+    sharing one (0, 1, ... with no gaps; every NaN its own, last): one sort
+    of every column, a running count of the value changes, scattered back."""
+    n, m = x.shape
+    values, order = _ag._sort(x, 0, False)
+    changes = (values.narrow(0, 1, n - 1) != values.narrow(0, 0, n - 1)).to(dtype=int64)
+    runs = _ag.cumsum(_ag.cat([zeros((1, m), dtype=int64, device=x.device), changes]), 0)
+    ranks = _ag._empty((n, m), runs)
+    _C.scatter_dim(ranks._buf, runs._buf, order._buf, 0, False)
+    return ranks
+
+
+def _unique_dim(input, dim, return_inverse=False, return_counts=False):
+    """unique(input, dim=dim): the distinct slices along ``dim`` in
+    lexicographic order (always sorted, as PyTorch's), with each slice's
+    position among them and their counts. A slice holding NaN equals no
+    other. On input's device, without a loop over slices: the ranks of each
+    column of the slices, then of pairs of rank columns, log2(slice size)
+    times, until one rank per slice remains; the number of distinct slices
+    reaches the host. Not differentiable."""
+    _check_tensor(input, "unique")
+    d = _ag._dim(input, dim)
+    if any(s == 0 for i, s in enumerate(input.shape) if i != d):
+        raise RuntimeError("There are 0 sized dimensions, and they aren't selected, so unique cannot be applied")
+    n = input.shape[d]
+    with _ag.no_grad():
+        front = _ag.permute(input.detach(), _ag._to_front(input, d)).contiguous()
+        if n == 0:
+            empty = zeros(0, dtype=int64, device=input.device)
+            out = [_ag.clone(input.detach())] + [empty] * (bool(return_inverse) + bool(return_counts))
+            return out[0] if len(out) == 1 else tuple(out)
+        ranks = _dense_ranks(front.reshape(n, math.prod(front.shape[1:])))
+        while ranks.shape[1] > 1:  # ranks below n: a pair of them, as r0 * n + r1, fits in int64
+            if ranks.shape[1] % 2:
+                ranks = _ag.cat([ranks, zeros((n, 1), dtype=int64, device=input.device)], 1)
+            pairs = ranks.reshape(n, ranks.shape[1] // 2, 2)
+            ranks = _dense_ranks(pairs.select(2, 0) * n + pairs.select(2, 1))
+        rank = ranks.reshape(n)
+        k = int(_ag.amax(rank, 0).item()) + 1
+        first = scatter_reduce(zeros(k, dtype=int64, device=input.device) + n, 0, rank,
+                               arange(n, device=input.device), "amin")
+        out = [_ag.permute(front.index_select(0, first), _ag._from_front(input, d)).contiguous()]
+        if return_inverse:
+            out.append(rank)
+        if return_counts:
+            out.append(_ag.scatter_add(zeros(k, dtype=int64, device=input.device), 0, rank,
+                                       ones(n, dtype=int64, device=input.device)))
+    return out[0] if len(out) == 1 else tuple(out)
 
 
 def histc(input, bins=100, min=0, max=0):

@@ -2719,9 +2719,12 @@ def unique(a, sorted=True, return_inverse=False, return_counts=False, dim=None):
     """The distinct elements, sorted (also with ``sorted=False``), with where each
     element went (``return_inverse``) and how often each occurs (``return_counts``).
     Built on the sort op on a's device; the number of distinct elements reaches
-    the host. Every NaN is distinct, as in PyTorch. Not differentiable."""
+    the host. Every NaN is distinct, as in PyTorch. Not differentiable. With
+    ``dim``, the distinct slices along it (_stats._unique_dim)."""
     if dim is not None:
-        raise ValueError("ddpc's unique works over all elements (dim=None)")
+        from ._stats import _unique_dim
+
+        return _unique_dim(a, dim, return_inverse, return_counts)
     from .tensor import full
 
     values, order = _sort(reshape(a.detach(), (-1,)), 0, False)
