@@ -113,6 +113,40 @@ W = ddpc.zeros(10, 3)
 IDX = ddpc.tensor(INDICES)
 
 
+@pytest.mark.parametrize("two_d", [False, True])
+def test_max_norm_renormalises_the_rows_looked_up_and_scale_grad_by_freq_divides_by_counts(two_d):
+    rng = np.random.default_rng(9)
+    weight = rng.standard_normal((10, 4)) * 2
+    indices = np.array([1, 2, 1, 1, 7, 2, 0, 7, 3, 1])
+    bounds = [0, 3, 5, 5, 10] if not two_d else [0, 5, 10]
+    idx = ddpc.tensor(indices.reshape(2, 5) if two_d else indices)
+    off = None if two_d else ddpc.tensor(np.array(bounds[:-1]))
+    # max_norm: each row looked up scaled to max_norm / (norm + 1e-7) where its norm is larger, in place.
+    norms = np.linalg.norm(weight, axis=1, keepdims=True)
+    looked_up = np.isin(np.arange(10), indices)[:, None]
+    renormed = np.where(looked_up & (norms > 1.5), weight * (1.5 / (norms + 1e-7)), weight)
+    w = ddpc.tensor(weight, requires_grad=True)
+    out = F.embedding_bag(idx, w, off, max_norm=1.5, mode="sum")
+    np.testing.assert_allclose(w.detach().numpy(), renormed, rtol=1e-12)
+    np.testing.assert_allclose(out.detach().numpy(), ref_embedding_bag(renormed, indices, bounds, "sum"), rtol=1e-12)
+    # scale_grad_by_freq: the usual gradient of each row over how often the input holds it.
+    counts = np.bincount(indices, minlength=10)[:, None]
+    for mode in ("sum", "mean"):
+        grads = []
+        for scaled in (False, True):
+            w = ddpc.tensor(weight, requires_grad=True)
+            out = F.embedding_bag(idx, w, off, mode=mode, scale_grad_by_freq=scaled, padding_idx=7)
+            (out * ddpc.tensor(np.arange(out.numel(), dtype=np.float64).reshape(out.shape))).sum().backward()
+            grads.append(w.grad.numpy())
+        np.testing.assert_allclose(grads[1], grads[0] / np.maximum(counts, 1), rtol=1e-12)
+        assert not grads[1][7].any()  # padding_idx's row takes no gradient
+    bag = nn.EmbeddingBag(10, 4, max_norm=1.0, norm_type=1.0, scale_grad_by_freq=True, mode="sum")
+    assert repr(bag) == "EmbeddingBag(10, 4, max_norm=1.0, norm_type=1.0, scale_grad_by_freq=True, mode='sum')"
+    bag(idx, off).sum().backward()
+    assert np.abs(bag.weight.detach().numpy()[indices]).sum(1).max() <= 1.0 + 1e-6
+    np.testing.assert_allclose(bag.weight.grad.numpy()[indices], 1.0, rtol=1e-6)  # count times 1 / count
+
+
 @pytest.mark.parametrize("fn,exc,match", [
     (lambda: F.embedding_bag(IDX, W, ddpc.tensor(np.array([1, 4]))), ValueError, "offsets.0. has to be 0"),
     (lambda: F.embedding_bag(IDX, W, ddpc.tensor(np.array([0, 5, 4]))), ValueError, "non-decreasing"),
@@ -132,7 +166,10 @@ IDX = ddpc.tensor(INDICES)
     (lambda: F.embedding_bag(IDX, W, ddpc.tensor(np.array([0])), padding_idx=10), ValueError,
      "-10 through 9, but got 10"),
     (lambda: F.embedding_bag(IDX.float(), W, ddpc.tensor(np.array([0]))), TypeError, "int64 or int32"),
-    (lambda: F.embedding_bag(IDX, W, ddpc.tensor(np.array([0])), max_norm=1.0), NotImplementedError, "max_norm"),
+    (lambda: F.embedding_bag(IDX, W, ddpc.tensor(np.array([0])), mode="max", scale_grad_by_freq=True), ValueError,
+     "max mode does not support scaling the gradient by the frequency"),
+    (lambda: F.embedding_bag(IDX + 5, W.detach(), ddpc.tensor(np.array([0])), max_norm=1.0), ValueError,
+     "out of range for 10 rows"),
     (lambda: nn.EmbeddingBag(10, 3, mode="median"), ValueError, "one of sum, mean"),
     (lambda: nn.EmbeddingBag(10, 3, sparse=True), NotImplementedError, "sparse"),
 ])
@@ -159,3 +196,17 @@ def test_cuda_matches_the_host(mode, offsets, last, padding_idx):
             results.append([out.detach().cpu().numpy(), w.grad.cpu().numpy()] + ([s.grad.cpu().numpy()] if s else []))
         for a, b in zip(*results):
             np.testing.assert_allclose(a, b, rtol=tol, atol=tol)
+
+
+@pytest.mark.gpu
+def test_cuda_max_norm_and_scale_grad_by_freq_match_the_host():
+    weight = np.random.default_rng(6).standard_normal((10, 70)) * 3
+    results = []
+    for device in ("cpu", "cuda"):
+        w = ddpc.tensor(weight, device=device, requires_grad=True)
+        out = F.embedding_bag(ddpc.tensor(INDICES, device=device), w, ddpc.tensor(np.array([0, 3]), device=device),
+                              max_norm=2.0, scale_grad_by_freq=True, mode="mean")
+        out.backward(ddpc.ones(out.shape, dtype=ddpc.float64, device=device))
+        results.append([out.detach().cpu().numpy(), w.detach().cpu().numpy(), w.grad.cpu().numpy()])
+    for a, b in zip(*results):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)

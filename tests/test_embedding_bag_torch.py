@@ -1,7 +1,7 @@
 """Optional: ddpc's F.embedding_bag and nn.EmbeddingBag against PyTorch's
 (skipped when torch is not installed): outputs and the gradients of the table
 and the per-sample weights over modes, offsets, include_last_offset, 2-d
-inputs and padding_idx, in float32 and float64.
+inputs, padding_idx, max_norm and scale_grad_by_freq, in float32 and float64.
 
 The comparison runs in a child process that imports torch before ddpc (see
 test_nn_torch.py) and fails there, printing what it measured.
@@ -14,6 +14,11 @@ from procs import run_torch_case
 
 def test_matches_pytorch():
     out = run_torch_case(__file__, "bags")
+    assert out.strip().endswith("ok"), out
+
+
+def test_max_norm_and_scale_grad_by_freq_match_pytorch():
+    out = run_torch_case(__file__, "norms")
     assert out.strip().endswith("ok"), out
 
 
@@ -59,5 +64,45 @@ def _case_bags():
     print("checked", checked, "worst", worst, "ok")
 
 
+def _case_norms():
+    """max_norm (the table renormalised in place, norm_type 1, 2 and 3) and
+    scale_grad_by_freq (sum and mean, padding_idx, per-sample weights, 2-d
+    input), through the function and the module."""
+    import numpy as np
+    import torch
+
+    import ddpc
+
+    rng = np.random.default_rng(1)
+    indices = rng.integers(0, 12, 30)
+    for dtype, tol in (("float64", 1e-12), ("float32", 1e-5)):
+        for max_norm, norm_type, freq, mode, padding_idx, two_d, weighted in [
+                (1.0, 2.0, False, "mean", None, False, False), (0.5, 1.0, True, "sum", 3, False, True),
+                (2.0, 3.0, True, "mean", None, True, False), (None, 2.0, True, "sum", int(indices[0]), False, False),
+                (1.5, 2.0, False, "max", 4, True, False)]:
+            weight = (rng.standard_normal((12, 5)) * 2).astype(dtype)
+            scale = rng.standard_normal(30).astype(dtype)
+            results = []
+            for lib in (ddpc, torch):
+                idx = lib.tensor(indices.reshape(6, 5) if two_d else indices)
+                off = None if two_d else lib.tensor(np.array([0, 4, 4, 17]))
+                w = lib.tensor(weight, requires_grad=True)
+                s = lib.tensor(scale.reshape(tuple(idx.shape)), requires_grad=True) if weighted else None
+                out = lib.nn.functional.embedding_bag(idx, w, off, max_norm, norm_type, freq, mode,
+                                                      per_sample_weights=s, padding_idx=padding_idx)
+                (out * lib.tensor(np.arange(out.numel()).reshape(tuple(out.shape)).astype(dtype))).sum().backward()
+                results.append([np.asarray(out.detach()), np.asarray(w.detach()), np.asarray(w.grad)]
+                               + ([np.asarray(s.grad)] if weighted else []))
+                bag = lib.nn.EmbeddingBag(12, 5, max_norm, norm_type, freq, mode, padding_idx=padding_idx,
+                                          _weight=lib.tensor(weight))
+                bag(idx, off).sum().backward()
+                results[-1] += [np.asarray(bag.weight.detach()), np.asarray(bag.weight.grad)]
+            names = ["output", "table", "table grad"] + ["weights grad"] * weighted + ["module table", "module grad"]
+            assert len(names) == len(results[0]) == len(results[1])
+            for what, a, b in zip(names, *results):
+                np.testing.assert_allclose(a, b, rtol=tol, atol=tol, err_msg=f"{dtype} {max_norm} {freq} {mode} {what}")
+    print("ok")
+
+
 if __name__ == "__main__":
-    {"bags": _case_bags}[sys.argv[1]]()
+    {"bags": _case_bags, "norms": _case_norms}[sys.argv[1]]()

@@ -11,16 +11,17 @@ import numpy as np
 from .. import _C
 from .. import autograd as _ag
 from .._dtype import int32, int64
-from ..tensor import Tensor, arange, tensor
+from ..tensor import _MUL, Tensor, arange, ones, tensor, zeros
 
 MODES = ("sum", "mean", "max")
 
 
 class _EmbeddingBagBackward(_ag.Node):
-    def __init__(self, weight, per_sample_weights, w, bags, argmax):
+    def __init__(self, weight, per_sample_weights, w, bags, argmax, scale_grad_by_freq):
         saved = (w, argmax) + bags[:3]
         super().__init__((weight, per_sample_weights), saved)
         self.mode, self.padding_idx = bags[3:]
+        self.scale_grad_by_freq = scale_grad_by_freq
 
     def name(self):
         return "EmbeddingBagBackward"
@@ -34,10 +35,19 @@ class _EmbeddingBagBackward(_ag.Node):
             gw = _ag._grad_out(self.next_functions[0], w.shape, g)
             _C.embedding_bag_backward(gw._buf, g._buf, None if argmax is None else argmax._buf, *args,
                                       None if weights is None else weights._buf, self.mode, self.padding_idx)
+            if self.scale_grad_by_freq:  # each row's gradient over how often the batch looks it up
+                _C.binary_broadcast(_MUL, gw._buf, gw._buf, _inverse_counts(indices, w)._buf)
         if need_s:
             gs = _ag._grad_out(self.next_functions[1], indices.shape, g)
             _C.embedding_bag_weights_backward(gs._buf, g._buf, w._buf, *args, self.padding_idx)
         return gw, gs
+
+
+def _inverse_counts(indices, w):
+    """(V, 1): 1 / how often each row of w occurs in indices (1 for none), in w's dtype."""
+    counts = _ag.scatter_add(zeros(w.shape[0], dtype=w.dtype, device=w.device), 0, indices,
+                             ones(indices.shape, dtype=w.dtype, device=w.device))
+    return _ag.reciprocal(_ag.clamp_min(counts, 1.0)).reshape(-1, 1)
 
 
 def _as_index(t, what):
@@ -47,15 +57,19 @@ def _as_index(t, what):
     return t.detach().to(dtype=int64).contiguous()
 
 
+def _check_indices(indices, rows):
+    if indices.numel():
+        low, high = indices.min().item(), indices.max().item()
+        if low < 0 or high >= rows:
+            raise ValueError(f"embedding_bag: index {low if low < 0 else high} is out of range for {rows} rows")
+
+
 def _check_on_gpu(indices, offsets, rows):
     """What the host op checks itself: indices within the table, offsets
     from 0, non-decreasing, ending within the input (one copy of the
     offsets to the host, as embedding's index check does)."""
     n = indices.numel()
-    if n:
-        low, high = indices.min().item(), indices.max().item()
-        if low < 0 or high >= rows:
-            raise ValueError(f"embedding_bag: index {low if low < 0 else high} is out of range for {rows} rows")
+    _check_indices(indices, rows)
     off = offsets.cpu().numpy()
     if off[0] != 0:
         raise ValueError(f"offsets[0] has to be 0, i.e., the first sequence in the mini-batch has to start from "
@@ -75,16 +89,20 @@ def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale
     element, the input's length: the last bag runs to the end of the input
     whatever it says, as in PyTorch). ``per_sample_weights`` (mode 'sum' only) scales each row;
     rows at ``padding_idx`` are left out of their bags; an empty bag gives
-    zeros. ddpc differs: max_norm, scale_grad_by_freq and sparse gradients
-    are not supported (NotImplementedError)."""
+    zeros. With ``max_norm``, the rows looked up (padding_idx's too) are
+    first renormalised in place to at most that ``norm_type``-norm; with
+    ``scale_grad_by_freq`` (not in mode 'max') each row's gradient is
+    divided by how often the input holds it; both as PyTorch's. ddpc
+    differs: sparse gradients are not supported (NotImplementedError)."""
     if not isinstance(weight, Tensor) or weight.ndim != 2 or not weight.dtype.is_floating_point:
         raise ValueError(f"embedding_bag: the weight must be a 2-d floating-point ddpc tensor, got "
                          f"{getattr(weight, 'shape', type(weight).__name__)}")
-    if max_norm is not None or scale_grad_by_freq or sparse:
-        raise NotImplementedError("embedding_bag: ddpc supports neither max_norm, scale_grad_by_freq nor sparse "
-                                  "gradients")
+    if sparse:
+        raise NotImplementedError("embedding_bag: ddpc has no sparse gradients")
     if mode not in MODES:
         raise ValueError("mode has to be one of sum, mean or max")
+    if scale_grad_by_freq and mode == "max":
+        raise ValueError("max mode does not support scaling the gradient by the frequency")
     if per_sample_weights is not None and mode != "sum":
         raise NotImplementedError(f"embedding_bag: per_sample_weights was not None. per_sample_weights is only "
                                   f"supported for mode='sum' (got mode='{mode}')")
@@ -130,10 +148,13 @@ def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale
             raise ValueError(f"offsets[-1] can not be greater than input's length {n} but got offsets[-1] of {last}")
         offsets = offsets[:-1]
     offsets = _ag.cat([offsets, tensor(np.array([n], dtype=np.int64), device=offsets.device)])
+    if max_norm is not None and n:  # on the table itself, before a 16-bit one is widened
+        _check_indices(indices, rows)  # (before the renorm indexes the table with them)
+        _ag._renorm_rows_(weight, indices, max_norm, norm_type)
     if weight.dtype in _ag._HALVES:
         out = embedding_bag(indices, weight.float(), offsets, mode=mode, include_last_offset=True,
                             per_sample_weights=None if per_sample_weights is None else per_sample_weights.float(),
-                            padding_idx=padding_idx)
+                            padding_idx=padding_idx, scale_grad_by_freq=scale_grad_by_freq)
         return out.to(dtype=weight.dtype)
     if weight._buf.device >= 0:
         _check_on_gpu(indices, offsets, rows)
@@ -147,5 +168,5 @@ def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale
                      None if weights is None else weights._buf, code, pad)
     if _ag._needs_grad(weight, per_sample_weights):
         _ag._attach(out, _EmbeddingBagBackward(weight, per_sample_weights, w, (indices, offsets, weights, code, pad),
-                                               argmax))
+                                               argmax, scale_grad_by_freq))
     return out

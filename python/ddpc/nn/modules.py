@@ -937,16 +937,15 @@ class Embedding(Module):
 class EmbeddingBag(Module):
     """A table of ``num_embeddings`` rows of ``embedding_dim`` whose forward
     pass sums, averages or maxes bags of rows (see F.embedding_bag); rows
-    start normal(0, 1), the ``padding_idx`` row zero. ddpc differs: max_norm,
-    scale_grad_by_freq and sparse are not supported."""
+    start normal(0, 1), the ``padding_idx`` row zero. ddpc differs: sparse
+    gradients are not supported."""
 
     def __init__(self, num_embeddings, embedding_dim, max_norm=None, norm_type=2.0, scale_grad_by_freq=False,
                  mode="mean", sparse=False, _weight=None, include_last_offset=False, padding_idx=None, device=None,
                  dtype=None):
         super().__init__()
-        if max_norm is not None or scale_grad_by_freq or sparse:
-            raise NotImplementedError("EmbeddingBag: ddpc supports neither max_norm, scale_grad_by_freq nor sparse "
-                                      "gradients")
+        if sparse:
+            raise NotImplementedError("EmbeddingBag: ddpc has no sparse gradients")
         if mode not in _embedding_bag.MODES:
             raise ValueError("mode has to be one of sum, mean or max")
         self.num_embeddings, self.embedding_dim = int(num_embeddings), int(embedding_dim)
@@ -954,7 +953,8 @@ class EmbeddingBag(Module):
             if not -self.num_embeddings <= padding_idx < self.num_embeddings:
                 raise ValueError("padding_idx must be within num_embeddings")
             padding_idx %= self.num_embeddings
-        self.max_norm, self.norm_type, self.scale_grad_by_freq, self.sparse = None, norm_type, False, False
+        self.max_norm, self.norm_type, self.scale_grad_by_freq = max_norm, norm_type, scale_grad_by_freq
+        self.sparse = False
         self.mode, self.include_last_offset, self.padding_idx = mode, include_last_offset, padding_idx
         if _weight is None:
             self.weight = Parameter(empty(self.num_embeddings, self.embedding_dim, dtype=dtype, device=device))
@@ -971,11 +971,16 @@ class EmbeddingBag(Module):
                 self.weight[self.padding_idx] = 0.0
 
     def forward(self, input, offsets=None, per_sample_weights=None):
-        return F.embedding_bag(input, self.weight, offsets, mode=self.mode, per_sample_weights=per_sample_weights,
+        return F.embedding_bag(input, self.weight, offsets, self.max_norm, self.norm_type, self.scale_grad_by_freq,
+                               self.mode, per_sample_weights=per_sample_weights,
                                include_last_offset=self.include_last_offset, padding_idx=self.padding_idx)
 
     def extra_repr(self):
-        s = f"{self.num_embeddings}, {self.embedding_dim}, mode={self.mode!r}"
+        s = f"{self.num_embeddings}, {self.embedding_dim}"
+        s += f", max_norm={self.max_norm}" if self.max_norm is not None else ""
+        s += f", norm_type={self.norm_type}" if self.norm_type != 2 else ""
+        s += f", scale_grad_by_freq={self.scale_grad_by_freq}" if self.scale_grad_by_freq else ""
+        s += f", mode={self.mode!r}"
         return s + (f", padding_idx={self.padding_idx}" if self.padding_idx is not None else "")
 
 
