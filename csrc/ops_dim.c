@@ -73,7 +73,12 @@ ddpc_status ddpc_op_fold_dim(ddpc_buffer *out, const ddpc_buffer *a, int dim, dd
     if (out->device != DDPC_CPU)
         DDPC_LAUNCH(out->device, ddpc_k_fold_dim(out->data, a->data, out->dtype, outer, len, inner, (int)op, flags,
                                                  stream));
+    /* A float32 product (not a running one) multiplies in float32, as PyTorch's
+     * CPU prod: a running product that leaves float32's range gives inf or 0
+     * even where the whole product would fit. Running products (PyTorch's
+     * cumprod also keeps double) and the other folds accumulate in double. */
     if (out->dtype == DDPC_INT64) FOLD_LOOP(int64_t, uint64_t); /* unsigned: wraps without undefined behaviour */
+    else if (out->dtype == DDPC_FLOAT32 && op == DDPC_FOLD_PROD && !cumulative) FOLD_LOOP(float, float);
     else if (out->dtype == DDPC_FLOAT32) FOLD_LOOP(float, double);
     else FOLD_LOOP(double, double);
     return DDPC_OK;

@@ -108,6 +108,26 @@ def test_prod_cumsum_cumprod(dtype):
     close(ddpc.cumsum(a, 1, dtype=ddpc.float64), np.cumsum(x, 1))
 
 
+def test_float32_prod_multiplies_in_float32_and_cumprod_in_double():
+    """As PyTorch's CPU ops: a running float32 product that leaves the range
+    gives inf or 0 even where the whole product fits; cumprod carries on in
+    double (each output still rounded to float32)."""
+    for values, want in (([1e30, 1e30, 1e-30, 1e-30], np.inf), ([1e-30, 1e-30, 1e30, 1e30], 0.0),
+                         ([3e38, 10.0, 0.1], np.inf), ([-1e30, 1e30, 1e-30], -np.inf)):
+        x = np.array(values, dtype=np.float32)
+        assert ddpc.prod(ddpc.tensor(x)).item() == want, values
+        assert ddpc.tensor(np.tile(x, (3, 1)).T.copy()).prod(0).tolist() == [want] * 3, values
+        assert ddpc.tensor(np.tile(x, (2, 1))).prod(1, keepdim=True).tolist() == [[want]] * 2, values
+        with np.errstate(over="ignore"):
+            np.testing.assert_array_equal(ddpc.tensor(x).cumprod(0).numpy(),
+                                          np.cumprod(x.astype(np.float64)).astype(np.float32))
+        assert ddpc.prod(ddpc.tensor(x, dtype=ddpc.float64)).item() == np.prod(x.astype(np.float64))
+    # Along the dim, one float32 rounding per factor: numpy's running float32 product.
+    v = RNG.uniform(0.9, 1.1, (1000, 3)).astype(np.float32)
+    np.testing.assert_array_equal(ddpc.tensor(v).prod(0).numpy(), np.multiply.accumulate(v, axis=0)[-1])
+    np.testing.assert_array_equal(ddpc.tensor(v.T.copy()).prod(1).numpy(), np.multiply.accumulate(v, axis=0)[-1])
+
+
 def test_scan_gradients_with_zeros():
     x = RNG.standard_normal((3, 5))
     x[1, 2] = 0.0

@@ -87,5 +87,33 @@ def test_matches_pytorch(case):
     assert out.strip().endswith("ok"), out
 
 
+def test_float32_products_leave_the_range_as_pytorch():
+    out = run_torch_case(__file__, "float32_products")
+    assert out.strip().endswith("ok"), out
+
+
+def _float32_products():
+    """prod and cumprod of float32 lines whose running products leave the
+    range, along a dim and in all: lines shorter than PyTorch's vectorised
+    chunk (it multiplies those in order too), and along an outer dim of any
+    length."""
+    import numpy as np
+    import torch
+
+    import ddpc
+
+    rng = np.random.default_rng(4)
+    lines = [[1e30, 1e30, 1e-30, 1e-30], [1e-30, 1e-30, 1e30, 1e30], [3e38, 10.0, 0.1], [1e20] * 4 + [1e-20] * 4,
+             [-1e30, 1e30, 1e-30], list(rng.uniform(0.5, 1.5, 25))]
+    for line in lines:
+        x = np.array(line, dtype=np.float32)
+        got, want = ([L.prod(L.tensor(x)).item(), L.tensor(x).cumprod(0).tolist(),
+                      L.tensor(np.stack([x, x], 1)).prod(0).tolist()] for L in (ddpc, torch))
+        assert got == want, (line, got, want)
+    v = rng.uniform(0.9, 1.1, (1000, 3)).astype(np.float32)
+    assert ddpc.tensor(v).prod(0).tolist() == torch.tensor(v).prod(0).tolist()
+    print("ok")
+
+
 if __name__ == "__main__":
-    _child(sys.argv[1])
+    _float32_products() if sys.argv[1] == "float32_products" else _child(sys.argv[1])
