@@ -412,3 +412,12 @@ def _penalty_grads(device):
 def test_gradient_penalty_on_cuda_matches_the_host():
     for got, want in zip(_penalty_grads("cuda"), _penalty_grads("cpu")):
         np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
+
+
+def test_rounded_division_gradients_are_their_own_and_differentiated_twice():
+    a, c = ddpc.tensor(A * 3, requires_grad=True), ddpc.tensor(B * 3, requires_grad=True)
+    (ddpc.fmod(a, 2.0) + ddpc.remainder(c, 2.0)).sum().backward()
+    a.grad.add_(1.0)  # each leaf owns its gradient: c's does not change with a's
+    np.testing.assert_array_equal(c.grad.numpy(), np.ones_like(B))
+    check_hvp(lambda x, y: (ddpc.fmod(x * x, y * y + 0.5) ** 2).sum() + (ddpc.remainder(x, y * y + 0.5) * x).sum(),
+              A, B)

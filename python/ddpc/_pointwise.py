@@ -97,6 +97,9 @@ class _RemainderBackward(_ag.Node):
     through, the divisor's is -g times the quotient rounded as the remainder
     was (toward zero for fmod, down for remainder)."""
 
+    passes_through = True  # the dividend's gradient may be the incoming one itself
+    double_backward = True  # recorded ops of g; the quotient is piecewise constant
+
     def __init__(self, a, b, quotient):
         super().__init__((a, b), (quotient,))
         self.shapes, self.dtypes = (a.shape, b.shape), (a.dtype, b.dtype)

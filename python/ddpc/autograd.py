@@ -777,11 +777,11 @@ class _BinaryBackward(Node):
                 if need_b else None
         elif self.op == _POWER:
             # PyTorch's masks: no gradient to a where b is 0, nor to b where a is 0 and b >= 0
-            # (0 ** b is constant there).
+            # (0 ** b is constant there). As in PyTorch, a's masked gradient is +0 and b's is g times 0.
             a, b, out = self.saved
             out = _output(self, out)
             ga = _reduce_to(where(b == 0, 0.0, mul(g, mul(b, pow(a, sub(b, 1))))), sa, da) if need_a else None
-            gb = _reduce_to(where(logical_and(a == 0, b >= 0), 0.0, mul(mul(g, out), log(a))), sb, db) \
+            gb = _reduce_to(mul(g, where(logical_and(a == 0, b >= 0), 0.0, mul(out, log(a)))), sb, db) \
                 if need_b else None
         else:
             b, out = self.saved
