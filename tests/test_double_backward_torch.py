@@ -178,7 +178,8 @@ def compare():
 
     signs = []  # tensor ** tensor where the masks apply: a's zero is +0, b's is g times 0
     for lib in (ddpc, torch):
-        a, b = (lib.tensor(v, dtype=lib.float64, requires_grad=True) for v in ([0.0, 2.0, 0.0, 3.0], [0.0, 0.0, 1.0, 2.0]))
+        a, b = (lib.tensor(v, dtype=lib.float64, requires_grad=True)
+                for v in ([0.0, 2.0, 0.0, 3.0], [0.0, 0.0, 1.0, 2.0]))
         (lib.pow(a, b) * lib.tensor([-1.0, -2.0, -3.0, 1.0], dtype=lib.float64)).sum().backward()
         signs.append([np.signbit(t.grad.numpy()).tolist() + t.grad.numpy().tolist() for t in (a, b)])
     assert signs[0] == signs[1], signs
