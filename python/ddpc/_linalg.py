@@ -126,13 +126,13 @@ def tensordot(a, b, dims=2):
     return _ag.reshape(_ag.matmul(x, y), tuple(a.shape[d] for d in free_a) + tuple(b.shape[d] for d in free_b))
 
 
-def kron(a, b):
+def kron(input, other):
     """The Kronecker product: block (i, j, ...) of the result is a[i, j, ...] * b."""
-    _check_tensors("kron", a, b)
-    n = max(a.ndim, b.ndim)
-    sa, sb = (1,) * (n - a.ndim) + a.shape, (1,) * (n - b.ndim) + b.shape
-    x = _ag.reshape(a, tuple(v for s in sa for v in (s, 1)))
-    y = _ag.reshape(b, tuple(v for s in sb for v in (1, s)))
+    _check_tensors("kron", input, other)
+    n = max(input.ndim, other.ndim)
+    sa, sb = (1,) * (n - input.ndim) + input.shape, (1,) * (n - other.ndim) + other.shape
+    x = _ag.reshape(input, tuple(v for s in sa for v in (s, 1)))
+    y = _ag.reshape(other, tuple(v for s in sb for v in (1, s)))
     return _ag.reshape(_ag.mul(x, y), tuple(p * q for p, q in zip(sa, sb)))
 
 

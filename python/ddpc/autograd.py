@@ -867,8 +867,8 @@ def rdiv(a, s):
     return _binary(a, s, _RDIV)
 
 
-def neg(a):
-    return _binary(a, -1, _MUL)
+def neg(input):
+    return _binary(input, -1, _MUL)
 
 
 # ---- unary functions ---------------------------------------------------------------------
@@ -992,49 +992,49 @@ def relu(x):
     return _unary(x, _RELU)
 
 
-def gelu(x, approximate="none"):
+def gelu(input, approximate="none"):
     """x * Phi(x) (Phi the normal distribution function); ``approximate='tanh'``
     is 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x**3))), composed of the elementwise ops."""
     if approximate == "tanh":
-        if x.dtype in _HALVES:
-            return gelu(x.float(), approximate).to(dtype=x.dtype)
-        inner = mul(add(x, mul(pow(x, 3), 0.044715)), math.sqrt(2 / math.pi))
-        return mul(mul(x, 0.5), add(tanh(inner), 1.0))
+        if input.dtype in _HALVES:
+            return gelu(input.float(), approximate).to(dtype=input.dtype)
+        inner = mul(add(input, mul(pow(input, 3), 0.044715)), math.sqrt(2 / math.pi))
+        return mul(mul(input, 0.5), add(tanh(inner), 1.0))
     if approximate != "none":
         raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-    return _unary(x, _GELU)
+    return _unary(input, _GELU)
 
 
-def tanh(x):
-    return _unary(x, _TANH)
+def tanh(input):
+    return _unary(input, _TANH)
 
 
-def sigmoid(x):
-    return _unary(x, _SIGMOID)
-
-
-@autocast_op("float32_cuda")
-def exp(x):
-    return _unary(x, _EXP)
+def sigmoid(input):
+    return _unary(input, _SIGMOID)
 
 
 @autocast_op("float32_cuda")
-def log(x):
-    return _unary(x, _LOG)
+def exp(input):
+    return _unary(input, _EXP)
 
 
 @autocast_op("float32_cuda")
-def pow(x, exponent):
+def log(input):
+    return _unary(input, _LOG)
+
+
+@autocast_op("float32_cuda")
+def pow(input, exponent):
     """x ** exponent, the exponent a number or a tensor (broadcast). Integer
     tensors stay integers with integer exponents, which must not be negative."""
-    if isinstance(exponent, Tensor) or not x.dtype.is_floating_point:
-        exponent = _operand(exponent, x, "pow")
-        if not exponent.dtype.is_floating_point and not x.dtype.is_floating_point:
+    if isinstance(exponent, Tensor) or not input.dtype.is_floating_point:
+        exponent = _operand(exponent, input, "pow")
+        if not exponent.dtype.is_floating_point and not input.dtype.is_floating_point:
             _check_no_negative_powers(exponent)
-        return _binary(x, exponent, _POWER)
+        return _binary(input, exponent, _POWER)
     if not isinstance(exponent, numbers.Number):
         raise TypeError(f"pow: the exponent must be a number or a ddpc.Tensor, got {type(exponent).__name__}")
-    return _unary(x, _POW, float(exponent))
+    return _unary(input, _POW, float(exponent))
 
 
 def rpow(x, base):
@@ -1066,9 +1066,9 @@ def silu(x):
     return _unary(x, _SILU)
 
 
-def softplus(x, beta=1.0, threshold=20.0):
+def softplus(input, beta=1.0, threshold=20.0):
     """log(1 + exp(beta * x)) / beta, and x itself where beta * x > threshold."""
-    return _unary(x, _SOFTPLUS, beta, threshold)
+    return _unary(input, _SOFTPLUS, beta, threshold)
 
 
 def mish(x):
@@ -1119,108 +1119,108 @@ def _math(x, op, p=0.0, q=0.0):
     return clone(x)  # integers are whole already
 
 
-def abs(x):
-    return _math(x, _ABS)
+def abs(input):
+    return _math(input, _ABS)
 
 
-def sqrt(x):
-    return _math(x, _SQRT)
+def sqrt(input):
+    return _math(input, _SQRT)
 
 
 @autocast_op("float32_cuda")
-def rsqrt(x):
+def rsqrt(input):
     """1 / sqrt(x)."""
-    return _math(x, _RSQRT)
+    return _math(input, _RSQRT)
 
 
-def square(x):
-    return _math(x, _SQUARE)
+def square(input):
+    return _math(input, _SQUARE)
 
 
-def sin(x):
-    return _math(x, _SIN)
+def sin(input):
+    return _math(input, _SIN)
 
 
-def cos(x):
-    return _math(x, _COS)
+def cos(input):
+    return _math(input, _COS)
 
 
 @autocast_op("float32_cuda")
-def log1p(x):
+def log1p(input):
     """log(1 + x), accurate for small x."""
-    return _math(x, _LOG1P)
+    return _math(input, _LOG1P)
 
 
 @autocast_op("float32_cuda")
-def expm1(x):
+def expm1(input):
     """exp(x) - 1, accurate for small x."""
-    return _math(x, _EXPM1)
+    return _math(input, _EXPM1)
 
 
-def erf(x):
-    return _math(x, _ERF)
-
-
-@autocast_op("float32_cuda")
-def reciprocal(x):
-    return _math(x, _RECIPROCAL)
+def erf(input):
+    return _math(input, _ERF)
 
 
 @autocast_op("float32_cuda")
-def log2(x):
-    return _math(x, _LOG2)
+def reciprocal(input):
+    return _math(input, _RECIPROCAL)
 
 
 @autocast_op("float32_cuda")
-def log10(x):
-    return _math(x, _LOG10)
+def log2(input):
+    return _math(input, _LOG2)
 
 
-def exp2(x):
+@autocast_op("float32_cuda")
+def log10(input):
+    return _math(input, _LOG10)
+
+
+def exp2(input):
     """2 ** x."""
-    return _math(x, _EXP2)
+    return _math(input, _EXP2)
 
 
 @autocast_op("float32_cuda")
-def sinh(x):
-    return _math(x, _SINH)
+def sinh(input):
+    return _math(input, _SINH)
 
 
 @autocast_op("float32_cuda")
-def cosh(x):
-    return _math(x, _COSH)
+def cosh(input):
+    return _math(input, _COSH)
 
 
-def asinh(x):
-    return _math(x, _ASINH)
+def asinh(input):
+    return _math(input, _ASINH)
 
 
-def atan(x):
-    return _math(x, _ATAN)
+def atan(input):
+    return _math(input, _ATAN)
 
 
-def sign(x):
+def sign(input):
     """-1, 0 or 1 (0 for NaN, as in PyTorch); its gradient is 0."""
-    return _math(x, _SIGN)
+    return _math(input, _SIGN)
 
 
-def floor(x):
-    return _math(x, _FLOOR)
+def floor(input):
+    return _math(input, _FLOOR)
 
 
-def ceil(x):
-    return _math(x, _CEIL)
+def ceil(input):
+    return _math(input, _CEIL)
 
 
-def trunc(x):
-    return _math(x, _TRUNC)
+def trunc(input):
+    return _math(input, _TRUNC)
 
 
-def round(x, decimals=0):
+def round(input, decimals=0):
     """Rounds half to even, to ``decimals`` decimal places (negative: to tens, hundreds, ...)."""
     if not isinstance(decimals, numbers.Integral):
         raise TypeError(f"round: decimals must be an int, got {type(decimals).__name__}")
-    return _math(x, _ROUND, int(decimals))
+    return _math(input, _ROUND, int(decimals))
 
 
 def _predicate(x, op):
@@ -1234,16 +1234,16 @@ def _predicate(x, op):
         return _unary(x.detach(), op).to(dtype=uint8)
 
 
-def isnan(x):
-    return _predicate(x, _ISNAN)
+def isnan(input):
+    return _predicate(input, _ISNAN)
 
 
-def isinf(x):
-    return _predicate(x, _ISINF)
+def isinf(input):
+    return _predicate(input, _ISINF)
 
 
-def isfinite(x):
-    return _predicate(x, _ISFINITE)
+def isfinite(input):
+    return _predicate(input, _ISFINITE)
 
 
 def _operand(v, ref, what):
@@ -1261,14 +1261,14 @@ def _operand(v, ref, what):
     return _tensor(v, dtype=dt, device=ref.device)
 
 
-def maximum(a, b):
+def maximum(input, other):
     """The larger of a and b elementwise, broadcast (NaN if either is NaN); on a tie each gets half the gradient."""
-    return _binary(a, _operand(b, a, "maximum"), _MAX)
+    return _binary(input, _operand(other, input, "maximum"), _MAX)
 
 
-def minimum(a, b):
+def minimum(input, other):
     """The smaller of a and b elementwise, broadcast (NaN if either is NaN); on a tie each gets half the gradient."""
-    return _binary(a, _operand(b, a, "minimum"), _MIN)
+    return _binary(input, _operand(other, input, "minimum"), _MIN)
 
 
 def _int_clamp_bound(v, dt):
@@ -1277,7 +1277,7 @@ def _int_clamp_bound(v, dt):
     return lo if v < lo else hi - 1 if v >= hi else int(v)
 
 
-def clamp(x, min=None, max=None):
+def clamp(input, min=None, max=None):
     """x limited to [min, max] (each a number, a tensor that broadcasts, or None);
     where min > max the result is max. Number bounds pass the gradient strictly
     inside them (not at a bound, nor at NaN); tensor bounds are maximum and
@@ -1286,23 +1286,23 @@ def clamp(x, min=None, max=None):
         raise ValueError("clamp: at least one of min and max must be given")
     if isinstance(min, Tensor) or isinstance(max, Tensor):
         if min is not None:
-            x = maximum(x, _operand(min, x, "clamp"))
+            input = maximum(input, _operand(min, input, "clamp"))
         if max is not None:
-            x = minimum(x, _operand(max, x, "clamp"))
-        return x
+            input = minimum(input, _operand(max, input, "clamp"))
+        return input
     bounds = [v for v in (min, max) if v is not None]
-    if not isinstance(x, Tensor):
-        raise TypeError(f"expected a ddpc.Tensor, got {type(x).__name__}")
-    if not x.dtype.is_floating_point and not any(_is_float_scalar(v) for v in bounds):
+    if not isinstance(input, Tensor):
+        raise TypeError(f"expected a ddpc.Tensor, got {type(input).__name__}")
+    if not input.dtype.is_floating_point and not any(_is_float_scalar(v) for v in bounds):
         with no_grad():
             if min is not None:
-                x = x._binary(_int_clamp_bound(min, x.dtype), _MAX)
+                input = input._binary(_int_clamp_bound(min, input.dtype), _MAX)
             if max is not None:
-                x = x._binary(_int_clamp_bound(max, x.dtype), _MIN)
-        return x
+                input = input._binary(_int_clamp_bound(max, input.dtype), _MIN)
+        return input
     lo = -math.inf if min is None else float(min)
     hi = math.inf if max is None else float(max)
-    return _unary(x, _CLAMP, lo, hi)
+    return _unary(input, _CLAMP, lo, hi)
 
 
 def clamp_min(x, min):
@@ -1422,18 +1422,18 @@ class _NanToNumBackward(Node):
         return (where(isfinite(x), g, 0.0),)
 
 
-def nan_to_num(x, nan=0.0, posinf=None, neginf=None):
+def nan_to_num(input, nan=0.0, posinf=None, neginf=None):
     """x with NaN, +inf and -inf replaced by nan, posinf and neginf (by default
     the dtype's largest and lowest finite values), in one pass of the _C op;
     the gradient passes where x is finite."""
-    if not x.dtype.is_floating_point:
-        return clone(x)
-    big = _FLOAT_MAX[x.dtype]
-    out = _empty(x.shape, x)
-    _C.nan_to_num(out._buf, x.detach().contiguous()._buf, float(nan), big if posinf is None else float(posinf),
+    if not input.dtype.is_floating_point:
+        return clone(input)
+    big = _FLOAT_MAX[input.dtype]
+    out = _empty(input.shape, input)
+    _C.nan_to_num(out._buf, input.detach().contiguous()._buf, float(nan), big if posinf is None else float(posinf),
                   -big if neginf is None else float(neginf))
-    if _needs_grad(x):
-        _attach(out, _NanToNumBackward(x))
+    if _needs_grad(input):
+        _attach(out, _NanToNumBackward(input))
     return out
 
 
@@ -1441,8 +1441,8 @@ _FLOAT_MAX = {float16: 65504.0, bfloat16: 3.3895313892515355e38, float32: 3.4028
               float64: 1.7976931348623157e308}
 
 
-def logical_not(x):
-    return _mask(x)._compare(0, _EQ)
+def logical_not(input):
+    return _mask(input)._compare(0, _EQ)
 
 
 def _logical(a, b, op):
@@ -1451,42 +1451,42 @@ def _logical(a, b, op):
         return _binary(a.detach()._compare(0, _NE), _operand(b, a, "logical op").detach()._compare(0, _NE), op)
 
 
-def logical_and(a, b):
-    return _logical(a, b, _MUL)
+def logical_and(input, other):
+    return _logical(input, other, _MUL)
 
 
-def logical_or(a, b):
-    return _logical(a, b, _MAX)
+def logical_or(input, other):
+    return _logical(input, other, _MAX)
 
 
-def logical_xor(a, b):
-    return _logical(a, b, _NE)
+def logical_xor(input, other):
+    return _logical(input, other, _NE)
 
 
-def isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
+def isclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):
     """|a - b| <= atol + rtol * |b| elementwise (a mask), or a == b (infinities);
     NaNs are close to each other only with ``equal_nan``."""
     with no_grad():
-        b = _operand(b, a, "isclose").detach()
-        a = a.detach()
-        if not promote(a.dtype, b.dtype).is_floating_point:
-            a, b = a.to(dtype=float64), b.to(dtype=float64)
-        err = abs(sub(a, b))
-        close = logical_or(a == b, logical_and(isfinite(err), err <= add(mul(abs(b), rtol), atol)))
-        return logical_or(close, logical_and(isnan(a), isnan(b))) if equal_nan else close
+        other = _operand(other, input, "isclose").detach()
+        input = input.detach()
+        if not promote(input.dtype, other.dtype).is_floating_point:
+            input, other = input.to(dtype=float64), other.to(dtype=float64)
+        err = abs(sub(input, other))
+        close = logical_or(input == other, logical_and(isfinite(err), err <= add(mul(abs(other), rtol), atol)))
+        return logical_or(close, logical_and(isnan(input), isnan(other))) if equal_nan else close
 
 
-def allclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
+def allclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):
     """Whether every element of a is close to b's (see isclose)."""
-    close = isclose(a, b, rtol, atol, equal_nan)
+    close = isclose(input, other, rtol, atol, equal_nan)
     return close.numel() == 0 or bool(close.min().item())
 
 
-def equal(a, b):
+def equal(input, other):
     """Whether a and b have the same shape and elements."""
-    if a.shape != b.shape:
+    if input.shape != other.shape:
         return False
-    same = a.detach() == b.detach()
+    same = input.detach() == other.detach()
     return same.numel() == 0 or bool(same.min().item())
 
 
@@ -1544,40 +1544,40 @@ class _MatmulBackward(Node):
 
 
 @autocast_op("lower")
-def matmul(a, b):
+def matmul(input, other):
     """a @ b as torch.matmul: a 1-d a is a row, a 1-d b a column (both dropped
     from the result); the dims before the last two broadcast, and each batch
     slice is one GEMM on views of the operands (one GEMM in all where b is 2-d).
     Integer tensors multiply in float64, exact while the sums stay below 2**53
     in magnitude (where PyTorch's would wrap around on overflow)."""
-    if not isinstance(a, Tensor) or not isinstance(b, Tensor):
-        raise TypeError(f"matmul needs two ddpc tensors, got {type(a).__name__} and {type(b).__name__}")
-    if a.ndim == 0 or b.ndim == 0:
-        raise ValueError(f"matmul: both operands need at least 1 dim, got shapes {a.shape} and {b.shape}")
-    if a._buf.device != b._buf.device:
-        raise ValueError(f"matmul: tensors are on different devices ({a.device} and {b.device})")
-    if a.dtype is not b.dtype:
-        raise TypeError(f"matmul: dtypes differ ({a.dtype} and {b.dtype})")
-    if a.shape[-1] != b.shape[-2 if b.ndim > 1 else 0]:
-        raise ValueError(f"matmul: shapes {a.shape} and {b.shape} cannot be multiplied")
-    if a.ndim == 1:
-        out = matmul(reshape(a, (1, a.shape[0])), b)
-        return reshape(out, out.shape[:-2] + out.shape[-1:] if b.ndim > 1 else ())
-    if b.ndim == 1:
-        return reshape(matmul(a, reshape(b, (b.shape[0], 1))), a.shape[:-1])
-    if a.dtype in _HALVES:
-        return matmul(a.float(), b.float()).to(dtype=a.dtype)
-    if not a.dtype.is_floating_point:
-        return matmul(a.to(dtype=float64), b.to(dtype=float64)).to(dtype=a.dtype)
-    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
-    if a.ndim > 2 and b.ndim == 2:  # the batch folds into a's rows
-        return reshape(matmul(reshape(a, (math.prod(a.shape[:-1]), k)), b), a.shape[:-1] + (n,))
-    batch = _broadcast_shape(a.shape[:-2], b.shape[:-2])
-    out = _batched_gemm((math.prod(batch), m, n), _as_batches(a), _as_batches(b), False, False,
-                        _batch_slices(a.shape[:-2], batch), _batch_slices(b.shape[:-2], batch))
+    if not isinstance(input, Tensor) or not isinstance(other, Tensor):
+        raise TypeError(f"matmul needs two ddpc tensors, got {type(input).__name__} and {type(other).__name__}")
+    if input.ndim == 0 or other.ndim == 0:
+        raise ValueError(f"matmul: both operands need at least 1 dim, got shapes {input.shape} and {other.shape}")
+    if input._buf.device != other._buf.device:
+        raise ValueError(f"matmul: tensors are on different devices ({input.device} and {other.device})")
+    if input.dtype is not other.dtype:
+        raise TypeError(f"matmul: dtypes differ ({input.dtype} and {other.dtype})")
+    if input.shape[-1] != other.shape[-2 if other.ndim > 1 else 0]:
+        raise ValueError(f"matmul: shapes {input.shape} and {other.shape} cannot be multiplied")
+    if input.ndim == 1:
+        out = matmul(reshape(input, (1, input.shape[0])), other)
+        return reshape(out, out.shape[:-2] + out.shape[-1:] if other.ndim > 1 else ())
+    if other.ndim == 1:
+        return reshape(matmul(input, reshape(other, (other.shape[0], 1))), input.shape[:-1])
+    if input.dtype in _HALVES:
+        return matmul(input.float(), other.float()).to(dtype=input.dtype)
+    if not input.dtype.is_floating_point:
+        return matmul(input.to(dtype=float64), other.to(dtype=float64)).to(dtype=input.dtype)
+    m, k, n = input.shape[-2], input.shape[-1], other.shape[-1]
+    if input.ndim > 2 and other.ndim == 2:  # the batch folds into a's rows
+        return reshape(matmul(reshape(input, (math.prod(input.shape[:-1]), k)), other), input.shape[:-1] + (n,))
+    batch = _broadcast_shape(input.shape[:-2], other.shape[:-2])
+    out = _batched_gemm((math.prod(batch), m, n), _as_batches(input), _as_batches(other), False, False,
+                        _batch_slices(input.shape[:-2], batch), _batch_slices(other.shape[:-2], batch))
     out = reshape(out, batch + (m, n))
-    if _needs_grad(a, b):
-        _attach(out, _MatmulBackward(a, b, batch))
+    if _needs_grad(input, other):
+        _attach(out, _MatmulBackward(input, other, batch))
     return out
 
 
@@ -1616,26 +1616,26 @@ class _LinearBackward(Node):
 
 
 @autocast_op("lower")
-def linear(x, weight, bias=None):
+def linear(input, weight, bias=None):
     """x @ weight.T + bias in one GEMM with the bias fused; x is [..., in]. A 1-d
     weight (in,) without a bias gives x @ weight, as in PyTorch."""
     if weight.ndim == 1 and bias is None:
-        out = linear(x, reshape(weight, (1, weight.shape[0])))
+        out = linear(input, reshape(weight, (1, weight.shape[0])))
         return reshape(out, out.shape[:-1])
-    if x.ndim < 1 or x.shape[-1] != weight.shape[1]:
-        raise ValueError(f"linear: input of shape {x.shape} does not end in in_features={weight.shape[1]}")
-    if x.dtype is not weight.dtype:
-        raise TypeError(f"linear: input is {x.dtype} but the weight is {weight.dtype}")
-    if x._buf.device != weight._buf.device or (bias is not None and bias._buf.device != weight._buf.device):
-        raise ValueError(f"linear: input on {x.device}, weight on {weight.device}")
-    if x.dtype in _HALVES:
-        return linear(x.float(), weight.float(), None if bias is None else bias.float()).to(dtype=x.dtype)
-    x2 = x.detach().reshape(math.prod(x.shape[:-1]), weight.shape[1])  # not -1: in_features may be 0
-    out = _empty((x2.shape[0], weight.shape[0]), x)
+    if input.ndim < 1 or input.shape[-1] != weight.shape[1]:
+        raise ValueError(f"linear: input of shape {input.shape} does not end in in_features={weight.shape[1]}")
+    if input.dtype is not weight.dtype:
+        raise TypeError(f"linear: input is {input.dtype} but the weight is {weight.dtype}")
+    if input._buf.device != weight._buf.device or (bias is not None and bias._buf.device != weight._buf.device):
+        raise ValueError(f"linear: input on {input.device}, weight on {weight.device}")
+    if input.dtype in _HALVES:
+        return linear(input.float(), weight.float(), None if bias is None else bias.float()).to(dtype=input.dtype)
+    x2 = input.detach().reshape(math.prod(input.shape[:-1]), weight.shape[1])  # not -1: in_features may be 0
+    out = _empty((x2.shape[0], weight.shape[0]), input)
     _C.gemm(out._buf, x2._buf, weight._buf, False, True, None if bias is None else bias._buf)
-    out = out.reshape(x.shape[:-1] + (weight.shape[0],))
-    if _needs_grad(x, weight, bias):
-        _attach(out, _LinearBackward(x, weight, bias, x2))
+    out = out.reshape(input.shape[:-1] + (weight.shape[0],))
+    if _needs_grad(input, weight, bias):
+        _attach(out, _LinearBackward(input, weight, bias, x2))
     return out
 
 
@@ -1708,34 +1708,34 @@ def _one_dim(a, dim):
 
 
 @autocast_op("float32_cuda")
-def sum(a, dim=None, keepdim=False, *, dtype=None):
+def sum(input, dim=None, keepdim=False, *, dtype=None):
     """The sum of all elements or over ``dim``, in ``dtype`` when given (a cast first, as PyTorch's)."""
     if dtype is not None:
-        return sum(a.to(dtype=dtype), dim, keepdim)
+        return sum(input.to(dtype=dtype), dim, keepdim)
     if isinstance(dim, (tuple, list)) and len(dim) != 1:
-        return _over_dims(sum, a, _dims(a, dim or None), keepdim)
-    if a.ndim == 0 and dim is not None:  # a 0-d tensor reduces along dim 0 or -1, as if it had one of size 1
-        _one_dim(a, dim)
-        return sum(reshape(a, (1,)), 0)
-    if a.dtype in _HALVES:  # summed in float32, which the backward pass's broadcast also needs
-        return sum(a.float(), dim, keepdim).to(dtype=a.dtype)
+        return _over_dims(sum, input, _dims(input, dim or None), keepdim)
+    if input.ndim == 0 and dim is not None:  # a 0-d tensor reduces along dim 0 or -1, as if it had one of size 1
+        _one_dim(input, dim)
+        return sum(reshape(input, (1,)), 0)
+    if input.dtype in _HALVES:  # summed in float32, which the backward pass's broadcast also needs
+        return sum(input.float(), dim, keepdim).to(dtype=input.dtype)
     if dim is None:
-        dt = a.dtype if a.dtype.is_floating_point else get_dtype("int64")
-        out = Tensor(_C.Buffer((), dt.name, a._buf.device))
-        _C.sum(out._buf, a._buf)
+        dt = input.dtype if input.dtype.is_floating_point else get_dtype("int64")
+        out = Tensor(_C.Buffer((), dt.name, input._buf.device))
+        _C.sum(out._buf, input._buf)
         if keepdim:
-            out = out.reshape((1,) * a.ndim)
+            out = out.reshape((1,) * input.ndim)
     else:
-        dim = _one_dim(a, dim)
+        dim = _one_dim(input, dim)
         # Integers sum exactly in int64, as the sum over every element does.
-        src = a if a.dtype.is_floating_point or a.dtype is int64 else a.to(dtype=int64)
-        shape = a.shape[:dim] + a.shape[dim + 1:]
+        src = input if input.dtype.is_floating_point or input.dtype is int64 else input.to(dtype=int64)
+        shape = input.shape[:dim] + input.shape[dim + 1:]
         out = _empty(shape, src)
         _C.sum_dim(out._buf, src._buf, dim)
         if keepdim:
-            out = out.reshape(a.shape[:dim] + (1,) + a.shape[dim + 1:])
-    if _needs_grad(a):
-        _attach(out, _SumBackward(a, dim, keepdim))
+            out = out.reshape(input.shape[:dim] + (1,) + input.shape[dim + 1:])
+    if _needs_grad(input):
+        _attach(out, _SumBackward(input, dim, keepdim))
     return out
 
 
@@ -1797,36 +1797,36 @@ def arg_extreme(a, dim, keepdim, want_max):
     return extreme(a.detach(), dim, keepdim, want_max).indices
 
 
-def max(a, dim=None, keepdim=False):
+def max(input, dim=None, keepdim=False):
     """The largest element, or with ``dim`` (values, indices) along it (a NaN
     wins, as in PyTorch); with a tensor in place of dim, maximum(a, it)."""
-    return maximum(a, dim) if isinstance(dim, Tensor) else extreme(a, dim, keepdim, True)
+    return maximum(input, dim) if isinstance(dim, Tensor) else extreme(input, dim, keepdim, True)
 
 
-def min(a, dim=None, keepdim=False):
+def min(input, dim=None, keepdim=False):
     """The smallest element, or with ``dim`` (values, indices) along it (a NaN
     wins, as in PyTorch); with a tensor in place of dim, minimum(a, it)."""
-    return minimum(a, dim) if isinstance(dim, Tensor) else extreme(a, dim, keepdim, False)
+    return minimum(input, dim) if isinstance(dim, Tensor) else extreme(input, dim, keepdim, False)
 
 
-def argmax(a, dim=None, keepdim=False):
-    return arg_extreme(a, dim, keepdim, True)
+def argmax(input, dim=None, keepdim=False):
+    return arg_extreme(input, dim, keepdim, True)
 
 
-def argmin(a, dim=None, keepdim=False):
-    return arg_extreme(a, dim, keepdim, False)
+def argmin(input, dim=None, keepdim=False):
+    return arg_extreme(input, dim, keepdim, False)
 
 
-def mean(a, dim=None, keepdim=False, *, dtype=None):
+def mean(input, dim=None, keepdim=False, *, dtype=None):
     """The mean of all elements or over ``dim``, in ``dtype`` when given (a cast first, as PyTorch's)."""
     if dtype is not None:
-        return mean(a.to(dtype=dtype), dim, keepdim)
-    if not a.dtype.is_floating_point:
-        raise TypeError(f"mean() needs a floating dtype, got {a.dtype}; cast with .float() first")
-    if a.dtype in _HALVES:  # a 16-bit sum of many elements would overflow before the division
-        return mean(a.float(), dim, keepdim).to(dtype=a.dtype)
-    n = math.prod(a.shape[d] for d in _reduction_dims(a, dim))
-    return div(sum(a, dim, keepdim), n) if n else add(sum(a, dim, keepdim), float("nan"))
+        return mean(input.to(dtype=dtype), dim, keepdim)
+    if not input.dtype.is_floating_point:
+        raise TypeError(f"mean() needs a floating dtype, got {input.dtype}; cast with .float() first")
+    if input.dtype in _HALVES:  # a 16-bit sum of many elements would overflow before the division
+        return mean(input.float(), dim, keepdim).to(dtype=input.dtype)
+    n = math.prod(input.shape[d] for d in _reduction_dims(input, dim))
+    return div(sum(input, dim, keepdim), n) if n else add(sum(input, dim, keepdim), float("nan"))
 
 
 # ---- reductions, scans, splitting, gather / scatter and sorting ----------------------------
@@ -1907,12 +1907,12 @@ class _CumsumBackward(Node):
         return (_fold(g, self.dim, _FOLD_SUM, _CUMULATIVE | _REVERSE).to(dtype=self.dtype),)
 
 
-def cumsum(a, dim, dtype=None):
+def cumsum(input, dim, dtype=None):
     """Running sums along ``dim`` (integers sum in int64 unless ``dtype`` says otherwise)."""
-    dt = _fold_dtype(a, dtype)
+    dt = _fold_dtype(input, dtype)
     if dt in _HALVES:
-        return cumsum(a.to(dtype=float32), dim).to(dtype=dt)
-    x = a if a.dtype is dt else a.to(dtype=dt)
+        return cumsum(input.to(dtype=float32), dim).to(dtype=dt)
+    x = input if input.dtype is dt else input.to(dtype=dt)
     if x.ndim == 0:
         return clone(x)
     out = _fold(x, _dim(x, dim), _FOLD_SUM, _CUMULATIVE)
@@ -1982,7 +1982,7 @@ class _ProdBackward(_ScanBackward):
             return (mul(others, g),)
 
 
-def prod(a, dim=None, keepdim=False, dtype=None):
+def prod(input, dim=None, keepdim=False, dtype=None):
     """The product of all elements, or along one ``dim`` (integers multiply in int64;
     as in PyTorch, ``dim`` is one int, not a tuple). float32 multiplies in
     float32 on the host, as PyTorch's CPU prod, so a running product that
@@ -1994,12 +1994,12 @@ def prod(a, dim=None, keepdim=False, dtype=None):
     to their own type)."""
     if dim is not None and not isinstance(dim, numbers.Integral):
         raise TypeError(f"prod(): argument 'dim' must be int, not {type(dim).__name__}")
-    dt = _fold_dtype(a, dtype)
+    dt = _fold_dtype(input, dtype)
     if dt in _HALVES:
-        return prod(a.to(dtype=float32), dim, keepdim).to(dtype=dt)
-    x = a if a.dtype is dt else a.to(dtype=dt)
+        return prod(input.to(dtype=float32), dim, keepdim).to(dtype=dt)
+    x = input if input.dtype is dt else input.to(dtype=dt)
     if dim is None:
-        return reshape(prod(reshape(x, (-1,)), 0), (1,) * a.ndim if keepdim else ())
+        return reshape(prod(reshape(x, (-1,)), 0), (1,) * input.ndim if keepdim else ())
     d = _dim(x, dim)
     if x.ndim == 0:
         return clone(x)
@@ -2034,14 +2034,14 @@ class _CumprodBackward(_ScanBackward):
             return (permute(cat(parts), _from_front(a, d)).contiguous(),)
 
 
-def cumprod(a, dim, dtype=None):
+def cumprod(input, dim, dtype=None):
     """Running products along ``dim`` (integers multiply in int64). The
     gradient is exact also where the input has zeros (one pass per position
     along ``dim`` then)."""
-    dt = _fold_dtype(a, dtype)
+    dt = _fold_dtype(input, dtype)
     if dt in _HALVES:
-        return cumprod(a.to(dtype=float32), dim).to(dtype=dt)
-    x = a if a.dtype is dt else a.to(dtype=dt)
+        return cumprod(input.to(dtype=float32), dim).to(dtype=dt)
+    x = input if input.dtype is dt else input.to(dtype=dt)
     if x.ndim == 0:
         return clone(x)
     out = _fold(x, _dim(x, dim), _FOLD_PROD, _CUMULATIVE)
@@ -2073,20 +2073,20 @@ class _LogcumsumexpBackward(_ScanBackward):
             return (sub(part(g > 0), part(g < 0)),)
 
 
-def logcumsumexp(a, dim):
+def logcumsumexp(input, dim):
     """log(cumsum(exp(a))) along ``dim``: a running log-add-exp in double, which
     keeps a running maximum, so terms far below a slice's largest value still
     count (as PyTorch's). Floating dtypes only (16-bit ones computed in float32)."""
-    if not a.dtype.is_floating_point:
-        raise TypeError(f"logcumsumexp() needs a floating dtype, got {a.dtype}")
-    if a.dtype in _HALVES:
-        return logcumsumexp(a.to(dtype=float32), dim).to(dtype=a.dtype)
-    if a.ndim == 0:
-        return clone(a)
-    d = _dim(a, dim)
-    out = _fold(a, d, _FOLD_LOGSUMEXP, _CUMULATIVE)
-    if _needs_grad(a):
-        _attach(out, _LogcumsumexpBackward(a, d, out))
+    if not input.dtype.is_floating_point:
+        raise TypeError(f"logcumsumexp() needs a floating dtype, got {input.dtype}")
+    if input.dtype in _HALVES:
+        return logcumsumexp(input.to(dtype=float32), dim).to(dtype=input.dtype)
+    if input.ndim == 0:
+        return clone(input)
+    d = _dim(input, dim)
+    out = _fold(input, d, _FOLD_LOGSUMEXP, _CUMULATIVE)
+    if _needs_grad(input):
+        _attach(out, _LogcumsumexpBackward(input, d, out))
     return out
 
 
@@ -2098,24 +2098,24 @@ def _correction(unbiased, correction):
     return 1 if unbiased is None or unbiased else 0
 
 
-def var_mean(a, dim=None, unbiased=None, keepdim=False, *, correction=None):
+def var_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
     """(variance, mean) over ``dim``: the squared deviations summed and divided
     by max(0, N - correction), as torch 2.x (correction 1 by default)."""
-    if not a.dtype.is_floating_point:
-        raise TypeError(f"var() needs a floating dtype, got {a.dtype}; cast with .float() first")
+    if not input.dtype.is_floating_point:
+        raise TypeError(f"var() needs a floating dtype, got {input.dtype}; cast with .float() first")
     if isinstance(dim, bool):  # var(unbiased) as torch's positional form
         dim, unbiased = None, dim
-    dims = _reduction_dims(a, dim)
-    n = math.prod(a.shape[d] for d in dims)
-    m = mean(a, dims, keepdim=True)
-    dev = sub(a, m)
+    dims = _reduction_dims(input, dim)
+    n = math.prod(input.shape[d] for d in dims)
+    m = mean(input, dims, keepdim=True)
+    dev = sub(input, m)
     c = _correction(unbiased, correction)
     v = div(sum(mul(dev, dev), dims, keepdim=True), float(n - c) if n > c else 0.0)
-    return _reduced(v, a, dims, keepdim), _reduced(m, a, dims, keepdim)
+    return _reduced(v, input, dims, keepdim), _reduced(m, input, dims, keepdim)
 
 
-def var(a, dim=None, unbiased=None, keepdim=False, *, correction=None):
-    return var_mean(a, dim, unbiased, keepdim, correction=correction)[0]
+def var(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    return var_mean(input, dim, unbiased, keepdim, correction=correction)[0]
 
 
 class _StdBackward(Node):
@@ -2132,16 +2132,16 @@ class _StdBackward(Node):
         return (where(out == 0, 0.0, div(g, mul(_output(self, out), 2.0))),)
 
 
-def std_mean(a, dim=None, unbiased=None, keepdim=False, *, correction=None):
-    v, m = var_mean(a, dim, unbiased, keepdim, correction=correction)
+def std_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    v, m = var_mean(input, dim, unbiased, keepdim, correction=correction)
     out = sqrt(v.detach())
     if _needs_grad(v):
         _attach(out, _StdBackward(v, out.detach()))
     return out, m
 
 
-def std(a, dim=None, unbiased=None, keepdim=False, *, correction=None):
-    return std_mean(a, dim, unbiased, keepdim, correction=correction)[0]
+def std(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    return std_mean(input, dim, unbiased, keepdim, correction=correction)[0]
 
 
 class _AmaxBackward(Node):
@@ -2176,27 +2176,27 @@ def _amax(a, dim, keepdim, want_max):
     return out
 
 
-def amax(a, dim=(), keepdim=False):
+def amax(input, dim=(), keepdim=False):
     """The largest values over ``dim`` (all dims when empty); NaN wins."""
-    return _amax(a, dim, keepdim, True)
+    return _amax(input, dim, keepdim, True)
 
 
-def amin(a, dim=(), keepdim=False):
-    return _amax(a, dim, keepdim, False)
+def amin(input, dim=(), keepdim=False):
+    return _amax(input, dim, keepdim, False)
 
 
-def logsumexp(a, dim, keepdim=False):
+def logsumexp(input, dim, keepdim=False):
     """log(sum(exp(a))) over ``dim``, shifted by the largest value so that it
     neither overflows nor underflows. ``dim=()`` reduces every dim (PyTorch 2.x
     does so with keepdim=True and raises without)."""
-    dims = _reduction_dims(a, dim)
-    if builtins.any(a.shape[d] == 0 for d in dims):  # the sum of no terms is 0, its log -inf
-        m = _empty(_kept_shape(a, dims), a).zero_()
+    dims = _reduction_dims(input, dim)
+    if builtins.any(input.shape[d] == 0 for d in dims):  # the sum of no terms is 0, its log -inf
+        m = _empty(_kept_shape(input, dims), input).zero_()
     else:
-        m = amax(a.detach(), dims, keepdim=True)
+        m = amax(input.detach(), dims, keepdim=True)
         m = where(isfinite(m), m, 0.0)  # rows whose largest value is infinite or NaN are shifted by 0 instead
-    out = add(log(sum(exp(sub(a, m)), dims, keepdim=True)), m)
-    return _reduced(out, a, dims, keepdim)
+    out = add(log(sum(exp(sub(input, m)), dims, keepdim=True)), m)
+    return _reduced(out, input, dims, keepdim)
 
 
 def _nonzero_mask(a):
@@ -2212,52 +2212,52 @@ def _no_dims(dim):
     return dim is not None and not isinstance(dim, numbers.Integral) and len(dim) == 0
 
 
-def all_(a, dim=None, keepdim=False):
+def all_(input, dim=None, keepdim=False):
     """Whether every element (along ``dim``) is non-zero, as uint8 (ddpc has no
     bool dtype); true over none; ``dim=()`` reduces nothing: each element's own truth."""
     if _no_dims(dim):
-        return _nonzero_mask(a)
-    return _count_nonzero(a.detach() == 0, dim, keepdim) == 0
+        return _nonzero_mask(input)
+    return _count_nonzero(input.detach() == 0, dim, keepdim) == 0
 
 
-def any_(a, dim=None, keepdim=False):
+def any_(input, dim=None, keepdim=False):
     """Whether some element (along ``dim``) is non-zero, as uint8 (ddpc has no
     bool dtype); false over none; ``dim=()`` reduces nothing, as in all."""
     if _no_dims(dim):
-        return _nonzero_mask(a)
-    return _count_nonzero(a, dim, keepdim) != 0
+        return _nonzero_mask(input)
+    return _count_nonzero(input, dim, keepdim) != 0
 
 
-def count_nonzero(a, dim=None):
+def count_nonzero(input, dim=None):
     """How many elements (along ``dim``) are non-zero, as int64."""
-    return _count_nonzero(a, dim, False)
+    return _count_nonzero(input, dim, False)
 
 
 def _abs(a):
     return add(relu(a), relu(neg(a)))  # gradient 0 at 0, as torch's sign
 
 
-def norm(a, p="fro", dim=None, keepdim=False, dtype=None):
+def norm(input, p="fro", dim=None, keepdim=False, dtype=None):
     """The vector p-norm over ``dim`` (every dim when None): p 2 or 'fro'
     (the same over a whole tensor), 1, inf, -inf, 0 or any other number."""
     if dtype is not None:
-        a = a.to(dtype=dtype)
-    if not a.dtype.is_floating_point:
-        raise TypeError(f"norm() needs a floating dtype, got {a.dtype}")
-    dims = _reduction_dims(a, dim)
+        input = input.to(dtype=dtype)
+    if not input.dtype.is_floating_point:
+        raise TypeError(f"norm() needs a floating dtype, got {input.dtype}")
+    dims = _reduction_dims(input, dim)
     if p == "fro" or p == 2:
-        return pow(sum(mul(a, a), dims, keepdim), 0.5)
+        return pow(sum(mul(input, input), dims, keepdim), 0.5)
     if p == "nuc" or isinstance(p, str):
         raise ValueError(f"norm: p={p!r} is not supported (2, 'fro', 1, inf, -inf, 0 or a number)")
     if p == 1:
-        return sum(_abs(a), dims, keepdim)
+        return sum(_abs(input), dims, keepdim)
     if p == math.inf:
-        return amax(_abs(a), dims, keepdim)
+        return amax(_abs(input), dims, keepdim)
     if p == -math.inf:
-        return amin(_abs(a), dims, keepdim)
+        return amin(_abs(input), dims, keepdim)
     if p == 0:
-        return _reduced(sum(_nonzero_mask(a).to(dtype=a.dtype), dims, True), a, dims, keepdim)
-    return pow(sum(pow(_abs(a), float(p)), dims, keepdim), 1.0 / p)
+        return _reduced(sum(_nonzero_mask(input).to(dtype=input.dtype), dims, True), input, dims, keepdim)
+    return pow(sum(pow(_abs(input), float(p)), dims, keepdim), 1.0 / p)
 
 
 # -- splitting and layout --
@@ -2284,61 +2284,61 @@ def split(a, split_size_or_sections, dim=0):
     return split_with_sizes(a, sizes, dim)
 
 
-def chunk(a, chunks, dim=0):
+def chunk(input, chunks, dim=0):
     """At most ``chunks`` pieces of ceil(n / chunks) along ``dim`` (``chunks`` empty ones of an empty dim), as torch."""
     if chunks <= 0:
         raise ValueError(f"chunk: chunks must be positive, got {chunks}")
-    n = a.shape[_dim(a, dim)]
-    return split(a, -(-n // chunks), dim) if n else split_with_sizes(a, [0] * chunks, dim)
+    n = input.shape[_dim(input, dim)]
+    return split(input, -(-n // chunks), dim) if n else split_with_sizes(input, [0] * chunks, dim)
 
 
-def tensor_split(a, indices_or_sections, dim=0):
+def tensor_split(input, indices_or_sections, dim=0):
     """``sections`` pieces as equal as can be (the first n % sections one longer), or pieces between indices."""
-    d = _dim(a, dim)
-    n = a.shape[d]
+    d = _dim(input, dim)
+    n = input.shape[d]
     if isinstance(indices_or_sections, numbers.Integral):
         k = int(indices_or_sections)
         if k <= 0:
             raise ValueError(f"tensor_split: sections must be positive, got {k}")
-        return split_with_sizes(a, [n // k + (i < n % k) for i in range(k)], d)
+        return split_with_sizes(input, [n // k + (i < n % k) for i in range(k)], d)
     bounds = [0] + [builtins.min(builtins.max(int(i) + (n if i < 0 else 0), 0), n) for i in indices_or_sections] + [n]
-    return tuple(a.narrow(d, lo, builtins.max(hi - lo, 0)) if hi >= lo else a.narrow(d, lo, 0)
+    return tuple(input.narrow(d, lo, builtins.max(hi - lo, 0)) if hi >= lo else input.narrow(d, lo, 0)
                  for lo, hi in zip(bounds, bounds[1:]))
 
 
-def unbind(a, dim=0):
-    d = _dim(a, dim)
-    return tuple(a.select(d, i) for i in range(a.shape[d]))
+def unbind(input, dim=0):
+    d = _dim(input, dim)
+    return tuple(input.select(d, i) for i in range(input.shape[d]))
 
 
-def flip(a, dims):
+def flip(input, dims):
     """a with the order of ``dims`` reversed: one strided copy walking those dims backwards."""
-    dims = _dims(a, dims)
-    strides = list(_indexing.contiguous_strides(a.shape))
+    dims = _dims(input, dims)
+    strides = list(_indexing.contiguous_strides(input.shape))
     offset = 0
     for d in dims:
-        offset += (a.shape[d] - 1) * strides[d] if a.shape[d] else 0
+        offset += (input.shape[d] - 1) * strides[d] if input.shape[d] else 0
         strides[d] = -strides[d]
-    if a.numel() == 0 or not dims:
-        return clone(a)
-    return _select(a, _indexing.Region(offset, a.shape, strides), "flip")
+    if input.numel() == 0 or not dims:
+        return clone(input)
+    return _select(input, _indexing.Region(offset, input.shape, strides), "flip")
 
 
-def roll(a, shifts, dims=None):
+def roll(input, shifts, dims=None):
     """Elements shifted ``shifts`` places along ``dims`` (of the flattened tensor when None), wrapping around."""
     if dims is None:
-        return reshape(roll(reshape(a, (-1,)), shifts, 0), a.shape)
+        return reshape(roll(reshape(input, (-1,)), shifts, 0), input.shape)
     shifts = (shifts,) if isinstance(shifts, numbers.Integral) else tuple(shifts)
     dims = (dims,) if isinstance(dims, numbers.Integral) else tuple(dims)
     if len(shifts) != len(dims):
         raise ValueError(f"roll: {len(shifts)} shifts for {len(dims)} dims")
-    out = a
+    out = input
     for s, d in zip(shifts, dims):
-        d = _dim(a, d)
-        n = a.shape[d]
+        d = _dim(input, d)
+        n = input.shape[d]
         if n and s % n:
-            out = out.index_select(d, _host_tensor(np.roll(np.arange(n), s), a.device))
-    return out if out is not a else clone(a)
+            out = out.index_select(d, _host_tensor(np.roll(np.arange(n), s), input.device))
+    return out if out is not input else clone(input)
 
 
 def _triangle(a, diagonal, lower):
@@ -2354,56 +2354,56 @@ def _triangle(a, diagonal, lower):
     return where(keep, a, 0)
 
 
-def tril(a, diagonal=0):
+def tril(input, diagonal=0):
     """The lower triangle of the last two dims; the rest is zero (also where it held an inf or NaN, as in
     PyTorch) and takes no gradient."""
-    return _triangle(a, diagonal, True)
+    return _triangle(input, diagonal, True)
 
 
-def triu(a, diagonal=0):
+def triu(input, diagonal=0):
     """The upper triangle of the last two dims; the rest is zero, as tril."""
-    return _triangle(a, diagonal, False)
+    return _triangle(input, diagonal, False)
 
 
-def unflatten(a, dim, sizes):
-    d = _dim(a, dim)
-    return reshape(a, a.shape[:d] + tuple(sizes) + a.shape[d + 1:]) if -1 not in sizes else reshape(
-        a, a.shape[:d] + tuple(s if s != -1 else a.shape[d] // builtins.max(1, -math.prod(sizes)) for s in sizes)
-        + a.shape[d + 1:])
+def unflatten(input, dim, sizes):
+    d = _dim(input, dim)
+    if -1 in sizes:
+        sizes = tuple(s if s != -1 else input.shape[d] // builtins.max(1, -math.prod(sizes)) for s in sizes)
+    return reshape(input, input.shape[:d] + tuple(sizes) + input.shape[d + 1:])
 
 
-def repeat_interleave(a, repeats, dim=None):
+def repeat_interleave(input, repeats, dim=None):
     """Each element (each slice along ``dim``; of the flattened tensor when None) repeated ``repeats`` times."""
     if dim is None:
-        a, dim = reshape(a, (-1,)), 0
-    d = _dim(a, dim)
-    n = a.shape[d]
+        input, dim = reshape(input, (-1,)), 0
+    d = _dim(input, dim)
+    n = input.shape[d]
     if isinstance(repeats, numbers.Integral):
         if repeats < 0:
             raise ValueError(f"repeat_interleave: negative repeats {repeats}")
-        shape = a.shape[:d + 1] + (int(repeats),) + a.shape[d + 1:]
-        return reshape(expand(reshape(a, a.shape[:d + 1] + (1,) + a.shape[d + 1:]), shape),
-                       a.shape[:d] + (n * int(repeats),) + a.shape[d + 1:])
+        shape = input.shape[:d + 1] + (int(repeats),) + input.shape[d + 1:]
+        return reshape(expand(reshape(input, input.shape[:d + 1] + (1,) + input.shape[d + 1:]), shape),
+                       input.shape[:d] + (n * int(repeats),) + input.shape[d + 1:])
     counts = repeats.detach().cpu().numpy().reshape(-1) if isinstance(repeats, Tensor) else list(repeats)
     if len(counts) == 1:
-        return repeat_interleave(a, int(counts[0]), d)
+        return repeat_interleave(input, int(counts[0]), d)
     if len(counts) != n or any(c < 0 for c in counts):
         raise ValueError(f"repeat_interleave: {len(counts)} repeats for a dim of {n} (each >= 0)")
-    return a.index_select(d, _host_tensor(np.repeat(np.arange(n), counts), a.device))
+    return input.index_select(d, _host_tensor(np.repeat(np.arange(n), counts), input.device))
 
 
-def diff(a, n=1, dim=-1, prepend=None, append=None):
+def diff(input, n=1, dim=-1, prepend=None, append=None):
     """Differences of neighbours along ``dim``, ``n`` times (after prepend and append are joined on)."""
-    d = _dim(a, dim)
+    d = _dim(input, dim)
     if prepend is not None or append is not None:
-        parts = [p for p in (prepend, a, append) if p is not None]
-        a = permute(cat([permute(p, _to_front(p, d)) for p in parts]), _from_front(a, d))
+        parts = [p for p in (prepend, input, append) if p is not None]
+        input = permute(cat([permute(p, _to_front(p, d)) for p in parts]), _from_front(input, d))
     for _ in range(n):
-        m = a.shape[d]
+        m = input.shape[d]
         if m == 0:
             break
-        a = sub(a.narrow(d, 1, m - 1), a.narrow(d, 0, m - 1))
-    return a
+        input = sub(input.narrow(d, 1, m - 1), input.narrow(d, 0, m - 1))
+    return input
 
 
 def _to_front(a, d):
@@ -2453,15 +2453,15 @@ class _GatherBackward(Node):
         return (ga.to(dtype=g.dtype),)
 
 
-def gather(a, dim, index):
+def gather(input, dim, index):
     """out[i][j][k] = a[i][index[i][j][k]][k] for dim 1 (likewise for any dim); out has index's shape."""
-    d, index = _index_args(a, dim, index, "gather")
-    if a.ndim == 0:
-        return reshape(gather(reshape(a, (1,)), 0, index.reshape(-1)), index.shape)
-    out = _empty(index.shape, a)
-    _C.gather_dim(out._buf, a.detach().contiguous()._buf, index._buf, d)
-    if _needs_grad(a) and a.dtype.is_floating_point:
-        _attach(out, _GatherBackward(a, d, index))
+    d, index = _index_args(input, dim, index, "gather")
+    if input.ndim == 0:
+        return reshape(gather(reshape(input, (1,)), 0, index.reshape(-1)), index.shape)
+    out = _empty(index.shape, input)
+    _C.gather_dim(out._buf, input.detach().contiguous()._buf, index._buf, d)
+    if _needs_grad(input) and input.dtype.is_floating_point:
+        _attach(out, _GatherBackward(input, d, index))
     return out
 
 
@@ -2541,8 +2541,8 @@ def _scatter(a, dim, index, src, accumulate, what):
     return out
 
 
-def scatter(a, dim, index, src=None, value=None, reduce=None):
-    """a copy of ``a`` with out[i][index[i][j][k]][k] = src[i][j][k] (dim 1)
+def scatter(input, dim, index, src=None, value=None, reduce=None):
+    """a copy of ``input`` with out[i][index[i][j][k]][k] = src[i][j][k] (dim 1)
     or = ``value``; ``reduce='add'`` adds and ``reduce='multiply'`` multiplies
     instead (repeats all taking part, as scatter_reduce's 'sum' and 'prod').
     Where indices repeat without reduce, one write lands. Unlike PyTorch's,
@@ -2558,33 +2558,33 @@ def scatter(a, dim, index, src=None, value=None, reduce=None):
         from .tensor import full
 
         if not isinstance(src, Tensor):  # a number, given as src or value
-            _, index = _index_args(a, dim, index, "scatter")
-            src = full(index.shape, value if src is None else src, dtype=a.dtype, device=a.device)
-        return scatter_reduce(a, dim, index, src, "prod")
-    return _scatter(a, dim, index, src if src is not None else value, reduce == "add", "scatter")
+            _, index = _index_args(input, dim, index, "scatter")
+            src = full(index.shape, value if src is None else src, dtype=input.dtype, device=input.device)
+        return scatter_reduce(input, dim, index, src, "prod")
+    return _scatter(input, dim, index, src if src is not None else value, reduce == "add", "scatter")
 
 
-def scatter_add(a, dim, index, src):
-    """a copy of ``a`` with src added at index along ``dim`` (repeats add up)."""
-    return _scatter(a, dim, index, src, True, "scatter_add")
+def scatter_add(input, dim, index, src):
+    """a copy of ``input`` with src added at index along ``dim`` (repeats add up)."""
+    return _scatter(input, dim, index, src, True, "scatter_add")
 
 
-def index_add(a, dim, index, source, alpha=1):
-    """a copy of ``a`` with alpha * source[..., k, ...] added at a[..., index[k], ...] along ``dim``."""
+def index_add(input, dim, index, source, alpha=1):
+    """a copy of ``input`` with alpha * source[..., k, ...] added at input[..., index[k], ...] along ``dim``."""
     if not isinstance(index, Tensor) or index.ndim != 1:
         raise ValueError("index_add: the index must be a 1-d int64 tensor")
-    d = _dim(a, dim)
-    if source.ndim != a.ndim or source.shape[d] != index.shape[0] or any(
-            source.shape[i] != a.shape[i] for i in range(a.ndim) if i != d):
-        raise ValueError(f"index_add: source of shape {source.shape} does not fit {a.shape} with {index.shape[0]} "
+    d = _dim(input, dim)
+    if source.ndim != input.ndim or source.shape[d] != index.shape[0] or any(
+            source.shape[i] != input.shape[i] for i in range(input.ndim) if i != d):
+        raise ValueError(f"index_add: source of shape {source.shape} does not fit {input.shape} with {index.shape[0]} "
                          f"indices along dim {d}")
-    full_index = index.reshape(tuple(-1 if i == d else 1 for i in range(a.ndim))).expand(source.shape)
-    return scatter_add(a, d, full_index.contiguous(), source if alpha == 1 else mul(source, alpha))
+    full_index = index.reshape(tuple(-1 if i == d else 1 for i in range(input.ndim))).expand(source.shape)
+    return scatter_add(input, d, full_index.contiguous(), source if alpha == 1 else mul(source, alpha))
 
 
-def take(a, index):
+def take(input, index):
     """a's elements, as if flattened, at ``index`` (negative indices count from the end); out has index's shape."""
-    flat = reshape(a, (-1,))
+    flat = reshape(input, (-1,))
     idx = index.detach().reshape(-1)
     n = flat.shape[0]
     if idx.numel():
@@ -2605,16 +2605,17 @@ def _nonzero(a, coords):
     return out
 
 
-def take_along_dim(a, indices, dim=None):
+def take_along_dim(input, indices, dim=None):
     """a's elements at ``indices`` along ``dim`` (gather with a and indices
     broadcast over the other dims), or over the flattened a when dim is None."""
     if dim is None:
-        return gather(reshape(a, (-1,)), 0, reshape(indices, (-1,)))
-    d = _dim(a, dim)
-    if indices.ndim != a.ndim:
-        raise ValueError(f"take_along_dim: indices of {indices.ndim} dims for a tensor of {a.ndim}")
-    shape = _broadcast_shape(a.shape[:d] + (1,) + a.shape[d + 1:], indices.shape[:d] + (1,) + indices.shape[d + 1:])
-    return gather(expand(a, shape[:d] + (a.shape[d],) + shape[d + 1:]), d,
+        return gather(reshape(input, (-1,)), 0, reshape(indices, (-1,)))
+    d = _dim(input, dim)
+    if indices.ndim != input.ndim:
+        raise ValueError(f"take_along_dim: indices of {indices.ndim} dims for a tensor of {input.ndim}")
+    shape = _broadcast_shape(input.shape[:d] + (1,) + input.shape[d + 1:],
+                             indices.shape[:d] + (1,) + indices.shape[d + 1:])
+    return gather(expand(input, shape[:d] + (input.shape[d],) + shape[d + 1:]), d,
                   expand(indices, shape[:d] + (indices.shape[d],) + shape[d + 1:]))
 
 
@@ -2641,31 +2642,31 @@ def index_put(a, indices, values, accumulate=False):
     return reshape(index_add(rows, 0, reshape(flat, (-1,)), vals), a.shape)
 
 
-def nonzero(a, *, as_tuple=False):
+def nonzero(input, *, as_tuple=False):
     """The coordinates of a's non-zero elements in row-major order, as an int64
     [count, a.ndim] tensor, or (``as_tuple``) one 1-d tensor per dim."""
     if not as_tuple:
-        return _nonzero(a, True)
-    if a.ndim == 0:
-        return (_nonzero(reshape(a, (1,)), False),)
-    coords = _nonzero(a, True)
-    return tuple(coords.select(1, d).contiguous() for d in range(a.ndim))
+        return _nonzero(input, True)
+    if input.ndim == 0:
+        return (_nonzero(reshape(input, (1,)), False),)
+    coords = _nonzero(input, True)
+    return tuple(coords.select(1, d).contiguous() for d in range(input.ndim))
 
 
-def argwhere(a):
+def argwhere(input):
     """nonzero(a): the coordinates of the non-zero elements, one row each."""
-    return nonzero(a)
+    return nonzero(input)
 
 
-def masked_select(a, mask):
+def masked_select(input, mask):
     """The elements where ``mask`` (broadcast with a's shape) is non-zero, as a
     1-d tensor, selected on a's device; only their count reaches the host."""
-    shape = _broadcast_shape(mask.shape, a.shape)
+    shape = _broadcast_shape(mask.shape, input.shape)
     if mask.shape != shape:
         mask = expand(mask.detach(), shape)
-    if a.shape != shape:
-        a = expand(a, shape)
-    return gather(reshape(a, (-1,)), 0, _nonzero(mask.contiguous(), False))
+    if input.shape != shape:
+        input = expand(input, shape)
+    return gather(reshape(input, (-1,)), 0, _nonzero(mask.contiguous(), False))
 
 
 # -- sorting --
@@ -2682,43 +2683,43 @@ def _sort(a, d, descending):
     return values, indices
 
 
-def sort(a, dim=-1, descending=False, stable=False):
+def sort(input, dim=-1, descending=False, stable=False):
     """(values, indices) sorted along ``dim``; the sort is always stable and
     NaN sorts as the largest value (last ascending, first descending), as in
     PyTorch. It runs on a's device (a merge sort per line on the host, CUB's
     segmented sort on a GPU); gradients flow back to where each value came from."""
-    if a.ndim == 0:
-        return SortResult(clone(a), _like_scalar(0, a).to(dtype=int64))
-    d = _dim(a, dim)
-    values, indices = _sort(a, d, descending)
-    if _needs_grad(a) and a.dtype.is_floating_point:
-        _attach(values, _GatherBackward(a, d, indices))
+    if input.ndim == 0:
+        return SortResult(clone(input), _like_scalar(0, input).to(dtype=int64))
+    d = _dim(input, dim)
+    values, indices = _sort(input, d, descending)
+    if _needs_grad(input) and input.dtype.is_floating_point:
+        _attach(values, _GatherBackward(input, d, indices))
     return SortResult(values, indices)
 
 
-def argsort(a, dim=-1, descending=False, stable=False):
-    return sort(a, dim, descending, stable).indices
+def argsort(input, dim=-1, descending=False, stable=False):
+    return sort(input, dim, descending, stable).indices
 
 
-def msort(a):
+def msort(input):
     """a sorted along its first dim (the values of sort(a, 0))."""
-    return sort(a, 0).values
+    return sort(input, 0).values
 
 
-def topk(a, k, dim=-1, largest=True, sorted=True):
+def topk(input, k, dim=-1, largest=True, sorted=True):
     """The ``k`` largest (smallest) elements along ``dim`` and their indices, in
     sorted order, ties in index order (``sorted=False`` gives the same)."""
-    d = _dim(a, dim)
-    n = a.shape[d] if a.ndim else 1
+    d = _dim(input, dim)
+    n = input.shape[d] if input.ndim else 1
     if not 0 <= k <= n:
         raise ValueError(f"topk: k={k} is out of range for a dim of size {n}")
-    if a.ndim == 0:
-        return sort(a)
-    values, indices = _sort(a, d, largest)
+    if input.ndim == 0:
+        return sort(input)
+    values, indices = _sort(input, d, largest)
     if k < n:
         values, indices = values.narrow(d, 0, k).contiguous(), indices.narrow(d, 0, k).contiguous()
-    if _needs_grad(a) and a.dtype.is_floating_point:
-        _attach(values, _GatherBackward(a, d, indices))
+    if _needs_grad(input) and input.dtype.is_floating_point:
+        _attach(values, _GatherBackward(input, d, indices))
     return SortResult(values, indices)
 
 
@@ -2762,27 +2763,27 @@ def _check_mat(a, b, what, nd_a, nd_b):
         raise ValueError(f"{what}: expected {nd_a}-d and {nd_b}-d operands, got shapes {a.shape} and {b.shape}")
 
 
-def mm(a, b):
-    _check_mat(a, b, "mm", 2, 2)
-    return matmul(a, b)
+def mm(input, b):
+    _check_mat(input, b, "mm", 2, 2)
+    return matmul(input, b)
 
 
-def mv(a, v):
-    _check_mat(a, v, "mv", 2, 1)
-    return matmul(a, v)
+def mv(input, v):
+    _check_mat(input, v, "mv", 2, 1)
+    return matmul(input, v)
 
 
-def dot(a, b):
-    _check_mat(a, b, "dot", 1, 1)
-    if a.shape != b.shape:
-        raise ValueError(f"dot: shapes {a.shape} and {b.shape} differ")
-    out = sum(mul(a, b))
-    return out if out.dtype is a.dtype else out.to(dtype=a.dtype)  # integers keep their dtype, as torch.dot's
+def dot(input, b):
+    _check_mat(input, b, "dot", 1, 1)
+    if input.shape != b.shape:
+        raise ValueError(f"dot: shapes {input.shape} and {b.shape} differ")
+    out = sum(mul(input, b))
+    return out if out.dtype is input.dtype else out.to(dtype=input.dtype)  # integers keep their dtype, as torch.dot's
 
 
-def outer(a, b):
-    _check_mat(a, b, "outer", 1, 1)
-    return mul(reshape(a, (-1, 1)), reshape(b, (1, -1)))
+def outer(input, b):
+    _check_mat(input, b, "outer", 1, 1)
+    return mul(reshape(input, (-1, 1)), reshape(b, (1, -1)))
 
 
 def addmm(input, m1, m2, *, beta=1, alpha=1):
@@ -2793,12 +2794,12 @@ def addmm(input, m1, m2, *, beta=1, alpha=1):
 
 
 @autocast_op("lower")
-def bmm(a, b):
+def bmm(input, b):
     """a[i] @ b[i] for each batch entry i (matmul without broadcasting)."""
-    _check_mat(a, b, "bmm", 3, 3)
-    if a.shape[0] != b.shape[0] or a.shape[2] != b.shape[1]:
-        raise ValueError(f"bmm: shapes {a.shape} and {b.shape} cannot be multiplied batch by batch")
-    return matmul(a, b)
+    _check_mat(input, b, "bmm", 3, 3)
+    if input.shape[0] != b.shape[0] or input.shape[2] != b.shape[1]:
+        raise ValueError(f"bmm: shapes {input.shape} and {b.shape} cannot be multiplied batch by batch")
+    return matmul(input, b)
 
 
 # ---- shape ops ------------------------------------------------------------------------------
@@ -2815,11 +2816,11 @@ class _ViewBackward(Node):
         return (g.reshape(self.shape),)
 
 
-def reshape(a, shape):
-    out = Tensor(a._buf.view(0, a._normalize_shape(shape)))
-    out._not_a_view = _copy_view(a)
-    if _needs_grad(a):
-        _attach(out, _ViewBackward(a))
+def reshape(input, shape):
+    out = Tensor(input._buf.view(0, input._normalize_shape(shape)))
+    out._not_a_view = _copy_view(input)
+    if _needs_grad(input):
+        _attach(out, _ViewBackward(input))
     return out
 
 
@@ -2918,28 +2919,29 @@ def _dim(a, d, ndim=None):
     return d % n
 
 
-def permute(a, dims):
-    """a's dims in the order ``dims`` (a copy unless the order keeps the elements' order)."""
-    dims = tuple(_dim(a, int(d)) for d in dims)
-    if sorted(dims) != list(range(a.ndim)):
-        raise ValueError(f"permute: {dims} is not an ordering of the {a.ndim} dims of a tensor of shape {a.shape}")
-    strides = _indexing.contiguous_strides(a.shape)
-    sel = _indexing.Region(0, [a.shape[d] for d in dims], [strides[d] for d in dims])
-    return _select(a, sel, "permute")
+def permute(input, dims):
+    """input's dims in the order ``dims`` (a copy unless the order keeps the elements' order)."""
+    dims = tuple(_dim(input, int(d)) for d in dims)
+    if sorted(dims) != list(range(input.ndim)):
+        raise ValueError(f"permute: {dims} is not an ordering of the {input.ndim} dims of a tensor of shape "
+                         f"{input.shape}")
+    strides = _indexing.contiguous_strides(input.shape)
+    sel = _indexing.Region(0, [input.shape[d] for d in dims], [strides[d] for d in dims])
+    return _select(input, sel, "permute")
 
 
-def transpose(a, dim0=0, dim1=1):
-    d0, d1 = _dim(a, dim0), _dim(a, dim1)
-    if a.ndim < 2 or d0 == d1:  # nothing moves
-        return reshape(a, a.shape)
-    if a.ndim > 2:
-        dims = list(range(a.ndim))
+def transpose(input, dim0=0, dim1=1):
+    d0, d1 = _dim(input, dim0), _dim(input, dim1)
+    if input.ndim < 2 or d0 == d1:  # nothing moves
+        return reshape(input, input.shape)
+    if input.ndim > 2:
+        dims = list(range(input.ndim))
         dims[d0], dims[d1] = dims[d1], dims[d0]
-        return permute(a, dims)
-    out = _transpose_storage(a)  # the tiled 2-d kernel
-    out._not_a_view = _CopyOf(a, _indexing.Region(0, out.shape, (1, a.shape[1])), "transpose")
-    if _needs_grad(a):
-        _attach(out, _TransposeBackward((a,)))
+        return permute(input, dims)
+    out = _transpose_storage(input)  # the tiled 2-d kernel
+    out._not_a_view = _CopyOf(input, _indexing.Region(0, out.shape, (1, input.shape[1])), "transpose")
+    if _needs_grad(input):
+        _attach(out, _TransposeBackward((input,)))
     return out
 
 
@@ -3160,12 +3162,12 @@ class _CloneBackward(Node):
         return (g,)
 
 
-def clone(a):
-    buf = _C.Buffer(a.shape, a._buf.dtype, a._buf.device)
-    _C.copy(buf, a._buf)
+def clone(input):
+    buf = _C.Buffer(input.shape, input._buf.dtype, input._buf.device)
+    _C.copy(buf, input._buf)
     out = Tensor(buf)
-    if _needs_grad(a):
-        _attach(out, _CloneBackward((a,)))
+    if _needs_grad(input):
+        _attach(out, _CloneBackward((input,)))
     return out
 
 
@@ -3404,32 +3406,32 @@ class _LayerNormBackward(Node):
 
 
 @autocast_op("float32_cuda")
-def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
+def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     """Normalises over the last ``len(normalized_shape)`` dims (mean 0, variance 1, then * weight + bias)."""
     normalized_shape = (normalized_shape,) if isinstance(normalized_shape, numbers.Integral) else \
         tuple(normalized_shape)
     k = len(normalized_shape)
-    if k == 0 or tuple(x.shape[x.ndim - k:]) != normalized_shape:
-        raise ValueError(f"layer_norm: normalized_shape {normalized_shape} is not the input's last dims {x.shape}")
+    if k == 0 or tuple(input.shape[input.ndim - k:]) != normalized_shape:
+        raise ValueError(f"layer_norm: normalized_shape {normalized_shape} is not the input's last dims {input.shape}")
     for p, name in ((weight, "weight"), (bias, "bias")):
         if p is not None and tuple(p.shape) != normalized_shape:
             raise ValueError(f"layer_norm: {name} has shape {p.shape}, expected {normalized_shape}")
-    if x.dtype in _HALVES:
-        return layer_norm(x.float(), normalized_shape, weight if weight is None else weight.float(),
-                          bias if bias is None else bias.float(), eps).to(dtype=x.dtype)
+    if input.dtype in _HALVES:
+        return layer_norm(input.float(), normalized_shape, weight if weight is None else weight.float(),
+                          bias if bias is None else bias.float(), eps).to(dtype=input.dtype)
     d = math.prod(normalized_shape)
-    rows = x.reshape(-1, d) if x.numel() else x.reshape(0, d)
+    rows = input.reshape(-1, d) if input.numel() else input.reshape(0, d)
     from .tensor import full
 
-    w = weight.reshape(d) if weight is not None else full((d,), 1.0, dtype=x.dtype, device=x.device)
-    b = bias.reshape(d) if bias is not None else full((d,), 0.0, dtype=x.dtype, device=x.device)
+    w = weight.reshape(d) if weight is not None else full((d,), 1.0, dtype=input.dtype, device=input.device)
+    b = bias.reshape(d) if bias is not None else full((d,), 0.0, dtype=input.dtype, device=input.device)
     w, b = w.detach(), b.detach()
     y = _empty(rows.shape, rows)
     mean, rstd = _empty((rows.shape[0],), rows), _empty((rows.shape[0],), rows)
     _C.layer_norm(y._buf, mean._buf, rstd._buf, rows._buf, w._buf, b._buf, float(eps))
-    y = y.reshape(x.shape)
-    if _needs_grad(x, weight, bias):
-        _attach(y, _LayerNormBackward(x, weight, bias, normalized_shape, rows.detach(), w, mean, rstd, float(eps)))
+    y = y.reshape(input.shape)
+    if _needs_grad(input, weight, bias):
+        _attach(y, _LayerNormBackward(input, weight, bias, normalized_shape, rows.detach(), w, mean, rstd, float(eps)))
     return y
 
 

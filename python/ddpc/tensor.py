@@ -1430,16 +1430,16 @@ def full(size, fill_value, dtype=None, device=None, requires_grad=False):
     return _new(size, dtype, device, default=default).fill_(fill_value)._with_grad(requires_grad)
 
 
-def zeros_like(t, dtype=None, device=None):
-    return zeros(t.shape, dtype=dtype or t.dtype, device=device or t.device)
+def zeros_like(input, dtype=None, device=None):
+    return zeros(input.shape, dtype=dtype or input.dtype, device=device or input.device)
 
 
-def ones_like(t, dtype=None, device=None):
-    return ones(t.shape, dtype=dtype or t.dtype, device=device or t.device)
+def ones_like(input, dtype=None, device=None):
+    return ones(input.shape, dtype=dtype or input.dtype, device=device or input.device)
 
 
-def empty_like(t, dtype=None, device=None):
-    return empty(t.shape, dtype=dtype or t.dtype, device=device or t.device)
+def empty_like(input, dtype=None, device=None):
+    return empty(input.shape, dtype=dtype or input.dtype, device=device or input.device)
 
 
 def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False):
@@ -1545,23 +1545,23 @@ def eye(n, m=None, dtype=None, device=None, requires_grad=False):
     return _float_values(np.eye(int(n), int(m)), dtype, device, requires_grad)
 
 
-def full_like(t, fill_value, dtype=None, device=None, requires_grad=False):
-    return full(t.shape, fill_value, dtype=dtype or t.dtype, device=device or t.device, requires_grad=requires_grad)
+def full_like(input, fill_value, dtype=None, device=None, requires_grad=False):
+    return full(input.shape, fill_value, dtype=dtype or input.dtype, device=device or input.device, requires_grad=requires_grad)
 
 
-def rand_like(t, dtype=None, device=None, requires_grad=False):
-    return rand(t.shape, dtype=dtype or t.dtype, device=device or t.device, requires_grad=requires_grad)
+def rand_like(input, dtype=None, device=None, requires_grad=False):
+    return rand(input.shape, dtype=dtype or input.dtype, device=device or input.device, requires_grad=requires_grad)
 
 
-def randn_like(t, dtype=None, device=None, requires_grad=False):
-    return randn(t.shape, dtype=dtype or t.dtype, device=device or t.device, requires_grad=requires_grad)
+def randn_like(input, dtype=None, device=None, requires_grad=False):
+    return randn(input.shape, dtype=dtype or input.dtype, device=device or input.device, requires_grad=requires_grad)
 
 
-def randint_like(t, low=0, high=None, dtype=None, device=None):
+def randint_like(input, low=0, high=None, dtype=None, device=None):
     """Integers uniform on [low, high) in t's shape; ``randint_like(t, high)`` as in PyTorch."""
     if high is None:
         low, high = 0, low
-    return randint(low, high, t.shape, dtype=dtype or t.dtype, device=device or t.device)
+    return randint(low, high, input.shape, dtype=dtype or input.dtype, device=device or input.device)
 
 
 def as_tensor(data, dtype=None, device=None):
@@ -1715,24 +1715,24 @@ def is_tensor(obj):
     return isinstance(obj, Tensor)
 
 
-def numel(t):
-    return t.numel()
+def numel(input):
+    return input.numel()
 
 
-def flatten(t, start_dim=0, end_dim=-1):
-    return t.flatten(start_dim, end_dim)
+def flatten(input, start_dim=0, end_dim=-1):
+    return input.flatten(start_dim, end_dim)
 
 
-def squeeze(t, dim=None):
-    return t.squeeze(dim)
+def squeeze(input, dim=None):
+    return input.squeeze(dim)
 
 
-def unsqueeze(t, dim):
-    return t.unsqueeze(dim)
+def unsqueeze(input, dim):
+    return input.unsqueeze(dim)
 
 
-def index_select(t, dim, index):
-    return t.index_select(dim, index)
+def index_select(input, dim, index):
+    return input.index_select(dim, index)
 
 from . import autograd as _ag  # noqa: E402  (autograd builds on the Tensor class above)
 from . import _layout as _lo, _linalg as _la, _pointwise as _pw, _random as _rnd  # noqa: E402  (as autograd)
