@@ -72,10 +72,10 @@ template <typename T> __global__ void bag_weights_backward_kernel(T *gs, const T
             if (b.offsets[mid] <= i) lo = mid;
             else hi = mid - 1;
         }
-        int64_t start, end, r = b.indices[i];
-        bag_range(b, lo, &start, &end);
+        int64_t start = 0, end = 0, r = b.indices[i];
+        if (lo < b.bags) bag_range(b, lo, &start, &end);  // entries past the last bag belong to none
         double dot = 0;
-        if (lo < b.bags && i >= start && i < end && counts(b, r))
+        if (i >= start && i < end && counts(b, r))
             for (int64_t k = 0; k < b.d; k++) dot += (double)w[r * b.d + k] * (double)g[lo * b.d + k];
         gs[i] = (T)dot;
     }

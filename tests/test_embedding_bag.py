@@ -9,7 +9,7 @@ import pytest
 
 import ddpc
 import ddpc.nn.functional as F
-from ddpc import nn
+from ddpc import _C, nn
 from numeric import numeric_grad
 
 
@@ -210,3 +210,21 @@ def test_cuda_max_norm_and_scale_grad_by_freq_match_the_host():
         results.append([out.detach().cpu().numpy(), w.detach().cpu().numpy(), w.grad.cpu().numpy()])
     for a, b in zip(*results):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.gpu
+def test_cuda_weights_gradient_skips_entries_after_the_last_bag():
+    # The C op takes a last offset short of the input (its entries belong to no bag, gradient 0).
+    rng = np.random.default_rng(6)
+    weight, g = rng.standard_normal((10, 5)), rng.standard_normal((2, 5))
+    offsets = np.array([0, 3, 7])
+    results = []
+    for device in ("cpu", "cuda"):
+        gs = ddpc.empty(len(INDICES), dtype=ddpc.float64, device=device)
+        _C.embedding_bag_weights_backward(gs._buf, ddpc.tensor(g, device=device)._buf,
+                                          ddpc.tensor(weight, device=device)._buf,
+                                          ddpc.tensor(INDICES, device=device)._buf,
+                                          ddpc.tensor(offsets, device=device)._buf, -1)
+        results.append(gs.cpu().numpy())
+    np.testing.assert_allclose(results[1], results[0], rtol=1e-12)
+    assert not results[0][7:].any()
