@@ -190,9 +190,11 @@ ddpc_status ddpc_block_record_use(ddpc_block *b, int device, void *stream) {
 int ddpc_block_busy(ddpc_block *b) {
     if (!b || !b->use_event) return 0;
     cudaError_t e = cudaEventQuery((cudaEvent_t)b->use_event);
-    if (e == cudaErrorNotReady) return 1;
-    if (e != cudaSuccess) cudaGetLastError(); /* a failed copy reads nothing more */
-    return 0;
+    /* Neither a copy still running nor one that failed (it reads nothing
+     * more) may stay the thread's last error, which the next kernel launch's
+     * check would report as its own. */
+    if (e != cudaSuccess) cudaGetLastError();
+    return e == cudaErrorNotReady;
 }
 
 #else

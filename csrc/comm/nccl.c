@@ -732,6 +732,7 @@ static ddpc_status work_wait_(nccl_work *w, double timeout) {
             cudaError_t e = cudaEventQuery(w->done);
             if (e == cudaSuccess) break;
             if (e != cudaErrorNotReady) CUDACHECK(e);
+            cudaGetLastError(); /* not an error: cleared so that the next launch's check does not see it */
             if (ddpc_watchdog_now() > deadline)
                 return DDPC_ERROR(DDPC_ERR_TIMEOUT, "Work.wait(timeout=%.3g): the collective on rank %d has not completed",
                                   timeout, w->comm->rank);
@@ -780,6 +781,7 @@ static PyObject *work_is_completed(nccl_work *w, PyObject *unused) {
     if (!w->done) Py_RETURN_FALSE;
     cudaError_t e = cudaEventQuery(w->done);
     if (e == cudaSuccess) Py_RETURN_TRUE;
+    cudaGetLastError(); /* a collective still running is no error for the next launch's check to see */
     if (e == cudaErrorNotReady) Py_RETURN_FALSE;
     return PyErr_Format(PyExc_RuntimeError, "cudaEventQuery failed: %s", cudaGetErrorString(e));
 }
