@@ -3358,7 +3358,12 @@ def ctc_nll(log_probs, targets, input_lengths, target_lengths, blank=0, zero_inf
     device = log_probs._buf.device
     flat = targets.detach().reshape(-1).to(dtype=int64, device=log_probs.device).contiguous()
     if device >= 0 and flat.numel():  # the C op checks host labels itself
-        low, high = _range_of(flat)
+        # Only the labels within the target lengths, as the host op: the padding may hold anything.
+        if targets.ndim == 2:
+            used = np.arange(targets.shape[1]) < np.asarray(tlen, np.int64)[:, None]
+        else:
+            used = np.arange(targets.shape[0]) < builtins.sum(tlen)
+        low, high = _range_of(where(_host_tensor(used.reshape(-1), log_probs.device, uint8), flat, 0))
         if low < 0 or high >= C:
             raise ValueError(f"ctc_loss: target label {low if low < 0 else high} is not a class in [0, {C})")
     args = (flat._buf,) + tuple(_host_tensor(np.asarray(v, np.int64), log_probs.device)._buf
