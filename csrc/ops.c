@@ -320,13 +320,38 @@ ddpc_status ddpc_op_scalar(ddpc_binary_op op, ddpc_buffer *out, const ddpc_buffe
     return DDPC_OK;
 }
 
+/* The CUDA path: CUB's reduction over the whole GPU in stream-ordered scratch. */
+static ddpc_status sum_cuda_(ddpc_buffer *out, const ddpc_buffer *a) {
+#ifdef DDPC_WITH_CUDA
+    int device = a->device, prev;
+    size_t bytes = 0;
+    ddpc_block *scratch = NULL;
+    void *stream;
+    ddpc_status st = DDPC_OK;
+    CHECK(ddpc_cuda_compute_stream(device, &stream));
+    /* The device is current from here: CUB sizes its storage for the device it runs on. */
+    CHECK(ddpc_cuda_enter(device, &prev));
+    CUDACHECKGOTO((cudaError_t)ddpc_k_sum_scratch(a->numel, a->dtype, &bytes), st, exit);
+    CHECKGOTO(ddpc_alloc(device, bytes, 0, &scratch), st, exit);
+    CUDACHECKGOTO((cudaError_t)ddpc_k_sum(out->data, a->data, a->dtype, a->numel, scratch->ptr, bytes, stream), st,
+                  exit);
+exit:
+    ddpc_cuda_leave(prev);
+    ddpc_free(scratch);
+    return st;
+#else
+    (void)out;
+    return ddpc_cuda_require(a->device);
+#endif
+}
+
 ddpc_status ddpc_op_sum(ddpc_buffer *out, const ddpc_buffer *a) {
     CHECK(check_writable_(out, "sum"));
     ddpc_dtype want = ddpc_dtype_is_float(a->dtype) ? a->dtype : DDPC_INT64;
     if (out->numel != 1 || out->dtype != want || out->device != a->device)
         return DDPC_ERROR(DDPC_ERR_ARG, "sum: the output must be one %s element on the input's device",
                           ddpc_dtype_name(want));
-    if (a->device != DDPC_CPU) DDPC_LAUNCH(a->device, ddpc_k_sum(out->data, a->data, a->dtype, a->numel, stream));
+    if (a->device != DDPC_CPU) return sum_cuda_(out, a);
     if (!ddpc_dtype_is_float(a->dtype)) {
         /* Unsigned: overflow wraps (as in PyTorch) where signed overflow would be undefined. */
         uint64_t acc = 0;

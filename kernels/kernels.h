@@ -144,7 +144,11 @@ int ddpc_k_fill(void *dst, int dtype, int64_t n, double value, void *stream);
 int ddpc_k_cast(void *dst, int dst_dtype, const void *src, int src_dtype, int64_t n, void *stream);
 int ddpc_k_binary(int op, void *out, const void *a, const void *b, int dtype, int64_t n, void *stream);
 int ddpc_k_scalar(int op, void *out, const void *a, double s, int dtype, int64_t n, void *stream);
-int ddpc_k_sum(void *out, const void *a, int dtype, int64_t n, void *stream);
+/* The sum of a's n elements into out (one element: float dtypes keep theirs,
+ * integers give int64), over the whole GPU; `scratch` is device memory of
+ * the size ddpc_k_sum_scratch gives (sized on the device that runs it). */
+int ddpc_k_sum_scratch(int64_t n, int dtype, size_t *bytes);
+int ddpc_k_sum(void *out, const void *a, int dtype, int64_t n, void *scratch, size_t bytes, void *stream);
 int ddpc_k_random(void *dst, int dtype, int kind, uint64_t seed, uint64_t offset, double a, double b, int64_t n,
                   void *stream);
 

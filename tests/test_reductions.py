@@ -520,3 +520,34 @@ def test_gpu_int64_folds_and_index_errors():
               x + np.stack([x[:, 0] + x[:, 1]] + [np.zeros(6, int)] * 6, 1))
         with pytest.raises(ValueError):
             a.gather(0, ddpc.tensor([[6]], device=device))
+
+
+def _sum_of_all(x, device):
+    """_C.sum of x on device: the op behind a.sum(), which sums 16-bit floats in float32 before reaching it."""
+    out_dtype = x.dtype if x.dtype.is_floating_point else ddpc.int64
+    out = ddpc.empty((), dtype=out_dtype, device=device)
+    ddpc._C.sum(out._buf, x.to(device=device)._buf)
+    return out.cpu().item()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", [0, 1, 1000, 3_000_017, 9_000_000])
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16"])
+def test_gpu_sum_of_all_elements_matches_the_host(n, dtype):
+    # Both accumulate in double and round once; only the order of the additions differs. The
+    # 16-bit sums stay near sqrt(n), within float16's range.
+    wide = dtype in ("float32", "float64")
+    x = ddpc.tensor(RNG.standard_normal(n) + (0.25 if wide else 0.0), dtype=getattr(ddpc, dtype))
+    host, device = _sum_of_all(x, "cpu"), _sum_of_all(x, "cuda")
+    exact = float(np.sum(x.double().numpy(), dtype=np.float64))
+    assert host == pytest.approx(exact, rel={"float64": 1e-12, "float32": 1e-6}.get(dtype, 1e-2), abs=1e-9)
+    assert device == pytest.approx(host, rel={"float64": 1e-12, "float32": 1e-6}.get(dtype, 1e-2), abs=1e-9)
+    if wide and n:
+        assert ddpc.sum(x.cuda()).item() == pytest.approx(host, rel=1e-6)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,high", [("int64", 2**62), ("int32", 2**31 - 1), ("uint8", 256)])
+def test_gpu_sum_of_all_integers_is_exact_and_wraps_as_on_the_host(dtype, high):
+    x = ddpc.tensor(RNG.integers(-high if dtype != "uint8" else 0, high, 5_000_003), dtype=getattr(ddpc, dtype))
+    assert _sum_of_all(x, "cuda") == _sum_of_all(x, "cpu")
