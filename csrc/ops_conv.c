@@ -213,38 +213,27 @@ static void col2im_range_(void *ctx, int64_t lo, int64_t hi) {
     });
 }
 
-/* Unit: one volume. PyTorch's rule: the first tap that reads the input
- * starts, then a larger value or a NaN takes over. */
+/* Unit: one volume, its windows scanned by window.h's ddpc_max_window_scan. */
 static void max_pool_range_(void *ctx, int64_t lo, int64_t hi) {
     const window_job_ *j = ctx;
     const ddpc_window *w = &j->w;
-    const int64_t H = w->in[1], W = w->in[2], OD = w->out[0], OH = w->out[1], OW = w->out[2];
-    const int64_t dd = w->dilation[0], dh = w->dilation[1], dw = w->dilation[2];
+    const int64_t OD = w->out[0], OH = w->out[1], OW = w->out[2];
     DDPC_FLOAT_TYPES(j->dtype, {
         for (int64_t p = lo; p < hi; p++) {
             const T *src = (const T *)j->src + p * volume_(w->in);
             T *dst = (T *)j->dst + p * volume_(w->out);
             int64_t *at = j->indices + p * volume_(w->out);
+            ddpc_max_box b;
             for (int64_t od = 0; od < OD; od++) {
-                int64_t kd0, kd1, id0 = ddpc_window_taps(w, 0, od, &kd0, &kd1);
+                b.start[0] = ddpc_window_taps(w, 0, od, &b.k0[0], &b.k1[0]);
                 for (int64_t oh = 0; oh < OH; oh++) {
-                    int64_t kh0, kh1, ih0 = ddpc_window_taps(w, 1, oh, &kh0, &kh1);
+                    b.start[1] = ddpc_window_taps(w, 1, oh, &b.k0[1], &b.k1[1]);
                     for (int64_t ow = 0; ow < OW; ow++) {
-                        int64_t kw0, kw1, iw0 = ddpc_window_taps(w, 2, ow, &kw0, &kw1);
-                        T best = (T)-INFINITY;
-                        int64_t best_at = kd0 < kd1 && kh0 < kh1 && kw0 < kw1
-                                              ? ((id0 + kd0 * dd) * H + ih0 + kh0 * dh) * W + iw0 + kw0 * dw
-                                              : -1;
-                        for (int64_t kd = kd0; kd < kd1; kd++)
-                            for (int64_t kh = kh0; kh < kh1; kh++)
-                                for (int64_t kw = kw0; kw < kw1; kw++) {
-                                    int64_t i = ((id0 + kd * dd) * H + ih0 + kh * dh) * W + iw0 + kw * dw;
-                                    T v = src[i];
-                                    if (v > best || v != v) best = v, best_at = i;
-                                }
+                        b.start[2] = ddpc_window_taps(w, 2, ow, &b.k0[2], &b.k1[2]);
                         int64_t o = (od * OH + oh) * OW + ow;
-                        dst[o] = best;
-                        at[o] = best_at;
+                        int64_t i = ddpc_max_window_scan(w, &b, src, j->dtype == DDPC_FLOAT64);
+                        dst[o] = i < 0 ? (T)-INFINITY : src[i];
+                        at[o] = i;
                     }
                 }
             }

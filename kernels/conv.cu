@@ -64,30 +64,21 @@ template <typename T> __global__ void col2im_kernel(T *gx, const T *col, int64_t
     }
 }
 
-// One thread per output, with the host loop's rule: the first tap inside the
-// input starts, a larger value or a NaN takes over.
+// The output index i of `planes` volumes as its volume p and position o (od, oh, ow).
+__device__ inline int64_t output_position(const ddpc_window &w, int64_t i, int64_t *o) {
+    o[2] = i % w.out[2], o[1] = (i / w.out[2]) % w.out[1], o[0] = (i / (w.out[2] * w.out[1])) % w.out[0];
+    return i / volume(w.out);
+}
+
+// One thread per output, scanning its window as the host loop does (window.h).
 template <typename T>
 __global__ void max_pool_kernel(T *out, int64_t *indices, const T *x, int64_t planes, ddpc_window w) {
-    const int64_t H = w.in[1], W = w.in[2], OD = w.out[0], OH = w.out[1], OW = w.out[2];
-    const int64_t dd = w.dilation[0], dh = w.dilation[1], dw = w.dilation[2];
-    GRID_STRIDE(i, planes * OD * OH * OW) {
-        int64_t ow = i % OW, oh = (i / OW) % OH, od = (i / (OW * OH)) % OD, p = i / (OW * OH * OD);
-        int64_t kd0, kd1, kh0, kh1, kw0, kw1;
-        int64_t id0 = ddpc_window_taps(&w, 0, od, &kd0, &kd1);
-        int64_t ih0 = ddpc_window_taps(&w, 1, oh, &kh0, &kh1);
-        int64_t iw0 = ddpc_window_taps(&w, 2, ow, &kw0, &kw1);
+    GRID_STRIDE(i, planes * volume(w.out)) {
+        int64_t o[DDPC_WINDOW_DIMS], p = output_position(w, i, o);
         const T *src = x + p * volume(w.in);
-        T best = T(-INFINITY);
-        int64_t at = kd0 < kd1 && kh0 < kh1 && kw0 < kw1 ? ((id0 + kd0 * dd) * H + ih0 + kh0 * dh) * W + iw0 + kw0 * dw
-                                                         : -1;
-        for (int64_t kd = kd0; kd < kd1; kd++)
-            for (int64_t kh = kh0; kh < kh1; kh++)
-                for (int64_t kw = kw0; kw < kw1; kw++) {
-                    int64_t j = ((id0 + kd * dd) * H + ih0 + kh * dh) * W + iw0 + kw * dw;
-                    T v = src[j];
-                    if (v > best || v != v) best = v, at = j;
-                }
-        out[i] = best;
+        ddpc_max_box b = ddpc_max_window_box(&w, o);
+        int64_t at = ddpc_max_window_scan(&w, &b, src, sizeof(T) == sizeof(double));
+        out[i] = at < 0 ? T(-INFINITY) : src[at];
         indices[i] = at;
     }
 }
@@ -100,12 +91,6 @@ __global__ void max_pool_backward_kernel(T *gx, const T *g, const int64_t *indic
         int64_t at = indices[i];
         if (at >= 0 && at < in_plane) atomicAdd(&gx[(i / out_plane) * in_plane + at], g[i]);
     }
-}
-
-// The output index i of `planes` volumes as its volume p and position o (od, oh, ow).
-__device__ inline int64_t output_position(const ddpc_window &w, int64_t i, int64_t *o) {
-    o[2] = i % w.out[2], o[1] = (i / w.out[2]) % w.out[1], o[0] = (i / (w.out[2] * w.out[1])) % w.out[0];
-    return i / volume(w.out);
 }
 
 // One thread per output; the sum in double, as on the host.

@@ -1,16 +1,17 @@
 /* Sliding-window geometry of convolution and pooling over (D, H, W)
- * volumes, shared by the host loops (csrc/ops_conv.c) and the CUDA kernels
- * (kernels/conv.cu), so both walk each window the same way. A 2-d op is the
- * 3-d one with D = 1, a 1-d op with D = H = 1: the leading dims of every
- * geometry array are then a window of one tap over one element. Plain C: it
- * compiles with cc and with nvcc. Included through kernels.h, which defines
- * DDPC_HD.
+ * volumes, and the max pools' scan of a window, shared by the host loops
+ * (csrc/ops_conv.c) and the CUDA kernels (kernels/conv.cu), so both walk
+ * each window the same way. A 2-d op is the 3-d one with D = 1, a 1-d op
+ * with D = H = 1: the leading dims of every geometry array are then a window
+ * of one tap over one element. Plain C: it compiles with cc and with nvcc.
+ * Included through kernels.h, which defines DDPC_HD.
  *
  * Along dim d, tap k of the window of output o reads input
  * o * stride - pad + k * dilation; reads outside [0, in) are padding. */
 #ifndef DDPC_WINDOW_H
 #define DDPC_WINDOW_H
 
+#include <math.h>
 #include <stdint.h>
 
 #define DDPC_WINDOW_DIMS 3
@@ -50,6 +51,42 @@ static inline DDPC_HD int64_t ddpc_window_taps(const ddpc_window *w, int d, int6
     *k1 = hi < w->kernel[d] ? hi : w->kernel[d];
     if (*k1 < *k0) *k1 = *k0;
     return start;
+}
+
+/* A max pool's window of output (od, oh, ow): along each dim d, where its
+ * tap 0 reads (start[d]) and the taps [k0[d], k1[d]) that read the input,
+ * as ddpc_window_taps gives them. The host loop fills it one dim at a time
+ * as it walks the outputs; ddpc_max_window_box fills it at once. */
+typedef struct {
+    int64_t start[DDPC_WINDOW_DIMS], k0[DDPC_WINDOW_DIMS], k1[DDPC_WINDOW_DIMS];
+} ddpc_max_box;
+
+static inline DDPC_HD ddpc_max_box ddpc_max_window_box(const ddpc_window *w, const int64_t *o) {
+    ddpc_max_box b;
+    for (int d = 0; d < DDPC_WINDOW_DIMS; d++) b.start[d] = ddpc_window_taps(w, d, o[d], &b.k0[d], &b.k1[d]);
+    return b;
+}
+
+/* The element a max pool takes from the window b of one input volume `src`
+ * (float32 elements, float64 with `f64`), by PyTorch's rule: the first tap
+ * that reads the input starts, then a larger value or a NaN takes over.
+ * Returns its offset in the volume, or -1 for a window that reads no input
+ * (whose output is -inf). Values compare as doubles, which order float32
+ * elements exactly as float32 does, so both element types share this scan. */
+static inline DDPC_HD int64_t ddpc_max_window_scan(const ddpc_window *w, const ddpc_max_box *b, const void *src,
+                                                   int f64) {
+    const int64_t H = w->in[1], W = w->in[2], dd = w->dilation[0], dh = w->dilation[1], dw = w->dilation[2];
+    if (b->k0[0] == b->k1[0] || b->k0[1] == b->k1[1] || b->k0[2] == b->k1[2]) return -1;
+    double best = -INFINITY;
+    int64_t at = ((b->start[0] + b->k0[0] * dd) * H + b->start[1] + b->k0[1] * dh) * W + b->start[2] + b->k0[2] * dw;
+    for (int64_t kd = b->k0[0]; kd < b->k1[0]; kd++)
+        for (int64_t kh = b->k0[1]; kh < b->k1[1]; kh++)
+            for (int64_t kw = b->k0[2]; kw < b->k1[2]; kw++) {
+                int64_t j = ((b->start[0] + kd * dd) * H + b->start[1] + kh * dh) * W + b->start[2] + kw * dw;
+                double v = f64 ? ((const double *)src)[j] : (double)((const float *)src)[j];
+                if (v > best || v != v) best = v, at = j;
+            }
+    return at;
 }
 
 /* The outputs [*o0, *o1) along dim d whose tap k reads the input: im2col's

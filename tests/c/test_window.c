@@ -2,7 +2,9 @@
  * the CUDA kernels of convolution and pooling share, against brute force
  * over every small geometry: the taps of each output that read the input,
  * the outputs each tap reads the input for, the average pools' windows and
- * divisors, and the adaptive windows. */
+ * divisors, the adaptive windows, and the max pools' scan. */
+#include <math.h>
+
 #include "check.h"
 #include "kernels.h"
 
@@ -120,10 +122,61 @@ static void test_adaptive_windows_cover_the_input_(void) {
         }
 }
 
+/* The max pool's pick by brute force over every tap of the 2-d window of
+ * output (oh, ow): the first tap inside the input starts, then a larger
+ * value or a NaN takes over; -1 where no tap is inside. */
+static int64_t max_pick_(const ddpc_window *w, int64_t oh, int64_t ow, const double *x) {
+    int64_t at = -1;
+    double best = -INFINITY;
+    for (int64_t kh = 0; kh < w->kernel[1]; kh++)
+        for (int64_t kw = 0; kw < w->kernel[2]; kw++) {
+            int64_t ih = reads_(w, 1, oh, kh), iw = reads_(w, 2, ow, kw);
+            if (!inside_(w, 1, ih) || !inside_(w, 2, iw)) continue;
+            int64_t j = ih * w->in[2] + iw;
+            if (at < 0) at = j;
+            if (x[j] > best || x[j] != x[j]) best = x[j], at = j;
+        }
+    return at;
+}
+
+/* Both element types, over inputs with ties, NaN and -inf, and windows
+ * that read the padding only. */
+static void test_max_scan_matches_brute_force_(void) {
+    ddpc_window w = {.in = {1, 1, 1}, .out = {1, 1, 1}, .kernel = {1, 1, 1}, .stride = {1, 1, 1},
+                     .dilation = {1, 1, 1}};
+    double x[5 * 6];
+    float xf[5 * 6];
+    const double values[] = {1.0, -INFINITY, 2.0, NAN, 2.0, -1.0, -INFINITY};
+    w.in[1] = 5, w.in[2] = 6;
+    for (int fill = 0; fill < 3; fill++) {
+        for (int j = 0; j < 30; j++) x[j] = fill == 2 ? -INFINITY : values[(j * (fill + 2)) % 7], xf[j] = (float)x[j];
+        for (w.kernel[2] = 1; w.kernel[2] <= 3; w.kernel[2]++)
+            for (w.dilation[2] = 1; w.dilation[2] <= 2; w.dilation[2]++)
+                for (w.pad[2] = 0; w.pad[2] <= 3; w.pad[2]++) {
+                    w.kernel[1] = 4 - w.kernel[2], w.stride[1] = w.kernel[2], w.pad[1] = w.pad[2] / 2;
+                    w.stride[2] = w.dilation[2], w.dilation[1] = 3 - w.dilation[2];
+                    w.out[1] = (w.in[1] + 2 * w.pad[1]) / w.stride[1] + 1;
+                    w.out[2] = (w.in[2] + 2 * w.pad[2]) / w.stride[2] + 1;
+                    for (int64_t oh = 0; oh < w.out[1]; oh++)
+                        for (int64_t ow = 0; ow < w.out[2]; ow++) {
+                            int64_t o[3] = {0, oh, ow}, want = max_pick_(&w, oh, ow, x);
+                            ddpc_max_box b = ddpc_max_window_box(&w, o);
+                            for (int f64 = 0; f64 <= 1; f64++) {
+                                int64_t got = ddpc_max_window_scan(&w, &b, f64 ? (const void *)x : xf, f64);
+                                EXPECT(got == want, "kernel width %lld pad %lld: output (%lld, %lld) of %s picks %lld, "
+                                       "expected %lld", (long long)w.kernel[2], (long long)w.pad[2], (long long)oh,
+                                       (long long)ow, f64 ? "float64" : "float32", (long long)got, (long long)want);
+                            }
+                        }
+                }
+    }
+}
+
 int main(void) {
     test_floor_and_ceil_division_();
     test_taps_and_outputs_match_brute_force_();
     test_average_windows_and_divisors_();
     test_adaptive_windows_cover_the_input_();
+    test_max_scan_matches_brute_force_();
     return check_finish("window");
 }
