@@ -47,18 +47,27 @@ ddpc_status ddpc_check_float_like(const ddpc_buffer *b, const ddpc_buffer *ref, 
 /* `n` elements of `o = x op y`, where o, x and y are expressions of the index
  * k_; the switch is outside the loops, so each loop vectorises. MAX and MIN
  * reach x + y only when a comparison failed on a NaN, which the sum passes on.
- * POWER (x ** y) and RPOWER (y ** x) go through double for floats and are
- * computed in wrapping integers for integer types, as PyTorch's. The bitwise
- * ops work on the values widened to int64 (compiled for float types too,
- * where the callers refuse them). */
+ * Integers divide through kernels/scalar_ops.h's ddpc_int_div (INT_MIN / -1
+ * wraps instead of trapping). POWER (x ** y) and RPOWER (y ** x) go through
+ * double for floats and are computed in wrapping integers for integer types,
+ * as PyTorch's. The bitwise ops work on the values widened to int64 (compiled
+ * for float types too, where the callers refuse them). */
 #define DDPC_BINARY_LOOPS(op, n, o, x, y)                                          \
     switch (op) {                                                                  \
     case DDPC_ADD: for (int64_t k_ = 0; k_ < (n); k_++) o = x + y; break;           \
     case DDPC_SUB: for (int64_t k_ = 0; k_ < (n); k_++) o = x - y; break;           \
     case DDPC_MUL: for (int64_t k_ = 0; k_ < (n); k_++) o = x * y; break;           \
-    case DDPC_DIV: for (int64_t k_ = 0; k_ < (n); k_++) o = x / y; break;           \
+    case DDPC_DIV:                                                                 \
+        for (int64_t k_ = 0; k_ < (n); k_++)                                       \
+            if (DDPC_IS_FLOAT_EXPR(x)) o = x / y;                                  \
+            else o = ddpc_int_div((int64_t)(x), (int64_t)(y));                     \
+        break;                                                                     \
     case DDPC_RSUB: for (int64_t k_ = 0; k_ < (n); k_++) o = y - x; break;          \
-    case DDPC_RDIV: for (int64_t k_ = 0; k_ < (n); k_++) o = y / x; break;          \
+    case DDPC_RDIV:                                                                \
+        for (int64_t k_ = 0; k_ < (n); k_++)                                       \
+            if (DDPC_IS_FLOAT_EXPR(x)) o = y / x;                                  \
+            else o = ddpc_int_div((int64_t)(y), (int64_t)(x));                     \
+        break;                                                                     \
     case DDPC_EQ: for (int64_t k_ = 0; k_ < (n); k_++) o = x == y; break;           \
     case DDPC_NE: for (int64_t k_ = 0; k_ < (n); k_++) o = x != y; break;           \
     case DDPC_LT: for (int64_t k_ = 0; k_ < (n); k_++) o = x < y; break;            \

@@ -31,13 +31,16 @@ template <> __device__ __forceinline__ float load<__nv_bfloat16>(const __nv_bflo
 
 // a op b for the binary op codes of csrc/ops.h (comparisons give 1 or 0;
 // maximum and minimum pass a NaN on through the sum, as the host loops do).
-// Integer types take POWER and the bitwise ops through kernels/scalar_ops.h,
-// as the host loops: the power wraps instead of saturating through double.
-// The rounding divisions (23 to 26) are scalar_ops.h's on every type.
+// Integer types take division, POWER and the bitwise ops through
+// kernels/scalar_ops.h, as the host loops: INT_MIN / -1 wraps, and the power
+// wraps instead of saturating through double. The rounding divisions (23 to
+// 26) are scalar_ops.h's on every type.
 template <typename A> __device__ __forceinline__ A binary_apply(int op, A a, A b) {
     if constexpr (std::is_integral<A>::value) {
         const int bits = 8 * (int)sizeof(A);
         switch (op) {
+        case 3: return (A)ddpc_int_div((int64_t)a, (int64_t)b);
+        case 5: return (A)ddpc_int_div((int64_t)b, (int64_t)a);
         case 14: return (A)ddpc_int_pow((int64_t)a, (int64_t)b);
         case 15: return (A)ddpc_int_pow((int64_t)b, (int64_t)a);
         case 16: return (A)(a & b);

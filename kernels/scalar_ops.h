@@ -1,9 +1,9 @@
 /* Formulas on single values, written once for the host loops (csrc/ops.c,
  * csrc/ops_nn.c, csrc/ops_dim.c) and the CUDA kernels (kernels/dispatch.cuh,
- * kernels/dim.cu, kernels/nn.cu): PyTorch's integer power and shifts, free of
- * C's undefined behaviour for every input, its division with rounding, its
- * power to a number, and the log of a sum of two exponentials. Plain C, so
- * it compiles with cc as well as nvcc. */
+ * kernels/dim.cu, kernels/nn.cu): integer division, PyTorch's integer power
+ * and shifts, free of C's undefined behaviour for every input, its division
+ * with rounding, its power to a number, and the log of a sum of two
+ * exponentials. Plain C, so it compiles with cc as well as nvcc. */
 #ifndef DDPC_SCALAR_OPS_H
 #define DDPC_SCALAR_OPS_H
 
@@ -11,6 +11,14 @@
 #include <stdint.h>
 
 #include "kernels.h"
+
+/* a / b for integers (b != 0: the ops refuse a zero divisor), truncating as
+ * C does. INT64_MIN / -1, which C leaves undefined and x86 traps on (killing
+ * the process), wraps to INT64_MIN; a narrower dtype's INT_MIN / -1, computed
+ * here in int64, wraps likewise when the caller narrows it. */
+static inline DDPC_HD int64_t ddpc_int_div(int64_t a, int64_t b) {
+    return b == -1 ? (int64_t)(0 - (uint64_t)a) : a / b;
+}
 
 /* base ** e by squaring, wrapping modulo 2**64 (unsigned arithmetic cannot
  * overflow); the caller's truncation to a narrower dtype then wraps as

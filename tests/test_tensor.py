@@ -321,6 +321,42 @@ def test_uint8_scalars_wrap_modulo_256_and_integer_division_by_a_truncated_zero_
                 _C.scalar(_DIV, out._buf, a._buf, s)
 
 
+INT_MINS = ((ddpc.int32, -2**31), (ddpc.int64, -2**63))
+
+
+def _c_divide(op, dtype, a, b, device="cpu"):
+    """The C op's integer quotient: a tensor by a scalar, or a by the tensor b."""
+    from ddpc import _C
+
+    x = ddpc.tensor(a, dtype=dtype, device=device)
+    out = ddpc.empty(x.shape, dtype=dtype, device=device)
+    if isinstance(b, list):
+        _C.binary(op, out._buf, x._buf, ddpc.tensor(b, dtype=dtype, device=device)._buf)
+    else:
+        _C.scalar(op, out._buf, x._buf, b)
+    return out.cpu().tolist()
+
+
+def test_c_integer_division_of_int_min_by_minus_one_wraps():
+    # C leaves INT_MIN / -1 undefined and x86 traps on it, which killed the process.
+    from ddpc.tensor import _DIV, _RDIV
+
+    for dt, low in INT_MINS:
+        assert _c_divide(_DIV, dt, [low, 7, -7], -1.0) == [low, -7, 7]
+        assert _c_divide(_DIV, dt, [low, 7, -7], [-1, 2, 2]) == [low, 3, -3]
+        assert _c_divide(_RDIV, dt, [-1, 2, -3], float(low)) == [low, low // 2, low // -3]
+
+
+@pytest.mark.gpu
+def test_cuda_integer_division_by_a_scalar_matches_the_host():
+    from ddpc.tensor import _DIV
+
+    for dt, low in INT_MINS:
+        for s in (-1.0, 3.0, -7.0):
+            a = [low, 7, -7, low + 1]
+            assert _c_divide(_DIV, dt, a, s, "cuda") == _c_divide(_DIV, dt, a, s)
+
+
 def test_assignment_through_a_stepped_slice_writes_the_selected_rows():
     x = ddpc.zeros(4, 2)
     x[::2] = 7.0

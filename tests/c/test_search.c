@@ -2,14 +2,16 @@
  * ddpc_search_sorted, on sort keys, against PyTorch's bisection over doubles
  * (NaN on either side), and against a count where the line holds no NaN
  * (also through a sorter); ddpc_cum_extreme_takes
- * against a running maximum and minimum written out, and ddpc_gcd_lcm
- * against Euclid on small numbers and at INT64_MIN. */
+ * against a running maximum and minimum written out, ddpc_gcd_lcm against
+ * Euclid on small numbers and at INT64_MIN, and scalar_ops.h's ddpc_int_div
+ * against C's division, and at INT_MIN / -1 (UBSan flags any overflow). */
 #include <math.h>
 #include <string.h>
 
 #include "check.h"
 #include "dtype.h"
 #include "kernels.h"
+#include "scalar_ops.h"
 
 /* PyTorch's bisection with its comparisons on doubles: a NaN on either side
  * fails them all and sends the search right. */
@@ -105,10 +107,20 @@ static void test_gcd_lcm_(void) {
     EXPECT(ddpc_gcd_lcm(INT64_MAX, INT64_MAX, 1) == (uint64_t)INT64_MAX);
 }
 
+static void test_int_div_(void) {
+    for (int64_t a = -9; a <= 9; a++)
+        for (int64_t b = -4; b <= 4; b++)
+            if (b) EXPECT(ddpc_int_div(a, b) == a / b, "%lld / %lld", (long long)a, (long long)b);
+    EXPECT(ddpc_int_div(INT64_MIN, -1) == INT64_MIN);
+    EXPECT(ddpc_int_div(INT64_MIN, 2) == INT64_MIN / 2 && ddpc_int_div(INT64_MAX, -1) == -INT64_MAX);
+    EXPECT((int32_t)(uint32_t)ddpc_int_div(INT32_MIN, -1) == INT32_MIN);
+}
+
 int main(void) {
     test_search_sorted_();
     test_nan_keys_();
     test_cum_extreme_();
     test_gcd_lcm_();
+    test_int_div_();
     return check_finish("search");
 }
