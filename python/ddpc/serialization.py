@@ -63,6 +63,9 @@ def _encode(obj, tensors, depth=0):
     if isinstance(obj, str):
         return ["str", obj]
     if isinstance(obj, Tensor):
+        if getattr(obj, "materialize", None) is not None:  # an UninitializedParameter or UninitializedBuffer
+            raise TypeError(f"ddpc.save can't store an uninitialized tensor ({type(obj).__name__}, of a lazy "
+                            "module): run a forward pass through the module first, so it has a shape")
         tensors.append(obj)
         return ["tensor", len(tensors) - 1]
     if isinstance(obj, tuple):

@@ -25,7 +25,8 @@ __all__ = ["Module", "Parameter", "Linear", "ReLU", "GELU", "Tanh", "Sigmoid", "
            "BCEWithLogitsLoss", "L1Loss", "SmoothL1Loss", "HuberLoss", "KLDivLoss", "BatchNorm1d", "BatchNorm2d",
            "BatchNorm3d", "SyncBatchNorm",
            "ParameterList", "ParameterDict", "Unflatten", "GroupNorm", "InstanceNorm1d", "InstanceNorm2d",
-           "InstanceNorm3d", "RMSNorm", "GLU", "Softmin", "EmbeddingBag"]
+           "InstanceNorm3d", "RMSNorm", "GLU", "Softmin", "EmbeddingBag", "UninitializedParameter",
+           "UninitializedBuffer"]
 
 
 class Parameter(Tensor):
@@ -45,6 +46,51 @@ class Parameter(Tensor):
     def __reduce__(self):
         """Pickles (and deep-copies) by value as a Parameter."""
         return (Parameter, (self.detach(), self.requires_grad))
+
+
+class _UninitializedTensor:
+    """What UninitializedParameter and UninitializedBuffer share: no elements
+    until ``materialize(shape)`` gives the tensor its shape, in place."""
+
+    cls_to_become = None
+
+    def materialize(self, shape, device=None, dtype=None):
+        """Gives this tensor ``shape`` (uninitialised values) on ``device`` and of ``dtype`` (default: its own);
+        the object stays the same, so a module or list holding it sees the new shape."""
+        self._buf = empty(*shape, dtype=dtype or self.dtype, device=device or self.device)._buf
+        self.__class__ = self.cls_to_become
+
+    def __repr__(self):
+        return f"<{type(self).__name__}>"
+
+    def __reduce__(self):
+        return (type(self), (self.requires_grad, str(self.device), self.dtype))
+
+
+class UninitializedParameter(_UninitializedTensor, Parameter):
+    """A parameter of a lazy module whose shape is not known yet (as
+    torch.nn.UninitializedParameter); ``materialize`` makes it a Parameter.
+    Optimizers, DataParallel and DistributedDataParallel refuse it."""
+
+    cls_to_become = Parameter
+
+    def __init__(self, requires_grad=True, device=None, dtype=None):
+        super().__init__(empty(0, dtype=dtype, device=device), requires_grad)
+
+
+class UninitializedBuffer(_UninitializedTensor, Tensor):
+    """A buffer of a lazy module whose shape is not known yet (as
+    torch.nn.UninitializedBuffer); ``materialize`` makes it a plain tensor."""
+
+    cls_to_become = Tensor
+
+    def __init__(self, requires_grad=False, device=None, dtype=None):
+        super().__init__(empty(0, dtype=dtype, device=device)._buf, requires_grad)
+
+
+def is_lazy(tensor):
+    """Whether ``tensor`` is an UninitializedParameter or UninitializedBuffer (its shape not known yet)."""
+    return isinstance(tensor, _UninitializedTensor)
 
 
 _EXTRA_STATE = "_extra_state"
@@ -325,12 +371,13 @@ class Module:
     def state_dict(self, destination=None, prefix="", keep_vars=False):
         """Parameters and persistent buffers by dotted name (sharing storage with the module)."""
         out = OrderedDict() if destination is None else destination
+        # An uninitialized tensor stays itself, so that loading the state dict leaves a lazy module lazy.
         for name, p in self._parameters.items():
             if p is not None:
-                out[prefix + name] = p if keep_vars else p.detach()
+                out[prefix + name] = p if keep_vars or is_lazy(p) else p.detach()
         for name, b in self._buffers.items():
             if b is not None and name not in self._non_persistent:
-                out[prefix + name] = b if keep_vars else b.detach()
+                out[prefix + name] = b if keep_vars or is_lazy(b) else b.detach()
         if type(self).get_extra_state is not Module.get_extra_state:
             out[prefix + _EXTRA_STATE] = self.get_extra_state()
         for name, m in self._modules.items():
@@ -369,6 +416,7 @@ class Module:
         """
         if not hasattr(state_dict, "items"):
             raise TypeError(f"expected a dict-like state_dict, got {type(state_dict).__name__}")
+        self._materialize_from(state_dict)
         own, extra = self._tensor_state_and_extra_owners()
         own.update(dict.fromkeys(extra))
         optional = {prefix + ("." if prefix else "") + name for prefix, m in self.named_modules()
@@ -383,6 +431,9 @@ class Module:
             if not isinstance(value, Tensor):
                 errors.append(f'While copying the parameter named "{k}", expected a ddpc.Tensor but got '
                               f"{type(value).__name__}.")
+            elif is_lazy(value) != is_lazy(target):
+                errors.append(f"{k} is uninitialized in the {'checkpoint' if is_lazy(value) else 'current model'} "
+                              "and not in the other: run a forward pass through the lazy module first.")
             elif value.shape != target.shape:
                 errors.append(f"size mismatch for {k}: copying a param with shape {value.shape} from checkpoint, "
                               f"the shape in current model is {target.shape}.")
@@ -397,9 +448,19 @@ class Module:
             for k, target in own.items():
                 if k in extra and k in state_dict:
                     extra[k].set_extra_state(state_dict[k])
-                elif k in state_dict:
+                elif k in state_dict and not is_lazy(target):
                     target.copy_(state_dict[k])
         return _IncompatibleKeys(missing, unexpected)
+
+    def _materialize_from(self, state_dict):
+        """Gives each uninitialized parameter and buffer the shape of its initialized entry in state_dict."""
+        for prefix, m in self.named_modules():
+            prefix = prefix + "." if prefix else ""
+            for table in (m._parameters, m._buffers):
+                for name, t in table.items():
+                    value = state_dict.get(prefix + name)
+                    if is_lazy(t) and isinstance(value, Tensor) and not is_lazy(value):
+                        t.materialize(value.shape)
 
     # ---- conversion ---------------------------------------------------------------------
     def _apply(self, fn):
@@ -412,7 +473,9 @@ class Module:
                 if p.grad is not None:
                     p.grad = fn(p.grad)
             for name, b in m._buffers.items():
-                if b is not None:
+                if is_lazy(b):  # converted in place, staying uninitialized
+                    b._buf = fn(b.detach())._buf
+                elif b is not None:
                     m._buffers[name] = fn(b)
         return self
 

@@ -25,7 +25,7 @@ from .. import distributed as dist
 from ..autograd import Node, is_grad_enabled, no_grad, queue_callback
 from .._dtype import bfloat16, float16
 from ..tensor import Tensor, from_numpy, zeros
-from .modules import Module
+from .modules import Module, is_lazy
 
 _FIRST_BUCKET_BYTES = 1 << 20  # small first bucket: its all-reduce starts early in backward
 
@@ -161,6 +161,15 @@ def _refuse_recorded_grad(p, what):
             "and call backward() without create_graph")
 
 
+def _refuse_uninitialized(module, wrapper):
+    """Raises where a parameter or buffer of module has no shape yet: there is nothing to broadcast or replicate."""
+    lazy = [n for n, t in (*module.named_parameters(), *module.named_buffers()) if is_lazy(t)]
+    if lazy:
+        raise RuntimeError(f"Modules with uninitialized parameters can't be used with `{wrapper}` "
+                           f"({', '.join(lazy)} of lazy modules): run a dummy forward pass first to initialize "
+                           "the modules")
+
+
 class DistributedDataParallel(Module):
     """Data parallelism across processes, with PyTorch's constructor and behaviour.
 
@@ -189,6 +198,7 @@ class DistributedDataParallel(Module):
         del check_reduction, static_graph  # PyTorch's arguments that change nothing (see the docstring)
         if dim != 0:
             raise ValueError("DistributedDataParallel splits nothing (each rank brings its own batch): dim must be 0")
+        _refuse_uninitialized(module, "DistributedDataParallel")
         if bucket_cap_mb is None:
             bucket_cap_mb = 25
         if not isinstance(bucket_cap_mb, (int, float)) or bucket_cap_mb <= 0:
@@ -532,6 +542,7 @@ class DataParallel(Module):
         super().__init__()
         if dim != 0:
             raise ValueError("DataParallel scatters along dim 0 only")
+        _refuse_uninitialized(module, "DataParallel")
         if device_ids is None:
             n = _C.cuda_device_count()
             device_ids = list(range(n)) if n else ["cpu"]

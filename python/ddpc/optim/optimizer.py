@@ -8,6 +8,7 @@ fused multi-tensor _C call.
 from collections import defaultdict
 
 from ..autograd import no_grad
+from ..nn.modules import is_lazy
 from ..tensor import Tensor, zero_grads
 
 class Optimizer:
@@ -36,6 +37,10 @@ class Optimizer:
                 raise TypeError(f"optimizers can only optimize ddpc tensors, got {type(p).__name__}")
             if not p.is_leaf:
                 raise ValueError("can't optimize a non-leaf tensor")
+            if is_lazy(p):
+                raise ValueError("can't optimize an uninitialized parameter (of a lazy module, whose shape comes "
+                                 "from its first input): run a forward pass through the model before building the "
+                                 "optimizer")
             if not p.dtype.is_floating_point:
                 raise TypeError(f"can't optimize a tensor of dtype {p.dtype}")
         for k, v in self.defaults.items():
