@@ -50,7 +50,8 @@ __all__ += ["AlphaDropout", "CELU", "ChannelShuffle", "CosineEmbeddingLoss", "Ga
             "HingeEmbeddingLoss", "LogSigmoid", "MarginRankingLoss", "MultiLabelSoftMarginLoss", "MultiMarginLoss",
             "PixelShuffle", "PixelUnshuffle", "PoissonNLLLoss", "RReLU", "SELU", "Softmax2d", "SoftMarginLoss",
             "Softshrink", "Softsign", "Tanhshrink", "TripletMarginLoss", "TripletMarginWithDistanceLoss"]
-from .modules import UninitializedBuffer, UninitializedParameter
+from .modules import (CircularPad3d, ConstantPad3d, Dropout3d, FeatureAlphaDropout, ReflectionPad3d, ReplicationPad3d,
+                      UninitializedBuffer, UninitializedParameter, ZeroPad3d)
 from .lazy import (LazyBatchNorm1d, LazyBatchNorm2d, LazyBatchNorm3d, LazyConv1d, LazyConv2d, LazyConv3d,
                    LazyConvTranspose1d, LazyConvTranspose2d, LazyConvTranspose3d, LazyInstanceNorm1d,
                    LazyInstanceNorm2d, LazyInstanceNorm3d, LazyLinear)
@@ -58,6 +59,8 @@ from .lazy import (LazyBatchNorm1d, LazyBatchNorm2d, LazyBatchNorm3d, LazyConv1d
 __all__ += ["LazyBatchNorm1d", "LazyBatchNorm2d", "LazyBatchNorm3d", "LazyConv1d", "LazyConv2d", "LazyConv3d",
             "LazyConvTranspose1d", "LazyConvTranspose2d", "LazyConvTranspose3d", "LazyInstanceNorm1d",
             "LazyInstanceNorm2d", "LazyInstanceNorm3d", "LazyLinear", "UninitializedBuffer", "UninitializedParameter"]
+__all__ += ["CircularPad3d", "ConstantPad3d", "Dropout3d", "FeatureAlphaDropout", "ReflectionPad3d", "ReplicationPad3d",
+            "ZeroPad3d"]
 from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase
 
 __all__ += ["GRU", "LSTM", "RNN", "GRUCell", "LSTMCell", "RNNBase", "RNNCell", "RNNCellBase"]

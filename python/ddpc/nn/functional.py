@@ -131,21 +131,36 @@ def rrelu(input, lower=1.0 / 8, upper=1.0 / 3, training=False, inplace=False):
     return _apply(lambda t: _ag.where(t >= 0, t, t * slope), input, inplace, "rrelu_")
 
 
-def alpha_dropout(input, p=0.5, training=False, inplace=False):
-    """Dropout for SELU networks: dropped elements take SELU's negative
-    saturation value, and an affine map keeps the mean and variance of a
-    standard normal input."""
+def _alpha_dropout(name, input, p, training, inplace, noise_shape):
+    """Alpha dropout with one draw per element of ``noise_shape`` (broadcast over the input)."""
     if not 0 <= p <= 1:
         raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
     if not training or p == 0:
         return input
     if p == 1:
-        return _apply(lambda t: t * 0, input, inplace, "alpha_dropout_")
-    keep = (rand(input.shape, device=input.device) >= p).to(dtype=input.dtype)
+        return _apply(lambda t: t * 0, input, inplace, f"{name}_")
+    keep = (rand(noise_shape, device=input.device) >= p).to(dtype=input.dtype)
     alpha = _SELU_ALPHA * _SELU_SCALE
     a = ((1 - p) * (1 + p * alpha * alpha)) ** -0.5
     shift = (keep - 1) * (alpha * a) + alpha * a * p
-    return _apply(lambda t: t * (keep * a) + shift, input, inplace, "alpha_dropout_")
+    return _apply(lambda t: t * (keep * a) + shift, input, inplace, f"{name}_")
+
+
+def alpha_dropout(input, p=0.5, training=False, inplace=False):
+    """Dropout for SELU networks: dropped elements take SELU's negative
+    saturation value, and an affine map keeps the mean and variance of a
+    standard normal input."""
+    return _alpha_dropout("alpha_dropout", input, p, training, inplace, input.shape)
+
+
+def feature_alpha_dropout(input, p=0.5, training=False, inplace=False):
+    """Alpha dropout of whole channels: one draw per (dim 0, dim 1) pair, as
+    PyTorch takes an input of at least 2 dims (an unbatched one too)."""
+    if not isinstance(input, Tensor) or input.ndim < 2:
+        raise ValueError(f"feature_alpha_dropout: expected an input of at least 2 dims, got "
+                         f"{getattr(input, 'shape', type(input).__name__)}")
+    return _alpha_dropout("feature_alpha_dropout", input, p, training, inplace,
+                          tuple(input.shape[:2]) + (1,) * (input.ndim - 2))
 
 
 def dropout(input, p=0.5, training=True, inplace=False):
@@ -637,8 +652,8 @@ def adaptive_max_pool3d(input, output_size, return_indices=False):
 
 # ---- padding, resampling, channel dropout and distances ------------------------------------
 
-__all__ += ["cosine_similarity", "dropout1d", "dropout2d", "interpolate", "pad", "pairwise_distance", "prelu",
-            "threshold"]
+__all__ += ["cosine_similarity", "dropout1d", "dropout2d", "dropout3d", "interpolate", "pad", "pairwise_distance",
+            "prelu", "threshold"]
 
 pad = _conv.pad
 interpolate = _upsample.interpolate
@@ -693,6 +708,13 @@ def dropout2d(input, p=0.5, training=True, inplace=False):
                       "shape (C, H, W). To maintain the 1D channel-wise dropout behavior, please switch to using "
                       "dropout1d instead.", stacklevel=2)
     return _channel_dropout("dropout2d", input, p, training, inplace, (3, 4), None)
+
+
+def dropout3d(input, p=0.5, training=True, inplace=False):
+    """Zeroes whole channels of (N, C, D, H, W) or (C, D, H, W) ``input``
+    (PyTorch takes inputs of other sizes with a deprecation warning; ddpc
+    refuses them)."""
+    return _channel_dropout("dropout3d", input, p, training, inplace, (4, 5), 4)
 
 
 def cosine_similarity(x1, x2, dim=1, eps=1e-8):
@@ -777,11 +799,11 @@ def channel_shuffle(input, groups):
     return x.transpose(1, 2).reshape(input.shape)
 
 
-__all__ += ["alpha_dropout", "celu", "channel_shuffle", "cosine_embedding_loss", "gaussian_nll_loss", "hardshrink",
-            "hinge_embedding_loss", "logsigmoid", "margin_ranking_loss", "multi_margin_loss",
-            "multilabel_soft_margin_loss", "normalize", "one_hot", "pixel_shuffle", "pixel_unshuffle",
-            "poisson_nll_loss", "rrelu", "selu", "soft_margin_loss", "softshrink", "softsign", "tanhshrink",
-            "triplet_margin_loss", "triplet_margin_with_distance_loss"]
+__all__ += ["alpha_dropout", "celu", "channel_shuffle", "cosine_embedding_loss", "feature_alpha_dropout",
+            "gaussian_nll_loss", "hardshrink", "hinge_embedding_loss", "logsigmoid", "margin_ranking_loss",
+            "multi_margin_loss", "multilabel_soft_margin_loss", "normalize", "one_hot", "pixel_shuffle",
+            "pixel_unshuffle", "poisson_nll_loss", "rrelu", "selu", "soft_margin_loss", "softshrink", "softsign",
+            "tanhshrink", "triplet_margin_loss", "triplet_margin_with_distance_loss"]
 
 
 # ---- normalisation over groups and gated activations ----------------------------------------

@@ -1508,6 +1508,14 @@ class AlphaDropout(Dropout):
         return F.alpha_dropout(input, self.p, self.training, self.inplace)
 
 
+class FeatureAlphaDropout(Dropout):
+    """Alpha dropout of whole channels (F.feature_alpha_dropout): dims 0 and 1
+    of the input are taken as (N, C)."""
+
+    def forward(self, input):
+        return F.feature_alpha_dropout(input, self.p, self.training, self.inplace)
+
+
 class Flatten(Module):
     def __init__(self, start_dim=1, end_dim=-1):
         super().__init__()
@@ -2053,10 +2061,11 @@ class Softmin(Module):
 
 # ---- padding, resampling, channel dropout and distances ------------------------------------
 
-__all__ += ["ZeroPad1d", "ZeroPad2d", "ConstantPad1d", "ConstantPad2d", "ReflectionPad1d", "ReflectionPad2d",
-            "ReplicationPad1d", "ReplicationPad2d", "CircularPad1d", "CircularPad2d", "PReLU", "Threshold",
-            "Dropout1d", "Dropout2d", "CosineSimilarity", "PairwiseDistance", "Upsample",
-            "UpsamplingBilinear2d", "UpsamplingNearest2d"]
+__all__ += ["ZeroPad1d", "ZeroPad2d", "ZeroPad3d", "ConstantPad1d", "ConstantPad2d", "ConstantPad3d",
+            "ReflectionPad1d", "ReflectionPad2d", "ReflectionPad3d", "ReplicationPad1d", "ReplicationPad2d",
+            "ReplicationPad3d", "CircularPad1d", "CircularPad2d", "CircularPad3d", "PReLU", "Threshold",
+            "Dropout1d", "Dropout2d", "Dropout3d", "FeatureAlphaDropout", "CosineSimilarity", "PairwiseDistance",
+            "Upsample", "UpsamplingBilinear2d", "UpsamplingNearest2d"]
 
 
 class _PadNd(Module):
@@ -2123,6 +2132,26 @@ class CircularPad2d(_PadNd):
     _dims, _mode = 2, "circular"
 
 
+class ConstantPad3d(ConstantPad1d):
+    _dims = 3
+
+
+class ZeroPad3d(_PadNd):
+    _dims = 3
+
+
+class ReflectionPad3d(_PadNd):
+    _dims, _mode = 3, "reflect"
+
+
+class ReplicationPad3d(_PadNd):
+    _dims, _mode = 3, "replicate"
+
+
+class CircularPad3d(_PadNd):
+    _dims, _mode = 3, "circular"
+
+
 class PReLU(Module):
     """max(0, x) + weight * min(0, x), one learnt slope or one per channel (initialised to ``init``)."""
 
@@ -2162,6 +2191,13 @@ class Dropout2d(Dropout):
 
     def forward(self, input):
         return F.dropout2d(input, self.p, self.training, self.inplace)
+
+
+class Dropout3d(Dropout):
+    """Zeroes whole channels of (N, C, D, H, W) or (C, D, H, W) inputs in training mode."""
+
+    def forward(self, input):
+        return F.dropout3d(input, self.p, self.training, self.inplace)
 
 
 class CosineSimilarity(Module):
