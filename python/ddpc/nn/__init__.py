@@ -50,7 +50,8 @@ __all__ += ["AlphaDropout", "CELU", "ChannelShuffle", "CosineEmbeddingLoss", "Ga
             "HingeEmbeddingLoss", "LogSigmoid", "MarginRankingLoss", "MultiLabelSoftMarginLoss", "MultiMarginLoss",
             "PixelShuffle", "PixelUnshuffle", "PoissonNLLLoss", "RReLU", "SELU", "Softmax2d", "SoftMarginLoss",
             "Softshrink", "Softsign", "Tanhshrink", "TripletMarginLoss", "TripletMarginWithDistanceLoss"]
-from .modules import (CircularPad3d, ConstantPad3d, Dropout3d, FeatureAlphaDropout, ReflectionPad3d, ReplicationPad3d,
+from .modules import (CircularPad3d, ConstantPad3d, CrossMapLRN2d, Dropout3d, FeatureAlphaDropout, LocalResponseNorm,
+                      LPPool1d, LPPool2d, LPPool3d, MultiLabelMarginLoss, ReflectionPad3d, ReplicationPad3d,
                       UninitializedBuffer, UninitializedParameter, ZeroPad3d)
 from .lazy import (LazyBatchNorm1d, LazyBatchNorm2d, LazyBatchNorm3d, LazyConv1d, LazyConv2d, LazyConv3d,
                    LazyConvTranspose1d, LazyConvTranspose2d, LazyConvTranspose3d, LazyInstanceNorm1d,
@@ -61,6 +62,7 @@ __all__ += ["LazyBatchNorm1d", "LazyBatchNorm2d", "LazyBatchNorm3d", "LazyConv1d
             "LazyInstanceNorm2d", "LazyInstanceNorm3d", "LazyLinear", "UninitializedBuffer", "UninitializedParameter"]
 __all__ += ["CircularPad3d", "ConstantPad3d", "Dropout3d", "FeatureAlphaDropout", "ReflectionPad3d", "ReplicationPad3d",
             "ZeroPad3d"]
+__all__ += ["CrossMapLRN2d", "LocalResponseNorm", "LPPool1d", "LPPool2d", "LPPool3d", "MultiLabelMarginLoss"]
 from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase
 
 __all__ += ["GRU", "LSTM", "RNN", "GRUCell", "LSTMCell", "RNNBase", "RNNCell", "RNNCellBase"]

@@ -158,3 +158,26 @@ def multi_margin_loss(input, target, p, margin, weight, reduction):
 def _log_sigmoid(x):
     """log(sigmoid(x)) as -softplus(-x), which neither overflows nor loses small values."""
     return -_ag.softplus(-x, 1.0, math.inf)
+
+
+def multilabel_margin_loss(input, target, reduction):
+    """For each sample of (N, C) or (C,) ``input``: the sum over its target
+    classes j (the leading entries of ``target`` before the first -1) and
+    the classes i that are not targets of max(0, 1 - (x[j] - x[i])), over C."""
+    _tensors("multilabel_margin_loss", input, target)
+    if input.ndim not in (1, 2) or target.shape != input.shape or input.shape[-1] == 0:
+        raise ValueError(f"multilabel_margin_loss: expected a non-empty (N, C) or (C,) input and a target of its "
+                         f"shape, got {input.shape} and {target.shape}")
+    if target.dtype.is_floating_point:
+        raise TypeError(f"multilabel_margin_loss: the target holds class indices, got dtype {target.dtype}")
+    c = input.shape[-1]
+    rows, labels = input.reshape(-1, c), target.reshape(-1, c)
+    listed = (labels == -1).long().cumsum(1) == 0  # the entries before the first -1
+    if bool((listed & ((labels < 0) | (labels >= c))).any()):
+        raise ValueError(f"multilabel_margin_loss: target class out of range [0, {c})")
+    classes = labels.masked_fill(~listed, 0)  # entries past the list may hold anything: they point at class 0
+    listed = listed.to(rows.dtype)
+    others = 1 - (zeros_like(rows).scatter_add(1, classes, listed) > 0).to(rows.dtype)
+    margins = (1 - rows.gather(1, classes).unsqueeze(2) + rows.unsqueeze(1)).clamp_min(0)  # (N, target, class)
+    loss = (margins * listed.unsqueeze(2) * others.unsqueeze(1)).sum((1, 2)) / c
+    return _reduce(loss.reshape(target.shape[:-1]), reduction)

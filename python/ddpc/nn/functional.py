@@ -490,6 +490,10 @@ def multilabel_soft_margin_loss(input, target, weight=None, size_average=None, r
                                                _legacy_reduction(size_average, reduce, reduction))
 
 
+def multilabel_margin_loss(input, target, size_average=None, reduce=None, reduction="mean"):
+    return _losses.multilabel_margin_loss(input, target, _legacy_reduction(size_average, reduce, reduction))
+
+
 def multi_margin_loss(input, target, p=1, margin=1.0, weight=None, size_average=None, reduce=None, reduction="mean"):
     return _losses.multi_margin_loss(input, target, p, margin, weight,
                                      _legacy_reduction(size_average, reduce, reduction))
@@ -506,8 +510,9 @@ embedding_bag = _embedding_bag.embedding_bag
 
 __all__ += ["adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d", "adaptive_max_pool1d",
             "adaptive_max_pool2d", "adaptive_max_pool3d", "avg_pool1d", "avg_pool2d", "avg_pool3d", "conv1d",
-            "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "fold", "max_pool1d",
-            "max_pool2d", "max_pool3d", "max_unpool1d", "max_unpool2d", "max_unpool3d", "unfold"]
+            "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "fold",
+            "local_response_norm", "lp_pool1d", "lp_pool2d", "lp_pool3d", "max_pool1d", "max_pool2d", "max_pool3d",
+            "max_unpool1d", "max_unpool2d", "max_unpool3d", "unfold"]
 
 
 def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
@@ -611,6 +616,57 @@ def avg_pool3d(input, kernel_size, stride=None, padding=0, ceil_mode=False, coun
     or its sum over ``divisor_override``."""
     return _conv.avg_pool("avg_pool3d", 3, input, kernel_size, stride, padding, ceil_mode, count_include_pad,
                           divisor_override)
+
+
+def _lp_pool(dims, input, norm_type, kernel_size, stride, ceil_mode):
+    """(sum over each window of x^p)^(1/p), as PyTorch computes it: the mean
+    of x^p times the window size; p = +-inf is the largest (smallest) |x|."""
+    if norm_type == 0:
+        raise ValueError(f"norm_type must be a non-zero value, but got {norm_type}")
+    if math.isinf(norm_type):
+        max_pool = (max_pool1d, max_pool2d, max_pool3d)[dims - 1]
+        sign = 1 if norm_type > 0 else -1
+        return sign * max_pool(sign * input.abs(), kernel_size, stride, 0, 1, ceil_mode)
+    avg_pool = (avg_pool1d, avg_pool2d, avg_pool3d)[dims - 1]
+    out = avg_pool(input.pow(norm_type), kernel_size, stride, 0, ceil_mode)
+    window = math.prod(_conv.as_tuple(kernel_size, dims, "kernel_size"))
+    return (_ag.sign(out) * _ag.relu(out.abs())).mul(window).pow(1.0 / norm_type)
+
+
+def lp_pool1d(input, norm_type, kernel_size, stride=None, ceil_mode=False):
+    """The p-norm (p = ``norm_type``) of each window of (N, C, L) or (C, L) ``input``."""
+    return _lp_pool(1, input, norm_type, kernel_size, stride, ceil_mode)
+
+
+def lp_pool2d(input, norm_type, kernel_size, stride=None, ceil_mode=False):
+    """The p-norm (p = ``norm_type``) of each window of (N, C, H, W) or (C, H, W) ``input``."""
+    return _lp_pool(2, input, norm_type, kernel_size, stride, ceil_mode)
+
+
+def lp_pool3d(input, norm_type, kernel_size, stride=None, ceil_mode=False):
+    """The p-norm (p = ``norm_type``) of each window of (N, C, D, H, W) or (C, D, H, W) ``input``."""
+    return _lp_pool(3, input, norm_type, kernel_size, stride, ceil_mode)
+
+
+def _channel_window_mean(input, before, after):
+    """The mean over channels c - before .. c + after (dim 1; channels past
+    either end count as zeros) of (N, C, ...) ``input``: an average pool of
+    its channels as the depth of one (N, 1, C, rest, 1) volume."""
+    n, c = input.shape[:2]
+    volume = pad(input.reshape(n, 1, c, -1, 1), (0, 0, 0, 0, before, after))
+    return avg_pool3d(volume, (before + after + 1, 1, 1), stride=1).reshape(input.shape)
+
+
+def local_response_norm(input, size, alpha=1e-4, beta=0.75, k=1.0):
+    """x / (k + alpha * mean of x^2 over ``size`` neighbouring channels)^beta
+    for (N, C, ...) ``input``, the window from c - size // 2 to
+    c + (size - 1) // 2, as PyTorch's."""
+    if input.ndim < 3:
+        raise ValueError(f"Expected 3D or higher dimensionality input (got {input.ndim} dimensions)")
+    if input.numel() == 0:
+        return input
+    div = _channel_window_mean(input * input, size // 2, (size - 1) // 2)
+    return input / (div * alpha + k).pow(beta)
 
 
 def adaptive_avg_pool1d(input, output_size):
@@ -801,9 +857,9 @@ def channel_shuffle(input, groups):
 
 __all__ += ["alpha_dropout", "celu", "channel_shuffle", "cosine_embedding_loss", "feature_alpha_dropout",
             "gaussian_nll_loss", "hardshrink", "hinge_embedding_loss", "logsigmoid", "margin_ranking_loss",
-            "multi_margin_loss", "multilabel_soft_margin_loss", "normalize", "one_hot", "pixel_shuffle",
-            "pixel_unshuffle", "poisson_nll_loss", "rrelu", "selu", "soft_margin_loss", "softshrink", "softsign",
-            "tanhshrink", "triplet_margin_loss", "triplet_margin_with_distance_loss"]
+            "multi_margin_loss", "multilabel_margin_loss", "multilabel_soft_margin_loss", "normalize", "one_hot",
+            "pixel_shuffle", "pixel_unshuffle", "poisson_nll_loss", "rrelu", "selu", "soft_margin_loss", "softshrink",
+            "softsign", "tanhshrink", "triplet_margin_loss", "triplet_margin_with_distance_loss"]
 
 
 # ---- normalisation over groups and gated activations ----------------------------------------

@@ -12,7 +12,7 @@ import warnings
 from collections import OrderedDict, namedtuple
 
 from ..autograd import RemovableHandle, no_grad
-from ..tensor import Tensor, empty, full, parse_to_args, zero_grads
+from ..tensor import Tensor, arange, empty, full, parse_to_args, zero_grads
 from .._dtype import get_dtype, ordinal
 from . import _conv, _embedding_bag
 from . import functional as F
@@ -908,6 +908,36 @@ class AvgPool3d(AvgPool2d):
     def forward(self, input):
         return F.avg_pool3d(input, self.kernel_size, self.stride, self.padding, self.ceil_mode,
                             self.count_include_pad, self.divisor_override)
+
+
+class _LPPoolNd(Module):
+    """The p-norm (p = ``norm_type``) of each window (F.lp_pool1d/2d/3d)."""
+
+    _dims = 0
+
+    def __init__(self, norm_type, kernel_size, stride=None, ceil_mode=False):
+        super().__init__()
+        self.norm_type, self.kernel_size, self.stride, self.ceil_mode = norm_type, kernel_size, stride, ceil_mode
+
+    def forward(self, input):
+        lp_pool = (F.lp_pool1d, F.lp_pool2d, F.lp_pool3d)[self._dims - 1]
+        return lp_pool(input, float(self.norm_type), self.kernel_size, self.stride, self.ceil_mode)
+
+    def extra_repr(self):
+        return (f"norm_type={self.norm_type}, kernel_size={self.kernel_size}, stride={self.stride}, "
+                f"ceil_mode={self.ceil_mode}")
+
+
+class LPPool1d(_LPPoolNd):
+    _dims = 1
+
+
+class LPPool2d(_LPPoolNd):
+    _dims = 2
+
+
+class LPPool3d(_LPPoolNd):
+    _dims = 3
 
 
 class _AdaptivePoolNd(Module):
@@ -1846,6 +1876,11 @@ class MultiLabelSoftMarginLoss(_WeightedLoss):
         return F.multilabel_soft_margin_loss(input, target, weight=self.weight, reduction=self.reduction)
 
 
+class MultiLabelMarginLoss(_Loss):
+    def forward(self, input, target):
+        return F.multilabel_margin_loss(input, target, reduction=self.reduction)
+
+
 class MultiMarginLoss(_WeightedLoss):
     def __init__(self, p=1, margin=1.0, weight=None, size_average=None, reduce=None, reduction="mean"):
         super().__init__(weight, size_average, reduce, reduction)
@@ -2016,6 +2051,43 @@ class InstanceNorm2d(_InstanceNorm):
 
 class InstanceNorm3d(_InstanceNorm):
     _dims = (4, 5)
+
+
+class LocalResponseNorm(Module):
+    """Normalises each channel by its neighbours' mean square (F.local_response_norm)."""
+
+    def __init__(self, size, alpha=1e-4, beta=0.75, k=1.0):
+        super().__init__()
+        self.size, self.alpha, self.beta, self.k = size, alpha, beta, k
+
+    def forward(self, input):
+        return F.local_response_norm(input, self.size, self.alpha, self.beta, self.k)
+
+    def extra_repr(self):
+        return f"{self.size}, alpha={self.alpha}, beta={self.beta}, k={self.k}"
+
+
+class CrossMapLRN2d(LocalResponseNorm):
+    """PyTorch's legacy cross-channel LRN of (N, C, H, W) inputs:
+    x * (k + alpha / size * S)^-beta, S the sum of squares over channels
+    c - h .. c + h (h = (size - 1) // 2), computed as PyTorch computes it: its
+    running sum over the channels never takes channel 0's square out again,
+    so from channel h + 1 on S also holds it. The gradient is the derivative
+    of that output (PyTorch's own backward formula is not, and fails
+    gradcheck), so gradients differ from PyTorch's."""
+
+    def __init__(self, size, alpha=1e-4, beta=0.75, k=1):
+        super().__init__(size, alpha, beta, k)
+
+    def forward(self, input):
+        if input.ndim != 4:
+            raise ValueError(f"CrossMapLRN2d: Expected input to be 4D, got {input.ndim}D instead.")
+        h = (self.size - 1) // 2
+        squares = input * input
+        window = F._channel_window_mean(squares, h, h) * (2 * h + 1)
+        past_the_first = (arange(input.shape[1], device=input.device) > h).to(input.dtype).reshape(1, -1, 1, 1)
+        scale = (window + squares.narrow(1, 0, 1) * past_the_first) * (self.alpha / self.size) + self.k
+        return input * scale.pow(-self.beta)
 
 
 class RMSNorm(Module):
