@@ -63,6 +63,9 @@ __all__ += ["LazyBatchNorm1d", "LazyBatchNorm2d", "LazyBatchNorm3d", "LazyConv1d
 __all__ += ["CircularPad3d", "ConstantPad3d", "Dropout3d", "FeatureAlphaDropout", "ReflectionPad3d", "ReplicationPad3d",
             "ZeroPad3d"]
 __all__ += ["CrossMapLRN2d", "LocalResponseNorm", "LPPool1d", "LPPool2d", "LPPool3d", "MultiLabelMarginLoss"]
+from .adaptive import AdaptiveLogSoftmaxWithLoss
+
+__all__ += ["AdaptiveLogSoftmaxWithLoss"]
 from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase
 
 __all__ += ["GRU", "LSTM", "RNN", "GRUCell", "LSTMCell", "RNNBase", "RNNCell", "RNNCellBase"]
