@@ -140,3 +140,14 @@ def test_cuda_matches_the_host():
     for (lh, gh), (ld, gd) in zip(results[:2], results[2:]):
         assert ld == pytest.approx(lh, rel=1e-5)
         np.testing.assert_allclose(gd, gh, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.gpu
+def test_cuda_refuses_the_labels_the_host_refuses():
+    lp = F.log_softmax(ddpc.randn(4, 2, 3), 2).cuda()
+    with pytest.raises(ValueError, match="target label 5 is not a class"):
+        F.ctc_loss(lp, ddpc.tensor([[1, 5], [2, 1]]).cuda(), [4, 4], [2, 2])
+    with pytest.raises(ValueError, match="target label 0 is not a class .* other than the blank 0"):
+        F.ctc_loss(lp, ddpc.tensor([[1, 0], [2, 1]]).cuda(), [4, 4], [2, 2])
+    # the blank as padding, past the target lengths, is not a label
+    F.ctc_loss(lp, ddpc.tensor([[1, 0], [2, 1]]).cuda(), [4, 4], [1, 2])

@@ -3363,9 +3363,14 @@ def ctc_nll(log_probs, targets, input_lengths, target_lengths, blank=0, zero_inf
             used = np.arange(targets.shape[1]) < np.asarray(tlen, np.int64)[:, None]
         else:
             used = np.arange(targets.shape[0]) < builtins.sum(tlen)
-        low, high = _range_of(where(_host_tensor(used.reshape(-1), log_probs.device, uint8), flat, 0))
-        if low < 0 or high >= C:
-            raise ValueError(f"ctc_loss: target label {low if low < 0 else high} is not a class in [0, {C})")
+        used = _host_tensor(used.reshape(-1), log_probs.device, uint8)
+        labels = where(used, flat, 0)
+        blanks = sum(logical_and(used, flat == int(blank)))
+        low, high, n_blank = stack([amin(labels), amax(labels), blanks]).cpu().numpy().tolist()  # one read
+        if low < 0 or high >= C or n_blank:
+            label = low if low < 0 else high if high >= C else int(blank)
+            raise ValueError(f"ctc_loss: target label {label} is not a class in [0, {C}) other than the blank "
+                             f"{int(blank)}")
     args = (flat._buf,) + tuple(_host_tensor(np.asarray(v, np.int64), log_probs.device)._buf
                                 for v in (offsets, tlen, ilen)) + (int(blank),)
     lp = log_probs.detach().contiguous()
