@@ -2,6 +2,7 @@
 get_submodule/get_parameter/get_buffer, dtype casts and extra state."""
 
 import copy
+import math
 
 import numpy as np
 import pytest
@@ -317,3 +318,15 @@ def test_functional_call_buffers_ties_and_errors():
     with pytest.raises(ValueError, match="more than one"):
         ddpc.func.functional_call(nn.Linear(2, 2), ({"weight": w}, {"weight": w}), ddpc.ones(1, 2))
     assert ddpc.nn.utils.stateless.functional_call is ddpc.func.functional_call
+
+
+def test_transposed_convolution_draws_its_weight_once():
+    ddpc.manual_seed(3)
+    layer = nn.ConvTranspose2d(4, 6, 3)
+    ddpc.manual_seed(3)
+    weight = ddpc.empty(4, 6, 3, 3)
+    nn.init.kaiming_uniform_(weight, a=math.sqrt(5))
+    bias = ddpc.empty(6)
+    nn.init.uniform_(bias, -1 / math.sqrt(6 * 9), 1 / math.sqrt(6 * 9))
+    np.testing.assert_array_equal(layer.weight.detach().numpy(), weight.numpy())
+    np.testing.assert_array_equal(layer.bias.detach().numpy(), bias.numpy())

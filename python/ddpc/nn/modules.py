@@ -674,6 +674,9 @@ class _ConvNd(Module):
 
     def reset_parameters(self):
         init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        self._reset_bias()
+
+    def _reset_bias(self):
         if self.bias is not None:
             fan_in = self.weight.shape[1] * math.prod(self.kernel_size)
             bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0
@@ -739,9 +742,9 @@ class _ConvTransposeNd(_ConvNd):
                          padding_mode, device, dtype)
         self.in_channels, self.out_channels = int(in_channels), int(out_channels)
         self.output_padding = _conv.as_tuple(output_padding, self._dims, "output_padding")
-        if bias:
+        if bias:  # the weight is drawn already: only the bias now, as after PyTorch's one reset
             self.bias = Parameter(empty(self.out_channels, dtype=dtype, device=device))
-            self.reset_parameters()
+            self._reset_bias()
 
     def _output_padding(self, input, output_size):
         if output_size is None:
