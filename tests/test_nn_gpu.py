@@ -116,3 +116,14 @@ def test_assignment_through_indices_on_cuda_matches_cpu():
         x.transpose(0, 2)[1].mul_(3)  # written back through the copy
         results.append(x.cpu().numpy())
     np.testing.assert_array_equal(results[0], results[1])
+
+
+def test_pointwise_loss_reductions_over_millions_of_elements_match_the_host():
+    rng = np.random.default_rng(11)
+    x, y = rng.uniform(0.05, 0.95, (2, 3_000_001))
+    for dt, rtol in ((ddpc.float64, 1e-12), (ddpc.float32, 1e-5)):
+        for loss in (F.mse_loss, F.l1_loss, F.binary_cross_entropy, F.binary_cross_entropy_with_logits):
+            for reduction in ("mean", "sum"):
+                got, want = (loss(ddpc.tensor(x, dtype=dt, device=d), ddpc.tensor(y, dtype=dt, device=d),
+                                  reduction=reduction).item() for d in ("cuda", "cpu"))
+                assert got == pytest.approx(want, rel=rtol), (loss.__name__, reduction, dt)

@@ -3719,8 +3719,19 @@ def pointwise_loss(kind, input, target, reduction="mean", p=0.0, weight=None, po
     y = target.detach() if target.dtype is x.dtype else target.detach().to(dtype=x.dtype)
     if pos_weight is not None:
         pos_weight = expand(pos_weight if pos_weight.dtype is x.dtype else pos_weight.to(dtype=x.dtype), x.shape)
-    out = _empty(x.shape if red == 0 else (), x)
-    _C.loss(kind, out._buf, x._buf, y._buf, None if pos_weight is None else pos_weight._buf, float(p), red)
+    pw = None if pos_weight is None else pos_weight._buf
+    if red and x._buf.device >= 0:
+        # On a GPU the fused reduction runs in one block: the elementwise losses,
+        # then the device-wide sum, use the whole GPU.
+        each = _empty(x.shape, x)
+        _C.loss(kind, each._buf, x._buf, y._buf, pw, float(p), 0)
+        out = _empty((), x)
+        _C.sum(out._buf, each._buf)
+        if red == 1:
+            _C.scalar(_DIV, out._buf, out._buf, float(x.numel()))
+    else:
+        out = _empty(x.shape if red == 0 else (), x)
+        _C.loss(kind, out._buf, x._buf, y._buf, pw, float(p), red)
     if _needs_grad(input, target):
         _attach(out, _PointwiseLossBackward(input, target, kind, x, y, pos_weight, float(p), red))
     return out
