@@ -85,6 +85,26 @@ def run(opt, params, steps):
         opt.step()
 
 
+def assert_state_dict_round_trip_continues(make_optimizer):
+    """An optimizer rebuilt from another's state_dict after 3 steps takes the
+    same next 3 steps (make_optimizer(params) builds one)."""
+    a = make_params()
+    b = [ddpc.tensor(p.detach().numpy().copy(), requires_grad=True) for p in a]
+    opt_a = make_optimizer(a)
+    run(opt_a, a, 3)
+    opt_b = make_optimizer(b)
+    for p, q in zip(a, b):
+        q.data.copy_(p.detach())
+    opt_b.load_state_dict(opt_a.state_dict())
+    for opt, params in ((opt_a, a), (opt_b, b)):
+        for step in range(3, 6):
+            for p, g in zip(params, grads_for(step, params)):
+                p.grad = ddpc.tensor(g)
+            opt.step()
+    for p, q in zip(a, b):
+        np.testing.assert_array_equal(p.detach().numpy(), q.detach().numpy())
+
+
 @pytest.mark.parametrize("kw", [
     dict(lr=0.1),
     dict(lr=0.1, weight_decay=0.01),

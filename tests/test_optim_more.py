@@ -7,7 +7,7 @@ import pytest
 
 import ddpc
 from ddpc import optim
-from test_optim import grads_for, make_params, run
+from test_optim import assert_state_dict_round_trip_continues, grads_for, make_params, run
 
 
 def numpy_rprop(start, steps, lr=1e-2, etas=(0.5, 1.2), step_sizes=(1e-6, 50)):
@@ -149,21 +149,7 @@ def test_lbfgs_first_iteration_is_a_scaled_gradient_step():
 @pytest.mark.parametrize("name,kw", [("Rprop", dict(lr=0.05)), ("ASGD", dict(t0=2)), ("Adafactor", {}),
                                      ("Adafactor", dict(weight_decay=0.1))])
 def test_state_dict_round_trip_continues_identically(name, kw):
-    a = make_params()
-    b = [ddpc.tensor(p.detach().numpy().copy(), requires_grad=True) for p in a]
-    opt_a = getattr(optim, name)(a, **kw)
-    run(opt_a, a, 3)
-    opt_b = getattr(optim, name)(b, **kw)
-    for p, q in zip(a, b):
-        q.data.copy_(p.detach())
-    opt_b.load_state_dict(opt_a.state_dict())
-    for opt, params in ((opt_a, a), (opt_b, b)):
-        for step in range(3, 6):
-            for p, g in zip(params, grads_for(step, params)):
-                p.grad = ddpc.tensor(g)
-            opt.step()
-    for p, q in zip(a, b):
-        np.testing.assert_array_equal(p.detach().numpy(), q.detach().numpy())
+    assert_state_dict_round_trip_continues(lambda params: getattr(optim, name)(params, **kw))
 
 
 def test_lbfgs_state_dict_round_trip_continues_identically():

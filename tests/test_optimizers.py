@@ -10,7 +10,7 @@ import pytest
 
 import ddpc
 from ddpc import _C, optim
-from test_optim import ROUND16, exact, grads_for, make_params, run, ulps16
+from test_optim import ROUND16, assert_state_dict_round_trip_continues, exact, grads_for, make_params, run, ulps16
 
 
 def reference(name, start, steps, rnd=exact, lr=None, weight_decay=0.0, maximize=False, **kw):
@@ -154,21 +154,7 @@ def test_one_fused_call_per_group(monkeypatch):
 
 @pytest.mark.parametrize("name,kw", CASES[1::2], ids=IDS[1::2])
 def test_state_dict_round_trip_continues_identically(name, kw):
-    a, b = make_params(), None
-    b = [ddpc.tensor(p.detach().numpy().copy(), requires_grad=True) for p in a]
-    opt_a = getattr(optim, name)(a, **kw)
-    run(opt_a, a, 3)
-    opt_b = getattr(optim, name)(b, **kw)
-    for p, q in zip(a, b):
-        q.data.copy_(p.detach())
-    opt_b.load_state_dict(opt_a.state_dict())
-    for opt, params in ((opt_a, a), (opt_b, b)):
-        for step in range(3, 6):
-            for p, g in zip(params, grads_for(step, params)):
-                p.grad = ddpc.tensor(g)
-            opt.step()
-    for p, q in zip(a, b):
-        np.testing.assert_array_equal(p.detach().numpy(), q.detach().numpy())
+    assert_state_dict_round_trip_continues(lambda params: getattr(optim, name)(params, **kw))
 
 
 def test_adagrad_state_exists_from_construction():
