@@ -1391,12 +1391,12 @@ def masked_fill(x, mask, value):
     return where(mask, value, x)
 
 
-def lerp(start, end, weight):
-    """start + weight * (end - start), as PyTorch computes it: from end's side where weight >= 0.5."""
-    d = sub(end, start)
+def lerp(input, end, weight):
+    """input + weight * (end - input), as PyTorch computes it: from end's side where weight >= 0.5."""
+    d = sub(end, input)
     if isinstance(weight, numbers.Number):
-        return add(start, mul(d, weight)) if builtins.abs(weight) < 0.5 else sub(end, mul(d, 1 - weight))
-    return where(abs(weight.detach()) < 0.5, add(start, mul(weight, d)), sub(end, mul(d, rsub(weight, 1))))
+        return add(input, mul(d, weight)) if builtins.abs(weight) < 0.5 else sub(end, mul(d, 1 - weight))
+    return where(abs(weight.detach()) < 0.5, add(input, mul(weight, d)), sub(end, mul(d, rsub(weight, 1))))
 
 
 def addcmul(input, tensor1, tensor2, value=1):

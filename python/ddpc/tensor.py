@@ -1546,7 +1546,8 @@ def eye(n, m=None, dtype=None, device=None, requires_grad=False):
 
 
 def full_like(input, fill_value, dtype=None, device=None, requires_grad=False):
-    return full(input.shape, fill_value, dtype=dtype or input.dtype, device=device or input.device, requires_grad=requires_grad)
+    return full(input.shape, fill_value, dtype=dtype or input.dtype, device=device or input.device,
+                requires_grad=requires_grad)
 
 
 def rand_like(input, dtype=None, device=None, requires_grad=False):
@@ -1693,22 +1694,32 @@ def cat(tensors, dim=0):
 
 
 # ---- top-level forms of Tensor methods (torch.flatten, torch.numel, ...) ----
-def _method_form(name):
-    """The function ``name(input, *args, **kwargs)``: input's method of that name."""
-    def fn(input, *args, **kwargs):
-        if not isinstance(input, Tensor):
-            raise TypeError(f"{name}() takes a ddpc.Tensor first, got {type(input).__name__}")
-        return getattr(input, name)(*args, **kwargs)
+def _method_of(input, name):
+    if not isinstance(input, Tensor):
+        raise TypeError(f"{name}() takes a ddpc.Tensor first, got {type(input).__name__}")
+    return getattr(input, name)
 
+
+def _named(fn, name):
     fn.__name__ = fn.__qualname__ = name
     fn.__doc__ = f"``input.{name}(...)``: see ddpc.Tensor.{name}."
     return fn
 
 
-(eq, ne, gt, ge, lt, le, narrow, t, detach, movedim, moveaxis, swapaxes, swapdims, softmax, log_softmax,
- is_floating_point) = map(_method_form, ("eq", "ne", "gt", "ge", "lt", "le", "narrow", "t", "detach", "movedim",
-                                         "moveaxis", "swapaxes", "swapdims", "softmax", "log_softmax",
-                                         "is_floating_point"))
+def _method_form(name):
+    """The function ``name(input, *args, **kwargs)``: input's method of that name."""
+    return _named(lambda input, *args, **kwargs: _method_of(input, name)(*args, **kwargs), name)
+
+
+def _comparison_form(name):
+    """The function ``name(input, other)``: input's comparison of that name."""
+    return _named(lambda input, other: _method_of(input, name)(other), name)
+
+
+eq, ne, gt, ge, lt, le = map(_comparison_form, ("eq", "ne", "gt", "ge", "lt", "le"))
+(narrow, t, detach, movedim, moveaxis, swapaxes, swapdims, softmax, log_softmax, is_floating_point) = map(
+    _method_form, ("narrow", "t", "detach", "movedim", "moveaxis", "swapaxes", "swapdims", "softmax", "log_softmax",
+                   "is_floating_point"))
 
 
 def is_tensor(obj):
@@ -1733,6 +1744,7 @@ def unsqueeze(input, dim):
 
 def index_select(input, dim, index):
     return input.index_select(dim, index)
+
 
 from . import autograd as _ag  # noqa: E402  (autograd builds on the Tensor class above)
 from . import _layout as _lo, _linalg as _la, _pointwise as _pw, _random as _rnd  # noqa: E402  (as autograd)
