@@ -17,9 +17,8 @@ typedef enum { DDPC_FOLD_SUM = 0, DDPC_FOLD_PROD, DDPC_FOLD_LOGSUMEXP } ddpc_fol
  * running value (the first is 0 for sums, 1 for products, -inf for LOGSUMEXP). */
 enum { DDPC_FOLD_CUMULATIVE = 1, DDPC_FOLD_REVERSE = 2, DDPC_FOLD_EXCLUSIVE = 4 };
 /* out = a folded along `dim`; float32 and float64 accumulate in double, int64
- * exactly (wrapping on overflow), except that on the host a float32 product
- * that is not cumulative multiplies in float32 (PyTorch's CPU prod; the CUDA
- * kernel keeps double). */
+ * exactly (wrapping on overflow), except that a float32 product that is not
+ * cumulative multiplies in float32 (PyTorch's prod), on the host and on GPUs. */
 ddpc_status ddpc_op_fold_dim(ddpc_buffer *out, const ddpc_buffer *a, int dim, ddpc_fold_op op, int flags);
 /* out (index's shape) = a taken along `dim` at index: for dim 1,
  * out[i][j][k] = a[i][index[i][j][k]][k]. index is int64 with a's number of

@@ -132,8 +132,14 @@ extern "C" int ddpc_k_fold_dim(void *out, const void *a, int dtype, int64_t oute
     cudaStream_t s = (cudaStream_t)stream;
     unsigned grid = grid_for(outer * inner, 256);
     switch (dtype) {
-    case K_F32: fold_dim_kernel<float, double><<<grid, 256, 0, s>>>((float *)out, (const float *)a, outer, len, inner,
-                                                                     op, flags); break;
+    case K_F32:  // a product that is not a running one multiplies in float32, as on the host (csrc/ops_dim.h)
+        if (op == 1 && !(flags & 1))
+            fold_dim_kernel<float, float><<<grid, 256, 0, s>>>((float *)out, (const float *)a, outer, len, inner, op,
+                                                                flags);
+        else
+            fold_dim_kernel<float, double><<<grid, 256, 0, s>>>((float *)out, (const float *)a, outer, len, inner, op,
+                                                                 flags);
+        break;
     case K_F64: fold_dim_kernel<double, double><<<grid, 256, 0, s>>>((double *)out, (const double *)a, outer, len,
                                                                        inner, op, flags); break;
     case K_I64: fold_dim_kernel<int64_t, unsigned long long><<<grid, 256, 0, s>>>((int64_t *)out, (const int64_t *)a,

@@ -551,3 +551,13 @@ def test_gpu_sum_of_all_elements_matches_the_host(n, dtype):
 def test_gpu_sum_of_all_integers_is_exact_and_wraps_as_on_the_host(dtype, high):
     x = ddpc.tensor(RNG.integers(-high if dtype != "uint8" else 0, high, 5_000_003), dtype=getattr(ddpc, dtype))
     assert _sum_of_all(x, "cuda") == _sum_of_all(x, "cpu")
+
+
+@pytest.mark.gpu
+def test_gpu_float32_prod_overflows_as_the_host():
+    x = np.array([[1e30, 1e30, 1e-30, 1e-30], [1e-30, 1e-30, 1e30, 1e30]], dtype=np.float32)
+    for dim in (0, 1):
+        t = np.ascontiguousarray(x if dim == 1 else x.T)
+        got = ddpc.tensor(t, device="cuda").prod(dim).cpu().numpy()
+        np.testing.assert_array_equal(got, ddpc.tensor(t).prod(dim).numpy())
+        np.testing.assert_array_equal(got, [np.inf, 0.0])

@@ -1985,11 +1985,10 @@ class _ProdBackward(_ScanBackward):
 def prod(input, dim=None, keepdim=False, dtype=None):
     """The product of all elements, or along one ``dim`` (integers multiply in int64;
     as in PyTorch, ``dim`` is one int, not a tuple). float32 multiplies in
-    float32 on the host, as PyTorch's CPU prod, so a running product that
-    leaves float32's range gives inf or 0 even where the whole product would
-    fit; the order is along the dim, where PyTorch's vectorised loop over a
-    long contiguous line interleaves lanes, so which partial product
-    overflows there may differ. On a GPU ddpc multiplies float32 in double.
+    float32, as PyTorch's prod, so a running product that leaves float32's
+    range gives inf or 0 even where the whole product would fit; the order is
+    along the dim, where PyTorch's vectorised loop over a long contiguous line
+    interleaves lanes, so which partial product overflows there may differ.
     16-bit floats multiply in float32 (PyTorch's round each partial product
     to their own type)."""
     if dim is not None and not isinstance(dim, numbers.Integral):
