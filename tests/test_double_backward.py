@@ -181,10 +181,12 @@ def test_nll_loss_and_probability_targets_second_derivatives():
     lambda x, y: F.smooth_l1_loss(x, y, beta=0.8), lambda x, y: F.huber_loss(x, y, delta=0.8),
     lambda x, y: F.binary_cross_entropy(ddpc.sigmoid(x), ddpc.sigmoid(y)),
     lambda x, y: F.binary_cross_entropy_with_logits(x, ddpc.sigmoid(y), pos_weight=ddpc.tensor(ROW.__abs__())),
+    lambda x, y: F.binary_cross_entropy_with_logits(x, ddpc.sigmoid(y), reduction="sum"),
     lambda x, y: F.kl_div(F.log_softmax(x, 1), F.softmax(y, 1), reduction="batchmean"),
     lambda x, y: F.kl_div(F.log_softmax(x, 1), F.log_softmax(y, 1), reduction="sum", log_target=True),
     lambda x, y: F.mse_loss(x, y[0], reduction="none").sum(),  # the target broadcast
-], ids=["mse", "l1", "smooth_l1", "huber", "bce", "bce_logits", "kl_div", "kl_div_log_target", "mse_broadcast"])
+], ids=["mse", "l1", "smooth_l1", "huber", "bce", "bce_logits_pos_weight", "bce_logits", "kl_div", "kl_div_log_target",
+        "mse_broadcast"])
 @pytest.mark.filterwarnings("ignore:Using a target size")
 def test_pointwise_loss_second_derivatives(loss):
     check_hvp(lambda x, y: loss(x * x, y * y) * (x * y).sum(), A, B)

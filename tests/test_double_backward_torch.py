@@ -1,8 +1,8 @@
 """Optional: gradients of gradients against PyTorch's (skipped when torch is
 not installed): WGAN-GP critic steps (fully connected and convolutional),
 MAML outer steps (one through an LSTM with functional_call), a
-Hessian-vector product, autograd.functional and the second derivative of
-each elementwise function. Runs in a child process that imports torch
+Hessian-vector product, autograd.functional, Hessian-vector products over a
+sweep of ops, and the second derivative of each elementwise function. Runs in a child process that imports torch
 before ddpc (see test_nn_torch.py)."""
 
 import sys
@@ -133,6 +133,54 @@ def _functional(lib):
                  F.jacobian(lambda a: lib.sin(a) * 2, x), F.hessian(lambda a: (a ** 3).sum(), x)])
 
 
+def _F(lib):
+    return lib.nn.functional
+
+
+# Functions of (a, b) whose Hessian-vector products both libraries take, with the shapes of a and b.
+_IMAGES, _ROWS = [(2, 3, 6, 6), (4, 3, 3, 3)], [(4, 5), (4, 5)]
+SWEEP = {
+    "tanh, pow": (lambda L, a, b: (L.tanh(a) * b * a).sum() + ((a.abs() + 0.5) ** (b * 0.5)).sum(), _ROWS),
+    "atan2, max": (lambda L, a, b: (L.atan2(a, b + 3) ** 2).sum() + (a.max(1).values * b.sum(1)).sum(), _ROWS),
+    "logsumexp, var, norm": (lambda L, a, b: (L.logsumexp(a * b, 1) ** 2).sum() + (a.var(1) * b.std()).sum()
+                             + (a.norm(dim=1) * b.norm()).sum(), _ROWS),
+    "cross_entropy": (lambda L, a, b: _F(L).cross_entropy(a @ b.T, L.tensor([1, 0, 3, 1]),
+                                                          weight=L.tensor([1., 2., 3., .5], dtype=L.float64),
+                                                          label_smoothing=0.3) ** 2, _ROWS),
+    "losses": (lambda L, a, b: _F(L).huber_loss(a * 2, b, delta=0.7) * (a * b).sum()
+               + _F(L).binary_cross_entropy_with_logits(a * b, L.sigmoid(b)) ** 2
+               + _F(L).smooth_l1_loss(a * b, b, beta=0.5) * _F(L).binary_cross_entropy(L.sigmoid(a), L.sigmoid(b))
+               + _F(L).kl_div(_F(L).log_softmax(a, 1), _F(L).softmax(b, 1), reduction="batchmean"), _ROWS),
+    "activations": (lambda L, a, b: (_F(L).gelu(a) * _F(L).silu(b) * _F(L).softplus(a * b) + _F(L).elu(a)
+                                     * _F(L).mish(b) + _F(L).selu(a) * _F(L).celu(b)).sum(), _ROWS),
+    "indexing": (lambda L, a, b: (a[[0, 2, 2]] * b[1:]).sum() ** 2
+                 + (a.index_select(1, L.tensor([4, 0, 0])) * b[:, :3]).sum() ** 2
+                 + (L.roll(a, 1, 0) * L.flip(b, [1])).sum() ** 2 + (a.masked_fill(b > 0, 0.5) ** 3).sum(), _ROWS),
+    "scans": (lambda L, a, b: (a.cumsum(1) * b.cumprod(0)).sum() + (L.logcumsumexp(a, 1) * b).sum()
+              + (a.prod(1) * b[:, 0]).sum(), _ROWS),
+    "products": (lambda L, a, b: (L.bmm(a.reshape(2, 2, 5), b.reshape(2, 5, 2)).tanh() ** 2).sum()
+                 + L.einsum("ij,kj->ik", a, b).sin().sum(), _ROWS),
+    "distances": (lambda L, a, b: (_F(L).cosine_similarity(a, b, dim=1) ** 2).sum()
+                  + _F(L).pairwise_distance(a, b).sum() + (_F(L).normalize(a * b, dim=1) * b).sum(), _ROWS),
+    "conv, pools": (lambda L, a, b: (_F(L).avg_pool2d(_F(L).conv2d(a, b, padding=1).tanh(), 2) ** 2).sum()
+                    + (_F(L).max_pool2d(a * a, 3, stride=2, padding=1) * _F(L).adaptive_avg_pool2d(a, 3)).sum()
+                    + (_F(L).conv_transpose2d(a, b[:3], stride=2) ** 2).sum(), _IMAGES),
+    "norms": (lambda L, a, b: (_F(L).batch_norm(a, None, None, b[0, :, 0, 0], b[1, :, 0, 0], training=True) ** 3
+                               ).sum() + (_F(L).group_norm(a * 2, 3, b[0, :, 0, 0], b[1, :, 0, 0]) ** 3).sum(),
+              _IMAGES),
+    "resampling": (lambda L, a, b: (_F(L).interpolate(a, scale_factor=2, mode="bilinear") ** 2).sum() * b.sum()
+                   + (_F(L).pad(a * a, (1, 2, 2, 1), mode="reflect") ** 2).sum() * b.mean()
+                   + (_F(L).unfold(a, 3, padding=1) ** 2).sum(), _IMAGES),
+}
+
+
+def _hvp_and_grads(lib, fn, arrays, vectors):
+    xs = [lib.tensor(a, requires_grad=True) for a in arrays]
+    grads = lib.autograd.grad(fn(lib, *xs), xs, create_graph=True)
+    dot = sum((g * lib.tensor(v)).sum() for g, v in zip(grads, vectors))
+    return [t.detach().numpy() for t in list(grads) + list(lib.autograd.grad(dot, xs))]
+
+
 def compare():
     import torch
     import ddpc
@@ -183,6 +231,13 @@ def compare():
         (lib.pow(a, b) * lib.tensor([-1.0, -2.0, -3.0, 1.0], dtype=lib.float64)).sum().backward()
         signs.append([np.signbit(t.grad.numpy()).tolist() + t.grad.numpy().tolist() for t in (a, b)])
     assert signs[0] == signs[1], signs
+
+    for name, (fn, shapes) in SWEEP.items():
+        arrays = [rng.standard_normal(shape) for shape in shapes]
+        vectors = [rng.standard_normal(shape) for shape in shapes]
+        ours, theirs = (_hvp_and_grads(lib, fn, arrays, vectors) for lib in (ddpc, torch))
+        for o, t in zip(ours, theirs):
+            np.testing.assert_allclose(o, t, rtol=1e-8, atol=1e-10, err_msg=name)
 
     x = rng.standard_normal(50) * 2
     x = np.concatenate([x, [0.5, 1.5, 3.5, -3.5]])

@@ -3680,10 +3680,11 @@ class _PointwiseLossBackward(Node):
         elif kind == _BCE:
             dx = div(d, clamp_min(mul(x, rsub(x, 1.0)), 1e-12))
             dy = sub(log1p(neg(x)), log(x))
+        elif kind == _BCE_LOGITS and pw is None:
+            dx, dy = sub(sigmoid(x), y), sub(softplus(neg(x)), softplus(x))
         elif kind == _BCE_LOGITS:
-            w = 1.0 if pw is None else pw
-            dx = sub(mul(add(mul(y, sub(w, 1.0)), 1.0), sigmoid(x)), mul(y, w))
-            dy = sub(mul(softplus(neg(x)), w), softplus(x))
+            dx = sub(mul(add(mul(y, sub(pw, 1.0)), 1.0), sigmoid(x)), mul(y, pw))
+            dy = sub(mul(softplus(neg(x)), pw), softplus(x))
         elif kind == _KL_DIV:
             dx, dy = neg(y), sub(add(log(y), 1.0), x)
         else:  # KL divergence with a log target
