@@ -85,6 +85,28 @@ def run(opt, params, steps):
         opt.step()
 
 
+def assert_step_lr_drives(make_optimizer):
+    """StepLR's lr is the one the next steps take: the same as setting it by hand, unlike keeping it
+    (make_optimizer(params) builds an optimizer with lr 0.05)."""
+    arrays = [p.detach().numpy() for p in make_params()]
+    out = []
+    for mode in ("scheduled", "by hand", "kept"):
+        params = [ddpc.tensor(a, requires_grad=True) for a in arrays]
+        opt = make_optimizer(params)
+        sched = optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5) if mode == "scheduled" else None
+        for step in range(5):
+            for p, g in zip(params, grads_for(step, params)):
+                p.grad = ddpc.tensor(g)
+            opt.step()
+            if sched:
+                sched.step()
+            elif mode == "by hand":
+                opt.param_groups[0]["lr"] = 0.05 * 0.5 ** ((step + 1) // 2)
+        out.append(np.concatenate([p.detach().numpy().ravel() for p in params]))
+    np.testing.assert_array_equal(out[0], out[1])
+    assert np.abs(out[0] - out[2]).max() > 1e-6
+
+
 def assert_state_dict_round_trip_continues(make_optimizer):
     """An optimizer rebuilt from another's state_dict after 3 steps takes the
     same next 3 steps (make_optimizer(params) builds one)."""

@@ -7,7 +7,7 @@ import pytest
 
 import ddpc
 from ddpc import optim
-from test_optim import assert_state_dict_round_trip_continues, grads_for, make_params, run
+from test_optim import assert_state_dict_round_trip_continues, assert_step_lr_drives, grads_for, make_params, run
 
 
 def numpy_rprop(start, steps, lr=1e-2, etas=(0.5, 1.2), step_sizes=(1e-6, 50)):
@@ -181,24 +181,7 @@ def test_lbfgs_state_dict_round_trip_continues_identically():
 
 @pytest.mark.parametrize("name", ["ASGD", "Adafactor"])
 def test_lr_schedulers_drive_them(name):
-    """StepLR's lr is the one the next steps take: the same as setting it by hand, unlike keeping it."""
-    start = arrays(make_params())
-    out = []
-    for mode in ("scheduled", "by hand", "kept"):
-        params = [ddpc.tensor(a, requires_grad=True) for a in start]
-        opt = getattr(optim, name)(params, lr=0.05)
-        sched = optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5) if mode == "scheduled" else None
-        for step in range(5):
-            for p, g in zip(params, grads_for(step, params)):
-                p.grad = ddpc.tensor(g)
-            opt.step()
-            if sched:
-                sched.step()
-            elif mode == "by hand":
-                opt.param_groups[0]["lr"] = 0.05 * 0.5 ** ((step + 1) // 2)
-        out.append(np.concatenate([p.detach().numpy().ravel() for p in params]))
-    np.testing.assert_array_equal(out[0], out[1])
-    assert np.abs(out[0] - out[2]).max() > 1e-6
+    assert_step_lr_drives(lambda params: getattr(optim, name)(params, lr=0.05))
 
 
 def test_argument_checks():

@@ -10,7 +10,8 @@ import pytest
 
 import ddpc
 from ddpc import _C, optim
-from test_optim import ROUND16, assert_state_dict_round_trip_continues, exact, grads_for, make_params, run, ulps16
+from test_optim import (ROUND16, assert_state_dict_round_trip_continues, assert_step_lr_drives, exact, grads_for,
+                        make_params, run, ulps16)
 
 
 def reference(name, start, steps, rnd=exact, lr=None, weight_decay=0.0, maximize=False, **kw):
@@ -220,24 +221,7 @@ def test_argument_checks():
 
 @pytest.mark.parametrize("name", ["RMSprop", "Adagrad", "Adamax", "NAdam", "RAdam", "Adadelta"])
 def test_lr_schedulers_drive_them(name):
-    """StepLR's lr is the one the next steps take: the same as setting it by hand, unlike keeping it."""
-    arrays = [p.detach().numpy() for p in make_params()]
-    out = []
-    for mode in ("scheduled", "by hand", "kept"):
-        params = [ddpc.tensor(a, requires_grad=True) for a in arrays]
-        opt = getattr(optim, name)(params, lr=0.05)
-        sched = optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5) if mode == "scheduled" else None
-        for step in range(5):
-            for p, g in zip(params, grads_for(step, params)):
-                p.grad = ddpc.tensor(g)
-            opt.step()
-            if sched:
-                sched.step()
-            elif mode == "by hand":
-                opt.param_groups[0]["lr"] = 0.05 * 0.5 ** ((step + 1) // 2)
-        out.append(np.concatenate([p.detach().numpy().ravel() for p in params]))
-    np.testing.assert_array_equal(out[0], out[1])
-    assert np.abs(out[0] - out[2]).max() > 1e-6
+    assert_step_lr_drives(lambda params: getattr(optim, name)(params, lr=0.05))
 
 
 @pytest.mark.gpu
