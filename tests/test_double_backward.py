@@ -423,3 +423,15 @@ def test_rounded_division_gradients_are_their_own_and_differentiated_twice():
     np.testing.assert_array_equal(c.grad.numpy(), np.ones_like(B))
     check_hvp(lambda x, y: (ddpc.fmod(x * x, y * y + 0.5) ** 2).sum() + (ddpc.remainder(x, y * y + 0.5) * x).sum(),
               A, B)
+
+
+def test_logcumsumexp_from_minus_infinity_is_differentiated_twice():
+    x = ddpc.tensor([[-np.inf, -np.inf, 0.5, -1.0], [0.2, -np.inf, 0.3, 0.1]], dtype=ddpc.float64,
+                    requires_grad=True)
+    (g,) = ag.grad((x.logcumsumexp(1) ** 2).sum(), x, create_graph=True)
+    want = ag.grad((x.logcumsumexp(1) ** 2).sum(), x)[0].numpy()
+    finite = np.isfinite(x.detach().numpy())  # at -inf itself PyTorch's gradient is NaN
+    np.testing.assert_allclose(g.detach().numpy()[finite], want[finite], rtol=1e-12)
+    (h,) = ag.grad(g[:, 2:].sum(), x)  # PyTorch's, at the finite elements
+    np.testing.assert_allclose(h.numpy()[finite], [3.63514895, 0.36485105, -0.10624069, 1.83021979, 0.66152929],
+                               rtol=1e-7)
