@@ -3257,9 +3257,14 @@ class _EmbeddingBackward(Node):
         return reshape(rows, shape)
 
 
+def _values_of(*scalars):
+    """0-d tensors of one dtype and device as Python numbers, read from the device in one copy."""
+    return tuple(stack(scalars).cpu().numpy().tolist())
+
+
 def _range_of(t):
     """(min, max) of a non-empty tensor, read from its device in one copy."""
-    return tuple(stack([amin(t), amax(t)]).cpu().numpy().tolist())
+    return _values_of(amin(t), amax(t))
 
 
 def _renorm_rows_(weight, idx, max_norm, norm_type):
@@ -3367,7 +3372,7 @@ def ctc_nll(log_probs, targets, input_lengths, target_lengths, blank=0, zero_inf
         used = _host_tensor(used.reshape(-1), log_probs.device, uint8)
         labels = where(used, flat, 0)
         blanks = sum(logical_and(used, flat == int(blank)))
-        low, high, n_blank = stack([amin(labels), amax(labels), blanks]).cpu().numpy().tolist()  # one read
+        low, high, n_blank = _values_of(amin(labels), amax(labels), blanks)
         if low < 0 or high >= C or n_blank:
             label = low if low < 0 else high if high >= C else int(blank)
             raise ValueError(f"ctc_loss: target label {label} is not a class in [0, {C}) other than the blank "
