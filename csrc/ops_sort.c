@@ -1,7 +1,8 @@
-/* Stable sort along a dim (see ops_sort.h). Each line of `len` elements
- * `inner` apart becomes order-preserving keys (kernels.h's ddpc_sort_key) with
- * their positions; on the host the lines are split across threads and sorted
- * by sort.c's merge sort, on a GPU by kernels/sort.cu. */
+/* Stable sort and selection along a dim (see ops_sort.h). Each line of `len`
+ * elements `inner` apart becomes order-preserving keys (kernels.h's
+ * ddpc_sort_key) with their positions; on the host the lines are split across
+ * threads and sorted by sort.c's merge sort (or one position selected by its
+ * quickselect), on a GPU sorted by kernels/sort.cu. */
 #include "ops_sort.h"
 
 #include <stdlib.h>
@@ -20,10 +21,11 @@ typedef struct {
     int width;
     uint64_t flip; /* every key bit for a descending sort, else 0 */
     int64_t lines, len, inner, lines_per_part;
-    uint64_t *scratch; /* per part: keys, their scratch, positions, their scratch (len each) */
+    const int64_t *select; /* a sorted position per line to select, or NULL to sort */
+    uint64_t *scratch;     /* per part: keys, their scratch, positions, their scratch (len each) */
 } sort_job_;
 
-/* Sorts the lines of parts [lo, hi); each part owns its slice of the scratch. */
+/* Sorts (or selects in) the lines of parts [lo, hi); each part owns its slice of the scratch. */
 static void sort_parts_(void *ctx, int64_t lo, int64_t hi) {
     const sort_job_ *j = ctx;
     int64_t len = j->len, inner = j->inner;
@@ -36,6 +38,12 @@ static void sort_parts_(void *ctx, int64_t lo, int64_t hi) {
             for (int64_t s = 0; s < len; s++) {
                 key[s] = ddpc_sort_key(j->dtype, ddpc_load_word(j->a, j->width, base + s * inner)) ^ j->flip;
                 pos[s] = s;
+            }
+            if (j->select) {
+                int64_t k = j->select[line];
+                ddpc_select_pair(key, pos, len, k);
+                j->indices[line] = pos[k];
+                continue;
             }
             ddpc_sort_pairs(key, pos, tmp_key, tmp_pos, len);
             for (int64_t s = 0; s < len; s++) {
@@ -79,6 +87,25 @@ exit:
 /* Elements per thread below which splitting the work does not pay for a thread start. */
 #define SORT_GRAIN_ELEMENTS (1 << 14)
 
+/* The host work of both ops: lines split across threads, each with its scratch. */
+static ddpc_status run_host_(const char *op, int64_t *indices, void *values, const ddpc_buffer *a, int64_t lines,
+                             int64_t len, int64_t inner, int descending, const int64_t *select) {
+    int width = (int)ddpc_dtype_size(a->dtype);
+    int64_t parts = a->numel / SORT_GRAIN_ELEMENTS + 1;
+    if (parts > ddpc_get_num_threads()) parts = ddpc_get_num_threads();
+    if (parts > lines) parts = lines;
+    sort_job_ job = {.indices = indices, .values = values, .a = a->data, .dtype = a->dtype, .width = width,
+                     .lines = lines, .len = len, .inner = inner, .lines_per_part = (lines + parts - 1) / parts,
+                     .select = select, .flip = !descending ? 0 : width == 8 ? ~0ull : (1ull << (8 * width)) - 1};
+    job.scratch = malloc((size_t)parts * 4 * (size_t)len * sizeof(uint64_t));
+    if (!job.scratch)
+        return DDPC_ERROR(DDPC_ERR_OOM, "%s: no memory for %lld lines of %lld keys", op, (long long)parts,
+                          (long long)len);
+    ddpc_parallel_for(parts, 1, sort_parts_, &job);
+    free(job.scratch);
+    return DDPC_OK;
+}
+
 ddpc_status ddpc_op_sort_dim(ddpc_buffer *indices, ddpc_buffer *values, const ddpc_buffer *a, int dim,
                              int descending) {
     const char *op = "sort";
@@ -92,21 +119,28 @@ ddpc_status ddpc_op_sort_dim(ddpc_buffer *indices, ddpc_buffer *values, const dd
     CHECK(ddpc_dim_split(a, dim, op, &outer, &len, &inner));
     if (a->numel == 0) return DDPC_OK;
     if (a->device != DDPC_CPU) return sort_cuda_(indices, values, a, outer, len, inner, descending);
-    int width = (int)ddpc_dtype_size(a->dtype);
-    int64_t lines = outer * inner, parts = a->numel / SORT_GRAIN_ELEMENTS + 1;
-    if (parts > ddpc_get_num_threads()) parts = ddpc_get_num_threads();
-    if (parts > lines) parts = lines;
-    sort_job_ job = {.indices = indices->data, .values = values ? values->data : NULL, .a = a->data,
-                     .dtype = a->dtype, .width = width, .lines = lines, .len = len, .inner = inner,
-                     .lines_per_part = (lines + parts - 1) / parts,
-                     .flip = !descending ? 0 : width == 8 ? ~0ull : (1ull << (8 * width)) - 1};
-    job.scratch = malloc((size_t)parts * 4 * (size_t)len * sizeof(uint64_t));
-    if (!job.scratch)
-        return DDPC_ERROR(DDPC_ERR_OOM, "%s: no memory for %lld lines of %lld keys", op, (long long)parts,
-                          (long long)len);
-    ddpc_parallel_for(parts, 1, sort_parts_, &job);
-    free(job.scratch);
-    return DDPC_OK;
+    return run_host_(op, indices->data, values ? values->data : NULL, a, outer * inner, len, inner, descending, NULL);
+}
+
+ddpc_status ddpc_op_select_dim(ddpc_buffer *indices, const ddpc_buffer *a, int dim, const ddpc_buffer *positions) {
+    const char *op = "select_dim";
+    int64_t outer = 0, len = 0, inner = 0;
+    CHECK(ddpc_dim_split(a, dim, op, &outer, &len, &inner));
+    if (a->device != DDPC_CPU || indices->device != DDPC_CPU || positions->device != DDPC_CPU)
+        return DDPC_ERROR(DDPC_ERR_ARG, "%s: runs on host tensors only (a GPU's lines go through sort_dim)", op);
+    if (indices->readonly) return DDPC_ERROR(DDPC_ERR_ARG, "%s: the indices are read-only", op);
+    if (indices->dtype != DDPC_INT64 || positions->dtype != DDPC_INT64 || indices->numel != outer * inner ||
+        positions->numel != outer * inner)
+        return DDPC_ERROR(DDPC_ERR_ARG, "%s: the indices and positions must be int64, one per line (%lld)", op,
+                          (long long)(outer * inner));
+    if (outer * inner == 0) return DDPC_OK;
+    if (len == 0) return DDPC_ERROR(DDPC_ERR_ARG, "%s: cannot select in lines of length 0", op);
+    const int64_t *k = positions->data;
+    for (int64_t line = 0; line < outer * inner; line++)
+        if (k[line] < 0 || k[line] >= len)
+            return DDPC_ERROR(DDPC_ERR_ARG, "%s: position %lld is outside lines of length %lld", op,
+                              (long long)k[line], (long long)len);
+    return run_host_(op, indices->data, NULL, a, outer * inner, len, inner, 0, k);
 }
 
 /* ---- bindings ------------------------------------------------------------------------ */
@@ -124,9 +158,22 @@ static PyObject *py_sort_dim(PyObject *m, PyObject *args) {
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(a), ddpc_op_sort_dim(indices, v, a, dim, descending));
 }
 
+static PyObject *py_select_dim(PyObject *m, PyObject *args) {
+    (void)m;
+    ddpc_buffer *indices, *a, *positions;
+    int dim;
+    if (!PyArg_ParseTuple(args, "O&O&iO&:select_dim", ddpc_arg_buffer, &indices, ddpc_arg_buffer, &a, &dim,
+                          ddpc_arg_buffer, &positions))
+        return NULL;
+    DDPC_RUN_RELEASED(ddpc_buffer_nbytes(a), ddpc_op_select_dim(indices, a, dim, positions));
+}
+
 static PyMethodDef sort_methods[] = {
     {"sort_dim", py_sort_dim, METH_VARARGS,
      "sort_dim(indices, values, a, dim, descending): stable sort along dim; values may be None"},
+    {"select_dim", py_select_dim, METH_VARARGS,
+     "select_dim(indices, a, dim, positions): per line along dim, where the element at the given stable sorted "
+     "position came from (host only)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -2,18 +2,23 @@
  * short runs, then bottom-up merges that alternate between the arrays and the
  * scratch, so that no pass copies back. A merge ending in order already (the
  * left run's last key no larger than the right run's first) is one copy,
- * which makes sorted and nearly sorted lines cheap. */
+ * which makes sorted and nearly sorted lines cheap.
+ *
+ * Selection of the k-th pair: quickselect on the (key, index) order, which is
+ * strict because indices are distinct, so ties in key need no care. */
 #include "sort.h"
 
 #include <string.h>
 
 #define RUN 32
 
-static void insertion_(uint64_t *key, int64_t *index, int64_t n) {
+/* by_index: equal keys ordered by index too, rather than kept as they came. */
+static void insertion_(uint64_t *key, int64_t *index, int64_t n, int by_index) {
     for (int64_t i = 1; i < n; i++) {
         uint64_t k = key[i];
         int64_t v = index[i], j = i;
-        for (; j > 0 && key[j - 1] > k; j--) key[j] = key[j - 1], index[j] = index[j - 1];
+        for (; j > 0 && (key[j - 1] > k || (by_index && key[j - 1] == k && index[j - 1] > v)); j--)
+            key[j] = key[j - 1], index[j] = index[j - 1];
         key[j] = k, index[j] = v;
     }
 }
@@ -36,7 +41,7 @@ static void merge_(const uint64_t *sk, const int64_t *si, uint64_t *dk, int64_t 
 }
 
 void ddpc_sort_pairs(uint64_t *key, int64_t *index, uint64_t *tmp_key, int64_t *tmp_index, int64_t n) {
-    for (int64_t lo = 0; lo < n; lo += RUN) insertion_(key + lo, index + lo, n - lo < RUN ? n - lo : RUN);
+    for (int64_t lo = 0; lo < n; lo += RUN) insertion_(key + lo, index + lo, n - lo < RUN ? n - lo : RUN, 0);
     uint64_t *sk = key, *dk = tmp_key;
     int64_t *si = index, *di = tmp_index;
     for (int64_t width = RUN; width < n; width *= 2) {
@@ -52,4 +57,50 @@ void ddpc_sort_pairs(uint64_t *key, int64_t *index, uint64_t *tmp_key, int64_t *
         memcpy(key, sk, (size_t)n * sizeof *key);
         memcpy(index, si, (size_t)n * sizeof *index);
     }
+}
+
+/* Whether pair a comes before pair b in the stable order. */
+static int before_(const uint64_t *key, const int64_t *index, int64_t a, int64_t b) {
+    return key[a] < key[b] || (key[a] == key[b] && index[a] < index[b]);
+}
+
+static void swap_(uint64_t *key, int64_t *index, int64_t a, int64_t b) {
+    uint64_t k = key[a];
+    int64_t v = index[a];
+    key[a] = key[b], index[a] = index[b], key[b] = k, index[b] = v;
+}
+
+void ddpc_select_pair(uint64_t *key, int64_t *index, int64_t n, int64_t k) {
+    int64_t lo = 0, hi = n;
+    uint64_t state = 0x9e3779b97f4a7c15ull ^ (uint64_t)n;
+    while (hi - lo > RUN) {
+        /* The median of three pairs drawn at random, parked at hi - 1 with the
+         * smallest at lo: random draws keep every input in expected linear
+         * time, where fixed positions have inputs that make it quadratic. */
+        int64_t draw[3];
+        for (int d = 0; d < 3; d++) {
+            state ^= state << 13, state ^= state >> 7, state ^= state << 17;
+            draw[d] = lo + (int64_t)(state % (uint64_t)(hi - lo));
+        }
+        int64_t last = hi - 1;
+        swap_(key, index, lo, draw[0]);
+        swap_(key, index, last, draw[1]);
+        if (before_(key, index, last, lo)) swap_(key, index, last, lo);
+        int64_t mid = draw[2] == lo || draw[2] == last ? lo + (hi - lo) / 2 : draw[2];
+        if (before_(key, index, mid, lo)) swap_(key, index, mid, lo);
+        if (before_(key, index, mid, last)) swap_(key, index, mid, last);
+        /* Hoare's scan from both ends: pairs before the pivot to its left. */
+        int64_t i = lo - 1, j = last;
+        for (;;) {
+            while (before_(key, index, ++i, last)) {}
+            while (j > lo && before_(key, index, last, --j)) {}
+            if (i >= j) break;
+            swap_(key, index, i, j);
+        }
+        swap_(key, index, i, last);
+        if (k == i) return;
+        if (k < i) hi = i;
+        else lo = i + 1;
+    }
+    insertion_(key + lo, index + lo, hi - lo, 1);
 }

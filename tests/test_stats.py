@@ -9,6 +9,7 @@ import pytest
 from numeric import numeric_grad
 
 import ddpc
+from ddpc import _C
 
 RNG = np.random.default_rng(11)
 DTYPES = ["float32", "float64", "float16", "bfloat16", "int32", "int64", "uint8"]
@@ -144,7 +145,8 @@ def ref_sorted_pick(x, dim, pos_fn):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_median_nanmedian_kthvalue_match_the_reference(dtype):
-    for shape, dim in [((9,), 0), ((4, 6), 1), ((4, 6), 0), ((2, 3, 5), -1)]:
+    # Lines longer than 32 go through the host's quickselect rather than its final insertion sort.
+    for shape, dim in [((9,), 0), ((4, 6), 1), ((4, 6), 0), ((2, 3, 5), -1), ((3, 257), 1), ((300, 2), 0)]:
         a, _ = sample(shape, dtype)
         held = values_of(a)
         cases = [(ddpc.median, lambda n, c: n - c if c else (n - 1) // 2),
@@ -173,6 +175,9 @@ def test_median_edges_and_errors():
         ddpc.median(ddpc.zeros(3, 0), 1)
     with pytest.raises(IndexError):
         ddpc.kthvalue(ddpc.zeros(3), 4)
+    indices = ddpc.zeros(2, dtype=ddpc.int64)
+    with pytest.raises(ValueError, match="outside lines of length 3"):
+        _C.select_dim(indices._buf, ddpc.zeros(2, 3)._buf, 1, ddpc.tensor([0, 3])._buf)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -141,11 +141,9 @@ def _nan_count(a, d):
     return _ag.sum(_ag.isnan(a.detach()).to(dtype=int64), d, keepdim=True)
 
 
-def _take_sorted(a, d, order, pos, keepdim, input, dim):
-    """The elements of a at sorted positions ``pos`` (int64, kept dim d) of
-    ``order`` (a's stable ascending order along d): (values, indices), values
-    differentiable through gather, shaped as a reduction of input over dim."""
-    indices = _ag.gather(order, d, pos)
+def _take(a, d, indices, keepdim, input, dim):
+    """The elements of a at ``indices`` (int64, kept dim d): (values, indices),
+    values differentiable through gather, shaped as a reduction of input over dim."""
     values = _ag.gather(a, d, indices)
     if dim is None:
         return values.reshape(()), indices.reshape(())
@@ -156,14 +154,20 @@ def _take_sorted(a, d, order, pos, keepdim, input, dim):
 
 
 def _order_stat(input, dim, keepdim, what, position):
-    """(values, indices) of the element at sorted position position(n, nan_count) along dim."""
+    """(values, indices) of the element at sorted position position(n, nan_count) along dim:
+    selected per line without sorting on the host, from the sorted order on a GPU."""
     a, d = _line(input, dim, what)
-    _, order = _ag._sort(a, d, False)
     n = a.shape[d]
     with _ag.no_grad():
         pos = position(n, _nan_count(a, d))
         pos = _ag.expand(pos, a.shape[:d] + (1,) + a.shape[d + 1:]).contiguous()
-    return _take_sorted(a, d, order, pos, keepdim, input, dim)
+        if a.is_cuda:
+            indices = _ag.gather(_ag._sort(a, d, False)[1], d, pos)
+        else:
+            x = a.detach().contiguous()
+            indices = _ag._empty(pos.shape, x, int64)
+            _C.select_dim(indices._buf, x._buf, d, pos._buf)
+    return _take(a, d, indices, keepdim, input, dim)
 
 
 def _half_down(t):
@@ -230,7 +234,7 @@ def mode(input, dim=-1, keepdim=False):
             starts = _ag.cat([starts, values.narrow(d, 1, n - 1)._compare(values.narrow(d, 0, n - 1), _ag._NE)], d)
         run_length = _ag.sub(steps, cummax(_ag.where(starts, steps, 0), d).values)
         pos = _ag.argmax(run_length, d, keepdim=True)
-    return Mode(*_take_sorted(a, d, order, pos, keepdim, input, dim))
+    return Mode(*_take(a, d, _ag.gather(order, d, pos), keepdim, input, dim))
 
 
 def aminmax(input, *, dim=None, keepdim=False):

@@ -97,9 +97,69 @@ static void test_sort_pairs_is_stable_(void) {
     }
 }
 
+/* Keys of a given shape: few distinct (many ties), all distinct, sorted,
+ * reversed, all equal, or organ-pipe; indices a shuffled 0..n-1. */
+static void fill_case_(uint64_t *key, int64_t *index, int64_t n, int shape, uint64_t *seed) {
+    for (int64_t i = 0; i < n; i++) {
+        *seed = ddpc_random_bits(*seed, (uint64_t)i);
+        key[i] = shape == 0   ? *seed % 5
+                 : shape == 1 ? *seed
+                 : shape == 2 ? (uint64_t)i
+                 : shape == 3 ? (uint64_t)(n - i)
+                 : shape == 4 ? 7
+                              : (uint64_t)(i < n / 2 ? i : n - i);
+        index[i] = i;
+    }
+    for (int64_t i = n - 1; i > 0; i--) {
+        *seed = ddpc_random_bits(*seed, (uint64_t)i);
+        int64_t j = (int64_t)(*seed % (uint64_t)(i + 1)), t = index[i];
+        index[i] = index[j], index[j] = t;
+    }
+}
+
+static int pair_before_(uint64_t ka, int64_t ia, uint64_t kb, int64_t ib) { return ka < kb || (ka == kb && ia < ib); }
+
+static void test_select_pair_matches_the_sorted_position_(void) {
+    const int64_t lengths[] = {1, 2, 3, 31, 32, 33, 34, 100, 257, 1000, 4099};
+    uint64_t seed = 3;
+    for (size_t l = 0; l < sizeof lengths / sizeof lengths[0]; l++) {
+        int64_t n = lengths[l];
+        uint64_t *key = malloc((size_t)n * 8), *want_key = malloc((size_t)n * 8);
+        int64_t *index = malloc((size_t)n * 8), *want_index = malloc((size_t)n * 8);
+        for (int shape = 0; shape < 6; shape++) {
+            const int64_t ks[] = {0, n - 1, (n - 1) / 2, n / 3, (int64_t)(seed % (uint64_t)n)};
+            for (int c = 0; c < 5; c++) {
+                int64_t k = ks[c];
+                fill_case_(key, index, n, shape, &seed);
+                /* The reference: the pairs sorted by (key, index), by a plain insertion sort. */
+                memcpy(want_key, key, (size_t)n * 8);
+                memcpy(want_index, index, (size_t)n * 8);
+                for (int64_t i = 1; i < n; i++)
+                    for (int64_t j = i; j > 0 && pair_before_(want_key[j], want_index[j], want_key[j - 1],
+                                                              want_index[j - 1]); j--) {
+                        uint64_t tk = want_key[j];
+                        int64_t ti = want_index[j];
+                        want_key[j] = want_key[j - 1], want_index[j] = want_index[j - 1];
+                        want_key[j - 1] = tk, want_index[j - 1] = ti;
+                    }
+                ddpc_select_pair(key, index, n, k);
+                EXPECT(key[k] == want_key[k] && index[k] == want_index[k], "length %lld, shape %d, k %lld",
+                       (long long)n, shape, (long long)k);
+                int split = 1;
+                for (int64_t i = 0; i < n; i++)
+                    if (i != k && pair_before_(key[i], index[i], key[k], index[k]) != (i < k)) split = 0;
+                EXPECT(split, "length %lld, shape %d, k %lld: not partitioned around k", (long long)n, shape,
+                       (long long)k);
+            }
+        }
+        free(key), free(want_key), free(index), free(want_index);
+    }
+}
+
 int main(void) {
     test_float_keys_order_as_values_();
     test_integer_keys_order_as_values_();
     test_sort_pairs_is_stable_();
+    test_select_pair_matches_the_sorted_position_();
     return check_finish("sort");
 }
