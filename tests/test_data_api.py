@@ -211,3 +211,13 @@ def test_distributed_sampler_under_a_launcher_without_a_group_is_an_error(monkey
 def test_data_api_names_exist():
     for name in data.__all__:
         assert hasattr(data, name), name
+
+
+def test_torch_import_paths_reach_the_same_classes():
+    import ddpc.utils.data
+    from ddpc.utils.data import DataLoader as PathLoader
+    from ddpc.utils.data.distributed import DistributedSampler as PathSampler
+
+    assert ddpc.utils.data is data and PathLoader is DataLoader and PathSampler is DistributedSampler
+    loader = PathLoader(ddpc.utils.data.TensorDataset(np.arange(6.0)), batch_size=4)
+    assert [b[0].tolist() for b in loader] == [[0.0, 1.0, 2.0, 3.0], [4.0, 5.0]]
