@@ -24,7 +24,7 @@ from .autograd import (abs, absolute, addcdiv, addcmul, allclose, ceil, clamp, c
                        logical_or, logical_xor, masked_fill, maximum, minimum, nan_to_num, reciprocal, round, rsqrt,
                        sign, sin, sqrt, square, trunc, where)
 from .serialization import CheckpointError, load, save
-from . import amp, data, distributed, func, nn, optim, utils
+from . import amp, data, distributed, func, nn, optim, testing, utils
 from .amp import autocast
 from . import checkpoint
 from .distributed import destroy_process_group, init_process_group
@@ -79,7 +79,7 @@ __all__ = [
     "get_num_threads", "init_process_group", "initial_seed", "int32", "int64", "is_grad_enabled", "load", "log",
     "manual_seed", "matmul", "max", "min", "nn", "no_grad", "ones", "ones_like", "optim", "rand", "randint", "randn",
     "randperm", "relu", "save", "set_grad_enabled", "set_num_threads", "sigmoid", "spawn", "stack", "tanh", "Tensor",
-    "tensor", "utils", "uint8", "zeros", "zeros_like", "as_tensor", "broadcast_shapes", "broadcast_tensors", "diag",
+    "tensor", "testing", "utils", "uint8", "zeros", "zeros_like", "as_tensor", "broadcast_shapes", "broadcast_tensors", "diag",
     "eye", "full_like", "get_default_dtype", "get_rng_state", "inference_mode", "linspace", "logspace", "meshgrid",
     "rand_like", "randint_like", "randn_like", "seed", "set_default_dtype", "set_printoptions", "set_rng_state",
     "finfo", "iinfo", "addmm", "all", "amax", "amin", "any", "argsort", "argwhere", "bmm", "chunk", "clone",
