@@ -1,12 +1,13 @@
 """ddpc.nn.utils: gradient clipping, flattening parameters and weight
-normalisation, as torch.nn.utils; packed sequences (ddpc.nn.utils.rnn) and
-parametrizations (ddpc.nn.utils.parametrize, .parametrizations)."""
+normalisation, as torch.nn.utils; packed sequences (ddpc.nn.utils.rnn),
+parametrizations (ddpc.nn.utils.parametrize, .parametrizations) and pruning
+(ddpc.nn.utils.prune)."""
 
 import math
 
 from ... import autograd
 from ...tensor import Tensor, float32, float64, tensor
-from . import parametrizations, parametrize, rnn, stateless  # noqa: F401  (as torch.nn.utils's submodules)
+from . import parametrizations, parametrize, prune, rnn, stateless  # noqa: F401  (as torch.nn.utils's submodules)
 
 
 def _tensors(tensors):
