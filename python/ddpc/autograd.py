@@ -3746,5 +3746,6 @@ def pointwise_loss(kind, input, target, reduction="mean", p=0.0, weight=None, po
 
 from ._function import Function, FunctionCtx, once_differentiable  # noqa: E402,F401  (built on Node above)
 from . import _autograd_functional as functional  # noqa: E402  (built on grad above)
+from ._gradcheck import GradcheckError, gradcheck, gradgradcheck  # noqa: E402,F401  (built on grad above)
 
 sys.modules[__name__ + ".functional"] = functional  # import ddpc.autograd.functional works as in PyTorch
