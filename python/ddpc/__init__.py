@@ -11,6 +11,7 @@ from .tensor import (Generator, Tensor, arange, default_generator, empty, empty_
                      initial_seed, manual_seed, ones, ones_like, rand, randint, randn, randperm, tensor, zeros,
                      zeros_like)
 from . import autograd
+from .autograd import is_anomaly_check_nan_enabled, is_anomaly_enabled, set_anomaly_enabled
 from .autograd import (argmax, argmin, cat, enable_grad, exp, is_grad_enabled, log, matmul, max, min, no_grad, relu,
                        set_grad_enabled, sigmoid, stack, tanh)
 from .autograd import (addmm, all_ as all, amax, amin, any_ as any, argsort, argwhere, bmm, chunk, count_nonzero,
@@ -76,7 +77,8 @@ __all__ = [
     "CheckpointError", "cuda", "data", "DataParallel", "default_generator", "destroy_process_group", "device",
     "DistError", "distributed", "DistributedDataParallel", "DistTimeoutError", "dtype", "empty", "empty_like",
     "enable_grad", "exp", "func", "float16", "float32", "float64", "from_dlpack", "from_numpy", "full", "Generator",
-    "get_num_threads", "init_process_group", "initial_seed", "int32", "int64", "is_grad_enabled", "load", "log",
+    "get_num_threads", "init_process_group", "initial_seed", "int32", "int64", "is_grad_enabled", "is_anomaly_enabled", "is_anomaly_check_nan_enabled",
+    "set_anomaly_enabled", "load", "log",
     "manual_seed", "matmul", "max", "min", "nn", "no_grad", "ones", "ones_like", "optim", "rand", "randint", "randn",
     "randperm", "relu", "save", "set_grad_enabled", "set_num_threads", "sigmoid", "spawn", "stack", "tanh", "Tensor",
     "tensor", "testing", "utils", "uint8", "zeros", "zeros_like", "as_tensor", "broadcast_shapes", "broadcast_tensors", "diag",

@@ -28,6 +28,8 @@ import math
 import numbers
 import sys
 import threading
+import traceback
+import warnings
 
 import numpy as np
 
@@ -138,6 +140,98 @@ class inference_mode(_ModeContext):
         return super().__call__(fn) if self.mode else fn
 
 
+# ---- anomaly detection --------------------------------------------------------------
+
+class _Anomaly:
+    """Anomaly mode, process-wide as PyTorch's: nodes keep the stack that created
+    them, and backward names the node whose gradient fails or holds NaN."""
+
+    enabled = False
+    check_nan = True
+
+
+def is_anomaly_enabled():
+    return _Anomaly.enabled
+
+
+def is_anomaly_check_nan_enabled():
+    return _Anomaly.check_nan
+
+
+class set_detect_anomaly:
+    """Turns anomaly detection on or off, at once and for a with-block: while
+    on, every recorded op keeps the stack of the forward call that made it,
+    and an error in its backward, or (``check_nan``) NaN in a gradient it
+    returns, raises naming it and warns with that stack. It slows every op."""
+
+    def __init__(self, mode, check_nan=True):
+        self.prev = (_Anomaly.enabled, _Anomaly.check_nan)
+        _Anomaly.enabled, _Anomaly.check_nan = bool(mode), bool(check_nan)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        _Anomaly.enabled, _Anomaly.check_nan = self.prev
+        return False
+
+
+def set_anomaly_enabled(enabled, check_nan=True):
+    set_detect_anomaly(enabled, check_nan)
+
+
+class detect_anomaly:
+    """Anomaly detection on (see ``set_detect_anomaly``) inside a with-block,
+    or for every call of a decorated function."""
+
+    def __init__(self, check_nan=True):
+        self.check_nan = check_nan
+        warnings.warn("Anomaly Detection has been enabled. This mode will increase the runtime and should only be "
+                      "enabled for debugging.")
+
+    def __enter__(self):
+        self.mode = set_detect_anomaly(True, self.check_nan)
+        return self
+
+    def __exit__(self, *exc):
+        return self.mode.__exit__(*exc)
+
+    def __call__(self, fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with self:
+                return fn(*args, **kwargs)
+        return wrapper
+
+
+_PACKAGE_DIR = __file__.rsplit("/", 1)[0] + "/"
+
+
+def _forward_trace():
+    """The stack of the running forward call, up to the call into ddpc."""
+    frames = traceback.extract_stack()
+    while frames and frames[-1].filename.startswith(_PACKAGE_DIR):
+        frames.pop()
+    return "".join(traceback.format_list(frames))
+
+
+def _anomaly_checked_backward(node, g):
+    """node.backward(g) in anomaly mode: an error, or NaN in a returned
+    gradient, warns with the stack that created the node and raises."""
+    try:
+        in_grads = node.backward(g)
+        if _Anomaly.check_nan:
+            for i, ig in enumerate(in_grads):
+                if isinstance(ig, Tensor) and ig.dtype.is_floating_point and ig.detach().isnan().any().item():
+                    raise RuntimeError(f"Function '{node.name()}' returned nan values in its {i}th output.")
+    except Exception:
+        trace = getattr(node, "trace", None) or "(not kept: the node was made before anomaly detection was on)\n"
+        warnings.warn(f"Error detected in {node.name()}. Traceback of forward call that caused the error:\n{trace}",
+                      stacklevel=2)
+        raise
+    return in_grads
+
+
 # ---- graph --------------------------------------------------------------------------
 
 _sequence = itertools.count()
@@ -188,6 +282,8 @@ class Node:
         self.pre_hooks = None
         if _mode.recording is not None:
             _mode.recording.append(self)
+        if _Anomaly.enabled:
+            self.trace = _forward_trace()
 
     def check_saved(self):
         for i, (t, saved) in enumerate(zip(self.saved, self.saved_versions)):
@@ -455,7 +551,7 @@ def _run_nodes(ready, grads, deps, retain_graph, targets, expands):
             raise NotImplementedError(
                 f"create_graph=True: ddpc has no double backward for {node.name()}, so the gradients of this "
                 "graph cannot be differentiated again")
-        in_grads = node.backward(g)
+        in_grads = _anomaly_checked_backward(node, g) if _Anomaly.enabled else node.backward(g)
         if not retain_graph:
             node.saved = None
         owned = not node.passes_through
