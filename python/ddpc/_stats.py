@@ -153,21 +153,36 @@ def _take(a, d, indices, keepdim, input, dim):
     return values, indices
 
 
+# Positions per line up to which selecting each one (linear time) beats one sort of the line
+# (measured on lines of 1000: two selections take 0.7x the sort, six 1.7x).
+_SELECTS_PER_SORT = 2
+
+
+def _sorted_positions(a, d, pos):
+    """Where the elements at stable sorted positions ``pos`` (int64, a's shape
+    but for dim d) along d of a came from: selected per line without sorting
+    on the host, read off the sorted order on a GPU or for many positions."""
+    d %= a.ndim
+    with _ag.no_grad():
+        if a.is_cuda or pos.shape[d] > _SELECTS_PER_SORT:
+            return _ag.gather(_ag._sort(a, d, False)[1], d, pos)
+        x = a.detach().contiguous()
+        columns = []
+        for j in range(pos.shape[d]):
+            at = pos.narrow(d, j, 1).contiguous()
+            columns.append(_ag._empty(at.shape, x, int64))
+            _C.select_dim(columns[-1]._buf, x._buf, d, at._buf)
+        return columns[0] if len(columns) == 1 else _ag.cat(columns, d)
+
+
 def _order_stat(input, dim, keepdim, what, position):
-    """(values, indices) of the element at sorted position position(n, nan_count) along dim:
-    selected per line without sorting on the host, from the sorted order on a GPU."""
+    """(values, indices) of the element at sorted position position(n, nan_count) along dim."""
     a, d = _line(input, dim, what)
     n = a.shape[d]
     with _ag.no_grad():
         pos = position(n, _nan_count(a, d))
         pos = _ag.expand(pos, a.shape[:d] + (1,) + a.shape[d + 1:]).contiguous()
-        if a.is_cuda:
-            indices = _ag.gather(_ag._sort(a, d, False)[1], d, pos)
-        else:
-            x = a.detach().contiguous()
-            indices = _ag._empty(pos.shape, x, int64)
-            _C.select_dim(indices._buf, x._buf, d, pos._buf)
-    return _take(a, d, indices, keepdim, input, dim)
+    return _take(a, d, _sorted_positions(a, d, pos), keepdim, input, dim)
 
 
 def _half_down(t):
@@ -278,7 +293,6 @@ def _quantile(input, q, dim, keepdim, interpolation, ignore_nan, what):
     a, d = _line(input, dim, what)
     a = a.movedim(d, -1) if d != a.ndim - 1 else a
     n = a.shape[-1]
-    values = _ag.sort(a, -1).values
     with _ag.no_grad():
         nans = _nan_count(a, -1).to(dtype=a.dtype)
         qs_line = qs.reshape((1,) * (a.ndim - 1) + (-1,))
@@ -296,12 +310,15 @@ def _quantile(input, q, dim, keepdim, interpolation, ignore_nan, what):
         weight = _ag.sub(rank, lower)
         lower = lower.to(dtype=int64).contiguous()
         upper = upper.to(dtype=int64).contiguous()
-    below = _ag.gather(values, -1, lower)
-    if interpolation in ("lower", "higher", "nearest"):
-        out = below
-    else:
-        above = _ag.gather(values, -1, upper)
+        both = interpolation not in ("lower", "higher", "nearest")
+        count = lower.shape[-1]
+        where = _sorted_positions(a, -1, _ag.cat([lower, upper], -1) if both else lower)
+    below = _ag.gather(a, -1, where.narrow(-1, 0, count))
+    if both:
+        above = _ag.gather(a, -1, where.narrow(-1, count, count))
         out = _ag.lerp(below, above, 0.5 if interpolation == "midpoint" else weight)
+    else:
+        out = below
     out = out.movedim(-1, 0)  # (q, the other dims in order)
     if keepdim:  # a 0-d input stays 0-d, as in PyTorch
         kept = (1,) * input.ndim if dim is None or not input.ndim else input.shape[:d] + (1,) + input.shape[d + 1:]
