@@ -218,6 +218,11 @@ def test_quantile_matches_numpy(interpolation):
             np.testing.assert_allclose(got.numpy(), want, rtol=1e-12, atol=1e-12)
         got = ddpc.tensor(x).quantile(0.3, dim, interpolation=interpolation)
         np.testing.assert_allclose(got.numpy(), np.quantile(x, 0.3, axis=dim, method=interpolation), rtol=1e-12)
+    # One q in lines longer than 32, with ties: the host selects its positions by quickselect.
+    x = np.round(RNG.standard_normal((3, 301)), 1)
+    for dim in (None, 1):
+        got = ddpc.tensor(x).quantile(0.37, dim, interpolation=interpolation)
+        np.testing.assert_allclose(got.numpy(), np.quantile(x, 0.37, axis=dim, method=interpolation), rtol=1e-12)
 
 
 def test_nanquantile_and_quantile_with_nan():
