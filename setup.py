@@ -6,8 +6,10 @@ on PATH) unless DDPC_CUDA=0. Environment switches:
   DDPC_SANITIZE=address   AddressSanitizer (load with LD_PRELOAD=$(gcc -print-file-name=libasan.so))
   DDPC_DEBUG=1            -O0 -g
   DDPC_CUDA_ARCHS=80;90   SASS targets (PTX for the highest is always added)
+  DDPC_BUILD_JOBS=N       kernels compiled at once (default: one per core)
   NCCL_HOME=/path         NCCL outside the toolkit (the nvidia-nccl wheel is also found)
 """
+import concurrent.futures
 import glob
 import importlib.util
 import os
@@ -130,17 +132,22 @@ class BuildExt(build_ext):
                  "--expt-relaxed-constexpr", "-DDDPC_WITH_CUDA=1"]
         flags += ["-O0", "-g", "-G"] if DEBUG else ["-O3"]
         incs = [f"-I{d}" for d in ext.include_dirs]
-        objects = []
+        objects, stale = [], []
         out_dir = os.path.join(self.build_temp, "kernels")
         os.makedirs(out_dir, exist_ok=True)
         for cu in sorted(glob.glob(os.path.join(ROOT, "kernels", "*.cu"))):
             obj = os.path.join(out_dir, os.path.basename(cu) + ".o")
             deps = [cu] + glob.glob(os.path.join(ROOT, "kernels", "*.h")) + glob.glob(os.path.join(ROOT, "kernels", "*.cuh"))
             if self.force or not os.path.exists(obj) or max(map(os.path.getmtime, deps)) > os.path.getmtime(obj):
-                cmd = [nvcc, "-c", cu, "-o", obj] + gencode + flags + incs
-                print(" ".join(cmd))
-                subprocess.check_call(cmd)
+                stale.append([nvcc, "-c", cu, "-o", obj] + gencode + flags + incs)
             objects.append(obj)
+        # The kernels take most of a build's time: one nvcc per core (DDPC_BUILD_JOBS to change it).
+        jobs = max(1, int(env_flag("DDPC_BUILD_JOBS", "") or os.cpu_count() or 1))
+        for cmd in stale:
+            print(" ".join(cmd))
+        with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+            for _ in pool.map(subprocess.check_call, stale):
+                pass
         return objects
 
 
