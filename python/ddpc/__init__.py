@@ -56,7 +56,10 @@ from ._layout import (combinations, cumulative_trapezoid, dsplit, hsplit, is_non
 from ._linalg import corrcoef, cov
 from ._stats import (aminmax, bincount, bucketize, cummax, cummin, histc, kthvalue, median, mode, nanmedian,
                      nanquantile, quantile, searchsorted)
-from . import _layout, _linalg, _pointwise, _random, _stats
+from . import linalg
+from ._matrix import (cholesky, cholesky_inverse, cholesky_solve, det, inverse, logdet, lu_solve, matrix_exp,
+                      matrix_power, pinverse, qr, slogdet, svd, triangular_solve)
+from . import _layout, _linalg, _matrix, _pointwise, _random, _stats
 
 half = float16
 float = float32
@@ -96,5 +99,5 @@ __all__ = [
     "square", "trunc", "where", "asinh", "atan", "cosh", "exp2", "index_put", "log2", "log10", "logcumsumexp", "neg",
     "pow", "sinh", "take_along_dim", "detach", "eq", "ge", "gt", "is_floating_point", "le", "log_softmax", "lt",
     "moveaxis", "movedim", "narrow", "ne", "softmax", "swapaxes", "swapdims", "t", "backends", "compile",
-    "get_float32_matmul_precision", "set_float32_matmul_precision",
-] + _pointwise.__all__ + _linalg.__all__ + _layout.__all__ + _random.__all__ + _stats.__all__
+    "get_float32_matmul_precision", "set_float32_matmul_precision", "linalg",
+] + _pointwise.__all__ + _matrix.__all__ + _linalg.__all__ + _layout.__all__ + _random.__all__ + _stats.__all__

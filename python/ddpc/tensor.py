@@ -1016,6 +1016,18 @@ class Tensor:
     def dist(self, other, p=2): return _la.dist(self, other, p)
     def renorm(self, p, dim, maxnorm): return _la.renorm(self, p, dim, maxnorm)
     def kron(self, other): return _la.kron(self, other)
+    def det(self): return _mx.det(self)
+    def logdet(self): return _mx.logdet(self)
+    def slogdet(self): return _mx.slogdet(self)
+    def inverse(self): return _mx.inverse(self)
+    def pinverse(self, rcond=1e-15): return _mx.pinverse(self, rcond)
+    def matrix_power(self, n): return _mx.matrix_power(self, n)
+    def matrix_exp(self): return _mx.matrix_exp(self)
+    def svd(self, some=True, compute_uv=True): return _mx.svd(self, some, compute_uv)
+    def qr(self, some=True): return _mx.qr(self, some)
+    def cholesky(self, upper=False): return _mx.cholesky(self, upper)
+    def cholesky_solve(self, input2, upper=False): return _mx.cholesky_solve(self, input2, upper)
+    def cholesky_inverse(self, upper=False): return _mx.cholesky_inverse(self, upper)
     def tile(self, *dims): return _lo.tile(self, _size_args(dims))
     def unfold(self, dimension, size, step): return _lo.unfold(self, dimension, size, step)
     def index_fill(self, dim, index, value): return _lo.index_fill(self, dim, index, value)
@@ -1749,6 +1761,7 @@ def index_select(input, dim, index):
 from . import autograd as _ag  # noqa: E402  (autograd builds on the Tensor class above)
 from . import _layout as _lo, _linalg as _la, _pointwise as _pw, _random as _rnd  # noqa: E402  (as autograd)
 from . import _stats as _st  # noqa: E402  (as autograd)
+from . import _matrix as _mx  # noqa: E402  (as autograd)
 
 _TYPE_NAMES = {float32: "FloatTensor", float64: "DoubleTensor", float16: "HalfTensor", bfloat16: "BFloat16Tensor",
                int32: "IntTensor", int64: "LongTensor", uint8: "ByteTensor"}
