@@ -1,7 +1,9 @@
 """PyTorch's top-level matrix functions (torch.det, torch.svd, torch.qr,
 torch.inverse, torch.cholesky_solve, ...) and the Tensor methods of the same
 names, in terms of ddpc.linalg (so they compute on the host as it does, and
-differentiate, twice too, as it does)."""
+differentiate, twice too, as it does). Where ddpc differs: qr and cholesky,
+which recent PyTorch releases removed in favour of torch.linalg.qr and
+torch.linalg.cholesky, are kept here for scripts written against older ones."""
 
 import collections
 import math
