@@ -132,6 +132,15 @@ def test_lu_factor_lu_and_lu_solve(dtype):
     tall = LA.lu(t(TALL, dtype))  # rectangular: L is m x k, U is k x n
     assert tall.L.shape == (2, 5, 3) and tall.U.shape == (2, 3, 3)
     np.testing.assert_allclose((tall.P @ tall.L @ tall.U).numpy(), TALL, **tol(dtype))
+    for shape in ((3, 40, 40), (2, 50, 37), (37, 50)):  # wider than one panel: the recursive steps run
+        big = RNG.standard_normal(shape)
+        P, L, U = LA.lu(t(big, dtype))
+        np.testing.assert_allclose((P @ L @ U).numpy(), big, rtol=1e-4 if dtype == "float32" else 1e-12,
+                                   atol=1e-4 if dtype == "float32" else 1e-12)
+        assert np.all(np.abs(np.tril(L.numpy(), -1)) <= 1 + 1e-6)
+    singular = RNG.standard_normal((40, 40))
+    singular[:, 25] = 0
+    assert LA.lu_factor_ex(t(singular, dtype)).info.item() == 26
     _, _, info = LA.lu_factor_ex(t(np.diag([1.0, 0.0, 3.0]), dtype))
     assert info.item() == 2
     with pytest.raises(LA.LinAlgError, match="singular"):

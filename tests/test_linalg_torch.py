@@ -77,6 +77,10 @@ def _values(np, torch, ddpc):
     _close(np, piv, tpiv, "lu_factor pivots")
     for field in ("P", "L", "U"):
         _close(np, getattr(dl.lu(D["tall"]), field), getattr(tl.lu(T["tall"]), field), f"lu {field}")
+    big = np.random.default_rng(2).standard_normal((3, 45, 40))  # past one elimination panel
+    for field in ("LU", "pivots"):
+        _close(np, getattr(dl.lu_factor(ddpc.tensor(big)), field), getattr(tl.lu_factor(torch.tensor(big)), field),
+               f"lu_factor of a larger matrix: {field}")
     for left in (True, False):
         for adjoint in (True, False):
             rhs_d, rhs_t = (D["B"], T["B"]) if left else (D["B"].mT, T["B"].mT)

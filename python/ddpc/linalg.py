@@ -11,8 +11,8 @@ NotImplementedError. A singular or non-positive-definite matrix raises
 ``LinAlgError`` (a RuntimeError, as torch.linalg.LinAlgError).
 
 numpy.linalg has no LU factorization nor triangular solve: ``lu_factor``
-eliminates column by column (each step vectorised over the batch and the
-rows), and ``solve_triangular`` solves with LAPACK's general solver on the
+factors column halves recursively (the elimination proper runs on panels of
+16 columns, the rest is matrix products, all vectorised over the batch), and ``solve_triangular`` solves with LAPACK's general solver on the
 triangle it reads, which gives the same solution at the cost of a general
 solve.
 
@@ -35,7 +35,7 @@ import numpy as np
 from . import _linalg as _la
 from . import autograd as _ag
 from ._function import Function
-from .tensor import Tensor, bfloat16, float16, from_numpy, int32, int64, zeros
+from .tensor import Tensor, bfloat16, float16, from_numpy, int32, int64, uint8, zeros
 
 
 class LinAlgError(RuntimeError):
@@ -104,28 +104,65 @@ def _is_vector_rhs(A, B):
     return B.ndim == 1 or (B.ndim == A.ndim - 1 and B.shape == A.shape[:-1])
 
 
+# Column blocks at most this wide are eliminated one column at a time; wider
+# ones split in two, so that most of the work is matrix products (BLAS 3).
+_LU_PANEL = 16
+
+
 def _lu_host(a):
     """LU factorization with partial pivoting of the matrices a (..., m, n), as
     LAPACK's getrf (which numpy.linalg does not expose): the packed factors,
     the 1-based row interchanges (int32) and info, the 1-based index of the
-    first zero pivot (0 where there is none). One step per column, each
-    vectorised over the batch and the rows."""
+    first zero pivot (0 where there is none). Recursive on column halves
+    (Toledo's algorithm), every step vectorised over the batch."""
     m, n = a.shape[-2:]
     k = min(m, n)
-    lu = np.array(a, dtype=a.dtype).reshape(-1, m, n)
+    lu = np.array(a, dtype=a.dtype).reshape((math.prod(a.shape[:-2]), m, n))
     piv = np.zeros((lu.shape[0], k), np.int32)
     info = np.zeros(lu.shape[0], np.int32)
-    batch = np.arange(lu.shape[0])
-    for j in range(k):
-        p = j + np.argmax(np.abs(lu[:, j:, j]), axis=1)
-        piv[:, j] = p + 1
-        lu[batch, j], lu[batch, p] = lu[batch, p], lu[batch, j].copy()
-        pivot = lu[:, j, j]
-        zero = pivot == 0
-        info[(info == 0) & zero] = j + 1
-        lu[:, j + 1:, j] /= np.where(zero, 1, pivot)[:, None]  # a zero pivot's column is zero below it
-        lu[:, j + 1:, j + 1:] -= lu[:, j + 1:, j, None] * lu[:, j, None, j + 1:]
+    _lu_columns(lu, 0, k, piv, info)
+    if n > k:  # a wide matrix: the columns right of the square part belong to U
+        lu[:, :, k:] = _unit_lower_solve(lu[:, :, :k], lu[:, :, k:])
     return lu.reshape(a.shape), piv.reshape(a.shape[:-2] + (k,)), info.reshape(a.shape[:-2])
+
+
+def _unit_lower_solve(packed, rhs):
+    """L^{-1} rhs for the unit lower triangle L of the square matrices ``packed``."""
+    w = packed.shape[-1]
+    return np.linalg.solve(np.tril(packed, -1) + np.eye(w, dtype=packed.dtype), rhs)
+
+
+def _lu_columns(lu, c0, c1, piv, info):
+    """Factors columns c0..c1 of lu (b, m, n) in place, rows c0 and below,
+    where the columns before c0 are factored and their updates applied.
+    Row interchanges move whole rows, so every column sees them."""
+    if c1 - c0 > _LU_PANEL:
+        h = (c0 + c1) // 2
+        _lu_columns(lu, c0, h, piv, info)
+        lu[:, c0:h, h:c1] = _unit_lower_solve(lu[:, c0:h, c0:h], lu[:, c0:h, h:c1])
+        lu[:, h:, h:c1] -= lu[:, h:, c0:h] @ lu[:, c0:h, h:c1]
+        _lu_columns(lu, h, c1, piv, info)
+        return
+    _lu_panel(lu, c0, c1, piv, info)
+
+
+def _lu_panel(lu, c0, c1, piv, info):
+    """Eliminates columns c0..c1 of lu one at a time. The panel is worked on
+    transposed, so that each step's operands are contiguous rows; its row
+    interchanges swap whole rows of lu (two per matrix and step)."""
+    batch = np.arange(lu.shape[0])
+    panel = np.ascontiguousarray(np.swapaxes(lu[:, c0:, c0:c1], 1, 2))  # (b, columns, rows c0 and below)
+    for j in range(c1 - c0):
+        p = j + np.argmax(np.abs(panel[:, j, j:]), axis=1)
+        piv[:, c0 + j] = c0 + p + 1
+        panel[batch, :, j], panel[batch, :, p] = panel[batch, :, p], panel[batch, :, j].copy()
+        lu[batch, c0 + j], lu[batch, c0 + p] = lu[batch, c0 + p], lu[batch, c0 + j].copy()
+        pivot = panel[:, j, j]
+        zero = pivot == 0
+        info[(info == 0) & zero] = c0 + j + 1
+        panel[:, j, j + 1:] /= np.where(zero, 1, pivot)[:, None]  # a zero pivot's column is zero below it
+        panel[:, j + 1:, j + 1:] -= panel[:, j + 1:, j, None] * panel[:, j, None, j + 1:]
+    lu[:, c0:, c0:c1] = np.swapaxes(panel, 1, 2)
 
 
 def _singular_message(what, info, action):
@@ -164,10 +201,6 @@ def _diag_embed(x):
     """The vectors x (..., k) as diagonal matrices (..., k, k), recorded."""
     k = x.shape[-1]
     return _ag.mul(x.unsqueeze(-1), _eye(k, x))
-
-
-def _tril(x, diagonal=0):
-    return _ag.tril(x, diagonal)
 
 
 # ---- inverses and solves ------------------------------------------------------------------
@@ -250,9 +283,9 @@ def solve(A, B, *, left=True):
 
 def _triangle(A, upper, unitriangular):
     """The triangle of A that a triangular solve reads (with ones on the diagonal if ``unitriangular``)."""
-    T = _ag.triu(A) if upper else _tril(A)
+    T = _ag.triu(A) if upper else _ag.tril(A)
     if unitriangular:
-        T = _ag.add(_ag.triu(T, 1) if upper else _tril(T, -1), _eye(A.shape[-1], A))
+        T = _ag.add(_ag.triu(T, 1) if upper else _ag.tril(T, -1), _eye(A.shape[-1], A))
     return T
 
 
@@ -385,8 +418,8 @@ class _Cholesky(Function):
         L, = ctx.saved_tensors
         if ctx.upper:
             L, gL = L.mT, gL.mT
-        gA = _tril(L.mT @ gL)
-        gA = 0.5 * (gA + _tril(gA, -1).mT)
+        gA = _ag.tril(L.mT @ gL)
+        gA = 0.5 * (gA + _ag.tril(gA, -1).mT)
         gA = solve_triangular(L.mT, gA, upper=True)
         return solve_triangular(L, gA, upper=False, left=False), None, None
 
@@ -428,8 +461,8 @@ class _QR(Function):
         # A = QR: gA = (gQ + Q copyltu(M)) R^{-T} with M = R gR^T - gQ^T Q,
         # copyltu(M) the symmetric matrix with M's lower triangle.
         M = R @ gR.mT - gQ.mT @ Q
-        low = _tril(M, -1)
-        gA = gQ + Q @ (low + low.mT + _tril(M) - low)
+        low = _ag.tril(M, -1)
+        gA = gQ + Q @ (low + low.mT + _ag.tril(M) - low)
         return solve_triangular(R.mT, gA, upper=False, left=False), None
 
 
@@ -666,9 +699,8 @@ def matrix_power(A, n):
     _matrices(A, "matrix_power", square=True)
     if not isinstance(n, numbers.Integral):
         raise TypeError(f"linalg.matrix_power: n must be an integer, got {type(n).__name__}")
-    if n == 0:
-        return _ag.add(_ag.mul(A, 0.0), _eye(A.shape[-1], A)) if _ag._needs_grad(A) \
-            else _ag.expand(_eye(A.shape[-1], A), A.shape).clone()
+    if n == 0:  # the identity, in the graph with a zero gradient (also where A holds inf or NaN)
+        return _ag.where(zeros(A.shape, dtype=uint8, device=A.device), A, _eye(A.shape[-1], A))
     base, n = (inv(A), -n) if n < 0 else (A, n)
     out = None
     while n:
@@ -774,7 +806,7 @@ def multi_dot(tensors):
 
 def _permutations(pivots, m):
     """The row order P^T applies (int64, (..., m)) from LAPACK's 1-based row interchanges."""
-    piv = np.asarray(pivots, dtype=np.int64).reshape(-1, pivots.shape[-1]) - 1
+    piv = np.asarray(pivots, dtype=np.int64).reshape((math.prod(pivots.shape[:-1]), pivots.shape[-1])) - 1
     perm = np.tile(np.arange(m), (piv.shape[0], 1))
     batch = np.arange(piv.shape[0])
     for j in range(piv.shape[1]):  # one swap per factored column, over the whole batch at once
@@ -784,7 +816,7 @@ def _permutations(pivots, m):
 
 def _unpack(LU, m, n):
     k = min(m, n)
-    L = _ag.add(_tril(LU[..., :, :k], -1), _like(np.eye(m, k), LU))
+    L = _ag.add(_ag.tril(LU[..., :, :k], -1), _like(np.eye(m, k), LU))
     U = _ag.triu(LU[..., :k, :])
     return L, U
 
@@ -812,8 +844,8 @@ class _LUFactor(Function):
         # PyTorch's linalg_lu_backward for square A = P L U:
         # gA = P L^{-T} (tril(L^T gL, -1) + triu(gU U^T)) U^{-T}.
         L, U = _unpack(LU, m, n)
-        gL, gU = _tril(gLU, -1), _ag.triu(gLU)
-        phi = _tril(L.mT @ gL, -1) + _ag.triu(gU @ U.mT)
+        gL, gU = _ag.tril(gLU, -1), _ag.triu(gLU)
+        phi = _ag.tril(L.mT @ gL, -1) + _ag.triu(gU @ U.mT)
         gA = solve_triangular(L.mT, phi, upper=True, unitriangular=True)
         gA = solve_triangular(U.mT, gA, upper=False, left=False)
         return _permute_rows(gA, ctx.pivots, inverse=True), None
@@ -1010,7 +1042,7 @@ def householder_product(A, tau):
     k = tau.shape[-1]
     if n > m or k > n:
         raise ValueError(f"torch.linalg.householder_product: expected m >= n >= k, got A {A.shape} and tau {tau.shape}")
-    V = _ag.add(_tril(A[..., :, :k], -1), _like(np.eye(m, k), A))
+    V = _ag.add(_ag.tril(A[..., :, :k], -1), _like(np.eye(m, k), A))
     Q = _ag.expand(_like(np.eye(m, n), A), A.shape[:-2] + (m, n))
     for i in range(k - 1, -1, -1):  # Q <- H_i Q, from the last reflector to the first
         v = V[..., :, i:i + 1]
