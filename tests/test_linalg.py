@@ -215,6 +215,15 @@ def test_matrix_functions(dtype):
     u, w = RNG.standard_normal((4, 3)), RNG.standard_normal((4, 3))
     np.testing.assert_allclose(LA.cross(t(u, dtype), t(w, dtype)).numpy(), np.cross(u, w), **tol(dtype))
     np.testing.assert_allclose(LA.diagonal(t(A, dtype), offset=1).numpy(), np.diagonal(A, 1, -2, -1), **tol(dtype))
+    ti = RNG.standard_normal((4, 6, 8, 3))
+    np.testing.assert_allclose(LA.tensorinv(t(ti, dtype)).numpy(), np.linalg.tensorinv(ti), **tol(dtype))
+    ts, tb = RNG.standard_normal((6, 4, 2, 3, 4)), RNG.standard_normal((6, 4))
+    np.testing.assert_allclose(LA.tensorsolve(t(ts, dtype), t(tb, dtype)).numpy(), np.linalg.tensorsolve(ts, tb),
+                               **tol(dtype))
+    moved = np.moveaxis(ts, -1, 0).copy()
+    np.testing.assert_allclose(LA.tensorsolve(t(moved, dtype), t(tb, dtype), dims=(0,)).numpy(),
+                               np.linalg.tensorsolve(moved, tb, axes=(0,)), **tol(dtype))
+    assert LA.matmul is ddpc.matmul
     # householder_product against the Q of numpy's QR rebuilt from LAPACK-style reflectors.
     x = TALL[0]
     h, tau = np.linalg.qr(x, mode="raw")
@@ -314,6 +323,10 @@ def test_errors():
         LA.multi_dot([t(np.eye(2))])
     with pytest.raises(TypeError, match="integer"):
         LA.matrix_power(t(np.eye(2)), 1.5)
+    with pytest.raises(ValueError, match="prod"):
+        LA.tensorinv(t(np.ones((2, 3, 4))), ind=1)
+    with pytest.raises(ValueError, match="square system"):
+        LA.tensorsolve(t(np.ones((2, 3, 4))), t(np.ones(2)))
     x = t(TALL[0], requires_grad=True)
     with pytest.raises(RuntimeError, match="non-differentiable|does not require grad"):
         LA.qr(x, mode="r").R.sum().backward()
@@ -393,6 +406,8 @@ GRADIENT_CASES = {
     "multi_dot": (lambda a, b, c: LA.multi_dot([a, b, c]), [TALL[0], WIDE[0], TALL[1]]),
     "householder_product": (LA.householder_product, [TALL[0], RNG.standard_normal(2)]),
     "vander": (LA.vander, [RNG.standard_normal((2, 3))]),
+    "tensorinv": (LA.tensorinv, [RNG.standard_normal((2, 3, 6))]),
+    "tensorsolve": (LA.tensorsolve, [RNG.standard_normal((2, 3, 6)), RNG.standard_normal((2, 3))]),
     "vecdot": (lambda a, b: LA.vecdot(a, b, dim=-2), [TALL, TALL[::-1].copy()]),
     "vector_norm": (lambda a: LA.vector_norm(a, 3.0, dim=-1), [TALL]),
     "vector_norm_inf": (lambda a: LA.vector_norm(a, -math.inf, dim=(0, 2)), [TALL]),

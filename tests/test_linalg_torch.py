@@ -1,7 +1,8 @@
 """Optional: ddpc.linalg and the top-level matrix functions against PyTorch's
 on the same inputs (skipped when torch is not installed): values, result
 fields, dtypes of info, pivots and ranks, gradients (the raw ones, so that
-each backward formula is PyTorch's, not just a valid one), and which inputs
+each backward formula is PyTorch's, not just a valid one), Hessian-vector
+products through create_graph, and which inputs
 each raises for. Each group runs in a child process that imports torch
 before ddpc (see test_nn_extra_torch.py) and fails there, printing what
 differs."""
@@ -106,6 +107,9 @@ def _values(np, torch, ddpc):
     _close(np, dl.vecdot(D["A"], D["B"][..., :1], dim=-2), tl.vecdot(T["A"], T["B"][..., :1], dim=-2), "vecdot")
     _close(np, dl.cross(D["B"], D["B"].flip(0)), tl.cross(T["B"], T["B"].flip(0)), "cross")
     _close(np, dl.diagonal(D["A"], offset=-1), tl.diagonal(T["A"], offset=-1), "diagonal")
+    _close(np, dl.tensorinv(D["A"][0].reshape(2, 2, 2, 2)), tl.tensorinv(T["A"][0].reshape(2, 2, 2, 2)), "tensorinv")
+    _close(np, dl.tensorsolve(D["spd"][0], D["B"][0, :, 0]), tl.tensorsolve(T["spd"][0], T["B"][0, :, 0]),
+           "tensorsolve")
     h, tau = torch.geqrf(T["tall"])
     _close(np, dl.householder_product(ddpc.tensor(h.numpy()), ddpc.tensor(tau.numpy())),
            tl.householder_product(h, tau), "householder_product")
@@ -147,11 +151,14 @@ def _values(np, torch, ddpc):
         _close(np, D["A"].slogdet()[field], T["A"].slogdet()[field], "Tensor.slogdet")
 
 
+def _eigh_loss(lib, a, UPLO):
+    """A function of eigh's results that does not depend on the eigenvectors' signs."""
+    values, vectors = lib.linalg.eigh(a, UPLO=UPLO)
+    return (vectors ** 4).sum() + values
+
+
 def _gradients(np, torch, ddpc):
     x = _inputs(np)
-
-    def sym(m):
-        return (m + m.mT) * 0.5
 
     def svd_loss(lib, a):
         U, S, Vh = lib.linalg.svd(a, full_matrices=False)
@@ -172,10 +179,8 @@ def _gradients(np, torch, ddpc):
         "svd": (lambda lib, a: svd_loss(lib, a[0]), ["tall"]),
         "svd_wide": (lambda lib, a: svd_loss(lib, a[0]), ["wide"]),
         "svdvals": (lambda lib, a: lib.linalg.svdvals(a[0]), ["tall"]),
-        "eigh": (lambda lib, a: (lambda r: (r.eigenvectors ** 4).sum() + r.eigenvalues)(lib.linalg.eigh(a[0])),
-                 ["sym"]),
-        "eigh_upper": (lambda lib, a: (lambda r: (r.eigenvectors ** 4).sum() + r.eigenvalues)(
-            lib.linalg.eigh(a[0], UPLO="U")), ["sym"]),
+        "eigh": (lambda lib, a: _eigh_loss(lib, a[0], "L"), ["sym"]),
+        "eigh_upper": (lambda lib, a: _eigh_loss(lib, a[0], "U"), ["sym"]),
         "eigvalsh": (lambda lib, a: lib.linalg.eigvalsh(a[0]), ["A"]),
         "pinv": (lambda lib, a: lib.linalg.pinv(a[0]), ["tall"]),
         "pinv_wide": (lambda lib, a: lib.linalg.pinv(a[0]), ["wide"]),
@@ -187,7 +192,7 @@ def _gradients(np, torch, ddpc):
         "solve_triangular_right_unit": (lambda lib, a: lib.linalg.solve_triangular(
             a[0], a[1].mT, upper=False, left=False, unitriangular=True), ["A", "B"]),
         "lu_factor": (lambda lib, a: lib.linalg.lu_factor(a[0]).LU, ["A"]),
-        "lu": (lambda lib, a: (lambda r: r.L * 2 + r.U)(lib.linalg.lu(a[0])), ["A"]),
+        "lu": (lambda lib, a: lib.linalg.lu(a[0]).L * 2 + lib.linalg.lu(a[0]).U, ["A"]),
         "cholesky_solve": (lambda lib, a: lib.cholesky_solve(a[1], lib.linalg.cholesky(a[0])), ["spd", "B"]),
         "cholesky_inverse": (lambda lib, a: lib.cholesky_inverse(lib.linalg.cholesky(a[0])), ["spd"]),
         "multi_dot": (lambda lib, a: lib.linalg.multi_dot([a[0][0], a[1][0], a[0][1]]), ["tall", "wide"]),
@@ -201,7 +206,6 @@ def _gradients(np, torch, ddpc):
     cases["vector_norm at 0"] = (lambda lib, a: lib.linalg.vector_norm(a[0] * 0, dim=-1), ["A"])
     for name, (fn, keys) in cases.items():
         _sign_free(torch, ddpc, np, lambda lib, ts, fn=fn: fn(lib, ts), [x[k] for k in keys], name)
-    del sym
 
 
 def _errors(np, torch, ddpc):
@@ -233,7 +237,40 @@ def _errors(np, torch, ddpc):
         assert lib.linalg.inv_ex(lib.zeros(2, 2, dtype=lib.float64)).info.item() == 1
 
 
-GROUPS = {"values": _values, "gradients": _gradients, "errors": _errors}
+def _second_derivatives(np, torch, ddpc):
+    """Hessian-vector products through create_graph, ddpc's against torch's."""
+    x = _inputs(np)
+    rng = np.random.default_rng(9)
+    cases = {
+        "inv": (lambda lib, a: (lib.linalg.inv(a[0]) ** 2).sum(), ["A"]),
+        "solve": (lambda lib, a: (lib.linalg.solve(a[0], a[1]) ** 2).sum(), ["A", "B"]),
+        "det": (lambda lib, a: (lib.linalg.det(a[0]) ** 2).sum(), ["A"]),
+        "slogdet": (lambda lib, a: (lib.linalg.slogdet(a[0]).logabsdet ** 2).sum(), ["A"]),
+        "cholesky": (lambda lib, a: (lib.linalg.cholesky(a[0]) ** 3).sum(), ["spd"]),
+        "qr": (lambda lib, a: (lib.linalg.qr(a[0]).Q ** 3).sum() + (lib.linalg.qr(a[0]).R ** 3).sum(), ["tall"]),
+        "svdvals": (lambda lib, a: (lib.linalg.svdvals(a[0]) ** 3).sum(), ["tall"]),
+        "eigh": (lambda lib, a: (_eigh_loss(lib, a[0], "L") ** 2).sum(), ["sym"]),
+        "pinv": (lambda lib, a: (lib.linalg.pinv(a[0]) ** 3).sum(), ["wide"]),
+        "matrix_exp": (lambda lib, a: (lib.linalg.matrix_exp(a[0] * 0.5) ** 2).sum(), ["A"]),
+        "solve_triangular": (lambda lib, a: (lib.linalg.solve_triangular(a[0], a[1], upper=False) ** 2).sum(),
+                             ["spd", "B"]),
+        "lu_factor": (lambda lib, a: (lib.linalg.lu_factor(a[0]).LU ** 3).sum(), ["A"]),
+        "matrix_norm nuc": (lambda lib, a: lib.linalg.matrix_norm(a[0], "nuc").sum() ** 2, ["A"]),
+    }
+    for name, (fn, keys) in cases.items():
+        arrays = [x[k] for k in keys]
+        us = [rng.standard_normal(a.shape) for a in arrays]
+        got = []
+        for lib, grad in ((torch, torch.autograd.grad), (ddpc, ddpc.autograd.grad)):
+            xs = [lib.tensor(a, requires_grad=True) for a in arrays]
+            first = grad(fn(lib, xs), xs, create_graph=True)
+            dot = sum((g * lib.tensor(u)).sum() for g, u in zip(first, us))
+            got.append([h.detach().numpy() for h in grad(dot, xs)])
+        for i, (want, have) in enumerate(zip(*got)):
+            np.testing.assert_allclose(have, want, rtol=1e-8, atol=1e-8, err_msg=f"{name}: input {i}")
+
+
+GROUPS = {"values": _values, "gradients": _gradients, "errors": _errors, "second_derivatives": _second_derivatives}
 
 
 def _child(name):

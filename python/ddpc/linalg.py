@@ -57,14 +57,20 @@ LUResult = collections.namedtuple("LUResult", "P L U")
 
 # ---- host arrays and checks --------------------------------------------------------------
 
-def _matrices(A, what, square=False):
-    """A, checked: a float32 or float64 tensor of at least 2 dims (square ones if ``square``)."""
+def _floating(A, what):
+    """A, checked: a float32 or float64 tensor."""
     if not isinstance(A, Tensor):
         raise TypeError(f"linalg.{what}: expected a ddpc tensor, got {type(A).__name__}")
     if A.dtype in (float16, bfloat16):
         raise TypeError(f"linalg.{what}: Low precision dtypes not supported. Got {A.dtype}")
     if not A.dtype.is_floating_point:
         raise TypeError(f"linalg.{what}: Expected a floating point tensor as input. Got {A.dtype}")
+    return A
+
+
+def _matrices(A, what, square=False):
+    """A, checked: a float32 or float64 tensor of at least 2 dims (square ones if ``square``)."""
+    _floating(A, what)
     if A.ndim < 2:
         raise ValueError(f"linalg.{what}: The input tensor A must have at least 2 dimensions, got shape {A.shape}")
     if square and A.shape[-1] != A.shape[-2]:
@@ -802,6 +808,38 @@ def multi_dot(tensors):
     return out
 
 
+def tensorinv(A, ind=2):
+    """The inverse of A in the sense of tensordot: A's first ``ind`` dims
+    against the rest, as one square matrix, inverted; shape A.shape[ind:] + A.shape[:ind]."""
+    _floating(A, "tensorinv")
+    if ind <= 0:
+        raise ValueError(f"linalg.tensorinv: Expected a strictly positive integer for 'ind', but got {ind}")
+    rows, cols = math.prod(A.shape[:ind]), math.prod(A.shape[ind:])
+    if rows != cols:
+        raise ValueError(f"linalg.tensorinv: Expected self to satisfy the requirement prod(self.shape[ind:]) == "
+                         f"prod(self.shape[:ind]), but got {cols} != {rows}")
+    return inv(A.reshape(rows, cols)).reshape(A.shape[ind:] + A.shape[:ind])
+
+
+def tensorsolve(A, B, dims=None):
+    """The X with tensordot(A, X, X.ndim) = B: A's dims ``dims`` moved last,
+    then A's leading B.ndim dims against the rest as one square system."""
+    _floating(A, "tensorsolve")
+    _same_kind(A, B, "tensorsolve")
+    if dims is not None:
+        dims = [_ag._dim(A, d) for d in dims]
+        A = A.movedim(dims, list(range(A.ndim - len(dims), A.ndim)))
+    x_shape = A.shape[B.ndim:]
+    rows, cols = math.prod(B.shape), math.prod(x_shape)
+    if A.shape[:B.ndim] != B.shape or rows != cols:
+        raise ValueError(f"linalg.tensorsolve: A of shape {A.shape} and B of shape {B.shape} do not form a square "
+                         "system (A.shape must start with B.shape and the remaining dims hold as many elements)")
+    return solve(A.reshape(rows, cols), B.reshape(rows)).reshape(x_shape)
+
+
+matmul = _ag.matmul
+
+
 # ---- LU ----------------------------------------------------------------------------------
 
 def _permutations(pivots, m):
@@ -1053,6 +1091,6 @@ def householder_product(A, tau):
 __all__ = ["QR", "SVD", "CholeskyExResult", "EighResult", "InvExResult", "LUFactorExResult", "LUFactorResult",
            "LUResult", "LinAlgError", "LstsqResult", "SlogdetResult", "SolveExResult", "cholesky", "cholesky_ex",
            "cond", "cross", "det", "diagonal", "eigh", "eigvalsh", "householder_product", "inv", "inv_ex", "lstsq",
-           "lu", "lu_factor", "lu_factor_ex", "lu_solve", "matrix_exp", "matrix_norm", "matrix_power", "matrix_rank",
-           "multi_dot", "norm", "pinv", "qr", "slogdet", "solve", "solve_ex", "solve_triangular", "svd", "svdvals",
-           "vander", "vecdot", "vector_norm"]
+           "lu", "lu_factor", "lu_factor_ex", "lu_solve", "matmul", "matrix_exp", "matrix_norm", "matrix_power",
+           "matrix_rank", "multi_dot", "norm", "pinv", "qr", "slogdet", "solve", "solve_ex", "solve_triangular", "svd",
+           "svdvals", "tensorinv", "tensorsolve", "vander", "vecdot", "vector_norm"]
