@@ -172,6 +172,8 @@ def _lu_panel(lu, c0, c1, piv, info):
 
 
 def _singular_message(what, info, action):
+    if not info.any():  # LAPACK met a zero pivot that this elimination's rounding did not
+        return f"linalg.{what}: the {action} could not be completed because the input matrix is singular."
     bad = np.flatnonzero(info.reshape(-1))[0]
     where = f"(Batch element {bad}): " if info.ndim else ""
     return (f"linalg.{what}: {where}The diagonal element {info.reshape(-1)[bad]} is zero, the {action} could not be "
