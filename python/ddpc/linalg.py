@@ -342,7 +342,10 @@ def _cofactors(A, D, singular):
 
 
 def det(A):
-    """The determinant of each square matrix of A."""
+    """The determinant of each square matrix of A. Its gradient is the matrix of
+    cofactors, also at singular matrices; its second derivatives at a matrix
+    of rank n - 2 or less are NaN, as in PyTorch (they go through the SVD,
+    whose gradient is undefined at repeated singular values)."""
     _matrices(A, "det", square=True)
     return _Det.apply(A)
 
