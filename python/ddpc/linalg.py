@@ -226,7 +226,8 @@ class _Inverse(Function):
     @staticmethod
     def backward(ctx, g, _):
         X, = ctx.saved_tensors
-        return -(X.mT @ g @ X.mT), None
+        Xt = X.mT
+        return -(Xt @ g @ Xt), None
 
 
 def inv_ex(A, *, check_errors=False):
