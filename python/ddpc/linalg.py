@@ -19,7 +19,7 @@ solve.
 Gradients: each factorization is a ddpc.autograd.Function whose backward is
 PyTorch's formula written in recorded ddpc ops (matmul, and this module's
 solves and inverses), so ``create_graph=True`` differentiates through them
-again. The others (norms, pinv's users, lstsq, matrix_power, multi_dot, ...)
+again. The others (norms, lstsq, lu_solve, matrix_power, multi_dot, ...)
 are compositions of differentiable ops.
 
 ddpc has no complex dtype, so ``eig``, ``eigvals`` and the other functions with
