@@ -255,6 +255,11 @@ def test_norms_and_condition_numbers(dtype):
                                    rtol=1e-3 if dtype == "float32" else 1e-9)
     assert LA.cond(t(np.diag([1.0, 0.0]), dtype), 1).item() == math.inf
     assert LA.vector_norm(t([3, 4], dtype), dtype=ddpc.float64).dtype is ddpc.float64
+    # ddpc.norm (torch.norm) takes the nuclear norm of a matrix, or over two dims.
+    np.testing.assert_allclose(ddpc.norm(a[0, 0], "nuc").numpy(), np.linalg.norm(A[0, 0], "nuc"), **tol(dtype))
+    np.testing.assert_allclose(a.norm("nuc", dim=(1, 3)).numpy(), np.linalg.norm(A, "nuc", axis=(1, 3)), **tol(dtype))
+    with pytest.raises(ValueError, match="2-d input or two dims"):
+        ddpc.norm(a, "nuc")
 
 
 def test_top_level_forms_and_tensor_methods():

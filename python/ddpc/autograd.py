@@ -2336,7 +2336,8 @@ def _abs(a):
 
 def norm(input, p="fro", dim=None, keepdim=False, dtype=None):
     """The vector p-norm over ``dim`` (every dim when None): p 2 or 'fro'
-    (the same over a whole tensor), 1, inf, -inf, 0 or any other number."""
+    (the same over a whole tensor), 1, inf, -inf, 0 or any other number; or
+    the nuclear norm (p 'nuc') of a 2-d input, or over two dims."""
     if dtype is not None:
         input = input.to(dtype=dtype)
     if not input.dtype.is_floating_point:
@@ -2344,8 +2345,14 @@ def norm(input, p="fro", dim=None, keepdim=False, dtype=None):
     dims = _reduction_dims(input, dim)
     if p == "fro" or p == 2:
         return pow(sum(mul(input, input), dims, keepdim), 0.5)
-    if p == "nuc" or isinstance(p, str):
-        raise ValueError(f"norm: p={p!r} is not supported (2, 'fro', 1, inf, -inf, 0 or a number)")
+    if p == "nuc":
+        from .linalg import matrix_norm
+
+        if dim is None and input.ndim != 2:
+            raise ValueError(f"norm: p='nuc' needs a 2-d input or two dims, got shape {input.shape}")
+        return matrix_norm(input, "nuc", (-2, -1) if dim is None else dim, keepdim)
+    if isinstance(p, str):
+        raise ValueError(f"norm: p={p!r} is not supported (2, 'fro', 'nuc', 1, inf, -inf, 0 or a number)")
     if p == 1:
         return sum(_abs(input), dims, keepdim)
     if p == math.inf:
