@@ -25,7 +25,7 @@ from .autograd import (abs, absolute, addcdiv, addcmul, allclose, ceil, clamp, c
                        logical_or, logical_xor, masked_fill, maximum, minimum, nan_to_num, reciprocal, round, rsqrt,
                        sign, sin, sqrt, square, trunc, where)
 from .serialization import CheckpointError, load, save
-from . import amp, data, distributed, func, nn, optim, testing, utils
+from . import amp, data, distributed, distributions, func, nn, optim, testing, utils
 from .amp import autocast
 from . import checkpoint
 from .distributed import destroy_process_group, init_process_group
@@ -99,5 +99,5 @@ __all__ = [
     "square", "trunc", "where", "asinh", "atan", "cosh", "exp2", "index_put", "log2", "log10", "logcumsumexp", "neg",
     "pow", "sinh", "take_along_dim", "detach", "eq", "ge", "gt", "is_floating_point", "le", "log_softmax", "lt",
     "moveaxis", "movedim", "narrow", "ne", "softmax", "swapaxes", "swapdims", "t", "backends", "compile",
-    "get_float32_matmul_precision", "set_float32_matmul_precision", "linalg",
+    "get_float32_matmul_precision", "set_float32_matmul_precision", "linalg", "distributions",
 ] + _pointwise.__all__ + _matrix.__all__ + _linalg.__all__ + _layout.__all__ + _random.__all__ + _stats.__all__

@@ -1,0 +1,108 @@
+"""Categorical distribution over {0, ..., K - 1} with probabilities ``probs``
+(or softmax(``logits``)) along the last dim."""
+
+import math
+
+from .. import autograd as _ag
+from ..tensor import arange, broadcast_tensors, full
+from . import constraints
+from .bernoulli import one_of_probs_logits
+from .distribution import Distribution
+from .utils import finite_min, lazy_property, logits_to_probs, probs_to_logits, standard_uniform
+
+__all__ = ["Categorical"]
+
+
+class Categorical(Distribution):
+    """Draws an index in {0, ..., K - 1}: probs (non-negative, normalized along
+    the last dim) or logits (unnormalized log-probabilities), not both. The
+    last dim indexes the categories; the others are batch dims.
+
+    Samples are drawn by inverting the cumulative probabilities with uniform
+    draws of ddpc's generator (on the parameters' device), so ddpc.manual_seed
+    makes them reproducible; they are not PyTorch's numbers."""
+
+    arg_constraints = {"probs": constraints.simplex, "logits": constraints.independent(constraints.real, 1)}
+    has_enumerate_support = True
+
+    def __init__(self, probs=None, logits=None, validate_args=None):
+        param = one_of_probs_logits(probs, logits)
+        if param.ndim < 1:
+            raise ValueError(f"`{'probs' if probs is not None else 'logits'}` parameter must be at least "
+                             "one-dimensional.")
+        if probs is not None:
+            self.probs = probs / probs.sum(-1, keepdim=True)
+        else:
+            self.logits = logits - _ag.logsumexp(logits, -1, keepdim=True)
+        self._param = self.probs if probs is not None else self.logits
+        self._num_events = self._param.shape[-1]
+        super().__init__(self._param.shape[:-1], validate_args=validate_args)
+
+    def expand(self, batch_shape, _instance=None):
+        new = self._get_checked_instance(Categorical, _instance)
+        batch_shape = tuple(batch_shape)
+        param_shape = batch_shape + (self._num_events,)
+        if "probs" in self.__dict__:
+            new.probs = self.probs.expand(param_shape)
+            new._param = new.probs
+        if "logits" in self.__dict__:
+            new.logits = self.logits.expand(param_shape)
+            new._param = new.logits
+        new._num_events = self._num_events
+        super(Categorical, new).__init__(batch_shape, validate_args=False)
+        new._validate_args = self._validate_args
+        return new
+
+    @constraints.dependent_property(is_discrete=True, event_dim=0)
+    def support(self):
+        return constraints.integer_interval(0, self._num_events - 1)
+
+    @lazy_property
+    def logits(self):
+        return probs_to_logits(self.probs)
+
+    @lazy_property
+    def probs(self):
+        return logits_to_probs(self.logits)
+
+    @property
+    def param_shape(self):
+        return self._param.shape
+
+    @property
+    def mean(self):
+        return full(self._extended_shape(), math.nan, dtype=self.probs.dtype, device=self.probs.device)
+
+    @property
+    def mode(self):
+        return _ag.argmax(self.probs, -1)
+
+    @property
+    def variance(self):
+        return full(self._extended_shape(), math.nan, dtype=self.probs.dtype, device=self.probs.device)
+
+    def sample(self, sample_shape=()):
+        shape = self._extended_shape(sample_shape)
+        with _ag.no_grad():
+            cumulative = _ag.cumsum(self.probs, -1)
+            u = standard_uniform(shape + (1,), cumulative) * cumulative[..., -1:]
+            # The index is the number of categories whose cumulative probability
+            # the draw reaches: zero-probability categories are never drawn.
+            below = (cumulative <= u).long()
+            return _ag.clamp(below.sum(-1), None, self._num_events - 1)
+
+    def log_prob(self, value):
+        if self._validate_args:
+            self._validate_sample(value)
+        value = value.long().unsqueeze(-1)
+        value, log_pmf = broadcast_tensors(value, self.logits)
+        return _ag.gather(log_pmf, -1, value[..., :1]).squeeze(-1)
+
+    def entropy(self):
+        logits = _ag.clamp(self.logits, finite_min(self.logits.dtype), None)
+        return -(logits * self.probs).sum(-1)
+
+    def enumerate_support(self, expand=True):
+        values = arange(self._num_events, device=self._param.device)
+        values = values.reshape((-1,) + (1,) * len(self._batch_shape))
+        return values.expand((-1,) + self._batch_shape) if expand else values

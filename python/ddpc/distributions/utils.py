@@ -1,0 +1,91 @@
+"""Helpers shared by the distributions: parameter broadcasting, the
+probability/logit conversions and a lazily computed, cached attribute."""
+
+import numbers
+
+from .. import autograd as _ag
+from .._dtype import finfo
+from ..tensor import Tensor, broadcast_tensors, get_default_dtype, rand, randn, tensor
+
+euler_gamma = 0.57721566490153286060
+
+
+def broadcast_all(*values):
+    """Broadcasts numbers and tensors to one shape; numbers become tensors of
+    the first tensor's dtype and device (the default dtype when all are numbers)."""
+    ref = next((v for v in values if isinstance(v, Tensor)), None)
+    for v in values:
+        if not isinstance(v, (Tensor, numbers.Number)):
+            raise ValueError(f"Input arguments must all be instances of numbers.Number or Tensor, got "
+                             f"{type(v).__name__}")
+    dtype = ref.dtype if ref is not None and ref.dtype.is_floating_point else get_default_dtype()
+    device = ref.device if ref is not None else None
+    tensors = [v if isinstance(v, Tensor) else tensor(float(v), dtype=dtype, device=device) for v in values]
+    return broadcast_tensors(*tensors)
+
+
+def as_parameter(value):
+    """A number becomes a 0-d tensor of the default dtype; a tensor stays."""
+    return value if isinstance(value, Tensor) else tensor(float(value), dtype=get_default_dtype())
+
+
+def standard_normal(shape, like):
+    """Draws of N(0, 1) of ``shape`` with like's dtype and device, from ddpc's generator."""
+    return randn(tuple(shape), dtype=like.dtype, device=like.device)
+
+
+def standard_uniform(shape, like):
+    """Draws from [0, 1) of ``shape`` with like's dtype and device, from ddpc's generator."""
+    return rand(tuple(shape), dtype=like.dtype, device=like.device)
+
+
+def clamp_probs(probs):
+    """Keeps probabilities inside [eps, 1 - eps] of their dtype, away from the
+    0 and 1 whose logits are infinite."""
+    eps = finfo(probs.dtype).eps
+    return _ag.clamp(probs, eps, 1 - eps)
+
+
+def logits_to_probs(logits, is_binary=False):
+    """Probabilities from logits: sigmoid for one binary event, softmax over the
+    last dim for a categorical one."""
+    return _ag.sigmoid(logits) if is_binary else _ag.softmax(logits, -1)
+
+
+def probs_to_logits(probs, is_binary=False):
+    """Logits from probabilities (clamped away from 0 and 1): log-odds for a
+    binary event, log-probabilities for a categorical one."""
+    clamped = clamp_probs(probs)
+    if is_binary:
+        return _ag.sub(_ag.log(clamped), _ag.log1p(_ag.neg(clamped)))
+    return _ag.log(clamped)
+
+
+def sum_rightmost(value, dim):
+    """Sums value over its ``dim`` rightmost dimensions."""
+    if dim == 0:
+        return value
+    return value.reshape(value.shape[:value.ndim - dim] + (-1,)).sum(-1)
+
+
+def finite_min(dtype):
+    """The most negative finite number of dtype: stands for log(0) where -inf would give NaN."""
+    return finfo(dtype).min
+
+
+class lazy_property:
+    """A property computed on first access and then stored on the instance
+    (gradients recorded), as the logits of a distribution given probs."""
+
+    def __init__(self, wrapped):
+        self.wrapped = wrapped
+        self.__doc__ = wrapped.__doc__
+        self.__name__ = wrapped.__name__
+
+    def __get__(self, instance, obj_type=None):
+        if instance is None:
+            return self
+        with _ag.enable_grad():
+            value = self.wrapped(instance)
+        setattr(instance, self.wrapped.__name__, value)
+        return value
