@@ -2,10 +2,10 @@
 torch.distributions (same class names, arguments, properties and
 semantics): batch and event shapes, ``sample`` and the reparameterized
 ``rsample``, ``log_prob``, ``entropy``, ``cdf``/``icdf``, ``expand``,
-argument and support validation, and transforms.
+argument and support validation, transforms, and ``kl_divergence``.
 
 Everything is composed from ddpc's differentiable tensor ops, so gradients
-flow through ``rsample``, ``log_prob`` and ``entropy`` to
+flow through ``rsample``, ``log_prob``, ``entropy`` and ``kl_divergence`` to
 the parameters. Samples come from ddpc's generator on the parameters' device:
 ``ddpc.manual_seed`` makes them reproducible, but they are not the numbers
 PyTorch draws for the same seed.
@@ -21,7 +21,7 @@ Not provided yet, for want of functions ddpc does not have yet:
 - erfinv: Normal.icdf, and through it LogNormal.icdf and HalfNormal.icdf;
 - lgamma and digamma: Beta, Binomial, Chi2, Dirichlet, FisherSnedecor, Gamma,
   InverseGamma, Kumaraswamy, Multinomial, NegativeBinomial, Poisson, StudentT,
-  Weibull;
+  Weibull, and the KL divergence between two Gumbels;
 - a Cholesky factorization: MultivariateNormal, LowRankMultivariateNormal,
   LKJCholesky, Wishart and CorrCholeskyTransform;
 - Bessel functions: VonMises.
@@ -40,6 +40,7 @@ from .gumbel import Gumbel
 from .half_cauchy import HalfCauchy
 from .half_normal import HalfNormal
 from .independent import Independent
+from .kl import kl_divergence, register_kl
 from .laplace import Laplace
 from .log_normal import LogNormal
 from .logistic_normal import LogisticNormal
@@ -60,4 +61,5 @@ __all__ = ["AbsTransform", "AffineTransform", "Bernoulli", "Categorical", "Cauch
            "LogisticNormal", "MixtureSameFamily", "Normal", "OneHotCategorical",
            "OneHotCategoricalStraightThrough", "PowerTransform", "RelaxedBernoulli", "RelaxedOneHotCategorical",
            "SigmoidTransform", "SoftmaxTransform", "StickBreakingTransform", "TanhTransform", "Transform",
-           "TransformedDistribution", "Uniform", "constraints", "identity_transform", "transforms"]
+           "TransformedDistribution", "Uniform", "constraints", "identity_transform", "kl_divergence",
+           "register_kl", "transforms"]

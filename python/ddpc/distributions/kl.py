@@ -1,0 +1,313 @@
+"""kl_divergence(p, q) and register_kl: the KL divergences between the
+families of this package, dispatched on the pair of types to the most
+specific registered implementation, as torch.distributions.kl."""
+
+import math
+import warnings
+from functools import total_ordering
+
+from .. import autograd as _ag
+from ..nn.functional import softplus
+from ..tensor import full_like
+from .bernoulli import Bernoulli
+from .categorical import Categorical
+from .distribution import Distribution
+from .cauchy import Cauchy
+from .exp_family import ExponentialFamily
+from .exponential import Exponential
+from .geometric import Geometric
+from .gumbel import Gumbel
+from .half_normal import HalfNormal
+from .independent import Independent
+from .laplace import Laplace
+from .normal import Normal
+from .one_hot_categorical import OneHotCategorical
+from .transformed_distribution import TransformedDistribution
+from .uniform import Uniform
+from .utils import euler_gamma, sum_rightmost
+
+__all__ = ["kl_divergence", "register_kl"]
+
+_KL_REGISTRY = {}  # (type_p, type_q) -> the function computing KL(p || q)
+_KL_MEMOIZE = {}  # the dispatch results, cleared whenever a pair is registered
+
+
+def register_kl(type_p, type_q):
+    """A decorator that registers a pairwise function as KL(p || q) for
+    distributions of types type_p and type_q (and their subclasses, where no
+    more specific pair is registered)::
+
+        @register_kl(Normal, Normal)
+        def kl_normal_normal(p, q):
+            ...
+    """
+    for name, t in (("type_p", type_p), ("type_q", type_q)):
+        if not (isinstance(t, type) and issubclass(t, Distribution)):
+            raise TypeError(f"Expected {name} to be a Distribution subclass but got {t}")
+
+    def decorator(fun):
+        _KL_REGISTRY[type_p, type_q] = fun
+        _KL_MEMOIZE.clear()
+        return fun
+
+    return decorator
+
+
+@total_ordering
+class _Match:
+    """A registered pair of types, ordered so that the more specific pair sorts first."""
+
+    __slots__ = ["types"]
+
+    def __init__(self, *types):
+        self.types = types
+
+    def __eq__(self, other):
+        return self.types == other.types
+
+    def __le__(self, other):
+        for x, y in zip(self.types, other.types):
+            if not issubclass(x, y):
+                return False
+            if x is not y:
+                break
+        return True
+
+
+def _dispatch_kl(type_p, type_q):
+    """The most specific registered function for (type_p, type_q), or NotImplemented."""
+    matches = [(super_p, super_q) for super_p, super_q in _KL_REGISTRY
+               if issubclass(type_p, super_p) and issubclass(type_q, super_q)]
+    if not matches:
+        return NotImplemented
+    left_p, left_q = min(_Match(*m) for m in matches).types
+    right_q, right_p = min(_Match(*reversed(m)) for m in matches).types
+    left_fun = _KL_REGISTRY[left_p, left_q]
+    right_fun = _KL_REGISTRY[right_p, right_q]
+    if left_fun is not right_fun:
+        warnings.warn(f"Ambiguous kl_divergence({type_p.__name__}, {type_q.__name__}). Please "
+                      f"register_kl({left_p.__name__}, {right_q.__name__})", RuntimeWarning, stacklevel=2)
+    return left_fun
+
+
+def kl_divergence(p, q):
+    """KL(p || q) = the integral of p(x) log(p(x) / q(x)), of shape batch_shape.
+    Raises NotImplementedError for a pair of types with no registered function."""
+    try:
+        fun = _KL_MEMOIZE[type(p), type(q)]
+    except KeyError:
+        fun = _dispatch_kl(type(p), type(q))
+        _KL_MEMOIZE[type(p), type(q)] = fun
+    if fun is NotImplemented:
+        raise NotImplementedError(f"No KL(p || q) is implemented for p type {p.__class__.__name__} and q type "
+                                  f"{q.__class__.__name__}")
+    return fun(p, q)
+
+
+def _infinite_like(tensor):
+    return full_like(tensor, math.inf)
+
+
+def _with_value_where(result, mask, value):
+    """result with ``value`` where mask holds (as torch's masked assignments)."""
+    return _ag.where(mask, full_like(result, value), result)
+
+
+# Pairs of one family.
+
+@register_kl(Bernoulli, Bernoulli)
+def _kl_bernoulli_bernoulli(p, q):
+    t1 = p.probs * (softplus(-q.logits) - softplus(-p.logits))
+    t1 = _with_value_where(_with_value_where(t1, q.probs == 0, math.inf), p.probs == 0, 0.0)
+    t2 = (1 - p.probs) * (softplus(q.logits) - softplus(p.logits))
+    t2 = _with_value_where(_with_value_where(t2, q.probs == 1, math.inf), p.probs == 1, 0.0)
+    return t1 + t2
+
+
+@register_kl(Categorical, Categorical)
+def _kl_categorical_categorical(p, q):
+    t = p.probs * (p.logits - q.logits)
+    t = _with_value_where(t, (q.probs == 0).expand(t.shape), math.inf)
+    t = _with_value_where(t, (p.probs == 0).expand(t.shape), 0.0)
+    return t.sum(-1)
+
+
+@register_kl(Exponential, Exponential)
+def _kl_exponential_exponential(p, q):
+    rate_ratio = q.rate / p.rate
+    return -_ag.log(rate_ratio) + rate_ratio - 1
+
+
+@register_kl(ExponentialFamily, ExponentialFamily)
+def _kl_expfamily_expfamily(p, q):
+    if type(p) is not type(q):
+        raise NotImplementedError("The cross KL-divergence between different exponential families cannot be "
+                                  "computed using Bregman divergences")
+    p_nparams = [param.detach().requires_grad_() for param in p._natural_params]
+    q_nparams = q._natural_params
+    with _ag.enable_grad():
+        lg_normal = p._log_normalizer(*p_nparams)
+        gradients = _ag.grad(lg_normal.sum(), p_nparams, create_graph=True)
+    result = q._log_normalizer(*q_nparams) - lg_normal
+    for pnp, qnp, g in zip(p_nparams, q_nparams, gradients):
+        result = result - sum_rightmost((qnp - pnp) * g, len(q.event_shape))
+    return result
+
+
+@register_kl(Geometric, Geometric)
+def _kl_geometric_geometric(p, q):
+    return -p.entropy() - _ag.log1p(-q.probs) / p.probs - q.logits
+
+
+@register_kl(HalfNormal, HalfNormal)
+def _kl_halfnormal_halfnormal(p, q):
+    return _kl_normal_normal(p.base_dist, q.base_dist)
+
+
+@register_kl(Laplace, Laplace)
+def _kl_laplace_laplace(p, q):
+    scale_ratio = p.scale / q.scale
+    loc_abs_diff = _ag.abs(p.loc - q.loc)
+    return -_ag.log(scale_ratio) + loc_abs_diff / q.scale + scale_ratio * _ag.exp(-loc_abs_diff / p.scale) - 1
+
+
+@register_kl(Normal, Normal)
+def _kl_normal_normal(p, q):
+    var_ratio = (p.scale / q.scale).pow(2)
+    t1 = ((p.loc - q.loc) / q.scale).pow(2)
+    return 0.5 * (var_ratio + t1 - 1 - _ag.log(var_ratio))
+
+
+@register_kl(OneHotCategorical, OneHotCategorical)
+def _kl_onehotcategorical_onehotcategorical(p, q):
+    return _kl_categorical_categorical(p._categorical, q._categorical)
+
+
+@register_kl(TransformedDistribution, TransformedDistribution)
+def _kl_transformed_transformed(p, q):
+    if p.transforms != q.transforms or p.event_shape != q.event_shape:
+        raise NotImplementedError
+    return kl_divergence(p.base_dist, q.base_dist)
+
+
+@register_kl(Uniform, Uniform)
+def _kl_uniform_uniform(p, q):
+    result = _ag.log((q.high - q.low) / (p.high - p.low))
+    return _with_value_where(result, _ag.logical_or(q.low > p.low, q.high < p.high), math.inf)
+
+
+@register_kl(Independent, Independent)
+def _kl_independent_independent(p, q):
+    if p.reinterpreted_batch_ndims != q.reinterpreted_batch_ndims:
+        raise NotImplementedError
+    return sum_rightmost(kl_divergence(p.base_dist, q.base_dist), p.reinterpreted_batch_ndims)
+
+
+@register_kl(Cauchy, Cauchy)
+def _kl_cauchy_cauchy(p, q):
+    t1 = _ag.log((p.scale + q.scale).pow(2) + (p.loc - q.loc).pow(2))
+    return t1 - _ag.log(4 * p.scale * q.scale)
+
+
+# Pairs of different families: infinite where p's support is not inside q's.
+
+@register_kl(Exponential, Uniform)
+def _kl_exponential_infinity(p, q):
+    return _infinite_like(p.rate)
+
+
+@register_kl(Gumbel, Exponential)
+@register_kl(Gumbel, Uniform)
+@register_kl(Laplace, Exponential)
+@register_kl(Laplace, Uniform)
+@register_kl(Normal, Exponential)
+@register_kl(Normal, Uniform)
+def _kl_loc_infinity(p, q):
+    return _infinite_like(p.loc)
+
+
+@register_kl(Exponential, Gumbel)
+def _kl_exponential_gumbel(p, q):
+    scale_rate_prod = p.rate * q.scale
+    loc_scale_ratio = q.loc / q.scale
+    t1 = _ag.log(scale_rate_prod) - 1
+    t2 = _ag.exp(loc_scale_ratio) * scale_rate_prod / (scale_rate_prod + 1)
+    return t1 - loc_scale_ratio + t2 + _ag.reciprocal(scale_rate_prod)
+
+
+@register_kl(Exponential, Normal)
+def _kl_exponential_normal(p, q):
+    var_normal = q.scale.pow(2)
+    rate_sqr = p.rate.pow(2)
+    t1 = 0.5 * _ag.log(rate_sqr * var_normal * 2 * math.pi)
+    t2 = _ag.reciprocal(rate_sqr)
+    t3 = q.loc / p.rate
+    t4 = q.loc.pow(2) * 0.5
+    return t1 - 1 + (t2 - t3 + t4) / var_normal
+
+
+@register_kl(Gumbel, Normal)
+def _kl_gumbel_normal(p, q):
+    param_ratio = p.scale / q.scale
+    t1 = _ag.log(param_ratio / math.sqrt(2 * math.pi))
+    t2 = (math.pi * param_ratio * 0.5).pow(2) / 3
+    t3 = ((p.loc + p.scale * euler_gamma - q.loc) / q.scale).pow(2) * 0.5
+    return -t1 + t2 + t3 - (euler_gamma + 1)
+
+
+@register_kl(Laplace, Normal)
+def _kl_laplace_normal(p, q):
+    var_normal = q.scale.pow(2)
+    scale_sqr_var_ratio = p.scale.pow(2) / var_normal
+    t1 = 0.5 * _ag.log(2 * scale_sqr_var_ratio / math.pi)
+    t2 = 0.5 * p.loc.pow(2)
+    t3 = p.loc * q.loc
+    t4 = 0.5 * q.loc.pow(2)
+    return -t1 + scale_sqr_var_ratio + (t2 - t3 + t4) / var_normal - 1
+
+
+@register_kl(Normal, Gumbel)
+def _kl_normal_gumbel(p, q):
+    mean_scale_ratio = p.loc / q.scale
+    var_scale_sqr_ratio = (p.scale / q.scale).pow(2)
+    loc_scale_ratio = q.loc / q.scale
+    t1 = _ag.log(var_scale_sqr_ratio) * 0.5
+    t2 = mean_scale_ratio - loc_scale_ratio
+    t3 = _ag.exp(-mean_scale_ratio + 0.5 * var_scale_sqr_ratio + loc_scale_ratio)
+    return -t1 + t2 + t3 - (0.5 * (1 + math.log(2 * math.pi)))
+
+
+@register_kl(Normal, Laplace)
+def _kl_normal_laplace(p, q):
+    loc_diff = p.loc - q.loc
+    scale_ratio = p.scale / q.scale
+    loc_diff_scale_ratio = loc_diff / p.scale
+    t1 = _ag.log(scale_ratio)
+    t2 = math.sqrt(2 / math.pi) * p.scale * _ag.exp(-0.5 * loc_diff_scale_ratio.pow(2))
+    t3 = loc_diff * _ag.erf(math.sqrt(0.5) * loc_diff_scale_ratio)
+    return -t1 + (t2 + t3) / q.scale - (0.5 * (1 + math.log(0.5 * math.pi)))
+
+
+@register_kl(Uniform, Exponential)
+def _kl_uniform_exponential(p, q):
+    result = q.rate * (p.high + p.low) / 2 - _ag.log((p.high - p.low) * q.rate)
+    return _with_value_where(result, p.low < 0, math.inf)
+
+
+@register_kl(Uniform, Gumbel)
+def _kl_uniform_gumbel(p, q):
+    common_term = q.scale / (p.high - p.low)
+    high_loc_diff = (p.high - q.loc) / q.scale
+    low_loc_diff = (p.low - q.loc) / q.scale
+    t1 = _ag.log(common_term) + 0.5 * (high_loc_diff + low_loc_diff)
+    t2 = common_term * (_ag.exp(-high_loc_diff) - _ag.exp(-low_loc_diff))
+    return t1 - t2
+
+
+@register_kl(Uniform, Normal)
+def _kl_uniform_normal(p, q):
+    common_term = p.high - p.low
+    t1 = _ag.log(math.sqrt(math.pi * 2) * q.scale / common_term)
+    t2 = common_term.pow(2) / 12
+    t3 = ((p.high + p.low - 2 * q.loc) / 2).pow(2)
+    return t1 + 0.5 * (t2 + t3) / q.scale.pow(2)
