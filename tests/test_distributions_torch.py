@@ -1,0 +1,273 @@
+"""Optional: ddpc.distributions against torch.distributions on the same
+float64 parameters and values (skipped when torch is not installed):
+log_prob, cdf, icdf, entropy, mean, mode, variance and stddev, and
+kl_divergence, with their gradients with respect to the parameters (and
+to the value for continuous families). Each group runs in a child process
+that imports torch before ddpc and fails there, printing what differs."""
+
+import sys
+
+import pytest
+from procs import run_torch_case
+
+
+def _params(np):
+    rng = np.random.default_rng(0)
+    probs = rng.uniform(0.1, 1.0, (2, 4))
+    return {
+        "loc": rng.normal(size=(2, 3)), "scale": rng.uniform(0.5, 2.0, (2, 3)),
+        "low": rng.uniform(-2.0, -1.0, (2, 3)), "high": rng.uniform(1.0, 2.0, (2, 3)),
+        "p": rng.uniform(0.1, 0.9, (2, 3)), "logit": rng.normal(size=(2, 3)), "rate": rng.uniform(0.5, 2.0, (2, 3)),
+        "simplex": probs / probs.sum(-1, keepdims=True), "logits4": rng.normal(size=(2, 4)),
+        "mix_logits": rng.normal(size=(2, 3)), "temperature": np.array(0.7),
+    }
+
+
+def _values(np):
+    rng = np.random.default_rng(1)
+    onehot = np.eye(4)[rng.integers(0, 4, (5, 2))]
+    simplex = rng.uniform(0.1, 1.0, (5, 2, 4))
+    return {
+        "real": rng.normal(size=(5, 2, 3)), "positive": rng.uniform(0.1, 3.0, (5, 2, 3)),
+        "inside": rng.uniform(-0.9, 0.9, (5, 2, 3)), "unit": rng.uniform(0.05, 0.95, (5, 2, 3)),
+        "binary": rng.integers(0, 2, (5, 2, 3)).astype(np.float64), "index4": rng.integers(0, 4, (5, 2)),
+        "count": rng.integers(0, 6, (5, 2, 3)).astype(np.float64), "onehot4": onehot,
+        "simplex4": simplex / simplex.sum(-1, keepdims=True), "real2": rng.normal(size=(5, 2)),
+    }
+
+
+# name: (constructor over a module M and parameters P, the value to score, whether it is differentiable)
+CASES = {
+    "Normal": (lambda M, P: M.Normal(P["loc"], P["scale"]), "real", True),
+    "Uniform": (lambda M, P: M.Uniform(P["low"], P["high"]), "inside", True),
+    "Bernoulli probs": (lambda M, P: M.Bernoulli(probs=P["p"]), "binary", False),
+    "Bernoulli logits": (lambda M, P: M.Bernoulli(logits=P["logit"]), "binary", False),
+    "Categorical probs": (lambda M, P: M.Categorical(probs=P["simplex"]), "index4", False),
+    "Categorical logits": (lambda M, P: M.Categorical(logits=P["logits4"]), "index4", False),
+    "OneHotCategorical": (lambda M, P: M.OneHotCategorical(logits=P["logits4"]), "onehot4", False),
+    "Exponential": (lambda M, P: M.Exponential(P["rate"]), "positive", True),
+    "Laplace": (lambda M, P: M.Laplace(P["loc"], P["scale"]), "real", True),
+    "LogNormal": (lambda M, P: M.LogNormal(P["loc"], P["scale"]), "positive", True),
+    "Cauchy": (lambda M, P: M.Cauchy(P["loc"], P["scale"]), "real", True),
+    "Gumbel": (lambda M, P: M.Gumbel(P["loc"], P["scale"]), "real", True),
+    "Geometric probs": (lambda M, P: M.Geometric(probs=P["p"]), "count", False),
+    "Geometric logits": (lambda M, P: M.Geometric(logits=P["logit"]), "count", False),
+    "HalfNormal": (lambda M, P: M.HalfNormal(P["scale"]), "positive", True),
+    "HalfCauchy": (lambda M, P: M.HalfCauchy(P["scale"]), "positive", True),
+    "RelaxedBernoulli": (lambda M, P: M.RelaxedBernoulli(P["temperature"], probs=P["p"]), "unit", True),
+    "LogitRelaxedBernoulli": (
+        lambda M, P: M.relaxed_bernoulli.LogitRelaxedBernoulli(P["temperature"], logits=P["logit"]), "real", True),
+    "RelaxedOneHotCategorical": (lambda M, P: M.RelaxedOneHotCategorical(P["temperature"], logits=P["logits4"]),
+                                 "simplex4", True),
+    "LogisticNormal": (lambda M, P: M.LogisticNormal(P["loc"], P["scale"]), "simplex4", True),
+    "Independent": (lambda M, P: M.Independent(M.Normal(P["loc"], P["scale"]), 1), "real", True),
+    "MixtureSameFamily": (lambda M, P: M.MixtureSameFamily(M.Categorical(logits=P["mix_logits"]),
+                                                           M.Normal(P["loc"], P["scale"])), "real2", True),
+    "MixtureSameFamily Independent": (
+        lambda M, P: M.MixtureSameFamily(M.Categorical(logits=P["mix_logits"][0, :2]),
+                                         M.Independent(M.Normal(P["loc"], P["scale"]), 1)), "real", True),
+    "tanh-squashed Normal": (
+        lambda M, P: M.TransformedDistribution(M.Normal(P["loc"], P["scale"]),
+                                               [M.TanhTransform(), M.AffineTransform(0.5, 2.0)]), "inside", True),
+    "sigmoid then power": (
+        lambda M, P: M.TransformedDistribution(M.Normal(P["loc"], P["scale"]),
+                                               [M.SigmoidTransform(), M.PowerTransform(2.0)]), "unit", True),
+    "exp then affine Normal": (
+        lambda M, P: M.TransformedDistribution(M.Normal(P["loc"], P["scale"]),
+                                               [M.ExpTransform(), M.AffineTransform(P["loc"], P["scale"])]),
+        "positive", True),
+}
+
+PROPERTIES = ("mean", "mode", "variance", "stddev")
+
+# The icdf of these needs Normal.icdf, which needs erfinv, which ddpc does not have yet.
+NORMAL_ICDF = ("Normal", "LogNormal", "HalfNormal", "tanh-squashed Normal", "sigmoid then power",
+               "exp then affine Normal")
+
+
+def _both(torch, ddpc, arrays):
+    t = {k: torch.tensor(v, dtype=torch.float64, requires_grad=True) for k, v in arrays.items()}
+    d = {k: ddpc.tensor(v, dtype=ddpc.float64, requires_grad=True) for k, v in arrays.items()}
+    return t, d
+
+
+def _outcome(fn):
+    """fn()'s tensor, or the exception type it raised."""
+    try:
+        return fn()
+    except (NotImplementedError, ValueError) as e:
+        return type(e)
+
+
+def _compare(np, torch, got, want, what, grads):
+    """got (ddpc) equals want (torch) in shape and values (NaN and infinities
+    where torch has them); then the gradients of a weighted sum of each with
+    respect to the pairs of leaves in grads."""
+    if isinstance(want, type):
+        assert isinstance(got, type) and issubclass(got, want), f"{what}: torch raised {want.__name__}, ddpc {got}"
+        return
+    assert not isinstance(got, type), f"{what}: ddpc raised {got.__name__}"
+    assert tuple(got.shape) == tuple(want.shape), f"{what}: shape {tuple(got.shape)} vs {tuple(want.shape)}"
+    w = want.detach().double().numpy()
+    np.testing.assert_allclose(got.detach().double().numpy(), w, rtol=1e-9, atol=1e-12, err_msg=what)
+    if not want.requires_grad or not got.requires_grad:
+        assert want.requires_grad == got.requires_grad or not np.isfinite(w).all(), \
+            f"{what}: requires_grad {got.requires_grad} vs {want.requires_grad}"
+        return
+    weights = np.random.default_rng(2).uniform(0.5, 1.5, w.shape)
+    finite = np.isfinite(w)
+    tw = torch.tensor(np.where(finite, weights, 0.0))
+    t_leaves = [t for t, _ in grads]
+    d_leaves = [d for _, d in grads]
+    t_grads = torch.autograd.grad((torch.where(torch.tensor(finite), want, 0) * tw).sum(), t_leaves,
+                                  allow_unused=True, retain_graph=True)
+    import ddpc
+
+    dw = ddpc.tensor(np.where(finite, weights, 0.0))
+    d_grads = ddpc.autograd.grad((ddpc.where(ddpc.tensor(finite.astype(np.uint8)), got, 0.0) * dw).sum(), d_leaves,
+                                 allow_unused=True, retain_graph=True)
+    for (name, tg, dg) in zip([n for n, _ in enumerate(grads)], t_grads, d_grads):
+        if tg is None or not tg.abs().sum().item():
+            assert dg is None or not np.abs(dg.numpy()).sum(), f"{what}: gradient {name} where torch has none"
+            continue
+        assert dg is not None, f"{what}: no gradient {name}"
+        np.testing.assert_allclose(dg.numpy(), tg.numpy(), rtol=1e-8, atol=1e-12, err_msg=f"{what} gradient {name}")
+
+
+def _families(np, torch, ddpc):
+    import torch.distributions as TD
+
+    import ddpc.distributions as DD
+
+    params, values = _params(np), _values(np)
+    for name, (make, value_name, continuous) in CASES.items():
+        tp, dp = _both(torch, ddpc, params)
+        value = values[value_name]
+        tv = torch.tensor(value, requires_grad=continuous)
+        dv = ddpc.tensor(value, requires_grad=continuous)
+        if value.dtype.kind == "i":
+            tv, dv = torch.tensor(value), ddpc.tensor(value)
+        td, dd = make(TD, tp), make(DD, dp)
+        assert tuple(dd.batch_shape) == tuple(td.batch_shape), f"{name}: batch_shape"
+        assert tuple(dd.event_shape) == tuple(td.event_shape), f"{name}: event_shape"
+        assert dd.has_rsample == td.has_rsample, f"{name}: has_rsample"
+        leaves = [(tp[k], dp[k]) for k in params] + ([(tv, dv)] if continuous else [])
+        _compare(np, torch, _outcome(lambda: dd.log_prob(dv)), _outcome(lambda: td.log_prob(tv)),
+                 f"{name} log_prob", leaves)
+        param_leaves = leaves[:len(params)]
+        _compare(np, torch, _outcome(dd.entropy), _outcome(td.entropy), f"{name} entropy", param_leaves)
+        for prop in PROPERTIES:
+            _compare(np, torch, _outcome(lambda: getattr(dd, prop)), _outcome(lambda: getattr(td, prop)),
+                     f"{name} {prop}", param_leaves)
+        if not continuous or name in ("LogisticNormal", "RelaxedOneHotCategorical", "Independent"):
+            continue
+        _compare(np, torch, _outcome(lambda: dd.cdf(dv)), _outcome(lambda: td.cdf(tv)), f"{name} cdf", leaves)
+        prob = np.random.default_rng(3).uniform(0.05, 0.95, value.shape)
+        tq, dq = torch.tensor(prob, requires_grad=True), ddpc.tensor(prob, requires_grad=True)
+        want = _outcome(lambda: td.icdf(tq))
+        if name in NORMAL_ICDF:
+            assert _outcome(lambda: dd.icdf(dq)) is NotImplementedError, f"{name}: icdf without erfinv"
+            continue
+        _compare(np, torch, _outcome(lambda: dd.icdf(dq)), want, f"{name} icdf", param_leaves + [(tq, dq)])
+
+
+def _kl(np, torch, ddpc):
+    import torch.distributions as TD
+
+    import ddpc.distributions as DD
+
+    rng = np.random.default_rng(4)
+    a = {"loc": rng.normal(size=3), "scale": rng.uniform(0.5, 2, 3), "rate": rng.uniform(0.5, 2, 3),
+         "low": rng.uniform(-1, 0, 3), "high": rng.uniform(1, 2, 3), "p": rng.uniform(0.1, 0.9, 3),
+         "logits": rng.normal(size=(3, 4))}
+    b = {k: v + (rng.uniform(0.1, 0.3, v.shape) if k not in ("low",) else -rng.uniform(0.1, 0.3, v.shape))
+         for k, v in a.items()}
+    b["p"] = rng.uniform(0.1, 0.9, 3)
+    families = {
+        "Normal": lambda M, P: M.Normal(P["loc"], P["scale"]),
+        "Laplace": lambda M, P: M.Laplace(P["loc"], P["scale"]),
+        "Gumbel": lambda M, P: M.Gumbel(P["loc"], P["scale"]),
+        "Cauchy": lambda M, P: M.Cauchy(P["loc"], P["scale"]),
+        "Exponential": lambda M, P: M.Exponential(P["rate"]),
+        "Uniform": lambda M, P: M.Uniform(P["low"], P["high"]),
+        "Bernoulli": lambda M, P: M.Bernoulli(probs=P["p"]),
+        "Geometric": lambda M, P: M.Geometric(probs=P["p"]),
+        "Categorical": lambda M, P: M.Categorical(logits=P["logits"]),
+        "OneHotCategorical": lambda M, P: M.OneHotCategorical(logits=P["logits"]),
+        "HalfNormal": lambda M, P: M.HalfNormal(P["scale"]),
+        "LogNormal": lambda M, P: M.LogNormal(P["loc"], P["scale"]),
+        "Independent Normal": lambda M, P: M.Independent(M.Normal(P["loc"], P["scale"]), 1),
+    }
+    pairs = [(f, f) for f in families if f != "Gumbel"] + [
+        ("Uniform", "Normal"), ("Uniform", "Gumbel"), ("Uniform", "Exponential"), ("Normal", "Laplace"),
+        ("Normal", "Gumbel"), ("Normal", "Uniform"), ("Normal", "Exponential"), ("Laplace", "Normal"),
+        ("Gumbel", "Normal"), ("Exponential", "Normal"), ("Exponential", "Gumbel"), ("Exponential", "Uniform"),
+        ("Laplace", "Uniform"), ("Gumbel", "Uniform"), ("Exponential", "Laplace")]
+    for fp, fq in pairs:
+        (tp, dp), (tq, dq) = _both(torch, ddpc, a), _both(torch, ddpc, b)
+        tpd, dpd = families[fp](TD, tp), families[fp](DD, dp)
+        tqd, dqd = families[fq](TD, tq), families[fq](DD, dq)
+        leaves = [(tp[k], dp[k]) for k in a] + [(tq[k], dq[k]) for k in b]
+        _compare(np, torch, _outcome(lambda: DD.kl_divergence(dpd, dqd)), _outcome(lambda: TD.kl_divergence(tpd, tqd)),
+                 f"KL({fp} || {fq})", leaves)
+    # Bregman divergences of the exponential families against the closed forms.
+    for fam in ("Normal", "Exponential", "Bernoulli"):
+        (tp, dp), (tq, dq) = _both(torch, ddpc, a), _both(torch, ddpc, b)
+        leaves = [(tp[k], dp[k]) for k in a]
+        _compare(np, torch, DD.ExponentialFamily.entropy(families[fam](DD, dp)),
+                 TD.ExponentialFamily.entropy(families[fam](TD, tp)), f"{fam} Bregman entropy", leaves)
+
+
+def _transforms(np, torch, ddpc):
+    import torch.distributions.transforms as TT
+
+    import ddpc.distributions.transforms as DT
+
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(4, 3))
+    cases = {
+        "Exp": lambda T: T.ExpTransform(), "Sigmoid": lambda T: T.SigmoidTransform(),
+        "Tanh": lambda T: T.TanhTransform(), "Affine": lambda T: T.AffineTransform(1.5, -2.0),
+        "Affine event_dim": lambda T: T.AffineTransform(0.5, 3.0, event_dim=1),
+        "Power of exp": lambda T: T.ComposeTransform([T.ExpTransform(), T.PowerTransform(2.0)]),
+        "StickBreaking": lambda T: T.StickBreakingTransform(),
+        "Softmax": lambda T: T.SoftmaxTransform(), "Abs": lambda T: T.AbsTransform(),
+        "Inverse sigmoid": lambda T: T.SigmoidTransform().inv.inv,
+    }
+    for name, make in cases.items():
+        tt, dt = make(TT), make(DT)
+        tx, dx = torch.tensor(x, requires_grad=True), ddpc.tensor(x, requires_grad=True)
+        ty, dy = tt(tx), dt(dx)
+        _compare(np, torch, dy, ty, f"{name} forward", [(tx, dx)])
+        _compare(np, torch, _outcome(lambda: dt.log_abs_det_jacobian(dx, dy)),
+                 _outcome(lambda: tt.log_abs_det_jacobian(tx, ty)), f"{name} log_abs_det_jacobian", [(tx, dx)])
+        ydata = ty.detach().numpy()
+        tyl, dyl = torch.tensor(ydata, requires_grad=True), ddpc.tensor(ydata, requires_grad=True)
+        _compare(np, torch, dt.inv(dyl), tt.inv(tyl), f"{name} inverse", [(tyl, dyl)])
+        assert dt.bijective == tt.bijective, f"{name} bijective"
+        assert dt.domain.event_dim == tt.domain.event_dim and dt.codomain.event_dim == tt.codomain.event_dim, name
+        assert tuple(dt.forward_shape((4, 3))) == tuple(tt.forward_shape((4, 3))), f"{name} forward_shape"
+        assert repr(dt.codomain) == repr(tt.codomain), f"{name}: {dt.codomain!r} vs {tt.codomain!r}"
+
+
+GROUPS = {"families": _families, "kl": _kl, "transforms": _transforms}
+
+
+def _child(name):
+    import numpy as np
+    import torch
+
+    import ddpc
+
+    GROUPS[name](np, torch, ddpc)
+    print("ok")
+
+
+@pytest.mark.parametrize("group", sorted(GROUPS))
+def test_matches_pytorch(group):
+    out = run_torch_case(__file__, group)
+    assert out.strip().endswith("ok"), out
+
+
+if __name__ == "__main__":
+    _child(sys.argv[1])
