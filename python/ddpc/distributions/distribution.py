@@ -179,6 +179,12 @@ class Distribution:
 
     def __repr__(self):
         names = [k for k in self.arg_constraints if k in self.__dict__]
-        args = ", ".join(f"{p}: {self.__dict__[p] if self.__dict__[p].numel() == 1 else self.__dict__[p].shape}"
-                         for p in names)
-        return self.__class__.__name__ + "(" + args + ")"
+        return self.__class__.__name__ + "(" + ", ".join(f"{p}: {_brief(self.__dict__[p])}" for p in names) + ")"
+
+
+def _brief(param):
+    """A parameter as torch's repr of a distribution shows it: a 0-d tensor's
+    number, a one-element tensor, or else the shape."""
+    if param.ndim == 0:
+        return param.item()
+    return param if param.numel() == 1 else param.shape

@@ -98,7 +98,11 @@ class MixtureSameFamily(Distribution):
             es = self.event_shape
             mix_sample = self.mixture_distribution.sample(sample_shape)
             comp_samples = self.component_distribution.sample(sample_shape)
-            index = mix_sample.reshape(mix_sample.shape + (1,) * (len(es) + 1))
+            # The mixture's batch shape may be shorter than the components' (it
+            # broadcasts): its draws are aligned to the right of the batch dims.
+            pad = len(self.batch_shape) - len(self.mixture_distribution.batch_shape)
+            index = mix_sample.reshape(sample_shape + (1,) * pad + tuple(self.mixture_distribution.batch_shape) +
+                                       (1,) * (len(es) + 1))
             index = index.expand(comp_samples.shape[:gather_dim] + (1,) + es)
             return _ag.gather(comp_samples, gather_dim, index).squeeze(gather_dim)
 
