@@ -1,0 +1,612 @@
+"""ddpc.distributions against closed forms and numpy: densities, sample
+moments and distribution functions over many draws with a fixed seed
+(within 5 standard errors, or a Kolmogorov-Smirnov bound), pathwise
+gradients of rsample against the analytic gradient of a known expectation,
+entropies and KL divergences against numerical integration and Monte Carlo,
+validation errors, shapes, expand, transforms, and small VAE and REINFORCE
+gradient checks."""
+
+import math
+
+import numpy as np
+import pytest
+from numeric import numeric_grad
+
+import ddpc
+import ddpc.distributions as D
+from ddpc.distributions import constraints, transforms as T
+
+N = 40000  # draws per statistical check
+
+
+@pytest.fixture(autouse=True)
+def _seeded():
+    ddpc.manual_seed(1234)
+
+
+def t64(x, requires_grad=False):
+    return ddpc.tensor(np.asarray(x, dtype=np.float64), requires_grad=requires_grad)
+
+
+def arr(t):
+    return np.asarray(t.detach().cpu())
+
+
+def assert_mean_within(samples, expected, what, k=5.0):
+    """The mean of samples (draws along axis 0) is within k standard errors of expected."""
+    samples = np.asarray(samples, dtype=np.float64)
+    se = samples.std(0) / math.sqrt(samples.shape[0])
+    err = np.abs(samples.mean(0) - expected)
+    assert np.all(err <= k * se + 1e-9 * (1 + np.abs(expected))), \
+        f"{what}: mean {samples.mean(0)} vs {expected} (se {se})"
+
+
+# Densities against numpy formulas.
+
+X = np.array([-1.7, -0.3, 0.0, 0.4, 2.2])
+POS = np.array([0.05, 0.3, 1.0, 2.5, 7.0])
+
+LOG_PROBS = [
+    (lambda: D.Normal(0.5, 1.5), X, lambda x: -0.5 * ((x - 0.5) / 1.5) ** 2 - math.log(1.5 * math.sqrt(2 * math.pi))),
+    (lambda: D.Laplace(0.5, 1.5), X, lambda x: -np.abs(x - 0.5) / 1.5 - math.log(3.0)),
+    (lambda: D.Cauchy(0.5, 1.5), X, lambda x: -np.log(math.pi * 1.5 * (1 + ((x - 0.5) / 1.5) ** 2))),
+    (lambda: D.Gumbel(0.5, 1.5), X, lambda x: -(x - 0.5) / 1.5 - np.exp(-(x - 0.5) / 1.5) - math.log(1.5)),
+    (lambda: D.Uniform(-2.0, 3.0), X, lambda x: np.full_like(x, -math.log(5.0))),
+    (lambda: D.Exponential(1.3), POS, lambda x: math.log(1.3) - 1.3 * x),
+    (lambda: D.LogNormal(0.2, 0.7), POS,
+     lambda x: -np.log(x * 0.7 * math.sqrt(2 * math.pi)) - (np.log(x) - 0.2) ** 2 / (2 * 0.49)),
+    (lambda: D.HalfNormal(1.5), POS,
+     lambda x: math.log(2) - 0.5 * (x / 1.5) ** 2 - math.log(1.5 * math.sqrt(2 * math.pi))),
+    (lambda: D.HalfCauchy(1.5), POS, lambda x: math.log(2) - np.log(math.pi * 1.5 * (1 + (x / 1.5) ** 2))),
+    (lambda: D.Geometric(0.3), np.array([0.0, 1, 2, 5, 9]), lambda k: k * math.log(0.7) + math.log(0.3)),
+    (lambda: D.Bernoulli(0.3), np.array([0.0, 1, 1, 0, 1]), lambda k: np.where(k == 1, math.log(0.3), math.log(0.7))),
+    (lambda: D.Categorical(t64([0.2, 0.5, 0.3])), np.array([0, 1, 2, 1, 0]),
+     lambda k: np.log(np.array([0.2, 0.5, 0.3])[k])),
+]
+
+
+@pytest.mark.parametrize("make, x, want", LOG_PROBS)
+def test_log_prob_against_formula(make, x, want):
+    d = make()
+    value = ddpc.tensor(x) if x.dtype.kind == "i" else ddpc.tensor(x, dtype=ddpc.float32)
+    np.testing.assert_allclose(arr(d.log_prob(value)), want(x), rtol=1e-5, atol=1e-6)
+
+
+def test_parameters_broadcast_and_numbers_take_the_tensor_dtype():
+    d = D.Normal(t64([[0.0], [1.0]]), 2.0)
+    assert d.batch_shape == (2, 1) and d.scale.dtype == ddpc.float64 and d.scale.shape == (2, 1)
+    d = D.Normal(t64([0.0, 1.0, 2.0]), t64([[1.0], [2.0]]))
+    assert d.batch_shape == (2, 3)
+    assert D.Normal(0.0, 1.0).batch_shape == () and D.Normal(0.0, 1.0).loc.dtype == ddpc.float32
+
+
+# Sampling: moments, distribution functions, reproducibility.
+
+MOMENTS = [
+    lambda: D.Normal(t64([0.5, -2.0]), t64([1.5, 0.3])),
+    lambda: D.Uniform(t64([-2.0, 1.0]), t64([3.0, 1.5])),
+    lambda: D.Exponential(t64([0.7, 3.0])),
+    lambda: D.Laplace(t64([1.0, -1.0]), t64([0.5, 2.0])),
+    lambda: D.Gumbel(t64([1.0, -1.0]), t64([0.5, 2.0])),
+    lambda: D.LogNormal(t64([0.0, 1.0]), t64([0.25, 0.5])),
+    lambda: D.HalfNormal(t64([0.5, 2.0])),
+    lambda: D.Bernoulli(t64([0.1, 0.75])),
+    lambda: D.Geometric(t64([0.2, 0.9])),
+    lambda: D.Categorical(t64([[0.1, 0.2, 0.7], [0.5, 0.0, 0.5]])),
+    lambda: D.OneHotCategorical(t64([[0.1, 0.2, 0.7], [0.5, 0.0, 0.5]])),
+    lambda: D.Independent(D.Normal(t64([0.5, -2.0]), t64([1.5, 0.3])), 1),
+    lambda: D.MixtureSameFamily(D.Categorical(t64([0.3, 0.7])), D.Normal(t64([-2.0, 1.0]), t64([0.5, 1.0]))),
+]
+
+
+@pytest.mark.parametrize("make", MOMENTS)
+def test_sample_mean_and_variance(make):
+    d = make()
+    x = arr(d.sample((N,)))
+    assert x.shape == (N,) + d.batch_shape + d.event_shape
+    name = type(d).__name__
+    if name != "Categorical":
+        assert_mean_within(x, arr(d.mean), f"{name} mean")
+        assert_mean_within((x - arr(d.mean)) ** 2, arr(d.variance), f"{name} variance")
+    else:
+        freq = np.stack([(x == k) for k in range(3)], -1).astype(np.float64)
+        assert_mean_within(freq, arr(d.probs), "Categorical frequencies")
+        assert not (x[:, 1] == 1).any(), "a category of probability 0 was drawn"
+
+
+KS = [
+    lambda: D.Cauchy(t64([0.5]), t64([2.0])),
+    lambda: D.HalfCauchy(t64([1.5])),
+    lambda: D.Gumbel(t64([0.5]), t64([2.0])),
+    lambda: D.Laplace(t64([0.5]), t64([2.0])),
+    lambda: D.Normal(t64([0.5]), t64([2.0])),
+    lambda: D.Exponential(t64([0.5])),
+    lambda: D.HalfNormal(t64([0.5])),
+]
+
+
+@pytest.mark.parametrize("make", KS)
+def test_samples_follow_the_cdf(make):
+    """Kolmogorov-Smirnov: sup |F_n - F| below its 0.1% quantile, 1.95 / sqrt(n)."""
+    d = make()
+    x = d.sample((N,))
+    f = np.sort(arr(d.cdf(x)).reshape(-1))
+    n = f.size
+    stat = max(np.max(np.arange(1, n + 1) / n - f), np.max(f - np.arange(n) / n))
+    assert stat < 1.95 / math.sqrt(n), f"{type(d).__name__}: KS statistic {stat}"
+
+
+@pytest.mark.parametrize("make", KS[:5])
+def test_icdf_inverts_cdf(make):
+    d = make()
+    if isinstance(d, (D.Normal, D.HalfNormal)):
+        with pytest.raises(NotImplementedError):
+            d.icdf(t64([0.5]))
+        return
+    p = t64(np.linspace(0.02, 0.98, 25)[:, None])
+    np.testing.assert_allclose(arr(d.cdf(d.icdf(p))), arr(p), rtol=1e-9, atol=1e-12)
+
+
+def test_manual_seed_makes_sampling_reproducible():
+    dists = [D.Normal(0.0, 1.0), D.Categorical(t64([0.2, 0.3, 0.5])), D.Bernoulli(0.4), D.Gumbel(0.0, 1.0),
+             D.RelaxedOneHotCategorical(0.5, probs=t64([0.2, 0.8]))]
+    ddpc.manual_seed(7)
+    first = [arr(d.sample((50,))) for d in dists]
+    ddpc.manual_seed(7)
+    again = [arr(d.sample((50,))) for d in dists]
+    ddpc.manual_seed(8)
+    other = [arr(d.sample((50,))) for d in dists]
+    for a, b, c in zip(first, again, other):
+        np.testing.assert_array_equal(a, b)
+        assert not np.array_equal(a, c)
+
+
+def test_relaxed_samples_approach_the_discrete_ones_at_low_temperature():
+    probs = t64([0.2, 0.5, 0.3])
+    x = arr(D.RelaxedOneHotCategorical(0.05, probs=probs).sample((N,)))
+    np.testing.assert_allclose(x.sum(-1), 1.0, rtol=1e-9)
+    assert_mean_within(x, arr(probs), "RelaxedOneHotCategorical at low temperature", k=6)
+    b = arr(D.RelaxedBernoulli(0.05, probs=t64(0.3)).sample((N,)))
+    assert ((b > 0) & (b < 1)).all()
+    assert_mean_within(b, 0.3, "RelaxedBernoulli at low temperature", k=6)
+
+
+# Pathwise gradients of rsample.
+
+def test_normal_rsample_gradient_of_second_moment():
+    """E[x**2] = loc**2 + scale**2: d/dloc = 2 loc, d/dscale = 2 scale."""
+    loc, scale = t64(0.7, True), t64(1.3, True)
+    x = D.Normal(loc, scale).rsample((N,))
+    (x ** 2).mean().backward()
+    xs = arr(x)
+    eps = (xs - 0.7) / 1.3
+    assert float(loc.grad) == pytest.approx((2 * xs).mean(), rel=1e-9)
+    assert float(scale.grad) == pytest.approx((2 * xs * eps).mean(), rel=1e-9)
+    assert_mean_within(2 * xs, 2 * 0.7, "d/dloc")
+    assert_mean_within(2 * xs * eps, 2 * 1.3, "d/dscale")
+
+
+@pytest.mark.parametrize("make, grads", [
+    (lambda p: D.Exponential(p[0]), lambda p: [-1 / p[0] ** 2]),
+    (lambda p: D.Uniform(p[0], p[1]), lambda p: [0.5, 0.5]),
+    (lambda p: D.Laplace(p[0], p[1]), lambda p: [1.0, 0.0]),
+    (lambda p: D.LogNormal(p[0], p[1]), lambda p: [math.exp(p[0] + p[1] ** 2 / 2),
+                                                   p[1] * math.exp(p[0] + p[1] ** 2 / 2)]),
+    (lambda p: D.Gumbel(p[0], p[1]), lambda p: [1.0, 0.5772156649015329]),
+    (lambda p: D.HalfNormal(p[0]), lambda p: [math.sqrt(2 / math.pi)]),
+])
+def test_rsample_gradient_of_the_mean(make, grads):
+    """The gradient of the sample mean of rsample equals the mean of the
+    per-draw derivatives (central differences over the same noise), which is
+    within 5 standard errors of the analytic gradient of the mean."""
+    values = [0.4, 1.1]
+    params = [t64(v, True) for v in values]
+    ddpc.manual_seed(99)
+    x = make(params).rsample((N,))
+    x.mean().backward()
+    for i, want in enumerate(grads(values)):
+        ddpc.manual_seed(99)
+        lo = arr(make([t64(v - 1e-6 * (j == i)) for j, v in enumerate(values)]).rsample((N,)))
+        ddpc.manual_seed(99)
+        hi = arr(make([t64(v + 1e-6 * (j == i)) for j, v in enumerate(values)]).rsample((N,)))
+        per_draw = (hi - lo) / 2e-6
+        assert float(params[i].grad) == pytest.approx(per_draw.mean(), rel=1e-5, abs=1e-7)
+        assert_mean_within(per_draw[:, None], want, f"d mean / d parameter {i}")
+
+
+def test_sample_is_outside_the_graph_and_rsample_inside():
+    loc = t64(0.0, True)
+    assert not D.Normal(loc, 1.0).sample((3,)).requires_grad
+    assert D.Normal(loc, 1.0).rsample((3,)).requires_grad
+    assert D.Normal(0.0, 1.0).has_rsample and not D.Bernoulli(0.5).has_rsample
+    with pytest.raises(NotImplementedError):
+        D.Categorical(t64([0.5, 0.5])).rsample()
+
+
+# Entropy and KL against integration and Monte Carlo.
+
+@pytest.mark.parametrize("make, lo, hi", [
+    (lambda: D.Normal(0.3, 1.7), -20, 20), (lambda: D.Laplace(0.3, 1.7), -60, 60),
+    (lambda: D.Gumbel(0.3, 1.7), -15, 80), (lambda: D.Exponential(0.6), 0, 80),
+    (lambda: D.HalfNormal(1.7), 0, 20), (lambda: D.LogNormal(0.1, 0.5), 1e-9, 40),
+    (lambda: D.Uniform(-1.0, 2.5), -0.999999, 2.499999),
+])
+def test_entropy_by_numerical_integration(make, lo, hi):
+    d = make()
+    grid = np.linspace(lo, hi, 400001)
+    logp = arr(d.log_prob(t64(grid).to(dtype=d.mean.dtype))).astype(np.float64)
+    p = np.exp(logp)
+    integrand = np.where(p > 0, -p * logp, 0.0)
+    want = float(np.sum((integrand[1:] + integrand[:-1]) / 2 * np.diff(grid)))
+    assert abs(float(d.entropy()) - want) < 2e-4, (float(d.entropy()), want)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: D.Cauchy(t64(0.3), t64(1.7)), lambda: D.HalfCauchy(t64(1.7)), lambda: D.Geometric(t64(0.3)),
+    lambda: D.Bernoulli(t64(0.3)), lambda: D.Categorical(t64([0.1, 0.6, 0.3])),
+    lambda: D.OneHotCategorical(t64([0.1, 0.6, 0.3])),
+    lambda: D.Independent(D.Laplace(t64([0.0, 1.0]), t64([1.0, 2.0])), 1),
+])
+def test_entropy_by_monte_carlo(make):
+    d = make()
+    neg_logp = -arr(d.log_prob(d.sample((N,))))
+    assert_mean_within(neg_logp, arr(d.entropy()), f"{type(d).__name__} entropy")
+
+
+@pytest.mark.parametrize("p, q", [
+    (lambda: D.Normal(t64(0.3), t64(1.2)), lambda: D.Normal(t64(-0.5), t64(0.8))),
+    (lambda: D.Laplace(t64(0.3), t64(1.2)), lambda: D.Laplace(t64(-0.5), t64(0.8))),
+    (lambda: D.Laplace(t64(0.3), t64(1.2)), lambda: D.Normal(t64(-0.5), t64(0.8))),
+    (lambda: D.Normal(t64(0.3), t64(1.2)), lambda: D.Laplace(t64(-0.5), t64(0.8))),
+    (lambda: D.Normal(t64(0.3), t64(1.2)), lambda: D.Gumbel(t64(-0.5), t64(0.8))),
+    (lambda: D.Gumbel(t64(0.3), t64(1.2)), lambda: D.Normal(t64(-0.5), t64(0.8))),
+    (lambda: D.Uniform(t64(-1.0), t64(2.0)), lambda: D.Normal(t64(-0.5), t64(0.8))),
+    (lambda: D.Uniform(t64(0.5), t64(2.0)), lambda: D.Exponential(t64(0.8))),
+    (lambda: D.Uniform(t64(-1.0), t64(2.0)), lambda: D.Gumbel(t64(-0.5), t64(0.8))),
+    (lambda: D.Exponential(t64(1.3)), lambda: D.Exponential(t64(0.6))),
+    (lambda: D.Exponential(t64(1.3)), lambda: D.Normal(t64(-0.5), t64(0.8))),
+    (lambda: D.Exponential(t64(1.3)), lambda: D.Gumbel(t64(-0.5), t64(0.8))),
+    (lambda: D.Cauchy(t64(0.3), t64(1.2)), lambda: D.Cauchy(t64(-0.5), t64(0.8))),
+    (lambda: D.HalfNormal(t64(1.2)), lambda: D.HalfNormal(t64(0.8))),
+    (lambda: D.LogNormal(t64(0.3), t64(0.5)), lambda: D.LogNormal(t64(-0.5), t64(0.8))),
+    (lambda: D.Geometric(t64(0.3)), lambda: D.Geometric(t64(0.6))),
+    (lambda: D.Bernoulli(t64(0.3)), lambda: D.Bernoulli(t64(0.6))),
+    (lambda: D.Categorical(t64([0.1, 0.6, 0.3])), lambda: D.Categorical(t64([0.4, 0.4, 0.2]))),
+    (lambda: D.Independent(D.Normal(t64([0.3, 1.0]), t64([1.2, 0.5])), 1),
+     lambda: D.Independent(D.Normal(t64([0.0, 0.0]), t64([1.0, 1.0])), 1)),
+])
+def test_kl_by_monte_carlo(p, q):
+    p, q = p(), q()
+    x = p.sample((N,))
+    ratio = arr(p.log_prob(x)) - arr(q.log_prob(x))
+    assert_mean_within(ratio, arr(D.kl_divergence(p, q)), f"KL({type(p).__name__} || {type(q).__name__})")
+
+
+def test_kl_infinite_where_the_support_is_not_covered_and_unregistered_pairs_raise():
+    assert math.isinf(float(D.kl_divergence(D.Normal(0.0, 1.0), D.Uniform(-1.0, 1.0))))
+    assert math.isinf(float(D.kl_divergence(D.Uniform(-1.0, 1.0), D.Uniform(0.0, 1.0))))
+    assert math.isinf(float(D.kl_divergence(D.Uniform(-1.0, 1.0), D.Exponential(1.0))))
+    assert float(D.kl_divergence(D.Bernoulli(0.0), D.Bernoulli(0.5))) == pytest.approx(math.log(2))
+    assert math.isinf(float(D.kl_divergence(D.Categorical(t64([0.5, 0.5])), D.Categorical(t64([1.0, 0.0])))))
+    with pytest.raises(NotImplementedError, match="No KL\\(p \\|\\| q\\) is implemented for p type Cauchy and q "
+                                                  "type Normal"):
+        D.kl_divergence(D.Cauchy(0.0, 1.0), D.Normal(0.0, 1.0))
+    with pytest.raises(NotImplementedError):
+        D.kl_divergence(D.Normal(0.0, 1.0), D.Bernoulli(0.5))
+
+
+def test_register_kl_takes_the_most_specific_pair():
+    class MyNormal(D.Normal):
+        pass
+
+    @D.register_kl(MyNormal, D.Normal)
+    def _kl_mine(p, q):
+        return ddpc.zeros(p.batch_shape) - 1
+
+    assert float(D.kl_divergence(MyNormal(0.0, 1.0), D.Normal(3.0, 1.0))) == -1
+    assert float(D.kl_divergence(D.Normal(3.0, 1.0), MyNormal(0.0, 1.0))) == pytest.approx(4.5)
+    with pytest.raises(TypeError):
+        D.register_kl(int, D.Normal)
+
+
+# Validation.
+
+def test_bad_parameters_raise_valueerror_naming_the_parameter_and_constraint():
+    with pytest.raises(ValueError, match=r"Expected parameter scale \(Tensor of shape \(2,\)\) of distribution "
+                                         r"Normal\(loc: \(2,\), scale: \(2,\)\) to satisfy the constraint "
+                                         r"GreaterThan\(lower_bound=0.0\), but found invalid values"):
+        D.Normal(t64([0.0, 1.0]), t64([1.0, -1.0]))
+    with pytest.raises(ValueError, match="Expected parameter probs"):
+        D.Bernoulli(t64([0.5, 1.5]))
+    with pytest.raises(ValueError, match="Expected parameter probs .* Simplex"):
+        D.Categorical(t64([0.5, -0.1, 0.6]))
+    with pytest.raises(ValueError, match="Either `probs` or `logits` must be specified, but not both."):
+        D.Bernoulli(0.5, 0.0)
+    with pytest.raises(ValueError, match="Uniform is not defined when low>= high"):
+        D.Uniform(1.0, 1.0)
+    with pytest.raises(ValueError, match="Expected parameter rate"):
+        D.Exponential(t64([0.0]))
+    with pytest.raises(ValueError, match="to be positive"):
+        D.Geometric(t64([0.0]))
+    assert D.Normal(0.0, -1.0, validate_args=False).scale.item() == -1.0
+
+
+def test_values_outside_the_support_raise_and_validation_can_be_turned_off():
+    with pytest.raises(ValueError, match=r"Expected value argument \(Tensor of shape \(2,\)\) to be within the "
+                                         r"support \(GreaterThanEq\(lower_bound=0.0\)\) of the distribution "
+                                         r"Exponential\(rate: 1.0\)"):
+        D.Exponential(1.0).log_prob(ddpc.tensor([1.0, -1.0]))
+    with pytest.raises(ValueError, match="IntegerInterval"):
+        D.Categorical(t64([0.5, 0.5])).log_prob(ddpc.tensor([2]))
+    with pytest.raises(ValueError, match="Boolean"):
+        D.Bernoulli(0.5).log_prob(ddpc.tensor([0.5]))
+    with pytest.raises(ValueError, match="The right-most size of value must match event_shape"):
+        D.OneHotCategorical(t64([0.5, 0.5])).log_prob(ddpc.tensor([1.0, 0.0, 0.0]))
+    with pytest.raises(ValueError, match="Value is not broadcastable with batch_shape\\+event_shape"):
+        D.Normal(t64([0.0, 1.0]), 1.0).log_prob(ddpc.tensor([1.0, 0.0, 0.0]))
+    with pytest.raises(ValueError, match="must be a Tensor"):
+        D.Normal(0.0, 1.0).log_prob(0.5)
+    assert float(D.Uniform(0.0, 1.0, validate_args=False).log_prob(ddpc.tensor(2.0))) == -math.inf
+    try:
+        D.Distribution.set_default_validate_args(False)
+        assert D.Normal(0.0, -1.0).scale.item() == -1.0
+        assert float(D.Exponential(1.0).log_prob(ddpc.tensor(-1.0))) == 1.0
+    finally:
+        D.Distribution.set_default_validate_args(True)
+    with pytest.raises(ValueError):
+        D.Distribution.set_default_validate_args("yes")
+    with pytest.raises(ValueError):
+        D.Normal(0.0, -1.0)
+
+
+def test_constraints_check_and_repr():
+    v = t64([-1.0, 0.0, 0.5, 1.0, 2.0])
+    assert arr(constraints.positive.check(v)).tolist() == [0, 0, 1, 1, 1]
+    assert arr(constraints.unit_interval.check(v)).tolist() == [0, 1, 1, 1, 0]
+    assert arr(constraints.boolean.check(v)).tolist() == [0, 1, 0, 1, 0]
+    assert arr(constraints.integer_interval(0, 1).check(v)).tolist() == [0, 1, 0, 1, 0]
+    assert arr(constraints.nonnegative_integer.check(v)).tolist() == [0, 1, 0, 1, 1]
+    assert arr(constraints.greater_than(0.5).check(v)).tolist() == [0, 0, 0, 1, 1]
+    assert arr(constraints.interval(-1.0, 0.5).check(v)).tolist() == [1, 1, 1, 0, 0]
+    assert arr(constraints.half_open_interval(-1.0, 0.5).check(v)).tolist() == [1, 1, 0, 0, 0]
+    assert arr(constraints.real.check(t64([0.0, math.nan, math.inf]))).tolist() == [1, 0, 1]
+    assert arr(constraints.simplex.check(t64([[0.2, 0.8], [0.5, 0.6], [-0.1, 1.1]]))).tolist() == [1, 0, 0]
+    assert arr(constraints.one_hot.check(t64([[0.0, 1.0], [1.0, 1.0]]))).tolist() == [1, 0]
+    assert arr(constraints.independent(constraints.positive, 1).check(t64([[1.0, 2.0], [1.0, -2.0]]))).tolist() \
+        == [1, 0]
+    assert repr(constraints.independent(constraints.real, 1)) == "IndependentConstraint(Real(), 1)"
+    assert repr(constraints.interval(0, 1)) == "Interval(lower_bound=0, upper_bound=1)"
+    assert constraints.is_dependent(D.Uniform.support) and not constraints.is_dependent(constraints.real)
+    assert constraints.simplex.event_dim == 1 and constraints.integer_interval(0, 3).is_discrete
+    with pytest.raises(ValueError):
+        constraints.dependent.check(v)
+
+
+# Shapes, expand, enumerate_support.
+
+SHAPES = [
+    (lambda: D.Normal(ddpc.zeros(2, 3), 1.0), (2, 3), ()),
+    (lambda: D.Bernoulli(logits=ddpc.zeros(2, 3)), (2, 3), ()),
+    (lambda: D.Categorical(logits=ddpc.zeros(2, 3, 4)), (2, 3), ()),
+    (lambda: D.OneHotCategorical(logits=ddpc.zeros(2, 3, 4)), (2, 3), (4,)),
+    (lambda: D.RelaxedOneHotCategorical(0.5, logits=ddpc.zeros(2, 3, 4)), (2, 3), (4,)),
+    (lambda: D.RelaxedBernoulli(0.5, logits=ddpc.zeros(2, 3)), (2, 3), ()),
+    (lambda: D.Independent(D.Normal(ddpc.zeros(2, 3), 1.0), 1), (2,), (3,)),
+    (lambda: D.Independent(D.Normal(ddpc.zeros(2, 3), 1.0), 2), (), (2, 3)),
+    (lambda: D.LogisticNormal(ddpc.zeros(2, 3), ddpc.ones(2, 3)), (2,), (4,)),
+    (lambda: D.MixtureSameFamily(D.Categorical(logits=ddpc.zeros(2, 5)), D.Normal(ddpc.zeros(2, 5), 1.0)), (2,), ()),
+    (lambda: D.MixtureSameFamily(D.Categorical(logits=ddpc.zeros(5)),
+                                 D.Independent(D.Normal(ddpc.zeros(2, 5, 3), 1.0), 1)), (2,), (3,)),
+    (lambda: D.TransformedDistribution(D.Normal(ddpc.zeros(3), 1.0), [T.TanhTransform()]), (3,), ()),
+    (lambda: D.TransformedDistribution(D.Normal(ddpc.zeros(2, 3), 1.0), [T.StickBreakingTransform()]), (2,), (4,)),
+    (lambda: D.Gumbel(ddpc.zeros(2, 3), 1.0), (2, 3), ()),
+    (lambda: D.Geometric(logits=ddpc.zeros(2, 3)), (2, 3), ()),
+]
+
+
+@pytest.mark.parametrize("make, batch, event", SHAPES)
+def test_sample_log_prob_and_expand_shapes(make, batch, event):
+    d = make()
+    assert d.batch_shape == batch and d.event_shape == event
+    for sample_shape in [(), (5,), (4, 1)]:
+        x = d.sample(sample_shape)
+        assert x.shape == tuple(sample_shape) + batch + event
+        assert d.log_prob(x).shape == tuple(sample_shape) + batch
+    big = d.expand((6,) + batch)
+    assert big.batch_shape == (6,) + batch and big.event_shape == event
+    assert big.sample((2,)).shape == (2, 6) + batch + event
+    x = d.sample()
+    np.testing.assert_allclose(arr(big.log_prob(x)), np.broadcast_to(arr(d.log_prob(x)), (6,) + batch), rtol=1e-6)
+
+
+def test_enumerate_support():
+    b = D.Bernoulli(ddpc.full((2, 3), 0.3))
+    assert b.enumerate_support().shape == (2, 2, 3) and b.enumerate_support(expand=False).shape == (2, 1, 1)
+    c = D.Categorical(logits=ddpc.zeros(2, 4))
+    s = c.enumerate_support()
+    assert s.shape == (4, 2) and arr(s)[:, 0].tolist() == [0, 1, 2, 3]
+    np.testing.assert_allclose(arr(c.log_prob(s).exp().sum(0)), 1.0, rtol=1e-6)
+    o = D.OneHotCategorical(logits=ddpc.zeros(2, 4))
+    assert o.enumerate_support().shape == (4, 2, 4)
+    np.testing.assert_array_equal(arr(o.enumerate_support())[:, 0], np.eye(4))
+
+
+def test_probs_and_logits_are_both_accepted_and_agree():
+    p = t64([[0.1, 0.6, 0.3]])
+    a, b = D.Categorical(probs=p), D.Categorical(logits=ddpc.log(p) + 5.0)
+    np.testing.assert_allclose(arr(a.logits), arr(b.logits), rtol=1e-12)
+    np.testing.assert_allclose(arr(b.probs), arr(p), rtol=1e-12)
+    a, b = D.Bernoulli(probs=t64(0.25)), D.Bernoulli(logits=t64(math.log(1 / 3)))
+    assert float(a.logits) == pytest.approx(math.log(1 / 3)) and float(b.probs) == pytest.approx(0.25)
+    assert float(D.Geometric(logits=t64(0.0)).probs) == 0.5
+    assert arr(D.Categorical(t64([0.1, 0.6, 0.3])).mode).tolist() == 1
+    assert math.isnan(float(D.Bernoulli(0.5).mode))
+
+
+# Transforms and TransformedDistribution.
+
+def test_tanh_squashed_normal_log_prob_by_change_of_variables():
+    loc, scale, a, b = 0.3, 0.8, 0.5, 2.0
+    d = D.TransformedDistribution(D.Normal(t64(loc), t64(scale)),
+                                  [T.TanhTransform(), T.AffineTransform(a, b)])
+    y = np.array([-1.2, -0.3, 0.4, 2.1])
+    x = np.arctanh((y - a) / b)
+    normal = -0.5 * ((x - loc) / scale) ** 2 - math.log(scale * math.sqrt(2 * math.pi))
+    want = normal - math.log(b) - np.log(1 - np.tanh(x) ** 2)
+    np.testing.assert_allclose(arr(d.log_prob(t64(y))), want, rtol=1e-10)
+
+
+def test_transformed_distribution_cdf_with_a_decreasing_transform():
+    d = D.TransformedDistribution(D.Exponential(t64(1.5)), [T.AffineTransform(1.0, -2.0)])
+    y = t64([-3.0, 0.0, 0.9])
+    np.testing.assert_allclose(arr(d.cdf(y)), np.exp(-1.5 * (1.0 - arr(y)) / 2.0), rtol=1e-12)
+    np.testing.assert_allclose(arr(d.icdf(d.cdf(y))), arr(y), rtol=1e-12)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: T.ExpTransform(), lambda: T.SigmoidTransform(), lambda: T.TanhTransform(),
+    lambda: T.AffineTransform(0.3, -1.7), lambda: T.PowerTransform(2.5), lambda: T.SigmoidTransform().inv,
+    lambda: T.ComposeTransform([T.TanhTransform(), T.AffineTransform(1.0, 3.0), T.ExpTransform()]),
+])
+def test_log_abs_det_jacobian_against_numeric_derivative(make):
+    t = make()
+    x = np.array([0.2, 0.7, 1.3]) if isinstance(t, T.PowerTransform) else np.array([-0.8, 0.1, 0.6])
+    if isinstance(t, T._InverseTransform):
+        x = np.array([0.1, 0.4, 0.8])
+    y = t(t64(x))
+    np.testing.assert_allclose(arr(t.inv(y)), x, rtol=1e-9)
+    deriv = np.array([numeric_grad(lambda v: float(arr(t(t64(v))).sum()), np.array([xi]))[0] for xi in x])
+    np.testing.assert_allclose(arr(t.log_abs_det_jacobian(t64(x), y)), np.log(np.abs(deriv)), rtol=1e-6, atol=1e-8)
+
+
+def test_stick_breaking_log_abs_det_jacobian_against_the_numeric_jacobian():
+    t = T.StickBreakingTransform()
+    x = np.array([0.3, -0.5, 1.1])
+    y = t(t64(x))
+    np.testing.assert_allclose(arr(y).sum(), 1.0, rtol=1e-12)
+    np.testing.assert_allclose(arr(t.inv(y)), x, rtol=1e-9)
+    jac = np.stack([numeric_grad(lambda v, i=i: float(arr(t(t64(v)))[i]), x) for i in range(3)])
+    assert float(t.log_abs_det_jacobian(t64(x), y)) == pytest.approx(math.log(abs(np.linalg.det(jac))), rel=1e-6)
+
+
+def test_transform_inverse_cache_and_equality():
+    t = T.ExpTransform()
+    assert t.inv.inv is t and t.inv == T.ExpTransform().inv and t.sign == 1
+    cached = T.TanhTransform(cache_size=1)
+    x = t64([0.5, 30.0])
+    y = cached(x)
+    assert cached.inv(y) is x  # tanh(30) rounds to 1, whose atanh is infinite: the cache returns x itself
+    assert math.isinf(arr(T.TanhTransform().inv(y))[1])
+    assert T.AffineTransform(1.0, -2.0).sign == -1 and T.ComposeTransform([t, T.AffineTransform(0, -1)]).sign == -1
+    with pytest.raises(ValueError):
+        T.ExpTransform(cache_size=2)
+    assert T.identity_transform(x) is x
+    assert T.StickBreakingTransform().forward_shape((2, 3)) == (2, 4)
+    assert T.StickBreakingTransform().inverse_shape((2, 4)) == (2, 3)
+
+
+def test_softmax_and_abs_transforms():
+    x = t64([[0.5, -1.0, 2.0]])
+    y = T.SoftmaxTransform()(x)
+    np.testing.assert_allclose(arr(y), np.exp(arr(x)) / np.exp(arr(x)).sum(), rtol=1e-12)
+    np.testing.assert_allclose(arr(T.SoftmaxTransform()(T.SoftmaxTransform().inv(y))), arr(y), rtol=1e-12)
+    np.testing.assert_array_equal(arr(T.AbsTransform()(x)), np.abs(arr(x)))
+    assert not T.AbsTransform().bijective and T.ExpTransform().bijective
+
+
+# Small models: a VAE step and REINFORCE.
+
+def test_vae_style_gradient_matches_the_analytic_one():
+    """loss = E_q[(x - z)^2 / 2] + KL(N(loc, s) || N(0, 1)) with z = rsample;
+    d/dloc = loc - (x - loc) and d/ds = s + s - 1/s."""
+    x, loc0, s0 = 1.5, 0.4, 0.7
+    loc, scale = t64([loc0], True), t64([s0], True)
+    q = D.Normal(loc, scale)
+    z = q.rsample((N,))
+    loss = ((x - z) ** 2 / 2).mean(0) + D.kl_divergence(q, D.Normal(0.0, 1.0))
+    loss.sum().backward()
+    zs = arr(z)[:, 0]
+    eps = (zs - loc0) / s0
+    assert_mean_within((-(x - zs) + loc0)[:, None], loc0 - (x - loc0), "d/dloc")
+    assert_mean_within((-(x - zs) * eps + s0 - 1 / s0)[:, None], 2 * s0 - 1 / s0, "d/ds")
+    assert float(loc.grad) == pytest.approx(np.mean(-(x - zs)) + loc0, rel=1e-9)
+    assert float(scale.grad) == pytest.approx(np.mean(-(x - zs) * eps) + s0 - 1 / s0, rel=1e-9)
+
+
+def test_reinforce_gradient_matches_the_analytic_one():
+    """J = E_{a ~ softmax(theta)}[r(a)]: grad J = p * (r - J), estimated by
+    mean(r(a) * grad log p(a)) with a score-function surrogate."""
+    theta0 = np.array([0.2, -0.4, 0.9, 0.0])
+    reward = np.array([1.0, -2.0, 0.5, 3.0])
+    theta = t64(theta0, True)
+    policy = D.Categorical(logits=theta)
+    actions = policy.sample((N,))
+    surrogate = (t64(reward)[actions] * policy.log_prob(actions)).mean()
+    surrogate.backward()
+    p = np.exp(theta0) / np.exp(theta0).sum()
+    a = arr(actions)
+    per_draw = reward[a][:, None] * (np.eye(4)[a] - p)
+    np.testing.assert_allclose(arr(theta.grad), per_draw.mean(0), rtol=1e-9, atol=1e-12)
+    assert_mean_within(per_draw, p * (reward - p @ reward), "REINFORCE gradient")
+
+
+def test_gaussian_policy_with_tanh_squashing_trains():
+    """A tanh-squashed Gaussian policy's log_prob of its own rsample (through the
+    transform cache) is finite and differentiable, and a few steps of gradient
+    ascent on E[-(a - 0.5)^2] move its mean action toward 0.5."""
+    loc, log_scale = t64([0.0], True), t64([0.0], True)
+    opt = ddpc.optim.SGD([loc, log_scale], lr=0.5)
+    for _ in range(40):
+        d = D.TransformedDistribution(D.Normal(loc, log_scale.exp()), [T.TanhTransform(cache_size=1)])
+        a = d.rsample((256,))
+        logp = d.log_prob(a)
+        assert np.isfinite(arr(logp)).all()
+        loss = ((a - 0.5) ** 2).mean() + 0.01 * logp.mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert abs(math.tanh(float(loc)) - 0.5) < 0.1
+
+
+# On a GPU: the same draws, densities and gradients as on the host.
+
+GPU_CASES = [
+    lambda P: D.Normal(P[0], P[1]),
+    lambda P: D.Laplace(P[0], P[1]),
+    lambda P: D.Gumbel(P[0], P[1]),
+    lambda P: D.Cauchy(P[0], P[1]),
+    lambda P: D.Exponential(P[1]),
+    lambda P: D.LogNormal(P[0], P[1]),
+    lambda P: D.Bernoulli(logits=P[0]),
+    lambda P: D.Geometric(logits=P[0]),
+    lambda P: D.Categorical(logits=P[0]),
+    lambda P: D.OneHotCategorical(logits=P[0]),
+    lambda P: D.RelaxedOneHotCategorical(P[1][0, 0], logits=P[0]),
+    lambda P: D.MixtureSameFamily(D.Categorical(logits=P[0]), D.Normal(P[0], P[1])),
+    lambda P: D.TransformedDistribution(D.Normal(P[0], P[1]), [T.TanhTransform(), T.AffineTransform(0.5, 2.0)]),
+]
+
+
+def _on(device, make, arrays, seed):
+    params = [ddpc.tensor(a, device=device, requires_grad=True) for a in arrays]
+    d = make(params)
+    ddpc.manual_seed(seed)
+    x = d.sample((7,))
+    assert x.device == params[0].device
+    logp = d.log_prob(x)
+    total = logp.sum() + (d.rsample((3,)).sum() if d.has_rsample else 0)
+    if type(d) not in (D.MixtureSameFamily, D.RelaxedOneHotCategorical, D.TransformedDistribution):
+        total = total + d.entropy().sum()
+    total.backward()
+    return arr(x), arr(logp), [arr(p.grad) for p in params if p.grad is not None]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("make", GPU_CASES)
+def test_sampling_and_log_prob_on_a_gpu_match_the_host(make):
+    rng = np.random.default_rng(6)
+    arrays = [rng.normal(size=(2, 4)), rng.uniform(0.5, 2.0, (2, 4))]
+    host = _on("cpu", make, arrays, 11)
+    gpu = _on("cuda", make, arrays, 11)
+    for h, g in zip([host[0], host[1]] + host[2], [gpu[0], gpu[1]] + gpu[2]):
+        np.testing.assert_allclose(g, h, rtol=1e-9, atol=1e-12)
