@@ -295,6 +295,18 @@ def test_kl_infinite_where_the_support_is_not_covered_and_unregistered_pairs_rai
         D.kl_divergence(D.Normal(0.0, 1.0), D.Bernoulli(0.5))
 
 
+@pytest.mark.parametrize("p, q", [
+    (lambda: D.Normal(t64([0.3, 1.0]), t64([1.2, 0.5])), lambda: D.Normal(t64([-0.5, 0.0]), t64([0.8, 2.0]))),
+    (lambda: D.Exponential(t64([1.3, 0.2])), lambda: D.Exponential(t64([0.6, 0.9]))),
+    (lambda: D.Bernoulli(t64([0.3, 0.9])), lambda: D.Bernoulli(t64([0.6, 0.5]))),
+])
+def test_exponential_family_bregman_kl_and_entropy_match_the_closed_forms(p, q):
+    p, q = p(), q()
+    bregman = D.kl._kl_expfamily_expfamily(p, q)
+    np.testing.assert_allclose(arr(bregman), arr(D.kl_divergence(p, q)), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(arr(D.ExponentialFamily.entropy(p)), arr(p.entropy()), rtol=1e-10, atol=1e-12)
+
+
 def test_register_kl_takes_the_most_specific_pair():
     class MyNormal(D.Normal):
         pass

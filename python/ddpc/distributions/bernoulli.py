@@ -1,26 +1,17 @@
 """Bernoulli distribution: 1 with probability ``probs`` (or sigmoid(``logits``)), else 0."""
 
-import numbers
-
 from .. import autograd as _ag
 from ..nn.functional import binary_cross_entropy_with_logits
 from ..tensor import arange, full_like
 from .._random import bernoulli
 from . import constraints
 from .exp_family import ExponentialFamily
-from .utils import broadcast_all, lazy_property, logits_to_probs, probs_to_logits
+from .utils import BinaryProbsOrLogits, broadcast_all
 
 __all__ = ["Bernoulli"]
 
 
-def one_of_probs_logits(probs, logits):
-    """The one parameter given of probs and logits (exactly one must be)."""
-    if (probs is None) == (logits is None):
-        raise ValueError("Either `probs` or `logits` must be specified, but not both.")
-    return probs if probs is not None else logits
-
-
-class Bernoulli(ExponentialFamily):
+class Bernoulli(BinaryProbsOrLogits, ExponentialFamily):
     """Draws 1 with probability probs and 0 otherwise; give probs or logits (the
     log-odds), not both."""
 
@@ -30,27 +21,11 @@ class Bernoulli(ExponentialFamily):
     _mean_carrier_measure = 0
 
     def __init__(self, probs=None, logits=None, validate_args=None):
-        param = one_of_probs_logits(probs, logits)
-        is_scalar = isinstance(param, numbers.Number)
-        if probs is not None:
-            (self.probs,) = broadcast_all(probs)
-        else:
-            (self.logits,) = broadcast_all(logits)
-        self._param = self.probs if probs is not None else self.logits
-        super().__init__(() if is_scalar else self._param.shape, validate_args=validate_args)
+        param = self._set_probs_or_logits(probs, logits)
+        super().__init__(param.shape, validate_args=validate_args)
 
     def expand(self, batch_shape, _instance=None):
-        new = self._get_checked_instance(Bernoulli, _instance)
-        batch_shape = tuple(batch_shape)
-        if "probs" in self.__dict__:
-            new.probs = self.probs.expand(batch_shape)
-            new._param = new.probs
-        if "logits" in self.__dict__:
-            new.logits = self.logits.expand(batch_shape)
-            new._param = new.logits
-        super(Bernoulli, new).__init__(batch_shape, validate_args=False)
-        new._validate_args = self._validate_args
-        return new
+        return self._expand_parameters(Bernoulli, batch_shape, _instance, ("probs", "logits"))
 
     @property
     def mean(self):
@@ -64,18 +39,6 @@ class Bernoulli(ExponentialFamily):
     @property
     def variance(self):
         return self.probs * (1 - self.probs)
-
-    @lazy_property
-    def logits(self):
-        return probs_to_logits(self.probs, is_binary=True)
-
-    @lazy_property
-    def probs(self):
-        return logits_to_probs(self.logits, is_binary=True)
-
-    @property
-    def param_shape(self):
-        return self._param.shape
 
     def sample(self, sample_shape=()):
         shape = self._extended_shape(sample_shape)

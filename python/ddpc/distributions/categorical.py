@@ -6,14 +6,14 @@ import math
 from .. import autograd as _ag
 from ..tensor import arange, broadcast_tensors, full
 from . import constraints
-from .bernoulli import one_of_probs_logits
 from .distribution import Distribution
-from .utils import finite_min, lazy_property, logits_to_probs, probs_to_logits, standard_uniform
+from .utils import (ProbsOrLogits, finite_min, lazy_property, logits_to_probs, one_of_probs_logits, probs_to_logits,
+                    standard_uniform)
 
 __all__ = ["Categorical"]
 
 
-class Categorical(Distribution):
+class Categorical(ProbsOrLogits, Distribution):
     """Draws an index in {0, ..., K - 1}: probs (non-negative, normalized along
     the last dim) or logits (unnormalized log-probabilities), not both. The
     last dim indexes the categories; the others are batch dims.
@@ -34,23 +34,12 @@ class Categorical(Distribution):
             self.probs = probs / probs.sum(-1, keepdim=True)
         else:
             self.logits = logits - _ag.logsumexp(logits, -1, keepdim=True)
-        self._param = self.probs if probs is not None else self.logits
         self._num_events = self._param.shape[-1]
         super().__init__(self._param.shape[:-1], validate_args=validate_args)
 
     def expand(self, batch_shape, _instance=None):
-        new = self._get_checked_instance(Categorical, _instance)
-        batch_shape = tuple(batch_shape)
-        param_shape = batch_shape + (self._num_events,)
-        if "probs" in self.__dict__:
-            new.probs = self.probs.expand(param_shape)
-            new._param = new.probs
-        if "logits" in self.__dict__:
-            new.logits = self.logits.expand(param_shape)
-            new._param = new.logits
+        new = self._expand_parameters(Categorical, batch_shape, _instance, ("probs", "logits"), (self._num_events,))
         new._num_events = self._num_events
-        super(Categorical, new).__init__(batch_shape, validate_args=False)
-        new._validate_args = self._validate_args
         return new
 
     @constraints.dependent_property(is_discrete=True, event_dim=0)
@@ -64,10 +53,6 @@ class Categorical(Distribution):
     @lazy_property
     def probs(self):
         return logits_to_probs(self.logits)
-
-    @property
-    def param_shape(self):
-        return self._param.shape
 
     @property
     def mean(self):

@@ -171,6 +171,19 @@ class Distribution:
                              f"within the support ({support!r}) of the distribution {self!r}, but found invalid "
                              f"values:\n{value}")
 
+    def _expand_parameters(self, cls, batch_shape, _instance, names, param_event_shape=()):
+        """expand for a family of class cls whose parameters are the tensors
+        ``names`` of shape batch_shape + param_event_shape: each one this
+        instance holds is expanded (a view) onto the new instance."""
+        new = self._get_checked_instance(cls, _instance)
+        batch_shape = tuple(batch_shape)
+        for name in names:
+            if name in self.__dict__:
+                setattr(new, name, self.__dict__[name].expand(batch_shape + tuple(param_event_shape)))
+        super(cls, new).__init__(batch_shape, self.event_shape, validate_args=False)
+        new._validate_args = self._validate_args
+        return new
+
     def _get_checked_instance(self, cls, _instance=None):
         if _instance is None and type(self).__init__ != cls.__init__:
             raise NotImplementedError(f"Subclass {self.__class__.__name__} of {cls.__name__} that defines a custom "

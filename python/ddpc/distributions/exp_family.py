@@ -28,14 +28,19 @@ class ExponentialFamily(Distribution):
     def _mean_carrier_measure(self):
         raise NotImplementedError
 
-    def entropy(self):
-        """-E[k(x)] + F(theta) - <theta, grad F(theta)>, by the Bregman divergence."""
-        result = -self._mean_carrier_measure
+    def _log_normalizer_with_gradients(self):
+        """The natural parameters (as new leaves), F at them and grad F (the
+        expected sufficient statistics), differentiable again."""
         natural_params = [p.detach().requires_grad_() for p in self._natural_params]
         with _ag.enable_grad():
             log_normal = self._log_normalizer(*natural_params)
             gradients = _ag.grad(log_normal.sum(), natural_params, create_graph=True)
-        result = result + log_normal
+        return natural_params, log_normal, gradients
+
+    def entropy(self):
+        """-E[k(x)] + F(theta) - <theta, grad F(theta)>, by the Bregman divergence."""
+        natural_params, log_normal, gradients = self._log_normalizer_with_gradients()
+        result = log_normal - self._mean_carrier_measure
         for theta, g in zip(natural_params, gradients):
             result = result - sum_rightmost(theta * g, len(self.event_shape))
         return result

@@ -6,14 +6,13 @@ from .._dtype import finfo
 from ..nn.functional import binary_cross_entropy_with_logits
 from ..tensor import zeros_like
 from . import constraints
-from .bernoulli import one_of_probs_logits
 from .distribution import Distribution
-from .utils import broadcast_all, lazy_property, logits_to_probs, probs_to_logits, standard_uniform
+from .utils import BinaryProbsOrLogits, broadcast_all, standard_uniform
 
 __all__ = ["Geometric"]
 
 
-class Geometric(Distribution):
+class Geometric(BinaryProbsOrLogits, Distribution):
     """P(k) = (1 - p) ** k * p for k = 0, 1, 2, ...; give probs (in (0, 1]) or
     logits, not both."""
 
@@ -21,12 +20,7 @@ class Geometric(Distribution):
     support = constraints.nonnegative_integer
 
     def __init__(self, probs=None, logits=None, validate_args=None):
-        one_of_probs_logits(probs, logits)
-        if probs is not None:
-            (self.probs,) = broadcast_all(probs)
-        else:
-            (self.logits,) = broadcast_all(logits)
-        param = self.probs if probs is not None else self.logits
+        param = self._set_probs_or_logits(probs, logits)
         super().__init__(param.shape, validate_args=validate_args)
         if self._validate_args and probs is not None and not bool(_ag.all_(self.probs > 0)):
             raise ValueError(f"Expected parameter probs ({type(self.probs).__name__} of shape "
@@ -34,15 +28,7 @@ class Geometric(Distribution):
                              f"values:\n{self.probs}")
 
     def expand(self, batch_shape, _instance=None):
-        new = self._get_checked_instance(Geometric, _instance)
-        batch_shape = tuple(batch_shape)
-        if "probs" in self.__dict__:
-            new.probs = self.probs.expand(batch_shape)
-        if "logits" in self.__dict__:
-            new.logits = self.logits.expand(batch_shape)
-        super(Geometric, new).__init__(batch_shape, validate_args=False)
-        new._validate_args = self._validate_args
-        return new
+        return self._expand_parameters(Geometric, batch_shape, _instance, ("probs", "logits"))
 
     @property
     def mean(self):
@@ -55,14 +41,6 @@ class Geometric(Distribution):
     @property
     def variance(self):
         return (_ag.reciprocal(self.probs) - 1) / self.probs
-
-    @lazy_property
-    def logits(self):
-        return probs_to_logits(self.probs, is_binary=True)
-
-    @lazy_property
-    def probs(self):
-        return logits_to_probs(self.logits, is_binary=True)
 
     def sample(self, sample_shape=()):
         shape = self._extended_shape(sample_shape)

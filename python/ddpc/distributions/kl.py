@@ -143,11 +143,8 @@ def _kl_expfamily_expfamily(p, q):
     if type(p) is not type(q):
         raise NotImplementedError("The cross KL-divergence between different exponential families cannot be "
                                   "computed using Bregman divergences")
-    p_nparams = [param.detach().requires_grad_() for param in p._natural_params]
+    p_nparams, lg_normal, gradients = p._log_normalizer_with_gradients()
     q_nparams = q._natural_params
-    with _ag.enable_grad():
-        lg_normal = p._log_normalizer(*p_nparams)
-        gradients = _ag.grad(lg_normal.sum(), p_nparams, create_graph=True)
     result = q._log_normalizer(*q_nparams) - lg_normal
     for pnp, qnp, g in zip(p_nparams, q_nparams, gradients):
         result = result - sum_rightmost((qnp - pnp) * g, len(q.event_shape))

@@ -2,21 +2,17 @@
 reparameterizable relaxations of Bernoulli at a temperature (Maddison et al.,
 2017; Jang et al., 2017)."""
 
-import numbers
-
 from .. import autograd as _ag
 from . import constraints
-from .bernoulli import one_of_probs_logits
 from .distribution import Distribution
 from .transformed_distribution import TransformedDistribution
 from .transforms import SigmoidTransform
-from .utils import (as_parameter, broadcast_all, clamp_probs, lazy_property, logits_to_probs, probs_to_logits,
-                    standard_uniform)
+from .utils import BinaryProbsOrLogits, as_parameter, broadcast_all, clamp_probs, standard_uniform
 
 __all__ = ["LogitRelaxedBernoulli", "RelaxedBernoulli"]
 
 
-class LogitRelaxedBernoulli(Distribution):
+class LogitRelaxedBernoulli(BinaryProbsOrLogits, Distribution):
     """The logit of a RelaxedBernoulli sample: (logit(U) + logits) / temperature
     with U uniform; give probs or logits, not both."""
 
@@ -25,40 +21,13 @@ class LogitRelaxedBernoulli(Distribution):
 
     def __init__(self, temperature, probs=None, logits=None, validate_args=None):
         self.temperature = as_parameter(temperature)
-        param = one_of_probs_logits(probs, logits)
-        is_scalar = isinstance(param, numbers.Number)
-        if probs is not None:
-            (self.probs,) = broadcast_all(probs)
-        else:
-            (self.logits,) = broadcast_all(logits)
-        self._param = self.probs if probs is not None else self.logits
-        super().__init__(() if is_scalar else self._param.shape, validate_args=validate_args)
+        param = self._set_probs_or_logits(probs, logits)
+        super().__init__(param.shape, validate_args=validate_args)
 
     def expand(self, batch_shape, _instance=None):
-        new = self._get_checked_instance(LogitRelaxedBernoulli, _instance)
-        batch_shape = tuple(batch_shape)
+        new = self._expand_parameters(LogitRelaxedBernoulli, batch_shape, _instance, ("probs", "logits"))
         new.temperature = self.temperature
-        if "probs" in self.__dict__:
-            new.probs = self.probs.expand(batch_shape)
-            new._param = new.probs
-        if "logits" in self.__dict__:
-            new.logits = self.logits.expand(batch_shape)
-            new._param = new.logits
-        super(LogitRelaxedBernoulli, new).__init__(batch_shape, validate_args=False)
-        new._validate_args = self._validate_args
         return new
-
-    @lazy_property
-    def logits(self):
-        return probs_to_logits(self.probs, is_binary=True)
-
-    @lazy_property
-    def probs(self):
-        return logits_to_probs(self.logits, is_binary=True)
-
-    @property
-    def param_shape(self):
-        return self._param.shape
 
     def rsample(self, sample_shape=()):
         shape = self._extended_shape(sample_shape)

@@ -89,3 +89,45 @@ class lazy_property:
             value = self.wrapped(instance)
         setattr(instance, self.wrapped.__name__, value)
         return value
+
+
+def one_of_probs_logits(probs, logits):
+    """The one parameter given of probs and logits (exactly one must be)."""
+    if (probs is None) == (logits is None):
+        raise ValueError("Either `probs` or `logits` must be specified, but not both.")
+    return probs if probs is not None else logits
+
+
+class ProbsOrLogits:
+    """For the families parameterized by probs or by logits: ``_param`` is the
+    one stored (probs where both are), for its shape, dtype and device."""
+
+    @property
+    def _param(self):
+        return self.__dict__["probs"] if "probs" in self.__dict__ else self.__dict__["logits"]
+
+    @property
+    def param_shape(self):
+        return self._param.shape
+
+
+class BinaryProbsOrLogits(ProbsOrLogits):
+    """For the families of one binary event given by probs or by logits (the
+    log-odds): the other is computed on first use."""
+
+    def _set_probs_or_logits(self, probs, logits):
+        """Stores the one given of probs and logits as a tensor and returns it."""
+        one_of_probs_logits(probs, logits)
+        if probs is not None:
+            (self.probs,) = broadcast_all(probs)
+        else:
+            (self.logits,) = broadcast_all(logits)
+        return self._param
+
+    @lazy_property
+    def logits(self):
+        return probs_to_logits(self.probs, is_binary=True)
+
+    @lazy_property
+    def probs(self):
+        return logits_to_probs(self.logits, is_binary=True)
