@@ -4,6 +4,7 @@
 import math
 
 from .. import autograd as _ag
+from .._stats import searchsorted
 from ..tensor import arange, broadcast_tensors, full
 from . import constraints
 from .distribution import Distribution
@@ -67,14 +68,15 @@ class Categorical(ProbsOrLogits, Distribution):
         return full(self._extended_shape(), math.nan, dtype=self.probs.dtype, device=self.probs.device)
 
     def sample(self, sample_shape=()):
-        shape = self._extended_shape(sample_shape)
+        sample_shape = (sample_shape,) if isinstance(sample_shape, int) else tuple(sample_shape)
         with _ag.no_grad():
-            cumulative = _ag.cumsum(self.probs, -1)
-            u = standard_uniform(shape + (1,), cumulative) * cumulative[..., -1:]
+            cumulative = _ag.cumsum(self.probs, -1).reshape(-1, self._num_events)
+            u = standard_uniform((cumulative.shape[0], math.prod(sample_shape)), cumulative) * cumulative[:, -1:]
             # The index is the number of categories whose cumulative probability
-            # the draw reaches: zero-probability categories are never drawn.
-            below = (cumulative <= u).long()
-            return _ag.clamp(below.sum(-1), None, self._num_events - 1)
+            # the draw reaches (a binary search per draw): zero-probability
+            # categories are never drawn; the clamp only guards rounding.
+            index = _ag.clamp(searchsorted(cumulative, u, right=True), None, self._num_events - 1)
+            return index.t().reshape(sample_shape + self._batch_shape)
 
     def log_prob(self, value):
         if self._validate_args:
