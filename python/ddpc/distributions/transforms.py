@@ -10,7 +10,7 @@ from functools import reduce
 from .. import autograd as _ag
 from .._dtype import finfo
 from ..nn.functional import softplus
-from ..tensor import Tensor, broadcast_shapes, full_like, ones, zeros_like
+from ..tensor import Tensor, broadcast_shapes, eq, full_like, ones, zeros_like
 from . import constraints
 from .utils import lazy_property, sum_rightmost
 
@@ -362,8 +362,7 @@ class PowerTransform(Transform):
     def __eq__(self, other):
         if not isinstance(other, PowerTransform):
             return False
-        return bool(_ag.all_(_ag.eq(self.exponent, other.exponent))) if isinstance(self.exponent, Tensor) else \
-            self.exponent == other.exponent
+        return _same(self.exponent, other.exponent)
 
     __hash__ = object.__hash__
 
@@ -526,7 +525,7 @@ def _same(a, b):
     """Whether two numbers or tensors hold equal values."""
     if isinstance(a, numbers.Number) and isinstance(b, numbers.Number):
         return a == b
-    return bool(_ag.all_(_ag.eq(a, b)))
+    return bool(_ag.all_(eq(a, b) if isinstance(a, Tensor) else eq(b, a)))
 
 
 class SoftmaxTransform(Transform):
