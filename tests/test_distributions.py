@@ -600,6 +600,7 @@ GPU_CASES = [
     lambda P: D.Categorical(logits=P[0]),
     lambda P: D.OneHotCategorical(logits=P[0]),
     lambda P: D.RelaxedOneHotCategorical(P[1][0, 0], logits=P[0]),
+    lambda P: D.RelaxedBernoulli(0.7, logits=P[0]),
     lambda P: D.MixtureSameFamily(D.Categorical(logits=P[0]), D.Normal(P[0], P[1])),
     lambda P: D.TransformedDistribution(D.Normal(P[0], P[1]), [T.TanhTransform(), T.AffineTransform(0.5, 2.0)]),
 ]
@@ -613,7 +614,7 @@ def _on(device, make, arrays, seed):
     assert x.device == params[0].device
     logp = d.log_prob(x)
     total = logp.sum() + (d.rsample((3,)).sum() if d.has_rsample else 0)
-    if type(d) not in (D.MixtureSameFamily, D.RelaxedOneHotCategorical, D.TransformedDistribution):
+    if type(d) not in (D.MixtureSameFamily, D.RelaxedOneHotCategorical, D.RelaxedBernoulli, D.TransformedDistribution):
         total = total + d.entropy().sum()
     total.backward()
     return arr(x), arr(logp), [arr(p.grad) for p in params if p.grad is not None]

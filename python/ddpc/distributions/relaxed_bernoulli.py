@@ -20,8 +20,8 @@ class LogitRelaxedBernoulli(BinaryProbsOrLogits, Distribution):
     support = constraints.real
 
     def __init__(self, temperature, probs=None, logits=None, validate_args=None):
-        self.temperature = as_parameter(temperature)
         param = self._set_probs_or_logits(probs, logits)
+        self.temperature = as_parameter(temperature, param)
         super().__init__(param.shape, validate_args=validate_args)
 
     def expand(self, batch_shape, _instance=None):

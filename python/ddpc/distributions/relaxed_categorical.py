@@ -25,7 +25,7 @@ class ExpRelaxedCategorical(Distribution):
 
     def __init__(self, temperature, probs=None, logits=None, validate_args=None):
         self._categorical = Categorical(probs, logits)
-        self.temperature = as_parameter(temperature)
+        self.temperature = as_parameter(temperature, self._categorical._param)
         batch_shape = self._categorical.batch_shape
         event_shape = self._categorical.param_shape[-1:]
         super().__init__(batch_shape, event_shape, validate_args=validate_args)

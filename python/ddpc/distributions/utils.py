@@ -24,9 +24,13 @@ def broadcast_all(*values):
     return broadcast_tensors(*tensors)
 
 
-def as_parameter(value):
-    """A number becomes a 0-d tensor of the default dtype; a tensor stays."""
-    return value if isinstance(value, Tensor) else tensor(float(value), dtype=get_default_dtype())
+def as_parameter(value, like):
+    """A number becomes a 0-d tensor of like's dtype (when floating) and
+    device; a tensor stays."""
+    if isinstance(value, Tensor):
+        return value
+    return tensor(float(value), dtype=like.dtype if like.dtype.is_floating_point else get_default_dtype(),
+                  device=like.device)
 
 
 def standard_normal(shape, like):
