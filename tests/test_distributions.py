@@ -59,6 +59,9 @@ LOG_PROBS = [
      lambda x: math.log(2) - 0.5 * (x / 1.5) ** 2 - math.log(1.5 * math.sqrt(2 * math.pi))),
     (lambda: D.HalfCauchy(1.5), POS, lambda x: math.log(2) - np.log(math.pi * 1.5 * (1 + (x / 1.5) ** 2))),
     (lambda: D.Geometric(0.3), np.array([0.0, 1, 2, 5, 9]), lambda k: k * math.log(0.7) + math.log(0.3)),
+    (lambda: D.ContinuousBernoulli(0.2), np.array([0.0, 0.1, 0.5, 0.8, 1.0]),
+     lambda x: x * math.log(0.2) + (1 - x) * math.log(0.8) + math.log(2 * math.atanh(0.6) / 0.6)),
+    (lambda: D.ContinuousBernoulli(0.5), np.array([0.0, 0.1, 0.5, 0.8, 1.0]), lambda x: np.zeros_like(x)),
     (lambda: D.Bernoulli(0.3), np.array([0.0, 1, 1, 0, 1]), lambda k: np.where(k == 1, math.log(0.3), math.log(0.7))),
     (lambda: D.Categorical(t64([0.2, 0.5, 0.3])), np.array([0, 1, 2, 1, 0]),
      lambda k: np.log(np.array([0.2, 0.5, 0.3])[k])),
@@ -92,6 +95,7 @@ MOMENTS = [
     lambda: D.HalfNormal(t64([0.5, 2.0])),
     lambda: D.Bernoulli(t64([0.1, 0.75])),
     lambda: D.Geometric(t64([0.2, 0.9])),
+    lambda: D.ContinuousBernoulli(t64([0.1, 0.5, 0.8])),
     lambda: D.Categorical(t64([[0.1, 0.2, 0.7], [0.5, 0.0, 0.5]])),
     lambda: D.OneHotCategorical(t64([[0.1, 0.2, 0.7], [0.5, 0.0, 0.5]])),
     lambda: D.Independent(D.Normal(t64([0.5, -2.0]), t64([1.5, 0.3])), 1),
@@ -122,6 +126,8 @@ KS = [
     lambda: D.Normal(t64([0.5]), t64([2.0])),
     lambda: D.Exponential(t64([0.5])),
     lambda: D.HalfNormal(t64([0.5])),
+    lambda: D.ContinuousBernoulli(t64([0.15])),
+    lambda: D.ContinuousBernoulli(t64([0.9995])),
 ]
 
 
@@ -230,6 +236,7 @@ def test_sample_is_outside_the_graph_and_rsample_inside():
     (lambda: D.Gumbel(0.3, 1.7), -15, 80), (lambda: D.Exponential(0.6), 0, 80),
     (lambda: D.HalfNormal(1.7), 0, 20), (lambda: D.LogNormal(0.1, 0.5), 1e-9, 40),
     (lambda: D.Uniform(-1.0, 2.5), -0.999999, 2.499999),
+    (lambda: D.ContinuousBernoulli(0.15), 0, 1), (lambda: D.ContinuousBernoulli(0.5004), 0, 1),
 ])
 def test_entropy_by_numerical_integration(make, lo, hi):
     d = make()
@@ -270,6 +277,9 @@ def test_entropy_by_monte_carlo(make):
     (lambda: D.HalfNormal(t64(1.2)), lambda: D.HalfNormal(t64(0.8))),
     (lambda: D.LogNormal(t64(0.3), t64(0.5)), lambda: D.LogNormal(t64(-0.5), t64(0.8))),
     (lambda: D.Geometric(t64(0.3)), lambda: D.Geometric(t64(0.6))),
+    (lambda: D.ContinuousBernoulli(t64(0.3)), lambda: D.ContinuousBernoulli(t64(0.8))),
+    (lambda: D.ContinuousBernoulli(t64(0.3)), lambda: D.Normal(t64(0.2), t64(0.8))),
+    (lambda: D.Uniform(t64(0.2), t64(0.7)), lambda: D.ContinuousBernoulli(t64(0.8))),
     (lambda: D.Bernoulli(t64(0.3)), lambda: D.Bernoulli(t64(0.6))),
     (lambda: D.Categorical(t64([0.1, 0.6, 0.3])), lambda: D.Categorical(t64([0.4, 0.4, 0.2]))),
     (lambda: D.Independent(D.Normal(t64([0.3, 1.0]), t64([1.2, 0.5])), 1),
@@ -344,6 +354,8 @@ def test_bad_parameters_raise_valueerror_naming_the_parameter_and_constraint():
         D.Uniform(1.0, 1.0)
     with pytest.raises(ValueError, match="Expected parameter rate"):
         D.Exponential(t64([0.0]))
+    with pytest.raises(ValueError, match="The parameter probs has invalid values"):
+        D.ContinuousBernoulli(t64([1.5]))
     with pytest.raises(ValueError, match="to be positive"):
         D.Geometric(t64([0.0]))
     assert D.Normal(0.0, -1.0, validate_args=False).scale.item() == -1.0
@@ -419,6 +431,7 @@ SHAPES = [
     (lambda: D.TransformedDistribution(D.Normal(ddpc.zeros(2, 3), 1.0), [T.StickBreakingTransform()]), (2,), (4,)),
     (lambda: D.Gumbel(ddpc.zeros(2, 3), 1.0), (2, 3), ()),
     (lambda: D.Geometric(logits=ddpc.zeros(2, 3)), (2, 3), ()),
+    (lambda: D.ContinuousBernoulli(logits=ddpc.zeros(2, 3)), (2, 3), ()),
 ]
 
 

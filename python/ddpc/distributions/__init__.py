@@ -10,9 +10,9 @@ the parameters. Samples come from ddpc's generator on the parameters' device:
 ``ddpc.manual_seed`` makes them reproducible, but they are not the numbers
 PyTorch draws for the same seed.
 
-Families provided: Bernoulli, Categorical, Cauchy, Exponential, Geometric,
-Gumbel, HalfCauchy, HalfNormal, Independent, Laplace, LogisticNormal,
-LogNormal, MixtureSameFamily, Normal, OneHotCategorical,
+Families provided: Bernoulli, Categorical, Cauchy, ContinuousBernoulli,
+Exponential, Geometric, Gumbel, HalfCauchy, HalfNormal, Independent, Laplace,
+LogisticNormal, LogNormal, MixtureSameFamily, Normal, OneHotCategorical,
 OneHotCategoricalStraightThrough, RelaxedBernoulli (over
 relaxed_bernoulli.LogitRelaxedBernoulli), RelaxedOneHotCategorical (over
 relaxed_categorical.ExpRelaxedCategorical), TransformedDistribution, Uniform.
@@ -25,13 +25,14 @@ Not provided yet, for want of functions ddpc does not have yet:
 - a Cholesky factorization: MultivariateNormal, LowRankMultivariateNormal,
   LKJCholesky, Wishart and CorrCholeskyTransform;
 - Bessel functions: VonMises.
-ContinuousBernoulli and Pareto are not provided either.
+Pareto is not provided either.
 """
 
 from . import constraints, transforms
 from .bernoulli import Bernoulli
 from .categorical import Categorical
 from .cauchy import Cauchy
+from .continuous_bernoulli import ContinuousBernoulli
 from .distribution import Distribution
 from .exp_family import ExponentialFamily
 from .exponential import Exponential
@@ -56,10 +57,9 @@ from .transforms import (AbsTransform, AffineTransform, ComposeTransform, ExpTra
 from .uniform import Uniform
 
 __all__ = ["AbsTransform", "AffineTransform", "Bernoulli", "Categorical", "Cauchy", "ComposeTransform",
-           "Distribution", "ExponentialFamily", "Exponential", "ExpTransform", "Geometric",
+           "ContinuousBernoulli", "Distribution", "ExponentialFamily", "Exponential", "ExpTransform", "Geometric",
            "Gumbel", "HalfCauchy", "HalfNormal", "Independent", "IndependentTransform", "Laplace", "LogNormal",
-           "LogisticNormal", "MixtureSameFamily", "Normal", "OneHotCategorical",
-           "OneHotCategoricalStraightThrough", "PowerTransform", "RelaxedBernoulli", "RelaxedOneHotCategorical",
-           "SigmoidTransform", "SoftmaxTransform", "StickBreakingTransform", "TanhTransform", "Transform",
-           "TransformedDistribution", "Uniform", "constraints", "identity_transform", "kl_divergence",
-           "register_kl", "transforms"]
+           "LogisticNormal", "MixtureSameFamily", "Normal", "OneHotCategorical", "OneHotCategoricalStraightThrough",
+           "PowerTransform", "RelaxedBernoulli", "RelaxedOneHotCategorical", "SigmoidTransform", "SoftmaxTransform",
+           "StickBreakingTransform", "TanhTransform", "Transform", "TransformedDistribution", "Uniform", "constraints",
+           "identity_transform", "kl_divergence", "register_kl", "transforms"]

@@ -13,6 +13,7 @@ from .bernoulli import Bernoulli
 from .categorical import Categorical
 from .distribution import Distribution
 from .cauchy import Cauchy
+from .continuous_bernoulli import ContinuousBernoulli
 from .exp_family import ExponentialFamily
 from .exponential import Exponential
 from .geometric import Geometric
@@ -132,6 +133,14 @@ def _kl_categorical_categorical(p, q):
     return t.sum(-1)
 
 
+@register_kl(ContinuousBernoulli, ContinuousBernoulli)
+def _kl_continuous_bernoulli_continuous_bernoulli(p, q):
+    t1 = p.mean * (p.logits - q.logits)
+    t2 = p._cont_bern_log_norm() + _ag.log1p(-p.probs)
+    t3 = -q._cont_bern_log_norm() - _ag.log1p(-q.probs)
+    return t1 + t2 + t3
+
+
 @register_kl(Exponential, Exponential)
 def _kl_exponential_exponential(p, q):
     rate_ratio = q.rate / p.rate
@@ -208,19 +217,42 @@ def _kl_cauchy_cauchy(p, q):
 
 # Pairs of different families: infinite where p's support is not inside q's.
 
+@register_kl(Exponential, ContinuousBernoulli)
 @register_kl(Exponential, Uniform)
 def _kl_exponential_infinity(p, q):
     return _infinite_like(p.rate)
 
 
+@register_kl(Gumbel, ContinuousBernoulli)
 @register_kl(Gumbel, Exponential)
 @register_kl(Gumbel, Uniform)
+@register_kl(Laplace, ContinuousBernoulli)
 @register_kl(Laplace, Exponential)
 @register_kl(Laplace, Uniform)
+@register_kl(Normal, ContinuousBernoulli)
 @register_kl(Normal, Exponential)
 @register_kl(Normal, Uniform)
 def _kl_loc_infinity(p, q):
     return _infinite_like(p.loc)
+
+
+@register_kl(ContinuousBernoulli, Exponential)
+def _kl_continuous_bernoulli_exponential(p, q):
+    return -p.entropy() - _ag.log(q.rate) + q.rate * p.mean
+
+
+@register_kl(ContinuousBernoulli, Normal)
+def _kl_continuous_bernoulli_normal(p, q):
+    t1 = -p.entropy()
+    t2 = 0.5 * (math.log(2.0 * math.pi) + (q.loc / q.scale).square()) + _ag.log(q.scale)
+    t3 = (p.variance + p.mean.square() - 2.0 * q.loc * p.mean) / (2.0 * q.scale.square())
+    return t1 + t2 + t3
+
+
+@register_kl(ContinuousBernoulli, Uniform)
+def _kl_continuous_bernoulli_uniform(p, q):
+    result = -p.entropy() + _ag.log(q.high - q.low)
+    return _with_value_where(result, _ag.logical_or(q.low >= 0, q.high <= 1), math.inf)
 
 
 @register_kl(Exponential, Gumbel)
@@ -289,6 +321,12 @@ def _kl_normal_laplace(p, q):
 def _kl_uniform_exponential(p, q):
     result = q.rate * (p.high + p.low) / 2 - _ag.log((p.high - p.low) * q.rate)
     return _with_value_where(result, p.low < 0, math.inf)
+
+
+@register_kl(Uniform, ContinuousBernoulli)
+def _kl_uniform_continuous_bernoulli(p, q):
+    result = -p.entropy() - p.mean * q.logits - _ag.log1p(-q.probs) - q._cont_bern_log_norm()
+    return _with_value_where(result, _ag.logical_or(p.high >= 1, p.low <= 0), math.inf)
 
 
 @register_kl(Uniform, Gumbel)

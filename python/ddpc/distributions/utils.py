@@ -1,5 +1,6 @@
-"""Helpers shared by the distributions: parameter broadcasting, the
-probability/logit conversions and a lazily computed, cached attribute."""
+"""Helpers shared by the distributions: parameter broadcasting, draws from
+ddpc's generator, the probability/logit conversions, a lazily computed and
+cached attribute, and the storage of a probs-or-logits parameter."""
 
 import numbers
 
