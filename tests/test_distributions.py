@@ -642,3 +642,23 @@ def test_sampling_and_log_prob_on_a_gpu_match_the_host(make):
     gpu = _on("cuda", make, arrays, 11)
     for h, g in zip([host[0], host[1]] + host[2], [gpu[0], gpu[1]] + gpu[2]):
         np.testing.assert_allclose(g, h, rtol=1e-9, atol=1e-12)
+
+
+def test_straight_through_rsample_is_one_hot_with_the_gradient_of_the_probabilities():
+    logits = t64([0.3, -0.2, 1.0], True)
+    d = D.OneHotCategoricalStraightThrough(logits=logits)
+    x = d.rsample((5,))
+    assert set(arr(x).sum(-1).tolist()) == {1.0} and set(np.unique(arr(x)).tolist()) <= {0.0, 1.0}
+    weights = t64([1.0, 2.0, 3.0])
+    (x * weights).sum().backward()
+    p = np.exp(arr(logits)) / np.exp(arr(logits)).sum()
+    w = np.array([1.0, 2.0, 3.0])
+    np.testing.assert_allclose(arr(logits.grad), 5 * p * (w - p @ w), rtol=1e-10)
+    assert d.has_rsample and not D.OneHotCategorical(logits=logits).has_rsample
+
+
+def test_perplexity_and_stddev():
+    d = D.Categorical(t64([0.25, 0.25, 0.25, 0.25]))
+    assert float(d.perplexity()) == pytest.approx(4.0)
+    assert float(D.Exponential(t64(2.0)).stddev) == pytest.approx(0.5)
+    assert float(D.Laplace(t64(0.0), t64(2.0)).stddev) == pytest.approx(2 * math.sqrt(2))
