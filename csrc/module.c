@@ -10,6 +10,7 @@
 #include "loader.h"
 #include "ops.h"
 #include "ops_conv.h"
+#include "ops_grid.h"
 #include "ops_ctc.h"
 #include "ops_dim.h"
 #include "ops_embedding.h"
@@ -288,7 +289,7 @@ static int module_exec(PyObject *m) {
     Py_DECREF(bases);
     if (!ddpc_DistTimeoutError || PyModule_AddObjectRef(m, "DistTimeoutError", ddpc_DistTimeoutError) < 0) return -1;
     if (ddpc_buffer_register(m) < 0 || ddpc_ops_register(m) < 0) return -1;
-    if (ddpc_nn_register(m) < 0 || ddpc_conv_register(m) < 0 || ddpc_dim_register(m) < 0 ||
+    if (ddpc_nn_register(m) < 0 || ddpc_conv_register(m) < 0 || ddpc_grid_register(m) < 0 || ddpc_dim_register(m) < 0 ||
         ddpc_sort_register(m) < 0 || ddpc_search_register(m) < 0 || ddpc_select_register(m) < 0 ||
         ddpc_ctc_register(m) < 0 || ddpc_intmath_register(m) < 0 || ddpc_comm_register(m) < 0 ||
         ddpc_nccl_register(m) < 0 || ddpc_loader_register(m) < 0 || ddpc_amp_register(m) < 0 ||

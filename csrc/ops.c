@@ -236,6 +236,14 @@ static ddpc_status check_int_division_(ddpc_binary_op op, const ddpc_buffer *div
     return DDPC_OK;
 }
 
+const char *ddpc_shape_str(const int64_t *shape, int ndim, char *buf, size_t n) {
+    size_t used = (size_t)snprintf(buf, n, "(");
+    for (int d = 0; d < ndim && used < n; d++)
+        used += (size_t)snprintf(buf + used, n - used, d ? ", %lld" : "%lld", (long long)shape[d]);
+    if (used < n) snprintf(buf + used, n - used, ")");
+    return buf;
+}
+
 ddpc_status ddpc_check_float_like(const ddpc_buffer *b, const ddpc_buffer *ref, const char *op, const char *what) {
     if (b->dtype != DDPC_FLOAT32 && b->dtype != DDPC_FLOAT64)
         return DDPC_ERROR(DDPC_ERR_TYPE, "%s: %s must be float32 or float64, got %s", op, what,

@@ -33,6 +33,9 @@ _Static_assert(DDPC_ADD == 0 && DDPC_SUB == 1 && DDPC_MUL == 2 && DDPC_DIV == 3 
 
 /* A known op, and no bitwise op on a float dtype (PyTorch has none either). */
 ddpc_status ddpc_check_binary_op(ddpc_binary_op op, ddpc_dtype dtype, const char *what);
+/* `shape` of `ndim` dims written as "(2, 3)" into buf of n bytes (cut short if
+ * it does not fit); returns buf. */
+const char *ddpc_shape_str(const int64_t *shape, int ndim, char *buf, size_t n);
 /* b is float32 or float64, of ref's dtype and on ref's device ("what" names
  * b in the error, "op" the operation). */
 ddpc_status ddpc_check_float_like(const ddpc_buffer *b, const ddpc_buffer *ref, const char *op, const char *what);

@@ -8,7 +8,6 @@
 #include "ops_conv.h"
 
 #include <math.h>
-#include <stdio.h>
 #include <string.h>
 
 #include "module.h"
@@ -25,14 +24,6 @@
 
 /* ---- argument checks ------------------------------------------------------------ */
 
-static const char *shape_str_(const int64_t *shape, int ndim, char *buf, size_t n) {
-    size_t used = (size_t)snprintf(buf, n, "(");
-    for (int d = 0; d < ndim && used < n; d++)
-        used += (size_t)snprintf(buf + used, n - used, d ? ", %lld" : "%lld", (long long)shape[d]);
-    if (used < n) snprintf(buf + used, n - used, ")");
-    return buf;
-}
-
 /* `b` holds float32 or float64 elements of ref's dtype on ref's device, in the shape `ndim`, `shape`. */
 static ddpc_status check_operand_(const ddpc_buffer *b, const ddpc_buffer *ref, int ndim, const int64_t *shape,
                                   const char *op, const char *what) {
@@ -40,7 +31,8 @@ static ddpc_status check_operand_(const ddpc_buffer *b, const ddpc_buffer *ref, 
     if (b->ndim != ndim || memcmp(b->shape, shape, (size_t)ndim * sizeof *shape) != 0) {
         char got[160], want[160];
         return DDPC_ERROR(DDPC_ERR_ARG, "%s: %s has shape %s, expected %s", op, what,
-                          shape_str_(b->shape, b->ndim, got, sizeof got), shape_str_(shape, ndim, want, sizeof want));
+                          ddpc_shape_str(b->shape, b->ndim, got, sizeof got),
+                          ddpc_shape_str(shape, ndim, want, sizeof want));
     }
     return DDPC_OK;
 }

@@ -14,6 +14,7 @@
 #define DDPC_HD
 #endif
 
+#include "grid_sample.h"
 #include "window.h"
 
 #ifdef __cplusplus
@@ -296,6 +297,15 @@ int ddpc_k_max_pool_backward(void *gx, const void *g, const int64_t *indices, in
                              int64_t in_plane, int64_t out_plane, void *stream);
 int ddpc_k_avg_pool(void *out, const void *x, int dtype, int64_t planes, ddpc_window w, void *stream);
 int ddpc_k_avg_pool_backward(void *gx, const void *g, int dtype, int64_t planes, ddpc_window w, void *stream);
+
+/* grid_sample (kernels/grid.cu), float32 and float64, over x [n, c, *in] and
+ * grid [n, points, dims] with the per-point rules of grid_sample.h; out is
+ * [n, c, points]. The backward pass overwrites gx and ggrid; either may be
+ * NULL when not wanted. The input gradient adds up with atomics. */
+int ddpc_k_grid_sample(void *out, const void *x, const void *grid, int dtype, int64_t n, int64_t c, int64_t points,
+                       ddpc_grid_sampling s, void *stream);
+int ddpc_k_grid_sample_backward(void *gx, void *ggrid, const void *g, const void *x, const void *grid, int dtype,
+                                int64_t n, int64_t c, int64_t points, ddpc_grid_sampling s, void *stream);
 
 /* Embedding bags (kernels/embedding.cu), float32 and float64; see
  * csrc/ops_embedding.h for the layouts and rules. On a GPU an index outside

@@ -3,7 +3,7 @@
 Most functions are one fused _C op forward and one backward (see
 ddpc.autograd); batch_norm and the rarer activations are built from the
 autograd ops, convolution and pooling in _conv.py, resampling in
-_upsample.py, the margin and likelihood losses in _losses.py. The
+_upsample.py and _grid_sample.py, the margin and likelihood losses in _losses.py. The
 ``inplace=True`` forms compute aside and write the result into the input,
 which then holds it as after PyTorch's in-place op.
 """
@@ -16,7 +16,7 @@ from .._pointwise import hardshrink
 from .._dtype import uint8
 from ..tensor import Tensor, broadcast_tensors, ones, rand, zeros
 from ..tensor import tensor as _tensor
-from . import _conv, _embedding_bag, _losses, _upsample
+from . import _conv, _embedding_bag, _grid_sample, _losses, _upsample
 from ..autograd import embedding, gelu, layer_norm, linear, sigmoid, softplus, tanh
 
 __all__ = ["batch_norm", "binary_cross_entropy", "binary_cross_entropy_with_logits", "cross_entropy", "dropout", "elu",
@@ -713,6 +713,11 @@ __all__ += ["cosine_similarity", "dropout1d", "dropout2d", "dropout3d", "interpo
 
 pad = _conv.pad
 interpolate = _upsample.interpolate
+
+__all__ += ["affine_grid", "grid_sample"]
+
+grid_sample = _grid_sample.grid_sample
+affine_grid = _grid_sample.affine_grid
 
 
 def prelu(input, weight):
