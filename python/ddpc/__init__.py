@@ -59,7 +59,12 @@ from ._stats import (aminmax, bincount, bucketize, cummax, cummin, histc, kthval
 from . import linalg
 from ._matrix import (cholesky, cholesky_inverse, cholesky_solve, det, inverse, logdet, lu_solve, matrix_exp,
                       matrix_power, pinverse, qr, slogdet, svd, triangular_solve)
-from . import _layout, _linalg, _matrix, _pointwise, _random, _stats
+from ._pointwise import float_power, fmax, fmin
+from ._stats import isin
+from ._layout import diag_embed, diagflat, unravel_index
+from .autograd import unique_consecutive
+from ._windows import bartlett_window, blackman_window, hamming_window, hann_window
+from . import _layout, _linalg, _matrix, _pointwise, _random, _stats, _windows
 
 half = float16
 float = float32
@@ -100,4 +105,5 @@ __all__ = [
     "pow", "sinh", "take_along_dim", "detach", "eq", "ge", "gt", "is_floating_point", "le", "log_softmax", "lt",
     "moveaxis", "movedim", "narrow", "ne", "softmax", "swapaxes", "swapdims", "t", "backends", "compile",
     "get_float32_matmul_precision", "set_float32_matmul_precision", "linalg", "distributions",
-] + _pointwise.__all__ + _matrix.__all__ + _linalg.__all__ + _layout.__all__ + _random.__all__ + _stats.__all__
+] + _pointwise.__all__ + _matrix.__all__ + _linalg.__all__ + _layout.__all__ + _random.__all__ + _stats.__all__ + \
+    _windows.__all__ + ["unique_consecutive"]

@@ -505,7 +505,56 @@ def fill_diagonal_(input, fill_value, wrap=False):
     return input
 
 
-__all__ = ["atleast_1d", "atleast_2d", "atleast_3d", "broadcast_to", "cartesian_prod", "column_stack", "combinations",
+def diag_embed(input, offset=0, dim1=-2, dim2=-1):
+    """Each last-dim vector of ``input`` (..., n) laid on diagonal ``offset``
+    of an (n + |offset|)-square matrix whose rows and columns become dims
+    ``dim1`` and ``dim2`` of the result (counted in its ndim + 1 dims).
+    Differentiable: the matrices are written by item assignment."""
+    if not isinstance(input, Tensor):
+        raise TypeError(f"diag_embed takes a ddpc tensor, got {type(input).__name__}")
+    nd = input.ndim + 1
+    d1, d2 = (_ag._dim(input, d, nd) for d in (dim1, dim2))
+    if d1 == d2:
+        raise ValueError(f"diag_embed: diagonal dimensions cannot be identical {dim1}, {dim2}")
+    k, n = int(offset), input.shape[-1]
+    m = n + abs(k)
+    out = zeros(tuple(input.shape[:-1]) + (m, m), dtype=input.dtype, device=input.device)
+    rows = np.arange(n) + max(-k, 0)
+    out[..., rows, rows + k] = input
+    return out.movedim((nd - 2, nd - 1), (d1, d2))
+
+
+def diagflat(input, offset=0):
+    """``input`` flattened, laid on diagonal ``offset`` of a square matrix."""
+    return diag_embed(_ag.reshape(input, (-1,)), offset)
+
+
+def unravel_index(indices, shape):
+    """The coordinates in a tensor of ``shape`` of flat (row-major) ``indices``
+    (an int or an integer tensor): a tuple of int64 tensors, one per dim, in
+    the indices' shape. Negative indices count from the end, as PyTorch's."""
+    shape = tuple(int(s) for s in ((shape,) if isinstance(shape, numbers.Integral) else shape))
+    if any(s < 0 for s in shape):
+        raise ValueError(f"unravel_index: 'shape' cannot have negative values, but got {shape}")
+    if not isinstance(indices, Tensor):
+        indices = tensor(indices, dtype=int64)
+    if indices.dtype.is_floating_point:
+        raise TypeError(f"unravel_index: expected 'indices' to be an integer tensor, but got {indices.dtype}")
+    size = math.prod(shape)
+    flat = indices.detach().to(dtype=int64)
+    if flat.numel():
+        low, high = _ag._range_of(flat)
+        if low < -size or high >= size:
+            raise ValueError(f"unravel_index: index out of bounds for a tensor of shape {shape}")
+    flat = flat % size if size else flat
+    coords = []
+    for s in reversed(shape):
+        coords.append(flat % s if s else flat)
+        flat = flat // s if s else flat
+    return tuple(reversed(coords))
+
+
+__all__ = ["atleast_1d", "atleast_2d", "atleast_3d", "diag_embed", "diagflat", "unravel_index", "broadcast_to", "cartesian_prod", "column_stack", "combinations",
            "cumulative_trapezoid", "dsplit", "dstack", "hsplit", "hstack", "index_copy", "index_fill", "is_nonzero",
            "masked_scatter", "rot90", "row_stack", "scatter_reduce", "tile", "trapezoid", "trapz", "tril_indices",
            "triu_indices", "vander", "vsplit", "vstack"]

@@ -488,8 +488,36 @@ def nanmean(input, dim=None, keepdim=False, *, dtype=None):
     return _ag.div(_ag.sum(_not_nan(input), dims, keepdim), count)
 
 
+def _nan_ignoring(input, other, extreme):
+    """fmax and fmin: extreme(input, other), or the operand that is not NaN
+    (input where both are). The gradient goes to the operand taken, half to
+    each at ties, as in PyTorch."""
+    if not isinstance(input, Tensor) or not isinstance(other, Tensor):
+        raise TypeError("fmax and fmin take two ddpc tensors")
+    return _ag.where(_ag.isnan(other), input, _ag.where(_ag.isnan(input), other, extreme(input, other)))
+
+
+def fmax(input, other):
+    """The elementwise maximum, ignoring a NaN on either side (NaN where both are)."""
+    return _nan_ignoring(input, other, _ag.maximum)
+
+
+def fmin(input, other):
+    """The elementwise minimum, ignoring a NaN on either side (NaN where both are)."""
+    return _nan_ignoring(input, other, _ag.minimum)
+
+
+def float_power(input, exponent):
+    """input ** exponent computed in float64 (either may be a number), as PyTorch's."""
+    if not isinstance(input, Tensor) and not isinstance(exponent, Tensor):
+        raise TypeError("float_power takes at least one ddpc tensor")
+    a = input.to(dtype=float64) if isinstance(input, Tensor) else float(input)
+    b = exponent.to(dtype=float64) if isinstance(exponent, Tensor) else exponent
+    return a ** b
+
+
 __all__ = ["add", "arctan2", "atan2", "bitwise_and", "bitwise_left_shift", "bitwise_not", "bitwise_or",
-           "bitwise_right_shift", "bitwise_xor", "copysign", "deg2rad", "div", "divide", "floor_divide", "fmod",
+           "bitwise_right_shift", "bitwise_xor", "copysign", "deg2rad", "div", "divide", "float_power", "floor_divide", "fmax", "fmin", "fmod",
            "frac", "frexp", "gcd", "hardshrink", "heaviside", "hypot", "lcm", "ldexp", "logaddexp", "logaddexp2",
            "logit", "mul", "multiply", "nanmean", "nansum", "rad2deg", "remainder", "sgn", "signbit", "sinc", "sub",
            "subtract", "true_divide", "xlogy"]

@@ -459,5 +459,36 @@ def histc(input, bins=100, min=0, max=0):
         return counts.narrow(0, 0, bins).to(dtype=input.dtype)
 
 
-__all__ = ["aminmax", "bincount", "bucketize", "cummax", "cummin", "histc", "kthvalue", "median", "mode",
+def isin(elements, test_elements, *, assume_unique=False, invert=False):
+    """Whether each element of ``elements`` is in ``test_elements`` (either
+    may be a number), as uint8 in elements' shape; ``invert`` negates it.
+    A binary search of each element in the sorted test elements on the
+    tensors' device; ``assume_unique`` changes nothing. NaN is in nothing."""
+    if not isinstance(elements, Tensor) and not isinstance(test_elements, Tensor):
+        raise TypeError("isin takes at least one ddpc tensor")
+    device = (elements if isinstance(elements, Tensor) else test_elements).device
+    if not isinstance(elements, Tensor):
+        elements = tensor(elements, device=device)
+    if not isinstance(test_elements, Tensor):
+        test_elements = tensor([test_elements], device=device)
+    common = promote(elements.dtype, test_elements.dtype)
+    with _ag.no_grad():
+        values = elements.detach().to(dtype=common)
+        pool = _ag.sort(test_elements.detach().reshape(-1).to(dtype=common))[0]
+        if pool.numel() == 0:
+            found = zeros(values.shape, dtype=uint8, device=device)
+        else:
+            # The binary search needs a pool without NaN (sorted last): they take
+            # the largest other value; a hit on one of them counts for nothing.
+            is_nan = _ag.isnan(pool)
+            filled = _ag.where(is_nan, _ag.amax(_ag.where(is_nan, -math.inf, pool)), pool) \
+                if common.is_floating_point else pool
+            at = searchsorted(filled, values.reshape(-1)).clamp_max(pool.numel() - 1)
+            hit = _ag.logical_and(filled.index_select(0, at) == values.reshape(-1),
+                                  _ag.logical_not(is_nan.index_select(0, at)))
+            found = hit.reshape(values.shape)
+    return _ag.logical_not(found) if invert else found
+
+
+__all__ = ["aminmax", "bincount", "bucketize", "cummax", "cummin", "histc", "isin", "kthvalue", "median", "mode",
            "nanmedian", "nanquantile", "quantile", "searchsorted"]

@@ -2837,25 +2837,53 @@ def unique(a, sorted=True, return_inverse=False, return_counts=False, dim=None):
         from ._stats import _unique_dim
 
         return _unique_dim(a, dim, return_inverse, return_counts)
+    values, order = _sort(reshape(a.detach(), (-1,)), 0, False)
+    return _runs(values, order, a.shape, return_inverse, return_counts)
+
+
+def _runs(values, order, shape, return_inverse, return_counts):
+    """unique's and unique_consecutive's result from the runs of equal values
+    along dim 0 of ``values`` (a NaN equal to nothing): the first of each run,
+    and with ``return_inverse`` each element's run number, put back where
+    ``order`` (None: in place) says the element came from, in ``shape``; with
+    ``return_counts`` the runs' lengths."""
     from .tensor import full
 
-    values, order = _sort(reshape(a.detach(), (-1,)), 0, False)
     n = values.shape[0]
     with no_grad():
         # A run of equal values starts at 0 and wherever a value differs from the one before.
-        starts = full((n,), 1, dtype=uint8, device=a.device)
+        starts = full((n,), 1, dtype=uint8, device=values.device)
         if n > 1:
-            starts = cat([starts.narrow(0, 0, 1), values.narrow(0, 1, n - 1)._compare(values.narrow(0, 0, n - 1), _NE)])
+            differs = values.narrow(0, 1, n - 1)._compare(values.narrow(0, 0, n - 1), _NE)
+            if differs.ndim > 1:
+                differs = any_(differs.reshape(n - 1, -1), 1)
+            starts = cat([starts.narrow(0, 0, 1), differs.to(dtype=uint8)])
         first = _nonzero(starts, False)
-        out = [gather(values, 0, first)]
-        if return_inverse:  # each sorted element's run number, put back where the element came from
+        out = [values.index_select(0, first)]
+        if return_inverse:
             run = _fold(starts.to(dtype=int64), 0, _FOLD_SUM, _CUMULATIVE)._binary(1, _SUB)
-            inverse = _empty((n,), run)
-            _C.scatter_dim(inverse._buf, run._buf, order._buf, 0, False)
-            out.append(inverse.reshape(a.shape))
+            if order is not None:
+                inverse = _empty((n,), run)
+                _C.scatter_dim(inverse._buf, run._buf, order._buf, 0, False)
+                run = inverse
+            out.append(run.reshape(shape))
         if return_counts:
-            out.append(diff(first, append=full((1,), n, dtype=int64, device=a.device)))
+            out.append(diff(first, append=full((1,), n, dtype=int64, device=values.device)))
     return out[0] if len(out) == 1 else tuple(out)
+
+
+def unique_consecutive(input, return_inverse=False, return_counts=False, dim=None):
+    """The first element of each run of equal consecutive elements (of the
+    flattened input, or slices along ``dim``), with each element's run number
+    (``return_inverse``) and the runs' lengths (``return_counts``), as
+    PyTorch's. A NaN equals nothing. Not differentiable."""
+    if dim is None:
+        return _runs(reshape(input.detach(), (-1,)), None, input.shape, return_inverse, return_counts)
+    d = _dim(input, dim)
+    res = _runs(input.detach().movedim(d, 0), None, (input.shape[d],), return_inverse, return_counts)
+    if isinstance(res, tuple):
+        return (res[0].movedim(0, d),) + res[1:]
+    return res.movedim(0, d)
 
 
 # -- matrix products --

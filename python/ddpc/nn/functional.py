@@ -11,6 +11,8 @@ which then holds it as after PyTorch's in-place op.
 import math
 import warnings
 
+import numpy as np
+
 from .. import autograd as _ag
 from .._pointwise import hardshrink
 from .._dtype import uint8
@@ -714,7 +716,7 @@ __all__ += ["cosine_similarity", "dropout1d", "dropout2d", "dropout3d", "interpo
 pad = _conv.pad
 interpolate = _upsample.interpolate
 
-__all__ += ["affine_grid", "grid_sample"]
+__all__ += ["affine_grid", "grid_sample", "gumbel_softmax", "pdist"]
 
 grid_sample = _grid_sample.grid_sample
 affine_grid = _grid_sample.affine_grid
@@ -789,6 +791,20 @@ def cosine_similarity(x1, x2, dim=1, eps=1e-8):
 def pairwise_distance(x1, x2, p=2.0, eps=1e-6, keepdim=False):
     """The p-norm of x1 - x2 + eps over the last dim."""
     return (x1 - x2 + eps).norm(p, dim=-1, keepdim=keepdim)
+
+
+def pdist(input, p=2):
+    """The p-norm distance between each pair of rows i < j of ``input`` (N, M),
+    as the N * (N - 1) / 2 upper-triangle entries of cdist(input, input) in
+    row-major order. The pairs are numpy index metadata; the differences of
+    the selected rows take memory for N * (N - 1) / 2 * M elements."""
+    if not isinstance(input, Tensor) or input.ndim != 2:
+        raise ValueError(f"pdist only supports 2D tensors, got: {getattr(input, 'ndim', type(input).__name__)}D")
+    if p < 0:
+        raise ValueError(f"pdist only supports non-negative p values, got {p}")
+    first, second = np.triu_indices(input.shape[0], 1)
+    index = [_tensor(i.astype(np.int64), device=input.device) for i in (first, second)]
+    return (input.index_select(0, index[0]) - input.index_select(0, index[1])).norm(p, dim=1)
 
 
 def normalize(input, p=2.0, dim=1, eps=1e-12, out=None):
@@ -941,6 +957,22 @@ def glu(input, dim=-1):
 
 def softmin(input, dim=None, _stacklevel=3, dtype=None):
     return softmax(-input, dim, _stacklevel + 1, dtype)
+
+
+def gumbel_softmax(logits, tau=1, hard=False, eps=1e-10, dim=-1):
+    """softmax((logits + g) / tau) along ``dim`` for Gumbel noise g; with
+    ``hard``, the one-hot of its largest entry, whose gradient is the soft
+    sample's (the straight-through estimator). ``eps`` is unused, as in
+    PyTorch."""
+    uniform = rand(logits.shape, dtype=logits.dtype, device=logits.device)  # in [0, 1)
+    exponential = -(-uniform).log1p()
+    gumbels = -exponential.log()
+    y_soft = softmax((logits + gumbels) / tau, dim)
+    if not hard:
+        return y_soft
+    index = y_soft.detach().argmax(dim, keepdim=True)
+    y_hard = zeros(logits.shape, dtype=logits.dtype, device=logits.device).scatter(dim, index, value=1.0)
+    return y_hard - y_soft.detach() + y_soft
 
 
 def unflatten(input, dim, sizes):

@@ -1,0 +1,184 @@
+"""Smaller PyTorch functions against numpy and closed forms: F.pdist and
+F.gumbel_softmax; fmax, fmin, float_power, isin, diag_embed, diagflat,
+unravel_index, unique_consecutive and the window functions."""
+
+import itertools
+
+import numpy as np
+import pytest
+from numeric import numeric_grad
+
+import ddpc
+import ddpc.nn.functional as F
+
+
+# ---- nn.functional -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("p", [1, 2, 3.5, np.inf])
+def test_pdist(p):
+    x0 = np.random.default_rng(0).standard_normal((5, 3))
+    want = [np.linalg.norm(x0[i] - x0[j], p) for i in range(5) for j in range(i + 1, 5)]
+    np.testing.assert_allclose(np.asarray(F.pdist(ddpc.tensor(x0), p)), want, rtol=1e-12)
+    x = ddpc.tensor(x0, requires_grad=True)
+    weight = np.arange(1.0, 11.0)
+    (F.pdist(x, p) * ddpc.tensor(weight)).sum().backward()
+    ref = numeric_grad(lambda a: float((F.pdist(ddpc.tensor(a), p) * ddpc.tensor(weight)).sum()), x0)
+    np.testing.assert_allclose(np.asarray(x.grad), ref, atol=1e-6)
+
+
+def test_pdist_refuses():
+    with pytest.raises(ValueError, match="2D"):
+        F.pdist(ddpc.zeros(2, 3, 4))
+    with pytest.raises(ValueError, match="non-negative"):
+        F.pdist(ddpc.zeros(2, 3), -1)
+    assert F.pdist(ddpc.zeros(1, 3)).shape == (0,)
+
+
+def test_gumbel_softmax_samples_the_softmax():
+    """The Gumbel-max trick: the hard sample's class follows softmax(logits),
+    at any temperature."""
+    ddpc.manual_seed(0)
+    probs = np.array([0.1, 0.2, 0.3, 0.4])
+    logits = ddpc.tensor(np.tile(np.log(probs), (40000, 1)))
+    for tau in (0.3, 1.0):
+        y = np.asarray(F.gumbel_softmax(logits, tau=tau, hard=True))
+        assert set(np.unique(y)) == {0.0, 1.0} and (y.sum(1) == 1).all()
+        np.testing.assert_allclose(y.mean(0), probs, atol=0.01)
+    soft = np.asarray(F.gumbel_softmax(logits[:10], tau=2.0, dim=0))
+    np.testing.assert_allclose(soft.sum(0), 1, rtol=1e-12)
+
+
+def test_gumbel_softmax_hard_is_straight_through():
+    logits0, weight = np.random.default_rng(1).standard_normal((2, 6, 3)), np.random.default_rng(2).random((2, 6, 3))
+    grads = []
+    for hard in (True, False):
+        ddpc.manual_seed(3)
+        logits = ddpc.tensor(logits0, requires_grad=True)
+        y = F.gumbel_softmax(logits, tau=0.7, hard=hard, dim=1)
+        (y * ddpc.tensor(weight)).sum().backward()
+        grads.append(np.asarray(logits.grad))
+        if hard:
+            hard_y = np.asarray(y.detach())
+    np.testing.assert_array_equal(grads[0], grads[1])
+    assert (hard_y.sum(1) == 1).all()
+
+
+# ---- pointwise ---------------------------------------------------------------------------------
+
+def test_fmax_fmin():
+    a0 = np.array([1.0, np.nan, 3.0, np.nan, 2.0, -1.0])
+    b0 = np.array([2.0, 1.0, np.nan, np.nan, 2.0, -3.0])
+    for fn, ref in ((ddpc.fmax, np.fmax), (ddpc.fmin, np.fmin)):
+        a, b = ddpc.tensor(a0, requires_grad=True), ddpc.tensor(b0, requires_grad=True)
+        y = fn(a, b)
+        np.testing.assert_array_equal(np.asarray(y.detach()), ref(a0, b0))
+        y.sum().backward()
+        took_a = ((ref(a0, b0) == a0) | np.isnan(b0)).astype(float)  # NaN on both sides: a
+        took_a[4] = 0.5  # a tie: half each
+        np.testing.assert_array_equal(np.asarray(a.grad), took_a)
+        np.testing.assert_array_equal(np.asarray(b.grad), 1 - took_a)
+    np.testing.assert_array_equal(np.asarray(ddpc.fmax(ddpc.tensor([1, 5]), ddpc.tensor([3, 2]))), [3, 5])
+    with pytest.raises(TypeError):
+        ddpc.fmax(ddpc.tensor([1.0]), 2.0)
+
+
+def test_float_power():
+    y = ddpc.float_power(ddpc.tensor([2, 3]), 2)
+    assert y.dtype is ddpc.float64
+    np.testing.assert_array_equal(np.asarray(y), [4, 9])
+    np.testing.assert_allclose(np.asarray(ddpc.float_power(2, ddpc.tensor([0.5, 3.0]))), [2 ** 0.5, 8])
+    x = ddpc.tensor([1.5, 2.0], dtype=ddpc.float32, requires_grad=True)
+    ddpc.float_power(x, ddpc.tensor([2.0, 3.0])).sum().backward()
+    np.testing.assert_allclose(np.asarray(x.grad), [3.0, 12.0])
+
+
+# ---- searching and layout ------------------------------------------------------------------------
+
+def test_isin():
+    rng = np.random.default_rng(4)
+    a, b = rng.integers(0, 20, (4, 5)), rng.integers(0, 20, 7)
+    np.testing.assert_array_equal(np.asarray(ddpc.isin(ddpc.tensor(a), ddpc.tensor(b))), np.isin(a, b))
+    np.testing.assert_array_equal(np.asarray(ddpc.isin(ddpc.tensor(a), ddpc.tensor(b), invert=True)),
+                                  np.isin(a, b, invert=True))
+    np.testing.assert_array_equal(np.asarray(ddpc.isin(ddpc.tensor([1.0, np.nan, 2.5]), ddpc.tensor([2.5, np.nan]))),
+                                  [0, 0, 1])
+    assert int(ddpc.isin(3, ddpc.tensor([1, 3]))) == 1
+    np.testing.assert_array_equal(np.asarray(ddpc.isin(ddpc.tensor([1, 2]), 2)), [0, 1])
+    assert not np.asarray(ddpc.isin(ddpc.tensor([1, 2]), ddpc.tensor([], dtype=ddpc.int64))).any()
+
+
+@pytest.mark.parametrize("offset,dim1,dim2", [(0, -2, -1), (1, 0, 2), (-2, 2, 0), (2, -1, 1)])
+def test_diag_embed(offset, dim1, dim2):
+    x0 = np.random.default_rng(5).standard_normal((2, 3))
+    y = ddpc.diag_embed(ddpc.tensor(x0), offset, dim1, dim2)
+    m = 3 + abs(offset)
+    want = np.zeros((2, m, m))
+    for b in range(2):
+        want[b] = np.diag(x0[b], offset)
+    want = np.moveaxis(want, (1, 2), (dim1 % 3, dim2 % 3))
+    np.testing.assert_array_equal(np.asarray(y), want)
+    x = ddpc.tensor(x0, requires_grad=True)
+    weight = np.random.default_rng(6).standard_normal(want.shape)
+    (ddpc.diag_embed(x, offset, dim1, dim2) * ddpc.tensor(weight)).sum().backward()
+    back = np.moveaxis(weight, (dim1 % 3, dim2 % 3), (1, 2))
+    np.testing.assert_allclose(np.asarray(x.grad), [np.diag(back[b], offset) for b in range(2)])
+    with pytest.raises(ValueError, match="identical"):
+        ddpc.diag_embed(ddpc.tensor(x0), 0, 1, 1)
+
+
+def test_diagflat():
+    x = np.arange(1, 5).reshape(2, 2)
+    for k in (0, 1, -2):
+        np.testing.assert_array_equal(np.asarray(ddpc.diagflat(ddpc.tensor(x), k)), np.diagflat(x, k))
+
+
+def test_unravel_index():
+    shape = (3, 4, 5)
+    flat = np.array([[0, 7], [59, 23]])
+    got = ddpc.unravel_index(ddpc.tensor(flat), shape)
+    for g, w in zip(got, np.unravel_index(flat, shape)):
+        assert g.dtype is ddpc.int64
+        np.testing.assert_array_equal(np.asarray(g), w)
+    assert [int(v) for v in ddpc.unravel_index(-1, shape)] == [2, 3, 4]
+    with pytest.raises(ValueError, match="out of bounds"):
+        ddpc.unravel_index(ddpc.tensor([60]), shape)
+    with pytest.raises(TypeError):
+        ddpc.unravel_index(ddpc.tensor([1.0]), shape)
+
+
+def _runs(values):
+    groups = [(k, len(list(g))) for k, g in itertools.groupby(values)]
+    inverse = np.repeat(np.arange(len(groups)), [n for _, n in groups])
+    return [k for k, _ in groups], inverse, [n for _, n in groups]
+
+
+def test_unique_consecutive():
+    x0 = np.array([[1, 1, 2], [2, 2, 3], [1, 1, 1]])
+    values, inverse, counts = ddpc.unique_consecutive(ddpc.tensor(x0), return_inverse=True, return_counts=True)
+    want = _runs(x0.ravel().tolist())
+    np.testing.assert_array_equal(np.asarray(values), want[0])
+    np.testing.assert_array_equal(np.asarray(inverse), want[1].reshape(3, 3))
+    np.testing.assert_array_equal(np.asarray(counts), want[2])
+    np.testing.assert_array_equal(np.asarray(ddpc.unique_consecutive(ddpc.tensor([1.0, np.nan, np.nan]))).ravel()[:1],
+                                  [1.0])
+    assert ddpc.unique_consecutive(ddpc.tensor([1.0, np.nan, np.nan])).shape == (3,)
+    m = np.array([[1, 1, 2, 2, 1], [3, 3, 4, 4, 3]])
+    values, inverse, counts = ddpc.unique_consecutive(ddpc.tensor(m), return_inverse=True, return_counts=True, dim=1)
+    np.testing.assert_array_equal(np.asarray(values), [[1, 2, 1], [3, 4, 3]])
+    np.testing.assert_array_equal(np.asarray(inverse), [0, 0, 1, 1, 2])
+    np.testing.assert_array_equal(np.asarray(counts), [2, 2, 1])
+
+
+# ---- windows ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name,ref", [("hann_window", np.hanning), ("hamming_window", np.hamming),
+                                      ("blackman_window", np.blackman), ("bartlett_window", np.bartlett)])
+def test_windows(name, ref):
+    fn = getattr(ddpc, name)
+    for n in (0, 1, 2, 7, 16):
+        np.testing.assert_allclose(np.asarray(fn(n, periodic=False, dtype=ddpc.float64)), ref(n), atol=1e-15)
+        np.testing.assert_allclose(np.asarray(fn(n, dtype=ddpc.float64)), ref(n + 1)[:n] if n > 1 else ref(n),
+                                   atol=1e-15)
+    assert fn(5).dtype is ddpc.get_default_dtype()
+    with pytest.raises(TypeError, match="floating"):
+        fn(4, dtype=ddpc.int64)
