@@ -1,6 +1,7 @@
 """Smaller PyTorch functions against numpy and closed forms: F.pdist and
 F.gumbel_softmax; fmax, fmin, float_power, isin, diag_embed, diagflat,
-unravel_index, unique_consecutive and the window functions."""
+unravel_index, unique_consecutive and the window functions; nn.utils's
+batch-norm fusion, older spectral_norm and skip_init."""
 
 import itertools
 
@@ -10,6 +11,7 @@ from numeric import numeric_grad
 
 import ddpc
 import ddpc.nn.functional as F
+from ddpc import nn
 
 
 # ---- nn.functional -----------------------------------------------------------------------
@@ -182,3 +184,81 @@ def test_windows(name, ref):
     assert fn(5).dtype is ddpc.get_default_dtype()
     with pytest.raises(TypeError, match="floating"):
         fn(4, dtype=ddpc.int64)
+
+
+# ---- nn.utils: fusion, the older spectral_norm, skip_init --------------------------------------
+
+def _eval_bn(bn, seed):
+    rng = np.random.default_rng(seed)
+    n = bn.num_features
+    with ddpc.no_grad():
+        bn.running_mean.copy_(ddpc.tensor(rng.standard_normal(n)))
+        bn.running_var.copy_(ddpc.tensor(rng.uniform(0.5, 2.0, n)))
+        bn.weight.copy_(ddpc.tensor(rng.standard_normal(n)))
+        bn.bias.copy_(ddpc.tensor(rng.standard_normal(n)))
+    return bn.eval()
+
+
+@pytest.mark.parametrize("transpose", [False, True])
+def test_fuse_conv_bn_eval(transpose):
+    conv = (nn.ConvTranspose2d(3, 4, 3, stride=2) if transpose else nn.Conv2d(3, 4, 3, padding=1)).eval()
+    bn = _eval_bn(nn.BatchNorm2d(4), 7)
+    fused = nn.utils.fuse_conv_bn_eval(conv, bn, transpose=transpose)
+    x = ddpc.randn(2, 3, 5, 5)
+    np.testing.assert_allclose(np.asarray(fused(x).detach()), np.asarray(bn(conv(x)).detach()), rtol=1e-4,
+                               atol=1e-5)
+    assert isinstance(fused.weight, nn.Parameter) and fused is not conv
+    with pytest.raises(ValueError, match="eval"):
+        nn.utils.fuse_conv_bn_eval(conv.train(), bn)
+
+
+def test_fuse_linear_bn_eval():
+    linear, bn = nn.Linear(5, 3, bias=False).eval(), _eval_bn(nn.BatchNorm1d(3), 8)
+    fused = nn.utils.fuse_linear_bn_eval(linear, bn)
+    x = ddpc.randn(4, 5)
+    np.testing.assert_allclose(np.asarray(fused(x).detach()), np.asarray(bn(linear(x)).detach()), rtol=1e-4,
+                               atol=1e-5)
+    with pytest.raises(ValueError, match="num_features"):
+        nn.utils.fuse_linear_bn_eval(linear, _eval_bn(nn.BatchNorm1d(4), 9))
+
+
+def test_old_spectral_norm():
+    ddpc.manual_seed(0)
+    m = nn.utils.spectral_norm(nn.Linear(6, 4))
+    assert sorted(dict(m.named_parameters())) == ["bias", "weight_orig"]
+    assert sorted(dict(m.named_buffers())) == ["weight_u", "weight_v"]
+    x = ddpc.randn(3, 6)
+    for _ in range(30):
+        y = m(x)
+    assert abs(np.linalg.svd(np.asarray(m.weight.detach()), compute_uv=False)[0] - 1) < 1e-4
+    y.sum().backward()
+    assert m.weight_orig.grad.shape == (4, 6)
+    m.eval()
+    u = np.asarray(m.weight_u).copy()
+    m(x)
+    np.testing.assert_array_equal(np.asarray(m.weight_u), u)
+    with pytest.raises(RuntimeError, match="two"):
+        nn.utils.spectral_norm(m)
+    weight = np.asarray(m.weight.detach()).copy()
+    nn.utils.remove_spectral_norm(m)
+    assert sorted(dict(m.named_parameters())) == ["bias", "weight"] and not dict(m.named_buffers())
+    np.testing.assert_allclose(np.asarray(m.weight.detach()), weight, rtol=1e-6)
+    with pytest.raises(ValueError, match="not found"):
+        nn.utils.remove_spectral_norm(m)
+
+
+def test_old_spectral_norm_of_a_transposed_convolution_uses_dim_1():
+    m = nn.utils.spectral_norm(nn.ConvTranspose2d(3, 5, 2))
+    assert m.weight_u.shape == (5,) and m.weight_v.shape == (3 * 2 * 2,)
+
+
+def test_skip_init():
+    m = nn.utils.skip_init(nn.Linear, 3, 2, bias=False)
+    assert isinstance(m, nn.Linear) and m.weight.shape == (2, 3) and m.bias is None
+
+    class NoDevice(nn.Module):
+        def __init__(self, n):
+            super().__init__()
+
+    with pytest.raises(RuntimeError, match="device"):
+        nn.utils.skip_init(NoDevice, 3)

@@ -2,7 +2,8 @@
 PyTorch's own (skipped when torch is not installed): values and gradients
 of pdist, fmax, fmin, float_power and diag_embed; isin, diagflat,
 unravel_index, unique_consecutive and the windows; gumbel_softmax's class
-frequencies and straight-through gradient structure.
+frequencies and straight-through gradient structure; nn.utils's batch-norm
+fusion and older spectral_norm with the same weights and vectors.
 
 Each comparison runs in a child process that imports torch before ddpc (see
 test_nn_torch.py) and fails there, printing what it measured.
@@ -15,7 +16,7 @@ import pytest
 from procs import run_torch_case
 
 
-@pytest.mark.parametrize("case", ["functions"])
+@pytest.mark.parametrize("case", ["functions", "nn_utils"])
 def test_matches_pytorch(case):
     out = run_torch_case(__file__, case)
     assert out.strip().endswith("ok"), out
@@ -115,7 +116,70 @@ def _case_functions():
     print("checked", checked, "ok")
 
 
+def _case_nn_utils():
+    import torch
+
+    import ddpc
+
+    rng = np.random.default_rng(2)
+    checked = 0
+
+    def copy_state(dst, src):
+        mine = dst.state_dict()
+        for name, p in src.state_dict().items():
+            with torch.no_grad():
+                mine[name].copy_(torch.tensor(np.asarray(p)))
+
+    def bn_pair(n):
+        pair = ddpc.nn.BatchNorm2d(n), torch.nn.BatchNorm2d(n, dtype=torch.float64)
+        with ddpc.no_grad():
+            pair[0].running_mean.copy_(ddpc.tensor(rng.standard_normal(n)))
+            pair[0].running_var.copy_(ddpc.tensor(rng.uniform(0.5, 2, n)))
+            pair[0].weight.copy_(ddpc.tensor(rng.standard_normal(n)))
+        copy_state(pair[1], pair[0])
+        return pair[0].eval(), pair[1].eval()
+
+    for transpose in (False, True):
+        make = "ConvTranspose2d" if transpose else "Conv2d"
+        conv = getattr(ddpc.nn, make)(3, 4, 3).eval()
+        tconv = getattr(torch.nn, make)(3, 4, 3, dtype=torch.float64).eval()
+        copy_state(tconv, conv)
+        bn, tbn = bn_pair(4)
+        fused = ddpc.nn.utils.fuse_conv_bn_eval(conv, bn, transpose)
+        tfused = torch.nn.utils.fuse_conv_bn_eval(tconv, tbn, transpose)
+        for a, b in ((fused.weight, tfused.weight), (fused.bias, tfused.bias)):
+            np.testing.assert_allclose(np.asarray(a.detach()), b.detach().numpy(), rtol=1e-5, atol=1e-6)
+        checked += 1
+    linear, tlinear = ddpc.nn.Linear(5, 4).eval(), torch.nn.Linear(5, 4, dtype=torch.float64).eval()
+    copy_state(tlinear, linear)
+    bn, tbn = ddpc.nn.BatchNorm1d(4).eval(), torch.nn.BatchNorm1d(4, dtype=torch.float64).eval()
+    with ddpc.no_grad():
+        bn.running_var.copy_(ddpc.tensor(rng.uniform(0.5, 2, 4)))
+    copy_state(tbn, bn)
+    fused, tfused = ddpc.nn.utils.fuse_linear_bn_eval(linear, bn), torch.nn.utils.fuse_linear_bn_eval(tlinear, tbn)
+    np.testing.assert_allclose(np.asarray(fused.weight.detach()), tfused.weight.detach().numpy(), rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(fused.bias.detach()), tfused.bias.detach().numpy(), rtol=1e-5, atol=1e-6)
+    checked += 1
+
+    for make, args in (("Linear", (6, 4)), ("Conv2d", (2, 3, 2)), ("ConvTranspose2d", (3, 2, 2))):
+        m = ddpc.nn.utils.spectral_norm(getattr(ddpc.nn, make)(*args, dtype=ddpc.float64), n_power_iterations=2)
+        tm = torch.nn.utils.spectral_norm(getattr(torch.nn, make)(*args, dtype=torch.float64), n_power_iterations=2)
+        copy_state(tm, m)
+        shape = (2, 6) if make == "Linear" else (2, args[0], 4, 4)
+        x = rng.standard_normal(shape)
+        for step in range(3):
+            y, ty = m(ddpc.tensor(x)), tm(torch.tensor(x))
+            np.testing.assert_allclose(np.asarray(y.detach()), ty.detach().numpy(), rtol=1e-10, atol=1e-12)
+        (y ** 2).sum().backward()
+        (ty ** 2).sum().backward()
+        np.testing.assert_allclose(np.asarray(m.weight_orig.grad), tm.weight_orig.grad.numpy(), rtol=1e-8,
+                                   atol=1e-10)
+        np.testing.assert_allclose(np.asarray(m.weight_u), tm.weight_u.numpy(), rtol=1e-10, atol=1e-12)
+        checked += 1
+    print("checked", checked, "ok")
+
+
 if __name__ == "__main__":
     import torch  # noqa: F401  (before ddpc, see the module docstring)
 
-    {"functions": _case_functions}[sys.argv[1]]()
+    {"functions": _case_functions, "nn_utils": _case_nn_utils}[sys.argv[1]]()

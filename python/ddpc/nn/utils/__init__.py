@@ -1,5 +1,6 @@
-"""ddpc.nn.utils: gradient clipping, flattening parameters and weight
-normalisation, as torch.nn.utils; packed sequences (ddpc.nn.utils.rnn),
+"""ddpc.nn.utils: gradient clipping, flattening parameters, weight and
+spectral normalisation (the older hook-based forms), skip_init and batch-norm
+fusion, as torch.nn.utils; packed sequences (ddpc.nn.utils.rnn),
 parametrizations (ddpc.nn.utils.parametrize, .parametrizations) and pruning
 (ddpc.nn.utils.prune)."""
 
@@ -7,7 +8,8 @@ import math
 
 from ... import autograd
 from ...tensor import Tensor, float32, float64, tensor
-from . import parametrizations, parametrize, prune, rnn, stateless  # noqa: F401  (as torch.nn.utils's submodules)
+from . import fusion, parametrizations, parametrize, prune, rnn, stateless  # noqa: F401  (as torch.nn.utils's submodules)
+from .fusion import fuse_conv_bn_eval, fuse_conv_bn_weights, fuse_linear_bn_eval, fuse_linear_bn_weights  # noqa: F401
 
 
 def _tensors(tensors):
@@ -151,3 +153,82 @@ def remove_weight_norm(module, name="weight"):
     module.__dict__.pop(name, None)
     module.register_parameter(name, Parameter(weight.detach()))
     return module
+
+
+def spectral_norm(module, name="weight", n_power_iterations=1, eps=1e-12, dim=None):
+    """The older form of ``parametrizations.spectral_norm``: parameter
+    ``<name>_orig``, buffers ``<name>_u`` and ``<name>_v``, and ``<name>`` =
+    W / sigma(W) recomputed by a forward pre-hook before every forward, with
+    ``n_power_iterations`` power steps in training mode (v first, as in
+    PyTorch's older form). ``dim`` (1 for transposed convolutions, else 0)
+    gives the rows of W as a matrix. ``remove_spectral_norm`` undoes it."""
+    from ...tensor import randn
+    from .. import functional as F
+    from ..modules import ConvTranspose1d, ConvTranspose2d, ConvTranspose3d
+    from .parametrizations import _as_matrix
+
+    hooks = module.__dict__.setdefault("_spectral_norm_hooks", {})
+    if name in hooks:
+        raise RuntimeError(f"Cannot register two spectral_norm hooks on the same parameter {name}")
+    weight = module._parameters.get(name)
+    if weight is None:
+        raise ValueError(f"module {type(module).__name__} has no parameter named {name!r}")
+    if n_power_iterations <= 0:
+        raise ValueError(f"Expected n_power_iterations to be positive, but got n_power_iterations="
+                         f"{n_power_iterations}")
+    if dim is None:
+        dim = 1 if isinstance(module, (ConvTranspose1d, ConvTranspose2d, ConvTranspose3d)) else 0
+    h, w = _as_matrix(weight.detach(), dim).shape
+    del module._parameters[name]
+    module.register_parameter(name + "_orig", weight)
+    for suffix, n in (("_u", h), ("_v", w)):
+        module.register_buffer(name + suffix, F.normalize(randn(n, dtype=weight.dtype, device=weight.device), dim=0,
+                                                          eps=eps))
+    setattr(module, name, weight.detach())
+
+    def recompute(m, inputs):
+        setattr(m, name, _spectral_weight(m, name, dim, eps, n_power_iterations if m.training else 0))
+
+    hooks[name] = (module.register_forward_pre_hook(recompute), dim, eps)
+    return module
+
+
+def _spectral_weight(module, name, dim, eps, iterations):
+    """``<name>_orig`` / sigma after ``iterations`` power steps on the module's vectors."""
+    from .parametrizations import _as_matrix, _power_iteration, _sigma
+
+    weight, u, v = (getattr(module, name + suffix) for suffix in ("_orig", "_u", "_v"))
+    mat = _as_matrix(weight, dim)
+    # v = normalize(W^T u), then u = normalize(W v): the power step on W^T with the vectors' roles swapped
+    _power_iteration(mat.detach().t(), v, u, iterations, eps)
+    return weight / _sigma(mat, u, v)
+
+
+def remove_spectral_norm(module, name="weight"):
+    """Makes ``<name>`` a plain parameter again, holding its current value."""
+    from ..modules import Parameter
+
+    hooks = module.__dict__.get("_spectral_norm_hooks", {})
+    if name not in hooks:
+        raise ValueError(f"spectral_norm of {name!r} not found in {type(module).__name__}")
+    handle, dim, eps = hooks.pop(name)
+    handle.remove()
+    with autograd.no_grad():
+        weight = _spectral_weight(module, name, dim, eps, 0)
+    del module._parameters[name + "_orig"], module._buffers[name + "_u"], module._buffers[name + "_v"]
+    module.__dict__.pop(name, None)
+    module.register_parameter(name, Parameter(weight.detach()))
+    return module
+
+
+def skip_init(module_cls, *args, **kwargs):
+    """``module_cls(*args, **kwargs)``. PyTorch builds the module without
+    running its parameter initialisation (on the meta device, then empty
+    storage); ddpc has no meta device, so the parameters are initialised as
+    usual. Like PyTorch's, it refuses a class whose constructor takes no
+    ``device`` argument."""
+    import inspect
+
+    if "device" not in inspect.signature(module_cls).parameters:
+        raise RuntimeError("Module must support a 'device' arg to skip initialization")
+    return module_cls(*args, **kwargs)

@@ -46,6 +46,28 @@ def weight_norm(module, name="weight", dim=0):
     return register_parametrization(module, name, _WeightNorm(dim), unsafe=True)
 
 
+def _as_matrix(weight, dim):
+    """``weight`` as a matrix whose rows run along ``dim``."""
+    if dim != 0:
+        weight = weight.permute(dim, *(d for d in range(weight.ndim) if d != dim))
+    return weight.reshape(weight.shape[0], -1)
+
+
+def _power_iteration(mat, u, v, iterations, eps):
+    """``iterations`` steps of the power method on ``mat``, written into the
+    vectors: u = normalize(mat v), then v = normalize(mat^T u)."""
+    with autograd.no_grad():
+        for _ in range(iterations):
+            u.copy_(F.normalize(mat.mv(v), dim=0, eps=eps))
+            v.copy_(F.normalize(mat.t().mv(u), dim=0, eps=eps))
+
+
+def _sigma(mat, u, v):
+    """The estimate u^T mat v of mat's largest singular value; copies of the
+    vectors, which later power steps overwrite, go into the graph."""
+    return (u.clone() * mat.mv(v.clone())).sum()
+
+
 class _SpectralNorm(Module):
     def __init__(self, weight, n_power_iterations=1, dim=0, eps=1e-12):
         super().__init__()
@@ -59,33 +81,21 @@ class _SpectralNorm(Module):
         self.eps = eps
         if ndim > 1:
             self.n_power_iterations = n_power_iterations
-            mat = self._as_matrix(weight.detach())
+            mat = _as_matrix(weight.detach(), self.dim)
             h, w = mat.shape
             self.register_buffer("_u", F.normalize(randn(h, dtype=mat.dtype, device=mat.device), dim=0,
                                                    eps=eps))
             self.register_buffer("_v", F.normalize(randn(w, dtype=mat.dtype, device=mat.device), dim=0,
                                                    eps=eps))
-            self._power_method(mat, 15)
-
-    def _as_matrix(self, weight):
-        if self.dim != 0:
-            weight = weight.permute(self.dim, *(d for d in range(weight.ndim) if d != self.dim))
-        return weight.flatten(1)
-
-    def _power_method(self, mat, iterations):
-        with autograd.no_grad():
-            for _ in range(iterations):
-                self._u.copy_(F.normalize(mat.mv(self._v), dim=0, eps=self.eps))
-                self._v.copy_(F.normalize(mat.t().mv(self._u), dim=0, eps=self.eps))
+            _power_iteration(mat, self._u, self._v, 15, eps)
 
     def forward(self, weight):
         if weight.ndim == 1:
             return F.normalize(weight, dim=0, eps=self.eps)
-        mat = self._as_matrix(weight)
+        mat = _as_matrix(weight, self.dim)
         if self.training:
-            self._power_method(mat.detach(), self.n_power_iterations)
-        sigma = (self._u.clone() * mat.mv(self._v.clone())).sum()
-        return weight / sigma
+            _power_iteration(mat.detach(), self._u, self._v, self.n_power_iterations, self.eps)
+        return weight / _sigma(mat, self._u, self._v)
 
     def right_inverse(self, value):
         return value
