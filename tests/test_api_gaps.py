@@ -262,3 +262,29 @@ def test_skip_init():
 
     with pytest.raises(RuntimeError, match="device"):
         nn.utils.skip_init(NoDevice, 3)
+
+
+# ---- torch-level forms of nn.functional ------------------------------------------------------------
+
+def test_torch_level_forms_map_onto_F():
+    rng = np.random.default_rng(10)
+    x, c = ddpc.tensor(rng.standard_normal((2, 3, 4))), ddpc.tensor(rng.uniform(0.5, 2, 3))
+    np.testing.assert_array_equal(np.asarray(ddpc.batch_norm(x, c, c + 1, c * 0.1, c, False, 0.1, 1e-5, False)),
+                                  np.asarray(F.batch_norm(x, c * 0.1, c, c, c + 1, False, 0.1, 1e-5)))
+    np.testing.assert_array_equal(np.asarray(ddpc.instance_norm(x, c, None, None, None, True, 0.1, 1e-5, False)),
+                                  np.asarray(F.instance_norm(x, weight=c)))
+    table, ids = ddpc.tensor(rng.standard_normal((5, 2))), ddpc.tensor([[1, 4], [0, 1]])
+    np.testing.assert_array_equal(np.asarray(ddpc.embedding(table, ids)), np.asarray(table)[np.asarray(ids)])
+    a, b = ddpc.tensor(rng.standard_normal((3, 4))), ddpc.tensor(rng.random((3, 4)))
+    for code, name in ((0, "none"), (2, "sum")):
+        np.testing.assert_array_equal(np.asarray(ddpc.kl_div(a, b, code)), np.asarray(F.kl_div(a, b, reduction=name)))
+    np.testing.assert_allclose(float(ddpc.kl_div(a, b)), float(F.kl_div(a, b, reduction="sum")) / 12, rtol=1e-12)
+    with pytest.raises(ValueError, match="reduction"):
+        ddpc.kl_div(a, b, 3)
+    values, indices = ddpc.adaptive_max_pool1d(ddpc.tensor([[[1.0, 3.0, 2.0, 0.0]]]), 2)
+    np.testing.assert_array_equal(np.asarray(values).ravel(), [3, 2])
+    np.testing.assert_array_equal(np.asarray(indices).ravel(), [1, 2])
+    np.testing.assert_array_equal(np.asarray(ddpc.dropout(a, 0.5, False)), np.asarray(a))
+    y = ddpc.tensor([-1.0, 2.0])
+    assert ddpc.relu_(y) is y and np.asarray(y).tolist() == [0.0, 2.0]
+    assert ddpc.conv2d is F.conv2d and ddpc.max_pool2d is F.max_pool2d

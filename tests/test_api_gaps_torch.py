@@ -3,7 +3,8 @@ PyTorch's own (skipped when torch is not installed): values and gradients
 of pdist, fmax, fmin, float_power and diag_embed; isin, diagflat,
 unravel_index, unique_consecutive and the windows; gumbel_softmax's class
 frequencies and straight-through gradient structure; nn.utils's batch-norm
-fusion and older spectral_norm with the same weights and vectors.
+fusion and older spectral_norm with the same weights and vectors; the
+torch-level forms of nn.functional's ops called with torch's signatures.
 
 Each comparison runs in a child process that imports torch before ddpc (see
 test_nn_torch.py) and fails there, printing what it measured.
@@ -16,7 +17,7 @@ import pytest
 from procs import run_torch_case
 
 
-@pytest.mark.parametrize("case", ["functions", "nn_utils"])
+@pytest.mark.parametrize("case", ["functions", "nn_utils", "torch_level"])
 def test_matches_pytorch(case):
     out = run_torch_case(__file__, case)
     assert out.strip().endswith("ok"), out
@@ -179,7 +180,82 @@ def _case_nn_utils():
     print("checked", checked, "ok")
 
 
+def _case_torch_level():
+    import torch
+
+    import ddpc
+
+    rng = np.random.default_rng(3)
+    x4, w4 = rng.standard_normal((2, 4, 6, 6)), rng.standard_normal((4, 2, 3, 3))
+    x3, w3 = rng.standard_normal((2, 4, 9)), rng.standard_normal((4, 4, 3))
+    x5, w5 = rng.standard_normal((1, 2, 4, 4, 4)), rng.standard_normal((3, 2, 2, 2, 2))
+    c4, stats = rng.standard_normal(4), rng.uniform(0.5, 2.0, 4)
+    a, b = rng.standard_normal((5, 4)), rng.standard_normal((5, 4))
+    sign, probs = np.sign(rng.standard_normal(5)), rng.uniform(0.1, 0.9, (5, 4))
+    log_probs = np.log(rng.dirichlet(np.ones(5), (7, 2)))
+    targets, in_len, tgt_len = np.array([[1, 2, 2], [3, 4, 1]]), np.array([7, 6]), np.array([3, 2])
+    table, ids = rng.standard_normal((6, 3)), np.array([[0, 5, 2], [2, 2, 1]])
+    cases = [
+        ("conv1d", lambda L, t: L.conv1d(t(x3), t(w3), t(c4), 2, 1)),
+        ("conv2d", lambda L, t: L.conv2d(t(x4), t(w4), None, 1, 1, 1, 2)),
+        ("conv3d", lambda L, t: L.conv3d(t(x5), t(w5), padding=1)),
+        ("conv_transpose1d", lambda L, t: L.conv_transpose1d(t(x3), t(w3), None, 2, 1, 1)),
+        ("conv_transpose2d", lambda L, t: L.conv_transpose2d(t(x4), t(w4), None, 2)),
+        ("conv_transpose3d", lambda L, t: L.conv_transpose3d(t(x5), t(w5.transpose(1, 0, 2, 3, 4)))),
+        ("layer_norm", lambda L, t: L.layer_norm(t(x4), (6, 6), None, None, 1e-5)),
+        ("group_norm", lambda L, t: L.group_norm(t(x4), 2, t(c4), t(c4 * 0 + 0.5))),
+        ("batch_norm", lambda L, t: L.batch_norm(t(x4), t(c4), t(c4 + 1), t(c4 * 0.1), t(stats), False, 0.1, 1e-5,
+                                                 False)),
+        ("instance_norm", lambda L, t: L.instance_norm(t(x4), t(c4), t(c4 + 1), None, None, True, 0.1, 1e-5,
+                                                       False)),
+        ("dropout (eval)", lambda L, t: L.dropout(t(a), 0.3, False)),
+        ("embedding", lambda L, t: L.embedding(t(table), L.tensor(ids), 2)),
+        ("embedding", lambda L, t: L.embedding(t(table), L.tensor(ids))),
+        ("pixel_shuffle", lambda L, t: L.pixel_shuffle(t(x4), 2)),
+        ("pixel_unshuffle", lambda L, t: L.pixel_unshuffle(t(x4), 3)),
+        ("channel_shuffle", lambda L, t: L.channel_shuffle(t(x4), 2)),
+        ("prelu", lambda L, t: L.prelu(t(x4), t(c4 * 0.1))),
+        ("selu", lambda L, t: L.selu(t(a))),
+        ("celu", lambda L, t: L.celu(t(a), 0.7)),
+        ("threshold", lambda L, t: L.threshold(t(a), 0.1, -2.0)),
+        ("rrelu (eval)", lambda L, t: L.rrelu(t(a), 0.1, 0.3)),
+        ("bilinear", lambda L, t: L.bilinear(t(a), t(b), t(rng_w), t(c4[:2]))),
+        ("cosine_similarity", lambda L, t: L.cosine_similarity(t(a), t(b), 1)),
+        ("pairwise_distance", lambda L, t: L.pairwise_distance(t(a), t(b), 3.0)),
+        ("kl_div", lambda L, t: L.kl_div(t(np.log(probs)), t(probs[::-1].copy()), 2)),
+        ("kl_div log_target", lambda L, t: L.kl_div(t(a), t(b), 0, log_target=True)),
+        ("margin_ranking_loss", lambda L, t: L.margin_ranking_loss(t(a[:, 0]), t(b[:, 0]), t(sign), 0.2, 1)),
+        ("hinge_embedding_loss", lambda L, t: L.hinge_embedding_loss(t(a), t(np.sign(b)), 0.5, 2)),
+        ("triplet_margin_loss", lambda L, t: L.triplet_margin_loss(t(a), t(b), t(a[::-1].copy()), 1.0, 2.0, 1e-6,
+                                                                   True, 1)),
+        ("poisson_nll_loss", lambda L, t: L.poisson_nll_loss(t(a), t(np.abs(b)), True, True, 1e-8, 1)),
+        ("cosine_embedding_loss", lambda L, t: L.cosine_embedding_loss(t(a), t(b), t(sign), 0.1, 0)),
+        ("binary_cross_entropy_with_logits",
+         lambda L, t: L.binary_cross_entropy_with_logits(t(a), t(probs), None, t(stats), 1)),
+        ("ctc_loss", lambda L, t: L.ctc_loss(t(log_probs), L.tensor(targets), L.tensor(in_len), L.tensor(tgt_len), 0,
+                                             2)),
+        ("max_pool1d", lambda L, t: L.max_pool1d(t(x3), 3, 2, 1)),
+        ("max_pool2d", lambda L, t: L.max_pool2d(t(x4), 2)),
+        ("max_pool3d", lambda L, t: L.max_pool3d(t(x5), 2, 1, 0, 1, True)),
+        ("avg_pool1d", lambda L, t: L.avg_pool1d(t(x3), 2, 2, 1, True, False)),
+        ("adaptive_avg_pool1d", lambda L, t: L.adaptive_avg_pool1d(t(x3), 4)),
+        ("adaptive_max_pool1d", lambda L, t: L.adaptive_max_pool1d(t(x3), 4)),
+        ("relu_", lambda L, t: L.relu_(t(a))),
+        ("sigmoid_", lambda L, t: L.sigmoid_(t(a))),
+        ("tanh_", lambda L, t: L.tanh_(t(a))),
+    ]
+    rng_w = rng.standard_normal((2, 4, 4))
+    for name, fn in cases:
+        got = fn(ddpc, lambda v: ddpc.tensor(v))
+        want = fn(torch, lambda v: torch.tensor(v))
+        got, want = (got, want) if isinstance(got, tuple) else ((got,), (want,))
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(np.asarray(g.detach()), w.detach().numpy(), rtol=1e-7, atol=1e-9,
+                                       err_msg=name)
+    print("checked", len(cases), "ok")
+
+
 if __name__ == "__main__":
     import torch  # noqa: F401  (before ddpc, see the module docstring)
 
-    {"functions": _case_functions, "nn_utils": _case_nn_utils}[sys.argv[1]]()
+    {"functions": _case_functions, "nn_utils": _case_nn_utils, "torch_level": _case_torch_level}[sys.argv[1]]()
