@@ -288,3 +288,82 @@ def test_torch_level_forms_map_onto_F():
     y = ddpc.tensor([-1.0, 2.0])
     assert ddpc.relu_(y) is y and np.asarray(y).tolist() == [0.0, 2.0]
     assert ddpc.conv2d is F.conv2d and ddpc.max_pool2d is F.max_pool2d
+
+
+# ---- Tensor aliases and in-place forms --------------------------------------------------------------
+
+def test_aliases_name_the_same_ops():
+    a, b = ddpc.tensor([[1.0, -2.0, 3.0]]), ddpc.tensor([[2.0, -2.0, 1.0]])
+    for alias, op in (("multiply", np.multiply), ("divide", np.divide), ("subtract", np.subtract),
+                      ("greater", np.greater), ("greater_equal", np.greater_equal), ("less", np.less),
+                      ("less_equal", np.less_equal), ("not_equal", np.not_equal)):
+        want = op(np.asarray(a), np.asarray(b))
+        np.testing.assert_array_equal(np.asarray(getattr(a, alias)(b)), want, err_msg=alias)
+        if hasattr(ddpc, alias):
+            np.testing.assert_array_equal(np.asarray(getattr(ddpc, alias)(a, b)), want, err_msg=alias)
+    np.testing.assert_array_equal(np.asarray(ddpc.negative(a)), -np.asarray(a))
+    assert ddpc.positive(a) is a
+    np.testing.assert_array_equal(np.asarray(ddpc.fix(ddpc.tensor([-1.5, 2.7]))), [-1, 2])
+    m = np.arange(6.0).reshape(2, 3)
+    np.testing.assert_array_equal(np.asarray(ddpc.ravel(ddpc.tensor(m))), m.ravel())
+    np.testing.assert_array_equal(np.asarray(ddpc.fliplr(ddpc.tensor(m))), np.fliplr(m))
+    np.testing.assert_array_equal(np.asarray(ddpc.flipud(ddpc.tensor(m))), np.flipud(m))
+    with pytest.raises(ValueError):
+        ddpc.fliplr(ddpc.tensor([1.0]))
+    np.testing.assert_allclose(np.asarray(ddpc.inner(ddpc.tensor(m), ddpc.tensor(m))), np.inner(m, m))
+    np.testing.assert_allclose(float(ddpc.vdot(ddpc.tensor(m[0]), ddpc.tensor(m[1]))), np.vdot(m[0], m[1]))
+    np.testing.assert_allclose(np.asarray(ddpc.ger(ddpc.tensor(m[0]), ddpc.tensor(m[1]))), np.outer(m[0], m[1]))
+    assert ddpc.is_signed(a) and not ddpc.tensor([1], dtype=ddpc.uint8).is_signed()
+    assert a.is_same_size(b) and not a.is_same_size(ddpc.tensor([1.0])) and not a.is_complex()
+    x = ddpc.tensor(np.arange(24.0).reshape(2, 3, 4))
+    want = np.arange(24.0).reshape(2, 3, 4).sum((0, 2))[:, None]
+    np.testing.assert_array_equal(np.asarray(x.sum_to_size(3, 1)), want)
+    with pytest.raises(ValueError, match="expandable"):
+        x.sum_to_size(2, 4)
+
+
+INPLACE = [("multiply_", (2.0,)), ("divide_", (4.0,)), ("subtract_", (1.5,)), ("true_divide_", (2.0,)),
+           ("greater_", (0.0,)), ("greater_equal_", (1.0,)), ("less_", (1.0,)), ("less_equal_", (1.0,)),
+           ("not_equal_", (1.0,)), ("eq_", (1.0,)), ("ne_", (1.0,)), ("gt_", (0.0,)), ("ge_", (1.0,)),
+           ("lt_", (1.0,)), ("le_", (1.0,)), ("negative_", ()), ("fix_", ()), ("tril_", ()), ("triu_", (1,)),
+           ("cumsum_", (1,)), ("cumprod_", (0,)), ("renorm_", (2, 0, 1.0)), ("remainder_", (1.5,)),
+           ("fmod_", (1.5,)), ("floor_divide_", (0.7,)), ("logical_not_", ())]
+
+
+@pytest.mark.parametrize("name,args", INPLACE, ids=[c[0] for c in INPLACE])
+def test_inplace_forms_write_the_op_into_the_tensor(name, args):
+    x0 = np.array([[1.0, -2.5, 0.0], [3.25, 1.0, -0.5]])
+    x = ddpc.tensor(x0)
+    want = getattr(ddpc.tensor(x0), name[:-1])(*args)
+    assert getattr(x, name)(*args) is x
+    np.testing.assert_array_equal(np.asarray(x), np.asarray(want).astype(np.float64))
+
+
+def test_inplace_forms_in_the_graph():
+    w = ddpc.tensor(np.arange(1.0, 7.0).reshape(2, 3), requires_grad=True)
+    y = w * 1
+    y.multiply_(3).cumsum_(1)
+    y.sum().backward()
+    np.testing.assert_array_equal(np.asarray(w.grad), [[9, 6, 3], [9, 6, 3]])
+    b = ddpc.tensor([[1, 0], [1, 1]], dtype=ddpc.uint8)
+    b.logical_and_(ddpc.tensor([[1, 1], [0, 1]], dtype=ddpc.uint8))
+    np.testing.assert_array_equal(np.asarray(b), [[1, 0], [0, 1]])
+    i = ddpc.tensor([5, -3])
+    i.bitwise_not_()
+    np.testing.assert_array_equal(np.asarray(i), [-6, 2])
+
+
+def test_inplace_view_ops_change_the_shape():
+    m = np.arange(6.0).reshape(2, 3)
+    x = ddpc.tensor(m)
+    assert x.t_() is x and x.shape == (3, 2)
+    np.testing.assert_array_equal(np.asarray(x), m.T)
+    x.unsqueeze_(1)
+    assert x.shape == (3, 1, 2)
+    x.squeeze_(1).transpose_(0, 1)
+    np.testing.assert_array_equal(np.asarray(x), m)
+    x.swapaxes_(0, 1).swapdims_(1, 0)
+    np.testing.assert_array_equal(np.asarray(x), m)
+    leaf = ddpc.tensor(m, requires_grad=True)
+    with pytest.raises(RuntimeError, match="in place"):
+        leaf.t_()

@@ -4,7 +4,8 @@ of pdist, fmax, fmin, float_power and diag_embed; isin, diagflat,
 unravel_index, unique_consecutive and the windows; gumbel_softmax's class
 frequencies and straight-through gradient structure; nn.utils's batch-norm
 fusion and older spectral_norm with the same weights and vectors; the
-torch-level forms of nn.functional's ops called with torch's signatures.
+torch-level forms of nn.functional's ops called with torch's signatures;
+the Tensor aliases, their in-place forms and the in-place view ops.
 
 Each comparison runs in a child process that imports torch before ddpc (see
 test_nn_torch.py) and fails there, printing what it measured.
@@ -17,7 +18,7 @@ import pytest
 from procs import run_torch_case
 
 
-@pytest.mark.parametrize("case", ["functions", "nn_utils", "torch_level"])
+@pytest.mark.parametrize("case", ["functions", "nn_utils", "torch_level", "tensor_methods"])
 def test_matches_pytorch(case):
     out = run_torch_case(__file__, case)
     assert out.strip().endswith("ok"), out
@@ -255,7 +256,64 @@ def _case_torch_level():
     print("checked", len(cases), "ok")
 
 
+def _case_tensor_methods():
+    import torch
+
+    import ddpc
+
+    rng = np.random.default_rng(4)
+    x0 = rng.standard_normal((3, 4)) * 3
+    other = rng.standard_normal((3, 4)) * 3
+    checked = 0
+    calls = [("multiply", (other,)), ("divide", (other,)), ("subtract", (other,)), ("greater", (other,)),
+             ("greater_equal", (other,)), ("less", (other,)), ("less_equal", (other,)), ("not_equal", (other,)),
+             ("negative", ()), ("positive", ()), ("fix", ()), ("ravel", ()), ("fliplr", ()), ("flipud", ()),
+             ("inner", (other,)), ("sum_to_size", ((1, 4),)), ("sum_to_size", (3, 1)),
+             ("is_signed", ()), ("is_same_size", (other,)), ("is_complex", ())]
+    inplace = [("multiply_", (other,)), ("divide_", (other,)), ("subtract_", (2.0,)), ("true_divide_", (other,)),
+               ("greater_", (other,)), ("greater_equal_", (0.5,)), ("less_", (other,)), ("less_equal_", (0.5,)),
+               ("not_equal_", (other,)), ("eq_", (x0,)), ("ne_", (x0,)), ("gt_", (0.0,)), ("ge_", (other,)),
+               ("lt_", (other,)), ("le_", (0.0,)), ("negative_", ()), ("fix_", ()), ("tril_", (-1,)), ("triu_", ()),
+               ("cumsum_", (1,)), ("cumprod_", (0,)), ("renorm_", (1, 0, 2.0)), ("remainder_", (other,)),
+               ("fmod_", (1.5,)), ("floor_divide_", (other,)), ("logical_and_", (other,)),
+               ("logical_or_", (other * 0,)), ("logical_xor_", (other,)), ("logical_not_", ()), ("clamp_", (-1.0, 1.0)), ("t_", ()),
+               ("transpose_", (0, 1)), ("swapaxes_", (1, 0)), ("swapdims_", (0, 1)), ("squeeze_", ()),
+               ("unsqueeze_", (1,))]
+    for name, args in calls + inplace:
+        results = []
+        for lib in (ddpc, torch):
+            x = lib.tensor(x0)
+            res = getattr(x, name)(*[lib.tensor(a) if isinstance(a, np.ndarray) else a for a in args])
+            if name.endswith("_"):
+                assert res is x, name
+            results.append(np.asarray(res) if isinstance(res, (ddpc.Tensor, torch.Tensor)) else res)
+        got, want = results
+        if isinstance(want, bool):
+            assert got is want, name
+        else:
+            assert got.shape == want.shape, (name, got.shape, want.shape)
+            np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=1e-12, err_msg=name)
+        checked += 1
+    for name in ("greater", "less_equal", "not_equal", "inner", "vdot", "ger", "negative", "positive", "fix",
+                 "ravel", "fliplr", "flipud", "is_signed", "is_same_size", "is_complex"):
+        args = (x0[0], other[0]) if name in ("inner", "vdot", "ger", "greater", "less_equal", "not_equal",
+                                              "is_same_size") else (x0,)
+        got = getattr(ddpc, name)(*[ddpc.tensor(a) for a in args])
+        want = getattr(torch, name)(*[torch.tensor(a) for a in args])
+        if isinstance(want, bool):
+            assert got is want, name
+        else:
+            np.testing.assert_allclose(np.asarray(got).astype(np.float64), want.numpy().astype(np.float64),
+                                       rtol=1e-12, err_msg=name)
+        checked += 1
+    x = ddpc.tensor([5, -3, 0])
+    x.bitwise_not_()
+    assert np.asarray(x).tolist() == torch.tensor([5, -3, 0]).bitwise_not_().tolist()
+    print("checked", checked + 1, "ok")
+
+
 if __name__ == "__main__":
     import torch  # noqa: F401  (before ddpc, see the module docstring)
 
-    {"functions": _case_functions, "nn_utils": _case_nn_utils, "torch_level": _case_torch_level}[sys.argv[1]]()
+    {"functions": _case_functions, "nn_utils": _case_nn_utils, "torch_level": _case_torch_level,
+     "tensor_methods": _case_tensor_methods}[sys.argv[1]]()

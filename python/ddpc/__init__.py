@@ -69,9 +69,11 @@ from ._nn_forms import (adaptive_avg_pool1d, adaptive_max_pool1d, avg_pool1d, ba
                         conv_transpose1d, conv_transpose2d, conv_transpose3d, cosine_embedding_loss,
                         cosine_similarity, ctc_loss, dropout, dropout_, embedding, group_norm, hinge_embedding_loss,
                         instance_norm, kl_div, layer_norm, margin_ranking_loss, max_pool1d, max_pool2d, max_pool3d,
-                        pairwise_distance, pixel_shuffle, pixel_unshuffle, poisson_nll_loss, prelu, relu_, rrelu,
+                        pairwise_distance, pdist, pixel_shuffle, pixel_unshuffle, poisson_nll_loss, prelu, relu_, rrelu,
                         selu, sigmoid_, tanh_, threshold, triplet_margin_loss)
-from . import _layout, _linalg, _matrix, _nn_forms, _pointwise, _random, _stats, _windows
+from ._aliases import (fix, fliplr, flipud, ger, greater, greater_equal, inner, is_complex, is_same_size, is_signed,
+                       less, less_equal, negative, not_equal, positive, ravel, vdot)
+from . import _aliases, _layout, _linalg, _matrix, _nn_forms, _pointwise, _random, _stats, _windows
 
 half = float16
 float = float32
@@ -113,4 +115,4 @@ __all__ = [
     "moveaxis", "movedim", "narrow", "ne", "softmax", "swapaxes", "swapdims", "t", "backends", "compile",
     "get_float32_matmul_precision", "set_float32_matmul_precision", "linalg", "distributions",
 ] + _pointwise.__all__ + _matrix.__all__ + _linalg.__all__ + _layout.__all__ + _random.__all__ + _stats.__all__ + \
-    _windows.__all__ + _nn_forms.__all__ + ["unique_consecutive"]
+    _windows.__all__ + _nn_forms.__all__ + _aliases.__all__ + ["unique_consecutive"]

@@ -554,7 +554,7 @@ def unravel_index(indices, shape):
     return tuple(reversed(coords))
 
 
-__all__ = ["atleast_1d", "atleast_2d", "atleast_3d", "diag_embed", "diagflat", "unravel_index", "broadcast_to", "cartesian_prod", "column_stack", "combinations",
-           "cumulative_trapezoid", "dsplit", "dstack", "hsplit", "hstack", "index_copy", "index_fill", "is_nonzero",
-           "masked_scatter", "rot90", "row_stack", "scatter_reduce", "tile", "trapezoid", "trapz", "tril_indices",
-           "triu_indices", "vander", "vsplit", "vstack"]
+__all__ = ["atleast_1d", "atleast_2d", "atleast_3d", "broadcast_to", "cartesian_prod", "column_stack", "combinations",
+           "cumulative_trapezoid", "diag_embed", "diagflat", "dsplit", "dstack", "hsplit", "hstack", "index_copy",
+           "index_fill", "is_nonzero", "masked_scatter", "rot90", "row_stack", "scatter_reduce", "tile", "trapezoid",
+           "trapz", "tril_indices", "triu_indices", "unravel_index", "vander", "vsplit", "vstack"]

@@ -26,6 +26,7 @@ conv_transpose1d, conv_transpose2d, conv_transpose3d = F.conv_transpose1d, F.con
 pixel_shuffle, pixel_unshuffle, channel_shuffle = F.pixel_shuffle, F.pixel_unshuffle, F.channel_shuffle
 prelu, bilinear, cosine_similarity, pairwise_distance = F.prelu, F.bilinear, F.cosine_similarity, F.pairwise_distance
 max_pool1d, max_pool2d, max_pool3d = F.max_pool1d, F.max_pool2d, F.max_pool3d
+pdist = F.pdist
 avg_pool1d, adaptive_avg_pool1d = F.avg_pool1d, F.adaptive_avg_pool1d
 
 
@@ -143,6 +144,6 @@ __all__ = ["adaptive_avg_pool1d", "adaptive_max_pool1d", "avg_pool1d", "batch_no
            "binary_cross_entropy_with_logits", "celu", "channel_shuffle", "conv1d", "conv2d", "conv3d",
            "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "cosine_embedding_loss", "cosine_similarity",
            "ctc_loss", "dropout", "dropout_", "embedding", "group_norm", "hinge_embedding_loss", "instance_norm",
-           "kl_div", "layer_norm", "margin_ranking_loss", "max_pool1d", "max_pool2d", "max_pool3d",
-           "pairwise_distance", "pixel_shuffle", "pixel_unshuffle", "poisson_nll_loss", "prelu", "relu_", "rrelu",
-           "selu", "sigmoid_", "tanh_", "threshold", "triplet_margin_loss"]
+           "kl_div", "layer_norm", "margin_ranking_loss", "max_pool1d", "max_pool2d", "max_pool3d", "pairwise_distance",
+           "pdist", "pixel_shuffle", "pixel_unshuffle", "poisson_nll_loss", "prelu", "relu_", "rrelu", "selu",
+           "sigmoid_", "tanh_", "threshold", "triplet_margin_loss"]

@@ -517,7 +517,7 @@ def float_power(input, exponent):
 
 
 __all__ = ["add", "arctan2", "atan2", "bitwise_and", "bitwise_left_shift", "bitwise_not", "bitwise_or",
-           "bitwise_right_shift", "bitwise_xor", "copysign", "deg2rad", "div", "divide", "float_power", "floor_divide", "fmax", "fmin", "fmod",
-           "frac", "frexp", "gcd", "hardshrink", "heaviside", "hypot", "lcm", "ldexp", "logaddexp", "logaddexp2",
-           "logit", "mul", "multiply", "nanmean", "nansum", "rad2deg", "remainder", "sgn", "signbit", "sinc", "sub",
-           "subtract", "true_divide", "xlogy"]
+           "bitwise_right_shift", "bitwise_xor", "copysign", "deg2rad", "div", "divide", "float_power", "floor_divide",
+           "fmax", "fmin", "fmod", "frac", "frexp", "gcd", "hardshrink", "heaviside", "hypot", "lcm", "ldexp",
+           "logaddexp", "logaddexp2", "logit", "mul", "multiply", "nanmean", "nansum", "rad2deg", "remainder", "sgn",
+           "signbit", "sinc", "sub", "subtract", "true_divide", "xlogy"]
