@@ -4,6 +4,7 @@ unravel_index, unique_consecutive and the window functions; nn.utils's
 batch-norm fusion, older spectral_norm and skip_init."""
 
 import itertools
+import math
 
 import numpy as np
 import pytest
@@ -367,3 +368,64 @@ def test_inplace_view_ops_change_the_shape():
     leaf = ddpc.tensor(m, requires_grad=True)
     with pytest.raises(RuntimeError, match="in place"):
         leaf.t_()
+
+
+# ---- fractional max pooling -------------------------------------------------------------------------
+
+def _fractional_reference(x, kernel, out, samples, order):
+    """Per-volume loops over PyTorch's interval rule (samples[order[d]] drives dim d)."""
+    nd = len(kernel)
+    planes = x.reshape((-1,) + x.shape[-nd:])
+    flat_samples = samples.reshape(-1, nd)
+    values = np.zeros((planes.shape[0],) + out)
+    indices = np.zeros(values.shape, np.int64)
+    for p in range(planes.shape[0]):
+        starts = []
+        for d in range(nd):
+            n, k, o, u = x.shape[-nd + d], kernel[d], out[d], flat_samples[p, order[d]]
+            alpha = (n - k) / (o - 1) if o > 1 else 0
+            starts.append([int((i + u) * alpha) - int(u * alpha) for i in range(o - 1)] + [n - k])
+        for o in np.ndindex(*out):
+            box = tuple(slice(starts[d][o[d]], starts[d][o[d]] + kernel[d]) for d in range(nd))
+            window = planes[p][box]
+            at = np.unravel_index(np.argmax(window), window.shape)
+            values[(p,) + o] = window[at]
+            indices[(p,) + o] = np.ravel_multi_index(tuple(box[d].start + at[d] for d in range(nd)), x.shape[-nd:])
+    return values.reshape(x.shape[:-nd] + out), indices.reshape(x.shape[:-nd] + out)
+
+
+@pytest.mark.parametrize("nd,shape,kernel,out", [(2, (2, 3, 9, 11), (2, 3), (4, 5)), (2, (3, 8, 8), (3, 3), (6, 1)),
+                                                 (3, (1, 2, 6, 7, 8), (2, 2, 3), (3, 4, 5))])
+def test_fractional_max_pool(nd, shape, kernel, out):
+    rng = np.random.default_rng(11)
+    x0 = rng.standard_normal(shape)
+    batch = shape[0] if len(shape) == nd + 2 else 1
+    samples = rng.random((batch, shape[-nd - 1], nd))
+    pool = getattr(F, f"fractional_max_pool{nd}d")
+    values, indices = pool(ddpc.tensor(x0), kernel, out, return_indices=True, _random_samples=ddpc.tensor(samples))
+    want_values, want_indices = _fractional_reference(x0, kernel, out, samples, (1, 0) if nd == 2 else (0, 1, 2))
+    np.testing.assert_array_equal(np.asarray(values), want_values)
+    np.testing.assert_array_equal(np.asarray(indices), want_indices)
+    weight = rng.standard_normal(values.shape)
+    x = ddpc.tensor(x0, requires_grad=True)
+    (pool(x, kernel, out, _random_samples=ddpc.tensor(samples)) * ddpc.tensor(weight)).sum().backward()
+    grad = np.zeros(x0.size)
+    planes = np.arange(want_indices.size) // math.prod(out) * math.prod(shape[-nd:])
+    np.add.at(grad, planes + want_indices.ravel(), weight.ravel())
+    np.testing.assert_array_equal(np.asarray(x.grad), grad.reshape(shape))
+
+
+def test_fractional_max_pool_modules():
+    ddpc.manual_seed(0)
+    m = nn.FractionalMaxPool2d(3, output_ratio=(0.5, 0.7), return_indices=True)
+    values, indices = m(ddpc.randn(2, 3, 10, 9))
+    assert values.shape == (2, 3, 5, 6) and indices.dtype is ddpc.int64
+    assert nn.FractionalMaxPool3d(2, output_size=3)(ddpc.randn(2, 5, 6, 7)).shape == (2, 3, 3, 3)
+    with pytest.raises(ValueError, match="output_ratio"):
+        nn.FractionalMaxPool2d(2, output_ratio=1.5)
+    with pytest.raises(ValueError, match="either"):
+        F.fractional_max_pool2d(ddpc.randn(1, 1, 5, 5), 2)
+    with pytest.raises(ValueError, match="does not fit"):
+        F.fractional_max_pool2d(ddpc.randn(1, 1, 5, 5), 3, 4)
+    with pytest.raises(ValueError, match="_random_samples"):
+        F.fractional_max_pool2d(ddpc.randn(1, 1, 5, 5), 2, 3, _random_samples=ddpc.rand(1, 1, 3))

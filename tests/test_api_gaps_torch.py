@@ -5,7 +5,8 @@ unravel_index, unique_consecutive and the windows; gumbel_softmax's class
 frequencies and straight-through gradient structure; nn.utils's batch-norm
 fusion and older spectral_norm with the same weights and vectors; the
 torch-level forms of nn.functional's ops called with torch's signatures;
-the Tensor aliases, their in-place forms and the in-place view ops.
+the Tensor aliases, their in-place forms and the in-place view ops;
+fractional max pooling with the same random samples.
 
 Each comparison runs in a child process that imports torch before ddpc (see
 test_nn_torch.py) and fails there, printing what it measured.
@@ -18,7 +19,8 @@ import pytest
 from procs import run_torch_case
 
 
-@pytest.mark.parametrize("case", ["functions", "nn_utils", "torch_level", "tensor_methods"])
+@pytest.mark.parametrize("case", ["functions", "nn_utils", "torch_level", "tensor_methods",
+                                  "fractional"])
 def test_matches_pytorch(case):
     out = run_torch_case(__file__, case)
     assert out.strip().endswith("ok"), out
@@ -276,9 +278,9 @@ def _case_tensor_methods():
                ("lt_", (other,)), ("le_", (0.0,)), ("negative_", ()), ("fix_", ()), ("tril_", (-1,)), ("triu_", ()),
                ("cumsum_", (1,)), ("cumprod_", (0,)), ("renorm_", (1, 0, 2.0)), ("remainder_", (other,)),
                ("fmod_", (1.5,)), ("floor_divide_", (other,)), ("logical_and_", (other,)),
-               ("logical_or_", (other * 0,)), ("logical_xor_", (other,)), ("logical_not_", ()), ("clamp_", (-1.0, 1.0)), ("t_", ()),
-               ("transpose_", (0, 1)), ("swapaxes_", (1, 0)), ("swapdims_", (0, 1)), ("squeeze_", ()),
-               ("unsqueeze_", (1,))]
+               ("logical_or_", (other * 0,)), ("logical_xor_", (other,)), ("logical_not_", ()),
+               ("clamp_", (-1.0, 1.0)), ("t_", ()), ("transpose_", (0, 1)), ("swapaxes_", (1, 0)),
+               ("swapdims_", (0, 1)), ("squeeze_", ()), ("unsqueeze_", (1,))]
     for name, args in calls + inplace:
         results = []
         for lib in (ddpc, torch):
@@ -312,8 +314,36 @@ def _case_tensor_methods():
     print("checked", checked + 1, "ok")
 
 
+def _case_fractional():
+    import torch
+
+    import ddpc
+
+    rng = np.random.default_rng(5)
+    checked = 0
+    for nd, shape, kernel, out, ratio in ((2, (2, 3, 9, 11), (2, 3), (4, 5), None), (2, (2, 3, 9, 11), 3, (7, 1), None),
+                                          (2, (3, 10, 13), 2, None, (0.5, 0.75)),
+                                          (3, (1, 2, 7, 8, 9), (2, 2, 3), (3, 4, 5), None),
+                                          (3, (2, 6, 7, 8), 2, None, 0.6)):
+        for dtype in (np.float64, np.float32):
+            x0 = rng.standard_normal(shape).astype(dtype)
+            x0.reshape(-1)[::7] = x0.reshape(-1)[1]  # ties
+            samples = rng.random((shape[0] if len(shape) == nd + 2 else 1, shape[-nd - 1], nd)).astype(dtype)
+            results = []
+            for lib in (ddpc, torch):
+                x = lib.tensor(x0, requires_grad=True)
+                pool = getattr(lib.nn.functional, f"fractional_max_pool{nd}d")
+                y, i = pool(x, kernel, out, ratio, return_indices=True, _random_samples=lib.tensor(samples))
+                (y * lib.tensor(np.arange(y.numel(), dtype=dtype).reshape(tuple(y.shape)))).sum().backward()
+                results.append([np.asarray(t.detach()) for t in (y, i, x.grad)])
+            for a, b in zip(*results):
+                np.testing.assert_array_equal(a, b, err_msg=f"{nd}-d {shape} {np.dtype(dtype).name}")
+            checked += 1
+    print("checked", checked, "ok")
+
+
 if __name__ == "__main__":
     import torch  # noqa: F401  (before ddpc, see the module docstring)
 
     {"functions": _case_functions, "nn_utils": _case_nn_utils, "torch_level": _case_torch_level,
-     "tensor_methods": _case_tensor_methods}[sys.argv[1]]()
+     "tensor_methods": _case_tensor_methods, "fractional": _case_fractional}[sys.argv[1]]()

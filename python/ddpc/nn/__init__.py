@@ -8,8 +8,8 @@ from .modules import (ELU, GELU, BatchNorm1d, BatchNorm2d, BatchNorm3d, BCELoss,
                       SiLU, SmoothL1Loss, Softmax, Softplus, SyncBatchNorm, Tanh)
 from .modules import (AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveAvgPool3d, AdaptiveMaxPool1d, AdaptiveMaxPool2d,
                       AdaptiveMaxPool3d, AvgPool1d, AvgPool2d, AvgPool3d, Conv1d, Conv2d, Conv3d, ConvTranspose1d,
-                      ConvTranspose2d, ConvTranspose3d, Fold, MaxPool1d, MaxPool2d, MaxPool3d, MaxUnpool1d, MaxUnpool2d,
-                      MaxUnpool3d, Unfold)
+                      ConvTranspose2d, ConvTranspose3d, Fold, FractionalMaxPool2d, FractionalMaxPool3d, MaxPool1d,
+                      MaxPool2d, MaxPool3d, MaxUnpool1d, MaxUnpool2d, MaxUnpool3d, Unfold)
 from .modules import (GLU, GroupNorm, InstanceNorm1d, InstanceNorm2d, InstanceNorm3d, ParameterDict, ParameterList,
                       RMSNorm, Softmin, Unflatten)
 from .modules import (CircularPad1d, CircularPad2d, ConstantPad1d, ConstantPad2d, CosineSimilarity, Dropout1d,
@@ -35,8 +35,8 @@ __all__ = ["BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "Bilinear", "SyncBatchNo
            "RMSNorm", "Softmin", "Unflatten"]
 __all__ += ["AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d",
             "AdaptiveMaxPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d",
-            "ConvTranspose2d", "ConvTranspose3d", "Fold", "MaxPool1d", "MaxPool2d", "MaxPool3d", "MaxUnpool1d",
-            "MaxUnpool2d", "MaxUnpool3d", "Unfold"]
+            "ConvTranspose2d", "ConvTranspose3d", "Fold", "FractionalMaxPool2d", "FractionalMaxPool3d", "MaxPool1d",
+            "MaxPool2d", "MaxPool3d", "MaxUnpool1d", "MaxUnpool2d", "MaxUnpool3d", "Unfold"]
 from .transformer import (MultiheadAttention, Transformer, TransformerDecoder, TransformerDecoderLayer,
                           TransformerEncoder, TransformerEncoderLayer)
 

@@ -18,7 +18,7 @@ from .._pointwise import hardshrink
 from .._dtype import uint8
 from ..tensor import Tensor, broadcast_tensors, ones, rand, zeros
 from ..tensor import tensor as _tensor
-from . import _conv, _embedding_bag, _grid_sample, _losses, _upsample
+from . import _conv, _embedding_bag, _fractional, _grid_sample, _losses, _upsample
 from ..autograd import embedding, gelu, layer_norm, linear, sigmoid, softplus, tanh
 
 __all__ = ["batch_norm", "binary_cross_entropy", "binary_cross_entropy_with_logits", "cross_entropy", "dropout", "elu",
@@ -716,10 +716,28 @@ __all__ += ["cosine_similarity", "dropout1d", "dropout2d", "dropout3d", "interpo
 pad = _conv.pad
 interpolate = _upsample.interpolate
 
-__all__ += ["affine_grid", "grid_sample", "gumbel_softmax", "pdist"]
+__all__ += ["affine_grid", "fractional_max_pool2d", "fractional_max_pool3d", "grid_sample", "gumbel_softmax", "pdist"]
 
 grid_sample = _grid_sample.grid_sample
 affine_grid = _grid_sample.affine_grid
+
+
+def fractional_max_pool2d(input, kernel_size, output_size=None, output_ratio=None, return_indices=False,
+                          _random_samples=None):
+    """The largest element of pseudo-random kernel-sized windows of (N, C, H,
+    W) or (C, H, W) ``input`` (see _fractional.py), into ``output_size`` or
+    the input's size times ``output_ratio``; ``_random_samples`` (N, C, 2)
+    in [0, 1), drawn when None, place the windows."""
+    return _fractional.fractional_max_pool("fractional_max_pool2d", 2, input, kernel_size, output_size, output_ratio,
+                                           return_indices, _random_samples)
+
+
+def fractional_max_pool3d(input, kernel_size, output_size=None, output_ratio=None, return_indices=False,
+                          _random_samples=None):
+    """fractional_max_pool2d over (N, C, D, H, W) or (C, D, H, W) ``input``,
+    ``_random_samples`` (N, C, 3)."""
+    return _fractional.fractional_max_pool("fractional_max_pool3d", 3, input, kernel_size, output_size, output_ratio,
+                                           return_indices, _random_samples)
 
 
 def prelu(input, weight):

@@ -843,6 +843,40 @@ class MaxPool3d(_MaxPoolNd):
                             self.return_indices)
 
 
+class _FractionalMaxPoolNd(Module):
+    """Fractional max pooling over the last ``_dims`` dims (see F.fractional_max_pool2d)."""
+
+    _dims = 0
+
+    def __init__(self, kernel_size, output_size=None, output_ratio=None, return_indices=False,
+                 _random_samples=None):
+        super().__init__()
+        self.kernel_size, self.output_size, self.output_ratio = kernel_size, output_size, output_ratio
+        self.return_indices = return_indices
+        self.register_buffer("_random_samples", _random_samples)
+        if output_size is None and output_ratio is None:
+            raise ValueError("FractionalMaxPool requires specifying either an output size, or a pooling ratio")
+        if output_size is not None and output_ratio is not None:
+            raise ValueError("only one of output_size and output_ratio may be specified")
+        if output_ratio is not None:
+            ratios = (output_ratio,) * self._dims if not isinstance(output_ratio, (tuple, list)) else output_ratio
+            if not all(0 < r < 1 for r in ratios):
+                raise ValueError(f"output_ratio must be between 0 and 1 (got {output_ratio})")
+
+    def forward(self, input):
+        pool = F.fractional_max_pool2d if self._dims == 2 else F.fractional_max_pool3d
+        return pool(input, self.kernel_size, self.output_size, self.output_ratio, self.return_indices,
+                    _random_samples=self._random_samples)
+
+
+class FractionalMaxPool2d(_FractionalMaxPoolNd):
+    _dims = 2
+
+
+class FractionalMaxPool3d(_FractionalMaxPoolNd):
+    _dims = 3
+
+
 class _MaxUnpoolNd(Module):
     """The inverse of a max pool over the last ``_dims`` dims: forward(input,
     indices, output_size=None) places each value at its index, zeros elsewhere."""
