@@ -9,7 +9,11 @@ run along W, H (, D); 'bilinear' (trilinear on 5-d input), 'nearest'
 interpolation; 'zeros', 'border' or 'reflection' padding. The work and both
 gradients are the _C ops grid_sample and grid_sample_backward (C loops and
 CUDA kernels over one per-point rule, kernels/grid_sample.h). As in PyTorch,
-the gradients of grid_sample cannot be differentiated again.
+the gradients of grid_sample cannot be differentiated again. The
+coordinates are computed in double for every dtype (PyTorch's in the
+element type), so a float32 point lying within rounding of a pixel boundary
+may fall on the other side of it than in PyTorch: the grid gradient, the
+interpolant's slope, jumps there, and 'nearest' may pick the neighbour.
 
 affine_grid is a product of the identity grid by the affine matrices, so
 its gradient with respect to theta comes from the matmul.
