@@ -8,7 +8,7 @@ import math
 
 from ... import autograd
 from ...tensor import Tensor, float32, float64, tensor
-from . import fusion, parametrizations, parametrize, prune, rnn, stateless  # noqa: F401  (as torch.nn.utils's submodules)
+from . import fusion, parametrizations, parametrize, prune, rnn, stateless  # noqa: F401  (torch.nn.utils's submodules)
 from .fusion import fuse_conv_bn_eval, fuse_conv_bn_weights, fuse_linear_bn_eval, fuse_linear_bn_weights  # noqa: F401
 
 
