@@ -52,3 +52,31 @@ def run_torch_case(script, *args):
                           env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout
+
+
+def torch_group_test(script, groups):
+    """The test of a torch comparison file whose cases are ``groups`` (name ->
+    fn(np, torch, ddpc)): one parametrized case per group, each run by
+    run_torch_case in a child that calls run_torch_group."""
+    import pytest
+
+    @pytest.mark.parametrize("group", sorted(groups))
+    def test_matches_pytorch(group):
+        out = run_torch_case(script, group)
+        assert out.strip().endswith("ok"), out
+
+    return test_matches_pytorch
+
+
+def run_torch_group(groups):
+    """The child side of torch_group_test: imports torch before ddpc, runs the
+    group named on the command line and prints ok."""
+    import sys
+
+    import numpy as np
+    import torch
+
+    import ddpc
+
+    groups[sys.argv[1]](np, torch, ddpc)
+    print("ok")

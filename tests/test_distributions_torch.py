@@ -5,10 +5,7 @@ kl_divergence, with their gradients with respect to the parameters (and
 to the value for continuous families). Each group runs in a child process
 that imports torch before ddpc and fails there, printing what differs."""
 
-import sys
-
-import pytest
-from procs import run_torch_case
+from procs import run_torch_group, torch_group_test
 
 
 def _params(np):
@@ -260,21 +257,8 @@ def _transforms(np, torch, ddpc):
 GROUPS = {"families": _families, "kl": _kl, "transforms": _transforms}
 
 
-def _child(name):
-    import numpy as np
-    import torch
-
-    import ddpc
-
-    GROUPS[name](np, torch, ddpc)
-    print("ok")
-
-
-@pytest.mark.parametrize("group", sorted(GROUPS))
-def test_matches_pytorch(group):
-    out = run_torch_case(__file__, group)
-    assert out.strip().endswith("ok"), out
+test_matches_pytorch = torch_group_test(__file__, GROUPS)
 
 
 if __name__ == "__main__":
-    _child(sys.argv[1])
+    run_torch_group(GROUPS)

@@ -8,10 +8,8 @@ before ddpc (see test_nn_extra_torch.py) and fails there, printing what
 differs."""
 
 import math
-import sys
 
-import pytest
-from procs import run_torch_case
+from procs import run_torch_group, torch_group_test
 
 
 def _inputs(np):
@@ -273,21 +271,8 @@ def _second_derivatives(np, torch, ddpc):
 GROUPS = {"values": _values, "gradients": _gradients, "errors": _errors, "second_derivatives": _second_derivatives}
 
 
-def _child(name):
-    import numpy as np
-    import torch
-
-    import ddpc
-
-    GROUPS[name](np, torch, ddpc)
-    print("ok")
-
-
-@pytest.mark.parametrize("group", sorted(GROUPS))
-def test_matches_pytorch(group):
-    out = run_torch_case(__file__, group)
-    assert out.strip().endswith("ok"), out
+test_matches_pytorch = torch_group_test(__file__, GROUPS)
 
 
 if __name__ == "__main__":
-    _child(sys.argv[1])
+    run_torch_group(GROUPS)

@@ -6,10 +6,7 @@ inputs (skipped when torch is not installed): same dtypes, shapes, values
 child process that imports torch before ddpc (see test_nn_extra_torch.py)
 and fails there, printing what differs."""
 
-import sys
-
-import pytest
-from procs import run_torch_case
+from procs import run_torch_group, torch_group_test
 
 DTYPES = ["float32", "float64", "float16", "bfloat16", "int32", "int64", "uint8"]
 
@@ -318,21 +315,8 @@ GROUPS = {"search": _search, "cumulative": _cumulative, "order": _order, "quanti
           "scatter_reduce": _scatter_reduce}
 
 
-def _child(name):
-    import numpy as np
-    import torch
-
-    import ddpc
-
-    GROUPS[name](np, torch, ddpc)
-    print("ok")
-
-
-@pytest.mark.parametrize("group", sorted(GROUPS))
-def test_matches_pytorch(group):
-    out = run_torch_case(__file__, group)
-    assert out.strip().endswith("ok"), out
+test_matches_pytorch = torch_group_test(__file__, GROUPS)
 
 
 if __name__ == "__main__":
-    _child(sys.argv[1])
+    run_torch_group(GROUPS)
