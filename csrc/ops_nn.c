@@ -13,6 +13,7 @@
 #include "gemm.h"
 #include "kernels.h"
 #include "module.h"
+#include "special_functions.h"
 
 /* ---- argument checks ------------------------------------------------------------ */
 
@@ -128,8 +129,25 @@ ddpc_status ddpc_op_unary(ddpc_unary_op op, ddpc_buffer *out, const ddpc_buffer 
         case DDPC_SINH: for (int64_t i = 0; i < n; i++) o[i] = sinh(a[i]); break;
         case DDPC_COSH: for (int64_t i = 0; i < n; i++) o[i] = cosh(a[i]); break;
         case DDPC_ASINH: for (int64_t i = 0; i < n; i++) o[i] = asinh(a[i]); break;
-        default: /* ATAN */
-            for (int64_t i = 0; i < n; i++) o[i] = atan(a[i]);
+        case DDPC_ATAN: for (int64_t i = 0; i < n; i++) o[i] = atan(a[i]); break;
+        case DDPC_TAN: for (int64_t i = 0; i < n; i++) o[i] = tan(a[i]); break;
+        case DDPC_ASIN: for (int64_t i = 0; i < n; i++) o[i] = asin(a[i]); break;
+        case DDPC_ACOS: for (int64_t i = 0; i < n; i++) o[i] = acos(a[i]); break;
+        case DDPC_ACOSH: for (int64_t i = 0; i < n; i++) o[i] = acosh(a[i]); break;
+        case DDPC_ATANH: for (int64_t i = 0; i < n; i++) o[i] = atanh(a[i]); break;
+        case DDPC_ERFC: for (int64_t i = 0; i < n; i++) o[i] = erfc(a[i]); break;
+        case DDPC_LGAMMA: for (int64_t i = 0; i < n; i++) o[i] = lgamma(a[i]); break;
+        /* special_functions.h's, in double, rounded once for float32 */
+        case DDPC_ERFINV: for (int64_t i = 0; i < n; i++) o[i] = (T)ddpc_erfinv((double)a[i]); break;
+        case DDPC_NDTRI: for (int64_t i = 0; i < n; i++) o[i] = (T)ddpc_ndtri((double)a[i]); break;
+        case DDPC_ERFCX: for (int64_t i = 0; i < n; i++) o[i] = (T)ddpc_erfcx((double)a[i]); break;
+        case DDPC_DIGAMMA: for (int64_t i = 0; i < n; i++) o[i] = (T)ddpc_digamma((double)a[i]); break;
+        case DDPC_POLYGAMMA: for (int64_t i = 0; i < n; i++) o[i] = (T)ddpc_polygamma((int)p, (double)a[i]); break;
+        case DDPC_I0: for (int64_t i = 0; i < n; i++) o[i] = (T)ddpc_i0((double)a[i]); break;
+        case DDPC_I0E: for (int64_t i = 0; i < n; i++) o[i] = (T)ddpc_i0e((double)a[i]); break;
+        case DDPC_I1: for (int64_t i = 0; i < n; i++) o[i] = (T)ddpc_i1((double)a[i]); break;
+        default: /* I1E */
+            for (int64_t i = 0; i < n; i++) o[i] = (T)ddpc_i1e((double)a[i]);
             break;
         }
     });
@@ -217,6 +235,30 @@ ddpc_status ddpc_op_unary_backward(ddpc_unary_op op, ddpc_buffer *gx, const ddpc
         case DDPC_COSH: for (int64_t i = 0; i < n; i++) o[i] = g[i] * sinh(s[i]); break;
         case DDPC_ASINH: for (int64_t i = 0; i < n; i++) o[i] = g[i] / sqrt(s[i] * s[i] + 1); break;
         case DDPC_ATAN: for (int64_t i = 0; i < n; i++) o[i] = g[i] / (s[i] * s[i] + 1); break;
+        case DDPC_TAN: for (int64_t i = 0; i < n; i++) o[i] = g[i] * (s[i] * s[i] + 1); break;
+        case DDPC_ASIN: for (int64_t i = 0; i < n; i++) o[i] = g[i] / sqrt(1 - s[i] * s[i]); break;
+        case DDPC_ACOS: for (int64_t i = 0; i < n; i++) o[i] = -g[i] / sqrt(1 - s[i] * s[i]); break;
+        case DDPC_ACOSH: for (int64_t i = 0; i < n; i++) o[i] = g[i] / sqrt(s[i] * s[i] - 1); break;
+        case DDPC_ATANH: for (int64_t i = 0; i < n; i++) o[i] = g[i] / (1 - s[i] * s[i]); break;
+        case DDPC_ERFC:
+            for (int64_t i = 0; i < n; i++) o[i] = -g[i] * (T)(2 * INV_SQRT_PI) * EXP_T(T, -s[i] * s[i]);
+            break;
+        case DDPC_LGAMMA: for (int64_t i = 0; i < n; i++) o[i] = g[i] * (T)ddpc_digamma((double)s[i]); break;
+        case DDPC_ERFINV:
+            for (int64_t i = 0; i < n; i++) o[i] = g[i] * (T)(0.5 / INV_SQRT_PI) * EXP_T(T, s[i] * s[i]);
+            break;
+        case DDPC_NDTRI:
+            for (int64_t i = 0; i < n; i++) o[i] = g[i] * (T)(1 / INV_SQRT_2PI) * EXP_T(T, s[i] * s[i] / 2);
+            break;
+        case DDPC_ERFCX: for (int64_t i = 0; i < n; i++) o[i] = g[i] * (T)ddpc_erfcx_derivative((double)s[i]); break;
+        case DDPC_DIGAMMA: for (int64_t i = 0; i < n; i++) o[i] = g[i] * (T)ddpc_polygamma(1, (double)s[i]); break;
+        case DDPC_POLYGAMMA:
+            for (int64_t i = 0; i < n; i++) o[i] = g[i] * (T)ddpc_polygamma((int)p + 1, (double)s[i]);
+            break;
+        case DDPC_I0: for (int64_t i = 0; i < n; i++) o[i] = g[i] * (T)ddpc_i1((double)s[i]); break;
+        case DDPC_I0E: for (int64_t i = 0; i < n; i++) o[i] = g[i] * (T)ddpc_i0e_derivative((double)s[i]); break;
+        case DDPC_I1: for (int64_t i = 0; i < n; i++) o[i] = g[i] * (T)ddpc_i1_derivative((double)s[i]); break;
+        case DDPC_I1E: for (int64_t i = 0; i < n; i++) o[i] = g[i] * (T)ddpc_i1e_derivative((double)s[i]); break;
         default: /* piecewise constant: SIGN, FLOOR, CEIL, TRUNC, ROUND and the predicates */
             for (int64_t i = 0; i < n; i++) o[i] = 0;
             break;

@@ -14,18 +14,20 @@
 /* The parameters p and q of ddpc_op_unary: POW's exponent p; LEAKY_RELU's
  * negative slope p; ELU's alpha p; SOFTPLUS's beta p and threshold q;
  * HARDTANH's and CLAMP's min p and max q (ReLU6 is HARDTANH over [0, 6], as
- * in PyTorch); ROUND's number of decimals p. ISNAN, ISINF and ISFINITE write
- * 1 where they hold and 0 elsewhere. */
+ * in PyTorch); ROUND's number of decimals p; POLYGAMMA's order n >= 1 p.
+ * ISNAN, ISINF and ISFINITE write 1 where they hold and 0 elsewhere. The
+ * special functions from ERFINV on are kernels/special_functions.h's. */
 typedef enum {
     DDPC_RELU = 0, DDPC_GELU, DDPC_TANH, DDPC_SIGMOID, DDPC_EXP, DDPC_LOG, DDPC_POW,
     DDPC_LEAKY_RELU, DDPC_ELU, DDPC_SILU, DDPC_SOFTPLUS, DDPC_MISH, DDPC_HARDTANH, DDPC_HARDSWISH, DDPC_HARDSIGMOID,
     DDPC_ABS, DDPC_SQRT, DDPC_RSQRT, DDPC_SQUARE, DDPC_SIN, DDPC_COS, DDPC_LOG1P, DDPC_EXPM1, DDPC_ERF,
     DDPC_RECIPROCAL, DDPC_SIGN, DDPC_FLOOR, DDPC_CEIL, DDPC_TRUNC, DDPC_ROUND, DDPC_CLAMP,
     DDPC_ISNAN, DDPC_ISINF, DDPC_ISFINITE, DDPC_LOG2, DDPC_LOG10, DDPC_EXP2, DDPC_SINH, DDPC_COSH, DDPC_ASINH,
-    DDPC_ATAN,
+    DDPC_ATAN, DDPC_TAN, DDPC_ASIN, DDPC_ACOS, DDPC_ACOSH, DDPC_ATANH, DDPC_ERFC, DDPC_LGAMMA, DDPC_ERFINV,
+    DDPC_NDTRI, DDPC_ERFCX, DDPC_DIGAMMA, DDPC_POLYGAMMA, DDPC_I0, DDPC_I0E, DDPC_I1, DDPC_I1E,
     DDPC_NUNARY
 } ddpc_unary_op;
-/* unary_f and unary_grad in kernels/nn.cu switch on these numbers (ATAN is
+/* unary_f and unary_grad in kernels/nn.cu switch on these numbers (I1E is
  * unary_f's default), as do the op codes of python/ddpc/autograd.py. */
 _Static_assert(DDPC_RELU == 0 && DDPC_GELU == 1 && DDPC_TANH == 2 && DDPC_SIGMOID == 3 && DDPC_EXP == 4 &&
                DDPC_LOG == 5 && DDPC_POW == 6 && DDPC_LEAKY_RELU == 7 && DDPC_ELU == 8 && DDPC_SILU == 9 &&
@@ -35,7 +37,10 @@ _Static_assert(DDPC_RELU == 0 && DDPC_GELU == 1 && DDPC_TANH == 2 && DDPC_SIGMOI
                DDPC_RECIPROCAL == 24 && DDPC_SIGN == 25 && DDPC_FLOOR == 26 && DDPC_CEIL == 27 && DDPC_TRUNC == 28 &&
                DDPC_ROUND == 29 && DDPC_CLAMP == 30 && DDPC_ISNAN == 31 && DDPC_ISINF == 32 && DDPC_ISFINITE == 33 &&
                DDPC_LOG2 == 34 && DDPC_LOG10 == 35 && DDPC_EXP2 == 36 && DDPC_SINH == 37 && DDPC_COSH == 38 &&
-               DDPC_ASINH == 39 && DDPC_ATAN == 40 && DDPC_NUNARY == 41,
+               DDPC_ASINH == 39 && DDPC_ATAN == 40 && DDPC_TAN == 41 && DDPC_ASIN == 42 && DDPC_ACOS == 43 &&
+               DDPC_ACOSH == 44 && DDPC_ATANH == 45 && DDPC_ERFC == 46 && DDPC_LGAMMA == 47 && DDPC_ERFINV == 48 &&
+               DDPC_NDTRI == 49 && DDPC_ERFCX == 50 && DDPC_DIGAMMA == 51 && DDPC_POLYGAMMA == 52 && DDPC_I0 == 53 &&
+               DDPC_I0E == 54 && DDPC_I1 == 55 && DDPC_I1E == 56 && DDPC_NUNARY == 57,
                "a unary op was added or moved: renumber the cases of unary_f and unary_grad in kernels/nn.cu");
 /* Matches PyTorch's reduction codes. */
 typedef enum { DDPC_REDUCE_NONE = 0, DDPC_REDUCE_MEAN, DDPC_REDUCE_SUM } ddpc_reduction;
@@ -48,8 +53,9 @@ ddpc_status ddpc_op_unary(ddpc_unary_op op, ddpc_buffer *out, const ddpc_buffer 
 /* gx = gy * f'(x), with PyTorch's choice of derivative at the kinks (CLAMP's
  * is 0 at the bounds and at NaN, HARDTANH's only at the bounds; SIGN, FLOOR,
  * CEIL, TRUNC, ROUND and the predicates have 0). `saved` is the output
- * y = f(x) for tanh, sigmoid, exp, exp2, sqrt, rsqrt, expm1 and reciprocal, and the
- * input x for the others (whichever the derivative needs). */
+ * y = f(x) for tanh, sigmoid, exp, exp2, sqrt, rsqrt, expm1, reciprocal, tan,
+ * erfinv and ndtri, and the input x for the others (whichever the derivative
+ * needs). */
 ddpc_status ddpc_op_unary_backward(ddpc_unary_op op, ddpc_buffer *gx, const ddpc_buffer *gy, const ddpc_buffer *saved,
                                    double p, double q);
 /* out = a op row, `row` repeated over a's leading elements (a->numel a multiple

@@ -7,6 +7,7 @@
 
 #include "kernels.h"
 #include "nn_common.cuh"
+#include "special_functions.h"
 
 namespace {
 
@@ -263,7 +264,24 @@ template <typename T> __device__ __forceinline__ T unary_f(int op, T x, T p, T q
     case 37: return sinh(x);
     case 38: return cosh(x);
     case 39: return asinh(x);
-    default: return atan(x);
+    case 40: return atan(x);
+    case 41: return tan(x);
+    case 42: return asin(x);
+    case 43: return acos(x);
+    case 44: return acosh(x);
+    case 45: return atanh(x);
+    case 46: return erfc(x);
+    case 47: return lgamma(x);
+    // special_functions.h's, in double, rounded once for float32
+    case 48: return T(ddpc_erfinv(double(x)));
+    case 49: return T(ddpc_ndtri(double(x)));
+    case 50: return T(ddpc_erfcx(double(x)));
+    case 51: return T(ddpc_digamma(double(x)));
+    case 52: return T(ddpc_polygamma(int(p), double(x)));
+    case 53: return T(ddpc_i0(double(x)));
+    case 54: return T(ddpc_i0e(double(x)));
+    case 55: return T(ddpc_i1(double(x)));
+    default: return T(ddpc_i1e(double(x)));
     }
 }
 
@@ -313,6 +331,22 @@ template <typename T> __device__ __forceinline__ T unary_grad(int op, T g, T s, 
     case 38: return g * sinh(s);
     case 39: return g / sqrt(s * s + T(1));
     case 40: return g / (s * s + T(1));
+    case 41: return g * (s * s + T(1));
+    case 42: return g / sqrt(T(1) - s * s);
+    case 43: return -g / sqrt(T(1) - s * s);
+    case 44: return g / sqrt(s * s - T(1));
+    case 45: return g / (T(1) - s * s);
+    case 46: return -g * T(2 * kInvSqrtPi) * exp(-s * s);
+    case 47: return g * T(ddpc_digamma(double(s)));
+    case 48: return g * T(0.5 / kInvSqrtPi) * exp(s * s);
+    case 49: return g * T(1 / kInvSqrt2Pi) * exp(s * s / T(2));
+    case 50: return g * T(ddpc_erfcx_derivative(double(s)));
+    case 51: return g * T(ddpc_polygamma(1, double(s)));
+    case 52: return g * T(ddpc_polygamma(int(p) + 1, double(s)));
+    case 53: return g * T(ddpc_i1(double(s)));
+    case 54: return g * T(ddpc_i0e_derivative(double(s)));
+    case 55: return g * T(ddpc_i1_derivative(double(s)));
+    case 56: return g * T(ddpc_i1e_derivative(double(s)));
     default: return T(0);  // piecewise constant: sign, floor, ceil, trunc, round, the predicates
     }
 }
