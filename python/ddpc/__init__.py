@@ -37,6 +37,10 @@ from .tensor import (as_tensor, broadcast_shapes, broadcast_tensors, diag, eye, 
                      set_default_dtype, set_printoptions, set_rng_state)
 from .autograd import inference_mode
 from .autograd import asinh, atan, cosh, exp2, index_put, log2, log10, logcumsumexp, neg, pow, sinh, take_along_dim
+from .autograd import (acos, acosh, arccos, arccosh, arcsin, arcsinh, arctan, arctanh, asin, atanh, digamma, erfc,
+                       erfinv, i0, lgamma, mvlgamma, polygamma, tan)
+from .tensor import (acos_, acosh_, arccos_, arccosh_, arcsin_, arcsinh_, arctan_, arctanh_, asin_, asinh_, atan_,
+                     atanh_, cosh_, erfc_, exp2_, frac_, i0_, log2_, log10_, logit_, sinh_, tan_, xlogy_)
 from .tensor import (detach, eq, ge, gt, is_floating_point, le, log_softmax, lt, moveaxis, movedim, narrow, ne, softmax,
                      swapaxes, swapdims, t)
 from ._pointwise import (add, arctan2, atan2, bitwise_and, bitwise_left_shift, bitwise_not, bitwise_or,
@@ -74,6 +78,7 @@ from ._nn_forms import (adaptive_avg_pool1d, adaptive_max_pool1d, avg_pool1d, ba
 from ._aliases import (fix, fliplr, flipud, ger, greater, greater_equal, inner, is_complex, is_same_size, is_signed,
                        less, less_equal, negative, not_equal, positive, ravel, vdot)
 from . import _aliases, _layout, _linalg, _matrix, _nn_forms, _pointwise, _random, _stats, _windows
+from . import special
 
 half = float16
 float = float32
@@ -113,6 +118,10 @@ __all__ = [
     "square", "trunc", "where", "asinh", "atan", "cosh", "exp2", "index_put", "log2", "log10", "logcumsumexp", "neg",
     "pow", "sinh", "take_along_dim", "detach", "eq", "ge", "gt", "is_floating_point", "le", "log_softmax", "lt",
     "moveaxis", "movedim", "narrow", "ne", "softmax", "swapaxes", "swapdims", "t", "backends", "compile",
-    "get_float32_matmul_precision", "set_float32_matmul_precision", "linalg", "distributions",
+    "get_float32_matmul_precision", "set_float32_matmul_precision", "linalg", "distributions", "acos", "acosh",
+    "arccos", "arccosh", "arcsin", "arcsinh", "arctan", "arctanh", "asin", "atanh", "digamma", "erfc", "erfinv", "i0",
+    "lgamma", "mvlgamma", "polygamma", "tan", "special", "acos_", "acosh_", "arccos_", "arccosh_", "arcsin_",
+    "arcsinh_", "arctan_", "arctanh_", "asin_", "asinh_", "atan_", "atanh_", "cosh_", "erfc_", "exp2_", "frac_", "i0_",
+    "log2_", "log10_", "logit_", "sinh_", "tan_", "xlogy_",
 ] + _pointwise.__all__ + _matrix.__all__ + _linalg.__all__ + _layout.__all__ + _random.__all__ + _stats.__all__ + \
     _windows.__all__ + _nn_forms.__all__ + _aliases.__all__ + ["unique_consecutive"]

@@ -216,14 +216,26 @@ def hypot(input, other):
     return _ag.where(_ag.logical_or(_ag.isinf(a.detach()), _ag.isinf(b.detach())), math.inf, out)
 
 
+def _times_log(input, other, log_fn, what):
+    """input * log_fn(other), and 0 where input is 0 (NaN where other is NaN), as
+    in PyTorch; the gradient is 0 where input is 0."""
+    x, y = _float_pair(input, other, what)
+    zero = (x == 0)
+    safe = _ag.where(zero, 1.0, y)
+    out = _ag.where(zero, 0.0, _ag.mul(x, log_fn(safe)))
+    return _ag.where(_ag.isnan(y), math.nan, out)
+
+
 def xlogy(input, other):
     """input * log(other), and 0 where input is 0 (NaN where other is NaN), as
     in PyTorch; the gradient is 0 where input is 0."""
-    x, y = _float_pair(input, other, "xlogy")
-    zero = (x == 0)
-    safe = _ag.where(zero, 1.0, y)
-    out = _ag.where(zero, 0.0, _ag.mul(x, _ag.log(safe)))
-    return _ag.where(_ag.isnan(y), math.nan, out)
+    return _times_log(input, other, _ag.log, "xlogy")
+
+
+def xlog1py(input, other):
+    """input * log1p(other), and 0 where input is 0 (NaN where other is NaN),
+    as PyTorch's torch.special.xlog1py; the gradient is 0 where input is 0."""
+    return _times_log(input, other, _ag.log1p, "xlog1py")
 
 
 def logit(input, eps=None):

@@ -47,7 +47,8 @@ from .tensor import stack as _stack_storage
 # The unary op codes of csrc/ops_nn.h.
 (_RELU, _GELU, _TANH, _SIGMOID, _EXP, _LOG, _POW, _LEAKY_RELU, _ELU, _SILU, _SOFTPLUS, _MISH, _HARDTANH, _HARDSWISH,
  _HARDSIGMOID, _ABS, _SQRT, _RSQRT, _SQUARE, _SIN, _COS, _LOG1P, _EXPM1, _ERF, _RECIPROCAL, _SIGN, _FLOOR, _CEIL, _TRUNC,
- _ROUND, _CLAMP, _ISNAN, _ISINF, _ISFINITE, _LOG2, _LOG10, _EXP2, _SINH, _COSH, _ASINH, _ATAN) = range(41)
+ _ROUND, _CLAMP, _ISNAN, _ISINF, _ISFINITE, _LOG2, _LOG10, _EXP2, _SINH, _COSH, _ASINH, _ATAN, _TAN, _ASIN, _ACOS,
+ _ACOSH, _ATANH, _ERFC, _LGAMMA, _ERFINV, _NDTRI, _ERFCX, _DIGAMMA, _POLYGAMMA, _I0, _I0E, _I1, _I1E) = range(57)
 
 
 # ---- grad mode ---------------------------------------------------------------------
@@ -976,9 +977,12 @@ class _UnaryBackward(Node):
               "RsqrtBackward", "PowBackward", "SinBackward", "CosBackward", "Log1PBackward", "Expm1Backward",
               "ErfBackward", "ReciprocalBackward", "SignBackward", "FloorBackward", "CeilBackward", "TruncBackward",
               "RoundBackward", "ClampBackward", "IsnanBackward", "IsinfBackward", "IsfiniteBackward", "Log2Backward",
-              "Log10Backward", "Exp2Backward", "SinhBackward", "CoshBackward", "AsinhBackward", "AtanBackward")
+              "Log10Backward", "Exp2Backward", "SinhBackward", "CoshBackward", "AsinhBackward", "AtanBackward",
+              "TanBackward", "AsinBackward", "AcosBackward", "AcoshBackward", "AtanhBackward", "ErfcBackward",
+              "LgammaBackward", "ErfinvBackward", "SpecialNdtriBackward", "SpecialErfcxBackward", "DigammaBackward",
+              "PolygammaBackward", "I0Backward", "SpecialI0EBackward", "SpecialI1Backward", "SpecialI1EBackward")
     # The ops whose derivative needs the output; the others' needs the input.
-    _USES_OUTPUT = (_TANH, _SIGMOID, _EXP, _EXP2, _SQRT, _RSQRT, _EXPM1, _RECIPROCAL)
+    _USES_OUTPUT = (_TANH, _SIGMOID, _EXP, _EXP2, _SQRT, _RSQRT, _EXPM1, _RECIPROCAL, _TAN, _ERFINV, _NDTRI)
     double_backward = True
 
     def __init__(self, x, op, p, q, out):
@@ -1064,7 +1068,33 @@ _DERIVATIVES = {
     _COSH: lambda x, p, q: sinh(x),
     _ASINH: lambda x, p, q: rsqrt(add(square(x), 1.0)),
     _ATAN: lambda x, p, q: reciprocal(add(square(x), 1.0)),
+    _TAN: lambda y, p, q: add(square(y), 1.0),
+    _ASIN: lambda x, p, q: rsqrt(rsub(square(x), 1.0)),
+    _ACOS: lambda x, p, q: neg(rsqrt(rsub(square(x), 1.0))),
+    _ACOSH: lambda x, p, q: rsqrt(sub(square(x), 1.0)),
+    _ATANH: lambda x, p, q: reciprocal(rsub(square(x), 1.0)),
+    _ERFC: lambda x, p, q: mul(exp(neg(square(x))), -2 / math.sqrt(math.pi)),
+    _LGAMMA: lambda x, p, q: digamma(x),
+    _ERFINV: lambda y, p, q: mul(exp(square(y)), math.sqrt(math.pi) / 2),
+    _NDTRI: lambda y, p, q: mul(exp(mul(square(y), 0.5)), math.sqrt(2 * math.pi)),
+    _ERFCX: lambda x, p, q: sub(mul(mul(x, erfcx(x)), 2.0), 2 / math.sqrt(math.pi)),
+    _DIGAMMA: lambda x, p, q: polygamma(1, x),
+    _POLYGAMMA: lambda x, p, q: polygamma(int(p) + 1, x),
+    _I0: lambda x, p, q: i1(x),
+    _I0E: lambda x, p, q: sub(i1e(x), mul(i0e(x), sign(x.detach()))),
+    _I1: lambda x, p, q: _bessel_i1_derivative(x, i0, i1, 0.0),
+    _I1E: lambda x, p, q: _bessel_i1_derivative(x, i0e, i1e, 1.0),
 }
+
+
+def _bessel_i1_derivative(x, i0_of, i1_of, scaled):
+    """i0(x) - i1(x) / x (i1's derivative; scaled = 1 for i1e's,
+    i0e(x) - i1e(x) (sign(x) + 1 / x)), and 1/2 at 0, where the quotient is 0 / 0:
+    there x is replaced by 1 in the quotient, so that no NaN reaches its gradient."""
+    zero = x.detach() == 0
+    safe = where(zero, 1.0, x)
+    ratio = mul(i1_of(safe), add(reciprocal(safe), sign(x.detach()) * scaled))
+    return where(zero, 0.5, sub(i0_of(x), ratio))
 
 
 def _unary(x, op, p=0.0, q=0.0):
@@ -1293,6 +1323,115 @@ def asinh(input):
 
 def atan(input):
     return _math(input, _ATAN)
+
+
+@autocast_op("float32_cuda")
+def tan(input):
+    return _math(input, _TAN)
+
+
+@autocast_op("float32_cuda")
+def asin(input):
+    """arcsin; NaN outside [-1, 1]."""
+    return _math(input, _ASIN)
+
+
+@autocast_op("float32_cuda")
+def acos(input):
+    """arccos; NaN outside [-1, 1]."""
+    return _math(input, _ACOS)
+
+
+def acosh(input):
+    """arccosh; NaN below 1."""
+    return _math(input, _ACOSH)
+
+
+def atanh(input):
+    """arctanh; +-inf at +-1, NaN outside [-1, 1]."""
+    return _math(input, _ATANH)
+
+
+arcsin, arccos, arctan, arcsinh, arccosh, arctanh = asin, acos, atan, asinh, acosh, atanh
+
+
+def erfc(input):
+    """1 - erf(x), accurate where erf(x) is close to 1."""
+    return _math(input, _ERFC)
+
+
+@autocast_op("float32_cuda")
+def erfinv(input):
+    """The inverse of erf on [-1, 1]: +-inf at +-1, NaN outside."""
+    return _math(input, _ERFINV)
+
+
+def lgamma(input):
+    """log |Gamma(x)|: inf at 0 and the negative integers."""
+    return _math(input, _LGAMMA)
+
+
+def digamma(input):
+    """d/dx log Gamma(x): -inf at 0 (inf at -0), NaN at the negative integers, as
+    PyTorch; its gradient is polygamma(1, x), recorded, so derivatives of any
+    order exist."""
+    return _math(input, _DIGAMMA)
+
+
+def polygamma(n, input):
+    """The n-th derivative of digamma (n = 0: digamma itself), by the Hurwitz
+    zeta function; its gradient is polygamma(n + 1, x), recorded. For n >= 1 it
+    is infinite at 0 and at the negative integers (PyTorch's trigamma gives a
+    huge finite number there instead, from sin(pi x) rounding off 0); at +-inf
+    it gives PyTorch's values."""
+    if not isinstance(n, numbers.Integral) or isinstance(n, bool) or n < 0:
+        raise ValueError(f"polygamma: n must be a non-negative int, got {n!r}")
+    return digamma(input) if n == 0 else _math(input, _POLYGAMMA, int(n))
+
+
+def mvlgamma(input, p):
+    """The log of the multivariate gamma function of dimension p:
+    p (p - 1) / 4 log(pi) + sum_i<p lgamma(x - i / 2). Every element must
+    exceed (p - 1) / 2, as PyTorch checks."""
+    if not isinstance(p, numbers.Integral) or p < 1:
+        raise ValueError(f"mvlgamma: p must be a positive int, got {p!r}")
+    x = _as_float(input)
+    if x.numel() and not bool(all_(x.detach() > (p - 1) / 2)):
+        raise ValueError(f"mvlgamma: all elements must be greater than (p-1)/2 = {(p - 1) / 2}")
+    terms = stack([lgamma(sub(x, i / 2)) for i in range(p)])
+    return add(sum(terms, 0), p * (p - 1) / 4 * math.log(math.pi))
+
+
+def i0(input):
+    """The modified Bessel function of the first kind of order 0; its gradient
+    is i1. NaN at +-inf, as PyTorch's."""
+    return _math(input, _I0)
+
+
+def i0e(input):
+    """i0(x) * exp(-|x|), finite where i0 overflows."""
+    return _math(input, _I0E)
+
+
+def i1(input):
+    """The modified Bessel function of the first kind of order 1 (NaN at +-inf, as PyTorch's)."""
+    return _math(input, _I1)
+
+
+def i1e(input):
+    """i1(x) * exp(-|x|)."""
+    return _math(input, _I1E)
+
+
+def erfcx(input):
+    """exp(x^2) * erfc(x), finite and accurate where erfc underflows."""
+    return _math(input, _ERFCX)
+
+
+def ndtri(input):
+    """The standard normal quantile: the x with ndtr(x) = p (-inf at 0, inf at 1,
+    NaN outside [0, 1]), accurate in both tails."""
+    return _math(input, _NDTRI)
 
 
 def sign(input):

@@ -961,18 +961,58 @@ class Tensor:
 
     def hardshrink(self, lambd=0.5): return _pw.hardshrink(self, lambd)
     def log2(self): return _ag.log2(self)
+    def log2_(self): return _ag.inplace_apply(self, _ag.log2, "log2_")
     def log10(self): return _ag.log10(self)
+    def log10_(self): return _ag.inplace_apply(self, _ag.log10, "log10_")
     def exp2(self): return _ag.exp2(self)
+    def exp2_(self): return _ag.inplace_apply(self, _ag.exp2, "exp2_")
     def sinh(self): return _ag.sinh(self)
+    def sinh_(self): return _ag.inplace_apply(self, _ag.sinh, "sinh_")
     def cosh(self): return _ag.cosh(self)
-    def asinh(self): return _ag.asinh(self)
+    def cosh_(self): return _ag.inplace_apply(self, _ag.cosh, "cosh_")
+    def tan(self): return _ag.tan(self)
+    def tan_(self): return _ag.inplace_apply(self, _ag.tan, "tan_")
+    def asin(self): return _ag.asin(self)
+    def asin_(self): return _ag.inplace_apply(self, _ag.asin, "asin_")
+    def acos(self): return _ag.acos(self)
+    def acos_(self): return _ag.inplace_apply(self, _ag.acos, "acos_")
     def atan(self): return _ag.atan(self)
+    def atan_(self): return _ag.inplace_apply(self, _ag.atan, "atan_")
+    def asinh(self): return _ag.asinh(self)
+    def asinh_(self): return _ag.inplace_apply(self, _ag.asinh, "asinh_")
+    def acosh(self): return _ag.acosh(self)
+    def acosh_(self): return _ag.inplace_apply(self, _ag.acosh, "acosh_")
+    def atanh(self): return _ag.atanh(self)
+    def atanh_(self): return _ag.inplace_apply(self, _ag.atanh, "atanh_")
+    arcsin, arcsin_, arccos, arccos_, arctan, arctan_ = asin, asin_, acos, acos_, atan, atan_
+    arcsinh, arcsinh_, arccosh, arccosh_, arctanh, arctanh_ = asinh, asinh_, acosh, acosh_, atanh, atanh_
+    def erfc(self): return _ag.erfc(self)
+    def erfc_(self): return _ag.inplace_apply(self, _ag.erfc, "erfc_")
+    def erfinv(self): return _ag.erfinv(self)
+    def erfinv_(self): return _ag.inplace_apply(self, _ag.erfinv, "erfinv_")
+    def lgamma(self): return _ag.lgamma(self)
+    def lgamma_(self): return _ag.inplace_apply(self, _ag.lgamma, "lgamma_")
+    def digamma(self): return _ag.digamma(self)
+    def digamma_(self): return _ag.inplace_apply(self, _ag.digamma, "digamma_")
+    def polygamma(self, n): return _ag.polygamma(n, self)
+    def polygamma_(self, n): return _ag.inplace_apply(self, lambda t: _ag.polygamma(n, t), "polygamma_")
+    def mvlgamma(self, p): return _ag.mvlgamma(self, p)
+    def mvlgamma_(self, p): return _ag.inplace_apply(self, lambda t: _ag.mvlgamma(t, p), "mvlgamma_")
+    def i0(self): return _ag.i0(self)
+    def i0_(self): return _ag.inplace_apply(self, _ag.i0, "i0_")
     def atan2(self, other): return _pw.atan2(self, other)
+    def atan2_(self, other): return _ag.inplace_apply(self, lambda t: _pw.atan2(t, other), "atan2_", (other,))
+    arctan2, arctan2_ = atan2, atan2_
     def hypot(self, other): return _pw.hypot(self, other)
+    def hypot_(self, other): return _ag.inplace_apply(self, lambda t: _pw.hypot(t, other), "hypot_", (other,))
     def xlogy(self, other): return _pw.xlogy(self, other)
+    def xlogy_(self, other): return _ag.inplace_apply(self, lambda t: _pw.xlogy(t, other), "xlogy_", (other,))
     def logit(self, eps=None): return _pw.logit(self, eps)
+    def logit_(self, eps=None): return _ag.inplace_apply(self, lambda t: _pw.logit(t, eps), "logit_")
     def sgn(self): return _pw.sgn(self)
+    def sgn_(self): return _ag.inplace_apply(self, _pw.sgn, "sgn_")
     def frac(self): return _pw.frac(self)
+    def frac_(self): return _ag.inplace_apply(self, _pw.frac, "frac_")
     def bitwise_not(self): return _pw.bitwise_not(self)
     def div(self, other, *, rounding_mode=None): return _pw.div(self, other, rounding_mode=rounding_mode)
     def true_divide(self, other): return _ag.div(self, other)
@@ -1724,7 +1764,7 @@ def _method_form(name):
 
 
 def _comparison_form(name):
-    """The function ``name(input, other)``: input's comparison of that name."""
+    """The function ``name(input, other)``: input's comparison (or other binary method) of that name."""
     return _named(lambda input, other: _method_of(input, name)(other), name)
 
 
@@ -1732,6 +1772,13 @@ eq, ne, gt, ge, lt, le = map(_comparison_form, ("eq", "ne", "gt", "ge", "lt", "l
 (narrow, t, detach, movedim, moveaxis, swapaxes, swapdims, softmax, log_softmax, is_floating_point) = map(
     _method_form, ("narrow", "t", "detach", "movedim", "moveaxis", "swapaxes", "swapdims", "softmax", "log_softmax",
                    "is_floating_point"))
+# PyTorch's module-level in-place functions: ``ddpc.tan_(x)`` is ``x.tan_()``.
+_INPLACE_FUNCTIONS = ("tan_", "asin_", "acos_", "atan_", "acosh_", "atanh_", "asinh_", "sinh_", "cosh_", "arcsin_",
+                      "arccos_", "arctan_", "arcsinh_", "arccosh_", "arctanh_", "erfc_", "i0_", "exp2_", "log2_",
+                      "log10_", "frac_", "logit_")
+(tan_, asin_, acos_, atan_, acosh_, atanh_, asinh_, sinh_, cosh_, arcsin_, arccos_, arctan_, arcsinh_, arccosh_,
+ arctanh_, erfc_, i0_, exp2_, log2_, log10_, frac_, logit_) = map(_method_form, _INPLACE_FUNCTIONS)
+xlogy_ = _comparison_form("xlogy_")
 
 
 def is_tensor(obj):
