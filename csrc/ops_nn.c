@@ -7,6 +7,7 @@
 #include "ops_nn.h"
 #include "parallel.h"
 
+#include <limits.h>
 #include <tgmath.h>
 
 #include "fastmath.h"
@@ -55,8 +56,16 @@ static ddpc_status check_like_(const ddpc_buffer *ref, const ddpc_buffer *b, int
 #define RELU6_T(T, v) ((v) < 0 ? (T)0 : ((v) > 6 ? (T)6 : (v)))
 #define SOFTPLUS_T(T, z) (((z) > 0 ? (z) : (T)0) + log1p(EXP_T(T, -fabs(z))))
 
-ddpc_status ddpc_op_unary(ddpc_unary_op op, ddpc_buffer *out, const ddpc_buffer *x, double p, double q) {
+/* POLYGAMMA's order p is a whole number from 1 up that fits an int (past 170 the result is infinite anyway). */
+static ddpc_status check_unary_(ddpc_unary_op op, double p) {
     if ((unsigned)op >= DDPC_NUNARY) return DDPC_ERROR(DDPC_ERR_ARG, "unknown unary op %d", (int)op);
+    if (op == DDPC_POLYGAMMA && !(p >= 1 && p < INT_MAX && p == floor(p)))
+        return DDPC_ERROR(DDPC_ERR_ARG, "polygamma: the order must be a whole number >= 1, got %g", p);
+    return DDPC_OK;
+}
+
+ddpc_status ddpc_op_unary(ddpc_unary_op op, ddpc_buffer *out, const ddpc_buffer *x, double p, double q) {
+    CHECK(check_unary_(op, p));
     CHECK(check_out_(out, "unary op"));
     CHECK(check_like_(out, x, out->numel, "unary op", "the input"));
     int64_t n = out->numel;
@@ -156,7 +165,7 @@ ddpc_status ddpc_op_unary(ddpc_unary_op op, ddpc_buffer *out, const ddpc_buffer 
 
 ddpc_status ddpc_op_unary_backward(ddpc_unary_op op, ddpc_buffer *gx, const ddpc_buffer *gy, const ddpc_buffer *saved,
                                    double p, double q) {
-    if ((unsigned)op >= DDPC_NUNARY) return DDPC_ERROR(DDPC_ERR_ARG, "unknown unary op %d", (int)op);
+    CHECK(check_unary_(op, p));
     CHECK(check_out_(gx, "unary backward"));
     CHECK(check_like_(gx, gy, gx->numel, "unary backward", "the output gradient"));
     CHECK(check_like_(gx, saved, gx->numel, "unary backward", "the saved tensor"));

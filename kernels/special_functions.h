@@ -167,8 +167,8 @@ static inline DDPC_HD double ddpc_polygamma(int n, double x) {
             return DDPC_SF_PI * DDPC_SF_PI / ddpc_sin_pi_squared_(x) - ddpc_hurwitz_zeta_(2, 1 - x);
         }
     }
-    double factorial = 1;
-    for (int i = 2; i <= n; i++) factorial *= i;
+    double factorial = 1; /* inf from n = 171 on: the loop stops there */
+    for (int i = 2; i <= n && factorial < INFINITY; i++) factorial *= i;
     return (n % 2 ? factorial : -factorial) * ddpc_hurwitz_zeta_(n + 1, x);
 }
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import ddpc
+from ddpc import autograd as ag
 from ddpc import special
 from numeric import numeric_grad
 from test_double_backward import check_hvp
@@ -99,6 +100,12 @@ def test_polygamma_closed_forms():
         np.testing.assert_allclose(lhs, rhs, rtol=1e-12, err_msg=f"n = {n}")
     with pytest.raises(ValueError):
         ddpc.polygamma(-1, one)
+    # past n = 170, n! and so the result overflow (at once, not after counting to n)
+    big = ddpc.polygamma(2 ** 30, ddpc.tensor([0.5, 0.25], dtype=ddpc.float64)).numpy()
+    np.testing.assert_array_equal(big, [-math.inf, -math.inf])
+    out = ddpc.empty(2)
+    with pytest.raises(ValueError, match="polygamma"):  # the C op checks the order itself
+        ddpc._C.unary(ag._POLYGAMMA, out._buf, ddpc.tensor([1.0, 2.0])._buf, 0.5, 0.0)
 
 
 def test_error_function_inverses():
