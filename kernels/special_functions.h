@@ -9,6 +9,7 @@
 #define DDPC_SPECIAL_FUNCTIONS_H
 
 #include <math.h>
+#include <stdint.h>
 
 #include "kernels.h"
 
@@ -63,10 +64,12 @@ static inline DDPC_HD double ddpc_inverse_erf_(double a, double c) {
     double l = log(c) + log1p(a); /* log(1 - a^2) = log(c (1 + a)) */
     double h = b + l / 2;
     double t = sqrt(sqrt(h * h - l / w) - h);
+    double log_c = log(c);
     for (int i = 0; i < 4; i++) {
         double step = a <= 0.5 ? (erf(t) - a) / (DDPC_SF_TWO_OVER_SQRT_PI * exp(-t * t))
-                               : (exp(log(c) + t * t) - ddpc_erfcx(t)) / DDPC_SF_TWO_OVER_SQRT_PI;
+                               : (exp(log_c + t * t) - ddpc_erfcx(t)) / DDPC_SF_TWO_OVER_SQRT_PI;
         t -= step / (1 + t * step);
+        if (fabs(step) < 1e-9 * t) break; /* the next step would be below 1e-24 t */
     }
     return t;
 }
@@ -118,6 +121,16 @@ static inline DDPC_HD double ddpc_digamma(double x) {
     return shift + log(x) - 0.5 / x - series;
 }
 
+/* q^-s for a whole number s >= 1 by repeated squaring: a few products
+ * instead of pow's logarithm and exponential, within a few ulp for the s of
+ * polygamma's orders (0 where q^s overflows, inf where it underflows, as pow). */
+static inline DDPC_HD double ddpc_inverse_power_(double q, double s) {
+    double power = 1, base = q;
+    for (uint64_t e = (uint64_t)s; e; e >>= 1, base *= base)
+        if (e & 1) power *= base;
+    return 1 / power;
+}
+
 /* The Hurwitz zeta function zeta(s, q) = sum_k>=0 (q + k)^-s for an integer
  * s >= 2 and q not 0 or a negative integer (there it is infinite). The first
  * terms are summed until q + k >= 10 and k >= 10; the rest by the
@@ -135,9 +148,9 @@ static inline DDPC_HD double ddpc_hurwitz_zeta_(double s, double q) {
     if (q <= 0 && q == floor(q)) return INFINITY;
     double sum = 0;
     int k = 0;
-    for (; k < 10 || q < 10; k++, q += 1) sum += pow(q, -s);
+    for (; k < 10 || q < 10; k++, q += 1) sum += ddpc_inverse_power_(q, s);
     /* q is now N, the first term the formula takes over */
-    double term = pow(q, -s); /* N^-s, then times s (s+1) ... / N^(2j-1) */
+    double term = ddpc_inverse_power_(q, s); /* N^-s, then times s (s+1) ... / N^(2j-1) */
     sum += q * term / (s - 1) + term / 2;
     double rising = s, inv_q2 = 1 / (q * q);
     term /= q;
