@@ -231,6 +231,11 @@ def test_sample_is_outside_the_graph_and_rsample_inside():
 
 # Entropy and KL against integration and Monte Carlo.
 
+COV = np.array([[2.0, 0.6, -0.3], [0.6, 1.0, 0.2], [-0.3, 0.2, 0.5]])
+COV2 = np.array([[1.0, -0.4, 0.1], [-0.4, 1.5, 0.3], [0.1, 0.3, 0.8]])
+COV_FACTOR = np.array([[1.0, 0.2], [-0.5, 0.7], [0.3, -1.1]])
+COV_DIAG = np.array([0.4, 0.9, 0.2])
+
 @pytest.mark.parametrize("make, lo, hi", [
     (lambda: D.Normal(0.3, 1.7), -20, 20), (lambda: D.Laplace(0.3, 1.7), -60, 60),
     (lambda: D.Gumbel(0.3, 1.7), -15, 80), (lambda: D.Exponential(0.6), 0, 80),
@@ -253,6 +258,8 @@ def test_entropy_by_numerical_integration(make, lo, hi):
     lambda: D.Bernoulli(t64(0.3)), lambda: D.Categorical(t64([0.1, 0.6, 0.3])),
     lambda: D.OneHotCategorical(t64([0.1, 0.6, 0.3])),
     lambda: D.Independent(D.Laplace(t64([0.0, 1.0]), t64([1.0, 2.0])), 1),
+    lambda: D.MultivariateNormal(t64([0.3, -1.0, 2.0]), t64(COV)),
+    lambda: D.LowRankMultivariateNormal(t64([0.3, -1.0, 2.0]), t64(COV_FACTOR), t64(COV_DIAG)),
 ])
 def test_entropy_by_monte_carlo(make):
     d = make()
@@ -284,6 +291,14 @@ def test_entropy_by_monte_carlo(make):
     (lambda: D.Categorical(t64([0.1, 0.6, 0.3])), lambda: D.Categorical(t64([0.4, 0.4, 0.2]))),
     (lambda: D.Independent(D.Normal(t64([0.3, 1.0]), t64([1.2, 0.5])), 1),
      lambda: D.Independent(D.Normal(t64([0.0, 0.0]), t64([1.0, 1.0])), 1)),
+    (lambda: D.MultivariateNormal(t64([0.3, -1.0, 2.0]), t64(COV)),
+     lambda: D.MultivariateNormal(t64([0.0, 0.5, 1.0]), scale_tril=t64(np.linalg.cholesky(COV2)))),
+    (lambda: D.LowRankMultivariateNormal(t64([0.3, -1.0, 2.0]), t64(COV_FACTOR), t64(COV_DIAG)),
+     lambda: D.LowRankMultivariateNormal(t64([0.0, 0.5, 1.0]), t64(COV_FACTOR[:, :1]), t64(COV_DIAG[::-1]))),
+    (lambda: D.MultivariateNormal(t64([0.3, -1.0, 2.0]), t64(COV)),
+     lambda: D.LowRankMultivariateNormal(t64([0.0, 0.5, 1.0]), t64(COV_FACTOR), t64(COV_DIAG))),
+    (lambda: D.LowRankMultivariateNormal(t64([0.3, -1.0, 2.0]), t64(COV_FACTOR), t64(COV_DIAG)),
+     lambda: D.MultivariateNormal(t64([0.0, 0.5, 1.0]), precision_matrix=t64(COV2))),
 ])
 def test_kl_by_monte_carlo(p, q):
     p, q = p(), q()
@@ -616,6 +631,9 @@ GPU_CASES = [
     lambda P: D.RelaxedBernoulli(0.7, logits=P[0]),
     lambda P: D.MixtureSameFamily(D.Categorical(logits=P[0]), D.Normal(P[0], P[1])),
     lambda P: D.TransformedDistribution(D.Normal(P[0], P[1]), [T.TanhTransform(), T.AffineTransform(0.5, 2.0)]),
+    lambda P: D.MultivariateNormal(P[0], P[0].unsqueeze(-1) * P[0].unsqueeze(-2)
+                                   + ddpc.eye(4, dtype=P[0].dtype, device=P[0].device)),
+    lambda P: D.LowRankMultivariateNormal(P[0], P[1].unsqueeze(-1), P[1]),
 ]
 
 
@@ -642,6 +660,104 @@ def test_sampling_and_log_prob_on_a_gpu_match_the_host(make):
     gpu = _on("cuda", make, arrays, 11)
     for h, g in zip([host[0], host[1]] + host[2], [gpu[0], gpu[1]] + gpu[2]):
         np.testing.assert_allclose(g, h, rtol=1e-9, atol=1e-12)
+
+
+# Multivariate normals.
+
+def _mvn_log_density(x, loc, cov):
+    diff = x - loc
+    maha = np.einsum("...i,ij,...j->...", diff, np.linalg.inv(cov), diff)
+    return -0.5 * (maha + np.linalg.slogdet(cov)[1] + loc.shape[-1] * math.log(2 * math.pi))
+
+
+MVN_FORMS = [
+    lambda loc: D.MultivariateNormal(t64(loc), covariance_matrix=t64(COV)),
+    lambda loc: D.MultivariateNormal(t64(loc), precision_matrix=t64(np.linalg.inv(COV))),
+    lambda loc: D.MultivariateNormal(t64(loc), scale_tril=t64(np.linalg.cholesky(COV))),
+]
+
+
+@pytest.mark.parametrize("make", MVN_FORMS)
+def test_multivariate_normal_forms_agree_with_the_density_and_the_matrices(make):
+    loc = np.array([0.3, -1.0, 2.0])
+    d = make(loc)
+    x = np.random.default_rng(7).normal(size=(4, 3))
+    np.testing.assert_allclose(arr(d.log_prob(t64(x))), _mvn_log_density(x, loc, COV), rtol=1e-10)
+    np.testing.assert_allclose(arr(d.covariance_matrix), COV, rtol=1e-10, atol=1e-14)
+    np.testing.assert_allclose(arr(d.precision_matrix), np.linalg.inv(COV), rtol=1e-10, atol=1e-14)
+    np.testing.assert_allclose(arr(d.scale_tril), np.linalg.cholesky(COV), rtol=1e-10, atol=1e-14)
+    np.testing.assert_allclose(arr(d.variance), np.diag(COV), rtol=1e-10)
+    want_entropy = 0.5 * (3 * (1 + math.log(2 * math.pi)) + np.linalg.slogdet(COV)[1])
+    assert float(d.entropy()) == pytest.approx(want_entropy, rel=1e-12)
+    draws = arr(d.sample((N,)))
+    assert_mean_within(draws, loc, "MultivariateNormal mean")
+    np.testing.assert_allclose(np.cov(draws.T), COV, atol=0.05)
+
+
+def test_lowrank_multivariate_normal_against_the_full_covariance():
+    loc = np.array([0.3, -1.0, 2.0])
+    cov = COV_FACTOR @ COV_FACTOR.T + np.diag(COV_DIAG)
+    d = D.LowRankMultivariateNormal(t64(loc), t64(COV_FACTOR), t64(COV_DIAG))
+    x = np.random.default_rng(8).normal(size=(4, 3))
+    np.testing.assert_allclose(arr(d.log_prob(t64(x))), _mvn_log_density(x, loc, cov), rtol=1e-10)
+    np.testing.assert_allclose(arr(d.covariance_matrix), cov, rtol=1e-12)
+    np.testing.assert_allclose(arr(d.precision_matrix), np.linalg.inv(cov), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(arr(d.scale_tril), np.linalg.cholesky(cov), rtol=1e-10, atol=1e-14)
+    np.testing.assert_allclose(arr(d.variance), np.diag(cov), rtol=1e-12)
+    full = D.MultivariateNormal(t64(loc), t64(cov))
+    assert float(d.entropy()) == pytest.approx(float(full.entropy()), rel=1e-12)
+    assert float(D.kl_divergence(d, full)) == pytest.approx(0.0, abs=1e-12)
+    draws = arr(d.sample((N,)))
+    assert_mean_within(draws, loc, "LowRankMultivariateNormal mean")
+    np.testing.assert_allclose(np.cov(draws.T), cov, atol=0.05)
+
+
+def test_multivariate_normal_rsample_gradient_of_the_second_moment():
+    # E[sum(x**2)] = |loc|^2 + trace(L L^T): its gradients are 2 loc and 2 L.
+    loc, tril = t64([0.3, -1.0], True), t64(np.linalg.cholesky(COV[:2, :2]), True)
+    (D.MultivariateNormal(loc, scale_tril=tril).rsample((N,)).pow(2).sum() / N).backward()
+    np.testing.assert_allclose(arr(loc.grad), 2 * arr(loc), atol=0.05)
+    np.testing.assert_allclose(np.tril(arr(tril.grad)), 2 * arr(tril), atol=0.06)
+
+
+def test_multivariate_normals_broadcast_batches_and_expand():
+    locs = t64(np.random.default_rng(9).normal(size=(4, 1, 3)))
+    covs = t64(np.stack([COV, COV2]))
+    d = D.MultivariateNormal(locs, covs)
+    assert d.batch_shape == (4, 2) and d.event_shape == (3,) and d.covariance_matrix.shape == (4, 2, 3, 3)
+    x = np.random.default_rng(10).normal(size=(5, 4, 2, 3))
+    want = np.stack([_mvn_log_density(x[:, :, j], arr(locs)[:, 0], c) for j, c in enumerate((COV, COV2))], -1)
+    np.testing.assert_allclose(arr(d.log_prob(t64(x))), want, rtol=1e-10)
+    assert d.sample((6,)).shape == (6, 4, 2, 3) and d.entropy().shape == (4, 2)
+    e = D.MultivariateNormal(t64([0.0, 1.0, 2.0]), scale_tril=t64(np.linalg.cholesky(COV))).expand((5,))
+    assert e.batch_shape == (5,) and e.scale_tril.shape == (5, 3, 3) and e.log_prob(t64(x[0, :, :1])).shape == (4, 5)
+    lr = D.LowRankMultivariateNormal(locs, t64(COV_FACTOR), t64(np.stack([COV_DIAG, COV_DIAG[::-1]])))
+    assert lr.batch_shape == (4, 2) and lr.cov_factor.shape == (4, 2, 3, 2) and lr.rsample((6,)).shape == (6, 4, 2, 3)
+    assert lr.expand((3, 4, 2)).log_prob(t64(x[0])).shape == (3, 4, 2)
+
+
+def test_multivariate_normal_arguments_are_checked():
+    loc = t64([0.0, 0.0, 0.0])
+    with pytest.raises(ValueError, match="Exactly one"):
+        D.MultivariateNormal(loc, covariance_matrix=t64(COV), scale_tril=t64(COV))
+    with pytest.raises(ValueError, match="Exactly one"):
+        D.MultivariateNormal(loc)
+    with pytest.raises(ValueError, match="at least one-dimensional"):
+        D.MultivariateNormal(t64(0.0), t64(COV))
+    with pytest.raises(ValueError, match="covariance_matrix.*PositiveDefinite"):
+        D.MultivariateNormal(loc, t64(-COV))
+    with pytest.raises(ValueError, match="scale_tril.*LowerCholesky"):
+        D.MultivariateNormal(loc, scale_tril=t64(COV))
+    with pytest.raises(ValueError, match="cov_diag"):
+        D.LowRankMultivariateNormal(loc, t64(COV_FACTOR), t64(-COV_DIAG))
+    with pytest.raises(ValueError, match="cov_factor must be a batch of matrices"):
+        D.LowRankMultivariateNormal(loc, t64(COV_FACTOR.T), t64(COV_DIAG))
+    with pytest.raises(ValueError, match="event shapes"):
+        D.kl_divergence(D.MultivariateNormal(loc, t64(COV)), D.MultivariateNormal(loc[:2], t64(COV[:2, :2])))
+    assert repr(constraints.positive_definite) == "PositiveDefinite()"
+    assert arr(constraints.lower_cholesky.check(t64(np.stack([np.linalg.cholesky(COV), COV])))).tolist() == [1, 0]
+    assert arr(constraints.positive_semidefinite.check(t64(np.stack([COV, -COV, np.zeros((3, 3))])))).tolist() == \
+        [1, 0, 1]
 
 
 def test_straight_through_rsample_is_one_hot_with_the_gradient_of_the_probabilities():

@@ -254,7 +254,58 @@ def _transforms(np, torch, ddpc):
         assert repr(dt.codomain) == repr(tt.codomain), f"{name}: {dt.codomain!r} vs {tt.codomain!r}"
 
 
-GROUPS = {"families": _families, "kl": _kl, "transforms": _transforms}
+def _multivariate(np, torch, ddpc):
+    """The multivariate normals in their three forms and the low-rank one:
+    densities, entropies, moments and matrices, expand, and the KL divergences
+    between every pair, with gradients (the scale_tril leaf's only on its
+    lower triangle, the part the distribution reads)."""
+    import torch.distributions as TD
+
+    import ddpc.distributions as DD
+
+    rng = np.random.default_rng(6)
+    A, B = rng.normal(size=(2, 3, 3)), rng.normal(size=(3, 3))
+    arrays = {"loc": rng.normal(size=(2, 3)), "cov": A @ A.transpose(0, 2, 1) + 3 * np.eye(3),
+              "loc1": rng.normal(size=3), "tril": np.linalg.cholesky(B @ B.T + np.eye(3)),
+              "factor": rng.normal(size=(2, 3, 2)), "diag": rng.uniform(0.5, 2.0, (2, 3))}
+    x = rng.normal(size=(5, 2, 3))
+    forms = {
+        "covariance_matrix": lambda M, P: M.MultivariateNormal(P["loc"], covariance_matrix=P["cov"]),
+        "precision_matrix": lambda M, P: M.MultivariateNormal(P["loc"], precision_matrix=P["cov"]),
+        "scale_tril": lambda M, P: M.MultivariateNormal(P["loc1"], scale_tril=P["tril"]),
+        "low rank": lambda M, P: M.LowRankMultivariateNormal(P["loc"], P["factor"], P["diag"]),
+        "low rank unbatched": lambda M, P: M.LowRankMultivariateNormal(P["loc1"], P["factor"][0], P["diag"][0]),
+    }
+    tp, dp = _both(torch, ddpc, arrays)
+    leaves = [(tp[k], dp[k]) for k in arrays]
+
+    def compare(got, want, what):
+        _compare(np, torch, got, want, what, leaves)
+
+    for name, make in forms.items():
+        td, dd = make(TD, tp), make(DD, dp)
+        assert tuple(dd.batch_shape) == tuple(td.batch_shape) and dd.has_rsample == td.has_rsample, name
+        compare(dd.log_prob(ddpc.tensor(x)), td.log_prob(torch.tensor(x)), f"{name} log_prob")
+        compare(dd.entropy(), td.entropy(), f"{name} entropy")
+        for prop in PROPERTIES + ("covariance_matrix", "scale_tril"):
+            compare(getattr(dd, prop), getattr(td, prop), f"{name} {prop}")
+        np.testing.assert_allclose(dd.precision_matrix.detach().numpy(), td.precision_matrix.detach().numpy(),
+                                   rtol=1e-9, atol=1e-12, err_msg=f"{name} precision_matrix")
+        leaf = {"scale_tril": "tril", "low rank": "diag", "low rank unbatched": "diag"}.get(name, "cov")
+        (dg,) = ddpc.autograd.grad(dd.precision_matrix.sum(), [dp[leaf]], retain_graph=True)
+        (tg,) = torch.autograd.grad(td.precision_matrix.sum(), [tp[leaf]], retain_graph=True)
+        lower = np.tril if leaf == "tril" else np.asarray
+        np.testing.assert_allclose(lower(dg.numpy()), lower(tg.numpy()), rtol=1e-7, atol=1e-10,
+                                   err_msg=f"{name} precision_matrix gradient")
+        compare(dd.expand((4, 2)).log_prob(ddpc.tensor(x[:4])), td.expand((4, 2)).log_prob(torch.tensor(x[:4])),
+                f"{name} expand")
+    for p_name, make_p in forms.items():
+        for q_name, make_q in forms.items():
+            compare(DD.kl_divergence(make_p(DD, dp), make_q(DD, dp)),
+                    TD.kl_divergence(make_p(TD, tp), make_q(TD, tp)), f"KL({p_name} || {q_name})")
+
+
+GROUPS = {"families": _families, "kl": _kl, "multivariate": _multivariate, "transforms": _transforms}
 
 
 test_matches_pytorch = torch_group_test(__file__, GROUPS)

@@ -12,7 +12,8 @@ PyTorch draws for the same seed.
 
 Families provided: Bernoulli, Categorical, Cauchy, ContinuousBernoulli,
 Exponential, Geometric, Gumbel, HalfCauchy, HalfNormal, Independent, Laplace,
-LogisticNormal, LogNormal, MixtureSameFamily, Normal, OneHotCategorical,
+LogisticNormal, LogNormal, LowRankMultivariateNormal, MixtureSameFamily,
+MultivariateNormal, Normal, OneHotCategorical,
 OneHotCategoricalStraightThrough, RelaxedBernoulli (over
 relaxed_bernoulli.LogitRelaxedBernoulli), RelaxedOneHotCategorical (over
 relaxed_categorical.ExpRelaxedCategorical), TransformedDistribution, Uniform.
@@ -22,10 +23,8 @@ Not provided yet, for want of functions ddpc does not have yet:
 - lgamma and digamma: Beta, Binomial, Chi2, Dirichlet, FisherSnedecor, Gamma,
   InverseGamma, Kumaraswamy, Multinomial, NegativeBinomial, Poisson, StudentT,
   Weibull, and the KL divergence between two Gumbels;
-- a Cholesky factorization: MultivariateNormal, LowRankMultivariateNormal,
-  LKJCholesky, Wishart and CorrCholeskyTransform;
 - Bessel functions: VonMises.
-Pareto is not provided either.
+Pareto, LKJCholesky, Wishart and CorrCholeskyTransform are not provided either.
 """
 
 from . import constraints, transforms
@@ -45,7 +44,9 @@ from .kl import kl_divergence, register_kl
 from .laplace import Laplace
 from .log_normal import LogNormal
 from .logistic_normal import LogisticNormal
+from .lowrank_multivariate_normal import LowRankMultivariateNormal
 from .mixture_same_family import MixtureSameFamily
+from .multivariate_normal import MultivariateNormal
 from .normal import Normal
 from .one_hot_categorical import OneHotCategorical, OneHotCategoricalStraightThrough
 from .relaxed_bernoulli import RelaxedBernoulli
@@ -57,9 +58,10 @@ from .transforms import (AbsTransform, AffineTransform, ComposeTransform, ExpTra
 from .uniform import Uniform
 
 __all__ = ["AbsTransform", "AffineTransform", "Bernoulli", "Categorical", "Cauchy", "ComposeTransform",
-           "ContinuousBernoulli", "Distribution", "ExponentialFamily", "Exponential", "ExpTransform", "Geometric",
-           "Gumbel", "HalfCauchy", "HalfNormal", "Independent", "IndependentTransform", "Laplace", "LogNormal",
-           "LogisticNormal", "MixtureSameFamily", "Normal", "OneHotCategorical", "OneHotCategoricalStraightThrough",
-           "PowerTransform", "RelaxedBernoulli", "RelaxedOneHotCategorical", "SigmoidTransform", "SoftmaxTransform",
-           "StickBreakingTransform", "TanhTransform", "Transform", "TransformedDistribution", "Uniform", "constraints",
-           "identity_transform", "kl_divergence", "register_kl", "transforms"]
+           "ContinuousBernoulli", "Distribution", "Exponential", "ExponentialFamily", "ExpTransform", "Geometric",
+           "Gumbel", "HalfCauchy", "HalfNormal", "Independent", "IndependentTransform", "Laplace", "LogisticNormal",
+           "LogNormal", "LowRankMultivariateNormal", "MixtureSameFamily", "MultivariateNormal", "Normal",
+           "OneHotCategorical", "OneHotCategoricalStraightThrough", "PowerTransform", "RelaxedBernoulli",
+           "RelaxedOneHotCategorical", "SigmoidTransform", "SoftmaxTransform", "StickBreakingTransform",
+           "TanhTransform", "Transform", "TransformedDistribution", "Uniform", "constraints", "identity_transform",
+           "kl_divergence", "register_kl", "transforms"]

@@ -3,11 +3,15 @@ torch.distributions.constraints. ``check(value)`` gives a uint8 tensor (ddpc's
 boolean) over the value's batch dims: 1 where the event is valid."""
 
 from .. import autograd as _ag
+from .. import linalg
+from .._dtype import uint8
+from ..tensor import full
 
 __all__ = ["Constraint", "boolean", "cat", "dependent", "dependent_property", "greater_than", "greater_than_eq",
            "half_open_interval", "independent", "integer_interval", "interval", "is_dependent", "less_than",
-           "MixtureSameFamilyConstraint", "nonnegative", "nonnegative_integer", "one_hot", "positive",
-           "positive_integer", "real", "real_vector", "simplex", "stack", "unit_interval"]
+           "lower_cholesky", "lower_triangular", "MixtureSameFamilyConstraint", "nonnegative", "nonnegative_integer",
+           "one_hot", "positive", "positive_definite", "positive_integer", "positive_semidefinite", "real",
+           "real_vector", "simplex", "square", "stack", "symmetric", "unit_interval"]
 
 
 class Constraint:
@@ -274,6 +278,66 @@ class _Simplex(Constraint):
         return _ag.logical_and(nonnegative, _ag.abs(value.sum(-1) - 1) < 1e-6)
 
 
+class _Square(Constraint):
+    """Square matrices."""
+
+    event_dim = 2
+
+    def check(self, value):
+        return full(value.shape[:-2], float(value.shape[-2] == value.shape[-1]), dtype=uint8, device=value.device)
+
+
+class _Symmetric(_Square):
+    """Symmetric square matrices (entries equal to their transposes' within an
+    absolute 1e-6)."""
+
+    def check(self, value):
+        square_check = super().check(value)
+        if not bool(_ag.all_(square_check)):
+            return square_check
+        return _all_rightmost(_ag.isclose(value, value.mT, atol=1e-6), 2)
+
+
+class _PositiveSemidefinite(_Symmetric):
+    """Symmetric matrices whose eigenvalues are non-negative."""
+
+    def check(self, value):
+        sym_check = super().check(value)
+        if not bool(_ag.all_(sym_check)):
+            return sym_check
+        return _ag.all_(linalg.eigvalsh(value) >= 0, -1)
+
+
+class _PositiveDefinite(_Symmetric):
+    """Symmetric matrices with a Cholesky factorization (positive eigenvalues)."""
+
+    def check(self, value):
+        sym_check = super().check(value)
+        if not bool(_ag.all_(sym_check)):
+            return sym_check
+        return linalg.cholesky_ex(value).info == 0
+
+
+class _LowerTriangular(Constraint):
+    """Square lower-triangular matrices."""
+
+    event_dim = 2
+
+    def check(self, value):
+        return _all_rightmost(_ag.tril(value) == value, 2)
+
+
+class _LowerCholesky(Constraint):
+    """Square lower-triangular matrices with a positive diagonal: Cholesky factors."""
+
+    event_dim = 2
+
+    def check(self, value):
+        lower_triangular = _all_rightmost(_ag.tril(value) == value, 2)
+        positive_diagonal = _ag.all_(value.diagonal(dim1=-2, dim2=-1) > 0, -1)
+        return _ag.logical_and(lower_triangular, positive_diagonal)
+
+
 class _Cat(Constraint):
     """Constraints applied to consecutive pieces of ``dim``, of sizes ``lengths``
     (1 each when None), as torch.cat joins tensors."""
@@ -342,5 +406,11 @@ unit_interval = _Interval(0.0, 1.0)
 interval = _Interval
 half_open_interval = _HalfOpenInterval
 simplex = _Simplex()
+square = _Square()
+symmetric = _Symmetric()
+positive_semidefinite = _PositiveSemidefinite()
+positive_definite = _PositiveDefinite()
+lower_triangular = _LowerTriangular()
+lower_cholesky = _LowerCholesky()
 cat = _Cat
 stack = _Stack

@@ -7,8 +7,9 @@ import warnings
 from functools import total_ordering
 
 from .. import autograd as _ag
+from .. import linalg
 from ..nn.functional import softplus
-from ..tensor import full_like
+from ..tensor import broadcast_shapes, full_like
 from .bernoulli import Bernoulli
 from .categorical import Categorical
 from .distribution import Distribution
@@ -16,11 +17,14 @@ from .cauchy import Cauchy
 from .continuous_bernoulli import ContinuousBernoulli
 from .exp_family import ExponentialFamily
 from .exponential import Exponential
+from .lowrank_multivariate_normal import (LowRankMultivariateNormal, batch_lowrank_logdet, batch_lowrank_mahalanobis,
+                                          diag_embed, woodbury_factor)
 from .geometric import Geometric
 from .gumbel import Gumbel
 from .half_normal import HalfNormal
 from .independent import Independent
 from .laplace import Laplace
+from .multivariate_normal import MultivariateNormal, batch_mahalanobis, half_log_det
 from .normal import Normal
 from .one_hot_categorical import OneHotCategorical
 from .transformed_distribution import TransformedDistribution
@@ -346,3 +350,86 @@ def _kl_uniform_normal(p, q):
     t2 = common_term.pow(2) / 12
     t3 = ((p.high + p.low - 2 * q.loc) / 2).pow(2)
     return t1 + 0.5 * (t2 + t3) / q.scale.pow(2)
+
+
+# The multivariate normals: trace(inv(q's covariance) p's covariance) is
+# expanded so that only triangular solves with q's factors are needed.
+
+def _batch_trace_XXT(bmat):
+    """trace(X X^T) of each matrix X of a batch: the sum of its squared entries."""
+    return bmat.pow(2).sum(-1).sum(-1)
+
+
+def _check_event_shapes(p, q, what):
+    if p.event_shape != q.event_shape:
+        raise ValueError(f"KL-divergence between two {what} with different event shapes cannot be computed")
+
+
+def _lowrank_logdet(d):
+    return batch_lowrank_logdet(d._unbroadcasted_cov_factor, d._unbroadcasted_cov_diag, d._capacitance_tril)
+
+
+def _lowrank_mahalanobis_of_loc_difference(p, q):
+    return batch_lowrank_mahalanobis(q._unbroadcasted_cov_factor, q._unbroadcasted_cov_diag, q.loc - p.loc,
+                                     q._capacitance_tril)
+
+
+def _woodbury_factor(q):
+    return woodbury_factor(q._unbroadcasted_cov_factor, q._unbroadcasted_cov_diag, q._capacitance_tril)
+
+
+@register_kl(LowRankMultivariateNormal, LowRankMultivariateNormal)
+def _kl_lowrankmultivariatenormal_lowrankmultivariatenormal(p, q):
+    _check_event_shapes(p, q, "Low Rank Multivariate Normals")
+    term1 = _lowrank_logdet(q) - _lowrank_logdet(p)
+    term3 = _lowrank_mahalanobis_of_loc_difference(p, q)
+    # inv(qcov) @ pcov = [inv(qD) - A^T A] @ (pD + pW pW^T)
+    A = _woodbury_factor(q)
+    term21 = (p._unbroadcasted_cov_diag / q._unbroadcasted_cov_diag).sum(-1)
+    term22 = _batch_trace_XXT(p._unbroadcasted_cov_factor * _ag.rsqrt(q._unbroadcasted_cov_diag).unsqueeze(-1))
+    term23 = _batch_trace_XXT(A * _ag.sqrt(p._unbroadcasted_cov_diag).unsqueeze(-2))
+    term24 = _batch_trace_XXT(_ag.matmul(A, p._unbroadcasted_cov_factor))
+    return 0.5 * (term1 + term21 + term22 - term23 - term24 + term3 - p.event_shape[0])
+
+
+@register_kl(MultivariateNormal, LowRankMultivariateNormal)
+def _kl_multivariatenormal_lowrankmultivariatenormal(p, q):
+    _check_event_shapes(p, q, "(Low Rank) Multivariate Normals")
+    term1 = _lowrank_logdet(q) - 2 * half_log_det(p._unbroadcasted_scale_tril)
+    term3 = _lowrank_mahalanobis_of_loc_difference(p, q)
+    # inv(qcov) @ pcov = [inv(qD) - A^T A] @ p_tril @ p_tril^T
+    A = _woodbury_factor(q)
+    term21 = _batch_trace_XXT(p._unbroadcasted_scale_tril * _ag.rsqrt(q._unbroadcasted_cov_diag).unsqueeze(-1))
+    term22 = _batch_trace_XXT(_ag.matmul(A, p._unbroadcasted_scale_tril))
+    return 0.5 * (term1 + term21 - term22 + term3 - p.event_shape[0])
+
+
+@register_kl(LowRankMultivariateNormal, MultivariateNormal)
+def _kl_lowrankmultivariatenormal_multivariatenormal(p, q):
+    _check_event_shapes(p, q, "(Low Rank) Multivariate Normals")
+    term1 = 2 * half_log_det(q._unbroadcasted_scale_tril) - _lowrank_logdet(p)
+    term3 = batch_mahalanobis(q._unbroadcasted_scale_tril, q.loc - p.loc)
+    # inv(qcov) @ pcov = inv(q_tril q_tril^T) @ (pW pW^T + pD)
+    batch = broadcast_shapes(tuple(q._unbroadcasted_scale_tril.shape[:-2]),
+                             tuple(p._unbroadcasted_cov_factor.shape[:-2]))
+    n = p.event_shape[0]
+    q_scale_tril = q._unbroadcasted_scale_tril.expand(batch + (n, n))
+    p_cov_factor = p._unbroadcasted_cov_factor.expand(batch + (n, p.cov_factor.shape[-1]))
+    p_cov_diag = diag_embed(_ag.sqrt(p._unbroadcasted_cov_diag)).expand(batch + (n, n))
+    term21 = _batch_trace_XXT(linalg.solve_triangular(q_scale_tril, p_cov_factor, upper=False))
+    term22 = _batch_trace_XXT(linalg.solve_triangular(q_scale_tril, p_cov_diag, upper=False))
+    return 0.5 * (term1 + term21 + term22 + term3 - n)
+
+
+@register_kl(MultivariateNormal, MultivariateNormal)
+def _kl_multivariatenormal_multivariatenormal(p, q):
+    _check_event_shapes(p, q, "Multivariate Normals")
+    half_term1 = half_log_det(q._unbroadcasted_scale_tril) - half_log_det(p._unbroadcasted_scale_tril)
+    batch = broadcast_shapes(tuple(q._unbroadcasted_scale_tril.shape[:-2]),
+                             tuple(p._unbroadcasted_scale_tril.shape[:-2]))
+    n = p.event_shape[0]
+    q_scale_tril = q._unbroadcasted_scale_tril.expand(batch + (n, n))
+    p_scale_tril = p._unbroadcasted_scale_tril.expand(batch + (n, n))
+    term2 = _batch_trace_XXT(linalg.solve_triangular(q_scale_tril, p_scale_tril, upper=False))
+    term3 = batch_mahalanobis(q._unbroadcasted_scale_tril, q.loc - p.loc)
+    return half_term1 + 0.5 * (term2 + term3 - n)
