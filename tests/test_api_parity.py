@@ -552,5 +552,38 @@ def test_multinomial_with_and_without_replacement():
         ddpc.multinomial(w, 3)
     with pytest.raises(ValueError, match="non-negative"):
         ddpc.multinomial(ddpc.tensor([1.0, -1.0]), 1)
+    with pytest.raises(ValueError, match="finite"):
+        ddpc.multinomial(ddpc.tensor([[1.0, 1.0], [math.nan, 1.0]]), 1, replacement=True)
     with pytest.raises(ValueError, match="1-d or 2-d"):
         ddpc.multinomial(ddpc.ones(2, 2, 2), 1)
+    with pytest.raises(ValueError, match="every weight of a row is zero"):
+        ddpc.multinomial(ddpc.tensor([[1.0, 1.0], [0.0, 0.0]]), 1, replacement=True)
+
+
+def test_multinomial_without_replacement_draws_in_order_of_the_remaining_weights():
+    # P(first = i, second = j) = w_i / W * w_j / (W - w_i), for every row at once.
+    ddpc.manual_seed(3)
+    w = np.array([1.0, 2.0, 3.0, 4.0])
+    draws = ddpc.multinomial(ddpc.tensor(np.tile(w, (20_000, 1))), 2).numpy()
+    assert draws.shape == (20_000, 2) and np.all(draws[:, 0] != draws[:, 1])
+    pairs = np.zeros((4, 4))
+    np.add.at(pairs, (draws[:, 0], draws[:, 1]), 1)
+    want = w[:, None] / 10 * w[None, :] / (10 - w[:, None]) * (1 - np.eye(4))
+    assert np.all(np.abs(pairs / 20_000 - want) <= 5 * np.sqrt(want * (1 - want) / 20_000)), pairs / 20_000
+    full = ddpc.multinomial(ddpc.tensor([[0.0, 5.0, 1.0, 2.0]] * 3), 3).numpy()
+    assert all(sorted(row) == [1, 2, 3] for row in full)
+    counts = ddpc.multinomial(ddpc.tensor([[1.0, 3.0], [3.0, 1.0]]), 20_000, replacement=True).numpy()
+    np.testing.assert_allclose((counts == 1).mean(1), [0.75, 0.25], atol=0.02)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("replacement", [True, False])
+def test_multinomial_on_a_gpu_draws_what_the_host_draws(replacement):
+    w = np.random.default_rng(4).uniform(0.0, 2.0, (64, 100))
+    draws = []
+    for device in ("cpu", "cuda"):
+        ddpc.manual_seed(5)
+        out = ddpc.multinomial(ddpc.tensor(w, device=device), 30, replacement)
+        assert out.device.type == device and out.dtype is ddpc.int64
+        draws.append(out.cpu().numpy())
+    np.testing.assert_array_equal(draws[1], draws[0])

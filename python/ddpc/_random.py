@@ -1,19 +1,18 @@
 """PyTorch's in-place random fills and random sampling functions over the
-counter-based generator of _C (uniform, normal and integer draws) and the
-weighted sampler of the data loader (multinomial). The numbers drawn are
-ddpc's own: the same seed gives the same numbers on the host and on any GPU,
-but not PyTorch's numbers.
+counter-based generator of _C (uniform, normal and integer draws). The
+numbers drawn are ddpc's own: the same seed gives the same numbers on the
+host and on any GPU, but not PyTorch's numbers.
 """
 
 import numbers
-
-import numpy as np
+from math import inf
 
 from . import _C
 from . import autograd as _ag
 from ._dtype import bfloat16, float16, float32, float64, uint8
+from ._stats import searchsorted
 from .tensor import (_INT_BOUNDS, _RAND_INT, _RAND_NORMAL, _RAND_UNIFORM, Tensor, _check_no_grad_inplace, _write_back,
-                     default_generator, empty, tensor)
+                     default_generator, empty)
 
 
 def draw_(t, kind, a, b, generator=None):
@@ -150,23 +149,42 @@ def poisson(input, generator=None):
 def multinomial(input, num_samples, replacement=False, *, generator=None):
     """Indices drawn with probability proportional to input's non-negative
     weights (each row of a 2-d input gives a row of the int64 result); without
-    replacement no index repeats. Drawn on the host by the data loader's
-    weighted sampler, one row at a time, as ddpc's randperm is."""
+    replacement no index repeats. All rows are drawn at once on input's device:
+    with replacement by a binary search of uniform draws in each row's
+    cumulative weights; without replacement by an exponential race (each index
+    gets an arrival time E / w with E ~ Exp(1), and the first num_samples to
+    arrive are taken in arrival order), which draws the same distribution as
+    drawing one index at a time and removing it."""
     if not isinstance(input, Tensor) or input.ndim not in (1, 2):
         raise ValueError(f"multinomial: expected a 1-d or 2-d tensor of weights, got "
                          f"{getattr(input, 'shape', type(input).__name__)}")
     if num_samples <= 0:
         raise ValueError(f"multinomial: num_samples must be positive, got {num_samples}")
-    rows = input.detach().to(dtype=float64).cpu().numpy().reshape(-1, input.shape[-1])
-    if not np.all(np.isfinite(rows)) or (rows < 0).any():
-        raise ValueError("multinomial: the weights must be finite and non-negative")
-    gen = generator or default_generator
-    out = np.empty((rows.shape[0], num_samples), dtype=np.int64)
-    for i, w in enumerate(rows):
-        seed, offset = gen.take(num_samples)
-        out[i] = np.asarray(_C.weighted_sampler_indices(w, num_samples, replacement, 1, 0,
-                                                        (seed * 0x9E3779B97F4A7C15 + offset) % 2 ** 64))
-    return tensor(out.reshape(input.shape[:-1] + (num_samples,)), device=input.device)
+    with _ag.no_grad():
+        rows = input.detach().to(dtype=float64).reshape(-1, input.shape[-1])
+        # NaN fails both comparisons, so two reductions check every weight.
+        if not (_ag.amin(rows).item() >= 0 and _ag.amax(rows).item() < inf):
+            raise ValueError("multinomial: the weights must be finite and non-negative")
+        if replacement:
+            cumulative = _ag.cumsum(rows, -1)
+            fewest = 1 if _ag.amin(cumulative[:, -1]).item() > 0 else 0
+        else:
+            fewest = _ag.amin((rows > 0).sum(-1)).item()
+        if fewest == 0:
+            raise ValueError("multinomial: every weight of a row is zero")
+        if not replacement and num_samples > fewest:
+            raise ValueError(f"multinomial: {num_samples} draws without replacement, but a row has only {fewest} "
+                             "weights > 0")
+        u = draw_(empty((rows.shape[0], num_samples if replacement else rows.shape[1]), dtype=float64,
+                        device=rows.device), _RAND_UNIFORM, 0.0, 1.0, generator)
+        if replacement:
+            # right=True skips zero-weight indices; the clamp only guards rounding.
+            index = _ag.clamp(searchsorted(cumulative, _ag.mul(u, cumulative[:, -1:]), right=True), None,
+                              rows.shape[1] - 1)
+        else:
+            arrival = _ag.where(rows > 0, _ag.div(_ag.neg(_ag.log1p(_ag.neg(u))), rows), inf)
+            index = _ag.topk(arrival, num_samples, largest=False).indices
+        return index.reshape(input.shape[:-1] + (num_samples,))
 
 
 __all__ = ["bernoulli", "multinomial", "normal", "poisson"]
