@@ -65,6 +65,7 @@ LOG_PROBS = [
     (lambda: D.Bernoulli(0.3), np.array([0.0, 1, 1, 0, 1]), lambda k: np.where(k == 1, math.log(0.3), math.log(0.7))),
     (lambda: D.Categorical(t64([0.2, 0.5, 0.3])), np.array([0, 1, 2, 1, 0]),
      lambda k: np.log(np.array([0.2, 0.5, 0.3])[k])),
+    (lambda: D.Pareto(0.04, 2.5), POS, lambda x: math.log(2.5) + 2.5 * math.log(0.04) - 3.5 * np.log(x)),
 ]
 
 
@@ -100,6 +101,7 @@ MOMENTS = [
     lambda: D.OneHotCategorical(t64([[0.1, 0.2, 0.7], [0.5, 0.0, 0.5]])),
     lambda: D.Independent(D.Normal(t64([0.5, -2.0]), t64([1.5, 0.3])), 1),
     lambda: D.MixtureSameFamily(D.Categorical(t64([0.3, 0.7])), D.Normal(t64([-2.0, 1.0]), t64([0.5, 1.0]))),
+    lambda: D.Pareto(t64([0.5, 2.0]), t64([6.0, 9.0])),
 ]
 
 
@@ -128,6 +130,7 @@ KS = [
     lambda: D.HalfNormal(t64([0.5])),
     lambda: D.ContinuousBernoulli(t64([0.15])),
     lambda: D.ContinuousBernoulli(t64([0.9995])),
+    lambda: D.Pareto(t64([0.5]), t64([1.5])),
 ]
 
 
@@ -260,6 +263,7 @@ def test_entropy_by_numerical_integration(make, lo, hi):
     lambda: D.Independent(D.Laplace(t64([0.0, 1.0]), t64([1.0, 2.0])), 1),
     lambda: D.MultivariateNormal(t64([0.3, -1.0, 2.0]), t64(COV)),
     lambda: D.LowRankMultivariateNormal(t64([0.3, -1.0, 2.0]), t64(COV_FACTOR), t64(COV_DIAG)),
+    lambda: D.Pareto(t64(0.5), t64(3.0)),
 ])
 def test_entropy_by_monte_carlo(make):
     d = make()
@@ -291,6 +295,10 @@ def test_entropy_by_monte_carlo(make):
     (lambda: D.Categorical(t64([0.1, 0.6, 0.3])), lambda: D.Categorical(t64([0.4, 0.4, 0.2]))),
     (lambda: D.Independent(D.Normal(t64([0.3, 1.0]), t64([1.2, 0.5])), 1),
      lambda: D.Independent(D.Normal(t64([0.0, 0.0]), t64([1.0, 1.0])), 1)),
+    (lambda: D.Pareto(t64(0.5), t64(3.0)), lambda: D.Pareto(t64(0.3), t64(2.0))),
+    (lambda: D.Pareto(t64(0.5), t64(3.0)), lambda: D.Exponential(t64(0.8))),
+    (lambda: D.Pareto(t64(0.5), t64(3.5)), lambda: D.Normal(t64(0.2), t64(0.8))),
+    (lambda: D.Uniform(t64(0.5), t64(2.0)), lambda: D.Pareto(t64(0.3), t64(2.0))),
     (lambda: D.MultivariateNormal(t64([0.3, -1.0, 2.0]), t64(COV)),
      lambda: D.MultivariateNormal(t64([0.0, 0.5, 1.0]), scale_tril=t64(np.linalg.cholesky(COV2)))),
     (lambda: D.LowRankMultivariateNormal(t64([0.3, -1.0, 2.0]), t64(COV_FACTOR), t64(COV_DIAG)),

@@ -31,6 +31,7 @@ def _values(np):
         "binary": rng.integers(0, 2, (5, 2, 3)).astype(np.float64), "index4": rng.integers(0, 4, (5, 2)),
         "count": rng.integers(0, 6, (5, 2, 3)).astype(np.float64), "onehot4": onehot,
         "simplex4": simplex / simplex.sum(-1, keepdims=True), "real2": rng.normal(size=(5, 2)),
+        "above2": rng.uniform(2.0, 5.0, (5, 2, 3)),
     }
 
 
@@ -55,6 +56,7 @@ CASES = {
     "Geometric logits": (lambda M, P: M.Geometric(logits=P["logit"]), "count", False),
     "HalfNormal": (lambda M, P: M.HalfNormal(P["scale"]), "positive", True),
     "HalfCauchy": (lambda M, P: M.HalfCauchy(P["scale"]), "positive", True),
+    "Pareto": (lambda M, P: M.Pareto(P["scale"], P["rate"]), "above2", True),
     "RelaxedBernoulli": (lambda M, P: M.RelaxedBernoulli(P["temperature"], probs=P["p"]), "unit", True),
     "LogitRelaxedBernoulli": (
         lambda M, P: M.relaxed_bernoulli.LogitRelaxedBernoulli(P["temperature"], logits=P["logit"]), "real", True),
@@ -199,6 +201,8 @@ def _kl(np, torch, ddpc):
         "ContinuousBernoulli": lambda M, P: M.ContinuousBernoulli(probs=P["p"]),
         "LogNormal": lambda M, P: M.LogNormal(P["loc"], P["scale"]),
         "Independent Normal": lambda M, P: M.Independent(M.Normal(P["loc"], P["scale"]), 1),
+        "Pareto": lambda M, P: M.Pareto(P["scale"], P["rate"]),
+        "Pareto below": lambda M, P: M.Pareto(P["scale"] * 0.2, P["rate"] + 2),
     }
     pairs = [(f, f) for f in families if f != "Gumbel"] + [
         ("Uniform", "Normal"), ("Uniform", "Gumbel"), ("Uniform", "Exponential"), ("Normal", "Laplace"),
@@ -206,7 +210,11 @@ def _kl(np, torch, ddpc):
         ("Gumbel", "Normal"), ("Exponential", "Normal"), ("Exponential", "Gumbel"), ("Exponential", "Uniform"),
         ("Laplace", "Uniform"), ("Gumbel", "Uniform"), ("Exponential", "Laplace"),
         ("ContinuousBernoulli", "Exponential"), ("ContinuousBernoulli", "Normal"), ("ContinuousBernoulli", "Uniform"),
-        ("Uniform", "ContinuousBernoulli"), ("Normal", "ContinuousBernoulli"), ("Exponential", "ContinuousBernoulli")]
+        ("Uniform", "ContinuousBernoulli"), ("Normal", "ContinuousBernoulli"), ("Exponential", "ContinuousBernoulli"),
+        ("Pareto", "Pareto below"), ("Pareto", "Exponential"), ("Pareto below", "Exponential"), ("Pareto", "Normal"),
+        ("Pareto below", "Normal"), ("Pareto", "Uniform"), ("Pareto", "ContinuousBernoulli"), ("Uniform", "Pareto"),
+        ("Exponential", "Pareto"), ("Normal", "Pareto"), ("Laplace", "Pareto"), ("Gumbel", "Pareto"),
+        ("ContinuousBernoulli", "Pareto")]
     for fp, fq in pairs:
         (tp, dp), (tq, dq) = _both(torch, ddpc, a), _both(torch, ddpc, b)
         tpd, dpd = families[fp](TD, tp), families[fp](DD, dp)

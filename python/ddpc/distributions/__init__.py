@@ -14,7 +14,7 @@ Families provided: Bernoulli, Categorical, Cauchy, ContinuousBernoulli,
 Exponential, Geometric, Gumbel, HalfCauchy, HalfNormal, Independent, Laplace,
 LogisticNormal, LogNormal, LowRankMultivariateNormal, MixtureSameFamily,
 MultivariateNormal, Normal, OneHotCategorical,
-OneHotCategoricalStraightThrough, RelaxedBernoulli (over
+OneHotCategoricalStraightThrough, Pareto, RelaxedBernoulli (over
 relaxed_bernoulli.LogitRelaxedBernoulli), RelaxedOneHotCategorical (over
 relaxed_categorical.ExpRelaxedCategorical), TransformedDistribution, Uniform.
 
@@ -24,7 +24,7 @@ Not provided yet, for want of functions ddpc does not have yet:
   InverseGamma, Kumaraswamy, Multinomial, NegativeBinomial, Poisson, StudentT,
   Weibull, and the KL divergence between two Gumbels;
 - Bessel functions: VonMises.
-Pareto, LKJCholesky, Wishart and CorrCholeskyTransform are not provided either.
+LKJCholesky, Wishart and CorrCholeskyTransform are not provided either.
 """
 
 from . import constraints, transforms
@@ -49,6 +49,7 @@ from .mixture_same_family import MixtureSameFamily
 from .multivariate_normal import MultivariateNormal
 from .normal import Normal
 from .one_hot_categorical import OneHotCategorical, OneHotCategoricalStraightThrough
+from .pareto import Pareto
 from .relaxed_bernoulli import RelaxedBernoulli
 from .relaxed_categorical import RelaxedOneHotCategorical
 from .transformed_distribution import TransformedDistribution
@@ -61,7 +62,7 @@ __all__ = ["AbsTransform", "AffineTransform", "Bernoulli", "Categorical", "Cauch
            "ContinuousBernoulli", "Distribution", "Exponential", "ExponentialFamily", "ExpTransform", "Geometric",
            "Gumbel", "HalfCauchy", "HalfNormal", "Independent", "IndependentTransform", "Laplace", "LogisticNormal",
            "LogNormal", "LowRankMultivariateNormal", "MixtureSameFamily", "MultivariateNormal", "Normal",
-           "OneHotCategorical", "OneHotCategoricalStraightThrough", "PowerTransform", "RelaxedBernoulli",
+           "OneHotCategorical", "OneHotCategoricalStraightThrough", "Pareto", "PowerTransform", "RelaxedBernoulli",
            "RelaxedOneHotCategorical", "SigmoidTransform", "SoftmaxTransform", "StickBreakingTransform",
            "TanhTransform", "Transform", "TransformedDistribution", "Uniform", "constraints", "identity_transform",
            "kl_divergence", "register_kl", "transforms"]

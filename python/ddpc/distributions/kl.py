@@ -27,6 +27,7 @@ from .laplace import Laplace
 from .multivariate_normal import MultivariateNormal, batch_mahalanobis, half_log_det
 from .normal import Normal
 from .one_hot_categorical import OneHotCategorical
+from .pareto import Pareto
 from .transformed_distribution import TransformedDistribution
 from .uniform import Uniform
 from .utils import euler_gamma, sum_rightmost
@@ -111,6 +112,10 @@ def kl_divergence(p, q):
 
 def _infinite_like(tensor):
     return full_like(tensor, math.inf)
+
+
+def _x_log_x(tensor):
+    return tensor * _ag.log(tensor)
 
 
 def _with_value_where(result, mask, value):
@@ -206,6 +211,14 @@ def _kl_uniform_uniform(p, q):
     return _with_value_where(result, _ag.logical_or(q.low > p.low, q.high < p.high), math.inf)
 
 
+@register_kl(Pareto, Pareto)
+def _kl_pareto_pareto(p, q):
+    scale_ratio = p.scale / q.scale
+    alpha_ratio = q.alpha / p.alpha
+    result = q.alpha * _ag.log(scale_ratio) - _ag.log(alpha_ratio) + alpha_ratio - 1
+    return _with_value_where(result, p.support.lower_bound < q.support.lower_bound, math.inf)
+
+
 @register_kl(Independent, Independent)
 def _kl_independent_independent(p, q):
     if p.reinterpreted_batch_ndims != q.reinterpreted_batch_ndims:
@@ -222,6 +235,7 @@ def _kl_cauchy_cauchy(p, q):
 # Pairs of different families: infinite where p's support is not inside q's.
 
 @register_kl(Exponential, ContinuousBernoulli)
+@register_kl(Exponential, Pareto)
 @register_kl(Exponential, Uniform)
 def _kl_exponential_infinity(p, q):
     return _infinite_like(p.rate)
@@ -229,15 +243,55 @@ def _kl_exponential_infinity(p, q):
 
 @register_kl(Gumbel, ContinuousBernoulli)
 @register_kl(Gumbel, Exponential)
+@register_kl(Gumbel, Pareto)
 @register_kl(Gumbel, Uniform)
 @register_kl(Laplace, ContinuousBernoulli)
 @register_kl(Laplace, Exponential)
+@register_kl(Laplace, Pareto)
 @register_kl(Laplace, Uniform)
 @register_kl(Normal, ContinuousBernoulli)
 @register_kl(Normal, Exponential)
+@register_kl(Normal, Pareto)
 @register_kl(Normal, Uniform)
 def _kl_loc_infinity(p, q):
     return _infinite_like(p.loc)
+
+
+@register_kl(ContinuousBernoulli, Pareto)
+def _kl_continuous_bernoulli_infinity(p, q):
+    return _infinite_like(p.probs)
+
+
+@register_kl(Pareto, ContinuousBernoulli)
+@register_kl(Pareto, Uniform)
+def _kl_pareto_infinity(p, q):
+    return _infinite_like(p.scale)
+
+
+@register_kl(Pareto, Exponential)
+def _kl_pareto_exponential(p, q):
+    scale_rate_prod = p.scale * q.rate
+    t1 = _ag.log(p.alpha / scale_rate_prod)
+    t3 = p.alpha * scale_rate_prod / (p.alpha - 1)
+    return _with_value_where(t1 - _ag.reciprocal(p.alpha) + t3 - 1, p.alpha <= 1, math.inf)
+
+
+@register_kl(Pareto, Normal)
+def _kl_pareto_normal(p, q):
+    var_normal = 2 * q.scale.pow(2)
+    common_term = p.scale / (p.alpha - 1)
+    t1 = _ag.log(math.sqrt(2 * math.pi) * q.scale * p.alpha / p.scale)
+    t3 = p.alpha * common_term.pow(2) / (p.alpha - 2)
+    t4 = (p.alpha * common_term - q.loc).pow(2)
+    return _with_value_where(t1 - _ag.reciprocal(p.alpha) + (t3 + t4) / var_normal - 1, p.alpha <= 2, math.inf)
+
+
+@register_kl(Uniform, Pareto)
+def _kl_uniform_pareto(p, q):
+    support_uniform = p.high - p.low
+    t1 = _ag.log(q.alpha * q.scale.pow(q.alpha) * support_uniform)
+    t2 = (_x_log_x(p.high) - _x_log_x(p.low) - support_uniform) / support_uniform
+    return _with_value_where(t2 * (q.alpha + 1) - t1, p.low < q.support.lower_bound, math.inf)
 
 
 @register_kl(ContinuousBernoulli, Exponential)
