@@ -536,6 +536,33 @@ def test_bernoulli_normal_poisson_functions():
         ddpc.poisson(ddpc.tensor([-1.0]))
 
 
+@pytest.mark.parametrize("rate", [0.7, 9.99, 10.0, 37.5, 2e4])
+def test_poisson_draws_follow_the_probabilities_on_both_sides_of_the_method_switch(rate):
+    ddpc.manual_seed(4)
+    draws = ddpc.poisson(ddpc.full((50_000,), rate, dtype=ddpc.float64)).numpy()
+    k = np.arange(max(0, int(rate - 6 * rate ** 0.5)), int(rate + 6 * rate ** 0.5) + 2)
+    log_pmf = k * math.log(rate) - rate - np.array([math.lgamma(v + 1) for v in k])
+    freq = (draws[:, None] == k[None]).mean(0)
+    pmf = np.exp(log_pmf)
+    assert np.all(np.abs(freq - pmf) <= 5 * np.sqrt(pmf * (1 - pmf) / 50_000) + 1e-4)
+
+
+@pytest.mark.parametrize("count, prob", [(0, 0.3), (12, 0.3), (25, 0.38), (26, 0.4), (300, 0.8), (5000, 0.02),
+                                         (40, 1.0), (40, 0.0)])
+def test_binomial_draws_follow_the_probabilities(count, prob):
+    ddpc.manual_seed(5)
+    draws = ddpc.binomial(ddpc.full((50_000,), float(count)), ddpc.full((50_000,), prob)).numpy()
+    assert draws.dtype == np.float32 and draws.min() >= 0 and draws.max() <= count
+    k = np.arange(count + 1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log_terms = (np.where(k == 0, 0.0, k * np.log(prob))
+                     + np.where(k == count, 0.0, (count - k) * np.log1p(-prob)))
+    log_choose = np.array([math.lgamma(count + 1) - math.lgamma(v + 1) - math.lgamma(count - v + 1) for v in k])
+    pmf = np.exp(log_choose + log_terms)
+    freq = np.bincount(draws.astype(np.int64), minlength=count + 1) / 50_000
+    assert np.all(np.abs(freq - pmf) <= 5 * np.sqrt(pmf * (1 - pmf) / 50_000) + 1e-4)
+
+
 def test_multinomial_with_and_without_replacement():
     ddpc.manual_seed(2)
     w = ddpc.tensor([1.0, 0.0, 3.0, 0.0])
@@ -574,6 +601,17 @@ def test_multinomial_without_replacement_draws_in_order_of_the_remaining_weights
     assert all(sorted(row) == [1, 2, 3] for row in full)
     counts = ddpc.multinomial(ddpc.tensor([[1.0, 3.0], [3.0, 1.0]]), 20_000, replacement=True).numpy()
     np.testing.assert_allclose((counts == 1).mean(1), [0.75, 0.25], atol=0.02)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("draw", [lambda w: ddpc.poisson(w * 30), lambda w: ddpc.binomial(ddpc.floor(w * 50), w / 2)])
+def test_poisson_and_binomial_on_a_gpu_draw_what_the_host_draws(draw):
+    w = np.random.default_rng(6).uniform(0.0, 2.0, (64, 100))
+    draws = []
+    for device in ("cpu", "cuda"):
+        ddpc.manual_seed(7)
+        draws.append(draw(ddpc.tensor(w, device=device)).cpu().numpy())
+    np.testing.assert_array_equal(draws[1], draws[0])
 
 
 @pytest.mark.gpu

@@ -52,7 +52,7 @@ from ._linalg import (addbmm, addmv, addr, baddbmm, block_diag, cdist, cross, di
 from ._layout import (atleast_1d, atleast_2d, atleast_3d, broadcast_to, cartesian_prod, column_stack, dstack, hstack,
                       index_copy, index_fill, masked_scatter, row_stack, tile, trapezoid, tril_indices, triu_indices,
                       vstack)
-from ._random import bernoulli, multinomial, normal, poisson
+from ._random import bernoulli, binomial, multinomial, normal, poisson
 from ._pointwise import (copysign, deg2rad, frexp, gcd, heaviside, lcm, ldexp, logaddexp, logaddexp2, rad2deg, signbit,
                          sinc)
 from ._layout import (combinations, cumulative_trapezoid, dsplit, hsplit, is_nonzero, rot90, scatter_reduce, trapz,

@@ -9,10 +9,10 @@ from math import inf
 
 from . import _C
 from . import autograd as _ag
-from ._dtype import bfloat16, float16, float32, float64, uint8
+from ._dtype import bfloat16, finfo, float16, float32, float64, uint8
 from ._stats import searchsorted
 from .tensor import (_INT_BOUNDS, _RAND_INT, _RAND_NORMAL, _RAND_UNIFORM, Tensor, _check_no_grad_inplace, _write_back,
-                     default_generator, empty)
+                     arange, default_generator, empty, index_select, zeros)
 
 
 def draw_(t, kind, a, b, generator=None):
@@ -124,26 +124,205 @@ def normal(mean, std=1.0, size=None, *, generator=None, dtype=None, device=None)
     return normal_(t, mean, std, generator=generator)
 
 
+def _uniform(shape, device, generator):
+    """float64 draws from [0, 1) of ``shape`` on ``device``."""
+    return draw_(empty(tuple(shape), dtype=float64, device=device), _RAND_UNIFORM, 0.0, 1.0, generator)
+
+
+# Every rejection sampler below accepts a proposal with probability above 0.8,
+# so this many rounds leave an element undrawn with probability below 1e-40:
+# reaching the bound means a parameter is NaN or infinite.
+_MAX_ROUNDS = 64
+
+
+def _rejection_rounds(params, propose):
+    """Draws one value per element of the flat float64 tensors ``params`` by
+    rounds of ``propose(*params_of_the_waiting)`` -> (accepted, values) over
+    the elements still waiting, so Python loops over rounds, not elements."""
+    n = params[0].numel()
+    device = params[0].device
+    out = zeros((n,), dtype=float64, device=device)
+    waiting = arange(n, device=device)
+    for _ in range(_MAX_ROUNDS):
+        if waiting.numel() == 0:
+            return out
+        accepted, values = propose(*(index_select(p, 0, waiting) for p in params))
+        taken = _ag.nonzero(accepted, as_tuple=True)[0]
+        out = _ag.index_put(out, (index_select(waiting, 0, taken),), index_select(values, 0, taken))
+        waiting = index_select(waiting, 0, _ag.nonzero(_ag.logical_not(accepted), as_tuple=True)[0])
+    if waiting.numel():
+        raise ValueError("a rejection sampler accepted no draw: are the parameters finite?")
+    return out
+
+
+def _marsaglia_tsang(alpha, generator):
+    """Gamma(alpha, 1) draws for a flat float64 tensor alpha >= 1 (Marsaglia and
+    Tsang): d v with d = alpha - 1/3, v = (1 + z / sqrt(9 d))^3, z normal,
+    accepted when log u < z^2 / 2 + d - d v + d log v."""
+
+    def propose(a):
+        d = a - 1.0 / 3.0
+        z = draw_(empty(a.shape, dtype=float64, device=a.device), _RAND_NORMAL, 0.0, 1.0, generator)
+        u = _uniform(a.shape, a.device, generator)
+        v = (1 + z * _ag.rsqrt(9.0 * d)).pow(3)
+        positive = v > 0
+        log_v = _ag.log(_ag.where(positive, v, 1.0))
+        return _ag.logical_and(positive, _ag.log(u) < 0.5 * z * z + d - d * v + d * log_v), d * v
+
+    return _rejection_rounds((alpha,), propose)
+
+
+def standard_gamma(concentration, generator=None):
+    """Gamma(concentration, 1) draws of concentration's shape and dtype, outside
+    the graph. A concentration below 1 draws with concentration + 1 and
+    multiplies by U^(1 / concentration). Draws are at least the dtype's
+    smallest normal number, as PyTorch's, so their log stays finite."""
+    with _ag.no_grad():
+        alpha = concentration.detach().to(dtype=float64).reshape(-1)
+        small = alpha < 1
+        x = _marsaglia_tsang(_ag.where(small, alpha + 1, alpha), generator)
+        boost = _ag.exp(_ag.log(_uniform(alpha.shape, alpha.device, generator)) / alpha)
+        x = _ag.where(small, x * boost, x).to(dtype=concentration.dtype).reshape(concentration.shape)
+        return _ag.clamp(x, finfo(concentration.dtype).tiny, None)
+
+
+# Below this mean, Poisson and binomial draws search the cumulative
+# probabilities (a round per value passed, few at small means); from it on,
+# transformed rejection (PTRS, BTRS: Hoermann 1993) accepts in about 1.1 rounds.
+_SEARCH_BELOW = 10.0
+
+
+def _poisson_search(rate, generator):
+    """Poisson draws of rates below _SEARCH_BELOW: the smallest k whose
+    cumulative probability reaches a uniform draw."""
+    u = _uniform(rate.shape, rate.device, generator)
+    pmf = _ag.exp(-rate)
+    cdf = pmf
+    count = _ag.mul(rate, 0.0)
+    k = 0
+    while True:
+        passed = u > cdf
+        if not rate.numel() or not _ag.amax(passed).item():
+            return count
+        k += 1
+        count = count + passed.to(dtype=float64)
+        pmf = pmf * rate / k
+        cdf = cdf + pmf
+
+
+def _poisson_ptrs(rate, generator):
+    """Poisson draws of rates of at least _SEARCH_BELOW by the transformed
+    rejection method with squeeze (PTRS)."""
+
+    def propose(lam):
+        b = 0.931 + 2.53 * _ag.sqrt(lam)
+        a = -0.059 + 0.02483 * b
+        inv_alpha = 1.1239 + 1.1328 / (b - 3.4)
+        vr = 0.9277 - 3.6224 / (b - 2)
+        u = _uniform(lam.shape, lam.device, generator) - 0.5
+        v = _uniform(lam.shape, lam.device, generator)
+        us = 0.5 - _ag.abs(u)
+        k = _ag.floor((2 * a / us + b) * u + lam + 0.43)
+        squeeze = _ag.logical_and(us >= 0.07, v <= vr)
+        kept = _ag.clamp(k, 0, None)
+        log_ratio = _ag.log(v * inv_alpha / (a / (us * us) + b))
+        exact = log_ratio <= -lam + kept * _ag.log(lam) - _ag.lgamma(kept + 1)
+        possible = _ag.logical_and(k >= 0, _ag.logical_not(_ag.logical_and(us < 0.013, v > us)))
+        return _ag.logical_or(squeeze, _ag.logical_and(possible, exact)), k
+
+    return _rejection_rounds((rate,), propose)
+
+
+def _split_by_mean(mean, params, small_draws, large_draws):
+    """Draws with small_draws(*params) where mean < _SEARCH_BELOW and with
+    large_draws over the others only (flat float64 tensors)."""
+    large = mean >= _SEARCH_BELOW
+    out = small_draws(*(_ag.where(large, 0.0, p) for p in params))
+    index = _ag.nonzero(large, as_tuple=True)[0]
+    if index.numel():
+        drawn = large_draws(*(index_select(p, 0, index) for p in params))
+        out = _ag.index_put(out, (index,), drawn)
+    return out
+
+
 def poisson(input, generator=None):
-    """Draws from the Poisson distribution of rate input (elementwise): the number
-    of arrivals in [0, rate] of a process whose gaps are exponential. This runs
-    one round of tensor ops per arrival of the largest rate, so its cost grows
-    with that rate (PyTorch switches to a rejection method for rates >= 10)."""
+    """Draws from the Poisson distribution of rate input (elementwise): rates
+    below 10 by searching the cumulative probabilities, larger ones by the
+    transformed rejection method PTRS (PyTorch also switches at 10), every
+    round over all the elements still waiting."""
     if not input.dtype.is_floating_point:
         raise TypeError(f"poisson: expected a floating tensor of rates, got {input.dtype}")
-    rate = input.detach().to(dtype=float64)
+    rate = input.detach().to(dtype=float64).reshape(-1)
     if rate.numel() and not _ag.amin(rate).item() >= 0:
         raise ValueError("poisson: rates must be >= 0 (and not NaN)")
     with _ag.no_grad():
-        count = _ag.mul(rate, 0.0)
-        elapsed = _ag.mul(rate, 0.0)
-        while True:
-            gap = exponential_(empty(rate.shape, dtype=float64, device=rate.device), generator=generator)
-            elapsed = _ag.add(elapsed, gap)
-            arrived = (elapsed <= rate)
-            if not rate.numel() or not _ag.amax(arrived).item():
-                return count.to(dtype=input.dtype)
-            count = _ag.add(count, arrived.to(dtype=float64))
+        out = _split_by_mean(rate, (rate,), lambda r: _poisson_search(r, generator),
+                             lambda r: _poisson_ptrs(r, generator))
+        return out.to(dtype=input.dtype).reshape(input.shape)
+
+
+def _binomial_search(count, prob, generator):
+    """Binomial draws of means below _SEARCH_BELOW (prob <= 1/2): the smallest k
+    whose cumulative probability reaches a uniform draw."""
+    u = _uniform(count.shape, count.device, generator)
+    odds = prob / (1 - prob)
+    pmf = _ag.exp(count * _ag.log1p(-prob))
+    cdf = pmf
+    drawn = _ag.mul(count, 0.0)
+    k = 0
+    while True:
+        passed = _ag.logical_and(u > cdf, drawn < count)
+        if not count.numel() or not _ag.amax(passed).item():
+            return drawn
+        k += 1
+        drawn = drawn + passed.to(dtype=float64)
+        pmf = pmf * odds * (count - k + 1) / k
+        cdf = cdf + pmf
+
+
+def _binomial_btrs(count, prob, generator):
+    """Binomial draws of means of at least _SEARCH_BELOW (prob <= 1/2) by the
+    transformed rejection method with squeeze (BTRS)."""
+
+    def propose(n, p):
+        q = 1 - p
+        spq = _ag.sqrt(n * p * q)
+        b = 1.15 + 2.53 * spq
+        a = -0.0873 + 0.0248 * b + 0.01 * p
+        vr = 0.92 - 4.2 / b
+        alpha = (2.83 + 5.1 / b) * spq
+        m = _ag.floor((n + 1) * p)
+        u = _uniform(n.shape, n.device, generator) - 0.5
+        v = _uniform(n.shape, n.device, generator)
+        us = 0.5 - _ag.abs(u)
+        k = _ag.floor((2 * a / us + b) * u + n * p + 0.5)
+        inside = _ag.logical_and(k >= 0, k <= n)
+        squeeze = _ag.logical_and(us >= 0.07, v <= vr)
+        kept = _ag.clamp(_ag.minimum(k, n), 0, None)
+        log_ratio = _ag.log(v * alpha / (a / (us * us) + b))
+        log_pmf_ratio = (_ag.lgamma(m + 1) + _ag.lgamma(n - m + 1) - _ag.lgamma(kept + 1) - _ag.lgamma(n - kept + 1)
+                         + (kept - m) * _ag.log(p / q))
+        return _ag.logical_and(inside, _ag.logical_or(squeeze, log_ratio <= log_pmf_ratio)), k
+
+    return _rejection_rounds((count, prob), propose)
+
+
+def binomial(count, prob, generator=None):
+    """Draws from the binomial distribution of ``count`` trials of success
+    probability ``prob`` (tensors of one shape): for prob > 1/2, count minus a
+    draw with 1 - prob; then means below 10 by searching the cumulative
+    probabilities and larger ones by the transformed rejection method BTRS."""
+    if not prob.dtype.is_floating_point:
+        raise TypeError(f"binomial: expected a floating tensor of probabilities, got {prob.dtype}")
+    with _ag.no_grad():
+        n = count.detach().to(dtype=float64).reshape(-1)
+        p = prob.detach().to(dtype=float64).reshape(-1)
+        flipped = p > 0.5
+        p = _ag.where(flipped, 1 - p, p)
+        drawn = _split_by_mean(n * p, (n, p), lambda n_, p_: _binomial_search(n_, p_, generator),
+                               lambda n_, p_: _binomial_btrs(n_, p_, generator))
+        drawn = _ag.where(flipped, n - drawn, drawn)
+        return drawn.to(dtype=prob.dtype).reshape(prob.shape)
 
 
 def multinomial(input, num_samples, replacement=False, *, generator=None):
@@ -187,4 +366,4 @@ def multinomial(input, num_samples, replacement=False, *, generator=None):
         return index.reshape(input.shape[:-1] + (num_samples,))
 
 
-__all__ = ["bernoulli", "multinomial", "normal", "poisson"]
+__all__ = ["bernoulli", "binomial", "multinomial", "normal", "poisson"]
