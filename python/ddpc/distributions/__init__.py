@@ -10,59 +10,75 @@ the parameters. Samples come from ddpc's generator on the parameters' device:
 ``ddpc.manual_seed`` makes them reproducible, but they are not the numbers
 PyTorch draws for the same seed.
 
-Families provided: Bernoulli, Categorical, Cauchy, ContinuousBernoulli,
-Exponential, Geometric, Gumbel, HalfCauchy, HalfNormal, Independent, Laplace,
-LogisticNormal, LogNormal, LowRankMultivariateNormal, MixtureSameFamily,
-MultivariateNormal, Normal, OneHotCategorical,
-OneHotCategoricalStraightThrough, Pareto, RelaxedBernoulli (over
-relaxed_bernoulli.LogitRelaxedBernoulli), RelaxedOneHotCategorical (over
-relaxed_categorical.ExpRelaxedCategorical), TransformedDistribution, Uniform.
+Families provided: Bernoulli, Beta, Binomial, Categorical, Cauchy, Chi2,
+ContinuousBernoulli, Dirichlet, Exponential, FisherSnedecor, Gamma, Geometric,
+Gumbel, HalfCauchy, HalfNormal, Independent, InverseGamma, Kumaraswamy,
+Laplace, LogisticNormal, LogNormal, LowRankMultivariateNormal,
+MixtureSameFamily, Multinomial, MultivariateNormal, NegativeBinomial, Normal,
+OneHotCategorical, OneHotCategoricalStraightThrough, Pareto, Poisson,
+RelaxedBernoulli (over relaxed_bernoulli.LogitRelaxedBernoulli),
+RelaxedOneHotCategorical (over relaxed_categorical.ExpRelaxedCategorical),
+StudentT, TransformedDistribution, Uniform, Weibull.
 
-Not provided yet, for want of functions ddpc does not have yet:
-- erfinv: Normal.icdf, and through it LogNormal.icdf and HalfNormal.icdf;
-- lgamma and digamma: Beta, Binomial, Chi2, Dirichlet, FisherSnedecor, Gamma,
-  InverseGamma, Kumaraswamy, Multinomial, NegativeBinomial, Poisson, StudentT,
-  Weibull, and the KL divergence between two Gumbels;
-- Bessel functions: VonMises.
-LKJCholesky, Wishart and CorrCholeskyTransform are not provided either.
+Gamma, Beta and Dirichlet draws are reparameterized: a gamma draw's gradient
+with respect to its concentration is the implicit one (the draw moves with
+the concentration at a fixed value of its cdf), from a convergent series.
+
+Not provided yet: the cdf of Gamma, Chi2 and InverseGamma (ddpc has no
+regularized incomplete gamma function); VonMises, LKJCholesky, Wishart and
+CorrCholeskyTransform.
 """
 
 from . import constraints, transforms
 from .bernoulli import Bernoulli
+from .beta import Beta
+from .binomial import Binomial
 from .categorical import Categorical
 from .cauchy import Cauchy
+from .chi2 import Chi2
 from .continuous_bernoulli import ContinuousBernoulli
+from .dirichlet import Dirichlet
 from .distribution import Distribution
 from .exp_family import ExponentialFamily
 from .exponential import Exponential
+from .fishersnedecor import FisherSnedecor
+from .gamma import Gamma
 from .geometric import Geometric
 from .gumbel import Gumbel
 from .half_cauchy import HalfCauchy
 from .half_normal import HalfNormal
 from .independent import Independent
+from .inverse_gamma import InverseGamma
 from .kl import kl_divergence, register_kl
+from .kumaraswamy import Kumaraswamy
 from .laplace import Laplace
 from .log_normal import LogNormal
 from .logistic_normal import LogisticNormal
 from .lowrank_multivariate_normal import LowRankMultivariateNormal
 from .mixture_same_family import MixtureSameFamily
+from .multinomial import Multinomial
 from .multivariate_normal import MultivariateNormal
+from .negative_binomial import NegativeBinomial
 from .normal import Normal
 from .one_hot_categorical import OneHotCategorical, OneHotCategoricalStraightThrough
 from .pareto import Pareto
+from .poisson import Poisson
 from .relaxed_bernoulli import RelaxedBernoulli
 from .relaxed_categorical import RelaxedOneHotCategorical
+from .student_t import StudentT
 from .transformed_distribution import TransformedDistribution
 from .transforms import (AbsTransform, AffineTransform, ComposeTransform, ExpTransform, IndependentTransform,
                          PowerTransform, SigmoidTransform, SoftmaxTransform, StickBreakingTransform, TanhTransform,
                          Transform, identity_transform)
 from .uniform import Uniform
+from .weibull import Weibull
 
-__all__ = ["AbsTransform", "AffineTransform", "Bernoulli", "Categorical", "Cauchy", "ComposeTransform",
-           "ContinuousBernoulli", "Distribution", "Exponential", "ExponentialFamily", "ExpTransform", "Geometric",
-           "Gumbel", "HalfCauchy", "HalfNormal", "Independent", "IndependentTransform", "Laplace", "LogisticNormal",
-           "LogNormal", "LowRankMultivariateNormal", "MixtureSameFamily", "MultivariateNormal", "Normal",
-           "OneHotCategorical", "OneHotCategoricalStraightThrough", "Pareto", "PowerTransform", "RelaxedBernoulli",
-           "RelaxedOneHotCategorical", "SigmoidTransform", "SoftmaxTransform", "StickBreakingTransform",
-           "TanhTransform", "Transform", "TransformedDistribution", "Uniform", "constraints", "identity_transform",
-           "kl_divergence", "register_kl", "transforms"]
+__all__ = ["AbsTransform", "AffineTransform", "Bernoulli", "Beta", "Binomial", "Categorical", "Cauchy", "Chi2",
+           "ComposeTransform", "ContinuousBernoulli", "Dirichlet", "Distribution", "Exponential", "ExponentialFamily",
+           "ExpTransform", "FisherSnedecor", "Gamma", "Geometric", "Gumbel", "HalfCauchy", "HalfNormal", "Independent",
+           "IndependentTransform", "InverseGamma", "Kumaraswamy", "Laplace", "LogisticNormal", "LogNormal",
+           "LowRankMultivariateNormal", "MixtureSameFamily", "Multinomial", "MultivariateNormal", "NegativeBinomial",
+           "Normal", "OneHotCategorical", "OneHotCategoricalStraightThrough", "Pareto", "Poisson", "PowerTransform",
+           "RelaxedBernoulli", "RelaxedOneHotCategorical", "SigmoidTransform", "SoftmaxTransform",
+           "StickBreakingTransform", "StudentT", "TanhTransform", "Transform", "TransformedDistribution", "Uniform",
+           "Weibull", "constraints", "identity_transform", "kl_divergence", "register_kl", "transforms"]

@@ -9,9 +9,9 @@ from ..tensor import full
 
 __all__ = ["Constraint", "boolean", "cat", "dependent", "dependent_property", "greater_than", "greater_than_eq",
            "half_open_interval", "independent", "integer_interval", "interval", "is_dependent", "less_than",
-           "lower_cholesky", "lower_triangular", "MixtureSameFamilyConstraint", "nonnegative", "nonnegative_integer",
-           "one_hot", "positive", "positive_definite", "positive_integer", "positive_semidefinite", "real",
-           "real_vector", "simplex", "square", "stack", "symmetric", "unit_interval"]
+           "lower_cholesky", "lower_triangular", "MixtureSameFamilyConstraint", "multinomial", "nonnegative",
+           "nonnegative_integer", "one_hot", "positive", "positive_definite", "positive_integer",
+           "positive_semidefinite", "real", "real_vector", "simplex", "square", "stack", "symmetric", "unit_interval"]
 
 
 class Constraint:
@@ -268,6 +268,21 @@ class _HalfOpenInterval(_Interval):
         return _ag.logical_and(value >= self.lower_bound, value < self.upper_bound)
 
 
+class _Multinomial(Constraint):
+    """Non-negative count vectors along the last dim whose sum is at most
+    upper_bound (as PyTorch's, the values need not be integers)."""
+
+    is_discrete = True
+    event_dim = 1
+
+    def __init__(self, upper_bound):
+        self.upper_bound = upper_bound
+        super().__init__()
+
+    def check(self, value):
+        return _ag.logical_and(_ag.all_(value >= 0, -1), value.sum(-1) <= self.upper_bound)
+
+
 class _Simplex(Constraint):
     """Non-negative vectors summing to 1 (within 1e-6) along the last dim."""
 
@@ -406,6 +421,7 @@ unit_interval = _Interval(0.0, 1.0)
 interval = _Interval
 half_open_interval = _HalfOpenInterval
 simplex = _Simplex()
+multinomial = _Multinomial
 square = _Square()
 symmetric = _Symmetric()
 positive_semidefinite = _PositiveSemidefinite()

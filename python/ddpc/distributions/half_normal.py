@@ -9,8 +9,7 @@ __all__ = ["HalfNormal"]
 
 
 class HalfNormal(Folded):
-    """The absolute value of a centred normal of standard deviation scale.
-    ddpc has no erfinv yet, so HalfNormal has no icdf."""
+    """The absolute value of a centred normal of standard deviation scale."""
 
     def __init__(self, scale, validate_args=None):
         super().__init__(Normal(0, scale, validate_args=False), validate_args=validate_args)

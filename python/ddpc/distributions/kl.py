@@ -11,12 +11,16 @@ from .. import linalg
 from ..nn.functional import softplus
 from ..tensor import broadcast_shapes, full_like
 from .bernoulli import Bernoulli
+from .beta import Beta
+from .binomial import Binomial
 from .categorical import Categorical
 from .distribution import Distribution
 from .cauchy import Cauchy
 from .continuous_bernoulli import ContinuousBernoulli
+from .dirichlet import Dirichlet
 from .exp_family import ExponentialFamily
 from .exponential import Exponential
+from .gamma import Gamma
 from .lowrank_multivariate_normal import (LowRankMultivariateNormal, batch_lowrank_logdet, batch_lowrank_mahalanobis,
                                           diag_embed, woodbury_factor)
 from .geometric import Geometric
@@ -28,6 +32,7 @@ from .multivariate_normal import MultivariateNormal, batch_mahalanobis, half_log
 from .normal import Normal
 from .one_hot_categorical import OneHotCategorical
 from .pareto import Pareto
+from .poisson import Poisson
 from .transformed_distribution import TransformedDistribution
 from .uniform import Uniform
 from .utils import euler_gamma, sum_rightmost
@@ -134,6 +139,26 @@ def _kl_bernoulli_bernoulli(p, q):
     return t1 + t2
 
 
+@register_kl(Beta, Beta)
+def _kl_beta_beta(p, q):
+    sum_params_p = p.concentration1 + p.concentration0
+    sum_params_q = q.concentration1 + q.concentration0
+    t1 = _ag.lgamma(q.concentration1) + _ag.lgamma(q.concentration0) + _ag.lgamma(sum_params_p)
+    t2 = _ag.lgamma(p.concentration1) + _ag.lgamma(p.concentration0) + _ag.lgamma(sum_params_q)
+    t3 = (p.concentration1 - q.concentration1) * _ag.digamma(p.concentration1)
+    t4 = (p.concentration0 - q.concentration0) * _ag.digamma(p.concentration0)
+    t5 = (sum_params_q - sum_params_p) * _ag.digamma(sum_params_p)
+    return t1 - t2 + t3 + t4 + t5
+
+
+@register_kl(Binomial, Binomial)
+def _kl_binomial_binomial(p, q):
+    if bool(_ag.any_(p.total_count < q.total_count)):
+        raise NotImplementedError("KL between Binomials where q.total_count > p.total_count is not implemented")
+    kl = p.total_count * (p.probs * (p.logits - q.logits) + _ag.log1p(-p.probs) - _ag.log1p(-q.probs))
+    return _with_value_where(kl, p.total_count > q.total_count, math.inf)
+
+
 @register_kl(Categorical, Categorical)
 def _kl_categorical_categorical(p, q):
     t = p.probs * (p.logits - q.logits)
@@ -148,6 +173,17 @@ def _kl_continuous_bernoulli_continuous_bernoulli(p, q):
     t2 = p._cont_bern_log_norm() + _ag.log1p(-p.probs)
     t3 = -q._cont_bern_log_norm() - _ag.log1p(-q.probs)
     return t1 + t2 + t3
+
+
+@register_kl(Dirichlet, Dirichlet)
+def _kl_dirichlet_dirichlet(p, q):
+    sum_p_concentration = p.concentration.sum(-1)
+    sum_q_concentration = q.concentration.sum(-1)
+    t1 = _ag.lgamma(sum_p_concentration) - _ag.lgamma(sum_q_concentration)
+    t2 = (_ag.lgamma(p.concentration) - _ag.lgamma(q.concentration)).sum(-1)
+    t3 = p.concentration - q.concentration
+    t4 = _ag.digamma(p.concentration) - _ag.digamma(sum_p_concentration).unsqueeze(-1)
+    return t1 - t2 + (t3 * t4).sum(-1)
 
 
 @register_kl(Exponential, Exponential)
@@ -167,6 +203,25 @@ def _kl_expfamily_expfamily(p, q):
     for pnp, qnp, g in zip(p_nparams, q_nparams, gradients):
         result = result - sum_rightmost((qnp - pnp) * g, len(q.event_shape))
     return result
+
+
+@register_kl(Gamma, Gamma)
+def _kl_gamma_gamma(p, q):
+    t1 = q.concentration * _ag.log(p.rate / q.rate)
+    t2 = _ag.lgamma(q.concentration) - _ag.lgamma(p.concentration)
+    t3 = (p.concentration - q.concentration) * _ag.digamma(p.concentration)
+    t4 = (q.rate - p.rate) * (p.concentration / p.rate)
+    return t1 + t2 + t3 + t4
+
+
+@register_kl(Gumbel, Gumbel)
+def _kl_gumbel_gumbel(p, q):
+    ct1 = p.scale / q.scale
+    ct2 = q.loc / q.scale
+    ct3 = p.loc / q.scale
+    t1 = -_ag.log(ct1) - ct2 + ct3
+    t3 = _ag.exp(ct2 + _ag.lgamma(1 + ct1) - ct3)
+    return t1 + ct1 * euler_gamma + t3 - (1 + euler_gamma)
 
 
 @register_kl(Geometric, Geometric)
@@ -219,6 +274,11 @@ def _kl_pareto_pareto(p, q):
     return _with_value_where(result, p.support.lower_bound < q.support.lower_bound, math.inf)
 
 
+@register_kl(Poisson, Poisson)
+def _kl_poisson_poisson(p, q):
+    return p.rate * (_ag.log(p.rate) - _ag.log(q.rate)) - (p.rate - q.rate)
+
+
 @register_kl(Independent, Independent)
 def _kl_independent_independent(p, q):
     if p.reinterpreted_batch_ndims != q.reinterpreted_batch_ndims:
@@ -234,6 +294,7 @@ def _kl_cauchy_cauchy(p, q):
 
 # Pairs of different families: infinite where p's support is not inside q's.
 
+@register_kl(Exponential, Beta)
 @register_kl(Exponential, ContinuousBernoulli)
 @register_kl(Exponential, Pareto)
 @register_kl(Exponential, Uniform)
@@ -241,16 +302,22 @@ def _kl_exponential_infinity(p, q):
     return _infinite_like(p.rate)
 
 
+@register_kl(Gumbel, Beta)
 @register_kl(Gumbel, ContinuousBernoulli)
 @register_kl(Gumbel, Exponential)
+@register_kl(Gumbel, Gamma)
 @register_kl(Gumbel, Pareto)
 @register_kl(Gumbel, Uniform)
+@register_kl(Laplace, Beta)
 @register_kl(Laplace, ContinuousBernoulli)
 @register_kl(Laplace, Exponential)
+@register_kl(Laplace, Gamma)
 @register_kl(Laplace, Pareto)
 @register_kl(Laplace, Uniform)
+@register_kl(Normal, Beta)
 @register_kl(Normal, ContinuousBernoulli)
 @register_kl(Normal, Exponential)
+@register_kl(Normal, Gamma)
 @register_kl(Normal, Pareto)
 @register_kl(Normal, Uniform)
 def _kl_loc_infinity(p, q):
@@ -262,10 +329,133 @@ def _kl_continuous_bernoulli_infinity(p, q):
     return _infinite_like(p.probs)
 
 
+@register_kl(Pareto, Beta)
 @register_kl(Pareto, ContinuousBernoulli)
 @register_kl(Pareto, Uniform)
 def _kl_pareto_infinity(p, q):
     return _infinite_like(p.scale)
+
+
+@register_kl(Beta, Pareto)
+def _kl_beta_infinity(p, q):
+    return _infinite_like(p.concentration1)
+
+
+@register_kl(Gamma, Beta)
+@register_kl(Gamma, ContinuousBernoulli)
+@register_kl(Gamma, Pareto)
+@register_kl(Gamma, Uniform)
+def _kl_gamma_infinity(p, q):
+    return _infinite_like(p.concentration)
+
+
+@register_kl(Poisson, Bernoulli)
+@register_kl(Poisson, Binomial)
+def _kl_poisson_infinity(p, q):
+    return _infinite_like(p.rate)
+
+
+@register_kl(Bernoulli, Poisson)
+def _kl_bernoulli_poisson(p, q):
+    return -p.entropy() - (p.probs * _ag.log(q.rate) - q.rate)
+
+
+@register_kl(Beta, ContinuousBernoulli)
+def _kl_beta_continuous_bernoulli(p, q):
+    return -p.entropy() - p.mean * q.logits - _ag.log1p(-q.probs) - q._cont_bern_log_norm()
+
+
+@register_kl(Beta, Exponential)
+def _kl_beta_exponential(p, q):
+    return -p.entropy() - _ag.log(q.rate) + q.rate * (p.concentration1 / (p.concentration1 + p.concentration0))
+
+
+@register_kl(Beta, Gamma)
+def _kl_beta_gamma(p, q):
+    t2 = _ag.lgamma(q.concentration) - q.concentration * _ag.log(q.rate)
+    t3 = (q.concentration - 1) * (_ag.digamma(p.concentration1) - _ag.digamma(p.concentration1 + p.concentration0))
+    t4 = q.rate * p.concentration1 / (p.concentration1 + p.concentration0)
+    return -p.entropy() + t2 - t3 + t4
+
+
+@register_kl(Beta, Normal)
+def _kl_beta_normal(p, q):
+    E_beta = p.concentration1 / (p.concentration1 + p.concentration0)
+    var_normal = q.scale.pow(2)
+    t2 = 0.5 * _ag.log(var_normal * 2 * math.pi)
+    t3 = (E_beta * (1 - E_beta) / (p.concentration1 + p.concentration0 + 1) + E_beta.pow(2)) * 0.5
+    t4 = q.loc * E_beta
+    t5 = q.loc.pow(2) * 0.5
+    return -p.entropy() + t2 + (t3 - t4 + t5) / var_normal
+
+
+@register_kl(Beta, Uniform)
+def _kl_beta_uniform(p, q):
+    result = -p.entropy() + _ag.log(q.high - q.low)
+    return _with_value_where(result, _ag.logical_or(q.low > 0, q.high < 1), math.inf)
+
+
+@register_kl(Exponential, Gamma)
+def _kl_exponential_gamma(p, q):
+    ratio = q.rate / p.rate
+    t1 = -q.concentration * _ag.log(ratio)
+    return t1 + ratio + _ag.lgamma(q.concentration) + q.concentration * euler_gamma - (1 + euler_gamma)
+
+
+@register_kl(Gamma, Exponential)
+def _kl_gamma_exponential(p, q):
+    return -p.entropy() - _ag.log(q.rate) + q.rate * p.concentration / p.rate
+
+
+@register_kl(Gamma, Gumbel)
+def _kl_gamma_gumbel(p, q):
+    beta_scale_prod = p.rate * q.scale
+    loc_scale_ratio = q.loc / q.scale
+    t1 = (p.concentration - 1) * _ag.digamma(p.concentration) - _ag.lgamma(p.concentration) - p.concentration
+    t2 = _ag.log(beta_scale_prod) + p.concentration / beta_scale_prod
+    t3 = _ag.exp(loc_scale_ratio) * (1 + _ag.reciprocal(beta_scale_prod)).pow(-p.concentration) - loc_scale_ratio
+    return t1 + t2 + t3
+
+
+@register_kl(Gamma, Normal)
+def _kl_gamma_normal(p, q):
+    var_normal = q.scale.pow(2)
+    beta_sqr = p.rate.pow(2)
+    t1 = 0.5 * _ag.log(beta_sqr * var_normal * 2 * math.pi) - p.concentration - _ag.lgamma(p.concentration)
+    t2 = 0.5 * (p.concentration.pow(2) + p.concentration) / beta_sqr
+    t3 = q.loc * p.concentration / p.rate
+    t4 = 0.5 * q.loc.pow(2)
+    return t1 + (p.concentration - 1) * _ag.digamma(p.concentration) + (t2 - t3 + t4) / var_normal
+
+
+@register_kl(Pareto, Gamma)
+def _kl_pareto_gamma(p, q):
+    common_term = _ag.log(p.scale) + _ag.reciprocal(p.alpha)
+    t1 = _ag.log(p.alpha) - common_term
+    t2 = _ag.lgamma(q.concentration) - q.concentration * _ag.log(q.rate)
+    t3 = (1 - q.concentration) * common_term
+    t4 = q.rate * p.alpha * p.scale / (p.alpha - 1)
+    return _with_value_where(t1 + t2 + t3 + t4 - 1, p.alpha <= 1, math.inf)
+
+
+@register_kl(Uniform, Beta)
+def _kl_uniform_beta(p, q):
+    common_term = p.high - p.low
+    t1 = _ag.log(common_term)
+    t2 = (q.concentration1 - 1) * (_x_log_x(p.high) - _x_log_x(p.low) - common_term) / common_term
+    t3 = (q.concentration0 - 1) * (_x_log_x(1 - p.high) - _x_log_x(1 - p.low) + common_term) / common_term
+    t4 = _ag.lgamma(q.concentration1) + _ag.lgamma(q.concentration0) - _ag.lgamma(q.concentration1 + q.concentration0)
+    result = t3 + t4 - t1 - t2
+    return _with_value_where(result, _ag.logical_or(p.high > 1, p.low < 0), math.inf)
+
+
+@register_kl(Uniform, Gamma)
+def _kl_uniform_gamma(p, q):
+    common_term = p.high - p.low
+    t2 = _ag.lgamma(q.concentration) - q.concentration * _ag.log(q.rate)
+    t3 = (1 - q.concentration) * (_x_log_x(p.high) - _x_log_x(p.low) - common_term) / common_term
+    t4 = q.rate * (p.high + p.low) / 2
+    return _with_value_where(-_ag.log(common_term) + t2 + t3 + t4, p.low < 0, math.inf)
 
 
 @register_kl(Pareto, Exponential)

@@ -10,8 +10,7 @@ __all__ = ["LogNormal"]
 
 
 class LogNormal(TransformedDistribution):
-    """X = exp(Y) with Y ~ Normal(loc, scale). ddpc has no erfinv yet, so
-    LogNormal has no icdf."""
+    """X = exp(Y) with Y ~ Normal(loc, scale)."""
 
     arg_constraints = {"loc": constraints.real, "scale": constraints.positive}
     support = constraints.positive

@@ -11,8 +11,7 @@ __all__ = ["Normal"]
 
 
 class Normal(ExponentialFamily):
-    """The normal distribution of mean ``loc`` and standard deviation ``scale``.
-    ddpc has no erfinv yet, so Normal has no icdf (it raises NotImplementedError)."""
+    """The normal distribution of mean ``loc`` and standard deviation ``scale``."""
 
     arg_constraints = {"loc": constraints.real, "scale": constraints.positive}
     support = constraints.real
@@ -56,6 +55,9 @@ class Normal(ExponentialFamily):
         if self._validate_args:
             self._validate_sample(value)
         return 0.5 * (1 + _ag.erf((value - self.loc) * _ag.reciprocal(self.scale) / math.sqrt(2)))
+
+    def icdf(self, value):
+        return self.loc + self.scale * _ag.erfinv(2 * value - 1) * math.sqrt(2)
 
     def entropy(self):
         return 0.5 + 0.5 * math.log(2 * math.pi) + _ag.log(self.scale)
