@@ -312,6 +312,20 @@ def test_gamma_family_draws_and_gradients_are_finite_at_extreme_concentrations()
     assert D.Chi2(t64(4.0)).df.item() == 4.0 and D.Chi2(t64([3.0])).expand((2, 1)).batch_shape == (2, 1)
 
 
+def test_von_mises_density_and_circular_moments():
+    d = D.VonMises(t64([0.5, -2.0, 3.0, 1.0]), t64([0.5, 4.0, 1e-6, 300.0]))
+    x = np.linspace(-4.0, 4.0, 9)[:, None]
+    kappa = np.array([0.5, 4.0, 1e-6, 300.0])
+    want = kappa * np.cos(x - np.array([0.5, -2.0, 3.0, 1.0])) - np.log(2 * np.pi * np.i0(kappa))
+    np.testing.assert_allclose(arr(d.log_prob(t64(x))), want, rtol=1e-10)
+    draws = arr(d.sample((N,)))
+    assert draws.min() >= -math.pi and draws.max() < math.pi
+    resultant = np.exp(1j * draws)
+    assert_mean_within(resultant.real, (1 - arr(d.variance)) * np.cos(arr(d.loc)), "VonMises mean cosine")
+    assert_mean_within(resultant.imag, (1 - arr(d.variance)) * np.sin(arr(d.loc)), "VonMises mean sine")
+    assert not d.has_rsample and d.expand((2, 4)).sample().shape == (2, 4)
+
+
 def test_discrete_counts_and_supports():
     b = D.Binomial(t64([4.0, 4.0]), t64([0.2, 0.7]))
     support = b.enumerate_support()
@@ -773,6 +787,7 @@ GPU_CASES = [
     lambda P: D.Poisson(P[1] * 20),
     lambda P: D.Binomial(40, logits=P[0]),
     lambda P: D.NegativeBinomial(P[1] * 5, logits=P[0]),
+    lambda P: D.VonMises(P[0], P[1]),
 ]
 
 
@@ -785,7 +800,7 @@ def _on(device, make, arrays, seed):
     logp = d.log_prob(x)
     total = logp.sum() + (d.rsample((3,)).sum() if d.has_rsample else 0)
     if type(d) not in (D.MixtureSameFamily, D.RelaxedOneHotCategorical, D.RelaxedBernoulli, D.TransformedDistribution,
-                       D.Poisson, D.NegativeBinomial):
+                       D.Poisson, D.NegativeBinomial, D.VonMises):
         total = total + d.entropy().sum()
     total.backward()
     return arr(x), arr(logp), [arr(p.grad) for p in params if p.grad is not None]

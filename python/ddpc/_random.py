@@ -124,18 +124,19 @@ def normal(mean, std=1.0, size=None, *, generator=None, dtype=None, device=None)
     return normal_(t, mean, std, generator=generator)
 
 
-def _uniform(shape, device, generator):
+def uniform_draws(shape, device, generator):
     """float64 draws from [0, 1) of ``shape`` on ``device``."""
     return draw_(empty(tuple(shape), dtype=float64, device=device), _RAND_UNIFORM, 0.0, 1.0, generator)
 
 
-# Every rejection sampler below accepts a proposal with probability above 0.8,
-# so this many rounds leave an element undrawn with probability below 1e-40:
-# reaching the bound means a parameter is NaN or infinite.
+# The rejection samplers over these rounds (gamma, Poisson and binomial here,
+# von Mises in ddpc.distributions) accept a proposal with probability above
+# 0.6, so this many rounds leave an element undrawn with probability below
+# 1e-25: reaching the bound means a parameter is NaN or infinite.
 _MAX_ROUNDS = 64
 
 
-def _rejection_rounds(params, propose):
+def rejection_rounds(params, propose):
     """Draws one value per element of the flat float64 tensors ``params`` by
     rounds of ``propose(*params_of_the_waiting)`` -> (accepted, values) over
     the elements still waiting, so Python loops over rounds, not elements."""
@@ -163,13 +164,13 @@ def _marsaglia_tsang(alpha, generator):
     def propose(a):
         d = a - 1.0 / 3.0
         z = draw_(empty(a.shape, dtype=float64, device=a.device), _RAND_NORMAL, 0.0, 1.0, generator)
-        u = _uniform(a.shape, a.device, generator)
+        u = uniform_draws(a.shape, a.device, generator)
         v = (1 + z * _ag.rsqrt(9.0 * d)).pow(3)
         positive = v > 0
         log_v = _ag.log(_ag.where(positive, v, 1.0))
         return _ag.logical_and(positive, _ag.log(u) < 0.5 * z * z + d - d * v + d * log_v), d * v
 
-    return _rejection_rounds((alpha,), propose)
+    return rejection_rounds((alpha,), propose)
 
 
 def standard_gamma(concentration, generator=None):
@@ -181,7 +182,7 @@ def standard_gamma(concentration, generator=None):
         alpha = concentration.detach().to(dtype=float64).reshape(-1)
         small = alpha < 1
         x = _marsaglia_tsang(_ag.where(small, alpha + 1, alpha), generator)
-        boost = _ag.exp(_ag.log(_uniform(alpha.shape, alpha.device, generator)) / alpha)
+        boost = _ag.exp(_ag.log(uniform_draws(alpha.shape, alpha.device, generator)) / alpha)
         x = _ag.where(small, x * boost, x).to(dtype=concentration.dtype).reshape(concentration.shape)
         return _ag.clamp(x, finfo(concentration.dtype).tiny, None)
 
@@ -195,7 +196,7 @@ _SEARCH_BELOW = 10.0
 def _poisson_search(rate, generator):
     """Poisson draws of rates below _SEARCH_BELOW: the smallest k whose
     cumulative probability reaches a uniform draw."""
-    u = _uniform(rate.shape, rate.device, generator)
+    u = uniform_draws(rate.shape, rate.device, generator)
     pmf = _ag.exp(-rate)
     cdf = pmf
     count = _ag.mul(rate, 0.0)
@@ -219,8 +220,8 @@ def _poisson_ptrs(rate, generator):
         a = -0.059 + 0.02483 * b
         inv_alpha = 1.1239 + 1.1328 / (b - 3.4)
         vr = 0.9277 - 3.6224 / (b - 2)
-        u = _uniform(lam.shape, lam.device, generator) - 0.5
-        v = _uniform(lam.shape, lam.device, generator)
+        u = uniform_draws(lam.shape, lam.device, generator) - 0.5
+        v = uniform_draws(lam.shape, lam.device, generator)
         us = 0.5 - _ag.abs(u)
         k = _ag.floor((2 * a / us + b) * u + lam + 0.43)
         squeeze = _ag.logical_and(us >= 0.07, v <= vr)
@@ -230,7 +231,7 @@ def _poisson_ptrs(rate, generator):
         possible = _ag.logical_and(k >= 0, _ag.logical_not(_ag.logical_and(us < 0.013, v > us)))
         return _ag.logical_or(squeeze, _ag.logical_and(possible, exact)), k
 
-    return _rejection_rounds((rate,), propose)
+    return rejection_rounds((rate,), propose)
 
 
 def _split_by_mean(mean, params, small_draws, large_draws):
@@ -264,7 +265,7 @@ def poisson(input, generator=None):
 def _binomial_search(count, prob, generator):
     """Binomial draws of means below _SEARCH_BELOW (prob <= 1/2): the smallest k
     whose cumulative probability reaches a uniform draw."""
-    u = _uniform(count.shape, count.device, generator)
+    u = uniform_draws(count.shape, count.device, generator)
     odds = prob / (1 - prob)
     pmf = _ag.exp(count * _ag.log1p(-prob))
     cdf = pmf
@@ -292,8 +293,8 @@ def _binomial_btrs(count, prob, generator):
         vr = 0.92 - 4.2 / b
         alpha = (2.83 + 5.1 / b) * spq
         m = _ag.floor((n + 1) * p)
-        u = _uniform(n.shape, n.device, generator) - 0.5
-        v = _uniform(n.shape, n.device, generator)
+        u = uniform_draws(n.shape, n.device, generator) - 0.5
+        v = uniform_draws(n.shape, n.device, generator)
         us = 0.5 - _ag.abs(u)
         k = _ag.floor((2 * a / us + b) * u + n * p + 0.5)
         inside = _ag.logical_and(k >= 0, k <= n)
@@ -304,7 +305,7 @@ def _binomial_btrs(count, prob, generator):
                          + (kept - m) * _ag.log(p / q))
         return _ag.logical_and(inside, _ag.logical_or(squeeze, log_ratio <= log_pmf_ratio)), k
 
-    return _rejection_rounds((count, prob), propose)
+    return rejection_rounds((count, prob), propose)
 
 
 def binomial(count, prob, generator=None):

@@ -18,14 +18,14 @@ MixtureSameFamily, Multinomial, MultivariateNormal, NegativeBinomial, Normal,
 OneHotCategorical, OneHotCategoricalStraightThrough, Pareto, Poisson,
 RelaxedBernoulli (over relaxed_bernoulli.LogitRelaxedBernoulli),
 RelaxedOneHotCategorical (over relaxed_categorical.ExpRelaxedCategorical),
-StudentT, TransformedDistribution, Uniform, Weibull.
+StudentT, TransformedDistribution, Uniform, VonMises, Weibull.
 
 Gamma, Beta and Dirichlet draws are reparameterized: a gamma draw's gradient
 with respect to its concentration is the implicit one (the draw moves with
 the concentration at a fixed value of its cdf), from a convergent series.
 
 Not provided yet: the cdf of Gamma, Chi2 and InverseGamma (ddpc has no
-regularized incomplete gamma function); VonMises, LKJCholesky, Wishart and
+regularized incomplete gamma function); LKJCholesky, Wishart and
 CorrCholeskyTransform.
 """
 
@@ -71,6 +71,7 @@ from .transforms import (AbsTransform, AffineTransform, ComposeTransform, ExpTra
                          PowerTransform, SigmoidTransform, SoftmaxTransform, StickBreakingTransform, TanhTransform,
                          Transform, identity_transform)
 from .uniform import Uniform
+from .von_mises import VonMises
 from .weibull import Weibull
 
 __all__ = ["AbsTransform", "AffineTransform", "Bernoulli", "Beta", "Binomial", "Categorical", "Cauchy", "Chi2",
@@ -81,4 +82,4 @@ __all__ = ["AbsTransform", "AffineTransform", "Bernoulli", "Beta", "Binomial", "
            "Normal", "OneHotCategorical", "OneHotCategoricalStraightThrough", "Pareto", "Poisson", "PowerTransform",
            "RelaxedBernoulli", "RelaxedOneHotCategorical", "SigmoidTransform", "SoftmaxTransform",
            "StickBreakingTransform", "StudentT", "TanhTransform", "Transform", "TransformedDistribution", "Uniform",
-           "Weibull", "constraints", "identity_transform", "kl_divergence", "register_kl", "transforms"]
+           "VonMises", "Weibull", "constraints", "identity_transform", "kl_divergence", "register_kl", "transforms"]
