@@ -191,6 +191,10 @@ def standard_gamma(concentration, generator=None):
 # probabilities (a round per value passed, few at small means); from it on,
 # transformed rejection (PTRS, BTRS: Hoermann 1993) accepts in about 1.1 rounds.
 _SEARCH_BELOW = 10.0
+# Values the searches pass at most: at means below _SEARCH_BELOW a draw above
+# it has probability below 1e-100, and the bound ends a search whose rounded
+# cumulative sum stops short of a uniform draw just below 1.
+_SEARCH_LIMIT = 256
 
 
 def _poisson_search(rate, generator):
@@ -200,15 +204,14 @@ def _poisson_search(rate, generator):
     pmf = _ag.exp(-rate)
     cdf = pmf
     count = _ag.mul(rate, 0.0)
-    k = 0
-    while True:
+    for k in range(1, _SEARCH_LIMIT + 1):
         passed = u > cdf
         if not rate.numel() or not _ag.amax(passed).item():
             return count
-        k += 1
         count = count + passed.to(dtype=float64)
         pmf = pmf * rate / k
         cdf = cdf + pmf
+    return count
 
 
 def _poisson_ptrs(rate, generator):
@@ -270,15 +273,14 @@ def _binomial_search(count, prob, generator):
     pmf = _ag.exp(count * _ag.log1p(-prob))
     cdf = pmf
     drawn = _ag.mul(count, 0.0)
-    k = 0
-    while True:
+    for k in range(1, _SEARCH_LIMIT + 1):
         passed = _ag.logical_and(u > cdf, drawn < count)
         if not count.numel() or not _ag.amax(passed).item():
             return drawn
-        k += 1
         drawn = drawn + passed.to(dtype=float64)
         pmf = pmf * odds * (count - k + 1) / k
         cdf = cdf + pmf
+    return drawn
 
 
 def _binomial_btrs(count, prob, generator):
