@@ -1,4 +1,4 @@
-/* Branch-free float32 exp, tanh, sigmoid and normal CDF that the compiler vectorises.
+/* Branch-free float32 exp, log, sin, cos, tanh, sigmoid and normal CDF that the compiler vectorises.
  *
  * libm's expf/tanhf/erff are scalar calls (tanhf alone costs ~70 ns), which
  * made host activations 10-100x slower than the GEMMs around them. These use
@@ -12,6 +12,11 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+
+/* A host loop compiled three times, for AVX-512, AVX2 and the build's
+ * baseline, the CPU choosing at load time: four and two times the lanes of
+ * the baseline for the same operations, so the same results. */
+#define DDPC_ROW_TARGETS __attribute__((target_clones("avx512f", "avx2", "default")))
 
 static inline float ddpc_exp_f32(float x) {
     /* Clamped to where exp(x) is a float other than 0 or inf; the selects at
@@ -80,10 +85,102 @@ static inline float ddpc_normal_cdf_f32(float x) {
     return x < 0 ? 0.5f * erfc : 1.0f - 0.5f * erfc;
 }
 
+/* log by Cephes' logf: x = m 2^e with m in [sqrt(1/2), sqrt 2), log(m) from a
+ * minimax polynomial in m - 1, e log 2 added in two parts. The exponent and
+ * mantissa come from the bits (subnormals scaled by 2^23 first); zero,
+ * negatives, infinity and NaN by selects. */
+static inline float ddpc_log_f32(float x) {
+    int tiny = x < 1.17549435e-38f;
+    float v = tiny ? x * 8388608.0f : x;
+    int32_t bits;
+    memcpy(&bits, &v, sizeof bits);
+    int32_t e = ((bits >> 23) & 0xff) - 126 - (tiny ? 23 : 0);
+    int32_t mbits = (bits & 0x007fffff) | 0x3f000000; /* m in [1/2, 1) */
+    float m;
+    memcpy(&m, &mbits, sizeof m);
+    int low = m < 0.707106781186547524f;
+    e -= low;
+    float f = (low ? m + m : m) - 1.0f;
+    float z = f * f;
+    float p = 7.0376836292e-2f;
+    p = p * f - 1.1514610310e-1f;
+    p = p * f + 1.1676998740e-1f;
+    p = p * f - 1.2420140846e-1f;
+    p = p * f + 1.4249322787e-1f;
+    p = p * f - 1.6668057665e-1f;
+    p = p * f + 2.0000714765e-1f;
+    p = p * f - 2.4999993993e-1f;
+    p = p * f + 3.3333331174e-1f;
+    float fe = (float)e;
+    float y = p * f * z - 2.12194440e-4f * fe - 0.5f * z;
+    y = f + y + 0.693359375f * fe;
+    y = x == INFINITY ? INFINITY : y;
+    y = x == 0 ? -INFINITY : y;
+    return x < 0 || x != x ? NAN : y;
+}
+
+/* sin (cosine = 0) or cos (1) for |x| <= DDPC_TRIG_F32_LIMIT: |x| less a
+ * multiple q of pi/2 (q = |x| 2/pi rounded), in double with pi/2 in two
+ * parts, the first of 32 bits so that q times it is exact: the remainder is
+ * right to about 1e-20, so the result keeps its relative accuracy also next
+ * to a zero of sin or cos. Then Cephes' sinf or cosf polynomial of the
+ * remainder as the quadrant q (one more for cos) says, with its sign. All in
+ * selects and float arithmetic (no integer quadrant), which GCC vectorises
+ * for AVX2 and AVX-512. Larger |x|, infinities and NaN give a wrong value
+ * here: ddpc_sincos_rows_f32 takes libm's for those. */
+#define DDPC_TRIG_F32_LIMIT 4096.0f
+
+static inline float ddpc_sincos_f32(float x, int cosine) {
+    float a = fabsf(x);
+    float ac = a <= DDPC_TRIG_F32_LIMIT ? a : 0.0f;
+    float qf = floorf(ac * 0.636619772367581343f + 0.5f);
+    double qd = qf;
+    float r = (float)(((double)ac - qd * 1.5707963267341256) - qd * 6.077100506506192e-11);
+    float qc = qf + (float)cosine;
+    float quadrant = qc - 4.0f * floorf(qc * 0.25f); /* 0, 1, 2 or 3 */
+    float odd = quadrant - 2.0f * floorf(quadrant * 0.5f);
+    float z = r * r;
+    float s = ((-1.9515295891e-4f * z + 8.3321608736e-3f) * z - 1.6666654611e-1f) * z * r + r;
+    float c = ((2.443315711809948e-5f * z - 1.388731625493765e-3f) * z + 4.166664568298827e-2f) * z * z -
+              0.5f * z + 1.0f;
+    float v = odd != 0.0f ? c : s;
+    /* sin is odd, down to the sign of a zero: sin(-0) is -0 */
+    int flip = (quadrant >= 2.0f) ^ (!cosine & (signbit(x) != 0));
+    return flip ? -v : v;
+}
+
+/* One block of ddpc_sincos_rows_f32 (restrict-qualified, so it vectorises);
+ * whether an element lies beyond the polynomial's range. Both are inlined
+ * always, so that a DDPC_ROW_TARGETS caller compiles them for its targets. */
+static inline __attribute__((always_inline)) int ddpc_sincos_block_f32_(float *restrict out, const float *restrict a,
+                                                                        int64_t m, int cosine) {
+    int beyond = 0;
+    for (int64_t k = 0; k < m; k++) {
+        out[k] = ddpc_sincos_f32(a[k], cosine);
+        beyond |= !(fabsf(a[k]) <= DDPC_TRIG_F32_LIMIT);
+    }
+    return beyond;
+}
+
+/* o = sin(a) or cos(a) over n floats (o may be a): the polynomial over a
+ * block, then libm's for the block's elements beyond its range. */
+static inline __attribute__((always_inline)) void ddpc_sincos_rows_f32(float *o, const float *a, int64_t n,
+                                                                       int cosine) {
+    float block[256];
+    for (int64_t i0 = 0; i0 < n; i0 += 256) {
+        int64_t m = n - i0 < 256 ? n - i0 : 256;
+        if (ddpc_sincos_block_f32_(block, a + i0, m, cosine))
+            for (int64_t k = 0; k < m; k++)
+                if (!(fabsf(a[i0 + k]) <= DDPC_TRIG_F32_LIMIT)) block[k] = cosine ? cosf(a[i0 + k]) : sinf(a[i0 + k]);
+        memcpy(o + i0, block, (size_t)m * sizeof *o);
+    }
+}
+
 /* exp, tanh and sigmoid of T's precision, T being float or double (sizeof is
  * a constant, so one branch remains): these functions for float, libm for double. */
 #define EXP_T(T, x) (sizeof(T) == 4 ? (T)ddpc_exp_f32((float)(x)) : (T)exp((double)(x)))
 #define TANH_T(T, x) (sizeof(T) == 4 ? (T)ddpc_tanh_f32((float)(x)) : (T)tanh((double)(x)))
 #define SIGMOID_T(T, x) (sizeof(T) == 4 ? (T)ddpc_sigmoid_f32((float)(x)) : (T)(1 / (1 + exp(-(double)(x)))))
+#define LOG_T(T, x) (sizeof(T) == 4 ? (T)ddpc_log_f32((float)(x)) : (T)log((double)(x)))
 
 #endif

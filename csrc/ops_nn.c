@@ -64,18 +64,29 @@ static ddpc_status check_unary_(ddpc_unary_op op, double p) {
     return DDPC_OK;
 }
 
-ddpc_status ddpc_op_unary(ddpc_unary_op op, ddpc_buffer *out, const ddpc_buffer *x, double p, double q) {
-    CHECK(check_unary_(op, p));
-    CHECK(check_out_(out, "unary op"));
-    CHECK(check_like_(out, x, out->numel, "unary op", "the input"));
-    int64_t n = out->numel;
-    if (n == 0) return DDPC_OK;
-    if (out->device != DDPC_CPU)
-        DDPC_LAUNCH(out->device, ddpc_k_unary(op, out->data, x->data, p, q, out->dtype, n, stream));
-    DDPC_FLOAT_TYPES(out->dtype, {
-        T *o = out->data;
-        const T *a = x->data;
-        const T pt = (T)p, qt = (T)q;
+/* An elementwise op's host work: elements [lo, hi) of `out` from those of
+ * `in` (and `saved`, for a backward op), parted across cores by
+ * ddpc_parallel_for. */
+typedef struct {
+    ddpc_unary_op op;
+    int dtype;
+    void *out;
+    const void *in, *saved;
+    double p, q;
+} unary_job_;
+
+/* Elements per thread below which a thread start costs more than it saves. */
+#define UNARY_GRAIN (1 << 15)
+
+static DDPC_ROW_TARGETS void unary_range_(void *ctx, int64_t lo, int64_t hi) {
+    const unary_job_ *j = ctx;
+    const ddpc_unary_op op = j->op;
+    const double p = j->p;
+    const int64_t n = hi - lo;
+    DDPC_FLOAT_TYPES(j->dtype, {
+        T *o = (T *)j->out + lo;
+        const T *a = (const T *)j->in + lo;
+        const T pt = (T)p, qt = (T)j->q;
         /* The comparisons are written so that NaN passes through, as in PyTorch. */
         switch (op) {
         case DDPC_RELU: for (int64_t i = 0; i < n; i++) o[i] = a[i] <= 0 ? (T)0 : a[i]; break;
@@ -85,7 +96,7 @@ ddpc_status ddpc_op_unary(ddpc_unary_op op, ddpc_buffer *out, const ddpc_buffer 
         case DDPC_TANH: for (int64_t i = 0; i < n; i++) o[i] = TANH_T(T, a[i]); break;
         case DDPC_SIGMOID: for (int64_t i = 0; i < n; i++) o[i] = SIGMOID_T(T, a[i]); break;
         case DDPC_EXP: for (int64_t i = 0; i < n; i++) o[i] = EXP_T(T, a[i]); break;
-        case DDPC_LOG: for (int64_t i = 0; i < n; i++) o[i] = log(a[i]); break;
+        case DDPC_LOG: for (int64_t i = 0; i < n; i++) o[i] = LOG_T(T, a[i]); break;
         case DDPC_POW: for (int64_t i = 0; i < n; i++) o[i] = DDPC_POW_NUMBER(T, a[i], pt); break;
         case DDPC_LEAKY_RELU: for (int64_t i = 0; i < n; i++) o[i] = a[i] > 0 ? a[i] : a[i] * pt; break;
         case DDPC_ELU: for (int64_t i = 0; i < n; i++) o[i] = a[i] <= 0 ? expm1(a[i]) * pt : a[i]; break;
@@ -104,8 +115,13 @@ ddpc_status ddpc_op_unary(ddpc_unary_op op, ddpc_buffer *out, const ddpc_buffer 
         case DDPC_SQRT: for (int64_t i = 0; i < n; i++) o[i] = sqrt(a[i]); break;
         case DDPC_RSQRT: for (int64_t i = 0; i < n; i++) o[i] = (T)1 / sqrt(a[i]); break;
         case DDPC_SQUARE: for (int64_t i = 0; i < n; i++) o[i] = a[i] * a[i]; break;
-        case DDPC_SIN: for (int64_t i = 0; i < n; i++) o[i] = sin(a[i]); break;
-        case DDPC_COS: for (int64_t i = 0; i < n; i++) o[i] = cos(a[i]); break;
+        case DDPC_SIN:
+        case DDPC_COS:
+            if (sizeof(T) == 4)
+                ddpc_sincos_rows_f32((float *)o, (const float *)a, n, op == DDPC_COS);
+            else
+                for (int64_t i = 0; i < n; i++) o[i] = op == DDPC_COS ? cos(a[i]) : sin(a[i]);
+            break;
         case DDPC_LOG1P: for (int64_t i = 0; i < n; i++) o[i] = log1p(a[i]); break;
         case DDPC_EXPM1: for (int64_t i = 0; i < n; i++) o[i] = expm1(a[i]); break;
         case DDPC_ERF: for (int64_t i = 0; i < n; i++) o[i] = erf(a[i]); break;
@@ -160,23 +176,30 @@ ddpc_status ddpc_op_unary(ddpc_unary_op op, ddpc_buffer *out, const ddpc_buffer 
             break;
         }
     });
+}
+
+ddpc_status ddpc_op_unary(ddpc_unary_op op, ddpc_buffer *out, const ddpc_buffer *x, double p, double q) {
+    CHECK(check_unary_(op, p));
+    CHECK(check_out_(out, "unary op"));
+    CHECK(check_like_(out, x, out->numel, "unary op", "the input"));
+    int64_t n = out->numel;
+    if (n == 0) return DDPC_OK;
+    if (out->device != DDPC_CPU)
+        DDPC_LAUNCH(out->device, ddpc_k_unary(op, out->data, x->data, p, q, out->dtype, n, stream));
+    unary_job_ job = {.op = op, .dtype = out->dtype, .out = out->data, .in = x->data, .p = p, .q = q};
+    ddpc_parallel_for(n, UNARY_GRAIN, unary_range_, &job);
     return DDPC_OK;
 }
 
-ddpc_status ddpc_op_unary_backward(ddpc_unary_op op, ddpc_buffer *gx, const ddpc_buffer *gy, const ddpc_buffer *saved,
-                                   double p, double q) {
-    CHECK(check_unary_(op, p));
-    CHECK(check_out_(gx, "unary backward"));
-    CHECK(check_like_(gx, gy, gx->numel, "unary backward", "the output gradient"));
-    CHECK(check_like_(gx, saved, gx->numel, "unary backward", "the saved tensor"));
-    int64_t n = gx->numel;
-    if (n == 0) return DDPC_OK;
-    if (gx->device != DDPC_CPU)
-        DDPC_LAUNCH(gx->device, ddpc_k_unary_backward(op, gx->data, gy->data, saved->data, p, q, gx->dtype, n, stream));
-    DDPC_FLOAT_TYPES(gx->dtype, {
-        T *o = gx->data;
-        const T *g = gy->data, *s = saved->data;
-        const T pt = (T)p, qt = (T)q;
+static DDPC_ROW_TARGETS void unary_backward_range_(void *ctx, int64_t lo, int64_t hi) {
+    const unary_job_ *j = ctx;
+    const ddpc_unary_op op = j->op;
+    const double p = j->p;
+    const int64_t n = hi - lo;
+    DDPC_FLOAT_TYPES(j->dtype, {
+        T *o = (T *)j->out + lo;
+        const T *g = (const T *)j->in + lo, *s = (const T *)j->saved + lo;
+        const T pt = (T)p, qt = (T)j->q;
         /* At a kink the derivative is the one PyTorch takes; a NaN input passes g on where PyTorch's does. */
         switch (op) {
         case DDPC_RELU: /* both loads unconditional, so the select vectorises */
@@ -273,6 +296,21 @@ ddpc_status ddpc_op_unary_backward(ddpc_unary_op op, ddpc_buffer *gx, const ddpc
             break;
         }
     });
+}
+
+ddpc_status ddpc_op_unary_backward(ddpc_unary_op op, ddpc_buffer *gx, const ddpc_buffer *gy, const ddpc_buffer *saved,
+                                   double p, double q) {
+    CHECK(check_unary_(op, p));
+    CHECK(check_out_(gx, "unary backward"));
+    CHECK(check_like_(gx, gy, gx->numel, "unary backward", "the output gradient"));
+    CHECK(check_like_(gx, saved, gx->numel, "unary backward", "the saved tensor"));
+    int64_t n = gx->numel;
+    if (n == 0) return DDPC_OK;
+    if (gx->device != DDPC_CPU)
+        DDPC_LAUNCH(gx->device, ddpc_k_unary_backward(op, gx->data, gy->data, saved->data, p, q, gx->dtype, n, stream));
+    unary_job_ job = {.op = op, .dtype = gx->dtype, .out = gx->data, .in = gy->data, .saved = saved->data, .p = p,
+                      .q = q};
+    ddpc_parallel_for(n, UNARY_GRAIN, unary_backward_range_, &job);
     return DDPC_OK;
 }
 

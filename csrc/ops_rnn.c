@@ -61,13 +61,10 @@ static ddpc_status check_cell_(const ddpc_buffer *ref, const operand_ *ops, int 
  * float and double (suffix S). The compiler vectorises these loops because
  * the pointers are restrict-qualified parameters; it does not for restrict
  * pointers declared inside a loop over rows. Each is also compiled for
- * AVX-512 and AVX2, taken where the CPU has them: four and two times the
- * lanes of the build's baseline (an LSTM step of 32 x 256 units took 34 us
- * with AVX-512, 55 with AVX2, 99 without), the same operations, so the same
- * results. */
-#define ROW_TARGETS_ __attribute__((target_clones("avx512f", "avx2", "default")))
+ * AVX-512 and AVX2 (DDPC_ROW_TARGETS: an LSTM step of 32 x 256 units took
+ * 34 us with AVX-512, 55 with AVX2, 99 without). */
 #define DEFINE_ROWS_(T, S)                                                                                            \
-    ROW_TARGETS_ static void lstm_row_##S(T *restrict h, T *restrict c, T *restrict g, const T *restrict gh,                      \
+    DDPC_ROW_TARGETS static void lstm_row_##S(T *restrict h, T *restrict c, T *restrict g, const T *restrict gh,                      \
                              const T *restrict c_prev, int64_t H) {                                                  \
         for (int64_t k = 0; k < H; k++) {                                                                             \
             T i = SIGMOID_T(T, g[k] + gh[k]), f = SIGMOID_T(T, g[H + k] + gh[H + k]);                                 \
@@ -78,7 +75,7 @@ static ddpc_status check_cell_(const ddpc_buffer *ref, const operand_ *ops, int 
             g[k] = i, g[H + k] = f, g[2 * H + k] = cell, g[3 * H + k] = o;                                            \
         }                                                                                                             \
     }                                                                                                                 \
-    ROW_TARGETS_ static void lstm_backward_row_##S(T *restrict gg, T *restrict gc, const T *restrict gh, const T *restrict g,     \
+    DDPC_ROW_TARGETS static void lstm_backward_row_##S(T *restrict gg, T *restrict gc, const T *restrict gh, const T *restrict g,     \
                                       const T *restrict c_prev, const T *restrict c, int64_t H) {                    \
         for (int64_t k = 0; k < H; k++) {                                                                             \
             T i = g[k], f = g[H + k], cell = g[2 * H + k], o = g[3 * H + k];                                          \
@@ -91,7 +88,7 @@ static ddpc_status check_cell_(const ddpc_buffer *ref, const operand_ *ops, int 
             gc[k] = dc * f;                                                                                           \
         }                                                                                                             \
     }                                                                                                                 \
-    ROW_TARGETS_ static void gru_row_##S(T *restrict h, T *restrict a, const T *restrict b, const T *restrict h_prev, int64_t H) { \
+    DDPC_ROW_TARGETS static void gru_row_##S(T *restrict h, T *restrict a, const T *restrict b, const T *restrict h_prev, int64_t H) { \
         for (int64_t k = 0; k < H; k++) {                                                                             \
             T reset = SIGMOID_T(T, a[k] + b[k]), update = SIGMOID_T(T, a[H + k] + b[H + k]);                          \
             T cand = TANH_T(T, a[2 * H + k] + reset * b[2 * H + k]);                                                  \
@@ -99,7 +96,7 @@ static ddpc_status check_cell_(const ddpc_buffer *ref, const operand_ *ops, int 
             a[k] = reset, a[H + k] = update, a[2 * H + k] = cand;                                                     \
         }                                                                                                             \
     }                                                                                                                 \
-    ROW_TARGETS_ static void gru_backward_row_##S(T *restrict da, T *restrict db, T *restrict gh_prev, const T *restrict grad,    \
+    DDPC_ROW_TARGETS static void gru_backward_row_##S(T *restrict da, T *restrict db, T *restrict gh_prev, const T *restrict grad,    \
                                      const T *restrict a, const T *restrict b, const T *restrict h_prev, int64_t H) { \
         for (int64_t k = 0; k < H; k++) {                                                                             \
             T reset = a[k], update = a[H + k], cand = a[2 * H + k], dy = grad[k];                                     \
