@@ -75,8 +75,29 @@ typedef struct {
     double p, q;
 } unary_job_;
 
-/* Elements per thread below which a thread start costs more than it saves. */
+/* Elements per thread below which a thread start costs more than it saves:
+ * for an op whose element costs a transcendental function or more. The
+ * others (and the gradients that are arithmetic on the saved output) are
+ * bound by memory, where one core keeps up and a thread start, tens of
+ * microseconds, would cost more than the second core gains: those run
+ * split only over very many elements. */
 #define UNARY_GRAIN (1 << 15)
+#define UNARY_CHEAP_GRAIN (1 << 22)
+
+static int64_t unary_grain_(ddpc_unary_op op, int backward) {
+    switch (op) {
+    case DDPC_RELU: case DDPC_LEAKY_RELU: case DDPC_HARDTANH: case DDPC_HARDSWISH: case DDPC_HARDSIGMOID:
+    case DDPC_ABS: case DDPC_SQRT: case DDPC_RSQRT: case DDPC_SQUARE: case DDPC_RECIPROCAL: case DDPC_SIGN:
+    case DDPC_FLOOR: case DDPC_CEIL: case DDPC_TRUNC: case DDPC_ROUND: case DDPC_CLAMP: case DDPC_ISNAN:
+    case DDPC_ISINF: case DDPC_ISFINITE:
+        return UNARY_CHEAP_GRAIN;
+    case DDPC_TANH: case DDPC_SIGMOID: case DDPC_EXP: case DDPC_LOG: case DDPC_LOG1P: case DDPC_EXPM1:
+    case DDPC_LOG2: case DDPC_LOG10: case DDPC_EXP2: case DDPC_ASINH: case DDPC_ATAN: case DDPC_ATANH:
+        return backward ? UNARY_CHEAP_GRAIN : UNARY_GRAIN;
+    default:
+        return UNARY_GRAIN;
+    }
+}
 
 static DDPC_ROW_TARGETS void unary_range_(void *ctx, int64_t lo, int64_t hi) {
     const unary_job_ *j = ctx;
@@ -187,7 +208,7 @@ ddpc_status ddpc_op_unary(ddpc_unary_op op, ddpc_buffer *out, const ddpc_buffer 
     if (out->device != DDPC_CPU)
         DDPC_LAUNCH(out->device, ddpc_k_unary(op, out->data, x->data, p, q, out->dtype, n, stream));
     unary_job_ job = {.op = op, .dtype = out->dtype, .out = out->data, .in = x->data, .p = p, .q = q};
-    ddpc_parallel_for(n, UNARY_GRAIN, unary_range_, &job);
+    ddpc_parallel_for(n, unary_grain_(op, 0), unary_range_, &job);
     return DDPC_OK;
 }
 
@@ -310,7 +331,7 @@ ddpc_status ddpc_op_unary_backward(ddpc_unary_op op, ddpc_buffer *gx, const ddpc
         DDPC_LAUNCH(gx->device, ddpc_k_unary_backward(op, gx->data, gy->data, saved->data, p, q, gx->dtype, n, stream));
     unary_job_ job = {.op = op, .dtype = gx->dtype, .out = gx->data, .in = gy->data, .saved = saved->data, .p = p,
                       .q = q};
-    ddpc_parallel_for(n, UNARY_GRAIN, unary_backward_range_, &job);
+    ddpc_parallel_for(n, unary_grain_(op, 1), unary_backward_range_, &job);
     return DDPC_OK;
 }
 
