@@ -31,11 +31,13 @@ def cases(a, spd, b):
     ts_small = torch.from_numpy(small) if torch is not None else None
     return [
         ("inv", lambda: LA.inv(da), lambda: np.linalg.inv(a), tl and (lambda: tl.inv(ta))),
-        ("solve (4 columns)", lambda: LA.solve(da, db), lambda: np.linalg.solve(a, b), tl and (lambda: tl.solve(ta, tb))),
+        ("solve (4 columns)", lambda: LA.solve(da, db), lambda: np.linalg.solve(a, b),
+         tl and (lambda: tl.solve(ta, tb))),
         ("det", lambda: LA.det(da), lambda: np.linalg.det(a), tl and (lambda: tl.det(ta))),
         ("cholesky", lambda: LA.cholesky(ds), lambda: np.linalg.cholesky(spd), tl and (lambda: tl.cholesky(ts))),
         ("qr", lambda: LA.qr(da).R, lambda: np.linalg.qr(a)[1], tl and (lambda: tl.qr(ta).R)),
-        ("svdvals", lambda: LA.svdvals(da), lambda: np.linalg.svd(a, compute_uv=False), tl and (lambda: tl.svdvals(ta))),
+        ("svdvals", lambda: LA.svdvals(da), lambda: np.linalg.svd(a, compute_uv=False),
+         tl and (lambda: tl.svdvals(ta))),
         ("eigh", lambda: LA.eigvalsh(ds), lambda: np.linalg.eigvalsh(spd), tl and (lambda: tl.eigvalsh(ts))),
         ("lu_factor", lambda: LA.lu_factor(da).LU, None, tl and (lambda: tl.lu_factor(ta).LU)),
         ("matrix_exp", lambda: LA.matrix_exp(ds_small), None, tl and (lambda: tl.matrix_exp(ts_small))),

@@ -58,6 +58,7 @@ C_TESTS = {
     "search": (f"{ROOT}/tests/c/test_search.c", []),
 }
 
+
 @pytest.mark.parametrize("with_cuda", [False, True], ids=["cpu-only", "cuda"])
 @pytest.mark.parametrize("name", sorted(C_TESTS))
 def test_c_unit_tests_under_asan(tmp_path, name, with_cuda):
@@ -71,8 +72,8 @@ def test_c_unit_tests_under_asan(tmp_path, name, with_cuda):
     assert "tests passed" in out
 
 
-ASAN_SUITES = ("test_tensor", "test_indexing", "test_interop", "test_nccl", "test_ops_nn", "test_autograd", "test_nn", "test_optim",
-               "test_nn_extra", "test_sampler", "test_amp", "test_conv", "test_conv3d", "test_embedding_bag",
+ASAN_SUITES = ("test_tensor", "test_indexing", "test_interop", "test_nccl", "test_ops_nn", "test_autograd", "test_nn",
+               "test_optim", "test_nn_extra", "test_sampler", "test_amp", "test_conv", "test_conv3d", "test_embedding_bag",
                "test_reductions", "test_math", "test_sort", "test_stats", "test_misc_functions", "test_special")
 
 

@@ -361,6 +361,7 @@ COV2 = np.array([[1.0, -0.4, 0.1], [-0.4, 1.5, 0.3], [0.1, 0.3, 0.8]])
 COV_FACTOR = np.array([[1.0, 0.2], [-0.5, 0.7], [0.3, -1.1]])
 COV_DIAG = np.array([0.4, 0.9, 0.2])
 
+
 @pytest.mark.parametrize("make, lo, hi", [
     (lambda: D.Normal(0.3, 1.7), -20, 20), (lambda: D.Laplace(0.3, 1.7), -60, 60),
     (lambda: D.Gumbel(0.3, 1.7), -15, 80), (lambda: D.Exponential(0.6), 0, 80),

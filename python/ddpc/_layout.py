@@ -31,7 +31,7 @@ def _tensors(args, what):
 
 def _atleast(n, args, what):
     shape_of = {1: lambda s: s or (1,), 2: lambda s: ((1,) * (2 - len(s)) + s) if len(s) < 2 else s,
-              3: lambda s: {0: (1, 1, 1), 1: (1,) + s + (1,), 2: s + (1,)}.get(len(s), s)}[n]
+                3: lambda s: {0: (1, 1, 1), 1: (1,) + s + (1,), 2: s + (1,)}.get(len(s), s)}[n]
     single = len(args) == 1 and isinstance(args[0], Tensor)
     out = tuple(_ag.reshape(t, shape_of(t.shape)) for t in _tensors(args, what))
     return out[0] if single else out

@@ -1934,7 +1934,8 @@ def _expand(g, shape, dim):
 
 
 def _one_dim(a, dim):
-    """The dim a reduction runs along: one int (or a 1-tuple) within a's dims, made non-negative (0 for a 0-d tensor)."""
+    """The dim a reduction runs along: one int (or a 1-tuple) within a's dims,
+    made non-negative (0 for a 0-d tensor)."""
     if isinstance(dim, (tuple, list)):
         if len(dim) != 1:
             raise ValueError("ddpc reduces along one dim at a time")

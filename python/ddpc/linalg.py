@@ -12,8 +12,9 @@ NotImplementedError. A singular or non-positive-definite matrix raises
 
 numpy.linalg has no LU factorization nor triangular solve: ``lu_factor``
 factors column halves recursively (the elimination proper runs on panels of
-16 columns, the rest is matrix products, all vectorised over the batch), and ``solve_triangular`` solves with LAPACK's general solver on the
-triangle it reads, which gives the same solution at the cost of a general
+16 columns, the rest is matrix products, all vectorised over the batch), and
+``solve_triangular`` solves with LAPACK's general solver on the triangle it
+reads, which gives the same solution at the cost of a general
 solve.
 
 Gradients: each factorization is a ddpc.autograd.Function whose backward is

@@ -66,7 +66,7 @@ class MultivariateNormal(Distribution):
         if loc.ndim < 1:
             raise ValueError("loc must be at least one-dimensional.")
         given = [(name, m) for name, m in (("scale_tril", scale_tril), ("covariance_matrix", covariance_matrix),
-                                            ("precision_matrix", precision_matrix)) if m is not None]
+                                           ("precision_matrix", precision_matrix)) if m is not None]
         if len(given) != 1:
             raise ValueError("Exactly one of covariance_matrix or precision_matrix or scale_tril may be specified.")
         ((name, matrix),) = given

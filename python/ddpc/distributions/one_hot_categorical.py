@@ -93,5 +93,3 @@ class OneHotCategoricalStraightThrough(OneHotCategorical):
         samples = self.sample(sample_shape)
         probs = self._categorical.probs
         return samples + (probs - probs.detach())
-
-

@@ -38,8 +38,8 @@ class TransformedDistribution(Distribution):
         forward_shape = transform.forward_shape(base_shape)
         expanded_base_shape = transform.inverse_shape(forward_shape)
         if base_shape != expanded_base_shape:
-            base_distribution = base_distribution.expand(expanded_base_shape[:len(expanded_base_shape) -
-                                                                              base_event_dim])
+            base_distribution = base_distribution.expand(
+                expanded_base_shape[:len(expanded_base_shape) - base_event_dim])
         reinterpreted_batch_ndims = transform.domain.event_dim - base_event_dim
         if reinterpreted_batch_ndims > 0:
             base_distribution = Independent(base_distribution, reinterpreted_batch_ndims)
