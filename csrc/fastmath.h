@@ -1,4 +1,4 @@
-/* Branch-free float32 exp, log, sin, cos, tanh, sigmoid and normal CDF that the compiler vectorises.
+/* Branch-free float32 exp, log, sin, cos, tan, atan, tanh, sigmoid and normal CDF that the compiler vectorises.
  *
  * libm's expf/tanhf/erff are scalar calls (tanhf alone costs ~70 ns), which
  * made host activations 10-100x slower than the GEMMs around them. These use
@@ -127,7 +127,7 @@ static inline float ddpc_log_f32(float x) {
  * remainder as the quadrant q (one more for cos) says, with its sign. All in
  * selects and float arithmetic (no integer quadrant), which GCC vectorises
  * for AVX2 and AVX-512. Larger |x|, infinities and NaN give a wrong value
- * here: ddpc_sincos_rows_f32 takes libm's for those. */
+ * here: ddpc_trig_rows_f32 takes libm's for those. */
 #define DDPC_TRIG_F32_LIMIT 4096.0f
 
 static inline float ddpc_sincos_f32(float x, int cosine) {
@@ -149,29 +149,67 @@ static inline float ddpc_sincos_f32(float x, int cosine) {
     return flip ? -v : v;
 }
 
-/* One block of ddpc_sincos_rows_f32 (restrict-qualified, so it vectorises);
+/* tan for |x| <= DDPC_TRIG_F32_LIMIT, with ddpc_sincos_f32's reduction:
+ * tan(r) = sin(r) / cos(r) in an even quadrant, -cos(r) / sin(r) in an odd
+ * one; tan is odd. */
+static inline float ddpc_tan_f32(float x) {
+    float a = fabsf(x);
+    float ac = a <= DDPC_TRIG_F32_LIMIT ? a : 0.0f;
+    float qf = floorf(ac * 0.636619772367581343f + 0.5f);
+    double qd = qf;
+    float r = (float)(((double)ac - qd * 1.5707963267341256) - qd * 6.077100506506192e-11);
+    float odd = qf - 2.0f * floorf(qf * 0.5f);
+    float z = r * r;
+    float s = ((-1.9515295891e-4f * z + 8.3321608736e-3f) * z - 1.6666654611e-1f) * z * r + r;
+    float c = ((2.443315711809948e-5f * z - 1.388731625493765e-3f) * z + 4.166664568298827e-2f) * z * z -
+              0.5f * z + 1.0f;
+    float v = odd != 0.0f ? -c / s : s / c;
+    return signbit(x) ? -v : v;
+}
+
+/* atan by Cephes' atanf: |x| above tan(3 pi / 8) as pi/2 - atan(1/|x|),
+ * above tan(pi / 8) as pi/4 + atan((|x| - 1) / (|x| + 1)), then an odd
+ * polynomial; the sign of x restored (atan(-0) is -0), NaN passed on. */
+static inline float ddpc_atan_f32(float x) {
+    float a = fabsf(x);
+    int big = a > 2.414213562373095f, mid = a > 0.4142135623730950f;
+    float y0 = big ? 1.570796326794897f : (mid ? 0.7853981633974483f : 0.0f);
+    float t = big ? -1.0f / a : (mid ? (a - 1.0f) / (a + 1.0f) : a);
+    float z = t * t;
+    float p = 8.05374449538e-2f;
+    p = p * z - 1.38776856032e-1f;
+    p = p * z + 1.99777106478e-1f;
+    p = p * z - 3.33329491539e-1f;
+    float y = y0 + (p * z * t + t);
+    y = a == INFINITY ? 1.570796326794897f : y;
+    y = x != x ? x : y;
+    return signbit(x) ? -y : y;
+}
+
+/* One block of ddpc_trig_rows_f32 (restrict-qualified, so it vectorises);
  * whether an element lies beyond the polynomial's range. Both are inlined
  * always, so that a DDPC_ROW_TARGETS caller compiles them for its targets. */
-static inline __attribute__((always_inline)) int ddpc_sincos_block_f32_(float *restrict out, const float *restrict a,
-                                                                        int64_t m, int cosine) {
+static inline __attribute__((always_inline)) int ddpc_trig_block_f32_(float *restrict out, const float *restrict a,
+                                                                      int64_t m, int kind) {
     int beyond = 0;
     for (int64_t k = 0; k < m; k++) {
-        out[k] = ddpc_sincos_f32(a[k], cosine);
+        out[k] = kind == 2 ? ddpc_tan_f32(a[k]) : ddpc_sincos_f32(a[k], kind);
         beyond |= !(fabsf(a[k]) <= DDPC_TRIG_F32_LIMIT);
     }
     return beyond;
 }
 
-/* o = sin(a) or cos(a) over n floats (o may be a): the polynomial over a
- * block, then libm's for the block's elements beyond its range. */
-static inline __attribute__((always_inline)) void ddpc_sincos_rows_f32(float *o, const float *a, int64_t n,
-                                                                       int cosine) {
+/* o = sin(a) (kind 0), cos(a) (1) or tan(a) (2) over n floats (o may be
+ * a): the polynomials over a block, then libm's for the block's elements
+ * beyond their range. */
+static inline __attribute__((always_inline)) void ddpc_trig_rows_f32(float *o, const float *a, int64_t n, int kind) {
     float block[256];
     for (int64_t i0 = 0; i0 < n; i0 += 256) {
         int64_t m = n - i0 < 256 ? n - i0 : 256;
-        if (ddpc_sincos_block_f32_(block, a + i0, m, cosine))
+        if (ddpc_trig_block_f32_(block, a + i0, m, kind))
             for (int64_t k = 0; k < m; k++)
-                if (!(fabsf(a[i0 + k]) <= DDPC_TRIG_F32_LIMIT)) block[k] = cosine ? cosf(a[i0 + k]) : sinf(a[i0 + k]);
+                if (!(fabsf(a[i0 + k]) <= DDPC_TRIG_F32_LIMIT))
+                    block[k] = kind == 2 ? tanf(a[i0 + k]) : kind ? cosf(a[i0 + k]) : sinf(a[i0 + k]);
         memcpy(o + i0, block, (size_t)m * sizeof *o);
     }
 }
@@ -182,5 +220,6 @@ static inline __attribute__((always_inline)) void ddpc_sincos_rows_f32(float *o,
 #define TANH_T(T, x) (sizeof(T) == 4 ? (T)ddpc_tanh_f32((float)(x)) : (T)tanh((double)(x)))
 #define SIGMOID_T(T, x) (sizeof(T) == 4 ? (T)ddpc_sigmoid_f32((float)(x)) : (T)(1 / (1 + exp(-(double)(x)))))
 #define LOG_T(T, x) (sizeof(T) == 4 ? (T)ddpc_log_f32((float)(x)) : (T)log((double)(x)))
+#define ATAN_T(T, x) (sizeof(T) == 4 ? (T)ddpc_atan_f32((float)(x)) : (T)atan((double)(x)))
 
 #endif

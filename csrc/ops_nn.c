@@ -139,7 +139,7 @@ static DDPC_ROW_TARGETS void unary_range_(void *ctx, int64_t lo, int64_t hi) {
         case DDPC_SIN:
         case DDPC_COS:
             if (sizeof(T) == 4)
-                ddpc_sincos_rows_f32((float *)o, (const float *)a, n, op == DDPC_COS);
+                ddpc_trig_rows_f32((float *)o, (const float *)a, n, op == DDPC_COS);
             else
                 for (int64_t i = 0; i < n; i++) o[i] = op == DDPC_COS ? cos(a[i]) : sin(a[i]);
             break;
@@ -175,8 +175,13 @@ static DDPC_ROW_TARGETS void unary_range_(void *ctx, int64_t lo, int64_t hi) {
         case DDPC_SINH: for (int64_t i = 0; i < n; i++) o[i] = sinh(a[i]); break;
         case DDPC_COSH: for (int64_t i = 0; i < n; i++) o[i] = cosh(a[i]); break;
         case DDPC_ASINH: for (int64_t i = 0; i < n; i++) o[i] = asinh(a[i]); break;
-        case DDPC_ATAN: for (int64_t i = 0; i < n; i++) o[i] = atan(a[i]); break;
-        case DDPC_TAN: for (int64_t i = 0; i < n; i++) o[i] = tan(a[i]); break;
+        case DDPC_ATAN: for (int64_t i = 0; i < n; i++) o[i] = ATAN_T(T, a[i]); break;
+        case DDPC_TAN:
+            if (sizeof(T) == 4)
+                ddpc_trig_rows_f32((float *)o, (const float *)a, n, 2);
+            else
+                for (int64_t i = 0; i < n; i++) o[i] = tan(a[i]);
+            break;
         case DDPC_ASIN: for (int64_t i = 0; i < n; i++) o[i] = asin(a[i]); break;
         case DDPC_ACOS: for (int64_t i = 0; i < n; i++) o[i] = acos(a[i]); break;
         case DDPC_ACOSH: for (int64_t i = 0; i < n; i++) o[i] = acosh(a[i]); break;
@@ -278,7 +283,7 @@ static DDPC_ROW_TARGETS void unary_backward_range_(void *ctx, int64_t lo, int64_
                 float d[256];
                 for (int64_t i0 = 0; i0 < n; i0 += 256) {
                     int64_t m = n - i0 < 256 ? n - i0 : 256;
-                    ddpc_sincos_rows_f32(d, (const float *)s + i0, m, op == DDPC_SIN);
+                    ddpc_trig_rows_f32(d, (const float *)s + i0, m, op == DDPC_SIN);
                     for (int64_t k = 0; k < m; k++) o[i0 + k] = (op == DDPC_SIN ? g[i0 + k] : -g[i0 + k]) * (T)d[k];
                 }
             } else {
