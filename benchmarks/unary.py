@@ -24,7 +24,7 @@ FUNCTIONS = {
     "exp": (np.exp, (-20, 20)), "log": (np.log, (1e-3, 1e3)), "tanh": (np.tanh, (-5, 5)),
     "sigmoid": (lambda x: 1 / (1 + np.exp(-x)), (-10, 10)), "sin": (np.sin, (-100, 100)),
     "cos": (np.cos, (-100, 100)), "relu": (lambda x: np.maximum(x, 0), (-1, 1)), "sqrt": (np.sqrt, (0, 100)),
-    "gelu": (None, (-5, 5)), "silu": (None, (-10, 10)), "atan": (np.arctan, (-10, 10)),
+    "gelu": (None, (-5, 5)), "silu": (None, (-10, 10)), "atan": (np.arctan, (-10, 10)), "tan": (np.tan, (-1.5, 1.5)),
 }
 
 
