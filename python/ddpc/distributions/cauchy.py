@@ -11,10 +11,6 @@ from .utils import broadcast_all, standard_uniform
 __all__ = ["Cauchy"]
 
 
-def _tan(x):
-    return _ag.sin(x) / _ag.cos(x)
-
-
 class Cauchy(Distribution):
     """The ratio of two independent standard normals, shifted by loc and scaled
     by scale. Its mean is undefined (NaN) and its variance infinite."""
@@ -44,7 +40,7 @@ class Cauchy(Distribution):
 
     def rsample(self, sample_shape=()):
         u = standard_uniform(self._extended_shape(sample_shape), self.loc)
-        return self.loc + self.scale * _tan(math.pi * (u - 0.5))
+        return self.loc + self.scale * _ag.tan(math.pi * (u - 0.5))
 
     def log_prob(self, value):
         if self._validate_args:
@@ -57,7 +53,7 @@ class Cauchy(Distribution):
         return _ag.atan((value - self.loc) / self.scale) / math.pi + 0.5
 
     def icdf(self, value):
-        return _tan(math.pi * (value - 0.5)) * self.scale + self.loc
+        return _ag.tan(math.pi * (value - 0.5)) * self.scale + self.loc
 
     def entropy(self):
         return math.log(4 * math.pi) + _ag.log(self.scale)
