@@ -130,20 +130,36 @@ static inline float ddpc_log_f32(float x) {
  * here: ddpc_trig_rows_f32 takes libm's for those. */
 #define DDPC_TRIG_F32_LIMIT 4096.0f
 
-static inline float ddpc_sincos_f32(float x, int cosine) {
+/* The remainder r of |x| (0 beyond the limit) less q pi/2, q = |x| 2/pi
+ * rounded, in double with pi/2 in two parts; *q gets q. */
+static inline float ddpc_trig_reduce_f32_(float x, float *q) {
     float a = fabsf(x);
     float ac = a <= DDPC_TRIG_F32_LIMIT ? a : 0.0f;
     float qf = floorf(ac * 0.636619772367581343f + 0.5f);
     double qd = qf;
-    float r = (float)(((double)ac - qd * 1.5707963267341256) - qd * 6.077100506506192e-11);
+    *q = qf;
+    return (float)(((double)ac - qd * 1.5707963267341256) - qd * 6.077100506506192e-11);
+}
+
+/* Cephes' sinf and cosf polynomials, for |r| <= pi/4. */
+static inline float ddpc_sin_poly_f32_(float r) {
+    float z = r * r;
+    return ((-1.9515295891e-4f * z + 8.3321608736e-3f) * z - 1.6666654611e-1f) * z * r + r;
+}
+
+static inline float ddpc_cos_poly_f32_(float r) {
+    float z = r * r;
+    return ((2.443315711809948e-5f * z - 1.388731625493765e-3f) * z + 4.166664568298827e-2f) * z * z - 0.5f * z +
+           1.0f;
+}
+
+static inline float ddpc_sincos_f32(float x, int cosine) {
+    float qf;
+    float r = ddpc_trig_reduce_f32_(x, &qf);
     float qc = qf + (float)cosine;
     float quadrant = qc - 4.0f * floorf(qc * 0.25f); /* 0, 1, 2 or 3 */
     float odd = quadrant - 2.0f * floorf(quadrant * 0.5f);
-    float z = r * r;
-    float s = ((-1.9515295891e-4f * z + 8.3321608736e-3f) * z - 1.6666654611e-1f) * z * r + r;
-    float c = ((2.443315711809948e-5f * z - 1.388731625493765e-3f) * z + 4.166664568298827e-2f) * z * z -
-              0.5f * z + 1.0f;
-    float v = odd != 0.0f ? c : s;
+    float v = odd != 0.0f ? ddpc_cos_poly_f32_(r) : ddpc_sin_poly_f32_(r);
     /* sin is odd, down to the sign of a zero: sin(-0) is -0 */
     int flip = (quadrant >= 2.0f) ^ (!cosine & (signbit(x) != 0));
     return flip ? -v : v;
@@ -153,16 +169,10 @@ static inline float ddpc_sincos_f32(float x, int cosine) {
  * tan(r) = sin(r) / cos(r) in an even quadrant, -cos(r) / sin(r) in an odd
  * one; tan is odd. */
 static inline float ddpc_tan_f32(float x) {
-    float a = fabsf(x);
-    float ac = a <= DDPC_TRIG_F32_LIMIT ? a : 0.0f;
-    float qf = floorf(ac * 0.636619772367581343f + 0.5f);
-    double qd = qf;
-    float r = (float)(((double)ac - qd * 1.5707963267341256) - qd * 6.077100506506192e-11);
+    float qf;
+    float r = ddpc_trig_reduce_f32_(x, &qf);
     float odd = qf - 2.0f * floorf(qf * 0.5f);
-    float z = r * r;
-    float s = ((-1.9515295891e-4f * z + 8.3321608736e-3f) * z - 1.6666654611e-1f) * z * r + r;
-    float c = ((2.443315711809948e-5f * z - 1.388731625493765e-3f) * z + 4.166664568298827e-2f) * z * z -
-              0.5f * z + 1.0f;
+    float s = ddpc_sin_poly_f32_(r), c = ddpc_cos_poly_f32_(r);
     float v = odd != 0.0f ? -c / s : s / c;
     return signbit(x) ? -v : v;
 }
