@@ -27,6 +27,7 @@ from .autograd import (abs, absolute, addcdiv, addcmul, allclose, ceil, clamp, c
 from .serialization import CheckpointError, load, save
 from . import amp, data, distributed, distributions, func, nn, optim, testing, utils
 from .amp import autocast
+from .func import vmap
 from . import checkpoint
 from .distributed import destroy_process_group, init_process_group
 from .nn.parallel import DataParallel, DistributedDataParallel
@@ -121,6 +122,6 @@ __all__ = [
     "distributions", "acos", "acosh", "arccos", "arccosh", "arcsin", "arcsinh", "arctan", "arctanh", "asin", "atanh",
     "digamma", "erfc", "erfinv", "i0", "lgamma", "mvlgamma", "polygamma", "tan", "special", "acos_", "acosh_",
     "arccos_", "arccosh_", "arcsin_", "arcsinh_", "arctan_", "arctanh_", "asin_", "asinh_", "atan_", "atanh_", "cosh_",
-    "erfc_", "exp2_", "frac_", "i0_", "log2_", "log10_", "logit_", "sinh_", "tan_", "xlogy_",
+    "erfc_", "exp2_", "frac_", "i0_", "log2_", "log10_", "logit_", "sinh_", "tan_", "xlogy_", "vmap",
 ] + _pointwise.__all__ + _matrix.__all__ + _linalg.__all__ + _layout.__all__ + _random.__all__ + _stats.__all__ + \
     _windows.__all__ + _nn_forms.__all__ + _aliases.__all__ + ["unique_consecutive"]
