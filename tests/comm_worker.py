@@ -699,6 +699,52 @@ def scenario_broadcast_mismatch():
         say(f"RANK {dist.get_rank()} MISMATCH {e}")
 
 
+def scenario_p2p_objects():
+    """send_object_list / recv_object_list from rank 0 to every other rank
+    (from a given rank and from any), new_subgroups_by_enumeration, and
+    get_node_local_rank."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    for r in range(1, world):
+        if rank == 0:
+            dist.send_object_list([{"to": r}, "x" * (1000 * r), None], r)
+            dist.send_object_list([], r)
+            dist.send_object_list([(r, r)], r)
+        elif rank == r:
+            got = [None] * 3
+            assert dist.recv_object_list(got, 0) == 0
+            assert got == [{"to": r}, "x" * (1000 * r), None], got
+            empty = []
+            assert dist.recv_object_list(empty, 0) == 0 and empty == []
+            one = [None]
+            assert dist.recv_object_list(one) == 0 and one == [(r, r)], one
+    assert dist.get_node_local_rank() == int(os.environ["LOCAL_RANK"]) == rank
+    evens, odds = list(range(0, world, 2)), list(range(1, world, 2))
+    cur, subs = dist.new_subgroups_by_enumeration([evens, odds] if odds else [evens])
+    assert cur is subs[rank % 2] and dist.get_process_group_ranks(cur) == (evens, odds)[rank % 2]
+    d = np.full(3, rank, np.int64)
+    dist.all_reduce(d, group=cur)
+    check(d, np.full(3, sum((evens, odds)[rank % 2])), "new_subgroups_by_enumeration all_reduce")
+    alone, _ = dist.new_subgroups_by_enumeration([[0]])
+    assert (alone is None) == (rank != 0)
+    try:
+        dist.new_subgroups_by_enumeration([[0], [0, 1]])
+        raise AssertionError("a rank in two subgroups must be refused")
+    except ValueError as e:
+        assert "more than one subgroup" in str(e), e
+    dist.barrier()
+
+
+def scenario_p2p_objects_mismatch():
+    """Rank 0 sends 2 objects, rank 1 receives into a list of 3."""
+    try:
+        if dist.get_rank() == 0:
+            dist.send_object_list([1, 2], 1)
+        else:
+            dist.recv_object_list([None] * 3, 0)
+    except dist.DistError as e:
+        say(f"RANK {dist.get_rank()} MISMATCH {e}")
+
+
 def scenario_p2p_mismatch():
     """Rank 0 sends 10 floats, rank 1 receives 12: rank 1's error describes its own call as a recv."""
     try:

@@ -1,8 +1,9 @@
 """PyTorch's helpers beyond tensors that ported scripts call: the remaining
 nn.init initialisers (PyTorch's fans and gains), nn.utils' parameter vectors
 and split gradient clipping, data's StackDataset, ChainDataset,
-get_worker_info and default_convert, and distributed's new_subgroups and
-is_torchelastic_launched (multi-rank new_subgroups runs in comm_worker.py)."""
+get_worker_info and default_convert, and distributed's new_subgroups,
+get_node_local_rank and is_torchelastic_launched (multi-rank new_subgroups
+runs in comm_worker.py)."""
 
 import math
 import socket
@@ -192,6 +193,15 @@ def test_is_torchelastic_launched_reads_the_run_id(monkeypatch):
     assert not dist.is_torchelastic_launched()
     monkeypatch.setenv("TORCHELASTIC_RUN_ID", "none")
     assert dist.is_torchelastic_launched()
+
+
+def test_get_node_local_rank_reads_local_rank_or_the_fallback(monkeypatch):
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    assert dist.get_node_local_rank(fallback_rank=1) == 3
+    monkeypatch.delenv("LOCAL_RANK")
+    assert dist.get_node_local_rank(fallback_rank=1) == 1
+    with pytest.raises(RuntimeError, match="LOCAL_RANK"):
+        dist.get_node_local_rank()
 
 
 def test_new_subgroups_on_a_single_rank(monkeypatch):

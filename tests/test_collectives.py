@@ -118,6 +118,21 @@ def test_a_mismatched_recv_is_described_as_a_recv():
     assert "rank 0 called send(10 x float32" in res.stdout, res.stdout
 
 
+@pytest.mark.parametrize("world", [2, 3])
+def test_objects_between_two_ranks_and_subgroups_by_enumeration(world):
+    res = run_job(world, "p2p_objects", timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    for r in range(world):
+        assert f"RANK {r} PASS" in res.stdout, res.stdout + res.stderr
+
+
+def test_recv_object_list_of_another_length_than_the_senders_is_a_mismatch():
+    res = run_job(2, "p2p_objects_mismatch", timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "RANK 1 MISMATCH collective mismatch: rank 1 called recv(4 x int64" in res.stdout, res.stdout
+    assert "rank 0 called send(3 x int64" in res.stdout, res.stdout
+
+
 @pytest.mark.parametrize("scenario,world", [("p2p_tag_order", 2), ("p2p_tag_fifo", 2), ("p2p_tag_any", 2),
                                             ("p2p_tag_any", 3)])
 def test_p2p_messages_are_matched_by_tag(scenario, world):

@@ -60,6 +60,8 @@ _DEFAULT_TIMEOUT = timedelta(minutes=30)  # PyTorch's for gloo: a dead peer is n
 _SHUTDOWN_GRACE_S = 10.0
 # The tag of the messages all_to_all sends, out of the way of the tags users pick.
 _ALL_TO_ALL_TAG = -(2**31)
+# The tag of send_object_list's messages, likewise.
+_OBJECT_TAG = -(2**31) + 1
 
 
 class ReduceOp:
@@ -566,6 +568,34 @@ def new_subgroups(group_size=None, group=None, timeout=None, backend=None, pg_op
     subgroups = [new_group(range(start, start + group_size), timeout=timeout, backend=backend)
                  for start in range(0, world.size(), group_size)]
     return subgroups[_world.rank // group_size], subgroups
+
+
+def new_subgroups_by_enumeration(ranks_per_subgroup_list, timeout=None, backend=None, pg_options=None):
+    """A group for each list of ranks in ``ranks_per_subgroup_list`` (no rank
+    in two of them); returns (this rank's group, or None where it is in
+    none, all of them), as torch.distributed's. Every rank must call it, as
+    new_group. ``pg_options`` is ignored."""
+    del pg_options
+    seen = {}
+    for ranks in ranks_per_subgroup_list:
+        for r in ranks:
+            if r in seen:
+                raise ValueError(f"new_subgroups_by_enumeration: rank {r} is in more than one subgroup")
+            seen[r] = True
+    subgroups = [new_group(ranks, timeout=timeout, backend=backend) for ranks in ranks_per_subgroup_list]
+    mine = next((s for s, ranks in zip(subgroups, ranks_per_subgroup_list) if _world.rank in ranks), None)
+    return mine, subgroups
+
+
+def get_node_local_rank(fallback_rank=None):
+    """This process's rank on its node: LOCAL_RANK, which ddpc-run and torchrun
+    set, else ``fallback_rank``; without either it raises."""
+    if "LOCAL_RANK" in os.environ:
+        return _env_int("LOCAL_RANK", 0)
+    if fallback_rank is not None:
+        return int(fallback_rank)
+    raise RuntimeError("LOCAL_RANK is not set (start the processes with ddpc-run or torchrun), and no "
+                       "fallback_rank was given")
 
 
 def is_torchelastic_launched():
@@ -1339,6 +1369,37 @@ def scatter_object_list(scatter_object_output_list, scatter_object_input_list=No
     scatter_object_output_list[0] = objects[g.rank()]
 
 
+def send_object_list(object_list, dst, group=None, device=None):
+    """Sends the objects of ``object_list`` (picklable) to rank ``dst``, whose
+    ``recv_object_list`` passes a list of the same length: first their
+    count and pickles' sizes, then the pickles."""
+    del device  # where the pickles travel follows the group's backend
+    g = _group(group)
+    data = [_object_bytes(o) for o in object_list]
+    send(_to_group(g, np.array([len(data)] + [d.size for d in data], np.int64)), dst, g, _OBJECT_TAG)
+    if sum(d.size for d in data):
+        send(_to_group(g, np.concatenate(data)), dst, g, _OBJECT_TAG)
+
+
+def recv_object_list(object_list, src=None, group=None, device=None):
+    """Fills ``object_list`` with the objects rank ``src`` (without src, any
+    rank, on the cpu backend) sent with ``send_object_list``; returns the
+    sender's rank. A list of another length than the sender's is a
+    mismatch of the two calls: both raise DistError."""
+    del device
+    g = _group(group)
+    header = _to_group(g, np.zeros(1 + len(object_list), np.int64))
+    sender = recv(header, src, g, _OBJECT_TAG)
+    sizes = _to_numpy(header, np.int64)[1:]
+    payload = _to_group(g, np.empty(int(sizes.sum()), np.uint8))
+    if sizes.sum():
+        recv(payload, sender, g, _OBJECT_TAG)
+    payload = _to_numpy(payload, np.uint8)
+    ends = np.cumsum(sizes)
+    object_list[:] = [pickle.loads(payload[end - size:end].tobytes()) for size, end in zip(sizes, ends)]
+    return sender
+
+
 def get_process_group_ranks(group):
     """The default-group ranks of ``group``'s members, in group-rank order."""
     return list(_group(group).ranks)
@@ -1363,5 +1424,5 @@ def _members_only(fn):
 for _name in ("all_reduce", "broadcast", "reduce", "all_gather", "all_gather_into_tensor", "gather", "scatter",
               "reduce_scatter", "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "barrier",
               "monitored_barrier", "send", "recv", "isend", "irecv", "all_gather_object", "gather_object",
-              "broadcast_object_list", "scatter_object_list"):
+              "broadcast_object_list", "scatter_object_list", "send_object_list", "recv_object_list"):
     globals()[_name] = _members_only(globals()[_name])
