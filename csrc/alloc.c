@@ -94,7 +94,7 @@ static ddpc_status device_alloc_(int device, size_t nbytes, ddpc_block **out) {
         cudaSetDevice(prev);
         if (e != cudaSuccess) {
             cudaGetLastError();
-            st = DDPC_ERROR(e == cudaErrorMemoryAllocation ? DDPC_ERR_OOM : DDPC_ERR_CUDA,
+            st = DDPC_ERROR(e == cudaErrorMemoryAllocation ? DDPC_ERR_DEVICE_OOM : DDPC_ERR_CUDA,
                             "cudaMalloc of %zu bytes on cuda:%d failed: %s (%zu bytes allocated, %zu reserved by ddpc)",
                             size, device, cudaGetErrorString(e), c->stats.allocated, c->stats.reserved);
             goto fail_;
@@ -103,6 +103,7 @@ static ddpc_status device_alloc_(int device, size_t nbytes, ddpc_block **out) {
         b->device = device;
         b->kind = DDPC_MEM_DEVICE;
         c->stats.reserved += size;
+        if (c->stats.reserved > c->stats.peak_reserved) c->stats.peak_reserved = c->stats.reserved;
         c->stats.num_device_mallocs++;
     }
     b->next = NULL;
@@ -140,6 +141,7 @@ ddpc_status ddpc_device_reset_peak(int device) {
     pthread_once(&caches_once_, caches_init_);
     pthread_mutex_lock(&caches_[device].mu);
     caches_[device].stats.peak_allocated = caches_[device].stats.allocated;
+    caches_[device].stats.peak_reserved = caches_[device].stats.reserved;
     pthread_mutex_unlock(&caches_[device].mu);
     return DDPC_OK;
 }

@@ -39,11 +39,12 @@ typedef struct {
     size_t allocated;  /* bytes in blocks handed out */
     size_t reserved;   /* bytes obtained from cudaMalloc (handed out + cached) */
     size_t peak_allocated;
+    size_t peak_reserved;
     uint64_t num_device_mallocs; /* cudaMalloc calls made so far */
 } ddpc_mem_stats;
 
 ddpc_status ddpc_device_mem_stats(int device, ddpc_mem_stats *out);
-/* Starts peak_allocated again from what is allocated now. */
+/* Starts peak_allocated and peak_reserved again from what is allocated and reserved now. */
 ddpc_status ddpc_device_reset_peak(int device);
 /* Returns every cached free block to cudaFree. */
 ddpc_status ddpc_device_empty_cache(int device);

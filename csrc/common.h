@@ -14,13 +14,14 @@ typedef enum {
     DDPC_OK = 0,
     DDPC_ERR_ARG,      /* bad value from the caller          -> ValueError */
     DDPC_ERR_TYPE,     /* wrong kind of object or dtype       -> TypeError */
-    DDPC_ERR_OOM,      /* host or device allocation failed    -> MemoryError */
+    DDPC_ERR_OOM,      /* host allocation failed              -> MemoryError */
     DDPC_ERR_CUDA,     /* a CUDA, cuBLAS or NCCL call failed  -> RuntimeError */
     DDPC_ERR_NOCUDA,   /* CUDA asked for but not available    -> RuntimeError */
     DDPC_ERR_SYS,      /* a system call failed                -> OSError */
     DDPC_ERR_DIST,     /* a peer failed or disagreed          -> ddpc.DistError */
     DDPC_ERR_TIMEOUT,  /* a deadline passed                   -> ddpc.DistTimeoutError */
-    DDPC_ERR_INTERNAL  /* a broken invariant                  -> RuntimeError */
+    DDPC_ERR_INTERNAL, /* a broken invariant                  -> RuntimeError */
+    DDPC_ERR_DEVICE_OOM /* device allocation failed           -> ddpc.OutOfMemoryError */
 } ddpc_status;
 
 /* Records the message for `st` (printf-style) and returns `st`. The message

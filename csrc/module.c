@@ -21,7 +21,7 @@
 #include "ops_search.h"
 #include "ops_sort.h"
 
-PyObject *ddpc_DistError, *ddpc_DistTimeoutError;
+PyObject *ddpc_DistError, *ddpc_DistTimeoutError, *ddpc_OutOfMemoryError;
 
 PyObject *ddpc_raise(ddpc_status st) {
     PyObject *type;
@@ -29,6 +29,7 @@ PyObject *ddpc_raise(ddpc_status st) {
     case DDPC_ERR_ARG: type = PyExc_ValueError; break;
     case DDPC_ERR_TYPE: type = PyExc_TypeError; break;
     case DDPC_ERR_OOM: type = PyExc_MemoryError; break;
+    case DDPC_ERR_DEVICE_OOM: type = ddpc_OutOfMemoryError; break;
     case DDPC_ERR_SYS: type = PyExc_OSError; break;
     case DDPC_ERR_DIST: type = ddpc_DistError; break;
     case DDPC_ERR_TIMEOUT: type = ddpc_DistTimeoutError; break;
@@ -114,9 +115,9 @@ static PyObject *py_cuda_memory_stats(PyObject *m, PyObject *arg) {
     ddpc_mem_stats s;
     ddpc_status st = ddpc_device_mem_stats(device, &s);
     if (st != DDPC_OK) return ddpc_raise(st);
-    return Py_BuildValue("{s:n,s:n,s:n,s:K}", "allocated", (Py_ssize_t)s.allocated, "reserved",
-                         (Py_ssize_t)s.reserved, "peak_allocated", (Py_ssize_t)s.peak_allocated, "num_device_mallocs",
-                         (unsigned long long)s.num_device_mallocs);
+    return Py_BuildValue("{s:n,s:n,s:n,s:n,s:K}", "allocated", (Py_ssize_t)s.allocated, "reserved",
+                         (Py_ssize_t)s.reserved, "peak_allocated", (Py_ssize_t)s.peak_allocated, "peak_reserved",
+                         (Py_ssize_t)s.peak_reserved, "num_device_mallocs", (unsigned long long)s.num_device_mallocs);
 }
 
 static PyObject *py_cuda_empty_cache(PyObject *m, PyObject *arg) {
@@ -262,7 +263,7 @@ static PyMethodDef module_methods[] = {
     {"cuda_compute_stream", py_cuda_compute_stream, METH_O, "the compute stream of a GPU, as an int"},
     {"cuda_memory_stats", py_cuda_memory_stats, METH_O, "caching allocator statistics of a GPU"},
     {"cuda_empty_cache", py_cuda_empty_cache, METH_O, "return cached device blocks to the driver"},
-    {"cuda_reset_peak_memory", py_cuda_reset_peak_memory, METH_O, "start a GPU's peak_allocated from now"},
+    {"cuda_reset_peak_memory", py_cuda_reset_peak_memory, METH_O, "start a GPU's peak_allocated and peak_reserved from now"},
     {"cuda_mem_info", py_cuda_mem_info, METH_O, "(free, total) bytes of a GPU, as the driver reports them"},
     {"cuda_event_create", py_cuda_event_create, METH_VARARGS, "cuda_event_create(device, timing): a new event"},
     {"cuda_event_record", py_cuda_event_record, METH_VARARGS,
@@ -288,6 +289,13 @@ static int module_exec(PyObject *m) {
         "ddpc.DistTimeoutError", "A collective or rendezvous did not complete before its deadline.", bases, NULL);
     Py_DECREF(bases);
     if (!ddpc_DistTimeoutError || PyModule_AddObjectRef(m, "DistTimeoutError", ddpc_DistTimeoutError) < 0) return -1;
+    /* torch.cuda.OutOfMemoryError is a RuntimeError; a MemoryError too, as ddpc raised before it existed. */
+    bases = PyTuple_Pack(2, PyExc_RuntimeError, PyExc_MemoryError);
+    if (!bases) return -1;
+    ddpc_OutOfMemoryError = PyErr_NewExceptionWithDoc(
+        "ddpc.OutOfMemoryError", "A device allocation failed: the GPU's memory is used up.", bases, NULL);
+    Py_DECREF(bases);
+    if (!ddpc_OutOfMemoryError || PyModule_AddObjectRef(m, "OutOfMemoryError", ddpc_OutOfMemoryError) < 0) return -1;
     if (ddpc_buffer_register(m) < 0 || ddpc_ops_register(m) < 0) return -1;
     if (ddpc_nn_register(m) < 0 || ddpc_conv_register(m) < 0 || ddpc_grid_register(m) < 0 || ddpc_dim_register(m) < 0 ||
         ddpc_sort_register(m) < 0 || ddpc_search_register(m) < 0 || ddpc_select_register(m) < 0 ||

@@ -8,7 +8,7 @@
 #include "common.h"
 
 /* ddpc.DistError (RuntimeError) and ddpc.DistTimeoutError (DistError, TimeoutError). */
-extern PyObject *ddpc_DistError, *ddpc_DistTimeoutError;
+extern PyObject *ddpc_DistError, *ddpc_DistTimeoutError, *ddpc_OutOfMemoryError;
 
 /* Sets the Python exception for `st` with the recorded message, clears the
  * message, and returns NULL. */

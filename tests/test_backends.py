@@ -1,5 +1,6 @@
 """ddpc.backends (TF32 switches, cuDNN flags, compile) and the torch.cuda-style
-extras of ddpc.cuda (events, the compute stream, peak-memory reset, seeding).
+extras of ddpc.cuda (events, the compute stream, peak-memory reset, seeding,
+random states, device contexts, OutOfMemoryError, memory_summary).
 Where there is no GPU, the cuda calls must fail with ddpc's clear error; the
 gpu-marked tests check what they do on one."""
 
@@ -63,10 +64,35 @@ def test_cuda_manual_seed_seeds_the_one_generator():
     np.testing.assert_array_equal(ddpc.rand(4).numpy(), a)
 
 
+def test_cuda_random_states_are_the_one_generators():
+    ddpc.manual_seed(7)
+    state = ddpc.cuda.get_rng_state()
+    a = ddpc.rand(3).numpy()
+    ddpc.cuda.set_rng_state(state)
+    np.testing.assert_array_equal(ddpc.rand(3).numpy(), a)
+    assert ddpc.cuda.initial_seed() == 7
+    assert len(ddpc.cuda.get_rng_state_all()) == ddpc.cuda.device_count()
+    ddpc.cuda.seed_all()
+    assert ddpc.initial_seed() == ddpc.cuda.initial_seed()
+
+
+def test_out_of_memory_error_is_torchs_runtime_error_and_a_memory_error():
+    assert ddpc.cuda.OutOfMemoryError is ddpc.OutOfMemoryError
+    assert issubclass(ddpc.OutOfMemoryError, RuntimeError) and issubclass(ddpc.OutOfMemoryError, MemoryError)
+
+
+def test_device_context_of_a_host_tensor_changes_nothing():
+    with ddpc.cuda.device(None) as d, ddpc.cuda.device_of(ddpc.zeros(2)):
+        assert d.idx == -1
+    native = ddpc.cuda.is_available() and ddpc.cuda.get_device_capability()[0] >= 8
+    assert ddpc.cuda.is_bf16_supported() == native
+
+
 @pytest.mark.skipif(ddpc.cuda.is_available(), reason="checks the error where there is no GPU")
 def test_cuda_calls_without_a_gpu_raise_clearly():
     for call in (lambda: ddpc.cuda.Event().record(), ddpc.cuda.reset_peak_memory_stats, ddpc.cuda.mem_get_info,
-                 lambda: ddpc.cuda.current_stream().cuda_stream):
+                 lambda: ddpc.cuda.current_stream().cuda_stream, ddpc.cuda.memory_summary,
+                 ddpc.cuda.max_memory_reserved, lambda: ddpc.cuda.device(0).__enter__()):
         with pytest.raises(RuntimeError, match="cuda"):
             call()
     ev = ddpc.cuda.Event(enable_timing=True)
@@ -102,10 +128,25 @@ def test_peak_memory_reset_and_mem_get_info():
     x = ddpc.empty(1 << 20, device="cuda")
     del x
     assert ddpc.cuda.max_memory_allocated() >= 4 << 20
+    assert ddpc.cuda.max_memory_reserved() >= ddpc.cuda.memory_reserved() >= 4 << 20
     ddpc.cuda.reset_peak_memory_stats()
     assert ddpc.cuda.max_memory_allocated() == ddpc.cuda.memory_allocated()
+    assert ddpc.cuda.max_memory_reserved() == ddpc.cuda.memory_reserved()
+    assert "peak reserved" in ddpc.cuda.memory_summary()
     free, total = ddpc.cuda.mem_get_info()
     assert 0 < free <= total
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_a_device_allocation_beyond_the_gpu_raises_out_of_memory_error():
+    _, total = ddpc.cuda.mem_get_info()
+    with pytest.raises(ddpc.cuda.OutOfMemoryError, match="cudaMalloc"):
+        ddpc.empty(2 * total // 4, device="cuda")
+    x = ddpc.ones(4, device="cuda")  # the device still works afterwards
+    assert x.sum().item() == 4
+    with ddpc.cuda.device_of(x):
+        assert ddpc.cuda.current_device() == x.device.index
 
 
 @pytest.mark.gpu

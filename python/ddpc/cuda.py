@@ -10,6 +10,7 @@ for by it. ddpc has one random generator for the host and every device, so
 from collections import namedtuple
 
 from . import _C
+from ._C import OutOfMemoryError  # noqa: F401  (raised by the device allocator; re-exported as torch.cuda's)
 from ._dtype import device as _device
 
 _DeviceProperties = namedtuple("_DeviceProperties",
@@ -83,8 +84,25 @@ def memory_reserved(device=None):
     return _C.cuda_memory_stats(_index(device))["reserved"]
 
 
+def max_memory_reserved(device=None):
+    """The most bytes obtained from the driver at once since the start or reset_peak_memory_stats."""
+    return _C.cuda_memory_stats(_index(device))["peak_reserved"]
+
+
 def memory_stats(device=None):
     return _C.cuda_memory_stats(_index(device))
+
+
+def memory_summary(device=None, abbreviated=False):
+    """The caching allocator's statistics of the device as a short table of text."""
+    del abbreviated  # ddpc's statistics fit in a few lines either way
+    s = memory_stats(device)
+    rows = [("allocated (live tensors)", s["allocated"]), ("peak allocated", s["peak_allocated"]),
+            ("reserved (allocated + cached)", s["reserved"]), ("peak reserved", s["peak_reserved"])]
+    lines = [f"ddpc.cuda memory summary, cuda:{_index(device)}"]
+    lines += [f"  {name:<30} {value / 2**20:12.1f} MiB" for name, value in rows]
+    lines.append(f"  {'cudaMalloc calls':<30} {s['num_device_mallocs']:12d}")
+    return "\n".join(lines) + "\n"
 
 
 def empty_cache():
@@ -94,7 +112,7 @@ def empty_cache():
 
 
 def reset_peak_memory_stats(device=None):
-    """Starts max_memory_allocated again from what is allocated now."""
+    """Starts max_memory_allocated and max_memory_reserved again from what is allocated and reserved now."""
     _C.cuda_reset_peak_memory(_index(device))
 
 
@@ -114,6 +132,80 @@ def manual_seed(seed):
 
 
 manual_seed_all = manual_seed
+
+
+def _the_generator():
+    from .tensor import default_generator
+
+    return default_generator
+
+
+def get_rng_state(device="cuda"):
+    """The state of ddpc's one generator, which devices share with the host (``ddpc.get_rng_state()``)."""
+    del device
+    return _the_generator().get_state()
+
+
+def set_rng_state(new_state, device="cuda"):
+    del device
+    _the_generator().set_state(new_state)
+
+
+def get_rng_state_all():
+    """One state per device, each that of the one shared generator."""
+    return [get_rng_state() for _ in range(device_count())]
+
+
+def set_rng_state_all(new_states):
+    for state in new_states:
+        set_rng_state(state)
+
+
+def initial_seed():
+    return _the_generator().initial_seed()
+
+
+def seed():
+    """Seeds the shared generator from the operating system's entropy, as ``ddpc.seed()``."""
+    from .tensor import seed as seed_from_entropy
+
+    seed_from_entropy()
+
+
+seed_all = seed
+
+
+def is_bf16_supported(including_emulation=True):
+    """Whether the current GPU computes in bfloat16 natively (compute capability 8.0 or later).
+    ddpc's kernels do not emulate bfloat16 on older GPUs, so ``including_emulation`` changes nothing."""
+    del including_emulation
+    return is_available() and get_device_capability()[0] >= 8
+
+
+class device:
+    """A context in which ``device`` is the current one, as torch.cuda.device."""
+
+    def __init__(self, device):
+        self.idx = -1 if device is None else _index(device)
+        self.prev_idx = -1
+
+    def __enter__(self):
+        if self.idx >= 0:
+            self.prev_idx = current_device()
+            set_device(self.idx)
+        return self
+
+    def __exit__(self, *exc):
+        if self.idx >= 0:
+            set_device(self.prev_idx)
+        return False
+
+
+class device_of(device):
+    """The context of the device that a tensor is on (nothing for a host tensor)."""
+
+    def __init__(self, obj):
+        super().__init__(obj.device if obj.device.type == "cuda" else None)
 
 
 class Event:
