@@ -133,6 +133,60 @@ def test_nesting_disabling_decorating_and_threads():
     assert ddpc.amp.get_autocast_dtype("cuda") is ddpc.float16
 
 
+class _Scaled(ddpc.autograd.Function):
+    """y = x @ w, recording the dtypes forward and backward saw."""
+    seen = []
+
+    @staticmethod
+    @ddpc.amp.custom_fwd(device_type="cpu", cast_inputs=ddpc.float32)
+    def forward(ctx, x, w):
+        ctx.save_for_backward(x, w)
+        _Scaled.seen.append(("fwd", x.dtype, ddpc.amp.is_autocast_enabled("cpu")))
+        return x @ w
+
+    @staticmethod
+    @ddpc.amp.custom_bwd(device_type="cpu")
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        _Scaled.seen.append(("bwd", g.dtype, ddpc.amp.is_autocast_enabled("cpu")))
+        return g @ w.T, x.T @ g
+
+
+class _Kept(_Scaled):
+    seen = []
+
+    @staticmethod
+    @ddpc.amp.custom_fwd(device_type="cpu")
+    def forward(ctx, x, w):
+        ctx.save_for_backward(x, w)
+        _Kept.seen.append(("fwd", x.dtype, ddpc.amp.is_autocast_enabled("cpu")))
+        return F.linear(x, w.T)
+
+    @staticmethod
+    @ddpc.amp.custom_bwd(device_type="cpu")
+    def backward(ctx, g):
+        _Kept.seen.append(("bwd", g.dtype, ddpc.amp.is_autocast_enabled("cpu")))
+        x, w = ctx.saved_tensors
+        return g.float() @ w.T, x.T @ g.float()
+
+
+def test_custom_fwd_casts_inputs_and_custom_bwd_restores_the_forward_autocast_state():
+    x = ddpc.randn(2, 3, dtype=ddpc.bfloat16, requires_grad=True)
+    w = ddpc.randn(3, 4, requires_grad=True)
+    with autocast("cpu"):
+        y = _Scaled.apply(x, w)
+    assert y.dtype is ddpc.float32
+    y.sum().backward()
+    assert _Scaled.seen == [("fwd", ddpc.float32, False), ("bwd", ddpc.float32, False)]
+    assert x.grad.dtype is ddpc.bfloat16 and w.grad.shape == (3, 4)
+    with autocast("cpu"):
+        y = _Kept.apply(ddpc.randn(2, 3, requires_grad=True), w)
+    assert y.dtype is ddpc.bfloat16  # forward ran under autocast, its linear in bfloat16
+    y.float().sum().backward()  # outside any region: backward runs under forward's autocast state
+    assert _Kept.seen == [("fwd", ddpc.float32, True), ("bwd", ddpc.bfloat16, True)]
+    assert ddpc.amp.is_autocast_available("cpu") and not ddpc.amp.is_autocast_available("mps")
+
+
 def test_autocast_rejects_bad_arguments():
     with pytest.raises(ValueError, match="device_type"):
         autocast("tpu")

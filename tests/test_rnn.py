@@ -12,7 +12,8 @@ from numeric import numeric_grad
 
 import ddpc
 from ddpc import nn
-from ddpc.nn.utils.rnn import pack_padded_sequence, pack_sequence, pad_packed_sequence, pad_sequence
+from ddpc.nn.utils.rnn import (invert_permutation, pack_padded_sequence, pack_sequence, pad_packed_sequence,
+                               pad_sequence, unpack_sequence, unpad_sequence)
 from ddpc.utils.checkpoint import checkpoint
 
 
@@ -193,6 +194,26 @@ def test_packed_sequences_run_each_sequence_to_its_own_length():
         assert np.all(padded[b, lengths[b]:].numpy() == 0)
         np.testing.assert_allclose(h_n[:, b].detach().numpy(), h1.detach().numpy(), rtol=1e-12, atol=1e-12)
         np.testing.assert_allclose(c_n[:, b].detach().numpy(), c1.detach().numpy(), rtol=1e-12, atol=1e-12)
+
+
+def test_unpad_and_unpack_give_back_the_sequences():
+    rng = np.random.default_rng(6)
+    seqs = [rng.standard_normal((n, 2)) for n in (3, 1, 4)]
+    for batch_first in (False, True):
+        padded = pad_sequence([ddpc.tensor(s) for s in seqs], batch_first=batch_first)
+        for got, want in zip(unpad_sequence(padded, [3, 1, 4], batch_first=batch_first), seqs):
+            np.testing.assert_array_equal(got.numpy(), want)
+    packed = pack_sequence([ddpc.tensor(s) for s in seqs], enforce_sorted=False)
+    got = unpack_sequence(packed)
+    assert [g.shape[0] for g in got] == [3, 1, 4]
+    for g, want in zip(got, seqs):
+        np.testing.assert_array_equal(g.numpy(), want)
+    with pytest.raises(ValueError, match="3 lengths"):
+        unpad_sequence(pad_sequence([ddpc.tensor(s) for s in seqs[:2]]), [3, 1, 4])
+    with pytest.raises(ValueError, match="do not fit"):
+        unpad_sequence(pad_sequence([ddpc.tensor(s) for s in seqs]), [3, 1, 5])
+    perm = ddpc.tensor([2, 0, 3, 1])
+    assert invert_permutation(perm).tolist() == [1, 3, 0, 2] and invert_permutation(None) is None
 
 
 def test_sequence_utilities():

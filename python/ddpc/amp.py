@@ -32,7 +32,8 @@ from . import _C
 from ._dtype import bfloat16, float16, float32, float64
 from .tensor import Tensor, zeros
 
-__all__ = ["autocast", "GradScaler", "is_autocast_enabled", "get_autocast_dtype"]
+__all__ = ["autocast", "GradScaler", "is_autocast_enabled", "get_autocast_dtype", "is_autocast_available",
+           "custom_fwd", "custom_bwd"]
 
 _DEFAULT_DTYPE = {"cpu": bfloat16, "cuda": float16}
 
@@ -56,6 +57,11 @@ def get_autocast_dtype(device_type):
     """The dtype autocast casts to on ``device_type`` (its default when off)."""
     _check_device_type(device_type)
     return _state.dtypes.get(device_type, _DEFAULT_DTYPE[device_type])
+
+
+def is_autocast_available(device_type):
+    """Whether autocast works on ``device_type``: "cpu" and "cuda"."""
+    return device_type in _DEFAULT_DTYPE
 
 
 def _check_device_type(device_type):
@@ -161,6 +167,63 @@ def autocast_op(policy):
         return op
 
     return wrap
+
+
+# ---- custom autograd Functions -------------------------------------------------------------
+
+def _to_dtype_on(value, device_type, dtype):
+    """``value`` (a tensor, or a tuple, list or dict holding tensors) with
+    its floating tensors on ``device_type`` (float64 excepted) cast to dtype."""
+    if isinstance(value, Tensor):
+        on = ("cuda" if value._buf.device >= 0 else "cpu") == device_type
+        if on and value.dtype.is_floating_point and value.dtype is not float64:
+            return value.to(dtype=dtype)
+        return value
+    if isinstance(value, (tuple, list)):
+        return type(value)(_to_dtype_on(v, device_type, dtype) for v in value)
+    if isinstance(value, dict):
+        return {k: _to_dtype_on(v, device_type, dtype) for k, v in value.items()}
+    return value
+
+
+def custom_fwd(fwd=None, *, device_type, cast_inputs=None):
+    """Decorates the ``forward`` of an ``autograd.Function`` for autocast, as
+    torch.amp.custom_fwd: it records whether autocast was on for
+    ``device_type`` so that ``custom_bwd`` runs backward the same way; with
+    ``cast_inputs`` (a dtype) inside an autocast region, the floating
+    tensors among the arguments are cast to it and forward runs with
+    autocast off."""
+    _check_device_type(device_type)
+    if fwd is None:
+        return functools.partial(custom_fwd, device_type=device_type, cast_inputs=cast_inputs)
+
+    @functools.wraps(fwd)
+    def forward(ctx, *args, **kwargs):
+        ctx._autocast_dtype = get_autocast_dtype(device_type)
+        on = is_autocast_enabled(device_type)
+        ctx._fwd_used_autocast = on and cast_inputs is None
+        if cast_inputs is None or not on:
+            return fwd(ctx, *args, **kwargs)
+        with autocast(device_type, enabled=False):
+            return fwd(ctx, *_to_dtype_on(args, device_type, cast_inputs),
+                       **_to_dtype_on(kwargs, device_type, cast_inputs))
+
+    return forward
+
+
+def custom_bwd(bwd=None, *, device_type):
+    """Decorates the ``backward`` of an ``autograd.Function`` whose forward
+    has ``custom_fwd``: backward runs under the autocast state forward ran in."""
+    _check_device_type(device_type)
+    if bwd is None:
+        return functools.partial(custom_bwd, device_type=device_type)
+
+    @functools.wraps(bwd)
+    def backward(ctx, *args, **kwargs):
+        with autocast(device_type, dtype=ctx._autocast_dtype, enabled=ctx._fwd_used_autocast):
+            return bwd(ctx, *args, **kwargs)
+
+    return backward
 
 
 # ---- GradScaler ------------------------------------------------------------------------

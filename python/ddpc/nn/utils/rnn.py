@@ -11,7 +11,8 @@ import numpy as np
 from ...autograd import cat
 from ...tensor import Tensor, full, tensor
 
-__all__ = ["PackedSequence", "pack_padded_sequence", "pad_packed_sequence", "pad_sequence", "pack_sequence"]
+__all__ = ["PackedSequence", "pack_padded_sequence", "pad_packed_sequence", "pad_sequence", "pack_sequence",
+           "unpad_sequence", "unpack_sequence", "invert_permutation"]
 
 
 class PackedSequence(namedtuple("PackedSequence", ["data", "batch_sizes", "sorted_indices", "unsorted_indices"])):
@@ -160,6 +161,32 @@ def pad_sequence(sequences, batch_first=False, padding_value=0.0, padding_side="
     rows = cat(sequences + [pad]).index_select(0, tensor(np.ascontiguousarray(source).reshape(-1),
                                                          device=first.device))
     return rows.reshape(*source.shape, *trailing)
+
+
+def unpad_sequence(padded_sequences, lengths, batch_first=False):
+    """The sequences of a padded batch (T x B x * or, batch_first, B x T x *)
+    cut to their ``lengths``: a list of B tensors."""
+    lengths = _lengths(lengths)
+    batch = padded_sequences.shape[0 if batch_first else 1]
+    if len(lengths) != batch:
+        raise ValueError(f"unpad_sequence: {len(lengths)} lengths for a batch of {batch} sequences")
+    if len(lengths) and (lengths.min() < 0 or lengths.max() > padded_sequences.shape[1 if batch_first else 0]):
+        raise ValueError(f"unpad_sequence: lengths {lengths.tolist()} do not fit the padded length "
+                         f"{padded_sequences.shape[1 if batch_first else 0]}")
+    if not batch_first:
+        padded_sequences = padded_sequences.transpose(0, 1)
+    return [padded_sequences[i, :n] for i, n in enumerate(lengths.tolist())]
+
+
+def unpack_sequence(packed_sequences):
+    """The sequences of a PackedSequence, in their original order: a list of tensors."""
+    padded, lengths = pad_packed_sequence(packed_sequences, batch_first=True)
+    return unpad_sequence(padded, lengths, batch_first=True)
+
+
+def invert_permutation(permutation):
+    """The inverse of a permutation of 0..n-1 (None for None)."""
+    return None if permutation is None else _invert(permutation)
 
 
 def pack_sequence(sequences, enforce_sorted=True):
