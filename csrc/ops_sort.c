@@ -25,6 +25,25 @@ typedef struct {
     uint64_t *scratch;     /* per part: keys, their scratch, positions, their scratch (len each) */
 } sort_job_;
 
+/* The keys of one line; inlined with a constant dtype and width by line_keys_. */
+static inline void keys_(uint64_t *key, const void *a, int dtype, int width, int64_t base, int64_t len,
+                         int64_t inner, uint64_t flip) {
+    for (int64_t s = 0; s < len; s++) key[s] = ddpc_sort_key(dtype, ddpc_load_word(a, width, base + s * inner)) ^ flip;
+}
+
+/* One loop per dtype, so that none tests the dtype per element. */
+static void line_keys_(uint64_t *key, const sort_job_ *j, int64_t base) {
+    switch (j->dtype) {
+    case DDPC_FLOAT32: keys_(key, j->a, DDPC_FLOAT32, 4, base, j->len, j->inner, j->flip); break;
+    case DDPC_FLOAT64: keys_(key, j->a, DDPC_FLOAT64, 8, base, j->len, j->inner, j->flip); break;
+    case DDPC_FLOAT16: keys_(key, j->a, DDPC_FLOAT16, 2, base, j->len, j->inner, j->flip); break;
+    case DDPC_BFLOAT16: keys_(key, j->a, DDPC_BFLOAT16, 2, base, j->len, j->inner, j->flip); break;
+    case DDPC_INT32: keys_(key, j->a, DDPC_INT32, 4, base, j->len, j->inner, j->flip); break;
+    case DDPC_INT64: keys_(key, j->a, DDPC_INT64, 8, base, j->len, j->inner, j->flip); break;
+    default: keys_(key, j->a, j->dtype, j->width, base, j->len, j->inner, j->flip); break;
+    }
+}
+
 /* Sorts (or selects in) the lines of parts [lo, hi); each part owns its slice of the scratch. */
 static void sort_parts_(void *ctx, int64_t lo, int64_t hi) {
     const sort_job_ *j = ctx;
@@ -35,16 +54,12 @@ static void sort_parts_(void *ctx, int64_t lo, int64_t hi) {
         int64_t first = part * j->lines_per_part, end = first + j->lines_per_part;
         for (int64_t line = first; line < (end < j->lines ? end : j->lines); line++) {
             int64_t base = (line / inner) * len * inner + line % inner;
-            for (int64_t s = 0; s < len; s++) {
-                key[s] = ddpc_sort_key(j->dtype, ddpc_load_word(j->a, j->width, base + s * inner)) ^ j->flip;
-                pos[s] = s;
-            }
-            if (j->select) {
-                int64_t k = j->select[line];
-                ddpc_select_pair(key, pos, len, k);
-                j->indices[line] = pos[k];
+            line_keys_(key, j, base);
+            if (j->select) { /* the scratch of the keys and of the positions: 2 len keys */
+                j->indices[line] = ddpc_select_position(key, len, j->select[line], tmp_key);
                 continue;
             }
+            for (int64_t s = 0; s < len; s++) pos[s] = s;
             ddpc_sort_pairs(key, pos, tmp_key, tmp_pos, len);
             for (int64_t s = 0; s < len; s++) {
                 j->indices[base + s * inner] = pos[s];

@@ -4,11 +4,14 @@
  * left run's last key no larger than the right run's first) is one copy,
  * which makes sorted and nearly sorted lines cheap.
  *
- * Selection of the k-th pair: quickselect on the (key, index) order, which is
- * strict because indices are distinct, so ties in key need no care. */
+ * Selection of the k-th pair: quickselect of the k-th key, out of place with
+ * three-way partitions, then the position of the right one among the keys
+ * equal to it, which the (key, position) order takes in position order. */
 #include "sort.h"
 
 #include <string.h>
+
+#include "fastmath.h" /* DDPC_ROW_TARGETS */
 
 #define RUN 32
 
@@ -59,48 +62,66 @@ void ddpc_sort_pairs(uint64_t *key, int64_t *index, uint64_t *tmp_key, int64_t *
     }
 }
 
-/* Whether pair a comes before pair b in the stable order. */
-static int before_(const uint64_t *key, const int64_t *index, int64_t a, int64_t b) {
-    return key[a] < key[b] || (key[a] == key[b] && index[a] < index[b]);
+/* The place of the key of rank k in (key, place) order among n <= RUN keys,
+ * by counting for each key the ones before it: loops without branches that
+ * the compiler vectorises, where sorting so few would mispredict a branch
+ * per key. */
+static DDPC_ROW_TARGETS int64_t rank_select_(const uint64_t *v, int64_t n, int64_t k) {
+    int64_t at = 0;
+    for (int64_t i = 0; i < n; i++) {
+        uint64_t x = v[i];
+        int64_t rank = 0;
+        for (int64_t j = 0; j < i; j++) rank += v[j] <= x;
+        for (int64_t j = i + 1; j < n; j++) rank += v[j] < x;
+        at = rank == k ? i : at;
+    }
+    return at;
 }
 
-static void swap_(uint64_t *key, int64_t *index, int64_t a, int64_t b) {
-    uint64_t k = key[a];
-    int64_t v = index[a];
-    key[a] = key[b], index[a] = index[b], key[b] = k, index[b] = v;
-}
-
-void ddpc_select_pair(uint64_t *key, int64_t *index, int64_t n, int64_t k) {
-    int64_t lo = 0, hi = n;
-    uint64_t state = 0x9e3779b97f4a7c15ull ^ (uint64_t)n;
-    while (hi - lo > RUN) {
-        /* The median of three pairs drawn at random, parked at hi - 1 with the
-         * smallest at lo: random draws keep every input in expected linear
-         * time, where fixed positions have inputs that make it quadratic. */
-        int64_t draw[3];
+int64_t ddpc_select_position(const uint64_t *key, int64_t n, int64_t k, uint64_t *scratch) {
+    uint64_t *low = scratch, *high = scratch + n;
+    const uint64_t *src = key;
+    int64_t len = n, rank_among_equals = -1;
+    uint64_t target = 0, state = 0x9e3779b97f4a7c15ull ^ (uint64_t)n;
+    while (len > RUN) {
+        /* The pivot: the median of three keys drawn at random (random draws
+         * keep every input in expected linear time, where fixed positions
+         * have inputs that make it quadratic). */
+        uint64_t drawn[3];
         for (int d = 0; d < 3; d++) {
             state ^= state << 13, state ^= state >> 7, state ^= state << 17;
-            draw[d] = lo + (int64_t)(state % (uint64_t)(hi - lo));
+            drawn[d] = src[state % (uint64_t)len];
         }
-        int64_t last = hi - 1;
-        swap_(key, index, lo, draw[0]);
-        swap_(key, index, last, draw[1]);
-        if (before_(key, index, last, lo)) swap_(key, index, last, lo);
-        int64_t mid = draw[2] == lo || draw[2] == last ? lo + (hi - lo) / 2 : draw[2];
-        if (before_(key, index, mid, lo)) swap_(key, index, mid, lo);
-        if (before_(key, index, mid, last)) swap_(key, index, mid, last);
-        /* Hoare's scan from both ends: pairs before the pivot to its left. */
-        int64_t i = lo - 1, j = last;
-        for (;;) {
-            while (before_(key, index, ++i, last)) {}
-            while (j > lo && before_(key, index, last, --j)) {}
-            if (i >= j) break;
-            swap_(key, index, i, j);
+        uint64_t a = drawn[0], b = drawn[1], c = drawn[2];
+        uint64_t pivot = a < b ? (b < c ? b : a < c ? c : a) : (a < c ? a : b < c ? c : b);
+        /* Keys below and above the pivot copied out to their own arrays with
+         * no branch on the comparison, which on random data a branch would
+         * mispredict half the time; each side writes behind where it reads
+         * when it is also the source, so one pass needs no more room. */
+        int64_t below = 0, above = 0;
+        for (int64_t i = 0; i < len; i++) {
+            uint64_t x = src[i];
+            low[below] = x, high[above] = x;
+            below += x < pivot, above += x > pivot;
         }
-        swap_(key, index, i, last);
-        if (k == i) return;
-        if (k < i) hi = i;
-        else lo = i + 1;
+        if (k < below) {
+            src = low, len = below;
+        } else if (k >= len - above) {
+            k -= len - above, src = high, len = above;
+        } else {
+            target = pivot, rank_among_equals = k - below;
+            break;
+        }
     }
-    insertion_(key + lo, index + lo, hi - lo, 1);
+    if (rank_among_equals < 0) {
+        int64_t at = rank_select_(src, len, k);
+        if (src == key) return at; /* a short line: places are positions */
+        target = src[at];
+        int64_t less = 0;
+        for (int64_t j = 0; j < len; j++) less += src[j] < target;
+        rank_among_equals = k - less;
+    }
+    /* Among equal keys the pair order is the position order. */
+    for (int64_t s = 0;; s++)
+        if (key[s] == target && rank_among_equals-- == 0) return s;
 }

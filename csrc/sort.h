@@ -11,10 +11,9 @@
  * n elements each. */
 void ddpc_sort_pairs(uint64_t *key, int64_t *index, uint64_t *tmp_key, int64_t *tmp_index, int64_t n);
 
-/* Moves to position k (0 <= k < n) the pair that the stable sort would put
- * there, i.e. the k-th in (key, index) order, given distinct indices; the
- * other pairs end up on its sides as in a partition, in no particular order.
- * Expected linear time on every input. */
-void ddpc_select_pair(uint64_t *key, int64_t *index, int64_t n, int64_t k);
+/* The position s of the pair (key[s], s) that the stable sort of the n keys
+ * would put at position k (0 <= k < n): the k-th in (key, position) order.
+ * `scratch` holds 2n keys. Expected linear time on every input. */
+int64_t ddpc_select_position(const uint64_t *key, int64_t n, int64_t k, uint64_t *scratch);
 
 #endif

@@ -119,40 +119,41 @@ static void fill_case_(uint64_t *key, int64_t *index, int64_t n, int shape, uint
 
 static int pair_before_(uint64_t ka, int64_t ia, uint64_t kb, int64_t ib) { return ka < kb || (ka == kb && ia < ib); }
 
-static void test_select_pair_matches_the_sorted_position_(void) {
+/* Against a plain insertion sort of the (key, position) pairs, keys of 32 and
+ * of 64 bits, every shape, several k. */
+static void test_select_position_matches_the_sorted_position_(void) {
     const int64_t lengths[] = {1, 2, 3, 31, 32, 33, 34, 100, 257, 1000, 4099};
     uint64_t seed = 3;
     for (size_t l = 0; l < sizeof lengths / sizeof lengths[0]; l++) {
         int64_t n = lengths[l];
         uint64_t *key = malloc((size_t)n * 8), *want_key = malloc((size_t)n * 8);
         int64_t *index = malloc((size_t)n * 8), *want_index = malloc((size_t)n * 8);
-        for (int shape = 0; shape < 6; shape++) {
-            const int64_t ks[] = {0, n - 1, (n - 1) / 2, n / 3, (int64_t)(seed % (uint64_t)n)};
-            for (int c = 0; c < 5; c++) {
-                int64_t k = ks[c];
-                fill_case_(key, index, n, shape, &seed);
-                /* The reference: the pairs sorted by (key, index), by a plain insertion sort. */
-                memcpy(want_key, key, (size_t)n * 8);
-                memcpy(want_index, index, (size_t)n * 8);
-                for (int64_t i = 1; i < n; i++)
-                    for (int64_t j = i; j > 0 && pair_before_(want_key[j], want_index[j], want_key[j - 1],
-                                                              want_index[j - 1]); j--) {
-                        uint64_t tk = want_key[j];
-                        int64_t ti = want_index[j];
-                        want_key[j] = want_key[j - 1], want_index[j] = want_index[j - 1];
-                        want_key[j - 1] = tk, want_index[j - 1] = ti;
+        uint64_t *scratch = malloc((size_t)n * 16);
+        for (int bits = 32; bits <= 64; bits += 32)
+            for (int shape = 0; shape < 6; shape++) {
+                const int64_t ks[] = {0, n - 1, (n - 1) / 2, n / 3, (int64_t)(seed % (uint64_t)n)};
+                for (int c = 0; c < 5; c++) {
+                    int64_t k = ks[c];
+                    fill_case_(key, index, n, shape, &seed);
+                    for (int64_t i = 0; i < n; i++) {
+                        if (bits == 32) key[i] &= 0xffffffffull;
+                        want_key[i] = key[i], want_index[i] = i;
                     }
-                ddpc_select_pair(key, index, n, k);
-                EXPECT(key[k] == want_key[k] && index[k] == want_index[k], "length %lld, shape %d, k %lld",
-                       (long long)n, shape, (long long)k);
-                int split = 1;
-                for (int64_t i = 0; i < n; i++)
-                    if (i != k && pair_before_(key[i], index[i], key[k], index[k]) != (i < k)) split = 0;
-                EXPECT(split, "length %lld, shape %d, k %lld: not partitioned around k", (long long)n, shape,
-                       (long long)k);
+                    for (int64_t i = 1; i < n; i++)
+                        for (int64_t j = i; j > 0 && pair_before_(want_key[j], want_index[j], want_key[j - 1],
+                                                                  want_index[j - 1]); j--) {
+                            uint64_t tk = want_key[j];
+                            int64_t ti = want_index[j];
+                            want_key[j] = want_key[j - 1], want_index[j] = want_index[j - 1];
+                            want_key[j - 1] = tk, want_index[j - 1] = ti;
+                        }
+                    int64_t got = ddpc_select_position(key, n, k, scratch);
+                    EXPECT(got == want_index[k], "%d-bit keys, length %lld, shape %d, k %lld: position %lld, "
+                           "not %lld", bits, (long long)n, shape, (long long)k, (long long)got,
+                           (long long)want_index[k]);
+                }
             }
-        }
-        free(key), free(want_key), free(index), free(want_index);
+        free(key), free(want_key), free(index), free(want_index), free(scratch);
     }
 }
 
@@ -160,6 +161,6 @@ int main(void) {
     test_float_keys_order_as_values_();
     test_integer_keys_order_as_values_();
     test_sort_pairs_is_stable_();
-    test_select_pair_matches_the_sorted_position_();
+    test_select_position_matches_the_sorted_position_();
     return check_finish("sort");
 }
