@@ -707,6 +707,142 @@ def test_softmax_and_abs_transforms():
     assert not T.AbsTransform().bijective and T.ExpTransform().bijective
 
 
+def _numeric_log_abs_det(f, x):
+    """log |det J| of f (a float64 vector to a vector of the same size) at x, by central differences."""
+    jac = np.stack([numeric_grad(lambda v, i=i: float(f(v)[i]), x) for i in range(x.size)])
+    return math.log(abs(np.linalg.det(jac)))
+
+
+# transform, an input event (flattened for the Jacobian), and the map from its output to the free coordinates.
+JACOBIAN_CASES = {
+    "softplus": (lambda: T.SoftplusTransform(), np.array([-3.0, -0.2, 0.5, 4.0]), None),
+    "reshape": (lambda: T.ReshapeTransform((6,), (2, 3)), np.arange(6.0) - 2.5, None),
+    "cdf": (lambda: T.CumulativeDistributionTransform(D.Normal(t64(0.3), t64(1.2))), np.array([-1.0, 0.2, 2.0]),
+            None),
+    "cat": (lambda: T.CatTransform([T.ExpTransform(), T.SoftplusTransform(), T.AffineTransform(0.5, -3.0)],
+                                   dim=0, lengths=[2, 2, 1]), np.array([-0.4, 0.3, 1.1, -2.0, 0.7]), None),
+    "cat of events": (lambda: T.CatTransform([T.IndependentTransform(T.ExpTransform(), 1),
+                                              T.IndependentTransform(T.TanhTransform(), 1)], dim=-1, lengths=[2, 3]),
+                      np.array([-0.4, 0.3, 1.1, -2.0, 0.7]), None),
+    "stack": (lambda: T.StackTransform([T.ExpTransform(), T.SigmoidTransform(), T.SoftplusTransform()], dim=0),
+              np.array([0.4, -1.3, 2.2]), None),
+    "corr cholesky": (lambda: T.CorrCholeskyTransform(), np.array([0.3, -1.2, 0.8, 0.1, -0.5, 1.7]),
+                      lambda y: D.utils.tril_matrix_to_vec(y, diag=-1)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(JACOBIAN_CASES))
+def test_more_transforms_log_abs_det_jacobian_against_the_numeric_jacobian(name):
+    make, x, free = JACOBIAN_CASES[name]
+    t = make()
+    free = free or (lambda y: y.reshape(-1))
+    y = t(t64(x))
+    np.testing.assert_allclose(arr(t.inv(y)), x, rtol=1e-9, atol=1e-12)
+    want = _numeric_log_abs_det(lambda v: arr(free(t(t64(v)))), x)
+    ladj = t.log_abs_det_jacobian(t64(x), y)
+    got = arr(ladj).sum() if t.domain.event_dim == 0 else float(ladj)
+    assert got == pytest.approx(want, rel=1e-6, abs=1e-8), name
+    assert t.bijective
+
+
+def test_corr_cholesky_transform_gives_cholesky_factors_of_correlation_matrices():
+    t = T.CorrCholeskyTransform()
+    x = t64(np.random.default_rng(3).normal(size=(5, 10)) * 2)
+    y = t(x)
+    assert y.shape == (5, 5, 5) and t.forward_shape((5, 10)) == (5, 5, 5) and t.inverse_shape((5, 5, 5)) == (5, 10)
+    corr = arr(y) @ arr(y).transpose(0, 2, 1)
+    np.testing.assert_allclose(np.diagonal(corr, axis1=1, axis2=2), 1.0, rtol=1e-12)
+    np.testing.assert_array_equal(arr(constraints.corr_cholesky.check(y)), 1)
+    np.testing.assert_allclose(arr(t.inv(y)), arr(x), rtol=1e-8, atol=1e-10)
+    with pytest.raises(ValueError):
+        t.forward_shape((4,))
+
+
+def test_matrix_transforms_onto_cholesky_factors_and_positive_definite_matrices():
+    x = t64(np.random.default_rng(4).normal(size=(3, 4, 4)))
+    lower = T.LowerCholeskyTransform()(x)
+    np.testing.assert_array_equal(arr(constraints.lower_cholesky.check(lower)), 1)
+    np.testing.assert_allclose(np.tril(arr(lower), -1), np.tril(arr(x), -1), rtol=0)
+    np.testing.assert_allclose(np.diagonal(arr(lower), axis1=1, axis2=2),
+                               np.exp(np.diagonal(arr(x), axis1=1, axis2=2)), rtol=1e-12)
+    np.testing.assert_allclose(arr(T.LowerCholeskyTransform().inv(lower)), np.tril(arr(x)), rtol=1e-12)
+    pd = T.PositiveDefiniteTransform()(x)
+    np.testing.assert_allclose(arr(pd), arr(lower) @ arr(lower).transpose(0, 2, 1), rtol=1e-12)
+    np.testing.assert_array_equal(arr(constraints.positive_definite.check(pd)), 1)
+    np.testing.assert_allclose(arr(T.PositiveDefiniteTransform()(T.PositiveDefiniteTransform().inv(pd))), arr(pd),
+                               rtol=1e-10)
+    assert not T.LowerCholeskyTransform().bijective and T.LowerCholeskyTransform() == T.LowerCholeskyTransform()
+
+
+def test_cat_and_stack_transforms_check_their_pieces():
+    cat = T.CatTransform([T.ExpTransform(), T.identity_transform], dim=0, lengths=[2, 1])
+    with pytest.raises(ValueError):
+        cat(t64([1.0, 2.0]))
+    stack = T.StackTransform([T.ExpTransform(), T.identity_transform], dim=1)
+    with pytest.raises(ValueError):
+        stack(t64(np.zeros((2, 3))))
+    y = stack(t64([[0.0, -1.0], [1.0, 3.0]]))
+    np.testing.assert_allclose(arr(y), [[1.0, -1.0], [math.e, 3.0]], rtol=1e-12)
+    np.testing.assert_allclose(arr(stack.log_abs_det_jacobian(t64([[0.0, -1.0], [1.0, 3.0]]), y)),
+                               [[0.0, 0.0], [1.0, 0.0]], atol=1e-15)
+    assert repr(cat.domain) == "Cat()" and stack.codomain.event_dim == 0
+    with pytest.raises(ValueError):
+        T.ReshapeTransform((2, 3), (4,))
+
+
+REGISTRY_CONSTRAINTS = [
+    (constraints.real, (4,)), (constraints.positive, (4,)), (constraints.nonnegative, (4,)),
+    (constraints.greater_than(-1.5), (4,)), (constraints.greater_than_eq(2.0), (4,)),
+    (constraints.less_than(0.5), (4,)), (constraints.unit_interval, (4,)), (constraints.interval(-2.0, 3.0), (4,)),
+    (constraints.half_open_interval(1.0, 2.0), (4,)), (constraints.real_vector, (2, 3)),
+    (constraints.independent(constraints.positive, 2), (2, 3)), (constraints.simplex, (2, 3)),
+    (constraints.corr_cholesky, (2, 3)), (constraints.lower_cholesky, (2, 3, 3)),
+    (constraints.positive_definite, (2, 3, 3)), (constraints.positive_semidefinite, (2, 3, 3)),
+    (constraints.cat([constraints.positive, constraints.interval(0.0, 1.0)], dim=0, lengths=[2, 2]), (4,)),
+    (constraints.stack([constraints.real, constraints.positive, constraints.less_than(1.0)], dim=-1), (2, 3)),
+]
+
+
+@pytest.mark.parametrize("registry", ["biject_to", "transform_to"])
+@pytest.mark.parametrize("constraint, shape", REGISTRY_CONSTRAINTS, ids=lambda c: repr(c)[:40])
+def test_constraint_registry_maps_unconstrained_values_into_the_constraint(registry, constraint, shape):
+    bijective = registry == "biject_to"
+    if bijective and isinstance(constraint, (type(constraints.lower_cholesky), type(constraints.positive_definite),
+                                             type(constraints.positive_semidefinite))):
+        with pytest.raises(NotImplementedError):
+            D.biject_to(constraint)
+        return
+    t = getattr(D, registry)(constraint)
+    x = t64(np.random.default_rng(7).normal(size=shape))
+    y = t(x)
+    np.testing.assert_array_equal(arr(constraint.check(y)), 1)
+    np.testing.assert_allclose(arr(t(t.inv(y))), arr(y), rtol=1e-9, atol=1e-12)
+    if bijective:
+        assert t.bijective
+        np.testing.assert_allclose(arr(t.inv(y)), arr(x), rtol=1e-8, atol=1e-10)
+
+
+def test_constraint_registry_registers_factories_for_new_constraint_classes():
+    registry = D.constraint_registry.ConstraintRegistry()
+
+    class Odd(constraints.Constraint):
+        def check(self, value):
+            return value.remainder(2) == 1
+
+    with pytest.raises(NotImplementedError, match="Odd"):
+        registry(Odd())
+
+    @registry.register(Odd())
+    def _odd(constraint):
+        return T.AffineTransform(1.0, 2.0)
+
+    assert isinstance(registry(Odd()), T.AffineTransform)
+    with pytest.raises(TypeError):
+        registry.register(int, _odd)
+    assert D.biject_to(constraints.simplex) == T.StickBreakingTransform()
+    assert D.transform_to(constraints.simplex) == T.SoftmaxTransform()
+
+
 # Small models: a VAE step and REINFORCE.
 
 def test_vae_style_gradient_matches_the_analytic_one():

@@ -260,10 +260,13 @@ def _kl(np, torch, ddpc):
 
 
 def _transforms(np, torch, ddpc):
+    import torch.distributions as TD
     import torch.distributions.transforms as TT
 
+    import ddpc.distributions as DD
     import ddpc.distributions.transforms as DT
 
+    families = {TT: TD, DT: DD}
     rng = np.random.default_rng(5)
     x = rng.normal(size=(4, 3))
     cases = {
@@ -274,6 +277,13 @@ def _transforms(np, torch, ddpc):
         "StickBreaking": lambda T: T.StickBreakingTransform(),
         "Softmax": lambda T: T.SoftmaxTransform(), "Abs": lambda T: T.AbsTransform(),
         "Inverse sigmoid": lambda T: T.SigmoidTransform().inv.inv,
+        "Softplus": lambda T: T.SoftplusTransform(), "CorrCholesky": lambda T: T.CorrCholeskyTransform(),
+        "Reshape": lambda T: T.ReshapeTransform((3,), (3, 1)),
+        "Cat": lambda T: T.CatTransform([T.ExpTransform(), T.SoftplusTransform()], -1, [1, 2]),
+        "Cat of events": lambda T: T.CatTransform([T.IndependentTransform(T.ExpTransform(), 1),
+                                                   T.IndependentTransform(T.TanhTransform(), 1)], 0, [1, 3]),
+        "Stack": lambda T: T.StackTransform([T.ExpTransform(), T.SigmoidTransform(), T.AffineTransform(1.0, 2.0)], -1),
+        "Normal cdf": lambda T: T.CumulativeDistributionTransform(families[T].Normal(0.3, 1.2)),
     }
     for name, make in cases.items():
         tt, dt = make(TT), make(DT)
@@ -289,6 +299,62 @@ def _transforms(np, torch, ddpc):
         assert dt.domain.event_dim == tt.domain.event_dim and dt.codomain.event_dim == tt.codomain.event_dim, name
         assert tuple(dt.forward_shape((4, 3))) == tuple(tt.forward_shape((4, 3))), f"{name} forward_shape"
         assert repr(dt.codomain) == repr(tt.codomain), f"{name}: {dt.codomain!r} vs {tt.codomain!r}"
+    matrices = rng.normal(size=(2, 3, 3))
+    for name in ("LowerCholeskyTransform", "PositiveDefiniteTransform"):
+        tt, dt = getattr(TT, name)(), getattr(DT, name)()
+        tx, dx = torch.tensor(matrices, requires_grad=True), ddpc.tensor(matrices, requires_grad=True)
+        ty, dy = tt(tx), dt(dx)
+        _compare(np, torch, dy, ty, f"{name} forward", [(tx, dx)])
+        ydata = ty.detach().numpy()
+        tyl, dyl = torch.tensor(ydata, requires_grad=True), ddpc.tensor(ydata, requires_grad=True)
+        _compare(np, torch, dt.inv(dyl), tt.inv(tyl), f"{name} inverse", [(tyl, dyl)])
+
+
+def _constraint_registry(np, torch, ddpc):
+    """biject_to and transform_to of every registered constraint class: the
+    same transform classes, forward values, inverses and log-determinants."""
+    import torch.distributions as TD
+    import torch.distributions.constraints as TC
+
+    import ddpc.distributions as DD
+    import ddpc.distributions.constraints as DC
+
+    rng = np.random.default_rng(9)
+    cases = [
+        (lambda C: C.real, (4,)), (lambda C: C.positive, (4,)), (lambda C: C.nonnegative, (4,)),
+        (lambda C: C.greater_than(-1.5), (4,)), (lambda C: C.greater_than_eq(2.0), (4,)),
+        (lambda C: C.less_than(0.5), (4,)), (lambda C: C.unit_interval, (4,)), (lambda C: C.interval(-2.0, 3.0), (4,)),
+        (lambda C: C.half_open_interval(1.0, 2.0), (4,)), (lambda C: C.real_vector, (2, 3)),
+        (lambda C: C.independent(C.positive, 2), (2, 3)), (lambda C: C.simplex, (2, 3)),
+        (lambda C: C.corr_cholesky, (2, 6)), (lambda C: C.lower_cholesky, (2, 3, 3)),
+        (lambda C: C.positive_definite, (2, 3, 3)), (lambda C: C.positive_semidefinite, (2, 3, 3)),
+        (lambda C: C.cat([C.positive, C.interval(0.0, 1.0)], dim=0, lengths=[2, 2]), (4,)),
+        (lambda C: C.stack([C.real, C.positive, C.less_than(1.0)], dim=-1), (2, 3)),
+    ]
+    for make, shape in cases:
+        x = rng.normal(size=shape)
+        for registry in ("biject_to", "transform_to"):
+            what = f"{registry}({make(DC)!r})"
+            try:
+                tt = getattr(TD, registry)(make(TC))
+            except NotImplementedError:
+                try:
+                    getattr(DD, registry)(make(DC))
+                except NotImplementedError:
+                    continue
+                raise AssertionError(f"{what}: torch raised NotImplementedError, ddpc did not")
+            dt = getattr(DD, registry)(make(DC))
+            assert repr(dt) == repr(tt), f"{what}: {dt!r} vs {tt!r}"
+            assert dt.bijective == tt.bijective, what
+            tx, dx = torch.tensor(x, requires_grad=True), ddpc.tensor(x, requires_grad=True)
+            ty, dy = tt(tx), dt(dx)
+            _compare(np, torch, dy, ty, f"{what} forward", [(tx, dx)])
+            ydata = ty.detach().numpy()
+            tyl, dyl = torch.tensor(ydata, requires_grad=True), ddpc.tensor(ydata, requires_grad=True)
+            _compare(np, torch, dt.inv(dyl), tt.inv(tyl), f"{what} inverse", [(tyl, dyl)])
+            if tt.bijective:
+                _compare(np, torch, dt.log_abs_det_jacobian(dx, dy), tt.log_abs_det_jacobian(tx, ty),
+                         f"{what} log_abs_det_jacobian", [(tx, dx)])
 
 
 def _multivariate(np, torch, ddpc):
@@ -380,8 +446,8 @@ def _gamma_gradient(np, torch, ddpc):
     np.testing.assert_allclose(got, want, rtol=2e-3)
 
 
-GROUPS = {"families": _families, "gamma_gradient": _gamma_gradient, "kl": _kl, "multivariate": _multivariate,
-          "transforms": _transforms, "von_mises": _von_mises}
+GROUPS = {"constraint_registry": _constraint_registry, "families": _families, "gamma_gradient": _gamma_gradient,
+          "kl": _kl, "multivariate": _multivariate, "transforms": _transforms, "von_mises": _von_mises}
 
 
 test_matches_pytorch = torch_group_test(__file__, GROUPS)

@@ -13,29 +13,31 @@ PyTorch draws for the same seed.
 Families provided: Bernoulli, Beta, Binomial, Categorical, Cauchy, Chi2,
 ContinuousBernoulli, Dirichlet, Exponential, FisherSnedecor, Gamma, Geometric,
 Gumbel, HalfCauchy, HalfNormal, Independent, InverseGamma, Kumaraswamy,
-Laplace, LogisticNormal, LogNormal, LowRankMultivariateNormal,
-MixtureSameFamily, Multinomial, MultivariateNormal, NegativeBinomial, Normal,
-OneHotCategorical, OneHotCategoricalStraightThrough, Pareto, Poisson,
-RelaxedBernoulli (over relaxed_bernoulli.LogitRelaxedBernoulli),
+Laplace, LogisticNormal, LogNormal,
+LowRankMultivariateNormal, MixtureSameFamily, Multinomial, MultivariateNormal,
+NegativeBinomial, Normal, OneHotCategorical, OneHotCategoricalStraightThrough,
+Pareto, Poisson, RelaxedBernoulli (over relaxed_bernoulli.LogitRelaxedBernoulli),
 RelaxedOneHotCategorical (over relaxed_categorical.ExpRelaxedCategorical),
 StudentT, TransformedDistribution, Uniform, VonMises, Weibull.
+``biject_to`` and ``transform_to`` (constraint_registry) give the transform
+from unconstrained reals onto a constraint's region.
 
 Gamma, Beta and Dirichlet draws are reparameterized: a gamma draw's gradient
 with respect to its concentration is the implicit one (the draw moves with
 the concentration at a fixed value of its cdf), from a convergent series.
 
 Not provided yet: the cdf of Gamma, Chi2 and InverseGamma (ddpc has no
-regularized incomplete gamma function); LKJCholesky, Wishart and
-CorrCholeskyTransform.
+regularized incomplete gamma function); LKJCholesky and Wishart.
 """
 
-from . import constraints, transforms
+from . import constraint_registry, constraints, transforms
 from .bernoulli import Bernoulli
 from .beta import Beta
 from .binomial import Binomial
 from .categorical import Categorical
 from .cauchy import Cauchy
 from .chi2 import Chi2
+from .constraint_registry import biject_to, transform_to
 from .continuous_bernoulli import ContinuousBernoulli
 from .dirichlet import Dirichlet
 from .distribution import Distribution
@@ -67,19 +69,24 @@ from .relaxed_bernoulli import RelaxedBernoulli
 from .relaxed_categorical import RelaxedOneHotCategorical
 from .student_t import StudentT
 from .transformed_distribution import TransformedDistribution
-from .transforms import (AbsTransform, AffineTransform, ComposeTransform, ExpTransform, IndependentTransform,
-                         PowerTransform, SigmoidTransform, SoftmaxTransform, StickBreakingTransform, TanhTransform,
+from .transforms import (AbsTransform, AffineTransform, CatTransform, ComposeTransform, CorrCholeskyTransform,
+                         CumulativeDistributionTransform, ExpTransform, IndependentTransform, LowerCholeskyTransform,
+                         PositiveDefiniteTransform, PowerTransform, ReshapeTransform, SigmoidTransform,
+                         SoftmaxTransform, SoftplusTransform, StackTransform, StickBreakingTransform, TanhTransform,
                          Transform, identity_transform)
 from .uniform import Uniform
 from .von_mises import VonMises
 from .weibull import Weibull
 
-__all__ = ["AbsTransform", "AffineTransform", "Bernoulli", "Beta", "Binomial", "Categorical", "Cauchy", "Chi2",
-           "ComposeTransform", "ContinuousBernoulli", "Dirichlet", "Distribution", "Exponential", "ExponentialFamily",
-           "ExpTransform", "FisherSnedecor", "Gamma", "Geometric", "Gumbel", "HalfCauchy", "HalfNormal", "Independent",
-           "IndependentTransform", "InverseGamma", "Kumaraswamy", "Laplace", "LogisticNormal", "LogNormal",
-           "LowRankMultivariateNormal", "MixtureSameFamily", "Multinomial", "MultivariateNormal", "NegativeBinomial",
-           "Normal", "OneHotCategorical", "OneHotCategoricalStraightThrough", "Pareto", "Poisson", "PowerTransform",
-           "RelaxedBernoulli", "RelaxedOneHotCategorical", "SigmoidTransform", "SoftmaxTransform",
-           "StickBreakingTransform", "StudentT", "TanhTransform", "Transform", "TransformedDistribution", "Uniform",
-           "VonMises", "Weibull", "constraints", "identity_transform", "kl_divergence", "register_kl", "transforms"]
+__all__ = ["AbsTransform", "AffineTransform", "Bernoulli", "Beta", "Binomial", "Categorical", "CatTransform", "Cauchy",
+           "Chi2", "ComposeTransform", "ContinuousBernoulli", "CorrCholeskyTransform",
+           "CumulativeDistributionTransform", "Dirichlet", "Distribution", "Exponential", "ExponentialFamily",
+           "ExpTransform", "FisherSnedecor", "Gamma", "Geometric", "Gumbel", "HalfCauchy",
+           "HalfNormal", "Independent", "IndependentTransform", "InverseGamma", "Kumaraswamy", "Laplace",
+           "LogisticNormal", "LogNormal", "LowerCholeskyTransform", "LowRankMultivariateNormal", "MixtureSameFamily",
+           "Multinomial", "MultivariateNormal", "NegativeBinomial", "Normal", "OneHotCategorical",
+           "OneHotCategoricalStraightThrough", "Pareto", "Poisson", "PositiveDefiniteTransform", "PowerTransform",
+           "RelaxedBernoulli", "RelaxedOneHotCategorical", "ReshapeTransform", "SigmoidTransform", "SoftmaxTransform",
+           "SoftplusTransform", "StackTransform", "StickBreakingTransform", "StudentT", "TanhTransform", "Transform",
+           "TransformedDistribution", "Uniform", "VonMises", "Weibull", "biject_to", "constraint_registry",
+           "constraints", "identity_transform", "kl_divergence", "register_kl", "transform_to", "transforms"]

@@ -4,13 +4,13 @@ boolean) over the value's batch dims: 1 where the event is valid."""
 
 from .. import autograd as _ag
 from .. import linalg
-from .._dtype import uint8
+from .._dtype import finfo, uint8
 from ..tensor import full
 
-__all__ = ["Constraint", "boolean", "cat", "dependent", "dependent_property", "greater_than", "greater_than_eq",
-           "half_open_interval", "independent", "integer_interval", "interval", "is_dependent", "less_than",
-           "lower_cholesky", "lower_triangular", "MixtureSameFamilyConstraint", "multinomial", "nonnegative",
-           "nonnegative_integer", "one_hot", "positive", "positive_definite", "positive_integer",
+__all__ = ["Constraint", "boolean", "cat", "corr_cholesky", "dependent", "dependent_property", "greater_than",
+           "greater_than_eq", "half_open_interval", "independent", "integer_interval", "interval", "is_dependent",
+           "less_than", "lower_cholesky", "lower_triangular", "MixtureSameFamilyConstraint", "multinomial",
+           "nonnegative", "nonnegative_integer", "one_hot", "positive", "positive_definite", "positive_integer",
            "positive_semidefinite", "real", "real_vector", "simplex", "square", "stack", "symmetric", "unit_interval"]
 
 
@@ -353,6 +353,19 @@ class _LowerCholesky(Constraint):
         return _ag.logical_and(lower_triangular, positive_diagonal)
 
 
+class _CorrCholesky(Constraint):
+    """Cholesky factors of correlation matrices: lower Cholesky factors whose
+    rows have unit Euclidean norm (within 10 * D * eps of the dtype)."""
+
+    event_dim = 2
+
+    def check(self, value):
+        tol = finfo(value.dtype).eps * value.shape[-1] * 10
+        row_norm = linalg.norm(value.detach(), dim=-1)
+        unit_row_norm = _ag.all_(_ag.abs(row_norm - 1.0) <= tol, -1)
+        return _ag.logical_and(lower_cholesky.check(value), unit_row_norm)
+
+
 class _Cat(Constraint):
     """Constraints applied to consecutive pieces of ``dim``, of sizes ``lengths``
     (1 each when None), as torch.cat joins tensors."""
@@ -428,5 +441,6 @@ positive_semidefinite = _PositiveSemidefinite()
 positive_definite = _PositiveDefinite()
 lower_triangular = _LowerTriangular()
 lower_cholesky = _LowerCholesky()
+corr_cholesky = _CorrCholesky()
 cat = _Cat
 stack = _Stack

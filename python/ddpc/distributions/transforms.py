@@ -8,15 +8,19 @@ import operator
 from functools import reduce
 
 from .. import autograd as _ag
+from .. import linalg
 from .._dtype import finfo
+from .._layout import diag_embed
 from ..nn.functional import softplus
-from ..tensor import Tensor, broadcast_shapes, eq, full_like, ones, zeros_like
+from ..tensor import Tensor, broadcast_shapes, eq, eye, full_like, ones, zeros, zeros_like
 from . import constraints
-from .utils import lazy_property, sum_rightmost
+from .utils import lazy_property, sum_rightmost, tril_matrix_to_vec, vec_to_tril_matrix
 
-__all__ = ["AbsTransform", "AffineTransform", "ComposeTransform", "ExpTransform", "IndependentTransform",
-           "PowerTransform", "SigmoidTransform", "SoftmaxTransform", "StickBreakingTransform", "TanhTransform",
-           "Transform", "identity_transform"]
+__all__ = ["AbsTransform", "AffineTransform", "CatTransform", "ComposeTransform", "CorrCholeskyTransform",
+           "CumulativeDistributionTransform", "ExpTransform", "IndependentTransform", "LowerCholeskyTransform",
+           "PositiveDefiniteTransform", "PowerTransform", "ReshapeTransform", "SigmoidTransform", "SoftmaxTransform",
+           "SoftplusTransform", "StackTransform", "StickBreakingTransform", "TanhTransform", "Transform",
+           "identity_transform"]
 
 
 class Transform:
@@ -314,6 +318,58 @@ class IndependentTransform(Transform):
         return self.base_transform.inverse_shape(shape)
 
 
+class ReshapeTransform(Transform):
+    """Reshapes the rightmost ``in_shape`` dims into ``out_shape`` (of as
+    many elements); the Jacobian is the identity's."""
+
+    bijective = True
+
+    def __init__(self, in_shape, out_shape, cache_size=0):
+        self.in_shape = tuple(in_shape)
+        self.out_shape = tuple(out_shape)
+        if math.prod(self.in_shape) != math.prod(self.out_shape):
+            raise ValueError("in_shape, out_shape have different numbers of elements")
+        super().__init__(cache_size=cache_size)
+
+    @constraints.dependent_property(is_discrete=False)
+    def domain(self):
+        return constraints.independent(constraints.real, len(self.in_shape))
+
+    @constraints.dependent_property(is_discrete=False)
+    def codomain(self):
+        return constraints.independent(constraints.real, len(self.out_shape))
+
+    def with_cache(self, cache_size=1):
+        if self._cache_size == cache_size:
+            return self
+        return ReshapeTransform(self.in_shape, self.out_shape, cache_size=cache_size)
+
+    def _call(self, x):
+        return x.reshape(tuple(x.shape[:x.ndim - len(self.in_shape)]) + self.out_shape)
+
+    def _inverse(self, y):
+        return y.reshape(tuple(y.shape[:y.ndim - len(self.out_shape)]) + self.in_shape)
+
+    def log_abs_det_jacobian(self, x, y):
+        return zeros(tuple(x.shape[:x.ndim - len(self.in_shape)]), dtype=x.dtype, device=x.device)
+
+    @staticmethod
+    def _replace_rightmost(shape, old, new):
+        shape = tuple(shape)
+        if len(shape) < len(old):
+            raise ValueError("Too few dimensions on input")
+        cut = len(shape) - len(old)
+        if shape[cut:] != old:
+            raise ValueError(f"Shape mismatch: expected {shape[cut:]} but got {old}")
+        return shape[:cut] + new
+
+    def forward_shape(self, shape):
+        return self._replace_rightmost(shape, self.in_shape, self.out_shape)
+
+    def inverse_shape(self, shape):
+        return self._replace_rightmost(shape, self.out_shape, self.in_shape)
+
+
 class ExpTransform(Transform):
     """y = exp(x)."""
 
@@ -411,6 +467,29 @@ class SigmoidTransform(Transform):
 
     def log_abs_det_jacobian(self, x, y):
         return -softplus(-x) - softplus(x)
+
+
+class SoftplusTransform(Transform):
+    """y = log(1 + exp(x)) (x itself where x > 20)."""
+
+    domain = constraints.real
+    codomain = constraints.positive
+    bijective = True
+    sign = +1
+
+    def __eq__(self, other):
+        return isinstance(other, SoftplusTransform)
+
+    __hash__ = object.__hash__
+
+    def _call(self, x):
+        return softplus(x)
+
+    def _inverse(self, y):
+        return _ag.log(-_ag.expm1(-y)) + y
+
+    def log_abs_det_jacobian(self, x, y):
+        return -softplus(-x)
 
 
 class TanhTransform(Transform):
@@ -602,3 +681,246 @@ class StickBreakingTransform(Transform):
         if len(shape) < 1:
             raise ValueError("Too few dimensions on input")
         return tuple(shape[:-1]) + (shape[-1] - 1,)
+
+
+def _shift_right_with_one(t):
+    """t moved one place right along its last dim, with a 1 in front (its last entry dropped)."""
+    one = ones(tuple(t.shape[:-1]) + (1,), dtype=t.dtype, device=t.device)
+    return _ag.cat([one, t[..., :-1]], -1)
+
+
+class CorrCholeskyTransform(Transform):
+    """Unconstrained vectors of size D (D - 1) / 2 to Cholesky factors of D x D
+    correlation matrices (lower triangular, positive diagonal, rows of unit
+    norm). The vector fills the strict lower triangle in row order; each row
+    r = tanh(x) is then made a unit vector by a signed stick breaking:
+    y_ij = r_ij sqrt(1 - sum_{k<j} y_ik^2), with the diagonal taking the rest.
+    The log-determinant is that of the map from x to the strict lower
+    triangle of y (the diagonal is determined by it)."""
+
+    domain = constraints.real_vector
+    codomain = constraints.corr_cholesky
+    bijective = True
+
+    def _call(self, x):
+        eps = finfo(x.dtype).eps
+        r = vec_to_tril_matrix(_ag.clamp(_ag.tanh(x), -1 + eps, 1 - eps), diag=-1)
+        # sign(r) sqrt(z (1 - z) cumprod) = r sqrt((1 - z) cumprod) with z = r^2.
+        remaining = _ag.cumprod(_ag.sqrt(1 - r * r), -1)
+        r = r + eye(r.shape[-1], dtype=r.dtype, device=r.device)
+        return r * _shift_right_with_one(remaining)
+
+    def _inverse(self, y):
+        remaining = _shift_right_with_one(1 - _ag.cumsum(y * y, -1))
+        t = tril_matrix_to_vec(y, diag=-1) / _ag.sqrt(tril_matrix_to_vec(remaining, diag=-1))
+        return 0.5 * (_ag.log1p(t) - _ag.log1p(-t))
+
+    def log_abs_det_jacobian(self, x, y):
+        # Below the first subdiagonal, 1 - cumsum(y^2) is already the share
+        # left before each entry, so no shift is needed (this also holds for D = 2).
+        remaining = tril_matrix_to_vec(1 - _ag.cumsum(y * y, -1), diag=-2)
+        stick_breaking_logdet = 0.5 * _ag.log(remaining).sum(-1)
+        tanh_logdet = -2 * (x + softplus(-2 * x) - math.log(2.0)).sum(-1)
+        return stick_breaking_logdet + tanh_logdet
+
+    def forward_shape(self, shape):
+        if len(shape) < 1:
+            raise ValueError("Too few dimensions on input")
+        n = shape[-1]
+        d = round((0.25 + 2 * n) ** 0.5 + 0.5)
+        if d * (d - 1) // 2 != n:
+            raise ValueError("Input is not a flattened lower-diagonal number")
+        return tuple(shape[:-1]) + (d, d)
+
+    def inverse_shape(self, shape):
+        if len(shape) < 2:
+            raise ValueError("Too few dimensions on input")
+        if shape[-2] != shape[-1]:
+            raise ValueError("Input is not square")
+        d = shape[-1]
+        return tuple(shape[:-2]) + (d * (d - 1) // 2,)
+
+
+class LowerCholeskyTransform(Transform):
+    """Unconstrained square matrices to lower-triangular ones with a positive
+    diagonal: the strict lower triangle is kept and the diagonal exponentiated
+    (the upper triangle is dropped, so the map is not bijective)."""
+
+    domain = constraints.independent(constraints.real, 2)
+    codomain = constraints.lower_cholesky
+
+    def __eq__(self, other):
+        return isinstance(other, LowerCholeskyTransform)
+
+    __hash__ = object.__hash__
+
+    def _call(self, x):
+        return _ag.tril(x, -1) + diag_embed(_ag.exp(x.diagonal(dim1=-2, dim2=-1)))
+
+    def _inverse(self, y):
+        return _ag.tril(y, -1) + diag_embed(_ag.log(y.diagonal(dim1=-2, dim2=-1)))
+
+
+class PositiveDefiniteTransform(Transform):
+    """Unconstrained square matrices to positive-definite ones: L L^T with L
+    the LowerCholeskyTransform of the input (not bijective)."""
+
+    domain = constraints.independent(constraints.real, 2)
+    codomain = constraints.positive_definite
+
+    def __eq__(self, other):
+        return isinstance(other, PositiveDefiniteTransform)
+
+    __hash__ = object.__hash__
+
+    def _call(self, x):
+        x = LowerCholeskyTransform()(x)
+        return _ag.matmul(x, x.mT)
+
+    def _inverse(self, y):
+        return LowerCholeskyTransform().inv(linalg.cholesky(y))
+
+
+def _check_pieces(t, dim, size, expected, what):
+    """Checks that ``dim`` is a dim of t and that it has ``expected`` entries."""
+    if not -t.ndim <= dim < t.ndim:
+        raise ValueError(f"{what}: dim {dim} out of range for a tensor of {t.ndim} dims")
+    if t.shape[dim] != expected:
+        raise ValueError(f"{what}: size {t.shape[dim]} of dim {dim} must equal {size} {expected}")
+
+
+class CatTransform(Transform):
+    """The transforms of ``tseq`` applied to consecutive pieces of ``dim`` of
+    sizes ``lengths`` (1 each when None), as torch.cat joins tensors."""
+
+    def __init__(self, tseq, dim=0, lengths=None, cache_size=0):
+        if not all(isinstance(t, Transform) for t in tseq):
+            raise TypeError("CatTransform: every element of tseq must be a Transform")
+        if cache_size:
+            tseq = [t.with_cache(cache_size) for t in tseq]
+        super().__init__(cache_size=cache_size)
+        self.transforms = list(tseq)
+        self.lengths = [1] * len(self.transforms) if lengths is None else list(lengths)
+        if len(self.lengths) != len(self.transforms):
+            raise ValueError(f"CatTransform: {len(self.transforms)} transforms but {len(self.lengths)} lengths")
+        self.dim = dim
+
+    @property
+    def event_dim(self):
+        return max(t.event_dim for t in self.transforms)
+
+    @property
+    def length(self):
+        return sum(self.lengths)
+
+    def with_cache(self, cache_size=1):
+        if self._cache_size == cache_size:
+            return self
+        return CatTransform(self.transforms, self.dim, self.lengths, cache_size)
+
+    def _pieces(self, t):
+        _check_pieces(t, self.dim, "length", self.length, "CatTransform")
+        return _ag.split_with_sizes(t, self.lengths, self.dim)
+
+    def _call(self, x):
+        return _ag.cat([t(piece) for t, piece in zip(self.transforms, self._pieces(x))], self.dim)
+
+    def _inverse(self, y):
+        return _ag.cat([t.inv(piece) for t, piece in zip(self.transforms, self._pieces(y))], self.dim)
+
+    def log_abs_det_jacobian(self, x, y):
+        event_dim = self.event_dim
+        terms = [sum_rightmost(t.log_abs_det_jacobian(xp, yp), event_dim - t.event_dim)
+                 for t, xp, yp in zip(self.transforms, self._pieces(x), self._pieces(y))]
+        # Pieces of a batch dim stay side by side; pieces of an event dim add up.
+        dim = (self.dim - x.ndim if self.dim >= 0 else self.dim) + event_dim
+        return _ag.cat(terms, dim) if dim < 0 else reduce(operator.add, terms)
+
+    @property
+    def bijective(self):
+        return all(t.bijective for t in self.transforms)
+
+    @constraints.dependent_property(is_discrete=False)
+    def domain(self):
+        return constraints.cat([t.domain for t in self.transforms], self.dim, self.lengths)
+
+    @constraints.dependent_property(is_discrete=False)
+    def codomain(self):
+        return constraints.cat([t.codomain for t in self.transforms], self.dim, self.lengths)
+
+
+class StackTransform(Transform):
+    """The transforms of ``tseq`` applied to the slices of ``dim``, as
+    torch.stack joins tensors."""
+
+    def __init__(self, tseq, dim=0, cache_size=0):
+        if not all(isinstance(t, Transform) for t in tseq):
+            raise TypeError("StackTransform: every element of tseq must be a Transform")
+        if cache_size:
+            tseq = [t.with_cache(cache_size) for t in tseq]
+        super().__init__(cache_size=cache_size)
+        self.transforms = list(tseq)
+        self.dim = dim
+
+    def with_cache(self, cache_size=1):
+        if self._cache_size == cache_size:
+            return self
+        return StackTransform(self.transforms, self.dim, cache_size)
+
+    def _slices(self, t):
+        _check_pieces(t, self.dim, "the number of transforms", len(self.transforms), "StackTransform")
+        return _ag.unbind(t, self.dim)
+
+    def _call(self, x):
+        return _ag.stack([t(s) for t, s in zip(self.transforms, self._slices(x))], self.dim)
+
+    def _inverse(self, y):
+        return _ag.stack([t.inv(s) for t, s in zip(self.transforms, self._slices(y))], self.dim)
+
+    def log_abs_det_jacobian(self, x, y):
+        return _ag.stack([t.log_abs_det_jacobian(xs, ys)
+                          for t, xs, ys in zip(self.transforms, self._slices(x), self._slices(y))], self.dim)
+
+    @property
+    def bijective(self):
+        return all(t.bijective for t in self.transforms)
+
+    @constraints.dependent_property(is_discrete=False)
+    def domain(self):
+        return constraints.stack([t.domain for t in self.transforms], self.dim)
+
+    @constraints.dependent_property(is_discrete=False)
+    def codomain(self):
+        return constraints.stack([t.codomain for t in self.transforms], self.dim)
+
+
+class CumulativeDistributionTransform(Transform):
+    """y = distribution.cdf(x), onto the unit interval; the inverse is its icdf
+    and the log-determinant its log density (as a Gaussian copula is built
+    from a MultivariateNormal and the cdf of Normal(0, 1))."""
+
+    bijective = True
+    codomain = constraints.unit_interval
+    sign = +1
+
+    def __init__(self, distribution, cache_size=0):
+        super().__init__(cache_size=cache_size)
+        self.distribution = distribution
+
+    @property
+    def domain(self):
+        return self.distribution.support
+
+    def _call(self, x):
+        return self.distribution.cdf(x)
+
+    def _inverse(self, y):
+        return self.distribution.icdf(y)
+
+    def log_abs_det_jacobian(self, x, y):
+        return self.distribution.log_prob(x)
+
+    def with_cache(self, cache_size=1):
+        if self._cache_size == cache_size:
+            return self
+        return CumulativeDistributionTransform(self.distribution, cache_size=cache_size)

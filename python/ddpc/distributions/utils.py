@@ -1,12 +1,15 @@
 """Helpers shared by the distributions: parameter broadcasting, draws from
 ddpc's generator, the probability/logit conversions, a lazily computed and
-cached attribute, and the storage of a probs-or-logits parameter."""
+cached attribute, the storage of a probs-or-logits parameter, and the
+packing of a matrix's lower triangle into a vector and back."""
 
+import math
 import numbers
 
 from .. import autograd as _ag
 from .._dtype import finfo
-from ..tensor import Tensor, broadcast_tensors, get_default_dtype, rand, randn, tensor
+from .._layout import tril_indices
+from ..tensor import Tensor, broadcast_tensors, get_default_dtype, rand, randn, tensor, zeros
 
 euler_gamma = 0.57721566490153286060
 
@@ -136,3 +139,29 @@ class BinaryProbsOrLogits(ProbsOrLogits):
     @lazy_property
     def probs(self):
         return logits_to_probs(self.logits, is_binary=True)
+
+
+def tril_matrix_to_vec(mat, diag=0):
+    """The entries of the lower triangle of each D x D matrix (on and below
+    diagonal ``diag``) as a vector, in row order."""
+    n = mat.shape[-1]
+    if not -n <= diag < n:
+        raise ValueError(f"diag ({diag}) provided is outside [{-n}, {n - 1}].")
+    rows, cols = tril_indices(n, n, diag, device=mat.device)
+    return mat[..., rows, cols]
+
+
+def vec_to_tril_matrix(vec, diag=0):
+    """The D x D lower-triangular matrices (zero above diagonal ``diag``)
+    whose lower triangles, in row order, are the vectors along vec's last dim."""
+    # The positive root of D^2 + (1 + 2 diag) D - |diag| (diag + 1) - 2 len(vec) = 0.
+    b = 1 + 2 * diag
+    n = (-b + math.sqrt(b * b + 8 * vec.shape[-1] + 4 * abs(diag) * (diag + 1))) / 2
+    if round(n) - n > finfo(vec.dtype).eps:
+        raise ValueError(f"The size of last dimension is {vec.shape[-1]} which cannot be expressed as the lower "
+                         "triangular part of a square D x D matrix.")
+    n = round(n)
+    mat = zeros(tuple(vec.shape[:-1]) + (n, n), dtype=vec.dtype, device=vec.device)
+    rows, cols = tril_indices(n, n, diag, device=vec.device)
+    mat[..., rows, cols] = vec
+    return mat
