@@ -7,6 +7,7 @@ validation errors, shapes, expand, transforms, and small VAE and REINFORCE
 gradient checks."""
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -368,6 +369,8 @@ COV_DIAG = np.array([0.4, 0.9, 0.2])
     (lambda: D.HalfNormal(1.7), 0, 20), (lambda: D.LogNormal(0.1, 0.5), 1e-9, 40),
     (lambda: D.Uniform(-1.0, 2.5), -0.999999, 2.499999),
     (lambda: D.ContinuousBernoulli(0.15), 0, 1), (lambda: D.ContinuousBernoulli(0.5004), 0, 1),
+    (lambda: D.GeneralizedPareto(0.3, 1.7, -0.3), 0.3, 0.3 + 1.7 / 0.3 - 1e-6),
+    (lambda: D.GeneralizedPareto(0.3, 1.7, 0.0), 0.3, 80), (lambda: D.GeneralizedPareto(0.3, 1.7, 0.2), 0.3, 2000),
 ])
 def test_entropy_by_numerical_integration(make, lo, hi):
     d = make()
@@ -396,6 +399,7 @@ def test_entropy_by_numerical_integration(make, lo, hi):
     lambda: D.Weibull(t64(0.7), t64(2.0)),
     lambda: D.Binomial(12, t64(0.3)),
     lambda: D.Multinomial(4, t64([0.2, 0.3, 0.5])),
+    lambda: D.Wishart(t64(4.5), covariance_matrix=t64(COV)),
 ])
 def test_entropy_by_monte_carlo(make):
     d = make()
@@ -577,6 +581,9 @@ def test_constraints_check_and_repr():
 # Shapes, expand, enumerate_support.
 
 SHAPES = [
+    (lambda: D.GeneralizedPareto(ddpc.zeros(2, 3), 1.0, 0.2), (2, 3), ()),
+    (lambda: D.LKJCholesky(3, ddpc.ones(2)), (2,), (3, 3)),
+    (lambda: D.Wishart(ddpc.full((2,), 5.0), covariance_matrix=ddpc.eye(3)), (2,), (3, 3)),
     (lambda: D.Normal(ddpc.zeros(2, 3), 1.0), (2, 3), ()),
     (lambda: D.Bernoulli(logits=ddpc.zeros(2, 3)), (2, 3), ()),
     (lambda: D.Categorical(logits=ddpc.zeros(2, 3, 4)), (2, 3), ()),
@@ -925,6 +932,10 @@ GPU_CASES = [
     lambda P: D.Binomial(40, logits=P[0]),
     lambda P: D.NegativeBinomial(P[1] * 5, logits=P[0]),
     lambda P: D.VonMises(P[0], P[1]),
+    lambda P: D.GeneralizedPareto(P[0], P[1], P[0] * 0.2),
+    lambda P: D.LKJCholesky(3, P[1]),
+    lambda P: D.Wishart(P[1][:, 0] + 4, covariance_matrix=P[1].unsqueeze(-1) * P[1].unsqueeze(-2)
+                        + ddpc.eye(4, dtype=P[1].dtype, device=P[1].device)),
 ]
 
 
@@ -937,7 +948,7 @@ def _on(device, make, arrays, seed):
     logp = d.log_prob(x)
     total = logp.sum() + (d.rsample((3,)).sum() if d.has_rsample else 0)
     if type(d) not in (D.MixtureSameFamily, D.RelaxedOneHotCategorical, D.RelaxedBernoulli, D.TransformedDistribution,
-                       D.Poisson, D.NegativeBinomial, D.VonMises):
+                       D.Poisson, D.NegativeBinomial, D.VonMises, D.LKJCholesky):
         total = total + d.entropy().sum()
     total.backward()
     return arr(x), arr(logp), [arr(p.grad) for p in params if p.grad is not None]
@@ -1070,3 +1081,202 @@ def test_perplexity_and_stddev():
     assert float(d.perplexity()) == pytest.approx(4.0)
     assert float(D.Exponential(t64(2.0)).stddev) == pytest.approx(0.5)
     assert float(D.Laplace(t64(0.0), t64(2.0)).stddev) == pytest.approx(2 * math.sqrt(2))
+
+
+# GeneralizedPareto, LKJCholesky and Wishart.
+
+@pytest.mark.parametrize("concentration", [-0.4, 0.0, 0.15])
+def test_generalized_pareto_density_distribution_function_and_moments(concentration):
+    loc, scale, c = 0.5, 1.5, concentration
+    d = D.GeneralizedPareto(t64(loc), t64(scale), t64(c))
+    upper = loc - scale / c if c < 0 else math.inf
+    x = loc + np.array([0.01, 0.2, 0.5, 0.9]) * (min(upper, 8.0) - loc)
+    z = (x - loc) / scale
+    log_survival = -z if c == 0 else -np.log1p(c * z) / c
+    np.testing.assert_allclose(arr(d.cdf(t64(x))), -np.expm1(log_survival), rtol=1e-12)
+    log_density = -math.log(scale) - (z if c == 0 else (1 / c + 1) * np.log1p(c * z))
+    np.testing.assert_allclose(arr(d.log_prob(t64(x))), log_density, rtol=1e-12)
+    np.testing.assert_allclose(arr(d.icdf(d.cdf(t64(x)))), x, rtol=1e-10)
+    if c < 0:
+        grid = np.linspace(loc, upper, 200001)
+        p = np.exp(arr(d.log_prob(t64(grid))))
+        assert float(np.sum((p[1:] + p[:-1]) / 2 * np.diff(grid))) == pytest.approx(1.0, abs=1e-6)
+    draws = arr(d.sample((N,)))
+    assert draws.min() >= loc and draws.max() <= upper
+    mean, var = loc + scale / (1 - c), scale ** 2 / ((1 - c) ** 2 * (1 - 2 * c))
+    assert float(d.mean) == pytest.approx(mean, rel=1e-12) and float(d.variance) == pytest.approx(var, rel=1e-12)
+    assert_mean_within(draws[:, None], mean, "GeneralizedPareto mean")
+    assert_mean_within(((draws - mean) ** 2)[:, None], var, "GeneralizedPareto variance")
+
+
+def test_generalized_pareto_undefined_moments_support_and_rsample_gradient():
+    d = D.GeneralizedPareto(t64([0.0, 0.0, 1.0]), t64([1.0, 1.0, 2.0]), t64([1.2, 0.6, -0.5]))
+    np.testing.assert_array_equal(np.isnan(arr(d.mean)), [True, False, False])
+    np.testing.assert_array_equal(np.isnan(arr(d.variance)), [True, True, False])
+    np.testing.assert_allclose(arr(d.support.upper_bound), [math.inf, math.inf, 5.0])
+    with pytest.raises(ValueError):
+        d.log_prob(t64([1.0, 1.0, 5.5]))
+    scale = t64(np.full(N, 1.5), True)
+    x = D.GeneralizedPareto(0.0, scale, 0.2).rsample()
+    x.sum().backward()
+    assert_mean_within(arr(scale.grad)[:, None], 1 / (1 - 0.2), "d E[X] / d scale")
+
+
+def _correlations(L):
+    """The entries below the diagonal of each L L^T."""
+    corr = L @ np.swapaxes(L, -1, -2)
+    rows, cols = np.tril_indices(L.shape[-1], -1)
+    return corr[..., rows, cols]
+
+
+@pytest.mark.parametrize("dim, concentration", [(2, 0.6), (4, 1.0), (5, 3.0)])
+def test_lkj_cholesky_draws_have_the_lkj_marginals(dim, concentration):
+    """Every correlation of an LKJ(concentration) matrix is 2 B - 1 with
+    B ~ Beta(a, a), a = concentration - 1 + dim / 2: mean 0, variance 1 / (2a + 1)."""
+    d = D.LKJCholesky(dim, t64(concentration))
+    L = d.sample((N,))
+    np.testing.assert_array_equal(arr(constraints.corr_cholesky.check(L)), 1)
+    r = _correlations(arr(L))
+    a = concentration - 1 + dim / 2
+    assert_mean_within(r, np.zeros(r.shape[1]), "LKJ correlation mean")
+    assert_mean_within(r ** 2, np.full(r.shape[1], 1 / (2 * a + 1)), "LKJ correlation variance")
+
+
+@pytest.mark.parametrize("concentration", [0.7, 1.0, 2.5])
+def test_lkj_cholesky_density_integrates_to_one(concentration):
+    """Over the free coordinates of L (each row's entries below the
+    diagonal, inside the unit ball): a grid for dim 2, uniform draws from the
+    enclosing cube for dim 3."""
+    step = 2 / 200000
+    r = -1 + (np.arange(200000) + 0.5) * step
+    L2 = np.zeros(r.shape + (2, 2))
+    L2[:, 0, 0], L2[:, 1, 0], L2[:, 1, 1] = 1, r, np.sqrt(1 - r * r)
+    p = np.exp(arr(D.LKJCholesky(2, t64(concentration)).log_prob(t64(L2))))
+    # The midpoint rule converges slowly at the integrable singularities of concentration < 1.
+    assert float(p.sum() * step) == pytest.approx(1.0, abs=2e-3 if concentration < 1 else 1e-6)
+    u = np.random.default_rng(8).uniform(-1, 1, (N * 5, 3))
+    inside = u[:, 1] ** 2 + u[:, 2] ** 2 < 1
+    v = u[inside]
+    L3 = np.zeros((len(v), 3, 3))
+    L3[:, 0, 0], L3[:, 1, 0], L3[:, 1, 1] = 1, v[:, 0], np.sqrt(1 - v[:, 0] ** 2)
+    L3[:, 2, 0], L3[:, 2, 1], L3[:, 2, 2] = v[:, 1], v[:, 2], np.sqrt(1 - v[:, 1] ** 2 - v[:, 2] ** 2)
+    cube_volume = 8.0
+    weights = np.zeros(len(u))
+    weights[inside] = np.exp(arr(D.LKJCholesky(3, t64(concentration)).log_prob(t64(L3)))) * cube_volume
+    assert_mean_within(weights[:, None], 1.0, "LKJ dim 3 normalization")
+
+
+def test_lkj_cholesky_arguments_and_values_are_checked():
+    with pytest.raises(ValueError):
+        D.LKJCholesky(1)
+    with pytest.raises(ValueError):
+        D.LKJCholesky(3, t64(-1.0))
+    d = D.LKJCholesky(3, t64([0.5, 2.0]))
+    with pytest.raises(ValueError):
+        d.log_prob(t64(np.eye(3) * 2))
+    assert not d.has_rsample and d.expand((4, 2)).sample().shape == (4, 2, 3, 3)
+
+
+WISHART_FORMS = [
+    lambda df, cov: D.Wishart(df, covariance_matrix=t64(cov)),
+    lambda df, cov: D.Wishart(df, precision_matrix=t64(np.linalg.inv(cov))),
+    lambda df, cov: D.Wishart(df, scale_tril=t64(np.linalg.cholesky(cov))),
+]
+
+
+def _wishart_log_density(X, df, cov):
+    p = cov.shape[-1]
+    mvlgamma = p * (p - 1) / 4 * math.log(math.pi) + sum(math.lgamma(df / 2 - i / 2) for i in range(p))
+    trace = np.trace(np.linalg.solve(cov, X), axis1=-2, axis2=-1)
+    return ((df - p - 1) / 2 * np.linalg.slogdet(X)[1] - trace / 2 - df * p / 2 * math.log(2)
+            - df / 2 * np.linalg.slogdet(cov)[1] - mvlgamma)
+
+
+@pytest.mark.parametrize("make", WISHART_FORMS)
+def test_wishart_forms_agree_with_the_density_and_the_matrices(make):
+    d = make(t64(4.5), COV)
+    X = np.stack([COV * 3, np.eye(3) + 0.5, COV2 * 5])
+    np.testing.assert_allclose(arr(d.log_prob(t64(X))), _wishart_log_density(X, 4.5, COV), rtol=1e-10)
+    np.testing.assert_allclose(arr(d.covariance_matrix), COV, rtol=1e-10)
+    np.testing.assert_allclose(arr(d.precision_matrix), np.linalg.inv(COV), rtol=1e-10)
+    np.testing.assert_allclose(arr(d.scale_tril), np.linalg.cholesky(COV), rtol=1e-10)
+    np.testing.assert_allclose(arr(d.mean), 4.5 * COV, rtol=1e-10)
+    np.testing.assert_allclose(arr(d.mode), (4.5 - 4) * COV, rtol=1e-10)
+
+
+def test_wishart_of_one_dimension_is_a_gamma():
+    """W_1(df, s^2) is Gamma(df / 2, rate 1 / (2 s^2))."""
+    x = np.array([0.2, 1.0, 3.5, 9.0])
+    d = D.Wishart(t64([2.5, 7.0]).unsqueeze(-1), covariance_matrix=t64([[[1.7]]]))
+    g = D.Gamma(t64([2.5, 7.0]).unsqueeze(-1) / 2, 1 / (2 * 1.7))
+    np.testing.assert_allclose(arr(d.log_prob(t64(x[:, None, None, None, None]))).reshape(4, 2),
+                               arr(g.log_prob(t64(x[:, None, None]))).reshape(4, 2), rtol=1e-12)
+    np.testing.assert_allclose(arr(d.entropy()).ravel(), arr(g.entropy()).ravel(), rtol=1e-12)
+
+
+@pytest.mark.parametrize("df", [2.3, 6.0])
+def test_wishart_draws_have_the_wishart_mean_and_variance(df):
+    with warnings.catch_warnings():
+        # Below df = 3 the distribution warns of singular draws, and rsample redraws them.
+        warnings.simplefilter("ignore", UserWarning)
+        d = D.Wishart(t64(df), covariance_matrix=t64(COV))
+        X = arr(d.sample((N,)))
+    np.testing.assert_array_equal(arr(constraints.positive_definite.check(t64(X))), 1)
+    mean = df * COV
+    var = df * (COV ** 2 + np.outer(np.diag(COV), np.diag(COV)))
+    np.testing.assert_allclose(arr(d.variance), var, rtol=1e-12)
+    assert_mean_within(X.reshape(N, 9), mean.ravel(), "Wishart mean")
+    assert_mean_within(((X - mean) ** 2).reshape(N, 9), var.ravel(), "Wishart variance")
+
+
+def test_wishart_redraws_numerically_singular_draws():
+    with pytest.warns(UserWarning, match="Low df"):
+        d = D.Wishart(t64(2.3), covariance_matrix=t64(COV))
+    with pytest.warns(UserWarning, match="Singular sample"):
+        kept = d.rsample((10000,), max_try_correction=0)
+    with pytest.warns(UserWarning, match="Singular sample"):
+        redrawn = d.rsample((10000,))
+    assert not arr(constraints.positive_definite.check(kept)).all()
+    np.testing.assert_array_equal(arr(constraints.positive_definite.check(redrawn)), 1)
+
+
+def test_wishart_rsample_gradients_of_the_mean():
+    """E[X] = df * Sigma: the pathwise gradients of each draw's entries with
+    respect to df (through the chi-squared draws) average to Sigma, and with
+    respect to a factor s of scale_tril to 2 s df Sigma0."""
+    df = t64(np.full(N, 5.0), True)
+    X = D.Wishart(df, covariance_matrix=t64(COV)).rsample()
+    (X[:, 0, 0] + X[:, 1, 2]).sum().backward()
+    assert_mean_within(arr(df.grad)[:, None], COV[0, 0] + COV[1, 2], "d E[X] / d df")
+    s = t64(np.full(N, 0.8), True)
+    L0 = np.linalg.cholesky(COV)
+    X = D.Wishart(t64(5.0), scale_tril=s[:, None, None] * t64(L0)).rsample()
+    X[:, 0, 1].sum().backward()
+    assert_mean_within(arr(s.grad)[:, None], 2 * 0.8 * 5.0 * COV[0, 1], "d E[X] / d s")
+
+
+def test_wishart_arguments_are_checked():
+    with pytest.raises(ValueError):
+        D.Wishart(t64(1.5), covariance_matrix=t64(COV))
+    with pytest.raises(ValueError):
+        D.Wishart(t64(4.0), covariance_matrix=t64(COV), scale_tril=t64(np.linalg.cholesky(COV)))
+    with pytest.raises(ValueError):
+        D.Wishart(t64(4.0), covariance_matrix=t64([1.0, 2.0]))
+    with pytest.raises(ValueError):
+        D.Wishart(t64(4.0), covariance_matrix=t64(-COV))
+    with pytest.warns(UserWarning, match="Low df"):
+        D.Wishart(t64(2.5), covariance_matrix=t64(COV))
+    d = D.Wishart(t64([4.0, 6.0]), covariance_matrix=t64(COV))
+    with pytest.raises(ValueError):
+        d.log_prob(t64(-np.eye(3)))
+    assert d.batch_shape == (2,) and d.expand((3, 2)).sample().shape == (3, 2, 3, 3)
+    assert bool(np.isnan(arr(D.Wishart(t64(3.5), covariance_matrix=t64(COV)).mode)).all())
+
+
+def test_wishart_bregman_entropy_and_kl():
+    p = D.Wishart(t64(4.5), covariance_matrix=t64(COV))
+    q = D.Wishart(t64(6.0), covariance_matrix=t64(COV2))
+    assert float(D.ExponentialFamily.entropy(p)) == pytest.approx(float(p.entropy()), rel=1e-10)
+    x = p.sample((N,))
+    ratio = arr(p.log_prob(x) - q.log_prob(x))
+    assert_mean_within(ratio[:, None], float(D.kl_divergence(p, q)), "KL(Wishart || Wishart)")

@@ -408,6 +408,94 @@ def _multivariate(np, torch, ddpc):
                     TD.kl_divergence(make_p(TD, tp), make_q(TD, tp)), f"KL({p_name} || {q_name})")
 
 
+def _matrix_families(np, torch, ddpc):
+    """Wishart in its three forms with a batch of df, and LKJCholesky:
+    log_prob (at torch's draws), entropy, moments, matrices and expand, with
+    gradients (the scale_tril leaf's only on its lower triangle, the part the
+    distribution reads); KL between two Wisharts (the exponential-family
+    Bregman divergence)."""
+    import warnings
+
+    import torch.distributions as TD
+
+    import ddpc.distributions as DD
+
+    rng = np.random.default_rng(10)
+    A = rng.normal(size=(2, 3, 3))
+    cov = A @ A.transpose(0, 2, 1) + 2 * np.eye(3)
+    arrays = {"df": np.array([4.5, 7.0]), "cov": cov, "tril": np.linalg.cholesky(cov[1]), "df1": np.array(5.5),
+              "conc": np.array([0.4, 1.0, 2.5])}
+    forms = {
+        "covariance_matrix": lambda M, P: M.Wishart(P["df"], covariance_matrix=P["cov"]),
+        "precision_matrix": lambda M, P: M.Wishart(P["df"], precision_matrix=P["cov"]),
+        "scale_tril": lambda M, P: M.Wishart(P["df"], scale_tril=P["tril"]),
+    }
+    tp, dp = _both(torch, ddpc, arrays)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        x = TD.Wishart(torch.tensor(arrays["df"]), covariance_matrix=torch.tensor(cov)).sample((4,))
+    tx, dx = x.clone().requires_grad_(), ddpc.tensor(x.numpy(), requires_grad=True)
+    for name, make in forms.items():
+        td, dd = make(TD, tp), make(DD, dp)
+        leaves = [(tp["df"], dp["df"])] + ([] if name == "scale_tril" else [(tp["cov"], dp["cov"])])
+        assert tuple(dd.batch_shape) == tuple(td.batch_shape) and dd.has_rsample == td.has_rsample, name
+        _compare(np, torch, dd.log_prob(dx), td.log_prob(tx), f"Wishart {name} log_prob", leaves + [(tx, dx)])
+        _compare(np, torch, dd.entropy(), td.entropy(), f"Wishart {name} entropy", leaves)
+        for prop in ("mean", "mode", "variance", "covariance_matrix", "precision_matrix", "scale_tril"):
+            _compare(np, torch, getattr(dd, prop), getattr(td, prop), f"Wishart {name} {prop}", leaves)
+        _compare(np, torch, dd.expand((4, 2)).log_prob(dx), td.expand((4, 2)).log_prob(tx), f"Wishart {name} expand",
+                 leaves)
+        if name == "scale_tril":
+            (dg,) = ddpc.autograd.grad(dd.log_prob(dx).sum(), [dp["tril"]])
+            (tg,) = torch.autograd.grad(td.log_prob(tx).sum(), [tp["tril"]])
+            np.testing.assert_allclose(np.tril(dg.numpy()), np.tril(tg.numpy()), rtol=1e-7, atol=1e-10,
+                                       err_msg="Wishart scale_tril gradient")
+    p_t, p_d = (M.Wishart(P["df1"], covariance_matrix=P["cov"][0]) for M, P in ((TD, tp), (DD, dp)))
+    q_t, q_d = (M.Wishart(P["df"][1], scale_tril=P["tril"]) for M, P in ((TD, tp), (DD, dp)))
+    _compare(np, torch, DD.kl_divergence(p_d, q_d), TD.kl_divergence(p_t, q_t), "KL(Wishart || Wishart)",
+             [(tp["df1"], dp["df1"]), (tp["cov"], dp["cov"])])
+    for dim in (2, 4):
+        td, dd = TD.LKJCholesky(dim, tp["conc"]), DD.LKJCholesky(dim, dp["conc"])
+        L = td.sample((5,)).numpy()
+        tL, dL = torch.tensor(L, requires_grad=True), ddpc.tensor(L, requires_grad=True)
+        assert tuple(dd.sample((5,)).shape) == L.shape and dd.has_rsample == td.has_rsample
+        _compare(np, torch, dd.log_prob(dL), td.log_prob(tL), f"LKJCholesky {dim} log_prob",
+                 [(tp["conc"], dp["conc"]), (tL, dL)])
+        _compare(np, torch, dd.expand((5, 3)).log_prob(dL), td.expand((5, 3)).log_prob(tL),
+                 f"LKJCholesky {dim} expand", [(tp["conc"], dp["conc"])])
+
+
+def _generalized_pareto(np, torch, ddpc):
+    """GeneralizedPareto: moments, entropy and icdf in float64 with gradients;
+    log_prob, cdf, log_cdf and log_survival_function in float32, because
+    torch's compare the concentration with a float32 zero and fail on float64."""
+    import torch.distributions as TD
+
+    import ddpc.distributions as DD
+
+    rng = np.random.default_rng(11)
+    arrays = {"loc": rng.normal(size=(2, 3)), "scale": rng.uniform(0.5, 2.0, (2, 3)),
+              "conc": np.array([[-0.4, 0.0, 0.2], [0.7, -1.0, 1e-9]])}
+    tp, dp = _both(torch, ddpc, arrays)
+    td = TD.GeneralizedPareto(tp["loc"], tp["scale"], tp["conc"])
+    dd = DD.GeneralizedPareto(dp["loc"], dp["scale"], dp["conc"])
+    leaves = [(tp[k], dp[k]) for k in arrays]
+    u = rng.uniform(0.01, 0.99, (5, 2, 3))
+    tu, du = torch.tensor(u, requires_grad=True), ddpc.tensor(u, requires_grad=True)
+    _compare(np, torch, dd.icdf(du), td.icdf(tu), "GeneralizedPareto icdf", leaves + [(tu, du)])
+    _compare(np, torch, dd.entropy(), td.entropy(), "GeneralizedPareto entropy", leaves)
+    for prop in ("mean", "mode", "variance", "stddev"):
+        _compare(np, torch, getattr(dd, prop), getattr(td, prop), f"GeneralizedPareto {prop}", leaves)
+    x = td.icdf(torch.tensor(u)).detach().numpy().astype(np.float32)
+    t32 = TD.GeneralizedPareto(*(torch.tensor(arrays[k], dtype=torch.float32) for k in arrays))
+    d32 = DD.GeneralizedPareto(*(ddpc.tensor(arrays[k], dtype=ddpc.float32) for k in arrays))
+    for fn in ("log_prob", "cdf", "log_cdf", "log_survival_function"):
+        want = getattr(t32, fn)(torch.tensor(x)).numpy()
+        got = getattr(d32, fn)(ddpc.tensor(x)).numpy()
+        assert got.dtype == want.dtype, fn
+        np.testing.assert_allclose(got, want, rtol=2e-6, atol=2e-6, err_msg=f"GeneralizedPareto float32 {fn}")
+
+
 def _von_mises(np, torch, ddpc):
     """VonMises against torch's, whose log Bessel functions are polynomial
     approximations good to about 3e-7: values to 1e-6, gradients to 1e-5."""
@@ -447,7 +535,8 @@ def _gamma_gradient(np, torch, ddpc):
 
 
 GROUPS = {"constraint_registry": _constraint_registry, "families": _families, "gamma_gradient": _gamma_gradient,
-          "kl": _kl, "multivariate": _multivariate, "transforms": _transforms, "von_mises": _von_mises}
+          "generalized_pareto": _generalized_pareto, "kl": _kl, "matrix_families": _matrix_families,
+          "multivariate": _multivariate, "transforms": _transforms, "von_mises": _von_mises}
 
 
 test_matches_pytorch = torch_group_test(__file__, GROUPS)

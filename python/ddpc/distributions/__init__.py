@@ -11,14 +11,14 @@ the parameters. Samples come from ddpc's generator on the parameters' device:
 PyTorch draws for the same seed.
 
 Families provided: Bernoulli, Beta, Binomial, Categorical, Cauchy, Chi2,
-ContinuousBernoulli, Dirichlet, Exponential, FisherSnedecor, Gamma, Geometric,
-Gumbel, HalfCauchy, HalfNormal, Independent, InverseGamma, Kumaraswamy,
-Laplace, LogisticNormal, LogNormal,
+ContinuousBernoulli, Dirichlet, Exponential, FisherSnedecor, Gamma,
+GeneralizedPareto, Geometric, Gumbel, HalfCauchy, HalfNormal, Independent,
+InverseGamma, Kumaraswamy, Laplace, LKJCholesky, LogisticNormal, LogNormal,
 LowRankMultivariateNormal, MixtureSameFamily, Multinomial, MultivariateNormal,
 NegativeBinomial, Normal, OneHotCategorical, OneHotCategoricalStraightThrough,
 Pareto, Poisson, RelaxedBernoulli (over relaxed_bernoulli.LogitRelaxedBernoulli),
 RelaxedOneHotCategorical (over relaxed_categorical.ExpRelaxedCategorical),
-StudentT, TransformedDistribution, Uniform, VonMises, Weibull.
+StudentT, TransformedDistribution, Uniform, VonMises, Weibull, Wishart.
 ``biject_to`` and ``transform_to`` (constraint_registry) give the transform
 from unconstrained reals onto a constraint's region.
 
@@ -27,7 +27,7 @@ with respect to its concentration is the implicit one (the draw moves with
 the concentration at a fixed value of its cdf), from a convergent series.
 
 Not provided yet: the cdf of Gamma, Chi2 and InverseGamma (ddpc has no
-regularized incomplete gamma function); LKJCholesky and Wishart.
+regularized incomplete gamma function).
 """
 
 from . import constraint_registry, constraints, transforms
@@ -45,6 +45,7 @@ from .exp_family import ExponentialFamily
 from .exponential import Exponential
 from .fishersnedecor import FisherSnedecor
 from .gamma import Gamma
+from .generalized_pareto import GeneralizedPareto
 from .geometric import Geometric
 from .gumbel import Gumbel
 from .half_cauchy import HalfCauchy
@@ -54,6 +55,7 @@ from .inverse_gamma import InverseGamma
 from .kl import kl_divergence, register_kl
 from .kumaraswamy import Kumaraswamy
 from .laplace import Laplace
+from .lkj_cholesky import LKJCholesky
 from .log_normal import LogNormal
 from .logistic_normal import LogisticNormal
 from .lowrank_multivariate_normal import LowRankMultivariateNormal
@@ -77,16 +79,17 @@ from .transforms import (AbsTransform, AffineTransform, CatTransform, ComposeTra
 from .uniform import Uniform
 from .von_mises import VonMises
 from .weibull import Weibull
+from .wishart import Wishart
 
 __all__ = ["AbsTransform", "AffineTransform", "Bernoulli", "Beta", "Binomial", "Categorical", "CatTransform", "Cauchy",
            "Chi2", "ComposeTransform", "ContinuousBernoulli", "CorrCholeskyTransform",
            "CumulativeDistributionTransform", "Dirichlet", "Distribution", "Exponential", "ExponentialFamily",
-           "ExpTransform", "FisherSnedecor", "Gamma", "Geometric", "Gumbel", "HalfCauchy",
-           "HalfNormal", "Independent", "IndependentTransform", "InverseGamma", "Kumaraswamy", "Laplace",
+           "ExpTransform", "FisherSnedecor", "Gamma", "GeneralizedPareto", "Geometric", "Gumbel", "HalfCauchy",
+           "HalfNormal", "Independent", "IndependentTransform", "InverseGamma", "Kumaraswamy", "Laplace", "LKJCholesky",
            "LogisticNormal", "LogNormal", "LowerCholeskyTransform", "LowRankMultivariateNormal", "MixtureSameFamily",
            "Multinomial", "MultivariateNormal", "NegativeBinomial", "Normal", "OneHotCategorical",
            "OneHotCategoricalStraightThrough", "Pareto", "Poisson", "PositiveDefiniteTransform", "PowerTransform",
            "RelaxedBernoulli", "RelaxedOneHotCategorical", "ReshapeTransform", "SigmoidTransform", "SoftmaxTransform",
            "SoftplusTransform", "StackTransform", "StickBreakingTransform", "StudentT", "TanhTransform", "Transform",
-           "TransformedDistribution", "Uniform", "VonMises", "Weibull", "biject_to", "constraint_registry",
+           "TransformedDistribution", "Uniform", "VonMises", "Weibull", "Wishart", "biject_to", "constraint_registry",
            "constraints", "identity_transform", "kl_divergence", "register_kl", "transform_to", "transforms"]
