@@ -294,65 +294,29 @@ def _kl_cauchy_cauchy(p, q):
 
 # Pairs of different families: infinite where p's support is not inside q's.
 
-@register_kl(Exponential, Beta)
-@register_kl(Exponential, ContinuousBernoulli)
-@register_kl(Exponential, Pareto)
-@register_kl(Exponential, Uniform)
-def _kl_exponential_infinity(p, q):
-    return _infinite_like(p.rate)
+# The families whose support leaves out part of the real line.
+_PART_OF_THE_LINE = (Beta, ContinuousBernoulli, Exponential, Gamma, Pareto, Uniform)
+_SUPPORT_NOT_COVERED = {
+    Beta: (Pareto,),
+    ContinuousBernoulli: (Pareto,),
+    Exponential: (Beta, ContinuousBernoulli, Pareto, Uniform),
+    Gamma: (Beta, ContinuousBernoulli, Pareto, Uniform),
+    Gumbel: _PART_OF_THE_LINE,
+    Laplace: _PART_OF_THE_LINE,
+    Normal: _PART_OF_THE_LINE,
+    Pareto: (Beta, ContinuousBernoulli, Uniform),
+    Poisson: (Bernoulli, Binomial),
+}
 
 
-@register_kl(Gumbel, Beta)
-@register_kl(Gumbel, ContinuousBernoulli)
-@register_kl(Gumbel, Exponential)
-@register_kl(Gumbel, Gamma)
-@register_kl(Gumbel, Pareto)
-@register_kl(Gumbel, Uniform)
-@register_kl(Laplace, Beta)
-@register_kl(Laplace, ContinuousBernoulli)
-@register_kl(Laplace, Exponential)
-@register_kl(Laplace, Gamma)
-@register_kl(Laplace, Pareto)
-@register_kl(Laplace, Uniform)
-@register_kl(Normal, Beta)
-@register_kl(Normal, ContinuousBernoulli)
-@register_kl(Normal, Exponential)
-@register_kl(Normal, Gamma)
-@register_kl(Normal, Pareto)
-@register_kl(Normal, Uniform)
-def _kl_loc_infinity(p, q):
-    return _infinite_like(p.loc)
+def _kl_infinity(p, q):
+    """Infinite over p's batch (the mean only gives its shape, dtype and device)."""
+    return _infinite_like(p.mean)
 
 
-@register_kl(ContinuousBernoulli, Pareto)
-def _kl_continuous_bernoulli_infinity(p, q):
-    return _infinite_like(p.probs)
-
-
-@register_kl(Pareto, Beta)
-@register_kl(Pareto, ContinuousBernoulli)
-@register_kl(Pareto, Uniform)
-def _kl_pareto_infinity(p, q):
-    return _infinite_like(p.scale)
-
-
-@register_kl(Beta, Pareto)
-def _kl_beta_infinity(p, q):
-    return _infinite_like(p.concentration1)
-
-
-@register_kl(Gamma, Beta)
-@register_kl(Gamma, ContinuousBernoulli)
-@register_kl(Gamma, Pareto)
-@register_kl(Gamma, Uniform)
-def _kl_gamma_infinity(p, q):
-    return _infinite_like(p.concentration)
-
-
-@register_kl(Poisson, Bernoulli)
-@register_kl(Poisson, Binomial)
-def _kl_poisson_infinity(p, q):
-    return _infinite_like(p.rate)
+for _type_p, _types_q in _SUPPORT_NOT_COVERED.items():
+    for _type_q in _types_q:
+        register_kl(_type_p, _type_q)(_kl_infinity)
 
 
 @register_kl(Bernoulli, Poisson)
