@@ -760,6 +760,7 @@ def test_corr_cholesky_transform_gives_cholesky_factors_of_correlation_matrices(
     corr = arr(y) @ arr(y).transpose(0, 2, 1)
     np.testing.assert_allclose(np.diagonal(corr, axis1=1, axis2=2), 1.0, rtol=1e-12)
     np.testing.assert_array_equal(arr(constraints.corr_cholesky.check(y)), 1)
+    np.testing.assert_array_equal(arr(constraints.corr_cholesky.check(t64([np.eye(3), np.eye(3) * 2]))), [1, 0])
     np.testing.assert_allclose(arr(t.inv(y)), arr(x), rtol=1e-8, atol=1e-10)
     with pytest.raises(ValueError):
         t.forward_shape((4,))

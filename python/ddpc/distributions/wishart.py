@@ -44,8 +44,10 @@ class Wishart(ExponentialFamily):
     can be numerically singular; rsample redraws those (each round draws the
     whole shape again and keeps the new matrices only where the old ones
     fail the positive-definite check), at most ``max_try_correction``
-    rounds, with a warning, as PyTorch. Unlike PyTorch, whose check keeps the
-    singular draws and redraws the valid ones, ddpc redraws the singular ones.
+    rounds, with a warning, as PyTorch. PyTorch's first check has its
+    polarity inverted (it redraws the valid draws, keeps the singular ones
+    and warns whenever a draw is valid); ddpc redraws the singular ones and
+    warns only when there are some.
     """
 
     support = constraints.positive_definite
