@@ -259,6 +259,9 @@ ddpc_status ddpc_check_binary_op(ddpc_binary_op op, ddpc_dtype dtype, const char
     if ((unsigned)op >= DDPC_NBINARY) return DDPC_ERROR(DDPC_ERR_ARG, "%s: unknown op %d", what, (int)op);
     if (op >= DDPC_BITAND && op <= DDPC_RRSHIFT && ddpc_dtype_is_float(dtype))
         return DDPC_ERROR(DDPC_ERR_TYPE, "%s: bitwise ops take integer dtypes, got %s", what, ddpc_dtype_name(dtype));
+    if (op == DDPC_NEXTAFTER && dtype != DDPC_FLOAT32 && dtype != DDPC_FLOAT64)
+        return DDPC_ERROR(DDPC_ERR_TYPE, "%s: nextafter takes float32 and float64, got %s", what,
+                          ddpc_dtype_name(dtype));
     return DDPC_OK;
 }
 

@@ -14,12 +14,15 @@
  * count), RLSHIFT and RRSHIFT shift the second operand by the first. FMOD,
  * REMAINDER, DIV_TRUNC and DIV_FLOOR are kernels/scalar_ops.h's division
  * with rounding (PyTorch's fmod, remainder and div with rounding_mode), on
- * every dtype; on integers a zero divisor gives 0 instead of trapping. */
+ * every dtype; on integers a zero divisor gives 0 instead of trapping.
+ * NEXTAFTER is C's nextafter (the next number after x towards y) and takes
+ * float32 and float64 only: computed through float it would be wrong for the
+ * 16-bit floats, and PyTorch has none for integers. */
 typedef enum {
     DDPC_ADD = 0, DDPC_SUB, DDPC_MUL, DDPC_DIV, DDPC_RSUB, DDPC_RDIV,
     DDPC_EQ, DDPC_NE, DDPC_LT, DDPC_LE, DDPC_GT, DDPC_GE, DDPC_MAX, DDPC_MIN, DDPC_POWER, DDPC_RPOWER,
     DDPC_BITAND, DDPC_BITOR, DDPC_BITXOR, DDPC_LSHIFT, DDPC_RSHIFT, DDPC_RLSHIFT, DDPC_RRSHIFT,
-    DDPC_FMOD, DDPC_REMAINDER, DDPC_DIV_TRUNC, DDPC_DIV_FLOOR, DDPC_NBINARY
+    DDPC_FMOD, DDPC_REMAINDER, DDPC_DIV_TRUNC, DDPC_DIV_FLOOR, DDPC_NEXTAFTER, DDPC_NBINARY
 } ddpc_binary_op;
 /* kernels/dispatch.cuh's binary_apply switches on these numbers, as do the
  * op codes of python/ddpc/tensor.py. */
@@ -28,7 +31,7 @@ _Static_assert(DDPC_ADD == 0 && DDPC_SUB == 1 && DDPC_MUL == 2 && DDPC_DIV == 3 
                    DDPC_MAX == 12 && DDPC_MIN == 13 && DDPC_POWER == 14 && DDPC_RPOWER == 15 && DDPC_BITAND == 16 &&
                    DDPC_BITOR == 17 && DDPC_BITXOR == 18 && DDPC_LSHIFT == 19 && DDPC_RSHIFT == 20 &&
                    DDPC_RLSHIFT == 21 && DDPC_RRSHIFT == 22 && DDPC_FMOD == 23 && DDPC_REMAINDER == 24 &&
-                   DDPC_DIV_TRUNC == 25 && DDPC_DIV_FLOOR == 26 && DDPC_NBINARY == 27,
+                   DDPC_DIV_TRUNC == 25 && DDPC_DIV_FLOOR == 26 && DDPC_NEXTAFTER == 27 && DDPC_NBINARY == 28,
                "a binary op was added or moved: renumber the cases of binary_apply in kernels/dispatch.cuh");
 
 /* A known op, and no bitwise op on a float dtype (PyTorch has none either). */
@@ -110,6 +113,9 @@ ddpc_status ddpc_check_float_like(const ddpc_buffer *b, const ddpc_buffer *ref, 
         break;                                                                     \
     case DDPC_DIV_FLOOR:                                                           \
         for (int64_t k_ = 0; k_ < (n); k_++) o = DDPC_BY_ELEMENT_TYPE(ddpc_div_floor, x, y); \
+        break;                                                                     \
+    case DDPC_NEXTAFTER:                                                           \
+        for (int64_t k_ = 0; k_ < (n); k_++) o = DDPC_BY_ELEMENT_TYPE(ddpc_nextafter, x, y); \
         break;                                                                     \
     default:                                                                       \
         for (int64_t k_ = 0; k_ < (n); k_++) o = ddpc_shift_right((int64_t)(y), (int64_t)(x), 8 * (int)sizeof(x)); \

@@ -62,6 +62,7 @@ template <typename A> __device__ __forceinline__ A binary_apply(int op, A a, A b
         case 24: return ddpc_remainder_f64(a, b);
         case 25: return ddpc_div_trunc_f64(a, b);
         case 26: return ddpc_div_floor_f64(a, b);
+        case 27: return ddpc_nextafter_f64(a, b);
         default: break;
         }
     } else {  // float, also for the 16-bit types (their Acc)
@@ -70,6 +71,7 @@ template <typename A> __device__ __forceinline__ A binary_apply(int op, A a, A b
         case 24: return ddpc_remainder_f32(a, b);
         case 25: return ddpc_div_trunc_f32(a, b);
         case 26: return ddpc_div_floor_f32(a, b);
+        case 27: return ddpc_nextafter_f32(a, b);
         default: break;
         }
     }

@@ -92,6 +92,13 @@ static inline DDPC_HD int64_t ddpc_div_floor_int(int64_t a, int64_t b) {
     return ddpc_fmod_int(a, b) != 0 && (a < 0) != (b < 0) ? q - 1 : q;
 }
 
+/* The next number after a towards b (b itself where they are equal, NaN
+ * where either is), each type's own nextafter. The integer form only lets
+ * the generic loops compile: ddpc_check_binary_op refuses integer dtypes. */
+static inline DDPC_HD float ddpc_nextafter_f32(float a, float b) { return nextafterf(a, b); }
+static inline DDPC_HD double ddpc_nextafter_f64(double a, double b) { return nextafter(a, b); }
+static inline DDPC_HD int64_t ddpc_nextafter_int(int64_t a, int64_t b) { return a == b ? b : a; }
+
 /* x ** p for a number p, x of the float type T, as PyTorch computes it: p =
  * 0.5 through sqrt and p = -0.5 through 1 / sqrt, so (-0) ** 0.5 is -0 and
  * (-inf) ** 0.5 NaN (C's pow gives +0 and +inf), every other p through pow.

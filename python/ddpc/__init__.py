@@ -78,6 +78,7 @@ from ._nn_forms import (adaptive_avg_pool1d, adaptive_max_pool1d, avg_pool1d, ba
                         selu, sigmoid_, tanh_, threshold, triplet_margin_loss)
 from ._aliases import (fix, fliplr, flipud, ger, greater, greater_equal, inner, is_complex, is_same_size, is_signed,
                        less, less_equal, negative, not_equal, positive, ravel, vdot)
+from ._pointwise import fill, isneginf, isposinf, isreal, nextafter, rsub
 from . import _aliases, _layout, _linalg, _matrix, _nn_forms, _pointwise, _random, _stats, _windows
 from . import special
 

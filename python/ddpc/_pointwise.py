@@ -14,8 +14,8 @@ import numbers
 from . import _C
 from . import autograd as _ag
 from ._dtype import float32, float64, int32, promote, result_type, uint8
-from .tensor import (_BITAND, _BITOR, _BITXOR, _DIV_FLOOR, _DIV_TRUNC, _FMOD, _LSHIFT, _REMAINDER, _RSHIFT, Tensor,
-                     _is_float_scalar)
+from .tensor import (_BITAND, _BITOR, _BITXOR, _DIV_FLOOR, _DIV_TRUNC, _FMOD, _LSHIFT, _NEXTAFTER, _REMAINDER, _RSHIFT,
+                     Tensor, _is_float_scalar, full)
 
 
 def _pair(input, other, what):
@@ -83,13 +83,19 @@ def _rounded_division(a, b, op, what):
     if not dt.is_floating_point and b.numel() and bool(_ag.any_(b == 0)):
         raise ZeroDivisionError(f"{what}: integer division by zero")
     work = float32 if dt in _ag._HALVES else dt
-    x, y = (t.detach() if t.dtype is work else t.detach().to(dtype=work) for t in (a, b))
-    out = _ag._empty(_ag._broadcast_shape(x.shape, y.shape), x, work)
+    out = _detached_binary(a, b, op, work)
+    return out if work is dt else out.to(dtype=dt)
+
+
+def _detached_binary(a, b, op, dt):
+    """a op b by the binary op code ``op`` of csrc/ops.h, broadcast, computed in dt outside the graph."""
+    x, y = (t.detach() if t.dtype is dt else t.detach().to(dtype=dt) for t in (a, b))
+    out = _ag._empty(_ag._broadcast_shape(x.shape, y.shape), x, dt)
     if x.shape == y.shape:
         _C.binary(op, out._buf, x._buf, y._buf)
     else:
         _C.binary_broadcast(op, out._buf, x._buf, y._buf)
-    return out if work is dt else out.to(dtype=dt)
+    return out
 
 
 class _RemainderBackward(_ag.Node):
@@ -244,6 +250,63 @@ def logit(input, eps=None):
     if eps is not None:
         p = _ag.clamp(p, eps, 1 - eps)
     return _ag.sub(_ag.log(p), _ag.log1p(_ag.neg(p)))
+
+
+def rsub(input, other, *, alpha=1):
+    """other - alpha * input (either may be a number; the other a tensor)."""
+    return sub(other, input, alpha=alpha)
+
+
+def fill(input, value):
+    """A tensor like input filled with value (a number or a 0-d tensor, whose
+    gradient is the sum of the result's; input's is 0)."""
+    if not isinstance(input, Tensor):
+        raise TypeError(f"fill: expected a ddpc.Tensor, got {type(input).__name__}")
+    if isinstance(value, Tensor):
+        if value.ndim:
+            raise ValueError(f"fill only supports 0-dimension value tensor but got tensor with {value.ndim} "
+                             "dimensions.")
+        value = value.to(dtype=input.dtype)
+    else:
+        value = full((), value, dtype=input.dtype, device=input.device)
+    return _ag.where(full(input.shape, True, device=input.device), value, input)
+
+
+def nextafter(input, other):
+    """The next float after input towards other, elementwise and broadcast
+    (other where they are equal): C's nextafter in a binary op of
+    csrc/ops.h. float32 and float64 only (PyTorch also takes the 16-bit
+    floats). No gradient, as in PyTorch."""
+    a, b = _pair(input, other, "nextafter")
+    dt = result_type(a, b)
+    if dt not in (float32, float64):
+        raise TypeError(f"nextafter: expected float32 or float64 tensors, got {a.dtype} and {b.dtype}")
+    return _detached_binary(a, b, _NEXTAFTER, dt)
+
+
+def _float_mask(input, fn, what):
+    if not isinstance(input, Tensor):
+        raise TypeError(f"{what}: expected a ddpc.Tensor, got {type(input).__name__}")
+    with _ag.no_grad():
+        x = input.detach()
+        return fn(x) if x.dtype.is_floating_point else _ag._empty(x.shape, x, uint8).fill_(0)
+
+
+def isposinf(input):
+    """Whether each element is +inf (uint8, ddpc's bool; all 0 for integers)."""
+    return _float_mask(input, lambda x: x == math.inf, "isposinf")
+
+
+def isneginf(input):
+    """Whether each element is -inf (uint8, ddpc's bool; all 0 for integers)."""
+    return _float_mask(input, lambda x: x == -math.inf, "isneginf")
+
+
+def isreal(input):
+    """Whether each element has no imaginary part: all 1 (uint8), ddpc has no complex dtypes."""
+    if not isinstance(input, Tensor):
+        raise TypeError(f"isreal: expected a ddpc.Tensor, got {type(input).__name__}")
+    return _ag._empty(input.shape, input, uint8).fill_(1)
 
 
 def sgn(input):
@@ -528,8 +591,17 @@ def float_power(input, exponent):
     return a ** b
 
 
+def float_power_(input, exponent):
+    """float_power written into input, which must be float64 (the result's dtype), as in PyTorch."""
+    if input.dtype is not float64:
+        raise TypeError(f"the base given to float_power_ has dtype {input.dtype} but the operation's result "
+                        "requires dtype float64")
+    return _ag.inplace_apply(input, lambda t: float_power(t, exponent), "float_power_", (exponent,))
+
+
 __all__ = ["add", "arctan2", "atan2", "bitwise_and", "bitwise_left_shift", "bitwise_not", "bitwise_or",
-           "bitwise_right_shift", "bitwise_xor", "copysign", "deg2rad", "div", "divide", "float_power", "floor_divide",
-           "fmax", "fmin", "fmod", "frac", "frexp", "gcd", "hardshrink", "heaviside", "hypot", "lcm", "ldexp",
-           "logaddexp", "logaddexp2", "logit", "mul", "multiply", "nanmean", "nansum", "rad2deg", "remainder", "sgn",
-           "signbit", "sinc", "sub", "subtract", "true_divide", "xlogy"]
+           "bitwise_right_shift", "bitwise_xor", "copysign", "deg2rad", "div", "divide", "fill", "float_power",
+           "floor_divide", "fmax", "fmin", "fmod", "frac", "frexp", "gcd", "hardshrink", "heaviside", "hypot",
+           "isneginf", "isposinf", "isreal", "lcm", "ldexp", "logaddexp", "logaddexp2", "logit", "mul", "multiply",
+           "nanmean", "nansum", "nextafter", "rad2deg", "remainder", "rsub", "sgn", "signbit", "sinc", "sub",
+           "subtract", "true_divide", "xlogy"]

@@ -20,7 +20,7 @@ from ._dtype import (asks_for_bool, bfloat16, device, device_of, dtype, float16,
 
 _ADD, _SUB, _MUL, _DIV, _RSUB, _RDIV, _EQ, _NE, _LT, _LE, _GT, _GE, _MAX, _MIN, _POWER, _RPOWER = range(16)
 _BITAND, _BITOR, _BITXOR, _LSHIFT, _RSHIFT, _RLSHIFT, _RRSHIFT = range(16, 23)
-_FMOD, _REMAINDER, _DIV_TRUNC, _DIV_FLOOR = range(23, 27)
+_FMOD, _REMAINDER, _DIV_TRUNC, _DIV_FLOOR, _NEXTAFTER = range(23, 28)
 _RAND_UNIFORM, _RAND_NORMAL, _RAND_INT = range(3)
 
 
@@ -1132,6 +1132,18 @@ class Tensor:
     def cov(self, *, correction=1, fweights=None, aweights=None):
         return _la.cov(self, correction=correction, fweights=fweights, aweights=aweights)
     def corrcoef(self): return _la.corrcoef(self)
+    def float_power(self, exponent): return _pw.float_power(self, exponent)
+    def float_power_(self, exponent): return _pw.float_power_(self, exponent)
+    def heaviside_(self, values):
+        return _ag.inplace_apply(self, lambda t: _pw.heaviside(t, values), "heaviside_", (values,))
+    def nextafter(self, other): return _pw.nextafter(self, other)
+    def nextafter_(self, other):
+        return _ag.inplace_apply(self, lambda t: _pw.nextafter(t, other), "nextafter_", (other,))
+    def isposinf(self): return _pw.isposinf(self)
+    def isneginf(self): return _pw.isneginf(self)
+    def isreal(self): return _pw.isreal(self)
+    def fmax(self, other): return _pw.fmax(self, other)
+    def fmin(self, other): return _pw.fmin(self, other)
 
     # ---- printing -------------------------------------------------------------------
     def __repr__(self):
