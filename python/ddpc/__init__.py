@@ -78,6 +78,8 @@ from ._nn_forms import (adaptive_avg_pool1d, adaptive_max_pool1d, avg_pool1d, ba
                         selu, sigmoid_, tanh_, threshold, triplet_margin_loss)
 from ._aliases import (fix, fliplr, flipud, ger, greater, greater_equal, inner, is_complex, is_same_size, is_signed,
                        less, less_equal, negative, not_equal, positive, ravel, vdot)
+from ._dtype import can_cast, promote_types, result_type
+from .tensor import asarray, empty_strided, frombuffer, scalar_tensor
 from ._pointwise import fill, isneginf, isposinf, isreal, nextafter, rsub
 from . import _aliases, _layout, _linalg, _matrix, _nn_forms, _pointwise, _random, _stats, _windows
 from . import special
@@ -125,4 +127,6 @@ __all__ = [
     "arccos_", "arccosh_", "arcsin_", "arcsinh_", "arctan_", "arctanh_", "asin_", "asinh_", "atan_", "atanh_", "cosh_",
     "erfc_", "exp2_", "frac_", "i0_", "log2_", "log10_", "logit_", "sinh_", "tan_", "xlogy_", "vmap", "OutOfMemoryError",
 ] + _pointwise.__all__ + _matrix.__all__ + _linalg.__all__ + _layout.__all__ + _random.__all__ + _stats.__all__ + \
-    _windows.__all__ + _nn_forms.__all__ + _aliases.__all__ + ["unique_consecutive"]
+    _windows.__all__ + _nn_forms.__all__ + _aliases.__all__ + [
+        "unique_consecutive", "can_cast", "promote_types", "result_type", "asarray", "empty_strided", "frombuffer",
+        "scalar_tensor"]

@@ -107,16 +107,55 @@ def promote(a, b):
     return a if _RANK[a] >= _RANK[b] else b
 
 
-def result_type(a, b):
-    """Result dtype of an elementwise op between tensors a and b, as PyTorch's:
-    a 0-d tensor beside one with dims counts only where it is of a higher kind
-    (floating beside integer), so float32 (N,) op float64 () is float32."""
-    if (a.ndim == 0) == (b.ndim == 0):
-        return promote(a.dtype, b.dtype)
-    shaped, zero_dim = (b, a) if a.ndim == 0 else (a, b)
-    if zero_dim.dtype.is_floating_point and not shaped.dtype.is_floating_point:
-        return zero_dim.dtype
-    return shaped.dtype
+def promote_types(type1, type2):
+    """The dtype arithmetic between type1 and type2 gives (as torch.promote_types)."""
+    return promote(get_dtype(type1), get_dtype(type2))
+
+
+def can_cast(from_, to):
+    """Whether PyTorch's casting rules allow from_ to become to: every cast but
+    a floating one to an integer one (ddpc's uint8 also stands for bool, to
+    which PyTorch allows only bool)."""
+    return get_dtype(to).is_floating_point or not get_dtype(from_).is_floating_point
+
+
+def _operand_rank(x):
+    """Who decides a result dtype first: a tensor with dims (2), a 0-d tensor (1), a number (0)."""
+    if hasattr(x, "dtype") and hasattr(x, "ndim"):
+        return 2 if x.ndim else 1
+    return 0
+
+
+def _operand_dtype(x):
+    if _operand_rank(x):
+        return x.dtype
+    if isinstance(x, (bool, np.bool_)):
+        return uint8
+    if isinstance(x, (int, np.integer)):
+        return int64
+    if isinstance(x, (float, np.floating)):
+        return _info_dtype(None)
+    raise TypeError(f"result_type: expected a tensor or a number, got {type(x).__name__}")
+
+
+def _operand_kind(x):
+    """0 for a bool number, 1 for integers, 2 for floats."""
+    if not _operand_rank(x) and isinstance(x, (bool, np.bool_)):
+        return 0
+    return 2 if _operand_dtype(x).is_floating_point else 1
+
+
+def result_type(tensor1, tensor2):
+    """Result dtype of an elementwise op between tensor1 and tensor2 (tensors
+    or numbers), as PyTorch's: tensors with dims decide, then 0-d tensors, then
+    numbers, and one of a lower rank counts only where it is of a higher kind
+    (floating beside integer), so float32 (N,) op float64 () is float32, int64
+    (N,) op 2.5 the default float dtype."""
+    a, b = tensor1, tensor2
+    if _operand_rank(a) == _operand_rank(b):
+        return promote(_operand_dtype(a), _operand_dtype(b))
+    high, low = (a, b) if _operand_rank(a) > _operand_rank(b) else (b, a)
+    return _operand_dtype(low) if _operand_kind(low) > _operand_kind(high) else _operand_dtype(high)
 
 
 # (bits, eps, max, smallest normal, decimal digits of precision) of each float dtype.

@@ -1144,6 +1144,49 @@ class Tensor:
     def isreal(self): return _pw.isreal(self)
     def fmax(self, other): return _pw.fmax(self, other)
     def fmin(self, other): return _pw.fmin(self, other)
+    def new_empty_strided(self, size, stride, *, dtype=None, device=None, requires_grad=False):
+        return empty_strided(size, stride, dtype=dtype or self.dtype, device=device or self.device,
+                             requires_grad=requires_grad)
+
+    @property
+    def H(self):
+        """The transpose of a matrix (conjugation is a no-op: ddpc has no complex dtypes)."""
+        if self.ndim not in (0, 2):
+            raise RuntimeError(f"tensor.H is only supported on matrices (2-D tensors). Got {self.ndim}-D tensor.")
+        return self.T
+
+    @property
+    def mH(self):
+        """The transpose of the last two dims (conjugation is a no-op: ddpc has no complex dtypes)."""
+        if self.ndim < 2:
+            raise RuntimeError(f"tensor.mH is only supported on matrices or batches of matrices. Got {self.ndim}-D "
+                               "tensor.")
+        return self.mT
+
+    def adjoint(self): return self.mH
+
+    @property
+    def is_cpu(self):
+        return self._buf.device < 0
+
+    def get_device(self):
+        """The CUDA ordinal, or -1 on the host."""
+        return self._buf.device
+
+    @property
+    def itemsize(self):
+        return self._buf.itemsize
+
+    def ndimension(self): return self._buf.ndim
+
+    def is_inference(self):
+        """False: ddpc has no inference tensors (inference_mode is no_grad)."""
+        return False
+
+    def byte(self): return self.to(dtype=uint8)
+    # ddpc has no int8 or int16: these raise the TypeError of an unknown dtype.
+    def char(self): return self.to(dtype="int8")
+    def short(self): return self.to(dtype="int16")
 
     # ---- printing -------------------------------------------------------------------
     def __repr__(self):
@@ -1639,6 +1682,76 @@ def as_tensor(data, dtype=None, device=None):
             and (dtype is None or get_dtype(dtype) is get_dtype(data.dtype))):
         return from_numpy(data)
     return tensor(data, dtype=dtype, device=device)
+
+
+def asarray(obj, *, dtype=None, device=None, copy=None, requires_grad=False):
+    """obj as a tensor, as torch.asarray: sharing obj's memory where it can (a
+    tensor of that dtype and device, a contiguous numpy array or buffer of a
+    ddpc dtype on the host), unless ``copy`` is True; ``copy=False`` raises
+    where it can't share. Nested sequences and numbers are always copied."""
+    if copy:
+        out = tensor(obj, dtype=dtype, device=device)
+    else:
+        out = as_tensor(obj, dtype=dtype, device=device)
+        if copy is False and not _shares_source(out, obj):
+            raise ValueError(f"asarray: can't alias {type(obj).__name__} data without a copy (copy=False was given)")
+    if requires_grad:
+        out = out.detach() if out is obj else out  # a new leaf over obj's memory
+        out.requires_grad = True
+    return out
+
+
+def _shares_source(out, obj):
+    """Whether out holds obj's own elements (obj a tensor or a numpy array)."""
+    if isinstance(obj, Tensor):
+        return _same_memory(out, obj)
+    if isinstance(obj, np.ndarray):
+        return out.is_cpu and obj.nbytes == out.nbytes and out.data_ptr() == obj.__array_interface__["data"][0]
+    return False
+
+
+def scalar_tensor(s, *, dtype=None, device=None, requires_grad=False):
+    """A 0-d tensor of the number s, of the default float dtype unless ``dtype`` (ints too, as PyTorch)."""
+    if isinstance(s, Tensor):
+        s = s.item()
+    return full((), s, dtype=dtype or get_default_dtype(), device=device, requires_grad=requires_grad)
+
+
+def empty_strided(size, stride, *, dtype=None, layout=None, device=None, requires_grad=False, pin_memory=False):
+    """An uninitialised tensor of ``size``. ddpc tensors are contiguous, so the
+    result has contiguous strides whatever ``stride`` asks (which must still
+    give one non-negative stride per dim)."""
+    size, stride = tuple(size), tuple(stride)
+    if len(size) != len(stride):
+        raise ValueError(f"empty_strided: mismatch in length of strides and shape ({len(stride)} strides for "
+                         f"{len(size)} dims)")
+    if any(st < 0 for st in stride):
+        raise ValueError(f"empty_strided: strides must be non-negative, got {list(stride)}")
+    return _new(size, dtype, device, requires_grad, pin_memory)
+
+
+def frombuffer(buffer, *, dtype, count=-1, offset=0, requires_grad=False):
+    """A 1-d tensor over the memory of an object that exposes the buffer
+    protocol (no copy): ``count`` elements of ``dtype`` (all that fit when -1)
+    from byte ``offset``."""
+    dt = get_dtype(dtype)
+    view = memoryview(buffer)
+    if view.nbytes == 0:
+        raise ValueError("frombuffer: both buffer length (0) and count (-1) must not be 0")
+    if not 0 <= offset < view.nbytes:
+        raise ValueError(f"frombuffer: offset ({offset} bytes) must be non-negative and no greater than buffer "
+                         f"length ({view.nbytes} bytes) minus 1")
+    if count <= 0 and count != -1:
+        raise ValueError(f"frombuffer: count must be positive or -1, got {count}")
+    if count == -1 and (view.nbytes - offset) % dt.itemsize:
+        raise ValueError(f"frombuffer: buffer length ({view.nbytes - offset} bytes) after offset ({offset} bytes) "
+                         f"must be a multiple of element size ({dt.itemsize})")
+    if count > 0 and offset + count * dt.itemsize > view.nbytes:
+        raise ValueError(f"frombuffer: requested buffer length ({count} * {dt.itemsize} bytes) after offset "
+                         f"({offset} bytes) must not be greater than actual buffer length ({view.nbytes} bytes)")
+    raw = np.frombuffer(buffer, dtype=np.uint16 if dt is bfloat16 else dt._np, count=count, offset=offset)
+    out = Tensor(_C.Buffer.from_object(raw, "bfloat16") if dt is bfloat16 else _C.Buffer.from_object(raw))
+    return out._with_grad(requires_grad)
 
 
 def broadcast_shapes(*shapes):
