@@ -81,6 +81,11 @@ from ._aliases import (fix, fliplr, flipud, ger, greater, greater_equal, inner, 
 from ._dtype import can_cast, promote_types, result_type
 from .tensor import asarray, empty_strided, frombuffer, scalar_tensor
 from ._pointwise import fill, isneginf, isposinf, isreal, nextafter, rsub
+from ._layout import diagonal_scatter, gradient, index_reduce, put, select_scatter, slice_scatter
+from ._stats import histogram, histogramdd
+from ._matrix import chain_matmul, frobenius_norm, lu_unpack, nuclear_norm
+from ._windows import kaiser_window
+from ._aliases import concat, concatenate, select
 from . import _aliases, _layout, _linalg, _matrix, _nn_forms, _pointwise, _random, _stats, _windows
 from . import special
 

@@ -131,6 +131,21 @@ for _fn in (positive, ravel, fliplr, flipud, inner, vdot, is_signed, is_same_siz
 # ---- the torch-level functions -------------------------------------------------------------
 
 
+def select(input, dim, index):
+    """The slice of input at ``index`` along ``dim`` (that dim removed)."""
+    return input.select(dim, index)
+
+
+def concat(tensors, dim=0):
+    """cat under the name of PyTorch's alias."""
+    return _ag.cat(tensors, dim)
+
+
+def concatenate(tensors, axis=0):
+    """cat with numpy's argument name ``axis``, as PyTorch's concatenate."""
+    return _ag.cat(tensors, axis)
+
+
 def greater(input, other): return input.gt(other)
 def greater_equal(input, other): return input.ge(other)
 def less(input, other): return input.lt(other)
@@ -141,5 +156,6 @@ def fix(input): return input.trunc()
 def ger(input, vec2): return input.outer(vec2)
 
 
-__all__ = ["fix", "fliplr", "flipud", "ger", "greater", "greater_equal", "inner", "is_complex", "is_same_size",
-           "is_signed", "less", "less_equal", "negative", "not_equal", "positive", "ravel", "vdot"]
+__all__ = ["concat", "concatenate", "fix", "fliplr", "flipud", "ger", "greater", "greater_equal", "inner",
+           "is_complex", "is_same_size", "is_signed", "less", "less_equal", "negative", "not_equal", "positive",
+           "ravel", "select", "vdot"]

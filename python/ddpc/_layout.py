@@ -170,6 +170,94 @@ def cumulative_trapezoid(y, x=None, *, dx=None, dim=-1):
     return _ag.cumsum(_ag.mul(_ag.mul(pairs, steps), 0.5), d)
 
 
+def _along_dim(coef, d, ndim):
+    """A 1-d coefficient tensor shaped to broadcast along dim d of ndim dims."""
+    return _ag.reshape(coef, tuple(-1 if i == d else 1 for i in range(ndim)))
+
+
+def _uniform_gradient(f, d, h, edge_order):
+    n = f.shape[d]
+    inner = _ag.mul(_ag.sub(f.narrow(d, 2, n - 2), f.narrow(d, 0, n - 2)), 0.5 / h)
+    if edge_order == 1:
+        first = _ag.div(_ag.sub(f.narrow(d, 1, 1), f.narrow(d, 0, 1)), h)
+        last = _ag.div(_ag.sub(f.narrow(d, n - 1, 1), f.narrow(d, n - 2, 1)), h)
+    else:
+        first = _ag.div(_ag.add(_ag.add(_ag.mul(f.narrow(d, 0, 1), -1.5), _ag.mul(f.narrow(d, 1, 1), 2.0)),
+                                _ag.mul(f.narrow(d, 2, 1), -0.5)), h)
+        last = _ag.div(_ag.add(_ag.add(_ag.mul(f.narrow(d, n - 3, 1), 0.5), _ag.mul(f.narrow(d, n - 2, 1), -2.0)),
+                               _ag.mul(f.narrow(d, n - 1, 1), 1.5)), h)
+    return _ag.cat([first, inner, last], d)
+
+
+def _three_point(f, d, start, coefs):
+    """sum_j coefs[j] * f[start + j along d], coefs 1-d tensors along d (as many as the result's length there)."""
+    m = coefs[0].shape[0]
+    out = None
+    for j, c in enumerate(coefs):
+        term = _ag.mul(f.narrow(d, start + j, m), _along_dim(c, d, f.ndim))
+        out = term if out is None else _ag.add(out, term)
+    return out
+
+
+def _coordinate_gradient(f, d, x, edge_order):
+    """numpy's second-order differences at the sample points x (1-d, along d)."""
+    n = f.shape[d]
+    if x.ndim != 1 or x.shape[0] != n:
+        raise ValueError(f"gradient: expected each coordinate tensor to be 1-d with {n} points, got shape {x.shape}")
+    x = x.to(dtype=f.dtype)
+    dx = _ag.diff(x)
+    h1, h2 = dx.narrow(0, 0, n - 2), dx.narrow(0, 1, n - 2)
+    s = _ag.add(h1, h2)
+    inner = _three_point(f, d, 0, [_ag.neg(_ag.div(h2, _ag.mul(h1, s))), _ag.div(_ag.sub(h2, h1), _ag.mul(h1, h2)),
+                                   _ag.div(h1, _ag.mul(h2, s))])
+    if edge_order == 1:
+        first = _three_point(f, d, 0, [_ag.neg(_ag.reciprocal(dx.narrow(0, 0, 1))), _ag.reciprocal(dx.narrow(0, 0, 1))])
+        last = _three_point(f, d, n - 2, [_ag.neg(_ag.reciprocal(dx.narrow(0, n - 2, 1))),
+                                          _ag.reciprocal(dx.narrow(0, n - 2, 1))])
+    else:
+        a1, a2 = dx.narrow(0, 0, 1), dx.narrow(0, 1, 1)
+        sa = _ag.add(a1, a2)
+        first = _three_point(f, d, 0, [_ag.neg(_ag.div(_ag.add(_ag.mul(a1, 2.0), a2), _ag.mul(a1, sa))),
+                                       _ag.div(sa, _ag.mul(a1, a2)), _ag.neg(_ag.div(a1, _ag.mul(a2, sa)))])
+        b1, b2 = dx.narrow(0, n - 3, 1), dx.narrow(0, n - 2, 1)
+        sb = _ag.add(b1, b2)
+        last = _three_point(f, d, n - 3, [_ag.div(b2, _ag.mul(b1, sb)), _ag.neg(_ag.div(sb, _ag.mul(b1, b2))),
+                                          _ag.div(_ag.add(_ag.mul(b2, 2.0), b1), _ag.mul(b2, sb))])
+    return _ag.cat([first, inner, last], d)
+
+
+def gradient(input, *, spacing=1, dim=None, edge_order=1):
+    """The derivative of input along each dim (``dim``: an int, a list, or
+    all), estimated by central differences inside and one-sided ones of
+    ``edge_order`` 1 or 2 at the ends, as numpy.gradient: samples ``spacing``
+    apart (a number, or one per dim), or at the coordinates of a list of
+    1-d tensors (one per dim). A tuple, one tensor per dim; integer input
+    gives float32. Differentiable."""
+    if not isinstance(input, Tensor):
+        raise TypeError(f"gradient: expected a ddpc.Tensor, got {type(input).__name__}")
+    if edge_order not in (1, 2):
+        raise ValueError("torch.gradient only supports edge_order=1 and edge_order=2.")
+    dims = list(range(input.ndim)) if dim is None else [dim] if isinstance(dim, numbers.Integral) else list(dim)
+    dims = [_ag._dim(input, d) for d in dims]
+    if isinstance(spacing, (list, tuple)):
+        if len(spacing) != len(dims):
+            raise ValueError(f"torch.gradient expected spacing to be unspecified, a scalar, or a list of length "
+                             f"{len(dims)} (one per dim), got {len(spacing)}")
+        spacings = list(spacing)
+    else:
+        spacings = [spacing] * len(dims)
+    f = input if input.dtype.is_floating_point else input.to(dtype=float32)
+    out = []
+    for d, h in zip(dims, spacings):
+        if f.shape[d] < edge_order + 1:
+            raise ValueError("torch.gradient expected each dimension size to be at least edge_order+1")
+        if isinstance(h, Tensor) and h.ndim == 1:
+            out.append(_coordinate_gradient(f, d, h, edge_order))
+        else:
+            out.append(_uniform_gradient(f, d, float(h), edge_order))
+    return tuple(out)
+
+
 def rot90(input, k=1, dims=(0, 1)):
     """input turned by 90 degrees k times in the plane of ``dims``, from the
     first dim towards the second (a copy where PyTorch gives a view)."""
@@ -488,6 +576,97 @@ def scatter_reduce(input, dim, index, src, reduce, *, include_self=True):
     return result
 
 
+def index_reduce(input, dim, index, source, reduce, *, include_self=True):
+    """input with each slice source[..., k, ...] (along ``dim``) reduced into
+    input[..., index[k], ...] by ``reduce``: 'prod', 'mean', 'amax' or
+    'amin', as PyTorch's index_reduce: scatter_reduce with the 1-d index
+    spread over source's other dims, so its rounding, devices and gradients."""
+    if reduce not in ("prod", "mean", "amax", "amin"):
+        raise ValueError(f"index_reduce(): Expected reduce to be one of prod, mean, amax or amin, got {reduce}.")
+    if not isinstance(index, Tensor) or index.ndim > 1:
+        raise IndexError("index_reduce(): Index is supposed to be a vector")
+    d = _ag._dim(input, dim)
+    index = _ag.reshape(index, (-1,))
+    if not isinstance(source, Tensor) or source.ndim != input.ndim or source.shape[d] != index.shape[0] or any(
+            source.shape[i] != input.shape[i] for i in range(input.ndim) if i != d):
+        raise ValueError(f"index_reduce(): source of shape {getattr(source, 'shape', None)} does not fit "
+                         f"{input.shape} with {index.shape[0]} indices along dim {d}")
+    spread = _ag.expand(_ag.reshape(index, tuple(-1 if i == d else 1 for i in range(input.ndim))), source.shape)
+    return scatter_reduce(input, d, spread.contiguous(), source, reduce, include_self=include_self)
+
+
+def put(input, index, source, accumulate=False):
+    """input with the elements at the flat (row-major) positions ``index``
+    set to source's elements (added to them with ``accumulate``); negative
+    positions count from the end. Differentiable: index_put on the flat tensor."""
+    if not isinstance(index, Tensor) or index.dtype is not int64:
+        raise TypeError("put(): Expected a long tensor for index")
+    if not isinstance(source, Tensor) or source.dtype is not input.dtype:
+        raise TypeError(f"put(): self and source expected to have the same dtype, got {input.dtype} and "
+                        f"{getattr(source, 'dtype', type(source).__name__)}")
+    if source.numel() != index.numel():
+        raise ValueError(f"put_(): Expected source and index to have the same number of elements, but got source "
+                         f"with {source.numel()} elements and index with {index.numel()} elements")
+    flat = _ag.reshape(input, (-1,))
+    out = _ag.index_put(flat, (_ag.reshape(index, (-1,)),), _ag.reshape(source, (-1,)), accumulate)
+    return _ag.reshape(out, input.shape)
+
+
+def _scattered(input, src, sel, want, what):
+    """A copy of input with its elements ``sel`` (of shape ``want``) replaced
+    by src; gradients reach both (input's is 0 where src went)."""
+    if not isinstance(src, Tensor):
+        raise TypeError(f"{what}: src must be a ddpc tensor, got {type(src).__name__}")
+    if tuple(src.shape) != tuple(want):
+        raise ValueError(f"{what}: expected src to have a size equal to the slice of self. src size = "
+                         f"{list(src.shape)}, slice size = {list(want)}")
+    out = _ag.clone(input)
+    out[sel] = src
+    return out
+
+
+def select_scatter(input, src, dim, index):
+    """A copy of input with input.select(dim, index) replaced by src."""
+    d = _ag._dim(input, dim)
+    n = input.shape[d]
+    if not -n <= index < n:
+        raise IndexError(f"select_scatter(): index {index} out of range for tensor of size {list(input.shape)} at "
+                         f"dimension {d}")
+    sel = (slice(None),) * d + (index % n,)
+    return _scattered(input, src, sel, input.shape[:d] + input.shape[d + 1:], "select_scatter")
+
+
+def slice_scatter(input, src, dim=0, start=None, end=None, step=1):
+    """A copy of input with input[..., start:end:step, ...] (along dim) replaced by src."""
+    d = _ag._dim(input, dim)
+    if step <= 0:
+        raise ValueError("slice_scatter(): slice step must be positive")
+    part = slice(start, end, step)
+    want = input.shape[:d] + (len(range(*part.indices(input.shape[d]))),) + input.shape[d + 1:]
+    return _scattered(input, src, (slice(None),) * d + (part,), want, "slice_scatter")
+
+
+def diagonal_scatter(input, src, offset=0, dim1=0, dim2=1):
+    """A copy of input with its diagonal (input.diagonal(offset, dim1, dim2):
+    the diagonal as the last dim) replaced by src."""
+    d1, d2 = _ag._dim(input, dim1), _ag._dim(input, dim2)
+    if d1 == d2:
+        raise ValueError(f"diagonal_scatter(): diagonal dimensions cannot be identical {dim1}, {dim2}")
+    k = int(offset)
+    rows = np.arange(max(0, -k), max(0, min(input.shape[d1], input.shape[d2] - k)))
+    sel = [slice(None)] * input.ndim
+    sel[d1], sel[d2] = rows, rows + k
+    rest = tuple(n for i, n in enumerate(input.shape) if i not in (d1, d2))
+    want = rest + (len(rows),)
+    if not isinstance(src, Tensor) or tuple(src.shape) != want:
+        return _scattered(input, src, tuple(sel), want, "diagonal_scatter")  # raises
+    # numpy's rule, which item assignment follows: two index arrays side by side
+    # put their dim where they stand, apart they put it first.
+    at = min(d1, d2) if abs(d1 - d2) == 1 else 0
+    moved = src.movedim(-1, at)
+    return _scattered(input, moved, tuple(sel), moved.shape, "diagonal_scatter")
+
+
 def fill_diagonal_(input, fill_value, wrap=False):
     """Sets the main diagonal (input[i, i, ...]; all dims equal beyond 2-d) to
     fill_value, in place; with ``wrap``, a tall matrix's diagonal starts again
@@ -555,6 +734,7 @@ def unravel_index(indices, shape):
 
 
 __all__ = ["atleast_1d", "atleast_2d", "atleast_3d", "broadcast_to", "cartesian_prod", "column_stack", "combinations",
-           "cumulative_trapezoid", "diag_embed", "diagflat", "dsplit", "dstack", "hsplit", "hstack", "index_copy",
-           "index_fill", "is_nonzero", "masked_scatter", "rot90", "row_stack", "scatter_reduce", "tile", "trapezoid",
-           "trapz", "tril_indices", "triu_indices", "unravel_index", "vander", "vsplit", "vstack"]
+           "cumulative_trapezoid", "diag_embed", "diagflat", "diagonal_scatter", "dsplit", "dstack", "gradient",
+           "hsplit", "hstack", "index_copy", "index_fill", "index_reduce", "is_nonzero", "masked_scatter", "put",
+           "rot90", "row_stack", "scatter_reduce", "select_scatter", "slice_scatter", "tile", "trapezoid", "trapz",
+           "tril_indices", "triu_indices", "unravel_index", "vander", "vsplit", "vstack"]

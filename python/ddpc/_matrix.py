@@ -15,6 +15,7 @@ from .tensor import zeros
 SVDResult = collections.namedtuple("SVDResult", "U S V")
 QRResult = collections.namedtuple("QRResult", "Q R")
 TriangularSolveResult = collections.namedtuple("TriangularSolveResult", "solution cloned_coefficient")
+LUUnpackResult = collections.namedtuple("LUUnpackResult", "P L U")
 
 
 def det(input):
@@ -94,6 +95,48 @@ def lu_solve(b, LU_data, LU_pivots):
     return _lin.lu_solve(LU_data, LU_pivots, b)
 
 
+def lu_unpack(LU_data, LU_pivots, unpack_data=True, unpack_pivots=True):
+    """(P, L, U) from lu_factor's packed (LU, pivots): A = P L U, L unit lower
+    triangular (m x k), U upper triangular (k x n); what is not unpacked is an
+    empty tensor. Differentiable in LU_data (through L and U)."""
+    if LU_data.ndim < 2:
+        raise ValueError(f"lu_unpack: LU_data must be at least 2-d, got shape {LU_data.shape}")
+    m, n = LU_data.shape[-2:]
+    if LU_pivots.shape != LU_data.shape[:-2] + (min(m, n),) or LU_pivots.dtype.is_floating_point:
+        raise ValueError(f"lu_unpack: LU_pivots must be an integer tensor of shape "
+                         f"{LU_data.shape[:-2] + (min(m, n),)}, got {LU_pivots.shape} {LU_pivots.dtype}")
+    empty = zeros(0, dtype=LU_data.dtype, device=LU_data.device)
+    L, U = _lin._unpack(LU_data, m, n) if unpack_data else (empty, empty)
+    P = _lin._permutation_matrices(LU_pivots, m, LU_data) if unpack_pivots else empty
+    return LUUnpackResult(P, L, U)
+
+
+def chain_matmul(*matrices):
+    """The product of the 2-d matrices, in the cheapest order (linalg.multi_dot); one matrix is returned as is."""
+    if not matrices:
+        raise ValueError("chain_matmul(): Expected one or more matrices")
+    for t in matrices:
+        if t.ndim != 2:
+            raise ValueError(f"chain_matmul(): Tensor dimension is {t.ndim}, expected 2 instead.")
+    return _ag.clone(matrices[0]) if len(matrices) == 1 else _lin.multi_dot(matrices)
+
+
+def frobenius_norm(input, dim, keepdim=False):
+    """The 2-norm of the elements over one or two dims (linalg.vector_norm)."""
+    dims = (dim,) if isinstance(dim, int) else tuple(dim)
+    if len(dims) > 2:
+        raise ValueError(f"frobenius_norm: Expected at most 2 dimensions, but got {len(dims)} dimensions instead.")
+    return _lin.vector_norm(input, 2, dims, keepdim)
+
+
+def nuclear_norm(input, dim=(-2, -1), keepdim=False):
+    """The sum of the singular values of the matrices over the two dims ``dim``
+    (linalg.matrix_norm 'nuc'); ``nuclear_norm(input, keepdim)`` takes the last two."""
+    if isinstance(dim, bool):
+        dim, keepdim = (-2, -1), dim
+    return _lin.matrix_norm(input, "nuc", dim, keepdim)
+
+
 def triangular_solve(b, A, upper=True, transpose=False, unitriangular=False):
     """(solution, cloned_coefficient): X with A X = b (A^T X = b with
     ``transpose``) reading A's upper or lower triangle, and a copy of A."""
@@ -102,5 +145,6 @@ def triangular_solve(b, A, upper=True, transpose=False, unitriangular=False):
     return TriangularSolveResult(X, A.clone())
 
 
-__all__ = ["cholesky", "cholesky_inverse", "cholesky_solve", "det", "inverse", "logdet", "lu_solve", "matrix_exp",
-           "matrix_power", "pinverse", "qr", "slogdet", "svd", "triangular_solve"]
+__all__ = ["chain_matmul", "cholesky", "cholesky_inverse", "cholesky_solve", "det", "frobenius_norm", "inverse",
+           "logdet", "lu_solve", "lu_unpack", "matrix_exp", "matrix_power", "nuclear_norm", "pinverse", "qr",
+           "slogdet", "svd", "triangular_solve"]

@@ -17,7 +17,7 @@ from . import _C
 from . import autograd as _ag
 from ._dtype import float32, float64, int32, int64, promote, uint8
 from ._layout import scatter_reduce
-from .tensor import Tensor, arange, ones, tensor, zeros
+from .tensor import Tensor, arange, linspace, ones, tensor, zeros
 
 _HALVES = _ag._HALVES
 
@@ -454,9 +454,129 @@ def histc(input, bins=100, min=0, max=0):
         inside = _ag.logical_and(x >= lo, x <= hi)
         at = _ag.floor(_ag.div(_ag.mul(_ag.sub(x, lo), float(bins)), _ag.sub(hi, lo)))
         at = _ag.where(inside, _ag.clamp(at, 0.0, float(bins - 1)), float(bins)).to(dtype=int64)
-        counts = _ag.scatter_add(zeros(bins + 1, dtype=float64, device=input.device), 0, at.contiguous(),
-                                 ones(at.shape, dtype=float64, device=input.device))
+        counts = _ag.scatter_add(zeros(bins + 1, dtype=int64, device=input.device), 0, at.contiguous(),
+                                 ones(at.shape, dtype=int64, device=input.device))
         return counts.narrow(0, 0, bins).to(dtype=input.dtype)
+
+
+Histogram = collections.namedtuple("histogram", "hist bin_edges")
+Histogramdd = collections.namedtuple("histogramdd", "hist bin_edges")
+Histogram.__doc__ = "What histogram returns, as torch.return_types.histogram: (hist, bin_edges)."
+Histogramdd.__doc__ = "What histogramdd returns, as torch.return_types.histogramdd: (hist, bin_edges)."
+
+
+def _bin_edges(points, bins, bounds, what):
+    """The edges (one tensor per dim, in points' dtype) of histogramdd's bins
+    over the (N, D) points: given, or ``bins`` equal bins over ``range`` or
+    the data's range (widened by 0.5 each way when all values are equal);
+    ``bounds`` is histogramdd's ``range``. Equal bins' edges are linspace's,
+    correctly rounded to the dtype (PyTorch's may differ in the last bit)."""
+    d = points.shape[1]
+    if isinstance(bins, Tensor) or (isinstance(bins, (list, tuple)) and bins and isinstance(bins[0], Tensor)):
+        edges = [bins] if isinstance(bins, Tensor) else list(bins)
+        if len(edges) != d:
+            raise ValueError(f"{what}: expected {d} bin tensors, got {len(edges)}")
+        for e in edges:
+            if e.ndim != 1 or e.numel() < 1:
+                raise ValueError(f"{what}: bins tensors must be 1-d with at least one edge")
+            if e.dtype is not points.dtype:
+                raise TypeError(f"{what}: input tensor and bins tensors should have the same dtype, got "
+                                f"{points.dtype} and {e.dtype}")
+            if e.numel() > 1 and bool(_ag.any_(_ag.diff(e.detach()) < 0)):
+                raise ValueError(f"{what}: bin edges must not decrease")
+        return [e.detach().to(device=points.device) for e in edges]
+    counts = [bins] * d if isinstance(bins, numbers.Integral) else [int(b) for b in bins]
+    if len(counts) != d or any(c <= 0 for c in counts):
+        raise ValueError(f"{what}: expected {d} positive bin counts, got {bins}")
+    if bounds is not None:
+        bounds = [float(r) for r in bounds]
+        if len(bounds) != 2 * d:
+            raise ValueError(f"{what}: expected {2 * d} range values (a min and a max per dim), got {len(bounds)}")
+        lows, highs = bounds[0::2], bounds[1::2]
+    elif points.shape[0]:
+        low, high = aminmax(points, dim=0)
+        lows, highs = _ag.stack([low, high]).to(dtype=float64).tolist()  # one read from the device
+    else:
+        lows, highs = [0.0] * d, [1.0] * d
+    edges = []
+    for k, (lo, hi, n) in enumerate(zip(lows, highs, counts)):
+        if lo > hi:
+            raise ValueError(f"{what}: min should not exceed max, but got min {lo} max {hi} for dimension {k}")
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            raise ValueError(f"{what}: dimension {k}'s range [{lo}, {hi}] is not finite")
+        if lo == hi and bounds is None:
+            lo, hi = lo - 0.5, hi + 0.5
+        edges.append(linspace(lo, hi, n + 1, dtype=points.dtype, device=points.device))
+    return edges
+
+
+def _histogramdd(points, bins, bounds, weight, density, what):
+    """(hist, edges) of the (N, D) points: each point's bin along each dim is
+    where a binary search puts it among the edges (the last bin holding its
+    right edge), the bins are added with scatter_add on the points' device."""
+    if not points.dtype.is_floating_point:
+        raise TypeError(f"{what}: expected a floating tensor, got {points.dtype}")
+    if weight is not None and (not isinstance(weight, Tensor) or weight.numel() != points.shape[0]):
+        raise ValueError(f"{what}: weight must be a tensor with one element per point")
+    edges = _bin_edges(points, bins, bounds, what)
+    with _ag.no_grad():
+        x = points.detach()
+        sizes = [e.numel() - 1 for e in edges]
+        flat = zeros(x.shape[0], dtype=int64, device=x.device)
+        inside = ones(x.shape[0], dtype=uint8, device=x.device)
+        for k, e in enumerate(edges):  # one pass per dim
+            col = x.select(1, k).contiguous()
+            last = e.narrow(0, e.numel() - 1, 1)
+            at = _ag.sub(searchsorted(e, col, right=True), 1)
+            at = _ag.where(col == last, sizes[k] - 1, at)
+            inside = _ag.logical_and(inside, _ag.logical_and(at >= 0, at < sizes[k]))
+            flat = _ag.add(_ag.mul(flat, sizes[k]), at)
+        total = math.prod(sizes)
+        flat = _ag.where(inside, flat, total).contiguous()
+        # Counts add exactly (and so deterministically) in int64, weights in float64.
+        dt = int64 if weight is None else float64
+        src = ones(x.shape[0], dtype=int64, device=x.device) if weight is None else \
+            weight.detach().reshape(-1).to(dtype=float64).contiguous()
+        hist = _ag.scatter_add(zeros(total + 1, dtype=dt, device=x.device), 0, flat, src).narrow(0, 0, total)
+        hist = hist.reshape(sizes).to(dtype=float64)
+        if density:
+            volume = ones(sizes, dtype=float64, device=x.device)
+            for k, e in enumerate(edges):
+                width = _ag.diff(e.to(dtype=float64))
+                volume = _ag.mul(volume, width.reshape([-1 if i == k else 1 for i in range(len(sizes))]))
+            hist = _ag.div(hist, _ag.mul(_ag.sum(hist), volume))
+        return hist.to(dtype=points.dtype), edges
+
+
+
+def histogram(input, bins, *, range=None, weight=None, density=False):
+    """(hist, bin_edges): the counts (or sums of ``weight``) of input's
+    elements in ``bins`` equal bins over ``range`` (min, max), or the data's
+    range, or between the edges of a 1-d ``bins`` tensor; each bin holds its
+    left edge, the last one its right edge too; elements outside and NaN are
+    not counted. ``density`` divides by the total and the bin widths. Float
+    input; hist has its dtype. As PyTorch's; bins edges that decrease are
+    refused, where PyTorch's result is undefined. Not differentiable."""
+    _check_tensor(input, "histogram")
+    if weight is not None and (not isinstance(weight, Tensor) or weight.shape != input.shape):
+        raise ValueError("histogram: weight must be a tensor of input's shape")
+    hist, edges = _histogramdd(input.reshape(-1, 1), bins, range, weight, density, "histogram")
+    return Histogram(hist, edges[0])
+
+
+def histogramdd(input, bins, *, range=None, weight=None, density=False):
+    """(hist, bin_edges) of the points in input's last dim (N points of D
+    coordinates in an (..., D) tensor): a D-dim histogram whose bins are
+    given per dim as counts (an int for all dims, or a list) over ``range``
+    (a min and a max per dim, flat) or the data's range, or as tensors of
+    edges; the rest as histogram."""
+    _check_tensor(input, "histogramdd")
+    if input.ndim < 1:
+        raise ValueError("histogramdd: input must have at least 1 dim")
+    if weight is not None and (not isinstance(weight, Tensor) or weight.shape != input.shape[:-1]):
+        raise ValueError(f"histogramdd: weight must be a tensor of shape {input.shape[:-1]}")
+    hist, edges = _histogramdd(input.reshape(-1, input.shape[-1]), bins, range, weight, density, "histogramdd")
+    return Histogramdd(hist, tuple(edges))
 
 
 def isin(elements, test_elements, *, assume_unique=False, invert=False):
@@ -490,5 +610,5 @@ def isin(elements, test_elements, *, assume_unique=False, invert=False):
     return _ag.logical_not(found) if invert else found
 
 
-__all__ = ["aminmax", "bincount", "bucketize", "cummax", "cummin", "histc", "isin", "kthvalue", "median", "mode",
-           "nanmedian", "nanquantile", "quantile", "searchsorted"]
+__all__ = ["aminmax", "bincount", "bucketize", "cummax", "cummin", "histc", "histogram", "histogramdd", "isin",
+           "kthvalue", "median", "mode", "nanmedian", "nanquantile", "quantile", "searchsorted"]

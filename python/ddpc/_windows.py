@@ -1,5 +1,5 @@
 """Classic window functions for spectral analysis, as torch.hann_window,
-hamming_window, blackman_window and bartlett_window: 1-d tensors of
+hamming_window, blackman_window, bartlett_window and kaiser_window: 1-d tensors of
 window_length samples, symmetric, or periodic (the first window_length of a
 symmetric window one longer, for spectral analysis). The samples are
 computed on the host in float64 (a closed form per sample, with numpy) and
@@ -53,4 +53,11 @@ def bartlett_window(window_length, periodic=True, *, dtype=None, layout=None, de
                    lambda phase: 1 - np.abs(2 * phase - 1))
 
 
-__all__ = ["bartlett_window", "blackman_window", "hamming_window", "hann_window"]
+def kaiser_window(window_length, periodic=True, beta=12.0, *, dtype=None, layout=None, device=None,
+                  requires_grad=False):
+    """I0(beta sqrt(1 - (2 n / (N - 1) - 1) ** 2)) / I0(beta), I0 the modified Bessel function of order 0."""
+    return _window("kaiser_window", window_length, periodic, dtype, device, requires_grad,
+                   lambda phase: np.i0(beta * np.sqrt(np.clip(1 - (2 * phase - 1) ** 2, 0, None))) / np.i0(beta))
+
+
+__all__ = ["bartlett_window", "blackman_window", "hamming_window", "hann_window", "kaiser_window"]

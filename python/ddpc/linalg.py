@@ -927,10 +927,16 @@ def lu(A, *, pivot=True):
     LU, pivots, _ = lu_factor_ex(A, pivot=pivot)
     m, n = A.shape[-2:]
     L, U = _unpack(LU, m, n)
+    return LUResult(_permutation_matrices(pivots, m, A), L, U)
+
+
+def _permutation_matrices(pivots, m, ref):
+    """The permutation matrices P (m x m, ref's dtype and device) of LAPACK's
+    1-based row interchanges ``pivots`` (..., k): A = P L U."""
     perm = _permutations(_host(pivots), m)
-    P = np.zeros(perm.shape + (m,), dtype=np.dtype(A.dtype.name))
+    P = np.zeros(perm.shape + (m,), dtype=np.dtype(ref.dtype.name))
     np.put_along_axis(P, perm[..., None, :], 1.0, axis=-2)  # column j of P is e_{perm[j]}
-    return LUResult(_like(P, A), L, U)
+    return _like(P, ref)
 
 
 def lu_solve(LU, pivots, B, *, left=True, adjoint=False):

@@ -1144,6 +1144,33 @@ class Tensor:
     def isreal(self): return _pw.isreal(self)
     def fmax(self, other): return _pw.fmax(self, other)
     def fmin(self, other): return _pw.fmin(self, other)
+    def diag(self, diagonal=0): return diag(self, diagonal)
+    def diagflat(self, offset=0): return _lo.diagflat(self, offset)
+    def diag_embed(self, offset=0, dim1=-2, dim2=-1): return _lo.diag_embed(self, offset, dim1, dim2)
+    def put(self, index, source, accumulate=False): return _lo.put(self, index, source, accumulate)
+    def put_(self, index, source, accumulate=False):
+        return _ag.inplace_apply(self, lambda t: _lo.put(t, index, source, accumulate), "put_", (source,))
+    def select_scatter(self, src, dim, index): return _lo.select_scatter(self, src, dim, index)
+    def slice_scatter(self, src, dim=0, start=None, end=None, step=1):
+        return _lo.slice_scatter(self, src, dim, start, end, step)
+    def diagonal_scatter(self, src, offset=0, dim1=0, dim2=1):
+        return _lo.diagonal_scatter(self, src, offset, dim1, dim2)
+    def index_reduce(self, dim, index, source, reduce, *, include_self=True):
+        return _lo.index_reduce(self, dim, index, source, reduce, include_self=include_self)
+    def index_reduce_(self, dim, index, source, reduce, *, include_self=True):
+        def reduced(t):
+            return _lo.index_reduce(t, dim, index, source, reduce, include_self=include_self)
+        return _ag.inplace_apply(self, reduced, "index_reduce_", (source,))
+    def histogram(self, bins, *, range=None, weight=None, density=False):
+        return _st.histogram(self, bins, range=range, weight=weight, density=density)
+    def unique_consecutive(self, return_inverse=False, return_counts=False, dim=None):
+        return _ag.unique_consecutive(self, return_inverse, return_counts, dim)
+    def lu_solve(self, LU_data, LU_pivots): return _mx.lu_solve(self, LU_data, LU_pivots)
+    def narrow_copy(self, dim, start, length): return _ag.clone(self.narrow(dim, start, length))
+    # ddpc's splits are copies, so the unsafe forms (views without version tracking in PyTorch) are the same ops.
+    def unsafe_split(self, split_size, dim=0): return _ag.split(self, split_size, dim)
+    def unsafe_chunk(self, chunks, dim=0): return _ag.chunk(self, chunks, dim)
+    def unsafe_split_with_sizes(self, split_sizes, dim=0): return _ag.split_with_sizes(self, split_sizes, dim)
     def new_empty_strided(self, size, stride, *, dtype=None, device=None, requires_grad=False):
         return empty_strided(size, stride, dtype=dtype or self.dtype, device=device or self.device,
                              requires_grad=requires_grad)
