@@ -85,6 +85,8 @@ from ._layout import diagonal_scatter, gradient, index_reduce, put, select_scatt
 from ._stats import histogram, histogramdd
 from ._matrix import chain_matmul, frobenius_norm, lu_unpack, nuclear_norm
 from ._windows import kaiser_window
+from ._nn_forms import (alpha_dropout, alpha_dropout_, embedding_bag, feature_alpha_dropout, feature_alpha_dropout_,
+                        gru_cell, lstm_cell, rnn_relu_cell, rnn_tanh_cell)
 from ._aliases import concat, concatenate, select
 from . import _aliases, _layout, _linalg, _matrix, _nn_forms, _pointwise, _random, _stats, _windows
 from . import special

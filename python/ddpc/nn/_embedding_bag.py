@@ -94,6 +94,15 @@ def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale
     ``scale_grad_by_freq`` (not in mode 'max') each row's gradient is
     divided by how often the input holds it; both as PyTorch's. ddpc
     differs: sparse gradients are not supported (NotImplementedError)."""
+    return bags(input, weight, offsets, max_norm, norm_type, scale_grad_by_freq, mode, sparse, per_sample_weights,
+                include_last_offset, padding_idx)[0]
+
+
+def bags(input, weight, offsets=None, max_norm=None, norm_type=2, scale_grad_by_freq=False, mode="mean",
+         sparse=False, per_sample_weights=None, include_last_offset=False, padding_idx=None):
+    """(bags, argmax, indices, offsets): embedding_bag's result, the row each
+    maximum came from in mode 'max' (else None), and the flat indices and
+    the bag starts (the input's length appended) it read."""
     if not isinstance(weight, Tensor) or weight.ndim != 2 or not weight.dtype.is_floating_point:
         raise ValueError(f"embedding_bag: the weight must be a 2-d floating-point ddpc tensor, got "
                          f"{getattr(weight, 'shape', type(weight).__name__)}")
@@ -152,21 +161,21 @@ def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale
         _check_indices(indices, rows)  # (before the renorm indexes the table with them)
         _ag._renorm_rows_(weight, indices, max_norm, norm_type)
     if weight.dtype in _ag._HALVES:
-        out = embedding_bag(indices, weight.float(), offsets, mode=mode, include_last_offset=True,
-                            per_sample_weights=None if per_sample_weights is None else per_sample_weights.float(),
-                            padding_idx=padding_idx, scale_grad_by_freq=scale_grad_by_freq)
-        return out.to(dtype=weight.dtype)
+        out, argmax, _, _ = bags(indices, weight.float(), offsets, mode=mode, include_last_offset=True,
+                                 per_sample_weights=None if per_sample_weights is None else per_sample_weights.float(),
+                                 padding_idx=padding_idx, scale_grad_by_freq=scale_grad_by_freq)
+        return out.to(dtype=weight.dtype), argmax, indices, offsets
     if weight._buf.device >= 0:
         _check_on_gpu(indices, offsets, rows)
     w = weight.detach().contiguous()
     weights = None if per_sample_weights is None else per_sample_weights.detach().contiguous()
-    bags = offsets.numel() - 1
-    out = _ag._empty((bags, weight.shape[1]), w)
-    argmax = _ag._empty((bags, weight.shape[1]), w, int64) if mode == "max" else None
+    count = offsets.numel() - 1
+    out = _ag._empty((count, weight.shape[1]), w)
+    argmax = _ag._empty((count, weight.shape[1]), w, int64) if mode == "max" else None
     code, pad = MODES.index(mode), -1 if padding_idx is None else padding_idx
     _C.embedding_bag(out._buf, None if argmax is None else argmax._buf, w._buf, indices._buf, offsets._buf,
                      None if weights is None else weights._buf, code, pad)
     if _ag._needs_grad(weight, per_sample_weights):
         _ag._attach(out, _EmbeddingBagBackward(weight, per_sample_weights, w, (indices, offsets, weights, code, pad),
                                                argmax, scale_grad_by_freq))
-    return out
+    return out, argmax, indices, offsets

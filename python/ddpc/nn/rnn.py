@@ -227,6 +227,36 @@ class GRU(RNNBase):
 
 # ---- cells: one step of one layer ----------------------------------------------------------------------
 
+def cell_step(mode, name, input, hx, nstate, weights):
+    """One step of one layer of a cell (``mode`` as recurrence's) from input
+    (N, input_size) or (input_size,) and hx (h, or (h, c) when nstate is 2;
+    zeros when None) with weights (w_ih, b_ih, w_hh, b_hh): the new h, or (h, c)."""
+    w_ih, _, w_hh, _ = weights
+    input_size, hidden_size = w_ih.shape[1], w_hh.shape[1]
+    if input.ndim not in (1, 2):
+        raise ValueError(f"{name}: Expected input to be 1D or 2D, got {input.ndim}D instead")
+    if input.shape[-1] != input_size:
+        raise RuntimeError(f"input has inconsistent input_size: got {input.shape[-1]} expected {input_size}")
+    unbatched = input.ndim == 1
+    x = input.unsqueeze(0) if unbatched else input
+    if hx is None:
+        state = tuple(zeros(x.shape[0], hidden_size, dtype=x.dtype, device=x.device) for _ in range(nstate))
+    else:
+        state = tuple(hx) if nstate == 2 else (hx,)
+        if len(state) != nstate:
+            raise TypeError(f"{name}: hx must be a tuple (h_0, c_0)")
+        for s in state:
+            if s.ndim != input.ndim:
+                raise RuntimeError(f"{name}: Expected hidden to be {input.ndim}D, got {s.ndim}D instead")
+        state = tuple(s.unsqueeze(0) if unbatched else s for s in state)
+        for s in state:
+            if tuple(s.shape) != (x.shape[0], hidden_size):
+                raise RuntimeError(f"{name}: hidden has shape {list(s.shape)}, expected {[x.shape[0], hidden_size]}")
+    out = recurrence(mode, x, [x.shape[0]], False, state, tuple(weights) + (None,))
+    out = tuple(o.squeeze(0) for o in out) if unbatched else out
+    return out if nstate == 2 else out[0]
+
+
 class RNNCellBase(Module):
     def __init__(self, input_size, hidden_size, bias, num_chunks, device=None, dtype=None):
         super().__init__()
@@ -244,31 +274,8 @@ class RNNCellBase(Module):
     reset_parameters = RNNBase.reset_parameters
 
     def _step(self, mode, input, hx, nstate):
-        name = type(self).__name__
-        if input.ndim not in (1, 2):
-            raise ValueError(f"{name}: Expected input to be 1D or 2D, got {input.ndim}D instead")
-        if input.shape[-1] != self.input_size:
-            raise RuntimeError(f"input has inconsistent input_size: got {input.shape[-1]} expected {self.input_size}")
-        unbatched = input.ndim == 1
-        x = input.unsqueeze(0) if unbatched else input
-        if hx is None:
-            state = tuple(zeros(x.shape[0], self.hidden_size, dtype=x.dtype, device=x.device) for _ in range(nstate))
-        else:
-            state = tuple(hx) if nstate == 2 else (hx,)
-            if len(state) != nstate:
-                raise TypeError(f"{name}: hx must be a tuple (h_0, c_0)")
-            for s in state:
-                if s.ndim != input.ndim:
-                    raise RuntimeError(f"{name}: Expected hidden to be {input.ndim}D, got {s.ndim}D instead")
-            state = tuple(s.unsqueeze(0) if unbatched else s for s in state)
-            for s in state:
-                if tuple(s.shape) != (x.shape[0], self.hidden_size):
-                    raise RuntimeError(f"{name}: hidden has shape {list(s.shape)}, expected "
-                                       f"{[x.shape[0], self.hidden_size]}")
-        out = recurrence(mode, x, [x.shape[0]], False, state,
-                         (self.weight_ih, self.bias_ih, self.weight_hh, self.bias_hh, None))
-        out = tuple(o.squeeze(0) for o in out) if unbatched else out
-        return out if nstate == 2 else out[0]
+        return cell_step(mode, type(self).__name__, input, hx, nstate,
+                         (self.weight_ih, self.bias_ih, self.weight_hh, self.bias_hh))
 
     def extra_repr(self):
         s = f"{self.input_size}, {self.hidden_size}"
