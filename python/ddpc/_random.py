@@ -5,7 +5,7 @@ host and on any GPU, but not PyTorch's numbers.
 """
 
 import numbers
-from math import inf
+from math import inf, log1p, pi
 
 from . import _C
 from . import autograd as _ag
@@ -64,7 +64,8 @@ def random_(t, from_=0, to=None, *, generator=None):
 
 
 def _filled(t, values, what):
-    """Writes values (computed outside the graph) into t."""
+    """Writes values (computed outside the graph, in no_grad) into t; the
+    callers check first that t may be written in the caller's grad mode."""
     _check_no_grad_inplace(t, what)
     return t.copy_(values)
 
@@ -73,9 +74,46 @@ def exponential_(t, lambd=1.0, *, generator=None):
     """Fills t with draws from the exponential distribution of rate lambd: -log(1 - u) / lambd."""
     if lambd <= 0:
         raise ValueError(f"exponential_: lambd must be positive, got {lambd}")
+    _check_no_grad_inplace(t, "exponential_")  # (the fill itself runs outside grad mode)
     with _ag.no_grad():
         u = draw_(empty(t.shape, dtype=float64, device=t.device), _RAND_UNIFORM, 0.0, 1.0, generator)
         return _filled(t, _ag.mul(_ag.log1p(_ag.neg(u)), -1.0 / lambd), "exponential_")
+
+
+def cauchy_(t, median=0.0, sigma=1.0, *, generator=None):
+    """Fills t with draws from the Cauchy distribution: median + sigma * tan(pi (u - 1/2))."""
+    if not t.dtype.is_floating_point:
+        raise TypeError(f"cauchy_: expected a floating tensor, got {t.dtype}")
+    if sigma <= 0:
+        raise ValueError(f"cauchy_ expects sigma > 0.0, but found sigma={sigma}")
+    _check_no_grad_inplace(t, "cauchy_")  # (the fill itself runs outside grad mode)
+    with _ag.no_grad():
+        u = uniform_draws(t.shape, t.device, generator)
+        return _filled(t, _ag.add(_ag.mul(_ag.tan(_ag.mul(_ag.sub(u, 0.5), pi)), sigma), median), "cauchy_")
+
+
+def log_normal_(t, mean=1.0, std=2.0, *, generator=None):
+    """Fills t with exp(N(mean, std ** 2)) draws."""
+    if not t.dtype.is_floating_point:
+        raise TypeError(f"log_normal_: expected a floating tensor, got {t.dtype}")
+    if std <= 0:
+        raise ValueError(f"log_normal_ expects std > 0.0, but found std={std}")
+    _check_no_grad_inplace(t, "log_normal_")  # (the fill itself runs outside grad mode)
+    with _ag.no_grad():
+        z = draw_(empty(t.shape, dtype=float64, device=t.device), _RAND_NORMAL, mean, std, generator)
+        return _filled(t, _ag.exp(z), "log_normal_")
+
+
+def geometric_(t, p, *, generator=None):
+    """Fills t with the number of Bernoulli(p) trials up to the first
+    success (1, 2, ...): ceil(log(1 - u) / log(1 - p))."""
+    if not 0 < p < 1:
+        raise ValueError(f"geometric_ expects p to be in (0, 1), but got p={p}")
+    _check_no_grad_inplace(t, "geometric_")  # (the fill itself runs outside grad mode)
+    with _ag.no_grad():
+        u = uniform_draws(t.shape, t.device, generator)
+        trials = _ag.clamp_min(_ag.ceil(_ag.div(_ag.log1p(_ag.neg(u)), log1p(-p))), 1.0)
+        return _filled(t, trials, "geometric_")
 
 
 def _probabilities(p, t, what):
@@ -94,6 +132,7 @@ def _probabilities(p, t, what):
 def bernoulli_(t, p=0.5, *, generator=None):
     """Fills t with 1 with probability p (a number, or a tensor that broadcasts to t), else 0."""
     p = _probabilities(p, t, "bernoulli_")
+    _check_no_grad_inplace(t, "bernoulli_")  # (the fill itself runs outside grad mode)
     with _ag.no_grad():
         u = draw_(empty(t.shape, dtype=float64, device=t.device), _RAND_UNIFORM, 0.0, 1.0, generator)
         return _filled(t, u < (p.to(dtype=float64) if isinstance(p, Tensor) else p), "bernoulli_")

@@ -1171,6 +1171,11 @@ class Tensor:
     def unsafe_split(self, split_size, dim=0): return _ag.split(self, split_size, dim)
     def unsafe_chunk(self, chunks, dim=0): return _ag.chunk(self, chunks, dim)
     def unsafe_split_with_sizes(self, split_sizes, dim=0): return _ag.split_with_sizes(self, split_sizes, dim)
+    def cauchy_(self, median=0.0, sigma=1.0, *, generator=None):
+        return _rnd.cauchy_(self, median, sigma, generator=generator)
+    def geometric_(self, p, *, generator=None): return _rnd.geometric_(self, p, generator=generator)
+    def log_normal_(self, mean=1.0, std=2.0, *, generator=None):
+        return _rnd.log_normal_(self, mean, std, generator=generator)
     def new_empty_strided(self, size, stride, *, dtype=None, device=None, requires_grad=False):
         return empty_strided(size, stride, dtype=dtype or self.dtype, device=device or self.device,
                              requires_grad=requires_grad)
