@@ -88,6 +88,8 @@ from ._windows import kaiser_window
 from ._nn_forms import (alpha_dropout, alpha_dropout_, embedding_bag, feature_alpha_dropout, feature_alpha_dropout_,
                         gru_cell, lstm_cell, rnn_relu_cell, rnn_tanh_cell)
 from ._aliases import concat, concatenate, select
+from .backends import (are_deterministic_algorithms_enabled, is_deterministic_algorithms_warn_only_enabled,
+                       use_deterministic_algorithms)
 from . import _aliases, _layout, _linalg, _matrix, _nn_forms, _pointwise, _random, _stats, _windows
 from . import special
 
@@ -136,4 +138,5 @@ __all__ = [
 ] + _pointwise.__all__ + _matrix.__all__ + _linalg.__all__ + _layout.__all__ + _random.__all__ + _stats.__all__ + \
     _windows.__all__ + _nn_forms.__all__ + _aliases.__all__ + [
         "unique_consecutive", "can_cast", "promote_types", "result_type", "asarray", "empty_strided", "frombuffer",
-        "scalar_tensor"]
+        "scalar_tensor", "are_deterministic_algorithms_enabled", "is_deterministic_algorithms_warn_only_enabled",
+        "use_deterministic_algorithms"]

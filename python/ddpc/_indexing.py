@@ -27,6 +27,7 @@ import operator
 import numpy as np
 
 from . import _C
+from .backends import alert_not_deterministic
 
 _ADD = 0  # _C.binary's code for addition (tensor.py names them all)
 
@@ -135,6 +136,7 @@ class Rows:
             self.add_into(wide, g_wide)
             _C.cast(gbuf, wide)
             return
+        alert_not_deterministic("indexing's backward (or index_put with accumulate)", gbuf)
         _C.index_add_rows(self._table(gbuf), g.view(0, (len(self.rows), self.width)), self._index(gbuf))
 
 

@@ -13,6 +13,7 @@ import numpy as np
 
 from . import _C
 from . import autograd as _ag
+from .backends import alert_not_deterministic
 from ._dtype import bfloat16, float16, float32, float64, iinfo, int32, int64, uint8
 from .tensor import Tensor, _size_args, full, ones, tensor, zeros
 
@@ -465,6 +466,8 @@ def _scatter_reduce_values(a, d, index, src, reduce, include_self):
         if not include_self:  # the scattered-to elements start from the reduction's identity
             _C.scatter_dim(out._buf, full(index.shape, _identity(reduce, work), dtype=work, device=a.device)._buf,
                            index._buf, d, False)
+        if reduce not in ("amax", "amin"):  # (the extremes are exact in any order)
+            alert_not_deterministic(f"scatter_reduce with reduce={reduce!r}", out)
         if reduce in _REDUCE_OPS:
             _C.scatter_reduce_dim(out._buf, s._buf, index._buf, d, _REDUCE_OPS[reduce])
         else:

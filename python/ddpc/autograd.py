@@ -35,6 +35,7 @@ import numpy as np
 
 from . import _C, _indexing
 from ._dtype import result_type
+from .backends import alert_not_deterministic
 from .amp import autocast_op
 from .tensor import (_ADD, _BITAND, _BITOR, _BITXOR, _DIV, _EQ, _GE, _GT, _INT_BOUNDS, _LE, _LSHIFT, _LT, _MAX, _MIN,
                      _MUL, _NE, _POWER, _RDIV, _RLSHIFT, _RPOWER, _RRSHIFT, _RSHIFT,
@@ -2693,6 +2694,7 @@ class _GatherBackward(Node):
         wide = _scatter_add_dtype(g.dtype)
         ga = _empty(self.shape, g, wide)
         _C.fill(ga._buf, 0.0)
+        alert_not_deterministic("gather's backward", ga)
         _C.scatter_dim(ga._buf, g.to(dtype=wide).contiguous()._buf, self.index._buf, self.dim, True)
         return (ga.to(dtype=g.dtype),)
 
@@ -2777,6 +2779,8 @@ def _scatter(a, dim, index, src, accumulate, what):
     out = clone(a.detach())
     if a.ndim == 0:
         out = out.reshape(1)
+    if accumulate:
+        alert_not_deterministic(what, out)
     _C.scatter_dim(out._buf, src.detach().contiguous().reshape(out.shape if a.ndim == 0 else src.shape)._buf,
                    index.reshape(out.shape if a.ndim == 0 else index.shape)._buf, d, accumulate)
     out = out.reshape(a.shape)
@@ -3514,6 +3518,7 @@ class _EmbeddingBackward(Node):
             return (self.backward(g.float())[0].to(dtype=g.dtype),)
         gw = _empty(self.shape, g)
         _C.fill(gw._buf, 0.0)
+        alert_not_deterministic("embedding's backward", gw)
         _C.index_add_rows(gw._buf, g.reshape(-1, self.shape[1])._buf, idx._buf)
         if self.padding_idx is not None:
             _C.fill(gw._getitem(self.padding_idx)._buf, 0.0)

@@ -1,7 +1,22 @@
 """Execution settings, as torch.backends and torch's module-level switches:
 whether float32 GEMMs on GPUs may use TF32 tensor cores
 (``backends.cuda.matmul.allow_tf32``, ``set_float32_matmul_precision``),
-the ``backends.cudnn`` flags that ported scripts set, and ``compile``.
+the ``backends.cudnn`` flags that ported scripts set, ``compile``, and
+whether ops must be deterministic (``use_deterministic_algorithms``).
+
+Determinism: every ddpc op on the host, and every ddpc kernel on a GPU but
+those below, gives the same bits on every run. The GPU paths that add
+floats with atomicAdd, in an order that varies from run to run, do not:
+scatter_add, index_add, index_put with accumulate, gather's and advanced
+indexing's backward, scatter_reduce (sum, mean and prod of floats),
+bincount, histogram and histogramdd with weights, embedding's and
+embedding_bag's backward, max and average pooling's backward, and
+grid_sample's backward. (Counts, as histc's, add in int64: exact in any order.)
+With ``use_deterministic_algorithms(True)`` those raise RuntimeError on a
+GPU (a UserWarning with ``warn_only=True``), as PyTorch does for its ops
+without a deterministic implementation; ddpc has no deterministic
+alternative for them, so it raises also where PyTorch switches to one
+(scatter_add, index_add, index_put, embedding's backward).
 
 Where ddpc differs: it does not use cuDNN (its convolutions are im2col and
 cuBLAS GEMMs, so they follow ``cuda.matmul.allow_tf32``), so the ``cudnn``
@@ -9,9 +24,13 @@ flags are accepted and kept but change nothing; and ddpc runs eagerly, so
 ``compile(model)`` returns ``model`` itself.
 """
 
+import warnings
+
 from . import _C
 
-__all__ = ["compile", "cuda", "cudnn", "get_float32_matmul_precision", "set_float32_matmul_precision"]
+__all__ = ["are_deterministic_algorithms_enabled", "compile", "cuda", "cudnn", "get_float32_matmul_precision",
+           "is_deterministic_algorithms_warn_only_enabled", "set_float32_matmul_precision",
+           "use_deterministic_algorithms"]
 
 _PRECISIONS = ("highest", "high", "medium")
 _precision = "highest"
@@ -74,3 +93,38 @@ def compile(model=None, **kwargs):
     if model is None:
         return lambda fn: fn
     return model
+
+
+class _Determinism:
+    enabled = False
+    warn_only = False
+
+
+def use_deterministic_algorithms(mode, *, warn_only=False):
+    """Whether ops must give the same result on every run: with ``mode`` True
+    the GPU ops that add with atomics raise RuntimeError (warn with
+    ``warn_only``); see the module docstring for the list."""
+    _Determinism.enabled, _Determinism.warn_only = bool(mode), bool(warn_only)
+
+
+def are_deterministic_algorithms_enabled():
+    return _Determinism.enabled
+
+
+def is_deterministic_algorithms_warn_only_enabled():
+    return _Determinism.warn_only
+
+
+def alert_not_deterministic(what, t):
+    """Raises (warns with warn_only) when deterministic algorithms were asked
+    for and ``what`` is about to add floats into t (a tensor or a _C.Buffer)
+    with atomics on a GPU."""
+    buf = getattr(t, "_buf", t)
+    if not (_Determinism.enabled and buf.device >= 0 and buf.dtype in ("float32", "float64", "float16", "bfloat16")):
+        return
+    message = (f"{what} does not have a deterministic implementation on a GPU, but you set "
+               "'ddpc.use_deterministic_algorithms(True)'; run it on the host or turn determinism off for it")
+    if _Determinism.warn_only:
+        warnings.warn(message, UserWarning, stacklevel=3)
+    else:
+        raise RuntimeError(message)

@@ -34,6 +34,7 @@ import numpy as np
 
 from .. import _C
 from .. import autograd as _ag
+from ..backends import alert_not_deterministic
 from ..amp import autocast_op
 from ..tensor import _ADD, Tensor, full, int64, tensor
 
@@ -665,6 +666,7 @@ class _MaxPoolBackward(_ag.Node):
     def backward(self, g):
         (indices,) = self.saved
         gx = _ag._empty(self.shape, g)
+        alert_not_deterministic("max pooling's backward", gx)
         _C.max_pool_backward(gx._buf, g._buf, indices._buf)
         if _ag._needs_grad(g):  # create_graph: the adjoint takes each window's gradient at its maximum
             flat = indices.reshape(indices.shape[0], -1)
@@ -711,6 +713,7 @@ class _AvgPoolBackward(_ag.Node):
 
     def backward(self, g):
         gx = _ag._empty(self.shape, g)
+        alert_not_deterministic("average pooling's backward", gx)
         _C.avg_pool_backward(gx._buf, g._buf, *self.args)
         if _ag._needs_grad(g):  # create_graph: the adjoint of this gradient is the pool itself
             nd = g.ndim - 1

@@ -10,6 +10,7 @@ import numpy as np
 
 from .. import _C
 from .. import autograd as _ag
+from ..backends import alert_not_deterministic
 from .._dtype import int32, int64
 from ..tensor import _MUL, Tensor, arange, ones, tensor, zeros
 
@@ -33,6 +34,7 @@ class _EmbeddingBagBackward(_ag.Node):
         gw = gs = None
         if need_w:
             gw = _ag._grad_out(self.next_functions[0], w.shape, g)
+            alert_not_deterministic("embedding_bag's backward", gw)
             _C.embedding_bag_backward(gw._buf, g._buf, None if argmax is None else argmax._buf, *args,
                                       None if weights is None else weights._buf, self.mode, self.padding_idx)
             if self.scale_grad_by_freq:  # each row's gradient over how often the batch looks it up

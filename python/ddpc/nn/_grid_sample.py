@@ -23,6 +23,7 @@ import numpy as np
 
 from .. import _C
 from .. import autograd as _ag
+from ..backends import alert_not_deterministic
 from ..tensor import Tensor, tensor
 
 _MODES = {"bilinear": 0, "nearest": 1, "bicubic": 2}
@@ -42,6 +43,7 @@ class _GridSamplerBackward(_ag.Node):
         need_x, need_grid = (e is not None for e in self.next_functions)
         gx = _ag._empty(x.shape, g) if need_x else None
         ggrid = _ag._empty(points.shape, g) if need_grid else None
+        alert_not_deterministic("grid_sample's backward", g)
         _C.grid_sample_backward(None if gx is None else gx._buf, None if ggrid is None else ggrid._buf,
                                 g.contiguous()._buf, x._buf, points._buf, *self.args)
         return gx, ggrid
