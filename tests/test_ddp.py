@@ -45,11 +45,13 @@ def params(m):
     return {k: v.detach().cpu().numpy().copy() for k, v in m.state_dict().items()}
 
 
-def train_single(world, batch, steps, lr=0.1, accumulate=1):
+def train_single(world, batch, steps, lr=0.1, accumulate=1, double=False):
     from ddpc import nn
 
     X, y = data(world * batch * steps * accumulate)
     m = model()
+    if double:
+        X, m = X.astype(np.float64), m.double()
     opt = ddpc.optim.SGD(m.parameters(), lr=lr, momentum=0.9)
     big = world * batch * accumulate
     for s in range(steps):

@@ -679,3 +679,29 @@ def _scatter_chunk(obj, i, k, device):
     if isinstance(obj, dict):
         return {key: _scatter_chunk(v, i, k, device) for key, v in obj.items()}
     return obj
+
+
+def _register_comm_hook_modules():
+    """PyTorch's import paths of the built-in comm hooks, for scripts that
+    register them: ``ddpc.distributed.algorithms.ddp_comm_hooks.default_hooks``
+    (allreduce, fp16 and bf16 compression) and ``...powerSGD_hook``."""
+    import sys
+    import types
+
+    from . import _powersgd
+
+    default = types.ModuleType("ddpc.distributed.algorithms.ddp_comm_hooks.default_hooks",
+                               "DDP's all-reduce hook and its float16 and bfloat16 compressing forms.")
+    default.allreduce_hook, default.fp16_compress_hook = allreduce_hook, fp16_compress_hook
+    default.bf16_compress_hook = bf16_compress_hook
+    hooks = types.ModuleType("ddpc.distributed.algorithms.ddp_comm_hooks", "DDP's built-in comm hooks.")
+    hooks.default_hooks, hooks.powerSGD_hook = default, _powersgd
+    algorithms = types.ModuleType("ddpc.distributed.algorithms", "Algorithms over the process group.")
+    algorithms.ddp_comm_hooks = hooks
+    for name, module in ((algorithms.__name__, algorithms), (hooks.__name__, hooks), (default.__name__, default),
+                         (hooks.__name__ + ".powerSGD_hook", _powersgd)):
+        sys.modules[name] = module
+    dist.algorithms = algorithms
+
+
+_register_comm_hook_modules()
