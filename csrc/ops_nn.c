@@ -10,10 +10,12 @@
 #include <limits.h>
 #include <tgmath.h>
 
+#include "bessel.h"
 #include "fastmath.h"
 #include "gemm.h"
 #include "kernels.h"
 #include "module.h"
+#include "special_binary.h"
 #include "special_functions.h"
 
 /* ---- argument checks ------------------------------------------------------------ */
@@ -197,8 +199,20 @@ static DDPC_ROW_TARGETS void unary_range_(void *ctx, int64_t lo, int64_t hi) {
         case DDPC_I0: for (int64_t i = 0; i < n; i++) o[i] = (T)ddpc_i0((double)a[i]); break;
         case DDPC_I0E: for (int64_t i = 0; i < n; i++) o[i] = (T)ddpc_i0e((double)a[i]); break;
         case DDPC_I1: for (int64_t i = 0; i < n; i++) o[i] = (T)ddpc_i1((double)a[i]); break;
-        default: /* I1E */
-            for (int64_t i = 0; i < n; i++) o[i] = (T)ddpc_i1e((double)a[i]);
+        case DDPC_I1E: for (int64_t i = 0; i < n; i++) o[i] = (T)ddpc_i1e((double)a[i]); break;
+        case DDPC_BESSEL_J0: for (int64_t i = 0; i < n; i++) o[i] = (T)ddpc_bessel_j0((double)a[i]); break;
+        case DDPC_BESSEL_J1: for (int64_t i = 0; i < n; i++) o[i] = (T)ddpc_bessel_j1((double)a[i]); break;
+        case DDPC_BESSEL_Y0: for (int64_t i = 0; i < n; i++) o[i] = (T)ddpc_bessel_y0((double)a[i]); break;
+        case DDPC_BESSEL_Y1: for (int64_t i = 0; i < n; i++) o[i] = (T)ddpc_bessel_y1((double)a[i]); break;
+        case DDPC_BESSEL_K0: for (int64_t i = 0; i < n; i++) o[i] = (T)ddpc_bessel_k0((double)a[i]); break;
+        case DDPC_BESSEL_K1: for (int64_t i = 0; i < n; i++) o[i] = (T)ddpc_bessel_k1((double)a[i]); break;
+        case DDPC_BESSEL_K0E: for (int64_t i = 0; i < n; i++) o[i] = (T)ddpc_bessel_k0e((double)a[i]); break;
+        case DDPC_BESSEL_K1E: for (int64_t i = 0; i < n; i++) o[i] = (T)ddpc_bessel_k1e((double)a[i]); break;
+        case DDPC_SPHERICAL_BESSEL_J0:
+            for (int64_t i = 0; i < n; i++) o[i] = (T)ddpc_spherical_bessel_j0((double)a[i]);
+            break;
+        default: /* AIRY_AI */
+            for (int64_t i = 0; i < n; i++) o[i] = (T)ddpc_airy_ai((double)a[i]);
             break;
         }
     });
@@ -328,7 +342,20 @@ static DDPC_ROW_TARGETS void unary_backward_range_(void *ctx, int64_t lo, int64_
         case DDPC_I0E: for (int64_t i = 0; i < n; i++) o[i] = g[i] * (T)ddpc_i0e_derivative((double)s[i]); break;
         case DDPC_I1: for (int64_t i = 0; i < n; i++) o[i] = g[i] * (T)ddpc_i1_derivative((double)s[i]); break;
         case DDPC_I1E: for (int64_t i = 0; i < n; i++) o[i] = g[i] * (T)ddpc_i1e_derivative((double)s[i]); break;
-        default: /* piecewise constant: SIGN, FLOOR, CEIL, TRUNC, ROUND and the predicates */
+        case DDPC_BESSEL_J0: for (int64_t i = 0; i < n; i++) o[i] = -g[i] * (T)ddpc_bessel_j1((double)s[i]); break;
+        case DDPC_BESSEL_J1:
+            for (int64_t i = 0; i < n; i++) o[i] = g[i] * (T)ddpc_bessel_j1_derivative((double)s[i]);
+            break;
+        case DDPC_BESSEL_Y0: for (int64_t i = 0; i < n; i++) o[i] = -g[i] * (T)ddpc_bessel_y1((double)s[i]); break;
+        case DDPC_BESSEL_Y1:
+            for (int64_t i = 0; i < n; i++) o[i] = g[i] * (T)ddpc_bessel_y1_derivative((double)s[i]);
+            break;
+        case DDPC_BESSEL_K0: for (int64_t i = 0; i < n; i++) o[i] = -g[i] * (T)ddpc_bessel_k1((double)s[i]); break;
+        case DDPC_BESSEL_K1:
+            for (int64_t i = 0; i < n; i++) o[i] = g[i] * (T)ddpc_bessel_k1_derivative((double)s[i]);
+            break;
+        default: /* piecewise constant: SIGN, FLOOR, CEIL, TRUNC, ROUND and the predicates (and the
+                  * Bessel functions without a gradient in PyTorch, which record none) */
             for (int64_t i = 0; i < n; i++) o[i] = 0;
             break;
         }
@@ -475,6 +502,51 @@ ddpc_status ddpc_op_binary_broadcast(ddpc_binary_op op, ddpc_buffer *out, const 
         DDPC_LAUNCH(out->device, ddpc_k_binary_broadcast(op, out->data, a->data, b->data, out->dtype, out->numel,
                                                          bcast_geo_(out, sa, sb, NULL), stream));
     DDPC_REAL_TYPES(out->dtype, BCAST_LOOP(T));
+    return DDPC_OK;
+}
+
+/* The special functions of two arguments cost far more than finding their
+ * operands, so the host loop takes each element's offsets apart from its
+ * index (as the CUDA kernel does) and parts the elements across cores. */
+typedef struct {
+    int op, dtype;
+    void *out;
+    const void *a, *b;
+    ddpc_k_bcast geo;
+} special_binary_job_;
+
+static void special_binary_range_(void *ctx, int64_t lo, int64_t hi) {
+    const special_binary_job_ *j = ctx;
+    DDPC_FLOAT_TYPES(j->dtype, {
+        T *o = j->out;
+        const T *x = j->a, *y = j->b;
+        for (int64_t i = lo; i < hi; i++) {
+            int64_t rest = i, oa = 0, ob = 0;
+            for (int d = j->geo.ndim - 1; d >= 0; d--) {
+                int64_t k = rest % j->geo.shape[d];
+                rest /= j->geo.shape[d];
+                oa += k * j->geo.sa[d], ob += k * j->geo.sb[d];
+            }
+            o[i] = (T)ddpc_special_binary(j->op, (double)x[oa], (double)y[ob], sizeof(T) == 4);
+        }
+    });
+}
+
+ddpc_status ddpc_op_special_binary(int op, ddpc_buffer *out, const ddpc_buffer *a, const ddpc_buffer *b) {
+    if ((unsigned)op >= DDPC_NSPECIAL_BINARY) return DDPC_ERROR(DDPC_ERR_ARG, "unknown special function %d", op);
+    CHECK(check_out_(out, "special function"));
+    CHECK(check_like_(out, a, -1, "special function", "the first operand"));
+    CHECK(check_like_(out, b, -1, "special function", "the second operand"));
+    int64_t sa[DDPC_MAX_NDIM] = {0}, sb[DDPC_MAX_NDIM] = {0};
+    CHECK(bcast_strides_(out, a, sa, "the first operand"));
+    CHECK(bcast_strides_(out, b, sb, "the second operand"));
+    if (out->numel == 0) return DDPC_OK;
+    special_binary_job_ job = {.op = op, .dtype = out->dtype, .out = out->data, .a = a->data, .b = b->data,
+                               .geo = bcast_geo_(out, sa, sb, NULL)};
+    if (out->device != DDPC_CPU)
+        DDPC_LAUNCH(out->device, ddpc_k_special_binary(op, out->data, a->data, b->data, out->dtype, out->numel,
+                                                       job.geo, stream));
+    ddpc_parallel_for(out->numel, UNARY_GRAIN, special_binary_range_, &job);
     return DDPC_OK;
 }
 
@@ -1323,6 +1395,16 @@ static PyObject *py_where(PyObject *m, PyObject *args) {
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(out), ddpc_op_where(out, cond, a, b));
 }
 
+static PyObject *py_special_binary(PyObject *m, PyObject *args) {
+    (void)m;
+    int op;
+    ddpc_buffer *out, *a, *b;
+    if (!PyArg_ParseTuple(args, "iO&O&O&:special_binary", &op, ddpc_arg_buffer, &out, ddpc_arg_buffer, &a,
+                          ddpc_arg_buffer, &b))
+        return NULL;
+    DDPC_RUN_RELEASED(ddpc_buffer_nbytes(out), ddpc_op_special_binary(op, out, a, b));
+}
+
 static PyObject *py_binary_broadcast(PyObject *m, PyObject *args) {
     (void)m;
     int op;
@@ -1565,6 +1647,10 @@ static PyMethodDef nn_methods[] = {
      "x for the others"},
     {"binary_rows", py_binary_rows, METH_VARARGS, "binary_rows(op, out, a, row): a op row, row repeated over a"},
     {"binary_broadcast", py_binary_broadcast, METH_VARARGS, "binary_broadcast(op, out, a, b): numpy's broadcasting"},
+    {"special_binary", py_special_binary, METH_VARARGS,
+     "special_binary(op, out, a, b): 0 gammainc 1 gammaincc 2 zeta 3-6 chebyshev_polynomial_t/u/v/w "
+     "7-10 shifted_chebyshev_polynomial_t/u/v/w 11 hermite_polynomial_h 12 hermite_polynomial_he "
+     "13 laguerre_polynomial_l 14 legendre_polynomial_p, with numpy's broadcasting"},
     {"where", py_where, METH_VARARGS, "where(out, cond, a, b): cond ? a : b with numpy's broadcasting; cond uint8"},
     {"sum_dim", py_sum_dim, METH_VARARGS, "sum_dim(out, a, dim)"},
     {"extreme_dim", py_extreme_dim, METH_VARARGS,

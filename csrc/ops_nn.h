@@ -16,7 +16,8 @@
  * HARDTANH's and CLAMP's min p and max q (ReLU6 is HARDTANH over [0, 6], as
  * in PyTorch); ROUND's number of decimals p; POLYGAMMA's order n >= 1 p.
  * ISNAN, ISINF and ISFINITE write 1 where they hold and 0 elsewhere. The
- * special functions from ERFINV on are kernels/special_functions.h's. */
+ * special functions from ERFINV on are kernels/special_functions.h's, from
+ * BESSEL_J0 on kernels/bessel.h's (K0E and K1E: K0 and K1 scaled by exp(x)). */
 typedef enum {
     DDPC_RELU = 0, DDPC_GELU, DDPC_TANH, DDPC_SIGMOID, DDPC_EXP, DDPC_LOG, DDPC_POW,
     DDPC_LEAKY_RELU, DDPC_ELU, DDPC_SILU, DDPC_SOFTPLUS, DDPC_MISH, DDPC_HARDTANH, DDPC_HARDSWISH, DDPC_HARDSIGMOID,
@@ -25,10 +26,12 @@ typedef enum {
     DDPC_ISNAN, DDPC_ISINF, DDPC_ISFINITE, DDPC_LOG2, DDPC_LOG10, DDPC_EXP2, DDPC_SINH, DDPC_COSH, DDPC_ASINH,
     DDPC_ATAN, DDPC_TAN, DDPC_ASIN, DDPC_ACOS, DDPC_ACOSH, DDPC_ATANH, DDPC_ERFC, DDPC_LGAMMA, DDPC_ERFINV,
     DDPC_NDTRI, DDPC_ERFCX, DDPC_DIGAMMA, DDPC_POLYGAMMA, DDPC_I0, DDPC_I0E, DDPC_I1, DDPC_I1E,
+    DDPC_BESSEL_J0, DDPC_BESSEL_J1, DDPC_BESSEL_Y0, DDPC_BESSEL_Y1, DDPC_BESSEL_K0, DDPC_BESSEL_K1, DDPC_BESSEL_K0E,
+    DDPC_BESSEL_K1E, DDPC_SPHERICAL_BESSEL_J0, DDPC_AIRY_AI,
     DDPC_NUNARY
 } ddpc_unary_op;
-/* unary_f and unary_grad in kernels/nn.cu switch on these numbers (I1E is
- * unary_f's default), as do the op codes of python/ddpc/autograd.py. */
+/* unary_f and unary_grad in kernels/nn.cu switch on these numbers (AIRY_AI
+ * is unary_f's default), as do the op codes of python/ddpc/autograd.py. */
 _Static_assert(DDPC_RELU == 0 && DDPC_GELU == 1 && DDPC_TANH == 2 && DDPC_SIGMOID == 3 && DDPC_EXP == 4 &&
                DDPC_LOG == 5 && DDPC_POW == 6 && DDPC_LEAKY_RELU == 7 && DDPC_ELU == 8 && DDPC_SILU == 9 &&
                DDPC_SOFTPLUS == 10 && DDPC_MISH == 11 && DDPC_HARDTANH == 12 && DDPC_HARDSWISH == 13 &&
@@ -40,7 +43,10 @@ _Static_assert(DDPC_RELU == 0 && DDPC_GELU == 1 && DDPC_TANH == 2 && DDPC_SIGMOI
                DDPC_ASINH == 39 && DDPC_ATAN == 40 && DDPC_TAN == 41 && DDPC_ASIN == 42 && DDPC_ACOS == 43 &&
                DDPC_ACOSH == 44 && DDPC_ATANH == 45 && DDPC_ERFC == 46 && DDPC_LGAMMA == 47 && DDPC_ERFINV == 48 &&
                DDPC_NDTRI == 49 && DDPC_ERFCX == 50 && DDPC_DIGAMMA == 51 && DDPC_POLYGAMMA == 52 && DDPC_I0 == 53 &&
-               DDPC_I0E == 54 && DDPC_I1 == 55 && DDPC_I1E == 56 && DDPC_NUNARY == 57,
+               DDPC_I0E == 54 && DDPC_I1 == 55 && DDPC_I1E == 56 && DDPC_BESSEL_J0 == 57 && DDPC_BESSEL_J1 == 58 &&
+               DDPC_BESSEL_Y0 == 59 && DDPC_BESSEL_Y1 == 60 && DDPC_BESSEL_K0 == 61 && DDPC_BESSEL_K1 == 62 &&
+               DDPC_BESSEL_K0E == 63 && DDPC_BESSEL_K1E == 64 && DDPC_SPHERICAL_BESSEL_J0 == 65 &&
+               DDPC_AIRY_AI == 66 && DDPC_NUNARY == 67,
                "a unary op was added or moved: renumber the cases of unary_f and unary_grad in kernels/nn.cu");
 /* Matches PyTorch's reduction codes. */
 typedef enum { DDPC_REDUCE_NONE = 0, DDPC_REDUCE_MEAN, DDPC_REDUCE_SUM } ddpc_reduction;
@@ -66,6 +72,12 @@ ddpc_status ddpc_op_binary_rows(ddpc_binary_op op, ddpc_buffer *out, const ddpc_
  * last dims, are out's or 1 there (or missing at the front). Floats and
  * integers (these without DIV and RDIV), one dtype for all three. */
 ddpc_status ddpc_op_binary_broadcast(ddpc_binary_op op, ddpc_buffer *out, const ddpc_buffer *a, const ddpc_buffer *b);
+/* out = op(a, b) for the special functions of two arguments (the op codes of
+ * kernels/special_binary.h: gammainc, gammaincc, zeta and the orthogonal
+ * polynomials), a and b broadcast to out's shape as in
+ * ddpc_op_binary_broadcast; float32 or float64, one dtype for all three,
+ * computed in double and rounded once. */
+ddpc_status ddpc_op_special_binary(int op, ddpc_buffer *out, const ddpc_buffer *a, const ddpc_buffer *b);
 /* out = cond ? a : b elementwise, the three broadcast to out's shape as in
  * ddpc_op_binary_broadcast; cond is uint8 (any non-zero is true), a and b
  * out's dtype (any). */

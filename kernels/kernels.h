@@ -167,6 +167,9 @@ typedef struct {
 } ddpc_k_bcast;
 int ddpc_k_binary_broadcast(int op, void *out, const void *a, const void *b, int dtype, int64_t n, ddpc_k_bcast geo,
                             void *stream);
+/* out = kernels/special_binary.h's op(a, b) over geo (float dtypes). */
+int ddpc_k_special_binary(int op, void *out, const void *a, const void *b, int dtype, int64_t n, ddpc_k_bcast geo,
+                          void *stream);
 /* out = cond (uint8) ? a : b over geo, as words of `size` bytes (any dtype). */
 int ddpc_k_where(void *out, const void *cond, const void *a, const void *b, int size, int64_t n, ddpc_k_bcast geo,
                  void *stream);

@@ -7,6 +7,8 @@
 
 #include "kernels.h"
 #include "nn_common.cuh"
+#include "bessel.h"
+#include "special_binary.h"
 #include "special_functions.h"
 
 namespace {
@@ -47,6 +49,15 @@ __global__ void binary_broadcast_kernel(int op, T *out, const T *a, const T *b, 
         int64_t oa, ob;
         strided_offsets(i, geo, &oa, &ob);
         out[i] = binary_apply<T>(op, a[oa], b[ob]);
+    }
+}
+
+template <typename T>
+__global__ void special_binary_kernel(int op, T *out, const T *a, const T *b, int64_t n, ddpc_k_bcast geo) {
+    GRID_STRIDE(i, n) {
+        int64_t oa, ob;
+        strided_offsets(i, geo, &oa, &ob);
+        out[i] = T(ddpc_special_binary(op, double(a[oa]), double(b[ob]), sizeof(T) == 4));
     }
 }
 
@@ -281,7 +292,18 @@ template <typename T> __device__ __forceinline__ T unary_f(int op, T x, T p, T q
     case 53: return T(ddpc_i0(double(x)));
     case 54: return T(ddpc_i0e(double(x)));
     case 55: return T(ddpc_i1(double(x)));
-    default: return T(ddpc_i1e(double(x)));
+    case 56: return T(ddpc_i1e(double(x)));
+    // bessel.h's
+    case 57: return T(ddpc_bessel_j0(double(x)));
+    case 58: return T(ddpc_bessel_j1(double(x)));
+    case 59: return T(ddpc_bessel_y0(double(x)));
+    case 60: return T(ddpc_bessel_y1(double(x)));
+    case 61: return T(ddpc_bessel_k0(double(x)));
+    case 62: return T(ddpc_bessel_k1(double(x)));
+    case 63: return T(ddpc_bessel_k0e(double(x)));
+    case 64: return T(ddpc_bessel_k1e(double(x)));
+    case 65: return T(ddpc_spherical_bessel_j0(double(x)));
+    default: return T(ddpc_airy_ai(double(x)));
     }
 }
 
@@ -347,6 +369,12 @@ template <typename T> __device__ __forceinline__ T unary_grad(int op, T g, T s, 
     case 54: return g * T(ddpc_i0e_derivative(double(s)));
     case 55: return g * T(ddpc_i1_derivative(double(s)));
     case 56: return g * T(ddpc_i1e_derivative(double(s)));
+    case 57: return -g * T(ddpc_bessel_j1(double(s)));
+    case 58: return g * T(ddpc_bessel_j1_derivative(double(s)));
+    case 59: return -g * T(ddpc_bessel_y1(double(s)));
+    case 60: return g * T(ddpc_bessel_y1_derivative(double(s)));
+    case 61: return -g * T(ddpc_bessel_k1(double(s)));
+    case 62: return g * T(ddpc_bessel_k1_derivative(double(s)));
     default: return T(0);  // piecewise constant: sign, floor, ceil, trunc, round, the predicates
     }
 }
@@ -387,6 +415,14 @@ extern "C" int ddpc_k_binary_broadcast(int op, void *out, const void *a, const v
     cudaStream_t s = (cudaStream_t)stream;
     REAL_DISPATCH(dtype, binary_broadcast_kernel<T><<<grid_for(n, 256), 256, 0, s>>>(op, (T *)out, (const T *)a,
                                                                                    (const T *)b, n, geo))
+    return (int)cudaGetLastError();
+}
+
+extern "C" int ddpc_k_special_binary(int op, void *out, const void *a, const void *b, int dtype, int64_t n,
+                                     ddpc_k_bcast geo, void *stream) {
+    cudaStream_t s = (cudaStream_t)stream;
+    FLOAT_DISPATCH(dtype, special_binary_kernel<T><<<grid_for(n, 256), 256, 0, s>>>(op, (T *)out, (const T *)a,
+                                                                                  (const T *)b, n, geo))
     return (int)cudaGetLastError();
 }
 

@@ -1,7 +1,8 @@
 /* Special functions on single values that neither C's libm nor CUDA's math
  * library share: the inverse error function and the normal quantile, the
- * scaled complementary error function, digamma and polygamma, and the
- * modified Bessel functions I0 and I1 with their exponentially scaled forms.
+ * scaled complementary error function, digamma, polygamma and the Hurwitz
+ * zeta function, and the modified Bessel functions I0 and I1 with their
+ * exponentially scaled forms.
  * Written once for the host loops (csrc/ops_nn.c) and the CUDA kernels
  * (kernels/nn.cu), in double; float32 callers round the result once. Edge
  * values are PyTorch's. Plain C, so it compiles with cc as well as nvcc. */
@@ -131,8 +132,14 @@ static inline DDPC_HD double ddpc_inverse_power_(double q, double s) {
     return 1 / power;
 }
 
-/* The Hurwitz zeta function zeta(s, q) = sum_k>=0 (q + k)^-s for an integer
- * s >= 2 and q not 0 or a negative integer (there it is infinite). The first
+/* q^-s: by squaring for a whole s below 2^31 (polygamma's orders), else by pow. */
+static inline DDPC_HD double ddpc_zeta_term_(double q, double s) {
+    return s == floor(s) && s < 2147483648.0 ? ddpc_inverse_power_(q, s) : pow(q, -s);
+}
+
+/* The Hurwitz zeta function zeta(s, q) = sum_k>=0 (q + k)^-s for s > 1 and
+ * q not 0 or a negative integer (there it is infinite), q > 0 unless s is a
+ * whole number. The first
  * terms are summed until q + k >= 10 and k >= 10; the rest by the
  * Euler-Maclaurin formula: the integral N^(1-s) / (s - 1), half the first
  * term, and sum_j B_2j / (2j)! * s (s+1) ... (s+2j-2) N^(-s-2j+1), whose
@@ -148,9 +155,9 @@ static inline DDPC_HD double ddpc_hurwitz_zeta_(double s, double q) {
     if (q <= 0 && q == floor(q)) return INFINITY;
     double sum = 0;
     int k = 0;
-    for (; k < 10 || q < 10; k++, q += 1) sum += ddpc_inverse_power_(q, s);
+    for (; k < 10 || q < 10; k++, q += 1) sum += ddpc_zeta_term_(q, s);
     /* q is now N, the first term the formula takes over */
-    double term = ddpc_inverse_power_(q, s); /* N^-s, then times s (s+1) ... / N^(2j-1) */
+    double term = ddpc_zeta_term_(q, s); /* N^-s, then times s (s+1) ... / N^(2j-1) */
     sum += q * term / (s - 1) + term / 2;
     double rising = s, inv_q2 = 1 / (q * q);
     term /= q;
@@ -162,6 +169,23 @@ static inline DDPC_HD double ddpc_hurwitz_zeta_(double s, double q) {
         term *= inv_q2;
     }
     return sum;
+}
+
+/* torch.special.zeta(s, q), with PyTorch's (Cephes') edge values, checked
+ * in its order: inf at s = 1, NaN for s < 1, inf at q = 0, a negative
+ * integer or -inf, NaN for other q < 0 with s not a whole number, then NaN
+ * for a NaN and at q = inf. At s = inf: inf for q < 1 (the term nearest 0,
+ * |q + k|^-inf), 1 at q = 1 and, as PyTorch's and SciPy's, NaN above. */
+static inline DDPC_HD double ddpc_zeta(double s, double q) {
+    if (s == 1) return INFINITY;
+    if (s < 1) return NAN;
+    if (q <= 0) {
+        if (q == floor(q)) return INFINITY;
+        if (s != floor(s)) return NAN;
+    }
+    if (isnan(s) || isnan(q) || q == INFINITY) return NAN;
+    if (isinf(s)) return q > 1 ? NAN : (q == 1 ? 1 : INFINITY);
+    return ddpc_hurwitz_zeta_(s, q);
 }
 
 /* polygamma(n, x), the n-th derivative of digamma, for n >= 1:

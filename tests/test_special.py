@@ -1,7 +1,9 @@
 """The trigonometric inverses, the error, gamma and Bessel functions and
-ddpc.special: values against Python's math module and closed forms,
-PyTorch's edge values, gradients against central differences and second
-derivatives, the in-place forms and the aliases."""
+ddpc.special (also the incomplete gamma and Hurwitz zeta functions and the
+orthogonal polynomials): values against Python's math module and closed
+forms, PyTorch's edge values, gradients against central differences and
+second derivatives, the in-place forms and the aliases (tests against SciPy
+are in test_special_scipy.py)."""
 
 import math
 
@@ -314,3 +316,204 @@ def test_special_module_compositions():
                                   np.round(np.array([0.5, 1.5, 2.25], dtype=np.float32), 1))
     for name in special.__all__:
         assert callable(getattr(special, name))
+
+
+# ---- gammainc, gammaincc, zeta, the Bessel functions and the polynomials -----------------------------------------
+
+
+def test_incomplete_gamma_closed_forms():
+    x = np.array([0.0, 1e-3, 0.5, 2.0, 30.0])
+    t = ddpc.tensor(x)
+    one = ddpc.ones(5, dtype=ddpc.float64)
+    np.testing.assert_allclose(special.gammainc(one, t).numpy(), -np.expm1(-x), rtol=1e-15)  # P(1, x) = 1 - e^-x
+    np.testing.assert_allclose(special.gammaincc(one, t).numpy(), np.exp(-x), rtol=1e-14)
+    # P(1/2, x) = erf(sqrt x), Q(1/2, x) = erfc(sqrt x)
+    np.testing.assert_allclose(special.gammainc(one * 0.5, t).numpy(), [math.erf(math.sqrt(v)) for v in x],
+                               rtol=1e-14)
+    np.testing.assert_allclose(special.gammaincc(one * 0.5, t).numpy(), [math.erfc(math.sqrt(v)) for v in x],
+                               rtol=1e-13)
+    # Q(n, x) = e^-x sum_k<n x^k / k! for whole n, and P + Q = 1
+    n = ddpc.tensor([3.0, 7.0, 25.0], dtype=ddpc.float64)
+    xs = ddpc.tensor([2.0, 9.0, 24.0], dtype=ddpc.float64)
+    want = [math.exp(-b) * math.fsum(b ** k / math.factorial(k) for k in range(int(a))) for a, b in
+            zip([3, 7, 25], [2.0, 9.0, 24.0])]
+    np.testing.assert_allclose(special.gammaincc(n, xs).numpy(), want, rtol=1e-13)
+    np.testing.assert_allclose((special.gammainc(n, xs) + special.gammaincc(n, xs)).numpy(), 1.0, rtol=1e-15)
+    # the edges: a < 0 or x < 0 is NaN, P(0, x) = 1, P(a, 0) = 0, both 0 or both infinite NaN
+    a = ddpc.tensor([-1.0, 2.0, 0.0, 3.0, 0.0, math.inf, math.inf, 2.0], dtype=ddpc.float64)
+    x = ddpc.tensor([1.0, -1.0, 2.0, 0.0, 0.0, math.inf, 5.0, math.inf], dtype=ddpc.float64)
+    np.testing.assert_array_equal(special.gammainc(a, x).numpy(), [math.nan, math.nan, 1, 0, math.nan, math.nan, 0, 1])
+    np.testing.assert_array_equal(special.gammaincc(a, x).numpy(), [math.nan, math.nan, 0, 1, math.nan, math.nan, 1, 0])
+
+
+def test_incomplete_gamma_dtypes_broadcasting_and_errors():
+    a = ddpc.tensor([[0.5], [2.0]])
+    x = ddpc.tensor([0.25, 1.0, 4.0], dtype=ddpc.float64)
+    out = special.gammainc(a, x)
+    assert out.dtype is ddpc.float64 and tuple(out.shape) == (2, 3)
+    np.testing.assert_allclose(out.numpy(), special.gammainc(a.double().expand(2, 3), x.expand(2, 3)).numpy(),
+                               rtol=0)
+    assert special.gammainc(ddpc.tensor([1, 2]), ddpc.tensor([0.5, 1.5])).dtype is ddpc.float32
+    assert special.gammaincc(ddpc.tensor([1.5]), ddpc.tensor(2.0, dtype=ddpc.float64)).dtype is ddpc.float32
+    half = special.gammainc(a.to(dtype=ddpc.float16), x.float().to(dtype=ddpc.float16))
+    assert half.dtype is ddpc.float16
+    np.testing.assert_allclose(half.float().numpy(), out.numpy(), rtol=2e-3)
+    with pytest.raises(TypeError):
+        special.gammainc(ddpc.tensor([1.0]), 2.0)  # PyTorch takes tensors only
+    with pytest.raises(TypeError):
+        special.gammaincc(1.0, ddpc.tensor([1.0]))
+    with pytest.raises(NotImplementedError):
+        special.gammainc(ddpc.tensor([1, 2]), ddpc.tensor([1, 2]))
+    with pytest.raises(ValueError):  # the C op's own broadcasting check
+        special.gammainc(ddpc.tensor([1.0, 2.0]), ddpc.tensor([1.0, 2.0, 3.0]))
+    # the torch-level names and the Tensor methods, also in place
+    np.testing.assert_array_equal(ddpc.igamma(a, x).numpy(), out.numpy())
+    np.testing.assert_array_equal(ddpc.igammac(a, x).numpy(), special.gammaincc(a, x).numpy())
+    t = ddpc.tensor([0.5, 2.0, 3.0], dtype=ddpc.float64)
+    y = ddpc.tensor([1.0, 1.0, 5.0], dtype=ddpc.float64)
+    want, want_c = t.igamma(y).numpy(), t.igammac(y).numpy()
+    np.testing.assert_array_equal(t.clone().igamma_(y).numpy(), want)
+    u = t.clone()
+    assert u.igammac_(y) is u
+    np.testing.assert_array_equal(u.numpy(), want_c)
+
+
+@pytest.mark.parametrize("upper", [False, True])
+def test_incomplete_gamma_gradient(upper):
+    fn = special.gammaincc if upper else special.gammainc
+    a = np.array([0.5, 1.0, 2.5, 7.0, 40.0])
+    x = np.array([0.3, 2.0, 1.7, 9.0, 38.0])
+    w = np.linspace(0.5, 1.5, x.size)
+    t = ddpc.tensor(x, requires_grad=True)
+    (fn(ddpc.tensor(a), t) * ddpc.tensor(w)).sum().backward()
+    want = numeric_grad(lambda v: float((fn(ddpc.tensor(a), ddpc.tensor(v)).numpy() * w).sum()), x, eps=1e-6)
+    np.testing.assert_allclose(t.grad.numpy(), want, rtol=1e-7, atol=1e-10)
+    # the gradient is recorded: second derivatives exist
+    check_hvp(lambda v: (fn(ddpc.tensor(a), v) * v).sum(), x, rtol=1e-5, atol=1e-6)
+    # a broadcast x gets its gradient summed back
+    s = ddpc.tensor([1.7], dtype=ddpc.float64, requires_grad=True)
+    fn(ddpc.tensor(a), s).sum().backward()
+    assert tuple(s.grad.shape) == (1,)
+    np.testing.assert_allclose(s.grad.numpy(), [numeric_grad(lambda v: float(fn(ddpc.tensor(a), ddpc.tensor(v)).numpy()
+                                                                               .sum()), np.array([1.7]))[0]],
+                               rtol=1e-7)
+    # with respect to a there is none, as in PyTorch: asking for it raises; asking for x's only does not
+    aa = ddpc.tensor(a, requires_grad=True)
+    xx = ddpc.tensor(x, requires_grad=True)
+    out = fn(aa, xx)
+    assert out.grad_fn.name() == ("IgammacBackward" if upper else "IgammaBackward")
+    (gx,) = ddpc.autograd.grad(out.sum(), [xx], retain_graph=True)
+    np.testing.assert_allclose(gx.numpy(), t.grad.numpy() / w, rtol=1e-12)
+    with pytest.raises(NotImplementedError, match="igammac: input" if upper else "igamma: input"):
+        out.sum().backward()
+
+
+def test_zeta_values_and_gradient():
+    s = ddpc.tensor([2.0, 4.0, 3.0, 2.0], dtype=ddpc.float64)
+    q = ddpc.tensor([1.0, 1.0, 0.5, 3.0], dtype=ddpc.float64)
+    np.testing.assert_allclose(special.zeta(s, q).numpy(),
+                               [math.pi ** 2 / 6, math.pi ** 4 / 90, 7 * ZETA3, math.pi ** 2 / 6 - 1.25], rtol=1e-15)
+    # zeta(s, q) - zeta(s, q + 1) = q^-s for a real s
+    sv, qv = np.array([1.5, 2.7, 6.2]), np.array([0.3, 4.0, 11.5])
+    diff = special.zeta(ddpc.tensor(sv), ddpc.tensor(qv)) - special.zeta(ddpc.tensor(sv), ddpc.tensor(qv + 1))
+    np.testing.assert_allclose(diff.numpy(), qv ** -sv, rtol=1e-13)
+    # polygamma(n, x) = (-1)^(n+1) n! zeta(n + 1, x)
+    x = ddpc.tensor([0.7, 3.2], dtype=ddpc.float64)
+    np.testing.assert_allclose(special.zeta(4.0, x).numpy() * 6, ddpc.polygamma(3, x).numpy(), rtol=1e-15)
+    assert special.zeta(ddpc.tensor([2, 3]), 2).dtype is ddpc.float32
+    assert special.zeta(2.0, ddpc.tensor([2.0], dtype=ddpc.float64)).dtype is ddpc.float64
+    edges = special.zeta(ddpc.tensor([1.0, 0.5, 2.0, 2.5, 2.0], dtype=ddpc.float64),
+                         ddpc.tensor([2.0, 2.0, -3.0, -0.5, math.inf], dtype=ddpc.float64)).numpy()
+    np.testing.assert_array_equal(edges, [math.inf, math.nan, math.inf, math.nan, math.nan])
+    # d/dq zeta(s, q) = -s zeta(s + 1, q); none with respect to s
+    qv = np.array([0.4, 1.3, 6.0])
+    sv = np.array([2.5, 3.0, 1.7])
+    t = ddpc.tensor(qv, requires_grad=True)
+    special.zeta(ddpc.tensor(sv), t).sum().backward()
+    want = numeric_grad(lambda v: float(special.zeta(ddpc.tensor(sv), ddpc.tensor(v)).numpy().sum()), qv, eps=1e-6)
+    np.testing.assert_allclose(t.grad.numpy(), want, rtol=1e-7)
+    check_hvp(lambda v: (special.zeta(ddpc.tensor(sv), v) * v).sum(), qv, rtol=1e-5, atol=1e-6)
+    with pytest.raises(NotImplementedError, match="zeta"):
+        special.zeta(ddpc.tensor(sv, requires_grad=True), ddpc.tensor(qv)).sum().backward()
+
+
+BESSEL_GRAD_CASES = {
+    "bessel_j0": [-7.0, 0.0, 0.4, 3.3, 12.0], "bessel_j1": [-7.0, 0.0, 0.4, 3.3, 12.0],
+    "bessel_y0": [0.4, 3.3, 5.5, 12.0], "bessel_y1": [0.4, 3.3, 5.5, 12.0],
+    "modified_bessel_i0": [-3.0, 0.4, 9.0], "modified_bessel_i1": [-3.0, 0.0, 9.0],
+    "modified_bessel_k0": [0.3, 1.9, 2.1, 9.0], "modified_bessel_k1": [0.3, 1.9, 2.1, 9.0],
+}
+
+
+@pytest.mark.parametrize("name", list(BESSEL_GRAD_CASES))
+def test_bessel_gradients(name):
+    fn = getattr(special, name)
+    x = np.array(BESSEL_GRAD_CASES[name])
+    t = ddpc.tensor(x, requires_grad=True)
+    fn(t).sum().backward()
+    want = numeric_grad(lambda v: float(fn(ddpc.tensor(v)).numpy().sum()), x, eps=1e-5)
+    np.testing.assert_allclose(t.grad.numpy(), want, rtol=1e-6, atol=1e-7)
+    check_hvp(lambda v: (fn(v) * v).sum(), x, rtol=1e-5, atol=1e-6)
+
+
+def test_bessel_identities_and_no_gradient_forms():
+    x = np.array([0.3, 1.0, 2.5, 4.9, 5.1, 11.0, 40.0])
+    t = ddpc.tensor(x)
+    j0, j1, y0, y1 = (getattr(special, f"bessel_{n}")(t).numpy() for n in ("j0", "j1", "y0", "y1"))
+    np.testing.assert_allclose(j1 * y0 - j0 * y1, 2 / (np.pi * x), rtol=1e-13)  # the Wronskian
+    k0, k1 = special.modified_bessel_k0(t).numpy(), special.modified_bessel_k1(t).numpy()
+    i0, i1 = special.modified_bessel_i0(t).numpy(), special.modified_bessel_i1(t).numpy()
+    np.testing.assert_allclose(i0 * k1 + i1 * k0, 1 / x, rtol=1e-13)
+    np.testing.assert_allclose(special.scaled_modified_bessel_k0(t).numpy(), k0 * np.exp(x), rtol=1e-13)
+    np.testing.assert_allclose(special.scaled_modified_bessel_k1(t).numpy(), k1 * np.exp(x), rtol=1e-13)
+    np.testing.assert_allclose(special.spherical_bessel_j0(t).numpy(), np.sin(x) / x, rtol=1e-15)
+    # Ai(0) = 3^(-2/3) / Gamma(2/3); Ai'' = x Ai, by second differences
+    assert special.airy_ai(ddpc.tensor([0.0], dtype=ddpc.float64)).item() == pytest.approx(
+        3 ** (-2 / 3) / math.gamma(2 / 3), rel=1e-15)
+    h, xs = 1e-3, np.array([-6.0, -1.0, 0.5, 3.0])
+    ai = [special.airy_ai(ddpc.tensor(xs + d)).numpy() for d in (-h, 0.0, h)]
+    np.testing.assert_allclose((ai[0] - 2 * ai[1] + ai[2]) / h ** 2, xs * ai[1], rtol=1e-5, atol=1e-8)
+    # PyTorch differentiates none of these: their results do not require grad
+    g = ddpc.tensor(x, requires_grad=True)
+    for name in ("scaled_modified_bessel_k0", "scaled_modified_bessel_k1", "spherical_bessel_j0", "airy_ai"):
+        assert not getattr(special, name)(g).requires_grad, name
+    for name in ("bessel_j0", "modified_bessel_k1"):
+        assert getattr(special, name)(g).requires_grad, name
+    assert special.bessel_y1(g).grad_fn.name() == "SpecialBesselY1Backward"
+    assert special.bessel_j0(ddpc.tensor([1, 2])).dtype is ddpc.float32
+    assert special.airy_ai(ddpc.tensor([0.5], dtype=ddpc.bfloat16)).dtype is ddpc.bfloat16
+
+
+def test_orthogonal_polynomials_broadcast_and_closed_forms():
+    x = ddpc.tensor([-0.8, -0.1, 0.35, 0.9], dtype=ddpc.float64)
+    n = ddpc.tensor([[0], [1], [2], [3], [9], [30]])
+    xv, nv = x.numpy(), n.numpy()
+    theta = np.arccos(xv)
+    cases = {
+        "chebyshev_polynomial_t": np.cos(nv * theta),
+        "chebyshev_polynomial_u": np.sin((nv + 1) * theta) / np.sin(theta),
+        "chebyshev_polynomial_v": np.cos((nv + 0.5) * theta) / np.cos(theta / 2),
+        "chebyshev_polynomial_w": np.sin((nv + 0.5) * theta) / np.sin(theta / 2),
+    }
+    for name, want in cases.items():
+        got = getattr(special, name)(x, n)
+        assert tuple(got.shape) == (6, 4) and got.dtype is ddpc.float64 and not got.requires_grad
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-12, atol=1e-12, err_msg=name)
+        shifted = getattr(special, "shifted_" + name)((x + 1) / 2, n)
+        np.testing.assert_allclose(shifted.numpy(), want, rtol=1e-12, atol=1e-12, err_msg="shifted " + name)
+    xv = np.array([-1.5, 0.3, 2.0])
+    t = ddpc.tensor(xv)
+    np.testing.assert_allclose(special.hermite_polynomial_h(t, 3).numpy(), 8 * xv ** 3 - 12 * xv, rtol=1e-14)
+    np.testing.assert_allclose(special.hermite_polynomial_he(t, 4).numpy(), xv ** 4 - 6 * xv ** 2 + 3, rtol=1e-14)
+    np.testing.assert_allclose(special.laguerre_polynomial_l(t, 3).numpy(),
+                               (-xv ** 3 + 9 * xv ** 2 - 18 * xv + 6) / 6, rtol=1e-14)
+    np.testing.assert_allclose(special.legendre_polynomial_p(t, 3).numpy(), (5 * xv ** 3 - 3 * xv) / 2, rtol=1e-14)
+    # the degree a number or a tensor, the point a number too; integers give float32
+    assert special.legendre_polynomial_p(ddpc.tensor([1, 2]), 2).dtype is ddpc.float32
+    np.testing.assert_allclose(special.legendre_polynomial_p(0.5, ddpc.tensor([2, 3])).numpy(), [-0.125, -0.4375],
+                               rtol=1e-7)
+    # at +-1 the closed values
+    pm = ddpc.tensor([1.0, -1.0], dtype=ddpc.float64)
+    np.testing.assert_array_equal(special.chebyshev_polynomial_u(pm, 5).numpy(), [6, -6])
+    np.testing.assert_array_equal(special.chebyshev_polynomial_v(pm, 5).numpy(), [1, -11])
+    np.testing.assert_array_equal(special.chebyshev_polynomial_w(pm, 4).numpy(), [9, 1])

@@ -92,6 +92,7 @@ from .backends import (are_deterministic_algorithms_enabled, is_deterministic_al
                        use_deterministic_algorithms)
 from . import _aliases, _layout, _linalg, _matrix, _nn_forms, _pointwise, _random, _stats, _windows
 from . import special
+from .special import gammainc as igamma, gammaincc as igammac
 
 half = float16
 float = float32
@@ -135,6 +136,7 @@ __all__ = [
     "digamma", "erfc", "erfinv", "i0", "lgamma", "mvlgamma", "polygamma", "tan", "special", "acos_", "acosh_",
     "arccos_", "arccosh_", "arcsin_", "arcsinh_", "arctan_", "arctanh_", "asin_", "asinh_", "atan_", "atanh_", "cosh_",
     "erfc_", "exp2_", "frac_", "i0_", "log2_", "log10_", "logit_", "sinh_", "tan_", "xlogy_", "vmap", "OutOfMemoryError",
+    "igamma", "igammac",
 ] + _pointwise.__all__ + _matrix.__all__ + _linalg.__all__ + _layout.__all__ + _random.__all__ + _stats.__all__ + \
     _windows.__all__ + _nn_forms.__all__ + _aliases.__all__ + [
         "unique_consecutive", "can_cast", "promote_types", "result_type", "asarray", "empty_strided", "frombuffer",

@@ -49,7 +49,9 @@ from .tensor import stack as _stack_storage
 (_RELU, _GELU, _TANH, _SIGMOID, _EXP, _LOG, _POW, _LEAKY_RELU, _ELU, _SILU, _SOFTPLUS, _MISH, _HARDTANH, _HARDSWISH,
  _HARDSIGMOID, _ABS, _SQRT, _RSQRT, _SQUARE, _SIN, _COS, _LOG1P, _EXPM1, _ERF, _RECIPROCAL, _SIGN, _FLOOR, _CEIL, _TRUNC,
  _ROUND, _CLAMP, _ISNAN, _ISINF, _ISFINITE, _LOG2, _LOG10, _EXP2, _SINH, _COSH, _ASINH, _ATAN, _TAN, _ASIN, _ACOS,
- _ACOSH, _ATANH, _ERFC, _LGAMMA, _ERFINV, _NDTRI, _ERFCX, _DIGAMMA, _POLYGAMMA, _I0, _I0E, _I1, _I1E) = range(57)
+ _ACOSH, _ATANH, _ERFC, _LGAMMA, _ERFINV, _NDTRI, _ERFCX, _DIGAMMA, _POLYGAMMA, _I0, _I0E, _I1, _I1E, _BESSEL_J0,
+ _BESSEL_J1, _BESSEL_Y0, _BESSEL_Y1, _BESSEL_K0, _BESSEL_K1, _BESSEL_K0E, _BESSEL_K1E, _SPHERICAL_BESSEL_J0,
+ _AIRY_AI) = range(67)
 
 
 # ---- grad mode ---------------------------------------------------------------------
@@ -57,6 +59,7 @@ from .tensor import stack as _stack_storage
 class _GradMode(threading.local):
     enabled = True
     sole_leaves = frozenset()  # ids of the leaves one gradient reaches in the running backward pass
+    pass_edges = frozenset()  # ids of the edges the running backward pass delivers gradients to
     callbacks = None  # functions to run when the running backward pass ends (queue_callback)
     recording = None  # the nodes a checkpointed forward creates, in order (see ddpc.utils.checkpoint)
 
@@ -296,6 +299,13 @@ class Node:
                     f"{saved[0].version}; expected version {saved[1]} instead. Make the in-place change after "
                     "backward(), or on a copy (.clone())")
 
+    def input_wanted(self, i):
+        """Whether the running backward pass takes a gradient for input i: not
+        where the input needs none, nor where autograd.grad asks for others only
+        (so that a node without some gradient raises only when that one is asked for)."""
+        e = self.next_functions[i]
+        return e is not None and id(e) in _mode.pass_edges
+
     def name(self):
         return type(self).__name__.lstrip("_")
 
@@ -452,7 +462,7 @@ def _run_backward(roots, retain_graph, targets=None, create_graph=False):
         e = _edge(t)
         k = id(e)
         seeds[k] = (e, (_sum_grads(*seeds[k][1], g, owned), True) if k in seeds else (g, owned))
-    outer = _mode.sole_leaves, _mode.callbacks
+    outer = _mode.sole_leaves, _mode.pass_edges, _mode.callbacks
     _mode.callbacks = []
     try:
         _run_graph(list(seeds.values()), retain_graph, targets, create_graph)
@@ -461,7 +471,7 @@ def _run_backward(roots, retain_graph, targets=None, create_graph=False):
         for fn in callbacks:
             fn()
     finally:
-        _mode.sole_leaves, _mode.callbacks = outer
+        _mode.sole_leaves, _mode.pass_edges, _mode.callbacks = outer
 
 
 def _run_graph(seeds, retain_graph, targets, create_graph):
@@ -498,6 +508,7 @@ def _run_graph(seeds, retain_graph, targets, create_graph):
     # a leaf's gradient land in its owner's memory (_grad_out).
     _mode.sole_leaves = frozenset(k for k, n in deps.items() if n == 1) \
         if targets is None and not create_graph else frozenset()
+    _mode.pass_edges = frozenset(deps)
     grads, ready = {}, []
     for e, g in seeds:
         grads[id(e)] = g
@@ -981,7 +992,9 @@ class _UnaryBackward(Node):
               "Log10Backward", "Exp2Backward", "SinhBackward", "CoshBackward", "AsinhBackward", "AtanBackward",
               "TanBackward", "AsinBackward", "AcosBackward", "AcoshBackward", "AtanhBackward", "ErfcBackward",
               "LgammaBackward", "ErfinvBackward", "SpecialNdtriBackward", "SpecialErfcxBackward", "DigammaBackward",
-              "PolygammaBackward", "I0Backward", "SpecialI0EBackward", "SpecialI1Backward", "SpecialI1EBackward")
+              "PolygammaBackward", "I0Backward", "SpecialI0EBackward", "SpecialI1Backward", "SpecialI1EBackward",
+              "SpecialBesselJ0Backward", "SpecialBesselJ1Backward", "SpecialBesselY0Backward",
+              "SpecialBesselY1Backward", "SpecialModifiedBesselK0Backward", "SpecialModifiedBesselK1Backward")
     # The ops whose derivative needs the output; the others' needs the input.
     _USES_OUTPUT = (_TANH, _SIGMOID, _EXP, _EXP2, _SQRT, _RSQRT, _EXPM1, _RECIPROCAL, _TAN, _ERFINV, _NDTRI)
     double_backward = True
@@ -1085,7 +1098,25 @@ _DERIVATIVES = {
     _I0E: lambda x, p, q: sub(i1e(x), mul(i0e(x), sign(x.detach()))),
     _I1: lambda x, p, q: _bessel_i1_derivative(x, i0, i1, 0.0),
     _I1E: lambda x, p, q: _bessel_i1_derivative(x, i0e, i1e, 1.0),
+    _BESSEL_J0: lambda x, p, q: neg(bessel_j1(x)),
+    _BESSEL_J1: lambda x, p, q: _bessel_order_one_derivative(x, bessel_j0, bessel_j1, 1.0, 0.5),
+    _BESSEL_Y0: lambda x, p, q: neg(bessel_y1(x)),
+    _BESSEL_Y1: lambda x, p, q: _bessel_order_one_derivative(x, bessel_y0, bessel_y1, 1.0, None),
+    _BESSEL_K0: lambda x, p, q: neg(modified_bessel_k1(x)),
+    _BESSEL_K1: lambda x, p, q: _bessel_order_one_derivative(x, modified_bessel_k0, modified_bessel_k1, -1.0, None),
 }
+
+
+def _bessel_order_one_derivative(x, order_zero, order_one, sign, at_zero):
+    """sign * order_zero(x) - order_one(x) / x: J1's and Y1's derivatives
+    (sign 1), K1's (sign -1). J1's is 1/2 at 0 (``at_zero``), where the quotient
+    is 0 / 0: there x is replaced by 1 in the quotient, so that no NaN reaches
+    its gradient."""
+    if at_zero is None:
+        return sub(mul(order_zero(x), sign), div(order_one(x), x))
+    zero = x.detach() == 0
+    safe = where(zero, 1.0, x)
+    return where(zero, at_zero, sub(mul(order_zero(x), sign), div(order_one(safe), safe)))
 
 
 def _bessel_i1_derivative(x, i0_of, i1_of, scaled):
@@ -1422,6 +1453,76 @@ def i1(input):
 def i1e(input):
     """i1(x) * exp(-|x|)."""
     return _math(input, _I1E)
+
+
+# The Bessel functions of torch.special beyond i0 and i1 (kernels/bessel.h,
+# Cephes' approximations, good to about 1e-15 where PyTorch's lose up to 1e-7
+# near x = 5). Those that PyTorch differentiates (J0, J1, Y0, Y1, K0, K1) have
+# gradients in recorded ops, so derivatives of any order exist; the others,
+# as PyTorch's, give a result that does not require grad.
+
+def bessel_j0(input):
+    """The Bessel function of the first kind of order 0; its gradient is
+    -bessel_j1 (NaN at +-inf, as PyTorch's and SciPy's)."""
+    return _unary(input, _BESSEL_J0)
+
+
+def bessel_j1(input):
+    """The Bessel function of the first kind of order 1; its gradient is
+    J0(x) - J1(x) / x (1/2 at 0)."""
+    return _unary(input, _BESSEL_J1)
+
+
+def bessel_y0(input):
+    """The Bessel function of the second kind of order 0: -inf at 0, NaN for
+    x < 0; its gradient is -bessel_y1."""
+    return _unary(input, _BESSEL_Y0)
+
+
+def bessel_y1(input):
+    """The Bessel function of the second kind of order 1: -inf at 0, NaN for
+    x < 0; its gradient is Y0(x) - Y1(x) / x."""
+    return _unary(input, _BESSEL_Y1)
+
+
+def modified_bessel_k0(input):
+    """The modified Bessel function of the second kind of order 0: inf at 0,
+    NaN for x < 0; its gradient is -modified_bessel_k1."""
+    return _unary(input, _BESSEL_K0)
+
+
+def modified_bessel_k1(input):
+    """The modified Bessel function of the second kind of order 1: inf at 0,
+    NaN for x < 0; its gradient is -K0(x) - K1(x) / x."""
+    return _unary(input, _BESSEL_K1)
+
+
+def _without_gradient(input, op):
+    if not isinstance(input, Tensor):
+        raise TypeError(f"expected a ddpc.Tensor, got {type(input).__name__}")
+    return _unary(input.detach(), op)
+
+
+def scaled_modified_bessel_k0(input):
+    """exp(x) * modified_bessel_k0(x), finite where K0 underflows. Not
+    differentiable: as PyTorch's, its result does not require grad."""
+    return _without_gradient(input, _BESSEL_K0E)
+
+
+def scaled_modified_bessel_k1(input):
+    """exp(x) * modified_bessel_k1(x). Not differentiable, as PyTorch's."""
+    return _without_gradient(input, _BESSEL_K1E)
+
+
+def spherical_bessel_j0(input):
+    """sin(x) / x, 1 at 0 and 0 at +-inf. Not differentiable, as PyTorch's."""
+    return _without_gradient(input, _SPHERICAL_BESSEL_J0)
+
+
+def airy_ai(input):
+    """The Airy function Ai (NaN at +-inf, as PyTorch's). Not
+    differentiable, as PyTorch's."""
+    return _without_gradient(input, _AIRY_AI)
 
 
 def erfcx(input):

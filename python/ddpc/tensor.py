@@ -996,6 +996,10 @@ class Tensor:
     def digamma_(self): return _ag.inplace_apply(self, _ag.digamma, "digamma_")
     def polygamma(self, n): return _ag.polygamma(n, self)
     def polygamma_(self, n): return _ag.inplace_apply(self, lambda t: _ag.polygamma(n, t), "polygamma_")
+    def igamma(self, other): return _sp.gammainc(self, other)
+    def igamma_(self, other): return _ag.inplace_apply(self, lambda t: _sp.gammainc(t, other), "igamma_", (other,))
+    def igammac(self, other): return _sp.gammaincc(self, other)
+    def igammac_(self, other): return _ag.inplace_apply(self, lambda t: _sp.gammaincc(t, other), "igammac_", (other,))
     def mvlgamma(self, p): return _ag.mvlgamma(self, p)
     def mvlgamma_(self, p): return _ag.inplace_apply(self, lambda t: _ag.mvlgamma(t, p), "mvlgamma_")
     def i0(self): return _ag.i0(self)
@@ -1964,6 +1968,7 @@ def index_select(input, dim, index):
 
 from . import autograd as _ag  # noqa: E402  (autograd builds on the Tensor class above)
 from . import _layout as _lo, _linalg as _la, _pointwise as _pw, _random as _rnd  # noqa: E402  (as autograd)
+from . import special as _sp  # noqa: E402  (as autograd)
 from . import _stats as _st  # noqa: E402  (as autograd)
 from . import _matrix as _mx  # noqa: E402  (as autograd)
 
