@@ -170,6 +170,10 @@ KS = [
     lambda: D.Weibull(t64([1.5]), t64([0.7])),
     lambda: D.Kumaraswamy(t64([0.5]), t64([2.0])),
     lambda: D.LogNormal(t64([0.5]), t64([2.0])),
+    lambda: D.Gamma(t64([0.7]), t64([2.0])),
+    lambda: D.Gamma(t64([40.0]), t64([0.5])),
+    lambda: D.Chi2(t64([3.0])),
+    lambda: D.InverseGamma(t64([2.5]), t64([1.5])),
 ]
 
 

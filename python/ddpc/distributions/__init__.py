@@ -25,9 +25,6 @@ from unconstrained reals onto a constraint's region.
 Gamma, Beta and Dirichlet draws are reparameterized: a gamma draw's gradient
 with respect to its concentration is the implicit one (the draw moves with
 the concentration at a fixed value of its cdf), from a convergent series.
-
-Not provided yet: the cdf of Gamma, Chi2 and InverseGamma (ddpc has no
-regularized incomplete gamma function).
 """
 
 from . import constraint_registry, constraints, transforms
