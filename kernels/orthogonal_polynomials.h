@@ -33,11 +33,11 @@ static inline DDPC_HD int64_t ddpc_polynomial_degree_(double n) {
 static inline DDPC_HD double ddpc_chebyshev_polynomial(int kind, double x, double degree) {
     int64_t n = ddpc_polynomial_degree_(degree);
     if (n < 0) return 0;
-    double odd_sign = n % 2 ? -1 : 1, twice = (double)(2 * n + 1);
+    double odd_sign = n % 2 ? -1 : 1, twice = 2 * (double)n + 1; /* (in double: 2n + 1 may not fit an int64) */
     if (fabs(x) == 1) {
         switch (kind) {
         case DDPC_CHEBYSHEV_T_KIND: return x > 0 ? 1 : odd_sign;
-        case DDPC_CHEBYSHEV_U_KIND: return (double)(n + 1) * (x > 0 ? 1 : odd_sign);
+        case DDPC_CHEBYSHEV_U_KIND: return ((double)n + 1) * (x > 0 ? 1 : odd_sign);
         case DDPC_CHEBYSHEV_V_KIND: return x > 0 ? 1 : twice * odd_sign;
         default: return x > 0 ? twice : odd_sign;
         }
@@ -46,7 +46,7 @@ static inline DDPC_HD double ddpc_chebyshev_polynomial(int kind, double x, doubl
         double theta = acos(x);
         switch (kind) {
         case DDPC_CHEBYSHEV_T_KIND: return cos((double)n * theta);
-        case DDPC_CHEBYSHEV_U_KIND: return sin((double)(n + 1) * theta) / sin(theta);
+        case DDPC_CHEBYSHEV_U_KIND: return sin(((double)n + 1) * theta) / sin(theta);
         case DDPC_CHEBYSHEV_V_KIND: return cos(((double)n + 0.5) * theta) / cos(theta / 2);
         default: return sin(((double)n + 0.5) * theta) / sin(theta / 2);
         }
@@ -91,8 +91,8 @@ static inline DDPC_HD double ddpc_laguerre_polynomial_l(double x, double degree)
     if (x == 0 || n == 0) return 1;
     double p = 1, q = 1 - x;
     for (int64_t k = 1; k < n && !isnan(q); k++) {
-        double r = ((double)(2 * k + 1) - x) * q - (double)k * p;
-        p = q, q = r / (double)(k + 1);
+        double r = ((2 * (double)k + 1) - x) * q - (double)k * p;
+        p = q, q = r / ((double)k + 1);
     }
     return q;
 }
@@ -105,8 +105,8 @@ static inline DDPC_HD double ddpc_legendre_polynomial_p(double x, double degree)
     if (n == 0) return 1;
     double p = 1, q = x;
     for (int64_t k = 1; k < n && !isnan(q); k++) {
-        double r = (double)(2 * k + 1) * x * q - (double)k * p;
-        p = q, q = r / (double)(k + 1);
+        double r = (2 * (double)k + 1) * x * q - (double)k * p;
+        p = q, q = r / ((double)k + 1);
     }
     return q;
 }
