@@ -146,23 +146,18 @@ def _low_rank_reduce(state, bucket, matrices, whole, assemble):
     return dist.Future(work, first).then(finish)
 
 
-def _before_start(state, bucket):
-    """Whole-gradient averaging for the first steps; None once PowerSGD has started."""
-    if state.iter >= state.start_powerSGD_iter:
-        return None
-    from .parallel import allreduce_hook
+def _whole_until_start(state, bucket):
+    """Whole-gradient averaging (its future) for the first steps; after them
+    None, with last step's error added to the bucket (error feedback)."""
+    if state.iter < state.start_powerSGD_iter:
+        from .parallel import allreduce_hook
 
-    state.maybe_increase_iter(bucket)
-    return allreduce_hook(state.process_group, bucket)
-
-
-def _add_error_feedback(state, bucket):
-    flat = bucket.buffer()
-    if not state.use_error_feedback:
-        return
-    error = state.error_dict.get(bucket.index())
+        state.maybe_increase_iter(bucket)
+        return allreduce_hook(state.process_group, bucket)
+    error = state.error_dict.get(bucket.index()) if state.use_error_feedback else None
     if error is not None:
-        flat += error
+        bucket.buffer().add_(error)
+    return None
 
 
 def powerSGD_hook(state, bucket):
@@ -170,10 +165,9 @@ def powerSGD_hook(state, bucket):
     factors save at least ``min_compression_rate`` times its size travels as
     those factors; the others are averaged whole. Register it with
     ``ddp.register_comm_hook(PowerSGDState(...), powerSGD_hook)``."""
-    started = _before_start(state, bucket)
-    if started is not None:
-        return started
-    _add_error_feedback(state, bucket)
+    early = _whole_until_start(state, bucket)
+    if early is not None:
+        return early
     flat = bucket.buffer()
     grads = bucket.gradients()
     compressed, layout = [], []
@@ -202,10 +196,9 @@ def batched_powerSGD_hook(state, bucket):
     """PowerSGD on the whole bucket at once: its buffer, padded with zeros to
     a square of side ceil(sqrt(numel)), is one matrix of rank-r factors
     (fewer, larger multiplications than powerSGD_hook's; coarser)."""
-    started = _before_start(state, bucket)
-    if started is not None:
-        return started
-    _add_error_feedback(state, bucket)
+    early = _whole_until_start(state, bucket)
+    if early is not None:
+        return early
     flat = bucket.buffer()
     n = flat.numel()
     side = math.isqrt(n - 1) + 1 if n else 0
