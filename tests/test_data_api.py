@@ -208,6 +208,16 @@ def test_distributed_sampler_under_a_launcher_without_a_group_is_an_error(monkey
     assert len(DistributedSampler(10)) == 10
 
 
+def test_distributed_sampler_takes_pytorchs_dataset_keyword():
+    ds = list(range(11))
+    by_keyword = DistributedSampler(dataset=ds, num_replicas=3, rank=2, seed=4)
+    assert list(by_keyword) == list(DistributedSampler(ds, 3, 2, seed=4)) and by_keyword.dataset is ds
+    with pytest.raises(TypeError, match="once"):
+        DistributedSampler(ds, dataset=ds, num_replicas=3, rank=0)
+    with pytest.raises(TypeError, match="once"):
+        DistributedSampler(num_replicas=3, rank=0)
+
+
 def test_data_api_names_exist():
     for name in data.__all__:
         assert hasattr(data, name), name

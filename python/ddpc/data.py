@@ -277,10 +277,16 @@ class DistributedSampler(_EpochMixin, Sampler):
     Without ``drop_last`` the (shuffled) index list is padded by wrapping around to
     a multiple of ``num_replicas``; with it the tail is cut; rank r takes positions
     r, r + R, r + 2R, ... ``len()`` is the per-rank count. ``num_replicas`` and
-    ``rank`` default to the process group (1 and 0 without one).
+    ``rank`` default to the process group (1 and 0 without one). The data set
+    (or its length) may also be passed as ``dataset=``, PyTorch's name.
     """
 
-    def __init__(self, dataset_or_len, num_replicas=None, rank=None, shuffle=True, seed=0, drop_last=False):
+    def __init__(self, dataset_or_len=None, num_replicas=None, rank=None, shuffle=True, seed=0, drop_last=False, *,
+                 dataset=None):
+        if (dataset_or_len is None) == (dataset is None):
+            raise TypeError("DistributedSampler: pass the data set (or its length) once, as the first argument or as "
+                            "dataset=")
+        dataset_or_len = dataset if dataset is not None else dataset_or_len
         self.dataset = dataset_or_len
         self.num_replicas, self.rank = _group_defaults(num_replicas, rank)
         self.shuffle = bool(shuffle)
