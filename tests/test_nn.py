@@ -280,6 +280,46 @@ def test_embedding_looks_up_rows_and_adds_their_gradients():
         F.embedding(ddpc.tensor([1], dtype=ddpc.int32), w)
 
 
+def test_embedding_scale_grad_by_freq_divides_each_rows_gradient_by_its_count():
+    table = np.arange(12, dtype=np.float64).reshape(6, 2)
+    idx = ddpc.tensor([[1, 4, 1], [0, 4, 4]])
+    g = np.random.default_rng(0).standard_normal((2, 3, 2))
+    w = ddpc.tensor(table, requires_grad=True)
+    F.embedding(idx, w, padding_idx=0, scale_grad_by_freq=True).backward(ddpc.tensor(g))
+    want = np.zeros((6, 2))
+    for i, row in enumerate(idx.numpy().reshape(-1)):
+        want[row] += g.reshape(-1, 2)[i] / (idx.numpy() == row).sum()
+    want[0] = 0.0  # padding_idx
+    np.testing.assert_allclose(w.grad.numpy(), want, rtol=1e-12)
+    # the gradient's own gradient (create_graph) is scaled the same way
+    w2 = ddpc.tensor(table, requires_grad=True)
+    gt = ddpc.tensor(g, requires_grad=True)
+    (gw,) = ddpc.autograd.grad(F.embedding(idx, w2, scale_grad_by_freq=True), w2, gt, create_graph=True)
+    (gg,) = ddpc.autograd.grad((gw * ddpc.tensor(table)).sum(), gt)
+    counts = np.bincount(idx.numpy().reshape(-1), minlength=6)
+    np.testing.assert_allclose(gg.numpy(), (table / counts[:, None].clip(1))[idx.numpy()], rtol=1e-12)
+    with pytest.raises(NotImplementedError, match="sparse"):
+        F.embedding(idx, w, sparse=True)
+    with pytest.raises(NotImplementedError, match="sparse"):
+        nn.Embedding(6, 2, sparse=True)
+
+
+def test_embeddings_from_pretrained_weights_frozen_or_not():
+    table = ddpc.tensor(np.arange(12, dtype=np.float32).reshape(6, 2))
+    emb = nn.Embedding.from_pretrained(table)
+    assert emb.weight.tolist() == table.tolist() and not emb.weight.requires_grad
+    assert (emb.num_embeddings, emb.embedding_dim) == (6, 2)
+    assert emb(ddpc.tensor([5])).tolist() == [[10.0, 11.0]]
+    tuned = nn.Embedding.from_pretrained(table, freeze=False, padding_idx=0, scale_grad_by_freq=True)
+    assert tuned.weight.requires_grad and tuned.padding_idx == 0 and tuned.scale_grad_by_freq
+    bag = nn.EmbeddingBag.from_pretrained(table, mode="sum")
+    assert bag(ddpc.tensor([[1, 2]])).tolist() == [[6.0, 8.0]] and not bag.weight.requires_grad
+    with pytest.raises(ValueError, match="2-d"):
+        nn.Embedding.from_pretrained(ddpc.zeros(3))
+    with pytest.raises(ValueError, match="does not match"):
+        nn.Embedding(5, 2, _weight=table)
+
+
 def test_embedding_max_norm_renormalises_the_rows_looked_up_in_place():
     table = np.array([[3.0, 4.0], [0.3, 0.4], [6.0, 8.0], [1.0, 1.0]])
     w = ddpc.tensor(table, requires_grad=True)

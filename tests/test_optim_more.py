@@ -192,6 +192,11 @@ def test_argument_checks():
         optim.Rprop(p, etas=(0.5, 0.9))
     with pytest.raises(ValueError, match="not supported"):
         optim.Rprop(p, capturable=True)
+    for make in (lambda: optim.Adam(p, capturable=True), lambda: optim.AdamW(p, differentiable=True),
+                 lambda: optim.SGD(p, differentiable=True)):
+        with pytest.raises(ValueError, match="not supported"):
+            make()
+    optim.AdamW(p, capturable=False, differentiable=False)  # PyTorch's defaults, spelled out
     with pytest.raises(ValueError, match="lambd"):
         optim.ASGD(p, lambd=-1)
     with pytest.raises(ValueError, match="alpha"):

@@ -125,12 +125,9 @@ rnn_relu_cell = _cell("RNN_RELU", 1, "rnn_relu_cell")
 
 
 def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
-    """torch.embedding: the weight first; a negative padding_idx means none.
-    ddpc has no scale_grad_by_freq or sparse gradients here (refused)."""
-    if scale_grad_by_freq or sparse:
-        raise ValueError("embedding: ddpc has no scale_grad_by_freq or sparse gradients in torch.embedding's form; "
-                         "use nn.Embedding")
-    return F.embedding(indices, weight, padding_idx if padding_idx >= 0 else None)
+    """torch.embedding: the weight first; a negative padding_idx means none."""
+    return F.embedding(indices, weight, padding_idx if padding_idx >= 0 else None, None, 2.0, scale_grad_by_freq,
+                       sparse)
 
 
 def selu(input):

@@ -39,7 +39,8 @@ from .backends import alert_not_deterministic
 from .amp import autocast_op
 from .tensor import (_ADD, _BITAND, _BITOR, _BITXOR, _DIV, _EQ, _GE, _GT, _INT_BOUNDS, _LE, _LSHIFT, _LT, _MAX, _MIN,
                      _MUL, _NE, _POWER, _RDIV, _RLSHIFT, _RPOWER, _RRSHIFT, _RSHIFT,
-                     _RSUB, _SUB, Tensor, _check_no_grad_inplace, _copy_view, _CopyOf, _is_float_scalar, _read, _shares_memory, _write_back,
+                     _RSUB, _SUB, Tensor, _check_no_grad_inplace, _copy_view, _CopyOf, _is_float_scalar, _read,
+                     _shares_memory, _write_back,
                      bfloat16, float16, float32, float64, get_dtype, int64, promote, uint8)
 from .tensor import _along
 from .tensor import cat as _cat_storage
@@ -3606,12 +3607,21 @@ def dropout(x, p=0.5, training=True):
     return _dropout_with(x, float(p), seed, offset)
 
 
+def _inverse_counts(indices, like):
+    """(V, 1): 1 / how often each of like's V rows occurs in indices (1 for none), in like's dtype."""
+    from .tensor import ones, zeros
+
+    counts = scatter_add(zeros(like.shape[0], dtype=like.dtype, device=like.device), 0, indices,
+                         ones(indices.shape, dtype=like.dtype, device=like.device))
+    return reciprocal(clamp_min(counts, 1.0)).reshape(-1, 1)
+
+
 class _EmbeddingBackward(Node):
     double_backward = True
 
-    def __init__(self, weight, idx, padding_idx):
+    def __init__(self, weight, idx, padding_idx, scale_grad_by_freq):
         super().__init__((weight,), (idx,))
-        self.shape, self.padding_idx = weight.shape, padding_idx
+        self.shape, self.padding_idx, self.scale_grad_by_freq = weight.shape, padding_idx, scale_grad_by_freq
 
     def backward(self, g):
         (idx,) = self.saved
@@ -3621,14 +3631,18 @@ class _EmbeddingBackward(Node):
         _C.fill(gw._buf, 0.0)
         alert_not_deterministic("embedding's backward", gw)
         _C.index_add_rows(gw._buf, g.reshape(-1, self.shape[1])._buf, idx._buf)
+        scale = _inverse_counts(idx, gw) if self.scale_grad_by_freq else None
+        if scale is not None:  # each row's gradient over how often the batch looks it up
+            _C.binary_broadcast(_MUL, gw._buf, gw._buf, scale._buf)
         if self.padding_idx is not None:
             _C.fill(gw._getitem(self.padding_idx)._buf, 0.0)
         if _needs_grad(g):  # create_graph: the adjoint looks the rows up again (none for padding_idx)
-            _attach(gw, AdjointBackward(g, functools.partial(self._rows, idx, g.shape), "EmbeddingBackwardBackward"))
+            _attach(gw, AdjointBackward(g, functools.partial(self._rows, idx, g.shape, scale),
+                                        "EmbeddingBackwardBackward"))
         return (gw,)
 
-    def _rows(self, idx, shape, u):
-        rows = index(u, idx)
+    def _rows(self, idx, shape, scale, u):
+        rows = index(u if scale is None else mul(u, scale), idx)
         if self.padding_idx is not None:
             rows = where((idx == self.padding_idx).reshape(idx.shape + (1,)), 0.0, rows)
         return reshape(rows, shape)
@@ -3654,10 +3668,15 @@ def _renorm_rows_(weight, idx, max_norm, norm_type):
         weight[rows] = mul(picked, where(norms > max_norm, mul(reciprocal(add(norms, 1e-7)), max_norm), 1.0))
 
 
-def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0):
+def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False, sparse=False):
     """Rows of ``weight`` [N, D] at the int64 indices ``input`` (any shape): shape input.shape + (D,).
     The row at ``padding_idx`` gets no gradient. With ``max_norm``, the rows
-    looked up are first renormalised in place to at most that norm, as in PyTorch."""
+    looked up are first renormalised in place to at most that norm, as in
+    PyTorch; with ``scale_grad_by_freq`` each row's gradient is divided by
+    how often ``input`` holds it. ddpc has no sparse gradients (``sparse=True``
+    raises)."""
+    if sparse:
+        raise NotImplementedError("embedding: ddpc has no sparse gradients (sparse=True)")
     if weight.ndim != 2:
         raise ValueError(f"embedding: the weight must be 2-d, got shape {weight.shape}")
     if input.dtype is not int64:
@@ -3679,7 +3698,7 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0):
     out = _empty(tuple(input.shape) + (weight.shape[1],), weight)
     _C.index_rows(out.reshape(-1, weight.shape[1])._buf, weight._buf, idx._buf)
     if _needs_grad(weight):
-        _attach(out, _EmbeddingBackward(weight, idx, padding_idx))
+        _attach(out, _EmbeddingBackward(weight, idx, padding_idx, bool(scale_grad_by_freq)))
     return out
 
 

@@ -12,7 +12,7 @@ from .. import _C
 from .. import autograd as _ag
 from ..backends import alert_not_deterministic
 from .._dtype import int32, int64
-from ..tensor import _MUL, Tensor, arange, ones, tensor, zeros
+from ..tensor import _MUL, Tensor, arange, tensor
 
 MODES = ("sum", "mean", "max")
 
@@ -38,18 +38,11 @@ class _EmbeddingBagBackward(_ag.Node):
             _C.embedding_bag_backward(gw._buf, g._buf, None if argmax is None else argmax._buf, *args,
                                       None if weights is None else weights._buf, self.mode, self.padding_idx)
             if self.scale_grad_by_freq:  # each row's gradient over how often the batch looks it up
-                _C.binary_broadcast(_MUL, gw._buf, gw._buf, _inverse_counts(indices, w)._buf)
+                _C.binary_broadcast(_MUL, gw._buf, gw._buf, _ag._inverse_counts(indices, w)._buf)
         if need_s:
             gs = _ag._grad_out(self.next_functions[1], indices.shape, g)
             _C.embedding_bag_weights_backward(gs._buf, g._buf, w._buf, *args, self.padding_idx)
         return gw, gs
-
-
-def _inverse_counts(indices, w):
-    """(V, 1): 1 / how often each row of w occurs in indices (1 for none), in w's dtype."""
-    counts = _ag.scatter_add(zeros(w.shape[0], dtype=w.dtype, device=w.device), 0, indices,
-                             ones(indices.shape, dtype=w.dtype, device=w.device))
-    return _ag.reciprocal(_ag.clamp_min(counts, 1.0)).reshape(-1, 1)
 
 
 def _as_index(t, what):

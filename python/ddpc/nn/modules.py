@@ -1030,24 +1030,55 @@ class AdaptiveMaxPool3d(_AdaptiveMaxPoolNd):
         return F.adaptive_max_pool3d(input, self.output_size, self.return_indices)
 
 
+def _given_weight(module, weight, freeze):
+    """The weight given to an embedding's constructor (``_weight``), checked against its shape."""
+    if tuple(weight.shape) != (module.num_embeddings, module.embedding_dim):
+        raise ValueError(f"Shape of weight {tuple(weight.shape)} does not match num_embeddings and embedding_dim "
+                         f"({module.num_embeddings}, {module.embedding_dim})")
+    return Parameter(weight, requires_grad=not freeze)
+
+
+def _from_pretrained(cls, embeddings, freeze, **kwargs):
+    """cls built around ``embeddings`` (a 2-d tensor) as its weight."""
+    if embeddings.ndim != 2:
+        raise ValueError(f"from_pretrained: embeddings must be 2-d, got shape {tuple(embeddings.shape)}")
+    return cls(embeddings.shape[0], embeddings.shape[1], _weight=embeddings, _freeze=freeze, **kwargs)
+
+
 class Embedding(Module):
     """A table of ``num_embeddings`` rows of ``embedding_dim``, looked up by
     int64 indices; rows start normal(0, 1), the ``padding_idx`` row zero (and
     it gets no gradient); with ``max_norm`` the rows looked up are renormalised
-    in place to at most that ``norm_type``-norm."""
+    in place to at most that ``norm_type``-norm; with ``scale_grad_by_freq``
+    each row's gradient is divided by how often the batch looks it up. ddpc
+    has no sparse gradients (``sparse=True`` raises)."""
 
-    def __init__(self, num_embeddings, embedding_dim, padding_idx=None, max_norm=None, norm_type=2.0, device=None,
-                 dtype=None):
+    def __init__(self, num_embeddings, embedding_dim, padding_idx=None, max_norm=None, norm_type=2.0,
+                 scale_grad_by_freq=False, sparse=False, _weight=None, _freeze=False, device=None, dtype=None):
         super().__init__()
+        if sparse:
+            raise NotImplementedError("Embedding: ddpc has no sparse gradients")
         self.num_embeddings, self.embedding_dim = int(num_embeddings), int(embedding_dim)
-        self.max_norm, self.norm_type = max_norm, norm_type
+        self.max_norm, self.norm_type, self.scale_grad_by_freq = max_norm, norm_type, bool(scale_grad_by_freq)
+        self.sparse = False
         if padding_idx is not None:
             if not -self.num_embeddings <= padding_idx < self.num_embeddings:
                 raise ValueError(f"padding_idx {padding_idx} is out of range for {self.num_embeddings} rows")
             padding_idx %= self.num_embeddings
         self.padding_idx = padding_idx
-        self.weight = Parameter(empty(self.num_embeddings, self.embedding_dim, dtype=dtype, device=device))
+        if _weight is not None:
+            self.weight = _given_weight(self, _weight, _freeze)
+            return
+        self.weight = Parameter(empty(self.num_embeddings, self.embedding_dim, dtype=dtype, device=device),
+                                requires_grad=not _freeze)
         self.reset_parameters()
+
+    @classmethod
+    def from_pretrained(cls, embeddings, freeze=True, padding_idx=None, max_norm=None, norm_type=2.0,
+                        scale_grad_by_freq=False, sparse=False):
+        """An Embedding whose weight is ``embeddings`` (rows x dim), frozen unless ``freeze=False``."""
+        return _from_pretrained(cls, embeddings, freeze, padding_idx=padding_idx, max_norm=max_norm,
+                                norm_type=norm_type, scale_grad_by_freq=scale_grad_by_freq, sparse=sparse)
 
     def reset_parameters(self):
         init.normal_(self.weight)
@@ -1056,7 +1087,8 @@ class Embedding(Module):
                 self.weight[self.padding_idx] = 0.0
 
     def forward(self, input):
-        return F.embedding(input, self.weight, self.padding_idx, self.max_norm, self.norm_type)
+        return F.embedding(input, self.weight, self.padding_idx, self.max_norm, self.norm_type,
+                           self.scale_grad_by_freq)
 
     def extra_repr(self):
         pad = f", padding_idx={self.padding_idx}" if self.padding_idx is not None else ""
@@ -1072,7 +1104,7 @@ class EmbeddingBag(Module):
 
     def __init__(self, num_embeddings, embedding_dim, max_norm=None, norm_type=2.0, scale_grad_by_freq=False,
                  mode="mean", sparse=False, _weight=None, include_last_offset=False, padding_idx=None, device=None,
-                 dtype=None):
+                 dtype=None, _freeze=False):
         super().__init__()
         if sparse:
             raise NotImplementedError("EmbeddingBag: ddpc has no sparse gradients")
@@ -1087,12 +1119,19 @@ class EmbeddingBag(Module):
         self.sparse = False
         self.mode, self.include_last_offset, self.padding_idx = mode, include_last_offset, padding_idx
         if _weight is None:
-            self.weight = Parameter(empty(self.num_embeddings, self.embedding_dim, dtype=dtype, device=device))
+            self.weight = Parameter(empty(self.num_embeddings, self.embedding_dim, dtype=dtype, device=device),
+                                    requires_grad=not _freeze)
             self.reset_parameters()
         else:
-            if tuple(_weight.shape) != (self.num_embeddings, self.embedding_dim):
-                raise ValueError("Shape of weight does not match num_embeddings and embedding_dim")
-            self.weight = Parameter(_weight)
+            self.weight = _given_weight(self, _weight, _freeze)
+
+    @classmethod
+    def from_pretrained(cls, embeddings, freeze=True, max_norm=None, norm_type=2.0, scale_grad_by_freq=False,
+                        mode="mean", sparse=False, include_last_offset=False, padding_idx=None):
+        """An EmbeddingBag whose weight is ``embeddings`` (rows x dim), frozen unless ``freeze=False``."""
+        return _from_pretrained(cls, embeddings, freeze, max_norm=max_norm, norm_type=norm_type,
+                                scale_grad_by_freq=scale_grad_by_freq, mode=mode, sparse=sparse,
+                                include_last_offset=include_last_offset, padding_idx=padding_idx)
 
     def reset_parameters(self):
         init.normal_(self.weight)

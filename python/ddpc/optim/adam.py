@@ -3,6 +3,7 @@
 Float16 and bfloat16 parameters are updated in float32 and rounded once, with
 exp_avg and exp_avg_sq in their own dtype. ``foreach`` and ``fused`` are
 accepted for PyTorch's signature: every step is one fused multi-tensor call.
+``capturable`` and ``differentiable`` are not supported (True raises).
 """
 
 from .. import _C
@@ -14,8 +15,11 @@ class Adam(Optimizer):
     """Adam; ``decoupled_weight_decay=True`` makes it AdamW."""
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0, amsgrad=False, *,
-                 foreach=None, maximize=False, fused=None, decoupled_weight_decay=False):
+                 foreach=None, maximize=False, capturable=False, differentiable=False, fused=None,
+                 decoupled_weight_decay=False):
         del foreach, fused
+        if capturable or differentiable:
+            raise ValueError(f"{type(self).__name__}: capturable and differentiable are not supported")
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
                                       amsgrad=amsgrad, maximize=maximize,
                                       decoupled_weight_decay=decoupled_weight_decay))
@@ -56,6 +60,7 @@ class AdamW(Adam):
     """Adam with decoupled weight decay (default 1e-2)."""
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, amsgrad=False, *,
-                 maximize=False, foreach=None, fused=None):
+                 maximize=False, foreach=None, capturable=False, differentiable=False, fused=None):
         super().__init__(params, lr, betas, eps, weight_decay, amsgrad, foreach=foreach, maximize=maximize,
-                         fused=fused, decoupled_weight_decay=True)
+                         capturable=capturable, differentiable=differentiable, fused=fused,
+                         decoupled_weight_decay=True)

@@ -3,6 +3,7 @@
 Float16 and bfloat16 parameters are updated in float32 and rounded once, with
 their momentum buffers in their own dtype. ``foreach`` and ``fused`` are
 accepted for PyTorch's signature: every step is one fused multi-tensor call.
+``differentiable`` is not supported (True raises).
 """
 
 from .. import _C
@@ -12,8 +13,10 @@ from .optimizer import Optimizer, check_common
 
 class SGD(Optimizer):
     def __init__(self, params, lr=1e-3, momentum=0, dampening=0, weight_decay=0, nesterov=False, *, maximize=False,
-                 foreach=None, fused=None):
+                 foreach=None, differentiable=False, fused=None):
         del foreach, fused
+        if differentiable:
+            raise ValueError("SGD: differentiable is not supported")
         super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
                                       nesterov=nesterov, maximize=maximize))
 
