@@ -428,3 +428,26 @@ def test_new_names_are_exported():
                  "rnn_tanh_cell", "rnn_relu_cell", "use_deterministic_algorithms",
                  "are_deterministic_algorithms_enabled", "is_deterministic_algorithms_warn_only_enabled", "put"):
         assert name in ddpc.__all__ and hasattr(ddpc, name), name
+
+
+def test_memory_formats_are_accepted_and_contiguity_follows_pytorchs_rule():
+    x = ddpc.randn(2, 3, 4, 5, requires_grad=True)
+    assert x.to(memory_format=ddpc.channels_last) is x  # nothing to convert: no copy, no new node
+    assert x.contiguous(memory_format=ddpc.channels_last) is x
+    assert x.is_contiguous() and x.is_contiguous(memory_format=ddpc.contiguous_format)
+    assert not x.is_contiguous(memory_format=ddpc.channels_last)  # row-major NCHW is not NHWC
+    assert ddpc.empty(2, 1, 4, 5).is_contiguous(memory_format=ddpc.channels_last)  # one channel: both
+    assert ddpc.empty(2, 3, 1, 1).is_contiguous(memory_format=ddpc.channels_last)  # one pixel: both
+    assert not ddpc.empty(2, 3).is_contiguous(memory_format=ddpc.channels_last)  # not 4-d
+    assert ddpc.empty(2, 1, 3, 4, 5).is_contiguous(memory_format=ddpc.channels_last_3d)
+    y = x.clone(memory_format=ddpc.contiguous_format)
+    assert y.tolist() == x.tolist() and y.grad_fn is not None
+    for like in (ddpc.zeros_like, ddpc.ones_like, ddpc.empty_like, ddpc.rand_like, ddpc.randn_like):
+        assert like(x, memory_format=ddpc.channels_last).shape == x.shape
+    assert ddpc.full_like(x, 2.0, memory_format=ddpc.preserve_format).sum().item() == 2.0 * x.numel()
+    assert ddpc.zeros_like(x, requires_grad=True).requires_grad
+    conv = nn.Conv2d(3, 4, 3).to(memory_format=ddpc.channels_last)
+    assert conv(x.detach()).shape == (2, 4, 2, 3)
+    with pytest.raises(TypeError, match="memory_format"):
+        x.contiguous(memory_format="channels_last")
+    assert repr(ddpc.channels_last) == "ddpc.channels_last" and isinstance(ddpc.channels_last, ddpc.memory_format)

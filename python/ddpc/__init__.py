@@ -6,6 +6,7 @@ The public API is re-exported here; see the submodules for details.
 from . import _C, backends, cuda
 from ._C import DistError, DistTimeoutError, OutOfMemoryError
 from ._dtype import bfloat16, device, dtype, finfo, float16, float32, float64, iinfo, int32, int64, uint8
+from ._dtype import channels_last, channels_last_3d, contiguous_format, memory_format, preserve_format
 from .backends import compile, get_float32_matmul_precision, set_float32_matmul_precision
 from .tensor import (Generator, Tensor, arange, default_generator, empty, empty_like, from_dlpack, from_numpy, full,
                      initial_seed, manual_seed, ones, ones_like, rand, randint, randn, randperm, tensor, zeros,
@@ -136,6 +137,7 @@ __all__ = [
     "digamma", "erfc", "erfinv", "i0", "lgamma", "mvlgamma", "polygamma", "tan", "special", "acos_", "acosh_",
     "arccos_", "arccosh_", "arcsin_", "arcsinh_", "arctan_", "arctanh_", "asin_", "asinh_", "atan_", "atanh_", "cosh_",
     "erfc_", "exp2_", "frac_", "i0_", "log2_", "log10_", "logit_", "sinh_", "tan_", "xlogy_", "vmap", "OutOfMemoryError",
+    "memory_format", "contiguous_format", "preserve_format", "channels_last", "channels_last_3d",
     "igamma", "igammac",
 ] + _pointwise.__all__ + _matrix.__all__ + _linalg.__all__ + _layout.__all__ + _random.__all__ + _stats.__all__ + \
     _windows.__all__ + _nn_forms.__all__ + _aliases.__all__ + [

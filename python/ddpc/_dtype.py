@@ -271,3 +271,53 @@ def ordinal(spec):
 
 def device_of(ordinal_):
     return device("cpu") if ordinal_ < 0 else device("cuda", ordinal_)
+
+
+class memory_format:
+    """A name of a memory layout, as torch.memory_format. ddpc keeps every
+    tensor in row-major order: calls that take a ``memory_format`` accept
+    these and lay nothing out differently (``channels_last`` changes speed
+    in PyTorch, not values), while ``is_contiguous(memory_format=...)`` says
+    truly whether the row-major layout is also that one."""
+
+    def __init__(self, name, dim_order=None):
+        self._name, self._dim_order = name, dim_order
+
+    def __repr__(self):
+        return f"ddpc.{self._name}"
+
+    def __reduce__(self):
+        return self._name
+
+
+contiguous_format = memory_format("contiguous_format")
+preserve_format = memory_format("preserve_format")
+# The dims from fastest- to slowest-varying in each channels-last layout.
+channels_last = memory_format("channels_last", (1, 3, 2, 0))
+channels_last_3d = memory_format("channels_last_3d", (1, 4, 3, 2, 0))
+
+
+def checked_memory_format(fmt, what):
+    if not isinstance(fmt, memory_format):
+        raise TypeError(f"{what}: memory_format must be a ddpc memory format (e.g. ddpc.channels_last), got {fmt!r}")
+    return fmt
+
+
+def row_major_is(fmt, shape):
+    """Whether a row-major tensor of ``shape`` is also laid out as ``fmt``
+    (PyTorch's rule: the strides in the format's dim order grow as the sizes
+    multiply, dims of size 1 ignored)."""
+    if fmt._dim_order is None:
+        return True
+    if len(shape) != len(fmt._dim_order):
+        return False
+    strides = [1] * len(shape)
+    for d in range(len(shape) - 2, -1, -1):
+        strides[d] = strides[d + 1] * shape[d + 1]
+    expected = 1
+    for d in fmt._dim_order:
+        if shape[d] != 1:
+            if strides[d] != expected:
+                return False
+            expected *= shape[d]
+    return True

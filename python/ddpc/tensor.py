@@ -15,8 +15,9 @@ import weakref
 import numpy as np
 
 from . import _C, _indexing
-from ._dtype import (asks_for_bool, bfloat16, device, device_of, dtype, float16, float32, float64, get_dtype, int32,
-                     int64, numpy_dtype, ordinal, promote, uint8)
+from ._dtype import (asks_for_bool, bfloat16, checked_memory_format, contiguous_format, device, device_of, dtype,
+                     float16, float32, float64, get_dtype, int32, int64, numpy_dtype, ordinal, preserve_format, promote,
+                     row_major_is, uint8)
 
 _ADD, _SUB, _MUL, _DIV, _RSUB, _RDIV, _EQ, _NE, _LT, _LE, _GT, _GE, _MAX, _MIN, _POWER, _RPOWER = range(16)
 _BITAND, _BITOR, _BITXOR, _LSHIFT, _RSHIFT, _RLSHIFT, _RRSHIFT = range(16, 23)
@@ -199,12 +200,17 @@ class Tensor:
     def is_pinned(self):
         return self._buf.is_pinned
 
-    def is_contiguous(self):
-        return self._not_a_view is None
+    def is_contiguous(self, memory_format=contiguous_format):
+        """Whether the tensor is contiguous in ``memory_format``: ddpc's are all
+        row-major, which is channels_last only where PyTorch's rule says so
+        (one channel, or one pixel)."""
+        fmt = checked_memory_format(memory_format, "is_contiguous")
+        return self._not_a_view is None and row_major_is(fmt, self.shape)
 
-    def contiguous(self):
+    def contiguous(self, memory_format=contiguous_format):
         """This tensor, or, for a copy that stands where PyTorch has a view, one
-        over the same elements that may be written."""
+        over the same elements that may be written (row-major in any memory_format)."""
+        checked_memory_format(memory_format, "contiguous")
         return self if self._not_a_view is None else _ag.alias(self)
 
     def __len__(self):
@@ -254,9 +260,11 @@ class Tensor:
             raise TypeError("only integer tensors of a single element can be used as an index")
         return int(self.item())
 
-    def to(self, *args, non_blocking=False, copy=False, dtype=None, device=None):
+    def to(self, *args, non_blocking=False, copy=False, dtype=None, device=None, memory_format=preserve_format):
         """``to(device)``, ``to(dtype)``, ``to(device, dtype)`` or ``to(other_tensor)``;
-        to bool gives the uint8 mask of self != 0 (ddpc has no bool dtype)."""
+        to bool gives the uint8 mask of self != 0 (ddpc has no bool dtype).
+        ``memory_format`` lays nothing out differently (see ddpc.memory_format)."""
+        checked_memory_format(memory_format, "to")
         device, dtype = parse_to_args(args, device, dtype)
         if asks_for_bool(dtype):
             return (self.detach() != 0).to(device=device, non_blocking=non_blocking)
@@ -314,7 +322,8 @@ class Tensor:
         _C.copy(buf, self._buf)
         return Tensor(buf)
 
-    def clone(self):
+    def clone(self, *, memory_format=preserve_format):
+        checked_memory_format(memory_format, "clone")
         return _ag.clone(self)
 
     def detach(self):
@@ -1573,16 +1582,19 @@ def full(size, fill_value, dtype=None, device=None, requires_grad=False):
     return _new(size, dtype, device, default=default).fill_(fill_value)._with_grad(requires_grad)
 
 
-def zeros_like(input, dtype=None, device=None):
-    return zeros(input.shape, dtype=dtype or input.dtype, device=device or input.device)
+def zeros_like(input, dtype=None, device=None, requires_grad=False, memory_format=preserve_format):
+    checked_memory_format(memory_format, "zeros_like")
+    return zeros(input.shape, dtype=dtype or input.dtype, device=device or input.device, requires_grad=requires_grad)
 
 
-def ones_like(input, dtype=None, device=None):
-    return ones(input.shape, dtype=dtype or input.dtype, device=device or input.device)
+def ones_like(input, dtype=None, device=None, requires_grad=False, memory_format=preserve_format):
+    checked_memory_format(memory_format, "ones_like")
+    return ones(input.shape, dtype=dtype or input.dtype, device=device or input.device, requires_grad=requires_grad)
 
 
-def empty_like(input, dtype=None, device=None):
-    return empty(input.shape, dtype=dtype or input.dtype, device=device or input.device)
+def empty_like(input, dtype=None, device=None, requires_grad=False, memory_format=preserve_format):
+    checked_memory_format(memory_format, "empty_like")
+    return empty(input.shape, dtype=dtype or input.dtype, device=device or input.device, requires_grad=requires_grad)
 
 
 def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False):
@@ -1688,16 +1700,19 @@ def eye(n, m=None, dtype=None, device=None, requires_grad=False):
     return _float_values(np.eye(int(n), int(m)), dtype, device, requires_grad)
 
 
-def full_like(input, fill_value, dtype=None, device=None, requires_grad=False):
+def full_like(input, fill_value, dtype=None, device=None, requires_grad=False, memory_format=preserve_format):
+    checked_memory_format(memory_format, "full_like")
     return full(input.shape, fill_value, dtype=dtype or input.dtype, device=device or input.device,
                 requires_grad=requires_grad)
 
 
-def rand_like(input, dtype=None, device=None, requires_grad=False):
+def rand_like(input, dtype=None, device=None, requires_grad=False, memory_format=preserve_format):
+    checked_memory_format(memory_format, "rand_like")
     return rand(input.shape, dtype=dtype or input.dtype, device=device or input.device, requires_grad=requires_grad)
 
 
-def randn_like(input, dtype=None, device=None, requires_grad=False):
+def randn_like(input, dtype=None, device=None, requires_grad=False, memory_format=preserve_format):
+    checked_memory_format(memory_format, "randn_like")
     return randn(input.shape, dtype=dtype or input.dtype, device=device or input.device, requires_grad=requires_grad)
 
 

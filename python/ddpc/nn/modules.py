@@ -13,7 +13,7 @@ from collections import OrderedDict, namedtuple
 
 from ..autograd import RemovableHandle, no_grad
 from ..tensor import Tensor, arange, empty, full, parse_to_args, zero_grads
-from .._dtype import get_dtype, ordinal
+from .._dtype import checked_memory_format, get_dtype, ordinal, preserve_format
 from . import _conv, _embedding_bag
 from . import functional as F
 from . import init
@@ -479,8 +479,10 @@ class Module:
                     m._buffers[name] = fn(b)
         return self
 
-    def to(self, *args, dtype=None, device=None, non_blocking=False):
-        """``to(device)``, ``to(dtype)`` (floating tensors only) or ``to(device, dtype)``, in place."""
+    def to(self, *args, dtype=None, device=None, non_blocking=False, memory_format=preserve_format):
+        """``to(device)``, ``to(dtype)`` (floating tensors only) or ``to(device, dtype)``, in place;
+        ``memory_format`` lays nothing out differently (see ddpc.memory_format)."""
+        checked_memory_format(memory_format, "Module.to")
         device, dtype = parse_to_args(args, device, dtype)
         dt = get_dtype(dtype) if dtype is not None else None
         if dt is not None and not dt.is_floating_point:
