@@ -724,6 +724,43 @@ def scenario_p2p_objects():
     d = np.full(3, rank, np.int64)
     dist.all_reduce(d, group=cur)
     check(d, np.full(3, sum((evens, odds)[rank % 2])), "new_subgroups_by_enumeration all_reduce")
+    # Peers named by their rank within the group (group_src / group_dst / group_peer), as PyTorch takes them.
+    members = (evens, odds)[rank % 2]
+    first = np.full(2, rank, np.int64)
+    dist.broadcast(first, group=cur, group_src=0)
+    check(first, np.full(2, members[0]), "broadcast with group_src")
+    got = [None]
+    dist.broadcast_object_list(got if rank != members[0] else [("from", rank)], group=cur, group_src=0)
+    assert rank == members[0] or got == [("from", members[0])], got
+    if len(members) > 1:
+        me = members.index(rank)
+        if me < 2:
+            other = 1 - me
+            out = np.zeros(3, np.int64)
+            if me == 0:
+                dist.send(np.full(3, rank, np.int64), group=cur, group_dst=other)
+                assert dist.recv(out, group=cur, group_src=other) == members[other]
+            else:
+                assert dist.recv(out, group=cur, group_src=other) == members[other]
+                dist.send(np.full(3, rank, np.int64), group=cur, group_dst=other)
+            check(out, np.full(3, members[other]), "send/recv with group_dst/group_src")
+            box = np.zeros(1, np.int64)
+            works = dist.batch_isend_irecv([dist.P2POp(dist.isend, np.full(1, rank, np.int64), group=cur,
+                                                       group_peer=other),
+                                            dist.P2POp(dist.irecv, box, group=cur, group_peer=other)])
+            for w in works:
+                w.wait()
+            check(box, np.full(1, members[other]), "P2POp with group_peer")
+    try:
+        dist.broadcast(first, src=0, group_src=0)
+        raise AssertionError("src and group_src together must be refused")
+    except ValueError as e:
+        assert "not both" in str(e), e
+    try:
+        dist.broadcast(first)
+        raise AssertionError("a broadcast without src must be refused")
+    except ValueError as e:
+        assert "group_src" in str(e), e
     alone, _ = dist.new_subgroups_by_enumeration([[0]])
     assert (alone is None) == (rank != 0)
     try:

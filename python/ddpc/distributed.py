@@ -855,6 +855,24 @@ def _finisher(*fns):
     return finish
 
 
+_REQUIRED = object()
+
+
+def _global_peer(g, rank, group_rank, what, default=_REQUIRED):
+    """The default-group rank of a peer given as ``what`` (a default-group
+    rank) or as ``group_<what>`` (its rank within g), as PyTorch takes either;
+    ``default`` where neither is given."""
+    if group_rank is None:
+        if rank is None and default is _REQUIRED:
+            raise ValueError(f"give {what} or group_{what}")
+        return default if rank is None else rank
+    if rank is not None:
+        raise ValueError(f"give {what} or group_{what}, not both")
+    if not 0 <= group_rank < g.size():
+        raise ValueError(f"group_{what} {group_rank} is out of range for a group of {g.size()} members")
+    return g.ranks[group_rank]
+
+
 def _group_rank(g, rank, what):
     if rank not in g.ranks:
         raise ValueError(f"{what} {rank} is not a member of the group (members: {g.ranks})")
@@ -878,9 +896,11 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
                    outputs=[tensor])
 
 
-def broadcast(tensor, src, group=None, async_op=False):
-    """Copies ``tensor`` of rank ``src`` (a rank of the default group) to every member."""
+def broadcast(tensor, src=None, group=None, async_op=False, group_src=None):
+    """Copies ``tensor`` of rank ``src`` (a rank of the default group; or
+    ``group_src``, a rank within ``group``) to every member."""
     g = _group(group)
+    src = _global_peer(g, src, group_src, "src")
     a = _Arg(tensor, g)
     return _launch(g, g._c.broadcast, async_op, _finisher(a.device_buf and a.finish), a.obj, a.code,
                    _group_rank(g, src, "src"), outputs=[tensor])
@@ -982,20 +1002,23 @@ def all_gather(tensor_list, tensor, group=None, async_op=False):
     return _all_gather_list("all_gather", _group(group), tensor_list, tensor, async_op)
 
 
-def gather(tensor, gather_list=None, dst=0, group=None, async_op=False):
-    """Rank ``dst`` receives every rank's ``tensor`` in ``gather_list`` (in
-    rank order); the other ranks pass no list."""
+def gather(tensor, gather_list=None, dst=None, group=None, async_op=False, group_dst=None):
+    """Rank ``dst`` (default 0; or ``group_dst`` within the group) receives
+    every rank's ``tensor`` in ``gather_list`` (in rank order); the other
+    ranks pass no list."""
     g = _group(group)
+    dst = _global_peer(g, dst, group_dst, "dst", 0)
     at_dst = g.rank() == _group_rank(g, dst, "dst")
     if not at_dst and gather_list:
         raise ValueError("gather: only rank dst passes a gather_list")
     return _all_gather_list("gather", g, gather_list, tensor, async_op, keep=at_dst)
 
 
-def scatter(tensor, scatter_list=None, src=0, group=None, async_op=False):
-    """Copies rank ``src``'s ``scatter_list[r]`` into rank r's ``tensor``; the
-    other ranks pass no list."""
+def scatter(tensor, scatter_list=None, src=None, group=None, async_op=False, group_src=None):
+    """Copies rank ``src``'s (default 0; or ``group_src``'s) ``scatter_list[r]``
+    into rank r's ``tensor``; the other ranks pass no list."""
     g = _group(group)
+    src = _global_peer(g, src, group_src, "src", 0)
     src_rank = _group_rank(g, src, "src")
     out = _Arg(tensor, g, writable=False)  # written by the copy out of the broadcast blocks
     if g.rank() != src_rank and scatter_list:
@@ -1005,10 +1028,11 @@ def scatter(tensor, scatter_list=None, src=0, group=None, async_op=False):
     return _launch(g, g._c.broadcast, async_op, lambda: _copy_out(tensor, mine), blocks, out.code, src_rank)
 
 
-def reduce(tensor, dst, op=ReduceOp.SUM, group=None, async_op=False):
-    """Reduces ``tensor`` across the group into rank ``dst``'s ``tensor``; the
-    other ranks' tensors are left as they were."""
+def reduce(tensor, dst=None, op=ReduceOp.SUM, group=None, async_op=False, group_dst=None):
+    """Reduces ``tensor`` across the group into rank ``dst``'s (or
+    ``group_dst``'s) ``tensor``; the other ranks' tensors are left as they were."""
     g = _group(group)
+    dst = _global_peer(g, dst, group_dst, "dst")
     if g.rank() == _group_rank(g, dst, "dst"):
         return all_reduce(tensor, op, g, async_op)
     a = _Arg(tensor, g, writable=False)
@@ -1118,12 +1142,13 @@ def _p2p(tensor, peer, group, tag, sending, async_op):
     return None if sending else g.ranks[peer_rank if sender is None else sender]
 
 
-def send(tensor, dst, group=None, tag=0):
-    """Sends ``tensor`` to rank ``dst``; the matching recv must have the same size, dtype and tag."""
-    _p2p(tensor, dst, group, tag, True, False)
+def send(tensor, dst=None, group=None, tag=0, group_dst=None):
+    """Sends ``tensor`` to rank ``dst`` (or ``group_dst`` within the group);
+    the matching recv must have the same size, dtype and tag."""
+    _p2p(tensor, _global_peer(_group(group), dst, group_dst, "dst"), group, tag, True, False)
 
 
-def recv(tensor, src=None, group=None, tag=0):
+def recv(tensor, src=None, group=None, tag=0, group_src=None):
     """Receives into ``tensor`` the oldest message from rank ``src`` sent with
     ``tag``, or without ``src`` the first such message from any rank (cpu
     backend); its size and dtype must be those of ``tensor``. Returns the
@@ -1133,26 +1158,29 @@ def recv(tensor, src=None, group=None, tag=0):
     backend: messages with other tags that the sender sent first are kept
     until the receives for their tags take them, each tag's in the order sent.
     The nccl backend ignores tags, as PyTorch's does: a rank's messages arrive
-    in the order it sent them."""
-    return _p2p(tensor, src, group, tag, False, False)
+    in the order it sent them. ``group_src`` names the sender by its rank
+    within the group instead."""
+    return _p2p(tensor, _global_peer(_group(group), src, group_src, "src", None), group, tag, False, False)
 
 
-def isend(tensor, dst, group=None, tag=0):
-    return _p2p(tensor, dst, group, tag, True, True)
+def isend(tensor, dst=None, group=None, tag=0, group_dst=None):
+    return _p2p(tensor, _global_peer(_group(group), dst, group_dst, "dst"), group, tag, True, True)
 
 
-def irecv(tensor, src=None, group=None, tag=0):
+def irecv(tensor, src=None, group=None, tag=0, group_src=None):
     """Asynchronous recv, matched by tag like ``recv``; without ``src`` the
     handle's ``source_rank()`` names the sender once done."""
-    return _p2p(tensor, src, group, tag, False, True)
+    return _p2p(tensor, _global_peer(_group(group), src, group_src, "src", None), group, tag, False, True)
 
 
 class P2POp:
     """One send or receive for ``batch_isend_irecv``: ``op`` is ``isend`` or ``irecv``."""
 
-    def __init__(self, op, tensor, peer=None, group=None, tag=0):
+    def __init__(self, op, tensor, peer=None, group=None, tag=0, group_peer=None):
         if op not in (isend, irecv):
             raise ValueError("P2POp: op must be ddpc.distributed.isend or ddpc.distributed.irecv")
+        if group_peer is not None:
+            peer = _global_peer(_group(group), peer, group_peer, "peer")
         if peer is None and op is isend:
             raise ValueError("P2POp: an isend needs a peer")
         self.op, self.tensor, self.peer, self.group, self.tag = op, tensor, peer, group, tag
@@ -1337,9 +1365,10 @@ def all_gather_object(object_list, obj, group=None):
     object_list[:] = _gather_objects(g, obj)
 
 
-def gather_object(obj, object_gather_list=None, dst=0, group=None):
-    """Rank ``dst`` receives every rank's ``obj`` in ``object_gather_list``."""
+def gather_object(obj, object_gather_list=None, dst=None, group=None, group_dst=None):
+    """Rank ``dst`` (default 0; or ``group_dst``) receives every rank's ``obj`` in ``object_gather_list``."""
     g = _group(group)
+    dst = _global_peer(g, dst, group_dst, "dst", 0)
     at_dst = g.rank() == _group_rank(g, dst, "dst")
     if at_dst and (object_gather_list is None or len(object_gather_list) != g.size()):
         raise ValueError(f"gather_object: rank dst needs an object_gather_list of {g.size()} entries")
@@ -1350,16 +1379,20 @@ def gather_object(obj, object_gather_list=None, dst=0, group=None):
         object_gather_list[:] = objects
 
 
-def broadcast_object_list(object_list, src=0, group=None, device=None):
-    """Replaces the entries of ``object_list`` with rank ``src``'s (every rank's list has the same length)."""
+def broadcast_object_list(object_list, src=None, group=None, device=None, group_src=None):
+    """Replaces the entries of ``object_list`` with rank ``src``'s (default 0;
+    or ``group_src``'s; every rank's list has the same length)."""
     del device  # where the pickles travel follows the group's backend
     g = _group(group)
-    object_list[:] = _broadcast_objects(g, object_list, src, len(object_list))
+    object_list[:] = _broadcast_objects(g, object_list, _global_peer(g, src, group_src, "src", 0), len(object_list))
 
 
-def scatter_object_list(scatter_object_output_list, scatter_object_input_list=None, src=0, group=None):
-    """Sets ``scatter_object_output_list[0]`` to rank ``src``'s ``scatter_object_input_list[r]`` on rank r."""
+def scatter_object_list(scatter_object_output_list, scatter_object_input_list=None, src=None, group=None,
+                        group_src=None):
+    """Sets ``scatter_object_output_list[0]`` to rank ``src``'s (default 0; or
+    ``group_src``'s) ``scatter_object_input_list[r]`` on rank r."""
     g = _group(group)
+    src = _global_peer(g, src, group_src, "src", 0)
     at_src = g.rank() == _group_rank(g, src, "src")
     if not scatter_object_output_list:
         raise ValueError("scatter_object_list: the output list needs at least one entry")
@@ -1369,25 +1402,27 @@ def scatter_object_list(scatter_object_output_list, scatter_object_input_list=No
     scatter_object_output_list[0] = objects[g.rank()]
 
 
-def send_object_list(object_list, dst, group=None, device=None):
+def send_object_list(object_list, dst=None, group=None, device=None, group_dst=None):
     """Sends the objects of ``object_list`` (picklable) to rank ``dst``, whose
     ``recv_object_list`` passes a list of the same length: first their
     count and pickles' sizes, then the pickles."""
     del device  # where the pickles travel follows the group's backend
     g = _group(group)
+    dst = _global_peer(g, dst, group_dst, "dst")
     data = [_object_bytes(o) for o in object_list]
     send(_to_group(g, np.array([len(data)] + [d.size for d in data], np.int64)), dst, g, _OBJECT_TAG)
     if sum(d.size for d in data):
         send(_to_group(g, np.concatenate(data)), dst, g, _OBJECT_TAG)
 
 
-def recv_object_list(object_list, src=None, group=None, device=None):
+def recv_object_list(object_list, src=None, group=None, device=None, group_src=None):
     """Fills ``object_list`` with the objects rank ``src`` (without src, any
     rank, on the cpu backend) sent with ``send_object_list``; returns the
     sender's rank. A list of another length than the sender's is a
     mismatch of the two calls: both raise DistError."""
     del device
     g = _group(group)
+    src = _global_peer(g, src, group_src, "src", None)
     header = _to_group(g, np.zeros(1 + len(object_list), np.int64))
     sender = recv(header, src, g, _OBJECT_TAG)
     sizes = _to_numpy(header, np.int64)[1:]
