@@ -336,6 +336,22 @@ def test_smooth_l1_with_beta_zero_is_l1_and_huber_is_delta_times_smooth_l1():
                                rtol=1e-12)
 
 
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+def test_weighted_huber_loss_weighs_each_element_before_reducing(reduction):
+    x, y, w = rng.standard_normal((4, 5)) * 3, rng.standard_normal((4, 5)), rng.uniform(0, 2, (4, 5))
+    xt = t64(x).requires_grad_(True)
+    d = x - y
+    per = np.where(np.abs(d) < 1.5, 0.5 * d * d, 1.5 * (np.abs(d) - 0.75)) * w
+    want = {"none": per, "mean": per.mean(), "sum": per.sum()}[reduction]
+    got = F.huber_loss(xt, t64(y), reduction=reduction, delta=1.5, weight=t64(w))
+    np.testing.assert_allclose(arr(got), want, rtol=1e-12)
+    got.sum().backward()
+    scale = {"none": 1.0, "mean": 1.0 / d.size, "sum": 1.0}[reduction]
+    np.testing.assert_allclose(arr(xt.grad), np.clip(d, -1.5, 1.5) * w * scale, rtol=1e-12)
+    with pytest.raises(ValueError, match="weight's shape"):
+        F.huber_loss(xt, t64(y), weight=t64(w[0]))
+
+
 @pytest.mark.parametrize("log_target", [False, True])
 @pytest.mark.parametrize("reduction", ["none", "mean", "sum", "batchmean"])
 def test_kl_div(reduction, log_target):

@@ -397,12 +397,19 @@ def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mea
     return _ag.pointwise_loss(_ag._SMOOTH_L1, input, target, reduction, beta)
 
 
-def huber_loss(input, target, reduction="mean", delta=1.0):
-    """0.5 (x - y)^2 where |x - y| < delta, else delta (|x - y| - 0.5 delta)."""
+def huber_loss(input, target, reduction="mean", delta=1.0, weight=None):
+    """0.5 (x - y)^2 where |x - y| < delta, else delta (|x - y| - 0.5 delta);
+    with ``weight`` (the input's shape) each element's loss times its weight,
+    then reduced (the mean over the elements, as PyTorch's)."""
     if not delta > 0:
         raise ValueError(f"huber_loss does not support non-positive values for delta, got {delta}")
     _warn_broadcast(input, target)
-    return _ag.pointwise_loss(_ag._HUBER, input, target, reduction, delta)
+    if weight is None:
+        return _ag.pointwise_loss(_ag._HUBER, input, target, reduction, delta)
+    if tuple(weight.shape) != tuple(input.shape):
+        raise ValueError(f"huber_loss: the weight's shape {tuple(weight.shape)} must be the input's "
+                         f"{tuple(input.shape)}")
+    return _losses._reduce(_ag.pointwise_loss(_ag._HUBER, input, target, "none", delta) * weight, reduction)
 
 
 def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None, reduction="mean"):

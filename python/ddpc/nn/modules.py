@@ -1281,8 +1281,8 @@ class SyncBatchNorm(_BatchNorm):
     _dims = tuple(range(2, 9))
 
     def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True, track_running_stats=True,
-                 process_group=None, device=None, dtype=None):
-        super().__init__(num_features, eps, momentum, affine, track_running_stats, device, dtype)
+                 process_group=None, device=None, dtype=None, *, bias=True):
+        super().__init__(num_features, eps, momentum, affine, track_running_stats, device, dtype, bias=bias)
         self.process_group = process_group
 
     def forward(self, input):
@@ -1302,7 +1302,7 @@ class SyncBatchNorm(_BatchNorm):
         out = module
         if isinstance(module, _BatchNorm) and not isinstance(module, SyncBatchNorm):
             out = cls(module.num_features, module.eps, module.momentum, module.affine, module.track_running_stats,
-                      process_group)
+                      process_group, bias=getattr(module, "bias", None) is not None)
             for name in ("weight", "bias"):
                 if module.affine:
                     setattr(out, name, getattr(module, name))

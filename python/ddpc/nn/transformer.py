@@ -217,7 +217,11 @@ class TransformerEncoderLayer(Module):
 class TransformerEncoder(Module):
     """``num_layers`` deep copies of ``encoder_layer`` applied in turn, then ``norm`` when given."""
 
-    def __init__(self, encoder_layer, num_layers, norm=None):
+    def __init__(self, encoder_layer, num_layers, norm=None, enable_nested_tensor=True, mask_check=True):
+        """``enable_nested_tensor`` and ``mask_check`` are PyTorch's switches
+        for its nested-tensor fast path, which ddpc does not have: taken, and
+        the results are the same."""
+        del enable_nested_tensor, mask_check
         super().__init__()
         self.layers = ModuleList([copy.deepcopy(encoder_layer) for _ in range(num_layers)])
         self.num_layers, self.norm = num_layers, norm
