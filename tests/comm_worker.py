@@ -939,14 +939,20 @@ def scenario_new_group_with_the_dead(victim, when):
 
 
 def scenario_until_error(seconds=60):
-    """All-reduces until the group fails; reports the time since the last success."""
+    """All-reduces until the group fails (saying RUNNING once it has reduced
+    for a second); reports the time since the last success."""
     rank = dist.get_rank()
     a = np.ones(1 << 16, np.float32)
     t0 = last = time.monotonic()
+    first, said = None, False
     try:
         while time.monotonic() - t0 < float(seconds):
             dist.all_reduce(a)
             last = time.monotonic()
+            first = first or last
+            if not said and last - first >= 1.0:
+                say(f"RANK {rank} RUNNING")
+                said = True
             time.sleep(0.01)
     except dist.DistError as e:
         say(f"RANK {rank} CAUGHT {type(e).__name__} after {time.monotonic() - last:.2f}s: {e}")

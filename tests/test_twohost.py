@@ -5,6 +5,7 @@ namespace, the ring between them). Skipped where namespaces can't be made."""
 
 import os
 import re
+import select
 import shutil
 import subprocess
 import sys
@@ -82,6 +83,19 @@ def finish(procs):
     return [p.returncode for p in procs], outs
 
 
+def wait_for_output(proc, text, timeout=120):
+    """What ``proc`` writes to stdout up to ``text``, read from the pipe itself
+    so that communicate() later returns the rest."""
+    fd, seen, deadline = proc.stdout.fileno(), b"", time.monotonic() + timeout
+    while text.encode() not in seen:
+        left = deadline - time.monotonic()
+        if left <= 0 or proc.poll() is not None:
+            raise AssertionError(f"{text!r} did not come within {timeout} s; stdout so far: {seen.decode()}")
+        if select.select([fd], [], [], min(left, 1.0))[0]:
+            seen += os.read(fd, 1 << 16)
+    return seen.decode()
+
+
 def run_two_hosts(ns, nproc, scenario, port, extra_env):
     return finish(start_two_hosts(ns, nproc, scenario, port, extra_env))
 
@@ -104,14 +118,19 @@ def test_host_that_goes_silent_is_reported_dead(namespaces):
     lost rank on host a, within 10 seconds."""
     ns, veth = namespaces
     procs = start_two_hosts(ns, 1, "until_error", 29641, {})
-    time.sleep(3)
-    assert all(p.poll() is None for p in procs), [p.communicate() for p in procs]
+    try:  # the link goes down only once both ranks are in the group and reducing, however slowly they started
+        before = wait_for_output(procs[0], "RANK 0 RUNNING")
+        wait_for_output(procs[1], "RANK 1 RUNNING")
+    except AssertionError:
+        for p in procs:
+            p.kill()
+        raise
     assert sh("ip", "-n", ns["b"], "link", "set", veth["b"], "down").returncode == 0
     try:
         codes, outs = finish(procs)
     finally:
         sh("ip", "-n", ns["b"], "link", "set", veth["b"], "up")
-    out_a = outs[0][0] + outs[0][1]
+    out_a = before + outs[0][0] + outs[0][1]
     m = re.search(r"RANK 0 CAUGHT DistError after ([\d.]+)s: (.*)", out_a)
     assert m, out_a
     assert float(m.group(1)) < 10 and "rank 1 died" in m.group(2), out_a
