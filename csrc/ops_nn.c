@@ -54,9 +54,10 @@ static ddpc_status check_like_(const ddpc_buffer *ref, const ddpc_buffer *b, int
 #define LN10 2.30258509299404568402
 
 #define CDF_T(T, x) (sizeof(T) == 4 ? (T)ddpc_normal_cdf_f32((float)(x)) : (T)(0.5 * erfc(-(double)(x) * INV_SQRT2)))
-/* log(1 + exp(z)) as max(z, 0) + log1p(exp(-|z|)), which neither overflows nor loses the small values. */
+#define GELU_T(T, x) (sizeof(T) == 4 ? (T)ddpc_gelu_f32((float)(x)) : (x) * CDF_T(T, x))
 #define RELU6_T(T, v) ((v) < 0 ? (T)0 : ((v) > 6 ? (T)6 : (v)))
-#define SOFTPLUS_T(T, z) (((z) > 0 ? (z) : (T)0) + log1p(EXP_T(T, -fabs(z))))
+/* log(1 + exp(z)) as max(z, 0) + log1p(exp(-|z|)), which neither overflows nor loses the small values. */
+#define SOFTPLUS_T(T, z) (((z) > 0 ? (z) : (T)0) + LOG1P_T(T, EXP_T(T, -fabs(z))))
 
 /* POLYGAMMA's order p is a whole number from 1 up that fits an int (past 170 the result is infinite anyway). */
 static ddpc_status check_unary_(ddpc_unary_op op, double p) {
@@ -77,16 +78,19 @@ typedef struct {
     double p, q;
 } unary_job_;
 
-/* Elements per thread below which a thread start costs more than it saves:
- * for an op whose element costs a transcendental function or more. The
- * others (and the gradients that are arithmetic on the saved output) are
- * bound by memory, where one core keeps up and a thread start, tens of
- * microseconds, would cost more than the second core gains: those run
- * split only over very many elements. */
+/* Elements per thread below which a thread start (tens of microseconds)
+ * costs more than it saves, by an element's cost: tens of nanoseconds for
+ * a libm or special_functions.h call (float64, and float32 where
+ * fastmath.h has no form); 0.4 to 1 ns for fastmath.h's vectorised float32
+ * functions (tanh, gelu: 2 threads gained from about 2^19 elements on); and
+ * the memory's pace for arithmetic on the input or the saved tensor, and
+ * float32 exp, where one core keeps up with memory: those run split only
+ * over very many elements. */
 #define UNARY_GRAIN (1 << 15)
+#define UNARY_VECTOR_GRAIN (1 << 18)
 #define UNARY_CHEAP_GRAIN (1 << 22)
 
-static int64_t unary_grain_(ddpc_unary_op op, int backward) {
+static int64_t unary_grain_(ddpc_unary_op op, int dtype, int backward) {
     switch (op) {
     case DDPC_RELU: case DDPC_LEAKY_RELU: case DDPC_HARDTANH: case DDPC_HARDSWISH: case DDPC_HARDSIGMOID:
     case DDPC_ABS: case DDPC_SQRT: case DDPC_RSQRT: case DDPC_SQUARE: case DDPC_RECIPROCAL: case DDPC_SIGN:
@@ -95,9 +99,20 @@ static int64_t unary_grain_(ddpc_unary_op op, int backward) {
         return UNARY_CHEAP_GRAIN;
     case DDPC_TANH: case DDPC_SIGMOID: case DDPC_EXP: case DDPC_LOG: case DDPC_LOG1P: case DDPC_EXPM1:
     case DDPC_LOG2: case DDPC_LOG10: case DDPC_EXP2: case DDPC_ASINH: case DDPC_ATAN: case DDPC_ATANH:
-        return backward ? UNARY_CHEAP_GRAIN : UNARY_GRAIN;
-    default:
-        return UNARY_GRAIN;
+    case DDPC_TAN: case DDPC_ASIN: case DDPC_ACOS: case DDPC_ACOSH:
+        if (backward) return UNARY_CHEAP_GRAIN; /* arithmetic on the saved tensor */
+        break;
+    default: break;
+    }
+    if (dtype != DDPC_FLOAT32) return UNARY_GRAIN;
+    switch (op) {
+    case DDPC_EXP: return UNARY_CHEAP_GRAIN;
+    case DDPC_TANH: case DDPC_SIGMOID: case DDPC_LOG: case DDPC_LOG1P: case DDPC_EXPM1: case DDPC_ASINH:
+    case DDPC_ATAN: case DDPC_ATANH: case DDPC_TAN: case DDPC_ASIN: case DDPC_ACOS: case DDPC_ACOSH: case DDPC_SIN:
+    case DDPC_COS: case DDPC_SINH: case DDPC_COSH: case DDPC_ERF: case DDPC_ERFC: case DDPC_GELU: case DDPC_SILU:
+    case DDPC_ELU: case DDPC_SOFTPLUS: case DDPC_MISH:
+        return UNARY_VECTOR_GRAIN;
+    default: return UNARY_GRAIN;
     }
 }
 
@@ -114,7 +129,7 @@ static DDPC_ROW_TARGETS void unary_range_(void *ctx, int64_t lo, int64_t hi) {
         switch (op) {
         case DDPC_RELU: for (int64_t i = 0; i < n; i++) o[i] = a[i] <= 0 ? (T)0 : a[i]; break;
         case DDPC_GELU:
-            for (int64_t i = 0; i < n; i++) o[i] = a[i] * CDF_T(T, a[i]);
+            for (int64_t i = 0; i < n; i++) o[i] = GELU_T(T, a[i]);
             break;
         case DDPC_TANH: for (int64_t i = 0; i < n; i++) o[i] = TANH_T(T, a[i]); break;
         case DDPC_SIGMOID: for (int64_t i = 0; i < n; i++) o[i] = SIGMOID_T(T, a[i]); break;
@@ -122,8 +137,8 @@ static DDPC_ROW_TARGETS void unary_range_(void *ctx, int64_t lo, int64_t hi) {
         case DDPC_LOG: for (int64_t i = 0; i < n; i++) o[i] = LOG_T(T, a[i]); break;
         case DDPC_POW: for (int64_t i = 0; i < n; i++) o[i] = DDPC_POW_NUMBER(T, a[i], pt); break;
         case DDPC_LEAKY_RELU: for (int64_t i = 0; i < n; i++) o[i] = a[i] > 0 ? a[i] : a[i] * pt; break;
-        case DDPC_ELU: for (int64_t i = 0; i < n; i++) o[i] = a[i] <= 0 ? expm1(a[i]) * pt : a[i]; break;
-        case DDPC_SILU: for (int64_t i = 0; i < n; i++) o[i] = a[i] * SIGMOID_T(T, a[i]); break;
+        case DDPC_ELU: for (int64_t i = 0; i < n; i++) o[i] = a[i] <= 0 ? EXPM1_T(T, a[i]) * pt : a[i]; break;
+        case DDPC_SILU: for (int64_t i = 0; i < n; i++) o[i] = SIGMOID_TIMES_T(T, a[i], a[i]); break;
         case DDPC_SOFTPLUS:
             for (int64_t i = 0; i < n; i++) {
                 T z = a[i] * pt;
@@ -145,9 +160,9 @@ static DDPC_ROW_TARGETS void unary_range_(void *ctx, int64_t lo, int64_t hi) {
             else
                 for (int64_t i = 0; i < n; i++) o[i] = op == DDPC_COS ? cos(a[i]) : sin(a[i]);
             break;
-        case DDPC_LOG1P: for (int64_t i = 0; i < n; i++) o[i] = log1p(a[i]); break;
-        case DDPC_EXPM1: for (int64_t i = 0; i < n; i++) o[i] = expm1(a[i]); break;
-        case DDPC_ERF: for (int64_t i = 0; i < n; i++) o[i] = erf(a[i]); break;
+        case DDPC_LOG1P: for (int64_t i = 0; i < n; i++) o[i] = LOG1P_T(T, a[i]); break;
+        case DDPC_EXPM1: for (int64_t i = 0; i < n; i++) o[i] = EXPM1_T(T, a[i]); break;
+        case DDPC_ERF: for (int64_t i = 0; i < n; i++) o[i] = ERF_T(T, a[i]); break;
         case DDPC_RECIPROCAL: for (int64_t i = 0; i < n; i++) o[i] = (T)1 / a[i]; break;
         case DDPC_SIGN: for (int64_t i = 0; i < n; i++) o[i] = (T)((a[i] > 0) - (a[i] < 0)); break;
         case DDPC_FLOOR: for (int64_t i = 0; i < n; i++) o[i] = floor(a[i]); break;
@@ -174,9 +189,9 @@ static DDPC_ROW_TARGETS void unary_range_(void *ctx, int64_t lo, int64_t hi) {
         case DDPC_LOG2: for (int64_t i = 0; i < n; i++) o[i] = log2(a[i]); break;
         case DDPC_LOG10: for (int64_t i = 0; i < n; i++) o[i] = log10(a[i]); break;
         case DDPC_EXP2: for (int64_t i = 0; i < n; i++) o[i] = exp2(a[i]); break;
-        case DDPC_SINH: for (int64_t i = 0; i < n; i++) o[i] = sinh(a[i]); break;
-        case DDPC_COSH: for (int64_t i = 0; i < n; i++) o[i] = cosh(a[i]); break;
-        case DDPC_ASINH: for (int64_t i = 0; i < n; i++) o[i] = asinh(a[i]); break;
+        case DDPC_SINH: for (int64_t i = 0; i < n; i++) o[i] = SINH_T(T, a[i]); break;
+        case DDPC_COSH: for (int64_t i = 0; i < n; i++) o[i] = COSH_T(T, a[i]); break;
+        case DDPC_ASINH: for (int64_t i = 0; i < n; i++) o[i] = ASINH_T(T, a[i]); break;
         case DDPC_ATAN: for (int64_t i = 0; i < n; i++) o[i] = ATAN_T(T, a[i]); break;
         case DDPC_TAN:
             if (sizeof(T) == 4)
@@ -184,11 +199,11 @@ static DDPC_ROW_TARGETS void unary_range_(void *ctx, int64_t lo, int64_t hi) {
             else
                 for (int64_t i = 0; i < n; i++) o[i] = tan(a[i]);
             break;
-        case DDPC_ASIN: for (int64_t i = 0; i < n; i++) o[i] = asin(a[i]); break;
-        case DDPC_ACOS: for (int64_t i = 0; i < n; i++) o[i] = acos(a[i]); break;
-        case DDPC_ACOSH: for (int64_t i = 0; i < n; i++) o[i] = acosh(a[i]); break;
-        case DDPC_ATANH: for (int64_t i = 0; i < n; i++) o[i] = atanh(a[i]); break;
-        case DDPC_ERFC: for (int64_t i = 0; i < n; i++) o[i] = erfc(a[i]); break;
+        case DDPC_ASIN: for (int64_t i = 0; i < n; i++) o[i] = ASIN_T(T, a[i]); break;
+        case DDPC_ACOS: for (int64_t i = 0; i < n; i++) o[i] = ACOS_T(T, a[i]); break;
+        case DDPC_ACOSH: for (int64_t i = 0; i < n; i++) o[i] = ACOSH_T(T, a[i]); break;
+        case DDPC_ATANH: for (int64_t i = 0; i < n; i++) o[i] = ATANH_T(T, a[i]); break;
+        case DDPC_ERFC: for (int64_t i = 0; i < n; i++) o[i] = ERFC_T(T, a[i]); break;
         case DDPC_LGAMMA: for (int64_t i = 0; i < n; i++) o[i] = lgamma(a[i]); break;
         /* special_functions.h's, in double, rounded once for float32 */
         case DDPC_ERFINV: for (int64_t i = 0; i < n; i++) o[i] = (T)ddpc_erfinv((double)a[i]); break;
@@ -227,7 +242,7 @@ ddpc_status ddpc_op_unary(ddpc_unary_op op, ddpc_buffer *out, const ddpc_buffer 
     if (out->device != DDPC_CPU)
         DDPC_LAUNCH(out->device, ddpc_k_unary(op, out->data, x->data, p, q, out->dtype, n, stream));
     unary_job_ job = {.op = op, .dtype = out->dtype, .out = out->data, .in = x->data, .p = p, .q = q};
-    ddpc_parallel_for(n, unary_grain_(op, 0), unary_range_, &job);
+    ddpc_parallel_for(n, unary_grain_(op, out->dtype, 0), unary_range_, &job);
     return DDPC_OK;
 }
 
@@ -250,8 +265,7 @@ static DDPC_ROW_TARGETS void unary_backward_range_(void *ctx, int64_t lo, int64_
             break;
         case DDPC_GELU:
             for (int64_t i = 0; i < n; i++) {
-                T cdf = CDF_T(T, s[i]);
-                T pdf = (T)INV_SQRT_2PI * EXP_T(T, (T)-0.5 * s[i] * s[i]);
+                T cdf = CDF_T(T, s[i]), pdf = GAUSS_T(T, s[i], 0.5, INV_SQRT_2PI);
                 o[i] = g[i] * (cdf + s[i] * pdf);
             }
             break;
@@ -307,15 +321,15 @@ static DDPC_ROW_TARGETS void unary_backward_range_(void *ctx, int64_t lo, int64_
         case DDPC_LOG1P: for (int64_t i = 0; i < n; i++) o[i] = g[i] / (1 + s[i]); break;
         case DDPC_EXPM1: for (int64_t i = 0; i < n; i++) o[i] = g[i] * (s[i] + 1); break;
         case DDPC_ERF:
-            for (int64_t i = 0; i < n; i++) o[i] = g[i] * (T)(2 * INV_SQRT_PI) * EXP_T(T, -s[i] * s[i]);
+            for (int64_t i = 0; i < n; i++) o[i] = g[i] * GAUSS_T(T, s[i], 1.0, 2 * INV_SQRT_PI);
             break;
         case DDPC_RECIPROCAL: for (int64_t i = 0; i < n; i++) o[i] = -g[i] * s[i] * s[i]; break;
         case DDPC_CLAMP: for (int64_t i = 0; i < n; i++) o[i] = s[i] > pt && s[i] < qt ? g[i] : (T)0; break;
         case DDPC_LOG2: for (int64_t i = 0; i < n; i++) o[i] = g[i] / (s[i] * (T)LN2); break;
         case DDPC_LOG10: for (int64_t i = 0; i < n; i++) o[i] = g[i] / (s[i] * (T)LN10); break;
         case DDPC_EXP2: for (int64_t i = 0; i < n; i++) o[i] = g[i] * s[i] * (T)LN2; break;
-        case DDPC_SINH: for (int64_t i = 0; i < n; i++) o[i] = g[i] * cosh(s[i]); break;
-        case DDPC_COSH: for (int64_t i = 0; i < n; i++) o[i] = g[i] * sinh(s[i]); break;
+        case DDPC_SINH: for (int64_t i = 0; i < n; i++) o[i] = g[i] * COSH_T(T, s[i]); break;
+        case DDPC_COSH: for (int64_t i = 0; i < n; i++) o[i] = g[i] * SINH_T(T, s[i]); break;
         case DDPC_ASINH: for (int64_t i = 0; i < n; i++) o[i] = g[i] / sqrt(s[i] * s[i] + 1); break;
         case DDPC_ATAN: for (int64_t i = 0; i < n; i++) o[i] = g[i] / (s[i] * s[i] + 1); break;
         case DDPC_TAN: for (int64_t i = 0; i < n; i++) o[i] = g[i] * (s[i] * s[i] + 1); break;
@@ -324,7 +338,7 @@ static DDPC_ROW_TARGETS void unary_backward_range_(void *ctx, int64_t lo, int64_
         case DDPC_ACOSH: for (int64_t i = 0; i < n; i++) o[i] = g[i] / sqrt(s[i] * s[i] - 1); break;
         case DDPC_ATANH: for (int64_t i = 0; i < n; i++) o[i] = g[i] / (1 - s[i] * s[i]); break;
         case DDPC_ERFC:
-            for (int64_t i = 0; i < n; i++) o[i] = -g[i] * (T)(2 * INV_SQRT_PI) * EXP_T(T, -s[i] * s[i]);
+            for (int64_t i = 0; i < n; i++) o[i] = -g[i] * GAUSS_T(T, s[i], 1.0, 2 * INV_SQRT_PI);
             break;
         case DDPC_LGAMMA: for (int64_t i = 0; i < n; i++) o[i] = g[i] * (T)ddpc_digamma((double)s[i]); break;
         case DDPC_ERFINV:
@@ -374,7 +388,7 @@ ddpc_status ddpc_op_unary_backward(ddpc_unary_op op, ddpc_buffer *gx, const ddpc
         DDPC_LAUNCH(gx->device, ddpc_k_unary_backward(op, gx->data, gy->data, saved->data, p, q, gx->dtype, n, stream));
     unary_job_ job = {.op = op, .dtype = gx->dtype, .out = gx->data, .in = gy->data, .saved = saved->data, .p = p,
                       .q = q};
-    ddpc_parallel_for(n, unary_grain_(op, 1), unary_backward_range_, &job);
+    ddpc_parallel_for(n, unary_grain_(op, gx->dtype, 1), unary_backward_range_, &job);
     return DDPC_OK;
 }
 
