@@ -102,19 +102,20 @@ DDPC_FASTMATH_ float ddpc_expm1_f32(float x) {
     return x == 0.0f ? x : y;
 }
 
-/* tanh(|x|) = -u / (2 + u) with u = expm1(-2|x|) up to |x| = 1/2, relatively
- * accurate near 0 (no separate small-argument form); beyond, (1 - e) / (1 +
- * e) with e = exp(-2|x|) = 1 + u, which keeps 1 - tanh accurate as tanh
- * nears 1 (the gradients take 1 - tanh^2). Both from one reduction, one
- * division; 1 from |x| = 9.1 on, x's sign restored (-0 kept), NaN passed on.
- * Within 2 ulps (tests/test_math.py). */
+/* tanh(|x|) = -u / (1 + e) with e = exp(-2|x|) and u = expm1(-2|x|) = e - 1
+ * up to |x| = 1/2, relatively accurate near 0 (no separate small-argument
+ * form); beyond, (1 - e) / (1 + e), which keeps 1 - tanh accurate as tanh
+ * nears 1 (the gradients take 1 - tanh^2). Both from one reduction, 2^n one
+ * factor (n <= 0; below -126 tanh is 1 anyway), one division; 1 from |x| =
+ * 9.1 on, x's sign restored (-0 kept), NaN passed on. Within 2 ulps
+ * (tests/test_math.py). */
 DDPC_FASTMATH_ float ddpc_tanh_f32(float x) {
     float a = fabsf(x);
     int32_t n;
     float m = ddpc_exp_reduce_f32_(-2.0f * a, 0.0f, &n);
-    float u = ddpc_expm1_from_f32_(m, n), e = ddpc_ldexp_f32_(m + 1.0f, n);
-    int big = a > 0.5f;
-    float t = (big ? 1.0f - e : -u) / (big ? 1.0f + e : 2.0f + u);
+    float s = ddpc_pow2i_f32_(n < -126 ? -126 : n);
+    float e = s * m + s, u = s * m + (s - 1.0f);
+    float t = (a > 0.5f ? 1.0f - e : -u) / (1.0f + e);
     return copysignf(t, x);
 }
 
@@ -259,16 +260,18 @@ DDPC_FASTMATH_ float ddpc_gelu_f32(float x) {
 }
 
 /* v = m 2^e for a positive normal v, m in [sqrt(1/2), sqrt 2), from the
- * bits; returns m, *e gets e. */
+ * bits: adding 1 - sqrt(1/2) in the mantissa's place carries into the
+ * exponent exactly where m would reach sqrt 2 (all integer arithmetic, no
+ * select); returns m, *e gets e. */
 DDPC_FASTMATH_ float ddpc_log_split_f32_(float v, int32_t *e) {
     int32_t bits;
     memcpy(&bits, &v, sizeof bits);
-    int32_t mbits = (bits & 0x007fffff) | 0x3f000000; /* m in [1/2, 1) */
+    bits += 0x3f800000 - 0x3f3504f3;
+    *e = (bits >> 23) - 127;
+    bits = (bits & 0x007fffff) + 0x3f3504f3;
     float m;
-    memcpy(&m, &mbits, sizeof m);
-    int low = m < 0.707106781186547524f;
-    *e = ((bits >> 23) & 0xff) - 126 - low;
-    return low ? m + m : m;
+    memcpy(&m, &bits, sizeof m);
+    return m;
 }
 
 /* log(1 + f) + e log 2 for f in [sqrt(1/2) - 1, sqrt 2 - 1]: Cephes' logf
@@ -294,8 +297,8 @@ DDPC_FASTMATH_ float ddpc_log_poly_f32_(float f, float e) {
 DDPC_FASTMATH_ float ddpc_log_f32(float x) {
     int tiny = x < 1.17549435e-38f;
     int32_t e;
-    float m = ddpc_log_split_f32_(tiny ? x * 8388608.0f : x, &e);
-    float y = ddpc_log_poly_f32_(m - 1.0f, (float)(e - (tiny ? 23 : 0)));
+    float m = ddpc_log_split_f32_(x * (tiny ? 8388608.0f : 1.0f), &e);
+    float y = ddpc_log_poly_f32_(m - 1.0f, (float)e - (tiny ? 23.0f : 0.0f));
     y = x == INFINITY ? INFINITY : y;
     y = x == 0 ? -INFINITY : y;
     return x < 0 || x != x ? NAN : y;
