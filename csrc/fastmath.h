@@ -162,52 +162,52 @@ DDPC_FASTMATH_ float ddpc_square_f32_(float x, float *lo) {
     return hi;
 }
 
-/* scale exp(-c x^2), c a power of 2, with x^2 exact in two floats: its
- * rounding to one float would cost |c x^2| 2^-24 of the result, ~100 ulps
- * near underflow. scale multiplies in before the final power of 2, so a
+/* erfcx(z) = exp(z^2) erfc(z) for z >= 0 as a polynomial in t = 1 / (1 +
+ * z/2) (Numerical Recipes' variable for erfc), fitted here to a relative
+ * 7e-9 over t in [0.16, 1]: z up to 10.5, beyond which erfc is 0 in float.
+ * t's rounding and the polynomial's leave up to 6 ulps in erfc. */
+DDPC_FASTMATH_ float ddpc_erfcx_f32_(float z) {
+    float t = 1.0f / (1.0f + 0.5f * z);
+    float p = 2.633182149e-02f;
+    p = p * t - 2.017987789e-01f;
+    p = p * t + 6.204285007e-01f;
+    p = p * t - 9.374425989e-01f;
+    p = p * t + 6.575031228e-01f;
+    p = p * t - 2.358767581e-01f;
+    p = p * t + 2.788809082e-01f;
+    p = p * t + 2.250763678e-01f;
+    p = p * t + 2.850203919e-01f;
+    p = p * t + 2.818694673e-01f;
+    return p * t + 7.549043709e-06f;
+}
+
+/* exp(-c x^2) = 2^n (1 + m) with x^2 exact in two floats, c a power of 2:
+ * x^2 rounded to one float would cost |c x^2| 2^-24 of the result, ~100
+ * ulps near underflow. |x| is clamped to 32, where the result is long 0
+ * (x^2 stays finite; NaN passes). */
+DDPC_FASTMATH_ float ddpc_gauss_reduce_f32_(float x, float c, int32_t *n) {
+    float a = fabsf(x);
+    float lo, hi = ddpc_square_f32_(a > 32.0f ? 32.0f : a, &lo);
+    return ddpc_exp_reduce_f32_(-c * hi, c * lo, n);
+}
+
+/* scale exp(-c x^2); scale multiplies in before the final power of 2, so a
  * result below FLT_MIN is rounded once. Within 2 ulps (tests/test_math.py;
  * the normal density, erf's derivative). */
 DDPC_FASTMATH_ float ddpc_gauss_f32(float x, float c, float scale) {
-    float a = fabsf(x);
-    float lo, hi = ddpc_square_f32_(a > 32.0f ? 32.0f : a, &lo); /* exp is 0 long before; NaN passes */
     int32_t n;
-    float m = ddpc_exp_reduce_f32_(-c * hi, c * lo, &n);
+    float m = ddpc_gauss_reduce_f32_(x, c, &n);
     return ddpc_ldexp_f32_(scale * (m + 1.0f), n);
 }
 
-/* scale erfc(z) for z >= 0 as t exp(-z^2 + P(t)), t = 1 / (1 + z/2):
- * Numerical Recipes' form of erfcc, P refitted here to 8e-9 over t in
- * [0.16, 1] (z up to 10.5, beyond which erfc is 0 in float) as a polynomial
- * in t - 0.58, whose terms cancel less in float than those in t. z^2 is
- * given exactly as c (hi + lo), c a power of 2, for ddpc_exp_reduce_f32_.
- * t's rounding, P's and the product's leave up to 6 ulps (in double, P
- * and a Newton step on t gave 2, at twice the cost). */
-DDPC_FASTMATH_ float ddpc_erfc_tail_f32_(float z, float hi, float lo, float c, float scale) {
-    float t = 1.0f / (1.0f + 0.5f * z);
-    float u = t - 0.58f;
-    float p = -1.406173321e-01f;
-    p = p * u + 1.487911552e-01f;
-    p = p * u + 1.368548060e-01f;
-    p = p * u - 2.484813817e-01f;
-    p = p * u - 4.674830646e-02f;
-    p = p * u + 2.961713250e-01f;
-    p = p * u - 3.962986555e-02f;
-    p = p * u - 4.069009919e-01f;
-    p = p * u + 9.476341255e-02f;
-    p = p * u + 1.368118844e+00f;
-    p = p * u - 5.631567884e-01f;
-    int32_t n;
-    float m = ddpc_exp_reduce_f32_(-c * hi, c * lo - p, &n);
-    return ddpc_ldexp_f32_(scale * t * (m + 1.0f), n);
-}
-
-/* scale erfc(|x| / k), k = 1 or sqrt 2 (c = 1 / k^2); |x| clamped to 32,
- * where erfc is long 0 (x^2 stays finite; NaN passes). */
+/* scale erfc(|x| / k) = scale erfcx(|x| / k) exp(-c x^2), k = 1 or sqrt 2
+ * (c = 1 / k^2): the exp is the Gaussian's, so that where both are taken
+ * of the same x (GELU's gradient, Phi + x phi) GCC computes it once. */
 DDPC_FASTMATH_ float ddpc_erfc_abs_f32_(float x, float k, float c, float scale) {
     float a = fabsf(x);
-    a = a > 32.0f ? 32.0f : a;
-    float lo, hi = ddpc_square_f32_(a, &lo);
-    return ddpc_erfc_tail_f32_(a * k, hi, lo, c, scale);
+    int32_t n;
+    float m = ddpc_gauss_reduce_f32_(x, c, &n);
+    return ddpc_ldexp_f32_(scale * ddpc_erfcx_f32_((a > 32.0f ? 32.0f : a) * k) * (m + 1.0f), n);
 }
 
 /* erf(x) for |x| < 1/2: x P(x^2), the Maclaurin series to x^13 (the next
