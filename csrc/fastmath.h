@@ -18,13 +18,13 @@
 #include <stdint.h>
 #include <string.h>
 
-/* A host loop compiled three times, for AVX-512, AVX2 with FMA
- * (x86-64-v3) and the build's baseline, the CPU choosing at load time: four
- * and two times the lanes of the baseline, and a * b + c fused into one
- * rounding on the first two (setup.py's -ffp-contract=fast), so the results
- * may differ in the last bit from the baseline's, within each function's
- * stated bound. */
-#define DDPC_ROW_TARGETS __attribute__((target_clones("avx512f", "arch=x86-64-v3", "default")))
+/* A host loop compiled three times, for AVX-512, AVX2 with FMA (Haswell's
+ * set, the same as x86-64-v3, by a name older compilers know too) and the
+ * build's baseline, the CPU choosing at load time: four and two times the
+ * lanes of the baseline, and a * b + c fused into one rounding on the first
+ * two (setup.py's -ffp-contract=fast), so the results may differ in the last
+ * bit from the baseline's, within each function's stated bound. */
+#define DDPC_ROW_TARGETS __attribute__((target_clones("avx512f", "arch=haswell", "default")))
 
 /* Every function here is inlined always, so that a DDPC_ROW_TARGETS caller
  * compiles it for its targets and vectorises the loop around it: in a
