@@ -299,7 +299,7 @@ def _jacobian_transform(func, argnums, has_aux, strategy, what):
     return functools.wraps(func)(wrapper)
 
 
-def jacrev(func, argnums=0, *, has_aux=False, chunk_size=None, _preallocate_and_copy=False):
+def jacrev(func, argnums=0, *, has_aux=False, chunk_size=None):
     """A function that returns the Jacobian of ``func`` with respect to the
     arguments at ``argnums``, one backward pass per output element: for each
     output leaf, entries shaped ``output.shape + input.shape`` in the

@@ -102,6 +102,15 @@ def _fresh_q(state, shape, like):
                                 state.orthogonalization_epsilon)
 
 
+def _split_as(flat, like):
+    """``flat`` cut into consecutive pieces shaped as the tensors of ``like``."""
+    pieces, at = [], 0
+    for t in like:
+        pieces.append(flat[at:at + t.numel()].reshape(t.shape))
+        at += t.numel()
+    return pieces
+
+
 def _low_rank_reduce(state, bucket, matrices, whole, assemble):
     """The steps both hooks share, on the bucket's buffer after error feedback:
     P = M Q for each matrix (summed with the ``whole`` tensors, which travel
@@ -118,24 +127,16 @@ def _low_rank_reduce(state, bucket, matrices, whole, assemble):
     work = dist.all_reduce(first, group=group, async_op=True)
 
     def finish(fut):
-        summed = fut.value()
-        parts, at = [], 0
-        for t in whole + ps:
-            parts.append(summed[at:at + t.numel()].reshape(t.shape))
-            at += t.numel()
+        parts = _split_as(fut.value(), whole + ps)
         averaged, p_sums = [t / world for t in parts[:len(whole)]], parts[len(whole):]
         p_hats = [_orthonormal_columns(p, state.orthogonalization_epsilon) for p in p_sums]
         q_locals = [m.T @ p for (m, _), p in zip(matrices, p_hats)]
-        q_sums = _ag.cat([q.reshape(-1) for q in q_locals]) if q_locals else None
-        if q_sums is not None:
+        new_qs = []
+        if q_locals:
+            q_sums = _ag.cat([q.reshape(-1) for q in q_locals])
             dist.all_reduce(q_sums, group=group)
-        new_qs, approximations, at = [], [], 0
-        for p, q in zip(p_hats, q_locals):
-            q_sum = q_sums[at:at + q.numel()].reshape(q.shape)
-            at += q.numel()
-            new_qs.append(q_sum)
-            approximations.append(p @ q_sum.T / world)
-        assemble(averaged, approximations)
+            new_qs = _split_as(q_sums, q_locals)
+        assemble(averaged, [p @ q.T / world for p, q in zip(p_hats, new_qs)])
         if state.use_error_feedback:
             state.error_dict[index] = kept - flat
         if state.warm_start:
