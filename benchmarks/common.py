@@ -86,6 +86,23 @@ def start_layer_timing(args, ddpc, torch, where=""):
     return time.process_time if args.cpu_time else time.perf_counter
 
 
+def add_host_timing_args(parser):
+    """The options of the host function benchmarks (unary.py, order_stats.py): threads, rounds and the clock."""
+    parser.add_argument("--threads", type=int, default=None, help="ddpc's and torch's threads (default: theirs)")
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--cpu-time", action="store_true", help="time by the process's CPU seconds")
+
+
+def start_host_timing(args, ddpc, torch, where=""):
+    """Sets ddpc's and torch's threads from --threads, prints what the
+    benchmark runs on, and returns its clock."""
+    if args.threads:
+        ddpc.set_num_threads(args.threads)
+        if torch is not None:
+            torch.set_num_threads(args.threads)
+    return start_layer_timing(args, ddpc, torch, where)
+
+
 def best_of_rounds(cases, args, clock, sync_of=lambda name: None):
     """{(name, "fwd" | "train"): best seconds per call} for cases (name, fwd,
     train, ...). Rounds alternate between the implementations and the two

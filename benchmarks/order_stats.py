@@ -10,11 +10,10 @@ checked against numpy's first.
 """
 
 import argparse
-import time
 
 import numpy as np
 
-from common import best_time, import_torch, machine, print_table
+from common import add_host_timing_args, best_time, import_torch, print_table, start_host_timing
 
 torch = import_torch()
 
@@ -25,19 +24,9 @@ SHAPES = [(1_000_000,), (1000, 1000), (100_000, 16)]
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--cpu-time", action="store_true", help="time by the process's CPU seconds")
+    add_host_timing_args(parser)
     args = parser.parse_args()
-    if args.threads:
-        ddpc.set_num_threads(args.threads)
-        if torch is not None:
-            torch.set_num_threads(args.threads)
-    clock = time.process_time if args.cpu_time else time.perf_counter
-    print(f"machine: {machine()}")
-    print(f"float32, ddpc threads {ddpc.get_num_threads()}"
-          + (f", torch threads {torch.get_num_threads()}" if torch is not None else " (no PyTorch)")
-          + f", {'CPU' if args.cpu_time else 'wall'} time")
+    clock = start_host_timing(args, ddpc, torch)
     rng = np.random.default_rng(0)
     rows = []
     for shape in SHAPES:

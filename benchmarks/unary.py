@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from common import best_time, import_torch, machine, print_table
+from common import add_host_timing_args, best_time, import_torch, print_table, start_host_timing
 
 torch = import_torch()
 
@@ -45,21 +45,9 @@ NUMPY = {"exp", "log", "tanh", "sin", "cos", "sqrt", "atan", "tan", "expm1", "lo
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--numel", type=int, default=1_000_000)
-    parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--cpu-time", action="store_true", help="time by the process's CPU seconds")
+    add_host_timing_args(parser)
     args = parser.parse_args()
-    if args.threads:
-        ddpc.set_num_threads(args.threads)
-        if torch is not None:
-            torch.set_num_threads(args.threads)
-    import time
-
-    clock = time.process_time if args.cpu_time else time.perf_counter
-    print(f"machine: {machine()}")
-    print(f"{args.numel} float32, ddpc threads {ddpc.get_num_threads()}"
-          + (f", torch threads {torch.get_num_threads()}" if torch is not None else " (no PyTorch)")
-          + f", {'CPU' if args.cpu_time else 'wall'} time")
+    clock = start_host_timing(args, ddpc, torch, f", {args.numel} values")
     rng = np.random.default_rng(0)
     rows = []
     for name, (ref, (low, high)) in FUNCTIONS.items():
