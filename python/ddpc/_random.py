@@ -63,13 +63,6 @@ def random_(t, from_=0, to=None, *, generator=None):
     return draw_(t, _RAND_INT, from_, to, generator)
 
 
-def _filled(t, values, what):
-    """Writes values (computed outside the graph, in no_grad) into t; the
-    callers check first that t may be written in the caller's grad mode."""
-    _check_no_grad_inplace(t, what)
-    return t.copy_(values)
-
-
 def exponential_(t, lambd=1.0, *, generator=None):
     """Fills t with draws from the exponential distribution of rate lambd: -log(1 - u) / lambd."""
     if lambd <= 0:
@@ -77,7 +70,7 @@ def exponential_(t, lambd=1.0, *, generator=None):
     _check_no_grad_inplace(t, "exponential_")  # (the fill itself runs outside grad mode)
     with _ag.no_grad():
         u = draw_(empty(t.shape, dtype=float64, device=t.device), _RAND_UNIFORM, 0.0, 1.0, generator)
-        return _filled(t, _ag.mul(_ag.log1p(_ag.neg(u)), -1.0 / lambd), "exponential_")
+        return t.copy_(_ag.mul(_ag.log1p(_ag.neg(u)), -1.0 / lambd))
 
 
 def cauchy_(t, median=0.0, sigma=1.0, *, generator=None):
@@ -89,7 +82,7 @@ def cauchy_(t, median=0.0, sigma=1.0, *, generator=None):
     _check_no_grad_inplace(t, "cauchy_")  # (the fill itself runs outside grad mode)
     with _ag.no_grad():
         u = uniform_draws(t.shape, t.device, generator)
-        return _filled(t, _ag.add(_ag.mul(_ag.tan(_ag.mul(_ag.sub(u, 0.5), pi)), sigma), median), "cauchy_")
+        return t.copy_(_ag.add(_ag.mul(_ag.tan(_ag.mul(_ag.sub(u, 0.5), pi)), sigma), median))
 
 
 def log_normal_(t, mean=1.0, std=2.0, *, generator=None):
@@ -101,7 +94,7 @@ def log_normal_(t, mean=1.0, std=2.0, *, generator=None):
     _check_no_grad_inplace(t, "log_normal_")  # (the fill itself runs outside grad mode)
     with _ag.no_grad():
         z = draw_(empty(t.shape, dtype=float64, device=t.device), _RAND_NORMAL, mean, std, generator)
-        return _filled(t, _ag.exp(z), "log_normal_")
+        return t.copy_(_ag.exp(z))
 
 
 def geometric_(t, p, *, generator=None):
@@ -113,7 +106,7 @@ def geometric_(t, p, *, generator=None):
     with _ag.no_grad():
         u = uniform_draws(t.shape, t.device, generator)
         trials = _ag.clamp_min(_ag.ceil(_ag.div(_ag.log1p(_ag.neg(u)), log1p(-p))), 1.0)
-        return _filled(t, trials, "geometric_")
+        return t.copy_(trials)
 
 
 def _probabilities(p, t, what):
@@ -135,7 +128,7 @@ def bernoulli_(t, p=0.5, *, generator=None):
     _check_no_grad_inplace(t, "bernoulli_")  # (the fill itself runs outside grad mode)
     with _ag.no_grad():
         u = draw_(empty(t.shape, dtype=float64, device=t.device), _RAND_UNIFORM, 0.0, 1.0, generator)
-        return _filled(t, u < (p.to(dtype=float64) if isinstance(p, Tensor) else p), "bernoulli_")
+        return t.copy_(u < (p.to(dtype=float64) if isinstance(p, Tensor) else p))
 
 
 def bernoulli(input, p=None, *, generator=None):

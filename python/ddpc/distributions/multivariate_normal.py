@@ -49,6 +49,16 @@ def _precision_to_scale_tril(P):
     return linalg.solve_triangular(L_inv, identity, upper=False)
 
 
+def scale_tril_of(scale_tril, covariance_matrix, precision_matrix):
+    """The lower Cholesky factor of the covariance, from whichever of the three
+    parametrisations was given (the others None)."""
+    if scale_tril is not None:
+        return scale_tril
+    if covariance_matrix is not None:
+        return linalg.cholesky(covariance_matrix)
+    return _precision_to_scale_tril(precision_matrix)
+
+
 class MultivariateNormal(Distribution):
     """The multivariate normal distribution of mean vector ``loc``, given by
     exactly one of a positive-definite ``covariance_matrix``, a positive-definite
@@ -77,12 +87,7 @@ class MultivariateNormal(Distribution):
         setattr(self, name, matrix.expand(batch_shape + (-1, -1)))
         self.loc = loc.expand(batch_shape + (-1,))
         super().__init__(batch_shape, self.loc.shape[-1:], validate_args=validate_args)
-        if scale_tril is not None:
-            self._unbroadcasted_scale_tril = scale_tril
-        elif covariance_matrix is not None:
-            self._unbroadcasted_scale_tril = linalg.cholesky(covariance_matrix)
-        else:
-            self._unbroadcasted_scale_tril = _precision_to_scale_tril(precision_matrix)
+        self._unbroadcasted_scale_tril = scale_tril_of(scale_tril, covariance_matrix, precision_matrix)
 
     def expand(self, batch_shape, _instance=None):
         new = self._get_checked_instance(MultivariateNormal, _instance)

@@ -15,7 +15,7 @@ from ..tensor import Tensor, arange, broadcast_shapes, eye, tensor
 from . import constraints
 from .chi2 import Chi2
 from .exp_family import ExponentialFamily
-from .multivariate_normal import _precision_to_scale_tril, half_log_det
+from .multivariate_normal import half_log_det, scale_tril_of
 from .utils import lazy_property, standard_normal
 
 __all__ = ["Wishart"]
@@ -87,12 +87,7 @@ class Wishart(ExponentialFamily):
             warnings.warn("Low df values detected. Singular samples are highly likely to occur for ndim - 1 < df < "
                           "ndim.", stacklevel=2)
         super().__init__(batch_shape, event_shape, validate_args=validate_args)
-        if scale_tril is not None:
-            self._unbroadcasted_scale_tril = scale_tril
-        elif covariance_matrix is not None:
-            self._unbroadcasted_scale_tril = linalg.cholesky(covariance_matrix)
-        else:
-            self._unbroadcasted_scale_tril = _precision_to_scale_tril(precision_matrix)
+        self._unbroadcasted_scale_tril = scale_tril_of(scale_tril, covariance_matrix, precision_matrix)
         self._dist_chi2 = self._bartlett_chi2()
 
     def _bartlett_chi2(self):
