@@ -134,21 +134,19 @@ def manual_seed(seed):
 manual_seed_all = manual_seed
 
 
-def _the_generator():
-    from .tensor import default_generator
-
-    return default_generator
-
-
 def get_rng_state(device="cuda"):
-    """The state of ddpc's one generator, which devices share with the host (``ddpc.get_rng_state()``)."""
+    """The state of ddpc's one generator, which devices share with the host: ``ddpc.get_rng_state()``."""
     del device
-    return _the_generator().get_state()
+    from .tensor import get_rng_state as host_state
+
+    return host_state()
 
 
 def set_rng_state(new_state, device="cuda"):
     del device
-    _the_generator().set_state(new_state)
+    from .tensor import set_rng_state as set_host_state
+
+    set_host_state(new_state)
 
 
 def get_rng_state_all():
@@ -162,7 +160,9 @@ def set_rng_state_all(new_states):
 
 
 def initial_seed():
-    return _the_generator().initial_seed()
+    from .tensor import initial_seed as host_seed
+
+    return host_seed()
 
 
 def seed():
