@@ -6,7 +6,7 @@ on PATH) unless DDPC_CUDA=0. Environment switches:
   DDPC_SANITIZE=address   AddressSanitizer (load with LD_PRELOAD=$(gcc -print-file-name=libasan.so))
   DDPC_DEBUG=1            -O0 -g
   DDPC_CUDA_ARCHS=80;90   SASS targets (PTX for the highest is always added)
-  DDPC_BUILD_JOBS=N       kernels compiled at once (default: one per core)
+  DDPC_BUILD_JOBS=N       sources compiled at once (default: one per core)
   NCCL_HOME=/path         NCCL outside the toolkit (the nvidia-nccl wheel is also found)
 """
 import concurrent.futures
@@ -113,10 +113,38 @@ if CUDA_HOME:
 sources = sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "csrc", "**", "*.c"), recursive=True))
 
 
+def build_jobs():
+    """Compilers run at once: DDPC_BUILD_JOBS, else one per core."""
+    return max(1, int(env_flag("DDPC_BUILD_JOBS", "") or os.cpu_count() or 1))
+
+
+def parallel_compile(compiler):
+    """Makes a distutils compiler build the sources of one extension at once,
+    where it would take them one after another."""
+
+    def compile(sources, output_dir=None, macros=None, include_dirs=None, debug=0, extra_preargs=None,
+                extra_postargs=None, depends=None):
+        macros, objects, extra_postargs, pp_opts, build = compiler._setup_compile(
+            output_dir, macros, include_dirs, sources, depends, extra_postargs)
+        cc_args = compiler._get_cc_args(pp_opts, debug, extra_preargs)
+
+        def one(obj):
+            src, ext = build[obj]
+            compiler._compile(obj, src, ext, cc_args, extra_postargs, pp_opts)
+
+        with concurrent.futures.ThreadPoolExecutor(build_jobs()) as pool:
+            list(pool.map(one, [obj for obj in objects if obj in build]))
+        return objects
+
+    compiler.compile = compile
+
+
 class BuildExt(build_ext):
-    """build_ext that first compiles kernels/*.cu with nvcc and links the objects in."""
+    """build_ext that first compiles kernels/*.cu with nvcc and links the objects in,
+    and compiles the C sources in parallel."""
 
     def build_extensions(self):
+        parallel_compile(self.compiler)
         for ext in self.extensions:
             ext.include_dirs.append(numpy_include())
             if CUDA_HOME:
@@ -143,11 +171,9 @@ class BuildExt(build_ext):
             if self.force or not os.path.exists(obj) or max(map(os.path.getmtime, deps)) > os.path.getmtime(obj):
                 stale.append([nvcc, "-c", cu, "-o", obj] + gencode + flags + incs)
             objects.append(obj)
-        # The kernels take most of a build's time: one nvcc per core (DDPC_BUILD_JOBS to change it).
-        jobs = max(1, int(env_flag("DDPC_BUILD_JOBS", "") or os.cpu_count() or 1))
         for cmd in stale:
             print(" ".join(cmd))
-        with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+        with concurrent.futures.ThreadPoolExecutor(build_jobs()) as pool:
             for _ in pool.map(subprocess.check_call, stale):
                 pass
         return objects

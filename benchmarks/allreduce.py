@@ -42,24 +42,29 @@ def sizes(lo, hi):
         s *= 2
 
 
-def iterations(fn, barrier):
+def iterations(fn, barrier, sync, device):
     """Iterations for ~0.2 s per round (5 to 1000), timed on rank 0 and
-    broadcast so every rank runs the same number of collectives."""
+    broadcast (on the group's device) so every rank runs the same number of collectives."""
     barrier()
     t0 = time.perf_counter()
     for _ in range(3):
         fn()
-    n = np.array([min(1000, max(5, int(0.2 / ((time.perf_counter() - t0) / 3))))], np.int64)
+    sync()
+    n = [min(1000, max(5, int(0.2 / ((time.perf_counter() - t0) / 3))))]
+    n = np.array(n, np.int64) if device is None else ddpc.tensor(n, dtype=ddpc.int64, device=device)
     dist.broadcast(n, src=0)
     return int(n[0])
 
 
-def time_loop(fn, iters, barrier):
+def time_loop(fn, iters, barrier, sync):
+    """Seconds per call of fn; sync waits for a GPU's queued collectives (nccl returns once they are queued)."""
     fn()
+    sync()
     barrier()
     t0 = time.perf_counter()
     for _ in range(iters):
         fn()
+    sync()
     return (time.perf_counter() - t0) / iters
 
 
@@ -69,9 +74,11 @@ def worker(rank, args):
     dtype = DTYPES[args.dtype]
     item = np.dtype(dtype).itemsize
     on_gpu = args.backend == "nccl"  # CUDA tensors, one GPU per rank (LOCAL_RANK)
+    device = f"cuda:{rank}" if on_gpu else None
+    sync = ddpc.cuda.synchronize if on_gpu else (lambda: None)
     if on_gpu:
-        buf = ddpc.zeros(args.max_bytes // item, dtype=args.dtype, device=f"cuda:{rank}")
-        slowest = ddpc.zeros(1, dtype=ddpc.float64, device=f"cuda:{rank}")
+        buf = ddpc.zeros(args.max_bytes // item, dtype=args.dtype, device=device)
+        slowest = ddpc.zeros(1, dtype=ddpc.float64, device=device)
     elif args.shared:  # reduced in place where the ranks share memory
         buf = np.frombuffer(dist.shared_buffer(args.max_bytes), dtype, args.max_bytes // item)
         slowest = np.zeros(1, np.float64)
@@ -105,18 +112,18 @@ def worker(rank, args):
         def ddpc_op():
             dist.all_reduce(view, op=OPS[args.op])
 
-        iters = iterations(ddpc_op, dist.barrier)
+        iters = iterations(ddpc_op, dist.barrier, sync, device)
         if torch_dist is not None:
             tview = tbuf[:count]
 
             def gloo_op():
                 torch_dist.all_reduce(tview, op=top)
 
-            gloo_iters = iterations(gloo_op, torch_dist.barrier)
+            gloo_iters = iterations(gloo_op, torch_dist.barrier, lambda: None, device)
         for _ in range(args.rounds):
-            best[0] = min(best[0], slowest_rank(time_loop(ddpc_op, iters, dist.barrier)))
+            best[0] = min(best[0], slowest_rank(time_loop(ddpc_op, iters, dist.barrier, sync)))
             if torch_dist is not None:
-                best[1] = min(best[1], slowest_rank(time_loop(gloo_op, gloo_iters, torch_dist.barrier)))
+                best[1] = min(best[1], slowest_rank(time_loop(gloo_op, gloo_iters, torch_dist.barrier, lambda: None)))
         rows.append([count * item, count] + best[:2 if torch_dist is not None else 1])
     if torch_dist is not None:
         torch_dist.destroy_process_group()

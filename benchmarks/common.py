@@ -83,6 +83,8 @@ def start_layer_timing(args, ddpc, torch, where=""):
           f"{'CPU' if args.cpu_time else 'wall'} time")
     if torch is None:
         print("(torch is not importable: no PyTorch column)")
+    else:  # cuDNN's RNNs and convolutions default to TF32 on a GPU; ddpc's float32 is full precision
+        torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
     return time.process_time if args.cpu_time else time.perf_counter
 
 

@@ -16,13 +16,31 @@ static int count_;
 static char reason_[512];
 static pthread_mutex_t streams_mu_ = PTHREAD_MUTEX_INITIALIZER;
 static cudaStream_t compute_[DDPC_MAX_DEVICES], copy_[DDPC_MAX_DEVICES];
-static int initialized_; /* a context was (or is about to be) created: fork is unsafe from now on */
+static int initialized_; /* a context was (or is about to be) created */
+static int driver_up_;   /* the driver found a GPU here (cuInit ran): a forked child cannot use CUDA */
 
 int ddpc_cuda_initialized(void) { return __atomic_load_n(&initialized_, __ATOMIC_RELAXED); }
 void ddpc_cuda_mark_initialized(void) { __atomic_store_n(&initialized_, 1, __ATOMIC_RELAXED); }
+int ddpc_cuda_fork_unsafe(void) { return __atomic_load_n(&driver_up_, __ATOMIC_RELAXED); }
+
+/* The driver's state does not survive fork: in a child of a process whose
+ * driver is up, every CUDA call fails with "initialization error". The child
+ * sees no GPU instead, with a reason that says what to do. */
+static void forked_child_(void) {
+    if (!ddpc_cuda_fork_unsafe()) return;
+    count_ = 0;
+    snprintf(reason_, sizeof reason_,
+             "this process was forked from one that had already used CUDA, and the CUDA driver cannot be used after "
+             "such a fork: start it fresh instead (ddpc.spawn(..., start_method='spawn'), ddpc-run, or "
+             "multiprocessing's 'spawn' context), or fork before the first CUDA call");
+}
 
 static void count_devices_(void) {
+    /* Without the handler a forked child would meet the driver's own error
+     * instead of the reason above; nothing else depends on it. */
+    (void)pthread_atfork(NULL, NULL, forked_child_);
     cudaError_t e = cudaGetDeviceCount(&count_);
+    if (e == cudaSuccess && count_ > 0) __atomic_store_n(&driver_up_, 1, __ATOMIC_RELAXED);
     if (e != cudaSuccess) {
         snprintf(reason_, sizeof reason_, "the CUDA runtime found no usable GPU: %s (%s)", cudaGetErrorString(e),
                  cudaGetErrorName(e));
@@ -253,6 +271,7 @@ static const char *nocuda_ = "this ddpc was built without CUDA (rebuild with a C
 int ddpc_cuda_compiled(void) { return 0; }
 int ddpc_cuda_initialized(void) { return 0; }
 void ddpc_cuda_mark_initialized(void) {}
+int ddpc_cuda_fork_unsafe(void) { return 0; }
 int ddpc_cuda_device_count(void) { return 0; }
 const char *ddpc_cuda_unavailable_reason(void) { return nocuda_; }
 

@@ -22,10 +22,11 @@ typedef struct {
 } ddpc_device_props;
 
 int ddpc_cuda_compiled(void);
-/* Whether this process has created (or begun creating) a CUDA context; after
- * that, fork() gives children an unusable CUDA state. */
+/* Whether this process has created (or begun creating) a CUDA context. */
 int ddpc_cuda_initialized(void);
 void ddpc_cuda_mark_initialized(void);
+/* Whether the CUDA driver is up in this process, so that a forked child could not use CUDA. */
+int ddpc_cuda_fork_unsafe(void);
 /* Number of usable GPUs; 0 (never an error) when there is no driver or GPU. */
 int ddpc_cuda_device_count(void);
 /* Why ddpc_cuda_device_count() is 0, or "" when it is not. */

@@ -52,6 +52,11 @@ static PyObject *py_cuda_initialized(PyObject *m, PyObject *unused) {
     return PyBool_FromLong(ddpc_cuda_initialized());
 }
 
+static PyObject *py_cuda_fork_unsafe(PyObject *m, PyObject *unused) {
+    (void)m, (void)unused;
+    return PyBool_FromLong(ddpc_cuda_fork_unsafe());
+}
+
 static PyObject *py_cuda_unavailable_reason(PyObject *m, PyObject *unused) {
     (void)m, (void)unused;
     return PyUnicode_FromString(ddpc_cuda_unavailable_reason());
@@ -255,6 +260,7 @@ static PyObject *py_build_info(PyObject *m, PyObject *unused) {
 static PyMethodDef module_methods[] = {
     {"cuda_device_count", py_cuda_device_count, METH_NOARGS, "number of usable GPUs (0 without driver or GPU)"},
     {"cuda_initialized", py_cuda_initialized, METH_NOARGS, "whether a CUDA context exists (fork is unsafe)"},
+    {"cuda_fork_unsafe", py_cuda_fork_unsafe, METH_NOARGS, "whether the CUDA driver is up (a forked child cannot use it)"},
     {"cuda_unavailable_reason", py_cuda_unavailable_reason, METH_NOARGS, "why no GPU is usable, or ''"},
     {"cuda_properties", py_cuda_properties, METH_O, "properties of one GPU as a dict"},
     {"cuda_set_device", py_cuda_set_device, METH_O, "make a GPU current for this thread"},

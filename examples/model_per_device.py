@@ -14,8 +14,7 @@ from common import make_blobs, make_model
 
 
 def train_one(rank, epochs):
-    n = ddpc.cuda.device_count()
-    device = f"cuda:{rank}" if n else "cpu"
+    device = f"cuda:{rank}" if rank < ddpc.cuda.device_count() else "cpu"  # ranks beyond the GPUs on the host
     X, y = make_blobs(seed=100 + rank)  # each process its own data set
     model = make_model(seed=rank).to(device)
     optimizer = ddpc.optim.Adam(model.parameters(), lr=1e-2)

@@ -3,7 +3,8 @@
     pip install ".[examples]" && ddpc-run --nproc-per-node 2 examples/train_digits.py
 
 Two processes on the cpu backend by default; on a machine with GPUs, run one
-process per GPU (``--nproc-per-node <gpus>``) and the nccl backend is chosen.
+process per GPU (``--nproc-per-node <gpus>``) and the nccl backend is chosen
+(with more processes than GPUs they stay on the cpu backend).
 Each epoch: DistributedSampler.set_epoch, a progress bar on rank 0, loss and
 test accuracy, and a checkpoint (resumed from when the job restarts, e.g. under
 ``ddpc-run --max-restarts 1``). Exits non-zero if test accuracy is below --min-accuracy.
@@ -60,10 +61,11 @@ def main(argv=None):
     parser.add_argument("--save-params", help="write the final parameters here (.npz)")
     args = parser.parse_args(argv)
 
-    use_gpu = ddpc.cuda.is_available()
-    dist.init_process_group("nccl" if use_gpu else "cpu")
+    # nccl when every rank has a GPU of its own, else cpu (more ranks than GPUs, or none).
+    dist.init_process_group()
     rank, world = dist.get_rank(), dist.get_world_size()
-    device = f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if use_gpu else "cpu"
+    device = dist.collective_device()
+    use_gpu = device != "cpu"
 
     X_train, y_train, X_test, y_test = load_digits()
     train = TensorDataset(X_train, y_train)

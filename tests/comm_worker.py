@@ -1002,7 +1002,7 @@ def main():
     # TEST_HOSTS="a,a,b,b" makes rank r believe it runs on host TEST_HOSTS[r].
     if os.environ.get("TEST_HOSTS"):
         os.environ["DDPC_HOST_ID"] = os.environ["TEST_HOSTS"].split(",")[int(os.environ["RANK"])]
-    dist.init_process_group(timeout=timeout)
+    dist.init_process_group("cpu", timeout=timeout)  # host arrays: the cpu backend, also beside a GPU
     if scenario == "all":
         for name in ("matrix", "async", "more", "groups", "p2p", "p2p_any", "pickle", "mismatch"):
             globals()["scenario_" + name]()

@@ -211,7 +211,7 @@ def test_new_subgroups_on_a_single_rank(monkeypatch):
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
     monkeypatch.setenv("MASTER_PORT", str(port))
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
-    ddpc.init_process_group(rank=0, world_size=1)
+    ddpc.init_process_group("cpu", rank=0, world_size=1)
     try:
         cur, subs = dist.new_subgroups()
         assert subs == [cur] and dist.get_world_size(cur) == 1

@@ -109,7 +109,7 @@ def test_nccl_backend_without_a_gpu_is_a_clear_error(single_rank):
 
 
 def test_recv_from_any_rank_needs_another_rank(single_rank):
-    ddpc.init_process_group(rank=0, world_size=1)
+    ddpc.init_process_group("cpu", rank=0, world_size=1)
     with pytest.raises(ValueError, match="no other rank"):
         dist.recv(ddpc.zeros(2))
     with pytest.raises(RuntimeError, match="irecv"):
@@ -128,7 +128,12 @@ def test_single_rank_group_and_helpers(single_rank):
     assert not dist.is_initialized()
     ddpc.init_process_group(rank=0, world_size=1)
     assert dist.is_initialized() and dist.get_rank() == 0 and dist.get_world_size() == 1
-    assert dist.get_backend() == "cpu"
+    # By default a rank with a GPU of its own gets nccl, which takes only CUDA tensors: start afresh on cpu.
+    on_gpu = ddpc.cuda.is_available() and "nccl" in ddpc._C.backends()
+    assert dist.get_backend() == ("nccl" if on_gpu else "cpu")
+    assert dist.collective_device() == ("cuda:0" if on_gpu else "cpu")
+    dist.destroy_process_group()
+    ddpc.init_process_group("cpu", rank=0, world_size=1)
     assert dist.get_global_rank(None, 0) == 0 and dist.collective_device() == "cpu"
     with pytest.raises(RuntimeError, match="already initialised"):
         ddpc.init_process_group(rank=0, world_size=1)
@@ -421,7 +426,7 @@ def test_a_new_job_after_a_rank_died_in_an_earlier_one():
 def test_arrays_in_the_other_byte_order_are_refused():
     code = textwrap.dedent(f"""
         import numpy as np, ddpc, ddpc.distributed as dist
-        dist.init_process_group(init_method="tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+        dist.init_process_group("cpu", init_method="tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
         try:
             dist.all_reduce(np.ones(4, ">f4"))
         except TypeError as e:
@@ -430,3 +435,33 @@ def test_arrays_in_the_other_byte_order_are_refused():
     """)
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert "REFUSED the array's bytes are in the other byte order" in res.stdout, res.stdout + res.stderr
+
+
+class _KeyStore(dict):
+    """The two store calls the backend choice makes."""
+
+    def set(self, key, value):
+        self[key] = value
+
+    def get(self, key, timeout):
+        return self[key]
+
+
+@pytest.mark.parametrize("ranks,want", [
+    ([("here", 0), ("here", 1)], "nccl"),
+    ([("here", 0), ("here", 0)], "cpu"),     # two ranks, one GPU: NCCL would refuse them
+    ([("here", 0), ("here", 2)], "cpu"),     # rank 1's GPU does not exist (2 GPUs here)
+    ([("here", 0), ("there", 0)], "nccl"),   # the same bus id on another host is another GPU
+    ([("here", 1), ("there", None)], "cpu"),  # a rank without a GPU
+], ids=["own-gpus", "shared-gpu", "missing-gpu", "two-hosts", "no-gpu"])
+def test_the_default_backend_is_nccl_only_when_every_rank_has_a_gpu_of_its_own(monkeypatch, ranks, want):
+    if "nccl" not in ddpc._C.backends():
+        pytest.skip("this ddpc was built without NCCL")
+    monkeypatch.setattr(ddpc._C, "cuda_device_count", lambda: 2)
+    monkeypatch.setattr(ddpc._C, "cuda_properties", lambda d: {"pci_bus_id": f"0000:0{d}:00.0"})
+    host = {"here": socket.gethostname(), "there": "another-host"}
+    store = _KeyStore()
+    for r, (h, d) in enumerate(ranks[1:], 1):  # what the other ranks published
+        store[f"p/gpus/{r}"] = (f"{host[h]}/0000:0{d}:00.0" if d is not None and d < 2 else "").encode()
+    assert dist._pick_backend(None, store, "p/", 0, len(ranks), 5.0, ranks[0][1]) == want
+    assert dist._pick_backend("gloo", store, "p/", 0, len(ranks), 5.0, 0) == "cpu"

@@ -587,7 +587,7 @@ GPU_CASES = [
     ("avg_pool2d", lambda x: F.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False), [(2, 3, 9, 8)]),
     ("avg_pool2d_divisor", lambda x: F.avg_pool2d(x, (2, 3), 1, (1, 1), divisor_override=5), [(2, 3, 6, 7)]),
     ("adaptive", lambda x: F.adaptive_avg_pool2d(x, (4, 3)), [(2, 3, 9, 7)]),
-    ("cnn", lambda x: _cnn().to(x.device)(x).sum(), [(4, 1, 8, 8)]),
+    ("cnn", lambda x: _cnn().to(x.device, x.dtype)(x).sum(), [(4, 1, 8, 8)]),
     ("conv_transpose2d", lambda x, w, b: F.conv_transpose2d(x, w, b, stride=2, padding=1, output_padding=1, groups=2),
      [(2, 4, 5, 6), (4, 3, 3, 2), (6,)]),
     ("conv_transpose1d", lambda x, w: F.conv_transpose1d(x, w, stride=3, dilation=2), [(2, 3, 7), (3, 2, 4)]),

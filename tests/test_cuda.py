@@ -160,3 +160,38 @@ def test_comparisons_and_extremes_match_host():
     w.max(1).values.sum().backward()
     assert w.grad.sum().item() == 8.0 and (w.grad.cpu().argmax(1) == w.detach().cpu().argmax(1)).sum().item() == 8
     assert ddpc.rand(100000, dtype=ddpc.bfloat16, device="cuda").float().max().item() < 1.0
+
+
+def _report_cuda(queue):
+    try:
+        ddpc.zeros(1, device="cuda")
+        err = ""
+    except RuntimeError as e:
+        err = str(e)
+    queue.put((ddpc.cuda.is_available(), err))
+
+
+@pytest.mark.gpu
+def test_a_child_forked_after_cuda_use_sees_no_gpu_and_says_why():
+    import multiprocessing
+
+    assert ddpc.cuda.is_available()
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.SimpleQueue()
+    child = ctx.Process(target=_report_cuda, args=(queue,))
+    child.start()
+    child.join(60)
+    assert child.exitcode == 0
+    available, err = queue.get()
+    assert not available
+    assert "forked from one that had already used CUDA" in err and "start_method='spawn'" in err
+
+
+def _cuda_sum(rank):
+    return float(ddpc.full((3,), 2.0, device="cuda").sum().item())
+
+
+@pytest.mark.gpu
+def test_spawn_after_cuda_use_gives_the_children_the_gpu():
+    ddpc.zeros(1, device="cuda")
+    assert ddpc.spawn(_cuda_sum, nprocs=1) == [6.0]

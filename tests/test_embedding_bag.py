@@ -193,7 +193,8 @@ def test_cuda_matches_the_host(mode, offsets, last, padding_idx):
                                   mode=mode, per_sample_weights=s, include_last_offset=last, padding_idx=padding_idx)
             out.backward(ddpc.tensor(np.ones(out.shape, dtype=dtype) * np.arange(out.shape[1], dtype=dtype),
                                      device=device))
-            results.append([out.detach().cpu().numpy(), w.grad.cpu().numpy()] + ([s.grad.cpu().numpy()] if s else []))
+            grads = [w.grad.cpu().numpy()] + ([s.grad.cpu().numpy()] if s is not None else [])
+            results.append([out.detach().cpu().numpy()] + grads)
         for a, b in zip(*results):
             np.testing.assert_allclose(a, b, rtol=tol, atol=tol)
 

@@ -350,10 +350,22 @@ def test_spawn_join_false():
     assert [r["sum"] for r in ctx.join()] == [3.0, 3.0]
 
 
-def test_spawn_refuses_when_cuda_is_initialised(monkeypatch):
-    monkeypatch.setattr(ddpc._C, "cuda_initialized", lambda: True)
+def test_spawn_starts_fresh_interpreters_once_cuda_is_up(monkeypatch):
+    monkeypatch.setattr(ddpc._C, "cuda_fork_unsafe", lambda: True)
     with pytest.raises(RuntimeError, match="CUDA is already initialised"):
-        ddpc.spawn(_die, nprocs=2)
+        ddpc.spawn(_die, nprocs=2, start_method="fork")
+    # By default the children are fresh interpreters then, which import fn.
+    results = ddpc.spawn(_allreduce_rank, args=(1,), nprocs=2)
+    assert [r["sum"] for r in results] == [3.0, 3.0]
+    with pytest.raises(RuntimeError, match="cannot be pickled.*top level of an importable module"):
+        ddpc.spawn(lambda rank: rank, nprocs=2)
+    with pytest.raises(ValueError, match="start_method must be"):
+        ddpc.spawn(_die, nprocs=2, start_method="thread")
+
+
+def test_spawn_with_an_explicit_start_method():
+    assert ddpc.spawn(_exit_on_rank_one, args=(0,), nprocs=2, start_method="spawn") == [0, None]
+    assert ddpc.spawn(_exit_on_rank_one, args=(0,), nprocs=2, start_method="forkserver") == [0, None]
 
 
 def _exit_on_rank_one(rank, code):

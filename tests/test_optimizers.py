@@ -244,6 +244,11 @@ def test_cuda_steps_match_the_host(dt, name, kw):
     for host, cuda in zip(out["cpu"], out["cuda"]):
         if dt is ddpc.float32:
             np.testing.assert_allclose(cuda, host, rtol=1e-5, atol=1e-6)
-        else:  # the GPU contracts a * b + c into one rounding: a float32 step apart, rarely a 16-bit one
+        else:
+            # The two compilers contract a * b + c into one rounding at different places: a float32 step apart,
+            # rarely a 16-bit one. With momentum and weight decay a flipped rounding feeds the next steps, and
+            # where the decayed gradient nearly cancels, RMSprop's g / sqrt(avg g^2) flips sign: then that element
+            # is a whole step apart (3 and 99 16-bit steps, each in 1 of 21000 elements, seen on an H100).
             apart = ulps16(cuda, host, dt)
-            assert apart.max() <= 1 and (apart > 0).mean() < 0.02
+            far = (apart > 1).mean() if kw.get("momentum") and kw.get("weight_decay") else apart.max() > 1
+            assert far < 1e-3 and (apart > 0).mean() < 0.02, np.bincount(apart.ravel())

@@ -374,7 +374,7 @@ def _connect_store(init_method, rank, world_size, timeout_s):
     return _C.Store(addr, port, rank == 0, token, timeout_s), rank, world_size
 
 
-def _pick_backend(backend, store, prefix, rank, world_size, timeout_s):
+def _pick_backend(backend, store, prefix, rank, world_size, timeout_s, device):
     if backend is not None:
         backend = str(backend).lower()
         if backend == "gloo":
@@ -382,12 +382,17 @@ def _pick_backend(backend, store, prefix, rank, world_size, timeout_s):
         if backend not in ("cpu", "nccl"):
             raise ValueError(f"unknown backend {backend!r} (use 'cpu', 'gloo' or 'nccl')")
         return backend
-    # nccl only when every rank has a GPU and this build can run it.
+    # nccl only when this build can run it and every rank has a GPU of its own
+    # (NCCL refuses two ranks on one GPU): say, 2 ranks on a machine with 1 GPU
+    # get the cpu backend, which also stages CUDA tensors.
     if "nccl" not in _C.backends():
         return "cpu"
-    store.set(f"{prefix}gpus/{rank}", str(_C.cuda_device_count()).encode())
-    every_rank_has_gpu = all(int(store.get(f"{prefix}gpus/{r}", timeout_s)) > 0 for r in range(world_size))
-    return "nccl" if every_rank_has_gpu else "cpu"
+    gpu = ""
+    if 0 <= device < _C.cuda_device_count():
+        gpu = f"{socket.gethostname()}/{_C.cuda_properties(device)['pci_bus_id']}"
+    store.set(f"{prefix}gpus/{rank}", gpu.encode())
+    gpus = [store.get(f"{prefix}gpus/{r}", timeout_s) for r in range(world_size)]
+    return "nccl" if all(gpus) and len(set(gpus)) == world_size else "cpu"
 
 
 def _rank_device(device_id):
@@ -418,8 +423,9 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
     ``init_method``: ``env://`` (default; RANK, WORLD_SIZE, MASTER_ADDR,
     MASTER_PORT, or SLURM_PROCID/SLURM_NTASKS, OMPI_COMM_WORLD_RANK/SIZE),
     ``tcp://host:port`` or ``file:///path``. ``backend``: ``"cpu"`` (alias
-    ``"gloo"``) or ``"nccl"``; by default nccl when every rank has a GPU,
-    else cpu. Every collective fails with DistTimeoutError after ``timeout``
+    ``"gloo"``) or ``"nccl"``; by default nccl when every rank has a GPU of
+    its own, else cpu (which also takes CUDA tensors, staged through the
+    host). Every collective fails with DistTimeoutError after ``timeout``
     and with DistError as soon as a peer dies.
     """
     del group_name
@@ -441,8 +447,8 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
     # the ranks count their inits in the store, per world size (a job of
     # another size may follow on the same store).
     prefix = f"w{world_size}i{(c_store.add(f'ddpc/inits/{world_size}', 1) - 1) // world_size}/"
-    backend = _pick_backend(backend, c_store, prefix, rank, world_size, timeout_s)
     _world.device = _rank_device(device_id)
+    backend = _pick_backend(backend, c_store, prefix, rank, world_size, timeout_s, _world.device)
     _C.monitor_start(c_store, rank, prefix)
     try:
         c_group = _make_group(c_store, prefix + "g0/", rank, world_size, list(range(world_size)), backend,

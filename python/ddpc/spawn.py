@@ -1,6 +1,9 @@
 """ddpc.spawn: run a function in N processes that form a process group.
 
-Children are forked, so a function defined in a notebook cell works. Each
+Children are forked, so a function defined in a notebook cell works, unless
+this process has already used CUDA: the driver does not survive a fork, so
+then they start as fresh interpreters, as torch.multiprocessing.spawn's do,
+and ``fn`` must be importable. Each
 child gets the environment ddpc-run would give it; ``fn(rank, *args)`` may
 call ``init_process_group()`` with no arguments. Return values come back to
 the parent by rank; a child's exception is re-raised in the parent with the
@@ -161,20 +164,26 @@ class SpawnContext:
             raise ProcessRaisedException(f"\n\n-- process {rank} raised {res[1]}\n\n{res[2]}", rank, res[2])
 
 
-def spawn(fn, args=(), nprocs=1, join=True, daemon=False, start_method="fork"):
-    """Runs ``fn(rank, *args)`` in ``nprocs`` forked processes with RANK,
-    LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT and a
-    store token set, and returns ``[fn(0, ...), fn(1, ...), ...]``."""
-    if start_method != "fork":
-        raise ValueError("ddpc.spawn forks its children (start_method='fork'); use ddpc-run to start fresh "
-                         "interpreters")
-    if _C.cuda_initialized():
-        raise RuntimeError("CUDA is already initialised in this process, and a forked child cannot use it. Call "
-                           "ddpc.spawn before any CUDA work (in a notebook: restart the kernel and spawn first), or "
-                           "launch a script with ddpc-run.")
+def spawn(fn, args=(), nprocs=1, join=True, daemon=False, start_method=None):
+    """Runs ``fn(rank, *args)`` in ``nprocs`` processes with RANK, LOCAL_RANK,
+    WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT and a store token
+    set, and returns ``[fn(0, ...), fn(1, ...), ...]``.
+
+    ``start_method``: 'fork', or 'spawn'/'forkserver' (fresh interpreters that
+    import ``fn`` and unpickle ``args``). The default forks, and starts fresh
+    interpreters once this process has used CUDA (``ddpc.cuda.is_available()``
+    included), since a forked child could not."""
+    if start_method is None:
+        start_method = "spawn" if _C.cuda_fork_unsafe() else "fork"
+    if start_method not in ("fork", "spawn", "forkserver"):
+        raise ValueError(f"start_method must be 'fork', 'spawn' or 'forkserver', got {start_method!r}")
+    if start_method == "fork" and _C.cuda_fork_unsafe():
+        raise RuntimeError("CUDA is already initialised in this process, and a forked child cannot use it. Leave "
+                           "start_method unset or pass 'spawn' (fn must then be importable), call ddpc.spawn before "
+                           "any CUDA call, or launch a script with ddpc-run.")
     if nprocs < 1:
         raise ValueError("nprocs must be at least 1")
-    ctx = multiprocessing.get_context("fork")
+    ctx = multiprocessing.get_context(start_method)
     port, token = free_port(), new_token()
     forked_by_main_thread = threading.current_thread() is threading.main_thread()
     processes, conns = [], []
@@ -184,7 +193,17 @@ def spawn(fn, args=(), nprocs=1, join=True, daemon=False, start_method="fork"):
                "DDPC_STORE_TOKEN": token, "DDPC_RESTART_COUNT": "0"}
         reader, writer = ctx.Pipe(duplex=False)
         p = ctx.Process(target=_child, args=(fn, rank, args, env, writer, forked_by_main_thread), daemon=daemon)
-        p.start()
+        try:
+            p.start()
+        except (pickle.PicklingError, AttributeError, TypeError) as e:
+            reader.close()
+            writer.close()
+            if start_method == "fork":
+                raise
+            raise RuntimeError(f"start_method={start_method!r} starts fresh interpreters, which must import fn and "
+                               f"unpickle args, and these cannot be pickled ({type(e).__name__}: {e}). Define fn at "
+                               "the top level of an importable module, or call ddpc.spawn before any CUDA call "
+                               "so that the children can be forked.") from e
         writer.close()
         processes.append(p)
         conns.append(reader)

@@ -13,7 +13,7 @@ from collections import OrderedDict, namedtuple
 
 from ..autograd import RemovableHandle, no_grad
 from ..tensor import Tensor, arange, empty, full, parse_to_args, zero_grads
-from .._dtype import checked_memory_format, get_dtype, ordinal, preserve_format
+from .._dtype import checked_memory_format, device_of, get_dtype, ordinal, preserve_format
 from . import _conv, _embedding_bag
 from . import functional as F
 from . import init
@@ -492,7 +492,7 @@ class Module:
         def convert(t):
             out = t
             if dev is not None and out._buf.device != dev:
-                out = out.to(device=dev, non_blocking=non_blocking)
+                out = out.to(device=device_of(dev), non_blocking=non_blocking)
             if dt is not None and out.dtype.is_floating_point and out.dtype is not dt:
                 out = out.to(dtype=dt)
             return out
