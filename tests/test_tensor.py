@@ -679,6 +679,27 @@ def test_copy_broadcasts_the_source():
         z.copy_(ddpc.ones(2))
 
 
+def test_large_host_copies_split_across_threads_are_exact():
+    # From 4 MiB on, host copies go in 2 MiB pieces on 4 KiB boundaries: odd sizes leave a
+    # tail, and a destination one element into a buffer is not page-aligned.
+    threads = ddpc.get_num_threads()
+    try:
+        for n in (1_048_576 + 1, 3_000_001):
+            src = ddpc.from_numpy(np.random.default_rng(n).standard_normal(n).astype(np.float32))
+            for k in (1, 3):
+                ddpc.set_num_threads(k)
+                dst = ddpc.zeros(n)
+                dst.copy_(src)
+                np.testing.assert_array_equal(dst.numpy(), src.numpy())
+                big = ddpc.zeros(n + 2)
+                big[1:-1].copy_(src)
+                got = big.numpy()
+                assert got[0] == 0 and got[-1] == 0
+                np.testing.assert_array_equal(got[1:-1], src.numpy())
+    finally:
+        ddpc.set_num_threads(threads)
+
+
 def test_cat_leaves_out_one_dim_empty_tensors_but_counts_their_dtype():
     grown = ddpc.cat([ddpc.tensor([]), ddpc.tensor([[1, 2]])])
     assert grown.dtype is ddpc.float32 and grown.tolist() == [[1.0, 2.0]]
