@@ -172,15 +172,13 @@ def spawn(fn, args=(), nprocs=1, join=True, daemon=False, start_method=None):
     ``start_method``: 'fork', or 'spawn'/'forkserver' (fresh interpreters that
     import ``fn`` and unpickle ``args``). The default forks, and starts fresh
     interpreters once this process has used CUDA (``ddpc.cuda.is_available()``
-    included), since a forked child could not."""
+    included), since a forked child could not. Children forked after that
+    anyway (``'fork'``) work on the host, and see no GPU, with a reason that
+    says why."""
     if start_method is None:
         start_method = "spawn" if _C.cuda_fork_unsafe() else "fork"
     if start_method not in ("fork", "spawn", "forkserver"):
         raise ValueError(f"start_method must be 'fork', 'spawn' or 'forkserver', got {start_method!r}")
-    if start_method == "fork" and _C.cuda_fork_unsafe():
-        raise RuntimeError("CUDA is already initialised in this process, and a forked child cannot use it. Leave "
-                           "start_method unset or pass 'spawn' (fn must then be importable), call ddpc.spawn before "
-                           "any CUDA call, or launch a script with ddpc-run.")
     if nprocs < 1:
         raise ValueError("nprocs must be at least 1")
     ctx = multiprocessing.get_context(start_method)
