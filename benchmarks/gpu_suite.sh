@@ -60,6 +60,7 @@ for s in $steps; do
     loader_cuda)
         step loader_cuda 150 python3 benchmarks/loader.py --device cuda
         step loader_cuda_8_threads 150 python3 benchmarks/loader.py --device cuda --threads 8
+        step loader_cuda_8_ahead 150 python3 benchmarks/loader.py --device cuda --threads 8 --prefetch 8
         ;;
     rnn_cuda) step rnn_cuda 150 python3 benchmarks/rnn.py --device cuda ;;
     *)

@@ -106,6 +106,7 @@ def main():
                         help="float32 features per sample: 784 is bound by memory bandwidth, a few dozen by "
                              "per-batch overhead")
     parser.add_argument("--threads", type=int, default=None, help="loader threads (default: one fewer than the cores, 1 to 4)")
+    parser.add_argument("--prefetch", type=int, default=2, help="batches in flight (DataLoader's prefetch)")
     parser.add_argument("--torch-batches", type=int, default=0,
                         help="batches timed for PyTorch per epoch (default 0: all of them, so that its sampler's "
                              "per-epoch setup is spread over a whole epoch, as ddpc's is)")
@@ -138,7 +139,7 @@ def main():
 
         def loader(*sources):
             return DataLoader(TensorDataset(*sources), batch_size=batch, sampler=sampler, device=device,
-                              num_threads=args.threads)
+                              num_threads=args.threads, prefetch=args.prefetch)
 
         mx, my = np.load(px, mmap_mode="r"), np.load(py, mmap_mode="r")
         runs = [(numpy_epoch(X, y, batch, 0), n), (ddpc_epoch(loader(X, y), sync), n),
