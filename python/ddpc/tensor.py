@@ -1582,19 +1582,23 @@ def full(size, fill_value, dtype=None, device=None, requires_grad=False):
     return _new(size, dtype, device, default=default).fill_(fill_value)._with_grad(requires_grad)
 
 
+def _like(factory, name, input, dtype, device, requires_grad, memory_format, *args):
+    """``factory(input.shape, *args)`` with input's dtype and device unless given: the ``*_like`` factories."""
+    checked_memory_format(memory_format, name)
+    return factory(input.shape, *args, dtype=dtype or input.dtype, device=device or input.device,
+                   requires_grad=requires_grad)
+
+
 def zeros_like(input, dtype=None, device=None, requires_grad=False, memory_format=preserve_format):
-    checked_memory_format(memory_format, "zeros_like")
-    return zeros(input.shape, dtype=dtype or input.dtype, device=device or input.device, requires_grad=requires_grad)
+    return _like(zeros, "zeros_like", input, dtype, device, requires_grad, memory_format)
 
 
 def ones_like(input, dtype=None, device=None, requires_grad=False, memory_format=preserve_format):
-    checked_memory_format(memory_format, "ones_like")
-    return ones(input.shape, dtype=dtype or input.dtype, device=device or input.device, requires_grad=requires_grad)
+    return _like(ones, "ones_like", input, dtype, device, requires_grad, memory_format)
 
 
 def empty_like(input, dtype=None, device=None, requires_grad=False, memory_format=preserve_format):
-    checked_memory_format(memory_format, "empty_like")
-    return empty(input.shape, dtype=dtype or input.dtype, device=device or input.device, requires_grad=requires_grad)
+    return _like(empty, "empty_like", input, dtype, device, requires_grad, memory_format)
 
 
 def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False):
@@ -1701,19 +1705,15 @@ def eye(n, m=None, dtype=None, device=None, requires_grad=False):
 
 
 def full_like(input, fill_value, dtype=None, device=None, requires_grad=False, memory_format=preserve_format):
-    checked_memory_format(memory_format, "full_like")
-    return full(input.shape, fill_value, dtype=dtype or input.dtype, device=device or input.device,
-                requires_grad=requires_grad)
+    return _like(full, "full_like", input, dtype, device, requires_grad, memory_format, fill_value)
 
 
 def rand_like(input, dtype=None, device=None, requires_grad=False, memory_format=preserve_format):
-    checked_memory_format(memory_format, "rand_like")
-    return rand(input.shape, dtype=dtype or input.dtype, device=device or input.device, requires_grad=requires_grad)
+    return _like(rand, "rand_like", input, dtype, device, requires_grad, memory_format)
 
 
 def randn_like(input, dtype=None, device=None, requires_grad=False, memory_format=preserve_format):
-    checked_memory_format(memory_format, "randn_like")
-    return randn(input.shape, dtype=dtype or input.dtype, device=device or input.device, requires_grad=requires_grad)
+    return _like(randn, "randn_like", input, dtype, device, requires_grad, memory_format)
 
 
 def randint_like(input, low=0, high=None, dtype=None, device=None):
