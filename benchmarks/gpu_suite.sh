@@ -56,6 +56,8 @@ for s in $steps; do
     ddp_cpu)  # DDP's overlap on the cpu backend, where the machine has cores to spare
         step ddp_cpu 200 python3 benchmarks/ddp.py --ranks 1 2
         step ddp_cpu_4mb_buckets 200 python3 benchmarks/ddp.py --ranks 2 --bucket-cap-mb 4
+        # A core per rank left to its collectives thread (8 threads per rank fill 16 cores).
+        step ddp_cpu_7_threads 200 env DDPC_NUM_THREADS=7 OMP_NUM_THREADS=7 python3 benchmarks/ddp.py --ranks 2
         ;;
     loader_cuda)
         step loader_cuda 150 python3 benchmarks/loader.py --device cuda

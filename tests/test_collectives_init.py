@@ -465,3 +465,102 @@ def test_the_default_backend_is_nccl_only_when_every_rank_has_a_gpu_of_its_own(m
         store[f"p/gpus/{r}"] = (f"{host[h]}/0000:0{d}:00.0" if d is not None and d < 2 else "").encode()
     assert dist._pick_backend(None, store, "p/", 0, len(ranks), 5.0, ranks[0][1]) == want
     assert dist._pick_backend("gloo", store, "p/", 0, len(ranks), 5.0, 0) == "cpu"
+
+
+# Stands in for NCCL where there is no GPU: the backend choice says nccl, and
+# any collective that reaches the nccl communicator fails the rank.
+FAKE_NCCL = """
+import numpy as np, ddpc, ddpc.distributed as dist
+
+class FakeNccl:
+    def __init__(self, rank, size):
+        self.rank, self.size = rank, size
+    def close(self):
+        pass
+    def __getattr__(self, name):
+        raise AssertionError(f"{name} reached the nccl group")
+
+real_make_group = dist._make_group
+def make_group(store, prefix, rank, size, ranks, backend, timeout_s):
+    if backend == "nccl":
+        return FakeNccl(rank, size)
+    return real_make_group(store, prefix, rank, size, ranks, backend, timeout_s)
+dist._make_group = make_group
+dist._pick_backend = lambda backend, *rest: "cpu" if backend in ("cpu", "gloo") else "nccl"
+"""
+
+HOST_TENSORS_ON_DEFAULT_NCCL = FAKE_NCCL + """
+dist.init_process_group()
+r, n = dist.get_rank(), dist.get_world_size()
+assert dist.get_backend() == "nccl"
+a = np.full(3, r + 1.0)
+dist.all_reduce(a)
+assert a.tolist() == [3.0] * 3, a
+t = ddpc.full((4,), float(r))
+dist.broadcast(t, src=1)
+assert t.tolist() == [1.0] * 4, t
+parts = [ddpc.zeros(2) for _ in range(n)]
+dist.all_gather(parts, ddpc.full((2,), float(r)))
+assert [p.tolist() for p in parts] == [[0.0, 0.0], [1.0, 1.0]]
+whole = ddpc.zeros(2 * n)
+dist.all_gather_into_tensor(whole, ddpc.full((2,), r + 5.0))
+assert whole.tolist() == [5.0, 5.0, 6.0, 6.0]
+mine = ddpc.zeros(2)
+dist.reduce_scatter_tensor(mine, ddpc.arange(2.0 * n))
+assert mine.tolist() == [4.0 * r, 4.0 * r + 2], mine
+swapped = ddpc.zeros(2)
+dist.all_to_all_single(swapped, ddpc.tensor([10.0 * r, 10.0 * r + 1]))
+assert swapped.tolist() == [r, 10.0 + r], swapped
+work = dist.all_reduce(ddpc.ones(5), async_op=True)
+assert work.wait() and work.result()[0].tolist() == [2.0] * 5
+if r == 0:
+    dist.send(ddpc.tensor([7.0, 8.0]), dst=1)
+else:
+    got = ddpc.zeros(2)
+    dist.recv(got, src=0)
+    assert got.tolist() == [7.0, 8.0]
+objects = [None] * n
+dist.all_gather_object(objects, {"rank": r})
+assert objects == [{"rank": 0}, {"rank": 1}]
+assert dist.shared_buffer(64) is not None  # host buckets for DDP
+pair = dist.new_group([0, 1])
+assert dist.get_backend(pair) == "nccl"
+b = np.ones(2)
+dist.all_reduce(b, group=pair)
+assert b.tolist() == [2.0, 2.0]
+model = ddpc.nn.Linear(3, 1)
+ddp = ddpc.nn.parallel.DistributedDataParallel(model)
+ddp(ddpc.full((2, 3), r + 1.0)).sum().backward()
+assert model.weight.grad.tolist() == [[3.0, 3.0, 3.0]], model.weight.grad
+assert model.bias.grad.tolist() == [2.0]
+dist.destroy_process_group()
+print("RANK", r, "HOST TENSORS OK", flush=True)
+"""
+
+HOST_TENSORS_ON_EXPLICIT_NCCL = FAKE_NCCL + """
+dist.init_process_group("nccl")
+try:
+    dist.all_reduce(np.ones(2))
+except TypeError as e:
+    print("RANK", dist.get_rank(), "REFUSED", e, flush=True)
+dist.destroy_process_group()
+"""
+
+
+def test_the_default_nccl_group_takes_host_tensors_through_a_cpu_companion():
+    """As PyTorch's default pairs gloo with nccl: with nccl chosen by default,
+    host tensors and arrays, objects, DDP's host buckets and groups made with
+    new_group go through a cpu group of the same ranks; none reaches NCCL."""
+    codes, outs = run_code(2, HOST_TENSORS_ON_DEFAULT_NCCL, env_rank(free_port()))
+    text = "".join(o + e for o, e in outs)
+    assert codes == [0, 0], text
+    for r in range(2):
+        assert f"RANK {r} HOST TENSORS OK" in text, text
+
+
+def test_an_explicit_nccl_group_refuses_host_tensors():
+    codes, outs = run_code(2, HOST_TENSORS_ON_EXPLICIT_NCCL, env_rank(free_port()))
+    text = "".join(o + e for o, e in outs)
+    assert codes == [0, 0], text
+    for r in range(2):
+        assert f"RANK {r} REFUSED the nccl backend reduces CUDA tensors" in text, text

@@ -256,3 +256,37 @@ def test_cpu_backend_with_two_ranks_on_one_gpu_agrees_with_closed_form():
     for line in lines:
         assert "'float32': [3.0, 3.0]" in line and "'uint8': [3.0, 3.0]" in line  # 1 + 2
         assert "[0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0]" in line
+
+
+DEFAULT_BACKEND_SCRIPT = r"""
+import sys
+import numpy as np
+import ddpc, ddpc.distributed as dist
+dist.init_process_group(init_method=f"tcp://127.0.0.1:{sys.argv[1]}", rank=0, world_size=1)
+x = ddpc.full((5,), 2.0, device="cuda:0")
+dist.all_reduce(x)
+a = np.full(3, 4.0)
+dist.all_reduce(a)
+h = ddpc.full((2,), 6.0)
+dist.broadcast(h, src=0)
+objs = [None]
+dist.all_gather_object(objs, {"r": 0})
+print("DEFAULT", dist.get_backend(), x.cpu().tolist(), a.tolist(), h.tolist(), objs, flush=True)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.gpu
+def test_the_default_backend_on_a_gpu_takes_cuda_and_host_tensors():
+    """One rank with a GPU of its own: the default is nccl, and host tensors
+    go through its cpu companion instead of being refused."""
+    import socket
+    import subprocess
+    import sys
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    out = subprocess.run([sys.executable, "-c", DEFAULT_BACKEND_SCRIPT, port], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "DEFAULT nccl [2.0, 2.0, 2.0, 2.0, 2.0] [4.0, 4.0, 4.0] [6.0, 6.0] [{'r': 0}]" in out.stdout, out.stdout

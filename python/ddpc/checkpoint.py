@@ -46,7 +46,7 @@ def _from_rank0(produce, what, group):
                 raise
             error, data = e, f"{type(e).__name__}: {e}".encode()
     if size > 1:
-        src, device = dist.get_global_rank(group, 0), dist.collective_device(group)
+        src, device = dist.get_global_rank(group, 0), dist._metadata_device(group)
         head = full((2,), 0, dtype="int64")
         head.numpy()[:] = (error is not None, len(data))
         head = head.to(device)

@@ -243,6 +243,7 @@ class ProcessGroup:
         self._prefix = prefix  # of the group's keys in the store
         self._monitored = 0    # monitored_barrier calls so far
         self._dropped = collections.deque()  # (C work, finish) of handles dropped before wait()
+        self._host = None      # on a default nccl group: the cpu group of the same ranks that takes host tensors
 
     def _finish_dropped(self, wait=False):
         """Makes the copies that finish collectives whose handles were dropped
@@ -265,6 +266,17 @@ class ProcessGroup:
 
     def size(self):
         return self._c.size
+
+    def _close(self, wait):
+        """Closes the group (and its host companion); with ``wait``, after finishing dropped collectives."""
+        for g in (self._host, self):
+            if g is not None and g._c is not None:
+                if wait:
+                    g._finish_dropped(wait=True)
+                g._c.close()
+                g._c = None
+            if g is not None:
+                g._store = None
 
     def __reduce__(self):
         raise TypeError("cannot pickle a ProcessGroup: it is tied to this process's connections and shared memory")
@@ -416,6 +428,23 @@ def _make_group(store, prefix, rank, size, ranks, backend, timeout_s):
     return _C.ProcessGroup(store, prefix, rank, size, ranks, backend, timeout_s)
 
 
+def _new_process_group(store, prefix, rank, ranks, backend, timeout_s, with_host):
+    """A ProcessGroup of ``ranks`` (this rank being ``rank`` among them). An
+    nccl one ``with_host`` also gets a cpu group of the same ranks, which
+    takes the collectives of host tensors (as PyTorch's default backend
+    pairs gloo with nccl)."""
+    group = ProcessGroup(_make_group(store, prefix, rank, len(ranks), ranks, backend, timeout_s), ranks, backend,
+                         store, prefix)
+    if backend == "nccl" and with_host:
+        try:
+            group._host = ProcessGroup(_make_group(store, prefix + "host/", rank, len(ranks), ranks, "cpu", timeout_s),
+                                       ranks, "cpu", store, prefix + "host/")
+        except BaseException:
+            group._close(wait=False)
+            raise
+    return group
+
+
 def init_process_group(backend=None, init_method=None, timeout=None, world_size=-1, rank=-1, store=None,
                        group_name="", device_id=None):
     """Joins the default process group (collective: every rank calls it).
@@ -424,9 +453,11 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
     MASTER_PORT, or SLURM_PROCID/SLURM_NTASKS, OMPI_COMM_WORLD_RANK/SIZE),
     ``tcp://host:port`` or ``file:///path``. ``backend``: ``"cpu"`` (alias
     ``"gloo"``) or ``"nccl"``; by default nccl when every rank has a GPU of
-    its own, else cpu (which also takes CUDA tensors, staged through the
-    host). Every collective fails with DistTimeoutError after ``timeout``
-    and with DistError as soon as a peer dies.
+    its own, paired (as PyTorch pairs gloo with nccl) with a cpu group that
+    takes the collectives of host tensors and arrays, else cpu (which also
+    takes CUDA tensors, staged through the host). Every collective fails
+    with DistTimeoutError after ``timeout`` and with DistError as soon as a
+    peer dies.
     """
     del group_name
     if _world.default is not None:
@@ -448,11 +479,12 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
     # another size may follow on the same store).
     prefix = f"w{world_size}i{(c_store.add(f'ddpc/inits/{world_size}', 1) - 1) // world_size}/"
     _world.device = _rank_device(device_id)
+    chosen = backend is None
     backend = _pick_backend(backend, c_store, prefix, rank, world_size, timeout_s, _world.device)
     _C.monitor_start(c_store, rank, prefix)
     try:
-        c_group = _make_group(c_store, prefix + "g0/", rank, world_size, list(range(world_size)), backend,
-                              timeout_s)
+        default = _new_process_group(c_store, prefix + "g0/", rank, list(range(world_size)), backend, timeout_s,
+                                     with_host=chosen)
     except BaseException:
         _C.monitor_stop(1.0)
         raise
@@ -461,7 +493,7 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
     _world.prefix = prefix
     _world.rank = rank
     _world.timeout = timeout_s
-    _world.default = ProcessGroup(c_group, range(world_size), backend, c_store, prefix + "g0/")
+    _world.default = default
     GroupMember.WORLD = _world.default
 
 
@@ -469,17 +501,33 @@ def is_initialized():
     return _world.default is not None
 
 
-def _group(group):
+def _on_host(t):
+    """Whether ``t`` (a tensor, buffer or array) lives in host memory."""
+    if isinstance(t, np.ndarray):
+        return True
+    buf = getattr(t, "_buf", t)
+    return isinstance(buf, _C.Buffer) and buf.device < 0
+
+
+_HOST = object()  # _group's tensor for work done on the host (objects, shared buffers)
+
+
+def _group(group, tensor=None):
+    """The ProcessGroup that ``group`` names (None: the default one); given the
+    collective's ``tensor``, the host companion of an nccl group where the
+    tensor lives on the host."""
     if _world.default is None:
         raise RuntimeError("the default process group is not initialised; call init_process_group() first")
     if group is None:
-        return _world.default
-    if group is GroupMember.NON_GROUP_MEMBER:
+        group = _world.default
+    elif group is GroupMember.NON_GROUP_MEMBER:
         raise ValueError("this rank is not a member of the group")
-    if not isinstance(group, ProcessGroup):
+    elif not isinstance(group, ProcessGroup):
         raise TypeError(f"group must be a ProcessGroup, got {type(group).__name__}")
     if group._c is None:
         raise ValueError("the process group was destroyed")
+    if group._host is not None and (tensor is _HOST or tensor is not None and _on_host(tensor)):
+        group = group._host
     if group._dropped:
         group._finish_dropped()
     return group
@@ -517,6 +565,13 @@ def collective_device(group=None):
     return f"cuda:{_world.device}" if _group(group).backend == "nccl" else "cpu"
 
 
+def _metadata_device(group=None):
+    """Where small data that starts on the host (model descriptions, flags,
+    checkpoints) crosses ``group``: the host where the group takes host
+    tensors (the cpu backend, or nccl with its host companion), else its GPU."""
+    return "cpu" if _group(group, _HOST).backend == "cpu" else collective_device(group)
+
+
 def shared_buffer(nbytes, group=None):
     """``nbytes`` of zeroed host memory that every rank of ``group`` on this
     host maps, or None where the group has no other rank on this host or is
@@ -525,7 +580,7 @@ def shared_buffer(nbytes, group=None):
     of copying them through the staging areas (about half the memory
     traffic); DistributedDataParallel keeps its buckets in one. Collective:
     the group's ranks call it in the same order, with the same size."""
-    g = _group(group)
+    g = _group(group, _HOST)
     if g.backend != "cpu" or g._c.local_size < 2:
         return None
     return g._c.share(int(nbytes))
@@ -543,11 +598,11 @@ def new_group(ranks=None, timeout=None, backend=None):
     _world.next_group_id += 1
     if _world.rank not in ranks:
         return GroupMember.NON_GROUP_MEMBER
+    with_host = backend is None and world._host is not None
     backend = world.backend if backend is None else ("cpu" if backend == "gloo" else backend)
     timeout_s = _seconds(timeout, _world.timeout)
-    prefix = f"{_world.prefix}g{group_id}/"
-    c_group = _make_group(_world.store, prefix, ranks.index(_world.rank), len(ranks), ranks, backend, timeout_s)
-    group = ProcessGroup(c_group, ranks, backend, _world.store, prefix)
+    group = _new_process_group(_world.store, f"{_world.prefix}g{group_id}/", ranks.index(_world.rank), ranks,
+                               backend, timeout_s, with_host)
     _world.groups.append(group)
     return group
 
@@ -620,9 +675,7 @@ def destroy_process_group(group=None):
         return
     if group is not None and group is not _world.default:
         group = _group(group)
-        group._finish_dropped(wait=True)
-        group._c.close()
-        group._c = None
+        group._close(wait=True)
         _world.groups = [g for g in _world.groups if g is not group]
         return
     _leave(wait_for_others=True)
@@ -636,12 +689,7 @@ def _leave(wait_for_others):
         return
     size = _world.default.size()
     for g in _world.groups + [_world.default]:
-        if g._c is not None:
-            if wait_for_others:
-                g._finish_dropped(wait=True)
-            g._c.close()
-            g._c = None
-        g._store = None
+        g._close(wait_for_others)
     grace = min(_world.timeout, _SHUTDOWN_GRACE_S)
     _C.monitor_stop(grace)
     if wait_for_others and size > 1:
@@ -698,8 +746,9 @@ class _Arg:
         buf = getattr(t, "_buf", t)
         self.device_buf = None
         if group.backend == "nccl" and not (isinstance(buf, _C.Buffer) and buf.device >= 0):
-            raise TypeError(f"the nccl backend reduces CUDA tensors; got {type(t).__name__} on the host "
-                            "(move it with .cuda(), or use backend='cpu')")
+            raise TypeError(f"the nccl backend reduces CUDA tensors; got {type(t).__name__} on the host (move "
+                            "it with .cuda(), use backend='cpu', or init_process_group() without a backend, "
+                            "which pairs nccl with a cpu group for host tensors)")
         if isinstance(buf, _C.Buffer):
             self.code = _dtype_code(buf.dtype)
             self.numel = buf.numel
@@ -896,7 +945,7 @@ def _reduce_op(op):
 
 def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
     """Reduces ``tensor`` across the group in place. AVG of integers truncates."""
-    g = _group(group)
+    g = _group(group, tensor)
     a = _Arg(tensor, g)
     return _launch(g, g._c.all_reduce, async_op, _finisher(a.device_buf and a.finish), a.obj, a.code, _reduce_op(op),
                    outputs=[tensor])
@@ -905,7 +954,7 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
 def broadcast(tensor, src=None, group=None, async_op=False, group_src=None):
     """Copies ``tensor`` of rank ``src`` (a rank of the default group; or
     ``group_src``, a rank within ``group``) to every member."""
-    g = _group(group)
+    g = _group(group, tensor)
     src = _global_peer(g, src, group_src, "src")
     a = _Arg(tensor, g)
     return _launch(g, g._c.broadcast, async_op, _finisher(a.device_buf and a.finish), a.obj, a.code,
@@ -914,7 +963,7 @@ def broadcast(tensor, src=None, group=None, async_op=False, group_src=None):
 
 def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=False):
     """Concatenates every rank's ``input_tensor`` (in rank order) into ``output_tensor``."""
-    g = _group(group)
+    g = _group(group, output_tensor)
     out, inp = _Arg(output_tensor, g), _Arg(input_tensor, g, writable=False)
     if out.code != inp.code:
         raise TypeError("all_gather_into_tensor: input and output dtypes differ")
@@ -1005,14 +1054,14 @@ def _all_gather_list(what, g, tensor_list, tensor, async_op, keep=True):
 
 def all_gather(tensor_list, tensor, group=None, async_op=False):
     """Fills ``tensor_list[r]`` with rank r's ``tensor``."""
-    return _all_gather_list("all_gather", _group(group), tensor_list, tensor, async_op)
+    return _all_gather_list("all_gather", _group(group, tensor), tensor_list, tensor, async_op)
 
 
 def gather(tensor, gather_list=None, dst=None, group=None, async_op=False, group_dst=None):
     """Rank ``dst`` (default 0; or ``group_dst`` within the group) receives
     every rank's ``tensor`` in ``gather_list`` (in rank order); the other
     ranks pass no list."""
-    g = _group(group)
+    g = _group(group, tensor)
     dst = _global_peer(g, dst, group_dst, "dst", 0)
     at_dst = g.rank() == _group_rank(g, dst, "dst")
     if not at_dst and gather_list:
@@ -1023,7 +1072,7 @@ def gather(tensor, gather_list=None, dst=None, group=None, async_op=False, group
 def scatter(tensor, scatter_list=None, src=None, group=None, async_op=False, group_src=None):
     """Copies rank ``src``'s (default 0; or ``group_src``'s) ``scatter_list[r]``
     into rank r's ``tensor``; the other ranks pass no list."""
-    g = _group(group)
+    g = _group(group, tensor)
     src = _global_peer(g, src, group_src, "src", 0)
     src_rank = _group_rank(g, src, "src")
     out = _Arg(tensor, g, writable=False)  # written by the copy out of the broadcast blocks
@@ -1037,7 +1086,7 @@ def scatter(tensor, scatter_list=None, src=None, group=None, async_op=False, gro
 def reduce(tensor, dst=None, op=ReduceOp.SUM, group=None, async_op=False, group_dst=None):
     """Reduces ``tensor`` across the group into rank ``dst``'s (or
     ``group_dst``'s) ``tensor``; the other ranks' tensors are left as they were."""
-    g = _group(group)
+    g = _group(group, tensor)
     dst = _global_peer(g, dst, group_dst, "dst")
     if g.rank() == _group_rank(g, dst, "dst"):
         return all_reduce(tensor, op, g, async_op)
@@ -1050,7 +1099,7 @@ def reduce(tensor, dst=None, op=ReduceOp.SUM, group=None, async_op=False, group_
 def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op=False):
     """Reduces ``input`` (size x the output's elements) across ranks; rank r
     receives block r."""
-    g = _group(group)
+    g = _group(group, output)
     out, inp = _Arg(output, g), _Arg(input, g, writable=False)
     if out.code != inp.code:
         raise TypeError("reduce_scatter_tensor: input and output dtypes differ")
@@ -1060,7 +1109,7 @@ def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op=F
 
 def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op=False):
     """Reduces ``input_list[r]`` across ranks into rank r's ``output``."""
-    g = _group(group)
+    g = _group(group, output)
     out = _Arg(output, g)
     blocks = _blocks_of("reduce_scatter", g, out, input_list)
     return _launch(g, g._c.reduce_scatter, async_op, _finisher(out.device_buf and out.finish), out.obj, blocks,
@@ -1130,7 +1179,7 @@ def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
 
 
 def _p2p(tensor, peer, group, tag, sending, async_op):
-    g = _group(group)
+    g = _group(group, tensor)
     if peer is None and g.backend == "nccl":
         raise ValueError("the nccl backend receives from a given rank only: pass src=")
     a = _Arg(tensor, g, writable=not sending)
@@ -1278,7 +1327,7 @@ def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=
     """Block r of ``input`` (rows along dim 0: ``input_split_sizes[r]`` of
     them, or equal blocks) goes to rank r, where it becomes the block of
     ``output`` from this rank."""
-    g = _group(group)
+    g = _group(group, output)
     outs = _row_blocks("output", output, output_split_sizes, g.size())
     ins = _row_blocks("input", input, input_split_sizes, g.size())
     return _exchange("all_to_all_single", g, outs, ins, async_op)
@@ -1287,7 +1336,8 @@ def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=
 def all_to_all(output_tensor_list, input_tensor_list, group=None, async_op=False):
     """Sends ``input_tensor_list[r]`` to rank r and receives rank r's tensor for
     this rank into ``output_tensor_list[r]``."""
-    return _exchange("all_to_all", _group(group), list(output_tensor_list), list(input_tensor_list), async_op)
+    outs = list(output_tensor_list)
+    return _exchange("all_to_all", _group(group, outs[0] if outs else None), outs, list(input_tensor_list), async_op)
 
 
 # ---- Python objects (pickled: unpickling runs code, so exchange objects only among trusted ranks) ----
@@ -1364,7 +1414,7 @@ def _broadcast_objects(g, objects, src, count):
 
 def all_gather_object(object_list, obj, group=None):
     """Fills ``object_list[r]`` with rank r's ``obj`` (any picklable object)."""
-    g = _group(group)
+    g = _group(group, _HOST)
     if len(object_list) != g.size():
         raise ValueError(f"all_gather_object: object_list needs one entry per group member ({g.size()}), "
                          f"got {len(object_list)}")
@@ -1373,7 +1423,7 @@ def all_gather_object(object_list, obj, group=None):
 
 def gather_object(obj, object_gather_list=None, dst=None, group=None, group_dst=None):
     """Rank ``dst`` (default 0; or ``group_dst``) receives every rank's ``obj`` in ``object_gather_list``."""
-    g = _group(group)
+    g = _group(group, _HOST)
     dst = _global_peer(g, dst, group_dst, "dst", 0)
     at_dst = g.rank() == _group_rank(g, dst, "dst")
     if at_dst and (object_gather_list is None or len(object_gather_list) != g.size()):
@@ -1389,7 +1439,7 @@ def broadcast_object_list(object_list, src=None, group=None, device=None, group_
     """Replaces the entries of ``object_list`` with rank ``src``'s (default 0;
     or ``group_src``'s; every rank's list has the same length)."""
     del device  # where the pickles travel follows the group's backend
-    g = _group(group)
+    g = _group(group, _HOST)
     object_list[:] = _broadcast_objects(g, object_list, _global_peer(g, src, group_src, "src", 0), len(object_list))
 
 
@@ -1397,7 +1447,7 @@ def scatter_object_list(scatter_object_output_list, scatter_object_input_list=No
                         group_src=None):
     """Sets ``scatter_object_output_list[0]`` to rank ``src``'s (default 0; or
     ``group_src``'s) ``scatter_object_input_list[r]`` on rank r."""
-    g = _group(group)
+    g = _group(group, _HOST)
     src = _global_peer(g, src, group_src, "src", 0)
     at_src = g.rank() == _group_rank(g, src, "src")
     if not scatter_object_output_list:
@@ -1413,7 +1463,7 @@ def send_object_list(object_list, dst=None, group=None, device=None, group_dst=N
     ``recv_object_list`` passes a list of the same length: first their
     count and pickles' sizes, then the pickles."""
     del device  # where the pickles travel follows the group's backend
-    g = _group(group)
+    g = _group(group, _HOST)
     dst = _global_peer(g, dst, group_dst, "dst")
     data = [_object_bytes(o) for o in object_list]
     send(_to_group(g, np.array([len(data)] + [d.size for d in data], np.int64)), dst, g, _OBJECT_TAG)
@@ -1427,7 +1477,7 @@ def recv_object_list(object_list, src=None, group=None, device=None, group_src=N
     sender's rank. A list of another length than the sender's is a
     mismatch of the two calls: both raise DistError."""
     del device
-    g = _group(group)
+    g = _group(group, _HOST)
     src = _global_peer(g, src, group_src, "src", None)
     header = _to_group(g, np.zeros(1 + len(object_list), np.int64))
     sender = recv(header, src, g, _OBJECT_TAG)

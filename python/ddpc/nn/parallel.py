@@ -253,7 +253,7 @@ class DistributedDataParallel(Module):
         mine = zeros(int(length.item()), dtype="uint8")
         if desc:
             mine.numpy()[:len(desc)] = list(desc)
-        device = dist.collective_device(self.process_group)
+        device = dist._metadata_device(self.process_group)
         gathered = [zeros(mine.numel(), dtype="uint8", device=device) for _ in range(size)]
         dist.all_gather(gathered, mine.to(device), group=self.process_group)
         tables = [bytes(g.cpu().numpy()).rstrip(b"\0").decode().split("\n") for g in gathered]
@@ -271,7 +271,7 @@ class DistributedDataParallel(Module):
 
     def _collective_tensor(self, values):
         """A numpy array's copy where this group's collectives take it."""
-        return from_numpy(values).to(dist.collective_device(self.process_group))
+        return from_numpy(values).to(dist._metadata_device(self.process_group))
 
     def _broadcast_states(self, group_rank, with_params):
         """Copies the parameters (if asked) and buffers of one group member to all."""
