@@ -334,6 +334,119 @@ def test_an_exception_inside_join_is_raised_at_once_not_shadowed():
     assert results[0].startswith("peer failed after") and results[0] != "peer failed after 10 steps", results
 
 
+STEPS_OF_RANK = (4, 2)  # uneven inputs: rank 1 runs out after two steps
+
+
+def join_zero_worker(rank, throw=False):
+    """DDP and a ZeroRedundancyOptimizer (Adam) under one Join."""
+    import ddpc.distributed as dist
+    from ddpc import nn
+    from ddpc.distributed.algorithms.join import Join
+
+    dist.init_process_group("cpu")
+    X, y = data(64, seed=rank)
+    ddp = nn.parallel.DistributedDataParallel(model())
+    opt = ddpc.optim.ZeroRedundancyOptimizer(ddp.parameters(), optimizer_class=ddpc.optim.Adam, lr=0.01)
+    try:
+        with Join([ddp, opt], throw_on_early_termination=throw):
+            for i in range(STEPS_OF_RANK[rank]):
+                opt.zero_grad()
+                nn.CrossEntropyLoss()(ddp(ddpc.from_numpy(X[i * 8:i * 8 + 8])), ddpc.from_numpy(y[i * 8:i * 8 + 8])
+                                      ).backward()
+                opt.step()
+    except RuntimeError as e:
+        return f"raised: {e}"
+    finally:
+        out = params(ddp.module)
+        dist.destroy_process_group()
+    return out
+
+
+def test_join_with_zero_matches_one_process_averaging_over_the_world():
+    """Each step's gradient is the active ranks' sum over the world size (rank 1
+    adds zeros once it has joined); the joined rank keeps stepping its shard
+    of Adam's state, so the result is one process's Adam on those gradients."""
+    from ddpc import nn
+
+    results = ddpc.spawn(join_zero_worker, nprocs=2)
+    m = model()
+    opt = ddpc.optim.Adam(m.parameters(), lr=0.01)
+    batches = [data(64, seed=r) for r in range(2)]
+    for i in range(max(STEPS_OF_RANK)):
+        grads = [ddpc.zeros_like(p) for p in m.parameters()]
+        for r, (X, y) in enumerate(batches):
+            if i < STEPS_OF_RANK[r]:
+                m.zero_grad()
+                nn.CrossEntropyLoss()(m(ddpc.from_numpy(X[i * 8:i * 8 + 8])), ddpc.from_numpy(y[i * 8:i * 8 + 8])
+                                      ).backward()
+                grads = [g + p.grad / 2 for g, p in zip(grads, m.parameters())]
+        for p, g in zip(m.parameters(), grads):
+            p.grad = g
+        opt.step()
+    assert_params_close(results[0], results[1], atol=0)
+    assert_params_close(results[0], params(m), atol=1e-6)
+
+
+def test_join_throw_on_early_termination_raises_on_every_rank():
+    results = ddpc.spawn(join_zero_worker, args=(True,), nprocs=2)
+    assert all(isinstance(r, str) and "throw_on_early_termination" in r for r in results), results
+
+
+def counting_worker(rank, iterations):
+    """A Joinable of its own: every iteration all-reduces a one; a joined rank adds zeros."""
+    import ddpc.distributed as dist
+    from ddpc.distributed.algorithms import Join, JoinHook, Joinable
+
+    class Counter(Joinable):
+        def __init__(self):
+            self.total, self.last = 0, None
+
+        def step(self):
+            Join.notify_join_context(self)
+            self.add(1)
+
+        def add(self, value):
+            t = ddpc.full((1,), value, dtype="int64")
+            dist.all_reduce(t)
+            self.total += int(t.item())
+
+        def join_hook(self, **kwargs):
+            counter = self
+
+            class Hook(JoinHook):
+                def main_hook(self):
+                    counter.add(0)
+
+                def post_hook(self, is_last_joiner):
+                    counter.last = is_last_joiner
+
+            return Hook()
+
+        join_device = "cpu"
+        join_process_group = None
+
+    dist.init_process_group("cpu")
+    counter = Counter()
+    with Join([counter]):
+        for _ in range(iterations[rank]):
+            counter.step()
+    dist.destroy_process_group()
+    return counter.total, counter.last
+
+
+def test_join_runs_any_joinables_hooks_until_every_rank_is_done():
+    # Iterations 3, 2 and 1 ranks long: 3 + 2 + 1 ones, summed on every rank; rank 1 leaves last.
+    assert ddpc.spawn(counting_worker, args=((1, 3, 2),), nprocs=3) == [(6, False), (6, True), (6, False)]
+
+
+def test_join_refuses_what_is_not_a_joinable():
+    from ddpc.distributed.algorithms import Join
+    with pytest.raises(ValueError, match="at least one joinable"):
+        Join([])
+    with pytest.raises(TypeError, match="Joinable objects"):
+        Join([object()])
+
+
 def torch_arguments_worker(rank):
     import ddpc.distributed as dist
     from ddpc import nn

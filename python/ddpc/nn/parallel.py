@@ -21,7 +21,9 @@ import warnings
 import numpy as np
 
 from .. import _C
+from .. import _join
 from .. import distributed as dist
+from .._join import Join, JoinHook, Joinable
 from ..autograd import Node, is_grad_enabled, no_grad, queue_callback
 from .._dtype import bfloat16, float16
 from ..tensor import Tensor, from_numpy, zeros
@@ -170,7 +172,7 @@ def _refuse_uninitialized(module, wrapper):
                            "the modules")
 
 
-class DistributedDataParallel(Module):
+class DistributedDataParallel(Module, Joinable):
     """Data parallelism across processes, with PyTorch's constructor and behaviour.
 
     ``device_ids`` names this process's device (one entry) or is None for a
@@ -237,7 +239,7 @@ class DistributedDataParallel(Module):
         self._hook_fired = False
         self._unused, self._used_mask = [], None
         self._expect_reduction = False
-        self._join_mode = False
+        self._join_steps, self._join_active, self._join_divide_by_world = 0, None, True
 
     # ---- construction --------------------------------------------------------------
     def _world(self):
@@ -393,7 +395,7 @@ class DistributedDataParallel(Module):
 
     def _finish_reduction(self):
         world = dist.get_world_size(self.process_group)
-        rescale = (self._join_mode and not self._join_divide_by_world and self._join_active is not None
+        rescale = (self._join_config.enable and not self._join_divide_by_world and self._join_active is not None
                    and 0 < self._join_active < world)
         for b in self._buckets:
             result = b.future.wait()
@@ -416,14 +418,10 @@ class DistributedDataParallel(Module):
     # ---- public API --------------------------------------------------------------------
     def forward(self, *inputs, **kwargs):
         sync_buffers = self.broadcast_buffers and self.require_backward_grad_sync
-        if self._join_mode:
+        if self._join_config.enable:
+            Join.notify_join_context(self)
             syncing = int(self.require_backward_grad_sync and is_grad_enabled())
-            active = self._join_vote(1, syncing, int(sync_buffers))[0]
-            if self._join_throw and active < self._world()[0]:
-                self._join_terminated = True
-                raise RuntimeError("DistributedDataParallel.join(throw_on_early_termination=True): a rank ran out "
-                                   "of inputs")
-            self._join_active = active
+            self._join_active = self._join_vote(1, syncing, int(sync_buffers))[0]
             self._join_steps += 1
         if sync_buffers:
             self._broadcast_states(0, with_params=False)
@@ -463,52 +461,50 @@ class DistributedDataParallel(Module):
         dist.all_reduce(votes, group=self.process_group)
         return tuple(int(v) for v in votes.cpu().numpy())
 
-    @contextlib.contextmanager
     def join(self, divide_by_initial_world_size=True, enable=True, throw_on_early_termination=False):
         """Lets ranks with fewer batches finish the epoch: a rank that has run
         out shadows the others' collectives (contributing zero gradients) until
-        every rank is done. As in PyTorch, gradients are averaged over the
-        whole world size, or with ``divide_by_initial_world_size=False`` over
-        the ranks still active; ``throw_on_early_termination=True`` makes every
-        rank raise instead as soon as one runs out of inputs."""
-        if not enable:
-            yield
-            return
-        self._join_mode, self._join_steps, self._join_active = True, 0, None
-        self._join_divide_by_world = bool(divide_by_initial_world_size)
-        self._join_throw, self._join_terminated = bool(throw_on_early_termination), False
-        try:
-            yield
-            if not self._join_terminated:
-                self._shadow_until_all_joined()
-        finally:
-            # An exception in the block leaves at once, as PyTorch's Join does:
-            # shadowing the others would hide it behind their steps, and the
-            # others learn of this rank's failure from its collectives instead.
-            self._join_mode = False
+        every rank is done, then takes the model of the rank that ran the most
+        steps. As in PyTorch, gradients are averaged over the whole world
+        size, or with ``divide_by_initial_world_size=False`` over the ranks
+        still active; ``throw_on_early_termination=True`` makes every rank
+        raise instead as soon as one runs out of inputs. ``Join([ddp, ...])``
+        (ddpc.distributed.algorithms.Join) does the same for several joinables,
+        a ZeroRedundancyOptimizer say."""
+        return Join([self], enable, throw_on_early_termination,
+                    divide_by_initial_world_size=divide_by_initial_world_size)
 
-    def _shadow_until_all_joined(self):
-        """This rank ran out of inputs: it takes part in the active ranks'
-        collectives until they have too, then takes the model of the rank
-        that ran the most steps."""
-        while True:
-            active, grads, buffers = self._join_vote(0, 0, 0)
-            if not active:
-                break
-            if self._join_throw:  # the active ranks raise at this vote too
-                raise RuntimeError("DistributedDataParallel.join(throw_on_early_termination=True): this rank ran "
-                                   "out of inputs before the others")
-            if buffers:
-                self._broadcast_states(0, with_params=False)
-            if not grads:  # the active ranks' step is inside no_sync() or without grad mode
-                continue
-            if self.find_unused_parameters:
-                dist.all_reduce(self._collective_tensor(np.zeros(len(self._named_params), dtype=np.int32)),
-                                op=dist.ReduceOp.MAX, group=self.process_group)
-            for b in self._buckets:
-                b.flat.fill_(0)
-                self._comm_hook(self._comm_state, GradBucket(b.index, b.flat, b.params, False)).wait()
-        self._sync_from_last_joiner()
+    def join_hook(self, divide_by_initial_world_size=True, **kwargs):
+        self._join_steps, self._join_active = 0, None
+        self._join_divide_by_world = bool(divide_by_initial_world_size)
+        return _DDPJoinHook(self)
+
+    @property
+    def join_device(self):
+        return dist._metadata_device(self.process_group)
+
+    @property
+    def join_process_group(self):
+        return self.process_group
+
+    def _shadow_step(self):
+        """One step of the ranks still active, on a rank that has run out: the
+        same collectives with zero gradients; the averaged gradients land in
+        ``.grad`` as on the active ranks (a joined optimizer step uses them)."""
+        self._join_active, grads, buffers = self._join_vote(0, 0, 0)
+        if buffers:
+            self._broadcast_states(0, with_params=False)
+        if not grads:  # the active ranks' step is inside no_sync() or without grad mode
+            return
+        self._used_mask = None
+        if self.find_unused_parameters:
+            self._used_mask = self._collective_tensor(np.zeros(len(self._named_params), dtype=np.int32))
+            self._used_mask_work = dist.all_reduce(self._used_mask, op=dist.ReduceOp.MAX, group=self.process_group,
+                                                   async_op=True)
+        for b in self._buckets:
+            b.flat.fill_(0)
+            b.future = self._comm_hook(self._comm_state, GradBucket(b.index, b.flat, b.params, False))
+        self._finish_reduction()
 
     def _sync_from_last_joiner(self):
         """Ranks that joined early stopped stepping; the rank that ran the most
@@ -521,6 +517,17 @@ class DistributedDataParallel(Module):
     def __getstate__(self):
         raise TypeError("DistributedDataParallel is tied to its process group and cannot be pickled; "
                         "save model.module.state_dict() instead")
+
+
+class _DDPJoinHook(JoinHook):
+    def __init__(self, ddp):
+        self.ddp = ddp
+
+    def main_hook(self):
+        self.ddp._shadow_step()
+
+    def post_hook(self, is_last_joiner):
+        self.ddp._sync_from_last_joiner()
 
 
 class DataParallel(Module):
@@ -697,9 +704,10 @@ def _register_comm_hook_modules():
     hooks = types.ModuleType("ddpc.distributed.algorithms.ddp_comm_hooks", "DDP's built-in comm hooks.")
     hooks.default_hooks, hooks.powerSGD_hook = default, _powersgd
     algorithms = types.ModuleType("ddpc.distributed.algorithms", "Algorithms over the process group.")
-    algorithms.ddp_comm_hooks = hooks
+    algorithms.ddp_comm_hooks, algorithms.join = hooks, _join
+    algorithms.Join, algorithms.Joinable, algorithms.JoinHook = Join, Joinable, JoinHook
     for name, module in ((algorithms.__name__, algorithms), (hooks.__name__, hooks), (default.__name__, default),
-                         (hooks.__name__ + ".powerSGD_hook", _powersgd)):
+                         (hooks.__name__ + ".powerSGD_hook", _powersgd), (algorithms.__name__ + ".join", _join)):
         sys.modules[name] = module
     dist.algorithms = algorithms
 

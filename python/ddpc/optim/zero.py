@@ -16,12 +16,18 @@ to the shards before each step, so lr schedulers work on the wrapper.
 whose ``state_dict()`` then has the layout a plain optimizer over all the
 parameters would have; ``load_state_dict`` takes such a dict on every rank.
 
+It is a Joinable: under ``Join([ddp, zero])``
+(ddpc.distributed.algorithms.join) a rank that ran out of inputs keeps
+stepping its shard with the gradients its DDP receives, and takes part in
+the broadcasts, until every rank is done.
+
 Where ddpc differs: it lives at ``ddpc.optim.ZeroRedundancyOptimizer``
 (``torch.distributed.optim`` in PyTorch); ``overlap_with_ddp=True`` is not
 supported; ``parameters_as_bucket_view`` is accepted and changes nothing.
 """
 
 from .. import distributed as dist
+from .._join import Join, JoinHook, Joinable
 from ..autograd import no_grad
 from ..tensor import cat
 from .optimizer import Optimizer
@@ -29,7 +35,7 @@ from .optimizer import Optimizer
 __all__ = ["ZeroRedundancyOptimizer"]
 
 
-class ZeroRedundancyOptimizer(Optimizer):
+class ZeroRedundancyOptimizer(Optimizer, Joinable):
     def __init__(self, params, optimizer_class, process_group=None, parameters_as_bucket_view=False,
                  overlap_with_ddp=False, **defaults):
         if overlap_with_ddp:
@@ -75,10 +81,28 @@ class ZeroRedundancyOptimizer(Optimizer):
     @no_grad()
     def step(self, closure=None):
         """Steps the owned parameters, then broadcasts every rank's update."""
+        Join.notify_join_context(self)
+        return self._step(closure)
+
+    def _step(self, closure=None):
         _copy_hyperparameters(self.param_groups, self.optim.param_groups)
         loss = self.optim.step(closure)
         self._broadcast_parameters()
         return loss
+
+    def join_hook(self, **kwargs):
+        """On a rank that ran out of inputs, each of the others' steps is also
+        taken here: this rank's shard steps with the gradients the joined
+        DistributedDataParallel received, and every owner's update is broadcast."""
+        return _ZeroJoinHook(self)
+
+    @property
+    def join_device(self):
+        return dist._metadata_device(self.process_group)
+
+    @property
+    def join_process_group(self):
+        return self.process_group
 
     def _broadcast_parameters(self):
         if self.world_size == 1:
@@ -182,3 +206,12 @@ class ZeroRedundancyOptimizer(Optimizer):
 def _copy_hyperparameters(src_groups, dst_groups):
     for src, dst in zip(src_groups, dst_groups):
         dst.update((k, v) for k, v in src.items() if k != "params")
+
+
+class _ZeroJoinHook(JoinHook):
+    def __init__(self, zero):
+        self.zero = zero
+
+    def main_hook(self):
+        with no_grad():
+            self.zero._step()
