@@ -6,6 +6,7 @@ get_node_local_rank and is_torchelastic_launched (multi-rank new_subgroups
 runs in comm_worker.py)."""
 
 import math
+import sys
 import socket
 
 import numpy as np
@@ -224,3 +225,114 @@ def test_new_subgroups_on_a_single_rank(monkeypatch):
             dist.new_subgroups(1, group=cur)
     finally:
         dist.destroy_process_group()
+
+
+# ---- PyTorch's module paths that DDP scripts import --------------------------------------
+
+def _mp_worker(rank, world, port):
+    import os
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)  # as the tutorials set them
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    t = ddpc.tensor([rank + 1.0])
+    dist.all_reduce(t)
+    dist.destroy_process_group()
+    return t.item()
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_multiprocessing_spawns_like_torch_multiprocessing():
+    import multiprocessing
+
+    import ddpc.multiprocessing as mp
+    assert mp.spawn(_mp_worker, args=(2, _free_port()), nprocs=2, join=True) == [3.0, 3.0]
+    assert mp.start_processes(_mp_worker, args=(1, _free_port()), nprocs=1, start_method="spawn") == [1.0]
+    assert mp.Queue is multiprocessing.Queue and mp.get_context is multiprocessing.get_context
+    assert mp.ProcessRaisedException is ddpc.spawn.__globals__["ProcessRaisedException"]
+
+
+def test_cuda_amp_takes_the_older_arguments():
+    from ddpc.cuda.amp import GradScaler, autocast, custom_bwd, custom_fwd
+    region = autocast(enabled=False)
+    assert (region.device_type, region.fast_dtype, region.enabled) == ("cuda", ddpc.float16, False)
+    assert autocast(dtype=ddpc.bfloat16).fast_dtype is ddpc.bfloat16
+    scaler = GradScaler(init_scale=8.0, growth_interval=3, enabled=False)
+    assert isinstance(scaler, ddpc.amp.GradScaler) and not scaler.is_enabled()
+
+    class Double(ddpc.autograd.Function):
+        @staticmethod
+        @custom_fwd
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        @custom_bwd
+        def backward(ctx, g):
+            return g * 2
+
+    x = ddpc.ones(3, requires_grad=True)
+    Double.apply(x).sum().backward()
+    assert x.grad.tolist() == [2.0, 2.0, 2.0]
+
+
+def test_consume_prefix_strips_ddps_module_prefix():
+    from ddpc.nn.modules.utils import _pair, _quadruple, _single, consume_prefix_in_state_dict_if_present
+    model = nn.Sequential(nn.Linear(2, 3), nn.Linear(3, 1))
+    state = {f"module.{k}": v for k, v in model.state_dict().items()}
+    state["extra"] = ddpc.zeros(1)
+    consume_prefix_in_state_dict_if_present(state, "module.")
+    assert list(state) == ["extra"] + list(model.state_dict())  # stripped keys move behind the others
+    del state["extra"]
+    fresh = nn.Sequential(nn.Linear(2, 3), nn.Linear(3, 1))
+    fresh.load_state_dict(state)
+    assert all(np.array_equal(a.numpy(), b.numpy()) for a, b in zip(fresh.parameters(), model.parameters()))
+    assert _single(3) == (3,) and _pair(3) == (3, 3) and _pair([1, 2]) == (1, 2) and _quadruple(0) == (0,) * 4
+
+
+def test_default_backend_for_a_device_and_backend_availability():
+    assert dist.get_default_backend_for_device("cpu") == "cpu"
+    assert dist.get_default_backend_for_device("cuda:1") == "nccl"
+    assert dist.get_default_backend_for_device(ddpc.device("cuda")) == "nccl"
+    with pytest.raises(ValueError, match="invalid device"):
+        dist.get_default_backend_for_device("tpu")
+    assert dist.is_backend_available("gloo") and dist.is_backend_available("cpu")
+    assert dist.is_backend_available("nccl") == dist.is_nccl_available()
+    assert not dist.is_backend_available("mpi")
+
+
+def test_record_writes_torchelastics_error_file_and_raises_on(monkeypatch, tmp_path):
+    import json
+
+    from ddpc.distributed.elastic.multiprocessing.errors import record
+    path = tmp_path / "error.json"
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(path))
+
+    @record
+    def fails():
+        raise KeyError("missing shard")
+
+    with pytest.raises(KeyError, match="missing shard"):
+        fails()
+    info = json.loads(path.read_text())["message"]
+    assert info["message"] == "KeyError: 'missing shard'"
+    assert "in fails" in info["extraInfo"]["py_callstack"] and int(info["extraInfo"]["timestamp"]) > 0
+
+    path.unlink()
+    with pytest.raises(SystemExit):
+        record(lambda: sys.exit(3))()
+    assert not path.exists()  # sys.exit is not an error to record
+
+    seen = []
+
+    class Handler:
+        def record_exception(self, e):
+            seen.append(e)
+
+    with pytest.raises(ValueError):
+        record(error_handler=Handler())(lambda: int("x"))()
+    assert isinstance(seen[0], ValueError) and not path.exists()
+    assert record()(lambda: 5)() == 5

@@ -226,8 +226,13 @@ def test_data_api_names_exist():
 def test_torch_import_paths_reach_the_same_classes():
     import ddpc.utils.data
     from ddpc.utils.data import DataLoader as PathLoader
+    from ddpc.utils.data.dataloader import DataLoader as ModuleLoader
+    from ddpc.utils.data.dataset import TensorDataset as ModuleDataset
     from ddpc.utils.data.distributed import DistributedSampler as PathSampler
+    from ddpc.utils.data.sampler import BatchSampler as ModuleBatchSampler
 
     assert ddpc.utils.data is data and PathLoader is DataLoader and PathSampler is DistributedSampler
+    assert ModuleLoader is DataLoader and ModuleDataset is data.TensorDataset
+    assert ModuleBatchSampler is data.BatchSampler
     loader = PathLoader(ddpc.utils.data.TensorDataset(np.arange(6.0)), batch_size=4)
     assert [b[0].tolist() for b in loader] == [[0.0, 1.0, 2.0, 3.0], [4.0, 5.0]]

@@ -487,3 +487,27 @@ def test_spawn_from_a_rank_of_a_running_group(tmp_path):
     assert "SPAWNED [2.0, 2.0]" in res.stdout and res.stdout.count("SUM 2.0") == 2
     seconds = float(res.stdout.split("NOTICED ")[1].split()[0])
     assert seconds < 5 and "rank 1 died" in res.stdout
+
+
+def test_the_first_error_recorded_names_the_failure(tmp_path):
+    """Entry points under @record write TORCHELASTIC_ERROR_FILE: rank 1
+    raises first but is slow to exit, rank 0's error follows and it exits at
+    once; the report names rank 1 and its error, not rank 0's consequence."""
+    res = launch(tmp_path, """
+        import atexit, os, time
+        from ddpc.distributed.elastic.multiprocessing.errors import record
+
+        @record
+        def main():
+            if os.environ["RANK"] == "1":
+                atexit.register(time.sleep, 3)
+                raise ValueError("first failure, in rank one")
+            time.sleep(0.5)
+            raise RuntimeError("a consequence, in rank zero")
+
+        main()
+    """, "--nproc-per-node", "2", "--grace", "1")
+    assert res.returncode != 0
+    assert "ddpc-run: rank 1 raised ValueError: first failure, in rank one" in res.stderr, res.stderr
+    assert "ddpc-run: rank 1 (local rank 1" in res.stderr and "ddpc-run: rank 0 (" not in res.stderr, res.stderr
+    assert "giving up: rank 1 failed" in res.stderr

@@ -34,6 +34,7 @@ from .distributed import destroy_process_group, init_process_group
 from .nn.parallel import DataParallel, DistributedDataParallel
 from ._threads import get_num_threads, set_num_threads
 from .spawn import spawn
+from . import multiprocessing
 from .tensor import (as_tensor, broadcast_shapes, broadcast_tensors, diag, eye, full_like, get_default_dtype,
                      get_rng_state, linspace, logspace, meshgrid, rand_like, randint_like, randn_like, seed,
                      set_default_dtype, set_printoptions, set_rng_state)
@@ -110,7 +111,7 @@ def build_info():
 
 
 __all__ = [
-    "amp", "arange", "argmax", "argmin", "autocast", "autograd", "bfloat16", "build_info", "cat", "checkpoint",
+    "amp", "multiprocessing", "arange", "argmax", "argmin", "autocast", "autograd", "bfloat16", "build_info", "cat", "checkpoint",
     "CheckpointError", "cuda", "data", "DataParallel", "default_generator", "destroy_process_group", "device",
     "DistError", "distributed", "DistributedDataParallel", "DistTimeoutError", "dtype", "empty", "empty_like",
     "enable_grad", "exp", "func", "float16", "float32", "float64", "from_dlpack", "from_numpy", "full", "Generator",

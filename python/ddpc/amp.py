@@ -26,7 +26,9 @@ steps.
 """
 
 import functools
+import sys
 import threading
+import types
 
 from . import _C
 from ._dtype import bfloat16, float16, float32, float64
@@ -389,3 +391,31 @@ class GradScaler:
         self._backoff_factor = float(state_dict["backoff_factor"])
         self._growth_interval = int(state_dict["growth_interval"])
         self._growth_tracker = int(state_dict["_growth_tracker"])
+
+
+def _device_amp(device_type):
+    """``torch.cuda.amp``'s shape, the older path many scripts import: autocast
+    and GradScaler with the device type implied (autocast's arguments
+    ``enabled, dtype, cache_enabled``), custom_fwd and custom_bwd likewise."""
+    def __init__(self, enabled=True, dtype=None, cache_enabled=True):
+        autocast.__init__(self, device_type, dtype, enabled, cache_enabled)
+
+    def scaler_init(self, init_scale=2.0**16, growth_factor=2.0, backoff_factor=0.5, growth_interval=2000,
+                    enabled=True):
+        GradScaler.__init__(self, device_type, init_scale, growth_factor, backoff_factor, growth_interval, enabled)
+
+    module = types.ModuleType(f"ddpc.{device_type}.amp", f"Mixed precision on {device_type} (torch.{device_type}.amp).")
+    module.autocast = type("autocast", (autocast,), {"__init__": __init__, "__module__": module.__name__})
+    module.GradScaler = type("GradScaler", (GradScaler,), {"__init__": scaler_init, "__module__": module.__name__})
+    module.custom_fwd = functools.partial(custom_fwd, device_type=device_type)
+    module.custom_bwd = functools.partial(custom_bwd, device_type=device_type)
+    module.__all__ = ["autocast", "GradScaler", "custom_fwd", "custom_bwd"]
+    return module
+
+
+def _register_device_amp():
+    from . import cuda
+    cuda.amp = sys.modules[cuda.__name__ + ".amp"] = _device_amp("cuda")
+
+
+_register_device_amp()

@@ -35,6 +35,7 @@ import pickle
 import socket
 import sys
 import time
+import types
 import warnings
 from datetime import timedelta
 from urllib.parse import urlparse
@@ -47,11 +48,12 @@ from ._C import DistError, DistTimeoutError
 __all__ = [
     "Backend", "DistError", "DistTimeoutError", "FileStore", "GroupMember", "ProcessGroup", "ReduceOp", "TCPStore",
     "P2POp", "Work", "all_gather", "all_gather_into_tensor", "all_gather_object", "all_reduce", "all_to_all",
-    "all_to_all_single", "barrier", "batch_isend_irecv", "broadcast", "broadcast_object_list",
-    "destroy_process_group", "gather", "gather_object", "get_backend", "get_group_rank", "get_process_group_ranks",
-    "get_rank", "get_world_size", "group", "init_process_group", "irecv", "is_available", "is_gloo_available",
-    "is_initialized", "is_mpi_available", "is_nccl_available", "isend", "monitored_barrier", "new_group", "recv",
-    "reduce", "reduce_scatter", "reduce_scatter_tensor", "scatter", "scatter_object_list", "send", "shared_buffer",
+    "all_to_all_single", "barrier", "batch_isend_irecv", "broadcast", "broadcast_object_list", "destroy_process_group",
+    "gather", "gather_object", "get_backend", "get_default_backend_for_device", "get_group_rank",
+    "get_process_group_ranks", "get_rank", "get_world_size", "group", "init_process_group", "irecv", "is_available",
+    "is_backend_available", "is_gloo_available", "is_initialized", "is_mpi_available", "is_nccl_available", "isend",
+    "monitored_barrier", "new_group", "recv", "reduce", "reduce_scatter", "reduce_scatter_tensor", "scatter",
+    "scatter_object_list", "send", "shared_buffer",
 ]
 
 _DTYPE_CODES = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 3, "int32": 4, "int64": 5, "uint8": 6}
@@ -95,6 +97,19 @@ def is_nccl_available():
 
 def is_mpi_available():
     return False
+
+
+def is_backend_available(backend):
+    """Whether this build can run ``backend`` ("cpu" or its alias "gloo", "nccl")."""
+    name = str(backend).lower()
+    return name in ("cpu", "gloo") or (name == "nccl" and is_nccl_available())
+
+
+def get_default_backend_for_device(device):
+    """The backend for tensors on ``device`` (a device, or its type): "cpu" for
+    the host, "nccl" for CUDA, as PyTorch's (which names gloo for the host)."""
+    from ._dtype import device as _device
+    return "nccl" if _device(device).type == "cuda" else "cpu"
 
 
 def _seconds(timeout, default=None):
@@ -1517,3 +1532,18 @@ for _name in ("all_reduce", "broadcast", "reduce", "all_gather", "all_gather_int
               "monitored_barrier", "send", "recv", "isend", "irecv", "all_gather_object", "gather_object",
               "broadcast_object_list", "scatter_object_list", "send_object_list", "recv_object_list"):
     globals()[_name] = _members_only(globals()[_name])
+
+
+def _register_elastic_modules():
+    """torchelastic's path to ``record``: ddpc.distributed.elastic.multiprocessing.errors."""
+    from . import _elastic
+    names = ["elastic", "elastic.multiprocessing", "elastic.multiprocessing.errors"]
+    modules = [types.ModuleType(f"{__name__}.{n}") for n in names]
+    modules[-1].record = _elastic.record
+    modules[0].multiprocessing, modules[1].errors = modules[1], modules[2]
+    for module in modules:
+        sys.modules[module.__name__] = module
+    globals()["elastic"] = modules[0]
+
+
+_register_elastic_modules()

@@ -10,7 +10,11 @@ TORCHELASTIC_MAX_RESTARTS and TORCHELASTIC_RUN_ID. torchrun's --standalone
 and --rdzv-endpoint/--rdzv-backend/--rdzv-id are taken (the endpoint is the
 store's address); every node names its --node-rank. When a worker fails,
 the others are stopped (SIGTERM, then SIGKILL after a grace period), the
-failed rank, its exit code or signal and the tail of its stderr are printed,
+failed rank, its exit code or signal and the tail of its stderr are printed
+(with the error an entry point decorated with
+``ddpc.distributed.elastic.multiprocessing.errors.record`` raised: each worker
+gets a TORCHELASTIC_ERROR_FILE, and the first error recorded names the rank
+that failed first),
 and the launcher exits non-zero, or restarts the whole group while
 ``--max-restarts`` allows. Workers die with the launcher (PR_SET_PDEATHSIG);
 Ctrl-C, SIGTERM, SIGHUP and SIGQUIT stop everything in order. Everything
@@ -21,13 +25,16 @@ import argparse
 import collections
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
 from . import _C
+from ._elastic import read_error_file
 from ._procs import describe_exit, die_with_parent, free_port, new_token, remove_shm_segments
 from ._threads import per_rank_threads, user_chose_threads
 
@@ -38,6 +45,7 @@ class _Worker:
     def __init__(self, cmd, env, local_rank, rank, log_dir, restart):
         self.rank = rank
         self.local_rank = local_rank
+        self.error_file = env["TORCHELASTIC_ERROR_FILE"]
         self.tail = collections.deque(maxlen=_TAIL_LINES)
         self.log = None
         stdout = None
@@ -101,9 +109,35 @@ def stop_all(workers, grace):
     remove_shm_segments(w.proc.pid for w in workers)
 
 
+def _recorded_at(w):
+    """When ``w`` recorded its error (the file's time), or None where it recorded none."""
+    try:
+        return os.stat(w.error_file).st_mtime_ns
+    except OSError:
+        return None
+
+
+def _first_failure(workers, codes):
+    """The failed worker whose failure caused the others', and its exit code,
+    among those that had ended with an error when it was seen (``codes``;
+    None for the running) and those that had recorded one: a worker killed
+    by a signal, else the first error recorded, else the lowest rank."""
+    def order(wc):
+        w, code = wc
+        at = _recorded_at(w)
+        return (code is None or code >= 0, at is None, at or 0, w.rank)
+
+    w, code = min(((w, c) for w, c in zip(workers, codes) if c not in (None, 0) or (c is None and _recorded_at(w))),
+                  key=order)
+    return w, w.proc.returncode if code is None else code
+
+
 def _report(w, code, out):
     print(f"ddpc-run: rank {w.rank} (local rank {w.local_rank}, pid {w.proc.pid}) failed: {describe_exit(code)}",
           file=out)
+    message = read_error_file(w.error_file)
+    if message:
+        print(f"ddpc-run: rank {w.rank} raised {message}", file=out)
     if w.tail:
         print(f"ddpc-run: last lines of rank {w.rank}'s stderr:", file=out)
         for line in w.tail:
@@ -180,6 +214,7 @@ def _run_group(a, restart, interrupted):
     token = os.environ.get("DDPC_STORE_TOKEN") or (new_token() if a.nnodes == 1 else "")
     world = a.nnodes * a.nproc_per_node
     cmd = [sys.executable, "-u"] + (["-m", a.script] if a.module else [a.script]) + a.args
+    errors = tempfile.mkdtemp(prefix="ddpc-run-errors-")
     workers = []
     for local_rank in range(a.nproc_per_node):
         rank = a.node_rank * a.nproc_per_node + local_rank
@@ -188,7 +223,8 @@ def _run_group(a, restart, interrupted):
                    GROUP_WORLD_SIZE=str(a.nnodes), ROLE_NAME="default", ROLE_RANK=str(rank),
                    ROLE_WORLD_SIZE=str(world), MASTER_ADDR=a.master_addr or "127.0.0.1", MASTER_PORT=str(port),
                    DDPC_STORE_TOKEN=token, DDPC_RESTART_COUNT=str(restart), TORCHELASTIC_RESTART_COUNT=str(restart),
-                   TORCHELASTIC_MAX_RESTARTS=str(a.max_restarts), TORCHELASTIC_RUN_ID=a.rdzv_id or "none")
+                   TORCHELASTIC_MAX_RESTARTS=str(a.max_restarts), TORCHELASTIC_RUN_ID=a.rdzv_id or "none",
+                   TORCHELASTIC_ERROR_FILE=os.path.join(errors, f"rank{rank}.json"))
         if not user_chose_threads():
             threads = str(per_rank_threads(a.nproc_per_node))
             env.update(OMP_NUM_THREADS=threads, OPENBLAS_NUM_THREADS=threads, DDPC_NUM_THREADS=threads)
@@ -201,9 +237,8 @@ def _run_group(a, restart, interrupted):
             codes = [w.proc.poll() for w in workers]
             failed = [(w, c) for w, c in zip(workers, codes) if c not in (None, 0)]
             if failed:
-                # A killed worker is the cause; the others' errors are its consequences.
-                w, code = min(failed, key=lambda wc: (wc[1] >= 0, wc[0].rank))
                 stop_all(workers, a.grace)
+                w, code = _first_failure(workers, codes)
                 w.reader.join(timeout=2)
                 _report(w, code, sys.stderr)
                 return 1, w
@@ -216,6 +251,8 @@ def _run_group(a, restart, interrupted):
     except BaseException:
         stop_all(workers, a.grace)
         raise
+    finally:
+        shutil.rmtree(errors, ignore_errors=True)
 
 
 def main(argv=None):

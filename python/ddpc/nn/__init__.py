@@ -1,5 +1,7 @@
 """ddpc.nn: layers, containers and losses shaped like torch.nn."""
 
+import sys as _sys
+
 from . import functional, init, utils
 from .modules import (ELU, GELU, BatchNorm1d, BatchNorm2d, BatchNorm3d, BCELoss, BCEWithLogitsLoss, Bilinear,
                       CrossEntropyLoss, CTCLoss, Dropout, Embedding, EmbeddingBag, Flatten, Hardsigmoid, Hardswish,
@@ -69,3 +71,7 @@ __all__ += ["AdaptiveLogSoftmaxWithLoss"]
 from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase
 
 __all__ += ["GRU", "LSTM", "RNN", "GRUCell", "LSTMCell", "RNNBase", "RNNCell", "RNNCellBase"]
+
+# torch.nn.modules.utils' path (modules is one file here, so the name is registered).
+from . import _module_utils, modules  # noqa: E402
+modules.utils = _sys.modules[modules.__name__ + ".utils"] = _module_utils

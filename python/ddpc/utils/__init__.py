@@ -1,7 +1,8 @@
 """ddpc.utils: helpers shaped like torch.utils: ``checkpoint``, and ``data``,
 which is ``ddpc.data`` under torch's path (also as ``data.distributed``, where
 torch keeps ``DistributedSampler``), so ``from torch.utils.data import
-DataLoader`` ports by changing ``torch`` to ``ddpc``."""
+DataLoader`` ports by changing ``torch`` to ``ddpc`` (``data.sampler``,
+``data.dataloader`` and ``data.dataset`` are ``ddpc.data`` too)."""
 
 import sys
 
@@ -9,6 +10,7 @@ from .. import data
 from . import checkpoint
 
 sys.modules[__name__ + ".data"] = data
-sys.modules[__name__ + ".data.distributed"] = data
+for _name in ("distributed", "sampler", "dataloader", "dataset"):  # torch.utils.data's submodules
+    sys.modules[f"{__name__}.data.{_name}"] = data
 
 __all__ = ["checkpoint", "data"]

@@ -1,0 +1,34 @@
+"""``ddpc.nn.modules.utils``, torch.nn.modules.utils' helpers that ported
+code imports: the argument expanders ``_single``, ``_pair``, ``_triple``,
+``_quadruple``, ``_ntuple``, and ``consume_prefix_in_state_dict_if_present``
+(a DistributedDataParallel's state_dict keys start with ``module.``)."""
+
+import collections.abc
+import itertools
+
+__all__ = ["consume_prefix_in_state_dict_if_present"]
+
+
+def _ntuple(n, name="parse"):
+    """A function that gives an iterable as a tuple and repeats anything else ``n`` times."""
+    def parse(x):
+        if isinstance(x, collections.abc.Iterable):
+            return tuple(x)
+        return tuple(itertools.repeat(x, n))
+
+    parse.__name__ = name
+    return parse
+
+
+_single = _ntuple(1, "_single")
+_pair = _ntuple(2, "_pair")
+_triple = _ntuple(3, "_triple")
+_quadruple = _ntuple(4, "_quadruple")
+
+
+def consume_prefix_in_state_dict_if_present(state_dict, prefix):
+    """Strips ``prefix`` from the keys of ``state_dict`` that start with it, in
+    place: a checkpoint of ``ddp.state_dict()`` then loads into the bare
+    model. Keys without the prefix stay as they are."""
+    for key in [k for k in state_dict if k.startswith(prefix)]:
+        state_dict[key[len(prefix):]] = state_dict.pop(key)
