@@ -628,6 +628,14 @@ static PyObject *buffer_bump_version(ddpc_buffer *b, PyObject *unused) {
     Py_RETURN_NONE;
 }
 
+/* A view whose base another object also holds: a write into it changes
+ * what that object sees. A view held alone by its base (an op's fresh result
+ * given its final shape) owns its memory in all but name. */
+static PyObject *get_views_shared(ddpc_buffer *b, void *c) {
+    (void)c;
+    return PyBool_FromLong(b->base && ddpc_buffer_check(b->base) && Py_REFCNT(b->base) > 1);
+}
+
 static PyObject *get_base(ddpc_buffer *b, void *c) {
     (void)c;
     PyObject *r = b->base ? b->base : Py_None;
@@ -683,6 +691,8 @@ static PyGetSetDef buffer_getset[] = {
     {"readonly", (getter)get_readonly, NULL, "whether writes are refused", NULL},
     {"is_pinned", (getter)get_is_pinned, NULL, "whether the memory is page-locked host memory", NULL},
     {"base", (getter)get_base, NULL, "the object owning a view's memory", NULL},
+    {"views_shared", (getter)get_views_shared, NULL,
+     "whether this is a view of a buffer that something else holds too (a write would reach it)", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

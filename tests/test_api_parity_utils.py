@@ -336,3 +336,61 @@ def test_record_writes_torchelastics_error_file_and_raises_on(monkeypatch, tmp_p
         record(error_handler=Handler())(lambda: int("x"))()
     assert isinstance(seen[0], ValueError) and not path.exists()
     assert record()(lambda: 5)() == 5
+
+
+def test_sharing_strategies_are_taken_by_name():
+    import ddpc.multiprocessing as mp
+    assert mp.get_all_sharing_strategies() == {"file_descriptor", "file_system"}
+    before = mp.get_sharing_strategy()
+    mp.set_sharing_strategy("file_system")
+    assert mp.get_sharing_strategy() == "file_system"
+    mp.set_sharing_strategy(before)
+    with pytest.raises(ValueError, match="unknown sharing strategy"):
+        mp.set_sharing_strategy("shm")
+
+
+def test_more_pytorch_paths():
+    import ddpc.backends.cudnn as cudnn
+    from ddpc.distributed.optim import ZeroRedundancyOptimizer
+    assert ZeroRedundancyOptimizer is ddpc.optim.ZeroRedundancyOptimizer
+    assert cudnn is ddpc.backends.cudnn and cudnn.version() is None and not ddpc.backends.mps.is_available()
+    assert ddpc.utils.data.distributed.DistributedSampler is data.DistributedSampler  # as an attribute path
+    assert ddpc.utils.data.sampler.BatchSampler is data.BatchSampler
+
+
+def test_zero_dim_tensors_format_as_their_number():
+    assert f"{ddpc.tensor(0.5):.4f}" == "0.5000" and f"{ddpc.tensor(7):>3d}" == "  7"
+    assert "{:6.2f}".format(ddpc.tensor(3.14159)) == "  3.14"
+    assert f"{ddpc.tensor([1.0, 2.0])}" == str(ddpc.tensor([1.0, 2.0]))
+    with pytest.raises(TypeError):
+        f"{ddpc.tensor([1.0]):.2f}"  # as in PyTorch: a format spec needs a single number
+
+
+def test_adding_data_sets_concatenates_or_chains_them():
+    a, b = data.TensorDataset(ddpc.arange(3.0)), data.TensorDataset(ddpc.arange(3.0, 5.0))
+    both = a + b
+    assert isinstance(both, data.ConcatDataset) and [both[i][0].item() for i in range(len(both))] == [0, 1, 2, 3, 4]
+
+    class Stream(data.IterableDataset):
+        def __init__(self, items):
+            self.items = items
+
+        def __iter__(self):
+            return iter(self.items)
+
+    assert list(Stream([1, 2]) + Stream([3])) == [1, 2, 3]
+
+
+def test_accelerator_and_the_cpu_amp_path():
+    from ddpc.cpu.amp import autocast
+    gpu = ddpc.cuda.is_available()
+    assert ddpc.accelerator.is_available() == gpu and ddpc.accelerator.device_count() == ddpc.cuda.device_count()
+    assert ddpc.accelerator.current_accelerator() == (ddpc.device("cuda") if gpu else None)
+    # The DDP tutorial's choice of device and backend:
+    acc = ddpc.accelerator.current_accelerator()
+    device = acc if acc is not None else ddpc.device("cpu")
+    assert dist.get_default_backend_for_device(device) == ("nccl" if gpu else "cpu")
+    region = autocast(dtype=ddpc.bfloat16)
+    assert (region.device_type, region.fast_dtype) == ("cpu", ddpc.bfloat16)
+    with region:
+        assert ddpc.amp.is_autocast_enabled("cpu")

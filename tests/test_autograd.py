@@ -592,6 +592,38 @@ def test_in_place_ops_on_non_leaf_tensors_keep_their_history():
     assert np.allclose(r.grad.numpy(), [-12.0, 0.0, -108.0])
 
 
+def test_in_place_ops_on_layer_outputs_match_the_out_of_place_forms():
+    """What a layer returns is its own memory even where the layer gave a
+    fresh result its final shape (Linear, matmul, the norms, pooling):
+    ReLU(inplace=True) after them, a residual ``out += identity``, and
+    ``logits /= T`` take part in the graph as in PyTorch."""
+    from ddpc import nn
+    from ddpc.nn import functional as F
+
+    def block(inplace):
+        ddpc.manual_seed(0)
+        lin, bn, ln = nn.Linear(6, 6), nn.BatchNorm1d(6), nn.LayerNorm(6)
+        x = ddpc.randn(4, 6, requires_grad=True)
+        out = F.relu(bn(lin(x)), inplace=inplace)
+        out = ln(out)
+        if inplace:
+            out += x
+            out /= 2.0
+        else:
+            out = (out + x) / 2.0
+        pooled = F.max_pool2d(out.reshape(1, 1, 4, 6), 2)
+        pooled = F.relu_(pooled) if inplace else F.relu(pooled)
+        (out.sum() + (pooled * pooled).sum()).backward()
+        return [out.detach().numpy(), x.grad.numpy()] + [p.grad.numpy() for p in (lin.weight, bn.weight, ln.bias)]
+
+    for a, b in zip(block(True), block(False)):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+    y = nn.Linear(3, 4)(ddpc.randn(2, 3))
+    flat = y.view(-1)  # a view of a tensor that is still there: refused, as before
+    with pytest.raises(RuntimeError, match="view of another tensor"):
+        flat.relu_()
+
+
 def test_in_place_writes_autograd_cannot_follow_are_errors():
     w = ddpc.ones(3, requires_grad=True)
     with pytest.raises(RuntimeError, match="leaf tensor that requires grad"):

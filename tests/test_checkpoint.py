@@ -80,14 +80,43 @@ def test_map_location_and_file_objects(tmp_path):
     assert ddpc.load(path, map_location="cpu")["w"].device == ddpc.device("cpu")
     assert ddpc.load(path, map_location={"cpu": "cpu"})["w"].tolist() == [0, 1, 2, 3]
     assert ddpc.load(path, map_location=lambda d: "cpu")["w"].tolist() == [0, 1, 2, 3]
+    seen = []
+
+    def keep(storage, location):  # PyTorch's form: each tensor and where it was saved
+        seen.append((storage.tolist(), location))
+        return storage
+
+    assert ddpc.load(path, map_location=keep)["w"].tolist() == [0, 1, 2, 3] and seen == [([0, 1, 2, 3], "cpu")]
+    assert ddpc.load(path, map_location=lambda storage, loc: None)["w"].device == ddpc.device("cpu")
+    doubled = ddpc.load(path, map_location=lambda storage, loc: storage * 2)["w"]
+    assert doubled.tolist() == [0, 2, 4, 6]
     with open(path, "rb") as f:
         assert ddpc.load(f)["w"].tolist() == [0, 1, 2, 3]
     assert ddpc.load(path, map_location="cpu", weights_only=True)["w"].tolist() == [0, 1, 2, 3]  # PyTorch's keyword
 
 
+def test_numpy_arrays_bytes_and_sets_round_trip(tmp_path):
+    state = np.random.RandomState(3).get_state()  # ('MT19937', uint32 array, int, int, float)
+    obj = {"rng": state, "hist": np.arange(12, dtype=">i2").reshape(3, 4), "empty": np.zeros((0, 2)),
+           "raw": b"\x00\xffab", "tags": {"a", 3}, "frozen": frozenset([1.5]), "scalar": np.float64(2.5)}
+    ddpc.save(obj, tmp_path / "ck")
+    back = ddpc.load(tmp_path / "ck")
+    assert back["rng"][0] == "MT19937" and back["rng"][1].dtype == np.uint32
+    np.testing.assert_array_equal(back["rng"][1], state[1])
+    assert back["hist"].dtype == np.dtype(">i2") and back["hist"].tolist() == obj["hist"].tolist()
+    assert back["empty"].shape == (0, 2) and back["raw"] == b"\x00\xffab"
+    assert back["tags"] == {"a", 3} and back["frozen"] == frozenset([1.5]) and back["scalar"] == 2.5
+    rng = np.random.RandomState()
+    rng.set_state(back["rng"])
+    assert rng.randint(1 << 30) == np.random.RandomState(3).randint(1 << 30)
+
+
 def test_unsupported_objects_are_refused(tmp_path):
-    with pytest.raises(TypeError, match="can't store a set"):
-        ddpc.save({"s": {1, 2}}, tmp_path / "x")
+    import argparse
+    with pytest.raises(TypeError, match="can't store a Namespace"):
+        ddpc.save({"args": argparse.Namespace(lr=0.1)}, tmp_path / "x")
+    with pytest.raises(TypeError, match="numpy array of dtype object"):
+        ddpc.save(np.array([None]), tmp_path / "y")
     assert not os.listdir(tmp_path)
 
 

@@ -490,7 +490,7 @@ dist._pick_backend = lambda backend, *rest: "cpu" if backend in ("cpu", "gloo") 
 """
 
 HOST_TENSORS_ON_DEFAULT_NCCL = FAKE_NCCL + """
-dist.init_process_group()
+dist.init_process_group({backend})
 r, n = dist.get_rank(), dist.get_world_size()
 assert dist.get_backend() == "nccl"
 a = np.full(3, r + 1.0)
@@ -547,11 +547,14 @@ dist.destroy_process_group()
 """
 
 
-def test_the_default_nccl_group_takes_host_tensors_through_a_cpu_companion():
-    """As PyTorch's default pairs gloo with nccl: with nccl chosen by default,
-    host tensors and arrays, objects, DDP's host buckets and groups made with
-    new_group go through a cpu group of the same ranks; none reaches NCCL."""
-    codes, outs = run_code(2, HOST_TENSORS_ON_DEFAULT_NCCL, env_rank(free_port()))
+@pytest.mark.parametrize("backend", ["", "'cpu:gloo,cuda:nccl'"], ids=["default", "device-form"])
+def test_the_default_nccl_group_takes_host_tensors_through_a_cpu_companion(backend):
+    """As PyTorch's default pairs gloo with nccl: with nccl chosen by default
+    (or asked for with a cpu backend beside it), host tensors and arrays,
+    objects, DDP's host buckets and groups made with new_group go through a
+    cpu group of the same ranks; none reaches NCCL."""
+    code = HOST_TENSORS_ON_DEFAULT_NCCL.replace("{backend}", backend)
+    codes, outs = run_code(2, code, env_rank(free_port()))
     text = "".join(o + e for o, e in outs)
     assert codes == [0, 0], text
     for r in range(2):
@@ -564,3 +567,56 @@ def test_an_explicit_nccl_group_refuses_host_tensors():
     assert codes == [0, 0], text
     for r in range(2):
         assert f"RANK {r} REFUSED the nccl backend reduces CUDA tensors" in text, text
+
+
+BITWISE = """
+import numpy as np, ddpc, ddpc.distributed as dist
+dist.init_process_group("gloo")
+r = dist.get_rank()
+bits = [0b0110, 0b0011, 0b1010][r]
+out = []
+for dt in ("int32", "int64", "uint8"):
+    for op in (dist.ReduceOp.BAND, dist.ReduceOp.BOR, dist.ReduceOp.BXOR):
+        t = ddpc.full((5,), bits, dtype=dt)
+        dist.all_reduce(t, op=op)
+        out.append(int(t[4].item()))
+big = np.full(3, -(2**40) + bits, np.int64)  # every byte takes part
+dist.all_reduce(big, op=dist.ReduceOp.BXOR)
+part = ddpc.zeros(2, dtype="int64")
+dist.reduce_scatter_tensor(part, ddpc.full((6,), bits, dtype="int64"), op=dist.ReduceOp.BOR)
+p = ddpc.full((2,), r + 2.0)
+dist.all_reduce(p, op=dist.ReduceOp.PRODUCT)
+try:
+    dist.all_reduce(ddpc.ones(2), op=dist.ReduceOp.BAND)
+except TypeError as e:
+    refused = str(e)
+print("RANK", r, out, int(big[0]), part.tolist(), p.tolist(), refused, flush=True)
+dist.destroy_process_group()
+"""
+
+
+def test_bitwise_reductions_and_product_alias():
+    codes, outs = run_code(3, BITWISE, env_rank(free_port(), world=3))
+    text = "".join(o + e for o, e in outs)
+    assert codes == [0, 0, 0], text
+    per_dtype = [0b0110 & 0b0011 & 0b1010, 0b0110 | 0b0011 | 0b1010, 0b0110 ^ 0b0011 ^ 0b1010]
+    xor = (-(2**40) + 0b0110) ^ (-(2**40) + 0b0011) ^ (-(2**40) + 0b1010)
+    for r in range(3):
+        assert (f"RANK {r} {per_dtype * 3} {xor} {[0b1111, 0b1111]} [24.0, 24.0] bitwise reductions take integer "
+                "tensors, got float32") in text, text
+
+
+@pytest.mark.parametrize("backend,want", [
+    (None, (None, True)), ("gloo", ("gloo", False)), ("nccl", ("nccl", False)),
+    ("cpu:gloo,cuda:nccl", ("nccl", True)), ("cuda:nccl", ("nccl", False)), ("cuda:gloo", ("cpu", False)),
+    ("CPU:gloo, cuda:NCCL", ("nccl", True)),
+])
+def test_pytorchs_per_device_backend_form(backend, want):
+    assert dist._backend_request(backend) == want
+
+
+@pytest.mark.parametrize("backend,message", [("cpu:nccl", "nccl reduces CUDA tensors only"),
+                                             ("tpu:gloo", "unknown backend"), ("cpu:gloo,cuda", "unknown backend")])
+def test_bad_per_device_backends_are_refused(backend, message):
+    with pytest.raises(ValueError, match=message):
+        dist._backend_request(backend)

@@ -105,7 +105,28 @@ def test_torchrun_command_lines_are_taken(tmp_path):
         "ENV 0 1 0 0 0 job7", "ENV 0 1 1 0 0 job7"]
 
 
+def test_more_torchrun_flags(tmp_path):
+    """--role names the workers' role, --monitor-interval paces the launcher,
+    --run-path and --start-method are taken, --no-python runs a program."""
+    res = launch(tmp_path, """
+        import os
+        os.write(1, ("ROLE " + os.environ["ROLE_NAME"] + "\\n").encode())
+    """, "--nproc_per_node=2", "--role", "trainer", "--monitor_interval=0.2", "--run_path", "--start_method=fork")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.count("ROLE trainer") == 2
+    program = tmp_path / "prog.sh"
+    program.write_text("#!/bin/sh\necho PROGRAM $RANK $1\n")
+    program.chmod(0o755)
+    res = subprocess.run([sys.executable, "-m", "ddpc.run", "--nproc-per-node", "2", "--no-python", str(program), "x"],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    lines = sorted(line for line in res.stdout.splitlines() if line.startswith("PROGRAM"))
+    assert lines == ["PROGRAM 0 x", "PROGRAM 1 x"]
+
+
 @pytest.mark.parametrize("args, message", [
+    (["--no-python", "-m"], "--no-python and -m don't go together"),
+    (["--monitor-interval", "0"], "--monitor-interval must be > 0"),
     (["--max-restarts", "-1"], "--max-restarts must be >= 0"),
     (["--nproc-per-node", "many"], "--nproc-per-node must be a number, cpu, gpu or auto; got 'many'"),
     (["--nnodes", "1:4"], "elastic ranges are not offered"),
@@ -340,8 +361,11 @@ def _die(rank):
 def test_spawn_reports_a_killed_child():
     from ddpc.spawn import ProcessExitedException
 
-    with pytest.raises(ProcessExitedException, match="process 1 .*SIGKILL"):
+    with pytest.raises(ProcessExitedException, match="process 1 .*SIGKILL") as info:
         ddpc.spawn(_die, nprocs=2)
+    e = info.value  # PyTorch's attributes too
+    assert (e.error_index, e.exit_code, e.signal_name) == (1, -9, "SIGKILL") and e.pid == e.error_pid > 0
+    assert isinstance(e, ddpc.multiprocessing.ProcessException)
 
 
 def test_spawn_join_false():

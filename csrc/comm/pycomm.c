@@ -531,7 +531,7 @@ static PyObject *group_all_reduce(group_obj *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "Oii|p", &obj, &code, &op, &async_op) || !group_ready_(self)) return NULL;
     ddpc_coll_args a = {.coll = DDPC_COLL_ALLREDUCE, .op = (ddpc_redop)op};
     if (dtype_arg_(code, &a.dtype) < 0) return NULL;
-    if (op < 0 || op >= DDPC_RED_BOR) return PyErr_Format(PyExc_ValueError, "invalid reduce op %d", op);
+    if (op < 0 || op >= DDPC_NREDOPS) return PyErr_Format(PyExc_ValueError, "invalid reduce op %d", op);
     Py_buffer v;
     if (view_(obj, 1, &v) < 0) return NULL;
     if (count_(&v, a.dtype, &a.count) < 0) return PyBuffer_Release(&v), NULL;
@@ -561,7 +561,7 @@ static PyObject *gather_scatter_(group_obj *self, PyObject *args, ddpc_coll coll
     if (!PyArg_ParseTuple(args, "OOii|p", &out, &in, &code, &op, &async_op) || !group_ready_(self)) return NULL;
     ddpc_coll_args a = {.coll = coll, .op = (ddpc_redop)op};
     if (dtype_arg_(code, &a.dtype) < 0) return NULL;
-    if (op < 0 || op >= DDPC_RED_BOR) return PyErr_Format(PyExc_ValueError, "invalid reduce op %d", op);
+    if (op < 0 || op >= DDPC_NREDOPS) return PyErr_Format(PyExc_ValueError, "invalid reduce op %d", op);
     Py_buffer v[2];
     if (view_(out, 1, &v[0]) < 0) return NULL;
     if (view_(in, 0, &v[1]) < 0) return PyBuffer_Release(&v[0]), NULL;
@@ -803,8 +803,9 @@ int ddpc_comm_register(PyObject *m) {
         PyModule_AddObjectRef(m, "Work", (PyObject *)WorkType) < 0 ||
         PyModule_AddObjectRef(m, "SharedBuffer", (PyObject *)SharedType) < 0 || PyModule_AddFunctions(m, comm_functions) < 0)
         return -1;
-    PyObject *ops = Py_BuildValue("{s:i,s:i,s:i,s:i,s:i}", "SUM", DDPC_RED_SUM, "AVG", DDPC_RED_AVG, "MIN",
-                                  DDPC_RED_MIN, "MAX", DDPC_RED_MAX, "PROD", DDPC_RED_PROD);
+    PyObject *ops = Py_BuildValue("{s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i}", "SUM", DDPC_RED_SUM, "AVG", DDPC_RED_AVG,
+                                  "MIN", DDPC_RED_MIN, "MAX", DDPC_RED_MAX, "PROD", DDPC_RED_PROD,
+                                  "BOR", DDPC_RED_BOR, "BAND", DDPC_RED_BAND, "BXOR", DDPC_RED_BXOR);
     int rc = ops ? PyModule_AddObjectRef(m, "REDUCE_OPS", ops) : -1;
     Py_XDECREF(ops);
     return rc;

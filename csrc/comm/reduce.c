@@ -6,7 +6,7 @@
 #include <string.h>
 
 const char *ddpc_redop_name(ddpc_redop op) {
-    static const char *names[DDPC_NREDOPS] = {"sum", "avg", "min", "max", "prod", "bor"};
+    static const char *names[DDPC_NREDOPS] = {"sum", "avg", "min", "max", "prod", "bor", "band", "bxor"};
     return op >= 0 && op < DDPC_NREDOPS ? names[op] : "?";
 }
 
@@ -59,19 +59,23 @@ static void reduce_half_(ddpc_dtype dt, ddpc_redop op, uint16_t *d, const void *
     }
 }
 
-static void reduce_bor_(uint8_t *d, const void *const *srcs, int nsrc, size_t n) {
+static void reduce_bits_(ddpc_redop op, uint8_t *d, const void *const *srcs, int nsrc, size_t n) {
     if ((const void *)d != srcs[0]) memcpy(d, srcs[0], n);
     for (int j = 1; j < nsrc; j++) {
         const uint8_t *restrict s = srcs[j];
-        for (size_t i = 0; i < n; i++) d[i] |= s[i];
+        switch (op) {
+        case DDPC_RED_BAND: for (size_t i = 0; i < n; i++) d[i] &= s[i]; break;
+        case DDPC_RED_BXOR: for (size_t i = 0; i < n; i++) d[i] ^= s[i]; break;
+        default: for (size_t i = 0; i < n; i++) d[i] |= s[i]; break;
+        }
     }
 }
 
 void ddpc_reduce(ddpc_dtype dt, ddpc_redop op, void *dst, const void *const *srcs, int nsrc, size_t count,
                  int divisor) {
     if (count == 0) return;
-    if (op == DDPC_RED_BOR) {
-        reduce_bor_(dst, srcs, nsrc, count * ddpc_dtype_size(dt));
+    if (op == DDPC_RED_BOR || op == DDPC_RED_BAND || op == DDPC_RED_BXOR) {
+        reduce_bits_(op, dst, srcs, nsrc, count * ddpc_dtype_size(dt));
         return;
     }
     switch (dt) {

@@ -13,7 +13,9 @@ typedef enum {
     DDPC_RED_MIN,
     DDPC_RED_MAX,
     DDPC_RED_PROD,
-    DDPC_RED_BOR,     /* bitwise or of bytes: gathers disjoint data through an all-reduce */
+    DDPC_RED_BOR,     /* bitwise or (of bytes: also gathers disjoint data through an all-reduce) */
+    DDPC_RED_BAND,    /* bitwise and */
+    DDPC_RED_BXOR,    /* bitwise exclusive or */
     DDPC_NREDOPS
 } ddpc_redop;
 
@@ -23,7 +25,8 @@ const char *ddpc_redop_name(ddpc_redop op);
  * when it is > 1 (integers truncate). AVG reduces as SUM: the caller passes
  * the divisor once all contributions are in. dst may alias srcs[0] only.
  * float16 and bfloat16 accumulate in float and round once. Integer sums and
- * products wrap around. */
+ * products wrap around. The bitwise ops work byte by byte, whatever the
+ * dtype (for integers that is element by element). */
 void ddpc_reduce(ddpc_dtype dt, ddpc_redop op, void *dst, const void *const *srcs, int nsrc, size_t count,
                  int divisor);
 

@@ -16,7 +16,6 @@ says so with ``ctx.mark_dirty(input)`` and returns that input, which then
 takes the function's node as its history, as PyTorch's.
 """
 
-from . import _C
 from .autograd import Node, _attach, _mode, no_grad
 from .tensor import Tensor, zeros
 
@@ -178,7 +177,7 @@ def _check_dirty(ctx, args, outputs):
         if in_graph and t.grad_fn is None:
             raise RuntimeError(f"{ctx.name()}: a leaf tensor that requires grad is being used in an in-place "
                                "operation")
-        if in_graph and (isinstance(t._buf.base, _C.Buffer) or t._not_a_view is not None):
+        if in_graph and (t._buf.views_shared or t._not_a_view is not None):
             raise RuntimeError(f"{ctx.name()}: an input marked dirty that is a view of another tensor can't take "
                                "part in the graph (the tensor it views would not know)")
 

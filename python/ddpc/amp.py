@@ -414,8 +414,12 @@ def _device_amp(device_type):
 
 
 def _register_device_amp():
+    """ddpc.cuda.amp, and ddpc.cpu.amp in a ddpc.cpu that holds only it (torch.cpu.amp's path)."""
     from . import cuda
     cuda.amp = sys.modules[cuda.__name__ + ".amp"] = _device_amp("cuda")
+    cpu = types.ModuleType(__name__.rpartition(".")[0] + ".cpu", "The host's mixed precision path, as torch.cpu's.")
+    cpu.amp = sys.modules[cpu.__name__ + ".amp"] = _device_amp("cpu")
+    sys.modules[cpu.__name__] = sys.modules[__name__.rpartition(".")[0]].cpu = cpu
 
 
 _register_device_amp()

@@ -3375,7 +3375,7 @@ def _writable_history(t, what):
     if t.requires_grad and t.grad_fn is None:
         raise RuntimeError(f"{what}: a leaf tensor that requires grad can't be modified in place while grad mode "
                            "is on; wrap the update in ddpc.no_grad()")
-    if isinstance(t._buf.base, _C.Buffer):
+    if t._buf.views_shared:
         raise RuntimeError(f"{what}: a view of another tensor can't take part in the graph through an in-place "
                            "write (the tensor it views would not know); write into that tensor, or build the "
                            "result out of place (x = x + y, ddpc.cat, ddpc.stack)")

@@ -24,11 +24,12 @@ flags are accepted and kept but change nothing; and ddpc runs eagerly, so
 ``compile(model)`` returns ``model`` itself.
 """
 
+import sys
 import warnings
 
 from . import _C
 
-__all__ = ["are_deterministic_algorithms_enabled", "compile", "cuda", "cudnn", "get_float32_matmul_precision",
+__all__ = ["are_deterministic_algorithms_enabled", "compile", "cuda", "cudnn", "get_float32_matmul_precision", "mps",
            "is_deterministic_algorithms_warn_only_enabled", "set_float32_matmul_precision",
            "use_deterministic_algorithms"]
 
@@ -69,9 +70,29 @@ class _Cudnn:
     def is_available():
         return False
 
+    @staticmethod
+    def version():
+        return None
+
+
+class _Mps:
+    """Apple's GPUs, which ddpc does not drive (scripts ask before choosing a device)."""
+
+    @staticmethod
+    def is_available():
+        return False
+
+    @staticmethod
+    def is_built():
+        return False
+
 
 cuda = _Cuda()
 cudnn = _Cudnn()
+mps = _Mps()
+# torch.backends' submodule paths: ``import ddpc.backends.cudnn as cudnn`` gives the same object.
+for _name in ("cuda", "cudnn", "mps"):
+    sys.modules[f"{__name__}.{_name}"] = globals()[_name]
 
 
 def set_float32_matmul_precision(precision):

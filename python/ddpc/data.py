@@ -439,13 +439,16 @@ def _fixed_batches(idx, batch_size, drop_last):
 
 
 class Dataset:
-    """A map-style data set: ``__getitem__(i)`` and ``__len__()``."""
+    """A map-style data set: ``__getitem__(i)`` and ``__len__()`` (which
+    subclasses define; as in PyTorch the base class has none, so ``len()`` of
+    a stream without one is a TypeError and ``list(stream)`` works)."""
 
     def __getitem__(self, index):
         raise NotImplementedError
 
-    def __len__(self):
-        raise NotImplementedError
+    def __add__(self, other):
+        """``a + b``: the samples of a, then those of b (a ConcatDataset), as in PyTorch."""
+        return ConcatDataset([self, other])
 
 
 class IterableDataset(Dataset):
@@ -454,6 +457,10 @@ class IterableDataset(Dataset):
 
     def __iter__(self):
         raise NotImplementedError
+
+    def __add__(self, other):
+        """``a + b``: a's stream, then b's (a ChainDataset)."""
+        return ChainDataset([self, other])
 
     def __getitem__(self, index):
         raise TypeError(f"{type(self).__name__} is an IterableDataset: it is read by iterating, not by index")
@@ -1000,7 +1007,7 @@ class DataLoader:
         if self._iterable:
             try:
                 n = len(self.dataset)
-            except NotImplementedError:
+            except (NotImplementedError, TypeError):
                 raise TypeError(f"{type(self.dataset).__name__} has no len(), nor has its loader") from None
         else:
             n = len(self.sampler)

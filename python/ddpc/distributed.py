@@ -67,13 +67,18 @@ _OBJECT_TAG = -(2**31) + 1
 
 
 class ReduceOp:
-    """Reduction operations: ``ReduceOp.SUM``, ``AVG``, ``MIN``, ``MAX``, ``PROD``."""
+    """Reduction operations: ``ReduceOp.SUM``, ``AVG``, ``MIN``, ``MAX``,
+    ``PRODUCT`` (also ``PROD``), and for integer tensors on the cpu backend
+    the bitwise ``BAND``, ``BOR`` and ``BXOR`` (NCCL has none, as in PyTorch)."""
 
     SUM = _C.REDUCE_OPS["SUM"]
     AVG = _C.REDUCE_OPS["AVG"]
     MIN = _C.REDUCE_OPS["MIN"]
     MAX = _C.REDUCE_OPS["MAX"]
-    PROD = _C.REDUCE_OPS["PROD"]
+    PRODUCT = PROD = _C.REDUCE_OPS["PROD"]
+    BAND = _C.REDUCE_OPS["BAND"]
+    BOR = _C.REDUCE_OPS["BOR"]
+    BXOR = _C.REDUCE_OPS["BXOR"]
 
 
 class Backend:
@@ -401,6 +406,26 @@ def _connect_store(init_method, rank, world_size, timeout_s):
     return _C.Store(addr, port, rank == 0, token, timeout_s), rank, world_size
 
 
+def _backend_request(backend):
+    """init_process_group's ``backend`` as (a backend, or None to choose one;
+    whether an nccl group gets a cpu companion for host tensors). Takes
+    PyTorch's per-device form too: "cpu:gloo,cuda:nccl" is nccl with a cpu
+    companion, "cuda:gloo" the cpu backend (which also stages CUDA tensors)."""
+    if backend is None:
+        return None, True
+    text = str(backend).lower()
+    if ":" not in text:
+        return text, False
+    pairs = [part.strip().split(":", 1) for part in text.split(",")]
+    if any(len(p) != 2 or p[0] not in ("cpu", "cuda") or p[1] not in ("gloo", "cpu", "nccl") for p in pairs):
+        raise ValueError(f"unknown backend {backend!r} (use 'cpu', 'gloo', 'nccl' or a device form such as "
+                         "'cpu:gloo,cuda:nccl')")
+    chosen = dict(pairs)
+    if chosen.get("cpu") == "nccl":
+        raise ValueError(f"backend {backend!r}: nccl reduces CUDA tensors only; give the cpu device 'gloo'")
+    return ("nccl", "cpu" in chosen) if chosen.get("cuda") == "nccl" else ("cpu", False)
+
+
 def _pick_backend(backend, store, prefix, rank, world_size, timeout_s, device):
     if backend is not None:
         backend = str(backend).lower()
@@ -467,12 +492,14 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
     ``init_method``: ``env://`` (default; RANK, WORLD_SIZE, MASTER_ADDR,
     MASTER_PORT, or SLURM_PROCID/SLURM_NTASKS, OMPI_COMM_WORLD_RANK/SIZE),
     ``tcp://host:port`` or ``file:///path``. ``backend``: ``"cpu"`` (alias
-    ``"gloo"``) or ``"nccl"``; by default nccl when every rank has a GPU of
-    its own, paired (as PyTorch pairs gloo with nccl) with a cpu group that
-    takes the collectives of host tensors and arrays, else cpu (which also
-    takes CUDA tensors, staged through the host). Every collective fails
-    with DistTimeoutError after ``timeout`` and with DistError as soon as a
-    peer dies.
+    ``"gloo"``), ``"nccl"``, or PyTorch's per-device form
+    (``"cpu:gloo,cuda:nccl"``: nccl paired with a cpu group for host
+    tensors). By default nccl when every rank has a GPU of its own, paired
+    (as PyTorch pairs gloo with nccl) with a cpu group that takes the
+    collectives of host tensors and arrays, else cpu (which also takes CUDA
+    tensors, staged through the host). Every collective fails with
+    DistTimeoutError after ``timeout`` and with DistError as soon as a peer
+    dies.
     """
     del group_name
     if _world.default is not None:
@@ -480,7 +507,8 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
     timeout_s = _seconds(timeout, _DEFAULT_TIMEOUT.total_seconds())
     if store is not None:
         if not isinstance(store, TCPStore):
-            raise TypeError("store= must be a ddpc.distributed.TCPStore")
+            raise TypeError("store= must be a ddpc.distributed.TCPStore (for a rendezvous through a shared file, "
+                            "pass init_method='file:///path' instead)")
         if rank < 0 or world_size < 0:
             raise ValueError("with store=, pass rank= and world_size= too")
         c_store = store._c
@@ -494,12 +522,12 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
     # another size may follow on the same store).
     prefix = f"w{world_size}i{(c_store.add(f'ddpc/inits/{world_size}', 1) - 1) // world_size}/"
     _world.device = _rank_device(device_id)
-    chosen = backend is None
+    backend, with_host = _backend_request(backend)
     backend = _pick_backend(backend, c_store, prefix, rank, world_size, timeout_s, _world.device)
     _C.monitor_start(c_store, rank, prefix)
     try:
         default = _new_process_group(c_store, prefix + "g0/", rank, list(range(world_size)), backend, timeout_s,
-                                     with_host=chosen)
+                                     with_host)
     except BaseException:
         _C.monitor_stop(1.0)
         raise
@@ -949,9 +977,19 @@ def _group_rank(g, rank, what):
     return g.ranks.index(rank)
 
 
-def _reduce_op(op):
+_BITWISE_OPS = (ReduceOp.BAND, ReduceOp.BOR, ReduceOp.BXOR)
+
+
+def _reduce_op(op, g, code):
+    """``op`` checked against the group's backend and the tensor's dtype ``code``."""
     if op not in _C.REDUCE_OPS.values():
         raise ValueError(f"unknown reduce op {op!r}; use ddpc.distributed.ReduceOp")
+    if op in _BITWISE_OPS:
+        if g.backend == "nccl":
+            raise ValueError("the nccl backend has no bitwise reductions (BAND, BOR, BXOR); reduce host tensors on "
+                             "the cpu backend")
+        if _dtype_name(code) not in ("int32", "int64", "uint8"):
+            raise TypeError(f"bitwise reductions take integer tensors, got {_dtype_name(code)}")
     return int(op)
 
 
@@ -962,8 +1000,8 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
     """Reduces ``tensor`` across the group in place. AVG of integers truncates."""
     g = _group(group, tensor)
     a = _Arg(tensor, g)
-    return _launch(g, g._c.all_reduce, async_op, _finisher(a.device_buf and a.finish), a.obj, a.code, _reduce_op(op),
-                   outputs=[tensor])
+    return _launch(g, g._c.all_reduce, async_op, _finisher(a.device_buf and a.finish), a.obj, a.code,
+                   _reduce_op(op, g, a.code), outputs=[tensor])
 
 
 def broadcast(tensor, src=None, group=None, async_op=False, group_src=None):
@@ -1108,7 +1146,7 @@ def reduce(tensor, dst=None, op=ReduceOp.SUM, group=None, async_op=False, group_
     a = _Arg(tensor, g, writable=False)
     scratch = _scratch(g, a, a.numel)
     _C.copy(scratch, _as_buffer(a.obj).view(0, (a.numel,)))
-    return _launch(g, g._c.all_reduce, async_op, None, scratch, a.code, _reduce_op(op))
+    return _launch(g, g._c.all_reduce, async_op, None, scratch, a.code, _reduce_op(op, g, a.code))
 
 
 def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op=False):
@@ -1119,7 +1157,7 @@ def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op=F
     if out.code != inp.code:
         raise TypeError("reduce_scatter_tensor: input and output dtypes differ")
     return _launch(g, g._c.reduce_scatter, async_op, _finisher(out.device_buf and out.finish), out.obj,
-                   _apart_from(inp.obj, out.obj), out.code, _reduce_op(op), outputs=[output])
+                   _apart_from(inp.obj, out.obj), out.code, _reduce_op(op, g, out.code), outputs=[output])
 
 
 def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op=False):
@@ -1128,7 +1166,7 @@ def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op=Fal
     out = _Arg(output, g)
     blocks = _blocks_of("reduce_scatter", g, out, input_list)
     return _launch(g, g._c.reduce_scatter, async_op, _finisher(out.device_buf and out.finish), out.obj, blocks,
-                   out.code, _reduce_op(op))
+                   out.code, _reduce_op(op, g, out.code))
 
 
 @contextlib.contextmanager

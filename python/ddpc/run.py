@@ -8,7 +8,9 @@ MASTER_PORT, DDPC_STORE_TOKEN and DDPC_RESTART_COUNT, and torchrun's
 GROUP_RANK, GROUP_WORLD_SIZE, ROLE_*, TORCHELASTIC_RESTART_COUNT,
 TORCHELASTIC_MAX_RESTARTS and TORCHELASTIC_RUN_ID. torchrun's --standalone
 and --rdzv-endpoint/--rdzv-backend/--rdzv-id are taken (the endpoint is the
-store's address); every node names its --node-rank. When a worker fails,
+store's address), as are --role, --monitor-interval, --no-python (the script
+is a program of its own), --run-path and --start-method (workers are fresh
+processes either way); every node names its --node-rank. When a worker fails,
 the others are stopped (SIGTERM, then SIGKILL after a grace period), the
 failed rank, its exit code or signal and the tail of its stderr are printed
 (with the error an entry point decorated with
@@ -184,10 +186,23 @@ def parse_args(argv):
     p.add_argument("--log-dir", "--log_dir", default=None, help="write each worker's stdout/stderr here")
     p.add_argument("--grace", type=float, default=5.0, help="seconds between SIGTERM and SIGKILL when stopping")
     p.add_argument("-m", "--module", action="store_true", help="run the script argument as a module, like python -m")
+    p.add_argument("--no-python", "--no_python", action="store_true",
+                   help="run the script argument as a program of its own, not with python")
+    p.add_argument("--run-path", "--run_path", action="store_true",
+                   help="taken for torchrun's command lines: the script runs in a fresh interpreter either way")
+    p.add_argument("--start-method", "--start_method", default="spawn", choices=["spawn", "fork", "forkserver"],
+                   help="taken for torchrun's command lines: workers are always fresh processes")
+    p.add_argument("--role", default="default", help="the workers' role name (ROLE_NAME)")
+    p.add_argument("--monitor-interval", "--monitor_interval", type=float, default=0.05,
+                   help="seconds between looks at the workers' state")
     p.add_argument("script", help="the training script (with -m: the module)")
     p.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments: everything after the script")
     a = p.parse_args(argv)
     a.nproc_per_node = _nproc_per_node(p, a.nproc_per_node)
+    if a.no_python and a.module:
+        p.error("--no-python and -m don't go together")
+    if not a.monitor_interval > 0:
+        p.error("--monitor-interval must be > 0")
     low, _, high = a.nnodes.partition(":")
     if not low.isdigit() or (high and high != low):
         p.error(f"--nnodes must be a number N (or N:N): elastic ranges are not offered, got {a.nnodes!r}")
@@ -213,14 +228,17 @@ def _run_group(a, restart, interrupted):
     port = a.master_port if a.master_port is not None else (free_port() if a.nnodes == 1 else 29500)
     token = os.environ.get("DDPC_STORE_TOKEN") or (new_token() if a.nnodes == 1 else "")
     world = a.nnodes * a.nproc_per_node
-    cmd = [sys.executable, "-u"] + (["-m", a.script] if a.module else [a.script]) + a.args
+    if a.no_python:
+        cmd = [a.script] + a.args
+    else:
+        cmd = [sys.executable, "-u"] + (["-m", a.script] if a.module else [a.script]) + a.args
     errors = tempfile.mkdtemp(prefix="ddpc-run-errors-")
     workers = []
     for local_rank in range(a.nproc_per_node):
         rank = a.node_rank * a.nproc_per_node + local_rank
         env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(local_rank), WORLD_SIZE=str(world),
                    LOCAL_WORLD_SIZE=str(a.nproc_per_node), GROUP_RANK=str(a.node_rank),
-                   GROUP_WORLD_SIZE=str(a.nnodes), ROLE_NAME="default", ROLE_RANK=str(rank),
+                   GROUP_WORLD_SIZE=str(a.nnodes), ROLE_NAME=a.role, ROLE_RANK=str(rank),
                    ROLE_WORLD_SIZE=str(world), MASTER_ADDR=a.master_addr or "127.0.0.1", MASTER_PORT=str(port),
                    DDPC_STORE_TOKEN=token, DDPC_RESTART_COUNT=str(restart), TORCHELASTIC_RESTART_COUNT=str(restart),
                    TORCHELASTIC_MAX_RESTARTS=str(a.max_restarts), TORCHELASTIC_RUN_ID=a.rdzv_id or "none",
@@ -247,7 +265,7 @@ def _run_group(a, restart, interrupted):
                     w.reader.join(timeout=2)
                 remove_shm_segments(w.proc.pid for w in workers)
                 return 0, None
-            time.sleep(0.05)
+            time.sleep(a.monitor_interval)
     except BaseException:
         stop_all(workers, a.grace)
         raise

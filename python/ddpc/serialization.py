@@ -14,14 +14,17 @@ The file format is ddpc's own, so loading never executes code from the file
 (all integers little-endian). A value in the header is a tagged list:
 ["none"], ["bool", b], ["int", n], ["float", x], ["str", s], ["list", [...]],
 ["tuple", [...]], ["dict", [[key, value], ...]] (keys are values too, so int
-keys of optimizer state survive) or ["tensor", i]; tensor entry i records
-dtype, shape, device, requires_grad and its payload offset.
+keys of optimizer state survive), ["set", [...]], ["frozenset", [...]] or
+["tensor", i]; tensor entry i records dtype, shape, device, requires_grad
+and its payload offset. A numpy array is ["ndarray", numpy dtype string,
+shape, i] and a bytes object ["bytes", i], tensor i holding their bytes.
 
 A save writes a temporary file in the target's directory, fsyncs it, renames
 it over the target and fsyncs the directory, so a crash at any point leaves
 either the old or the new checkpoint, never a torn one.
 """
 
+import inspect
 import json
 import math
 import os
@@ -77,8 +80,22 @@ def _encode(obj, tensors, depth=0):
         return [kind, [[_encode(k, tensors, depth + 1), _encode(v, tensors, depth + 1)] for k, v in obj.items()]]
     if isinstance(obj, (np.integer, np.floating, np.bool_)):
         return _encode(obj.item(), tensors, depth)
-    raise TypeError(f"ddpc.save can't store a {type(obj).__name__}: it stores tensors, numbers, strings, None, "
-                    "and lists, tuples and dicts of them")
+    if isinstance(obj, np.ndarray):
+        if obj.dtype.hasobject or obj.dtype.fields is not None:
+            raise TypeError(f"ddpc.save can't store a numpy array of dtype {obj.dtype} (objects or fields)")
+        return ["ndarray", obj.dtype.str, list(obj.shape), _bytes_tensor(np.ascontiguousarray(obj), tensors)]
+    if isinstance(obj, (bytes, bytearray)):
+        return ["bytes", _bytes_tensor(np.frombuffer(bytes(obj), np.uint8), tensors)]
+    if isinstance(obj, (set, frozenset)):
+        return ["set" if isinstance(obj, set) else "frozenset", [_encode(v, tensors, depth + 1) for v in obj]]
+    raise TypeError(f"ddpc.save can't store a {type(obj).__name__}: it stores tensors, numpy arrays, numbers, "
+                    "strings, bytes, None, and lists, tuples, dicts and sets of them")
+
+
+def _bytes_tensor(arr, tensors):
+    """The index of a uint8 tensor holding ``arr``'s bytes (a numpy array's, or a bytes object's)."""
+    tensors.append(Tensor(_C.Buffer.from_object(arr.reshape(-1).view(np.uint8).copy())))
+    return len(tensors) - 1
 
 
 def _serialize(obj):
@@ -106,6 +123,17 @@ def _serialize(obj):
 
 def _fail(path, why):
     raise CheckpointError(f"{path}: not a loadable ddpc checkpoint: {why}")
+
+
+def _takes_storage(fn):
+    """Whether a map_location callable has PyTorch's form fn(storage, location)."""
+    try:
+        inspect.signature(fn).bind(None, None)
+    except TypeError:
+        return False
+    except ValueError:  # no signature to read (some builtins): PyTorch's form
+        return True
+    return True
 
 
 def _resolve_device(saved, map_location):
@@ -142,6 +170,16 @@ def _decode(v, tensors, path, depth=0):
             for k, x in v[1]:
                 out[_decode(k, tensors, path, depth + 1)] = _decode(x, tensors, path, depth + 1)
             return out
+        if tag in ("set", "frozenset"):
+            items = (_decode(x, tensors, path, depth + 1) for x in v[1])
+            return set(items) if tag == "set" else frozenset(items)
+        if tag == "bytes":
+            return tensors[v[1]].cpu().numpy().tobytes()
+        if tag == "ndarray":
+            dt = np.dtype(v[1])
+            if dt.hasobject or dt.fields is not None:
+                _fail(path, "a numpy array of objects")
+            return tensors[v[3]].cpu().numpy().view(dt).reshape([int(n) for n in v[2]]).copy()
     except (IndexError, TypeError, ValueError) as e:
         if isinstance(e, CheckpointError):
             raise
@@ -169,8 +207,15 @@ def _build_tensor(entry, payload, map_location, path):
     if nbytes:
         np.asarray(buf).reshape(-1).view(np.uint8)[:] = np.frombuffer(payload, np.uint8, nbytes, offset)
     t = Tensor(buf)
-    target = _resolve_device(saved_device, map_location)
-    if str(target) != "cpu":
+    if callable(map_location) and _takes_storage(map_location):
+        # PyTorch's form: given the tensor (on the host) and its saved device,
+        # returns it moved (or as it is), or None for its saved device.
+        moved = map_location(t, saved_device)
+        target = saved_device if moved is None else (None if isinstance(moved, Tensor) else moved)
+        t = moved if isinstance(moved, Tensor) else t
+    else:
+        target = _resolve_device(saved_device, map_location)
+    if target is not None and str(target) != "cpu":
         t = t.to(device=target)
     t.requires_grad = requires_grad and dt.is_floating_point
     return t
@@ -242,8 +287,11 @@ def load(f, map_location=None, weights_only=None):
 
     map_location: None (tensors return to the device they were saved from),
     a device ("cpu", "cuda:1"), a dict mapping saved device strings to new
-    ones, or a callable taking the saved device string. Raises CheckpointError
-    for files that are not intact ddpc checkpoints.
+    ones, a callable taking the saved device string, or PyTorch's callable
+    ``fn(storage, location)``, given each tensor on the host and its saved
+    device, returning it (moved or not), or None for its saved device
+    (``lambda storage, loc: storage`` keeps everything on the host). Raises
+    CheckpointError for files that are not intact ddpc checkpoints.
     """
     del weights_only
     if hasattr(f, "read"):

@@ -14,6 +14,7 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import pickle
+import signal
 import threading
 import time
 import traceback
@@ -23,22 +24,38 @@ from ._procs import describe_exit, die_with_parent, free_port, new_token, remove
 from ._threads import per_rank_threads, set_num_threads, user_chose_threads
 
 
-class ProcessRaisedException(Exception):
-    """A spawned process raised; ``rank`` and the child's ``child_traceback`` are attached."""
+class ProcessException(Exception):
+    """A spawned process failed: its ``rank`` (PyTorch's ``error_index``) and ``pid``."""
 
-    def __init__(self, msg, rank, child_traceback):
+    def __init__(self, msg, rank, pid):
         super().__init__(msg)
-        self.rank = rank
+        self.rank = self.error_index = rank
+        self.pid = pid
+
+
+class ProcessRaisedException(ProcessException):
+    """A spawned process raised; the child's ``child_traceback`` is attached."""
+
+    def __init__(self, msg, rank, child_traceback, pid=None):
+        super().__init__(msg, rank, pid)
         self.child_traceback = child_traceback
 
 
-class ProcessExitedException(Exception):
-    """A spawned process ended without returning (killed, os._exit, or sys.exit with a nonzero code)."""
+class ProcessExitedException(ProcessException):
+    """A spawned process ended without returning (killed, os._exit, or sys.exit
+    with a nonzero code): its ``exit_code`` (negative: the signal's number)
+    and, where a signal killed it, ``signal_name``."""
 
-    def __init__(self, msg, rank, exit_code):
-        super().__init__(msg)
-        self.rank = rank
+    def __init__(self, msg, rank, exit_code, pid=None):
+        super().__init__(msg, rank, pid)
         self.exit_code = exit_code
+        self.error_pid = pid
+        self.signal_name = None
+        if exit_code is not None and exit_code < 0:
+            try:
+                self.signal_name = signal.Signals(-exit_code).name
+            except ValueError:
+                pass
 
 
 def _exit_code(e):
@@ -155,13 +172,15 @@ class SpawnContext:
             if res is not None and res[0] == "ok":
                 continue
             self._stop()
+            pid = self.processes[rank].pid
             if res is None:
                 code = self.processes[rank].exitcode
                 raise ProcessExitedException(f"process {rank} ended without a result ({describe_exit(code)})",
-                                             rank, code)
+                                             rank, code, pid)
             if res[0] == "exit":
-                raise ProcessExitedException(f"process {rank} exited with {describe_exit(res[1])}", rank, res[1])
-            raise ProcessRaisedException(f"\n\n-- process {rank} raised {res[1]}\n\n{res[2]}", rank, res[2])
+                raise ProcessExitedException(f"process {rank} exited with {describe_exit(res[1])}", rank, res[1],
+                                             pid)
+            raise ProcessRaisedException(f"\n\n-- process {rank} raised {res[1]}\n\n{res[2]}", rank, res[2], pid)
 
 
 def spawn(fn, args=(), nprocs=1, join=True, daemon=False, start_method=None):

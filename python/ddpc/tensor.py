@@ -246,6 +246,12 @@ class Tensor:
             t = t.to(float32)
         return t.numpy().tolist()
 
+    def __format__(self, spec):
+        """A 0-dim tensor formats as its number (``f"{loss:.4f}"``), as in PyTorch; others as their repr."""
+        if self.ndim == 0:
+            return format(self.item(), spec)
+        return object.__format__(self, spec)
+
     def __float__(self):
         return float(self.item())
 

@@ -1050,3 +1050,18 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         attn_mask = _ag.tril(ones(query.shape[-2], key.shape[-2], dtype=uint8, device=query.device))
     scale = 1 / math.sqrt(query.shape[-1]) if scale is None else scale
     return _attention(query, key, value, attn_mask, True, dropout_p, scale)[0]
+
+
+def _inplace_form(fn):
+    """``fn(input, ..., inplace=True)`` under PyTorch's trailing-underscore name."""
+    def op(input, *args, **kwargs):
+        return fn(input, *args, inplace=True, **kwargs)
+
+    op.__name__ = op.__qualname__ = fn.__name__ + "_"
+    op.__doc__ = f"``{fn.__name__}(input, ..., inplace=True)``."
+    return op
+
+
+relu_, leaky_relu_, elu_, hardtanh_, rrelu_, threshold_, celu_, selu_ = (
+    _inplace_form(f) for f in (relu, leaky_relu, elu, hardtanh, rrelu, threshold, celu, selu))
+__all__ += ["relu_", "leaky_relu_", "elu_", "hardtanh_", "rrelu_", "threshold_", "celu_", "selu_"]

@@ -22,9 +22,12 @@ stepping its shard with the gradients its DDP receives, and takes part in
 the broadcasts, until every rank is done.
 
 Where ddpc differs: it lives at ``ddpc.optim.ZeroRedundancyOptimizer``
-(``torch.distributed.optim`` in PyTorch); ``overlap_with_ddp=True`` is not
+(also at PyTorch's ``ddpc.distributed.optim``); ``overlap_with_ddp=True`` is not
 supported; ``parameters_as_bucket_view`` is accepted and changes nothing.
 """
+
+import sys
+import types
 
 from .. import distributed as dist
 from .._join import Join, JoinHook, Joinable
@@ -215,3 +218,14 @@ class _ZeroJoinHook(JoinHook):
     def main_hook(self):
         with no_grad():
             self.zero._step()
+
+
+def _register_distributed_optim():
+    """torch.distributed.optim's path to the class: ddpc.distributed.optim."""
+    module = types.ModuleType(dist.__name__ + ".optim", "Distributed optimizers (torch.distributed.optim's path).")
+    module.ZeroRedundancyOptimizer = ZeroRedundancyOptimizer
+    module.__all__ = ["ZeroRedundancyOptimizer"]
+    dist.optim = sys.modules[module.__name__] = module
+
+
+_register_distributed_optim()

@@ -12,5 +12,6 @@ from . import checkpoint
 sys.modules[__name__ + ".data"] = data
 for _name in ("distributed", "sampler", "dataloader", "dataset"):  # torch.utils.data's submodules
     sys.modules[f"{__name__}.data.{_name}"] = data
+    setattr(data, _name, data)  # ddpc.utils.data.distributed.DistributedSampler, as an attribute path too
 
 __all__ = ["checkpoint", "data"]
