@@ -620,3 +620,33 @@ def test_pytorchs_per_device_backend_form(backend, want):
 def test_bad_per_device_backends_are_refused(backend, message):
     with pytest.raises(ValueError, match=message):
         dist._backend_request(backend)
+
+
+LOCAL_GROUPS = """
+import ddpc, ddpc.distributed as dist
+dist.init_process_group("gloo")
+r = dist.get_rank()
+sums = []
+if r < 2:  # rank 2 takes no part in making this one
+    pair = dist.new_group([0, 1], use_local_synchronization=True, group_desc="pair")
+    t = ddpc.tensor([r + 1.0])
+    dist.all_reduce(t, group=pair)
+    again = dist.new_group([1, 0], use_local_synchronization=True)  # a second group of the same members
+    u = ddpc.tensor([10.0 * (r + 1)])
+    dist.all_reduce(u, group=again)
+    sums += [t.item(), u.item()]
+late = dist.new_group([1, 2])  # every rank calls this one, and the counts still agree
+if late is not dist.GroupMember.NON_GROUP_MEMBER:
+    v = ddpc.tensor([r * 1.0])
+    dist.all_reduce(v, group=late)
+    sums.append(v.item())
+print("RANK", r, sums, flush=True)
+dist.destroy_process_group()
+"""
+
+
+def test_groups_made_by_their_members_only():
+    codes, outs = run_code(3, LOCAL_GROUPS, env_rank(free_port(), world=3))
+    text = "".join(o + e for o, e in outs)
+    assert codes == [0, 0, 0], text
+    assert "RANK 0 [3.0, 30.0]" in text and "RANK 1 [3.0, 30.0, 3.0]" in text and "RANK 2 [3.0]" in text, text

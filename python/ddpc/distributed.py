@@ -314,6 +314,7 @@ class _World:
         self.default = None      # ProcessGroup of all ranks
         self.groups = []
         self.next_group_id = 1
+        self.local_groups = {}   # members -> groups they made with use_local_synchronization
         self.rank = -1
         self.timeout = None
         self.device = None       # this rank's GPU on the nccl backend
@@ -629,18 +630,32 @@ def shared_buffer(nbytes, group=None):
     return g._c.share(int(nbytes))
 
 
-def new_group(ranks=None, timeout=None, backend=None):
+def new_group(ranks=None, timeout=None, backend=None, pg_options=None, use_local_synchronization=False,
+              group_desc=None):
     """A group of some ranks of the default group. Every rank of the default
     group must call it, in the same order; ranks outside get
-    ``GroupMember.NON_GROUP_MEMBER``."""
+    ``GroupMember.NON_GROUP_MEMBER``. With ``use_local_synchronization=True``
+    only the members call it (in the same order among themselves).
+    ``pg_options`` (NCCL's tuning in PyTorch) and ``group_desc`` are taken
+    for PyTorch's signature."""
+    del pg_options, group_desc
     world = _group(None)
     ranks = sorted(set(range(world.size()) if ranks is None else (int(r) for r in ranks)))
     if not ranks or ranks[0] < 0 or ranks[-1] >= world.size():
         raise ValueError(f"new_group: ranks must be in [0, {world.size()}), got {ranks}")
-    group_id = _world.next_group_id
-    _world.next_group_id += 1
-    if _world.rank not in ranks:
-        return GroupMember.NON_GROUP_MEMBER
+    if use_local_synchronization:
+        if _world.rank not in ranks:
+            return GroupMember.NON_GROUP_MEMBER
+        # Named by its members and how many such groups they made before, so
+        # that ranks outside need not count it.
+        members = "-".join(map(str, ranks))
+        count = _world.local_groups[members] = _world.local_groups.get(members, 0) + 1
+        group_id = f"l{members}n{count}"
+    else:
+        group_id = _world.next_group_id
+        _world.next_group_id += 1
+        if _world.rank not in ranks:
+            return GroupMember.NON_GROUP_MEMBER
     with_host = backend is None and world._host is not None
     backend = world.backend if backend is None else ("cpu" if backend == "gloo" else backend)
     timeout_s = _seconds(timeout, _world.timeout)
