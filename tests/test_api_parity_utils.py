@@ -394,3 +394,16 @@ def test_accelerator_and_the_cpu_amp_path():
     assert (region.device_type, region.fast_dtype) == ("cpu", ddpc.bfloat16)
     with region:
         assert ddpc.amp.is_autocast_enabled("cpu")
+
+
+def test_fork_rng_leaves_the_draws_after_it_unchanged():
+    ddpc.manual_seed(5)
+    with ddpc.random.fork_rng():
+        inside = ddpc.rand(4).tolist()
+        ddpc.randn(100)
+    after = ddpc.rand(4).tolist()
+    assert inside == after  # the block's draws came from the state the code after it starts from
+    with ddpc.random.fork_rng(enabled=False):
+        ddpc.rand(1)
+    assert ddpc.rand(4).tolist() != after
+    assert ddpc.random.initial_seed() == 5 and ddpc.random.manual_seed is ddpc.manual_seed

@@ -26,7 +26,7 @@ from .autograd import (abs, absolute, addcdiv, addcmul, allclose, ceil, clamp, c
                        logical_or, logical_xor, masked_fill, maximum, minimum, nan_to_num, reciprocal, round, rsqrt,
                        sign, sin, sqrt, square, trunc, where)
 from .serialization import CheckpointError, load, save
-from . import accelerator, amp, data, distributed, distributions, func, nn, optim, testing, utils
+from . import accelerator, amp, data, distributed, distributions, func, nn, optim, random, testing, utils
 from .amp import autocast
 from .func import vmap
 from . import checkpoint
@@ -111,7 +111,7 @@ def build_info():
 
 
 __all__ = [
-    "accelerator", "amp", "multiprocessing", "arange", "argmax", "argmin", "autocast", "autograd", "bfloat16", "build_info", "cat", "checkpoint",
+    "accelerator", "amp", "multiprocessing", "random", "arange", "argmax", "argmin", "autocast", "autograd", "bfloat16", "build_info", "cat", "checkpoint",
     "CheckpointError", "cuda", "data", "DataParallel", "default_generator", "destroy_process_group", "device",
     "DistError", "distributed", "DistributedDataParallel", "DistTimeoutError", "dtype", "empty", "empty_like",
     "enable_grad", "exp", "func", "float16", "float32", "float64", "from_dlpack", "from_numpy", "full", "Generator",
