@@ -407,3 +407,76 @@ def test_fork_rng_leaves_the_draws_after_it_unchanged():
         ddpc.rand(1)
     assert ddpc.rand(4).tolist() != after
     assert ddpc.random.initial_seed() == 5 and ddpc.random.manual_seed is ddpc.manual_seed
+
+
+# ---- what ported model code calls (found porting common models) ----------------------------
+
+def test_in_place_add_and_sub_take_alpha_and_div_a_rounding_mode():
+    p = ddpc.zeros(3)
+    p.add_(ddpc.ones(3), alpha=-0.1).sub_(ddpc.full((3,), 2.0), alpha=0.5)
+    np.testing.assert_allclose(p.numpy(), [-1.1] * 3, rtol=1e-6)
+    q = ddpc.tensor([7.0, -7.0])
+    assert q.div_(2, rounding_mode="floor").tolist() == [3.0, -4.0]
+    assert ddpc.tensor([7.0, -7.0]).div_(2, rounding_mode="trunc").tolist() == [3.0, -3.0]
+    w = ddpc.ones(3, requires_grad=True)
+    y = w * 1.0
+    y.add_(w, alpha=3)  # in the graph: d/dw (w + 3w) = 4
+    y.sum().backward()
+    assert w.grad.tolist() == [4.0, 4.0, 4.0]
+
+
+def test_bool_legacy_constructors_and_variable():
+    from ddpc.autograd import Variable
+    mask = ddpc.ones(3, 3, dtype=ddpc.bool).tril()
+    assert mask.dtype is ddpc.uint8 and mask[0].tolist() == [1, 0, 0]
+    assert ddpc.tensor([0.0, 2.5]).to(ddpc.bool).tolist() == [0, 1]
+    weight = nn.Parameter(ddpc.Tensor(3, 4))  # a custom layer's parameter before reset_parameters
+    assert weight.shape == (3, 4) and weight.dtype is ddpc.float32 and weight.requires_grad
+    assert ddpc.Tensor([1, 2]).tolist() == [1.0, 2.0] and ddpc.Tensor().shape == (0,)
+    x = ddpc.FloatTensor(2, 3)
+    assert x.shape == (2, 3) and isinstance(x, ddpc.FloatTensor) and not isinstance(x, ddpc.LongTensor)
+    assert ddpc.LongTensor([1, 2]).dtype is ddpc.int64 and ddpc.BoolTensor([2, 0]).tolist() == [1, 0]
+    assert not isinstance(x, ddpc.cuda.FloatTensor)
+    with pytest.raises(TypeError, match="takes ints"):
+        ddpc.Tensor(2, "a")
+    v = Variable(ddpc.ones(2), requires_grad=True)
+    assert v.requires_grad and v.grad_fn is None
+
+
+def test_grad_takes_only_inputs_and_clone_a_memory_format():
+    x = ddpc.ones(3, requires_grad=True)
+    (g,) = ddpc.autograd.grad((x * x).sum(), x, create_graph=True, only_inputs=True)
+    assert g.tolist() == [2.0] * 3
+    with pytest.raises(NotImplementedError, match="is_grads_batched"):
+        ddpc.autograd.grad((x * x).sum(), x, is_grads_batched=True)
+    y = ddpc.clone(ddpc.ones(1, 2, 3, 3), memory_format=ddpc.channels_last)
+    assert y.shape == (1, 2, 3, 3)
+    with pytest.raises(TypeError, match="memory_format"):
+        ddpc.clone(x, memory_format="channels_last")
+    assert not ddpc.is_autocast_enabled()
+    with ddpc.autocast("cpu"):
+        assert ddpc.is_autocast_enabled("cpu") and ddpc.get_autocast_dtype("cpu") is ddpc.bfloat16
+
+
+def test_grouped_query_attention_repeats_key_and_value_heads():
+    F = nn.functional
+    ddpc.manual_seed(0)
+    q, k, v = ddpc.randn(2, 6, 4, 8), ddpc.randn(2, 2, 4, 8), ddpc.randn(2, 2, 4, 8)
+    out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    for h in range(6):  # query head h uses key/value head h // 3
+        want = F.scaled_dot_product_attention(q[:, h], k[:, h // 3], v[:, h // 3], is_causal=True)
+        np.testing.assert_allclose(out[:, h].numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="multiple"):
+        F.scaled_dot_product_attention(ddpc.randn(1, 5, 4, 8), k[:1], v[:1], enable_gqa=True)
+
+
+def test_batch_norm_of_16_bit_input_keeps_its_dtype():
+    ddpc.manual_seed(0)
+    x = ddpc.randn(4, 3, 5, 5)
+    bn16, bn32 = nn.BatchNorm2d(3), nn.BatchNorm2d(3)
+    y16, y32 = bn16(x.to(ddpc.bfloat16)), bn32(x.to(ddpc.bfloat16).float())
+    assert y16.dtype is ddpc.bfloat16 and bn16.running_mean.dtype is ddpc.float32
+    np.testing.assert_allclose(y16.float().numpy(), y32.numpy(), rtol=1e-2, atol=1e-2)
+    np.testing.assert_allclose(bn16.running_var.numpy(), bn32.running_var.numpy(), rtol=1e-6)
+    with ddpc.autocast("cpu", dtype=ddpc.bfloat16):  # as PyTorch: the conv's bfloat16 stays bfloat16
+        assert nn.BatchNorm2d(4)(nn.Conv2d(3, 4, 3)(x)).dtype is ddpc.bfloat16

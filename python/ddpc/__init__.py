@@ -27,7 +27,7 @@ from .autograd import (abs, absolute, addcdiv, addcmul, allclose, ceil, clamp, c
                        sign, sin, sqrt, square, trunc, where)
 from .serialization import CheckpointError, load, save
 from . import accelerator, amp, data, distributed, distributions, func, nn, optim, random, testing, utils
-from .amp import autocast
+from .amp import autocast, get_autocast_dtype, is_autocast_enabled
 from .func import vmap
 from . import checkpoint
 from .distributed import destroy_process_group, init_process_group
@@ -111,7 +111,8 @@ def build_info():
 
 
 __all__ = [
-    "accelerator", "amp", "multiprocessing", "random", "arange", "argmax", "argmin", "autocast", "autograd", "bfloat16", "build_info", "cat", "checkpoint",
+    "accelerator", "amp", "bool", "get_autocast_dtype", "is_autocast_enabled", "multiprocessing", "random",
+    "arange", "argmax", "argmin", "autocast", "autograd", "bfloat16", "build_info", "cat", "checkpoint",
     "CheckpointError", "cuda", "data", "DataParallel", "default_generator", "destroy_process_group", "device",
     "DistError", "distributed", "DistributedDataParallel", "DistTimeoutError", "dtype", "empty", "empty_like",
     "enable_grad", "exp", "func", "float16", "float32", "float64", "from_dlpack", "from_numpy", "full", "Generator",
@@ -145,3 +146,14 @@ __all__ = [
         "unique_consecutive", "can_cast", "promote_types", "result_type", "asarray", "empty_strided", "frombuffer",
         "scalar_tensor", "are_deterministic_algorithms_enabled", "is_deterministic_algorithms_warn_only_enabled",
         "use_deterministic_algorithms"]
+
+# PyTorch's legacy per-type constructors (ddpc.FloatTensor(2, 3), ddpc.cuda.LongTensor([1, 2]), ...).
+from .tensor import _legacy_tensor_types  # noqa: E402
+
+globals().update(_legacy_tensor_types())
+vars(cuda).update(_legacy_tensor_types(cuda=True))
+__all__ += list(_legacy_tensor_types())
+
+# ddpc has no bool dtype: ``ddpc.bool`` is Python's bool, which every dtype
+# argument takes as a request for a uint8 mask (``.to(ddpc.bool)`` is x != 0).
+bool = bool

@@ -34,7 +34,7 @@ import warnings
 import numpy as np
 
 from . import _C, _indexing
-from ._dtype import result_type
+from ._dtype import checked_memory_format, result_type
 from .backends import alert_not_deterministic
 from .amp import autocast_op
 from .tensor import (_ADD, _BITAND, _BITOR, _BITXOR, _DIV, _EQ, _GE, _GT, _INT_BOUNDS, _LE, _LSHIFT, _LT, _MAX, _MIN,
@@ -670,14 +670,30 @@ def _accumulate_non_leaf(t, grad, owned):
     t.grad = (grad if owned else grad.clone()) if t.grad is None else t.grad + grad
 
 
-def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False, allow_unused=None,
-         materialize_grads=False):
+def Variable(data, requires_grad=False, volatile=False):
+    """PyTorch's old wrapper, now a tensor itself: a leaf sharing ``data``'s
+    memory, requiring grad as asked (``volatile`` is taken and ignored, as
+    PyTorch has since 0.4)."""
+    del volatile
+    t = data.detach()
+    t.requires_grad = bool(requires_grad)
+    return t
+
+
+def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False, only_inputs=True,
+         allow_unused=None, is_grads_batched=False, materialize_grads=False):
     """The gradients of ``outputs`` (weighted by ``grad_outputs``) with respect
     to each of ``inputs``, returned as a tuple; no tensor's ``.grad`` changes.
     An input the outputs do not depend on raises, unless ``allow_unused``
     (its gradient is then None, or zeros with ``materialize_grads``). Only the
     ops between the outputs and the inputs run backward. ``create_graph`` is
-    as for ``backward``."""
+    as for ``backward``. ``only_inputs`` is taken for PyTorch's signature
+    (which ignores it too); ``is_grads_batched`` is not offered (use
+    ddpc.func.vmap over grad)."""
+    del only_inputs
+    if is_grads_batched:
+        raise NotImplementedError("grad: is_grads_batched=True is not offered; vmap a function that calls grad "
+                                  "with ddpc.func.vmap instead")
     create_graph = bool(create_graph)
     retain_graph = create_graph if retain_graph is None else bool(retain_graph)
     if allow_unused is None:
@@ -3540,7 +3556,11 @@ class _CloneBackward(Node):
         return (g,)
 
 
-def clone(input):
+def clone(input, *, memory_format=None):
+    """A copy of ``input`` that autograd follows (``memory_format`` is checked
+    and, ddpc tensors being row-major, lays nothing out differently)."""
+    if memory_format is not None:
+        checked_memory_format(memory_format, "clone")
     buf = _C.Buffer(input.shape, input._buf.dtype, input._buf.device)
     _C.copy(buf, input._buf)
     out = Tensor(buf)

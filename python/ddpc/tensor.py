@@ -117,6 +117,23 @@ def _size_args(size):
     return tuple(int(s) for s in size)
 
 
+def _legacy_buffer(first, sizes, what, dtype=None):
+    """The buffer of PyTorch's legacy constructors (``Tensor(2, 3)``: uninitialised
+    of that size; ``Tensor([1, 2])``: of that data; ``Tensor()``: empty), in
+    ``dtype`` (the default floating dtype for Tensor)."""
+    spec = get_default_dtype() if dtype is None else dtype
+    name = get_dtype(spec).name
+    if isinstance(first, int) and not isinstance(first, bool) and all(isinstance(n, int) for n in sizes):
+        return _C.Buffer((first, *sizes), name)
+    if isinstance(first, (tuple, list)) and not first and not sizes:
+        return _C.Buffer((0,), name)
+    if sizes:
+        raise TypeError(f"{what}(*sizes) takes ints, or {what}(data) one sequence or array")
+    if isinstance(first, Tensor):
+        return first.detach().to(spec)._buf
+    return tensor(first, dtype=spec)._buf
+
+
 class Tensor:
     """An n-d array on the host or a CUDA device, shaped like ``torch.Tensor``.
 
@@ -139,9 +156,11 @@ class Tensor:
     __array_priority__ = 1000
     _not_a_view = None  # a _CopyOf when this tensor is a copy where PyTorch has a view
 
-    def __init__(self, buf, requires_grad=False):
+    def __init__(self, buf=(), *sizes, requires_grad=False):
         if not isinstance(buf, _C.Buffer):
-            raise TypeError("Tensor wraps a ddpc._C.Buffer; use ddpc.tensor(data) to build one from data")
+            buf = _legacy_buffer(buf, sizes, "Tensor")
+        elif sizes:
+            raise TypeError("Tensor(buffer) takes one buffer")
         self._buf = buf
         self.requires_grad = requires_grad
         self.grad = None
@@ -329,8 +348,7 @@ class Tensor:
         return Tensor(buf)
 
     def clone(self, *, memory_format=preserve_format):
-        checked_memory_format(memory_format, "clone")
-        return _ag.clone(self)
+        return _ag.clone(self, memory_format=memory_format)
 
     def detach(self):
         """A tensor sharing this one's storage, outside the graph."""
@@ -738,10 +756,14 @@ class Tensor:
     gt = __gt__
     ge = __ge__
 
-    def add_(self, o): return self.__iadd__(o)
-    def sub_(self, o): return self.__isub__(o)
+    def add_(self, o, *, alpha=1): return self.__iadd__(o if alpha == 1 else o * alpha)
+    def sub_(self, o, *, alpha=1): return self.__isub__(o if alpha == 1 else o * alpha)
     def mul_(self, o): return self.__imul__(o)
-    def div_(self, o): return self.__itruediv__(o)
+
+    def div_(self, o, *, rounding_mode=None):
+        if rounding_mode is None:
+            return self.__itruediv__(o)
+        return _ag.inplace_apply(self, lambda t: t.div(o, rounding_mode=rounding_mode), "div_", (o,))
 
     def sum(self, dim=None, keepdim=False, *, dtype=None):
         return _ag.sum(self, dim, keepdim, dtype=dtype)
@@ -1995,3 +2017,24 @@ from . import _matrix as _mx  # noqa: E402  (as autograd)
 
 _TYPE_NAMES = {float32: "FloatTensor", float64: "DoubleTensor", float16: "HalfTensor", bfloat16: "BFloat16Tensor",
                int32: "IntTensor", int64: "LongTensor", uint8: "ByteTensor"}
+
+
+class _LegacyTensorType(type):
+    """PyTorch's per-type tensor classes (``FloatTensor``, ``cuda.LongTensor``
+    ...): calling one builds a ddpc Tensor as ``Tensor(...)`` does, in its
+    dtype and on its device; ``isinstance`` checks the dtype and device."""
+
+    def __instancecheck__(cls, obj):
+        return isinstance(obj, Tensor) and obj.dtype is get_dtype(cls.dtype) and obj.is_cuda == cls.is_cuda
+
+    def __call__(cls, *args):
+        t = Tensor(_legacy_buffer(args[0] if args else (), args[1:], cls.__name__, cls.dtype))
+        return t.cuda() if cls.is_cuda else t
+
+
+def _legacy_tensor_types(cuda=False):
+    """name -> class, for the legacy per-type tensor classes on the host (or on a GPU)."""
+    kinds = {"FloatTensor": float32, "DoubleTensor": float64, "HalfTensor": float16, "BFloat16Tensor": bfloat16,
+             "LongTensor": int64, "IntTensor": int32, "ByteTensor": uint8, "BoolTensor": bool}
+    return {name: _LegacyTensorType(name, (), {"dtype": dt, "is_cuda": cuda, "__module__": "ddpc.cuda" if cuda
+                                               else "ddpc"}) for name, dt in kinds.items()}

@@ -15,7 +15,7 @@ import numpy as np
 
 from .. import autograd as _ag
 from .._pointwise import hardshrink
-from .._dtype import uint8
+from .._dtype import bfloat16, float16, uint8
 from ..tensor import Tensor, broadcast_tensors, ones, rand, zeros
 from ..tensor import tensor as _tensor
 from . import _conv, _embedding_bag, _fractional, _grid_sample, _losses, _upsample
@@ -234,6 +234,8 @@ def _batch_norm(input, running_mean, running_var, weight, bias, training, moment
         raise ValueError(f"batch_norm: expected an input of at least 2 dims (N, C, ...), got {input.shape}")
     n, c = input.shape[0], input.shape[1]
     x = input.reshape(n, c, math.prod(input.shape[2:]))  # not -1, which an empty input leaves ambiguous
+    if x.dtype in (float16, bfloat16):  # statistics in float32, the result in the input's dtype, as PyTorch's
+        x = x.float()
     if not training and (running_mean is None or running_var is None):
         raise ValueError("batch_norm: running_mean and running_var are needed outside training")
     if training:
@@ -263,7 +265,7 @@ def _batch_norm(input, running_mean, running_var, weight, bias, training, moment
         y = y * weight.reshape(1, c, 1)
     if bias is not None:
         y = y + bias.reshape(1, c, 1)
-    return y.reshape(input.shape)
+    return y.reshape(input.shape).to(input.dtype)
 
 
 def _count_over(count, group, device):
@@ -1030,15 +1032,25 @@ def _attention(query, key, value, mask, true_takes_part, dropout_p, scale):
     return weights @ value, weights
 
 
-def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None):
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                                 enable_gqa=False):
     """softmax(query @ key^T * scale + mask) @ value over (..., L, E) query,
     (..., S, E) key and (..., S, Ev) value, batch dims broadcast; a bool (or
     integer) attn_mask marks with True the positions that take part, a float
     one is added; ``is_causal`` lets position i see keys 0..i only; scale
-    defaults to 1/sqrt(E)."""
+    defaults to 1/sqrt(E). With ``enable_gqa`` (grouped-query attention) key
+    and value may have fewer heads (dim -3) than query, a divisor of its
+    count: each key/value head serves that many query heads in turn."""
     if query.ndim < 2 or key.ndim < 2 or value.ndim < 2:
         raise ValueError(f"scaled_dot_product_attention: query, key and value need at least 2 dims (..., L, E), got "
                          f"shapes {query.shape}, {key.shape} and {value.shape}")
+    if enable_gqa and query.ndim >= 3 and key.ndim >= 3 and key.shape[-3] != query.shape[-3]:
+        heads, kv_heads = query.shape[-3], key.shape[-3]
+        if heads % kv_heads or value.shape[-3] != kv_heads:
+            raise ValueError(f"scaled_dot_product_attention: with enable_gqa, query's {heads} heads must be a "
+                             f"multiple of key's and value's ({kv_heads} and {value.shape[-3]})")
+        key = key.repeat_interleave(heads // kv_heads, dim=-3)
+        value = value.repeat_interleave(heads // kv_heads, dim=-3)
     if query.shape[-1] != key.shape[-1] or key.shape[-2] != value.shape[-2]:
         raise ValueError(f"scaled_dot_product_attention: query {query.shape} and key {key.shape} must share E and key "
                          f"and value {value.shape} must share S")

@@ -85,7 +85,7 @@ class UninitializedBuffer(_UninitializedTensor, Tensor):
     cls_to_become = Tensor
 
     def __init__(self, requires_grad=False, device=None, dtype=None):
-        super().__init__(empty(0, dtype=dtype, device=device)._buf, requires_grad)
+        super().__init__(empty(0, dtype=dtype, device=device)._buf, requires_grad=requires_grad)
 
 
 def is_lazy(tensor):
