@@ -1,5 +1,5 @@
-"""ddpc.save / ddpc.load: round trips, damaged and foreign files, and atomic
-replacement under SIGKILL."""
+"""ddpc.save / ddpc.load: round trips, damaged and foreign files, atomic
+replacement under SIGKILL, and the files PyTorch's torch.save writes."""
 
 import os
 import pickle
@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+import zipfile
 from collections import OrderedDict
 
 import numpy as np
@@ -233,3 +234,212 @@ def test_a_checkpoint_rank_0_cannot_write_or_read_is_an_error_on_every_rank(tmp_
     assert r1[0].startswith("RuntimeError: rank 0 could not save the checkpoint") and "FileNotFoundError" in r1[0], r1
     assert r1[1].startswith("RuntimeError: rank 0 could not read the checkpoint") and "IsADirectoryError" in r1[1], r1
     assert all(m.endswith("(0 s)") for m in r0 + r1)  # at once, not after the collective timeout
+
+
+# ---- PyTorch's checkpoints ---------------------------------------------------------------
+#
+# tests/data/torch_*.pt were written by PyTorch 2.15's torch.save with write_torch_files below
+# (`python tests/test_checkpoint_torch.py write tests/data`, where torch is installed); the .npz
+# beside each holds the values of its tensors by path, written by numpy in the same run, so
+# these tests run without torch.
+
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+
+
+def tensors_by_path(obj, is_tensor, path=""):
+    """The tensors in obj's nested dicts, lists and tuples, by path ("optim/state/0/exp_avg")."""
+    if is_tensor(obj):
+        return {path: obj}
+    items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, (list, tuple)) else ()
+    found = {}
+    for key, value in items:
+        found.update(tensors_by_path(value, is_tensor, f"{path}/{key}" if path else str(key)))
+    return found
+
+
+def write_torch_files(torch, directory):
+    """Writes the PyTorch checkpoints the tests read (and their .npz) into directory."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4), torch.nn.ReLU(),
+                                torch.nn.Linear(4, 2))
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    model(torch.randn(5, 3)).sum().backward()  # a training step: BatchNorm's running stats and count move
+    optimizer.step()
+    base = torch.arange(12.0).reshape(3, 4)
+    mixed = {
+        "half": torch.randn(3).half(), "bf16": torch.randn(2, 2).bfloat16(), "double": torch.randn(2).double(),
+        "int32": torch.arange(-2, 2, dtype=torch.int32), "bool": torch.tensor([True, False, True]),
+        "uint8": torch.tensor([0, 7, 255], dtype=torch.uint8), "scalar": torch.tensor(3.5),
+        "count": torch.tensor(7), "empty": torch.empty(0, 3),
+        # Five views of one storage: the whole, a transposed slice, a row, every 5th element, a broadcast.
+        "base": base, "view": base.t()[1:], "row": base[2], "strided": base.view(-1)[::5],
+        "expanded": base[0, :2].view(2, 1).expand(2, 3),
+        "negated": torch.tensor([1 + 2j, 3 - 4j]).conj().imag,  # a view with PyTorch's lazy negation bit
+        "param": torch.nn.Parameter(torch.randn(2, 2)),
+        "frozen": torch.nn.Parameter(torch.randn(2), requires_grad=False),
+        "leaf": torch.randn(3).requires_grad_(),
+        "optim": optimizer.state_dict(),
+        "meta": {"epoch": 3, "loss": 0.25, "name": "run-1", "none": None, "pair": (1, "two"), "tags": {"a"},
+                 "raw": b"\x00\xff", "big": 2 ** 70, 5: [1.5, None], "size": torch.Size([2, 3]),
+                 "dtype": torch.float16, "device": torch.device("cuda", 1)},
+    }
+
+    def save(obj, name):
+        torch.save(obj, os.path.join(directory, name + ".pt"))
+        np.savez_compressed(os.path.join(directory, name + ".npz"),
+                            **{p: (t.float() if t.dtype == torch.bfloat16 else t).detach().resolve_neg().numpy()
+                               for p, t in tensors_by_path(obj, torch.is_tensor).items()})
+
+    save(model.state_dict(), "torch_model")
+    save(mixed, "torch_mixed")
+    torch.save({"w": torch.ones(2)}, os.path.join(directory, "torch_legacy.pt"), _use_new_zipfile_serialization=False)
+    torch.save({"q": torch.tensor([1, -2], dtype=torch.int8)}, os.path.join(directory, "torch_int8.pt"))
+    torch.jit.save(torch.jit.script(torch.nn.Linear(1, 1)), os.path.join(directory, "torch_script.pt"))
+    # As a GPU machine writes it: torch.save asks the registered taggers (lowest priority
+    # first) where each storage lives; this one says cuda:0, as PyTorch's own does on a GPU.
+    torch.serialization.register_package(0, lambda storage: "cuda:0", lambda storage, location: None)
+    save({"w": torch.arange(3.0), "p": torch.nn.Parameter(torch.ones(2))}, "torch_cuda")
+
+
+def torch_file(name):
+    return os.path.join(DATA, name + ".pt")
+
+
+def expected(name):
+    with np.load(os.path.join(DATA, name + ".npz")) as npz:
+        return {p: npz[p] for p in npz.files}
+
+
+def assert_tensors_match(obj, name):
+    """obj's tensors are those of tests/data/<name>.npz: the same paths, shapes, values and matching dtypes."""
+    got, want = tensors_by_path(obj, lambda x: isinstance(x, ddpc.Tensor)), expected(name)
+    assert sorted(got) == sorted(want)
+    for path, t in got.items():
+        assert t.dtype is (ddpc.bfloat16 if path == "bf16" else ddpc._dtype.get_dtype(want[path].dtype)), path
+        assert t.shape == want[path].shape, path
+        np.testing.assert_array_equal(np.asarray(t.detach().cpu().float() if path == "bf16" else t.detach().cpu()),
+                                      want[path], err_msg=path)
+
+
+def rewritten(src, dst, change):
+    """Copies the zip archive src to dst with each record's bytes replaced by change(name, data)."""
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w") as zout:
+        for name in zin.namelist():
+            zout.writestr(name, change(name, zin.read(name)))
+    return dst
+
+
+def test_a_torch_state_dict_loads_into_a_ddpc_model():
+    sd = ddpc.load(torch_file("torch_model"))
+    assert isinstance(sd, OrderedDict) and list(sd) == list(expected("torch_model"))
+    assert_tensors_match(sd, "torch_model")
+    assert sd["1.num_batches_tracked"].dtype is ddpc.int64 and int(sd["1.num_batches_tracked"]) == 1
+    assert not any(t.requires_grad for t in sd.values())  # state_dict() holds detached tensors
+    model = ddpc.nn.Sequential(ddpc.nn.Linear(3, 4), ddpc.nn.BatchNorm1d(4), ddpc.nn.ReLU(), ddpc.nn.Linear(4, 2))
+    result = model.load_state_dict(sd)
+    assert not result.missing_keys and not result.unexpected_keys
+    np.testing.assert_array_equal(np.asarray(model[1].running_var), expected("torch_model")["1.running_var"])
+
+
+def test_torch_dtypes_views_parameters_and_plain_values():
+    obj = ddpc.load(torch_file("torch_mixed"))
+    assert_tensors_match(obj, "torch_mixed")  # also the views of one storage, each with its own values
+    assert obj["bool"].tolist() == [1, 0, 1] and obj["negated"].tolist() == [-2.0, 4.0]
+    assert obj["view"].is_contiguous() and obj["view"].tolist() == [[1.0, 5.0, 9.0], [2.0, 6.0, 10.0],
+                                                                    [3.0, 7.0, 11.0]]
+    assert type(obj["param"]) is ddpc.nn.Parameter and obj["param"].requires_grad
+    assert type(obj["frozen"]) is ddpc.nn.Parameter and not obj["frozen"].requires_grad
+    assert type(obj["leaf"]) is ddpc.Tensor and obj["leaf"].requires_grad and obj["leaf"].is_leaf
+    assert type(obj["base"]) is ddpc.Tensor and not obj["base"].requires_grad
+    obj["base"].add_(1)  # the views are copies: PyTorch's sharing of one storage does not carry over
+    assert obj["row"].tolist() == [8.0, 9.0, 10.0, 11.0]
+    assert obj["meta"] == {"epoch": 3, "loss": 0.25, "name": "run-1", "none": None, "pair": (1, "two"),
+                           "tags": {"a"}, "raw": b"\x00\xff", "big": 2 ** 70, 5: [1.5, None], "size": (2, 3),
+                           "dtype": ddpc.float16, "device": ddpc.device("cuda", 1)}
+    optim = obj["optim"]
+    assert list(optim["state"]) == [0, 1, 2, 3, 4, 5] and optim["param_groups"][0]["betas"] == (0.9, 0.999)
+    assert optim["param_groups"][0]["params"] == [0, 1, 2, 3, 4, 5] and float(optim["state"][0]["step"]) == 1.0
+
+
+def test_torch_map_location():
+    path = torch_file("torch_cuda")  # saved from cuda:0
+    assert_tensors_match(ddpc.load(path, map_location="cpu"), "torch_cuda")
+    for where in ("cpu", ddpc.device("cpu"), {"cuda:0": "cpu"}, lambda saved: "cpu",
+                  lambda storage, location: storage):
+        obj = ddpc.load(path, map_location=where)
+        assert obj["w"].device == ddpc.device("cpu") and obj["w"].tolist() == [0.0, 1.0, 2.0]
+        assert type(obj["p"]) is ddpc.nn.Parameter and obj["p"].requires_grad
+    seen = []
+    ddpc.load(path, map_location=lambda storage, location: seen.append(location) or storage)
+    assert seen == ["cuda:0", "cuda:0"]
+    with open(path, "rb") as f:
+        assert ddpc.load(f, map_location="cpu", weights_only=True)["w"].tolist() == [0.0, 1.0, 2.0]
+    if ddpc.cuda.is_available():
+        assert ddpc.load(path)["w"].device == ddpc.device("cuda:0")
+    else:  # map_location None: the saved device, which this machine does not have
+        with pytest.raises(RuntimeError, match="cuda:0"):
+            ddpc.load(path)
+
+
+def test_a_big_endian_torch_file(tmp_path):
+    def to_big_endian(name, data):  # torch_cuda's storages are all float32
+        if name.endswith("/byteorder"):
+            return b"big"
+        return np.frombuffer(data, "<f4").astype(">f4").tobytes() if "/data/" in name else data
+
+    big = rewritten(torch_file("torch_cuda"), tmp_path / "big.pt", to_big_endian)
+    assert_tensors_match(ddpc.load(big, map_location="cpu"), "torch_cuda")
+    odd = rewritten(big, tmp_path / "odd.pt", lambda name, data: b"middle" if name.endswith("/byteorder") else data)
+    with pytest.raises(ddpc.CheckpointError, match="unknown byte order b'middle'"):
+        ddpc.load(odd)
+
+
+def test_a_torch_file_with_a_forbidden_global_runs_nothing(tmp_path):
+    marker = tmp_path / "ran"
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    evil = rewritten(torch_file("torch_cuda"), tmp_path / "evil.pt",
+                     lambda name, data: pickle.dumps({"w": Evil()}, protocol=2) if name.endswith("data.pkl")
+                     else data)
+    with pytest.raises(ddpc.CheckpointError, match=r"not a loadable PyTorch checkpoint: data.pkl refers to "
+                                                   r"(posix|os)\.system, which ddpc does not load"):
+        ddpc.load(evil)
+    assert not marker.exists()
+
+
+def test_damaged_torch_files_raise_the_clear_error(tmp_path):
+    data = open(torch_file("torch_cuda"), "rb").read()
+    cut = tmp_path / "cut.pt"
+    for n in range(4, len(data), 37):
+        cut.write_bytes(data[:n])
+        with pytest.raises(ddpc.CheckpointError, match="not a loadable PyTorch checkpoint: a damaged zip"):
+            ddpc.load(cut)
+    flipped = bytearray(data)
+    flipped[data.index(np.arange(3, dtype="<f4").tobytes()) + 5] ^= 0x10  # inside the storage of "w"
+    cut.write_bytes(bytes(flipped))
+    with pytest.raises(ddpc.CheckpointError, match="Bad CRC-32"):
+        ddpc.load(cut)
+    short = rewritten(torch_file("torch_cuda"), tmp_path / "short.pt",
+                      lambda name, data: data[:4] if name.endswith("/data/0") else data)
+    with pytest.raises(ddpc.CheckpointError, match="storage 0 holds 4 bytes, fewer than its 3 elements need"):
+        ddpc.load(short)
+    with zipfile.ZipFile(tmp_path / "other.zip", "w") as z:
+        z.writestr("notes/readme.txt", "not a checkpoint")
+    with pytest.raises(ddpc.CheckpointError, match="without a <root>/data.pkl"):
+        ddpc.load(tmp_path / "other.zip")
+
+
+def test_torch_files_ddpc_does_not_read_are_refused_with_what_to_do():
+    with pytest.raises(ddpc.CheckpointError, match=r"PyTorch's format before 1\.6 .* save it again with a recent "
+                                                   r"torch\.save"):
+        ddpc.load(torch_file("torch_legacy"))
+    with pytest.raises(ddpc.CheckpointError, match=r"a TorchScript archive \(torch\.jit\.save\).*state_dict"):
+        ddpc.load(torch_file("torch_script"))
+    with pytest.raises(ddpc.CheckpointError, match=r"torch\.CharStorage, and ddpc reads tensors of float32.*int32"):
+        ddpc.load(torch_file("torch_int8"))
+    with pytest.raises(ddpc.CheckpointError, match="PyTorch"):
+        ddpc.checkpoint.load(torch_file("torch_int8"))
+    assert ddpc.checkpoint.load(torch_file("torch_model"))["0.bias"].shape == (4,)

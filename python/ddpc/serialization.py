@@ -22,22 +22,37 @@ shape, i] and a bytes object ["bytes", i], tensor i holding their bytes.
 A save writes a temporary file in the target's directory, fsyncs it, renames
 it over the target and fsyncs the directory, so a crash at any point leaves
 either the old or the new checkpoint, never a torn one.
+
+ddpc.load also reads what PyTorch's torch.save writes (the zip archive it has
+written since PyTorch 1.6): ``<root>/data.pkl``, a pickle of the object in
+which each tensor is a call of ``torch._utils._rebuild_tensor_v2`` (or
+``_rebuild_parameter``) on a storage, ``<root>/data/<key>`` the raw bytes of
+each storage, and ``<root>/byteorder``. The pickle is read by an unpickler
+that knows only those rebuild functions, the storage types and dtypes ddpc
+has, ``torch.Size``, ``torch.device`` and the standard containers, each
+mapped to a ddpc stand-in; it refuses every other global before looking it
+up, so, like torch.load(weights_only=True), loading runs no code from the
+file. PyTorch's pre-1.6 format and TorchScript archives are refused.
 """
 
 import inspect
+import io
 import json
 import math
 import os
+import pickle
+import pickletools
 import struct
 import tempfile
+import zipfile
 import zlib
 from collections import OrderedDict
 
 import numpy as np
 
 from . import _C
+from ._dtype import bfloat16, float16, float32, float64, get_dtype, int32, int64, uint8
 from ._dtype import device as _device
-from ._dtype import get_dtype
 from .tensor import Tensor
 
 _MAGIC = b"DDPCCKPT"
@@ -47,7 +62,8 @@ _ALIGN = 64
 
 
 class CheckpointError(ValueError):
-    """The file is not a ddpc checkpoint, or it is truncated or corrupted."""
+    """The file is not a checkpoint ddpc reads (its own or PyTorch's), or it is
+    truncated or corrupted."""
 
 
 # ---- encoding ----------------------------------------------------------------------------
@@ -121,8 +137,8 @@ def _serialize(obj):
 
 # ---- decoding ----------------------------------------------------------------------------
 
-def _fail(path, why):
-    raise CheckpointError(f"{path}: not a loadable ddpc checkpoint: {why}")
+def _fail(path, why, kind="ddpc"):
+    raise CheckpointError(f"{path}: not a loadable {kind} checkpoint: {why}")
 
 
 def _takes_storage(fn):
@@ -206,7 +222,12 @@ def _build_tensor(entry, payload, map_location, path):
     buf = _C.Buffer(shape, dt.name)
     if nbytes:
         np.asarray(buf).reshape(-1).view(np.uint8)[:] = np.frombuffer(payload, np.uint8, nbytes, offset)
-    t = Tensor(buf)
+    return _placed(Tensor(buf), saved_device, requires_grad, map_location)
+
+
+def _placed(t, saved_device, requires_grad, map_location):
+    """The fresh host tensor t on the device map_location gives a tensor saved
+    on saved_device, requiring grad if it was saved so (and is floating)."""
     if callable(map_location) and _takes_storage(map_location):
         # PyTorch's form: given the tensor (on the host) and its saved device,
         # returns it moved (or as it is), or None for its saved device.
@@ -217,7 +238,7 @@ def _build_tensor(entry, payload, map_location, path):
         target = _resolve_device(saved_device, map_location)
     if target is not None and str(target) != "cpu":
         t = t.to(device=target)
-    t.requires_grad = requires_grad and dt.is_floating_point
+    t.requires_grad = requires_grad and t.dtype.is_floating_point
     return t
 
 
@@ -247,6 +268,187 @@ def _deserialize(data, map_location, path):
         _fail(path, "malformed header")
     tensors = [_build_tensor(e, payload, map_location, path) for e in entries]
     return _decode(root, tensors, path)
+
+
+# ---- PyTorch's checkpoints ---------------------------------------------------------------
+
+_ZIP_MAGIC = b"PK\x03\x04"
+# torch.save before PyTorch 1.6 began with a pickled magic number: PROTO 2, then LONG1 of these 10 bytes.
+_LEGACY_TORCH_MAGIC = b"\x8a\nl\xfc\x9cF\xf9 j\xa8P\x19"
+_SUPPORTED = "float32, float64, float16, bfloat16, int32, int64, uint8 and bool (read as uint8)"
+
+# torch.<name>Storage -> the ddpc dtype of its elements (a bool becomes ddpc's uint8 mask, as get_dtype(bool)).
+_TORCH_STORAGES = {"FloatStorage": float32, "DoubleStorage": float64, "HalfStorage": float16,
+                   "BFloat16Storage": bfloat16, "IntStorage": int32, "LongStorage": int64, "ByteStorage": uint8,
+                   "BoolStorage": uint8}
+
+
+class _Storage:
+    """One storage of a PyTorch checkpoint: its elements as a numpy array over
+    the record's bytes (in the file's byte order; bfloat16 as uint16), its
+    ddpc dtype and the device it was saved from."""
+
+    __slots__ = ("array", "dtype", "location")
+
+    def __init__(self, array, dtype, location):
+        self.array, self.dtype, self.location = array, dtype, location
+
+
+class _PlacementError(Exception):
+    """Carries an error of map_location, or of moving a tensor to its device,
+    out of the unpickler, so it is raised as it is and not as a damaged file."""
+
+
+def _latin1_bytes(text, encoding):
+    """_codecs.encode as protocol 2 pickles a bytes object: encode(text, "latin1")."""
+    if not isinstance(text, str) or encoding != "latin1":
+        raise TypeError("_codecs.encode is loaded only to rebuild bytes (text, 'latin1')")
+    return text.encode("latin1")
+
+
+class _TorchUnpickler(pickle.Unpickler):
+    """Unpickles a PyTorch checkpoint's data.pkl with ddpc stand-ins for the
+    globals a checkpoint of tensors needs; any other global is refused
+    before it is looked up, so nothing in the file runs."""
+
+    def __init__(self, archive, root, byteorder, map_location, path):
+        self._archive, self._root, self._map_location, self._path = archive, root, map_location, path
+        self._order = ">" if byteorder == b"big" else "<"
+        self._records = {}  # storage key -> the record's bytes, read once for every tensor that views it
+        data = archive.read(root + "data.pkl")
+        # The C unpickler grows its memo to twice the largest index a PUT names, so a forged
+        # index would claim gigabytes (honest ones count the PUTs before it); out-of-band
+        # buffers are not in what torch.save writes.
+        for op, arg, _ in pickletools.genops(data):
+            if (op.name.endswith("PUT") and arg > len(data)) or op.name in ("NEXT_BUFFER", "READONLY_BUFFER"):
+                self._fail(f"data.pkl has a {op.name} that torch.save does not write")
+        super().__init__(io.BytesIO(data))
+
+    def _fail(self, why):
+        _fail(self._path, why, "PyTorch")
+
+    def find_class(self, module, name):
+        if module == "torch._utils" and name in ("_rebuild_tensor_v2", "_rebuild_parameter",
+                                                 "_rebuild_parameter_with_state"):
+            return getattr(self, name)
+        if module == "collections" and name == "OrderedDict":
+            return OrderedDict
+        if module in ("builtins", "__builtin__") and name in ("set", "frozenset", "bytearray", "complex"):
+            return {"set": set, "frozenset": frozenset, "bytearray": bytearray, "complex": complex}[name]
+        if module == "_codecs" and name == "encode":
+            return _latin1_bytes
+        if module == "torch":
+            if name == "Size":
+                return tuple  # ddpc's shapes are tuples
+            if name == "device":
+                return _device
+            if name in _TORCH_STORAGES:
+                return _TORCH_STORAGES[name]
+            if name.endswith("Storage"):
+                self._fail(f"it holds a torch.{name}, and ddpc reads tensors of {_SUPPORTED}: "
+                           "convert the others in PyTorch (for example t.to(torch.int32)) and save again")
+            try:
+                return get_dtype(name)  # torch.float32, torch.long, ...
+            except TypeError:
+                pass
+        self._fail(f"data.pkl refers to {module}.{name}, which ddpc does not load (it loads tensors and dtypes "
+                   f"of {_SUPPORTED}, Parameters, devices, numbers, strings, bytes and containers of them)")
+
+    def persistent_load(self, pid):
+        if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage"):
+            self._fail(f"unknown persistent id {pid!r:.80}")
+        _, dtype, key, location, numel = pid
+        if not (dtype in _TORCH_STORAGES.values() and isinstance(key, str) and isinstance(location, str)
+                and isinstance(numel, int) and numel >= 0):
+            self._fail(f"malformed storage reference {pid!r:.80}")
+        if key not in self._records:
+            try:
+                self._records[key] = self._archive.read(f"{self._root}data/{key}")
+            except KeyError:
+                self._fail(f"the archive has no record {self._root}data/{key}")
+        record = self._records[key]
+        raw = np.dtype(np.uint16 if dtype is bfloat16 else dtype._np).newbyteorder(self._order)
+        if len(record) < numel * raw.itemsize:
+            self._fail(f"storage {key} holds {len(record)} bytes, fewer than its {numel} elements need")
+        return _Storage(np.frombuffer(record, raw, numel), dtype, location)
+
+    def _rebuild_tensor_v2(self, storage, storage_offset, size, stride, requires_grad, backward_hooks,
+                           metadata=None):
+        """A contiguous ddpc tensor with the values PyTorch's view (size, stride
+        from storage_offset) of the storage shows; backward hooks are never
+        saved (PyTorch writes an empty OrderedDict), and the one metadata
+        flag a real tensor can carry, PyTorch's lazy negation, is applied."""
+        del backward_hooks
+        shape, strides = tuple(size), tuple(stride)
+        if not (isinstance(storage, _Storage) and len(shape) == len(strides)
+                and all(isinstance(n, int) and n >= 0 for n in (storage_offset, *shape, *strides))):
+            self._fail("malformed tensor")
+        flags = dict(metadata or {})
+        negate = flags.pop("neg", False)
+        if any(flags.values()):
+            self._fail(f"a tensor carries PyTorch metadata ddpc does not apply: {flags}")
+        values = storage.array
+        if all(shape):
+            if storage_offset + sum((n - 1) * s for n, s in zip(shape, strides)) >= len(values):
+                self._fail("a tensor reaches past the end of its storage")
+            values = np.lib.stride_tricks.as_strided(values[storage_offset:], shape,
+                                                     [s * values.itemsize for s in strides], writeable=False)
+        buf = _C.Buffer(shape, storage.dtype.name)
+        if all(shape):
+            np.asarray(buf)[...] = values  # the one copy: gathers the view, swaps bytes if the file is big-endian
+        t = Tensor(buf)
+        try:
+            return _placed(-t if negate else t, storage.location, bool(requires_grad), self._map_location)
+        except Exception as e:
+            raise _PlacementError from e
+
+    def _rebuild_parameter(self, data, requires_grad, backward_hooks):
+        """A ddpc Parameter over the tensor data (rebuilt, placed), as PyTorch's."""
+        from .nn.modules import Parameter
+
+        del backward_hooks
+        if not isinstance(data, Tensor):
+            self._fail("a Parameter without a tensor")
+        return Parameter(data, bool(requires_grad))
+
+    def _rebuild_parameter_with_state(self, data, requires_grad, backward_hooks, state):
+        """A Parameter with the Python attributes a user gave it in PyTorch
+        (state is its __dict__, or (__dict__, slots)); none may replace an
+        attribute a ddpc Parameter has."""
+        param = self._rebuild_parameter(data, requires_grad, backward_hooks)
+        for attrs in state if isinstance(state, tuple) else (state,):
+            for name, value in (attrs or {}).items():
+                if not isinstance(name, str) or hasattr(param, name):
+                    self._fail(f"a Parameter's saved attribute {name!r:.40} would replace one of ddpc's")
+                setattr(param, name, value)
+        return param
+
+
+def _torch_deserialize(data, map_location, path):
+    try:
+        archive = zipfile.ZipFile(io.BytesIO(data))
+        names = archive.namelist()
+    except (zipfile.BadZipFile, EOFError, ValueError) as e:
+        _fail(path, f"a damaged zip archive ({e})", "PyTorch")
+    if any(n.rsplit("/", 1)[-1] == "constants.pkl" for n in names):
+        _fail(path, "it is a TorchScript archive (torch.jit.save), and ddpc loads what torch.save wrote: "
+                    "in PyTorch, torch.save(torch.jit.load(path).state_dict(), new_path) and load that", "PyTorch")
+    pickles = [n for n in names if n.count("/") == 1 and n.endswith("/data.pkl")]
+    if len(pickles) != 1:
+        _fail(path, "a zip archive without a <root>/data.pkl (not written by torch.save)", "PyTorch")
+    root = pickles[0][:-len("data.pkl")]
+    try:
+        byteorder = archive.read(root + "byteorder") if root + "byteorder" in names else b"little"
+        if byteorder not in (b"little", b"big"):
+            _fail(path, f"unknown byte order {byteorder[:20]!r}", "PyTorch")
+        return _TorchUnpickler(archive, root, byteorder, map_location, path).load()
+    except _PlacementError as e:
+        raise e.__cause__ from None
+    except CheckpointError:
+        raise
+    except (pickle.UnpicklingError, zipfile.BadZipFile, zlib.error, EOFError, AttributeError, IndexError,
+            KeyError, OverflowError, TypeError, ValueError) as e:
+        _fail(path, f"{type(e).__name__}: {e}", "PyTorch")
 
 
 # ---- public API --------------------------------------------------------------------------
@@ -281,9 +483,20 @@ def save(obj, f):
 
 
 def load(f, map_location=None, weights_only=None):
-    """Reads a checkpoint written by ddpc.save. (``weights_only`` is taken for
-    PyTorch's signature: a ddpc checkpoint holds only tensors and plain
-    values, and loading never runs code from the file.)
+    """Reads a checkpoint written by ddpc.save, or by PyTorch's torch.save
+    (1.6 or later), from a path or a binary file object. (``weights_only``
+    is taken for PyTorch's signature: loading never runs code from the
+    file, as PyTorch's weights_only=True.)
+
+    From a PyTorch file come ddpc tensors of the same dtypes (bool as
+    uint8), ``ddpc.nn.Parameter`` for Parameters, requires_grad as saved,
+    tuples for ``torch.Size``, and ddpc dtypes and devices. Where ddpc
+    differs: tensors that shared a storage in PyTorch (views, tied weights)
+    come back as separate contiguous tensors with the same values. Refused
+    with a CheckpointError naming the cause: int8, int16, complex and
+    quantized tensors, objects other than tensors, numbers, strings, bytes
+    and containers of them (a numpy array, a custom class), PyTorch's format
+    before 1.6, and TorchScript archives.
 
     map_location: None (tensors return to the device they were saved from),
     a device ("cpu", "cuda:1"), a dict mapping saved device strings to new
@@ -291,7 +504,7 @@ def load(f, map_location=None, weights_only=None):
     ``fn(storage, location)``, given each tensor on the host and its saved
     device, returning it (moved or not), or None for its saved device
     (``lambda storage, loc: storage`` keeps everything on the host). Raises
-    CheckpointError for files that are not intact ddpc checkpoints.
+    CheckpointError for files that are not intact checkpoints.
     """
     del weights_only
     if hasattr(f, "read"):
@@ -300,4 +513,11 @@ def load(f, map_location=None, weights_only=None):
         path = os.fspath(f)
         with open(path, "rb") as fh:
             data = fh.read()
-    return _deserialize(bytes(data), map_location, path)
+    data = bytes(data)
+    if data.startswith(_ZIP_MAGIC):
+        return _torch_deserialize(data, map_location, path)
+    if data[2:14] == _LEGACY_TORCH_MAGIC:
+        _fail(path, "it is in PyTorch's format before 1.6 (or _use_new_zipfile_serialization=False), which "
+                    "ddpc does not read: load it with torch.load and save it again with a recent torch.save",
+              "PyTorch")
+    return _deserialize(data, map_location, path)
