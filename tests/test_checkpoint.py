@@ -443,3 +443,19 @@ def test_torch_files_ddpc_does_not_read_are_refused_with_what_to_do():
     with pytest.raises(ddpc.CheckpointError, match="PyTorch"):
         ddpc.checkpoint.load(torch_file("torch_int8"))
     assert ddpc.checkpoint.load(torch_file("torch_model"))["0.bias"].shape == (4,)
+
+
+def test_a_pytorch_optimizer_state_continues_in_ddpc():
+    """PyTorch keeps Adam's step as a 0-d tensor; ddpc's optimizer takes it as its count."""
+    model = ddpc.nn.Sequential(ddpc.nn.Linear(3, 4), ddpc.nn.BatchNorm1d(4), ddpc.nn.ReLU(), ddpc.nn.Linear(4, 2))
+    model.load_state_dict(ddpc.load(os.path.join(DATA, "torch_model.pt")))
+    saved = ddpc.load(os.path.join(DATA, "torch_mixed.pt"))["optim"]
+    opt = ddpc.optim.Adam(model.parameters(), lr=1e-2)
+    opt.load_state_dict(saved)
+    first = model[0].weight
+    assert opt.state[first]["step"] == 1
+    np.testing.assert_array_equal(opt.state[first]["exp_avg"].numpy(), saved["state"][0]["exp_avg"].numpy())
+    before = first.detach().numpy().copy()
+    model(ddpc.randn(5, 3)).sum().backward()
+    opt.step()
+    assert opt.state[first]["step"] == 2 and not np.array_equal(first.detach().numpy(), before)

@@ -125,6 +125,9 @@ class Optimizer:
     def _cast_state(p, key, value):
         if not isinstance(value, Tensor):
             return value
+        if value.ndim == 0 and p.ndim != 0:  # PyTorch keeps scalar state (step, mu_product) in 0-d tensors
+            number = value.item()
+            return int(number) if key == "step" else number
         if value.shape != p.shape:
             raise ValueError(f"state {key!r} has shape {value.shape}, its parameter has shape {p.shape}")
         return value.to(device=p.device, dtype=p.dtype, copy=True)
