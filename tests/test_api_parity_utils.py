@@ -480,3 +480,21 @@ def test_batch_norm_of_16_bit_input_keeps_its_dtype():
     np.testing.assert_allclose(bn16.running_var.numpy(), bn32.running_var.numpy(), rtol=1e-6)
     with ddpc.autocast("cpu", dtype=ddpc.bfloat16):  # as PyTorch: the conv's bfloat16 stays bfloat16
         assert nn.BatchNorm2d(4)(nn.Conv2d(3, 4, 3)(x)).dtype is ddpc.bfloat16
+
+
+def test_foreach_list_forms_and_size():
+    ema, live = [ddpc.zeros(2), ddpc.zeros(3)], [ddpc.ones(2), ddpc.full((3,), 3.0)]
+    ddpc._foreach_lerp_(ema, live, 0.5)  # timm's EMA update
+    assert [t.tolist() for t in ema] == [[0.5, 0.5], [1.5] * 3]
+    ddpc._foreach_mul_(ema, 2.0)
+    ddpc._foreach_add_(ema, live, alpha=-1)
+    assert [t.tolist() for t in ema] == [[0.0, 0.0], [0.0] * 3]
+    assert [t.tolist() for t in ddpc._foreach_mul(live, [2.0, 3.0])] == [[2.0, 2.0], [9.0] * 3]
+    np.testing.assert_allclose([n.item() for n in ddpc._foreach_norm(live)], [2 ** 0.5, 27 ** 0.5], rtol=1e-6)
+    assert ddpc._foreach_sqrt_(live) is None
+    np.testing.assert_allclose(live[1].numpy(), [3 ** 0.5] * 3, rtol=1e-6)
+    with pytest.raises(ValueError, match="as long as the tensor list"):
+        ddpc._foreach_add_(ema, [1.0])
+    size = ddpc.zeros(2, 3).size()
+    assert size == (2, 3) and size.numel() == 6 and repr(size) == "ddpc.Size([2, 3])"
+    assert ddpc.Size([4, 5]).numel() == 20 and ddpc.zeros(size).shape == (2, 3)

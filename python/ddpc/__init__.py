@@ -20,7 +20,7 @@ from .autograd import (addmm, all_ as all, amax, amin, any_ as any, argsort, arg
                        mv, nonzero, norm, outer, permute, prod, repeat_interleave, reshape, roll, scatter, scatter_add,
                        sort, split, split_with_sizes, std, std_mean, sum, take, tensor_split, topk, transpose, tril,
                        triu, unbind, unflatten, unique, var, var_mean, clone)
-from .tensor import flatten, index_select, is_tensor, numel, squeeze, unsqueeze
+from .tensor import Size, flatten, index_select, is_tensor, numel, squeeze, unsqueeze
 from .autograd import (abs, absolute, addcdiv, addcmul, allclose, ceil, clamp, clamp_max, clamp_min, clip, cos, equal,
                        erf, expm1, floor, isclose, isfinite, isinf, isnan, lerp, log1p, logical_and, logical_not,
                        logical_or, logical_xor, masked_fill, maximum, minimum, nan_to_num, reciprocal, round, rsqrt,
@@ -111,7 +111,7 @@ def build_info():
 
 
 __all__ = [
-    "accelerator", "amp", "bool", "get_autocast_dtype", "is_autocast_enabled", "multiprocessing", "random",
+    "accelerator", "amp", "bool", "Size", "get_autocast_dtype", "is_autocast_enabled", "multiprocessing", "random",
     "arange", "argmax", "argmin", "autocast", "autograd", "bfloat16", "build_info", "cat", "checkpoint",
     "CheckpointError", "cuda", "data", "DataParallel", "default_generator", "destroy_process_group", "device",
     "DistError", "distributed", "DistributedDataParallel", "DistTimeoutError", "dtype", "empty", "empty_like",
@@ -157,3 +157,8 @@ __all__ += list(_legacy_tensor_types())
 # ddpc has no bool dtype: ``ddpc.bool`` is Python's bool, which every dtype
 # argument takes as a request for a uint8 mask (``.to(ddpc.bool)`` is x != 0).
 bool = bool
+
+# torch._foreach_* (list forms of the Tensor methods), which EMA helpers and optimizers call.
+from ._foreach import _forms as _foreach_forms  # noqa: E402
+
+globals().update(_foreach_forms())

@@ -117,6 +117,17 @@ def _size_args(size):
     return tuple(int(s) for s in size)
 
 
+class Size(tuple):
+    """A shape, as torch.Size: a tuple of ints that also gives ``numel()``.
+    ``Tensor.size()`` returns one; ``Tensor.shape`` is a plain tuple."""
+
+    def numel(self):
+        return math.prod(self)
+
+    def __repr__(self):
+        return f"ddpc.Size({list(self)})"
+
+
 def _legacy_buffer(first, sizes, what, dtype=None):
     """The buffer of PyTorch's legacy constructors (``Tensor(2, 3)``: uninitialised
     of that size; ``Tensor([1, 2])``: of that data; ``Tensor()``: empty), in
@@ -182,7 +193,8 @@ class Tensor:
         return self._buf.shape
 
     def size(self, dim=None):
-        return self.shape if dim is None else self.shape[dim]
+        """The shape as a ``Size`` (a tuple with ``numel()``), or one dim's length."""
+        return Size(self.shape) if dim is None else self.shape[dim]
 
     @property
     def dtype(self):
