@@ -498,3 +498,69 @@ def test_foreach_list_forms_and_size():
     size = ddpc.zeros(2, 3).size()
     assert size == (2, 3) and size.numel() == 6 and repr(size) == "ddpc.Size([2, 3])"
     assert ddpc.Size([4, 5]).numel() == 20 and ddpc.zeros(size).shape == (2, 3)
+
+
+# ---- dtypes, shapes and values where ported code met a difference --------------------------
+
+def test_16_bit_norms_sum_in_float32():
+    x = ddpc.tensor([300.0, 400.0], dtype=ddpc.float16)  # squares overflow float16
+    F = nn.functional
+    assert x.norm().item() == 500.0 and ddpc.linalg.vector_norm(x).item() == 500.0 and x.norm().dtype is ddpc.float16
+    np.testing.assert_allclose(F.normalize(x, dim=0).float().numpy(), [0.6, 0.8], rtol=1e-3)
+    assert F.cosine_similarity(x[None], x[None]).item() == 1.0
+    assert ddpc.tensor([300.0, 400.0], dtype=ddpc.bfloat16).norm(1).item() == 700.0
+    y = ddpc.tensor([300.0, 400.0], dtype=ddpc.float16, requires_grad=True)
+    y.norm().backward()
+    np.testing.assert_allclose(y.grad.float().numpy(), [0.6, 0.8], rtol=1e-3)
+
+
+def test_floor_division_and_remainder_assignments_are_in_place():
+    a = ddpc.tensor([7, -7])
+    alias = a
+    a //= 2
+    assert a is alias and alias.tolist() == [3, -4]
+    b = ddpc.tensor([7, 9], dtype=ddpc.int32)
+    b //= ddpc.tensor([2, 2])
+    assert b.dtype is ddpc.int32 and b.tolist() == [3, 4]
+    c = ddpc.tensor([7.5, -7.5])
+    c %= 2
+    assert c.tolist() == [1.5, 0.5]
+    with pytest.raises(TypeError, match="can't be cast"):
+        u = ddpc.tensor([7], dtype=ddpc.uint8)
+        u //= 2.5
+
+
+def test_losses_promote_input_and_target_as_pytorch():
+    F = nn.functional
+    half = F.mse_loss(ddpc.tensor([300.0, 1.0], dtype=ddpc.float16), ddpc.tensor([0.0, 0.0]))
+    assert half.dtype is ddpc.float32 and half.item() == 45000.5  # 16-bit would round to 44992
+    assert F.mse_loss(ddpc.tensor([1.0]), ddpc.tensor([0.0], dtype=ddpc.float64)).dtype is ddpc.float64
+    assert F.l1_loss(ddpc.tensor([1.0], dtype=ddpc.float16), ddpc.tensor([0.0], dtype=ddpc.float16)).dtype \
+        is ddpc.float16
+    x = ddpc.tensor([1.0], dtype=ddpc.float16, requires_grad=True)
+    F.smooth_l1_loss(x, ddpc.tensor([0.0], dtype=ddpc.float64)).backward()
+    assert x.grad.dtype is ddpc.float16 and x.grad.item() == 1.0
+
+
+def test_int32_indices_argmax_keepdim_and_zero_dim_numbers():
+    F = nn.functional
+    ids = ddpc.tensor([[0, 2]], dtype=ddpc.int32)  # token ids as numpy often gives them
+    assert ddpc.gather(ddpc.tensor([[5.0, 6.0, 7.0]]), 1, ids).tolist() == [[5.0, 7.0]]
+    assert F.embedding(ids, ddpc.arange(6.0).reshape(3, 2)).tolist() == [[[0.0, 1.0], [4.0, 5.0]]]
+    assert ddpc.ones(3, 4).argmax(keepdim=True).shape == (1, 1) and ddpc.ones(3, 4).argmin().shape == ()
+    assert ddpc.full((2,), ddpc.tensor(2.5)).tolist() == [2.5, 2.5]
+    assert ddpc.full((1,), ddpc.tensor(3)).dtype is ddpc.int64
+    assert ddpc.arange(ddpc.tensor(3.5)).tolist() == [0.0, 1.0, 2.0, 3.0] and ddpc.arange(end=3).tolist() == [0, 1, 2]
+
+
+def test_16_bit_comparisons_round_the_number_first_and_zero_dim_masks():
+    assert (ddpc.tensor([0.1, 0.3], dtype=ddpc.float16) == 0.1).tolist() == [1, 0]
+    assert (ddpc.tensor([0.1], dtype=ddpc.bfloat16) <= ddpc.tensor(0.1)).tolist() == [1]
+    assert (ddpc.tensor([0.1]) == 0.1).tolist() == [1]
+    x = ddpc.tensor(2.0)
+    assert x[x > 0].tolist() == [2.0] and x[x < 0].shape == (0,)
+    loss = ddpc.tensor(float("nan"))
+    loss[loss.isnan()] = 0.0
+    assert loss.item() == 0.0
+    t = ddpc.ones(2)
+    assert +t is t

@@ -126,6 +126,7 @@ for _name, _method in _INPLACE_VIEWS.items():
     setattr(Tensor, _name, _inplace_view(_name, _method))
 for _fn in (positive, ravel, fliplr, flipud, inner, vdot, is_signed, is_same_size, is_complex, sum_to_size):
     setattr(Tensor, _fn.__name__, _fn)
+Tensor.__pos__ = positive  # +t
 
 
 # ---- the torch-level functions -------------------------------------------------------------

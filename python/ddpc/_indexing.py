@@ -214,6 +214,10 @@ def select(shape, index):
             continue
         if isinstance(item, tuple):  # advanced: ("ints", array) or ("mask", array)
             kind, arr = item
+            if kind == "mask" and arr.ndim == 0:  # a 0-d mask, as True or False: a new dim of length 1 or 0
+                out_shape.append(int(bool(arr)))
+                out_strides.append(0)
+                continue
             if kind == "mask":
                 covered = tuple(shape[d:d + arr.ndim])
                 if arr.shape != covered:

@@ -41,7 +41,7 @@ from .tensor import (_ADD, _BITAND, _BITOR, _BITXOR, _DIV, _EQ, _GE, _GT, _INT_B
                      _MUL, _NE, _POWER, _RDIV, _RLSHIFT, _RPOWER, _RRSHIFT, _RSHIFT,
                      _RSUB, _SUB, Tensor, _check_no_grad_inplace, _copy_view, _CopyOf, _is_float_scalar, _read,
                      _shares_memory, _write_back,
-                     bfloat16, float16, float32, float64, get_dtype, int64, promote, uint8)
+                     bfloat16, float16, float32, float64, get_dtype, int32, int64, promote, uint8)
 from .tensor import _along
 from .tensor import cat as _cat_storage
 from .tensor import stack as _stack_storage
@@ -2146,9 +2146,8 @@ def extreme(a, dim, keepdim, want_max):
 
 def arg_extreme(a, dim, keepdim, want_max):
     """argmax or argmin: along ``dim``, or (None) the index into the flattened tensor."""
-    if dim is None:
-        a = a.reshape(-1)
-        return extreme(a, 0, keepdim, want_max).indices.reshape((1,) * a.ndim if keepdim else ())
+    if dim is None:  # keepdim keeps every dim of the input, each of length 1
+        return extreme(a.reshape(-1), 0, keepdim, want_max).indices.reshape((1,) * a.ndim if keepdim else ())
     return extreme(a.detach(), dim, keepdim, want_max).indices
 
 
@@ -2601,6 +2600,8 @@ def norm(input, p="fro", dim=None, keepdim=False, dtype=None):
         input = input.to(dtype=dtype)
     if not input.dtype.is_floating_point:
         raise TypeError(f"norm() needs a floating dtype, got {input.dtype}")
+    if input.dtype.name in ("float16", "bfloat16"):  # powers summed in float32, as PyTorch's (|x| > 256 overflows)
+        return norm(input.float(), p, dim, keepdim).to(dtype=input.dtype)
     dims = _reduction_dims(input, dim)
     if p == "fro" or p == 2:
         return pow(sum(mul(input, input), dims, keepdim), 0.5)
@@ -2788,8 +2789,10 @@ def _check_range(index, size, what):
 
 
 def _index_args(a, dim, index, what):
+    if isinstance(index, Tensor) and index.dtype is int32:  # token ids often come as int32
+        index = index.to(dtype=int64)
     if not isinstance(index, Tensor) or index.dtype is not int64:
-        raise TypeError(f"{what}: the index must be an int64 tensor")
+        raise TypeError(f"{what}: the index must be an int64 (or int32) tensor")
     if index._buf.device != a._buf.device:
         raise ValueError(f"{what}: the index is on {index.device}, the tensor on {a.device}")
     d = _dim(a, dim)
@@ -3699,8 +3702,10 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
         raise NotImplementedError("embedding: ddpc has no sparse gradients (sparse=True)")
     if weight.ndim != 2:
         raise ValueError(f"embedding: the weight must be 2-d, got shape {weight.shape}")
+    if input.dtype is int32:
+        input = input.to(dtype=int64)
     if input.dtype is not int64:
-        raise TypeError(f"embedding: indices must be int64, got {input.dtype}")
+        raise TypeError(f"embedding: indices must be int64 or int32, got {input.dtype}")
     if input._buf.device != weight._buf.device:
         raise ValueError(f"embedding: indices on {input.device} and weight on {weight.device}")
     n = weight.shape[0]
@@ -4128,6 +4133,9 @@ def pointwise_loss(kind, input, target, reduction="mean", p=0.0, weight=None, po
     if not isinstance(input, Tensor) or not isinstance(target, Tensor):
         raise TypeError(f"{what}: input and target must be ddpc tensors")
     weight, pos_weight = _no_grad_weight(weight, "weight", what), _no_grad_weight(pos_weight, "pos_weight", what)
+    promoted = result_type(input, target)
+    if promoted.is_floating_point and promoted is not input.dtype:  # as PyTorch: float16 and float32 give float32
+        input = input.to(dtype=promoted)
     if input.dtype in _HALVES:
         return pointwise_loss(kind, input.float(), target.float(), reduction, p,
                               *(None if w is None else w.float() for w in (weight, pos_weight))).to(dtype=input.dtype)

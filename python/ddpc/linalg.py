@@ -1011,6 +1011,8 @@ def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
     x = _float_norm_input(x, dtype, "vector_norm")
     if isinstance(ord, str) or not isinstance(ord, numbers.Real):
         raise ValueError(f"linalg.vector_norm: ord must be a real number, got {ord!r}")
+    if x.dtype.name in ("float16", "bfloat16"):  # powers summed in float32, as PyTorch's
+        return vector_norm(x.float(), ord, dim, keepdim).to(dtype=x.dtype)
     dims = None if dim is None else ([dim] if isinstance(dim, numbers.Integral) else list(dim))
     if dims is not None and not dims:
         dims = None

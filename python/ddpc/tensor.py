@@ -631,6 +631,8 @@ class Tensor:
     def __isub__(self, o): return self._inplace(o, _SUB)
     def __imul__(self, o): return self._inplace(o, _MUL)
     def __itruediv__(self, o): return self._inplace(o, _DIV)
+    def __ifloordiv__(self, o): return self.floor_divide_(o)
+    def __imod__(self, o): return self.remainder_(o)
 
     def add(self, other, *, alpha=1): return _pw.add(self, other, alpha=alpha)
     def sub(self, other, *, alpha=1): return _pw.sub(self, other, alpha=alpha)
@@ -743,6 +745,10 @@ class Tensor:
         elif not isinstance(other, (Tensor, numbers.Number)):
             return NotImplemented
         a = self.detach()
+        if a.dtype in (float16, bfloat16) and (isinstance(other, numbers.Number) or other.ndim == 0
+                                               and other.dtype.is_floating_point):
+            # As PyTorch: a float number (or 0-d float tensor) is compared in the 16-bit dtype, rounded to it.
+            other = tensor(other.item() if isinstance(other, Tensor) else other, dtype=a.dtype).item()
         if isinstance(other, Tensor):
             other = other.detach()
         elif not a.dtype.is_floating_point and not _is_float_scalar(other):
@@ -1616,6 +1622,7 @@ def ones(*size, dtype=None, device=None, requires_grad=False, pin_memory=False):
 def full(size, fill_value, dtype=None, device=None, requires_grad=False):
     """A tensor of ``size`` filled with ``fill_value``: the default dtype for a
     float, int64 for an int and uint8 for a bool (ddpc's masks, as comparisons give)."""
+    fill_value = _number(fill_value)
     default = None if _is_float_scalar(fill_value) else uint8 if isinstance(fill_value, bool) else int64
     if asks_for_bool(dtype):
         fill_value = bool(fill_value)
@@ -1641,7 +1648,13 @@ def empty_like(input, dtype=None, device=None, requires_grad=False, memory_forma
     return _like(empty, "empty_like", input, dtype, device, requires_grad, memory_format)
 
 
-def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False):
+def _number(v):
+    """A 0-d tensor given where a number goes, as that number (0-d float tensors stay floats)."""
+    return v.item() if isinstance(v, Tensor) and v.ndim == 0 else v
+
+
+def arange(start=0, end=None, step=1, dtype=None, device=None, requires_grad=False):
+    start, end, step = _number(start), _number(end), _number(step)
     if end is None:
         start, end = 0, start
     if step == 0:
