@@ -61,6 +61,20 @@ class Joinable(abc.ABC):
         """The process group of this joinable's collectives (None: the default one)."""
 
 
+class _GroupJoinable(Joinable):
+    """A joinable whose collectives run on ``self.process_group`` (None: the
+    default group): Join's own all-reduces go there too, on the host where
+    the group takes host tensors."""
+
+    @property
+    def join_device(self):
+        return dist._metadata_device(self.process_group)
+
+    @property
+    def join_process_group(self):
+        return self.process_group
+
+
 class Join:
     """Context manager for uneven inputs across ranks (see the module's doc).
     ``kwargs`` go to every joinable's ``join_hook`` (for example

@@ -23,7 +23,7 @@ import numpy as np
 from .. import _C
 from .. import _join
 from .. import distributed as dist
-from .._join import Join, JoinHook, Joinable
+from .._join import Join, JoinHook, Joinable, _GroupJoinable
 from ..autograd import Node, is_grad_enabled, no_grad, queue_callback
 from .._dtype import bfloat16, float16
 from ..tensor import Tensor, from_numpy, zeros
@@ -172,7 +172,7 @@ def _refuse_uninitialized(module, wrapper):
                            "the modules")
 
 
-class DistributedDataParallel(Module, Joinable):
+class DistributedDataParallel(Module, _GroupJoinable):
     """Data parallelism across processes, with PyTorch's constructor and behaviour.
 
     ``device_ids`` names this process's device (one entry) or is None for a
@@ -478,14 +478,6 @@ class DistributedDataParallel(Module, Joinable):
         self._join_steps, self._join_active = 0, None
         self._join_divide_by_world = bool(divide_by_initial_world_size)
         return _DDPJoinHook(self)
-
-    @property
-    def join_device(self):
-        return dist._metadata_device(self.process_group)
-
-    @property
-    def join_process_group(self):
-        return self.process_group
 
     def _shadow_step(self):
         """One step of the ranks still active, on a rank that has run out: the

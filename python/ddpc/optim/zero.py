@@ -30,7 +30,7 @@ import sys
 import types
 
 from .. import distributed as dist
-from .._join import Join, JoinHook, Joinable
+from .._join import Join, JoinHook, _GroupJoinable
 from ..autograd import no_grad
 from ..tensor import cat
 from .optimizer import Optimizer
@@ -38,7 +38,7 @@ from .optimizer import Optimizer
 __all__ = ["ZeroRedundancyOptimizer"]
 
 
-class ZeroRedundancyOptimizer(Optimizer, Joinable):
+class ZeroRedundancyOptimizer(Optimizer, _GroupJoinable):
     def __init__(self, params, optimizer_class, process_group=None, parameters_as_bucket_view=False,
                  overlap_with_ddp=False, **defaults):
         if overlap_with_ddp:
@@ -98,14 +98,6 @@ class ZeroRedundancyOptimizer(Optimizer, Joinable):
         taken here: this rank's shard steps with the gradients the joined
         DistributedDataParallel received, and every owner's update is broadcast."""
         return _ZeroJoinHook(self)
-
-    @property
-    def join_device(self):
-        return dist._metadata_device(self.process_group)
-
-    @property
-    def join_process_group(self):
-        return self.process_group
 
     def _broadcast_parameters(self):
         if self.world_size == 1:
