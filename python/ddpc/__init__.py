@@ -150,9 +150,10 @@ __all__ = [
 # PyTorch's legacy per-type constructors (ddpc.FloatTensor(2, 3), ddpc.cuda.LongTensor([1, 2]), ...).
 from .tensor import _legacy_tensor_types  # noqa: E402
 
-globals().update(_legacy_tensor_types())
+_legacy_types = _legacy_tensor_types()
+globals().update(_legacy_types)
 vars(cuda).update(_legacy_tensor_types(cuda=True))
-__all__ += list(_legacy_tensor_types())
+__all__ += list(_legacy_types)
 
 # ddpc has no bool dtype: ``ddpc.bool`` is Python's bool, which every dtype
 # argument takes as a request for a uint8 mask (``.to(ddpc.bool)`` is x != 0).
