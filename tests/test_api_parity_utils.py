@@ -564,3 +564,11 @@ def test_16_bit_comparisons_round_the_number_first_and_zero_dim_masks():
     assert loss.item() == 0.0
     t = ddpc.ones(2)
     assert +t is t
+
+
+def test_pow_of_a_number_to_a_tensors_powers():
+    t = ddpc.tensor([1.0, 3.0], requires_grad=True)
+    y = ddpc.pow(2, t)  # as 2 ** t, e.g. positional encodings' 10000 ** (2i / d)
+    assert y.tolist() == [2.0, 8.0] and ddpc.pow(2, ddpc.tensor([1, 3])).tolist() == [2, 8]
+    y.sum().backward()
+    np.testing.assert_allclose(t.grad.numpy(), [2 * np.log(2), 8 * np.log(2)], rtol=1e-6)

@@ -1200,8 +1200,11 @@ def log(input):
 
 @autocast_op("float32_cuda")
 def pow(input, exponent):
-    """x ** exponent, the exponent a number or a tensor (broadcast). Integer
+    """x ** exponent, the exponent a number or a tensor (broadcast), or a
+    number to the powers of a tensor (``pow(2, t)``, as ``2 ** t``). Integer
     tensors stay integers with integer exponents, which must not be negative."""
+    if isinstance(input, numbers.Number) and isinstance(exponent, Tensor):
+        return exponent.__rpow__(input)
     if isinstance(exponent, Tensor) or not input.dtype.is_floating_point:
         exponent = _operand(exponent, input, "pow")
         if not exponent.dtype.is_floating_point and not input.dtype.is_floating_point:
