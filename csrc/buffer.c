@@ -4,6 +4,7 @@
 #include <structmember.h>
 
 #include "dlpack.h"
+#include "size.h"
 #include "module.h"
 
 PyTypeObject *ddpc_BufferType;
@@ -590,7 +591,7 @@ static PyObject *shape_tuple_(const ddpc_buffer *b) {
     return t;
 }
 
-static PyObject *get_shape(ddpc_buffer *b, void *c) { (void)c; return shape_tuple_(b); }
+static PyObject *get_shape(ddpc_buffer *b, void *c) { (void)c; return ddpc_size_new(b->ndim, b->shape); }
 static PyObject *get_dtype(ddpc_buffer *b, void *c) { (void)c; return PyUnicode_FromString(ddpc_dtype_name(b->dtype)); }
 static PyObject *get_device(ddpc_buffer *b, void *c) { (void)c; return PyLong_FromLong(b->device); }
 static PyObject *get_numel(ddpc_buffer *b, void *c) { (void)c; return PyLong_FromLongLong(b->numel); }

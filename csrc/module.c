@@ -20,6 +20,7 @@
 #include "ops_intmath.h"
 #include "ops_search.h"
 #include "ops_sort.h"
+#include "size.h"
 
 PyObject *ddpc_DistError, *ddpc_DistTimeoutError, *ddpc_OutOfMemoryError;
 
@@ -302,7 +303,7 @@ static int module_exec(PyObject *m) {
         "ddpc.OutOfMemoryError", "A device allocation failed: the GPU's memory is used up.", bases, NULL);
     Py_DECREF(bases);
     if (!ddpc_OutOfMemoryError || PyModule_AddObjectRef(m, "OutOfMemoryError", ddpc_OutOfMemoryError) < 0) return -1;
-    if (ddpc_buffer_register(m) < 0 || ddpc_ops_register(m) < 0) return -1;
+    if (ddpc_size_register(m) < 0 || ddpc_buffer_register(m) < 0 || ddpc_ops_register(m) < 0) return -1;
     if (ddpc_nn_register(m) < 0 || ddpc_conv_register(m) < 0 || ddpc_grid_register(m) < 0 || ddpc_dim_register(m) < 0 ||
         ddpc_sort_register(m) < 0 || ddpc_search_register(m) < 0 || ddpc_select_register(m) < 0 ||
         ddpc_ctc_register(m) < 0 || ddpc_intmath_register(m) < 0 || ddpc_comm_register(m) < 0 ||

@@ -572,3 +572,22 @@ def test_pow_of_a_number_to_a_tensors_powers():
     assert y.tolist() == [2.0, 8.0] and ddpc.pow(2, ddpc.tensor([1, 3])).tolist() == [2, 8]
     y.sum().backward()
     np.testing.assert_allclose(t.grad.numpy(), [2 * np.log(2), 8 * np.log(2)], rtol=1e-6)
+
+
+def test_shape_is_a_size_and_slices_concatenations_and_repeats_stay_sizes():
+    import pickle
+
+    x = ddpc.zeros(2, 3, 4)
+    shape = x.shape
+    assert type(shape) is ddpc.Size and shape == (2, 3, 4) and hash(shape) == hash((2, 3, 4))
+    assert shape.numel() == 24 and ddpc.zeros(()).shape.numel() == 1 and repr(ddpc.zeros(()).shape) == "ddpc.Size([])"
+    assert type(shape[0]) is int and shape[-1] == 4
+    for got, want in ((shape[1:], (3, 4)), (shape + (5,), (2, 3, 4, 5)), ((1,) + shape, (1, 2, 3, 4)),
+                      (shape[:1] * 2, (2, 2)), (3 * shape[:1], (2, 2, 2))):
+        assert type(got) is ddpc.Size and got == want
+    assert pickle.loads(pickle.dumps(shape)) == shape and type(pickle.loads(pickle.dumps(shape))) is ddpc.Size
+    assert ddpc.Size([ddpc.tensor(3), 4]) == (3, 4) and ddpc.Size() == ()
+    for bad in ([1.5], [True], 3):
+        with pytest.raises(TypeError, match="iterable of 'int'"):
+            ddpc.Size(bad)
+    assert x.view(shape[::-1]).shape == (4, 3, 2) and x.size() is not shape and x.size(1) == 3

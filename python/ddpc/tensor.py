@@ -117,15 +117,7 @@ def _size_args(size):
     return tuple(int(s) for s in size)
 
 
-class Size(tuple):
-    """A shape, as torch.Size: a tuple of ints that also gives ``numel()``.
-    ``Tensor.size()`` returns one; ``Tensor.shape`` is a plain tuple."""
-
-    def numel(self):
-        return math.prod(self)
-
-    def __repr__(self):
-        return f"ddpc.Size({list(self)})"
+Size = _C.Size
 
 
 def _legacy_buffer(first, sizes, what, dtype=None):
@@ -194,7 +186,7 @@ class Tensor:
 
     def size(self, dim=None):
         """The shape as a ``Size`` (a tuple with ``numel()``), or one dim's length."""
-        return Size(self.shape) if dim is None else self.shape[dim]
+        return self.shape if dim is None else self._buf.shape[dim]
 
     @property
     def dtype(self):
