@@ -591,3 +591,14 @@ def test_shape_is_a_size_and_slices_concatenations_and_repeats_stay_sizes():
         with pytest.raises(TypeError, match="iterable of 'int'"):
             ddpc.Size(bad)
     assert x.view(shape[::-1]).shape == (4, 3, 2) and x.size() is not shape and x.size(1) == 3
+
+
+def test_hardtanh_and_relu6_keep_integer_tensors_integer():
+    F = ddpc.nn.functional
+    got = F.hardtanh(ddpc.tensor([-3, 0, 3]), -1.5, 2.5)  # bounds truncated to -1 and 2
+    assert got.dtype is ddpc.int64 and got.tolist() == [-1, 0, 2]
+    assert F.relu6(ddpc.tensor([7, 2], dtype=ddpc.uint8)).tolist() == [6, 2]
+    assert ddpc.nn.ReLU6()(ddpc.tensor([-4, 9])).tolist() == [0, 6]
+    x = ddpc.tensor([-1.0, 3.0, 7.0], requires_grad=True)
+    F.relu6(x).sum().backward()
+    assert x.grad.tolist() == [0.0, 1.0, 0.0]

@@ -1202,14 +1202,15 @@ def log(input):
 def pow(input, exponent):
     """x ** exponent, the exponent a number or a tensor (broadcast), or a
     number to the powers of a tensor (``pow(2, t)``, as ``2 ** t``). Integer
-    tensors stay integers with integer exponents, which must not be negative."""
+    tensors stay integers with integer exponents. As PyTorch, a negative
+    number exponent of an integer tensor is refused, while negative exponents
+    in a tensor give 1 for a base of 1, +-1 for -1 and 0 for any other base."""
     if isinstance(input, numbers.Number) and isinstance(exponent, Tensor):
         return exponent.__rpow__(input)
     if isinstance(exponent, Tensor) or not input.dtype.is_floating_point:
-        exponent = _operand(exponent, input, "pow")
-        if not exponent.dtype.is_floating_point and not input.dtype.is_floating_point:
-            _check_no_negative_powers(exponent)
-        return _binary(input, exponent, _POWER)
+        if (isinstance(exponent, numbers.Integral) and exponent < 0 and not input.dtype.is_floating_point):
+            raise RuntimeError("Integers to negative integer powers are not allowed.")
+        return _binary(input, _operand(exponent, input, "pow"), _POWER)
     if not isinstance(exponent, numbers.Number):
         raise TypeError(f"pow: the exponent must be a number or a ddpc.Tensor, got {type(exponent).__name__}")
     return _unary(input, _POW, float(exponent))
@@ -1219,14 +1220,7 @@ def rpow(x, base):
     """base ** x for a number ``base`` (Python's ``base ** tensor``)."""
     if not isinstance(base, numbers.Number):
         raise TypeError(f"pow: the base must be a number or a ddpc.Tensor, got {type(base).__name__}")
-    if not x.dtype.is_floating_point and not _is_float_scalar(base):
-        _check_no_negative_powers(x)
     return _binary(x, base, _RPOWER)
-
-
-def _check_no_negative_powers(exponent):
-    if exponent.numel() and bool((exponent.detach() < 0).any()):
-        raise ValueError("Integers to negative integer powers are not allowed.")
 
 
 def leaky_relu(x, negative_slope=0.01):
@@ -1255,15 +1249,18 @@ def mish(x):
 
 
 def hardtanh(x, min_val=-1.0, max_val=1.0):
-    """x clamped to [min_val, max_val]."""
+    """x clamped to [min_val, max_val]; an integer tensor stays integer, its
+    bounds truncated to ints, as PyTorch."""
     if min_val > max_val:
         raise ValueError(f"hardtanh: min_val ({min_val}) cannot be greater than max_val ({max_val})")
+    if not x.dtype.is_floating_point:
+        return clamp(x, int(min_val), int(max_val))
     return _unary(x, _HARDTANH, min_val, max_val)
 
 
 def relu6(x):
     """min(max(x, 0), 6): hardtanh over [0, 6], as PyTorch computes it."""
-    return _unary(x, _HARDTANH, 0.0, 6.0)
+    return hardtanh(x, 0, 6)
 
 
 def hardswish(x):
