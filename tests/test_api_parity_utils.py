@@ -602,3 +602,37 @@ def test_hardtanh_and_relu6_keep_integer_tensors_integer():
     x = ddpc.tensor([-1.0, 3.0, 7.0], requires_grad=True)
     F.relu6(x).sum().backward()
     assert x.grad.tolist() == [0.0, 1.0, 0.0]
+
+
+def test_scriptable_model_code_runs_eagerly_under_jit_and_compiler():
+    @ddpc.jit.script
+    def gelu_approx(x):
+        return x * ddpc.sigmoid(1.702 * x)
+
+    class Block(ddpc.nn.Module):
+        scale: ddpc.jit.Final[float] = 2.0
+
+        def __init__(self):
+            super().__init__()
+            self.fc = ddpc.nn.Linear(3, 3)
+
+        @ddpc.jit.ignore
+        def note(self):
+            return "eager"
+
+        @ddpc.compiler.disable
+        def forward(self, x):
+            if ddpc.jit.is_scripting() or ddpc.compiler.is_compiling():
+                raise AssertionError("ddpc never scripts or compiles")
+            return gelu_approx(self.fc(x)) * self.scale
+
+    block = Block()
+    x = ddpc.randn(2, 3)
+    traced = ddpc.jit.trace(block, (x,))
+    scripted = ddpc.jit.script(block)
+    assert traced is block and scripted is block and block.note() == "eager"
+    np.testing.assert_allclose(traced(x).numpy(), (gelu_approx(block.fc(x)) * 2).numpy())
+    assert ddpc.jit.fork(lambda a: a + 1, 1).wait() == 2 and ddpc.jit.wait(ddpc.jit.fork(len, "ab")) == 2
+    assert ddpc.jit.ignore(drop=True)(len) is len and ddpc.compiler.disable(recursive=False)(len) is len
+    with pytest.raises(RuntimeError, match="state_dict"):
+        ddpc.jit.save(block, "unused.pt")

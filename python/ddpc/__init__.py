@@ -26,10 +26,10 @@ from .autograd import (abs, absolute, addcdiv, addcmul, allclose, ceil, clamp, c
                        logical_or, logical_xor, masked_fill, maximum, minimum, nan_to_num, reciprocal, round, rsqrt,
                        sign, sin, sqrt, square, trunc, where)
 from .serialization import CheckpointError, load, save
-from . import accelerator, amp, data, distributed, distributions, func, nn, optim, random, testing, utils
+from . import accelerator, amp, compiler, data, distributed, distributions, func, nn, optim, random, testing, utils
 from .amp import autocast, get_autocast_dtype, is_autocast_enabled
 from .func import vmap
-from . import checkpoint
+from . import checkpoint, jit
 from .distributed import destroy_process_group, init_process_group
 from .nn.parallel import DataParallel, DistributedDataParallel
 from ._threads import get_num_threads, set_num_threads
@@ -111,7 +111,7 @@ def build_info():
 
 
 __all__ = [
-    "accelerator", "amp", "bool", "Size", "get_autocast_dtype", "is_autocast_enabled", "multiprocessing", "random",
+    "accelerator", "amp", "bool", "compiler", "jit", "Size", "get_autocast_dtype", "is_autocast_enabled", "multiprocessing", "random",
     "arange", "argmax", "argmin", "autocast", "autograd", "bfloat16", "build_info", "cat", "checkpoint",
     "CheckpointError", "cuda", "data", "DataParallel", "default_generator", "destroy_process_group", "device",
     "DistError", "distributed", "DistributedDataParallel", "DistTimeoutError", "dtype", "empty", "empty_like",
