@@ -636,3 +636,30 @@ def test_scriptable_model_code_runs_eagerly_under_jit_and_compiler():
     assert ddpc.jit.ignore(drop=True)(len) is len and ddpc.compiler.disable(recursive=False)(len) is len
     with pytest.raises(RuntimeError, match="state_dict"):
         ddpc.jit.save(block, "unused.pt")
+
+
+def test_attention_kernel_choices_are_kept_and_module_paths_resolve():
+    from ddpc.nn.attention import SDPBackend, sdpa_kernel
+    from ddpc.nn.modules.batchnorm import _BatchNorm
+    from ddpc.nn.modules.conv import _ConvNd
+    from ddpc.nn.modules.loss import _Loss
+    from ddpc.nn.modules.transformer import TransformerEncoderLayer
+    from ddpc.utils.hooks import RemovableHandle
+
+    cuda = ddpc.backends.cuda
+    q = ddpc.randn(1, 2, 4, 8)
+    want = ddpc.nn.functional.scaled_dot_product_attention(q, q, q)
+    with sdpa_kernel([SDPBackend.MATH, SDPBackend.EFFICIENT_ATTENTION]):
+        assert cuda.math_sdp_enabled() and cuda.mem_efficient_sdp_enabled() and not cuda.flash_sdp_enabled()
+        np.testing.assert_array_equal(ddpc.nn.functional.scaled_dot_product_attention(q, q, q).numpy(), want.numpy())
+    assert cuda.flash_sdp_enabled() and cuda.cudnn_sdp_enabled()
+    with cuda.sdp_kernel(enable_flash=False, enable_mem_efficient=False):
+        assert cuda.math_sdp_enabled() and not cuda.flash_sdp_enabled()
+    cuda.enable_flash_sdp(False)
+    assert not cuda.flash_sdp_enabled()
+    cuda.enable_flash_sdp(True)
+    with pytest.raises(TypeError, match="SDPBackend"):
+        sdpa_kernel(["math"])
+    assert isinstance(ddpc.nn.BatchNorm2d(3), _BatchNorm) and isinstance(ddpc.nn.Conv2d(1, 1, 1), _ConvNd)
+    assert isinstance(ddpc.nn.MSELoss(), _Loss) and TransformerEncoderLayer is ddpc.nn.TransformerEncoderLayer
+    assert isinstance(ddpc.nn.Linear(1, 1).register_forward_hook(lambda *a: None), RemovableHandle)

@@ -24,6 +24,7 @@ flags are accepted and kept but change nothing; and ddpc runs eagerly, so
 ``compile(model)`` returns ``model`` itself.
 """
 
+import contextlib
 import sys
 import warnings
 
@@ -51,11 +52,45 @@ class _Matmul:
 
 
 class _Cuda:
+    """torch.backends.cuda: the TF32 switch, and the scaled-dot-product-attention
+    kernel choices, which are kept but change nothing: ddpc's attention has
+    one implementation (see ``nn.attention``)."""
+
     matmul = _Matmul()
+    _sdp = dict(flash=True, mem_efficient=True, math=True, cudnn=True)
 
     @staticmethod
     def is_built():
         return bool(_C.build_info()["cuda"])
+
+    def sdp_kernel(self, enable_flash=True, enable_math=True, enable_mem_efficient=True, enable_cudnn=True):
+        return self._sdp_choice(dict(flash=enable_flash, math=enable_math, mem_efficient=enable_mem_efficient,
+                                     cudnn=enable_cudnn))
+
+    @contextlib.contextmanager
+    def _sdp_choice(self, choice):
+        before = dict(self._sdp)
+        self._sdp.update((name, bool(on)) for name, on in choice.items())
+        try:
+            yield
+        finally:
+            self._sdp.update(before)
+
+
+def _sdp_switches(name):
+    def enable(self, enabled):
+        self._sdp[name] = bool(enabled)
+
+    def enabled(self):
+        return self._sdp[name]
+
+    return enable, enabled
+
+
+for _kind in ("flash", "mem_efficient", "math", "cudnn"):
+    _enable, _enabled = _sdp_switches(_kind)
+    setattr(_Cuda, f"enable_{_kind}_sdp", _enable)
+    setattr(_Cuda, f"{_kind}_sdp_enabled", _enabled)
 
 
 class _Cudnn:

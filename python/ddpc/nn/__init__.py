@@ -72,6 +72,15 @@ from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBas
 
 __all__ += ["GRU", "LSTM", "RNN", "GRUCell", "LSTMCell", "RNNBase", "RNNCell", "RNNCellBase"]
 
-# torch.nn.modules.utils' path (modules is one file here, so the name is registered).
-from . import _module_utils, modules  # noqa: E402
+# torch.nn.modules' submodule paths (modules is one file here, so the names are registered):
+# ``from torch.nn.modules.loss import _Loss`` and the like port by changing torch to ddpc.
+from . import _module_utils, adaptive, attention, lazy, modules, rnn, transformer  # noqa: E402
 modules.utils = _sys.modules[modules.__name__ + ".utils"] = _module_utils
+for _name, _module in dict(activation=modules, batchnorm=modules, channelshuffle=modules, container=modules,
+                           conv=modules, distance=modules, dropout=modules, flatten=modules, fold=modules,
+                           instancenorm=modules, linear=modules, loss=modules, module=modules,
+                           normalization=modules, padding=modules, pixelshuffle=modules, pooling=modules,
+                           sparse=modules, upsampling=modules, adaptive=adaptive, lazy=lazy, rnn=rnn,
+                           transformer=transformer).items():
+    setattr(modules, _name, _module)
+    _sys.modules.setdefault(f"{modules.__name__}.{_name}", _module)

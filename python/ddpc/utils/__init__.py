@@ -1,4 +1,4 @@
-"""ddpc.utils: helpers shaped like torch.utils: ``checkpoint``, and ``data``,
+"""ddpc.utils: helpers shaped like torch.utils: ``checkpoint``, ``hooks``, and ``data``,
 which is ``ddpc.data`` under torch's path (also as ``data.distributed``, where
 torch keeps ``DistributedSampler``), so ``from torch.utils.data import
 DataLoader`` ports by changing ``torch`` to ``ddpc`` (``data.sampler``,
@@ -7,11 +7,11 @@ DataLoader`` ports by changing ``torch`` to ``ddpc`` (``data.sampler``,
 import sys
 
 from .. import data
-from . import checkpoint
+from . import checkpoint, hooks
 
 sys.modules[__name__ + ".data"] = data
 for _name in ("distributed", "sampler", "dataloader", "dataset"):  # torch.utils.data's submodules
     sys.modules[f"{__name__}.data.{_name}"] = data
     setattr(data, _name, data)  # ddpc.utils.data.distributed.DistributedSampler, as an attribute path too
 
-__all__ = ["checkpoint", "data"]
+__all__ = ["checkpoint", "data", "hooks"]
