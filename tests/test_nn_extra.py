@@ -209,7 +209,9 @@ def test_inplace_refuses_a_leaf_that_requires_grad_and_writes_copies_back():
     nn.ReLU(inplace=True)(m)
     assert arr(m).min() == 0
     with pytest.raises(TypeError, match="result type"):
-        F.relu6(ddpc.tensor([1, -1]), inplace=True)  # the op computes in float; ints can't hold it
+        F.elu(ddpc.tensor([1, -1]), inplace=True)  # the op computes in float; ints can't hold it
+    ints = ddpc.tensor([1, -1, 9])
+    assert F.relu6(ints, inplace=True) is ints and ints.tolist() == [1, 0, 6]  # a clamp: ints stay ints
 
 
 def test_inplace_dropout_writes_the_kept_and_scaled_values():
