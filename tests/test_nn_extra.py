@@ -606,7 +606,7 @@ def test_cross_entropy_errors():
         F.cross_entropy(x, ddpc.tensor([0, 1, 2]), weight=t64([1.0, 2.0]))
     with pytest.raises(RuntimeError, match="not differentiable with respect to weight"):
         F.nll_loss(x, ddpc.tensor([0, 1, 2]), weight=t64(np.ones(4), requires_grad=True))
-    with pytest.raises(ValueError, match=r"class indices must have shape \(3,\)"):
+    with pytest.raises(ValueError, match=r"class indices must have shape ddpc.Size\(\[3\]\)"):
         F.cross_entropy(x, ddpc.tensor([0, 1]))
     with pytest.raises(ValueError, match="shaped like the input"):
         F.cross_entropy(x, t64(np.ones((3, 3))))
