@@ -1,15 +1,24 @@
 """ddpc.save / ddpc.load: round trips, damaged and foreign files, atomic
 replacement under SIGKILL, and the files PyTorch's torch.save writes."""
 
+import argparse
+import io
+import json
 import os
 import pickle
+import re
 import select
 import signal
+import struct
 import subprocess
 import sys
+import threading
 import time
+import types
 import zipfile
-from collections import OrderedDict
+import zlib
+from collections import OrderedDict, namedtuple
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
@@ -54,6 +63,9 @@ def assert_same(a, b):
         assert len(a) == len(b)
         for x, y in zip(a, b):
             assert_same(x, y)
+    elif isinstance(a, np.ndarray):
+        assert a.dtype == b.dtype
+        np.testing.assert_array_equal(a, b)
     elif isinstance(a, float) and a != a:
         assert b != b
     else:
@@ -112,30 +124,36 @@ def test_numpy_arrays_bytes_and_sets_round_trip(tmp_path):
     assert rng.randint(1 << 30) == np.random.RandomState(3).randint(1 << 30)
 
 
-def test_unsupported_objects_are_refused(tmp_path):
-    import argparse
-    with pytest.raises(TypeError, match="can't store a Namespace"):
-        ddpc.save({"args": argparse.Namespace(lr=0.1)}, tmp_path / "x")
-    with pytest.raises(TypeError, match="numpy array of dtype object"):
-        ddpc.save(np.array([None]), tmp_path / "y")
+def test_unpicklable_objects_are_refused_and_write_nothing(tmp_path):
+    with pytest.raises(TypeError, match="cannot pickle '_thread.lock' object"):
+        ddpc.save({"w": ddpc.ones(2), "lock": threading.Lock()}, tmp_path / "x")
+    with pytest.raises(ValueError, match="pickle_protocol must be 2 or higher"):
+        ddpc.save({"args": argparse.Namespace(lr=0.1)}, tmp_path / "y", pickle_protocol=1)
     assert not os.listdir(tmp_path)
 
 
-def test_truncated_files_raise_the_clear_error(tmp_path):
+def pickled_sample():
+    """sample() with an object only a pickle holds: ddpc's format 2."""
+    return {**sample(), "args": argparse.Namespace(lr=0.1, tags=["a"])}
+
+
+@pytest.mark.parametrize("make", [sample, pickled_sample])
+def test_truncated_files_raise_the_clear_error(tmp_path, make):
     path = tmp_path / "ck.ddpc"
-    ddpc.save(sample(), path)
+    ddpc.save(make(), path)
     data = path.read_bytes()
     cut = tmp_path / "cut.ddpc"
     for n in range(0, len(data), 10):
         cut.write_bytes(data[:n])
         with pytest.raises(ddpc.CheckpointError, match="not a loadable ddpc checkpoint"):
-            ddpc.load(cut)
+            ddpc.load(cut, weights_only=False)
     assert issubclass(ddpc.CheckpointError, ValueError)
 
 
-def test_flipped_bytes_raise_the_clear_error(tmp_path):
+@pytest.mark.parametrize("make", [sample, pickled_sample])
+def test_flipped_bytes_raise_the_clear_error(tmp_path, make):
     path = tmp_path / "ck.ddpc"
-    ddpc.save(sample(), path)
+    ddpc.save(make(), path)
     data = path.read_bytes()
     bad = tmp_path / "bad.ddpc"
     # Every byte of the fixed prefix and the start of the header, then every 7th byte.
@@ -144,7 +162,7 @@ def test_flipped_bytes_raise_the_clear_error(tmp_path):
         flipped[pos] ^= 0x5A
         bad.write_bytes(bytes(flipped))
         with pytest.raises(ddpc.CheckpointError):
-            ddpc.load(bad)
+            ddpc.load(bad, weights_only=False)
 
 
 def test_foreign_files_raise_and_never_run_code(tmp_path):
@@ -236,6 +254,326 @@ def test_a_checkpoint_rank_0_cannot_write_or_read_is_an_error_on_every_rank(tmp_
     assert all(m.endswith("(0 s)") for m in r0 + r1)  # at once, not after the collective timeout
 
 
+# ---- objects beyond data: ddpc's format 2 and weights_only -------------------------------
+
+@dataclass
+class Best:
+    epoch: int = 0
+    accuracy: float = 0.0
+    weights: object = None
+
+
+Pair = namedtuple("Pair", "first second")
+
+
+def _touch(path):
+    """What unpickling a SideEffect runs: the file it makes shows whether it ran."""
+    open(path, "w").close()
+    return "ran"
+
+
+class SideEffect:
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (_touch, (self.marker,))
+
+
+class Caller:
+    """An instance that does something when called: a pickle must not call it under weights_only."""
+
+    def __call__(self, path):
+        return _touch(path)
+
+
+@pytest.fixture(autouse=True)
+def _no_safe_globals():
+    ddpc.serialization.clear_safe_globals()
+    yield
+    ddpc.serialization.clear_safe_globals()
+
+
+def train_step(model, optimizer, x):
+    optimizer.zero_grad()
+    model(x).square().mean().backward()
+    optimizer.step()
+
+
+def trained_model():
+    ddpc.manual_seed(0)
+    model = ddpc.nn.Sequential(ddpc.nn.Linear(3, 4), ddpc.nn.BatchNorm1d(4), ddpc.nn.ReLU(), ddpc.nn.Linear(4, 2))
+    optimizer = ddpc.optim.Adam(model.parameters(), lr=1e-2)
+    train_step(model, optimizer, ddpc.randn(5, 3))  # moves the parameters, BatchNorm's statistics and Adam's state
+    return model, optimizer
+
+
+MODEL_CLASSES = [ddpc.nn.Sequential, ddpc.nn.Linear, ddpc.nn.BatchNorm1d, ddpc.nn.ReLU]
+
+
+def assert_same_module(a, b):
+    """b is a's copy: the same classes, training flags, parameters (as Parameters) and buffers."""
+    mods_a, mods_b = list(a.named_modules()), list(b.named_modules())
+    assert [(n, type(m), m.training) for n, m in mods_a] == [(n, type(m), m.training) for n, m in mods_b]
+    for (name, x), (name_b, y) in zip(list(a.named_parameters()) + list(a.named_buffers()),
+                                      list(b.named_parameters()) + list(b.named_buffers()), strict=True):
+        assert name == name_b and type(x) is type(y) and x.requires_grad == y.requires_grad, name
+        assert_same(x.detach(), y.detach())
+
+
+def ddpc_header(data):
+    """The format version and the JSON header of a ddpc checkpoint's bytes."""
+    _, version, hlen, _, _ = struct.unpack_from("<8sIQQI", data)
+    return version, json.loads(data[32:32 + hlen])
+
+
+def with_pickle(blob):
+    """A format-2 checkpoint whose pickle is blob (a hand-made one)."""
+    header = json.dumps({"root": ["pickle", 0], "tensors": [{"dtype": "uint8", "shape": [len(blob)], "device": "cpu",
+                                                             "requires_grad": False, "offset": 0,
+                                                             "nbytes": len(blob)}]}).encode()
+    crc = zlib.crc32(blob, zlib.crc32(header))
+    return struct.pack("<8sIQQI", b"DDPCCKPT", 2, len(header), len(blob), crc) + header + blob
+
+
+def test_a_whole_module_round_trips_and_still_trains(tmp_path):
+    model, _ = trained_model()
+    model[1].eval()  # one submodule in eval mode: each module's flag comes back
+    path = tmp_path / "model.pt"
+    ddpc.save(model, path)
+    back = ddpc.load(path, weights_only=False)
+    assert_same_module(model, back)
+    assert back[0].training and not back[1].training
+    # Under weights_only (the default) the module's classes must be allowlisted.
+    refused = re.escape(f"GLOBAL {ddpc.nn.Sequential.__module__}.Sequential was not an allowed global by default")
+    with pytest.raises(pickle.UnpicklingError, match=refused):
+        ddpc.load(path)
+    with ddpc.serialization.safe_globals(MODEL_CLASSES):
+        assert_same_module(model, ddpc.load(path))
+    x = ddpc.randn(6, 3)
+    np.testing.assert_array_equal(back(x).detach().numpy(), model(x).detach().numpy())
+    # It trains as the saved model does: the same step takes both to the same parameters.
+    before = back[0].weight.detach().numpy().copy()
+    for m in (model, back):
+        train_step(m, ddpc.optim.SGD(m.parameters(), lr=0.1), x)
+    assert not np.array_equal(back[0].weight.detach().numpy(), before)
+    assert_same_module(model, back)
+
+
+def test_a_module_its_optimizer_and_scheduler_stay_linked_and_continue(tmp_path):
+    model, optimizer = trained_model()
+    scheduler = ddpc.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+    ddpc.save({"model": model, "optimizer": optimizer, "scheduler": scheduler, "epoch": 3}, tmp_path / "ck.pt")
+    ck = ddpc.load(tmp_path / "ck.pt", weights_only=False)
+    params = list(ck["model"].parameters())
+    assert len(ck["optimizer"].param_groups[0]["params"]) == len(params) == 6
+    assert all(p is q for p, q in zip(ck["optimizer"].param_groups[0]["params"], params))
+    assert all(p is q for p, q in zip(ck["optimizer"].state, params))  # the state is keyed by the same Parameters
+    assert ck["scheduler"].optimizer is ck["optimizer"] and ck["epoch"] == 3
+    x = ddpc.randn(5, 3)
+    for m, opt, sched in ((model, optimizer, scheduler), (ck["model"], ck["optimizer"], ck["scheduler"])):
+        train_step(m, opt, x)
+        sched.step()
+    assert ck["optimizer"].param_groups[0]["lr"] == optimizer.param_groups[0]["lr"] == 0.005
+    assert_same_module(model, ck["model"])
+    for saved, loaded in zip(optimizer.state.values(), ck["optimizer"].state.values(), strict=True):
+        assert saved["step"] == loaded["step"] == 2
+        assert_same(saved["exp_avg_sq"], loaded["exp_avg_sq"])
+
+
+def test_a_namespace_a_dataclass_and_a_namedtuple_round_trip(tmp_path):
+    model, _ = trained_model()
+    ck = {"args": argparse.Namespace(lr=0.1, layers=[4, 2]), "best": Best(3, 0.75, model[0].weight),
+          "pair": Pair(1, "two"), "model": model.state_dict(), "epoch": 3}
+    path = tmp_path / "ck.pt"
+    ddpc.save(ck, path)
+    back = ddpc.load(path, weights_only=False)
+    assert back["args"] == ck["args"] and type(back["pair"]) is Pair and back["pair"] == (1, "two")
+    assert type(back["best"]) is Best and (back["best"].epoch, back["best"].accuracy) == (3, 0.75)
+    assert type(back["best"].weights) is ddpc.nn.Parameter and back["best"].weights.requires_grad
+    assert_same(back["model"], ck["model"])
+    # The Parameter and the state dict's tensor were one memory, and are again.
+    assert back["best"].weights._buf.data_ptr == back["model"]["0.weight"]._buf.data_ptr
+    with pytest.raises(pickle.UnpicklingError, match=r"GLOBAL argparse\.Namespace was not an allowed global by "
+                                                     r"default.*add_safe_globals\(\[argparse\.Namespace\]\)"):
+        ddpc.load(path)
+    ddpc.serialization.add_safe_globals([argparse.Namespace, Best, Pair])
+    assert ddpc.serialization.get_safe_globals() == [argparse.Namespace, Best, Pair]
+    again = ddpc.load(path)
+    assert again["args"] == ck["args"] and again["best"].epoch == 3 and type(again["pair"]) is Pair
+    ddpc.serialization.clear_safe_globals()
+    assert ddpc.serialization.get_safe_globals() == []
+    with pytest.raises(pickle.UnpicklingError, match="argparse.Namespace"):
+        ddpc.load(path)
+
+
+def test_weights_only_refuses_a_global_without_running_it(tmp_path):
+    marker = tmp_path / "ran"
+    path = tmp_path / "ck.pt"
+    ddpc.save({"w": ddpc.ones(2), "x": SideEffect(str(marker))}, path)
+    refused = re.escape(f"GLOBAL {_touch.__module__}._touch was not an allowed global by default")
+    for weights_only in (None, True):
+        with pytest.raises(pickle.UnpicklingError, match=refused):
+            ddpc.load(path, weights_only=weights_only)
+    assert not marker.exists()
+    assert ddpc.load(path, weights_only=False)["x"] == "ran" and marker.exists()  # trusted, it runs
+    marker.unlink()
+    with ddpc.serialization.safe_globals([_touch]):  # functions are allowlisted as classes are
+        assert ddpc.load(path)["x"] == "ran" and marker.exists()
+
+
+def test_weights_only_calls_and_sets_state_only_of_allowed_globals(tmp_path):
+    marker = tmp_path / "ran"
+    ddpc.serialization.add_safe_globals([Caller, argparse.Namespace])
+    # Caller() is allowed, but calling the instance (REDUCE on it) is not.
+    name = f"{Caller.__module__}\nCaller\n".encode()
+    call = b"\x80\x02c" + name + b")\x81X" + struct.pack("<I", len(str(marker))) + str(marker).encode() + b"\x85R."
+    (tmp_path / "call.pt").write_bytes(with_pickle(call))
+    with pytest.raises(pickle.UnpicklingError, match="the pickle calls <.*Caller object"):
+        ddpc.load(tmp_path / "call.pt")
+    assert not marker.exists()
+    assert ddpc.load(tmp_path / "call.pt", weights_only=False) == "ran" and marker.exists()
+    # BUILD on the allowed class itself would set a class attribute for every later Namespace.
+    build = b"\x80\x02cargparse\nNamespace\nN}X\x03\x00\x00\x00fooK\x01s\x86b."
+    (tmp_path / "build.pt").write_bytes(with_pickle(build))
+    with pytest.raises(pickle.UnpicklingError, match="sets the state of an object of <class 'type'>"):
+        ddpc.load(tmp_path / "build.pt")
+    assert not hasattr(argparse.Namespace, "foo")
+
+
+def test_safe_globals_blocks_and_renamed_globals(tmp_path, monkeypatch):
+    path = tmp_path / "best.pt"
+    ddpc.save({"best": Best(1, 0.5)}, path)
+    with ddpc.serialization.safe_globals([Best]):
+        assert ddpc.serialization.get_safe_globals() == [Best]
+        assert ddpc.load(path)["best"] == Best(1, 0.5)
+    assert ddpc.serialization.get_safe_globals() == []
+    with pytest.raises(pickle.UnpicklingError, match="Best was not an allowed global"):
+        ddpc.load(path)
+    ddpc.serialization.add_safe_globals([Best])
+    with ddpc.serialization.safe_globals([Best, Pair]):
+        assert ddpc.serialization.get_safe_globals() == [Best, Pair]
+    assert ddpc.serialization.get_safe_globals() == [Best]  # allowed before the block, so after it too
+    # A file that names a class by a path since renamed loads with the (class, "old.path") form.
+    legacy = types.ModuleType("legacy_checkpoint_classes")
+    old_class = type("Old", (), {"__module__": legacy.__name__})
+    legacy.Old = old_class
+    monkeypatch.setitem(sys.modules, legacy.__name__, legacy)
+    old = old_class()
+    old.epoch = 7
+    ddpc.save({"best": old}, tmp_path / "old.pt")
+    monkeypatch.delitem(sys.modules, legacy.__name__)
+    with ddpc.serialization.safe_globals([(Best, "legacy_checkpoint_classes.Old")]):
+        got = ddpc.load(tmp_path / "old.pt")["best"]
+    assert type(got) is Best and got.epoch == 7
+    with pytest.raises(ValueError, match="Expected tuple of length 2"):
+        ddpc.serialization.add_safe_globals([(Best, "a", "b")])
+    with pytest.raises(TypeError, match="str of callable full path"):
+        ddpc.serialization.add_safe_globals([(Best, 3)])
+
+
+def format1_object():
+    """What tests/data/ddpc_v1.ddpc holds; ddpc.save wrote it before format 2 existed."""
+    return {"w": ddpc.arange(6, dtype=ddpc.float32).reshape(2, 3), "step": ddpc.tensor(7),
+            "half": ddpc.tensor([0.5, -2.0], dtype=ddpc.bfloat16), "leaf": ddpc.ones(2, requires_grad=True),
+            "meta": OrderedDict(epoch=3, loss=0.25, nan=float("nan"), name="run-1", flags=[True, None],
+                                pair=(1, "two"), tags={"a"}, raw=b"\x00\xff",
+                                hist=np.arange(4, dtype=">i2").reshape(2, 2)),
+            5: frozenset([1.5])}
+
+
+def test_format_1_files_still_load_and_data_is_still_written_in_format_1():
+    path = os.path.join(DATA, "ddpc_v1.ddpc")
+    assert_same(ddpc.load(path), format1_object())
+    out = io.BytesIO()
+    ddpc.save(format1_object(), out)
+    assert out.getvalue() == open(path, "rb").read()  # so an older ddpc reads a checkpoint of data
+
+
+def test_a_pickled_checkpoint_keeps_its_tensors_in_the_payload(tmp_path):
+    model = ddpc.nn.Linear(256, 256)
+    path = tmp_path / "ck.pt"
+    ddpc.save({"model": model, "args": argparse.Namespace(lr=0.1)}, path)
+    data = path.read_bytes()
+    version, header = ddpc_header(data)
+    assert version == 2 and header["root"][0] == "pickle"
+    entries = header["tensors"]
+    assert [(e["dtype"], e["shape"], e.get("parameter")) for e in entries[:2]] == [
+        ("float32", [256, 256], True), ("float32", [256], True)]
+    assert entries[header["root"][1]]["nbytes"] < 4096  # the module's structure, not its weights
+    assert len(data) < 1.05 * 4 * (256 * 256 + 256)
+    newer = bytearray(data)
+    newer[8:12] = struct.pack("<I", 3)
+    (tmp_path / "newer.pt").write_bytes(bytes(newer))
+    with pytest.raises(ddpc.CheckpointError, match="format version 3 is not supported"):
+        ddpc.load(tmp_path / "newer.pt")
+
+
+@pytest.mark.parametrize("extra", [{}, {"args": argparse.Namespace(lr=0.1)}], ids=["format1", "format2"])
+def test_tensors_saved_twice_or_over_one_memory_come_back_shared(tmp_path, extra):
+    big, param = ddpc.randn(1000), ddpc.nn.Parameter(ddpc.randn(3, 4))
+    ddpc.save({"a": big, "b": [big], "p": param, "d": param.detach(), **extra}, tmp_path / "shared")
+    ddpc.save({"a": big, "b": [big.clone()], "p": param, "d": param.detach().clone(), **extra}, tmp_path / "copies")
+    assert os.path.getsize(tmp_path / "copies") - os.path.getsize(tmp_path / "shared") >= 4000
+    ck = ddpc.load(tmp_path / "shared", weights_only=False)
+    assert ck["b"][0] is ck["a"]
+    assert type(ck["p"]) is ddpc.nn.Parameter and ck["p"].requires_grad
+    assert type(ck["d"]) is ddpc.Tensor and not ck["d"].requires_grad
+    ck["d"].add_(1)  # one memory, as saved: a write through one shows in the other
+    np.testing.assert_array_equal(ck["p"].detach().numpy(), param.detach().numpy() + 1)
+    copies = ddpc.load(tmp_path / "copies", weights_only=False)
+    copies["d"].add_(1)
+    np.testing.assert_array_equal(copies["p"].detach().numpy(), param.detach().numpy())
+    assert copies["b"][0] is not copies["a"]
+
+
+def test_load_takes_torch_loads_pickle_module_weights_only_and_mmap(tmp_path):
+    used = []
+
+    class Pickler(pickle.Pickler):
+        def dump(self, obj):
+            used.append("dump")
+            return super().dump(obj)
+
+    class Unpickler(pickle.Unpickler):
+        def load(self):
+            used.append("load")
+            return super().load()
+
+    module = types.SimpleNamespace(Pickler=Pickler, Unpickler=Unpickler)
+    args = argparse.Namespace(lr=0.1)
+    path = tmp_path / "ck.pt"
+    ddpc.save({"args": args, "w": ddpc.ones(2)}, path, pickle_module=module, pickle_protocol=4)
+    back = ddpc.load(path, pickle_module=module)  # weights_only then defaults to False, as in torch.load
+    assert back["args"] == args and back["w"].tolist() == [1.0, 1.0] and used == ["dump", "load"]
+    with pytest.raises(RuntimeError, match="Can not safely load weights when explicit pickle_module is specified"):
+        ddpc.load(path, pickle_module=module, weights_only=True)
+    assert ddpc.load(path, weights_only=False, mmap=True, encoding="latin1")["args"] == args
+
+
+def test_checkpoint_load_takes_weights_only(tmp_path):
+    model, _ = trained_model()
+    path = str(tmp_path / "ck.pt")
+    ddpc.checkpoint.save({"model": model, "epoch": 2}, path)
+    with pytest.raises(pickle.UnpicklingError, match="Sequential was not an allowed global"):
+        ddpc.checkpoint.load(path)
+    state = ddpc.checkpoint.load(path, weights_only=False)
+    assert state["epoch"] == 2
+    assert_same_module(model, state["model"])
+
+
+@pytest.mark.gpu
+def test_a_cuda_module_round_trips(tmp_path):
+    model = ddpc.nn.Linear(3, 2).cuda()
+    ddpc.save({"model": model, "sd": model.state_dict()}, tmp_path / "m.pt")
+    back = ddpc.load(tmp_path / "m.pt", weights_only=False)
+    assert back["model"].weight.is_cuda and type(back["model"].weight) is ddpc.nn.Parameter
+    assert back["sd"]["weight"]._buf.data_ptr == back["model"].weight._buf.data_ptr
+    host = ddpc.load(tmp_path / "m.pt", weights_only=False, map_location="cpu")
+    assert not host["model"].weight.is_cuda and not host["sd"]["bias"].is_cuda
+    np.testing.assert_array_equal(host["model"].weight.detach().numpy(), model.weight.detach().cpu().numpy())
+
+
 # ---- PyTorch's checkpoints ---------------------------------------------------------------
 #
 # tests/data/torch_*.pt were written by PyTorch 2.15's torch.save with write_torch_files below
@@ -292,6 +630,7 @@ def write_torch_files(torch, directory):
 
     save(model.state_dict(), "torch_model")
     save(mixed, "torch_mixed")
+    save({"args": argparse.Namespace(lr=0.1, epochs=3, name="run-1"), "w": torch.arange(3.0)}, "torch_namespace")
     torch.save({"w": torch.ones(2)}, os.path.join(directory, "torch_legacy.pt"), _use_new_zipfile_serialization=False)
     torch.save({"q": torch.tensor([1, -2], dtype=torch.int8)}, os.path.join(directory, "torch_int8.pt"))
     torch.jit.save(torch.jit.script(torch.nn.Linear(1, 1)), os.path.join(directory, "torch_script.pt"))
@@ -404,10 +743,32 @@ def test_a_torch_file_with_a_forbidden_global_runs_nothing(tmp_path):
     evil = rewritten(torch_file("torch_cuda"), tmp_path / "evil.pt",
                      lambda name, data: pickle.dumps({"w": Evil()}, protocol=2) if name.endswith("data.pkl")
                      else data)
-    with pytest.raises(ddpc.CheckpointError, match=r"not a loadable PyTorch checkpoint: data.pkl refers to "
-                                                   r"(posix|os)\.system, which ddpc does not load"):
+    blocked = r"GLOBAL (posix|os)\.system whose module (posix|os) is blocked"
+    with pytest.raises(pickle.UnpicklingError, match=blocked):
         ddpc.load(evil)
+    with ddpc.serialization.safe_globals([os.system]), pytest.raises(pickle.UnpicklingError, match=blocked):
+        ddpc.load(evil)  # never allowed, as in PyTorch
     assert not marker.exists()
+    # A PyTorch object ddpc has no counterpart for is refused whether weights_only or not.
+    linear = b"\x80\x02ctorch.nn.modules.linear\nLinear\n)\x81."
+    module = rewritten(torch_file("torch_cuda"), tmp_path / "module.pt",
+                       lambda name, data: linear if name.endswith("data.pkl") else data)
+    for weights_only in (True, False):
+        with pytest.raises(ddpc.CheckpointError, match=r"torch\.nn\.modules\.linear\.Linear, a PyTorch object ddpc "
+                                                       r"has no counterpart for .*state_dict\(\)"):
+            ddpc.load(module, weights_only=weights_only)
+
+
+def test_a_torch_checkpoint_with_a_namespace_loads_once_namespace_is_allowlisted():
+    path = torch_file("torch_namespace")
+    with pytest.raises(pickle.UnpicklingError, match=r"GLOBAL argparse\.Namespace was not an allowed global"):
+        ddpc.load(path)
+    args = argparse.Namespace(lr=0.1, epochs=3, name="run-1")
+    with ddpc.serialization.safe_globals([argparse.Namespace]):
+        obj = ddpc.load(path)
+    assert obj["args"] == args
+    assert_tensors_match(obj, "torch_namespace")
+    assert ddpc.load(path, weights_only=False)["args"] == args
 
 
 def test_damaged_torch_files_raise_the_clear_error(tmp_path):

@@ -2,8 +2,10 @@
 not installed). A child process that imports torch before ddpc writes the
 files test_checkpoint.py reads, with the installed torch, and loads each with
 torch.load and ddpc.load: the same containers, dtypes, values, requires_grad
-and Parameters. `python tests/test_checkpoint_torch.py write DIR` (re)writes
-tests/data's files."""
+and Parameters, and for a file with an argparse.Namespace, the same refusal
+under weights_only and the same object once it is allowlisted.
+`python tests/test_checkpoint_torch.py write DIR` (re)writes tests/data's
+files."""
 
 import os
 import sys
@@ -39,6 +41,9 @@ def _same(got, want, where):
 
 
 def _child(command, directory):
+    import argparse
+    import pickle
+
     import torch
 
     import ddpc
@@ -49,6 +54,20 @@ def _child(command, directory):
         for name in ("torch_model", "torch_mixed", "torch_cuda"):
             path = os.path.join(directory, name + ".pt")
             _same(ddpc.load(path, map_location="cpu"), torch.load(path, map_location="cpu", weights_only=True), name)
+        # A global beyond data: both refuse it by default, naming it, and load it once it is allowlisted.
+        path = os.path.join(directory, "torch_namespace.pt")
+        for load, allow in ((torch.load, "torch.serialization"), (ddpc.load, "ddpc.serialization")):
+            try:
+                load(path, map_location="cpu")
+                raise AssertionError(f"{load.__module__} loaded a Namespace without the allowlist")
+            except pickle.UnpicklingError as e:
+                assert "GLOBAL argparse.Namespace was not an allowed global by default" in str(e), str(e)
+                assert f"`{allow}.add_safe_globals([argparse.Namespace])`" in str(e), str(e)
+        with torch.serialization.safe_globals([argparse.Namespace]), \
+                ddpc.serialization.safe_globals([argparse.Namespace]):
+            _same(ddpc.load(path, map_location="cpu"), torch.load(path, map_location="cpu"), "torch_namespace")
+        _same(ddpc.load(path, map_location="cpu", weights_only=False),
+              torch.load(path, map_location="cpu", weights_only=False), "torch_namespace")
         print("ok")
 
 

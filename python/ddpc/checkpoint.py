@@ -76,8 +76,11 @@ def save(obj, path, group=None):
     _from_rank0(write, f"save the checkpoint {path!r}", group)
 
 
-def load(path, map_location=None, group=None):
-    """Rank 0 reads `path` and broadcasts it; returns None on every rank when it does not exist."""
+def load(path, map_location=None, group=None, *, weights_only=None):
+    """Rank 0 reads `path` and broadcasts it; returns None on every rank when it
+    does not exist. ``weights_only`` is ddpc.load's: a checkpoint holding more
+    than data (a whole module, an optimizer object) loads with
+    weights_only=False, or with its classes allowlisted."""
     def read():
         if not os.path.exists(path):
             return b""
@@ -87,4 +90,4 @@ def load(path, map_location=None, group=None):
     data = _from_rank0(read, f"read the checkpoint {path!r}", group)
     if not data:
         return None
-    return _load(io.BytesIO(data), map_location=map_location)
+    return _load(io.BytesIO(data), map_location=map_location, weights_only=weights_only)

@@ -1,23 +1,42 @@
-"""ddpc.save / ddpc.load: checkpoints of nested containers of tensors.
+"""ddpc.save / ddpc.load: checkpoints of tensors and of any picklable object,
+loaded under PyTorch's ``weights_only`` rules.
 
-The file format is ddpc's own, so loading never executes code from the file
-(unlike pickle):
+The file format is ddpc's own:
 
     magic    8 bytes  b"DDPCCKPT"
-    version  u32      1
+    version  u32      1 or 2
     hlen     u64      length of the header
     plen     u64      length of the payload
     crc      u32      CRC-32 of header + payload
     header   hlen bytes of UTF-8 JSON: {"root": <value>, "tensors": [...]}
     payload  plen bytes: every tensor's raw bytes, 64-byte aligned
 
-(all integers little-endian). A value in the header is a tagged list:
-["none"], ["bool", b], ["int", n], ["float", x], ["str", s], ["list", [...]],
-["tuple", [...]], ["dict", [[key, value], ...]] (keys are values too, so int
-keys of optimizer state survive), ["set", [...]], ["frozenset", [...]] or
-["tensor", i]; tensor entry i records dtype, shape, device, requires_grad
-and its payload offset. A numpy array is ["ndarray", numpy dtype string,
-shape, i] and a bytes object ["bytes", i], tensor i holding their bytes.
+(all integers little-endian). Tensor entry i records dtype, shape, device,
+requires_grad, its payload offset and nbytes, and "parameter": true for a
+Parameter. Entries of the same memory (a tensor and its detach(), a
+parameter and its state_dict() value) name one offset and load as tensors
+over one buffer; a tensor the object refers to twice has one entry.
+
+Version 1 holds data and loading it runs nothing. A value in the header is
+a tagged list: ["none"], ["bool", b], ["int", n], ["float", x], ["str", s],
+["list", [...]], ["tuple", [...]], ["dict", [[key, value], ...]] (keys are
+values too, so int keys of optimizer state survive), ["odict", ...],
+["set", [...]], ["frozenset", [...]] or ["tensor", i]. A numpy array is
+["ndarray", numpy dtype string, shape, i] and a bytes object ["bytes", i],
+entry i holding their bytes (as a uint8 tensor). ddpc.save writes version 1
+whenever the object is such data (of exactly these types; numpy numbers
+become Python numbers), so every ddpc reads it.
+
+Version 2 holds any picklable object: the root is ["pickle", i], entry i
+holding a pickle of it in which each tensor, numpy array (but one of
+objects), bytes object and numpy number is a persistent id, its version-1
+value (["tensor", j], ...), so tensors stay in the payload. ddpc.load
+unpickles it as torch.load does: with weights_only (the default) the only
+globals are ddpc's data types (OrderedDict, Counter, set, frozenset,
+bytearray, complex, dtypes, devices, Size) and those allowlisted with
+add_safe_globals or safe_globals, and REDUCE, NEWOBJ and BUILD apply only to
+those, so nothing else in the file runs; weights_only=False unpickles
+everything, for files from a trusted source.
 
 A save writes a temporary file in the target's directory, fsyncs it, renames
 it over the target and fsyncs the directory, so a crash at any point leaves
@@ -27,14 +46,16 @@ ddpc.load also reads what PyTorch's torch.save writes (the zip archive it has
 written since PyTorch 1.6): ``<root>/data.pkl``, a pickle of the object in
 which each tensor is a call of ``torch._utils._rebuild_tensor_v2`` (or
 ``_rebuild_parameter``) on a storage, ``<root>/data/<key>`` the raw bytes of
-each storage, and ``<root>/byteorder``. The pickle is read by an unpickler
-that knows only those rebuild functions, the storage types and dtypes ddpc
-has, ``torch.Size``, ``torch.device`` and the standard containers, each
-mapped to a ddpc stand-in; it refuses every other global before looking it
-up, so, like torch.load(weights_only=True), loading runs no code from the
-file. PyTorch's pre-1.6 format and TorchScript archives are refused.
+each storage, and ``<root>/byteorder``. Its unpickler maps those rebuild
+functions, the storage types and dtypes ddpc has, ``torch.Size`` and
+``torch.device`` to ddpc stand-ins and refuses every other PyTorch global;
+other globals are treated as in ddpc's own pickles (refused unless
+allowlisted, or with weights_only=False, imported). PyTorch's pre-1.6
+format and TorchScript archives are refused.
 """
 
+import _compat_pickle
+import functools
 import inspect
 import io
 import json
@@ -46,19 +67,20 @@ import struct
 import tempfile
 import zipfile
 import zlib
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 
 import numpy as np
 
 from . import _C
 from ._dtype import bfloat16, float16, float32, float64, get_dtype, int32, int64, uint8
 from ._dtype import device as _device
-from .tensor import Tensor
+from .tensor import Size, Tensor
 
 _MAGIC = b"DDPCCKPT"
-_VERSION = 1
+_DATA_VERSION, _PICKLE_VERSION = 1, 2
 _PREFIX = struct.Struct("<8sIQQI")
 _ALIGN = 64
+DEFAULT_PROTOCOL = 2  # PyTorch's pickle protocol for torch.save
 
 
 class CheckpointError(ValueError):
@@ -68,71 +90,133 @@ class CheckpointError(ValueError):
 
 # ---- encoding ----------------------------------------------------------------------------
 
-def _encode(obj, tensors, depth=0):
+class _NotData(Exception):
+    """The object is not version-1 data: the checkpoint pickles it."""
+
+
+class _Table:
+    """What a checkpoint's payload holds, in the order of its entries:
+    tensors, and the bytes of numpy arrays, bytes objects and the pickle;
+    each object once, however often the saved object refers to it."""
+
+    def __init__(self):
+        self.items, self._index, self._alive = [], {}, []
+
+    def add(self, obj, stored=lambda obj: obj):
+        """The index of obj's entry, whose item is stored(obj) (obj, or its bytes as a uint8 array)."""
+        index = self._index.get(id(obj))
+        if index is None:
+            index = self._index[id(obj)] = len(self.items)
+            self.items.append(stored(obj))
+            self._alive.append(obj)  # an id names one object only while it lives (pickling makes temporaries)
+        return index
+
+
+def _raw(obj):
+    """The bytes of a bytes object or of a numpy array's elements, as a uint8 array."""
+    if isinstance(obj, bytes):
+        return np.frombuffer(obj, np.uint8)
+    return np.ascontiguousarray(obj).reshape(-1).view(np.uint8)
+
+
+_NUMPY_NUMBERS = (np.integer, np.floating, np.bool_, np.str_, np.bytes_)
+_DATA_CONTAINERS = {tuple: "tuple", list: "list", set: "set", frozenset: "frozenset"}
+
+
+def _encode(obj, table, depth=0):
+    """obj as a version-1 value, its tensors and arrays added to table."""
     if depth > 500:
-        raise ValueError("ddpc.save: the object nests too deeply (or contains itself)")
+        raise _NotData  # a cycle, or deeper nesting than a header takes: the pickle holds it
+    kind = type(obj)
     if obj is None:
         return ["none"]
-    if isinstance(obj, bool):
-        return ["bool", obj]
-    if isinstance(obj, int):
-        return ["int", obj]
-    if isinstance(obj, float):
+    if kind in (bool, int, str):
+        return [kind.__name__, obj]
+    if kind is float:
         return ["float", obj if math.isfinite(obj) else repr(obj)]
-    if isinstance(obj, str):
-        return ["str", obj]
     if isinstance(obj, Tensor):
         if getattr(obj, "materialize", None) is not None:  # an UninitializedParameter or UninitializedBuffer
             raise TypeError(f"ddpc.save can't store an uninitialized tensor ({type(obj).__name__}, of a lazy "
                             "module): run a forward pass through the module first, so it has a shape")
-        tensors.append(obj)
-        return ["tensor", len(tensors) - 1]
-    if isinstance(obj, tuple):
-        return ["tuple", [_encode(v, tensors, depth + 1) for v in obj]]
-    if isinstance(obj, list):
-        return ["list", [_encode(v, tensors, depth + 1) for v in obj]]
-    if isinstance(obj, dict):
-        kind = "odict" if isinstance(obj, OrderedDict) else "dict"
-        return [kind, [[_encode(k, tensors, depth + 1), _encode(v, tensors, depth + 1)] for k, v in obj.items()]]
-    if isinstance(obj, (np.integer, np.floating, np.bool_)):
-        return _encode(obj.item(), tensors, depth)
-    if isinstance(obj, np.ndarray):
-        if obj.dtype.hasobject or obj.dtype.fields is not None:
-            raise TypeError(f"ddpc.save can't store a numpy array of dtype {obj.dtype} (objects or fields)")
-        return ["ndarray", obj.dtype.str, list(obj.shape), _bytes_tensor(np.ascontiguousarray(obj), tensors)]
-    if isinstance(obj, (bytes, bytearray)):
-        return ["bytes", _bytes_tensor(np.frombuffer(bytes(obj), np.uint8), tensors)]
-    if isinstance(obj, (set, frozenset)):
-        return ["set" if isinstance(obj, set) else "frozenset", [_encode(v, tensors, depth + 1) for v in obj]]
-    raise TypeError(f"ddpc.save can't store a {type(obj).__name__}: it stores tensors, numpy arrays, numbers, "
-                    "strings, bytes, None, and lists, tuples, dicts and sets of them")
+        return ["tensor", table.add(obj)]
+    if kind in _DATA_CONTAINERS:
+        return [_DATA_CONTAINERS[kind], [_encode(v, table, depth + 1) for v in obj]]
+    if kind in (dict, OrderedDict):
+        return ["odict" if kind is OrderedDict else "dict",
+                [[_encode(k, table, depth + 1), _encode(v, table, depth + 1)] for k, v in obj.items()]]
+    if isinstance(obj, _NUMPY_NUMBERS):
+        return _encode(obj.item(), table, depth + 1)
+    if isinstance(obj, np.ndarray) and not obj.dtype.hasobject and obj.dtype.fields is None:
+        return ["ndarray", obj.dtype.str, list(obj.shape), table.add(obj, _raw)]
+    if kind is bytes:
+        return ["bytes", table.add(obj, _raw)]
+    raise _NotData
 
 
-def _bytes_tensor(arr, tensors):
-    """The index of a uint8 tensor holding ``arr``'s bytes (a numpy array's, or a bytes object's)."""
-    tensors.append(Tensor(_C.Buffer.from_object(arr.reshape(-1).view(np.uint8).copy())))
-    return len(tensors) - 1
+def _pickled(obj, table, pickle_module, protocol):
+    """obj pickled with its tensors, arrays, bytes and numpy numbers as persistent ids (their encoding)."""
+    def persistent_id(x):
+        if isinstance(x, (Tensor, np.ndarray, *_NUMPY_NUMBERS)) or type(x) is bytes:
+            try:
+                return tuple(_encode(x, table))
+            except _NotData:  # an array of objects, a numpy number that is no Python one: pickled as it is
+                return None
+        return None
+
+    out = io.BytesIO()
+    pickler = pickle_module.Pickler(out, protocol=protocol)
+    pickler.persistent_id = persistent_id
+    pickler.dump(obj)
+    return out.getvalue()
 
 
-def _serialize(obj):
-    tensors = []
-    root = _encode(obj, tensors)
-    entries, chunks, offset = [], [], 0
-    for t in tensors:
-        host = t.detach().cpu()
-        data = bytes(memoryview(host._buf).cast("B")) if host.numel() else b""
-        pad = (-offset) % _ALIGN
-        if pad:
-            chunks.append(b"\0" * pad)
-            offset += pad
-        entries.append({"dtype": t.dtype.name, "shape": list(t.shape), "device": str(t.device),
-                        "requires_grad": bool(t.requires_grad), "offset": offset, "nbytes": len(data)})
-        chunks.append(data)
-        offset += len(data)
+def _payload(items):
+    """The header's entries and the payload chunks of a table's items; tensors
+    over the same memory (device, address, size, dtype) share one chunk."""
+    from .nn.modules import Parameter
+
+    entries, chunks, offset, chunk_of = [], [], 0, {}
+    for item in items:
+        if isinstance(item, Tensor):
+            nbytes = item.numel() * item.dtype.itemsize
+            memory = (str(item.device), item._buf.data_ptr, nbytes, item.dtype.name)
+            entry = {"dtype": item.dtype.name, "shape": list(item.shape), "device": str(item.device),
+                     "requires_grad": bool(item.requires_grad)}
+        else:
+            nbytes, memory = item.nbytes, None
+            entry = {"dtype": "uint8", "shape": [nbytes], "device": "cpu", "requires_grad": False}
+        at = chunk_of.get(memory) if nbytes else None
+        if at is None:
+            pad = (-offset) % _ALIGN
+            if pad:
+                chunks.append(b"\0" * pad)
+                offset += pad
+            at = offset
+            if nbytes:
+                chunks.append(memoryview(item.detach().cpu()._buf).cast("B") if isinstance(item, Tensor) else item)
+                offset += nbytes
+                if memory is not None:
+                    chunk_of[memory] = at
+        entry.update(offset=at, nbytes=nbytes)
+        if isinstance(item, Parameter):
+            entry["parameter"] = True
+        entries.append(entry)
+    return entries, chunks
+
+
+def _serialize(obj, pickle_module, pickle_protocol):
+    table = _Table()
+    try:
+        root, version = _encode(obj, table), _DATA_VERSION
+    except _NotData:
+        table = _Table()
+        blob = _pickled(obj, table, pickle_module, pickle_protocol)
+        root, version = ["pickle", table.add(blob, _raw)], _PICKLE_VERSION
+    entries, chunks = _payload(table.items)
     header = json.dumps({"root": root, "tensors": entries}, separators=(",", ":")).encode("utf-8")
     payload = b"".join(chunks)
     crc = zlib.crc32(payload, zlib.crc32(header))
-    return _PREFIX.pack(_MAGIC, _VERSION, len(header), len(payload), crc) + header + payload
+    return _PREFIX.pack(_MAGIC, version, len(header), len(payload), crc) + header + payload
 
 
 # ---- decoding ----------------------------------------------------------------------------
@@ -162,7 +246,83 @@ def _resolve_device(saved, map_location):
     return str(_device(map_location))
 
 
-def _decode(v, tensors, path, depth=0):
+def _placed(t, saved_device, map_location):
+    """The fresh host tensor t on the device map_location gives a tensor saved on saved_device."""
+    if callable(map_location) and _takes_storage(map_location):
+        # PyTorch's form: given the tensor (on the host) and its saved device,
+        # returns it moved (or as it is), or None for its saved device.
+        moved = map_location(t, saved_device)
+        target = saved_device if moved is None else (None if isinstance(moved, Tensor) else moved)
+        t = moved if isinstance(moved, Tensor) else t
+    else:
+        target = _resolve_device(saved_device, map_location)
+    if target is not None and str(target) != "cpu":
+        t = t.to(device=target)
+    return t
+
+
+def _leaf(buf, requires_grad, parameter=False):
+    """A tensor over buf requiring grad as saved (if it is floating), a Parameter if saved as one."""
+    requires_grad = bool(requires_grad) and get_dtype(buf.dtype).is_floating_point
+    if parameter:
+        from .nn.modules import Parameter
+
+        return Parameter(Tensor(buf), requires_grad)
+    return Tensor(buf, requires_grad=requires_grad)
+
+
+class _Stored:
+    """The entries of a ddpc checkpoint: raw bytes, and tensors, each made
+    once when first asked for, on the device map_location gives; entries at
+    one offset (one memory when saved) share one buffer."""
+
+    def __init__(self, entries, payload, map_location, path):
+        self._entries, self._payload, self._map_location, self._path = entries, payload, map_location, path
+        self._tensors, self._buffers = {}, {}
+
+    def _entry(self, i):
+        try:
+            if type(i) is not int or not 0 <= i < len(self._entries):
+                raise IndexError
+            entry = self._entries[i]
+            dt = get_dtype(entry["dtype"])
+            shape = tuple(int(s) for s in entry["shape"])
+            offset, nbytes = int(entry["offset"]), int(entry["nbytes"])
+            saved_device = str(entry["device"])
+            requires_grad, parameter = bool(entry["requires_grad"]), bool(entry.get("parameter", False))
+        except (IndexError, KeyError, TypeError, ValueError, AttributeError):
+            _fail(self._path, "malformed tensor entry")
+        if any(s < 0 for s in shape):
+            _fail(self._path, "negative tensor dimension")
+        if nbytes != math.prod(shape) * dt.itemsize or offset < 0 or offset + nbytes > len(self._payload):
+            _fail(self._path, "a tensor's size disagrees with the payload")
+        return dt, shape, offset, nbytes, saved_device, requires_grad, parameter
+
+    def raw(self, i):
+        """Entry i's bytes (a view of the payload)."""
+        _, _, offset, nbytes, *_ = self._entry(i)
+        return self._payload[offset:offset + nbytes]
+
+    def tensor(self, i):
+        if i not in self._tensors:
+            dt, shape, offset, nbytes, saved_device, requires_grad, parameter = self._entry(i)
+            memory = (offset, nbytes, dt.name)
+            buf = self._buffers.get(memory) if nbytes else None
+            if buf is None:
+                host = _C.Buffer(shape, dt.name)
+                if nbytes:
+                    np.asarray(host).reshape(-1).view(np.uint8)[:] = np.frombuffer(self._payload, np.uint8, nbytes,
+                                                                                   offset)
+                buf = _placed(Tensor(host), saved_device, self._map_location)._buf
+                if nbytes:
+                    self._buffers[memory] = buf
+            elif buf.shape != shape:
+                buf = buf.view(0, shape)
+            self._tensors[i] = _leaf(buf, requires_grad, parameter)
+        return self._tensors[i]
+
+
+def _decode(v, stored, path, depth=0):
     if depth > 500 or not isinstance(v, list) or not v or not isinstance(v[0], str):
         _fail(path, "malformed header")
     tag = v[0]
@@ -177,25 +337,25 @@ def _decode(v, tensors, path, depth=0):
         if tag == "float":
             return float(v[1])
         if tag == "tensor":
-            return tensors[v[1]]
+            return stored.tensor(v[1])
         if tag in ("list", "tuple"):
-            items = [_decode(x, tensors, path, depth + 1) for x in v[1]]
+            items = [_decode(x, stored, path, depth + 1) for x in v[1]]
             return items if tag == "list" else tuple(items)
         if tag in ("dict", "odict"):
             out = OrderedDict() if tag == "odict" else {}
             for k, x in v[1]:
-                out[_decode(k, tensors, path, depth + 1)] = _decode(x, tensors, path, depth + 1)
+                out[_decode(k, stored, path, depth + 1)] = _decode(x, stored, path, depth + 1)
             return out
         if tag in ("set", "frozenset"):
-            items = (_decode(x, tensors, path, depth + 1) for x in v[1])
+            items = (_decode(x, stored, path, depth + 1) for x in v[1])
             return set(items) if tag == "set" else frozenset(items)
         if tag == "bytes":
-            return tensors[v[1]].cpu().numpy().tobytes()
+            return bytes(stored.raw(v[1]))
         if tag == "ndarray":
             dt = np.dtype(v[1])
             if dt.hasobject or dt.fields is not None:
                 _fail(path, "a numpy array of objects")
-            return tensors[v[3]].cpu().numpy().view(dt).reshape([int(n) for n in v[2]]).copy()
+            return np.frombuffer(stored.raw(v[3]), dt).reshape([int(n) for n in v[2]]).copy()
     except (IndexError, TypeError, ValueError) as e:
         if isinstance(e, CheckpointError):
             raise
@@ -203,46 +363,32 @@ def _decode(v, tensors, path, depth=0):
     _fail(path, f"unknown value tag {tag!r}")
 
 
-def _build_tensor(entry, payload, map_location, path):
-    try:
-        dt = get_dtype(entry["dtype"])
-        shape = tuple(int(s) for s in entry["shape"])
-        offset, nbytes = int(entry["offset"]), int(entry["nbytes"])
-        saved_device = str(entry["device"])
-        requires_grad = bool(entry["requires_grad"])
-    except (KeyError, TypeError, ValueError):
-        _fail(path, "malformed tensor entry")
-    numel = 1
-    for s in shape:
-        if s < 0:
-            _fail(path, "negative tensor dimension")
-        numel *= s
-    if nbytes != numel * dt.itemsize or offset < 0 or offset + nbytes > len(payload):
-        _fail(path, "a tensor's size disagrees with the payload")
-    buf = _C.Buffer(shape, dt.name)
-    if nbytes:
-        np.asarray(buf).reshape(-1).view(np.uint8)[:] = np.frombuffer(payload, np.uint8, nbytes, offset)
-    return _placed(Tensor(buf), saved_device, requires_grad, map_location)
+# Version-1 values a pickle's persistent ids are (what _pickled makes one of).
+_PERSISTENT_TAGS = ("tensor", "ndarray", "bytes", "bool", "int", "float", "str")
 
 
-def _placed(t, saved_device, requires_grad, map_location):
-    """The fresh host tensor t on the device map_location gives a tensor saved
-    on saved_device, requiring grad if it was saved so (and is floating)."""
-    if callable(map_location) and _takes_storage(map_location):
-        # PyTorch's form: given the tensor (on the host) and its saved device,
-        # returns it moved (or as it is), or None for its saved device.
-        moved = map_location(t, saved_device)
-        target = saved_device if moved is None else (None if isinstance(moved, Tensor) else moved)
-        t = moved if isinstance(moved, Tensor) else t
-    else:
-        target = _resolve_device(saved_device, map_location)
-    if target is not None and str(target) != "cpu":
-        t = t.to(device=target)
-    t.requires_grad = requires_grad and t.dtype.is_floating_point
-    return t
+class _DdpcPickle:
+    """The pickle of a version-2 checkpoint: its persistent ids are stored
+    tensors and data; its globals are the real ones (no stand-ins), and
+    with weights_only, ddpc's data types are allowed."""
+
+    def __init__(self, stored, path):
+        self._stored, self._path, self._loaded = stored, path, {}
+        self.data_globals = _DDPC_GLOBALS
+
+    def stand_in(self, module, name):
+        return None
+
+    def persistent_load(self, pid):
+        if not (isinstance(pid, tuple) and pid and pid[0] in _PERSISTENT_TAGS):
+            _fail(self._path, f"unknown persistent id {pid!r:.80}")
+        key = repr(pid)  # an array the object holds twice comes back as one array
+        if key not in self._loaded:
+            self._loaded[key] = _decode(list(pid), self._stored, self._path)
+        return self._loaded[key]
 
 
-def _deserialize(data, map_location, path):
+def _deserialize(data, map_location, path, unpickle):
     if len(data) < _PREFIX.size:
         if not _MAGIC.startswith(data[:8]):
             _fail(path, "wrong magic bytes (this is not a ddpc checkpoint)")
@@ -250,8 +396,9 @@ def _deserialize(data, map_location, path):
     magic, version, hlen, plen, crc = _PREFIX.unpack_from(data)
     if magic != _MAGIC:
         _fail(path, "wrong magic bytes (this is not a ddpc checkpoint)")
-    if version != _VERSION:
-        _fail(path, f"format version {version} is not supported (this ddpc reads version {_VERSION})")
+    if version not in (_DATA_VERSION, _PICKLE_VERSION):
+        _fail(path, f"format version {version} is not supported (this ddpc reads versions {_DATA_VERSION} "
+                    f"and {_PICKLE_VERSION})")
     if _PREFIX.size + hlen + plen != len(data):
         _fail(path, f"the file is {len(data)} bytes but its header announces {_PREFIX.size + hlen + plen} "
                     "(truncated or extended)")
@@ -266,8 +413,203 @@ def _deserialize(data, map_location, path):
             raise TypeError
     except (UnicodeDecodeError, ValueError, KeyError, TypeError):
         _fail(path, "malformed header")
-    tensors = [_build_tensor(e, payload, map_location, path) for e in entries]
-    return _decode(root, tensors, path)
+    stored = _Stored(entries, payload, map_location, path)
+    if version == _DATA_VERSION:
+        return _decode(root, stored, path)
+    if not (isinstance(root, list) and len(root) == 2 and root[0] == "pickle"):
+        _fail(path, "malformed header (a version 2 root is a pickle)")
+    return unpickle(stored.raw(root[1]), _DdpcPickle(stored, path))
+
+
+# ---- weights_only: the allowlist and its unpickler ----------------------------------------
+
+_safe_globals = {}  # what add_safe_globals allowed, in order (a dict as an ordered set)
+_BLOCKED_MODULES = ("sys", "os", "posix", "nt")  # never allowed, even when allowlisted (as in PyTorch)
+_UNSAFE_ADVICE = ("Re-running `ddpc.load` with `weights_only` set to `False` will likely succeed, but it can result "
+                  "in arbitrary code execution. Do it only if you got the file from a trusted source.")
+
+
+def _global_name(obj):
+    return f"{obj.__module__}.{obj.__qualname__}"
+
+
+def _by_name(*objects):
+    return {_global_name(obj): obj for obj in objects}
+
+
+def _latin1_bytes(text, encoding):
+    """_codecs.encode as protocol 2 pickles a bytes object: encode(text, "latin1")."""
+    if not isinstance(text, str) or encoding != "latin1":
+        raise TypeError("_codecs.encode is loaded only to rebuild bytes (text, 'latin1')")
+    return text.encode("latin1")
+
+
+# The globals of plain data in a pickle, in ddpc's and in PyTorch's, as torch.load's weights_only allows them.
+_DATA_GLOBALS = {**_by_name(OrderedDict, Counter, set, frozenset, bytearray, complex), "_codecs.encode": _latin1_bytes}
+_DDPC_GLOBALS = {**_DATA_GLOBALS, **_by_name(get_dtype, _device, Size)}
+
+
+def _check_safe_global(entry):
+    if isinstance(entry, tuple):
+        if len(entry) != 2:
+            raise ValueError("Expected tuple of length 2 (global, str of callable full path), but got tuple of "
+                             f"length: {len(entry)}")
+        if type(entry[1]) is not str:
+            raise TypeError(f"Expected second item in tuple to be str of callable full path, but got: "
+                            f"{type(entry[1])}")
+    elif not (hasattr(entry, "__module__") and hasattr(entry, "__qualname__")):
+        raise TypeError(f"add_safe_globals takes classes and functions, or (object, 'module.name') pairs; "
+                        f"got {entry!r:.80}")
+
+
+def add_safe_globals(safe_globals):
+    """Marks globals (classes, functions) as safe for ``weights_only``
+    loading, as ``torch.serialization.add_safe_globals``: a file may then
+    name them, so classes are instantiated and their state set, functions
+    called. Each is an object, which a file names by its
+    ``{__module__}.{__qualname__}``, or a pair ``(object, "module.name")``
+    for a file that names it otherwise. Globals of the modules sys, os,
+    posix and nt stay refused."""
+    safe_globals = list(safe_globals)
+    for entry in safe_globals:
+        _check_safe_global(entry)
+    _safe_globals.update(dict.fromkeys(safe_globals))
+
+
+def get_safe_globals():
+    """The globals add_safe_globals (or a safe_globals block) allowed, in the order they were added."""
+    return list(_safe_globals)
+
+
+def clear_safe_globals():
+    """Forgets every global add_safe_globals allowed."""
+    _safe_globals.clear()
+
+
+class safe_globals:
+    """``with ddpc.serialization.safe_globals([cls, ...]):`` allows these
+    globals for ``weights_only`` loading inside the block, as
+    ``torch.serialization.safe_globals``. Where ddpc differs: a global that
+    was allowed before the block stays allowed after it."""
+
+    def __init__(self, safe_globals):
+        self.safe_globals = list(safe_globals)
+        self._added = []
+
+    def __enter__(self):
+        self._added = [g for g in self.safe_globals if g not in _safe_globals]
+        add_safe_globals(self._added)
+
+    def __exit__(self, exc_type, exc_value, traceback):
+        for entry in self._added:
+            _safe_globals.pop(entry, None)
+
+
+class _WeightsOnlyError(pickle.UnpicklingError):
+    """A refusal of weights_only loading; ddpc.load raises it as a pickle.UnpicklingError, as torch.load does."""
+
+
+def _allowlisted(module, name, path):
+    """The allowlisted global module.name, or the refusal that names it and says how to allow it."""
+    full = f"{module}.{name}"
+    if module in _BLOCKED_MODULES:
+        raise _WeightsOnlyError(f"Weights only load failed for {path}: Trying to load unsupported GLOBAL {full} "
+                                f"whose module {module} is blocked. {_UNSAFE_ADVICE}")
+    user = {(entry[1] if isinstance(entry, tuple) else _global_name(entry)):
+            (entry[0] if isinstance(entry, tuple) else entry) for entry in _safe_globals}
+    if full in user:
+        return user[full]
+    shown = name if module == "builtins" else full
+    raise _WeightsOnlyError(
+        f"Weights only load failed for {path}: Unsupported global: GLOBAL {shown} was not an allowed global by "
+        "default. This file can still be loaded; do one of these only if you trust its source: (1) "
+        f"{_UNSAFE_ADVICE} (2) Use `ddpc.serialization.add_safe_globals([{shown}])` or the "
+        f"`ddpc.serialization.safe_globals([{shown}])` context manager to allowlist this global if you trust "
+        "this class/function.")
+
+
+def _python3_name(module, name):
+    """The Python 3 module and name of a global as a protocol-2 pickle names it (builtins as __builtin__)."""
+    return _compat_pickle.NAME_MAPPING.get((module, name), (_compat_pickle.IMPORT_MAPPING.get(module, module), name))
+
+
+class _WeightsOnlyUnpickler(pickle._Unpickler):
+    """Unpickles with weights_only=True, as PyTorch's weights-only unpickler:
+    a global is one of the checkpoint's stand-ins (source.stand_in), one of
+    the globals of its data (source.data_globals) or an allowlisted one, and
+    REDUCE, NEWOBJ and BUILD, which run code, apply only to those globals
+    (and their instances), so nothing else in the file runs. It is Python's
+    pure-Python unpickler because that one's opcodes can be overridden; the
+    pickles it reads hold no tensor data (those are persistent ids), so its
+    speed does not matter."""
+
+    dispatch = dict(pickle._Unpickler.dispatch)
+
+    def __init__(self, file, source, path, **load_args):
+        super().__init__(file, **load_args)
+        self._source, self._path, self._allowed = source, path, {}
+
+    def persistent_load(self, pid):
+        return self._source.persistent_load(pid)
+
+    def find_class(self, module, name):
+        module, name = _python3_name(module, name)
+        found = self._source.stand_in(module, name)
+        if found is None:
+            found = self._source.data_globals.get(f"{module}.{name}") or _allowlisted(module, name, self._path)
+        self._allowed[id(found)] = found
+        return found
+
+    def _check(self, obj, what):
+        if id(obj) not in self._allowed:
+            raise _WeightsOnlyError(f"Weights only load failed for {self._path}: the pickle {what} {obj!r:.80}, "
+                                    f"which is not an allowed global. {_UNSAFE_ADVICE}")
+
+    def load_reduce(self):
+        self._check(self.stack[-2], "calls")
+        super().load_reduce()
+
+    def load_newobj(self):
+        self._check(self.stack[-2], "creates an object of")
+        super().load_newobj()
+
+    def load_newobj_ex(self):
+        self._check(self.stack[-3], "creates an object of")
+        super().load_newobj_ex()
+
+    def load_build(self):
+        self._check(type(self.stack[-2]), "sets the state of an object of")
+        super().load_build()
+
+    def refuse_instance_opcodes(self):
+        raise _WeightsOnlyError(f"Weights only load failed for {self._path}: the pickle builds an object with "
+                                f"protocol 0 and 1 opcodes (INST, OBJ), which this unpickler refuses. "
+                                f"{_UNSAFE_ADVICE}")
+
+    dispatch[pickle.REDUCE[0]] = load_reduce
+    dispatch[pickle.NEWOBJ[0]] = load_newobj
+    dispatch[pickle.NEWOBJ_EX[0]] = load_newobj_ex
+    dispatch[pickle.BUILD[0]] = load_build
+    dispatch[pickle.INST[0]] = dispatch[pickle.OBJ[0]] = refuse_instance_opcodes
+
+
+def _unpickle(data, source, *, weights_only, pickle_module, load_args, path):
+    """The object pickled in data, its persistent ids and stand-in globals
+    given by source; with weights_only, under PyTorch's rules, otherwise
+    with pickle_module's Unpickler, as pickle.load."""
+    file = io.BytesIO(data)
+    if weights_only:
+        return _WeightsOnlyUnpickler(file, source, path, **load_args).load()
+
+    class Unpickler(pickle_module.Unpickler):
+        def find_class(self, module, name):
+            found = source.stand_in(*_python3_name(module, name))
+            return super().find_class(module, name) if found is None else found
+
+        def persistent_load(self, pid):
+            return source.persistent_load(pid)
+
+    return Unpickler(file, **load_args).load()
 
 
 # ---- PyTorch's checkpoints ---------------------------------------------------------------
@@ -299,44 +641,32 @@ class _PlacementError(Exception):
     out of the unpickler, so it is raised as it is and not as a damaged file."""
 
 
-def _latin1_bytes(text, encoding):
-    """_codecs.encode as protocol 2 pickles a bytes object: encode(text, "latin1")."""
-    if not isinstance(text, str) or encoding != "latin1":
-        raise TypeError("_codecs.encode is loaded only to rebuild bytes (text, 'latin1')")
-    return text.encode("latin1")
-
-
-class _TorchUnpickler(pickle.Unpickler):
-    """Unpickles a PyTorch checkpoint's data.pkl with ddpc stand-ins for the
-    globals a checkpoint of tensors needs; any other global is refused
-    before it is looked up, so nothing in the file runs."""
+class _TorchPickle:
+    """A PyTorch checkpoint's data.pkl: its storages are persistent ids, and
+    ddpc's rebuild functions, storage types, dtypes, Size and device stand in
+    for PyTorch's globals; any other PyTorch global is refused before it is
+    looked up."""
 
     def __init__(self, archive, root, byteorder, map_location, path):
         self._archive, self._root, self._map_location, self._path = archive, root, map_location, path
+        self.data_globals = _DATA_GLOBALS
         self._order = ">" if byteorder == b"big" else "<"
         self._records = {}  # storage key -> the record's bytes, read once for every tensor that views it
-        data = archive.read(root + "data.pkl")
+        self.data = archive.read(root + "data.pkl")
         # The C unpickler grows its memo to twice the largest index a PUT names, so a forged
         # index would claim gigabytes (honest ones count the PUTs before it); out-of-band
         # buffers are not in what torch.save writes.
-        for op, arg, _ in pickletools.genops(data):
-            if (op.name.endswith("PUT") and arg > len(data)) or op.name in ("NEXT_BUFFER", "READONLY_BUFFER"):
+        for op, arg, _ in pickletools.genops(self.data):
+            if (op.name.endswith("PUT") and arg > len(self.data)) or op.name in ("NEXT_BUFFER", "READONLY_BUFFER"):
                 self._fail(f"data.pkl has a {op.name} that torch.save does not write")
-        super().__init__(io.BytesIO(data))
 
     def _fail(self, why):
         _fail(self._path, why, "PyTorch")
 
-    def find_class(self, module, name):
+    def stand_in(self, module, name):
         if module == "torch._utils" and name in ("_rebuild_tensor_v2", "_rebuild_parameter",
                                                  "_rebuild_parameter_with_state"):
             return getattr(self, name)
-        if module == "collections" and name == "OrderedDict":
-            return OrderedDict
-        if module in ("builtins", "__builtin__") and name in ("set", "frozenset", "bytearray", "complex"):
-            return {"set": set, "frozenset": frozenset, "bytearray": bytearray, "complex": complex}[name]
-        if module == "_codecs" and name == "encode":
-            return _latin1_bytes
         if module == "torch":
             if name == "Size":
                 return tuple  # ddpc's shapes are tuples
@@ -351,8 +681,11 @@ class _TorchUnpickler(pickle.Unpickler):
                 return get_dtype(name)  # torch.float32, torch.long, ...
             except TypeError:
                 pass
-        self._fail(f"data.pkl refers to {module}.{name}, which ddpc does not load (it loads tensors and dtypes "
-                   f"of {_SUPPORTED}, Parameters, devices, numbers, strings, bytes and containers of them)")
+        if module == "torch" or module.startswith("torch."):
+            self._fail(f"data.pkl refers to {module}.{name}, a PyTorch object ddpc has no counterpart for (it "
+                       f"reads PyTorch's tensors and dtypes of {_SUPPORTED}, Parameters, devices and sizes): "
+                       "save its state_dict() in PyTorch instead, or what else it holds as plain data")
+        return None
 
     def persistent_load(self, pid):
         if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage"):
@@ -398,7 +731,7 @@ class _TorchUnpickler(pickle.Unpickler):
             np.asarray(buf)[...] = values  # the one copy: gathers the view, swaps bytes if the file is big-endian
         t = Tensor(buf)
         try:
-            return _placed(-t if negate else t, storage.location, bool(requires_grad), self._map_location)
+            return _leaf(_placed(-t if negate else t, storage.location, self._map_location)._buf, requires_grad)
         except Exception as e:
             raise _PlacementError from e
 
@@ -424,7 +757,7 @@ class _TorchUnpickler(pickle.Unpickler):
         return param
 
 
-def _torch_deserialize(data, map_location, path):
+def _torch_deserialize(data, map_location, path, unpickle):
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
         names = archive.namelist()
@@ -441,10 +774,11 @@ def _torch_deserialize(data, map_location, path):
         byteorder = archive.read(root + "byteorder") if root + "byteorder" in names else b"little"
         if byteorder not in (b"little", b"big"):
             _fail(path, f"unknown byte order {byteorder[:20]!r}", "PyTorch")
-        return _TorchUnpickler(archive, root, byteorder, map_location, path).load()
+        source = _TorchPickle(archive, root, byteorder, map_location, path)
+        return unpickle(source.data, source)
     except _PlacementError as e:
         raise e.__cause__ from None
-    except CheckpointError:
+    except (CheckpointError, _WeightsOnlyError):
         raise
     except (pickle.UnpicklingError, zipfile.BadZipFile, zlib.error, EOFError, AttributeError, IndexError,
             KeyError, OverflowError, TypeError, ValueError) as e:
@@ -453,10 +787,26 @@ def _torch_deserialize(data, map_location, path):
 
 # ---- public API --------------------------------------------------------------------------
 
-def save(obj, f):
-    """Writes obj (tensors, numbers, strings, None, and nested lists/tuples/dicts
-    of them) to the path f atomically, or to a writable binary file object."""
-    data = _serialize(obj)
+def save(obj, f, pickle_module=pickle, pickle_protocol=DEFAULT_PROTOCOL):
+    """Writes obj to the path f atomically, or to a writable binary file
+    object, as torch.save: a state dict, or any picklable object (a whole
+    Module, an optimizer or lr scheduler, an argparse.Namespace, a dataclass,
+    a dict of these).
+
+    Tensors are never pickled: each is stored once in ddpc's format with its
+    dtype, shape, device, requires_grad and whether it is a Parameter (not
+    its grad or hooks, as in PyTorch), and tensors over the same memory load
+    sharing it. An object of only tensors, numpy arrays, numbers, strings,
+    bytes, None, and lists, tuples, dicts, OrderedDicts and sets of them is
+    written without pickle (format 1, which every ddpc reads); anything else
+    is pickled with ``pickle_module`` at ``pickle_protocol`` (2 or higher,
+    or negative for the highest)
+    and loads with ``weights_only=False``, or with its classes allowlisted
+    (``ddpc.serialization.add_safe_globals``)."""
+    if 0 <= pickle_protocol < 2:
+        raise ValueError(f"ddpc.save: pickle_protocol must be 2 or higher (tensors are persistent ids, which "
+                         f"protocols 0 and 1 write only as text), got {pickle_protocol}")
+    data = _serialize(obj, pickle_module, pickle_protocol)
     if hasattr(f, "write"):
         f.write(data)
         return
@@ -482,11 +832,21 @@ def save(obj, f):
         os.close(dfd)
 
 
-def load(f, map_location=None, weights_only=None):
+def load(f, map_location=None, pickle_module=None, *, weights_only=None, mmap=None, **pickle_load_args):
     """Reads a checkpoint written by ddpc.save, or by PyTorch's torch.save
-    (1.6 or later), from a path or a binary file object. (``weights_only``
-    is taken for PyTorch's signature: loading never runs code from the
-    file, as PyTorch's weights_only=True.)
+    (1.6 or later), from a path or a binary file object.
+
+    weights_only: as torch.load since PyTorch 2.6, True unless False is
+    given (or a pickle_module, with weights_only left None). Data (tensors,
+    numbers, strings, containers) always loads; any other global a file
+    names must be allowlisted with ``ddpc.serialization.add_safe_globals``
+    or the ``safe_globals`` context manager, or loading raises
+    ``pickle.UnpicklingError`` naming it, and nothing from the file runs.
+    weights_only=False unpickles everything with ``pickle_module``
+    (``pickle`` by default), which can run any code: only for files from a
+    trusted source. ``pickle_load_args`` (``encoding=``, ...) go to the
+    unpickler. ``mmap`` is taken for PyTorch's signature and changes
+    nothing: ddpc reads the file and copies each tensor out of it either way.
 
     From a PyTorch file come ddpc tensors of the same dtypes (bool as
     uint8), ``ddpc.nn.Parameter`` for Parameters, requires_grad as saved,
@@ -494,9 +854,8 @@ def load(f, map_location=None, weights_only=None):
     differs: tensors that shared a storage in PyTorch (views, tied weights)
     come back as separate contiguous tensors with the same values. Refused
     with a CheckpointError naming the cause: int8, int16, complex and
-    quantized tensors, objects other than tensors, numbers, strings, bytes
-    and containers of them (a numpy array, a custom class), PyTorch's format
-    before 1.6, and TorchScript archives.
+    quantized tensors, other PyTorch objects (a whole torch.nn.Module),
+    PyTorch's format before 1.6, and TorchScript archives.
 
     map_location: None (tensors return to the device they were saved from),
     a device ("cpu", "cuda:1"), a dict mapping saved device strings to new
@@ -506,7 +865,11 @@ def load(f, map_location=None, weights_only=None):
     (``lambda storage, loc: storage`` keeps everything on the host). Raises
     CheckpointError for files that are not intact checkpoints.
     """
-    del weights_only
+    del mmap
+    if weights_only is None:
+        weights_only = pickle_module is None
+    elif weights_only and pickle_module is not None:
+        raise RuntimeError("Can not safely load weights when explicit pickle_module is specified")
     if hasattr(f, "read"):
         data, path = f.read(), getattr(f, "name", "<file>")
     else:
@@ -514,10 +877,15 @@ def load(f, map_location=None, weights_only=None):
         with open(path, "rb") as fh:
             data = fh.read()
     data = bytes(data)
-    if data.startswith(_ZIP_MAGIC):
-        return _torch_deserialize(data, map_location, path)
-    if data[2:14] == _LEGACY_TORCH_MAGIC:
-        _fail(path, "it is in PyTorch's format before 1.6 (or _use_new_zipfile_serialization=False), which "
-                    "ddpc does not read: load it with torch.load and save it again with a recent torch.save",
-              "PyTorch")
-    return _deserialize(data, map_location, path)
+    unpickle = functools.partial(_unpickle, weights_only=weights_only, pickle_module=pickle_module or pickle,
+                                 load_args={"encoding": "utf-8", **pickle_load_args}, path=path)
+    try:
+        if data.startswith(_ZIP_MAGIC):
+            return _torch_deserialize(data, map_location, path, unpickle)
+        if data[2:14] == _LEGACY_TORCH_MAGIC:
+            _fail(path, "it is in PyTorch's format before 1.6 (or _use_new_zipfile_serialization=False), which "
+                        "ddpc does not read: load it with torch.load and save it again with a recent torch.save",
+                  "PyTorch")
+        return _deserialize(data, map_location, path, unpickle)
+    except _WeightsOnlyError as e:
+        raise pickle.UnpicklingError(str(e)) from None
