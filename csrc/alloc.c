@@ -2,9 +2,15 @@
 #include "alloc.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "device.h"
 
@@ -233,6 +239,244 @@ int ddpc_block_busy(ddpc_block *b) {
 
 #endif
 
+/* ---- shared memory ---------------------------------------------------------------- */
+
+#define SHARED_MAGIC 0x316d687363706464ull /* "ddpcshm1" */
+#define SHARED_HEADER 64                   /* keeps the data HOST_ALIGN-aligned */
+
+typedef struct {
+    uint64_t magic;
+    uint64_t nbytes;       /* data bytes after the header */
+    _Atomic int64_t refs;  /* see alloc.h */
+} shared_header_;
+
+typedef struct shared_segment_ {
+    char name[48];
+    shared_header_ *header; /* start of the mapping */
+    size_t map_len;
+    pid_t holder;           /* the process whose reference this mapping holds; 0 for none */
+    struct shared_segment_ *prev, *next;
+} shared_segment_;
+
+/* Every segment this process maps, so that an ending process can drop its references. */
+static shared_segment_ *segments_;
+static pthread_mutex_t segments_mu_ = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic uint64_t next_segment_;
+static pthread_once_t atfork_once_ = PTHREAD_ONCE_INIT;
+static int atfork_rc_;
+
+static void segments_lock_(void) { pthread_mutex_lock(&segments_mu_); }
+static void segments_unlock_(void) { pthread_mutex_unlock(&segments_mu_); }
+
+/* A thread may be freeing a segment (with the GIL released) while another
+ * forks: holding the lock across fork keeps the child's list whole and its lock free. */
+static void atfork_init_(void) { atfork_rc_ = pthread_atfork(segments_lock_, segments_unlock_, segments_unlock_); }
+
+static ddpc_status segments_ready_(void) {
+    pthread_once(&atfork_once_, atfork_init_);
+    if (atfork_rc_ != 0)
+        return DDPC_ERROR(DDPC_ERR_SYS, "pthread_atfork for the shared-memory segment list failed: %s",
+                          strerror(atfork_rc_));
+    return DDPC_OK;
+}
+
+/* Drops the reference `s` holds for this process, if it holds one; the last
+ * reference unlinks the name. Called with segments_mu_ held. */
+static ddpc_status drop_reference_(shared_segment_ *s) {
+    if (s->holder != getpid()) return DDPC_OK;
+    s->holder = 0;
+    if (atomic_fetch_sub(&s->header->refs, 1) != 1) return DDPC_OK;
+    /* ENOENT: the name is gone already, which is all that was wanted. */
+    if (shm_unlink(s->name) == -1 && errno != ENOENT)
+        return DDPC_ERROR(DDPC_ERR_SYS, "shm_unlink(%s) failed: %s", s->name, strerror(errno));
+    return DDPC_OK;
+}
+
+/* Maps `fd` whole into `s`, and makes `b` the block of its data. */
+static ddpc_status map_segment_(shared_segment_ *s, int fd, size_t len, ddpc_block *b) {
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED)
+        return DDPC_ERROR(DDPC_ERR_SYS, "mmap of %zu bytes of shared-memory segment %s failed: %s", len, s->name,
+                          strerror(errno));
+    s->header = p;
+    s->map_len = len;
+    b->ptr = (char *)p + SHARED_HEADER;
+    b->size = len - SHARED_HEADER;
+    b->device = DDPC_CPU;
+    b->kind = DDPC_MEM_SHARED;
+    b->segment = s;
+    return DDPC_OK;
+}
+
+static void register_segment_(shared_segment_ *s) {
+    s->holder = getpid();
+    segments_lock_();
+    s->prev = NULL;
+    s->next = segments_;
+    if (segments_) segments_->prev = s;
+    segments_ = s;
+    segments_unlock_();
+}
+
+ddpc_status ddpc_alloc_shared(size_t nbytes, ddpc_block **out) {
+    *out = NULL;
+    if (nbytes > (size_t)INT64_MAX - SHARED_HEADER)
+        return DDPC_ERROR(DDPC_ERR_ARG, "%zu bytes of shared memory is more than a segment can hold", nbytes);
+    CHECK(segments_ready_());
+    const size_t len = SHARED_HEADER + nbytes;
+    ddpc_status st = DDPC_OK;
+    ddpc_block *b = calloc(1, sizeof *b);
+    shared_segment_ *s = calloc(1, sizeof *s);
+    int fd = -1;
+    if (!b || !s) {
+        st = DDPC_ERROR(DDPC_ERR_OOM, "out of host memory for a shared block header");
+        goto fail_;
+    }
+    /* O_EXCL: a name left behind by a killed process that had this pid is
+     * skipped, never taken over. */
+    for (int tries = 0; tries < 1000; tries++) {
+        snprintf(s->name, sizeof s->name, "/ddpc_%d_%llu", (int)getpid(),
+                 (unsigned long long)atomic_fetch_add(&next_segment_, 1));
+        fd = shm_open(s->name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+        if (fd != -1 || errno != EEXIST) break;
+    }
+    if (fd == -1) {
+        st = DDPC_ERROR(DDPC_ERR_SYS, "shm_open(%s) for %zu bytes of shared memory failed: %s", s->name, nbytes,
+                        strerror(errno));
+        goto fail_;
+    }
+    if (ftruncate(fd, (off_t)len) == -1) {
+        st = DDPC_ERROR(DDPC_ERR_SYS, "ftruncate of shared-memory segment %s to %zu bytes failed: %s", s->name, len,
+                        strerror(errno));
+        goto unlink_;
+    }
+    /* Reserving the pages now makes a full /dev/shm an error here; otherwise
+     * the first write to a page that can't be had kills the process (SIGBUS). */
+    int rc;
+    while ((rc = posix_fallocate(fd, 0, (off_t)len)) == EINTR) {}
+    if (rc != 0) {
+        st = DDPC_ERROR(DDPC_ERR_SYS, "posix_fallocate of %zu bytes for shared-memory segment %s failed: %s%s", len,
+                        s->name, strerror(rc), rc == ENOSPC ? " (/dev/shm is full)" : "");
+        goto unlink_;
+    }
+    CHECKGOTO(map_segment_(s, fd, len, b), st, unlink_);
+    rc = close(fd);
+    fd = -1;
+    if (rc == -1) {
+        st = DDPC_ERROR(DDPC_ERR_SYS, "close of shared-memory segment %s failed: %s", s->name, strerror(errno));
+        munmap(s->header, len);
+        goto unlink_;
+    }
+    s->header->magic = SHARED_MAGIC;
+    s->header->nbytes = nbytes;
+    atomic_init(&s->header->refs, 1);
+    register_segment_(s);
+    *out = b;
+    return DDPC_OK;
+unlink_:
+    shm_unlink(s->name);
+fail_:
+    if (fd != -1) close(fd);
+    free(s);
+    free(b);
+    return st;
+}
+
+ddpc_status ddpc_open_shared(const char *name, ddpc_block **out) {
+    *out = NULL;
+    if (strncmp(name, "/ddpc_", 6) != 0 || strlen(name) >= sizeof ((shared_segment_ *)0)->name ||
+        strchr(name + 1, '/'))
+        return DDPC_ERROR(DDPC_ERR_ARG, "'%s' is not the name of a ddpc shared-memory segment", name);
+    CHECK(segments_ready_());
+    ddpc_status st = DDPC_OK;
+    ddpc_block *b = calloc(1, sizeof *b);
+    shared_segment_ *s = calloc(1, sizeof *s);
+    int fd = -1;
+    if (!b || !s) {
+        st = DDPC_ERROR(DDPC_ERR_OOM, "out of host memory for a shared block header");
+        goto fail_;
+    }
+    strcpy(s->name, name);
+    fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
+    if (fd == -1) {
+        st = DDPC_ERROR(DDPC_ERR_SYS, "shm_open(%s) failed: %s%s", name, strerror(errno),
+                        errno == ENOENT ? " (every process that held it had released it; a name sent once opens once)"
+                                        : "");
+        goto fail_;
+    }
+    struct stat sb;
+    if (fstat(fd, &sb) == -1) {
+        st = DDPC_ERROR(DDPC_ERR_SYS, "fstat of shared-memory segment %s failed: %s", name, strerror(errno));
+        goto fail_;
+    }
+    if (sb.st_size < SHARED_HEADER) {
+        st = DDPC_ERROR(DDPC_ERR_ARG, "%s is %lld bytes long, too short for a ddpc shared-memory segment", name,
+                        (long long)sb.st_size);
+        goto fail_;
+    }
+    CHECKGOTO(map_segment_(s, fd, (size_t)sb.st_size, b), st, fail_);
+    if (s->header->magic != SHARED_MAGIC || s->header->nbytes != b->size) {
+        st = DDPC_ERROR(DDPC_ERR_ARG, "%s is not a ddpc shared-memory segment (its header does not match)", name);
+        goto unmap_;
+    }
+    int rc = close(fd);
+    fd = -1;
+    if (rc == -1) {
+        st = DDPC_ERROR(DDPC_ERR_SYS, "close of shared-memory segment %s failed: %s", name, strerror(errno));
+        goto unmap_;
+    }
+    register_segment_(s);
+    *out = b;
+    return DDPC_OK;
+unmap_:
+    munmap(s->header, s->map_len);
+fail_:
+    if (fd != -1) close(fd);
+    free(s);
+    free(b);
+    return st;
+}
+
+ddpc_status ddpc_shared_send(ddpc_block *b) {
+    shared_segment_ *s = b->segment;
+    int64_t refs = atomic_load(&s->header->refs);
+    do {
+        /* None left means the name is unlinked: a receiver could not open it. */
+        if (refs <= 0)
+            return DDPC_ERROR(DDPC_ERR_ARG, "shared-memory segment %s was released by every process that held it, "
+                              "so it can't be sent any more", s->name);
+    } while (!atomic_compare_exchange_weak(&s->header->refs, &refs, refs + 1));
+    return DDPC_OK;
+}
+
+const char *ddpc_shared_name(const ddpc_block *b) { return ((const shared_segment_ *)b->segment)->name; }
+
+static ddpc_status free_shared_(ddpc_block *b) {
+    shared_segment_ *s = b->segment;
+    segments_lock_();
+    if (s->prev) s->prev->next = s->next;
+    else segments_ = s->next;
+    if (s->next) s->next->prev = s->prev;
+    ddpc_status st = drop_reference_(s);
+    segments_unlock_();
+    if (munmap(s->header, s->map_len) == -1 && st == DDPC_OK)
+        st = DDPC_ERROR(DDPC_ERR_SYS, "munmap of shared-memory segment %s failed: %s", s->name, strerror(errno));
+    free(s);
+    free(b);
+    return st;
+}
+
+ddpc_status ddpc_shared_release_all(void) {
+    ddpc_status st = DDPC_OK;
+    segments_lock_();
+    for (shared_segment_ *s = segments_; s; s = s->next) {
+        ddpc_status r = drop_reference_(s);
+        if (st == DDPC_OK) st = r;
+    }
+    segments_unlock_();
+    return st;
+}
+
 ddpc_status ddpc_alloc(int device, size_t nbytes, int pinned, ddpc_block **out) {
     *out = NULL;
     if (device != DDPC_CPU) return device_alloc_(device, nbytes, out);
@@ -258,12 +502,14 @@ ddpc_status ddpc_alloc(int device, size_t nbytes, int pinned, ddpc_block **out) 
     return DDPC_OK;
 }
 
-void ddpc_free(ddpc_block *b) {
-    if (!b) return;
+ddpc_status ddpc_free(ddpc_block *b) {
+    if (!b) return DDPC_OK;
     switch (b->kind) {
     case DDPC_MEM_DEVICE:
         device_free_(b);
-        return;
+        return DDPC_OK;
+    case DDPC_MEM_SHARED:
+        return free_shared_(b);
     case DDPC_MEM_PINNED:
         forget_use_(b);
         pinned_free_(b->ptr);
@@ -273,4 +519,5 @@ void ddpc_free(ddpc_block *b) {
         break;
     }
     free(b);
+    return DDPC_OK;
 }

@@ -1,5 +1,5 @@
-/* Allocators: aligned host memory, pinned host memory for staging, and a
- * caching device allocator.
+/* Allocators: aligned host memory, pinned host memory for staging, host
+ * memory in a named shared-memory segment, and a caching device allocator.
  *
  * cudaMalloc/cudaFree synchronise the device and cost far more than a training
  * step's kernels, so freed device blocks go back to a per-device cache and are
@@ -11,7 +11,7 @@
 
 #include "common.h"
 
-typedef enum { DDPC_MEM_HOST = 0, DDPC_MEM_PINNED, DDPC_MEM_DEVICE } ddpc_mem_kind;
+typedef enum { DDPC_MEM_HOST = 0, DDPC_MEM_PINNED, DDPC_MEM_DEVICE, DDPC_MEM_SHARED } ddpc_mem_kind;
 
 typedef struct ddpc_block {
     void *ptr;
@@ -21,12 +21,38 @@ typedef struct ddpc_block {
     struct ddpc_block *next; /* free-list link while cached */
     void *use_event;  /* pinned: event after the last asynchronous copy out of it (cudaEvent_t) */
     int use_device;   /* the device that event belongs to */
+    void *segment;    /* shared: the segment's mapping and name (alloc.c) */
 } ddpc_block;
 
 /* `device` DDPC_CPU gives host memory (pinned when `pinned` and a GPU is
  * usable; plain page-aligned memory otherwise). Zero bytes is allowed. */
 ddpc_status ddpc_alloc(int device, size_t nbytes, int pinned, ddpc_block **out);
-void ddpc_free(ddpc_block *block);
+/* Fails only for a shared block (its munmap or shm_unlink); the block is gone either way. */
+ddpc_status ddpc_free(ddpc_block *block);
+
+/* Shared blocks live in a POSIX shared-memory segment ("/ddpc_<pid>_<n>")
+ * that other processes on the host map by name, so writes in one are seen by
+ * all. The segment opens with a header holding a count of references: one
+ * for each process that holds it (the one that made it, one per open), and
+ * one for each name sent but not opened yet, so the segment outlives its
+ * creator until the receiver has it. Freeing a block drops its process's
+ * reference; the last reference dropped unlinks the name, and the memory goes
+ * with the last mapping. A process killed with SIGKILL never drops its
+ * references, so its segments stay in /dev/shm; a name sent and never opened
+ * keeps its segment there too.
+ *
+ * A forked child inherits the mapping but no reference: it may use and send
+ * the memory, and its exit (or free) leaves the count alone. */
+ddpc_status ddpc_alloc_shared(size_t nbytes, ddpc_block **out);
+/* Maps the segment `name`, taking over the reference ddpc_shared_send took
+ * for it. */
+ddpc_status ddpc_open_shared(const char *name, ddpc_block **out);
+/* Takes a reference for a process the name is about to be sent to. */
+ddpc_status ddpc_shared_send(ddpc_block *block);
+const char *ddpc_shared_name(const ddpc_block *block);
+/* Drops every reference this process holds, for a process about to end;
+ * the mappings stay usable until freed. */
+ddpc_status ddpc_shared_release_all(void);
 
 /* Pinned blocks are read by copies the host does not wait for: each such
  * copy records its completion in the block (on `stream` of `device`), and a

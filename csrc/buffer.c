@@ -1,4 +1,5 @@
-/* The Buffer type: construction, views, the buffer protocol and DLPack. */
+/* The Buffer type: construction, views, the buffer protocol, DLPack and
+ * moving host memory into shared memory. */
 #include "buffer.h"
 
 #include <structmember.h>
@@ -151,6 +152,8 @@ ddpc_buffer *ddpc_buffer_new(int ndim, const int64_t *shape, ddpc_dtype dtype, i
     return b;
 }
 
+static int has_buffer_base_(const ddpc_buffer *b) { return b->base && ddpc_buffer_check(b->base); }
+
 ddpc_buffer *ddpc_buffer_view(ddpc_buffer *parent, void *data, int ndim, const int64_t *shape, ddpc_dtype dtype) {
     ddpc_buffer *b = alloc_object_(ndim, shape, dtype, parent->device);
     if (!b) return NULL;
@@ -159,10 +162,35 @@ ddpc_buffer *ddpc_buffer_view(ddpc_buffer *parent, void *data, int ndim, const i
     /* Point at the buffer owning or importing the memory, so chains of views
      * stay one level deep and share its version counter (or at a view with a
      * counter of its own, which its views share). */
-    b->base = parent->block || parent->imported || !parent->base || parent->own_version ? (PyObject *)parent
-                                                                                        : parent->base;
-    Py_INCREF(b->base);
+    ddpc_buffer *base = parent->block || parent->imported || !has_buffer_base_(parent) || parent->own_version
+                            ? parent
+                            : (ddpc_buffer *)parent->base;
+    Py_INCREF(base);
+    b->base = (PyObject *)base;
+    b->next_view = base->views;
+    if (base->views) base->views->prev_view = b;
+    base->views = b;
     return b;
+}
+
+/* Takes b out of its base's list of views. A buffer imported from another
+ * Buffer through the buffer protocol has that Buffer as its base without
+ * being in the list (its export keeps the memory from moving instead). */
+static void unlink_view_(ddpc_buffer *b) {
+    ddpc_buffer *base = (ddpc_buffer *)b->base;
+    if (b->prev_view) b->prev_view->next_view = b->next_view;
+    else if (base->views == b) base->views = b->next_view;
+    if (b->next_view) b->next_view->prev_view = b->prev_view;
+}
+
+/* Reports a failure that nobody can be told of directly (a free in a
+ * deallocator), keeping whatever exception is being raised. */
+static void report_unraisable_(ddpc_status st) {
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    ddpc_raise(st);
+    PyErr_WriteUnraisable(NULL);
+    PyErr_Restore(type, value, tb);
 }
 
 static PyObject *buffer_tp_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
@@ -188,10 +216,13 @@ static PyObject *buffer_tp_new(PyTypeObject *type, PyObject *args, PyObject *kwd
 static void buffer_dealloc(ddpc_buffer *b) {
     PyObject_GC_UnTrack(b);
     if (b->weakreflist) PyObject_ClearWeakRefs((PyObject *)b);
+    if (has_buffer_base_(b)) unlink_view_(b);
     if (b->block) {
+        ddpc_status st;
         Py_BEGIN_ALLOW_THREADS
-        ddpc_free(b->block);
+        st = ddpc_free(b->block);
         Py_END_ALLOW_THREADS
+        if (st != DDPC_OK) report_unraisable_(st);
     }
     if (b->imported) {
         PyBuffer_Release(b->imported);
@@ -346,6 +377,7 @@ static const DLDataType dl_types_[DDPC_NDTYPES] = {
 /* Exported tensors hold a reference to the Buffer; the deleter may run on any thread. */
 static void dl_release_(void *buffer, void *managed) {
     PyGILState_STATE g = PyGILState_Ensure();
+    if (buffer) ((ddpc_buffer *)buffer)->exports--;
     Py_XDECREF((PyObject *)buffer);
     PyGILState_Release(g);
     PyMem_RawFree(managed);
@@ -449,6 +481,7 @@ static PyObject *buffer_dlpack(ddpc_buffer *b, PyObject *args, PyObject *kwds) {
         if (!capsule) PyMem_RawFree(m);
     }
     if (!capsule) Py_DECREF(b);
+    else b->exports++;
     return capsule;
 }
 
@@ -551,6 +584,138 @@ static PyObject *buffer_from_dlpack(PyObject *cls, PyObject *capsule) {
     b->readonly = readonly;
     b->base = owner;
     return (PyObject *)b;
+}
+
+/* ---- shared memory ------------------------------------------------------------ */
+
+/* The buffer whose memory b views: the end of its chain of Buffer bases. */
+static ddpc_buffer *storage_root_(ddpc_buffer *b) {
+    while (has_buffer_base_(b)) b = (ddpc_buffer *)b->base;
+    return b;
+}
+
+static int is_shared_(const ddpc_buffer *root) { return root->block && root->block->kind == DDPC_MEM_SHARED; }
+
+static Py_ssize_t exports_of_tree_(const ddpc_buffer *b) {
+    Py_ssize_t n = b->exports;
+    for (const ddpc_buffer *v = b->views; v; v = v->next_view) n += exports_of_tree_(v);
+    return n;
+}
+
+static void repoint_views_(ddpc_buffer *b, const char *from, char *to) {
+    for (ddpc_buffer *v = b->views; v; v = v->next_view) {
+        v->data = to + ((const char *)v->data - from);
+        repoint_views_(v, from, to);
+    }
+}
+
+static PyObject *buffer_share_memory(ddpc_buffer *b, PyObject *unused) {
+    (void)unused;
+    ddpc_buffer *root = storage_root_(b);
+    if (root->device != DDPC_CPU) {
+        PyErr_Format(PyExc_ValueError, "share_memory_: a cuda:%d buffer has no host memory to share", root->device);
+        return NULL;
+    }
+    if (is_shared_(root)) Py_RETURN_NONE;
+    char *from = root->data;
+    const size_t nbytes = ddpc_buffer_nbytes(root);
+    ddpc_block *block;
+    ddpc_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = ddpc_alloc_shared(nbytes, &block);
+    if (st == DDPC_OK && nbytes) memcpy(block->ptr, from, nbytes);
+    Py_END_ALLOW_THREADS
+    if (st != DDPC_OK) return ddpc_raise(st);
+    /* Checked with the GIL held again: the memory may have been exported or
+     * moved by another thread during the copy. */
+    Py_ssize_t exports = exports_of_tree_(root);
+    if (root->data != from || exports) {
+        st = ddpc_free(block);
+        if (st != DDPC_OK) return ddpc_raise(st);
+        if (root->data != from) Py_RETURN_NONE;
+        PyErr_Format(PyExc_BufferError,
+                     "share_memory_: %zd numpy array(s), memoryview(s) or DLPack export(s) view this memory by "
+                     "address, and would be left on freed memory when it moves into shared memory; delete them "
+                     "first, or share the tensor before making them",
+                     exports);
+        return NULL;
+    }
+    repoint_views_(root, from, block->ptr);
+    ddpc_block *old = root->block;
+    root->block = block;
+    root->data = block->ptr;
+    if (root->imported) {
+        PyBuffer_Release(root->imported);
+        PyMem_Free(root->imported);
+        root->imported = NULL;
+    }
+    Py_CLEAR(root->base); /* the numpy array or DLPack producer whose memory this was */
+    if (old) {
+        Py_BEGIN_ALLOW_THREADS
+        st = ddpc_free(old);
+        Py_END_ALLOW_THREADS
+        if (st != DDPC_OK) return ddpc_raise(st);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *buffer_send_shared(ddpc_buffer *b, PyObject *unused) {
+    (void)unused;
+    ddpc_buffer *root = storage_root_(b);
+    if (!is_shared_(root)) {
+        PyErr_SetString(PyExc_ValueError, "send_shared: the memory is not shared (share_memory_() moves it there)");
+        return NULL;
+    }
+    ddpc_status st = ddpc_shared_send(root->block);
+    if (st != DDPC_OK) return ddpc_raise(st);
+    return Py_BuildValue("(sn)", ddpc_shared_name(root->block),
+                         (Py_ssize_t)((char *)b->data - (char *)root->block->ptr));
+}
+
+static PyObject *buffer_from_shared(PyObject *cls, PyObject *args) {
+    (void)cls;
+    const char *name;
+    Py_ssize_t offset;
+    PyObject *shape_obj, *dtype_obj;
+    if (!PyArg_ParseTuple(args, "snOO:from_shared", &name, &offset, &shape_obj, &dtype_obj)) return NULL;
+    int64_t shape[DDPC_MAX_NDIM], numel;
+    ddpc_dtype dtype;
+    int ndim = ddpc_parse_shape(shape_obj, shape, &numel);
+    if (ndim < 0 || ddpc_parse_dtype(dtype_obj, &dtype) < 0) return NULL;
+    ddpc_block *block;
+    ddpc_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = ddpc_open_shared(name, &block);
+    Py_END_ALLOW_THREADS
+    if (st != DDPC_OK) return ddpc_raise(st);
+    const size_t itemsize = ddpc_dtype_size(dtype), nbytes = (size_t)numel * itemsize;
+    if (offset < 0 || (size_t)offset % itemsize || (size_t)offset > block->size ||
+        nbytes > block->size - (size_t)offset) {
+        PyErr_Format(PyExc_ValueError, "from_shared: %zu bytes at offset %zd do not fit in the %zu bytes of %s",
+                     nbytes, offset, block->size, name);
+        st = ddpc_free(block);
+        if (st != DDPC_OK) ddpc_clear_error();
+        return NULL;
+    }
+    /* The whole segment as bytes, which the tensor's buffer views: that keeps
+     * its offset into the storage, and sends it on as it came. */
+    int64_t seg_shape[1] = {(int64_t)block->size};
+    ddpc_buffer *root = alloc_object_(1, seg_shape, DDPC_UINT8, DDPC_CPU);
+    if (!root) {
+        st = ddpc_free(block);
+        if (st != DDPC_OK) ddpc_clear_error();
+        return NULL;
+    }
+    root->block = block;
+    root->data = block->ptr;
+    ddpc_buffer *b = ddpc_buffer_view(root, (char *)block->ptr + offset, ndim, shape, dtype);
+    Py_DECREF(root);
+    return (PyObject *)b;
+}
+
+static PyObject *get_is_shared(ddpc_buffer *b, void *c) {
+    (void)c;
+    return PyBool_FromLong(is_shared_(storage_root_(b)));
 }
 
 /* ---- views and attributes ----------------------------------------------------- */
@@ -676,6 +841,12 @@ static PyMethodDef buffer_methods[] = {
      "a view of the same memory whose writes are counted apart (what Tensor.data returns)"},
     {"bump_version", (PyCFunction)buffer_bump_version, METH_NOARGS,
      "counts an in-place write into this memory (autograd checks tensors saved for backward against it)"},
+    {"share_memory_", (PyCFunction)buffer_share_memory, METH_NOARGS,
+     "moves the host memory this buffer views into a shared-memory segment, in place (every view follows)"},
+    {"send_shared", (PyCFunction)buffer_send_shared, METH_NOARGS,
+     "(segment name, byte offset) of shared memory, with a reference taken for the process it is sent to"},
+    {"from_shared", (PyCFunction)buffer_from_shared, METH_VARARGS | METH_CLASS,
+     "from_shared(name, offset, shape, dtype): a view of a segment send_shared named (takes over its reference)"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -691,6 +862,7 @@ static PyGetSetDef buffer_getset[] = {
     {"data_ptr", (getter)get_data_ptr, NULL, "address of the first element", NULL},
     {"readonly", (getter)get_readonly, NULL, "whether writes are refused", NULL},
     {"is_pinned", (getter)get_is_pinned, NULL, "whether the memory is page-locked host memory", NULL},
+    {"is_shared", (getter)get_is_shared, NULL, "whether the memory is in a shared-memory segment", NULL},
     {"base", (getter)get_base, NULL, "the object owning a view's memory", NULL},
     {"views_shared", (getter)get_views_shared, NULL,
      "whether this is a view of a buffer that something else holds too (a write would reach it)", NULL},

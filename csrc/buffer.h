@@ -3,7 +3,11 @@
  * A Buffer either owns a block from alloc.c or views memory owned by another
  * object (a parent Buffer, a numpy array through the buffer protocol, or a
  * DLPack producer), holding a reference to that owner for its lifetime. Host
- * buffers export the buffer protocol, so numpy views them without a copy. */
+ * buffers export the buffer protocol, so numpy views them without a copy.
+ *
+ * A Buffer knows the views whose base it is, so that share_memory_() can
+ * move host memory into a shared-memory segment in place: every view of it
+ * is re-pointed at the same elements there. */
 #ifndef DDPC_BUFFER_H
 #define DDPC_BUFFER_H
 
@@ -17,7 +21,7 @@
 
 #define DDPC_MAX_NDIM 8
 
-typedef struct {
+typedef struct ddpc_buffer_ {
     PyObject_HEAD
     void *data;
     int ndim;
@@ -29,11 +33,13 @@ typedef struct {
     ddpc_block *block;       /* owned memory, NULL for a view */
     PyObject *base;          /* owner of a view's memory */
     Py_buffer *imported;     /* buffer-protocol view held for `base` */
-    Py_ssize_t exports;      /* live buffer-protocol exports */
+    Py_ssize_t exports;      /* live buffer-protocol and DLPack exports (holders of the address) */
     Py_ssize_t py_shape[DDPC_MAX_NDIM], py_strides[DDPC_MAX_NDIM];
     PyObject *weakreflist;
     uint64_t version;        /* in-place writes, counted on the buffer that holds the memory (see buffer.c) */
     int own_version;         /* a view counting its writes apart from its owner's (Tensor.data) */
+    struct ddpc_buffer_ *views;                 /* first of the views whose base this is */
+    struct ddpc_buffer_ *prev_view, *next_view; /* siblings in the base's list */
 } ddpc_buffer;
 
 /* The Buffer type object (set at module init). */

@@ -258,6 +258,16 @@ static PyObject *py_build_info(PyObject *m, PyObject *unused) {
                          "compiler", __VERSION__, "build_date", __DATE__);
 }
 
+static PyObject *py_release_shared_memory(PyObject *m, PyObject *unused) {
+    (void)m, (void)unused;
+    ddpc_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = ddpc_shared_release_all();
+    Py_END_ALLOW_THREADS
+    if (st != DDPC_OK) return ddpc_raise(st);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef module_methods[] = {
     {"cuda_device_count", py_cuda_device_count, METH_NOARGS, "number of usable GPUs (0 without driver or GPU)"},
     {"cuda_initialized", py_cuda_initialized, METH_NOARGS, "whether a CUDA context exists (fork is unsafe)"},
@@ -282,6 +292,8 @@ static PyMethodDef module_methods[] = {
     {"cuda_event_elapsed", py_cuda_event_elapsed, METH_VARARGS,
      "cuda_event_elapsed(start, end): milliseconds between two recorded timing events"},
     {"build_info", py_build_info, METH_NOARGS, "what this build was compiled with"},
+    {"release_shared_memory", py_release_shared_memory, METH_NOARGS,
+     "drops this process's references to shared-memory segments (at its end); its mappings stay usable"},
     {NULL, NULL, 0, NULL},
 };
 

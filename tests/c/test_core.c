@@ -1,10 +1,11 @@
-/* C-level tests of the allocator, the 16-bit float conversions (scalar and
+/* C-level tests of the allocator (shared blocks' reference counts included), the 16-bit float conversions (scalar and
  * array, software and F16C) and the random generator, built with
  * AddressSanitizer by tests/test_c_units.py. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "check.h"
 
@@ -28,6 +29,45 @@ static void test_host_allocations_(void) {
     memset(p->ptr, 1, 10000);
     ddpc_free(p);
     ddpc_free(NULL);
+}
+
+static int segment_exists_(const char *name) {
+    char path[96];
+    snprintf(path, sizeof path, "/dev/shm%s", name);
+    return access(path, F_OK) == 0;
+}
+
+static void test_shared_blocks_count_references_(void) {
+    ddpc_block *a = NULL, *b = NULL;
+    char name[64];
+    EXPECT(ddpc_alloc_shared(1000, &a) == DDPC_OK);
+    EXPECT(a && a->kind == DDPC_MEM_SHARED && a->size == 1000 && ((uintptr_t)a->ptr % 64) == 0);
+    if (!a) return;
+    memset(a->ptr, 0x5a, 1000);
+    snprintf(name, sizeof name, "%s", ddpc_shared_name(a));
+    EXPECT(segment_exists_(name));
+    EXPECT(ddpc_shared_send(a) == DDPC_OK); /* a reference for a receiver */
+    EXPECT(ddpc_free(a) == DDPC_OK);        /* the maker lets go before the receiver opens it */
+    EXPECT(segment_exists_(name), "%s went before its receiver opened it", name);
+    EXPECT(ddpc_open_shared(name, &b) == DDPC_OK);
+    EXPECT(b && b->size == 1000 && ((unsigned char *)b->ptr)[999] == 0x5a);
+    EXPECT(ddpc_free(b) == DDPC_OK);
+    EXPECT(!segment_exists_(name), "%s outlived its last reference", name);
+    EXPECT(ddpc_open_shared(name, &b) == DDPC_ERR_SYS && b == NULL);
+    EXPECT(strstr(ddpc_last_error(), "No such file") != NULL, "%s", ddpc_last_error());
+    ddpc_clear_error();
+    EXPECT(ddpc_open_shared("/tmp/x", &b) == DDPC_ERR_ARG);
+    ddpc_clear_error();
+
+    /* An ending process drops its references; its mappings stay usable. */
+    EXPECT(ddpc_alloc_shared(0, &a) == DDPC_OK);
+    if (!a) return;
+    snprintf(name, sizeof name, "%s", ddpc_shared_name(a));
+    EXPECT(ddpc_shared_release_all() == DDPC_OK);
+    EXPECT(!segment_exists_(name), "%s outlived release_all", name);
+    EXPECT(ddpc_shared_send(a) == DDPC_ERR_ARG); /* unlinked: a receiver could not open it */
+    ddpc_clear_error();
+    EXPECT(ddpc_free(a) == DDPC_OK);
 }
 
 static void test_device_requests_fail_cleanly_without_gpu_(void) {
@@ -183,6 +223,7 @@ static void test_errors_keep_the_first_message_(void) {
 
 int main(void) {
     test_host_allocations_();
+    test_shared_blocks_count_references_();
     test_device_requests_fail_cleanly_without_gpu_();
     test_size_classes_();
     test_half_round_trip_all_bit_patterns_();
