@@ -94,3 +94,13 @@ def test_gradient_penalty_example_estimates_the_distance():
 def test_tensors_example():
     code, out = run(["tensors.py"])
     assert code == 0 and "round trip through DLPack" in out, out
+
+
+def test_hogwild_example_trains_the_parents_shared_model():
+    code, out = run(["hogwild.py"])
+    assert code == 0, out
+    before = re.search(r"before training: loss (\S+)  accuracy (\S+)", out)
+    after = re.search(r"after 2 processes trained it: loss (\S+)  accuracy (\S+)", out)
+    assert before and after, out
+    assert float(after.group(1)) < float(before.group(1)) / 2, out
+    assert float(after.group(2)) > float(before.group(2)), out

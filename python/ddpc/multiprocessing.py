@@ -4,20 +4,76 @@ with ``spawn`` and ``start_processes`` from ``ddpc.spawn``, so that
 ``import torch.multiprocessing as mp; mp.spawn(main, args=(world,), nprocs=world)``
 ports by renaming.
 
-Where ddpc differs: a ddpc tensor put on a Queue or passed to a Process is
-pickled with its data, so the receiver gets a copy (PyTorch moves it to
-shared memory and both sides see one tensor). ``spawn`` also gives each
-child the environment ``init_process_group()`` reads, as ``ddpc.spawn`` does.
+A tensor in shared memory (``Tensor.share_memory_()``,
+``Module.share_memory()``) crosses to another process by name: passed to a
+Process started with 'spawn' or 'forkserver', or put on a Queue or Pipe, it
+is pickled as its segment's name, offset, shape and dtype, and the receiver
+maps the same memory, so each process sees the others' writes (lock-free
+Hogwild training, as in PyTorch's examples/mnist_hogwild). A forked child
+shares it by inheriting the mapping.
+
+Where ddpc differs: any other tensor, cuda tensors included, is pickled with
+its data, so the receiver gets a copy (PyTorch moves a cpu tensor into shared
+memory first, and passes CUDA IPC handles), and so is an instance of a
+Tensor subclass other than Parameter. ``spawn`` also gives each child
+the environment ``init_process_group()`` reads, as ``ddpc.spawn`` does. Plain
+``pickle`` and ``copy.deepcopy`` copy shared tensors too, as in PyTorch.
+
+How long shared memory lives: a segment (``/dev/shm/ddpc_<pid>_<n>``, named
+after the process that made it) counts its references, one for each process
+that holds it and one for each pickle sent but not unpickled yet, so it
+outlives its maker until the receiver has it. A process drops its references
+when it frees the tensors or ends normally (sys.exit, the end of a
+multiprocessing child, forked ones included), and the last reference removes
+the name. A process killed by a signal (SIGKILL, or SIGTERM, which
+``Process.terminate()`` sends, unless handled) drops none, so its segments
+stay in /dev/shm until removed (``rm /dev/shm/ddpc_<pid>_*``); a pickle never
+unpickled keeps its segment there too, and one unpickled twice drops a
+reference it was not given. PyTorch's 'file_system' strategy has the same
+limits; its 'file_descriptor' strategy, which passes descriptors instead of
+names, has no ddpc equivalent, so both names mean the segments above.
 """
 
 import multiprocessing as _mp
+from multiprocessing import reduction as _reduction
+from multiprocessing import util as _util
 
+from . import _C
 from .spawn import ProcessException, ProcessExitedException, ProcessRaisedException, SpawnContext, spawn
+from .tensor import Tensor
 
 ProcessContext = SpawnContext
 _SHARING_STRATEGIES = ("file_descriptor", "file_system")
 _sharing_strategy = "file_descriptor"
 globals().update((name, getattr(_mp, name)) for name in _mp.__all__)  # as torch.multiprocessing re-exports them
+
+
+def _rebuild_shared_tensor(name, offset, shape, dtype_name, requires_grad):
+    t = Tensor(_C.Buffer.from_shared(name, offset, shape, dtype_name))
+    t.requires_grad = requires_grad
+    return t
+
+
+def _reduce_tensor(t):
+    """How multiprocessing pickles a Tensor (and, through its own reduction, a
+    Parameter): a shared one by its segment's name, any other with its data."""
+    if not t.is_shared():
+        return t.__reduce__()
+    name, offset = t._buf.send_shared()
+    return _rebuild_shared_tensor, (name, offset, t.shape, t.dtype.name, t.requires_grad)
+
+
+def _release_shared_memory_at_exit(_=None):
+    # A forked child ends with os._exit, past atexit and with its objects never
+    # freed, so the references go with the finalizers every multiprocessing
+    # process runs as it ends (a child starts with none: register_after_fork).
+    # -100: after those that flush Queues, whose pickling takes references.
+    _util.Finalize(None, _C.release_shared_memory, exitpriority=-100)
+
+
+_reduction.ForkingPickler.register(Tensor, _reduce_tensor)
+_release_shared_memory_at_exit()
+_util.register_after_fork(_release_shared_memory_at_exit, _release_shared_memory_at_exit)
 
 
 def start_processes(fn, args=(), nprocs=1, join=True, daemon=False, start_method="spawn"):
@@ -27,7 +83,8 @@ def start_processes(fn, args=(), nprocs=1, join=True, daemon=False, start_method
 
 def set_sharing_strategy(new_strategy):
     """Takes torch.multiprocessing's strategy names so that scripts which set
-    one run; ddpc tensors cross processes by copy, so neither changes how."""
+    one run; both share through named segments, as 'file_system' does (see
+    the module's docstring)."""
     global _sharing_strategy
     if new_strategy not in _SHARING_STRATEGIES:
         raise ValueError(f"unknown sharing strategy {new_strategy!r} (one of {', '.join(_SHARING_STRATEGIES)})")

@@ -223,6 +223,34 @@ class Tensor:
     def is_pinned(self):
         return self._buf.is_pinned
 
+    def share_memory_(self):
+        """Moves this tensor's storage into shared memory, in place, and returns
+        this tensor (a no-op where it is shared already), as in PyTorch: every
+        tensor viewing the storage follows it, and a shared tensor passed to a
+        process of ``ddpc.multiprocessing`` or put on its Queue is mapped
+        there, not copied, so each process sees the others' writes (see
+        ddpc.multiprocessing for how long the memory lives).
+
+        Differences from PyTorch: a cuda tensor raises, since ddpc does not
+        share device memory between processes (PyTorch passes CUDA IPC
+        handles; ddpc would give the other process a copy); while a numpy
+        array, memoryview or DLPack consumer views the storage by address this
+        raises BufferError, where PyTorch leaves it on freed memory; and on a
+        copy that stands where PyTorch has a view (``x.t()``, see Tensor) it
+        shares that copy, not ``x``. A tensor made with ``from_numpy`` stops
+        sharing the array's memory, as in PyTorch."""
+        if self.is_cuda:
+            raise RuntimeError(f"share_memory_: ddpc does not share {self.device} memory between processes "
+                               "(PyTorch passes CUDA IPC handles; a cuda tensor sent to another process arrives "
+                               "as a copy); share a cpu model, or train on GPUs with DistributedDataParallel")
+        self._buf.share_memory_()
+        return self
+
+    def is_shared(self):
+        """Whether the storage is in shared memory; False for a cuda tensor
+        (PyTorch says True: it shares device memory, ddpc does not)."""
+        return self._buf.is_shared
+
     def is_contiguous(self, memory_format=contiguous_format):
         """Whether the tensor is contiguous in ``memory_format``: ddpc's are all
         row-major, which is channels_last only where PyTorch's rule says so

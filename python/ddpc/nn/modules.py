@@ -505,6 +505,12 @@ class Module:
     def cpu(self):
         return self.to(device="cpu")
 
+    def share_memory(self):
+        """Moves every parameter, buffer and existing grad into shared memory,
+        in place (see Tensor.share_memory_). Grads made later, as backward
+        makes them after ``zero_grad()``, are each process's own."""
+        return self._apply(lambda t: t.share_memory_())
+
     def float(self):
         return self.to(dtype="float32")
 
