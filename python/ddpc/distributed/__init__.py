@@ -42,8 +42,8 @@ from urllib.parse import urlparse
 
 import numpy as np
 
-from . import _C
-from ._C import DistError, DistTimeoutError
+from .. import _C
+from .._C import DistError, DistTimeoutError
 
 __all__ = [
     "Backend", "DistError", "DistTimeoutError", "FileStore", "GroupMember", "ProcessGroup", "ReduceOp", "TCPStore",
@@ -113,7 +113,7 @@ def is_backend_available(backend):
 def get_default_backend_for_device(device):
     """The backend for tensors on ``device`` (a device, or its type): "cpu" for
     the host, "nccl" for CUDA, as PyTorch's (which names gloo for the host)."""
-    from ._dtype import device as _device
+    from .._dtype import device as _device
     return "nccl" if _device(device).type == "cuda" else "cpu"
 
 
@@ -456,7 +456,7 @@ def _rank_device(device_id):
         return device_id
     index = getattr(device_id, "index", None)
     if index is None:
-        from ._dtype import device as _device
+        from .._dtype import device as _device
         index = _device(device_id).index
     return 0 if index is None else int(index)
 
@@ -464,7 +464,7 @@ def _rank_device(device_id):
 def _make_group(store, prefix, rank, size, ranks, backend, timeout_s):
     """The C process group of the cpu backend, or the NCCL communicator's adapter."""
     if backend == "nccl":
-        from ._nccl import NcclGroup
+        from .._nccl import NcclGroup
         return NcclGroup(store, prefix + "nccl", rank, size, _world.device, timeout_s, socket.gethostname())
     return _C.ProcessGroup(store, prefix, rank, size, ranks, backend, timeout_s)
 
@@ -1589,7 +1589,7 @@ for _name in ("all_reduce", "broadcast", "reduce", "all_gather", "all_gather_int
 
 def _register_elastic_modules():
     """torchelastic's path to ``record``: ddpc.distributed.elastic.multiprocessing.errors."""
-    from . import _elastic
+    from .. import _elastic
     names = ["elastic", "elastic.multiprocessing", "elastic.multiprocessing.errors"]
     modules = [types.ModuleType(f"{__name__}.{n}") for n in names]
     modules[-1].record = _elastic.record
