@@ -1,8 +1,13 @@
-"""ddpc-run: the worker environment, scripts and -m modules, failure reports,
-restarts, log files, Ctrl-C, and no process left behind; ddpc.spawn."""
+"""ddpc-run: the worker environment, scripts and -m modules, torchrun's module
+paths, failure reports, restarts, log files, Ctrl-C, and no process left
+behind; ddpc.spawn."""
 
+import glob
 import os
+import resource
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -73,6 +78,44 @@ def test_everything_after_the_module_goes_to_it(tmp_path):
     assert res.stdout.splitlines() == ["ARGS ['--lr', '1', '--nproc-per-node', '2']"]
 
 
+def test_torchruns_module_paths(tmp_path):
+    """``python -m ddpc.distributed.run`` and its ``main`` are ddpc-run, as
+    torch.distributed.run is torchrun."""
+    import ddpc.distributed.run
+    import ddpc.run
+
+    assert ddpc.distributed.run.main is ddpc.run.main
+    script = tmp_path / "job.py"
+    script.write_text("import os, sys\nos.write(1, f'RANK {os.environ[\"RANK\"]} {sys.argv[1:]}\\n'.encode())\n")
+    by_module = subprocess.run([sys.executable, "-m", "ddpc.distributed.run", "--nproc-per-node", "2", str(script),
+                                "x"], capture_output=True, text=True, timeout=60)
+    by_main = subprocess.run([sys.executable, "-c", "import sys; from ddpc.distributed.run import main; "
+                              f"sys.exit(main(['--nproc-per-node', '2', {str(script)!r}, 'x']))"],
+                             capture_output=True, text=True, timeout=60)
+    for res in (by_module, by_main):
+        assert res.returncode == 0, res.stderr
+        assert sorted(res.stdout.splitlines()) == ["RANK 0 ['x']", "RANK 1 ['x']"]
+
+
+def test_deprecated_launch_module_passes_the_local_rank(tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text("import os, sys\nos.write(1, f'{os.environ[\"LOCAL_RANK\"]} {sys.argv[1:]}\\n'.encode())\n")
+
+    def launch_module(*args):
+        return subprocess.run([sys.executable, "-m", "ddpc.distributed.launch", "--nproc-per-node", "2", *args],
+                              capture_output=True, text=True, timeout=60)
+
+    res = launch_module(str(script), "x")
+    assert res.returncode == 0, res.stderr
+    assert sorted(res.stdout.splitlines()) == ["0 ['--local-rank=0', 'x']", "1 ['--local-rank=1', 'x']"]
+    assert "FutureWarning" in res.stderr and "deprecated" in res.stderr
+    res = launch_module("--use-env", str(script), "x")
+    assert res.returncode == 0, res.stderr
+    assert sorted(res.stdout.splitlines()) == ["0 ['x']", "1 ['x']"]
+    res = launch_module("--no-python", str(script))
+    assert res.returncode == 2 and "--no-python needs --use-env" in res.stderr and not res.stdout
+
+
 def test_nproc_per_node_by_device(monkeypatch, capsys):
     from ddpc.run import parse_args
 
@@ -132,6 +175,9 @@ def test_more_torchrun_flags(tmp_path):
     (["--nnodes", "1:4"], "elastic ranges are not offered"),
     (["--standalone", "--nnodes", "2", "--master-addr", "h"], "--standalone is for one node"),
     (["--rdzv-endpoint", "h:x"], "--rdzv-endpoint is HOST[:PORT]"),
+    (["-r", "4"], "--redirects takes 0 (neither stream), 1 (stdout), 2 (stderr) or 3 (both)"),
+    (["--tee", "0:1,x"], "--tee takes 0"),
+    (["--local-ranks-filter", "0;1"], "--local-ranks-filter must be local ranks separated by commas"),
 ])
 def test_bad_launcher_arguments(tmp_path, args, message):
     res = launch(tmp_path, "print('RAN')\n", *args)
@@ -202,16 +248,103 @@ def test_restarts_exhausted(tmp_path):
     assert res.stderr.count("restarting the group") == 1 and "giving up" in res.stderr
 
 
-def test_log_dir(tmp_path):
+PRINTS_BOTH_STREAMS = """
+    import os, sys
+    print("out of", os.environ["RANK"], os.environ["TORCHELASTIC_ERROR_FILE"])
+    print("err of", os.environ["RANK"], file=sys.stderr)
+"""
+
+
+def worker_logs(job_dir, attempt, local_rank):
+    """The texts of a worker's stdout.log and stderr.log under a job's log folder (None where missing)."""
+    folder = os.path.join(job_dir, f"attempt_{attempt}", str(local_rank))
+    texts = []
+    for name in ("stdout.log", "stderr.log"):
+        path = os.path.join(folder, name)
+        texts.append(open(path).read() if os.path.exists(path) else None)
+    return texts
+
+
+def test_tee_writes_torchruns_layout_and_prefixes_the_console(tmp_path):
+    res = launch(tmp_path, PRINTS_BOTH_STREAMS, "--nproc-per-node", "2", "--log-dir", str(tmp_path / "logs"), "-t",
+                 "3", "--rdzv-id", "job7")
+    assert res.returncode == 0, res.stderr
+    [job_dir] = glob.glob(str(tmp_path / "logs" / "job7_*"))
+    for r in range(2):
+        error_file = os.path.join(job_dir, "attempt_0", str(r), "error.json")
+        assert worker_logs(job_dir, 0, r) == [f"out of {r} {error_file}\n", f"err of {r}\n"]
+        assert f"[default{r}]:out of {r} {error_file}\n" in res.stdout
+        assert f"[default{r}]:err of {r}\n" in res.stderr
+    assert "out of" not in res.stderr and "err of" not in res.stdout
+
+
+def test_redirects_and_tee_per_local_rank(tmp_path):
+    """As torchrun: rank 0's stdout goes to its file only and its stderr is
+    tee'd; rank 1's stderr goes to its file only and its stdout, sent
+    nowhere else, reaches the console as it is."""
+    res = launch(tmp_path, PRINTS_BOTH_STREAMS, "--nproc-per-node", "2", "--log-dir", str(tmp_path / "logs"), "-r",
+                 "0:1,1:2", "-t", "0:2", "--log-line-prefix-template", "${hostname}/${rank}: ")
+    assert res.returncode == 0, res.stderr
+    [job_dir] = glob.glob(str(tmp_path / "logs" / "*_*"))
+    out0, err0 = worker_logs(job_dir, 0, 0)
+    assert out0.startswith("out of 0 ") and err0 == "err of 0\n"
+    assert worker_logs(job_dir, 0, 1) == [None, "err of 1\n"]
+    assert "out of 0" not in res.stdout and f"{socket.gethostname()}/0: err of 0\n" in res.stderr
+    assert [line for line in res.stdout.splitlines() if "out of 1" in line][0].startswith("out of 1 ")
+    assert "err of 1" not in res.stderr
+
+
+def test_local_ranks_filter(tmp_path):
+    shown = launch(tmp_path, PRINTS_BOTH_STREAMS, "--nproc-per-node", "2", "--local-ranks-filter", "1")
+    assert shown.returncode == 0, shown.stderr
+    assert "out of 1" in shown.stdout and "err of 1" in shown.stderr
+    assert "of 0" not in shown.stdout + shown.stderr
+    # Tee'd streams of the ranks left out still reach the files.
+    teed = launch(tmp_path, PRINTS_BOTH_STREAMS, "--nproc-per-node", "2", "--local-ranks-filter", "0", "-t", "3",
+                  "--log-dir", str(tmp_path / "logs"))
+    assert teed.returncode == 0, teed.stderr
+    assert "[default0]:out of 0" in teed.stdout and "of 1" not in teed.stdout + teed.stderr
+    [job_dir] = glob.glob(str(tmp_path / "logs" / "*_*"))
+    assert worker_logs(job_dir, 0, 1)[1] == "err of 1\n"
+
+
+def test_redirects_without_a_log_dir_go_to_a_temporary_one(tmp_path):
+    res = launch(tmp_path, PRINTS_BOTH_STREAMS, "--nproc-per-node", "2", "-r", "3")
+    assert res.returncode == 0, res.stderr
+    assert "of" not in res.stdout
+    job_dir = res.stderr.split("the workers' logs go to ")[1].split()[0]
+    try:
+        assert os.path.basename(os.path.dirname(job_dir)).startswith("ddpc-run-logs-")
+        assert worker_logs(job_dir, 0, 1)[1] == "err of 1\n"
+        assert worker_logs(job_dir, 0, 0)[0].startswith("out of 0 ")
+    finally:
+        shutil.rmtree(os.path.dirname(job_dir))
+
+
+def test_log_dir_alone_sends_nothing_to_files(tmp_path):
+    res = launch(tmp_path, PRINTS_BOTH_STREAMS, "--nproc-per-node", "2", "--log-dir", str(tmp_path / "logs"))
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.count("out of") == 2 and res.stderr.count("err of") == 2
+    assert not glob.glob(str(tmp_path / "logs" / "**" / "*.log"), recursive=True)
+
+
+def test_each_restart_logs_to_an_attempt_folder_and_the_report_names_the_file(tmp_path):
     res = launch(tmp_path, """
         import os, sys
-        print("out of", os.environ["RANK"])
-        print("err of", os.environ["RANK"], file=sys.stderr)
-    """, "--nproc-per-node", "2", "--log-dir", str(tmp_path / "logs"))
-    assert res.returncode == 0, res.stderr
-    for r in range(2):
-        assert (tmp_path / "logs" / f"attempt0_rank{r}.out").read_text() == f"out of {r}\n"
-        assert (tmp_path / "logs" / f"attempt0_rank{r}.err").read_text() == f"err of {r}\n"
+        attempt = os.environ["TORCHELASTIC_RESTART_COUNT"]
+        print("attempt", attempt, "rank", os.environ["RANK"])
+        if os.environ["RANK"] == "1":
+            sys.exit(f"rank one gives up in attempt {attempt}")
+    """, "--nproc-per-node", "2", "--max-restarts", "1", "--grace", "0.5", "--log-dir", str(tmp_path / "logs"),
+                 "-r", "3", "--rdzv-id", "job")
+    assert res.returncode != 0
+    [job_dir] = glob.glob(str(tmp_path / "logs" / "job_*"))
+    for attempt in range(2):
+        out, err = worker_logs(job_dir, attempt, 1)
+        assert out == f"attempt {attempt} rank 1\n" and err == f"rank one gives up in attempt {attempt}\n"
+        stderr_file = os.path.join(job_dir, f"attempt_{attempt}", "1", "stderr.log")
+        assert f"ddpc-run: rank 1's stderr is in {stderr_file}" in res.stderr
+    assert "[rank 1] rank one gives up in attempt 1" in res.stderr and "giving up: rank 1 failed" in res.stderr
 
 
 NOISY_WORKER = """
@@ -236,14 +369,20 @@ def test_workers_finish_when_the_launchers_stderr_breaks(tmp_path):
     assert (tmp_path / "done").exists()
 
 
-@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
 def test_workers_finish_when_the_log_cannot_be_written(tmp_path):
-    logs = tmp_path / "logs"
-    logs.mkdir()
-    (logs / "attempt0_rank0.err").symlink_to("/dev/full")  # every write fails: no space left
-    res = launch(tmp_path, NOISY_WORKER, "--log-dir", str(logs))
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent(NOISY_WORKER))
+
+    def small_files():  # writes past 64 KiB fail (EFBIG: Python ignores SIGXFSZ), as on a full disk
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 16, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+
+    res = subprocess.run([sys.executable, "-m", "ddpc.run", "-r", "2", "--log-dir", str(tmp_path / "logs"),
+                          str(script)], capture_output=True, text=True, timeout=60, cwd=tmp_path,
+                         preexec_fn=small_files)
     assert res.returncode == 0, res.stderr
     assert (tmp_path / "done").exists()
+    [log] = glob.glob(str(tmp_path / "logs" / "*" / "attempt_0" / "0" / "stderr.log"))
+    assert os.path.getsize(log) <= 1 << 16
 
 
 @pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGQUIT])

@@ -21,19 +21,37 @@ and the launcher exits non-zero, or restarts the whole group while
 ``--max-restarts`` allows. Workers die with the launcher (PR_SET_PDEATHSIG);
 Ctrl-C, SIGTERM, SIGHUP and SIGQUIT stop everything in order. Everything
 after the script (or the -m module) is passed to it.
+
+Logs, as torchrun keeps them: ``-r/--redirects`` sends workers' streams to
+files instead of the console, ``-t/--tee`` to files and the console, where
+each line starts with ``[<role><local rank>]:`` (``--log-line-prefix-template``
+changes that); both take 0 (neither stream), 1 (stdout), 2 (stderr) or 3
+(both), for every local rank or per local rank as ``0:1,1:3``. The files
+are ``<log dir>/<run id>_<random>/attempt_<restart>/<local rank>/stdout.log``
+and ``stderr.log`` (with ``error.json``, a recorded error), the log dir
+being ``--log-dir`` or, where it is not given, a new temporary directory,
+which ddpc-run names on stderr (torchrun does not); the run id is
+``--rdzv-id``, else on one node a new UUID. ``--log-dir`` alone sends
+nothing to files. ``--local-ranks-filter 0,2`` shows only those local
+ranks' streams on the console (the files keep everything). The failure
+report names the failed rank's stderr file where there is one.
 """
 
 import argparse
 import collections
 import contextlib
 import os
+import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import uuid
+from string import Template
 
 from . import _C
 from ._elastic import read_error_file
@@ -41,47 +59,89 @@ from ._procs import describe_exit, die_with_parent, free_port, new_token, remove
 from ._threads import per_rank_threads, user_chose_threads
 
 _TAIL_LINES = 40
+_STDOUT, _STDERR = 1, 2  # the bits of -r and -t, as torchrun's Std
+_PREFIX_TEMPLATE = "[${role_name}${local_rank}]:"  # torchrun's, before each console line of a tee'd stream
+
+
+def _pump(pipe, log, console, prefix, tail):
+    """Copies a worker's stream line by line to its ``log`` file and to the
+    ``console`` (each line after ``prefix``), either of which may be None,
+    keeping the last lines in ``tail`` (None: none kept).
+
+    A destination that fails (whoever read the launcher's output went away,
+    the log's disk is full) is dropped, but the pipe is still drained: a
+    worker whose pipe fills up blocks for good."""
+    for line in iter(pipe.readline, b""):
+        if tail is not None:
+            tail.append(line.decode(errors="replace").rstrip("\n"))
+        if log is not None:
+            try:
+                log.write(line)
+                log.flush()
+            except OSError:
+                log = None
+        if console is not None:
+            try:
+                console.write(prefix + line)
+                console.flush()
+            except OSError:
+                console = None
+    pipe.close()
+    if log is not None:
+        with contextlib.suppress(OSError):
+            log.close()
+
+
+def _stream(bit, redirects, tee, shown):
+    """Where a worker's stdout (``bit`` _STDOUT) or stderr goes, as torchrun
+    sends it: (to its log file, to the console, with the line prefix)."""
+    to_file = bool((redirects | tee) & bit)
+    return to_file, shown and (bool(tee & bit) or not to_file), bool(tee & bit)
 
 
 class _Worker:
-    def __init__(self, cmd, env, local_rank, rank, log_dir, restart):
+    """A running worker. ``log_dir``: its folder of logs; ``redirects`` and
+    ``tee``: its bits of -r and -t; ``shown``: whether --local-ranks-filter
+    lets the console show it; ``prefix``: of its tee'd console lines."""
+
+    def __init__(self, cmd, env, local_rank, rank, log_dir, redirects, tee, shown, prefix):
         self.rank = rank
         self.local_rank = local_rank
         self.error_file = env["TORCHELASTIC_ERROR_FILE"]
         self.tail = collections.deque(maxlen=_TAIL_LINES)
-        self.log = None
-        stdout = None
-        if log_dir:
-            os.makedirs(log_dir, exist_ok=True)
-            prefix = os.path.join(log_dir, f"attempt{restart}_rank{rank}")
-            stdout = open(prefix + ".out", "wb")
-            self.log = open(prefix + ".err", "wb")
-        self.proc = subprocess.Popen(cmd, env=env, stdout=stdout, stderr=subprocess.PIPE,
-                                     preexec_fn=die_with_parent)
-        if stdout is not None:
-            stdout.close()
-        self.reader = threading.Thread(target=self._pump, daemon=True)
-        self.reader.start()
+        out_file, out_console, out_prefixed = _stream(_STDOUT, redirects, tee, shown)
+        err_file, err_console, err_prefixed = _stream(_STDERR, redirects, tee, shown)
+        self.stderr_log = os.path.join(log_dir, "stderr.log") if err_file else None
+        stdout_log = open(os.path.join(log_dir, "stdout.log"), "wb") if out_file else None
+        stderr_log = open(self.stderr_log, "wb") if err_file else None
+        # Stdout is piped only where it goes to both places; stderr always is,
+        # for the tail the failure report shows.
+        if out_file and out_console:
+            stdout = subprocess.PIPE
+        else:
+            stdout = stdout_log if out_file else None if out_console else subprocess.DEVNULL
+        try:
+            self.proc = subprocess.Popen(cmd, env=env, stdout=stdout, stderr=subprocess.PIPE,
+                                         preexec_fn=die_with_parent)
+        except BaseException:
+            for f in (stdout_log, stderr_log):
+                if f is not None:
+                    f.close()
+            raise
+        prefix = prefix.encode()
+        pumps = [(self.proc.stderr, stderr_log, sys.stderr.buffer if err_console else None,
+                  prefix if err_prefixed else b"", self.tail)]
+        if stdout is subprocess.PIPE:
+            pumps.append((self.proc.stdout, stdout_log, sys.stdout.buffer, prefix if out_prefixed else b"", None))
+        elif stdout_log is not None:
+            stdout_log.close()
+        self.readers = [threading.Thread(target=_pump, args=args, daemon=True) for args in pumps]
+        for t in self.readers:
+            t.start()
 
-    def _pump(self):
-        """Forwards the worker's stderr and keeps its last lines for the failure report.
-
-        If forwarding fails (whoever read the launcher's stderr went away, the
-        log's disk is full) it stops, but the pipe is still drained: a worker
-        whose stderr pipe fills up blocks for good."""
-        out = self.log if self.log is not None else sys.stderr.buffer
-        for line in iter(self.proc.stderr.readline, b""):
-            self.tail.append(line.decode(errors="replace").rstrip("\n"))
-            if out is not None:
-                try:
-                    out.write(line)
-                    out.flush()
-                except OSError:
-                    out = None
-        self.proc.stderr.close()
-        if self.log is not None:
-            with contextlib.suppress(OSError):
-                self.log.close()
+    def join_readers(self, timeout):
+        for t in self.readers:
+            t.join(timeout=timeout)
 
     def signal(self, sig):
         if self.proc.poll() is None:
@@ -107,7 +167,7 @@ def stop_all(workers, grace):
             os.killpg(w.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-        w.reader.join(timeout=2)
+        w.join_readers(timeout=2)
     remove_shm_segments(w.proc.pid for w in workers)
 
 
@@ -144,6 +204,8 @@ def _report(w, code, out):
         print(f"ddpc-run: last lines of rank {w.rank}'s stderr:", file=out)
         for line in w.tail:
             print(f"  [rank {w.rank}] {line}", file=out)
+    if w.stderr_log:
+        print(f"ddpc-run: rank {w.rank}'s stderr is in {w.stderr_log}", file=out)
     out.flush()
 
 
@@ -163,7 +225,25 @@ def _nproc_per_node(p, value):
         p.error(f"--nproc-per-node must be a number, cpu, gpu or auto; got {value!r}")
 
 
-def parse_args(argv):
+def _std(p, flag, value):
+    """-r/--redirects or -t/--tee: 0 (neither stream), 1 (stdout), 2 (stderr)
+    or 3 (both) for every local rank, or per local rank as "0:1,1:3" (a dict;
+    local ranks not named get 0). torchrun takes one-digit local ranks there."""
+    if re.fullmatch(r"[0-3]", value):
+        return int(value)
+    if re.fullmatch(r"\d+:[0-3](,\d+:[0-3])*", value):
+        return {int(r): int(bits) for r, bits in (item.split(":") for item in value.split(","))}
+    p.error(f"{flag} takes 0 (neither stream), 1 (stdout), 2 (stderr) or 3 (both), or one of them per local rank "
+            f"as 0:1,1:3; got {value!r}")
+
+
+def _bits(std, local_rank):
+    """The bits that a value of -r or -t gives ``local_rank``."""
+    return std if isinstance(std, int) else std.get(local_rank, 0)
+
+
+def get_args_parser():
+    """The launcher's argument parser (torch.distributed.run's name for it)."""
     p = argparse.ArgumentParser(prog="ddpc-run", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--nproc-per-node", "--nproc_per_node", default="1",
@@ -177,13 +257,26 @@ def parse_args(argv):
                    help="HOST[:PORT] of the store: the same as --master-addr and --master-port")
     p.add_argument("--rdzv-backend", "--rdzv_backend", default="static", choices=["static", "c10d"],
                    help="taken for torchrun's command lines: ranks come from --node-rank either way")
-    p.add_argument("--rdzv-id", "--rdzv_id", default=None, help="the job's id (TORCHELASTIC_RUN_ID)")
+    p.add_argument("--rdzv-id", "--rdzv_id", default=None,
+                   help="the job's id (TORCHELASTIC_RUN_ID; default: a new UUID on one node, none on several)")
     p.add_argument("--master-addr", "--master_addr", default=None,
                    help="address of the node hosting rank 0 (default 127.0.0.1 on one node)")
     p.add_argument("--master-port", "--master_port", type=int, default=None,
                    help="store port (default: a free port on one node, 29500 otherwise)")
     p.add_argument("--max-restarts", "--max_restarts", type=int, default=0)
-    p.add_argument("--log-dir", "--log_dir", default=None, help="write each worker's stdout/stderr here")
+    p.add_argument("--log-dir", "--log_dir", default=None,
+                   help="where -r and -t write the workers' logs, in a folder per job (default: a new temporary "
+                        "directory)")
+    p.add_argument("-r", "--redirects", default="0",
+                   help="send streams to log files instead of the console: 0 (none), 1 (stdout), 2 (stderr), 3 "
+                        "(both), or per local rank as 0:1,1:3")
+    p.add_argument("-t", "--tee", default="0", help="send streams to log files and the console (as -r)")
+    p.add_argument("--log-line-prefix-template", "--log_line_prefix_template", default=None,
+                   help="prefix of each console line of a tee'd stream, with ${role_name}, ${rank}, ${local_rank} "
+                        "and ${hostname} (default: TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE, else "
+                        "'[${role_name}${local_rank}]:')")
+    p.add_argument("--local-ranks-filter", "--local_ranks_filter", default="",
+                   help="show only these local ranks' output on the console, as 0,1 (log files keep everything)")
     p.add_argument("--grace", type=float, default=5.0, help="seconds between SIGTERM and SIGKILL when stopping")
     p.add_argument("-m", "--module", action="store_true", help="run the script argument as a module, like python -m")
     p.add_argument("--no-python", "--no_python", action="store_true",
@@ -197,6 +290,15 @@ def parse_args(argv):
                    help="seconds between looks at the workers' state")
     p.add_argument("script", help="the training script (with -m: the module)")
     p.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments: everything after the script")
+    # ddpc.distributed.launch passes --local-rank=N to the script, as torch.distributed.launch did.
+    p.set_defaults(pass_local_rank=False)
+    return p
+
+
+def parse_args(argv, parser=None):
+    """The launch that ``argv`` describes (checked; on a bad argument the
+    parser exits with status 2), parsed by ``parser`` (default: get_args_parser())."""
+    p = parser or get_args_parser()
     a = p.parse_args(argv)
     a.nproc_per_node = _nproc_per_node(p, a.nproc_per_node)
     if a.no_python and a.module:
@@ -220,34 +322,79 @@ def parse_args(argv):
         p.error("--max-restarts must be >= 0")
     if a.nnodes > 1 and a.master_addr is None:
         p.error("--master-addr is required with --nnodes > 1")
+    a.redirects = _std(p, "--redirects", a.redirects)
+    a.tee = _std(p, "--tee", a.tee)
+    if a.local_ranks_filter:
+        if not re.fullmatch(r"\d+(,\d+)*", a.local_ranks_filter):
+            p.error(f"--local-ranks-filter must be local ranks separated by commas, as 0,1; got "
+                    f"{a.local_ranks_filter!r}")
+        a.local_ranks_filter = {int(r) for r in a.local_ranks_filter.split(",")}
+    else:
+        a.local_ranks_filter = None
+    if a.log_line_prefix_template is None:
+        a.log_line_prefix_template = os.environ.get("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE") or _PREFIX_TEMPLATE
     return a
 
 
-def _run_group(a, restart, interrupted):
+def _job_log_dir(a, run_id):
+    """The job's folder of logs, ``<log dir>/<run id>_<random>``, or None
+    where neither -r nor -t sends anything to files."""
+    if not any(_bits(std, r) for std in (a.redirects, a.tee) for r in range(a.nproc_per_node)):
+        return None
+    base = a.log_dir
+    if base is None:
+        base = tempfile.mkdtemp(prefix="ddpc-run-logs-")
+    else:
+        os.makedirs(base, exist_ok=True)
+    job_dir = os.path.abspath(tempfile.mkdtemp(prefix=f"{run_id}_", dir=base))
+    if a.log_dir is None:
+        print(f"ddpc-run: the workers' logs go to {job_dir}", file=sys.stderr, flush=True)
+    return job_dir
+
+
+def _attempt_dir(job_dir, restart):
+    """The folder of an attempt's logs and error files: in ``job_dir`` (a
+    restart's own), or a temporary one where there is no job folder."""
+    if job_dir is None:
+        return tempfile.mkdtemp(prefix="ddpc-run-errors-")
+    path = os.path.join(job_dir, f"attempt_{restart}")
+    shutil.rmtree(path, ignore_errors=True)
+    os.makedirs(path)
+    return path
+
+
+def _run_group(a, restart, interrupted, run_id, job_dir):
     """Runs one attempt; returns (exit status, failed worker or None)."""
     port = a.master_port if a.master_port is not None else (free_port() if a.nnodes == 1 else 29500)
     token = os.environ.get("DDPC_STORE_TOKEN") or (new_token() if a.nnodes == 1 else "")
     world = a.nnodes * a.nproc_per_node
     if a.no_python:
-        cmd = [a.script] + a.args
+        program = [a.script]
     else:
-        cmd = [sys.executable, "-u"] + (["-m", a.script] if a.module else [a.script]) + a.args
-    errors = tempfile.mkdtemp(prefix="ddpc-run-errors-")
+        program = [sys.executable, "-u"] + (["-m", a.script] if a.module else [a.script])
+    attempt_dir = _attempt_dir(job_dir, restart)
     workers = []
-    for local_rank in range(a.nproc_per_node):
-        rank = a.node_rank * a.nproc_per_node + local_rank
-        env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(local_rank), WORLD_SIZE=str(world),
-                   LOCAL_WORLD_SIZE=str(a.nproc_per_node), GROUP_RANK=str(a.node_rank),
-                   GROUP_WORLD_SIZE=str(a.nnodes), ROLE_NAME=a.role, ROLE_RANK=str(rank),
-                   ROLE_WORLD_SIZE=str(world), MASTER_ADDR=a.master_addr or "127.0.0.1", MASTER_PORT=str(port),
-                   DDPC_STORE_TOKEN=token, DDPC_RESTART_COUNT=str(restart), TORCHELASTIC_RESTART_COUNT=str(restart),
-                   TORCHELASTIC_MAX_RESTARTS=str(a.max_restarts), TORCHELASTIC_RUN_ID=a.rdzv_id or "none",
-                   TORCHELASTIC_ERROR_FILE=os.path.join(errors, f"rank{rank}.json"))
-        if not user_chose_threads():
-            threads = str(per_rank_threads(a.nproc_per_node))
-            env.update(OMP_NUM_THREADS=threads, OPENBLAS_NUM_THREADS=threads, DDPC_NUM_THREADS=threads)
-        workers.append(_Worker(cmd, env, local_rank, rank, a.log_dir, restart))
     try:
+        for local_rank in range(a.nproc_per_node):
+            rank = a.node_rank * a.nproc_per_node + local_rank
+            log_dir = os.path.join(attempt_dir, str(local_rank))
+            os.mkdir(log_dir)
+            env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(local_rank), WORLD_SIZE=str(world),
+                       LOCAL_WORLD_SIZE=str(a.nproc_per_node), GROUP_RANK=str(a.node_rank),
+                       GROUP_WORLD_SIZE=str(a.nnodes), ROLE_NAME=a.role, ROLE_RANK=str(rank),
+                       ROLE_WORLD_SIZE=str(world), MASTER_ADDR=a.master_addr or "127.0.0.1", MASTER_PORT=str(port),
+                       DDPC_STORE_TOKEN=token, DDPC_RESTART_COUNT=str(restart),
+                       TORCHELASTIC_RESTART_COUNT=str(restart), TORCHELASTIC_MAX_RESTARTS=str(a.max_restarts),
+                       TORCHELASTIC_RUN_ID=run_id, TORCHELASTIC_ERROR_FILE=os.path.join(log_dir, "error.json"))
+            if not user_chose_threads():
+                threads = str(per_rank_threads(a.nproc_per_node))
+                env.update(OMP_NUM_THREADS=threads, OPENBLAS_NUM_THREADS=threads, DDPC_NUM_THREADS=threads)
+            cmd = program + ([f"--local-rank={local_rank}"] if a.pass_local_rank else []) + a.args
+            prefix = Template(a.log_line_prefix_template).safe_substitute(
+                role_name=a.role, rank=rank, local_rank=local_rank, hostname=socket.gethostname())
+            shown = a.local_ranks_filter is None or local_rank in a.local_ranks_filter
+            workers.append(_Worker(cmd, env, local_rank, rank, log_dir, _bits(a.redirects, local_rank),
+                                   _bits(a.tee, local_rank), shown, prefix))
         while True:
             if interrupted.is_set():
                 stop_all(workers, a.grace)
@@ -257,12 +404,12 @@ def _run_group(a, restart, interrupted):
             if failed:
                 stop_all(workers, a.grace)
                 w, code = _first_failure(workers, codes)
-                w.reader.join(timeout=2)
+                w.join_readers(timeout=2)
                 _report(w, code, sys.stderr)
                 return 1, w
             if all(c == 0 for c in codes):
                 for w in workers:
-                    w.reader.join(timeout=2)
+                    w.join_readers(timeout=2)
                 remove_shm_segments(w.proc.pid for w in workers)
                 return 0, None
             time.sleep(a.monitor_interval)
@@ -270,14 +417,22 @@ def _run_group(a, restart, interrupted):
         stop_all(workers, a.grace)
         raise
     finally:
-        shutil.rmtree(errors, ignore_errors=True)
+        if job_dir is None:
+            shutil.rmtree(attempt_dir, ignore_errors=True)
 
 
-def main(argv=None):
-    a = parse_args(sys.argv[1:] if argv is None else argv)
+def run(a):
+    """Runs the launch that parse_args() gave; returns the exit status."""
     if a.nnodes > 1 and not os.environ.get("DDPC_STORE_TOKEN"):
         print("ddpc-run: warning: DDPC_STORE_TOKEN is not set; with several nodes set the same secret on every "
               "node, or the store accepts any client", file=sys.stderr)
+    # As torchrun's: a single-node job without an id gets a fresh one (it names the job's log folder).
+    run_id = a.rdzv_id or (str(uuid.uuid4()) if a.nnodes == 1 else "none")
+    try:
+        job_dir = _job_log_dir(a, run_id)
+    except OSError as e:
+        print(f"ddpc-run: cannot make the folder for the workers' logs: {e}", file=sys.stderr)
+        return 1
     interrupted = threading.Event()
 
     def on_signal(signum, frame):
@@ -289,7 +444,7 @@ def main(argv=None):
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
         signal.signal(sig, on_signal)
     for restart in range(a.max_restarts + 1):
-        status, failed = _run_group(a, restart, interrupted)
+        status, failed = _run_group(a, restart, interrupted, run_id, job_dir)
         if status == 0 or interrupted.is_set():
             if interrupted.is_set():
                 print("ddpc-run: interrupted; all workers stopped", file=sys.stderr)
@@ -298,6 +453,11 @@ def main(argv=None):
             print(f"ddpc-run: restarting the group ({restart + 1}/{a.max_restarts})", file=sys.stderr, flush=True)
     print(f"ddpc-run: giving up: rank {failed.rank} failed", file=sys.stderr)
     return status
+
+
+def main(args=None):
+    """ddpc-run's command line: ``args`` (default sys.argv[1:]); returns the exit status."""
+    return run(parse_args(sys.argv[1:] if args is None else args))
 
 
 if __name__ == "__main__":
