@@ -1,5 +1,6 @@
 """init_process_group: env:// (also from SLURM and Open MPI variables),
-tcp://, file://, backend choice and errors, group helpers and pickling."""
+tcp://, file://, store= (TCPStore, FileStore, HashStore, PrefixStore),
+backend choice and errors, group helpers and pickling."""
 
 import os
 import pickle
@@ -158,6 +159,64 @@ def test_single_rank_group_and_helpers(single_rank):
     assert late.wait() and late.is_completed()  # a handle outlives its group
     with pytest.raises(RuntimeError, match="not initialised"):
         dist.barrier()
+
+
+STORE_JOBS = """
+import os
+from datetime import timedelta
+import numpy as np, ddpc.distributed as dist
+rank, world = int(os.environ["R"]), int(os.environ["W"])
+store = {store}
+for job in range(2):  # a second init on the same store makes a rendezvous of its own
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=world, timeout=30)
+    a = np.full(3, (job + 1) * (rank + 1.0))
+    dist.all_reduce(a)
+    first = dist.new_group([0])
+    os.write(1, f"JOB {{job}} RANK {{dist.get_rank()}} OF {{dist.get_world_size()}} SUM {{a[0]}} "
+                f"IN FIRST {{dist.get_rank(first)}} {{dist.get_world_size(first)}}\\n".encode())
+    dist.destroy_process_group()
+"""
+
+
+@pytest.mark.parametrize("kind, world", [("tcp", 3), ("file", 3), ("prefix-tcp", 2), ("prefix-file", 2)])
+def test_init_with_a_store(tmp_path, kind, world):
+    tcp = f"dist.TCPStore('127.0.0.1', {free_port()}, world, rank == 0, timeout=timedelta(seconds=30))"
+    made = {"tcp": tcp, "file": f"dist.FileStore({str(tmp_path / 'store')!r}, world)"}
+    kind_of_store = kind.split("-")[-1]
+    store = made[kind_of_store] if kind == kind_of_store else f"dist.PrefixStore('trainer', {made[kind_of_store]})"
+    codes, outs = run_code(world, textwrap.dedent(STORE_JOBS.format(store=store)),
+                           lambda r: {"R": str(r), "W": str(world)})
+    text = "".join(o + e for o, e in outs)
+    assert codes == [0] * world, text
+    for job in range(2):
+        for r in range(world):
+            member = "0 1" if r == 0 else "-1 -1"
+            assert (f"JOB {job} RANK {r} OF {world} SUM {(job + 1) * world * (world + 1) / 2} IN FIRST {member}"
+                    in text), text
+
+
+def test_init_with_a_hash_store_is_for_one_rank(single_rank):
+    with pytest.raises(ValueError, match="cannot join 2 ranks: it lives in one process"):
+        ddpc.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=2)
+    assert not dist.is_initialized()
+    ddpc.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    t = ddpc.full((3,), 2.0)
+    dist.all_reduce(t)
+    assert t.tolist() == [2.0] * 3 and dist.get_world_size() == 1
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    ({"world_size": 2}, ValueError, "with store=, pass rank= and world_size= too"),
+    ({"rank": 0}, ValueError, "with store=, pass rank= and world_size= too"),
+    ({"rank": 2, "world_size": 2}, ValueError, r"rank 2 is not in \[0, 2\)"),
+    ({"rank": 0, "world_size": 1, "init_method": "env://"}, ValueError, "pass init_method or store=, not both"),
+    ({"rank": 0, "world_size": 1, "store": {}}, TypeError, "store= must be a ddpc.distributed store"),
+])
+def test_bad_store_arguments(kwargs, error, message):
+    kwargs = dict({"store": dist.HashStore()}, **kwargs)
+    with pytest.raises(error, match=message):
+        ddpc.init_process_group("gloo", **kwargs)
+    assert not dist.is_initialized()
 
 
 @pytest.mark.parametrize("env, message", [

@@ -1,5 +1,6 @@
-"""The TCP rendezvous store: the key-value API, timeouts, token checks, and a
-server that survives garbage, oversized and unauthenticated clients."""
+"""The stores: the TCP rendezvous store's key-value API, timeouts, token
+checks, and a server that survives garbage, oversized and unauthenticated
+clients; every kind's compare_set and set_timeout, as PyTorch's; PrefixStore."""
 
 import socket
 import struct
@@ -10,7 +11,7 @@ from datetime import timedelta
 import pytest
 
 import ddpc
-from ddpc.distributed import FileStore, TCPStore
+from ddpc.distributed import FileStore, HashStore, PrefixStore, Store, TCPStore
 
 
 @pytest.fixture
@@ -190,3 +191,68 @@ def test_file_store(tmp_path):
     assert a.delete_key("x") and not b.check(["x"])
     with pytest.raises(ddpc.DistTimeoutError):
         a.wait(["never"], timeout=0.2)
+
+
+@pytest.fixture(params=["tcp", "file", "hash", "prefix"])
+def any_store(request, master, tmp_path):
+    """A store of each kind; a PrefixStore's keys land in a HashStore under its prefix."""
+    if request.param == "tcp":
+        return client(master)
+    if request.param == "file":
+        return FileStore(str(tmp_path / "store"))
+    if request.param == "hash":
+        return HashStore()
+    return PrefixStore("job", HashStore())
+
+
+def test_compare_set_as_in_pytorch(any_store):
+    s = any_store
+    assert s.compare_set("k", "", "v1") == b"v1"      # missing, expected empty: set
+    assert s.compare_set("k", "other", "v2") == b"v1"  # no match: the value it holds
+    assert s.compare_set("k", b"v1", b"v3") == b"v3"   # match: set
+    assert s.get("k") == b"v3"
+    assert s.compare_set("m", "x", "y") == b"x" and not s.check(["m"])  # missing, expected not empty
+    assert isinstance(s, Store)
+
+
+def test_set_timeout_bounds_waits(any_store):
+    s = any_store
+    assert s.timeout == timedelta(seconds=300 if not isinstance(s, TCPStore) else 5)
+    s.set_timeout(timedelta(milliseconds=200))
+    assert s.timeout == timedelta(milliseconds=200)
+    t0 = time.monotonic()
+    with pytest.raises(ddpc.DistTimeoutError):
+        s.get("never")
+    with pytest.raises(ddpc.DistTimeoutError):
+        s.wait(["never"])
+    assert time.monotonic() - t0 < 4
+    s.set("late", "v")
+    assert s.get("late") == b"v" and s.add("n", 2) == 2 and s.get("n") == b"2"
+
+
+def test_prefix_store_keeps_its_keys_under_the_prefix():
+    base = HashStore()
+    outer = PrefixStore("a", PrefixStore("b", base))
+    outer.set("k", "v")
+    assert base.get("b/a/k") == b"v" and outer.check(["k"]) and not base.check(["k"])
+    assert outer.add("n", 3) == 3 and base.get("b/a/n") == b"3"
+    assert outer.delete_key("k") and not base.check(["b/a/k"])
+    assert outer.num_keys() == base.num_keys() == 1
+    outer.set_timeout(timedelta(seconds=7))
+    assert base.timeout == outer.timeout == timedelta(seconds=7)
+    with pytest.raises(TypeError, match="ddpc.distributed store"):
+        PrefixStore("p", {})
+
+
+def test_tcp_store_takes_pytorchs_arguments(master):
+    s = TCPStore("127.0.0.1", master.port, 2, False, timedelta(seconds=5), True, False, None, True, token="secret")
+    s.set("k", "v")
+    assert master.get("k") == b"v"
+    with pytest.raises(ValueError, match="master_listen_fd is not supported"):
+        TCPStore("127.0.0.1", 0, is_master=True, master_listen_fd=3)
+
+
+def test_compare_set_wakes_a_waiting_get(master):
+    c = client(master)
+    threading.Timer(0.2, lambda: master.compare_set("late", "", "v")).start()
+    assert c.get("late") == b"v"

@@ -112,6 +112,30 @@ static PyObject *store_add(store_obj *self, PyObject *args) {
     return PyLong_FromLongLong(r);
 }
 
+static PyObject *store_compare_set(store_obj *self, PyObject *args) {
+    const char *key;
+    Py_buffer expected, desired;
+    if (!PyArg_ParseTuple(args, "sy*y*", &key, &expected, &desired)) return NULL;
+    if (!store_ready_(self)) {
+        PyBuffer_Release(&expected);
+        PyBuffer_Release(&desired);
+        return NULL;
+    }
+    void *val;
+    size_t len;
+    ddpc_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = ddpc_store_compare_set(self->store, key, expected.buf, (size_t)expected.len, desired.buf,
+                                (size_t)desired.len, &val, &len);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&expected);
+    PyBuffer_Release(&desired);
+    if (st != DDPC_OK) return ddpc_raise(st);
+    PyObject *r = PyBytes_FromStringAndSize(val, (Py_ssize_t)len);
+    free(val);
+    return r;
+}
+
 /* Converts a list of str keys into a C array that borrows from `seq`. */
 static const char **keys_arg_(PyObject *seq, Py_ssize_t *n) {
     PyObject *fast = PySequence_Fast(seq, "keys must be a sequence of str");
@@ -211,6 +235,8 @@ static PyMethodDef store_methods[] = {
     {"set", (PyCFunction)store_set, METH_VARARGS, "set(key, value: bytes)"},
     {"get", (PyCFunction)store_get, METH_VARARGS, "get(key, timeout=None) -> bytes, waiting for the key"},
     {"add", (PyCFunction)store_add, METH_VARARGS, "add(key, delta) -> new value"},
+    {"compare_set", (PyCFunction)store_compare_set, METH_VARARGS,
+     "compare_set(key, expected: bytes, desired: bytes) -> the value afterwards"},
     {"wait", (PyCFunction)store_wait, METH_VARARGS, "wait(keys, timeout=None)"},
     {"check", (PyCFunction)store_check, METH_O, "check(keys) -> whether all exist"},
     {"delete_key", (PyCFunction)store_delete_key, METH_VARARGS, "delete_key(key) -> whether it existed"},

@@ -18,7 +18,7 @@
 
 enum {
     CMD_HELLO = 1, CMD_SET, CMD_GET, CMD_ADD, CMD_CHECK, CMD_WAIT, CMD_DELETE, CMD_NUMKEYS,
-    CMD_WATCH, CMD_LEAVE, CMD_DEPARTED, CMD_ABORT,
+    CMD_WATCH, CMD_LEAVE, CMD_DEPARTED, CMD_ABORT, CMD_COMPARE_SET,
 };
 
 #define MAX_CONNS 4096
@@ -310,6 +310,21 @@ static int handle_(server_ *sv, conn_ *c, const char *body, uint32_t len) {
         if (put_(sv, k, kl, text, (uint32_t)tn)) return -1;
         unpark_(sv);
         return reply_(c, &cur, 8);
+    }
+    case CMD_COMPARE_SET: {
+        uint32_t dl;
+        k = read_str_(&r, &kl), v = read_str_(&r, &vl);
+        const char *d = read_str_(&r, &dl);
+        if (r.bad || r.left) return -1;
+        entry_ *e = find_(sv, k, kl);
+        /* A missing key counts as holding the empty value, as in torch's stores. */
+        int match = e ? e->vlen == vl && memcmp(e->val, v, vl) == 0 : vl == 0;
+        if (match) {
+            if (put_(sv, k, kl, d, dl)) return -1;
+            unpark_(sv);
+            return reply_(c, d, dl);
+        }
+        return e ? reply_(c, e->val, e->vlen) : reply_(c, v, vl);
     }
     case CMD_CHECK: {
         int all = keys_present_(sv, &r);
@@ -753,6 +768,24 @@ ddpc_status ddpc_store_add(ddpc_store *s, const char *key, int64_t delta, int64_
     CHECK(simple_(s, &b, s->timeout_s, &rep, &rl, 8));
     memcpy(result, rep, 8);
     free(rep);
+    return DDPC_OK;
+}
+
+ddpc_status ddpc_store_compare_set(ddpc_store *s, const char *key, const void *expected, size_t elen,
+                                  const void *desired, size_t dlen, void **val, size_t *len) {
+    bytes_ b = {0};
+    char *rep;
+    uint32_t rl;
+    ddpc_status st = build_(&b, CMD_COMPARE_SET, key, expected, elen, 1);
+    if (st == DDPC_OK && b.len + dlen > DDPC_STORE_MAX_FRAME - 64)
+        st = DDPC_ERROR(DDPC_ERR_ARG, "store key and values of %zu bytes exceed the %u-byte limit", b.len + dlen,
+                        DDPC_STORE_MAX_FRAME);
+    if (st == DDPC_OK && (bytes_u32_(&b, (uint32_t)dlen) || bytes_append_(&b, desired, dlen)))
+        st = DDPC_ERROR(DDPC_ERR_OOM, "out of memory");
+    if (st != DDPC_OK) { free(b.data); return st; }
+    CHECK(simple_(s, &b, s->timeout_s, &rep, &rl, 0));
+    *val = rep;
+    *len = rl;
     return DDPC_OK;
 }
 

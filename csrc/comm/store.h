@@ -53,6 +53,11 @@ ddpc_status ddpc_store_get_unless(ddpc_store *s, const char *key, void **val, si
 ddpc_status ddpc_store_add(ddpc_store *s, const char *key, int64_t delta, int64_t *result);
 ddpc_status ddpc_store_wait(ddpc_store *s, const char *const *keys, int nkeys, double timeout_s);
 ddpc_status ddpc_store_check(ddpc_store *s, const char *const *keys, int nkeys, int *all_present);
+/* Sets `key` to `desired` where it holds `expected` (a missing key holds the
+ * empty value); returns, malloc'ed, the value it holds afterwards (`expected`
+ * where it is still missing). */
+ddpc_status ddpc_store_compare_set(ddpc_store *s, const char *key, const void *expected, size_t elen,
+                                  const void *desired, size_t dlen, void **val, size_t *len);
 ddpc_status ddpc_store_delete(ddpc_store *s, const char *key, int *deleted);
 ddpc_status ddpc_store_num_keys(ddpc_store *s, int64_t *n);
 

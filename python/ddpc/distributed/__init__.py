@@ -12,7 +12,7 @@ made by ``Work.wait()``, or, if the handle was dropped unwaited, by the
 group's next call after the collective is done; ``reduce``, ``gather`` and
 ``scatter`` are an all_reduce, all_gather and broadcast underneath (every rank
 moves what the root moves), and ``all_to_all`` is sends and receives tagged
-``-2**31``; ``TCPStore`` ignores ``world_size`` and ``wait_for_workers``.
+``-2**31``; ``TCPStore`` and ``FileStore`` differ as their docstrings say.
 
 Environment: ``DDPC_STORE_TOKEN`` is the job's store secret (ddpc-run and
 ddpc.spawn make one); ``DDPC_HOST_ID`` overrides how ranks decide they share
@@ -22,14 +22,11 @@ connection to the store).
 """
 
 import atexit
-import base64
 import collections
 import contextlib
 import ctypes
-import fcntl
 import functools
 import inspect
-import json
 import os
 import pickle
 import socket
@@ -44,9 +41,12 @@ import numpy as np
 
 from .. import _C
 from .._C import DistError, DistTimeoutError
+from .._procs import new_token
+from ._store import FileStore, HashStore, PrefixStore, Store, TCPStore, _seconds
 
 __all__ = [
     "Backend", "DistError", "DistTimeoutError", "FileStore", "GroupMember", "ProcessGroup", "ReduceOp", "TCPStore",
+    "HashStore", "PrefixStore", "Store",
     "P2POp", "Work", "all_gather", "all_gather_into_tensor", "all_gather_object", "all_reduce", "all_to_all",
     "all_to_all_single", "barrier", "batch_isend_irecv", "broadcast", "broadcast_object_list", "destroy_process_group",
     "gather", "gather_object", "get_backend", "get_default_backend_for_device", "get_group_rank",
@@ -115,127 +115,6 @@ def get_default_backend_for_device(device):
     the host, "nccl" for CUDA, as PyTorch's (which names gloo for the host)."""
     from .._dtype import device as _device
     return "nccl" if _device(device).type == "cuda" else "cpu"
-
-
-def _seconds(timeout, default=None):
-    if timeout is None:
-        return default
-    if isinstance(timeout, timedelta):
-        return timeout.total_seconds()
-    return float(timeout)
-
-
-# ---- stores ------------------------------------------------------------------------
-
-
-class TCPStore:
-    """Key-value store over TCP; the master (``is_master=True``) hosts the server.
-
-    ``token`` (default: ``DDPC_STORE_TOKEN`` from the environment, as set by
-    ddpc-run) must match between server and clients; other clients are refused.
-    """
-
-    def __init__(self, host_name, port, world_size=None, is_master=False, timeout=timedelta(seconds=300),
-                 wait_for_workers=True, token=None):
-        if token is None:
-            token = os.environ.get("DDPC_STORE_TOKEN", "")
-        self.world_size = world_size
-        self._timeout = _seconds(timeout)
-        self._c = _C.Store(str(host_name), int(port), bool(is_master), token, self._timeout)
-        self.host = host_name
-
-    @property
-    def port(self):
-        return self._c.port
-
-    @property
-    def timeout(self):
-        return timedelta(seconds=self._timeout)
-
-    def set(self, key, value):
-        self._c.set(key, value.encode() if isinstance(value, str) else bytes(value))
-
-    def get(self, key):
-        return self._c.get(key)
-
-    def add(self, key, amount):
-        return self._c.add(key, int(amount))
-
-    def wait(self, keys, timeout=None):
-        self._c.wait(list(keys), _seconds(timeout))
-
-    def check(self, keys):
-        return self._c.check(list(keys))
-
-    def delete_key(self, key):
-        return self._c.delete_key(key)
-
-    def num_keys(self):
-        return self._c.num_keys()
-
-    def __reduce__(self):
-        raise TypeError("cannot pickle a TCPStore: it is tied to this process's connection")
-
-
-class FileStore:
-    """Key-value store in a file shared by all ranks (a local or network file
-    system), serialised with an exclusive lock. Waits poll the file."""
-
-    def __init__(self, file_name, world_size=-1):
-        self.path = file_name
-        self.world_size = world_size
-        self.timeout = _DEFAULT_TIMEOUT
-        with open(self.path, "a"):
-            pass
-
-    def _update(self, fn):
-        with open(self.path, "r+") as f:
-            fcntl.flock(f, fcntl.LOCK_EX)
-            try:
-                text = f.read()
-                data = json.loads(text) if text else {}
-                result = fn(data)
-                f.seek(0)
-                f.truncate()
-                f.write(json.dumps(data))
-                f.flush()
-                return result
-            finally:
-                fcntl.flock(f, fcntl.LOCK_UN)
-
-    def set(self, key, value):
-        value = value.encode() if isinstance(value, str) else bytes(value)
-        self._update(lambda d: d.__setitem__(key, base64.b64encode(value).decode()))
-
-    def add(self, key, amount):
-        def add(d):
-            value = (int(base64.b64decode(d[key])) if key in d else 0) + int(amount)
-            d[key] = base64.b64encode(str(value).encode()).decode()
-            return value
-
-        return self._update(add)
-
-    def check(self, keys):
-        return self._update(lambda d: all(k in d for k in keys))
-
-    def delete_key(self, key):
-        return self._update(lambda d: d.pop(key, None) is not None)
-
-    def num_keys(self):
-        return self._update(len)
-
-    def wait(self, keys, timeout=None):
-        deadline = time.monotonic() + _seconds(timeout, self.timeout.total_seconds())
-        delay = 0.001
-        while not self.check(keys):
-            if time.monotonic() > deadline:
-                raise DistTimeoutError(f"FileStore wait for {list(keys)} timed out")
-            time.sleep(delay)
-            delay = min(delay * 2, 0.05)
-
-    def get(self, key):
-        self.wait([key])
-        return base64.b64decode(self._update(lambda d: d[key]))
 
 
 # ---- groups ------------------------------------------------------------------------
@@ -379,32 +258,57 @@ def _master_from_env():
 
 def _connect_store(init_method, rank, world_size, timeout_s):
     """The _C.Store for an init_method: env://, tcp://host:port, or file:///path
-    (where rank 0 publishes its store's address in the file)."""
-    token = os.environ.get("DDPC_STORE_TOKEN", "")
+    (a FileStore that rank 0's store is made through, see _store_through)."""
     url = urlparse(init_method)
-    if url.scheme == "env":
-        rank, world_size = _rank_and_size_from_env(rank, world_size)
-        addr, port = _master_from_env()
-    elif url.scheme == "tcp":
-        rank, world_size = _rank_and_size_from_env(rank, world_size)
+    if url.scheme not in ("env", "tcp", "file"):
+        raise ValueError(f"unsupported init_method {init_method!r} (use env://, tcp://host:port or file:///path)")
+    rank, world_size = _rank_and_size_from_env(rank, world_size)
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} is not in [0, {world_size})")
+    if url.scheme == "file":
+        return _store_through(FileStore(url.path, world_size), rank, world_size, timeout_s), rank, world_size
+    if url.scheme == "tcp":
         if not url.hostname or not url.port:
             raise ValueError(f"init_method {init_method!r} must be tcp://host:port")
         addr, port = url.hostname, url.port
-    elif url.scheme == "file":
-        rank, world_size = _rank_and_size_from_env(rank, world_size)
-        fstore = FileStore(url.path, world_size)
-        if rank == 0:
-            store = _C.Store(socket.gethostname(), 0, True, token, timeout_s)
-            fstore.set("ddpc/master", f"{socket.gethostname()} {store.port}")
-            return store, rank, world_size
-        fstore.timeout = timedelta(seconds=timeout_s)
-        addr, port = fstore.get("ddpc/master").decode().split()
-        port = int(port)
     else:
-        raise ValueError(f"unsupported init_method {init_method!r} (use env://, tcp://host:port or file:///path)")
-    if not 0 <= rank < world_size:
-        raise ValueError(f"rank {rank} is not in [0, {world_size})")
-    return _C.Store(addr, port, rank == 0, token, timeout_s), rank, world_size
+        addr, port = _master_from_env()
+    return _C.Store(addr, port, rank == 0, os.environ.get("DDPC_STORE_TOKEN", ""), timeout_s), rank, world_size
+
+
+def _store_through(store, rank, world_size, timeout_s):
+    """A _C.Store of this init's own, made through ``store``, one that the
+    groups cannot talk to (a FileStore, a HashStore): rank 0 hosts it and
+    publishes its address and secret there, the others read them. The key
+    is named by the ranks' count of their inits in ``store`` (per world
+    size), so that a store used again does not hand out an earlier address."""
+    key = f"ddpc/store/w{world_size}i{(store.add(f'ddpc/inits/{world_size}', 1) - 1) // world_size}"
+    if rank == 0:
+        token = os.environ.get("DDPC_STORE_TOKEN") or new_token()
+        c_store = _C.Store(socket.gethostname(), 0, True, token, timeout_s)
+        store.set(key, f"{socket.gethostname()} {c_store.port} {token}")
+        return c_store
+    store.wait([key], timeout_s)
+    host, port, token = store.get(key).decode().split()
+    return _C.Store(host, int(port), False, token, timeout_s)
+
+
+def _rendezvous(store, rank, world_size, timeout_s):
+    """For init_process_group(store=...): the _C.Store the groups use, the
+    prefix of this init's keys in it (a PrefixStore's), and whether this
+    init made it (through ``store``, which the groups cannot talk to)."""
+    base, prefix = store, ""
+    while isinstance(base, PrefixStore):
+        base, prefix = base.underlying_store, base.prefix + prefix
+    if isinstance(base, TCPStore):
+        return base._c, prefix, False
+    if not isinstance(base, Store):
+        raise TypeError("store= must be a ddpc.distributed store (TCPStore, FileStore, HashStore or a PrefixStore of "
+                        f"one), got {type(base).__name__}")
+    if isinstance(base, HashStore) and world_size > 1:
+        raise ValueError(f"store=HashStore() cannot join {world_size} ranks: it lives in one process's memory, and "
+                         "ddpc's ranks are processes; pass a TCPStore or a FileStore")
+    return _store_through(store, rank, world_size, timeout_s), "", True
 
 
 def _backend_request(backend):
@@ -501,27 +405,38 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
     tensors, staged through the host). Every collective fails with
     DistTimeoutError after ``timeout`` and with DistError as soon as a peer
     dies.
+
+    ``store`` (instead of ``init_method``; give ``rank`` and ``world_size``
+    with it): a TCPStore that every rank reaches, or a FileStore (rank 0
+    hosts a TCP store of this init's own and publishes its address in the
+    file; a HashStore does the same for one rank, since it cannot reach
+    other processes), or a PrefixStore of one (this init's keys go under
+    its prefix). A missing ``rank`` or ``world_size`` is a ValueError
+    (PyTorch asserts).
     """
     del group_name
     if _world.default is not None:
         raise RuntimeError("the default process group is already initialised; call destroy_process_group() first")
     timeout_s = _seconds(timeout, _DEFAULT_TIMEOUT.total_seconds())
     if store is not None:
-        if not isinstance(store, TCPStore):
-            raise TypeError("store= must be a ddpc.distributed.TCPStore (for a rendezvous through a shared file, "
-                            "pass init_method='file:///path' instead)")
-        if rank < 0 or world_size < 0:
-            raise ValueError("with store=, pass rank= and world_size= too")
-        c_store = store._c
+        if init_method is not None:
+            raise ValueError("init_process_group: pass init_method or store=, not both")
+        if rank < 0 or world_size < 1:
+            raise ValueError("with store=, pass rank= and world_size= too (they are not read from the environment)")
+        if rank >= world_size:
+            raise ValueError(f"rank {rank} is not in [0, {world_size})")
+        c_store, key_prefix, made_store = _rendezvous(store, rank, world_size, timeout_s)
     else:
         c_store, rank, world_size = _connect_store(init_method or "env://", rank, world_size, timeout_s)
+        key_prefix, made_store = "", True
         if rank == 0 and urlparse(init_method or "").scheme == "file":
             _world.rendezvous_file = urlparse(init_method).path
     # A store passed as store= outlives destroy_process_group() with the keys
     # of the group it served, so each init's keys get a prefix of their own:
     # the ranks count their inits in the store, per world size (a job of
     # another size may follow on the same store).
-    prefix = f"w{world_size}i{(c_store.add(f'ddpc/inits/{world_size}', 1) - 1) // world_size}/"
+    count = c_store.add(f"{key_prefix}ddpc/inits/{world_size}", 1)
+    prefix = f"{key_prefix}w{world_size}i{(count - 1) // world_size}/"
     _world.device = _rank_device(device_id)
     backend, with_host = _backend_request(backend)
     backend = _pick_backend(backend, c_store, prefix, rank, world_size, timeout_s, _world.device)
@@ -533,7 +448,7 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
         _C.monitor_stop(1.0)
         raise
     _world.store = c_store
-    _world.owns_store = store is None
+    _world.owns_store = made_store
     _world.prefix = prefix
     _world.rank = rank
     _world.timeout = timeout_s
