@@ -157,8 +157,22 @@ def test_single_rank_group_and_helpers(single_rank):
     dist.destroy_process_group()
     assert not dist.is_initialized()
     assert late.wait() and late.is_completed()  # a handle outlives its group
-    with pytest.raises(RuntimeError, match="not initialised"):
+    with pytest.raises(RuntimeError, match="has not been initialized"):
         dist.barrier()
+
+
+@pytest.mark.parametrize("call", [dist.get_rank, dist.get_world_size, dist.get_backend, dist.barrier, dist.new_group,
+                                  lambda: dist.all_reduce(ddpc.ones(2))],
+                         ids=["get_rank", "get_world_size", "get_backend", "barrier", "new_group", "all_reduce"])
+def test_calls_before_init_raise_pytorchs_value_error(call):
+    """PyTorch raises ValueError there; ddpc's error stays a RuntimeError too, as it was."""
+    assert not dist.is_initialized()
+    with pytest.raises(ValueError, match="^Default process group has not been initialized, please make sure to call "
+                                         "init_process_group.$") as info:
+        call()
+    assert isinstance(info.value, RuntimeError)
+    assert dist.get_rank(dist.GroupMember.NON_GROUP_MEMBER) == -1
+    assert dist.get_world_size(dist.GroupMember.NON_GROUP_MEMBER) == -1
 
 
 STORE_JOBS = """

@@ -471,12 +471,19 @@ def _on_host(t):
 _HOST = object()  # _group's tensor for work done on the host (objects, shared buffers)
 
 
+class _NotInitializedError(ValueError, RuntimeError):
+    """What a call that needs the default group raises before
+    init_process_group: a ValueError, as PyTorch raises there, that is also
+    the RuntimeError that ddpc raised, for code that catches that."""
+
+
 def _group(group, tensor=None):
     """The ProcessGroup that ``group`` names (None: the default one); given the
     collective's ``tensor``, the host companion of an nccl group where the
     tensor lives on the host."""
     if _world.default is None:
-        raise RuntimeError("the default process group is not initialised; call init_process_group() first")
+        raise _NotInitializedError("Default process group has not been initialized, please make sure to call "
+                                   "init_process_group.")
     if group is None:
         group = _world.default
     elif group is GroupMember.NON_GROUP_MEMBER:
