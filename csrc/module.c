@@ -1,9 +1,10 @@
-/* ddpc._C: module init, error types, device/memory queries and build info. */
+/* ddpc._C: module init, error types, device/memory queries, build info and the event-file checksum. */
 #include "module.h"
 
 #include "alloc.h"
 #include "amp.h"
 #include "buffer.h"
+#include "crc32c.h"
 #include "comm/nccl.h"
 #include "comm/pycomm.h"
 #include "device.h"
@@ -39,6 +40,30 @@ PyObject *ddpc_raise(ddpc_status st) {
     PyErr_SetString(type, ddpc_last_error());
     ddpc_clear_error();
     return NULL;
+}
+
+/* ---- checksums ----------------------------------------------------------------- */
+
+/* Bytes from which a checksum is worth giving up the GIL for. */
+#define CRC_RELEASE_BYTES (1 << 16)
+
+static PyObject *py_crc32c(PyObject *m, PyObject *args, PyObject *kwargs) {
+    (void)m;
+    static char *kwlist[] = {"data", "value", NULL};
+    Py_buffer data;
+    unsigned int value = 0; /* taken modulo 2**32, as zlib.crc32 takes its value */
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*|I:crc32c", kwlist, &data, &value)) return NULL;
+    uint32_t crc = value;
+    ddpc_status st;
+    if (data.len >= CRC_RELEASE_BYTES) {
+        Py_BEGIN_ALLOW_THREADS st = ddpc_crc32c(&crc, data.buf, (size_t)data.len);
+        Py_END_ALLOW_THREADS
+    } else {
+        st = ddpc_crc32c(&crc, data.buf, (size_t)data.len);
+    }
+    PyBuffer_Release(&data);
+    if (st != DDPC_OK) return ddpc_raise(st);
+    return PyLong_FromUnsignedLong(crc);
 }
 
 /* ---- devices and memory -------------------------------------------------------- */
@@ -291,6 +316,8 @@ static PyMethodDef module_methods[] = {
     {"cuda_event_synchronize", py_cuda_event_synchronize, METH_O, "wait on the host for the event"},
     {"cuda_event_elapsed", py_cuda_event_elapsed, METH_VARARGS,
      "cuda_event_elapsed(start, end): milliseconds between two recorded timing events"},
+    {"crc32c", (PyCFunction)(void (*)(void))py_crc32c, METH_VARARGS | METH_KEYWORDS,
+     "crc32c(data, value=0): the CRC-32C (Castagnoli) of a bytes-like object, extending value as zlib.crc32 does"},
     {"build_info", py_build_info, METH_NOARGS, "what this build was compiled with"},
     {"release_shared_memory", py_release_shared_memory, METH_NOARGS,
      "drops this process's references to shared-memory segments (at its end); its mappings stay usable"},
