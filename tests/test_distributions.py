@@ -511,7 +511,7 @@ def test_register_kl_takes_the_most_specific_pair():
 
 def test_bad_parameters_raise_valueerror_naming_the_parameter_and_constraint():
     with pytest.raises(ValueError, match=r"Expected parameter scale \(Tensor of shape \(2,\)\) of distribution "
-                                         r"Normal\(loc: \(2,\), scale: \(2,\)\) to satisfy the constraint "
+                                         r"Normal\(loc: ddpc.Size\(\[2\]\), scale: ddpc.Size\(\[2\]\)\) to satisfy the constraint "
                                          r"GreaterThan\(lower_bound=0.0\), but found invalid values"):
         D.Normal(t64([0.0, 1.0]), t64([1.0, -1.0]))
     with pytest.raises(ValueError, match="Expected parameter probs"):
