@@ -4168,8 +4168,12 @@ def pointwise_loss(kind, input, target, reduction="mean", p=0.0, weight=None, po
     return out
 
 
-from ._function import Function, FunctionCtx, once_differentiable  # noqa: E402,F401  (built on Node above)
+from . import _function as function  # noqa: E402  (built on Node above)
+from ._function import Function, FunctionCtx, once_differentiable  # noqa: E402,F401
 from . import _autograd_functional as functional  # noqa: E402  (built on grad above)
 from ._gradcheck import GradcheckError, gradcheck, gradgradcheck  # noqa: E402,F401  (built on grad above)
 
-sys.modules[__name__ + ".functional"] = functional  # import ddpc.autograd.functional works as in PyTorch
+# import ddpc.autograd.functional and ddpc.autograd.function work as in PyTorch
+# (custom ops import once_differentiable from the latter).
+sys.modules[__name__ + ".functional"] = functional
+sys.modules[__name__ + ".function"] = function
