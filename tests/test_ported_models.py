@@ -30,3 +30,22 @@ def test_autograd_function_imports_from_its_pytorch_module():
     assert g.tolist() == [3.0, 12.0]
     with pytest.raises(RuntimeError, match="CubeBackward"):
         ddpc.autograd.grad(Cube.apply(x).sum(), x, create_graph=True)
+
+
+def test_dim_and_keepdim_take_numpys_names():
+    # Spinning Up's SAC: log_prob(a).sum(axis=-1), as PyTorch's parser allows for every native op
+    x = ddpc.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    assert x.sum(axis=-1).tolist() == [6.0, 15.0]
+    assert x.mean(axis=0, keepdims=True).tolist() == [[2.5, 3.5, 4.5]]
+    assert ddpc.sum(x, axis=1, keepdims=True).tolist() == [[6.0], [15.0]]
+    values, indices = ddpc.max(x, axis=0)
+    assert values.tolist() == [4.0, 5.0, 6.0] and indices.tolist() == [1, 1, 1]
+    assert x.argmax(axis=1).tolist() == [2, 2]
+    assert x.softmax(axis=0).sum(axis=0).tolist() == pytest.approx([1.0, 1.0, 1.0])
+    assert ddpc.cat([x, x], axis=1).shape == (2, 6)
+    assert x.unsqueeze(axis=1).shape == (2, 1, 3)
+    with pytest.raises(TypeError, match="'dim' and its alias 'axis'"):
+        x.sum(dim=0, axis=0)
+    # the functions that have an axis argument of their own keep it
+    assert ddpc.concatenate([x, x], axis=0).shape == (4, 3)
+

@@ -163,3 +163,6 @@ bool = bool
 from ._foreach import _forms as _foreach_forms  # noqa: E402
 
 globals().update(_foreach_forms())
+
+_aliases.take_numpy_names(globals())
+_aliases.take_numpy_names(Tensor)

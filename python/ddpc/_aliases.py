@@ -11,6 +11,10 @@ other views of its old storage do not see (PyTorch only changes its
 strides). They run outside the graph only.
 """
 
+import functools
+import inspect
+import types
+
 from . import _linalg
 from . import autograd as _ag
 from ._dtype import uint8
@@ -155,6 +159,41 @@ def not_equal(input, other): return input.ne(other)
 def negative(input): return input.neg()
 def fix(input): return input.trunc()
 def ger(input, vec2): return input.outer(vec2)
+
+
+# PyTorch's argument parser takes numpy's names for two arguments of every
+# native op: ``axis`` for ``dim`` and ``keepdims`` for ``keepdim`` (Spinning
+# Up's SAC sums log-probabilities with ``.sum(axis=-1)``).
+_NUMPY_NAMES = (("axis", "dim"), ("keepdims", "keepdim"))
+
+
+def _with_numpy_names(fn):
+    @functools.wraps(fn)
+    def op(*args, **kwargs):
+        for numpy_name, name in _NUMPY_NAMES:
+            if numpy_name in kwargs:
+                if name in kwargs:
+                    raise TypeError(f"{fn.__name__}() got both {name!r} and its alias {numpy_name!r}")
+                kwargs[name] = kwargs.pop(numpy_name)
+        return fn(*args, **kwargs)
+    return op
+
+
+def take_numpy_names(owner):
+    """Lets each function of ``owner`` (a class, or a module's globals) that
+    has a ``dim`` or ``keepdim`` argument, and no ``axis`` of its own, take
+    numpy's names for them as well."""
+    items = vars(owner) if isinstance(owner, type) else owner
+    for name, fn in list(items.items()):
+        if not isinstance(fn, types.FunctionType) or name.startswith("__"):
+            continue
+        code = inspect.unwrap(fn).__code__
+        args = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
+        if ("dim" in args or "keepdim" in args) and "axis" not in args:
+            if isinstance(owner, type):
+                setattr(owner, name, _with_numpy_names(fn))
+            else:
+                owner[name] = _with_numpy_names(fn)
 
 
 __all__ = ["concat", "concatenate", "fix", "fliplr", "flipud", "ger", "greater", "greater_equal", "inner",
