@@ -49,3 +49,17 @@ def test_dim_and_keepdim_take_numpys_names():
     # the functions that have an axis argument of their own keep it
     assert ddpc.concatenate([x, x], axis=0).shape == (4, 3)
 
+
+def test_module_list_takes_a_one_element_integer_tensor_as_index():
+    # Mixtral's router: for expert_idx in mask.nonzero(): self.experts[expert_idx]
+    experts = ddpc.nn.ModuleList([ddpc.nn.Identity(), ddpc.nn.ReLU(), ddpc.nn.Tanh()])
+    hit = ddpc.tensor([[0], [2]])
+    assert [type(experts[i]).__name__ for i in hit] == ["Identity", "Tanh"]
+    assert experts[ddpc.tensor(-2)] is experts[1]
+    experts[ddpc.tensor([1])] = ddpc.nn.Sigmoid()
+    assert isinstance(experts[1], ddpc.nn.Sigmoid)
+    for bad in (ddpc.tensor([0, 1]), ddpc.tensor([1.0])):
+        with pytest.raises(TypeError):
+            experts[bad]
+    with pytest.raises(IndexError):
+        experts[ddpc.tensor([3])]

@@ -313,7 +313,7 @@ class Tensor:
         return bool(self.item())
 
     def __index__(self):
-        if self.dtype.is_floating_point:
+        if self.dtype.is_floating_point or self.numel() != 1:
             raise TypeError("only integer tensors of a single element can be used as an index")
         return int(self.item())
 

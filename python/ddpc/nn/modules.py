@@ -8,6 +8,7 @@ objects stay the same, so an optimizer built before the move keeps working).
 
 import itertools
 import math
+import operator
 import warnings
 from collections import OrderedDict, namedtuple
 
@@ -1695,6 +1696,9 @@ class ModuleList(Module):
         return iter(self._modules.values())
 
     def _key(self, idx):
+        # operator.index takes what indexes a list, a one-element integer
+        # tensor included (Mixtral's router indexes its experts with one).
+        idx = operator.index(idx)
         n = len(self)
         if not -n <= idx < n:
             raise IndexError(f"index {idx} is out of range for a ModuleList of {n} modules")
