@@ -63,3 +63,26 @@ def test_module_list_takes_a_one_element_integer_tensor_as_index():
             experts[bad]
     with pytest.raises(IndexError):
         experts[ddpc.tensor([3])]
+
+
+def test_module_list_prints_runs_of_alike_modules_once():
+    # a transformer's printout: its identical layers print once, as PyTorch's ModuleList prints them
+    nn = ddpc.nn
+    layers = nn.ModuleList([nn.Linear(2, 2) for _ in range(3)] + [nn.ReLU(), nn.Sequential(nn.Tanh())])
+    assert repr(layers) == ("ModuleList(\n"
+                            "  (0-2): 3 x Linear(in_features=2, out_features=2, bias=True)\n"
+                            "  (3): ReLU()\n"
+                            "  (4): Sequential(\n"
+                            "    (0): Tanh()\n"
+                            "  )\n"
+                            ")")
+    assert repr(nn.ModuleList()) == "ModuleList()"
+    nested = nn.Module()
+    nested.blocks = nn.ModuleList([nn.Sequential(nn.Linear(1, 1)) for _ in range(2)])
+    assert repr(nested) == ("Module(\n"
+                            "  (blocks): ModuleList(\n"
+                            "    (0-1): 2 x Sequential(\n"
+                            "      (0): Linear(in_features=1, out_features=1, bias=True)\n"
+                            "    )\n"
+                            "  )\n"
+                            ")")

@@ -1695,6 +1695,22 @@ class ModuleList(Module):
     def __iter__(self):
         return iter(self._modules.values())
 
+    def __repr__(self):
+        """Runs of modules that print alike print once, as ``(0-11): 12 x
+        Block(...)``, as PyTorch's ModuleList does."""
+        runs = []
+        for i, m in enumerate(self):
+            text = repr(m)
+            if runs and runs[-1][2] == text:
+                runs[-1][1] = i
+            else:
+                runs.append([i, i, text])
+        if not runs:
+            return f"{type(self).__name__}()"
+        lines = [f"({first}): {text}" if first == last else f"({first}-{last}): {last - first + 1} x {text}"
+                 for first, last, text in runs]
+        return f"{type(self).__name__}(\n  " + "\n  ".join(line.replace("\n", "\n  ") for line in lines) + "\n)"
+
     def _key(self, idx):
         # operator.index takes what indexes a list, a one-element integer
         # tensor included (Mixtral's router indexes its experts with one).
