@@ -1,5 +1,5 @@
-"""nn.Module's hooks and helpers: forward (pre-)hooks, full backward (pre-)hooks,
-get_submodule/get_parameter/get_buffer, dtype casts and extra state."""
+"""nn.Module's hooks and helpers: forward (pre-)hooks, also the global ones, full
+backward (pre-)hooks, get_submodule/get_parameter/get_buffer, dtype casts and extra state."""
 
 import copy
 import math
@@ -9,6 +9,7 @@ import pytest
 
 import ddpc
 from ddpc import nn
+from ddpc.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
 
 def _linear(in_f=3, out_f=2, bias=False):
@@ -330,3 +331,52 @@ def test_transposed_convolution_draws_its_weight_once():
     nn.init.uniform_(bias, -1 / math.sqrt(6 * 9), 1 / math.sqrt(6 * 9))
     np.testing.assert_array_equal(layer.weight.detach().numpy(), weight.numpy())
     np.testing.assert_array_equal(layer.bias.detach().numpy(), bias.numpy())
+
+
+# ---- global forward hooks (torch.nn.modules.module's register_module_forward_*hook) ----
+
+
+def test_global_forward_hooks_run_around_every_module_before_its_own():
+    order = []
+    model = nn.Sequential(nn.Linear(2, 2), nn.ReLU())
+    model[0].register_forward_pre_hook(lambda m, args: order.append("own pre"))
+    model[0].register_forward_hook(lambda m, args, out: order.append("own post"))
+    pre = register_module_forward_pre_hook(lambda m, args: order.append(("pre", type(m).__name__)))
+    post = register_module_forward_hook(lambda m, args, out: order.append(("post", type(m).__name__)))
+    try:
+        model(ddpc.ones(1, 2))
+    finally:
+        pre.remove()
+        post.remove()
+    assert order == [("pre", "Sequential"), ("pre", "Linear"), "own pre", ("post", "Linear"), "own post",
+                     ("pre", "ReLU"), ("post", "ReLU"), ("post", "Sequential")]
+    order.clear()
+    model(ddpc.ones(1, 2))
+    assert order == ["own pre", "own post"]
+
+
+def test_global_forward_hooks_replace_inputs_and_outputs_and_take_kwargs():
+    layer = nn.Identity()
+    seen = []
+    with register_module_forward_pre_hook(lambda m, args: (args[0] * 2,)), \
+            register_module_forward_hook(lambda m, args, kwargs, out: seen.append(kwargs) or out + 1,
+                                         with_kwargs=True):
+        out = layer(ddpc.ones(3))
+    np.testing.assert_array_equal(out.numpy(), np.full(3, 3.0, np.float32))
+    assert seen == [{}]
+    np.testing.assert_array_equal(layer(ddpc.ones(3)).numpy(), np.ones(3, np.float32))
+
+
+def test_global_always_call_forward_hook_sees_a_failing_forward():
+    class Fails(nn.Module):
+        def forward(self, x):
+            raise ValueError("boom")
+
+    outputs = []
+    with register_module_forward_hook(lambda m, args, out: outputs.append(out), always_call=True):
+        with pytest.raises(ValueError, match="boom"):
+            Fails()(ddpc.ones(1))
+    with register_module_forward_hook(lambda m, args, out: outputs.append("not always")):
+        with pytest.raises(ValueError, match="boom"):
+            Fails()(ddpc.ones(1))
+    assert outputs == [None]

@@ -27,7 +27,7 @@ __all__ = ["Module", "Parameter", "Linear", "ReLU", "GELU", "Tanh", "Sigmoid", "
            "BatchNorm3d", "SyncBatchNorm",
            "ParameterList", "ParameterDict", "Unflatten", "GroupNorm", "InstanceNorm1d", "InstanceNorm2d",
            "InstanceNorm3d", "RMSNorm", "GLU", "Softmin", "EmbeddingBag", "UninitializedParameter",
-           "UninitializedBuffer"]
+           "UninitializedBuffer", "register_module_forward_hook", "register_module_forward_pre_hook"]
 
 
 class Parameter(Tensor):
@@ -94,6 +94,27 @@ def is_lazy(tensor):
     return isinstance(tensor, _UninitializedTensor)
 
 
+# Hooks of every module's forward (register_module_forward_pre_hook / register_module_forward_hook),
+# in the form of a module's own tables; they run before the module's own.
+_global_forward_pre_hooks = OrderedDict()
+_global_forward_hooks = OrderedDict()
+
+
+def register_module_forward_pre_hook(hook):
+    """``hook(module, args)`` runs before every module's forward (before the
+    module's own pre-hooks), as torch.nn.modules.module's; returning a value
+    replaces the input. Returns a handle whose ``remove()`` unregisters it."""
+    return Module._add_hook(_global_forward_pre_hooks, (hook, False), False)
+
+
+def register_module_forward_hook(hook, *, with_kwargs=False, always_call=False):
+    """``hook(module, args, output)`` (or ``hook(module, args, kwargs, output)``
+    with_kwargs) runs after every module's forward (before the module's own
+    forward hooks), as torch.nn.modules.module's; returning a value replaces
+    the output. ``always_call`` hooks also run (with output None) when forward raises."""
+    return Module._add_hook(_global_forward_hooks, (hook, with_kwargs, always_call), False)
+
+
 _EXTRA_STATE = "_extra_state"
 _IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
 
@@ -119,7 +140,7 @@ class Module:
 
     def __call__(self, *args, **kwargs):
         if not (self._forward_pre_hooks or self._forward_hooks or self._backward_hooks
-                or self._backward_pre_hooks):
+                or self._backward_pre_hooks or _global_forward_pre_hooks or _global_forward_hooks):
             return self.forward(*args, **kwargs)
         return self._call_with_hooks(args, kwargs)
 
@@ -157,7 +178,7 @@ class Module:
         return self._add_hook(self._backward_hooks, hook, prepend)
 
     def _call_with_hooks(self, args, kwargs):
-        for hook, with_kwargs in list(self._forward_pre_hooks.values()):
+        for hook, with_kwargs in [*_global_forward_pre_hooks.values(), *self._forward_pre_hooks.values()]:
             if with_kwargs:
                 res = hook(self, args, kwargs)
                 if res is not None:
@@ -176,7 +197,7 @@ class Module:
         called = set()
         try:
             result = self.forward(*args, **kwargs)
-            for key, (hook, with_kwargs, _) in list(self._forward_hooks.items()):
+            for key, (hook, with_kwargs, _) in [*_global_forward_hooks.items(), *self._forward_hooks.items()]:
                 called.add(key)
                 res = hook(self, args, kwargs, result) if with_kwargs else hook(self, args, result)
                 if res is not None:
@@ -190,7 +211,7 @@ class Module:
 
     def _run_always_call_hooks(self, args, kwargs, called):
         """After forward raised: the always_call forward hooks that have not run, with output None."""
-        for key, (hook, with_kwargs, always_call) in list(self._forward_hooks.items()):
+        for key, (hook, with_kwargs, always_call) in [*_global_forward_hooks.items(), *self._forward_hooks.items()]:
             if always_call and key not in called:
                 try:
                     hook(self, args, kwargs, None) if with_kwargs else hook(self, args, None)
