@@ -375,9 +375,9 @@ def test_closing_from_another_thread_while_next_queues_the_following_batch():
     inside, closed, got = threading.Event(), threading.Event(), []
 
     def during_gc(phase, info):
-        # Only in the consumer, inside the C next() (the frame that called it is _ArrayBatches.__next__).
+        # Only in the consumer, inside the C next() (the frame that called it is _ArrayBatches._next).
         if (phase == "start" and threading.current_thread() is consumer and not inside.is_set()
-                and sys._getframe(1).f_code.co_name == "__next__" and got):
+                and sys._getframe(1).f_code.co_name == "_next" and got):
             inside.set()
             closed.wait(5)  # sleeps with the GIL released: the main thread closes meanwhile
 

@@ -29,7 +29,7 @@ from .serialization import CheckpointError, load, save
 from . import accelerator, amp, compiler, data, distributed, distributions, func, nn, optim, random, testing, utils
 from .amp import autocast, get_autocast_dtype, is_autocast_enabled
 from .func import vmap
-from . import checkpoint, jit
+from . import checkpoint, jit, profiler
 from .distributed import destroy_process_group, init_process_group
 from .nn.parallel import DataParallel, DistributedDataParallel
 from ._threads import get_num_threads, set_num_threads
@@ -145,7 +145,7 @@ __all__ = [
     _windows.__all__ + _nn_forms.__all__ + _aliases.__all__ + [
         "unique_consecutive", "can_cast", "promote_types", "result_type", "asarray", "empty_strided", "frombuffer",
         "scalar_tensor", "are_deterministic_algorithms_enabled", "is_deterministic_algorithms_warn_only_enabled",
-        "use_deterministic_algorithms"]
+        "use_deterministic_algorithms", "profiler"]
 
 # PyTorch's legacy per-type constructors (ddpc.FloatTensor(2, 3), ddpc.cuda.LongTensor([1, 2]), ...).
 from .tensor import _legacy_tensor_types  # noqa: E402

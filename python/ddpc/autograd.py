@@ -33,7 +33,7 @@ import warnings
 
 import numpy as np
 
-from . import _C, _indexing
+from . import _C, _indexing, profiler
 from ._dtype import checked_memory_format, result_type
 from .backends import alert_not_deterministic
 from .amp import autocast_op
@@ -565,7 +565,10 @@ def _run_nodes(ready, grads, deps, retain_graph, targets, expands):
             raise NotImplementedError(
                 f"create_graph=True: ddpc has no double backward for {node.name()}, so the gradients of this "
                 "graph cannot be differentiated again")
+        rec = profiler._is_profiler_enabled and profiler._open(node.name(), (g,))
         in_grads = _anomaly_checked_backward(node, g) if _Anomaly.enabled else node.backward(g)
+        if rec:
+            profiler._close(rec)
         if not retain_graph:
             node.saved = None
         owned = not node.passes_through
@@ -4173,7 +4176,8 @@ from ._function import Function, FunctionCtx, once_differentiable  # noqa: E402,
 from . import _autograd_functional as functional  # noqa: E402  (built on grad above)
 from ._gradcheck import GradcheckError, gradcheck, gradgradcheck  # noqa: E402,F401  (built on grad above)
 
-# import ddpc.autograd.functional and ddpc.autograd.function work as in PyTorch
-# (custom ops import once_differentiable from the latter).
+# import ddpc.autograd.functional, .function and .profiler work as in PyTorch
+# (custom ops import once_differentiable from .function; scripts take record_function from .profiler).
 sys.modules[__name__ + ".functional"] = functional
 sys.modules[__name__ + ".function"] = function
+sys.modules[__name__ + ".profiler"] = profiler

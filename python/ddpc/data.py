@@ -55,7 +55,7 @@ import weakref
 
 import numpy as np
 
-from . import _C
+from . import _C, profiler
 from ._dtype import ordinal
 from .tensor import Generator, Tensor, default_generator, from_numpy, stack
 
@@ -710,16 +710,27 @@ def _move(value, device, pin_memory):
 # ---- iterators -----------------------------------------------------------------------------
 
 
-class _ArrayBatches:
-    """Batches of a TensorDataset gathered by _C.Loader's threads."""
-
-    def __init__(self, loader):
-        self._loader = loader
+class _Batches:
+    """What DataLoader's iterators share: ``__next__`` (their ``_next``) shows in
+    ddpc.profiler under the name PyTorch's loader iterators have there."""
 
     def __iter__(self):
         return self
 
     def __next__(self):
+        if profiler._is_profiler_enabled:
+            with profiler.record_function(f"enumerate(DataLoader)#{type(self).__name__}.__next__"):
+                return self._next()
+        return self._next()
+
+
+class _ArrayBatches(_Batches):
+    """Batches of a TensorDataset gathered by _C.Loader's threads."""
+
+    def __init__(self, loader):
+        self._loader = loader
+
+    def _next(self):
         return [Tensor(buf) for buf in next(self._loader)]
 
     def __length_hint__(self):
@@ -750,10 +761,13 @@ def _produce(fetch, batches, out, stop, init):
         for batch in batches:
             if stop.is_set():
                 return
+            rec = profiler._is_profiler_enabled and profiler._open("DataLoader.fetch")
             try:
                 item = fetch(batch)
             except BaseException as exc:  # handed to the consumer, which re-raises it
                 item = _Failure(exc)
+            if rec:
+                profiler._close(rec)
             while not stop.is_set():
                 try:
                     out.put(item, timeout=0.05)
@@ -777,7 +791,7 @@ def _shutdown(stop, thread):
         thread.join()
 
 
-class _ThreadedBatches:
+class _ThreadedBatches(_Batches):
     """Batches of a generic data set, fetched and collated by one background thread,
     at most ``prefetch`` ahead. The thread holds no reference to this iterator, so
     dropping the iterator stops and joins it."""
@@ -792,10 +806,7 @@ class _ThreadedBatches:
         self._remaining = remaining
         self._timeout = timeout
 
-    def __iter__(self):
-        return self
-
-    def __next__(self):
+    def _next(self):
         waited = 0.0
         while True:
             if not self._finalizer.alive:  # closed, also by another thread while this one waited
@@ -825,17 +836,14 @@ class _ThreadedBatches:
         self._finalizer()
 
 
-class _CallerBatches:
+class _CallerBatches(_Batches):
     """Batches of a generic data set fetched by the thread that asks for them
     (``num_workers=0``, as PyTorch's loader does in the main process)."""
 
     def __init__(self, fetch, batches, remaining):
         self._fetch, self._batches, self._remaining = fetch, iter(batches), remaining
 
-    def __iter__(self):
-        return self
-
-    def __next__(self):
+    def _next(self):
         item = self._fetch(next(self._batches))
         self._remaining = max(self._remaining - 1, 0)
         return item

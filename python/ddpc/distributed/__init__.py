@@ -39,7 +39,7 @@ from urllib.parse import urlparse
 
 import numpy as np
 
-from .. import _C
+from .. import _C, profiler
 from .._C import DistError, DistTimeoutError
 from .._procs import new_token
 from ._store import FileStore, HashStore, PrefixStore, Store, TCPStore, _seconds
@@ -868,6 +868,8 @@ class Work:
 def _launch(g, c_call, async_op, finish, *args, outputs=None):
     """Runs a C collective of group ``g`` synchronously or wraps its async
     handle (whose future delivers ``outputs``)."""
+    if profiler._is_profiler_enabled:
+        c_call = profiler._collective(c_call, g, args)
     if async_op:
         return Work(c_call(*args, True), finish, group=g, outputs=outputs)
     c_call(*args, False)
@@ -1174,6 +1176,8 @@ def _p2p(tensor, peer, group, tag, sending, async_op):
         raise ValueError("the nccl backend receives from a given rank only: pass src=")
     a = _Arg(tensor, g, writable=not sending)
     call = g._c.send if sending else g._c.recv
+    if profiler._is_profiler_enabled:
+        call = profiler._collective(call, g, (a.obj,))
     peer_rank = -1 if peer is None else _group_rank(g, peer, "dst" if sending else "src")
     finish = None if sending else _finisher(a.device_buf and a.finish)
     if async_op:

@@ -21,7 +21,7 @@ import warnings
 import numpy as np
 
 from .. import _C
-from .. import _join
+from .. import _join, profiler
 from .. import distributed as dist
 from .._join import Join, JoinHook, Joinable, _GroupJoinable
 from ..autograd import Node, is_grad_enabled, no_grad, queue_callback
@@ -388,12 +388,17 @@ class DistributedDataParallel(Module, _GroupJoinable):
         while self._next_launch < len(self._buckets) and self._buckets[self._next_launch].pending == 0:
             b = self._buckets[self._next_launch]
             last = b.index == len(self._buckets) - 1
+            rec = profiler._is_profiler_enabled and profiler._open("DistributedDataParallel.launch_bucket", (b.flat,),
+                                                                   {"bucket": b.index, "bytes": b.flat.nbytes})
             b.future = self._comm_hook(self._comm_state, GradBucket(b.index, b.flat, b.params, last))
+            if rec:
+                profiler._close(rec)
             self._next_launch += 1
         if self._next_launch == len(self._buckets):
             self._finish_reduction()
 
     def _finish_reduction(self):
+        rec = profiler._is_profiler_enabled and profiler._open("DistributedDataParallel.finish_reduction")
         world = dist.get_world_size(self.process_group)
         rescale = (self._join_config.enable and not self._join_divide_by_world and self._join_active is not None
                    and 0 < self._join_active < world)
@@ -414,6 +419,8 @@ class DistributedDataParallel(Module, _GroupJoinable):
                 if used is None or used[self._index[id(p)]]:
                     p.grad = b.view(i)  # the reduced gradient, in place: no copy back
         self._expect_reduction = False
+        if rec:
+            profiler._close(rec)
 
     # ---- public API --------------------------------------------------------------------
     def forward(self, *inputs, **kwargs):

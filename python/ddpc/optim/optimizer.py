@@ -5,13 +5,38 @@ Subclasses implement ``_step_group(group)``, which hands a whole group to one
 fused multi-tensor _C call.
 """
 
+import functools
 from collections import defaultdict
 
+from .. import profiler
 from ..autograd import no_grad
 from ..nn.modules import is_lazy
 from ..tensor import Tensor, zero_grads
 
+
+def _profiled(method):
+    """``method`` (step or zero_grad) recorded by ddpc.profiler as PyTorch names
+    it, e.g. ``Optimizer.step#Adam.step``: once per call, also where a
+    subclass's method calls its base's."""
+    name = method.__name__
+
+    @functools.wraps(method)
+    def profiled(self, *args, **kwargs):
+        if profiler._is_profiler_enabled and getattr(type(self), name) is profiled:
+            with profiler.record_function(f"Optimizer.{name}#{type(self).__name__}.{name}"):
+                return method(self, *args, **kwargs)
+        return method(self, *args, **kwargs)
+
+    return profiled
+
+
 class Optimizer:
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        for name in ("step", "zero_grad"):
+            if name in cls.__dict__:
+                setattr(cls, name, _profiled(cls.__dict__[name]))
+
     def __init__(self, params, defaults):
         self.defaults = dict(defaults)
         self.state = defaultdict(dict)  # as PyTorch's: a parameter not stepped yet reads as {}
@@ -56,9 +81,11 @@ class Optimizer:
     def _check_group(self, group):
         """Validates a group's hyper-parameters (subclasses)."""
 
+    @_profiled
     def zero_grad(self, set_to_none=True):
         zero_grads((p for g in self.param_groups for p in g["params"]), set_to_none)
 
+    @_profiled
     @no_grad()
     def step(self, closure=None):
         loss = None
