@@ -1,5 +1,6 @@
 """The main job and every example run end to end (real processes, cpu backend)."""
 
+import json
 import os
 import re
 import subprocess
@@ -104,3 +105,16 @@ def test_hogwild_example_trains_the_parents_shared_model():
     assert before and after, out
     assert float(after.group(1)) < float(before.group(1)) / 2, out
     assert float(after.group(2)) > float(before.group(2)), out
+
+
+def test_profile_step_example(tmp_path):
+    code, out = run(["profile_step.py", "--trace-dir", str(tmp_path)])
+    assert code == 0, out
+    # Name, then Self CPU %, Self CPU, CPU total %, CPU total, CPU time avg, and # of Calls: 3 recorded steps.
+    calls = {m.group(1): int(m.group(2)) for m in re.finditer(r"^ *(\S.*?)(?:  +\S+){5}  +(\d+) *$", out, re.M)}
+    assert calls["nn.Module: Linear"] == 6 and calls["LinearBackward"] == 6, out
+    assert calls["Optimizer.step#SGD.step"] == calls["forward"] == calls["backward"] == 3, out
+    assert calls["enumerate(DataLoader)#_ArrayBatches.__next__"] == 3, out
+    (trace,) = os.listdir(tmp_path)
+    assert re.fullmatch(r"profile_step\.\d+\.pt\.trace\.json", trace)
+    assert {e["name"] for e in json.loads((tmp_path / trace).read_text())["traceEvents"]} >= {"ProfilerStep#4"}
