@@ -170,11 +170,12 @@ _NUMPY_NAMES = (("axis", "dim"), ("keepdims", "keepdim"))
 def _with_numpy_names(fn):
     @functools.wraps(fn)
     def op(*args, **kwargs):
-        for numpy_name, name in _NUMPY_NAMES:
-            if numpy_name in kwargs:
-                if name in kwargs:
-                    raise TypeError(f"{fn.__name__}() got both {name!r} and its alias {numpy_name!r}")
-                kwargs[name] = kwargs.pop(numpy_name)
+        if kwargs and ("axis" in kwargs or "keepdims" in kwargs):  # the common call pays two checks at most
+            for numpy_name, name in _NUMPY_NAMES:
+                if numpy_name in kwargs:
+                    if name in kwargs:
+                        raise TypeError(f"{fn.__name__}() got both {name!r} and its alias {numpy_name!r}")
+                    kwargs[name] = kwargs.pop(numpy_name)
         return fn(*args, **kwargs)
     return op
 
