@@ -373,9 +373,16 @@ def unfold(input, dimension, size, step):
 
 
 def _along(input, dim, index, what):
+    """The index of input's slices at ``index`` (0- or 1-d) along ``dim``. A 0-d
+    input has one slice, as if of shape (1,) (PyTorch's rule): its index is
+    True, or False where ``index`` is empty."""
     d = _ag._dim(input, dim)
     if not isinstance(index, Tensor) or index.ndim > 1 or index.dtype.is_floating_point:
         raise IndexError(f"{what}: index must be a 0- or 1-d integer tensor")
+    if input.ndim == 0:
+        if index.numel() and bool(_ag.any_(_ag.logical_or(index < -1, index > 0))):
+            raise IndexError(f"{what}: a 0-d tensor takes only index 0 (or -1), got {index.tolist()}")
+        return (index.numel() > 0,)
     return (slice(None),) * d + (_ag.reshape(index, (-1,)),)
 
 
@@ -388,11 +395,18 @@ def index_fill_(input, dim, index, value):
 
 
 def index_copy_(input, dim, index, source):
-    """Copies source's slices along ``dim`` into input's at ``index``, in place."""
+    """Copies source's slices along ``dim`` into input's at ``index``, in place.
+    A 0- or 1-d input also takes a 0-d source for one index, as in PyTorch."""
     sel = _along(input, dim, index, "index_copy_")
-    want = input.shape[:len(sel) - 1] + (sel[-1].numel(),) + input.shape[len(sel):]
-    if source.shape != want:
-        raise ValueError(f"index_copy_: source has shape {source.shape}, expected {want}")
+    n = index.numel()
+    if input.ndim <= 1 and source.ndim == 0:
+        if n != 1:
+            raise ValueError(f"index_copy_: a 0-d source goes to one index, got {n}")
+    else:
+        d = _ag._dim(input, dim)
+        want = input.shape[:d] + (n,) + input.shape[d + 1:]
+        if source.shape != want:
+            raise ValueError(f"index_copy_: source has shape {source.shape}, expected {want}")
     input[sel] = source
     return input
 

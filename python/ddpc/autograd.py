@@ -2900,14 +2900,12 @@ def _scatter(a, dim, index, src, accumulate, what):
     wide = _scatter_add_dtype(a.dtype)
     if accumulate and wide is not a.dtype:
         return _scatter(a.to(dtype=wide), d, index, src.to(dtype=wide), True, what).to(dtype=a.dtype)
+    if a.ndim == 0:  # as a tensor of shape (1,), so that the backward pass has a dim to gather along
+        return reshape(_scatter(reshape(a, (1,)), d, index.reshape(1), reshape(src, (1,)), accumulate, what), ())
     out = clone(a.detach())
-    if a.ndim == 0:
-        out = out.reshape(1)
     if accumulate:
         alert_not_deterministic(what, out)
-    _C.scatter_dim(out._buf, src.detach().contiguous().reshape(out.shape if a.ndim == 0 else src.shape)._buf,
-                   index.reshape(out.shape if a.ndim == 0 else index.shape)._buf, d, accumulate)
-    out = out.reshape(a.shape)
+    _C.scatter_dim(out._buf, src.detach().contiguous()._buf, index._buf, d, accumulate)
     if _needs_grad(a, src) and a.dtype.is_floating_point:
         _attach(out, _ScatterBackward(a, src, d, index, accumulate))
     return out
@@ -2942,10 +2940,17 @@ def scatter_add(input, dim, index, src):
 
 
 def index_add(input, dim, index, source, alpha=1):
-    """a copy of ``input`` with alpha * source[..., k, ...] added at input[..., index[k], ...] along ``dim``."""
-    if not isinstance(index, Tensor) or index.ndim != 1:
-        raise ValueError("index_add: the index must be a 1-d int64 tensor")
+    """a copy of ``input`` with alpha * source[..., k, ...] added at input[..., index[k], ...] along ``dim``;
+    ``index`` is 0- or 1-d, and a 0-d input takes a 0-d source at one index (as if both were of shape (1,))."""
+    if not isinstance(index, Tensor) or index.ndim > 1:
+        raise ValueError("index_add: the index must be a 0- or 1-d integer tensor")
     d = _dim(input, dim)
+    if input.ndim == 0:
+        if source.ndim or index.numel() != 1:
+            raise ValueError(f"index_add: a 0-d tensor takes a 0-d source at one index, got source of shape "
+                             f"{source.shape} and {index.numel()} indices")
+        return reshape(index_add(reshape(input, (1,)), 0, index, reshape(source, (1,)), alpha), ())
+    index = reshape(index, (-1,))
     if source.ndim != input.ndim or source.shape[d] != index.shape[0] or any(
             source.shape[i] != input.shape[i] for i in range(input.ndim) if i != d):
         raise ValueError(f"index_add: source of shape {source.shape} does not fit {input.shape} with {index.shape[0]} "

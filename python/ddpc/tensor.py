@@ -747,9 +747,13 @@ class Tensor:
         return self[(slice(None),) * _ag._dim(self, dim) + (index,)]
 
     def index_select(self, dim, index):
-        if not isinstance(index, Tensor) or index.ndim != 1:
-            raise IndexError("index_select takes a 1-d tensor of indices")
-        return self[(slice(None),) * _ag._dim(self, dim) + (index,)]
+        """The slices at ``index`` (0- or 1-d) along ``dim``; a 0-d tensor takes one index and gives a 0-d tensor."""
+        sel = _lo._along(self, dim, index, "index_select")
+        if self.ndim == 0:
+            if index.numel() != 1:
+                raise IndexError(f"index_select: a 0-d tensor takes one index, got {index.numel()}")
+            return self[sel].reshape(())
+        return self[sel]
 
     def view_as(self, other):
         return self.reshape(other.shape)

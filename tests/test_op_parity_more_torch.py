@@ -1,0 +1,105 @@
+"""Optional: the cases of test_op_parity_more.py against PyTorch's own
+(skipped when torch is not installed): values, shapes, dtypes, which inputs
+raise, and for float64 inputs the gradients of a random weighted sum of the
+outputs. Each group runs in a child process that imports torch before ddpc
+and fails there, printing what differs."""
+
+from procs import run_torch_group, torch_group_test
+
+
+def _build(np, lib, arg):
+    """A (values, dtype name, requires_grad) triple as a tensor of lib; anything else as it is."""
+    if not isinstance(arg, tuple):
+        return arg
+    values, dtype, grad = arg
+    t = lib.tensor(np.asarray(values, dtype=np.float64)).to(getattr(lib, dtype))
+    return t.requires_grad_() if grad else t
+
+
+def _same(np, got, want, what):
+    if isinstance(want, (tuple, list)):
+        assert isinstance(got, (tuple, list)) and len(got) == len(want), f"{what}: {got!r} vs {want!r}"
+        for i, (g, w) in enumerate(zip(got, want)):
+            _same(np, g, w, f"{what}[{i}]")
+        return
+    if not hasattr(want, "detach"):
+        assert got == want, f"{what}: {got!r} where PyTorch has {want!r}"
+        return
+    assert tuple(got.shape) == tuple(want.shape), f"{what}: shape {tuple(got.shape)} vs {tuple(want.shape)}"
+    dtype = str(want.dtype).split(".")[-1]
+    assert str(got.dtype).split(".")[-1] == {"bool": "uint8"}.get(dtype, dtype), f"{what}: {got.dtype} vs {dtype}"
+    g, w = got.detach().double().numpy(), want.detach().double().numpy()
+    np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-9, equal_nan=True, err_msg=what)
+
+
+def _check(np, torch, ddpc, what, fn, *args):
+    """fn(lib, *args) with args built for each library: both raise, or they agree (gradients too)."""
+    results = []
+    for lib in (torch, ddpc):
+        built = [_build(np, lib, a) for a in args]
+        try:
+            out = fn(lib, *built)
+        except (RuntimeError, ValueError, IndexError, TypeError) as e:
+            out = e
+        results.append((built, out))
+    (tin, want), (din, got) = results
+    if isinstance(want, Exception) or isinstance(got, Exception):
+        assert isinstance(want, Exception) and isinstance(got, Exception), f"{what}: ddpc {got!r}, PyTorch {want!r}"
+        return
+    _same(np, got, want, what)
+    leaves = [k for k, a in enumerate(args) if isinstance(a, tuple) and a[2]]
+    if not leaves:
+        return
+    outs = [(w, g) for w, g in zip(_flat(want), _flat(got)) if w.requires_grad]
+    weights = [np.random.default_rng(1).standard_normal(tuple(w.shape)) for w, _ in outs]
+    tsum = sum((w * torch.tensor(c)).sum() for (w, _), c in zip(outs, weights))
+    dsum = sum((g * ddpc.tensor(c)).sum() for (_, g), c in zip(outs, weights))
+    tgrads = torch.autograd.grad(tsum, [tin[k] for k in leaves], allow_unused=True)
+    dgrads = ddpc.autograd.grad(dsum, [din[k] for k in leaves], allow_unused=True)
+    for k, g, w in zip(leaves, dgrads, tgrads):
+        _same(np, g if g is not None else ddpc.zeros_like(din[k]), w if w is not None else torch.zeros_like(tin[k]),
+              f"{what}: grad of argument {k}")
+
+
+def _flat(x):
+    return [t for v in x for t in _flat(v)] if isinstance(x, (tuple, list)) else [x] if hasattr(x, "detach") else []
+
+
+def _index_0d(np, torch, ddpc):
+    for dtype in ("float64", "float32", "int64"):
+        grad = dtype == "float64"
+        x0, x1 = (5.0, dtype, grad), ([1.0, 2.0, 3.0], dtype, grad)
+        src0 = (3.0, dtype, grad)
+        _check(np, torch, ddpc, f"index_fill 0-d {dtype} index [-1]", lambda lib, x, i: x.index_fill(0, i, 7), x0,
+               ([-1], "int64", False))
+        for idx in ([0], [0, 0], [], 0, [1]):  # PyTorch's index_select, index_copy and index_add refuse -1
+            i = (idx, "int64", False)
+            what = f"{dtype} index {idx}"
+            _check(np, torch, ddpc, f"index_select 0-d {what}", lambda lib, x, i: lib.index_select(x, 0, i), x0, i)
+            _check(np, torch, ddpc, f"index_select 1-d {what}", lambda lib, x, i: x.index_select(-1, i), x1, i)
+            _check(np, torch, ddpc, f"index_fill 0-d {what}", lambda lib, x, i: x.index_fill(0, i, 7), x0, i)
+            _check(np, torch, ddpc, f"index_fill 1-d {what}", lambda lib, x, i: x.index_fill(0, i, 7), x1, i)
+            _check(np, torch, ddpc, f"index_copy 0-d {what}", lambda lib, x, i, s: x.index_copy(0, i, s), x0, i, src0)
+            _check(np, torch, ddpc, f"index_copy 1-d {what}", lambda lib, x, i, s: x.index_copy(0, i, s), x1, i, src0)
+            _check(np, torch, ddpc, f"index_add 0-d {what}", lambda lib, x, i, s: x.index_add(0, i, s, alpha=2),
+                   x0, i, src0)
+            _check(np, torch, ddpc, f"index_add 1-d {what}", lambda lib, x, i, s: lib.index_add(x, 0, i, s),
+                   x1, i, ([4.0], dtype, grad))
+        for idx in (0, [0]):
+            i = (idx, "int64", False)
+            _check(np, torch, ddpc, f"scatter 0-d {dtype} {idx}", lambda lib, x, i, s: lib.scatter(x, 0, i, s),
+                   x0, i, src0)
+            _check(np, torch, ddpc, f"scatter_add 0-d {dtype} {idx}", lambda lib, x, i, s: lib.scatter_add(x, 0, i, s),
+                   x0, i, src0)
+            _check(np, torch, ddpc, f"scatter value 0-d {dtype} {idx}", lambda lib, x, i: x.scatter(-1, i, 2.0),
+                   x0, i)
+
+
+GROUPS = {"index_0d": _index_0d}
+
+
+test_matches_pytorch = torch_group_test(__file__, GROUPS)
+
+
+if __name__ == "__main__":
+    run_torch_group(GROUPS)
