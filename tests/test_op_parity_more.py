@@ -43,3 +43,58 @@ def test_index_add_and_scatter_on_0d_tensors_differentiate():
     written = ddpc.scatter(x, 0, ddpc.tensor(0), s)
     (3 * written).backward()
     assert written.item() == 3.0 and x.grad.item() == 0.0 and s.grad.item() == 3.0
+
+
+# ---- reductions ----------------------------------------------------------------------------
+
+def test_sum_of_a_0d_integer_tensor_over_no_dims_is_int64():
+    for dtype in (ddpc.uint8, ddpc.int32):
+        for dims in ((), []):
+            s = ddpc.tensor(3, dtype=dtype).sum(dims, keepdim=True)
+            assert s.dtype is ddpc.int64 and s.shape == () and s.item() == 3
+    with pytest.raises(ValueError, match="twice"):
+        ddpc.tensor(3.0).sum((0, -1))  # its one dim named twice
+
+
+def test_vector_norm_of_a_0d_tensor_stays_0d():
+    n = ddpc.linalg.vector_norm(ddpc.tensor(-2.5), 2, (0,), True)
+    assert n.shape == () and n.item() == 2.5
+    assert ddpc.linalg.vector_norm(ddpc.tensor(-2.5), 1, -1).item() == 2.5
+    with pytest.raises(IndexError, match="out of range"):
+        ddpc.linalg.vector_norm(ddpc.tensor(-2.5), 2, 1)
+
+
+def test_aminmax_along_a_dim_of_an_empty_tensor():
+    lo, hi = ddpc.aminmax(ddpc.zeros(1, 0), dim=0)
+    assert lo.shape == (0,) and hi.shape == (0,)
+    lo, hi = ddpc.aminmax(ddpc.zeros(2, 0), dim=0, keepdim=True)
+    assert lo.shape == (1, 0) and hi.shape == (1, 0)
+    with pytest.raises(ValueError):
+        ddpc.aminmax(ddpc.zeros(0, 2), dim=0)  # no element to take along the dim
+    with pytest.raises(ValueError):
+        ddpc.aminmax(ddpc.zeros(0, 2))
+
+
+@pytest.mark.parametrize("op, values, grad", [
+    (lambda x: x.max(), [1.0, 3.0, 3.0, 2.0], [0.0, 0.5, 0.5, 0.0]),
+    (lambda x: ddpc.min(x), [2.0, 1.0, 1.0, 1.0], [0.0, 1 / 3, 1 / 3, 1 / 3]),
+    (lambda x: x.median(), [1.0, 2.0, 2.0, 3.0], [0.0, 0.5, 0.5, 0.0]),  # the lower middle value, 2
+    (lambda x: ddpc.nanmedian(x), [float("nan"), 2.0, 2.0, 5.0], [0.0, 0.5, 0.5, 0.0]),
+    (lambda x: x.max(), [1.0, float("nan"), float("nan")], [0.0, 0.5, 0.5]),  # NaN wins and ties with NaN
+], ids=["max", "min", "median", "nanmedian", "max_nan"])
+def test_max_min_median_of_all_elements_split_the_gradient_among_ties(op, values, grad):
+    x = ddpc.tensor(values, dtype=ddpc.float64, requires_grad=True)
+    op(x).backward()
+    np.testing.assert_allclose(x.grad.numpy(), grad, rtol=1e-12)
+
+
+def test_norm_gradient_is_zero_where_the_norm_is_zero():
+    for p in (2, "fro", 3, 1, float("inf")):
+        x = ddpc.zeros(2, 2, requires_grad=True)
+        ddpc.norm(x, p).backward()
+        assert x.grad.tolist() == [[0.0, 0.0], [0.0, 0.0]], p
+    x = ddpc.tensor([[0.0, 0.0], [3.0, 4.0]], requires_grad=True)
+    n = x.norm(dim=1)
+    n.sum().backward()
+    assert n.tolist() == [0.0, 5.0]
+    np.testing.assert_allclose(x.grad.numpy(), [[0.0, 0.0], [0.6, 0.8]], rtol=1e-6)

@@ -95,7 +95,34 @@ def _index_0d(np, torch, ddpc):
                    x0, i)
 
 
-GROUPS = {"index_0d": _index_0d}
+def _reductions(np, torch, ddpc):
+    for dtype in ("uint8", "int32", "int64", "float32"):
+        for dims in ((), [], 0, -1, (0,), 1):
+            for keepdim in (False, True):
+                _check(np, torch, ddpc, f"sum 0-d {dtype} {dims} {keepdim}", lambda lib, x: x.sum(dims, keepdim),
+                       (3.0, dtype, False))
+    for dims in (None, 0, -1, (0,), (), 1, (0, 0)):
+        for keepdim in (False, True):
+            _check(np, torch, ddpc, f"vector_norm 0-d {dims} {keepdim}",
+                   lambda lib, x: lib.linalg.vector_norm(x, 2, dims, keepdim), (-2.5, "float64", True))
+    for shape in ((1, 0), (2, 0), (0, 2), (0,)):
+        for dim in (None, 0, 1):
+            _check(np, torch, ddpc, f"aminmax {shape} {dim}", lambda lib, x: lib.aminmax(x, dim=dim, keepdim=True),
+                   (np.zeros(shape), "float32", False))
+    nan = float("nan")
+    for values in ([1.0, 3.0, 3.0, 2.0], [2.0, 1.0, 1.0, 1.0], [[1.0, 2.0], [2.0, 3.0]], [nan, 2.0, 2.0, 5.0],
+                   [1.0, nan, nan], [4.0], 7.0):
+        x = (values, "float64", True)
+        for name in ("max", "min", "median", "nanmedian"):
+            _check(np, torch, ddpc, f"{name} of {values}", lambda lib, x: getattr(lib, name)(x), x)
+    for values in (np.zeros((2, 2)), [[0.0, 0.0], [3.0, 4.0]], 0.0):
+        for p in (2, "fro", 3, 1, float("inf"), float("-inf")):
+            for dim in (None, 0, -1):
+                _check(np, torch, ddpc, f"norm {p} of {values} along {dim}", lambda lib, x: lib.norm(x, p, dim),
+                       (values, "float64", True))
+
+
+GROUPS = {"index_0d": _index_0d, "reductions": _reductions}
 
 
 test_matches_pytorch = torch_group_test(__file__, GROUPS)

@@ -208,7 +208,7 @@ def median(input, dim=None, keepdim=False):
             if not input.dtype.is_floating_point:
                 raise IndexError("median: an empty integer tensor has no median")
             return _ag._like_scalar(math.nan, input)
-        return _order_stat(input, None, False, "median", _median_position)[0]
+        return _ag._tied(input, _order_stat(input.detach(), None, False, "median", _median_position)[0])
     return Median(*_order_stat(input, dim, keepdim, "median", _median_position))
 
 
@@ -218,7 +218,7 @@ def nanmedian(input, dim=None, keepdim=False):
     if dim is None:
         if input.numel() == 0:
             return median(input)
-        return _order_stat(input, None, False, "nanmedian", _nanmedian_position)[0]
+        return _ag._tied(input, _order_stat(input.detach(), None, False, "nanmedian", _nanmedian_position)[0])
     return Nanmedian(*_order_stat(input, dim, keepdim, "nanmedian", _nanmedian_position))
 
 
@@ -253,11 +253,12 @@ def mode(input, dim=-1, keepdim=False):
 
 
 def aminmax(input, *, dim=None, keepdim=False):
-    """(min, max) of input over all elements, or along ``dim``."""
+    """(min, max) of input over all elements, or along ``dim`` (empty where the
+    other dims are, as PyTorch's)."""
     _check_tensor(input, "aminmax")
-    if input.numel() == 0:
-        raise ValueError("aminmax: cannot compute it over an empty tensor; give a dim of non-zero size")
     if dim is None:
+        if input.numel() == 0:
+            raise ValueError("aminmax: cannot compute it over an empty tensor; give a dim of non-zero size")
         flat = input.reshape(-1)
         shape = (1,) * input.ndim if keepdim else ()
         return Aminmax(_ag.amin(flat, 0).reshape(shape), _ag.amax(flat, 0).reshape(shape))

@@ -2071,7 +2071,8 @@ def sum(input, dim=None, keepdim=False, *, dtype=None):
     if dtype is not None:
         return sum(input.to(dtype=dtype), dim, keepdim)
     if isinstance(dim, (tuple, list)) and len(dim) != 1:
-        return _over_dims(sum, input, _dims(input, dim or None), keepdim)
+        dims = _dims(input, dim or None)  # none for a 0-d tensor, whose sum is still int64 for integers
+        return _over_dims(sum, input, dims, keepdim) if dims else sum(input, None, keepdim)
     if input.ndim == 0 and dim is not None:  # a 0-d tensor reduces along dim 0 or -1, as if it had one of size 1
         _one_dim(input, dim)
         return sum(reshape(input, (1,)), 0)
@@ -2129,7 +2130,7 @@ def extreme(a, dim, keepdim, want_max):
     if dim is None:
         if a.numel() == 0:
             raise ValueError(f"{'max' if want_max else 'min'}() of an empty tensor: give a dim")
-        return extreme(a.reshape(-1), 0, False, want_max).values
+        return _tied(a, extreme(a.detach().reshape(-1), 0, False, want_max).values)
     dim = _one_dim(a, dim)
     if a.ndim == 0:
         res = extreme(reshape(a, (1,)), 0, False, want_max)
@@ -2198,8 +2199,11 @@ def _dims(a, dim):
     """``dim`` (None: every dim, an int or a sequence) as sorted, distinct non-negative dims;
     none for a 0-d tensor, whose reductions along dim 0 or -1 leave it as it is."""
     if a.ndim == 0:
-        for d in (() if dim is None else (dim,) if isinstance(dim, numbers.Integral) else dim):
+        named = () if dim is None else (dim,) if isinstance(dim, numbers.Integral) else tuple(dim)
+        for d in named:
             _dim(a, int(d))
+        if len(named) > 1:  # its one dim, 0 or -1, named twice
+            raise ValueError(f"dim {named} names a dim twice")
         return ()
     if dim is None:
         return tuple(range(a.ndim))
@@ -2503,19 +2507,34 @@ def std(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
 
 
 class _AmaxBackward(Node):
-    """The gradient of amax/amin is split evenly among the elements equal to the result, as in PyTorch."""
+    """The gradient of amax/amin is split evenly among the elements equal to
+    the result, as in PyTorch; ``nan_equal`` (max, min and median of all
+    elements) also counts a NaN result's NaNs as equal to it."""
 
     double_backward = True
 
-    def __init__(self, a, dims, kept):
+    def __init__(self, a, dims, kept, nan_equal=False):
         super().__init__((a,), (a.detach(), kept))
-        self.dims = dims
+        self.dims, self.nan_equal = dims, nan_equal
 
     def backward(self, g):
         a, kept = self.saved
-        hit = (a == kept).to(dtype=g.dtype)
+        hit = a == kept
+        if self.nan_equal:
+            hit = logical_or(hit, logical_and(isnan(a), isnan(kept)))
+        hit = hit.to(dtype=g.dtype)
         share = div(g.reshape(kept.shape), sum(hit, self.dims, keepdim=True))
         return (mul(hit, share),)
+
+
+def _tied(a, value):
+    """``value``, one of a's elements chosen over all of them (max, min,
+    median), whose gradient is split evenly among the elements equal to it,
+    as PyTorch's (NaN counting as equal to NaN)."""
+    out = value.detach().clone()
+    if _needs_grad(a):
+        _attach(out, _AmaxBackward(a, tuple(range(a.ndim)), value.detach().reshape((1,) * a.ndim), True))
+    return out
 
 
 def _amax(a, dim, keepdim, want_max):
@@ -2591,10 +2610,6 @@ def count_nonzero(input, dim=None):
     return _count_nonzero(input, dim, False)
 
 
-def _abs(a):
-    return add(relu(a), relu(neg(a)))  # gradient 0 at 0, as torch's sign
-
-
 def norm(input, p="fro", dim=None, keepdim=False, dtype=None):
     """The vector p-norm over ``dim`` (every dim when None): p 2 or 'fro'
     (the same over a whole tensor), 1, inf, -inf, 0 or any other number; or
@@ -2606,25 +2621,19 @@ def norm(input, p="fro", dim=None, keepdim=False, dtype=None):
     if input.dtype.name in ("float16", "bfloat16"):  # powers summed in float32, as PyTorch's (|x| > 256 overflows)
         return norm(input.float(), p, dim, keepdim).to(dtype=input.dtype)
     dims = _reduction_dims(input, dim)
-    if p == "fro" or p == 2:
-        return pow(sum(mul(input, input), dims, keepdim), 0.5)
     if p == "nuc":
         from .linalg import matrix_norm
 
         if dim is None and input.ndim != 2:
             raise ValueError(f"norm: p='nuc' needs a 2-d input or two dims, got shape {input.shape}")
         return matrix_norm(input, "nuc", (-2, -1) if dim is None else dim, keepdim)
-    if isinstance(p, str):
+    if isinstance(p, str) and p != "fro":
         raise ValueError(f"norm: p={p!r} is not supported (2, 'fro', 'nuc', 1, inf, -inf, 0 or a number)")
-    if p == 1:
-        return sum(_abs(input), dims, keepdim)
-    if p == math.inf:
-        return amax(_abs(input), dims, keepdim)
     if p == -math.inf:
-        return amin(_abs(input), dims, keepdim)
-    if p == 0:
-        return _reduced(sum(_nonzero_mask(input).to(dtype=input.dtype), dims, True), input, dims, keepdim)
-    return pow(sum(pow(_abs(input), float(p)), dims, keepdim), 1.0 / p)
+        return amin(abs(input), dims, keepdim)
+    from ._linalg import _pnorm  # built on this module
+
+    return _pnorm(input, 2.0 if p == "fro" else float(p), dims, keepdim)
 
 
 # -- splitting and layout --

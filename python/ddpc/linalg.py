@@ -1016,9 +1016,9 @@ def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
     dims = None if dim is None else ([dim] if isinstance(dim, numbers.Integral) else list(dim))
     if dims is not None and not dims:
         dims = None
-    if x.ndim == 0:
-        x = x.reshape(1)
-        dims = None
+    if x.ndim == 0:  # the norm of its one element, 0-d also with keepdim (as PyTorch's)
+        _ag._dims(x, dims)
+        return vector_norm(x.reshape(1), ord)
     if ord == -math.inf:
         out = _ag.amin(_ag.abs(x), tuple(dims) if dims is not None else tuple(range(x.ndim)), keepdim)
     else:
