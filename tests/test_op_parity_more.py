@@ -98,3 +98,27 @@ def test_norm_gradient_is_zero_where_the_norm_is_zero():
     n.sum().backward()
     assert n.tolist() == [0.0, 5.0]
     np.testing.assert_allclose(x.grad.numpy(), [[0.0, 0.0], [0.6, 0.8]], rtol=1e-6)
+
+
+# ---- shape ops -------------------------------------------------------------------------------
+
+def test_repeat_interleave_takes_output_size_and_counts_alone():
+    counts = ddpc.tensor([3, 0, 1], dtype=ddpc.int32)
+    alone = ddpc.repeat_interleave(counts)  # index i, counts[i] times
+    assert alone.tolist() == [0, 0, 0, 2] and alone.dtype is ddpc.int32
+    assert ddpc.repeat_interleave(counts, output_size=4).tolist() == [0, 0, 0, 2]
+    x = ddpc.tensor([[1.0, 2.0]])
+    assert x.repeat_interleave(ddpc.tensor([1, 2]), dim=1, output_size=3).tolist() == [[1.0, 2.0, 2.0]]
+    assert ddpc.repeat_interleave(x, 2, output_size=4).tolist() == [1.0, 1.0, 2.0, 2.0]
+    with pytest.raises(ValueError, match="output_size 5"):
+        ddpc.repeat_interleave(x, 2, dim=-1, output_size=5)
+    with pytest.raises(ValueError, match="1-d integer"):
+        ddpc.repeat_interleave(ddpc.tensor([[1, 2]]))
+
+
+def test_squeeze_refuses_a_dim_named_twice_and_unfold_of_0d_takes_size_0():
+    with pytest.raises(ValueError, match="twice"):
+        ddpc.zeros(3, 1, 1).squeeze((1, -2))
+    assert ddpc.zeros(3, 1, 1).squeeze((1, -1)).shape == (3,)
+    x = ddpc.tensor(4.0)
+    assert x.unfold(0, 0, 1).shape == (0,) and x.unfold(0, 1, 1).tolist() == [4.0]

@@ -122,7 +122,28 @@ def _reductions(np, torch, ddpc):
                        (values, "float64", True))
 
 
-GROUPS = {"index_0d": _index_0d, "reductions": _reductions}
+def _shapes(np, torch, ddpc):
+    for dtype in ("int64", "int32", "uint8", "float32"):
+        for counts in ([3, 0, 1], [], [2], [1, -1], [[1, 2]], 2):
+            for size in (None, 4, 3) if counts != [] else (None,):  # PyTorch checks no size for no counts
+                _check(np, torch, ddpc, f"repeat_interleave({counts}) {dtype} {size}",
+                       lambda lib, c: lib.repeat_interleave(c, output_size=size), (counts, dtype, False))
+    x = ([[1.0, 2.0], [3.0, 4.0]], "float64", True)
+    for repeats in (2, ([1, 2], "int64", False), ([2], "int64", False), (2, "int64", False)):
+        for dim in (None, 0, -1):
+            for size in (None, 2, 3, 4, 8):
+                _check(np, torch, ddpc, f"repeat_interleave {repeats} {dim} {size}",
+                       lambda lib, x, r: x.repeat_interleave(r, dim, output_size=size), x, repeats)
+    for dims in ((1, -2), (1, -1), (0, 0), (), (2,)):
+        _check(np, torch, ddpc, f"squeeze {dims}", lambda lib, x: x.squeeze(dims),
+               (np.zeros((3, 1, 1)), "float64", True))
+    for size in (0, 1, 2):
+        for step in (1, 2):
+            _check(np, torch, ddpc, f"unfold 0-d {size} {step}", lambda lib, x: x.unfold(0, size, step),
+                   (4.0, "float64", True))
+
+
+GROUPS = {"index_0d": _index_0d, "reductions": _reductions, "shapes": _shapes}
 
 
 test_matches_pytorch = torch_group_test(__file__, GROUPS)

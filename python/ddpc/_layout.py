@@ -363,8 +363,8 @@ def unfold(input, dimension, size, step):
     if size < 0 or size > n or step <= 0:
         raise ValueError(f"unfold: size {size} and step {step} do not fit dim {d} of size {n} (0 <= size <= "
                          "the dim's size, step > 0)")
-    if input.ndim == 0:
-        return _ag.reshape(input, (size,))
+    if input.ndim == 0:  # one window of its element, or an empty one
+        return _ag.reshape(input, (1,)).narrow(0, 0, size)
     count = (n - size) // step + 1
     idx = (np.arange(count)[:, None] * step + np.arange(size)).reshape(-1)
     windows = input.index_select(d, tensor(idx, device=input.device))

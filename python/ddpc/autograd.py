@@ -2748,8 +2748,26 @@ def unflatten(input, dim, sizes):
     return reshape(input, input.shape[:d] + tuple(sizes) + input.shape[d + 1:])
 
 
-def repeat_interleave(input, repeats, dim=None):
-    """Each element (each slice along ``dim``; of the flattened tensor when None) repeated ``repeats`` times."""
+def repeat_interleave(input, repeats=None, dim=None, *, output_size=None):
+    """Each element (each slice along ``dim``; of the flattened tensor when
+    None) repeated ``repeats`` times: a number, or a tensor of one count per
+    element. ``output_size`` is checked against the result's length along the
+    dim (PyTorch takes it to spare a device sync). With only a 1-d integer
+    tensor of counts, the indices 0, 1, ... each repeated as often as counted,
+    in the counts' dtype, as torch.repeat_interleave(repeats)."""
+    if repeats is None:
+        if not isinstance(input, Tensor) or input.ndim != 1 or input.dtype.is_floating_point:
+            raise ValueError("repeat_interleave(repeats): repeats must be a 1-d integer tensor")
+        out = _repeated(_host_tensor(np.arange(input.shape[0]), input.device, input.dtype), input, 0)
+    else:
+        out = _repeated(input, repeats, dim)
+    length = out.shape[0 if repeats is None or dim is None else _dim(input, dim)]
+    if output_size is not None and length != output_size:
+        raise ValueError(f"repeat_interleave: output_size {output_size} is not the repeated length {length}")
+    return out
+
+
+def _repeated(input, repeats, dim):
     if dim is None:
         input, dim = reshape(input, (-1,)), 0
     d = _dim(input, dim)
@@ -2762,7 +2780,7 @@ def repeat_interleave(input, repeats, dim=None):
                        input.shape[:d] + (n * int(repeats),) + input.shape[d + 1:])
     counts = repeats.detach().cpu().numpy().reshape(-1) if isinstance(repeats, Tensor) else list(repeats)
     if len(counts) == 1:
-        return repeat_interleave(input, int(counts[0]), d)
+        return _repeated(input, int(counts[0]), d)
     if len(counts) != n or any(c < 0 for c in counts):
         raise ValueError(f"repeat_interleave: {len(counts)} repeats for a dim of {n} (each >= 0)")
     return input.index_select(d, _host_tensor(np.repeat(np.arange(n), counts), input.device))

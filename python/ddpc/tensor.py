@@ -715,6 +715,8 @@ class Tensor:
             dims = range(self.ndim)
         else:
             dims = [_ag._dim(self, d) for d in ((dim,) if isinstance(dim, numbers.Integral) else dim)]
+            if len(set(dims)) != len(dims):
+                raise ValueError(f"squeeze: dim {tuple(dim)} names a dim twice")
         return self.reshape(tuple(s for d, s in enumerate(self.shape) if not (d in dims and s == 1)))
 
     def expand(self, *sizes):
@@ -850,7 +852,8 @@ class Tensor:
     def tril(self, diagonal=0): return _ag.tril(self, diagonal)
     def triu(self, diagonal=0): return _ag.triu(self, diagonal)
     def unflatten(self, dim, sizes): return _ag.unflatten(self, dim, sizes)
-    def repeat_interleave(self, repeats, dim=None): return _ag.repeat_interleave(self, repeats, dim)
+    def repeat_interleave(self, repeats, dim=None, *, output_size=None):
+        return _ag.repeat_interleave(self, repeats, dim, output_size=output_size)
     def diff(self, n=1, dim=-1, prepend=None, append=None): return _ag.diff(self, n, dim, prepend, append)
     def gather(self, dim, index): return _ag.gather(self, dim, index)
     def scatter(self, dim, index, src=None, value=None, reduce=None):
