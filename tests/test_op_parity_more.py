@@ -45,6 +45,20 @@ def test_index_add_and_scatter_on_0d_tensors_differentiate():
     assert written.item() == 3.0 and x.grad.item() == 0.0 and s.grad.item() == 3.0
 
 
+def test_bools_beside_advanced_indices_broadcast_with_them():
+    x = ddpc.arange(24.0).reshape(2, 3, 4)
+    assert x[[0, 1], True].shape == (2, 3, 4)  # True indexes a new dim of 1 with [0], broadcast to (2,)
+    assert x[True, :, [0, 1]].shape == (2, 2, 4)  # apart: the broadcast dims lead
+    assert x[0, True, [1, 2]].tolist() == [[4.0, 5.0, 6.0, 7.0], [8.0, 9.0, 10.0, 11.0]]
+    assert x[True, :, False].shape == (0, 2, 3, 4)  # bools alone broadcast together too
+    assert x[True].shape == (1, 2, 3, 4) and x[False, None].shape == (0, 1, 2, 3, 4)
+    with pytest.raises(IndexError, match="shape mismatch"):
+        x[False, [0, 1]]  # [] and [0, 1] do not broadcast
+    y = ddpc.zeros(2, 3)
+    y[[0, 1], True, [2, 0]] = 5.0
+    assert y.tolist() == [[0.0, 0.0, 5.0], [5.0, 0.0, 0.0]]
+
+
 # ---- reductions ----------------------------------------------------------------------------
 
 def test_sum_of_a_0d_integer_tensor_over_no_dims_is_int64():

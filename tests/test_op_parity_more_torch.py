@@ -143,7 +143,24 @@ def _shapes(np, torch, ddpc):
                    (4.0, "float64", True))
 
 
-GROUPS = {"index_0d": _index_0d, "reductions": _reductions, "shapes": _shapes}
+def _bool_indices(np, torch, ddpc):
+    x = (np.arange(24.0).reshape(2, 3, 4), "float64", True)
+    flag = (1, "bool", False)  # PyTorch's 0-d bool tensor, ddpc's 0-d uint8 mask
+    for index in [([0, 1], True), ([0, 1], slice(None), True), (True, slice(None), [0, 1]), (0, True, [1, 2]),
+                  ([[0], [1]], False, [0, 1, 2]), (True, True), (True, slice(None), False), (False, [0, 1]),
+                  (True, 0, slice(None), True), (None, [0, 1], True), ([1, 0], flag), (flag, slice(None), [2, 1]),
+                  (flag, True, 1), (True,), (False, None), (Ellipsis, True, [0, 3])]:
+        _check(np, torch, ddpc, f"x[{index}]", lambda lib, x, *i: x[tuple(_build(np, lib, a) for a in i)], x, *index)
+
+        def assign(lib, x, *i):
+            y = x.clone()
+            y[tuple(_build(np, lib, a) for a in i)] = 5.0
+            return y
+
+        _check(np, torch, ddpc, f"x[{index}] = 5", assign, x, *index)
+
+
+GROUPS = {"index_0d": _index_0d, "reductions": _reductions, "shapes": _shapes, "bool_indices": _bool_indices}
 
 
 test_matches_pytorch = torch_group_test(__file__, GROUPS)

@@ -207,17 +207,21 @@ def select(shape, index):
     strides = contiguous_strides(shape)
     offset, out_shape, out_strides, adv = 0, [], [], []
     d = 0
+    # True, False and 0-d masks add a dim of length 1 or 0; beside other
+    # advanced indices (or each other) they index a new dim of length 1 with
+    # [0] or [], which broadcasts with the others (PyTorch's and numpy's rule).
+    with_advanced = sum(_is_bool(i) or isinstance(i, tuple) for i in items) > 1
     for item in items:
-        if item is None or _is_bool(item):
-            out_shape.append(1 if item is None else int(item))
+        flag = _is_bool(item) or (isinstance(item, tuple) and item[0] == "mask" and item[1].ndim == 0)
+        if item is None or flag:
+            keep = 1 if item is None else int(bool(item if _is_bool(item) else item[1]))
+            if flag and with_advanced:
+                adv.append((len(out_shape), np.arange(keep)))
+            out_shape.append(1 if item is None or with_advanced else keep)
             out_strides.append(0)
             continue
         if isinstance(item, tuple):  # advanced: ("ints", array) or ("mask", array)
             kind, arr = item
-            if kind == "mask" and arr.ndim == 0:  # a 0-d mask, as True or False: a new dim of length 1 or 0
-                out_shape.append(int(bool(arr)))
-                out_strides.append(0)
-                continue
             if kind == "mask":
                 covered = tuple(shape[d:d + arr.ndim])
                 if arr.shape != covered:
