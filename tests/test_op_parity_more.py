@@ -130,6 +130,14 @@ def test_repeat_interleave_takes_output_size_and_counts_alone():
         ddpc.repeat_interleave(ddpc.tensor([[1, 2]]))
 
 
+def test_tensor_split_takes_a_tensor_of_sections_or_indices():
+    x = ddpc.arange(7)
+    assert [p.tolist() for p in ddpc.tensor_split(x, ddpc.tensor(3))] == [[0, 1, 2], [3, 4], [5, 6]]
+    assert [p.tolist() for p in x.tensor_split(ddpc.tensor([1, 5]))] == [[0], [1, 2, 3, 4], [5, 6]]
+    with pytest.raises(TypeError, match="0- or 1-d integer"):
+        x.tensor_split(ddpc.tensor([[1, 5]]))
+
+
 def test_squeeze_refuses_a_dim_named_twice_and_unfold_of_0d_takes_size_0():
     with pytest.raises(ValueError, match="twice"):
         ddpc.zeros(3, 1, 1).squeeze((1, -2))

@@ -134,6 +134,9 @@ def _shapes(np, torch, ddpc):
             for size in (None, 2, 3, 4, 8):
                 _check(np, torch, ddpc, f"repeat_interleave {repeats} {dim} {size}",
                        lambda lib, x, r: x.repeat_interleave(r, dim, output_size=size), x, repeats)
+    for sections in (3, 0, [1, 5], [], [[1, 5]], [-2, 9]):
+        _check(np, torch, ddpc, f"tensor_split {sections}", lambda lib, x, s: lib.tensor_split(x, s),
+               (np.arange(7.0), "float64", True), (sections, "int64", False))
     for dims in ((1, -2), (1, -1), (0, 0), (), (2,)):
         _check(np, torch, ddpc, f"squeeze {dims}", lambda lib, x: x.squeeze(dims),
                (np.zeros((3, 1, 1)), "float64", True))

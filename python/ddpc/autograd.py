@@ -2669,9 +2669,15 @@ def chunk(input, chunks, dim=0):
 
 
 def tensor_split(input, indices_or_sections, dim=0):
-    """``sections`` pieces as equal as can be (the first n % sections one longer), or pieces between indices."""
+    """``sections`` pieces as equal as can be (the first n % sections one longer), or pieces between indices;
+    a 0-d integer tensor is a number of sections and a 1-d one indices, as in PyTorch."""
     d = _dim(input, dim)
     n = input.shape[d]
+    if isinstance(indices_or_sections, Tensor):
+        if indices_or_sections.ndim > 1 or indices_or_sections.dtype.is_floating_point:
+            raise TypeError(f"tensor_split: a tensor of sections or indices must be a 0- or 1-d integer tensor, got "
+                            f"{indices_or_sections.dtype} of shape {tuple(indices_or_sections.shape)}")
+        indices_or_sections = indices_or_sections.tolist()
     if isinstance(indices_or_sections, numbers.Integral):
         k = int(indices_or_sections)
         if k <= 0:
