@@ -114,6 +114,25 @@ def test_norm_gradient_is_zero_where_the_norm_is_zero():
     np.testing.assert_allclose(x.grad.numpy(), [[0.0, 0.0], [0.6, 0.8]], rtol=1e-6)
 
 
+def test_negative_order_norms_and_matrix_norms_of_empty_matrices():
+    inf = float("inf")
+    vector_norm, matrix_norm = ddpc.linalg.vector_norm, ddpc.linalg.matrix_norm
+    assert vector_norm(ddpc.tensor([inf, inf]), -1).item() == inf  # (0 + 0) ** -1
+    assert vector_norm(ddpc.tensor([0.0, 4.0]), -1).item() == 0.0
+    assert vector_norm(ddpc.tensor([2.0, 2.0]), -1).item() == 1.0
+    assert ddpc.tensor([inf, inf]).norm(-2).item() == inf
+    with pytest.raises(ValueError, match="empty dim"):
+        vector_norm(ddpc.zeros(2, 0), -1, dim=1)
+    assert vector_norm(ddpc.zeros(2, 0), -1, dim=0).shape == (0,)
+    # The largest column sum, row sum or singular value of an empty matrix is 0; the smallest has no value.
+    assert matrix_norm(ddpc.zeros(0, 3), 2).item() == 0.0 and matrix_norm(ddpc.zeros(3, 0), 1).item() == 0.0
+    assert matrix_norm(ddpc.zeros(0, 3), inf).item() == 0.0 and matrix_norm(ddpc.zeros(0, 0), 1).item() == 0.0
+    assert matrix_norm(ddpc.zeros(2, 0, 3), 2).tolist() == [0.0, 0.0]
+    assert matrix_norm(ddpc.zeros(0, 3), 2, keepdim=True).shape == (1, 1)
+    with pytest.raises(ValueError, match="empty dim"):
+        matrix_norm(ddpc.zeros(3, 0), -1)
+
+
 # ---- shape ops -------------------------------------------------------------------------------
 
 def test_repeat_interleave_takes_output_size_and_counts_alone():

@@ -146,6 +146,22 @@ def _shapes(np, torch, ddpc):
                    (4.0, "float64", True))
 
 
+def _norms(np, torch, ddpc):
+    inf = float("inf")
+    for values in ([inf, inf], [0.0, 4.0], [2.0, 2.0], [inf, 1.0], [[1.0, -2.0], [0.0, 3.0]], np.zeros((2, 0)), 5.0):
+        for ord in (-1, -2, -0.5, -inf):
+            for dim in (None, 0, -1):
+                _check(np, torch, ddpc, f"vector_norm {values} {ord} {dim}",
+                       lambda lib, x: lib.linalg.vector_norm(x, ord, dim), (values, "float64", True))
+            _check(np, torch, ddpc, f"norm {values} {ord}", lambda lib, x: lib.norm(x, ord), (values, "float64", True))
+    for shape in ((0, 3), (3, 0), (0, 0), (2, 0, 3)):
+        for ord in (1, -1, 2, -2, inf, -inf, "fro", "nuc"):
+            for keepdim in (False, True):
+                _check(np, torch, ddpc, f"matrix_norm {shape} {ord} {keepdim}",
+                       lambda lib, x: lib.linalg.matrix_norm(x, ord, keepdim=keepdim),
+                       (np.zeros(shape), "float64", False))
+
+
 def _bool_indices(np, torch, ddpc):
     x = (np.arange(24.0).reshape(2, 3, 4), "float64", True)
     flag = (1, "bool", False)  # PyTorch's 0-d bool tensor, ddpc's 0-d uint8 mask
@@ -163,7 +179,8 @@ def _bool_indices(np, torch, ddpc):
         _check(np, torch, ddpc, f"x[{index}] = 5", assign, x, *index)
 
 
-GROUPS = {"index_0d": _index_0d, "reductions": _reductions, "shapes": _shapes, "bool_indices": _bool_indices}
+GROUPS = {"index_0d": _index_0d, "reductions": _reductions, "shapes": _shapes, "bool_indices": _bool_indices,
+          "norms": _norms}
 
 
 test_matches_pytorch = torch_group_test(__file__, GROUPS)

@@ -255,7 +255,14 @@ def einsum(equation, *operands):
 
 def _pnorm(d, p, dim, keepdim=False):
     """The p-norm of d over ``dim`` whose gradient is 0 (not NaN) where the norm
-    is 0, as PyTorch's cdist and dist take it."""
+    is 0, as PyTorch's cdist and dist take it. A negative p has no value over
+    no elements (PyTorch raises too); its norm is 0 where an element is 0 and
+    inf where all are inf."""
+    if p < 0:
+        dims = _ag._reduction_dims(d, dim)
+        if any(d.shape[k] == 0 for k in dims):
+            raise ValueError(f"the {p:g} norm over an empty dim has no value (a negative order has no identity)")
+        return _ag.pow(_ag.sum(_ag.pow(_ag.abs(d), p), dims, keepdim), 1.0 / p)
     if p == 0:
         return _ag.sum((d.detach() != 0).to(dtype=d.dtype), dim, keepdim)
     if p == math.inf:

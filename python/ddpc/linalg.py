@@ -1026,6 +1026,11 @@ def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
     return out
 
 
+def _largest(x, dim, keepdim):
+    """The largest of non-negative x along ``dim``; 0 along an empty dim, as PyTorch's matrix norms take it."""
+    return _ag.sum(x, dim, keepdim) if x.shape[dim] == 0 else _ag.amax(x, dim, keepdim)
+
+
 def matrix_norm(A, ord="fro", dim=(-2, -1), keepdim=False, *, dtype=None):
     """The matrix norm of the matrices over the two dims ``dim``: 'fro', 'nuc'
     (the sum of the singular values), 2 and -2 (the largest and the smallest),
@@ -1040,11 +1045,11 @@ def matrix_norm(A, ord="fro", dim=(-2, -1), keepdim=False, *, dtype=None):
         return vector_norm(A, 2, (d0, d1), keepdim)
     if ord in ("nuc", 2, -2):
         s = svdvals(A.movedim((d0, d1), (-2, -1)) if (d0, d1) != (A.ndim - 2, A.ndim - 1) else A)
-        out = _ag.sum(s, -1) if ord == "nuc" else (_ag.amax(s, -1) if ord == 2 else _ag.amin(s, -1))
+        out = _ag.sum(s, -1) if ord == "nuc" else (_largest(s, -1, False) if ord == 2 else _ag.amin(s, -1))
         return out.unsqueeze(min(d0, d1)).unsqueeze(max(d0, d1)) if keepdim else out
     if ord in (1, -1, math.inf, -math.inf):
         summed, over = (d0, d1) if ord in (1, -1) else (d1, d0)
-        pick = _ag.amax if ord > 0 else _ag.amin
+        pick = _largest if ord > 0 else _ag.amin
         out = pick(_ag.sum(_ag.abs(A), summed, keepdim=True), over, True)
         return out if keepdim else out.squeeze(max(d0, d1)).squeeze(min(d0, d1))
     raise ValueError(f"linalg.matrix_norm: Order {ord!r} not supported.")
