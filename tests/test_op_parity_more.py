@@ -59,6 +59,20 @@ def test_bools_beside_advanced_indices_broadcast_with_them():
     assert y.tolist() == [[0.0, 0.0, 5.0], [5.0, 0.0, 0.0]]
 
 
+def test_a_list_holding_sequences_indexes_as_a_tuple_with_a_warning():
+    x = ddpc.arange(24.0).reshape(2, 3, 4)
+    with pytest.warns(UserWarning, match="non-tuple sequence"):
+        picked = x[[[0, 1], [1, 0]]]  # legacy PyTorch code's x[[rows, cols]] is x[rows, cols]
+    assert picked.tolist() == [[4.0, 5.0, 6.0, 7.0], [12.0, 13.0, 14.0, 15.0]]
+    with pytest.warns(UserWarning):
+        assert x[[ddpc.tensor([0, 1]), (2, 0)]].tolist() == [[8.0, 9.0, 10.0, 11.0], [12.0, 13.0, 14.0, 15.0]]
+        assert x[[0, slice(None), 1]].tolist() == [1.0, 5.0, 9.0]
+        y = ddpc.zeros(2, 3)
+        y[[[0, 1], [2, 0]]] = 1.0
+    assert y.tolist() == [[0.0, 0.0, 1.0], [1.0, 0.0, 0.0]]
+    assert x[[1, 0]].shape == (2, 3, 4) and x[range(1, 2)].shape == (1, 3, 4)  # plain ints stay one index
+
+
 # ---- reductions ----------------------------------------------------------------------------
 
 def test_sum_of_a_0d_integer_tensor_over_no_dims_is_int64():

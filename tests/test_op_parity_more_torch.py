@@ -146,6 +146,26 @@ def _shapes(np, torch, ddpc):
                    (4.0, "float64", True))
 
 
+def _sequence_indices(np, torch, ddpc):
+    import warnings
+
+    warnings.simplefilter("ignore", UserWarning)  # both warn that a list as a tuple is deprecated
+    x = (np.arange(24.0).reshape(2, 3, 4), "float64", True)
+    for index in ([[0, 1], [1, 0]], [(0, 1), (1, 0)], [0, slice(None), 1], [None, 0], [0, 1], [[0, 1]], [Ellipsis, 2],
+                  [([1, 0], "int64", False), ([2, 1], "int64", False)], [range(2), range(2)], range(1, 2), [[0, 1], 4],
+                  [[True, False]], [True, [0, 1]]):
+        def read(lib, x):
+            return x[[_build(np, lib, i) for i in index] if isinstance(index, list) else index]
+
+        def assign(lib, x):
+            y = x.clone()
+            y[[_build(np, lib, i) for i in index] if isinstance(index, list) else index] = 5.0
+            return y
+
+        _check(np, torch, ddpc, f"x[{index}]", read, x)
+        _check(np, torch, ddpc, f"x[{index}] = 5", assign, x)
+
+
 def _norms(np, torch, ddpc):
     inf = float("inf")
     for values in ([inf, inf], [0.0, 4.0], [2.0, 2.0], [inf, 1.0], [[1.0, -2.0], [0.0, 3.0]], np.zeros((2, 0)), 5.0):
@@ -180,7 +200,7 @@ def _bool_indices(np, torch, ddpc):
 
 
 GROUPS = {"index_0d": _index_0d, "reductions": _reductions, "shapes": _shapes, "bool_indices": _bool_indices,
-          "norms": _norms}
+          "norms": _norms, "sequence_indices": _sequence_indices}
 
 
 test_matches_pytorch = torch_group_test(__file__, GROUPS)

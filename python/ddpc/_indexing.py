@@ -23,6 +23,9 @@ its shape) and adds a gradient back (``add_into``), on _C.Buffers.
 import math
 import numbers
 import operator
+import os
+import sys
+import warnings
 
 import numpy as np
 
@@ -161,7 +164,7 @@ def _host_array(item, what):
 def _is_advanced(item):
     if hasattr(item, "_buf"):
         return item.ndim > 0 or item._buf.dtype == "uint8"
-    return isinstance(item, (list, np.ndarray))
+    return isinstance(item, (list, tuple, range, np.ndarray))
 
 
 def _is_bool(item):
@@ -169,8 +172,29 @@ def _is_bool(item):
     return isinstance(item, (bool, np.bool_))
 
 
+def _sequence_as_tuple(index):
+    """Whether a list index is PyTorch's legacy form of a tuple: shorter than 32
+    and holding a tensor, a sequence, a slice, Ellipsis or None (x[[rows, cols]]
+    is x[rows, cols]). PyTorch 2.x still reads it so, with a deprecation warning."""
+    return isinstance(index, list) and len(index) < 32 and any(
+        hasattr(i, "_buf") or isinstance(i, (list, tuple, range, np.ndarray, slice)) or i is None or i is Ellipsis
+        for i in index)
+
+
+def _caller_level():
+    """The stacklevel of the first frame outside ddpc, where the indexing was written."""
+    frame, level, package = sys._getframe(1), 1, os.path.dirname(__file__)
+    while frame is not None and frame.f_code.co_filename.startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
 def _expand_index(index, ndim):
     """The index as a list with Ellipsis expanded, masks split into one int array per dim they cover."""
+    if _sequence_as_tuple(index):
+        warnings.warn("Using a non-tuple sequence for multidimensional indexing is deprecated in PyTorch; "
+                      "use x[tuple(seq)] instead of x[seq]", UserWarning, stacklevel=_caller_level())
+        index = tuple(index)
     if not isinstance(index, tuple):
         index = (index,)
     items = []
