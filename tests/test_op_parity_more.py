@@ -147,6 +147,17 @@ def test_negative_order_norms_and_matrix_norms_of_empty_matrices():
         matrix_norm(ddpc.zeros(3, 0), -1)
 
 
+def test_einsum_takes_the_sublist_form():
+    a = ddpc.arange(6.0).reshape(2, 3)
+    b = ddpc.arange(12.0).reshape(3, 4)
+    assert ddpc.einsum(a, [0, 1], [1, 0]).tolist() == [[0.0, 3.0], [1.0, 4.0], [2.0, 5.0]]
+    # Dims 30 and 2 are left, in the order of their numbers: (4, 2), the transposed product.
+    assert ddpc.einsum(a, [30, 1], b, [1, 2]).tolist() == (a @ b).t().tolist()
+    assert ddpc.einsum(a, [Ellipsis, 1], b, [1, 51], [Ellipsis, 51]).tolist() == (a @ b).tolist()
+    with pytest.raises(ValueError, match=r"\[0, 52\)"):
+        ddpc.einsum(a, [52, 0])
+
+
 # ---- shape ops -------------------------------------------------------------------------------
 
 def test_repeat_interleave_takes_output_size_and_counts_alone():

@@ -166,6 +166,18 @@ def _sequence_indices(np, torch, ddpc):
         _check(np, torch, ddpc, f"x[{index}] = 5", assign, x)
 
 
+def _einsum_sublists(np, torch, ddpc):
+    a, b = (np.arange(6.0).reshape(2, 3), "float64", True), (np.arange(12.0).reshape(3, 4), "float64", True)
+    c = (np.arange(24.0).reshape(2, 3, 4), "float64", True)
+    for dims in ([[0, 1], [1, 0]], [[0, 1]], [[27, 0]], [[1, 1]], [[0, 1], [0]], [[52, 0]], [[0]], [[0, 1], [2]]):
+        _check(np, torch, ddpc, f"einsum a {dims}", lambda lib, a: lib.einsum(a, *dims), a)
+    for dims in ([[30, 1], [1, 2]], [[0, 1], [1, 2], [2, 0]], [[0, 1], [1, 2], []], [[0, 1], [5, 2]]):
+        _check(np, torch, ddpc, f"einsum a, b {dims}",
+               lambda lib, a, b: lib.einsum(a, dims[0], b, *dims[1:]), a, b)
+    _check(np, torch, ddpc, "einsum with Ellipsis",
+           lambda lib, c, b: lib.einsum(c, [Ellipsis, 1], b.t(), [1, 51], [Ellipsis, 51]), c, b)
+
+
 def _norms(np, torch, ddpc):
     inf = float("inf")
     for values in ([inf, inf], [0.0, 4.0], [2.0, 2.0], [inf, 1.0], [[1.0, -2.0], [0.0, 3.0]], np.zeros((2, 0)), 5.0):
@@ -200,7 +212,7 @@ def _bool_indices(np, torch, ddpc):
 
 
 GROUPS = {"index_0d": _index_0d, "reductions": _reductions, "shapes": _shapes, "bool_indices": _bool_indices,
-          "norms": _norms, "sequence_indices": _sequence_indices}
+          "norms": _norms, "sequence_indices": _sequence_indices, "einsum_sublists": _einsum_sublists}
 
 
 test_matches_pytorch = torch_group_test(__file__, GROUPS)

@@ -197,13 +197,36 @@ def _contract(x, lx, y, ly, keep):
     return _ag.reshape(out, shape), batch + only_x + only_y
 
 
+def _sublist_equation(args):
+    """The equation and operands of einsum's sublist form (op, dims, op, dims, ..., [output dims])."""
+    pairs, out = (args[:-1], args[-1]) if len(args) % 2 else (args, None)
+
+    def term(dims):
+        letters = []
+        for d in dims:
+            if d is Ellipsis:
+                letters.append("...")
+            elif isinstance(d, numbers.Integral) and 0 <= d < 52:  # A-Z, then a-z: sorted as the numbers
+                letters.append(chr(ord("A") + d) if d < 26 else chr(ord("a") + d - 26))
+            else:
+                raise ValueError(f"einsum: a sublist holds integers in [0, 52) and Ellipsis, got {d!r}")
+        return "".join(letters)
+
+    equation = ",".join(term(dims) for dims in pairs[1::2])
+    return equation + ("" if out is None else "->" + term(out)), tuple(pairs[0::2])
+
+
 def einsum(equation, *operands):
     """Sums of products of the operands' elements, as torch.einsum: letters label
     dims, '...' the dims not labelled (broadcast across operands), a letter
     repeated in one operand takes the diagonal, and '->' names the output's
     labels (without it: the letters that occur once, in alphabetical order,
     after the ellipsis's dims). Operands are contracted left to right, each
-    pair in one batched matmul (no search for the cheapest order)."""
+    pair in one batched matmul (no search for the cheapest order). The
+    sublist form einsum(op1, dims1, op2, dims2, ..., [out_dims]) labels dims
+    with integers below 52 and Ellipsis, as PyTorch's."""
+    if not isinstance(equation, str) and isinstance(equation, Tensor):
+        equation, operands = _sublist_equation((equation,) + operands)
     if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
         operands = tuple(operands[0])
     if not isinstance(equation, str):
