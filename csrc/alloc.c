@@ -318,6 +318,18 @@ static void register_segment_(shared_segment_ *s) {
     segments_unlock_();
 }
 
+/* The block and segment records of a new mapping, zeroed. */
+static ddpc_status new_segment_(ddpc_block **b, shared_segment_ **s) {
+    *b = calloc(1, sizeof **b);
+    *s = calloc(1, sizeof **s);
+    if (*b && *s) return DDPC_OK;
+    free(*b);
+    free(*s);
+    *b = NULL;
+    *s = NULL;
+    return DDPC_ERROR(DDPC_ERR_OOM, "out of host memory for a shared block header");
+}
+
 ddpc_status ddpc_alloc_shared(size_t nbytes, ddpc_block **out) {
     *out = NULL;
     if (nbytes > (size_t)INT64_MAX - SHARED_HEADER)
@@ -325,13 +337,10 @@ ddpc_status ddpc_alloc_shared(size_t nbytes, ddpc_block **out) {
     CHECK(segments_ready_());
     const size_t len = SHARED_HEADER + nbytes;
     ddpc_status st = DDPC_OK;
-    ddpc_block *b = calloc(1, sizeof *b);
-    shared_segment_ *s = calloc(1, sizeof *s);
+    ddpc_block *b = NULL;
+    shared_segment_ *s = NULL;
     int fd = -1;
-    if (!b || !s) {
-        st = DDPC_ERROR(DDPC_ERR_OOM, "out of host memory for a shared block header");
-        goto fail_;
-    }
+    CHECKGOTO(new_segment_(&b, &s), st, fail_);
     /* O_EXCL: a name left behind by a killed process that had this pid is
      * skipped, never taken over. */
     for (int tries = 0; tries < 1000; tries++) {
@@ -389,13 +398,10 @@ ddpc_status ddpc_open_shared(const char *name, ddpc_block **out) {
         return DDPC_ERROR(DDPC_ERR_ARG, "'%s' is not the name of a ddpc shared-memory segment", name);
     CHECK(segments_ready_());
     ddpc_status st = DDPC_OK;
-    ddpc_block *b = calloc(1, sizeof *b);
-    shared_segment_ *s = calloc(1, sizeof *s);
+    ddpc_block *b = NULL;
+    shared_segment_ *s = NULL;
     int fd = -1;
-    if (!b || !s) {
-        st = DDPC_ERROR(DDPC_ERR_OOM, "out of host memory for a shared block header");
-        goto fail_;
-    }
+    CHECKGOTO(new_segment_(&b, &s), st, fail_);
     strcpy(s->name, name);
     fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
     if (fd == -1) {
