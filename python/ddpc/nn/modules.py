@@ -329,25 +329,25 @@ class Module:
         for _, m in self.named_children():
             yield m
 
-    def _named_members(self, table, prefix, recurse):
+    def _named_members(self, table, prefix, recurse, remove_duplicate=True):
         seen = set()
-        mods = self.named_modules(prefix=prefix) if recurse else [(prefix, self)]
+        mods = self.named_modules(prefix=prefix, remove_duplicate=remove_duplicate) if recurse else [(prefix, self)]
         for mod_prefix, m in mods:
             for name, v in getattr(m, table).items():
-                if v is None or id(v) in seen:
+                if v is None or (remove_duplicate and id(v) in seen):
                     continue
                 seen.add(id(v))
                 yield mod_prefix + ("." if mod_prefix else "") + name, v
 
-    def named_parameters(self, prefix="", recurse=True):
-        return self._named_members("_parameters", prefix, recurse)
+    def named_parameters(self, prefix="", recurse=True, remove_duplicate=True):
+        return self._named_members("_parameters", prefix, recurse, remove_duplicate)
 
     def parameters(self, recurse=True):
         for _, p in self.named_parameters(recurse=recurse):
             yield p
 
-    def named_buffers(self, prefix="", recurse=True):
-        return self._named_members("_buffers", prefix, recurse)
+    def named_buffers(self, prefix="", recurse=True, remove_duplicate=True):
+        return self._named_members("_buffers", prefix, recurse, remove_duplicate)
 
     def buffers(self, recurse=True):
         for _, b in self.named_buffers(recurse=recurse):

@@ -1,0 +1,336 @@
+"""Distributed checkpoints, shaped like torch.distributed.checkpoint (DCP).
+
+``save(state_dict, checkpoint_id=dir)`` writes one checkpoint from every rank
+of a group into a directory; ``load(state_dict, checkpoint_id=dir)`` fills a
+state dict in place from it, on any number of ranks::
+
+    import ddpc.distributed.checkpoint as dcp
+    state = {"model": model.state_dict(), "optim": optimizer.state_dict(), "epoch": epoch}
+    dcp.save(state, checkpoint_id="ckpt/step100")
+    ...
+    state = {"model": model.state_dict(), "optim": optimizer.state_dict(), "epoch": 0}
+    dcp.load(state, checkpoint_id="ckpt/step100")   # tensors copied into, other values replaced
+    model.load_state_dict(state["model"]); optimizer.load_state_dict(state["optim"])
+
+As PyTorch's: nested dicts and lists are flattened to dotted keys
+("model.fc.weight", "optim.param_groups.0.lr"); a value with
+``state_dict``/``load_state_dict`` (a Module, an optimizer: ``Stateful``) is
+saved through its state dict and loaded back into it; a key that several
+ranks hold is taken to be replicated and is written once, by the rank with
+the fewest bytes to write so far, so the ranks share the writing; each rank
+writes its own file and rank 0 the metadata last, so a directory with
+metadata is a complete checkpoint. Loading reads only the keys the given
+state dict asks for, so a checkpoint saved on N ranks loads on M.
+Without a process group (or with ``no_dist=True``) both run in one process.
+
+Where ddpc differs: its files are its own (``__<rank>_0.distcp`` holds raw
+tensor bytes, ``.metadata`` a ddpc checkpoint of their places and of the
+non-tensor values, loaded with ``weights_only``); PyTorch's DCP directories
+do not load here nor ddpc's there. There are no sharded tensors (DTensor), so
+every tensor is saved whole; planners are not supported.
+"""
+
+import concurrent.futures
+import os
+import threading
+
+import numpy as np
+
+from ... import _C
+from ...serialization import load as _load_file
+from ...serialization import save as _save_file
+from ...tensor import Tensor
+from .. import all_gather_object, broadcast_object_list, get_rank, get_world_size, is_initialized
+
+__all__ = ["save", "load", "async_save", "FileSystemWriter", "FileSystemReader", "Stateful", "CheckpointException"]
+
+_METADATA = ".metadata"
+_FORMAT = "ddpc-dcp"
+_ALIGN = 64
+
+
+class CheckpointException(RuntimeError):
+    """A save or load failed on one or more ranks; ``failures`` maps each such rank to its exception."""
+
+    def __init__(self, msg, failures):
+        super().__init__(msg)
+        self.failures = failures
+
+
+class Stateful:
+    """What save/load call on a value that has a state dict of its own (any object with both methods is one)."""
+
+    def state_dict(self):
+        raise NotImplementedError
+
+    def load_state_dict(self, state_dict):
+        raise NotImplementedError
+
+
+def _is_stateful(v):
+    return callable(getattr(v, "state_dict", None)) and callable(getattr(v, "load_state_dict", None))
+
+
+class FileSystemWriter:
+    """Where ``save`` writes: a directory, made if missing. ``sync_files`` fsyncs each file before
+    the metadata is written; ``overwrite=False`` refuses a directory that already holds a checkpoint."""
+
+    def __init__(self, path, single_file_per_rank=True, sync_files=True, thread_count=1, per_thread_copy_ahead=10_000_000,
+                 cache_staged_state_dict=False, overwrite=True):
+        self.path, self.sync_files, self.overwrite = os.fspath(path), bool(sync_files), bool(overwrite)
+
+
+class FileSystemReader:
+    """Where ``load`` reads: a directory ``save`` wrote."""
+
+    def __init__(self, path):
+        self.path = os.fspath(path)
+
+
+def _flatten(obj, prefix, out):
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            _flatten(v, f"{prefix}.{k}" if prefix else str(k), out)
+    elif isinstance(obj, (list, tuple)) and prefix:
+        for i, v in enumerate(obj):
+            _flatten(v, f"{prefix}.{i}", out)
+    else:
+        out[prefix] = obj
+    return out
+
+
+def _flat_state(state_dict, what):
+    """The dotted-key items of state_dict, Stateful values replaced by their state dicts (as dicts of their own)."""
+    if not isinstance(state_dict, dict):
+        raise TypeError(f"{what}: state_dict must be a dict, got {type(state_dict).__name__}")
+    flat = {}
+    for k, v in state_dict.items():
+        _flatten(v.state_dict() if _is_stateful(v) else v, str(k), flat)
+    return flat
+
+
+def _path(checkpoint_id, storage, kind, what):
+    if storage is not None:
+        if not isinstance(storage, kind):
+            raise TypeError(f"{what}: expected a {kind.__name__}, got {type(storage).__name__}")
+        return storage.path, storage
+    if checkpoint_id is None:
+        raise ValueError(f"{what}: give checkpoint_id (a directory) or a {kind.__name__}")
+    return os.fspath(checkpoint_id), kind(checkpoint_id)
+
+
+class _Group:
+    """The ranks taking part: a process group's, or this process alone."""
+
+    def __init__(self, process_group, no_dist):
+        self.alone = bool(no_dist) or not is_initialized()
+        self.group = process_group
+        self.rank = 0 if self.alone else get_rank(process_group)
+        self.size = 1 if self.alone else get_world_size(process_group)
+
+    def gather(self, obj):
+        if self.alone:
+            return [obj]
+        out = [None] * self.size
+        all_gather_object(out, obj, group=self.group)
+        return out
+
+    def from_rank0(self, obj):
+        if self.alone:
+            return obj
+        box = [obj]
+        broadcast_object_list(box, src=0, group=self.group)
+        return box[0]
+
+    def run(self, fn, what):
+        """fn() on every rank, and every rank's result; if it raises on any rank, every rank raises
+        CheckpointException naming them, instead of the others waiting for it."""
+        try:
+            result, error = fn(), None
+        except Exception as e:
+            result, error = None, e
+        outcomes = self.gather((result, None if error is None else f"{type(error).__name__}: {error}"))
+        failures = {r: e for r, (_, e) in enumerate(outcomes) if e is not None}
+        if failures:
+            detail = "; ".join(f"rank {r}: {e}" for r, e in failures.items())
+            raise CheckpointException(f"{what} failed on rank(s) {sorted(failures)}: {detail}", failures) from error
+        return [r for r, _ in outcomes]
+
+
+def _tensor_bytes(t):
+    return t.numel() * t.dtype.itemsize
+
+
+def _plan_writers(offers, size):
+    """Which rank writes each tensor key: offers[r] maps rank r's keys to their bytes. A key several ranks
+    offer is replicated: the rank among them with the fewest bytes so far takes it, largest keys first."""
+    holders = {}
+    for r, keys in enumerate(offers):
+        for k, nbytes in keys.items():
+            holders.setdefault(k, (nbytes, []))[1].append(r)
+    load, writer = [0] * size, {}
+    for k, (nbytes, ranks) in sorted(holders.items(), key=lambda item: (-item[1][0], item[0])):
+        r = min(ranks, key=lambda r: (load[r], r))
+        writer[k] = r
+        load[r] += nbytes
+    return writer
+
+
+def _write_file(path, tensors, sync):
+    """tensors (key -> Tensor) as raw bytes into path, atomically; returns key -> (offset, nbytes)."""
+    places, offset, tmp = {}, 0, f"{path}.tmp{os.getpid()}"
+    with open(tmp, "wb") as f:
+        for k, t in tensors.items():
+            pad = (-offset) % _ALIGN
+            f.write(b"\0" * pad)
+            offset += pad
+            nbytes = _tensor_bytes(t)
+            if nbytes:
+                f.write(memoryview(t.detach().cpu().contiguous()._buf).cast("B"))
+            places[k] = (offset, nbytes)
+            offset += nbytes
+        if sync:
+            f.flush()
+            os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return places
+
+
+def _save(flat, path, writer, group):
+    tensors = {k: v for k, v in flat.items() if isinstance(v, Tensor)}
+    plan = _plan_writers(group.gather({k: _tensor_bytes(t) for k, t in tensors.items()}), group.size)
+    name = f"__{group.rank}_0.distcp"
+
+    def write_own():
+        os.makedirs(path, exist_ok=True)
+        if not writer.overwrite and os.path.exists(os.path.join(path, _METADATA)):
+            raise FileExistsError(f"{path} already holds a checkpoint and overwrite=False")
+        mine = {k: t for k, t in tensors.items() if plan[k] == group.rank}
+        return {k: (name, off, n, str(mine[k].dtype.name), list(mine[k].shape))
+                for k, (off, n) in _write_file(os.path.join(path, name), mine, writer.sync_files).items()}
+
+    places = group.run(write_own, "distributed checkpoint save")
+    objects = group.gather({k: v for k, v in flat.items() if not isinstance(v, Tensor)})
+
+    def write_metadata():
+        if group.rank != 0:
+            return
+        items = {}
+        for rank_objects in objects:
+            for k, v in rank_objects.items():
+                items.setdefault(k, ("object", v))
+        for rank_places in places:
+            for k, (file, off, n, dtype, shape) in rank_places.items():
+                items[k] = ("tensor", file, off, n, dtype, shape)
+        _save_file({"format": _FORMAT, "version": 1, "items": items}, os.path.join(path, _METADATA))
+
+    group.run(write_metadata, "distributed checkpoint save (metadata)")
+
+
+def save(state_dict, *, checkpoint_id=None, storage_writer=None, planner=None, process_group=None, no_dist=False):
+    """Saves state_dict from every rank of process_group into the directory checkpoint_id (or
+    storage_writer's); every rank must call it. Returns None (PyTorch returns its metadata)."""
+    if planner is not None:
+        raise NotImplementedError("ddpc.distributed.checkpoint.save: planners are not supported")
+    path, writer = _path(checkpoint_id, storage_writer, FileSystemWriter, "save")
+    _save(_flat_state(state_dict, "save"), path, writer, _Group(process_group, no_dist))
+
+
+def async_save(state_dict, *, checkpoint_id=None, storage_writer=None, planner=None, process_group=None,
+               no_dist=False):
+    """save() in a background thread, after the tensors are copied (so training may change them at once);
+    returns a concurrent.futures.Future whose ``result()`` waits for the files and re-raises a failure. Collectives of the
+    same group must not run while it is pending, as with PyTorch's default (same-group) async_save."""
+    if planner is not None:
+        raise NotImplementedError("ddpc.distributed.checkpoint.async_save: planners are not supported")
+    path, writer = _path(checkpoint_id, storage_writer, FileSystemWriter, "async_save")
+    flat = {k: v.detach().cpu().clone() if isinstance(v, Tensor) else v
+            for k, v in _flat_state(state_dict, "async_save").items()}
+    group, future = _Group(process_group, no_dist), concurrent.futures.Future()
+
+    def run():
+        try:
+            _save(flat, path, writer, group)
+        except BaseException as e:
+            future.set_exception(e)
+        else:
+            future.set_result(None)
+
+    threading.Thread(target=run, name="ddpc-async-save", daemon=True).start()
+    return future
+
+
+def _read_metadata(path):
+    meta_path = os.path.join(path, _METADATA)
+    if not os.path.exists(meta_path):
+        raise FileNotFoundError(f"{path} holds no distributed checkpoint (no {_METADATA} file)")
+    meta = _load_file(meta_path)
+    if not isinstance(meta, dict) or meta.get("format") != _FORMAT or not isinstance(meta.get("items"), dict):
+        raise ValueError(f"{meta_path} is not a ddpc distributed checkpoint's metadata")
+    if meta.get("version") != 1:
+        raise ValueError(f"{meta_path}: unsupported version {meta.get('version')!r} (this ddpc reads version 1)")
+    return meta["items"]
+
+
+def _read_tensor(path, entry, key, into):
+    _, file, offset, nbytes, dtype, shape = entry
+    if tuple(into.shape) != tuple(shape):
+        raise ValueError(f"load: {key!r} has shape {tuple(shape)} in the checkpoint, {tuple(into.shape)} in the "
+                         "state dict")
+    if into.dtype.name != dtype:
+        raise ValueError(f"load: {key!r} is {dtype} in the checkpoint, {into.dtype.name} in the state dict")
+    host = _C.Buffer(list(shape), dtype)
+    if nbytes:
+        file_path = os.path.join(path, file)
+        if os.path.getsize(file_path) < offset + nbytes:
+            raise ValueError(f"load: {file_path} is shorter than its metadata says (truncated?)")
+        np.asarray(host).reshape(-1).view(np.uint8)[:] = np.fromfile(file_path, np.uint8, nbytes, offset=offset)
+    from ...autograd import no_grad
+
+    with no_grad():
+        into.copy_(Tensor(host))
+
+
+def _fill(obj, prefix, items, path):
+    """obj with every value found under its dotted key in items: tensors copied into, the rest replaced."""
+    if isinstance(obj, dict):
+        for k in list(obj):
+            obj[k] = _fill(obj[k], f"{prefix}.{k}" if prefix else str(k), items, path)
+        return obj
+    if isinstance(obj, (list, tuple)) and prefix:
+        filled = [_fill(v, f"{prefix}.{i}", items, path) for i, v in enumerate(obj)]
+        return filled if isinstance(obj, list) else type(obj)(filled)
+    if prefix not in items:
+        raise KeyError(f"load: {prefix!r} is not in the checkpoint at {path}")
+    entry = items[prefix]
+    if entry[0] == "object":
+        return entry[1]
+    if not isinstance(obj, Tensor):
+        raise TypeError(f"load: {prefix!r} is a tensor in the checkpoint; the state dict holds a "
+                        f"{type(obj).__name__} there (give a tensor of its shape to load into)")
+    _read_tensor(path, entry, prefix, obj)
+    return obj
+
+
+def load(state_dict, *, checkpoint_id=None, storage_reader=None, planner=None, process_group=None, no_dist=False):
+    """Loads the checkpoint in the directory checkpoint_id (or storage_reader's) into state_dict in place:
+    its tensors are copied into (shape and dtype must match), other values replaced, Stateful values
+    given their state dict back with load_state_dict. Keys of the checkpoint state_dict does not ask for are
+    left unread; a key it asks for that the checkpoint lacks raises KeyError."""
+    if planner is not None:
+        raise NotImplementedError("ddpc.distributed.checkpoint.load: planners are not supported")
+    if not isinstance(state_dict, dict):
+        raise TypeError(f"load: state_dict must be a dict, got {type(state_dict).__name__}")
+    path, _ = _path(checkpoint_id, storage_reader, FileSystemReader, "load")
+    group = _Group(process_group, no_dist)
+
+    def read():
+        items = _read_metadata(path)
+        for k, v in state_dict.items():
+            if _is_stateful(v):
+                v.load_state_dict(_fill(v.state_dict(), str(k), items, path))
+            else:
+                state_dict[k] = _fill(v, str(k), items, path)
+
+    group.run(read, "distributed checkpoint load")
+

@@ -1,0 +1,263 @@
+"""Model and optimizer state dicts keyed by parameter names, shaped like
+torch.distributed.checkpoint.state_dict.
+
+``get_state_dict(model, optimizer)`` gives the model's state dict with the
+wrappers' prefixes removed (``module.`` of DistributedDataParallel and
+DataParallel, ``_fsdp_wrapped_module.``, ``_checkpoint_wrapped_module.``,
+``_orig_mod.``), so a checkpoint of a wrapped model loads into the bare one
+and back, and the optimizer's state dict keyed by those parameter names
+instead of by position: ``{"state": {"fc.weight": {...}}, "param_groups":
+[{..., "params": ["fc.weight", ...]}]}``. An optimizer that has not stepped
+yet gets its state made first (one step at learning rate 0 over zero
+gradients, as PyTorch does), so the result is a template that
+``ddpc.distributed.checkpoint.load`` can fill in place. ``set_state_dict``
+loads both back.
+
+Where ddpc differs: without sharded parameters, ``full_state_dict`` changes
+nothing (every tensor is whole already).
+"""
+
+from dataclasses import dataclass
+
+from ...nn.modules import _IncompatibleKeys
+from ...tensor import Tensor, zeros_like
+from .. import broadcast_object_list, get_rank, is_initialized
+
+__all__ = ["StateDictOptions", "get_model_state_dict", "get_optimizer_state_dict", "get_state_dict",
+           "set_model_state_dict", "set_optimizer_state_dict", "set_state_dict"]
+
+_WRAPPER_ATTRIBUTES = ("_fsdp_wrapped_module", "_checkpoint_wrapped_module", "_orig_mod")
+
+
+@dataclass
+class StateDictOptions:
+    full_state_dict: bool = False
+    cpu_offload: bool = False
+    ignore_frozen_params: bool = False
+    keep_submodule_prefixes: bool = True
+    strict: bool = True
+    broadcast_from_rank0: bool = False
+    flatten_optimizer_state_dict: bool = False
+    dsd_fqn_modifiers: str = "_fqn_modifiers"
+
+
+def _options(options):
+    if options is None:
+        return StateDictOptions()
+    if not isinstance(options, StateDictOptions):
+        raise TypeError(f"options must be a StateDictOptions, got {type(options).__name__}")
+    return options
+
+
+def _is_wrapper(module):
+    from ...nn.parallel import DataParallel, DistributedDataParallel
+
+    return isinstance(module, (DataParallel, DistributedDataParallel))
+
+
+def _clean_name(model, name):
+    """name (a dotted path in model) without the attributes that only wrappers add."""
+    kept, module = [], model
+    for part in name.split("."):
+        wrapper_link = part in _WRAPPER_ATTRIBUTES or (part == "module" and _is_wrapper(module))
+        module = getattr(module, part, None)
+        if not wrapper_link:
+            kept.append(part)
+    return ".".join(kept)
+
+
+def _optimizers(optimizers):
+    from ...optim.optimizer import Optimizer
+
+    if isinstance(optimizers, Optimizer):
+        return [optimizers]
+    optimizers = list(optimizers)
+    if not all(isinstance(o, Optimizer) for o in optimizers):
+        raise TypeError("optimizers must be a ddpc.optim.Optimizer or an iterable of them")
+    return optimizers
+
+
+def _parameter_names(model):
+    """id(parameter) -> its clean name (the first, for a parameter reachable by several)."""
+    names = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        names.setdefault(id(p), _clean_name(model, name))
+    return names
+
+
+def _with_submodules(model, state, submodules, keep_prefixes):
+    if submodules is None:
+        return state
+    prefixes = [_clean_name(model, name) + "." for name, m in model.named_modules() if m in set(submodules)]
+    picked = {}
+    for k, v in state.items():
+        for prefix in prefixes:
+            if k.startswith(prefix):
+                picked[k if keep_prefixes else k[len(prefix):]] = v
+                break
+    return picked
+
+
+def _offloaded(value, options):
+    return value.cpu() if options.cpu_offload and isinstance(value, Tensor) else value
+
+
+def get_model_state_dict(model, *, submodules=None, options=None):
+    """model.state_dict() under the names of the unwrapped model."""
+    options = _options(options)
+    frozen = {_clean_name(model, n) for n, p in model.named_parameters() if not p.requires_grad}
+    state = {}
+    for key, value in model.state_dict().items():
+        name = _clean_name(model, key)
+        if not (options.ignore_frozen_params and name in frozen):
+            state[name] = _offloaded(value, options)
+    return _with_submodules(model, state, submodules, options.keep_submodule_prefixes)
+
+
+def _init_optim_state(optimizer):
+    """Makes an optimizer's state before its first step, so there are tensors to save or to load into:
+    one step over zero gradients at learning rate 0, which leaves the parameters as they are. An
+    optimizer without state whose parameters hold gradients has stepped already (SGD keeps no state)."""
+    params = [p for g in optimizer.param_groups for p in g["params"]]
+    if optimizer.state or any(p.grad is not None for p in params):
+        return
+    for p in params:
+        if p.requires_grad:
+            p.grad = zeros_like(p)
+    lrs = [g.get("lr") for g in optimizer.param_groups]
+    for g in optimizer.param_groups:
+        if "lr" in g:
+            g["lr"] = 0.0
+    try:
+        optimizer.step()
+    finally:
+        for g, lr in zip(optimizer.param_groups, lrs):
+            if lr is not None:
+                g["lr"] = lr
+        optimizer.zero_grad(set_to_none=True)
+
+
+def _flatten_optim(state):
+    flat = {}
+    for name, entries in state["state"].items():
+        for k, v in entries.items():
+            flat[f"state.{name}.{k}"] = v
+    for group in state["param_groups"]:
+        for name in group["params"]:
+            for k, v in group.items():
+                if k != "params":
+                    flat[f"param_groups.{name}.{k}"] = v
+    return flat
+
+
+def _unflatten_optim(flat, optimizers, names):
+    """A flattened optimizer state dict back in the nested form, its groups laid out as the optimizers' are."""
+    state, groups = {}, []
+    for key, v in flat.items():
+        kind, _, rest = key.partition(".")
+        if kind == "state":
+            name, _, k = rest.rpartition(".")
+            state.setdefault(name, {})[k] = v
+    for optimizer in optimizers:
+        for group in optimizer.param_groups:
+            params = [names[id(p)] for p in group["params"]]
+            packed = {k: flat.get(f"param_groups.{params[0]}.{k}", v) if params else v
+                      for k, v in group.items() if k != "params"}
+            packed["params"] = params
+            groups.append(packed)
+    return {"state": state, "param_groups": groups}
+
+
+def get_optimizer_state_dict(model, optimizers, *, submodules=None, options=None):
+    """The optimizers' state dicts merged into one, keyed by the parameters' names in the unwrapped model."""
+    options = _options(options)
+    optimizers = _optimizers(optimizers)
+    names = _parameter_names(model)
+    state, groups = {}, []
+    for optimizer in optimizers:
+        _init_optim_state(optimizer)
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                if id(p) not in names:
+                    raise ValueError("get_optimizer_state_dict: the optimizer holds a parameter that is not the "
+                                     "model's")
+                if optimizer.state.get(p):
+                    state[names[id(p)]] = {k: _offloaded(v, options) for k, v in optimizer.state[p].items()}
+            packed = {k: v for k, v in group.items() if k != "params"}
+            packed["params"] = [names[id(p)] for p in group["params"]]
+            groups.append(packed)
+    result = {"state": state, "param_groups": groups}
+    if submodules is not None:
+        kept = set(_with_submodules(model, {n: None for n in names.values()}, submodules, True))
+        result = {"state": {n: s for n, s in state.items() if n in kept},
+                  "param_groups": [{**g, "params": [n for n in g["params"] if n in kept]} for g in groups]}
+    return _flatten_optim(result) if options.flatten_optimizer_state_dict else result
+
+
+def get_state_dict(model, optimizers, *, submodules=None, options=None):
+    """(get_model_state_dict(model), get_optimizer_state_dict(model, optimizers))."""
+    return (get_model_state_dict(model, submodules=submodules, options=options),
+            get_optimizer_state_dict(model, optimizers, submodules=submodules, options=options))
+
+
+def _from_rank0(state, options):
+    """Rank 0's state dict on every rank, when options ask for it (the other ranks' state is not read)."""
+    if not (options.broadcast_from_rank0 and is_initialized()):
+        return state
+    box = [state if get_rank() == 0 else None]
+    broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def set_model_state_dict(model, model_state_dict, *, options=None):
+    """Loads a state dict keyed by the unwrapped model's names into model; returns its missing and
+    unexpected keys (as load_state_dict does). With broadcast_from_rank0, only rank 0's dict is read
+    and the other ranks receive it."""
+    options = _options(options)
+    model_state_dict = _from_rank0(model_state_dict, options)
+    clean_to_key = {_clean_name(model, k): k for k in model.state_dict()}
+    unexpected = [k for k in model_state_dict if k not in clean_to_key]
+    renamed = {clean_to_key[k]: v for k, v in model_state_dict.items() if k in clean_to_key}
+    missing = [_clean_name(model, k) for k in model.load_state_dict(renamed, strict=False).missing_keys]
+    if options.ignore_frozen_params:
+        frozen = {_clean_name(model, n) for n, p in model.named_parameters() if not p.requires_grad}
+        missing = [k for k in missing if k not in frozen]
+    if options.strict and (missing or unexpected):
+        raise RuntimeError(f"set_model_state_dict: missing keys {missing}, unexpected keys {unexpected}")
+    return _IncompatibleKeys(missing, unexpected)
+
+
+def set_optimizer_state_dict(model, optimizers, optim_state_dict, *, options=None):
+    """Loads a state dict from get_optimizer_state_dict into the optimizers (in the model's names)."""
+    options = _options(options)
+    optimizers = _optimizers(optimizers)
+    names = _parameter_names(model)
+    optim_state_dict = _from_rank0(optim_state_dict, options)
+    if optim_state_dict and "param_groups" not in optim_state_dict:
+        optim_state_dict = _unflatten_optim(optim_state_dict, optimizers, names)
+    saved_groups = iter(optim_state_dict["param_groups"])
+    for optimizer in optimizers:
+        index, groups = {}, []
+        for group in optimizer.param_groups:
+            try:
+                saved = next(saved_groups)
+            except StopIteration:
+                raise ValueError("set_optimizer_state_dict: the state dict has fewer parameter groups than the "
+                                 "optimizers") from None
+            own = [names[id(p)] for p in group["params"]]
+            if sorted(saved["params"]) != sorted(own):
+                raise ValueError(f"set_optimizer_state_dict: a parameter group holds {saved['params']} in the "
+                                 f"state dict and {own} in the optimizer")
+            for name in own:
+                index.setdefault(name, len(index))
+            groups.append({**saved, "params": [index[n] for n in own]})
+        state = {index[n]: s for n, s in optim_state_dict["state"].items() if n in index}
+        optimizer.load_state_dict({"state": state, "param_groups": groups})
+
+
+def set_state_dict(model, optimizers, *, model_state_dict, optim_state_dict, options=None):
+    """set_model_state_dict and set_optimizer_state_dict together; returns the model's missing and
+    unexpected keys."""
+    result = set_model_state_dict(model, model_state_dict, options=options)
+    set_optimizer_state_dict(model, optimizers, optim_state_dict, options=options)
+    return result

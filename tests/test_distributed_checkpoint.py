@@ -1,0 +1,266 @@
+"""ddpc.distributed.checkpoint (save/load/async_save of a directory from every rank) and its
+state_dict helpers (names of the unwrapped model, optimizer state keyed by them)."""
+
+import os
+
+import numpy as np
+import pytest
+
+import ddpc
+import ddpc.distributed.checkpoint as dcp
+from ddpc import nn
+from ddpc.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict, get_optimizer_state_dict,
+                                                    get_state_dict, set_model_state_dict, set_optimizer_state_dict,
+                                                    set_state_dict)
+
+
+def make_model(seed=0, norm=True):
+    """With norm, a BatchNorm (buffers); without, a model whose DDP training equals one process's on the
+    global batch (BatchNorm's statistics would be per rank)."""
+    ddpc.manual_seed(seed)
+    return nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.BatchNorm1d(8) if norm else nn.Tanh(), nn.Linear(8, 3))
+
+
+def batch(step, rank=0, world=1, per_rank=4):
+    """Samples of step for rank: rows [rank*per_rank, (rank+1)*per_rank) of the step's global batch."""
+    rng = np.random.default_rng(100 + step)
+    x = rng.standard_normal((per_rank * world, 6)).astype(np.float32)
+    y = rng.integers(0, 3, per_rank * world)
+    rows = slice(rank * per_rank, (rank + 1) * per_rank)
+    return ddpc.from_numpy(x[rows].copy()), ddpc.from_numpy(y[rows].copy())
+
+
+def train(model, optimizer, steps, start=0, rank=0, world=1, per_rank=4):
+    for step in range(start, start + steps):
+        x, y = batch(step, rank, world, per_rank)
+        optimizer.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+
+
+def flat_params(model):
+    return np.concatenate([v.detach().numpy().ravel() for v in get_model_state_dict(model).values()])
+
+
+def test_names_drop_wrapper_prefixes_and_optimizer_state_is_keyed_by_them():
+    model = make_model()
+    optimizer = ddpc.optim.AdamW(model.parameters(), lr=0.01)
+    model_sd, optim_sd = get_state_dict(model, optimizer)
+    assert list(model_sd) == ["0.weight", "0.bias", "2.weight", "2.bias", "2.running_mean", "2.running_var",
+                              "2.num_batches_tracked", "3.weight", "3.bias"]
+    # the optimizer had not stepped: its state was made (at lr 0, the parameters unchanged)
+    assert set(optim_sd["state"]) == {"0.weight", "0.bias", "2.weight", "2.bias", "3.weight", "3.bias"}
+    assert optim_sd["param_groups"][0]["params"] == ["0.weight", "0.bias", "2.weight", "2.bias", "3.weight", "3.bias"]
+    assert optim_sd["param_groups"][0]["lr"] == 0.01
+    assert np.array_equal(flat_params(model), flat_params(make_model()))
+    assert all(p.grad is None for p in model.parameters())
+
+
+def test_flattened_optimizer_state_submodules_frozen_and_offload():
+    model = make_model()
+    model[0].weight.requires_grad_(False)
+    optimizer = ddpc.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1, momentum=0.9)
+    train(model, optimizer, 2)
+    options = StateDictOptions(flatten_optimizer_state_dict=True, ignore_frozen_params=True, cpu_offload=True)
+    model_sd, optim_sd = get_state_dict(model, optimizer, options=options)
+    assert "0.weight" not in model_sd and "0.bias" in model_sd
+    assert "state.3.weight.momentum_buffer" in optim_sd and optim_sd["param_groups.3.weight.lr"] == 0.1
+    assert set(get_model_state_dict(model, submodules=[model[3]])) == {"3.weight", "3.bias"}
+    sub = get_model_state_dict(model, submodules=[model[3]], options=StateDictOptions(keep_submodule_prefixes=False))
+    assert set(sub) == {"weight", "bias"}
+
+    other = make_model(seed=1)
+    other[0].weight.requires_grad_(False)
+    other_optimizer = ddpc.optim.SGD([p for p in other.parameters() if p.requires_grad], lr=0.5, momentum=0.9)
+    set_state_dict(other, other_optimizer, model_state_dict=model_sd, optim_state_dict=optim_sd, options=options)
+    assert other_optimizer.param_groups[0]["lr"] == 0.1
+    assert not np.array_equal(model[0].weight.numpy(), other[0].weight.numpy())  # frozen, not loaded
+    for a, b in zip(optimizer.param_groups[0]["params"], other_optimizer.param_groups[0]["params"]):
+        assert np.array_equal(a.detach().numpy(), b.detach().numpy())
+        assert np.array_equal(optimizer.state[a]["momentum_buffer"].numpy(),
+                              other_optimizer.state[b]["momentum_buffer"].numpy())
+
+
+def test_set_model_state_dict_reports_missing_and_unexpected_keys():
+    model = make_model()
+    state = get_model_state_dict(make_model(seed=3))
+    del state["3.bias"]
+    state["extra.weight"] = ddpc.zeros(2)
+    with pytest.raises(RuntimeError, match=r"missing keys \['3.bias'\], unexpected keys \['extra.weight'\]"):
+        set_model_state_dict(model, state)
+    result = set_model_state_dict(model, state, options=StateDictOptions(strict=False))
+    assert result.missing_keys == ["3.bias"] and result.unexpected_keys == ["extra.weight"]
+    assert np.array_equal(model[0].weight.numpy(), make_model(seed=3)[0].weight.numpy())
+
+
+def test_round_trip_in_one_process_resumes_training_exactly(tmp_path):
+    model = make_model()
+    optimizer = ddpc.optim.Adam(model.parameters(), lr=0.01)
+    train(model, optimizer, 3)
+    model_sd, optim_sd = get_state_dict(model, optimizer)
+    dcp.save({"model": model_sd, "optim": optim_sd, "extra": {"epoch": 3, "history": [0.5, 0.25]}},
+             checkpoint_id=tmp_path)
+    assert sorted(os.listdir(tmp_path)) == [".metadata", "__0_0.distcp"]
+    train(model, optimizer, 3, start=3)
+
+    resumed = make_model(seed=7)
+    resumed_optimizer = ddpc.optim.Adam(resumed.parameters(), lr=0.5)
+    model_sd, optim_sd = get_state_dict(resumed, resumed_optimizer)
+    state = {"model": model_sd, "optim": optim_sd, "extra": {"epoch": 0, "history": [0.0, 0.0]}}
+    dcp.load(state, checkpoint_id=tmp_path)
+    assert state["extra"] == {"epoch": 3, "history": [0.5, 0.25]}
+    set_state_dict(resumed, resumed_optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    train(resumed, resumed_optimizer, 3, start=3)
+    assert np.array_equal(flat_params(model), flat_params(resumed))
+
+
+def test_stateful_values_are_saved_and_loaded_through_their_state_dicts(tmp_path):
+    model = make_model()
+    optimizer = ddpc.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    train(model, optimizer, 2)
+    dcp.save({"model": model, "optim": optimizer}, storage_writer=dcp.FileSystemWriter(tmp_path))
+    other = make_model(seed=5)
+    other_optimizer = ddpc.optim.SGD(other.parameters(), lr=0.1, momentum=0.9)
+    train(other, other_optimizer, 1)  # so its optimizer has state tensors to load into
+    dcp.load({"model": other, "optim": other_optimizer}, storage_reader=dcp.FileSystemReader(tmp_path))
+    train(model, optimizer, 2, start=2)
+    train(other, other_optimizer, 2, start=2)
+    assert np.array_equal(flat_params(model), flat_params(other))
+
+
+def test_async_save_copies_first_and_its_future_waits(tmp_path):
+    model = make_model()
+    state = get_model_state_dict(model)
+    before = {k: v.numpy().copy() for k, v in state.items()}
+    future = dcp.async_save({"model": state}, checkpoint_id=tmp_path)
+    with ddpc.no_grad():
+        model[0].weight.add_(1.0)  # after the call returns: not in the checkpoint
+    assert future.result(timeout=60) is None
+    target = {"model": get_model_state_dict(make_model(seed=9))}
+    dcp.load(target, checkpoint_id=tmp_path)
+    for k, v in target["model"].items():
+        assert np.array_equal(v.numpy(), before[k]), k
+
+
+def test_load_errors_are_clear(tmp_path):
+    with pytest.raises(ValueError, match="give checkpoint_id"):
+        dcp.save({"a": ddpc.ones(2)})
+    with pytest.raises(TypeError, match="state_dict must be a dict"):
+        dcp.save([ddpc.ones(2)], checkpoint_id=tmp_path)
+    with pytest.raises(dcp.CheckpointException, match="holds no distributed checkpoint"):
+        dcp.load({"a": ddpc.ones(2)}, checkpoint_id=tmp_path / "nothing")
+    dcp.save({"a": ddpc.ones(2, 3), "n": 4}, checkpoint_id=tmp_path)
+    with pytest.raises(dcp.CheckpointException, match=r"'a' has shape \(2, 3\) in the checkpoint, \(3, 2\)"):
+        dcp.load({"a": ddpc.ones(3, 2)}, checkpoint_id=tmp_path)
+    with pytest.raises(dcp.CheckpointException, match="'a' is float32 in the checkpoint, float64"):
+        dcp.load({"a": ddpc.ones(2, 3, dtype=ddpc.float64)}, checkpoint_id=tmp_path)
+    with pytest.raises(dcp.CheckpointException, match="'b' is not in the checkpoint"):
+        dcp.load({"b": ddpc.ones(2)}, checkpoint_id=tmp_path)
+    with pytest.raises(dcp.CheckpointException, match="'a' is a tensor in the checkpoint"):
+        dcp.load({"a": 0}, checkpoint_id=tmp_path)
+    with pytest.raises(dcp.CheckpointException, match="overwrite=False"):
+        dcp.save({"a": ddpc.ones(2)}, storage_writer=dcp.FileSystemWriter(tmp_path, overwrite=False))
+    with open(tmp_path / "__0_0.distcp", "r+b") as f:
+        f.truncate(8)
+    with pytest.raises(dcp.CheckpointException, match="shorter than its metadata says"):
+        dcp.load({"a": ddpc.ones(2, 3)}, checkpoint_id=tmp_path)
+    with pytest.raises(NotImplementedError, match="planners"):
+        dcp.save({"a": ddpc.ones(2)}, checkpoint_id=tmp_path, planner=object())
+
+
+# ---- several ranks -------------------------------------------------------------------------
+
+def _ddp_save_worker(rank, path, steps):
+    """Trains a DDP model on 2 ranks (a global batch of 8) and saves it with dcp; returns what each rank wrote."""
+    import ddpc.distributed as dist
+
+    dist.init_process_group("cpu")
+    model = nn.parallel.DistributedDataParallel(make_model(norm=False))
+    optimizer = ddpc.optim.Adam(model.parameters(), lr=0.01)
+    train(model, optimizer, steps, rank=rank, world=2)
+    model_sd, optim_sd = get_state_dict(model, optimizer)
+    dcp.save({"model": model_sd, "optim": optim_sd, "step": steps}, checkpoint_id=path)
+    written = os.path.getsize(os.path.join(path, f"__{rank}_0.distcp"))
+    dist.destroy_process_group()
+    return written, flat_params(model)
+
+
+def _ddp_resume_worker(rank, path, steps, broadcast):
+    """Loads the checkpoint on this group (of any size), then trains `steps` more with a global batch of 8."""
+    import ddpc.distributed as dist
+
+    dist.init_process_group("cpu")
+    world = dist.get_world_size()
+    model = nn.parallel.DistributedDataParallel(make_model(seed=rank + 11, norm=False), init_sync=False)
+    optimizer = ddpc.optim.Adam(model.parameters(), lr=0.5)
+    model_sd, optim_sd = get_state_dict(model, optimizer)
+    if broadcast:  # only rank 0 reads the files; the others receive its state dicts
+        state = {"model": model_sd, "optim": optim_sd, "step": 0}
+        if rank == 0:
+            dcp.load(state, checkpoint_id=path, no_dist=True)
+        set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"],
+                       options=StateDictOptions(broadcast_from_rank0=True))
+        start = state["step"] if rank == 0 else None
+        box = [start]
+        dist.broadcast_object_list(box, src=0)
+        start = box[0]
+    else:
+        state = {"model": model_sd, "optim": optim_sd, "step": 0}
+        dcp.load(state, checkpoint_id=path)
+        set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+        start = state["step"]
+    train(model, optimizer, steps, start=start, rank=rank, world=world, per_rank=8 // world)
+    dist.destroy_process_group()
+    return flat_params(model)
+
+
+def _failing_load_worker(rank, path):
+    import time
+
+    import ddpc.distributed as dist
+
+    dist.init_process_group("cpu")
+    shape = (8, 6) if rank == 0 else (6, 8)  # rank 1 asks for the wrong shape
+    start = time.monotonic()
+    try:
+        dcp.load({"model": {"0.weight": ddpc.zeros(*shape)}}, checkpoint_id=path)
+        outcome = "returned"
+    except dcp.CheckpointException as e:
+        outcome = f"{sorted(e.failures)} {e}"
+    dist.destroy_process_group()
+    return outcome, time.monotonic() - start
+
+
+def test_ddp_checkpoint_is_written_once_and_resumes_on_another_world_size(tmp_path):
+    path = str(tmp_path / "ckpt")
+    (w0, saved0), (w1, saved1) = ddpc.spawn(_ddp_save_worker, args=(path, 3), nprocs=2)
+    assert np.array_equal(saved0, saved1)
+    # The 4 parameters, their two Adam moments and step counts: replicated, they are written once (the two
+    # files together hold one copy, plus at most 64 bytes of alignment per tensor) and the writing is
+    # shared (neither file holds most of it).
+    tensors, model_bytes = 4 * 4, saved0.size * 4
+    assert 3 * model_bytes <= w0 + w1 <= 3 * model_bytes + 64 * tensors, (w0, w1, model_bytes)
+    assert max(w0, w1) < 0.7 * (w0 + w1), (w0, w1)
+
+    # the reference: one process, the whole global batch of 8, six steps
+    model = make_model(norm=False)
+    optimizer = ddpc.optim.Adam(model.parameters(), lr=0.01)
+    train(model, optimizer, 3, per_rank=8)
+    assert np.allclose(flat_params(model), saved0, atol=1e-5)
+    train(model, optimizer, 3, start=3, per_rank=8)
+    expected = flat_params(model)
+
+    for nprocs, broadcast in ((1, False), (2, True), (4, False)):
+        results = ddpc.spawn(_ddp_resume_worker, args=(path, 3, broadcast), nprocs=nprocs)
+        for r in results:
+            assert np.allclose(r, expected, atol=1e-5), (nprocs, broadcast, np.abs(r - expected).max())
+
+
+def test_a_failure_on_one_rank_is_an_error_on_every_rank(tmp_path):
+    path = str(tmp_path / "ckpt")
+    dcp.save({"model": get_model_state_dict(make_model())}, checkpoint_id=path)
+    results = ddpc.spawn(_failing_load_worker, args=(path,), nprocs=2)
+    for outcome, seconds in results:
+        assert outcome.startswith("[1] distributed checkpoint load failed on rank(s) [1]"), outcome
+        assert "has shape (8, 6) in the checkpoint, (6, 8)" in outcome
+        assert seconds < 30  # at once, not after the collectives' timeout
