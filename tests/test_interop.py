@@ -27,6 +27,19 @@ def test_dlpack_every_dtype(dt):
     np.testing.assert_array_equal(np.from_dlpack(t), a)
 
 
+def test_utils_dlpack_capsules_share_memory_both_ways():
+    from ddpc.utils.dlpack import from_dlpack, to_dlpack
+
+    t = ddpc.arange(6.0).reshape(2, 3)
+    back = from_dlpack(to_dlpack(t))
+    back[1, 2] = -5.0
+    assert t[1, 2].item() == -5.0 and back.shape == (2, 3)
+    capsule = to_dlpack(t)
+    from_dlpack(capsule)
+    with pytest.raises(TypeError, match="unconsumed DLPack capsule"):
+        from_dlpack(capsule)
+
+
 def test_dlpack_keeps_producer_alive():
     t = ddpc.from_dlpack(np.arange(1000, dtype=np.int64))
     import gc

@@ -1,4 +1,4 @@
-"""ddpc.utils: helpers shaped like torch.utils: ``checkpoint``, ``hooks``, ``tensorboard``
+"""ddpc.utils: helpers shaped like torch.utils: ``checkpoint``, ``dlpack``, ``hooks``, ``tensorboard``
 (``SummaryWriter``, which needs neither tensorboard nor protobuf), and ``data``,
 which is ``ddpc.data`` under torch's path (also as ``data.distributed``, where
 torch keeps ``DistributedSampler``), so ``from torch.utils.data import
@@ -8,11 +8,11 @@ DataLoader`` ports by changing ``torch`` to ``ddpc`` (``data.sampler``,
 import sys
 
 from .. import data
-from . import checkpoint, hooks, tensorboard
+from . import checkpoint, dlpack, hooks, tensorboard
 
 sys.modules[__name__ + ".data"] = data
 for _name in ("distributed", "sampler", "dataloader", "dataset"):  # torch.utils.data's submodules
     sys.modules[f"{__name__}.data.{_name}"] = data
     setattr(data, _name, data)  # ddpc.utils.data.distributed.DistributedSampler, as an attribute path too
 
-__all__ = ["checkpoint", "data", "hooks", "tensorboard"]
+__all__ = ["checkpoint", "data", "dlpack", "hooks", "tensorboard"]
