@@ -142,6 +142,15 @@ def test_async_save_copies_first_and_its_future_waits(tmp_path):
         assert np.array_equal(v.numpy(), before[k]), k
 
 
+def test_load_fills_views_and_keeps_them_views(tmp_path):
+    dcp.save({"a": ddpc.arange(6.0).reshape(2, 3), "b": ddpc.arange(4.0)}, checkpoint_id=tmp_path)
+    base, whole = ddpc.zeros(3, 2), ddpc.zeros(10)
+    state = {"a": base.T, "b": whole[3:7]}  # a strided view, and a slice of a larger tensor
+    dcp.load(state, checkpoint_id=tmp_path)
+    assert np.array_equal(base.numpy(), [[0, 3], [1, 4], [2, 5]])
+    assert np.array_equal(whole.numpy(), [0, 0, 0, 0, 1, 2, 3, 0, 0, 0])
+
+
 def test_load_errors_are_clear(tmp_path):
     with pytest.raises(ValueError, match="give checkpoint_id"):
         dcp.save({"a": ddpc.ones(2)})

@@ -34,8 +34,6 @@ import concurrent.futures
 import os
 import threading
 
-import numpy as np
-
 from ... import _C
 from ...serialization import load as _load_file
 from ...serialization import save as _save_file
@@ -279,16 +277,21 @@ def _read_tensor(path, entry, key, into):
                          "state dict")
     if into.dtype.name != dtype:
         raise ValueError(f"load: {key!r} is {dtype} in the checkpoint, {into.dtype.name} in the state dict")
-    host = _C.Buffer(list(shape), dtype)
-    if nbytes:
-        file_path = os.path.join(path, file)
-        if os.path.getsize(file_path) < offset + nbytes:
+    if not nbytes:
+        return
+    file_path = os.path.join(path, file)
+    # A contiguous host tensor is read into in place; any other goes through a host buffer and copy_.
+    direct = into.device.type == "cpu" and into.is_contiguous()
+    host = into if direct else Tensor(_C.Buffer(list(shape), dtype))
+    with open(file_path, "rb") as f:
+        f.seek(offset)
+        if f.readinto(memoryview(host._buf).cast("B")) != nbytes:
             raise ValueError(f"load: {file_path} is shorter than its metadata says (truncated?)")
-        np.asarray(host).reshape(-1).view(np.uint8)[:] = np.fromfile(file_path, np.uint8, nbytes, offset=offset)
-    from ...autograd import no_grad
+    if not direct:
+        from ...autograd import no_grad
 
-    with no_grad():
-        into.copy_(Tensor(host))
+        with no_grad():
+            into.copy_(host)
 
 
 def _fill(obj, prefix, items, path):
