@@ -60,6 +60,7 @@ import inspect
 import io
 import json
 import math
+import mmap as _mmap
 import os
 import pickle
 import pickletools
@@ -832,6 +833,16 @@ def save(obj, f, pickle_module=pickle, pickle_protocol=DEFAULT_PROTOCOL):
         os.close(dfd)
 
 
+def _read_file(path):
+    """The bytes of the file at path. A ddpc checkpoint is mapped instead of read: its tensors are
+    copied out of the page cache once, not first into a bytes object as large as the file."""
+    with open(path, "rb") as fh:
+        if fh.read(len(_MAGIC)) == _MAGIC and os.fstat(fh.fileno()).st_size >= _PREFIX.size:
+            return _mmap.mmap(fh.fileno(), 0, access=_mmap.ACCESS_READ)
+        fh.seek(0)
+        return fh.read()
+
+
 def load(f, map_location=None, pickle_module=None, *, weights_only=None, mmap=None, **pickle_load_args):
     """Reads a checkpoint written by ddpc.save, or by PyTorch's torch.save
     (1.6 or later), from a path or a binary file object.
@@ -871,16 +882,14 @@ def load(f, map_location=None, pickle_module=None, *, weights_only=None, mmap=No
     elif weights_only and pickle_module is not None:
         raise RuntimeError("Can not safely load weights when explicit pickle_module is specified")
     if hasattr(f, "read"):
-        data, path = f.read(), getattr(f, "name", "<file>")
+        data, path = bytes(f.read()), getattr(f, "name", "<file>")
     else:
         path = os.fspath(f)
-        with open(path, "rb") as fh:
-            data = fh.read()
-    data = bytes(data)
+        data = _read_file(path)
     unpickle = functools.partial(_unpickle, weights_only=weights_only, pickle_module=pickle_module or pickle,
                                  load_args={"encoding": "utf-8", **pickle_load_args}, path=path)
     try:
-        if data.startswith(_ZIP_MAGIC):
+        if data[:len(_ZIP_MAGIC)] == _ZIP_MAGIC:
             return _torch_deserialize(data, map_location, path, unpickle)
         if data[2:14] == _LEGACY_TORCH_MAGIC:
             _fail(path, "it is in PyTorch's format before 1.6 (or _use_new_zipfile_serialization=False), which "
