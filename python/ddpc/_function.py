@@ -16,7 +16,8 @@ says so with ``ctx.mark_dirty(input)`` and returns that input, which then
 takes the function's node as its history, as PyTorch's.
 """
 
-from .autograd import Node, _attach, _mode, no_grad
+from ._saved import Packed
+from .autograd import Node, _attach, _mode, _packed, no_grad
 from .tensor import Tensor, zeros
 
 
@@ -75,14 +76,15 @@ class FunctionCtx(Node):
     def save_for_backward(self, *tensors):
         if not all(t is None or isinstance(t, Tensor) for t in tensors):
             raise TypeError("save_for_backward takes tensors (or None) only; keep other values as ctx attributes")
-        self.saved = tensors
-        self.saved_versions = tuple((t._buf, t._buf.version) if t is not None else None for t in tensors)
+        self.saved, self.saved_versions = _packed(tensors)
 
     @property
     def saved_tensors(self):
         if self.saved is None:
             raise RuntimeError("trying to backward through the graph a second time (or to read saved tensors after "
                                "they were freed); pass retain_graph=True to the first backward()")
+        if type(self.saved) is Packed:  # read outside the backward pass
+            return self.saved.unpack(self)
         return self.saved
 
     def mark_non_differentiable(self, *outputs):
@@ -96,6 +98,16 @@ class FunctionCtx(Node):
 
     def name(self):
         return f"{self._fn.__name__}Backward"
+
+    def grad_outputs(self, g):
+        if type(g) is not _OutputGrads:
+            return (g,)
+        return tuple(g.grads.get(i) for i in range(len(self.outputs)))
+
+    def from_grad_outputs(self, grads):
+        if len(self.outputs) == 1:
+            return grads[0]
+        return _OutputGrads({i: x for i, x in enumerate(grads) if x is not None})
 
     def backward(self, g):
         grads = g.grads if type(g) is _OutputGrads else {0: g}

@@ -33,7 +33,7 @@ import warnings
 
 import numpy as np
 
-from . import _C, _indexing, profiler
+from . import _C, _indexing, _saved, profiler
 from ._dtype import checked_memory_format, result_type
 from .backends import alert_not_deterministic
 from .amp import autocast_op
@@ -277,14 +277,18 @@ class Node:
 
     passes_through = False
     double_backward = False
+    node_hooks = None  # a _NodeHooks once register_prehook or register_hook was called
 
     def __init__(self, inputs, saved=()):
         self.next_functions = tuple(_edge(t) for t in inputs)
         self.seq = next(_sequence)
-        self.saved = saved
-        # In-place writes counted on each saved tensor's memory so far: backward
-        # refuses to run on a saved tensor changed since (its gradient would be wrong).
-        self.saved_versions = tuple((t._buf, t._buf.version) if isinstance(t, Tensor) else None for t in saved)
+        if _saved.active and saved:
+            self.saved, self.saved_versions = _packed(saved)
+        else:
+            self.saved = saved
+            # In-place writes counted on each saved tensor's memory so far: backward
+            # refuses to run on a saved tensor changed since (its gradient would be wrong).
+            self.saved_versions = tuple((t._buf, t._buf.version) if isinstance(t, Tensor) else None for t in saved)
         self.pre_hooks = None
         if _mode.recording is not None:
             _mode.recording.append(self)
@@ -312,6 +316,98 @@ class Node:
 
     def __repr__(self):
         return f"<{self.name()}>"
+
+    def register_prehook(self, fn):
+        """``fn(grad_outputs)`` runs before this node's backward, with the
+        tuple of the gradients of its outputs; a tuple it returns replaces them."""
+        return self._hooks().add("pre", fn)
+
+    def register_hook(self, fn):
+        """``fn(grad_inputs, grad_outputs)`` runs after this node's backward
+        with the gradients it computed for its inputs (None where an input
+        takes none) and those of its outputs; a tuple it returns replaces grad_inputs."""
+        return self._hooks().add("post", fn)
+
+    def _hooks(self):
+        if self.node_hooks is None:
+            self.node_hooks = _NodeHooks()
+        return self.node_hooks
+
+    def grad_outputs(self, g):
+        """The engine's gradient for this node as PyTorch's tuple of output gradients."""
+        return (g,)
+
+    def from_grad_outputs(self, grads):
+        """grad_outputs' inverse."""
+        if grads[0] is None:
+            raise RuntimeError(f"a pre-hook of {self.name()} returned None for the gradient of its output; ddpc "
+                               "needs a tensor there")
+        return grads[0]
+
+
+class _NodeHooks:
+    """A node's register_prehook and register_hook functions, in registration order."""
+
+    __slots__ = ("pre", "post")
+
+    def __init__(self):
+        self.pre, self.post = {}, {}
+
+    def add(self, kind, fn):
+        hooks = getattr(self, kind)
+        handle = RemovableHandle(hooks)
+        hooks[handle.id] = fn
+        return handle
+
+    def run_pre(self, node, g):
+        for fn in list(self.pre.values()):
+            outs = node.grad_outputs(g)
+            res = fn(outs)
+            if res is not None:
+                g = node.from_grad_outputs(_hook_result(fn, res, outs, node, "grad_outputs"))
+        return g
+
+    def run_post(self, node, g, in_grads):
+        if not self.post:
+            return in_grads
+        in_grads = tuple(_dense(ig, False)[0] if type(ig) is _Scattered else ig for ig in in_grads)
+        outs = node.grad_outputs(g)
+        for fn in list(self.post.values()):
+            res = fn(in_grads, outs)
+            if res is not None:
+                in_grads = _hook_result(fn, res, in_grads, node, "grad_inputs")
+        return in_grads
+
+
+def _hook_result(fn, res, like, node, what):
+    """A node hook's replacement for ``like``, checked as PyTorch checks it."""
+    name = getattr(fn, "__name__", repr(fn))
+    if not isinstance(res, (tuple, list)):
+        raise TypeError(f"expected tuple, but hook '{name}' of {node.name()} returned '{type(res).__name__}'")
+    if len(res) != len(like):
+        raise RuntimeError(f"hook '{name}' of {node.name()} has returned an incorrect number of values (got "
+                           f"{len(res)}, but expected {len(like)})")
+    for i, (new, old) in enumerate(zip(res, like)):
+        if new is None:
+            continue
+        if not isinstance(new, Tensor):
+            raise TypeError(f"hook '{name}' of {node.name()} returned a {type(new).__name__} in {what}[{i}]; "
+                            "expected a tensor or None")
+        if old is not None and tuple(new.shape) != tuple(old.shape):
+            raise RuntimeError(f"hook '{name}' of {node.name()} has changed the size of {what}[{i}]: got "
+                               f"{tuple(new.shape)}, expected {tuple(old.shape)}")
+    return tuple(res)
+
+
+def _packed(saved):
+    """(saved, saved_versions) of a node recorded while saved-tensor hooks may
+    be on: the tensors packed by this thread's innermost hooks (which then
+    check versions at unpacking), except in a checkpointed segment, whose
+    saved tensors checkpoint itself drops and recomputes."""
+    pair = _saved.hooks()
+    if pair is None or _mode.recording is not None:
+        return saved, tuple((t._buf, t._buf.version) if isinstance(t, Tensor) else None for t in saved)
+    return _saved.Packed(saved, pair), ()
 
 
 class Recompute:
@@ -551,12 +647,17 @@ def _run_nodes(ready, grads, deps, retain_graph, targets, expands):
                 raise RuntimeError(
                     f"trying to backward through {node.name()} a second time: its saved tensors were freed after "
                     "the first backward; pass retain_graph=True to the first backward() to keep them")
+            packed = node.saved if type(node.saved) is _saved.Packed else None
+            if packed is not None:
+                node.saved = packed.unpack(node)
             node.check_saved()
         if node.pre_hooks:
             for fn in list(node.pre_hooks.values()):
                 res = _hooked(fn, g)
                 if res is not None:
                     g, owned = res, False
+        if node.node_hooks is not None and node.node_hooks.pre:
+            g, owned = node.node_hooks.run_pre(node, g), False
         if targets is not None and id(node) in targets:
             targets[id(node)](g, owned)
         if not expand:
@@ -569,8 +670,12 @@ def _run_nodes(ready, grads, deps, retain_graph, targets, expands):
         in_grads = _anomaly_checked_backward(node, g) if _Anomaly.enabled else node.backward(g)
         if rec:
             profiler._close(rec)
+        if node.node_hooks is not None:
+            in_grads = node.node_hooks.run_post(node, g, in_grads)
         if not retain_graph:
             node.saved = None
+        elif packed is not None:
+            node.saved = packed  # the next pass unpacks again
         owned = not node.passes_through
         for e, ig in zip(node.next_functions, in_grads):
             k = id(e)
@@ -756,7 +861,7 @@ def _output(node, value):
     if not _mode.enabled:
         return value
     twin = copy.copy(node)
-    twin.seq, twin.pre_hooks = next(_sequence), None
+    twin.seq, twin.pre_hooks, twin.node_hooks = next(_sequence), None, None
     return _attach(value.detach(), twin)
 
 
@@ -4210,6 +4315,8 @@ def pointwise_loss(kind, input, target, reduction="mean", p=0.0, weight=None, po
 
 
 from . import _function as function  # noqa: E402  (built on Node above)
+from . import _graph as graph  # noqa: E402  (built on Node above)
+from . import _forward_ad as forward_ad  # noqa: E402  (built on grad above)
 from ._function import Function, FunctionCtx, once_differentiable  # noqa: E402,F401
 from . import _autograd_functional as functional  # noqa: E402  (built on grad above)
 from ._gradcheck import GradcheckError, gradcheck, gradgradcheck  # noqa: E402,F401  (built on grad above)
@@ -4218,4 +4325,6 @@ from ._gradcheck import GradcheckError, gradcheck, gradgradcheck  # noqa: E402,F
 # (custom ops import once_differentiable from .function; scripts take record_function from .profiler).
 sys.modules[__name__ + ".functional"] = functional
 sys.modules[__name__ + ".function"] = function
+sys.modules[__name__ + ".graph"] = graph
+sys.modules[__name__ + ".forward_ad"] = forward_ad
 sys.modules[__name__ + ".profiler"] = profiler
