@@ -244,17 +244,39 @@ def test_custom_function_backward_is_differentiated_and_once_differentiable_refu
 
     x = ddpc.tensor(A, requires_grad=True)
     np.testing.assert_allclose(ag.grad(Once.apply(x).sum(), x)[0].numpy(), 3 * A * A)
+    # As PyTorch: create_graph computes the first-order gradient; differentiating it again raises.
+    (g,) = ag.grad(Once.apply(x).sum(), x, create_graph=True)
+    np.testing.assert_allclose(g.numpy(), 3 * A * A)
+    assert g.requires_grad
     with pytest.raises(NotImplementedError, match="OnceBackward"):
-        ag.grad(Once.apply(x).sum(), x, create_graph=True)
+        ag.grad(g.sum(), x)
 
 
-def test_an_op_without_double_backward_raises_naming_it():
+def test_an_op_without_double_backward_raises_naming_it_when_differentiated_again():
     x = ddpc.tensor(A, requires_grad=True)
     loss = F.ctc_loss(x.reshape(3, 1, 4).log_softmax(2), ddpc.tensor(np.array([[1, 2]])), [3], [2])
-    with pytest.raises(NotImplementedError, match="create_graph=True: ddpc has no double backward for CTCBackward"):
-        ag.grad(loss, x, create_graph=True, retain_graph=True)
-    (g,) = ag.grad(loss, x)  # without create_graph it runs
-    assert not g.requires_grad
+    (plain,) = ag.grad(loss, x, retain_graph=True)
+    assert not plain.requires_grad
+    # create_graph computes the same first-order gradient, usable as a value and in first-order ops ...
+    (g,) = ag.grad(loss, x, create_graph=True)
+    np.testing.assert_allclose(g.detach().numpy(), plain.numpy(), rtol=1e-6)
+    penalty = (g * g).sum()
+    np.testing.assert_allclose(penalty.item(), float((plain.numpy() ** 2).sum()), rtol=1e-5)
+    # ... and a later backward that reaches the missing part raises naming the op.
+    with pytest.raises(NotImplementedError, match="ddpc has no double backward for CTCBackward"):
+        penalty.backward(retain_graph=True)
+    with pytest.raises(NotImplementedError, match="CTCBackward"):
+        ag.grad(g.sum(), x)
+
+
+def test_create_graph_backward_accumulates_a_gradient_that_raises_only_when_differentiated():
+    x = ddpc.tensor(A, requires_grad=True)
+    loss = F.ctc_loss(x.reshape(3, 1, 4).log_softmax(2), ddpc.tensor(np.array([[1, 2]])), [3], [2])
+    loss.backward(create_graph=True)
+    (plain,) = ag.grad(F.ctc_loss(x.reshape(3, 1, 4).log_softmax(2), ddpc.tensor(np.array([[1, 2]])), [3], [2]), x)
+    np.testing.assert_allclose(x.grad.detach().numpy(), plain.numpy(), rtol=1e-6)
+    with pytest.raises(NotImplementedError, match="CTCBackward"):
+        x.grad.sum().backward()
 
 
 def test_module_gradient_penalty_matches_the_closed_form():

@@ -10,8 +10,9 @@ The node is the ``ctx``: the engine checks the saved tensors' versions before
 backward (an in-place change since forward raises, as for ddpc's own ops) and
 frees them after it unless retain_graph. In a ``create_graph=True`` pass
 backward runs with grad mode on, so a backward written in differentiable ops
-can be differentiated again, as in PyTorch; ``once_differentiable`` makes
-such a pass refuse it instead. A forward that modifies an input in place
+can be differentiated again, as in PyTorch; under ``once_differentiable``
+such a pass computes the gradient with grad mode off, and differentiating
+that gradient again raises. A forward that modifies an input in place
 says so with ``ctx.mark_dirty(input)`` and returns that input, which then
 takes the function's node as its history, as PyTorch's.
 """
@@ -195,6 +196,7 @@ def _check_dirty(ctx, args, outputs):
 
 
 def once_differentiable(fn):
-    """Marks a backward as not differentiable twice: a create_graph pass through it raises."""
+    """Marks a backward as not differentiable twice: a gradient a create_graph pass computes through it raises
+    when differentiated again."""
     fn._once_differentiable = True
     return fn

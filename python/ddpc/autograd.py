@@ -272,7 +272,8 @@ class Node:
     are copied before they become a leaf's ``.grad``). A subclass that sets
     ``double_backward`` computes its backward with recorded ops whenever grad
     mode is on, as it is in a ``create_graph=True`` pass, so that gradients
-    of its gradients exist; such a pass refuses to run any other node.
+    of its gradients exist; such a pass runs any other node with grad mode
+    off and gives its gradients a grad_fn that raises when differentiated.
     """
 
     passes_through = False
@@ -662,14 +663,16 @@ def _run_nodes(ready, grads, deps, retain_graph, targets, expands):
             targets[id(node)](g, owned)
         if not expand:
             continue
-        if _mode.enabled and not node.double_backward:
-            raise NotImplementedError(
-                f"create_graph=True: ddpc has no double backward for {node.name()}, so the gradients of this "
-                "graph cannot be differentiated again")
+        once = _mode.enabled and not node.double_backward
+        if once:
+            _mode.enabled = False
         rec = profiler._is_profiler_enabled and profiler._open(node.name(), (g,))
         in_grads = _anomaly_checked_backward(node, g) if _Anomaly.enabled else node.backward(g)
         if rec:
             profiler._close(rec)
+        if once:
+            _mode.enabled = True
+            in_grads = _differentiated_once(node, g, in_grads)
         if node.node_hooks is not None:
             in_grads = node.node_hooks.run_post(node, g, in_grads)
         if not retain_graph:
@@ -687,6 +690,33 @@ def _run_nodes(ready, grads, deps, retain_graph, targets, expands):
                 else:
                     grads[k] = (ig, owned)
             _arrived(e, deps, grads, ready, targets)
+
+
+class _NoDoubleBackward(Node):
+    """The grad_fn of a gradient that a create_graph pass computed through a
+    node without double backward: it stands where the gradient's graph would
+    be and raises once a later backward reaches it."""
+
+    def __init__(self, node, g):
+        super().__init__(())
+        grads_in = g.grads.values() if hasattr(g, "grads") else (g,)
+        self.next_functions = node.next_functions + tuple(_edge(x) for x in grads_in)
+        self.of = node.name()
+
+    def backward(self, g):
+        raise NotImplementedError(
+            f"ddpc has no double backward for {self.of}: a gradient computed through it with create_graph=True "
+            "can be used, but not differentiated again")
+
+    def name(self):
+        return f"NoDoubleBackward({self.of})"
+
+
+def _differentiated_once(node, g, in_grads):
+    """in_grads, computed with grad mode off by a node without double
+    backward in a create_graph pass, each given a _NoDoubleBackward."""
+    return tuple(None if ig is None else _attach(_dense(ig, False)[0].detach(), _NoDoubleBackward(node, g))
+                 for ig in in_grads)
 
 
 def _arrived(e, deps, grads, ready, targets):
@@ -757,8 +787,9 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
     ``create_graph=True`` records the gradients' own graph, so they can be
     differentiated again (gradient penalties, Hessian-vector products); the
     graph is then retained unless ``retain_graph=False``. Where ddpc differs:
-    only the ops whose nodes set ``Node.double_backward`` support it; any
-    other op in the graph raises NotImplementedError naming it."""
+    only the ops whose nodes set ``Node.double_backward`` support it; through
+    any other op the gradient is computed, and a later backward that reaches
+    that part of its graph raises NotImplementedError naming the op."""
     create_graph = bool(create_graph)
     retain_graph = create_graph if retain_graph is None else bool(retain_graph)
     roots = _roots(tensors, grad_tensors, "backward", create_graph)
