@@ -104,7 +104,7 @@ def increment_version(tensor):
 
 class _MultiGradHook:
     """The state of one register_multi_grad_hook: the gradients one backward
-    pass has brought so far, keyed by the pass (its callback list)."""
+    pass has brought so far, keyed by the pass (its list of queued callbacks)."""
 
     def __init__(self, tensors, fn, mode):
         self.tensors, self.fn, self.mode = tensors, fn, mode
@@ -113,8 +113,8 @@ class _MultiGradHook:
 
     def hook(self, i, grad):
         with self.lock:
-            pass_id = id(_ag._mode.callbacks)
-            if pass_id != self.pass_id:
+            pass_id = _ag._mode.callbacks  # held, so that a later pass's list cannot take its id
+            if pass_id is not self.pass_id:
                 self.pass_id, self.grads, self.fired = pass_id, [None] * len(self.tensors), False
                 if self.mode == "all" and _ag._mode.callbacks is not None:
                     _ag.queue_callback(self.finish)
