@@ -6,7 +6,10 @@ the graph saves (``saved_tensors_hooks``, ``save_on_cpu``,
 
 Where ddpc differs: a node that saves its own output hands the pack hook
 that output detached (same memory, no ``grad_fn``), where PyTorch hands the
-output itself. PyTorch checks no versions once hooks hold a saved tensor;
+output itself; some ops save other tensors than PyTorch's (``linear`` packs
+its input and weight twice each, a product both operands even where one
+needs no gradient), so the number of pack calls can differ; and the tensors
+a checkpointed segment saves are not packed (checkpoint recomputes them). PyTorch checks no versions once hooks hold a saved tensor;
 ddpc still raises where the unpacked tensor is the packed memory and that
 memory was changed in place since (a copy, as ``save_on_cpu`` makes, is
 never checked).

@@ -256,8 +256,9 @@ class _Linearized:
 def jvp(func, primals, tangents, *, strict=False, has_aux=False):
     """``(func(*primals), J tangents)`` (and ``aux`` with ``has_aux``): the
     Jacobian-vector product, primals and tangents being tuples of the same
-    structure. ddpc has no forward-mode autograd: this takes two backward
-    passes (the double-vjp trick) and gives the same values. ``strict`` is
+    structure. ddpc carries no tangents through its ops: this takes two
+    backward passes (the double-vjp trick, as ddpc.autograd.forward_ad) and
+    gives the same values. ``strict`` is
     accepted for PyTorch's signature."""
     lin = _Linearized(func, primals, has_aux, "jvp")
     if not isinstance(tangents, tuple):
