@@ -350,3 +350,20 @@ def test_multi_grad_hook_any_fires_once_per_pass():
     assert len(calls) == 2
     with pytest.raises(ValueError, match="mode"):
         register_multi_grad_hook((a,), print, mode="some")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pin", [False, True])
+def test_save_on_cpu_keeps_cuda_activations_in_host_memory(pin):
+    seen = []
+    hooks = save_on_cpu(pin_memory=pin)
+    pack, unpack = hooks.pack_hook, hooks.unpack_hook
+    hooks.pack_hook = lambda t: seen.append(pack(t)) or seen[-1]
+    x = ddpc.tensor(A, requires_grad=True, device="cuda")
+    with hooks:
+        y = (x * x).tanh().sum()
+    assert seen and all(not packed.is_cuda and device.type == "cuda" for device, packed in seen)
+    y.backward()
+    assert x.grad.is_cuda
+    np.testing.assert_allclose(x.grad.cpu().numpy(), 2 * A * (1 - np.tanh(A * A) ** 2), rtol=1e-12)
+    assert unpack(seen[0]).is_cuda
