@@ -9,10 +9,11 @@ that output detached (same memory, no ``grad_fn``), where PyTorch hands the
 output itself; some ops save other tensors than PyTorch's (``linear`` packs
 its input and weight twice each, a product both operands even where one
 needs no gradient), so the number of pack calls can differ; and the tensors
-a checkpointed segment saves are not packed (checkpoint recomputes them). PyTorch checks no versions once hooks hold a saved tensor;
-ddpc still raises where the unpacked tensor is the packed memory and that
-memory was changed in place since (a copy, as ``save_on_cpu`` makes, is
-never checked).
+a checkpointed segment saves are not packed (checkpoint recomputes them),
+as in PyTorch, nor are the segment's inputs, which PyTorch packs. PyTorch
+checks no versions once hooks hold a saved tensor; ddpc still raises where
+the unpacked tensor is the packed memory and that memory was changed in
+place since (a copy, as ``save_on_cpu`` makes, is never checked).
 """
 
 import threading
