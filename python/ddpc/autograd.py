@@ -699,7 +699,7 @@ class _NoDoubleBackward(Node):
 
     def __init__(self, node, g):
         super().__init__(())
-        grads_in = g.grads.values() if hasattr(g, "grads") else (g,)
+        grads_in = g.grads.values() if hasattr(g, "grads") else (g,)  # a custom Function's several outputs
         self.next_functions = node.next_functions + tuple(_edge(x) for x in grads_in)
         self.of = node.name()
 
