@@ -327,9 +327,18 @@ fail_:
     return NULL;
 }
 
+/* Raises where release_storage_() freed the memory `b` views. */
+static int refuse_released_(ddpc_buffer *b, const char *what) {
+    while (has_buffer_base_(b)) b = (ddpc_buffer *)b->base;
+    if (!b->released) return 0;
+    PyErr_Format(PyExc_RuntimeError, "%s: the tensor's storage has been released (restore_storage_() first)", what);
+    return 1;
+}
+
 /* ---- export through the buffer protocol (host buffers) ------------------------ */
 
 static int buffer_getbuffer(ddpc_buffer *b, Py_buffer *view, int flags) {
+    if (refuse_released_(b, "export through the buffer protocol")) return -1;
     if (b->device != DDPC_CPU) {
         PyErr_Format(PyExc_BufferError, "a cuda:%d buffer has no host memory to export; copy it with .cpu() first",
                      b->device);
@@ -422,6 +431,7 @@ static PyObject *buffer_dlpack(ddpc_buffer *b, PyObject *args, PyObject *kwds) {
     PyObject *stream = Py_None, *max_version = Py_None, *dl_device = Py_None, *copy = Py_None;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "|O$OOO:__dlpack__", kwlist, &stream, &max_version, &dl_device, &copy))
         return NULL;
+    if (refuse_released_(b, "__dlpack__")) return NULL;
     if (copy == Py_True) {
         PyErr_SetString(PyExc_BufferError, "ddpc exports DLPack without copying; copy=True is not supported");
         return NULL;
@@ -616,6 +626,7 @@ static PyObject *buffer_share_memory(ddpc_buffer *b, PyObject *unused) {
         PyErr_Format(PyExc_ValueError, "share_memory_: a cuda:%d buffer has no host memory to share", root->device);
         return NULL;
     }
+    if (refuse_released_(root, "share_memory_")) return NULL;
     if (is_shared_(root)) Py_RETURN_NONE;
     char *from = root->data;
     const size_t nbytes = ddpc_buffer_nbytes(root);
@@ -657,6 +668,74 @@ static PyObject *buffer_share_memory(ddpc_buffer *b, PyObject *unused) {
         if (st != DDPC_OK) return ddpc_raise(st);
     }
     Py_RETURN_NONE;
+}
+
+/* ---- releasing and restoring storage ------------------------------------------ */
+
+/* Frees the memory behind a buffer and every view of it, which keep their
+ * shapes and offsets: restore_storage_() allocates it again and re-points
+ * them, as share_memory_() moves it. Between the two the memory must not be
+ * touched (its contents are gone); a fully sharded model frees its gathered
+ * parameters this way between forward and backward while the autograd graph
+ * still holds views of them. Only memory a Buffer allocated itself can go. */
+static PyObject *buffer_release_storage(ddpc_buffer *b, PyObject *unused) {
+    (void)unused;
+    ddpc_buffer *root = storage_root_(b);
+    if (root->released) Py_RETURN_NONE;
+    if (!root->block || root->block->kind == DDPC_MEM_SHARED) {
+        PyErr_SetString(PyExc_ValueError,
+                        "release_storage_: only memory a tensor allocated itself (not a numpy array's, a DLPack "
+                        "producer's or a shared-memory segment's) can be released");
+        return NULL;
+    }
+    Py_ssize_t exports = exports_of_tree_(root);
+    if (exports) {
+        PyErr_Format(PyExc_BufferError,
+                     "release_storage_: %zd numpy array(s), memoryview(s) or DLPack export(s) view this memory by "
+                     "address, and would be left on freed memory; delete them first",
+                     exports);
+        return NULL;
+    }
+    ddpc_block *old = root->block;
+    root->block = NULL;
+    root->released = 1;
+    ddpc_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = ddpc_free(old);
+    Py_END_ALLOW_THREADS
+    if (st != DDPC_OK) return ddpc_raise(st);
+    Py_RETURN_NONE;
+}
+
+static PyObject *buffer_restore_storage(ddpc_buffer *b, PyObject *unused) {
+    (void)unused;
+    ddpc_buffer *root = storage_root_(b);
+    if (!root->released) Py_RETURN_NONE;
+    ddpc_block *block;
+    ddpc_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = ddpc_alloc(root->device, ddpc_buffer_nbytes(root), 0, &block);
+    Py_END_ALLOW_THREADS
+    if (st != DDPC_OK) return ddpc_raise(st);
+    /* The views still hold addresses in the freed block: only their
+     * distances from root->data are used, never the memory. */
+    repoint_views_(root, root->data, block->ptr);
+    root->block = block;
+    root->data = block->ptr;
+    root->released = 0;
+    Py_RETURN_NONE;
+}
+
+static PyObject *get_storage_released(ddpc_buffer *b, void *c) {
+    (void)c;
+    return PyBool_FromLong(storage_root_(b)->released);
+}
+
+/* Bytes of memory the storage this buffer views holds now: 0 once released. */
+static PyObject *get_storage_nbytes(ddpc_buffer *b, void *c) {
+    (void)c;
+    const ddpc_buffer *root = storage_root_(b);
+    return PyLong_FromSize_t(root->released ? 0 : ddpc_buffer_nbytes(root));
 }
 
 static PyObject *buffer_send_shared(ddpc_buffer *b, PyObject *unused) {
@@ -843,6 +922,10 @@ static PyMethodDef buffer_methods[] = {
      "counts an in-place write into this memory (autograd checks tensors saved for backward against it)"},
     {"share_memory_", (PyCFunction)buffer_share_memory, METH_NOARGS,
      "moves the host memory this buffer views into a shared-memory segment, in place (every view follows)"},
+    {"release_storage_", (PyCFunction)buffer_release_storage, METH_NOARGS,
+     "frees the memory this buffer views; every view keeps its place in it until restore_storage_()"},
+    {"restore_storage_", (PyCFunction)buffer_restore_storage, METH_NOARGS,
+     "allocates released memory again (contents undefined) and re-points every view at it"},
     {"send_shared", (PyCFunction)buffer_send_shared, METH_NOARGS,
      "(segment name, byte offset) of shared memory, with a reference taken for the process it is sent to"},
     {"from_shared", (PyCFunction)buffer_from_shared, METH_VARARGS | METH_CLASS,
@@ -864,6 +947,9 @@ static PyGetSetDef buffer_getset[] = {
     {"is_pinned", (getter)get_is_pinned, NULL, "whether the memory is page-locked host memory", NULL},
     {"is_shared", (getter)get_is_shared, NULL, "whether the memory is in a shared-memory segment", NULL},
     {"base", (getter)get_base, NULL, "the object owning a view's memory", NULL},
+    {"storage_released", (getter)get_storage_released, NULL, "whether release_storage_() freed the memory", NULL},
+    {"storage_nbytes", (getter)get_storage_nbytes, NULL,
+     "bytes the storage this buffer views holds now (0 while released)", NULL},
     {"views_shared", (getter)get_views_shared, NULL,
      "whether this is a view of a buffer that something else holds too (a write would reach it)", NULL},
     {NULL, NULL, NULL, NULL, NULL},

@@ -7,7 +7,9 @@
  *
  * A Buffer knows the views whose base it is, so that share_memory_() can
  * move host memory into a shared-memory segment in place: every view of it
- * is re-pointed at the same elements there. */
+ * is re-pointed at the same elements there; release_storage_() and
+ * restore_storage_() free host or device memory and later re-fill it the same
+ * way, so tensors saved for backward outlive a gap with no memory behind them. */
 #ifndef DDPC_BUFFER_H
 #define DDPC_BUFFER_H
 
@@ -38,6 +40,7 @@ typedef struct ddpc_buffer_ {
     PyObject *weakreflist;
     uint64_t version;        /* in-place writes, counted on the buffer that holds the memory (see buffer.c) */
     int own_version;         /* a view counting its writes apart from its owner's (Tensor.data) */
+    int released;            /* release_storage_() freed the block; views keep their offsets (see buffer.c) */
     struct ddpc_buffer_ *views;                 /* first of the views whose base this is */
     struct ddpc_buffer_ *prev_view, *next_view; /* siblings in the base's list */
 } ddpc_buffer;

@@ -172,6 +172,33 @@ def _refuse_uninitialized(module, wrapper):
                            "the modules")
 
 
+def _verify_same_model(named_params, process_group, what):
+    """Raises naming the first parameter whose name or shape differs between ranks."""
+    desc = "\n".join(f"{n}:{tuple(p.shape)}:{p.dtype.name}{'' if p.requires_grad else ':frozen'}"
+                     for n, p in named_params).encode()
+    size = dist.get_world_size(process_group)
+    device = dist._metadata_device(process_group)
+    length = from_numpy(np.array([len(desc)], dtype=np.int64)).to(device)
+    dist.all_reduce(length, op=dist.ReduceOp.MAX, group=process_group)
+    mine = zeros(int(length.item()), dtype="uint8")
+    if desc:
+        mine.numpy()[:len(desc)] = list(desc)
+    gathered = [zeros(mine.numel(), dtype="uint8", device=device) for _ in range(size)]
+    dist.all_gather(gathered, mine.to(device), group=process_group)
+    tables = [bytes(g.cpu().numpy()).rstrip(b"\0").decode().split("\n") for g in gathered]
+    for r, table in enumerate(tables):
+        if table == tables[0]:
+            continue
+        for i in range(max(len(table), len(tables[0]))):
+            a = tables[0][i] if i < len(tables[0]) else "<none>"
+            b = table[i] if i < len(table) else "<none>"
+            if a != b:
+                raise RuntimeError(
+                    f"{what}: the model differs between ranks 0 and {r} at parameter #{i}: "
+                    f"rank 0 has {a!r}, rank {r} has {b!r} (name:shape:dtype[:frozen]); every rank must build "
+                    "the same model")
+
+
 class DistributedDataParallel(Module, _GroupJoinable):
     """Data parallelism across processes, with PyTorch's constructor and behaviour.
 
@@ -224,7 +251,7 @@ class DistributedDataParallel(Module, _GroupJoinable):
         self._all_params = list(module.named_parameters())  # frozen ones too: verified and broadcast
         self._named_params = [(n, p) for n, p in self._all_params if p.requires_grad]  # these are reduced
         if init_sync:
-            self._verify_same_model()
+            _verify_same_model(self._all_params, self.process_group, "DistributedDataParallel")
             self._broadcast_states(0, with_params=True)
         self._buckets = self._make_buckets(int(bucket_cap_mb * (1 << 20)))
         self._where = {}
@@ -244,32 +271,6 @@ class DistributedDataParallel(Module, _GroupJoinable):
     # ---- construction --------------------------------------------------------------
     def _world(self):
         return dist.get_world_size(self.process_group), dist.get_rank(self.process_group)
-
-    def _verify_same_model(self):
-        """Raises naming the first parameter whose name or shape differs between ranks."""
-        desc = "\n".join(f"{n}:{tuple(p.shape)}:{p.dtype.name}{'' if p.requires_grad else ':frozen'}"
-                         for n, p in self._all_params).encode()
-        size, _ = self._world()
-        length = self._collective_tensor(np.array([len(desc)], dtype=np.int64))
-        dist.all_reduce(length, op=dist.ReduceOp.MAX, group=self.process_group)
-        mine = zeros(int(length.item()), dtype="uint8")
-        if desc:
-            mine.numpy()[:len(desc)] = list(desc)
-        device = dist._metadata_device(self.process_group)
-        gathered = [zeros(mine.numel(), dtype="uint8", device=device) for _ in range(size)]
-        dist.all_gather(gathered, mine.to(device), group=self.process_group)
-        tables = [bytes(g.cpu().numpy()).rstrip(b"\0").decode().split("\n") for g in gathered]
-        for r, table in enumerate(tables):
-            if table == tables[0]:
-                continue
-            for i in range(max(len(table), len(tables[0]))):
-                a = tables[0][i] if i < len(tables[0]) else "<none>"
-                b = table[i] if i < len(table) else "<none>"
-                if a != b:
-                    raise RuntimeError(
-                        f"DistributedDataParallel: the model differs between ranks 0 and {r} at parameter #{i}: "
-                        f"rank 0 has {a!r}, rank {r} has {b!r} (name:shape:dtype[:frozen]); every rank must build "
-                        "the same model")
 
     def _collective_tensor(self, values):
         """A numpy array's copy where this group's collectives take it."""

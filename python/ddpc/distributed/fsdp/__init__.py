@@ -1,0 +1,49 @@
+"""FullyShardedDataParallel (ZeRO stage 3), shaped like torch.distributed.fsdp.
+
+``FullyShardedDataParallel(module, ...)`` makes ``module`` one FSDP unit,
+and with ``auto_wrap_policy`` (see ``ddpc.distributed.fsdp.wrap``) first
+makes units of the submodules the policy picks, innermost first. A unit
+flattens the parameters of its modules that no inner unit holds into one
+flat parameter, padded to a multiple of the world size; each rank keeps
+only its 1/world shard, ``_flat_param``, which is what ``parameters()``
+yields, so any ddpc optimizer steps the shards.
+
+Forward of a unit all-gathers the full flat parameter and gives the modules
+views of it as their parameters. Under FULL_SHARD the full parameter's
+memory is freed after the unit's forward (really freed: the storage goes back
+to the allocator while the views that the autograd graph saved keep their
+places in it) and gathered again when backward reaches the unit's outputs.
+When the unit's full gradient is complete it is reduce-scattered, so each
+shard's ``.grad`` holds the average over the ranks, and the full parameter
+is freed. SHARD_GRAD_OP keeps the full parameters from forward to the end of
+backward; NO_SHARD keeps every parameter on every rank and all-reduces the
+gradients. ``no_sync()``, ``clip_grad_norm_()`` (the norm over all shards of
+all ranks), ``summon_full_params()``, and ``state_dict()`` /
+``load_state_dict()`` under ``state_dict_type`` (FULL_STATE_DICT: the
+unwrapped model's names and full tensors, loadable into it;
+LOCAL_STATE_DICT: the flat shards) behave as PyTorch's. ``MixedPrecision``
+gathers and computes in ``param_dtype``, reduces in ``reduce_dtype``, casts
+buffers to ``buffer_dtype`` and the root's floating-point inputs to
+``param_dtype``; the shards keep the module's dtype.
+
+Where ddpc differs: the root unit keeps its full parameters from forward
+to backward (as PyTorch's root does), so the saving shows in the nested
+units; the collectives are issued synchronously when each unit needs them
+(``backward_prefetch``, ``forward_prefetch`` and ``limit_all_gathers`` are
+taken and change nothing); the flat shard is registered on the wrapper as
+``_flat_param``; a unit's parameters must share dtype, device and
+requires_grad. Not supported (NotImplementedError naming them): the HYBRID
+strategies, ``use_orig_params=True``, ``param_init_fn``, ``device_mesh``,
+``ignored_states``, SHARDED_STATE_DICT, ``CPUOffload(offload_params=True)``
+for modules on a GPU, and optimizer state dicts.
+"""
+
+from . import wrap
+from .api import (BackwardPrefetch, CPUOffload, FullOptimStateDictConfig, FullStateDictConfig,
+                  LocalStateDictConfig, MixedPrecision, OptimStateDictConfig, ShardedStateDictConfig,
+                  ShardingStrategy, StateDictConfig, StateDictType)
+from .fully_sharded_data_parallel import FSDP, FullyShardedDataParallel
+
+__all__ = ["BackwardPrefetch", "CPUOffload", "FSDP", "FullOptimStateDictConfig", "FullStateDictConfig",
+           "FullyShardedDataParallel", "LocalStateDictConfig", "MixedPrecision", "OptimStateDictConfig",
+           "ShardedStateDictConfig", "ShardingStrategy", "StateDictConfig", "StateDictType", "wrap"]

@@ -1,0 +1,178 @@
+"""One FSDP unit's parameters as a flat parameter: flattening, the shard a
+rank keeps, gathering the full parameter into memory that is released and
+re-filled in place, and reducing its gradient back to the shard.
+
+The full flat parameter is one leaf tensor over one storage. The module's
+parameters become views of it: each forward gathers the storage
+(all-gather of every rank's shard) and gives the module autograd views of
+the leaf, so backward accumulates one full flat gradient. Releasing frees
+the storage (Buffer.release_storage_) while the views, including those the
+autograd graph saved, keep their places in it; gathering again re-fills it
+and re-points them all."""
+
+from ... import distributed as dist
+from ...autograd import no_grad
+from ...nn.modules import Parameter
+from ...tensor import Tensor, zeros
+from .api import ShardingStrategy
+
+
+class FlatParamHandle:
+    """The flat parameter of the parameters `uses` names: (module, attribute
+    name, Parameter) triples, a Parameter appearing under several names kept once."""
+
+    def __init__(self, uses, strategy, process_group, mixed_precision):
+        self.group = process_group
+        self.world, self.rank = dist.get_world_size(process_group), dist.get_rank(process_group)
+        self.sharded = strategy is not ShardingStrategy.NO_SHARD
+        self.reshard_after_forward = strategy is ShardingStrategy.FULL_SHARD
+        index = {}
+        self.params = []  # the original Parameters, in order of first use
+        for _, _, p in uses:
+            if id(p) not in index:
+                index[id(p)] = len(self.params)
+                self.params.append(p)
+        self.uses = [(m, name, index[id(p)]) for m, name, p in uses]
+        first = self.params[0]
+        for p in self.params:
+            if p.dtype is not first.dtype or p.device != first.device:
+                raise ValueError(f"FullyShardedDataParallel flattens a unit's parameters into one tensor, so they "
+                                 f"must share dtype and device: found {first.dtype} on {first.device} and "
+                                 f"{p.dtype} on {p.device}; wrap those modules in units of their own")
+            if p.requires_grad != first.requires_grad:
+                raise ValueError("FullyShardedDataParallel (use_orig_params=False) needs a unit's parameters to be "
+                                 "all trainable or all frozen; wrap the frozen modules in units of their own")
+        self.requires_grad = first.requires_grad
+        self.dtype, self.device = first.dtype, first.device
+        self.offsets, at = [], 0
+        for p in self.params:
+            self.offsets.append(at)
+            at += p.numel()
+        self.numel = at
+        ways = self.world if self.sharded else 1
+        self.padded = -(-at // ways) * ways  # padded so that every rank's shard has the same length
+        self.shard_numel = self.padded // ways
+        mp = mixed_precision
+        self.compute_dtype = (mp.param_dtype if mp and mp.param_dtype is not None else None) or self.dtype
+        self.reduce_dtype = (mp.reduce_dtype if mp and mp.reduce_dtype is not None else None) or self.compute_dtype
+        self.keep_low_precision_grads = bool(mp and mp.keep_low_precision_grads)
+
+        flat = zeros(self.padded, dtype=self.dtype, device=self.device)
+        with no_grad():
+            for p, off in zip(self.params, self.offsets):
+                flat[off:off + p.numel()].copy_(p.detach().reshape(-1))
+        lo = self.rank * self.shard_numel if self.sharded else 0
+        self.flat_param = Parameter(flat[lo:lo + self.shard_numel].clone() if self.sharded else flat,
+                                    requires_grad=self.requires_grad)
+        # The full parameter has storage of its own, freed between uses, unless
+        # it is the flat parameter itself (NO_SHARD in the module's dtype).
+        self.freeable = self.sharded or self.compute_dtype is not self.dtype
+        self.full = (zeros(self.padded, dtype=self.compute_dtype, device=self.device) if self.freeable
+                     else Tensor(flat._buf))
+        self.full.requires_grad = self.requires_grad
+        self.gathered = not self.freeable
+        self.pending_grad = None  # full gradients accumulated under no_sync
+        self.summoned = None  # the full parameters summon_full_params gathered
+        self._point_params(self.full)
+        if self.freeable:
+            self.full._buf.release_storage_()
+        for m, name, _ in self.uses:
+            del m._parameters[name]
+
+    # ---- the full parameter ------------------------------------------------------------
+    def unshard(self):
+        """Fills the full flat parameter with every rank's shard."""
+        if self.gathered:
+            return
+        self.full._buf.restore_storage_()
+        # Written through an unversioned view: the graph's saved views of this
+        # storage must not count the refill as an in-place change.
+        target = Tensor(self.full._buf.unversioned())
+        src = self.flat_param.detach()
+        if src.dtype is not self.compute_dtype:
+            src = src.to(self.compute_dtype)
+        with no_grad():
+            if self.sharded:
+                dist.all_gather_into_tensor(target, src, group=self.group)
+            else:
+                target.copy_(src)
+        self.gathered = True
+
+    def reshard(self):
+        """Frees the full flat parameter's memory (a no-op where it is the flat parameter)."""
+        if self.freeable and self.gathered:
+            self.full._buf.release_storage_()
+            self.gathered = False
+
+    def held_bytes(self):
+        """Bytes the full flat parameter holds now (0 while released)."""
+        return self.full._buf.storage_nbytes if self.freeable else 0
+
+    def install_views(self):
+        """Gives the modules autograd views of the full flat parameter as their parameters."""
+        views = [self.full[off:off + p.numel()].view(p.shape) for p, off in zip(self.params, self.offsets)]
+        for m, name, i in self.uses:
+            object.__setattr__(m, name, views[i])
+
+    def _point_params(self, full):
+        for p, off in zip(self.params, self.offsets):
+            p._buf = full._buf.view(off, tuple(p.shape))
+
+    # ---- summon_full_params ------------------------------------------------------------
+    def summon_begin(self):
+        """Puts the original Parameters back in their modules, holding the full
+        values in the module's dtype."""
+        if self.sharded:
+            full = zeros(self.padded, dtype=self.dtype, device=self.device)
+            dist.all_gather_into_tensor(full, self.flat_param.detach(), group=self.group)
+        else:
+            full = self.flat_param.detach()
+        self.summoned = full
+        self._point_params(full)
+        for m, name, i in self.uses:
+            m.__dict__.pop(name, None)
+            m._parameters[name] = self.params[i]
+
+    def summon_end(self, writeback):
+        for m, name, _ in self.uses:
+            del m._parameters[name]
+        if writeback and self.sharded:
+            lo = self.rank * self.shard_numel
+            with no_grad():
+                self.flat_param.detach().copy_(self.summoned[lo:lo + self.shard_numel])
+        self.summoned = None
+        self._point_params(self.full)
+
+    # ---- gradients ---------------------------------------------------------------------
+    def reduce_grad(self, sync):
+        """Moves the full flat gradient into the shard's .grad, averaged over the
+        ranks; under no_sync (``sync`` False) keeps it here for a later synced pass."""
+        grad = self.full.grad
+        self.full.grad = None
+        if grad is None:
+            return
+        if grad.requires_grad:
+            raise RuntimeError("FullyShardedDataParallel: backward(create_graph=True) is not supported, as the "
+                               "reduced gradients would lose their graph")
+        if grad.dtype is not self.reduce_dtype:
+            grad = grad.to(self.reduce_dtype)
+        if self.pending_grad is not None:
+            grad = grad + self.pending_grad
+            self.pending_grad = None
+        if not sync:
+            self.pending_grad = grad
+            return
+        with no_grad():
+            if not self.sharded:
+                if self.world > 1:
+                    dist.all_reduce(grad, op=dist.ReduceOp.AVG, group=self.group)
+                shard = grad
+            else:
+                shard = zeros(self.shard_numel, dtype=self.reduce_dtype, device=self.device)
+                dist.reduce_scatter_tensor(shard, grad, op=dist.ReduceOp.AVG, group=self.group)
+            if shard.dtype is not self.dtype and not self.keep_low_precision_grads:
+                shard = shard.to(self.dtype)
+            if self.flat_param.grad is None:
+                self.flat_param.grad = shard
+            else:
+                self.flat_param.grad.add_(shard)

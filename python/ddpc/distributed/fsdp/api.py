@@ -1,0 +1,94 @@
+"""The option types of FullyShardedDataParallel, named and shaped as
+torch.distributed.fsdp's: sharding strategies, mixed precision, CPU offload,
+backward prefetch and the state dict types with their configs."""
+
+import dataclasses
+import enum
+
+
+class ShardingStrategy(enum.Enum):
+    """FULL_SHARD: parameters, gradients and optimizer state sharded; the full
+    parameters are freed after forward and gathered again for backward.
+    SHARD_GRAD_OP: the full parameters stay from forward to the end of
+    backward. NO_SHARD: every rank holds everything (DDP's layout); gradients
+    are all-reduced. The HYBRID strategies are not supported by ddpc."""
+
+    FULL_SHARD = enum.auto()
+    SHARD_GRAD_OP = enum.auto()
+    NO_SHARD = enum.auto()
+    HYBRID_SHARD = enum.auto()
+    _HYBRID_SHARD_ZERO2 = enum.auto()
+
+
+class BackwardPrefetch(enum.Enum):
+    """Accepted for PyTorch's sake; ddpc gathers each unit's parameters when
+    backward reaches it (see the package docstring)."""
+
+    BACKWARD_PRE = enum.auto()
+    BACKWARD_POST = enum.auto()
+
+
+class StateDictType(enum.Enum):
+    """FULL_STATE_DICT: the unwrapped model's names and full tensors.
+    LOCAL_STATE_DICT: each unit's flat shard as it is on this rank.
+    SHARDED_STATE_DICT is not supported by ddpc."""
+
+    FULL_STATE_DICT = enum.auto()
+    LOCAL_STATE_DICT = enum.auto()
+    SHARDED_STATE_DICT = enum.auto()
+
+
+@dataclasses.dataclass
+class MixedPrecision:
+    """``param_dtype``: the dtype the full parameters are gathered in and
+    forward and backward compute in; ``reduce_dtype``: the dtype gradients are
+    reduced in (``param_dtype`` where None); ``buffer_dtype``: the dtype the
+    module's buffers are cast to. The shards (what the optimizer steps) keep
+    the module's dtype."""
+
+    param_dtype: object = None
+    reduce_dtype: object = None
+    buffer_dtype: object = None
+    keep_low_precision_grads: bool = False
+    cast_forward_inputs: bool = False
+    cast_root_forward_inputs: bool = True
+
+
+@dataclasses.dataclass
+class CPUOffload:
+    """``offload_params=True`` keeps the shards and their gradients in host
+    memory; ddpc supports it for modules that are on the cpu already."""
+
+    offload_params: bool = False
+
+
+@dataclasses.dataclass
+class StateDictConfig:
+    offload_to_cpu: bool = False
+
+
+@dataclasses.dataclass
+class FullStateDictConfig(StateDictConfig):
+    """``rank0_only``: only rank 0 gets the tensors; the other ranks get an empty dict."""
+
+    rank0_only: bool = False
+
+
+@dataclasses.dataclass
+class LocalStateDictConfig(StateDictConfig):
+    pass
+
+
+@dataclasses.dataclass
+class ShardedStateDictConfig(StateDictConfig):
+    _use_dtensor: bool = False
+
+
+@dataclasses.dataclass
+class OptimStateDictConfig:
+    offload_to_cpu: bool = True
+
+
+@dataclasses.dataclass
+class FullOptimStateDictConfig(OptimStateDictConfig):
+    rank0_only: bool = False

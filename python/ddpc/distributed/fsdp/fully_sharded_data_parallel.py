@@ -1,0 +1,365 @@
+"""FullyShardedDataParallel: the module wrapper that runs one FSDP unit
+(see the package docstring for the whole design)."""
+
+import contextlib
+import math
+
+import numpy as np
+
+from ... import distributed as dist
+from ...autograd import is_grad_enabled, no_grad, queue_callback
+from ...nn.modules import Module
+from ...nn.parallel import _flatten, _refuse_uninitialized, _verify_same_model
+from ...tensor import Tensor, from_numpy
+from ._flat_param import FlatParamHandle
+from .api import (BackwardPrefetch, CPUOffload, FullStateDictConfig, LocalStateDictConfig, ShardingStrategy,
+                  StateDictType)
+from .wrap import _policy_callable, _recursive_wrap
+
+_WRAPPED = "_fsdp_wrapped_module"
+
+
+class FullyShardedDataParallel(Module):
+    """Shards ``module``'s parameters across the ranks of ``process_group``
+    (ZeRO stage 3); see the package docstring."""
+
+    def __init__(self, module, process_group=None, sharding_strategy=None, cpu_offload=None, auto_wrap_policy=None,
+                 backward_prefetch=BackwardPrefetch.BACKWARD_PRE, mixed_precision=None, ignored_modules=None,
+                 param_init_fn=None, device_id=None, sync_module_states=False, forward_prefetch=False,
+                 limit_all_gathers=True, use_orig_params=False, ignored_states=None, device_mesh=None):
+        super().__init__()
+        if not dist.is_initialized():
+            raise RuntimeError("FullyShardedDataParallel needs a process group: call "
+                               "ddpc.distributed.init_process_group() first")
+        if not isinstance(module, Module):
+            raise TypeError(f"FullyShardedDataParallel wraps a ddpc.nn.Module, got {type(module).__name__}")
+        strategy = ShardingStrategy.FULL_SHARD if sharding_strategy is None else sharding_strategy
+        if not isinstance(strategy, ShardingStrategy):
+            raise TypeError(f"sharding_strategy must be a ShardingStrategy, got {sharding_strategy!r}")
+        if strategy in (ShardingStrategy.HYBRID_SHARD, ShardingStrategy._HYBRID_SHARD_ZERO2):
+            raise NotImplementedError(f"FullyShardedDataParallel: sharding_strategy={strategy} is not supported by "
+                                      "ddpc (FULL_SHARD, SHARD_GRAD_OP and NO_SHARD are)")
+        _refuse("use_orig_params=True", use_orig_params)
+        _refuse("param_init_fn", param_init_fn is not None)
+        _refuse("device_mesh", device_mesh is not None)
+        _refuse("ignored_states", ignored_states is not None)
+        if backward_prefetch is not None and not isinstance(backward_prefetch, BackwardPrefetch):
+            raise TypeError(f"backward_prefetch must be a BackwardPrefetch or None, got {backward_prefetch!r}")
+        _refuse_uninitialized(module, "FullyShardedDataParallel")
+        if device_id is not None:
+            module.to(f"cuda:{device_id}" if isinstance(device_id, int) else device_id)
+        if cpu_offload is not None and cpu_offload.offload_params and any(
+                p.device.type != "cpu" for p in module.parameters()):
+            raise NotImplementedError("FullyShardedDataParallel: CPUOffload(offload_params=True) is supported by "
+                                      "ddpc only for modules on the cpu")
+        ignored = set()
+        for m in ignored_modules or ():
+            ignored.update(id(s) for s in m.modules())
+        kwargs = dict(process_group=process_group, sharding_strategy=strategy, cpu_offload=cpu_offload,
+                      backward_prefetch=backward_prefetch, mixed_precision=mixed_precision,
+                      ignored_modules=ignored_modules, sync_module_states=sync_module_states,
+                      forward_prefetch=forward_prefetch, limit_all_gathers=limit_all_gathers)
+        if auto_wrap_policy is not None:
+            policy = _policy_callable(auto_wrap_policy)
+            _recursive_wrap(module, policy, lambda m: FullyShardedDataParallel(m, **kwargs), ignored, True)
+        self.process_group = process_group
+        self.sharding_strategy = strategy
+        self.mixed_precision = mixed_precision
+        self.cpu_offload = cpu_offload or CPUOffload()
+        self.backward_prefetch = backward_prefetch
+        self.forward_prefetch, self.limit_all_gathers = forward_prefetch, limit_all_gathers
+        setattr(self, _WRAPPED, module)
+
+        uses = []  # (qualified name, module, attribute, Parameter) of this unit's parameters
+        for prefix, m in _unit_modules(module, ignored):
+            for name, p in m._parameters.items():
+                if p is not None:
+                    uses.append((prefix + ("." if prefix else "") + name, m, name, p))
+        _verify_same_model([(n, p) for n, _, _, p in uses], process_group, "FullyShardedDataParallel")
+        if sync_module_states:
+            self._broadcast_rank0([p for _, _, _, p in uses] + list(_unit_buffers(module, ignored)))
+        self._handle = (FlatParamHandle([u[1:] for u in uses], strategy, process_group, mixed_precision)
+                        if uses else None)
+        if self._handle is not None:
+            self._flat_param = self._handle.flat_param
+            if self._handle.requires_grad:
+                self._handle.full.register_post_accumulate_grad_hook(self._post_backward)
+        for m in module.modules():
+            if isinstance(m, FullyShardedDataParallel):
+                m._is_root = False
+        self._is_root = None  # decided at the first forward: the outermost unit is the root
+        self._units = None
+        self._in_backward = False
+        self._sync_gradients = True
+        self._summoned = 0
+        self._state_dict_type, self._state_dict_config = StateDictType.FULL_STATE_DICT, FullStateDictConfig()
+
+    @property
+    def module(self):
+        """The wrapped module."""
+        return getattr(self, _WRAPPED)
+
+    def __getattr__(self, name):
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            if name == _WRAPPED:
+                raise
+            return getattr(self.module, name)  # the wrapped module's attributes, as PyTorch forwards them
+
+    def __getitem__(self, key):
+        return self.module.__getitem__(key)
+
+    def named_parameters(self, prefix="", recurse=True):
+        """Inside summon_full_params, the original parameters under the unwrapped
+        names; otherwise the flat shards, under the wrappers' names."""
+        for name, p in super().named_parameters(prefix, recurse):
+            yield (name.replace(_WRAPPED + ".", "") if self._summoned else name), p
+
+    def _broadcast_rank0(self, tensors):
+        src = dist.get_global_rank(self.process_group, 0)
+        with no_grad():
+            for t in tensors:
+                dist.broadcast(t.detach(), src=src, group=self.process_group)
+
+    # ---- forward and backward -------------------------------------------------------------
+    def _lazy_init(self):
+        self._is_root = True
+        self._units = [m for m in self.modules() if isinstance(m, FullyShardedDataParallel)]
+        mp = self.mixed_precision
+        if mp is not None and mp.buffer_dtype is not None:
+            for b in self.buffers():
+                if b.dtype.is_floating_point:
+                    b._buf = b.to(mp.buffer_dtype)._buf
+
+    def forward(self, *args, **kwargs):
+        if self._is_root is None:
+            self._lazy_init()
+        mp = self.mixed_precision
+        if mp is not None and mp.param_dtype is not None and (
+                mp.cast_forward_inputs or (self._is_root and mp.cast_root_forward_inputs)):
+            args, kwargs = _cast_floating((args, kwargs), mp.param_dtype)
+        h = self._handle
+        if h is not None:
+            h.unshard()
+            h.install_views()
+        out = self.module(*args, **kwargs)
+        backward_follows = is_grad_enabled() and any(
+            isinstance(t, Tensor) and t.requires_grad for t in _flatten(out))
+        if backward_follows:
+            for t in _flatten(out):
+                if isinstance(t, Tensor) and t.requires_grad:
+                    t.register_hook(self._pre_backward)
+        # The root keeps its parameters for backward, which starts with it.
+        if h is not None and (not backward_follows or (h.reshard_after_forward and not self._is_root)):
+            h.reshard()
+        return out
+
+    def _pre_backward(self, grad):
+        if not self._in_backward:
+            self._in_backward = True
+            if self._is_root:
+                queue_callback(self._finish_backward)
+            if self._handle is not None:
+                self._handle.unshard()
+
+    def _post_backward(self, full):
+        self._handle.reduce_grad(self._sync_gradients)
+        self._handle.reshard()
+
+    def _finish_backward(self):
+        """After the whole backward pass: every unit's full parameters freed,
+        also those of units whose parameters got no gradient."""
+        for u in self._units:
+            u._in_backward = False
+            if u._handle is not None:
+                u._handle.full.grad = None
+                u._handle.reshard()
+
+    # ---- gradients ---------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def no_sync(self):
+        """Backward passes inside keep their full gradients unreduced; the first
+        synced backward after them reduces their sum (so the shards then hold
+        the gradient of every pass, as DDP's no_sync gives)."""
+        units = [m for m in self.modules() if isinstance(m, FullyShardedDataParallel)]
+        before = [u._sync_gradients for u in units]
+        for u in units:
+            u._sync_gradients = False
+        try:
+            yield
+        finally:
+            for u, b in zip(units, before):
+                u._sync_gradients = b
+
+    @no_grad()
+    def clip_grad_norm_(self, max_norm, norm_type=2.0):
+        """Scales every shard's gradient so that the norm of the whole model's
+        gradient is at most ``max_norm``; returns that norm (before clipping).
+        Call it on the root on every rank."""
+        if self._is_root is None:
+            self._lazy_init()
+        if not self._is_root:
+            raise RuntimeError("clip_grad_norm_ should only be called on the root FSDP instance")
+        norm_type = float(norm_type)
+        world = dist.get_world_size(self.process_group)
+        grads, shared = [], []  # shared: gradients every rank holds in full (NO_SHARD units, ignored modules)
+        for u in self._units:
+            if u._handle is not None and u._flat_param.grad is not None:
+                (grads if u._handle.sharded else shared).append(u._flat_param.grad)
+        flat_ids = {id(u._flat_param) for u in self._units if u._handle is not None}
+        shared += [p.grad for p in self.parameters() if id(p) not in flat_ids and p.grad is not None]
+        if math.isinf(norm_type):
+            local = max([float(g.abs().max().item()) for g in grads + shared if g.numel()], default=0.0)
+            total = self._metadata_tensor(local)
+            dist.all_reduce(total, op=dist.ReduceOp.MAX, group=self.process_group)
+            norm = float(total.item())
+        else:
+            mine = sum(float((g.double().abs() ** norm_type).sum().item()) for g in grads)
+            # Every rank holds the same full gradients: counted once over the group.
+            mine += sum(float((g.double().abs() ** norm_type).sum().item()) for g in shared) / world
+            total = self._metadata_tensor(mine)
+            dist.all_reduce(total, op=dist.ReduceOp.SUM, group=self.process_group)
+            norm = float(total.item()) ** (1.0 / norm_type)
+        coef = float(max_norm) / (norm + 1e-6)
+        if coef < 1.0:
+            for g in grads + shared:
+                g.mul_(coef)
+        dtype = next((g.dtype for g in grads + shared), None)
+        out = from_numpy(np.array(norm, dtype=np.float64))
+        return out.to(dtype) if dtype is not None else out
+
+    def _metadata_tensor(self, value):
+        return from_numpy(np.array([value], dtype=np.float64)).to(dist._metadata_device(self.process_group))
+
+    # ---- full parameters -----------------------------------------------------------------------
+    @staticmethod
+    @contextlib.contextmanager
+    def summon_full_params(module, recurse=True, writeback=True, rank0_only=False, offload_to_cpu=False,
+                           with_grads=False):
+        """Inside the block, every unit of ``module`` (only ``module`` itself where
+        not ``recurse``) holds its original parameters, full, under their own
+        names; with ``writeback`` what is written into them reaches the shards.
+        ``rank0_only`` and ``offload_to_cpu`` change nothing in ddpc (every
+        rank gets the full parameters where they are)."""
+        _refuse("summon_full_params(with_grads=True)", with_grads)
+        units = [m for m in (module.modules() if recurse else [module])
+                 if isinstance(m, FullyShardedDataParallel) and m._summoned == 0]
+        for u in units:
+            if u._in_backward:
+                raise RuntimeError("summon_full_params cannot be used during a backward pass")
+        done = []
+        try:
+            for u in units:
+                if u._handle is not None:
+                    u._handle.summon_begin()
+                    del u._parameters["_flat_param"]  # the original parameters stand for it
+                u._summoned += 1
+                done.append(u)
+            yield
+        finally:
+            for u in reversed(done):
+                u._summoned -= 1
+                if u._handle is not None:
+                    u._parameters["_flat_param"] = u._handle.flat_param
+                    u._handle.summon_end(writeback)
+
+    # ---- state dicts ---------------------------------------------------------------------------
+    @staticmethod
+    @contextlib.contextmanager
+    def state_dict_type(module, state_dict_type, state_dict_config=None, optim_state_dict_config=None):
+        """Inside the block, ``state_dict()`` and ``load_state_dict()`` of every
+        unit of ``module`` use ``state_dict_type``."""
+        units = [m for m in module.modules() if isinstance(m, FullyShardedDataParallel)]
+        before = [(u._state_dict_type, u._state_dict_config) for u in units]
+        FullyShardedDataParallel.set_state_dict_type(module, state_dict_type, state_dict_config,
+                                                     optim_state_dict_config)
+        try:
+            yield
+        finally:
+            for u, (t, c) in zip(units, before):
+                u._state_dict_type, u._state_dict_config = t, c
+
+    @staticmethod
+    def set_state_dict_type(module, state_dict_type, state_dict_config=None, optim_state_dict_config=None):
+        if not isinstance(state_dict_type, StateDictType):
+            raise TypeError(f"state_dict_type must be a StateDictType, got {state_dict_type!r}")
+        _refuse(f"state_dict_type {state_dict_type}", state_dict_type is StateDictType.SHARDED_STATE_DICT)
+        config = state_dict_config or (FullStateDictConfig() if state_dict_type is StateDictType.FULL_STATE_DICT
+                                       else LocalStateDictConfig())
+        for m in module.modules():
+            if isinstance(m, FullyShardedDataParallel):
+                m._state_dict_type, m._state_dict_config = state_dict_type, config
+
+    def state_dict(self, destination=None, prefix="", keep_vars=False):
+        """FULL_STATE_DICT (the default): the wrapped model's own state dict, full
+        tensors under the unwrapped names (a copy; an empty dict on ranks other
+        than 0 under ``rank0_only``). LOCAL_STATE_DICT: each unit's flat shard
+        (``_flat_param``) and the buffers, under the wrapper's names."""
+        if self._state_dict_type is StateDictType.LOCAL_STATE_DICT:
+            return super().state_dict(destination, prefix, keep_vars)
+        if self._summoned:  # reached from an outer unit's state_dict, which gathered everything
+            return self.module.state_dict(destination, prefix, keep_vars)
+        config = self._state_dict_config
+        with self.summon_full_params(self, writeback=False):
+            full = self.module.state_dict(None, prefix, keep_vars)
+        out = {} if destination is None else destination
+        if getattr(config, "rank0_only", False) and dist.get_rank(self.process_group) != 0:
+            return out
+        for k, v in full.items():
+            if isinstance(v, Tensor) and not keep_vars:
+                v = v.cpu().clone() if config.offload_to_cpu else v.clone()
+            out[k] = v
+        return out
+
+    def load_state_dict(self, state_dict, strict=True):
+        """Loads a state dict of the type ``state_dict_type`` set (a full one
+        by default: the unwrapped model's, on every rank)."""
+        if self._state_dict_type is StateDictType.LOCAL_STATE_DICT:
+            return super().load_state_dict(state_dict, strict)
+        with self.summon_full_params(self, writeback=True):
+            return self.module.load_state_dict(state_dict, strict)
+
+    def extra_repr(self):
+        return f"sharding_strategy={self.sharding_strategy.name}"
+
+
+FSDP = FullyShardedDataParallel
+
+
+def _refuse(what, asked):
+    if asked:
+        raise NotImplementedError(f"FullyShardedDataParallel: {what} is not supported by ddpc")
+
+
+def _unit_modules(module, ignored):
+    """(qualified name, module) of the modules whose parameters a unit over
+    ``module`` flattens: not those of nested units or ignored modules."""
+    stack = [("", module)]
+    seen = set()
+    while stack:
+        prefix, m = stack.pop()
+        if id(m) in seen or id(m) in ignored:
+            continue
+        seen.add(id(m))
+        yield prefix, m
+        children = [(prefix + ("." if prefix else "") + n, c) for n, c in m._modules.items()
+                    if c is not None and not isinstance(c, FullyShardedDataParallel)]
+        stack.extend(reversed(children))
+
+
+def _unit_buffers(module, ignored):
+    for _, m in _unit_modules(module, ignored):
+        for b in m._buffers.values():
+            if b is not None:
+                yield b
+
+
+def _cast_floating(obj, dtype):
+    if isinstance(obj, Tensor):
+        return obj.to(dtype) if obj.dtype.is_floating_point else obj
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_cast_floating(o, dtype) for o in obj)
+    if isinstance(obj, dict):
+        return {k: _cast_floating(v, dtype) for k, v in obj.items()}
+    return obj

@@ -1,0 +1,349 @@
+"""FullyShardedDataParallel: equivalence with one process for every sharding
+strategy, flat and nested; the full state dict; memory freed between forward
+and backward; no_sync; clip_grad_norm_; the errors.
+
+Ranks are real processes started by ddpc.spawn on the cpu backend.
+"""
+
+import functools
+
+import numpy as np
+import pytest
+
+import ddpc
+
+FEATURES, CLASSES, HIDDEN = 12, 5, 16
+STRATEGIES = ["FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD"]
+
+
+def data(n, seed=0):
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal((n, FEATURES)).astype(np.float32), rng.integers(0, CLASSES, n).astype(np.int64))
+
+
+def model(seed=0):
+    from ddpc import nn
+
+    ddpc.manual_seed(seed)
+    return nn.Sequential(nn.Linear(FEATURES, HIDDEN), nn.Tanh(), nn.Linear(HIDDEN, HIDDEN), nn.ReLU(),
+                         nn.Linear(HIDDEN, CLASSES))
+
+
+def numpy_state(sd):
+    return {k: v.detach().cpu().numpy().copy() for k, v in sd.items()}
+
+
+def optimizer(name, params):
+    if name == "adam":
+        return ddpc.optim.Adam(params, lr=0.01)
+    return ddpc.optim.SGD(params, lr=0.1, momentum=0.9)
+
+
+def train_single(world, batch, steps, opt="sgd", accumulate=1, clip=None):
+    from ddpc import nn
+
+    X, y = data(world * batch * steps * accumulate)
+    m = model()
+    o = optimizer(opt, m.parameters())
+    big = world * batch * accumulate
+    norms = []
+    for s in range(steps):
+        o.zero_grad()
+        nn.CrossEntropyLoss()(m(ddpc.from_numpy(X[s * big:(s + 1) * big])),
+                              ddpc.from_numpy(y[s * big:(s + 1) * big])).backward()
+        if clip is not None:
+            norms.append(float(nn.utils.clip_grad_norm_(m.parameters(), clip)))
+        o.step()
+    return numpy_state(m.state_dict()), norms
+
+
+def wrap_kwargs(options):
+    from ddpc import nn
+    from ddpc.distributed.fsdp import ShardingStrategy
+    from ddpc.distributed.fsdp.wrap import ModuleWrapPolicy, size_based_auto_wrap_policy
+
+    kw = {"sharding_strategy": getattr(ShardingStrategy, options.get("strategy", "FULL_SHARD"))}
+    nested = options.get("nested")
+    if nested == "module":
+        kw["auto_wrap_policy"] = ModuleWrapPolicy({nn.Linear})
+    elif nested == "size":
+        kw["auto_wrap_policy"] = functools.partial(size_based_auto_wrap_policy, min_num_params=200)
+    return kw
+
+
+def fsdp_worker(rank, world, batch, steps, options):
+    import ddpc.distributed as dist
+    from ddpc import nn
+    from ddpc.distributed.fsdp import FullStateDictConfig, StateDictType
+    from ddpc.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    dist.init_process_group("cpu")
+    k = options.get("accumulate", 1)
+    X, y = data(world * batch * steps * k)
+    fsdp = FSDP(model(), **wrap_kwargs(options))
+    units = sum(isinstance(m, FSDP) for m in fsdp.modules())
+    opt = optimizer(options.get("opt", "sgd"), fsdp.parameters())
+    loss_fn = nn.CrossEntropyLoss()
+    big = world * batch * k
+    norms = []
+    for s in range(steps):
+        opt.zero_grad()
+        for j in range(k):
+            lo = s * big + j * world * batch + rank * batch
+            xb, yb = ddpc.from_numpy(X[lo:lo + batch]), ddpc.from_numpy(y[lo:lo + batch])
+            if j < k - 1:
+                with fsdp.no_sync():
+                    (loss_fn(fsdp(xb), yb) / k).backward()
+            else:
+                (loss_fn(fsdp(xb), yb) / k).backward()
+        if options.get("clip") is not None:
+            norms.append(float(fsdp.clip_grad_norm_(options["clip"])))
+        opt.step()
+    shard_numel = sum(p.numel() for p in fsdp.parameters())
+    with FSDP.state_dict_type(fsdp, StateDictType.FULL_STATE_DICT, FullStateDictConfig(rank0_only=False)):
+        out = numpy_state(fsdp.state_dict())
+    dist.destroy_process_group()
+    return {"params": out, "norms": norms, "units": units, "shard_numel": shard_numel}
+
+
+def assert_params_close(a, b, atol=1e-5):
+    assert a.keys() == b.keys()
+    for k in a:
+        np.testing.assert_allclose(a[k], b[k], atol=atol, rtol=0, err_msg=k)
+
+
+TOTAL = sum(p.numel() for p in model().parameters())
+
+
+@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("nested", [None, "module"])
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_fsdp_equals_one_process_on_the_combined_batch(strategy, nested, world):
+    ref, _ = train_single(world, batch=4, steps=3)
+    results = ddpc.spawn(fsdp_worker, args=(world, 4, 3, {"strategy": strategy, "nested": nested}), nprocs=world)
+    for r in results:
+        assert_params_close(r["params"], ref)
+        assert r["units"] == (1 if nested is None else 4)
+        if strategy == "NO_SHARD":
+            assert r["shard_numel"] == TOTAL
+        else:  # each rank keeps only its padded 1/world of every unit
+            assert r["shard_numel"] < TOTAL / world + len(results) * r["units"]
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_fsdp_with_adam_and_size_based_wrapping(strategy):
+    ref, _ = train_single(2, batch=4, steps=3, opt="adam")
+    results = ddpc.spawn(fsdp_worker, args=(2, 4, 3, {"strategy": strategy, "nested": "size", "opt": "adam"}),
+                         nprocs=2)
+    for r in results:
+        assert_params_close(r["params"], ref)
+        assert r["units"] == 3  # the two larger Linears and the root
+
+
+@pytest.mark.parametrize("strategy", ["FULL_SHARD", "NO_SHARD"])
+def test_no_sync_accumulation_equals_one_step_on_the_concatenation(strategy):
+    ref, _ = train_single(2, batch=4, steps=2, accumulate=3)
+    results = ddpc.spawn(fsdp_worker, args=(2, 4, 2, {"strategy": strategy, "nested": "module", "accumulate": 3}),
+                         nprocs=2)
+    for r in results:
+        assert_params_close(r["params"], ref)
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_clip_grad_norm_matches_one_process(world):
+    ref, ref_norms = train_single(world, batch=4, steps=3, clip=0.05)
+    results = ddpc.spawn(fsdp_worker, args=(world, 4, 3, {"nested": "module", "clip": 0.05}), nprocs=world)
+    for r in results:
+        assert_params_close(r["params"], ref)
+        np.testing.assert_allclose(r["norms"], ref_norms, rtol=1e-5)
+        assert min(r["norms"]) > 0.05  # the clip did act
+
+
+def state_dict_worker(rank, world, strategy):
+    import ddpc.distributed as dist
+    from ddpc.distributed.fsdp import FullStateDictConfig, LocalStateDictConfig, StateDictType
+    from ddpc.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    dist.init_process_group("cpu")
+    fsdp = FSDP(model(seed=0), **wrap_kwargs({"strategy": strategy, "nested": "module"}))
+    out = {"initial": numpy_state(fsdp.state_dict())}  # FULL_STATE_DICT is the default
+    other = model(seed=1)
+    fsdp.load_state_dict(other.state_dict())
+    out["loaded"] = numpy_state(fsdp.state_dict())
+    x = ddpc.from_numpy(data(6)[0])
+    out["output"] = fsdp(x).detach().numpy().copy()
+    out["expected_output"] = other(x).detach().numpy().copy()
+    with FSDP.state_dict_type(fsdp, StateDictType.FULL_STATE_DICT, FullStateDictConfig(rank0_only=True)):
+        out["rank0_only_keys"] = sorted(fsdp.state_dict())
+    with FSDP.state_dict_type(fsdp, StateDictType.LOCAL_STATE_DICT, LocalStateDictConfig()):
+        local = fsdp.state_dict()
+        out["local_keys"] = sorted(local)
+        fsdp.load_state_dict(local)
+    with FSDP.summon_full_params(fsdp):
+        out["summoned"] = {n: p.detach().numpy().copy() for n, p in fsdp.named_parameters()}
+        with ddpc.no_grad():
+            fsdp.module[0].weight.fill_(0.5)
+    out["after_writeback"] = numpy_state(fsdp.state_dict())["0.weight"]
+    plain = model(seed=2)
+    plain.load_state_dict(fsdp.state_dict())  # a full state dict loads into the unwrapped model
+    out["plain"] = numpy_state(plain.state_dict())
+    dist.destroy_process_group()
+    return out
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_full_state_dict_has_the_unwrapped_names_and_loads_back(strategy):
+    initial, other = numpy_state(model(seed=0).state_dict()), numpy_state(model(seed=1).state_dict())
+    for rank, r in enumerate(ddpc.spawn(state_dict_worker, args=(3, strategy), nprocs=3)):
+        assert list(r["initial"]) == list(initial)  # same names, same order
+        assert_params_close(r["initial"], initial, atol=0)
+        assert_params_close(r["loaded"], other, atol=0)
+        np.testing.assert_allclose(r["output"], r["expected_output"], atol=1e-6)
+        assert r["rank0_only_keys"] == (sorted(initial) if rank == 0 else [])
+        # the root holds no parameters of its own: every Linear is a unit
+        assert r["local_keys"] == [f"_fsdp_wrapped_module.{i}._flat_param" for i in (0, 2, 4)]
+        # inside summon_full_params the parameters are the original ones, full
+        assert sorted(k.replace("_fsdp_wrapped_module.", "") for k in r["summoned"]) == sorted(initial)
+        np.testing.assert_array_equal(r["after_writeback"], np.full((HIDDEN, FEATURES), 0.5, np.float32))
+        assert r["plain"]["0.weight"][0, 0] == 0.5
+        assert_params_close({k: v for k, v in r["plain"].items() if k != "0.weight"},
+                            {k: v for k, v in other.items() if k != "0.weight"}, atol=0)
+
+
+def memory_worker(rank, world, strategy):
+    import ddpc.distributed as dist
+    from ddpc import nn
+    from ddpc.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    dist.init_process_group("cpu")
+    ddpc.manual_seed(0)
+    body = nn.Sequential(*[nn.Sequential(nn.Linear(64, 64), nn.Tanh()) for _ in range(4)], nn.Linear(64, 1))
+    fsdp = FSDP(body, **wrap_kwargs({"strategy": strategy, "nested": "module"}))
+    inner = [m for m in fsdp.modules() if isinstance(m, FSDP) and m is not fsdp]
+
+    def held():
+        return sum(u._handle.held_bytes() for u in inner)
+
+    x = ddpc.from_numpy(np.random.default_rng(rank).standard_normal((8, 64)).astype(np.float32))
+    out = {"before": held()}
+    loss = fsdp(x).pow(2).mean()
+    out["between"] = held()
+    out["full_bytes"] = sum(u._handle.padded * 4 for u in inner)
+    loss.backward()
+    out["after"] = held()
+    out["grads"] = all(p.grad is not None for p in fsdp.parameters())
+    dist.destroy_process_group()
+    return out
+
+
+@pytest.mark.parametrize("strategy", ["FULL_SHARD", "SHARD_GRAD_OP"])
+def test_full_parameters_are_freed_between_forward_and_backward_under_full_shard(strategy):
+    for r in ddpc.spawn(memory_worker, args=(2, strategy), nprocs=2):
+        assert r["before"] == 0 and r["after"] == 0
+        assert r["full_bytes"] >= 4 * 64 * 65 * 4
+        # FULL_SHARD frees the gathered parameters of every inner unit after its
+        # forward; SHARD_GRAD_OP keeps them all until backward
+        assert r["between"] == (0 if strategy == "FULL_SHARD" else r["full_bytes"])
+        assert r["grads"]
+
+
+def test_released_storage_keeps_its_views_and_refuses_exports():
+    t = ddpc.arange(100, dtype=ddpc.float32)
+    v = t[10:20].view(2, 5)
+    assert t._buf.storage_nbytes == 400
+    t._buf.release_storage_()
+    assert t._buf.storage_released and v._buf.storage_released and v._buf.storage_nbytes == 0
+    with pytest.raises(RuntimeError, match="released"):
+        memoryview(v._buf)
+    t._buf.restore_storage_()
+    t.copy_(ddpc.arange(100, dtype=ddpc.float32) * 2)
+    np.testing.assert_array_equal(v.numpy(), np.arange(10, 20, dtype=np.float32).reshape(2, 5) * 2)
+    a = t.numpy()
+    with pytest.raises(BufferError, match="numpy"):
+        t._buf.release_storage_()
+    del a
+    with pytest.raises(ValueError, match="allocated itself"):
+        ddpc.from_numpy(np.zeros(3, np.float32))._buf.release_storage_()
+
+
+def errors_worker(rank, world):
+    import ddpc.distributed as dist
+    from ddpc import nn
+    from ddpc.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from ddpc.distributed.fsdp import ShardingStrategy, StateDictType
+
+    dist.init_process_group("cpu")
+    found = {}
+    for name, make in {
+        "hybrid": lambda: FSDP(model(), sharding_strategy=ShardingStrategy.HYBRID_SHARD),
+        "orig_params": lambda: FSDP(model(), use_orig_params=True),
+        "init_fn": lambda: FSDP(model(), param_init_fn=lambda m: None),
+        "sharded_sd": lambda: FSDP.set_state_dict_type(FSDP(model()), StateDictType.SHARDED_STATE_DICT),
+        "shapes": lambda: FSDP(nn.Linear(4, 4 + rank)),
+    }.items():
+        try:
+            make()
+            found[name] = None
+        except Exception as e:
+            found[name] = (type(e).__name__, str(e))
+    dist.destroy_process_group()
+    return found
+
+
+def test_clear_errors():
+    from ddpc.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    with pytest.raises(RuntimeError, match="init_process_group"):
+        FSDP(model())
+    for r in ddpc.spawn(errors_worker, args=(2,), nprocs=2):
+        assert r["hybrid"][0] == "NotImplementedError" and "HYBRID_SHARD" in r["hybrid"][1]
+        assert r["orig_params"][0] == "NotImplementedError" and "use_orig_params" in r["orig_params"][1]
+        assert r["init_fn"][0] == "NotImplementedError" and "param_init_fn" in r["init_fn"][1]
+        assert r["sharded_sd"][0] == "NotImplementedError" and "SHARDED_STATE_DICT" in r["sharded_sd"][1]
+        assert r["shapes"][0] == "RuntimeError" and "differs between ranks 0 and 1" in r["shapes"][1]
+
+
+def test_torch_import_names():
+    from ddpc.distributed.fsdp import FullyShardedDataParallel, MixedPrecision, ShardingStrategy
+    from ddpc.distributed.fsdp.wrap import enable_wrap, transformer_auto_wrap_policy, wrap
+
+    assert {s.name for s in ShardingStrategy} >= {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD"}
+    assert MixedPrecision(param_dtype=ddpc.float16).param_dtype is ddpc.float16
+    assert wrap(model()) is not None  # outside enable_wrap: the module itself
+    assert transformer_auto_wrap_policy(model(), True, 0, transformer_layer_cls={ddpc.nn.Linear})
+    assert callable(enable_wrap) and FullyShardedDataParallel.__doc__
+
+
+def mixed_precision_worker(rank, world, strategy):
+    import ddpc.distributed as dist
+    from ddpc import nn
+    from ddpc.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from ddpc.distributed.fsdp import MixedPrecision
+
+    dist.init_process_group("cpu")
+    X, y = data(world * 4 * 3)
+    mp = MixedPrecision(param_dtype=ddpc.float64, reduce_dtype=ddpc.float64)
+    fsdp = FSDP(model(), mixed_precision=mp, **wrap_kwargs({"strategy": strategy, "nested": "module"}))
+    opt = optimizer("sgd", fsdp.parameters())
+    dtypes = set()
+    for s in range(3):
+        lo = s * world * 4 + rank * 4
+        opt.zero_grad()
+        out = fsdp(ddpc.from_numpy(X[lo:lo + 4]))
+        dtypes.add(out.dtype.name)
+        nn.CrossEntropyLoss()(out, ddpc.from_numpy(y[lo:lo + 4])).backward()
+        dtypes.update(p.grad.dtype.name for p in fsdp.parameters())
+        opt.step()
+    out = numpy_state(fsdp.state_dict())
+    dist.destroy_process_group()
+    return {"params": out, "dtypes": sorted(dtypes), "shards": sorted({p.dtype.name for p in fsdp.parameters()})}
+
+
+@pytest.mark.parametrize("strategy", ["FULL_SHARD", "NO_SHARD"])
+def test_mixed_precision_computes_in_param_dtype_and_steps_the_shards_in_theirs(strategy):
+    ref, _ = train_single(2, batch=4, steps=3)
+    for r in ddpc.spawn(mixed_precision_worker, args=(2, strategy), nprocs=2):
+        assert r["dtypes"] == ["float32", "float64"]  # float64 outputs, float32 shard gradients
+        assert r["shards"] == ["float32"]
+        assert_params_close(r["params"], ref, atol=1e-4)
+        assert {v.dtype for v in r["params"].values()} == {np.dtype(np.float32)}
