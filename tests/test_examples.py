@@ -77,6 +77,8 @@ def test_single_command_examples(script, expect):
     ("imbalanced.py", r"per-class recall"),
     ("uneven_inputs.py", r"rank 1: ran 8 batches; the group ran 13 in all"),
     ("less_memory.py", r"epoch 3 +accuracy 0\.9\d+ +optimizer state for \d+ of 36228 parameters"),
+    ("fsdp_transformer.py", r"this rank holds 9256 of 18512 parameters(.|\n)*unwrapped model with the full state "
+                            r"dict: accuracy (0\.9\d+|1\.000)"),
 ])
 def test_launched_examples(script, expect):
     code, out = launch(script)
