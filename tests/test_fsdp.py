@@ -80,7 +80,16 @@ def fsdp_worker(rank, world, batch, steps, options):
     dist.init_process_group("cpu")
     k = options.get("accumulate", 1)
     X, y = data(world * batch * steps * k)
-    fsdp = FSDP(model(), **wrap_kwargs(options))
+    if options.get("nested") == "manual":
+        from ddpc.distributed.fsdp.wrap import enable_wrap, wrap
+
+        m = model()
+        with enable_wrap(wrapper_cls=FSDP, **wrap_kwargs(options)):
+            setattr(m, "0", wrap(m[0]))
+            setattr(m, "4", wrap(m[4]))
+        fsdp = FSDP(m, **wrap_kwargs(options))
+    else:
+        fsdp = FSDP(model(), **wrap_kwargs(options))
     units = sum(isinstance(m, FSDP) for m in fsdp.modules())
     opt = optimizer(options.get("opt", "sgd"), fsdp.parameters())
     loss_fn = nn.CrossEntropyLoss()
@@ -91,7 +100,10 @@ def fsdp_worker(rank, world, batch, steps, options):
         for j in range(k):
             lo = s * big + j * world * batch + rank * batch
             xb, yb = ddpc.from_numpy(X[lo:lo + batch]), ddpc.from_numpy(y[lo:lo + batch])
-            if j < k - 1:
+            if options.get("evaluate"):  # a forward with no backward between the steps changes nothing
+                with ddpc.no_grad():
+                    fsdp(xb)
+            if j < k - 1 and not options.get("accumulate_synced"):
                 with fsdp.no_sync():
                     (loss_fn(fsdp(xb), yb) / k).backward()
             else:
@@ -147,6 +159,21 @@ def test_no_sync_accumulation_equals_one_step_on_the_concatenation(strategy):
                          nprocs=2)
     for r in results:
         assert_params_close(r["params"], ref)
+
+
+def test_accumulating_synced_backward_passes_sums_the_shard_gradients():
+    ref, _ = train_single(2, batch=4, steps=2, accumulate=2)
+    options = {"nested": "module", "accumulate": 2, "accumulate_synced": True, "evaluate": True}
+    for r in ddpc.spawn(fsdp_worker, args=(2, 4, 2, options), nprocs=2):
+        assert_params_close(r["params"], ref)
+
+
+@pytest.mark.parametrize("strategy", ["FULL_SHARD", "SHARD_GRAD_OP"])
+def test_units_made_with_enable_wrap_and_wrap(strategy):
+    ref, _ = train_single(3, batch=4, steps=3)
+    for r in ddpc.spawn(fsdp_worker, args=(3, 4, 3, {"strategy": strategy, "nested": "manual"}), nprocs=3):
+        assert_params_close(r["params"], ref)
+        assert r["units"] == 3
 
 
 @pytest.mark.parametrize("world", [2, 3])
@@ -347,3 +374,67 @@ def test_mixed_precision_computes_in_param_dtype_and_steps_the_shards_in_theirs(
         assert r["shards"] == ["float32"]
         assert_params_close(r["params"], ref, atol=1e-4)
         assert {v.dtype for v in r["params"].values()} == {np.dtype(np.float32)}
+
+
+def shared_model():
+    from ddpc import nn
+
+    class Shared(nn.Module):
+        """A unit applied twice in one forward, and a weight tied under two names."""
+
+        def __init__(self):
+            super().__init__()
+            ddpc.manual_seed(0)
+            self.inp = nn.Linear(FEATURES, HIDDEN)
+            self.block = nn.Sequential(nn.Linear(HIDDEN, HIDDEN), nn.Tanh())
+            self.out = nn.Linear(HIDDEN, HIDDEN)
+            self.back = nn.Linear(HIDDEN, HIDDEN, bias=False)
+            self.back.weight = self.out.weight
+
+        def forward(self, x):
+            h = self.block(self.block(self.inp(x)))
+            return self.back(self.out(h))[:, :CLASSES]
+
+    return Shared()
+
+
+def shared_worker(rank, world, strategy):
+    import ddpc.distributed as dist
+    from ddpc import nn
+    from ddpc.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from ddpc.distributed.fsdp import ShardingStrategy
+    from ddpc.distributed.fsdp.wrap import ModuleWrapPolicy
+
+    dist.init_process_group("cpu")
+    X, y = data(world * 4 * 3)
+    m = shared_model()
+    fsdp = FSDP(m, sharding_strategy=getattr(ShardingStrategy, strategy),
+                auto_wrap_policy=ModuleWrapPolicy({nn.Sequential}))
+    opt = optimizer("adam", fsdp.parameters())
+    for s in range(3):
+        lo = s * world * 4 + rank * 4
+        opt.zero_grad()
+        nn.CrossEntropyLoss()(fsdp(ddpc.from_numpy(X[lo:lo + 4])), ddpc.from_numpy(y[lo:lo + 4])).backward()
+        opt.step()
+    out = numpy_state(fsdp.state_dict())
+    dist.destroy_process_group()
+    return out
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_unit_used_twice_and_tied_weights(strategy):
+    from ddpc import nn
+
+    world = 2
+    X, y = data(world * 4 * 3)
+    m = shared_model()
+    opt = optimizer("adam", m.parameters())
+    for s in range(3):
+        opt.zero_grad()
+        big = slice(s * world * 4, (s + 1) * world * 4)
+        nn.CrossEntropyLoss()(m(ddpc.from_numpy(X[big])), ddpc.from_numpy(y[big])).backward()
+        opt.step()
+    ref = numpy_state(m.state_dict())
+    for r in ddpc.spawn(shared_worker, args=(world, strategy), nprocs=world):
+        assert list(r) == list(ref)  # the tied weight under both names, as the unwrapped model has it
+        assert_params_close(r, ref)
