@@ -438,3 +438,67 @@ def test_unit_used_twice_and_tied_weights(strategy):
     for r in ddpc.spawn(shared_worker, args=(world, strategy), nprocs=world):
         assert list(r) == list(ref)  # the tied weight under both names, as the unwrapped model has it
         assert_params_close(r, ref)
+
+
+def as_numpy(v):
+    return v.detach().cpu().numpy().copy() if isinstance(v, ddpc.Tensor) else np.asarray(v)
+
+
+def optim_state_worker(rank, world, strategy):
+    import ddpc.distributed as dist
+    from ddpc import nn
+    from ddpc.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    dist.init_process_group("cpu")
+    X, y = data(world * 4 * 3)
+
+    def step(fsdp, opt, s):
+        lo = s * world * 4 + rank * 4
+        opt.zero_grad()
+        nn.CrossEntropyLoss()(fsdp(ddpc.from_numpy(X[lo:lo + 4])), ddpc.from_numpy(y[lo:lo + 4])).backward()
+        opt.step()
+
+    fsdp = FSDP(model(), **wrap_kwargs({"strategy": strategy, "nested": "size"}))
+    opt = optimizer("adam", fsdp.parameters())
+    for s in range(2):
+        step(fsdp, opt, s)
+    full_osd = FSDP.optim_state_dict(fsdp, opt)
+    full_sd = fsdp.state_dict()
+    # a fresh model and optimizer resume from the two full dicts
+    resumed = FSDP(model(seed=5), **wrap_kwargs({"strategy": strategy, "nested": "size"}))
+    resumed.load_state_dict(full_sd)
+    opt2 = optimizer("adam", resumed.parameters())
+    opt2.load_state_dict(FSDP.optim_state_dict_to_load(resumed, opt2, full_osd))
+    step(resumed, opt2, 2)
+    out = {"osd": {n: {k: as_numpy(v) for k, v in st.items()} for n, st in full_osd["state"].items()},
+           "names": full_osd["param_groups"][0]["params"], "params": numpy_state(resumed.state_dict())}
+    dist.destroy_process_group()
+    return out
+
+
+@pytest.mark.parametrize("strategy", ["FULL_SHARD", "NO_SHARD"])
+def test_optim_state_dict_is_the_unwrapped_optimizers_and_resumes(strategy):
+    from ddpc import nn
+
+    world = 2
+    X, y = data(world * 4 * 3)
+    m = model()
+    opt = optimizer("adam", m.parameters())
+    names = [n for n, _ in m.named_parameters()]
+    expected = {}
+    for s in range(3):
+        big = slice(s * world * 4, (s + 1) * world * 4)
+        opt.zero_grad()
+        nn.CrossEntropyLoss()(m(ddpc.from_numpy(X[big])), ddpc.from_numpy(y[big])).backward()
+        opt.step()
+        if s == 1:
+            expected = {names[i]: {k: as_numpy(v) for k, v in st.items()} for i, st in opt.state_dict()["state"].items()}
+    ref = numpy_state(m.state_dict())
+    for r in ddpc.spawn(optim_state_worker, args=(world, strategy), nprocs=world):
+        assert sorted(r["names"]) == sorted(names)
+        assert r["osd"].keys() == expected.keys()
+        for n in expected:
+            assert r["osd"][n].keys() == expected[n].keys()
+            for k in expected[n]:
+                np.testing.assert_allclose(r["osd"][n][k], expected[n][k], atol=1e-6, rtol=1e-5, err_msg=f"{n} {k}")
+        assert_params_close(r["params"], ref)

@@ -21,7 +21,9 @@ gradients. ``no_sync()``, ``clip_grad_norm_()`` (the norm over all shards of
 all ranks), ``summon_full_params()``, and ``state_dict()`` /
 ``load_state_dict()`` under ``state_dict_type`` (FULL_STATE_DICT: the
 unwrapped model's names and full tensors, loadable into it;
-LOCAL_STATE_DICT: the flat shards) behave as PyTorch's. ``MixedPrecision``
+LOCAL_STATE_DICT: the flat shards) and ``FSDP.optim_state_dict`` /
+``FSDP.optim_state_dict_to_load`` (the optimizer's state per original
+parameter name, full, and back to each rank's shard) behave as PyTorch's. ``MixedPrecision``
 gathers and computes in ``param_dtype``, reduces in ``reduce_dtype``, casts
 buffers to ``buffer_dtype`` and the root's floating-point inputs to
 ``param_dtype``; the shards keep the module's dtype.
@@ -35,7 +37,7 @@ taken and change nothing); the flat shard is registered on the wrapper as
 requires_grad. Not supported (NotImplementedError naming them): the HYBRID
 strategies, ``use_orig_params=True``, ``param_init_fn``, ``device_mesh``,
 ``ignored_states``, SHARDED_STATE_DICT, ``CPUOffload(offload_params=True)``
-for modules on a GPU, and optimizer state dicts.
+for modules on a GPU, ``optim_state_dict_to_load(is_named_optimizer=True)``.
 """
 
 from . import wrap

@@ -18,8 +18,9 @@ from .api import ShardingStrategy
 
 
 class FlatParamHandle:
-    """The flat parameter of the parameters `uses` names: (module, attribute
-    name, Parameter) triples, a Parameter appearing under several names kept once."""
+    """The flat parameter of the parameters `uses` names: (qualified name,
+    module, attribute name, Parameter), a Parameter appearing under several
+    names kept once (under its first name, in ``names``)."""
 
     def __init__(self, uses, strategy, process_group, mixed_precision):
         self.group = process_group
@@ -27,12 +28,13 @@ class FlatParamHandle:
         self.sharded = strategy is not ShardingStrategy.NO_SHARD
         self.reshard_after_forward = strategy is ShardingStrategy.FULL_SHARD
         index = {}
-        self.params = []  # the original Parameters, in order of first use
-        for _, _, p in uses:
+        self.params, self.names = [], []  # the original Parameters, in order of first use, and their names
+        for qualified, _, _, p in uses:
             if id(p) not in index:
                 index[id(p)] = len(self.params)
                 self.params.append(p)
-        self.uses = [(m, name, index[id(p)]) for m, name, p in uses]
+                self.names.append(qualified)
+        self.uses = [(m, name, index[id(p)]) for _, m, name, p in uses]
         first = self.params[0]
         for p in self.params:
             if p.dtype is not first.dtype or p.device != first.device:

@@ -11,6 +11,7 @@ from ...autograd import is_grad_enabled, no_grad, queue_callback
 from ...nn.modules import Module
 from ...nn.parallel import _flatten, _refuse_uninitialized, _verify_same_model
 from ...tensor import Tensor, from_numpy
+from . import _optim_state
 from ._flat_param import FlatParamHandle
 from .api import (BackwardPrefetch, CPUOffload, FullStateDictConfig, LocalStateDictConfig, ShardingStrategy,
                   StateDictType)
@@ -78,7 +79,7 @@ class FullyShardedDataParallel(Module):
         _verify_same_model([(n, p) for n, _, _, p in uses], process_group, "FullyShardedDataParallel")
         if sync_module_states:
             self._broadcast_rank0([p for _, _, _, p in uses] + list(_unit_buffers(module, ignored)))
-        self._handle = (FlatParamHandle([u[1:] for u in uses], strategy, process_group, mixed_precision)
+        self._handle = (FlatParamHandle(uses, strategy, process_group, mixed_precision)
                         if uses else None)
         if self._handle is not None:
             self._flat_param = self._handle.flat_param
@@ -319,6 +320,26 @@ class FullyShardedDataParallel(Module):
             return super().load_state_dict(state_dict, strict)
         with self.summon_full_params(self, writeback=True):
             return self.module.load_state_dict(state_dict, strict)
+
+    # ---- optimizer state dicts ---------------------------------------------------------------
+    @staticmethod
+    def optim_state_dict(model, optim, optim_state_dict=None, group=None):
+        """``optim``'s state as an optimizer over the unwrapped model would
+        hold it: keyed by the original parameter names, with full tensors
+        (call on every rank; each gets the whole dict)."""
+        return _optim_state.full_optim_state_dict(model, optim, FullyShardedDataParallel, optim_state_dict)
+
+    @staticmethod
+    def optim_state_dict_to_load(model, optim, optim_state_dict, is_named_optimizer=False, load_directly=False,
+                                 group=None):
+        """The dict that ``optim.load_state_dict`` takes on this rank from one
+        ``optim_state_dict`` gave (or an unwrapped model's optimizer's state,
+        keyed by parameter names): each flat shard's slice of the state."""
+        _refuse("optim_state_dict_to_load(is_named_optimizer=True)", is_named_optimizer)
+        result = _optim_state.optim_state_dict_to_load(model, optim, optim_state_dict, FullyShardedDataParallel)
+        if load_directly:
+            optim.load_state_dict(result)
+        return result
 
     def extra_repr(self):
         return f"sharding_strategy={self.sharding_strategy.name}"

@@ -1,0 +1,109 @@
+"""Optimizer state dicts of a model under FSDP: the state an optimizer keeps
+per flat shard, turned into the state per original parameter (full tensors,
+keyed by the unwrapped parameter names) and back.
+
+State whose tensors have the shard's length (Adam's moments, SGD's momentum
+buffer) is gathered or split along the flat layout; any other value (a
+step count) is the same for every parameter of a unit and is copied."""
+
+from ... import distributed as dist
+from ...tensor import Tensor, cat, zeros
+
+_WRAPPED = "_fsdp_wrapped_module"
+
+
+def _clean(name):
+    return name.replace(_WRAPPED + ".", "").replace(_WRAPPED, "").rstrip(".")
+
+
+def _units(model, fsdp_cls):
+    """id(flat parameter) -> (its handle, the unit's unwrapped name prefix)."""
+    out = {}
+    for prefix, m in model.named_modules():
+        if isinstance(m, fsdp_cls) and m._handle is not None:
+            clean = _clean(prefix)
+            out[id(m._handle.flat_param)] = (m._handle, clean + "." if clean else "")
+    return out
+
+
+def _is_flat_state(value, handle):
+    return isinstance(value, Tensor) and value.dim() == 1 and value.numel() == handle.shard_numel
+
+
+def full_optim_state_dict(model, optim, fsdp_cls, osd=None):
+    osd = optim.state_dict() if osd is None else osd
+    units = _units(model, fsdp_cls)
+    names = {id(p): _clean(n) for n, p in model.named_parameters()}
+    state, groups = {}, []
+    for group, packed in zip(optim.param_groups, osd["param_groups"]):
+        keys = []
+        for p, i in zip(group["params"], packed["params"]):
+            saved = osd["state"].get(i, {})
+            if id(p) not in units:
+                keys.append(names[id(p)])
+                if saved:
+                    state[names[id(p)]] = dict(saved)
+                continue
+            h, prefix = units[id(p)]
+            per_param = [{} for _ in h.params]
+            for k, v in saved.items():
+                if _is_flat_state(v, h):
+                    full = v.detach()
+                    if h.sharded:
+                        full = zeros(h.padded, dtype=v.dtype, device=v.device)
+                        dist.all_gather_into_tensor(full, v.detach(), group=h.group)
+                    for d, q, off in zip(per_param, h.params, h.offsets):
+                        d[k] = full[off:off + q.numel()].reshape(q.shape).clone()
+                else:
+                    for d in per_param:
+                        d[k] = v.clone() if isinstance(v, Tensor) else v
+            for name, d in zip(h.names, per_param):
+                keys.append(prefix + name)
+                if d:
+                    state[prefix + name] = d
+        groups.append({**{k: v for k, v in packed.items() if k != "params"}, "params": keys})
+    return {"state": state, "param_groups": groups}
+
+
+def optim_state_dict_to_load(model, optim, osd, fsdp_cls):
+    units = _units(model, fsdp_cls)
+    names = {id(p): _clean(n) for n, p in model.named_parameters()}
+    if len(osd["param_groups"]) != len(optim.param_groups):
+        raise ValueError(f"the optimizer state dict has {len(osd['param_groups'])} parameter groups, the optimizer "
+                         f"has {len(optim.param_groups)}")
+    state, groups, n = {}, [], 0
+    for group, saved_group in zip(optim.param_groups, osd["param_groups"]):
+        ids = []
+        for p in group["params"]:
+            if id(p) not in units:
+                if names[id(p)] in osd["state"]:
+                    state[n] = dict(osd["state"][names[id(p)]])
+            else:
+                h, prefix = units[id(p)]
+                entries = [osd["state"].get(prefix + name) for name in h.names]
+                missing = [prefix + name for name, e in zip(h.names, entries) if e is None]
+                if missing and len(missing) < len(entries):
+                    raise KeyError(f"optimizer state dict: no state for {missing}, although other parameters of "
+                                   "their FSDP unit have state")
+                if not missing:
+                    state[n] = _shard_state(h, entries)
+            ids.append(n)
+            n += 1
+        groups.append({**{k: v for k, v in saved_group.items() if k != "params"}, "params": ids})
+    return {"state": state, "param_groups": groups}
+
+
+def _shard_state(h, entries):
+    """One flat shard's state from the state of each of the unit's parameters."""
+    out = {}
+    lo = h.rank * h.shard_numel if h.sharded else 0
+    for k, v in entries[0].items():
+        if isinstance(v, Tensor) and v.shape == tuple(h.params[0].shape) and all(
+                isinstance(e.get(k), Tensor) and e[k].shape == tuple(q.shape) for e, q in zip(entries, h.params)):
+            flat = cat([e[k].detach().reshape(-1).to(h.flat_param.device) for e in entries])
+            if h.padded > h.numel:
+                flat = cat([flat, zeros(h.padded - h.numel, dtype=flat.dtype, device=flat.device)])
+            out[k] = flat[lo:lo + h.shard_numel].clone()
+        else:
+            out[k] = v.clone() if isinstance(v, Tensor) else v
+    return out
