@@ -90,7 +90,8 @@ def fsdp_worker(rank, world, batch, steps, options):
         fsdp = FSDP(m, **wrap_kwargs(options))
     else:
         fsdp = FSDP(model(), **wrap_kwargs(options))
-    units = sum(isinstance(m, FSDP) for m in fsdp.modules())
+    units = len(FSDP.fsdp_modules(fsdp))
+    assert FSDP.fsdp_modules(fsdp, root_only=True) == [fsdp]
     opt = optimizer(options.get("opt", "sgd"), fsdp.parameters())
     loss_fn = nn.CrossEntropyLoss()
     big = world * batch * k
@@ -282,6 +283,8 @@ def test_released_storage_keeps_its_views_and_refuses_exports():
     assert t._buf.storage_released and v._buf.storage_released and v._buf.storage_nbytes == 0
     with pytest.raises(RuntimeError, match="released"):
         memoryview(v._buf)
+    with pytest.raises(RuntimeError, match="released"):
+        v.numpy()
     t._buf.restore_storage_()
     t.copy_(ddpc.arange(100, dtype=ddpc.float32) * 2)
     np.testing.assert_array_equal(v.numpy(), np.arange(10, 20, dtype=np.float32).reshape(2, 5) * 2)

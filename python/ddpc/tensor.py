@@ -275,6 +275,8 @@ class Tensor:
         if self.is_cuda:
             raise TypeError(f"can't convert a {self.device} tensor to numpy; copy it to the host with .cpu() first")
         arr = np.asarray(self._buf)
+        if arr.dtype.kind == "O":  # numpy wraps a buffer that refused the export (released storage): raise why
+            memoryview(self._buf)
         return arr.view(numpy_dtype(self.dtype)) if self.dtype is bfloat16 else arr
 
     def __array__(self, dtype=None, copy=None):

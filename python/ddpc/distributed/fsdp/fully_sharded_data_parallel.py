@@ -117,6 +117,15 @@ class FullyShardedDataParallel(Module):
         for name, p in super().named_parameters(prefix, recurse):
             yield (name.replace(_WRAPPED + ".", "") if self._summoned else name), p
 
+    @staticmethod
+    def fsdp_modules(module, root_only=False):
+        """The FSDP units in ``module`` (itself included), or only the outermost ones."""
+        units = [m for m in module.modules() if isinstance(m, FullyShardedDataParallel)]
+        if not root_only:
+            return units
+        inner = {id(m) for u in units for m in u.module.modules() if isinstance(m, FullyShardedDataParallel)}
+        return [u for u in units if id(u) not in inner]
+
     def _broadcast_rank0(self, tensors):
         src = dist.get_global_rank(self.process_group, 0)
         with no_grad():
