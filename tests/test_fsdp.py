@@ -495,7 +495,8 @@ def test_optim_state_dict_is_the_unwrapped_optimizers_and_resumes(strategy):
         nn.CrossEntropyLoss()(m(ddpc.from_numpy(X[big])), ddpc.from_numpy(y[big])).backward()
         opt.step()
         if s == 1:
-            expected = {names[i]: {k: as_numpy(v) for k, v in st.items()} for i, st in opt.state_dict()["state"].items()}
+            expected = {names[i]: {k: as_numpy(v) for k, v in st.items()}
+                        for i, st in opt.state_dict()["state"].items()}
     ref = numpy_state(m.state_dict())
     for r in ddpc.spawn(optim_state_worker, args=(world, strategy), nprocs=world):
         assert sorted(r["names"]) == sorted(names)
