@@ -7,6 +7,7 @@ from . import _C, backends, cuda
 from ._C import DistError, DistTimeoutError, OutOfMemoryError
 from ._dtype import bfloat16, device, dtype, finfo, float16, float32, float64, iinfo, int32, int64, uint8
 from ._dtype import channels_last, channels_last_3d, contiguous_format, memory_format, preserve_format
+from ._dtype import layout, sparse_coo, strided
 from .backends import compile, get_float32_matmul_precision, set_float32_matmul_precision
 from .tensor import (Generator, Tensor, arange, default_generator, empty, empty_like, from_dlpack, from_numpy, full,
                      initial_seed, manual_seed, ones, ones_like, rand, randint, randn, randperm, tensor, zeros,
@@ -26,6 +27,8 @@ from .autograd import (abs, absolute, addcdiv, addcmul, allclose, ceil, clamp, c
                        logical_or, logical_xor, masked_fill, maximum, minimum, nan_to_num, reciprocal, round, rsqrt,
                        sign, sin, sqrt, square, trunc, where)
 from .serialization import CheckpointError, load, save
+from . import sparse
+from ._sparse_coo import sparse_coo_tensor
 from . import accelerator, amp, compiler, data, distributed, distributions, func, nn, optim, random, testing, utils
 from .amp import autocast, get_autocast_dtype, is_autocast_enabled
 from .func import vmap
@@ -145,7 +148,7 @@ __all__ = [
     _windows.__all__ + _nn_forms.__all__ + _aliases.__all__ + [
         "unique_consecutive", "can_cast", "promote_types", "result_type", "asarray", "empty_strided", "frombuffer",
         "scalar_tensor", "are_deterministic_algorithms_enabled", "is_deterministic_algorithms_warn_only_enabled",
-        "use_deterministic_algorithms", "profiler"]
+        "use_deterministic_algorithms", "profiler", "layout", "sparse_coo", "strided", "sparse_coo_tensor", "sparse"]
 
 # PyTorch's legacy per-type constructors (ddpc.FloatTensor(2, 3), ddpc.cuda.LongTensor([1, 2]), ...).
 from .tensor import _legacy_tensor_types  # noqa: E402

@@ -290,6 +290,22 @@ class memory_format:
         return self._name
 
 
+class layout:
+    """A tensor layout, as torch.layout: ``ddpc.strided`` (dense) or ``ddpc.sparse_coo``."""
+
+    def __init__(self, name):
+        self._name = name
+
+    def __repr__(self):
+        return f"ddpc.{self._name}"
+
+    def __reduce__(self):
+        return self._name
+
+
+strided = layout("strided")
+sparse_coo = layout("sparse_coo")
+
 contiguous_format = memory_format("contiguous_format")
 preserve_format = memory_format("preserve_format")
 # The dims from fastest- to slowest-varying in each channels-last layout.

@@ -535,8 +535,8 @@ def _accumulate_leaf(leaf, grad, owned):
                 grad, owned = res, False
     if leaf.grad is None:
         leaf.grad = grad if owned else grad.clone()
-    elif _mode.enabled:  # create_graph: the sum stays in the graph
-        leaf.grad = leaf.grad + grad
+    elif _mode.enabled or leaf.grad.is_sparse:  # create_graph: the sum stays in the graph; sparse ones concatenate
+        leaf.grad = grad + leaf.grad if leaf.grad.is_sparse and not grad.is_sparse else leaf.grad + grad
     else:
         leaf.grad.add_(grad)
     post = leaf.__dict__.get("_post_accumulate_hooks")
@@ -1063,6 +1063,13 @@ _SWAPPED = {_ADD: _ADD, _SUB: _RSUB, _MUL: _MUL, _DIV: _RDIV, _MAX: _MAX, _MIN: 
 
 def _binary(a, b, op):
     """a op b for op in add/sub/mul/div, a a Tensor, b a Tensor or a number."""
+    if isinstance(b, Tensor) and b.is_sparse:  # dense + sparse is dense (sparse + x goes through SparseTensor)
+        if op not in (_ADD, _SUB):
+            raise NotImplementedError("mul or div of a dense tensor by a sparse COO one: convert it with .to_dense() "
+                                      "first")
+        from ._sparse_coo import add_into_dense
+
+        return add_into_dense(a, b, 1 if op == _ADD else -1)
     if not isinstance(b, Tensor):
         if isinstance(b, numbers.Number):
             out = a._binary(b, op)

@@ -15,7 +15,7 @@ import weakref
 import numpy as np
 
 from . import _C, _indexing
-from ._dtype import (asks_for_bool, bfloat16, checked_memory_format, contiguous_format, device, device_of, dtype,
+from ._dtype import (asks_for_bool, strided, bfloat16, checked_memory_format, contiguous_format, device, device_of, dtype,
                      float16, float32, float64, get_dtype, int32, int64, numpy_dtype, ordinal, preserve_format, promote,
                      row_major_is, uint8)
 
@@ -158,6 +158,8 @@ class Tensor:
 
     __array_priority__ = 1000
     _not_a_view = None  # a _CopyOf when this tensor is a copy where PyTorch has a view
+    is_sparse = False  # True for ddpc._sparse_coo.SparseTensor
+    layout = strided
 
     def __init__(self, buf=(), *sizes, requires_grad=False):
         if not isinstance(buf, _C.Buffer):
@@ -637,6 +639,12 @@ class Tensor:
         self, lambda t: _ag.pow(t, e), "pow_")
     def __matmul__(self, o): return _ag.matmul(self, o)
     def _inplace(self, o, op):
+        if isinstance(o, Tensor) and o.is_sparse:  # the engine's dense_grad += sparse_grad, optimizers' p.add_(sparse)
+            if op not in (_ADD, _SUB):
+                raise NotImplementedError("in-place mul or div of a dense tensor by a sparse COO one: convert it "
+                                          "with .to_dense() first")
+            _check_no_grad_inplace(self, "in-place op")
+            return _sparse_coo.add_into_dense(self, o, 1 if op == _ADD else -1, out=self)
         if _in_graph(self, o):
             return _ag.inplace_binary(self, o, op)
         if isinstance(o, Tensor) and o.shape != self.shape:  # x += bias_row: broadcast aside, then written
@@ -1302,6 +1310,19 @@ class Tensor:
     def is_inference(self):
         """False: ddpc has no inference tensors (inference_mode is no_grad)."""
         return False
+
+    def to_sparse(self, sparse_dim=None, *, layout=None, blocksize=None, dense_dim=None):
+        """This tensor as a coalesced sparse COO one over its first ``sparse_dim``
+        dims (all by default); only the COO layout is offered."""
+        if layout is not None and layout is not _sparse_coo.sparse_coo or blocksize is not None or dense_dim is not None:
+            raise NotImplementedError(f"to_sparse: ddpc offers the sparse COO layout only, got layout={layout!r}")
+        return _sparse_coo.from_dense(self, sparse_dim)
+
+    def to_sparse_coo(self):
+        return self.to_sparse()
+
+    def to_dense(self, dtype=None, *, masked_grad=None):
+        return self if dtype is None else self.to(dtype=dtype)
 
     def byte(self): return self.to(dtype=uint8)
     # ddpc has no int8 or int16: these raise the TypeError of an unknown dtype.
@@ -2065,6 +2086,7 @@ def index_select(input, dim, index):
 
 from . import autograd as _ag  # noqa: E402  (autograd builds on the Tensor class above)
 from . import _layout as _lo, _linalg as _la, _pointwise as _pw, _random as _rnd  # noqa: E402  (as autograd)
+from . import _sparse_coo  # noqa: E402  (as autograd)
 from . import special as _sp  # noqa: E402  (as autograd)
 from . import _stats as _st  # noqa: E402  (as autograd)
 from . import _matrix as _mx  # noqa: E402  (as autograd)
