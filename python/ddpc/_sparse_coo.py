@@ -452,3 +452,16 @@ def sparse_coo_tensor(indices, values, size=None, *, dtype=None, device=None, re
         out.requires_grad = True
     return out
 
+
+
+def rows_gradient(indices, rows, shape, padding_idx=None):
+    """The sparse gradient of a (V, D) table whose rows ``indices`` (1-d) were
+    looked up and got the gradients ``rows`` (n, D): one entry per lookup,
+    uncoalesced, those at ``padding_idx`` left out (as PyTorch's embedding backward)."""
+    with _ag.no_grad():
+        if padding_idx is not None:
+            keep = _ag.nonzero(indices != padding_idx).reshape(-1)
+            indices, rows = indices.index_select(0, keep), rows.index_select(0, keep)
+        else:
+            rows = _ag.clone(rows.contiguous())
+        return SparseTensor(indices.reshape(1, -1).contiguous(), rows, shape, indices.shape[0] <= 1)

@@ -3880,10 +3880,8 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
     The row at ``padding_idx`` gets no gradient. With ``max_norm``, the rows
     looked up are first renormalised in place to at most that norm, as in
     PyTorch; with ``scale_grad_by_freq`` each row's gradient is divided by
-    how often ``input`` holds it. ddpc has no sparse gradients (``sparse=True``
-    raises)."""
-    if sparse:
-        raise NotImplementedError("embedding: ddpc has no sparse gradients (sparse=True)")
+    how often ``input`` holds it. With ``sparse``, the weight's gradient is a
+    sparse COO tensor: one row per index looked up (uncoalesced), as PyTorch's."""
     if weight.ndim != 2:
         raise ValueError(f"embedding: the weight must be 2-d, got shape {weight.shape}")
     if input.dtype is int32:
@@ -3907,8 +3905,28 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
     out = _empty(tuple(input.shape) + (weight.shape[1],), weight)
     _C.index_rows(out.reshape(-1, weight.shape[1])._buf, weight._buf, idx._buf)
     if _needs_grad(weight):
-        _attach(out, _EmbeddingBackward(weight, idx, padding_idx, bool(scale_grad_by_freq)))
+        node = _EmbeddingSparseBackward if sparse else _EmbeddingBackward
+        _attach(out, node(weight, idx, padding_idx, bool(scale_grad_by_freq)))
     return out
+
+
+class _EmbeddingSparseBackward(Node):
+    """embedding's backward with sparse=True: a sparse COO gradient holding one row per lookup."""
+
+    def __init__(self, weight, idx, padding_idx, scale_grad_by_freq):
+        super().__init__((weight,), (idx,))
+        self.shape, self.padding_idx, self.scale_grad_by_freq = weight.shape, padding_idx, scale_grad_by_freq
+
+    def name(self):
+        return "EmbeddingBackward"
+
+    def backward(self, g):
+        from ._sparse_coo import rows_gradient
+
+        if self.scale_grad_by_freq:
+            raise RuntimeError("embedding_backward: scale_grad_by_freq not supported with sparse gradients")
+        (idx,) = self.saved
+        return (rows_gradient(idx, g.reshape(-1, self.shape[1]), self.shape, self.padding_idx),)
 
 
 class _CTCBackward(Node):

@@ -12,17 +12,18 @@ from .. import _C
 from .. import autograd as _ag
 from ..backends import alert_not_deterministic
 from .._dtype import int32, int64
-from ..tensor import _MUL, Tensor, arange, tensor
+from .._sparse_coo import rows_gradient
+from ..tensor import _MUL, Tensor, arange, ones_like, tensor, zeros_like
 
 MODES = ("sum", "mean", "max")
 
 
 class _EmbeddingBagBackward(_ag.Node):
-    def __init__(self, weight, per_sample_weights, w, bags, argmax, scale_grad_by_freq):
+    def __init__(self, weight, per_sample_weights, w, bags, argmax, scale_grad_by_freq, sparse):
         saved = (w, argmax) + bags[:3]
         super().__init__((weight, per_sample_weights), saved)
         self.mode, self.padding_idx = bags[3:]
-        self.scale_grad_by_freq = scale_grad_by_freq
+        self.scale_grad_by_freq, self.sparse = scale_grad_by_freq, sparse
 
     def name(self):
         return "EmbeddingBagBackward"
@@ -32,7 +33,9 @@ class _EmbeddingBagBackward(_ag.Node):
         need_w, need_s = (e is not None for e in self.next_functions)
         args = (indices._buf, offsets._buf)
         gw = gs = None
-        if need_w:
+        if need_w and self.sparse:
+            gw = self._sparse_weight_grad(g, indices, offsets, weights, w.shape)
+        elif need_w:
             gw = _ag._grad_out(self.next_functions[0], w.shape, g)
             alert_not_deterministic("embedding_bag's backward", gw)
             _C.embedding_bag_backward(gw._buf, g._buf, None if argmax is None else argmax._buf, *args,
@@ -43,6 +46,24 @@ class _EmbeddingBagBackward(_ag.Node):
             gs = _ag._grad_out(self.next_functions[1], indices.shape, g)
             _C.embedding_bag_weights_backward(gs._buf, g._buf, w._buf, *args, self.padding_idx)
         return gw, gs
+
+    def _sparse_weight_grad(self, g, indices, offsets, weights, shape):
+        """The table's gradient as a sparse COO tensor: each index's row is its
+        bag's gradient (over the bag's size in mode 'mean', times its weight
+        with per_sample_weights), as PyTorch's sparse embedding_bag backward."""
+        if self.scale_grad_by_freq:
+            raise RuntimeError("embedding_backward: scale_grad_by_freq not supported with sparse gradients")
+        pad = None if self.padding_idx < 0 else self.padding_idx
+        counts = _ag.diff(offsets)
+        bag_of = _ag.repeat_interleave(arange(counts.shape[0], dtype=int64, device=g.device), counts)
+        rows = g.index_select(0, bag_of)
+        if self.mode == MODES.index("mean"):
+            taken = (indices != pad).to(dtype=g.dtype) if pad is not None else ones_like(indices, dtype=g.dtype)
+            sizes = _ag.index_add(zeros_like(counts, dtype=g.dtype), 0, bag_of, taken)
+            rows = _ag.div(rows, _ag.clamp_min(sizes.index_select(0, bag_of), 1.0).reshape(-1, 1))
+        if weights is not None:
+            rows = _ag.mul(rows, weights.reshape(-1, 1))
+        return rows_gradient(indices, rows, shape, pad)
 
 
 def _as_index(t, what):
@@ -87,8 +108,9 @@ def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale
     zeros. With ``max_norm``, the rows looked up (padding_idx's too) are
     first renormalised in place to at most that ``norm_type``-norm; with
     ``scale_grad_by_freq`` (not in mode 'max') each row's gradient is
-    divided by how often the input holds it; both as PyTorch's. ddpc
-    differs: sparse gradients are not supported (NotImplementedError)."""
+    divided by how often the input holds it; both as PyTorch's. With
+    ``sparse`` (not in mode 'max') the weight's gradient is a sparse COO
+    tensor with one row per index, as PyTorch's."""
     return bags(input, weight, offsets, max_norm, norm_type, scale_grad_by_freq, mode, sparse, per_sample_weights,
                 include_last_offset, padding_idx)[0]
 
@@ -101,10 +123,13 @@ def bags(input, weight, offsets=None, max_norm=None, norm_type=2, scale_grad_by_
     if not isinstance(weight, Tensor) or weight.ndim != 2 or not weight.dtype.is_floating_point:
         raise ValueError(f"embedding_bag: the weight must be a 2-d floating-point ddpc tensor, got "
                          f"{getattr(weight, 'shape', type(weight).__name__)}")
-    if sparse:
-        raise NotImplementedError("embedding_bag: ddpc has no sparse gradients")
     if mode not in MODES:
         raise ValueError("mode has to be one of sum, mean or max")
+    if sparse and mode == "max":
+        raise ValueError("max mode does not support sparse weights")
+    if sparse and weight.dtype in _ag._HALVES:
+        raise NotImplementedError(f"embedding_bag: sparse gradients of a {weight.dtype} table are not supported; use "
+                                  "a float32 table or sparse=False")
     if scale_grad_by_freq and mode == "max":
         raise ValueError("max mode does not support scaling the gradient by the frequency")
     if per_sample_weights is not None and mode != "sum":
@@ -172,5 +197,5 @@ def bags(input, weight, offsets=None, max_norm=None, norm_type=2, scale_grad_by_
                      None if weights is None else weights._buf, code, pad)
     if _ag._needs_grad(weight, per_sample_weights):
         _ag._attach(out, _EmbeddingBagBackward(weight, per_sample_weights, w, (indices, offsets, weights, code, pad),
-                                               argmax, scale_grad_by_freq))
+                                               argmax, scale_grad_by_freq, bool(sparse)))
     return out, argmax, indices, offsets

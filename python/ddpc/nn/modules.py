@@ -1080,17 +1080,15 @@ class Embedding(Module):
     int64 indices; rows start normal(0, 1), the ``padding_idx`` row zero (and
     it gets no gradient); with ``max_norm`` the rows looked up are renormalised
     in place to at most that ``norm_type``-norm; with ``scale_grad_by_freq``
-    each row's gradient is divided by how often the batch looks it up. ddpc
-    has no sparse gradients (``sparse=True`` raises)."""
+    each row's gradient is divided by how often the batch looks it up; with
+    ``sparse`` the weight's gradient is a sparse COO tensor (see F.embedding)."""
 
     def __init__(self, num_embeddings, embedding_dim, padding_idx=None, max_norm=None, norm_type=2.0,
                  scale_grad_by_freq=False, sparse=False, _weight=None, _freeze=False, device=None, dtype=None):
         super().__init__()
-        if sparse:
-            raise NotImplementedError("Embedding: ddpc has no sparse gradients")
         self.num_embeddings, self.embedding_dim = int(num_embeddings), int(embedding_dim)
         self.max_norm, self.norm_type, self.scale_grad_by_freq = max_norm, norm_type, bool(scale_grad_by_freq)
-        self.sparse = False
+        self.sparse = bool(sparse)
         if padding_idx is not None:
             if not -self.num_embeddings <= padding_idx < self.num_embeddings:
                 raise ValueError(f"padding_idx {padding_idx} is out of range for {self.num_embeddings} rows")
@@ -1118,7 +1116,7 @@ class Embedding(Module):
 
     def forward(self, input):
         return F.embedding(input, self.weight, self.padding_idx, self.max_norm, self.norm_type,
-                           self.scale_grad_by_freq)
+                           self.scale_grad_by_freq, self.sparse)
 
     def extra_repr(self):
         pad = f", padding_idx={self.padding_idx}" if self.padding_idx is not None else ""
@@ -1129,24 +1127,24 @@ class Embedding(Module):
 class EmbeddingBag(Module):
     """A table of ``num_embeddings`` rows of ``embedding_dim`` whose forward
     pass sums, averages or maxes bags of rows (see F.embedding_bag); rows
-    start normal(0, 1), the ``padding_idx`` row zero. ddpc differs: sparse
-    gradients are not supported."""
+    start normal(0, 1), the ``padding_idx`` row zero; with ``sparse`` the
+    weight's gradient is a sparse COO tensor (see F.embedding_bag)."""
 
     def __init__(self, num_embeddings, embedding_dim, max_norm=None, norm_type=2.0, scale_grad_by_freq=False,
                  mode="mean", sparse=False, _weight=None, include_last_offset=False, padding_idx=None, device=None,
                  dtype=None, _freeze=False):
         super().__init__()
-        if sparse:
-            raise NotImplementedError("EmbeddingBag: ddpc has no sparse gradients")
         if mode not in _embedding_bag.MODES:
             raise ValueError("mode has to be one of sum, mean or max")
+        if sparse and mode == "max":
+            raise ValueError("max mode does not support sparse weights")
         self.num_embeddings, self.embedding_dim = int(num_embeddings), int(embedding_dim)
         if padding_idx is not None:
             if not -self.num_embeddings <= padding_idx < self.num_embeddings:
                 raise ValueError("padding_idx must be within num_embeddings")
             padding_idx %= self.num_embeddings
         self.max_norm, self.norm_type, self.scale_grad_by_freq = max_norm, norm_type, scale_grad_by_freq
-        self.sparse = False
+        self.sparse = bool(sparse)
         self.mode, self.include_last_offset, self.padding_idx = mode, include_last_offset, padding_idx
         if _weight is None:
             self.weight = Parameter(empty(self.num_embeddings, self.embedding_dim, dtype=dtype, device=device),
@@ -1171,7 +1169,7 @@ class EmbeddingBag(Module):
 
     def forward(self, input, offsets=None, per_sample_weights=None):
         return F.embedding_bag(input, self.weight, offsets, self.max_norm, self.norm_type, self.scale_grad_by_freq,
-                               self.mode, per_sample_weights=per_sample_weights,
+                               self.mode, self.sparse, per_sample_weights=per_sample_weights,
                                include_last_offset=self.include_last_offset, padding_idx=self.padding_idx)
 
     def extra_repr(self):
