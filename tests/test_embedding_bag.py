@@ -171,7 +171,7 @@ def test_max_norm_renormalises_the_rows_looked_up_and_scale_grad_by_freq_divides
     (lambda: F.embedding_bag(IDX + 5, W.detach(), ddpc.tensor(np.array([0])), max_norm=1.0), ValueError,
      "out of range for 10 rows"),
     (lambda: nn.EmbeddingBag(10, 3, mode="median"), ValueError, "one of sum, mean"),
-    (lambda: nn.EmbeddingBag(10, 3, sparse=True), NotImplementedError, "sparse"),
+    (lambda: nn.EmbeddingBag(10, 3, mode="max", sparse=True), ValueError, "max mode does not support sparse weights"),
 ])
 def test_bad_arguments_raise_clear_errors(fn, exc, match):
     with pytest.raises(exc, match=match):

@@ -299,10 +299,9 @@ def test_embedding_scale_grad_by_freq_divides_each_rows_gradient_by_its_count():
     (gg,) = ddpc.autograd.grad((gw * ddpc.tensor(table)).sum(), gt)
     counts = np.bincount(idx.numpy().reshape(-1), minlength=6)
     np.testing.assert_allclose(gg.numpy(), (table / counts[:, None].clip(1))[idx.numpy()], rtol=1e-12)
-    with pytest.raises(NotImplementedError, match="sparse"):
-        F.embedding(idx, w, sparse=True)
-    with pytest.raises(NotImplementedError, match="sparse"):
-        nn.Embedding(6, 2, sparse=True)
+    w3 = ddpc.tensor(table, requires_grad=True)
+    with pytest.raises(RuntimeError, match="scale_grad_by_freq not supported with sparse gradients"):
+        F.embedding(idx, w3, scale_grad_by_freq=True, sparse=True).sum().backward()
 
 
 def test_embeddings_from_pretrained_weights_frozen_or_not():
