@@ -15,6 +15,7 @@ import math
 import numbers
 import sys
 
+from . import _C
 from . import autograd as _ag
 from ._dtype import float32, int64, sparse_coo
 from .tensor import Size, Tensor, _size_args, tensor, zeros
@@ -375,19 +376,19 @@ def add_sparse(a, b, alpha=1):
 
 
 def add_into_dense(dense, sparse, alpha=1, out=None):
-    """dense + alpha * sparse as a dense tensor (into ``out`` when given: the in-place add_)."""
+    """dense + alpha * sparse as a dense tensor; with ``out`` (dense itself: the
+    in-place add_) only the rows the sparse tensor holds are touched."""
     _check_same_shape(dense, sparse, "add")
-    sd = sparse.sparse_dim()
-    rows = math.prod(sparse._sparse_sizes())
     values = sparse._sp_values if alpha == 1 else _ag.mul(sparse._sp_values, alpha)
-    target = dense if out is None else out
-    table = _ag.reshape(target, (rows,) + tuple(dense.shape[sd:]))
-    summed = _ag.index_add(table, 0, sparse._keys(), values.to(dtype=dense.dtype)) if sparse._nnz() else table
-    result = _ag.reshape(summed, dense.shape)
-    if out is None:
-        return result if sparse._nnz() else _ag.clone(dense)
-    out.copy_(result)
-    return out
+    if out is not None:
+        if sparse._nnz():
+            add_rows_(table_of(out, sparse), sparse._keys(), values)
+        return out
+    table = table_of(dense, sparse)
+    if not sparse._nnz():
+        return _ag.clone(dense)
+    rows = _ag.reshape(values.to(dtype=dense.dtype), (sparse._nnz(), table.shape[1]))
+    return _ag.reshape(_ag.index_add(table, 0, sparse._keys(), rows), dense.shape)
 
 
 def from_dense(t, sparse_dim=None):
@@ -465,3 +466,16 @@ def rows_gradient(indices, rows, shape, padding_idx=None):
         else:
             rows = _ag.clone(rows.contiguous())
         return SparseTensor(indices.reshape(1, -1).contiguous(), rows, shape, indices.shape[0] <= 1)
+
+
+def table_of(dense, sparse):
+    """``dense`` (of sparse's shape) viewed as (rows over the sparse dims, elements of the dense dims)."""
+    rows = math.prod(sparse._sparse_sizes())
+    return dense.reshape(rows, dense.numel() // rows if rows else 0)
+
+
+def add_rows_(table, keys, rows):
+    """table[keys[i]] += rows[i] in place (repeated keys add up): one _C op over the rows only."""
+    rows = rows.reshape(keys.shape[0], table.shape[1]).to(dtype=table.dtype).contiguous()
+    table._buf.bump_version()
+    _C.index_add_rows(table._buf, rows._buf, keys.contiguous()._buf)

@@ -1,5 +1,5 @@
 """ddpc.optim: SGD, Adam, AdamW, RMSprop, Adagrad, Adamax, NAdam, RAdam and
-Adadelta with fused multi-tensor steps; Rprop, ASGD, Adafactor and LBFGS
+Adadelta with fused multi-tensor steps; SparseAdam for sparse gradients; Rprop, ASGD, Adafactor and LBFGS
 made of tensor ops; lr_scheduler, swa_utils (weight averaging), and
 ZeroRedundancyOptimizer (their state sharded across ranks)."""
 
@@ -16,7 +16,8 @@ from .optimizer import Optimizer
 from .rmsprop import RMSprop
 from .rprop import Rprop
 from .sgd import SGD
+from .sparse_adam import SparseAdam
 from .zero import ZeroRedundancyOptimizer
 
 __all__ = ["ASGD", "Adadelta", "Adafactor", "Adagrad", "Adam", "AdamW", "Adamax", "LBFGS", "NAdam", "Optimizer",
-           "RAdam", "RMSprop", "Rprop", "SGD", "ZeroRedundancyOptimizer", "lr_scheduler", "swa_utils"]
+           "RAdam", "RMSprop", "Rprop", "SGD", "SparseAdam", "ZeroRedundancyOptimizer", "lr_scheduler", "swa_utils"]

@@ -36,8 +36,12 @@ class _FusedOptimizer(Optimizer):
             if name is not None and name not in s:
                 s[name] = full_like(p, value)
 
+    def _dense_grads(self, group):
+        """The parameters this group's fused call updates."""
+        return [p for p in group["params"] if p.grad is not None]
+
     def _step_group(self, group):
-        params = [p for p in group["params"] if p.grad is not None]
+        params = self._dense_grads(group)
         if not params:
             return
         names = self._state_names(group)

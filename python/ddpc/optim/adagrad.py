@@ -1,15 +1,18 @@
 """Adagrad (torch.optim.Adagrad's update rule, defaults and state)."""
 
+from .._sparse_coo import add_rows_, table_of
 from ._fused import _FusedOptimizer
 from .optimizer import check_common
 
 
 class Adagrad(_FusedOptimizer):
     """Adagrad; as PyTorch's, the state (``sum`` at ``initial_accumulator_value``)
-    exists from construction. Sparse gradients, ``differentiable`` and ``fused``
+    exists from construction. Sparse gradients update only their rows, as
+    PyTorch's (no weight_decay with them). ``differentiable`` and ``fused``
     are not supported (``fused`` is accepted and ignored: every step is fused)."""
 
     _kind = "adagrad"
+    _sparse_grads = True
 
     def __init__(self, params, lr=1e-2, lr_decay=0, weight_decay=0, initial_accumulator_value=0, eps=1e-10,
                  foreach=None, *, maximize=False, differentiable=False, fused=None):
@@ -34,6 +37,32 @@ class Adagrad(_FusedOptimizer):
 
     def _initial_state(self, group):
         return float(group["initial_accumulator_value"])
+
+    def _step_group(self, group):
+        for p in group["params"]:
+            if p.grad is not None and p.grad.is_sparse:
+                self._sparse_step(p, group)
+        super()._step_group(group)
+
+    def _dense_grads(self, group):
+        return [p for p in group["params"] if p.grad is not None and not p.grad.is_sparse]
+
+    def _sparse_step(self, p, group):
+        """PyTorch's update for a sparse gradient: the sum and the parameter change in the gradient's rows only."""
+        if group["weight_decay"] != 0:
+            raise RuntimeError("weight_decay option is not compatible with sparse gradients")
+        self._init_state(p, group)
+        state = self.state[p]
+        state["step"] += 1
+        clr = group["lr"] / (1 + (state["step"] - 1) * group["lr_decay"])
+        grad = (-p.grad if group["maximize"] else p.grad).coalesce()
+        if grad._nnz() == 0:
+            return
+        keys, g = grad._keys(), grad._values().reshape(grad._nnz(), -1)
+        sums = table_of(state["sum"], grad)
+        add_rows_(sums, keys, g * g)
+        std = sums.index_select(0, keys).sqrt() + group["eps"]
+        add_rows_(table_of(p, grad), keys, g / std * -clr)
 
     def _step_args(self, group):
         return dict(lr_decay=float(group["lr_decay"]))

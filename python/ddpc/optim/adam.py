@@ -14,6 +14,8 @@ from .optimizer import Optimizer, check_common
 class Adam(Optimizer):
     """Adam; ``decoupled_weight_decay=True`` makes it AdamW."""
 
+    _sparse_refusal = "Adam does not support sparse gradients, please consider SparseAdam instead"
+
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0, amsgrad=False, *,
                  foreach=None, maximize=False, capturable=False, differentiable=False, fused=None,
                  decoupled_weight_decay=False):

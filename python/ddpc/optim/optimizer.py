@@ -95,6 +95,8 @@ class Optimizer:
             with enable_grad():
                 loss = closure()
         for group in self.param_groups:
+            if not self._sparse_grads and any(p.grad is not None and p.grad.is_sparse for p in group["params"]):
+                raise RuntimeError(self._sparse_refusal or f"{type(self).__name__} does not support sparse gradients")
             self._step_group(group)
             for p in group["params"]:
                 if p.grad is not None:  # updated in place: autograd counts it (see Tensor.copy_)
@@ -103,6 +105,9 @@ class Optimizer:
 
     def _step_group(self, group):
         raise NotImplementedError
+
+    _sparse_grads = False  # whether _step_group takes sparse COO gradients
+    _sparse_refusal = None  # the error for sparse gradients where it is not PyTorch's generic one
 
     # ---- state dicts ---------------------------------------------------------------
     def state_dict(self):

@@ -3,7 +3,9 @@
 Float16 and bfloat16 parameters are updated in float32 and rounded once, with
 their momentum buffers in their own dtype. ``foreach`` and ``fused`` are
 accepted for PyTorch's signature: every step is one fused multi-tensor call.
-``differentiable`` is not supported (True raises).
+``differentiable`` is not supported (True raises). Sparse gradients are
+updated as PyTorch does, by sparse tensor ops: the rows present move, and a
+momentum buffer started from a sparse gradient stays sparse.
 """
 
 from .. import _C
@@ -12,6 +14,8 @@ from .optimizer import Optimizer, check_common
 
 
 class SGD(Optimizer):
+    _sparse_grads = True
+
     def __init__(self, params, lr=1e-3, momentum=0, dampening=0, weight_decay=0, nesterov=False, *, maximize=False,
                  foreach=None, differentiable=False, fused=None):
         del foreach, fused
@@ -28,7 +32,10 @@ class SGD(Optimizer):
             raise ValueError("Nesterov momentum requires a momentum and zero dampening")
 
     def _step_group(self, group):
-        params = [p for p in group["params"] if p.grad is not None]
+        for p in group["params"]:
+            if p.grad is not None and p.grad.is_sparse:
+                self._sparse_step(p, group)
+        params = [p for p in group["params"] if p.grad is not None and not p.grad.is_sparse]
         if not params:
             return
         momentum = float(group["momentum"])
@@ -53,3 +60,19 @@ class SGD(Optimizer):
                 # Kept only once the step has set them: a step that raised leaves no unset buffer behind.
                 for p, b in zip(batch, bufs):
                     self.state[p]["momentum_buffer"] = b
+
+    def _sparse_step(self, p, group):
+        """PyTorch's single-tensor update for a sparse gradient, through sparse tensor ops."""
+        grad = -p.grad if group["maximize"] else p.grad
+        if group["weight_decay"] != 0:
+            grad = grad.add(p, alpha=group["weight_decay"])  # raises as PyTorch's: add(sparse, dense)
+        momentum = group["momentum"]
+        if momentum != 0:
+            state = self.state[p]
+            buf = state.get("momentum_buffer")
+            if buf is None:
+                buf = state["momentum_buffer"] = grad.detach().clone()
+            else:
+                buf.mul_(momentum).add_(grad, alpha=1 - group["dampening"])
+            grad = grad.add(buf, alpha=momentum) if group["nesterov"] else buf
+        p.add_(grad, alpha=-group["lr"])
