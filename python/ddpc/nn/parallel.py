@@ -5,7 +5,11 @@ parameters and buffers at construction, puts gradients into buckets in
 reverse parameter order, and launches each bucket's all-reduce asynchronously
 from the parameters' post-accumulate-grad hooks as soon as the bucket is
 complete, so communication overlaps the rest of the backward pass. Buckets
-launch in the same order on every rank.
+launch in the same order on every rank. The sparse gradients of Embedding
+and EmbeddingBag tables with ``sparse=True`` stay outside the buckets: as
+PyTorch does, every rank's indices and values are all-gathered (the sizes
+exchanged first, since each rank holds a different count) and the values
+divided by the world size.
 
 DataParallel (one process, several devices) keeps one persistent replica per
 device, scatters inputs along a dimension, runs every replica's forward,
@@ -26,7 +30,8 @@ from .. import distributed as dist
 from .._join import Join, JoinHook, Joinable, _GroupJoinable
 from ..autograd import Node, is_grad_enabled, no_grad, queue_callback
 from .._dtype import bfloat16, float16
-from ..tensor import Tensor, from_numpy, zeros
+from .._sparse_coo import SparseTensor
+from ..tensor import Tensor, cat, from_numpy, zeros
 from .modules import Module, is_lazy
 
 _FIRST_BUCKET_BYTES = 1 << 20  # small first bucket: its all-reduce starts early in backward
@@ -249,7 +254,13 @@ class DistributedDataParallel(Module, _GroupJoinable):
         self.require_backward_grad_sync = True
         self._comm_hook, self._comm_state = allreduce_hook, process_group
         self._all_params = list(module.named_parameters())  # frozen ones too: verified and broadcast
-        self._named_params = [(n, p) for n, p in self._all_params if p.requires_grad]  # these are reduced
+        sparse = {id(m.weight) for m in module.modules() if getattr(m, "sparse", False) is True
+                  and isinstance(getattr(m, "weight", None), Tensor)}
+        trained = [(n, p) for n, p in self._all_params if p.requires_grad]
+        self._named_params = [(n, p) for n, p in trained if id(p) not in sparse]  # these are reduced in buckets
+        self._sparse_params = [p for _, p in trained if id(p) in sparse]  # these are all-gathered
+        for p in self._sparse_params:
+            p.register_post_accumulate_grad_hook(self._on_sparse_grad_ready)
         if init_sync:
             _verify_same_model(self._all_params, self.process_group, "DistributedDataParallel")
             self._broadcast_states(0, with_params=True)
@@ -265,7 +276,7 @@ class DistributedDataParallel(Module, _GroupJoinable):
         self._got_grad = {}
         self._hook_fired = False
         self._unused, self._used_mask = [], None
-        self._expect_reduction = False
+        self._expect_reduction = self._gather_sparse = False
         self._join_steps, self._join_active, self._join_divide_by_world = 0, None, True
 
     # ---- construction --------------------------------------------------------------
@@ -337,6 +348,7 @@ class DistributedDataParallel(Module, _GroupJoinable):
         # A group of one with the default hook has nothing to average: skip the buckets entirely.
         alone = self._comm_hook is allreduce_hook and dist.get_world_size(self.process_group) == 1
         self._expect_reduction = self.require_backward_grad_sync and not alone
+        self._gather_sparse = self._expect_reduction  # (the buckets may finish before the sparse tables' turn)
         if self._expect_reduction and self.find_unused_parameters:
             used = _reachable_leaves(outputs)
             self._unused = [p for _, p in self._named_params if id(p) not in used]
@@ -359,6 +371,36 @@ class DistributedDataParallel(Module, _GroupJoinable):
                 "gradient; with find_unused_parameters=True, return from forward every tensor the loss is computed "
                 "from")
         self._mark_ready(p, p.grad)
+
+    def _on_sparse_grad_ready(self, p):
+        if not self._gather_sparse:
+            return
+        _refuse_recorded_grad(p, "DistributedDataParallel")
+        if p.grad.is_sparse:
+            p.grad = self._gathered_sparse(p.grad)
+        else:  # a dense gradient reached a sparse table (e.g. its weight used outside the lookup)
+            dist.all_reduce(p.grad, op=dist.ReduceOp.AVG, group=self.process_group)
+
+    def _gathered_sparse(self, grad):
+        """Every rank's sparse gradient concatenated in rank order (uncoalesced), over the world size."""
+        world = dist.get_world_size(self.process_group)
+        indices, values = grad._indices(), grad._values()
+        count = self._collective_tensor(np.array([indices.shape[1]], dtype=np.int64))
+        counts = [zeros(1, dtype=count.dtype, device=count.device) for _ in range(world)]
+        dist.all_gather(counts, count, group=self.process_group)
+        counts = [int(c.item()) for c in counts]
+        most = max(counts)
+        # all_gather moves equal sizes: each rank's part is padded to the largest count
+        pad = most - indices.shape[1]
+        if pad:
+            indices = cat([indices, zeros((indices.shape[0], pad), dtype=indices.dtype, device=indices.device)], 1)
+            values = cat([values, zeros((pad,) + tuple(values.shape[1:]), dtype=values.dtype, device=values.device)])
+        parts_i = [zeros(tuple(indices.shape), dtype=indices.dtype, device=indices.device) for _ in range(world)]
+        parts_v = [zeros(tuple(values.shape), dtype=values.dtype, device=values.device) for _ in range(world)]
+        dist.all_gather(parts_i, indices.contiguous(), group=self.process_group)
+        dist.all_gather(parts_v, values.contiguous(), group=self.process_group)
+        return SparseTensor(cat([t.narrow(1, 0, c) for t, c in zip(parts_i, counts)], 1),
+                            cat([t.narrow(0, 0, c) for t, c in zip(parts_v, counts)]) / world, grad.shape)
 
     def _launch_used_mask(self):
         """All-reduces which parameters have a gradient on some rank: those that have
