@@ -21,7 +21,9 @@ Version 1 holds data and loading it runs nothing. A value in the header is
 a tagged list: ["none"], ["bool", b], ["int", n], ["float", x], ["str", s],
 ["list", [...]], ["tuple", [...]], ["dict", [[key, value], ...]] (keys are
 values too, so int keys of optimizer state survive), ["odict", ...],
-["set", [...]], ["frozenset", [...]] or ["tensor", i]. A numpy array is
+["set", [...]], ["frozenset", [...]] or ["tensor", i]; a sparse COO tensor
+is ["sparse_coo", indices, values, size, coalesced, requires_grad] (indices
+and values tensor values). A numpy array is
 ["ndarray", numpy dtype string, shape, i] and a bytes object ["bytes", i],
 entry i holding their bytes (as a uint8 tensor). ddpc.save writes version 1
 whenever the object is such data (of exactly these types; numpy numbers
@@ -135,6 +137,9 @@ def _encode(obj, table, depth=0):
         return [kind.__name__, obj]
     if kind is float:
         return ["float", obj if math.isfinite(obj) else repr(obj)]
+    if isinstance(obj, Tensor) and obj.is_sparse:
+        parts = [_encode(t, table, depth + 1) for t in (obj._indices(), obj._values().detach())]
+        return ["sparse_coo", *parts, list(obj.shape), obj.is_coalesced(), bool(obj.requires_grad)]
     if isinstance(obj, Tensor):
         if getattr(obj, "materialize", None) is not None:  # an UninitializedParameter or UninitializedBuffer
             raise TypeError(f"ddpc.save can't store an uninitialized tensor ({type(obj).__name__}, of a lazy "
@@ -339,6 +344,11 @@ def _decode(v, stored, path, depth=0):
             return float(v[1])
         if tag == "tensor":
             return stored.tensor(v[1])
+        if tag == "sparse_coo":
+            from ._sparse_coo import SparseTensor
+
+            indices, values = (_decode(x, stored, path, depth + 1) for x in v[1:3])
+            return SparseTensor(indices.to(values.device), values, [int(n) for n in v[3]], bool(v[4]), bool(v[5]))
         if tag in ("list", "tuple"):
             items = [_decode(x, stored, path, depth + 1) for x in v[1]]
             return items if tag == "list" else tuple(items)
@@ -365,7 +375,7 @@ def _decode(v, stored, path, depth=0):
 
 
 # Version-1 values a pickle's persistent ids are (what _pickled makes one of).
-_PERSISTENT_TAGS = ("tensor", "ndarray", "bytes", "bool", "int", "float", "str")
+_PERSISTENT_TAGS = ("tensor", "sparse_coo", "ndarray", "bytes", "bool", "int", "float", "str")
 
 
 class _DdpcPickle:

@@ -15,9 +15,9 @@ import weakref
 import numpy as np
 
 from . import _C, _indexing
-from ._dtype import (asks_for_bool, strided, bfloat16, checked_memory_format, contiguous_format, device, device_of, dtype,
+from ._dtype import (asks_for_bool, bfloat16, checked_memory_format, contiguous_format, device, device_of, dtype,
                      float16, float32, float64, get_dtype, int32, int64, numpy_dtype, ordinal, preserve_format, promote,
-                     row_major_is, uint8)
+                     row_major_is, strided, uint8)
 
 _ADD, _SUB, _MUL, _DIV, _RSUB, _RDIV, _EQ, _NE, _LT, _LE, _GT, _GE, _MAX, _MIN, _POWER, _RPOWER = range(16)
 _BITAND, _BITOR, _BITXOR, _LSHIFT, _RSHIFT, _RLSHIFT, _RRSHIFT = range(16, 23)
@@ -1314,7 +1314,8 @@ class Tensor:
     def to_sparse(self, sparse_dim=None, *, layout=None, blocksize=None, dense_dim=None):
         """This tensor as a coalesced sparse COO one over its first ``sparse_dim``
         dims (all by default); only the COO layout is offered."""
-        if layout is not None and layout is not _sparse_coo.sparse_coo or blocksize is not None or dense_dim is not None:
+        if (layout is not None and layout is not _sparse_coo.sparse_coo) or blocksize is not None \
+                or dense_dim is not None:
             raise NotImplementedError(f"to_sparse: ddpc offers the sparse COO layout only, got layout={layout!r}")
         return _sparse_coo.from_dense(self, sparse_dim)
 

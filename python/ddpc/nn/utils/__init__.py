@@ -26,7 +26,9 @@ def get_total_norm(tensors, norm_type=2.0, error_if_nonfinite=False, foreach=Non
     tensors widened) without waiting for the device, unless
     ``error_if_nonfinite`` asks to look at the result."""
     del foreach
-    tensors = [t for t in _tensors(tensors) if t.numel()]
+    # a sparse gradient's norm is its coalesced values' (repeated indices add up first)
+    tensors = [t.coalesce()._values() if t.is_sparse else t for t in _tensors(tensors)]
+    tensors = [t for t in tensors if t.numel()]
     norm_type = float(norm_type)
     if norm_type <= 0:
         raise ValueError(f"norm_type must be > 0 or inf, got {norm_type}")
