@@ -43,7 +43,7 @@ def _operands(input, other, alpha, what):
     other is scaled in the result's dtype, so that uint8 values times alpha do not wrap."""
     a, b = (input, other) if isinstance(input, Tensor) else _pair(input, other, what)
     if alpha != 1:
-        if isinstance(b, numbers.Number):
+        if isinstance(b, numbers.Number) or (isinstance(b, Tensor) and b.is_sparse):
             return a, b * alpha
         b = _ag._operand(b, a, what)
         dt = result_type(a, b)
@@ -53,6 +53,8 @@ def _operands(input, other, alpha, what):
 
 def add(input, other, *, alpha=1):
     """input + alpha * other (either may be a number; the other a tensor)."""
+    if isinstance(input, Tensor) and input.is_sparse:
+        return input.add(other, alpha=alpha)
     return _ag.add(*_operands(input, other, alpha, "add"))
 
 
