@@ -296,7 +296,7 @@ class SparseTensor(Tensor):
     # ---- printing and pickling ------------------------------------------------------
     def __repr__(self):
         def nested(prefix, t):  # the inner tensors without the dtype, which the outer line gives
-            return prefix + repr(t).replace(f", dtype={t.dtype!r}", "").replace("\n", "\n" + " " * len(prefix))
+            return prefix + t._repr(prefix, extras=False)
 
         size = "(" + ", ".join(str(s) for s in self._size) + ("," if len(self._size) == 1 else "") + ")"
         extras = [f"size={size}", f"nnz={self._nnz()}"]

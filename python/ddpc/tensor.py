@@ -1332,9 +1332,16 @@ class Tensor:
 
     # ---- printing -------------------------------------------------------------------
     def __repr__(self):
+        return self._repr()
+
+    def _repr(self, lead="", extras=True):
+        """The repr, laid out to follow ``lead`` on its first line (a sparse
+        tensor's "indices="), without dtype and device when not ``extras``."""
         t = self.cpu()
         arr = t.to(float32).numpy() if t.dtype is bfloat16 else t.numpy()
-        body = np.array2string(arr, separator=", ", prefix="tensor(", **_print_options.numpy_args())
+        body = np.array2string(arr, separator=", ", prefix=lead + "tensor(", **_print_options.numpy_args())
+        if not extras:
+            return "tensor(" + body + ")"
         extras = []
         if self.is_cuda:
             extras.append(f"device='{self.device}'")
