@@ -1,7 +1,8 @@
 """ddpc.optim: SGD, Adam, AdamW, RMSprop, Adagrad, Adamax, NAdam, RAdam and
-Adadelta with fused multi-tensor steps; SparseAdam for sparse gradients; Rprop, ASGD, Adafactor and LBFGS
-made of tensor ops; lr_scheduler, swa_utils (weight averaging), and
-ZeroRedundancyOptimizer (their state sharded across ranks)."""
+Adadelta with fused multi-tensor steps; SparseAdam for sparse gradients;
+Rprop, ASGD, Adafactor and LBFGS made of tensor ops; lr_scheduler,
+swa_utils (weight averaging), and ZeroRedundancyOptimizer (their state
+sharded across ranks)."""
 
 from . import lr_scheduler, swa_utils
 from .adadelta import Adadelta
