@@ -45,12 +45,12 @@ from .._procs import new_token
 from ._store import FileStore, HashStore, PrefixStore, Store, TCPStore, _seconds
 
 __all__ = [
-    "Backend", "DistError", "DistTimeoutError", "FileStore", "GroupMember", "ProcessGroup", "ReduceOp", "TCPStore",
+    "Backend", "DeviceMesh", "DistError", "DistTimeoutError", "FileStore", "GroupMember", "ProcessGroup", "ReduceOp", "TCPStore",
     "HashStore", "PrefixStore", "Store",
     "P2POp", "Work", "all_gather", "all_gather_into_tensor", "all_gather_object", "all_reduce", "all_to_all",
     "all_to_all_single", "barrier", "batch_isend_irecv", "broadcast", "broadcast_object_list", "destroy_process_group",
     "gather", "gather_object", "get_backend", "get_default_backend_for_device", "get_group_rank",
-    "get_process_group_ranks", "get_rank", "get_world_size", "group", "init_process_group", "irecv", "is_available",
+    "get_process_group_ranks", "get_rank", "get_world_size", "group", "init_device_mesh", "init_process_group", "irecv", "is_available",
     "is_backend_available", "is_gloo_available", "is_initialized", "is_mpi_available", "is_nccl_available", "isend",
     "monitored_barrier", "new_group", "recv", "reduce", "reduce_scatter", "reduce_scatter_tensor", "scatter",
     "scatter_object_list", "send", "shared_buffer",
@@ -1526,3 +1526,6 @@ def _register_elastic_modules():
 
 
 _register_elastic_modules()
+
+
+from .device_mesh import DeviceMesh, init_device_mesh  # noqa: E402  (it builds on the functions above)

@@ -227,7 +227,7 @@ class DistributedDataParallel(Module, _GroupJoinable):
 
     def __init__(self, module, device_ids=None, output_device=None, dim=0, broadcast_buffers=True, init_sync=True,
                  process_group=None, bucket_cap_mb=None, find_unused_parameters=False, check_reduction=False,
-                 gradient_as_bucket_view=False, static_graph=False):
+                 gradient_as_bucket_view=False, static_graph=False, device_mesh=None):
         super().__init__()
         del check_reduction, static_graph  # PyTorch's arguments that change nothing (see the docstring)
         if dim != 0:
@@ -248,6 +248,13 @@ class DistributedDataParallel(Module, _GroupJoinable):
             module.to(self.device if not isinstance(self.device, int) else f"cuda:{self.device}")
         self.output_device = output_device
         self.broadcast_buffers = broadcast_buffers
+        if device_mesh is not None:
+            if process_group is not None:
+                raise RuntimeError("Cannot specify both process_group and device_mesh arguments.")
+            if device_mesh.ndim != 1:
+                raise RuntimeError(f"Only 1D device mesh is supported, but got {device_mesh}.")
+            process_group = device_mesh.get_group(mesh_dim=0)
+        self.device_mesh = device_mesh
         self.process_group = process_group
         self.find_unused_parameters = find_unused_parameters
         self.gradient_as_bucket_view = gradient_as_bucket_view
