@@ -156,6 +156,17 @@ def test_multihead_attention_kdim_vdim_unbatched_and_errors():
         m(ddpc.randn(5, 6), ddpc.randn(7, 4), ddpc.randn(7, 2), is_causal=True)
 
 
+def test_multihead_attention_prints_as_pytorchs_and_keeps_its_state_dict_keys():
+    m = nn.MultiheadAttention(8, 2, batch_first=True)
+    assert str(m) == ("MultiheadAttention(\n"
+                      "  (out_proj): NonDynamicallyQuantizableLinear(in_features=8, out_features=8, bias=True)\n"
+                      ")")
+    assert isinstance(m.out_proj, nn.Linear)
+    assert list(m.state_dict()) == ["in_proj_weight", "in_proj_bias", "out_proj.weight", "out_proj.bias"]
+    layer = nn.TransformerEncoderLayer(8, 2, 16)
+    assert "    (out_proj): NonDynamicallyQuantizableLinear(in_features=8, out_features=8, bias=True)\n" in str(layer)
+
+
 def test_bias_kv_and_zero_attn_are_appended_source_positions():
     m = nn.MultiheadAttention(6, 3, add_bias_kv=True, add_zero_attn=True, batch_first=True).double()
     assert [n for n, _ in m.named_parameters()] == ["in_proj_weight", "in_proj_bias", "bias_k", "bias_v",

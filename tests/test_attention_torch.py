@@ -10,7 +10,7 @@ import pytest
 from procs import run_torch_case
 
 
-@pytest.mark.parametrize("case", ["sdpa", "modules", "extra_kv", "decoders", "init"])
+@pytest.mark.parametrize("case", ["sdpa", "modules", "extra_kv", "decoders", "init", "printed"])
 def test_matches_pytorch(case):
     out = run_torch_case(__file__, case)
     assert out.strip().endswith("ok"), out
@@ -207,6 +207,25 @@ def init():
         for p in (a.bias_k, a.bias_v):
             assert abs(p.detach().numpy().std() - np.sqrt(2 / 800)) < 0.15 * np.sqrt(2 / 800), lib.__name__
         assert np.all(a.in_proj_bias.detach().numpy() == 0)
+
+
+def printed():
+    """print(model) of a Transformer and of MultiheadAttention in other forms,
+    and the state_dict keys, as PyTorch's."""
+    import torch
+    import ddpc
+
+    makes = [
+        lambda nn: nn.Transformer(d_model=8, nhead=2, num_encoder_layers=2, num_decoder_layers=1, dim_feedforward=16),
+        lambda nn: nn.MultiheadAttention(8, 2, kdim=4, vdim=6, add_bias_kv=True, batch_first=True, bias=False),
+        lambda nn: nn.TransformerEncoder(nn.TransformerEncoderLayer(8, 2, 16, norm_first=True, batch_first=True), 1,
+                                         enable_nested_tensor=False),
+    ]
+    for make in makes:
+        theirs, ours = make(torch.nn), make(ddpc.nn)
+        assert str(ours) == str(theirs), f"ddpc:\n{ours}\ntorch:\n{theirs}"
+        assert list(ours.state_dict()) == list(theirs.state_dict()), (list(ours.state_dict()),
+                                                                      list(theirs.state_dict()))
 
 
 if __name__ == "__main__":

@@ -624,6 +624,12 @@ class Linear(Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
 
+class NonDynamicallyQuantizableLinear(Linear):
+    """MultiheadAttention's out_proj: a Linear under PyTorch's class name, so
+    that models print as PyTorch's (where the name keeps dynamic quantisation
+    off the layer)."""
+
+
 class Bilinear(Module):
     """y = x1 @ weight[k] @ x2 + bias[k] for each of ``out_features`` k, with
     PyTorch's initialisation (weight and bias uniform on +-1/sqrt(in1_features))."""

@@ -10,7 +10,7 @@ from ..autograd import cat, where
 from ..tensor import empty, full, zeros
 from . import functional as F
 from . import init
-from .modules import Dropout, LayerNorm, Linear, Module, ModuleList, Parameter
+from .modules import Dropout, LayerNorm, Linear, Module, ModuleList, NonDynamicallyQuantizableLinear, Parameter
 
 __all__ = ["MultiheadAttention", "Transformer", "TransformerDecoder", "TransformerDecoderLayer", "TransformerEncoder",
            "TransformerEncoderLayer"]
@@ -48,7 +48,7 @@ class MultiheadAttention(Module):
             self.in_proj_bias = Parameter(empty(3 * embed_dim, dtype=dtype, device=device))
         else:
             self.register_parameter("in_proj_bias", None)
-        self.out_proj = Linear(embed_dim, embed_dim, bias=bias, device=device, dtype=dtype)
+        self.out_proj = NonDynamicallyQuantizableLinear(embed_dim, embed_dim, bias=bias, device=device, dtype=dtype)
         if add_bias_kv:
             self.bias_k = Parameter(empty(1, 1, embed_dim, dtype=dtype, device=device))
             self.bias_v = Parameter(empty(1, 1, embed_dim, dtype=dtype, device=device))
@@ -160,9 +160,6 @@ class MultiheadAttention(Module):
             out = out.squeeze(0)
             weights = None if weights is None else weights.squeeze(0)
         return out, weights
-
-    def extra_repr(self):
-        return f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, batch_first={self.batch_first}"
 
 
 _ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
