@@ -507,6 +507,33 @@ def test_spawn_reports_a_killed_child():
     assert isinstance(e, ddpc.multiprocessing.ProcessException)
 
 
+def _share_then_fail(rank, where):
+    t = ddpc.zeros(1000).share_memory_()
+    if rank == 0:
+        # A name sent and never opened keeps its segment after this process
+        # drops its own reference on the way out.
+        t._buf.send_shared()
+        while not (where / "1").exists():
+            time.sleep(0.01)
+    (where / f"{rank}.tmp").write_text(str(os.getpid()))
+    (where / f"{rank}.tmp").rename(where / str(rank))
+    if rank == 0:
+        raise RuntimeError("rank 0 fails after sharing a tensor")
+    time.sleep(60)
+
+
+def test_a_failed_spawn_leaves_no_shared_memory_behind(tmp_path):
+    """Rank 0 shares a tensor, sends its name and fails; rank 1 shares one and
+    is stopped: neither's segment stays in /dev/shm."""
+    from ddpc.spawn import ProcessRaisedException
+
+    with pytest.raises(ProcessRaisedException, match="rank 0 fails after sharing"):
+        ddpc.spawn(_share_then_fail, args=(tmp_path,), nprocs=2)
+    pids = [int((tmp_path / str(r)).read_text()) for r in range(2)]
+    left = [f for f in os.listdir("/dev/shm") for pid in pids if f.startswith((f"ddpc_{pid}_", f"ddpc-{pid}-"))]
+    assert not left
+
+
 def test_spawn_join_false():
     ctx = ddpc.spawn(_allreduce_rank, args=(1,), nprocs=2, join=False)
     assert len(ctx.pids()) == 2

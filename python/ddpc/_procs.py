@@ -44,11 +44,15 @@ def _kill_self_when_parent_exits():
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def remove_shm_segments(pids):
+def remove_shm_segments(pids, stopped=False):
     """Removes shared-memory segments that workers with these pids created and
-    could not unlink because they were killed while setting them up."""
+    could not unlink because they were killed while setting them up. With
+    ``stopped`` (the workers were terminated, their job failed) also their
+    tensors' segments (``share_memory_``): a killed worker never drops its
+    references, and a name it sent that nobody opened holds one too."""
+    patterns = ("ddpc-{}-*", "ddpc_{}_*") if stopped else ("ddpc-{}-*",)
     for pid in pids:
-        for path in glob.glob(f"/dev/shm/ddpc-{pid}-*"):
+        for path in (p for pattern in patterns for p in glob.glob("/dev/shm/" + pattern.format(pid))):
             try:
                 os.unlink(path)
             except OSError:

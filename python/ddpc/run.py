@@ -168,7 +168,7 @@ def stop_all(workers, grace):
         except (ProcessLookupError, PermissionError):
             pass
         w.join_readers(timeout=2)
-    remove_shm_segments(w.proc.pid for w in workers)
+    remove_shm_segments((w.proc.pid for w in workers), stopped=True)
 
 
 def _recorded_at(w):

@@ -124,7 +124,7 @@ class SpawnContext:
             if p.is_alive():
                 p.kill()
                 p.join()
-        remove_shm_segments(self.pids())
+        remove_shm_segments(self.pids(), stopped=True)
 
     def join(self, timeout=None):
         """Waits for every child; returns the return values by rank, or raises
