@@ -335,7 +335,7 @@ def ddp_worker(rank, steps):
     with profile() as prof:
         train(ddp, opt, steps)
     buckets = [b.flat.nbytes for b in ddp._buckets]
-    reduced = [e.metadata["bytes"] for e in prof.events() if e.name == "ddpc.distributed.all_reduce"]
+    reduced = [e.metadata["bytes"] for e in prof.events() if e.name == "c10d::allreduce_"]
     dist.destroy_process_group()
     return buckets, reduced, counts(prof)
 
@@ -350,24 +350,45 @@ def test_ddp_bucket_all_reduces_show_under_the_profiler():
         assert got["nn.Module: DistributedDataParallel"] == steps
 
 
-def test_cpu_backend_collectives_are_named_with_their_sizes():
-    got = ddpc.spawn(collectives_worker, nprocs=2)
-    for events in got:
-        assert events == [("ddpc.distributed.all_reduce", 40), ("ddpc.distributed.broadcast", 24),
-                          ("ddpc.distributed.all_gather", 16), ("ddpc.distributed.barrier", 0)]
+def test_cpu_backend_collectives_are_named_as_pytorchs_with_their_sizes():
+    for rank, (top, nested) in enumerate(ddpc.spawn(collectives_worker, nprocs=2)):
+        assert top[:4] == [("c10d::allreduce_", 40), ("c10d::broadcast_", 24), ("c10d::_allgather_base_", 16),
+                           ("c10d::barrier", 0)]
+        assert [name for name, _ in top[4:]] == [
+            "c10d::allgather_", "c10d::gather_", "c10d::scatter_", "c10d::reduce_", "c10d::reduce_", "c10d::reduce_",
+            "c10d::reduce_scatter_", "c10d::_reduce_scatter_base_", "c10d::alltoall_base_", "c10d::alltoall_",
+            "c10d::send" if rank == 0 else "c10d::recv_", "c10d::allreduce_", "ddpc.distributed.Work.wait"]
+        # An all_to_all is made of messages to and from each peer, and waits for them.
+        for outer in ("c10d::alltoall_base_", "c10d::alltoall_"):
+            assert sorted(name for parent, name in nested if parent == outer) == [
+                "c10d::recv_", "c10d::send", "ddpc.distributed.Work.wait", "ddpc.distributed.Work.wait"]
 
 
 def collectives_worker(rank):
     import ddpc.distributed as dist
 
     dist.init_process_group("cpu")
+    pair = [ddpc.ones(2), ddpc.ones(2)]
     with profile() as prof:
         dist.all_reduce(ddpc.ones(10))
         dist.broadcast(ddpc.ones(3, dtype=ddpc.float64), src=0)
         dist.all_gather_into_tensor(ddpc.zeros(4), ddpc.ones(2))
         dist.barrier()
+        dist.all_gather([ddpc.zeros(2), ddpc.zeros(2)], ddpc.ones(2))
+        dist.gather(ddpc.ones(2), pair if rank == 0 else None, dst=0)
+        dist.scatter(ddpc.zeros(2), pair if rank == 0 else None, src=0)
+        for dst in (0, 1, rank):  # the destination's reduce too
+            dist.reduce(ddpc.ones(2), dst=dst)
+        dist.reduce_scatter(ddpc.zeros(2), pair)
+        dist.reduce_scatter_tensor(ddpc.zeros(2), ddpc.ones(4))
+        dist.all_to_all_single(ddpc.zeros(4), ddpc.ones(4))
+        dist.all_to_all([ddpc.zeros(2), ddpc.zeros(2)], pair)
+        dist.send(ddpc.ones(2), dst=1) if rank == 0 else dist.recv(ddpc.zeros(2), src=0)
+        dist.all_reduce(ddpc.ones(2), async_op=True).wait()
     dist.destroy_process_group()
-    return [(e.name, e.metadata["bytes"]) for e in prof.events()]
+    events = prof.events()
+    return ([(e.name, e.metadata.get("bytes")) for e in events if e.cpu_parent is None],
+            [(e.cpu_parent.name, e.name) for e in events if e.cpu_parent is not None])
 
 
 @pytest.mark.gpu

@@ -127,9 +127,38 @@ def _global_module_hooks(np, torch, ddpc):
     assert got == want, f"{got} where PyTorch has {want}"
 
 
+def _collective_ranges(lib, port):
+    """The names of the collectives' ranges when one rank runs each collective once."""
+    dist = lib.distributed
+    dist.init_process_group("gloo" if lib.__name__ == "torch" else "cpu", init_method=f"tcp://127.0.0.1:{port}",
+                            rank=0, world_size=1)
+    t = lib.ones(4)
+    with lib.profiler.profile(activities=[lib.profiler.ProfilerActivity.CPU]) as prof:
+        dist.all_reduce(t)
+        dist.broadcast(t, 0)
+        dist.reduce(t, 0)
+        dist.all_gather([lib.zeros(4)], t)
+        dist.all_gather_into_tensor(lib.zeros(4), t)
+        dist.gather(t, [lib.zeros(4)], 0)
+        dist.scatter(t, [lib.zeros(4)], 0)
+        dist.reduce_scatter_tensor(lib.zeros(4), t)
+        dist.reduce_scatter(lib.zeros(4), [t])
+        dist.all_to_all_single(lib.zeros(4), t)
+        dist.barrier()
+    dist.destroy_process_group()
+    return [e.name for e in prof.events() if e.name.startswith("c10d::")]
+
+
+def _collective_names(np, torch, ddpc):
+    from ddpc._procs import free_port
+
+    got, want = _collective_ranges(ddpc, free_port()), _collective_ranges(torch, free_port())
+    assert got == want, f"{got} where PyTorch has {want}"
+
+
 GROUPS = {"schedule_actions": _schedule_actions, "trace_ready_cycles": _trace_ready_cycles,
           "optimizer_names": _optimizer_names, "table_columns": _table_columns, "trace_file_names": _trace_file_names,
-          "global_module_hooks": _global_module_hooks}
+          "global_module_hooks": _global_module_hooks, "collective_names": _collective_names}
 
 
 test_matches_pytorch = torch_group_test(__file__, GROUPS)

@@ -12,9 +12,11 @@
   ``enumerate(DataLoader)#<iterator class>.__next__`` (for a prefetched loader:
   the time the training loop waits for the batch), and each batch its
   background thread fetches, ``DataLoader.fetch`` (on that thread);
-- each collective of ddpc.distributed, ``ddpc.distributed.<op>``, named after
-  the collective the C layer runs (``gather`` is an all_gather underneath,
-  ``reduce`` an all_reduce, ``scatter`` a broadcast), with its size in bytes;
+- each collective of ddpc.distributed, named as PyTorch's profiler names the
+  torch.distributed function's (``c10d::allreduce_`` for ``all_reduce``,
+  ``c10d::_allgather_base_`` for ``all_gather_into_tensor``, ...), with its
+  size in bytes, and each ``Work.wait()`` of an asynchronous one,
+  ``ddpc.distributed.Work.wait``;
 - DistributedDataParallel's ``DistributedDataParallel.launch_bucket`` (the
   comm hook starting one bucket's all-reduce) and
   ``DistributedDataParallel.finish_reduction`` (waiting for every bucket's
@@ -35,8 +37,10 @@ CUDA ops are asynchronous, so with ``ProfilerActivity.CUDA`` the times of
 work on a GPU are the host's launch times unless the code synchronizes
 (``ddpc.cuda.synchronize()``); there is no device timeline, and the device
 time columns are zero. An asynchronous collective's range is its launch; the
-time it then takes shows in whatever range waits for it (for
-DistributedDataParallel, ``finish_reduction``). ``profile_memory`` records nothing on the host; with
+time it then takes shows in the ``Work.wait`` range that waits for it (for
+DistributedDataParallel, inside ``finish_reduction``); ``all_to_all`` ranges
+enclose a ``c10d::send`` and a ``c10d::recv_`` range per peer, the messages it
+is made of. ``profile_memory`` records nothing on the host; with
 ``ProfilerActivity.CUDA`` on a machine with a GPU, each range records how
 ``ddpc.cuda.memory_allocated()`` of the current device changed across it (the
 "CUDA Mem" columns). ``with_flops``, ``with_modules`` (module ranges are always
@@ -266,14 +270,34 @@ def _module_hook(module, args, output):
     _close_owned(module)
 
 
-def _collective(c_call, group, args):
-    """``c_call`` (a C collective of ``group``, called with ``args``) made to record its range."""
-    buffers = [a for a in args[:1] if hasattr(a, "nbytes")]
-    metadata = {"bytes": buffers[0].nbytes if buffers else 0, "group size": group.size()}
+# The range of each ddpc.distributed collective, named as PyTorch's profiler
+# names it (after the c10d op that the torch.distributed function calls).
+_COLLECTIVE_NAMES = {
+    "all_reduce": "c10d::allreduce_", "broadcast": "c10d::broadcast_", "reduce": "c10d::reduce_",
+    "all_gather": "c10d::allgather_", "all_gather_into_tensor": "c10d::_allgather_base_", "gather": "c10d::gather_",
+    "scatter": "c10d::scatter_", "reduce_scatter": "c10d::reduce_scatter_",
+    "reduce_scatter_tensor": "c10d::_reduce_scatter_base_", "all_to_all": "c10d::alltoall_",
+    "all_to_all_single": "c10d::alltoall_base_", "barrier": "c10d::barrier", "send": "c10d::send",
+    "recv": "c10d::recv_", "recv_any_source": "c10d::recv_any_source_",
+}
+
+
+def _open_collective(api, group, buffer):
+    """Opens the range of collective ``api`` (a ddpc.distributed function's
+    name) of ``group`` on ``buffer`` (None: none); None when no profile records."""
+    nbytes = getattr(buffer, "nbytes", 0)
+    return _open(_COLLECTIVE_NAMES[api], () if buffer is None else (buffer,),
+                 {"bytes": nbytes, "group size": group.size()})
+
+
+def _collective(c_call, group, args, api):
+    """``c_call`` (a C collective of ``group``, called with ``args``, that
+    runs ddpc.distributed's ``api``) made to record its range."""
+    buffer = args[0] if args and hasattr(args[0], "nbytes") else None
 
     @functools.wraps(c_call)
     def call(*a):
-        frame = _open("ddpc.distributed." + c_call.__name__, buffers, metadata)
+        frame = _open_collective(api, group, buffer)
         try:
             return c_call(*a)
         finally:
@@ -281,6 +305,11 @@ def _collective(c_call, group, args):
                 _close(frame)
 
     return call
+
+
+def _open_wait():
+    """Opens the range of a ``Work.wait()``: where an asynchronous collective's time shows."""
+    return _open("ddpc.distributed.Work.wait")
 
 
 class record_function:

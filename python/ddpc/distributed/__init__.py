@@ -45,15 +45,15 @@ from .._procs import new_token
 from ._store import FileStore, HashStore, PrefixStore, Store, TCPStore, _seconds
 
 __all__ = [
-    "Backend", "DeviceMesh", "DistError", "DistTimeoutError", "FileStore", "GroupMember", "ProcessGroup", "ReduceOp", "TCPStore",
-    "HashStore", "PrefixStore", "Store",
+    "Backend", "DeviceMesh", "DistError", "DistTimeoutError", "FileStore", "GroupMember", "ProcessGroup", "ReduceOp",
+    "TCPStore", "HashStore", "PrefixStore", "Store",
     "P2POp", "Work", "all_gather", "all_gather_into_tensor", "all_gather_object", "all_reduce", "all_to_all",
     "all_to_all_single", "barrier", "batch_isend_irecv", "broadcast", "broadcast_object_list", "destroy_process_group",
     "gather", "gather_object", "get_backend", "get_default_backend_for_device", "get_group_rank",
-    "get_process_group_ranks", "get_rank", "get_world_size", "group", "init_device_mesh", "init_process_group", "irecv", "is_available",
-    "is_backend_available", "is_gloo_available", "is_initialized", "is_mpi_available", "is_nccl_available", "isend",
-    "monitored_barrier", "new_group", "recv", "reduce", "reduce_scatter", "reduce_scatter_tensor", "scatter",
-    "scatter_object_list", "send", "shared_buffer",
+    "get_process_group_ranks", "get_rank", "get_world_size", "group", "init_device_mesh", "init_process_group",
+    "irecv", "is_available", "is_backend_available", "is_gloo_available", "is_initialized", "is_mpi_available",
+    "is_nccl_available", "isend", "monitored_barrier", "new_group", "recv", "reduce", "reduce_scatter",
+    "reduce_scatter_tensor", "scatter", "scatter_object_list", "send", "shared_buffer",
 ]
 
 _DTYPE_CODES = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 3, "int32": 4, "int64": 5, "uint8": 6}
@@ -831,10 +831,15 @@ class Work:
 
     def wait(self, timeout=None):
         """Blocks until the collective is done (raising its error if it failed)."""
-        self._c.wait(_seconds(timeout))
-        if self._finish is not None:
-            finish, self._finish = self._finish, None
-            finish()
+        frame = profiler._open_wait() if profiler._is_profiler_enabled else None
+        try:
+            self._c.wait(_seconds(timeout))
+            if self._finish is not None:
+                finish, self._finish = self._finish, None
+                finish()
+        finally:
+            if frame is not None:
+                profiler._close(frame)
         return True
 
     def is_completed(self):
@@ -865,11 +870,11 @@ class Work:
         raise TypeError("cannot pickle a Work handle")
 
 
-def _launch(g, c_call, async_op, finish, *args, outputs=None):
-    """Runs a C collective of group ``g`` synchronously or wraps its async
-    handle (whose future delivers ``outputs``)."""
+def _launch(api, g, c_call, async_op, finish, *args, outputs=None):
+    """Runs a C collective of group ``g`` for function ``api`` synchronously
+    or wraps its async handle (whose future delivers ``outputs``)."""
     if profiler._is_profiler_enabled:
-        c_call = profiler._collective(c_call, g, args)
+        c_call = profiler._collective(c_call, g, args, api)
     if async_op:
         return Work(c_call(*args, True), finish, group=g, outputs=outputs)
     c_call(*args, False)
@@ -937,9 +942,12 @@ def _reduce_op(op, g, code):
 
 def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
     """Reduces ``tensor`` across the group in place. AVG of integers truncates."""
-    g = _group(group, tensor)
+    return _all_reduce("all_reduce", tensor, op, _group(group, tensor), async_op)
+
+
+def _all_reduce(api, tensor, op, g, async_op):
     a = _Arg(tensor, g)
-    return _launch(g, g._c.all_reduce, async_op, _finisher(a.device_buf and a.finish), a.obj, a.code,
+    return _launch(api, g, g._c.all_reduce, async_op, _finisher(a.device_buf and a.finish), a.obj, a.code,
                    _reduce_op(op, g, a.code), outputs=[tensor])
 
 
@@ -949,7 +957,7 @@ def broadcast(tensor, src=None, group=None, async_op=False, group_src=None):
     g = _group(group, tensor)
     src = _global_peer(g, src, group_src, "src")
     a = _Arg(tensor, g)
-    return _launch(g, g._c.broadcast, async_op, _finisher(a.device_buf and a.finish), a.obj, a.code,
+    return _launch("broadcast", g, g._c.broadcast, async_op, _finisher(a.device_buf and a.finish), a.obj, a.code,
                    _group_rank(g, src, "src"), outputs=[tensor])
 
 
@@ -959,8 +967,8 @@ def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=Fal
     out, inp = _Arg(output_tensor, g), _Arg(input_tensor, g, writable=False)
     if out.code != inp.code:
         raise TypeError("all_gather_into_tensor: input and output dtypes differ")
-    return _launch(g, g._c.all_gather, async_op, _finisher(out.device_buf and out.finish), out.obj,
-                   _apart_from(inp.obj, out.obj), out.code, 0, outputs=[output_tensor])
+    return _launch("all_gather_into_tensor", g, g._c.all_gather, async_op, _finisher(out.device_buf and out.finish),
+                   out.obj, _apart_from(inp.obj, out.obj), out.code, 0, outputs=[output_tensor])
 
 
 def _as_buffer(obj):
@@ -1040,7 +1048,7 @@ def _all_gather_list(what, g, tensor_list, tensor, async_op, keep=True):
         for r, t in enumerate(tensor_list):
             _copy_out(t, out.view(r * inp.numel, (inp.numel,)))
 
-    return _launch(g, g._c.all_gather, async_op, finish if keep else None, out, inp.obj, inp.code, 0,
+    return _launch(what, g, g._c.all_gather, async_op, finish if keep else None, out, inp.obj, inp.code, 0,
                    outputs=tensor_list if keep else None)
 
 
@@ -1072,7 +1080,8 @@ def scatter(tensor, scatter_list=None, src=None, group=None, async_op=False, gro
         raise ValueError("scatter: only rank src passes a scatter_list")
     blocks = _blocks_of("scatter", g, out, scatter_list) if g.rank() == src_rank else _member_blocks(g, out)
     mine = blocks.view(g.rank() * out.numel, (out.numel,))
-    return _launch(g, g._c.broadcast, async_op, lambda: _copy_out(tensor, mine), blocks, out.code, src_rank)
+    return _launch("scatter", g, g._c.broadcast, async_op, lambda: _copy_out(tensor, mine), blocks, out.code,
+                   src_rank)
 
 
 def reduce(tensor, dst=None, op=ReduceOp.SUM, group=None, async_op=False, group_dst=None):
@@ -1081,11 +1090,11 @@ def reduce(tensor, dst=None, op=ReduceOp.SUM, group=None, async_op=False, group_
     g = _group(group, tensor)
     dst = _global_peer(g, dst, group_dst, "dst")
     if g.rank() == _group_rank(g, dst, "dst"):
-        return all_reduce(tensor, op, g, async_op)
+        return _all_reduce("reduce", tensor, op, g, async_op)
     a = _Arg(tensor, g, writable=False)
     scratch = _scratch(g, a, a.numel)
     _C.copy(scratch, _as_buffer(a.obj).view(0, (a.numel,)))
-    return _launch(g, g._c.all_reduce, async_op, None, scratch, a.code, _reduce_op(op, g, a.code))
+    return _launch("reduce", g, g._c.all_reduce, async_op, None, scratch, a.code, _reduce_op(op, g, a.code))
 
 
 def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op=False):
@@ -1095,8 +1104,9 @@ def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op=F
     out, inp = _Arg(output, g), _Arg(input, g, writable=False)
     if out.code != inp.code:
         raise TypeError("reduce_scatter_tensor: input and output dtypes differ")
-    return _launch(g, g._c.reduce_scatter, async_op, _finisher(out.device_buf and out.finish), out.obj,
-                   _apart_from(inp.obj, out.obj), out.code, _reduce_op(op, g, out.code), outputs=[output])
+    return _launch("reduce_scatter_tensor", g, g._c.reduce_scatter, async_op,
+                   _finisher(out.device_buf and out.finish), out.obj, _apart_from(inp.obj, out.obj), out.code,
+                   _reduce_op(op, g, out.code), outputs=[output])
 
 
 def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op=False):
@@ -1104,8 +1114,8 @@ def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op=Fal
     g = _group(group, output)
     out = _Arg(output, g)
     blocks = _blocks_of("reduce_scatter", g, out, input_list)
-    return _launch(g, g._c.reduce_scatter, async_op, _finisher(out.device_buf and out.finish), out.obj, blocks,
-                   out.code, _reduce_op(op, g, out.code))
+    return _launch("reduce_scatter", g, g._c.reduce_scatter, async_op, _finisher(out.device_buf and out.finish),
+                   out.obj, blocks, out.code, _reduce_op(op, g, out.code))
 
 
 @contextlib.contextmanager
@@ -1130,7 +1140,7 @@ def barrier(group=None, async_op=False, device_ids=None, timeout=None):
     del device_ids
     g = _group(group)
     if timeout is None or async_op:
-        return _launch(g, g._c.barrier, async_op, None)
+        return _launch("barrier", g, g._c.barrier, async_op, None)
     Work(g._c.barrier(True), group=g).wait(timeout)
     return None
 
@@ -1177,7 +1187,8 @@ def _p2p(tensor, peer, group, tag, sending, async_op):
     a = _Arg(tensor, g, writable=not sending)
     call = g._c.send if sending else g._c.recv
     if profiler._is_profiler_enabled:
-        call = profiler._collective(call, g, (a.obj,))
+        call = profiler._collective(call, g, (a.obj,), "send" if sending else "recv" if peer is not None else
+                                    "recv_any_source")
     peer_rank = -1 if peer is None else _group_rank(g, peer, "dst" if sending else "src")
     finish = None if sending else _finisher(a.device_buf and a.finish)
     if async_op:
@@ -1276,6 +1287,16 @@ def _exchange(what, g, outs, ins, async_op):
     _C.copy(_as_buffer(mine_out.obj), _as_buffer(mine_in.obj))
     if mine_out.device_buf is not None:
         mine_out.finish()
+    frame = profiler._open_collective(what, g, None) if profiler._is_profiler_enabled else None
+    try:
+        return _exchange_blocks(g, outs, ins, async_op)
+    finally:
+        if frame is not None:
+            profiler._close(frame)
+
+
+def _exchange_blocks(g, outs, ins, async_op):
+    n, me = g.size(), g.rank()
     works = []
     with coalesce(g):
         # Round k: send to the member k ahead while receiving from the one k
