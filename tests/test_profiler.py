@@ -391,6 +391,41 @@ def collectives_worker(rank):
             [(e.cpu_parent.name, e.name) for e in events if e.cpu_parent is not None])
 
 
+def test_with_flops_counts_matmuls_linears_and_2d_convolutions_by_pytorchs_formulas():
+    F = nn.functional
+    with profile(with_flops=True, record_shapes=True) as prof:
+        ddpc.randn(8, 16) @ ddpc.randn(16, 4)  # 2 * 8 * 16 * 4
+        ddpc.randn(2, 8, 16) @ ddpc.randn(2, 16, 4)  # per batch entry
+        ddpc.randn(3, 8, 16) @ ddpc.randn(16, 4)  # the batch folds into the rows
+        nn.Linear(16, 4)(ddpc.randn(3, 5, 16))  # 2 * 15 * 16 * 4, the bias not counted
+        F.linear(ddpc.randn(16), ddpc.randn(4, 16))
+        nn.Conv2d(3, 5, 3, padding=1)(ddpc.randn(2, 3, 8, 8))  # 2 * N * Hout * Wout * weight elements
+        F.conv2d(ddpc.randn(2, 4, 9, 9), ddpc.randn(6, 2, 3, 3), stride=2, groups=2)
+        ddpc.randn(16) @ ddpc.randn(16)  # PyTorch counts none of these
+        ddpc.randn(4, 16) @ ddpc.randn(16)
+        F.conv1d(ddpc.randn(2, 3, 8), ddpc.randn(5, 3, 3))
+        F.conv2d(ddpc.randn(3, 8, 8), ddpc.randn(5, 3, 3, 3))
+    counted = [(e.name, e.flops, e.input_shapes) for e in prof.events() if e.flops]
+    assert counted == [("aten::mm", 1024, [[8, 16], [16, 4]]), ("aten::bmm", 2048, [[2, 8, 16], [2, 16, 4]]),
+                       ("aten::mm", 3072, [[3, 8, 16], [16, 4]]), ("aten::addmm", 1920, [[3, 5, 16], [4, 16], [4]]),
+                       ("aten::mm", 128, [[16], [4, 16]]), ("aten::conv2d", 34560, [[2, 3, 8, 8], [5, 3, 3, 3], [5]]),
+                       ("aten::conv2d", 6912, [[2, 4, 9, 9], [6, 2, 3, 3]])]
+    assert not any(e.name.startswith("aten::") and not e.flops for e in prof.events())
+    table = prof.key_averages().table()
+    assert "Total KFLOPs" in table  # the unit of the smallest row's count, aten::addmm's 1920
+    rows = table_rows(table)
+    assert [rows[name][-1] for name in ("aten::mm", "aten::bmm", "aten::addmm", "aten::conv2d")] == [
+        "4.224", "2.048", "1.920", "41.472"]
+    assert rows["nn.Module: Linear"][-1] == "--"
+
+
+def test_without_with_flops_nothing_is_counted():
+    with profile() as prof:
+        nn.Linear(4, 2)(ddpc.randn(3, 4)) @ ddpc.randn(2, 2)
+    assert all(e.flops == 0 and not e.name.startswith("aten::") for e in prof.events())
+    assert "FLOPs" not in prof.key_averages().table()
+
+
 @pytest.mark.gpu
 def test_profile_memory_records_cuda_allocations():
     model = nn.Linear(256, 1024).cuda()

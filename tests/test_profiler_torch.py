@@ -156,9 +156,38 @@ def _collective_names(np, torch, ddpc):
     assert got == want, f"{got} where PyTorch has {want}"
 
 
+def _counted(lib):
+    """(name, FLOPs) of the ranges that count FLOPs, and the table's FLOPs header, for the same calls."""
+    F = lib.nn.functional
+    with lib.profiler.profile(activities=[lib.profiler.ProfilerActivity.CPU], with_flops=True) as prof:
+        lib.randn(8, 16) @ lib.randn(16, 4)
+        lib.matmul(lib.randn(2, 1, 8, 16), lib.randn(3, 16, 4))
+        lib.randn(3, 8, 16) @ lib.randn(16, 4)
+        lib.randn(16) @ lib.randn(2, 16, 4)
+        lib.randn(16) @ lib.randn(16, 4)
+        lib.randn(4, 16) @ lib.randn(16)
+        lib.nn.Linear(16, 4)(lib.randn(3, 5, 16))
+        lib.nn.Linear(16, 4, bias=False)(lib.randn(5, 16))
+        F.linear(lib.randn(16), lib.randn(4, 16), lib.randn(4))
+        lib.nn.Conv2d(3, 5, 3, padding=1)(lib.randn(2, 3, 8, 8))
+        F.conv2d(lib.randn(2, 4, 9, 9), lib.randn(6, 2, 3, 3), stride=2, groups=2, dilation=(1, 2))
+        F.conv2d(lib.randn(1, 3, 6, 6), lib.randn(4, 3, 3, 3), padding="same")
+        F.conv2d(lib.randn(1, 3, 6, 6), lib.randn(4, 3, 3, 3), padding="valid")
+        F.conv2d(lib.randn(1, 3, 6, 6), lib.randn(4, 3, 3, 3), padding=(2, 0))
+        F.conv1d(lib.randn(2, 3, 8), lib.randn(5, 3, 3))
+    header = next(line for line in prof.key_averages().table().splitlines() if "Name" in line)
+    return [(e.name, e.flops) for e in prof.events() if e.flops], header.split()[-1]
+
+
+def _flops(np, torch, ddpc):
+    got, want = _counted(ddpc), _counted(torch)
+    assert got == want, f"{got} where PyTorch has {want}"
+
+
 GROUPS = {"schedule_actions": _schedule_actions, "trace_ready_cycles": _trace_ready_cycles,
           "optimizer_names": _optimizer_names, "table_columns": _table_columns, "trace_file_names": _trace_file_names,
-          "global_module_hooks": _global_module_hooks, "collective_names": _collective_names}
+          "global_module_hooks": _global_module_hooks, "collective_names": _collective_names,
+          "flops": _flops}
 
 
 test_matches_pytorch = torch_group_test(__file__, GROUPS)

@@ -2043,6 +2043,7 @@ class _MatmulBackward(Node):
         return ga, gb
 
 
+@profiler._counts_flops(profiler._matmul_flops)
 @autocast_op("lower")
 def matmul(input, other):
     """a @ b as torch.matmul: a 1-d a is a row, a 1-d b a column (both dropped
@@ -2115,6 +2116,7 @@ class _LinearBackward(Node):
         return gx, gw, gb
 
 
+@profiler._counts_flops(profiler._linear_flops)
 @autocast_op("lower")
 def linear(input, weight, bias=None):
     """x @ weight.T + bias in one GEMM with the bias fused; x is [..., in]. A 1-d

@@ -43,8 +43,13 @@ enclose a ``c10d::send`` and a ``c10d::recv_`` range per peer, the messages it
 is made of. ``profile_memory`` records nothing on the host; with
 ``ProfilerActivity.CUDA`` on a machine with a GPU, each range records how
 ``ddpc.cuda.memory_allocated()`` of the current device changed across it (the
-"CUDA Mem" columns). ``with_flops``, ``with_modules`` (module ranges are always
-recorded) and ``experimental_config`` change nothing, and PyTorch's
+"CUDA Mem" columns). With ``with_flops``, each matmul, linear and batched 2-d
+convolution records a range named as the PyTorch op that does its work
+(``aten::mm``, ``aten::bmm``, ``aten::addmm``, ``aten::conv2d``) with its FLOPs
+by PyTorch's formulas (the table's "Total FLOPs" column; operations PyTorch
+counts none of record none), forward calls only: backward's products are
+C calls. ``with_modules`` (module ranges are always recorded) and
+``experimental_config`` change nothing, and PyTorch's
 ``execution_trace_observer``, ``custom_trace_id_callback`` and
 ``post_processing_timeout_s`` are not taken. Warmup steps record nothing
 (PyTorch records them and drops the result). One profile records at a time
@@ -59,6 +64,7 @@ import functools
 import gzip
 import itertools
 import json
+import math
 import os
 import socket
 import sys
@@ -66,12 +72,16 @@ import threading
 import time
 import warnings
 
+import numpy as np
+
 __all__ = ["EventList", "FunctionEvent", "FunctionEventAvg", "ProfilerAction", "ProfilerActivity", "profile",
            "record_function", "schedule", "supported_activities", "tensorboard_trace_handler"]
 
 # True while a profile records: the one check every hook point makes (as
 # torch.autograd.profiler._is_profiler_enabled).
 _is_profiler_enabled = False
+# True while a profile with with_flops records: the check of the ops that count FLOPs.
+_counting_flops = False
 # The recording profile's _Window (None when none records).
 _window = None
 # Per thread: the window its stack of open ranges belongs to, the stack, its thread id.
@@ -312,6 +322,86 @@ def _open_wait():
     return _open("ddpc.distributed.Work.wait")
 
 
+def _counts_flops(flops_of):
+    """Decorates an op that, while a ``with_flops`` profile records, records
+    its range under the name and FLOPs that ``flops_of(*args, **kwargs)``
+    gives, as (name, flops), or None for a call that PyTorch counts none of.
+    The op's calls of counted ops (a matmul on reshaped operands) are its own
+    work, not counted again."""
+
+    def wrap(fn):
+        @functools.wraps(fn)
+        def op(*args, **kwargs):
+            if not _counting_flops or getattr(_local, "in_counted_op", False):
+                return fn(*args, **kwargs)
+            counted = flops_of(*args, **kwargs)
+            frame = None if counted is None else _open(counted[0], [a for a in args if hasattr(a, "shape")],
+                                                       {"flops": counted[1]})
+            _local.in_counted_op = True
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                _local.in_counted_op = False
+                if frame is not None:
+                    _close(frame)
+
+        return op
+
+    return wrap
+
+
+def _well_formed(shapes_ok):
+    """FLOPs for well-formed arguments only: a call the op itself refuses counts nothing."""
+    @functools.wraps(shapes_ok)
+    def flops_of(*args, **kwargs):
+        try:
+            return shapes_ok(*args, **kwargs)
+        except (AttributeError, IndexError, TypeError, ValueError):
+            return None
+
+    return flops_of
+
+
+@_well_formed
+def _matmul_flops(input, other):
+    """torch.matmul's: 2*M*K*N per product, as aten::mm where ``other`` is a
+    matrix (``input``'s leading dims fold into M) and aten::bmm where it has
+    batch dims; matrix-vector and vector products count none."""
+    if input.ndim == 0 or other.ndim < 2 or input.shape[-1] != other.shape[-2]:
+        return None
+    k, n = other.shape[-2:]
+    if other.ndim == 2:
+        return "aten::mm", 2 * math.prod(input.shape[:-1]) * k * n
+    m = input.shape[-2] if input.ndim > 1 else 1
+    batch = math.prod(np.broadcast_shapes(tuple(input.shape[:-2]), tuple(other.shape[:-2])))
+    return "aten::bmm", 2 * batch * m * k * n
+
+
+@_well_formed
+def _linear_flops(input, weight, bias=None):
+    """F.linear's: aten::addmm with a bias, aten::mm without, 2*M*K*N."""
+    if weight.ndim != 2 or input.ndim == 0 or input.shape[-1] != weight.shape[1]:
+        return None
+    return ("aten::mm" if bias is None else "aten::addmm"), 2 * math.prod(input.shape[:-1]) * math.prod(weight.shape)
+
+
+def _pair(v):
+    return (v, v) if isinstance(v, int) else tuple(v)
+
+
+@_well_formed
+def _conv2d_flops(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """F.conv2d's: 2 * N * Hout * Wout * weight elements, for a batched input
+    and numeric padding, as PyTorch counts ('same' and 'valid' count none)."""
+    if input.ndim != 4 or weight.ndim != 4 or isinstance(padding, str):
+        return None
+    out = [(size + 2 * p - d * (k - 1) - 1) // s + 1 for size, p, d, k, s in
+           zip(input.shape[2:], _pair(padding), _pair(dilation), weight.shape[2:], _pair(stride))]
+    if min(out) <= 0:
+        return None
+    return "aten::conv2d", 2 * input.shape[0] * math.prod(out) * math.prod(weight.shape)
+
+
 class record_function:
     """Context manager and decorator that records a named range, as
     torch.profiler.record_function (``args``, a string, is kept with the range)."""
@@ -412,6 +502,7 @@ class FunctionEvent(_Stats):
 
     def __init__(self, frame, thread, thread_name, end_ns, self_ns, memory, window_start_ns):
         self.id, self.thread, self._thread_name = frame.id, thread, thread_name
+        self.flops = (frame.metadata or {}).get("flops", 0)
         # As PyTorch's: the steps are one row of the table, and keep their numbers in the trace.
         self.trace_name = frame.name
         self.name = "ProfilerStep*" if frame.name.startswith("ProfilerStep#") else frame.name
@@ -451,6 +542,7 @@ class FunctionEventAvg(_Stats):
         self.count = 0
         self.cpu_time_total = self.self_cpu_time_total = 0.0
         self.device_memory_usage = self.self_device_memory_usage = 0
+        self.flops = 0
         self.input_shapes = self.stack = self.cpu_parent = None
 
     def add(self, other):
@@ -462,6 +554,7 @@ class FunctionEventAvg(_Stats):
         self.self_cpu_time_total += other.self_cpu_time_total
         self.device_memory_usage += other.device_memory_usage
         self.self_device_memory_usage += other.self_device_memory_usage
+        self.flops += other.flops
         return self
 
     @property
@@ -532,6 +625,7 @@ def _table(events, sort_by, row_limit, max_src_column_width, max_name_column_wid
     has_shapes = any(e.input_shapes for e in events)
     has_stack = any(e.stack for e in events)
     has_memory = any(e.device_memory_usage or e.self_device_memory_usage for e in events)
+    flops = [e.flops for e in events if e.flops > 0]
     name_width = max(len(e.key) for e in events) + 4
     if max_name_column_width is not None:
         name_width = min(name_width, max_name_column_width)
@@ -544,6 +638,11 @@ def _table(events, sort_by, row_limit, max_src_column_width, max_name_column_wid
     if has_shapes:
         headers.append("Input Shapes")
         widths.append(min(max(len(str(e.input_shapes)) for e in events) + 4, max_shapes_column_width or 1 << 30))
+        aligns.append(">")
+    if flops:
+        flops_scale, flops_unit = _flops_unit(min(flops))
+        headers.append(f"Total {flops_unit}")
+        widths.append(12)
         aligns.append(">")
     if has_stack:
         headers.append("Source Location")
@@ -579,6 +678,8 @@ def _table(events, sort_by, row_limit, max_src_column_width, max_name_column_wid
         row.append(e.count)
         if has_shapes:
             row.append(str(e.input_shapes)[:widths[len(row)]])
+        if flops:
+            row.append(f"{e.flops * flops_scale:8.3f}" if e.flops > 0 else "--")
         if has_stack:
             row.append(_trimmed(e.stack[0], widths[-1]) if e.stack else "")
         lines.append(row_format.format(*row))
@@ -588,6 +689,14 @@ def _table(events, sort_by, row_limit, max_src_column_width, max_name_column_wid
             lines.append(row_format.format(*blank, ""))
     lines += [separator, f"Self CPU time total: {_time_in(time_unit, total_self, _format_time(total_self))}"]
     return "\n".join(lines) + "\n"
+
+
+def _flops_unit(smallest):
+    """The scale and unit of the FLOPs column, as PyTorch picks them: the
+    thousands of the smallest count (FLOPs, KFLOPs, ... PFLOPs)."""
+    units = ["FLOPs", "KFLOPs", "MFLOPs", "GFLOPs", "TFLOPs", "PFLOPs"]
+    power = int(max(0.0, min(math.log10(smallest) / 3, len(units) - 1)))
+    return 10.0 ** (-3 * power), units[power]
 
 
 def _write_chrome_trace(events, path, metadata):
@@ -679,7 +788,8 @@ class profile:
     def __init__(self, *, activities=None, schedule=None, on_trace_ready=None, record_shapes=False,
                  profile_memory=False, with_stack=False, with_flops=False, with_modules=False,
                  experimental_config=None, acc_events=False):
-        del with_flops, with_modules, experimental_config  # see the module docstring
+        del with_modules, experimental_config  # see the module docstring
+        self.with_flops = with_flops
         self.activities = supported_activities() if activities is None else _parse_activities(activities)
         self.record_shapes, self.profile_memory, self.with_stack = record_shapes, profile_memory, with_stack
         self.acc_events = acc_events
@@ -751,7 +861,7 @@ class profile:
             self._start_trace()
 
     def _start_trace(self):
-        global _window, _is_profiler_enabled
+        global _window, _is_profiler_enabled, _counting_flops
         if _window is not None:
             raise RuntimeError("another ddpc.profiler.profile is recording: ddpc records one profile at a time")
         from .nn import modules
@@ -767,12 +877,13 @@ class profile:
                        modules.register_module_forward_hook(_module_hook, always_call=True))
         self._recording = True
         _is_profiler_enabled = True
+        _counting_flops = self.with_flops
 
     def _stop_trace(self):
-        global _window, _is_profiler_enabled
+        global _window, _is_profiler_enabled, _counting_flops
         if not self._recording:
             return
-        _is_profiler_enabled = False
+        _is_profiler_enabled = _counting_flops = False
         window, _window = _window, None
         for handle in self._hooks:
             handle.remove()

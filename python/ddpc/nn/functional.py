@@ -14,6 +14,7 @@ import warnings
 import numpy as np
 
 from .. import autograd as _ag
+from .. import profiler
 from .._pointwise import hardshrink
 from .._dtype import bfloat16, float16, uint8
 from ..tensor import Tensor, broadcast_tensors, ones, rand, zeros
@@ -532,6 +533,7 @@ def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     return _conv.convolution("conv1d", 1, input, weight, bias, stride, padding, dilation, groups)
 
 
+@profiler._counts_flops(profiler._conv2d_flops)
 def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """2-d convolution (cross-correlation) of (N, C, H, W) or (C, H, W)
     ``input`` by ``weight`` (O, C / groups, KH, KW); ``padding`` an int, a
