@@ -4,6 +4,7 @@ clients; every kind's compare_set and set_timeout, as PyTorch's; PrefixStore."""
 
 import socket
 import struct
+import sys
 import threading
 import time
 from datetime import timedelta
@@ -120,6 +121,28 @@ def test_counters_are_decimal_text_and_keys_too_long_are_refused(master):
     with pytest.raises(ValueError, match="exceed"):
         c.add("k" * (17 << 20), 1)
     assert c.get("n") == b"5"  # the connection survives
+
+
+def test_set_gives_the_value_back_on_every_path(master):
+    """A closed store, a refused value and a stored one all release the
+    value's buffer: a bytearray whose buffer stayed exported could not grow,
+    and a bytes value would keep a reference for each call."""
+    closed = ddpc._C.Store.__new__(ddpc._C.Store)
+    value, too_big, data = bytearray(b"v"), bytearray(17 << 20), b"some bytes"
+    refs = sys.getrefcount(data)
+    for _ in range(100):
+        with pytest.raises(ValueError, match="the store is closed"):
+            closed.set("k", value)
+        with pytest.raises(ValueError, match="the store is closed"):
+            closed.set("k", data)
+        value.append(0)  # a BufferError where an export was left
+        with pytest.raises(ValueError, match="exceed"):
+            master._c.set("k", too_big)
+        too_big.append(0)
+        master._c.set("k", value)
+        value.append(0)
+    assert sys.getrefcount(data) == refs
+    assert master.get("k") == bytes(value[:-1])
 
 
 def _recv_exactly(s, n):

@@ -71,12 +71,18 @@ static double timeout_arg_(ddpc_store *s, PyObject *t) {
 static PyObject *store_set(store_obj *self, PyObject *args) {
     const char *key;
     Py_buffer val;
-    if (!PyArg_ParseTuple(args, "sy*", &key, &val) || !store_ready_(self)) return NULL;
-    ddpc_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = ddpc_store_set(self->store, key, val.buf, (size_t)val.len);
-    Py_END_ALLOW_THREADS
+    if (!PyArg_ParseTuple(args, "sy*", &key, &val)) return NULL;
+    /* Every path from here on releases the value's buffer: a leaked one
+     * keeps a reference to it and, for a bytearray, forbids resizing it. */
+    int ready = store_ready_(self);
+    ddpc_status st = DDPC_OK;
+    if (ready) {
+        Py_BEGIN_ALLOW_THREADS
+        st = ddpc_store_set(self->store, key, val.buf, (size_t)val.len);
+        Py_END_ALLOW_THREADS
+    }
     PyBuffer_Release(&val);
+    if (!ready) return NULL;
     if (st != DDPC_OK) return ddpc_raise(st);
     Py_RETURN_NONE;
 }
