@@ -56,7 +56,7 @@ C_TESTS = {
     "window": (f"{ROOT}/tests/c/test_window.c", []),  # kernels/window.h is header-only
     "special": (f"{ROOT}/tests/c/test_special_functions.c", []),  # so are kernels/special_functions.h and the rest
     "search": (f"{ROOT}/tests/c/test_search.c", []),
-    "crc32c": (f"{ROOT}/tests/c/test_crc32c.c", _sources("common", "crc32c")),
+    "crc": (f"{ROOT}/tests/c/test_crc.c", _sources("common", "crc")),
 }
 
 

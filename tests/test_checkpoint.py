@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 
 import ddpc
+from ddpc import _C
 
 
 def sample():
@@ -488,6 +489,20 @@ def test_format_1_files_still_load_and_data_is_still_written_in_format_1():
     out = io.BytesIO()
     ddpc.save(format1_object(), out)
     assert out.getvalue() == open(path, "rb").read()  # so an older ddpc reads a checkpoint of data
+
+
+def test_the_checksum_is_zlibs_crc32_at_every_length_offset_and_running_value():
+    data = np.random.default_rng(0).integers(0, 256, 1 << 20, dtype=np.uint8).tobytes()
+    for off in range(16):
+        for n in list(range(0, 200)) + [255, 256, 1000, 4097]:
+            piece = memoryview(data)[off:off + n]
+            assert _C.crc32(piece) == zlib.crc32(piece), (off, n)
+            assert _C.crc32(piece, 0xDEADBEEF) == zlib.crc32(piece, 0xDEADBEEF), (off, n)
+    assert _C.crc32(data) == zlib.crc32(data)  # large enough to run without the GIL
+    assert _C.crc32(data[7:], _C.crc32(data[:7])) == zlib.crc32(data)
+    assert _C.crc32(b"123456789") == 0xCBF43926 and _C.crc32(b"", 1 << 32 | 5) == 5
+    with pytest.raises(ValueError, match="not C-contiguous"):
+        _C.crc32(np.arange(8, dtype=np.uint8)[::2])
 
 
 def test_a_pickled_checkpoint_keeps_its_tensors_in_the_payload(tmp_path):

@@ -7,7 +7,7 @@ The file format is ddpc's own:
     version  u32      1 or 2
     hlen     u64      length of the header
     plen     u64      length of the payload
-    crc      u32      CRC-32 of header + payload
+    crc      u32      CRC-32 (zlib's) of header + payload
     header   hlen bytes of UTF-8 JSON: {"root": <value>, "tensors": [...]}
     payload  plen bytes: every tensor's raw bytes, 64-byte aligned
 
@@ -211,6 +211,9 @@ def _payload(items):
 
 
 def _serialize(obj, pickle_module, pickle_protocol):
+    """The checkpoint as a list of pieces, the prefix and header and then the payload's chunks
+    (views of the tensors' own memory), so a save writes them out without first joining them
+    into a copy as large as the file."""
     table = _Table()
     try:
         root, version = _encode(obj, table), _DATA_VERSION
@@ -220,9 +223,11 @@ def _serialize(obj, pickle_module, pickle_protocol):
         root, version = ["pickle", table.add(blob, _raw)], _PICKLE_VERSION
     entries, chunks = _payload(table.items)
     header = json.dumps({"root": root, "tensors": entries}, separators=(",", ":")).encode("utf-8")
-    payload = b"".join(chunks)
-    crc = zlib.crc32(payload, zlib.crc32(header))
-    return _PREFIX.pack(_MAGIC, version, len(header), len(payload), crc) + header + payload
+    crc, plen = _C.crc32(header), 0
+    for chunk in chunks:
+        crc = _C.crc32(chunk, crc)
+        plen += memoryview(chunk).nbytes
+    return [_PREFIX.pack(_MAGIC, version, len(header), plen, crc) + header] + chunks
 
 
 # ---- decoding ----------------------------------------------------------------------------
@@ -415,7 +420,7 @@ def _deserialize(data, map_location, path, unpickle):
                     "(truncated or extended)")
     header = data[_PREFIX.size:_PREFIX.size + hlen]
     payload = memoryview(data)[_PREFIX.size + hlen:]
-    if zlib.crc32(payload, zlib.crc32(header)) != crc:
+    if _C.crc32(payload, _C.crc32(header)) != crc:
         _fail(path, "checksum mismatch (the file is corrupted)")
     try:
         meta = json.loads(header.decode("utf-8"))
@@ -817,16 +822,18 @@ def save(obj, f, pickle_module=pickle, pickle_protocol=DEFAULT_PROTOCOL):
     if 0 <= pickle_protocol < 2:
         raise ValueError(f"ddpc.save: pickle_protocol must be 2 or higher (tensors are persistent ids, which "
                          f"protocols 0 and 1 write only as text), got {pickle_protocol}")
-    data = _serialize(obj, pickle_module, pickle_protocol)
+    pieces = _serialize(obj, pickle_module, pickle_protocol)
     if hasattr(f, "write"):
-        f.write(data)
+        for piece in pieces:
+            f.write(piece)
         return
     path = os.fspath(f)
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=directory)
     try:
         with os.fdopen(fd, "wb") as out:
-            out.write(data)
+            for piece in pieces:
+                out.write(piece)
             out.flush()
             os.fsync(out.fileno())
         os.replace(tmp, path)
