@@ -25,9 +25,9 @@ import warnings
 import numpy as np
 
 from .. import _C
-from .. import _join, profiler
+from .. import profiler
 from .. import distributed as dist
-from .._join import Join, JoinHook, Joinable, _GroupJoinable
+from .._join import Join, JoinHook, _GroupJoinable
 from ..autograd import Node, is_grad_enabled, no_grad, queue_callback
 from .._dtype import bfloat16, float16
 from .._sparse_coo import SparseTensor
@@ -737,28 +737,5 @@ def _scatter_chunk(obj, i, k, device):
     return obj
 
 
-def _register_comm_hook_modules():
-    """PyTorch's import paths of the built-in comm hooks, for scripts that
-    register them: ``ddpc.distributed.algorithms.ddp_comm_hooks.default_hooks``
-    (allreduce, fp16 and bf16 compression) and ``...powerSGD_hook``."""
-    import sys
-    import types
-
-    from . import _powersgd
-
-    default = types.ModuleType("ddpc.distributed.algorithms.ddp_comm_hooks.default_hooks",
-                               "DDP's all-reduce hook and its float16 and bfloat16 compressing forms.")
-    default.allreduce_hook, default.fp16_compress_hook = allreduce_hook, fp16_compress_hook
-    default.bf16_compress_hook = bf16_compress_hook
-    hooks = types.ModuleType("ddpc.distributed.algorithms.ddp_comm_hooks", "DDP's built-in comm hooks.")
-    hooks.default_hooks, hooks.powerSGD_hook = default, _powersgd
-    algorithms = types.ModuleType("ddpc.distributed.algorithms", "Algorithms over the process group.")
-    algorithms.ddp_comm_hooks, algorithms.join = hooks, _join
-    algorithms.Join, algorithms.Joinable, algorithms.JoinHook = Join, Joinable, JoinHook
-    for name, module in ((algorithms.__name__, algorithms), (hooks.__name__, hooks), (default.__name__, default),
-                         (hooks.__name__ + ".powerSGD_hook", _powersgd), (algorithms.__name__ + ".join", _join)):
-        sys.modules[name] = module
-    dist.algorithms = algorithms
-
-
-_register_comm_hook_modules()
+# PyTorch's import paths of the hooks above (ddpc.distributed.algorithms.ddp_comm_hooks...), which import this module.
+from ..distributed import algorithms as _algorithms  # noqa: E402,F401

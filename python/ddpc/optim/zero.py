@@ -26,9 +26,6 @@ Where ddpc differs: it lives at ``ddpc.optim.ZeroRedundancyOptimizer``
 supported; ``parameters_as_bucket_view`` is accepted and changes nothing.
 """
 
-import sys
-import types
-
 from .. import distributed as dist
 from .._join import Join, JoinHook, _GroupJoinable
 from ..autograd import no_grad
@@ -212,12 +209,5 @@ class _ZeroJoinHook(JoinHook):
             self.zero._step()
 
 
-def _register_distributed_optim():
-    """torch.distributed.optim's path to the class: ddpc.distributed.optim."""
-    module = types.ModuleType(dist.__name__ + ".optim", "Distributed optimizers (torch.distributed.optim's path).")
-    module.ZeroRedundancyOptimizer = ZeroRedundancyOptimizer
-    module.__all__ = ["ZeroRedundancyOptimizer"]
-    dist.optim = sys.modules[module.__name__] = module
-
-
-_register_distributed_optim()
+# torch.distributed.optim's path to the class: ddpc.distributed.optim, which imports this module.
+from ..distributed import optim as _distributed_optim  # noqa: E402,F401

@@ -1,0 +1,7 @@
+"""DistributedDataParallel's built-in comm hooks, at
+torch.distributed.algorithms.ddp_comm_hooks' paths; register one with
+``ddp.register_comm_hook(state, hook)``."""
+
+from . import default_hooks, powerSGD_hook
+
+__all__ = ["default_hooks", "powerSGD_hook"]

@@ -1,0 +1,5 @@
+"""ZeroRedundancyOptimizer (implemented in ddpc.optim.zero)."""
+
+from ...optim.zero import ZeroRedundancyOptimizer
+
+__all__ = ["ZeroRedundancyOptimizer"]
