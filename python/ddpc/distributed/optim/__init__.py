@@ -1,5 +1,6 @@
 """Distributed optimizers, at torch.distributed.optim's paths."""
 
+from .post_localSGD_optimizer import PostLocalSGDOptimizer
 from .zero_redundancy_optimizer import ZeroRedundancyOptimizer
 
-__all__ = ["ZeroRedundancyOptimizer"]
+__all__ = ["PostLocalSGDOptimizer", "ZeroRedundancyOptimizer"]
