@@ -76,6 +76,8 @@ def test_single_command_examples(script, expect):
     ("grad_accumulation.py", r"epoch 2 +accuracy"),
     ("imbalanced.py", r"per-class recall"),
     ("uneven_inputs.py", r"rank 1: ran 8 batches; the group ran 13 in all"),
+    ("local_sgd.py", r"epoch 2 +accuracy 0\.9\d+ +\(step 96, models averaged 19 times\)(.|\n)*"
+                     r"ranks hold the same model: True"),
     ("less_memory.py", r"epoch 3 +accuracy 0\.9\d+ +optimizer state for \d+ of 36228 parameters"),
     ("fsdp_transformer.py", r"this rank holds 9256 of 18512 parameters(.|\n)*unwrapped model with the full state "
                             r"dict: accuracy (0\.9\d+|1\.000)"),
