@@ -161,6 +161,18 @@ def test_single_rank_group_and_helpers(single_rank):
         dist.barrier()
 
 
+def test_a_waited_collective_no_longer_pins_its_tensors(single_rank):
+    ddpc.init_process_group("cpu", rank=0, world_size=1)
+    out, inp = ddpc.zeros(4), ddpc.arange(4, dtype=ddpc.float32)
+    work = dist.all_gather_into_tensor(out, inp, async_op=True)
+    with pytest.raises(BufferError, match="export"):
+        out._buf.release_storage_()  # the collective may still write there
+    work.wait()
+    assert out.tolist() == [0.0, 1.0, 2.0, 3.0]
+    out._buf.release_storage_()  # the group still holds the handle, but not the memory
+    assert out._buf.storage_released
+
+
 @pytest.mark.parametrize("call", [dist.get_rank, dist.get_world_size, dist.get_backend, dist.barrier, dist.new_group,
                                   lambda: dist.all_reduce(ddpc.ones(2))],
                          ids=["get_rank", "get_world_size", "get_backend", "barrier", "new_group", "all_reduce"])

@@ -317,6 +317,11 @@ static PyObject *work_wait(work_obj *self, PyObject *args, PyObject *kwds) {
     st = ddpc_work_wait(self->work, timeout);
     Py_END_ALLOW_THREADS
     if (st != DDPC_OK) return ddpc_raise(st);
+    /* Done: the memory is the caller's again. The group keeps this handle
+     * until its next call, and the views must not pin that memory so long
+     * (a tensor whose storage is released right after the wait). */
+    release_views_(self->views, self->nviews);
+    self->nviews = 0;
     Py_RETURN_TRUE;
 }
 
