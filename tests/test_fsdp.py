@@ -59,10 +59,16 @@ def train_single(world, batch, steps, opt="sgd", accumulate=1, clip=None):
 
 def wrap_kwargs(options):
     from ddpc import nn
-    from ddpc.distributed.fsdp import ShardingStrategy
+    from ddpc.distributed.fsdp import BackwardPrefetch, ShardingStrategy
     from ddpc.distributed.fsdp.wrap import ModuleWrapPolicy, size_based_auto_wrap_policy
 
     kw = {"sharding_strategy": getattr(ShardingStrategy, options.get("strategy", "FULL_SHARD"))}
+    if "backward_prefetch" in options:
+        kw["backward_prefetch"] = options["backward_prefetch"] and getattr(BackwardPrefetch,
+                                                                            options["backward_prefetch"])
+    for name in ("forward_prefetch", "limit_all_gathers"):
+        if name in options:
+            kw[name] = options[name]
     nested = options.get("nested")
     if nested == "module":
         kw["auto_wrap_policy"] = ModuleWrapPolicy({nn.Linear})
@@ -73,11 +79,18 @@ def wrap_kwargs(options):
 
 def fsdp_worker(rank, world, batch, steps, options):
     import ddpc.distributed as dist
+
+    dist.init_process_group("cpu")
+    out = train_fsdp(rank, world, batch, steps, options)
+    dist.destroy_process_group()
+    return out
+
+
+def train_fsdp(rank, world, batch, steps, options):
     from ddpc import nn
     from ddpc.distributed.fsdp import FullStateDictConfig, StateDictType
     from ddpc.distributed.fsdp import FullyShardedDataParallel as FSDP
 
-    dist.init_process_group("cpu")
     k = options.get("accumulate", 1)
     X, y = data(world * batch * steps * k)
     if options.get("nested") == "manual":
@@ -115,7 +128,6 @@ def fsdp_worker(rank, world, batch, steps, options):
     shard_numel = sum(p.numel() for p in fsdp.parameters())
     with FSDP.state_dict_type(fsdp, StateDictType.FULL_STATE_DICT, FullStateDictConfig(rank0_only=False)):
         out = numpy_state(fsdp.state_dict())
-    dist.destroy_process_group()
     return {"params": out, "norms": norms, "units": units, "shard_numel": shard_numel}
 
 
@@ -187,6 +199,95 @@ def test_clip_grad_norm_matches_one_process(world):
         assert min(r["norms"]) > 0.05  # the clip did act
 
 
+PREFETCH = {"off": {"forward_prefetch": False, "backward_prefetch": None},
+            "pre": {"forward_prefetch": True, "backward_prefetch": "BACKWARD_PRE"},
+            "post": {"forward_prefetch": True, "backward_prefetch": "BACKWARD_POST", "limit_all_gathers": False}}
+
+
+def prefetch_worker(rank, world, options):
+    import ddpc.distributed as dist
+
+    dist.init_process_group("cpu")
+    out = {name: train_fsdp(rank, world, 4, 3, {**options, **kw})["params"] for name, kw in PREFETCH.items()}
+    dist.destroy_process_group()
+    return out
+
+
+@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_prefetching_changes_no_result(strategy, world):
+    ref, _ = train_single(world, batch=4, steps=3, opt="adam")
+    options = {"strategy": strategy, "nested": "module", "opt": "adam"}
+    for r in ddpc.spawn(prefetch_worker, args=(world, options), nprocs=world):
+        for name in ("pre", "post"):
+            assert_params_close(r[name], r["off"], atol=1e-6)
+        assert_params_close(r["off"], ref)
+
+
+def order_worker(rank, world, options):
+    """The collectives and the Linear layers' forward and backward of the
+    second step, in the order they began: ("AG"|"RS"|"F"|"B", unit index)."""
+    import ddpc.distributed as dist
+    from ddpc import nn
+    from ddpc.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    dist.init_process_group("cpu")
+    fsdp = FSDP(model(), **wrap_kwargs({"nested": "module", **options}))
+    units = [u for u in fsdp.modules() if isinstance(u, FSDP) and u._handle is not None]  # Linears 0, 2, 4
+    gathers = {u._handle.padded * 4: i for i, u in enumerate(units)}
+    scatters = {u._handle.shard_numel * 4: i for i, u in enumerate(units)}
+    assert len(gathers) == len(scatters) == len(units)  # the units tell apart by their sizes
+    X, y = data(8, seed=rank)
+
+    def step():
+        nn.CrossEntropyLoss()(fsdp(ddpc.from_numpy(X)), ddpc.from_numpy(y)).backward()
+
+    step()
+    with ddpc.profiler.profile() as prof:
+        step()
+    events = sorted(prof.events(), key=lambda e: e.id)
+    seen, forward, backward = [], 0, len(units)
+    for e in events:
+        if e.name == "c10d::_allgather_base_":
+            seen.append(("AG", gathers[e.metadata["bytes"]]))
+        elif e.name == "c10d::_reduce_scatter_base_":
+            seen.append(("RS", scatters[e.metadata["bytes"]]))
+        elif e.name == "nn.Module: Linear":
+            seen.append(("F", forward))
+            forward += 1
+        elif e.name == "LinearBackward":
+            backward -= 1
+            seen.append(("B", backward))
+    waits = sum(e.name == "ddpc.distributed.Work.wait" for e in events)
+    dist.destroy_process_group()
+    return {"seen": seen, "waits": waits}
+
+
+@pytest.mark.parametrize("prefetch", ["off", "pre", "post"])
+def test_prefetch_issues_the_next_units_all_gather_before_the_current_units_compute(prefetch):
+    options = PREFETCH[prefetch]
+    results = ddpc.spawn(order_worker, args=(2, options), nprocs=2)
+    assert results[0]["seen"] == results[1]["seen"]  # every rank issues the same collectives in the same order
+    seen = results[0]["seen"]
+    at = {}  # where each event happens first
+    for i, event in enumerate(seen):
+        at.setdefault(event, i)
+    backward_gather = {i: max(j for j, ev in enumerate(seen) if ev == ("AG", i)) for i in range(3)}
+    assert len(seen) == 3 * 5  # every unit: gathered twice, scattered once
+    assert all(at[("AG", i)] < at[("F", 2)] < backward_gather[i] for i in range(3))
+    for k in (0, 1):
+        # forward: unit k+1's all-gather is issued before (prefetch) or after unit k computes
+        assert (at[("AG", k + 1)] < at[("F", k)]) == options["forward_prefetch"]
+    for k in (2, 1):
+        if options["backward_prefetch"] == "BACKWARD_PRE":  # before unit k's gradient is computed
+            assert backward_gather[k - 1] < at[("B", k)]
+        elif options["backward_prefetch"] == "BACKWARD_POST":  # after it, before its reduce-scatter
+            assert at[("B", k)] < backward_gather[k - 1] < at[("RS", k)]
+        else:
+            assert at[("B", k)] < backward_gather[k - 1]
+    assert (results[0]["waits"] > 0) == (prefetch != "off")
+
+
 def state_dict_worker(rank, world, strategy):
     import ddpc.distributed as dist
     from ddpc.distributed.fsdp import FullStateDictConfig, LocalStateDictConfig, StateDictType
@@ -238,7 +339,7 @@ def test_full_state_dict_has_the_unwrapped_names_and_loads_back(strategy):
                             {k: v for k, v in other.items() if k != "0.weight"}, atol=0)
 
 
-def memory_worker(rank, world, strategy):
+def memory_worker(rank, world, strategy, prefetch="pre"):
     import ddpc.distributed as dist
     from ddpc import nn
     from ddpc.distributed.fsdp import FullyShardedDataParallel as FSDP
@@ -246,13 +347,14 @@ def memory_worker(rank, world, strategy):
     dist.init_process_group("cpu")
     ddpc.manual_seed(0)
     body = nn.Sequential(*[nn.Sequential(nn.Linear(64, 64), nn.Tanh()) for _ in range(4)], nn.Linear(64, 1))
-    fsdp = FSDP(body, **wrap_kwargs({"strategy": strategy, "nested": "module"}))
+    fsdp = FSDP(body, **wrap_kwargs({"strategy": strategy, "nested": "module", **PREFETCH[prefetch]}))
     inner = [m for m in fsdp.modules() if isinstance(m, FSDP) and m is not fsdp]
 
     def held():
         return sum(u._handle.held_bytes() for u in inner)
 
     x = ddpc.from_numpy(np.random.default_rng(rank).standard_normal((8, 64)).astype(np.float32))
+    fsdp(x).pow(2).mean().backward()  # the first step records the order the prefetches follow
     out = {"before": held()}
     loss = fsdp(x).pow(2).mean()
     out["between"] = held()
@@ -264,15 +366,52 @@ def memory_worker(rank, world, strategy):
     return out
 
 
+@pytest.mark.parametrize("prefetch", ["off", "pre", "post"])
 @pytest.mark.parametrize("strategy", ["FULL_SHARD", "SHARD_GRAD_OP"])
-def test_full_parameters_are_freed_between_forward_and_backward_under_full_shard(strategy):
-    for r in ddpc.spawn(memory_worker, args=(2, strategy), nprocs=2):
+def test_full_parameters_are_freed_between_forward_and_backward_under_full_shard(strategy, prefetch):
+    for r in ddpc.spawn(memory_worker, args=(2, strategy, prefetch), nprocs=2):
         assert r["before"] == 0 and r["after"] == 0
         assert r["full_bytes"] >= 4 * 64 * 65 * 4
         # FULL_SHARD frees the gathered parameters of every inner unit after its
         # forward; SHARD_GRAD_OP keeps them all until backward
         assert r["between"] == (0 if strategy == "FULL_SHARD" else r["full_bytes"])
         assert r["grads"]
+
+
+def limit_worker(rank, world, limit):
+    import ddpc.distributed as dist
+    from ddpc import nn
+    from ddpc.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    dist.init_process_group("cpu")
+    fsdp = FSDP(model(), limit_all_gathers=limit, **wrap_kwargs({"nested": "module"}))
+    fsdp(ddpc.from_numpy(data(4)[0])).sum().backward()
+    units = [u for u in fsdp.modules() if isinstance(u, FSDP) and u._handle is not None]
+    in_flight = []
+    for u in units:  # three prefetches in a row, none of them used yet
+        fsdp._prefetch(u)
+        in_flight.append(sum(v._handle.pending is not None for v in units))
+    gathered = all(u._handle.gathered for u in units)
+    for u in units:
+        u._handle.wait()
+    full = [u._handle.full.detach().numpy()[:u._handle.numel].copy() for u in units]
+    for u in units:
+        u._handle.reshard()
+    left = sum(u._handle.held_bytes() for u in units)
+    with FSDP.summon_full_params(fsdp):
+        params = [p.detach().numpy().ravel().copy() for p in fsdp.parameters()]  # weight, bias of each Linear
+    dist.destroy_process_group()
+    return {"in_flight": in_flight, "gathered": gathered, "left": left, "full": full,
+            "expected": [np.concatenate(params[i:i + 2]) for i in (0, 2, 4)]}
+
+
+@pytest.mark.parametrize("limit", [True, False])
+def test_limit_all_gathers_keeps_two_in_flight(limit):
+    for r in ddpc.spawn(limit_worker, args=(2, limit), nprocs=2):
+        assert r["in_flight"] == ([1, 2, 2] if limit else [1, 2, 3])
+        assert r["gathered"] and r["left"] == 0
+        for got, want in zip(r["full"], r["expected"]):
+            np.testing.assert_array_equal(got, want)
 
 
 def test_released_storage_keeps_its_views_and_refuses_exports():

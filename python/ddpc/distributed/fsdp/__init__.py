@@ -28,11 +28,23 @@ gathers and computes in ``param_dtype``, reduces in ``reduce_dtype``, casts
 buffers to ``buffer_dtype`` and the root's floating-point inputs to
 ``param_dtype``; the shards keep the module's dtype.
 
+Prefetching, as PyTorch's: the first forward records the order the units
+run in; from then on ``forward_prefetch=True`` issues the next unit's
+all-gather (asynchronously) before the current unit computes its forward,
+and ``backward_prefetch`` (BACKWARD_PRE by default, BACKWARD_POST, or None)
+issues the all-gather of the unit whose backward comes next before or after
+the current unit's gradient is computed. A unit waits for its all-gather
+before it uses its parameters. Every rank runs the same hooks in the same
+order, so the prefetched all-gathers and the reduce-scatters of the
+post-backward hooks reach each group's queue in the same order on every
+rank. ``limit_all_gathers=True`` keeps at most two prefetched all-gathers
+in flight.
+
 Where ddpc differs: the root unit keeps its full parameters from forward
 to backward (as PyTorch's root does), so the saving shows in the nested
-units; the collectives are issued synchronously when each unit needs them
-(``backward_prefetch``, ``forward_prefetch`` and ``limit_all_gathers`` are
-taken and change nothing); the flat shard is registered on the wrapper as
+units; ``limit_all_gathers`` counts the all-gathers in flight (PyTorch
+counts the full parameters not yet freed, which its CPU thread may run
+ahead of the GPU with); the flat shard is registered on the wrapper as
 ``_flat_param``; a unit's parameters must share dtype, device and
 requires_grad. Not supported (NotImplementedError naming them): the HYBRID
 strategies, ``use_orig_params=True``, ``param_init_fn``, ``device_mesh``,

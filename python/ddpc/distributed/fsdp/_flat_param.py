@@ -73,6 +73,7 @@ class FlatParamHandle:
                      else Tensor(flat._buf))
         self.full.requires_grad = self.requires_grad
         self.gathered = not self.freeable
+        self.pending = None  # the Work of an all-gather issued ahead of use (prefetched)
         self.pending_grad = None  # full gradients accumulated under no_sync
         self.summoned = None  # the full parameters summon_full_params gathered
         self._point_params(self.full)
@@ -82,9 +83,13 @@ class FlatParamHandle:
             del m._parameters[name]
 
     # ---- the full parameter ------------------------------------------------------------
-    def unshard(self):
-        """Fills the full flat parameter with every rank's shard."""
+    def unshard(self, async_op=False):
+        """Fills the full flat parameter with every rank's shard. With
+        ``async_op`` the all-gather is only issued (a prefetch): ``pending``
+        holds its Work until the next ``unshard()`` or ``reshard()`` waits."""
         if self.gathered:
+            if not async_op:
+                self.wait()
             return
         self.full._buf.restore_storage_()
         # Written through an unversioned view: the graph's saved views of this
@@ -95,14 +100,21 @@ class FlatParamHandle:
             src = src.to(self.compute_dtype)
         with no_grad():
             if self.sharded:
-                dist.all_gather_into_tensor(target, src, group=self.group)
+                self.pending = dist.all_gather_into_tensor(target, src, group=self.group, async_op=async_op)
             else:
                 target.copy_(src)
         self.gathered = True
 
+    def wait(self):
+        """Waits for a prefetched all-gather (if one is in flight)."""
+        work, self.pending = self.pending, None
+        if work is not None:
+            work.wait()
+
     def reshard(self):
         """Frees the full flat parameter's memory (a no-op where it is the flat parameter)."""
         if self.freeable and self.gathered:
+            self.wait()  # an all-gather still writing into the memory
             self.full._buf.release_storage_()
             self.gathered = False
 

@@ -21,8 +21,12 @@ class ShardingStrategy(enum.Enum):
 
 
 class BackwardPrefetch(enum.Enum):
-    """Accepted for PyTorch's sake; ddpc gathers each unit's parameters when
-    backward reaches it (see the package docstring)."""
+    """When backward issues the all-gather of the unit whose gradient comes
+    next (in the reverse of the first forward's order): BACKWARD_PRE before
+    computing the current unit's gradient (more overlap, one more unit's
+    full parameters held), BACKWARD_POST after it, before the current
+    unit's reduce-scatter. ``backward_prefetch=None`` gathers each unit when
+    backward reaches it."""
 
     BACKWARD_PRE = enum.auto()
     BACKWARD_POST = enum.auto()

@@ -90,7 +90,10 @@ class FullyShardedDataParallel(Module):
                 m._is_root = False
         self._is_root = None  # decided at the first forward: the outermost unit is the root
         self._units = None
+        self._exec_order = _ExecOrder()  # replaced by the root's, shared by all its units, at its first forward
         self._in_backward = False
+        self._needs_backward_unshard = False  # its last forward's outputs lead to a backward
+        self._prefetched = False  # its all-gather was issued ahead of its use
         self._sync_gradients = True
         self._summoned = 0
         self._state_dict_type, self._state_dict_config = StateDictType.FULL_STATE_DICT, FullStateDictConfig()
@@ -136,6 +139,9 @@ class FullyShardedDataParallel(Module):
     def _lazy_init(self):
         self._is_root = True
         self._units = [m for m in self.modules() if isinstance(m, FullyShardedDataParallel)]
+        order = _ExecOrder()
+        for u in self._units:
+            u._exec_order = order
         mp = self.mixed_precision
         if mp is not None and mp.buffer_dtype is not None:
             for b in self.buffers():
@@ -149,21 +155,61 @@ class FullyShardedDataParallel(Module):
         if mp is not None and mp.param_dtype is not None and (
                 mp.cast_forward_inputs or (self._is_root and mp.cast_root_forward_inputs)):
             args, kwargs = _cast_floating((args, kwargs), mp.param_dtype)
-        h = self._handle
+        h, order = self._handle, self._exec_order
         if h is not None:
-            h.unshard()
+            h.unshard()  # waits for the all-gather where it was prefetched
+            self._prefetched = False
+            order.record(order.pre_forward, self)
+            if self.forward_prefetch:
+                self._prefetch(order.after(self))
             h.install_views()
         out = self.module(*args, **kwargs)
         backward_follows = is_grad_enabled() and any(
             isinstance(t, Tensor) and t.requires_grad for t in _flatten(out))
+        self._needs_backward_unshard = backward_follows
         if backward_follows:
             for t in _flatten(out):
                 if isinstance(t, Tensor) and t.requires_grad:
                     t.register_hook(self._pre_backward)
+        if h is not None:
+            order.record(order.post_forward, self)
         # The root keeps its parameters for backward, which starts with it.
         if h is not None and (not backward_follows or (h.reshard_after_forward and not self._is_root)):
             h.reshard()
+        if self._is_root:
+            self._forward_done()
         return out
+
+    def _forward_done(self):
+        """After the root's forward: the execution order is known once the first
+        forward ran, and a unit prefetched for a forward that did not use it
+        is freed (its gather would be stale after the next optimizer step)."""
+        self._exec_order.recording = False
+        for u in self._units:
+            if u._prefetched:
+                u._prefetched = False
+                u._handle.reshard()
+
+    def _prefetch(self, unit):
+        """Issues ``unit``'s all-gather without waiting for it; under
+        ``limit_all_gathers`` first waits for the oldest of those in flight
+        while two are."""
+        if unit is None or unit._handle is None or unit._handle.gathered:
+            return
+        order = self._exec_order
+        order.inflight = [h for h in order.inflight if h.pending is not None]
+        while self.limit_all_gathers and len(order.inflight) >= 2:
+            order.inflight.pop(0).wait()
+        unit._handle.unshard(async_op=True)
+        unit._prefetched = True
+        if unit._handle.pending is not None:
+            order.inflight.append(unit._handle)
+
+    def _prefetch_backward(self):
+        """Prefetches the unit whose backward comes next: the one whose forward ended before this one's."""
+        unit = self._exec_order.before(self)
+        if unit is not None and unit._needs_backward_unshard and not unit._in_backward:
+            self._prefetch(unit)
 
     def _pre_backward(self, grad):
         if not self._in_backward:
@@ -172,16 +218,23 @@ class FullyShardedDataParallel(Module):
                 queue_callback(self._finish_backward)
             if self._handle is not None:
                 self._handle.unshard()
+                self._prefetched = False
+                if self.backward_prefetch is BackwardPrefetch.BACKWARD_PRE:
+                    self._prefetch_backward()
 
     def _post_backward(self, full):
-        self._handle.reduce_grad(self._sync_gradients)
+        # Every rank runs the same backward, so the hooks, and the collectives
+        # they issue (in one queue per group), come in the same order on all.
         self._handle.reshard()
+        if self.backward_prefetch is BackwardPrefetch.BACKWARD_POST:
+            self._prefetch_backward()
+        self._handle.reduce_grad(self._sync_gradients)
 
     def _finish_backward(self):
         """After the whole backward pass: every unit's full parameters freed,
         also those of units whose parameters got no gradient."""
         for u in self._units:
-            u._in_backward = False
+            u._in_backward = u._needs_backward_unshard = u._prefetched = False
             if u._handle is not None:
                 u._handle.full.grad = None
                 u._handle.reshard()
@@ -355,6 +408,38 @@ class FullyShardedDataParallel(Module):
 
 
 FSDP = FullyShardedDataParallel
+
+
+class _ExecOrder:
+    """The order the units of one root ran in during its first forward, which
+    the prefetches follow (as PyTorch's, the first iteration's order stands
+    for all), and the units' all-gathers in flight."""
+
+    def __init__(self):
+        self.recording = True
+        self.pre_forward = []   # units in the order their forwards began
+        self.post_forward = []  # units in the order their forwards ended: backward runs them in reverse
+        self.inflight = []      # handles whose prefetched all-gather is not waited for yet
+
+    def record(self, order, unit):
+        if self.recording and not any(u is unit for u in order):
+            order.append(unit)
+
+    def after(self, unit):
+        """The unit whose forward begins after ``unit``'s (None while recording or at the end)."""
+        return self._neighbour(self.pre_forward, unit, 1)
+
+    def before(self, unit):
+        """The unit whose backward comes after ``unit``'s."""
+        return self._neighbour(self.post_forward, unit, -1)
+
+    def _neighbour(self, order, unit, step):
+        if self.recording:
+            return None
+        at = next((i for i, u in enumerate(order) if u is unit), None)
+        if at is None or not 0 <= at + step < len(order):
+            return None
+        return order[at + step]
 
 
 def _refuse(what, asked):
