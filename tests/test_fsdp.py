@@ -69,12 +69,31 @@ def wrap_kwargs(options):
     for name in ("forward_prefetch", "limit_all_gathers"):
         if name in options:
             kw[name] = options[name]
+    if "hybrid" in options:
+        kw.update(hybrid_groups(options["hybrid"]))
     nested = options.get("nested")
     if nested == "module":
         kw["auto_wrap_policy"] = ModuleWrapPolicy({nn.Linear})
     elif nested == "size":
         kw["auto_wrap_policy"] = functools.partial(size_based_auto_wrap_policy, min_num_params=200)
     return kw
+
+
+def hybrid_groups(form):
+    """FSDP's arguments that make 4 ranks 2 x 2: shard over {0, 1} and {2, 3}, replicate over {0, 2} and {1, 3}."""
+    import os
+
+    import ddpc.distributed as dist
+    from ddpc.distributed.device_mesh import init_device_mesh
+
+    if form == "tuple":
+        shard, _ = dist.new_subgroups_by_enumeration([[0, 1], [2, 3]])
+        replicate, _ = dist.new_subgroups_by_enumeration([[0, 2], [1, 3]])
+        return {"process_group": (shard, replicate)}
+    if form == "mesh":
+        return {"device_mesh": init_device_mesh("cpu", (2, 2), mesh_dim_names=("replicate", "shard"))}
+    os.environ["LOCAL_WORLD_SIZE"] = "2"  # two nodes of two ranks: the groups FSDP makes itself
+    return {}
 
 
 def fsdp_worker(rank, world, batch, steps, options):
@@ -288,6 +307,37 @@ def test_prefetch_issues_the_next_units_all_gather_before_the_current_units_comp
     assert (results[0]["waits"] > 0) == (prefetch != "off")
 
 
+def hybrid_worker(rank, world, strategy):
+    import ddpc.distributed as dist
+    from ddpc.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    dist.init_process_group("cpu")
+    out = {}
+    for form in ("tuple", "mesh", "node"):
+        options = {"strategy": strategy, "nested": "module", "opt": "adam", "hybrid": form}
+        out[form] = train_fsdp(rank, world, 4, 3, options)
+        fsdp = FSDP(model(), **wrap_kwargs(options))
+        out[form]["groups"] = [dist.get_process_group_ranks(fsdp.process_group),
+                               dist.get_process_group_ranks(fsdp._inter_node_pg)]
+        out[form]["shard"] = fsdp.module[0]._flat_param.detach().numpy().copy()
+    dist.destroy_process_group()
+    return out
+
+
+@pytest.mark.parametrize("strategy", ["HYBRID_SHARD", "_HYBRID_SHARD_ZERO2"])
+def test_hybrid_sharding_equals_one_process_on_the_combined_batch(strategy):
+    ref, _ = train_single(4, batch=4, steps=3, opt="adam")
+    results = ddpc.spawn(hybrid_worker, args=(4, strategy), nprocs=4)
+    for rank, r in enumerate(results):
+        for form in ("tuple", "mesh", "node"):
+            assert_params_close(r[form]["params"], ref)
+            assert r[form]["groups"] == [[0, 1] if rank < 2 else [2, 3], [rank % 2, rank % 2 + 2]]
+            assert r[form]["shard_numel"] < TOTAL / 2 + 2 * r[form]["units"]  # half the model on each rank
+            # the ranks at the same place of the two shard groups hold the same shard
+            np.testing.assert_array_equal(r[form]["shard"], results[rank ^ 2][form]["shard"])
+            assert not np.array_equal(r[form]["shard"], results[rank ^ 1][form]["shard"])
+
+
 def state_dict_worker(rank, world, strategy):
     import ddpc.distributed as dist
     from ddpc.distributed.fsdp import FullStateDictConfig, LocalStateDictConfig, StateDictType
@@ -439,12 +489,19 @@ def errors_worker(rank, world):
     import ddpc.distributed as dist
     from ddpc import nn
     from ddpc.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from ddpc.distributed.device_mesh import init_device_mesh
     from ddpc.distributed.fsdp import ShardingStrategy, StateDictType
 
     dist.init_process_group("cpu")
+    mesh = init_device_mesh("cpu", (2,))
     found = {}
     for name, make in {
-        "hybrid": lambda: FSDP(model(), sharding_strategy=ShardingStrategy.HYBRID_SHARD),
+        "hybrid_group": lambda: FSDP(model(), sharding_strategy=ShardingStrategy.HYBRID_SHARD,
+                                     process_group=dist.group.WORLD),
+        "hybrid_mesh": lambda: FSDP(model(), sharding_strategy=ShardingStrategy.HYBRID_SHARD, device_mesh=mesh),
+        "group_and_mesh": lambda: FSDP(model(), process_group=dist.group.WORLD, device_mesh=mesh),
+        "tuple": lambda: FSDP(model(), process_group=(dist.group.WORLD, dist.group.WORLD)),
+        "mesh_1d": lambda: FSDP(model(), device_mesh=mesh),
         "orig_params": lambda: FSDP(model(), use_orig_params=True),
         "init_fn": lambda: FSDP(model(), param_init_fn=lambda m: None),
         "sharded_sd": lambda: FSDP.set_state_dict_type(FSDP(model()), StateDictType.SHARDED_STATE_DICT),
@@ -465,7 +522,11 @@ def test_clear_errors():
     with pytest.raises(RuntimeError, match="init_process_group"):
         FSDP(model())
     for r in ddpc.spawn(errors_worker, args=(2,), nprocs=2):
-        assert r["hybrid"][0] == "NotImplementedError" and "HYBRID_SHARD" in r["hybrid"][1]
+        assert r["hybrid_group"][0] == "ValueError" and "Tuple[dist.ProcessGroup" in r["hybrid_group"][1]
+        assert r["hybrid_mesh"][0] == "ValueError" and "ndim=2" in r["hybrid_mesh"][1]
+        assert r["group_and_mesh"][0] == "ValueError" and "Cannot pass both" in r["group_and_mesh"][1]
+        assert r["tuple"][0] == "ValueError" and "HYBRID" in r["tuple"][1]
+        assert r["mesh_1d"] is None  # a 1-d mesh stands for its group
         assert r["orig_params"][0] == "NotImplementedError" and "use_orig_params" in r["orig_params"][1]
         assert r["init_fn"][0] == "NotImplementedError" and "param_init_fn" in r["init_fn"][1]
         assert r["sharded_sd"][0] == "NotImplementedError" and "SHARDED_STATE_DICT" in r["sharded_sd"][1]

@@ -17,14 +17,25 @@ When the unit's full gradient is complete it is reduce-scattered, so each
 shard's ``.grad`` holds the average over the ranks, and the full parameter
 is freed. SHARD_GRAD_OP keeps the full parameters from forward to the end of
 backward; NO_SHARD keeps every parameter on every rank and all-reduces the
-gradients. ``no_sync()``, ``clip_grad_norm_()`` (the norm over all shards of
-all ranks), ``summon_full_params()``, and ``state_dict()`` /
+gradients. HYBRID_SHARD (and _HYBRID_SHARD_ZERO2, its SHARD_GRAD_OP form)
+shards within one group and replicates across groups, as PyTorch's:
+``process_group=(shard_group, replicate_group)`` (PyTorch's intra- and
+inter-node groups), or ``device_mesh`` a 2-d DeviceMesh of dims (replicate,
+shard), or neither: then the shard group is this node's ranks
+(LOCAL_WORLD_SIZE consecutive ranks) and the replicate group the ranks of
+the same local rank; a unit's gradient is reduce-scattered within the shard
+group and its shard all-reduced across the replicate group, so it is the
+average over every rank. The other strategies take a 1-d ``device_mesh``
+for ``process_group``.
+
+``no_sync()``, ``clip_grad_norm_()`` (the norm over all shards of all
+ranks), ``summon_full_params()``, and ``state_dict()`` /
 ``load_state_dict()`` under ``state_dict_type`` (FULL_STATE_DICT: the
 unwrapped model's names and full tensors, loadable into it;
 LOCAL_STATE_DICT: the flat shards) and ``FSDP.optim_state_dict`` /
 ``FSDP.optim_state_dict_to_load`` (the optimizer's state per original
-parameter name, full, and back to each rank's shard) behave as PyTorch's. ``MixedPrecision``
-gathers and computes in ``param_dtype``, reduces in ``reduce_dtype``, casts
+parameter name, full, and back to each rank's shard) behave as PyTorch's.
+``MixedPrecision`` gathers and computes in ``param_dtype``, reduces in ``reduce_dtype``, casts
 buffers to ``buffer_dtype`` and the root's floating-point inputs to
 ``param_dtype``; the shards keep the module's dtype.
 
@@ -46,10 +57,10 @@ units; ``limit_all_gathers`` counts the all-gathers in flight (PyTorch
 counts the full parameters not yet freed, which its CPU thread may run
 ahead of the GPU with); the flat shard is registered on the wrapper as
 ``_flat_param``; a unit's parameters must share dtype, device and
-requires_grad. Not supported (NotImplementedError naming them): the HYBRID
-strategies, ``use_orig_params=True``, ``param_init_fn``, ``device_mesh``,
-``ignored_states``, SHARDED_STATE_DICT, ``CPUOffload(offload_params=True)``
-for modules on a GPU, ``optim_state_dict_to_load(is_named_optimizer=True)``.
+requires_grad. Not supported (NotImplementedError naming them):
+``use_orig_params=True``, ``param_init_fn``, ``ignored_states``,
+SHARDED_STATE_DICT, ``CPUOffload(offload_params=True)`` for modules on a
+GPU, ``optim_state_dict_to_load(is_named_optimizer=True)``.
 """
 
 from . import wrap

@@ -22,11 +22,12 @@ class FlatParamHandle:
     module, attribute name, Parameter), a Parameter appearing under several
     names kept once (under its first name, in ``names``)."""
 
-    def __init__(self, uses, strategy, process_group, mixed_precision):
-        self.group = process_group
+    def __init__(self, uses, strategy, process_group, replicate_group, mixed_precision):
+        self.group = process_group  # the ranks sharing the parameters (all of them holding everything under NO_SHARD)
+        self.replicate_group = replicate_group  # under the HYBRID strategies: the ranks holding the same shard
         self.world, self.rank = dist.get_world_size(process_group), dist.get_rank(process_group)
         self.sharded = strategy is not ShardingStrategy.NO_SHARD
-        self.reshard_after_forward = strategy is ShardingStrategy.FULL_SHARD
+        self.reshard_after_forward = strategy in (ShardingStrategy.FULL_SHARD, ShardingStrategy.HYBRID_SHARD)
         index = {}
         self.params, self.names = [], []  # the original Parameters, in order of first use, and their names
         for qualified, _, _, p in uses:
@@ -184,6 +185,8 @@ class FlatParamHandle:
             else:
                 shard = zeros(self.shard_numel, dtype=self.reduce_dtype, device=self.device)
                 dist.reduce_scatter_tensor(shard, grad, op=dist.ReduceOp.AVG, group=self.group)
+                if self.replicate_group is not None and dist.get_world_size(self.replicate_group) > 1:
+                    dist.all_reduce(shard, op=dist.ReduceOp.AVG, group=self.replicate_group)
             if shard.dtype is not self.dtype and not self.keep_low_precision_grads:
                 shard = shard.to(self.dtype)
             if self.flat_param.grad is None:

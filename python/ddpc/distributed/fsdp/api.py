@@ -11,7 +11,11 @@ class ShardingStrategy(enum.Enum):
     parameters are freed after forward and gathered again for backward.
     SHARD_GRAD_OP: the full parameters stay from forward to the end of
     backward. NO_SHARD: every rank holds everything (DDP's layout); gradients
-    are all-reduced. The HYBRID strategies are not supported by ddpc."""
+    are all-reduced. HYBRID_SHARD: FULL_SHARD within a shard group (by
+    default the ranks of one node), every shard group holding a replica;
+    gradients are reduce-scattered within the shard group, then all-reduced
+    across the replicas. _HYBRID_SHARD_ZERO2: the same with SHARD_GRAD_OP
+    within the shard group."""
 
     FULL_SHARD = enum.auto()
     SHARD_GRAD_OP = enum.auto()

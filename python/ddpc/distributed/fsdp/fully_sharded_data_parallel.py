@@ -37,12 +37,8 @@ class FullyShardedDataParallel(Module):
         strategy = ShardingStrategy.FULL_SHARD if sharding_strategy is None else sharding_strategy
         if not isinstance(strategy, ShardingStrategy):
             raise TypeError(f"sharding_strategy must be a ShardingStrategy, got {sharding_strategy!r}")
-        if strategy in (ShardingStrategy.HYBRID_SHARD, ShardingStrategy._HYBRID_SHARD_ZERO2):
-            raise NotImplementedError(f"FullyShardedDataParallel: sharding_strategy={strategy} is not supported by "
-                                      "ddpc (FULL_SHARD, SHARD_GRAD_OP and NO_SHARD are)")
         _refuse("use_orig_params=True", use_orig_params)
         _refuse("param_init_fn", param_init_fn is not None)
-        _refuse("device_mesh", device_mesh is not None)
         _refuse("ignored_states", ignored_states is not None)
         if backward_prefetch is not None and not isinstance(backward_prefetch, BackwardPrefetch):
             raise TypeError(f"backward_prefetch must be a BackwardPrefetch or None, got {backward_prefetch!r}")
@@ -56,14 +52,18 @@ class FullyShardedDataParallel(Module):
         ignored = set()
         for m in ignored_modules or ():
             ignored.update(id(s) for s in m.modules())
-        kwargs = dict(process_group=process_group, sharding_strategy=strategy, cpu_offload=cpu_offload,
+        process_group, replicate_group = _process_groups(strategy, process_group, device_mesh)
+        # The units an auto-wrap policy makes share the root's groups (made once).
+        kwargs = dict(process_group=process_group if replicate_group is None else (process_group, replicate_group),
+                      sharding_strategy=strategy, cpu_offload=cpu_offload,
                       backward_prefetch=backward_prefetch, mixed_precision=mixed_precision,
                       ignored_modules=ignored_modules, sync_module_states=sync_module_states,
                       forward_prefetch=forward_prefetch, limit_all_gathers=limit_all_gathers)
         if auto_wrap_policy is not None:
             policy = _policy_callable(auto_wrap_policy)
             _recursive_wrap(module, policy, lambda m: FullyShardedDataParallel(m, **kwargs), ignored, True)
-        self.process_group = process_group
+        self.process_group = process_group  # the group a unit shards over
+        self._inter_node_pg = replicate_group  # under the HYBRID strategies: the group it replicates over
         self.sharding_strategy = strategy
         self.mixed_precision = mixed_precision
         self.cpu_offload = cpu_offload or CPUOffload()
@@ -76,10 +76,11 @@ class FullyShardedDataParallel(Module):
             for name, p in m._parameters.items():
                 if p is not None:
                     uses.append((prefix + ("." if prefix else "") + name, m, name, p))
-        _verify_same_model([(n, p) for n, _, _, p in uses], process_group, "FullyShardedDataParallel")
+        every_rank = process_group if replicate_group is None else None  # the ranks holding this model
+        _verify_same_model([(n, p) for n, _, _, p in uses], every_rank, "FullyShardedDataParallel")
         if sync_module_states:
-            self._broadcast_rank0([p for _, _, _, p in uses] + list(_unit_buffers(module, ignored)))
-        self._handle = (FlatParamHandle(uses, strategy, process_group, mixed_precision)
+            self._broadcast_rank0([p for _, _, _, p in uses] + list(_unit_buffers(module, ignored)), every_rank)
+        self._handle = (FlatParamHandle(uses, strategy, process_group, replicate_group, mixed_precision)
                         if uses else None)
         if self._handle is not None:
             self._flat_param = self._handle.flat_param
@@ -129,11 +130,12 @@ class FullyShardedDataParallel(Module):
         inner = {id(m) for u in units for m in u.module.modules() if isinstance(m, FullyShardedDataParallel)}
         return [u for u in units if id(u) not in inner]
 
-    def _broadcast_rank0(self, tensors):
-        src = dist.get_global_rank(self.process_group, 0)
+    @staticmethod
+    def _broadcast_rank0(tensors, group):
+        src = dist.get_global_rank(group, 0)
         with no_grad():
             for t in tensors:
-                dist.broadcast(t.detach(), src=src, group=self.process_group)
+                dist.broadcast(t.detach(), src=src, group=group)
 
     # ---- forward and backward -------------------------------------------------------------
     def _lazy_init(self):
@@ -408,6 +410,50 @@ class FullyShardedDataParallel(Module):
 
 
 FSDP = FullyShardedDataParallel
+
+
+_HYBRID = (ShardingStrategy.HYBRID_SHARD, ShardingStrategy._HYBRID_SHARD_ZERO2)
+
+
+def _process_groups(strategy, process_group, device_mesh):
+    """(the group the units shard over, the group they replicate over: None
+    but under the HYBRID strategies), from PyTorch's forms of the arguments."""
+    if process_group is not None and device_mesh is not None:
+        raise ValueError("Cannot pass both process_group and device_mesh at the same time. Please just pass only "
+                         "one of them.")
+    if strategy not in _HYBRID:
+        if isinstance(process_group, tuple):
+            raise ValueError(f"FullyShardedDataParallel: a tuple of process groups (intra-node, inter-node) is for "
+                             f"the HYBRID strategies, not {strategy}")
+        if device_mesh is None:
+            return process_group, None
+        if device_mesh.ndim != 1:
+            raise ValueError(f"FullyShardedDataParallel with {strategy} takes a 1-d device_mesh, got one of "
+                             f"ndim={device_mesh.ndim}")
+        return device_mesh.get_group(), None
+    if device_mesh is not None:
+        if device_mesh.ndim != 2:
+            raise ValueError(f"Expected device_mesh to have ndim=2 but got {device_mesh.ndim}")
+        return device_mesh.get_group(1), device_mesh.get_group(0)  # dims (replicate, shard)
+    if process_group is None:
+        return _node_groups(strategy)
+    if isinstance(process_group, tuple) and len(process_group) == 2:
+        return process_group
+    raise ValueError("Expected process_group to be passed in as either None or Tuple[dist.ProcessGroup, "
+                     f"dist.ProcessGroup] but got {type(process_group)}")
+
+
+def _node_groups(strategy):
+    """The ranks of this node (LOCAL_WORLD_SIZE consecutive ranks) to shard
+    over, and the ranks with this rank's local rank to replicate over."""
+    try:
+        shard, _ = dist.new_subgroups()
+    except ValueError as e:
+        raise ValueError(f"FullyShardedDataParallel with {strategy} and neither process_group nor device_mesh "
+                         f"shards over the ranks of each node: {e}") from e
+    per_node, world = dist.get_world_size(shard), dist.get_world_size()
+    replicate, _ = dist.new_subgroups_by_enumeration([list(range(i, world, per_node)) for i in range(per_node)])
+    return shard, replicate
 
 
 class _ExecOrder:
