@@ -39,10 +39,10 @@ def optimizer(name, params):
     return ddpc.optim.SGD(params, lr=0.1, momentum=0.9)
 
 
-def train_single(world, batch, steps, opt="sgd", accumulate=1, clip=None):
+def train_single(world, batch, steps, opt="sgd", accumulate=1, clip=None, n=None):
     from ddpc import nn
 
-    X, y = data(world * batch * steps * accumulate)
+    X, y = data(n or world * batch * steps * accumulate)
     m = model()
     o = optimizer(opt, m.parameters())
     big = world * batch * accumulate
@@ -387,6 +387,73 @@ def test_full_state_dict_has_the_unwrapped_names_and_loads_back(strategy):
         assert r["plain"]["0.weight"][0, 0] == 0.5
         assert_params_close({k: v for k, v in r["plain"].items() if k != "0.weight"},
                             {k: v for k, v in other.items() if k != "0.weight"}, atol=0)
+
+
+CKPT_BATCH, CKPT_STEPS = 12, 4  # the combined batch of every rank and the steps, half before the checkpoint
+FULL_SD = {"full_state_dict": True}
+RANK0_SD = {"full_state_dict": True, "cpu_offload": True, "broadcast_from_rank0": True}
+
+
+def checkpoint_worker(rank, world, path, options, save):
+    """Trains the first (save) or the last (not save) half of the steps,
+    saving or loading a checkpoint through the state_dict functions."""
+    import ddpc.distributed as dist
+    import ddpc.distributed.checkpoint as dcp
+    from ddpc import nn
+    from ddpc.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
+    from ddpc.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    dist.init_process_group("cpu")
+    X, y = data(CKPT_BATCH * CKPT_STEPS)
+    fsdp = FSDP(model(seed=0 if save else 5), **wrap_kwargs({"nested": "module"}))
+    opt = optimizer("adam", fsdp.parameters())
+    batch = CKPT_BATCH // world
+    state_options = StateDictOptions(**options)
+    out = {}
+    if not save:  # a template of the state to load into, filled by dcp.load, then loaded into the shards
+        model_sd, optim_sd = get_state_dict(fsdp, opt, options=state_options)
+        state = {"model": model_sd, "optim": optim_sd}
+        dcp.load(state, checkpoint_id=path)
+        set_state_dict(fsdp, opt, model_state_dict=state["model"], optim_state_dict=state["optim"],
+                       options=state_options)
+    for s in range(CKPT_STEPS // 2) if save else range(CKPT_STEPS // 2, CKPT_STEPS):
+        lo = s * CKPT_BATCH + rank * batch
+        opt.zero_grad()
+        nn.CrossEntropyLoss()(fsdp(ddpc.from_numpy(X[lo:lo + batch])), ddpc.from_numpy(y[lo:lo + batch])).backward()
+        opt.step()
+    model_sd, optim_sd = get_state_dict(fsdp, opt, options=state_options)
+    if save:
+        dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=path)
+    out["model"] = numpy_state(model_sd)
+    out["optim_names"] = optim_sd.get("param_groups", [{}])[0].get("params")
+    out["optim_shapes"] = {n: {k: tuple(v.shape) for k, v in st.items() if isinstance(v, ddpc.Tensor)}
+                           for n, st in optim_sd.get("state", {}).items()}
+    try:
+        get_state_dict(fsdp, opt)
+    except NotImplementedError as e:
+        out["sharded_error"] = str(e)
+    dist.destroy_process_group()
+    return out
+
+
+@pytest.mark.parametrize("load_world, load_options", [(2, FULL_SD), (3, RANK0_SD)], ids=["2-ranks", "3-ranks-rank0"])
+def test_state_dict_functions_save_and_load_fsdp_checkpoints_across_world_sizes(tmp_path, load_world, load_options):
+    half, _ = train_single(CKPT_BATCH, 1, CKPT_STEPS // 2, opt="adam", n=CKPT_BATCH * CKPT_STEPS)
+    ref, _ = train_single(CKPT_BATCH, 1, CKPT_STEPS, opt="adam", n=CKPT_BATCH * CKPT_STEPS)
+    shapes = {k: v.shape for k, v in ref.items()}
+    path = str(tmp_path / "ckpt")
+    for r in ddpc.spawn(checkpoint_worker, args=(2, path, FULL_SD, True), nprocs=2):
+        assert list(r["model"]) == list(ref)  # the unwrapped model's names, full tensors
+        assert_params_close(r["model"], half)
+        assert r["optim_names"] == list(ref)
+        assert r["optim_shapes"] == {n: {"exp_avg": shapes[n], "exp_avg_sq": shapes[n]} for n in ref}
+        assert "full_state_dict=True" in r["sharded_error"]
+    results = ddpc.spawn(checkpoint_worker, args=(load_world, path, load_options, False), nprocs=load_world)
+    for rank, r in enumerate(results):
+        if load_options.get("cpu_offload") and rank > 0:
+            assert r["model"] == {} and r["optim_names"] is None  # rank 0's alone
+            continue
+        assert_params_close(r["model"], ref)  # training went on as if never interrupted
 
 
 def memory_worker(rank, world, strategy, prefetch="pre"):

@@ -13,15 +13,35 @@ gradients, as PyTorch does), so the result is a template that
 ``ddpc.distributed.checkpoint.load`` can fill in place. ``set_state_dict``
 loads both back.
 
-Where ddpc differs: without sharded parameters, ``full_state_dict`` changes
-nothing (every tensor is whole already).
+A model with FullyShardedDataParallel units (the model itself, or modules
+inside it) needs ``options=StateDictOptions(full_state_dict=True)``, as its
+shards hold only a slice of each parameter: the model's state dict then
+has the unwrapped model's names and full tensors (gathered from the
+shards), the optimizer's state is keyed by those names with full tensors
+(as ``FSDP.optim_state_dict`` gives it), and ``set_state_dict`` loads
+both back into each rank's shards, so a checkpoint saved with
+``ddpc.distributed.checkpoint.save`` on N ranks loads on M. With
+``full_state_dict`` and ``cpu_offload`` together only rank 0 gets the state
+dicts (the other ranks get empty dicts; load them back with
+``broadcast_from_rank0=True``), as PyTorch does.
+
+Where ddpc differs: there is no DTensor, so ``full_state_dict=False`` (the
+default) over a model with sharded FSDP units raises NotImplementedError
+instead of giving each rank's shards (a flat shard depends on the number
+of ranks and on the unit's layout, so it would not load anywhere else);
+without sharded parameters, ``full_state_dict`` changes nothing but the
+rank-0-only form above (every tensor is whole already). ``set_*`` take a
+full state dict whatever ``full_state_dict`` says.
 """
 
+import contextlib
 from dataclasses import dataclass
 
 from ...nn.modules import _IncompatibleKeys
 from ...tensor import Tensor, zeros_like
 from .. import broadcast_object_list, get_rank, is_initialized
+from ..fsdp import FullyShardedDataParallel, StateDictType
+from ..fsdp._optim_state import _units as _fsdp_flat_params
 
 __all__ = ["StateDictOptions", "get_model_state_dict", "get_optimizer_state_dict", "get_state_dict",
            "set_model_state_dict", "set_optimizer_state_dict", "set_state_dict"]
@@ -78,11 +98,44 @@ def _optimizers(optimizers):
 
 
 def _parameter_names(model):
-    """id(parameter) -> its clean name (the first, for a parameter reachable by several)."""
+    """id(parameter) -> its clean names: the first, for a parameter reachable by several; those of the
+    parameters it flattens, for an FSDP unit's flat parameter."""
+    flat = _fsdp_flat_params(model, FullyShardedDataParallel)
     names = {}
     for name, p in model.named_parameters(remove_duplicate=False):
-        names.setdefault(id(p), _clean_name(model, name))
+        if id(p) in flat:
+            handle, prefix = flat[id(p)]
+            names.setdefault(id(p), [prefix + n for n in handle.names])
+        else:
+            names.setdefault(id(p), [_clean_name(model, name)])
     return names
+
+
+def _fsdp_units(model, options, what):
+    """Whether model has FSDP units; raises where they are sharded and options do not ask for full state."""
+    units = [m for m in model.modules() if isinstance(m, FullyShardedDataParallel)]
+    if not options.full_state_dict and any(u._handle is not None and u._handle.sharded for u in units):
+        raise NotImplementedError(
+            f"{what}: the model has sharded FullyShardedDataParallel units, whose local state (flat shards) "
+            "would not load on another number of ranks, and ddpc has no DTensor for a sharded state dict; "
+            "pass options=StateDictOptions(full_state_dict=True)")
+    return bool(units)
+
+
+@contextlib.contextmanager
+def _full_parameters(model, writeback):
+    """Inside, the FSDP units of model hold their original parameters, full, under their own names."""
+    if not any(isinstance(m, FullyShardedDataParallel) for m in model.modules()):
+        yield
+        return
+    with FullyShardedDataParallel.state_dict_type(model, StateDictType.FULL_STATE_DICT), \
+            FullyShardedDataParallel.summon_full_params(model, writeback=writeback):
+        yield
+
+
+def _rank0_only(options):
+    """As PyTorch's: a full state dict offloaded to the cpu is rank 0's alone (to spare the host memory)."""
+    return options.full_state_dict and options.cpu_offload and is_initialized() and get_rank() != 0
 
 
 def _with_submodules(model, state, submodules, keep_prefixes):
@@ -103,14 +156,18 @@ def _offloaded(value, options):
 
 
 def get_model_state_dict(model, *, submodules=None, options=None):
-    """model.state_dict() under the names of the unwrapped model."""
+    """model.state_dict() under the names of the unwrapped model (FSDP units' parameters gathered, full)."""
     options = _options(options)
-    frozen = {_clean_name(model, n) for n, p in model.named_parameters() if not p.requires_grad}
+    _fsdp_units(model, options, "get_model_state_dict")
     state = {}
-    for key, value in model.state_dict().items():
-        name = _clean_name(model, key)
-        if not (options.ignore_frozen_params and name in frozen):
-            state[name] = _offloaded(value, options)
+    with _full_parameters(model, writeback=False):
+        frozen = {_clean_name(model, n) for n, p in model.named_parameters() if not p.requires_grad}
+        for key, value in model.state_dict().items():
+            name = _clean_name(model, key)
+            if not (options.ignore_frozen_params and name in frozen):
+                state[name] = _offloaded(value, options)
+    if _rank0_only(options):
+        return {}
     return _with_submodules(model, state, submodules, options.keep_submodule_prefixes)
 
 
@@ -160,7 +217,7 @@ def _unflatten_optim(flat, optimizers, names):
             state.setdefault(name, {})[k] = v
     for optimizer in optimizers:
         for group in optimizer.param_groups:
-            params = [names[id(p)] for p in group["params"]]
+            params = [n for p in group["params"] for n in names[id(p)]]
             packed = {k: flat.get(f"param_groups.{params[0]}.{k}", v) if params else v
                       for k, v in group.items() if k != "params"}
             packed["params"] = params
@@ -168,27 +225,43 @@ def _unflatten_optim(flat, optimizers, names):
     return {"state": state, "param_groups": groups}
 
 
+def _named_optim_state(optimizer, names):
+    """One optimizer's state dict keyed by parameter names."""
+    state, groups = {}, []
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            if id(p) not in names:
+                raise ValueError("get_optimizer_state_dict: the optimizer holds a parameter that is not the "
+                                 "model's")
+            if optimizer.state.get(p):
+                state[names[id(p)][0]] = dict(optimizer.state[p])
+        packed = {k: v for k, v in group.items() if k != "params"}
+        packed["params"] = [names[id(p)][0] for p in group["params"]]
+        groups.append(packed)
+    return {"state": state, "param_groups": groups}
+
+
 def get_optimizer_state_dict(model, optimizers, *, submodules=None, options=None):
-    """The optimizers' state dicts merged into one, keyed by the parameters' names in the unwrapped model."""
+    """The optimizers' state dicts merged into one, keyed by the parameters' names in the unwrapped model
+    (for FSDP units: each original parameter's full state)."""
     options = _options(options)
     optimizers = _optimizers(optimizers)
+    fsdp = _fsdp_units(model, options, "get_optimizer_state_dict")
     names = _parameter_names(model)
     state, groups = {}, []
     for optimizer in optimizers:
         _init_optim_state(optimizer)
-        for group in optimizer.param_groups:
-            for p in group["params"]:
-                if id(p) not in names:
-                    raise ValueError("get_optimizer_state_dict: the optimizer holds a parameter that is not the "
-                                     "model's")
-                if optimizer.state.get(p):
-                    state[names[id(p)]] = {k: _offloaded(v, options) for k, v in optimizer.state[p].items()}
-            packed = {k: v for k, v in group.items() if k != "params"}
-            packed["params"] = [names[id(p)] for p in group["params"]]
-            groups.append(packed)
+        part = (FullyShardedDataParallel.optim_state_dict(model, optimizer) if fsdp
+                else _named_optim_state(optimizer, names))
+        for name, entries in part["state"].items():
+            state[name] = {k: _offloaded(v, options) for k, v in entries.items()}
+        groups += part["param_groups"]
+    if _rank0_only(options):
+        return {}
     result = {"state": state, "param_groups": groups}
     if submodules is not None:
-        kept = set(_with_submodules(model, {n: None for n in names.values()}, submodules, True))
+        every = {n: None for ns in names.values() for n in ns}
+        kept = set(_with_submodules(model, every, submodules, True))
         result = {"state": {n: s for n, s in state.items() if n in kept},
                   "param_groups": [{**g, "params": [n for n in g["params"] if n in kept]} for g in groups]}
     return _flatten_optim(result) if options.flatten_optimizer_state_dict else result
@@ -215,12 +288,13 @@ def set_model_state_dict(model, model_state_dict, *, options=None):
     and the other ranks receive it."""
     options = _options(options)
     model_state_dict = _from_rank0(model_state_dict, options)
-    clean_to_key = {_clean_name(model, k): k for k in model.state_dict()}
-    unexpected = [k for k in model_state_dict if k not in clean_to_key]
-    renamed = {clean_to_key[k]: v for k, v in model_state_dict.items() if k in clean_to_key}
-    missing = [_clean_name(model, k) for k in model.load_state_dict(renamed, strict=False).missing_keys]
-    if options.ignore_frozen_params:
+    with _full_parameters(model, writeback=True):
+        clean_to_key = {_clean_name(model, k): k for k in model.state_dict()}
+        unexpected = [k for k in model_state_dict if k not in clean_to_key]
+        renamed = {clean_to_key[k]: v for k, v in model_state_dict.items() if k in clean_to_key}
+        missing = [_clean_name(model, k) for k in model.load_state_dict(renamed, strict=False).missing_keys]
         frozen = {_clean_name(model, n) for n, p in model.named_parameters() if not p.requires_grad}
+    if options.ignore_frozen_params:
         missing = [k for k in missing if k not in frozen]
     if options.strict and (missing or unexpected):
         raise RuntimeError(f"set_model_state_dict: missing keys {missing}, unexpected keys {unexpected}")
@@ -228,9 +302,11 @@ def set_model_state_dict(model, model_state_dict, *, options=None):
 
 
 def set_optimizer_state_dict(model, optimizers, optim_state_dict, *, options=None):
-    """Loads a state dict from get_optimizer_state_dict into the optimizers (in the model's names)."""
+    """Loads a state dict from get_optimizer_state_dict into the optimizers (in the model's names; for
+    FSDP units, each rank takes its shards' slices of the full state)."""
     options = _options(options)
     optimizers = _optimizers(optimizers)
+    fsdp = any(isinstance(m, FullyShardedDataParallel) for m in model.modules())
     names = _parameter_names(model)
     optim_state_dict = _from_rank0(optim_state_dict, options)
     if optim_state_dict and "param_groups" not in optim_state_dict:
@@ -244,13 +320,17 @@ def set_optimizer_state_dict(model, optimizers, optim_state_dict, *, options=Non
             except StopIteration:
                 raise ValueError("set_optimizer_state_dict: the state dict has fewer parameter groups than the "
                                  "optimizers") from None
-            own = [names[id(p)] for p in group["params"]]
+            own = [n for p in group["params"] for n in names[id(p)]]
             if sorted(saved["params"]) != sorted(own):
                 raise ValueError(f"set_optimizer_state_dict: a parameter group holds {saved['params']} in the "
                                  f"state dict and {own} in the optimizer")
             for name in own:
                 index.setdefault(name, len(index))
-            groups.append({**saved, "params": [index[n] for n in own]})
+            groups.append(saved if fsdp else {**saved, "params": [index[n] for n in own]})
+        if fsdp:
+            FullyShardedDataParallel.optim_state_dict_to_load(
+                model, optimizer, {"state": optim_state_dict["state"], "param_groups": groups}, load_directly=True)
+            continue
         state = {index[n]: s for n, s in optim_state_dict["state"].items() if n in index}
         optimizer.load_state_dict({"state": state, "param_groups": groups})
 

@@ -34,7 +34,10 @@ ranks), ``summon_full_params()``, and ``state_dict()`` /
 unwrapped model's names and full tensors, loadable into it;
 LOCAL_STATE_DICT: the flat shards) and ``FSDP.optim_state_dict`` /
 ``FSDP.optim_state_dict_to_load`` (the optimizer's state per original
-parameter name, full, and back to each rank's shard) behave as PyTorch's.
+parameter name, full, and back to each rank's shard) behave as PyTorch's,
+and so do ``ddpc.distributed.checkpoint.state_dict``'s functions with
+``StateDictOptions(full_state_dict=True)`` (which ``dcp.save``/``dcp.load``
+then save and load on any number of ranks).
 ``MixedPrecision`` gathers and computes in ``param_dtype``, reduces in ``reduce_dtype``, casts
 buffers to ``buffer_dtype`` and the root's floating-point inputs to
 ``param_dtype``; the shards keep the module's dtype.

@@ -115,10 +115,10 @@ class FullyShardedDataParallel(Module):
     def __getitem__(self, key):
         return self.module.__getitem__(key)
 
-    def named_parameters(self, prefix="", recurse=True):
+    def named_parameters(self, prefix="", recurse=True, remove_duplicate=True):
         """Inside summon_full_params, the original parameters under the unwrapped
         names; otherwise the flat shards, under the wrappers' names."""
-        for name, p in super().named_parameters(prefix, recurse):
+        for name, p in super().named_parameters(prefix, recurse, remove_duplicate):
             yield (name.replace(_WRAPPED + ".", "") if self._summoned else name), p
 
     @staticmethod
