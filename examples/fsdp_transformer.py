@@ -58,7 +58,8 @@ def main(steps=150, batch=32):
     dist.init_process_group("cpu")
     rank, world = dist.get_rank(), dist.get_world_size()
     policy = functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={nn.TransformerEncoderLayer})
-    model = FSDP(TinyLM(), auto_wrap_policy=policy, sharding_strategy=ShardingStrategy.FULL_SHARD)
+    model = FSDP(TinyLM(), auto_wrap_policy=policy, sharding_strategy=ShardingStrategy.FULL_SHARD,
+                 forward_prefetch=True)  # each layer's all-gather issued while the one before computes
     units = sum(isinstance(m, FSDP) for m in model.modules())
     shard = sum(p.numel() for p in model.parameters())
     if rank == 0:
