@@ -36,15 +36,32 @@ def numpy_state(sd):
 def optimizer(name, params):
     if name == "adam":
         return ddpc.optim.Adam(params, lr=0.01)
+    if name == "adamw":
+        return ddpc.optim.AdamW(params, lr=0.01, weight_decay=0.5)
     return ddpc.optim.SGD(params, lr=0.1, momentum=0.9)
 
 
-def train_single(world, batch, steps, opt="sgd", accumulate=1, clip=None, n=None):
+def decay_groups(named_parameters):
+    """The usual split: weight decay on the weights alone, judged by name (the
+    views use_orig_params gives are 1-D, so ndim can't tell), frozen ones left out."""
+    named = [(n, p) for n, p in named_parameters if p.requires_grad]
+    return [{"params": [p for n, p in named if n.endswith("weight")]},
+            {"params": [p for n, p in named if not n.endswith("weight")], "weight_decay": 0.0}]
+
+
+def freeze(m, names):
+    for n, p in m.named_parameters():
+        if n in names:
+            p.requires_grad_(False)
+    return m
+
+
+def train_single(world, batch, steps, opt="sgd", accumulate=1, clip=None, n=None, groups=False, frozen=()):
     from ddpc import nn
 
     X, y = data(n or world * batch * steps * accumulate)
-    m = model()
-    o = optimizer(opt, m.parameters())
+    m = freeze(model(), frozen)
+    o = optimizer(opt, decay_groups(m.named_parameters()) if groups else m.parameters())
     big = world * batch * accumulate
     norms = []
     for s in range(steps):
@@ -66,7 +83,7 @@ def wrap_kwargs(options):
     if "backward_prefetch" in options:
         kw["backward_prefetch"] = options["backward_prefetch"] and getattr(BackwardPrefetch,
                                                                             options["backward_prefetch"])
-    for name in ("forward_prefetch", "limit_all_gathers"):
+    for name in ("forward_prefetch", "limit_all_gathers", "use_orig_params"):
         if name in options:
             kw[name] = options[name]
     if "hybrid" in options:
@@ -112,6 +129,7 @@ def train_fsdp(rank, world, batch, steps, options):
 
     k = options.get("accumulate", 1)
     X, y = data(world * batch * steps * k)
+    frozen = options.get("frozen", ())
     if options.get("nested") == "manual":
         from ddpc.distributed.fsdp.wrap import enable_wrap, wrap
 
@@ -121,10 +139,11 @@ def train_fsdp(rank, world, batch, steps, options):
             setattr(m, "4", wrap(m[4]))
         fsdp = FSDP(m, **wrap_kwargs(options))
     else:
-        fsdp = FSDP(model(), **wrap_kwargs(options))
+        fsdp = FSDP(freeze(model(), frozen), **wrap_kwargs(options))
     units = len(FSDP.fsdp_modules(fsdp))
     assert FSDP.fsdp_modules(fsdp, root_only=True) == [fsdp]
-    opt = optimizer(options.get("opt", "sgd"), fsdp.parameters())
+    params = decay_groups(fsdp.named_parameters()) if options.get("groups") else fsdp.parameters()
+    opt = optimizer(options.get("opt", "sgd"), params)
     loss_fn = nn.CrossEntropyLoss()
     big = world * batch * k
     norms = []
@@ -145,9 +164,34 @@ def train_fsdp(rank, world, batch, steps, options):
             norms.append(float(fsdp.clip_grad_norm_(options["clip"])))
         opt.step()
     shard_numel = sum(p.numel() for p in fsdp.parameters())
+    named = {n: p for n, p in fsdp.named_parameters()}
     with FSDP.state_dict_type(fsdp, StateDictType.FULL_STATE_DICT, FullStateDictConfig(rank0_only=False)):
         out = numpy_state(fsdp.state_dict())
-    return {"params": out, "norms": norms, "units": units, "shard_numel": shard_numel}
+    return {"params": out, "norms": norms, "units": units, "shard_numel": shard_numel,
+            "names": list(named), "numels": {n: p.numel() for n, p in named.items()},
+            "frozen_grads_none": [named[n].grad is None for n in frozen], "views": orig_views(fsdp)}
+
+
+def orig_views(fsdp):
+    """Under use_orig_params, for each original parameter with elements on this
+    rank: (whether it views its piece of the flat shard, whether its .grad views
+    that piece of the shard's gradient or None where it has no gradient)."""
+    from ddpc.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    out = []
+    for u in FSDP.fsdp_modules(fsdp):
+        h = u._handle
+        if h is None or not h.use_orig_params:
+            continue
+        flat, size = h.flat_param, h.flat_param.element_size()
+        for p, (start, length) in zip(h.params, h.pieces):
+            if length == 0:
+                continue
+            grad = None
+            if p.grad is not None:
+                grad = p.grad.data_ptr() == flat.grad.data_ptr() + start * size and p.grad.shape == (length,)
+            out.append((p.data_ptr() == flat.data_ptr() + start * size and p.shape == (length,), grad))
+    return out
 
 
 def assert_params_close(a, b, atol=1e-5):
@@ -216,6 +260,61 @@ def test_clip_grad_norm_matches_one_process(world):
         assert_params_close(r["params"], ref)
         np.testing.assert_allclose(r["norms"], ref_norms, rtol=1e-5)
         assert min(r["norms"]) > 0.05  # the clip did act
+
+
+ORIG = {"use_orig_params": True, "groups": True, "opt": "adamw"}
+
+
+def full_numels():
+    return {n: p.numel() for n, p in model().named_parameters()}
+
+
+@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("strategy", ["FULL_SHARD", "SHARD_GRAD_OP"])
+def test_use_orig_params_gives_the_original_parameters_for_per_parameter_groups(strategy, world):
+    ref, _ = train_single(world, batch=4, steps=3, opt="adamw", groups=True)
+    results = ddpc.spawn(fsdp_worker, args=(world, 4, 3, {**ORIG, "strategy": strategy}), nprocs=world)
+    numels = full_numels()
+    for r in results:
+        assert_params_close(r["params"], ref)
+        assert r["names"] == list(numels)  # the unwrapped names, no _flat_param
+        assert r["views"] and all(v == (True, True) for v in r["views"])
+    pieces = {n: [r["numels"][n] for r in results] for n in numels}
+    assert all(sum(pieces[n]) == numels[n] for n in numels)  # each element on exactly one rank
+    assert any(sorted(pieces[n])[-2] == 0 for n in numels)  # a parameter wholly on one rank (size 0 on the rest)
+    assert any(sorted(pieces[n])[-2] > 0 for n in numels)  # a parameter split across ranks
+
+
+@pytest.mark.parametrize("world, nested", [(3, None), (2, "module")])
+def test_use_orig_params_with_frozen_parameters_in_a_unit(world, nested):
+    frozen = ("0.bias", "2.weight")
+    ref, _ = train_single(world, batch=4, steps=3, opt="adamw", groups=True, frozen=frozen)
+    initial = numpy_state(model().state_dict())
+    options = {**ORIG, "nested": nested, "frozen": frozen}
+    results = ddpc.spawn(fsdp_worker, args=(world, 4, 3, options), nprocs=world)
+    for r in results:
+        assert_params_close(r["params"], ref)
+        assert r["frozen_grads_none"] == [True, True]
+        for n in frozen:
+            np.testing.assert_array_equal(r["params"][n], initial[n])
+    views = [v for r in results for v in r["views"]]  # the frozen pieces have no gradient, the others a view
+    assert sorted(set(views), key=str) == [(True, None), (True, True)]
+
+
+def test_use_orig_params_clip_grad_norm_matches_one_process():
+    ref, ref_norms = train_single(3, batch=4, steps=3, opt="adamw", groups=True, clip=0.05)
+    for r in ddpc.spawn(fsdp_worker, args=(3, 4, 3, {**ORIG, "clip": 0.05}), nprocs=3):
+        assert_params_close(r["params"], ref)
+        np.testing.assert_allclose(r["norms"], ref_norms, rtol=1e-5)
+        assert min(r["norms"]) > 0.05
+
+
+@pytest.mark.parametrize("strategy", ["FULL_SHARD", "NO_SHARD"])
+def test_use_orig_params_no_sync_accumulation(strategy):
+    ref, _ = train_single(2, batch=4, steps=2, accumulate=3, opt="adamw", groups=True)
+    options = {**ORIG, "strategy": strategy, "nested": "module", "accumulate": 3}
+    for r in ddpc.spawn(fsdp_worker, args=(2, 4, 2, options), nprocs=2):
+        assert_params_close(r["params"], ref)
 
 
 PREFETCH = {"off": {"forward_prefetch": False, "backward_prefetch": None},
@@ -569,7 +668,7 @@ def errors_worker(rank, world):
         "group_and_mesh": lambda: FSDP(model(), process_group=dist.group.WORLD, device_mesh=mesh),
         "tuple": lambda: FSDP(model(), process_group=(dist.group.WORLD, dist.group.WORLD)),
         "mesh_1d": lambda: FSDP(model(), device_mesh=mesh),
-        "orig_params": lambda: FSDP(model(), use_orig_params=True),
+        "frozen_mix": lambda: FSDP(freeze(model(), ["0.bias"])),
         "init_fn": lambda: FSDP(model(), param_init_fn=lambda m: None),
         "sharded_sd": lambda: FSDP.set_state_dict_type(FSDP(model()), StateDictType.SHARDED_STATE_DICT),
         "shapes": lambda: FSDP(nn.Linear(4, 4 + rank)),
@@ -594,7 +693,7 @@ def test_clear_errors():
         assert r["group_and_mesh"][0] == "ValueError" and "Cannot pass both" in r["group_and_mesh"][1]
         assert r["tuple"][0] == "ValueError" and "HYBRID" in r["tuple"][1]
         assert r["mesh_1d"] is None  # a 1-d mesh stands for its group
-        assert r["orig_params"][0] == "NotImplementedError" and "use_orig_params" in r["orig_params"][1]
+        assert r["frozen_mix"][0] == "ValueError" and "use_orig_params=True" in r["frozen_mix"][1]
         assert r["init_fn"][0] == "NotImplementedError" and "param_init_fn" in r["init_fn"][1]
         assert r["sharded_sd"][0] == "NotImplementedError" and "SHARDED_STATE_DICT" in r["sharded_sd"][1]
         assert r["shapes"][0] == "RuntimeError" and "differs between ranks 0 and 1" in r["shapes"][1]

@@ -8,7 +8,15 @@ parameters become views of it: each forward gathers the storage
 the leaf, so backward accumulates one full flat gradient. Releasing frees
 the storage (Buffer.release_storage_) while the views, including those the
 autograd graph saved, keep their places in it; gathering again re-fills it
-and re-points them all."""
+and re-points them all.
+
+With ``use_orig_params`` the original Parameters stay registered in their
+modules and, between uses, each views the part of itself that falls in this
+rank's shard of the flat parameter (1-D, size 0 where none does), so an
+optimizer over them steps the shard in place; after a synced backward their
+``.grad`` views the matching part of the shard's gradient."""
+
+import math
 
 from ... import distributed as dist
 from ...autograd import no_grad
@@ -22,7 +30,7 @@ class FlatParamHandle:
     module, attribute name, Parameter), a Parameter appearing under several
     names kept once (under its first name, in ``names``)."""
 
-    def __init__(self, uses, strategy, process_group, replicate_group, mixed_precision):
+    def __init__(self, uses, strategy, process_group, replicate_group, mixed_precision, use_orig_params=False):
         self.group = process_group  # the ranks sharing the parameters (all of them holding everything under NO_SHARD)
         self.replicate_group = replicate_group  # under the HYBRID strategies: the ranks holding the same shard
         self.world, self.rank = dist.get_world_size(process_group), dist.get_rank(process_group)
@@ -42,11 +50,14 @@ class FlatParamHandle:
                 raise ValueError(f"FullyShardedDataParallel flattens a unit's parameters into one tensor, so they "
                                  f"must share dtype and device: found {first.dtype} on {first.device} and "
                                  f"{p.dtype} on {p.device}; wrap those modules in units of their own")
-            if p.requires_grad != first.requires_grad:
+            if p.requires_grad != first.requires_grad and not use_orig_params:
                 raise ValueError("FullyShardedDataParallel (use_orig_params=False) needs a unit's parameters to be "
-                                 "all trainable or all frozen; wrap the frozen modules in units of their own")
-        self.requires_grad = first.requires_grad
+                                 "all trainable or all frozen; wrap the frozen modules in units of their own, or "
+                                 "pass use_orig_params=True")
+        self.use_orig_params = use_orig_params
+        self.requires_grad = any(p.requires_grad for p in self.params)
         self.dtype, self.device = first.dtype, first.device
+        self.shapes = [tuple(p.shape) for p in self.params]  # the originals' own (their views at rest are 1-D)
         self.offsets, at = [], 0
         for p in self.params:
             self.offsets.append(at)
@@ -55,6 +66,8 @@ class FlatParamHandle:
         ways = self.world if self.sharded else 1
         self.padded = -(-at // ways) * ways  # padded so that every rank's shard has the same length
         self.shard_numel = self.padded // ways
+        self.pieces = [self.piece(i, self.rank) for i in range(len(self.params))]
+        self.grad_views = [None] * len(self.params)  # the originals' .grad as reduce_grad last set them
         mp = mixed_precision
         self.compute_dtype = (mp.param_dtype if mp and mp.param_dtype is not None else None) or self.dtype
         self.reduce_dtype = (mp.reduce_dtype if mp and mp.reduce_dtype is not None else None) or self.compute_dtype
@@ -77,11 +90,21 @@ class FlatParamHandle:
         self.pending = None  # the Work of an all-gather issued ahead of use (prefetched)
         self.pending_grad = None  # full gradients accumulated under no_sync
         self.summoned = None  # the full parameters summon_full_params gathered
-        self._point_params(self.full)
+        self._point_params_at_rest()
         if self.freeable:
             self.full._buf.release_storage_()
-        for m, name, _ in self.uses:
-            del m._parameters[name]
+        if not use_orig_params:
+            for m, name, _ in self.uses:
+                del m._parameters[name]
+
+    def piece(self, i, rank):
+        """(start, length) in ``rank``'s shard of the part of parameter ``i``
+        that falls in it (length 0 where none does)."""
+        lo = rank * self.shard_numel if self.sharded else 0
+        hi = lo + self.shard_numel
+        start = min(max(self.offsets[i], lo), hi)
+        end = max(min(self.offsets[i] + math.prod(self.shapes[i]), hi), start)
+        return start - lo, end - start
 
     # ---- the full parameter ------------------------------------------------------------
     def unshard(self, async_op=False):
@@ -124,14 +147,27 @@ class FlatParamHandle:
         return self.full._buf.storage_nbytes if self.freeable else 0
 
     def install_views(self):
-        """Gives the modules autograd views of the full flat parameter as their parameters."""
-        views = [self.full[off:off + p.numel()].view(p.shape) for p, off in zip(self.params, self.offsets)]
+        """Gives the modules views of the full flat parameter as their parameters:
+        autograd views for the parameters that require grad, plain ones for
+        the frozen (so no gradient is computed for them)."""
+        views = [self.full[off:off + math.prod(shape)].view(shape) if p.requires_grad else
+                 Tensor(self.full._buf.view(off, shape))
+                 for p, off, shape in zip(self.params, self.offsets, self.shapes)]
         for m, name, i in self.uses:
             object.__setattr__(m, name, views[i])
 
     def _point_params(self, full):
-        for p, off in zip(self.params, self.offsets):
-            p._buf = full._buf.view(off, tuple(p.shape))
+        for p, off, shape in zip(self.params, self.offsets, self.shapes):
+            p._buf = full._buf.view(off, shape)
+
+    def _point_params_at_rest(self):
+        """Outside forward, backward and summon_full_params: the originals view
+        their pieces of the shard (use_orig_params) or of the full parameter."""
+        if not self.use_orig_params:
+            self._point_params(self.full)
+            return
+        for p, (start, length) in zip(self.params, self.pieces):
+            p._buf = self.flat_param._buf.view(start, (length,))
 
     # ---- summon_full_params ------------------------------------------------------------
     def summon_begin(self):
@@ -149,14 +185,15 @@ class FlatParamHandle:
             m._parameters[name] = self.params[i]
 
     def summon_end(self, writeback):
-        for m, name, _ in self.uses:
-            del m._parameters[name]
+        if not self.use_orig_params:
+            for m, name, _ in self.uses:
+                del m._parameters[name]
         if writeback and self.sharded:
             lo = self.rank * self.shard_numel
             with no_grad():
                 self.flat_param.detach().copy_(self.summoned[lo:lo + self.shard_numel])
         self.summoned = None
-        self._point_params(self.full)
+        self._point_params_at_rest()
 
     # ---- gradients ---------------------------------------------------------------------
     def reduce_grad(self, sync):
@@ -189,7 +226,40 @@ class FlatParamHandle:
                     dist.all_reduce(shard, op=dist.ReduceOp.AVG, group=self.replicate_group)
             if shard.dtype is not self.dtype and not self.keep_low_precision_grads:
                 shard = shard.to(self.dtype)
+            if self.use_orig_params:
+                self.flat_param.grad = self._originals_grad()
             if self.flat_param.grad is None:
                 self.flat_param.grad = shard
             else:
                 self.flat_param.grad.add_(shard)
+            if self.use_orig_params:
+                self._point_grads()
+
+    def _originals_grad(self):
+        """The gradient the originals hold now, as one shard (None where none
+        does): the optimizer's zero_grad or the user may have replaced or
+        dropped the views reduce_grad gave them."""
+        if all(p.grad is None for p in self.params):
+            return None
+        if all(p.grad is v for p, v in zip(self.params, self.grad_views)):
+            return self.flat_param.grad
+        dtype = next(p.grad.dtype for p in self.params if p.grad is not None)
+        flat = zeros(self.shard_numel, dtype=dtype, device=self.device)
+        for p, (start, length) in zip(self.params, self.pieces):
+            if p.grad is not None:
+                Tensor(flat._buf.view(start, (length,))).copy_(p.grad.detach().reshape(-1))
+        return flat
+
+    def _point_grads(self):
+        """Gives each trainable original a view of its piece of the shard's gradient as its .grad."""
+        grad = self.flat_param.grad
+        self.grad_views = [Tensor(grad._buf.view(start, (length,))) if p.requires_grad else None
+                           for p, (start, length) in zip(self.params, self.pieces)]
+        for p, v in zip(self.params, self.grad_views):
+            p.grad = v
+
+    def shard_grads(self):
+        """This rank's gradients of the unit: the originals' (use_orig_params) or the flat shard's."""
+        if self.use_orig_params:
+            return [p.grad for p in self.params if p.grad is not None]
+        return [] if self.flat_param.grad is None else [self.flat_param.grad]

@@ -37,7 +37,6 @@ class FullyShardedDataParallel(Module):
         strategy = ShardingStrategy.FULL_SHARD if sharding_strategy is None else sharding_strategy
         if not isinstance(strategy, ShardingStrategy):
             raise TypeError(f"sharding_strategy must be a ShardingStrategy, got {sharding_strategy!r}")
-        _refuse("use_orig_params=True", use_orig_params)
         _refuse("param_init_fn", param_init_fn is not None)
         _refuse("ignored_states", ignored_states is not None)
         if backward_prefetch is not None and not isinstance(backward_prefetch, BackwardPrefetch):
@@ -58,7 +57,8 @@ class FullyShardedDataParallel(Module):
                       sharding_strategy=strategy, cpu_offload=cpu_offload,
                       backward_prefetch=backward_prefetch, mixed_precision=mixed_precision,
                       ignored_modules=ignored_modules, sync_module_states=sync_module_states,
-                      forward_prefetch=forward_prefetch, limit_all_gathers=limit_all_gathers)
+                      forward_prefetch=forward_prefetch, limit_all_gathers=limit_all_gathers,
+                      use_orig_params=use_orig_params)
         if auto_wrap_policy is not None:
             policy = _policy_callable(auto_wrap_policy)
             _recursive_wrap(module, policy, lambda m: FullyShardedDataParallel(m, **kwargs), ignored, True)
@@ -69,6 +69,7 @@ class FullyShardedDataParallel(Module):
         self.cpu_offload = cpu_offload or CPUOffload()
         self.backward_prefetch = backward_prefetch
         self.forward_prefetch, self.limit_all_gathers = forward_prefetch, limit_all_gathers
+        self._use_orig_params = bool(use_orig_params)
         setattr(self, _WRAPPED, module)
 
         uses = []  # (qualified name, module, attribute, Parameter) of this unit's parameters
@@ -80,10 +81,13 @@ class FullyShardedDataParallel(Module):
         _verify_same_model([(n, p) for n, _, _, p in uses], every_rank, "FullyShardedDataParallel")
         if sync_module_states:
             self._broadcast_rank0([p for _, _, _, p in uses] + list(_unit_buffers(module, ignored)), every_rank)
-        self._handle = (FlatParamHandle(uses, strategy, process_group, replicate_group, mixed_precision)
-                        if uses else None)
+        self._handle = (FlatParamHandle(uses, strategy, process_group, replicate_group, mixed_precision,
+                                        self._use_orig_params) if uses else None)
         if self._handle is not None:
-            self._flat_param = self._handle.flat_param
+            if self._use_orig_params:  # the originals are the parameters; the shard is not registered
+                object.__setattr__(self, "_flat_param", self._handle.flat_param)
+            else:
+                self._flat_param = self._handle.flat_param
             if self._handle.requires_grad:
                 self._handle.full.register_post_accumulate_grad_hook(self._post_backward)
         for m in module.modules():
@@ -116,10 +120,13 @@ class FullyShardedDataParallel(Module):
         return self.module.__getitem__(key)
 
     def named_parameters(self, prefix="", recurse=True, remove_duplicate=True):
-        """Inside summon_full_params, the original parameters under the unwrapped
-        names; otherwise the flat shards, under the wrappers' names."""
+        """With use_orig_params=True, or inside summon_full_params: the original
+        parameters under the unwrapped names (PyTorch keeps the wrappers'
+        ``_fsdp_wrapped_module.`` in them outside summon_full_params);
+        otherwise the flat shards, under the wrappers' names."""
+        clean = self._summoned or self._use_orig_params
         for name, p in super().named_parameters(prefix, recurse, remove_duplicate):
-            yield (name.replace(_WRAPPED + ".", "") if self._summoned else name), p
+            yield (name.replace(_WRAPPED + ".", "") if clean else name), p
 
     @staticmethod
     def fsdp_modules(module, root_only=False):
@@ -269,11 +276,12 @@ class FullyShardedDataParallel(Module):
         norm_type = float(norm_type)
         world = dist.get_world_size(self.process_group)
         grads, shared = [], []  # shared: gradients every rank holds in full (NO_SHARD units, ignored modules)
+        held = set()  # the parameters of the units: their flat shards and the originals
         for u in self._units:
-            if u._handle is not None and u._flat_param.grad is not None:
-                (grads if u._handle.sharded else shared).append(u._flat_param.grad)
-        flat_ids = {id(u._flat_param) for u in self._units if u._handle is not None}
-        shared += [p.grad for p in self.parameters() if id(p) not in flat_ids and p.grad is not None]
+            if u._handle is not None:
+                (grads if u._handle.sharded else shared).extend(u._handle.shard_grads())
+                held.update(id(p) for p in [u._flat_param] + u._handle.params)
+        shared += [p.grad for p in self.parameters() if id(p) not in held and p.grad is not None]
         if math.isinf(norm_type):
             local = max([float(g.abs().max().item()) for g in grads + shared if g.numel()], default=0.0)
             total = self._metadata_tensor(local)
@@ -318,7 +326,8 @@ class FullyShardedDataParallel(Module):
             for u in units:
                 if u._handle is not None:
                     u._handle.summon_begin()
-                    del u._parameters["_flat_param"]  # the original parameters stand for it
+                    if not u._use_orig_params:
+                        del u._parameters["_flat_param"]  # the original parameters stand for it
                 u._summoned += 1
                 done.append(u)
             yield
@@ -326,7 +335,8 @@ class FullyShardedDataParallel(Module):
             for u in reversed(done):
                 u._summoned -= 1
                 if u._handle is not None:
-                    u._parameters["_flat_param"] = u._handle.flat_param
+                    if not u._use_orig_params:
+                        u._parameters["_flat_param"] = u._handle.flat_param
                     u._handle.summon_end(writeback)
 
     # ---- state dicts ---------------------------------------------------------------------------
