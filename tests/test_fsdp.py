@@ -342,6 +342,14 @@ def test_prefetching_changes_no_result(strategy, world):
         assert_params_close(r["off"], ref)
 
 
+@pytest.mark.parametrize("strategy", ["FULL_SHARD", "SHARD_GRAD_OP"])
+def test_use_orig_params_with_prefetching(strategy):
+    ref, _ = train_single(2, batch=4, steps=3, opt="adamw", groups=True)
+    for r in ddpc.spawn(prefetch_worker, args=(2, {**ORIG, "strategy": strategy, "nested": "module"}), nprocs=2):
+        for name in PREFETCH:
+            assert_params_close(r[name], ref)
+
+
 def order_worker(rank, world, options):
     """The collectives and the Linear layers' forward and backward of the
     second step, in the order they began: ("AG"|"RS"|"F"|"B", unit index)."""
@@ -437,17 +445,19 @@ def test_hybrid_sharding_equals_one_process_on_the_combined_batch(strategy):
             assert not np.array_equal(r[form]["shard"], results[rank ^ 1][form]["shard"])
 
 
-def state_dict_worker(rank, world, strategy):
+def state_dict_worker(rank, world, strategy, use_orig_params):
     import ddpc.distributed as dist
     from ddpc.distributed.fsdp import FullStateDictConfig, LocalStateDictConfig, StateDictType
     from ddpc.distributed.fsdp import FullyShardedDataParallel as FSDP
 
     dist.init_process_group("cpu")
-    fsdp = FSDP(model(seed=0), **wrap_kwargs({"strategy": strategy, "nested": "module"}))
+    fsdp = FSDP(model(seed=0), **wrap_kwargs({"strategy": strategy, "nested": "module",
+                                              "use_orig_params": use_orig_params}))
     out = {"initial": numpy_state(fsdp.state_dict())}  # FULL_STATE_DICT is the default
     other = model(seed=1)
     fsdp.load_state_dict(other.state_dict())
     out["loaded"] = numpy_state(fsdp.state_dict())
+    out["pieces"] = {n: p.detach().numpy().copy() for n, p in fsdp.named_parameters()}
     x = ddpc.from_numpy(data(6)[0])
     out["output"] = fsdp(x).detach().numpy().copy()
     out["expected_output"] = other(x).detach().numpy().copy()
@@ -469,17 +479,26 @@ def state_dict_worker(rank, world, strategy):
     return out
 
 
+@pytest.mark.parametrize("use_orig_params", [False, True])
 @pytest.mark.parametrize("strategy", STRATEGIES)
-def test_full_state_dict_has_the_unwrapped_names_and_loads_back(strategy):
+def test_full_state_dict_has_the_unwrapped_names_and_loads_back(strategy, use_orig_params):
     initial, other = numpy_state(model(seed=0).state_dict()), numpy_state(model(seed=1).state_dict())
-    for rank, r in enumerate(ddpc.spawn(state_dict_worker, args=(3, strategy), nprocs=3)):
+    results = ddpc.spawn(state_dict_worker, args=(3, strategy, use_orig_params), nprocs=3)
+    if use_orig_params:  # each rank's originals hold the parts of the parameters in its shard, in rank order
+        for n, v in other.items():
+            pieces = [r["pieces"][n] for r in results]
+            np.testing.assert_array_equal(np.concatenate(pieces) if strategy != "NO_SHARD" else pieces[0], v.ravel())
+    for rank, r in enumerate(results):
         assert list(r["initial"]) == list(initial)  # same names, same order
         assert_params_close(r["initial"], initial, atol=0)
         assert_params_close(r["loaded"], other, atol=0)
         np.testing.assert_allclose(r["output"], r["expected_output"], atol=1e-6)
         assert r["rank0_only_keys"] == (sorted(initial) if rank == 0 else [])
-        # the root holds no parameters of its own: every Linear is a unit
-        assert r["local_keys"] == [f"_fsdp_wrapped_module.{i}._flat_param" for i in (0, 2, 4)]
+        # the root holds no parameters of its own: every Linear is a unit; under use_orig_params the
+        # local state is each original's piece
+        assert r["local_keys"] == ([f"_fsdp_wrapped_module.{i}._fsdp_wrapped_module.{w}" for i in (0, 2, 4)
+                                    for w in ("bias", "weight")] if use_orig_params else
+                                   [f"_fsdp_wrapped_module.{i}._flat_param" for i in (0, 2, 4)])
         # inside summon_full_params the parameters are the original ones, full
         assert sorted(k.replace("_fsdp_wrapped_module.", "") for k in r["summoned"]) == sorted(initial)
         np.testing.assert_array_equal(r["after_writeback"], np.full((HIDDEN, FEATURES), 0.5, np.float32))
@@ -493,7 +512,7 @@ FULL_SD = {"full_state_dict": True}
 RANK0_SD = {"full_state_dict": True, "cpu_offload": True, "broadcast_from_rank0": True}
 
 
-def checkpoint_worker(rank, world, path, options, save):
+def checkpoint_worker(rank, world, path, options, save, use_orig_params):
     """Trains the first (save) or the last (not save) half of the steps,
     saving or loading a checkpoint through the state_dict functions."""
     import ddpc.distributed as dist
@@ -504,7 +523,7 @@ def checkpoint_worker(rank, world, path, options, save):
 
     dist.init_process_group("cpu")
     X, y = data(CKPT_BATCH * CKPT_STEPS)
-    fsdp = FSDP(model(seed=0 if save else 5), **wrap_kwargs({"nested": "module"}))
+    fsdp = FSDP(model(seed=0 if save else 5), **wrap_kwargs({"nested": "module", "use_orig_params": use_orig_params}))
     opt = optimizer("adam", fsdp.parameters())
     batch = CKPT_BATCH // world
     state_options = StateDictOptions(**options)
@@ -535,19 +554,23 @@ def checkpoint_worker(rank, world, path, options, save):
     return out
 
 
-@pytest.mark.parametrize("load_world, load_options", [(2, FULL_SD), (3, RANK0_SD)], ids=["2-ranks", "3-ranks-rank0"])
-def test_state_dict_functions_save_and_load_fsdp_checkpoints_across_world_sizes(tmp_path, load_world, load_options):
+@pytest.mark.parametrize("load_world, load_options, use_orig_params", [(2, FULL_SD, False), (3, RANK0_SD, False),
+                                                                      (3, FULL_SD, True)],
+                         ids=["2-ranks", "3-ranks-rank0", "3-ranks-orig-params"])
+def test_state_dict_functions_save_and_load_fsdp_checkpoints_across_world_sizes(tmp_path, load_world, load_options,
+                                                                                 use_orig_params):
     half, _ = train_single(CKPT_BATCH, 1, CKPT_STEPS // 2, opt="adam", n=CKPT_BATCH * CKPT_STEPS)
     ref, _ = train_single(CKPT_BATCH, 1, CKPT_STEPS, opt="adam", n=CKPT_BATCH * CKPT_STEPS)
     shapes = {k: v.shape for k, v in ref.items()}
     path = str(tmp_path / "ckpt")
-    for r in ddpc.spawn(checkpoint_worker, args=(2, path, FULL_SD, True), nprocs=2):
+    for r in ddpc.spawn(checkpoint_worker, args=(2, path, FULL_SD, True, use_orig_params), nprocs=2):
         assert list(r["model"]) == list(ref)  # the unwrapped model's names, full tensors
         assert_params_close(r["model"], half)
         assert r["optim_names"] == list(ref)
         assert r["optim_shapes"] == {n: {"exp_avg": shapes[n], "exp_avg_sq": shapes[n]} for n in ref}
         assert "full_state_dict=True" in r["sharded_error"]
-    results = ddpc.spawn(checkpoint_worker, args=(load_world, path, load_options, False), nprocs=load_world)
+    results = ddpc.spawn(checkpoint_worker, args=(load_world, path, load_options, False, use_orig_params),
+                         nprocs=load_world)
     for rank, r in enumerate(results):
         if load_options.get("cpu_offload") and rank > 0:
             assert r["model"] == {} and r["optim_names"] is None  # rank 0's alone
@@ -813,7 +836,7 @@ def as_numpy(v):
     return v.detach().cpu().numpy().copy() if isinstance(v, ddpc.Tensor) else np.asarray(v)
 
 
-def optim_state_worker(rank, world, strategy):
+def optim_state_worker(rank, world, strategy, use_orig_params):
     import ddpc.distributed as dist
     from ddpc import nn
     from ddpc.distributed.fsdp import FullyShardedDataParallel as FSDP
@@ -827,14 +850,15 @@ def optim_state_worker(rank, world, strategy):
         nn.CrossEntropyLoss()(fsdp(ddpc.from_numpy(X[lo:lo + 4])), ddpc.from_numpy(y[lo:lo + 4])).backward()
         opt.step()
 
-    fsdp = FSDP(model(), **wrap_kwargs({"strategy": strategy, "nested": "size"}))
+    options = {"strategy": strategy, "nested": "size", "use_orig_params": use_orig_params}
+    fsdp = FSDP(model(), **wrap_kwargs(options))
     opt = optimizer("adam", fsdp.parameters())
     for s in range(2):
         step(fsdp, opt, s)
     full_osd = FSDP.optim_state_dict(fsdp, opt)
     full_sd = fsdp.state_dict()
     # a fresh model and optimizer resume from the two full dicts
-    resumed = FSDP(model(seed=5), **wrap_kwargs({"strategy": strategy, "nested": "size"}))
+    resumed = FSDP(model(seed=5), **wrap_kwargs(options))
     resumed.load_state_dict(full_sd)
     opt2 = optimizer("adam", resumed.parameters())
     opt2.load_state_dict(FSDP.optim_state_dict_to_load(resumed, opt2, full_osd))
@@ -845,8 +869,9 @@ def optim_state_worker(rank, world, strategy):
     return out
 
 
+@pytest.mark.parametrize("use_orig_params", [False, True])
 @pytest.mark.parametrize("strategy", ["FULL_SHARD", "NO_SHARD"])
-def test_optim_state_dict_is_the_unwrapped_optimizers_and_resumes(strategy):
+def test_optim_state_dict_is_the_unwrapped_optimizers_and_resumes(strategy, use_orig_params):
     from ddpc import nn
 
     world = 2
@@ -864,7 +889,7 @@ def test_optim_state_dict_is_the_unwrapped_optimizers_and_resumes(strategy):
             expected = {names[i]: {k: as_numpy(v) for k, v in st.items()}
                         for i, st in opt.state_dict()["state"].items()}
     ref = numpy_state(m.state_dict())
-    for r in ddpc.spawn(optim_state_worker, args=(world, strategy), nprocs=world):
+    for r in ddpc.spawn(optim_state_worker, args=(world, strategy, use_orig_params), nprocs=world):
         assert sorted(r["names"]) == sorted(names)
         assert r["osd"].keys() == expected.keys()
         for n in expected:

@@ -4,7 +4,10 @@ keyed by the unwrapped parameter names) and back.
 
 State whose tensors have the shard's length (Adam's moments, SGD's momentum
 buffer) is gathered or split along the flat layout; any other value (a
-step count) is the same for every parameter of a unit and is copied."""
+step count) is the same for every parameter of a unit and is copied.
+Under use_orig_params the optimizer holds the originals' pieces of the
+shard instead: state shaped like a piece is gathered from (or split into)
+the pieces of every rank."""
 
 from ... import distributed as dist
 from ...tensor import Tensor, cat, zeros
@@ -26,13 +29,52 @@ def _units(model, fsdp_cls):
     return out
 
 
+def _originals(model, fsdp_cls):
+    """id(original parameter) -> (its handle, its index there), for the units with use_orig_params=True."""
+    out = {}
+    for m in model.modules():
+        if isinstance(m, fsdp_cls) and m._handle is not None and m._handle.use_orig_params:
+            out.update((id(p), (m._handle, i)) for i, p in enumerate(m._handle.params))
+    return out
+
+
+def _gather_piece_state(h, i, saved):
+    """One original parameter's full state from the state of its piece on each rank."""
+    out = {}
+    for k, v in saved.items():
+        if not (isinstance(v, Tensor) and tuple(v.shape) == (h.pieces[i][1],)):
+            out[k] = v.clone() if isinstance(v, Tensor) else v
+        elif not h.sharded:
+            out[k] = v.detach().reshape(h.shapes[i]).clone()
+        else:
+            # The pieces differ in length (0 on ranks the parameter misses): each
+            # rank sends its piece padded to the longest.
+            lengths = [h.piece(i, r)[1] for r in range(h.world)]
+            longest = max(lengths)
+            mine = zeros(longest, dtype=v.dtype, device=v.device)
+            mine[:lengths[h.rank]].copy_(v.detach())
+            every = zeros(longest * h.world, dtype=v.dtype, device=v.device)
+            dist.all_gather_into_tensor(every, mine, group=h.group)
+            out[k] = cat([every[r * longest:r * longest + n] for r, n in enumerate(lengths)]).reshape(h.shapes[i])
+    return out
+
+
+def _piece_state(h, i, entry):
+    """This rank's piece of one original parameter's full state."""
+    start, length = h.pieces[i]
+    at = (h.rank * h.shard_numel if h.sharded else 0) + start - h.offsets[i]  # where the piece begins in it
+    return {k: (v.detach().reshape(-1)[at:at + length].to(h.flat_param.device).clone()
+                if isinstance(v, Tensor) and tuple(v.shape) == h.shapes[i] else
+                v.clone() if isinstance(v, Tensor) else v) for k, v in entry.items()}
+
+
 def _is_flat_state(value, handle):
     return isinstance(value, Tensor) and value.dim() == 1 and value.numel() == handle.shard_numel
 
 
 def full_optim_state_dict(model, optim, fsdp_cls, osd=None):
     osd = optim.state_dict() if osd is None else osd
-    units = _units(model, fsdp_cls)
+    units, originals = _units(model, fsdp_cls), _originals(model, fsdp_cls)
     names = {id(p): _clean(n) for n, p in model.named_parameters()}
     state, groups = {}, []
     for group, packed in zip(optim.param_groups, osd["param_groups"]):
@@ -41,7 +83,9 @@ def full_optim_state_dict(model, optim, fsdp_cls, osd=None):
             saved = osd["state"].get(i, {})
             if id(p) not in units:
                 keys.append(names[id(p)])
-                if saved:
+                if saved and id(p) in originals:
+                    state[names[id(p)]] = _gather_piece_state(*originals[id(p)], saved)
+                elif saved:
                     state[names[id(p)]] = dict(saved)
                 continue
             h, prefix = units[id(p)]
@@ -66,7 +110,7 @@ def full_optim_state_dict(model, optim, fsdp_cls, osd=None):
 
 
 def optim_state_dict_to_load(model, optim, osd, fsdp_cls):
-    units = _units(model, fsdp_cls)
+    units, originals = _units(model, fsdp_cls), _originals(model, fsdp_cls)
     names = {id(p): _clean(n) for n, p in model.named_parameters()}
     if len(osd["param_groups"]) != len(optim.param_groups):
         raise ValueError(f"the optimizer state dict has {len(osd['param_groups'])} parameter groups, the optimizer "
@@ -76,8 +120,9 @@ def optim_state_dict_to_load(model, optim, osd, fsdp_cls):
         ids = []
         for p in group["params"]:
             if id(p) not in units:
-                if names[id(p)] in osd["state"]:
-                    state[n] = dict(osd["state"][names[id(p)]])
+                entry = osd["state"].get(names[id(p)])
+                if entry is not None:
+                    state[n] = _piece_state(*originals[id(p)], entry) if id(p) in originals else dict(entry)
             else:
                 h, prefix = units[id(p)]
                 entries = [osd["state"].get(prefix + name) for name in h.names]
