@@ -6,7 +6,7 @@ makes units of the submodules the policy picks, innermost first. A unit
 flattens the parameters of its modules that no inner unit holds into one
 flat parameter, padded to a multiple of the world size; each rank keeps
 only its 1/world shard, ``_flat_param``, which is what ``parameters()``
-yields, so any ddpc optimizer steps the shards.
+yields (without ``use_orig_params``), so any ddpc optimizer steps the shards.
 
 Forward of a unit all-gathers the full flat parameter and gives the modules
 views of it as their parameters. Under FULL_SHARD the full parameter's
@@ -38,6 +38,18 @@ parameter name, full, and back to each rank's shard) behave as PyTorch's,
 and so do ``ddpc.distributed.checkpoint.state_dict``'s functions with
 ``StateDictOptions(full_state_dict=True)`` (which ``dcp.save``/``dcp.load``
 then save and load on any number of ranks).
+With ``use_orig_params=True``, as PyTorch's, ``parameters()`` and
+``named_parameters()`` yield the original parameters instead of the flat
+shards, so optimizer groups can be made per parameter (by name or module
+type: their data is 1-D, so not by ndim) and parameters within a unit may
+be frozen (``requires_grad=False``: no gradient, not updated). Each
+original's data on a rank is the part of it that falls in that rank's shard,
+flattened, viewing the shard (an optimizer step on it updates the shard in
+place); after a synced backward its ``.grad`` is a view of the matching part
+of the reduced gradient shard (where the user replaced or dropped them, as
+``zero_grad`` does, the next backward accumulates into what they hold then). Forward, backward and ``summon_full_params`` see the
+full, shaped parameters; the state dicts, the optimizer state dicts,
+``clip_grad_norm_``, ``no_sync`` and prefetching work as without it.
 ``MixedPrecision`` gathers and computes in ``param_dtype``, reduces in ``reduce_dtype``, casts
 buffers to ``buffer_dtype`` and the root's floating-point inputs to
 ``param_dtype``; the shards keep the module's dtype.
@@ -59,10 +71,20 @@ to backward (as PyTorch's root does), so the saving shows in the nested
 units; ``limit_all_gathers`` counts the all-gathers in flight (PyTorch
 counts the full parameters not yet freed, which its CPU thread may run
 ahead of the GPU with); the flat shard is registered on the wrapper as
-``_flat_param``; a unit's parameters must share dtype, device and
-requires_grad. Not supported (NotImplementedError naming them):
-``use_orig_params=True``, ``param_init_fn``, ``ignored_states``,
-SHARDED_STATE_DICT, ``CPUOffload(offload_params=True)`` for modules on a
+``_flat_param`` (an attribute only, under ``use_orig_params=True``); a
+unit's parameters must share dtype and device, and without
+``use_orig_params`` requires_grad. Under ``use_orig_params=True``:
+the names have no ``_fsdp_wrapped_module.`` (PyTorch keeps it outside
+``summon_full_params``); an original with no element on a rank gets a
+size-0 gradient there (PyTorch's is None), so every rank's optimizer holds
+state for the same parameters; inside ``no_sync`` the originals' ``.grad``
+stay as they were until the next synced backward (PyTorch shows the
+unsharded gradient there); between forwards a module attribute
+(``module.weight``) still names the full view the last forward used, while
+``parameters()`` and the module's ``_parameters`` hold the original;
+LOCAL_STATE_DICT holds each original's piece, under the wrappers' names.
+Not supported (NotImplementedError naming them): ``param_init_fn``,
+``ignored_states``, SHARDED_STATE_DICT, ``CPUOffload(offload_params=True)`` for modules on a
 GPU, ``optim_state_dict_to_load(is_named_optimizer=True)``.
 """
 
