@@ -160,6 +160,9 @@ def train_fsdp(rank, world, batch, steps, options):
                     (loss_fn(fsdp(xb), yb) / k).backward()
             else:
                 (loss_fn(fsdp(xb), yb) / k).backward()
+            if options.get("replace_grads"):  # gradients of their own, which the next backward adds to
+                for p in fsdp.parameters():
+                    p.grad = None if p.grad is None else p.grad.clone()
         if options.get("clip") is not None:
             norms.append(float(fsdp.clip_grad_norm_(options["clip"])))
         opt.step()
@@ -307,6 +310,15 @@ def test_use_orig_params_clip_grad_norm_matches_one_process():
         assert_params_close(r["params"], ref)
         np.testing.assert_allclose(r["norms"], ref_norms, rtol=1e-5)
         assert min(r["norms"]) > 0.05
+
+
+@pytest.mark.parametrize("replace_grads", [False, True])
+def test_use_orig_params_synced_accumulation_adds_to_the_originals_gradients(replace_grads):
+    ref, _ = train_single(3, batch=4, steps=2, accumulate=2, opt="adamw", groups=True)
+    options = {**ORIG, "accumulate": 2, "accumulate_synced": True, "replace_grads": replace_grads}
+    for r in ddpc.spawn(fsdp_worker, args=(3, 4, 2, options), nprocs=3):
+        assert_params_close(r["params"], ref)
+        assert all(grad is not replace_grads for _, grad in r["views"])  # views of the shard's gradient or not
 
 
 @pytest.mark.parametrize("strategy", ["FULL_SHARD", "NO_SHARD"])

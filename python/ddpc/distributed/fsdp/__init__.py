@@ -47,9 +47,10 @@ original's data on a rank is the part of it that falls in that rank's shard,
 flattened, viewing the shard (an optimizer step on it updates the shard in
 place); after a synced backward its ``.grad`` is a view of the matching part
 of the reduced gradient shard (where the user replaced or dropped them, as
-``zero_grad`` does, the next backward accumulates into what they hold then). Forward, backward and ``summon_full_params`` see the
-full, shaped parameters; the state dicts, the optimizer state dicts,
-``clip_grad_norm_``, ``no_sync`` and prefetching work as without it.
+``zero_grad`` does, the next backward accumulates into what they hold
+then). Forward, backward and ``summon_full_params`` see the full, shaped
+parameters; the state dicts, the optimizer state dicts, ``clip_grad_norm_``,
+``no_sync`` and prefetching work as without it.
 ``MixedPrecision`` gathers and computes in ``param_dtype``, reduces in ``reduce_dtype``, casts
 buffers to ``buffer_dtype`` and the root's floating-point inputs to
 ``param_dtype``; the shards keep the module's dtype.
@@ -84,8 +85,8 @@ unsharded gradient there); between forwards a module attribute
 ``parameters()`` and the module's ``_parameters`` hold the original;
 LOCAL_STATE_DICT holds each original's piece, under the wrappers' names.
 Not supported (NotImplementedError naming them): ``param_init_fn``,
-``ignored_states``, SHARDED_STATE_DICT, ``CPUOffload(offload_params=True)`` for modules on a
-GPU, ``optim_state_dict_to_load(is_named_optimizer=True)``.
+``ignored_states``, SHARDED_STATE_DICT, ``CPUOffload(offload_params=True)``
+for modules on a GPU, ``optim_state_dict_to_load(is_named_optimizer=True)``.
 """
 
 from . import wrap
