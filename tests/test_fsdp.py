@@ -167,11 +167,12 @@ def train_fsdp(rank, world, batch, steps, options):
             norms.append(float(fsdp.clip_grad_norm_(options["clip"])))
         opt.step()
     shard_numel = sum(p.numel() for p in fsdp.parameters())
-    named = {n: p for n, p in fsdp.named_parameters()}
+    raw_names = [n for n, _ in fsdp.named_parameters()]
+    named = {n.replace("_fsdp_wrapped_module.", ""): p for n, p in fsdp.named_parameters()}
     with FSDP.state_dict_type(fsdp, StateDictType.FULL_STATE_DICT, FullStateDictConfig(rank0_only=False)):
         out = numpy_state(fsdp.state_dict())
     return {"params": out, "norms": norms, "units": units, "shard_numel": shard_numel,
-            "names": list(named), "numels": {n: p.numel() for n, p in named.items()},
+            "names": raw_names, "numels": {n: p.numel() for n, p in named.items()},
             "frozen_grads_none": [named[n].grad is None for n in frozen], "views": orig_views(fsdp)}
 
 
@@ -280,7 +281,8 @@ def test_use_orig_params_gives_the_original_parameters_for_per_parameter_groups(
     numels = full_numels()
     for r in results:
         assert_params_close(r["params"], ref)
-        assert r["names"] == list(numels)  # the unwrapped names, no _flat_param
+        # the originals under PyTorch's names: the wrapper's prefix kept, no _flat_param
+        assert r["names"] == ["_fsdp_wrapped_module." + n for n in numels]
         assert r["views"] and all(v == (True, True) for v in r["views"])
     pieces = {n: [r["numels"][n] for r in results] for n in numels}
     assert all(sum(pieces[n]) == numels[n] for n in numels)  # each element on exactly one rank
@@ -469,7 +471,8 @@ def state_dict_worker(rank, world, strategy, use_orig_params):
     other = model(seed=1)
     fsdp.load_state_dict(other.state_dict())
     out["loaded"] = numpy_state(fsdp.state_dict())
-    out["pieces"] = {n: p.detach().numpy().copy() for n, p in fsdp.named_parameters()}
+    out["pieces"] = {n.replace("_fsdp_wrapped_module.", ""): p.detach().numpy().copy()
+                     for n, p in fsdp.named_parameters()}
     x = ddpc.from_numpy(data(6)[0])
     out["output"] = fsdp(x).detach().numpy().copy()
     out["expected_output"] = other(x).detach().numpy().copy()

@@ -74,9 +74,9 @@ counts the full parameters not yet freed, which its CPU thread may run
 ahead of the GPU with); the flat shard is registered on the wrapper as
 ``_flat_param`` (an attribute only, under ``use_orig_params=True``); a
 unit's parameters must share dtype and device, and without
-``use_orig_params`` requires_grad. Under ``use_orig_params=True``:
-the names have no ``_fsdp_wrapped_module.`` (PyTorch keeps it outside
-``summon_full_params``); an original with no element on a rank gets a
+``use_orig_params`` requires_grad. Under ``use_orig_params=True``
+(whose names keep the wrappers' ``_fsdp_wrapped_module.`` outside
+``summon_full_params``, as PyTorch's): an original with no element on a rank gets a
 size-0 gradient there (PyTorch's is None), so every rank's optimizer holds
 state for the same parameters; inside ``no_sync`` the originals' ``.grad``
 stay as they were until the next synced backward (PyTorch shows the

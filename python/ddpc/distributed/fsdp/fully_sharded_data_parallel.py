@@ -120,11 +120,11 @@ class FullyShardedDataParallel(Module):
         return self.module.__getitem__(key)
 
     def named_parameters(self, prefix="", recurse=True, remove_duplicate=True):
-        """With use_orig_params=True, or inside summon_full_params: the original
-        parameters under the unwrapped names (PyTorch keeps the wrappers'
-        ``_fsdp_wrapped_module.`` in them outside summon_full_params);
-        otherwise the flat shards, under the wrappers' names."""
-        clean = self._summoned or self._use_orig_params
+        """The flat shards under the wrappers' names, or with
+        use_orig_params=True the original parameters, their names keeping the
+        wrappers' ``_fsdp_wrapped_module.`` as PyTorch's do; inside
+        summon_full_params, the original parameters under the unwrapped names."""
+        clean = self._summoned
         for name, p in super().named_parameters(prefix, recurse, remove_duplicate):
             yield (name.replace(_WRAPPED + ".", "") if clean else name), p
 
