@@ -504,6 +504,7 @@ def _with_big():
 
 def semantics_worker(rank, scenario):
     """One PyTorch DDP behaviour per scenario; returns what the test compares across ranks."""
+    import contextlib
     import dataclasses
 
     import ddpc.distributed as dist
@@ -610,6 +611,30 @@ def semantics_worker(rank, scenario):
                     ddp(x).sum().backward()
                     grads.append(ddp.module.a.weight.grad.numpy()[0, 0].item())
             return grads[-1] if rank == 1 else None
+        if scenario == "buffer_sync_rule":  # buffers broadcast before a forward that follows a reducing one
+            lin = nn.Linear(4, 3)
+            lin.register_buffer("seen", ddpc.zeros(1))
+            ddp, seen = DDP(lin), []
+
+            def step(fill, *, grad=True, sync=True, ranks=(0, 1)):
+                if rank not in ranks:
+                    return
+                if fill is not None:
+                    lin.seen.fill_(fill)
+                with ddpc.set_grad_enabled(grad), (contextlib.nullcontext() if sync else ddp.no_sync()):
+                    out = ddp(x).sum()
+                    if grad:
+                        out.backward()
+                seen.append((lin.seen.item(), ddp.require_forward_param_sync))
+
+            step(10.0 * (rank + 1))  # the first forward broadcasts
+            step(None, grad=False)  # so does the first one after a reducing forward
+            step(rank + 1.0, grad=False, ranks=(0,))  # later evaluation on rank 0 alone communicates nothing
+            step(None, grad=False, ranks=(0,))
+            step(rank + 1.0)  # nor does the forward after it
+            step(None, sync=False)  # this one follows a reducing forward
+            step(rank + 1.0)  # and this one a forward under no_sync
+            return seen
         raise ValueError(scenario)
     finally:
         dist.destroy_process_group()
@@ -618,11 +643,16 @@ def semantics_worker(rank, scenario):
 @pytest.mark.parametrize("scenario", ["frozen_broadcast", "unused_everywhere", "unused_after_no_sync",
                                       "used_on_one_rank", "hook_on_one_rank", "eval_mode", "skip_backward",
                                       "dataclass_output", "join_no_sync", "join_lone_bucket", "join_throw",
-                                      "join_active_average", "bucket_gradients"])
+                                      "join_active_average", "bucket_gradients", "buffer_sync_rule"])
 def test_ddp_behaves_as_pytorch_ddp(scenario):
     r0, r1 = ddpc.spawn(semantics_worker, args=(scenario,), nprocs=2)
     if isinstance(r0, dict):
         assert_params_close(r0, r1, atol=0)
+    elif scenario == "buffer_sync_rule":
+        flags = [True, False, False, False, True, False, True]
+        assert r0 == list(zip([10.0, 10.0, 1.0, 1.0, 1.0, 1.0, 1.0], flags))
+        assert r1 == list(zip([10.0, 10.0, 2.0, 1.0, 2.0], [f for i, f in enumerate(flags) if i not in (2, 3)]))
+        return
     elif scenario == "join_active_average":
         assert r1 == 4.0  # rank 1's own gradient (2 rows of 2.0) once rank 0 has joined, not half of it
         return

@@ -259,6 +259,7 @@ class DistributedDataParallel(Module, _GroupJoinable):
         self.find_unused_parameters = find_unused_parameters
         self.gradient_as_bucket_view = gradient_as_bucket_view
         self.require_backward_grad_sync = True
+        self.require_forward_param_sync = True  # as PyTorch's: cleared by a forward that will not reduce
         self._comm_hook, self._comm_state = allreduce_hook, process_group
         self._all_params = list(module.named_parameters())  # frozen ones too: verified and broadcast
         sparse = {id(m.weight) for m in module.modules() if getattr(m, "sparse", False) is True
@@ -474,7 +475,7 @@ class DistributedDataParallel(Module, _GroupJoinable):
 
     # ---- public API --------------------------------------------------------------------
     def forward(self, *inputs, **kwargs):
-        sync_buffers = self.broadcast_buffers and self.require_backward_grad_sync
+        sync_buffers = self.will_sync_module_buffers()
         if self._join_config.enable:
             Join.notify_join_context(self)
             syncing = int(self.require_backward_grad_sync and is_grad_enabled())
@@ -488,7 +489,15 @@ class DistributedDataParallel(Module, _GroupJoinable):
         outputs = self.module(*inputs, **kwargs)
         if self._buckets and is_grad_enabled():  # also in eval mode: PyTorch reduces whenever grad mode is on
             self._prepare_for_backward(outputs)
+        self.require_forward_param_sync = self.require_backward_grad_sync and is_grad_enabled()
         return outputs
+
+    def will_sync_module_buffers(self):
+        """Whether the next forward broadcasts rank 0's buffers: as PyTorch's, only
+        after a forward that reduced gradients (and before the first), so that
+        forwards under ``no_grad`` or ``no_sync`` after the first (evaluation,
+        perhaps on one rank only) communicate nothing."""
+        return self.require_forward_param_sync and self.broadcast_buffers and any(True for _ in self.module.buffers())
 
     @contextlib.contextmanager
     def no_sync(self):
