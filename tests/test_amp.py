@@ -239,6 +239,19 @@ def _scaled_step(model, opt, scaler, x, y, poison=False):
     return loss
 
 
+@pytest.mark.skipif(ddpc.cuda.is_available(), reason="needs a machine without a usable GPU")
+@pytest.mark.parametrize("make", [lambda: GradScaler(), lambda: GradScaler("cuda", init_scale=8.0),
+                                  lambda: ddpc.cuda.amp.GradScaler(enabled=True)])
+def test_cuda_scaler_without_a_gpu_disables_itself(make):
+    # nanoGPT on a CPU host: scaler = torch.cuda.amp.GradScaler(enabled=(dtype == 'float16'))
+    with pytest.warns(UserWarning, match="GradScaler is enabled, but CUDA is not available.  Disabling."):
+        scaler = make()
+    assert not scaler.is_enabled() and scaler.get_scale() == 1.0
+    loss = ddpc.tensor(3.0, requires_grad=True)
+    assert scaler.scale(loss) is loss
+    assert GradScaler("cpu").is_enabled() and GradScaler("cuda", enabled=False).get_scale() == 1.0
+
+
 def test_scaled_steps_equal_unscaled_steps():
     x, y = ddpc.randn(16, 8), ddpc.randint(0, 4, (16,))
     ref, m = _mlp(), _mlp()

@@ -12,7 +12,7 @@ import pytest
 from procs import run_torch_case
 
 
-@pytest.mark.parametrize("case", ["autocast", "scaler"])
+@pytest.mark.parametrize("case", ["autocast", "scaler", "scaler_without_gpu"])
 def test_matches_pytorch(case):
     out = run_torch_case(__file__, case)
     assert out.strip().endswith("ok"), out
@@ -107,6 +107,22 @@ def _case_scaler():
     assert scales == tscales
     for p, q in zip(ours.parameters(), theirs.parameters()):
         np.testing.assert_allclose(p.numpy(), q.detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+def _case_scaler_without_gpu():
+    import torch
+
+    import ddpc
+
+    if torch.cuda.is_available() or ddpc.cuda.is_available():
+        return
+    made = [(ddpc.cuda.amp.GradScaler(), torch.cuda.amp.GradScaler()),
+            (ddpc.amp.GradScaler("cuda", init_scale=8.0), torch.amp.GradScaler("cuda", init_scale=8.0)),
+            (ddpc.amp.GradScaler("cpu", init_scale=8.0), torch.amp.GradScaler("cpu", init_scale=8.0))]
+    ours = [(s.is_enabled(), s.get_scale(), s.state_dict()) for s, _ in made]
+    theirs = [(s.is_enabled(), s.get_scale(), s.state_dict()) for _, s in made]
+    print("scalers", ours, theirs)
+    assert ours == theirs
 
 
 if __name__ == "__main__":

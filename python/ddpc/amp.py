@@ -22,13 +22,16 @@ any, and adapts the scale: ``init_scale`` halved (``backoff_factor``) after
 an overflow, doubled (``growth_factor``) after ``growth_interval`` steps
 without one. Under DistributedDataParallel the gradients are already averaged
 over the ranks when the scaler looks at them, so every rank skips the same
-steps.
+steps. As PyTorch's, a scaler for ``"cuda"`` on a machine without a usable
+GPU warns and disables itself, so a script written for GPUs that keeps its
+scaler runs unscaled on the host.
 """
 
 import functools
 import sys
 import threading
 import types
+import warnings
 
 from . import _C
 from ._dtype import bfloat16, float16, float32, float64
@@ -259,6 +262,9 @@ class GradScaler:
             raise ValueError(f"GradScaler: init_scale must be positive, got {init_scale}")
         self._device = str(device)
         self._enabled = bool(enabled)
+        if self._enabled and self._device.split(":")[0] == "cuda" and _C.cuda_device_count() == 0:
+            warnings.warn(f"{type(self).__module__}.GradScaler is enabled, but CUDA is not available.  Disabling.")
+            self._enabled = False
         self._scale = float(init_scale)
         self._growth_factor, self._backoff_factor = float(growth_factor), float(backoff_factor)
         self._growth_interval = growth_interval
