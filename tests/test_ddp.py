@@ -273,6 +273,28 @@ def test_unused_parameter_without_find_unused_is_a_clear_error():
         assert "find_unused_parameters=True" in m
 
 
+def gpu_ids_worker(rank):
+    import ddpc.distributed as dist
+    from ddpc import nn
+
+    dist.init_process_group("cpu")
+    try:
+        for ids in ([rank], [f"cuda:{rank}"]):  # a GPU script's DDP(model, device_ids=[local_rank]) on a CPU host
+            with pytest.raises(ValueError, match=r"only work with single-device/multiple-device GPU modules or "
+                               rf"CPU modules, but got device_ids \['?(cuda:)?{rank}'?\], output_device None, and "
+                               r"module parameters \{device\(type='cpu'\)\}.*pass device_ids=None"):
+                nn.parallel.DistributedDataParallel(model(), device_ids=ids)
+        ddp = nn.parallel.DistributedDataParallel(model(), device_ids=None)  # what PyTorch asks for instead
+        return ddp.module[0].weight.device.type
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.skipif(ddpc.cuda.is_available(), reason="needs a machine without a usable GPU")
+def test_gpu_device_ids_without_a_gpu_raise_pytorchs_value_error():
+    assert ddpc.spawn(gpu_ids_worker, nprocs=2) == ["cpu", "cpu"]
+
+
 def test_find_unused_parameters_keeps_ranks_identical():
     results = ddpc.spawn(unused_worker, args=(True,), nprocs=2)
     assert_params_close(results[0], results[1], atol=0)

@@ -29,7 +29,7 @@ from .. import profiler
 from .. import distributed as dist
 from .._join import Join, JoinHook, _GroupJoinable
 from ..autograd import Node, is_grad_enabled, no_grad, queue_callback
-from .._dtype import bfloat16, float16
+from .._dtype import bfloat16, device as _device, float16
 from .._sparse_coo import SparseTensor
 from ..tensor import Tensor, cat, from_numpy, zeros
 from .modules import Module, is_lazy
@@ -207,8 +207,10 @@ def _verify_same_model(named_params, process_group, what):
 class DistributedDataParallel(Module, _GroupJoinable):
     """Data parallelism across processes, with PyTorch's constructor and behaviour.
 
-    ``device_ids`` names this process's device (one entry) or is None for a
-    module on the cpu or already on its device. Gradients are averaged over
+    ``device_ids`` names this process's device (one entry), where the module
+    is moved (PyTorch expects it there already), or is None for a module on
+    the cpu or already on its device; a CUDA device on a machine without a
+    usable GPU raises PyTorch's ValueError for device_ids with a CPU module. Gradients are averaged over
     the group. Differences from PyTorch: after each reduction a parameter's
     ``.grad`` is a view of its bucket (no copy back), as PyTorch gives only
     with ``gradient_as_bucket_view=True``, which here also makes the gradients
@@ -244,6 +246,13 @@ class DistributedDataParallel(Module, _GroupJoinable):
             raise ValueError("DistributedDataParallel drives one device per process: pass device_ids=[i] or None")
         self.module = module
         self.device = device_ids[0] if device_ids else None
+        if self.device is not None and _device(self.device).type == "cuda" and _C.cuda_device_count() == 0:
+            devices = {p.device for p in module.parameters()}
+            raise ValueError(
+                "DistributedDataParallel device_ids and output_device arguments only work with "
+                f"single-device/multiple-device GPU modules or CPU modules, but got device_ids {list(device_ids)}, "
+                f"output_device {output_device}, and module parameters {devices}. There is no usable GPU here: "
+                "pass device_ids=None for a module on the cpu")
         if self.device is not None:
             module.to(self.device if not isinstance(self.device, int) else f"cuda:{self.device}")
         self.output_device = output_device
