@@ -155,3 +155,75 @@ def test_checkpointed_blocks_under_ddp_train_as_plain_ones(find_unused):
     for plain, ckpt in ddpc.spawn(ddp_checkpoint_worker, args=(find_unused,), nprocs=2):
         for a, b in zip(plain, ckpt):
             np.testing.assert_array_equal(a, b)
+
+
+# ---- checkpoint_wrapper (torch.distributed.algorithms._checkpoint.checkpoint_wrapper) -------------------------
+
+
+class Scaled(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.runs = 0
+
+    def forward(self, x, scale=1.0):
+        self.runs += 1
+        return self.lin(x).tanh() * scale
+
+
+def test_checkpoint_wrapper_recomputes_and_keeps_the_wrapped_names():
+    from ddpc.distributed.algorithms._checkpoint.checkpoint_wrapper import (CheckpointImpl, CheckpointWrapper,
+                                                                            apply_activation_checkpointing,
+                                                                            checkpoint_wrapper)
+
+    ddpc.manual_seed(0)
+    plain = nn.Sequential(nn.Linear(4, 4), Scaled(), nn.Sequential(Scaled(), nn.ReLU()))
+    ddpc.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), Scaled(), nn.Sequential(Scaled(), nn.ReLU()))
+    apply_activation_checkpointing(model, check_fn=lambda m: isinstance(m, Scaled))
+    assert [type(m).__name__ for m in (model, model[1], model[2], model[2][0])] == [
+        "Sequential", "CheckpointWrapper", "Sequential", "CheckpointWrapper"]
+    assert model[1].checkpoint_impl is CheckpointImpl.NO_REENTRANT
+    assert model[1].lin is model[1]._checkpoint_wrapped_module.lin  # attributes reach the wrapped module
+    # a checkpoint of the wrapped model has the plain model's names, and loads either way
+    assert list(model.state_dict()) == list(plain.state_dict()) == ["0.weight", "0.bias", "1.lin.weight",
+                                                                    "1.lin.bias", "2.0.lin.weight", "2.0.lin.bias"]
+    assert [n for n, _ in model[1].named_parameters()] == ["lin.weight", "lin.bias"]
+    assert [n for n, _ in model.named_parameters()][2] == "1._checkpoint_wrapped_module.lin.weight"  # as PyTorch's
+    with ddpc.no_grad():
+        plain[1].lin.weight.mul_(2.0)
+    model.load_state_dict(plain.state_dict())
+    assert np.array_equal(model[1].lin.weight.numpy(), plain[1].lin.weight.numpy())
+
+    x = ddpc.randn(3, 4, requires_grad=True)
+    scaled = checkpoint_wrapper(Scaled(), CheckpointImpl.REENTRANT)
+    assert isinstance(scaled, CheckpointWrapper)
+    out = scaled(x, scale=3.0)  # keyword arguments reach the module, under either implementation
+    out.sum().backward()
+    assert scaled.runs == 2  # forward, then the recompute in backward
+    g = x.grad.numpy().copy()
+    x.grad = None
+    (scaled._checkpoint_wrapped_module(x, scale=3.0)).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), g)
+
+    model(x).sum().backward()
+    grads = [p.grad.numpy().copy() for p in model.parameters()]
+    for p in model.parameters():
+        p.grad = None
+    plain(x).sum().backward()
+    for a, p in zip(grads, plain.parameters()):
+        np.testing.assert_allclose(a, p.grad.numpy(), rtol=1e-6, atol=1e-7)
+    assert model[1].runs == 2 and plain[1].runs == 1
+
+
+def test_apply_activation_checkpointing_takes_an_auto_wrap_policy():
+    import functools
+
+    from ddpc.distributed.algorithms._checkpoint.checkpoint_wrapper import (CheckpointWrapper,
+                                                                            apply_activation_checkpointing)
+    from ddpc.distributed.fsdp.wrap import transformer_auto_wrap_policy
+
+    model = nn.Sequential(Scaled(), nn.Linear(4, 4), Scaled())
+    apply_activation_checkpointing(model, auto_wrap_policy=functools.partial(transformer_auto_wrap_policy,
+                                                                             transformer_layer_cls={Scaled}))
+    assert [isinstance(m, CheckpointWrapper) for m in model] == [True, False, True]

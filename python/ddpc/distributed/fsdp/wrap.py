@@ -67,10 +67,12 @@ class ModuleWrapPolicy:
         return f"ModuleWrapPolicy({[c.__name__ for c in self._module_classes]})"
 
 
-def _recursive_wrap(module, policy, wrap_fn, ignored, only_children):
+def _recursive_wrap(module, policy, wrap_fn, ignored, only_children, into_units=False):
     """Wraps the submodules of ``module`` the policy picks, innermost first;
-    returns (the module or its wrapper, the number of parameters now in units)."""
-    if id(module) in ignored or getattr(module, "_fsdp_wrapped_module", None) is not None:
+    returns (the module or its wrapper, the number of parameters now in units).
+    FSDP units are left alone unless ``into_units`` (activation checkpointing
+    wraps the modules inside them)."""
+    if id(module) in ignored or (not into_units and getattr(module, "_fsdp_wrapped_module", None) is not None):
         return module, 0
     numel = sum(p.numel() for p in module.parameters())
     if not policy(module=module, recurse=True, nonwrapped_numel=numel):
@@ -79,7 +81,7 @@ def _recursive_wrap(module, policy, wrap_fn, ignored, only_children):
     for name, child in list(module.named_children()):
         if id(child) in ignored:
             continue
-        new, n = _recursive_wrap(child, policy, wrap_fn, ignored, False)
+        new, n = _recursive_wrap(child, policy, wrap_fn, ignored, False, into_units)
         if new is not child:
             setattr(module, name, new)
         wrapped += n

@@ -1,0 +1,2 @@
+"""Activation checkpointing by wrapping modules, at PyTorch's path
+``torch.distributed.algorithms._checkpoint.checkpoint_wrapper``."""
