@@ -222,6 +222,51 @@ def test_fsdp_equals_one_process_on_the_combined_batch(strategy, nested, world):
             assert r["shard_numel"] < TOTAL / world + len(results) * r["units"]
 
 
+def checkpointed_worker(rank, world, strategy):
+    import ddpc.distributed as dist
+    from ddpc import nn
+    from ddpc.distributed.algorithms._checkpoint.checkpoint_wrapper import (CheckpointWrapper,
+                                                                            apply_activation_checkpointing)
+    from ddpc.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from ddpc.distributed.fsdp import ShardingStrategy
+    from ddpc.distributed.fsdp.wrap import ModuleWrapPolicy
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln, self.fc1 = nn.LayerNorm(FEATURES), nn.Linear(FEATURES, HIDDEN)
+            self.fc2 = nn.Linear(HIDDEN, FEATURES)
+
+        def forward(self, x):
+            return x + self.fc2(nn.functional.gelu(self.fc1(self.ln(x))))
+
+    dist.init_process_group("cpu")
+    X, _ = data(world * 4)
+    x = ddpc.from_numpy(X[rank * 4:rank * 4 + 4])
+    grads, wrapped = [], 0
+    for recompute in (False, True):
+        ddpc.manual_seed(0)
+        fsdp = FSDP(nn.Sequential(nn.Linear(FEATURES, FEATURES), Block(), Block()),
+                    auto_wrap_policy=ModuleWrapPolicy({Block}), sharding_strategy=getattr(ShardingStrategy, strategy))
+        if recompute:  # inside the units, as FSDP training scripts apply it
+            apply_activation_checkpointing(fsdp, check_fn=lambda m: isinstance(m, Block))
+            wrapped = sum(isinstance(m, CheckpointWrapper) for m in fsdp.modules())
+        for _ in range(2):
+            fsdp(x).sum().backward()
+        grads.append([p.grad.numpy().copy() for p in fsdp.parameters()])
+    dist.destroy_process_group()
+    return grads, wrapped
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_activation_checkpointing_inside_units_leaves_the_gradients_unchanged(strategy):
+    # FULL_SHARD frees a unit's parameters after forward: they must be back before backward recomputes from them
+    for (plain, recomputed), wrapped in ddpc.spawn(checkpointed_worker, args=(2, strategy), nprocs=2):
+        assert wrapped == 2 and len(plain) == len(recomputed) == 3
+        for a, b in zip(plain, recomputed):
+            np.testing.assert_array_equal(a, b)
+
+
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_fsdp_with_adam_and_size_based_wrapping(strategy):
     ref, _ = train_single(2, batch=4, steps=3, opt="adam")

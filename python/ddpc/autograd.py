@@ -641,17 +641,6 @@ def _run_nodes(ready, grads, deps, retain_graph, targets, expands):
         _, node = heapq.heappop(ready)
         g, owned = _dense(*grads.pop(id(node)))
         expand = expands is None or id(node) in expands
-        if expand:
-            if type(node.saved) is Recompute:
-                node.saved.restore()
-            if node.saved is None:
-                raise RuntimeError(
-                    f"trying to backward through {node.name()} a second time: its saved tensors were freed after "
-                    "the first backward; pass retain_graph=True to the first backward() to keep them")
-            packed = node.saved if type(node.saved) is _saved.Packed else None
-            if packed is not None:
-                node.saved = packed.unpack(node)
-            node.check_saved()
         if node.pre_hooks:
             for fn in list(node.pre_hooks.values()):
                 res = _hooked(fn, g)
@@ -663,6 +652,18 @@ def _run_nodes(ready, grads, deps, retain_graph, targets, expands):
             targets[id(node)](g, owned)
         if not expand:
             continue
+        # The saved tensors are reached only now, after the hooks, as in PyTorch: a hook may
+        # bring back what a checkpointed segment recomputes from (FSDP regathers its parameters).
+        if type(node.saved) is Recompute:
+            node.saved.restore()
+        if node.saved is None:
+            raise RuntimeError(
+                f"trying to backward through {node.name()} a second time: its saved tensors were freed after "
+                "the first backward; pass retain_graph=True to the first backward() to keep them")
+        packed = node.saved if type(node.saved) is _saved.Packed else None
+        if packed is not None:
+            node.saved = packed.unpack(node)
+        node.check_saved()
         once = _mode.enabled and not node.double_backward
         if once:
             _mode.enabled = False
