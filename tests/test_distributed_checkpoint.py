@@ -177,6 +177,26 @@ def test_load_errors_are_clear(tmp_path):
         dcp.save({"a": ddpc.ones(2)}, checkpoint_id=tmp_path, planner=object())
 
 
+
+def test_deprecated_save_state_dict_and_default_planners(tmp_path):
+    # the FSDP T5 example's checkpoint handler: dist_cp.save_state_dict(..., planner=DefaultSavePlanner())
+    from ddpc.distributed.checkpoint.default_planner import DefaultLoadPlanner, DefaultSavePlanner
+
+    state = {"model": {"w": ddpc.arange(6.0).reshape(2, 3)}, "step": 7}
+    with pytest.warns(FutureWarning, match="save_state_dict is deprecated"):
+        dcp.save_state_dict(state_dict=state, storage_writer=dcp.FileSystemWriter(tmp_path),
+                            planner=DefaultSavePlanner())
+    back = {"model": {"w": ddpc.zeros(2, 3)}, "step": 0}
+    with pytest.warns(FutureWarning, match="load_state_dict is deprecated"):
+        dcp.load_state_dict(state_dict=back, storage_reader=dcp.FileSystemReader(tmp_path),
+                            planner=DefaultLoadPlanner())
+    assert back["model"]["w"].tolist() == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]] and back["step"] == 7
+    dcp.load(back, checkpoint_id=tmp_path, planner=DefaultLoadPlanner())
+    with pytest.raises(NotImplementedError, match="planners"):
+        dcp.load(back, checkpoint_id=tmp_path, planner=DefaultSavePlanner())
+    with pytest.raises(NotImplementedError, match="loads every key"):
+        DefaultLoadPlanner(allow_partial_load=True)
+
 # ---- several ranks -------------------------------------------------------------------------
 
 def _ddp_save_worker(rank, path, steps):

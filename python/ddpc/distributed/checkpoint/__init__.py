@@ -27,12 +27,16 @@ Where ddpc differs: its files are its own (``__<rank>_0.distcp`` holds raw
 tensor bytes, ``.metadata`` a ddpc checkpoint of their places and of the
 non-tensor values, loaded with ``weights_only``); PyTorch's DCP directories
 do not load here nor ddpc's there. There are no sharded tensors (DTensor), so
-every tensor is saved whole; planners are not supported.
+every tensor is saved whole; planners other than the default ones
+(``default_planner.DefaultSavePlanner``, ``DefaultLoadPlanner``) are not
+supported. ``save_state_dict`` and ``load_state_dict``, PyTorch's deprecated
+forms, warn as PyTorch's do and call ``save`` and ``load``.
 """
 
 import concurrent.futures
 import os
 import threading
+import warnings
 
 from ... import _C
 from ...serialization import load as _load_file
@@ -40,7 +44,10 @@ from ...serialization import save as _save_file
 from ...tensor import Tensor
 from .. import all_gather_object, broadcast_object_list, get_rank, get_world_size, is_initialized
 
-__all__ = ["save", "load", "async_save", "FileSystemWriter", "FileSystemReader", "Stateful", "CheckpointException"]
+from .default_planner import DefaultLoadPlanner, DefaultSavePlanner
+
+__all__ = ["save", "load", "async_save", "FileSystemWriter", "FileSystemReader", "Stateful", "CheckpointException",
+           "DefaultSavePlanner", "DefaultLoadPlanner", "save_state_dict", "load_state_dict"]
 
 _METADATA = ".metadata"
 _FORMAT = "ddpc-dcp"
@@ -228,7 +235,7 @@ def _save(flat, path, writer, group):
 def save(state_dict, *, checkpoint_id=None, storage_writer=None, planner=None, process_group=None, no_dist=False):
     """Saves state_dict from every rank of process_group into the directory checkpoint_id (or
     storage_writer's); every rank must call it. Returns None (PyTorch returns its metadata)."""
-    if planner is not None:
+    if planner is not None and not isinstance(planner, DefaultSavePlanner):
         raise NotImplementedError("ddpc.distributed.checkpoint.save: planners are not supported")
     path, writer = _path(checkpoint_id, storage_writer, FileSystemWriter, "save")
     _save(_flat_state(state_dict, "save"), path, writer, _Group(process_group, no_dist))
@@ -239,7 +246,7 @@ def async_save(state_dict, *, checkpoint_id=None, storage_writer=None, planner=N
     """save() in a background thread, after the tensors are copied (so training may change them at once);
     returns a concurrent.futures.Future whose ``result()`` waits for the files and re-raises a failure. Collectives of the
     same group must not run while it is pending, as with PyTorch's default (same-group) async_save."""
-    if planner is not None:
+    if planner is not None and not isinstance(planner, DefaultSavePlanner):
         raise NotImplementedError("ddpc.distributed.checkpoint.async_save: planners are not supported")
     path, writer = _path(checkpoint_id, storage_writer, FileSystemWriter, "async_save")
     flat = {k: v.detach().cpu().clone() if isinstance(v, Tensor) else v
@@ -320,7 +327,7 @@ def load(state_dict, *, checkpoint_id=None, storage_reader=None, planner=None, p
     its tensors are copied into (shape and dtype must match), other values replaced, Stateful values
     given their state dict back with load_state_dict. Keys of the checkpoint state_dict does not ask for are
     left unread; a key it asks for that the checkpoint lacks raises KeyError."""
-    if planner is not None:
+    if planner is not None and not isinstance(planner, DefaultLoadPlanner):
         raise NotImplementedError("ddpc.distributed.checkpoint.load: planners are not supported")
     if not isinstance(state_dict, dict):
         raise TypeError(f"load: state_dict must be a dict, got {type(state_dict).__name__}")
@@ -337,3 +344,20 @@ def load(state_dict, *, checkpoint_id=None, storage_reader=None, planner=None, p
 
     group.run(read, "distributed checkpoint load")
 
+
+
+def _deprecated(name, instead):
+    warnings.warn(f"ddpc.distributed.checkpoint.{name} is deprecated and will be removed in future versions. Please "
+                  f"use ddpc.distributed.checkpoint.{instead} instead.", FutureWarning, stacklevel=3)
+
+
+def save_state_dict(state_dict, storage_writer, process_group=None, coordinator_rank=0, no_dist=False, planner=None):
+    """PyTorch's deprecated form of ``save(state_dict, storage_writer=...)``."""
+    _deprecated("save_state_dict", "save")
+    save(state_dict, storage_writer=storage_writer, planner=planner, process_group=process_group, no_dist=no_dist)
+
+
+def load_state_dict(state_dict, storage_reader, process_group=None, coordinator_rank=0, no_dist=False, planner=None):
+    """PyTorch's deprecated form of ``load(state_dict, storage_reader=...)``."""
+    _deprecated("load_state_dict", "load")
+    load(state_dict, storage_reader=storage_reader, planner=planner, process_group=process_group, no_dist=no_dist)
