@@ -896,10 +896,10 @@ def as_numpy(v):
     return v.detach().cpu().numpy().copy() if isinstance(v, ddpc.Tensor) else np.asarray(v)
 
 
-def optim_state_worker(rank, world, strategy, use_orig_params):
+def optim_state_worker(rank, world, strategy, use_orig_params, form="names"):
     import ddpc.distributed as dist
     from ddpc import nn
-    from ddpc.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from ddpc.distributed.fsdp import FullyShardedDataParallel as FSDP, OptimStateKeyType
 
     dist.init_process_group("cpu")
     X, y = data(world * 4 * 3)
@@ -915,16 +915,27 @@ def optim_state_worker(rank, world, strategy, use_orig_params):
     opt = optimizer("adam", fsdp.parameters())
     for s in range(2):
         step(fsdp, opt, s)
-    full_osd = FSDP.optim_state_dict(fsdp, opt)
+    if form == "names":
+        full_osd = FSDP.optim_state_dict(fsdp, opt)
+    else:  # PyTorch's older form: keyed by IDs, on rank 0 only
+        full_osd = FSDP.full_optim_state_dict(fsdp, opt)
+        assert (full_osd == {}) == (rank != 0)
+        by_name = FSDP.rekey_optim_state_dict(FSDP.optim_state_dict(fsdp, opt), OptimStateKeyType.PARAM_NAME, fsdp)
+        assert FSDP.rekey_optim_state_dict(by_name, OptimStateKeyType.PARAM_ID, fsdp)["param_groups"] == \
+            (full_osd or FSDP.rekey_optim_state_dict(by_name, OptimStateKeyType.PARAM_ID, fsdp))["param_groups"]
     full_sd = fsdp.state_dict()
     # a fresh model and optimizer resume from the two full dicts
     resumed = FSDP(model(seed=5), **wrap_kwargs(options))
     resumed.load_state_dict(full_sd)
     opt2 = optimizer("adam", resumed.parameters())
-    opt2.load_state_dict(FSDP.optim_state_dict_to_load(resumed, opt2, full_osd))
+    if form == "names":
+        opt2.load_state_dict(FSDP.optim_state_dict_to_load(resumed, opt2, full_osd))
+    else:
+        opt2.load_state_dict(FSDP.scatter_full_optim_state_dict(full_osd if rank == 0 else None, resumed, optim=opt2))
     step(resumed, opt2, 2)
-    out = {"osd": {n: {k: as_numpy(v) for k, v in st.items()} for n, st in full_osd["state"].items()},
-           "names": full_osd["param_groups"][0]["params"], "params": numpy_state(resumed.state_dict())}
+    out = {"osd": {n: {k: as_numpy(v) for k, v in st.items()} for n, st in full_osd.get("state", {}).items()},
+           "names": full_osd.get("param_groups", [{"params": []}])[0]["params"],
+           "params": numpy_state(resumed.state_dict())}
     dist.destroy_process_group()
     return out
 
@@ -956,4 +967,31 @@ def test_optim_state_dict_is_the_unwrapped_optimizers_and_resumes(strategy, use_
             assert r["osd"][n].keys() == expected[n].keys()
             for k in expected[n]:
                 np.testing.assert_allclose(r["osd"][n][k], expected[n][k], atol=1e-6, rtol=1e-5, err_msg=f"{n} {k}")
+        assert_params_close(r["params"], ref)
+
+
+@pytest.mark.parametrize("use_orig_params", [False, True])
+def test_full_optim_state_dict_is_keyed_by_ids_on_rank_0_and_scatters_back(use_orig_params):
+    from ddpc import nn
+
+    world = 2
+    X, y = data(world * 4 * 3)
+    m = model()
+    opt = optimizer("adam", m.parameters())
+    for s in range(3):
+        big = slice(s * world * 4, (s + 1) * world * 4)
+        opt.zero_grad()
+        nn.CrossEntropyLoss()(m(ddpc.from_numpy(X[big])), ddpc.from_numpy(y[big])).backward()
+        opt.step()
+        if s == 1:  # the unwrapped optimizer's own state dict, keyed by IDs
+            expected = {i: {k: as_numpy(v) for k, v in st.items()} for i, st in opt.state_dict()["state"].items()}
+            expected_ids = opt.state_dict()["param_groups"][0]["params"]
+    ref = numpy_state(m.state_dict())
+    results = ddpc.spawn(optim_state_worker, args=(world, "FULL_SHARD", use_orig_params, "ids"), nprocs=world)
+    assert results[1]["osd"] == {}  # rank0_only
+    assert results[0]["names"] == expected_ids and results[0]["osd"].keys() == expected.keys()
+    for i in expected:
+        for k in expected[i]:
+            np.testing.assert_allclose(results[0]["osd"][i][k], expected[i][k], atol=1e-6, rtol=1e-5)
+    for r in results:  # both ranks resumed from what rank 0 scattered
         assert_params_close(r["params"], ref)

@@ -91,10 +91,10 @@ for modules on a GPU, ``optim_state_dict_to_load(is_named_optimizer=True)``.
 
 from . import wrap
 from .api import (BackwardPrefetch, CPUOffload, FullOptimStateDictConfig, FullStateDictConfig,
-                  LocalStateDictConfig, MixedPrecision, OptimStateDictConfig, ShardedStateDictConfig,
-                  ShardingStrategy, StateDictConfig, StateDictType)
+                  LocalStateDictConfig, MixedPrecision, OptimStateDictConfig, OptimStateKeyType,
+                  ShardedStateDictConfig, ShardingStrategy, StateDictConfig, StateDictType)
 from .fully_sharded_data_parallel import FSDP, FullyShardedDataParallel
 
 __all__ = ["BackwardPrefetch", "CPUOffload", "FSDP", "FullOptimStateDictConfig", "FullStateDictConfig",
            "FullyShardedDataParallel", "LocalStateDictConfig", "MixedPrecision", "OptimStateDictConfig",
-           "ShardedStateDictConfig", "ShardingStrategy", "StateDictConfig", "StateDictType", "wrap"]
+           "OptimStateKeyType", "ShardedStateDictConfig", "ShardingStrategy", "StateDictConfig", "StateDictType", "wrap"]

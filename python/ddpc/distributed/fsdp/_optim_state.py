@@ -72,6 +72,50 @@ def _is_flat_state(value, handle):
     return isinstance(value, Tensor) and value.dim() == 1 and value.numel() == handle.shard_numel
 
 
+def _entry_names(p, units, names):
+    """The unwrapped names one optimizer entry stands for: a flat shard's parameters, or one parameter."""
+    if id(p) in units:
+        h, prefix = units[id(p)]
+        return [prefix + name for name in h.names]
+    return [names[id(p)]]
+
+
+def param_names(model, param_groups, fsdp_cls):
+    """Per parameter group, the unwrapped names of its parameters in the
+    unwrapped model's order (its modules depth-first, each module's own
+    parameters in the order they were registered), the order in which an
+    optimizer over the unwrapped model would number them."""
+    units = _units(model, fsdp_cls)
+    names = {id(p): _clean(n) for n, p in model.named_parameters()}
+    depth_first = {}
+    for prefix, _ in model.named_modules():
+        depth_first.setdefault(_clean(prefix), len(depth_first))
+    return [sorted((n for p in g["params"] for n in _entry_names(p, units, names)),
+                   key=lambda n: depth_first[n.rpartition(".")[0]]) for g in param_groups]
+
+
+def keyed_by_ids(osd, group_names):
+    """A names-keyed optimizer state dict keyed by parameter IDs instead: each
+    name's position in ``group_names`` (per group, from param_names)."""
+    ids = {n: i for i, n in enumerate(n for g in group_names for n in g)}
+    return {"state": {ids[n]: v for n, v in osd["state"].items()},
+            "param_groups": [{**g, "params": [ids[n] for n in names]}
+                             for g, names in zip(osd["param_groups"], group_names)]}
+
+
+def keyed_by_names(osd, group_names):
+    """An ID-keyed optimizer state dict keyed by the names ``group_names`` (per
+    group, from param_names) gives those positions; a names-keyed one as it is."""
+    keys = [k for g in osd["param_groups"] for k in g["params"]]
+    if all(isinstance(k, str) for k in keys):
+        return osd
+    flat = [n for g in group_names for n in g]
+    if len(keys) != len(flat):
+        raise ValueError(f"the optimizer state dict has {len(keys)} parameters, the model's optimizer {len(flat)}")
+    return {"state": {flat[i]: v for i, v in osd["state"].items()},
+            "param_groups": [{**g, "params": [flat[i] for i in g["params"]]} for g in osd["param_groups"]]}
+
+
 def full_optim_state_dict(model, optim, fsdp_cls, osd=None):
     osd = optim.state_dict() if osd is None else osd
     units, originals = _units(model, fsdp_cls), _originals(model, fsdp_cls)
@@ -81,8 +125,8 @@ def full_optim_state_dict(model, optim, fsdp_cls, osd=None):
         keys = []
         for p, i in zip(group["params"], packed["params"]):
             saved = osd["state"].get(i, {})
+            keys.extend(_entry_names(p, units, names))
             if id(p) not in units:
-                keys.append(names[id(p)])
                 if saved and id(p) in originals:
                     state[names[id(p)]] = _gather_piece_state(*originals[id(p)], saved)
                 elif saved:
@@ -102,7 +146,6 @@ def full_optim_state_dict(model, optim, fsdp_cls, osd=None):
                     for d in per_param:
                         d[k] = v.clone() if isinstance(v, Tensor) else v
             for name, d in zip(h.names, per_param):
-                keys.append(prefix + name)
                 if d:
                     state[prefix + name] = d
         groups.append({**{k: v for k, v in packed.items() if k != "params"}, "params": keys})

@@ -36,6 +36,14 @@ class BackwardPrefetch(enum.Enum):
     BACKWARD_POST = enum.auto()
 
 
+class OptimStateKeyType(enum.Enum):
+    """How a full optimizer state dict keys its state: by parameter name or by
+    parameter ID (position across the param groups)."""
+
+    PARAM_NAME = enum.auto()
+    PARAM_ID = enum.auto()
+
+
 class StateDictType(enum.Enum):
     """FULL_STATE_DICT: the unwrapped model's names and full tensors.
     LOCAL_STATE_DICT: each unit's flat shard as it is on this rank.

@@ -13,8 +13,8 @@ from ...nn.parallel import _flatten, _refuse_uninitialized, _verify_same_model
 from ...tensor import Tensor, from_numpy
 from . import _optim_state
 from ._flat_param import FlatParamHandle
-from .api import (BackwardPrefetch, CPUOffload, FullStateDictConfig, LocalStateDictConfig, ShardingStrategy,
-                  StateDictType)
+from .api import (BackwardPrefetch, CPUOffload, FullStateDictConfig, LocalStateDictConfig, OptimStateKeyType,
+                  ShardingStrategy, StateDictType)
 from .wrap import _policy_callable, _recursive_wrap
 
 _WRAPPED = "_fsdp_wrapped_module"
@@ -402,6 +402,53 @@ class FullyShardedDataParallel(Module):
         hold it: keyed by the original parameter names, with full tensors
         (call on every rank; each gets the whole dict)."""
         return _optim_state.full_optim_state_dict(model, optim, FullyShardedDataParallel, optim_state_dict)
+
+    @staticmethod
+    def full_optim_state_dict(model, optim, optim_input=None, rank0_only=True, group=None):
+        """PyTorch's older form of ``optim_state_dict``: the same full state,
+        keyed by parameter IDs (the positions an optimizer over the unwrapped
+        model gives its parameters), and with ``rank0_only`` only on rank 0
+        (an empty dict on the others). Call on every rank."""
+        _refuse("full_optim_state_dict(optim_input=...)", optim_input is not None)
+        osd = _optim_state.full_optim_state_dict(model, optim, FullyShardedDataParallel)
+        if rank0_only and dist.get_rank(group) != 0:
+            return {}
+        return _optim_state.keyed_by_ids(osd, _optim_state.param_names(model, optim.param_groups,
+                                                                       FullyShardedDataParallel))
+
+    @staticmethod
+    def shard_full_optim_state_dict(full_optim_state_dict, model, optim_input=None, optim=None):
+        """This rank's dict for ``optim.load_state_dict`` from a full optimizer
+        state dict keyed by IDs (``full_optim_state_dict``) or names
+        (``optim_state_dict``). ddpc needs ``optim`` (PyTorch can build the
+        groups from the model instead)."""
+        _refuse("shard_full_optim_state_dict(optim_input=...)", optim_input is not None)
+        if optim is None:
+            raise ValueError("shard_full_optim_state_dict: pass optim=, the optimizer whose parameter groups the "
+                             "state is mapped onto")
+        osd = _optim_state.keyed_by_names(full_optim_state_dict,
+                                          _optim_state.param_names(model, optim.param_groups, FullyShardedDataParallel))
+        return _optim_state.optim_state_dict_to_load(model, optim, osd, FullyShardedDataParallel)
+
+    @staticmethod
+    def scatter_full_optim_state_dict(full_optim_state_dict, model, optim_input=None, optim=None, group=None):
+        """``shard_full_optim_state_dict`` with the full dict given on the
+        group's rank 0 only (None elsewhere), which sends it to the others."""
+        box = [full_optim_state_dict]
+        dist.broadcast_object_list(box, src=dist.get_global_rank(group, 0), group=group)
+        return FullyShardedDataParallel.shard_full_optim_state_dict(box[0], model, optim_input, optim)
+
+    @staticmethod
+    def rekey_optim_state_dict(optim_state_dict, optim_state_key_type, model, optim_input=None, optim=None):
+        """A full optimizer state dict keyed by parameter names
+        (``OptimStateKeyType.PARAM_NAME``) or IDs (``PARAM_ID``), the key
+        positions taken from ``optim``'s groups (or, without it, one group of
+        ``model.parameters()``)."""
+        _refuse("rekey_optim_state_dict(optim_input=...)", optim_input is not None)
+        groups = optim.param_groups if optim is not None else [{"params": list(model.parameters())}]
+        names = _optim_state.param_names(model, groups, FullyShardedDataParallel)
+        osd = _optim_state.keyed_by_names(optim_state_dict, names)
+        return osd if optim_state_key_type == OptimStateKeyType.PARAM_NAME else _optim_state.keyed_by_ids(osd, names)
 
     @staticmethod
     def optim_state_dict_to_load(model, optim, optim_state_dict, is_named_optimizer=False, load_directly=False,
