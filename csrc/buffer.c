@@ -31,7 +31,8 @@ int ddpc_parse_dtype(PyObject *obj, ddpc_dtype *dtype) {
                 return 0;
             }
         PyErr_Format(PyExc_TypeError,
-                     "unknown dtype %R (ddpc supports float32, float64, float16, bfloat16, int32, int64, uint8)", obj);
+                     "unknown dtype %R (ddpc supports float32, float64, float16, bfloat16, int32, int64, uint8, "
+                     "complex64, complex128)", obj);
         return -1;
     }
     PyErr_Format(PyExc_TypeError, "dtype must be a dtype name, got %R", obj);
@@ -253,6 +254,10 @@ static int foreign_byte_order_(const char *fmt) {
 
 static int dtype_from_format_(const char *fmt, Py_ssize_t itemsize, ddpc_dtype *out) {
     while (*fmt && strchr("@=<>!", *fmt)) fmt++;
+    if (fmt[0] == 'Z' && (fmt[1] == 'f' || fmt[1] == 'd') && !fmt[2]) { /* numpy's complex64, complex128 */
+        *out = fmt[1] == 'f' ? DDPC_COMPLEX64 : DDPC_COMPLEX128;
+        return itemsize == (fmt[1] == 'f' ? 8 : 16) ? 0 : -1;
+    }
     if (!fmt[0] || fmt[1]) return -1;
     switch (fmt[0]) {
     case 'f': *out = DDPC_FLOAT32; return itemsize == 4 ? 0 : -1;
@@ -304,7 +309,7 @@ static PyObject *buffer_from_object(PyObject *cls, PyObject *args, PyObject *kwd
     } else if (dtype_from_format_(view->format ? view->format : "B", view->itemsize, &dtype) < 0) {
         PyErr_Format(PyExc_TypeError,
                      "unsupported element format '%s' (%zd bytes); ddpc supports float32, float64, float16, "
-                     "bfloat16, int32, int64 and uint8",
+                     "bfloat16, int32, int64, uint8, complex64 and complex128",
                      view->format ? view->format : "B", view->itemsize);
         goto fail_;
     }
@@ -348,7 +353,7 @@ static int buffer_getbuffer(ddpc_buffer *b, Py_buffer *view, int flags) {
         PyErr_SetString(PyExc_BufferError, "buffer is read-only");
         return -1;
     }
-    static const char *formats[DDPC_NDTYPES] = {"f", "d", "e", "H", "i", "q", "B"};
+    static const char *formats[DDPC_NDTYPES] = {"f", "d", "e", "H", "i", "q", "B", "Zf", "Zd"};
     Py_ssize_t stride = (Py_ssize_t)ddpc_dtype_size(b->dtype);
     for (int i = b->ndim - 1; i >= 0; i--) {
         b->py_shape[i] = (Py_ssize_t)b->shape[i];
@@ -380,7 +385,7 @@ static void buffer_releasebuffer(ddpc_buffer *b, Py_buffer *view) {
 
 static const DLDataType dl_types_[DDPC_NDTYPES] = {
     {DL_FLOAT, 32, 1}, {DL_FLOAT, 64, 1}, {DL_FLOAT, 16, 1}, {DL_BFLOAT, 16, 1},
-    {DL_INT, 32, 1},   {DL_INT, 64, 1},   {DL_UINT, 8, 1},
+    {DL_INT, 32, 1},   {DL_INT, 64, 1},   {DL_UINT, 8, 1},  {DL_COMPLEX, 64, 1}, {DL_COMPLEX, 128, 1},
 };
 
 /* Exported tensors hold a reference to the Buffer; the deleter may run on any thread. */
@@ -808,16 +813,21 @@ static PyObject *buffer_view_method(ddpc_buffer *b, PyObject *args) {
     if (ndim < 0) return NULL;
     ddpc_dtype dtype = b->dtype;
     if (dtype_obj && ddpc_parse_dtype(dtype_obj, &dtype) < 0) return NULL;
-    if (ddpc_dtype_size(dtype) != ddpc_dtype_size(b->dtype)) {
-        PyErr_SetString(PyExc_TypeError, "a view may only reinterpret a dtype of the same size");
+    /* Another dtype reinterprets the bytes (complex64 as float32 pairs and
+     * back): the view must fit in them and start on a multiple of its item. */
+    size_t item = ddpc_dtype_size(b->dtype), new_item = ddpc_dtype_size(dtype);
+    if (offset < 0 || offset > b->numel || (uint64_t)numel * new_item > (uint64_t)(b->numel - offset) * item) {
+        PyErr_Format(PyExc_ValueError, "view of %lld %s elements at offset %lld does not fit in a buffer of %lld %s "
+                     "elements", (long long)numel, ddpc_dtype_name(dtype), offset, (long long)b->numel,
+                     ddpc_dtype_name(b->dtype));
         return NULL;
     }
-    if (offset < 0 || offset > b->numel || numel > b->numel - offset) {
-        PyErr_Format(PyExc_ValueError, "view of %lld elements at offset %lld does not fit in a buffer of %lld elements",
-                     (long long)numel, offset, (long long)b->numel);
+    char *data = (char *)b->data + (size_t)offset * item;
+    if ((size_t)offset * item % new_item) {
+        PyErr_Format(PyExc_ValueError, "a %s view must start at a multiple of %zu bytes", ddpc_dtype_name(dtype),
+                     new_item);
         return NULL;
     }
-    char *data = (char *)b->data + (size_t)offset * ddpc_dtype_size(b->dtype);
     return (PyObject *)ddpc_buffer_view(b, data, ndim, shape, dtype);
 }
 
@@ -912,7 +922,8 @@ static PyMethodDef buffer_methods[] = {
     {"from_dlpack", (PyCFunction)buffer_from_dlpack, METH_O | METH_CLASS,
      "from_dlpack(capsule): zero-copy view of a DLPack capsule (consumes it)"},
     {"view", (PyCFunction)buffer_view_method, METH_VARARGS,
-     "view(offset, shape, dtype=None): a view of numel(shape) elements starting at element offset"},
+     "view(offset, shape, dtype=None): a view of numel(shape) elements starting at element offset; "
+     "another dtype reinterprets the bytes"},
     {"__dlpack__", (PyCFunction)(void (*)(void))buffer_dlpack, METH_VARARGS | METH_KEYWORDS, "DLPack export"},
     {"__dlpack_device__", (PyCFunction)buffer_dlpack_device, METH_NOARGS, "DLPack device tuple"},
     {"__reduce__", (PyCFunction)buffer_reduce, METH_NOARGS, NULL},

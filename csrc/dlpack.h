@@ -5,7 +5,7 @@
 #include <stdint.h>
 
 enum { DL_CPU = 1, DL_CUDA = 2, DL_CUDA_HOST = 3, DL_CUDA_MANAGED = 13 };
-enum { DL_INT = 0, DL_UINT = 1, DL_FLOAT = 2, DL_BFLOAT = 4, DL_BOOL = 6 };
+enum { DL_INT = 0, DL_UINT = 1, DL_FLOAT = 2, DL_BFLOAT = 4, DL_COMPLEX = 5, DL_BOOL = 6 };
 #define DL_FLAG_READ_ONLY 1ull
 
 typedef struct { int32_t device_type; int32_t device_id; } DLDevice;

@@ -5,14 +5,17 @@
 #include <immintrin.h>
 #endif
 
-static const size_t sizes_[DDPC_NDTYPES] = {4, 8, 2, 2, 4, 8, 1};
-static const char *names_[DDPC_NDTYPES] = {"float32", "float64", "float16", "bfloat16", "int32", "int64", "uint8"};
+static const size_t sizes_[DDPC_NDTYPES] = {4, 8, 2, 2, 4, 8, 1, 8, 16};
+static const char *names_[DDPC_NDTYPES] = {"float32", "float64", "float16", "bfloat16", "int32", "int64", "uint8",
+                                             "complex64", "complex128"};
 
 size_t ddpc_dtype_size(ddpc_dtype dt) { return (unsigned)dt < DDPC_NDTYPES ? sizes_[dt] : 0; }
 
 const char *ddpc_dtype_name(ddpc_dtype dt) { return (unsigned)dt < DDPC_NDTYPES ? names_[dt] : "invalid"; }
 
 int ddpc_dtype_is_float(ddpc_dtype dt) { return dt <= DDPC_BFLOAT16; }
+
+int ddpc_dtype_is_complex(ddpc_dtype dt) { return dt == DDPC_COMPLEX64 || dt == DDPC_COMPLEX128; }
 
 #if defined(__x86_64__)
 /* Compiled for F16C whatever the build's -march, and run only where the CPU

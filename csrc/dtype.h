@@ -15,12 +15,21 @@ typedef enum {
     DDPC_INT32,
     DDPC_INT64,
     DDPC_UINT8,
+    DDPC_COMPLEX64, /* (float real, float imag) pairs, as C99's float complex */
+    DDPC_COMPLEX128,
     DDPC_NDTYPES
 } ddpc_dtype;
+
+/* A complex128 element as the ops that only move elements (copies,
+ * transposes, strided views) move it: one 16-byte word. */
+typedef struct {
+    uint64_t lo, hi;
+} ddpc_word16;
 
 size_t ddpc_dtype_size(ddpc_dtype dt);
 const char *ddpc_dtype_name(ddpc_dtype dt);
 int ddpc_dtype_is_float(ddpc_dtype dt);
+int ddpc_dtype_is_complex(ddpc_dtype dt);
 
 /* IEEE binary16 and bfloat16 from float with round-to-nearest-even (NaN stays
  * NaN, quiet, overflow goes to infinity), and back (exact; a float16 signalling

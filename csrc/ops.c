@@ -5,6 +5,7 @@
 #include "ops.h"
 
 #include <math.h>
+#include <stdarg.h>
 
 #include "kernels.h"
 #include "module.h"
@@ -107,12 +108,48 @@ static void store_i64_(void *dst, ddpc_dtype dt, int64_t i0, int64_t n, const in
 
 /* ---- fill, copy, cast ---------------------------------------------------------- */
 
-ddpc_status ddpc_op_fill(ddpc_buffer *dst, double value) {
+/* Elements as (real, imaginary) pairs of doubles, for casts to and from the
+ * complex dtypes: real dtypes load with imaginary part 0 and store the real part. */
+static void load_pairs_(const void *src, ddpc_dtype dt, int64_t i0, int64_t n, double *re, double *im) {
+    if (dt == DDPC_COMPLEX64 || dt == DDPC_COMPLEX128) {
+        for (int64_t i = 0; i < n; i++) {
+            int64_t k = 2 * (i0 + i);
+            re[i] = dt == DDPC_COMPLEX64 ? ((const float *)src)[k] : ((const double *)src)[k];
+            im[i] = dt == DDPC_COMPLEX64 ? ((const float *)src)[k + 1] : ((const double *)src)[k + 1];
+        }
+        return;
+    }
+    load_f64_(src, dt, i0, n, re);
+    for (int64_t i = 0; i < n; i++) im[i] = 0;
+}
+
+static void store_pairs_(void *dst, ddpc_dtype dt, int64_t i0, int64_t n, const double *re, const double *im) {
+    if (dt == DDPC_COMPLEX64) {
+        float *d = (float *)dst + 2 * i0;
+        for (int64_t i = 0; i < n; i++) d[2 * i] = (float)re[i], d[2 * i + 1] = (float)im[i];
+    } else if (dt == DDPC_COMPLEX128) {
+        double *d = (double *)dst + 2 * i0;
+        for (int64_t i = 0; i < n; i++) d[2 * i] = re[i], d[2 * i + 1] = im[i];
+    } else {
+        store_f64_(dst, dt, i0, n, re);
+    }
+}
+
+ddpc_status ddpc_op_fill(ddpc_buffer *dst, double value) { return ddpc_op_fill_complex(dst, value, 0); }
+
+ddpc_status ddpc_op_fill_complex(ddpc_buffer *dst, double value, double imag) {
     CHECK(check_writable_(dst, "fill"));
+    if (imag != 0 && !ddpc_dtype_is_complex(dst->dtype))
+        return DDPC_ERROR(DDPC_ERR_TYPE, "fill: a complex value needs a complex dtype, got %s",
+                          ddpc_dtype_name(dst->dtype));
     if (dst->numel == 0) return DDPC_OK;
-    if (dst->device != DDPC_CPU) DDPC_LAUNCH(dst->device, ddpc_k_fill(dst->data, dst->dtype, dst->numel, value, stream));
-    double one[1] = {value};
-    store_f64_(dst->data, dst->dtype, 0, 1, one);
+    if (dst->device != DDPC_CPU) {
+        if (ddpc_dtype_is_complex(dst->dtype))
+            DDPC_LAUNCH(dst->device, ddpc_k_complex_fill(dst->data, dst->dtype, dst->numel, value, imag, stream));
+        DDPC_LAUNCH(dst->device, ddpc_k_fill(dst->data, dst->dtype, dst->numel, value, stream));
+    }
+    double re[1] = {value}, im[1] = {imag};
+    store_pairs_(dst->data, dst->dtype, 0, 1, re, im);
     size_t item = ddpc_dtype_size(dst->dtype);
     /* Doubling memcpy: each pass copies everything written so far. */
     size_t done = item, total = ddpc_buffer_nbytes(dst);
@@ -210,8 +247,20 @@ ddpc_status ddpc_op_cast(ddpc_buffer *dst, const ddpc_buffer *src) {
     CHECK(check_pair_(dst, src, "cast", 0, 1));
     if (dst->numel == 0) return DDPC_OK;
     if (dst->dtype == src->dtype) return ddpc_op_copy(dst, src, 0);
+    int cplx = ddpc_dtype_is_complex(dst->dtype) || ddpc_dtype_is_complex(src->dtype);
+    if (dst->device != DDPC_CPU && cplx)
+        DDPC_LAUNCH(dst->device, ddpc_k_complex_cast(dst->data, dst->dtype, src->data, src->dtype, dst->numel, stream));
     if (dst->device != DDPC_CPU)
         DDPC_LAUNCH(dst->device, ddpc_k_cast(dst->data, dst->dtype, src->data, src->dtype, dst->numel, stream));
+    if (cplx) { /* a complex source gives its real part, as PyTorch's casts (which warn in Python) */
+        double re[CHUNK], im[CHUNK];
+        for (int64_t i = 0; i < dst->numel; i += CHUNK) {
+            int64_t n = dst->numel - i < CHUNK ? dst->numel - i : CHUNK;
+            load_pairs_(src->data, src->dtype, i, n, re, im);
+            store_pairs_(dst->data, dst->dtype, i, n, re, im);
+        }
+        return DDPC_OK;
+    }
     int ints = !ddpc_dtype_is_float(dst->dtype) && !ddpc_dtype_is_float(src->dtype);
     for (int64_t i = 0; i < dst->numel; i += CHUNK) {
         int64_t n = dst->numel - i < CHUNK ? dst->numel - i : CHUNK;
@@ -507,7 +556,21 @@ ddpc_status ddpc_op_randperm(ddpc_buffer *dst, uint64_t seed, uint64_t offset) {
 
 /* ---- Python bindings ------------------------------------------------------------ */
 
-int ddpc_arg_buffer(PyObject *o, ddpc_buffer **out) {
+/* The op whose arguments are being parsed, for the converters' errors (the GIL
+ * is held while arguments are parsed, so one static serves every thread). */
+static const char *parsing_op_ = "this op";
+
+int ddpc_parse_args(PyObject *args, const char *format, ...) {
+    const char *colon = strchr(format, ':');
+    parsing_op_ = colon ? colon + 1 : "this op";
+    va_list va;
+    va_start(va, format);
+    int ok = PyArg_VaParse(args, format, va);
+    va_end(va);
+    return ok;
+}
+
+int ddpc_arg_any_buffer(PyObject *o, ddpc_buffer **out) {
     if (!ddpc_buffer_check(o)) {
         PyErr_Format(PyExc_TypeError, "expected a ddpc._C.Buffer, got %.100s", Py_TYPE(o)->tp_name);
         return 0;
@@ -516,26 +579,37 @@ int ddpc_arg_buffer(PyObject *o, ddpc_buffer **out) {
     return 1;
 }
 
+int ddpc_arg_buffer(PyObject *o, ddpc_buffer **out) {
+    if (!ddpc_arg_any_buffer(o, out)) return 0;
+    if (ddpc_dtype_is_complex((*out)->dtype)) {
+        PyErr_Format(PyExc_TypeError, "%s does not support %s", parsing_op_, ddpc_dtype_name((*out)->dtype));
+        return 0;
+    }
+    return 1;
+}
+
 static PyObject *py_fill(PyObject *m, PyObject *args) {
     (void)m;
     ddpc_buffer *dst;
     double v;
-    if (!PyArg_ParseTuple(args, "O&d:fill", ddpc_arg_buffer, &dst, &v)) return NULL;
-    DDPC_RUN_RELEASED(ddpc_buffer_nbytes(dst), ddpc_op_fill(dst, v));
+    double imag = 0;
+    if (!ddpc_parse_args(args, "O&d|d:fill", ddpc_arg_any_buffer, &dst, &v, &imag)) return NULL;
+    DDPC_RUN_RELEASED(ddpc_buffer_nbytes(dst), ddpc_op_fill_complex(dst, v, imag));
 }
 
 static PyObject *py_copy(PyObject *m, PyObject *args) {
     (void)m;
     ddpc_buffer *dst, *src;
     int non_blocking = 0;
-    if (!PyArg_ParseTuple(args, "O&O&|p:copy", ddpc_arg_buffer, &dst, ddpc_arg_buffer, &src, &non_blocking)) return NULL;
+    if (!ddpc_parse_args(args, "O&O&|p:copy", ddpc_arg_any_buffer, &dst, ddpc_arg_any_buffer, &src, &non_blocking))
+        return NULL;
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(dst) + (dst->device != src->device ? 1 << 16 : 0), ddpc_op_copy(dst, src, non_blocking));
 }
 
 static PyObject *py_cast(PyObject *m, PyObject *args) {
     (void)m;
     ddpc_buffer *dst, *src;
-    if (!PyArg_ParseTuple(args, "O&O&:cast", ddpc_arg_buffer, &dst, ddpc_arg_buffer, &src)) return NULL;
+    if (!ddpc_parse_args(args, "O&O&:cast", ddpc_arg_any_buffer, &dst, ddpc_arg_any_buffer, &src)) return NULL;
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(dst), ddpc_op_cast(dst, src));
 }
 
@@ -543,7 +617,7 @@ static PyObject *py_binary(PyObject *m, PyObject *args) {
     (void)m;
     int op;
     ddpc_buffer *out, *a, *b;
-    if (!PyArg_ParseTuple(args, "iO&O&O&:binary", &op, ddpc_arg_buffer, &out, ddpc_arg_buffer, &a, ddpc_arg_buffer, &b)) return NULL;
+    if (!ddpc_parse_args(args, "iO&O&O&:binary", &op, ddpc_arg_buffer, &out, ddpc_arg_buffer, &a, ddpc_arg_buffer, &b)) return NULL;
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(out), ddpc_op_binary((ddpc_binary_op)op, out, a, b));
 }
 
@@ -552,14 +626,14 @@ static PyObject *py_scalar(PyObject *m, PyObject *args) {
     int op;
     ddpc_buffer *out, *a;
     double s;
-    if (!PyArg_ParseTuple(args, "iO&O&d:scalar", &op, ddpc_arg_buffer, &out, ddpc_arg_buffer, &a, &s)) return NULL;
+    if (!ddpc_parse_args(args, "iO&O&d:scalar", &op, ddpc_arg_buffer, &out, ddpc_arg_buffer, &a, &s)) return NULL;
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(out), ddpc_op_scalar((ddpc_binary_op)op, out, a, s));
 }
 
 static PyObject *py_sum(PyObject *m, PyObject *args) {
     (void)m;
     ddpc_buffer *out, *a;
-    if (!PyArg_ParseTuple(args, "O&O&:sum", ddpc_arg_buffer, &out, ddpc_arg_buffer, &a)) return NULL;
+    if (!ddpc_parse_args(args, "O&O&:sum", ddpc_arg_buffer, &out, ddpc_arg_buffer, &a)) return NULL;
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(a), ddpc_op_sum(out, a));
 }
 
@@ -567,8 +641,8 @@ static PyObject *py_nan_to_num(PyObject *m, PyObject *args) {
     (void)m;
     ddpc_buffer *out, *x;
     double nan, posinf, neginf;
-    if (!PyArg_ParseTuple(args, "O&O&ddd:nan_to_num", ddpc_arg_buffer, &out, ddpc_arg_buffer, &x, &nan, &posinf,
-                          &neginf))
+    if (!ddpc_parse_args(args, "O&O&ddd:nan_to_num", ddpc_arg_buffer, &out, ddpc_arg_buffer, &x, &nan, &posinf,
+                         &neginf))
         return NULL;
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(out), ddpc_op_nan_to_num(out, x, nan, posinf, neginf));
 }
@@ -579,7 +653,7 @@ static PyObject *py_random(PyObject *m, PyObject *args) {
     int kind;
     unsigned long long seed, offset;
     double a, b;
-    if (!PyArg_ParseTuple(args, "O&iKKdd:random", ddpc_arg_buffer, &dst, &kind, &seed, &offset, &a, &b)) return NULL;
+    if (!ddpc_parse_args(args, "O&iKKdd:random", ddpc_arg_buffer, &dst, &kind, &seed, &offset, &a, &b)) return NULL;
     if (kind < 0 || kind > DDPC_RAND_INT) return PyErr_Format(PyExc_ValueError, "unknown random kind %d", kind);
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(dst), ddpc_op_random(dst, (ddpc_random_kind)kind, seed, offset, a, b));
 }
@@ -588,12 +662,12 @@ static PyObject *py_randperm(PyObject *m, PyObject *args) {
     (void)m;
     ddpc_buffer *dst;
     unsigned long long seed, offset;
-    if (!PyArg_ParseTuple(args, "O&KK:randperm", ddpc_arg_buffer, &dst, &seed, &offset)) return NULL;
+    if (!ddpc_parse_args(args, "O&KK:randperm", ddpc_arg_buffer, &dst, &seed, &offset)) return NULL;
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(dst), ddpc_op_randperm(dst, seed, offset));
 }
 
 static PyMethodDef ops_methods[] = {
-    {"fill", py_fill, METH_VARARGS, "fill(dst, value)"},
+    {"fill", py_fill, METH_VARARGS, "fill(dst, value, imag=0): imag only for complex dtypes"},
     {"copy", py_copy, METH_VARARGS, "copy(dst, src, non_blocking=False): same dtype and count, any devices"},
     {"cast", py_cast, METH_VARARGS, "cast(dst, src): same device and count, any dtypes"},
     {"binary", py_binary, METH_VARARGS, "binary(op, out, a, b): op a ddpc_binary_op code (csrc/ops.h)"},

@@ -124,6 +124,8 @@ ddpc_status ddpc_check_float_like(const ddpc_buffer *b, const ddpc_buffer *ref, 
 typedef enum { DDPC_RAND_UNIFORM = 0, DDPC_RAND_NORMAL, DDPC_RAND_INT } ddpc_random_kind;
 
 ddpc_status ddpc_op_fill(ddpc_buffer *dst, double value);
+/* value + imag i; imag must be 0 unless dst is complex. */
+ddpc_status ddpc_op_fill_complex(ddpc_buffer *dst, double value, double imag);
 /* Same dtype and element count, any pair of devices. */
 ddpc_status ddpc_op_copy(ddpc_buffer *dst, const ddpc_buffer *src, int non_blocking);
 /* Same device and element count, any pair of dtypes. */
@@ -161,9 +163,15 @@ ddpc_status ddpc_op_randperm(ddpc_buffer *dst, uint64_t seed, uint64_t offset);
 #define DDPC_LAUNCH(device, call) return ddpc_cuda_require(device)
 #endif
 
-/* Binding helpers shared by the op files: a Buffer argument converter for
- * PyArg_ParseTuple's O&, and the release-the-GIL-and-return macro. */
+/* Binding helpers shared by the op files: Buffer argument converters for
+ * PyArg_ParseTuple's O&, and the release-the-GIL-and-return macro.
+ * ddpc_arg_buffer refuses complex buffers with a TypeError that names the op
+ * (the name after ':' in the format of the last ddpc_parse_args), so an op
+ * whose loops know only real dtypes never sees one; ddpc_arg_any_buffer
+ * takes every dtype, for the ops that handle complex ones. */
+int ddpc_parse_args(PyObject *args, const char *format, ...);
 int ddpc_arg_buffer(PyObject *o, ddpc_buffer **out);
+int ddpc_arg_any_buffer(PyObject *o, ddpc_buffer **out);
 /* Releases the GIL around `call` (a ddpc_status expression) when the work is
  * big enough for the switch to pay, then returns None or raises. */
 #define DDPC_RUN_RELEASED(nbytes, call)                                            \

@@ -454,7 +454,7 @@ static int parse_columns_(PyObject *args, const char *fmt, ddpc_buffer **a, ddpc
                           ddpc_window *w) {
     PyObject *stride, *pad, *dilation;
     *w = window_identity_();
-    if (!PyArg_ParseTuple(args, fmt, ddpc_arg_buffer, a, ddpc_arg_buffer, b, &stride, &pad, &dilation)) return 0;
+    if (!ddpc_parse_args(args, fmt, ddpc_arg_buffer, a, ddpc_arg_buffer, b, &stride, &pad, &dilation)) return 0;
     return parse_geometry_(stride, pad, dilation, dims_of_(image_first ? *a : *b, 2), w);
 }
 
@@ -479,8 +479,8 @@ static PyObject *py_max_pool(PyObject *m, PyObject *args) {
     ddpc_buffer *out, *indices, *x;
     PyObject *kernel, *stride, *pad, *dilation;
     ddpc_window w = window_identity_();
-    if (!PyArg_ParseTuple(args, "O&O&O&OOOO:max_pool", ddpc_arg_buffer, &out, ddpc_arg_buffer, &indices,
-                          ddpc_arg_buffer, &x, &kernel, &stride, &pad, &dilation))
+    if (!ddpc_parse_args(args, "O&O&O&OOOO:max_pool", ddpc_arg_buffer, &out, ddpc_arg_buffer, &indices,
+                         ddpc_arg_buffer, &x, &kernel, &stride, &pad, &dilation))
         return NULL;
     int dims = dims_of_(x, 1);
     if (!parse_dims_(kernel, dims, w.kernel, "kernel_size", &w.adaptive) ||
@@ -492,8 +492,8 @@ static PyObject *py_max_pool(PyObject *m, PyObject *args) {
 static PyObject *py_max_pool_backward(PyObject *m, PyObject *args) {
     (void)m;
     ddpc_buffer *gx, *g, *indices;
-    if (!PyArg_ParseTuple(args, "O&O&O&:max_pool_backward", ddpc_arg_buffer, &gx, ddpc_arg_buffer, &g,
-                          ddpc_arg_buffer, &indices))
+    if (!ddpc_parse_args(args, "O&O&O&:max_pool_backward", ddpc_arg_buffer, &gx, ddpc_arg_buffer, &g,
+                         ddpc_arg_buffer, &indices))
         return NULL;
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(gx), ddpc_op_max_pool_backward(gx, g, indices));
 }
@@ -504,8 +504,8 @@ static int parse_avg_(PyObject *args, const char *fmt, ddpc_buffer **a, ddpc_buf
     PyObject *kernel, *stride, *pad;
     long long divisor;
     *w = window_identity_();
-    if (!PyArg_ParseTuple(args, fmt, ddpc_arg_buffer, a, ddpc_arg_buffer, b, &kernel, &stride, &pad,
-                          &w->count_include_pad, &divisor))
+    if (!ddpc_parse_args(args, fmt, ddpc_arg_buffer, a, ddpc_arg_buffer, b, &kernel, &stride, &pad,
+                         &w->count_include_pad, &divisor))
         return 0;
     int dims = dims_of_(*b, 1);
     w->divisor = divisor;

@@ -206,9 +206,9 @@ static PyObject *py_ctc_loss(PyObject *m, PyObject *args) {
     (void)m;
     ddpc_buffer *nll, *alpha, *lp, *targets, *offsets, *tl, *il;
     long long blank;
-    if (!PyArg_ParseTuple(args, "O&O&O&O&O&O&O&L:ctc_loss", ddpc_arg_buffer, &nll, ddpc_arg_buffer, &alpha,
-                          ddpc_arg_buffer, &lp, ddpc_arg_buffer, &targets, ddpc_arg_buffer, &offsets,
-                          ddpc_arg_buffer, &tl, ddpc_arg_buffer, &il, &blank))
+    if (!ddpc_parse_args(args, "O&O&O&O&O&O&O&L:ctc_loss", ddpc_arg_buffer, &nll, ddpc_arg_buffer, &alpha,
+                         ddpc_arg_buffer, &lp, ddpc_arg_buffer, &targets, ddpc_arg_buffer, &offsets,
+                         ddpc_arg_buffer, &tl, ddpc_arg_buffer, &il, &blank))
         return NULL;
     ddpc_ctc_inputs in = {lp, targets, offsets, tl, il, blank};
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(alpha), ddpc_op_ctc_loss(nll, alpha, &in));
@@ -219,10 +219,10 @@ static PyObject *py_ctc_loss_backward(PyObject *m, PyObject *args) {
     ddpc_buffer *grad, *beta, *g, *nll, *alpha, *lp, *targets, *offsets, *tl, *il;
     long long blank;
     int zero_infinity;
-    if (!PyArg_ParseTuple(args, "O&O&O&O&O&O&O&O&O&O&Lp:ctc_loss_backward", ddpc_arg_buffer, &grad,
-                          ddpc_arg_buffer, &beta, ddpc_arg_buffer, &g, ddpc_arg_buffer, &nll, ddpc_arg_buffer, &alpha,
-                          ddpc_arg_buffer, &lp, ddpc_arg_buffer, &targets, ddpc_arg_buffer, &offsets, ddpc_arg_buffer,
-                          &tl, ddpc_arg_buffer, &il, &blank, &zero_infinity))
+    if (!ddpc_parse_args(args, "O&O&O&O&O&O&O&O&O&O&Lp:ctc_loss_backward", ddpc_arg_buffer, &grad,
+                         ddpc_arg_buffer, &beta, ddpc_arg_buffer, &g, ddpc_arg_buffer, &nll, ddpc_arg_buffer, &alpha,
+                         ddpc_arg_buffer, &lp, ddpc_arg_buffer, &targets, ddpc_arg_buffer, &offsets, ddpc_arg_buffer,
+                         &tl, ddpc_arg_buffer, &il, &blank, &zero_infinity))
         return NULL;
     ddpc_ctc_inputs in = {lp, targets, offsets, tl, il, blank};
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(alpha),

@@ -251,7 +251,7 @@ static PyObject *py_fold_dim(PyObject *m, PyObject *args) {
     (void)m;
     ddpc_buffer *out, *a;
     int dim, op, flags;
-    if (!PyArg_ParseTuple(args, "O&O&iii:fold_dim", ddpc_arg_buffer, &out, ddpc_arg_buffer, &a, &dim, &op, &flags))
+    if (!ddpc_parse_args(args, "O&O&iii:fold_dim", ddpc_arg_buffer, &out, ddpc_arg_buffer, &a, &dim, &op, &flags))
         return NULL;
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(a), ddpc_op_fold_dim(out, a, dim, (ddpc_fold_op)op, flags));
 }
@@ -260,8 +260,8 @@ static PyObject *py_gather_dim(PyObject *m, PyObject *args) {
     (void)m;
     ddpc_buffer *out, *a, *index;
     int dim;
-    if (!PyArg_ParseTuple(args, "O&O&O&i:gather_dim", ddpc_arg_buffer, &out, ddpc_arg_buffer, &a, ddpc_arg_buffer,
-                          &index, &dim))
+    if (!ddpc_parse_args(args, "O&O&O&i:gather_dim", ddpc_arg_buffer, &out, ddpc_arg_buffer, &a, ddpc_arg_buffer,
+                         &index, &dim))
         return NULL;
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(index), ddpc_op_gather_dim(out, a, index, dim));
 }
@@ -270,8 +270,8 @@ static PyObject *py_scatter_dim(PyObject *m, PyObject *args) {
     (void)m;
     ddpc_buffer *out, *src, *index;
     int dim, accumulate;
-    if (!PyArg_ParseTuple(args, "O&O&O&ip:scatter_dim", ddpc_arg_buffer, &out, ddpc_arg_buffer, &src,
-                          ddpc_arg_buffer, &index, &dim, &accumulate))
+    if (!ddpc_parse_args(args, "O&O&O&ip:scatter_dim", ddpc_arg_buffer, &out, ddpc_arg_buffer, &src,
+                         ddpc_arg_buffer, &index, &dim, &accumulate))
         return NULL;
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(index), ddpc_op_scatter_dim(out, src, index, dim, accumulate));
 }
@@ -280,8 +280,8 @@ static PyObject *py_scatter_reduce_dim(PyObject *m, PyObject *args) {
     (void)m;
     ddpc_buffer *out, *src, *index;
     int dim, op;
-    if (!PyArg_ParseTuple(args, "O&O&O&ii:scatter_reduce_dim", ddpc_arg_buffer, &out, ddpc_arg_buffer, &src,
-                          ddpc_arg_buffer, &index, &dim, &op))
+    if (!ddpc_parse_args(args, "O&O&O&ii:scatter_reduce_dim", ddpc_arg_buffer, &out, ddpc_arg_buffer, &src,
+                         ddpc_arg_buffer, &index, &dim, &op))
         return NULL;
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(index), ddpc_op_scatter_reduce_dim(out, src, index, dim,
                                                                             (ddpc_scatter_reduce_op)op));

@@ -285,8 +285,8 @@ static PyObject *py_embedding_bag(PyObject *m, PyObject *args) {
     int mode;
     long long padding_idx;
     ddpc_bags b;
-    if (!PyArg_ParseTuple(args, "O&OO&OOOiL:embedding_bag", ddpc_arg_buffer, &out, &argmax_o, ddpc_arg_buffer,
-                          &weight, &indices, &offsets, &weights, &mode, &padding_idx) ||
+    if (!ddpc_parse_args(args, "O&OO&OOOiL:embedding_bag", ddpc_arg_buffer, &out, &argmax_o, ddpc_arg_buffer,
+                         &weight, &indices, &offsets, &weights, &mode, &padding_idx) ||
         !parse_argmax_(argmax_o, &argmax) || !parse_bags_(indices, offsets, weights, mode, padding_idx, &b))
         return NULL;
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(out), ddpc_op_embedding_bag(out, argmax, weight, &b));
@@ -299,8 +299,8 @@ static PyObject *py_embedding_bag_backward(PyObject *m, PyObject *args) {
     int mode;
     long long padding_idx;
     ddpc_bags b;
-    if (!PyArg_ParseTuple(args, "O&O&OOOOiL:embedding_bag_backward", ddpc_arg_buffer, &gweight, ddpc_arg_buffer, &g,
-                          &argmax_o, &indices, &offsets, &weights, &mode, &padding_idx) ||
+    if (!ddpc_parse_args(args, "O&O&OOOOiL:embedding_bag_backward", ddpc_arg_buffer, &gweight, ddpc_arg_buffer, &g,
+                         &argmax_o, &indices, &offsets, &weights, &mode, &padding_idx) ||
         !parse_argmax_(argmax_o, &argmax) || !parse_bags_(indices, offsets, weights, mode, padding_idx, &b))
         return NULL;
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(gweight), ddpc_op_embedding_bag_backward(gweight, g, argmax, &b));
@@ -312,8 +312,8 @@ static PyObject *py_embedding_bag_weights_backward(PyObject *m, PyObject *args) 
     PyObject *indices, *offsets;
     long long padding_idx;
     ddpc_bags b;
-    if (!PyArg_ParseTuple(args, "O&O&O&OOL:embedding_bag_weights_backward", ddpc_arg_buffer, &gweights,
-                          ddpc_arg_buffer, &g, ddpc_arg_buffer, &weight, &indices, &offsets, &padding_idx) ||
+    if (!ddpc_parse_args(args, "O&O&O&OOL:embedding_bag_weights_backward", ddpc_arg_buffer, &gweights,
+                         ddpc_arg_buffer, &g, ddpc_arg_buffer, &weight, &indices, &offsets, &padding_idx) ||
         !parse_bags_(indices, offsets, Py_None, DDPC_BAG_SUM, padding_idx, &b))
         return NULL;
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(g), ddpc_op_embedding_bag_weights_backward(gweights, g, weight, &b));

@@ -217,8 +217,8 @@ static PyObject *py_grid_sample(PyObject *m, PyObject *args) {
     (void)m;
     ddpc_buffer *out, *x, *grid;
     int mode, padding, align_corners;
-    if (!PyArg_ParseTuple(args, "O&O&O&iip:grid_sample", ddpc_arg_buffer, &out, ddpc_arg_buffer, &x, ddpc_arg_buffer,
-                          &grid, &mode, &padding, &align_corners))
+    if (!ddpc_parse_args(args, "O&O&O&iip:grid_sample", ddpc_arg_buffer, &out, ddpc_arg_buffer, &x, ddpc_arg_buffer,
+                         &grid, &mode, &padding, &align_corners))
         return NULL;
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(out), ddpc_op_grid_sample(out, x, grid, mode, padding, align_corners));
 }
@@ -227,9 +227,9 @@ static PyObject *py_grid_sample_backward(PyObject *m, PyObject *args) {
     (void)m;
     ddpc_buffer *gx, *ggrid, *g, *x, *grid;
     int mode, padding, align_corners;
-    if (!PyArg_ParseTuple(args, "O&O&O&O&O&iip:grid_sample_backward", arg_buffer_or_none_, &gx, arg_buffer_or_none_,
-                          &ggrid, ddpc_arg_buffer, &g, ddpc_arg_buffer, &x, ddpc_arg_buffer, &grid, &mode, &padding,
-                          &align_corners))
+    if (!ddpc_parse_args(args, "O&O&O&O&O&iip:grid_sample_backward", arg_buffer_or_none_, &gx, arg_buffer_or_none_,
+                         &ggrid, ddpc_arg_buffer, &g, ddpc_arg_buffer, &x, ddpc_arg_buffer, &grid, &mode, &padding,
+                         &align_corners))
         return NULL;
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(g) + ddpc_buffer_nbytes(x),
                       ddpc_op_grid_sample_backward(gx, ggrid, g, x, grid, mode, padding, align_corners));

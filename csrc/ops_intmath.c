@@ -63,8 +63,8 @@ static PyObject *py_gcd(PyObject *m, PyObject *args) {
     (void)m;
     ddpc_buffer *out, *a, *b;
     int want_lcm;
-    if (!PyArg_ParseTuple(args, "O&O&O&p:gcd", ddpc_arg_buffer, &out, ddpc_arg_buffer, &a, ddpc_arg_buffer, &b,
-                          &want_lcm))
+    if (!ddpc_parse_args(args, "O&O&O&p:gcd", ddpc_arg_buffer, &out, ddpc_arg_buffer, &a, ddpc_arg_buffer, &b,
+                         &want_lcm))
         return NULL;
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(out), ddpc_op_gcd(out, a, b, want_lcm));
 }

@@ -913,7 +913,8 @@ ddpc_status ddpc_op_transpose(ddpc_buffer *out, const ddpc_buffer *a) {
     case 1: TRANSPOSE_LOOP(uint8_t); break;
     case 2: TRANSPOSE_LOOP(uint16_t); break;
     case 4: TRANSPOSE_LOOP(uint32_t); break;
-    default: TRANSPOSE_LOOP(uint64_t); break;
+    case 8: TRANSPOSE_LOOP(uint64_t); break;
+    default: TRANSPOSE_LOOP(ddpc_word16); break;
     }
     return DDPC_OK;
 }
@@ -992,7 +993,8 @@ ddpc_status ddpc_op_strided_copy(ddpc_buffer *dst, const ddpc_buffer *src, const
     case 1: STRIDED_LOOP(uint8_t); break;
     case 2: STRIDED_LOOP(uint16_t); break;
     case 4: STRIDED_LOOP(uint32_t); break;
-    default: STRIDED_LOOP(uint64_t); break;
+    case 8: STRIDED_LOOP(uint64_t); break;
+    default: STRIDED_LOOP(ddpc_word16); break;
     }
     return DDPC_OK;
 }
@@ -1375,7 +1377,7 @@ static PyObject *py_unary(PyObject *m, PyObject *args) {
     int op;
     ddpc_buffer *out, *x;
     double p = 0, q = 0;
-    if (!PyArg_ParseTuple(args, "iO&O&|dd:unary", &op, ddpc_arg_buffer, &out, ddpc_arg_buffer, &x, &p, &q)) return NULL;
+    if (!ddpc_parse_args(args, "iO&O&|dd:unary", &op, ddpc_arg_buffer, &out, ddpc_arg_buffer, &x, &p, &q)) return NULL;
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(out), ddpc_op_unary((ddpc_unary_op)op, out, x, p, q));
 }
 
@@ -1384,8 +1386,8 @@ static PyObject *py_unary_backward(PyObject *m, PyObject *args) {
     int op;
     ddpc_buffer *gx, *gy, *saved;
     double p = 0, q = 0;
-    if (!PyArg_ParseTuple(args, "iO&O&O&|dd:unary_backward", &op, ddpc_arg_buffer, &gx, ddpc_arg_buffer, &gy,
-                          ddpc_arg_buffer, &saved, &p, &q))
+    if (!ddpc_parse_args(args, "iO&O&O&|dd:unary_backward", &op, ddpc_arg_buffer, &gx, ddpc_arg_buffer, &gy,
+                         ddpc_arg_buffer, &saved, &p, &q))
         return NULL;
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(gx), ddpc_op_unary_backward((ddpc_unary_op)op, gx, gy, saved, p, q));
 }
@@ -1394,8 +1396,8 @@ static PyObject *py_binary_rows(PyObject *m, PyObject *args) {
     (void)m;
     int op;
     ddpc_buffer *out, *a, *row;
-    if (!PyArg_ParseTuple(args, "iO&O&O&:binary_rows", &op, ddpc_arg_buffer, &out, ddpc_arg_buffer, &a,
-                          ddpc_arg_buffer, &row))
+    if (!ddpc_parse_args(args, "iO&O&O&:binary_rows", &op, ddpc_arg_buffer, &out, ddpc_arg_buffer, &a,
+                         ddpc_arg_buffer, &row))
         return NULL;
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(out), ddpc_op_binary_rows((ddpc_binary_op)op, out, a, row));
 }
@@ -1403,8 +1405,8 @@ static PyObject *py_binary_rows(PyObject *m, PyObject *args) {
 static PyObject *py_where(PyObject *m, PyObject *args) {
     (void)m;
     ddpc_buffer *out, *cond, *a, *b;
-    if (!PyArg_ParseTuple(args, "O&O&O&O&:where", ddpc_arg_buffer, &out, ddpc_arg_buffer, &cond, ddpc_arg_buffer, &a,
-                          ddpc_arg_buffer, &b))
+    if (!ddpc_parse_args(args, "O&O&O&O&:where", ddpc_arg_buffer, &out, ddpc_arg_buffer, &cond, ddpc_arg_buffer, &a,
+                         ddpc_arg_buffer, &b))
         return NULL;
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(out), ddpc_op_where(out, cond, a, b));
 }
@@ -1413,8 +1415,8 @@ static PyObject *py_special_binary(PyObject *m, PyObject *args) {
     (void)m;
     int op;
     ddpc_buffer *out, *a, *b;
-    if (!PyArg_ParseTuple(args, "iO&O&O&:special_binary", &op, ddpc_arg_buffer, &out, ddpc_arg_buffer, &a,
-                          ddpc_arg_buffer, &b))
+    if (!ddpc_parse_args(args, "iO&O&O&:special_binary", &op, ddpc_arg_buffer, &out, ddpc_arg_buffer, &a,
+                         ddpc_arg_buffer, &b))
         return NULL;
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(out), ddpc_op_special_binary(op, out, a, b));
 }
@@ -1423,8 +1425,8 @@ static PyObject *py_binary_broadcast(PyObject *m, PyObject *args) {
     (void)m;
     int op;
     ddpc_buffer *out, *a, *b;
-    if (!PyArg_ParseTuple(args, "iO&O&O&:binary_broadcast", &op, ddpc_arg_buffer, &out, ddpc_arg_buffer, &a,
-                          ddpc_arg_buffer, &b))
+    if (!ddpc_parse_args(args, "iO&O&O&:binary_broadcast", &op, ddpc_arg_buffer, &out, ddpc_arg_buffer, &a,
+                         ddpc_arg_buffer, &b))
         return NULL;
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(out), ddpc_op_binary_broadcast((ddpc_binary_op)op, out, a, b));
 }
@@ -1433,7 +1435,7 @@ static PyObject *py_sum_dim(PyObject *m, PyObject *args) {
     (void)m;
     ddpc_buffer *out, *a;
     int dim;
-    if (!PyArg_ParseTuple(args, "O&O&i:sum_dim", ddpc_arg_buffer, &out, ddpc_arg_buffer, &a, &dim)) return NULL;
+    if (!ddpc_parse_args(args, "O&O&i:sum_dim", ddpc_arg_buffer, &out, ddpc_arg_buffer, &a, &dim)) return NULL;
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(a), ddpc_op_sum_dim(out, a, dim));
 }
 
@@ -1441,8 +1443,8 @@ static PyObject *py_extreme_dim(PyObject *m, PyObject *args) {
     (void)m;
     ddpc_buffer *values, *indices, *a;
     int dim, want_max;
-    if (!PyArg_ParseTuple(args, "O&O&O&ip:extreme_dim", ddpc_arg_buffer, &values, ddpc_arg_buffer, &indices,
-                          ddpc_arg_buffer, &a, &dim, &want_max))
+    if (!ddpc_parse_args(args, "O&O&O&ip:extreme_dim", ddpc_arg_buffer, &values, ddpc_arg_buffer, &indices,
+                         ddpc_arg_buffer, &a, &dim, &want_max))
         return NULL;
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(a), ddpc_op_extreme_dim(values, indices, a, dim, want_max));
 }
@@ -1451,8 +1453,8 @@ static PyObject *py_put_dim(PyObject *m, PyObject *args) {
     (void)m;
     ddpc_buffer *out, *g, *indices;
     int dim;
-    if (!PyArg_ParseTuple(args, "O&O&O&i:put_dim", ddpc_arg_buffer, &out, ddpc_arg_buffer, &g, ddpc_arg_buffer,
-                          &indices, &dim))
+    if (!ddpc_parse_args(args, "O&O&O&i:put_dim", ddpc_arg_buffer, &out, ddpc_arg_buffer, &g, ddpc_arg_buffer,
+                         &indices, &dim))
         return NULL;
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(out), ddpc_op_put_dim(out, g, indices, dim));
 }
@@ -1460,8 +1462,8 @@ static PyObject *py_put_dim(PyObject *m, PyObject *args) {
 static PyObject *py_index_rows(PyObject *m, PyObject *args) {
     (void)m;
     ddpc_buffer *out, *table, *idx;
-    if (!PyArg_ParseTuple(args, "O&O&O&:index_rows", ddpc_arg_buffer, &out, ddpc_arg_buffer, &table, ddpc_arg_buffer,
-                          &idx))
+    if (!ddpc_parse_args(args, "O&O&O&:index_rows", ddpc_arg_any_buffer, &out, ddpc_arg_any_buffer, &table,
+                         ddpc_arg_buffer, &idx))
         return NULL;
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(out), ddpc_op_index_rows(out, table, idx));
 }
@@ -1469,8 +1471,8 @@ static PyObject *py_index_rows(PyObject *m, PyObject *args) {
 static PyObject *py_put_rows(PyObject *m, PyObject *args) {
     (void)m;
     ddpc_buffer *table, *rows, *idx;
-    if (!PyArg_ParseTuple(args, "O&O&O&:put_rows", ddpc_arg_buffer, &table, ddpc_arg_buffer, &rows, ddpc_arg_buffer,
-                          &idx))
+    if (!ddpc_parse_args(args, "O&O&O&:put_rows", ddpc_arg_any_buffer, &table, ddpc_arg_any_buffer, &rows,
+                         ddpc_arg_buffer, &idx))
         return NULL;
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(rows), ddpc_op_put_rows(table, rows, idx));
 }
@@ -1478,8 +1480,8 @@ static PyObject *py_put_rows(PyObject *m, PyObject *args) {
 static PyObject *py_index_add_rows(PyObject *m, PyObject *args) {
     (void)m;
     ddpc_buffer *gtable, *g, *idx;
-    if (!PyArg_ParseTuple(args, "O&O&O&:index_add_rows", ddpc_arg_buffer, &gtable, ddpc_arg_buffer, &g,
-                          ddpc_arg_buffer, &idx))
+    if (!ddpc_parse_args(args, "O&O&O&:index_add_rows", ddpc_arg_buffer, &gtable, ddpc_arg_buffer, &g,
+                         ddpc_arg_buffer, &idx))
         return NULL;
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(g), ddpc_op_index_add_rows(gtable, g, idx));
 }
@@ -1488,8 +1490,8 @@ static PyObject *py_layer_norm(PyObject *m, PyObject *args) {
     (void)m;
     ddpc_buffer *y, *mean, *rstd, *x, *w, *b;
     double eps;
-    if (!PyArg_ParseTuple(args, "O&O&O&O&O&O&d:layer_norm", ddpc_arg_buffer, &y, ddpc_arg_buffer, &mean,
-                          ddpc_arg_buffer, &rstd, ddpc_arg_buffer, &x, ddpc_arg_buffer, &w, ddpc_arg_buffer, &b, &eps))
+    if (!ddpc_parse_args(args, "O&O&O&O&O&O&d:layer_norm", ddpc_arg_buffer, &y, ddpc_arg_buffer, &mean,
+                         ddpc_arg_buffer, &rstd, ddpc_arg_buffer, &x, ddpc_arg_buffer, &w, ddpc_arg_buffer, &b, &eps))
         return NULL;
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(x), ddpc_op_layer_norm(y, mean, rstd, x, w, b, eps));
 }
@@ -1497,9 +1499,9 @@ static PyObject *py_layer_norm(PyObject *m, PyObject *args) {
 static PyObject *py_layer_norm_backward(PyObject *m, PyObject *args) {
     (void)m;
     ddpc_buffer *gx, *gw, *gb, *gy, *x, *mean, *rstd, *w;
-    if (!PyArg_ParseTuple(args, "O&O&O&O&O&O&O&O&:layer_norm_backward", ddpc_arg_buffer, &gx, ddpc_arg_buffer, &gw,
-                          ddpc_arg_buffer, &gb, ddpc_arg_buffer, &gy, ddpc_arg_buffer, &x, ddpc_arg_buffer, &mean,
-                          ddpc_arg_buffer, &rstd, ddpc_arg_buffer, &w))
+    if (!ddpc_parse_args(args, "O&O&O&O&O&O&O&O&:layer_norm_backward", ddpc_arg_buffer, &gx, ddpc_arg_buffer, &gw,
+                         ddpc_arg_buffer, &gb, ddpc_arg_buffer, &gy, ddpc_arg_buffer, &x, ddpc_arg_buffer, &mean,
+                         ddpc_arg_buffer, &rstd, ddpc_arg_buffer, &w))
         return NULL;
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(x), ddpc_op_layer_norm_backward(gx, gw, gb, gy, x, mean, rstd, w));
 }
@@ -1507,7 +1509,7 @@ static PyObject *py_layer_norm_backward(PyObject *m, PyObject *args) {
 static PyObject *py_transpose(PyObject *m, PyObject *args) {
     (void)m;
     ddpc_buffer *out, *a;
-    if (!PyArg_ParseTuple(args, "O&O&:transpose", ddpc_arg_buffer, &out, ddpc_arg_buffer, &a)) return NULL;
+    if (!ddpc_parse_args(args, "O&O&:transpose", ddpc_arg_any_buffer, &out, ddpc_arg_any_buffer, &a)) return NULL;
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(a), ddpc_op_transpose(out, a));
 }
 
@@ -1538,8 +1540,8 @@ static PyObject *py_strided_copy(PyObject *m, PyObject *args) {
     PyObject *shape, *dst_strides, *src_strides;
     long long dst_offset, src_offset;
     ddpc_strided geo = {0};
-    if (!PyArg_ParseTuple(args, "O&LOO&LOO:strided_copy", ddpc_arg_buffer, &dst, &dst_offset, &dst_strides,
-                          ddpc_arg_buffer, &src, &src_offset, &src_strides, &shape))
+    if (!ddpc_parse_args(args, "O&LOO&LOO:strided_copy", ddpc_arg_any_buffer, &dst, &dst_offset, &dst_strides,
+                         ddpc_arg_any_buffer, &src, &src_offset, &src_strides, &shape))
         return NULL;
     Py_ssize_t nd = PySequence_Size(shape);
     if (nd < 0) return NULL;
@@ -1557,7 +1559,7 @@ static PyObject *py_dropout(PyObject *m, PyObject *args) {
     ddpc_buffer *out, *x;
     double p;
     unsigned long long seed, offset;
-    if (!PyArg_ParseTuple(args, "O&O&dKK:dropout", ddpc_arg_buffer, &out, ddpc_arg_buffer, &x, &p, &seed, &offset))
+    if (!ddpc_parse_args(args, "O&O&dKK:dropout", ddpc_arg_buffer, &out, ddpc_arg_buffer, &x, &p, &seed, &offset))
         return NULL;
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(out), ddpc_op_dropout(out, x, p, seed, offset));
 }
@@ -1568,8 +1570,8 @@ static PyObject *py_cross_entropy(PyObject *m, PyObject *args) {
     long long ignore;
     int red, log_probs;
     double eps;
-    if (!PyArg_ParseTuple(args, "O&O&O&O&Ldip:cross_entropy", ddpc_arg_buffer, &out, ddpc_arg_buffer, &logits,
-                          ddpc_arg_buffer, &target, arg_optional_buffer_, &weight, &ignore, &eps, &red, &log_probs))
+    if (!ddpc_parse_args(args, "O&O&O&O&Ldip:cross_entropy", ddpc_arg_buffer, &out, ddpc_arg_buffer, &logits,
+                         ddpc_arg_buffer, &target, arg_optional_buffer_, &weight, &ignore, &eps, &red, &log_probs))
         return NULL;
     ddpc_ce_args ce = {.ignore_index = ignore, .label_smoothing = eps, .reduction = (ddpc_reduction)red,
                        .log_probs = log_probs};
@@ -1582,9 +1584,9 @@ static PyObject *py_cross_entropy_backward(PyObject *m, PyObject *args) {
     long long ignore;
     int red, log_probs;
     double eps;
-    if (!PyArg_ParseTuple(args, "O&O&O&O&O&Ldip:cross_entropy_backward", ddpc_arg_buffer, &gx, ddpc_arg_buffer, &gout,
-                          ddpc_arg_buffer, &logits, ddpc_arg_buffer, &target, arg_optional_buffer_, &weight, &ignore,
-                          &eps, &red, &log_probs))
+    if (!ddpc_parse_args(args, "O&O&O&O&O&Ldip:cross_entropy_backward", ddpc_arg_buffer, &gx, ddpc_arg_buffer, &gout,
+                         ddpc_arg_buffer, &logits, ddpc_arg_buffer, &target, arg_optional_buffer_, &weight, &ignore,
+                         &eps, &red, &log_probs))
         return NULL;
     ddpc_ce_args ce = {.ignore_index = ignore, .label_smoothing = eps, .reduction = (ddpc_reduction)red,
                        .log_probs = log_probs};
@@ -1596,7 +1598,7 @@ static PyObject *py_softmax(PyObject *m, PyObject *args) {
     (void)m;
     ddpc_buffer *out, *x;
     int take_log;
-    if (!PyArg_ParseTuple(args, "O&O&p:softmax", ddpc_arg_buffer, &out, ddpc_arg_buffer, &x, &take_log)) return NULL;
+    if (!ddpc_parse_args(args, "O&O&p:softmax", ddpc_arg_buffer, &out, ddpc_arg_buffer, &x, &take_log)) return NULL;
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(x), ddpc_op_softmax(out, x, take_log));
 }
 
@@ -1604,8 +1606,8 @@ static PyObject *py_softmax_backward(PyObject *m, PyObject *args) {
     (void)m;
     ddpc_buffer *gx, *gy, *y;
     int take_log;
-    if (!PyArg_ParseTuple(args, "O&O&O&p:softmax_backward", ddpc_arg_buffer, &gx, ddpc_arg_buffer, &gy,
-                          ddpc_arg_buffer, &y, &take_log))
+    if (!ddpc_parse_args(args, "O&O&O&p:softmax_backward", ddpc_arg_buffer, &gx, ddpc_arg_buffer, &gy,
+                         ddpc_arg_buffer, &y, &take_log))
         return NULL;
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(y), ddpc_op_softmax_backward(gx, gy, y, take_log));
 }
@@ -1615,8 +1617,8 @@ static PyObject *py_loss(PyObject *m, PyObject *args) {
     int kind, red;
     ddpc_buffer *out, *x, *y, *pos_weight;
     double p;
-    if (!PyArg_ParseTuple(args, "iO&O&O&O&di:loss", &kind, ddpc_arg_buffer, &out, ddpc_arg_buffer, &x, ddpc_arg_buffer,
-                          &y, arg_optional_buffer_, &pos_weight, &p, &red))
+    if (!ddpc_parse_args(args, "iO&O&O&O&di:loss", &kind, ddpc_arg_buffer, &out, ddpc_arg_buffer, &x, ddpc_arg_buffer,
+                         &y, arg_optional_buffer_, &pos_weight, &p, &red))
         return NULL;
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(x),
                       ddpc_op_loss((ddpc_loss_kind)kind, out, x, y, pos_weight, p, (ddpc_reduction)red));
@@ -1627,9 +1629,9 @@ static PyObject *py_loss_backward(PyObject *m, PyObject *args) {
     int kind, wrt_target, red;
     ddpc_buffer *g, *gout, *x, *y, *pos_weight;
     double p;
-    if (!PyArg_ParseTuple(args, "ipO&O&O&O&O&di:loss_backward", &kind, &wrt_target, ddpc_arg_buffer, &g,
-                          ddpc_arg_buffer, &gout, ddpc_arg_buffer, &x, ddpc_arg_buffer, &y, arg_optional_buffer_,
-                          &pos_weight, &p, &red))
+    if (!ddpc_parse_args(args, "ipO&O&O&O&O&di:loss_backward", &kind, &wrt_target, ddpc_arg_buffer, &g,
+                         ddpc_arg_buffer, &gout, ddpc_arg_buffer, &x, ddpc_arg_buffer, &y, arg_optional_buffer_,
+                         &pos_weight, &p, &red))
         return NULL;
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(x), ddpc_op_loss_backward((ddpc_loss_kind)kind, wrt_target, g, gout, x, y,
                                                                    pos_weight, p, (ddpc_reduction)red));

@@ -239,8 +239,8 @@ ddpc_status ddpc_op_gru_cell_backward(ddpc_buffer *ggi, ddpc_buffer *ggh, ddpc_b
 static PyObject *py_lstm_cell(PyObject *m, PyObject *args) {
     (void)m;
     ddpc_buffer *h, *c, *gates, *hidden, *c_prev;
-    if (!PyArg_ParseTuple(args, "O&O&O&O&O&:lstm_cell", ddpc_arg_buffer, &h, ddpc_arg_buffer, &c, ddpc_arg_buffer,
-                          &gates, ddpc_arg_buffer, &hidden, ddpc_arg_buffer, &c_prev))
+    if (!ddpc_parse_args(args, "O&O&O&O&O&:lstm_cell", ddpc_arg_buffer, &h, ddpc_arg_buffer, &c, ddpc_arg_buffer,
+                         &gates, ddpc_arg_buffer, &hidden, ddpc_arg_buffer, &c_prev))
         return NULL;
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(gates), ddpc_op_lstm_cell(h, c, gates, hidden, c_prev));
 }
@@ -248,8 +248,8 @@ static PyObject *py_lstm_cell(PyObject *m, PyObject *args) {
 static PyObject *py_lstm_cell_backward(PyObject *m, PyObject *args) {
     (void)m;
     ddpc_buffer *ggates, *gc, *gh, *gates, *c_prev, *c;
-    if (!PyArg_ParseTuple(args, "O&O&O&O&O&O&:lstm_cell_backward", ddpc_arg_buffer, &ggates, ddpc_arg_buffer, &gc,
-                          ddpc_arg_buffer, &gh, ddpc_arg_buffer, &gates, ddpc_arg_buffer, &c_prev, ddpc_arg_buffer, &c))
+    if (!ddpc_parse_args(args, "O&O&O&O&O&O&:lstm_cell_backward", ddpc_arg_buffer, &ggates, ddpc_arg_buffer, &gc,
+                         ddpc_arg_buffer, &gh, ddpc_arg_buffer, &gates, ddpc_arg_buffer, &c_prev, ddpc_arg_buffer, &c))
         return NULL;
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(gates), ddpc_op_lstm_cell_backward(ggates, gc, gh, gates, c_prev, c));
 }
@@ -257,8 +257,8 @@ static PyObject *py_lstm_cell_backward(PyObject *m, PyObject *args) {
 static PyObject *py_gru_cell(PyObject *m, PyObject *args) {
     (void)m;
     ddpc_buffer *h, *gi, *gh, *h_prev;
-    if (!PyArg_ParseTuple(args, "O&O&O&O&:gru_cell", ddpc_arg_buffer, &h, ddpc_arg_buffer, &gi, ddpc_arg_buffer, &gh,
-                          ddpc_arg_buffer, &h_prev))
+    if (!ddpc_parse_args(args, "O&O&O&O&:gru_cell", ddpc_arg_buffer, &h, ddpc_arg_buffer, &gi, ddpc_arg_buffer, &gh,
+                         ddpc_arg_buffer, &h_prev))
         return NULL;
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(gi), ddpc_op_gru_cell(h, gi, gh, h_prev));
 }
@@ -266,9 +266,9 @@ static PyObject *py_gru_cell(PyObject *m, PyObject *args) {
 static PyObject *py_gru_cell_backward(PyObject *m, PyObject *args) {
     (void)m;
     ddpc_buffer *ggi, *ggh, *gh_prev, *grad, *gates, *gh, *h_prev;
-    if (!PyArg_ParseTuple(args, "O&O&O&O&O&O&O&:gru_cell_backward", ddpc_arg_buffer, &ggi, ddpc_arg_buffer, &ggh,
-                          ddpc_arg_buffer, &gh_prev, ddpc_arg_buffer, &grad, ddpc_arg_buffer, &gates, ddpc_arg_buffer,
-                          &gh, ddpc_arg_buffer, &h_prev))
+    if (!ddpc_parse_args(args, "O&O&O&O&O&O&O&:gru_cell_backward", ddpc_arg_buffer, &ggi, ddpc_arg_buffer, &ggh,
+                         ddpc_arg_buffer, &gh_prev, ddpc_arg_buffer, &grad, ddpc_arg_buffer, &gates, ddpc_arg_buffer,
+                         &gh, ddpc_arg_buffer, &h_prev))
         return NULL;
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(gates), ddpc_op_gru_cell_backward(ggi, ggh, gh_prev, grad, gates, gh, h_prev));
 }

@@ -152,8 +152,8 @@ static PyObject *py_searchsorted(PyObject *m, PyObject *args) {
     ddpc_buffer *out, *sorted, *values, *sorter = NULL;
     PyObject *sorter_obj;
     int right;
-    if (!PyArg_ParseTuple(args, "O&O&O&Op:searchsorted", ddpc_arg_buffer, &out, ddpc_arg_buffer, &sorted,
-                          ddpc_arg_buffer, &values, &sorter_obj, &right))
+    if (!ddpc_parse_args(args, "O&O&O&Op:searchsorted", ddpc_arg_buffer, &out, ddpc_arg_buffer, &sorted,
+                         ddpc_arg_buffer, &values, &sorter_obj, &right))
         return NULL;
     if (sorter_obj != Py_None && !ddpc_arg_buffer(sorter_obj, &sorter)) return NULL;
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(values), ddpc_op_searchsorted(out, sorted, values, sorter, right));
@@ -163,8 +163,8 @@ static PyObject *py_cum_extreme(PyObject *m, PyObject *args) {
     (void)m;
     ddpc_buffer *values, *indices, *a;
     int dim, want_max;
-    if (!PyArg_ParseTuple(args, "O&O&O&ip:cum_extreme", ddpc_arg_buffer, &values, ddpc_arg_buffer, &indices,
-                          ddpc_arg_buffer, &a, &dim, &want_max))
+    if (!ddpc_parse_args(args, "O&O&O&ip:cum_extreme", ddpc_arg_buffer, &values, ddpc_arg_buffer, &indices,
+                         ddpc_arg_buffer, &a, &dim, &want_max))
         return NULL;
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(a), ddpc_op_cum_extreme(values, indices, a, dim, want_max));
 }

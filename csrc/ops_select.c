@@ -92,14 +92,14 @@ ddpc_status ddpc_op_nonzero(ddpc_buffer *out, const ddpc_buffer *mask) {
 static PyObject *py_nonzero(PyObject *m, PyObject *args) {
     (void)m;
     ddpc_buffer *out, *mask;
-    if (!PyArg_ParseTuple(args, "O&O&:nonzero", ddpc_arg_buffer, &out, ddpc_arg_buffer, &mask)) return NULL;
+    if (!ddpc_parse_args(args, "O&O&:nonzero", ddpc_arg_buffer, &out, ddpc_arg_buffer, &mask)) return NULL;
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(mask), ddpc_op_nonzero(out, mask));
 }
 
 static PyObject *py_count_nonzero(PyObject *m, PyObject *args) {
     (void)m;
     ddpc_buffer *out, *mask;
-    if (!PyArg_ParseTuple(args, "O&O&:count_nonzero", ddpc_arg_buffer, &out, ddpc_arg_buffer, &mask)) return NULL;
+    if (!ddpc_parse_args(args, "O&O&:count_nonzero", ddpc_arg_buffer, &out, ddpc_arg_buffer, &mask)) return NULL;
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(mask), ddpc_op_count_nonzero(out, mask));
 }
 

@@ -165,8 +165,8 @@ static PyObject *py_sort_dim(PyObject *m, PyObject *args) {
     ddpc_buffer *indices, *a;
     PyObject *values;
     int dim, descending;
-    if (!PyArg_ParseTuple(args, "O&OO&ip:sort_dim", ddpc_arg_buffer, &indices, &values, ddpc_arg_buffer, &a, &dim,
-                          &descending))
+    if (!ddpc_parse_args(args, "O&OO&ip:sort_dim", ddpc_arg_buffer, &indices, &values, ddpc_arg_buffer, &a, &dim,
+                         &descending))
         return NULL;
     ddpc_buffer *v = NULL;
     if (values != Py_None && !ddpc_arg_buffer(values, &v)) return NULL;
@@ -177,8 +177,8 @@ static PyObject *py_select_dim(PyObject *m, PyObject *args) {
     (void)m;
     ddpc_buffer *indices, *a, *positions;
     int dim;
-    if (!PyArg_ParseTuple(args, "O&O&iO&:select_dim", ddpc_arg_buffer, &indices, ddpc_arg_buffer, &a, &dim,
-                          ddpc_arg_buffer, &positions))
+    if (!ddpc_parse_args(args, "O&O&iO&:select_dim", ddpc_arg_buffer, &indices, ddpc_arg_buffer, &a, &dim,
+                         ddpc_arg_buffer, &positions))
         return NULL;
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(a), ddpc_op_select_dim(indices, a, dim, positions));
 }

@@ -143,6 +143,13 @@ static inline DDPC_HD uint64_t ddpc_gcd_lcm(int64_t a, int64_t b, int want_lcm) 
 
 int ddpc_k_fill(void *dst, int dtype, int64_t n, double value, void *stream);
 int ddpc_k_cast(void *dst, int dst_dtype, const void *src, int src_dtype, int64_t n, void *stream);
+/* kernels/complex.cu: fill with re + im i, casts where either side is complex
+ * (a complex source gives its real part), and the ops of csrc/ops_complex.h
+ * (kind: 0 complex out, 1 real out, 2 uint8 mask; b NULL: the scalar re + im i). */
+int ddpc_k_complex_fill(void *dst, int dtype, int64_t n, double re, double im, void *stream);
+int ddpc_k_complex_cast(void *dst, int dst_dtype, const void *src, int src_dtype, int64_t n, void *stream);
+int ddpc_k_complex(int unary, int op, int kind, void *out, const void *a, const void *b, int dtype, double re,
+                   double im, double p, int64_t n, void *stream);
 int ddpc_k_binary(int op, void *out, const void *a, const void *b, int dtype, int64_t n, void *stream);
 int ddpc_k_scalar(int op, void *out, const void *a, double s, int dtype, int64_t n, void *stream);
 /* The sum of a's n elements into out (one element: float dtypes keep theirs,

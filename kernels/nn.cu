@@ -528,7 +528,9 @@ extern "C" int ddpc_k_transpose(void *out, const void *a, int dtype, int64_t row
     case K_F32:
     case K_I32: TRANSPOSE_AS(uint32_t); break;
     case K_F64:
-    case K_I64: TRANSPOSE_AS(uint64_t); break;
+    case K_I64:
+    case K_C64: TRANSPOSE_AS(uint64_t); break;
+    case K_C128: TRANSPOSE_AS(ddpc_word16); break;
     default: return (int)cudaErrorInvalidValue;
     }
 #undef TRANSPOSE_AS
@@ -543,6 +545,7 @@ extern "C" int ddpc_k_strided_copy(void *dst, const void *src, int size, int64_t
     case 2: STRIDED_AS(uint16_t); break;
     case 4: STRIDED_AS(uint32_t); break;
     case 8: STRIDED_AS(uint64_t); break;
+    case 16: STRIDED_AS(ddpc_word16); break;
     default: return (int)cudaErrorInvalidValue;
     }
 #undef STRIDED_AS

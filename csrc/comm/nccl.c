@@ -71,6 +71,10 @@ static ddpc_status check_same_(PyObject *bufs, const char *op, ddpc_buffer ***ou
             return DDPC_ERROR(DDPC_ERR_TYPE, "%s: item %zd is not a Buffer", op, i);
         }
         b[i] = (ddpc_buffer *)o;
+        if (ddpc_dtype_is_complex(b[i]->dtype)) {
+            PyMem_RawFree(b);
+            return DDPC_ERROR(DDPC_ERR_TYPE, "%s does not support %s", op, ddpc_dtype_name(b[i]->dtype));
+        }
         if (b[i]->numel != b[0]->numel || b[i]->dtype != b[0]->dtype) {
             ddpc_status st = DDPC_ERROR(DDPC_ERR_ARG, "%s: buffer %zd (%lld %s) differs from buffer 0 (%lld %s)", op, i,
                                         (long long)b[i]->numel, ddpc_dtype_name(b[i]->dtype), (long long)b[0]->numel,
@@ -216,7 +220,7 @@ static PyObject *py_multi_all_reduce(PyObject *m, PyObject *args) {
     (void)m;
     PyObject *bufs;
     int op = RED_SUM;
-    if (!PyArg_ParseTuple(args, "O|i:multi_all_reduce", &bufs, &op)) return NULL;
+    if (!ddpc_parse_args(args, "O|i:multi_all_reduce", &bufs, &op)) return NULL;
     if (op < 0) return PyErr_Format(PyExc_ValueError, "invalid reduce op %d", op);
     return multi_collective_(bufs, op, 0, "multi_all_reduce");
 }
@@ -225,7 +229,7 @@ static PyObject *py_multi_broadcast(PyObject *m, PyObject *args) {
     (void)m;
     PyObject *bufs;
     Py_ssize_t root = 0;
-    if (!PyArg_ParseTuple(args, "O|n:multi_broadcast", &bufs, &root)) return NULL;
+    if (!ddpc_parse_args(args, "O|n:multi_broadcast", &bufs, &root)) return NULL;
     return multi_collective_(bufs, -1, root, "multi_broadcast");
 }
 
@@ -569,40 +573,40 @@ static PyObject *comm_collective_(nccl_comm *c, coll_ *a, PyObject *keep) {
 
 static PyObject *comm_all_reduce(nccl_comm *c, PyObject *args) {
     coll_ a = {.kind = 0};
-    if (!PyArg_ParseTuple(args, "O&i:all_reduce", ddpc_arg_buffer, &a.in, &a.op)) return NULL;
+    if (!ddpc_parse_args(args, "O&i:all_reduce", ddpc_arg_buffer, &a.in, &a.op)) return NULL;
     a.out = a.in;
     return comm_collective_(c, &a, args);
 }
 
 static PyObject *comm_broadcast(nccl_comm *c, PyObject *args) {
     coll_ a = {.kind = 1};
-    if (!PyArg_ParseTuple(args, "O&i:broadcast", ddpc_arg_buffer, &a.in, &a.peer)) return NULL;
+    if (!ddpc_parse_args(args, "O&i:broadcast", ddpc_arg_buffer, &a.in, &a.peer)) return NULL;
     a.out = a.in;
     return comm_collective_(c, &a, args);
 }
 
 static PyObject *comm_all_gather(nccl_comm *c, PyObject *args) {
     coll_ a = {.kind = 2};
-    if (!PyArg_ParseTuple(args, "O&O&:all_gather", ddpc_arg_buffer, &a.out, ddpc_arg_buffer, &a.in)) return NULL;
+    if (!ddpc_parse_args(args, "O&O&:all_gather", ddpc_arg_buffer, &a.out, ddpc_arg_buffer, &a.in)) return NULL;
     return comm_collective_(c, &a, args);
 }
 
 static PyObject *comm_reduce_scatter(nccl_comm *c, PyObject *args) {
     coll_ a = {.kind = 3};
-    if (!PyArg_ParseTuple(args, "O&O&i:reduce_scatter", ddpc_arg_buffer, &a.out, ddpc_arg_buffer, &a.in, &a.op)) return NULL;
+    if (!ddpc_parse_args(args, "O&O&i:reduce_scatter", ddpc_arg_buffer, &a.out, ddpc_arg_buffer, &a.in, &a.op)) return NULL;
     return comm_collective_(c, &a, args);
 }
 
 static PyObject *comm_send(nccl_comm *c, PyObject *args) {
     coll_ a = {.kind = 4};
-    if (!PyArg_ParseTuple(args, "O&i:send", ddpc_arg_buffer, &a.in, &a.peer)) return NULL;
+    if (!ddpc_parse_args(args, "O&i:send", ddpc_arg_buffer, &a.in, &a.peer)) return NULL;
     a.out = a.in;
     return comm_collective_(c, &a, args);
 }
 
 static PyObject *comm_recv(nccl_comm *c, PyObject *args) {
     coll_ a = {.kind = 5};
-    if (!PyArg_ParseTuple(args, "O&i:recv", ddpc_arg_buffer, &a.out, &a.peer)) return NULL;
+    if (!ddpc_parse_args(args, "O&i:recv", ddpc_arg_buffer, &a.out, &a.peer)) return NULL;
     a.in = a.out;
     return comm_collective_(c, &a, args);
 }

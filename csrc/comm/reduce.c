@@ -86,6 +86,10 @@ void ddpc_reduce(ddpc_dtype dt, ddpc_redop op, void *dst, const void *const *src
     case DDPC_UINT8: reduce_u8_(op, dst, srcs, nsrc, count, divisor); break;
     case DDPC_FLOAT16:
     case DDPC_BFLOAT16: reduce_half_(dt, op, dst, srcs, nsrc, count, divisor); break;
+    /* Complex elements as pairs of their parts: right for sum and average,
+     * which are all the collectives allow on them (pycomm.c refuses the rest). */
+    case DDPC_COMPLEX64: reduce_f32_(op, dst, srcs, nsrc, 2 * count, divisor); break;
+    case DDPC_COMPLEX128: reduce_f64_(op, dst, srcs, nsrc, 2 * count, divisor); break;
     default: break;
     }
 }

@@ -128,7 +128,7 @@ static void store_(ddpc_dtype dt, void *p, size_t i, double v) {
 
 static void test_reduce(void) {
     enum { N = 1000, MAXSRC = 5 };
-    for (int dt = 0; dt < DDPC_NDTYPES; dt++)
+    for (int dt = 0; dt < DDPC_COMPLEX64; dt++) /* the real dtypes; complex ones below */
         for (int op = DDPC_RED_SUM; op <= DDPC_RED_PROD; op++)
             for (int nsrc = 1; nsrc <= MAXSRC; nsrc++) {
                 size_t es = ddpc_dtype_size((ddpc_dtype)dt);
@@ -179,6 +179,13 @@ static void test_reduce(void) {
     int32_t big[1] = {INT32_MAX}, one[1] = {1};
     ddpc_reduce(DDPC_INT32, DDPC_RED_SUM, big, (const void *const[]){big, one}, 2, 1, 0);
     EXPECT(big[0] == INT32_MIN, "int32 sum does not wrap");
+    /* Complex elements sum and average part by part. */
+    float c64[4] = {1, -2, 3.5f, 4}, d64[4] = {2, 5, -1.5f, 0};
+    ddpc_reduce(DDPC_COMPLEX64, DDPC_RED_SUM, c64, (const void *const[]){c64, d64}, 2, 2, 2);
+    EXPECT(c64[0] == 1.5f && c64[1] == 1.5f && c64[2] == 1 && c64[3] == 2, "complex64 average wrong");
+    double c128[2] = {1e300, -3}, d128[2] = {1e300, 1};
+    ddpc_reduce(DDPC_COMPLEX128, DDPC_RED_SUM, c128, (const void *const[]){c128, d128}, 2, 1, 0);
+    EXPECT(c128[0] == 2e300 && c128[1] == -2, "complex128 sum wrong");
 }
 
 int main(void) {
