@@ -6,6 +6,7 @@ The public API is re-exported here; see the submodules for details.
 from . import _C, backends, cuda
 from ._C import DistError, DistTimeoutError, OutOfMemoryError
 from ._dtype import bfloat16, device, dtype, finfo, float16, float32, float64, iinfo, int32, int64, uint8
+from ._dtype import cdouble, cfloat, complex64, complex128
 from ._dtype import channels_last, channels_last_3d, contiguous_format, memory_format, preserve_format
 from ._dtype import layout, sparse_coo, strided
 from .backends import compile, get_float32_matmul_precision, set_float32_matmul_precision
@@ -27,6 +28,8 @@ from .autograd import (abs, absolute, addcdiv, addcmul, allclose, ceil, clamp, c
                        logical_or, logical_xor, masked_fill, maximum, minimum, nan_to_num, reciprocal, round, rsqrt,
                        sign, sin, sqrt, square, trunc, where)
 from .serialization import CheckpointError, load, save
+from ._complex import (angle, complex, conj, conj_physical, imag, is_conj, polar, real, resolve_conj, resolve_neg,
+                       view_as_complex, view_as_real)
 from . import sparse
 from ._sparse_coo import sparse_coo_tensor
 from . import accelerator, amp, compiler, data, distributed, distributions, func, nn, optim, random, testing, utils
@@ -143,7 +146,8 @@ __all__ = [
     "arccos_", "arccosh_", "arcsin_", "arcsinh_", "arctan_", "arctanh_", "asin_", "asinh_", "atan_", "atanh_", "cosh_",
     "erfc_", "exp2_", "frac_", "i0_", "log2_", "log10_", "logit_", "sinh_", "tan_", "xlogy_", "vmap", "OutOfMemoryError",
     "memory_format", "contiguous_format", "preserve_format", "channels_last", "channels_last_3d",
-    "igamma", "igammac",
+    "igamma", "igammac", "complex64", "complex128", "cfloat", "cdouble", "angle", "complex", "conj", "conj_physical",
+    "imag", "is_conj", "polar", "real", "resolve_conj", "resolve_neg", "view_as_complex", "view_as_real",
 ] + _pointwise.__all__ + _matrix.__all__ + _linalg.__all__ + _layout.__all__ + _random.__all__ + _stats.__all__ + \
     _windows.__all__ + _nn_forms.__all__ + _aliases.__all__ + [
         "unique_consecutive", "can_cast", "promote_types", "result_type", "asarray", "empty_strided", "frombuffer",

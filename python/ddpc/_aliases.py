@@ -91,10 +91,10 @@ def inner(input, other):
 
 
 def vdot(input, other):
-    """The dot product of two 1-d tensors (real, so no conjugation)."""
+    """The dot product of two 1-d tensors, input conjugated first (as PyTorch's)."""
     if input.ndim != 1 or other.ndim != 1:
         raise ValueError(f"vdot: expected 1-d tensors, got {input.ndim}-d and {other.ndim}-d")
-    return input.dot(other)
+    return input.conj().dot(other)
 
 
 def is_signed(input):
@@ -107,8 +107,8 @@ def is_same_size(input, other):
 
 
 def is_complex(input):
-    """False: ddpc has no complex dtypes."""
-    return False
+    """Whether the dtype is complex64 or complex128."""
+    return input.dtype.is_complex
 
 
 def sum_to_size(self, *size):

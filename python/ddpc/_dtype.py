@@ -8,12 +8,13 @@ from . import _C
 class dtype:
     """An element type, like ``torch.dtype``: ``ddpc.float32``, ``ddpc.bfloat16``, ..."""
 
-    __slots__ = ("name", "itemsize", "is_floating_point", "_np")
+    __slots__ = ("name", "itemsize", "is_floating_point", "is_complex", "_np")
 
-    def __init__(self, name, itemsize, is_floating_point, np_dtype):
+    def __init__(self, name, itemsize, is_floating_point, np_dtype, is_complex=False):
         self.name = name
         self.itemsize = itemsize
         self.is_floating_point = is_floating_point
+        self.is_complex = is_complex
         self._np = np_dtype
 
     def __repr__(self):
@@ -30,11 +31,29 @@ bfloat16 = dtype("bfloat16", 2, True, None)
 int32 = dtype("int32", 4, False, np.dtype(np.int32))
 int64 = dtype("int64", 8, False, np.dtype(np.int64))
 uint8 = dtype("uint8", 1, False, np.dtype(np.uint8))
+complex64 = dtype("complex64", 8, False, np.dtype(np.complex64), is_complex=True)
+complex128 = dtype("complex128", 16, False, np.dtype(np.complex128), is_complex=True)
+cfloat, cdouble = complex64, complex128
 
-_BY_NAME = {d.name: d for d in (float32, float64, float16, bfloat16, int32, int64, uint8)}
-_ALIASES = {"float": float32, "double": float64, "half": float16, "long": int64, "int": int32, "bool": uint8}
+_BY_NAME = {d.name: d for d in (float32, float64, float16, bfloat16, int32, int64, uint8, complex64, complex128)}
+_ALIASES = {"float": float32, "double": float64, "half": float16, "long": int64, "int": int32, "bool": uint8,
+            "cfloat": complex64, "cdouble": complex128}
 # Promotion order for mixed-dtype arithmetic; float16 with bfloat16 gives float32.
 _RANK = {uint8: 0, int32: 1, int64: 2, float16: 3, bfloat16: 3, float32: 4, float64: 5}
+# The complex dtype of each real one and back (PyTorch's: complex32 is not in ddpc, so the 16-bit floats and the
+# integers go to complex64).
+_COMPLEX_OF = {float64: complex128, complex128: complex128}
+_REAL_OF = {complex64: float32, complex128: float64}
+
+
+def complex_of(d):
+    """The complex dtype that holds values of dtype d (complex64 for float32 and below)."""
+    return _COMPLEX_OF.get(d, complex64)
+
+
+def real_of(d):
+    """The real dtype of a complex dtype's parts (d itself for a real dtype)."""
+    return _REAL_OF.get(d, d)
 
 
 def _bfloat16_numpy():
@@ -60,6 +79,8 @@ def get_dtype(spec):
         return int64
     if spec is bool:
         return uint8
+    if spec is complex:
+        return complex_of(_info_dtype(None))
     try:
         npd = np.dtype(spec)
     except TypeError:
@@ -102,6 +123,8 @@ def promote(a, b):
     """Result dtype of an arithmetic op between two ddpc dtypes."""
     if a is b:
         return a
+    if a.is_complex or b.is_complex:  # the complex dtype whose parts hold both: float64 + complex64 is complex128
+        return complex_of(promote(real_of(a), real_of(b)))
     if {a, b} == {float16, bfloat16}:
         return float32
     return a if _RANK[a] >= _RANK[b] else b
@@ -114,9 +137,12 @@ def promote_types(type1, type2):
 
 def can_cast(from_, to):
     """Whether PyTorch's casting rules allow from_ to become to: every cast but
-    a floating one to an integer one (ddpc's uint8 also stands for bool, to
-    which PyTorch allows only bool)."""
-    return get_dtype(to).is_floating_point or not get_dtype(from_).is_floating_point
+    a floating one to an integer one, and a complex one to a real one (ddpc's
+    uint8 also stands for bool, to which PyTorch allows only bool)."""
+    to, from_ = get_dtype(to), get_dtype(from_)
+    if from_.is_complex:
+        return to.is_complex
+    return to.is_complex or to.is_floating_point or not from_.is_floating_point
 
 
 def _operand_rank(x):
@@ -135,14 +161,17 @@ def _operand_dtype(x):
         return int64
     if isinstance(x, (float, np.floating)):
         return _info_dtype(None)
+    if isinstance(x, (complex, np.complexfloating)):
+        return complex_of(_info_dtype(None))
     raise TypeError(f"result_type: expected a tensor or a number, got {type(x).__name__}")
 
 
 def _operand_kind(x):
-    """0 for a bool number, 1 for integers, 2 for floats."""
+    """0 for a bool number, 1 for integers, 2 for floats, 3 for complex."""
     if not _operand_rank(x) and isinstance(x, (bool, np.bool_)):
         return 0
-    return 2 if _operand_dtype(x).is_floating_point else 1
+    d = _operand_dtype(x)
+    return 3 if d.is_complex else 2 if d.is_floating_point else 1
 
 
 def result_type(tensor1, tensor2):
@@ -155,7 +184,11 @@ def result_type(tensor1, tensor2):
     if _operand_rank(a) == _operand_rank(b):
         return promote(_operand_dtype(a), _operand_dtype(b))
     high, low = (a, b) if _operand_rank(a) > _operand_rank(b) else (b, a)
-    return _operand_dtype(low) if _operand_kind(low) > _operand_kind(high) else _operand_dtype(high)
+    if _operand_kind(low) <= _operand_kind(high):
+        return _operand_dtype(high)
+    if _operand_kind(low) == 3 and _operand_kind(high) == 2:  # float64 (N,) op 1j is complex128
+        return complex_of(_operand_dtype(high))
+    return _operand_dtype(low)
 
 
 # (bits, eps, max, smallest normal, decimal digits of precision) of each float dtype.

@@ -33,6 +33,13 @@ from . import _C
 from .backends import alert_not_deterministic
 
 _ADD = 0  # _C.binary's code for addition (tensor.py names them all)
+_PARTS = {"complex64": "float32", "complex128": "float64"}
+
+
+def _pairs(buf):
+    """A complex buffer as its (real, imaginary) pairs, which the real ops add; others as they are."""
+    part = _PARTS.get(buf.dtype)
+    return buf if part is None else buf.view(0, tuple(buf.shape) + (2,), part)
 
 
 def contiguous_strides(shape):
@@ -94,7 +101,7 @@ class Region:
     def add_into(self, gbuf, g):
         """gbuf += g (of the region's shape) at the region's elements, which are distinct."""
         part = self.read(gbuf)
-        _C.binary(_ADD, part, part, g)
+        _C.binary(_ADD, _pairs(part), _pairs(part), _pairs(g))
         if not self.is_view():
             self.write(gbuf, part)
 
@@ -140,7 +147,9 @@ class Rows:
             _C.cast(gbuf, wide)
             return
         alert_not_deterministic("indexing's backward (or index_put with accumulate)", gbuf)
-        _C.index_add_rows(self._table(gbuf), g.view(0, (len(self.rows), self.width)), self._index(gbuf))
+        width = self.width * (2 if gbuf.dtype in _PARTS else 1)
+        table, rows = _pairs(gbuf).view(0, (gbuf.numel // self.width, width)), _pairs(g)
+        _C.index_add_rows(table, rows.view(0, (len(self.rows), width)), self._index(gbuf))
 
 
 def _is_mask(item):

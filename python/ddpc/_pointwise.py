@@ -12,6 +12,7 @@ import math
 import numbers
 
 from . import _C
+from . import _complex
 from . import autograd as _ag
 from ._dtype import float32, float64, int32, promote, result_type, uint8
 from .tensor import (_BITAND, _BITOR, _BITXOR, _DIV_FLOOR, _DIV_TRUNC, _FMOD, _LSHIFT, _NEXTAFTER, _REMAINDER, _RSHIFT,
@@ -289,6 +290,8 @@ def nextafter(input, other):
 def _float_mask(input, fn, what):
     if not isinstance(input, Tensor):
         raise TypeError(f"{what}: expected a ddpc.Tensor, got {type(input).__name__}")
+    if input.dtype.is_complex:
+        raise TypeError(f"{what} does not support complex inputs.")
     with _ag.no_grad():
         x = input.detach()
         return fn(x) if x.dtype.is_floating_point else _ag._empty(x.shape, x, uint8).fill_(0)
@@ -305,15 +308,17 @@ def isneginf(input):
 
 
 def isreal(input):
-    """Whether each element has no imaginary part: all 1 (uint8), ddpc has no complex dtypes."""
+    """Whether each element has no imaginary part (a uint8 mask; all 1 for a real tensor)."""
     if not isinstance(input, Tensor):
         raise TypeError(f"isreal: expected a ddpc.Tensor, got {type(input).__name__}")
+    if input.dtype.is_complex:
+        return input.imag == 0
     return _ag._empty(input.shape, input, uint8).fill_(1)
 
 
 def sgn(input):
-    """sign(input) (ddpc has no complex dtypes, for which PyTorch's sgn differs)."""
-    return _ag.sign(input)
+    """input / |input| (0 at 0) for a complex input; sign(input) for a real one."""
+    return _complex.sgn(input)
 
 
 def frac(input):
@@ -331,7 +336,7 @@ def hardshrink(input, lambd=0.5):
 def bitwise_not(input):
     """~input for integer tensors (-input - 1; 255 - input for uint8); ddpc has no
     bool dtype, and floats have no bits to flip in PyTorch either."""
-    if input.dtype.is_floating_point:
+    if input.dtype.is_floating_point or input.dtype.is_complex:
         raise TypeError(f"bitwise_not: expected an integer tensor, got {input.dtype}")
     with _ag.no_grad():
         return _ag.rsub(input, 255) if input.dtype is uint8 else _ag.rsub(input, -1)
@@ -544,6 +549,8 @@ def lcm(input, other):
 # ---- reductions that skip NaN ---------------------------------------------------------------
 
 def _not_nan(input):
+    if input.dtype.is_complex:
+        raise TypeError("nansum does not support complex inputs.")
     return _ag.where(_ag.isnan(input), 0.0, input) if input.dtype.is_floating_point else input
 
 

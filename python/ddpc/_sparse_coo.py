@@ -395,6 +395,8 @@ def from_dense(t, sparse_dim=None):
     """A dense tensor as a coalesced sparse one over its first ``sparse_dim`` dims
     (all by default): the index rows whose dense part has a nonzero element."""
     sd = t.ndim if sparse_dim is None else int(sparse_dim)
+    if t.dtype.is_complex:
+        raise TypeError(f"to_sparse: ddpc's sparse tensors do not hold {t.dtype}")
     if not 0 <= sd <= t.ndim:
         raise RuntimeError(f"to_sparse: sparse_dim must be within 0 and {t.ndim}, got {sparse_dim}")
     sizes = tuple(t.shape[:sd])

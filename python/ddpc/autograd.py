@@ -964,6 +964,9 @@ def _reduce_to(g, shape, dtype):
 
 
 def _as_float(t):
+    """t in a float dtype for the real ops of _C; a complex t is refused, in the caller's name."""
+    if t.dtype.is_complex:
+        raise TypeError(f"{sys._getframe(1).f_code.co_name.strip('_')} does not support {t.dtype}")
     return t if t.dtype.is_floating_point else t.to(dtype=float32)
 
 
@@ -1064,6 +1067,8 @@ _SWAPPED = {_ADD: _ADD, _SUB: _RSUB, _MUL: _MUL, _DIV: _RDIV, _MAX: _MAX, _MIN: 
 
 def _binary(a, b, op):
     """a op b for op in add/sub/mul/div, a a Tensor, b a Tensor or a number."""
+    if _complex.is_complex_operand(a) or _complex.is_complex_operand(b):
+        return _complex.binary(a, b, op)
     if isinstance(b, Tensor) and b.is_sparse:  # dense + sparse is dense (sparse + x goes through SparseTensor)
         if op not in (_ADD, _SUB):
             raise NotImplementedError("mul or div of a dense tensor by a sparse COO one: convert it with .to_dense() "
@@ -1296,6 +1301,8 @@ def _bessel_i1_derivative(x, i0_of, i1_of, scaled):
 def _unary(x, op, p=0.0, q=0.0):
     if not isinstance(x, Tensor):
         raise TypeError(f"expected a ddpc.Tensor, got {type(x).__name__}")
+    if x.dtype.is_complex:
+        return _complex.real_unary(x, op)
     if x.dtype in _HALVES:
         return _unary(x.float(), op, p, q).to(dtype=x.dtype)
     x = _as_float(x)
@@ -1354,6 +1361,8 @@ def pow(input, exponent):
     in a tensor give 1 for a base of 1, +-1 for -1 and 0 for any other base."""
     if isinstance(input, numbers.Number) and isinstance(exponent, Tensor):
         return exponent.__rpow__(input)
+    if input.dtype.is_complex:
+        return _complex.pow(input, exponent)
     if isinstance(exponent, Tensor) or not input.dtype.is_floating_point:
         if (isinstance(exponent, numbers.Integral) and exponent < 0 and not input.dtype.is_floating_point):
             raise RuntimeError("Integers to negative integer powers are not allowed.")
@@ -1431,7 +1440,8 @@ _INTEGER_UNARY = (_ABS, _SQUARE, _SIGN, _FLOOR, _CEIL, _TRUNC, _ROUND)
 
 
 def _math(x, op, p=0.0, q=0.0):
-    if not (isinstance(x, Tensor) and not x.dtype.is_floating_point and op in _INTEGER_UNARY):
+    if not (isinstance(x, Tensor) and not x.dtype.is_floating_point and not x.dtype.is_complex and
+            op in _INTEGER_UNARY):
         return _unary(x, op, p, q)
     if op == _SQUARE:
         return mul(x, x)
@@ -1727,6 +1737,9 @@ def round(input, decimals=0):
 def _predicate(x, op):
     if not isinstance(x, Tensor):
         raise TypeError(f"expected a ddpc.Tensor, got {type(x).__name__}")
+    if x.dtype.is_complex:  # nan or inf where either part is; finite where both are
+        parts = _predicate(_complex.view_as_real(x.detach()), op)
+        return parts.amin(-1) if op == _ISFINITE else parts.amax(-1)
     if not x.dtype.is_floating_point:  # integers are finite
         from .tensor import full
 
@@ -1785,6 +1798,8 @@ def clamp(input, min=None, max=None):
     minimum, so a tie shares the gradient, as in PyTorch."""
     if min is None and max is None:
         raise ValueError("clamp: at least one of min and max must be given")
+    if input.dtype.is_complex:
+        raise TypeError(f"clamp is not supported for complex types ({input.dtype})")
     if isinstance(min, Tensor) or isinstance(max, Tensor):
         if min is not None:
             input = maximum(input, _operand(min, input, "clamp"))
@@ -1926,7 +1941,9 @@ class _NanToNumBackward(Node):
 def nan_to_num(input, nan=0.0, posinf=None, neginf=None):
     """x with NaN, +inf and -inf replaced by nan, posinf and neginf (by default
     the dtype's largest and lowest finite values), in one pass of the _C op;
-    the gradient passes where x is finite."""
+    the gradient passes where x is finite; a complex x has each part replaced."""
+    if input.dtype.is_complex:
+        return _complex.view_as_complex(nan_to_num(_complex.view_as_real(input), nan, posinf, neginf).contiguous())
     if not input.dtype.is_floating_point:
         return clone(input)
     big = _FLOAT_MAX[input.dtype]
@@ -1967,6 +1984,8 @@ def logical_xor(input, other):
 def isclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):
     """|a - b| <= atol + rtol * |b| elementwise (a mask), or a == b (infinities);
     NaNs are close to each other only with ``equal_nan``."""
+    if _complex.is_complex_operand(input) or _complex.is_complex_operand(other):
+        return _complex.isclose(input, other, rtol, atol, equal_nan)
     with no_grad():
         other = _operand(other, input, "isclose").detach()
         input = input.detach()
@@ -2058,6 +2077,8 @@ def matmul(input, other):
         raise ValueError(f"matmul: both operands need at least 1 dim, got shapes {input.shape} and {other.shape}")
     if input._buf.device != other._buf.device:
         raise ValueError(f"matmul: tensors are on different devices ({input.device} and {other.device})")
+    if input.dtype.is_complex or other.dtype.is_complex:
+        return _complex.matmul(input, other)
     if input.dtype is not other.dtype:
         raise TypeError(f"matmul: dtypes differ ({input.dtype} and {other.dtype})")
     if input.shape[-1] != other.shape[-2 if other.ndim > 1 else 0]:
@@ -2216,6 +2237,8 @@ def sum(input, dim=None, keepdim=False, *, dtype=None):
     """The sum of all elements or over ``dim``, in ``dtype`` when given (a cast first, as PyTorch's)."""
     if dtype is not None:
         return sum(input.to(dtype=dtype), dim, keepdim)
+    if input.dtype.is_complex:
+        return _complex.sum(input, dim, keepdim)
     if isinstance(dim, (tuple, list)) and len(dim) != 1:
         dims = _dims(input, dim or None)  # none for a 0-d tensor, whose sum is still int64 for integers
         return _over_dims(sum, input, dims, keepdim) if dims else sum(input, None, keepdim)
@@ -2325,6 +2348,8 @@ def mean(input, dim=None, keepdim=False, *, dtype=None):
     """The mean of all elements or over ``dim``, in ``dtype`` when given (a cast first, as PyTorch's)."""
     if dtype is not None:
         return mean(input.to(dtype=dtype), dim, keepdim)
+    if input.dtype.is_complex:
+        return _complex.mean(input, dim, keepdim)
     if not input.dtype.is_floating_point:
         raise TypeError(f"mean() needs a floating dtype, got {input.dtype}; cast with .float() first")
     if input.dtype in _HALVES:  # a 16-bit sum of many elements would overflow before the division
@@ -2390,6 +2415,8 @@ def _fold_dtype(a, dtype):
     """The dtype sums and products run in: ``dtype``, else int64 for integers, else a's."""
     if dtype is not None:
         return get_dtype(dtype)
+    if a.dtype.is_complex:
+        raise TypeError(f"running sums and products of {a.dtype} are not supported (sum, mean and cumsum are)")
     return a.dtype if a.dtype.is_floating_point else int64
 
 
@@ -2416,6 +2443,8 @@ class _CumsumBackward(Node):
 
 def cumsum(input, dim, dtype=None):
     """Running sums along ``dim`` (integers sum in int64 unless ``dtype`` says otherwise)."""
+    if input.dtype.is_complex and dtype is None:
+        return _complex.cumsum(input, dim)
     dt = _fold_dtype(input, dtype)
     if dt in _HALVES:
         return cumsum(input.to(dtype=float32), dim).to(dtype=dt)
@@ -3636,7 +3665,8 @@ def check_inplace_result(t, res):
     into and cast to its dtype: as in PyTorch, any cast but floating to integer."""
     if res.shape != t.shape:
         raise ValueError(f"in-place op: the result's shape {res.shape} is not the tensor's {t.shape}")
-    if res.dtype.is_floating_point and not t.dtype.is_floating_point:
+    if (res.dtype.is_floating_point and not (t.dtype.is_floating_point or t.dtype.is_complex)) or \
+            (res.dtype.is_complex and not t.dtype.is_complex):
         raise TypeError(f"result type {res.dtype} can't be cast to the in-place output's dtype {t.dtype}")
     return res if res.dtype is t.dtype else res.to(dtype=t.dtype)
 
@@ -3769,13 +3799,15 @@ class _ToBackward(Node):
         self.passes_through = out.device == a.device and out.dtype is a.dtype
 
     def backward(self, g):
+        if g.dtype.is_complex and not self.dtype.is_complex:  # the gradient of a real input is the real part
+            g = _complex.real(g)
         return (g.to(device=self.device, dtype=self.dtype),)
 
 
 def record_to(src, out):
     """Records a device or dtype conversion done by Tensor.to; gradients flow
     only into floating outputs (an integer cast ends the graph, as in PyTorch)."""
-    if out is not src and out.dtype.is_floating_point and _needs_grad(src):
+    if out is not src and (out.dtype.is_floating_point or out.dtype.is_complex) and _needs_grad(src):
         _attach(out, _ToBackward(src, out))
     return out
 
@@ -4373,6 +4405,7 @@ def pointwise_loss(kind, input, target, reduction="mean", p=0.0, weight=None, po
     return out
 
 
+from . import _complex  # noqa: E402  (built on Node above)
 from . import _function as function  # noqa: E402  (built on Node above)
 from . import _graph as graph  # noqa: E402  (built on Node above)
 from . import _forward_ad as forward_ad  # noqa: E402  (built on grad above)

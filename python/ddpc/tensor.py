@@ -10,14 +10,15 @@ ops never record and refuse tensors that require grad while it is on.
 import math
 import numbers
 import os
+import warnings
 import weakref
 
 import numpy as np
 
 from . import _C, _indexing
-from ._dtype import (asks_for_bool, bfloat16, checked_memory_format, contiguous_format, device, device_of, dtype,
-                     float16, float32, float64, get_dtype, int32, int64, numpy_dtype, ordinal, preserve_format, promote,
-                     row_major_is, strided, uint8)
+from ._dtype import (asks_for_bool, bfloat16, checked_memory_format, complex64, complex128, complex_of,
+                     contiguous_format, device, device_of, dtype, float16, float32, float64, get_dtype, int32, int64,
+                     numpy_dtype, ordinal, preserve_format, promote, real_of, row_major_is, strided, uint8)
 
 _ADD, _SUB, _MUL, _DIV, _RSUB, _RDIV, _EQ, _NE, _LT, _LE, _GT, _GE, _MAX, _MIN, _POWER, _RPOWER = range(16)
 _BITAND, _BITOR, _BITXOR, _LSHIFT, _RSHIFT, _RLSHIFT, _RRSHIFT = range(16, 23)
@@ -178,8 +179,9 @@ class Tensor:
 
     @requires_grad.setter
     def requires_grad(self, value):
-        if value and not self.dtype.is_floating_point:
-            raise RuntimeError(f"only tensors of floating point dtype can require gradients, this one is {self.dtype}")
+        if value and not (self.dtype.is_floating_point or self.dtype.is_complex):
+            raise RuntimeError(f"only tensors of floating point and complex dtype can require gradients, this one is "
+                               f"{self.dtype}")
         self._requires_grad = bool(value)
 
     @property
@@ -324,7 +326,9 @@ class Tensor:
     def to(self, *args, non_blocking=False, copy=False, dtype=None, device=None, memory_format=preserve_format):
         """``to(device)``, ``to(dtype)``, ``to(device, dtype)`` or ``to(other_tensor)``;
         to bool gives the uint8 mask of self != 0 (ddpc has no bool dtype).
-        ``memory_format`` lays nothing out differently (see ddpc.memory_format)."""
+        ``memory_format`` lays nothing out differently (see ddpc.memory_format).
+        A complex tensor cast to a real dtype keeps its real part, with the
+        UserWarning PyTorch gives."""
         checked_memory_format(memory_format, "to")
         device, dtype = parse_to_args(args, device, dtype)
         if asks_for_bool(dtype):
@@ -337,6 +341,8 @@ class Tensor:
             _C.copy(buf, self._buf, bool(non_blocking))
             out = Tensor(buf)
         if target_dtype is not self.dtype:
+            if self.dtype.is_complex and not target_dtype.is_complex:
+                warnings.warn("Casting complex values to real discards the imaginary part", UserWarning, stacklevel=2)
             buf = _C.Buffer(out.shape, target_dtype.name, out._buf.device)
             _C.cast(buf, out._buf)
             out = Tensor(buf)
@@ -564,6 +570,13 @@ class Tensor:
 
     def fill_(self, value):
         _check_no_grad_inplace(self, "fill_")
+        if isinstance(value, (complex, np.complexfloating)):
+            if not self.dtype.is_complex:
+                raise TypeError(f"fill_: a complex value can't be stored in a {self.dtype} tensor")
+            self._buf.bump_version()
+            _C.fill(self._buf, float(value.real), float(value.imag))
+            _write_back(self)
+            return self
         if not self.dtype.is_floating_point and isinstance(value, numbers.Integral):
             value = _int_scalar(value, self.dtype)
             if abs(value) > _DOUBLE_INTS:
@@ -647,10 +660,12 @@ class Tensor:
             return _sparse_coo.add_into_dense(self, o, 1 if op == _ADD else -1, out=self)
         if _in_graph(self, o):
             return _ag.inplace_binary(self, o, op)
-        if isinstance(o, Tensor) and o.shape != self.shape:  # x += bias_row: broadcast aside, then written
+        if (isinstance(o, Tensor) and o.shape != self.shape) or _complex.is_complex_operand(o) or \
+                self.dtype.is_complex:  # x += bias_row (or complex x): computed aside, then written
             _check_no_grad_inplace(self, "in-place op")
             with _ag.no_grad():
-                res = _ag.check_inplace_result(self, _ag._binary(self.detach(), o.detach(), op))
+                res = _ag.check_inplace_result(self, _ag._binary(self.detach(), o.detach() if isinstance(o, Tensor)
+                                                                 else o, op))
             self._buf.bump_version()
             _C.copy(self._buf, res._buf)
             _write_back(self)
@@ -787,7 +802,8 @@ class Tensor:
             other = tensor(other.item() if isinstance(other, Tensor) else other, dtype=a.dtype).item()
         if isinstance(other, Tensor):
             other = other.detach()
-        elif not a.dtype.is_floating_point and not _is_float_scalar(other):
+        elif not (a.dtype.is_floating_point or a.dtype.is_complex) and not _is_float_scalar(other) and \
+                not isinstance(other, complex):
             lo, hi = (0, 256) if a.dtype is uint8 else _INT_BOUNDS[a.dtype]
             if not lo <= other < hi:  # a value the dtype can't hold: compare in a wider one
                 a = a.to(dtype=int64 if a.dtype is not int64 else float64)
@@ -974,6 +990,33 @@ class Tensor:
     def allclose(self, other, rtol=1e-05, atol=1e-08, equal_nan=False):
         return _ag.allclose(self, other, rtol, atol, equal_nan)
     def equal(self, other): return _ag.equal(self, other)
+
+    # ---- complex numbers (see ddpc._complex)
+    def conj(self): return _complex.conj(self)
+    def conj_physical(self): return _complex.conj(self)
+    def resolve_conj(self): return self
+    def resolve_neg(self): return self
+    def is_conj(self): return False
+    def is_neg(self): return False
+    def angle(self): return _complex.angle(self)
+
+    @property
+    def real(self):
+        """The real part (this tensor when real); writes reach this tensor, as through PyTorch's view."""
+        return _complex.real(self)
+
+    @real.setter
+    def real(self, value):
+        _complex.real(self).copy_(value)
+
+    @property
+    def imag(self):
+        """The imaginary part of a complex tensor; writes reach this tensor, as through PyTorch's view."""
+        return _complex.imag(self)
+
+    @imag.setter
+    def imag(self, value):
+        _complex.imag(self).copy_(value)
 
     # ---- new tensors like this one (its dtype and device unless given)
     def type_as(self, other): return self.to(dtype=other.dtype)
@@ -1345,7 +1388,7 @@ class Tensor:
         extras = []
         if self.is_cuda:
             extras.append(f"device='{self.device}'")
-        if self.dtype not in (float32, int64):
+        if self.dtype not in (get_default_dtype(), int64, complex_of(get_default_dtype())):
             extras.append(f"dtype={self.dtype!r}")
         if self.grad_fn is not None:
             extras.append(f"grad_fn={self.grad_fn!r}")
@@ -1614,6 +1657,8 @@ def tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False)
             dt = uint8
         elif arr.dtype.kind in "iu":
             dt = int64
+        elif arr.dtype.kind == "c":
+            dt = complex_of(get_default_dtype())
         else:
             raise TypeError(f"can't build a tensor from data of numpy dtype {arr.dtype}")
         bounds = _INT_BOUNDS.get(dt)
@@ -1681,7 +1726,8 @@ def full(size, fill_value, dtype=None, device=None, requires_grad=False):
     """A tensor of ``size`` filled with ``fill_value``: the default dtype for a
     float, int64 for an int and uint8 for a bool (ddpc's masks, as comparisons give)."""
     fill_value = _number(fill_value)
-    default = None if _is_float_scalar(fill_value) else uint8 if isinstance(fill_value, bool) else int64
+    default = None if _is_float_scalar(fill_value) else uint8 if isinstance(fill_value, bool) else \
+        complex_of(get_default_dtype()) if isinstance(fill_value, (complex, np.complexfloating)) else int64
     if asks_for_bool(dtype):
         fill_value = bool(fill_value)
     return _new(size, dtype, device, default=default).fill_(fill_value)._with_grad(requires_grad)
@@ -1736,8 +1782,15 @@ def _generator(generator):
 
 def _random(size, kind, a, b, dtype, device, requires_grad, default=None, generator=None):
     t = _new(size, dtype, device, default=default)
-    seed, offset = _generator(generator).take(t.numel())
-    _C.random(t._buf, kind, seed, offset, float(a), float(b))
+    buf = t._buf
+    if t.dtype.is_complex:  # as PyTorch: each part uniform, or each normal with variance 1/2 (|z|^2 has mean 1)
+        buf = buf.view(0, tuple(t.shape) + (2,), real_of(t.dtype).name)
+        if kind == _RAND_NORMAL:
+            b = b * math.sqrt(0.5)
+        elif kind != _RAND_UNIFORM:
+            raise TypeError(f"random integers can't be drawn as {t.dtype}")
+    seed, offset = _generator(generator).take(buf.numel)
+    _C.random(buf, kind, seed, offset, float(a), float(b))
     return t._with_grad(requires_grad)
 
 
@@ -2098,9 +2151,11 @@ from . import _sparse_coo  # noqa: E402  (as autograd)
 from . import special as _sp  # noqa: E402  (as autograd)
 from . import _stats as _st  # noqa: E402  (as autograd)
 from . import _matrix as _mx  # noqa: E402  (as autograd)
+from . import _complex  # noqa: E402  (as autograd)
 
 _TYPE_NAMES = {float32: "FloatTensor", float64: "DoubleTensor", float16: "HalfTensor", bfloat16: "BFloat16Tensor",
-               int32: "IntTensor", int64: "LongTensor", uint8: "ByteTensor"}
+               int32: "IntTensor", int64: "LongTensor", uint8: "ByteTensor", complex64: "ComplexFloatTensor",
+               complex128: "ComplexDoubleTensor"}
 
 
 class _LegacyTensorType(type):
