@@ -1,8 +1,11 @@
 """Complex dtypes (complex64, complex128): every op either gives numpy's
 complex result or raises TypeError/RuntimeError; storage, numpy and DLPack
 interop, views, arithmetic with PyTorch's promotion, gradients against
-finite differences."""
+finite differences, and collectives on 2 ranks against closed forms."""
 
+import os
+import subprocess
+import sys
 import warnings
 
 import numpy as np
@@ -412,6 +415,60 @@ def test_conj_wirtinger_convention_for_a_product():
     b = ddpc.tensor([3 - 1j])
     (a * b).real.sum().backward()  # d Re(ab) / d Re(a) + i d Re(ab) / d Im(a) = conj(b)
     close(a.grad, [3 + 1j])
+
+
+# ---- collectives ----------------------------------------------------------------------------
+
+_WORKER = """
+import sys
+import numpy as np
+import ddpc
+import ddpc.distributed as dist
+
+dist.init_process_group("cpu")
+rank, world = dist.get_rank(), dist.get_world_size()
+for dt in (ddpc.complex64, ddpc.complex128):
+    z = ddpc.tensor([(rank + 1) + 1j * (2 * rank - 1), 1j * rank], dtype=dt)
+    s = z.clone()
+    dist.all_reduce(s)
+    assert s.dtype is dt
+    assert s.tolist() == [3 + 0j, 1j], s
+    m = z.clone()
+    dist.all_reduce(m, op=dist.ReduceOp.AVG)
+    assert m.tolist() == [1.5 + 0j, 0.5j], m
+    for op in (dist.ReduceOp.MAX, dist.ReduceOp.MIN, dist.ReduceOp.PRODUCT):
+        try:
+            dist.all_reduce(z.clone(), op=op)
+        except ValueError as e:
+            assert "complex" in str(e)
+        else:
+            raise AssertionError("no error for a complex max/min/product")
+    b = z.clone()
+    dist.broadcast(b, src=1)
+    assert b.tolist() == [2 + 1j, 1j], b
+    out = [ddpc.zeros(2, dtype=dt) for _ in range(world)]
+    dist.all_gather(out, z)
+    assert [t.tolist() for t in out] == [[1 - 1j, 0j], [2 + 1j, 1j]], out
+    flat = ddpc.zeros(2 * world, dtype=dt)
+    dist.all_gather_into_tensor(flat, z)
+    assert flat.tolist() == [1 - 1j, 0j, 2 + 1j, 1j], flat
+arr = np.array([1j * (rank + 1)], dtype=np.complex64)
+dist.all_reduce(arr)
+assert arr.tolist() == [3j], arr
+print(f"RANK {rank} PASS")
+dist.destroy_process_group()
+"""
+
+
+def test_collectives_on_two_ranks(tmp_path):
+    script = tmp_path / "worker.py"
+    script.write_text(_WORKER)
+    res = subprocess.run([sys.executable, "-m", "ddpc.run", "--nproc-per-node", "2", str(script)],
+                         capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, OMP_NUM_THREADS="1"))
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out
+    assert "RANK 0 PASS" in res.stdout and "RANK 1 PASS" in res.stdout, out
 
 
 # ---- GPU ---------------------------------------------------------------------------------------
