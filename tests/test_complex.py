@@ -1,7 +1,8 @@
 """Complex dtypes (complex64, complex128): every op either gives numpy's
 complex result or raises TypeError/RuntimeError; storage, numpy and DLPack
 interop, views, arithmetic with PyTorch's promotion, gradients against
-finite differences, and collectives on 2 ranks against closed forms."""
+finite differences, optimizers, and collectives and DistributedDataParallel
+on 2 ranks against closed forms."""
 
 import os
 import subprocess
@@ -417,6 +418,37 @@ def test_conj_wirtinger_convention_for_a_product():
     close(a.grad, [3 + 1j])
 
 
+# ---- optimizers -------------------------------------------------------------------------------
+
+def test_sgd_and_adam_step_complex_parameters_as_real_pairs():
+    w0 = np.array([1 + 2j, -3 + 0.5j])
+    w = ddpc.tensor(w0, dtype=ddpc.complex128, requires_grad=True)
+    opt = ddpc.optim.SGD([w], lr=0.1)
+    (w.abs() ** 2).sum().backward()  # |w|^2: gradient 2w in PyTorch's convention
+    close(w.grad, 2 * w0)
+    opt.step()
+    close(w, w0 * 0.8, rtol=1e-12)
+    v = ddpc.tensor(w0, dtype=ddpc.complex128, requires_grad=True)
+    pairs = ddpc.tensor(np.stack([w0.real, w0.imag], -1), requires_grad=True, dtype=ddpc.float64)
+    adams = ddpc.optim.Adam([v], lr=0.05), ddpc.optim.Adam([pairs], lr=0.05)
+    for _ in range(3):
+        for opt, t in zip(adams, (v, pairs)):
+            opt.zero_grad()
+            loss = (ddpc.view_as_real(t) if t.is_complex() else t) * ddpc.tensor([[1.0, -2.0], [3.0, 0.5]],
+                                                                                  dtype=ddpc.float64)
+            loss.sum().backward()
+            opt.step()
+    close(ddpc.view_as_real(v), pairs.detach().numpy(), rtol=1e-12)
+
+
+def test_optimizers_without_a_complex_step_refuse_complex_parameters():
+    w = ddpc.zeros(2, dtype=ddpc.complex64, requires_grad=True)
+    with pytest.raises(TypeError, match="does not support complex parameters"):
+        ddpc.optim.LBFGS([w])
+    with pytest.raises(TypeError, match="does not support complex parameters"):
+        ddpc.optim.Rprop([w])
+
+
 # ---- collectives ----------------------------------------------------------------------------
 
 _WORKER = """
@@ -455,12 +487,30 @@ for dt in (ddpc.complex64, ddpc.complex128):
 arr = np.array([1j * (rank + 1)], dtype=np.complex64)
 dist.all_reduce(arr)
 assert arr.tolist() == [3j], arr
+
+
+class Rotor(ddpc.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = ddpc.nn.Parameter(ddpc.tensor([1 + 1j, 2 - 1j]))
+        self.b = ddpc.nn.Parameter(ddpc.tensor([0.5, -0.5]))
+
+    def forward(self, x):
+        return ddpc.view_as_real(x * self.w).sum(-1) + self.b
+
+
+model = ddpc.nn.parallel.DistributedDataParallel(Rotor())
+model(ddpc.tensor([[(rank + 1) * (1 + 2j), 1j * (rank + 1)]])).sum().backward()
+# d(Re(xw) + Im(xw))/dRe w + i d/dIm w = conj(x) (1 + i), averaged over the ranks' x (1.5 times rank 0's)
+expected = np.conj(1.5 * np.array([1 + 2j, 1j])) * (1 + 1j)
+assert np.allclose(model.module.w.grad.numpy(), expected), model.module.w.grad
+assert model.module.b.grad.tolist() == [1.0, 1.0]
 print(f"RANK {rank} PASS")
 dist.destroy_process_group()
 """
 
 
-def test_collectives_on_two_ranks(tmp_path):
+def test_collectives_and_ddp_on_two_ranks(tmp_path):
     script = tmp_path / "worker.py"
     script.write_text(_WORKER)
     res = subprocess.run([sys.executable, "-m", "ddpc.run", "--nproc-per-node", "2", str(script)],

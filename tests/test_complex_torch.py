@@ -97,6 +97,27 @@ def test_ops_and_gradients_match_pytorch(name, dtype):
         np.testing.assert_allclose(d, t, **tol)
 
 
+@pytest.mark.parametrize("name,kwargs", [
+    ("SGD", dict(lr=0.1, momentum=0.9, weight_decay=0.01, nesterov=True)), ("Adam", dict(lr=0.01, weight_decay=0.1)),
+    ("AdamW", dict(lr=0.01, amsgrad=True)), ("RMSprop", dict(lr=0.01, momentum=0.5, centered=True)),
+    ("Adagrad", dict(lr=0.1)), ("Adadelta", dict()), ("Adamax", dict(lr=0.01)), ("NAdam", dict()), ("RAdam", dict())])
+def test_optimizers_with_complex_parameters_match_pytorch(name, kwargs):
+    rng = np.random.default_rng(2)
+    w0 = (rng.standard_normal((3, 2)) + 1j * rng.standard_normal((3, 2))).astype(np.complex64)
+    x = (rng.standard_normal((4, 3)) + 1j * rng.standard_normal((4, 3))).astype(np.complex64)
+    got = {}
+    for L in (torch, ddpc):
+        w = L.tensor(w0, requires_grad=True)
+        opt = getattr(L.optim, name)([w], **kwargs)
+        for _ in range(3):
+            opt.zero_grad()
+            (L.tensor(x) @ w).abs().sum().backward()
+            opt.step()
+        got[L.__name__] = w.detach().numpy()
+    assert np.abs(got["ddpc"] - w0).max() > 1e-3  # the parameters moved
+    np.testing.assert_allclose(got["ddpc"], got["torch"], rtol=1e-5, atol=1e-6)
+
+
 def test_promotion_and_printing_match_pytorch():
     for a_dt, b_dt in [("float32", "complex64"), ("float64", "complex64"), ("int64", "complex64"),
                        ("complex128", "float32")]:

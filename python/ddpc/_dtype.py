@@ -46,6 +46,13 @@ _COMPLEX_OF = {float64: complex128, complex128: complex128}
 _REAL_OF = {complex64: float32, complex128: float64}
 
 
+def real_pairs(buf):
+    """A complex _C.Buffer as a view of its (real, imaginary) pairs, shape (*shape, 2), for the real ops (a
+    reduction, an optimizer step) that treat each part alike, as PyTorch's view_as_real; others as they are."""
+    part = {"complex64": "float32", "complex128": "float64"}.get(buf.dtype)
+    return buf if part is None else buf.view(0, tuple(buf.shape) + (2,), part)
+
+
 def complex_of(d):
     """The complex dtype that holds values of dtype d (complex64 for float32 and below)."""
     return _COMPLEX_OF.get(d, complex64)

@@ -30,16 +30,10 @@ import warnings
 import numpy as np
 
 from . import _C
+from ._dtype import real_pairs
 from .backends import alert_not_deterministic
 
 _ADD = 0  # _C.binary's code for addition (tensor.py names them all)
-_PARTS = {"complex64": "float32", "complex128": "float64"}
-
-
-def _pairs(buf):
-    """A complex buffer as its (real, imaginary) pairs, which the real ops add; others as they are."""
-    part = _PARTS.get(buf.dtype)
-    return buf if part is None else buf.view(0, tuple(buf.shape) + (2,), part)
 
 
 def contiguous_strides(shape):
@@ -101,7 +95,7 @@ class Region:
     def add_into(self, gbuf, g):
         """gbuf += g (of the region's shape) at the region's elements, which are distinct."""
         part = self.read(gbuf)
-        _C.binary(_ADD, _pairs(part), _pairs(part), _pairs(g))
+        _C.binary(_ADD, real_pairs(part), real_pairs(part), real_pairs(g))
         if not self.is_view():
             self.write(gbuf, part)
 
@@ -147,8 +141,8 @@ class Rows:
             _C.cast(gbuf, wide)
             return
         alert_not_deterministic("indexing's backward (or index_put with accumulate)", gbuf)
-        width = self.width * (2 if gbuf.dtype in _PARTS else 1)
-        table, rows = _pairs(gbuf).view(0, (gbuf.numel // self.width, width)), _pairs(g)
+        width = self.width * (2 if gbuf.dtype.startswith("complex") else 1)
+        table, rows = real_pairs(gbuf).view(0, (gbuf.numel // self.width, width)), real_pairs(g)
         _C.index_add_rows(table, rows.view(0, (len(self.rows), width)), self._index(gbuf))
 
 

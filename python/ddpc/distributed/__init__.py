@@ -41,6 +41,7 @@ import numpy as np
 
 from .. import _C, profiler
 from .._C import DistError, DistTimeoutError
+from .._dtype import real_pairs
 from .._procs import new_token
 from ._store import FileStore, HashStore, PrefixStore, Store, TCPStore, _seconds
 
@@ -58,8 +59,6 @@ __all__ = [
 
 _DTYPE_CODES = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 3, "int32": 4, "int64": 5, "uint8": 6,
                 "complex64": 7, "complex128": 8}
-# A complex tensor travels as its view_as_real pairs, as in PyTorch: the sum and the mean go part by part.
-_COMPLEX_PAIRS = {"complex64": "float32", "complex128": "float64"}
 _DEFAULT_TIMEOUT = timedelta(minutes=30)  # PyTorch's for gloo: a dead peer is noticed in seconds anyway
 # How long rank 0 keeps the store up at shutdown for the others to leave.
 _SHUTDOWN_GRACE_S = 10.0
@@ -735,8 +734,7 @@ class _Arg:
         if isinstance(buf, _C.Buffer):
             self.code = _dtype_code(buf.dtype)
             self.numel = buf.numel
-            if buf.dtype in _COMPLEX_PAIRS:  # as (real, imaginary) pairs, which every backend moves
-                buf = buf.view(0, tuple(buf.shape) + (2,), _COMPLEX_PAIRS[buf.dtype])
+            buf = real_pairs(buf)  # a complex tensor as its view_as_real pairs, as in PyTorch
             if writable:
                 if t is not buf and t._not_a_view is not None:
                     raise ValueError(f"collectives write into contiguous tensors only, and this one is a copy made "
@@ -933,7 +931,7 @@ def _reduce_op(op, g, code):
     """``op`` checked against the group's backend and the tensor's dtype ``code``."""
     if op not in _C.REDUCE_OPS.values():
         raise ValueError(f"unknown reduce op {op!r}; use ddpc.distributed.ReduceOp")
-    if _dtype_name(code) in _COMPLEX_PAIRS and op not in (ReduceOp.SUM, ReduceOp.AVG):
+    if _dtype_name(code).startswith("complex") and op not in (ReduceOp.SUM, ReduceOp.AVG):
         name = next(k for k, v in _C.REDUCE_OPS.items() if v == op)
         raise ValueError(f"ReduceOp.{name} is not supported on complex tensors (only SUM and AVG, as in PyTorch)")
     if op in _BITWISE_OPS:

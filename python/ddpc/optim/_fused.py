@@ -8,12 +8,14 @@ PyTorch's signatures: every step is one fused multi-tensor call.
 """
 
 from .. import _C
+from .._dtype import real_pairs
 from ..tensor import full_like
 from .optimizer import Optimizer
 
 
 class _FusedOptimizer(Optimizer):
     _kind = None  # the _C.optim_step kind
+    _complex_params = True
 
     def _state_names(self, group):
         """The names of the state tensors handed to the step as state1..3, None where unused."""
@@ -53,12 +55,13 @@ class _FusedOptimizer(Optimizer):
             batches.setdefault((s["step"] + 1, s.get("mu_product")), []).append(p)
         for (step, mu_product), batch in batches.items():
             st = [self.state[p] for p in batch]
-            lists = [None if n is None else [s[n]._buf for s in st] for n in names]
+            lists = [None if n is None else [real_pairs(s[n]._buf) for s in st] for n in names]
             lists += [None] * (3 - len(lists))
             extra = self._step_args(group)
             if mu_product is not None:
                 extra["mu_product"] = float(mu_product)
-            out = _C.optim_step(self._kind, [p._buf for p in batch], [p.grad._buf for p in batch], *lists, step,
+            out = _C.optim_step(self._kind, [real_pairs(p._buf) for p in batch],
+                                [real_pairs(p.grad._buf) for p in batch], *lists, step,
                                 float(group["lr"]), float(group["eps"]), float(group["weight_decay"]),
                                 bool(group["maximize"]), **extra)
             # Counted only once taken: after a step that raised, the next one is still this step.

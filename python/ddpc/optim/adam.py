@@ -7,6 +7,7 @@ accepted for PyTorch's signature: every step is one fused multi-tensor call.
 """
 
 from .. import _C
+from .._dtype import real_pairs
 from ..tensor import zeros_like
 from .optimizer import Optimizer, check_common
 
@@ -15,6 +16,7 @@ class Adam(Optimizer):
     """Adam; ``decoupled_weight_decay=True`` makes it AdamW."""
 
     _sparse_refusal = "Adam does not support sparse gradients, please consider SparseAdam instead"
+    _complex_params = True
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0, amsgrad=False, *,
                  foreach=None, maximize=False, capturable=False, differentiable=False, fused=None,
@@ -48,9 +50,11 @@ class Adam(Optimizer):
         # One call per group (params added to a group later get a call of their own until caught up).
         for step, batch in by_step.items():
             st = [self.state[p] for p in batch]
-            _C.adam_step([p._buf for p in batch], [p.grad._buf for p in batch], [s["exp_avg"]._buf for s in st],
-                         [s["exp_avg_sq"]._buf for s in st],
-                         [s["max_exp_avg_sq"]._buf for s in st] if amsgrad else None, step, float(group["lr"]),
+            # Complex parameters (and their state) go as their view_as_real pairs, as in PyTorch.
+            params, grads, avgs, sqs, maxes = ([real_pairs(t._buf) for t in ts] for ts in (
+                batch, [p.grad for p in batch], [s["exp_avg"] for s in st], [s["exp_avg_sq"] for s in st],
+                [s["max_exp_avg_sq"] for s in st] if amsgrad else []))
+            _C.adam_step(params, grads, avgs, sqs, maxes if amsgrad else None, step, float(group["lr"]),
                          float(b1), float(b2), float(group["eps"]), float(group["weight_decay"]),
                          bool(group["decoupled_weight_decay"]), bool(group["maximize"]))
             # Counted only once taken: after a step that raised, the next one is still this step.

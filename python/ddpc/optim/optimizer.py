@@ -31,6 +31,9 @@ def _profiled(method):
 
 
 class Optimizer:
+    # Whether the step takes complex parameters, as their view_as_real pairs (PyTorch's rule for them).
+    _complex_params = False
+
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         for name in ("step", "zero_grad"):
@@ -66,7 +69,10 @@ class Optimizer:
                 raise ValueError("can't optimize an uninitialized parameter (of a lazy module, whose shape comes "
                                  "from its first input): run a forward pass through the model before building the "
                                  "optimizer")
-            if not p.dtype.is_floating_point:
+            if p.dtype.is_complex and not self._complex_params:
+                raise TypeError(f"{type(self).__name__} does not support complex parameters in ddpc (SGD, Adam, "
+                                "AdamW, Adagrad, Adadelta, Adamax, NAdam, RAdam and RMSprop do)")
+            if not (p.dtype.is_floating_point or p.dtype.is_complex):
                 raise TypeError(f"can't optimize a tensor of dtype {p.dtype}")
         for k, v in self.defaults.items():
             group.setdefault(k, v)

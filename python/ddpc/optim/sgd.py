@@ -9,12 +9,14 @@ momentum buffer started from a sparse gradient stays sparse.
 """
 
 from .. import _C
+from .._dtype import real_pairs
 from ..tensor import empty_like
 from .optimizer import Optimizer, check_common
 
 
 class SGD(Optimizer):
     _sparse_grads = True
+    _complex_params = True
 
     def __init__(self, params, lr=1e-3, momentum=0, dampening=0, weight_decay=0, nesterov=False, *, maximize=False,
                  foreach=None, differentiable=False, fused=None):
@@ -52,8 +54,8 @@ class SGD(Optimizer):
                 bufs = [empty_like(p) for p in batch]
             else:
                 bufs = [self.state[p]["momentum_buffer"] for p in batch]
-            _C.sgd_step([p._buf for p in batch], [p.grad._buf for p in batch],
-                        [None if b is None else b._buf for b in bufs], float(group["lr"]), momentum,
+            _C.sgd_step([real_pairs(p._buf) for p in batch], [real_pairs(p.grad._buf) for p in batch],
+                        [None if b is None else real_pairs(b._buf) for b in bufs], float(group["lr"]), momentum,
                         float(group["dampening"]), float(group["weight_decay"]), bool(group["nesterov"]), first,
                         bool(group["maximize"]))
             if momentum != 0 and first:
