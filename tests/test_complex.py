@@ -205,6 +205,15 @@ def test_printing():
     assert repr(ddpc.tensor([0.5j], dtype=ddpc.complex128)) == "tensor([0.+0.5j], dtype=ddpc.complex128)"
 
 
+def test_complex_data_needs_a_complex_dtype():
+    with pytest.raises(TypeError, match="not complex"):
+        ddpc.tensor([1 + 2j], dtype=ddpc.float32)
+    z = ddpc.tensor([1 + 2j, 3j], dtype=ddpc.complex128)
+    ddpc.testing.assert_close(z, z + 1e-9j)
+    with pytest.raises(AssertionError, match="not close"):
+        ddpc.testing.assert_close(z, z + 1e-3j)
+
+
 def test_item_and_tolist():
     z = ddpc.tensor([[1 + 1j, 2 - 3j]])
     assert z[0, 1].item() == 2 - 3j and z.tolist() == [[1 + 1j, 2 - 3j]]
@@ -402,6 +411,27 @@ def test_gradients_match_finite_differences(name):
                                atol=1e-6)
     np.testing.assert_allclose(w.grad.numpy(), _numeric_grad(lambda t: loss(ddpc.tensor(a), t), w), rtol=1e-5,
                                atol=1e-6)
+
+
+def test_gradcheck_checks_complex_functions_as_real_pairs():
+    z = ddpc.tensor([1 + 1j, 0.5 - 2j], dtype=ddpc.complex128, requires_grad=True)
+    w = ddpc.tensor([2.0, -1.0], dtype=ddpc.float64, requires_grad=True)
+    assert ddpc.autograd.gradcheck(lambda a, b: (a * a.conj() * a + b).exp() / (a + 3), (z, w))
+    assert ddpc.autograd.gradgradcheck(lambda a: a * a.conj() * a, (z,))
+
+    class WrongBackward(ddpc.autograd.Function):  # the gradient of a * a without PyTorch's conjugate
+        @staticmethod
+        def forward(ctx, a):
+            ctx.save_for_backward(a)
+            return a * a
+
+        @staticmethod
+        def backward(ctx, g):
+            (a,) = ctx.saved_tensors
+            return g * 2 * a
+
+    assert ddpc.autograd.gradcheck(WrongBackward.apply, (z,), raise_exception=False) is False
+    assert ddpc.autograd.gradcheck(WrongBackward.apply, (z.detach().real.requires_grad_(),))
 
 
 def test_gradient_of_real_input_through_complex_is_real():

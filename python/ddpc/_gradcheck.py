@@ -9,13 +9,16 @@ analytical pass must give the same Jacobian (within ``nondet_tol``).
 ``fast_mode`` compares one random projection ``u^T J v`` per output and input
 instead (one directional difference and one backward pass), and recomputes
 the full Jacobians only to report a mismatch. Jacobians are laid out as
-PyTorch's: a row per input element, a column per output element.
+PyTorch's: a row per input element, a column per output element. Complex
+inputs and outputs are checked as their view_as_real pairs, whose gradients
+are PyTorch's complex ones (dL/dRe z + i dL/dIm z) laid out as pairs.
 """
 
 import warnings
 
 import numpy as np
 
+from . import _complex
 from . import autograd as _ag
 from ._dtype import float64
 from .tensor import Tensor, ones_like, tensor
@@ -27,6 +30,29 @@ class GradcheckError(RuntimeError):
 
 def _as_tuple(value):
     return (value,) if isinstance(value, Tensor) else tuple(value)
+
+
+def _is_complex(t):
+    return isinstance(t, Tensor) and t.dtype.is_complex
+
+
+def _pairs(t):
+    """A complex tensor as a new leaf of its view_as_real pairs (requiring grad as t); others as they are."""
+    return _complex.view_as_real(t.detach()).clone().requires_grad_(t.requires_grad) if _is_complex(t) else t
+
+
+def _real_form(func, inputs):
+    """func and inputs with each complex input and output as its view_as_real pairs."""
+    cplx = [_is_complex(t) for t in inputs]
+    if not any(cplx):
+        return func, inputs
+    view_as_complex, view_as_real = _complex.view_as_complex, _complex.view_as_real
+
+    def real_func(*values):
+        out = func(*(view_as_complex(v) if c else v for v, c in zip(values, cplx)))
+        return tuple(view_as_real(o) if isinstance(o, Tensor) and o.dtype.is_complex else o for o in _as_tuple(out))
+
+    return real_func, tuple(_pairs(t) for t in inputs)
 
 
 def _outputs(func, inputs):
@@ -106,7 +132,7 @@ def gradcheck(func, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=T
     if check_batched_grad or check_batched_forward_grad or check_forward_ad or not check_backward_ad:
         raise NotImplementedError("gradcheck: ddpc checks reverse-mode gradients only (no batched or forward-mode "
                                   "checks)")
-    inputs = _as_tuple(inputs)
+    func, inputs = _real_form(func, _as_tuple(inputs))
     diff = [i for i, t in enumerate(inputs) if isinstance(t, Tensor) and t.requires_grad]
     if not diff:
         raise ValueError("gradcheck expects at least one input tensor to require gradient, but none of them have "
@@ -165,13 +191,13 @@ def gradgradcheck(func, inputs, grad_outputs=None, *, eps=1e-6, atol=1e-5, rtol=
     del gen_non_contig_grad_outputs, masked
     if check_fwd_over_rev or not check_rev_over_rev:
         raise NotImplementedError("gradgradcheck: ddpc checks reverse-over-reverse gradients only")
-    inputs = _as_tuple(inputs)
+    func, inputs = _real_form(func, _as_tuple(inputs))
     diff = [i for i, t in enumerate(inputs) if isinstance(t, Tensor) and t.requires_grad]
     if grad_outputs is None:
         rng = np.random.default_rng(0)
         grad_outputs = tuple(tensor(rng.standard_normal(o.shape), dtype=o.dtype, device=o.device,
                                     requires_grad=True) for o in _outputs(func, inputs))
-    grad_outputs = _as_tuple(grad_outputs)
+    grad_outputs = tuple(_pairs(g) for g in _as_tuple(grad_outputs))
     n_in = len(inputs)
 
     def first_derivatives(*values):

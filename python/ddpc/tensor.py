@@ -1651,6 +1651,8 @@ def tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False)
             arr = arr.astype(bool)  # nonzero, as PyTorch's cast to bool
         if dtype is not None:
             dt = get_dtype(dtype)
+            if arr.dtype.kind == "c" and not dt.is_complex:  # as PyTorch (a numpy array only warns, as it does)
+                raise TypeError("must be real number, not complex")
         elif arr.dtype.kind == "f":
             dt = get_default_dtype()
         elif arr.dtype.kind == "b":

@@ -4,8 +4,8 @@ tests written against PyTorch's port by changing the import.
 ``assert_close`` compares ddpc tensors, numpy arrays, Python numbers and
 (nested) sequences and mappings of them. The default tolerances are
 PyTorch's per dtype: 16-bit floats (1e-3, 1e-5) and bfloat16 (1.6e-2, 1e-5),
-float32 (1.3e-6, 1e-5), float64 (1e-7, 1e-7), and exact for integers and
-bool. Elements are close when ``|actual - expected| <= atol + rtol *
+float32 and complex64 (1.3e-6, 1e-5), float64 and complex128 (1e-7, 1e-7),
+and exact for integers and bool. Elements are close when ``|actual - expected| <= atol + rtol *
 |expected|``; infinities must match exactly and NaN equals NaN only with
 ``equal_nan``. The values are compared on the host.
 """
@@ -15,18 +15,20 @@ import numbers
 
 import numpy as np
 
-from ._dtype import bfloat16, finfo, float16, float32, float64, uint8
+from ._dtype import bfloat16, complex64, complex128, finfo, float16, float32, float64, uint8
 from .tensor import Tensor, rand, randint
 
 __all__ = ["assert_close", "make_tensor"]
 
 _TOLERANCES = {float16: (1e-3, 1e-5), bfloat16: (1.6e-2, 1e-5), float32: (1.3e-6, 1e-5), float64: (1e-7, 1e-7)}
+_TOLERANCES.update({complex64: _TOLERANCES[float32], complex128: _TOLERANCES[float64]})
 
 
 def _default_tolerances(dtype):
     """(rtol, atol) of a ddpc or numpy dtype: exact for integers and bool."""
     if isinstance(dtype, np.dtype):
-        return {np.float16: _TOLERANCES[float16], np.float32: _TOLERANCES[float32]}.get(
+        return {np.float16: _TOLERANCES[float16], np.float32: _TOLERANCES[float32],
+                np.complex64: _TOLERANCES[float32]}.get(
             dtype.type, _TOLERANCES[float64] if dtype.kind in "fc" else (0.0, 0.0))
     return _TOLERANCES.get(dtype, (0.0, 0.0))
 
@@ -56,10 +58,11 @@ def _compare_values(actual, expected, rtol, atol, equal_nan, scalar, path, msg):
     if common.kind == "b" or scalar:
         common = np.dtype(np.float64 if common.kind in "fc" else np.int64)
     a, e = np.asarray(actual, dtype=common), np.asarray(expected, dtype=common)
+    magnitude = np.abs(np.zeros(0, common)).dtype  # of a difference: a complex one's is real
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         close = a == e
-        wide = np.float64 if common.kind in "fc" else np.int64
-        abs_diff = np.abs(a.astype(wide) - e.astype(wide)).astype(common)
+        wide = {"c": np.complex128, "f": np.float64}.get(common.kind, np.int64)
+        abs_diff = np.abs(a.astype(wide) - e.astype(wide)).astype(magnitude)
         if atol or rtol:
             finite = np.isfinite(a) & np.isfinite(e) if common.kind in "fc" else True
             close |= finite & (abs_diff <= atol + rtol * np.abs(e))
@@ -68,7 +71,7 @@ def _compare_values(actual, expected, rtol, atol, equal_nan, scalar, path, msg):
         if close.all():
             return
         # Integers' relative differences in float32 (float64 for scalars), as PyTorch gives them.
-        ratio = common if common.kind in "fc" else np.float64 if scalar else np.float32
+        ratio = magnitude if common.kind in "fc" else np.float64 if scalar else np.float32
         rel_diff = abs_diff.astype(ratio) / np.abs(e).astype(ratio)
     abs_diff, rel_diff = np.where(close, 0, abs_diff), np.where(close, 0, rel_diff)
     exact = rtol == 0 and atol == 0
