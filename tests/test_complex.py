@@ -142,6 +142,21 @@ def test_creation():
         ddpc.zeros(2).fill_(1j)
 
 
+def test_random_fills_draw_each_part():
+    ddpc.manual_seed(1)
+    z = ddpc.empty(100000, dtype=ddpc.complex128).normal_(2.0, 3.0).numpy()
+    assert abs(z.real.mean() - 2) < 0.03 and abs(z.imag.mean() - 2) < 0.03
+    assert abs(z.real.var() - 4.5) < 0.1 and abs(z.imag.var() - 4.5) < 0.1
+    u = ddpc.empty(1000, dtype=ddpc.complex64).uniform_(-1, 1).numpy()
+    assert -1 <= u.real.min() < -0.9 and 0.9 < u.imag.max() < 1
+    n = ddpc.normal(ddpc.tensor([1 + 1j] * 50000), 1.0).numpy()
+    assert abs(n.imag.var() - 0.5) < 0.02 and abs(n.mean() - (1 + 1j)) < 0.02
+    with pytest.raises(TypeError):
+        ddpc.empty(2, dtype=ddpc.complex64).random_(0, 5)
+    with pytest.raises(TypeError, match="airy_ai does not support|this function does not support"):
+        ddpc.special.airy_ai(ddpc.tensor([1j]))
+
+
 def test_randn_parts_have_variance_one_half():
     ddpc.manual_seed(0)
     z = ddpc.randn(200000, dtype=ddpc.complex64).numpy()

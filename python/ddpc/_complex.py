@@ -292,7 +292,8 @@ _FROM_REAL_UNARY = {"exp": _EXP, "log": _LOG, "sqrt": _SQRT, "reciprocal": _RECI
 
 def real_unary(x, op):
     """autograd.py's unary op code ``op`` on a complex x: its complex form, or a TypeError."""
-    name = _ag._UnaryBackward._NAMES[op][:-len("Backward")].lower()
+    names = _ag._UnaryBackward._NAMES
+    name = names[op][:-len("Backward")].lower() if op < len(names) else "this function"
     if name not in _FROM_REAL_UNARY:
         raise TypeError(f"{name} does not support {x.dtype}")
     return unary(x, _FROM_REAL_UNARY[name])

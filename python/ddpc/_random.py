@@ -4,38 +4,52 @@ numbers drawn are ddpc's own: the same seed gives the same numbers on the
 host and on any GPU, but not PyTorch's numbers.
 """
 
+import math
 import numbers
 from math import inf, log1p, pi
 
 from . import _C
 from . import autograd as _ag
-from ._dtype import bfloat16, finfo, float16, float32, float64, uint8
+from ._dtype import bfloat16, finfo, float16, float32, float64, real_pairs, uint8
 from ._stats import searchsorted
 from .tensor import (_INT_BOUNDS, _RAND_INT, _RAND_NORMAL, _RAND_UNIFORM, Tensor, _check_no_grad_inplace, _write_back,
                      arange, default_generator, empty, index_select, zeros)
 
 
+def fill_draws(t, kind, a, b, generator=None):
+    """Writes draws of ``kind`` (uniform on [a, b), normal with mean a and std b,
+    or integers on [a, b)) from ``generator`` (the global one for None) into t's
+    memory. A complex t gets them in each part, as PyTorch: uniform parts, or
+    normal ones of variance std ** 2 / 2 (so that |z - a| ** 2 has mean std ** 2)."""
+    buf = real_pairs(t._buf)
+    if t.dtype.is_complex and kind == _RAND_NORMAL:
+        b = b * math.sqrt(0.5)
+    elif t.dtype.is_complex and kind != _RAND_UNIFORM:
+        raise TypeError(f"random integers can't be drawn as {t.dtype}")
+    seed, offset = (generator or default_generator).take(buf.numel)
+    _C.random(buf, kind, seed, offset, float(a), float(b))
+    return t
+
+
 def draw_(t, kind, a, b, generator=None):
-    """Fills t in place with draws of ``kind`` (uniform on [a, b), normal with mean a
-    and std b, or integers on [a, b)) from ``generator`` (the global one for None)."""
+    """Fills t in place with draws (see fill_draws), as an in-place write."""
     _check_no_grad_inplace(t, "random fill")
-    seed, offset = (generator or default_generator).take(t.numel())
+    fill_draws(t, kind, a, b, generator)
     t._buf.bump_version()
-    _C.random(t._buf, kind, seed, offset, float(a), float(b))
     _write_back(t)
     return t
 
 
 def uniform_(t, a=0.0, b=1.0, *, generator=None):
-    """Fills t with numbers drawn uniformly from [a, b)."""
-    if not t.dtype.is_floating_point:
+    """Fills t with numbers drawn uniformly from [a, b) (each part of a complex t)."""
+    if not (t.dtype.is_floating_point or t.dtype.is_complex):
         raise TypeError(f"uniform_: expected a floating tensor, got {t.dtype}")
     return draw_(t, _RAND_UNIFORM, a, b, generator)
 
 
 def normal_(t, mean=0.0, std=1.0, *, generator=None):
     """Fills t with numbers drawn from the normal distribution N(mean, std ** 2)."""
-    if not t.dtype.is_floating_point:
+    if not (t.dtype.is_floating_point or t.dtype.is_complex):
         raise TypeError(f"normal_: expected a floating tensor, got {t.dtype}")
     if std < 0:
         raise ValueError(f"normal_: std must be >= 0, got {std}")
@@ -145,7 +159,7 @@ def normal(mean, std=1.0, size=None, *, generator=None, dtype=None, device=None)
         shape = _ag._broadcast_shape(getattr(mean, "shape", ()), getattr(std, "shape", ()))
         if isinstance(std, Tensor) and std.numel() and _ag.amin(std.detach()).item() < 0:
             raise ValueError("normal: std must be >= 0")
-        dt = ref.dtype if ref.dtype.is_floating_point else float32
+        dt = ref.dtype if ref.dtype.is_floating_point or ref.dtype.is_complex else float32
         with _ag.no_grad():
             z = normal_(empty(shape, dtype=dt, device=ref.device), generator=generator)
             return _ag.add(_ag.mul(z, std.detach() if isinstance(std, Tensor) else std),

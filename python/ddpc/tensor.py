@@ -18,7 +18,7 @@ import numpy as np
 from . import _C, _indexing
 from ._dtype import (asks_for_bool, bfloat16, checked_memory_format, complex64, complex128, complex_of,
                      contiguous_format, device, device_of, dtype, float16, float32, float64, get_dtype, int32, int64,
-                     numpy_dtype, ordinal, preserve_format, promote, real_of, row_major_is, strided, uint8)
+                     numpy_dtype, ordinal, preserve_format, promote, row_major_is, strided, uint8)
 
 _ADD, _SUB, _MUL, _DIV, _RSUB, _RDIV, _EQ, _NE, _LT, _LE, _GT, _GE, _MAX, _MIN, _POWER, _RPOWER = range(16)
 _BITAND, _BITOR, _BITXOR, _LSHIFT, _RSHIFT, _RLSHIFT, _RRSHIFT = range(16, 23)
@@ -1784,16 +1784,7 @@ def _generator(generator):
 
 def _random(size, kind, a, b, dtype, device, requires_grad, default=None, generator=None):
     t = _new(size, dtype, device, default=default)
-    buf = t._buf
-    if t.dtype.is_complex:  # as PyTorch: each part uniform, or each normal with variance 1/2 (|z|^2 has mean 1)
-        buf = buf.view(0, tuple(t.shape) + (2,), real_of(t.dtype).name)
-        if kind == _RAND_NORMAL:
-            b = b * math.sqrt(0.5)
-        elif kind != _RAND_UNIFORM:
-            raise TypeError(f"random integers can't be drawn as {t.dtype}")
-    seed, offset = _generator(generator).take(buf.numel)
-    _C.random(buf, kind, seed, offset, float(a), float(b))
-    return t._with_grad(requires_grad)
+    return _rnd.fill_draws(t, kind, a, b, _generator(generator))._with_grad(requires_grad)
 
 
 def rand(*size, generator=None, dtype=None, device=None, requires_grad=False):
