@@ -7,38 +7,9 @@
 #include "module.h"
 #include "parallel.h"
 
-static ddpc_cx load_cx_(const void *p, ddpc_dtype dt, int64_t k) {
-    ddpc_cx z;
-    if (dt == DDPC_COMPLEX64) {
-        z.re = ((const float *)p)[2 * k];
-        z.im = ((const float *)p)[2 * k + 1];
-    } else {
-        z.re = ((const double *)p)[2 * k];
-        z.im = ((const double *)p)[2 * k + 1];
-    }
-    return z;
-}
-
-static void store_cx_(void *p, ddpc_dtype dt, int64_t k, ddpc_cx z) {
-    if (dt == DDPC_COMPLEX64) {
-        ((float *)p)[2 * k] = (float)z.re;
-        ((float *)p)[2 * k + 1] = (float)z.im;
-    } else {
-        ((double *)p)[2 * k] = z.re;
-        ((double *)p)[2 * k + 1] = z.im;
-    }
-}
-
-/* What an op writes at k: a complex, a real part alone (abs, angle: float for
+/* What an op writes: a complex, a real part alone (abs, angle: float for
  * complex64, double for complex128) or a uint8 comparison. */
 typedef enum { OUT_COMPLEX_, OUT_REAL_, OUT_MASK_ } out_kind_;
-
-static void store_out_(void *p, ddpc_dtype dt, out_kind_ kind, int64_t k, ddpc_cx z) {
-    if (kind == OUT_MASK_) ((uint8_t *)p)[k] = (uint8_t)(z.re != 0);
-    else if (kind == OUT_COMPLEX_) store_cx_(p, dt, k, z);
-    else if (dt == DDPC_COMPLEX64) ((float *)p)[k] = (float)z.re;
-    else ((double *)p)[k] = z.re;
-}
 
 typedef struct {
     int unary, op;
@@ -50,24 +21,68 @@ typedef struct {
     double p;
 } cx_job_;
 
+/* Element k of (re, im) pairs p of float or double, and a store of one. */
+#define CX_AT_(p, k) ((ddpc_cx){(double)(p)[2 * (k)], (double)(p)[2 * (k) + 1]})
+#define CX_PUT_(R, p, k, z)                                                        \
+    do {                                                                           \
+        ddpc_cx z_ = (z);                                                          \
+        (p)[2 * (k)] = (R)z_.re, (p)[2 * (k) + 1] = (R)z_.im;                      \
+    } while (0)
+
+/* One loop per op, the op a constant in it, so that the compiler folds the
+ * switch of complex_math.h away and vectorises the arithmetic. */
+#define BINARY_CASE_(R, OP)                                                        \
+    case OP:                                                                       \
+        if (b)                                                                     \
+            for (int64_t k = lo; k < hi; k++) CX_PUT_(R, o, k, ddpc_cx_binary(OP, CX_AT_(a, k), CX_AT_(b, k))); \
+        else                                                                       \
+            for (int64_t k = lo; k < hi; k++) CX_PUT_(R, o, k, ddpc_cx_binary(OP, CX_AT_(a, k), j->s)); \
+        break;
+#define UNARY_CASE_(R, OP)                                                         \
+    case OP:                                                                       \
+        for (int64_t k = lo; k < hi; k++) CX_PUT_(R, o, k, ddpc_cx_unary(OP, CX_AT_(a, k), j->p)); \
+        break;
+
+/* The loops over elements [lo, hi) of pairs of R. ABS(re, im) is |z|: for
+ * complex64 the parts' squares, taken in double, can neither overflow nor
+ * lose the result's precision, so the slower hypot is needed for complex128 only. */
+#define CX_RANGE_(R, ABS)                                                          \
+    static void range_##R##_(const cx_job_ *j, int64_t lo, int64_t hi) {           \
+        const R *a = j->a, *b = j->b;                                              \
+        R *o = j->out;                                                             \
+        if (j->kind == OUT_MASK_) {                                                \
+            uint8_t *m = j->out;                                                   \
+            for (int64_t k = lo; k < hi; k++) {                                    \
+                ddpc_cx x = CX_AT_(a, k), y = b ? CX_AT_(b, k) : j->s;             \
+                m[k] = (uint8_t)((x.re == y.re && x.im == y.im) == (j->op == DDPC_CX_EQ)); \
+            }                                                                      \
+        } else if (j->kind == OUT_REAL_ && j->op == DDPC_CX_ABS) {                 \
+            for (int64_t k = lo; k < hi; k++) o[k] = (R)ABS((double)a[2 * k], (double)a[2 * k + 1]); \
+        } else if (j->kind == OUT_REAL_) {                                         \
+            for (int64_t k = lo; k < hi; k++) o[k] = (R)atan2((double)a[2 * k + 1], (double)a[2 * k]); \
+        } else if (j->unary) {                                                     \
+            switch (j->op) {                                                       \
+                UNARY_CASE_(R, 0) UNARY_CASE_(R, 1) UNARY_CASE_(R, 2) UNARY_CASE_(R, 3) \
+                UNARY_CASE_(R, 4) UNARY_CASE_(R, 5) UNARY_CASE_(R, 6) UNARY_CASE_(R, 7) \
+            default: break;                                                        \
+            }                                                                      \
+        } else {                                                                   \
+            switch (j->op) {                                                       \
+                BINARY_CASE_(R, 0) BINARY_CASE_(R, 1) BINARY_CASE_(R, 2)           \
+                BINARY_CASE_(R, 3) BINARY_CASE_(R, 4) BINARY_CASE_(R, 5)           \
+            default: break;                                                        \
+            }                                                                      \
+        }                                                                          \
+    }
+
+#define ABS_SMALL_(re, im) sqrt((re) * (re) + (im) * (im))
+CX_RANGE_(float, ABS_SMALL_)
+CX_RANGE_(double, hypot)
+
 static void cx_range_(void *ctx, int64_t lo, int64_t hi) {
     const cx_job_ *j = ctx;
-    for (int64_t k = lo; k < hi; k++) {
-        ddpc_cx x = load_cx_(j->a, j->dtype, k), r;
-        if (j->unary) {
-            r = ddpc_cx_unary(j->op, x, j->p);
-        } else {
-            ddpc_cx y = j->b ? load_cx_(j->b, j->dtype, k) : j->s;
-            if (j->op >= DDPC_CX_EQ) {
-                int eq = x.re == y.re && x.im == y.im;
-                r.re = j->op == DDPC_CX_EQ ? eq : !eq;
-                r.im = 0;
-            } else {
-                r = ddpc_cx_binary(j->op, x, y);
-            }
-        }
-        store_out_(j->out, j->dtype, j->kind, k, r);
-    }
+    if (j->dtype == DDPC_COMPLEX64) range_float_(j, lo, hi);
+    else range_double_(j, lo, hi);
 }
 
 /* Elements per thread below which a thread start does not pay. */
