@@ -564,7 +564,7 @@ def npy_header(body, version=1):
      ValueError, "Fortran-order"),
     (lambda p: write_raw(p, npy_header("{'descr': '>f4', 'fortran_order': False, 'shape': (2,), }"), bytes(8)),
      TypeError, "dtype '>f4' is not supported"),
-    (lambda p: write_raw(p, npy_header("{'descr': '<c8', 'fortran_order': False, 'shape': (2,), }"), bytes(16)),
+    (lambda p: write_raw(p, npy_header("{'descr': '<i2', 'fortran_order': False, 'shape': (2,), }"), bytes(4)),
      TypeError, "not supported"),
     (lambda p: write_raw(p, npy_header("{'descr': '<f4', 'fortran_order': False, 'shape': (100,), }"), bytes(16)),
      ValueError, "truncated"),
