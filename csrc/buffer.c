@@ -32,7 +32,7 @@ int ddpc_parse_dtype(PyObject *obj, ddpc_dtype *dtype) {
             }
         PyErr_Format(PyExc_TypeError,
                      "unknown dtype %R (ddpc supports float32, float64, float16, bfloat16, int32, int64, uint8, "
-                     "complex64, complex128)", obj);
+                     "complex64, complex128, bool)", obj);
         return -1;
     }
     PyErr_Format(PyExc_TypeError, "dtype must be a dtype name, got %R", obj);
@@ -264,6 +264,7 @@ static int dtype_from_format_(const char *fmt, Py_ssize_t itemsize, ddpc_dtype *
     case 'd': *out = DDPC_FLOAT64; return itemsize == 8 ? 0 : -1;
     case 'e': *out = DDPC_FLOAT16; return itemsize == 2 ? 0 : -1;
     case 'B': *out = DDPC_UINT8; return itemsize == 1 ? 0 : -1;
+    case '?': *out = DDPC_BOOL; return itemsize == 1 ? 0 : -1;
     case 'i': case 'l': case 'q':
         if (itemsize == 4) *out = DDPC_INT32;
         else if (itemsize == 8) *out = DDPC_INT64;
@@ -309,7 +310,7 @@ static PyObject *buffer_from_object(PyObject *cls, PyObject *args, PyObject *kwd
     } else if (dtype_from_format_(view->format ? view->format : "B", view->itemsize, &dtype) < 0) {
         PyErr_Format(PyExc_TypeError,
                      "unsupported element format '%s' (%zd bytes); ddpc supports float32, float64, float16, "
-                     "bfloat16, int32, int64, uint8, complex64 and complex128",
+                     "bfloat16, int32, int64, uint8, complex64, complex128 and bool",
                      view->format ? view->format : "B", view->itemsize);
         goto fail_;
     }
@@ -353,7 +354,7 @@ static int buffer_getbuffer(ddpc_buffer *b, Py_buffer *view, int flags) {
         PyErr_SetString(PyExc_BufferError, "buffer is read-only");
         return -1;
     }
-    static const char *formats[DDPC_NDTYPES] = {"f", "d", "e", "H", "i", "q", "B", "Zf", "Zd"};
+    static const char *formats[DDPC_NDTYPES] = {"f", "d", "e", "H", "i", "q", "B", "Zf", "Zd", "?"};
     Py_ssize_t stride = (Py_ssize_t)ddpc_dtype_size(b->dtype);
     for (int i = b->ndim - 1; i >= 0; i--) {
         b->py_shape[i] = (Py_ssize_t)b->shape[i];
@@ -386,6 +387,7 @@ static void buffer_releasebuffer(ddpc_buffer *b, Py_buffer *view) {
 static const DLDataType dl_types_[DDPC_NDTYPES] = {
     {DL_FLOAT, 32, 1}, {DL_FLOAT, 64, 1}, {DL_FLOAT, 16, 1}, {DL_BFLOAT, 16, 1},
     {DL_INT, 32, 1},   {DL_INT, 64, 1},   {DL_UINT, 8, 1},  {DL_COMPLEX, 64, 1}, {DL_COMPLEX, 128, 1},
+    {DL_BOOL, 8, 1},
 };
 
 /* Exported tensors hold a reference to the Buffer; the deleter may run on any thread. */

@@ -5,9 +5,9 @@
 #include <immintrin.h>
 #endif
 
-static const size_t sizes_[DDPC_NDTYPES] = {4, 8, 2, 2, 4, 8, 1, 8, 16};
+static const size_t sizes_[DDPC_NDTYPES] = {4, 8, 2, 2, 4, 8, 1, 8, 16, 1};
 static const char *names_[DDPC_NDTYPES] = {"float32", "float64", "float16", "bfloat16", "int32", "int64", "uint8",
-                                             "complex64", "complex128"};
+                                             "complex64", "complex128", "bool"};
 
 size_t ddpc_dtype_size(ddpc_dtype dt) { return (unsigned)dt < DDPC_NDTYPES ? sizes_[dt] : 0; }
 

@@ -17,6 +17,7 @@ typedef enum {
     DDPC_UINT8,
     DDPC_COMPLEX64, /* (float real, float imag) pairs, as C99's float complex */
     DDPC_COMPLEX128,
+    DDPC_BOOL, /* one byte, 0 or 1 */
     DDPC_NDTYPES
 } ddpc_dtype;
 

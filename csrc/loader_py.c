@@ -67,7 +67,7 @@ static int npy_getbuffer(npy_object *self, Py_buffer *view, int flags) {
         PyErr_SetString(PyExc_BufferError, "a mapped .npy file is read-only");
         return -1;
     }
-    static const char *formats[DDPC_NDTYPES] = {"f", "d", "e", "H", "i", "q", "B", "Zf", "Zd"};
+    static const char *formats[DDPC_NDTYPES] = {"f", "d", "e", "H", "i", "q", "B", "Zf", "Zd", "?"};
     const ddpc_npy_header *h = &self->file.header;
     view->buf = (void *)self->file.data;
     view->obj = (PyObject *)self;

@@ -82,7 +82,7 @@ static ddpc_status parse_descr_(cursor_ *c, ddpc_npy_header *h) {
     } known[] = {
         {"<f4", DDPC_FLOAT32}, {"<f8", DDPC_FLOAT64}, {"<f2", DDPC_FLOAT16}, {"<i4", DDPC_INT32},
         {"<i8", DDPC_INT64},   {"|u1", DDPC_UINT8},   {"<u1", DDPC_UINT8},   {"<c8", DDPC_COMPLEX64},
-        {"<c16", DDPC_COMPLEX128},
+        {"<c16", DDPC_COMPLEX128}, {"|b1", DDPC_BOOL},
     };
     skip_ws_(c);
     if (c->p < c->end && *c->p == '[')
@@ -97,7 +97,7 @@ static ddpc_status parse_descr_(cursor_ *c, ddpc_npy_header *h) {
         }
     return DDPC_ERROR(DDPC_ERR_TYPE,
                       "%s: dtype '%s' is not supported (ddpc reads little-endian float32, float64, float16, int32, "
-                      "int64, uint8, complex64 and complex128 arrays; convert with astype first)",
+                      "int64, uint8, complex64, complex128 and bool arrays; convert with astype first)",
                       c->name, descr);
 }
 

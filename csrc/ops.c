@@ -52,6 +52,7 @@ static void load_f64_(const void *src, ddpc_dtype dt, int64_t i0, int64_t n, dou
         L(int32_t, DDPC_INT32, (double)s[i])
         L(int64_t, DDPC_INT64, (double)s[i])
         L(uint8_t, DDPC_UINT8, (double)s[i])
+        L(uint8_t, DDPC_BOOL, (double)s[i])
 #undef L
     case DDPC_FLOAT16:
     case DDPC_BFLOAT16: {
@@ -71,6 +72,7 @@ static void store_f64_(void *dst, ddpc_dtype dt, int64_t i0, int64_t n, const do
         S(int32_t, DDPC_INT32, (int32_t)(int64_t)v)
         S(int64_t, DDPC_INT64, (int64_t)v)
         S(uint8_t, DDPC_UINT8, (uint8_t)(int64_t)v)
+        S(uint8_t, DDPC_BOOL, (uint8_t)(v != 0))
 #undef S
     case DDPC_FLOAT16:
     case DDPC_BFLOAT16: {
@@ -90,6 +92,7 @@ static void load_i64_(const void *src, ddpc_dtype dt, int64_t i0, int64_t n, int
         L(int32_t, DDPC_INT32)
         L(int64_t, DDPC_INT64)
         L(uint8_t, DDPC_UINT8)
+        L(uint8_t, DDPC_BOOL)
 #undef L
     default: break;
     }
@@ -102,6 +105,10 @@ static void store_i64_(void *dst, ddpc_dtype dt, int64_t i0, int64_t n, const in
         S(int64_t, DDPC_INT64)
         S(uint8_t, DDPC_UINT8)
 #undef S
+    case DDPC_BOOL: {
+        uint8_t *d = (uint8_t *)dst + i0;
+        for (int64_t i = 0; i < n; i++) d[i] = in[i] != 0;
+    } break;
     default: break;
     }
 }
@@ -130,6 +137,9 @@ static void store_pairs_(void *dst, ddpc_dtype dt, int64_t i0, int64_t n, const 
     } else if (dt == DDPC_COMPLEX128) {
         double *d = (double *)dst + 2 * i0;
         for (int64_t i = 0; i < n; i++) d[2 * i] = re[i], d[2 * i + 1] = im[i];
+    } else if (dt == DDPC_BOOL) { /* z != 0 */
+        uint8_t *d = (uint8_t *)dst + i0;
+        for (int64_t i = 0; i < n; i++) d[i] = re[i] != 0 || im[i] != 0;
     } else {
         store_f64_(dst, dt, i0, n, re);
     }
@@ -146,6 +156,8 @@ ddpc_status ddpc_op_fill_complex(ddpc_buffer *dst, double value, double imag) {
     if (dst->device != DDPC_CPU) {
         if (ddpc_dtype_is_complex(dst->dtype))
             DDPC_LAUNCH(dst->device, ddpc_k_complex_fill(dst->data, dst->dtype, dst->numel, value, imag, stream));
+        if (dst->dtype == DDPC_BOOL) /* its bytes, 0 or 1 */
+            DDPC_LAUNCH(dst->device, ddpc_k_fill(dst->data, DDPC_UINT8, dst->numel, value != 0, stream));
         DDPC_LAUNCH(dst->device, ddpc_k_fill(dst->data, dst->dtype, dst->numel, value, stream));
     }
     double re[1] = {value}, im[1] = {imag};
@@ -248,6 +260,9 @@ ddpc_status ddpc_op_cast(ddpc_buffer *dst, const ddpc_buffer *src) {
     if (dst->numel == 0) return DDPC_OK;
     if (dst->dtype == src->dtype) return ddpc_op_copy(dst, src, 0);
     int cplx = ddpc_dtype_is_complex(dst->dtype) || ddpc_dtype_is_complex(src->dtype);
+    if (dst->device != DDPC_CPU && cplx && dst->dtype == DDPC_BOOL) /* Python casts complex z as z != 0 */
+        return DDPC_ERROR(DDPC_ERR_TYPE, "cast: %s to bool is not supported on CUDA devices; compare with 0",
+                          ddpc_dtype_name(src->dtype));
     if (dst->device != DDPC_CPU && cplx)
         DDPC_LAUNCH(dst->device, ddpc_k_complex_cast(dst->data, dst->dtype, src->data, src->dtype, dst->numel, stream));
     if (dst->device != DDPC_CPU)
@@ -345,7 +360,23 @@ ddpc_status ddpc_check_binary_op(ddpc_binary_op op, ddpc_dtype dtype, const char
     return DDPC_OK;
 }
 
+ddpc_buffer ddpc_bool_bytes(const ddpc_buffer *b) {
+    ddpc_buffer bytes = *b;
+    if (bytes.dtype == DDPC_BOOL) bytes.dtype = DDPC_UINT8;
+    return bytes;
+}
+
+ddpc_status ddpc_bool_result(ddpc_buffer *out, ddpc_status st) {
+    if (st != DDPC_OK || out->dtype != DDPC_BOOL) return st;
+    ddpc_buffer bytes = ddpc_bool_bytes(out);
+    return ddpc_op_scalar(DDPC_NE, &bytes, &bytes, 0);
+}
+
 ddpc_status ddpc_op_binary(ddpc_binary_op op, ddpc_buffer *out, const ddpc_buffer *a, const ddpc_buffer *b) {
+    if (out->dtype == DDPC_BOOL) {
+        ddpc_buffer o = ddpc_bool_bytes(out), x = ddpc_bool_bytes(a), y = ddpc_bool_bytes(b);
+        return ddpc_bool_result(out, ddpc_op_binary(op, &o, &x, &y));
+    }
     CHECK(ddpc_check_binary_op(op, out->dtype, "binary op"));
     CHECK(check_writable_(out, "binary op"));
     CHECK(check_pair_(out, a, "binary op", 1, 1));
@@ -379,6 +410,10 @@ ddpc_status ddpc_op_binary(ddpc_binary_op op, ddpc_buffer *out, const ddpc_buffe
 }
 
 ddpc_status ddpc_op_scalar(ddpc_binary_op op, ddpc_buffer *out, const ddpc_buffer *a, double s) {
+    if (out->dtype == DDPC_BOOL) {
+        ddpc_buffer o = ddpc_bool_bytes(out), x = ddpc_bool_bytes(a);
+        return ddpc_bool_result(out, ddpc_op_scalar(op, &o, &x, s));
+    }
     CHECK(ddpc_check_binary_op(op, out->dtype, "scalar op"));
     CHECK(check_writable_(out, "scalar op"));
     CHECK(check_pair_(out, a, "scalar op", 1, 1));
@@ -579,9 +614,18 @@ int ddpc_arg_any_buffer(PyObject *o, ddpc_buffer **out) {
     return 1;
 }
 
-int ddpc_arg_buffer(PyObject *o, ddpc_buffer **out) {
+int ddpc_arg_bool_buffer(PyObject *o, ddpc_buffer **out) {
     if (!ddpc_arg_any_buffer(o, out)) return 0;
     if (ddpc_dtype_is_complex((*out)->dtype)) {
+        PyErr_Format(PyExc_TypeError, "%s does not support %s", parsing_op_, ddpc_dtype_name((*out)->dtype));
+        return 0;
+    }
+    return 1;
+}
+
+int ddpc_arg_buffer(PyObject *o, ddpc_buffer **out) {
+    if (!ddpc_arg_any_buffer(o, out)) return 0;
+    if (ddpc_dtype_is_complex((*out)->dtype) || (*out)->dtype == DDPC_BOOL) {
         PyErr_Format(PyExc_TypeError, "%s does not support %s", parsing_op_, ddpc_dtype_name((*out)->dtype));
         return 0;
     }
@@ -617,7 +661,9 @@ static PyObject *py_binary(PyObject *m, PyObject *args) {
     (void)m;
     int op;
     ddpc_buffer *out, *a, *b;
-    if (!ddpc_parse_args(args, "iO&O&O&:binary", &op, ddpc_arg_buffer, &out, ddpc_arg_buffer, &a, ddpc_arg_buffer, &b)) return NULL;
+    if (!ddpc_parse_args(args, "iO&O&O&:binary", &op, ddpc_arg_bool_buffer, &out, ddpc_arg_bool_buffer, &a,
+                         ddpc_arg_bool_buffer, &b))
+        return NULL;
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(out), ddpc_op_binary((ddpc_binary_op)op, out, a, b));
 }
 
@@ -626,7 +672,8 @@ static PyObject *py_scalar(PyObject *m, PyObject *args) {
     int op;
     ddpc_buffer *out, *a;
     double s;
-    if (!ddpc_parse_args(args, "iO&O&d:scalar", &op, ddpc_arg_buffer, &out, ddpc_arg_buffer, &a, &s)) return NULL;
+    if (!ddpc_parse_args(args, "iO&O&d:scalar", &op, ddpc_arg_bool_buffer, &out, ddpc_arg_bool_buffer, &a, &s))
+        return NULL;
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(out), ddpc_op_scalar((ddpc_binary_op)op, out, a, s));
 }
 

@@ -124,6 +124,13 @@ ddpc_status ddpc_check_float_like(const ddpc_buffer *b, const ddpc_buffer *ref, 
 typedef enum { DDPC_RAND_UNIFORM = 0, DDPC_RAND_NORMAL, DDPC_RAND_INT } ddpc_random_kind;
 
 ddpc_status ddpc_op_fill(ddpc_buffer *dst, double value);
+/* Bool elementwise arithmetic runs the uint8 loops on the bytes (0 or 1):
+ * ddpc_bool_bytes is a shallow copy of a buffer's header that says uint8 for
+ * bool (no reference of its own: it lives only as long as the call), and
+ * ddpc_bool_result then makes every non-zero byte of a bool result 1, so that
+ * True + True is True, as in PyTorch. */
+ddpc_buffer ddpc_bool_bytes(const ddpc_buffer *b);
+ddpc_status ddpc_bool_result(ddpc_buffer *out, ddpc_status st);
 /* value + imag i; imag must be 0 unless dst is complex. */
 ddpc_status ddpc_op_fill_complex(ddpc_buffer *dst, double value, double imag);
 /* Same dtype and element count, any pair of devices. */
@@ -171,6 +178,9 @@ ddpc_status ddpc_op_randperm(ddpc_buffer *dst, uint64_t seed, uint64_t offset);
  * takes every dtype, for the ops that handle complex ones. */
 int ddpc_parse_args(PyObject *args, const char *format, ...);
 int ddpc_arg_buffer(PyObject *o, ddpc_buffer **out);
+/* Also bool buffers, for the ops that handle them (comparisons' results,
+ * conditions, masks, the elementwise arithmetic of bool with bool). */
+int ddpc_arg_bool_buffer(PyObject *o, ddpc_buffer **out);
 int ddpc_arg_any_buffer(PyObject *o, ddpc_buffer **out);
 /* Releases the GIL around `call` (a ddpc_status expression) when the work is
  * big enough for the switch to pay, then returns None or raises. */

@@ -8,7 +8,7 @@
 #include "parallel.h"
 
 /* What an op writes: a complex, a real part alone (abs, angle: float for
- * complex64, double for complex128) or a uint8 comparison. */
+ * complex64, double for complex128) or a bool comparison. */
 typedef enum { OUT_COMPLEX_, OUT_REAL_, OUT_MASK_ } out_kind_;
 
 typedef struct {
@@ -125,7 +125,7 @@ static ddpc_status binary_(ddpc_complex_binary_op op, ddpc_buffer *out, const dd
     if ((unsigned)op >= DDPC_CX_NBINARY || (!b && op >= DDPC_CX_EQ))
         return DDPC_ERROR(DDPC_ERR_ARG, "%s: unknown op %d", name, (int)op);
     out_kind_ kind = op >= DDPC_CX_EQ ? OUT_MASK_ : OUT_COMPLEX_;
-    CHECK(check_(name, out, kind == OUT_MASK_ ? DDPC_UINT8 : a->dtype, a, b));
+    CHECK(check_(name, out, kind == OUT_MASK_ ? DDPC_BOOL : a->dtype, a, b));
     cx_job_ job = {.unary = 0, .op = op, .kind = kind, .out = out->data, .a = a->data, .b = b ? b->data : NULL,
                    .dtype = a->dtype, .s = s};
     return run_(&job, out->device, out->numel);

@@ -16,7 +16,7 @@ typedef enum {
     DDPC_CX_DIV,
     DDPC_CX_RSUB, /* b - a */
     DDPC_CX_RDIV, /* b / a */
-    DDPC_CX_EQ,   /* uint8 out: 1 where both parts are equal */
+    DDPC_CX_EQ,   /* bool out: 1 where both parts are equal */
     DDPC_CX_NE,
     DDPC_CX_NBINARY
 } ddpc_complex_binary_op;
@@ -35,7 +35,7 @@ typedef enum {
     DDPC_CX_NUNARY
 } ddpc_complex_unary_op;
 
-/* a and b share a complex dtype, device and element count with out (uint8 out
+/* a and b share a complex dtype, device and element count with out (bool out
  * for EQ and NE). */
 ddpc_status ddpc_op_complex_binary(ddpc_complex_binary_op op, ddpc_buffer *out, const ddpc_buffer *a,
                                    const ddpc_buffer *b);

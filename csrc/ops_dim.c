@@ -260,8 +260,8 @@ static PyObject *py_gather_dim(PyObject *m, PyObject *args) {
     (void)m;
     ddpc_buffer *out, *a, *index;
     int dim;
-    if (!ddpc_parse_args(args, "O&O&O&i:gather_dim", ddpc_arg_buffer, &out, ddpc_arg_buffer, &a, ddpc_arg_buffer,
-                         &index, &dim))
+    if (!ddpc_parse_args(args, "O&O&O&i:gather_dim", ddpc_arg_bool_buffer, &out, ddpc_arg_bool_buffer, &a,
+                         ddpc_arg_buffer, &index, &dim))
         return NULL;
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(index), ddpc_op_gather_dim(out, a, index, dim));
 }
@@ -270,7 +270,7 @@ static PyObject *py_scatter_dim(PyObject *m, PyObject *args) {
     (void)m;
     ddpc_buffer *out, *src, *index;
     int dim, accumulate;
-    if (!ddpc_parse_args(args, "O&O&O&ip:scatter_dim", ddpc_arg_buffer, &out, ddpc_arg_buffer, &src,
+    if (!ddpc_parse_args(args, "O&O&O&ip:scatter_dim", ddpc_arg_bool_buffer, &out, ddpc_arg_bool_buffer, &src,
                          ddpc_arg_buffer, &index, &dim, &accumulate))
         return NULL;
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(index), ddpc_op_scatter_dim(out, src, index, dim, accumulate));

@@ -417,6 +417,10 @@ static ddpc_status check_broadcast_(ddpc_binary_op op, const ddpc_buffer *out, c
 }
 
 ddpc_status ddpc_op_binary_rows(ddpc_binary_op op, ddpc_buffer *out, const ddpc_buffer *a, const ddpc_buffer *row) {
+    if (out->dtype == DDPC_BOOL) {
+        ddpc_buffer o = ddpc_bool_bytes(out), x = ddpc_bool_bytes(a), r = ddpc_bool_bytes(row);
+        return ddpc_bool_result(out, ddpc_op_binary_rows(op, &o, &x, &r));
+    }
     CHECK(check_broadcast_(op, out, "row broadcast"));
     CHECK(check_like_(out, a, out->numel, "row broadcast", "the input"));
     CHECK(check_like_(out, row, -1, "row broadcast", "the row"));
@@ -503,6 +507,10 @@ static inline void next_row_(const ddpc_buffer *out, int64_t *idx, int k, const 
     } while (0)
 
 ddpc_status ddpc_op_binary_broadcast(ddpc_binary_op op, ddpc_buffer *out, const ddpc_buffer *a, const ddpc_buffer *b) {
+    if (out->dtype == DDPC_BOOL) {
+        ddpc_buffer o = ddpc_bool_bytes(out), x = ddpc_bool_bytes(a), y = ddpc_bool_bytes(b);
+        return ddpc_bool_result(out, ddpc_op_binary_broadcast(op, &o, &x, &y));
+    }
     CHECK(check_broadcast_(op, out, "broadcast"));
     CHECK(check_like_(out, a, -1, "broadcast", "the first operand"));
     CHECK(check_like_(out, b, -1, "broadcast", "the second operand"));
@@ -583,8 +591,9 @@ ddpc_status ddpc_op_special_binary(int op, ddpc_buffer *out, const ddpc_buffer *
 
 ddpc_status ddpc_op_where(ddpc_buffer *out, const ddpc_buffer *cond, const ddpc_buffer *a, const ddpc_buffer *b) {
     CHECK(check_writable_(out, "where"));
-    if (cond->dtype != DDPC_UINT8)
-        return DDPC_ERROR(DDPC_ERR_TYPE, "where: the condition must be uint8, got %s", ddpc_dtype_name(cond->dtype));
+    if (cond->dtype != DDPC_BOOL && cond->dtype != DDPC_UINT8)
+        return DDPC_ERROR(DDPC_ERR_TYPE, "where: the condition must be bool or uint8, got %s",
+                          ddpc_dtype_name(cond->dtype));
     if (cond->device != out->device) return DDPC_ERROR(DDPC_ERR_ARG, "where: the condition is on another device");
     CHECK(check_like_(out, a, -1, "where", "the first operand"));
     CHECK(check_like_(out, b, -1, "where", "the second operand"));
@@ -1396,8 +1405,8 @@ static PyObject *py_binary_rows(PyObject *m, PyObject *args) {
     (void)m;
     int op;
     ddpc_buffer *out, *a, *row;
-    if (!ddpc_parse_args(args, "iO&O&O&:binary_rows", &op, ddpc_arg_buffer, &out, ddpc_arg_buffer, &a,
-                         ddpc_arg_buffer, &row))
+    if (!ddpc_parse_args(args, "iO&O&O&:binary_rows", &op, ddpc_arg_bool_buffer, &out, ddpc_arg_bool_buffer, &a,
+                         ddpc_arg_bool_buffer, &row))
         return NULL;
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(out), ddpc_op_binary_rows((ddpc_binary_op)op, out, a, row));
 }
@@ -1405,8 +1414,8 @@ static PyObject *py_binary_rows(PyObject *m, PyObject *args) {
 static PyObject *py_where(PyObject *m, PyObject *args) {
     (void)m;
     ddpc_buffer *out, *cond, *a, *b;
-    if (!ddpc_parse_args(args, "O&O&O&O&:where", ddpc_arg_buffer, &out, ddpc_arg_buffer, &cond, ddpc_arg_buffer, &a,
-                         ddpc_arg_buffer, &b))
+    if (!ddpc_parse_args(args, "O&O&O&O&:where", ddpc_arg_bool_buffer, &out, ddpc_arg_bool_buffer, &cond,
+                         ddpc_arg_bool_buffer, &a, ddpc_arg_bool_buffer, &b))
         return NULL;
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(out), ddpc_op_where(out, cond, a, b));
 }
@@ -1425,8 +1434,8 @@ static PyObject *py_binary_broadcast(PyObject *m, PyObject *args) {
     (void)m;
     int op;
     ddpc_buffer *out, *a, *b;
-    if (!ddpc_parse_args(args, "iO&O&O&:binary_broadcast", &op, ddpc_arg_buffer, &out, ddpc_arg_buffer, &a,
-                         ddpc_arg_buffer, &b))
+    if (!ddpc_parse_args(args, "iO&O&O&:binary_broadcast", &op, ddpc_arg_bool_buffer, &out, ddpc_arg_bool_buffer,
+                         &a, ddpc_arg_bool_buffer, &b))
         return NULL;
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(out), ddpc_op_binary_broadcast((ddpc_binary_op)op, out, a, b));
 }

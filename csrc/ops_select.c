@@ -43,7 +43,8 @@ static int64_t count_host_(const ddpc_buffer *mask) {
 ddpc_status ddpc_op_count_nonzero(ddpc_buffer *out, const ddpc_buffer *mask) {
     const char *op = "count_nonzero";
     if (out->readonly) return DDPC_ERROR(DDPC_ERR_ARG, "%s: the output is read-only", op);
-    if (mask->dtype != DDPC_UINT8) return DDPC_ERROR(DDPC_ERR_TYPE, "%s: the mask must be uint8", op);
+    if (mask->dtype != DDPC_BOOL && mask->dtype != DDPC_UINT8)
+        return DDPC_ERROR(DDPC_ERR_TYPE, "%s: the mask must be bool or uint8", op);
     if (out->dtype != DDPC_INT64 || out->device != mask->device || out->numel != 1)
         return DDPC_ERROR(DDPC_ERR_TYPE, "%s: the output must be one int64 on the mask's device", op);
     ddpc_k_bcast geo = {.ndim = 0};
@@ -55,7 +56,8 @@ ddpc_status ddpc_op_count_nonzero(ddpc_buffer *out, const ddpc_buffer *mask) {
 ddpc_status ddpc_op_nonzero(ddpc_buffer *out, const ddpc_buffer *mask) {
     const char *op = "nonzero";
     if (out->readonly) return DDPC_ERROR(DDPC_ERR_ARG, "%s: the output is read-only", op);
-    if (mask->dtype != DDPC_UINT8) return DDPC_ERROR(DDPC_ERR_TYPE, "%s: the mask must be uint8", op);
+    if (mask->dtype != DDPC_BOOL && mask->dtype != DDPC_UINT8)
+        return DDPC_ERROR(DDPC_ERR_TYPE, "%s: the mask must be bool or uint8", op);
     if (out->dtype != DDPC_INT64 || out->device != mask->device)
         return DDPC_ERROR(DDPC_ERR_TYPE, "%s: the output must be int64 on the mask's device", op);
     int coords = out->ndim == 2;
@@ -92,14 +94,14 @@ ddpc_status ddpc_op_nonzero(ddpc_buffer *out, const ddpc_buffer *mask) {
 static PyObject *py_nonzero(PyObject *m, PyObject *args) {
     (void)m;
     ddpc_buffer *out, *mask;
-    if (!ddpc_parse_args(args, "O&O&:nonzero", ddpc_arg_buffer, &out, ddpc_arg_buffer, &mask)) return NULL;
+    if (!ddpc_parse_args(args, "O&O&:nonzero", ddpc_arg_buffer, &out, ddpc_arg_bool_buffer, &mask)) return NULL;
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(mask), ddpc_op_nonzero(out, mask));
 }
 
 static PyObject *py_count_nonzero(PyObject *m, PyObject *args) {
     (void)m;
     ddpc_buffer *out, *mask;
-    if (!ddpc_parse_args(args, "O&O&:count_nonzero", ddpc_arg_buffer, &out, ddpc_arg_buffer, &mask)) return NULL;
+    if (!ddpc_parse_args(args, "O&O&:count_nonzero", ddpc_arg_buffer, &out, ddpc_arg_bool_buffer, &mask)) return NULL;
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(mask), ddpc_op_count_nonzero(out, mask));
 }
 

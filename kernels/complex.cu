@@ -92,6 +92,7 @@ extern "C" int ddpc_k_complex_fill(void *dst, int dtype, int64_t n, double re, d
 
 extern "C" int ddpc_k_complex_cast(void *dst, int dst_dtype, const void *src, int src_dtype, int64_t n, void *stream) {
     cudaStream_t s = (cudaStream_t)stream;
+    if (src_dtype == K_BOOL) src_dtype = K_U8;  // its bytes are its values, 0 and 1
     int dst_c = dst_dtype == K_C64 || dst_dtype == K_C128, src_c = src_dtype == K_C64 || src_dtype == K_C128;
     if (dst_c && src_c) {
         unsigned g = grid_for(n, 256);

@@ -168,8 +168,9 @@ extern "C" int ddpc_k_index_dim(void *big, void *small, const int64_t *index, in
     }
     // Gathers and plain scatters move elements as unsigned words of their size.
     switch (dtype) {
-    case K_U8: index_dim_kernel<uint8_t><<<grid, 256, 0, s>>>((uint8_t *)big, (uint8_t *)small, index, n, geo, dim,
-                                                              len, mode); break;
+    case K_U8: case K_BOOL:
+        index_dim_kernel<uint8_t><<<grid, 256, 0, s>>>((uint8_t *)big, (uint8_t *)small, index, n, geo, dim, len,
+                                                       mode); break;
     case K_F16: case K_BF16:
         index_dim_kernel<uint16_t><<<grid, 256, 0, s>>>((uint16_t *)big, (uint16_t *)small, index, n, geo, dim, len,
                                                         mode); break;

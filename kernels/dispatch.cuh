@@ -12,11 +12,11 @@
 #include "scalar_ops.h"
 
 // Must match ddpc_dtype in csrc/dtype.h.
-enum { K_F32 = 0, K_F64, K_F16, K_BF16, K_I32, K_I64, K_U8, K_C64, K_C128 };
+enum { K_F32 = 0, K_F64, K_F16, K_BF16, K_I32, K_I64, K_U8, K_C64, K_C128, K_BOOL };
 static_assert(K_F32 == (int)DDPC_FLOAT32 && K_F64 == (int)DDPC_FLOAT64 && K_F16 == (int)DDPC_FLOAT16 &&
                   K_BF16 == (int)DDPC_BFLOAT16 && K_I32 == (int)DDPC_INT32 && K_I64 == (int)DDPC_INT64 &&
                   K_U8 == (int)DDPC_UINT8 && K_C64 == (int)DDPC_COMPLEX64 &&
-                  K_C128 == (int)DDPC_COMPLEX128 && DDPC_NDTYPES == 9,
+                  K_C128 == (int)DDPC_COMPLEX128 && K_BOOL == (int)DDPC_BOOL && DDPC_NDTYPES == 10,
               "the kernels' dtype codes are csrc/dtype.h's");
 
 // Loads and stores through float (16-bit floats) or the type's own arithmetic.
@@ -107,7 +107,8 @@ template <> __host__ __device__ __forceinline__ uint8_t from_double<uint8_t>(dou
 template <typename T> __device__ __forceinline__ double to_double(const T *p, int64_t i) { return (double)load(p, i); }
 
 // Calls f.template operator()<T>() for the element type `dtype`. Complex
-// dtypes have kernels of their own (kernels/complex.cu): here they are refused.
+// dtypes have kernels of their own (kernels/complex.cu): here they are refused,
+// as bool is: its launchers pass its bytes as K_U8 or cast to it on their own.
 #define DDPC_DISPATCH(dtype, ...)                                                  \
     switch (dtype) {                                                               \
     case K_F32: { typedef float T; __VA_ARGS__; } break;                           \

@@ -21,6 +21,10 @@ template <typename D, typename S> __global__ void cast_kernel(D *dst, const S *s
     }
 }
 
+template <typename S> __global__ void to_bool_kernel(uint8_t *dst, const S *src, int64_t n) {
+    GRID_STRIDE(i, n) dst[i] = to_double(src, i) != 0;
+}
+
 template <typename T> __global__ void binary_kernel(int op, T *out, const T *a, const T *b, int64_t n) {
     GRID_STRIDE(i, n) out[i] = (T)binary_apply<typename Acc<T>::type>(op, load(a, i), load(b, i));
 }
@@ -68,6 +72,11 @@ extern "C" int ddpc_k_fill(void *dst, int dtype, int64_t n, double value, void *
 
 extern "C" int ddpc_k_cast(void *dst, int dst_dtype, const void *src, int src_dtype, int64_t n, void *stream) {
     cudaStream_t s = (cudaStream_t)stream;
+    if (src_dtype == K_BOOL) src_dtype = K_U8;  // its bytes are its values, 0 and 1
+    if (dst_dtype == K_BOOL) {                  // x != 0
+        DDPC_DISPATCH(src_dtype, to_bool_kernel<T><<<grid_for(n, 256), 256, 0, s>>>((uint8_t *)dst, (const T *)src, n))
+        return (int)cudaGetLastError();
+    }
     DDPC_DISPATCH(dst_dtype, return cast_from<T>(dst, src, src_dtype, n, s))
     return 0;
 }

@@ -522,7 +522,8 @@ extern "C" int ddpc_k_transpose(void *out, const void *a, int dtype, int64_t row
     // Any dtype: elements move as unsigned words of their size.
 #define TRANSPOSE_AS(W) transpose_kernel<W><<<grid, block, 0, s>>>((W *)out, (const W *)a, rows, cols)
     switch (dtype) {
-    case K_U8: TRANSPOSE_AS(uint8_t); break;
+    case K_U8:
+    case K_BOOL: TRANSPOSE_AS(uint8_t); break;
     case K_F16:
     case K_BF16: TRANSPOSE_AS(uint16_t); break;
     case K_F32:

@@ -71,7 +71,7 @@ static ddpc_status check_same_(PyObject *bufs, const char *op, ddpc_buffer ***ou
             return DDPC_ERROR(DDPC_ERR_TYPE, "%s: item %zd is not a Buffer", op, i);
         }
         b[i] = (ddpc_buffer *)o;
-        if (ddpc_dtype_is_complex(b[i]->dtype)) {
+        if (ddpc_dtype_is_complex(b[i]->dtype) || b[i]->dtype == DDPC_BOOL) {
             PyMem_RawFree(b);
             return DDPC_ERROR(DDPC_ERR_TYPE, "%s does not support %s", op, ddpc_dtype_name(b[i]->dtype));
         }

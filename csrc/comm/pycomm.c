@@ -544,17 +544,23 @@ static PyObject *launch_(group_obj *self, ddpc_coll_args *a, Py_buffer *views, i
 
 /* The element type a collective moves; a complex one travels as pairs of its
  * real type, which sum and average part by part (reduce_op_arg_ refuses the
- * other reductions, as PyTorch does). */
+ * other reductions, as PyTorch does); a bool one as its bytes (0 or 1). */
 static int dtype_arg_(int code, ddpc_dtype *dt) {
     if (code < 0 || code >= DDPC_NDTYPES) {
         PyErr_Format(PyExc_ValueError, "invalid dtype code %d", code);
         return -1;
     }
-    *dt = code == DDPC_COMPLEX64 ? DDPC_FLOAT32 : code == DDPC_COMPLEX128 ? DDPC_FLOAT64 : (ddpc_dtype)code;
+    *dt = code == DDPC_COMPLEX64    ? DDPC_FLOAT32
+          : code == DDPC_COMPLEX128 ? DDPC_FLOAT64
+          : code == DDPC_BOOL       ? DDPC_UINT8
+                                    : (ddpc_dtype)code;
     return 0;
 }
 
-static int reduce_op_arg_(int op, int code, const char *what) {
+/* The reduction op a collective runs on the dtype code's elements. Bool sums
+ * are logical or and products logical and, as PyTorch's (its NCCL backend
+ * runs them as MAX and MIN, which is what they are on bytes of 0 and 1). */
+static int reduce_op_arg_(int op, int code, const char *what, ddpc_redop *out) {
     if (op < 0 || op >= DDPC_NREDOPS) {
         PyErr_Format(PyExc_ValueError, "invalid reduce op %d", op);
         return -1;
@@ -562,6 +568,14 @@ static int reduce_op_arg_(int op, int code, const char *what) {
     if (ddpc_dtype_is_complex((ddpc_dtype)code) && op != DDPC_RED_SUM && op != DDPC_RED_AVG) {
         PyErr_Format(PyExc_ValueError, "%s does not support %s on complex tensors", what, ddpc_redop_name(op));
         return -1;
+    }
+    *out = (ddpc_redop)op;
+    if (code == DDPC_BOOL) {
+        if (op == DDPC_RED_AVG) {
+            PyErr_Format(PyExc_TypeError, "%s: Cannot use ReduceOp.AVG with boolean inputs", what);
+            return -1;
+        }
+        *out = op == DDPC_RED_SUM ? DDPC_RED_MAX : op == DDPC_RED_PROD ? DDPC_RED_MIN : (ddpc_redop)op;
     }
     return 0;
 }
@@ -582,7 +596,7 @@ static PyObject *group_all_reduce(group_obj *self, PyObject *args) {
     int code, op, async_op = 0;
     if (!PyArg_ParseTuple(args, "Oii|p", &obj, &code, &op, &async_op) || !group_ready_(self)) return NULL;
     ddpc_coll_args a = {.coll = DDPC_COLL_ALLREDUCE, .op = (ddpc_redop)op};
-    if (dtype_arg_(code, &a.dtype) < 0 || reduce_op_arg_(op, code, "all_reduce") < 0) return NULL;
+    if (dtype_arg_(code, &a.dtype) < 0 || reduce_op_arg_(op, code, "all_reduce", &a.op) < 0) return NULL;
     Py_buffer v;
     if (view_(obj, 1, &v) < 0) return NULL;
     if (count_(&v, a.dtype, &a.count) < 0) return PyBuffer_Release(&v), NULL;
@@ -611,7 +625,7 @@ static PyObject *gather_scatter_(group_obj *self, PyObject *args, ddpc_coll coll
     int code, op = 0, async_op = 0;
     if (!PyArg_ParseTuple(args, "OOii|p", &out, &in, &code, &op, &async_op) || !group_ready_(self)) return NULL;
     ddpc_coll_args a = {.coll = coll, .op = (ddpc_redop)op};
-    if (dtype_arg_(code, &a.dtype) < 0 || reduce_op_arg_(op, code, ddpc_coll_name(coll)) < 0) return NULL;
+    if (dtype_arg_(code, &a.dtype) < 0 || reduce_op_arg_(op, code, ddpc_coll_name(coll), &a.op) < 0) return NULL;
     Py_buffer v[2];
     if (view_(out, 1, &v[0]) < 0) return NULL;
     if (view_(in, 0, &v[1]) < 0) return PyBuffer_Release(&v[0]), NULL;

@@ -83,7 +83,10 @@ void ddpc_reduce(ddpc_dtype dt, ddpc_redop op, void *dst, const void *const *src
     case DDPC_FLOAT64: reduce_f64_(op, dst, srcs, nsrc, count, divisor); break;
     case DDPC_INT32: reduce_i32_(op, dst, srcs, nsrc, count, divisor); break;
     case DDPC_INT64: reduce_i64_(op, dst, srcs, nsrc, count, divisor); break;
-    case DDPC_UINT8: reduce_u8_(op, dst, srcs, nsrc, count, divisor); break;
+    case DDPC_UINT8:
+    case DDPC_BOOL: /* bytes of 0 and 1; pycomm.c makes sums MAX and products MIN */
+        reduce_u8_(op, dst, srcs, nsrc, count, divisor);
+        break;
     case DDPC_FLOAT16:
     case DDPC_BFLOAT16: reduce_half_(dt, op, dst, srcs, nsrc, count, divisor); break;
     /* Complex elements as pairs of their parts: right for sum and average,

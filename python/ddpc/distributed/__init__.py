@@ -58,7 +58,7 @@ __all__ = [
 ]
 
 _DTYPE_CODES = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 3, "int32": 4, "int64": 5, "uint8": 6,
-                "complex64": 7, "complex128": 8}
+                "complex64": 7, "complex128": 8, "bool": 9}
 _DEFAULT_TIMEOUT = timedelta(minutes=30)  # PyTorch's for gloo: a dead peer is noticed in seconds anyway
 # How long rank 0 keeps the store up at shutdown for the others to leave.
 _SHUTDOWN_GRACE_S = 10.0
@@ -938,7 +938,7 @@ def _reduce_op(op, g, code):
         if g.backend == "nccl":
             raise ValueError("the nccl backend has no bitwise reductions (BAND, BOR, BXOR); reduce host tensors on "
                              "the cpu backend")
-        if _dtype_name(code) not in ("int32", "int64", "uint8"):
+        if _dtype_name(code) not in ("int32", "int64", "uint8", "bool"):
             raise TypeError(f"bitwise reductions take integer tensors, got {_dtype_name(code)}")
     return int(op)
 
