@@ -80,3 +80,17 @@ def run_torch_group(groups):
 
     groups[sys.argv[1]](np, torch, ddpc)
     print("ok")
+
+
+def run_two_ranks(tmp_path, source):
+    """Runs `source` as a script on two cpu ranks under ddpc.run and checks each printed 'RANK <r> PASS'."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "worker.py"
+    script.write_text(source)
+    res = subprocess.run([sys.executable, "-m", "ddpc.run", "--nproc-per-node", "2", str(script)],
+                         capture_output=True, text=True, timeout=120, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out
+    assert "RANK 0 PASS" in res.stdout and "RANK 1 PASS" in res.stdout, out

@@ -96,7 +96,7 @@ def test_fill_and_rsub_gradients():
 def test_infinity_predicates():
     x = ddpc.tensor([1.0, math.inf, -math.inf, math.nan])
     assert ddpc.isposinf(x).tolist() == [0, 1, 0, 0] and x.isneginf().tolist() == [0, 0, 1, 0]
-    assert ddpc.isreal(x).tolist() == [1, 1, 1, 1] and x.isposinf().dtype is ddpc.uint8
+    assert ddpc.isreal(x).tolist() == [1, 1, 1, 1] and x.isposinf().dtype is ddpc.bool
     assert ddpc.isneginf(ddpc.tensor([-1, 2])).tolist() == [0, 0]
 
 

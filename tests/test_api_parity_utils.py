@@ -428,7 +428,7 @@ def test_in_place_add_and_sub_take_alpha_and_div_a_rounding_mode():
 def test_bool_legacy_constructors_and_variable():
     from ddpc.autograd import Variable
     mask = ddpc.ones(3, 3, dtype=ddpc.bool).tril()
-    assert mask.dtype is ddpc.uint8 and mask[0].tolist() == [1, 0, 0]
+    assert mask.dtype is ddpc.bool and mask[0].tolist() == [True, False, False]
     assert ddpc.tensor([0.0, 2.5]).to(ddpc.bool).tolist() == [0, 1]
     weight = nn.Parameter(ddpc.Tensor(3, 4))  # a custom layer's parameter before reset_parameters
     assert weight.shape == (3, 4) and weight.dtype is ddpc.float32 and weight.requires_grad

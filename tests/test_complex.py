@@ -4,13 +4,11 @@ interop, views, arithmetic with PyTorch's promotion, gradients against
 finite differences, optimizers, and collectives and DistributedDataParallel
 on 2 ranks against closed forms."""
 
-import os
-import subprocess
-import sys
 import warnings
 
 import numpy as np
 import pytest
+from procs import run_two_ranks
 
 import ddpc
 
@@ -556,14 +554,7 @@ dist.destroy_process_group()
 
 
 def test_collectives_and_ddp_on_two_ranks(tmp_path):
-    script = tmp_path / "worker.py"
-    script.write_text(_WORKER)
-    res = subprocess.run([sys.executable, "-m", "ddpc.run", "--nproc-per-node", "2", str(script)],
-                         capture_output=True, text=True, timeout=120,
-                         env=dict(os.environ, OMP_NUM_THREADS="1"))
-    out = res.stdout + res.stderr
-    assert res.returncode == 0, out
-    assert "RANK 0 PASS" in res.stdout and "RANK 1 PASS" in res.stdout, out
+    run_two_ranks(tmp_path, _WORKER)
 
 
 # ---- GPU ---------------------------------------------------------------------------------------

@@ -57,7 +57,7 @@ def test_default_dtype_is_honoured_by_creation_functions(float64_default):
               ddpc.nn.Linear(2, 2).weight):
         assert t.dtype is ddpc.float64
     assert ddpc.full((2,), 3).dtype is ddpc.int64
-    assert ddpc.full((2,), True).dtype is ddpc.uint8 and ddpc.full((1,), False).tolist() == [0]  # masks, as comparisons give
+    assert ddpc.full((2,), True).dtype is ddpc.bool and ddpc.full((1,), False).tolist() == [False]  # as PyTorch's
     assert ddpc.tensor(np.zeros(2, dtype=np.float32)).dtype is ddpc.float32
     with pytest.raises(TypeError, match="floating-point"):
         ddpc.set_default_dtype(ddpc.int64)

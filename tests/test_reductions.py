@@ -209,7 +209,7 @@ def test_all_any_count_nonzero():
     assert int(a.all()) == 0 and int(a.any()) == 1
     close(ddpc.all(a, 1), np.all(x, 1).astype(np.uint8))
     close(ddpc.any(a == 0, 0, keepdim=True), np.any(x == 0, 0, keepdims=True).astype(np.uint8))
-    assert a.all(1).dtype is ddpc.uint8
+    assert a.all(1).dtype is ddpc.bool
     assert int(ddpc.count_nonzero(a)) == 5
     close(a.count_nonzero(0), [1, 2, 2])
     assert ddpc.count_nonzero(a, 1).dtype is ddpc.int64
@@ -259,7 +259,7 @@ def test_empty_dims_reduce_every_dim_but_all_and_any_none():
         assert int(ddpc.count_nonzero(a > 0, dims)) == int((x > 0).sum())
         for fn in (ddpc.all, ddpc.any):
             got = fn(a > 0, dims)
-            assert got.dtype is ddpc.uint8 and got.shape == (3, 4)
+            assert got.dtype is ddpc.bool and got.shape == (3, 4)
             close(got, x > 0)
         close(t([[0, 5], [7, 0]]).all(dims), [[0, 1], [1, 0]])
     check_grad(lambda v: v.var(()) + ddpc.std(v, []) * 3, x)

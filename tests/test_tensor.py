@@ -516,7 +516,7 @@ def test_16_bit_rand_stays_below_one_and_randint_refuses_what_it_cannot_draw():
 
 def test_comparisons_are_elementwise_uint8_masks():
     a, b = ddpc.tensor([1.0, 2.0, float("nan")]), ddpc.tensor([1.0, 5.0, float("nan")])
-    assert (a == b).tolist() == [1, 0, 0] and (a == b).dtype is ddpc.uint8
+    assert (a == b).tolist() == [True, False, False] and (a == b).dtype is ddpc.bool
     assert (a != b).tolist() == [0, 1, 1]
     assert (a < 2).tolist() == [1, 0, 0] and (2 < a).tolist() == [0, 0, 0] and (a >= 2).tolist() == [0, 1, 0]
     assert (a <= b).tolist() == [1, 1, 0] and a.gt(1).tolist() == [0, 1, 0]
@@ -575,7 +575,7 @@ def test_mask_operators_act_on_truth_and_other_integers_bitwise():
     n = np.arange(12.0).reshape(3, 4)
     for got, want in (((a & b), (n > 2) & (n < 8)), ((a | b), (n > 2) | (n < 8)), ((a ^ b), (n > 2) ^ (n < 8)),
                       (~a, ~(n > 2)), ((a & True), n > 2), ((False | a), n > 2)):
-        assert got.dtype is ddpc.uint8
+        assert got.dtype is ddpc.bool
         np.testing.assert_array_equal(got.numpy(), want)
     # ~ of a mask is its logical not, so where() picks the other side (not 254/255, which are both true)
     np.testing.assert_array_equal(ddpc.where(~a, x, -1.0).numpy(), np.where(n > 2, -1.0, n))
@@ -730,12 +730,12 @@ def test_integer_division_runs_in_the_result_dtype():
     assert ddpc.remainder(ddpc.tensor([-7, 7]), ddpc.tensor(3, dtype=ddpc.uint8)).tolist() == [2, 1]
 
 
-def test_casts_to_bool_test_nonzero_into_uint8_masks():
+def test_casts_to_bool_test_nonzero():
     x = ddpc.tensor([0.5, 256.0, -1.0, 0.0, np.nan])
-    want = [1, 1, 1, 0, 1]  # PyTorch's bool of each, as ddpc's uint8 mask (a cast would truncate 0.5 to 0)
+    want = [True, True, True, False, True]  # PyTorch's bool of each (a cast to an integer would truncate 0.5 to 0)
     for got in (x.bool(), x.to(bool), x.to(dtype=np.bool_), x.to("bool"), ddpc.tensor(x, dtype=bool)):
-        assert got.dtype is ddpc.uint8 and got.tolist() == want
-    assert ddpc.tensor([0.5, 2.0, 0.0], dtype=bool).tolist() == [1, 1, 0]
+        assert got.dtype is ddpc.bool and got.tolist() == want
+    assert ddpc.tensor([0.5, 2.0, 0.0], dtype=bool).tolist() == [True, True, False]
     assert ddpc.tensor(np.array([0.5, 300.0]), dtype=bool).tolist() == [1, 1]
     assert ddpc.full((2,), 2.5, dtype=bool).tolist() == [1, 1]
     assert ddpc.tensor([2, 256, 0]).bool().tolist() == [1, 1, 0]

@@ -162,9 +162,8 @@ globals().update(_legacy_types)
 vars(cuda).update(_legacy_tensor_types(cuda=True))
 __all__ += list(_legacy_types)
 
-# ddpc has no bool dtype: ``ddpc.bool`` is Python's bool, which every dtype
-# argument takes as a request for a uint8 mask (``.to(ddpc.bool)`` is x != 0).
-bool = bool
+# ``ddpc.bool`` is the bool dtype (as ``torch.bool``); dtype arguments also take Python's bool for it.
+from ._dtype import bool_ as bool  # noqa: E402
 
 # torch._foreach_* (list forms of the Tensor methods), which EMA helpers and optimizers call.
 from ._foreach import _forms as _foreach_forms  # noqa: E402

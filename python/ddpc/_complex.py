@@ -16,7 +16,7 @@ import numbers
 
 from . import _C
 from . import autograd as _ag
-from ._dtype import complex_of, float32, float64, real_of, result_type, uint8
+from ._dtype import bool_, complex_of, float32, float64, real_of, result_type
 from .autograd import Node
 from .tensor import Tensor
 
@@ -225,7 +225,7 @@ def binary(a, b, op):
     shape = _ag._broadcast_shape(a.shape, b.shape)
     x, y = _expand(_as_dtype(a, dt), shape), _expand(_as_dtype(b, dt), shape)
     if op in (_EQ, _NE):
-        out = _new(shape, x, uint8)
+        out = _new(shape, x, bool_)
         _C.complex_binary(op, out._buf, x._buf, y._buf)
         return out
     out = _new(shape, x)

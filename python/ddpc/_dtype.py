@@ -34,12 +34,14 @@ uint8 = dtype("uint8", 1, False, np.dtype(np.uint8))
 complex64 = dtype("complex64", 8, False, np.dtype(np.complex64), is_complex=True)
 complex128 = dtype("complex128", 16, False, np.dtype(np.complex128), is_complex=True)
 cfloat, cdouble = complex64, complex128
+bool_ = dtype("bool", 1, False, np.dtype(np.bool_))  # ddpc.bool (this name keeps Python's bool usable here)
 
-_BY_NAME = {d.name: d for d in (float32, float64, float16, bfloat16, int32, int64, uint8, complex64, complex128)}
-_ALIASES = {"float": float32, "double": float64, "half": float16, "long": int64, "int": int32, "bool": uint8,
+_BY_NAME = {d.name: d for d in (float32, float64, float16, bfloat16, int32, int64, uint8, complex64, complex128,
+                                bool_)}
+_ALIASES = {"float": float32, "double": float64, "half": float16, "long": int64, "int": int32,
             "cfloat": complex64, "cdouble": complex128}
-# Promotion order for mixed-dtype arithmetic; float16 with bfloat16 gives float32.
-_RANK = {uint8: 0, int32: 1, int64: 2, float16: 3, bfloat16: 3, float32: 4, float64: 5}
+# Promotion order for mixed-dtype arithmetic; float16 with bfloat16 gives float32, bool with any other dtype that one.
+_RANK = {bool_: -1, uint8: 0, int32: 1, int64: 2, float16: 3, bfloat16: 3, float32: 4, float64: 5}
 # The complex dtype of each real one and back (PyTorch's: complex32 is not in ddpc, so the 16-bit floats and the
 # integers go to complex64).
 _COMPLEX_OF = {float64: complex128, complex128: complex128}
@@ -85,7 +87,7 @@ def get_dtype(spec):
     if spec is int:
         return int64
     if spec is bool:
-        return uint8
+        return bool_
     if spec is complex:
         return complex_of(_info_dtype(None))
     try:
@@ -94,8 +96,6 @@ def get_dtype(spec):
         raise TypeError(f"unknown dtype {spec!r} (ddpc supports {', '.join(_BY_NAME)})") from None
     if npd.name == "bfloat16":
         return bfloat16
-    if npd == np.bool_:
-        return uint8
     for d in _BY_NAME.values():
         if d._np is not None and d._np == npd:
             return d
@@ -111,19 +111,6 @@ def numpy_dtype(d):
         raise TypeError("numpy has no bfloat16; install ml_dtypes to view bfloat16 data in numpy, "
                         "or cast first with .float()")
     return npd
-
-
-def asks_for_bool(spec):
-    """Whether a dtype spec asks for bool (Python's or numpy's bool, 'bool'). ddpc
-    answers with a uint8 mask, and casts to it as PyTorch casts to bool: x != 0."""
-    if spec is bool or (isinstance(spec, str) and spec == "bool"):
-        return True
-    if spec is None or isinstance(spec, (dtype, str)):
-        return False
-    try:
-        return np.dtype(spec) == np.bool_
-    except TypeError:
-        return False
 
 
 def promote(a, b):
@@ -144,9 +131,11 @@ def promote_types(type1, type2):
 
 def can_cast(from_, to):
     """Whether PyTorch's casting rules allow from_ to become to: every cast but
-    a floating one to an integer one, and a complex one to a real one (ddpc's
-    uint8 also stands for bool, to which PyTorch allows only bool)."""
+    a floating one to an integer one, a complex one to a real one, and any
+    but bool to bool."""
     to, from_ = get_dtype(to), get_dtype(from_)
+    if to is bool_:
+        return from_ is bool_
     if from_.is_complex:
         return to.is_complex
     return to.is_complex or to.is_floating_point or not from_.is_floating_point
@@ -163,7 +152,7 @@ def _operand_dtype(x):
     if _operand_rank(x):
         return x.dtype
     if isinstance(x, (bool, np.bool_)):
-        return uint8
+        return bool_
     if isinstance(x, (int, np.integer)):
         return int64
     if isinstance(x, (float, np.floating)):
@@ -174,11 +163,9 @@ def _operand_dtype(x):
 
 
 def _operand_kind(x):
-    """0 for a bool number, 1 for integers, 2 for floats, 3 for complex."""
-    if not _operand_rank(x) and isinstance(x, (bool, np.bool_)):
-        return 0
+    """0 for bool, 1 for integers, 2 for floats, 3 for complex."""
     d = _operand_dtype(x)
-    return 3 if d.is_complex else 2 if d.is_floating_point else 1
+    return 3 if d.is_complex else 2 if d.is_floating_point else 0 if d is bool_ else 1
 
 
 def result_type(tensor1, tensor2):

@@ -149,8 +149,8 @@ class Rows:
 def _is_mask(item):
     if isinstance(item, np.ndarray):
         return item.dtype == np.bool_
-    if hasattr(item, "_buf"):  # a ddpc Tensor: comparisons give uint8 masks
-        return item._buf.dtype == "uint8"
+    if hasattr(item, "_buf"):  # a ddpc Tensor: bool, or uint8 as PyTorch's deprecated byte masks
+        return item._buf.dtype in ("bool", "uint8")
     return isinstance(item, (list, tuple)) and len(item) > 0 and all(isinstance(v, bool) for v in item)
 
 
@@ -166,7 +166,7 @@ def _host_array(item, what):
 
 def _is_advanced(item):
     if hasattr(item, "_buf"):
-        return item.ndim > 0 or item._buf.dtype == "uint8"
+        return item.ndim > 0 or item._buf.dtype in ("bool", "uint8")
     return isinstance(item, (list, tuple, range, np.ndarray))
 
 

@@ -425,7 +425,7 @@ def masked_scatter(input, mask, source):
     """input with the elements where ``mask`` (broadcast to input's shape) holds
     taken from source's first elements, in row-major order."""
     if mask.dtype.is_floating_point:
-        raise TypeError(f"masked_scatter: the mask must be a uint8 or integer tensor, got {mask.dtype}")
+        raise TypeError(f"masked_scatter: the mask must be a bool or integer tensor, got {mask.dtype}")
     m = _ag.expand(_ag._mask(mask), input.shape)
     # Element i of the result takes source's element (the count of mask elements up to i) - 1.
     pos = _ag.cumsum(_ag.reshape(m, (-1,)).to(dtype=int64), 0)

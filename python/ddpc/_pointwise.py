@@ -14,7 +14,7 @@ import numbers
 from . import _C
 from . import _complex
 from . import autograd as _ag
-from ._dtype import float32, float64, int32, promote, result_type, uint8
+from ._dtype import bool_, float32, float64, int32, promote, result_type, uint8
 from .tensor import (_BITAND, _BITOR, _BITXOR, _DIV_FLOOR, _DIV_TRUNC, _FMOD, _LSHIFT, _NEXTAFTER, _REMAINDER, _RSHIFT,
                      Tensor, _is_float_scalar, full)
 
@@ -294,26 +294,26 @@ def _float_mask(input, fn, what):
         raise TypeError(f"{what} does not support complex inputs.")
     with _ag.no_grad():
         x = input.detach()
-        return fn(x) if x.dtype.is_floating_point else _ag._empty(x.shape, x, uint8).fill_(0)
+        return fn(x) if x.dtype.is_floating_point else _ag._empty(x.shape, x, bool_).fill_(0)
 
 
 def isposinf(input):
-    """Whether each element is +inf (uint8, ddpc's bool; all 0 for integers)."""
+    """Whether each element is +inf (bool; all false for integers)."""
     return _float_mask(input, lambda x: x == math.inf, "isposinf")
 
 
 def isneginf(input):
-    """Whether each element is -inf (uint8, ddpc's bool; all 0 for integers)."""
+    """Whether each element is -inf (bool; all false for integers)."""
     return _float_mask(input, lambda x: x == -math.inf, "isneginf")
 
 
 def isreal(input):
-    """Whether each element has no imaginary part (a uint8 mask; all 1 for a real tensor)."""
+    """Whether each element has no imaginary part (a bool mask; all true for a real tensor)."""
     if not isinstance(input, Tensor):
         raise TypeError(f"isreal: expected a ddpc.Tensor, got {type(input).__name__}")
     if input.dtype.is_complex:
         return input.imag == 0
-    return _ag._empty(input.shape, input, uint8).fill_(1)
+    return _ag._empty(input.shape, input, bool_).fill_(1)
 
 
 def sgn(input):
@@ -334,10 +334,12 @@ def hardshrink(input, lambd=0.5):
 
 
 def bitwise_not(input):
-    """~input for integer tensors (-input - 1; 255 - input for uint8); ddpc has no
-    bool dtype, and floats have no bits to flip in PyTorch either."""
+    """~input for integer tensors (-input - 1; 255 - input for uint8), logical not
+    for bool ones; floats have no bits to flip in PyTorch either."""
     if input.dtype.is_floating_point or input.dtype.is_complex:
         raise TypeError(f"bitwise_not: expected an integer tensor, got {input.dtype}")
+    if input.dtype is bool_:
+        return _ag.logical_not(input)
     with _ag.no_grad():
         return _ag.rsub(input, 255) if input.dtype is uint8 else _ag.rsub(input, -1)
 
@@ -362,8 +364,7 @@ def _bitwise(input, other, op, name):
 
 
 def bitwise_and(input, other):
-    """input & other on integer tensors (uint8 masks too, where it is logical
-    and on 0/1); ``~`` on uint8 stays logical not, see bitwise_not."""
+    """input & other on integer and bool tensors."""
     return _bitwise(input, other, _BITAND, "bitwise_and")
 
 
@@ -433,7 +434,7 @@ def logaddexp2(input, other):
 
 
 def signbit(input):
-    """Whether each element's sign bit is set (uint8, ddpc's bool): true for
+    """Whether each element's sign bit is set (bool): true for
     negative numbers and -0. ddpc cannot read a NaN's bits, so every NaN gives
     false where PyTorch reports the sign of a negative NaN."""
     if not isinstance(input, Tensor):

@@ -15,7 +15,7 @@ import numbers
 
 from . import _C
 from . import autograd as _ag
-from ._dtype import float32, float64, int32, int64, promote, uint8
+from ._dtype import bool_, float32, float64, int32, int64, promote, uint8
 from ._layout import scatter_reduce
 from .tensor import Tensor, arange, linspace, ones, tensor, zeros
 
@@ -582,7 +582,7 @@ def histogramdd(input, bins, *, range=None, weight=None, density=False):
 
 def isin(elements, test_elements, *, assume_unique=False, invert=False):
     """Whether each element of ``elements`` is in ``test_elements`` (either
-    may be a number), as uint8 in elements' shape; ``invert`` negates it.
+    may be a number), as bool in elements' shape; ``invert`` negates it.
     A binary search of each element in the sorted test elements on the
     tensors' device; ``assume_unique`` changes nothing. NaN is in nothing."""
     if not isinstance(elements, Tensor) and not isinstance(test_elements, Tensor):
@@ -597,7 +597,7 @@ def isin(elements, test_elements, *, assume_unique=False, invert=False):
         values = elements.detach().to(dtype=common)
         pool = _ag.sort(test_elements.detach().reshape(-1).to(dtype=common))[0]
         if pool.numel() == 0:
-            found = zeros(values.shape, dtype=uint8, device=device)
+            found = zeros(values.shape, dtype=bool_, device=device)
         else:
             # The binary search needs a pool without NaN (sorted last): they take
             # the largest other value; a hit on one of them counts for nothing.

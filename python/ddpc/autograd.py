@@ -41,7 +41,7 @@ from .tensor import (_ADD, _BITAND, _BITOR, _BITXOR, _DIV, _EQ, _GE, _GT, _INT_B
                      _MUL, _NE, _POWER, _RDIV, _RLSHIFT, _RPOWER, _RRSHIFT, _RSHIFT,
                      _RSUB, _SUB, Tensor, _check_no_grad_inplace, _copy_view, _CopyOf, _is_float_scalar, _read,
                      _shares_memory, _write_back,
-                     bfloat16, float16, float32, float64, get_dtype, int32, int64, promote, uint8)
+                     bfloat16, bool_, float16, float32, float64, get_dtype, int32, int64, promote, uint8)
 from .tensor import _along
 from .tensor import cat as _cat_storage
 from .tensor import stack as _stack_storage
@@ -1065,8 +1065,17 @@ _SWAPPED = {_ADD: _ADD, _SUB: _RSUB, _MUL: _MUL, _DIV: _RDIV, _MAX: _MAX, _MIN: 
             _BITXOR: _BITXOR, _LSHIFT: _RLSHIFT, _RLSHIFT: _LSHIFT, _RSHIFT: _RRSHIFT, _RRSHIFT: _RSHIFT}
 
 
+_BOOL_SUB = ("Subtraction, the `-` operator, with two bool tensors is not supported. Use the `^` or "
+             "`logical_xor()` operator instead.")
+_BOOL_NEG = ("Negation, the `-` operator, on a bool tensor is not supported. If you are trying to invert a mask, use "
+             "the `~` or `logical_not()` operator instead.")
+
+
 def _binary(a, b, op):
     """a op b for op in add/sub/mul/div, a a Tensor, b a Tensor or a number."""
+    if op in (_SUB, _RSUB) and a.dtype is bool_ and (b.dtype is bool_ if isinstance(b, Tensor)
+                                                     else isinstance(b, (bool, np.bool_))):
+        raise RuntimeError(_BOOL_SUB)
     if _complex.is_complex_operand(a) or _complex.is_complex_operand(b):
         return _complex.binary(a, b, op)
     if isinstance(b, Tensor) and b.is_sparse:  # dense + sparse is dense (sparse + x goes through SparseTensor)
@@ -1146,6 +1155,8 @@ def rdiv(a, s):
 
 
 def neg(input):
+    if input.dtype is bool_:
+        raise RuntimeError(_BOOL_NEG)
     return _binary(input, -1, _MUL)
 
 
@@ -1432,8 +1443,8 @@ def hardsigmoid(x):
 # ---- elementwise math ----------------------------------------------------------------------
 # PyTorch's elementwise functions: unary ones through the unary op table,
 # maximum and minimum through the broadcasting binary ops, selections through
-# _C.where, and the rest composed of those. Masks are uint8 tensors of 0 and 1,
-# as ddpc's comparisons give (ddpc has no bool dtype).
+# _C.where, and the rest composed of those. Masks are bool tensors, as
+# comparisons give (uint8 ones still work as conditions).
 
 # Exact on integers, which keep their dtype (the other unary functions compute in float32).
 _INTEGER_UNARY = (_ABS, _SQUARE, _SIGN, _FLOOR, _CEIL, _TRUNC, _ROUND)
@@ -1743,9 +1754,9 @@ def _predicate(x, op):
     if not x.dtype.is_floating_point:  # integers are finite
         from .tensor import full
 
-        return full(x.shape, int(op == _ISFINITE), dtype=uint8, device=x.device)
+        return full(x.shape, op == _ISFINITE, dtype=bool_, device=x.device)
     with no_grad():
-        return _unary(x.detach(), op).to(dtype=uint8)
+        return _unary(x.detach(), op).to(dtype=bool_)
 
 
 def isnan(input):
@@ -1853,10 +1864,10 @@ class _WhereBackward(Node):
 
 
 def _mask(cond):
-    """cond as a uint8 mask of 0 and 1 (any non-zero element is true)."""
+    """cond as a mask for _C.where: bool, or uint8 of 0 and 1 (any non-zero element is true)."""
     if not isinstance(cond, Tensor):
         raise TypeError(f"the condition must be a ddpc.Tensor, got {type(cond).__name__}")
-    return cond.detach() if cond.dtype is uint8 else cond._compare(0, _NE)
+    return cond.detach() if cond.dtype in (bool_, uint8) else cond._compare(0, _NE)
 
 
 def _select_where(mask, a, b):
@@ -2235,8 +2246,8 @@ def _one_dim(a, dim):
 @autocast_op("float32_cuda")
 def sum(input, dim=None, keepdim=False, *, dtype=None):
     """The sum of all elements or over ``dim``, in ``dtype`` when given (a cast first, as PyTorch's)."""
-    if dtype is not None:
-        return sum(input.to(dtype=dtype), dim, keepdim)
+    if dtype is not None or input.dtype is bool_:  # bool sums count, in int64
+        return sum(input.to(dtype=dtype or int64), dim, keepdim)
     if input.dtype.is_complex:
         return _complex.sum(input, dim, keepdim)
     if isinstance(dim, (tuple, list)) and len(dim) != 1:
@@ -2293,8 +2304,8 @@ MinMax.__doc__ = "What max(dim) and min(dim) return, as torch.return_types.max: 
 def extreme(a, dim, keepdim, want_max):
     """max or min of ``a``: of all elements (``dim`` None: a 0-d tensor), or
     along ``dim`` with the first index each was taken at (a MinMax)."""
-    if a.dtype in _HALVES:
-        res = extreme(a.float(), dim, keepdim, want_max)
+    if a.dtype in _HALVES or a.dtype is bool_:  # bool through its bytes
+        res = extreme(a.to(dtype=uint8 if a.dtype is bool_ else float32), dim, keepdim, want_max)
         return res.to(dtype=a.dtype) if dim is None else MinMax(res.values.to(dtype=a.dtype), res.indices)
     if dim is None:
         if a.numel() == 0:
@@ -2716,8 +2727,8 @@ def _amax(a, dim, keepdim, want_max):
     dims = _reduction_dims(a, dim)
     if a.numel() == 0 and any(a.shape[d] == 0 for d in dims):
         raise ValueError(f"{'amax' if want_max else 'amin'}() of an empty dim")
-    if a.dtype in _HALVES:
-        return _amax(a.float(), dim, keepdim, want_max).to(dtype=a.dtype)
+    if a.dtype in _HALVES or a.dtype is bool_:
+        return _amax(a.to(dtype=uint8 if a.dtype is bool_ else float32), dim, keepdim, want_max).to(dtype=a.dtype)
     kept = a.detach().reshape(a.shape if a.ndim else (1,))
     for d in dims:
         kept = extreme(kept, d, True, want_max).values
@@ -2765,16 +2776,16 @@ def _no_dims(dim):
 
 
 def all_(input, dim=None, keepdim=False):
-    """Whether every element (along ``dim``) is non-zero, as uint8 (ddpc has no
-    bool dtype); true over none; ``dim=()`` reduces nothing: each element's own truth."""
+    """Whether every element (along ``dim``) is non-zero, as bool; true over
+    none; ``dim=()`` reduces nothing: each element's own truth."""
     if _no_dims(dim):
         return _nonzero_mask(input)
     return _count_nonzero(input.detach() == 0, dim, keepdim) == 0
 
 
 def any_(input, dim=None, keepdim=False):
-    """Whether some element (along ``dim``) is non-zero, as uint8 (ddpc has no
-    bool dtype); false over none; ``dim=()`` reduces nothing, as in all."""
+    """Whether some element (along ``dim``) is non-zero, as bool; false over
+    none; ``dim=()`` reduces nothing, as in all."""
     if _no_dims(dim):
         return _nonzero_mask(input)
     return _count_nonzero(input, dim, keepdim) != 0
@@ -3333,12 +3344,12 @@ def _runs(values, order, shape, return_inverse, return_counts):
     n = values.shape[0]
     with no_grad():
         # A run of equal values starts at 0 and wherever a value differs from the one before.
-        starts = full((n,), 1, dtype=uint8, device=values.device)
+        starts = full((n,), True, device=values.device)
         if n > 1:
             differs = values.narrow(0, 1, n - 1)._compare(values.narrow(0, 0, n - 1), _NE)
             if differs.ndim > 1:
                 differs = any_(differs.reshape(n - 1, -1), 1)
-            starts = cat([starts.narrow(0, 0, 1), differs.to(dtype=uint8)])
+            starts = cat([starts.narrow(0, 0, 1), differs])
         first = _nonzero(starts, False)
         out = [values.index_select(0, first)]
         if return_inverse:
@@ -4027,7 +4038,7 @@ def ctc_nll(log_probs, targets, input_lengths, target_lengths, blank=0, zero_inf
             used = np.arange(targets.shape[1]) < np.asarray(tlen, np.int64)[:, None]
         else:
             used = np.arange(targets.shape[0]) < builtins.sum(tlen)
-        used = _host_tensor(used.reshape(-1), log_probs.device, uint8)
+        used = _host_tensor(used.reshape(-1), log_probs.device, bool_)
         labels = where(used, flat, 0)
         blanks = sum(logical_and(used, flat == int(blank)))
         low, high, n_blank = _values_of(amin(labels), amax(labels), blanks)

@@ -75,7 +75,7 @@ from collections import Counter, OrderedDict
 import numpy as np
 
 from . import _C
-from ._dtype import bfloat16, float16, float32, float64, get_dtype, int32, int64, uint8
+from ._dtype import bfloat16, bool_, float16, float32, float64, get_dtype, int32, int64, uint8
 from ._dtype import device as _device
 from .tensor import Size, Tensor
 
@@ -633,12 +633,12 @@ def _unpickle(data, source, *, weights_only, pickle_module, load_args, path):
 _ZIP_MAGIC = b"PK\x03\x04"
 # torch.save before PyTorch 1.6 began with a pickled magic number: PROTO 2, then LONG1 of these 10 bytes.
 _LEGACY_TORCH_MAGIC = b"\x8a\nl\xfc\x9cF\xf9 j\xa8P\x19"
-_SUPPORTED = "float32, float64, float16, bfloat16, int32, int64, uint8 and bool (read as uint8)"
+_SUPPORTED = "float32, float64, float16, bfloat16, int32, int64, uint8 and bool"
 
-# torch.<name>Storage -> the ddpc dtype of its elements (a bool becomes ddpc's uint8 mask, as get_dtype(bool)).
+# torch.<name>Storage -> the ddpc dtype of its elements.
 _TORCH_STORAGES = {"FloatStorage": float32, "DoubleStorage": float64, "HalfStorage": float16,
                    "BFloat16Storage": bfloat16, "IntStorage": int32, "LongStorage": int64, "ByteStorage": uint8,
-                   "BoolStorage": uint8}
+                   "BoolStorage": bool_}
 
 
 class _Storage:
@@ -876,8 +876,8 @@ def load(f, map_location=None, pickle_module=None, *, weights_only=None, mmap=No
     unpickler. ``mmap`` is taken for PyTorch's signature and changes
     nothing: ddpc reads the file and copies each tensor out of it either way.
 
-    From a PyTorch file come ddpc tensors of the same dtypes (bool as
-    uint8), ``ddpc.nn.Parameter`` for Parameters, requires_grad as saved,
+    From a PyTorch file come ddpc tensors of the same dtypes,
+    ``ddpc.nn.Parameter`` for Parameters, requires_grad as saved,
     tuples for ``torch.Size``, and ddpc dtypes and devices. Where ddpc
     differs: tensors that shared a storage in PyTorch (views, tied weights)
     come back as separate contiguous tensors with the same values. Refused

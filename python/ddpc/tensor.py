@@ -16,7 +16,7 @@ import weakref
 import numpy as np
 
 from . import _C, _indexing
-from ._dtype import (asks_for_bool, bfloat16, checked_memory_format, complex64, complex128, complex_of,
+from ._dtype import (bfloat16, bool_, checked_memory_format, complex64, complex128, complex_of,
                      contiguous_format, device, device_of, dtype, float16, float32, float64, get_dtype, int32, int64,
                      numpy_dtype, ordinal, preserve_format, promote, row_major_is, strided, uint8)
 
@@ -150,11 +150,6 @@ class Tensor:
     changes of that tensor. Writes into a copy that can't be written back (an
     expand, or a view of such a copy) raise; ``contiguous()`` or ``clone()``
     gives a tensor of its own.
-
-    ddpc has no bool dtype: comparisons and predicates give uint8 masks of 0
-    and 1. Arithmetic on them stays uint8 where PyTorch's bool promotes or is
-    logical: mask + mask counts (2 where both hold, not True), mask * 300 wraps
-    around; cast first (``mask.long()``, ``mask.float()``) to count or scale.
     """
 
     __array_priority__ = 1000
@@ -325,13 +320,13 @@ class Tensor:
 
     def to(self, *args, non_blocking=False, copy=False, dtype=None, device=None, memory_format=preserve_format):
         """``to(device)``, ``to(dtype)``, ``to(device, dtype)`` or ``to(other_tensor)``;
-        to bool gives the uint8 mask of self != 0 (ddpc has no bool dtype).
+        to bool is self != 0.
         ``memory_format`` lays nothing out differently (see ddpc.memory_format).
         A complex tensor cast to a real dtype keeps its real part, with the
         UserWarning PyTorch gives."""
         checked_memory_format(memory_format, "to")
         device, dtype = parse_to_args(args, device, dtype)
-        if asks_for_bool(dtype):
+        if dtype is not None and get_dtype(dtype) is bool_ and self.dtype.is_complex:  # z != 0
             return (self.detach() != 0).to(device=device, non_blocking=non_blocking)
         out = self
         target_dtype = get_dtype(dtype) if dtype is not None else self.dtype
@@ -366,8 +361,7 @@ class Tensor:
         return self.to(dtype=bfloat16)
 
     def bool(self):
-        """The uint8 mask of self != 0, where PyTorch's gives a bool tensor."""
-        return self.to(dtype=bool)
+        return self.to(dtype=bool_)
 
     def long(self):
         return self.to(dtype=int64)
@@ -601,6 +595,8 @@ class Tensor:
     def _binary(self, other, op, out=None):
         if isinstance(other, numbers.Number):
             rdt = self.dtype
+            if rdt is bool_ and not isinstance(other, (bool, np.bool_)):  # bool with an int number is int64
+                rdt = int64
             if not rdt.is_floating_point and (_is_float_scalar(other) or op in (_DIV, _RDIV)):
                 rdt = float32
             if not rdt.is_floating_point:
@@ -789,8 +785,7 @@ class Tensor:
 
     # ---- comparisons ------------------------------------------------------------------
     def _compare(self, other, op):
-        """Elementwise comparison, as a uint8 tensor of 1 where it holds and 0
-        elsewhere (ddpc has no bool dtype); outside the graph."""
+        """Elementwise comparison, as a bool tensor; outside the graph."""
         if isinstance(other, (np.ndarray, list, tuple)):
             other = tensor(other, device=self.device)
         elif not isinstance(other, (Tensor, numbers.Number)):
@@ -804,12 +799,12 @@ class Tensor:
             other = other.detach()
         elif not (a.dtype.is_floating_point or a.dtype.is_complex) and not _is_float_scalar(other) and \
                 not isinstance(other, complex):
-            lo, hi = (0, 256) if a.dtype is uint8 else _INT_BOUNDS[a.dtype]
+            lo, hi = {uint8: (0, 256), bool_: (0, 2)}.get(a.dtype) or _INT_BOUNDS[a.dtype]
             if not lo <= other < hi:  # a value the dtype can't hold: compare in a wider one
                 a = a.to(dtype=int64 if a.dtype is not int64 else float64)
         with _ag.no_grad():
             res = _ag._binary(a, other, op)
-        return res.to(dtype=uint8)
+        return res if res.dtype is bool_ else res.to(dtype=bool_)
 
     def __eq__(self, o): return self._compare(o, _EQ)
     def __ne__(self, o): return self._compare(o, _NE)
@@ -1162,7 +1157,7 @@ class Tensor:
     def __rmod__(self, other): return _pw.remainder(other, self)
     def __floordiv__(self, other): return _pw.floor_divide(self, other)
     def __rfloordiv__(self, other): return _pw.floor_divide(other, self)
-    def __invert__(self): return _ag.logical_not(self) if self.dtype is uint8 else _pw.bitwise_not(self)
+    def __invert__(self): return _ag.logical_not(self) if self.dtype is bool_ else _pw.bitwise_not(self)
     def __and__(self, other): return _pw.bitwise_and(self, other)
     def __or__(self, other): return _pw.bitwise_or(self, other)
     def __xor__(self, other): return _pw.bitwise_xor(self, other)
@@ -1388,7 +1383,8 @@ class Tensor:
         extras = []
         if self.is_cuda:
             extras.append(f"device='{self.device}'")
-        if self.dtype not in (get_default_dtype(), int64, complex_of(get_default_dtype())):
+        if self.dtype not in (get_default_dtype(), int64, complex_of(get_default_dtype()), bool_) or \
+                not self.numel() and self.dtype is bool_:  # as PyTorch: an empty bool tensor says so
             extras.append(f"dtype={self.dtype!r}")
         if self.grad_fn is not None:
             extras.append(f"grad_fn={self.grad_fn!r}")
@@ -1495,7 +1491,9 @@ def _is_float_scalar(value):
 def _int_scalar(value, dt):
     """value as a Python int for integer dtype dt, refusing what dt can't hold
     (C's conversion of such a value is undefined); uint8 takes values modulo
-    256, as _C.scalar does."""
+    256, as _C.scalar does, and bool any non-zero one as true."""
+    if dt is bool_:
+        return int(value != 0)
     value = int(value)
     if dt is uint8:
         return value % 256
@@ -1638,8 +1636,6 @@ def tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False)
         return out
     if isinstance(data, np.ndarray) or hasattr(data, "__array_interface__"):
         arr = np.asarray(data)
-        if asks_for_bool(dtype):
-            arr = arr.astype(bool)  # nonzero, as PyTorch's cast to bool
         dt = get_dtype(dtype) if dtype is not None else _array_default_dtype(arr)
     else:
         arr = np.asarray(data)
@@ -1647,8 +1643,6 @@ def tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False)
             if all(isinstance(v, numbers.Integral) for v in arr.flat):  # ints too big even for uint64
                 raise OverflowError(f"{type(data).__name__} data holds integers that don't fit in int64")
             raise TypeError(f"can't build a tensor from {type(data).__name__} data of mixed or ragged shape")
-        if asks_for_bool(dtype):
-            arr = arr.astype(bool)  # nonzero, as PyTorch's cast to bool
         if dtype is not None:
             dt = get_dtype(dtype)
             if arr.dtype.kind == "c" and not dt.is_complex:  # as PyTorch (a numpy array only warns, as it does)
@@ -1656,7 +1650,7 @@ def tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False)
         elif arr.dtype.kind == "f":
             dt = get_default_dtype()
         elif arr.dtype.kind == "b":
-            dt = uint8
+            dt = bool_
         elif arr.dtype.kind in "iu":
             dt = int64
         elif arr.dtype.kind == "c":
@@ -1726,12 +1720,10 @@ def ones(*size, dtype=None, device=None, requires_grad=False, pin_memory=False):
 
 def full(size, fill_value, dtype=None, device=None, requires_grad=False):
     """A tensor of ``size`` filled with ``fill_value``: the default dtype for a
-    float, int64 for an int and uint8 for a bool (ddpc's masks, as comparisons give)."""
+    float, int64 for an int and bool for a bool, as PyTorch's."""
     fill_value = _number(fill_value)
-    default = None if _is_float_scalar(fill_value) else uint8 if isinstance(fill_value, bool) else \
+    default = None if _is_float_scalar(fill_value) else bool_ if isinstance(fill_value, (bool, np.bool_)) else \
         complex_of(get_default_dtype()) if isinstance(fill_value, (complex, np.complexfloating)) else int64
-    if asks_for_bool(dtype):
-        fill_value = bool(fill_value)
     return _new(size, dtype, device, default=default).fill_(fill_value)._with_grad(requires_grad)
 
 
@@ -1886,7 +1878,7 @@ def as_tensor(data, dtype=None, device=None):
     if isinstance(data, Tensor):
         return data.to(dtype=dtype or data.dtype, device=device if device is not None else data.device)
     if (isinstance(data, np.ndarray) and data.flags.c_contiguous and (device is None or ordinal(device) < 0)
-            and data.dtype.name in ("float16", "float32", "float64", "int32", "int64", "uint8")
+            and data.dtype.name in ("float16", "float32", "float64", "int32", "int64", "uint8", "bool")
             and (dtype is None or get_dtype(dtype) is get_dtype(data.dtype))):
         return from_numpy(data)
     return tensor(data, dtype=dtype, device=device)
@@ -2148,7 +2140,7 @@ from . import _complex  # noqa: E402  (as autograd)
 
 _TYPE_NAMES = {float32: "FloatTensor", float64: "DoubleTensor", float16: "HalfTensor", bfloat16: "BFloat16Tensor",
                int32: "IntTensor", int64: "LongTensor", uint8: "ByteTensor", complex64: "ComplexFloatTensor",
-               complex128: "ComplexDoubleTensor"}
+               complex128: "ComplexDoubleTensor", bool_: "BoolTensor"}
 
 
 class _LegacyTensorType(type):
@@ -2167,6 +2159,6 @@ class _LegacyTensorType(type):
 def _legacy_tensor_types(cuda=False):
     """name -> class, for the legacy per-type tensor classes on the host (or on a GPU)."""
     kinds = {"FloatTensor": float32, "DoubleTensor": float64, "HalfTensor": float16, "BFloat16Tensor": bfloat16,
-             "LongTensor": int64, "IntTensor": int32, "ByteTensor": uint8, "BoolTensor": bool}
+             "LongTensor": int64, "IntTensor": int32, "ByteTensor": uint8, "BoolTensor": bool_}
     return {name: _LegacyTensorType(name, (), {"dtype": dt, "is_cuda": cuda, "__module__": "ddpc.cuda" if cuda
                                                else "ddpc"}) for name, dt in kinds.items()}

@@ -15,7 +15,7 @@ import numbers
 
 import numpy as np
 
-from ._dtype import bfloat16, complex64, complex128, finfo, float16, float32, float64, uint8
+from ._dtype import bfloat16, bool_, complex64, complex128, finfo, float16, float32, float64, uint8
 from .tensor import Tensor, rand, randint
 
 __all__ = ["assert_close", "make_tensor"]
@@ -167,7 +167,7 @@ def make_tensor(*shape, dtype, device="cpu", low=None, high=None, requires_grad=
                 exclude_zero=False, memory_format=None):
     """A tensor of ``shape`` filled with values drawn uniformly from [low,
     high) by ddpc's generator: floats from [-9, 9) by default, integers from
-    [-9, 10) (uint8, which is also ddpc's bool, from [0, 10)).
+    [-9, 10) (uint8 from [0, 10), bool from [False, True]).
     ``exclude_zero`` replaces zeros with 1 for integers and the dtype's
     ``finfo.tiny`` for floats; ``noncontiguous`` gives the same values as a
     copy taken from every other element of a larger tensor (ddpc's form of a
@@ -184,8 +184,8 @@ def make_tensor(*shape, dtype, device="cpu", low=None, high=None, requires_grad=
         out = (rand(*shape, dtype=float64, device=device) * (hi - lo) + lo).to(dtype=dtype)
         zero_to = finfo(dtype).tiny
     else:
-        lo = (0 if dtype is uint8 else -9) if low is None else int(np.ceil(low))
-        hi = 10 if high is None else int(np.ceil(high))
+        lo = (0 if dtype in (uint8, bool_) else -9) if low is None else int(np.ceil(low))
+        hi = (2 if dtype is bool_ else 10) if high is None else int(np.ceil(high))
         if not lo < hi:
             raise ValueError(f"make_tensor: low must be below high, got {lo} and {hi}")
         out = randint(lo, hi, tuple(shape), device=device).to(dtype=dtype)

@@ -1,10 +1,10 @@
 """Constraints: the regions a parameter or a value must lie in, as
-torch.distributions.constraints. ``check(value)`` gives a uint8 tensor (ddpc's
-boolean) over the value's batch dims: 1 where the event is valid."""
+torch.distributions.constraints. ``check(value)`` gives a bool tensor
+over the value's batch dims: true where the event is valid."""
 
 from .. import autograd as _ag
 from .. import linalg
-from .._dtype import finfo, uint8
+from .._dtype import bool_, finfo
 from ..tensor import full
 
 __all__ = ["Constraint", "boolean", "cat", "corr_cholesky", "dependent", "dependent_property", "greater_than",
@@ -22,7 +22,7 @@ class Constraint:
     event_dim = 0
 
     def check(self, value):
-        """A uint8 tensor of shape value.shape[:value.ndim - event_dim]: 1 where
+        """A bool tensor of shape value.shape[:value.ndim - event_dim]: true where
         the event satisfies the constraint."""
         raise NotImplementedError
 
@@ -109,7 +109,7 @@ class _IndependentConstraint(Constraint):
 
 
 def _all_rightmost(result, ndims):
-    """Whether all entries of the ``ndims`` rightmost dims of a uint8 result are 1."""
+    """Whether all entries of the ``ndims`` rightmost dims of a bool result are true."""
     if ndims == 0:
         return result
     return _ag.all_(result.reshape(result.shape[:result.ndim - ndims] + (-1,)), -1)
@@ -299,7 +299,7 @@ class _Square(Constraint):
     event_dim = 2
 
     def check(self, value):
-        return full(value.shape[:-2], float(value.shape[-2] == value.shape[-1]), dtype=uint8, device=value.device)
+        return full(value.shape[:-2], value.shape[-2] == value.shape[-1], dtype=bool_, device=value.device)
 
 
 class _Symmetric(_Square):
