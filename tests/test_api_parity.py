@@ -106,8 +106,9 @@ def test_hardshrink_method_and_function():
 def test_bitwise_not_on_integers():
     assert ddpc.bitwise_not(ddpc.tensor([0, 5, -3])).tolist() == [-1, -6, 2]
     assert ddpc.bitwise_not(ddpc.tensor([0, 200], dtype=ddpc.uint8)).tolist() == [255, 55]
-    # ~ on uint8 is the masks' logical not (ddpc's comparisons give uint8, PyTorch's bool)
-    assert (~ddpc.tensor([0, 200], dtype=ddpc.uint8)).tolist() == [1, 0]
+    # ~ is bitwise on uint8 and logical on bool, as in PyTorch
+    assert (~ddpc.tensor([0, 200], dtype=ddpc.uint8)).tolist() == [255, 55]
+    assert (~ddpc.tensor([True, False])).tolist() == [False, True]
     with pytest.raises(TypeError, match="integer"):
         ddpc.bitwise_not(ddpc.tensor([1.0]))
 

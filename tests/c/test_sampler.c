@@ -182,7 +182,7 @@ static void test_npy_headers_(void) {
     } bad[] = {
         {"{'descr': '<f4', 'fortran_order': True, 'shape': (3,), }", "Fortran-order"},
         {"{'descr': '>i4', 'fortran_order': False, 'shape': (3,), }", "dtype '>i4' is not supported"},
-        {"{'descr': '|b1', 'fortran_order': False, 'shape': (3,), }", "dtype '|b1' is not supported"},
+        {"{'descr': '<i2', 'fortran_order': False, 'shape': (3,), }", "dtype '<i2' is not supported"},
         {"{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (3,), }", "structured dtypes"},
         {"{'descr': '<f4', 'fortran_order': False, 'shape': (3, x), }", "malformed"},
         {"{'descr': '<f4', 'shape': (3,), }", "missing"},
