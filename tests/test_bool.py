@@ -147,6 +147,47 @@ def test_reductions():
     assert b.count_nonzero().item() == 3
 
 
+def test_scans_products_and_sorts():
+    b = ddpc.tensor([[True, False, True], [False, True, True]])
+    assert b.cumsum(1).dtype is ddpc.int64 and b.cumsum(1).tolist() == [[1, 1, 2], [0, 1, 2]]
+    assert b.cumprod(1).dtype is ddpc.int64 and b.cumprod(1).tolist() == [[1, 0, 0], [0, 0, 0]]
+    assert b.prod().dtype is ddpc.int64 and b.prod().item() == 0 and b[:, 2].prod().item() == 1
+    values, indices = b.sort(1)
+    assert values.dtype is ddpc.bool and values.tolist() == [[False, True, True]] * 2
+    assert indices.tolist() == [[1, 0, 2], [0, 1, 2]]
+    assert b.sort(1, descending=True).values.tolist() == [[True, True, False]] * 2
+    assert b.argsort(0).tolist() == [[1, 0, 0], [0, 1, 1]]
+    top = b.topk(1, 1)
+    assert top.values.dtype is ddpc.bool and top.values.tolist() == [[True], [True]]
+    assert top.indices.tolist() == [[0], [1]]
+    assert ddpc.msort(b).tolist() == [[False, False, True], [True, True, True]]
+    assert ddpc.unique(b).dtype is ddpc.bool and ddpc.unique(b).tolist() == [False, True]
+    kth = b.kthvalue(1, 1)
+    assert kth.values.dtype is ddpc.bool and kth.values.tolist() == [False, False]
+    assert kth.indices.tolist() == [1, 0]
+    assert b.kthvalue(3, 1).values.tolist() == [True, True]
+
+
+def test_layout_ops_keep_bool():
+    b = ddpc.tensor([[True, False, True], [False, True, True]])
+    for out in (b.flip(0), b.roll(1, 1), b.tril(), b.triu(1), ddpc.diag(b), ddpc.diag(b[0]), b.clone(),
+                b.t().contiguous(), ddpc.cat([b, b]), ddpc.stack([b, b]), b.repeat(2, 1), b[:1].expand(3, 3)):
+        assert out.dtype is ddpc.bool
+    assert b.flip(0).tolist() == [[False, True, True], [True, False, True]]
+    assert b.roll(1, 1).tolist() == [[True, True, False], [True, False, True]]
+    assert b.tril().tolist() == [[True, False, False], [False, True, False]]
+    assert b.triu(1).tolist() == [[False, False, True], [False, False, True]]
+    assert ddpc.diag(b).tolist() == [True, True]
+    assert ddpc.diag(b[0]).tolist() == [[True, False, False], [False, False, False], [False, False, True]]
+    assert b.repeat(1, 2).tolist()[1] == [False, True, True, False, True, True]
+    assert b[1:].expand(2, 3).tolist() == [[False, True, True]] * 2
+
+
+def test_mean_refuses_bool():
+    with pytest.raises(RuntimeError, match="Input dtype must be either a floating point or complex dtype. Got: Bool"):
+        ddpc.tensor([True, False]).mean()
+
+
 def test_masks_index_and_select():
     x = ddpc.arange(6.0).reshape(2, 3)
     mask = x > 2

@@ -73,6 +73,24 @@ _OPS = {
     "isposinf": lambda m, x, y: m.isposinf(x),
     "isreal": lambda m, x, y: m.isreal(x),
     "count_nonzero": lambda m, x, y: m.count_nonzero(x > 0),
+    "cumsum": lambda m, x, y: (x > 0).cumsum(0),
+    "cumprod": lambda m, x, y: (y >= 0).reshape(2, 3).cumprod(1),
+    "prod": lambda m, x, y: (y >= 0).prod(),
+    "prod_dim": lambda m, x, y: (y >= 0).reshape(2, 3).prod(1),
+    "sort": lambda m, x, y: (x > 0).reshape(2, 3).sort(dim=1, stable=True).values,
+    "sort_indices": lambda m, x, y: (x > 0).sort(descending=True, stable=True).indices,
+    "argsort": lambda m, x, y: (x > 0).argsort(stable=True),
+    "msort": lambda m, x, y: m.msort((x > 0).reshape(3, 2)),
+    "unique": lambda m, x, y: m.unique(x > 0),
+    "flip": lambda m, x, y: (x > 0).flip(0),
+    "roll": lambda m, x, y: (x > 0).roll(2),
+    "tril": lambda m, x, y: (x > 0).reshape(2, 3).tril(),
+    "triu": lambda m, x, y: (x > 0).reshape(2, 3).triu(),
+    "diag": lambda m, x, y: m.diag((x > 0).reshape(2, 3)),
+    "diag_1d": lambda m, x, y: m.diag(x > 0),
+    "clone": lambda m, x, y: (x > 0).clone(),
+    "repeat": lambda m, x, y: (x > 0).repeat(2),
+    "expand": lambda m, x, y: (x > 0)[:1].expand(3).contiguous(),
 }
 
 _DTYPES = {torch.bool: ddpc.bool, torch.float32: ddpc.float32, torch.float16: ddpc.float16,
@@ -103,6 +121,26 @@ def test_errors_match_pytorch(expr):
     with pytest.raises(RuntimeError) as got:
         eval(expr, {"a": ddpc.tensor([True]), "b": ddpc.tensor([False])})
     assert str(got.value) == str(want.value)
+
+
+def test_mean_error_matches_pytorch():
+    with pytest.raises(RuntimeError) as want:
+        torch.tensor([True]).mean()
+    with pytest.raises(RuntimeError) as got:
+        ddpc.tensor([True]).mean()
+    assert str(got.value) == str(want.value)
+
+
+def test_topk_and_kthvalue_take_bool_where_pytorch_refuses():
+    b = [True, False, True, False]
+    for f in (lambda m, t: t.topk(2), lambda m, t: t.kthvalue(2)):
+        with pytest.raises(NotImplementedError):
+            f(torch, torch.tensor(b))
+        want = f(torch, torch.tensor(b, dtype=torch.uint8))
+        got = f(ddpc, ddpc.tensor(b))
+        assert got.values.dtype is ddpc.bool
+        np.testing.assert_array_equal(got.values.numpy(), want.values.numpy().astype(bool))
+        np.testing.assert_array_equal(got.indices.numpy(), want.indices.numpy())
 
 
 def test_promotion_matches_pytorch():

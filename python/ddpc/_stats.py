@@ -167,6 +167,8 @@ def _sorted_positions(a, d, pos):
         if a.is_cuda or pos.shape[d] > _SELECTS_PER_SORT:
             return _ag.gather(_ag._sort(a, d, False)[1], d, pos)
         x = a.detach().contiguous()
+        if x.dtype.name == "bool":  # no bool loop in the C select: select the same bytes as uint8
+            x = _ag._retyped(x, "uint8")
         columns = []
         for j in range(pos.shape[d]):
             at = pos.narrow(d, j, 1).contiguous()
@@ -224,7 +226,8 @@ def nanmedian(input, dim=None, keepdim=False):
 
 def kthvalue(input, k, dim=-1, keepdim=False):
     """(values, indices): the k-th smallest element along ``dim`` (k from 1; NaN
-    counts as the largest value, ties in index order)."""
+    counts as the largest value, ties in index order). Bool tensors are taken
+    too (False below True), which PyTorch refuses."""
     a, d = _line(input, dim, "kthvalue")
     n = a.shape[d]
     if not isinstance(k, numbers.Integral) or not 1 <= k <= n:

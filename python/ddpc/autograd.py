@@ -2362,7 +2362,10 @@ def mean(input, dim=None, keepdim=False, *, dtype=None):
     if input.dtype.is_complex:
         return _complex.mean(input, dim, keepdim)
     if not input.dtype.is_floating_point:
-        raise TypeError(f"mean() needs a floating dtype, got {input.dtype}; cast with .float() first")
+        from .tensor import _TYPE_NAMES
+
+        raise RuntimeError(f"mean(): could not infer output dtype. Input dtype must be either a floating point or "
+                           f"complex dtype. Got: {_TYPE_NAMES[input.dtype][:-len('Tensor')]}")
     if input.dtype in _HALVES:  # a 16-bit sum of many elements would overflow before the division
         return mean(input.float(), dim, keepdim).to(dtype=input.dtype)
     n = math.prod(input.shape[d] for d in _reduction_dims(input, dim))
@@ -3271,9 +3274,17 @@ SortResult = collections.namedtuple("SortResult", "values indices")
 SortResult.__doc__ = "What sort and topk return, as torch.return_types.sort: (values, indices)."
 
 
+def _retyped(x, dtype_name):
+    """The contiguous tensor x's memory read as another dtype of its item size (bool as uint8 and back)."""
+    return Tensor(x._buf.view(0, tuple(x.shape), dtype_name))
+
+
 def _sort(a, d, descending):
     """(values, indices) of a sorted stably along dim d by the _C sort op, outside the graph."""
     x = a.detach().contiguous()
+    if x.dtype.name == "bool":  # the C sort has no bool loop; as uint8 False (0) sorts before True (1) alike
+        values, indices = _sort(_retyped(x, "uint8"), d, descending)
+        return _retyped(values, "bool"), indices
     values, indices = _empty(x.shape, x), _empty(x.shape, x, int64)
     _C.sort_dim(indices._buf, values._buf, x._buf, d, bool(descending))
     return values, indices
@@ -3304,7 +3315,8 @@ def msort(input):
 
 def topk(input, k, dim=-1, largest=True, sorted=True):
     """The ``k`` largest (smallest) elements along ``dim`` and their indices, in
-    sorted order, ties in index order (``sorted=False`` gives the same)."""
+    sorted order, ties in index order (``sorted=False`` gives the same). Bool
+    tensors are taken too (True the larger), which PyTorch refuses."""
     d = _dim(input, dim)
     n = input.shape[d] if input.ndim else 1
     if not 0 <= k <= n:
