@@ -60,10 +60,18 @@ _OPS = [
     ("expand", lambda z: z[:1].expand(3, 3), np.broadcast_to(_Z[:1], (3, 3))),
     ("eq", lambda z: z == z, np.ones((2, 3), np.uint8)),
     ("ne", lambda z: z != z.conj(), (_Z != _Z.conj()).astype(np.uint8)),
-    ("tanh", lambda z: z.tanh(), None),
+    ("tanh", lambda z: z.tanh(), np.tanh(_Z)),
     ("relu", lambda z: ddpc.relu(z), None),
     ("sigmoid", lambda z: z.sigmoid(), None),
-    ("sin", lambda z: z.sin(), None),
+    ("sin", lambda z: z.sin(), np.sin(_Z)),
+    ("cos", lambda z: ddpc.cos(z), np.cos(_Z)),
+    ("square", lambda z: z.square(), _Z * _Z),
+    ("roll", lambda z: z.roll(1, 1), np.roll(_Z, 1, 1)),
+    ("index_select", lambda z: z.index_select(1, ddpc.tensor([2, 0])), _Z[:, [2, 0]]),
+    ("gather", lambda z: z.gather(1, ddpc.tensor([[2, 2], [0, 1]])),
+     np.take_along_axis(_Z, np.array([[2, 2], [0, 1]]), 1)),
+    ("masked_fill", lambda z: z.masked_fill(ddpc.tensor([True, False, True]), 2j),
+     np.where([True, False, True], np.complex64(2j), _Z)),
     ("max", lambda z: z.max(), None),
     ("min", lambda z: z.min(), None),
     ("argmax", lambda z: z.argmax(), None),
@@ -71,14 +79,21 @@ _OPS = [
     ("maximum", lambda z: ddpc.maximum(z, z), None),
     ("sort", lambda z: z.sort(), None),
     ("cumsum", lambda z: z.cumsum(-1), np.cumsum(_Z, -1)),
-    ("prod", lambda z: z.prod(), None),
+    ("prod", lambda z: z.prod(), _Z.prod()),
+    ("prod_dim", lambda z: z.prod(1, keepdim=True), _Z.prod(1, keepdims=True)),
     ("softmax", lambda z: z.softmax(0), None),
     ("floor", lambda z: z.floor(), None),
     ("clamp", lambda z: z.clamp(0, 1), None),
-    ("where", lambda z: ddpc.where(ddpc.tensor([[1, 0, 1], [0, 1, 0]]).bool(), z, z), None),
-    ("linear", lambda z: ddpc.nn.functional.linear(z, z), None),
+    ("where", lambda z: ddpc.where(ddpc.tensor([[1, 0, 1], [0, 1, 0]]).bool(), z, z.conj()),
+     np.where([[1, 0, 1], [0, 1, 0]], _Z, _Z.conj())),
+    ("where_number", lambda z: ddpc.where(ddpc.tensor([True, False, False]), 1.5, z), np.where([1, 0, 0], 1.5, _Z)),
+    ("linear", lambda z: ddpc.nn.functional.linear(z, z), _Z @ _Z.T),
+    ("linear_bias", lambda z: ddpc.nn.functional.linear(z, z, z[0, :2]), _Z @ _Z.T + _Z[0, :2]),
+    ("linear_real_input", lambda z: ddpc.nn.functional.linear(z.real, z), None),
     ("var", lambda z: z.var(), None),
-    ("norm", lambda z: z.norm(), None),
+    ("norm", lambda z: z.norm(), np.linalg.norm(_Z)),
+    ("vector_norm", lambda z: ddpc.linalg.vector_norm(z, 1, dim=1), np.abs(_Z).sum(1)),
+    ("norm_nuc", lambda z: z.norm("nuc"), None),
     ("topk", lambda z: z.reshape(-1).topk(2), None),
 ]
 
@@ -372,6 +387,19 @@ def test_reductions_and_products():
     close(ddpc.mm(z[0], ddpc.tensor(b[0].real)), a[0] @ b[0].real, rtol=1e-12)
 
 
+def test_tanh_stays_finite_far_from_the_imaginary_axis():
+    z = ddpc.tensor([60 + 1j, -60 - 2j, 400 + 0.5j], dtype=ddpc.complex128)
+    close(z.tanh(), np.tanh(z.numpy()), rtol=1e-12, atol=1e-12)
+
+
+def test_clip_grad_norm_uses_magnitudes_of_complex_gradients():
+    p = ddpc.nn.Parameter(ddpc.zeros(2, dtype=ddpc.complex64))
+    p.grad = ddpc.tensor([3 + 4j, 12j])
+    total = ddpc.nn.utils.clip_grad_norm_([p], 6.5)
+    assert total.dtype is ddpc.float32 and abs(total.item() - 13.0) < 1e-5
+    close(p.grad, np.array([3 + 4j, 12j]) * 6.5 / (13.0 + 1e-6))
+
+
 def test_isclose_allclose_equal():
     a = ddpc.tensor([1 + 1j, 2 + 0j])
     b = ddpc.tensor([1 + 1.000001j, 2 + 0.1j])
@@ -410,6 +438,11 @@ _LOSSES = {
     "polar_complex": lambda z, w: (ddpc.polar(z.abs(), w.angle()) * ddpc.complex(w.real, z.imag)).real.sum(),
     "view_as": lambda z, w: (ddpc.view_as_complex(ddpc.view_as_real(z) * 2) * w).imag.sum(),
     "real_mix": lambda z, w: (z * w.abs() + w.real).abs().sum(),
+    "sin_cos_tanh": lambda z, w: (z.sin() * w.cos() + (z * w).tanh()).abs().sum(),
+    "prod_square": lambda z, w: (z.prod(1) * w.square().prod() + z.prod(0).sum()).real.sum(),
+    "where_gather": lambda z, w: (ddpc.where(ddpc.tensor([True, False, True]), z, w) *
+                                  z.gather(1, ddpc.tensor([[2, 0, 0], [1, 1, 2]]))).imag.sum(),
+    "linear_norm": lambda z, w: ddpc.nn.functional.linear(z, w, w[0, :2]).abs().sum() + ddpc.linalg.vector_norm(z),
 }
 
 

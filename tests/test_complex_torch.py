@@ -76,6 +76,19 @@ _CASES = {
     "matmul": lambda L, a, b: a @ b.transpose(0, 1),
     "mixed_real": lambda L, a, b: a * b.real + b.abs(),
     "polar": lambda L, a, b: L.polar(a.abs(), b.real),
+    "sin_cos": lambda L, a, b: L.sin(a) * b.cos(),
+    "tanh": lambda L, a, b: L.tanh(a) + b.tanh(),
+    "square": lambda L, a, b: a.square() * b,
+    "prod": lambda L, a, b: a.prod(1, keepdim=True) * b + b.prod(),
+    "prod_with_zero": lambda L, a, b: L.where(a.real > 0.5, 0j, a).prod(0) * b,
+    "where": lambda L, a, b: L.where(a.real > 0, a, b) + L.where(b.real < 0, 0.5, a),
+    "masked_fill": lambda L, a, b: a.masked_fill(b.imag > 0, 1 - 2j) * b,
+    "gather_index": lambda L, a, b: a.gather(1, L.tensor([[3, 0, 0, 1]] * 3)) * b[L.tensor([2, 0, 1])],
+    "index_select": lambda L, a, b: a.index_select(1, L.tensor([1, 1, 3, 0])) + b[:, L.tensor([0, 2, 1, 3])],
+    "flip_roll": lambda L, a, b: a.flip(0) * b.roll(1, 1),
+    "linear": lambda L, a, b: L.nn.functional.linear(a, b, b[0, :3]),
+    "vector_norm": lambda L, a, b: a * L.linalg.vector_norm(b, dim=1, keepdim=True) + L.linalg.norm(a) +
+    a.norm(p=1, dim=0),
 }
 
 
@@ -116,6 +129,23 @@ def test_optimizers_with_complex_parameters_match_pytorch(name, kwargs):
         got[L.__name__] = w.detach().numpy()
     assert np.abs(got["ddpc"] - w0).max() > 1e-3  # the parameters moved
     np.testing.assert_allclose(got["ddpc"], got["torch"], rtol=1e-5, atol=1e-6)
+
+
+def test_clip_grad_norm_of_complex_gradients_matches_pytorch():
+    rng = np.random.default_rng(3)
+    grads = [(rng.standard_normal(s) + 1j * rng.standard_normal(s)).astype(np.complex64) for s in ((3, 2), (4,))]
+    got = {}
+    for L in (torch, ddpc):
+        params = [L.zeros(g.shape, dtype=L.complex64, requires_grad=True) for g in grads]
+        for p, g in zip(params, grads):
+            p.grad = L.tensor(g)
+        total = L.nn.utils.clip_grad_norm_(params, 1.0)
+        got[L.__name__] = (total.item(), [p.grad.numpy() for p in params])
+    want = np.sqrt(sum((np.abs(g) ** 2).sum() for g in grads))
+    np.testing.assert_allclose(got["ddpc"][0], want, rtol=1e-6)
+    np.testing.assert_allclose(got["ddpc"][0], got["torch"][0], rtol=1e-6)
+    for d, t in zip(got["ddpc"][1], got["torch"][1]):
+        np.testing.assert_allclose(d, t, rtol=1e-5, atol=1e-7)
 
 
 def test_promotion_and_printing_match_pytorch():

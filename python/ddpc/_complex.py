@@ -5,7 +5,8 @@ csrc/ops_complex.c with its backward passes.
 Gradients follow PyTorch's convention: the gradient of a real loss L with
 respect to z is dL/dRe(z) + i dL/dIm(z), so that for y = a * b the gradient
 of a is grad_y * conj(b). Everything else on complex tensors (sums, means,
-matrix products, indexing, stacking, ``complex``, ``polar``) is composed of
+products, matrix products, indexing, gather, where, stacking, ``complex``,
+``polar``) is composed of
 the real ops on ``view_as_real`` pairs, whose backward passes then give
 gradients in that convention too.
 """
@@ -294,9 +295,40 @@ def real_unary(x, op):
     """autograd.py's unary op code ``op`` on a complex x: its complex form, or a TypeError."""
     names = _ag._UnaryBackward._NAMES
     name = names[op][:-len("Backward")].lower() if op < len(names) else "this function"
+    composed = {"sin": sin, "cos": cos, "tanh": tanh}
+    if name in composed:
+        return composed[name](x)
     if name not in _FROM_REAL_UNARY:
         raise TypeError(f"{name} does not support {x.dtype}")
     return unary(x, _FROM_REAL_UNARY[name])
+
+
+# sin, cos and tanh are composed of exp, so their gradients come from exp's and the arithmetic's
+# backward passes. Where |z| is tiny, sin(z) and tanh(z) carry an absolute error of about eps (the
+# difference of two numbers near 1) where PyTorch's are accurate relative to |z|.
+
+def _exp_times(x, s):
+    """exp(s x) for a complex number s."""
+    return unary(binary(x, s, _MUL), _EXP)
+
+
+def sin(x):
+    """(e^{ix} - e^{-ix}) / 2i."""
+    return binary(binary(_exp_times(x, 1j), _exp_times(x, -1j), _SUB), 2j, _DIV)
+
+
+def cos(x):
+    """(e^{ix} + e^{-ix}) / 2."""
+    return binary(binary(_exp_times(x, 1j), _exp_times(x, -1j), _ADD), 2.0, _DIV)
+
+
+def tanh(x):
+    """s (1 - u) / (1 + u) with u = e^{-2 s x} and s the sign of Re(x) (1 at 0): |u| <= 1, so nothing
+    overflows where Re(x) is large."""
+    with _ag.no_grad():
+        s = _ag.where(real(x) >= 0, 1.0, -1.0).to(dtype=real_of(x.dtype))
+    u = unary(binary(x, _ag.mul(s, -2.0), _MUL), _EXP)
+    return binary(binary(binary(u, 1.0, _RSUB), binary(u, 1.0, _ADD), _DIV), s, _MUL)
 
 
 def neg(x):
@@ -371,6 +403,41 @@ def sum(x, dim=None, keepdim=False):
 def mean(x, dim=None, keepdim=False):
     """The mean of a complex tensor, part by part."""
     return _part_by_part(_ag.mean, x, dim, keepdim)
+
+
+def prod(x, dim=None, keepdim=False):
+    """The product of a complex tensor over ``dim`` (every element when None):
+    the first half of the line times the second, repeated, so log2(n) complex
+    products whose backward passes give the gradient (zeros included)."""
+    if dim is None:
+        out = prod(x.reshape(-1), 0)
+        return out.reshape((1,) * x.ndim if keepdim else ())
+    (d,) = _pair_dims(x, dim)
+    if x.ndim == 0:
+        return view_as_complex(_ag.clone(view_as_real(x)))
+    if x.shape[d] == 0:
+        from .tensor import ones
+
+        out = ones(x.shape[:d] + (1,) + x.shape[d + 1:], dtype=x.dtype, device=x.device)
+        return out if keepdim else out.squeeze(d)
+    while x.shape[d] > 1:
+        n, half = x.shape[d], x.shape[d] // 2
+        head = binary(x.narrow(d, 0, half), x.narrow(d, half, half), _MUL)
+        x = head if n % 2 == 0 else _ag.cat([head, x.narrow(d, n - 1, 1)], d)
+    return x if keepdim else x.squeeze(d)
+
+
+def where(mask, a, b):
+    """a where mask holds, else b, for complex a and b of one dtype: both parts selected alike."""
+    pairs = _ag.where(mask.reshape(tuple(mask.shape) + (1,)), view_as_real(a), view_as_real(b))
+    return view_as_complex(pairs.contiguous())
+
+
+def gather(x, dim, index):
+    """gather of a complex x: both parts of each element gathered alike."""
+    (d,) = _pair_dims(x, dim)
+    pairs_index = index.reshape(tuple(index.shape) + (1,)).expand(tuple(index.shape) + (2,)).contiguous()
+    return view_as_complex(_ag.gather(view_as_real(x), d, pairs_index).contiguous())
 
 
 def cumsum(x, dim):

@@ -1451,6 +1451,8 @@ _INTEGER_UNARY = (_ABS, _SQUARE, _SIGN, _FLOOR, _CEIL, _TRUNC, _ROUND)
 
 
 def _math(x, op, p=0.0, q=0.0):
+    if op == _SQUARE and isinstance(x, Tensor) and x.dtype.is_complex:
+        return mul(x, x)
     if not (isinstance(x, Tensor) and not x.dtype.is_floating_point and not x.dtype.is_complex and
             op in _INTEGER_UNARY):
         return _unary(x, op, p, q)
@@ -1896,6 +1898,8 @@ def where(condition, input=None, other=None):
         raise ValueError(f"where: tensors are on different devices ({condition.device}, {input.device}, "
                          f"{other.device})")
     dt = result_type(input, other)
+    if dt.is_complex:
+        return _complex.where(mask, input.to(dtype=dt), other.to(dtype=dt))
     a = input.detach() if input.dtype is dt else input.detach().to(dtype=dt)
     b = other.detach() if other.dtype is dt else other.detach().to(dtype=dt)
     out = _select_where(mask, a, b)
@@ -2163,6 +2167,9 @@ def linear(input, weight, bias=None):
         raise TypeError(f"linear: input is {input.dtype} but the weight is {weight.dtype}")
     if input._buf.device != weight._buf.device or (bias is not None and bias._buf.device != weight._buf.device):
         raise ValueError(f"linear: input on {input.device}, weight on {weight.device}")
+    if input.dtype.is_complex:  # x @ weight.T from real products (no conjugate, as PyTorch's)
+        out = _complex.matmul(input, transpose(weight, 0, 1))
+        return out if bias is None else add(out, bias)
     if input.dtype in _HALVES:
         return linear(input.float(), weight.float(), None if bias is None else bias.float()).to(dtype=input.dtype)
     x2 = input.detach().reshape(math.prod(input.shape[:-1]), weight.shape[1])  # not -1: in_features may be 0
@@ -2545,6 +2552,8 @@ def prod(input, dim=None, keepdim=False, dtype=None):
     to their own type)."""
     if dim is not None and not isinstance(dim, numbers.Integral):
         raise TypeError(f"prod(): argument 'dim' must be int, not {type(dim).__name__}")
+    if input.dtype.is_complex:
+        return _complex.prod(input if dtype is None else input.to(dtype=dtype), dim, keepdim)
     dt = _fold_dtype(input, dtype)
     if dt in _HALVES:
         return prod(input.to(dtype=float32), dim, keepdim).to(dtype=dt)
@@ -2805,6 +2814,8 @@ def norm(input, p="fro", dim=None, keepdim=False, dtype=None):
     the nuclear norm (p 'nuc') of a 2-d input, or over two dims."""
     if dtype is not None:
         input = input.to(dtype=dtype)
+    if input.dtype.is_complex and p != "nuc":  # the norm of |z|, a real tensor, as PyTorch's
+        input = abs(input)
     if not input.dtype.is_floating_point:
         raise TypeError(f"norm() needs a floating dtype, got {input.dtype}")
     if input.dtype.name in ("float16", "bfloat16"):  # powers summed in float32, as PyTorch's (|x| > 256 overflows)
@@ -3050,6 +3061,8 @@ def gather(input, dim, index):
     d, index = _index_args(input, dim, index, "gather")
     if input.ndim == 0:
         return reshape(gather(reshape(input, (1,)), 0, index.reshape(-1)), index.shape)
+    if input.dtype.is_complex:
+        return _complex.gather(input, d, index)
     out = _empty(index.shape, input)
     _C.gather_dim(out._buf, input.detach().contiguous()._buf, index._buf, d)
     if _needs_grad(input) and input.dtype.is_floating_point:

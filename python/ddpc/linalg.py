@@ -1007,8 +1007,13 @@ def _float_norm_input(x, dtype, what):
 def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
     """The vector ord-norm of x over ``dim`` (every element when None): ord any
     real number, inf or -inf (max or min |x|), 0 (the number of non-zero
-    elements). The 2-norm's gradient is 0 where the norm is 0, as in PyTorch."""
-    x = _float_norm_input(x, dtype, "vector_norm")
+    elements). The 2-norm's gradient is 0 where the norm is 0, as in PyTorch.
+    A complex x gives the real norm of its magnitudes |x|."""
+    if dtype is not None:
+        x = x.to(dtype=dtype)
+    if x.dtype.is_complex:
+        x = _ag.abs(x)
+    x = _float_norm_input(x, None, "vector_norm")
     if isinstance(ord, str) or not isinstance(ord, numbers.Real):
         raise ValueError(f"linalg.vector_norm: ord must be a real number, got {ord!r}")
     if x.dtype.name in ("float16", "bfloat16"):  # powers summed in float32, as PyTorch's

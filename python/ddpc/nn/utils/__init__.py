@@ -36,8 +36,8 @@ def get_total_norm(tensors, norm_type=2.0, error_if_nonfinite=False, foreach=Non
         return tensor(0.0, dtype=float32)
     device = tensors[0].device
     with autograd.no_grad():
-        norms = [autograd.norm(t if t.dtype in (float32, float64) else t.to(dtype=float32), norm_type)
-                 .to(device=device, dtype=float64).reshape(1) for t in tensors]
+        norms = [autograd.norm(t if t.dtype in (float32, float64) or t.dtype.is_complex else t.to(dtype=float32),
+                               norm_type).to(device=device, dtype=float64).reshape(1) for t in tensors]
         total = autograd.norm(autograd.cat(norms), norm_type).to(dtype=float32)
     if error_if_nonfinite and not math.isfinite(total.item()):
         raise RuntimeError(f"the total norm of order {norm_type} of the gradients is {total.item()}: not finite "
