@@ -940,26 +940,33 @@ def optim_state_worker(rank, world, strategy, use_orig_params, form="names"):
     return out
 
 
-@pytest.mark.parametrize("use_orig_params", [False, True])
-@pytest.mark.parametrize("strategy", ["FULL_SHARD", "NO_SHARD"])
-def test_optim_state_dict_is_the_unwrapped_optimizers_and_resumes(strategy, use_orig_params):
+def single_adam(world):
+    """One process's Adam over the combined batches, 3 steps: the final
+    parameters and the optimizer's state dict after step 2, keyed by IDs."""
     from ddpc import nn
 
-    world = 2
     X, y = data(world * 4 * 3)
     m = model()
     opt = optimizer("adam", m.parameters())
-    names = [n for n, _ in m.named_parameters()]
-    expected = {}
     for s in range(3):
         big = slice(s * world * 4, (s + 1) * world * 4)
         opt.zero_grad()
         nn.CrossEntropyLoss()(m(ddpc.from_numpy(X[big])), ddpc.from_numpy(y[big])).backward()
         opt.step()
         if s == 1:
-            expected = {names[i]: {k: as_numpy(v) for k, v in st.items()}
-                        for i, st in opt.state_dict()["state"].items()}
-    ref = numpy_state(m.state_dict())
+            packed = opt.state_dict()
+            osd = {"state": {i: {k: as_numpy(v) for k, v in st.items()} for i, st in packed["state"].items()},
+                   "ids": packed["param_groups"][0]["params"], "names": [n for n, _ in m.named_parameters()]}
+    return numpy_state(m.state_dict()), osd
+
+
+@pytest.mark.parametrize("use_orig_params", [False, True])
+@pytest.mark.parametrize("strategy", ["FULL_SHARD", "NO_SHARD"])
+def test_optim_state_dict_is_the_unwrapped_optimizers_and_resumes(strategy, use_orig_params):
+    world = 2
+    ref, osd = single_adam(world)
+    names = osd["names"]
+    expected = {names[i]: st for i, st in osd["state"].items()}
     for r in ddpc.spawn(optim_state_worker, args=(world, strategy, use_orig_params), nprocs=world):
         assert sorted(r["names"]) == sorted(names)
         assert r["osd"].keys() == expected.keys()
@@ -972,21 +979,9 @@ def test_optim_state_dict_is_the_unwrapped_optimizers_and_resumes(strategy, use_
 
 @pytest.mark.parametrize("use_orig_params", [False, True])
 def test_full_optim_state_dict_is_keyed_by_ids_on_rank_0_and_scatters_back(use_orig_params):
-    from ddpc import nn
-
     world = 2
-    X, y = data(world * 4 * 3)
-    m = model()
-    opt = optimizer("adam", m.parameters())
-    for s in range(3):
-        big = slice(s * world * 4, (s + 1) * world * 4)
-        opt.zero_grad()
-        nn.CrossEntropyLoss()(m(ddpc.from_numpy(X[big])), ddpc.from_numpy(y[big])).backward()
-        opt.step()
-        if s == 1:  # the unwrapped optimizer's own state dict, keyed by IDs
-            expected = {i: {k: as_numpy(v) for k, v in st.items()} for i, st in opt.state_dict()["state"].items()}
-            expected_ids = opt.state_dict()["param_groups"][0]["params"]
-    ref = numpy_state(m.state_dict())
+    ref, osd = single_adam(world)  # the unwrapped optimizer's own state dict, keyed by IDs
+    expected, expected_ids = osd["state"], osd["ids"]
     results = ddpc.spawn(optim_state_worker, args=(world, "FULL_SHARD", use_orig_params, "ids"), nprocs=world)
     assert results[1]["osd"] == {}  # rank0_only
     assert results[0]["names"] == expected_ids and results[0]["osd"].keys() == expected.keys()
