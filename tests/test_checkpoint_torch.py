@@ -22,7 +22,7 @@ def _same(got, want, where):
     if isinstance(want, torch.Tensor):
         assert isinstance(got, ddpc.nn.Parameter) == isinstance(want, torch.nn.Parameter), where
         assert got.requires_grad == want.requires_grad and tuple(got.shape) == tuple(want.shape), where
-        names = {torch.bool: "uint8", torch.bfloat16: "bfloat16"}
+        names = {torch.bfloat16: "bfloat16"}
         assert got.dtype.name == names.get(want.dtype, str(want.dtype).rsplit(".", 1)[-1]), (where, got.dtype)
         np.testing.assert_array_equal(np.asarray(got.detach().float()),
                                       want.detach().float().resolve_neg().numpy(), where)
