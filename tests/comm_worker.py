@@ -653,6 +653,54 @@ def scenario_shared():
     dist.barrier()
 
 
+def scenario_signals():
+    """SharedBuffer.peer/signal and ProcessGroup.await_value: each rank writes
+    into its part and signals, then reads every part once it sees its owner's
+    signal, and writes into the next rank's part; a counter nobody signals
+    times out naming the wait; bad peers and offsets are refused."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    g = dist.new_group(list(range(world)), timeout=2)
+    mem = dist.shared_buffer(4096, group=g)
+    c = g._c
+    assert mem.ranks == world and c.local_rank == rank, "one part per rank of the host"
+    parts = [mem.peer(j) for j in range(world)]
+    for it in (1, 2, 3):
+        np.frombuffer(mem, np.int64, 100, 64)[:] = rank * 1000 + it
+        mem.signal(0, it)
+        for j in range(world):
+            c.await_value(parts[j], 0, it, "a test's wait")
+            check(np.frombuffer(parts[j], np.int64, 100, 64), np.full(100, j * 1000 + it), f"part {j} at {it}")
+        # into the next rank's part, at the offset only this rank writes
+        nxt = (rank + 1) % world
+        np.frombuffer(parts[nxt], np.int64, 10, 1024)[:] = it * 10 + rank
+        parts[nxt].signal(8, it)
+        c.await_value(mem, 8, it)
+        check(np.frombuffer(mem, np.int64, 10, 1024), np.full(10, it * 10 + (rank - 1) % world), f"from the left {it}")
+        dist.barrier(group=g)  # nobody overwrites a part another rank may still read
+    for bad in (lambda: mem.peer(world), lambda: mem.peer(-1)):
+        try:
+            bad()
+        except IndexError:
+            pass
+        else:
+            raise AssertionError("peer out of range accepted")
+    for bad in (lambda: mem.signal(3, 1), lambda: mem.signal(4096, 1), lambda: c.await_value(mem, -8, 1)):
+        try:
+            bad()
+        except ValueError:
+            pass
+        else:
+            raise AssertionError("offset outside the buffer accepted")
+    start = time.monotonic()
+    try:
+        c.await_value(parts[(rank + 1) % world], 16, 1, "a test's wait")
+    except dist.DistError as e:
+        assert "a test's wait timed out after 2.0 s" in str(e) and time.monotonic() - start < 10, str(e)
+    else:
+        raise AssertionError("a counter nobody signals was awaited")
+    dist.barrier()
+
+
 def scenario_shared_full(nbytes):
     """Rank 0 asks for more than /dev/shm holds (the others for a little, so they
     learn of rank 0's failure from it): every rank gets an error at once, and

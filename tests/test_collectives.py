@@ -68,6 +68,16 @@ def test_all_reduce_in_shared_buffers(world, hosts):
     assert "shared buffer #" in res.stdout, res.stdout
 
 
+@pytest.mark.parametrize("world", [2, 3])
+def test_signals_in_shared_buffers(world):
+    """SharedBuffer.peer/signal and ProcessGroup.await_value (what
+    DistributedDataParallel's gradient exchange is built on)."""
+    res = run_job(world, "signals")
+    assert res.returncode == 0, res.stdout + res.stderr
+    for r in range(world):
+        assert f"RANK {r} PASS" in res.stdout, res.stdout + res.stderr
+
+
 def test_shared_buffer_larger_than_dev_shm_is_an_error_on_every_rank():
     """Its pages are allocated up front: a full /dev/shm is an error, not a SIGBUS at first touch."""
     st = os.statvfs("/dev/shm")

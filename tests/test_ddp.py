@@ -45,11 +45,11 @@ def params(m):
     return {k: v.detach().cpu().numpy().copy() for k, v in m.state_dict().items()}
 
 
-def train_single(world, batch, steps, lr=0.1, accumulate=1, double=False):
+def train_single(world, batch, steps, lr=0.1, accumulate=1, double=False, hidden=HIDDEN):
     from ddpc import nn
 
     X, y = data(world * batch * steps * accumulate)
-    m = model()
+    m = model(hidden=hidden)
     if double:
         X, m = X.astype(np.float64), m.double()
     opt = ddpc.optim.SGD(m.parameters(), lr=lr, momentum=0.9)
@@ -68,11 +68,13 @@ def ddp_worker(rank, world, batch, steps, options):
 
     dist.init_process_group("cpu")
     X, y = data(world * batch * steps * options.get("accumulate", 1))
-    ddp = nn.parallel.DistributedDataParallel(model(seed=rank if options.get("different_init") else 0),
+    ddp = nn.parallel.DistributedDataParallel(model(seed=rank if options.get("different_init") else 0,
+                                                    hidden=options.get("hidden", HIDDEN)),
                                               bucket_cap_mb=options.get("bucket_cap_mb", 25),
                                               gradient_as_bucket_view=options.get("view", False))
     if options.get("hook"):
         ddp.register_comm_hook(None, globals().get(options["hook"]) or getattr(nn.parallel, options["hook"]))
+    exchanged = []
     opt = ddpc.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
     k = options.get("accumulate", 1)
@@ -87,9 +89,12 @@ def ddp_worker(rank, world, batch, steps, options):
                     (loss_fn(ddp(xb), yb) / k).backward()
             else:
                 (loss_fn(ddp(xb), yb) / k).backward()
+                exchanged.append(ddp._exchange.exchanged if ddp._exchange else 0)
         opt.step()
     out = params(ddp.module)
     dist.destroy_process_group()
+    if options.get("count_exchanged"):
+        return out, exchanged
     return out
 
 
@@ -115,22 +120,62 @@ def test_small_buckets_and_gradient_views_give_the_same_result():
         assert_params_close(r, ref)
 
 
-def bucket_memory_worker(rank):
+def _owner(t):
+    """The object that finally owns a cpu tensor's memory."""
+    base = t._buf.base
+    while isinstance(base, np.ndarray):
+        base = base.base
+    return type(base).__name__
+
+
+def bucket_memory_worker(rank, options):
     import ddpc.distributed as dist
     from ddpc import nn
 
     dist.init_process_group("cpu")
     # hidden 600: more than the first bucket's 1 MB, so there are several buckets
-    ddp = nn.parallel.DistributedDataParallel(model(hidden=600), bucket_cap_mb=0.0005)
-    owners = [type(b.flat._buf.base.base).__name__ for b in ddp._buckets]
+    ddp = nn.parallel.DistributedDataParallel(model(hidden=600), bucket_cap_mb=0.0005, **options)
+    owners = [_owner(b.flat) for b in ddp._buckets]
+    exchanged = [_owner(s) for s in ddp._exchange.slots] if ddp._exchange else []
     dist.destroy_process_group()
-    return owners
+    return owners, exchanged
 
 
 def test_buckets_live_in_memory_the_ranks_share():
-    """On one host the buckets lie in a dist.shared_buffer, which the cpu backend reduces in place."""
-    for owners in ddpc.spawn(bucket_memory_worker, nprocs=2):
-        assert len(owners) > 1 and set(owners) == {"SharedBuffer"}, owners
+    """On one host the buckets lie in a dist.shared_buffer, which the cpu backend
+    reduces in place; so do the exchanged linear weights' gradients (the 600 x
+    600 one: the others are too small to gain from it)."""
+    for owners, exchanged in ddpc.spawn(bucket_memory_worker, args=({},), nprocs=2):
+        assert owners and set(owners) == {"SharedBuffer"}, owners
+        assert exchanged == ["SharedBuffer"]
+    # without the exchange (find_unused_parameters=True) every gradient is in a bucket
+    for owners, exchanged in ddpc.spawn(bucket_memory_worker, args=({"find_unused_parameters": True},), nprocs=2):
+        assert len(owners) > 1 and set(owners) == {"SharedBuffer"} and not exchanged, owners
+
+
+# Hidden layers this wide are exchanged (nn/_grad_exchange.py) at the batches below.
+WIDE = 128
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_exchanged_linear_gradients_equal_one_process(world):
+    ref = train_single(world, batch=8, steps=3, hidden=WIDE)
+    results = ddpc.spawn(ddp_worker, args=(world, 8, 3, {"hidden": WIDE, "count_exchanged": True}), nprocs=world)
+    for r, exchanged in results:
+        assert exchanged == [1, 1, 1]  # the hidden x hidden weight, every step
+        assert_params_close(r, ref)
+    assert_params_close(results[0][0], results[1][0], atol=0)
+
+
+@pytest.mark.parametrize("options", [{"accumulate": 3}, {"view": True}, {"hook": "torch_style_hook"}])
+def test_exchange_with_no_sync_gradient_views_and_comm_hooks(options):
+    """no_sync leaves the gradients to accumulate on each rank (all-reduced at
+    the synced step); a comm hook sees every gradient (nothing is exchanged)."""
+    ref = train_single(2, batch=4, steps=2, accumulate=options.get("accumulate", 1), hidden=WIDE)
+    results = ddpc.spawn(ddp_worker, args=(2, 4, 2, dict(options, hidden=WIDE, count_exchanged=True)), nprocs=2)
+    for r, exchanged in results:
+        assert exchanged == ([0, 0] if options.get("hook") or options.get("accumulate") else [1, 1])
+        assert_params_close(r, ref)
 
 
 def test_no_sync_accumulation_equals_one_step_on_the_concatenation():
@@ -246,13 +291,13 @@ def test_mismatched_models_are_refused_at_construction():
         assert "differs between ranks 0 and 1" in m and "0.weight" in m
 
 
-def unused_worker(rank, find_unused):
+def unused_worker(rank, find_unused, hidden=HIDDEN):
     import ddpc.distributed as dist
     from ddpc import nn
 
     dist.init_process_group("cpu")
     X, y = data(32, seed=rank)
-    ddp = nn.parallel.DistributedDataParallel(model(extra=True), find_unused_parameters=find_unused)
+    ddp = nn.parallel.DistributedDataParallel(model(extra=True, hidden=hidden), find_unused_parameters=find_unused)
     opt = ddpc.optim.SGD(ddp.parameters(), lr=0.1)
     try:
         for _ in range(3):
@@ -266,8 +311,9 @@ def unused_worker(rank, find_unused):
     return params(ddp.module)
 
 
-def test_unused_parameter_without_find_unused_is_a_clear_error():
-    msgs = ddpc.spawn(unused_worker, args=(False,), nprocs=2)
+@pytest.mark.parametrize("hidden", [HIDDEN, WIDE])
+def test_unused_parameter_without_find_unused_is_a_clear_error(hidden):
+    msgs = ddpc.spawn(unused_worker, args=(False, hidden), nprocs=2)
     for m in msgs:
         assert isinstance(m, str) and "got no gradient" in m and "unused.weight" in m
         assert "find_unused_parameters=True" in m
@@ -300,13 +346,13 @@ def test_find_unused_parameters_keeps_ranks_identical():
     assert_params_close(results[0], results[1], atol=0)
 
 
-def join_worker(rank):
+def join_worker(rank, hidden=HIDDEN):
     import ddpc.distributed as dist
     from ddpc import nn
 
     dist.init_process_group("cpu")
     X, y = data(64, seed=rank)
-    ddp = nn.parallel.DistributedDataParallel(model())
+    ddp = nn.parallel.DistributedDataParallel(model(hidden=hidden))
     opt = ddpc.optim.SGD(ddp.parameters(), lr=0.1)
     with ddp.join():
         for i in range(2 + 3 * rank):
@@ -319,8 +365,9 @@ def join_worker(rank):
     return out
 
 
-def test_join_lets_uneven_ranks_finish_with_identical_models():
-    results = ddpc.spawn(join_worker, nprocs=2)
+@pytest.mark.parametrize("hidden", [HIDDEN, WIDE])
+def test_join_lets_uneven_ranks_finish_with_identical_models(hidden):
+    results = ddpc.spawn(join_worker, args=(hidden,), nprocs=2)
     assert_params_close(results[0], results[1], atol=0)
 
 
@@ -359,7 +406,7 @@ def test_an_exception_inside_join_is_raised_at_once_not_shadowed():
 STEPS_OF_RANK = (4, 2)  # uneven inputs: rank 1 runs out after two steps
 
 
-def join_zero_worker(rank, throw=False):
+def join_zero_worker(rank, throw=False, hidden=HIDDEN):
     """DDP and a ZeroRedundancyOptimizer (Adam) under one Join."""
     import ddpc.distributed as dist
     from ddpc import nn
@@ -367,7 +414,7 @@ def join_zero_worker(rank, throw=False):
 
     dist.init_process_group("cpu")
     X, y = data(64, seed=rank)
-    ddp = nn.parallel.DistributedDataParallel(model())
+    ddp = nn.parallel.DistributedDataParallel(model(hidden=hidden))
     opt = ddpc.optim.ZeroRedundancyOptimizer(ddp.parameters(), optimizer_class=ddpc.optim.Adam, lr=0.01)
     try:
         with Join([ddp, opt], throw_on_early_termination=throw):
@@ -384,14 +431,15 @@ def join_zero_worker(rank, throw=False):
     return out
 
 
-def test_join_with_zero_matches_one_process_averaging_over_the_world():
+@pytest.mark.parametrize("hidden", [HIDDEN, WIDE])
+def test_join_with_zero_matches_one_process_averaging_over_the_world(hidden):
     """Each step's gradient is the active ranks' sum over the world size (rank 1
     adds zeros once it has joined); the joined rank keeps stepping its shard
     of Adam's state, so the result is one process's Adam on those gradients."""
     from ddpc import nn
 
-    results = ddpc.spawn(join_zero_worker, nprocs=2)
-    m = model()
+    results = ddpc.spawn(join_zero_worker, args=(False, hidden), nprocs=2)
+    m = model(hidden=hidden)
     opt = ddpc.optim.Adam(m.parameters(), lr=0.01)
     batches = [data(64, seed=r) for r in range(2)]
     for i in range(max(STEPS_OF_RANK)):
@@ -407,6 +455,71 @@ def test_join_with_zero_matches_one_process_averaging_over_the_world():
         opt.step()
     assert_params_close(results[0], results[1], atol=0)
     assert_params_close(results[0], params(m), atol=1e-6)
+
+
+def uneven_batch_worker(rank, tied):
+    """Rank 1's second batch is shorter than rank 0's, so that weight's rows are
+    not exchanged that step; with `tied` the hidden layer runs twice (its
+    weight gets two gradients, summed before DDP sees them)."""
+    import ddpc.distributed as dist
+    from ddpc import nn
+
+    dist.init_process_group("cpu")
+    m = model(hidden=WIDE)
+    ddp = nn.parallel.DistributedDataParallel(_Tied(m) if tied else m)
+    opt = ddpc.optim.SGD(ddp.parameters(), lr=0.1)
+    X, y = data(64)
+    exchanged = []
+    for lo, n in BATCHES_OF_RANK[rank]:
+        opt.zero_grad()
+        nn.CrossEntropyLoss()(ddp(ddpc.from_numpy(X[lo:lo + n])), ddpc.from_numpy(y[lo:lo + n])).backward()
+        exchanged.append(ddp._exchange.exchanged)
+        opt.step()
+    out = params(m)
+    dist.destroy_process_group()
+    return out, exchanged
+
+
+BATCHES_OF_RANK = [[(0, 8), (16, 8), (32, 8)], [(8, 8), (24, 5), (40, 8)]]
+
+
+def _Tied(body):
+    from ddpc import nn
+
+    class Tied(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = body
+
+        def forward(self, x):
+            h = self.body[1](self.body[0](x))
+            return self.body[4](self.body[3](self.body[2](self.body[2](h))))
+
+    return Tied()
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_weights_not_exchanged_on_every_rank_are_all_reduced(tied):
+    from ddpc import nn
+
+    results = ddpc.spawn(uneven_batch_worker, args=(tied,), nprocs=2)
+    assert results[0][1] == results[1][1] == ([0, 0, 0] if tied else [1, 0, 1])
+    m = model(hidden=WIDE)
+    net = _Tied(m) if tied else m
+    opt = ddpc.optim.SGD(m.parameters(), lr=0.1)
+    X, y = data(64)
+    for step in range(3):
+        grads = [ddpc.zeros_like(p) for p in m.parameters()]
+        for r in range(2):
+            lo, n = BATCHES_OF_RANK[r][step]
+            m.zero_grad()
+            nn.CrossEntropyLoss()(net(ddpc.from_numpy(X[lo:lo + n])), ddpc.from_numpy(y[lo:lo + n])).backward()
+            grads = [g + p.grad / 2 for g, p in zip(grads, m.parameters())]
+        for p, g in zip(m.parameters(), grads):
+            p.grad = g
+        opt.step()
+    assert_params_close(results[0][0], results[1][0], atol=0)
+    assert_params_close(results[0][0], params(m))
 
 
 def test_join_throw_on_early_termination_raises_on_every_rank():

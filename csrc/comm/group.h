@@ -196,6 +196,22 @@ ddpc_status ddpc_shm_share(ddpc_shm *s, size_t nbytes, ddpc_shm_reg **out);
 void *ddpc_shm_reg_data(const ddpc_shm_reg *r);
 size_t ddpc_shm_reg_size(const ddpc_shm_reg *r);
 void ddpc_shm_reg_release(ddpc_shm_reg *r);
+/* Views of the other local ranks' buffers of a shared buffer: a reference
+ * that keeps every mapping alive (dropped with ddpc_shm_reg_unref, which,
+ * unlike release, leaves the buffer usable by the all-reduces), the number of
+ * local ranks, and local rank j's buffer as mapped here. */
+ddpc_shm_reg *ddpc_shm_reg_ref(ddpc_shm_reg *r);
+void ddpc_shm_reg_unref(ddpc_shm_reg *r);
+int ddpc_shm_reg_ranks(const ddpc_shm_reg *r);
+void *ddpc_shm_reg_peer(const ddpc_shm_reg *r, int j);
+/* Signals in shared buffers, for protocols of the caller's own (a 64-bit,
+ * 8-byte-aligned counter): signal stores `value` with release ordering, so
+ * whatever the caller wrote before is visible to a rank that sees it; await
+ * waits (acquire) until the counter is at least `value`, giving up when the
+ * group fails, a local rank leaves it, or the group timeout passes; `what`
+ * names the wait in errors. */
+void ddpc_shm_signal(void *word, uint64_t value);
+ddpc_status ddpc_shm_await(ddpc_group *g, const void *word, uint64_t value, const char *what);
 /* Shares a buffer on the group's cpu backend once the collectives queued
  * before it are done; an ARG error where no other group rank is on this host. */
 ddpc_status ddpc_group_share(ddpc_group *g, size_t nbytes, ddpc_shm_reg **out);

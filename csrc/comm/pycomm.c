@@ -693,30 +693,85 @@ static PyObject *group_recv(group_obj *self, PyObject *args) { return p2p_(self,
 typedef struct {
     PyObject_HEAD
     ddpc_shm_reg *reg;
+    int peer;   /* -1: this rank's own buffer; else the local rank whose buffer this views */
 } shared_obj;
 
 static PyTypeObject *SharedType;
 
+static void *shared_data_(const shared_obj *self) {
+    return self->peer < 0 ? ddpc_shm_reg_data(self->reg) : ddpc_shm_reg_peer(self->reg, self->peer);
+}
+
 static int shared_getbuffer(shared_obj *self, Py_buffer *view, int flags) {
-    return PyBuffer_FillInfo(view, (PyObject *)self, ddpc_shm_reg_data(self->reg),
-                             (Py_ssize_t)ddpc_shm_reg_size(self->reg), 0, flags);
+    return PyBuffer_FillInfo(view, (PyObject *)self, shared_data_(self), (Py_ssize_t)ddpc_shm_reg_size(self->reg), 0,
+                             flags);
 }
 
 static void shared_dealloc(shared_obj *self) {
-    ddpc_shm_reg_release(self->reg);
+    if (self->peer < 0) ddpc_shm_reg_release(self->reg);
+    else ddpc_shm_reg_unref(self->reg);
     PyTypeObject *tp = Py_TYPE(self);
     tp->tp_free((PyObject *)self);
     Py_DECREF(tp);
 }
 
+static PyObject *shared_peer(shared_obj *self, PyObject *arg) {
+    long j = PyLong_AsLong(arg);
+    if (j == -1 && PyErr_Occurred()) return NULL;
+    int n = ddpc_shm_reg_ranks(self->reg);
+    if (j < 0 || j >= n) return PyErr_Format(PyExc_IndexError, "peer: local rank %ld is not in [0, %d)", j, n);
+    shared_obj *o = PyObject_New(shared_obj, SharedType);
+    if (!o) return NULL;
+    o->reg = ddpc_shm_reg_ref(self->reg);
+    o->peer = (int)j;
+    return (PyObject *)o;
+}
+
+/* The 64-bit counter at byte `offset` of the buffer, or NULL with an error. */
+static void *shared_word_(shared_obj *self, Py_ssize_t offset) {
+    size_t size = ddpc_shm_reg_size(self->reg);
+    if (offset < 0 || offset % 8 || (size_t)offset + 8 > size) {
+        PyErr_Format(PyExc_ValueError, "a signal needs a multiple of 8 bytes within the buffer's %zu, got offset %zd",
+                     size, offset);
+        return NULL;
+    }
+    return (char *)shared_data_(self) + offset;
+}
+
+static PyObject *shared_signal(shared_obj *self, PyObject *args) {
+    Py_ssize_t offset;
+    unsigned long long value;
+    if (!PyArg_ParseTuple(args, "nK", &offset, &value)) return NULL;
+    void *word = shared_word_(self, offset);
+    if (!word) return NULL;
+    ddpc_shm_signal(word, (uint64_t)value);
+    Py_RETURN_NONE;
+}
+
+static PyObject *shared_ranks(shared_obj *self, void *unused) {
+    (void)unused;
+    return PyLong_FromLong(ddpc_shm_reg_ranks(self->reg));
+}
+
 static PyMethodDef shared_methods[] = {
+    {"peer", (PyCFunction)shared_peer, METH_O,
+     "peer(j) -> SharedBuffer: local rank j's buffer of this shared buffer, as this rank maps it"},
+    {"signal", (PyCFunction)shared_signal, METH_VARARGS,
+     "signal(offset, value): stores the 64-bit counter at byte `offset` (release ordering: what this rank wrote "
+     "before is visible to a rank that sees the value); see ProcessGroup.await_value"},
     {"__reduce__", refuse_pickle_, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef shared_getset[] = {
+    {"ranks", (getter)shared_ranks, NULL, "the local ranks sharing it", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
 };
 
 static PyType_Slot shared_slots[] = {
     {Py_tp_dealloc, shared_dealloc},
     {Py_tp_methods, shared_methods},
+    {Py_tp_getset, shared_getset},
     {Py_bf_getbuffer, shared_getbuffer},
     {Py_tp_doc, "Zeroed host memory that every rank of a group on this host maps (ProcessGroup.share)"},
     {0, NULL},
@@ -734,6 +789,7 @@ static PyObject *group_share(group_obj *self, PyObject *arg) {
     shared_obj *o = PyObject_New(shared_obj, SharedType);
     if (!o) return NULL;
     o->reg = NULL;
+    o->peer = -1;
     ddpc_status st;
     ddpc_group *g = group_enter_(self);
     Py_BEGIN_ALLOW_THREADS
@@ -745,6 +801,24 @@ static PyObject *group_share(group_obj *self, PyObject *arg) {
         return ddpc_raise(st);
     }
     return (PyObject *)o;
+}
+
+static PyObject *group_await_value(group_obj *self, PyObject *args) {
+    PyObject *buf;
+    Py_ssize_t offset;
+    unsigned long long value;
+    const char *what = "a wait on a shared buffer";
+    if (!PyArg_ParseTuple(args, "O!nK|s", SharedType, &buf, &offset, &value, &what)) return NULL;
+    void *word = shared_word_((shared_obj *)buf, offset);
+    if (!word || !group_ready_(self)) return NULL;
+    ddpc_status st;
+    ddpc_group *g = group_enter_(self);
+    Py_BEGIN_ALLOW_THREADS
+    st = ddpc_shm_await(g, word, (uint64_t)value, what);
+    Py_END_ALLOW_THREADS
+    group_leave_(self);
+    if (st != DDPC_OK) return ddpc_raise(st);
+    Py_RETURN_NONE;
 }
 
 static PyObject *group_close(group_obj *self, PyObject *unused) {
@@ -777,6 +851,10 @@ static PyMethodDef group_methods[] = {
     {"share", (PyCFunction)group_share, METH_O,
      "share(nbytes) -> SharedBuffer: zeroed memory every rank on this host maps; an all_reduce of data in it, at "
      "the same offset on every rank, skips the staging copies (collective over the ranks on this host)"},
+    {"await_value", (PyCFunction)group_await_value, METH_VARARGS,
+     "await_value(shared, offset, value, what=...): waits until the 64-bit counter at byte `offset` of the "
+     "SharedBuffer is at least `value` (see SharedBuffer.signal); raises if the group fails, a rank on this host "
+     "leaves it, or the group timeout passes first"},
     {"close", (PyCFunction)group_close, METH_NOARGS, "release the group's threads, segment and sockets"},
     {"__reduce__", refuse_pickle_, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},

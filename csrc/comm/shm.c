@@ -252,6 +252,49 @@ void ddpc_shm_reg_release(ddpc_shm_reg *r) {
     reg_unref_(r);
 }
 
+ddpc_shm_reg *ddpc_shm_reg_ref(ddpc_shm_reg *r) {
+    atomic_fetch_add(&r->refs, 1);
+    return r;
+}
+
+void ddpc_shm_reg_unref(ddpc_shm_reg *r) {
+    if (r) reg_unref_(r);
+}
+
+int ddpc_shm_reg_ranks(const ddpc_shm_reg *r) { return r->n; }
+void *ddpc_shm_reg_peer(const ddpc_shm_reg *r, int j) { return r->base[j]; }
+
+void ddpc_shm_signal(void *word, uint64_t value) {
+    atomic_store_explicit((_Atomic uint64_t *)word, value, memory_order_release);
+}
+
+ddpc_status ddpc_shm_await(ddpc_group *g, const void *word, uint64_t value, const char *what) {
+    const _Atomic uint64_t *w = word;
+    uint64_t deadline = ddpc_deadline_after(g->timeout_s);
+    for (int i = 0;; i++) {
+        if (atomic_load_explicit(w, memory_order_acquire) >= value) return DDPC_OK;
+        /* The ranks usually arrive within microseconds of each other: spin a
+         * little, then check on the group between short sleeps. */
+        if (i < 2000) {
+            cpu_relax_();
+            continue;
+        }
+        if (atomic_load(&g->failed)) return ddpc_group_error(g);
+        for (int j = 0; j < g->topo.local_size; j++) {
+            int k = g->topo.local_ranks[j];
+            if (k != g->rank && atomic_load(&g->departed[k]))
+                return DDPC_ERROR(DDPC_ERR_DIST, "%s cannot finish: rank %d left the process group "
+                                  "(destroy_process_group() or the end of its process) without taking part",
+                                  what, ddpc_global_rank(g, k));
+        }
+        if (ddpc_ms_left(deadline, 1) == 0)
+            return DDPC_ERROR(DDPC_ERR_TIMEOUT, "%s timed out after %.1f s waiting for the other ranks on this host",
+                              what, g->timeout_s);
+        struct timespec ts = {0, 20000};
+        nanosleep(&ts, NULL);
+    }
+}
+
 /* Forgets the buffers their owners let go of; reg_lock is held. */
 static void prune_locked_(ddpc_shm *s) {
     for (int i = 0; i < s->nregs;) {

@@ -472,6 +472,17 @@ def _grad_out(edge, shape, ref):
     return _empty(shape, ref)
 
 
+def _exchanged_grad(edge, g, x):
+    """A linear layer's weight gradient g.T @ x when its weight is a leaf that
+    DistributedDataParallel averages by exchanging (g, x) between the ranks
+    of a host (``leaf._grad_exchange``, see nn/_grad_exchange.py), under the
+    conditions of _grad_out: the tensor the average will land in; else None."""
+    take = edge.__dict__.get("_grad_exchange") if isinstance(edge, Tensor) else None
+    if take is None or edge.grad is not None or id(edge) not in _mode.sole_leaves or edge.__dict__.get("_grad_hooks"):
+        return None
+    return take(edge, g, x)
+
+
 def _hooked(fn, grad):
     """``fn(grad)``: None keeps ``grad``; a replacement must look like it."""
     res = fn(grad)
@@ -2145,8 +2156,10 @@ class _LinearBackward(Node):
             _C.gemm(gx._buf, g2._buf, w._buf)
             gx = gx.reshape(self.in_shape)
         if self.next_functions[1] is not None:
-            gw = _grad_out(self.next_functions[1], w.shape, g2)
-            _C.gemm(gw._buf, g2._buf, x2._buf, True, False)
+            gw = _exchanged_grad(self.next_functions[1], g2, x2)
+            if gw is None:
+                gw = _grad_out(self.next_functions[1], w.shape, g2)
+                _C.gemm(gw._buf, g2._buf, x2._buf, True, False)
         if self.next_functions[2] is not None:
             gb = _grad_out(self.next_functions[2], self.bias_shape, g2)
             _C.sum_dim(gb._buf, g2._buf, 0)

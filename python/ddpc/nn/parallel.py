@@ -32,7 +32,8 @@ from ..autograd import Node, is_grad_enabled, no_grad, queue_callback
 from .._dtype import bfloat16, device as _device, float16
 from .._sparse_coo import SparseTensor
 from ..tensor import Tensor, cat, from_numpy, zeros
-from .modules import Module, is_lazy
+from . import _grad_exchange
+from .modules import Linear, Module, is_lazy
 
 _FIRST_BUCKET_BYTES = 1 << 20  # small first bucket: its all-reduce starts early in backward
 
@@ -281,14 +282,11 @@ class DistributedDataParallel(Module, _GroupJoinable):
         if init_sync:
             _verify_same_model(self._all_params, self.process_group, "DistributedDataParallel")
             self._broadcast_states(0, with_params=True)
-        self._buckets = self._make_buckets(int(bucket_cap_mb * (1 << 20)))
-        self._where = {}
         self._index = {id(p): k for k, (_, p) in enumerate(self._named_params)}
-        for b in self._buckets:
-            for i, p in enumerate(b.params):
-                self._where[id(p)] = (b, i)
-                p.register_post_accumulate_grad_hook(self._on_grad_ready)
-                p._grad_into = b.view(i)  # backward writes a fresh gradient straight into the bucket
+        self._bucket_cap = int(bucket_cap_mb * (1 << 20))
+        self._build_reducer(exchange=not find_unused_parameters)
+        for _, p in self._named_params:
+            p.register_post_accumulate_grad_hook(self._on_grad_ready)
         self._next_launch = 0
         self._got_grad = {}
         self._hook_fired = False
@@ -312,10 +310,40 @@ class DistributedDataParallel(Module, _GroupJoinable):
             for t in tensors:
                 dist.broadcast(t, src=src, group=self.process_group)
 
-    def _make_buckets(self, cap):
+    def _build_reducer(self, exchange):
+        """The buckets, and the exchange of linear weight gradients (see
+        nn/_grad_exchange.py) where every rank is on this host: the weights of
+        the module's nn.Linear layers are averaged through it instead of a bucket."""
+        params = [p for _, p in self._named_params]
+        swapped = []
+        if exchange and _grad_exchange.host_group(self.process_group) is not None:
+            weights = {id(m.weight) for m in self.module.modules() if isinstance(m, Linear)}
+            swapped = [p for p in params if id(p) in weights and _grad_exchange.exchangeable(p)]
+        self._exchange = None
+        if swapped:
+            size = _grad_exchange.GradExchange.size(swapped, dist.get_world_size(self.process_group))
+            try:
+                memory = dist.shared_buffer(size, self.process_group)
+                self._exchange = _grad_exchange.GradExchange(swapped, self.process_group, memory)
+            except (dist.DistError, OSError) as e:  # every rank on the host gets an error
+                warnings.warn(f"DistributedDataParallel all-reduces every gradient: {e}", RuntimeWarning)
+        exchanged = {id(p) for p in self._exchange.params} if self._exchange else set()
+        self._buckets = self._make_buckets(self._bucket_cap, [p for p in params if id(p) not in exchanged])
+        self._where = {}
+        for b in self._buckets:
+            for i, p in enumerate(b.params):
+                self._where[id(p)] = (b, i)
+                p._grad_into = b.view(i)  # backward writes a fresh gradient straight into the bucket
+                p.__dict__.pop("_grad_exchange", None)
+        if self._exchange:
+            for p, slot in zip(self._exchange.params, self._exchange.slots):
+                p._grad_into = slot
+                p._grad_exchange = self._exchange.take
+
+    def _make_buckets(self, cap, params):
         buckets, current, size = [], [], 0
         limit = _FIRST_BUCKET_BYTES
-        for _, p in reversed(self._named_params):
+        for p in reversed(params):
             if current and (size + p.nbytes > limit or p.dtype is not current[0].dtype
                             or p.device != current[0].device):
                 buckets.append(current)
@@ -359,12 +387,15 @@ class DistributedDataParallel(Module, _GroupJoinable):
         for b in self._buckets:
             b.pending, b.future = len(b.params), None
         self._next_launch = 0
+        self._exchange_pending = len(self._exchange.params) if self._exchange else 0
         self._got_grad = {}
         self._hook_fired = False
         self._unused, self._used_mask = [], None
         # A group of one with the default hook has nothing to average: skip the buckets entirely.
         alone = self._comm_hook is allreduce_hook and dist.get_world_size(self.process_group) == 1
         self._expect_reduction = self.require_backward_grad_sync and not alone
+        if self._exchange:
+            self._exchange.begin(self._expect_reduction and self._comm_hook is allreduce_hook)
         self._gather_sparse = self._expect_reduction  # (the buckets may finish before the sparse tables' turn)
         if self._expect_reduction and self.find_unused_parameters:
             used = _reachable_leaves(outputs)
@@ -429,19 +460,26 @@ class DistributedDataParallel(Module, _GroupJoinable):
                                                async_op=True)
 
     def _mark_ready(self, p, grad):
-        b, i = self._where[id(p)]
         if self._got_grad.get(id(p)):
             raise RuntimeError(f"DistributedDataParallel: a parameter got a gradient twice in one backward pass "
                                f"({tuple(p.shape)}); this reducer supports one backward per forward")
         self._got_grad[id(p)] = True
-        slot = b.view(i)
+        k = self._exchange.index.get(id(p)) if self._exchange else None
+        if k is None:
+            b, i = self._where[id(p)]
+            slot = b.view(i)
+            b.pending -= 1
+        else:
+            slot = self._exchange.slots[k]
+            self._exchange_pending -= 1
         if grad is None:
             slot.fill_(0)
         elif grad.data_ptr() != slot.data_ptr():
             slot.copy_(grad)
+        if k is not None:
+            self._exchange.mark_computed(k)  # (unless its rows were handed over)
         if self.gradient_as_bucket_view and grad is not None:
             p.grad = slot
-        b.pending -= 1
         self._launch_ready()
 
     def _launch_ready(self):
@@ -454,7 +492,7 @@ class DistributedDataParallel(Module, _GroupJoinable):
             if rec:
                 profiler._close(rec)
             self._next_launch += 1
-        if self._next_launch == len(self._buckets):
+        if self._next_launch == len(self._buckets) and not self._exchange_pending:
             self._finish_reduction()
 
     def _finish_reduction(self):
@@ -462,6 +500,12 @@ class DistributedDataParallel(Module, _GroupJoinable):
         world = dist.get_world_size(self.process_group)
         rescale = (self._join_config.enable and not self._join_divide_by_world and self._join_active is not None
                    and 0 < self._join_active < world)
+        if self._exchange:  # (while the collectives' thread reduces the buckets)
+            self._exchange.finish(self.process_group)
+            for p, slot in zip(self._exchange.params, self._exchange.slots):
+                if rescale:
+                    slot.mul_(world / self._join_active)
+                p.grad = slot
         for b in self._buckets:
             result = b.future.wait()
             if isinstance(result, (list, tuple)) and len(result) == 1:  # a Work's future: [the reduced tensor]
@@ -496,7 +540,7 @@ class DistributedDataParallel(Module, _GroupJoinable):
             dev = self.device if not isinstance(self.device, int) else f"cuda:{self.device}"
             inputs, kwargs = _to_device(inputs, dev), _to_device(kwargs, dev)
         outputs = self.module(*inputs, **kwargs)
-        if self._buckets and is_grad_enabled():  # also in eval mode: PyTorch reduces whenever grad mode is on
+        if (self._buckets or self._exchange) and is_grad_enabled():  # also in eval mode: PyTorch reduces whenever grad mode is on
             self._prepare_for_backward(outputs)
         self.require_forward_param_sync = self.require_backward_grad_sync and is_grad_enabled()
         return outputs
@@ -526,6 +570,8 @@ class DistributedDataParallel(Module, _GroupJoinable):
         """``hook(state, bucket) -> future``: replaces the default all-reduce of each bucket."""
         if not callable(hook):
             raise TypeError("hook must be callable: hook(state, bucket) -> future")
+        if self._exchange and hook is not allreduce_hook:  # the hook sees every gradient, in buckets
+            self._build_reducer(exchange=False)
         self._comm_hook, self._comm_state = hook, state
 
     # ---- uneven inputs -----------------------------------------------------------------
@@ -571,6 +617,8 @@ class DistributedDataParallel(Module, _GroupJoinable):
         for b in self._buckets:
             b.flat.fill_(0)
             b.future = self._comm_hook(self._comm_state, GradBucket(b.index, b.flat, b.params, False))
+        if self._exchange:
+            self._exchange.shadow()
         self._finish_reduction()
 
     def _sync_from_last_joiner(self):
