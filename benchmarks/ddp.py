@@ -5,10 +5,13 @@
 For a ~5M-parameter MLP it prints per-step time and samples/s of plain
 training (no DDP) and of DDP with overlap on (25 MB buckets, all-reduce
 launched during backward) and off (one bucket holding every gradient, reduced
-after backward), the DDP overhead ratio (DDP step / plain step at the same
-per-rank batch), the time of all-reducing the gradients alone (in a
-dist.shared_buffer on the cpu backend, as DDP's buckets are), and the
-fraction of that time hidden behind backward:
+after backward), and, with the ranks on one host, of DDP all-reducing every
+gradient (the linear weights' exchange, nn/_grad_exchange.py, turned off by a
+comm hook that is the default all-reduce under another name), the DDP
+overhead ratio (DDP step / plain step at the same per-rank batch), the time
+of all-reducing the gradients alone (in a dist.shared_buffer on the cpu
+backend, as DDP's buckets are), and the fraction of that time hidden behind
+backward:
     hidden = 1 - (DDP step - plain step) / all-reduce time.
 """
 
@@ -61,9 +64,14 @@ def rank_main(rank, args):
     out = {}
     model = build(device)
     out["plain"] = timed_steps(model, ddpc.optim.SGD(model.parameters(), lr=1e-3), x, y, args.steps, sync)
-    for name, cap in (("overlap", args.bucket_cap_mb), ("no_overlap", 1 << 20)):
+    modes = [("overlap", args.bucket_cap_mb), ("no_overlap", 1 << 20)]
+    if device == "cpu" and world > 1:
+        modes.append(("allreduce_only", args.bucket_cap_mb))
+    for name, cap in modes:
         model = build(device)
         ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=cap)
+        if name == "allreduce_only":
+            ddp.register_comm_hook(None, lambda state, bucket: nn.parallel.allreduce_hook(state, bucket))
         dist.barrier()
         out[name] = timed_steps(ddp, ddpc.optim.SGD(ddp.parameters(), lr=1e-3), x, y, args.steps, sync)
     # All-reduced alone the way DDP reduces its buckets: in place in a shared buffer on the cpu backend.
@@ -99,7 +107,9 @@ def main():
     rows = []
     for n in (args.ranks if args.device == "cpu" else [1]):
         r = ddpc.spawn(rank_main, args=(args,), nprocs=n)[0]
-        for name in ("plain", "overlap", "no_overlap"):
+        for name in ("plain", "overlap", "no_overlap", "allreduce_only"):
+            if name not in r:
+                continue
             t = r[name]
             ratio = t / r["plain"]
             hidden = "" if name == "plain" or n == 1 else f"{max(0.0, 1 - (t - r['plain']) / r['allreduce']):.2f}"

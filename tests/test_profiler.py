@@ -324,13 +324,16 @@ def test_loader_batches_and_background_fetches_are_recorded_on_their_threads():
     assert threads["DataLoader.fetch"] != main
 
 
-def ddp_worker(rank, steps):
+def ddp_worker(rank, steps, exchange):
     import ddpc.distributed as dist
 
     dist.init_process_group("cpu")
     # hidden 600: more than the first bucket's 1 MB, so there are several buckets
+    # when every gradient is all-reduced (else the 600 x 600 weight's is exchanged)
     model = nn.Sequential(nn.Linear(6, 600), nn.ReLU(), nn.Linear(600, 600), nn.ReLU(), nn.Linear(600, 3))
     ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.2)
+    if not exchange:  # the default all-reduce under another name: every gradient goes through the buckets
+        ddp.register_comm_hook(None, lambda state, bucket: nn.parallel.allreduce_hook(state, bucket))
     opt = ddpc.optim.SGD(ddp.parameters(), lr=0.1)
     with profile() as prof:
         train(ddp, opt, steps)
@@ -340,13 +343,15 @@ def ddp_worker(rank, steps):
     return buckets, reduced, counts(prof)
 
 
-def test_ddp_bucket_all_reduces_show_under_the_profiler():
+@pytest.mark.parametrize("exchange", [False, True])
+def test_ddp_bucket_all_reduces_show_under_the_profiler(exchange):
     steps = 2
-    for buckets, reduced, got in ddpc.spawn(ddp_worker, args=(steps,), nprocs=2):
-        assert len(buckets) > 1
+    for buckets, reduced, got in ddpc.spawn(ddp_worker, args=(steps, exchange), nprocs=2):
+        assert len(buckets) == 1 if exchange else len(buckets) > 1
         assert reduced == buckets * steps  # launched in bucket order, each with its bytes
         assert got["DistributedDataParallel.launch_bucket"] == steps * len(buckets)
         assert got["DistributedDataParallel.finish_reduction"] == steps
+        assert got.get("DistributedDataParallel.exchange_gradients", 0) == (steps if exchange else 0)
         assert got["nn.Module: DistributedDataParallel"] == steps
 
 

@@ -127,8 +127,8 @@ class GradExchange:
         (g [k, out], x [k, in]) and returns the tensor its averaged gradient
         will be written into, or None where this rank computes it itself."""
         i = self.index.get(id(p))
-        if not self.active or i is None or i in self.handed:
-            return None
+        if not self.active or i is None or i in self.handed or len(p.__dict__.get("_post_accumulate_hooks", ())) > 1:
+            return None  # (another post-accumulate-grad hook than DDP's would read .grad before the exchange)
         lay, k = self.layouts[i], g.shape[0]
         if not 0 < k <= lay.max_rows or g.dtype is not p.dtype or x.dtype is not p.dtype or x.shape[1] != lay.inp:
             return None

@@ -501,7 +501,10 @@ class DistributedDataParallel(Module, _GroupJoinable):
         rescale = (self._join_config.enable and not self._join_divide_by_world and self._join_active is not None
                    and 0 < self._join_active < world)
         if self._exchange:  # (while the collectives' thread reduces the buckets)
+            ex = profiler._is_profiler_enabled and profiler._open("DistributedDataParallel.exchange_gradients")
             self._exchange.finish(self.process_group)
+            if ex:
+                profiler._close(ex)
             for p, slot in zip(self._exchange.params, self._exchange.slots):
                 if rescale:
                     slot.mul_(world / self._join_active)
