@@ -36,18 +36,16 @@ def build(device):
     return nn.Sequential(*mods).to(device)
 
 
-def timed_steps(model, optimizer, x, y, steps, sync):
-    from ddpc import nn
-    loss_fn = nn.CrossEntropyLoss()
-    times = []
-    for _ in range(steps + 3):
-        start = time.perf_counter()
-        optimizer.zero_grad()
-        loss_fn(model(x), y).backward()
-        optimizer.step()
-        sync()
-        times.append(time.perf_counter() - start)
-    return float(np.median(times[3:]))
+BLOCK = 5  # timed steps per mode in turn
+
+
+def step(model, optimizer, loss_fn, x, y, sync):
+    start = time.perf_counter()
+    optimizer.zero_grad()
+    loss_fn(model(x), y).backward()
+    optimizer.step()
+    sync()
+    return time.perf_counter() - start
 
 
 def rank_main(rank, args):
@@ -61,9 +59,8 @@ def rank_main(rank, args):
     rng = np.random.default_rng(rank)
     x = ddpc.from_numpy(rng.standard_normal((args.batch, LAYERS[0])).astype(np.float32)).to(device)
     y = ddpc.from_numpy(rng.integers(0, LAYERS[-1], args.batch)).to(device)
-    out = {}
     model = build(device)
-    out["plain"] = timed_steps(model, ddpc.optim.SGD(model.parameters(), lr=1e-3), x, y, args.steps, sync)
+    setups = {"plain": (model, ddpc.optim.SGD(model.parameters(), lr=1e-3))}
     modes = [("overlap", args.bucket_cap_mb), ("no_overlap", 1 << 20)]
     if device == "cpu" and world > 1:
         modes.append(("allreduce_only", args.bucket_cap_mb))
@@ -72,8 +69,18 @@ def rank_main(rank, args):
         ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=cap)
         if name == "allreduce_only":
             ddp.register_comm_hook(None, lambda state, bucket: nn.parallel.allreduce_hook(state, bucket))
-        dist.barrier()
-        out[name] = timed_steps(ddp, ddpc.optim.SGD(ddp.parameters(), lr=1e-3), x, y, args.steps, sync)
+        setups[name] = (ddp, ddpc.optim.SGD(ddp.parameters(), lr=1e-3))
+    # The modes take turns, BLOCK steps each, so that they share the machine's
+    # slow and fast moments; every turn starts together on all ranks, with one
+    # untimed step (the plain steps let the ranks drift apart).
+    loss_fn = nn.CrossEntropyLoss()
+    times = {name: [] for name in setups}
+    for _ in range(-(-args.steps // BLOCK)):
+        for name, (m, opt) in setups.items():
+            dist.barrier()
+            step(m, opt, loss_fn, x, y, sync)
+            times[name] += [step(m, opt, loss_fn, x, y, sync) for _ in range(BLOCK)]
+    out = {name: float(np.median(t)) for name, t in times.items()}
     # All-reduced alone the way DDP reduces its buckets: in place in a shared buffer on the cpu backend.
     n = sum(p.numel() for p in model.parameters())
     memory = dist.shared_buffer(4 * n)
@@ -95,7 +102,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ranks", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--batch", type=int, default=64, help="per-rank batch")
-    parser.add_argument("--steps", type=int, default=15)
+    parser.add_argument("--steps", type=int, default=15, help="timed steps per mode")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--bucket-cap-mb", type=float, default=25)
     args = parser.parse_args()

@@ -91,7 +91,7 @@ class GradExchange:
             lay = _Layout(p, self.ranks, at)
             self.layouts.append(lay)
             at = lay.end
-        self.done_at = at
+        self.ready_at, self.copied_at = at, at + _ALIGN  # this rank's rows of the averages are in place; it copied the others'
         self.memory = memory
         self.parts = [memory.peer(j) for j in range(self.ranks)]  # part j: rank j's, as mapped here
         self.grads = [[self._array(j, lay.grad, (lay.out, lay.inp), lay.dtype) for lay in self.layouts]
@@ -108,7 +108,11 @@ class GradExchange:
         at = 0
         for p in params:
             at = _Layout(p, ranks, at).end
-        return at + _ALIGN
+        return at + 2 * _ALIGN
+
+    def _share(self, lay, j):
+        """Rank j's rows of a weight's averaged gradient."""
+        return j * lay.out // self.ranks, (j + 1) * lay.out // self.ranks
 
     def _array(self, j, offset, shape, dtype):
         return np.frombuffer(self.parts[j], dtype, int(np.prod(shape)), offset).reshape(shape)
@@ -164,22 +168,29 @@ class GradExchange:
                 self.group.await_value(self.parts[j], lay.record, it, "DistributedDataParallel's gradient exchange")
                 rows.add(int(np.frombuffer(self.parts[j], np.uint64, 2, lay.record)[1]))
             (exchanged if len(rows) == 1 and 0 not in rows else own).append((i, rows.pop() if len(rows) == 1 else 0))
-        for i, k in exchanged:
+        for i, k in exchanged:  # this rank's rows of the average
             lay = self.layouts[i]
-            lo, hi = self.me * lay.out // self.ranks, (self.me + 1) * lay.out // self.ranks
-            mine = self.grads[self.me][i]
-            np.dot(self._rows(self.me, lay, "g", k)[:, lo:hi].T, self._rows(self.me, lay, "x", k), out=mine[lo:hi])
-            for j in range(self.ranks):
-                if j != self.me:
-                    self.grads[j][i][lo:hi] = mine[lo:hi]
-        self.memory.signal(self.done_at, it)
+            lo, hi = self._share(lay, self.me)
+            np.dot(self._rows(self.me, lay, "g", k)[:, lo:hi].T, self._rows(self.me, lay, "x", k),
+                   out=self.grads[self.me][i][lo:hi])
+        self.memory.signal(self.ready_at, it)
+        # The other ranks' rows, copied from their gradients into this rank's
+        # (reading them here leaves them in this core's cache for the optimizer).
+        for j in range(self.ranks):
+            if j != self.me and exchanged:
+                self.group.await_value(self.parts[j], self.ready_at, it, "DistributedDataParallel's gradient exchange")
+                for i, _ in exchanged:
+                    lo, hi = self._share(self.layouts[i], j)
+                    self.grads[self.me][i][lo:hi] = self.grads[j][i][lo:hi]
+        # No rank returns (and changes its gradients, clip_grad_norm_ say) before every rank has copied its rows.
+        self.memory.signal(self.copied_at, it)
         for i, _ in own:  # every rank's own gradient, all-reduced (in place: the slots lie in a shared buffer)
             if i in self.handed:
                 g, x = self.handed[i]
                 _C.gemm(self.slots[i]._buf, g.contiguous()._buf, x.contiguous()._buf, True, False)
             dist.all_reduce(self.slots[i], op=dist.ReduceOp.AVG, group=group)
         for j in range(self.ranks):
-            self.group.await_value(self.parts[j], self.done_at, it, "DistributedDataParallel's gradient exchange")
+            self.group.await_value(self.parts[j], self.copied_at, it, "DistributedDataParallel's gradient exchange")
         self.iteration = it
         self.exchanged = len(exchanged)
         self.handed = {}
