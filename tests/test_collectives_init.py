@@ -73,7 +73,7 @@ def test_tcp_init_with_gloo_alias():
     port = free_port()
     codes, outs = run_ranks(2, f"ddpc.init_process_group('gloo', init_method='tcp://127.0.0.1:{port}', "
                                "rank=int(__import__('os').environ['R']), world_size=2)", lambda r: {"R": str(r)})
-    check(codes, outs, 2)
+    check(codes, outs, 2, backend="gloo")  # get_backend() says the name the job asked for
 
 
 def test_file_init(tmp_path):
@@ -153,10 +153,17 @@ def test_single_rank_group_and_helpers(single_rank):
         dist.all_reduce([1.0, 2.0])
     with pytest.raises(ValueError, match="output has"):
         dist.all_gather_into_tensor(ddpc.zeros(3), ddpc.zeros(2))
+    assert dist.get_backend() == dist.get_backend(dist.new_group([0])) == "cpu"
+    assert dist.get_backend(dist.new_group([0], backend="gloo")) == "gloo"
     late = dist.all_reduce(ddpc.ones(1000), async_op=True)
     dist.destroy_process_group()
     assert not dist.is_initialized()
     assert late.wait() and late.is_completed()  # a handle outlives its group
+    ddpc.init_process_group("gloo", rank=0, world_size=1)  # the cpu backend, named as the caller named it
+    assert dist.get_backend() == dist.get_backend(dist.new_group([0])) == "gloo"
+    assert dist.get_backend(dist.new_group([0], backend="cpu")) == "cpu"
+    assert dist.shared_buffer(64) is None  # (a group of one shares nothing: the cpu backend's rule)
+    dist.destroy_process_group()
     with pytest.raises(RuntimeError, match="has not been initialized"):
         dist.barrier()
 

@@ -271,6 +271,12 @@ def test_bad_inputs_raise_clear_errors():
         ddpc.from_numpy(np.zeros(3, np.int16))
     with pytest.raises(ValueError, match="invalid device"):
         ddpc.zeros(2, device="tpu")
+    # as torch.device: a cpu device may carry an index, which tensors do not keep
+    assert repr(ddpc.device("cpu", 0)) == "device(type='cpu', index=0)" and str(ddpc.device("cpu:1")) == "cpu:1"
+    assert ddpc.device("cpu:0") != ddpc.device("cpu") and ddpc.device("cpu", 0) == "cpu:0"
+    assert ddpc.zeros(2, device="cpu:0").device == ddpc.ones(2).to("cpu:0").device == ddpc.device("cpu")
+    with pytest.raises(ValueError, match="invalid device index"):
+        ddpc.device("cpu", -2)
     with pytest.raises(ValueError, match="one element"):
         ddpc.ones(2).item()
 

@@ -239,7 +239,9 @@ class iinfo:
 
 
 class device:
-    """A device, like ``torch.device``: ``device("cpu")``, ``device("cuda", 1)``, ``device("cuda:1")``."""
+    """A device, like ``torch.device``: ``device("cpu")``, ``device("cuda", 1)``, ``device("cuda:1")``.
+    As in PyTorch, a cpu device may carry an index (``"cpu:0"``), which
+    tensors do not keep (their device is ``cpu``)."""
 
     __slots__ = ("type", "index")
 
@@ -256,11 +258,11 @@ class device:
             raise TypeError(f"device must be 'cpu', 'cuda', 'cuda:N', an int or a ddpc.device, got {spec!r}")
         kind, _, idx = spec.partition(":")
         if kind not in ("cpu", "cuda") or (idx and not idx.isdigit()) or (idx and index is not None):
-            raise ValueError(f"invalid device {spec!r} (expected 'cpu', 'cuda' or 'cuda:N')")
-        if kind == "cpu" and (idx or index not in (None, 0, -1)):
-            raise ValueError(f"invalid device {spec!r}: cpu has no index")
+            raise ValueError(f"invalid device {spec!r} (expected 'cpu', 'cpu:N', 'cuda' or 'cuda:N')")
+        if index is not None and (isinstance(index, bool) or not isinstance(index, int) or index < -1):
+            raise ValueError(f"invalid device index {index!r} for {spec!r}")
         self.type = kind
-        self.index = None if kind == "cpu" else (int(idx) if idx else index)
+        self.index = int(idx) if idx else (None if index == -1 else index)
 
     @property
     def _ordinal(self):

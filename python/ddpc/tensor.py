@@ -1450,7 +1450,7 @@ def set_printoptions(precision=None, threshold=None, edgeitems=None, linewidth=N
 def _is_dtype_spec(a):
     if isinstance(a, (dtype, type, np.dtype)):
         return True
-    return isinstance(a, str) and not (a == "cpu" or a.startswith("cuda"))
+    return isinstance(a, str) and not (a.startswith("cpu") or a.startswith("cuda"))
 
 
 def parse_to_args(args, device, dtype):

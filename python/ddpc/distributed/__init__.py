@@ -140,6 +140,7 @@ class ProcessGroup:
         self._c = c_group
         self.ranks = list(ranks)
         self.backend = backend
+        self.name = backend    # what get_backend() says: "gloo" where the caller asked for it by that name
         self._store = store
         self._prefix = prefix  # of the group's keys in the store
         self._monitored = 0    # monitored_barrier calls so far
@@ -440,6 +441,7 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
     count = c_store.add(f"{key_prefix}ddpc/inits/{world_size}", 1)
     prefix = f"{key_prefix}w{world_size}i{(count - 1) // world_size}/"
     _world.device = _rank_device(device_id)
+    gloo = str(backend).lower() == "gloo"
     backend, with_host = _backend_request(backend)
     backend = _pick_backend(backend, c_store, prefix, rank, world_size, timeout_s, _world.device)
     _C.monitor_start(c_store, rank, prefix)
@@ -455,6 +457,8 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
     _world.rank = rank
     _world.timeout = timeout_s
     _world.default = default
+    if gloo:
+        default.name = "gloo"
     GroupMember.WORLD = _world.default
 
 
@@ -514,7 +518,9 @@ def get_world_size(group=None):
 
 
 def get_backend(group=None):
-    return _group(group).backend
+    """The group's backend: "nccl", "cpu", or "gloo" where it was asked for by
+    that name (the cpu backend either way)."""
+    return _group(group).name
 
 
 def get_group_rank(group, global_rank):
@@ -581,10 +587,13 @@ def new_group(ranks=None, timeout=None, backend=None, pg_options=None, use_local
         if _world.rank not in ranks:
             return GroupMember.NON_GROUP_MEMBER
     with_host = backend is None and world._host is not None
+    name = world.name if backend is None else str(backend).lower()
     backend = world.backend if backend is None else ("cpu" if backend == "gloo" else backend)
     timeout_s = _seconds(timeout, _world.timeout)
     group = _new_process_group(_world.store, f"{_world.prefix}g{group_id}/", ranks.index(_world.rank), ranks,
                                backend, timeout_s, with_host)
+    if name == "gloo":
+        group.name = name
     _world.groups.append(group)
     return group
 
