@@ -23,7 +23,9 @@ a record (a counter signalled when the rank has handed over its rows for
 that iteration, and its row count k, 0 where the rank computed its gradient
 itself). A weight is exchanged only when every rank handed over the same k;
 otherwise every rank computes its own gradient and they all-reduce it, so
-the ranks never disagree on what to do. A rank writes into another's part
+the ranks never disagree on what to do (and DistributedDataParallel moves a
+weight that every rank computed itself in the first reduction to its
+buckets, where it is all-reduced during backward). A rank writes into another's part
 only after that rank has handed over the same weight's rows for the same
 iteration, which it does in backward, after its optimizer step read the
 previous gradients; and it reuses the rows only after every rank has
@@ -99,6 +101,7 @@ class GradExchange:
         self.slots = [Tensor(_C.Buffer.from_object(a, p.dtype.name)) for a, p in zip(self.grads[self.me], params)]
         self.records = [np.frombuffer(self.parts[self.me], np.uint64, 2, lay.record) for lay in self.layouts]
         self.iteration = 0
+        self.computed_by_all = set()  # weights every rank computed itself in the last reduction
         self.exchanged = 0  # weights exchanged in the last reduction (the others were all-reduced)
         self.active = False
         self.handed = {}  # weight index -> (g, x) handed over this iteration
@@ -162,11 +165,14 @@ class GradExchange:
         """After every weight was handed over or computed: the averaged gradients in the slots."""
         it = self.iteration + 1
         exchanged, own = [], []
+        self.computed_by_all = set()
         for i, lay in enumerate(self.layouts):
             rows = set()
             for j in range(self.ranks):
                 self.group.await_value(self.parts[j], lay.record, it, "DistributedDataParallel's gradient exchange")
                 rows.add(int(np.frombuffer(self.parts[j], np.uint64, 2, lay.record)[1]))
+            if rows == {0}:
+                self.computed_by_all.add(i)
             (exchanged if len(rows) == 1 and 0 not in rows else own).append((i, rows.pop() if len(rows) == 1 else 0))
         for i, k in exchanged:  # this rank's rows of the average
             lay = self.layouts[i]

@@ -310,15 +310,18 @@ class DistributedDataParallel(Module, _GroupJoinable):
             for t in tensors:
                 dist.broadcast(t, src=src, group=self.process_group)
 
-    def _build_reducer(self, exchange):
+    def _build_reducer(self, exchange, only=None):
         """The buckets, and the exchange of linear weight gradients (see
         nn/_grad_exchange.py) where every rank is on this host: the weights of
-        the module's nn.Linear layers are averaged through it instead of a bucket."""
+        the module's nn.Linear layers (or those in ``only``) are averaged
+        through it instead of a bucket. Collective (the ranks share memory)."""
         params = [p for _, p in self._named_params]
         swapped = []
         if exchange and _grad_exchange.host_group(self.process_group) is not None:
-            weights = {id(m.weight) for m in self.module.modules() if isinstance(m, Linear)}
+            weights = ({id(m.weight) for m in self.module.modules() if isinstance(m, Linear)} if only is None
+                       else {id(p) for p in only})
             swapped = [p for p in params if id(p) in weights and _grad_exchange.exchangeable(p)]
+        self._exchange_settled = False
         self._exchange = None
         if swapped:
             size = _grad_exchange.GradExchange.size(swapped, dist.get_world_size(self.process_group))
@@ -526,6 +529,16 @@ class DistributedDataParallel(Module, _GroupJoinable):
                 if used is None or used[self._index[id(p)]]:
                     p.grad = b.view(i)  # the reduced gradient, in place: no copy back
         self._expect_reduction = False
+        if self._exchange and not self._exchange_settled:
+            # After the first reduction: the weights that every rank computed
+            # itself (too many rows, a layer used twice, no_sync accumulation)
+            # go to the buckets for good, where they are all-reduced during
+            # backward; every rank saw the same records, so they agree.
+            self._exchange_settled = True
+            left = [p for i, p in enumerate(self._exchange.params) if i not in self._exchange.computed_by_all]
+            if len(left) < len(self._exchange.params):
+                self._build_reducer(exchange=True, only=left)
+                self._exchange_settled = True
         if rec:
             profiler._close(rec)
 
