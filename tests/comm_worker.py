@@ -969,6 +969,35 @@ def scenario_leaver(leaver):
         sys.exit(3)
 
 
+def scenario_ddp_victim(victim, how):
+    """DDP training whose 64 x 64 weight is exchanged through shared memory
+    (nn/_grad_exchange.py): `victim` SIGKILLs itself (how="kill") or ends its
+    script (how="leave") mid-training; the others, waiting for its rows or
+    its copy, get DistError, not the timeout."""
+    from ddpc import nn
+    rank = dist.get_rank()
+    ddpc.manual_seed(0)
+    ddp = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(8, 64), nn.ReLU(), nn.Linear(64, 64)))
+    assert ddp._exchange is not None, "the 64 x 64 weight is exchanged"
+    opt = ddpc.optim.SGD(ddp.parameters(), lr=0.01)
+    x = ddpc.randn(4, 8)
+    if rank == int(victim) and how == "kill":
+        threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGKILL)).start()
+    t0 = time.monotonic()
+    try:
+        for step in range(1_000_000):
+            if rank == int(victim) and how == "leave" and time.monotonic() - t0 > 0.5:
+                return
+            opt.zero_grad()
+            ddp(x).square().mean().backward()
+            opt.step()
+            if time.monotonic() - t0 > 60:
+                break
+    except dist.DistError as e:
+        say(f"RANK {rank} CAUGHT {type(e).__name__} after {time.monotonic() - t0:.2f}s: {e}")
+        sys.exit(3)
+
+
 def scenario_new_group_with_the_dead(victim, when):
     """`victim` SIGKILLs itself before (when="before") or while (when="during") the
     others make a group that includes it: they get DistError, not the timeout."""

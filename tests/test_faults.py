@@ -82,6 +82,14 @@ def test_a_rank_that_left_fails_the_collectives_waiting_for_it_at_once():
     assert_survivors_caught(results, 10, "rank 1 left the process group")  # the timeout is 60 s
 
 
+@pytest.mark.parametrize("how,says", [("kill", "rank 1 died"), ("leave", "rank 1 left the process group")])
+def test_ddp_survivors_of_a_rank_lost_mid_exchange_raise(how, says):
+    procs, _ = start_ranks(3, "ddp_victim", 1, how)
+    results = finish(procs)
+    assert results[1][0] == (-9 if how == "kill" else 0), results[1]
+    assert_survivors_caught(results, 10, says)  # the timeout is 60 s
+
+
 @pytest.mark.parametrize("when", ["before", "during"])
 def test_a_group_made_with_a_dead_rank_fails_at_once(when):
     procs, _ = start_ranks(3, "new_group_with_the_dead", 1, when)
