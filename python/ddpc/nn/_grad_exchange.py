@@ -93,7 +93,8 @@ class GradExchange:
             lay = _Layout(p, self.ranks, at)
             self.layouts.append(lay)
             at = lay.end
-        self.ready_at, self.copied_at = at, at + _ALIGN  # this rank's rows of the averages are in place; it copied the others'
+        # signals: this rank's rows of the averages are in place; it has copied the other ranks' rows
+        self.ready_at, self.copied_at = at, at + _ALIGN
         self.memory = memory
         self.parts = [memory.peer(j) for j in range(self.ranks)]  # part j: rank j's, as mapped here
         self.grads = [[self._array(j, lay.grad, (lay.out, lay.inp), lay.dtype) for lay in self.layouts]

@@ -284,6 +284,7 @@ class DistributedDataParallel(Module, _GroupJoinable):
             self._broadcast_states(0, with_params=True)
         self._index = {id(p): k for k, (_, p) in enumerate(self._named_params)}
         self._bucket_cap = int(bucket_cap_mb * (1 << 20))
+        self._exchange_settled = False  # (see _finish_reduction)
         self._build_reducer(exchange=not find_unused_parameters)
         for _, p in self._named_params:
             p.register_post_accumulate_grad_hook(self._on_grad_ready)
@@ -321,7 +322,6 @@ class DistributedDataParallel(Module, _GroupJoinable):
             weights = ({id(m.weight) for m in self.module.modules() if isinstance(m, Linear)} if only is None
                        else {id(p) for p in only})
             swapped = [p for p in params if id(p) in weights and _grad_exchange.exchangeable(p)]
-        self._exchange_settled = False
         self._exchange = None
         if swapped:
             size = _grad_exchange.GradExchange.size(swapped, dist.get_world_size(self.process_group))
@@ -538,7 +538,6 @@ class DistributedDataParallel(Module, _GroupJoinable):
             left = [p for i, p in enumerate(self._exchange.params) if i not in self._exchange.computed_by_all]
             if len(left) < len(self._exchange.params):
                 self._build_reducer(exchange=True, only=left)
-                self._exchange_settled = True
         if rec:
             profiler._close(rec)
 
@@ -556,7 +555,7 @@ class DistributedDataParallel(Module, _GroupJoinable):
             dev = self.device if not isinstance(self.device, int) else f"cuda:{self.device}"
             inputs, kwargs = _to_device(inputs, dev), _to_device(kwargs, dev)
         outputs = self.module(*inputs, **kwargs)
-        if (self._buckets or self._exchange) and is_grad_enabled():  # also in eval mode: PyTorch reduces whenever grad mode is on
+        if (self._buckets or self._exchange) and is_grad_enabled():  # also in eval mode, as PyTorch's
             self._prepare_for_backward(outputs)
         self.require_forward_param_sync = self.require_backward_grad_sync and is_grad_enabled()
         return outputs
