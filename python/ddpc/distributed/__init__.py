@@ -553,7 +553,11 @@ def shared_buffer(nbytes, group=None):
     same offset on every rank, reduces the ranks' data where they are instead
     of copying them through the staging areas (about half the memory
     traffic); DistributedDataParallel keeps its buckets in one. Collective:
-    the group's ranks call it in the same order, with the same size."""
+    the group's ranks call it in the same order, with the same size.
+    ``buffer.peer(j)`` is the j-th local rank's buffer as this rank maps it,
+    and ``buffer.signal(offset, value)`` with the group's C handle's
+    ``await_value(buffer, offset, value)`` order protocols of one's own over
+    them (DistributedDataParallel's exchange of linear weight gradients)."""
     g = _group(group, _HOST)
     if g.backend != "cpu" or g._c.local_size < 2:
         return None
