@@ -9,6 +9,7 @@
 #include "comm/pycomm.h"
 #include "device.h"
 #include "loader.h"
+#include "nvtx.h"
 #include "ops.h"
 #include "ops_complex.h"
 #include "ops_conv.h"
@@ -362,7 +363,8 @@ static int module_exec(PyObject *m) {
         ddpc_sort_register(m) < 0 || ddpc_search_register(m) < 0 || ddpc_select_register(m) < 0 ||
         ddpc_ctc_register(m) < 0 || ddpc_intmath_register(m) < 0 || ddpc_comm_register(m) < 0 ||
         ddpc_nccl_register(m) < 0 || ddpc_loader_register(m) < 0 || ddpc_amp_register(m) < 0 ||
-        ddpc_embedding_register(m) < 0 || ddpc_rnn_register(m) < 0 || ddpc_complex_register(m) < 0)
+        ddpc_embedding_register(m) < 0 || ddpc_rnn_register(m) < 0 || ddpc_complex_register(m) < 0 ||
+        ddpc_nvtx_register(m) < 0)
         return -1;
     return 0;
 }

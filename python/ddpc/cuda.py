@@ -5,8 +5,12 @@ Where ddpc differs: each device has one compute stream that every op runs
 on, so there are no user-created streams; ``current_stream()`` (also
 ``default_stream()``) is that stream, and events are recorded on and waited
 for by it. ddpc has one random generator for the host and every device, so
-``manual_seed``/``manual_seed_all`` seed that one, as ``ddpc.manual_seed``."""
+``manual_seed``/``manual_seed_all`` seed that one, as ``ddpc.manual_seed``.
+``ddpc.cuda.nvtx`` has torch.cuda.nvtx's ranges and marks."""
 
+import contextlib
+import sys
+import types
 from collections import namedtuple
 
 from . import _C
@@ -300,3 +304,28 @@ def current_stream(device=None):
 
 
 default_stream = current_stream
+
+
+@contextlib.contextmanager
+def _nvtx_range(msg, *args, **kwargs):
+    """A range around the block (or, as a decorator, each call): ``msg``
+    formatted with the other arguments, as torch.cuda.nvtx.range."""
+    _C.nvtx_range_push(msg.format(*args, **kwargs))
+    try:
+        yield
+    finally:
+        _C.nvtx_range_pop()
+
+
+# ddpc.cuda.nvtx: NVTX ranges and marks, as torch.cuda.nvtx (see csrc/nvtx.c);
+# a module of its own, so that ``import ddpc.cuda.nvtx`` works too.
+nvtx = types.ModuleType(__name__ + ".nvtx", "NVTX ranges and marks for profilers such as Nsight Systems, as "
+                        "torch.cuda.nvtx: range_push/range_pop (nested, this thread), range_start/range_end "
+                        "(any thread), mark, and range (a context manager and decorator).")
+nvtx.range_push = _C.nvtx_range_push
+nvtx.range_pop = _C.nvtx_range_pop
+nvtx.range_start = _C.nvtx_range_start
+nvtx.range_end = _C.nvtx_range_end
+nvtx.mark = _C.nvtx_mark
+nvtx.range = _nvtx_range
+sys.modules[nvtx.__name__] = nvtx
