@@ -68,9 +68,10 @@ def ddp_worker(rank, world, batch, steps, options):
 
     dist.init_process_group("cpu")
     X, y = data(world * batch * steps * options.get("accumulate", 1))
-    ddp = nn.parallel.DistributedDataParallel(model(seed=rank if options.get("different_init") else 0,
-                                                    hidden=options.get("hidden", HIDDEN)),
-                                              bucket_cap_mb=options.get("bucket_cap_mb", 25),
+    m = model(seed=rank if options.get("different_init") else 0, hidden=options.get("hidden", HIDDEN))
+    if options.get("double"):
+        X, m = X.astype(np.float64), m.double()
+    ddp = nn.parallel.DistributedDataParallel(m, bucket_cap_mb=options.get("bucket_cap_mb", 25),
                                               gradient_as_bucket_view=options.get("view", False))
     if options.get("hook"):
         ddp.register_comm_hook(None, globals().get(options["hook"]) or getattr(nn.parallel, options["hook"]))
@@ -157,10 +158,11 @@ def test_buckets_live_in_memory_the_ranks_share():
 WIDE = 128
 
 
-@pytest.mark.parametrize("world,batch", [(2, 8), (3, 8), (2, 32)])
-def test_exchanged_linear_gradients_equal_one_process(world, batch):
-    ref = train_single(world, batch=batch, steps=3, hidden=WIDE)
-    results = ddpc.spawn(ddp_worker, args=(world, batch, 3, {"hidden": WIDE, "count_exchanged": True}), nprocs=world)
+@pytest.mark.parametrize("world,batch,double", [(2, 8, False), (3, 8, False), (2, 32, False), (2, 8, True)])
+def test_exchanged_linear_gradients_equal_one_process(world, batch, double):
+    ref = train_single(world, batch=batch, steps=3, hidden=WIDE, double=double)
+    results = ddpc.spawn(ddp_worker, args=(world, batch, 3, {"hidden": WIDE, "count_exchanged": True, "double": double}),
+                         nprocs=world)
     for r, exchanged in results:
         # the hidden x hidden weight, every step; 32 rows each are more than
         # pay for themselves: all-reduced, then in a bucket from the second step
