@@ -1,6 +1,6 @@
 """Build of the ddpc._C extension: C sources in csrc/, CUDA kernels in kernels/.
 
-CUDA is compiled in when a toolkit is found (CUDA_HOME, /usr/local/cuda, or nvcc
+CUDA (with cuBLAS and cuFFT) is compiled in when a toolkit is found (CUDA_HOME, /usr/local/cuda, or nvcc
 on PATH) unless DDPC_CUDA=0. Environment switches:
   DDPC_CUDA=0             CPU-only build
   DDPC_SANITIZE=address   AddressSanitizer (load with LD_PRELOAD=$(gcc -print-file-name=libasan.so))
@@ -104,7 +104,7 @@ if CUDA_HOME:
     library_dirs.append(libdir)
     rpaths.append(libdir)
     # The kernels' host code is C++ (nvcc), so it needs libstdc++ (exception handling, static locals).
-    libraries += ["cudart", "cublas", "stdc++"]
+    libraries += ["cudart", "cublas", "cufft", "stdc++"]
     if NCCL:
         macros += [("DDPC_WITH_NCCL", "1"), ("DDPC_NCCL_LIBDIR", f'"{NCCL[1]}"')]
         include_dirs.insert(0, NCCL[0])

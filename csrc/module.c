@@ -17,6 +17,7 @@
 #include "ops_ctc.h"
 #include "ops_dim.h"
 #include "ops_embedding.h"
+#include "ops_fft.h"
 #include "ops_nn.h"
 #include "ops_rnn.h"
 #include "ops_select.h"
@@ -364,7 +365,7 @@ static int module_exec(PyObject *m) {
         ddpc_ctc_register(m) < 0 || ddpc_intmath_register(m) < 0 || ddpc_comm_register(m) < 0 ||
         ddpc_nccl_register(m) < 0 || ddpc_loader_register(m) < 0 || ddpc_amp_register(m) < 0 ||
         ddpc_embedding_register(m) < 0 || ddpc_rnn_register(m) < 0 || ddpc_complex_register(m) < 0 ||
-        ddpc_nvtx_register(m) < 0)
+        ddpc_nvtx_register(m) < 0 || ddpc_fft_register(m) < 0)
         return -1;
     return 0;
 }
