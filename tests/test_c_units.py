@@ -77,7 +77,7 @@ def test_c_unit_tests_under_asan(tmp_path, name, with_cuda):
 ASAN_SUITES = ("test_tensor", "test_indexing", "test_interop", "test_nccl", "test_ops_nn", "test_autograd", "test_nn",
                "test_optim", "test_nn_extra", "test_sampler", "test_amp", "test_conv", "test_conv3d",
                "test_embedding_bag", "test_reductions", "test_math", "test_sort", "test_stats", "test_misc_functions",
-               "test_special")
+               "test_special", "test_fft")
 
 
 def libasan():

@@ -99,7 +99,7 @@ from ._aliases import concat, concatenate, select
 from .backends import (are_deterministic_algorithms_enabled, is_deterministic_algorithms_warn_only_enabled,
                        use_deterministic_algorithms)
 from . import _aliases, _layout, _linalg, _matrix, _nn_forms, _pointwise, _random, _stats, _windows
-from . import special
+from . import fft, special
 from .special import gammainc as igamma, gammaincc as igammac
 
 half = float16
@@ -152,7 +152,8 @@ __all__ = [
     _windows.__all__ + _nn_forms.__all__ + _aliases.__all__ + [
         "unique_consecutive", "can_cast", "promote_types", "result_type", "asarray", "empty_strided", "frombuffer",
         "scalar_tensor", "are_deterministic_algorithms_enabled", "is_deterministic_algorithms_warn_only_enabled",
-        "use_deterministic_algorithms", "profiler", "layout", "sparse_coo", "strided", "sparse_coo_tensor", "sparse"]
+        "use_deterministic_algorithms", "profiler", "layout", "sparse_coo", "strided", "sparse_coo_tensor", "sparse",
+        "fft"]
 
 # PyTorch's legacy per-type constructors (ddpc.FloatTensor(2, 3), ddpc.cuda.LongTensor([1, 2]), ...).
 from .tensor import _legacy_tensor_types  # noqa: E402
