@@ -10,12 +10,13 @@ When every rank of the group is on this host (the cpu backend), each rank
 copies its g / R and x (k rows each, usually far smaller than the gradient)
 into every rank's part of a shared buffer, and rank r computes rows
 [r*out/R, (r+1)*out/R) of the averaged gradient in one GEMM over all the
-ranks' rows, writing them into every rank's gradient. That is the work of
-its own gradient's GEMM (a GEMM of R*k rows, 1/R of the outputs), and the
-reduction costs one copy of 1/R of the gradient per peer instead of an
-all-reduce's passes over all of it. DistributedDataParallel uses it for the
-weights of its ``nn.Linear`` modules; the backward of ``F.linear`` hands
-over (g, x) instead of computing the gradient (``leaf._grad_exchange``).
+ranks' rows, into its own gradient, then copies the other ranks' rows of it
+from theirs. That is the work of its own gradient's GEMM (a GEMM of R*k
+rows, 1/R of the outputs), and the reduction costs one copy of (R-1)/R of
+the gradient instead of an all-reduce's passes over all of it.
+DistributedDataParallel uses it for the weights of its ``nn.Linear``
+modules; the backward of ``F.linear`` hands over (g, x) instead of
+computing the gradient (``leaf._grad_exchange``).
 
 Each rank's part of the shared buffer holds, per weight: the gradient (the
 parameter's ``.grad`` after the reduction), the ranks' rows of g and x, and
@@ -25,11 +26,11 @@ itself). A weight is exchanged only when every rank handed over the same k;
 otherwise every rank computes its own gradient and they all-reduce it, so
 the ranks never disagree on what to do (and DistributedDataParallel moves a
 weight that every rank computed itself in the first reduction to its
-buckets, where it is all-reduced during backward). A rank writes into another's part
-only after that rank has handed over the same weight's rows for the same
-iteration, which it does in backward, after its optimizer step read the
-previous gradients; and it reuses the rows only after every rank has
-signalled that its part is done.
+buckets, where it is all-reduced during backward). A rank writes into
+another's part only after every rank has signalled that it copied what it
+needed of the previous iteration, and no rank leaves the reduction (to
+change its gradients, clip_grad_norm_ say) before every rank has copied
+its rows of the averages.
 """
 
 import numpy as np
