@@ -47,6 +47,11 @@ def _aligned(n):
     return -(-n // _ALIGN) * _ALIGN
 
 
+def _max_rows(out, inp, ranks):
+    """Rows per rank worth handing over: all ranks' rows at most half the gradient's size."""
+    return out * inp // (2 * ranks * (out + inp))
+
+
 class _Layout:
     """Where one weight's pieces lie in a rank's part (byte offsets)."""
 
@@ -54,8 +59,7 @@ class _Layout:
         self.out, self.inp = p.shape
         self.dtype = np.dtype(p.dtype.name)
         es = self.dtype.itemsize
-        # rows per rank: the exchanged rows at most half the gradient's bytes
-        self.max_rows = self.out * self.inp // (2 * ranks * (self.out + self.inp))
+        self.max_rows = _max_rows(self.out, self.inp, ranks)
         self.grad = at
         at += _aligned(self.out * self.inp * es)
         self.g = at
@@ -67,9 +71,19 @@ class _Layout:
 
 
 def exchangeable(p):
-    """Whether a weight can be exchanged at all (float32/64, 2-D, on the host, large enough)."""
+    """Whether a weight can be exchanged at all (float32/64, 2-D, on the host, large enough: worth
+    _MIN_ROWS rows between two ranks; more ranks may hand over fewer, see _Layout.max_rows)."""
     return (p.ndim == 2 and p.dtype.name in ("float32", "float64") and p.device.type == "cpu" and not p.is_sparse
-            and min(p.shape) > 0 and p.shape[0] * p.shape[1] // (4 * sum(p.shape)) >= _MIN_ROWS)
+            and min(p.shape) > 0 and _max_rows(*p.shape, 2) >= _MIN_ROWS)
+
+
+def _layouts(params, ranks):
+    """Each weight's _Layout in a rank's part, and the part's size (the two signals after them)."""
+    at, layouts = 0, []
+    for p in params:
+        layouts.append(_Layout(p, ranks, at))
+        at = layouts[-1].end
+    return layouts, at + 2 * _ALIGN
 
 
 def host_group(group):
@@ -89,19 +103,16 @@ class GradExchange:
         self.ranks, self.me = self.group.size, self.group.local_rank
         self.params = params
         self.index = {id(p): i for i, p in enumerate(params)}
-        at, self.layouts = 0, []
-        for p in params:
-            lay = _Layout(p, self.ranks, at)
-            self.layouts.append(lay)
-            at = lay.end
+        self.layouts, end = _layouts(params, self.ranks)
         # signals: this rank's rows of the averages are in place; it has copied the other ranks' rows
-        self.ready_at, self.copied_at = at, at + _ALIGN
+        self.ready_at, self.copied_at = end - 2 * _ALIGN, end - _ALIGN
         self.memory = memory
         self.parts = [memory.peer(j) for j in range(self.ranks)]  # part j: rank j's, as mapped here
         self.grads = [[self._array(j, lay.grad, (lay.out, lay.inp), lay.dtype) for lay in self.layouts]
                       for j in range(self.ranks)]
         self.slots = [Tensor(_C.Buffer.from_object(a, p.dtype.name)) for a, p in zip(self.grads[self.me], params)]
-        self.records = [np.frombuffer(self.parts[self.me], np.uint64, 2, lay.record) for lay in self.layouts]
+        # records[j][i]: rank j's [iteration, rows] of weight i
+        self.records = [[np.frombuffer(part, np.uint64, 2, lay.record) for lay in self.layouts] for part in self.parts]
         self.iteration = 0
         self.computed_by_all = set()  # weights every rank computed itself in the last reduction
         self.exchanged = 0  # weights exchanged in the last reduction (the others were all-reduced)
@@ -110,10 +121,7 @@ class GradExchange:
 
     @staticmethod
     def size(params, ranks):
-        at = 0
-        for p in params:
-            at = _Layout(p, ranks, at).end
-        return at + 2 * _ALIGN
+        return _layouts(params, ranks)[1]
 
     def _share(self, lay, j):
         """Rank j's rows of a weight's averaged gradient."""
@@ -155,7 +163,7 @@ class GradExchange:
         return self.slots[i]
 
     def _publish(self, i, rows):
-        self.records[i][1] = rows
+        self.records[self.me][i][1] = rows
         self.memory.signal(self.layouts[i].record, self.iteration + 1)
 
     def mark_computed(self, i):
@@ -172,7 +180,7 @@ class GradExchange:
             rows = set()
             for j in range(self.ranks):
                 self.group.await_value(self.parts[j], lay.record, it, "DistributedDataParallel's gradient exchange")
-                rows.add(int(np.frombuffer(self.parts[j], np.uint64, 2, lay.record)[1]))
+                rows.add(int(self.records[j][i][1]))
             if rows == {0}:
                 self.computed_by_all.add(i)
             (exchanged if len(rows) == 1 and 0 not in rows else own).append((i, rows.pop() if len(rows) == 1 else 0))
