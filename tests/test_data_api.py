@@ -86,18 +86,21 @@ def test_pin_memory_and_device_reach_tensors_in_tuples(monkeypatch):
     assert len(pinned) == 4 and isinstance(out, tuple) and isinstance(out[2], Pair)
 
 
-def test_num_workers_zero_reads_in_the_calling_thread_others_in_the_background():
+def test_num_workers_zero_reads_in_the_calling_thread_none_in_the_background():
     ds = Items(6)
     assert batches(DataLoader(ds, batch_size=4, num_workers=0)) == [[0, 1, 2, 3], [4, 5]]
     assert ds.readers == {threading.get_ident()}
     ds = Items(6)
     inits = []
-    loader = DataLoader(ds, batch_size=4, num_workers=2, worker_init_fn=lambda w: inits.append(
-        (w, threading.get_ident())), prefetch_factor=1, persistent_workers=True, pin_memory_device="cuda")
+    loader = DataLoader(ds, batch_size=4, worker_init_fn=lambda w: inits.append((w, threading.get_ident())),
+                        prefetch_factor=1, pin_memory_device="cuda")
     assert batches(loader) == [[0, 1, 2, 3], [4, 5]]
     assert len(inits) == 1 and inits[0][0] == 0 and ds.readers == {inits[0][1]} != {threading.get_ident()}
     with pytest.raises(ValueError, match="num_workers"):
         DataLoader(ds, num_workers=-1)
+    for kwargs in ({"persistent_workers": True}, {"multiprocessing_context": "spawn", "num_workers": 0}):
+        with pytest.raises(ValueError, match="num_workers > 0"):
+            DataLoader(ds, **kwargs)
 
 
 def test_a_failing_worker_init_fn_and_a_timeout_are_raised():

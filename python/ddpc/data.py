@@ -25,8 +25,10 @@ batches may be kept as long as wanted, and memory let go is reused without
 fresh page faults. With ``device="cuda:N"`` rows are gathered into pinned
 staging memory and copied on the device's copy stream; the batch handed out
 is ordered before later work on the compute stream by an event (no host
-synchronisation). Any other map-style data set (``__getitem__``/``__len__``)
-is fetched and collated in one background thread, also ``prefetch`` ahead.
+synchronisation). Any other data set (map-style ``__getitem__``/``__len__``,
+or an ``IterableDataset``) is fetched and collated by ``num_workers`` worker
+processes, as PyTorch's are, or without them in one background thread; either
+way ``prefetch`` batches ahead.
 
 ``.npy`` paths (and arrays from ``np.load(mmap_mode="r")``) are memory-mapped
 and read through the mapping while they fit ``ddpc.data.RESIDENT_BUDGET``
@@ -37,8 +39,10 @@ resident set (they stay in the page cache) whenever those the loader made
 resident exceed the budget. Either way a data set larger than memory streams
 with bounded resident memory.
 
-Differences from PyTorch: there are no worker processes (see ``DataLoader``
-for what ``num_workers`` and its neighbours do); a ``generator`` is a
+Differences from PyTorch: leaving ``num_workers`` out loads in a background
+thread rather than in the caller (``num_workers=0`` does that), and a
+``TensorDataset`` is always gathered by C threads (see ``DataLoader``); a
+``generator`` is a
 ``ddpc.Generator`` (an int or a generator with ``initial_seed()`` seeds one),
 and samplers also take a fixed ``seed``; batches of a ``TensorDataset`` are
 lists of ``ddpc.Tensor``; ``DistributedSampler`` without a process group
@@ -47,6 +51,7 @@ takes one replica, unless ``WORLD_SIZE`` names several (then it is an error).
 
 import bisect
 import collections.abc
+import itertools
 import numbers
 import os
 import queue
@@ -57,13 +62,14 @@ import numpy as np
 
 from . import _C, profiler
 from ._dtype import ordinal
+from ._workers import WorkerBatches, WorkerInfo, WorkerPool, context, get_worker_info
 from .tensor import Generator, Tensor, default_generator, from_numpy, stack
 
 __all__ = [
     "BalancedDistributedSampler", "BatchSampler", "ConcatDataset", "DataLoader", "Dataset", "DistributedSampler",
     "IterableDataset", "RandomSampler", "Sampler", "SequentialSampler", "ShardedLoader", "Subset",
     "SubsetRandomSampler", "TensorDataset", "WeightedDistributedSampler", "WeightedRandomSampler", "default_collate",
-    "random_split", "ChainDataset", "StackDataset", "default_convert", "get_worker_info",
+    "random_split", "ChainDataset", "StackDataset", "default_convert", "get_worker_info", "WorkerInfo",
 ]
 
 _MASK64 = (1 << 64) - 1
@@ -549,14 +555,6 @@ class StackDataset(Dataset):
         return self._length
 
 
-def get_worker_info():
-    """None: ddpc's DataLoader has no worker processes (its loading threads run
-    in this process and share one data set object), so code that splits an
-    IterableDataset among workers sees the main process, as in PyTorch with
-    num_workers=0."""
-    return None
-
-
 def random_split(dataset, lengths, generator=None):
     """Splits ``dataset`` into Subsets of the given lengths (or fractions of
     its length, the remainder dealt one by one from the first) over a random
@@ -612,7 +610,11 @@ class TensorDataset(Dataset):
             raise ValueError("TensorDataset needs at least one array")
         if len(arrays) > 16:
             raise ValueError(f"TensorDataset holds at most 16 arrays, got {len(arrays)}")
+        self._open(arrays)
+
+    def _open(self, arrays):
         sources = [_as_source(a) for a in arrays]
+        self._paths = [os.fsdecode(a) if isinstance(a, (str, bytes, os.PathLike)) else None for a in arrays]
         for i, (buf, _) in enumerate(sources):
             if buf.ndim < 1:
                 raise ValueError(f"array {i} is 0-d; every array needs a first (sample) dimension")
@@ -622,6 +624,18 @@ class TensorDataset(Dataset):
         self._buffers = [buf for buf, _ in sources]
         self._file_backed = [fb for _, fb in sources]
         self.tensors = tuple(Tensor(buf) for buf in self._buffers)
+
+    def __getstate__(self):
+        """Pickles ``.npy`` paths as paths and arrays by value (e.g. for spawned DataLoader workers)."""
+        state = {k: v for k, v in self.__dict__.items() if k not in ("_buffers", "_file_backed", "tensors", "_paths")}
+        state["_sources"] = [t if p is None else p for p, t in zip(self._paths, self.tensors)]
+        return state
+
+    def __setstate__(self, state):
+        state = dict(state)
+        sources = state.pop("_sources")
+        self.__dict__.update(state)
+        self._open(sources)
 
     def __getitem__(self, index):
         return tuple(t[index] for t in self.tensors)
@@ -681,6 +695,39 @@ def default_convert(data):
     if isinstance(data, (tuple, list)):
         return type(data)(default_convert(v) for v in data)
     return data
+
+
+class _Fetcher:
+    """How a loader makes batches of a generic data set, in this process or a
+    worker's: with automatic batching (a ``batch_size`` or ``batch_sampler``),
+    samples collated by ``collate_fn`` (``default_collate``); without, each
+    sample by ``collate_fn`` (``default_convert``)."""
+
+    END = object()  # next_from's answer once the stream has no (full enough) batch left
+
+    def __init__(self, dataset, auto, batch_size, drop_last, collate_fn):
+        self.dataset, self.auto, self.batch_size, self.drop_last = dataset, auto, batch_size, drop_last
+        self.collate_fn = collate_fn or (default_collate if auto else default_convert)
+
+    def collate(self, samples):
+        """A batch of ``samples`` (with automatic batching off, the one sample)."""
+        return self.collate_fn(samples)
+
+    def fetch(self, indices):
+        """The batch of a map-style data set's ``indices`` (one index without automatic batching)."""
+        if self.auto:
+            return self.collate_fn([self.dataset[i] for i in indices])
+        return self.collate_fn(self.dataset[indices[0]])
+
+    def next_from(self, stream):
+        """The next batch from an iterator over an IterableDataset, or END."""
+        if not self.auto:
+            sample = next(stream, self.END)
+            return sample if sample is self.END else self.collate_fn(sample)
+        chunk = list(itertools.islice(stream, self.batch_size))
+        if not chunk or (self.drop_last and len(chunk) < self.batch_size):
+            return self.END
+        return self.collate_fn(chunk)
 
 
 def _rebuild(like, mapping):
@@ -836,6 +883,10 @@ class _ThreadedBatches(_Batches):
         self._finalizer()
 
 
+class _WorkerBatches(_Batches, WorkerBatches):
+    """Batches of a generic data set made by worker processes (``num_workers`` > 0)."""
+
+
 class _CallerBatches(_Batches):
     """Batches of a generic data set fetched by the thread that asks for them
     (``num_workers=0``, as PyTorch's loader does in the main process)."""
@@ -891,30 +942,44 @@ class DataLoader:
     gathered by ``num_threads`` C threads (by default one fewer than this
     rank's share of the cores, at most 4), helped by the thread waiting for a
     batch, straight into new batch tensors (pinned staging and a copy stream
-    when ``device`` is a GPU); any other data set is read with ``__getitem__``
-    (or, an ``IterableDataset``, by iterating it) and collated by
-    ``collate_fn`` in a background thread. ``prefetch`` batches are prepared
-    ahead of the one being used. Batches of a TensorDataset are lists of
-    ``ddpc.Tensor`` (one per array). ``device`` places batches on that device;
-    ``pin_memory`` puts host batches in page-locked memory.
+    when ``device`` is a GPU), whatever ``num_workers`` says. Any other data
+    set is read with ``__getitem__`` (or, an ``IterableDataset``, by
+    iterating it) and collated by ``collate_fn``:
 
-    PyTorch's keyword arguments are taken too. There are no worker
-    processes: ``num_workers=0`` reads a generic data set in the thread that
-    asks for each batch (for data sets tied to their thread, e.g. holding a
-    database connection), any other value (or leaving it out) in the background
-    thread, where ``worker_init_fn(0)`` runs first; ``timeout`` bounds each
-    wait for a batch there; ``prefetch_factor`` sets ``prefetch``;
-    ``generator`` draws the shuffle (see ``RandomSampler``);
-    ``persistent_workers``, ``pin_memory_device``, ``multiprocessing_context``
-    and ``in_order`` change nothing (batches always come in order).
+    - ``num_workers=N > 0``: in N worker processes, as PyTorch's: each has
+      its own copy of the data set (inherited with the ``fork`` start method,
+      pickled with ``spawn``), and runs ``worker_init_fn(id)`` after seeding
+      ddpc's, Python's and numpy's global generators with ``base_seed + id``
+      (``get_worker_info()`` tells a worker its id, the number of workers, its
+      seed and its data set, e.g. to split an IterableDataset, which every
+      worker otherwise reads whole); ``prefetch`` (``prefetch_factor``)
+      batches per worker are asked for ahead and handed out in order; an
+      exception in a worker is raised here with the worker's traceback, a
+      worker that dies raises RuntimeError instead of hanging, and
+      ``timeout`` > 0 bounds each wait for a batch; ``persistent_workers``
+      keeps the workers from one pass to the next; ``multiprocessing_context``
+      is a start method name or context (the default context otherwise);
+    - ``num_workers=0``: in the thread that asks for each batch, as PyTorch
+      does (for data sets tied to their thread, e.g. holding a connection);
+    - ``num_workers`` left out (ddpc's default): in one background thread of
+      this process, ``prefetch`` batches ahead, where ``worker_init_fn(0)``
+      runs first and ``timeout`` bounds each wait.
+
+    Batches of a TensorDataset are lists of ``ddpc.Tensor`` (one per array).
+    ``device`` places batches on that device; ``pin_memory`` puts host
+    batches in page-locked memory (in this process, after a worker made them).
+    ``generator`` draws the shuffle (see ``RandomSampler``) and, with
+    workers, each pass's ``base_seed`` after it. ``pin_memory_device`` and
+    ``in_order`` change nothing (batches always come in order).
     """
 
     def __init__(self, dataset, batch_size=1, shuffle=False, sampler=None, batch_sampler=None, drop_last=False,
                  collate_fn=None, pin_memory=False, device=None, prefetch=2, num_threads=None, *, num_workers=None,
                  timeout=0, worker_init_fn=None, generator=None, prefetch_factor=None, persistent_workers=False,
                  pin_memory_device="", multiprocessing_context=None, in_order=True):
-        del persistent_workers, pin_memory_device, multiprocessing_context, in_order  # see the docstring
+        del pin_memory_device, in_order  # see the docstring
         self.dataset = dataset
+        self._generator = _pass_seeds(generator)
         self._iterable = isinstance(dataset, IterableDataset)
         if self._iterable:
             if shuffle or sampler is not None or batch_sampler is not None:
@@ -930,7 +995,7 @@ class DataLoader:
             if sampler is not None and shuffle:
                 raise ValueError("sampler is mutually exclusive with shuffle")
             if sampler is None and not self._iterable:
-                sampler = (RandomSampler(dataset, generator=_pass_seeds(generator)) if shuffle
+                sampler = (RandomSampler(dataset, generator=self._generator) if shuffle
                            else SequentialSampler(dataset))
         self.batch_size = batch_size
         self.drop_last = bool(drop_last)
@@ -950,6 +1015,13 @@ class DataLoader:
                                         or num_workers < 0):
             raise ValueError(f"num_workers must be an integer >= 0, got {num_workers!r}")
         self.num_workers = num_workers
+        if (persistent_workers or multiprocessing_context is not None) and not num_workers:
+            raise ValueError("persistent_workers and multiprocessing_context need worker processes "
+                             f"(num_workers > 0), got num_workers={num_workers!r}")
+        self.persistent_workers = bool(persistent_workers)
+        self.multiprocessing_context = multiprocessing_context
+        self._context = context(multiprocessing_context) if num_workers else None
+        self._pool = None
         if not isinstance(timeout, numbers.Real) or timeout < 0:
             raise ValueError(f"timeout must be >= 0, got {timeout!r}")
         self.timeout = timeout
@@ -974,11 +1046,14 @@ class DataLoader:
         return np.ascontiguousarray(idx), offsets
 
     def __iter__(self):
+        fetcher = _Fetcher(self.dataset, self.batch_size is not None or self.batch_sampler is not None,
+                           self.batch_size, self.drop_last, self.collate_fn)
         if self._iterable:
+            if self.num_workers:
+                return self._in_workers(fetcher, None, self._length_or(0))
             samples = iter(self.dataset)
             batches = samples if self.batch_size is None else _chunks(samples, self.batch_size, self.drop_last)
-            fetch = self._finish if self.batch_size is not None else self._finish_one
-            return self._batches(fetch, batches, self._length_or(0))
+            return self._batches(lambda b: self._finish(fetcher.collate(b)), batches, self._length_or(0))
         idx, offsets = self._plan()
         if self._arrays is not None:
             ds = self._arrays
@@ -988,20 +1063,32 @@ class DataLoader:
                                            self.num_threads, self.device, self.pin_memory, RESIDENT_BUDGET))
         idx = idx.tolist()
         batches = [idx[offsets[b]:offsets[b + 1]] for b in range(len(offsets) - 1)]
-        if self.batch_size is None and self.batch_sampler is None:
-            return self._batches(lambda b: self._finish_one(self.dataset[b[0]]), batches, len(batches))
-        return self._batches(lambda b: self._finish([self.dataset[i] for i in b]), batches, len(batches))
+        if self.num_workers:
+            return self._in_workers(fetcher, batches, len(batches))
+        return self._batches(lambda b: self._finish(fetcher.fetch(b)), batches, len(batches))
+
+    def _in_workers(self, fetcher, batches, remaining):
+        pool, owned = self._workers(fetcher)
+        return _WorkerBatches(pool, batches, self.prefetch, self.timeout, self._finish, owned, remaining)
 
     def _batches(self, fetch, batches, remaining):
         if self.num_workers == 0:
             return _CallerBatches(fetch, batches, remaining)
         return _ThreadedBatches(fetch, batches, self.prefetch, remaining, self.timeout, self.worker_init_fn)
 
-    def _finish(self, samples):
-        return _move((self.collate_fn or default_collate)(samples), self.device, self.pin_memory)
+    def _finish(self, batch):
+        return _move(batch, self.device, self.pin_memory)
 
-    def _finish_one(self, sample):
-        return _move(self.collate_fn(sample) if self.collate_fn else default_convert(sample), self.device, self.pin_memory)
+    def _workers(self, fetcher):
+        """(pool, owned): a new pool of worker processes for one pass, or the
+        loader's own with ``persistent_workers``."""
+        if self.persistent_workers and self._pool is not None and self._pool.alive:
+            return self._pool, False
+        pool = WorkerPool(fetcher, self.num_workers, _next_seed(self._generator), self.worker_init_fn, self._context)
+        if not self.persistent_workers:
+            return pool, True
+        self._pool = pool
+        return pool, False
 
     def _length_or(self, default):
         try:

@@ -1,0 +1,305 @@
+"""DataLoader worker processes (num_workers > 0): batches equal to loading in
+one process and in order, every sample once across ranks, get_worker_info and
+per-worker seeds, IterableDataset streams (whole or split by the workers),
+exceptions and dead workers raised instead of hanging, timeouts, workers
+stopped when the iterator goes and kept with persistent_workers, spawn."""
+
+import multiprocessing
+import os
+import random
+import signal
+import time
+
+import numpy as np
+import pytest
+
+import ddpc
+from ddpc.data import (DataLoader, Dataset, DistributedSampler, IterableDataset, TensorDataset, WorkerInfo,
+                       get_worker_info)
+
+
+class Tagged(Dataset):
+    """Sample i is [i, worker id, pid]; fails or dies at the indices asked."""
+
+    def __init__(self, n, fail_at=(), die_at=(), exc=ValueError):
+        self.n, self.fail_at, self.die_at, self.exc = n, set(fail_at), set(die_at), exc
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        if i in self.fail_at:
+            raise self.exc(f"sample {i} is broken")
+        if i in self.die_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+        info = get_worker_info()
+        return np.array([i, -1 if info is None else info.id, os.getpid()])
+
+
+class Draws(Dataset):
+    """Sample i: what the worker's generators give (ddpc, numpy, Python) and its WorkerInfo."""
+
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        info = get_worker_info()
+        return {"ddpc": float(ddpc.rand(1).item()), "numpy": float(np.random.rand()), "python": random.random(),
+                "id": info.id, "num_workers": info.num_workers, "seed": info.seed,
+                "same_type": type(info.dataset) is Draws}
+
+
+class Stream(IterableDataset):
+    """0 .. n-1, or with split=True each worker's share of it (i % workers == id)."""
+
+    def __init__(self, n, split=False):
+        self.n, self.split = n, split
+
+    def __iter__(self):
+        info = get_worker_info()
+        if not self.split or info is None:
+            return iter(range(self.n))
+        return iter(range(info.id, self.n, info.num_workers))
+
+
+def rows(loader):
+    return [b[:, 0].tolist() for b in loader]
+
+
+def gone(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_batches_equal_loading_in_one_process_in_order(workers):
+    def loader(num_workers):
+        return DataLoader(Tagged(23), batch_size=4, shuffle=True, generator=11, num_workers=num_workers)
+
+    got = list(loader(workers))
+    assert [b[:, 0].tolist() for b in got] == rows(loader(0))
+    ids = [b[:, 1].tolist() for b in got]
+    assert ids == [[k % workers] * len(b) for k, b in enumerate(ids)]  # tasks go round-robin
+    pids = {int(p) for b in got for p in b[:, 2].tolist()}
+    assert len(pids) == workers and os.getpid() not in pids
+    assert all(gone(p) for p in pids)  # the pass is over: its workers are stopped and reaped
+
+
+def test_unbatched_samples_custom_collate_and_batch_sampler():
+    assert [int(x[0]) for x in DataLoader(Tagged(5), batch_size=None, num_workers=2)] == [0, 1, 2, 3, 4]
+    firsts = list(DataLoader(Tagged(6), batch_size=3, num_workers=2, collate_fn=lambda s: [int(v[0]) for v in s]))
+    assert firsts == [[0, 1, 2], [3, 4, 5]]
+    loader = DataLoader(Tagged(10), batch_sampler=[[9, 8], [1], [4, 5, 6]], num_workers=2)
+    assert rows(loader) == [[9, 8], [1], [4, 5, 6]]
+
+
+class Mixed(Dataset):
+    """Samples of every kind a batch carries: tensors of each dtype (a view, a 0-d one, one that
+    requires grad), numpy arrays ddpc has no tensor for, numbers and strings."""
+
+    def __len__(self):
+        return 6
+
+    def __getitem__(self, i):
+        base = ddpc.arange(12, dtype=ddpc.float32).reshape(3, 4) * (i + 1)
+        return {"f32": base, "view": base.t()[1:], "f64": base.double(), "f16": base.half(),
+                "bf16": base.to(ddpc.bfloat16), "i32": base.int(), "u8": base.to(ddpc.uint8),
+                "scalar": ddpc.tensor(float(i)), "grad": ddpc.ones(2, requires_grad=True) * i,
+                "bools": np.array([i % 2 == 0, True]), "text": f"s{i}", "number": i / 2}
+
+
+def test_batches_of_every_kind_cross_from_workers_unchanged():
+    def load(workers):
+        return list(DataLoader(Mixed(), batch_size=4, num_workers=workers,
+                               collate_fn=lambda s: {k: [v[k] for v in s] for k in s[0]}))
+
+    for mine, ref in zip(load(2), load(0)):
+        assert mine.keys() == ref.keys()
+        for key in ref:
+            for a, b in zip(mine[key], ref[key]):
+                if isinstance(b, ddpc.Tensor):
+                    assert (a.dtype, a.shape, a.requires_grad) == (b.dtype, b.shape, b.requires_grad), key
+                    assert np.array_equal(a.detach().float().numpy(), b.detach().float().numpy()), key
+                elif isinstance(b, np.ndarray):
+                    assert a.dtype == b.dtype and np.array_equal(a, b)
+                else:
+                    assert a == b
+    batch = next(iter(DataLoader(Mixed(), batch_size=3, num_workers=1)))
+    assert batch["f32"].shape == (3, 3, 4) and batch["f32"][2].tolist() == (ddpc.arange(12.0).reshape(3, 4) * 3).tolist()
+    batch["f32"].add_(1)  # a batch from a worker is writable memory of its own
+
+
+def test_worker_info_and_seeds_per_worker_reproducible_from_the_generator():
+    assert get_worker_info() is None
+
+    def draws(seed):
+        return [s for batch in DataLoader(Draws(), batch_size=2, num_workers=2, generator=seed,
+                                          collate_fn=lambda s: s) for s in batch]
+
+    first, again, other = draws(3), draws(3), draws(4)
+    assert first == again and first != other
+    by_worker = {d["id"]: d for d in first}
+    assert sorted(by_worker) == [0, 1]
+    assert all(d["num_workers"] == 2 and d["same_type"] for d in first)
+    assert by_worker[1]["seed"] == by_worker[0]["seed"] + 1
+    for gen in ("ddpc", "numpy", "python"):  # each worker's generators are seeded apart
+        assert by_worker[0][gen] != by_worker[1][gen]
+    assert "id=1" in repr(WorkerInfo(1, 2, 5, None))
+
+
+def test_worker_init_fn_runs_in_each_worker_before_its_samples():
+    class Inited(Dataset):
+        def __len__(self):
+            return 4
+
+        def __getitem__(self, i):
+            return np.array([i, os.environ.get("DDPC_TEST_WORKER", "unset") == str(get_worker_info().id)])
+
+    def init(worker_id):
+        os.environ["DDPC_TEST_WORKER"] = str(worker_id)
+
+    got = list(DataLoader(Inited(), batch_size=1, num_workers=2, worker_init_fn=init))
+    assert [b.tolist() for b in got] == [[[0, 1]], [[1, 1]], [[2, 1]], [[3, 1]]]
+    assert "DDPC_TEST_WORKER" not in os.environ
+
+
+def test_iterable_dataset_read_whole_by_each_worker_or_split_by_worker_info():
+    # Unsplit, every worker reads the whole stream (as PyTorch's): batches alternate between the copies.
+    whole = [b.tolist() for b in DataLoader(Stream(5), batch_size=2, num_workers=2)]
+    assert whole == [[0, 1], [0, 1], [2, 3], [2, 3], [4], [4]]
+    split = [b.tolist() for b in DataLoader(Stream(11, split=True), batch_size=2, num_workers=3)]
+    assert sorted(v for b in split for v in b) == list(range(11))
+    assert split[:3] == [[0, 3], [1, 4], [2, 5]]
+    # drop_last drops each worker's short tail; one worker ending early leaves the others going.
+    dropped = [b.tolist() for b in DataLoader(Stream(11, split=True), batch_size=2, num_workers=3, drop_last=True)]
+    assert dropped == [[0, 3], [1, 4], [2, 5], [6, 9], [7, 10]]
+    assert [int(x) for x in DataLoader(Stream(3, split=True), batch_size=None, num_workers=2)] == [0, 1, 2]
+
+
+def test_an_exception_in_a_worker_is_raised_with_its_traceback():
+    with pytest.raises(ValueError, match="(?s)Caught ValueError in DataLoader worker process 1.*"
+                                         "__getitem__.*sample 3 is broken"):
+        list(DataLoader(Tagged(8, fail_at={3}), batch_size=2, num_workers=2))
+    with pytest.raises(KeyError) as err:
+        list(DataLoader(Tagged(8, fail_at={0}, exc=KeyError), batch_size=2, num_workers=2))
+    assert "\n" in str(err.value) and "sample 0 is broken" in str(err.value)
+
+    class TwoArgs(Exception):
+        def __init__(self, a, b):
+            super().__init__(a, b)
+
+    class Fails(Dataset):
+        def __len__(self):
+            return 2
+
+        def __getitem__(self, i):
+            raise TwoArgs("x", "y")
+
+    with pytest.raises(RuntimeError, match="Caught TwoArgs in DataLoader worker process 0"):
+        list(DataLoader(Fails(), batch_size=1, num_workers=1))
+
+    def bad_init(worker_id):
+        raise KeyError("no seed")
+
+    with pytest.raises(KeyError, match="(?s)worker_init_fn of DataLoader worker process 0.*no seed"):
+        list(DataLoader(Tagged(4), batch_size=2, num_workers=2, worker_init_fn=bad_init))
+
+
+def test_a_batch_that_does_not_pickle_is_an_error_naming_the_worker():
+    loader = DataLoader(Tagged(4), batch_size=2, num_workers=1, collate_fn=lambda s: (lambda: s))
+    with pytest.raises(Exception, match="sending a batch from DataLoader worker process 0"):
+        list(loader)
+
+
+def test_a_dead_worker_is_reported_not_waited_for():
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"DataLoader worker 1 \(pid \d+\) was killed by signal SIGKILL"):
+        list(DataLoader(Tagged(12, die_at={6}), batch_size=2, num_workers=2))
+    assert time.monotonic() - start < 30
+
+
+def test_timeout_bounds_each_wait_and_stops_the_workers():
+    class Slow(Tagged):
+        def __getitem__(self, i):
+            if i >= 2:
+                time.sleep(3)
+            return super().__getitem__(i)
+
+    it = iter(DataLoader(Slow(6), batch_size=2, num_workers=2, timeout=0.3))
+    first = next(it)
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match="timed out after 0.3 seconds"):
+        next(it)
+    assert time.monotonic() - start < 2.5
+    deadline = time.monotonic() + 10
+    while not gone(int(first[0, 2])) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert gone(int(first[0, 2]))
+
+
+def test_workers_stop_when_the_iterator_is_dropped_mid_pass():
+    it = iter(DataLoader(Tagged(40), batch_size=2, num_workers=2))
+    pids = {int(next(it)[0, 2]), int(next(it)[0, 2])}
+    assert len(pids) == 2 and not any(gone(p) for p in pids)
+    del it
+    assert all(gone(p) for p in pids)
+
+
+def test_persistent_workers_serve_every_pass_and_drop_an_abandoned_pass():
+    loader = DataLoader(Tagged(10), batch_size=3, num_workers=2, persistent_workers=True)
+    it = iter(loader)
+    first = next(it)
+    pids = set(first[:, 2].tolist())
+    del it  # abandoned with batches in flight: their results must not reach the next pass
+    epochs = [list(loader) for _ in range(2)]
+    for batches in epochs:
+        assert [b[:, 0].tolist() for b in batches] == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9]]
+        pids |= {int(p) for b in batches for p in b[:, 2].tolist()}
+    assert len(pids) == 2 and not any(gone(p) for p in pids)
+    del loader
+    assert all(gone(p) for p in pids)
+
+
+def test_spawned_workers_and_start_method_checks():
+    ds = TensorDataset(np.arange(12).reshape(6, 2))
+    inner = ddpc.data.ConcatDataset([ds])  # not a bare TensorDataset: loaded by the workers
+    loader = DataLoader(inner, batch_size=4, num_workers=2, multiprocessing_context="spawn")
+    got = [x.tolist() for (x,) in loader]
+    assert got == [[[0, 1], [2, 3], [4, 5], [6, 7]], [[8, 9], [10, 11]]]
+    assert [x.tolist() for (x,) in DataLoader(inner, batch_size=6, num_workers=1,
+                                              multiprocessing_context=multiprocessing.get_context("fork"))] \
+        == [np.arange(12).reshape(6, 2).tolist()]
+    with pytest.raises(ValueError, match="start method"):
+        DataLoader(inner, num_workers=1, multiprocessing_context="teleport")
+    with pytest.raises(TypeError, match="multiprocessing_context"):
+        DataLoader(inner, num_workers=1, multiprocessing_context=3)
+
+
+def test_a_tensor_dataset_stays_on_the_c_threads():
+    ds = TensorDataset(np.arange(8))
+    loader = DataLoader(ds, batch_size=4, num_workers=3)
+    assert [b.tolist() for (b,) in loader] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert type(iter(loader)).__name__ == "_ArrayBatches"
+
+
+def rank_share(rank, n):
+    import ddpc.distributed as dist
+    dist.init_process_group("cpu")
+    try:
+        sampler = DistributedSampler(n, shuffle=True, seed=5)
+        sampler.set_epoch(1)
+        loader = DataLoader(Tagged(n), batch_size=3, sampler=sampler, num_workers=2)
+        seen = [int(v) for b in loader for v in b[:, 0].tolist()]
+        assert seen == sampler.indices().tolist()
+        return seen
+    finally:
+        dist.destroy_process_group()
+
+
+def test_every_sample_once_across_ranks_each_with_workers():
+    n = 30
+    shares = ddpc.spawn(rank_share, args=(n,), nprocs=2)
+    assert sorted(shares[0] + shares[1]) == list(range(n))
