@@ -154,6 +154,30 @@ def test_iterable_dataset_is_batched_in_its_own_order():
         DataLoader(Stream(), shuffle=True)
 
 
+def test_getitems_reads_a_batch_in_one_call_also_through_subsets():
+    class Batched(Items):
+        calls = []
+
+        def __getitems__(self, indices):
+            self.calls.append(list(indices))
+            return [10 * i for i in indices]
+
+    ds = Batched(6)
+    for workers in (None, 0, 2):
+        assert batches(DataLoader(ds, batch_size=4, num_workers=workers)) == [[0, 10, 20, 30], [40, 50]]
+    assert Batched.calls[:2] == [[0, 1, 2, 3], [4, 5]] and len(Batched.calls) == 4  # the workers' calls are theirs
+    assert batches(DataLoader(Subset(ds, [5, 3, 1]), batch_size=2, num_workers=0)) == [[50, 30], [10]]
+    assert Batched.calls[-2:] == [[5, 3], [1]]
+    assert [int(x) for x in DataLoader(ds, batch_size=None, num_workers=0)][:2] == [0, 1]  # unbatched: __getitem__
+
+    class Short(Items):
+        def __getitems__(self, indices):
+            return [0]
+
+    with pytest.raises(ValueError, match="returned 1 samples for 4 indices"):
+        list(DataLoader(Short(8), batch_size=4, num_workers=0))
+
+
 def test_batch_size_none_hands_out_samples_converted():
     ds = TensorDataset(np.arange(6).reshape(3, 2))
     got = list(DataLoader(ds, batch_size=None))

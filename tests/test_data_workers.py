@@ -180,9 +180,12 @@ def test_iterable_dataset_read_whole_by_each_worker_or_split_by_worker_info():
 
 
 def test_an_exception_in_a_worker_is_raised_with_its_traceback():
+    it = iter(DataLoader(Tagged(8, fail_at={3}), batch_size=2, num_workers=2))
     with pytest.raises(ValueError, match="(?s)Caught ValueError in DataLoader worker process 1.*"
                                          "__getitem__.*sample 3 is broken"):
-        list(DataLoader(Tagged(8, fail_at={3}), batch_size=2, num_workers=2))
+        list(it)
+    with pytest.raises(StopIteration):  # the pass ended with the error
+        next(it)
     with pytest.raises(KeyError) as err:
         list(DataLoader(Tagged(8, fail_at={0}, exc=KeyError), batch_size=2, num_workers=2))
     assert "\n" in str(err.value) and "sample 0 is broken" in str(err.value)
@@ -259,7 +262,13 @@ def test_persistent_workers_serve_every_pass_and_drop_an_abandoned_pass():
         assert [b[:, 0].tolist() for b in batches] == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9]]
         pids |= {int(p) for b in batches for p in b[:, 2].tolist()}
     assert len(pids) == 2 and not any(gone(p) for p in pids)
-    del loader
+    older, newer = iter(loader), iter(loader)  # PyTorch hands out one iterator; here the older one stops
+    with pytest.raises(RuntimeError, match="newer pass"):
+        next(older)
+    assert [b[:, 0].tolist() for b in newer][-1] == [9]
+    with pytest.raises(StopIteration):
+        next(older)
+    del loader, older, newer
     assert all(gone(p) for p in pids)
 
 

@@ -314,6 +314,7 @@ class WorkerBatches:
         self._results, self._sent, self._taken = {}, 0, 0
         self._timeout = timeout
         self._owns_pool = owns_pool
+        self._done = False
         for _ in range(prefetch * len(pool.procs)):
             if not self._send():
                 break
@@ -334,6 +335,12 @@ class WorkerBatches:
 
     def _next(self):
         """The next batch; StopIteration at the end of the pass."""
+        if self._done:
+            raise StopIteration
+        if self._gen != self._pool.generation:
+            self.close()
+            raise RuntimeError("a newer pass over this DataLoader's persistent workers began (iter() was called "
+                               "again): this one can't go on; finish or drop an iterator before starting the next")
         while True:
             deadline = None if not self._timeout else time.monotonic() + self._timeout
             while self._taken not in self._results:
@@ -366,6 +373,7 @@ class WorkerBatches:
 
     def close(self):
         """Ends this pass: a pool of its own is stopped; a persistent pool stays."""
+        self._done = True
         self._active = []
         self._tasks = iter(())
         if self._owns_pool:

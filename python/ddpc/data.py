@@ -485,6 +485,10 @@ class Subset(Dataset):
             return [self.dataset[self.indices[i]] for i in index]
         return self.dataset[self.indices[index]]
 
+    def __getitems__(self, indices):
+        """The samples at ``indices``, through the data set's own ``__getitems__`` where it has one."""
+        return _samples(self.dataset, [self.indices[i] for i in indices])
+
     def __len__(self):
         return len(self.indices)
 
@@ -716,7 +720,7 @@ class _Fetcher:
     def fetch(self, indices):
         """The batch of a map-style data set's ``indices`` (one index without automatic batching)."""
         if self.auto:
-            return self.collate_fn([self.dataset[i] for i in indices])
+            return self.collate_fn(_samples(self.dataset, indices))
         return self.collate_fn(self.dataset[indices[0]])
 
     def next_from(self, stream):
@@ -728,6 +732,19 @@ class _Fetcher:
         if not chunk or (self.drop_last and len(chunk) < self.batch_size):
             return self.END
         return self.collate_fn(chunk)
+
+
+def _samples(dataset, indices):
+    """The samples at ``indices``: one ``__getitems__(indices)`` call where the data
+    set has it (a batched read, as PyTorch's loader makes), else one read each."""
+    getitems = getattr(dataset, "__getitems__", None)
+    if callable(getitems):
+        samples = getitems(indices)
+        if len(samples) != len(indices):
+            raise ValueError(f"{type(dataset).__name__}.__getitems__ returned {len(samples)} samples "
+                             f"for {len(indices)} indices")
+        return samples
+    return [dataset[i] for i in indices]
 
 
 def _rebuild(like, mapping):
@@ -943,8 +960,9 @@ class DataLoader:
     rank's share of the cores, at most 4), helped by the thread waiting for a
     batch, straight into new batch tensors (pinned staging and a copy stream
     when ``device`` is a GPU), whatever ``num_workers`` says. Any other data
-    set is read with ``__getitem__`` (or, an ``IterableDataset``, by
-    iterating it) and collated by ``collate_fn``:
+    set is read with ``__getitem__`` (one call per batch to
+    ``__getitems__(indices)`` where it has one, as in PyTorch; an
+    ``IterableDataset`` by iterating it) and collated by ``collate_fn``:
 
     - ``num_workers=N > 0``: in N worker processes, as PyTorch's: each has
       its own copy of the data set (inherited with the ``fork`` start method,
