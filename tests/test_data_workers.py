@@ -98,7 +98,8 @@ def test_unbatched_samples_custom_collate_and_batch_sampler():
 
 class Mixed(Dataset):
     """Samples of every kind a batch carries: tensors of each dtype (a view, a 0-d one, one that
-    requires grad), numpy arrays ddpc has no tensor for, numbers and strings."""
+    requires grad), numpy arrays ddpc has no tensor for, numbers and strings; large ones (over
+    64 KiB) cross outside the pickle, the rest inside."""
 
     def __len__(self):
         return 6
@@ -108,7 +109,9 @@ class Mixed(Dataset):
         return {"f32": base, "view": base.t()[1:], "f64": base.double(), "f16": base.half(),
                 "bf16": base.to(ddpc.bfloat16), "i32": base.int(), "u8": base.to(ddpc.uint8),
                 "scalar": ddpc.tensor(float(i)), "grad": ddpc.ones(2, requires_grad=True) * i,
-                "bools": np.array([i % 2 == 0, True]), "text": f"s{i}", "number": i / 2}
+                "bools": np.array([i % 2 == 0, True]), "text": f"s{i}", "number": i / 2,
+                "big": ddpc.arange(40000, dtype=ddpc.float64) + i, "big_view": (ddpc.ones(300, 200) * i).t(),
+                "big_bf16": ddpc.full((70000,), float(i)).to(ddpc.bfloat16), "big_array": np.full(30000, i)}
 
 
 def test_batches_of_every_kind_cross_from_workers_unchanged():

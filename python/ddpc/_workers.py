@@ -38,6 +38,7 @@ import numpy as np
 _info = None  # this process's WorkerInfo while it is a worker
 _EXHAUSTED = "ddpc-worker-exhausted"  # an IterableDataset worker's stream has ended
 _POLL_S = 1.0  # how often an idle worker checks that the loader's process is alive
+_IN_BAND_BYTES = 64 << 10  # smaller tensors and arrays travel inside the pickle
 
 
 class WorkerInfo:
@@ -115,21 +116,33 @@ def _tensor_from_bytes(data, raw_dtype, shape, dtype_name):
 
 
 def _send(conn, message):
-    """Sends a picklable message with its large buffers out of band (see the module's comment)."""
+    """Sends a picklable message, then its large buffers' bytes as they are
+    (the pickle says how many; see the module's comment)."""
     buffers, stream = [], io.BytesIO()
-    _OutOfBand(stream, protocol=5, buffer_callback=buffers.append).dump(message)
+
+    def out_of_band(buffer):  # a true answer keeps a small buffer in the pickle: one system call less
+        return buffer.raw().nbytes < _IN_BAND_BYTES or buffers.append(buffer)
+
+    _OutOfBand(stream, protocol=5, buffer_callback=out_of_band).dump(message)
     views = [b.raw() for b in buffers]
     conn.send((stream.getvalue(), [v.nbytes for v in views]))
     for v in views:
-        conn.send_bytes(v)
+        while v:
+            v = v[os.write(conn.fileno(), v):]
 
 
 def _recv(conn):
-    """What _send sent: each out-of-band buffer is read into fresh memory of its own."""
+    """What _send sent: each out-of-band buffer is read from the pipe straight into
+    fresh memory of its own (Connection.recv_bytes_into would copy it twice more)."""
     payload, sizes = conn.recv()
     buffers = [np.empty(n, np.uint8) for n in sizes]
     for b in buffers:
-        conn.recv_bytes_into(b)
+        v = memoryview(b)
+        while v:
+            n = os.readv(conn.fileno(), [v])
+            if n == 0:
+                raise EOFError("a DataLoader worker's pipe closed in the middle of a batch")
+            v = v[n:]
     return pickle.loads(payload, buffers=buffers)
 
 
