@@ -290,6 +290,19 @@ def test_spawned_workers_and_start_method_checks():
         DataLoader(inner, num_workers=1, multiprocessing_context=3)
 
 
+def test_out_of_order_batches_pass_a_slow_one_and_all_arrive():
+    class SlowFirst(Tagged):
+        def __getitem__(self, i):
+            if i == 0:
+                time.sleep(1.0)
+            return super().__getitem__(i)
+
+    loader = DataLoader(SlowFirst(12), batch_size=2, num_workers=2, in_order=False)
+    got = rows(loader)
+    assert got[0] != [0, 1] and sorted(got) == [[k, k + 1] for k in range(0, 12, 2)]
+    assert rows(DataLoader(SlowFirst(4), batch_size=2, num_workers=2))[0] == [0, 1]  # in order by default
+
+
 def test_a_tensor_dataset_stays_on_the_c_threads():
     ds = TensorDataset(np.arange(8))
     loader = DataLoader(ds, batch_size=4, num_workers=3)

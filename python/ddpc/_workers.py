@@ -312,12 +312,12 @@ class WorkerPool:
 
 class WorkerBatches:
     """The tasks of one pass over a data set, spread over a WorkerPool, and
-    their results in order. ``tasks`` yields each batch's indices, or is None
+    their results in order (or, with ``in_order=False``, as they come). ``tasks`` yields each batch's indices, or is None
     for an IterableDataset (each worker streams its own copy). ``finish``
     turns a worker's batch into what the loader hands out (device, pinning).
     Stale results of an earlier pass over a persistent pool are dropped."""
 
-    def __init__(self, pool, tasks, prefetch, timeout, finish, owns_pool, remaining):
+    def __init__(self, pool, tasks, prefetch, timeout, finish, owns_pool, remaining, in_order=True):
         self._pool, self._finish, self._remaining = pool, finish, remaining
         pool.generation += 1
         self._gen = pool.generation
@@ -325,6 +325,7 @@ class WorkerBatches:
         self._active = list(range(len(pool.procs)))  # workers still given tasks, in round-robin order
         self._turn = itertools.cycle(self._active)
         self._results, self._sent, self._taken = {}, 0, 0
+        self._in_order = in_order
         self._timeout = timeout
         self._owns_pool = owns_pool
         self._done = False
@@ -356,7 +357,7 @@ class WorkerBatches:
                                "again): this one can't go on; finish or drop an iterator before starting the next")
         while True:
             deadline = None if not self._timeout else time.monotonic() + self._timeout
-            while self._taken not in self._results:
+            while (number := self._ready()) is None:
                 if self._taken >= self._sent:
                     self.close()
                     raise StopIteration
@@ -367,7 +368,7 @@ class WorkerBatches:
                 for w, (gen, number, result) in self._pool.receive(wait):
                     if gen == self._gen:
                         self._results[number] = (w, result)
-            w, result = self._results.pop(self._taken)
+            w, result = self._results.pop(number)
             self._taken += 1
             if isinstance(result, _Raised):
                 self.close()
@@ -380,6 +381,13 @@ class WorkerBatches:
             self._send()
             self._remaining = max(self._remaining - 1, 0)
             return self._finish(result)
+
+    def _ready(self):
+        """The number of the result to hand out next, None until it has come: the
+        next in order, or with in_order=False the first of those here."""
+        if self._in_order:
+            return self._taken if self._taken in self._results else None
+        return min(self._results, default=None)
 
     def __length_hint__(self):
         return self._remaining

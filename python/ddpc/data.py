@@ -987,15 +987,18 @@ class DataLoader:
     ``device`` places batches on that device; ``pin_memory`` puts host
     batches in page-locked memory (in this process, after a worker made them).
     ``generator`` draws the shuffle (see ``RandomSampler``) and, with
-    workers, each pass's ``base_seed`` after it. ``pin_memory_device`` and
-    ``in_order`` change nothing (batches always come in order).
+    workers, each pass's ``base_seed`` after it. ``in_order=False`` lets
+    workers' batches out as they are ready instead of in the sampler's order
+    (a slow batch no longer holds up the ones after it); ``pin_memory_device``
+    changes nothing.
     """
 
     def __init__(self, dataset, batch_size=1, shuffle=False, sampler=None, batch_sampler=None, drop_last=False,
                  collate_fn=None, pin_memory=False, device=None, prefetch=2, num_threads=None, *, num_workers=None,
                  timeout=0, worker_init_fn=None, generator=None, prefetch_factor=None, persistent_workers=False,
                  pin_memory_device="", multiprocessing_context=None, in_order=True):
-        del pin_memory_device, in_order  # see the docstring
+        del pin_memory_device  # see the docstring
+        self.in_order = bool(in_order)
         self.dataset = dataset
         self._generator = _pass_seeds(generator)
         self._iterable = isinstance(dataset, IterableDataset)
@@ -1087,7 +1090,8 @@ class DataLoader:
 
     def _in_workers(self, fetcher, batches, remaining):
         pool, owned = self._workers(fetcher)
-        return _WorkerBatches(pool, batches, self.prefetch, self.timeout, self._finish, owned, remaining)
+        return _WorkerBatches(pool, batches, self.prefetch, self.timeout, self._finish, owned, remaining,
+                              self.in_order)
 
     def _batches(self, fetch, batches, remaining):
         if self.num_workers == 0:
