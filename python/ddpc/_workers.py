@@ -7,7 +7,7 @@ batch" (an IterableDataset, which each worker iterates from its start, so it
 reads the stream once per worker unless the data set splits itself with
 ``get_worker_info()``). Tasks go out round-robin, ``prefetch`` per worker
 ahead, and the batches are handed out in task order whatever order they come
-back in. A worker that fails sends its exception (re-raised in the loader with
+back in (or as they come, with ``in_order=False``). A worker that fails sends its exception (re-raised in the loader with
 the worker's traceback); a worker that dies is noticed through its process
 sentinel, so the loader raises instead of waiting for it.
 
@@ -35,8 +35,11 @@ import weakref
 
 import numpy as np
 
+from . import _C
+from ._threads import set_num_threads
+from .tensor import Tensor, manual_seed
+
 _info = None  # this process's WorkerInfo while it is a worker
-_EXHAUSTED = "ddpc-worker-exhausted"  # an IterableDataset worker's stream has ended
 _POLL_S = 1.0  # how often an idle worker checks that the loader's process is alive
 _IN_BAND_BYTES = 64 << 10  # smaller tensors and arrays travel inside the pickle
 
@@ -86,6 +89,10 @@ class _Raised:
         return RuntimeError(self.text)
 
 
+class _Exhausted:
+    """A worker's answer once its IterableDataset stream has ended."""
+
+
 class _Verbatim(str):
     def __repr__(self):
         return str(self)
@@ -96,7 +103,6 @@ class _OutOfBand(pickle.Pickler):
     buffer_callback they travel out of band (arrays already do)."""
 
     def reducer_override(self, obj):
-        from .tensor import Tensor
         if type(obj) is not Tensor or obj.is_cuda or obj.requires_grad:
             return NotImplemented
         arr = np.asarray(obj._buf)
@@ -109,8 +115,6 @@ class _OutOfBand(pickle.Pickler):
 
 
 def _tensor_from_bytes(data, raw_dtype, shape, dtype_name):
-    from . import _C
-    from .tensor import Tensor
     arr = np.frombuffer(data, np.uint8) if not isinstance(data, np.ndarray) else data
     return Tensor(_C.Buffer.from_object(arr.view(np.dtype(raw_dtype)).reshape(shape), dtype_name))
 
@@ -147,8 +151,6 @@ def _recv(conn):
 
 
 def _seed_worker(seed):
-    from ._threads import set_num_threads
-    from .tensor import manual_seed
     set_num_threads(1)  # the workers share the cores: one thread each, as PyTorch's
     manual_seed(seed)
     random.seed(seed)
@@ -194,7 +196,7 @@ def _worker_main(conn, fetcher, worker_id, num_workers, seed, init_fn, parent_pi
                         stream, generation = iter(fetcher.dataset), gen
                     result = fetcher.next_from(stream)
                     if result is fetcher.END:
-                        result = _EXHAUSTED
+                        result = _Exhausted()
             except BaseException as exc:
                 result = _Raised(exc, worker_id)
         try:
@@ -373,7 +375,7 @@ class WorkerBatches:
             if isinstance(result, _Raised):
                 self.close()
                 raise result.exception()
-            if isinstance(result, str) and result == _EXHAUSTED:
+            if isinstance(result, _Exhausted):
                 if w in self._active:  # its later tasks come back exhausted too: skipped
                     self._active.remove(w)
                     self._turn = itertools.cycle(self._active)
