@@ -43,17 +43,46 @@ def test_before_init_process_group_is_an_error():
         DeviceMesh("cpu", [0])
 
 
-def test_a_mesh_of_one_rank(monkeypatch):
+@pytest.fixture
+def one_rank(monkeypatch):
+    """A default group of this process alone."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         monkeypatch.setenv("MASTER_PORT", str(sock.getsockname()[1]))
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
     dist.init_process_group("cpu", rank=0, world_size=1)
     try:
-        mesh = init_device_mesh("cpu", (1, 1), mesh_dim_names=("dp", "tp"))
-        assert mesh.get_coordinate() == (0, 0) and mesh["tp"].size() == 1
-        t = ddpc.tensor([3.0])
-        dist.all_reduce(t, group=mesh.get_group("tp"))
-        assert t.item() == 3.0
+        yield
     finally:
         dist.destroy_process_group()
+
+
+def test_a_mesh_of_one_rank(one_rank):
+    mesh = init_device_mesh("cpu", (1, 1), mesh_dim_names=("dp", "tp"))
+    assert mesh.get_coordinate() == (0, 0) and mesh["tp"].size() == 1
+    t = ddpc.tensor([3.0])
+    dist.all_reduce(t, group=mesh.get_group("tp"))
+    assert t.item() == 3.0
+
+
+def test_from_group_and_the_current_mesh(one_rank):
+    from ddpc.distributed.device_mesh import _current_mesh
+
+    group = dist.new_group([0])
+    mesh = DeviceMesh.from_group(group, "cpu", mesh=[0], mesh_dim_names="dp")
+    assert mesh.get_group() is group and mesh.get_group("dp") is group and mesh.mesh.tolist() == [0]
+    assert mesh.ndim == 1 and mesh.get_local_rank() == 0 and mesh == DeviceMesh.from_group([group], "cpu",
+                                                                                             mesh_dim_names="dp")
+    outer = DeviceMesh.from_group(dist.group.WORLD, "cpu")
+    with outer:
+        with mesh as inner:
+            assert inner is mesh and _current_mesh("here") is mesh
+        assert _current_mesh("here") is outer
+    with pytest.raises(RuntimeError, match="here: no device_mesh was given"):
+        _current_mesh("here")
+    with pytest.raises(NotImplementedError, match="1-d meshes from one group"):
+        DeviceMesh.from_group([group, group], "cpu")
+    with pytest.raises(ValueError, match="does not list the group's ranks"):
+        DeviceMesh.from_group(group, "cpu", mesh=[1])
+    with pytest.raises(RuntimeError, match="Device type with index"):
+        DeviceMesh.from_group(group, "cpu:0")

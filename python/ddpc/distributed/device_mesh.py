@@ -5,20 +5,34 @@ A mesh of shape (2, 2) over ranks 0..3 holds [[0, 1], [2, 3]] (row-major);
 its dimension 0 groups are {0, 2} and {1, 3}, its dimension 1 groups {0, 1}
 and {2, 3}. Every rank makes every group, in the same order, so the
 constructor is collective. Slicing by name (``mesh["tp"]``) reuses the
-groups of the mesh it is cut from.
+groups of the mesh it is cut from. ``DeviceMesh.from_group(group, device_type)``
+makes a 1-d mesh of an existing group's ranks (no collective: it makes no
+group). ``with mesh:`` makes ``mesh`` the one ddpc.distributed.tensor's
+functions use when they are given none.
 
-Differences from PyTorch: the mesh must hold every rank of the default group
-exactly once (PyTorch also takes a mesh of fewer ranks), and
+Differences from PyTorch: the constructor's mesh must hold every rank of the
+default group exactly once (PyTorch also takes a mesh of fewer ranks; a
+mesh of some of the ranks comes from ``from_group``), and
 ``init_device_mesh`` needs ``init_process_group`` to have been called
-(PyTorch calls it itself); flattening, ``from_group`` and
-``backend_override`` are not offered.
+(PyTorch calls it itself); flattening, ``from_group`` with several groups
+(an n-d mesh) and ``backend_override`` are not offered.
 """
 
 import numpy as np
 
-from . import get_rank, get_world_size, is_initialized, new_subgroups_by_enumeration
+from . import get_process_group_ranks, get_rank, get_world_size, is_initialized, new_subgroups_by_enumeration
 
 __all__ = ["DeviceMesh", "init_device_mesh"]
+
+_current = []  # the meshes of the enclosing ``with mesh:`` blocks, innermost last
+
+
+def _current_mesh(what):
+    """The mesh of the innermost ``with mesh:`` block, for a function given no device_mesh."""
+    if not _current:
+        raise RuntimeError(f"{what}: no device_mesh was given and no device mesh is currently active (pass "
+                           "device_mesh=, or call it inside a `with mesh:` block)")
+    return _current[-1]
 
 
 def _ranks_array(mesh):
@@ -44,6 +58,13 @@ def _check_dim_names(mesh_dim_names, ndim):
     return names
 
 
+def _checked_device_type(device_type):
+    if not isinstance(device_type, str) or not device_type.isalpha():
+        raise RuntimeError(f"Device type with index is not supported but got {device_type!r}: pass the "
+                           "device's type, such as 'cpu' or 'cuda'")
+    return device_type
+
+
 def _dim_groups(ranks):
     """This rank's process group along each dimension of ``ranks``. Every rank
     makes the groups of every slice, dimension by dimension, in one order."""
@@ -60,10 +81,7 @@ class DeviceMesh:
     with a process group along each dimension; collective to construct."""
 
     def __init__(self, device_type, mesh, *, mesh_dim_names=None, _parent=None, _dims=None):
-        if not isinstance(device_type, str) or not device_type.isalpha():
-            raise RuntimeError(f"Device type with index is not supported but got {device_type!r}: pass the "
-                               "device's type, such as 'cpu' or 'cuda'")
-        self._device_type = device_type
+        self._device_type = _checked_device_type(device_type)
         if _parent is not None:
             self._root, self._dims = _parent._root, _dims
             self._root_groups, self._coordinate_in_root = _parent._root_groups, _parent._coordinate_in_root
@@ -83,6 +101,29 @@ class DeviceMesh:
         self._root, self._dims = ranks, tuple(range(ranks.ndim))
         self._coordinate_in_root = tuple(int(c) for c in np.argwhere(ranks == get_rank())[0])
         self._root_groups = _dim_groups(ranks)
+
+    @staticmethod
+    def from_group(group, device_type, mesh=None, *, mesh_dim_names=None):
+        """The 1-d mesh of ``group``'s ranks (in group-rank order), whose
+        group along its one dimension is ``group`` itself; only its members
+        call it. ``mesh``, where given, must list those ranks."""
+        if isinstance(group, (list, tuple)):
+            if len(group) != 1:
+                raise NotImplementedError(f"DeviceMesh.from_group: ddpc makes 1-d meshes from one group, got a list "
+                                          f"of {len(group)} groups")
+            group = group[0]
+        ranks = np.asarray(get_process_group_ranks(group), dtype=np.int64)
+        if mesh is not None and _ranks_array(mesh).ravel().tolist() != ranks.tolist():
+            raise ValueError(f"DeviceMesh.from_group: mesh {_ranks_array(mesh).tolist()} does not list the group's "
+                             f"ranks {ranks.tolist()}")
+        if get_rank() not in ranks:
+            raise RuntimeError(f"DeviceMesh.from_group: rank {get_rank()} is not in the group {ranks.tolist()}")
+        out = DeviceMesh.__new__(DeviceMesh)
+        out._device_type = _checked_device_type(device_type)
+        out._root, out._dims, out._root_groups = ranks, (0,), [group]
+        out._coordinate_in_root = (int(np.argwhere(ranks == get_rank())[0, 0]),)
+        out._mesh_dim_names = _check_dim_names(mesh_dim_names, 1)
+        return out
 
     # ---- layout ----------------------------------------------------------------------
     @property
@@ -175,6 +216,14 @@ class DeviceMesh:
                            "order.")
         return DeviceMesh(self._device_type, None, mesh_dim_names=names, _parent=self,
                           _dims=tuple(self._dims[p] for p in positions))
+
+    # ---- the current mesh -------------------------------------------------------------
+    def __enter__(self):
+        _current.append(self)
+        return self
+
+    def __exit__(self, *exc):
+        _current.pop()
 
     # ---- identity --------------------------------------------------------------------
     def _key(self):
