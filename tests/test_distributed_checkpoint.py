@@ -293,3 +293,95 @@ def test_a_failure_on_one_rank_is_an_error_on_every_rank(tmp_path):
         assert outcome.startswith("[1] distributed checkpoint load failed on rank(s) [1]"), outcome
         assert "has shape (8, 6) in the checkpoint, (6, 8)" in outcome
         assert seconds < 30  # at once, not after the collectives' timeout
+
+
+# ---- DTensors: each rank writes its own part, and loads what it holds however the parts were cut -------
+
+DTENSOR_SHAPES = {"rows": (7, 3), "cols": (2, 5), "replicated": (4,), "scalar": ()}
+
+
+def _dtensor_value(key):
+    shape = DTENSOR_SHAPES[key]
+    return (np.arange(int(np.prod(shape)), dtype=np.float32) + 100 * len(key)).reshape(shape)
+
+
+def _saved_placements(key):
+    from ddpc.distributed.tensor import Replicate, Shard
+
+    return [{"rows": Shard(0), "cols": Shard(1)}.get(key, Replicate())]
+
+
+def _dtensor_save_worker(rank, world, path):
+    import ddpc.distributed as dist
+    from ddpc.distributed.tensor import distribute_tensor, init_device_mesh
+
+    dist.init_process_group("cpu")
+    mesh = init_device_mesh("cpu", (world,))
+    state = {"model": {k: distribute_tensor(ddpc.from_numpy(_dtensor_value(k)), mesh, _saved_placements(k))
+                       for k in DTENSOR_SHAPES}, "plain": ddpc.arange(3.0), "step": 5}
+    dcp.save(state, checkpoint_id=path)
+    dist.destroy_process_group()
+
+
+def _dtensor_load_worker(rank, world, path):
+    """Loads into DTensors split by rows over this world (a 0-d one replicated)."""
+    import ddpc.distributed as dist
+    from ddpc.distributed.tensor import Shard, distribute_tensor, init_device_mesh
+
+    dist.init_process_group("cpu")
+    mesh = init_device_mesh("cpu", (world,))
+    state = {"model": {k: distribute_tensor(ddpc.zeros(*shape), mesh, [Shard(0)] if shape else None)
+                       for k, shape in DTENSOR_SHAPES.items()}, "plain": ddpc.zeros(3), "step": 0}
+    dcp.load(state, checkpoint_id=path)
+    out = {k: (v.to_local().numpy().copy(), v.full_tensor().numpy().copy()) for k, v in state["model"].items()}
+    dist.destroy_process_group()
+    return out, state["step"], state["plain"].numpy().copy()
+
+
+@pytest.mark.parametrize("save_world, load_worlds", [(2, [1, 3]), (3, [2])])
+def test_dtensors_are_saved_by_part_and_load_on_other_world_sizes(tmp_path, save_world, load_worlds):
+    path = str(tmp_path / "ckpt")
+    ddpc.spawn(_dtensor_save_worker, args=(save_world, path), nprocs=save_world)
+    items = ddpc.load(os.path.join(path, ".metadata"))["items"]
+    # the metadata holds each part's offsets and sizes and the global shape; rank r wrote its rows, which
+    # torch.chunk's rule gives (ceil(7 / ranks) each, the last rank fewer)
+    per = -(-7 // save_world)
+    starts = range(0, 7, per)
+    assert items["model.rows"][:3] == ("tensor", "float32", [7, 3])
+    assert [(c[0], c[1], c[2]) for c in items["model.rows"][3]] == [
+        ([s, 0], [min(per, 7 - s), 3], f"__{r}_0.distcp") for r, s in enumerate(starts)]
+    assert sorted(c[0] for c in items["model.cols"][3]) == [[0, s] for s in range(0, 5, -(-5 // save_world))]
+    assert len(items["model.replicated"][3]) == 1 and len(items["model.scalar"][3]) == 1  # written once
+    for world in load_worlds:
+        for rank, (values, step, plain) in enumerate(ddpc.spawn(_dtensor_load_worker, args=(world, path),
+                                                                 nprocs=world)):
+            assert step == 5 and plain.tolist() == [0.0, 1.0, 2.0]
+            for k, (local, full) in values.items():
+                np.testing.assert_array_equal(full, _dtensor_value(k), err_msg=k)
+                rows = -(-DTENSOR_SHAPES[k][0] // world) if DTENSOR_SHAPES[k] else None
+                expected = _dtensor_value(k)[rank * rows:][:rows] if rows else _dtensor_value(k)
+                np.testing.assert_array_equal(local, expected, err_msg=k)
+    # into plain tensors: the full values, in one process without a group
+    state = {"model": {k: ddpc.zeros(*shape) for k, shape in DTENSOR_SHAPES.items()}}
+    dcp.load(state, checkpoint_id=path)
+    for k, v in state["model"].items():
+        np.testing.assert_array_equal(v.numpy(), _dtensor_value(k), err_msg=k)
+
+    # a checkpoint missing one of a tensor's parts is an error, not zeros
+    meta = ddpc.load(os.path.join(path, ".metadata"))
+    meta["items"]["model.rows"][3].pop()
+    ddpc.save(meta, os.path.join(path, ".metadata"))
+    with pytest.raises(dcp.CheckpointException, match=r"holds \d+ of the 21 elements of 'model.rows'"):
+        dcp.load({"model": {"rows": ddpc.zeros(7, 3)}}, checkpoint_id=path)
+
+
+def test_checkpoints_of_the_first_format_still_load(tmp_path):
+    # version 1 recorded every tensor whole: (file, offset, bytes, dtype, shape)
+    dcp.save({"w": ddpc.arange(6.0).reshape(2, 3), "n": 3}, checkpoint_id=tmp_path)
+    meta = ddpc.load(tmp_path / ".metadata")
+    _, dtype, shape, [(_, _, file, offset, nbytes)] = meta["items"]["w"]
+    meta["version"], meta["items"]["w"] = 1, ("tensor", file, offset, nbytes, dtype, shape)
+    ddpc.save(meta, tmp_path / ".metadata")
+    state = {"w": ddpc.zeros(2, 3), "n": 0}
+    dcp.load(state, checkpoint_id=tmp_path)
+    assert state["w"].tolist() == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]] and state["n"] == 3

@@ -15,34 +15,44 @@ state dict in place from it, on any number of ranks::
 As PyTorch's: nested dicts and lists are flattened to dotted keys
 ("model.fc.weight", "optim.param_groups.0.lr"); a value with
 ``state_dict``/``load_state_dict`` (a Module, an optimizer: ``Stateful``) is
-saved through its state dict and loaded back into it; a key that several
-ranks hold is taken to be replicated and is written once, by the rank with
-the fewest bytes to write so far, so the ranks share the writing; each rank
-writes its own file and rank 0 the metadata last, so a directory with
-metadata is a complete checkpoint. Loading reads only the keys the given
-state dict asks for, so a checkpoint saved on N ranks loads on M.
+saved through its state dict and loaded back into it. A DTensor
+(``ddpc.distributed.tensor``, the values of FSDP's SHARDED_STATE_DICT) is
+saved shard by shard: each rank writes only its own part, and the metadata
+records each part's offsets in the tensor and the tensor's global shape. A
+tensor, or a part of one, that several ranks hold is taken to be replicated
+and is written once, by the rank with the fewest bytes to write so far, so
+the ranks share the writing; each rank writes its own file and rank 0 the
+metadata last, so a directory with metadata is a complete checkpoint.
+Loading reads only the keys the given state dict asks for, and for each
+tensor only the rows of the saved parts that overlap what this rank holds:
+the whole of a plain tensor, its own part of a DTensor, however the saved
+tensor was split. So a checkpoint saved on N ranks loads on M, into
+DTensors laid out for M ranks or into plain tensors (full values).
 Without a process group (or with ``no_dist=True``) both run in one process.
 
 Where ddpc differs: its files are its own (``__<rank>_0.distcp`` holds raw
 tensor bytes, ``.metadata`` a ddpc checkpoint of their places and of the
 non-tensor values, loaded with ``weights_only``); PyTorch's DCP directories
-do not load here nor ddpc's there. There are no sharded tensors (DTensor), so
-every tensor is saved whole; planners other than the default ones
+do not load here nor ddpc's there. Planners other than the default ones
 (``default_planner.DefaultSavePlanner``, ``DefaultLoadPlanner``) are not
 supported. ``save_state_dict`` and ``load_state_dict``, PyTorch's deprecated
 forms, warn as PyTorch's do and call ``save`` and ``load``.
 """
 
 import concurrent.futures
+import math
 import os
 import threading
 import warnings
+
+import numpy as np
 
 from ... import _C
 from ...serialization import load as _load_file
 from ...serialization import save as _save_file
 from ...tensor import Tensor
 from .. import all_gather_object, broadcast_object_list, get_rank, get_world_size, is_initialized
+from ..tensor import DTensor, _local_shape_and_offset
 
 from .default_planner import DefaultLoadPlanner, DefaultSavePlanner
 
@@ -51,6 +61,7 @@ __all__ = ["save", "load", "async_save", "FileSystemWriter", "FileSystemReader",
 
 _METADATA = ".metadata"
 _FORMAT = "ddpc-dcp"
+_VERSION = 2  # 1: every tensor whole; 2: every tensor as parts (chunks) with their offsets
 _ALIGN = 64
 
 
@@ -162,13 +173,27 @@ class _Group:
         return [r for r, _ in outcomes]
 
 
+def _is_tensor(v):
+    return isinstance(v, (Tensor, DTensor))
+
+
+def _part(value):
+    """(the tensor this rank holds, its offsets in the whole, the whole's shape) of a tensor value: a
+    DTensor's local part, or a whole tensor."""
+    if isinstance(value, DTensor):
+        _, offsets = _local_shape_and_offset(tuple(value.shape), value.device_mesh, value.placements)
+        return value.to_local(), offsets, tuple(value.shape)
+    return value, (0,) * value.ndim, tuple(value.shape)
+
+
 def _tensor_bytes(t):
     return t.numel() * t.dtype.itemsize
 
 
 def _plan_writers(offers, size):
-    """Which rank writes each tensor key: offers[r] maps rank r's keys to their bytes. A key several ranks
-    offer is replicated: the rank among them with the fewest bytes so far takes it, largest keys first."""
+    """Which rank writes each part: offers[r] maps rank r's parts ((key, offsets)) to their bytes. A part
+    several ranks offer is replicated: the rank among them with the fewest bytes so far takes it, largest
+    parts first."""
     holders = {}
     for r, keys in enumerate(offers):
         for k, nbytes in keys.items():
@@ -202,20 +227,25 @@ def _write_file(path, tensors, sync):
 
 
 def _save(flat, path, writer, group):
-    tensors = {k: v for k, v in flat.items() if isinstance(v, Tensor)}
-    plan = _plan_writers(group.gather({k: _tensor_bytes(t) for k, t in tensors.items()}), group.size)
+    parts = {k: _part(v) for k, v in flat.items() if _is_tensor(v)}
+    plan = _plan_writers(group.gather({(k, offsets): _tensor_bytes(t) for k, (t, offsets, _) in parts.items()
+                                       if t.numel()}), group.size)
     name = f"__{group.rank}_0.distcp"
 
     def write_own():
+        """Writes this rank's share of the parts; returns key -> (dtype, shape, the parts it wrote:
+        (offsets, sizes, file, file offset, bytes))."""
         os.makedirs(path, exist_ok=True)
         if not writer.overwrite and os.path.exists(os.path.join(path, _METADATA)):
             raise FileExistsError(f"{path} already holds a checkpoint and overwrite=False")
-        mine = {k: t for k, t in tensors.items() if plan[k] == group.rank}
-        return {k: (name, off, n, str(mine[k].dtype.name), list(mine[k].shape))
-                for k, (off, n) in _write_file(os.path.join(path, name), mine, writer.sync_files).items()}
+        mine = {k: t for k, (t, offsets, _) in parts.items() if plan.get((k, offsets)) == group.rank}
+        places = _write_file(os.path.join(path, name), mine, writer.sync_files)
+        return {k: (t.dtype.name, list(shape),
+                    [(list(offsets), list(t.shape), name, *places[k])] if k in places else [])
+                for k, (t, offsets, shape) in parts.items()}
 
-    places = group.run(write_own, "distributed checkpoint save")
-    objects = group.gather({k: v for k, v in flat.items() if not isinstance(v, Tensor)})
+    written = group.run(write_own, "distributed checkpoint save")
+    objects = group.gather({k: v for k, v in flat.items() if not _is_tensor(v)})
 
     def write_metadata():
         if group.rank != 0:
@@ -224,10 +254,16 @@ def _save(flat, path, writer, group):
         for rank_objects in objects:
             for k, v in rank_objects.items():
                 items.setdefault(k, ("object", v))
-        for rank_places in places:
-            for k, (file, off, n, dtype, shape) in rank_places.items():
-                items[k] = ("tensor", file, off, n, dtype, shape)
-        _save_file({"format": _FORMAT, "version": 1, "items": items}, os.path.join(path, _METADATA))
+        for rank, rank_written in enumerate(written):
+            for k, (dtype, shape, chunks) in rank_written.items():
+                entry = items.get(k)
+                if entry is None or entry[0] != "tensor":
+                    entry = items[k] = ("tensor", dtype, shape, [])
+                elif entry[1:3] != (dtype, shape):
+                    raise ValueError(f"save: {k!r} is a {entry[1]} tensor of shape {tuple(entry[2])} on one rank, "
+                                     f"{dtype} of shape {tuple(shape)} on rank {rank}")
+                entry[3].extend(chunks)
+        _save_file({"format": _FORMAT, "version": _VERSION, "items": items}, os.path.join(path, _METADATA))
 
     group.run(write_metadata, "distributed checkpoint save (metadata)")
 
@@ -249,7 +285,7 @@ def async_save(state_dict, *, checkpoint_id=None, storage_writer=None, planner=N
     if planner is not None and not isinstance(planner, DefaultSavePlanner):
         raise NotImplementedError("ddpc.distributed.checkpoint.async_save: planners are not supported")
     path, writer = _path(checkpoint_id, storage_writer, FileSystemWriter, "async_save")
-    flat = {k: v.detach().cpu().clone() if isinstance(v, Tensor) else v
+    flat = {k: v.detach().cpu().clone() if _is_tensor(v) else v
             for k, v in _flat_state(state_dict, "async_save").items()}
     group, future = _Group(process_group, no_dist), concurrent.futures.Future()
 
@@ -272,33 +308,63 @@ def _read_metadata(path):
     meta = _load_file(meta_path)
     if not isinstance(meta, dict) or meta.get("format") != _FORMAT or not isinstance(meta.get("items"), dict):
         raise ValueError(f"{meta_path} is not a ddpc distributed checkpoint's metadata")
-    if meta.get("version") != 1:
-        raise ValueError(f"{meta_path}: unsupported version {meta.get('version')!r} (this ddpc reads version 1)")
+    if meta.get("version") not in (1, _VERSION):
+        raise ValueError(f"{meta_path}: unsupported version {meta.get('version')!r} (this ddpc reads versions 1 "
+                         f"and {_VERSION})")
+    if meta["version"] == 1:  # each tensor whole: ("tensor", file, offset, bytes, dtype, shape)
+        return {k: ("tensor", e[4], e[5], [([0] * len(e[5]), e[5], *e[1:4])]) if e[0] == "tensor" else e
+                for k, e in meta["items"].items()}
     return meta["items"]
 
 
 def _read_tensor(path, entry, key, into):
-    _, file, offset, nbytes, dtype, shape = entry
+    """Fills what this rank holds of ``into`` (a tensor, or a DTensor's local part) from the saved parts
+    that overlap it, reading of each only the rows (along dim 0) that overlap."""
+    _, dtype, shape, chunks = entry
     if tuple(into.shape) != tuple(shape):
         raise ValueError(f"load: {key!r} has shape {tuple(shape)} in the checkpoint, {tuple(into.shape)} in the "
                          "state dict")
     if into.dtype.name != dtype:
         raise ValueError(f"load: {key!r} is {dtype} in the checkpoint, {into.dtype.name} in the state dict")
-    if not nbytes:
+    local, offsets, _ = _part(into)
+    if not local.numel():
         return
-    file_path = os.path.join(path, file)
+    sizes, itemsize = tuple(local.shape), local.element_size()
     # A contiguous host tensor is read into in place; any other goes through a host buffer and copy_.
-    direct = into.device.type == "cpu" and into.is_contiguous()
-    host = into if direct else Tensor(_C.Buffer(list(shape), dtype))
-    with open(file_path, "rb") as f:
-        f.seek(offset)
-        if f.readinto(memoryview(host._buf).cast("B")) != nbytes:
-            raise ValueError(f"load: {file_path} is shorter than its metadata says (truncated?)")
+    direct = local.device.type == "cpu" and local.is_contiguous()
+    host = local if direct else Tensor(_C.Buffer(list(sizes), dtype))
+    # The elements as bytes: a trailing axis of itemsize bytes makes the copies dtype-blind.
+    target = np.frombuffer(memoryview(host._buf).cast("B"), np.uint8).reshape(*sizes, itemsize)
+    covered = 0
+    for chunk_offsets, chunk_sizes, file, file_offset, nbytes in chunks:
+        lo = [max(a, b) for a, b in zip(offsets, chunk_offsets)]
+        hi = [min(a + n, b + m) for a, n, b, m in zip(offsets, sizes, chunk_offsets, chunk_sizes)]
+        if any(h <= l for l, h in zip(lo, hi)):
+            continue
+        covered += math.prod(h - l for l, h in zip(lo, hi))
+        dest = target[tuple(slice(l - o, h - o) for l, h, o in zip(lo, hi, offsets))]
+        # The overlapping rows of the part: contiguous in its file.
+        first, rows = (lo[0] - chunk_offsets[0], hi[0] - lo[0]) if shape else (0, 1)
+        row_bytes = math.prod(chunk_sizes[1:]) * itemsize
+        read = (rows, *chunk_sizes[1:], itemsize) if shape else (itemsize,)
+        whole_rows = dest.shape == read and dest.flags.c_contiguous
+        buf = dest if whole_rows else np.empty(read, np.uint8)
+        file_path = os.path.join(path, file)
+        with open(file_path, "rb") as f:
+            f.seek(file_offset + first * row_bytes)
+            if f.readinto(memoryview(buf).cast("B")) != buf.nbytes:
+                raise ValueError(f"load: {file_path} is shorter than its metadata says (truncated?)")
+        if not whole_rows:
+            dest[...] = buf[(slice(None),) + tuple(slice(l - b, h - b)
+                                                   for l, h, b in zip(lo[1:], hi[1:], chunk_offsets[1:]))]
+    if covered != local.numel():
+        raise ValueError(f"load: the checkpoint at {path} holds {covered} of the {local.numel()} elements of "
+                         f"{key!r} this rank loads (is it complete?)")
     if not direct:
         from ...autograd import no_grad
 
         with no_grad():
-            into.copy_(host)
+            local.copy_(host)
 
 
 def _fill(obj, prefix, items, path):
@@ -315,7 +381,7 @@ def _fill(obj, prefix, items, path):
     entry = items[prefix]
     if entry[0] == "object":
         return entry[1]
-    if not isinstance(obj, Tensor):
+    if not _is_tensor(obj):
         raise TypeError(f"load: {prefix!r} is a tensor in the checkpoint; the state dict holds a "
                         f"{type(obj).__name__} there (give a tensor of its shape to load into)")
     _read_tensor(path, entry, prefix, obj)
@@ -324,7 +390,8 @@ def _fill(obj, prefix, items, path):
 
 def load(state_dict, *, checkpoint_id=None, storage_reader=None, planner=None, process_group=None, no_dist=False):
     """Loads the checkpoint in the directory checkpoint_id (or storage_reader's) into state_dict in place:
-    its tensors are copied into (shape and dtype must match), other values replaced, Stateful values
+    its tensors and DTensors are copied into (global shape and dtype must match; however the saved tensor
+    was split, each rank reads what it holds), other values replaced, Stateful values
     given their state dict back with load_state_dict. Keys of the checkpoint state_dict does not ask for are
     left unread; a key it asks for that the checkpoint lacks raises KeyError."""
     if planner is not None and not isinstance(planner, DefaultLoadPlanner):
