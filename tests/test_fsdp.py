@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import ddpc
+from ddpc.distributed.tensor import Shard
 
 FEATURES, CLASSES, HIDDEN = 12, 5, 16
 STRATEGIES = ["FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD"]
@@ -638,6 +639,125 @@ def test_state_dict_functions_save_and_load_fsdp_checkpoints_across_world_sizes(
         assert_params_close(r["model"], ref)  # training went on as if never interrupted
 
 
+def sharded_state_dict_worker(rank, world, options):
+    import warnings
+
+    import ddpc.distributed as dist
+    from ddpc.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from ddpc.distributed.fsdp import ShardedStateDictConfig, StateDictType
+    from ddpc.distributed.tensor import DTensor, Replicate
+
+    dist.init_process_group("cpu")
+    fsdp = FSDP(model(seed=0), **wrap_kwargs(options))
+    gathers, all_gather = [], dist.all_gather_into_tensor
+    dist.all_gather_into_tensor = lambda *a, **k: gathers.append(a) or all_gather(*a, **k)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with FSDP.state_dict_type(fsdp, StateDictType.SHARDED_STATE_DICT, ShardedStateDictConfig(offload_to_cpu=True)):
+            sd = fsdp.state_dict()
+    dist.all_gather_into_tensor = all_gather
+    out = {"gathers": len(gathers), "warnings": [str(w.message) for w in caught], "keys": list(sd),
+           "full": numpy_state(fsdp.state_dict()),
+           "values": {k: (type(v).__name__, tuple(v.shape), getattr(v, "placements", None),
+                          (v.to_local() if isinstance(v, DTensor) else v).numpy().copy()) for k, v in sd.items()}}
+    # loaded into a model of other values: as given, and replicated (load redistributes them to its rows)
+    replicated = {k: v.redistribute(placements=[Replicate()]) if isinstance(v, DTensor) else v for k, v in sd.items()}
+    for name, values in (("loaded", sd), ("loaded_replicated", replicated)):
+        other = FSDP(model(seed=1), **wrap_kwargs(options))
+        with FSDP.state_dict_type(other, StateDictType.SHARDED_STATE_DICT):
+            other.load_state_dict(values)
+        out[name] = numpy_state(other.state_dict())
+    errors = {}
+    for name, values in (("plain", model(seed=2).state_dict()),
+                         ("shape", {**sd, "0.bias": sd["4.bias"]})):
+        try:
+            with FSDP.state_dict_type(other, StateDictType.SHARDED_STATE_DICT):
+                other.load_state_dict(values)
+            errors[name] = None
+        except RuntimeError as e:
+            errors[name] = str(e)
+    out["errors"] = errors
+    out["unchanged"] = numpy_state(other.state_dict())  # a refused state dict changed nothing
+    dist.destroy_process_group()
+    return out
+
+
+@pytest.mark.parametrize("world, options", [
+    (3, {"nested": "module"}), (2, {"strategy": "SHARD_GRAD_OP", "use_orig_params": True}),
+    (3, {"nested": "module", "use_orig_params": True}), (4, {"strategy": "HYBRID_SHARD", "hybrid": "mesh"}),
+    (2, {"strategy": "NO_SHARD", "nested": "module"})], ids=["full-shard", "orig-params", "nested-orig-params",
+                                                             "hybrid", "no-shard"])
+def test_sharded_state_dict_holds_each_ranks_rows_and_loads_back(world, options):
+    full = numpy_state(model(seed=0).state_dict())
+    shard_world = 2 if "hybrid" in options else world  # HYBRID_SHARD shards over pairs of ranks
+    for rank, r in enumerate(ddpc.spawn(sharded_state_dict_worker, args=(world, options), nprocs=world)):
+        assert r["keys"] == list(full)  # the unwrapped names, in the full state dict's order
+        assert_params_close(r["full"], full, atol=0)
+        for k, (kind, shape, placements, local) in r["values"].items():
+            if options.get("strategy") == "NO_SHARD":  # as PyTorch's: a full state dict, with a warning
+                assert kind == "Tensor" and any("NO_SHARD" in w for w in r["warnings"])
+                np.testing.assert_array_equal(local, full[k])
+                continue
+            rows = -(-full[k].shape[0] // shard_world)  # torch.chunk's: the last rank holds fewer
+            assert (kind, shape, placements) == ("DTensor", full[k].shape, (Shard(0),)), k
+            np.testing.assert_array_equal(local, full[k][rank % shard_world * rows:][:rows], err_msg=k)
+        if options.get("strategy") != "NO_SHARD":
+            assert r["gathers"] == 0 and r["warnings"] == []  # the rows come by all-to-all, never gathered whole
+            assert "expected a DTensor but got Tensor" in r["errors"]["plain"]
+            assert "size mismatch for 0.bias" in r["errors"]["shape"]
+            assert_params_close(r["unchanged"], full, atol=0)
+        assert_params_close(r["loaded"], full, atol=0)
+        assert_params_close(r["loaded_replicated"], full, atol=0)
+
+
+def sharded_checkpoint_worker(rank, world, path, save):
+    """Saves (save) or loads the SHARDED_STATE_DICT of an FSDP model with dcp; returns its full state."""
+    import ddpc.distributed as dist
+    import ddpc.distributed.checkpoint as dcp
+    from ddpc import nn
+    from ddpc.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from ddpc.distributed.fsdp import StateDictType
+
+    dist.init_process_group("cpu")
+    fsdp = FSDP(model(seed=0 if save else 3), **wrap_kwargs({"nested": "module"}))
+    if save:  # one step, so the shards hold values no seed gives
+        X, y = data(2 * world)
+        opt = optimizer("sgd", fsdp.parameters())
+        nn.CrossEntropyLoss()(fsdp(ddpc.from_numpy(X[2 * rank:2 * rank + 2])),
+                              ddpc.from_numpy(y[2 * rank:2 * rank + 2])).backward()
+        opt.step()
+    with FSDP.state_dict_type(fsdp, StateDictType.SHARDED_STATE_DICT):
+        state = {"model": fsdp.state_dict()}
+        if save:
+            dcp.save(state, checkpoint_id=path)
+        else:
+            dcp.load(state, checkpoint_id=path)
+            fsdp.load_state_dict(state["model"])
+    out = numpy_state(fsdp.state_dict())
+    dist.destroy_process_group()
+    return out
+
+
+@pytest.mark.parametrize("save_world, load_worlds", [(2, [1, 3]), (3, [2])])
+def test_sharded_state_dict_checkpoints_load_on_other_world_sizes(tmp_path, save_world, load_worlds):
+    import os
+
+    import ddpc.distributed.checkpoint as dcp
+
+    path = str(tmp_path / "ckpt")
+    saved = ddpc.spawn(sharded_checkpoint_worker, args=(save_world, path, True), nprocs=save_world)[0]
+    # each rank wrote its own rows of each parameter, none a whole one
+    sizes = [os.path.getsize(os.path.join(path, f"__{r}_0.distcp")) for r in range(save_world)]
+    total = sum(v.nbytes for v in saved.values())
+    assert total <= sum(sizes) <= total + 64 * len(saved) * save_world and max(sizes) < 0.7 * total, sizes
+    for world in load_worlds:
+        for r in ddpc.spawn(sharded_checkpoint_worker, args=(world, path, False), nprocs=world):
+            assert_params_close(r, saved, atol=0)
+    plain = {"model": model(seed=4).state_dict()}  # the full values, in one process without a group
+    dcp.load(plain, checkpoint_id=path)
+    assert_params_close(numpy_state(plain["model"]), saved, atol=0)
+
+
 def memory_worker(rank, world, strategy, prefetch="pre"):
     import ddpc.distributed as dist
     from ddpc import nn
@@ -753,7 +873,7 @@ def errors_worker(rank, world):
         "mesh_1d": lambda: FSDP(model(), device_mesh=mesh),
         "frozen_mix": lambda: FSDP(freeze(model(), ["0.bias"])),
         "init_fn": lambda: FSDP(model(), param_init_fn=lambda m: None),
-        "sharded_sd": lambda: FSDP.set_state_dict_type(FSDP(model()), StateDictType.SHARDED_STATE_DICT),
+        "state_dict_type": lambda: FSDP.set_state_dict_type(FSDP(model()), "SHARDED_STATE_DICT"),
         "shapes": lambda: FSDP(nn.Linear(4, 4 + rank)),
     }.items():
         try:
@@ -778,7 +898,7 @@ def test_clear_errors():
         assert r["mesh_1d"] is None  # a 1-d mesh stands for its group
         assert r["frozen_mix"][0] == "ValueError" and "use_orig_params=True" in r["frozen_mix"][1]
         assert r["init_fn"][0] == "NotImplementedError" and "param_init_fn" in r["init_fn"][1]
-        assert r["sharded_sd"][0] == "NotImplementedError" and "SHARDED_STATE_DICT" in r["sharded_sd"][1]
+        assert r["state_dict_type"][0] == "TypeError" and "must be a StateDictType" in r["state_dict_type"][1]
         assert r["shapes"][0] == "RuntimeError" and "differs between ranks 0 and 1" in r["shapes"][1]
 
 

@@ -450,9 +450,12 @@ class Module:
             if k not in state_dict or k in extra:
                 continue
             value = state_dict[k]
-            if not isinstance(value, Tensor):
-                errors.append(f'While copying the parameter named "{k}", expected a ddpc.Tensor but got '
-                              f"{type(value).__name__}.")
+            # A value is of its target's kind: a tensor, or a DTensor where the module holds one
+            # (FullyShardedDataParallel's sharded state dict), which copy_ redistributes.
+            kind = Tensor if isinstance(target, Tensor) else type(target)
+            if not isinstance(value, kind):
+                errors.append(f'While copying the parameter named "{k}", expected a '
+                              f'{"ddpc.Tensor" if kind is Tensor else kind.__name__} but got {type(value).__name__}.')
             elif is_lazy(value) != is_lazy(target):
                 errors.append(f"{k} is uninitialized in the {'checkpoint' if is_lazy(value) else 'current model'} "
                               "and not in the other: run a forward pass through the lazy module first.")

@@ -32,7 +32,10 @@ for ``process_group``.
 ranks), ``summon_full_params()``, and ``state_dict()`` /
 ``load_state_dict()`` under ``state_dict_type`` (FULL_STATE_DICT: the
 unwrapped model's names and full tensors, loadable into it;
-LOCAL_STATE_DICT: the flat shards) and ``FSDP.optim_state_dict`` /
+SHARDED_STATE_DICT: the same names, each parameter a DTensor
+(``ddpc.distributed.tensor``) sharded Shard(0) over the unit's group, each
+rank holding its rows, which ``ddpc.distributed.checkpoint`` saves and loads
+on any number of ranks; LOCAL_STATE_DICT: the flat shards) and ``FSDP.optim_state_dict`` /
 ``FSDP.optim_state_dict_to_load`` (the optimizer's state per original
 parameter name, full, and back to each rank's shard) behave as PyTorch's,
 and so do ``ddpc.distributed.checkpoint.state_dict``'s functions with
@@ -84,8 +87,15 @@ unsharded gradient there); between forwards a module attribute
 (``module.weight``) still names the full view the last forward used, while
 ``parameters()`` and the module's ``_parameters`` hold the original;
 LOCAL_STATE_DICT holds each original's piece, under the wrappers' names.
+SHARDED_STATE_DICT's values are always DTensors (PyTorch gives
+ShardedTensors unless the unit was made with a device_mesh), on a 1-d mesh
+of the unit's shard group also under the HYBRID strategies (PyTorch's are on
+its 2-d mesh); a rank's rows are brought from the flat shards that hold them
+by one all-to-all per unit, both ways (PyTorch all-gathers the full
+parameters); a 0-d parameter is Replicate (PyTorch cannot Shard(0) it);
+NO_SHARD units give full tensors with PyTorch's warning.
 Not supported (NotImplementedError naming them): ``param_init_fn``,
-``ignored_states``, SHARDED_STATE_DICT, ``CPUOffload(offload_params=True)``
+``ignored_states``, ``CPUOffload(offload_params=True)``
 for modules on a GPU, ``optim_state_dict_to_load(is_named_optimizer=True)``.
 """
 

@@ -21,7 +21,9 @@ import math
 from ... import distributed as dist
 from ...autograd import no_grad
 from ...nn.modules import Parameter
-from ...tensor import Tensor, zeros
+from ...tensor import Tensor, cat, zeros
+from ..device_mesh import DeviceMesh
+from ..tensor import DTensor, Replicate, Shard, _shard_range
 from .api import ShardingStrategy
 
 
@@ -90,6 +92,7 @@ class FlatParamHandle:
         self.pending = None  # the Work of an all-gather issued ahead of use (prefetched)
         self.pending_grad = None  # full gradients accumulated under no_sync
         self.summoned = None  # the full parameters summon_full_params gathered
+        self._rows_plan = None  # made by _row_plan at the first sharded state dict
         self._point_params_at_rest()
         if self.freeable:
             self.full._buf.release_storage_()
@@ -180,20 +183,121 @@ class FlatParamHandle:
             full = self.flat_param.detach()
         self.summoned = full
         self._point_params(full)
-        for m, name, i in self.uses:
-            m.__dict__.pop(name, None)
-            m._parameters[name] = self.params[i]
+        self.register(self.params)
 
     def summon_end(self, writeback):
-        if not self.use_orig_params:
-            for m, name, _ in self.uses:
-                del m._parameters[name]
+        self.unregister()
         if writeback and self.sharded:
             lo = self.rank * self.shard_numel
             with no_grad():
                 self.flat_param.detach().copy_(self.summoned[lo:lo + self.shard_numel])
         self.summoned = None
         self._point_params_at_rest()
+
+    def register(self, tensors):
+        """Puts ``tensors`` (one per original parameter: the originals
+        themselves, or stand-ins for them) in the modules under the originals' names."""
+        for m, name, i in self.uses:
+            m.__dict__.pop(name, None)
+            m._parameters[name] = tensors[i]
+
+    def unregister(self):
+        """Undoes register: the originals stay registered only under use_orig_params."""
+        for m, name, i in self.uses:
+            if self.use_orig_params:
+                m._parameters[name] = self.params[i]
+            else:
+                del m._parameters[name]
+
+    # ---- the originals' rows (the sharded state dicts) ---------------------------------
+    # Rank r holds rows [r*c, (r+1)*c) of each original (c = ceil(rows / world),
+    # as torch.chunk), which lie in one or more ranks' flat shards: one all-to-all
+    # brings them over, or, to load, takes them back.
+
+    def _row_shape(self, i):
+        """The shape of this rank's rows of parameter ``i`` (a 0-d one is held whole by every rank)."""
+        shape = self.shapes[i]
+        if not shape:
+            return shape
+        return (_shard_range(shape[0], self.world, self.rank)[1], *shape[1:])
+
+    def _rows_range(self, i, rank):
+        """Where in the flat parameter ``rank``'s rows of parameter ``i`` lie: (start, end)."""
+        shape, off = self.shapes[i], self.offsets[i]
+        if not shape:
+            return off, off + 1
+        start, length = _shard_range(shape[0], self.world, rank)
+        row = math.prod(shape[1:])
+        return off + start * row, off + (start + length) * row
+
+    def _row_plan(self, only):
+        """Per rank p: the ranges (parameter, start, end) of this rank's shard
+        that are p's rows, and those of p's shard that are this rank's rows
+        (of parameter ``only``, or of all where None)."""
+        if self._rows_plan is None:
+            def between(src, dst):
+                lo, hi = src * self.shard_numel, (src + 1) * self.shard_numel
+                ranges = ((i, *self._rows_range(i, dst)) for i in range(len(self.params)))
+                return [(i, max(a, lo), min(b, hi)) for i, a, b in ranges if max(a, lo) < min(b, hi)]
+            self._rows_plan = ([between(self.rank, p) for p in range(self.world)],
+                               [between(p, self.rank) for p in range(self.world)])
+        if only is None:
+            return self._rows_plan
+        return tuple([[r for r in ranges if r[0] == only] for ranges in plan] for plan in self._rows_plan)
+
+    def _exchange(self, outgoing, incoming, like):
+        """Sends rank p the pieces ``outgoing[p]`` (1-D tensors) and returns, per
+        rank p, the block of ``incoming[p]``'s ranges received from it, split into them."""
+        ins = [cat(pieces) if pieces else zeros(0, dtype=like.dtype, device=like.device) for pieces in outgoing]
+        outs = [zeros(sum(b - a for _, a, b in ranges), dtype=like.dtype, device=like.device) for ranges in incoming]
+        dist.all_to_all(outs, ins, group=self.group)
+        split = []
+        for block, ranges in zip(outs, incoming):
+            at, pieces = 0, []
+            for i, a, b in ranges:
+                pieces.append((i, a, block[at:at + b - a]))
+                at += b - a
+            split.append(pieces)
+        return split
+
+    def _placements(self, i):
+        return [Shard(0)] if self.shapes[i] else [Replicate()]
+
+    def row_dtensors(self, flat, only=None):
+        """This rank's rows of each original parameter (only of parameter
+        ``only``, None standing for the others), as DTensors over the unit's
+        group, from ``flat``: this rank's shard of the flat parameter (or of
+        optimizer state shaped like it). Collective over the unit's group."""
+        sends, recvs = self._row_plan(only)
+        flat, base = flat.detach(), self.rank * self.shard_numel
+        got = self._exchange([[flat[a - base:b - base] for _, a, b in ranges] for ranges in sends], recvs, flat)
+        pieces = [[] for _ in self.params]
+        for block in got:
+            for i, _, piece in block:
+                pieces[i].append(piece)
+        mesh = DeviceMesh.from_group(self.group, self.device.type)
+        return [None if only not in (None, i) else DTensor.from_local(
+                    (cat(ps) if ps else zeros(0, dtype=flat.dtype, device=flat.device)).view(self._row_shape(i)),
+                    mesh, self._placements(i), shape=self.shapes[i])
+                for i, ps in enumerate(pieces)]
+
+    def load_row_dtensors(self, values, flat, only=None):
+        """Writes DTensors of the originals (of parameter ``only`` alone where
+        given), redistributed to this rank's rows, into ``flat``: this rank's
+        shard of the flat parameter (or of optimizer state shaped like it).
+        Collective over the unit's group."""
+        sends, recvs = self._row_plan(only)
+        mesh = DeviceMesh.from_group(self.group, self.device.type)
+        rows = [None if v is None else v.redistribute(mesh, self._placements(i)).to_local().detach()
+                .to(device=flat.device, dtype=flat.dtype).reshape(-1) for i, v in enumerate(values)]
+        starts = [self._rows_range(i, self.rank)[0] for i in range(len(self.params))]
+        got = self._exchange([[rows[i][a - starts[i]:b - starts[i]] for i, a, b in ranges] for ranges in recvs],
+                             sends, flat)
+        base = self.rank * self.shard_numel
+        with no_grad():
+            for block in got:
+                for _, a, piece in block:
+                    flat.detach()[a - base:a - base + piece.numel()].copy_(piece)
 
     # ---- gradients ---------------------------------------------------------------------
     def reduce_grad(self, sync):

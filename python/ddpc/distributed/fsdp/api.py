@@ -46,8 +46,9 @@ class OptimStateKeyType(enum.Enum):
 
 class StateDictType(enum.Enum):
     """FULL_STATE_DICT: the unwrapped model's names and full tensors.
-    LOCAL_STATE_DICT: each unit's flat shard as it is on this rank.
-    SHARDED_STATE_DICT is not supported by ddpc."""
+    SHARDED_STATE_DICT: the same names, each parameter a DTensor of this
+    rank's rows (Shard(0) over the unit's group).
+    LOCAL_STATE_DICT: each unit's flat shard as it is on this rank."""
 
     FULL_STATE_DICT = enum.auto()
     LOCAL_STATE_DICT = enum.auto()
@@ -97,6 +98,9 @@ class LocalStateDictConfig(StateDictConfig):
 
 @dataclasses.dataclass
 class ShardedStateDictConfig(StateDictConfig):
+    """``offload_to_cpu``: the DTensors' local tensors on the host. ddpc's
+    values are DTensors whatever ``_use_dtensor`` says (it has no ShardedTensor)."""
+
     _use_dtensor: bool = False
 
 

@@ -3,6 +3,7 @@
 
 import contextlib
 import math
+import warnings
 
 import numpy as np
 
@@ -11,10 +12,11 @@ from ...autograd import is_grad_enabled, no_grad, queue_callback
 from ...nn.modules import Module
 from ...nn.parallel import _flatten, _refuse_uninitialized, _verify_same_model
 from ...tensor import Tensor, from_numpy
+from ..tensor import DTensor
 from . import _optim_state
 from ._flat_param import FlatParamHandle
 from .api import (BackwardPrefetch, CPUOffload, FullStateDictConfig, LocalStateDictConfig, OptimStateKeyType,
-                  ShardingStrategy, StateDictType)
+                  ShardedStateDictConfig, ShardingStrategy, StateDictType)
 from .wrap import _policy_callable, _recursive_wrap
 
 _WRAPPED = "_fsdp_wrapped_module"
@@ -359,40 +361,89 @@ class FullyShardedDataParallel(Module):
     def set_state_dict_type(module, state_dict_type, state_dict_config=None, optim_state_dict_config=None):
         if not isinstance(state_dict_type, StateDictType):
             raise TypeError(f"state_dict_type must be a StateDictType, got {state_dict_type!r}")
-        _refuse(f"state_dict_type {state_dict_type}", state_dict_type is StateDictType.SHARDED_STATE_DICT)
-        config = state_dict_config or (FullStateDictConfig() if state_dict_type is StateDictType.FULL_STATE_DICT
-                                       else LocalStateDictConfig())
+        config = state_dict_config or {StateDictType.FULL_STATE_DICT: FullStateDictConfig,
+                                       StateDictType.LOCAL_STATE_DICT: LocalStateDictConfig,
+                                       StateDictType.SHARDED_STATE_DICT: ShardedStateDictConfig}[state_dict_type]()
         for m in module.modules():
             if isinstance(m, FullyShardedDataParallel):
                 m._state_dict_type, m._state_dict_config = state_dict_type, config
 
+    @staticmethod
+    @contextlib.contextmanager
+    def _sharded_params(module, writeback):
+        """Inside the block, every unit of ``module`` holds its original
+        parameters under their own names as DTensors of this rank's rows
+        (Shard(0) over the unit's group; copies, brought by one all-to-all per
+        unit); with ``writeback`` their values go back into the shards when
+        the block ends without an error. NO_SHARD units, whose parameters are
+        whole on every rank, hold them as in summon_full_params."""
+        units = [m for m in module.modules() if isinstance(m, FullyShardedDataParallel) and m._summoned == 0]
+        sharded = [u for u in units if u._handle is not None and u._handle.sharded]
+        whole = [u for u in units if u._handle is not None and not u._handle.sharded]
+        if whole:
+            warnings.warn("When using ``NO_SHARD`` for ``ShardingStrategy``, full_state_dict will be returned.",
+                          stacklevel=4)
+        with contextlib.ExitStack() as stack:
+            for u in whole:
+                stack.enter_context(FullyShardedDataParallel.summon_full_params(u, recurse=False,
+                                                                                writeback=writeback))
+            held = []
+            try:
+                for u in sharded:
+                    held.append(u._handle.row_dtensors(u._handle.flat_param))
+                    u._handle.register(held[-1])
+                    u._summoned += 1
+                yield
+                if writeback:
+                    for u, values in zip(sharded, held):
+                        u._handle.load_row_dtensors(values, u._handle.flat_param)
+            finally:
+                for u in sharded[:len(held)]:
+                    u._summoned -= 1
+                    u._handle.unregister()
+
     def state_dict(self, destination=None, prefix="", keep_vars=False):
         """FULL_STATE_DICT (the default): the wrapped model's own state dict, full
         tensors under the unwrapped names (a copy; an empty dict on ranks other
-        than 0 under ``rank0_only``). LOCAL_STATE_DICT: each unit's flat shard
+        than 0 under ``rank0_only``). SHARDED_STATE_DICT: the same names, each
+        parameter a DTensor of this rank's rows (Shard(0) over the unit's
+        group, gathered from the shards by an all-to-all, never whole), the
+        buffers full. LOCAL_STATE_DICT: each unit's flat shard
         (``_flat_param``) and the buffers, under the wrapper's names."""
         if self._state_dict_type is StateDictType.LOCAL_STATE_DICT:
             return super().state_dict(destination, prefix, keep_vars)
         if self._summoned:  # reached from an outer unit's state_dict, which gathered everything
             return self.module.state_dict(destination, prefix, keep_vars)
         config = self._state_dict_config
-        with self.summon_full_params(self, writeback=False):
-            full = self.module.state_dict(None, prefix, keep_vars)
+        if self._state_dict_type is StateDictType.SHARDED_STATE_DICT:
+            originals = self._sharded_params(self, writeback=False)
+        else:
+            originals = self.summon_full_params(self, writeback=False)
+        with originals:
+            state = self.module.state_dict(None, prefix, keep_vars)
         out = {} if destination is None else destination
         if getattr(config, "rank0_only", False) and dist.get_rank(self.process_group) != 0:
             return out
-        for k, v in full.items():
+        for k, v in state.items():
             if isinstance(v, Tensor) and not keep_vars:
                 v = v.cpu().clone() if config.offload_to_cpu else v.clone()
+            elif isinstance(v, DTensor) and config.offload_to_cpu:
+                v = v.cpu()
             out[k] = v
         return out
 
     def load_state_dict(self, state_dict, strict=True):
         """Loads a state dict of the type ``state_dict_type`` set (a full one
-        by default: the unwrapped model's, on every rank)."""
+        by default: the unwrapped model's, on every rank). A sharded one's
+        DTensors may be laid out otherwise (Replicate, say): they are
+        redistributed to the unit's rows."""
         if self._state_dict_type is StateDictType.LOCAL_STATE_DICT:
             return super().load_state_dict(state_dict, strict)
-        with self.summon_full_params(self, writeback=True):
+        if self._state_dict_type is StateDictType.SHARDED_STATE_DICT:
+            originals = self._sharded_params(self, writeback=True)
+        else:
+            originals = self.summon_full_params(self, writeback=True)
+        with originals:
             return self.module.load_state_dict(state_dict, strict)
 
     # ---- optimizer state dicts ---------------------------------------------------------------
