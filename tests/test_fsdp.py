@@ -571,6 +571,7 @@ def test_full_state_dict_has_the_unwrapped_names_and_loads_back(strategy, use_or
 CKPT_BATCH, CKPT_STEPS = 12, 4  # the combined batch of every rank and the steps, half before the checkpoint
 FULL_SD = {"full_state_dict": True}
 RANK0_SD = {"full_state_dict": True, "cpu_offload": True, "broadcast_from_rank0": True}
+SHARDED_SD = {}  # the default: FSDP's sharded state dicts
 
 
 def checkpoint_worker(rank, world, path, options, save, use_orig_params):
@@ -581,6 +582,7 @@ def checkpoint_worker(rank, world, path, options, save, use_orig_params):
     from ddpc import nn
     from ddpc.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
     from ddpc.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from ddpc.distributed.tensor import DTensor
 
     dist.init_process_group("cpu")
     X, y = data(CKPT_BATCH * CKPT_STEPS)
@@ -603,33 +605,35 @@ def checkpoint_worker(rank, world, path, options, save, use_orig_params):
     model_sd, optim_sd = get_state_dict(fsdp, opt, options=state_options)
     if save:
         dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=path)
-    out["model"] = numpy_state(model_sd)
+    out["kinds"] = sorted({type(v).__name__ for v in model_sd.values()})
+    out["model"] = numpy_state({k: v.full_tensor() if isinstance(v, DTensor) else v for k, v in model_sd.items()})
     out["optim_names"] = optim_sd.get("param_groups", [{}])[0].get("params")
-    out["optim_shapes"] = {n: {k: tuple(v.shape) for k, v in st.items() if isinstance(v, ddpc.Tensor)}
+    out["optim_shapes"] = {n: {k: (type(v).__name__, tuple(v.shape)) for k, v in st.items()
+                               if isinstance(v, (ddpc.Tensor, DTensor)) and k != "step"}
                            for n, st in optim_sd.get("state", {}).items()}
-    try:
-        get_state_dict(fsdp, opt)
-    except NotImplementedError as e:
-        out["sharded_error"] = str(e)
     dist.destroy_process_group()
     return out
 
 
-@pytest.mark.parametrize("load_world, load_options, use_orig_params", [(2, FULL_SD, False), (3, RANK0_SD, False),
-                                                                      (3, FULL_SD, True)],
-                         ids=["2-ranks", "3-ranks-rank0", "3-ranks-orig-params"])
-def test_state_dict_functions_save_and_load_fsdp_checkpoints_across_world_sizes(tmp_path, load_world, load_options,
-                                                                                 use_orig_params):
+@pytest.mark.parametrize("save_options, load_world, load_options, use_orig_params", [
+    (FULL_SD, 2, FULL_SD, False), (FULL_SD, 3, RANK0_SD, False), (FULL_SD, 3, FULL_SD, True),
+    (SHARDED_SD, 3, SHARDED_SD, False), (SHARDED_SD, 1, SHARDED_SD, True), (SHARDED_SD, 3, FULL_SD, False)],
+    ids=["2-ranks", "3-ranks-rank0", "3-ranks-orig-params", "sharded-3-ranks", "sharded-1-rank-orig-params",
+         "sharded-into-full"])
+def test_state_dict_functions_save_and_load_fsdp_checkpoints_across_world_sizes(tmp_path, save_options, load_world,
+                                                                                 load_options, use_orig_params):
     half, _ = train_single(CKPT_BATCH, 1, CKPT_STEPS // 2, opt="adam", n=CKPT_BATCH * CKPT_STEPS)
     ref, _ = train_single(CKPT_BATCH, 1, CKPT_STEPS, opt="adam", n=CKPT_BATCH * CKPT_STEPS)
     shapes = {k: v.shape for k, v in ref.items()}
     path = str(tmp_path / "ckpt")
-    for r in ddpc.spawn(checkpoint_worker, args=(2, path, FULL_SD, True, use_orig_params), nprocs=2):
-        assert list(r["model"]) == list(ref)  # the unwrapped model's names, full tensors
+    # full tensors with full_state_dict; by default (sharded) DTensors of each rank's rows, the optimizer's too
+    kind = "Tensor" if save_options.get("full_state_dict") else "DTensor"
+    for r in ddpc.spawn(checkpoint_worker, args=(2, path, save_options, True, use_orig_params), nprocs=2):
+        assert list(r["model"]) == list(ref)  # the unwrapped model's names
+        assert r["kinds"] == [kind]
         assert_params_close(r["model"], half)
         assert r["optim_names"] == list(ref)
-        assert r["optim_shapes"] == {n: {"exp_avg": shapes[n], "exp_avg_sq": shapes[n]} for n in ref}
-        assert "full_state_dict=True" in r["sharded_error"]
+        assert r["optim_shapes"] == {n: {"exp_avg": (kind, shapes[n]), "exp_avg_sq": (kind, shapes[n])} for n in ref}
     results = ddpc.spawn(checkpoint_worker, args=(load_world, path, load_options, False, use_orig_params),
                          nprocs=load_world)
     for rank, r in enumerate(results):
@@ -1019,10 +1023,12 @@ def as_numpy(v):
 def optim_state_worker(rank, world, strategy, use_orig_params, form="names"):
     import ddpc.distributed as dist
     from ddpc import nn
-    from ddpc.distributed.fsdp import FullyShardedDataParallel as FSDP, OptimStateKeyType
+    from ddpc.distributed.fsdp import FullyShardedDataParallel as FSDP, OptimStateKeyType, StateDictType
+    from ddpc.distributed.tensor import DTensor
 
     dist.init_process_group("cpu")
     X, y = data(world * 4 * 3)
+    sd_type = StateDictType.SHARDED_STATE_DICT if form == "sharded" else StateDictType.FULL_STATE_DICT
 
     def step(fsdp, opt, s):
         lo = s * world * 4 + rank * 4
@@ -1035,25 +1041,32 @@ def optim_state_worker(rank, world, strategy, use_orig_params, form="names"):
     opt = optimizer("adam", fsdp.parameters())
     for s in range(2):
         step(fsdp, opt, s)
-    if form == "names":
-        full_osd = FSDP.optim_state_dict(fsdp, opt)
+    if form in ("names", "sharded"):
+        with FSDP.state_dict_type(fsdp, sd_type):
+            full_osd = FSDP.optim_state_dict(fsdp, opt)
     else:  # PyTorch's older form: keyed by IDs, on rank 0 only
         full_osd = FSDP.full_optim_state_dict(fsdp, opt)
         assert (full_osd == {}) == (rank != 0)
         by_name = FSDP.rekey_optim_state_dict(FSDP.optim_state_dict(fsdp, opt), OptimStateKeyType.PARAM_NAME, fsdp)
         assert FSDP.rekey_optim_state_dict(by_name, OptimStateKeyType.PARAM_ID, fsdp)["param_groups"] == \
             (full_osd or FSDP.rekey_optim_state_dict(by_name, OptimStateKeyType.PARAM_ID, fsdp))["param_groups"]
-    full_sd = fsdp.state_dict()
-    # a fresh model and optimizer resume from the two full dicts
+    with FSDP.state_dict_type(fsdp, sd_type):
+        full_sd = fsdp.state_dict()
+    # a fresh model and optimizer resume from the two dicts
     resumed = FSDP(model(seed=5), **wrap_kwargs(options))
-    resumed.load_state_dict(full_sd)
+    with FSDP.state_dict_type(resumed, sd_type):
+        resumed.load_state_dict(full_sd)
     opt2 = optimizer("adam", resumed.parameters())
-    if form == "names":
+    if form in ("names", "sharded"):
         opt2.load_state_dict(FSDP.optim_state_dict_to_load(resumed, opt2, full_osd))
     else:
         opt2.load_state_dict(FSDP.scatter_full_optim_state_dict(full_osd if rank == 0 else None, resumed, optim=opt2))
     step(resumed, opt2, 2)
-    out = {"osd": {n: {k: as_numpy(v) for k, v in st.items()} for n, st in full_osd.get("state", {}).items()},
+    state = full_osd.get("state", {})
+    out = {"osd": {n: {k: as_numpy(v.full_tensor() if isinstance(v, DTensor) else v) for k, v in st.items()}
+                   for n, st in state.items()},
+           "rows": {n: {k: as_numpy(v.to_local()) for k, v in st.items() if isinstance(v, DTensor)}
+                    for n, st in state.items()},
            "names": full_osd.get("param_groups", [{"params": []}])[0]["params"],
            "params": numpy_state(resumed.state_dict())}
     dist.destroy_process_group()
@@ -1080,20 +1093,28 @@ def single_adam(world):
     return numpy_state(m.state_dict()), osd
 
 
+@pytest.mark.parametrize("form", ["names", "sharded"])
 @pytest.mark.parametrize("use_orig_params", [False, True])
 @pytest.mark.parametrize("strategy", ["FULL_SHARD", "NO_SHARD"])
-def test_optim_state_dict_is_the_unwrapped_optimizers_and_resumes(strategy, use_orig_params):
-    world = 2
+def test_optim_state_dict_is_the_unwrapped_optimizers_and_resumes(strategy, use_orig_params, form):
+    world = 3
     ref, osd = single_adam(world)
     names = osd["names"]
     expected = {names[i]: st for i, st in osd["state"].items()}
-    for r in ddpc.spawn(optim_state_worker, args=(world, strategy, use_orig_params), nprocs=world):
+    for rank, r in enumerate(ddpc.spawn(optim_state_worker, args=(world, strategy, use_orig_params, form),
+                                        nprocs=world)):
         assert sorted(r["names"]) == sorted(names)
         assert r["osd"].keys() == expected.keys()
         for n in expected:
             assert r["osd"][n].keys() == expected[n].keys()
             for k in expected[n]:
                 np.testing.assert_allclose(r["osd"][n][k], expected[n][k], atol=1e-6, rtol=1e-5, err_msg=f"{n} {k}")
+            # under SHARDED_STATE_DICT each rank holds the rows of the moments that it holds of the parameters
+            sharded = form == "sharded" and strategy != "NO_SHARD"
+            assert sorted(r["rows"][n]) == (["exp_avg", "exp_avg_sq"] if sharded else [])
+            for k, rows in r["rows"][n].items():
+                per = -(-expected[n][k].shape[0] // world)
+                np.testing.assert_allclose(rows, expected[n][k][rank * per:][:per], atol=1e-6, rtol=1e-5)
         assert_params_close(r["params"], ref)
 
 

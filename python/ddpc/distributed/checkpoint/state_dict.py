@@ -14,24 +14,23 @@ gradients, as PyTorch does), so the result is a template that
 loads both back.
 
 A model with FullyShardedDataParallel units (the model itself, or modules
-inside it) needs ``options=StateDictOptions(full_state_dict=True)``, as its
-shards hold only a slice of each parameter: the model's state dict then
-has the unwrapped model's names and full tensors (gathered from the
-shards), the optimizer's state is keyed by those names with full tensors
-(as ``FSDP.optim_state_dict`` gives it), and ``set_state_dict`` loads
-both back into each rank's shards, so a checkpoint saved with
-``ddpc.distributed.checkpoint.save`` on N ranks loads on M. With
+inside it) gives, by default, its SHARDED_STATE_DICT: the unwrapped model's
+names, each sharded parameter a DTensor of this rank's rows, and the
+optimizer's state keyed by those names with DTensors of the same rows (as
+``FSDP.optim_state_dict`` gives it under SHARDED_STATE_DICT); with
+``options=StateDictOptions(full_state_dict=True)`` the model's state dict
+has full tensors (gathered from the shards) and so has the optimizer's.
+``set_state_dict`` loads either back into each rank's shards, so a
+checkpoint saved with ``ddpc.distributed.checkpoint.save`` on N ranks loads
+on M (the sharded one part by part: each rank reads its rows). With
 ``full_state_dict`` and ``cpu_offload`` together only rank 0 gets the state
 dicts (the other ranks get empty dicts; load them back with
 ``broadcast_from_rank0=True``), as PyTorch does.
 
-Where ddpc differs: there is no DTensor, so ``full_state_dict=False`` (the
-default) over a model with sharded FSDP units raises NotImplementedError
-instead of giving each rank's shards (a flat shard depends on the number
-of ranks and on the unit's layout, so it would not load anywhere else);
-without sharded parameters, ``full_state_dict`` changes nothing but the
-rank-0-only form above (every tensor is whole already). ``set_*`` take a
-full state dict whatever ``full_state_dict`` says.
+Where ddpc differs: without sharded parameters, ``full_state_dict`` changes
+nothing but the rank-0-only form above (every tensor is whole already).
+``set_*`` take a full or a sharded state dict (one holding DTensors)
+whatever ``full_state_dict`` says.
 """
 
 import contextlib
@@ -41,6 +40,7 @@ from ...nn.modules import _IncompatibleKeys
 from ...tensor import Tensor, zeros_like
 from .. import broadcast_object_list, get_rank, is_initialized
 from ..fsdp import FullyShardedDataParallel, StateDictType
+from ..tensor import DTensor
 from ..fsdp._optim_state import _units as _fsdp_flat_params
 
 __all__ = ["StateDictOptions", "get_model_state_dict", "get_optimizer_state_dict", "get_state_dict",
@@ -111,25 +111,24 @@ def _parameter_names(model):
     return names
 
 
-def _fsdp_units(model, options, what):
-    """Whether model has FSDP units; raises where they are sharded and options do not ask for full state."""
-    units = [m for m in model.modules() if isinstance(m, FullyShardedDataParallel)]
-    if not options.full_state_dict and any(u._handle is not None and u._handle.sharded for u in units):
-        raise NotImplementedError(
-            f"{what}: the model has sharded FullyShardedDataParallel units, whose local state (flat shards) "
-            "would not load on another number of ranks, and ddpc has no DTensor for a sharded state dict; "
-            "pass options=StateDictOptions(full_state_dict=True)")
-    return bool(units)
+def _has_fsdp_units(model):
+    return any(isinstance(m, FullyShardedDataParallel) for m in model.modules())
+
+
+def _fsdp_state_dict_type(full):
+    return StateDictType.FULL_STATE_DICT if full else StateDictType.SHARDED_STATE_DICT
 
 
 @contextlib.contextmanager
-def _full_parameters(model, writeback):
-    """Inside, the FSDP units of model hold their original parameters, full, under their own names."""
-    if not any(isinstance(m, FullyShardedDataParallel) for m in model.modules()):
+def _original_parameters(model, full, writeback):
+    """Inside, the FSDP units of model hold their original parameters under their own names: full, or
+    DTensors of this rank's rows."""
+    if not _has_fsdp_units(model):
         yield
         return
-    with FullyShardedDataParallel.state_dict_type(model, StateDictType.FULL_STATE_DICT), \
-            FullyShardedDataParallel.summon_full_params(model, writeback=writeback):
+    with FullyShardedDataParallel.state_dict_type(model, _fsdp_state_dict_type(full)), \
+            (FullyShardedDataParallel.summon_full_params(model, writeback=writeback) if full else
+             FullyShardedDataParallel._sharded_params(model, writeback)):
         yield
 
 
@@ -152,15 +151,15 @@ def _with_submodules(model, state, submodules, keep_prefixes):
 
 
 def _offloaded(value, options):
-    return value.cpu() if options.cpu_offload and isinstance(value, Tensor) else value
+    return value.cpu() if options.cpu_offload and isinstance(value, (Tensor, DTensor)) else value
 
 
 def get_model_state_dict(model, *, submodules=None, options=None):
-    """model.state_dict() under the names of the unwrapped model (FSDP units' parameters gathered, full)."""
+    """model.state_dict() under the names of the unwrapped model (FSDP units' parameters as DTensors of
+    this rank's rows, or gathered, full, with full_state_dict)."""
     options = _options(options)
-    _fsdp_units(model, options, "get_model_state_dict")
     state = {}
-    with _full_parameters(model, writeback=False):
+    with _original_parameters(model, options.full_state_dict, writeback=False):
         frozen = {_clean_name(model, n) for n, p in model.named_parameters() if not p.requires_grad}
         for key, value in model.state_dict().items():
             name = _clean_name(model, key)
@@ -243,16 +242,20 @@ def _named_optim_state(optimizer, names):
 
 def get_optimizer_state_dict(model, optimizers, *, submodules=None, options=None):
     """The optimizers' state dicts merged into one, keyed by the parameters' names in the unwrapped model
-    (for FSDP units: each original parameter's full state)."""
+    (for FSDP units: each original parameter's state as DTensors of this rank's rows, or full with
+    full_state_dict)."""
     options = _options(options)
     optimizers = _optimizers(optimizers)
-    fsdp = _fsdp_units(model, options, "get_optimizer_state_dict")
+    fsdp = _has_fsdp_units(model)
     names = _parameter_names(model)
     state, groups = {}, []
     for optimizer in optimizers:
         _init_optim_state(optimizer)
-        part = (FullyShardedDataParallel.optim_state_dict(model, optimizer) if fsdp
-                else _named_optim_state(optimizer, names))
+        if fsdp:
+            with FullyShardedDataParallel.state_dict_type(model, _fsdp_state_dict_type(options.full_state_dict)):
+                part = FullyShardedDataParallel.optim_state_dict(model, optimizer)
+        else:
+            part = _named_optim_state(optimizer, names)
         for name, entries in part["state"].items():
             state[name] = {k: _offloaded(v, options) for k, v in entries.items()}
         groups += part["param_groups"]
@@ -283,12 +286,13 @@ def _from_rank0(state, options):
 
 
 def set_model_state_dict(model, model_state_dict, *, options=None):
-    """Loads a state dict keyed by the unwrapped model's names into model; returns its missing and
-    unexpected keys (as load_state_dict does). With broadcast_from_rank0, only rank 0's dict is read
-    and the other ranks receive it."""
+    """Loads a state dict keyed by the unwrapped model's names into model, full or sharded (holding
+    DTensors); returns its missing and unexpected keys (as load_state_dict does). With
+    broadcast_from_rank0, only rank 0's dict is read and the other ranks receive it."""
     options = _options(options)
     model_state_dict = _from_rank0(model_state_dict, options)
-    with _full_parameters(model, writeback=True):
+    full = not any(isinstance(v, DTensor) for v in model_state_dict.values())
+    with _original_parameters(model, full, writeback=True):
         clean_to_key = {_clean_name(model, k): k for k in model.state_dict()}
         unexpected = [k for k in model_state_dict if k not in clean_to_key]
         renamed = {clean_to_key[k]: v for k, v in model_state_dict.items() if k in clean_to_key}
@@ -303,10 +307,10 @@ def set_model_state_dict(model, model_state_dict, *, options=None):
 
 def set_optimizer_state_dict(model, optimizers, optim_state_dict, *, options=None):
     """Loads a state dict from get_optimizer_state_dict into the optimizers (in the model's names; for
-    FSDP units, each rank takes its shards' slices of the full state)."""
+    FSDP units, each rank takes its shards' slices of the full or sharded state)."""
     options = _options(options)
     optimizers = _optimizers(optimizers)
-    fsdp = any(isinstance(m, FullyShardedDataParallel) for m in model.modules())
+    fsdp = _has_fsdp_units(model)
     names = _parameter_names(model)
     optim_state_dict = _from_rank0(optim_state_dict, options)
     if optim_state_dict and "param_groups" not in optim_state_dict:

@@ -35,12 +35,14 @@ unwrapped model's names and full tensors, loadable into it;
 SHARDED_STATE_DICT: the same names, each parameter a DTensor
 (``ddpc.distributed.tensor``) sharded Shard(0) over the unit's group, each
 rank holding its rows, which ``ddpc.distributed.checkpoint`` saves and loads
-on any number of ranks; LOCAL_STATE_DICT: the flat shards) and ``FSDP.optim_state_dict`` /
-``FSDP.optim_state_dict_to_load`` (the optimizer's state per original
-parameter name, full, and back to each rank's shard) behave as PyTorch's,
-and so do ``ddpc.distributed.checkpoint.state_dict``'s functions with
-``StateDictOptions(full_state_dict=True)`` (which ``dcp.save``/``dcp.load``
-then save and load on any number of ranks).
+on any number of ranks; LOCAL_STATE_DICT: the flat shards) and
+``FSDP.optim_state_dict`` / ``FSDP.optim_state_dict_to_load`` (the
+optimizer's state per original parameter name, full, or under
+SHARDED_STATE_DICT DTensors of the same rows as the parameters, and back
+to each rank's shard) behave as PyTorch's, and so do
+``ddpc.distributed.checkpoint.state_dict``'s functions (sharded by default,
+full with ``StateDictOptions(full_state_dict=True)``; ``dcp.save`` and
+``dcp.load`` save and load either on any number of ranks).
 With ``use_orig_params=True``, as PyTorch's, ``parameters()`` and
 ``named_parameters()`` yield the original parameters instead of the flat
 shards, so optimizer groups can be made per parameter (by name or module

@@ -1,16 +1,21 @@
 """Optimizer state dicts of a model under FSDP: the state an optimizer keeps
-per flat shard, turned into the state per original parameter (full tensors,
-keyed by the unwrapped parameter names) and back.
+per flat shard, turned into the state per original parameter (keyed by the
+unwrapped parameter names: full tensors, or under SHARDED_STATE_DICT
+DTensors of each rank's rows, as the model's parameters) and back.
 
 State whose tensors have the shard's length (Adam's moments, SGD's momentum
-buffer) is gathered or split along the flat layout; any other value (a
-step count) is the same for every parameter of a unit and is copied.
-Under use_orig_params the optimizer holds the originals' pieces of the
-shard instead: state shaped like a piece is gathered from (or split into)
-the pieces of every rank."""
+buffer) is gathered or split along the flat layout (or its rows exchanged
+all-to-all); any other value (a step count) is the same for every parameter
+of a unit and is copied. Under use_orig_params the optimizer holds the
+originals' pieces of the shard instead: state shaped like a piece is
+gathered from (or split into) the pieces of every rank, or its rows
+exchanged."""
+
+import math
 
 from ... import distributed as dist
 from ...tensor import Tensor, cat, zeros
+from ..tensor import DTensor
 
 _WRAPPED = "_fsdp_wrapped_module"
 
@@ -38,14 +43,20 @@ def _originals(model, fsdp_cls):
     return out
 
 
-def _gather_piece_state(h, i, saved):
-    """One original parameter's full state from the state of its piece on each rank."""
+def _gather_piece_state(h, i, saved, sharded):
+    """One original parameter's state from the state of its piece on each rank:
+    full, or where ``sharded`` a DTensor of this rank's rows."""
     out = {}
     for k, v in saved.items():
         if not (isinstance(v, Tensor) and tuple(v.shape) == (h.pieces[i][1],)):
             out[k] = v.clone() if isinstance(v, Tensor) else v
         elif not h.sharded:
             out[k] = v.detach().reshape(h.shapes[i]).clone()
+        elif sharded:
+            start, length = h.pieces[i]
+            flat = zeros(h.shard_numel, dtype=v.dtype, device=v.device)
+            flat[start:start + length].copy_(v.detach())
+            out[k] = h.row_dtensors(flat, only=i)[i]
         else:
             # The pieces differ in length (0 on ranks the parameter misses): each
             # rank sends its piece padded to the longest.
@@ -60,12 +71,20 @@ def _gather_piece_state(h, i, saved):
 
 
 def _piece_state(h, i, entry):
-    """This rank's piece of one original parameter's full state."""
+    """This rank's piece of one original parameter's state (full tensors, or DTensors of its rows)."""
     start, length = h.pieces[i]
     at = (h.rank * h.shard_numel if h.sharded else 0) + start - h.offsets[i]  # where the piece begins in it
-    return {k: (v.detach().reshape(-1)[at:at + length].to(h.flat_param.device).clone()
-                if isinstance(v, Tensor) and tuple(v.shape) == h.shapes[i] else
-                v.clone() if isinstance(v, Tensor) else v) for k, v in entry.items()}
+    out = {}
+    for k, v in entry.items():
+        if isinstance(v, DTensor) and tuple(v.shape) == h.shapes[i]:
+            flat = zeros(h.shard_numel, dtype=v.dtype, device=h.flat_param.device)
+            h.load_row_dtensors([v if j == i else None for j in range(len(h.params))], flat, only=i)
+            out[k] = flat[start:start + length].clone()
+        elif isinstance(v, Tensor) and tuple(v.shape) == h.shapes[i]:
+            out[k] = v.detach().reshape(-1)[at:at + length].to(h.flat_param.device).clone()
+        else:
+            out[k] = v.clone() if isinstance(v, Tensor) else v
+    return out
 
 
 def _is_flat_state(value, handle):
@@ -116,7 +135,9 @@ def keyed_by_names(osd, group_names):
             "param_groups": [{**g, "params": [flat[i] for i in g["params"]]} for g in osd["param_groups"]]}
 
 
-def full_optim_state_dict(model, optim, fsdp_cls, osd=None):
+def optim_state_by_name(model, optim, fsdp_cls, osd=None, sharded=False):
+    """optim's state dict keyed by the unwrapped names, each parameter's state
+    full, or where ``sharded`` a DTensor of this rank's rows (full under NO_SHARD)."""
     osd = optim.state_dict() if osd is None else osd
     units, originals = _units(model, fsdp_cls), _originals(model, fsdp_cls)
     names = {id(p): _clean(n) for n, p in model.named_parameters()}
@@ -128,20 +149,23 @@ def full_optim_state_dict(model, optim, fsdp_cls, osd=None):
             keys.extend(_entry_names(p, units, names))
             if id(p) not in units:
                 if saved and id(p) in originals:
-                    state[names[id(p)]] = _gather_piece_state(*originals[id(p)], saved)
+                    state[names[id(p)]] = _gather_piece_state(*originals[id(p)], saved, sharded)
                 elif saved:
                     state[names[id(p)]] = dict(saved)
                 continue
             h, prefix = units[id(p)]
             per_param = [{} for _ in h.params]
             for k, v in saved.items():
-                if _is_flat_state(v, h):
+                if _is_flat_state(v, h) and sharded and h.sharded:
+                    for d, rows in zip(per_param, h.row_dtensors(v)):
+                        d[k] = rows
+                elif _is_flat_state(v, h):
                     full = v.detach()
                     if h.sharded:
                         full = zeros(h.padded, dtype=v.dtype, device=v.device)
                         dist.all_gather_into_tensor(full, v.detach(), group=h.group)
-                    for d, q, off in zip(per_param, h.params, h.offsets):
-                        d[k] = full[off:off + q.numel()].reshape(q.shape).clone()
+                    for d, shape, off in zip(per_param, h.shapes, h.offsets):
+                        d[k] = full[off:off + math.prod(shape)].reshape(shape).clone()
                 else:
                     for d in per_param:
                         d[k] = v.clone() if isinstance(v, Tensor) else v
@@ -182,12 +206,15 @@ def optim_state_dict_to_load(model, optim, osd, fsdp_cls):
 
 
 def _shard_state(h, entries):
-    """One flat shard's state from the state of each of the unit's parameters."""
+    """One flat shard's state from the state of each of the unit's parameters
+    (full tensors, or DTensors of their rows)."""
     out = {}
     lo = h.rank * h.shard_numel if h.sharded else 0
     for k, v in entries[0].items():
-        if isinstance(v, Tensor) and v.shape == tuple(h.params[0].shape) and all(
-                isinstance(e.get(k), Tensor) and e[k].shape == tuple(q.shape) for e, q in zip(entries, h.params)):
+        if all(isinstance(e.get(k), DTensor) and tuple(e[k].shape) == shape for e, shape in zip(entries, h.shapes)):
+            out[k] = zeros(h.shard_numel, dtype=v.dtype, device=h.flat_param.device)
+            h.load_row_dtensors([e[k] for e in entries], out[k])
+        elif all(isinstance(e.get(k), Tensor) and tuple(e[k].shape) == shape for e, shape in zip(entries, h.shapes)):
             flat = cat([e[k].detach().reshape(-1).to(h.flat_param.device) for e in entries])
             if h.padded > h.numel:
                 flat = cat([flat, zeros(h.padded - h.numel, dtype=flat.dtype, device=flat.device)])

@@ -451,8 +451,12 @@ class FullyShardedDataParallel(Module):
     def optim_state_dict(model, optim, optim_state_dict=None, group=None):
         """``optim``'s state as an optimizer over the unwrapped model would
         hold it: keyed by the original parameter names, with full tensors
-        (call on every rank; each gets the whole dict)."""
-        return _optim_state.full_optim_state_dict(model, optim, FullyShardedDataParallel, optim_state_dict)
+        (call on every rank; each gets the whole dict), or, where ``model``'s
+        state_dict_type is SHARDED_STATE_DICT, DTensors of each rank's rows
+        (as its sharded state dict holds the parameters)."""
+        units = [m for m in model.modules() if isinstance(m, FullyShardedDataParallel)]
+        sharded = bool(units) and units[0]._state_dict_type is StateDictType.SHARDED_STATE_DICT
+        return _optim_state.optim_state_by_name(model, optim, FullyShardedDataParallel, optim_state_dict, sharded)
 
     @staticmethod
     def full_optim_state_dict(model, optim, optim_input=None, rank0_only=True, group=None):
@@ -461,7 +465,7 @@ class FullyShardedDataParallel(Module):
         model gives its parameters), and with ``rank0_only`` only on rank 0
         (an empty dict on the others). Call on every rank."""
         _refuse("full_optim_state_dict(optim_input=...)", optim_input is not None)
-        osd = _optim_state.full_optim_state_dict(model, optim, FullyShardedDataParallel)
+        osd = _optim_state.optim_state_by_name(model, optim, FullyShardedDataParallel)
         if rank0_only and dist.get_rank(group) != 0:
             return {}
         return _optim_state.keyed_by_ids(osd, _optim_state.param_names(model, optim.param_groups,
@@ -505,8 +509,10 @@ class FullyShardedDataParallel(Module):
     def optim_state_dict_to_load(model, optim, optim_state_dict, is_named_optimizer=False, load_directly=False,
                                  group=None):
         """The dict that ``optim.load_state_dict`` takes on this rank from one
-        ``optim_state_dict`` gave (or an unwrapped model's optimizer's state,
-        keyed by parameter names): each flat shard's slice of the state."""
+        ``optim_state_dict`` gave, full or sharded (or an unwrapped model's
+        optimizer's state, keyed by parameter names): each flat shard's slice
+        of the state (from DTensors, whatever their placements, through an
+        all-to-all of their rows)."""
         _refuse("optim_state_dict_to_load(is_named_optimizer=True)", is_named_optimizer)
         result = _optim_state.optim_state_dict_to_load(model, optim, optim_state_dict, FullyShardedDataParallel)
         if load_directly:
