@@ -714,7 +714,7 @@ def test_sharded_state_dict_holds_each_ranks_rows_and_loads_back(world, options)
         assert_params_close(r["loaded_replicated"], full, atol=0)
 
 
-def sharded_checkpoint_worker(rank, world, path, save):
+def sharded_checkpoint_worker(rank, world, path, save, options):
     """Saves (save) or loads the SHARDED_STATE_DICT of an FSDP model with dcp; returns its full state."""
     import ddpc.distributed as dist
     import ddpc.distributed.checkpoint as dcp
@@ -723,7 +723,7 @@ def sharded_checkpoint_worker(rank, world, path, save):
     from ddpc.distributed.fsdp import StateDictType
 
     dist.init_process_group("cpu")
-    fsdp = FSDP(model(seed=0 if save else 3), **wrap_kwargs({"nested": "module"}))
+    fsdp = FSDP(model(seed=0 if save else 3), **wrap_kwargs(options))
     if save:  # one step, so the shards hold values no seed gives
         X, y = data(2 * world)
         opt = optimizer("sgd", fsdp.parameters())
@@ -742,20 +742,24 @@ def sharded_checkpoint_worker(rank, world, path, save):
     return out
 
 
-@pytest.mark.parametrize("save_world, load_worlds", [(2, [1, 3]), (3, [2])])
-def test_sharded_state_dict_checkpoints_load_on_other_world_sizes(tmp_path, save_world, load_worlds):
+@pytest.mark.parametrize("save_world, save_options, load_worlds", [
+    (2, {"nested": "module"}, [1, 3]), (3, {"nested": "module"}, [2]),
+    (4, {"nested": "module", "strategy": "HYBRID_SHARD", "hybrid": "mesh"}, [2])], ids=["2", "3", "4-hybrid"])
+def test_sharded_state_dict_checkpoints_load_on_other_world_sizes(tmp_path, save_world, save_options, load_worlds):
     import os
 
     import ddpc.distributed.checkpoint as dcp
 
     path = str(tmp_path / "ckpt")
-    saved = ddpc.spawn(sharded_checkpoint_worker, args=(save_world, path, True), nprocs=save_world)[0]
-    # each rank wrote its own rows of each parameter, none a whole one
+    saved = ddpc.spawn(sharded_checkpoint_worker, args=(save_world, path, True, save_options), nprocs=save_world)[0]
+    # each rank wrote its own rows of each parameter, none a whole one; rows that two ranks hold (the
+    # replicas of HYBRID_SHARD) were written once
     sizes = [os.path.getsize(os.path.join(path, f"__{r}_0.distcp")) for r in range(save_world)]
     total = sum(v.nbytes for v in saved.values())
     assert total <= sum(sizes) <= total + 64 * len(saved) * save_world and max(sizes) < 0.7 * total, sizes
     for world in load_worlds:
-        for r in ddpc.spawn(sharded_checkpoint_worker, args=(world, path, False), nprocs=world):
+        for r in ddpc.spawn(sharded_checkpoint_worker, args=(world, path, False, {"nested": "module"}),
+                            nprocs=world):
             assert_params_close(r, saved, atol=0)
     plain = {"model": model(seed=4).state_dict()}  # the full values, in one process without a group
     dcp.load(plain, checkpoint_id=path)
