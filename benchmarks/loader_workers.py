@@ -10,7 +10,7 @@ DataLoader (when torch is importable) with the same numbers of workers. The
 baseline is the same samples fetched and stacked in a plain loop, no loader.
 Workers are persistent, so epochs are timed without their start-up.
 
-    python benchmarks/loader_workers.py [--samples 16384] [--batch 128] [--workers 2 4]
+    python benchmarks/loader_workers.py [--samples 32768] [--batch 128] [--workers 2 4]
 """
 
 import argparse
@@ -68,10 +68,10 @@ def loader_epoch(loader):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--samples", type=int, default=16384)
+    p.add_argument("--samples", type=int, default=32768)
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--workers", type=int, nargs="+", default=[2])
-    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--repeat", type=int, default=5)
     args = p.parse_args()
     print(f"machine: {machine()}")
     ds = Augmented(args.samples)
