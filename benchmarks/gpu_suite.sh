@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 logs=${1:-gpu-logs}
 shift || true
 steps=${*:-facts build tests bench}
-steps=${steps/bench/copy_bandwidth train_step allreduce_nccl ddp_cuda ddp_cpu loader_cuda rnn_cuda}
+steps=${steps/bench/copy_bandwidth train_step allreduce_nccl ddp_cuda ddp_cpu loader_cuda loader_workers rnn_cuda}
 mkdir -p "$logs"
 export PYTHONPATH=$PWD/python PYTHONUNBUFFERED=1
 summary=$logs/summary.txt
@@ -64,6 +64,8 @@ for s in $steps; do
         step loader_cuda_8_threads 150 python3 benchmarks/loader.py --device cuda --threads 8
         step loader_cuda_8_ahead 150 python3 benchmarks/loader.py --device cuda --threads 8 --prefetch 8
         ;;
+    loader_workers)  # worker processes for a generic data set, where there are cores for them
+        step loader_workers 300 python3 benchmarks/loader_workers.py --workers 2 4 8 ;;
     rnn_cuda) step rnn_cuda 150 python3 benchmarks/rnn.py --device cuda ;;
     *)
         echo "unknown step $s (see the list at the top)" >&2
