@@ -178,6 +178,21 @@ def test_getitems_reads_a_batch_in_one_call_also_through_subsets():
         list(DataLoader(Short(8), batch_size=4, num_workers=0))
 
 
+def test_an_error_in_an_iterable_datasets_stream_is_raised_not_taken_for_its_end():
+    class Broken(IterableDataset):
+        def __iter__(self):
+            yield 1
+            yield 2
+            raise ValueError("broken stream")
+
+    for workers in (None, 0, 1):
+        got = []
+        with pytest.raises(ValueError, match="broken stream"):
+            for b in DataLoader(Broken(), batch_size=1, num_workers=workers):
+                got.append(b.tolist())
+        assert got == [[1], [2]]
+
+
 def test_batch_size_none_hands_out_samples_converted():
     ds = TensorDataset(np.arange(6).reshape(3, 2))
     got = list(DataLoader(ds, batch_size=None))

@@ -194,9 +194,8 @@ def _worker_main(conn, fetcher, worker_id, num_workers, seed, init_fn, parent_pi
                 else:
                     if gen != generation:  # a new epoch: this worker reads the stream from its start
                         stream, generation = iter(fetcher.dataset), gen
-                    result = fetcher.next_from(stream)
-                    if result is fetcher.END:
-                        result = _Exhausted()
+                    samples = fetcher.draw(stream)
+                    result = _Exhausted() if samples is fetcher.END else fetcher.collate_fn(samples)
             except BaseException as exc:
                 result = _Raised(exc, worker_id)
         try:

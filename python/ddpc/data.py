@@ -707,15 +707,11 @@ class _Fetcher:
     samples collated by ``collate_fn`` (``default_collate``); without, each
     sample by ``collate_fn`` (``default_convert``)."""
 
-    END = object()  # next_from's answer once the stream has no (full enough) batch left
+    END = object()  # draw's answer once the stream has no (full enough) batch left
 
     def __init__(self, dataset, auto, batch_size, drop_last, collate_fn):
         self.dataset, self.auto, self.batch_size, self.drop_last = dataset, auto, batch_size, drop_last
         self.collate_fn = collate_fn or (default_collate if auto else default_convert)
-
-    def collate(self, samples):
-        """A batch of ``samples`` (with automatic batching off, the one sample)."""
-        return self.collate_fn(samples)
 
     def fetch(self, indices):
         """The batch of a map-style data set's ``indices`` (one index without automatic batching)."""
@@ -723,15 +719,13 @@ class _Fetcher:
             return self.collate_fn(_samples(self.dataset, indices))
         return self.collate_fn(self.dataset[indices[0]])
 
-    def next_from(self, stream):
-        """The next batch from an iterator over an IterableDataset, or END."""
+    def draw(self, stream):
+        """The next batch's samples from an iterator over an IterableDataset (one
+        sample without automatic batching), to collate with ``collate_fn``; or END."""
         if not self.auto:
-            sample = next(stream, self.END)
-            return sample if sample is self.END else self.collate_fn(sample)
+            return next(stream, self.END)
         chunk = list(itertools.islice(stream, self.batch_size))
-        if not chunk or (self.drop_last and len(chunk) < self.batch_size):
-            return self.END
-        return self.collate_fn(chunk)
+        return self.END if not chunk or (self.drop_last and len(chunk) < self.batch_size) else chunk
 
 
 def _samples(dataset, indices):
@@ -822,16 +816,22 @@ def _produce(fetch, batches, out, stop, init):
             except BaseException as exc:  # the queue is empty yet: this put does not block
                 out.put(_Failure(exc))
                 return
-        for batch in batches:
-            if stop.is_set():
-                return
-            rec = profiler._is_profiler_enabled and profiler._open("DataLoader.fetch")
+        batches = iter(batches)
+        while not stop.is_set():
             try:
-                item = fetch(batch)
+                item = next(batches, _END)  # drawing a batch may fail too: an IterableDataset's stream
             except BaseException as exc:  # handed to the consumer, which re-raises it
                 item = _Failure(exc)
-            if rec:
-                profiler._close(rec)
+            if item is _END:
+                return
+            if not isinstance(item, _Failure):
+                rec = profiler._is_profiler_enabled and profiler._open("DataLoader.fetch")
+                try:
+                    item = fetch(item)
+                except BaseException as exc:
+                    item = _Failure(exc)
+                if rec:
+                    profiler._close(rec)
             while not stop.is_set():
                 try:
                     out.put(item, timeout=0.05)
@@ -921,18 +921,6 @@ class _CallerBatches(_Batches):
 
     def close(self):
         self._batches = iter(())
-
-
-def _chunks(samples, size, drop_last):
-    """Lists of ``size`` consecutive items of the iterable ``samples`` (the last shorter unless ``drop_last``)."""
-    chunk = []
-    for sample in samples:
-        chunk.append(sample)
-        if len(chunk) == size:
-            yield chunk
-            chunk = []
-    if chunk and not drop_last:
-        yield chunk
 
 
 def _array_rows(dataset):
@@ -1073,8 +1061,8 @@ class DataLoader:
             if self.num_workers:
                 return self._in_workers(fetcher, None, self._length_or(0))
             samples = iter(self.dataset)
-            batches = samples if self.batch_size is None else _chunks(samples, self.batch_size, self.drop_last)
-            return self._batches(lambda b: self._finish(fetcher.collate(b)), batches, self._length_or(0))
+            batches = iter(lambda: fetcher.draw(samples), fetcher.END)
+            return self._batches(lambda b: self._finish(fetcher.collate_fn(b)), batches, self._length_or(0))
         idx, offsets = self._plan()
         if self._arrays is not None:
             ds = self._arrays
