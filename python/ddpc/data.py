@@ -956,9 +956,11 @@ class DataLoader:
       its own copy of the data set (inherited with the ``fork`` start method,
       pickled with ``spawn``), and runs ``worker_init_fn(id)`` after seeding
       ddpc's, Python's and numpy's global generators with ``base_seed + id``
-      (``get_worker_info()`` tells a worker its id, the number of workers, its
-      seed and its data set, e.g. to split an IterableDataset, which every
-      worker otherwise reads whole); ``prefetch`` (``prefetch_factor``)
+      (PyTorch leaves numpy's alone, so forked workers draw the same numpy
+      numbers there unless ``worker_init_fn`` reseeds); ``get_worker_info()``
+      tells a worker its id, the number of workers, its seed and its data
+      set, e.g. to split an IterableDataset, which every worker otherwise
+      reads whole; ``prefetch`` (``prefetch_factor``)
       batches per worker are asked for ahead and handed out in order; an
       exception in a worker is raised here with the worker's traceback, a
       worker that dies raises RuntimeError instead of hanging, and
