@@ -560,6 +560,19 @@ for dt in (ddpc.complex64, ddpc.complex128):
     flat = ddpc.zeros(2 * world, dtype=dt)
     dist.all_gather_into_tensor(flat, z)
     assert flat.tolist() == [1 - 1j, 0j, 2 + 1j, 1j], flat
+    gathered = [ddpc.zeros(2, dtype=dt) for _ in range(world)] if rank == 0 else None
+    dist.gather(z, gathered, dst=0)
+    assert rank != 0 or [t.tolist() for t in gathered] == [[1 - 1j, 0j], [2 + 1j, 1j]], gathered
+    piece = ddpc.zeros(1, dtype=dt)
+    dist.scatter(piece, [ddpc.tensor([5 + 1j], dtype=dt), ddpc.tensor([6 - 2j], dtype=dt)] if rank == 1 else None,
+                 src=1)
+    assert piece.tolist() == [[5 + 1j], [6 - 2j]][rank], piece
+    r = z.clone()
+    dist.reduce(r, dst=1)
+    assert rank != 1 or r.tolist() == [3 + 0j, 1j], r
+    part = ddpc.zeros(1, dtype=dt)
+    dist.reduce_scatter(part, [z[:1].clone(), z[1:].clone()])
+    assert part.tolist() == [[3 + 0j], [1j]][rank], part
 arr = np.array([1j * (rank + 1)], dtype=np.complex64)
 dist.all_reduce(arr)
 assert arr.tolist() == [3j], arr

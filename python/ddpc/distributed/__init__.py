@@ -1039,8 +1039,14 @@ def _member_args(what, tensors, g, like):
 
 
 def _scratch(g, like, numel):
-    """``numel`` elements of ``like``'s dtype where g's collectives take them (its GPU on nccl, else the host)."""
+    """``numel`` elements of ``like``'s dtype where g's collectives take them (its GPU on nccl, else the
+    host). A complex one goes to the backend as its real pairs (``real_pairs``), as ``like.obj`` does."""
     return _C.Buffer((numel,), _dtype_name(like.code), like.obj.device if g.backend == "nccl" else -1)
+
+
+def _elements(a):
+    """The elements of _Arg ``a`` in its own dtype (a complex tensor's, not its real pairs')."""
+    return _as_buffer(a.obj).view(0, (a.numel,), _dtype_name(a.code))
 
 
 def _member_blocks(g, like):
@@ -1052,7 +1058,7 @@ def _blocks_of(what, g, like, tensors):
     """_member_blocks holding ``tensors`` (one per member, checked), in rank order."""
     blocks = _member_blocks(g, like)
     for r, a in enumerate(_member_args(what, tensors, g, like)):
-        _C.copy(blocks.view(r * like.numel, (like.numel,)), _as_buffer(a.obj).view(0, (like.numel,)))
+        _C.copy(blocks.view(r * like.numel, (like.numel,)), _elements(a))
     return blocks
 
 
@@ -1067,8 +1073,8 @@ def _all_gather_list(what, g, tensor_list, tensor, async_op, keep=True):
         for r, t in enumerate(tensor_list):
             _copy_out(t, out.view(r * inp.numel, (inp.numel,)))
 
-    return _launch(what, g, g._c.all_gather, async_op, finish if keep else None, out, inp.obj, inp.code, 0,
-                   outputs=tensor_list if keep else None)
+    return _launch(what, g, g._c.all_gather, async_op, finish if keep else None, real_pairs(out), inp.obj, inp.code,
+                   0, outputs=tensor_list if keep else None)
 
 
 def all_gather(tensor_list, tensor, group=None, async_op=False):
@@ -1099,8 +1105,8 @@ def scatter(tensor, scatter_list=None, src=None, group=None, async_op=False, gro
         raise ValueError("scatter: only rank src passes a scatter_list")
     blocks = _blocks_of("scatter", g, out, scatter_list) if g.rank() == src_rank else _member_blocks(g, out)
     mine = blocks.view(g.rank() * out.numel, (out.numel,))
-    return _launch("scatter", g, g._c.broadcast, async_op, lambda: _copy_out(tensor, mine), blocks, out.code,
-                   src_rank)
+    return _launch("scatter", g, g._c.broadcast, async_op, lambda: _copy_out(tensor, mine), real_pairs(blocks),
+                   out.code, src_rank)
 
 
 def reduce(tensor, dst=None, op=ReduceOp.SUM, group=None, async_op=False, group_dst=None):
@@ -1112,8 +1118,9 @@ def reduce(tensor, dst=None, op=ReduceOp.SUM, group=None, async_op=False, group_
         return _all_reduce("reduce", tensor, op, g, async_op)
     a = _Arg(tensor, g, writable=False)
     scratch = _scratch(g, a, a.numel)
-    _C.copy(scratch, _as_buffer(a.obj).view(0, (a.numel,)))
-    return _launch("reduce", g, g._c.all_reduce, async_op, None, scratch, a.code, _reduce_op(op, g, a.code))
+    _C.copy(scratch, _elements(a))
+    return _launch("reduce", g, g._c.all_reduce, async_op, None, real_pairs(scratch), a.code,
+                   _reduce_op(op, g, a.code))
 
 
 def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op=False):
@@ -1134,7 +1141,7 @@ def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op=Fal
     out = _Arg(output, g)
     blocks = _blocks_of("reduce_scatter", g, out, input_list)
     return _launch("reduce_scatter", g, g._c.reduce_scatter, async_op, _finisher(out.device_buf and out.finish),
-                   out.obj, blocks, out.code, _reduce_op(op, g, out.code))
+                   out.obj, real_pairs(blocks), out.code, _reduce_op(op, g, out.code))
 
 
 @contextlib.contextmanager
