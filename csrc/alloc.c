@@ -52,9 +52,8 @@ static void caches_init_(void) {
 /* Frees every cached block of one device; the cache mutex is held. */
 static ddpc_status release_cached_(int device, device_cache_ *c) {
     ddpc_status st = DDPC_OK;
-    int prev = 0;
-    CUDACHECK(cudaGetDevice(&prev));
-    CUDACHECK(cudaSetDevice(device));
+    int prev;
+    CHECK(ddpc_cuda_enter(device, &prev));
     while (c->free_list) {
         ddpc_block *b = c->free_list;
         c->free_list = b->next;
@@ -64,7 +63,7 @@ static ddpc_status release_cached_(int device, device_cache_ *c) {
         c->stats.reserved -= b->size;
         free(b);
     }
-    cudaSetDevice(prev);
+    ddpc_cuda_leave(prev);
     return st;
 }
 
@@ -86,18 +85,16 @@ static ddpc_status device_alloc_(int device, size_t nbytes, ddpc_block **out) {
             st = DDPC_ERROR(DDPC_ERR_OOM, "out of host memory for a block header");
             goto out_;
         }
-        int prev = 0;
+        int prev;
         ddpc_cuda_mark_initialized();
-        CUDACHECKGOTO(cudaGetDevice(&prev), st, fail_);
-        CUDACHECKGOTO(cudaSetDevice(device), st, fail_);
+        CHECKGOTO(ddpc_cuda_enter(device, &prev), st, fail_);
         cudaError_t e = cudaMalloc(&b->ptr, size);
         if (e == cudaErrorMemoryAllocation && c->free_list) { /* give the cache back and retry once */
             cudaGetLastError();
-            release_cached_(device, c);
-            cudaSetDevice(device);
+            release_cached_(device, c); /* enters `device` itself, and leaves it current */
             e = cudaMalloc(&b->ptr, size);
         }
-        cudaSetDevice(prev);
+        ddpc_cuda_leave(prev);
         if (e != cudaSuccess) {
             cudaGetLastError();
             st = DDPC_ERROR(e == cudaErrorMemoryAllocation ? DDPC_ERR_DEVICE_OOM : DDPC_ERR_CUDA,

@@ -6,6 +6,7 @@
 
 #ifdef DDPC_WITH_CUDA
 #include <cublas_api.h>
+#include <cuda.h> /* the driver API's types only: its two functions below come through the runtime */
 #include <cuda_runtime_api.h>
 #ifdef DDPC_WITH_NCCL
 #include "comm/nccl_lib.h"
@@ -73,29 +74,90 @@ ddpc_status ddpc_cuda_require(int device) {
     return DDPC_OK;
 }
 
+/* Since CUDA 12, cudaSetDevice creates the device's primary context (some
+ * hundreds of MB of its memory). So ddpc_cuda_leave does not make current
+ * again a device whose context does not exist, such as cuda:0 in a thread
+ * that never used it (a rank on cuda:3 would otherwise hold a context on
+ * cuda:0 after its first op): the runtime's current device stays the one
+ * just used, while the thread's code still sees its own (`pending_`, which
+ * ddpc_cuda_current_device reports), as PyTorch's MaybeSetDevice does. */
+static _Thread_local int pending_ = -1;
+
+typedef CUresult (*cu_device_get_fn_)(CUdevice *dev, int ordinal);
+typedef CUresult (*cu_primary_ctx_state_fn_)(CUdevice dev, unsigned int *flags, int *active);
+static pthread_once_t driver_once_ = PTHREAD_ONCE_INIT;
+static cu_device_get_fn_ cu_device_get_;
+static cu_primary_ctx_state_fn_ cu_primary_ctx_state_;
+
+static void *driver_function_(const char *name) {
+    void *fn = NULL;
+    enum cudaDriverEntryPointQueryResult found;
+#if CUDART_VERSION >= 12050
+    cudaError_t e = cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &found);
+#else
+    cudaError_t e = cudaGetDriverEntryPoint(name, &fn, cudaEnableDefault, &found);
+#endif
+    if (e != cudaSuccess || found != cudaDriverEntryPointSuccess) {
+        cudaGetLastError(); /* not sticky: clear it so that later checks start clean */
+        return NULL;
+    }
+    return fn;
+}
+
+static void driver_functions_(void) {
+    cu_device_get_ = (cu_device_get_fn_)driver_function_("cuDeviceGet");
+    cu_primary_ctx_state_ = (cu_primary_ctx_state_fn_)driver_function_("cuDevicePrimaryCtxGetState");
+}
+
+/* Whether `device`'s primary context exists (yes where the driver cannot tell). */
+static int has_context_(int device) {
+    pthread_once(&driver_once_, driver_functions_);
+    CUdevice dev;
+    unsigned int flags;
+    int active = 1;
+    if (!cu_device_get_ || !cu_primary_ctx_state_ || cu_device_get_(&dev, device) != CUDA_SUCCESS ||
+        cu_primary_ctx_state_(dev, &flags, &active) != CUDA_SUCCESS)
+        return 1;
+    return active;
+}
+
 ddpc_status ddpc_cuda_set_device(int device) {
     CHECK(ddpc_cuda_require(device));
     ddpc_cuda_mark_initialized();
     CUDACHECK(cudaSetDevice(device));
+    pending_ = -1;
     return DDPC_OK;
 }
 
 ddpc_status ddpc_cuda_current_device(int *device) {
     CHECK(ddpc_cuda_require(0));
+    if (pending_ >= 0) {
+        *device = pending_;
+        return DDPC_OK;
+    }
     CUDACHECK(cudaGetDevice(device));
     return DDPC_OK;
 }
 
 ddpc_status ddpc_cuda_enter(int device, int *prev) {
     CHECK(ddpc_cuda_require(device));
-    CUDACHECK(cudaGetDevice(prev));
+    CUDACHECK(cudaGetDevice(prev)); /* the runtime's: nested enters restore exactly */
     CUDACHECK(cudaSetDevice(device));
     return DDPC_OK;
 }
 
 /* Unchecked: `prev` was current a moment ago, so making it current again
- * cannot fail for a reason the caller could act on. */
-void ddpc_cuda_leave(int prev) { cudaSetDevice(prev); }
+ * cannot fail for a reason the caller could act on. A negative `prev`
+ * (nothing entered) does nothing. */
+void ddpc_cuda_leave(int prev) {
+    int now = -1;
+    if (prev < 0 || (cudaGetDevice(&now) == cudaSuccess && now == prev)) return;
+    if (has_context_(prev)) {
+        cudaSetDevice(prev);
+    } else if (pending_ < 0) {
+        pending_ = prev; /* still the thread's device for its code; see pending_ */
+    }
+}
 
 ddpc_status ddpc_cuda_properties(int device, ddpc_device_props *props) {
     CHECK(ddpc_cuda_require(device));
@@ -126,11 +188,10 @@ static ddpc_status stream_(int device, cudaStream_t *table, void **out) {
     ddpc_cuda_mark_initialized();
     pthread_mutex_lock(&streams_mu_);
     if (!table[device]) {
-        int prev = 0;
-        CUDACHECKGOTO(cudaGetDevice(&prev), st, out_);
-        CUDACHECKGOTO(cudaSetDevice(device), st, out_);
+        int prev;
+        CHECKGOTO(ddpc_cuda_enter(device, &prev), st, out_);
         cudaError_t e = cudaStreamCreateWithFlags(&table[device], cudaStreamNonBlocking);
-        cudaSetDevice(prev);
+        ddpc_cuda_leave(prev);
         CUDACHECKGOTO(e, st, out_);
     }
     *out = table[device];

@@ -846,6 +846,30 @@ def _grads(m):
     return {n: (p.grad.numpy().copy() if p.grad is not None else None) for n, p in m.named_parameters()}
 
 
+def test_data_parallel_replicas_carry_bool_and_complex_buffers():
+    """A bool mask and a complex buffer reach every replica (the broadcast moves any dtype's bytes)."""
+    from ddpc import nn
+
+    class Masked(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+            self.register_buffer("mask", ddpc.tensor([True, False, True, True]))
+            self.register_buffer("phase", ddpc.tensor([1 + 1j, 2 - 1j]))
+
+        def forward(self, x):
+            return self.lin(x) * self.mask + ddpc.view_as_real(self.phase).sum()
+
+    ref, dp = Masked(), nn.DataParallel(Masked(), device_ids=["cpu"] * 2)
+    dp.module.load_state_dict(ref.state_dict())
+    dp.module.mask.copy_(ddpc.tensor([False, True, True, False]))
+    ref.mask.copy_(dp.module.mask)
+    x = ddpc.from_numpy(np.arange(24, dtype=np.float32).reshape(6, 4))
+    np.testing.assert_allclose(dp(x).numpy(), ref(x).detach().numpy(), rtol=1e-6)
+    for replica in dp._replicas[1:]:
+        assert replica.mask.tolist() == [False, True, True, False] and replica.phase.tolist() == [1 + 1j, 2 - 1j]
+
+
 def test_data_parallel_uneven_chunks_and_replicas_without_a_chunk():
     """Batches of 1 on 2 replicas and 4 rows on 3 (chunks 2, 2 and none) give one
     process's gradients, also on the next full batch."""

@@ -12,13 +12,15 @@
 #include "comm/nccl.h"
 
 #include "buffer.h"
+#include "comm/reduce.h"
 #include "module.h"
 #include "ops.h"
 
 /* Reduction op codes shared with the cpu backend (ddpc.distributed.ReduceOp). */
-enum { RED_SUM = 0, RED_AVG, RED_MIN, RED_MAX, RED_PROD };
+enum { RED_SUM = DDPC_RED_SUM, RED_AVG = DDPC_RED_AVG, RED_MIN = DDPC_RED_MIN, RED_MAX = DDPC_RED_MAX,
+       RED_PROD = DDPC_RED_PROD };
 
-static ddpc_status check_same_(PyObject *bufs, const char *op, ddpc_buffer ***out, Py_ssize_t *n);
+static ddpc_status check_same_(PyObject *bufs, const char *op, int reducing, ddpc_buffer ***out, Py_ssize_t *n);
 
 /* ---- multi-device all-reduce and broadcast, copy-based path -------------------- */
 
@@ -59,7 +61,9 @@ static ddpc_status copy_broadcast_(ddpc_buffer **b, Py_ssize_t n, Py_ssize_t roo
     return DDPC_OK;
 }
 
-static ddpc_status check_same_(PyObject *bufs, const char *op, ddpc_buffer ***out, Py_ssize_t *n) {
+/* The buffers of a multi-device collective: all alike; a reduction's of a
+ * dtype it can add (a broadcast moves any dtype's bytes). */
+static ddpc_status check_same_(PyObject *bufs, const char *op, int reducing, ddpc_buffer ***out, Py_ssize_t *n) {
     *n = PyList_GET_SIZE(bufs);
     if (*n == 0) return DDPC_ERROR(DDPC_ERR_ARG, "%s: no buffers given", op);
     ddpc_buffer **b = PyMem_RawCalloc((size_t)*n, sizeof *b);
@@ -71,7 +75,7 @@ static ddpc_status check_same_(PyObject *bufs, const char *op, ddpc_buffer ***ou
             return DDPC_ERROR(DDPC_ERR_TYPE, "%s: item %zd is not a Buffer", op, i);
         }
         b[i] = (ddpc_buffer *)o;
-        if (ddpc_dtype_is_complex(b[i]->dtype) || b[i]->dtype == DDPC_BOOL) {
+        if (reducing && (ddpc_dtype_is_complex(b[i]->dtype) || b[i]->dtype == DDPC_BOOL)) {
             PyMem_RawFree(b);
             return DDPC_ERROR(DDPC_ERR_TYPE, "%s does not support %s", op, ddpc_dtype_name(b[i]->dtype));
         }
@@ -93,8 +97,11 @@ static ddpc_status check_same_(PyObject *bufs, const char *op, ddpc_buffer ***ou
 #include "comm/nccl_lib.h"
 #include "comm/watchdog.h"
 
-static const ncclDataType_t nccl_types_[DDPC_NDTYPES] = {ncclFloat32, ncclFloat64, ncclFloat16, ncclBfloat16,
-                                                         ncclInt32,   ncclInt64,   ncclUint8};
+/* Complex tensors reach NCCL as their real pairs (the Python layer's real_pairs), never as complex. */
+static const ncclDataType_t nccl_types_[DDPC_NDTYPES] = {
+    [DDPC_FLOAT32] = ncclFloat32, [DDPC_FLOAT64] = ncclFloat64, [DDPC_FLOAT16] = ncclFloat16,
+    [DDPC_BFLOAT16] = ncclBfloat16, [DDPC_INT32] = ncclInt32, [DDPC_INT64] = ncclInt64,
+    [DDPC_UINT8] = ncclUint8, [DDPC_BOOL] = ncclUint8};
 static const ncclRedOp_t nccl_ops_[] = {ncclSum, ncclAvg, ncclMin, ncclMax, ncclProd};
 
 /* Calls ncclNAME(ARGS) through the loaded table; ARGS is parenthesised. */
@@ -167,8 +174,8 @@ static ddpc_status nccl_multi_(ddpc_buffer **b, Py_ssize_t n, int op, Py_ssize_t
         if (root < 0)
             r = ddpc_nccl.AllReduce(b[i]->data, b[i]->data, (size_t)b[i]->numel, nccl_types_[b[i]->dtype],
                                     nccl_ops_[op], m->comms[i], (cudaStream_t)streams[i]);
-        else
-            r = ddpc_nccl.Broadcast(b[i]->data, b[i]->data, (size_t)b[i]->numel, nccl_types_[b[i]->dtype], (int)root,
+        else /* bytes: a broadcast moves any dtype */
+            r = ddpc_nccl.Broadcast(b[i]->data, b[i]->data, ddpc_buffer_nbytes(b[i]), ncclUint8, (int)root,
                                     m->comms[i], (cudaStream_t)streams[i]);
         if (r != ncclSuccess)
             st = DDPC_ERROR(DDPC_ERR_DIST, "multi-device collective: %s", ddpc_nccl.GetErrorString(r));
@@ -185,7 +192,7 @@ static PyObject *multi_collective_(PyObject *bufs, int op, Py_ssize_t root, cons
     if (!PyList_Check(bufs)) return PyErr_Format(PyExc_TypeError, "%s expects a list of Buffers", name);
     ddpc_buffer **b = NULL;
     Py_ssize_t n = 0;
-    ddpc_status st = check_same_(bufs, name, &b, &n);
+    ddpc_status st = check_same_(bufs, name, op >= 0, &b, &n);
     if (st != DDPC_OK) return ddpc_raise(st);
     if (op > RED_PROD || (op < 0 && (root < 0 || root >= n))) {
         PyMem_RawFree(b);
@@ -501,7 +508,7 @@ static ncclResult_t enqueue_locked_(nccl_comm *c, const coll_ *a) {
     }
 }
 
-static ddpc_status coll_run_(nccl_comm *c, const coll_ *a, cudaEvent_t *done) {
+static ddpc_status coll_enqueue_(nccl_comm *c, const coll_ *a, cudaEvent_t *done) {
     CHECK(ddpc_watchdog_error(&c->wd));
     CHECK(comm_stream_after_compute_(c));
     pthread_mutex_lock(&c->mu);
@@ -520,12 +527,25 @@ static ddpc_status coll_run_(nccl_comm *c, const coll_ *a, cudaEvent_t *done) {
     return record_done_(c, coll_names_[a->kind], a->in->numel, a->in->dtype, done);
 }
 
+/* coll_enqueue_ with the communicator's device current: the events it makes
+ * must be on the comm stream's device, whichever thread asks. */
+static ddpc_status coll_run_(nccl_comm *c, const coll_ *a, cudaEvent_t *done) {
+    int prev;
+    CHECK(ddpc_cuda_enter(c->device, &prev));
+    ddpc_status st = coll_enqueue_(c, a, done);
+    ddpc_cuda_leave(prev);
+    return st;
+}
+
 static ddpc_status check_coll_(nccl_comm *c, const coll_ *a) {
     const char *name = coll_names_[a->kind];
     if (a->in->device != c->device || a->out->device != c->device)
         return DDPC_ERROR(DDPC_ERR_ARG, "%s on rank %d: tensors must be on cuda:%d, the communicator's device", name,
                           c->rank, c->device);
     if (a->in->dtype != a->out->dtype) return DDPC_ERROR(DDPC_ERR_TYPE, "%s: input and output dtypes differ", name);
+    if (ddpc_dtype_is_complex(a->in->dtype))
+        return DDPC_ERROR(DDPC_ERR_TYPE, "%s on nccl takes a complex tensor as its real pairs, not as %s", name,
+                          ddpc_dtype_name(a->in->dtype));
     if (a->kind != 4 && a->out->readonly) return DDPC_ERROR(DDPC_ERR_ARG, "%s: the output is read-only", name);
     int64_t want_out = a->kind == 2 ? a->in->numel * c->size : a->kind == 3 ? a->in->numel / c->size : a->in->numel;
     if (a->kind == 3 && a->in->numel != a->out->numel * c->size)
@@ -561,6 +581,11 @@ static PyObject *work_new_(nccl_comm *c, cudaEvent_t done, PyObject *keep) {
 
 static PyObject *comm_collective_(nccl_comm *c, coll_ *a, PyObject *keep) {
     ddpc_status st = check_coll_(c, a);
+    if (st == DDPC_OK && (a->kind == 0 || a->kind == 3)) {
+        a->op = ddpc_redop_on((ddpc_redop)a->op, a->in->dtype);
+        if (a->op < 0)
+            st = DDPC_ERROR(DDPC_ERR_TYPE, "%s: Cannot use ReduceOp.AVG with boolean inputs", coll_names_[a->kind]);
+    }
     cudaEvent_t done = NULL;
     if (st == DDPC_OK) {
         Py_BEGIN_ALLOW_THREADS
@@ -643,12 +668,16 @@ static PyObject *comm_group_end(nccl_comm *c, PyObject *unused) {
     st = group_end_(c);
     Py_END_ALLOW_THREADS
     if (st == DDPC_OK && c->group_depth > 0) Py_RETURN_NONE;
-    /* The group's collectives complete together: give each work its event. */
+    /* The group's collectives complete together: give each work its event
+     * (made on the comm stream's device). */
     Py_ssize_t n = PyList_GET_SIZE(c->group_works);
+    int prev = -1;
+    if (st == DDPC_OK && n > 0) st = ddpc_cuda_enter(c->device, &prev);
     for (Py_ssize_t i = 0; i < n && st == DDPC_OK; i++) {
         nccl_work *w = (nccl_work *)PyList_GET_ITEM(c->group_works, i);
         st = record_done_(c, "coalesced", 0, DDPC_UINT8, &w->done);
     }
+    ddpc_cuda_leave(prev);
     /* Works left without an event would let their buffers be reused under
      * the collectives: wait for those here instead. */
     if (st != DDPC_OK) {

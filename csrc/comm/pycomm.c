@@ -557,9 +557,7 @@ static int dtype_arg_(int code, ddpc_dtype *dt) {
     return 0;
 }
 
-/* The reduction op a collective runs on the dtype code's elements. Bool sums
- * are logical or and products logical and, as PyTorch's (its NCCL backend
- * runs them as MAX and MIN, which is what they are on bytes of 0 and 1). */
+/* The reduction op a collective runs on the dtype code's elements (see ddpc_redop_on). */
 static int reduce_op_arg_(int op, int code, const char *what, ddpc_redop *out) {
     if (op < 0 || op >= DDPC_NREDOPS) {
         PyErr_Format(PyExc_ValueError, "invalid reduce op %d", op);
@@ -569,14 +567,12 @@ static int reduce_op_arg_(int op, int code, const char *what, ddpc_redop *out) {
         PyErr_Format(PyExc_ValueError, "%s does not support %s on complex tensors", what, ddpc_redop_name(op));
         return -1;
     }
-    *out = (ddpc_redop)op;
-    if (code == DDPC_BOOL) {
-        if (op == DDPC_RED_AVG) {
-            PyErr_Format(PyExc_TypeError, "%s: Cannot use ReduceOp.AVG with boolean inputs", what);
-            return -1;
-        }
-        *out = op == DDPC_RED_SUM ? DDPC_RED_MAX : op == DDPC_RED_PROD ? DDPC_RED_MIN : (ddpc_redop)op;
+    int on = ddpc_redop_on((ddpc_redop)op, (ddpc_dtype)code);
+    if (on < 0) {
+        PyErr_Format(PyExc_TypeError, "%s: Cannot use ReduceOp.AVG with boolean inputs", what);
+        return -1;
     }
+    *out = (ddpc_redop)on;
     return 0;
 }
 

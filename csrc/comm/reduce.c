@@ -10,6 +10,12 @@ const char *ddpc_redop_name(ddpc_redop op) {
     return op >= 0 && op < DDPC_NREDOPS ? names[op] : "?";
 }
 
+int ddpc_redop_on(ddpc_redop op, ddpc_dtype dt) {
+    if (dt != DDPC_BOOL) return op;
+    if (op == DDPC_RED_AVG) return -1;
+    return op == DDPC_RED_SUM ? DDPC_RED_MAX : op == DDPC_RED_PROD ? DDPC_RED_MIN : op;
+}
+
 /* Integer arithmetic goes through the unsigned type so overflow wraps. */
 #define SUM_(T, U, a, b) ((T)((U)(a) + (U)(b)))
 #define PROD_(T, U, a, b) ((T)((U)(a) * (U)(b)))

@@ -21,6 +21,12 @@ typedef enum {
 
 const char *ddpc_redop_name(ddpc_redop op);
 
+/* The op that carries out `op` on elements of `dt`: on bool (bytes of 0 and
+ * 1) a sum is a logical or (MAX) and a product a logical and (MIN), as
+ * PyTorch's (its NCCL backend runs them so too); -1 for AVG, which bool
+ * elements do not have. Any other dtype: `op` itself. */
+int ddpc_redop_on(ddpc_redop op, ddpc_dtype dt);
+
 /* dst[i] = op(srcs[0][i], ..., srcs[nsrc-1][i]), then divided by `divisor`
  * when it is > 1 (integers truncate). AVG reduces as SUM: the caller passes
  * the divisor once all contributions are in. dst may alias srcs[0] only.

@@ -186,6 +186,13 @@ static void test_reduce(void) {
     double c128[2] = {1e300, -3}, d128[2] = {1e300, 1};
     ddpc_reduce(DDPC_COMPLEX128, DDPC_RED_SUM, c128, (const void *const[]){c128, d128}, 2, 1, 0);
     EXPECT(c128[0] == 2e300 && c128[1] == -2, "complex128 sum wrong");
+    /* Bool sums are or (max), products and (min), and bool has no average; other dtypes keep their op. */
+    EXPECT(ddpc_redop_on(DDPC_RED_SUM, DDPC_BOOL) == DDPC_RED_MAX, "bool sum is not max");
+    EXPECT(ddpc_redop_on(DDPC_RED_PROD, DDPC_BOOL) == DDPC_RED_MIN, "bool product is not min");
+    EXPECT(ddpc_redop_on(DDPC_RED_AVG, DDPC_BOOL) == -1, "bool average accepted");
+    EXPECT(ddpc_redop_on(DDPC_RED_MIN, DDPC_BOOL) == DDPC_RED_MIN, "bool min changed");
+    for (int op = 0; op < DDPC_NREDOPS; op++)
+        EXPECT(ddpc_redop_on((ddpc_redop)op, DDPC_UINT8) == op, "uint8 %s changed", ddpc_redop_name((ddpc_redop)op));
 }
 
 int main(void) {
