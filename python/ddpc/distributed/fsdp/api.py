@@ -1,6 +1,7 @@
 """The option types of FullyShardedDataParallel, named and shaped as
 torch.distributed.fsdp's: sharding strategies, mixed precision, CPU offload,
-backward prefetch and the state dict types with their configs."""
+backward prefetch and the state dict types with their configs; and those of
+fully_shard: MixedPrecisionPolicy and the offload policies."""
 
 import dataclasses
 import enum
@@ -112,3 +113,36 @@ class OptimStateDictConfig:
 @dataclasses.dataclass
 class FullOptimStateDictConfig(OptimStateDictConfig):
     rank0_only: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class MixedPrecisionPolicy:
+    """fully_shard's mixed precision. ``param_dtype``: the dtype a unit's
+    parameters are all-gathered in and forward and backward compute in (the
+    module's own where None); ``reduce_dtype``: the dtype gradients are
+    reduce-scattered in, and accumulated in under
+    ``set_requires_gradient_sync(False)`` (the parameters' own where None, as
+    PyTorch 2.15's); ``output_dtype``: the dtype the module's floating-point
+    outputs are cast to (none where None); ``cast_forward_inputs``: cast the
+    module's floating-point inputs to ``param_dtype``. The sharded
+    parameters, which the optimizer steps, and their gradients keep the
+    module's dtype."""
+
+    param_dtype: object = None
+    reduce_dtype: object = None
+    output_dtype: object = None
+    cast_forward_inputs: bool = True
+
+
+@dataclasses.dataclass
+class OffloadPolicy:
+    """fully_shard's offload policy: this base class offloads nothing."""
+
+
+@dataclasses.dataclass
+class CPUOffloadPolicy(OffloadPolicy):
+    """Keeps the sharded parameters and their gradients in host memory (so the
+    optimizer steps on the host); ddpc supports it for modules that are on
+    the cpu already, where it changes nothing."""
+
+    pin_memory: bool = True
