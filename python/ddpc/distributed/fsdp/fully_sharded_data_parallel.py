@@ -75,7 +75,7 @@ class FullyShardedDataParallel(Module):
         setattr(self, _WRAPPED, module)
 
         uses = []  # (qualified name, module, attribute, Parameter) of this unit's parameters
-        for prefix, m in _unit_modules(module, ignored):
+        for prefix, m in _unit_modules(module, ignored, FullyShardedDataParallel):
             for name, p in m._parameters.items():
                 if p is not None:
                     uses.append((prefix + ("." if prefix else "") + name, m, name, p))
@@ -607,9 +607,10 @@ def _refuse(what, asked):
         raise NotImplementedError(f"FullyShardedDataParallel: {what} is not supported by ddpc")
 
 
-def _unit_modules(module, ignored):
+def _unit_modules(module, ignored, unit_cls):
     """(qualified name, module) of the modules whose parameters a unit over
-    ``module`` flattens: not those of nested units or ignored modules."""
+    ``module`` holds: not those of nested units (modules of ``unit_cls``
+    below it) or ignored modules."""
     stack = [("", module)]
     seen = set()
     while stack:
@@ -619,12 +620,12 @@ def _unit_modules(module, ignored):
         seen.add(id(m))
         yield prefix, m
         children = [(prefix + ("." if prefix else "") + n, c) for n, c in m._modules.items()
-                    if c is not None and not isinstance(c, FullyShardedDataParallel)]
+                    if c is not None and not isinstance(c, unit_cls)]
         stack.extend(reversed(children))
 
 
 def _unit_buffers(module, ignored):
-    for _, m in _unit_modules(module, ignored):
+    for _, m in _unit_modules(module, ignored, FullyShardedDataParallel):
         for b in m._buffers.values():
             if b is not None:
                 yield b
