@@ -1,4 +1,49 @@
-"""FullyShardedDataParallel (ZeRO stage 3), shaped like torch.distributed.fsdp.
+"""FullyShardedDataParallel (ZeRO stage 3) and fully_shard (FSDP2), shaped
+like torch.distributed.fsdp.
+
+fully_shard (FSDP2)::
+
+    for block in model.blocks:
+        fully_shard(block)                  # one unit per block, bottom-up
+    fully_shard(model)                      # the root: the parameters left
+    opt = ddpc.optim.AdamW(model.parameters(), lr=1e-3)
+    model(x).sum().backward()
+    ddpc.nn.utils.clip_grad_norm_(model.parameters(), 1.0)   # the whole model's norm
+    opt.step(); opt.zero_grad()
+    sd = model.state_dict()                 # DTensors: global shapes, Shard(0)
+
+``fully_shard(module, mesh=..., reshard_after_forward=..., mp_policy=...)``
+shards each of the module's parameters that no earlier call on a submodule
+took along dim 0 over a 1-d DeviceMesh (torch.chunk's rows: the last ranks
+may hold fewer or none), changes the module's class in place to
+FSDP<class> (also an FSDPModule) and returns it. Each parameter becomes a
+``ShardedParameter`` (``_fsdp_param.py``): a ``ddpc.nn.Parameter`` of this
+rank's rows, so every optimizer, LR scheduler and ``zero_grad`` works as it
+is, which also answers ``to_local()``, ``full_tensor()``, ``placements`` and
+``device_mesh`` as PyTorch's DTensor parameters do. A module's forward
+all-gathers its parameters (one collective per module, in ``param_dtype``)
+and runs on the full tensors, which are freed after forward under
+``reshard_after_forward`` and gathered again when backward reaches the
+module; once its gradients are computed they are reduce-scattered (one
+collective, in ``reduce_dtype``), averaged over the mesh, into each
+ShardedParameter's ``.grad``. ``set_requires_gradient_sync(False)``
+accumulates the unsharded gradients without communication until the next
+synced backward; ``set_reshard_after_backward``,
+``set_modules_to_forward_prefetch``/``_backward_prefetch`` (asynchronous
+all-gathers issued ahead), ``unshard()``/``reshard()``; ``state_dict()``
+gives DTensors (``load_state_dict`` takes DTensors of any placements or full
+tensors), which ``ddpc.distributed.checkpoint`` saves and loads on any
+number of ranks, as do the ``ddpc.distributed.checkpoint.state_dict``
+functions with the optimizer's state; ``ddpc.nn.utils.clip_grad_norm_``
+computes the norm over every rank's rows. Where ddpc differs:
+``p.shape`` of a sharded parameter is its local rows' shape (PyTorch's
+DTensor reports the global one: here ``p.full_shape``) and ``p.grad`` a
+plain tensor of them; while a module is unsharded its attributes name the
+unsharded tensors but ``parameters()`` still yields the sharded ones;
+``load_state_dict`` also takes full tensors; backward prefetches only where
+told to; see ``fully_shard`` and ``FSDPModule`` for the rest.
+
+FullyShardedDataParallel (FSDP1):
 
 ``FullyShardedDataParallel(module, ...)`` makes ``module`` one FSDP unit,
 and with ``auto_wrap_policy`` (see ``ddpc.distributed.fsdp.wrap``) first
@@ -102,11 +147,15 @@ for modules on a GPU, ``optim_state_dict_to_load(is_named_optimizer=True)``.
 """
 
 from . import wrap
-from .api import (BackwardPrefetch, CPUOffload, FullOptimStateDictConfig, FullStateDictConfig,
-                  LocalStateDictConfig, MixedPrecision, OptimStateDictConfig, OptimStateKeyType,
-                  ShardedStateDictConfig, ShardingStrategy, StateDictConfig, StateDictType)
+from ._fsdp_param import ShardedParameter
+from ._fully_shard import FSDPModule, UnshardHandle, fully_shard
+from .api import (BackwardPrefetch, CPUOffload, CPUOffloadPolicy, FullOptimStateDictConfig, FullStateDictConfig,
+                  LocalStateDictConfig, MixedPrecision, MixedPrecisionPolicy, OffloadPolicy, OptimStateDictConfig,
+                  OptimStateKeyType, ShardedStateDictConfig, ShardingStrategy, StateDictConfig, StateDictType)
 from .fully_sharded_data_parallel import FSDP, FullyShardedDataParallel
 
-__all__ = ["BackwardPrefetch", "CPUOffload", "FSDP", "FullOptimStateDictConfig", "FullStateDictConfig",
-           "FullyShardedDataParallel", "LocalStateDictConfig", "MixedPrecision", "OptimStateDictConfig",
-           "OptimStateKeyType", "ShardedStateDictConfig", "ShardingStrategy", "StateDictConfig", "StateDictType", "wrap"]
+__all__ = ["BackwardPrefetch", "CPUOffload", "CPUOffloadPolicy", "FSDP", "FSDPModule", "FullOptimStateDictConfig",
+           "FullStateDictConfig", "FullyShardedDataParallel", "LocalStateDictConfig", "MixedPrecision",
+           "MixedPrecisionPolicy", "OffloadPolicy", "OptimStateDictConfig", "OptimStateKeyType", "ShardedParameter",
+           "ShardedStateDictConfig", "ShardingStrategy", "StateDictConfig", "StateDictType", "UnshardHandle",
+           "fully_shard", "wrap"]
