@@ -1,10 +1,13 @@
 """fully_shard (FSDP2): training equals one process on the concatenated
-batch (AdamW, SGD, 2 and 3 ranks, uneven and empty shards), gradient
-accumulation without sync, reshard_after_forward, prefetching, activation
-checkpointing, state dicts of DTensors, mixed precision, and the errors.
+batch (AdamW, SGD, 2 and 3 ranks, uneven and empty shards), clip_grad_norm_
+over the shards, gradient accumulation without sync, reshard_after_forward,
+prefetching, activation checkpointing, state dicts of DTensors, mixed
+precision, and the errors.
 
 Ranks are real processes started by ddpc.spawn on the cpu backend.
 """
+
+import math
 
 import numpy as np
 import pytest
@@ -176,6 +179,27 @@ def test_reshard_after_forward_frees_or_keeps_the_unsharded_parameters(reshard_a
         assert_close(r["params"], ref)
         assert r["held"] == [[reshard_after_forward is False] * 2] * 3  # None: True but for the root
         assert r["after"] == ([True, True], True)  # freed after backward, the module on its shard again
+
+
+def clip_worker(rank, world, norm_type):
+    import ddpc.distributed as dist
+
+    dist.init_process_group("cpu")
+    m = sharded(net())
+    o = optimizer("sgd", m.parameters())
+    norms = train_steps(m, o, rank, world, 3, clip=0.05, norm_type=norm_type)
+    out = {"params": full_params(m), "norms": norms}
+    dist.destroy_process_group()
+    return out
+
+
+@pytest.mark.parametrize("world, norm_type", [(2, 2.0), (3, 2.0), (3, math.inf), (2, 1.0)])
+def test_clip_grad_norm_is_the_unsharded_models(world, norm_type):
+    ref, ref_norms = train_single(world, 3, "sgd", clip=0.05, norm_type=norm_type)
+    for r in ddpc.spawn(clip_worker, args=(world, norm_type), nprocs=world):
+        np.testing.assert_allclose(r["norms"], ref_norms, rtol=1e-5)
+        assert min(r["norms"]) > 0.05  # the clip did act
+        assert_close(r["params"], ref)
 
 
 def accumulate_worker(rank, world, keep_unsharded):

@@ -1,11 +1,16 @@
 """ShardedParameter: a parameter that fully_shard split along dim 0 across
 the ranks of a 1-d DeviceMesh, holding this rank's rows (torch.chunk's
 rule), and answering what PyTorch's DTensor parameters answer: to_local(),
-full_tensor(), placements, device_mesh."""
+full_tensor(), placements, device_mesh. Also the norm of such parameters'
+gradients over every rank, for clip_grad_norm_."""
 
+import math
+
+from ... import distributed as dist
 from ...autograd import no_grad
 from ...nn.modules import Parameter
-from ...tensor import Tensor
+from ...nn.utils import get_total_norm
+from ...tensor import Tensor, float64
 from ..tensor import DTensor, Shard, _gather, _local_shape_and_offset
 
 _PLACEMENTS = (Shard(0),)
@@ -65,3 +70,16 @@ class ShardedParameter(Parameter):
         return (f"ShardedParameter(rows of shape {tuple(self.full_shape)} placed {list(_PLACEMENTS)} on "
                 f"{self._mesh}):\n" + Tensor.__repr__(self))
 
+
+def sharded_grad_norm(mesh, grads, norm_type):
+    """The ``norm_type``-norm of the gradients ``grads`` (this rank's rows of
+    parameters sharded over ``mesh``) together with every other rank's: a
+    0-d float64 tensor, the same on every rank of the mesh (one all-reduce)."""
+    local = get_total_norm(grads, norm_type).to(device=grads[0].device, dtype=float64).reshape(1)
+    with no_grad():
+        if math.isinf(norm_type):
+            dist.all_reduce(local, op=dist.ReduceOp.MAX, group=mesh.get_group())
+            return local.reshape(())
+        power = local ** norm_type
+        dist.all_reduce(power, op=dist.ReduceOp.SUM, group=mesh.get_group())
+        return (power ** (1.0 / norm_type)).reshape(())

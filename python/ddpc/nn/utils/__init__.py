@@ -69,11 +69,31 @@ def clip_grads_with_norm_(parameters, max_norm, total_norm, foreach=None):
 def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=False, foreach=None):
     """Scales the gradients of ``parameters`` in place so that their joint
     ``norm_type``-norm (over all of them, as one vector) is at most
-    ``max_norm``; returns that norm before scaling (a 0-d float32 tensor)."""
+    ``max_norm``; returns that norm before scaling (a 0-d float32 tensor).
+
+    Parameters that ``fully_shard`` sharded (each rank holding some of their
+    rows) count with every rank's rows, as PyTorch's DTensor gradients do:
+    the norm is the whole model's, the same on every rank of their mesh (one
+    all-reduce per mesh, so every rank of it must call this)."""
     parameters = _tensors(parameters)
-    total = get_total_norm(_grads(parameters), norm_type, error_if_nonfinite, foreach)
+    total = _total_grad_norm(parameters, norm_type, error_if_nonfinite, foreach)
     clip_grads_with_norm_(parameters, max_norm, total, foreach)
     return total
+
+
+def _total_grad_norm(parameters, norm_type, error_if_nonfinite, foreach):
+    """get_total_norm of the parameters' gradients, the sharded ones' taken over their meshes."""
+    from ...distributed.fsdp._fsdp_param import ShardedParameter, sharded_grad_norm  # the package imports nn
+
+    by_mesh, whole = {}, []
+    for p in parameters:
+        if p.grad is not None:
+            if isinstance(p, ShardedParameter):
+                by_mesh.setdefault(p.device_mesh, []).append(p.grad)
+            else:
+                whole.append(p.grad)
+    norms = [sharded_grad_norm(mesh, grads, norm_type) for mesh, grads in by_mesh.items()]
+    return get_total_norm(norms + whole, norm_type, error_if_nonfinite, foreach)
 
 
 def parameters_to_vector(parameters):
