@@ -1,8 +1,9 @@
 """fully_shard (FSDP2): training equals one process on the concatenated
 batch (AdamW, SGD, 2 and 3 ranks, uneven and empty shards), clip_grad_norm_
 over the shards, gradient accumulation without sync, reshard_after_forward,
-prefetching, activation checkpointing, state dicts of DTensors, mixed
-precision, and the errors.
+prefetching, activation checkpointing, state dicts of DTensors and
+distributed checkpoints saved on 2 ranks and loaded on 3, mixed precision,
+and the errors.
 
 Ranks are real processes started by ddpc.spawn on the cpu backend.
 """
@@ -292,9 +293,71 @@ def test_activation_checkpointing_recomputes_with_the_unsharded_parameters(order
         assert_close(r["params"], ref)
 
 
-def load_worker(rank, world):
-    """load_state_dict of full tensors and of DTensors laid out otherwise (Replicate)."""
+def checkpoint_worker(rank, world, path, save):
+    """Two steps then a checkpoint (save), or the checkpoint then two more steps (load)."""
     import ddpc.distributed as dist
+    import ddpc.distributed.checkpoint as dcp
+    from ddpc.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    dist.init_process_group("cpu")
+    m = sharded(net(seed=0 if save else 1))
+    o = optimizer("adamw", m.parameters())
+    if save:
+        train_steps(m, o, rank, world, 2)
+    model_sd, optim_sd = get_state_dict(m, o)
+    kinds = sorted({type(v).__name__ for v in model_sd.values()} |
+                   {type(v).__name__ for s in optim_sd["state"].values() for v in s.values()})
+    state = {"model": model_sd, "optim": optim_sd}
+    if save:
+        dcp.save(state, checkpoint_id=path)
+        out = {"params": full_params(m)}
+    else:
+        dcp.load(state, checkpoint_id=path)
+        set_state_dict(m, o, model_state_dict=state["model"], optim_state_dict=state["optim"])
+        out = {"loaded": full_params(m)}
+        plain = sharded(net(seed=2))  # the model alone, through its own state dict
+        sd = plain.state_dict()
+        dcp.load({"model": sd}, checkpoint_id=path)
+        plain.load_state_dict(sd)
+        out["plain"] = full_params(plain)
+        train_steps(m, o, rank, world, 2, first=2)
+        out["params"] = full_params(m)
+    out["kinds"] = kinds
+    dist.destroy_process_group()
+    return out
+
+
+def test_checkpoint_saved_on_2_ranks_loads_on_3_and_training_continues_the_same(tmp_path):
+    path = str(tmp_path / "ckpt")
+    saved = ddpc.spawn(checkpoint_worker, args=(2, path, True), nprocs=2)
+    ref2, _ = train_single(2, 2)
+    assert_close(saved[0]["params"], ref2)
+    assert saved[0]["kinds"] == ["DTensor", "int"]  # the parameters and moments as DTensors, and the step counts
+    # the next two steps on 3 ranks: the batches of 3 ranks after the 2-rank steps
+    m = net()
+    o = optimizer("adamw", m.parameters())
+    X, y = data(2 * BATCH * 2)
+    for s in range(2):
+        o.zero_grad()
+        loss_of(m, X[s * 2 * BATCH:(s + 1) * 2 * BATCH], y[s * 2 * BATCH:(s + 1) * 2 * BATCH]).backward()
+        o.step()
+    X, y = data(3 * BATCH * 4)
+    for s in range(2, 4):
+        o.zero_grad()
+        loss_of(m, X[s * 3 * BATCH:(s + 1) * 3 * BATCH], y[s * 3 * BATCH:(s + 1) * 3 * BATCH]).backward()
+        o.step()
+    ref = {k: v.numpy().copy() for k, v in m.state_dict().items()}
+    for r in ddpc.spawn(checkpoint_worker, args=(3, path, False), nprocs=3):
+        assert_close(r["loaded"], saved[0]["params"], atol=0)
+        assert_close(r["plain"], saved[0]["params"], atol=0)
+        assert_close(r["params"], ref)
+
+
+def load_worker(rank, world):
+    """load_state_dict of full tensors, of DTensors laid out otherwise (Replicate), and the state dict functions'."""
+    import ddpc.distributed as dist
+    from ddpc.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
+                                                        set_model_state_dict)
     from ddpc.distributed.tensor import Replicate
 
     dist.init_process_group("cpu")
@@ -305,6 +368,10 @@ def load_worker(rank, world):
     replicated = {k: v.redistribute(placements=[Replicate()]) for k, v in sharded(net(seed=2)).state_dict().items()}
     m.load_state_dict(replicated)
     out["replicated"] = full_params(m)
+    full = get_model_state_dict(m, options=StateDictOptions(full_state_dict=True))
+    out["get_full"] = {k: v.numpy().copy() for k, v in full.items()}
+    set_model_state_dict(m, other.state_dict())
+    out["set_full"] = full_params(m)
     try:
         m.load_state_dict({**other.state_dict(), "head.weight": ddpc.zeros(3, NARROW)})
     except RuntimeError as e:
@@ -318,6 +385,8 @@ def test_load_state_dict_takes_full_tensors_and_dtensors_of_any_placement():
     for r in ddpc.spawn(load_worker, args=(3,), nprocs=3):
         assert_close(r["full"], one, atol=0)
         assert_close(r["replicated"], two, atol=0)
+        assert_close(r["get_full"], two, atol=0)
+        assert_close(r["set_full"], one, atol=0)
         assert "size mismatch for head.weight" in r["mismatch"]
 
 

@@ -27,6 +27,12 @@ on M (the sharded one part by part: each rank reads its rows). With
 dicts (the other ranks get empty dicts; load them back with
 ``broadcast_from_rank0=True``), as PyTorch does.
 
+A model sharded by ``fully_shard`` (FSDP2) gives the same: its state dict's
+DTensors, and the optimizer's state of each sharded parameter (the tensors
+laid out as its rows) as DTensors of the same rows, or full tensors with
+``full_state_dict``; ``set_*`` take DTensors of any placements or full
+tensors back into each rank's rows.
+
 Where ddpc differs: without sharded parameters, ``full_state_dict`` changes
 nothing but the rank-0-only form above (every tensor is whole already).
 ``set_*`` take a full or a sharded state dict (one holding DTensors)
@@ -40,6 +46,8 @@ from ...nn.modules import _IncompatibleKeys
 from ...tensor import Tensor, zeros_like
 from .. import broadcast_object_list, get_rank, is_initialized
 from ..fsdp import FullyShardedDataParallel, StateDictType
+from ..fsdp._fsdp_param import ShardedParameter
+from ..fsdp._fully_shard import as_dtensors
 from ..tensor import DTensor
 from ..fsdp._optim_state import _units as _fsdp_flat_params
 
@@ -164,6 +172,8 @@ def get_model_state_dict(model, *, submodules=None, options=None):
         for key, value in model.state_dict().items():
             name = _clean_name(model, key)
             if not (options.ignore_frozen_params and name in frozen):
+                if options.full_state_dict and isinstance(value, DTensor):
+                    value = value.full_tensor()
                 state[name] = _offloaded(value, options)
     if _rank0_only(options):
         return {}
@@ -224,7 +234,17 @@ def _unflatten_optim(flat, optimizers, names):
     return {"state": state, "param_groups": groups}
 
 
-def _named_optim_state(optimizer, names):
+def _sharded_state_value(p, value, full):
+    """A value of parameter p's optimizer state: for a parameter fully_shard
+    sharded, a tensor laid out as its rows becomes a DTensor of them (or,
+    where ``full``, the full tensor of every rank's)."""
+    if not (isinstance(p, ShardedParameter) and isinstance(value, Tensor) and value.shape == p.shape):
+        return value
+    value = p.as_dtensor(value)
+    return value.full_tensor() if full else value
+
+
+def _named_optim_state(optimizer, names, full):
     """One optimizer's state dict keyed by parameter names."""
     state, groups = {}, []
     for group in optimizer.param_groups:
@@ -233,7 +253,8 @@ def _named_optim_state(optimizer, names):
                 raise ValueError("get_optimizer_state_dict: the optimizer holds a parameter that is not the "
                                  "model's")
             if optimizer.state.get(p):
-                state[names[id(p)][0]] = dict(optimizer.state[p])
+                entries = optimizer.state[p].items()
+                state[names[id(p)][0]] = {k: _sharded_state_value(p, v, full) for k, v in entries}
         packed = {k: v for k, v in group.items() if k != "params"}
         packed["params"] = [names[id(p)][0] for p in group["params"]]
         groups.append(packed)
@@ -255,7 +276,7 @@ def get_optimizer_state_dict(model, optimizers, *, submodules=None, options=None
             with FullyShardedDataParallel.state_dict_type(model, _fsdp_state_dict_type(options.full_state_dict)):
                 part = FullyShardedDataParallel.optim_state_dict(model, optimizer)
         else:
-            part = _named_optim_state(optimizer, names)
+            part = _named_optim_state(optimizer, names, options.full_state_dict)
         for name, entries in part["state"].items():
             state[name] = {k: _offloaded(v, options) for k, v in entries.items()}
         groups += part["param_groups"]
@@ -295,7 +316,7 @@ def set_model_state_dict(model, model_state_dict, *, options=None):
     with _original_parameters(model, full, writeback=True):
         clean_to_key = {_clean_name(model, k): k for k in model.state_dict()}
         unexpected = [k for k in model_state_dict if k not in clean_to_key]
-        renamed = {clean_to_key[k]: v for k, v in model_state_dict.items() if k in clean_to_key}
+        renamed = as_dtensors(model, {clean_to_key[k]: v for k, v in model_state_dict.items() if k in clean_to_key})
         missing = [_clean_name(model, k) for k in model.load_state_dict(renamed, strict=False).missing_keys]
         frozen = {_clean_name(model, n) for n, p in model.named_parameters() if not p.requires_grad}
     if options.ignore_frozen_params:
@@ -317,7 +338,7 @@ def set_optimizer_state_dict(model, optimizers, optim_state_dict, *, options=Non
         optim_state_dict = _unflatten_optim(optim_state_dict, optimizers, names)
     saved_groups = iter(optim_state_dict["param_groups"])
     for optimizer in optimizers:
-        index, groups = {}, []
+        index, groups, params = {}, [], {}
         for group in optimizer.param_groups:
             try:
                 saved = next(saved_groups)
@@ -330,13 +351,23 @@ def set_optimizer_state_dict(model, optimizers, optim_state_dict, *, options=Non
                                  f"state dict and {own} in the optimizer")
             for name in own:
                 index.setdefault(name, len(index))
+            params.update((n, p) for p in group["params"] for n in names[id(p)])
             groups.append(saved if fsdp else {**saved, "params": [index[n] for n in own]})
         if fsdp:
             FullyShardedDataParallel.optim_state_dict_to_load(
                 model, optimizer, {"state": optim_state_dict["state"], "param_groups": groups}, load_directly=True)
             continue
-        state = {index[n]: s for n, s in optim_state_dict["state"].items() if n in index}
+        state = {index[n]: _local_state(params[n], s) for n, s in optim_state_dict["state"].items() if n in index}
         optimizer.load_state_dict({"state": state, "param_groups": groups})
+
+
+def _local_state(p, entries):
+    """Parameter p's optimizer state as its optimizer holds it: for a
+    parameter fully_shard sharded, this rank's rows of the DTensors (any
+    placements) and of the full tensors."""
+    if not isinstance(p, ShardedParameter):
+        return entries
+    return {k: p.rows_of(v) for k, v in entries.items()}
 
 
 def set_state_dict(model, optimizers, *, model_state_dict, optim_state_dict, options=None):
