@@ -27,6 +27,30 @@ from ..tensor import DTensor, Replicate, Shard, _shard_range
 from .api import ShardingStrategy
 
 
+def gradient_to_reduce(holder, sync, who):
+    """The gradient of ``holder.full`` (FSDP's flat parameter, or fully_shard's
+    unsharded parameters), taken off it, in ``holder.reduce_dtype``, with what
+    earlier passes without gradient sync left in ``holder.pending_grad``
+    added; None where there is nothing to reduce now (no gradient, or
+    ``sync`` False: then it waits in ``pending_grad`` for a synced pass)."""
+    grad = holder.full.grad
+    holder.full.grad = None
+    if grad is None:
+        return None
+    if grad.requires_grad:
+        raise RuntimeError(f"{who}: backward(create_graph=True) is not supported, as the reduced gradients would "
+                           "lose their graph")
+    if grad.dtype is not holder.reduce_dtype:
+        grad = grad.to(holder.reduce_dtype)
+    if holder.pending_grad is not None:
+        grad = grad + holder.pending_grad
+        holder.pending_grad = None
+    if not sync:
+        holder.pending_grad = grad
+        return None
+    return grad
+
+
 class FlatParamHandle:
     """The flat parameter of the parameters `uses` names: (qualified name,
     module, attribute name, Parameter), a Parameter appearing under several
@@ -303,20 +327,8 @@ class FlatParamHandle:
     def reduce_grad(self, sync):
         """Moves the full flat gradient into the shard's .grad, averaged over the
         ranks; under no_sync (``sync`` False) keeps it here for a later synced pass."""
-        grad = self.full.grad
-        self.full.grad = None
+        grad = gradient_to_reduce(self, sync, "FullyShardedDataParallel")
         if grad is None:
-            return
-        if grad.requires_grad:
-            raise RuntimeError("FullyShardedDataParallel: backward(create_graph=True) is not supported, as the "
-                               "reduced gradients would lose their graph")
-        if grad.dtype is not self.reduce_dtype:
-            grad = grad.to(self.reduce_dtype)
-        if self.pending_grad is not None:
-            grad = grad + self.pending_grad
-            self.pending_grad = None
-        if not sync:
-            self.pending_grad = grad
             return
         with no_grad():
             if not self.sharded:

@@ -27,6 +27,7 @@ from ... import _C
 from ... import distributed as dist
 from ...autograd import enable_grad, no_grad
 from ...tensor import Tensor, empty, zeros
+from ._flat_param import gradient_to_reduce
 
 
 def _view(buf, offset, shape):
@@ -142,20 +143,8 @@ class FSDPParamGroup:
         """Moves ``full``'s gradient into the sharded parameters' ``.grad``
         (added to what they hold), averaged over the mesh; without ``sync``
         keeps it here, unsharded, for the next synced pass to add."""
-        grad = self.full.grad
-        self.full.grad = None
+        grad = gradient_to_reduce(self, sync, "fully_shard")
         if grad is None:
-            return
-        if grad.requires_grad:
-            raise RuntimeError("fully_shard: backward(create_graph=True) is not supported, as the reduced "
-                               "gradients would lose their graph")
-        if grad.dtype is not self.reduce_dtype:
-            grad = grad.to(self.reduce_dtype)
-        if self.pending_grad is not None:
-            grad = grad + self.pending_grad
-            self.pending_grad = None
-        if not sync:
-            self.pending_grad = grad
             return
         padded = empty(self.world * self.block, dtype=self.reduce_dtype, device=self.device)
         trainable = [i for i, p in enumerate(self.params) if p.requires_grad]
