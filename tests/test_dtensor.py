@@ -1,6 +1,7 @@
 """ddpc.distributed.tensor: DTensor over a 1-d DeviceMesh (Shard and Replicate
 placements, torch.chunk's uneven shards), distribute_tensor, from_local,
-full_tensor, redistribute, copy_, and the errors.
+full_tensor, redistribute, copy_, and the errors; and over a 2-d mesh
+(placements applied in mesh order, HSDP's [Replicate(), Shard(0)] among them).
 
 Ranks are real processes started by ddpc.spawn on the cpu backend.
 """
@@ -97,7 +98,7 @@ def worker(rank, world):
     errors = {}
     wide = DeviceMesh("cpu", np.arange(world).reshape(world, 1))
     for name, make in {
-        "mesh_2d": lambda: distribute_tensor(a, wide, [Shard(0), Replicate()]),
+        "mesh_2d_one_placement": lambda: distribute_tensor(a, wide, [Shard(0)]),
         "placements_length": lambda: distribute_tensor(a, mesh, [Shard(0), Replicate()]),
         "shard_dim": lambda: distribute_tensor(a, mesh, [Shard(2)]),
         "partial": lambda: distribute_tensor(a, mesh, [object()]),
@@ -153,7 +154,8 @@ def test_dtensor_on_three_ranks():
             assert tuple(r["sub_full"]) == ((3, 3) if rank == 0 else (2, 3))
 
         e = r["errors"]
-        assert e["mesh_2d"][0] == "NotImplementedError" and "1-d device meshes" in e["mesh_2d"][1]
+        assert e["mesh_2d_one_placement"][0] == "ValueError" and "device_mesh.ndim: 2" in \
+            e["mesh_2d_one_placement"][1]
         assert e["placements_length"][0] == "ValueError" and "same length as `device_mesh.ndim`" in \
             e["placements_length"][1]
         assert e["shard_dim"][0] == "ValueError" and "Shard(dim=2) is out of range" in e["shard_dim"][1]
@@ -172,3 +174,50 @@ def test_dtensor_on_three_ranks():
         assert e["non_leaf"][0] == "RuntimeError" and "leaf" in e["non_leaf"][1]
         assert e["redistribute_mesh"][0] == "NotImplementedError" and "another device mesh" in \
             e["redistribute_mesh"][1]
+
+
+def worker_2d(rank):
+    """On a (2, 2) mesh over 4 ranks: each layout's local part and full tensor, redistribution between them."""
+    import ddpc.distributed as dist
+    from ddpc.distributed.tensor import DTensor, distribute_tensor, init_device_mesh
+
+    dist.init_process_group("cpu")
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("replicate", "shard"))
+    a = ddpc.from_numpy(full_value((5, 3)))
+    out = {"coordinate": mesh.get_coordinate()}
+    layouts = {"hsdp": [Replicate(), Shard(0)], "rows_cols": [Shard(0), Shard(1)], "rows_twice": [Shard(0), Shard(0)],
+               "replicate": [Replicate(), Replicate()], "first": [Shard(1), Replicate()]}
+    for name, placements in layouts.items():
+        d = distribute_tensor(a, mesh, placements)
+        out[name] = (d.placements, tuple(d.shape), d.to_local().numpy().copy(), d.full_tensor().numpy().copy())
+    hsdp = distribute_tensor(a, mesh, layouts["hsdp"])
+    out["hsdp_to_rows_cols"] = hsdp.redistribute(placements=layouts["rows_cols"]).to_local().numpy().copy()
+    out["default"] = distribute_tensor(a, mesh).placements
+    mine = ddpc.full((4, 2), float(rank))  # the source is group rank 1 along each dimension: global rank 3
+    out["src1"] = distribute_tensor(mine, mesh, layouts["hsdp"], src_data_rank=1).full_tensor().numpy().copy()
+    even = DTensor.from_local(ddpc.full((2, 3), float(rank)), mesh, layouts["rows_cols"], run_check=True)
+    out["even"] = (tuple(even.shape), even.full_tensor().numpy().copy())
+    dist.destroy_process_group()
+    return out
+
+
+def test_dtensor_on_a_2x2_mesh():
+    a = full_value((5, 3))
+    for rank, r in enumerate(ddpc.spawn(worker_2d, nprocs=4)):
+        row, col = r["coordinate"]
+        assert (row, col) == divmod(rank, 2)
+        rows = [a[:3], a[3:]][col]  # 5 rows split 3 + 2 along the mesh's second dimension
+        expected = {"hsdp": rows, "rows_cols": [a[:3], a[3:]][row][:, [slice(0, 2), slice(2, 3)][col]],
+                    "rows_twice": [[a[:2], a[2:3]], [a[3:4], a[4:5]]][row][col], "replicate": a,
+                    "first": a[:, [slice(0, 2), slice(2, 3)][row]]}
+        for name, local in expected.items():
+            placements, shape, got, full = r[name]
+            assert shape == (5, 3) and len(placements) == 2, name
+            np.testing.assert_array_equal(got, local, err_msg=name)
+            np.testing.assert_array_equal(full, a, err_msg=name)
+        assert r["hsdp"][0] == (Replicate(), Shard(0))
+        np.testing.assert_array_equal(r["hsdp_to_rows_cols"], expected["rows_cols"])
+        assert r["default"] == (Replicate(), Replicate())
+        np.testing.assert_array_equal(r["src1"], np.full((4, 2), 3.0))
+        assert r["even"][0] == (4, 6)
+        np.testing.assert_array_equal(r["even"][1], np.arange(4.0).reshape(2, 2).repeat(2, 0).repeat(3, 1))

@@ -1,4 +1,4 @@
-"""DTensor: a tensor split across the ranks of a 1-d DeviceMesh, shaped like
+"""DTensor: a tensor split across the ranks of a DeviceMesh, shaped like
 torch.distributed.tensor.
 
 A DTensor is each rank's local tensor plus where it sits in the global one:
@@ -6,7 +6,10 @@ its ``device_mesh`` and ``placements`` (one per mesh dimension).
 ``Shard(dim)`` splits the global tensor along ``dim`` as ``torch.chunk``
 does: every rank but the last ones holds ``ceil(n / ranks)`` rows, the last
 ones fewer or none, in mesh order. ``Replicate()`` gives every rank the whole
-tensor::
+tensor. On an n-d mesh the placements apply in mesh order, each to what
+the ones before it left: ``[Replicate(), Shard(0)]`` on a (2, 2) mesh gives
+the ranks of each row of the mesh the rows of the tensor split in two, the
+same in both rows of the mesh (HSDP's layout)::
 
     mesh = init_device_mesh("cpu", (world,))
     w = distribute_tensor(ddpc.randn(10, 4), mesh, [Shard(0)])   # rank r holds rows 3r..3r+2 (rank 3: row 9)
@@ -21,10 +24,10 @@ of ranks.
 Where ddpc differs: a DTensor is not a ``ddpc.Tensor`` (PyTorch's is a
 ``torch.Tensor`` subclass whose operators run distributed); it has no
 arithmetic, indexing or autograd: call ``to_local()`` or ``full_tensor()``
-for a tensor to compute with. Meshes are 1-d; the placements are ``Shard``
-and ``Replicate`` (not ``Partial``); ``redistribute`` does not move a DTensor
-to another mesh, and from one ``Shard`` to another it goes through the full
-tensor. ``from_local`` with ``shape`` checks that the local tensor has this
+for a tensor to compute with. The placements are ``Shard`` and
+``Replicate`` (not ``Partial``); ``redistribute`` does not move a DTensor to
+another mesh, and between placements with a ``Shard`` on both sides it goes
+through the full tensor. ``from_local`` with ``shape`` checks that the local tensor has this
 rank's ``torch.chunk`` share of it (PyTorch trusts it), and its tensors
 are row-major, so ``stride`` can only be the row-major strides.
 """
@@ -101,16 +104,13 @@ def _mesh(device_mesh, what):
     mesh = _current_mesh(what) if device_mesh is None else device_mesh
     if not isinstance(mesh, DeviceMesh):
         raise TypeError(f"{what}: device_mesh must be a DeviceMesh, got {type(mesh).__name__}")
-    if mesh.ndim != 1:
-        raise NotImplementedError(f"{what}: ddpc's DTensor supports 1-d device meshes only, got one of "
-                                  f"ndim={mesh.ndim}")
     return mesh
 
 
 def _placements(placements, mesh, ndim, what):
     """placements as a tuple (Replicate where None), each Shard's dim made non-negative and checked."""
     if placements is None:
-        return (Replicate(),)
+        return (Replicate(),) * mesh.ndim
     placements = tuple(placements)
     if len(placements) != mesh.ndim:
         raise ValueError(f"`placements` must have the same length as `device_mesh.ndim`! Found placements length: "
@@ -128,33 +128,63 @@ def _placements(placements, mesh, ndim, what):
     return tuple(out)
 
 
+def _level_shapes(shape, mesh, placements):
+    """The shape each mesh dimension's placement splits: ``shape`` for the
+    first, then what each Shard left of it on this rank; the last entry is
+    the local shape."""
+    shapes = [tuple(shape)]
+    for i, placement in enumerate(placements):
+        sizes = list(shapes[-1])
+        if isinstance(placement, Shard):
+            d = placement.dim
+            sizes[d] = _shard_range(sizes[d], mesh.size(i), mesh.get_local_rank(i))[1]
+        shapes.append(tuple(sizes))
+    return shapes
+
+
 def _local_shape_and_offset(shape, mesh, placements):
     """(this rank's local shape, its offset in the global tensor along each dimension)."""
     sizes, offsets = list(shape), [0] * len(shape)
-    placement = placements[0]
-    if isinstance(placement, Shard):
-        d = placement.dim
-        offsets[d], sizes[d] = _shard_range(shape[d], mesh.size(), mesh.get_local_rank())
+    for i, placement in enumerate(placements):
+        if isinstance(placement, Shard):
+            d = placement.dim
+            start, sizes[d] = _shard_range(sizes[d], mesh.size(i), mesh.get_local_rank(i))
+            offsets[d] = offsets[d] + start if sizes[d] else shape[d]  # an empty part sits at the end, as PyTorch's
     return tuple(sizes), tuple(offsets)
 
 
-def _my_shard(full, mesh, dim):
-    """This rank's Shard(dim) part of ``full``, as a tensor of its own."""
-    start, length = _shard_range(full.shape[dim], mesh.size(), mesh.get_local_rank())
-    return full.narrow(dim, start, length).clone()
+def _my_part(full, mesh, placements):
+    """This rank's part of ``full`` laid out by ``placements``, as a tensor of its own."""
+    for i, placement in enumerate(placements):
+        if isinstance(placement, Shard):
+            d = placement.dim
+            full = full.narrow(d, *_shard_range(full.shape[d], mesh.size(i), mesh.get_local_rank(i)))
+    return full.clone()
 
 
-def _gather(local, shape, mesh, dim):
-    """The global tensor of ``shape`` from every rank's Shard(dim) ``local``: each
-    pads its rows (moved to the front) to the longest shard for one all-gather."""
-    ranks = mesh.size()
+def _full(local, shape, mesh, placements):
+    """The global tensor of ``shape`` from every rank's ``local`` laid out by
+    ``placements``: the Shards undone from the last mesh dimension to the
+    first, each by an all-gather over that dimension's group."""
+    shapes = _level_shapes(shape, mesh, placements)
+    for i in reversed(range(len(placements))):
+        if isinstance(placements[i], Shard):
+            local = _gather(local, shapes[i], mesh, i, placements[i].dim)
+    return local
+
+
+def _gather(local, shape, mesh, mesh_dim, dim):
+    """The tensor of ``shape`` from the Shard(dim) ``local`` parts of the ranks
+    along ``mesh_dim``: each pads its rows (moved to the front) to the
+    longest shard for one all-gather."""
+    ranks = mesh.size(mesh_dim)
     per = -(-shape[dim] // ranks)
     rows = local.movedim(dim, 0).contiguous()
     if rows.shape[0] < per:
         pad = zeros(per - rows.shape[0], *rows.shape[1:], dtype=local.dtype, device=local.device)
         rows = cat([rows, pad]) if rows.shape[0] else pad
     gathered = zeros(per * ranks, *rows.shape[1:], dtype=local.dtype, device=local.device)
-    dist.all_gather_into_tensor(gathered, rows, group=mesh.get_group())
+    dist.all_gather_into_tensor(gathered, rows, group=mesh.get_group(mesh_dim))
     return gathered.narrow(0, 0, shape[dim]).movedim(0, dim).contiguous()
 
 
@@ -189,8 +219,9 @@ class DTensor:
             _check_same_on_every_rank(local_tensor, placements, mesh)
         if shape is None:
             shape = list(local_tensor.shape)
-            if isinstance(placements[0], Shard):
-                shape[placements[0].dim] *= mesh.size()
+            for i, placement in enumerate(placements):
+                if isinstance(placement, Shard):
+                    shape[placement.dim] *= mesh.size(i)
         shape = tuple(int(s) for s in shape)
         if len(shape) != local_tensor.ndim:
             raise ValueError(f"DTensor.from_local: shape {shape} and the local tensor's shape "
@@ -198,8 +229,8 @@ class DTensor:
         expected, _ = _local_shape_and_offset(shape, mesh, placements)
         if expected != tuple(local_tensor.shape):
             raise ValueError(f"DTensor.from_local: a local tensor of shape {tuple(local_tensor.shape)} is not rank "
-                             f"{mesh.get_local_rank()}'s share of a tensor of shape {shape} placed {placements} "
-                             f"over {mesh.size()} ranks (that share's shape is {expected})")
+                             f"{mesh.get_rank()}'s share of a tensor of shape {shape} placed {placements} "
+                             f"over a mesh of shape {mesh.shape} (that share's shape is {expected})")
         if stride is not None and tuple(stride) != _row_major_strides(shape):
             raise ValueError(f"DTensor.from_local: stride {tuple(stride)} is not the row-major stride "
                              f"{_row_major_strides(shape)} of shape {shape}; ddpc's tensors are row-major")
@@ -260,13 +291,15 @@ class DTensor:
 
     def full_tensor(self, *, grad_placements=None):
         """The global tensor, on every rank (an all-gather of Shard placements)."""
-        return self.redistribute(placements=[Replicate()]).to_local()
+        return self.redistribute(placements=[Replicate()] * self._mesh.ndim).to_local()
 
     def redistribute(self, device_mesh=None, placements=None, *, async_op=False, forward_dtype=None,
                      backward_dtype=None):
         """This DTensor laid out by ``placements`` (the same mesh): Shard to
         Replicate all-gathers, Replicate to Shard keeps this rank's part, and
-        Shard(a) to Shard(b) gathers the tensor and keeps this rank's part."""
+        Shard(a) to Shard(b) gathers the tensor and keeps this rank's part
+        (along each mesh dimension; with a Shard on both sides, through the
+        full tensor)."""
         if device_mesh is not None and device_mesh != self._mesh:
             raise NotImplementedError("DTensor.redistribute: moving a DTensor to another device mesh is not "
                                       "supported")
@@ -276,10 +309,10 @@ class DTensor:
             return self
         local = self._local
         with no_grad():
-            if isinstance(self._placements[0], Shard):
-                local = _gather(local, self._shape, self._mesh, self._placements[0].dim)
-            if isinstance(target[0], Shard):
-                local = _my_shard(local, self._mesh, target[0].dim)
+            if any(isinstance(p, Shard) for p in self._placements):
+                local = _full(local, self._shape, self._mesh, self._placements)
+            if any(isinstance(p, Shard) for p in target):
+                local = _my_part(local, self._mesh, target)
         return DTensor(local, self._mesh, target, self._shape)
 
     def detach(self):
@@ -311,16 +344,17 @@ def _row_major_strides(shape):
 
 def _check_same_on_every_rank(local, placements, mesh):
     """run_check: every rank's dtype, dimensions and placements agree."""
-    seen = [None] * mesh.size()
-    dist.all_gather_object(seen, (local.dtype.name, local.ndim, placements), group=mesh.get_group())
-    if any(s != seen[0] for s in seen):
-        raise ValueError(f"DTensor.from_local: the ranks' local tensors or placements differ: {seen}")
+    for i in range(mesh.ndim):
+        seen = [None] * mesh.size(i)
+        dist.all_gather_object(seen, (local.dtype.name, local.ndim, placements), group=mesh.get_group(i))
+        if any(s != seen[0] for s in seen):
+            raise ValueError(f"DTensor.from_local: the ranks' local tensors or placements differ: {seen}")
 
 
 def distribute_tensor(tensor, device_mesh=None, placements=None, *, src_data_rank=0):
     """A DTensor of ``tensor`` laid out by ``placements`` (Replicate where
     None) over ``device_mesh``: the values of the mesh's rank
-    ``src_data_rank`` (broadcast to the others), or with ``src_data_rank=None``
+    ``src_data_rank`` along each mesh dimension (broadcast to the others), or with ``src_data_rank=None``
     each rank's own ``tensor``. Every rank of the mesh calls it."""
     if isinstance(tensor, DTensor):
         mesh = _mesh(device_mesh, "distribute_tensor")
@@ -343,7 +377,8 @@ def distribute_tensor(tensor, device_mesh=None, placements=None, *, src_data_ran
         full = full.to(mesh.device_type)
     if src_data_rank is not None:
         full = full.clone()
-        dist.broadcast(full, group=mesh.get_group(), group_src=src_data_rank)
-    local = _my_shard(full, mesh, placements[0].dim) if isinstance(placements[0], Shard) else full
+        for i in range(mesh.ndim):
+            dist.broadcast(full, group=mesh.get_group(i), group_src=src_data_rank)
+    local = _my_part(full, mesh, placements) if any(isinstance(p, Shard) for p in placements) else full
     local.requires_grad = tensor.requires_grad
     return DTensor(local, mesh, placements, tuple(tensor.shape))
