@@ -1,7 +1,8 @@
 """fully_shard (FSDP2): training equals one process on the concatenated
 batch (AdamW, SGD, 2 and 3 ranks, uneven and empty shards), clip_grad_norm_
 over the shards, gradient accumulation without sync, reshard_after_forward,
-prefetching, activation checkpointing, state dicts of DTensors and
+explicit prefetching and backward's default one (the order of the
+collectives, none twice), activation checkpointing, state dicts of DTensors and
 distributed checkpoints saved on 2 ranks and loaded on 3, mixed precision,
 and the errors.
 
@@ -261,6 +262,95 @@ def test_prefetching_and_explicit_unshard():
     for rank, r in enumerate(ddpc.spawn(prefetch_worker, args=(3,), nprocs=3)):
         assert_close(r["params"], ref)
         assert r["shapes"] == ((HIDDEN, FEATURES), (chunk_rows(HIDDEN, 3, rank), FEATURES))
+
+
+def collective_log(model):
+    """Records each all-gather and reduce-scatter fully_shard issues, as (op,
+    module, async): the module named by the size of its all-gather input or
+    reduce-scatter output, which differs between the modules of net() (and
+    from what full_tensor() gathers)."""
+    import ddpc.distributed as dist
+
+    names = {model._fsdp_state.group.block: "root"}
+    names.update({b._fsdp_state.group.block: f"block{i}" for i, b in enumerate(model.blocks)})
+    log = []
+    gather, scatter = dist.all_gather_into_tensor, dist.reduce_scatter_tensor
+
+    def all_gather_into_tensor(output, input, group=None, async_op=False):
+        if input.numel() in names:
+            log.append(("all_gather", names[input.numel()], async_op))
+        return gather(output, input, group=group, async_op=async_op)
+
+    def reduce_scatter_tensor(output, input, op=dist.ReduceOp.SUM, group=None, async_op=False):
+        if output.numel() in names:
+            log.append(("reduce_scatter", names[output.numel()], async_op))
+        return scatter(output, input, op=op, group=group, async_op=async_op)
+
+    dist.all_gather_into_tensor, dist.reduce_scatter_tensor = all_gather_into_tensor, reduce_scatter_tensor
+    return log
+
+
+def backward_prefetch_worker(rank, world, mode):
+    """Three steps, with the default backward prefetch, without any (the
+    default switched off), or with an explicit list; the collectives of the
+    first step's forward and backward, and the parameters."""
+    import ddpc.distributed as dist
+    from ddpc.distributed.fsdp._fully_shard import _FSDPState
+
+    dist.init_process_group("cpu")
+    if mode == "none":
+        _FSDPState._default_backward_prefetch = lambda self: None
+    m = sharded(net())
+    if mode == "explicit":  # the root names the first block: it replaces the root's default (the second block)
+        m.set_modules_to_backward_prefetch([m.blocks[0]])
+    log = collective_log(m)
+    o = optimizer("adamw", m.parameters())
+    X, y = data(world * BATCH * 3)  # train_steps' batches of three steps: the first here
+    loss = loss_of(m, X[rank * BATCH:(rank + 1) * BATCH], y[rank * BATCH:(rank + 1) * BATCH])
+    forward = list(log)
+    loss.backward()
+    backward = log[len(forward):]
+    o.step()
+    o.zero_grad()
+    train_steps(m, o, rank, world, 2, first=1)
+    steps = len(log)
+    out = {"forward": forward, "backward": backward, "params": full_params(m), "steps": steps,
+           "held_after": [not b._fsdp_state.group.full._buf.storage_released for b in m.blocks]}
+    dist.destroy_process_group()
+    return out
+
+
+def test_backward_prefetches_the_next_modules_all_gather_by_default():
+    ref, _ = train_single(2, 3)
+    runs = {mode: ddpc.spawn(backward_prefetch_worker, args=(2, mode), nprocs=2)
+            for mode in ("default", "none", "explicit")}
+    forward = [("all_gather", "root", False), ("all_gather", "block0", False), ("all_gather", "block1", False)]
+    # Backward reaches the root (the head), then block1, then block0; the
+    # root's gradients are reduced last (its views of the unsharded
+    # parameters are the oldest nodes of the graph). By default each
+    # module's pre-backward issues the next one's all-gather without waiting,
+    # before any of its own gradients are computed: block1's while the head
+    # computes, block0's when the head has computed block1's output gradient.
+    expected = {
+        "default": [("all_gather", "block1", True), ("all_gather", "block0", True),
+                    ("reduce_scatter", "block1", False), ("reduce_scatter", "block0", False),
+                    ("reduce_scatter", "root", False)],
+        "none": [("all_gather", "block1", False), ("reduce_scatter", "block1", False),
+                 ("all_gather", "block0", False), ("reduce_scatter", "block0", False),
+                 ("reduce_scatter", "root", False)],
+        "explicit": [("all_gather", "block0", True), ("all_gather", "block1", False),
+                     ("reduce_scatter", "block1", False), ("reduce_scatter", "block0", False),
+                     ("reduce_scatter", "root", False)],
+    }
+    for mode, results in runs.items():
+        for r in results:
+            assert r["forward"] == forward, mode
+            assert r["backward"] == expected[mode], mode
+            # each block gathered once in forward and once in backward, the root (kept) once: 8 collectives a step
+            assert r["steps"] == 3 * 8, mode
+            assert r["held_after"] == [False, False], mode
+            assert_close(r["params"], ref)
+            assert_close(r["params"], runs["none"][0]["params"], atol=0)  # the same arithmetic, only earlier
 
 
 def recompute_worker(rank, world, order):

@@ -24,13 +24,16 @@ is, which also answers ``to_local()``, ``full_tensor()``, ``placements`` and
 all-gathers its parameters (one collective per module, in ``param_dtype``)
 and runs on the full tensors, which are freed after forward under
 ``reshard_after_forward`` and gathered again when backward reaches the
-module; once its gradients are computed they are reduce-scattered (one
-collective, in ``reduce_dtype``), averaged over the mesh, into each
-ShardedParameter's ``.grad``. ``set_requires_gradient_sync(False)``
+module, whose backward also issues the all-gather of the module to run
+backward next (the one whose forward ended just before; asynchronous, so it
+runs while this module computes); once its gradients are computed they are
+reduce-scattered (one collective, in ``reduce_dtype``), averaged over the
+mesh, into each ShardedParameter's ``.grad``. ``set_requires_gradient_sync(False)``
 accumulates the unsharded gradients without communication until the next
 synced backward; ``set_reshard_after_backward``,
-``set_modules_to_forward_prefetch``/``_backward_prefetch`` (asynchronous
-all-gathers issued ahead), ``unshard()``/``reshard()``; ``state_dict()``
+``set_modules_to_forward_prefetch``/``_backward_prefetch`` (the
+asynchronous all-gathers to issue ahead, in backward instead of the
+default one), ``unshard()``/``reshard()``; ``state_dict()``
 gives DTensors (``load_state_dict`` takes DTensors of any placements or full
 tensors), which ``ddpc.distributed.checkpoint`` saves and loads on any
 number of ranks, as do the ``ddpc.distributed.checkpoint.state_dict``
@@ -40,8 +43,7 @@ computes the norm over every rank's rows. Where ddpc differs:
 DTensor reports the global one: here ``p.full_shape``) and ``p.grad`` a
 plain tensor of them; while a module is unsharded its attributes name the
 unsharded tensors but ``parameters()`` still yields the sharded ones;
-``load_state_dict`` also takes full tensors; backward prefetches only where
-told to; see ``fully_shard`` and ``FSDPModule`` for the rest.
+``load_state_dict`` also takes full tensors; see ``fully_shard`` and ``FSDPModule`` for the rest.
 
 FullyShardedDataParallel (FSDP1):
 

@@ -1,7 +1,8 @@
 """fully_shard, PyTorch's FSDP2: the module's parameters sharded one by one
 along dim 0, the module's class changed in place to one that also derives
 from FSDPModule, and hooks that gather the parameters around forward and
-backward and reduce-scatter the gradients (see the package docstring)."""
+backward (in backward, the next module's ahead of its use) and
+reduce-scatter the gradients (see the package docstring)."""
 
 import functools
 
@@ -31,11 +32,16 @@ def fully_shard(module, *, mesh=None, reshard_after_forward=None, mp_policy=Mixe
     collective) and forward runs on the full tensors; after it they are
     freed where ``reshard_after_forward`` (True, False, or None: True except
     for the root, the module whose forward runs outermost, as PyTorch 2.15's
-    default) and gathered again when backward reaches the module. Once its
-    gradients are computed they are reduce-scattered (one collective),
-    averaged over the mesh, into each sharded parameter's ``.grad``.
-    ``mp_policy`` is a MixedPrecisionPolicy; ``offload_policy`` an
-    OffloadPolicy (CPUOffloadPolicy only for modules on the cpu).
+    default) and gathered again when backward reaches the module. When
+    backward reaches a module it also issues, without waiting, the
+    all-gather of the module whose backward comes next (the one whose
+    forward ended before this one's), which then runs while this module's
+    backward computes, unless ``set_modules_to_backward_prefetch`` named the
+    modules to gather instead. Once a module's gradients are computed they
+    are reduce-scattered (one collective), averaged over the mesh, into
+    each sharded parameter's ``.grad``. ``mp_policy`` is a
+    MixedPrecisionPolicy; ``offload_policy`` an OffloadPolicy
+    (CPUOffloadPolicy only for modules on the cpu).
 
     Where ddpc differs: the sharded parameters are ShardedParameters (a
     ``ddpc.nn.Parameter`` holding this rank's rows: ``p.shape`` is the local
@@ -165,6 +171,9 @@ class _FSDPState:
         self.states = None  # the root's: the states of every FSDP module under it, its own included
         self.in_backward = False
         self.forward_prefetch, self.backward_prefetch = [], []  # FSDP modules to gather ahead
+        # The states whose forward ended, in that order (shared by the root's
+        # states), and where this one's are in it: backward runs them in reverse.
+        self.post_forward_order, self.post_forward_indices = [], []
 
     def _reshards_after_forward(self):
         return self.reshard_after_forward if self.reshard_after_forward is not None else not self.is_root
@@ -172,6 +181,8 @@ class _FSDPState:
     def _lazy_init(self):
         self.is_root = True
         self.states = [m._fsdp_state for m in self.module.modules() if isinstance(m, FSDPModule)]
+        for s in self.states:
+            s.post_forward_order = self.post_forward_order
 
     def pre_forward(self, module, args, kwargs):
         if self.is_root is None:
@@ -195,6 +206,9 @@ class _FSDPState:
             else []
         for t in grads:
             t.register_hook(self.pre_backward)
+        if self.group is not None and grads:
+            self.post_forward_indices.append(len(self.post_forward_order))
+            self.post_forward_order.append(self)
         if self.group is not None and (not grads or self._reshards_after_forward()):
             self.group.reshard()
         return output
@@ -213,8 +227,21 @@ class _FSDPState:
         if self.group is not None:
             self.group.unshard()
             self.group.install_views()  # for a forward recomputed in backward (activation checkpointing)
-        for m in self.backward_prefetch:
-            m._fsdp_state.prefetch()
+        if self.backward_prefetch:
+            for m in self.backward_prefetch:
+                m._fsdp_state.prefetch()
+        else:
+            self._default_backward_prefetch()
+
+    def _default_backward_prefetch(self):
+        """Issues the all-gather of the module whose forward ended just before
+        this one's (the next to run backward, as PyTorch guesses it) so that it
+        runs while this module's backward computes."""
+        if self.group is None or not self.post_forward_indices:
+            return
+        index = self.post_forward_indices.pop()
+        if index > 0:
+            self.post_forward_order[index - 1].prefetch()
 
     def post_backward(self, full):
         # Every rank runs the same backward, so the hooks, and the collectives
@@ -229,8 +256,10 @@ class _FSDPState:
         set_reshard_after_backward(False)."""
         for s in self.states:
             s.in_backward = False
+            s.post_forward_indices.clear()
             if s.group is not None and s.reshard_after_backward:
                 s.group.reshard()
+        self.post_forward_order.clear()
 
 
 class UnshardHandle:
@@ -318,8 +347,9 @@ class FSDPModule:
 
     def set_modules_to_backward_prefetch(self, modules):
         """FSDP modules whose all-gathers this module's backward issues, without
-        waiting, once its own parameters are gathered (ddpc gathers nothing ahead
-        in backward unless told so; PyTorch prefetches the next module by default)."""
+        waiting, once its own parameters are gathered, instead of the default
+        one (the module whose forward ended just before this one's); an empty
+        list keeps the default, as in PyTorch."""
         self._fsdp_state.backward_prefetch = _fsdp_modules(modules)
 
     def state_dict(self, destination=None, prefix="", keep_vars=False):
