@@ -2,7 +2,7 @@
 batch (AdamW, SGD, 2 and 3 ranks, uneven and empty shards), clip_grad_norm_
 over the shards, gradient accumulation without sync, reshard_after_forward,
 explicit prefetching and backward's default one (the order of the
-collectives, none twice), activation checkpointing, state dicts of DTensors and
+collectives, none twice), ignored parameters, activation checkpointing, state dicts of DTensors and
 distributed checkpoints saved on 2 ranks and loaded on 3, mixed precision,
 and the errors.
 
@@ -353,6 +353,55 @@ def test_backward_prefetches_the_next_modules_all_gather_by_default():
             assert_close(r["params"], runs["none"][0]["params"], atol=0)  # the same arithmetic, only earlier
 
 
+def ignored_worker(rank, world):
+    """One backward with a parameter of block1 and the head's weight ignored:
+    their gradients (each rank's own) and every other's (averaged), the
+    ignored ones' kind and shape, and the state dict's."""
+    import ddpc.distributed as dist
+    from ddpc.distributed.fsdp import fully_shard
+    from ddpc.distributed.fsdp._fsdp_param import ShardedParameter
+
+    dist.init_process_group("cpu")
+    m = net()
+    fully_shard(m.blocks[0])
+    fully_shard(m.blocks[1], ignored_params={m.blocks[1][0].bias})
+    fully_shard(m, ignored_params={m.head.weight})
+    X, y = data(world * BATCH)
+    loss_of(m, X[rank * BATCH:(rank + 1) * BATCH], y[rank * BATCH:(rank + 1) * BATCH]).backward()
+    grads = {n: (p.as_dtensor(p.grad).full_tensor() if isinstance(p, ShardedParameter) else p.grad).numpy().copy()
+             for n, p in m.named_parameters()}
+    sd = m.state_dict()
+    out = {"grads": grads,
+           "kinds": {n: (type(p).__name__, tuple(p.shape)) for n, p in m.named_parameters()},
+           "state": {k: type(v).__name__ for k, v in sd.items()},
+           "weight": m.head.weight.numpy().copy(), "attribute": m.head.weight is sd["head.weight"] or None}
+    dist.destroy_process_group()
+    return out
+
+
+def test_ignored_params_stay_whole_and_keep_each_ranks_gradient():
+    ignored = {"blocks.1.0.bias", "head.weight"}
+    X, y = data(2 * BATCH)
+
+    def grads_of(lo, hi):
+        m = net()
+        loss_of(m, X[lo:hi], y[lo:hi]).backward()
+        return {n: p.grad.numpy().copy() for n, p in m.named_parameters()}
+
+    whole = grads_of(0, 2 * BATCH)
+    for rank, r in enumerate(ddpc.spawn(ignored_worker, args=(2,), nprocs=2)):
+        own = grads_of(rank * BATCH, (rank + 1) * BATCH)
+        for n, g in r["grads"].items():  # the ignored ones: this rank's batch alone; the others: both ranks'
+            np.testing.assert_allclose(g, own[n] if n in ignored else whole[n], atol=1e-6, rtol=0, err_msg=n)
+        assert not np.allclose(own["head.weight"], whole["head.weight"])  # so the ignored ones were not reduced
+        for n, (kind, shape) in r["kinds"].items():
+            full = whole[n].shape
+            assert (kind, shape) == (("Parameter", full) if n in ignored else
+                                     ("ShardedParameter", (chunk_rows(full[0], 2, rank), *full[1:]))), n
+        assert r["state"] == {k: "Tensor" if k in ignored else "DTensor" for k in whole}
+        np.testing.assert_array_equal(r["weight"], net().head.weight.numpy())
+
+
 def recompute_worker(rank, world, order):
     import ddpc.distributed as dist
     from ddpc import nn
@@ -531,11 +580,22 @@ def errors_worker(rank, world):
             super().__init__()
             self.scale = nn.Parameter(ddpc.ones(()))
 
+    def ignore_what_a_block_sharded():
+        m = net()
+        weight = m.blocks[0][0].weight
+        fully_shard(m.blocks[0])
+        fully_shard(m, ignored_params={weight})
+
     twice = fully_shard(nn.Linear(3, 3))
     for name, make in {
         "twice": lambda: fully_shard(twice),
         "mesh_2d": lambda: fully_shard(nn.Linear(3, 3), mesh=init_device_mesh("cpu", (1, 2))),
         "not_a_module": lambda: fully_shard(ddpc.ones(3)),
+        "ignored_elsewhere": lambda: fully_shard(nn.Linear(3, 3), ignored_params={nn.Linear(3, 3).weight}),
+        "ignored_sharded": ignore_what_a_block_sharded,
+        "ignored_tensor": lambda: fully_shard(nn.Linear(3, 3), ignored_params={ddpc.ones(3)}),
+        "ignored_not_a_set": lambda: fully_shard(nn.Linear(3, 3), ignored_params=ddpc.ones(3)),
+        "ignored_scalar": lambda: fully_shard(s := Scalar(), ignored_params={s.scale}),
         "container": lambda: fully_shard(nn.ModuleList([nn.Linear(3, 3)])),
         "list": lambda: fully_shard([nn.Linear(3, 3), nn.Linear(3, 3)]),
         "reshard_int": lambda: fully_shard(nn.Linear(3, 3), reshard_after_forward=2),
@@ -563,6 +623,12 @@ def test_clear_errors():
     for r in ddpc.spawn(errors_worker, args=(2,), nprocs=2):
         assert r["twice"][0] == "RuntimeError" and "already been applied" in r["twice"][1]
         assert r["mesh_2d"][0] == "NotImplementedError" and "ndim=2" in r["mesh_2d"][1]
+        assert r["ignored_elsewhere"][0] == "ValueError" and "not a parameter of the Linear" in \
+            r["ignored_elsewhere"][1]
+        assert r["ignored_sharded"][0] == "ValueError" and "submodule already" in r["ignored_sharded"][1]
+        assert r["ignored_tensor"][0] == "TypeError" and "hold Parameters" in r["ignored_tensor"][1]
+        assert r["ignored_not_a_set"][0] == "TypeError" and "set of Parameters" in r["ignored_not_a_set"][1]
+        assert r["ignored_scalar"] is None  # an ignored 0-d parameter is left as it is
         assert r["not_a_module"][0] == "TypeError" and "Module" in r["not_a_module"][1]
         assert r["container"][0] == "ValueError" and "do not implement forward" in r["container"][1]
         assert r["list"][0] == "NotImplementedError" and "list" in r["list"][1]

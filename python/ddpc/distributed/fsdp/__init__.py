@@ -12,9 +12,9 @@ fully_shard (FSDP2)::
     opt.step(); opt.zero_grad()
     sd = model.state_dict()                 # DTensors: global shapes, Shard(0)
 
-``fully_shard(module, mesh=..., reshard_after_forward=..., mp_policy=...)``
-shards each of the module's parameters that no earlier call on a submodule
-took along dim 0 over a 1-d DeviceMesh (torch.chunk's rows: the last ranks
+``fully_shard(module, mesh=..., reshard_after_forward=..., mp_policy=...,
+ignored_params=...)`` shards each of the module's parameters that no
+earlier call on a submodule took and that are not ignored along dim 0 over a 1-d DeviceMesh (torch.chunk's rows: the last ranks
 may hold fewer or none), changes the module's class in place to
 FSDP<class> (also an FSDPModule) and returns it. Each parameter becomes a
 ``ShardedParameter`` (``_fsdp_param.py``): a ``ddpc.nn.Parameter`` of this
@@ -38,7 +38,8 @@ gives DTensors (``load_state_dict`` takes DTensors of any placements or full
 tensors), which ``ddpc.distributed.checkpoint`` saves and loads on any
 number of ranks, as do the ``ddpc.distributed.checkpoint.state_dict``
 functions with the optimizer's state; ``ddpc.nn.utils.clip_grad_norm_``
-computes the norm over every rank's rows. Where ddpc differs:
+computes the norm over every rank's rows. Ignored parameters stay whole
+plain Parameters whose gradients each rank keeps for itself. Where ddpc differs:
 ``p.shape`` of a sharded parameter is its local rows' shape (PyTorch's
 DTensor reports the global one: here ``p.full_shape``) and ``p.grad`` a
 plain tensor of them; while a module is unsharded its attributes name the

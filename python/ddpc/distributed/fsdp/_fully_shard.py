@@ -8,7 +8,7 @@ import functools
 
 from ... import distributed as dist
 from ...autograd import is_grad_enabled, queue_callback
-from ...nn.modules import Module, ModuleDict, ModuleList
+from ...nn.modules import Module, ModuleDict, ModuleList, Parameter
 from ...nn.parallel import _flatten, _refuse_uninitialized, _verify_same_model
 from ...tensor import Tensor
 from ..device_mesh import DeviceMesh
@@ -20,13 +20,14 @@ from .fully_sharded_data_parallel import _cast_floating, _unit_modules
 
 
 def fully_shard(module, *, mesh=None, reshard_after_forward=None, mp_policy=MixedPrecisionPolicy(),
-                offload_policy=OffloadPolicy()):
+                offload_policy=OffloadPolicy(), ignored_params=None):
     """Shards ``module``'s parameters (those no earlier fully_shard call on a
-    submodule took) across the ranks of ``mesh`` (a 1-d DeviceMesh; by
-    default one over the default group, on the parameters' device type),
-    each along dim 0 as torch.chunk splits it; changes ``module``'s class in
-    place to a subclass that also derives from FSDPModule and returns it.
-    Call it bottom-up: on the blocks, then on the root.
+    submodule took, and not in ``ignored_params``) across the ranks of
+    ``mesh`` (a 1-d DeviceMesh; by default one over the default group, on
+    the parameters' device type), each along dim 0 as torch.chunk splits
+    it; changes ``module``'s class in place to a subclass that also derives
+    from FSDPModule and returns it. Call it bottom-up: on the blocks, then
+    on the root.
 
     Before the module's forward its parameters are all-gathered (one
     collective) and forward runs on the full tensors; after it they are
@@ -41,7 +42,10 @@ def fully_shard(module, *, mesh=None, reshard_after_forward=None, mp_policy=Mixe
     are reduce-scattered (one collective), averaged over the mesh, into
     each sharded parameter's ``.grad``. ``mp_policy`` is a
     MixedPrecisionPolicy; ``offload_policy`` an OffloadPolicy
-    (CPUOffloadPolicy only for modules on the cpu).
+    (CPUOffloadPolicy only for modules on the cpu). ``ignored_params``, a
+    set of the module's parameters, are left as they are: not sharded,
+    not gathered, and their gradients not reduced (each rank keeps its
+    own).
 
     Where ddpc differs: the sharded parameters are ShardedParameters (a
     ``ddpc.nn.Parameter`` holding this rank's rows: ``p.shape`` is the local
@@ -52,10 +56,12 @@ def fully_shard(module, *, mesh=None, reshard_after_forward=None, mp_policy=Mixe
     names and shapes on every rank (checked: two collectives per call); the
     default mesh takes its device type from the parameters (PyTorch's is on
     the accelerator) and the module is not moved to the mesh's device (move
-    it first, and do not move or cast it afterwards); 0-d parameters,
-    parameters of several dtypes or devices in one call, a list of modules,
-    an int ``reshard_after_forward``, ``shard_placement_fn`` and
-    ``ignored_params`` are not supported."""
+    it first, and do not move or cast it afterwards); every parameter in
+    ``ignored_params`` must be one of the module's (PyTorch passes over the
+    others); 0-d parameters (other than ignored ones), parameters of several
+    dtypes or devices in one call, a list of modules, an int
+    ``reshard_after_forward`` and ``shard_placement_fn`` are not
+    supported."""
     if isinstance(module, (list, tuple)):
         raise NotImplementedError("fully_shard: ddpc shards one module per call, not a list of modules")
     if not isinstance(module, Module):
@@ -75,7 +81,7 @@ def fully_shard(module, *, mesh=None, reshard_after_forward=None, mp_policy=Mixe
     if not isinstance(offload_policy, OffloadPolicy):
         raise TypeError(f"offload_policy must be an OffloadPolicy, got {type(offload_policy).__name__}")
     _refuse_uninitialized(module, "fully_shard")
-    uses = _managed_parameters(module)
+    uses = _managed_parameters(module, _checked_ignored(module, ignored_params))
     mesh = _checked_mesh(mesh, uses)
     if isinstance(offload_policy, CPUOffloadPolicy) and mesh.device_type != "cpu":
         raise NotImplementedError("fully_shard: CPUOffloadPolicy is supported by ddpc only for modules on the cpu")
@@ -103,14 +109,35 @@ def fully_shard(module, *, mesh=None, reshard_after_forward=None, mp_policy=Mixe
     return module
 
 
-def _managed_parameters(module):
+def _checked_ignored(module, ignored_params):
+    """The ids of the parameters in ``ignored_params`` (None, or a collection
+    of ``module``'s Parameters)."""
+    if ignored_params is None:
+        return set()
+    if isinstance(ignored_params, Tensor) or not hasattr(ignored_params, "__iter__"):
+        raise TypeError(f"fully_shard: ignored_params must be a set of Parameters, got "
+                        f"{type(ignored_params).__name__}")
+    own = {id(p) for p in module.parameters()}
+    ignored = set()
+    for p in ignored_params:
+        if not isinstance(p, Parameter):
+            raise TypeError(f"fully_shard: ignored_params must hold Parameters, got a {type(p).__name__}")
+        if id(p) not in own:
+            raise ValueError(f"fully_shard: an ignored parameter (shape {tuple(p.shape)}) is not a parameter of the "
+                             f"{type(module).__name__} being sharded (or was sharded by a fully_shard call on a "
+                             "submodule already); pass each call the parameters of its own module")
+        ignored.add(id(p))
+    return ignored
+
+
+def _managed_parameters(module, ignored):
     """(qualified name, module, attribute, Parameter) of the parameters a
     fully_shard call on ``module`` shards: those of its modules not inside
-    an FSDPModule below it."""
+    an FSDPModule below it, but for those whose ids are in ``ignored``."""
     uses = []
     for prefix, m in _unit_modules(module, (), FSDPModule):
         for name, p in m._parameters.items():
-            if p is None:
+            if p is None or id(p) in ignored:
                 continue
             qualified = prefix + ("." if prefix else "") + name
             if isinstance(p, ShardedParameter):
