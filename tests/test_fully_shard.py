@@ -1,10 +1,11 @@
 """fully_shard (FSDP2): training equals one process on the concatenated
-batch (AdamW, SGD, 2 and 3 ranks, uneven and empty shards), clip_grad_norm_
-over the shards, gradient accumulation without sync, reshard_after_forward,
-explicit prefetching and backward's default one (the order of the
-collectives, none twice), ignored parameters, activation checkpointing, state dicts of DTensors and
-distributed checkpoints saved on 2 ranks and loaded on 3, mixed precision,
-and the errors.
+batch (AdamW, SGD, 2 and 3 ranks, uneven and empty shards, and HSDP on a
+2x2 mesh), clip_grad_norm_ over the shards, gradient accumulation without
+sync, reshard_after_forward, explicit prefetching and backward's default
+one (the order of the collectives, none twice), ignored parameters,
+activation checkpointing, state dicts of DTensors and distributed
+checkpoints saved on 2 ranks and loaded on 3, mixed precision, and the
+errors.
 
 Ranks are real processes started by ddpc.spawn on the cpu backend.
 """
@@ -402,6 +403,48 @@ def test_ignored_params_stay_whole_and_keep_each_ranks_gradient():
         np.testing.assert_array_equal(r["weight"], net().head.weight.numpy())
 
 
+def hsdp_worker(rank, world, clip):
+    """Training on a (2, 2) mesh: sharded along its second dimension, replicated along its first."""
+    import ddpc.distributed as dist
+    from ddpc.distributed.device_mesh import init_device_mesh
+
+    dist.init_process_group("cpu")
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("replicate", "shard"))
+    m = sharded(net(), mesh=mesh)
+    log = collective_log(m)
+    o = optimizer("sgd" if clip else "adamw", m.parameters())
+    norms = train_steps(m, o, rank, world, 3, clip=clip)
+    collectives = len(log)
+    sd = m.state_dict()
+    out = {"params": full_params(m), "norms": norms, "coordinate": mesh.get_coordinate(), "collectives": collectives,
+           "local": {n: tuple(p.shape) for n, p in m.named_parameters()},
+           "dtensors": {k: (v.placements, v.device_mesh == mesh, tuple(v.shape), tuple(v.to_local().shape))
+                        for k, v in sd.items()}}
+    m.load_state_dict(net(seed=1).state_dict())  # full tensors: each rank keeps its rows
+    out["loaded"] = full_params(m)
+    dist.destroy_process_group()
+    return out
+
+
+@pytest.mark.parametrize("clip", [None, 0.05])
+def test_hsdp_on_a_2x2_mesh_trains_as_one_process(clip):
+    from ddpc.distributed.tensor import Replicate, Shard
+
+    ref, ref_norms = train_single(4, 3, "sgd" if clip else "adamw", clip=clip)
+    seed1 = {k: v.numpy().copy() for k, v in net(seed=1).state_dict().items()}
+    for rank, r in enumerate(ddpc.spawn(hsdp_worker, args=(4, clip), nprocs=4)):
+        assert_close(r["params"], ref)
+        if clip:
+            np.testing.assert_allclose(r["norms"], ref_norms, rtol=1e-5)
+        _, col = r["coordinate"]
+        assert r["collectives"] == 3 * 8  # the all-gathers and reduce-scatters within the shard group, as on 1-d
+        for k, v in ref.items():
+            local = (chunk_rows(v.shape[0], 2, col), *v.shape[1:])  # the rows of the rank's place in its row
+            assert r["local"][k] == local
+            assert r["dtensors"][k] == ((Replicate(), Shard(0)), True, v.shape, local)
+        assert_close(r["loaded"], seed1, atol=0)
+
+
 def recompute_worker(rank, world, order):
     import ddpc.distributed as dist
     from ddpc import nn
@@ -589,13 +632,14 @@ def errors_worker(rank, world):
     twice = fully_shard(nn.Linear(3, 3))
     for name, make in {
         "twice": lambda: fully_shard(twice),
-        "mesh_2d": lambda: fully_shard(nn.Linear(3, 3), mesh=init_device_mesh("cpu", (1, 2))),
-        "not_a_module": lambda: fully_shard(ddpc.ones(3)),
+        "mesh_3d": lambda: fully_shard(nn.Linear(3, 3), mesh=init_device_mesh("cpu", (1, 1, 2))),
+        "mesh_2d_unnamed": lambda: fully_shard(nn.Linear(3, 3), mesh=init_device_mesh("cpu", (1, 2))),
         "ignored_elsewhere": lambda: fully_shard(nn.Linear(3, 3), ignored_params={nn.Linear(3, 3).weight}),
         "ignored_sharded": ignore_what_a_block_sharded,
         "ignored_tensor": lambda: fully_shard(nn.Linear(3, 3), ignored_params={ddpc.ones(3)}),
         "ignored_not_a_set": lambda: fully_shard(nn.Linear(3, 3), ignored_params=ddpc.ones(3)),
         "ignored_scalar": lambda: fully_shard(s := Scalar(), ignored_params={s.scale}),
+        "not_a_module": lambda: fully_shard(ddpc.ones(3)),
         "container": lambda: fully_shard(nn.ModuleList([nn.Linear(3, 3)])),
         "list": lambda: fully_shard([nn.Linear(3, 3), nn.Linear(3, 3)]),
         "reshard_int": lambda: fully_shard(nn.Linear(3, 3), reshard_after_forward=2),
@@ -622,7 +666,8 @@ def test_clear_errors():
         fully_shard(nn.Linear(2, 2))
     for r in ddpc.spawn(errors_worker, args=(2,), nprocs=2):
         assert r["twice"][0] == "RuntimeError" and "already been applied" in r["twice"][1]
-        assert r["mesh_2d"][0] == "NotImplementedError" and "ndim=2" in r["mesh_2d"][1]
+        assert r["mesh_3d"][0] == "ValueError" and "1D or 2D DeviceMesh" in r["mesh_3d"][1]
+        assert r["mesh_2d_unnamed"][0] == "AssertionError" and "mesh_dim_names" in r["mesh_2d_unnamed"][1]
         assert r["ignored_elsewhere"][0] == "ValueError" and "not a parameter of the Linear" in \
             r["ignored_elsewhere"][1]
         assert r["ignored_sharded"][0] == "ValueError" and "submodule already" in r["ignored_sharded"][1]

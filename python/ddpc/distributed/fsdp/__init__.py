@@ -13,38 +13,42 @@ fully_shard (FSDP2)::
     sd = model.state_dict()                 # DTensors: global shapes, Shard(0)
 
 ``fully_shard(module, mesh=..., reshard_after_forward=..., mp_policy=...,
-ignored_params=...)`` shards each of the module's parameters that no
-earlier call on a submodule took and that are not ignored along dim 0 over a 1-d DeviceMesh (torch.chunk's rows: the last ranks
-may hold fewer or none), changes the module's class in place to
-FSDP<class> (also an FSDPModule) and returns it. Each parameter becomes a
-``ShardedParameter`` (``_fsdp_param.py``): a ``ddpc.nn.Parameter`` of this
-rank's rows, so every optimizer, LR scheduler and ``zero_grad`` works as it
-is, which also answers ``to_local()``, ``full_tensor()``, ``placements`` and
-``device_mesh`` as PyTorch's DTensor parameters do. A module's forward
-all-gathers its parameters (one collective per module, in ``param_dtype``)
-and runs on the full tensors, which are freed after forward under
-``reshard_after_forward`` and gathered again when backward reaches the
-module, whose backward also issues the all-gather of the module to run
-backward next (the one whose forward ended just before; asynchronous, so it
-runs while this module computes); once its gradients are computed they are
-reduce-scattered (one collective, in ``reduce_dtype``), averaged over the
-mesh, into each ShardedParameter's ``.grad``. ``set_requires_gradient_sync(False)``
-accumulates the unsharded gradients without communication until the next
-synced backward; ``set_reshard_after_backward``,
-``set_modules_to_forward_prefetch``/``_backward_prefetch`` (the
-asynchronous all-gathers to issue ahead, in backward instead of the
-default one), ``unshard()``/``reshard()``; ``state_dict()``
-gives DTensors (``load_state_dict`` takes DTensors of any placements or full
-tensors), which ``ddpc.distributed.checkpoint`` saves and loads on any
-number of ranks, as do the ``ddpc.distributed.checkpoint.state_dict``
-functions with the optimizer's state; ``ddpc.nn.utils.clip_grad_norm_``
-computes the norm over every rank's rows. Ignored parameters stay whole
-plain Parameters whose gradients each rank keeps for itself. Where ddpc differs:
-``p.shape`` of a sharded parameter is its local rows' shape (PyTorch's
-DTensor reports the global one: here ``p.full_shape``) and ``p.grad`` a
-plain tensor of them; while a module is unsharded its attributes name the
-unsharded tensors but ``parameters()`` still yields the sharded ones;
-``load_state_dict`` also takes full tensors; see ``fully_shard`` and ``FSDPModule`` for the rest.
+ignored_params=...)`` shards each of the module's parameters that no earlier
+call on a submodule took and that are not ignored along dim 0 over a 1-d
+DeviceMesh (torch.chunk's rows: the last ranks may hold fewer or none), or
+over the second dimension of a 2-d one, replicated across its first (HSDP:
+placements ``(Replicate(), Shard(0))``, gradients reduce-scattered in the
+shard group then all-reduced in the replicate group), changes the module's
+class in place to FSDP<class> (also an FSDPModule) and returns it. Each
+parameter becomes a ``ShardedParameter`` (``_fsdp_param.py``): a
+``ddpc.nn.Parameter`` of this rank's rows, so every optimizer, LR scheduler
+and ``zero_grad`` works as it is, which also answers ``to_local()``,
+``full_tensor()``, ``placements`` and ``device_mesh`` as PyTorch's DTensor
+parameters do. A module's forward all-gathers its parameters (one collective
+per module, in ``param_dtype``) and runs on the full tensors, which are
+freed after forward under ``reshard_after_forward`` and gathered again when
+backward reaches the module, whose backward also issues the all-gather of
+the module to run backward next (the one whose forward ended just before;
+asynchronous, so it runs while this module computes); once its gradients are
+computed they are reduce-scattered (one collective, in ``reduce_dtype``),
+averaged over the mesh, into each ShardedParameter's ``.grad``.
+``set_requires_gradient_sync(False)`` accumulates the unsharded gradients
+without communication until the next synced backward;
+``set_reshard_after_backward``,
+``set_modules_to_forward_prefetch``/``_backward_prefetch`` (the asynchronous
+all-gathers to issue ahead, in backward instead of the default one),
+``unshard()``/``reshard()``; ``state_dict()`` gives DTensors
+(``load_state_dict`` takes DTensors of any placements or full tensors),
+which ``ddpc.distributed.checkpoint`` saves and loads on any number of
+ranks, as do the ``ddpc.distributed.checkpoint.state_dict`` functions with
+the optimizer's state; ``ddpc.nn.utils.clip_grad_norm_`` computes the norm
+over every rank's rows. Ignored parameters stay whole plain Parameters whose
+gradients each rank keeps for itself. Where ddpc differs: ``p.shape`` of a
+sharded parameter is its local rows' shape (PyTorch's DTensor reports the
+global one: here ``p.full_shape``) and ``p.grad`` a plain tensor of them;
+while a module is unsharded its attributes name the unsharded tensors but
+``parameters()`` still yields the sharded ones; ``load_state_dict`` also
+takes full tensors; see ``fully_shard`` and ``FSDPModule`` for the rest.
 
 FullyShardedDataParallel (FSDP1):
 

@@ -1,10 +1,13 @@
 """The parameters one fully_shard call manages, as one group: sharding them
 per parameter along dim 0, gathering the unsharded parameters with one
 all-gather into memory that is released and re-filled in place, and
-reduce-scattering their gradients back to the shards with one collective.
+reduce-scattering their gradients back to the shards with one collective
+(on a 2-d mesh, HSDP, within the group of the mesh's last dimension, then
+all-reduced with one more across its first).
 
 Layouts. Parameter i of rows n_i (each of r_i elements) is split as
-torch.chunk splits: c_i = ceil(n_i / world) rows per rank, the last ranks
+torch.chunk splits over the ``world`` ranks of the shard group: c_i =
+ceil(n_i / world) rows per rank, the last ranks
 fewer or none. A rank's all-gather input is its rows of every parameter one
 after the other, each padded to c_i rows: S = sum of c_i * r_i elements, the
 same on every rank, so the all-gather output is the ranks' blocks of S one
@@ -41,8 +44,9 @@ class FSDPParamGroup:
 
     def __init__(self, params, uses, mesh, mp_policy):
         self.params, self.uses = params, uses
-        self.group = mesh.get_group()
-        self.world = mesh.size()
+        self.group = mesh.get_group(mesh.ndim - 1)  # the ranks sharing the rows
+        self.world = mesh.size(mesh.ndim - 1)
+        self.replicate_group = mesh.get_group(0) if mesh.ndim == 2 else None  # the ranks holding the same rows
         first = params[0]
         self.dtype, self.device = first.dtype, first.device
         self.compute_dtype = mp_policy.param_dtype or self.dtype
@@ -141,8 +145,9 @@ class FSDPParamGroup:
     # ---- gradients -------------------------------------------------------------------------
     def reduce_grad(self, sync):
         """Moves ``full``'s gradient into the sharded parameters' ``.grad``
-        (added to what they hold), averaged over the mesh; without ``sync``
-        keeps it here, unsharded, for the next synced pass to add."""
+        (added to what they hold), averaged over the mesh (over the shard
+        group, then over the replicate group); without ``sync`` keeps it
+        here, unsharded, for the next synced pass to add."""
         grad = gradient_to_reduce(self, sync, "fully_shard")
         if grad is None:
             return
@@ -153,6 +158,8 @@ class FSDPParamGroup:
         mine = empty(self.block, dtype=self.reduce_dtype, device=self.device)
         with no_grad():
             dist.reduce_scatter_tensor(mine, padded, op=dist.ReduceOp.AVG, group=self.group)
+            if self.replicate_group is not None:
+                dist.all_reduce(mine, op=dist.ReduceOp.AVG, group=self.replicate_group)
             for i in trainable:
                 p = self.params[i]
                 rows = _view(mine._buf, self.block_offsets[i], tuple(p.shape))

@@ -1,8 +1,9 @@
 """fully_shard, PyTorch's FSDP2: the module's parameters sharded one by one
-along dim 0, the module's class changed in place to one that also derives
-from FSDPModule, and hooks that gather the parameters around forward and
-backward (in backward, the next module's ahead of its use) and
-reduce-scatter the gradients (see the package docstring)."""
+along dim 0 (replicated across a 2-d mesh's first dimension: HSDP), the
+module's class changed in place to one that also derives from FSDPModule,
+and hooks that gather the parameters around forward and backward (in
+backward, the next module's ahead of its use) and reduce-scatter the
+gradients (see the package docstring)."""
 
 import functools
 
@@ -23,11 +24,17 @@ def fully_shard(module, *, mesh=None, reshard_after_forward=None, mp_policy=Mixe
                 offload_policy=OffloadPolicy(), ignored_params=None):
     """Shards ``module``'s parameters (those no earlier fully_shard call on a
     submodule took, and not in ``ignored_params``) across the ranks of
-    ``mesh`` (a 1-d DeviceMesh; by default one over the default group, on
-    the parameters' device type), each along dim 0 as torch.chunk splits
-    it; changes ``module``'s class in place to a subclass that also derives
-    from FSDPModule and returns it. Call it bottom-up: on the blocks, then
-    on the root.
+    ``mesh``, each along dim 0 as torch.chunk splits it; changes
+    ``module``'s class in place to a subclass that also derives from
+    FSDPModule and returns it. Call it bottom-up: on the blocks, then on
+    the root.
+
+    ``mesh`` is a 1-d DeviceMesh (by default one over the default group, on
+    the parameters' device type), or a 2-d one with ``mesh_dim_names`` for
+    HSDP: the parameters are sharded across its second dimension and
+    replicated across its first (their placements ``(Replicate(),
+    Shard(0))``), so each gradient is reduce-scattered over the shard group,
+    then all-reduced over the replicate group.
 
     Before the module's forward its parameters are all-gathered (one
     collective) and forward runs on the full tensors; after it they are
@@ -53,15 +60,15 @@ def fully_shard(module, *, mesh=None, reshard_after_forward=None, mp_policy=Mixe
     module is unsharded (PyTorch registers the unsharded ones then: here
     ``module.weight`` is the unsharded tensor but ``parameters()`` and the
     state dict keep the sharded ones); a module must hold the same parameter
-    names and shapes on every rank (checked: two collectives per call); the
-    default mesh takes its device type from the parameters (PyTorch's is on
-    the accelerator) and the module is not moved to the mesh's device (move
-    it first, and do not move or cast it afterwards); every parameter in
-    ``ignored_params`` must be one of the module's (PyTorch passes over the
-    others); 0-d parameters (other than ignored ones), parameters of several
-    dtypes or devices in one call, a list of modules, an int
-    ``reshard_after_forward`` and ``shard_placement_fn`` are not
-    supported."""
+    names and shapes on every rank (checked: two collectives per call and
+    mesh dimension); the default mesh takes its device type from the
+    parameters (PyTorch's is on the accelerator) and the module is not moved
+    to the mesh's device (move it first, and do not move or cast it
+    afterwards); every parameter in ``ignored_params`` must be one of the
+    module's (PyTorch passes over the others); 0-d parameters (other than
+    ignored ones), parameters of several dtypes or devices in one call, a
+    list of modules, an int ``reshard_after_forward``,
+    ``shard_placement_fn`` and ``dp_mesh_dims`` are not supported."""
     if isinstance(module, (list, tuple)):
         raise NotImplementedError("fully_shard: ddpc shards one module per call, not a list of modules")
     if not isinstance(module, Module):
@@ -85,7 +92,8 @@ def fully_shard(module, *, mesh=None, reshard_after_forward=None, mp_policy=Mixe
     mesh = _checked_mesh(mesh, uses)
     if isinstance(offload_policy, CPUOffloadPolicy) and mesh.device_type != "cpu":
         raise NotImplementedError("fully_shard: CPUOffloadPolicy is supported by ddpc only for modules on the cpu")
-    _verify_same_model([(n, p) for n, _, _, p in uses], mesh.get_group(), "fully_shard")
+    for group in mesh.get_all_groups():
+        _verify_same_model([(n, p) for n, _, _, p in uses], group, "fully_shard")
     params, index = [], {}
     for _, _, _, p in uses:
         if id(p) not in index:
@@ -163,9 +171,11 @@ def _checked_mesh(mesh, uses):
         return DeviceMesh.from_group(dist.group.WORLD, uses[0][3].device.type if uses else "cpu")
     if not isinstance(mesh, DeviceMesh):
         raise TypeError(f"fully_shard: mesh must be a DeviceMesh, got {type(mesh).__name__}")
-    if mesh.ndim != 1:
-        raise NotImplementedError(f"fully_shard: ddpc shards over a 1-d mesh, got one of ndim={mesh.ndim} "
-                                  "(PyTorch's HSDP over a 2-d mesh is not supported)")
+    if mesh.ndim not in (1, 2):
+        raise ValueError(f"fully_shard expects a 1D or 2D DeviceMesh but got {mesh} (ndim={mesh.ndim})")
+    if mesh.ndim == 2 and mesh.mesh_dim_names is None:  # PyTorch's check and exception
+        raise AssertionError("Please init the 2D mesh for HSDP with mesh_dim_names specified (fully_shard shards "
+                             "across its second dimension and replicates across its first)")
     if uses and uses[0][3].device.type != mesh.device_type:
         raise ValueError(f"fully_shard: the module's parameters are on {uses[0][3].device} and the mesh on "
                          f"{mesh.device_type}; move the module to the mesh's device first (ddpc's fully_shard does "
@@ -174,8 +184,10 @@ def _checked_mesh(mesh, uses):
 
 
 def _shard(p, mesh):
-    """The ShardedParameter of this rank's rows of ``p`` (a copy)."""
-    start, length = _shard_range(p.shape[0], mesh.size(), mesh.get_local_rank())
+    """The ShardedParameter of this rank's rows of ``p`` (a copy): those of
+    its place along the mesh's last dimension (the shard dimension)."""
+    shard_dim = mesh.ndim - 1
+    start, length = _shard_range(p.shape[0], mesh.size(shard_dim), mesh.get_local_rank(shard_dim))
     return ShardedParameter(p.detach().narrow(0, start, length).clone(), mesh, p.shape, p.requires_grad)
 
 
@@ -305,7 +317,8 @@ class FSDPModule:
     """The class fully_shard adds to a module's bases (the module's class
     becomes FSDP<its class>): the methods below, and ``state_dict()`` giving
     each sharded parameter as a DTensor of its global shape (Shard(0) over
-    its mesh; this rank's rows, sharing their memory) under its own name,
+    its mesh, (Replicate(), Shard(0)) over a 2-d one; this rank's rows,
+    sharing their memory) under its own name,
     which ``load_state_dict`` takes back (DTensors of any placements, or
     full tensors: each rank keeps its rows of them, where PyTorch's refuses
     plain tensors), as ``ddpc.distributed.checkpoint`` saves and loads them
