@@ -30,10 +30,12 @@ def layout(model, local_shape):
 
 def shard(model, mesh, ignore, fully_shard):
     """fully_shard on each block, then on the root; with ``ignore``, the second
-    block's Linear and the head's weight are left out."""
-    for i, block in enumerate(model.blocks):
-        fully_shard(block, mesh=mesh, ignored_params=set(block[0].parameters()) if ignore and i == 1 else None)
-    fully_shard(model, mesh=mesh, ignored_params={model.head.weight} if ignore else None)
+    block's Linear and the head's weight are left out (one set passed to every
+    call, each call leaving the others' parameters in it alone)."""
+    ignored = {*model.blocks[1][0].parameters(), model.head.weight} if ignore else None
+    for block in model.blocks:
+        fully_shard(block, mesh=mesh, ignored_params=ignored)
+    fully_shard(model, mesh=mesh, ignored_params=ignored)
 
 
 def ddpc_worker(rank, mesh_shape, ignore):

@@ -49,10 +49,11 @@ def fully_shard(module, *, mesh=None, reshard_after_forward=None, mp_policy=Mixe
     are reduce-scattered (one collective), averaged over the mesh, into
     each sharded parameter's ``.grad``. ``mp_policy`` is a
     MixedPrecisionPolicy; ``offload_policy`` an OffloadPolicy
-    (CPUOffloadPolicy only for modules on the cpu). ``ignored_params``, a
-    set of the module's parameters, are left as they are: not sharded,
-    not gathered, and their gradients not reduced (each rank keeps its
-    own).
+    (CPUOffloadPolicy only for modules on the cpu). The module's parameters
+    in ``ignored_params`` (a set of Parameters; others in it are passed
+    over, so one set can go to every call) are left as they are: not
+    sharded, not gathered, and their gradients not reduced (each rank
+    keeps its own).
 
     Where ddpc differs: the sharded parameters are ShardedParameters (a
     ``ddpc.nn.Parameter`` holding this rank's rows: ``p.shape`` is the local
@@ -64,8 +65,7 @@ def fully_shard(module, *, mesh=None, reshard_after_forward=None, mp_policy=Mixe
     mesh dimension); the default mesh takes its device type from the
     parameters (PyTorch's is on the accelerator) and the module is not moved
     to the mesh's device (move it first, and do not move or cast it
-    afterwards); every parameter in ``ignored_params`` must be one of the
-    module's (PyTorch passes over the others); 0-d parameters (other than
+    afterwards); 0-d parameters (other than
     ignored ones), parameters of several dtypes or devices in one call, a
     list of modules, an int ``reshard_after_forward``,
     ``shard_placement_fn`` and ``dp_mesh_dims`` are not supported."""
@@ -88,7 +88,7 @@ def fully_shard(module, *, mesh=None, reshard_after_forward=None, mp_policy=Mixe
     if not isinstance(offload_policy, OffloadPolicy):
         raise TypeError(f"offload_policy must be an OffloadPolicy, got {type(offload_policy).__name__}")
     _refuse_uninitialized(module, "fully_shard")
-    uses = _managed_parameters(module, _checked_ignored(module, ignored_params))
+    uses = _managed_parameters(module, _checked_ignored(ignored_params))
     mesh = _checked_mesh(mesh, uses)
     if isinstance(offload_policy, CPUOffloadPolicy) and mesh.device_type != "cpu":
         raise NotImplementedError("fully_shard: CPUOffloadPolicy is supported by ddpc only for modules on the cpu")
@@ -117,23 +117,20 @@ def fully_shard(module, *, mesh=None, reshard_after_forward=None, mp_policy=Mixe
     return module
 
 
-def _checked_ignored(module, ignored_params):
-    """The ids of the parameters in ``ignored_params`` (None, or a collection
-    of ``module``'s Parameters)."""
+def _checked_ignored(ignored_params):
+    """The ids of the Parameters in ``ignored_params`` (None, or a collection
+    of Parameters). As in PyTorch, those that are not ``module``'s (or that a
+    call on a submodule sharded already) are left alone, so one set can be
+    passed to every call."""
     if ignored_params is None:
         return set()
     if isinstance(ignored_params, Tensor) or not hasattr(ignored_params, "__iter__"):
         raise TypeError(f"fully_shard: ignored_params must be a set of Parameters, got "
                         f"{type(ignored_params).__name__}")
-    own = {id(p) for p in module.parameters()}
     ignored = set()
     for p in ignored_params:
         if not isinstance(p, Parameter):
             raise TypeError(f"fully_shard: ignored_params must hold Parameters, got a {type(p).__name__}")
-        if id(p) not in own:
-            raise ValueError(f"fully_shard: an ignored parameter (shape {tuple(p.shape)}) is not a parameter of the "
-                             f"{type(module).__name__} being sharded (or was sharded by a fully_shard call on a "
-                             "submodule already); pass each call the parameters of its own module")
         ignored.add(id(p))
     return ignored
 
