@@ -441,10 +441,15 @@ static void comm_dealloc_(nccl_comm *c) {
         /* Finalize flushes queued work; abort if it cannot (a peer is gone). */
         ncclResult_t fin = ddpc_nccl.CommFinalize(c->comm);
         if (fin == ncclSuccess || fin == ncclInProgress) {
+            /* Polled with a sleep in between: flushing can take seconds,
+             * and this thread has nothing else to do meanwhile. */
             ncclResult_t async = ncclInProgress;
             double deadline = ddpc_watchdog_now() + 10.0;
-            while (async == ncclInProgress && ddpc_watchdog_now() < deadline)
+            for (;;) {
                 if (ddpc_nccl.CommGetAsyncError(c->comm, &async) != ncclSuccess) break;
+                if (async != ncclInProgress || ddpc_watchdog_now() >= deadline) break;
+                nanosleep(&(struct timespec){0, 1000000}, NULL);
+            }
             if (async == ncclSuccess) ddpc_nccl.CommDestroy(c->comm);
             else ddpc_nccl.CommAbort(c->comm);
         } else {
