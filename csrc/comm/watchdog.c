@@ -144,6 +144,10 @@ ddpc_status ddpc_watchdog_check(ddpc_watchdog *wd, double now) {
     size_t kept = 0;
     for (size_t i = 0; i < wd->npending; i++) {
         ddpc_pending p = wd->pending[i];
+        /* The collectives run one after another on the communicator's
+         * stream: one queued behind another that was still pending when this
+         * pass began has not started, so its time has not begun to run. */
+        if (i > 0 && p.deadline < now + wd->timeout_s) p.deadline = now + wd->timeout_s;
         int q = wd->failed != DDPC_OK ? -2 : wd->ops.query(wd->ctx, p.event, msg, sizeof msg);
         if (q == 1) {
             set_state_(wd, p.seq, DDPC_FLIGHT_COMPLETED);

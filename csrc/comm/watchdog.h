@@ -2,12 +2,16 @@
  *
  * Every collective enqueued on a communicator is recorded in a ring buffer
  * (sequence number, op, count, dtype, state, enqueue time) and, while it runs,
- * in a pending list with its deadline. A watchdog thread polls the backend
- * through `ddpc_watchdog_ops` (for NCCL: ncclCommGetAsyncError, cudaEventQuery
- * and ncclCommAbort); on an asynchronous error or a passed deadline it aborts
- * the communicator and records a failure that every later call reports,
- * together with the recorder's last entries, so a user can see which rank
- * fell behind. The ops are a table so tests can drive the logic with fakes. */
+ * in a pending list with its deadline. The deadline is the timeout after the
+ * collective could start, that is after the one before it on the stream
+ * completed (as seen by the next poll), not after it was enqueued: one queued
+ * behind a long collective is not timed out for the time it waited. A
+ * watchdog thread polls the backend through `ddpc_watchdog_ops` (for NCCL:
+ * ncclCommGetAsyncError, cudaEventQuery and ncclCommAbort); on an
+ * asynchronous error or a passed deadline it aborts the communicator and
+ * records a failure that every later call reports, together with the
+ * recorder's last entries, so a user can see which rank fell behind. The
+ * ops are a table so tests can drive the logic with fakes. */
 #ifndef DDPC_COMM_WATCHDOG_H
 #define DDPC_COMM_WATCHDOG_H
 

@@ -57,11 +57,13 @@ static void test_timeout_aborts_and_reports_(void) {
     EXPECT(ddpc_watchdog_check(&wd, now + 2) == DDPC_OK);
     EXPECT(ddpc_watchdog_state(&wd, s0) == DDPC_FLIGHT_COMPLETED && f.released == 1);
     EXPECT(f.aborts == 0);
-    EXPECT(ddpc_watchdog_check(&wd, now + 11) == DDPC_ERR_TIMEOUT);
+    /* #1 could start once #0 completed, at the pass at now + 2: its time runs from there. */
+    EXPECT(ddpc_watchdog_check(&wd, now + 11) == DDPC_OK && f.aborts == 0);
+    EXPECT(ddpc_watchdog_check(&wd, now + 13) == DDPC_ERR_TIMEOUT);
     EXPECT(f.aborts == 1);
     EXPECT(ddpc_watchdog_state(&wd, s1) == DDPC_FLIGHT_TIMED_OUT);
     EXPECT(ddpc_watchdog_state(&wd, s2) == DDPC_FLIGHT_FAILED);
-    EXPECT(ddpc_watchdog_check(&wd, now + 12) == DDPC_ERR_TIMEOUT && f.aborts == 1);
+    EXPECT(ddpc_watchdog_check(&wd, now + 14) == DDPC_ERR_TIMEOUT && f.aborts == 1);
     uint64_t s3;
     EXPECT(ddpc_watchdog_record(&wd, "barrier", 1, "float32", EV(3), &s3) == DDPC_ERR_TIMEOUT);
     const char *msg = ddpc_last_error();
@@ -69,6 +71,37 @@ static void test_timeout_aborts_and_reports_(void) {
     EXPECT(strstr(msg, "rank 1 #0 all_reduce of 1024 float32: completed"));
     EXPECT(strstr(msg, "rank 1 #1 broadcast of 7 int64: timed out"));
     EXPECT(strstr(msg, "rank 1 #2 all_gather of 3 bfloat16: enqueued"));
+    ddpc_clear_error();
+    ddpc_watchdog_free(&wd);
+    EXPECT(f.released == 3);
+}
+
+/* A collective queued behind a long one gets the whole timeout once the
+ * long one completes, and one stuck after it still times out. */
+static void test_deadline_runs_from_the_start_(void) {
+    fake_ f = {.failed_event = -1};
+    ddpc_watchdog wd;
+    EXPECT(ddpc_watchdog_init(&wd, &ops_, &f, 0, 2, 10.0) == DDPC_OK);
+    uint64_t s0, s1, s2;
+    double now = ddpc_watchdog_now();
+    EXPECT(ddpc_watchdog_record(&wd, "all_reduce", 1, "float32", EV(0), &s0) == DDPC_OK);
+    EXPECT(ddpc_watchdog_record(&wd, "all_reduce", 2, "float32", EV(1), &s1) == DDPC_OK);
+    EXPECT(ddpc_watchdog_record(&wd, "all_reduce", 3, "float32", EV(2), &s2) == DDPC_OK);
+    for (int t = 1; t <= 9; t++) EXPECT(ddpc_watchdog_check(&wd, now + t) == DDPC_OK);
+    f.done[0] = 1; /* #0 took 9.5 s, within its timeout */
+    EXPECT(ddpc_watchdog_check(&wd, now + 9.6) == DDPC_OK);
+    EXPECT(ddpc_watchdog_state(&wd, s0) == DDPC_FLIGHT_COMPLETED);
+    /* #1 started at 9.5: 15 s after enqueue is 5.5 s of its own, not a timeout. */
+    EXPECT(ddpc_watchdog_check(&wd, now + 15) == DDPC_OK && f.aborts == 0);
+    EXPECT(ddpc_watchdog_state(&wd, s1) == DDPC_FLIGHT_ENQUEUED);
+    f.done[1] = 1;
+    EXPECT(ddpc_watchdog_check(&wd, now + 19) == DDPC_OK && f.aborts == 0);
+    /* #2, behind #1 until the pass at 19, never completes: it times out 10 s later. */
+    EXPECT(ddpc_watchdog_check(&wd, now + 28.9) == DDPC_OK && f.aborts == 0);
+    EXPECT(ddpc_watchdog_check(&wd, now + 29.1) == DDPC_ERR_TIMEOUT && f.aborts == 1);
+    EXPECT(ddpc_watchdog_state(&wd, s2) == DDPC_FLIGHT_TIMED_OUT);
+    EXPECT(ddpc_watchdog_error(&wd) == DDPC_ERR_TIMEOUT);
+    EXPECT(strstr(ddpc_last_error(), "all_reduce of 3 float32 (collective #2) did not complete within the 10.0 s"));
     ddpc_clear_error();
     ddpc_watchdog_free(&wd);
     EXPECT(f.released == 3);
@@ -133,6 +166,7 @@ static void test_thread_completes_entries_(void) {
 
 int main(void) {
     test_timeout_aborts_and_reports_();
+    test_deadline_runs_from_the_start_();
     test_async_error_and_failed_event_();
     test_ring_keeps_the_last_entries_();
     test_thread_completes_entries_();
