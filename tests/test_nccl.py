@@ -97,6 +97,10 @@ def test_multi_device_fallback_reduces_cpu_replicas():
         _C.multi_all_reduce([ddpc.ones(3)._buf, ddpc.ones(4)._buf], 0)
     with pytest.raises(ValueError, match="SUM and AVG only"):
         _C.multi_all_reduce([ddpc.ones(3)._buf, ddpc.ones(3)._buf], 3)
+    empty = [ddpc.zeros(0) for _ in range(3)]
+    _C.multi_all_reduce([b._buf for b in empty], 1)
+    _C.multi_broadcast([b._buf for b in empty], 2)
+    assert all(b.shape == (0,) for b in empty)
 
 
 def single_rank_comm(timeout=30.0):
@@ -146,6 +150,38 @@ def test_coalesced_collectives_complete_together():
     for w in works:
         w.wait()
     assert [x.cpu().tolist()[0] for x in xs] == [0.0, 1.0, 2.0, 3.0]
+
+
+@pytest.mark.gpu
+def test_empty_tensors_reach_no_nccl_call_and_their_works_complete():
+    comm = single_rank_comm()
+    x = ddpc.ones(1 << 20, device="cuda")
+    before = comm.all_reduce(x._buf, 0)
+    e, out = ddpc.zeros(0, device="cuda"), ddpc.zeros(0, device="cuda")
+    works = [comm.all_reduce(e._buf, 0), comm.broadcast(e._buf, 0), comm.all_gather(out._buf, e._buf),
+             comm.reduce_scatter(out._buf, e._buf, 1)]
+    for w in works:
+        assert w.wait(timeout=10) and w.is_completed()
+    assert before.is_completed()  # an empty collective's work completes after those queued before it
+    # Among sends and receives that move data, the empty ones are skipped on both sides and the others still pair.
+    src, dst = ddpc.arange(5, dtype=ddpc.float32, device="cuda"), ddpc.zeros(5, device="cuda")
+    comm.group_start()
+    works = [comm.send(e._buf, 0), comm.recv(out._buf, 0), comm.send(src._buf, 0), comm.recv(dst._buf, 0)]
+    comm.group_end()
+    for w in works:
+        assert w.wait(timeout=10)
+    assert dst.cpu().tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]
+    assert "all_reduce of 0 float32" in comm.flight_record()
+
+
+@pytest.mark.gpu
+def test_multi_device_all_reduce_of_empty_replicas():
+    if ddpc.cuda.device_count() < 2:
+        pytest.skip("needs two GPUs")
+    bufs = [ddpc.zeros(0, device=f"cuda:{i}") for i in range(2)]
+    _C.multi_all_reduce([b._buf for b in bufs], 0)
+    _C.multi_broadcast([b._buf for b in bufs], 1)
+    assert all(b.shape == (0,) for b in bufs)
 
 
 @pytest.mark.gpu

@@ -198,6 +198,10 @@ static PyObject *multi_collective_(PyObject *bufs, int op, Py_ssize_t root, cons
         PyMem_RawFree(b);
         return PyErr_Format(PyExc_ValueError, "%s: invalid op or root", name);
     }
+    if (b[0]->numel == 0) { /* every buffer is empty: no NCCL call, no communicators made for it */
+        PyMem_RawFree(b);
+        Py_RETURN_NONE;
+    }
 #ifdef DDPC_WITH_NCCL
     /* Where NCCL does not load, the copies below do the work, as in a build without NCCL. */
     if (distinct_cuda_(b, n) && ddpc_nccl_available()) {
@@ -516,9 +520,15 @@ static ncclResult_t enqueue_locked_(nccl_comm *c, const coll_ *a) {
 static ddpc_status coll_enqueue_(nccl_comm *c, const coll_ *a, cudaEvent_t *done) {
     CHECK(ddpc_watchdog_error(&c->wd));
     CHECK(comm_stream_after_compute_(c));
+    /* Nothing to move: no NCCL call (some NCCL versions check a zero-size
+     * buffer's pointer, or mishandled zero-byte sends and receives). Every
+     * rank skips alike: a collective's ranks pass the same count, as a send
+     * and the recv it matches do, so the other sends keep their pairing. The
+     * work still completes in stream order through its event. */
+    int empty = a->in->numel == 0;
     pthread_mutex_lock(&c->mu);
     int gone = !c->comm;
-    ncclResult_t r = gone ? ncclSuccess : enqueue_locked_(c, a);
+    ncclResult_t r = gone || empty ? ncclSuccess : enqueue_locked_(c, a);
     pthread_mutex_unlock(&c->mu);
     if (gone) return aborted_(c);
     if (r != ncclSuccess && r != ncclInProgress)
@@ -528,7 +538,7 @@ static ddpc_status coll_enqueue_(nccl_comm *c, const coll_ *a, cudaEvent_t *done
         *done = NULL; /* recorded by group_end, after ncclGroupEnd */
         return DDPC_OK;
     }
-    CHECK(settle_(c, coll_names_[a->kind]));
+    if (!empty) CHECK(settle_(c, coll_names_[a->kind]));
     return record_done_(c, coll_names_[a->kind], a->in->numel, a->in->dtype, done);
 }
 
