@@ -159,6 +159,12 @@ void ddpc_cuda_leave(int prev) {
     }
 }
 
+ddpc_status ddpc_cuda_restore_device(int device) {
+    CHECK(ddpc_cuda_require(device));
+    ddpc_cuda_leave(device);
+    return DDPC_OK;
+}
+
 ddpc_status ddpc_cuda_properties(int device, ddpc_device_props *props) {
     CHECK(ddpc_cuda_require(device));
     struct cudaDeviceProp p;
@@ -341,6 +347,7 @@ ddpc_status ddpc_cuda_require(int device) {
 }
 
 ddpc_status ddpc_cuda_set_device(int device) { return ddpc_cuda_require(device); }
+ddpc_status ddpc_cuda_restore_device(int device) { return ddpc_cuda_require(device); }
 ddpc_status ddpc_cuda_current_device(int *device) {
     *device = 0;
     return ddpc_cuda_require(0);

@@ -40,6 +40,10 @@ ddpc_status ddpc_cuda_current_device(int *device);
  * which "cuda" without an index names, as they found it. */
 ddpc_status ddpc_cuda_enter(int device, int *prev);
 void ddpc_cuda_leave(int prev);
+/* ddpc_cuda_leave for Python code (the end of a ddpc.cuda.device block):
+ * `device` becomes current again where its context exists, else only for
+ * this thread's code, without creating a context on it. */
+ddpc_status ddpc_cuda_restore_device(int device);
 ddpc_status ddpc_cuda_properties(int device, ddpc_device_props *props);
 ddpc_status ddpc_cuda_synchronize(int device);
 /* cudaStream_t of the device's compute and copy streams, as void *. */

@@ -123,6 +123,15 @@ static PyObject *py_cuda_set_device(PyObject *m, PyObject *arg) {
     Py_RETURN_NONE;
 }
 
+static PyObject *py_cuda_restore_device(PyObject *m, PyObject *arg) {
+    (void)m;
+    int device = PyLong_AsLong(arg);
+    if (device == -1 && PyErr_Occurred()) return NULL;
+    ddpc_status st = ddpc_cuda_restore_device(device);
+    if (st != DDPC_OK) return ddpc_raise(st);
+    Py_RETURN_NONE;
+}
+
 static PyObject *py_cuda_current_device(PyObject *m, PyObject *unused) {
     (void)m, (void)unused;
     int device;
@@ -314,6 +323,9 @@ static PyMethodDef module_methods[] = {
     {"cuda_unavailable_reason", py_cuda_unavailable_reason, METH_NOARGS, "why no GPU is usable, or ''"},
     {"cuda_properties", py_cuda_properties, METH_O, "properties of one GPU as a dict"},
     {"cuda_set_device", py_cuda_set_device, METH_O, "make a GPU current for this thread"},
+    {"cuda_restore_device", py_cuda_restore_device, METH_O,
+     "make a GPU current again for this thread without creating its context (where none exists, only ddpc sees it "
+     "as current)"},
     {"cuda_current_device", py_cuda_current_device, METH_NOARGS, "the current GPU of this thread"},
     {"cuda_synchronize", py_cuda_synchronize, METH_O, "wait for all work on a GPU"},
     {"cuda_compute_stream", py_cuda_compute_stream, METH_O, "the compute stream of a GPU, as an int"},

@@ -195,3 +195,40 @@ def _cuda_sum(rank):
 def test_spawn_after_cuda_use_gives_the_children_the_gpu():
     ddpc.zeros(1, device="cuda")
     assert ddpc.spawn(_cuda_sum, nprocs=1) == [6.0]
+
+
+DEVICE_BLOCK_SCRIPT = r"""
+import ctypes
+import ddpc
+
+cu = ctypes.CDLL("libcuda.so.1")
+assert cu.cuInit(0) == 0
+
+
+def has_context(i):
+    dev, flags, active = ctypes.c_int(), ctypes.c_uint(), ctypes.c_int()
+    assert cu.cuDeviceGet(ctypes.byref(dev), i) == 0
+    assert cu.cuDevicePrimaryCtxGetState(dev, ctypes.byref(flags), ctypes.byref(active)) == 0
+    return active.value
+
+
+with ddpc.cuda.device(1):
+    inside = ddpc.cuda.current_device()
+    total = ddpc.ones(4, device="cuda").sum().item()
+after = ddpc.cuda.current_device()
+print("BLOCK", inside, total, after, has_context(0), has_context(1), flush=True)
+"""
+
+
+@pytest.mark.gpu
+def test_device_block_exit_creates_no_context_on_the_device_before():
+    """A fresh process's current device is cuda:0 without a context: leaving a
+    block on cuda:1 makes cuda:0 current again for ddpc without creating one."""
+    import subprocess
+    import sys
+
+    if ddpc.cuda.device_count() < 2:
+        pytest.skip("needs two GPUs")
+    out = subprocess.run([sys.executable, "-c", DEVICE_BLOCK_SCRIPT], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "BLOCK 1 4.0 0 0 1" in out.stdout, out.stdout

@@ -187,7 +187,9 @@ def is_bf16_supported(including_emulation=True):
 
 
 class device:
-    """A context in which ``device`` is the current one, as torch.cuda.device."""
+    """A context in which ``device`` is the current one, as torch.cuda.device.
+    On exit the device current before becomes current again without creating
+    its CUDA context where it has none yet (as PyTorch's exit does)."""
 
     def __init__(self, device):
         self.idx = -1 if device is None else _index(device)
@@ -201,7 +203,7 @@ class device:
 
     def __exit__(self, *exc):
         if self.idx >= 0:
-            set_device(self.prev_idx)
+            _C.cuda_restore_device(self.prev_idx)
         return False
 
 
