@@ -97,6 +97,7 @@ def test_multi_device_fallback_reduces_cpu_replicas():
         _C.multi_all_reduce([ddpc.ones(3)._buf, ddpc.ones(4)._buf], 0)
     with pytest.raises(ValueError, match="SUM and AVG only"):
         _C.multi_all_reduce([ddpc.ones(3)._buf, ddpc.ones(3)._buf], 3)
+    assert _C.multi_release() == 0  # host replicas make no communicators
     empty = [ddpc.zeros(0) for _ in range(3)]
     _C.multi_all_reduce([b._buf for b in empty], 1)
     _C.multi_broadcast([b._buf for b in empty], 2)
@@ -172,6 +173,19 @@ def test_empty_tensors_reach_no_nccl_call_and_their_works_complete():
         assert w.wait(timeout=10)
     assert dst.cpu().tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]
     assert "all_reduce of 0 float32" in comm.flight_record()
+
+
+@pytest.mark.gpu
+def test_multi_device_communicators_are_released_and_made_again():
+    if ddpc.cuda.device_count() < 2 or not hasattr(_C, "nccl_library"):
+        pytest.skip("needs two GPUs and NCCL")
+    _C.nccl_library()  # raises where NCCL does not load, rather than the copies below passing for it
+    _C.multi_release()
+    for _ in range(2):
+        bufs = [ddpc.full((5,), float(i + 1), device=f"cuda:{i}") for i in range(2)]
+        _C.multi_all_reduce([b._buf for b in bufs], 0)
+        assert all(b.cpu().tolist() == [3.0] * 5 for b in bufs)
+        assert _C.multi_release() == 1 and _C.multi_release() == 0
 
 
 @pytest.mark.gpu

@@ -119,6 +119,7 @@ typedef struct multi_comms_ {
     int devices[DDPC_MAX_DEVICES];
     ncclComm_t comms[DDPC_MAX_DEVICES];
     pthread_mutex_t mu; /* one collective at a time on these communicators (it runs without the GIL) */
+    pid_t pid;          /* the process that made them */
     struct multi_comms_ *next;
 } multi_comms_;
 
@@ -142,6 +143,7 @@ static ddpc_status multi_comms_for_(ddpc_buffer **b, Py_ssize_t n, multi_comms_ 
         free(m);
         return DDPC_ERROR(DDPC_ERR_SYS, "pthread_mutex_init failed: %s", strerror(rc));
     }
+    m->pid = getpid();
     ncclResult_t r = ddpc_nccl.CommInitAll(m->comms, m->n, m->devices);
     if (r != ncclSuccess) {
         pthread_mutex_destroy(&m->mu);
@@ -153,6 +155,72 @@ static ddpc_status multi_comms_for_(ddpc_buffer **b, Py_ssize_t n, multi_comms_ 
     multi_cache_ = m;
     *out = m;
     return DDPC_OK;
+}
+
+/* Destroys one set as NCCL's single-process example does: each device's
+ * compute stream synchronised (the collectives ran there), then every
+ * communicator finalized and destroyed (aborted where finalizing fails). NCCL
+ * makes each communicator's device current: the caller's comes back after. */
+static ddpc_status multi_comms_destroy_(multi_comms_ *m) {
+    ddpc_status st = DDPC_OK;
+    for (int i = 0; i < m->n; i++) {
+        void *stream;
+        ddpc_status r = ddpc_cuda_compute_stream(m->devices[i], &stream);
+        if (r == DDPC_OK) r = ddpc_cuda_stream_synchronize(stream);
+        if (r != DDPC_OK && st == DDPC_OK) st = r;
+    }
+    int prev;
+    ddpc_status r = ddpc_cuda_enter(m->devices[0], &prev);
+    if (r != DDPC_OK) return st == DDPC_OK ? r : st;
+    for (int i = 0; i < m->n; i++) {
+        ncclResult_t fin = ddpc_nccl.CommFinalize(m->comms[i]);
+        ncclResult_t res = fin == ncclSuccess ? ddpc_nccl.CommDestroy(m->comms[i]) : ddpc_nccl.CommAbort(m->comms[i]);
+        if (fin != ncclSuccess && st == DDPC_OK)
+            st = DDPC_ERROR(DDPC_ERR_DIST, "ncclCommFinalize of the communicator on cuda:%d failed: %s", m->devices[i],
+                            ddpc_nccl.GetErrorString(fin));
+        else if (res != ncclSuccess && st == DDPC_OK)
+            st = DDPC_ERROR(DDPC_ERR_DIST, "ncclCommDestroy of the communicator on cuda:%d failed: %s", m->devices[i],
+                            ddpc_nccl.GetErrorString(res));
+    }
+    ddpc_cuda_leave(prev);
+    return st;
+}
+
+/* Destroys the cached communicators; returns how many sets it destroyed.
+ * Sets made by a parent process before it forked this one are dropped
+ * without an NCCL or CUDA call (they are not this process's to destroy, and
+ * its driver state does not survive the fork), and a set in use by a
+ * collective on another thread is left alone. */
+static ddpc_status multi_comms_release_(int *released) {
+    multi_comms_ *mine = NULL, **link = &multi_cache_;
+    pid_t me = getpid();
+    while (*link) {
+        multi_comms_ *m = *link;
+        if (m->pid == me && pthread_mutex_trylock(&m->mu) != 0) {
+            link = &m->next;
+            continue;
+        }
+        *link = m->next;
+        if (m->pid == me) { /* else forgotten: its mutex may be held by a thread of the parent */
+            m->next = mine;
+            mine = m;
+        }
+    }
+    ddpc_status st = DDPC_OK;
+    *released = 0;
+    Py_BEGIN_ALLOW_THREADS
+    while (mine) {
+        multi_comms_ *m = mine;
+        mine = m->next;
+        ddpc_status r = multi_comms_destroy_(m);
+        if (r != DDPC_OK && st == DDPC_OK) st = r;
+        pthread_mutex_unlock(&m->mu);
+        pthread_mutex_destroy(&m->mu);
+        free(m);
+        ++*released;
+    }
+    Py_END_ALLOW_THREADS
+    return st;
 }
 
 static int distinct_cuda_(ddpc_buffer **b, Py_ssize_t n) {
@@ -244,12 +312,25 @@ static PyObject *py_multi_broadcast(PyObject *m, PyObject *args) {
     return multi_collective_(bufs, -1, root, "multi_broadcast");
 }
 
+static PyObject *py_multi_release(PyObject *m, PyObject *unused) {
+    (void)m, (void)unused;
+    int released = 0;
+#ifdef DDPC_WITH_NCCL
+    ddpc_status st = multi_comms_release_(&released);
+    if (st != DDPC_OK) return ddpc_raise(st);
+#endif
+    return PyLong_FromLong(released);
+}
+
 static PyMethodDef multi_methods[] = {
     {"multi_all_reduce", py_multi_all_reduce, METH_VARARGS,
      "multi_all_reduce(buffers, op=SUM): in-place all-reduce over buffers on distinct local devices "
      "(NCCL when it loads and every buffer is on its own GPU, else copies)"},
     {"multi_broadcast", py_multi_broadcast, METH_VARARGS,
      "multi_broadcast(buffers, root=0): copy buffers[root] into the others"},
+    {"multi_release", py_multi_release, METH_NOARGS,
+     "destroy the NCCL communicators the multi-device collectives made (they make new ones when next called); "
+     "returns how many sets of them were destroyed"},
     {NULL, NULL, 0, NULL},
 };
 

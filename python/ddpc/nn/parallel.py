@@ -17,6 +17,7 @@ gathers the outputs, and sums the replicas' gradients with an in-process
 all-reduce (NCCL across GPUs; copies otherwise).
 """
 
+import atexit
 import contextlib
 import copy
 import dataclasses
@@ -34,6 +35,11 @@ from .._sparse_coo import SparseTensor
 from ..tensor import Tensor, cat, from_numpy, zeros
 from . import _grad_exchange
 from .modules import Linear, Module, is_lazy
+
+# The NCCL communicators of DataParallel's collectives (made on first use, one
+# set per list of devices) are destroyed at exit while CUDA can still be
+# called: atexit handlers run before the CUDA runtime's own teardown.
+atexit.register(_C.multi_release)
 
 _FIRST_BUCKET_BYTES = 1 << 20  # small first bucket: its all-reduce starts early in backward
 
