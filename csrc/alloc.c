@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "device.h"
+#include "pool.h"
 
 #define HOST_ALIGN 64
 #define PAGE_ALIGN 4096
@@ -168,6 +169,47 @@ static ddpc_status pinned_alloc_(size_t nbytes, void **ptr) {
 
 static void pinned_free_(void *ptr) { cudaFreeHost(ptr); }
 
+/* Freed pinned blocks are kept for reuse, up to 1 GiB (see pool.h); the
+ * cache is freed by ddpc_pinned_empty_cache, which Python calls when a
+ * process group is destroyed and at exit. A forked child forgets its
+ * parent's cached blocks: its CUDA calls would fail, and the memory is not
+ * its own to free. */
+static pthread_mutex_t pinned_mu_ = PTHREAD_MUTEX_INITIALIZER;
+static ddpc_pool pinned_pool_ = {pinned_alloc_, pinned_free_, (size_t)1 << 30, NULL, 0};
+static pthread_once_t pinned_once_ = PTHREAD_ONCE_INIT;
+
+static void pinned_lock_(void) { pthread_mutex_lock(&pinned_mu_); }
+static void pinned_unlock_(void) { pthread_mutex_unlock(&pinned_mu_); }
+static void pinned_child_(void) {
+    ddpc_pool_forget(&pinned_pool_);
+    pthread_mutex_unlock(&pinned_mu_);
+}
+/* Unchecked: without the handlers a forked child would only free its parent's
+ * blocks through CUDA calls that fail, which it ignores. */
+static void pinned_fork_handlers_(void) { (void)pthread_atfork(pinned_lock_, pinned_unlock_, pinned_child_); }
+
+static ddpc_status pinned_get_(size_t nbytes, ddpc_block **out) {
+    pthread_once(&pinned_once_, pinned_fork_handlers_);
+    pinned_lock_();
+    ddpc_status st = ddpc_pool_get(&pinned_pool_, nbytes, out);
+    pinned_unlock_();
+    if (st == DDPC_OK) (*out)->kind = DDPC_MEM_PINNED;
+    return st;
+}
+
+static void pinned_put_(ddpc_block *b) {
+    pinned_lock_();
+    ddpc_pool_put(&pinned_pool_, b);
+    pinned_unlock_();
+}
+
+size_t ddpc_pinned_empty_cache(void) {
+    pinned_lock_();
+    size_t freed = ddpc_pool_release(&pinned_pool_);
+    pinned_unlock_();
+    return freed;
+}
+
 static void forget_use_(ddpc_block *b) {
     if (!b->use_event) return;
     cudaEventSynchronize((cudaEvent_t)b->use_event); /* the memory goes away: the copy must be over */
@@ -216,12 +258,13 @@ ddpc_status ddpc_device_mem_stats(int device, ddpc_mem_stats *out) {
 }
 ddpc_status ddpc_device_reset_peak(int device) { return ddpc_cuda_require(device); }
 ddpc_status ddpc_device_empty_cache(int device) { return ddpc_cuda_require(device); }
-static ddpc_status pinned_alloc_(size_t nbytes, void **ptr) {
+static ddpc_status pinned_get_(size_t nbytes, ddpc_block **out) {
     (void)nbytes;
-    (void)ptr;
+    *out = NULL;
     return ddpc_cuda_require(0);
 }
-static void pinned_free_(void *ptr) { (void)ptr; }
+static void pinned_put_(ddpc_block *b) { free(b); }
+size_t ddpc_pinned_empty_cache(void) { return 0; }
 static void forget_use_(ddpc_block *b) { (void)b; }
 
 ddpc_status ddpc_block_record_use(ddpc_block *b, int device, void *stream) {
@@ -483,20 +526,15 @@ ddpc_status ddpc_shared_release_all(void) {
 ddpc_status ddpc_alloc(int device, size_t nbytes, int pinned, ddpc_block **out) {
     *out = NULL;
     if (device != DDPC_CPU) return device_alloc_(device, nbytes, out);
+    if (pinned && ddpc_cuda_device_count() > 0) return pinned_get_(nbytes, out);
     ddpc_block *b = calloc(1, sizeof *b);
     if (!b) return DDPC_ERROR(DDPC_ERR_OOM, "out of host memory for a block header");
     b->device = DDPC_CPU;
     b->size = nbytes;
-    ddpc_status st;
-    if (pinned && ddpc_cuda_device_count() > 0) {
-        b->kind = DDPC_MEM_PINNED;
-        st = pinned_alloc_(nbytes, &b->ptr);
-    } else {
-        /* Without a GPU there is nothing to pin for; page alignment keeps the
-         * buffer usable for O_DIRECT-style reads and shared mappings. */
-        b->kind = DDPC_MEM_HOST;
-        st = host_alloc_(nbytes, pinned ? PAGE_ALIGN : HOST_ALIGN, &b->ptr);
-    }
+    /* Without a GPU there is nothing to pin for; page alignment keeps the
+     * buffer usable for O_DIRECT-style reads and shared mappings. */
+    b->kind = DDPC_MEM_HOST;
+    ddpc_status st = host_alloc_(nbytes, pinned ? PAGE_ALIGN : HOST_ALIGN, &b->ptr);
     if (st != DDPC_OK) {
         free(b);
         return st;
@@ -514,9 +552,9 @@ ddpc_status ddpc_free(ddpc_block *b) {
     case DDPC_MEM_SHARED:
         return free_shared_(b);
     case DDPC_MEM_PINNED:
-        forget_use_(b);
-        pinned_free_(b->ptr);
-        break;
+        forget_use_(b); /* waits for the last copy out of it: the block may be handed out again */
+        pinned_put_(b);
+        return DDPC_OK;
     case DDPC_MEM_HOST:
         free(b->ptr);
         break;

@@ -60,6 +60,9 @@ ddpc_status ddpc_shared_release_all(void);
  * memory (the loader's batch pool) wait for it. Only the last copy is tracked. */
 ddpc_status ddpc_block_record_use(ddpc_block *block, int device, void *stream);
 int ddpc_block_busy(ddpc_block *block);
+/* Freed pinned blocks are cached for reuse (alloc.c); this frees the cached
+ * ones and returns how many bytes that was. */
+size_t ddpc_pinned_empty_cache(void);
 
 typedef struct {
     size_t allocated;  /* bytes in blocks handed out */

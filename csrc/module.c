@@ -186,6 +186,15 @@ static PyObject *py_cuda_empty_cache(PyObject *m, PyObject *arg) {
     Py_RETURN_NONE;
 }
 
+static PyObject *py_cuda_host_empty_cache(PyObject *m, PyObject *unused) {
+    (void)m, (void)unused;
+    size_t freed;
+    Py_BEGIN_ALLOW_THREADS
+    freed = ddpc_pinned_empty_cache();
+    Py_END_ALLOW_THREADS
+    return PyLong_FromSize_t(freed);
+}
+
 static PyObject *py_cuda_reset_peak_memory(PyObject *m, PyObject *arg) {
     (void)m;
     int device = PyLong_AsLong(arg);
@@ -331,6 +340,8 @@ static PyMethodDef module_methods[] = {
     {"cuda_compute_stream", py_cuda_compute_stream, METH_O, "the compute stream of a GPU, as an int"},
     {"cuda_memory_stats", py_cuda_memory_stats, METH_O, "caching allocator statistics of a GPU"},
     {"cuda_empty_cache", py_cuda_empty_cache, METH_O, "return cached device blocks to the driver"},
+    {"cuda_host_empty_cache", py_cuda_host_empty_cache, METH_NOARGS,
+     "free the cached pinned host blocks; returns how many bytes that was"},
     {"cuda_reset_peak_memory", py_cuda_reset_peak_memory, METH_O, "start a GPU's peak_allocated and peak_reserved from now"},
     {"cuda_mem_info", py_cuda_mem_info, METH_O, "(free, total) bytes of a GPU, as the driver reports them"},
     {"cuda_event_create", py_cuda_event_create, METH_VARARGS, "cuda_event_create(device, timing): a new event"},

@@ -43,7 +43,7 @@ def _sources(*names):
     return [f"{ROOT}/csrc/{n}.c" for n in names]
 
 
-CORE = _sources("common", "dtype", "alloc", "device")
+CORE = _sources("common", "dtype", "alloc", "pool", "device")
 # name: (test program, the sources it links)
 C_TESTS = {
     "core": (f"{ROOT}/tests/c/test_core.c", CORE),
@@ -52,6 +52,7 @@ C_TESTS = {
     "copy": (f"{ROOT}/tests/c/test_copy_lines.c", CORE + _sources("npy")),  # includes loader.c
     "comm": (f"{ROOT}/tests/c/test_ring_schedule.c", _sources("dtype", "comm/reduce")),
     "stash": (f"{ROOT}/tests/c/test_stash.c", _sources("common", "comm/stash")),
+    "pool": (f"{ROOT}/tests/c/test_pool.c", _sources("common", "pool")),
     "sort": (f"{ROOT}/tests/c/test_sort.c", _sources("sort")),
     "window": (f"{ROOT}/tests/c/test_window.c", []),  # kernels/window.h is header-only
     "special": (f"{ROOT}/tests/c/test_special_functions.c", []),  # so are kernels/special_functions.h and the rest

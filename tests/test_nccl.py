@@ -340,3 +340,35 @@ def test_the_default_backend_on_a_gpu_takes_cuda_and_host_tensors():
                          timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "DEFAULT nccl [2.0, 2.0, 2.0, 2.0, 2.0] [4.0, 4.0, 4.0] [6.0, 6.0] [{'r': 0}]" in out.stdout, out.stdout
+
+
+STAGING_SCRIPT = r"""
+import sys
+import ddpc, ddpc.distributed as dist
+from ddpc import _C
+dist.init_process_group("cpu", init_method=f"tcp://127.0.0.1:{sys.argv[1]}", rank=0, world_size=1)
+x = ddpc.ones(1000, device="cuda:0")
+_C.cuda_host_empty_cache()
+for _ in range(3):
+    dist.all_reduce(x)
+dist.broadcast(x, src=0)
+cached = _C.cuda_host_empty_cache()
+dist.all_reduce(x)
+dist.destroy_process_group()
+print("STAGED", x.cpu().tolist()[:2], cached, _C.cuda_host_empty_cache(), flush=True)
+"""
+
+
+@pytest.mark.gpu
+def test_cpu_backend_stages_cuda_tensors_through_one_cached_pinned_block():
+    """Each collective's staging block goes back to the cache and the next one
+    takes it (one 4 KiB block for 4,000 bytes); closing the group frees it."""
+    import socket
+    import subprocess
+    import sys
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    out = subprocess.run([sys.executable, "-c", STAGING_SCRIPT, port], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "STAGED [1.0, 1.0] 4096 0" in out.stdout, out.stdout

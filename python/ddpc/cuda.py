@@ -8,6 +8,7 @@ for by it. ddpc has one random generator for the host and every device, so
 ``manual_seed``/``manual_seed_all`` seed that one, as ``ddpc.manual_seed``.
 ``ddpc.cuda.nvtx`` has torch.cuda.nvtx's ranges and marks."""
 
+import atexit
 import contextlib
 import sys
 import types
@@ -113,6 +114,12 @@ def empty_cache():
     """Returns every cached, unused block on every device to the driver."""
     for i in range(device_count()):
         _C.cuda_empty_cache(i)
+
+
+# Pinned host blocks are cached for reuse once freed (staging buffers, pinned
+# tensors); at exit they are freed while CUDA can still be called (atexit
+# handlers run before the CUDA runtime's own teardown).
+atexit.register(_C.cuda_host_empty_cache)
 
 
 def reset_peak_memory_stats(device=None):

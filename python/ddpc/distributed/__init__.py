@@ -170,7 +170,8 @@ class ProcessGroup:
         return self._c.size
 
     def _close(self, wait):
-        """Closes the group (and its host companion); with ``wait``, after finishing dropped collectives."""
+        """Closes the group (and its host companion); with ``wait``, after finishing dropped collectives.
+        The pinned blocks that staged CUDA tensors on the cpu backend (cached for reuse) are freed."""
         for g in (self._host, self):
             if g is not None and g._c is not None:
                 if wait:
@@ -179,6 +180,7 @@ class ProcessGroup:
                 g._c = None
             if g is not None:
                 g._store = None
+        _C.cuda_host_empty_cache()
 
     def __reduce__(self):
         raise TypeError("cannot pickle a ProcessGroup: it is tied to this process's connections and shared memory")
@@ -734,6 +736,7 @@ class _Arg:
     """A tensor argument as the C layer takes it: host memory and a dtype code.
 
     On the cpu backend, CUDA tensors are staged through a pinned host buffer
+    (from the pinned blocks _C caches for reuse, freed when the group closes)
     and ``finish()`` copies the result back to the device; the nccl backend
     takes CUDA buffers as they are."""
 
