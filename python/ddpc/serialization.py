@@ -161,18 +161,17 @@ def _encode(obj, table, depth=0):
 
 def _pickled(obj, table, pickle_module, protocol):
     """obj pickled with its tensors, arrays, bytes and numpy numbers as persistent ids (their encoding)."""
-    def persistent_id(x):
-        if isinstance(x, (Tensor, np.ndarray, *_NUMPY_NUMBERS)) or type(x) is bytes:
-            try:
-                return tuple(_encode(x, table))
-            except _NotData:  # an array of objects, a numpy number that is no Python one: pickled as it is
-                return None
-        return None
+    class Pickler(pickle_module.Pickler):  # a method: Python 3.13's pickler refuses persistent_id set on it
+        def persistent_id(self, x):
+            if isinstance(x, (Tensor, np.ndarray, *_NUMPY_NUMBERS)) or type(x) is bytes:
+                try:
+                    return tuple(_encode(x, table))
+                except _NotData:  # an array of objects, a numpy number that is no Python one: pickled as it is
+                    return None
+            return None
 
     out = io.BytesIO()
-    pickler = pickle_module.Pickler(out, protocol=protocol)
-    pickler.persistent_id = persistent_id
-    pickler.dump(obj)
+    Pickler(out, protocol=protocol).dump(obj)
     return out.getvalue()
 
 
