@@ -4,10 +4,13 @@ per-worker seeds, IterableDataset streams (whole or split by the workers),
 exceptions and dead workers raised instead of hanging, timeouts, workers
 stopped when the iterator goes and kept with persistent_workers, spawn."""
 
+import gc
 import multiprocessing
 import os
 import random
 import signal
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -328,3 +331,141 @@ def test_every_sample_once_across_ranks_each_with_workers():
     n = 30
     shares = ddpc.spawn(rank_share, args=(n,), nprocs=2)
     assert sorted(shares[0] + shares[1]) == list(range(n))
+
+
+class Wide(Dataset):
+    """Sample i: 20,000 float32 equal to i (over 64 KiB a batch: in shared memory) and i as a label (in the
+    pickle); dies at the indices asked."""
+
+    def __init__(self, n, die_at=()):
+        self.n, self.die_at = n, set(die_at)
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        if i in self.die_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return np.full(20000, i, np.float32), i
+
+
+def batch_maps():
+    """How many of this process's mappings are batch memory from workers."""
+    with open("/proc/self/maps") as f:
+        return sum("memfd:ddpc-batch" in line for line in f)
+
+
+def open_fds():
+    gc.collect()  # descriptors of earlier tests' garbage (processes' sentinels) go first
+    return len(os.listdir("/proc/self/fd"))
+
+
+def batch_fds(pid):
+    """How many of a process's open descriptors are batch memory."""
+    links = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            links.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
+        except FileNotFoundError:  # closed meanwhile
+            pass
+    return sum("memfd:ddpc-batch" in link for link in links)
+
+
+def shm_names(pids):
+    """Entries of /dev/shm whose names carry one of these processes' ids."""
+    return [f for f in os.listdir("/dev/shm") if any(str(p) in f for p in pids)]
+
+
+def settles(check, seconds=10):
+    """Whether check() comes true within a bounded wait."""
+    deadline = time.monotonic() + seconds
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def worker_pids(loader_or_pass):
+    return [p.pid for p in loader_or_pass._pool.procs]
+
+
+def test_large_batches_wrap_shared_memory_and_stay_valid_while_kept():
+    maps, fds = batch_maps(), open_fds()
+    loader = DataLoader(Wide(40), batch_size=4, num_workers=2, persistent_workers=True)
+    epochs = [list(loader) for _ in range(3)]  # every batch of three passes kept to the end
+    # 8 batches a worker wrap its blocks (each its own: none was filled again while held), the rest are copies
+    assert 16 <= batch_maps() - maps <= 16 + 2 * 5
+    assert batch_fds("self") == batch_maps()  # each mapping keeps its descriptor, so they are bounded too
+    for batches in epochs:
+        for k, (x, y) in enumerate(batches):
+            assert y.tolist() == [4 * k + j for j in range(4)]
+            assert np.array_equal(x.numpy(), np.repeat(np.arange(4 * k, 4 * k + 4, dtype=np.float32), 20000)
+                                  .reshape(4, 20000))
+    x = epochs[0][0][0]
+    x.add_(1)  # a batch's memory is its own: writing to it changes no other batch
+    assert x.numpy()[0, 0] == 1 and epochs[1][0][0].numpy()[0, 0] == 0
+    del epochs, batches, x, y
+    assert sum(1 for _ in loader) == 10  # the workers hear of the blocks let go of with tasks, unmap all but a few
+    assert batch_maps() - maps <= 2 * 5  # per worker: the spare blocks, those of the prefetched batches and one
+    pids = worker_pids(loader)
+    del loader
+    assert batch_maps() == maps and batch_fds("self") == 0
+    assert settles(lambda: all(gone(p) for p in pids))
+    assert open_fds() == fds and not shm_names(pids + [os.getpid()])
+
+
+@pytest.mark.parametrize("method", multiprocessing.get_all_start_methods())
+def test_no_batch_memory_left_after_a_pass_with_each_start_method(method):
+    def one_pass():
+        it = iter(DataLoader(Wide(24), batch_size=4, num_workers=2, shuffle=True, generator=3,
+                             multiprocessing_context=method))
+        pids = worker_pids(it)
+        assert sorted(int(v) for _, y in it for v in y.tolist()) == list(range(24))
+        return pids
+
+    one_pass()  # the start method's own process and pipe (forkserver, resource tracker) stay: not counted
+    maps, fds = batch_maps(), open_fds()
+    pids = one_pass()
+    assert settles(lambda: all(gone(p) for p in pids))
+    assert batch_maps() == maps and open_fds() == fds and not shm_names(pids + [os.getpid()])
+
+
+def test_no_batch_memory_left_after_a_pass_is_dropped_a_worker_dies_or_the_loop_raises():
+    maps, fds = batch_maps(), open_fds()
+    it = iter(DataLoader(Wide(80), batch_size=4, num_workers=2, prefetch_factor=4))
+    next(it)  # the rest of the prefetched batches are in flight or in the loader's hands
+    pids = worker_pids(it)
+    del it
+    assert all(gone(p) for p in pids)
+    assert batch_maps() == maps and open_fds() == fds
+
+    with pytest.raises(RuntimeError, match="killed by signal SIGKILL"):
+        list(DataLoader(Wide(80, die_at={41}), batch_size=4, num_workers=2, prefetch_factor=4))
+    assert batch_maps() == maps and open_fds() == fds
+
+    loader = DataLoader(Wide(80), batch_size=4, num_workers=2, persistent_workers=True)
+    with pytest.raises(ZeroDivisionError):
+        for k, _ in enumerate(loader):
+            if k == 3:
+                1 / 0
+    pids += worker_pids(loader)
+    del loader, _  # the workers stay with the loader, the last batch with its name
+    assert settles(lambda: all(gone(p) for p in pids))
+    assert batch_maps() == maps and open_fds() == fds and not shm_names(pids + [os.getpid()])
+
+
+def test_no_batch_memory_left_when_the_loaders_process_raises():
+    script = ("import os, sys, numpy as np\n"
+              "sys.path.insert(0, os.path.dirname(sys.argv[1]))\n"
+              "from test_data_workers import Wide, worker_pids\n"
+              "from ddpc.data import DataLoader\n"
+              "it = iter(DataLoader(Wide(400), batch_size=4, num_workers=2, prefetch_factor=4))\n"
+              "next(it)\n"
+              "print(*worker_pids(it), flush=True)\n"
+              "raise RuntimeError('the loop failed')\n")
+    done = subprocess.run([sys.executable, "-c", script, __file__], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "the loop failed" in done.stderr
+    pids = [int(p) for p in done.stdout.split()]
+    assert len(pids) == 2 and settles(lambda: all(gone(p) for p in pids))
+    assert not shm_names(pids)

@@ -14,20 +14,34 @@ sentinel, so the loader raises instead of waiting for it.
 Why pipes and not multiprocessing queues: the loader waits on the pipes and
 the processes' sentinels together (``multiprocessing.connection.wait``), so a
 dead worker wakes it at once, and no feeder threads run in either process.
-Batches cross as pickle protocol 5 with their tensors' and arrays' bytes out
-of band: the worker writes each from its own memory into the pipe and the
-loader reads it straight into the memory the batch's tensor then wraps, one
-copy each side (pickling them in band copied each batch four more times).
+Batches cross as pickle protocol 5 with their tensors' and arrays' bytes of
+64 KiB and more out of band, in shared memory: each worker keeps blocks of it
+(memfds: anonymous, no name in /dev/shm), mapped in both processes, and passes
+a block's descriptor over its pipe (a Unix socket) the first time it uses the
+block. The worker copies a batch's buffers into a free block and the batch's
+tensors in the loader wrap that block, so the bytes are copied once; through
+the pipe they were copied once into it and once out of it. A block is the
+worker's to fill again only after nothing in the loader's process refers to
+the batch in it any more (weak references say when; the loader tells the
+worker with its next task), so a batch stays as it was however long it is
+kept. A loop that keeps more batches than a few per worker gets the further
+ones copied out of their blocks (each mapping holds a descriptor: both stay
+bounded). A worker keeps a few free blocks for the batches to come and unmaps
+the rest; the kernel frees a block once neither process maps it, whichever
+process dies when, so nothing is left behind.
 """
 
+import contextlib
 import io
 import itertools
+import mmap
 import multiprocessing
 import multiprocessing.connection
 import os
 import pickle
 import random
 import signal
+import socket
 import sys
 import time
 import traceback
@@ -42,6 +56,11 @@ from .tensor import Tensor, manual_seed
 _info = None  # this process's WorkerInfo while it is a worker
 _POLL_S = 1.0  # how often an idle worker checks that the loader's process is alive
 _IN_BAND_BYTES = 64 << 10  # smaller tensors and arrays travel inside the pickle
+_SPARE_BLOCKS = 2  # free blocks of shared memory a worker keeps mapped for its next batches
+# Blocks per worker that batches in the loader's process may hold; a batch beyond
+# them is copied out of its block at once, so a loop that keeps its batches holds
+# neither blocks (their descriptors: each mmap keeps one) nor memory without bound.
+_LEASED_BLOCKS = 8
 
 
 class WorkerInfo:
@@ -119,35 +138,122 @@ def _tensor_from_bytes(data, raw_dtype, shape, dtype_name):
     return Tensor(_C.Buffer.from_object(arr.view(np.dtype(raw_dtype)).reshape(shape), dtype_name))
 
 
-def _send(conn, message):
-    """Sends a picklable message, then its large buffers' bytes as they are
-    (the pickle says how many; see the module's comment)."""
+def _layout(sizes):
+    """Where each out-of-band buffer lies in a block (each at a multiple of 64
+    bytes, as the host allocator aligns tensors) and the bytes they take in all."""
+    offsets, end = [], 0
+    for n in sizes:
+        offsets.append(end)
+        end += -(-n // 64) * 64
+    return offsets, end
+
+
+class _Blocks:
+    """A worker's blocks of shared memory: those mapped (number -> mmap), those
+    free to fill, and those unmapped since its last message (for the loader to unmap too)."""
+
+    def __init__(self):
+        self.mapped, self.free, self.retired, self._made = {}, set(), [], 0
+
+    def release(self, numbers):
+        """Takes back the blocks whose batches the loader let go of, keeping the
+        _SPARE_BLOCKS largest free ones mapped."""
+        self.free.update(numbers)
+        for b in sorted(self.free, key=lambda b: len(self.mapped[b]))[:-_SPARE_BLOCKS]:
+            self.free.remove(b)
+            self.mapped.pop(b).close()
+            self.retired.append(b)
+
+    def take(self, nbytes):
+        """(number, mmap, descriptor): the smallest free block that holds nbytes, or a
+        new one (sized with room to spare, so batches a little larger fit it too) and
+        its descriptor to pass to the loader (None for a block it has)."""
+        fits = [b for b in self.free if len(self.mapped[b]) >= nbytes]
+        if fits:
+            b = min(fits, key=lambda b: len(self.mapped[b]))
+            self.free.remove(b)
+            return b, self.mapped[b], None
+        step = max(mmap.PAGESIZE, 1 << max(nbytes.bit_length() - 3, 0))
+        size = -(-nbytes // step) * step
+        fd = os.memfd_create("ddpc-batch", os.MFD_CLOEXEC)
+        try:
+            os.posix_fallocate(fd, 0, size)  # the pages now: no memory is an error here, not a SIGBUS when written
+            memory = mmap.mmap(fd, size)
+        except BaseException:
+            os.close(fd)
+            raise
+        b, self._made = self._made, self._made + 1
+        self.mapped[b] = memory
+        return b, memory, fd
+
+
+def _send(conn, blocks, message):
+    """Sends a picklable message; its large buffers' bytes go into one of the
+    worker's blocks (see the module's comment)."""
     buffers, stream = [], io.BytesIO()
 
-    def out_of_band(buffer):  # a true answer keeps a small buffer in the pickle: one system call less
+    def out_of_band(buffer):  # a true answer keeps a small buffer in the pickle
         return buffer.raw().nbytes < _IN_BAND_BYTES or buffers.append(buffer)
 
     _OutOfBand(stream, protocol=5, buffer_callback=out_of_band).dump(message)
     views = [b.raw() for b in buffers]
-    conn.send((stream.getvalue(), [v.nbytes for v in views]))
-    for v in views:
-        while v:
-            v = v[os.write(conn.fileno(), v):]
+    sizes = [v.nbytes for v in views]
+    block, fd = None, None
+    if views:
+        offsets, nbytes = _layout(sizes)
+        b, memory, fd = blocks.take(nbytes)
+        for v, at in zip(views, offsets):
+            memory[at:at + v.nbytes] = v
+        block = (b, len(memory), fd is not None)
+    try:
+        retired, blocks.retired = blocks.retired, []
+        conn.send((stream.getvalue(), sizes, block, retired))
+        if fd is not None:
+            try:
+                with _socket(conn) as sock:
+                    socket.send_fds(sock, [b"\0"], [fd])
+            except OSError as exc:  # the message went without its block: nothing can follow it
+                raise BrokenPipeError(f"could not pass a block of shared memory to the loader: {exc}") from exc
+    finally:
+        if fd is not None:
+            os.close(fd)  # the mapping keeps the block
 
 
-def _recv(conn):
-    """What _send sent: each out-of-band buffer is read from the pipe straight into
-    fresh memory of its own (Connection.recv_bytes_into would copy it twice more)."""
-    payload, sizes = conn.recv()
-    buffers = [np.empty(n, np.uint8) for n in sizes]
-    for b in buffers:
-        v = memoryview(b)
-        while v:
-            n = os.readv(conn.fileno(), [v])
-            if n == 0:
-                raise EOFError("a DataLoader worker's pipe closed in the middle of a batch")
-            v = v[n:]
-    return pickle.loads(payload, buffers=buffers)
+def _recv(conn, mapped):
+    """(pickle, sizes of its out-of-band buffers, number of the block they are in
+    or None) of what _send sent; a new block is mapped into ``mapped`` (number ->
+    mmap) as it comes, and those the worker unmapped are dropped from it."""
+    payload, sizes, block, retired = conn.recv()
+    for b in retired:
+        del mapped[b]  # unmapped once no batch in it is left either
+    if block is None:
+        return payload, sizes, None
+    b, size, new = block
+    if new:
+        with _socket(conn) as sock:
+            data, fds, _, _ = socket.recv_fds(sock, 1, 1, socket.MSG_CMSG_CLOEXEC)
+        if not data:
+            raise EOFError("a DataLoader worker's pipe closed in the middle of a batch")
+        try:
+            if not fds:  # the kernel drops a descriptor the process has no room for
+                raise OSError("no descriptor came with it (is the process out of file descriptors?)")
+            mapped[b] = mmap.mmap(fds[0], size)
+        except OSError as exc:  # the pipe is fine but the batch is lost: an error of its own, not a dead worker
+            raise RuntimeError(f"could not map a DataLoader worker's block of shared memory: {exc}") from exc
+        finally:
+            for fd in fds:
+                os.close(fd)
+    return payload, sizes, b
+
+
+@contextlib.contextmanager
+def _socket(conn):
+    """The connection's descriptor as a socket, to pass descriptors over; it stays the connection's."""
+    sock = socket.socket(fileno=conn.fileno())
+    try:
+        yield sock
+    finally:
+        sock.detach()
 
 
 def _seed_worker(seed):
@@ -172,7 +278,7 @@ def _worker_main(conn, fetcher, worker_id, num_workers, seed, init_fn, parent_pi
             init_fn(worker_id)
         except BaseException as exc:
             failed = _Raised(exc, worker_id, "in worker_init_fn of")
-    stream, generation = None, None
+    stream, generation, blocks = None, None, _Blocks()
     while True:
         try:
             if not conn.poll(_POLL_S):
@@ -184,7 +290,8 @@ def _worker_main(conn, fetcher, worker_id, num_workers, seed, init_fn, parent_pi
             return
         if task is None:
             return
-        gen, number, indices = task
+        gen, number, indices, released = task
+        blocks.release(released)
         if failed is not None:
             result = failed
         else:
@@ -199,12 +306,12 @@ def _worker_main(conn, fetcher, worker_id, num_workers, seed, init_fn, parent_pi
             except BaseException as exc:
                 result = _Raised(exc, worker_id)
         try:
-            _send(conn, (gen, number, result))
+            _send(conn, blocks, (gen, number, result))
         except (BrokenPipeError, ConnectionResetError, EOFError):
             return
         except Exception as exc:  # the batch does not pickle (nothing was sent): say so instead
             try:
-                _send(conn, (gen, number, _Raised(exc, worker_id, "sending a batch from")))
+                _send(conn, blocks, (gen, number, _Raised(exc, worker_id, "sending a batch from")))
             except OSError:
                 return
 
@@ -234,8 +341,11 @@ def _describe_exit(proc):
     return f"exited unexpectedly with exit code {code}"
 
 
-def _stop(procs, conns):
-    """Tells every worker to stop, waits briefly, then terminates those still running."""
+def _stop(procs, conns, mapped):
+    """Tells every worker to stop, waits briefly, then terminates those still
+    running; unmaps their blocks of shared memory but those of batches still held."""
+    for m in mapped:
+        m.clear()
     for c in conns:
         try:
             c.send(None)
@@ -261,7 +371,11 @@ class WorkerPool:
         ctx = context
         fork = ctx.get_start_method() == "fork"
         self.procs, self.conns = [], []
-        self._finalizer = weakref.finalize(self, _stop, self.procs, self.conns)
+        self.mapped = [{} for _ in range(num_workers)]  # each worker's blocks of shared memory: number -> mmap
+        self._leases = {}  # (worker, block) -> weak reference to the array a batch in the block is made of
+        self._let_go = []  # (worker, block) of the batches gone since the last task, appended by the references
+        self._released = [[] for _ in range(num_workers)]  # each worker's blocks to tell it of with its next task
+        self._finalizer = weakref.finalize(self, _stop, self.procs, self.conns, self.mapped)
         for w in range(num_workers):
             ours, theirs = ctx.Pipe()
             self.conns.append(ours)
@@ -276,8 +390,31 @@ class WorkerPool:
         self.generation = 0
         self.outstanding = [0] * num_workers
 
+    def _collect(self):
+        """Moves the blocks of the batches gone since the last call to their workers' lists to release."""
+        while self._let_go:
+            w, b = self._let_go.pop()
+            del self._leases[w, b]
+            self._released[w].append(b)
+
+    def _lease(self, w, b, sizes):
+        """The out-of-band buffers of a batch in worker w's block b: views of it,
+        the block in use while any is, or copies once _LEASED_BLOCKS per worker are."""
+        offsets, nbytes = _layout(sizes)
+        lease = np.frombuffer(self.mapped[w][b], np.uint8, nbytes)
+        self._collect()
+        if len(self._leases) < _LEASED_BLOCKS * len(self.procs):
+            self._leases[w, b] = weakref.ref(lease, lambda _, key=(w, b), let_go=self._let_go: let_go.append(key))
+        else:
+            lease = lease.copy()
+            self._released[w].append(b)
+        return [lease[at:at + n] for n, at in zip(sizes, offsets)]
+
     def send(self, w, task):
-        self.conns[w].send(task)
+        """Sends worker w a task, with the blocks it may fill again (their batches are gone)."""
+        self._collect()
+        self.conns[w].send(task + (self._released[w],))
+        self._released[w] = []
         self.outstanding[w] += 1
 
     def receive(self, timeout):
@@ -291,9 +428,11 @@ class WorkerPool:
                 continue
             w = self.conns.index(r)
             try:
-                got.append((w, _recv(r)))
+                payload, sizes, b = _recv(r, self.mapped[w])
             except (EOFError, OSError):
                 continue  # its process ended: reported below
+            message = pickle.loads(payload, buffers=None if b is None else self._lease(w, b, sizes))
+            got.append((w, message))
             self.outstanding[w] -= 1
         if not got:
             dead = [(w, p) for w, p in enumerate(self.procs) if p.exitcode is not None]
@@ -366,7 +505,12 @@ class WorkerBatches:
                 if wait is not None and wait <= 0:
                     self.close()
                     raise RuntimeError(f"DataLoader timed out after {self._timeout} seconds waiting for a batch")
-                for w, (gen, number, result) in self._pool.receive(wait):
+                try:
+                    got = self._pool.receive(wait)
+                except BaseException:  # a dead worker, a batch that could not be mapped, an interrupt: the pass ends
+                    self.close()
+                    raise
+                for w, (gen, number, result) in got:
                     if gen == self._gen:
                         self._results[number] = (w, result)
             w, result = self._results.pop(number)
