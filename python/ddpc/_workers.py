@@ -11,6 +11,14 @@ back in (or as they come, with ``in_order=False``). A worker that fails sends it
 the worker's traceback); a worker that dies is noticed through its process
 sentinel, so the loader raises instead of waiting for it.
 
+A pass that resumes one taken mid-way (DataLoader.load_state_dict) gives
+each worker of an IterableDataset, with its first task, where its stream
+stood: the worker restores the data set's state, or draws and drops the
+batches it had made; its batches come back with the data set's state after
+them. The first tasks go to the workers that had them in flight, and the
+round-robin goes on from where it was, so with ``in_order`` the batches come
+in the order an uninterrupted pass would have handed them out.
+
 Why pipes and not multiprocessing queues: the loader waits on the pipes and
 the processes' sentinels together (``multiprocessing.connection.wait``), so a
 dead worker wakes it at once, and no feeder threads run in either process.
@@ -33,7 +41,6 @@ process dies when, so nothing is left behind.
 
 import contextlib
 import io
-import itertools
 import mmap
 import multiprocessing
 import multiprocessing.connection
@@ -278,7 +285,7 @@ def _worker_main(conn, fetcher, worker_id, num_workers, seed, init_fn, parent_pi
             init_fn(worker_id)
         except BaseException as exc:
             failed = _Raised(exc, worker_id, "in worker_init_fn of")
-    stream, generation, blocks = None, None, _Blocks()
+    stream, generation, stream_state, blocks = None, None, None, _Blocks()
     while True:
         try:
             if not conn.poll(_POLL_S):
@@ -290,7 +297,7 @@ def _worker_main(conn, fetcher, worker_id, num_workers, seed, init_fn, parent_pi
             return
         if task is None:
             return
-        gen, number, indices, released = task
+        gen, number, indices, start, released = task
         blocks.release(released)
         if failed is not None:
             result = failed
@@ -299,19 +306,20 @@ def _worker_main(conn, fetcher, worker_id, num_workers, seed, init_fn, parent_pi
                 if indices is not None:
                     result = fetcher.fetch(indices)
                 else:
-                    if gen != generation:  # a new epoch: this worker reads the stream from its start
-                        stream, generation = iter(fetcher.dataset), gen
+                    if gen != generation:  # a new epoch: the stream from its start, or from where a resumed one was
+                        stream, generation = fetcher.open(*(start or (0, None))), gen
                     samples = fetcher.draw(stream)
                     result = _Exhausted() if samples is fetcher.END else fetcher.collate_fn(samples)
+                    stream_state = fetcher.stream_state()
             except BaseException as exc:
                 result = _Raised(exc, worker_id)
         try:
-            _send(conn, blocks, (gen, number, result))
+            _send(conn, blocks, (gen, number, result, stream_state))
         except (BrokenPipeError, ConnectionResetError, EOFError):
             return
         except Exception as exc:  # the batch does not pickle (nothing was sent): say so instead
             try:
-                _send(conn, blocks, (gen, number, _Raised(exc, worker_id, "sending a batch from")))
+                _send(conn, blocks, (gen, number, _Raised(exc, worker_id, "sending a batch from"), None))
             except OSError:
                 return
 
@@ -370,6 +378,7 @@ class WorkerPool:
     def __init__(self, fetcher, num_workers, seed, init_fn, context):
         ctx = context
         fork = ctx.get_start_method() == "fork"
+        self.seed = seed
         self.procs, self.conns = [], []
         self.mapped = [{} for _ in range(num_workers)]  # each worker's blocks of shared memory: number -> mmap
         self._leases = {}  # (worker, block) -> weak reference to the array a batch in the block is made of
@@ -418,7 +427,7 @@ class WorkerPool:
         self.outstanding[w] += 1
 
     def receive(self, timeout):
-        """[(worker, (generation, number, result))] of the results ready within
+        """[(worker, (generation, number, result, stream state))] of the results ready within
         ``timeout`` seconds (None: until one is); raises RuntimeError if a worker has died."""
         sentinels = {p.sentinel: w for w, p in enumerate(self.procs)}
         ready = multiprocessing.connection.wait(self.conns + list(sentinels), timeout)
@@ -455,25 +464,39 @@ class WorkerBatches:
     their results in order (or, with ``in_order=False``, as they come). ``tasks`` yields each batch's indices, or is None
     for an IterableDataset (each worker streams its own copy). ``finish``
     turns a worker's batch into what the loader hands out (device, pinning).
-    Stale results of an earlier pass over a persistent pool are dropped."""
+    Stale results of an earlier pass over a persistent pool are dropped.
 
-    def __init__(self, pool, tasks, prefetch, timeout, finish, owns_pool, remaining, in_order=True):
+    A resumed pass over an IterableDataset passes ``start``, each worker's
+    (batches handed out, data set state), and ``schedule``, what
+    ``schedule()`` said when the last of them was handed out."""
+
+    def __init__(self, pool, tasks, prefetch, timeout, finish, owns_pool, remaining, in_order=True, start=None,
+                 schedule=None):
         self._pool, self._finish, self._remaining = pool, finish, remaining
         pool.generation += 1
         self._gen = pool.generation
         self._tasks = None if tasks is None else iter(tasks)
         self._active = list(range(len(pool.procs)))  # workers still given tasks, in round-robin order
-        self._turn = itertools.cycle(self._active)
+        self._turn = 0  # the index in _active of the worker the next task goes to
         self._results, self._sent, self._taken = {}, 0, 0
+        self._worker_of = {}  # task number -> worker, for the tasks not yet taken
+        self._start, self._started = start, set()
         self._in_order = in_order
         self._timeout = timeout
         self._owns_pool = owns_pool
         self._done = False
-        for _ in range(prefetch * len(pool.procs)):
-            if not self._send():
-                break
+        if schedule is None:
+            for _ in range(prefetch * len(pool.procs)):
+                if not self._send():
+                    break
+            return
+        self._active = list(schedule["active"])
+        for w in schedule["pending"]:  # a task in flight to a worker that has run dry only comes back empty
+            if w in self._active:
+                self._send(w)
+        self._turn = schedule["turn"]
 
-    def _send(self):
+    def _send(self, worker=None):
         if not self._active:
             return False
         indices = None
@@ -482,13 +505,28 @@ class WorkerBatches:
             if indices is None:
                 self._tasks = iter(())
                 return False
-        w = next(self._turn)
-        self._pool.send(w, (self._gen, self._sent, indices))
+        if worker is None:
+            self._turn %= len(self._active)
+            worker = self._active[self._turn]
+            self._turn += 1
+        start = None
+        if self._start is not None and worker not in self._started:
+            start = self._start[worker]
+            self._started.add(worker)
+        self._pool.send(worker, (self._gen, self._sent, indices, start))
+        self._worker_of[self._sent] = worker
         self._sent += 1
         return True
 
+    def schedule(self):
+        """Where the round-robin stands: the workers still given tasks, the index
+        among them of the next one, and the workers of the tasks in flight, in order."""
+        return {"active": list(self._active), "turn": self._turn % len(self._active) if self._active else 0,
+                "pending": [self._worker_of[t] for t in sorted(self._worker_of)]}
+
     def _next(self):
-        """The next batch; StopIteration at the end of the pass."""
+        """(the next batch, (its task number, its worker, the worker's stream state
+        after it, the schedule after it)); StopIteration at the end of the pass."""
         if self._done:
             raise StopIteration
         if self._gen != self._pool.generation:
@@ -510,10 +548,11 @@ class WorkerBatches:
                 except BaseException:  # a dead worker, a batch that could not be mapped, an interrupt: the pass ends
                     self.close()
                     raise
-                for w, (gen, number, result) in got:
+                for w, (gen, number, result, state) in got:
                     if gen == self._gen:
-                        self._results[number] = (w, result)
-            w, result = self._results.pop(number)
+                        self._results[number] = (w, result, state)
+            w, result, state = self._results.pop(number)
+            del self._worker_of[number]
             self._taken += 1
             if isinstance(result, _Raised):
                 self.close()
@@ -521,11 +560,11 @@ class WorkerBatches:
             if isinstance(result, _Exhausted):
                 if w in self._active:  # its later tasks come back exhausted too: skipped
                     self._active.remove(w)
-                    self._turn = itertools.cycle(self._active)
+                    self._turn = 0
                 continue
             self._send()
             self._remaining = max(self._remaining - 1, 0)
-            return self._finish(result)
+            return self._finish(result), (number, w, state, self.schedule() if self._tasks is None else None)
 
     def _ready(self):
         """The number of the result to hand out next, None until it has come: the

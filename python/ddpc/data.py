@@ -51,6 +51,7 @@ takes one replica, unless ``WORLD_SIZE`` names several (then it is an error).
 
 import bisect
 import collections.abc
+import copy
 import itertools
 import numbers
 import os
@@ -173,6 +174,51 @@ def _next_seed(generator):
     return (gseed * 0x9E3779B97F4A7C15 + offset) & _MASK64
 
 
+def _generator_state(generator):
+    """A private generator's (seed, offset) for a state dict; None for the global one, which is the caller's to save."""
+    return None if generator is None else [generator.seed, generator.offset]
+
+
+def _set_generator_state(generator, state, owner):
+    if state is None:
+        return
+    if generator is None:
+        raise ValueError(f"{owner}: the state holds a generator's state, but this one draws from ddpc's global "
+                         "generator (restore that with ddpc.set_rng_state)")
+    if not isinstance(state, (list, tuple)) or len(state) != 2 or not all(isinstance(v, int) for v in state):
+        raise ValueError(f"{owner}: a generator state is [seed, offset], got {state!r}")
+    generator.seed, generator.offset = int(state[0]) & _MASK64, int(state[1])
+
+
+def _state_entries(state, owner, keys):
+    """``state``'s values of ``keys`` (a clear error for anything but a dict holding them)."""
+    if not isinstance(state, collections.abc.Mapping):
+        raise TypeError(f"{owner}.load_state_dict expects the dict that state_dict() returns, got "
+                        f"{type(state).__name__}")
+    missing = [k for k in keys if k not in state]
+    if missing:
+        raise ValueError(f"{owner}.load_state_dict: not a state of one: no {', '.join(map(repr, missing))} "
+                         f"(it has {sorted(map(str, state))})")
+    return [state[k] for k in keys]
+
+
+def _without_pass_seed(state):
+    """A sampler state (maybe a BatchSampler's around it) whose next pass draws afresh instead of repeating."""
+    if isinstance(state, collections.abc.Mapping):
+        state = dict(state)
+        if "pass_seed" in state:
+            state["pass_seed"] = None
+        if "sampler" in state:
+            state["sampler"] = _without_pass_seed(state["sampler"])
+    return state
+
+
+def _int_entry(value, what, owner):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+        raise ValueError(f"{owner}.load_state_dict: {what} must be an integer >= 0, got {value!r}")
+    return int(value)
+
+
 def _f64_vector(values, what):
     arr = np.ascontiguousarray(np.asarray(values, dtype=np.float64))
     if arr.ndim != 1:
@@ -198,6 +244,8 @@ class Sampler:
 
 
 class _EpochMixin:
+    """A sampler whose order is a function of (seed, epoch): its state is the epoch."""
+
     epoch = 0
 
     def set_epoch(self, epoch):
@@ -206,6 +254,47 @@ class _EpochMixin:
 
     def _epoch_seed(self):
         return (self.seed + self.epoch) & _MASK64
+
+    def state_dict(self):
+        """What fixes this sampler's order: ``{"epoch": e}`` (a DataLoader keeps the position within it)."""
+        return {"epoch": self.epoch}
+
+    def load_state_dict(self, state_dict):
+        (epoch,) = _state_entries(state_dict, type(self).__name__, ["epoch"])
+        self.epoch = _int_entry(epoch, "epoch", type(self).__name__)
+
+
+class _PassSeedMixin:
+    """A sampler that draws a fresh seed for each pass from ``self.generator``.
+
+    Its state is the seed of the pass in progress and its private generator's
+    state after that draw; ``load_state_dict`` makes the next pass repeat the
+    one the state was taken in (so a DataLoader resumes it) and the passes
+    after it draw what they would have drawn. A sampler drawing from ddpc's
+    global generator leaves that one alone: save ``ddpc.get_rng_state()`` too
+    for the later passes to match.
+    """
+
+    _pass_seed = None  # the seed of the pass in progress
+    _replay = None  # the seed the next pass repeats, set by load_state_dict
+
+    def _draw_seed(self):
+        seed, self._replay = (_next_seed(self.generator) if self._replay is None else self._replay), None
+        self._pass_seed = seed
+        return seed
+
+    def state_dict(self):
+        return {"epoch": getattr(self, "epoch", 0), "pass_seed": self._pass_seed,
+                "generator": _generator_state(self.generator)}
+
+    def load_state_dict(self, state_dict):
+        owner = type(self).__name__
+        epoch, pass_seed, generator = _state_entries(state_dict, owner, ["epoch", "pass_seed", "generator"])
+        self.epoch = _int_entry(epoch, "epoch", owner)
+        if pass_seed is not None:
+            pass_seed = _int_entry(pass_seed, "pass_seed", owner)
+        _set_generator_state(self.generator, generator, owner)
+        self._pass_seed = self._replay = pass_seed
 
 
 class SequentialSampler(Sampler):
@@ -221,13 +310,15 @@ class SequentialSampler(Sampler):
         return _length_of(self.data_source)
 
 
-class RandomSampler(_EpochMixin, Sampler):
+class RandomSampler(_PassSeedMixin, _EpochMixin, Sampler):
     """Random order of ``data_source``: a permutation (or ``num_samples`` draws), or
     uniform draws with ``replacement``.
 
     With ``seed=None`` every pass draws a fresh seed from ``generator`` (see
     ``ddpc.Generator``; by default ddpc's global one, ``ddpc.manual_seed``);
     with a seed, pass e uses ``seed + e`` as set by ``set_epoch``.
+    ``state_dict()`` holds the epoch, and without a seed the pass's seed
+    and the generator's state (see ``load_state_dict``).
     """
 
     def __init__(self, data_source, replacement=False, num_samples=None, generator=None, seed=None):
@@ -247,11 +338,21 @@ class RandomSampler(_EpochMixin, Sampler):
         n = _length_of(self.data_source)
         if n == 0:
             return np.empty(0, dtype=np.int64)
-        seed = _next_seed(self.generator) if self.seed is None else self._epoch_seed()
+        seed = self._draw_seed() if self.seed is None else self._epoch_seed()
         return np.asarray(_C.random_sampler_indices(n, self.num_samples, self.replacement, seed))
 
     def __len__(self):
         return self.num_samples
+
+    def state_dict(self):
+        return super().state_dict() if self.seed is None else _EpochMixin.state_dict(self)
+
+    def load_state_dict(self, state_dict):
+        """Restores a ``state_dict()``; without a seed the next pass repeats the one it was taken in."""
+        if self.seed is None:
+            super().load_state_dict(state_dict)
+        else:
+            _EpochMixin.load_state_dict(self, state_dict)
 
 
 class BatchSampler(Sampler):
@@ -274,6 +375,16 @@ class BatchSampler(Sampler):
     def __len__(self):
         n = len(self.sampler)
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+    def state_dict(self):
+        """Its sampler's state (``{"sampler": ...}``; None where the sampler has none)."""
+        method = getattr(self.sampler, "state_dict", None)
+        return {"sampler": method() if callable(method) else None}
+
+    def load_state_dict(self, state_dict):
+        (inner,) = _state_entries(state_dict, "BatchSampler", ["sampler"])
+        if inner is not None:
+            self.sampler.load_state_dict(inner)
 
 
 class DistributedSampler(_EpochMixin, Sampler):
@@ -384,7 +495,7 @@ class WeightedDistributedSampler(_EpochMixin, Sampler):
         return self.num_samples
 
 
-class WeightedRandomSampler(WeightedDistributedSampler):
+class WeightedRandomSampler(_PassSeedMixin, WeightedDistributedSampler):
     """``num_samples`` indices drawn with probability proportional to
     ``weights`` (one process; a fresh draw each pass, from ``generator``)."""
 
@@ -394,10 +505,10 @@ class WeightedRandomSampler(WeightedDistributedSampler):
 
     def indices(self):
         return np.asarray(_C.weighted_sampler_indices(self.weights, self.total_size, self.replacement, 1, 0,
-                                                      _next_seed(self.generator)))
+                                                      self._draw_seed()))
 
 
-class SubsetRandomSampler(Sampler):
+class SubsetRandomSampler(_PassSeedMixin, Sampler):
     """The given indices in a random order, drawn afresh each pass from ``generator``."""
 
     def __init__(self, indices, generator=None):
@@ -408,7 +519,7 @@ class SubsetRandomSampler(Sampler):
         n = len(self.subset)
         if n == 0:
             return self.subset
-        return self.subset[np.asarray(_C.random_sampler_indices(n, n, False, _next_seed(self.generator)))]
+        return self.subset[np.asarray(_C.random_sampler_indices(n, n, False, self._draw_seed()))]
 
     def __len__(self):
         return len(self.subset)
@@ -439,6 +550,15 @@ def _fixed_batches(idx, batch_size, drop_last):
     nb = n // batch_size if drop_last else -(-n // batch_size)
     offsets = np.minimum(np.arange(nb + 1, dtype=np.int64) * batch_size, n)
     return idx, offsets
+
+
+def _select_batches(idx, offsets, order):
+    """(indices, offsets) of the batches numbered ``order`` of the plan (idx, offsets), in that order."""
+    starts, lengths = offsets[order], offsets[order + 1] - offsets[order]
+    new_offsets = np.zeros(len(order) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=new_offsets[1:])
+    positions = np.repeat(starts - new_offsets[:-1], lengths) + np.arange(new_offsets[-1], dtype=np.int64)
+    return np.ascontiguousarray(idx[positions]), new_offsets
 
 
 # ---- data sets ---------------------------------------------------------------------------
@@ -727,6 +847,29 @@ class _Fetcher:
         chunk = list(itertools.islice(stream, self.batch_size))
         return self.END if not chunk or (self.drop_last and len(chunk) < self.batch_size) else chunk
 
+    def open(self, batches, state):
+        """An iterator over the IterableDataset, past the first ``batches`` of its
+        batches: from ``state`` through the data set's ``load_state_dict``, called
+        before ``iter()``, where a state was saved; else by drawing and dropping them."""
+        if state is not None:
+            self.dataset.load_state_dict(state)
+            return iter(self.dataset)
+        stream = iter(self.dataset)
+        for _ in range(batches):
+            if self.draw(stream) is self.END:
+                break
+        return stream
+
+    def stream_state(self):
+        """A copy of the IterableDataset's ``state_dict()``, None where it has none."""
+        if not _stateful(self.dataset):
+            return None
+        return copy.deepcopy(self.dataset.state_dict())
+
+
+def _stateful(obj):
+    return callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None))
+
 
 def _samples(dataset, indices):
     """The samples at ``indices``: one ``__getitems__(indices)`` call where the data
@@ -768,18 +911,65 @@ def _move(value, device, pin_memory):
 # ---- iterators -----------------------------------------------------------------------------
 
 
+class _Progress:
+    """Where a pass over a DataLoader stands, for its ``state_dict()``: the
+    batches handed out (all before ``done``, and with ``in_order=False`` those
+    in ``ahead``), and over an IterableDataset each stream's (batches handed
+    out, data set state after them) and the workers' round-robin."""
+
+    def __init__(self, order, num_batches, done=0, ahead=(), streams=None, schedule=None, base_seed=None):
+        self.order = order  # map-style: the pass's batch numbers, task by task; None for a stream
+        self.num_batches = num_batches
+        self.done, self.ahead = done, set(ahead)
+        self.streams, self.schedule, self.base_seed = streams, schedule, base_seed
+        self.ended = False
+
+    @property
+    def finished(self):
+        return self.done >= self.num_batches if self.order is not None else self.ended
+
+    def hand_out(self, task, worker, state, schedule):
+        """Counts a batch handed out (not one merely prefetched)."""
+        if self.order is None:
+            self.done += 1
+            stream = self.streams[worker or 0]
+            stream[0], stream[1] = stream[0] + 1, state
+            self.schedule = schedule
+            return
+        number = int(self.order[task])
+        if number != self.done:
+            self.ahead.add(number)
+            return
+        self.done += 1
+        while self.done in self.ahead:
+            self.ahead.remove(self.done)
+            self.done += 1
+
+
 class _Batches:
-    """What DataLoader's iterators share: ``__next__`` (their ``_next``) shows in
+    """What DataLoader's iterators share: ``__next__`` (their ``_next``, which
+    returns the batch and what ``_Progress.hand_out`` takes) shows in
     ddpc.profiler under the name PyTorch's loader iterators have there."""
+
+    _progress = None
 
     def __iter__(self):
         return self
 
     def __next__(self):
-        if profiler._is_profiler_enabled:
-            with profiler.record_function(f"enumerate(DataLoader)#{type(self).__name__}.__next__"):
-                return self._next()
-        return self._next()
+        try:
+            if profiler._is_profiler_enabled:
+                with profiler.record_function(f"enumerate(DataLoader)#{type(self).__name__}.__next__"):
+                    batch, note = self._next()
+            else:
+                batch, note = self._next()
+        except StopIteration:
+            if self._progress is not None:
+                self._progress.ended = True
+            raise
+        if self._progress is not None:
+            self._progress.hand_out(*note)
+        return batch
 
 
 class _ArrayBatches(_Batches):
@@ -787,9 +977,12 @@ class _ArrayBatches(_Batches):
 
     def __init__(self, loader):
         self._loader = loader
+        self._count = 0
 
     def _next(self):
-        return [Tensor(buf) for buf in next(self._loader)]
+        batch = [Tensor(buf) for buf in next(self._loader)]
+        self._count += 1
+        return batch, (self._count - 1, None, None, None)
 
     def __length_hint__(self):
         return self._loader.__length_hint__()
@@ -1043,6 +1236,8 @@ class DataLoader:
         # A subclass that overrides __getitem__ is read item by item, as PyTorch would.
         batched = batch_size is not None or batch_sampler is not None
         self._arrays, self._rows = _array_rows(dataset) if collate_fn is None and batched else (None, None)
+        self._progress = None  # the latest pass's
+        self._resume = None  # a state load_state_dict took, for the next pass
 
     def _plan(self):
         """The epoch's (indices, offsets): batch b is indices[offsets[b]:offsets[b + 1]]."""
@@ -1057,46 +1252,91 @@ class DataLoader:
         return np.ascontiguousarray(idx), offsets
 
     def __iter__(self):
+        resume, self._resume = self._resume, None
+        if resume is not None and resume["finished"]:
+            resume = None
         fetcher = _Fetcher(self.dataset, self.batch_size is not None or self.batch_sampler is not None,
                            self.batch_size, self.drop_last, self.collate_fn)
         if self._iterable:
-            if self.num_workers:
-                return self._in_workers(fetcher, None, self._length_or(0))
-            samples = iter(self.dataset)
-            batches = iter(lambda: fetcher.draw(samples), fetcher.END)
-            return self._batches(lambda b: self._finish(fetcher.collate_fn(b)), batches, self._length_or(0))
+            return self._stream(fetcher, resume)
+        if resume is not None:
+            self._check_sampler(resume)
         idx, offsets = self._plan()
+        nb = len(offsets) - 1
+        done, ahead = (0, ()) if resume is None else (resume["batches_yielded"], resume["batches_ahead"])
+        if resume is not None and resume["num_batches"] not in (None, nb):
+            raise ValueError(f"DataLoader: the state was taken in a pass of {resume['num_batches']} batches, but "
+                             f"this pass has {nb}: the sampler does not give the order it gave then")
+        order = np.setdiff1d(np.arange(done, nb, dtype=np.int64), np.asarray(ahead, dtype=np.int64),
+                             assume_unique=True)
+        progress = _Progress(order, nb, done, ahead)
+        self._progress = progress
         if self._arrays is not None:
+            # Skipped batches are left out of the plan, so their rows are never gathered.
+            idx, offsets = (idx, offsets[done:]) if not ahead else _select_batches(idx, offsets, order)
             ds = self._arrays
             if self._rows is not None:
                 idx = self._rows[idx]
-            return _ArrayBatches(_C.Loader(ds._buffers, ds._file_backed, idx, offsets, self.prefetch,
-                                           self.num_threads, self.device, self.pin_memory, RESIDENT_BUDGET))
+            batches = _ArrayBatches(_C.Loader(ds._buffers, ds._file_backed, idx, offsets, self.prefetch,
+                                              self.num_threads, self.device, self.pin_memory, RESIDENT_BUDGET))
+            batches._progress = progress
+            return batches
         idx = idx.tolist()
-        batches = [idx[offsets[b]:offsets[b + 1]] for b in range(len(offsets) - 1)]
+        tasks = [idx[offsets[b]:offsets[b + 1]] for b in order.tolist()]
         if self.num_workers:
-            return self._in_workers(fetcher, batches, len(batches))
-        return self._batches(lambda b: self._finish(fetcher.fetch(b)), batches, len(batches))
+            return self._in_workers(fetcher, tasks, progress, resume)
+        return self._batches(lambda task: (self._finish(fetcher.fetch(task[1])), (task[0], None, None, None)),
+                             enumerate(tasks), len(tasks), progress)
 
-    def _in_workers(self, fetcher, batches, remaining):
-        pool, owned = self._workers(fetcher)
-        return _WorkerBatches(pool, batches, self.prefetch, self.timeout, self._finish, owned, remaining,
-                              self.in_order)
+    def _stream(self, fetcher, resume):
+        """A pass over an IterableDataset, from the start or from where ``resume`` says it was."""
+        streams = [[0, None] for _ in range(self.num_workers or 1)]
+        progress = _Progress(None, None, streams=streams)
+        if resume is not None:
+            progress.done, progress.schedule = resume["batches_yielded"], resume["schedule"]
+            progress.streams = [list(s) for s in resume["streams"]]
+        self._progress = progress
+        if self.num_workers:
+            return self._in_workers(fetcher, None, progress, resume)
+        stream = fetcher.open(*progress.streams[0])
 
-    def _batches(self, fetch, batches, remaining):
+        def draws():
+            while (samples := fetcher.draw(stream)) is not fetcher.END:
+                yield samples, fetcher.stream_state()
+
+        return self._batches(lambda item: (self._finish(fetcher.collate_fn(item[0])), (None, None, item[1], None)),
+                             draws(), max(self._length_or(0) - progress.done, 0), progress)
+
+    def _in_workers(self, fetcher, tasks, progress, resume):
+        pool, owned = self._workers(fetcher, None if resume is None else resume["base_seed"])
+        progress.base_seed = pool.seed
+        start = schedule = None
+        if resume is not None and self._iterable:
+            start, schedule = [tuple(s) for s in resume["streams"]], resume["schedule"]
+        remaining = len(tasks) if tasks is not None else max(self._length_or(0) - progress.done, 0)
+        batches = _WorkerBatches(pool, tasks, self.prefetch, self.timeout, self._finish, owned, remaining,
+                                 self.in_order, start, schedule)
+        batches._progress = progress
+        return batches
+
+    def _batches(self, fetch, batches, remaining, progress):
         if self.num_workers == 0:
-            return _CallerBatches(fetch, batches, remaining)
-        return _ThreadedBatches(fetch, batches, self.prefetch, remaining, self.timeout, self.worker_init_fn)
+            batches = _CallerBatches(fetch, batches, remaining)
+        else:
+            batches = _ThreadedBatches(fetch, batches, self.prefetch, remaining, self.timeout, self.worker_init_fn)
+        batches._progress = progress
+        return batches
 
     def _finish(self, batch):
         return _move(batch, self.device, self.pin_memory)
 
-    def _workers(self, fetcher):
-        """(pool, owned): a new pool of worker processes for one pass, or the
-        loader's own with ``persistent_workers``."""
+    def _workers(self, fetcher, seed=None):
+        """(pool, owned): a new pool of worker processes for one pass (their base
+        seed ``seed``, else a fresh one), or the loader's own with ``persistent_workers``."""
         if self.persistent_workers and self._pool is not None and self._pool.alive:
             return self._pool, False
-        pool = WorkerPool(fetcher, self.num_workers, _next_seed(self._generator), self.worker_init_fn, self._context)
+        seed = _next_seed(self._generator) if seed is None else seed
+        pool = WorkerPool(fetcher, self.num_workers, seed, self.worker_init_fn, self._context)
         if not self.persistent_workers:
             return pool, True
         self._pool = pool
@@ -1107,6 +1347,144 @@ class DataLoader:
             return len(self)
         except TypeError:
             return default
+
+    # ---- resuming mid-epoch -------------------------------------------------------------------
+
+    _STATE_KEYS = ("batch_size", "drop_last", "dataset_length", "num_replicas", "rank", "num_workers",
+                   "num_batches", "batches_yielded", "batches_ahead", "finished", "sampler", "generator",
+                   "base_seed", "streams", "schedule")
+
+    def _index_sampler(self):
+        return self.sampler if self.batch_sampler is None else self.batch_sampler
+
+    def _shape(self):
+        """What a state must have been taken from a loader alike in: the batching, the
+        data set's length, the rank's share, and for a stream the worker count."""
+        sampler = self.sampler if self.batch_sampler is None else getattr(self.batch_sampler, "sampler", None)
+        batch_size = self.batch_size if self.batch_sampler is None else getattr(self.batch_sampler, "batch_size", None)
+        drop_last = self.drop_last if self.batch_sampler is None else getattr(self.batch_sampler, "drop_last", None)
+        try:
+            length = len(self.dataset)
+        except (TypeError, NotImplementedError):
+            length = None
+        return {"batch_size": batch_size, "drop_last": drop_last, "dataset_length": length,
+                "num_replicas": getattr(sampler, "num_replicas", None), "rank": getattr(sampler, "rank", None),
+                "num_workers": (self.num_workers or 0) if self._iterable else None}
+
+    def state_dict(self):
+        """Where the current pass stands, as torchdata's ``StatefulDataLoader``:
+        the batches handed out so far (batches prefetched but not yet handed
+        out do not count), the sampler's ``state_dict()`` (for ddpc's samplers,
+        the epoch, or a pass's seed and generator state), and for an
+        IterableDataset each stream's position. ``load_state_dict`` of it, in
+        a loader made alike (the next process of a restarted job), makes the
+        next ``iter()`` hand out the rest of that pass, the batches an
+        uninterrupted loader would have handed out next in the same order;
+        a state taken after a pass ended makes the next ``iter()`` a new pass
+        as usual. A plain dict of ints, lists and the samplers' and data sets'
+        states, for ``ddpc.save`` / ``ddpc.checkpoint.save``."""
+        if self._resume is not None:  # loaded, not iterated yet
+            return copy.deepcopy(self._resume)
+        progress = self._progress
+        sampler = self._index_sampler()
+        method = getattr(sampler, "state_dict", None)
+        state = self._shape()
+        state.update({
+            "num_batches": progress.num_batches if progress is not None and progress.order is not None
+            else (None if self._iterable else self._length_or(None)),
+            "batches_yielded": 0 if progress is None else progress.done,
+            "batches_ahead": [] if progress is None else sorted(progress.ahead),
+            "finished": False if progress is None else progress.finished,
+            "sampler": method() if callable(method) else None,
+            "generator": _generator_state(self._generator),
+            "base_seed": None if progress is None else progress.base_seed,
+            "streams": None if progress is None or progress.streams is None
+            else [list(stream) for stream in progress.streams],
+            "schedule": None if progress is None else copy.deepcopy(progress.schedule),
+        })
+        return state
+
+    def load_state_dict(self, state_dict):
+        """Restores a ``state_dict()`` (see there). The sampler's state is loaded at
+        once (calling ``set_epoch`` with the saved epoch afterwards changes
+        nothing; another epoch is an error at ``iter()``), and the loader's
+        generator's. A state from a loader with another batch size, drop_last,
+        data set length, world size or rank (or, over an IterableDataset,
+        number of workers) is refused.
+
+        How the rest of the pass is found: the sampler gives the pass's
+        indices again (ddpc's samplers give the same ones after their
+        ``load_state_dict``; a sampler without one must be deterministic for
+        the pass to match) and the batches handed out are skipped, never read
+        or gathered. An IterableDataset with ``state_dict``/``load_state_dict``
+        has, in each stream (each worker's), ``load_state_dict`` of the state
+        it returned after the last batch handed out called before ``iter()``;
+        one without them is read again from its start and the batches handed
+        out are drawn and dropped (not collated). With worker processes and
+        ``in_order=False`` the batches handed out need not be a prefix of the
+        pass: the state lists those beyond it and the resumed pass skips them
+        too, so every batch is still handed out once (the order of the rest is
+        as they come, as always with ``in_order=False``). Worker processes
+        get the base seed of the interrupted pass again; their generators'
+        draws start over from it.
+        """
+        values = dict(zip(self._STATE_KEYS, _state_entries(state_dict, "DataLoader", self._STATE_KEYS)))
+        for key, what in (("batch_size", "batch size"), ("drop_last", "drop_last"),
+                          ("dataset_length", "data set length"), ("num_replicas", "world size (num_replicas)"),
+                          ("rank", "rank"), ("num_workers", "number of workers")):
+            saved, mine = values[key], self._shape()[key]
+            if saved != mine:
+                hint = (" (each rank loads its own loader's state: see ddpc.checkpoint.loader_state)"
+                        if key == "rank" else "")
+                raise ValueError(f"DataLoader.load_state_dict: the state was taken from a loader with {what} "
+                                 f"{saved!r}, but this one has {mine!r}{hint}")
+        done = _int_entry(values["batches_yielded"], "batches_yielded", "DataLoader")
+        if not isinstance(values["finished"], bool):
+            raise ValueError(f"DataLoader.load_state_dict: finished must be a bool, got {values['finished']!r}")
+        nb = values["num_batches"]
+        if nb is not None and (_int_entry(nb, "num_batches", "DataLoader") < done):
+            raise ValueError(f"DataLoader.load_state_dict: {done} batches handed out of a pass of {nb}")
+        ahead = values["batches_ahead"]
+        if not isinstance(ahead, (list, tuple)) or any(
+                isinstance(b, bool) or not isinstance(b, numbers.Integral) or not done < b < (nb or 0) for b in ahead):
+            raise ValueError(f"DataLoader.load_state_dict: batches_ahead must list batch numbers after the "
+                             f"{done} handed out and below {nb}, got {ahead!r}")
+        streams = values["streams"]
+        if streams is not None and (
+                not self._iterable or not isinstance(streams, (list, tuple))
+                or len(streams) != max(self.num_workers or 0, 1)
+                or any(not isinstance(s, (list, tuple)) or len(s) != 2 for s in streams)):
+            raise ValueError(f"DataLoader.load_state_dict: streams must be one [batches, state] per worker "
+                             f"of a loader over an IterableDataset, got {streams!r}")
+        for s in streams or ():
+            _int_entry(s[0], "a stream's batch count", "DataLoader")
+        schedule = values["schedule"]
+        if schedule is not None and (not isinstance(schedule, collections.abc.Mapping)
+                                     or sorted(schedule) != ["active", "pending", "turn"]):
+            raise ValueError(f"DataLoader.load_state_dict: schedule must be a dict of active, turn and pending, "
+                             f"got {schedule!r}")
+        if values["base_seed"] is not None:
+            _int_entry(values["base_seed"], "base_seed", "DataLoader")
+        sampler_state = values["sampler"]
+        if sampler_state is not None:
+            sampler = self._index_sampler()
+            if not callable(getattr(sampler, "load_state_dict", None)):
+                raise ValueError(f"DataLoader.load_state_dict: the state holds a sampler's state, but this "
+                                 f"loader's {type(sampler).__name__} has no load_state_dict")
+            sampler.load_state_dict(_without_pass_seed(sampler_state) if values["finished"] else sampler_state)
+        _set_generator_state(self._generator, values["generator"], "DataLoader")
+        self._resume = copy.deepcopy(values)
+        self._resume["batches_ahead"] = sorted(int(b) for b in ahead)
+
+    def _check_sampler(self, resume):
+        """Refuses to resume a pass whose sampler was since moved to another epoch."""
+        saved = resume["sampler"]
+        method = getattr(self._index_sampler(), "state_dict", None)
+        if saved is None or not callable(method) or method() == saved:
+            return
+        raise ValueError(f"DataLoader: the state was taken in a pass with sampler state {saved!r}, but the sampler "
+                         f"is now at {method()!r} (set_epoch to another epoch after load_state_dict?): call "
+                         "set_epoch with the saved epoch, or none, before iterating a resumed loader")
 
     def __len__(self):
         if self.batch_sampler is not None:
@@ -1150,6 +1528,14 @@ class ShardedLoader:
     def set_epoch(self, epoch):
         if hasattr(self.sampler, "set_epoch"):
             self.sampler.set_epoch(epoch)
+
+    def state_dict(self):
+        """The DataLoader's ``state_dict()``: where the current pass stands."""
+        return self.loader.state_dict()
+
+    def load_state_dict(self, state_dict):
+        """Makes the next ``iter()`` hand out the rest of the pass ``state_dict`` was taken in."""
+        self.loader.load_state_dict(state_dict)
 
     def __iter__(self):
         batches = iter(self.loader)
