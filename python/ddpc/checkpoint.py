@@ -15,6 +15,29 @@ The pattern that makes a restarted job end where an uninterrupted one would::
 ``ddpc-run --max-restarts N`` restarts the whole group after a failure; each
 restart resumes from the last completed epoch. The write is atomic (see
 ddpc.save), so a crash during a save leaves the previous checkpoint intact.
+
+To checkpoint in the middle of an epoch and resume with exactly the samples
+not seen yet, save every rank's loader state too (``loader_state``, a
+collective) and hand each rank its own back (``load_loader_state``)::
+
+    state = ddpc.checkpoint.load(path)
+    start = 0 if state is None else state["epoch"]
+    if state is not None:
+        ...load the model and optimizer...
+        ddpc.checkpoint.load_loader_state(loader, state["loader"])
+    for epoch in range(start, epochs):
+        sampler.set_epoch(epoch)
+        for step, batch in enumerate(loader):
+            ...train one step...
+            if step % 100 == 99:
+                ddpc.checkpoint.save({"epoch": epoch, "model": model.state_dict(),
+                                      "optimizer": optimizer.state_dict(),
+                                      "loader": ddpc.checkpoint.loader_state(loader)}, path)
+
+A state taken after the last batch of an epoch makes the loader start the
+next one as usual, so the same code resumes from an end-of-epoch checkpoint
+(with ``start = state["epoch"] + 1`` there, or by checking ``loader_state``'s
+``finished``).
 """
 
 import io
@@ -74,6 +97,30 @@ def save(obj, path, group=None):
         return b""
 
     _from_rank0(write, f"save the checkpoint {path!r}", group)
+
+
+def loader_state(loader, group=None):
+    """Every rank's ``loader.state_dict()`` (a DataLoader or ShardedLoader), as a
+    list by rank, on every rank: what to put in the checkpoint rank 0 saves. A
+    collective: every rank of ``group`` calls it at the same step."""
+    state = loader.state_dict()
+    rank, size = _group_info(group)
+    if size == 1:
+        return [state]
+    states = [None] * size
+    dist.all_gather_object(states, state, group=group)
+    return states
+
+
+def load_loader_state(loader, states, group=None):
+    """Loads this rank's entry of ``states`` (what ``loader_state`` returned when the
+    checkpoint was saved) into ``loader``; the next pass over it resumes there."""
+    rank, size = _group_info(group)
+    if not isinstance(states, (list, tuple)) or len(states) != size:
+        got = f"{len(states)} entries" if isinstance(states, (list, tuple)) else type(states).__name__
+        raise ValueError(f"load_loader_state expects the list of one loader state per rank that loader_state "
+                         f"returned, for this group of {size} rank(s), got {got}")
+    loader.load_state_dict(states[rank])
 
 
 def load(path, map_location=None, group=None, *, weights_only=None):
