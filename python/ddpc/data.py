@@ -39,6 +39,12 @@ resident set (they stay in the page cache) whenever those the loader made
 resident exceed the budget. Either way a data set larger than memory streams
 with bounded resident memory.
 
+Loaders resume in the middle of an epoch, as torchdata's
+``StatefulDataLoader``: ``DataLoader.state_dict()`` records the batches of
+the pass handed out so far, and after ``load_state_dict`` the next pass hands
+out the rest, skipping the others without reading them (see
+``DataLoader.load_state_dict``).
+
 Differences from PyTorch: leaving ``num_workers`` out loads in a background
 thread rather than in the caller (``num_workers=0`` does that), and a
 ``TensorDataset`` is always gathered by C threads (see ``DataLoader``); a
@@ -1174,6 +1180,14 @@ class DataLoader:
     workers' batches out as they are ready instead of in the sampler's order
     (a slow batch no longer holds up the ones after it); ``pin_memory_device``
     changes nothing.
+
+    ``state_dict()`` / ``load_state_dict()`` resume a pass interrupted in
+    the middle (a job restarted from a checkpoint): see there. An
+    IterableDataset that defines ``state_dict()`` and ``load_state_dict()``
+    is asked for its state after each batch is drawn (in the worker that
+    draws it), and on resuming has ``load_state_dict`` called right before
+    ``iter()``, which must go on from there (an ``iter()`` without it starts
+    over); one without them is fast-forwarded.
     """
 
     def __init__(self, dataset, batch_size=1, shuffle=False, sampler=None, batch_sampler=None, drop_last=False,
