@@ -471,6 +471,8 @@ def test_errors_for_states_of_another_loader():
     loader.sampler.set_epoch(1)
     with pytest.raises(ValueError, match="set_epoch with the saved epoch"):
         iter(loader)
+    loader.sampler.set_epoch(0)  # the state is kept until a pass takes it
+    assert [rows(b) for b in loader] == [rows(b) for b in dl()][1:]
 
 
 def test_checkpoint_loader_state_without_a_group(tmp_path):

@@ -1266,16 +1266,16 @@ class DataLoader:
         return np.ascontiguousarray(idx), offsets
 
     def __iter__(self):
-        resume, self._resume = self._resume, None
-        if resume is not None and resume["finished"]:
-            resume = None
+        resume = self._resume if self._resume is not None and not self._resume["finished"] else None
         fetcher = _Fetcher(self.dataset, self.batch_size is not None or self.batch_sampler is not None,
                            self.batch_size, self.drop_last, self.collate_fn)
         if self._iterable:
+            self._resume = None
             return self._stream(fetcher, resume)
         if resume is not None:
-            self._check_sampler(resume)
+            self._check_sampler(resume)  # before the plan: a sampler repeating a pass does it once
         idx, offsets = self._plan()
+        self._resume = None
         nb = len(offsets) - 1
         done, ahead = (0, ()) if resume is None else (resume["batches_yielded"], resume["batches_ahead"])
         if resume is not None and resume["num_batches"] not in (None, nb):
