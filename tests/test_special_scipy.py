@@ -91,6 +91,14 @@ BESSEL = {
     "modified_bessel_k1": sc.k1, "scaled_modified_bessel_k0": sc.k0e, "scaled_modified_bessel_k1": sc.k1e,
     "spherical_bessel_j0": lambda x: sc.spherical_jn(0, x), "airy_ai": lambda x: sc.airy(x)[0],
 }
+OSCILLATING = ("bessel_j0", "bessel_j1", "bessel_y0", "bessel_y1")
+
+
+def _envelope(x):
+    """sqrt(2 / (pi |x|)), the amplitude J and Y of orders 0 and 1 oscillate within far out."""
+    return np.sqrt(2 / (np.pi * np.maximum(np.abs(x), 1e-300)))
+
+
 # both sides of every branch point (1e-5, 2, 2.09, 5, 8), the zeros' neighbourhoods and far out
 POINTS = np.concatenate([np.linspace(-30, 30, 241), [1e-6, 1.9999, 2.0, 2.0001, 2.089, 2.09, 2.091, 4.999, 5.0, 5.001,
                                                       8.32, 8.33, 2.404825557695773, 3.831705970207512, 50.0, 99.0,
@@ -105,6 +113,10 @@ def test_bessel_functions_match_scipy(name):
     got = fn(ddpc.tensor(x)).numpy()
     # relative, and absolute against the function's scale where it oscillates through its zeros
     scale = np.abs(want) if name.startswith(("modified", "scaled")) else np.maximum(np.abs(want), 1e-3)
+    if name in OSCILLATING:  # past 8 the error is one of the phase x - pi/4 against the envelope; SciPy before
+        # 1.18 shares ddpc's (Cephes's) and lands within 5e-14 of it, SciPy 1.18's is more accurate there
+        scale = np.where(np.abs(x) > 8, np.maximum(scale, 20 * _envelope(x) * np.abs(x) * np.finfo(float).eps
+                                                   / 5e-14), scale)
     if name == "airy_ai":  # its phase (2/3) |x|^(3/2) carries |x|^(3/2) ulp of rounding in either library
         scale = np.where(x < -2, np.abs(x) ** -0.25 * np.maximum(1, np.abs(x) ** 1.5 / 20), np.abs(want))
     finite = np.isfinite(want)
@@ -125,10 +137,11 @@ def test_bessel_edges_match_scipy():
             want = np.where(np.isinf(x), NAN, np.where(x > 1e10, 0.0, want))
         if name.startswith("modified_bessel_i"):  # PyTorch's: NaN at +-inf
             want = np.where(np.isinf(x), NAN, want)
-        if name in ("bessel_j0", "bessel_j1", "bessel_y0", "bessel_y1"):  # SciPy gives 0 at +-1e300, ddpc sin/cos
-            x_far = np.abs(x) == 1e300
-            want = np.where(x_far, ref(x), want)
         got = getattr(special, name)(ddpc.tensor(x)).numpy()
+        if name in OSCILLATING:  # at +-1e300 the phase is lost in either library: within the envelope is all
+            far = (np.abs(x) == 1e300) & ~np.isnan(want)  # (Y's NaN at -1e300 is checked below)
+            assert (np.abs(got[far]) <= _envelope(x[far])).all(), f"{name}: {got[far]} at +-1e300"
+            got, want = got[~far], want[~far]
         _check(got, want, rtol=1e-14, atol=1e-160, what=name)
 
 
