@@ -379,9 +379,13 @@ static ddpc_status aborted_(nccl_comm *c) {
     return DDPC_ERROR(DDPC_ERR_DIST, "the NCCL communicator of rank %d was aborted", c->rank);
 }
 
-/* Waits out ncclInProgress of a non-blocking communicator, up to a deadline. */
+/* Waits out ncclInProgress of a non-blocking communicator, up to a deadline.
+ * An enqueue settles within microseconds, so the first polls only yield; an
+ * init or a split can take seconds, so later ones sleep, up to 1 ms a poll,
+ * rather than hold a core the ranks' other threads may need. */
 static ddpc_status settle_(nccl_comm *c, const char *what) {
     double deadline = ddpc_watchdog_now() + c->wd.timeout_s;
+    long pause_ns = 0;
     for (;;) {
         ncclResult_t async = ncclSuccess, r = ncclSuccess;
         char last[512] = "";
@@ -405,7 +409,13 @@ static ddpc_status settle_(nccl_comm *c, const char *what) {
         if (late)
             return DDPC_ERROR(DDPC_ERR_TIMEOUT, "%s on rank %d did not finish within %.1f s; the communicator was aborted",
                               what, c->rank, c->wd.timeout_s);
-        sched_yield();
+        if (pause_ns < 1000) {
+            pause_ns += 10; /* about 100 yields first */
+            sched_yield();
+        } else {
+            nanosleep(&(struct timespec){0, pause_ns}, NULL);
+            if (pause_ns < 1000000) pause_ns *= 2;
+        }
     }
 }
 
