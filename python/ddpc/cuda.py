@@ -281,7 +281,9 @@ class _ComputeStream:
         return _C.cuda_compute_stream(self.device_index)
 
     def synchronize(self):
-        synchronize(self.device_index)
+        """Waits for the work queued on this stream (not the device's other
+        streams: NCCL's, the loaders' copies), as PyTorch's Stream.synchronize."""
+        self.record_event().synchronize()
 
     def record_event(self, event=None):
         event = Event() if event is None else event

@@ -758,9 +758,11 @@ class _Arg:
                                      "x[index].contiguous() and assign the result back (x[index] = result)")
                 buf.bump_version()  # an in-place write, as autograd counts them
             if buf.device >= 0 and group.backend != "nccl":
+                # A blocking copy waits for the compute stream only: a whole-device
+                # synchronize would also wait for NCCL work of other groups, which may
+                # need peers that are waiting in this collective.
                 host = _C.Buffer(buf.shape, buf.dtype, -1, pin_memory=True)
                 _C.copy(host, buf)
-                _C.cuda_synchronize(buf.device)
                 self.device_buf = buf if writable else None
                 buf = host
             self.obj = buf
@@ -781,7 +783,6 @@ class _Arg:
     def finish(self):
         if self.device_buf is not None:
             _C.copy(self.device_buf, self.obj)
-            _C.cuda_synchronize(self.device_buf.device)
 
 
 class Future:
@@ -1400,8 +1401,7 @@ def _to_numpy(x, dtype):
     if isinstance(x, np.ndarray):
         return x
     host = np.empty(x.shape, dtype)
-    _C.copy(_C.Buffer.from_object(host), x)
-    _C.cuda_synchronize(x.device)
+    _C.copy(_C.Buffer.from_object(host), x)  # blocking: done when it returns
     return host
 
 
