@@ -14,7 +14,9 @@ divided by the world size.
 DataParallel (one process, several devices) keeps one persistent replica per
 device, scatters inputs along a dimension, runs every replica's forward,
 gathers the outputs, and sums the replicas' gradients with an in-process
-all-reduce (NCCL across GPUs; copies otherwise).
+all-reduce (NCCL across GPUs; copies otherwise). Splitting the inputs and
+joining the outputs, as torch.nn.parallel's scatter and gather, are in
+nn/_scatter_gather.py.
 """
 
 import atexit
@@ -34,6 +36,8 @@ from .._dtype import bfloat16, device as _device, float16
 from .._sparse_coo import SparseTensor
 from ..tensor import Tensor, cat, from_numpy, zeros
 from . import _grad_exchange
+from ._scatter_gather import _chunk_count, _device_name, _scatter_chunk, _split_tensors, _to_device, gather
+from ._scatter_gather import scatter, scatter_kwargs  # noqa: F401  (torch.nn.parallel's functions)
 from .modules import Linear, Module, is_lazy
 
 # The NCCL communicators of DataParallel's collectives (made on first use, one
@@ -154,16 +158,6 @@ def _flatten(obj):
     elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         for f in dataclasses.fields(obj):
             yield from _flatten(getattr(obj, f.name))
-
-
-def _to_device(obj, device):
-    if isinstance(obj, Tensor):
-        return obj.to(device)
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_to_device(o, device) for o in obj)
-    if isinstance(obj, dict):
-        return {k: _to_device(v, device) for k, v in obj.items()}
-    return obj
 
 
 def _refuse_recorded_grad(p, what):
@@ -675,25 +669,25 @@ class DataParallel(Module):
     an in-process all-reduce, and before the next forward the replicas take
     the first replica's parameters with an in-process broadcast (instead of
     PyTorch's rebuilding the replicas on every call). Tensors in the inputs,
-    also inside lists, tuples and dicts and in keyword arguments, are split as
-    torch's scatter splits them; replicas left without a chunk sit the step out,
+    also inside lists, tuples and dicts and in keyword arguments, are split
+    along ``dim`` as ``ddpc.nn.parallel.scatter`` splits them (``dim=1`` for
+    a sequence-first batch, an LSTM's say), and outputs are concatenated
+    along ``dim`` on ``output_device`` (default the first device; -1 is the
+    cpu) as ``gather`` does; replicas left without a chunk sit the step out,
     and a parameter only some replicas used gets their gradients when backward
-    ends.
+    ends. The replicas run one after another (PyTorch's run in threads).
     """
 
     def __init__(self, module, device_ids=None, output_device=None, dim=0):
         super().__init__()
-        if dim != 0:
-            raise ValueError("DataParallel scatters along dim 0 only")
         _refuse_uninitialized(module, "DataParallel")
         if device_ids is None:
             n = _C.cuda_device_count()
             device_ids = list(range(n)) if n else ["cpu"]
-        self.device_ids = [f"cuda:{d}" if isinstance(d, int) else str(d) for d in device_ids]
+        self.device_ids = [_device_name(d) for d in device_ids]
         if not self.device_ids:
             raise ValueError("DataParallel needs at least one device")
-        self.output_device = (f"cuda:{output_device}" if isinstance(output_device, int)
-                              else output_device or self.device_ids[0])
+        self.output_device = self.device_ids[0] if output_device is None else _device_name(output_device)
         self.dim = dim
         self.module = module.to(self.device_ids[0])
         self._replicas = [self.module] + [copy.deepcopy(module).to(d) for d in self.device_ids[1:]]
@@ -775,53 +769,19 @@ class DataParallel(Module):
 
     def _scatter(self, inputs, kwargs):
         """Per replica (args, kwargs): every tensor, also in lists, tuples and dicts,
-        split along dim 0 into chunks of ceil(len / replicas), as torch's scatter;
-        as many replicas run as the shortest tensor has chunks."""
-        tensors = [t for t in _flatten((inputs, kwargs)) if isinstance(t, Tensor) and t.dim() > 0]
-        if not tensors:
+        split along ``dim`` as ``scatter`` splits it; as many replicas run as
+        the tensor with the fewest chunks has."""
+        if not any(t.dim() > 0 for t in _split_tensors((inputs, kwargs))):
             raise ValueError("DataParallel needs at least one tensor input with a batch dimension to scatter")
         k = len(self._replicas)
-        ran = min(-(-t.shape[0] // -(-t.shape[0] // k)) if t.shape[0] else 0 for t in tensors)
+        ran = _chunk_count((inputs, kwargs), k, self.dim)
         if ran == 0:
             raise ValueError("DataParallel cannot scatter an empty batch")
-        return [(_scatter_chunk(inputs, i, k, d), _scatter_chunk(kwargs, i, k, d))
+        return [(_scatter_chunk(inputs, i, k, d, self.dim), _scatter_chunk(kwargs, i, k, d, self.dim))
                 for i, d in enumerate(self.device_ids[:ran])]
 
     def _gather(self, outputs):
-        first = outputs[0]
-        if first is None:
-            return None
-        if isinstance(first, Tensor):
-            from .. import cat, stack  # differentiable: gradients flow back to each replica
-            moved = [_to_device(o, self.output_device) for o in outputs]
-            if first.dim() == 0:
-                warnings.warn("DataParallel gathers scalar outputs (e.g. a loss per replica) into a vector",
-                              UserWarning)
-                return stack(moved)
-            return cat(moved)
-        if isinstance(first, tuple) and hasattr(first, "_fields"):  # a namedtuple
-            return type(first)(*(self._gather([o[i] for o in outputs]) for i in range(len(first))))
-        if isinstance(first, (tuple, list)):
-            return type(first)(self._gather([o[i] for o in outputs]) for i in range(len(first)))
-        if isinstance(first, dict):
-            return {key: self._gather([o[key] for o in outputs]) for key in first}
-        return outputs
-
-
-def _scatter_chunk(obj, i, k, device):
-    """Chunk i of k of every tensor with a batch dimension in obj (on `device`)."""
-    if isinstance(obj, Tensor):
-        if obj.dim() == 0:
-            return _to_device(obj, device)
-        per = -(-obj.shape[0] // k)
-        return _to_device(obj[i * per:min(obj.shape[0], (i + 1) * per)], device)
-    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
-        return type(obj)(*(_scatter_chunk(o, i, k, device) for o in obj))
-    if isinstance(obj, (tuple, list)):
-        return type(obj)(_scatter_chunk(o, i, k, device) for o in obj)
-    if isinstance(obj, dict):
-        return {key: _scatter_chunk(v, i, k, device) for key, v in obj.items()}
-    return obj
+        return gather(outputs, self.output_device, self.dim)
 
 
 # PyTorch's import paths of the hooks above (ddpc.distributed.algorithms.ddp_comm_hooks...), which import this module.
