@@ -1,9 +1,10 @@
 """ddpc.nn.parallel's functional building blocks (scatter, scatter_kwargs,
-gather) and DataParallel along a dimension other than 0, on cpu devices,
-against one module on the whole batch.
+gather, replicate, parallel_apply, data_parallel) and DataParallel along a
+dimension other than 0, on cpu devices, against one module on the whole batch.
 """
 
 import collections
+import threading
 
 import numpy as np
 import pytest
@@ -151,3 +152,139 @@ def test_gather_is_differentiable_and_checks_its_inputs():
     assert parallel.gather([None, None], "cpu") is None
     with pytest.raises(ValueError, match="same number of keys"):
         parallel.gather([{"a": ddpc.ones(1)}, {"a": ddpc.ones(1), "b": ddpc.ones(1)}], "cpu")
+
+
+# ---- replicate ----------------------------------------------------------------------------
+
+class Tied(nn.Module):
+    """A linear layer used twice (as two attributes) and a buffer."""
+
+    def __init__(self):
+        super().__init__()
+        self.first = nn.Linear(3, 3)
+        self.second = self.first
+        self.out = nn.Linear(3, 1)
+        self.register_buffer("scale", ddpc.tensor([2.0]))
+
+    def forward(self, x):
+        return self.out(self.second(self.first(x))) * self.scale
+
+
+def test_replicate_gradients_flow_back_to_the_original():
+    ddpc.manual_seed(0)
+    m, ref = Tied(), Tied()
+    ref.load_state_dict(m.state_dict())
+    x = ddpc.from_numpy(_array((6, 3)))
+    replicas = parallel.replicate(m, CPUS)
+    assert len(replicas) == 3 and all(type(r) is Tied for r in replicas)
+    for r in replicas:
+        assert r is not m and r.first is r.second and r.first is not m.first
+        assert all(p.grad_fn is not None and not p.is_leaf for p in r.parameters())
+    # The first replica shares the module's buffers, the others have copies.
+    assert replicas[0].scale is m.scale and replicas[1].scale is not m.scale
+    sum(r(x[2 * i:2 * i + 2]).sum() for i, r in enumerate(replicas)).backward()
+    ref(x).sum().backward()
+    _assert_close(_grads(m), _grads(ref), atol=1e-6)
+    assert all(p.grad is None for r in replicas for p in r.parameters())
+
+
+def test_replicate_detach_gives_independent_leaves():
+    ddpc.manual_seed(0)
+    m = Tied()
+    m.out.bias.requires_grad_(False)
+    replicas = parallel.replicate(m, ["cpu", "cpu"], detach=True)
+    for r in replicas:
+        assert all(isinstance(p, nn.Parameter) and p.is_leaf for p in r.parameters())
+        assert r.out.bias.requires_grad is False and r.out.weight.requires_grad is True
+        np.testing.assert_array_equal(r.first.weight.detach().numpy(), m.first.weight.detach().numpy())
+    replicas[0](ddpc.ones(2, 3)).sum().backward()
+    assert replicas[0].first.weight.grad is not None and replicas[1].first.weight.grad is None
+    assert m.first.weight.grad is None
+    with ddpc.no_grad():
+        replicas[0].first.weight.add_(1.0)
+    assert not np.array_equal(replicas[0].first.weight.detach().numpy(), m.first.weight.detach().numpy())
+    assert parallel.replicate(m, []) == []
+
+
+# ---- parallel_apply -----------------------------------------------------------------------
+
+class Meet(nn.Module):
+    """Every call waits until `parties` calls are inside forward at once (bounded)."""
+
+    def __init__(self, barrier):
+        super().__init__()
+        self.barrier = barrier
+        self.lin = nn.Linear(2, 2)
+
+    def forward(self, x, scale=1.0):
+        self.barrier.wait()
+        return self.lin(x) * scale, threading.get_ident()
+
+
+def test_parallel_apply_runs_the_replicas_at_once_in_the_callers_modes():
+    barrier = threading.Barrier(3, timeout=30)  # sequential calls would break it instead of waiting forever
+    m = Meet(barrier)
+    replicas = parallel.replicate(m, CPUS)
+    xs = [ddpc.full((1, 2), float(i)) for i in range(3)]
+    outputs = parallel.parallel_apply(replicas, xs, ({}, {"scale": 2.0}, {}), CPUS)
+    assert len({ident for _, ident in outputs}) == 3
+    for i, (y, _) in enumerate(outputs):
+        want = m.lin(xs[i]) * (2.0 if i == 1 else 1.0)
+        np.testing.assert_allclose(y.detach().numpy(), want.detach().numpy(), rtol=1e-6)
+        assert y.requires_grad
+    with ddpc.no_grad():
+        outputs = parallel.parallel_apply(replicas, [(x,) for x in xs])
+    assert not any(y.requires_grad for y, _ in outputs)
+
+
+class Fails(nn.Module):
+    def __init__(self, exc):
+        super().__init__()
+        self.exc = exc
+
+    def forward(self, x):
+        if self.exc is not None:
+            raise self.exc
+        return x
+
+
+def test_parallel_apply_raises_a_replicas_exception_with_its_index():
+    x = ddpc.ones(2)
+    with pytest.raises(ValueError, match=r"(?s)Caught ValueError in replica 1 on device cpu\..*bad chunk"):
+        parallel.parallel_apply([Fails(None), Fails(ValueError("bad chunk")), Fails(None)], [x, x, x])
+    with pytest.raises(KeyError, match="in replica 0"):
+        parallel.parallel_apply([Fails(KeyError("k")), Fails(None)], [x, x])
+
+    class Picky(Exception):
+        def __init__(self, a, b):
+            super().__init__(a, b)
+
+    with pytest.raises(RuntimeError, match="Caught Picky in replica 0"):  # a type that a message cannot make
+        parallel.parallel_apply([Fails(Picky(1, 2))], [x])
+    with pytest.raises(ValueError, match="2 modules but 1 inputs"):
+        parallel.parallel_apply([Fails(None), Fails(None)], [x])
+
+
+# ---- data_parallel ------------------------------------------------------------------------
+
+def test_data_parallel_function_equals_the_module():
+    ddpc.manual_seed(0)
+    m, ref = SeqFirst(), SeqFirst()
+    ref.load_state_dict(m.state_dict())
+    x = ddpc.from_numpy(_array((3, 5, 3)))
+    y, extra = parallel.data_parallel(m, x, CPUS, dim=1)
+    want, want_extra = ref(x)
+    np.testing.assert_allclose(y.detach().numpy(), want.detach().numpy(), atol=1e-6, rtol=0)
+    np.testing.assert_allclose(extra["last"].detach().numpy(), want_extra["last"].detach().numpy(), atol=1e-6)
+    y.square().sum().backward()
+    want.square().sum().backward()
+    _assert_close(_grads(m), _grads(ref))
+
+    lin = nn.Linear(2, 3)
+    x = ddpc.from_numpy(_array((5, 2)))
+    out = parallel.data_parallel(lin, (x,), ["cpu", "cpu"], output_device=-1, module_kwargs=None)
+    np.testing.assert_allclose(out.detach().numpy(), lin(x).detach().numpy(), rtol=1e-6)
+    np.testing.assert_allclose(parallel.data_parallel(lin, x, ["cpu"]).detach().numpy(), lin(x).detach().numpy())
+    with pytest.raises(RuntimeError, match=r"on device cuda:0 \(device_ids\[0\]\) but found one of them on device: "
+                                           "cpu"):
+        parallel.data_parallel(lin, x, [0, 1])

@@ -14,9 +14,9 @@ divided by the world size.
 DataParallel (one process, several devices) keeps one persistent replica per
 device, scatters inputs along a dimension, runs every replica's forward,
 gathers the outputs, and sums the replicas' gradients with an in-process
-all-reduce (NCCL across GPUs; copies otherwise). Splitting the inputs and
-joining the outputs, as torch.nn.parallel's scatter and gather, are in
-nn/_scatter_gather.py.
+all-reduce (NCCL across GPUs; copies otherwise). Its functional building
+blocks, as torch.nn.parallel's (scatter, gather, replicate, parallel_apply,
+data_parallel), are in nn/_scatter_gather.py and nn/_parallel_apply.py.
 """
 
 import atexit
@@ -36,9 +36,11 @@ from .._dtype import bfloat16, device as _device, float16
 from .._sparse_coo import SparseTensor
 from ..tensor import Tensor, cat, from_numpy, zeros
 from . import _grad_exchange
+from ._parallel_apply import _refuse_uninitialized
+from ._parallel_apply import data_parallel, parallel_apply, replicate  # noqa: F401  (torch.nn.parallel's functions)
 from ._scatter_gather import _chunk_count, _device_name, _scatter_chunk, _split_tensors, _to_device, gather
-from ._scatter_gather import scatter, scatter_kwargs  # noqa: F401  (torch.nn.parallel's functions)
-from .modules import Linear, Module, is_lazy
+from ._scatter_gather import scatter, scatter_kwargs  # noqa: F401  (likewise)
+from .modules import Linear, Module
 
 # The NCCL communicators of DataParallel's collectives (made on first use, one
 # set per list of devices) are destroyed at exit while CUDA can still be
@@ -167,15 +169,6 @@ def _refuse_recorded_grad(p, what):
             f"{what}: backward(create_graph=True) is not supported, as the averaged gradients would lose their graph "
             "(PyTorch's do too); take a gradient penalty's gradient with ddpc.autograd.grad(..., create_graph=True) "
             "and call backward() without create_graph")
-
-
-def _refuse_uninitialized(module, wrapper):
-    """Raises where a parameter or buffer of module has no shape yet: there is nothing to broadcast or replicate."""
-    lazy = [n for n, t in (*module.named_parameters(), *module.named_buffers()) if is_lazy(t)]
-    if lazy:
-        raise RuntimeError(f"Modules with uninitialized parameters can't be used with `{wrapper}` "
-                           f"({', '.join(lazy)} of lazy modules): run a dummy forward pass first to initialize "
-                           "the modules")
 
 
 def _verify_same_model(named_params, process_group, what):
@@ -675,7 +668,8 @@ class DataParallel(Module):
     along ``dim`` on ``output_device`` (default the first device; -1 is the
     cpu) as ``gather`` does; replicas left without a chunk sit the step out,
     and a parameter only some replicas used gets their gradients when backward
-    ends. The replicas run one after another (PyTorch's run in threads).
+    ends. The replicas run one after another (PyTorch's run in threads, as
+    ``parallel_apply`` does here).
     """
 
     def __init__(self, module, device_ids=None, output_device=None, dim=0):
