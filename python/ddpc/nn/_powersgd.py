@@ -26,6 +26,7 @@ import numpy as np
 
 from .. import autograd as _ag
 from .. import distributed as dist
+from .._dtype import bfloat16, float16
 from ..tensor import Generator, randn, zeros
 
 __all__ = ["PowerSGDState", "powerSGD_hook", "batched_powerSGD_hook"]
@@ -80,9 +81,10 @@ class PowerSGDState:
 
 def _orthonormal_columns(p, epsilon):
     """The columns of p (n x r) made orthonormal: by Gram-Schmidt for one or
-    two columns (a zero column stays zero), else by a Householder QR, which
-    stays orthonormal where P is ill-conditioned (as PyTorch chooses)."""
-    if p.shape[1] > 2:
+    two columns (a zero column stays zero) and in 16-bit dtypes (a bucket
+    that fp16_compress_wrapper cast), else by a Householder QR, which stays
+    orthonormal where P is ill-conditioned (as PyTorch chooses)."""
+    if p.shape[1] > 2 and p.dtype not in (float16, bfloat16):
         from ..linalg import qr
 
         return qr(p).Q

@@ -68,6 +68,11 @@ class GradBucket:
     def is_last(self):
         return self._last
 
+    def set_buffer(self, buffer):
+        """Puts ``buffer`` (a tensor of the bucket's length) in the bucket's place for
+        the hooks that read it after this (a wrapper's compressed copy, say)."""
+        self._flat = buffer
+
     def gradients(self):
         """Views of the flat buffer shaped as each parameter's gradient."""
         out, at = [], 0
@@ -107,6 +112,43 @@ def fp16_compress_hook(process_group, bucket):
 def bf16_compress_hook(process_group, bucket):
     """Averages the bucket in bfloat16 (half the bytes, float32's range), then casts back."""
     return _compress_hook(bfloat16, process_group, bucket)
+
+
+def _hook_result(value):
+    """The tensor a comm hook's future delivers (a Work's future: [the tensor])."""
+    if isinstance(value, (list, tuple)) and len(value) == 1:
+        return value[0]
+    return value
+
+
+def _compress_wrapper(dtype, hook):
+    if not callable(hook):
+        raise TypeError(f"the hook to wrap must be callable: hook(state, bucket) -> future, got {hook!r}")
+
+    def compress_wrapper_hook(state, bucket):
+        flat = bucket.buffer()
+        bucket.set_buffer(flat.to(dtype))
+
+        def decompress(fut):
+            flat.copy_(_hook_result(fut.value()))  # into the bucket's own memory: no second full-size buffer
+            return flat
+
+        return hook(state, bucket).then(decompress)
+
+    return compress_wrapper_hook
+
+
+def fp16_compress_wrapper(hook):
+    """A comm hook that runs ``hook`` on the bucket cast to float16 and casts its
+    result back into the bucket, as PyTorch's: ``fp16_compress_wrapper(powerSGD_hook)``
+    sends PowerSGD's factors in float16, and ``fp16_compress_wrapper(allreduce_hook)``
+    averages in float16 as ``fp16_compress_hook`` does."""
+    return _compress_wrapper(float16, hook)
+
+
+def bf16_compress_wrapper(hook):
+    """As ``fp16_compress_wrapper``, in bfloat16 (float32's range, fewer digits)."""
+    return _compress_wrapper(bfloat16, hook)
 
 
 class _Bucket:
@@ -506,9 +548,7 @@ class DistributedDataParallel(Module, _GroupJoinable):
                     slot.mul_(world / self._join_active)
                 p.grad = slot
         for b in self._buckets:
-            result = b.future.wait()
-            if isinstance(result, (list, tuple)) and len(result) == 1:  # a Work's future: [the reduced tensor]
-                result = result[0]
+            result = _hook_result(b.future.wait())
             if result is not b.flat:
                 b.flat.copy_(result)
             if rescale:  # averaged over the ranks still active, not over the whole world
