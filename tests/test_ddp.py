@@ -219,7 +219,9 @@ def _max_difference(a, b):
                                        ("bf16_compress_hook", 2e-2), ("torch_style_hook", 1e-5),
                                        ("fp16_compress_wrapper(allreduce_hook)", 2e-3),
                                        ("bf16_compress_wrapper(allreduce_hook)", 2e-2),
-                                       ("fp16_compress_wrapper(torch_style_hook)", 2e-3)])
+                                       ("fp16_compress_wrapper(torch_style_hook)", 2e-3),
+                                       ("quantization_hooks.quantization_pertensor_hook", 2e-3),
+                                       ("quantization_hooks.quantization_perchannel_hook", 2e-3)])
 def test_comm_hooks_within_compression_tolerance(hook, atol):
     ref = train_single(2, batch=8, steps=2)
     results = ddpc.spawn(ddp_worker, args=(2, 8, 2, {"hook": hook}), nprocs=2)
@@ -227,6 +229,105 @@ def test_comm_hooks_within_compression_tolerance(hook, atol):
     assert_params_close(results[0], ref, atol=atol)
     if atol > 1e-5:  # the compression is there: the result is not exact averaging's
         assert _max_difference(results[0], ref) > 1e-6
+
+
+def test_quantization_hooks_over_three_ranks():
+    """3 ranks and a wider model (several channels of 512 in a bucket, the last
+    one partial): within the quantization's tolerance of the exact average."""
+    world = 3
+    ref = train_single(world, batch=4, steps=2, hidden=40)
+    for hook in ("quantization_pertensor_hook", "quantization_perchannel_hook"):
+        results = ddpc.spawn(ddp_worker, args=(world, 4, 2, {"hook": f"quantization_hooks.{hook}", "hidden": 40}),
+                             nprocs=world)
+        for r in results[1:]:
+            assert_params_close(results[0], r, atol=0)
+        assert_params_close(results[0], ref, atol=2e-3)
+        assert _max_difference(results[0], ref) > 1e-6
+
+
+def quantization_gradients(rank, n):
+    """Rank's bucket: values whose magnitude grows along it (channels differ), all
+    positive on rank 0 (a zero point of 0), shifted on the others."""
+    rng = np.random.default_rng(rank)
+    g = (rng.standard_normal(n) * np.linspace(0.01, 3, n)).astype(np.float32)
+    return np.abs(g) if rank == 0 else g + np.float32(0.1 * rank)
+
+
+def expected_quantized_average(world, n, channel):
+    """The hooks' scheme in numpy (float32): per rank, uint8 with the scale and zero
+    point of the range of each channel and 0, dequantized and averaged."""
+    total = 0
+    for rank in range(world):
+        g = quantization_gradients(rank, n)
+        rows = np.concatenate([g, np.zeros(channel - n % channel, np.float32)]).reshape(-1, channel) if channel \
+            else g.reshape(1, -1)
+        lo, hi = np.minimum(rows.min(1), 0), np.maximum(rows.max(1), 0)
+        scale = np.maximum((hi - lo) / np.float32(255), np.finfo(np.float32).eps)
+        zero = np.clip(0 - np.round(lo / scale), 0, 255)
+        q = np.clip(np.round(rows / scale[:, None]) + zero[:, None], 0, 255).astype(np.uint8)
+        total = total + scale[:, None] * (q.astype(np.float32) - zero[:, None])
+    return (total / np.float32(world)).reshape(-1)[:n]
+
+
+def quantization_hook_worker(rank, world, n, channel):
+    import ddpc.distributed as dist
+    from ddpc.distributed.algorithms.ddp_comm_hooks import quantization_hooks
+
+    dist.init_process_group("cpu")
+    bucket = ddpc.nn.parallel.GradBucket(0, ddpc.from_numpy(quantization_gradients(rank, n)), [], True)
+    if channel:
+        fut = quantization_hooks.quantization_perchannel_hook(None, bucket, bucket_size=channel)
+    else:
+        fut = quantization_hooks.quantization_pertensor_hook(None, bucket)
+    out = fut.wait().numpy().copy()
+    dist.destroy_process_group()
+    return out
+
+
+@pytest.mark.parametrize("n,channel", [(1100, 0), (1100, 512), (1024, 512), (30, 8)])
+def test_quantization_hooks_match_their_scheme(n, channel):
+    """Every rank's result equals the scheme computed in numpy; the error is at most
+    half a step of each rank's scale (channels of small values keep theirs small)."""
+    world = 3
+    want = expected_quantized_average(world, n, channel)
+    exact = np.mean([quantization_gradients(r, n) for r in range(world)], 0)
+    for got in ddpc.spawn(quantization_hook_worker, args=(world, n, channel), nprocs=world):
+        assert got.shape == (n,) and got.dtype == np.float32
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+    step = np.ptp([np.concatenate([quantization_gradients(r, n), [0]]) for r in range(world)], 1).max() / 255
+    assert np.abs(want - exact).max() <= step / 2 + 1e-6
+    if channel:  # the first channel's values are small: so is their error
+        assert np.abs(want - exact)[:channel].max() < np.abs(want - exact)[-channel:].max()
+
+
+def noop_worker(rank):
+    import ddpc.distributed as dist
+    from ddpc import nn
+    from ddpc.distributed.algorithms.ddp_comm_hooks import debugging_hooks
+
+    dist.init_process_group("cpu")
+    X, y = data(16)
+    m = model()
+    ddp = nn.parallel.DistributedDataParallel(m)
+    ddp.register_comm_hook(None, debugging_hooks.noop_hook)
+    xb, yb = ddpc.from_numpy(X[rank * 8:rank * 8 + 8]), ddpc.from_numpy(y[rank * 8:rank * 8 + 8])
+    nn.CrossEntropyLoss()(ddp(xb), yb).backward()
+    grads = {n: p.grad.numpy().copy() for n, p in m.named_parameters()}
+    dist.destroy_process_group()
+    return grads
+
+
+def test_noop_hook_leaves_each_ranks_own_gradients():
+    from ddpc import nn
+
+    X, y = data(16)
+    results = ddpc.spawn(noop_worker, nprocs=2)
+    for rank, got in enumerate(results):
+        m = model()
+        nn.CrossEntropyLoss()(m(ddpc.from_numpy(X[rank * 8:rank * 8 + 8])),
+                              ddpc.from_numpy(y[rank * 8:rank * 8 + 8])).backward()
+        assert_params_close(got, {n: p.grad.numpy() for n, p in m.named_parameters()}, atol=1e-6)
+    assert _max_difference(results[0], results[1]) > 1e-3
 
 
 def _penalised_loss(m, xb, yb):

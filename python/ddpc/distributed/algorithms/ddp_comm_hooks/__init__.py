@@ -2,6 +2,6 @@
 torch.distributed.algorithms.ddp_comm_hooks' paths; register one with
 ``ddp.register_comm_hook(state, hook)``."""
 
-from . import default_hooks, post_localSGD_hook, powerSGD_hook
+from . import debugging_hooks, default_hooks, post_localSGD_hook, powerSGD_hook, quantization_hooks
 
-__all__ = ["default_hooks", "post_localSGD_hook", "powerSGD_hook"]
+__all__ = ["debugging_hooks", "default_hooks", "post_localSGD_hook", "powerSGD_hook", "quantization_hooks"]
