@@ -75,6 +75,8 @@ def ddp_worker(rank, world, batch, steps, options):
                                               gradient_as_bucket_view=options.get("view", False))
     if options.get("hook"):
         ddp.register_comm_hook(None, comm_hook(options["hook"]))
+    if options.get("builtin"):
+        ddp._register_builtin_comm_hook(getattr(dist.BuiltinCommHookType, options["builtin"]))
     exchanged = []
     opt = ddpc.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
@@ -298,6 +300,18 @@ def test_quantization_hooks_match_their_scheme(n, channel):
     assert np.abs(want - exact).max() <= step / 2 + 1e-6
     if channel:  # the first channel's values are small: so is their error
         assert np.abs(want - exact)[:channel].max() < np.abs(want - exact)[-channel:].max()
+
+
+def test_builtin_comm_hooks():
+    ref = train_single(2, batch=8, steps=2)
+    exact = ddpc.spawn(ddp_worker, args=(2, 8, 2, {"builtin": "ALLREDUCE"}), nprocs=2)
+    assert_params_close(exact[0], ref)
+    results = ddpc.spawn(ddp_worker, args=(2, 8, 2, {"builtin": "FP16_COMPRESS"}), nprocs=2)
+    assert_params_close(results[0], results[1], atol=0)
+    assert_params_close(results[0], ref, atol=2e-3)
+    assert _max_difference(results[0], ref) > 1e-6
+    assert ddpc.distributed.BuiltinCommHookType.FP16_COMPRESS.name == "FP16_COMPRESS"
+    assert ddpc.distributed.GradBucket is ddpc.nn.parallel.GradBucket
 
 
 def noop_worker(rank):

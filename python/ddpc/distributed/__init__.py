@@ -1579,3 +1579,6 @@ _register_elastic_modules()
 
 
 from .device_mesh import DeviceMesh, init_device_mesh  # noqa: E402  (it builds on the functions above)
+from ..nn.parallel import BuiltinCommHookType, GradBucket  # noqa: E402  (DistributedDataParallel's comm hook types)
+
+__all__ += ["BuiltinCommHookType", "GradBucket"]

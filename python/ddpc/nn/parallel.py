@@ -23,6 +23,7 @@ import atexit
 import contextlib
 import copy
 import dataclasses
+import enum
 import warnings
 
 import numpy as np
@@ -149,6 +150,16 @@ def fp16_compress_wrapper(hook):
 def bf16_compress_wrapper(hook):
     """As ``fp16_compress_wrapper``, in bfloat16 (float32's range, fewer digits)."""
     return _compress_wrapper(bfloat16, hook)
+
+
+class BuiltinCommHookType(enum.Enum):
+    """The comm hooks ``DistributedDataParallel._register_builtin_comm_hook``
+    takes, as torch.distributed.BuiltinCommHookType: ALLREDUCE is
+    ``allreduce_hook`` and FP16_COMPRESS ``fp16_compress_hook``, each with
+    the DDP's process group as its state."""
+
+    ALLREDUCE = "ALLREDUCE"
+    FP16_COMPRESS = "FP16_COMPRESS"
 
 
 class _Bucket:
@@ -621,6 +632,15 @@ class DistributedDataParallel(Module, _GroupJoinable):
         if self._exchange and hook is not allreduce_hook:  # the hook sees every gradient, in buckets
             self._build_reducer(exchange=False)
         self._comm_hook, self._comm_state = hook, state
+
+    def _register_builtin_comm_hook(self, comm_hook_type):
+        """Registers one of the hooks ``BuiltinCommHookType`` names, with this DDP's
+        process group as its state (PyTorch runs these in C++; here they are the
+        Python hooks of the same names)."""
+        hooks = {BuiltinCommHookType.ALLREDUCE: allreduce_hook, BuiltinCommHookType.FP16_COMPRESS: fp16_compress_hook}
+        if comm_hook_type not in hooks:
+            raise TypeError(f"comm_hook_type must be a ddpc.distributed.BuiltinCommHookType, got {comm_hook_type!r}")
+        self.register_comm_hook(self.process_group, hooks[comm_hook_type])
 
     # ---- uneven inputs -----------------------------------------------------------------
     def _join_vote(self, active, grads, buffers):
