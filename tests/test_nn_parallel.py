@@ -288,3 +288,21 @@ def test_data_parallel_function_equals_the_module():
     with pytest.raises(RuntimeError, match=r"on device cuda:0 \(device_ids\[0\]\) but found one of them on device: "
                                            "cpu"):
         parallel.data_parallel(lin, x, [0, 1])
+
+
+@pytest.mark.gpu
+def test_replicas_on_a_cuda_device_and_the_cpu():
+    """A replica on the GPU and one on the cpu (copies across devices): their
+    gradients reach the module on the GPU; data_parallel on one GPU."""
+    ddpc.manual_seed(0)
+    m, ref = nn.Linear(3, 2).cuda(), nn.Linear(3, 2)
+    ref.load_state_dict({k: v.cpu() for k, v in m.state_dict().items()})
+    x = ddpc.from_numpy(_array((4, 3)))
+    replicas = parallel.replicate(m, [0, "cpu"])
+    assert replicas[0].weight.device.type == "cuda" and replicas[1].weight.device.type == "cpu"
+    outputs = parallel.parallel_apply(replicas, [x[:2].cuda(), x[2:]], devices=[0, "cpu"])
+    parallel.gather(outputs, "cpu").sum().backward()
+    ref(x).sum().backward()
+    np.testing.assert_allclose(m.weight.grad.cpu().numpy(), ref.weight.grad.numpy(), rtol=1e-5, atol=1e-6)
+    y = parallel.data_parallel(m, x, [0], output_device=-1)
+    np.testing.assert_allclose(y.detach().cpu().numpy(), ref(x).detach().numpy(), rtol=1e-5, atol=1e-6)
