@@ -4,12 +4,16 @@ worker processes in and out of order), the batches after an interruption are
 those an uninterrupted loader hands out next, every sample once; skipped
 batches are never fetched; later epochs as usual; samplers' states;
 IterableDatasets with and without a state of their own; per rank with
-DistributedSampler; clear errors for states of another loader; a job killed
-after a mid-epoch checkpoint under ddpc-run --max-restarts ends with the
-parameters and the sample order of an uninterrupted one."""
+DistributedSampler; random augmentation in worker processes draws after a
+resume what it would have drawn uninterrupted; clear errors for states of
+another loader; a job killed after a mid-epoch checkpoint under ddpc-run
+--max-restarts ends with the parameters and the sample order of an
+uninterrupted one."""
 
 import json
+import multiprocessing
 import os
+import random
 import subprocess
 import sys
 
@@ -210,7 +214,7 @@ def test_batches_handed_out_out_of_order_are_skipped():
     rest = [rows(b) for b in resumed]
     assert sorted(i for b in got + rest for i in b) == list(range(n))
     # A state whose batches 0, 1, 3 and 6 were handed out: the pass resumes with 2, 4, 5, 7, 8, 9.
-    state = dict(state, batches_yielded=2, batches_ahead=[3, 6])
+    state = dict(state, batches_yielded=2, batches_ahead=[3, 6], worker_rng=None)
     for path in ("c-gather", "thread", "workers"):
         resumed = make_loader(path, n, forbidden=set(range(8)) | set(range(12, 16)) | set(range(24, 28)),
                               batch_size=4)
@@ -511,3 +515,207 @@ def test_killed_rank_resumes_mid_epoch_to_the_same_parameters_and_samples(tmp_pa
         assert len(flat) == 3 * 100 and all(len(set(flat[e * 100:(e + 1) * 100])) == 100 for e in range(3))
     for name, value in plain["params"].items():
         np.testing.assert_array_equal(np.asarray(resumed["params"][name]), np.asarray(value), err_msg=name)
+
+
+# ---- random augmentation in worker processes -------------------------------------------------
+
+
+def draws():
+    """A number from each generator a worker seeds: ddpc's (rand), Python's random (random and
+    gauss, which keeps every second number for the next call) and numpy's global one (rand and
+    randn, which does the same)."""
+    return [float(ddpc.rand(1).numpy()[0]), random.random(), random.gauss(0, 1), np.random.rand(),
+            np.random.randn()]
+
+
+class Augmented(Dataset):
+    """Sample i is [i, draws()]; reading sample 0 waits for ``gate`` (a multiprocessing Event) when
+    there is one, so that the batches after it are handed out first with in_order=False."""
+
+    def __init__(self, n, gate=None):
+        self.n, self.gate = n, gate
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        if i == 0 and self.gate is not None and not self.gate.wait(60):
+            raise AssertionError("the gate was never opened")
+        return np.array([i] + draws())
+
+
+class AugmentedStream(IterableDataset):
+    """Each worker's share of 0..n-1 (i % workers), each item [i, draws()]."""
+
+    def __init__(self, n):
+        self.n, self.position, self.loaded = n, 0, False
+
+    def __iter__(self):
+        info = get_worker_info()
+        share = list(range(self.n))[info.id::info.num_workers] if info is not None else list(range(self.n))
+        if not self.loaded:
+            self.position = 0
+        self.loaded = False
+        while self.position < len(share):
+            self.position += 1
+            yield np.array([share[self.position - 1]] + draws())
+
+
+class StatefulAugmentedStream(AugmentedStream):
+    """An AugmentedStream that keeps its position in state_dict / load_state_dict."""
+
+    def state_dict(self):
+        return {"position": self.position}
+
+    def load_state_dict(self, state):
+        self.position, self.loaded = state["position"], True
+
+
+def samples(batches):
+    """{first sample index: the batch's bytes} of a pass (every batch once), and their order."""
+    out = [np.asarray(b.numpy() if hasattr(b, "numpy") else b) for b in batches]
+    return {int(b[0, 0]): b.tobytes() for b in out}, [int(b[0, 0]) for b in out]
+
+
+def augmented_loader(dataset, num_workers, **kw):
+    return DataLoader(dataset, batch_size=3, num_workers=num_workers, generator=ddpc.Generator(17), **kw)
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+@pytest.mark.parametrize("in_order", [True, False])
+@pytest.mark.parametrize("num_workers", [0, 1, 2, 3])
+def test_random_augmentation_resumes_where_each_worker_stood(num_workers, in_order, method):
+    if num_workers == 0 and (method == "spawn" or not in_order):
+        pytest.skip("no worker processes")
+    kw = dict(shuffle=True, in_order=in_order)
+    if num_workers:
+        kw["multiprocessing_context"] = method
+
+    def fresh():
+        ddpc.manual_seed(5), random.seed(5), np.random.seed(5)
+        return augmented_loader(Augmented(40), num_workers, **kw)
+
+    reference = fresh()
+    expected, order = samples(reference)
+    assert samples(fresh())[0] == expected  # the uninterrupted pass is itself repeatable
+    next_pass, _ = samples(reference)
+    for cut in (1, 5) if method == "fork" else (4,):
+        first = fresh()
+        it = iter(first)
+        got, got_order = samples(next(it) for _ in range(cut))
+        state = first.state_dict()
+        # With num_workers=0 the data set draws from this process's generators: a checkpoint saves them.
+        saved = ddpc.get_rng_state(), random.getstate(), np.random.get_state()
+        del it
+        ddpc.manual_seed(99), random.seed(99), np.random.seed(99)  # a new process
+        resumed = augmented_loader(Augmented(40), num_workers, **kw)
+        resumed.load_state_dict(ddpc.load(_saved(state)))
+        ddpc.set_rng_state(saved[0]), random.setstate(saved[1]), np.random.set_state(saved[2])
+        rest, rest_order = samples(resumed)
+        assert {**got, **rest} == expected and len(got) + len(rest) == len(expected)
+        if in_order:
+            assert got_order + rest_order == order
+        assert (state["worker_rng"] is None) == (num_workers == 0)
+        if num_workers:
+            assert len(state["worker_rng"]) == num_workers
+            assert samples(resumed)[0] == next_pass  # a new base seed for the next pass, as uninterrupted
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_random_augmentation_resumes_after_batches_handed_out_out_of_order(method):
+    """Worker 0 holds batch 0 back while worker 1 hands out batches 1 and 3: the resumed pass makes
+    batch 0 from worker 0's first draws and batch 5 from where worker 1 stood after batch 3."""
+    ctx = multiprocessing.get_context(method)
+    kw = dict(in_order=False, multiprocessing_context=method)
+    expected, _ = samples(augmented_loader(Augmented(30), 2, **kw))
+    gate = ctx.Event()
+    first = augmented_loader(Augmented(30, gate), 2, **kw)
+    it = iter(first)
+    got, order = samples(next(it) for _ in range(2))
+    assert order == [3, 9]  # batches 1 and 3
+    state = first.state_dict()
+    gate.set()
+    del it
+    assert (state["batches_yielded"], state["batches_ahead"]) == (0, [1, 3])
+    assert state["worker_rng"][0] is None  # worker 0 handed out nothing: its generators as seeded
+    resumed = augmented_loader(Augmented(30), 2, **kw)
+    resumed.load_state_dict(ddpc.load(_saved(state)))
+    rest, _ = samples(resumed)
+    assert sorted(rest) == [i for i in range(0, 30, 3) if i not in (3, 9)]
+    assert {**got, **rest} == expected
+
+
+@pytest.mark.parametrize("cut", [2, 7, 12])
+def test_persistent_workers_resume_mid_pass_and_go_on_into_the_next(cut):
+    """The second pass of persistent workers (their generators go on from the first, here dropped
+    after two batches with tasks still in flight) is resumed; the pass after it goes on from where
+    every worker stood, also one that made its last batch of the pass before the state was taken."""
+    kw = dict(num_workers=3, persistent_workers=True, shuffle=True)
+
+    def passes(loader, first_cut=2):
+        it = iter(loader)
+        for _ in range(first_cut):
+            next(it)
+        return it
+
+    reference = augmented_loader(Augmented(40), **kw)
+    passes(reference)
+    expected, second = [samples(reference) for _ in range(2)]
+    first = augmented_loader(Augmented(40), **kw)
+    passes(first)
+    it = iter(first)
+    got, _ = samples(next(it) for _ in range(cut))
+    state = first.state_dict()
+    del it
+    resumed = augmented_loader(Augmented(40), **kw)
+    resumed.load_state_dict(state)
+    rest, rest_order = samples(resumed)
+    assert {**got, **rest} == expected[0] and rest_order == expected[1][cut:]
+    assert samples(resumed) == second
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+@pytest.mark.parametrize("in_order", [True, False])
+@pytest.mark.parametrize("num_workers", [1, 2, 3])
+@pytest.mark.parametrize("stateful", [True, False])
+def test_random_augmentation_of_a_stream_resumes_where_each_worker_stood(stateful, num_workers, in_order, method):
+    if method == "spawn" and (num_workers == 1 or not stateful):
+        pytest.skip("spawn: a sample of the cases")
+    kw = dict(in_order=in_order, multiprocessing_context=method)
+    stream = StatefulAugmentedStream if stateful else AugmentedStream
+    expected, order = samples(augmented_loader(stream(31), num_workers, **kw))
+    for cut in (1, 5):
+        first = augmented_loader(stream(31), num_workers, **kw)
+        it = iter(first)
+        got, got_order = samples(next(it) for _ in range(cut))
+        state = first.state_dict()
+        del it
+        resumed = augmented_loader(stream(31), num_workers, **kw)
+        resumed.load_state_dict(_reloaded(state))
+        rest, rest_order = samples(resumed)
+        assert {**got, **rest} == expected and len(got) + len(rest) == len(expected)
+        if in_order:
+            assert got_order + rest_order == order
+
+
+def test_states_without_worker_generators_still_load():
+    """A state of an earlier ddpc (no worker_rng) resumes the rest of the pass, its workers' draws
+    starting over from the base seed; one of another number of workers does the same."""
+    expected, order = samples(augmented_loader(Augmented(30), 2))
+    first = augmented_loader(Augmented(30), 2)
+    it = iter(first)
+    got, got_order = samples(next(it) for _ in range(4))
+    state = first.state_dict()
+    del it
+    old = {k: v for k, v in state.items() if k != "worker_rng"}
+    for loaded, workers in ((old, 2), (state, 3)):
+        resumed = augmented_loader(Augmented(30), workers)
+        resumed.load_state_dict(loaded)
+        rest, rest_order = samples(resumed)
+        assert got_order + rest_order == order
+        assert rest != {i: expected[i] for i in rest_order}  # the draws started over
+    with pytest.raises(ValueError, match="worker_rng must list"):
+        augmented_loader(Augmented(30), 2).load_state_dict(dict(state, worker_rng={}))
+    broken = dict(state["worker_rng"][0], numpy=[b"\0" * 5, 0, 0, 0.0])
+    with pytest.raises(ValueError, match="generator state must be what state_dict"):
+        augmented_loader(Augmented(30), 2).load_state_dict(dict(state, worker_rng=[broken, None]))

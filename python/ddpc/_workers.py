@@ -19,6 +19,17 @@ them. The first tasks go to the workers that had them in flight, and the
 round-robin goes on from where it was, so with ``in_order`` the batches come
 in the order an uninterrupted pass would have handed them out.
 
+Each answer also carries the worker's random number generators as the task
+left them (ddpc's, Python's ``random`` and numpy's global one: those a worker
+seeds), so that a loader's state can say where each worker's draws stood
+before the first of its batches not yet handed out (a worker's batches are
+handed out in the order it made them, in order or not). The workers of a
+resumed pass are set there before their first task (a stream's once it is
+opened), so random augmentation draws what it would have drawn
+uninterrupted. Batch b of a map-style pass goes to worker b % num_workers
+(the round-robin of a pass from its start), so a resumed pass gives every
+batch to the worker that made it before.
+
 Why pipes and not multiprocessing queues: the loader waits on the pipes and
 the processes' sentinels together (``multiprocessing.connection.wait``), so a
 dead worker wakes it at once, and no feeder threads run in either process.
@@ -39,7 +50,9 @@ the rest; the kernel frees a block once neither process maps it, whichever
 process dies when, so nothing is left behind.
 """
 
+import array
 import contextlib
+import ctypes
 import io
 import mmap
 import multiprocessing
@@ -58,7 +71,7 @@ import numpy as np
 
 from . import _C
 from ._threads import set_num_threads
-from .tensor import Tensor, manual_seed
+from .tensor import Tensor, default_generator, manual_seed
 
 _info = None  # this process's WorkerInfo while it is a worker
 _POLL_S = 1.0  # how often an idle worker checks that the loader's process is alive
@@ -270,6 +283,95 @@ def _seed_worker(seed):
     np.random.seed(seed % 2**32)
 
 
+_WORDS = 4 * 625  # Python's random: 624 words and the index into them
+_KEY = 4 * 624  # numpy's MT19937
+
+
+def _numpy_words():
+    """The words and position of numpy's global generator read in place (its
+    ``state`` copies them one by one, some hundred times slower), or None where
+    it is not numpy's MT19937 (numpy.random.set_bit_generator)."""
+    bitgen = np.random.mtrand._rand._bit_generator
+    if type(bitgen) is not np.random.MT19937:
+        return None
+    return ctypes.string_at(bitgen.ctypes.state_address, _KEY + 4)  # uint32_t key[624]; int pos
+
+
+class _Generators:
+    """The generators _seed_worker seeds, followed from task to task in a worker.
+    ``moved()`` is a snapshot of them, a tuple that pickles small and fast
+    (ddpc's seed and offset; Python's words as bytes and its spare gauss;
+    numpy's words as bytes, position, spare gauss, or None for another
+    generator), or None where none moved since the last call: most tasks of a
+    data set without random augmentation cost a comparison of the words, and
+    numpy's state, slow to read, is read only after it moved."""
+
+    def __init__(self):
+        self._ddpc = self._random = self._words = self._python_part = self._numpy_part = None
+        self._spare = False  # numpy's holds a spare gauss, which a draw can take without moving its words
+        self.moved()
+
+    def moved(self):
+        ddpc_state = (default_generator.seed, default_generator.offset)
+        python, words = random.getstate(), _numpy_words()
+        if ddpc_state == self._ddpc and python == self._random and words == self._words and not self._spare:
+            return None
+        if python != self._random:
+            self._random, self._python_part = python, (array.array("I", python[1]).tobytes(), python[2])
+        if words is None:
+            self._numpy_part = (None, 0, 0, 0.0)
+        elif words != self._words or self._spare:
+            _, key, pos, has_gauss, gauss = np.random.get_state()
+            self._numpy_part = (key.tobytes(), pos, has_gauss, gauss)
+            self._spare = bool(has_gauss)
+        self._ddpc, self._words = ddpc_state, words
+        return ddpc_state + self._python_part + self._numpy_part
+
+
+def _restore_rng(snapshot):
+    seed, offset, words, gauss_next, key, pos, has_gauss, gauss = snapshot
+    default_generator.seed, default_generator.offset = seed, offset
+    random.setstate((3, tuple(array.array("I", words)), gauss_next))
+    if key is not None:
+        np.random.set_state(("MT19937", np.frombuffer(key, np.uint32), pos, has_gauss, gauss))
+
+
+def rng_state(snapshot):
+    """A worker's generators (a snapshot _Generators.moved gave) as a loader's state holds
+    them: plain data, the words as little-endian bytes, for ddpc.save."""
+    if snapshot is None:
+        return None
+    seed, offset, words, gauss_next, key, pos, has_gauss, gauss = snapshot
+    little = "<u4"
+    return {"ddpc": [seed, offset],
+            "random": [np.frombuffer(words, np.uintc).astype(little).tobytes(), gauss_next],  # array "I": a C uint
+            "numpy": None if key is None else [np.frombuffer(key, np.uint32).astype(little).tobytes(), pos,
+                                               has_gauss, gauss]}
+
+
+def rng_snapshot(state, owner):
+    """The snapshot a worker restores from a state's entry (rng_state's form);
+    ValueError for anything else."""
+    if state is None:
+        return None
+    try:
+        (seed, offset), (words, gauss_next) = state["ddpc"], state["random"]
+        key, pos, has_gauss, gauss = state["numpy"] or (None, 0, 0, 0.0)
+        ok = (sorted(state) == ["ddpc", "numpy", "random"] and isinstance(words, bytes) and len(words) == _WORDS
+              and (key is None or isinstance(key, bytes) and len(key) == _KEY)
+              and all(isinstance(v, int) and not isinstance(v, bool) for v in (seed, offset, pos, has_gauss))
+              and 0 <= seed < 2**64 and offset >= 0 and 0 <= pos <= 624 and has_gauss in (0, 1)
+              and (gauss_next is None or isinstance(gauss_next, float)) and isinstance(gauss, float)
+              and np.frombuffer(words, "<u4")[-1] <= 624)
+    except (TypeError, ValueError, KeyError):
+        ok = False
+    if not ok:
+        raise ValueError(f"{owner}.load_state_dict: a worker's generator state must be what state_dict() gave "
+                         f"(ddpc's seed and offset, Python's and numpy's Mersenne Twister words), got {state!r:.200}")
+    return (seed, offset, np.frombuffer(words, "<u4").astype(np.uintc).tobytes(), gauss_next,
+            None if key is None else np.frombuffer(key, "<u4").astype(np.uint32).tobytes(), pos, has_gauss, gauss)
+
+
 def _worker_main(conn, fetcher, worker_id, num_workers, seed, init_fn, parent_pid, inherited):
     """A worker's loop: answers tasks until told to stop (None), its pipe
     closes, or the loader's process is gone."""
@@ -285,6 +387,7 @@ def _worker_main(conn, fetcher, worker_id, num_workers, seed, init_fn, parent_pi
             init_fn(worker_id)
         except BaseException as exc:
             failed = _Raised(exc, worker_id, "in worker_init_fn of")
+    generators = _Generators()  # as seeded (and as worker_init_fn left them): what the loader takes None for
     stream, generation, stream_state, blocks = None, None, None, _Blocks()
     while True:
         try:
@@ -297,29 +400,33 @@ def _worker_main(conn, fetcher, worker_id, num_workers, seed, init_fn, parent_pi
             return
         if task is None:
             return
-        gen, number, indices, start, released = task
+        gen, number, indices, start, rng, released = task
         blocks.release(released)
         if failed is not None:
             result = failed
         else:
             try:
+                if indices is None and gen != generation:
+                    # A new epoch: the stream from its start, or from where a resumed one was.
+                    stream, generation = fetcher.open(*(start or (0, None))), gen
+                if rng is not None:  # after opening, so drawing and dropping a resumed stream's batches moves nothing
+                    _restore_rng(rng)
                 if indices is not None:
                     result = fetcher.fetch(indices)
                 else:
-                    if gen != generation:  # a new epoch: the stream from its start, or from where a resumed one was
-                        stream, generation = fetcher.open(*(start or (0, None))), gen
                     samples = fetcher.draw(stream)
                     result = _Exhausted() if samples is fetcher.END else fetcher.collate_fn(samples)
                     stream_state = fetcher.stream_state()
             except BaseException as exc:
                 result = _Raised(exc, worker_id)
+        rng = generators.moved()
         try:
-            _send(conn, blocks, (gen, number, result, stream_state))
+            _send(conn, blocks, (gen, number, result, stream_state, rng))
         except (BrokenPipeError, ConnectionResetError, EOFError):
             return
         except Exception as exc:  # the batch does not pickle (nothing was sent): say so instead
             try:
-                _send(conn, blocks, (gen, number, _Raised(exc, worker_id, "sending a batch from"), None))
+                _send(conn, blocks, (gen, number, _Raised(exc, worker_id, "sending a batch from"), None, rng))
             except OSError:
                 return
 
@@ -375,7 +482,7 @@ class WorkerPool:
     iterator, or one for the loader's life with ``persistent_workers``.
     Stopping it (``close()``, or dropping it) stops and reaps every worker."""
 
-    def __init__(self, fetcher, num_workers, seed, init_fn, context):
+    def __init__(self, fetcher, num_workers, seed, init_fn, context, rng=None):
         ctx = context
         fork = ctx.get_start_method() == "fork"
         self.seed = seed
@@ -398,6 +505,8 @@ class WorkerPool:
             self.procs.append(proc)
         self.generation = 0
         self.outstanding = [0] * num_workers
+        self.rng = [None] * num_workers  # each worker's generators after the last task it answered (None: as seeded)
+        self._rng_next = list(rng or self.rng)  # generators to set in each worker before its next task (resuming)
 
     def _collect(self):
         """Moves the blocks of the batches gone since the last call to their workers' lists to release."""
@@ -420,14 +529,16 @@ class WorkerPool:
         return [lease[at:at + n] for n, at in zip(sizes, offsets)]
 
     def send(self, w, task):
-        """Sends worker w a task, with the blocks it may fill again (their batches are gone)."""
+        """Sends worker w a task, with the generators to set first and the blocks it may fill again (their
+        batches are gone)."""
         self._collect()
-        self.conns[w].send(task + (self._released[w],))
+        self.conns[w].send(task + (self._rng_next[w], self._released[w]))
+        self._rng_next[w] = None
         self._released[w] = []
         self.outstanding[w] += 1
 
     def receive(self, timeout):
-        """[(worker, (generation, number, result, stream state))] of the results ready within
+        """[(worker, (generation, number, result, stream state, generators))] of the results ready within
         ``timeout`` seconds (None: until one is); raises RuntimeError if a worker has died."""
         sentinels = {p.sentinel: w for w, p in enumerate(self.procs)}
         ready = multiprocessing.connection.wait(self.conns + list(sentinels), timeout)
@@ -441,8 +552,11 @@ class WorkerPool:
             except (EOFError, OSError):
                 continue  # its process ended: reported below
             message = pickle.loads(payload, buffers=None if b is None else self._lease(w, b, sizes))
+            if message[4] is None:  # the worker's generators did not move: as after its last answer
+                message = message[:4] + (self.rng[w],)
             got.append((w, message))
             self.outstanding[w] -= 1
+            self.rng[w] = message[4]
         if not got:
             dead = [(w, p) for w, p in enumerate(self.procs) if p.exitcode is not None]
             if dead:
@@ -461,10 +575,13 @@ class WorkerPool:
 
 class WorkerBatches:
     """The tasks of one pass over a data set, spread over a WorkerPool, and
-    their results in order (or, with ``in_order=False``, as they come). ``tasks`` yields each batch's indices, or is None
-    for an IterableDataset (each worker streams its own copy). ``finish``
-    turns a worker's batch into what the loader hands out (device, pinning).
-    Stale results of an earlier pass over a persistent pool are dropped.
+    their results in order (or, with ``in_order=False``, as they come).
+    ``tasks`` yields each batch's (batch number, indices), batch b going to
+    worker b % num_workers, or is None for an IterableDataset (each worker
+    streams its own copy). ``finish`` turns a worker's batch into what the
+    loader hands out (device, pinning). Stale results of an earlier pass over
+    a persistent pool are waited for and dropped before the pass begins, so
+    that ``starts`` holds each worker's generators as the pass finds them.
 
     A resumed pass over an IterableDataset passes ``start``, each worker's
     (batches handed out, data set state), and ``schedule``, what
@@ -473,6 +590,10 @@ class WorkerBatches:
     def __init__(self, pool, tasks, prefetch, timeout, finish, owns_pool, remaining, in_order=True, start=None,
                  schedule=None):
         self._pool, self._finish, self._remaining = pool, finish, remaining
+        self._timeout = timeout
+        self._owns_pool = owns_pool
+        self._drain()
+        self.starts = list(pool.rng)
         pool.generation += 1
         self._gen = pool.generation
         self._tasks = None if tasks is None else iter(tasks)
@@ -482,8 +603,6 @@ class WorkerBatches:
         self._worker_of = {}  # task number -> worker, for the tasks not yet taken
         self._start, self._started = start, set()
         self._in_order = in_order
-        self._timeout = timeout
-        self._owns_pool = owns_pool
         self._done = False
         if schedule is None:
             for _ in range(prefetch * len(pool.procs)):
@@ -496,15 +615,29 @@ class WorkerBatches:
                 self._send(w)
         self._turn = schedule["turn"]
 
+    def _drain(self):
+        """Waits for the answers to tasks of an earlier pass still in flight (a
+        persistent pool's, of a pass dropped mid-way): the workers draw from their
+        generators for them before they come to this pass's tasks."""
+        deadline = None if not self._timeout else time.monotonic() + self._timeout
+        while any(self._pool.outstanding):
+            wait = None if deadline is None else deadline - time.monotonic()
+            if wait is not None and wait <= 0:
+                raise RuntimeError(f"DataLoader timed out after {self._timeout} seconds waiting for the batches of "
+                                   "an earlier pass still in its workers")
+            self._pool.receive(wait)
+
     def _send(self, worker=None):
         if not self._active:
             return False
         indices = None
         if self._tasks is not None:
-            indices = next(self._tasks, None)
-            if indices is None:
+            task = next(self._tasks, None)
+            if task is None:
                 self._tasks = iter(())
                 return False
+            batch, indices = task
+            worker = batch % len(self._pool.procs)
         if worker is None:
             self._turn %= len(self._active)
             worker = self._active[self._turn]
@@ -526,7 +659,8 @@ class WorkerBatches:
 
     def _next(self):
         """(the next batch, (its task number, its worker, the worker's stream state
-        after it, the schedule after it)); StopIteration at the end of the pass."""
+        after it, the schedule after it, the worker's generators after it));
+        StopIteration at the end of the pass."""
         if self._done:
             raise StopIteration
         if self._gen != self._pool.generation:
@@ -548,10 +682,10 @@ class WorkerBatches:
                 except BaseException:  # a dead worker, a batch that could not be mapped, an interrupt: the pass ends
                     self.close()
                     raise
-                for w, (gen, number, result, state) in got:
+                for w, (gen, number, result, state, rng) in got:
                     if gen == self._gen:
-                        self._results[number] = (w, result, state)
-            w, result, state = self._results.pop(number)
+                        self._results[number] = (w, result, state, rng)
+            w, result, state, rng = self._results.pop(number)
             del self._worker_of[number]
             self._taken += 1
             if isinstance(result, _Raised):
@@ -564,7 +698,7 @@ class WorkerBatches:
                 continue
             self._send()
             self._remaining = max(self._remaining - 1, 0)
-            return self._finish(result), (number, w, state, self.schedule() if self._tasks is None else None)
+            return self._finish(result), (number, w, state, self.schedule() if self._tasks is None else None, rng)
 
     def _ready(self):
         """The number of the result to hand out next, None until it has come: the

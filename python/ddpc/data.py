@@ -69,7 +69,7 @@ import numpy as np
 
 from . import _C, profiler
 from ._dtype import ordinal
-from ._workers import WorkerBatches, WorkerInfo, WorkerPool, context, get_worker_info
+from ._workers import WorkerBatches, WorkerInfo, WorkerPool, context, get_worker_info, rng_snapshot, rng_state
 from .tensor import Generator, Tensor, default_generator, from_numpy, stack
 
 __all__ = [
@@ -920,8 +920,10 @@ def _move(value, device, pin_memory):
 class _Progress:
     """Where a pass over a DataLoader stands, for its ``state_dict()``: the
     batches handed out (all before ``done``, and with ``in_order=False`` those
-    in ``ahead``), and over an IterableDataset each stream's (batches handed
-    out, data set state after them) and the workers' round-robin."""
+    in ``ahead``), over an IterableDataset each stream's (batches handed out,
+    data set state after them) and the workers' round-robin, and with worker
+    processes each one's generators before the first of its batches not
+    handed out (None: as seeded)."""
 
     def __init__(self, order, num_batches, done=0, ahead=(), streams=None, schedule=None, base_seed=None):
         self.order = order  # map-style: the pass's batch numbers, task by task; None for a stream
@@ -929,13 +931,16 @@ class _Progress:
         self.done, self.ahead = done, set(ahead)
         self.streams, self.schedule, self.base_seed = streams, schedule, base_seed
         self.ended = False
+        self.rng = None  # with workers: a list, one per worker
 
     @property
     def finished(self):
         return self.done >= self.num_batches if self.order is not None else self.ended
 
-    def hand_out(self, task, worker, state, schedule):
+    def hand_out(self, task, worker, state, schedule, rng=None):
         """Counts a batch handed out (not one merely prefetched)."""
+        if self.rng is not None:
+            self.rng[worker] = rng
         if self.order is None:
             self.done += 1
             stream = self.streams[worker or 0]
@@ -1298,7 +1303,7 @@ class DataLoader:
         idx = idx.tolist()
         tasks = [idx[offsets[b]:offsets[b + 1]] for b in order.tolist()]
         if self.num_workers:
-            return self._in_workers(fetcher, tasks, progress, resume)
+            return self._in_workers(fetcher, list(zip(order.tolist(), tasks)), progress, resume)
         return self._batches(lambda task: (self._finish(fetcher.fetch(task[1])), (task[0], None, None, None)),
                              enumerate(tasks), len(tasks), progress)
 
@@ -1322,7 +1327,10 @@ class DataLoader:
                              draws(), max(self._length_or(0) - progress.done, 0), progress)
 
     def _in_workers(self, fetcher, tasks, progress, resume):
-        pool, owned = self._workers(fetcher, None if resume is None else resume["base_seed"])
+        # Where each worker's generators stood; from an earlier ddpc or another number of workers, as seeded.
+        saved = None if resume is None else resume["worker_rng"]
+        rng = [rng_snapshot(r, "DataLoader") for r in saved] if saved and len(saved) == self.num_workers else None
+        pool, owned = self._workers(fetcher, None if resume is None else resume["base_seed"], rng)
         progress.base_seed = pool.seed
         start = schedule = None
         if resume is not None and self._iterable:
@@ -1330,6 +1338,7 @@ class DataLoader:
         remaining = len(tasks) if tasks is not None else max(self._length_or(0) - progress.done, 0)
         batches = _WorkerBatches(pool, tasks, self.prefetch, self.timeout, self._finish, owned, remaining,
                                  self.in_order, start, schedule)
+        progress.rng = rng or batches.starts
         batches._progress = progress
         return batches
 
@@ -1344,13 +1353,17 @@ class DataLoader:
     def _finish(self, batch):
         return _move(batch, self.device, self.pin_memory)
 
-    def _workers(self, fetcher, seed=None):
+    def _workers(self, fetcher, seed=None, rng=None):
         """(pool, owned): a new pool of worker processes for one pass (their base
-        seed ``seed``, else a fresh one), or the loader's own with ``persistent_workers``."""
+        seed ``seed``, else a fresh one; ``rng``: each one's generators to set before
+        its first task), or the loader's own with ``persistent_workers`` (started
+        afresh for a resumed pass: its workers begin as seeded, or as ``rng`` says)."""
         if self.persistent_workers and self._pool is not None and self._pool.alive:
-            return self._pool, False
+            if seed is None:
+                return self._pool, False
+            self._pool.close()
         seed = _next_seed(self._generator) if seed is None else seed
-        pool = WorkerPool(fetcher, self.num_workers, seed, self.worker_init_fn, self._context)
+        pool = WorkerPool(fetcher, self.num_workers, seed, self.worker_init_fn, self._context, rng)
         if not self.persistent_workers:
             return pool, True
         self._pool = pool
@@ -1415,6 +1428,8 @@ class DataLoader:
             "streams": None if progress is None or progress.streams is None
             else [list(stream) for stream in progress.streams],
             "schedule": None if progress is None else copy.deepcopy(progress.schedule),
+            "worker_rng": None if progress is None or progress.rng is None or progress.finished
+            else [rng_state(r) for r in progress.rng],
         })
         return state
 
@@ -1443,6 +1458,7 @@ class DataLoader:
         draws start over from it.
         """
         values = dict(zip(self._STATE_KEYS, _state_entries(state_dict, "DataLoader", self._STATE_KEYS)))
+        values["worker_rng"] = state_dict.get("worker_rng")  # absent from states of ddpc before it
         for key, what in (("batch_size", "batch size"), ("drop_last", "drop_last"),
                           ("dataset_length", "data set length"), ("num_replicas", "world size (num_replicas)"),
                           ("rank", "rank"), ("num_workers", "number of workers")):
@@ -1472,6 +1488,13 @@ class DataLoader:
                              f"of a loader over an IterableDataset, got {streams!r}")
         for s in streams or ():
             _int_entry(s[0], "a stream's batch count", "DataLoader")
+        worker_rng = values["worker_rng"]
+        if worker_rng is not None:
+            if not isinstance(worker_rng, (list, tuple)) or not worker_rng:
+                raise ValueError(f"DataLoader.load_state_dict: worker_rng must list each worker's generators, "
+                                 f"got {worker_rng!r:.200}")
+            for r in worker_rng:
+                rng_snapshot(r, "DataLoader")
         schedule = values["schedule"]
         if schedule is not None and (not isinstance(schedule, collections.abc.Mapping)
                                      or sorted(schedule) != ["active", "pending", "turn"]):
