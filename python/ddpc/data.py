@@ -42,7 +42,9 @@ with bounded resident memory.
 Loaders resume in the middle of an epoch, as torchdata's
 ``StatefulDataLoader``: ``DataLoader.state_dict()`` records the batches of
 the pass handed out so far, and after ``load_state_dict`` the next pass hands
-out the rest, skipping the others without reading them (see
+out the rest, skipping the others without reading them; worker processes'
+random number generators go on from where they stood, so random
+augmentation draws what it would have drawn uninterrupted (see
 ``DataLoader.load_state_dict``).
 
 Differences from PyTorch: leaving ``num_workers`` out loads in a background
@@ -1187,7 +1189,8 @@ class DataLoader:
     changes nothing.
 
     ``state_dict()`` / ``load_state_dict()`` resume a pass interrupted in
-    the middle (a job restarted from a checkpoint): see there. An
+    the middle (a job restarted from a checkpoint), worker processes' random
+    number generators included: see there. An
     IterableDataset that defines ``state_dict()`` and ``load_state_dict()``
     is asked for its state after each batch is drawn (in the worker that
     draws it), and on resuming has ``load_state_dict`` called right before
@@ -1408,8 +1411,12 @@ class DataLoader:
         next ``iter()`` hand out the rest of that pass, the batches an
         uninterrupted loader would have handed out next in the same order;
         a state taken after a pass ended makes the next ``iter()`` a new pass
-        as usual. A plain dict of ints, lists and the samplers' and data sets'
-        states, for ``ddpc.save`` / ``ddpc.checkpoint.save``."""
+        as usual. With worker processes it also holds, in ``worker_rng``,
+        each worker's random number generators (ddpc's, Python's ``random``
+        and numpy's global one, a few KB) as they stood before the first of
+        its batches not yet handed out. A plain dict of ints, bytes, lists and
+        the samplers' and data sets' states, for ``ddpc.save`` /
+        ``ddpc.checkpoint.save``."""
         if self._resume is not None:  # loaded, not iterated yet
             return copy.deepcopy(self._resume)
         progress = self._progress
@@ -1453,9 +1460,28 @@ class DataLoader:
         ``in_order=False`` the batches handed out need not be a prefix of the
         pass: the state lists those beyond it and the resumed pass skips them
         too, so every batch is still handed out once (the order of the rest is
-        as they come, as always with ``in_order=False``). Worker processes
-        get the base seed of the interrupted pass again; their generators'
-        draws start over from it.
+        as they come, as always with ``in_order=False``).
+
+        Worker processes get the base seed of the interrupted pass again, and
+        each one's generators are set where they stood before the first of its
+        batches not handed out (batch b of a map-style pass is made by worker
+        b % num_workers, resumed or not; a stream's worker is set once its
+        data set is restored or fast-forwarded), so a data set drawing random
+        augmentation from ``ddpc.rand``, ``random`` or ``numpy.random`` hands
+        out, batch for batch, what an uninterrupted pass would have, and with
+        ``persistent_workers`` the passes after it too (a persistent pool is
+        started afresh for a resumed pass). torchdata's StatefulDataLoader
+        restores the base seed only, so its workers' draws start over from it
+        after a resume, as they do here for a state without ``worker_rng``
+        (from ddpc before it) or from a loader with another number of
+        workers. Generators of the data set's own (a ``numpy.random.Generator``
+        it holds) are its state to keep. Without worker processes the data set
+        draws from this process's generators: with ``num_workers=0`` each batch
+        is made when asked for, so the generator states a checkpoint saves
+        with the loader's (``ddpc.get_rng_state()``, ``random.getstate()``,
+        ``numpy.random.get_state()``) carry the draws on; the background
+        thread (``num_workers`` left out) draws ahead of the batches handed
+        out, so its draws do not resume exactly.
         """
         values = dict(zip(self._STATE_KEYS, _state_entries(state_dict, "DataLoader", self._STATE_KEYS)))
         values["worker_rng"] = state_dict.get("worker_rng")  # absent from states of ddpc before it
