@@ -1162,8 +1162,8 @@ class DataLoader:
       its own copy of the data set (inherited with the ``fork`` start method,
       pickled with ``spawn``), and runs ``worker_init_fn(id)`` after seeding
       ddpc's, Python's and numpy's global generators with ``base_seed + id``
-      (PyTorch leaves numpy's alone, so forked workers draw the same numpy
-      numbers there unless ``worker_init_fn`` reseeds); ``get_worker_info()``
+      (PyTorch seeds numpy's from a hash of ``base_seed`` and ``id``, so the
+      numpy numbers differ from PyTorch's workers'); ``get_worker_info()``
       tells a worker its id, the number of workers, its seed and its data
       set, e.g. to split an IterableDataset, which every worker otherwise
       reads whole; ``prefetch`` (``prefetch_factor``)
