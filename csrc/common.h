@@ -18,10 +18,19 @@ typedef enum {
     DDPC_ERR_CUDA,     /* a CUDA, cuBLAS or NCCL call failed  -> RuntimeError */
     DDPC_ERR_NOCUDA,   /* CUDA asked for but not available    -> RuntimeError */
     DDPC_ERR_SYS,      /* a system call failed                -> OSError */
-    DDPC_ERR_DIST,     /* a peer failed or disagreed          -> ddpc.DistError */
+    DDPC_ERR_DIST,     /* a peer failed or disagreed in a collective, an NCCL call failed
+                          -> ddpc.distributed.DistBackendError */
     DDPC_ERR_TIMEOUT,  /* a deadline passed                   -> ddpc.DistTimeoutError */
     DDPC_ERR_INTERNAL, /* a broken invariant                  -> RuntimeError */
-    DDPC_ERR_DEVICE_OOM /* device allocation failed           -> ddpc.OutOfMemoryError */
+    DDPC_ERR_DEVICE_OOM, /* device allocation failed          -> ddpc.OutOfMemoryError */
+    DDPC_ERR_NET,      /* the store's address cannot be resolved or listened on, or a connection to it was
+                          refused or lost                     -> ddpc.distributed.DistNetworkError */
+    DDPC_ERR_NET_TIMEOUT, /* no connection to the store before the deadline
+                          -> DistNetworkError, also a DistTimeoutError */
+    DDPC_ERR_STORE,    /* the store refused a client or answered wrongly, a key vanished
+                          -> ddpc.distributed.DistStoreError */
+    DDPC_ERR_STORE_TIMEOUT /* a store wait (or get) or request passed its deadline
+                          -> DistStoreError, also a DistTimeoutError */
 } ddpc_status;
 
 /* Records the message for `st` (printf-style) and returns `st`. The message

@@ -26,7 +26,9 @@
 #include "ops_sort.h"
 #include "size.h"
 
-PyObject *ddpc_DistError, *ddpc_DistTimeoutError, *ddpc_OutOfMemoryError;
+PyObject *ddpc_DistError, *ddpc_DistTimeoutError, *ddpc_DistBackendError, *ddpc_DistNetworkError,
+    *ddpc_DistNetworkTimeoutError, *ddpc_DistStoreError, *ddpc_DistStoreTimeoutError, *ddpc_QueueEmptyError;
+PyObject *ddpc_OutOfMemoryError;
 
 PyObject *ddpc_raise(ddpc_status st) {
     PyObject *type;
@@ -36,8 +38,12 @@ PyObject *ddpc_raise(ddpc_status st) {
     case DDPC_ERR_OOM: type = PyExc_MemoryError; break;
     case DDPC_ERR_DEVICE_OOM: type = ddpc_OutOfMemoryError; break;
     case DDPC_ERR_SYS: type = PyExc_OSError; break;
-    case DDPC_ERR_DIST: type = ddpc_DistError; break;
+    case DDPC_ERR_DIST: type = ddpc_DistBackendError; break;
     case DDPC_ERR_TIMEOUT: type = ddpc_DistTimeoutError; break;
+    case DDPC_ERR_NET: type = ddpc_DistNetworkError; break;
+    case DDPC_ERR_NET_TIMEOUT: type = ddpc_DistNetworkTimeoutError; break;
+    case DDPC_ERR_STORE: type = ddpc_DistStoreError; break;
+    case DDPC_ERR_STORE_TIMEOUT: type = ddpc_DistStoreTimeoutError; break;
     default: type = PyExc_RuntimeError; break;
     }
     PyErr_SetString(type, ddpc_last_error());
@@ -364,24 +370,70 @@ static PyMethodDef module_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+/* A new exception class `name` ("module.Class") with one or two bases, added to m as Class. */
+static PyObject *add_error_(PyObject *m, const char *name, const char *doc, PyObject *base, PyObject *second) {
+    PyObject *bases = second ? PyTuple_Pack(2, base, second) : Py_NewRef(base);
+    if (!bases) return NULL;
+    PyObject *type = PyErr_NewExceptionWithDoc(name, doc, bases, NULL);
+    Py_DECREF(bases);
+    if (type && PyModule_AddObjectRef(m, strrchr(name, '.') + 1, type) < 0) Py_CLEAR(type);
+    return type;
+}
+
+/* torch.distributed's error classes: a DistError (a RuntimeError) or one of
+ * its subclasses, by what failed; ddpc's timeouts are also TimeoutErrors. */
+static int add_dist_errors_(PyObject *m) {
+    ddpc_DistError = add_error_(m, "ddpc.DistError",
+                                "A distributed call failed: a collective, the store or a connection (the base of "
+                                "ddpc's distributed errors).",
+                                PyExc_RuntimeError, NULL);
+    if (!ddpc_DistError) return -1;
+    ddpc_DistTimeoutError = add_error_(m, "ddpc.DistTimeoutError",
+                                       "A collective or rendezvous did not complete before its deadline.",
+                                       ddpc_DistError, PyExc_TimeoutError);
+    if (!ddpc_DistTimeoutError) return -1;
+    ddpc_DistBackendError = add_error_(
+        m, "ddpc.distributed.DistBackendError",
+        "A collective failed in the backend: a peer died or left mid-collective, the ranks disagreed about it, "
+        "the group was aborted or destroyed, or an NCCL call failed.",
+        ddpc_DistError, NULL);
+    if (!ddpc_DistBackendError) return -1;
+    ddpc_DistNetworkError = add_error_(
+        m, "ddpc.distributed.DistNetworkError",
+        "The store could not be reached (its address does not resolve, its port is taken, connections are "
+        "refused) or the connection to it was lost.",
+        ddpc_DistError, NULL);
+    if (!ddpc_DistNetworkError) return -1;
+    ddpc_DistNetworkTimeoutError = add_error_(
+        m, "ddpc.distributed.DistNetworkTimeoutError",
+        "No connection to the store could be made before the deadline (a DistNetworkError and a DistTimeoutError).",
+        ddpc_DistNetworkError, ddpc_DistTimeoutError);
+    if (!ddpc_DistNetworkTimeoutError) return -1;
+    ddpc_DistStoreError = add_error_(
+        m, "ddpc.distributed.DistStoreError",
+        "The store failed a request: it refused this client, answered malformed, or a key vanished.",
+        ddpc_DistError, NULL);
+    if (!ddpc_DistStoreError) return -1;
+    ddpc_DistStoreTimeoutError = add_error_(
+        m, "ddpc.distributed.DistStoreTimeoutError",
+        "A store wait or get found no key, or a request no answer, before the deadline (a DistStoreError and a "
+        "DistTimeoutError).",
+        ddpc_DistStoreError, ddpc_DistTimeoutError);
+    if (!ddpc_DistStoreTimeoutError) return -1;
+    ddpc_QueueEmptyError = add_error_(m, "ddpc.distributed.QueueEmptyError",
+                                      "A store queue had no item to pop (torch.distributed's class; ddpc's stores "
+                                      "keep no queues, so nothing raises it).",
+                                      ddpc_DistStoreError, NULL);
+    return ddpc_QueueEmptyError ? 0 : -1;
+}
+
 static int module_exec(PyObject *m) {
-    ddpc_DistError = PyErr_NewExceptionWithDoc(
-        "ddpc.DistError", "A collective failed: a peer died, disagreed, or the group was aborted.", PyExc_RuntimeError,
-        NULL);
-    if (!ddpc_DistError || PyModule_AddObjectRef(m, "DistError", ddpc_DistError) < 0) return -1;
-    PyObject *bases = PyTuple_Pack(2, ddpc_DistError, PyExc_TimeoutError);
-    if (!bases) return -1;
-    ddpc_DistTimeoutError = PyErr_NewExceptionWithDoc(
-        "ddpc.DistTimeoutError", "A collective or rendezvous did not complete before its deadline.", bases, NULL);
-    Py_DECREF(bases);
-    if (!ddpc_DistTimeoutError || PyModule_AddObjectRef(m, "DistTimeoutError", ddpc_DistTimeoutError) < 0) return -1;
+    if (add_dist_errors_(m) < 0) return -1;
     /* torch.cuda.OutOfMemoryError is a RuntimeError; a MemoryError too, as ddpc raised before it existed. */
-    bases = PyTuple_Pack(2, PyExc_RuntimeError, PyExc_MemoryError);
-    if (!bases) return -1;
-    ddpc_OutOfMemoryError = PyErr_NewExceptionWithDoc(
-        "ddpc.OutOfMemoryError", "A device allocation failed: the GPU's memory is used up.", bases, NULL);
-    Py_DECREF(bases);
-    if (!ddpc_OutOfMemoryError || PyModule_AddObjectRef(m, "OutOfMemoryError", ddpc_OutOfMemoryError) < 0) return -1;
+    ddpc_OutOfMemoryError = add_error_(m, "ddpc.OutOfMemoryError",
+                                       "A device allocation failed: the GPU's memory is used up.", PyExc_RuntimeError,
+                                       PyExc_MemoryError);
+    if (!ddpc_OutOfMemoryError) return -1;
     if (ddpc_size_register(m) < 0 || ddpc_buffer_register(m) < 0 || ddpc_ops_register(m) < 0) return -1;
     if (ddpc_nn_register(m) < 0 || ddpc_conv_register(m) < 0 || ddpc_grid_register(m) < 0 || ddpc_dim_register(m) < 0 ||
         ddpc_sort_register(m) < 0 || ddpc_search_register(m) < 0 || ddpc_select_register(m) < 0 ||

@@ -55,11 +55,12 @@ def shm_segments():
 
 
 def assert_survivors_caught(results, within_s, says):
-    """Ranks 0 and 2 (rank 1 is the one that failed) caught a DistError saying `says` within `within_s`."""
+    """Ranks 0 and 2 (rank 1 is the one that failed) caught a DistBackendError (a DistError) saying `says`
+    within `within_s`."""
     for r in (0, 2):
         code, out, err = results[r]
         assert code == 3, out + err
-        m = re.search(r"CAUGHT DistError after ([\d.]+)s: (.*)", out)
+        m = re.search(r"CAUGHT DistBackendError after ([\d.]+)s: (.*)", out)
         assert m and float(m.group(1)) < within_s, out + err
         assert says in m.group(2), out
 
@@ -168,7 +169,7 @@ def test_port_in_use_is_a_clear_error():
         port = s.getsockname()[1]
         res = run_init({"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
     assert res.returncode != 0
-    assert re.search(rf"DistError: cannot listen on .*:{port}: Address already in use", res.stderr), res.stderr
+    assert re.search(rf"DistNetworkError: cannot listen on .*:{port}: Address already in use", res.stderr), res.stderr
 
 
 def test_unreachable_master_is_a_clear_error():
@@ -179,4 +180,4 @@ def test_unreachable_master_is_a_clear_error():
         res = run_init({"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
     assert time.monotonic() - t0 < 20
     assert res.returncode != 0
-    assert re.search(rf"DistTimeoutError: could not connect to 127.0.0.1:{port}", res.stderr), res.stderr
+    assert re.search(rf"DistNetworkTimeoutError: could not connect to 127.0.0.1:{port}", res.stderr), res.stderr

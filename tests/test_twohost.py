@@ -114,7 +114,7 @@ def test_collectives_between_two_namespaces(namespaces, nproc):
 
 def test_host_that_goes_silent_is_reported_dead(namespaces):
     """Host b's link goes down without any socket being closed: keepalive on
-    the store connections must turn the silence into a DistError naming the
+    the store connections must turn the silence into a DistBackendError naming the
     lost rank on host a, within 10 seconds."""
     ns, veth = namespaces
     procs = start_two_hosts(ns, 1, "until_error", 29641, {})
@@ -131,7 +131,7 @@ def test_host_that_goes_silent_is_reported_dead(namespaces):
     finally:
         sh("ip", "-n", ns["b"], "link", "set", veth["b"], "up")
     out_a = before + outs[0][0] + outs[0][1]
-    m = re.search(r"RANK 0 CAUGHT DistError after ([\d.]+)s: (.*)", out_a)
+    m = re.search(r"RANK 0 CAUGHT DistBackendError after ([\d.]+)s: (.*)", out_a)
     assert m, out_a
     assert float(m.group(1)) < 10 and "rank 1 died" in m.group(2), out_a
     assert codes[0] != 0 and "rank 0" in outs[0][1]

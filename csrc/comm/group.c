@@ -134,6 +134,10 @@ ddpc_status ddpc_group_store_get(ddpc_group *g, const char *key, void **val, siz
         ddpc_clear_error();
         return ddpc_group_error(g);
     }
+    /* A key a peer never published is the group's timeout; a store that
+     * failed fails the group as a lost peer would. */
+    if (st == DDPC_ERR_STORE_TIMEOUT || st == DDPC_ERR_NET_TIMEOUT) return DDPC_ERR_TIMEOUT;
+    if (st == DDPC_ERR_NET || st == DDPC_ERR_STORE) return DDPC_ERR_DIST;
     return st;
 }
 

@@ -133,7 +133,9 @@ struct ddpc_group {
 };
 
 /* A store value the group's members publish, waited for until the group's
- * timeout or its failure (a member that died). */
+ * timeout or its failure (a member that died). The store's failures become
+ * the group's: a key that never came DDPC_ERR_TIMEOUT, a store that failed
+ * DDPC_ERR_DIST. */
 ddpc_status ddpc_group_store_get(ddpc_group *g, const char *key, void **val, size_t *len);
 
 /* Messages name ranks as the default group numbers them, whatever the group. */

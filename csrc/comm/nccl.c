@@ -749,7 +749,7 @@ static PyObject *comm_group_start(nccl_comm *c, PyObject *unused) {
     if (r == ncclSuccess) c->group_depth++;
     pthread_mutex_unlock(&c->mu);
     if (r != ncclSuccess)
-        return PyErr_Format(ddpc_DistError, "ncclGroupStart failed: %s", ddpc_nccl.GetErrorString(r));
+        return PyErr_Format(ddpc_DistBackendError, "ncclGroupStart failed: %s", ddpc_nccl.GetErrorString(r));
     Py_RETURN_NONE;
 }
 
@@ -965,7 +965,7 @@ static PyObject *py_nccl_unique_id(PyObject *m, PyObject *unused) {
     ncclUniqueId id;
     ncclResult_t r = ddpc_nccl.GetUniqueId(&id);
     if (r != ncclSuccess)
-        return PyErr_Format(ddpc_DistError, "ncclGetUniqueId failed: %s", ddpc_nccl.GetErrorString(r));
+        return PyErr_Format(ddpc_DistBackendError, "ncclGetUniqueId failed: %s", ddpc_nccl.GetErrorString(r));
     return PyBytes_FromStringAndSize((const char *)&id, sizeof id);
 }
 

@@ -510,6 +510,18 @@ static void server_free_(server_ *sv) {
     free(sv);
 }
 
+/* A failure on a connection to the store (or its listening socket) as the
+ * store's callers see it: a connection closed, refused or lost, an address
+ * that does not resolve, a port in use (DDPC_ERR_DIST from net.c) is
+ * DDPC_ERR_NET, and a deadline that passed while the store owed an answer is
+ * DDPC_ERR_STORE_TIMEOUT. A raised abort flag keeps its DDPC_ERR_DIST, with
+ * no message, for the caller that raised it. */
+static ddpc_status link_status_(ddpc_status st, const atomic_int *abort) {
+    if (st == DDPC_ERR_DIST && !(abort && atomic_load(abort))) return DDPC_ERR_NET;
+    if (st == DDPC_ERR_TIMEOUT) return DDPC_ERR_STORE_TIMEOUT;
+    return st;
+}
+
 static ddpc_status server_init_(const char *host, int port, const char *token, server_ **out, int *bound_port) {
     ddpc_status res = DDPC_OK;
     server_ *sv = calloc(1, sizeof *sv);
@@ -521,7 +533,7 @@ static ddpc_status server_init_(const char *host, int port, const char *token, s
     /* Listen on all interfaces: the master address names this host for the
      * clients, and may be a name that does not resolve to a local interface. */
     (void)host;
-    CHECKGOTO(ddpc_net_listen(NULL, port, &sv->listen_fd, bound_port), res, fail);
+    CHECKGOTO(link_status_(ddpc_net_listen(NULL, port, &sv->listen_fd, bound_port), NULL), res, fail);
     if (pipe2(sv->wake_pipe, O_CLOEXEC) < 0) {
         res = DDPC_ERROR(DDPC_ERR_SYS, "pipe failed: %s", strerror(errno));
         goto fail;
@@ -553,19 +565,23 @@ static ddpc_status hello_(int fd, const char *token, int32_t rank, uint64_t dead
     }
     ddpc_status st = ddpc_net_send(fd, b.data, b.len, deadline, NULL, "the store");
     free(b.data);
-    CHECK(st);
+    CHECK(link_status_(st, NULL));
     char rep[5];
     st = ddpc_net_recv(fd, rep, 5, deadline, NULL, "the store");
     if (st == DDPC_ERR_DIST) {
         ddpc_clear_error();
-        return DDPC_ERROR(DDPC_ERR_DIST, "the store refused this client (wrong DDPC_STORE_TOKEN?)");
+        return DDPC_ERROR(DDPC_ERR_STORE, "the store refused this client (wrong DDPC_STORE_TOKEN?)");
     }
-    return st;
+    return link_status_(st, NULL);
 }
 
+/* Connects and says hello. No connection before the deadline is
+ * DDPC_ERR_NET_TIMEOUT (the store is not there), other failures as link_status_. */
 static ddpc_status connect_(ddpc_store *s, int32_t rank, uint64_t deadline, int *fd) {
-    CHECK(ddpc_net_connect(s->host, s->port, deadline, fd));
-    ddpc_status st = hello_(*fd, s->token, rank, deadline);
+    ddpc_status st = ddpc_net_connect(s->host, s->port, deadline, fd);
+    if (st == DDPC_ERR_TIMEOUT) return DDPC_ERR_NET_TIMEOUT;
+    CHECK(link_status_(st, NULL));
+    st = hello_(*fd, s->token, rank, deadline);
     if (st != DDPC_OK) { close(*fd); *fd = -1; }
     return st;
 }
@@ -635,16 +651,16 @@ static ddpc_status request_(ddpc_store *s, const bytes_ *body, uint64_t deadline
         CHECKGOTO(connect_(s, -1, deadline, &s->fd), res, out);
     }
     uint32_t len = (uint32_t)body->len;
-    CHECKGOTO(ddpc_net_send(s->fd, &len, 4, deadline, NULL, "the store"), res, fail);
-    CHECKGOTO(ddpc_net_send(s->fd, body->data, body->len, deadline, NULL, "the store"), res, fail);
-    CHECKGOTO(ddpc_net_recv(s->fd, &len, 4, deadline, abort, "the store"), res, fail);
+    CHECKGOTO(link_status_(ddpc_net_send(s->fd, &len, 4, deadline, NULL, "the store"), NULL), res, fail);
+    CHECKGOTO(link_status_(ddpc_net_send(s->fd, body->data, body->len, deadline, NULL, "the store"), NULL), res, fail);
+    CHECKGOTO(link_status_(ddpc_net_recv(s->fd, &len, 4, deadline, abort, "the store"), abort), res, fail);
     if (len > DDPC_STORE_MAX_FRAME + 8) {
-        res = DDPC_ERROR(DDPC_ERR_DIST, "the store sent a malformed reply");
+        res = DDPC_ERROR(DDPC_ERR_STORE, "the store sent a malformed reply");
         goto fail;
     }
     r = malloc(len ? len : 1);
     if (!r) { res = DDPC_ERROR(DDPC_ERR_OOM, "out of memory for a store reply"); goto fail; }
-    CHECKGOTO(ddpc_net_recv(s->fd, r, len, deadline, NULL, "the store"), res, fail);
+    CHECKGOTO(link_status_(ddpc_net_recv(s->fd, r, len, deadline, NULL, "the store"), NULL), res, fail);
     *rep = r;
     *rep_len = len;
     goto out;
@@ -675,7 +691,7 @@ static ddpc_status exchange_(ddpc_store *s, bytes_ *b, double timeout_s, const a
     CHECK(st);
     if (want && *len != want) {
         free(*rep);
-        return DDPC_ERROR(DDPC_ERR_DIST, "the store sent a malformed reply");
+        return DDPC_ERROR(DDPC_ERR_STORE, "the store sent a malformed reply");
     }
     return DDPC_OK;
 }
@@ -710,9 +726,9 @@ static ddpc_status wait_(ddpc_store *s, const char *const *keys, int nkeys, doub
     uint32_t rl;
     CHECK(keys_body_(&b, CMD_WAIT, keys, nkeys));
     ddpc_status st = exchange_(s, &b, timeout_s, abort, &rep, &rl, 1);
-    if (st == DDPC_ERR_TIMEOUT) {
+    if (st == DDPC_ERR_STORE_TIMEOUT) {
         ddpc_clear_error();
-        return DDPC_ERROR(DDPC_ERR_TIMEOUT, "store wait for '%s'%s timed out after %.1f s", nkeys ? keys[0] : "",
+        return DDPC_ERROR(DDPC_ERR_STORE_TIMEOUT, "store wait for '%s'%s timed out after %.1f s", nkeys ? keys[0] : "",
                           nkeys > 1 ? " and other keys" : "", timeout_s);
     }
     CHECK(st);
@@ -750,7 +766,7 @@ ddpc_status ddpc_store_get_unless(ddpc_store *s, const char *key, void **val, si
     CHECK(simple_(s, &b, s->timeout_s, &rep, &rl, 0));
     if (rl < 1 || !rep[0]) {
         free(rep);
-        return DDPC_ERROR(DDPC_ERR_DIST, "store key '%s' vanished (deleted by another client)", key);
+        return DDPC_ERROR(DDPC_ERR_STORE, "store key '%s' vanished (deleted by another client)", key);
     }
     memmove(rep, rep + 1, rl - 1);
     *val = rep;
@@ -824,7 +840,7 @@ ddpc_status ddpc_store_watch(ddpc_store *s, int rank, int *fd) {
 ddpc_status ddpc_store_watch_next(int fd, int64_t seen, double timeout_s) {
     char msg[13] = {9, 0, 0, 0, CMD_WATCH};
     memcpy(msg + 5, &seen, 8);
-    return ddpc_net_send(fd, msg, sizeof msg, ddpc_deadline_after(timeout_s), NULL, "the store");
+    return link_status_(ddpc_net_send(fd, msg, sizeof msg, ddpc_deadline_after(timeout_s), NULL, "the store"), NULL);
 }
 
 int ddpc_store_read_event(int fd, char *text, size_t cap) {
@@ -874,9 +890,9 @@ ddpc_status ddpc_store_leave(int watch_fd, const char *prefix, double timeout_s)
     uint64_t deadline = ddpc_deadline_after(timeout_s);
     ddpc_status st = ddpc_net_send(watch_fd, b.data, b.len, deadline, NULL, "the store");
     free(b.data);
-    CHECK(st);
+    CHECK(link_status_(st, NULL));
     char rep[5];
-    return ddpc_net_recv(watch_fd, rep, 5, deadline, NULL, "the store");
+    return link_status_(ddpc_net_recv(watch_fd, rep, 5, deadline, NULL, "the store"), NULL);
 }
 
 ddpc_status ddpc_store_wait_departed(ddpc_store *s, int nranks, double timeout_s) {

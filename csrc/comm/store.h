@@ -12,7 +12,12 @@
  * closes without a prior leave message, so a killed process is noticed by
  * the others as soon as the kernel closes its sockets, and each abort a rank
  * publishes (ranks that disagree about a collective), so ranks on other hosts
- * stop waiting for it too. */
+ * stop waiting for it too.
+ *
+ * Failures: a store that cannot be reached or whose connection breaks is
+ * DDPC_ERR_NET (DDPC_ERR_NET_TIMEOUT when no connection came before the
+ * deadline); a refusal, a malformed reply or a vanished key DDPC_ERR_STORE;
+ * a wait, get or request that passed its deadline DDPC_ERR_STORE_TIMEOUT. */
 #ifndef DDPC_COMM_STORE_H
 #define DDPC_COMM_STORE_H
 

@@ -14,6 +14,18 @@ group's next call after the collective is done; ``reduce``, ``gather`` and
 moves what the root moves), and ``all_to_all`` is sends and receives tagged
 ``-2**31``; ``TCPStore`` and ``FileStore`` differ as their docstrings say.
 
+Errors: every failure of a collective, the store or a connection is a
+``DistError`` (a RuntimeError), of torch.distributed's subclass for what
+failed: ``DistBackendError`` for a collective that failed in the backend (a
+peer died or left mid-collective, the ranks disagreed about it, an NCCL call
+failed), ``DistNetworkError`` for a store that cannot be reached or whose
+connection was lost, ``DistStoreError`` for a store that refused or failed a
+request. Timeouts are ``DistTimeoutError`` (also a TimeoutError): a
+collective's, the store's (``DistStoreTimeoutError``, a DistStoreError too)
+and a connection's that never came (``DistNetworkTimeoutError``, a
+DistNetworkError too). ``QueueEmptyError`` (a DistStoreError) is there for
+code that names it; ddpc's stores have no queues.
+
 Environment: ``DDPC_STORE_TOKEN`` is the job's store secret (ddpc-run and
 ddpc.spawn make one); ``DDPC_HOST_ID`` overrides how ranks decide they share
 a host (hostname and boot id by default), and ``DDPC_IFADDR`` the address a
@@ -40,7 +52,8 @@ from urllib.parse import urlparse
 import numpy as np
 
 from .. import _C, profiler
-from .._C import DistError, DistTimeoutError
+from .._C import (DistBackendError, DistError, DistNetworkError, DistNetworkTimeoutError, DistStoreError,
+                  DistStoreTimeoutError, DistTimeoutError, QueueEmptyError)
 from .._dtype import real_pairs
 from .._procs import new_token
 from ._store import FileStore, HashStore, PrefixStore, Store, TCPStore, _seconds
@@ -55,6 +68,10 @@ __all__ = [
     "irecv", "is_available", "is_backend_available", "is_gloo_available", "is_initialized", "is_mpi_available",
     "is_nccl_available", "isend", "monitored_barrier", "new_group", "recv", "reduce", "reduce_scatter",
     "reduce_scatter_tensor", "scatter", "scatter_object_list", "send", "shared_buffer",
+]
+__all__ += [
+    "DistBackendError", "DistNetworkError", "DistNetworkTimeoutError", "DistStoreError", "DistStoreTimeoutError",
+    "QueueEmptyError",
 ]
 
 _DTYPE_CODES = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 3, "int32": 4, "int64": 5, "uint8": 6,

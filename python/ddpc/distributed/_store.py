@@ -3,7 +3,15 @@ whose server runs in the master's process), FileStore (a file that every
 rank opens), HashStore (this process only) and PrefixStore (another store's
 keys under a prefix). Values are bytes (a str is stored encoded); ``add``
 keeps counters as decimal text, as PyTorch's stores do.
-``init_process_group(store=...)`` takes any of them (a HashStore for one rank)."""
+``init_process_group(store=...)`` takes any of them (a HashStore for one rank).
+
+Errors, as torch.distributed's: a ``get`` or ``wait`` that passes its
+deadline raises DistStoreTimeoutError (a DistStoreError, and a
+DistTimeoutError as ddpc's timeouts are); a key deleted under a ``get``,
+a refused client (a wrong token) or a malformed reply DistStoreError; a
+TCPStore whose server cannot be reached or whose connection breaks
+DistNetworkError (DistNetworkTimeoutError, also a DistTimeoutError, where
+no connection came before the timeout)."""
 
 import base64
 import fcntl
@@ -14,7 +22,7 @@ import time
 from datetime import timedelta
 
 from .. import _C
-from .._C import DistError, DistTimeoutError
+from .._C import DistStoreError, DistStoreTimeoutError
 
 _STORE_TIMEOUT = timedelta(seconds=300)  # PyTorch's default for every store
 
@@ -154,7 +162,8 @@ class _DictStore(Store):
         delay = 0.001
         while not self.check(keys):
             if time.monotonic() > deadline:
-                raise DistTimeoutError(f"{type(self).__name__} wait for {list(keys)} timed out after {timeout_s:.1f} s")
+                raise DistStoreTimeoutError(f"{type(self).__name__} wait for {list(keys)} timed out after "
+                                            f"{timeout_s:.1f} s")
             time.sleep(delay)
             delay = min(delay * 2, 0.05)
 
@@ -162,7 +171,7 @@ class _DictStore(Store):
         self.wait([key])
         value = self._update(lambda d: d.get(key))
         if value is None:
-            raise DistError(f"store key '{key}' vanished (deleted by another client)")
+            raise DistStoreError(f"store key '{key}' vanished (deleted by another client)")
         return value
 
 
