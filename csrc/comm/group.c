@@ -321,6 +321,13 @@ static void *worker_main_(void *arg) {
     return NULL;
 }
 
+uint64_t ddpc_group_next_seq(ddpc_group *g) {
+    pthread_mutex_lock(&g->lock);
+    uint64_t seq = g->next_seq;
+    pthread_mutex_unlock(&g->lock);
+    return seq;
+}
+
 ddpc_status ddpc_group_submit(ddpc_group *g, const ddpc_coll_args *a, ddpc_work **out) {
     ddpc_work *w = calloc(1, sizeof *w);
     if (!w) return DDPC_ERROR(DDPC_ERR_OOM, "out of memory");

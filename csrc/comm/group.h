@@ -167,6 +167,8 @@ ddpc_status ddpc_group_error(ddpc_group *g);
 
 /* Work: one queued collective. */
 ddpc_status ddpc_group_submit(ddpc_group *g, const ddpc_coll_args *a, ddpc_work **work);
+/* The sequence number the group's next collective gets (send and recv take none). */
+uint64_t ddpc_group_next_seq(ddpc_group *g);
 /* Waits for the work (timeout_s < 0: the group timeout) and returns its status. */
 ddpc_status ddpc_work_wait(ddpc_work *w, double timeout_s);
 int ddpc_work_done(ddpc_work *w);

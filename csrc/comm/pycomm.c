@@ -825,13 +825,14 @@ static PyObject *group_close(group_obj *self, PyObject *unused) {
 
 static PyObject *group_get_(group_obj *self, void *which) {
     if (!group_ready_(self)) return NULL;
-    const ddpc_group *g = self->group;
+    ddpc_group *g = self->group;
     switch ((int)(intptr_t)which) {
     case 0: return PyLong_FromLong(g->rank);
     case 1: return PyLong_FromLong(g->size);
     case 2: return PyLong_FromLong(g->topo.local_rank);
     case 3: return PyLong_FromLong(g->topo.local_size);
-    default: return PyLong_FromLong(g->topo.nnodes);
+    case 4: return PyLong_FromLong(g->topo.nnodes);
+    default: return PyLong_FromUnsignedLongLong(ddpc_group_next_seq(g));
     }
 }
 
@@ -862,6 +863,7 @@ static PyGetSetDef group_getset[] = {
     {"local_rank", (getter)group_get_, NULL, "index among the group's ranks on this host", (void *)2},
     {"local_size", (getter)group_get_, NULL, "group ranks on this host", (void *)3},
     {"nnodes", (getter)group_get_, NULL, "hosts the group spans", (void *)4},
+    {"next_seq", (getter)group_get_, NULL, "the sequence number of the group's next collective", (void *)5},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

@@ -24,7 +24,9 @@ request. Timeouts are ``DistTimeoutError`` (also a TimeoutError): a
 collective's, the store's (``DistStoreTimeoutError``, a DistStoreError too)
 and a connection's that never came (``DistNetworkTimeoutError``, a
 DistNetworkError too). ``QueueEmptyError`` (a DistStoreError) is there for
-code that names it; ddpc's stores have no queues.
+code that names it; ddpc's stores have no queues. Debugging: ``DebugLevel``
+(from ``DDPC_DISTRIBUTED_DEBUG`` or ``TORCH_DISTRIBUTED_DEBUG``) and
+``breakpoint``; ``_debug.py`` says what each level does.
 
 Environment: ``DDPC_STORE_TOKEN`` is the job's store secret (ddpc-run and
 ddpc.spawn make one); ``DDPC_HOST_ID`` overrides how ranks decide they share
@@ -56,6 +58,8 @@ from .._C import (DistBackendError, DistError, DistNetworkError, DistNetworkTime
                   DistStoreTimeoutError, DistTimeoutError, QueueEmptyError)
 from .._dtype import real_pairs
 from .._procs import new_token
+from . import _debug
+from ._debug import DebugLevel, breakpoint, get_debug_level, set_debug_level, set_debug_level_from_env
 from ._store import FileStore, HashStore, PrefixStore, Store, TCPStore, _seconds
 
 __all__ = [
@@ -70,8 +74,9 @@ __all__ = [
     "reduce_scatter_tensor", "scatter", "scatter_object_list", "send", "shared_buffer",
 ]
 __all__ += [
-    "DistBackendError", "DistNetworkError", "DistNetworkTimeoutError", "DistStoreError", "DistStoreTimeoutError",
-    "QueueEmptyError",
+    "DebugLevel", "DistBackendError", "DistNetworkError", "DistNetworkTimeoutError", "DistStoreError",
+    "DistStoreTimeoutError", "QueueEmptyError", "breakpoint", "get_debug_level", "set_debug_level",
+    "set_debug_level_from_env",
 ]
 
 _DTYPE_CODES = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 3, "int32": 4, "int64": 5, "uint8": 6,
@@ -910,6 +915,8 @@ class Work:
 def _launch(api, g, c_call, async_op, finish, *args, outputs=None):
     """Runs a C collective of group ``g`` for function ``api`` synchronously
     or wraps its async handle (whose future delivers ``outputs``)."""
+    if _debug.detail and g.backend == "cpu":
+        _debug.log_collective(g, api, args, _dtype_name)
     if profiler._is_profiler_enabled:
         c_call = profiler._collective(c_call, g, args, api)
     if async_op:

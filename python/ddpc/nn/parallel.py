@@ -24,6 +24,7 @@ import contextlib
 import copy
 import dataclasses
 import enum
+import logging
 import warnings
 
 import numpy as np
@@ -49,6 +50,8 @@ from .modules import Linear, Module
 atexit.register(_C.multi_release)
 
 _FIRST_BUCKET_BYTES = 1 << 20  # small first bucket: its all-reduce starts early in backward
+# Where DistributedDataParallel's bucket layout goes at debug level INFO and DETAIL (ddpc.distributed.DebugLevel).
+_logger = logging.getLogger(__name__)
 
 
 class GradBucket:
@@ -272,6 +275,12 @@ class DistributedDataParallel(Module, _GroupJoinable):
     into the buckets), and host buckets lie in a
     ``ddpc.distributed.shared_buffer``, which the cpu backend reduces in place
     across the ranks on a host.
+
+    At debug level INFO or DETAIL (``ddpc.distributed.set_debug_level``, or
+    TORCH_DISTRIBUTED_DEBUG), rank 0 of the group logs this layout when the
+    wrapper is made (logger ``ddpc.nn.parallel``), and the error for
+    parameters that got no gradient names each with its shape and index
+    (at OFF, the first ten).
     """
 
     def __init__(self, module, device_ids=None, output_device=None, dim=0, broadcast_buffers=True, init_sync=True,
@@ -332,6 +341,8 @@ class DistributedDataParallel(Module, _GroupJoinable):
         self._bucket_cap = int(bucket_cap_mb * (1 << 20))
         self._exchange_settled = False  # (see _finish_reduction)
         self._build_reducer(exchange=not find_unused_parameters)
+        if dist.get_debug_level() is not dist.DebugLevel.OFF and dist.get_rank(self.process_group) == 0:
+            self._log_layout()
         for _, p in self._named_params:
             p.register_post_accumulate_grad_hook(self._on_grad_ready)
         self._next_launch = 0
@@ -389,6 +400,23 @@ class DistributedDataParallel(Module, _GroupJoinable):
                 p._grad_into = slot
                 p._grad_exchange = self._exchange.take
 
+    def _log_layout(self):
+        """Logs where each gradient is reduced (at debug level INFO and DETAIL, on rank 0)."""
+        names = {id(p): n for n, p in self._all_params}
+        lines = [f"DistributedDataParallel over {dist.get_world_size(self.process_group)} ranks: "
+                 f"{len(self._buckets)} bucket(s) (the first up to {_FIRST_BUCKET_BYTES} bytes, the others up to "
+                 f"{self._bucket_cap}), reduced in this order:"]
+        for b in self._buckets:
+            p = b.params[0]
+            lines.append(f"  bucket {b.index}: {b.flat.nbytes} bytes of {p.dtype.name} on {p.device}, "
+                         f"{len(b.params)} parameter(s): {', '.join(names[id(q)] for q in b.params)}")
+        if self._exchange:
+            lines.append("  outside the buckets, averaged by the ranks on this host through shared memory: "
+                         + ", ".join(names[id(q)] for q in self._exchange.params))
+        if self._sparse_params:
+            lines.append("  sparse gradients, all-gathered: " + ", ".join(names[id(q)] for q in self._sparse_params))
+        _logger.info("\n".join(lines))
+
     def _make_buckets(self, cap, params):
         buckets, current, size = [], [], 0
         limit = _FIRST_BUCKET_BYTES
@@ -426,10 +454,15 @@ class DistributedDataParallel(Module, _GroupJoinable):
     # ---- the reducer -----------------------------------------------------------------
     def _prepare_for_backward(self, outputs):
         if self._expect_reduction and self._hook_fired:
-            missing = [n for n, p in self._named_params if id(p) not in self._got_grad]
+            missing = [(k, n, p) for k, (n, p) in enumerate(self._named_params) if id(p) not in self._got_grad]
+            if dist.get_debug_level() is dist.DebugLevel.OFF:
+                listed = (f"{[n for _, n, _ in missing[:10]]}{' ...' if len(missing) > 10 else ''} ({len(missing)} "
+                          "in all; with TORCH_DISTRIBUTED_DEBUG=INFO this error names each, with its shape)")
+            else:
+                listed = ", ".join(f"{n} {tuple(p.shape)} (index {k})" for k, n, p in missing)
             raise RuntimeError(
                 "DistributedDataParallel: the previous iteration's gradient reduction did not finish because these "
-                f"parameters got no gradient: {missing[:10]}{' ...' if len(missing) > 10 else ''}. Pass "
+                f"parameters got no gradient on rank {dist.get_rank()}: {listed}. Pass "
                 "find_unused_parameters=True if some parameters are unused in forward, or make every output "
                 "contribute to the loss")
         # A forward without a backward (e.g. evaluation with grad mode on) launched nothing: start afresh.
