@@ -1,9 +1,10 @@
 """torch.distributed's debugging helpers: the debug level (from
 DDPC_DISTRIBUTED_DEBUG or TORCH_DISTRIBUTED_DEBUG, or set) and what it
 does (DistributedDataParallel's bucket layout and unused-parameter error at
-INFO, each cpu collective logged at DETAIL); and breakpoint() with skip and
-with pdb reading standard input, alone and under ddpc-run. Ranks are real
-processes (ddpc.spawn, ddpc-run)."""
+INFO, each cpu collective logged at DETAIL); breakpoint() with skip and with
+pdb reading standard input, alone and under ddpc-run; and the small names
+(get_pg_count, is_ucc_available, is_xccl_available, supports_complex,
+default_pg_timeout). Ranks are real processes (ddpc.spawn, ddpc-run)."""
 
 import logging
 import os
@@ -11,6 +12,7 @@ import re
 import subprocess
 import sys
 import textwrap
+from datetime import timedelta
 
 import numpy as np
 import pytest
@@ -324,3 +326,35 @@ def test_breakpoint_refuses_bad_arguments():
         dist.breakpoint(timeout_s=0)
     with pytest.raises(TypeError):
         dist.breakpoint(rank="0")
+
+
+# ---- the small names ------------------------------------------------------------------------
+
+
+def test_backends_complex_reductions_and_the_default_timeout():
+    assert dist.is_ucc_available() is False and dist.is_xccl_available() is False
+    ops = dist.ReduceOp
+    assert [dist.supports_complex(op) for op in (ops.SUM, ops.AVG, ops.MIN, ops.MAX, ops.PRODUCT, ops.BAND,
+                                                 ops.BOR, ops.BXOR)] == [True, True] + [False] * 6
+    with pytest.raises(ValueError, match="unknown reduce op"):
+        dist.supports_complex(12345)
+    assert dist.default_pg_timeout == timedelta(minutes=30)
+
+
+def pg_count_worker(rank):
+    counts = [dist.get_pg_count()]
+    dist.init_process_group("cpu")
+    counts.append(dist.get_pg_count())
+    dist.new_group([0])
+    dist.new_group([0, 1])
+    counts.append(dist.get_pg_count())  # rank 1 counts the group it is not in, as PyTorch does
+    if rank == 1:
+        dist.new_group([1], use_local_synchronization=True)
+    counts.append(dist.get_pg_count())
+    dist.destroy_process_group()
+    counts.append(dist.get_pg_count())
+    return counts
+
+
+def test_get_pg_count():
+    assert ddpc.spawn(pg_count_worker, nprocs=2) == [[0, 1, 3, 3, 0], [0, 1, 3, 4, 0]]

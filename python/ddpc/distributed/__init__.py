@@ -75,13 +75,15 @@ __all__ = [
 ]
 __all__ += [
     "DebugLevel", "DistBackendError", "DistNetworkError", "DistNetworkTimeoutError", "DistStoreError",
-    "DistStoreTimeoutError", "QueueEmptyError", "breakpoint", "get_debug_level", "set_debug_level",
-    "set_debug_level_from_env",
+    "DistStoreTimeoutError", "QueueEmptyError", "breakpoint", "default_pg_timeout", "get_debug_level",
+    "get_pg_count", "is_ucc_available", "is_xccl_available", "set_debug_level", "set_debug_level_from_env",
+    "supports_complex",
 ]
 
 _DTYPE_CODES = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 3, "int32": 4, "int64": 5, "uint8": 6,
                 "complex64": 7, "complex128": 8, "bool": 9}
 _DEFAULT_TIMEOUT = timedelta(minutes=30)  # PyTorch's for gloo: a dead peer is noticed in seconds anyway
+default_pg_timeout = _DEFAULT_TIMEOUT  # torch.distributed's name for it
 # How long rank 0 keeps the store up at shutdown for the others to leave.
 _SHUTDOWN_GRACE_S = 10.0
 # The tag of the messages all_to_all sends, out of the way of the tags users pick.
@@ -125,6 +127,16 @@ def is_nccl_available():
 
 
 def is_mpi_available():
+    return False
+
+
+def is_ucc_available():
+    """False: ddpc has no UCC backend."""
+    return False
+
+
+def is_xccl_available():
+    """False: ddpc has no XCCL (Intel GPU) backend."""
     return False
 
 
@@ -626,6 +638,16 @@ def new_group(ranks=None, timeout=None, backend=None, pg_options=None, use_local
     return group
 
 
+def get_pg_count():
+    """How many process groups this rank made since init_process_group, as
+    PyTorch counts them: the default group and each new_group call (new_group
+    counts on ranks outside the group too, except with
+    use_local_synchronization); 0 without a default group."""
+    if _world.default is None:
+        return 0
+    return _world.next_group_id + sum(_world.local_groups.values())
+
+
 def new_subgroups(group_size=None, group=None, timeout=None, backend=None, pg_options=None):
     """Splits the default group into groups of ``group_size`` consecutive ranks
     (default: LOCAL_WORLD_SIZE, the ranks per node that ddpc-run and torchrun
@@ -966,6 +988,14 @@ def _group_rank(g, rank, what):
 
 
 _BITWISE_OPS = (ReduceOp.BAND, ReduceOp.BOR, ReduceOp.BXOR)
+
+
+def supports_complex(reduceOp):  # noqa: N803  (PyTorch's argument name)
+    """Whether ``reduceOp`` reduces complex tensors: SUM and AVG do (part by
+    part); MIN, MAX, PRODUCT and the bitwise ops do not, as in PyTorch."""
+    if isinstance(reduceOp, bool) or reduceOp not in _C.REDUCE_OPS.values():
+        raise ValueError(f"unknown reduce op {reduceOp!r}; use ddpc.distributed.ReduceOp")
+    return reduceOp in (ReduceOp.SUM, ReduceOp.AVG)
 
 
 def _reduce_op(op, g, code):
