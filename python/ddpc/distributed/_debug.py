@@ -25,7 +25,8 @@ handler) they write to stderr themselves.
 The level starts from the environment when ddpc.distributed is imported:
 ``DDPC_DISTRIBUTED_DEBUG``, else ``TORCH_DISTRIBUTED_DEBUG`` (OFF, INFO or
 DETAIL, in any case), as ddpc names its other variables and as PyTorch
-reads it.
+reads it. Another value there warns and leaves the level OFF (PyTorch fails
+the import); ``set_debug_level_from_env()`` raises ValueError for it.
 """
 
 import collections
