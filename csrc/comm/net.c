@@ -89,6 +89,27 @@ ddpc_status ddpc_net_listen(const char *host, int port, int *fd_out, int *bound_
     return DDPC_OK;
 }
 
+/* Whether a loopback connect met itself: with nothing listening on the port, a
+ * socket whose ephemeral port happens to be that port connects to itself (TCP
+ * simultaneous open), and a client retrying against a dead store would then
+ * talk to itself. */
+static int connected_to_itself_(int fd) {
+    struct sockaddr_storage a, b;
+    socklen_t la = sizeof a, lb = sizeof b;
+    if (getsockname(fd, (struct sockaddr *)&a, &la) != 0 || getpeername(fd, (struct sockaddr *)&b, &lb) != 0)
+        return 0;
+    if (a.ss_family != b.ss_family) return 0;
+    if (a.ss_family == AF_INET) {
+        const struct sockaddr_in *x = (const void *)&a, *y = (const void *)&b;
+        return x->sin_port == y->sin_port && x->sin_addr.s_addr == y->sin_addr.s_addr;
+    }
+    if (a.ss_family == AF_INET6) {
+        const struct sockaddr_in6 *x = (const void *)&a, *y = (const void *)&b;
+        return x->sin6_port == y->sin6_port && memcmp(&x->sin6_addr, &y->sin6_addr, sizeof x->sin6_addr) == 0;
+    }
+    return 0;
+}
+
 /* One non-blocking connect attempt bounded by `ms`; returns 0 or an errno. */
 static int try_connect_(const struct addrinfo *ai, int ms, int *fd_out) {
     int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
@@ -106,6 +127,7 @@ static int try_connect_(const struct addrinfo *ai, int ms, int *fd_out) {
             else getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &l);
         }
     }
+    if (!err && connected_to_itself_(fd)) err = ECONNREFUSED;
     if (err) { close(fd); return err; }
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
     set_nodelay_(fd);
