@@ -6,14 +6,16 @@ paths; ``to``/``cuda``/``cpu`` convert parameters in place (the Parameter
 objects stay the same, so an optimizer built before the move keeps working).
 """
 
+import functools
 import itertools
 import math
 import operator
+import threading
 import warnings
 from collections import OrderedDict, namedtuple
 
 from ..autograd import RemovableHandle, no_grad
-from ..tensor import Tensor, arange, empty, full, parse_to_args, zero_grads
+from ..tensor import Tensor, arange, empty, empty_like, full, parse_to_args, zero_grads
 from .._dtype import checked_memory_format, device_of, get_dtype, ordinal, preserve_format
 from . import _conv, _embedding_bag
 from . import functional as F
@@ -119,6 +121,15 @@ _EXTRA_STATE = "_extra_state"
 _IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
 
 
+# The copies that Module._load_from_state_dict stages while load_state_dict runs in this thread
+# (None outside it): load_state_dict makes them once every module checked out.
+class _StagedCopies(threading.local):
+    copies = None
+
+
+_staged = _StagedCopies()
+
+
 class Module:
     """Base class of every layer and model."""
 
@@ -146,7 +157,11 @@ class Module:
 
     # ---- hooks ------------------------------------------------------------------------
     # Each table maps a handle id to its hook (forward hooks: with their flags).
-    _HOOK_TABLES = ("_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks", "_backward_hooks")
+    # The state dict hooks: pre-hooks, post-hooks (with whether a public registration forbids a
+    # returned dict), load pre-hooks (with whether the module is passed) and load post-hooks.
+    _HOOK_TABLES = ("_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks", "_backward_hooks",
+                    "_state_dict_pre_hooks", "_state_dict_hooks", "_load_state_dict_pre_hooks",
+                    "_load_state_dict_post_hooks")
 
     @staticmethod
     def _add_hook(table, entry, prepend):
@@ -366,6 +381,22 @@ class Module:
                 raise AttributeError(f"`{item}` is not an nn.Module")
         return mod
 
+    def set_submodule(self, target, module, strict=False):
+        """Puts ``module`` at dotted path ``target`` (not ``""``), as PyTorch's: the modules along the path
+        must exist; the last name may be new unless ``strict``, and must not be an attribute that is
+        not a module."""
+        if not isinstance(target, str) or target == "":
+            raise ValueError("cannot set the submodule without a target name")
+        if not isinstance(module, Module):
+            raise ValueError(f"`module` is not an nn.Module, found {type(module)}")
+        parent_path, _, name = target.rpartition(".")
+        parent = self.get_submodule(parent_path)
+        if strict and not hasattr(parent, name):
+            raise AttributeError(f"{type(parent).__name__} has no attribute `{name}`")
+        if hasattr(parent, name) and not isinstance(getattr(parent, name), Module):
+            raise AttributeError(f"`{name}` is not an nn.Module")
+        setattr(parent, name, module)
+
     def _get_member(self, target, table, kind):
         module_path, _, name = target.rpartition(".")
         mod = self.get_submodule(module_path)
@@ -390,22 +421,81 @@ class Module:
         return self
 
     # ---- state ------------------------------------------------------------------------
+    # state_dict and load_state_dict walk the modules as PyTorch's do: each module saves and loads
+    # its own tensors in _save_to_state_dict / _load_from_state_dict (which subclasses override, say
+    # to rename the keys of checkpoints saved by an older _version) and runs its hooks around them.
+    _version = 1
+
+    def register_state_dict_pre_hook(self, hook):
+        """``hook(module, prefix, keep_vars)`` runs before this module's state_dict saves anything."""
+        return self._add_hook(self._state_dict_pre_hooks, hook, False)
+
+    def register_state_dict_post_hook(self, hook):
+        """``hook(module, state_dict, prefix, local_metadata)`` runs once this module and its children
+        are in ``state_dict``; it may change the dict in place and must return None."""
+        return self._add_hook(self._state_dict_hooks, (hook, True), False)
+
+    def _register_state_dict_hook(self, hook):
+        """As register_state_dict_post_hook, but a hook that returns a dict replaces the state dict
+        (PyTorch's older, private form)."""
+        return self._add_hook(self._state_dict_hooks, (hook, False), False)
+
+    def register_load_state_dict_pre_hook(self, hook):
+        """``hook(module, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+        error_msgs)`` runs before this module loads its tensors (from _load_from_state_dict); it may
+        rename or convert keys of ``state_dict`` in place, or append to the lists."""
+        return self._register_load_state_dict_pre_hook(hook, with_module=True)
+
+    def _register_load_state_dict_pre_hook(self, hook, with_module=False):
+        """As register_load_state_dict_pre_hook; without ``with_module`` the hook is called without the
+        module as its first argument (PyTorch's private form)."""
+        return self._add_hook(self._load_state_dict_pre_hooks, (hook, with_module), False)
+
+    def register_load_state_dict_post_hook(self, hook):
+        """``hook(module, incompatible_keys)`` runs once this module and its children are loaded;
+        it may remove entries of ``incompatible_keys.missing_keys`` and ``.unexpected_keys`` in place
+        (which is what load_state_dict's strict check then sees) and must return None."""
+        return self._add_hook(self._load_state_dict_post_hooks, hook, False)
+
     def state_dict(self, destination=None, prefix="", keep_vars=False):
-        """Parameters and persistent buffers by dotted name (sharing storage with the module)."""
-        out = OrderedDict() if destination is None else destination
+        """Parameters, persistent buffers and extra state by dotted name (the tensors sharing storage
+        with the module's, detached unless keep_vars), in an OrderedDict whose ``_metadata`` maps each
+        module's prefix (without the trailing dot) to ``{"version": its class's _version}``.
+
+        Runs this module's state_dict pre-hooks, its ``_save_to_state_dict``, each child's
+        ``state_dict`` and then the post-hooks, as PyTorch's."""
+        if destination is None:
+            destination = OrderedDict()
+            destination._metadata = OrderedDict()
+        local_metadata = {"version": self._version}
+        if hasattr(destination, "_metadata"):
+            destination._metadata[prefix[:-1]] = local_metadata
+        for hook in self._state_dict_pre_hooks.values():
+            hook(self, prefix, keep_vars)
+        self._save_to_state_dict(destination, prefix, keep_vars)
+        for name, m in self._modules.items():
+            if m is not None:
+                m.state_dict(destination=destination, prefix=prefix + name + ".", keep_vars=keep_vars)
+        for hook, from_public_api in self._state_dict_hooks.values():
+            result = hook(self, destination, prefix, local_metadata)
+            if from_public_api and result is not None:
+                raise RuntimeError("a state_dict post-hook must return None (change the state dict in place)")
+            if result is not None:
+                destination = result
+        return destination
+
+    def _save_to_state_dict(self, destination, prefix, keep_vars):
+        """Puts this module's own parameters, persistent buffers and extra state (not its children's)
+        into ``destination`` under ``prefix``."""
         # An uninitialized tensor stays itself, so that loading the state dict leaves a lazy module lazy.
         for name, p in self._parameters.items():
             if p is not None:
-                out[prefix + name] = p if keep_vars or is_lazy(p) else p.detach()
+                destination[prefix + name] = p if keep_vars or is_lazy(p) else p.detach()
         for name, b in self._buffers.items():
             if b is not None and name not in self._non_persistent:
-                out[prefix + name] = b if keep_vars or is_lazy(b) else b.detach()
+                destination[prefix + name] = b if keep_vars or is_lazy(b) else b.detach()
         if type(self).get_extra_state is not Module.get_extra_state:
-            out[prefix + _EXTRA_STATE] = self.get_extra_state()
-        for name, m in self._modules.items():
-            if m is not None:
-                m.state_dict(out, prefix + name + ".", keep_vars)
-        return out
+            destination[prefix + _EXTRA_STATE] = self.get_extra_state()
 
     def get_extra_state(self):
         """Override (with set_extra_state) to keep picklable non-tensor state in the state_dict,
@@ -418,50 +508,33 @@ class Module:
         raise RuntimeError(f"{type(self).__name__}.set_extra_state() is not implemented: the state_dict holds "
                            "extra state for it; override set_extra_state() to load it")
 
-    def _tensor_state_and_extra_owners(self):
-        """This module's state_dict without extra state, and {extra state key: module} for every
-        module that overrides set_extra_state (the keys load_state_dict expects)."""
-        own, extra = self.state_dict(keep_vars=True), {}
-        for prefix, m in self.named_modules():
-            key = prefix + ("." if prefix else "") + _EXTRA_STATE
-            own.pop(key, None)
-            if type(m).set_extra_state is not Module.set_extra_state:
-                extra[key] = m
-        return own, extra
+    def load_state_dict(self, state_dict, strict=True, assign=False):
+        """Copies tensors from state_dict into this module's parameters and buffers (with ``assign``,
+        makes the state dict's tensors the module's: a parameter stays a Parameter, with the module's
+        requires_grad).
 
-    def load_state_dict(self, state_dict, strict=True):
-        """Copies tensors from state_dict into this module's parameters and buffers.
-
-        Missing and unexpected keys raise (strict=True) or are returned; a
-        shape mismatch always raises. All problems are reported together and
-        nothing is copied unless every key checks out.
+        As PyTorch's, each module, parents before children, gets its ``local_metadata`` (its entry of
+        ``state_dict._metadata``, or ``{}``) and runs its load pre-hooks and ``_load_from_state_dict``;
+        its load post-hooks run once its children are loaded. Missing and unexpected keys then raise
+        (strict=True) or are returned; a shape or type mismatch always raises. All problems are reported
+        together, and unlike PyTorch's nothing is copied (nor assigned, nor extra state set) unless every
+        key checks out: the base ``_load_from_state_dict`` only stages its copies, which load_state_dict
+        makes at the end, so post-hooks and an override's code after ``super()._load_from_state_dict``
+        still see the values from before the load.
         """
         if not hasattr(state_dict, "items"):
             raise TypeError(f"expected a dict-like state_dict, got {type(state_dict).__name__}")
-        self._materialize_from(state_dict)
-        own, extra = self._tensor_state_and_extra_owners()
-        own.update(dict.fromkeys(extra))
-        optional = {prefix + ("." if prefix else "") + name for prefix, m in self.named_modules()
-                    for name in m._optional_buffers}
-        missing = [k for k in own if k not in state_dict and k not in optional]
-        unexpected = [k for k in state_dict if k not in own]
-        errors = []
-        for k, target in own.items():
-            if k not in state_dict or k in extra:
-                continue
-            value = state_dict[k]
-            # A value is of its target's kind: a tensor, or a DTensor where the module holds one
-            # (FullyShardedDataParallel's sharded state dict), which copy_ redistributes.
-            kind = Tensor if isinstance(target, Tensor) else type(target)
-            if not isinstance(value, kind):
-                errors.append(f'While copying the parameter named "{k}", expected a '
-                              f'{"ddpc.Tensor" if kind is Tensor else kind.__name__} but got {type(value).__name__}.')
-            elif is_lazy(value) != is_lazy(target):
-                errors.append(f"{k} is uninitialized in the {'checkpoint' if is_lazy(value) else 'current model'} "
-                              "and not in the other: run a forward pass through the lazy module first.")
-            elif value.shape != target.shape:
-                errors.append(f"size mismatch for {k}: copying a param with shape {value.shape} from checkpoint, "
-                              f"the shape in current model is {target.shape}.")
+        metadata = getattr(state_dict, "_metadata", None)
+        state_dict = OrderedDict(state_dict)
+        if metadata is not None:
+            state_dict._metadata = metadata
+        missing, unexpected, errors = [], [], []
+        outer_staged = _staged.copies
+        _staged.copies = staged = []
+        try:
+            self._load_tree(state_dict, "", metadata, assign, missing, unexpected, errors)
+        finally:
+            _staged.copies = outer_staged
         if strict:
             if unexpected:
                 errors.insert(0, "Unexpected key(s) in state_dict: " + ", ".join(f'"{k}"' for k in unexpected) + ". ")
@@ -470,27 +543,105 @@ class Module:
         if errors:
             raise RuntimeError(f"Error(s) in loading state_dict for {type(self).__name__}:\n\t" + "\n\t".join(errors))
         with no_grad():
-            for k, target in own.items():
-                if k in extra and k in state_dict:
-                    extra[k].set_extra_state(state_dict[k])
-                elif k in state_dict and not is_lazy(target):
-                    target.copy_(state_dict[k])
+            for apply in staged:
+                apply()
         return _IncompatibleKeys(missing, unexpected)
 
-    def _materialize_from(self, state_dict):
-        """Gives each uninitialized parameter and buffer the shape of its initialized entry in state_dict."""
-        for prefix, m in self.named_modules():
-            prefix = prefix + "." if prefix else ""
-            for table in (m._parameters, m._buffers):
-                for name, t in table.items():
-                    value = state_dict.get(prefix + name)
-                    if is_lazy(t) and isinstance(value, Tensor) and not is_lazy(value):
-                        t.materialize(value.shape)
+    def _load_tree(self, state_dict, prefix, metadata, assign, missing, unexpected, errors):
+        """Loads this module and its children (pre-order) from ``state_dict``, then runs its load
+        post-hooks; a wrapper whose state_dict shows another module's keys overrides it to match."""
+        local_metadata = {} if metadata is None else dict(metadata.get(prefix[:-1], {}))
+        if assign:
+            local_metadata["assign_to_params_buffers"] = True
+        self._load_from_state_dict(state_dict, prefix, local_metadata, True, missing, unexpected, errors)
+        for name, child in self._modules.items():
+            if child is not None:
+                child_prefix = prefix + name + "."
+                child_state = {k: v for k, v in state_dict.items() if k.startswith(child_prefix)}
+                child._load_tree(child_state, child_prefix, metadata, assign, missing, unexpected, errors)
+        incompatible = _IncompatibleKeys(missing, unexpected)
+        for hook in self._load_state_dict_post_hooks.values():
+            if hook(self, incompatible) is not None:
+                raise RuntimeError("a load_state_dict post-hook must return None (change incompatible_keys' "
+                                   "lists in place)")
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                              error_msgs):
+        """Loads this module's own parameters, buffers and extra state (not its children's) from the keys
+        of ``state_dict`` under ``prefix``, after running its load pre-hooks: problems are appended to
+        ``error_msgs``, and with ``strict`` absent keys to ``missing_keys`` and keys under ``prefix``
+        that name nothing here nor a child to ``unexpected_keys``. Within load_state_dict the copies
+        wait until every module checked out; called on its own, it copies at once.
+
+        Override it to convert an old checkpoint's keys (``local_metadata.get("version")`` is the
+        ``_version`` it was saved with) before calling this one."""
+        for hook, with_module in self._load_state_dict_pre_hooks.values():
+            args = (state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs)
+            hook(self, *args) if with_module else hook(*args)
+        assign = local_metadata.get("assign_to_params_buffers", False)
+        own = {name: p for name, p in self._parameters.items() if p is not None}
+        own.update((name, b) for name, b in self._buffers.items() if b is not None and name not in self._non_persistent)
+        copies = []
+        for name, target in own.items():
+            key = prefix + name
+            if key not in state_dict:
+                if strict and name not in self._optional_buffers:
+                    missing_keys.append(key)
+                continue
+            value = state_dict[key]
+            if is_lazy(target) and isinstance(value, Tensor) and not is_lazy(value):
+                target.materialize(value.shape)
+            # A value is of its target's kind: a tensor, or a DTensor where the module holds one
+            # (FullyShardedDataParallel's sharded state dict), which copy_ redistributes.
+            kind = Tensor if isinstance(target, Tensor) else type(target)
+            if not isinstance(value, kind):
+                error_msgs.append(f'While copying the parameter named "{key}", expected a '
+                                  f'{"ddpc.Tensor" if kind is Tensor else kind.__name__} but got '
+                                  f"{type(value).__name__}.")
+            elif is_lazy(value) != is_lazy(target):
+                error_msgs.append(f"{key} is uninitialized in the {'checkpoint' if is_lazy(value) else 'current model'}"
+                                  " and not in the other: run a forward pass through the lazy module first.")
+            elif value.shape != target.shape:
+                error_msgs.append(f"size mismatch for {key}: copying a param with shape {value.shape} from "
+                                  f"checkpoint, the shape in current model is {target.shape}.")
+            elif assign:
+                copies.append(functools.partial(self._assign_state, name, target, value))
+            elif not is_lazy(target):
+                copies.append(functools.partial(target.copy_, value))
+        extra_key = prefix + _EXTRA_STATE
+        if type(self).set_extra_state is not Module.set_extra_state:
+            if extra_key in state_dict:
+                copies.append(functools.partial(self.set_extra_state, state_dict[extra_key]))
+            elif strict:
+                missing_keys.append(extra_key)
+        elif strict and extra_key in state_dict:
+            unexpected_keys.append(extra_key)
+        if strict:
+            for key in state_dict:
+                if key.startswith(prefix) and key != extra_key:
+                    first = key[len(prefix):].split(".", 1)[0]
+                    if first not in self._modules and first not in own:
+                        unexpected_keys.append(key)
+        if _staged.copies is not None:
+            _staged.copies.extend(copies)
+            return
+        with no_grad():
+            for apply in copies:
+                apply()
+
+    def _assign_state(self, name, target, value):
+        if isinstance(target, Parameter):
+            if isinstance(value, Parameter):
+                value.requires_grad_(target.requires_grad)
+            else:
+                value = Parameter(value, requires_grad=target.requires_grad)
+        setattr(self, name, value)
 
     # ---- conversion ---------------------------------------------------------------------
-    def _apply(self, fn):
-        """Replaces every parameter's and buffer's storage (and each grad) by fn(tensor)."""
-        for m in self.modules():
+    def _apply(self, fn, recurse=True):
+        """Replaces every parameter's and buffer's storage (and each grad) by fn(tensor), this module's
+        and (with recurse) its submodules'."""
+        for m in self.modules() if recurse else (self,):
             for p in m._parameters.values():
                 if p is None:
                     continue
@@ -523,6 +674,13 @@ class Module:
             return out
 
         return self._apply(convert)
+
+    def to_empty(self, *, device=None, recurse=True):
+        """Gives every parameter and buffer new, uninitialised storage of its shape and dtype on
+        ``device`` (default: where it is), in place. ddpc has no "meta" device, so where PyTorch uses
+        this to allocate a module built there, here it only drops the values (an uninitialized
+        parameter or buffer of a lazy module stays uninitialized)."""
+        return self._apply(lambda t: empty_like(t, device=device), recurse)
 
     def cuda(self, device=None):
         return self.to(device="cuda" if device is None else (f"cuda:{device}" if isinstance(device, int) else device))
@@ -1241,6 +1399,7 @@ class _BatchNorm(Module):
 
     _dims = ()
     _optional_buffers = ("num_batches_tracked",)
+    _version = 2  # as PyTorch's norm layers since they have num_batches_tracked
 
     def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True, track_running_stats=True, device=None,
                  dtype=None, *, bias=True):
@@ -2151,6 +2310,7 @@ class _InstanceNorm(GroupNorm):
 
     _dims = ()
     _optional_buffers = ("num_batches_tracked",)
+    _version = 2  # as PyTorch's norm layers since they have num_batches_tracked
 
     def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=False, track_running_stats=False,
                  device=None, dtype=None, *, bias=True):

@@ -397,8 +397,21 @@ class FSDPModule:
                 out[key] = p.as_dtensor(out[key])
         return out
 
-    def load_state_dict(self, state_dict, strict=True):
-        return super().load_state_dict(as_dtensors(self, state_dict), strict)
+    def load_state_dict(self, state_dict, strict=True, assign=False):
+        return super().load_state_dict(as_dtensors(self, state_dict), strict, assign)
+
+    def _load_tree(self, state_dict, prefix, *args):
+        # Each sharded parameter loads as state_dict shows it: a DTensor of the global shape over this
+        # rank's rows (copied into from a DTensor of any placements).
+        sharded = [(m, name, p) for m in self.modules() for name, p in m._parameters.items()
+                   if isinstance(p, ShardedParameter)]
+        for m, name, p in sharded:
+            m._parameters[name] = p.as_dtensor(p.detach())
+        try:
+            return super()._load_tree(state_dict, prefix, *args)
+        finally:
+            for m, name, p in sharded:
+                m._parameters[name] = p
 
 
 def _fsdp_modules(modules):

@@ -432,19 +432,26 @@ class FullyShardedDataParallel(Module):
             out[k] = v
         return out
 
-    def load_state_dict(self, state_dict, strict=True):
+    def _load_tree(self, state_dict, prefix, metadata, assign, missing, unexpected, errors):
+        # Reached from an outer unit's load_state_dict, which gathered everything: as state_dict
+        # gives them, the wrapped module's tensors under this unit's own prefix.
+        if self._state_dict_type is StateDictType.LOCAL_STATE_DICT or not self._summoned:
+            return super()._load_tree(state_dict, prefix, metadata, assign, missing, unexpected, errors)
+        return self.module._load_tree(state_dict, prefix, metadata, assign, missing, unexpected, errors)
+
+    def load_state_dict(self, state_dict, strict=True, assign=False):
         """Loads a state dict of the type ``state_dict_type`` set (a full one
         by default: the unwrapped model's, on every rank). A sharded one's
         DTensors may be laid out otherwise (Replicate, say): they are
         redistributed to the unit's rows."""
         if self._state_dict_type is StateDictType.LOCAL_STATE_DICT:
-            return super().load_state_dict(state_dict, strict)
+            return super().load_state_dict(state_dict, strict, assign)
         if self._state_dict_type is StateDictType.SHARDED_STATE_DICT:
             originals = self._sharded_params(self, writeback=True)
         else:
             originals = self.summon_full_params(self, writeback=True)
         with originals:
-            return self.module.load_state_dict(state_dict, strict)
+            return self.module.load_state_dict(state_dict, strict, assign)
 
     # ---- optimizer state dicts ---------------------------------------------------------------
     @staticmethod
