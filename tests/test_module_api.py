@@ -1,8 +1,11 @@
 """nn.Module's hooks and helpers: forward (pre-)hooks, also the global ones, full
-backward (pre-)hooks, get_submodule/get_parameter/get_buffer, dtype casts and extra state."""
+backward (pre-)hooks, get_submodule/get_parameter/get_buffer/set_submodule, dtype casts, to_empty,
+extra state, and the state dict protocol (_save_to_state_dict, _load_from_state_dict, _version and
+_metadata, the state dict and load hooks, assign=True)."""
 
 import copy
 import math
+from collections import OrderedDict
 
 import numpy as np
 import pytest
@@ -380,3 +383,166 @@ def test_global_always_call_forward_hook_sees_a_failing_forward():
         with pytest.raises(ValueError, match="boom"):
             Fails()(ddpc.ones(1))
     assert outputs == [None]
+
+
+class _Scaled(nn.Module):
+    """Version 2 renamed ``w`` to ``weight``: older checkpoints load through _load_from_state_dict."""
+
+    _version = 2
+
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(ddpc.zeros(2))
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, *args):
+        if local_metadata.get("version", 1) < 2 and prefix + "w" in state_dict:
+            state_dict[prefix + "weight"] = state_dict.pop(prefix + "w")
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, *args)
+
+
+def test_state_dict_metadata_and_versioned_load_from_state_dict():
+    model = nn.Sequential(_Scaled(), nn.BatchNorm1d(2))
+    sd = model.state_dict()
+    assert sd._metadata == {"": {"version": 1}, "0": {"version": 2}, "1": {"version": 2}}
+    old = OrderedDict([("0.w", ddpc.tensor([1.0, 2.0]))] + [(k, v) for k, v in sd.items() if k.startswith("1.")])
+    old._metadata = {"0": {"version": 1}}
+    assert model.load_state_dict(old) == ([], [])
+    assert model[0].weight.tolist() == [1.0, 2.0]
+    current = OrderedDict(old)
+    current._metadata = {"0": {"version": 2}}  # saved at version 2: "w" is not renamed
+    with pytest.raises(RuntimeError, match=r'Missing key\(s\) in state_dict: "0.weight".*\n.*Unexpected key.*"0.w"'):
+        model.load_state_dict(current)
+    seen = []
+    model[1].register_load_state_dict_pre_hook(lambda m, sd, prefix, meta, *rest: seen.append((prefix, meta)))
+    model.load_state_dict(sd)
+    assert seen == [("1.", {"version": 2})]
+    del sd._metadata  # a plain dict's modules get {}
+    model.load_state_dict(dict(sd))
+    assert seen[-1] == ("1.", {})
+
+
+def test_state_dict_hooks_order_and_in_place_edits():
+    calls = []
+    model = nn.Sequential(nn.Linear(2, 2))
+    for name, m in (("root", model), ("lin", model[0])):
+        m.register_state_dict_pre_hook(lambda m, prefix, keep_vars, name=name: calls.append(("pre", name, prefix)))
+        m.register_state_dict_post_hook(
+            lambda m, sd, prefix, meta, name=name: calls.append(("post", name, prefix, sorted(sd), meta)))
+
+    def drop_bias(m, sd, prefix, meta):
+        del sd[prefix + "bias"]
+
+    handle = model[0].register_state_dict_post_hook(drop_bias)
+    sd = model.state_dict()
+    assert calls == [("pre", "root", ""), ("pre", "lin", "0."),
+                     ("post", "lin", "0.", ["0.bias", "0.weight"], {"version": 1}),
+                     ("post", "root", "", ["0.weight"], {"version": 1})]
+    assert list(sd) == ["0.weight"]
+    handle.remove()
+    assert list(model.state_dict()) == ["0.weight", "0.bias"]
+    model.register_state_dict_post_hook(lambda *args: {})
+    with pytest.raises(RuntimeError, match="must return None"):
+        model.state_dict()
+
+
+def test_private_state_dict_hook_may_replace_the_dict():
+    model = nn.Linear(2, 2)
+    model._register_state_dict_hook(lambda m, sd, prefix, meta: {"replaced": 1})
+    assert model.state_dict() == {"replaced": 1}
+
+
+def test_load_state_dict_hooks_order_and_strict_rescue():
+    calls = []
+    model = nn.Sequential(nn.Linear(2, 2))
+    model.register_load_state_dict_pre_hook(lambda m, sd, prefix, *rest: calls.append(("pre", prefix)))
+    model[0]._register_load_state_dict_pre_hook(lambda sd, prefix, *rest: calls.append(("private pre", prefix)))
+    model[0].register_load_state_dict_post_hook(
+        lambda m, keys: calls.append(("post lin", list(keys.missing_keys), list(keys.unexpected_keys))))
+    model.register_load_state_dict_post_hook(lambda m, keys: calls.append(("post root", list(keys.missing_keys))))
+    sd = {k: v.clone() for k, v in model.state_dict().items()}
+    weight = sd["0.weight"]
+    del sd["0.bias"]
+    sd["0.stale"] = ddpc.zeros(1)
+    with pytest.raises(RuntimeError, match="Missing key"):
+        model.load_state_dict(sd)
+    assert calls == [("pre", ""), ("private pre", "0."), ("post lin", ["0.bias"], ["0.stale"]),
+                     ("post root", ["0.bias"])]
+
+    def forgive(m, keys):
+        keys.missing_keys.clear()
+        keys.unexpected_keys.remove("0.stale")
+
+    model[0].weight.detach().fill_(0)
+    model.register_load_state_dict_post_hook(forgive)
+    assert model.load_state_dict(sd) == ([], [])  # strict passes: the hook emptied the lists
+    np.testing.assert_array_equal(model[0].weight.numpy(), weight.numpy())
+    model.register_load_state_dict_post_hook(lambda m, keys: keys)
+    with pytest.raises(RuntimeError, match="must return None"):
+        model.load_state_dict(sd)
+
+
+def test_failed_load_copies_nothing_even_through_load_from_state_dict():
+    model = nn.Sequential(_Scaled(), nn.Linear(2, 2))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    bad = {"0.weight": ddpc.ones(2), "1.weight": ddpc.ones(2, 2), "1.bias": ddpc.ones(3)}
+    with pytest.raises(RuntimeError, match="size mismatch for 1.bias"):
+        model.load_state_dict(bad)
+    for k, v in model.state_dict().items():
+        np.testing.assert_array_equal(v.numpy(), before[k].numpy())
+    missing, unexpected, errors = [], [], []
+    model[0]._load_from_state_dict({"0.weight": ddpc.ones(2)}, "0.", {}, True, missing, unexpected, errors)
+    assert model[0].weight.tolist() == [1.0, 1.0] and (missing, unexpected, errors) == ([], [], [])
+
+
+def test_load_state_dict_assign_takes_the_tensors():
+    model = nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2))
+    model[0].bias.requires_grad_(False)
+    sd = {k: v.clone() for k, v in model.state_dict().items()}
+    given = nn.Parameter(ddpc.ones(2, 2), requires_grad=False)
+    sd["0.weight"] = given
+    model.load_state_dict(sd, assign=True)
+    assert model[0].weight is given and model[0].weight.requires_grad  # the module's requires_grad
+    assert model[1].running_mean is sd["1.running_mean"]
+    bias = model[0].bias
+    assert isinstance(bias, nn.Parameter) and not bias.requires_grad
+    sd["0.bias"].fill_(7)  # the parameter shares the state dict's storage
+    assert bias.tolist() == [7.0, 7.0]
+    other = model.state_dict()
+    model.load_state_dict({k: v.clone() for k, v in other.items()})
+    assert model[0].weight is given  # without assign: copied into the same objects
+
+
+def test_set_submodule():
+    model = nn.Sequential(nn.Sequential(nn.Linear(2, 2)), nn.ReLU())
+    new = nn.Linear(2, 3)
+    model.set_submodule("0.0", new)
+    assert model[0][0] is new
+    model.set_submodule("0.extra", nn.ReLU())
+    assert isinstance(model.get_submodule("0.extra"), nn.ReLU)
+    with pytest.raises(AttributeError, match="has no attribute `other`"):
+        model.set_submodule("0.other", nn.ReLU(), strict=True)
+    with pytest.raises(AttributeError, match="has no attribute `9`"):
+        model.set_submodule("9.x", nn.ReLU())
+    with pytest.raises(AttributeError, match="`weight` is not an nn.Module"):
+        model.set_submodule("0.0.weight", nn.ReLU())
+    with pytest.raises(ValueError, match="not an nn.Module"):
+        model.set_submodule("1", 3)
+    with pytest.raises(ValueError, match="without a target"):
+        model.set_submodule("", nn.ReLU())
+
+
+def test_to_empty_keeps_shapes_and_parameters():
+    model = nn.Sequential(nn.Linear(2, 3), nn.BatchNorm1d(3), nn.LazyLinear(2))
+    weight = model[0].weight
+    assert model.to_empty(device="cpu") is model
+    assert model[0].weight is weight and model[0].weight.shape == (3, 2) and model[1].running_var.shape == (3,)
+    assert isinstance(model[2].weight, nn.UninitializedParameter)
+    inner = nn.Sequential(nn.Linear(2, 2))
+    outer = nn.Sequential(inner)
+    buf = nn.BatchNorm1d(2)
+    outer.add_module("bn", buf)
+    running = buf.running_var
+    outer.to_empty(recurse=False)  # outer has no tensors of its own
+    assert buf.running_var is running
+    outer.to_empty()
+    assert buf.running_var is not running and buf.running_var.shape == (2,)
