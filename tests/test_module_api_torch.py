@@ -1,4 +1,4 @@
-"""Optional: module hooks, the new layers and creation functions against PyTorch
+"""Optional: module hooks, the state dict protocol, the new layers and creation functions against PyTorch
 (skipped when torch is not installed). Each comparison runs in a child process
 that imports torch before ddpc (see test_nn_torch.py) and fails there, printing
 what differs."""
@@ -10,7 +10,7 @@ import pytest
 from procs import run_torch_case
 
 
-@pytest.mark.parametrize("case", ["layers", "creation", "hooks", "instance_norm_running_stats"])
+@pytest.mark.parametrize("case", ["layers", "creation", "hooks", "instance_norm_running_stats", "state_dict_protocol"])
 def test_matches_pytorch(case):
     out = run_torch_case(__file__, case)
     assert out.strip().endswith("ok"), out
@@ -119,6 +119,68 @@ def instance_norm_running_stats():
         assert runs["ddpc"][-2:] == runs["torch"][-2:], (runs["ddpc"][-2:], runs["torch"][-2:])
         for o, w in zip(runs["ddpc"][:-2], runs["torch"][:-2]):
             np.testing.assert_allclose(o, w, rtol=1e-10, atol=1e-12, err_msg=runs["torch"][-1])
+
+
+def _state_dict_run(lib):
+    """The state dict protocol on a model with a versioned module: keys, metadata, hook calls, results."""
+    nn, log = lib.nn, []
+
+    class Renamed(nn.Module):
+        _version = 2
+
+        def __init__(self):
+            super().__init__()
+            self.weight = nn.Parameter(lib.zeros(2))
+
+        def _load_from_state_dict(self, state_dict, prefix, local_metadata, *args):
+            log.append(("load", prefix, dict(local_metadata)))
+            if local_metadata.get("version", 1) < 2 and prefix + "w" in state_dict:
+                state_dict[prefix + "weight"] = state_dict.pop(prefix + "w")
+            super()._load_from_state_dict(state_dict, prefix, local_metadata, *args)
+
+    model = nn.Sequential(Renamed(), nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2)))
+    for name, m in (("root", model), ("renamed", model[0]), ("inner", model[1]), ("bn", model[1][1])):
+        m.register_state_dict_pre_hook(lambda m, prefix, keep_vars, name=name: log.append(("sd pre", name, prefix)))
+        m.register_state_dict_post_hook(
+            lambda m, sd, prefix, meta, name=name: log.append(("sd post", name, prefix, len(sd), dict(meta))))
+        m.register_load_state_dict_pre_hook(
+            lambda m, sd, prefix, meta, strict, missing, unexpected, errors, name=name:
+            log.append(("load pre", name, prefix, sorted(sd), strict, list(missing), list(unexpected))))
+        m.register_load_state_dict_post_hook(
+            lambda m, keys, name=name: log.append(("load post", name, list(keys.missing_keys),
+                                                   list(keys.unexpected_keys))))
+    sd = model.state_dict()
+    log.append(list(sd))
+    log.append({k: dict(v) for k, v in sd._metadata.items()})
+    old = type(sd)((k.replace("0.weight", "0.w"), v.clone()) for k, v in sd.items() if "running_var" not in k)
+    old["1.stale"] = lib.zeros(1)
+    old._metadata = type(sd._metadata)((k, dict(v)) for k, v in sd._metadata.items())
+    old._metadata["0"]["version"] = 1
+    result = model.load_state_dict(old, strict=False)
+    log.append((list(result.missing_keys), list(result.unexpected_keys)))
+
+    def forgive(m, keys):
+        keys.missing_keys.clear()
+        keys.unexpected_keys.clear()
+
+    model.register_load_state_dict_post_hook(forgive)
+    log.append(tuple(model.load_state_dict(old)))
+    log.append(model[0].weight.tolist())
+    assigned = {k: v.clone() for k, v in model.state_dict().items()}
+    model.load_state_dict(assigned, assign=True)
+    log.append([type(model[1][0].weight).__name__, model[1][0].weight.requires_grad,
+                model[1][1].running_mean is assigned["1.1.running_mean"]])
+    return log
+
+
+def state_dict_protocol():
+    import torch
+    import ddpc
+
+    want, ours = _state_dict_run(torch), _state_dict_run(ddpc)
+    assert len(want) == len(ours), (want, ours)
+    for w, o in zip(want, ours):
+        assert w == o, (w, o)
 
 
 if __name__ == "__main__":
