@@ -546,3 +546,21 @@ def test_to_empty_keeps_shapes_and_parameters():
     assert buf.running_var is running
     outer.to_empty()
     assert buf.running_var is not running and buf.running_var.shape == (2,)
+
+
+def test_module_pickled_without_the_state_dict_hook_tables_still_works():
+    """A whole module saved by an older ddpc (before the state dict hooks) unpickles with empty tables."""
+    import pickle
+    m = nn.Sequential(nn.Linear(3, 2), nn.BatchNorm1d(2))
+    for sub in m.modules():
+        for table in ("_state_dict_pre_hooks", "_state_dict_hooks", "_load_state_dict_pre_hooks",
+                      "_load_state_dict_post_hooks"):
+            del sub.__dict__[table]
+    back = pickle.loads(pickle.dumps(m))
+    sd = back.state_dict()
+    assert list(sd) == list(nn.Sequential(nn.Linear(3, 2), nn.BatchNorm1d(2)).state_dict())
+    back.load_state_dict(sd)
+    calls = []
+    back.register_state_dict_pre_hook(lambda mod, prefix, keep_vars: calls.append(prefix))
+    back.state_dict()
+    assert calls == [""]

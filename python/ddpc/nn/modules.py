@@ -271,6 +271,13 @@ class Module:
             else:
                 object.__setattr__(self, name, value)
 
+    def __setstate__(self, state):
+        """Unpickling: a module pickled by an older ddpc lacks the hook tables added since (as PyTorch's)."""
+        self.__dict__.update(state)
+        for table in self._HOOK_TABLES:
+            if table not in self.__dict__:
+                object.__setattr__(self, table, OrderedDict())
+
     def __getattr__(self, name):
         d = self.__dict__
         for key in ("_parameters", "_buffers", "_modules"):
