@@ -94,3 +94,35 @@ def run_two_ranks(tmp_path, source):
     out = res.stdout + res.stderr
     assert res.returncode == 0, out
     assert "RANK 0 PASS" in res.stdout and "RANK 1 PASS" in res.stdout, out
+
+
+def free_port():
+    """A loopback port nothing listens on right now."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_torch_ranks(script, world, tmp_path, timeout=240):
+    """Runs `script` (a *_torch.py file) as `world` processes, each given its rank, a store port for
+    torch and one for ddpc, and the path of the .npz it writes its results to; returns each rank's
+    arrays. Fails with a rank's output if it fails."""
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    ports = [str(free_port()), str(free_port())]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    procs = [subprocess.Popen([sys.executable, str(script), str(r), *ports, str(tmp_path / f"rank{r}.npz")], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(world)]
+    try:
+        for p in procs:
+            out, _ = p.communicate(timeout=timeout)
+            assert p.returncode == 0, out
+    finally:
+        for p in procs:
+            p.kill()
+    return [dict(np.load(tmp_path / f"rank{r}.npz")) for r in range(world)]

@@ -9,21 +9,14 @@ Each rank is a child process (this file run as a script) that imports torch
 before ddpc and writes both libraries' parameters to an .npz file.
 """
 
-import os
-import socket
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 
+from procs import run_torch_ranks
+
 WORLD, STEPS, BATCH = 2, 8, 6
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _batch(rank, step):
@@ -90,14 +83,7 @@ def _rank_main(rank, torch_port, ddpc_port, path):
 
 def test_local_sgd_matches_pytorch(tmp_path):
     pytest.importorskip("torch")
-    ports = [str(_free_port()), str(_free_port())]
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    procs = [subprocess.Popen([sys.executable, __file__, str(r), *ports, str(tmp_path / f"rank{r}.npz")], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(WORLD)]
-    for p in procs:
-        out, _ = p.communicate(timeout=240)
-        assert p.returncode == 0, out
-    results = [dict(np.load(tmp_path / f"rank{r}.npz")) for r in range(WORLD)]
+    results = run_torch_ranks(__file__, WORLD, tmp_path)
     for r, arrays in enumerate(results):
         for key, want in arrays.items():
             if key.startswith("torch/"):

@@ -15,13 +15,12 @@ so that the hooks' own code runs on the host.
 """
 
 import collections
-import os
-import socket
-import subprocess
 import sys
 
 import numpy as np
 import pytest
+
+from procs import run_torch_ranks
 
 WORLD = 2
 # (hook, bucket length, channel length, magnitude): tiny values span less than 255 float32 epsilons (the
@@ -146,12 +145,6 @@ def test_argument_names_match_pytorch():
 
 # ---- quantization hooks ------------------------------------------------------------------
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _gradients(rank, n, magnitude):
     rng = np.random.default_rng(rank + 7)
     g = (rng.standard_normal(n) * np.linspace(0.01, 2, n) * magnitude).astype(np.float32)
@@ -210,15 +203,7 @@ def _rank_main(rank, torch_port, ddpc_port, path):
 
 def test_quantization_hooks_match_pytorch(tmp_path):
     pytest.importorskip("torch")
-    ports = [str(_free_port()), str(_free_port())]
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    procs = [subprocess.Popen([sys.executable, __file__, str(r), *ports, str(tmp_path / f"rank{r}.npz")], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(WORLD)]
-    for p in procs:
-        out, _ = p.communicate(timeout=240)
-        assert p.returncode == 0, out
-    for r in range(WORLD):
-        arrays = dict(np.load(tmp_path / f"rank{r}.npz"))
+    for r, arrays in enumerate(run_torch_ranks(__file__, WORLD, tmp_path)):
         for i, (kind, n, channel, magnitude) in enumerate(QUANTIZATION_CASES):
             got, want = arrays[f"ddpc/{i}"], arrays[f"torch/{i}"]
             assert got.shape == want.shape == (n,) and got.dtype == want.dtype == np.float32
