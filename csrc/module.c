@@ -381,50 +381,49 @@ static PyObject *add_error_(PyObject *m, const char *name, const char *doc, PyOb
 }
 
 /* torch.distributed's error classes: a DistError (a RuntimeError) or one of
- * its subclasses, by what failed; ddpc's timeouts are also TimeoutErrors. */
+ * its subclasses, by what failed; ddpc's timeouts are also TimeoutErrors.
+ * Each entry's bases come before it. */
 static int add_dist_errors_(PyObject *m) {
-    ddpc_DistError = add_error_(m, "ddpc.DistError",
-                                "A distributed call failed: a collective, the store or a connection (the base of "
-                                "ddpc's distributed errors).",
-                                PyExc_RuntimeError, NULL);
-    if (!ddpc_DistError) return -1;
-    ddpc_DistTimeoutError = add_error_(m, "ddpc.DistTimeoutError",
-                                       "A collective or rendezvous did not complete before its deadline.",
-                                       ddpc_DistError, PyExc_TimeoutError);
-    if (!ddpc_DistTimeoutError) return -1;
-    ddpc_DistBackendError = add_error_(
-        m, "ddpc.distributed.DistBackendError",
-        "A collective failed in the backend: a peer died or left mid-collective, the ranks disagreed about it, "
-        "the group was aborted or destroyed, or an NCCL call failed.",
-        ddpc_DistError, NULL);
-    if (!ddpc_DistBackendError) return -1;
-    ddpc_DistNetworkError = add_error_(
-        m, "ddpc.distributed.DistNetworkError",
-        "The store could not be reached (its address does not resolve, its port is taken, connections are "
-        "refused) or the connection to it was lost.",
-        ddpc_DistError, NULL);
-    if (!ddpc_DistNetworkError) return -1;
-    ddpc_DistNetworkTimeoutError = add_error_(
-        m, "ddpc.distributed.DistNetworkTimeoutError",
-        "No connection to the store could be made before the deadline (a DistNetworkError and a DistTimeoutError).",
-        ddpc_DistNetworkError, ddpc_DistTimeoutError);
-    if (!ddpc_DistNetworkTimeoutError) return -1;
-    ddpc_DistStoreError = add_error_(
-        m, "ddpc.distributed.DistStoreError",
-        "The store failed a request: it refused this client, answered malformed, or a key vanished.",
-        ddpc_DistError, NULL);
-    if (!ddpc_DistStoreError) return -1;
-    ddpc_DistStoreTimeoutError = add_error_(
-        m, "ddpc.distributed.DistStoreTimeoutError",
-        "A store wait or get found no key, or a request no answer, before the deadline (a DistStoreError and a "
-        "DistTimeoutError).",
-        ddpc_DistStoreError, ddpc_DistTimeoutError);
-    if (!ddpc_DistStoreTimeoutError) return -1;
-    ddpc_QueueEmptyError = add_error_(m, "ddpc.distributed.QueueEmptyError",
-                                      "A store queue had no item to pop (torch.distributed's class; ddpc's stores "
-                                      "keep no queues, so nothing raises it).",
-                                      ddpc_DistStoreError, NULL);
-    return ddpc_QueueEmptyError ? 0 : -1;
+    static const struct {
+        PyObject **type;
+        const char *name, *doc;
+        PyObject **base, **second;
+    } errors[] = {
+        {&ddpc_DistError, "ddpc.DistError",
+         "A distributed call failed: a collective, the store or a connection (the base of ddpc's distributed "
+         "errors).",
+         &PyExc_RuntimeError, NULL},
+        {&ddpc_DistTimeoutError, "ddpc.DistTimeoutError",
+         "A collective or rendezvous did not complete before its deadline.", &ddpc_DistError, &PyExc_TimeoutError},
+        {&ddpc_DistBackendError, "ddpc.distributed.DistBackendError",
+         "A collective failed in the backend: a peer died or left mid-collective, the ranks disagreed about it, "
+         "the group was aborted or destroyed, or an NCCL call failed.",
+         &ddpc_DistError, NULL},
+        {&ddpc_DistNetworkError, "ddpc.distributed.DistNetworkError",
+         "The store could not be reached (its address does not resolve, its port is taken, connections are "
+         "refused) or the connection to it was lost.",
+         &ddpc_DistError, NULL},
+        {&ddpc_DistNetworkTimeoutError, "ddpc.distributed.DistNetworkTimeoutError",
+         "No connection to the store could be made before the deadline (a DistNetworkError and a DistTimeoutError).",
+         &ddpc_DistNetworkError, &ddpc_DistTimeoutError},
+        {&ddpc_DistStoreError, "ddpc.distributed.DistStoreError",
+         "The store failed a request: it refused this client, answered malformed, or a key vanished.",
+         &ddpc_DistError, NULL},
+        {&ddpc_DistStoreTimeoutError, "ddpc.distributed.DistStoreTimeoutError",
+         "A store wait or get found no key, or a request no answer, before the deadline (a DistStoreError and a "
+         "DistTimeoutError).",
+         &ddpc_DistStoreError, &ddpc_DistTimeoutError},
+        {&ddpc_QueueEmptyError, "ddpc.distributed.QueueEmptyError",
+         "A store queue had no item to pop (torch.distributed's class; ddpc's stores keep no queues, so nothing "
+         "raises it).",
+         &ddpc_DistStoreError, NULL},
+    };
+    for (size_t i = 0; i < sizeof errors / sizeof errors[0]; i++) {
+        *errors[i].type = add_error_(m, errors[i].name, errors[i].doc, *errors[i].base,
+                                     errors[i].second ? *errors[i].second : NULL);
+        if (!*errors[i].type) return -1;
+    }
+    return 0;
 }
 
 static int module_exec(PyObject *m) {
