@@ -1401,7 +1401,7 @@ class _BatchNorm(Module):
     """Batch normalisation over dim 1 (the channels) of ``_dims``-d inputs, as
     torch.nn.BatchNorm*d: running statistics (``running_mean``,
     ``running_var``, ``num_batches_tracked``) are buffers, so DDP broadcasts
-    them from rank 0 with broadcast_buffers; ``momentum=None`` keeps a
+    them from rank 0 with forward_sync_buffers; ``momentum=None`` keeps a
     cumulative average."""
 
     _dims = ()

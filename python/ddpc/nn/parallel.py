@@ -34,6 +34,8 @@ from .. import profiler
 from .. import distributed as dist
 from .._join import Join, JoinHook, _GroupJoinable
 from ..autograd import Node, is_grad_enabled, no_grad, queue_callback
+from ..func import functional_call
+from .. import _dtype
 from .._dtype import bfloat16, device as _device, float16
 from .._sparse_coo import SparseTensor
 from ..tensor import Tensor, cat, from_numpy, zeros
@@ -165,6 +167,59 @@ class BuiltinCommHookType(enum.Enum):
     FP16_COMPRESS = "FP16_COMPRESS"
 
 
+@dataclasses.dataclass
+class _MixedPrecision:
+    """DistributedDataParallel's mixed precision, as torch.nn.parallel.distributed._MixedPrecision
+    (experimental there too). ``param_dtype``: forward runs on copies of the
+    floating-point parameters, and takes floating-point inputs, in this dtype;
+    the parameters themselves, their ``.grad`` and checkpoints stay in full
+    precision. ``reduce_dtype``: gradients are averaged in this dtype
+    (``param_dtype`` where None). ``buffer_dtype``: the floating-point buffers
+    are cast to it once, when DistributedDataParallel is made. Each is None
+    to leave that part alone."""
+
+    param_dtype: object = None
+    reduce_dtype: object = None
+    buffer_dtype: object = None
+
+    def __post_init__(self):
+        for name in ("param_dtype", "reduce_dtype", "buffer_dtype"):
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, _dtype.dtype) and value.is_floating_point):
+                raise TypeError(f"_MixedPrecision: {name} must be a floating-point ddpc dtype or None, got {value!r}")
+
+
+class _DelayedAllReduce:
+    """The parameters of ``delay_all_reduce_named_params``: outside the buckets,
+    their gradients accumulate in one flat buffer (each ``.grad`` a view of it,
+    set after every forward) that one all-reduce averages when the gradient of
+    ``param_to_hook_all_reduce`` is ready; backward waits for it at its end."""
+
+    def __init__(self, params):
+        self.params = params
+        self.flat = zeros(sum(p.numel() for p in params), dtype=params[0].dtype, device=params[0].device)
+        self.views, at = [], 0
+        for p in params:
+            self.views.append(self.flat[at:at + p.numel()].view(p.shape))
+            at += p.numel()
+
+    def attach(self):
+        """Points every ``.grad`` at its view, keeping what it holds (zeros for None)."""
+        if all(p.grad is None for p in self.params):
+            self.flat.fill_(0)
+        for p, view in zip(self.params, self.views):
+            if p.grad is None or p.grad.data_ptr() != view.data_ptr():
+                if p.grad is None:
+                    view.fill_(0)
+                else:
+                    view.copy_(p.grad)
+                p.grad = view
+
+    def launch(self, process_group):
+        work = dist.all_reduce(self.flat, op=dist.ReduceOp.AVG, group=process_group, async_op=True)
+        queue_callback(work.wait)
+
+
 class _Bucket:
     def __init__(self, index, params, flat):
         self.index = index
@@ -270,6 +325,50 @@ class DistributedDataParallel(Module, _GroupJoinable):
     rank has the same model and the broadcast of rank 0's state;
     ``gradient_predivide_factor`` is not offered.
 
+    The rest of PyTorch 2.15's arguments, as it defines them:
+
+    * ``forward_sync_buffers`` (default True): rank 0's buffers are broadcast
+      at the start of each forward (see ``will_sync_module_buffers``) and to
+      the ranks that joined early; the init sync always includes them.
+      ``broadcast_buffers`` is its deprecated name (a FutureWarning): given
+      alone, ``False`` also leaves the buffers out of the init sync; it is
+      ignored when ``forward_sync_buffers`` is given. The attribute
+      ``broadcast_buffers`` reads and sets ``forward_sync_buffers``.
+    * ``bucket_cap_mb_list``: the size limit of each bucket in turn, in MiB
+      (bucket i, in reduction order, takes up to entry i; the last entry for
+      the rest), in place of ``bucket_cap_mb`` and the small first bucket.
+    * ``delay_all_reduce_named_params`` with ``param_to_hook_all_reduce``
+      (both or neither): those (name, parameter) pairs stay out of the buckets,
+      the verification and the comm hook; they are broadcast from rank 0 at
+      construction (also with ``init_sync=False``, as in PyTorch), their
+      ``.grad`` are views of one flat buffer, and that buffer is averaged with
+      one all-reduce when the gradient of ``param_to_hook_all_reduce`` has
+      been accumulated (PyTorch fires when it is computed, just before), and
+      waited for at the end of backward. Not under ``no_sync`` (the average
+      is linear, so the accumulated result is the same).
+    * ``mixed_precision`` (a ``_MixedPrecision``): forward runs on copies of
+      the parameters, and on the floating-point inputs, cast to
+      ``param_dtype``; each bucket is cast to ``reduce_dtype`` (else
+      ``param_dtype``) for the comm hook, the default one or a registered
+      one, and the average lands in the full-precision ``.grad``; buffers are
+      cast to ``buffer_dtype`` once. PyTorch swaps the parameters' storage and
+      accumulates under ``no_sync`` in ``param_dtype``; here the gradients
+      come back through the casts, so they accumulate in full precision. The
+      linear weights' exchange is off (it would average in full precision).
+    * ``skip_all_reduce_unused_params`` (with ``find_unused_parameters``):
+      the parameters forward's outputs do not reach keep their ``.grad`` as
+      it was (None, or what this rank accumulated), buckets holding only such
+      parameters are not all-reduced, and the all-reduce of which parameters
+      are used anywhere is skipped. As in PyTorch, every rank must leave the
+      same parameters unused, in every iteration.
+    * ``batched_grad_copy`` and ``lazy_bucket_allocation`` are PyTorch's
+      kernel-launch and memory knobs of its C++ reducer: taken (bools, kept
+      as attributes) and change nothing here, where backward writes most
+      gradients straight into their bucket slots and the buckets live for
+      the wrapper's life (on the host, in memory the ranks share).
+    * ``check_reduction`` is deprecated (a FutureWarning when True) and does
+      nothing, as in PyTorch.
+
     Where the work goes: a linear layer's fresh weight and bias gradients are
     written by backward straight into their bucket slots (nothing is copied
     into the buckets), and host buckets lie in a
@@ -283,18 +382,51 @@ class DistributedDataParallel(Module, _GroupJoinable):
     (at OFF, the first ten).
     """
 
-    def __init__(self, module, device_ids=None, output_device=None, dim=0, broadcast_buffers=True, init_sync=True,
+    def __init__(self, module, device_ids=None, output_device=None, dim=0, broadcast_buffers=None, init_sync=True,
                  process_group=None, bucket_cap_mb=None, find_unused_parameters=False, check_reduction=False,
-                 gradient_as_bucket_view=False, static_graph=False, device_mesh=None):
+                 gradient_as_bucket_view=False, static_graph=False, delay_all_reduce_named_params=None,
+                 param_to_hook_all_reduce=None, mixed_precision=None, device_mesh=None,
+                 skip_all_reduce_unused_params=False, bucket_cap_mb_list=None, batched_grad_copy=False,
+                 forward_sync_buffers=None, lazy_bucket_allocation=False):
         super().__init__()
-        del check_reduction, static_graph  # PyTorch's arguments that change nothing (see the docstring)
+        del static_graph  # PyTorch's argument that changes nothing (see the docstring)
         if dim != 0:
             raise ValueError("DistributedDataParallel splits nothing (each rank brings its own batch): dim must be 0")
         _refuse_uninitialized(module, "DistributedDataParallel")
+        if (delay_all_reduce_named_params is None) != (param_to_hook_all_reduce is None):
+            raise ValueError("delay_all_reduce_named_params and param_to_hook_all_reduce need to be set at the same "
+                             "time.")
+        for name, flag in (("skip_all_reduce_unused_params", skip_all_reduce_unused_params),
+                           ("batched_grad_copy", batched_grad_copy), ("lazy_bucket_allocation", lazy_bucket_allocation)):
+            if not isinstance(flag, bool):
+                raise TypeError(f"{name} must be a bool, got {flag!r}")
+        if mixed_precision is not None and not isinstance(mixed_precision, _MixedPrecision):
+            raise TypeError("mixed_precision must be a ddpc.nn.parallel._MixedPrecision or None, got "
+                            f"{type(mixed_precision).__name__}")
+        if check_reduction:
+            warnings.warn("The `check_reduction` argument in `DistributedDataParallel` module is deprecated. Please "
+                          "avoid using it.", FutureWarning, stacklevel=2)
         if bucket_cap_mb is None:
             bucket_cap_mb = 25
         if not isinstance(bucket_cap_mb, (int, float)) or bucket_cap_mb <= 0:
             raise ValueError(f"bucket_cap_mb must be a positive number of MiB, got {bucket_cap_mb!r}")
+        if bucket_cap_mb_list:  # (an empty list is none, as in PyTorch)
+            if not all(isinstance(c, (int, float)) and not isinstance(c, bool) and c > 0 for c in bucket_cap_mb_list):
+                raise ValueError(f"bucket_cap_mb_list must list positive numbers of MiB, got {bucket_cap_mb_list!r}")
+            self._bucket_caps = [int(c * (1 << 20)) for c in bucket_cap_mb_list]
+        else:
+            self._bucket_caps = [_FIRST_BUCKET_BYTES, int(bucket_cap_mb * (1 << 20))]
+        self.batched_grad_copy, self.lazy_bucket_allocation = batched_grad_copy, lazy_bucket_allocation
+        if broadcast_buffers is not None:
+            warnings.warn("`broadcast_buffers` is deprecated. Use `forward_sync_buffers` instead"
+                          + (": `broadcast_buffers` is ignored when `forward_sync_buffers` is given."
+                             if forward_sync_buffers is not None else
+                             ". Unlike `broadcast_buffers=False`, `forward_sync_buffers=False` still syncs buffers "
+                             "at init."), FutureWarning, stacklevel=2)
+        if forward_sync_buffers is not None:
+            init_sync_buffers = True
+        else:
+            forward_sync_buffers = init_sync_buffers = broadcast_buffers if broadcast_buffers is not None else True
         if not dist.is_initialized():
             raise RuntimeError("DistributedDataParallel needs a process group: call "
                                "ddpc.distributed.init_process_group() first")
@@ -312,7 +444,7 @@ class DistributedDataParallel(Module, _GroupJoinable):
         if self.device is not None:
             module.to(self.device if not isinstance(self.device, int) else f"cuda:{self.device}")
         self.output_device = output_device
-        self.broadcast_buffers = broadcast_buffers
+        self.forward_sync_buffers = forward_sync_buffers
         if device_mesh is not None:
             if process_group is not None:
                 raise RuntimeError("Cannot specify both process_group and device_mesh arguments.")
@@ -325,8 +457,13 @@ class DistributedDataParallel(Module, _GroupJoinable):
         self.gradient_as_bucket_view = gradient_as_bucket_view
         self.require_backward_grad_sync = True
         self.require_forward_param_sync = True  # as PyTorch's: cleared by a forward that will not reduce
-        self._comm_hook, self._comm_state = allreduce_hook, process_group
-        self._all_params = list(module.named_parameters())  # frozen ones too: verified and broadcast
+        self.skip_all_reduce_unused_params = skip_all_reduce_unused_params
+        self.mixed_precision = mixed_precision
+        self._reduce_dtype = mixed_precision and (mixed_precision.reduce_dtype or mixed_precision.param_dtype)
+        self._set_comm_hook(allreduce_hook, process_group)
+        delayed = self._delayed_params(module, delay_all_reduce_named_params, param_to_hook_all_reduce)
+        # frozen ones too: verified and broadcast (the delayed ones are broadcast apart, as in PyTorch)
+        self._all_params = [(n, p) for n, p in module.named_parameters() if id(p) not in {id(q) for q in delayed}]
         sparse = {id(m.weight) for m in module.modules() if getattr(m, "sparse", False) is True
                   and isinstance(getattr(m, "weight", None), Tensor)}
         trained = [(n, p) for n, p in self._all_params if p.requires_grad]
@@ -336,15 +473,28 @@ class DistributedDataParallel(Module, _GroupJoinable):
             p.register_post_accumulate_grad_hook(self._on_sparse_grad_ready)
         if init_sync:
             _verify_same_model(self._all_params, self.process_group, "DistributedDataParallel")
-            self._broadcast_states(0, with_params=True)
+            self._broadcast_states(0, with_params=True, with_buffers=init_sync_buffers)
+        self._delayed = None
+        if delayed:
+            with no_grad():
+                for p in delayed:
+                    dist.broadcast(p, src=dist.get_global_rank(self.process_group, 0), group=self.process_group)
+            self._delayed = _DelayedAllReduce(delayed)
+        if mixed_precision is not None and mixed_precision.buffer_dtype is not None:
+            for b in module.buffers():
+                if b.dtype.is_floating_point:
+                    b.data = b.to(mixed_precision.buffer_dtype)
         self._index = {id(p): k for k, (_, p) in enumerate(self._named_params)}
-        self._bucket_cap = int(bucket_cap_mb * (1 << 20))
         self._exchange_settled = False  # (see _finish_reduction)
-        self._build_reducer(exchange=not find_unused_parameters)
+        # (the exchange averages in the gradients' own dtype, not in a mixed precision's reduce_dtype)
+        self._build_reducer(exchange=not find_unused_parameters and self._reduce_dtype is None)
         if dist.get_debug_level() is not dist.DebugLevel.OFF and dist.get_rank(self.process_group) == 0:
             self._log_layout()
         for _, p in self._named_params:
             p.register_post_accumulate_grad_hook(self._on_grad_ready)
+        if self._delayed:  # after the reducer's own hook: a bucket the same gradient completes goes first
+            param_to_hook_all_reduce.register_post_accumulate_grad_hook(self._on_delayed_hook)
+        self._delayed_sync = False
         self._next_launch = 0
         self._got_grad = {}
         self._hook_fired = False
@@ -360,10 +510,41 @@ class DistributedDataParallel(Module, _GroupJoinable):
         """A numpy array's copy where this group's collectives take it."""
         return from_numpy(values).to(dist._metadata_device(self.process_group))
 
-    def _broadcast_states(self, group_rank, with_params):
-        """Copies the parameters (if asked) and buffers of one group member to all."""
+    def _delayed_params(self, module, named, hooked):
+        """The parameters of ``delay_all_reduce_named_params``, checked against the module."""
+        if named is None:
+            return []
+        named = list(named)
+        own = dict(module.named_parameters())
+        for item in named:
+            if not (isinstance(item, tuple) and len(item) == 2 and own.get(item[0]) is item[1]):
+                raise ValueError("delay_all_reduce_named_params must list (name, parameter) pairs of the module's "
+                                 f"named_parameters(), got {item!r}")
+        delayed = [p for _, p in named if p.requires_grad]
+        if not delayed:
+            raise ValueError("delay_all_reduce_named_params names no parameter that requires a gradient")
+        if len({(p.dtype, p.device) for p in delayed}) != 1:
+            raise ValueError("the parameters of delay_all_reduce_named_params must have one dtype and one device "
+                             "(their gradients are averaged in one flat buffer)")
+        if not isinstance(hooked, Tensor) or not hooked.requires_grad or hooked.grad_fn is not None:
+            raise ValueError("param_to_hook_all_reduce must be a parameter that requires a gradient, got "
+                             f"{type(hooked).__name__}")
+        return delayed
+
+    @property
+    def broadcast_buffers(self):
+        """The deprecated name of ``forward_sync_buffers``."""
+        return self.forward_sync_buffers
+
+    @broadcast_buffers.setter
+    def broadcast_buffers(self, value):
+        self.forward_sync_buffers = value
+
+    def _broadcast_states(self, group_rank, with_params, with_buffers=True):
+        """Copies the parameters (if asked) and buffers (if asked) of one group member to all."""
         src = dist.get_global_rank(self.process_group, group_rank)
-        tensors = ([p for _, p in self._all_params] if with_params else []) + list(self.module.buffers())
+        tensors = (([p for _, p in self._all_params] if with_params else [])
+                   + (list(self.module.buffers()) if with_buffers else []))
         with no_grad():
             for t in tensors:
                 dist.broadcast(t, src=src, group=self.process_group)
@@ -388,7 +569,7 @@ class DistributedDataParallel(Module, _GroupJoinable):
             except (dist.DistError, OSError) as e:  # every rank on the host gets an error
                 warnings.warn(f"DistributedDataParallel all-reduces every gradient: {e}", RuntimeWarning)
         exchanged = {id(p) for p in self._exchange.params} if self._exchange else set()
-        self._buckets = self._make_buckets(self._bucket_cap, [p for p in params if id(p) not in exchanged])
+        self._buckets = self._make_buckets([p for p in params if id(p) not in exchanged])
         self._where = {}
         for b in self._buckets:
             for i, p in enumerate(b.params):
@@ -403,9 +584,10 @@ class DistributedDataParallel(Module, _GroupJoinable):
     def _log_layout(self):
         """Logs where each gradient is reduced (at debug level INFO and DETAIL, on rank 0)."""
         names = {id(p): n for n, p in self._all_params}
+        caps = ", ".join(str(c) for c in self._bucket_caps)
         lines = [f"DistributedDataParallel over {dist.get_world_size(self.process_group)} ranks: "
-                 f"{len(self._buckets)} bucket(s) (the first up to {_FIRST_BUCKET_BYTES} bytes, the others up to "
-                 f"{self._bucket_cap}), reduced in this order:"]
+                 f"{len(self._buckets)} bucket(s) (up to {caps} bytes in turn, the last for the rest), "
+                 "reduced in this order:"]
         for b in self._buckets:
             p = b.params[0]
             lines.append(f"  bucket {b.index}: {b.flat.nbytes} bytes of {p.dtype.name} on {p.device}, "
@@ -415,16 +597,22 @@ class DistributedDataParallel(Module, _GroupJoinable):
                          + ", ".join(names[id(q)] for q in self._exchange.params))
         if self._sparse_params:
             lines.append("  sparse gradients, all-gathered: " + ", ".join(names[id(q)] for q in self._sparse_params))
+        if self._delayed:
+            names.update({id(p): n for n, p in self.module.named_parameters()})
+            lines.append("  delayed, all-reduced together when param_to_hook_all_reduce's gradient is ready: "
+                         + ", ".join(names[id(q)] for q in self._delayed.params))
         _logger.info("\n".join(lines))
 
-    def _make_buckets(self, cap, params):
+    def _make_buckets(self, params):
+        """Bucket i holds up to ``_bucket_caps[i]`` bytes (the last cap for the rest)."""
+        caps = self._bucket_caps
         buckets, current, size = [], [], 0
-        limit = _FIRST_BUCKET_BYTES
         for p in reversed(params):
+            limit = caps[min(len(buckets), len(caps) - 1)]
             if current and (size + p.nbytes > limit or p.dtype is not current[0].dtype
                             or p.device != current[0].device):
                 buckets.append(current)
-                current, size, limit = [], 0, cap
+                current, size = [], 0
             current.append(p)
             size += p.nbytes
         if current:
@@ -472,9 +660,10 @@ class DistributedDataParallel(Module, _GroupJoinable):
         self._exchange_pending = len(self._exchange.params) if self._exchange else 0
         self._got_grad = {}
         self._hook_fired = False
-        self._unused, self._used_mask = [], None
+        self._unused, self._used_mask, self._skipped = [], None, None
         # A group of one with the default hook has nothing to average: skip the buckets entirely.
-        alone = self._comm_hook is allreduce_hook and dist.get_world_size(self.process_group) == 1
+        alone = (self._comm_hook is allreduce_hook and dist.get_world_size(self.process_group) == 1
+                 and self._reduce_dtype is None)
         self._expect_reduction = self.require_backward_grad_sync and not alone
         if self._exchange:
             self._exchange.begin(self._expect_reduction and self._comm_hook is allreduce_hook)
@@ -482,6 +671,8 @@ class DistributedDataParallel(Module, _GroupJoinable):
         if self._expect_reduction and self.find_unused_parameters:
             used = _reachable_leaves(outputs)
             self._unused = [p for _, p in self._named_params if id(p) not in used]
+            if self.skip_all_reduce_unused_params:  # unused here means unused on every rank
+                self._skipped = {id(p) for p in self._unused}
 
     def _on_grad_ready(self, p):
         if not self._expect_reduction:
@@ -492,7 +683,8 @@ class DistributedDataParallel(Module, _GroupJoinable):
             # reach are ready now (as PyTorch marks them), with any gradient they hold.
             self._hook_fired = True
             if self.find_unused_parameters:
-                self._launch_used_mask()
+                if self._skipped is None:
+                    self._launch_used_mask()
                 for q in self._unused:
                     self._mark_ready(q, q.grad)
         if self._got_grad.get(id(p)) and any(q is p for q in self._unused):
@@ -567,13 +759,15 @@ class DistributedDataParallel(Module, _GroupJoinable):
     def _launch_ready(self):
         while self._next_launch < len(self._buckets) and self._buckets[self._next_launch].pending == 0:
             b = self._buckets[self._next_launch]
+            self._next_launch += 1
+            if self._skipped and all(id(p) in self._skipped for p in b.params):
+                continue  # (b.future stays None)
             last = b.index == len(self._buckets) - 1
             rec = profiler._is_profiler_enabled and profiler._open("DistributedDataParallel.launch_bucket", (b.flat,),
                                                                    {"bucket": b.index, "bytes": b.flat.nbytes})
-            b.future = self._comm_hook(self._comm_state, GradBucket(b.index, b.flat, b.params, last))
+            b.future = self._bucket_hook(self._comm_state, GradBucket(b.index, b.flat, b.params, last))
             if rec:
                 profiler._close(rec)
-            self._next_launch += 1
         if self._next_launch == len(self._buckets) and not self._exchange_pending:
             self._finish_reduction()
 
@@ -592,6 +786,8 @@ class DistributedDataParallel(Module, _GroupJoinable):
                     slot.mul_(world / self._join_active)
                 p.grad = slot
         for b in self._buckets:
+            if b.future is None:  # all its parameters unused, with skip_all_reduce_unused_params
+                continue
             result = _hook_result(b.future.wait())
             if result is not b.flat:
                 b.flat.copy_(result)
@@ -601,9 +797,10 @@ class DistributedDataParallel(Module, _GroupJoinable):
         if self._used_mask is not None:
             self._used_mask_work.wait()
             used = self._used_mask.cpu().numpy()
+        skipped = self._skipped or ()
         for b in self._buckets:
             for i, p in enumerate(b.params):
-                if used is None or used[self._index[id(p)]]:
+                if (used is None or used[self._index[id(p)]]) and id(p) not in skipped:
                     p.grad = b.view(i)  # the reduced gradient, in place: no copy back
         self._expect_reduction = False
         if self._exchange and not self._exchange_settled:
@@ -631,18 +828,36 @@ class DistributedDataParallel(Module, _GroupJoinable):
         if self.device is not None:
             dev = self.device if not isinstance(self.device, int) else f"cuda:{self.device}"
             inputs, kwargs = _to_device(inputs, dev), _to_device(kwargs, dev)
-        outputs = self.module(*inputs, **kwargs)
+        compute_dtype = self.mixed_precision and self.mixed_precision.param_dtype
+        if compute_dtype is not None:
+            # The module runs on copies in param_dtype, through whose casts the
+            # gradients come back to the parameters in their own dtype.
+            inputs, kwargs = _cast_floating((inputs, kwargs), compute_dtype)
+            copies = {n: p.to(compute_dtype) for n, p in self.module.named_parameters() if p.dtype.is_floating_point}
+            outputs = functional_call(self.module, copies, inputs, kwargs)
+        else:
+            outputs = self.module(*inputs, **kwargs)
         if (self._buckets or self._exchange) and is_grad_enabled():  # also in eval mode, as PyTorch's
             self._prepare_for_backward(outputs)
         self.require_forward_param_sync = self.require_backward_grad_sync and is_grad_enabled()
+        if self._delayed:
+            self._delayed.attach()
+            self._delayed_sync = self.require_forward_param_sync and dist.get_world_size(self.process_group) > 1
         return outputs
+
+    def _on_delayed_hook(self, _param):
+        """param_to_hook_all_reduce's gradient is ready: average the delayed parameters' gradients."""
+        if self._delayed_sync:
+            self._delayed_sync = False  # once per backward pass
+            self._delayed.launch(self.process_group)
 
     def will_sync_module_buffers(self):
         """Whether the next forward broadcasts rank 0's buffers: as PyTorch's, only
         after a forward that reduced gradients (and before the first), so that
         forwards under ``no_grad`` or ``no_sync`` after the first (evaluation,
         perhaps on one rank only) communicate nothing."""
-        return self.require_forward_param_sync and self.broadcast_buffers and any(True for _ in self.module.buffers())
+        return (self.require_forward_param_sync and self.forward_sync_buffers
+                and any(True for _ in self.module.buffers()))
 
     @contextlib.contextmanager
     def no_sync(self):
@@ -664,7 +879,12 @@ class DistributedDataParallel(Module, _GroupJoinable):
             raise TypeError("hook must be callable: hook(state, bucket) -> future")
         if self._exchange and hook is not allreduce_hook:  # the hook sees every gradient, in buckets
             self._build_reducer(exchange=False)
+        self._set_comm_hook(hook, state)
+
+    def _set_comm_hook(self, hook, state):
+        """With a mixed precision's reduce_dtype, the hook gets each bucket cast to it."""
         self._comm_hook, self._comm_state = hook, state
+        self._bucket_hook = hook if self._reduce_dtype is None else _compress_wrapper(self._reduce_dtype, hook)
 
     def _register_builtin_comm_hook(self, comm_hook_type):
         """Registers one of the hooks ``BuiltinCommHookType`` names, with this DDP's
@@ -710,14 +930,14 @@ class DistributedDataParallel(Module, _GroupJoinable):
             self._broadcast_states(0, with_params=False)
         if not grads:  # the active ranks' step is inside no_sync() or without grad mode
             return
-        self._used_mask = None
+        self._used_mask, self._skipped = None, None
         if self.find_unused_parameters:
             self._used_mask = self._collective_tensor(np.zeros(len(self._named_params), dtype=np.int32))
             self._used_mask_work = dist.all_reduce(self._used_mask, op=dist.ReduceOp.MAX, group=self.process_group,
                                                    async_op=True)
         for b in self._buckets:
             b.flat.fill_(0)
-            b.future = self._comm_hook(self._comm_state, GradBucket(b.index, b.flat, b.params, False))
+            b.future = self._bucket_hook(self._comm_state, GradBucket(b.index, b.flat, b.params, False))
         if self._exchange:
             self._exchange.shadow()
         self._finish_reduction()
@@ -728,7 +948,7 @@ class DistributedDataParallel(Module, _GroupJoinable):
         size, rank = self._world()
         key = self._collective_tensor(np.array([self._join_steps * size + rank], dtype=np.int64))
         dist.all_reduce(key, op=dist.ReduceOp.MAX, group=self.process_group)
-        self._broadcast_states(int(key.item()) % size, with_params=True)
+        self._broadcast_states(int(key.item()) % size, with_params=True, with_buffers=self.forward_sync_buffers)
 
     def __getstate__(self):
         raise TypeError("DistributedDataParallel is tied to its process group and cannot be pickled; "
@@ -873,3 +1093,4 @@ class DataParallel(Module):
 
 # PyTorch's import paths of the hooks above (ddpc.distributed.algorithms.ddp_comm_hooks...), which import this module.
 from ..distributed import algorithms as _algorithms  # noqa: E402,F401
+from ..distributed.fsdp.fully_sharded_data_parallel import _cast_floating  # noqa: E402
