@@ -4,6 +4,8 @@ accumulation, comm hooks, uneven inputs, and the errors that replace hangs.
 Ranks are real processes started by ddpc.spawn on the cpu backend.
 """
 
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -1175,3 +1177,283 @@ def test_data_parallel_one_cuda_device_matches_cpu():
                               ).backward()
         opt.step()
     assert_params_close(params(dp.module), train_single(1, batch=8, steps=4), atol=1e-4)
+
+
+# ---- PyTorch 2.15's further constructor arguments ------------------------------------------------------------------
+
+@contextlib.contextmanager
+def _recording_all_reduce():
+    """Lists the element count of each dist.all_reduce call inside, in order."""
+    import ddpc.distributed as dist
+
+    calls, original = [], dist.all_reduce
+
+    def all_reduce(tensor, *args, **kwargs):
+        calls.append(tensor.numel())
+        return original(tensor, *args, **kwargs)
+
+    dist.all_reduce = all_reduce
+    try:
+        yield calls
+    finally:
+        dist.all_reduce = original
+
+
+def _scaled_mlp(seed=0):
+    """x * scale -> Linear(4, 8) -> tanh -> Linear(8, 2): scale's gradient is the last one backward computes."""
+    from ddpc import nn
+
+    class Scaled(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.scale = nn.Parameter(ddpc.ones(4))
+            self.inner, self.out = nn.Linear(4, 8), nn.Linear(8, 2)
+
+        def forward(self, x):
+            return self.out(ddpc.tanh(self.inner(x * self.scale)))
+
+    ddpc.manual_seed(seed)
+    return Scaled()
+
+
+def _sized_params(sizes):
+    from ddpc import nn
+
+    class Sized(nn.Module):
+        def __init__(self):
+            super().__init__()
+            for i, n in enumerate(sizes):
+                setattr(self, f"p{i}", nn.Parameter(ddpc.ones(n)))
+
+        def forward(self, x):
+            return sum((p * x).sum() for p in self.parameters())
+
+    return Sized()
+
+
+def new_arguments_worker(rank, scenario):
+    import warnings
+
+    import ddpc.distributed as dist
+    from ddpc import nn
+
+    dist.init_process_group("cpu", timeout=60)
+    DDP = nn.parallel.DistributedDataParallel
+    x = ddpc.from_numpy(np.full((2, 4), rank + 1.0, dtype=np.float32))
+    try:
+        if scenario == "delay_all_reduce":
+            X, Y = (ddpc.from_numpy(np.random.default_rng(rank).standard_normal((6, n)).astype(np.float32))
+                    for n in (4, 2))
+            results = []
+            for delay in (False, True):
+                m = _scaled_mlp(seed=rank)  # different on each rank: the delayed ones are broadcast too
+                kw = {}
+                if delay:
+                    kw = {"delay_all_reduce_named_params": [("out.weight", m.out.weight), ("out.bias", m.out.bias)],
+                          "param_to_hook_all_reduce": m.scale, "bucket_cap_mb_list": [1e-6]}
+                ddp = DDP(m, **kw)
+                # a hook of another name: every gradient goes through the buckets (no linear weight exchange)
+                ddp.register_comm_hook(None, lambda state, bucket: nn.parallel.allreduce_hook(state, bucket))
+                opt = ddpc.optim.SGD(m.parameters(), lr=0.1)
+                with _recording_all_reduce() as calls:
+                    for _ in range(3):
+                        opt.zero_grad()
+                        ((ddp(X) - Y) ** 2).sum().backward()
+                        opt.step()
+                results.append((params(m), calls))
+            return results
+        if scenario == "mixed_precision":
+            seen = []
+
+            class Probe(nn.Module):  # what forward computes on
+                def __init__(self):
+                    super().__init__()
+                    self.body = _scaled_mlp()
+                    self.register_buffer("stat", ddpc.ones(3))
+                    self.register_buffer("count", ddpc.zeros(1, dtype=ddpc.int64))
+
+                def forward(self, x):
+                    seen.append((x.dtype.name, self.body.inner.weight.dtype.name, self.stat.dtype.name))
+                    return self.body(x)
+
+            mp = nn.parallel._MixedPrecision(param_dtype=ddpc.bfloat16, reduce_dtype=ddpc.float16,
+                                             buffer_dtype=ddpc.bfloat16)
+            m = Probe()
+            ddp = DDP(m, mixed_precision=mp)
+            X = ddpc.from_numpy(np.random.default_rng(rank).standard_normal((6, 4)).astype(np.float32))
+            out = ddp(X)
+            out.sum().backward()
+            grads = {n: p.grad.numpy().copy() for n, p in m.body.named_parameters()}
+            # by hand: the model in bfloat16, each gradient averaged in float16, back in float32
+            ref = _scaled_mlp().to(ddpc.bfloat16)
+            ref(X.to(ddpc.bfloat16)).sum().backward()
+            expected = {}
+            for n, p in ref.named_parameters():
+                g = p.grad.to(ddpc.float16)
+                dist.all_reduce(g, op=dist.ReduceOp.AVG)
+                expected[n] = g.to(ddpc.float32).numpy()
+            # and in full precision, for contrast
+            full = _scaled_mlp()
+            full(X).sum().backward()
+            exact = {n: p.grad.numpy() for n, p in full.named_parameters()}
+            dtypes = ({n: p.dtype.name for n, p in m.named_parameters()}, {n: p.grad.dtype.name for n, p in
+                      m.named_parameters()}, {n: b.dtype.name for n, b in m.named_buffers()}, out.dtype.name)
+            with ddp.no_sync():  # accumulates in full precision, locally
+                ddp(X).sum().backward()
+            ddp(X).sum().backward()
+            return seen, grads, expected, exact, dtypes, {n: p.grad.numpy().copy() for n, p in m.body.named_parameters()}
+        if scenario == "skip_unused":
+            out = []
+            for skip in (False, True):
+                m = _two_branches()
+                ddp = DDP(m, find_unused_parameters=True, skip_all_reduce_unused_params=skip,
+                          bucket_cap_mb_list=[1e-6])  # a bucket per parameter
+                with _recording_all_reduce() as calls:
+                    ddp(x, False).sum().backward()
+                    first = m.b.weight.grad
+                    with ddp.no_sync():
+                        ddp(x, True).sum().backward()
+                    ddp(x, False).sum().backward()
+                out.append((first, m.b.weight.grad.numpy().tolist(), m.a.weight.grad.numpy().tolist(), calls))
+            return out
+        if scenario == "bucket_cap_mb_list":
+            layouts = []
+            for caps in (None, [0.0005, 0.001, 0.002]):  # 524, 1048 and 2097 bytes
+                m = _sized_params([100, 200, 300, 400, 500])
+                ddp = DDP(m, bucket_cap_mb_list=caps)
+                index = {id(p): i for i, p in enumerate(m.parameters())}
+                layouts.append([[index[id(p)] for p in b.params] for b in ddp._buckets])
+                ddp(ddpc.tensor(rank + 1.0)).backward()
+                layouts.append(sorted({float(v) for p in m.parameters() for v in p.grad.numpy()}))
+            return layouts
+        if scenario == "buffer_sync":
+            out = []
+            for kw in ({}, {"broadcast_buffers": False}, {"forward_sync_buffers": False},
+                       {"broadcast_buffers": False, "forward_sync_buffers": True}):
+                lin = nn.Linear(4, 3)
+                lin.register_buffer("seen", ddpc.full((1,), rank + 1.0))
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    ddp = DDP(lin, **kw)
+                at_init = lin.seen.item()
+                lin.seen.fill_(10.0 * (rank + 1))
+                ddp(x).sum().backward()
+                out.append((at_init, lin.seen.item(), ddp.forward_sync_buffers, ddp.broadcast_buffers,
+                            [w.category.__name__ for w in caught]))
+            ddp.broadcast_buffers = False  # the deprecated name sets the new one
+            out.append(ddp.forward_sync_buffers)
+            return out
+        raise ValueError(scenario)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_delayed_all_reduce_equals_plain_ddp_and_comes_last():
+    ranks = ddpc.spawn(new_arguments_worker, args=("delay_all_reduce",), nprocs=2)
+    assert_params_close(ranks[0][1][0], ranks[1][1][0], atol=0)
+    for plain, delayed in ranks:
+        assert_params_close(delayed[0], plain[0], atol=1e-6)
+        # plain: one bucket of all 4 + 32 + 8 + 16 + 2 values; delayed: a bucket per parameter outside
+        # out (inner.bias, inner.weight, scale, in reduction order), then out's 16 + 2 values together,
+        # although backward computed them first
+        assert plain[1] == [62] * 3
+        assert delayed[1] == [8, 32, 4, 18] * 3
+
+
+def test_mixed_precision_equals_its_hand_written_equivalent():
+    ranks = ddpc.spawn(new_arguments_worker, args=("mixed_precision",), nprocs=2)
+    for seen, grads, expected, exact, dtypes, accumulated in ranks:
+        # forward ran on bfloat16 inputs, parameters and buffers (the float ones, cast once)
+        assert seen == [("bfloat16", "bfloat16", "bfloat16")] * 3
+        params_dtypes, grad_dtypes, buffer_dtypes, out_dtype = dtypes
+        assert set(params_dtypes.values()) == set(grad_dtypes.values()) == {"float32"}
+        assert buffer_dtypes == {"stat": "bfloat16", "count": "int64"} and out_dtype == "bfloat16"
+        assert sorted(grads) == sorted(expected)
+        for n in grads:
+            np.testing.assert_array_equal(grads[n], expected[n], err_msg=n)
+        assert any(not np.array_equal(grads[n], exact[n]) for n in grads)  # not what full precision gives
+        for n in accumulated:
+            assert accumulated[n].dtype == np.float32
+            np.testing.assert_array_equal(accumulated[n], ranks[0][5][n], err_msg=n)  # reduced: equal on every rank
+    np.testing.assert_array_equal(ranks[0][1]["inner.weight"], ranks[1][1]["inner.weight"])
+
+
+def test_skip_all_reduce_unused_params_leaves_unused_gradients_local():
+    for rank, (plain, skipped) in enumerate(ddpc.spawn(new_arguments_worker, args=("skip_unused",), nprocs=2)):
+        # b is unused in the reducing passes: None at first; then what no_sync accumulated, which plain
+        # find_unused_parameters averages ((2 + 4) / 2) and skip_all_reduce_unused_params leaves as it is
+        assert plain[0] is None and skipped[0] is None
+        assert plain[1] == [[3.0] * 4] * 2
+        assert skipped[1] == [[2.0 * (rank + 1)] * 4] * 2
+        assert plain[2] == skipped[2] == [[9.0] * 4] * 2  # a is averaged either way
+        # a bucket per parameter (b.bias, b.weight, a.bias, a.weight): plain all-reduces the used mask
+        # (4 flags) and every bucket; skipping all-reduces a's two buckets only
+        assert plain[3] == [4, 2, 8, 2, 8] * 2
+        assert skipped[3] == [2, 8] * 2
+
+
+def test_bucket_cap_mb_list_sizes_the_buckets_in_turn():
+    for default, default_grads, listed, listed_grads in ddpc.spawn(new_arguments_worker, args=("bucket_cap_mb_list",),
+                                                                    nprocs=2):
+        assert default == [[4, 3, 2, 1, 0]]
+        # 2000 bytes alone (over 524), 1600 alone (over 1048), 1200 + 800 (2097), then 400 under the last cap
+        assert listed == [[4], [3], [2, 1], [0]]
+        assert default_grads == listed_grads == [1.5]
+
+
+def test_forward_sync_buffers_and_the_deprecated_broadcast_buffers():
+    r0, r1 = ddpc.spawn(new_arguments_worker, args=("buffer_sync",), nprocs=2)
+    # (buffer after init, after a forward that follows rank r's fill of 10 (r + 1), forward_sync_buffers,
+    # broadcast_buffers, warnings)
+    assert r0 == [(1.0, 10.0, True, True, []), (1.0, 10.0, False, False, ["FutureWarning"]),
+                  (1.0, 10.0, False, False, []), (1.0, 10.0, True, True, ["FutureWarning"]), False]
+    assert r1 == [(1.0, 10.0, True, True, []),
+                  (2.0, 20.0, False, False, ["FutureWarning"]),  # broadcast_buffers=False: neither at init nor later
+                  (1.0, 20.0, False, False, []),  # forward_sync_buffers=False: at init only
+                  (1.0, 10.0, True, True, ["FutureWarning"]),  # forward_sync_buffers wins
+                  False]
+
+
+def test_new_constructor_arguments_refuse_bad_values():
+    from ddpc import nn
+
+    DDP = nn.parallel.DistributedDataParallel
+    m = model()
+    with pytest.raises(ValueError, match="need to be set at the same time"):
+        DDP(m, delay_all_reduce_named_params=[("0.weight", m[0].weight)])
+    with pytest.raises(ValueError, match="need to be set at the same time"):
+        DDP(m, param_to_hook_all_reduce=m[0].weight)
+    for name in ("skip_all_reduce_unused_params", "batched_grad_copy", "lazy_bucket_allocation"):
+        with pytest.raises(TypeError, match=f"{name} must be a bool"):
+            DDP(m, **{name: 1})
+    with pytest.raises(TypeError, match="_MixedPrecision"):
+        DDP(m, mixed_precision={"param_dtype": ddpc.bfloat16})
+    with pytest.raises(TypeError, match="floating-point ddpc dtype"):
+        nn.parallel._MixedPrecision(param_dtype=ddpc.int32)
+    for bad in ([0], [1, -2], ["25"]):
+        with pytest.raises(ValueError, match="bucket_cap_mb_list"):
+            DDP(m, bucket_cap_mb_list=bad)
+
+
+def bad_delay_worker(rank):
+    import ddpc.distributed as dist
+    from ddpc import nn
+
+    dist.init_process_group("cpu", timeout=60)
+    m, errors = model(), []
+    try:
+        for named, hooked in (([("0.weight", m[2].weight)], m[0].weight), ([("nope", m[0].weight)], m[0].weight),
+                              ([("0.weight", m[0].weight)], ddpc.ones(2))):
+            try:
+                nn.parallel.DistributedDataParallel(m, delay_all_reduce_named_params=named,
+                                                    param_to_hook_all_reduce=hooked)
+            except ValueError as e:
+                errors.append(str(e).split(",")[0].split(" must")[0])
+        return errors
+    finally:
+        dist.destroy_process_group()
+
+
+def test_delay_all_reduce_refuses_what_is_not_the_modules():
+    for errors in ddpc.spawn(bad_delay_worker, nprocs=2):
+        assert errors == ["delay_all_reduce_named_params", "delay_all_reduce_named_params", "param_to_hook_all_reduce"]
