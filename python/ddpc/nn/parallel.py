@@ -360,7 +360,9 @@ class DistributedDataParallel(Module, _GroupJoinable):
       it was (None, or what this rank accumulated), buckets holding only such
       parameters are not all-reduced, and the all-reduce of which parameters
       are used anywhere is skipped. As in PyTorch, every rank must leave the
-      same parameters unused, in every iteration.
+      same parameters unused, in every iteration; under ``join()`` the ranks
+      that ran out reduce every bucket, so the active ones must use every
+      parameter while any rank has joined.
     * ``batched_grad_copy`` and ``lazy_bucket_allocation`` are PyTorch's
       kernel-launch and memory knobs of its C++ reducer: taken (bools, kept
       as attributes) and change nothing here, where backward writes most
@@ -397,7 +399,8 @@ class DistributedDataParallel(Module, _GroupJoinable):
             raise ValueError("delay_all_reduce_named_params and param_to_hook_all_reduce need to be set at the same "
                              "time.")
         for name, flag in (("skip_all_reduce_unused_params", skip_all_reduce_unused_params),
-                           ("batched_grad_copy", batched_grad_copy), ("lazy_bucket_allocation", lazy_bucket_allocation)):
+                           ("batched_grad_copy", batched_grad_copy),
+                           ("lazy_bucket_allocation", lazy_bucket_allocation)):
             if not isinstance(flag, bool):
                 raise TypeError(f"{name} must be a bool, got {flag!r}")
         if mixed_precision is not None and not isinstance(mixed_precision, _MixedPrecision):
