@@ -1301,7 +1301,8 @@ def new_arguments_worker(rank, scenario):
             with ddp.no_sync():  # accumulates in full precision, locally
                 ddp(X).sum().backward()
             ddp(X).sum().backward()
-            return seen, grads, expected, exact, dtypes, {n: p.grad.numpy().copy() for n, p in m.body.named_parameters()}
+            accumulated = {n: p.grad.numpy().copy() for n, p in m.body.named_parameters()}
+            return seen, grads, expected, exact, dtypes, accumulated
         if scenario == "skip_unused":
             out = []
             for skip in (False, True):

@@ -137,7 +137,8 @@ def test_argument_names_match_pytorch():
         ("debugging_hooks", "noop_hook"))]
     pairs.append((ddpc.nn.parallel.DistributedDataParallel._register_builtin_comm_hook,
                   torch.nn.parallel.DistributedDataParallel._register_builtin_comm_hook))
-    pairs.append((ddpc.nn.parallel.DistributedDataParallel.__init__, torch.nn.parallel.DistributedDataParallel.__init__))
+    pairs.append((ddpc.nn.parallel.DistributedDataParallel.__init__,
+                  torch.nn.parallel.DistributedDataParallel.__init__))
     pairs.append((ddpc.nn.parallel._MixedPrecision, torch.nn.parallel.distributed._MixedPrecision))
     for got, want in pairs:
         assert names(got) == names(want), got.__name__
