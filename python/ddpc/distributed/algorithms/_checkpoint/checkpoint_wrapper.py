@@ -40,6 +40,10 @@ class ActivationWrapper(Module):
     def __init__(self, mod):
         super().__init__()
         self._checkpoint_wrapped_module = mod
+        # As PyTorch's: a state dict names the wrapped module's tensors without the wrapper's level,
+        # and a load takes those names (or the full ones) through the same walk as any module's.
+        self._register_state_dict_hook(_strip_wrapped_prefix)
+        self._register_load_state_dict_pre_hook(_add_wrapped_prefix, with_module=True)
 
     def __getattr__(self, name):
         try:
@@ -54,12 +58,23 @@ class ActivationWrapper(Module):
         for name, p in super().named_parameters(prefix, recurse, remove_duplicate):
             yield name.replace(_CHECKPOINT_PREFIX, ""), p
 
-    def state_dict(self, destination=None, prefix="", keep_vars=False):
-        own = super().state_dict(None, prefix, keep_vars)
-        out = type(own)() if destination is None else destination
-        for name, value in own.items():
-            out[prefix + name[len(prefix):].replace(_CHECKPOINT_PREFIX, "", 1)] = value
-        return out
+
+
+def _strip_wrapped_prefix(module, state_dict, prefix, local_metadata):
+    """state_dict post-hook: ``<prefix>_checkpoint_wrapped_module.x`` becomes ``<prefix>x`` (the
+    wrapper's keys were the last ones added, so moving them to the end keeps their order)."""
+    wrapped = prefix + _CHECKPOINT_PREFIX
+    for key in [k for k in state_dict if k.startswith(wrapped)]:
+        state_dict[prefix + key[len(wrapped):]] = state_dict.pop(key)
+    # (_metadata keeps the full names: a load looks each module's version up under them)
+
+
+def _add_wrapped_prefix(module, state_dict, prefix, *args):
+    """load pre-hook: ``<prefix>x`` is loaded as ``<prefix>_checkpoint_wrapped_module.x`` (keys that
+    already name the wrapped module stay)."""
+    wrapped = prefix + _CHECKPOINT_PREFIX
+    for key in [k for k in state_dict if k.startswith(prefix) and not k.startswith(wrapped)]:
+        state_dict[wrapped + key[len(prefix):]] = state_dict.pop(key)
 
 
 class CheckpointWrapper(ActivationWrapper):
