@@ -26,8 +26,8 @@
 #include "ops_sort.h"
 #include "size.h"
 
-PyObject *ddpc_DistError, *ddpc_DistTimeoutError, *ddpc_DistBackendError, *ddpc_DistNetworkError,
-    *ddpc_DistNetworkTimeoutError, *ddpc_DistStoreError, *ddpc_DistStoreTimeoutError, *ddpc_QueueEmptyError;
+PyObject *ddpc_DistError, *ddpc_DistTimeoutError, *ddpc_DistBackendError, *ddpc_DistBackendTimeoutError,
+    *ddpc_DistNetworkError, *ddpc_DistNetworkTimeoutError, *ddpc_DistStoreError, *ddpc_DistStoreTimeoutError, *ddpc_QueueEmptyError;
 PyObject *ddpc_OutOfMemoryError;
 
 PyObject *ddpc_raise(ddpc_status st) {
@@ -39,7 +39,7 @@ PyObject *ddpc_raise(ddpc_status st) {
     case DDPC_ERR_DEVICE_OOM: type = ddpc_OutOfMemoryError; break;
     case DDPC_ERR_SYS: type = PyExc_OSError; break;
     case DDPC_ERR_DIST: type = ddpc_DistBackendError; break;
-    case DDPC_ERR_TIMEOUT: type = ddpc_DistTimeoutError; break;
+    case DDPC_ERR_TIMEOUT: type = ddpc_DistBackendTimeoutError; break;
     case DDPC_ERR_NET: type = ddpc_DistNetworkError; break;
     case DDPC_ERR_NET_TIMEOUT: type = ddpc_DistNetworkTimeoutError; break;
     case DDPC_ERR_STORE: type = ddpc_DistStoreError; break;
@@ -399,6 +399,10 @@ static int add_dist_errors_(PyObject *m) {
          "A collective failed in the backend: a peer died or left mid-collective, the ranks disagreed about it, "
          "the group was aborted or destroyed, or an NCCL call failed.",
          &ddpc_DistError, NULL},
+        {&ddpc_DistBackendTimeoutError, "ddpc.distributed.DistBackendTimeoutError",
+         "A collective (or its group's rendezvous) did not complete before the group's timeout, or Work.wait's: "
+         "a DistBackendError, as PyTorch's NCCL watchdog raises, and a DistTimeoutError.",
+         &ddpc_DistBackendError, &ddpc_DistTimeoutError},
         {&ddpc_DistNetworkError, "ddpc.distributed.DistNetworkError",
          "The store could not be reached (its address does not resolve, its port is taken, connections are "
          "refused) or the connection to it was lost.",

@@ -11,8 +11,8 @@
  * ddpc.distributed.DistBackendError, DistNetworkError and DistStoreError, as torch.distributed's, with
  * QueueEmptyError a DistStoreError; DistNetworkTimeoutError and DistStoreTimeoutError, which are also
  * DistTimeoutErrors. */
-extern PyObject *ddpc_DistError, *ddpc_DistTimeoutError, *ddpc_DistBackendError, *ddpc_DistNetworkError,
-    *ddpc_DistNetworkTimeoutError, *ddpc_DistStoreError, *ddpc_DistStoreTimeoutError, *ddpc_QueueEmptyError;
+extern PyObject *ddpc_DistError, *ddpc_DistTimeoutError, *ddpc_DistBackendError, *ddpc_DistBackendTimeoutError,
+    *ddpc_DistNetworkError, *ddpc_DistNetworkTimeoutError, *ddpc_DistStoreError, *ddpc_DistStoreTimeoutError, *ddpc_QueueEmptyError;
 extern PyObject *ddpc_OutOfMemoryError;
 
 /* Sets the Python exception for `st` with the recorded message, clears the

@@ -115,7 +115,7 @@ def test_errors_in_a_subgroup_name_global_ranks():
 def test_work_exception_is_the_error_of_a_failed_async_collective():
     res = run_job(2, "work_exception")
     assert res.returncode == 0, res.stdout + res.stderr
-    assert re.search(r"RANK 0 EXCEPTION DistTimeoutError: all_reduce \(collective #0 of rank 0\) timed out .* "
+    assert re.search(r"RANK 0 EXCEPTION DistBackendTimeoutError: all_reduce \(collective #0 of rank 0\) timed out .* "
                      r"waiting for ranks \[1\]", res.stdout), res.stdout
     for r in range(2):
         assert f"RANK {r} PASS" in res.stdout, res.stdout + res.stderr
@@ -157,7 +157,7 @@ def test_p2p_messages_are_matched_by_tag(scenario, world):
 def test_p2p_recv_for_a_tag_never_sent_times_out_naming_it():
     res = run_job(2, "p2p_tag_timeout", timeout=120)
     assert res.returncode == 0, res.stdout + res.stderr
-    said = re.findall(r"RANK 1 TIMEOUT DistTimeoutError after ([\d.]+) s: (.*)", res.stdout)
+    said = re.findall(r"RANK 1 TIMEOUT DistBackendTimeoutError after ([\d.]+) s: (.*)", res.stdout)
     assert len(said) == 3, res.stdout + res.stderr
     assert all(1.0 < float(t) < 10 for t, _ in said), said
     (_, nothing), (_, other), (_, from_any) = said

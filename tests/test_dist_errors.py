@@ -30,10 +30,12 @@ def test_the_classes_and_their_bases():
     assert dist.QueueEmptyError.__bases__ == (dist.DistStoreError,)
     assert dist.DistStoreTimeoutError.__bases__ == (dist.DistStoreError, dist.DistTimeoutError)
     assert dist.DistNetworkTimeoutError.__bases__ == (dist.DistNetworkError, dist.DistTimeoutError)
-    for cls in (dist.DistStoreTimeoutError, dist.DistNetworkTimeoutError):
+    assert dist.DistBackendTimeoutError.__bases__ == (dist.DistBackendError, dist.DistTimeoutError)
+    for cls in (dist.DistStoreTimeoutError, dist.DistNetworkTimeoutError, dist.DistBackendTimeoutError):
         assert issubclass(cls, TimeoutError) and issubclass(cls, RuntimeError)
     assert not issubclass(dist.DistBackendError, dist.DistStoreError)
-    for name in ("DistBackendError", "DistNetworkError", "DistStoreError", "QueueEmptyError"):
+    for name in ("DistBackendError", "DistBackendTimeoutError", "DistNetworkError", "DistStoreError",
+                 "QueueEmptyError"):
         assert name in dist.__all__
 
 

@@ -21,8 +21,9 @@ peer died or left mid-collective, the ranks disagreed about it, an NCCL call
 failed), ``DistNetworkError`` for a store that cannot be reached or whose
 connection was lost, ``DistStoreError`` for a store that refused or failed a
 request. Timeouts are ``DistTimeoutError`` (also a TimeoutError): a
-collective's, the store's (``DistStoreTimeoutError``, a DistStoreError too)
-and a connection's that never came (``DistNetworkTimeoutError``, a
+collective's (``DistBackendTimeoutError``, a DistBackendError too, as
+PyTorch's NCCL watchdog raises), the store's (``DistStoreTimeoutError``, a
+DistStoreError too) and a connection's that never came (``DistNetworkTimeoutError``, a
 DistNetworkError too). ``QueueEmptyError`` (a DistStoreError) is there for
 code that names it; ddpc's stores have no queues. Debugging: ``DebugLevel``
 (from ``DDPC_DISTRIBUTED_DEBUG`` or ``TORCH_DISTRIBUTED_DEBUG``) and
@@ -54,8 +55,8 @@ from urllib.parse import urlparse
 import numpy as np
 
 from .. import _C, profiler
-from .._C import (DistBackendError, DistError, DistNetworkError, DistNetworkTimeoutError, DistStoreError,
-                  DistStoreTimeoutError, DistTimeoutError, QueueEmptyError)
+from .._C import (DistBackendError, DistBackendTimeoutError, DistError, DistNetworkError, DistNetworkTimeoutError,
+                  DistStoreError, DistStoreTimeoutError, DistTimeoutError, QueueEmptyError)
 from .._dtype import real_pairs
 from .._procs import new_token
 from . import _debug
@@ -74,8 +75,8 @@ __all__ = [
     "reduce_scatter_tensor", "scatter", "scatter_object_list", "send", "shared_buffer",
 ]
 __all__ += [
-    "DebugLevel", "DistBackendError", "DistNetworkError", "DistNetworkTimeoutError", "DistStoreError",
-    "DistStoreTimeoutError", "QueueEmptyError", "breakpoint", "default_pg_timeout", "get_debug_level",
+    "DebugLevel", "DistBackendError", "DistBackendTimeoutError", "DistNetworkError", "DistNetworkTimeoutError",
+    "DistStoreError", "DistStoreTimeoutError", "QueueEmptyError", "breakpoint", "default_pg_timeout", "get_debug_level",
     "get_pg_count", "is_ucc_available", "is_xccl_available", "set_debug_level", "set_debug_level_from_env",
     "supports_complex",
 ]
