@@ -110,8 +110,7 @@ class _Raised:
 
     def __init__(self, exc, worker_id, where="in"):
         self.module, self.name = type(exc).__module__, type(exc).__qualname__
-        self.text = (f"Caught {type(exc).__name__} {where} DataLoader worker process {worker_id}.\n"
-                     f"Original {''.join(traceback.format_exception(exc)).rstrip()}")
+        self.text = caught_text(exc, f"{where} DataLoader worker process {worker_id}")
 
     def exception(self):
         """The exception to raise in the loader: the worker's type where it can
@@ -119,13 +118,25 @@ class _Raised:
         cls = sys.modules.get(self.module)
         for part in self.name.split("."):
             cls = getattr(cls, part, None)
-        if isinstance(cls, type) and issubclass(cls, BaseException):
-            try:
-                # KeyError's str() is the repr of its argument: a str that is its own repr keeps the lines.
-                return cls(_Verbatim(self.text) if issubclass(cls, KeyError) else self.text)
-            except Exception:
-                pass
-        return RuntimeError(self.text)
+        return exception_like(cls, self.text)
+
+
+def caught_text(exc, where):
+    """The message of an exception raised again elsewhere, as PyTorch words it: where it was
+    caught, then its original traceback."""
+    return f"Caught {type(exc).__name__} {where}.\nOriginal {''.join(traceback.format_exception(exc)).rstrip()}"
+
+
+def exception_like(cls, text):
+    """An exception of class cls (if it is one, and can be made from a message) with message
+    text, else a RuntimeError."""
+    if isinstance(cls, type) and issubclass(cls, BaseException):
+        try:
+            # KeyError's str() is the repr of its argument: a str that is its own repr keeps the lines.
+            return cls(_Verbatim(text) if issubclass(cls, KeyError) else text)
+        except Exception:
+            pass
+    return RuntimeError(text)
 
 
 class _Exhausted:

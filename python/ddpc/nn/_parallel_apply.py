@@ -13,12 +13,11 @@ output accumulates every device's gradient into the module's ``.grad``.
 import contextlib
 import itertools
 import threading
-import traceback
 from collections import OrderedDict
 
 from .. import amp, cuda
 from .._dtype import device as _device
-from .._workers import _Verbatim
+from .._workers import caught_text, exception_like
 from ..autograd import is_grad_enabled, set_grad_enabled
 from ._scatter_gather import _device_name, _split_tensors, gather, scatter_kwargs
 from .modules import Parameter, is_lazy
@@ -104,12 +103,7 @@ def replicate(network, devices, detach=False):
 def _raised_again(exc, where):
     """exc's type (RuntimeError where that cannot be made from a message) with a
     message that says where it was raised and carries its traceback, as PyTorch's."""
-    text = f"Caught {type(exc).__name__} {where}.\nOriginal {''.join(traceback.format_exception(exc)).rstrip()}"
-    try:
-        # KeyError's str() is the repr of its argument: a str that is its own repr keeps the lines.
-        return type(exc)(_Verbatim(text) if isinstance(exc, KeyError) else text)
-    except Exception:
-        return RuntimeError(text)
+    return exception_like(type(exc), caught_text(exc, where))
 
 
 def _run_replica(module, input, kwargs, device, grad_enabled, autocasts):
