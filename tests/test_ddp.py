@@ -138,7 +138,7 @@ def bucket_memory_worker(rank, options):
     from ddpc import nn
 
     dist.init_process_group("cpu")
-    # hidden 600: more than the first bucket's 1 MB, so there are several buckets
+    # bucket_cap_mb=0.0005 (524 bytes) for every bucket: hidden 600 makes several
     ddp = nn.parallel.DistributedDataParallel(model(hidden=600), bucket_cap_mb=0.0005, **options)
     owners = [_owner(b.flat) for b in ddp._buckets]
     exchanged = [_owner(s) for s in ddp._exchange.slots] if ddp._exchange else []

@@ -160,8 +160,8 @@ def test_ddp_at_info_logs_its_buckets_on_rank_zero_and_names_every_unused_parame
     assert len(logs0) == 1, logs0
     layout = logs0[0]
     assert layout.startswith("ddpc.nn.parallel: DistributedDataParallel over 2 ranks: "), layout
-    # bucket_cap_mb=1e-4 (104 bytes) gives each parameter past the first bucket a bucket of its own, in
-    # reverse order; the first bucket (up to 1 MiB) takes the last parameters
+    # bucket_cap_mb=1e-4 (104 bytes) holds for every bucket (a cap the caller gives has no small first
+    # bucket): the last two parameters (64 bytes) share bucket 0, the rest follow in reverse order
     assert re.search(r"bucket 0: \d+ bytes of float32 on cpu, \d+ parameter\(s\): unused.bias, unused.weight",
                      layout), layout
     for name in ("body.0.weight", "body.0.bias", "body.2.weight", "body.2.bias"):

@@ -325,6 +325,11 @@ class DistributedDataParallel(Module, _GroupJoinable):
     rank has the same model and the broadcast of rank 0's state;
     ``gradient_predivide_factor`` is not offered.
 
+    Buckets fill in reduction order (the last parameters first). Under the
+    default ``bucket_cap_mb`` (None: 25 MiB) the first bucket takes at most
+    1 MiB, so that its all-reduce starts early in backward; a
+    ``bucket_cap_mb`` the caller gives holds for every bucket, as in PyTorch.
+
     The rest of PyTorch 2.15's arguments, as it defines them:
 
     * ``forward_sync_buffers`` (default True): rank 0's buffers are broadcast
@@ -409,7 +414,8 @@ class DistributedDataParallel(Module, _GroupJoinable):
         if check_reduction:
             warnings.warn("The `check_reduction` argument in `DistributedDataParallel` module is deprecated. Please "
                           "avoid using it.", FutureWarning, stacklevel=2)
-        if bucket_cap_mb is None:
+        explicit_cap = bucket_cap_mb is not None
+        if not explicit_cap:
             bucket_cap_mb = 25
         if not isinstance(bucket_cap_mb, (int, float)) or bucket_cap_mb <= 0:
             raise ValueError(f"bucket_cap_mb must be a positive number of MiB, got {bucket_cap_mb!r}")
@@ -418,7 +424,10 @@ class DistributedDataParallel(Module, _GroupJoinable):
                 raise ValueError(f"bucket_cap_mb_list must list positive numbers of MiB, got {bucket_cap_mb_list!r}")
             self._bucket_caps = [int(c * (1 << 20)) for c in bucket_cap_mb_list]
         else:
-            self._bucket_caps = [_FIRST_BUCKET_BYTES, int(bucket_cap_mb * (1 << 20))]
+            # The small first bucket only under the default cap, as in PyTorch:
+            # a cap the caller names holds for every bucket.
+            cap = int(bucket_cap_mb * (1 << 20))
+            self._bucket_caps = [cap] if explicit_cap else [_FIRST_BUCKET_BYTES, cap]
         self.batched_grad_copy, self.lazy_bucket_allocation = batched_grad_copy, lazy_bucket_allocation
         if broadcast_buffers is not None:
             warnings.warn("`broadcast_buffers` is deprecated. Use `forward_sync_buffers` instead"
