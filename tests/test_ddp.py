@@ -158,6 +158,29 @@ def test_buckets_live_in_memory_the_ranks_share():
         assert len(owners) > 1 and set(owners) == {"SharedBuffer"} and not exchanged, owners
 
 
+def bucket_sizes_worker(rank, cap_mb):
+    import ddpc.distributed as dist
+    from ddpc import nn
+
+    dist.init_process_group("cpu")
+    m = nn.Sequential(nn.Linear(4, 4), nn.Linear(600, 600))  # 1.44 MB of weight, reduced first
+    ddp = nn.parallel.DistributedDataParallel(m, bucket_cap_mb=cap_mb, find_unused_parameters=True)
+    sizes = [b.flat.numel() * 4 for b in ddp._buckets]
+    dist.destroy_process_group()
+    return sizes
+
+
+def test_the_small_first_bucket_comes_only_with_the_default_cap():
+    """PyTorch's rule: under the default cap the first bucket closes once it
+    holds 1 MiB (the last bias, then the 600 x 600 weight that passes the cap),
+    the rest after; a cap the caller names, even the default's 25, holds for
+    every bucket."""
+    for sizes in ddpc.spawn(bucket_sizes_worker, args=(None,), nprocs=2):
+        assert sizes == [(600 + 600 * 600) * 4, (4 + 4 * 4) * 4], sizes
+    for sizes in ddpc.spawn(bucket_sizes_worker, args=(25,), nprocs=2):
+        assert sizes == [(600 * 600 + 600 + 4 * 4 + 4) * 4], sizes
+
+
 # Hidden layers this wide are exchanged (nn/_grad_exchange.py) at the batches below.
 WIDE = 128
 
@@ -1397,8 +1420,9 @@ def test_bucket_cap_mb_list_sizes_the_buckets_in_turn():
     for default, default_grads, listed, listed_grads in ddpc.spawn(new_arguments_worker, args=("bucket_cap_mb_list",),
                                                                     nprocs=2):
         assert default == [[4, 3, 2, 1, 0]]
-        # 2000 bytes alone (over 524), 1600 alone (over 1048), 1200 + 800 (2097), then 400 under the last cap
-        assert listed == [[4], [3], [2, 1], [0]]
+        # a bucket closes once it reaches its cap: 2000 bytes alone (over 524), 1600 alone (over 1048), then
+        # 1200 + 800 + 400 (2400, past 2097)
+        assert listed == [[4], [3], [2, 1, 0]]
         assert default_grads == listed_grads == [1.5]
 
 

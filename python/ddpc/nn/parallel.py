@@ -616,17 +616,20 @@ class DistributedDataParallel(Module, _GroupJoinable):
         _logger.info("\n".join(lines))
 
     def _make_buckets(self, params):
-        """Bucket i holds up to ``_bucket_caps[i]`` bytes (the last cap for the rest)."""
+        """Bucket i closes once it holds ``_bucket_caps[i]`` bytes or more (the
+        last cap for the rest), PyTorch's rule: the parameter that reaches the
+        cap is still in it. A change of dtype or device closes a bucket too."""
         caps = self._bucket_caps
         buckets, current, size = [], [], 0
         for p in reversed(params):
-            limit = caps[min(len(buckets), len(caps) - 1)]
-            if current and (size + p.nbytes > limit or p.dtype is not current[0].dtype
-                            or p.device != current[0].device):
+            if current and (p.dtype is not current[0].dtype or p.device != current[0].device):
                 buckets.append(current)
                 current, size = [], 0
             current.append(p)
             size += p.nbytes
+            if size >= caps[min(len(buckets), len(caps) - 1)]:
+                buckets.append(current)
+                current, size = [], 0
         if current:
             buckets.append(current)
         flats = self._bucket_memory(buckets)
