@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 static _Thread_local char last_msg_[8192];
 static _Thread_local int have_msg_;
@@ -25,3 +26,9 @@ ddpc_status ddpc_error_at(ddpc_status st, const char *file, int line, const char
 const char *ddpc_last_error(void) { return have_msg_ ? last_msg_ : "unknown error"; }
 
 void ddpc_clear_error(void) { have_msg_ = 0; last_msg_[0] = '\0'; }
+
+uint64_t ddpc_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}

@@ -41,6 +41,9 @@ ddpc_status ddpc_error_at(ddpc_status st, const char *file, int line, const char
 const char *ddpc_last_error(void);
 void ddpc_clear_error(void);
 
+/* The monotonic clock, in nanoseconds. */
+uint64_t ddpc_now_ns(void);
+
 #define DDPC_ERROR(st, ...) ddpc_error_at((st), __FILE__, __LINE__, __VA_ARGS__)
 
 #define CHECK(call)                                                                \

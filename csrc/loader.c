@@ -58,6 +58,8 @@ struct ddpc_loader {
     int stop;
     void *compute_stream, *copy_stream;
     copy_lines_fn copy_lines;
+    uint64_t started_ns;
+    ddpc_loader_stats stats; /* under mu; elapsed_s is filled in when read */
 };
 
 int64_t ddpc_loader_batch_rows(const ddpc_loader *l, int64_t batch) {
@@ -305,8 +307,11 @@ static void work_on_(ddpc_loader *l, slot_ *s) {
         s->need_sync = 0;
         s->syncing = 1;
         pthread_mutex_unlock(&l->mu);
+        uint64_t t0 = ddpc_now_ns();
         ddpc_status st = wait_copied_(l, s);
+        uint64_t t1 = ddpc_now_ns();
         pthread_mutex_lock(&l->mu);
+        l->stats.staging_wait_s += (double)(t1 - t0) * 1e-9;
         s->syncing = 0;
         if (st != DDPC_OK) fail_slot_(s, st);
         settle_(l, s);
@@ -319,14 +324,20 @@ static void work_on_(ddpc_loader *l, slot_ *s) {
     s->next_row = r1;
     s->inflight++;
     pthread_mutex_unlock(&l->mu);
+    uint64_t t0 = ddpc_now_ns();
     ddpc_status st = gather_(l, s, r0, r1);
+    uint64_t t1 = ddpc_now_ns();
     pthread_mutex_lock(&l->mu);
+    l->stats.gather_s += (double)(t1 - t0) * 1e-9;
+    l->stats.chunks++;
     if (st == DDPC_OK && s->st == DDPC_OK) {
         s->done_rows += r1 - r0;
         if (s->done_rows == s->rows && l->device != DDPC_CPU) {
             pthread_mutex_unlock(&l->mu);
             st = issue_copy_(l, s);
+            uint64_t t2 = ddpc_now_ns();
             pthread_mutex_lock(&l->mu);
+            l->stats.copy_issue_s += (double)(t2 - t1) * 1e-9;
             s->need_sync = 1; /* also after a failure: copies already queued still read the staging */
         }
     }
@@ -431,6 +442,7 @@ ddpc_status ddpc_loader_init(const ddpc_loader_config *cfg, ddpc_loader **out) {
     l->nthreads = cfg->nthreads;
     l->device = cfg->device;
     l->copy_lines = pick_copy_lines_(cfg->device != DDPC_CPU);
+    l->started_ns = ddpc_now_ns();
     l->budget = cfg->resident_budget ? cfg->resident_budget : 1;
     size_t row_total = 0, mapped_bytes = 0;
     for (int k = 0; k < l->nsources; k++) {
@@ -504,6 +516,7 @@ static ddpc_status submit_(ddpc_loader *l, int64_t batch, void *const *dst) {
 
 static ddpc_status wait_(ddpc_loader *l, int64_t batch) {
     slot_ *s = &l->slots[batch % l->prefetch];
+    uint64_t entered = ddpc_now_ns();
     pthread_mutex_lock(&l->mu);
     if (s->batch != batch) {
         pthread_mutex_unlock(&l->mu);
@@ -514,9 +527,16 @@ static ddpc_status wait_(ddpc_loader *l, int64_t batch) {
      * its batch is handed back at most one chunk late). */
     while (!s->done) {
         slot_ *w = has_work_(s) ? s : pick_(l, 1);
-        if (w) work_on_(l, w);
-        else pthread_cond_wait(&l->done_cv, &l->mu);
+        if (w) {
+            work_on_(l, w);
+            continue;
+        }
+        uint64_t t0 = ddpc_now_ns();
+        pthread_cond_wait(&l->done_cv, &l->mu);
+        l->stats.wait_idle_s += (double)(ddpc_now_ns() - t0) * 1e-9;
     }
+    l->stats.batches++;
+    l->stats.wait_s += (double)(ddpc_now_ns() - entered) * 1e-9;
     ddpc_status st = s->st;
     int64_t rows = s->rows;
     char msg[sizeof s->msg];
@@ -555,6 +575,13 @@ ddpc_status ddpc_loader_submit(ddpc_loader *l, int64_t batch, void *const *dst) 
 }
 
 ddpc_status ddpc_loader_wait(ddpc_loader *l, int64_t batch) { ON_LOADER_DEVICE_(l, wait_(l, batch)); }
+
+void ddpc_loader_get_stats(ddpc_loader *l, ddpc_loader_stats *out) {
+    pthread_mutex_lock(&l->mu);
+    *out = l->stats;
+    pthread_mutex_unlock(&l->mu);
+    out->elapsed_s = (double)(ddpc_now_ns() - l->started_ns) * 1e-9;
+}
 
 void ddpc_loader_free(ddpc_loader *l) {
     if (!l) return;

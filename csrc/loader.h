@@ -58,6 +58,20 @@ ddpc_status ddpc_loader_submit(ddpc_loader *l, int64_t batch, void *const *dst);
  * a GPU: until its copy is queued, and the compute stream then waits for it,
  * with no host synchronisation), and frees its slot. Call with the GIL released. */
 ddpc_status ddpc_loader_wait(ddpc_loader *l, int64_t batch);
+/* Where a loader's time went since init, in seconds. The producers' work is
+ * counted in thread-seconds over every thread that did it, the caller's
+ * share inside ddpc_loader_wait included. */
+typedef struct {
+    int64_t batches;       /* taken back by ddpc_loader_wait */
+    int64_t chunks;        /* pieces of rows gathered */
+    double gather_s;       /* gathering rows */
+    double copy_issue_s;   /* queuing the copies of finished batches to the device */
+    double staging_wait_s; /* waiting for a copy out of a slot's staging before gathering into it again */
+    double wait_s;         /* in ddpc_loader_wait, in all */
+    double wait_idle_s;    /* ... of it asleep, with no rows left to gather */
+    double elapsed_s;      /* since init */
+} ddpc_loader_stats;
+void ddpc_loader_get_stats(ddpc_loader *l, ddpc_loader_stats *out);
 /* Stops and joins the threads (finishing no queued batch) and frees everything. */
 void ddpc_loader_free(ddpc_loader *l);
 

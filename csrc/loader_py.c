@@ -154,6 +154,7 @@ typedef struct {
      * another thread only asks, and the running call closes. */
     int busy;
     int close_asked;
+    ddpc_loader_stats stats; /* as the loader left them when it closed */
 } loader_object;
 
 static int get_index_array_(PyObject *obj, const char *what, Py_buffer *view) {
@@ -248,6 +249,7 @@ static void loader_close_(loader_object *self) {
     if (self->loader) {
         ddpc_loader *l = self->loader;
         self->loader = NULL;
+        ddpc_loader_get_stats(l, &self->stats);
         Py_BEGIN_ALLOW_THREADS
         ddpc_loader_free(l);
         Py_END_ALLOW_THREADS
@@ -412,6 +414,16 @@ static PyObject *loader_len(loader_object *self, PyObject *unused) {
     return PyLong_FromLongLong(self->nbatches - self->next);
 }
 
+static PyObject *loader_stats(loader_object *self, PyObject *unused) {
+    (void)unused;
+    ddpc_loader_stats t = self->stats;
+    if (self->loader) ddpc_loader_get_stats(self->loader, &t);
+    return Py_BuildValue("{sLsLsdsdsdsdsdsd}", "batches", (long long)t.batches, "chunks", (long long)t.chunks,
+                         "gather_s", t.gather_s, "copy_issue_s", t.copy_issue_s, "staging_wait_s",
+                         t.staging_wait_s, "wait_s", t.wait_s, "wait_idle_s", t.wait_idle_s, "elapsed_s",
+                         t.elapsed_s);
+}
+
 static void loader_dealloc(loader_object *self) {
     loader_close_(self);
     PyMem_Free(self->pending);
@@ -425,6 +437,10 @@ static void loader_dealloc(loader_object *self) {
 static PyMethodDef loader_methods[] = {
     {"close", (PyCFunction)loader_close, METH_NOARGS, "stop the threads and drop the queued batches"},
     {"__length_hint__", (PyCFunction)loader_len, METH_NOARGS, NULL},
+    {"stats", (PyCFunction)loader_stats, METH_NOARGS,
+     "where the time went so far, in seconds: batches, chunks, gather_s, copy_issue_s and staging_wait_s "
+     "(thread-seconds over every thread), wait_s and wait_idle_s (next()'s waits, and their part asleep), "
+     "elapsed_s (kept after the pass ends or close())"},
     {"__reduce__", refuse_pickle_, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
 };

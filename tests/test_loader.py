@@ -88,6 +88,24 @@ def test_batches_equal_numpy_gather(batch_size, drop_last, prefetch, threads):
     check_batches(loader, sources, idx, [min(b * batch_size, n) for b in range(nb + 1)])
 
 
+def test_the_loader_accounts_for_its_time():
+    """_C.Loader.stats(): every batch and chunk counted, the gathering and the
+    waits in seconds, consistent with each other, and kept after the pass."""
+    a = arrays()
+    loader = DataLoader(TensorDataset(a["x"], a["y"]), batch_size=16, shuffle=True, num_threads=2)
+    it = iter(loader)
+    first = it._loader.stats()
+    assert first["batches"] == 0 and first["wait_s"] == 0.0
+    n = sum(1 for _ in it)
+    stats = it._loader.stats()
+    assert stats["batches"] == n == len(loader)
+    assert stats["chunks"] >= n
+    assert stats["gather_s"] > 0
+    assert stats["copy_issue_s"] == stats["staging_wait_s"] == 0.0  # host batches: no copies
+    assert 0 <= stats["wait_idle_s"] <= stats["wait_s"] <= stats["elapsed_s"]
+    assert it._loader.stats() == stats  # the pass is over: the figures stay as it left them
+
+
 @pytest.mark.parametrize("row_bytes", [255, 256, 260, 1001, 3136])
 @pytest.mark.parametrize("batch_size,threads", [(1, 1), (7, 2), (64, 1), (100, 3)])
 def test_wide_rows_equal_numpy_gather(row_bytes, batch_size, threads):

@@ -17,12 +17,6 @@
 /* Waits are cut into slices this long so an abort flag is seen promptly. */
 #define SLICE_MS 50
 
-uint64_t ddpc_now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 uint64_t ddpc_deadline_after(double seconds) {
     if (seconds < 0 || seconds > 1e9) return DDPC_NO_DEADLINE;
     return ddpc_now_ns() + (uint64_t)(seconds * 1e9);

@@ -15,9 +15,8 @@
 
 #define DDPC_NO_DEADLINE UINT64_MAX
 
-/* Monotonic clock in nanoseconds, and a deadline `seconds` from now
- * (seconds < 0 means no deadline). */
-uint64_t ddpc_now_ns(void);
+/* A deadline `seconds` from now on ddpc_now_ns's clock (seconds < 0 means
+ * no deadline). */
 uint64_t ddpc_deadline_after(double seconds);
 /* Milliseconds left until `deadline` (0 when passed), capped at `cap_ms`. */
 int ddpc_ms_left(uint64_t deadline, int cap_ms);
