@@ -74,6 +74,62 @@ def test_data_parallel_along_dim_1_equals_one_module(dim, batch):
                   {k: v.numpy() for k, v in ref.state_dict().items()})
 
 
+class _Recording(nn.DataParallel):
+    """DataParallel whose four steps are overridden, as PyTorch code does: it
+    records each call and, with `fresh`, runs nn.parallel.replicate's copies
+    (in threads, through parallel_apply) instead of the kept replicas."""
+
+    def __init__(self, module, fresh):
+        super().__init__(module, device_ids=CPUS)
+        self.fresh, self.calls = fresh, []
+
+    def scatter(self, inputs, kwargs, device_ids):
+        self.calls.append(("scatter", len(device_ids)))
+        return super().scatter(inputs, kwargs, device_ids)
+
+    def replicate(self, module, device_ids):
+        self.calls.append(("replicate", len(device_ids)))
+        return parallel.replicate(module, device_ids) if self.fresh else super().replicate(module, device_ids)
+
+    def parallel_apply(self, replicas, inputs, kwargs):
+        self.calls.append(("parallel_apply", len(replicas)))
+        return parallel.parallel_apply(replicas, inputs, kwargs, self.device_ids[:len(replicas)])
+
+    def gather(self, outputs, output_device):
+        self.calls.append(("gather", len(outputs)))
+        return super().gather(outputs, output_device) * 2
+
+
+@pytest.mark.parametrize("fresh", [False, True])
+def test_data_parallel_goes_through_its_overridable_steps(fresh):
+    """forward calls scatter, replicate, parallel_apply and gather, in PyTorch's
+    order, so overriding them changes what it does (here: the output doubled);
+    gradients and two SGD steps match one module, with the kept replicas and
+    with copies that pass their gradients back through autograd."""
+    ddpc.manual_seed(0)
+    ref, dp = nn.Linear(3, 2), _Recording(nn.Linear(3, 2), fresh)
+    dp.module.load_state_dict(ref.state_dict())
+    opts = [ddpc.optim.SGD(m.parameters(), lr=0.1) for m in (ref, dp)]
+    for step in range(2):
+        x = ddpc.from_numpy(_array((5, 3), step))
+        dp.calls.clear()
+        outs = []
+        for m, opt in zip((ref, dp), opts):
+            opt.zero_grad()
+            y = m(x) * (2 if m is ref else 1)
+            y.square().sum().backward()
+            outs.append(y.detach().numpy().copy())
+        assert dp.calls == [("scatter", 3), ("replicate", 3), ("parallel_apply", 3), ("gather", 3)]
+        np.testing.assert_allclose(outs[1], outs[0], atol=1e-5, rtol=0)
+        _assert_close(_grads(dp.module), _grads(ref))
+        for opt in opts:
+            opt.step()
+    # Fewer rows than devices: only the replicas that get a chunk run.
+    dp.calls.clear()
+    assert dp(ddpc.ones(2, 3)).shape == (2, 2)
+    assert dp.calls == [("scatter", 3), ("replicate", 2), ("parallel_apply", 2), ("gather", 2)]
+
+
 def test_data_parallel_dim_errors_and_dim_0_unchanged():
     dp = nn.DataParallel(nn.Linear(3, 2), device_ids=["cpu", "cpu"], dim=2)
     with pytest.raises(IndexError, match="along dim 2"):

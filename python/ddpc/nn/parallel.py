@@ -42,7 +42,7 @@ from ..tensor import Tensor, cat, from_numpy, zeros
 from . import _grad_exchange
 from ._parallel_apply import _refuse_uninitialized
 from ._parallel_apply import data_parallel, parallel_apply, replicate  # noqa: F401  (torch.nn.parallel's functions)
-from ._scatter_gather import _chunk_count, _device_name, _scatter_chunk, _split_tensors, _to_device, gather
+from ._scatter_gather import _device_name, _split_tensors, _to_device, gather
 from ._scatter_gather import scatter, scatter_kwargs  # noqa: F401  (likewise)
 from .modules import Linear, Module
 
@@ -998,6 +998,15 @@ class DataParallel(Module):
     and a parameter only some replicas used gets their gradients when backward
     ends. The replicas run one after another (PyTorch's run in threads, as
     ``parallel_apply`` does here).
+
+    As PyTorch's, forward goes through four methods a subclass may override:
+    ``scatter(inputs, kwargs, device_ids)`` (``scatter_kwargs`` along
+    ``dim``), ``replicate(module, device_ids)`` (the kept replicas, brought
+    up to date, for this module; for another, ``nn.parallel.replicate``'s
+    copies), ``parallel_apply(replicas, inputs, kwargs)`` and
+    ``gather(outputs, output_device)``. Replicas other than the kept ones
+    (an override's ``replicate``) pass their gradients back to the module
+    through autograd, as in PyTorch.
     """
 
     def __init__(self, module, device_ids=None, output_device=None, dim=0):
@@ -1077,33 +1086,49 @@ class DataParallel(Module):
     def forward(self, *inputs, **kwargs):
         if len(self._replicas) == 1:
             return self.module(*_to_device(inputs, self.device_ids[0]), **_to_device(kwargs, self.device_ids[0]))
-        # The optimizer (or load_state_dict) changed the first replica only.
-        self._sync_replicas()
-        chunks = self._scatter(inputs, kwargs)
+        inputs, kwargs = self.scatter(inputs, kwargs, self.device_ids)
+        if not inputs and not kwargs:
+            inputs, kwargs = ((),), ({},)
+        replicas = self.replicate(self.module, self.device_ids[:len(inputs)])
+        kept = all(r is k for r, k in zip(replicas, self._replicas)) and len(replicas) <= len(self._replicas)
         # Afresh each forward, also after a backward that raised before it ended
         # (whose gradients on the other replicas were never reduced and cleared).
-        self._ran, self._ready, self._finishing = len(chunks), [0] * len(self._ready), False
+        # Other replicas than the kept ones hand their gradients to the module
+        # through autograd: the module's own are then the only ones to sum.
+        self._ran, self._ready, self._finishing = len(replicas) if kept else 1, [0] * len(self._ready), False
         for ps in self._params[1:]:
             for p in ps:
                 p.grad = None
-        outputs = [r(*args, **kw) for r, (args, kw) in zip(self._replicas, chunks)]
-        return self._gather(outputs)
+        return self.gather(self.parallel_apply(replicas, inputs, kwargs), self.output_device)
 
-    def _scatter(self, inputs, kwargs):
-        """Per replica (args, kwargs): every tensor, also in lists, tuples and dicts,
-        split along ``dim`` as ``scatter`` splits it; as many replicas run as
-        the tensor with the fewest chunks has."""
+    def scatter(self, inputs, kwargs, device_ids):
+        """Per device that gets a chunk, its positional and keyword arguments
+        (two tuples of equal length): every tensor, also in lists, tuples and
+        dicts, split along ``dim`` as ``scatter_kwargs`` splits it."""
         if not any(t.dim() > 0 for t in _split_tensors((inputs, kwargs))):
             raise ValueError("DataParallel needs at least one tensor input with a batch dimension to scatter")
-        k = len(self._replicas)
-        ran = _chunk_count((inputs, kwargs), k, self.dim)
-        if ran == 0:
+        inputs, kwargs = scatter_kwargs(inputs, kwargs, device_ids, self.dim)
+        if not inputs:
             raise ValueError("DataParallel cannot scatter an empty batch")
-        return [(_scatter_chunk(inputs, i, k, d, self.dim), _scatter_chunk(kwargs, i, k, d, self.dim))
-                for i, d in enumerate(self.device_ids[:ran])]
+        return inputs, kwargs
 
-    def _gather(self, outputs):
-        return gather(outputs, self.output_device, self.dim)
+    def replicate(self, module, device_ids):
+        """The kept replicas for ``device_ids`` (a prefix of this wrapper's),
+        given the first replica's parameters and buffers, which the optimizer
+        or load_state_dict changed (and its train or eval mode); for another
+        module or other devices, ``nn.parallel.replicate``'s copies."""
+        devices = [_device_name(d) for d in device_ids]
+        if module is not self.module or devices != self.device_ids[:len(devices)]:
+            return replicate(module, devices, not is_grad_enabled())
+        self._sync_replicas()
+        return self._replicas[:len(devices)]
+
+    def parallel_apply(self, replicas, inputs, kwargs):
+        """Each replica on its chunk, one after another."""
+        return [r(*args, **kw) for r, args, kw in zip(replicas, inputs, kwargs)]
+
+    def gather(self, outputs, output_device):
+        return gather(outputs, output_device, self.dim)
 
 
 # PyTorch's import paths of the hooks above (ddpc.distributed.algorithms.ddp_comm_hooks...), which import this module.
