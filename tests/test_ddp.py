@@ -1367,9 +1367,81 @@ def new_arguments_worker(rank, scenario):
             ddp.broadcast_buffers = False  # the deprecated name sets the new one
             out.append(ddp.forward_sync_buffers)
             return out
+        if scenario == "manual_finalization":
+            def error(fn):
+                try:
+                    fn()
+                except RuntimeError as e:
+                    return str(e)
+                return None
+
+            X = ddpc.from_numpy(np.random.default_rng(rank).standard_normal((6, FEATURES)).astype(np.float32))
+            grads = []
+            for manual in (False, True):
+                m = model()
+                ddp = DDP(m)
+                ddp.require_manual_backward_finalization = manual
+                out = ddp(X).square().sum()
+                if manual:  # from a hook on the first gradient: the other buckets are not ready yet
+                    early = []
+                    handle = m[4].bias.register_post_accumulate_grad_hook(
+                        lambda p: early.append(error(ddp.finalize_backward)))
+                out.backward()
+                if manual:
+                    handle.remove()
+                    ddp.finalize_backward()
+                grads.append({n: p.grad.numpy().copy() for n, p in m.named_parameters()})
+            errors = {"early": early[0], "twice": error(ddp.finalize_backward)}
+            ddp(X).sum().backward()  # not finalized: the next forward refuses
+            errors["unfinalized"] = error(lambda: ddp(X))
+            errors["check"] = error(ddp._check_reducer_finalized)
+            errors["switch"] = error(lambda: setattr(ddp, "require_manual_backward_finalization", False))
+            ddp.finalize_backward()
+            with ddp.no_sync():
+                ddp(X).sum().backward()
+            errors["no_sync"] = error(ddp.finalize_backward)
+            ddp.require_manual_backward_finalization = False
+            ddp(X).sum().backward()  # finished by backward again
+            errors["not_manual"] = error(ddp.finalize_backward)
+            plain = DDP(model())
+            methods = (plain.to_kwargs((X, 3), {"k": X}, "cpu"), plain.to_kwargs((), {}, "cpu"),
+                       plain.scatter((X,), {}, ["cpu", "cpu"]), plain.gather([X, X], "cpu"))
+            return grads, errors, ddp.should_finalize_after_backward, ddp._get_ddp_logging_data(), methods
         raise ValueError(scenario)
     finally:
         dist.destroy_process_group()
+
+
+def test_manual_backward_finalization_as_pytorch():
+    """require_manual_backward_finalization: backward leaves the reduction to
+    finalize_backward(), whose gradients equal the automatic ones; its misuses
+    raise PyTorch's errors, and DDP's scatter, to_kwargs and gather methods
+    and its logging data are there."""
+    for rank, (grads, errors, after, info, methods) in enumerate(
+            ddpc.spawn(new_arguments_worker, args=("manual_finalization",), nprocs=2)):
+        auto, manual = grads
+        assert auto.keys() == manual.keys()
+        for n in auto:
+            np.testing.assert_array_equal(manual[n], auto[n], err_msg=n)
+        assert "before every gradient bucket was ready" in errors["early"]
+        for key in ("twice", "no_sync"):
+            assert "no gradient reduction requires finalization" in errors[key], errors[key]
+        for key in ("unfinalized", "check"):
+            assert "Expected to have finalized the prior backward pass" in errors[key], errors[key]
+        assert "only before forward or after" in errors["switch"]
+        assert "manual backward finalization is not required" in errors["not_manual"]
+        assert after is False
+        assert info["world_size"] == 2 and info["rank"] == rank and info["module_name"] == "Sequential"
+        assert info["backend_name"] == "cpu" and info["iteration"] == 3 and info["dtypes"] == "float32"
+        assert info["num_parameter_tensors"] == 6
+        assert info["total_parameter_size_bytes"] == 4 * (FEATURES * HIDDEN + HIDDEN * HIDDEN + HIDDEN * CLASSES
+                                                          + 2 * HIDDEN + CLASSES)
+        (moved_args, moved_kwargs), empty, (scattered, skw), gathered = methods
+        assert len(moved_args) == len(moved_kwargs) == 1 and moved_args[0][1] == 3 and list(moved_kwargs[0]) == ["k"]
+        assert empty == ((), ())
+        assert len(scattered) == 2 and [tuple(a[0].shape) for a in scattered] == [(3, FEATURES)] * 2
+        assert skw == ({}, {})
+        assert tuple(gathered.shape) == (12, FEATURES)
 
 
 def test_delayed_all_reduce_equals_plain_ddp_and_comes_last():

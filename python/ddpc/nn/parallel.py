@@ -25,6 +25,7 @@ import copy
 import dataclasses
 import enum
 import logging
+import os
 import warnings
 
 import numpy as np
@@ -44,7 +45,7 @@ from ._parallel_apply import _refuse_uninitialized
 from ._parallel_apply import data_parallel, parallel_apply, replicate  # noqa: F401  (torch.nn.parallel's functions)
 from ._scatter_gather import _device_name, _split_tensors, _to_device, gather
 from ._scatter_gather import scatter, scatter_kwargs  # noqa: F401  (likewise)
-from .modules import Linear, Module
+from .modules import Linear, Module, SyncBatchNorm
 
 # The NCCL communicators of DataParallel's collectives (made on first use, one
 # set per list of devices) are destroyed at exit while CUDA can still be
@@ -513,6 +514,10 @@ class DistributedDataParallel(Module, _GroupJoinable):
         self._unused, self._used_mask = [], None
         self._expect_reduction = self._gather_sparse = False
         self._join_steps, self._join_active, self._join_divide_by_world = 0, None, True
+        self.dim = dim
+        self._manual_finalization = False
+        self._awaiting_finalize = False  # (manual finalization) every bucket launched, not yet finished
+        self._reductions = 0
 
     # ---- construction --------------------------------------------------------------
     def _world(self):
@@ -655,7 +660,14 @@ class DistributedDataParallel(Module, _GroupJoinable):
                 for ps, n, o in zip(buckets, counts, offsets)]
 
     # ---- the reducer -----------------------------------------------------------------
-    def _prepare_for_backward(self, outputs):
+    def _check_reducer_finalized(self):
+        """Raises if the last backward pass's gradient reduction did not finish:
+        some parameters got no gradient, or (with manual finalization)
+        finalize_backward() was not called. Forward checks the same."""
+        if self._awaiting_finalize:
+            raise RuntimeError("Expected to have finalized the prior backward pass before starting a new one. Call "
+                               "finalize_backward() after backward() when require_manual_backward_finalization is "
+                               "true.")
         if self._expect_reduction and self._hook_fired:
             missing = [(k, n, p) for k, (n, p) in enumerate(self._named_params) if id(p) not in self._got_grad]
             if dist.get_debug_level() is dist.DebugLevel.OFF:
@@ -668,6 +680,9 @@ class DistributedDataParallel(Module, _GroupJoinable):
                 f"parameters got no gradient on rank {dist.get_rank()}: {listed}. Pass "
                 "find_unused_parameters=True if some parameters are unused in forward, or make every output "
                 "contribute to the loss")
+
+    def _prepare_for_backward(self, outputs):
+        self._check_reducer_finalized()
         # A forward without a backward (e.g. evaluation with grad mode on) launched nothing: start afresh.
         for b in self._buckets:
             b.pending, b.future = len(b.params), None
@@ -678,7 +693,7 @@ class DistributedDataParallel(Module, _GroupJoinable):
         self._unused, self._used_mask, self._skipped = [], None, None
         # A group of one with the default hook has nothing to average: skip the buckets entirely.
         alone = (self._comm_hook is allreduce_hook and dist.get_world_size(self.process_group) == 1
-                 and self._reduce_dtype is None)
+                 and self._reduce_dtype is None and not self._manual_finalization)
         self._expect_reduction = self.require_backward_grad_sync and not alone
         if self._exchange:
             self._exchange.begin(self._expect_reduction and self._comm_hook is allreduce_hook)
@@ -784,7 +799,10 @@ class DistributedDataParallel(Module, _GroupJoinable):
             if rec:
                 profiler._close(rec)
         if self._next_launch == len(self._buckets) and not self._exchange_pending:
-            self._finish_reduction()
+            if self._manual_finalization:
+                self._awaiting_finalize = True  # the caller's finalize_backward() finishes
+            else:
+                self._finish_reduction()
 
     def _finish_reduction(self):
         rec = profiler._is_profiler_enabled and profiler._open("DistributedDataParallel.finish_reduction")
@@ -818,6 +836,7 @@ class DistributedDataParallel(Module, _GroupJoinable):
                 if (used is None or used[self._index[id(p)]]) and id(p) not in skipped:
                     p.grad = b.view(i)  # the reduced gradient, in place: no copy back
         self._expect_reduction = False
+        self._reductions += 1
         if self._exchange and not self._exchange_settled:
             # After the first reduction: the weights that every rank computed
             # itself (too many rows, a layer used twice, no_sync accumulation)
@@ -884,6 +903,101 @@ class DistributedDataParallel(Module, _GroupJoinable):
             yield
         finally:
             self.require_backward_grad_sync = old
+
+    @property
+    def require_manual_backward_finalization(self):
+        """Whether the caller finishes each reducing backward pass itself, with
+        finalize_backward(), as in PyTorch: once every bucket's all-reduce is
+        launched the reduction waits for that call (to wait for the
+        all-reduces and give the parameters their averaged ``.grad``), so work
+        after backward, or an optimizer step on other parameters from a
+        backward hook, overlaps the all-reduces still in flight. Set it
+        between iterations, not during a backward pass. A group of one
+        reduces too while it is set (otherwise it skips the buckets)."""
+        return self._manual_finalization
+
+    @require_manual_backward_finalization.setter
+    def require_manual_backward_finalization(self, required):
+        required = bool(required)
+        if required and self._delayed and not self._named_params:
+            raise RuntimeError("Manual backward finalization is not supported when all DDP parameters use "
+                               "delay_all_reduce_named_params.")
+        if self._awaiting_finalize or (self._expect_reduction and self._hook_fired):
+            raise RuntimeError("require_manual_backward_finalization can be changed only before forward or after "
+                               "the backward pass's reduction finished")
+        self._manual_finalization = required
+
+    @property
+    def should_finalize_after_backward(self):
+        """Whether finalize_backward() must wait until backward returns (rather
+        than run from a backward hook once every bucket is ready): False
+        unless manual finalization is on; then True with a mixed precision,
+        as in PyTorch (this reducer never rebuilds its buckets)."""
+        return self._manual_finalization and self.mixed_precision is not None
+
+    def finalize_backward(self):
+        """Finishes a reducing backward pass under manual finalization: waits
+        for the buckets' all-reduces and sets the parameters' averaged
+        ``.grad``. Call it once per such pass, after every bucket is ready."""
+        if not self._manual_finalization:
+            raise RuntimeError("finalize_backward() called but manual backward finalization is not required. Set "
+                               "require_manual_backward_finalization to true first.")
+        if not self._expect_reduction:
+            raise RuntimeError("finalize_backward() called but no gradient reduction requires finalization. This can "
+                               "happen if no_sync() is active or finalize_backward() was already called for this "
+                               "backward pass.")
+        if not self._awaiting_finalize:
+            pending = sum(b.pending > 0 for b in self._buckets) + int(self._exchange_pending > 0)
+            raise RuntimeError(f"finalize_backward() called before every gradient bucket was ready ({pending} still "
+                               "waiting for gradients): call it after backward, or from a hook that runs once the "
+                               "last bucket is ready")
+        self._awaiting_finalize = False
+        self._finish_reduction()
+
+    def scatter(self, inputs, kwargs, device_ids):
+        """PyTorch's method: ``scatter_kwargs`` of the arguments along ``dim``."""
+        return scatter_kwargs(inputs, kwargs, device_ids, dim=self.dim)
+
+    def to_kwargs(self, inputs, kwargs, device_id):
+        """PyTorch's method: the arguments moved to ``device_id``, as
+        ``((inputs,), (kwargs,))`` (``((), ())`` for none)."""
+        device = _device_name(device_id)
+        moved_inputs = [_to_device(tuple(inputs), device)] if inputs else []
+        moved_kwargs = [_to_device(dict(kwargs), device)] if kwargs else []
+        moved_inputs += [()] * (len(moved_kwargs) - len(moved_inputs))
+        moved_kwargs += [{}] * (len(moved_inputs) - len(moved_kwargs))
+        return tuple(moved_inputs), tuple(moved_kwargs)
+
+    def gather(self, outputs, output_device):
+        """PyTorch's method: ``gather`` of the outputs along ``dim``."""
+        return gather(outputs, output_device, dim=self.dim)
+
+    def _get_ddp_logging_data(self):
+        """PyTorch's dict of this DDP's configuration (its keys; ddpc's values:
+        its dtype names and backend names, ``iteration`` counting the finished
+        reductions)."""
+        world, rank = self._world()
+        params = [p for _, p in self._all_params]
+        env = os.environ.get
+        return {
+            "world_size": world, "rank": rank, "module_name": type(self.module).__name__,
+            "device_ids": "" if self.device is None else str(self.device),
+            "output_device": -1 if self.output_device is None else self.output_device,
+            "backend_name": dist.get_backend(self.process_group),
+            "broadcast_buffers": int(self.forward_sync_buffers),
+            "bucket_cap_bytes": self._bucket_caps[-1],
+            "find_unused_parameters": int(self.find_unused_parameters),
+            "gradient_as_bucket_view": int(self.gradient_as_bucket_view),
+            "has_sync_bn": int(any(isinstance(m, SyncBatchNorm) for m in self.module.modules())),
+            "is_multi_device_module": int(len({str(p.device) for p in params}) > 1),
+            "num_parameter_tensors": len(params), "total_parameter_size_bytes": sum(p.nbytes for p in params),
+            "bucket_sizes": ", ".join(str(b.flat.nbytes) for b in self._buckets),
+            "dtypes": ", ".join(sorted({str(p.dtype).removeprefix("ddpc.") for p in params})),
+            "iteration": self._reductions,
+            "master_addr": env("MASTER_ADDR", "N/A"), "master_port": env("MASTER_PORT", "N/A"),
+            "cuda_visible_devices": env("CUDA_VISIBLE_DEVICES", "N/A"),
+            "torch_distributed_debug": env("TORCH_DISTRIBUTED_DEBUG", "N/A"),
+        }
 
     def _set_static_graph(self):
         """PyTorch's switch for graphs that do not change between iterations: nothing to do here."""
