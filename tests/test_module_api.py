@@ -481,6 +481,27 @@ def test_load_state_dict_hooks_order_and_strict_rescue():
         model.load_state_dict(sd)
 
 
+def test_load_post_hooks_see_the_loaded_values():
+    """As in PyTorch, a module's load post-hook runs after its values are
+    copied (a hook that derives something from them sees the new ones); with a
+    post-hook in the tree a load that raises for missing keys leaves loaded
+    what it copied, as PyTorch's does."""
+    model = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 1))
+    seen = []
+    model[1].register_load_state_dict_post_hook(
+        lambda m, keys: seen.append((model[0].weight.numpy().copy(), m.weight.numpy().copy())))
+    sd = {k: ddpc.full(tuple(v.shape), float(i + 1)) for i, (k, v) in enumerate(model.state_dict().items())}
+    model.load_state_dict(sd)
+    (first, second), = seen
+    np.testing.assert_array_equal(first, np.full((2, 2), 1.0))
+    np.testing.assert_array_equal(second, np.full((1, 2), 3.0))
+    del sd["1.bias"]
+    sd["0.weight"] = ddpc.full((2, 2), 7.0)
+    with pytest.raises(RuntimeError, match='Missing key.*"1.bias"'):
+        model.load_state_dict(sd)
+    np.testing.assert_array_equal(model[0].weight.numpy(), np.full((2, 2), 7.0))
+
+
 def test_failed_load_copies_nothing_even_through_load_from_state_dict():
     model = nn.Sequential(_Scaled(), nn.Linear(2, 2))
     before = {k: v.clone() for k, v in model.state_dict().items()}

@@ -524,10 +524,12 @@ class Module:
         ``state_dict._metadata``, or ``{}``) and runs its load pre-hooks and ``_load_from_state_dict``;
         its load post-hooks run once its children are loaded. Missing and unexpected keys then raise
         (strict=True) or are returned; a shape or type mismatch always raises. All problems are reported
-        together, and unlike PyTorch's nothing is copied (nor assigned, nor extra state set) unless every
+        together. Unlike PyTorch's, nothing is copied (nor assigned, nor extra state set) unless every
         key checks out: the base ``_load_from_state_dict`` only stages its copies, which load_state_dict
-        makes at the end, so post-hooks and an override's code after ``super()._load_from_state_dict``
-        still see the values from before the load.
+        makes at the end (so an override's code after ``super()._load_from_state_dict`` still sees the
+        values from before the load). Where a module in the tree has a load post-hook, loading goes as
+        PyTorch's instead: each module's values are copied when it is reached, so that its post-hooks
+        see them, and a load that raises leaves loaded what it copied before.
         """
         if not hasattr(state_dict, "items"):
             raise TypeError(f"expected a dict-like state_dict, got {type(state_dict).__name__}")
@@ -537,7 +539,8 @@ class Module:
             state_dict._metadata = metadata
         missing, unexpected, errors = [], [], []
         outer_staged = _staged.copies
-        _staged.copies = staged = []
+        hooked = any(m._load_state_dict_post_hooks for m in self.modules())
+        _staged.copies = staged = None if hooked else []
         try:
             self._load_tree(state_dict, "", metadata, assign, missing, unexpected, errors)
         finally:
@@ -550,7 +553,7 @@ class Module:
         if errors:
             raise RuntimeError(f"Error(s) in loading state_dict for {type(self).__name__}:\n\t" + "\n\t".join(errors))
         with no_grad():
-            for apply in staged:
+            for apply in staged or ():
                 apply()
         return _IncompatibleKeys(missing, unexpected)
 
