@@ -103,7 +103,7 @@ def single_rank(monkeypatch):
 def test_nccl_backend_without_a_gpu_is_a_clear_error(single_rank):
     if ddpc.cuda.is_available():
         pytest.skip("a GPU is present")
-    expected = (ddpc.DistError, "no rank has one") if "nccl" in ddpc._C.backends() else (RuntimeError, "without NCCL")
+    expected = (dist.DistBackendError, "no rank has one") if "nccl" in ddpc._C.backends() else (RuntimeError, "without NCCL")
     with pytest.raises(expected[0], match=expected[1]):
         ddpc.init_process_group("nccl", rank=0, world_size=1)
     assert not dist.is_initialized()

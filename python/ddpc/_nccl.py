@@ -1,13 +1,13 @@
 """Setting up the nccl backend: device checks through the store, the unique id, the communicator.
 
 The checks run before NCCL sees the ranks, so two ranks on one GPU or a rank
-without a GPU give a clear DistError instead of an NCCL hang or crash. They
+without a GPU give a clear DistBackendError (a DistError) instead of an NCCL hang or crash. They
 take a store-like object (``set(key, bytes)``, ``get(key) -> bytes`` waiting
 for the key), so tests can drive them without GPUs.
 """
 
 from . import _C
-from ._C import DistError
+from ._C import DistBackendError
 
 _FIX = ("give each rank its own GPU: set CUDA_VISIBLE_DEVICES per process, launch with ddpc-run (which sets "
         "LOCAL_RANK), pass device_id= to init_process_group, or use backend='cpu'")
@@ -20,7 +20,7 @@ def exchange(store, prefix, rank, size, value):
 
 
 def check_devices(bus_ids, hosts=None):
-    """Raises DistError when a rank has no GPU or two ranks share one.
+    """Raises DistBackendError when a rank has no GPU or two ranks share one.
 
     bus_ids[r] is rank r's PCI bus id ('' for no GPU); hosts[r] its host name,
     so equal bus ids on different hosts are different GPUs.
@@ -28,16 +28,16 @@ def check_devices(bus_ids, hosts=None):
     hosts = hosts or [""] * len(bus_ids)
     missing = [r for r, b in enumerate(bus_ids) if not b]
     if len(missing) == len(bus_ids):
-        raise DistError("backend 'nccl' needs a GPU on every rank, but no rank has one; use backend='cpu'")
+        raise DistBackendError("backend 'nccl' needs a GPU on every rank, but no rank has one; use backend='cpu'")
     if missing:
         have = [r for r, b in enumerate(bus_ids) if b]
-        raise DistError(f"backend 'nccl' needs a GPU on every rank, but rank(s) {missing} have none "
+        raise DistBackendError(f"backend 'nccl' needs a GPU on every rank, but rank(s) {missing} have none "
                         f"(rank(s) {have} do); use backend='cpu' for groups that mix GPU and CPU-only processes")
     seen = {}
     for r, key in enumerate(zip(hosts, bus_ids)):
         if key in seen:
             host = f" on host {key[0]}" if key[0] else ""
-            raise DistError(f"ranks {seen[key]} and {r} both use the GPU at PCI bus id {key[1]}{host}; NCCL cannot run "
+            raise DistBackendError(f"ranks {seen[key]} and {r} both use the GPU at PCI bus id {key[1]}{host}; NCCL cannot run "
                             f"two ranks on one GPU. To fix it, {_FIX}")
         seen[key] = r
 
@@ -109,6 +109,10 @@ class NcclGroup:
             return work
         work.wait(timeout=self.timeout_s)
         return None
+
+    def set_timeout(self, seconds):
+        self.timeout_s = seconds
+        self._comm.set_timeout(seconds)
 
     def coalesce_start(self):
         self._comm.group_start()
