@@ -80,6 +80,10 @@ __all__ += [
     "get_pg_count", "is_ucc_available", "is_xccl_available", "set_debug_level", "set_debug_level_from_env",
     "supports_complex",
 ]
+__all__ += [
+    "all_gather_coalesced", "all_gather_single", "all_reduce_coalesced", "gather_into_tensor", "gather_single",
+    "reduce_scatter_single",
+]
 
 _DTYPE_CODES = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 3, "int32": 4, "int64": 5, "uint8": 6,
                 "complex64": 7, "complex128": 8, "bool": 9}
@@ -1039,14 +1043,42 @@ def broadcast(tensor, src=None, group=None, async_op=False, group_src=None):
                    _group_rank(g, src, "src"), outputs=[tensor])
 
 
-def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=False):
-    """Concatenates every rank's ``input_tensor`` (in rank order) into ``output_tensor``."""
+def all_gather_single(output_tensor, input_tensor, group=None, async_op=False):
+    """Concatenates every rank's ``input_tensor`` (in rank order) into
+    ``output_tensor``, which holds group-size times its elements: their
+    concatenation along dim 0 or their stack (a new leading dim of the
+    group's size), which share one layout."""
     g = _group(group, output_tensor)
+    return _all_gather_tensor("all_gather_single", g, output_tensor, input_tensor, async_op)
+
+
+def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=False):
+    """Concatenates every rank's ``input_tensor`` (in rank order) into
+    ``output_tensor``; ``all_gather_single`` under its older name."""
+    g = _group(group, output_tensor)
+    return _all_gather_tensor("all_gather_into_tensor", g, output_tensor, input_tensor, async_op)
+
+
+def _all_gather_tensor(api, g, output_tensor, input_tensor, async_op):
     out, inp = _Arg(output_tensor, g), _Arg(input_tensor, g, writable=False)
-    if out.code != inp.code:
-        raise TypeError("all_gather_into_tensor: input and output dtypes differ")
-    return _launch("all_gather_into_tensor", g, g._c.all_gather, async_op, _finisher(out.device_buf and out.finish),
+    _check_blocks(api, g, out, inp, gathering=True)
+    return _launch(api, g, g._c.all_gather, async_op, _finisher(out.device_buf and out.finish),
                    out.obj, _apart_from(inp.obj, out.obj), out.code, 0, outputs=[output_tensor])
+
+
+def _check_blocks(api, g, out, inp, gathering):
+    """Checks _Args ``out`` and ``inp`` of one dtype, the output (``gathering``)
+    or the input holding one block of the other per member of g. Only the
+    element count is checked, as PyTorch does: a concatenation and a stack
+    of the blocks share one layout."""
+    if out.code != inp.code:
+        raise TypeError(f"{api}: input and output dtypes differ ({_dtype_name(inp.code)} and {_dtype_name(out.code)})")
+    whole, block = ("output", "input") if gathering else ("input", "output")
+    wanted = g.size() * (inp.numel if gathering else out.numel)
+    if (out.numel if gathering else inp.numel) != wanted:
+        raise ValueError(f"{api}: output has {out.numel} elements and input {inp.numel}; with {g.size()} ranks the "
+                         f"{whole} must hold {g.size()} times the {block}'s elements ({wanted}: the concatenation or "
+                         "the stack of the ranks' blocks)")
 
 
 def _as_buffer(obj):
@@ -1153,6 +1185,27 @@ def gather(tensor, gather_list=None, dst=None, group=None, async_op=False, group
     return _all_gather_list("gather", g, gather_list, tensor, async_op, keep=at_dst)
 
 
+def gather_single(tensor, gather_tensor=None, dst=None, group=None, async_op=False, group_dst=None):
+    """Rank ``dst`` (default 0; or ``group_dst`` within the group) receives
+    every rank's ``tensor`` (in rank order) in ``gather_tensor``, which
+    holds group-size times its elements (the concatenation or the stack of
+    the ranks' tensors); the other ranks' ``gather_tensor`` is not used."""
+    g = _group(group, tensor)
+    dst = _global_peer(g, dst, group_dst, "dst", 0)
+    if g.rank() == _group_rank(g, dst, "dst"):
+        if gather_tensor is None:
+            raise ValueError("gather_single: gather_tensor must be given on the destination rank")
+        return _all_gather_tensor("gather_single", g, gather_tensor, tensor, async_op)
+    inp = _Arg(tensor, g, writable=False)
+    return _launch("gather_single", g, g._c.all_gather, async_op, None, real_pairs(_member_blocks(g, inp)), inp.obj,
+                   inp.code, 0)
+
+
+def gather_into_tensor(tensor, gather_tensor=None, dst=None, group=None, async_op=False, group_dst=None):
+    """``gather_single`` under its older name."""
+    return gather_single(tensor, gather_tensor, dst, group, async_op, group_dst)
+
+
 def scatter(tensor, scatter_list=None, src=None, group=None, async_op=False, group_src=None):
     """Copies rank ``src``'s (default 0; or ``group_src``'s) ``scatter_list[r]``
     into rank r's ``tensor``; the other ranks pass no list."""
@@ -1182,16 +1235,24 @@ def reduce(tensor, dst=None, op=ReduceOp.SUM, group=None, async_op=False, group_
                    _reduce_op(op, g, a.code))
 
 
+def reduce_scatter_single(output, input, op=ReduceOp.SUM, group=None, async_op=False):
+    """Reduces ``input`` across ranks; rank r receives block r of the result.
+    ``input`` holds group-size times the output's elements: the blocks'
+    concatenation along dim 0 or their stack, which share one layout."""
+    return _reduce_scatter_tensor("reduce_scatter_single", _group(group, output), output, input, op, async_op)
+
+
 def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op=False):
     """Reduces ``input`` (size x the output's elements) across ranks; rank r
-    receives block r."""
-    g = _group(group, output)
+    receives block r. ``reduce_scatter_single`` under its older name."""
+    return _reduce_scatter_tensor("reduce_scatter_tensor", _group(group, output), output, input, op, async_op)
+
+
+def _reduce_scatter_tensor(api, g, output, input, op, async_op):
     out, inp = _Arg(output, g), _Arg(input, g, writable=False)
-    if out.code != inp.code:
-        raise TypeError("reduce_scatter_tensor: input and output dtypes differ")
-    return _launch("reduce_scatter_tensor", g, g._c.reduce_scatter, async_op,
-                   _finisher(out.device_buf and out.finish), out.obj, _apart_from(inp.obj, out.obj), out.code,
-                   _reduce_op(op, g, out.code), outputs=[output])
+    _check_blocks(api, g, out, inp, gathering=False)
+    return _launch(api, g, g._c.reduce_scatter, async_op, _finisher(out.device_buf and out.finish), out.obj,
+                   _apart_from(inp.obj, out.obj), out.code, _reduce_op(op, g, out.code), outputs=[output])
 
 
 def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op=False):
@@ -1201,6 +1262,103 @@ def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op=Fal
     blocks = _blocks_of("reduce_scatter", g, out, input_list)
     return _launch("reduce_scatter", g, g._c.reduce_scatter, async_op, _finisher(out.device_buf and out.finish),
                    out.obj, real_pairs(blocks), out.code, _reduce_op(op, g, out.code))
+
+
+def _by_dtype(args):
+    """Indices into the list of _Args ``args``, grouped by dtype (in order of first appearance)."""
+    groups = {}
+    for i, a in enumerate(args):
+        groups.setdefault(a.code, []).append(i)
+    return list(groups.values())
+
+
+def _coalesced_result(works, async_op, outputs):
+    """What the coalesced collectives return: None, or a Future of ``outputs`` once every launch is done, as in
+    PyTorch (whose coalesced calls return their work's future, not the work)."""
+    return Future(_Works(works), outputs) if async_op else None
+
+
+def _deprecated(api):
+    warnings.warn(f"ddpc.distributed.{api} will be deprecated, as torch.distributed's is: call its per-tensor "
+                  "collective on each tensor, or on one flat tensor of them", FutureWarning, stacklevel=4)
+
+
+def all_reduce_coalesced(tensors, op=ReduceOp.SUM, group=None, async_op=False):
+    """Reduces every tensor of ``tensors`` (a list, or one tensor) in place,
+    as ``all_reduce`` on each, with one all-reduce per dtype over a flat
+    buffer of the tensors of that dtype. Like PyTorch's, it does not check
+    that the ranks pass tensors of the same shapes, and is deprecated
+    (a FutureWarning). PyTorch refuses tensors of different dtypes; ddpc
+    reduces each dtype's on its own. Async: a Future of the tensors."""
+    _deprecated("all_reduce_coalesced")
+    tensors = list(tensors) if isinstance(tensors, (list, tuple)) else [tensors]
+    if not tensors:
+        raise ValueError("all_reduce_coalesced: tensors must hold at least one tensor")
+    g = _group(group, tensors[0])
+    args = [_Arg(t, g) for t in tensors]
+    works = []
+    for idx in _by_dtype(args):
+        like = args[idx[0]]
+        code = _reduce_op(op, g, like.code)
+        flat = _scratch(g, like, sum(args[i].numel for i in idx))
+        views, start = [], 0
+        for i in idx:
+            views.append((tensors[i], flat.view(start, (args[i].numel,))))
+            _C.copy(views[-1][1], _elements(args[i]))
+            start += args[i].numel
+
+        def finish(views=views):
+            for t, view in views:
+                _copy_out(t, view)
+
+        works.append(_launch("all_reduce_coalesced", g, g._c.all_reduce, async_op, finish, real_pairs(flat),
+                             like.code, code, outputs=[tensors[i] for i in idx]))
+    return _coalesced_result(works, async_op, tensors)
+
+
+def all_gather_coalesced(output_tensor_lists, input_tensor_list, group=None, async_op=False):
+    """Fills ``output_tensor_lists[r][i]`` with rank r's ``input_tensor_list[i]``,
+    with one all-gather per dtype of a flat buffer of the inputs of that
+    dtype. Like PyTorch's, it does not check that the ranks pass tensors of
+    the same shapes, and is deprecated (a FutureWarning). Async: a Future
+    of the output lists."""
+    _deprecated("all_gather_coalesced")
+    ins = list(input_tensor_list)
+    if not ins:
+        raise ValueError("all_gather_coalesced: input_tensor_list must hold at least one tensor")
+    g = _group(group, ins[0])
+    args = [_Arg(t, g, writable=False) for t in ins]
+    if not isinstance(output_tensor_lists, list) or len(output_tensor_lists) != g.size():
+        got = len(output_tensor_lists) if isinstance(output_tensor_lists, list) else type(output_tensor_lists).__name__
+        raise ValueError(f"all_gather_coalesced: output_tensor_lists must be a list of one list per group member "
+                         f"({g.size()}), got {got}")
+    for r, outs in enumerate(output_tensor_lists):
+        if len(outs) != len(ins):
+            raise ValueError(f"all_gather_coalesced: output_tensor_lists[{r}] holds {len(outs)} tensors, "
+                             f"input_tensor_list {len(ins)}")
+        for i, (t, a) in enumerate(zip(outs, args)):
+            out = _Arg(t, g)
+            if out.code != a.code or out.numel != a.numel:
+                raise ValueError(f"all_gather_coalesced: output_tensor_lists[{r}][{i}] ({_dtype_name(out.code)}, "
+                                 f"{out.numel} elements) differs from input_tensor_list[{i}] "
+                                 f"({_dtype_name(a.code)}, {a.numel} elements)")
+    works = []
+    for idx in _by_dtype(args):
+        like = args[idx[0]]
+        offsets = list(np.cumsum([0] + [args[i].numel for i in idx]))
+        block = int(offsets[-1])
+        mine, out = _scratch(g, like, block), _scratch(g, like, g.size() * block)
+        for i, start in zip(idx, offsets):
+            _C.copy(mine.view(int(start), (args[i].numel,)), _elements(args[i]))
+
+        def finish(idx=idx, offsets=offsets, block=block, out=out):
+            for r, outs in enumerate(output_tensor_lists):
+                for i, start in zip(idx, offsets):
+                    _copy_out(outs[i], out.view(r * block + int(start), (args[i].numel,)))
+
+        works.append(_launch("all_gather_coalesced", g, g._c.all_gather, async_op, finish, real_pairs(out),
+                             real_pairs(mine), like.code, 0))
+    return _coalesced_result(works, async_op, output_tensor_lists)
 
 
 @contextlib.contextmanager
@@ -1612,8 +1770,9 @@ def _members_only(fn):
 
 
 for _name in ("all_reduce", "broadcast", "reduce", "all_gather", "all_gather_into_tensor", "gather", "scatter",
-              "reduce_scatter", "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "barrier",
-              "monitored_barrier", "send", "recv", "isend", "irecv", "all_gather_object", "gather_object",
+              "reduce_scatter", "reduce_scatter_tensor", "all_gather_single", "gather_single", "gather_into_tensor",
+              "reduce_scatter_single", "all_reduce_coalesced", "all_gather_coalesced", "all_to_all", "all_to_all_single",
+              "barrier", "monitored_barrier", "send", "recv", "isend", "irecv", "all_gather_object", "gather_object",
               "broadcast_object_list", "scatter_object_list", "send_object_list", "recv_object_list"):
     globals()[_name] = _members_only(globals()[_name])
 

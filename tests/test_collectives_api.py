@@ -1,0 +1,128 @@
+"""torch.distributed's newer and rarer calls on the cpu backend: the
+single-tensor collectives (gather_single, all_gather_single,
+reduce_scatter_single: concatenated and stacked forms), the coalesced ones
+(one collective per dtype), set_timeout, split_group, get_backend_config,
+and rendezvous with its handlers. Ranks are real processes started by
+ddpc-run; each prints 'RANK <r> PASS' once its checks held."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+HEAD = """
+import os, sys, time, warnings
+from datetime import timedelta
+import numpy as np, ddpc, ddpc.distributed as dist
+dist.init_process_group("cpu")
+rank, world = dist.get_rank(), dist.get_world_size()
+
+
+def raises(error, text, fn, *args, **kwargs):
+    try:
+        fn(*args, **kwargs)
+    except error as e:
+        assert text in str(e), (text, str(e))
+        return e
+    raise AssertionError(f"{fn.__name__} did not raise {error.__name__} ({text})")
+"""
+
+
+def run_ranks(world, body, tmp_path, timeout=120):
+    """Runs HEAD + ``body`` on ``world`` cpu ranks and checks that each printed 'RANK <r> PASS'."""
+    script = tmp_path / "worker.py"
+    script.write_text(HEAD + textwrap.dedent(body) + "\nprint(f'RANK {rank} PASS', flush=True)\n")
+    res = subprocess.run([sys.executable, "-m", "ddpc.run", "--nproc-per-node", str(world), str(script)],
+                         capture_output=True, text=True, timeout=timeout, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out
+    for r in range(world):
+        assert f"RANK {r} PASS" in res.stdout, out
+    return res.stdout
+
+
+def test_single_tensor_collectives(tmp_path):
+    run_ranks(3, """
+    mine = ddpc.arange(2.0) + 10 * rank
+    every = np.concatenate([np.arange(2.0) + 10 * r for r in range(world)])
+    for shape in ((2 * world,), (world, 2)):  # the concatenation and the stack
+        out = ddpc.zeros(*shape)
+        assert dist.all_gather_single(out, mine) is None
+        assert out.numpy().ravel().tolist() == every.tolist(), (shape, out.tolist())
+        out = ddpc.zeros(*shape)
+        dist.all_gather_into_tensor(out, mine)
+        assert out.numpy().ravel().tolist() == every.tolist()
+        part = ddpc.zeros(2)
+        dist.reduce_scatter_single(part, ddpc.arange(2.0 * world).reshape(*shape) + rank)
+        assert part.tolist() == [world * (2 * rank + k) + sum(range(world)) for k in range(2)], part.tolist()
+        for dst in range(world):
+            got = ddpc.full(shape, -1.0) if rank == dst else None
+            assert dist.gather_single(mine, got, dst=dst) is None
+            if rank == dst:
+                assert got.numpy().ravel().tolist() == every.tolist(), (dst, got.tolist())
+    # group_dst, the other name, an unused gather_tensor on the other ranks, numpy arrays, async handles
+    sub = dist.new_group([2, 0])
+    if rank in (0, 2):
+        got = np.zeros((2, 2), np.float32)
+        work = dist.gather_into_tensor(np.full(2, rank, np.float32), got, group=sub, group_dst=1, async_op=True)
+        assert work.wait() is True
+        assert got.tolist() == ([[0, 0], [2, 2]] if rank == 2 else [[0, 0], [0, 0]]), got.tolist()
+    out = ddpc.zeros(world, 3, dtype="int64")
+    work = dist.all_gather_single(out, ddpc.full((3,), rank + 1, dtype="int64"), async_op=True)
+    assert work.wait() and out.tolist() == [[r + 1] * 3 for r in range(world)], out.tolist()
+    part = ddpc.zeros(1)
+    work = dist.reduce_scatter_single(part, ddpc.ones(world), op=dist.ReduceOp.MAX, async_op=True)
+    assert work.wait() and part.tolist() == [1.0]
+    # shapes and dtypes are checked before anything is sent
+    raises(ValueError, f"all_gather_single: output has 5 elements and input 2; with {world} ranks the output must "
+           f"hold {world} times", dist.all_gather_single, ddpc.zeros(5), mine)
+    raises(ValueError, "reduce_scatter_single: output has 2 elements and input 2", dist.reduce_scatter_single,
+           ddpc.zeros(2), ddpc.zeros(2))
+    raises(TypeError, "input and output dtypes differ (float32 and float64)", dist.all_gather_single,
+           ddpc.zeros(2 * world, dtype="float64"), mine)
+    raises(ValueError, "gather_tensor must be given on the destination rank", dist.gather_single, mine, None,
+           dst=rank)
+    raises(ValueError, "gather_single: output has 3 elements", dist.gather_single, mine, ddpc.zeros(3), dst=rank)
+    raises(ValueError, "give dst or group_dst, not both", dist.gather_single, mine, None, dst=0, group_dst=0)
+    dist.barrier()
+    """, tmp_path)
+
+
+def test_coalesced_collectives(tmp_path):
+    run_ranks(2, """
+    ts = [ddpc.full((3,), rank + 1.0), ddpc.full((2, 2), rank + 1, dtype="int64"), np.full(4, rank + 1.0, np.float32),
+          ddpc.full((1,), complex(rank, 1))]
+    before = dist.group.WORLD._c.next_seq
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert dist.all_reduce_coalesced(ts) is None
+    assert [w.category for w in seen] == [FutureWarning], seen
+    assert "all_reduce_coalesced will be deprecated" in str(seen[0].message) and seen[0].filename == __file__
+    # one all-reduce per dtype (float32, int64, complex64), not one per tensor
+    assert dist.group.WORLD._c.next_seq - before == 3, dist.group.WORLD._c.next_seq - before
+    assert ts[0].tolist() == [3.0] * 3 and ts[1].tolist() == [[3, 3], [3, 3]] and ts[2].tolist() == [3.0] * 4
+    assert ts[3].tolist() == [complex(1, 2)], ts[3].tolist()
+    one = ddpc.full((2,), rank + 2.0)
+    warnings.simplefilter("ignore", FutureWarning)
+    future = dist.all_reduce_coalesced(one, op=dist.ReduceOp.PRODUCT, async_op=True)
+    assert future.wait()[0] is one and one.tolist() == [6.0, 6.0], one.tolist()
+    raises(ValueError, "not supported on complex tensors", dist.all_reduce_coalesced, [ddpc.zeros(1, dtype="complex64")],
+           op=dist.ReduceOp.MAX)
+    raises(ValueError, "at least one tensor", dist.all_reduce_coalesced, [])
+
+    ins = [ddpc.full((2, 2), rank + 0.5), ddpc.full((1,), 10 * rank, dtype="int32"), ddpc.full((3,), rank - 1.0)]
+    outs = [[ddpc.zeros(4), ddpc.zeros(1, dtype="int32"), ddpc.zeros(3)] for _ in range(world)]
+    before = dist.group.WORLD._c.next_seq
+    future = dist.all_gather_coalesced(outs, ins, async_op=True)
+    assert future.wait() is outs and dist.group.WORLD._c.next_seq - before == 2
+    for r in range(world):
+        assert outs[r][0].tolist() == [r + 0.5] * 4 and outs[r][1].tolist() == [10 * r]
+        assert outs[r][2].tolist() == [r - 1.0] * 3, outs
+    assert dist.all_gather_coalesced(outs, ins) is None
+    raises(ValueError, f"one list per group member ({world}), got 1", dist.all_gather_coalesced, outs[:1], ins)
+    raises(ValueError, "output_tensor_lists[1] holds 2 tensors", dist.all_gather_coalesced,
+           [outs[0], outs[1][:2]], ins)
+    raises(ValueError, "output_tensor_lists[0][2] (float32, 2 elements) differs from input_tensor_list[2] "
+           "(float32, 3 elements)", dist.all_gather_coalesced, [outs[0][:2] + [ddpc.zeros(2)], outs[1]], ins)
+    dist.barrier()
+    """, tmp_path)
