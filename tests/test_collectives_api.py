@@ -126,3 +126,19 @@ def test_coalesced_collectives(tmp_path):
            "(float32, 3 elements)", dist.all_gather_coalesced, [outs[0][:2] + [ddpc.zeros(2)], outs[1]], ins)
     dist.barrier()
     """, tmp_path)
+
+
+def test_set_timeout_ends_a_collective_a_rank_never_joins(tmp_path):
+    """The group is made with the default 30 minutes; after set_timeout(1.5 s)
+    rank 0's all_reduce that rank 1 never joins fails in that time."""
+    out = run_ranks(2, """
+    sub = dist.new_group([0, 1])
+    raises(ValueError, "must be positive", dist.set_timeout, timedelta(0), sub)
+    raises(ValueError, "must be positive", dist.set_timeout, -1)
+    dist.set_timeout(timedelta(seconds=1.5), sub)
+    if rank == 0:
+        e = raises(dist.DistBackendTimeoutError, "1.5 s", dist.all_reduce, np.ones(4, np.float32), group=sub)
+        print(f"RANK 0 TIMEOUT {e}", flush=True)
+    dist.barrier()
+    """, tmp_path, timeout=120)
+    assert "RANK 0 TIMEOUT" in out, out

@@ -104,7 +104,7 @@ struct ddpc_group {
     atomic_uchar *departed;    /* by group rank: left the job (destroy_process_group or exit) */
     ddpc_store *store;         /* shared, not owned */
     char prefix[96];           /* store key prefix of this group */
-    double timeout_s;
+    _Atomic double timeout_s;  /* of each collective; set_timeout changes it while others run */
     ddpc_topology topo;
     const ddpc_backend *backend;
     void *bstate;

@@ -742,6 +742,16 @@ static PyObject *comm_recv(nccl_comm *c, PyObject *args) {
     return comm_collective_(c, &a, args);
 }
 
+/* Collectives enqueued from now on get the new timeout; the watchdog keeps the deadlines of those pending. */
+static PyObject *comm_set_timeout(nccl_comm *c, PyObject *arg) {
+    double seconds = PyFloat_AsDouble(arg);
+    if (seconds == -1 && PyErr_Occurred()) return NULL;
+    if (!(seconds > 0))
+        return PyErr_Format(PyExc_ValueError, "set_timeout: the timeout must be positive, got %g s", seconds);
+    atomic_store(&c->wd.timeout_s, seconds);
+    Py_RETURN_NONE;
+}
+
 static PyObject *comm_group_start(nccl_comm *c, PyObject *unused) {
     (void)unused;
     pthread_mutex_lock(&c->mu);
@@ -838,6 +848,8 @@ static PyMethodDef comm_methods[] = {
     {"reduce_scatter", (PyCFunction)comm_reduce_scatter, METH_VARARGS, "reduce_scatter(out, in, op) -> Work"},
     {"send", (PyCFunction)comm_send, METH_VARARGS, "send(buf, peer) -> Work"},
     {"recv", (PyCFunction)comm_recv, METH_VARARGS, "recv(buf, peer) -> Work"},
+    {"set_timeout", (PyCFunction)comm_set_timeout, METH_O,
+     "set_timeout(seconds): the timeout of the collectives enqueued from now on"},
     {"group_start", (PyCFunction)comm_group_start, METH_NOARGS, "start coalescing collectives"},
     {"group_end", (PyCFunction)comm_group_end, METH_NOARGS, "launch the coalesced collectives"},
     {"abort", (PyCFunction)comm_abort, METH_NOARGS, "abort the communicator"},

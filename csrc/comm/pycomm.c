@@ -823,6 +823,17 @@ static PyObject *group_close(group_obj *self, PyObject *unused) {
     Py_RETURN_NONE;
 }
 
+/* Collectives that start from now on get the new timeout; one running keeps its deadline. */
+static PyObject *group_set_timeout(group_obj *self, PyObject *arg) {
+    double seconds = PyFloat_AsDouble(arg);
+    if (seconds == -1 && PyErr_Occurred()) return NULL;
+    if (!(seconds > 0))
+        return PyErr_Format(PyExc_ValueError, "set_timeout: the timeout must be positive, got %g s", seconds);
+    if (!group_ready_(self)) return NULL;
+    atomic_store(&self->group->timeout_s, seconds);
+    Py_RETURN_NONE;
+}
+
 static PyObject *group_get_(group_obj *self, void *which) {
     if (!group_ready_(self)) return NULL;
     ddpc_group *g = self->group;
@@ -852,6 +863,8 @@ static PyMethodDef group_methods[] = {
      "await_value(shared, offset, value, what=...): waits until the 64-bit counter at byte `offset` of the "
      "SharedBuffer is at least `value` (see SharedBuffer.signal); raises if the group fails, a rank on this host "
      "leaves it, or the group timeout passes first"},
+    {"set_timeout", (PyCFunction)group_set_timeout, METH_O,
+     "set_timeout(seconds): the timeout of the collectives that start from now on"},
     {"close", (PyCFunction)group_close, METH_NOARGS, "release the group's threads, segment and sockets"},
     {"__reduce__", refuse_pickle_, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},

@@ -16,6 +16,7 @@
 #define DDPC_COMM_WATCHDOG_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "common.h"
@@ -57,7 +58,7 @@ typedef struct {
     ddpc_watchdog_ops ops;
     void *ctx;
     int rank, size;
-    double timeout_s;
+    _Atomic double timeout_s;  /* of collectives enqueued from now on; set_timeout changes it */
     pthread_mutex_t mu;
     pthread_cond_t cond;
     ddpc_flight_entry ring[DDPC_FLIGHT_ENTRIES];

@@ -82,7 +82,7 @@ __all__ += [
 ]
 __all__ += [
     "all_gather_coalesced", "all_gather_single", "all_reduce_coalesced", "gather_into_tensor", "gather_single",
-    "reduce_scatter_single",
+    "reduce_scatter_single", "set_timeout",
 ]
 
 _DTYPE_CODES = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 3, "int32": 4, "int64": 5, "uint8": 6,
@@ -641,6 +641,23 @@ def new_group(ranks=None, timeout=None, backend=None, pg_options=None, use_local
         group.name = name
     _world.groups.append(group)
     return group
+
+
+def set_timeout(timeout, group=None):
+    """Sets the timeout (a timedelta, or seconds) of ``group``'s (default:
+    the default group's) collectives from now on, its cpu companion's
+    too: a collective that takes longer raises DistBackendTimeoutError.
+    Collectives already running keep the deadline they started with.
+    Groups made later keep the timeout init_process_group was given."""
+    if group is GroupMember.NON_GROUP_MEMBER:
+        raise ValueError("set_timeout: this rank is not a member of the group")
+    g = _group(group)
+    seconds = _seconds(timeout)
+    if seconds is None or not seconds > 0:
+        raise ValueError(f"set_timeout: the timeout must be positive, got {timeout!r}")
+    for pg in (g, g._host):
+        if pg is not None:
+            pg._c.set_timeout(seconds)
 
 
 def get_pg_count():
