@@ -142,3 +142,36 @@ def test_set_timeout_ends_a_collective_a_rank_never_joins(tmp_path):
     dist.barrier()
     """, tmp_path, timeout=120)
     assert "RANK 0 TIMEOUT" in out, out
+
+
+def test_split_group_and_backend_config(tmp_path):
+    run_ranks(3, """
+    assert dist.get_backend_config() == "cpu:gloo,cuda:gloo"
+    mine = dist.split_group(split_ranks=[[2, 0]])
+    if rank == 1:
+        assert mine is dist.GroupMember.NON_GROUP_MEMBER
+    else:
+        # the split's order is its rank order
+        assert dist.get_process_group_ranks(mine) == [2, 0] and dist.get_rank(mine) == (0 if rank == 2 else 1)
+        t = np.full(2, rank + 1.0)
+        dist.all_reduce(t, group=mine)
+        assert t.tolist() == [4.0, 4.0], t.tolist()
+        assert dist.get_backend_config(mine) == "cpu:gloo,cuda:gloo"
+    # a split of a group that rank 0 is not in: its members alone call it
+    parent = dist.new_group([1, 2])
+    if rank != 0:
+        alone = dist.split_group(parent, [[1], [0]], timeout=timedelta(seconds=30))
+        assert dist.get_process_group_ranks(alone) == [rank], dist.get_process_group_ranks(alone)
+        pair = dist.split_group(parent, [[0, 1]], backend="gloo")
+        assert dist.get_backend(pair) == "gloo" and dist.get_process_group_ranks(pair) == [1, 2]
+        t = np.full(1, float(rank))
+        dist.all_reduce(t, group=pair)
+        assert t.tolist() == [3.0]
+        raises(ValueError, "not among the parent group's (cpu:gloo,cuda:gloo)", dist.split_group, parent, [[0, 1]],
+               backend="nccl")
+    raises(ValueError, "split_ranks cannot be None or empty", dist.split_group)
+    raises(ValueError, "rank 1 is in two splits ([0, 1] and [1, 2])", dist.split_group, None, [[0, 1], [1, 2]])
+    raises(ValueError, "rank 3 of split [3] is not a rank of the parent group", dist.split_group, None, [[3]])
+    raises(ValueError, "non-empty list of ranks", dist.split_group, None, [[0], []])
+    dist.barrier()
+    """, tmp_path)

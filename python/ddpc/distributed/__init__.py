@@ -42,6 +42,7 @@ import contextlib
 import ctypes
 import functools
 import inspect
+import numbers
 import os
 import pickle
 import socket
@@ -82,7 +83,7 @@ __all__ += [
 ]
 __all__ += [
     "all_gather_coalesced", "all_gather_single", "all_reduce_coalesced", "gather_into_tensor", "gather_single",
-    "reduce_scatter_single", "set_timeout",
+    "get_backend_config", "reduce_scatter_single", "set_timeout", "split_group",
 ]
 
 _DTYPE_CODES = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 3, "int32": 4, "int64": 5, "uint8": 6,
@@ -621,11 +622,7 @@ def new_group(ranks=None, timeout=None, backend=None, pg_options=None, use_local
     if use_local_synchronization:
         if _world.rank not in ranks:
             return GroupMember.NON_GROUP_MEMBER
-        # Named by its members and how many such groups they made before, so
-        # that ranks outside need not count it.
-        members = "-".join(map(str, ranks))
-        count = _world.local_groups[members] = _world.local_groups.get(members, 0) + 1
-        group_id = f"l{members}n{count}"
+        group_id = _local_group_id(ranks)
     else:
         group_id = _world.next_group_id
         _world.next_group_id += 1
@@ -634,13 +631,92 @@ def new_group(ranks=None, timeout=None, backend=None, pg_options=None, use_local
     with_host = backend is None and world._host is not None
     name = world.name if backend is None else str(backend).lower()
     backend = world.backend if backend is None else ("cpu" if backend == "gloo" else backend)
-    timeout_s = _seconds(timeout, _world.timeout)
+    return _add_group(ranks, group_id, backend, name, with_host, _seconds(timeout, _world.timeout))
+
+
+def _local_group_id(ranks):
+    """The id of a group that only its members make: named by them (in the
+    order given) and how many such groups they made before, so that ranks
+    outside need not count it."""
+    members = "-".join(map(str, ranks))
+    count = _world.local_groups[members] = _world.local_groups.get(members, 0) + 1
+    return f"l{members}n{count}"
+
+
+def _add_group(ranks, group_id, backend, name, with_host, timeout_s):
+    """This rank's new ProcessGroup of ``ranks`` (default-group ranks, in
+    group-rank order), its keys named by ``group_id``."""
     group = _new_process_group(_world.store, f"{_world.prefix}g{group_id}/", ranks.index(_world.rank), ranks,
                                backend, timeout_s, with_host)
     if name == "gloo":
         group.name = name
     _world.groups.append(group)
     return group
+
+
+def split_group(parent_pg=None, split_ranks=None, timeout=None, pg_options=None, group_desc=None, backend=None):
+    """Splits ``parent_pg`` (default: the default group) into the groups of
+    ``split_ranks``, lists of ranks within the parent (disjoint; each list's
+    order is its group's rank order); returns the one this rank is in, or
+    ``GroupMember.NON_GROUP_MEMBER`` where it is in none. Every rank of the
+    parent calls it with the same lists; only the members of each split
+    make it (ranks outside the parent need not call it). ``backend``
+    keeps a part of the parent's backends (say, "cpu:gloo" of a
+    "cpu:gloo,cuda:nccl" parent, see get_backend_config); ``timeout`` is
+    new_group's; ``pg_options`` and ``group_desc`` are taken for PyTorch's
+    signature."""
+    del pg_options, group_desc
+    if not split_ranks:
+        raise ValueError("split_group: split_ranks cannot be None or empty")
+    parent = _group(parent_pg)
+    owner = {}
+    for split in split_ranks:
+        if not isinstance(split, (list, tuple)) or not split:
+            raise ValueError(f"split_group: each split must be a non-empty list of ranks, got {split!r}")
+        for r in split:
+            if isinstance(r, bool) or not isinstance(r, numbers.Integral) or not 0 <= r < parent.size():
+                raise ValueError(f"split_group: rank {r!r} of split {list(split)} is not a rank of the parent group "
+                                 f"(ranks within it, in [0, {parent.size()}))")
+            if r in owner:
+                raise ValueError(f"split_group: rank {r} is in two splits ({owner[r]} and {list(split)}); splits "
+                                 "must be disjoint")
+            owner[r] = list(split)
+    mine = owner.get(parent.rank())
+    if mine is None:
+        return GroupMember.NON_GROUP_MEMBER
+    ranks = [parent.ranks[r] for r in mine]
+    kind, with_host = _split_backend(parent, backend)
+    name = parent.name if backend is None else str(backend).lower()
+    return _add_group(ranks, _local_group_id(ranks), kind, name, with_host, _seconds(timeout, _world.timeout))
+
+
+def _split_backend(parent, backend):
+    """(backend, with a host companion) of a split of ``parent``: the
+    parent's, or the part of them that ``backend`` names."""
+    if backend is None:
+        return parent.backend, parent._host is not None
+    kind, with_host = _backend_request(backend)
+    kind = "cpu" if kind == "gloo" else kind
+    has = {parent.backend} | ({"cpu"} if parent._host is not None else set())
+    if kind not in has or (with_host and "cpu" not in has):
+        raise ValueError(f"split_group: backend {backend!r} is not among the parent group's "
+                         f"({get_backend_config(parent)})")
+    return kind, with_host
+
+
+def get_backend_config(group=None):
+    """The group's backends by device, as PyTorch writes them (lower case,
+    "device:backend" pairs): ddpc's cpu backend (named "cpu" or "gloo")
+    plays gloo's part, and also takes CUDA tensors (staged through the
+    host), so it is "cpu:gloo,cuda:gloo", as PyTorch's gloo; an nccl group
+    with a cpu companion for host tensors (the default on GPUs) is
+    "cpu:gloo,cuda:nccl", an nccl group alone "cuda:nccl"."""
+    if group is GroupMember.NON_GROUP_MEMBER:
+        raise ValueError("get_backend_config: this rank is not a member of the group")
+    g = _group(group)
+    if g.backend != "nccl":
+        return "cpu:gloo,cuda:gloo"
+    return "cpu:gloo,cuda:nccl" if g._host is not None else "cuda:nccl"
 
 
 def set_timeout(timeout, group=None):
