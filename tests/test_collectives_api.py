@@ -9,6 +9,14 @@ import os
 import subprocess
 import sys
 import textwrap
+import warnings
+from datetime import timedelta
+
+import pytest
+
+import ddpc
+import ddpc.distributed as dist
+from procs import free_port
 
 HEAD = """
 import os, sys, time, warnings
@@ -175,3 +183,74 @@ def test_split_group_and_backend_config(tmp_path):
     raises(ValueError, "non-empty list of ranks", dist.split_group, None, [[0], []])
     dist.barrier()
     """, tmp_path)
+
+
+@pytest.fixture
+def single_rank(monkeypatch):
+    for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(k, raising=False)
+    yield
+    dist.destroy_process_group()
+
+
+def test_rendezvous_yields_a_store_rank_and_size_once(single_rank, tmp_path, monkeypatch):
+    port = free_port()
+    gen = dist.rendezvous(f"tcp://127.0.0.1:{port}", rank=0, world_size=1, timeout=timedelta(seconds=20))
+    store, rank, world = next(gen)
+    assert isinstance(store, dist.TCPStore) and (rank, world) == (0, 1)
+    store.set("k", b"v")
+    assert store.get("k") == b"v"
+    with pytest.raises(RuntimeError, match="re-rendezvous using tcp://"):
+        next(gen)
+    store, rank, world = next(dist.rendezvous(f"file://{tmp_path / 'f'}?rank=0&world_size=1"))
+    assert isinstance(store, dist.FileStore) and (rank, world) == (0, 1)
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    store, rank, world = next(dist.rendezvous("env://"))
+    assert isinstance(store, dist.TCPStore) and (rank, world) == (0, 1)
+    with pytest.raises(RuntimeError, match=r"No rendezvous handler for nope://"):
+        dist.rendezvous("nope://x")
+    with pytest.raises(ValueError, match="has rank or world_size in it already"):
+        dist.rendezvous("file:///tmp/x?rank=0", rank=0)
+    with pytest.raises(ValueError, match=r"rank 2 is not in \[0, 2\)"):
+        next(dist.rendezvous(f"tcp://127.0.0.1:{port}", rank=2, world_size=2))
+    with pytest.raises(RuntimeError, match="`rank` must be an integer"):
+        dist.rendezvous("env://", rank="0")
+    with pytest.raises(RuntimeError, match=r"Rendezvous handler for tcp:// already registered"):
+        dist.register_rendezvous_handler("tcp", lambda url, **kw: iter(()))
+
+
+def test_init_process_group_takes_a_registered_scheme(single_rank):
+    seen = []
+
+    def handler(url, **kwargs):
+        seen.append((url, sorted(kwargs)))
+        yield dist.HashStore(), 0, 1
+
+    dist.register_rendezvous_handler("mine", handler)
+    try:
+        dist.init_process_group("cpu", init_method="mine://here", rank=0, world_size=1)
+        t = ddpc.ones(3)
+        dist.all_reduce(t)
+        assert t.tolist() == [1.0] * 3
+        assert seen == [("mine://here?rank=0&world_size=1", ["timeout"])], seen
+    finally:
+        del dist._rendezvous_handlers["mine"]
+
+
+def test_calls_outside_the_group(single_rank):
+    dist.init_process_group("cpu", store=dist.HashStore(), rank=0, world_size=1)
+    outside = dist.GroupMember.NON_GROUP_MEMBER
+    with pytest.raises(ValueError, match="not a member"):
+        dist.set_timeout(timedelta(seconds=5), outside)
+    with pytest.raises(ValueError, match="not a member"):
+        dist.get_backend_config(outside)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert dist.gather_single(ddpc.ones(1), group=outside) is None
+        assert dist.reduce_scatter_single(ddpc.ones(1), ddpc.ones(1), group=outside) is None
+    assert len(seen) == 2 and all("not a member of the group" in str(w.message) for w in seen)
+    dist.set_timeout(timedelta(seconds=5))
+    assert dist.split_group(split_ranks=[[0]]) is not outside

@@ -51,7 +51,7 @@ import time
 import types
 import warnings
 from datetime import timedelta
-from urllib.parse import urlparse
+from urllib.parse import parse_qsl, urlencode, urlparse, urlunparse
 
 import numpy as np
 
@@ -83,7 +83,8 @@ __all__ += [
 ]
 __all__ += [
     "all_gather_coalesced", "all_gather_single", "all_reduce_coalesced", "gather_into_tensor", "gather_single",
-    "get_backend_config", "reduce_scatter_single", "set_timeout", "split_group",
+    "get_backend_config", "reduce_scatter_single", "register_rendezvous_handler", "rendezvous", "set_timeout",
+    "split_group",
 ]
 
 _DTYPE_CODES = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 3, "int32": 4, "int64": 5, "uint8": 6,
@@ -301,24 +302,92 @@ def _master_from_env():
     return addr, _env_int("MASTER_PORT", 1, 65535)
 
 
-def _connect_store(init_method, rank, world_size, timeout_s):
-    """The _C.Store for an init_method: env://, tcp://host:port, or file:///path
-    (a FileStore that rank 0's store is made through, see _store_through)."""
-    url = urlparse(init_method)
-    if url.scheme not in ("env", "tcp", "file"):
-        raise ValueError(f"unsupported init_method {init_method!r} (use env://, tcp://host:port or file:///path)")
+def _url_rank_and_size(url):
+    """The rank and world size in a rendezvous URL's query (where rendezvous()
+    puts its arguments), else from the environment, checked."""
+    query = dict(parse_qsl(url.query))
+    try:
+        rank, world_size = int(query.get("rank", -1)), int(query.get("world_size", -1))
+    except ValueError:
+        raise ValueError(f"rendezvous: rank and world_size in {url.geturl()!r} must be integers") from None
     rank, world_size = _rank_and_size_from_env(rank, world_size)
     if not 0 <= rank < world_size:
         raise ValueError(f"rank {rank} is not in [0, {world_size})")
-    if url.scheme == "file":
-        return _store_through(FileStore(url.path, world_size), rank, world_size, timeout_s), rank, world_size
-    if url.scheme == "tcp":
-        if not url.hostname or not url.port:
-            raise ValueError(f"init_method {init_method!r} must be tcp://host:port")
-        addr, port = url.hostname, url.port
-    else:
-        addr, port = _master_from_env()
-    return _C.Store(addr, port, rank == 0, os.environ.get("DDPC_STORE_TOKEN", ""), timeout_s), rank, world_size
+    return rank, world_size
+
+
+def _env_rendezvous_handler(url, timeout=_DEFAULT_TIMEOUT, **kwargs):
+    """env://: MASTER_ADDR and MASTER_PORT name rank 0's TCPStore; the rank and
+    world size come from the URL, else RANK and WORLD_SIZE (or SLURM's or Open MPI's)."""
+    del kwargs
+    rank, world_size = _url_rank_and_size(urlparse(url))
+    addr, port = _master_from_env()
+    yield TCPStore(addr, port, world_size, rank == 0, timeout), rank, world_size
+    raise RuntimeError("Unable to perform re-rendezvous using env:// method")
+
+
+def _tcp_rendezvous_handler(url, timeout=_DEFAULT_TIMEOUT, **kwargs):
+    """tcp://host:port: rank 0 hosts the TCPStore there."""
+    del kwargs
+    parsed = urlparse(url)
+    if not parsed.hostname or not parsed.port:
+        raise ValueError(f"init_method {url!r} must be tcp://host:port")
+    rank, world_size = _url_rank_and_size(parsed)
+    yield TCPStore(parsed.hostname, parsed.port, world_size, rank == 0, timeout), rank, world_size
+    raise RuntimeError("Unable to perform re-rendezvous using tcp:// method")
+
+
+def _file_rendezvous_handler(url, **kwargs):
+    """file:///path: a FileStore on a file every rank reaches."""
+    del kwargs
+    parsed = urlparse(url)
+    if not parsed.path:
+        raise ValueError(f"init_method {url!r} must be file:///path")
+    rank, world_size = _url_rank_and_size(parsed)
+    yield FileStore(parsed.path, world_size), rank, world_size
+    raise RuntimeError("Unable to perform re-rendezvous using file:// method")
+
+
+_rendezvous_handlers = {"env": _env_rendezvous_handler, "tcp": _tcp_rendezvous_handler,
+                        "file": _file_rendezvous_handler}
+
+
+def register_rendezvous_handler(scheme, handler):
+    """Makes ``rendezvous`` (and init_process_group's ``init_method``) take
+    URLs of ``scheme``: ``handler(url, **kwargs)`` is a generator that yields
+    (store, rank, world size), where the store is a ddpc.distributed store.
+    A scheme already registered is a RuntimeError, as in PyTorch."""
+    if scheme in _rendezvous_handlers:
+        raise RuntimeError(f"Rendezvous handler for {scheme}:// already registered")
+    _rendezvous_handlers[scheme] = handler
+
+
+def rendezvous(url, rank=-1, world_size=-1, **kwargs):
+    """The generator of (store, rank, world size) that the handler of
+    ``url``'s scheme makes: ``env://``, ``tcp://host:port``, ``file:///path``
+    or one registered with register_rendezvous_handler. ``rank`` and
+    ``world_size`` (where not -1) go to the handler in the URL's query, as
+    in PyTorch; ``kwargs`` (``timeout``) are the handler's. ddpc's handlers
+    give a TCPStore (rank 0 hosts it) or a FileStore; where the URL has no
+    rank or world size they read them from the environment, as
+    init_process_group does."""
+    if not isinstance(url, str):
+        raise RuntimeError(f"`url` must be a string. {type(url)}: {url}")
+    for name, value in (("rank", rank), ("world_size", world_size)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise RuntimeError(f"`{name}` must be an integer. {value}")
+    parsed = urlparse(url)
+    if rank != -1 or world_size != -1:
+        query = parse_qsl(parsed.query)
+        if any(k in ("rank", "world_size") for k, _ in query):
+            raise ValueError(f"rendezvous: the url {url!r} has rank or world_size in it already; pass them in one "
+                             "place")
+        query += [(k, str(v)) for k, v in (("rank", rank), ("world_size", world_size)) if v != -1]
+        url = urlunparse(parsed._replace(query=urlencode(query)))
+    if parsed.scheme not in _rendezvous_handlers:
+        raise RuntimeError(f"No rendezvous handler for {parsed.scheme}:// (ddpc has env://, tcp://host:port and "
+                           "file:///path; register_rendezvous_handler adds others)")
+    return _rendezvous_handlers[parsed.scheme](url, **kwargs)
 
 
 def _store_through(store, rank, world_size, timeout_s):
@@ -338,7 +407,7 @@ def _store_through(store, rank, world_size, timeout_s):
     return _C.Store(host, int(port), False, token, timeout_s)
 
 
-def _rendezvous(store, rank, world_size, timeout_s):
+def _groups_store(store, rank, world_size, timeout_s):
     """For init_process_group(store=...): the _C.Store the groups use, the
     prefix of this init's keys in it (a PrefixStore's), and whether this
     init made it (through ``store``, which the groups cannot talk to)."""
@@ -441,7 +510,8 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
 
     ``init_method``: ``env://`` (default; RANK, WORLD_SIZE, MASTER_ADDR,
     MASTER_PORT, or SLURM_PROCID/SLURM_NTASKS, OMPI_COMM_WORLD_RANK/SIZE),
-    ``tcp://host:port`` or ``file:///path``. ``backend``: ``"cpu"`` (alias
+    ``tcp://host:port``, ``file:///path``, or a scheme added with
+    register_rendezvous_handler (see ``rendezvous``). ``backend``: ``"cpu"`` (alias
     ``"gloo"``), ``"nccl"``, or PyTorch's per-device form
     (``"cpu:gloo,cuda:nccl"``: nccl paired with a cpu group for host
     tensors). By default nccl when every rank has a GPU of its own, paired
@@ -470,11 +540,15 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
             raise ValueError("with store=, pass rank= and world_size= too (they are not read from the environment)")
         if rank >= world_size:
             raise ValueError(f"rank {rank} is not in [0, {world_size})")
-        c_store, key_prefix, made_store = _rendezvous(store, rank, world_size, timeout_s)
+        c_store, key_prefix, made_store = _groups_store(store, rank, world_size, timeout_s)
     else:
-        c_store, rank, world_size = _connect_store(init_method or "env://", rank, world_size, timeout_s)
-        key_prefix, made_store = "", True
-        if rank == 0 and urlparse(init_method or "").scheme == "file":
+        init_method = init_method or "env://"
+        store, rank, world_size = next(rendezvous(init_method, rank, world_size, timeout=timedelta(seconds=timeout_s)))
+        if not 0 <= rank < world_size:
+            raise ValueError(f"init_method {init_method!r} gave rank {rank}, not in [0, {world_size})")
+        c_store, key_prefix, _ = _groups_store(store, rank, world_size, timeout_s)
+        made_store = True
+        if rank == 0 and urlparse(init_method).scheme == "file":
             _world.rendezvous_file = urlparse(init_method).path
     # A store passed as store= outlives destroy_process_group() with the keys
     # of the group it served, so each init's keys get a prefix of their own:
