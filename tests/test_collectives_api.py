@@ -122,7 +122,9 @@ def test_coalesced_collectives(tmp_path):
     outs = [[ddpc.zeros(4), ddpc.zeros(1, dtype="int32"), ddpc.zeros(3)] for _ in range(world)]
     before = dist.group.WORLD._c.next_seq
     future = dist.all_gather_coalesced(outs, ins, async_op=True)
-    assert future.wait() is outs and dist.group.WORLD._c.next_seq - before == 2
+    got = future.wait()
+    assert len(got) == 3 * world and all(a is b for a, b in zip(got, [t for row in outs for t in row]))
+    assert dist.group.WORLD._c.next_seq - before == 2
     for r in range(world):
         assert outs[r][0].tolist() == [r + 0.5] * 4 and outs[r][1].tolist() == [10 * r]
         assert outs[r][2].tolist() == [r - 1.0] * 3, outs

@@ -3,7 +3,10 @@ ddpc.distributed's (skipped when torch is not installed): the subclass
 relations among DistError, DistBackendError, DistNetworkError,
 DistStoreError and QueueEmptyError; DebugLevel's names and values and the
 environment variable read; supports_complex, default_pg_timeout and
-get_pg_count on a group of one.
+get_pg_count on a group of one; the newer calls' signatures and their
+results on a group of one (gloo in PyTorch: the single-tensor and
+coalesced collectives, the coalesced ones' FutureWarning and futures,
+get_backend_config, split_group, rendezvous).
 
 Each group runs in a child process that imports torch before ddpc (see
 test_nn_extra_torch.py) and fails there, printing what differs.
@@ -93,7 +96,56 @@ def pg_count(np, torch, ddpc):
     assert counts[0] == counts[1], counts
 
 
-GROUPS = {f.__name__: f for f in (hierarchy, debug_level, small_names, pg_count)}
+NEWER = ["all_gather_coalesced", "all_gather_single", "all_reduce_coalesced", "gather_into_tensor", "gather_single",
+         "get_backend_config", "reduce_scatter_single", "register_rendezvous_handler", "rendezvous", "set_timeout",
+         "split_group"]
+
+
+def newer_calls(np, torch, ddpc):
+    import inspect
+    import socket
+    import warnings
+    from datetime import timedelta
+
+    import torch.distributed as td
+
+    import ddpc.distributed as dd
+
+    for name in NEWER:
+        want = list(inspect.signature(getattr(td, name)).parameters)
+        assert list(inspect.signature(getattr(dd, name)).parameters) == want, name
+    results = []
+    for module, lib, backend in ((td, torch, "gloo"), (dd, ddpc, "gloo")):
+        module.init_process_group(backend, store=module.HashStore(), rank=0, world_size=1)
+        got = {"config": module.get_backend_config()}
+        out = lib.zeros(3)
+        module.all_gather_single(out, lib.ones(3) * 2)
+        part = lib.zeros(3)
+        module.reduce_scatter_single(part, lib.ones(3) * 5, async_op=True).wait()
+        got["single"] = (out.tolist(), part.tolist())
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            tensors = [lib.ones(2), lib.ones(3) * 4]
+            values = module.all_reduce_coalesced(tensors, async_op=True).wait()
+            outs = [[lib.zeros(2), lib.zeros(1)]]
+            gathered = module.all_gather_coalesced(outs, [lib.ones(2) * 3, lib.ones(1) * 7], async_op=True).wait()
+        got["coalesced"] = ([t.tolist() for t in values], [t.tolist() for t in gathered],
+                            [[t.tolist() for t in row] for row in outs], [w.category for w in seen])
+        module.set_timeout(timedelta(seconds=30))
+        split = module.split_group(split_ranks=[[0]])
+        got["split"] = (module.get_process_group_ranks(split), module.get_rank(split), module.get_backend_config(split))
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        store, rank, world = next(module.rendezvous(f"tcp://127.0.0.1:{port}", 0, 1))
+        store.set("k", b"v")
+        got["rendezvous"] = (rank, world, store.get("k"))
+        module.destroy_process_group()
+        results.append(got)
+    assert results[0] == results[1], results
+
+
+GROUPS = {f.__name__: f for f in (hierarchy, debug_level, small_names, pg_count, newer_calls)}
 
 test_matches_pytorch = torch_group_test(__file__, GROUPS)
 

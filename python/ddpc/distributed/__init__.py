@@ -1488,7 +1488,7 @@ def all_gather_coalesced(output_tensor_lists, input_tensor_list, group=None, asy
     with one all-gather per dtype of a flat buffer of the inputs of that
     dtype. Like PyTorch's, it does not check that the ranks pass tensors of
     the same shapes, and is deprecated (a FutureWarning). Async: a Future
-    of the output lists."""
+    of the output tensors, rank by rank in one list, as PyTorch's."""
     _deprecated("all_gather_coalesced")
     ins = list(input_tensor_list)
     if not ins:
@@ -1525,7 +1525,7 @@ def all_gather_coalesced(output_tensor_lists, input_tensor_list, group=None, asy
 
         works.append(_launch("all_gather_coalesced", g, g._c.all_gather, async_op, finish, real_pairs(out),
                              real_pairs(mine), like.code, 0))
-    return _coalesced_result(works, async_op, output_tensor_lists)
+    return _coalesced_result(works, async_op, [t for outs in output_tensor_lists for t in outs])
 
 
 @contextlib.contextmanager
