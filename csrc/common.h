@@ -29,8 +29,10 @@ typedef enum {
                           -> DistNetworkError, also a DistTimeoutError */
     DDPC_ERR_STORE,    /* the store refused a client or answered wrongly, a key vanished
                           -> ddpc.distributed.DistStoreError */
-    DDPC_ERR_STORE_TIMEOUT /* a store wait (or get) or request passed its deadline
+    DDPC_ERR_STORE_TIMEOUT, /* a store wait (or get) or request passed its deadline
                           -> DistStoreError, also a DistTimeoutError */
+    DDPC_ERR_QUEUE_EMPTY /* a store queue had no item for a pop that does not block
+                          -> ddpc.distributed.QueueEmptyError, a DistStoreError */
 } ddpc_status;
 
 /* Records the message for `st` (printf-style) and returns `st`. The message

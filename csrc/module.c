@@ -44,6 +44,7 @@ PyObject *ddpc_raise(ddpc_status st) {
     case DDPC_ERR_NET_TIMEOUT: type = ddpc_DistNetworkTimeoutError; break;
     case DDPC_ERR_STORE: type = ddpc_DistStoreError; break;
     case DDPC_ERR_STORE_TIMEOUT: type = ddpc_DistStoreTimeoutError; break;
+    case DDPC_ERR_QUEUE_EMPTY: type = ddpc_QueueEmptyError; break;
     default: type = PyExc_RuntimeError; break;
     }
     PyErr_SetString(type, ddpc_last_error());
@@ -418,8 +419,7 @@ static int add_dist_errors_(PyObject *m) {
          "DistTimeoutError).",
          &ddpc_DistStoreError, &ddpc_DistTimeoutError},
         {&ddpc_QueueEmptyError, "ddpc.distributed.QueueEmptyError",
-         "A store queue had no item to pop (torch.distributed's class; ddpc's stores keep no queues, so nothing "
-         "raises it).",
+         "A store's queue_pop(key, block=False) found the queue empty (a DistStoreError).",
          &ddpc_DistStoreError, NULL},
     };
     for (size_t i = 0; i < sizeof errors / sizeof errors[0]; i++) {

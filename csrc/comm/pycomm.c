@@ -68,24 +68,6 @@ static double timeout_arg_(ddpc_store *s, PyObject *t) {
     return t == NULL || t == Py_None ? ddpc_store_timeout(s) : PyFloat_AsDouble(t);
 }
 
-static PyObject *store_set(store_obj *self, PyObject *args) {
-    const char *key;
-    Py_buffer val;
-    if (!PyArg_ParseTuple(args, "sy*", &key, &val)) return NULL;
-    /* Every path from here on releases the value's buffer: a leaked one
-     * keeps a reference to it and, for a bytearray, forbids resizing it. */
-    int ready = store_ready_(self);
-    ddpc_status st = DDPC_OK;
-    if (ready) {
-        Py_BEGIN_ALLOW_THREADS
-        st = ddpc_store_set(self->store, key, val.buf, (size_t)val.len);
-        Py_END_ALLOW_THREADS
-    }
-    PyBuffer_Release(&val);
-    if (!ready) return NULL;
-    if (st != DDPC_OK) return ddpc_raise(st);
-    Py_RETURN_NONE;
-}
 
 static PyObject *store_get(store_obj *self, PyObject *args) {
     const char *key;
@@ -213,6 +195,192 @@ static PyObject *store_num_keys(store_obj *self, PyObject *unused) {
     return PyLong_FromLongLong(n);
 }
 
+/* set, append and queue_push: a key and a bytes-like value. */
+static PyObject *store_key_value_(store_obj *self, PyObject *args,
+                                  ddpc_status (*fn)(ddpc_store *, const char *, const void *, size_t)) {
+    const char *key;
+    Py_buffer val;
+    if (!PyArg_ParseTuple(args, "sy*", &key, &val)) return NULL;
+    /* Every path from here on releases the value's buffer: a leaked one
+     * keeps a reference to it and, for a bytearray, forbids resizing it. */
+    int ready = store_ready_(self);
+    ddpc_status st = DDPC_OK;
+    if (ready) {
+        Py_BEGIN_ALLOW_THREADS
+        st = fn(self->store, key, val.buf, (size_t)val.len);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&val);
+    if (!ready) return NULL;
+    if (st != DDPC_OK) return ddpc_raise(st);
+    Py_RETURN_NONE;
+}
+
+static PyObject *store_set(store_obj *self, PyObject *args) {
+    return store_key_value_(self, args, ddpc_store_set);
+}
+
+static PyObject *store_append(store_obj *self, PyObject *args) {
+    return store_key_value_(self, args, ddpc_store_append);
+}
+
+static PyObject *store_queue_push(store_obj *self, PyObject *args) {
+    return store_key_value_(self, args, ddpc_store_queue_push);
+}
+
+static PyObject *store_multi_set(store_obj *self, PyObject *args) {
+    PyObject *key_seq, *val_seq;
+    if (!PyArg_ParseTuple(args, "OO", &key_seq, &val_seq) || !store_ready_(self)) return NULL;
+    Py_ssize_t n;
+    const char **keys = keys_arg_(key_seq, &n);
+    if (!keys) return NULL;
+    PyObject *vals = PySequence_Fast(val_seq, "values must be a sequence of bytes");
+    Py_buffer *bufs = NULL;
+    const void **ptrs = NULL;
+    size_t *lens = NULL;
+    Py_ssize_t got = 0;
+    PyObject *res = NULL;
+    if (!vals) goto out;
+    if (PySequence_Fast_GET_SIZE(vals) != n) {
+        PyErr_Format(PyExc_ValueError, "multi_set: %zd keys but %zd values", n, PySequence_Fast_GET_SIZE(vals));
+        goto out;
+    }
+    bufs = PyMem_Calloc((size_t)n + 1, sizeof *bufs);
+    ptrs = PyMem_Calloc((size_t)n + 1, sizeof *ptrs);
+    lens = PyMem_Calloc((size_t)n + 1, sizeof *lens);
+    if (!bufs || !ptrs || !lens) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    for (; got < n; got++) {
+        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(vals, got), &bufs[got], PyBUF_SIMPLE) < 0) goto out;
+        ptrs[got] = bufs[got].buf;
+        lens[got] = (size_t)bufs[got].len;
+    }
+    ddpc_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = ddpc_store_multi_set(self->store, keys, ptrs, lens, (int)n);
+    Py_END_ALLOW_THREADS
+    if (st != DDPC_OK) {
+        ddpc_raise(st);
+        goto out;
+    }
+    res = Py_NewRef(Py_None);
+out:
+    for (Py_ssize_t i = 0; i < got; i++) PyBuffer_Release(&bufs[i]);
+    PyMem_Free(bufs);
+    PyMem_Free(ptrs);
+    PyMem_Free(lens);
+    Py_XDECREF(vals);
+    PyMem_Free(keys);
+    return res;
+}
+
+/* A list of `l`'s items, as bytes or (`as_str`) as str; frees `l`. */
+static PyObject *list_from_(ddpc_store_list *l, int as_str) {
+    PyObject *list = PyList_New((Py_ssize_t)l->n);
+    for (size_t i = 0; list && i < l->n; i++) {
+        PyObject *item = as_str ? PyUnicode_DecodeUTF8(l->items[i], (Py_ssize_t)l->lens[i], "surrogateescape")
+                                : PyBytes_FromStringAndSize(l->items[i], (Py_ssize_t)l->lens[i]);
+        if (!item) Py_CLEAR(list);
+        else PyList_SET_ITEM(list, (Py_ssize_t)i, item);
+    }
+    ddpc_store_list_free(l);
+    return list;
+}
+
+static PyObject *store_multi_get(store_obj *self, PyObject *args) {
+    PyObject *seq, *t = NULL;
+    if (!PyArg_ParseTuple(args, "O|O", &seq, &t) || !store_ready_(self)) return NULL;
+    double timeout = timeout_arg_(self->store, t);
+    if (PyErr_Occurred()) return NULL;
+    Py_ssize_t n;
+    const char **keys = keys_arg_(seq, &n);
+    if (!keys) return NULL;
+    ddpc_store_list l;
+    ddpc_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = ddpc_store_multi_get(self->store, keys, (int)n, timeout, &l);
+    Py_END_ALLOW_THREADS
+    PyMem_Free(keys);
+    if (st != DDPC_OK) return ddpc_raise(st);
+    return list_from_(&l, 0);
+}
+
+static PyObject *store_list_keys(store_obj *self, PyObject *unused) {
+    (void)unused;
+    if (!store_ready_(self)) return NULL;
+    ddpc_store_list l;
+    ddpc_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = ddpc_store_list_keys(self->store, &l);
+    Py_END_ALLOW_THREADS
+    if (st != DDPC_OK) return ddpc_raise(st);
+    return list_from_(&l, 1);
+}
+
+static PyObject *store_queue_pop(store_obj *self, PyObject *args) {
+    const char *key;
+    int block = 1;
+    PyObject *t = NULL;
+    if (!PyArg_ParseTuple(args, "s|pO", &key, &block, &t) || !store_ready_(self)) return NULL;
+    double timeout = timeout_arg_(self->store, t);
+    if (PyErr_Occurred()) return NULL;
+    void *val;
+    size_t len;
+    ddpc_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = ddpc_store_queue_pop(self->store, key, block, timeout, &val, &len);
+    Py_END_ALLOW_THREADS
+    if (st != DDPC_OK) return ddpc_raise(st);
+    PyObject *r = PyBytes_FromStringAndSize(val, (Py_ssize_t)len);
+    free(val);
+    return r;
+}
+
+static PyObject *store_queue_len(store_obj *self, PyObject *args) {
+    const char *key;
+    if (!PyArg_ParseTuple(args, "s", &key) || !store_ready_(self)) return NULL;
+    int64_t n;
+    ddpc_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = ddpc_store_queue_len(self->store, key, &n);
+    Py_END_ALLOW_THREADS
+    if (st != DDPC_OK) return ddpc_raise(st);
+    return PyLong_FromLongLong(n);
+}
+
+static PyObject *store_barrier(store_obj *self, PyObject *args) {
+    const char *key;
+    long long world_size;
+    PyObject *t = NULL;
+    if (!PyArg_ParseTuple(args, "sL|O", &key, &world_size, &t) || !store_ready_(self)) return NULL;
+    double timeout = timeout_arg_(self->store, t);
+    if (PyErr_Occurred()) return NULL;
+    ddpc_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = ddpc_store_barrier(self->store, key, world_size, timeout);
+    Py_END_ALLOW_THREADS
+    if (st != DDPC_OK) return ddpc_raise(st);
+    Py_RETURN_NONE;
+}
+
+static PyObject *store_clone(store_obj *self, PyObject *unused) {
+    (void)unused;
+    if (!store_ready_(self)) return NULL;
+    store_obj *c = (store_obj *)StoreType->tp_alloc(StoreType, 0);
+    if (!c) return NULL;
+    ddpc_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = ddpc_store_clone(self->store, &c->store);
+    Py_END_ALLOW_THREADS
+    if (st != DDPC_OK) {
+        Py_DECREF(c);
+        return ddpc_raise(st);
+    }
+    return (PyObject *)c;
+}
+
 static PyObject *store_wait_departed(store_obj *self, PyObject *args) {
     int n;
     double timeout;
@@ -247,6 +415,18 @@ static PyMethodDef store_methods[] = {
     {"check", (PyCFunction)store_check, METH_O, "check(keys) -> whether all exist"},
     {"delete_key", (PyCFunction)store_delete_key, METH_VARARGS, "delete_key(key) -> whether it existed"},
     {"num_keys", (PyCFunction)store_num_keys, METH_NOARGS, "number of keys"},
+    {"append", (PyCFunction)store_append, METH_VARARGS, "append(key, value: bytes), creating the key"},
+    {"multi_set", (PyCFunction)store_multi_set, METH_VARARGS, "multi_set(keys, values: bytes) at once"},
+    {"multi_get", (PyCFunction)store_multi_get, METH_VARARGS,
+     "multi_get(keys, timeout=None) -> [bytes], waiting for the keys"},
+    {"list_keys", (PyCFunction)store_list_keys, METH_NOARGS, "the keys (not the queues)"},
+    {"queue_push", (PyCFunction)store_queue_push, METH_VARARGS, "queue_push(key, value: bytes)"},
+    {"queue_pop", (PyCFunction)store_queue_pop, METH_VARARGS,
+     "queue_pop(key, block=True, timeout=None) -> bytes, the oldest item"},
+    {"queue_len", (PyCFunction)store_queue_len, METH_VARARGS, "queue_len(key) -> items queued"},
+    {"barrier", (PyCFunction)store_barrier, METH_VARARGS,
+     "barrier(key, world_size, timeout=None): wait until world_size callers reached it"},
+    {"clone", (PyCFunction)store_clone, METH_NOARGS, "a new connection to the same server"},
     {"wait_departed", (PyCFunction)store_wait_departed, METH_VARARGS, "wait until n ranks left or died"},
     {"__reduce__", refuse_pickle_, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},

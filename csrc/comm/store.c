@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <netdb.h>
 #include <stdio.h>
 #include <poll.h>
@@ -18,8 +19,19 @@
 
 enum {
     CMD_HELLO = 1, CMD_SET, CMD_GET, CMD_ADD, CMD_CHECK, CMD_WAIT, CMD_DELETE, CMD_NUMKEYS,
-    CMD_WATCH, CMD_LEAVE, CMD_DEPARTED, CMD_ABORT, CMD_COMPARE_SET,
+    CMD_WATCH, CMD_LEAVE, CMD_DEPARTED, CMD_ABORT, CMD_COMPARE_SET, CMD_APPEND, CMD_MULTI_GET, CMD_MULTI_SET,
+    CMD_LIST_KEYS, CMD_QUEUE_PUSH, CMD_QUEUE_POP, CMD_QUEUE_LEN, CMD_BARRIER,
 };
+
+/* The first byte of the replies to requests that may be refused or that wait with a deadline. */
+enum { REPLY_NO = 0, REPLY_YES = 1, REPLY_TIMED_OUT = 2 };
+
+/* The largest value a key may grow to by append: one the client's get still receives. */
+#define MAX_VALUE_ (DDPC_STORE_MAX_FRAME - 64)
+/* How long past a pop's or barrier's own deadline its client waits for the
+ * server's answer: the server answers at the deadline, so only a server gone
+ * silent lets it pass. */
+#define REPLY_GRACE_S 5.0
 
 #define MAX_CONNS 4096
 /* Keepalive on every store connection: a rank whose host goes silent counts
@@ -87,7 +99,18 @@ typedef struct {
     uint32_t vlen;
 } entry_;
 
-enum { PARK_NONE = 0, PARK_WAIT, PARK_WATCH, PARK_DEPARTED };
+/* A queue's items in push order, items[head..n) still queued. Queues are
+ * apart from the keys (list_keys and num_keys leave them out, as torch's
+ * stores do) but check and wait see a non-empty one as present. A queue that
+ * empties is dropped, so every queue in the table holds an item. */
+typedef struct {
+    char *key;
+    uint32_t klen;
+    struct { char *data; uint32_t len; } *items;
+    size_t head, n, cap;
+} queue_;
+
+enum { PARK_NONE = 0, PARK_WAIT, PARK_WATCH, PARK_DEPARTED, PARK_POP, PARK_BARRIER };
 enum { RANK_UNKNOWN = 0, RANK_ALIVE, RANK_LEFT, RANK_DEAD };
 
 typedef struct {
@@ -100,9 +123,10 @@ typedef struct {
     uint32_t body_len, body_got;
     bytes_ out;
     int park;
-    char *park_body;       /* the parked request, kept for re-evaluation */
+    char *park_body;       /* the parked request, kept for re-evaluation (POP, BARRIER: the key) */
     uint32_t park_len;
-    int64_t park_n;        /* DEPARTED: ranks to wait for; WATCH: events already seen */
+    int64_t park_n;        /* DEPARTED: ranks to wait for; WATCH: events already seen; BARRIER: its world size */
+    uint64_t park_deadline; /* POP, BARRIER: when the server answers REPLY_TIMED_OUT */
 } conn_;
 
 typedef struct {
@@ -113,6 +137,8 @@ typedef struct {
     int nconns;
     entry_ *entries;
     size_t nentries, cap_entries;
+    queue_ *queues;
+    size_t nqueues, cap_queues;
     int *rank_state;
     int nranks;
     /* Failures watchers are told about, in order: a dead rank, or an abort
@@ -165,6 +191,119 @@ static int reply_(conn_ *c, const void *body, uint32_t len) {
 
 static int reply_byte_(conn_ *c, uint8_t v) { return reply_(c, &v, 1); }
 
+/* A reply of a status byte and `len` bytes. */
+static int reply_status_(conn_ *c, uint8_t status, const void *body, uint32_t len) {
+    return bytes_u32_(&c->out, 1 + len) || bytes_append_(&c->out, &status, 1) || bytes_append_(&c->out, body, len)
+               ? -1
+               : 0;
+}
+
+/* A counter's value: its decimal text, as torch's stores keep counters (get()
+ * reads b"5", and add() continues from a value set() as b"10"); 0 for a
+ * missing key or a value that is no number. */
+static int64_t counter_(const entry_ *e) {
+    char text[24];
+    if (!e || e->vlen == 0 || e->vlen >= sizeof text) return 0;
+    memcpy(text, e->val, e->vlen);
+    text[e->vlen] = '\0';
+    return strtoll(text, NULL, 10);
+}
+
+static int add_counter_(server_ *sv, const char *key, uint32_t klen, int64_t delta, int64_t *result) {
+    int64_t cur = (int64_t)((uint64_t)counter_(find_(sv, key, klen)) + (uint64_t)delta);
+    char text[24];
+    int tn = snprintf(text, sizeof text, "%lld", (long long)cur);
+    *result = cur;
+    return put_(sv, key, klen, text, (uint32_t)tn);
+}
+
+static queue_ *find_queue_(server_ *sv, const char *key, uint32_t klen) {
+    for (size_t i = 0; i < sv->nqueues; i++)
+        if (sv->queues[i].klen == klen && memcmp(sv->queues[i].key, key, klen) == 0) return &sv->queues[i];
+    return NULL;
+}
+
+static void queue_drop_(server_ *sv, queue_ *q) {
+    for (size_t i = q->head; i < q->n; i++) free(q->items[i].data);
+    free(q->items);
+    free(q->key);
+    *q = sv->queues[--sv->nqueues];
+}
+
+static int queue_push_(server_ *sv, const char *key, uint32_t klen, const char *val, uint32_t vlen) {
+    char *v = malloc(vlen ? vlen : 1);
+    if (!v) return -1;
+    memcpy(v, val, vlen);
+    queue_ *q = find_queue_(sv, key, klen);
+    if (!q) {
+        if (sv->nqueues == sv->cap_queues) {
+            size_t cap = sv->cap_queues ? 2 * sv->cap_queues : 16;
+            queue_ *nq = realloc(sv->queues, cap * sizeof *nq);
+            if (!nq) goto fail;
+            sv->queues = nq, sv->cap_queues = cap;
+        }
+        queue_ nq = {.klen = klen, .cap = 16};
+        nq.key = malloc(klen ? klen : 1);
+        nq.items = malloc(nq.cap * sizeof *nq.items);
+        if (!nq.key || !nq.items) {
+            free(nq.key), free(nq.items);
+            goto fail;
+        }
+        memcpy(nq.key, key, klen);
+        q = &sv->queues[sv->nqueues++];
+        *q = nq;
+    } else if (q->n == q->cap) {
+        /* Reuse the popped slots before growing. */
+        if (q->head > q->cap / 2) {
+            memmove(q->items, q->items + q->head, (q->n - q->head) * sizeof *q->items);
+            q->n -= q->head, q->head = 0;
+        } else {
+            void *items = realloc(q->items, 2 * q->cap * sizeof *q->items);
+            if (!items) goto fail;
+            q->items = items, q->cap *= 2;
+        }
+    }
+    q->items[q->n].data = v;
+    q->items[q->n++].len = vlen;
+    return 0;
+fail:
+    free(v);
+    return -1;
+}
+
+/* Answers `c` with the oldest item of `q`, which is dropped once empty. */
+static int queue_pop_(server_ *sv, queue_ *q, conn_ *c) {
+    int rc = reply_status_(c, REPLY_YES, q->items[q->head].data, q->items[q->head].len);
+    free(q->items[q->head].data);
+    if (++q->head == q->n) queue_drop_(sv, q);
+    return rc;
+}
+
+/* A barrier's answer: the status and how many workers have arrived. */
+static int barrier_reply_(server_ *sv, conn_ *c, uint8_t status) {
+    int64_t arrived = counter_(find_(sv, c->park_body, c->park_len));
+    return reply_status_(c, status, &arrived, 8);
+}
+
+/* Parks `c` until unpark_ finds its condition true; `timeout_ms` < 0 waits
+ * without a deadline (the client's own deadline still bounds it). */
+static int park_(conn_ *c, int kind, const char *body, uint32_t len, int64_t n, int64_t timeout_ms) {
+    c->park_body = malloc(len ? len : 1);
+    if (!c->park_body) return -1;
+    memcpy(c->park_body, body, len);
+    c->park_len = len;
+    c->park_n = n;
+    c->park_deadline = timeout_ms < 0 ? DDPC_NO_DEADLINE : ddpc_deadline_after((double)timeout_ms / 1e3);
+    c->park = kind;
+    return 0;
+}
+
+static void unpark_conn_(conn_ *c) {
+    c->park = PARK_NONE;
+    free(c->park_body);
+    c->park_body = NULL;
+}
+
 /* Whether every key named in a CHECK/WAIT body is present; -1 if malformed. */
 static int keys_present_(server_ *sv, reader_ *r) {
     uint32_t n = read_u32_(r);
@@ -172,7 +311,7 @@ static int keys_present_(server_ *sv, reader_ *r) {
     for (uint32_t i = 0; i < n && !r->bad; i++) {
         uint32_t kl;
         const char *k = read_str_(r, &kl);
-        if (k && !find_(sv, k, kl)) all = 0;
+        if (k && !find_(sv, k, kl) && !find_queue_(sv, k, kl)) all = 0;
     }
     return r->bad || r->left ? -1 : all;
 }
@@ -246,13 +385,37 @@ static void unpark_(server_ *sv) {
         } else if (c->park == PARK_DEPARTED && departed_count_(sv) >= c->park_n) {
             reply_byte_(c, 1);
             ready = 1;
+        } else if (c->park == PARK_POP) {
+            /* Each item wakes one waiting pop. */
+            queue_ *q = find_queue_(sv, c->park_body, c->park_len);
+            if ((ready = q != NULL)) queue_pop_(sv, q, c);
+        } else if (c->park == PARK_BARRIER && counter_(find_(sv, c->park_body, c->park_len)) >= c->park_n) {
+            barrier_reply_(sv, c, REPLY_YES);
+            ready = 1;
         }
-        if (ready) {
-            c->park = PARK_NONE;
-            free(c->park_body);
-            c->park_body = NULL;
-        }
+        if (ready) unpark_conn_(c);
     }
+}
+
+/* Answers the parked pops and barriers whose deadline passed; returns the
+ * milliseconds until the next deadline, -1 where none is parked. */
+static int expire_parked_(server_ *sv) {
+    int next = -1;
+    for (int i = 0; i < sv->nconns; i++) {
+        conn_ *c = &sv->conns[i];
+        if ((c->park != PARK_POP && c->park != PARK_BARRIER) || c->park_deadline == DDPC_NO_DEADLINE) continue;
+        int ms = ddpc_ms_left(c->park_deadline, INT_MAX);
+        if (ms > 0) {
+            next = next < 0 || ms < next ? ms : next;
+            continue;
+        }
+        if (c->park == PARK_POP)
+            reply_byte_(c, REPLY_TIMED_OUT);
+        else
+            barrier_reply_(sv, c, REPLY_TIMED_OUT);
+        unpark_conn_(c);
+    }
+    return next;
 }
 
 /* Executes one request; returns -1 to drop the connection. */
@@ -294,20 +457,9 @@ static int handle_(server_ *sv, conn_ *c, const char *body, uint32_t len) {
         k = read_str_(&r, &kl);
         const char *d = read_raw_(&r, 8);
         if (r.bad || r.left) return -1;
-        int64_t delta, cur = 0;
+        int64_t delta, cur;
         memcpy(&delta, d, 8);
-        entry_ *e = find_(sv, k, kl);
-        /* Counters are decimal text, as torch's stores keep them: get() reads
-         * b"5", and add() continues from a value set() as b"10". */
-        char text[24];
-        if (e && e->vlen > 0 && e->vlen < sizeof text) {
-            memcpy(text, e->val, e->vlen);
-            text[e->vlen] = '\0';
-            cur = strtoll(text, NULL, 10);
-        }
-        cur = (int64_t)((uint64_t)cur + (uint64_t)delta);
-        int tn = snprintf(text, sizeof text, "%lld", (long long)cur);
-        if (put_(sv, k, kl, text, (uint32_t)tn)) return -1;
+        if (add_counter_(sv, k, kl, delta, &cur)) return -1;
         unpark_(sv);
         return reply_(c, &cur, 8);
     }
@@ -335,12 +487,7 @@ static int handle_(server_ *sv, conn_ *c, const char *body, uint32_t len) {
         int all = keys_present_(sv, &r2);
         if (all < 0) return -1;
         if (all) return reply_byte_(c, 1);
-        c->park_body = malloc(r.left ? r.left : 1);
-        if (!c->park_body) return -1;
-        memcpy(c->park_body, r.p, r.left);
-        c->park_len = (uint32_t)r.left;
-        c->park = PARK_WAIT;
-        return 0;
+        return park_(c, PARK_WAIT, r.p, (uint32_t)r.left, 0, -1);
     }
     case CMD_DELETE: {
         k = read_str_(&r, &kl);
@@ -392,6 +539,115 @@ static int handle_(server_ *sv, conn_ *c, const char *body, uint32_t len) {
         c->park = PARK_DEPARTED;
         unpark_(sv);
         return 0;
+    }
+    case CMD_APPEND: {
+        k = read_str_(&r, &kl), v = read_str_(&r, &vl);
+        if (r.bad || r.left) return -1;
+        entry_ *e = find_(sv, k, kl);
+        if (!e) {
+            if (put_(sv, k, kl, v, vl)) return -1;
+        } else {
+            if ((uint64_t)e->vlen + vl > MAX_VALUE_) return reply_byte_(c, REPLY_NO);
+            char *nv = realloc(e->val, e->vlen + vl ? e->vlen + vl : 1);
+            if (!nv) return -1;
+            memcpy(nv + e->vlen, v, vl);
+            e->val = nv, e->vlen += vl;
+        }
+        unpark_(sv);
+        return reply_byte_(c, REPLY_YES);
+    }
+    case CMD_MULTI_SET: {
+        /* The whole body is checked before any key is set. */
+        uint32_t n = read_u32_(&r);
+        reader_ all = r;
+        for (uint32_t i = 0; i < n && !all.bad; i++) read_str_(&all, &kl), read_str_(&all, &vl);
+        if (r.bad || all.bad || all.left) return -1;
+        for (uint32_t i = 0; i < n; i++) {
+            k = read_str_(&r, &kl), v = read_str_(&r, &vl);
+            if (put_(sv, k, kl, v, vl)) return -1;
+        }
+        unpark_(sv);
+        return reply_byte_(c, REPLY_YES);
+    }
+    case CMD_MULTI_GET: {
+        /* Each key as a found byte, its length and its value, after REPLY_YES;
+         * REPLY_NO alone where they would not fit in a frame. */
+        uint32_t n = read_u32_(&r);
+        reader_ keys = r;
+        uint64_t total = 1;
+        for (uint32_t i = 0; i < n && !r.bad; i++) {
+            k = read_str_(&r, &kl);
+            entry_ *e = k ? find_(sv, k, kl) : NULL;
+            total += 5 + (e ? e->vlen : 0);
+        }
+        if (r.bad || r.left) return -1;
+        if (total > DDPC_STORE_MAX_FRAME) return reply_byte_(c, REPLY_NO);
+        uint8_t status = REPLY_YES;
+        if (bytes_u32_(&c->out, (uint32_t)total) || bytes_append_(&c->out, &status, 1)) return -1;
+        for (uint32_t i = 0; i < n; i++) {
+            k = read_str_(&keys, &kl);
+            entry_ *e = find_(sv, k, kl);
+            uint8_t found = e != NULL;
+            if (bytes_append_(&c->out, &found, 1) || bytes_u32_(&c->out, e ? e->vlen : 0) ||
+                (e && bytes_append_(&c->out, e->val, e->vlen)))
+                return -1;
+        }
+        return 0;
+    }
+    case CMD_LIST_KEYS: {
+        /* REPLY_YES, the count and each key with its length; REPLY_NO alone where they would not fit. */
+        if (r.left) return -1;
+        uint64_t total = 1 + 4;
+        for (size_t i = 0; i < sv->nentries; i++) total += 4 + sv->entries[i].klen;
+        if (total > DDPC_STORE_MAX_FRAME) return reply_byte_(c, REPLY_NO);
+        uint8_t status = REPLY_YES;
+        if (bytes_u32_(&c->out, (uint32_t)total) || bytes_append_(&c->out, &status, 1) ||
+            bytes_u32_(&c->out, (uint32_t)sv->nentries))
+            return -1;
+        for (size_t i = 0; i < sv->nentries; i++)
+            if (bytes_u32_(&c->out, sv->entries[i].klen) ||
+                bytes_append_(&c->out, sv->entries[i].key, sv->entries[i].klen))
+                return -1;
+        return 0;
+    }
+    case CMD_QUEUE_PUSH:
+        k = read_str_(&r, &kl), v = read_str_(&r, &vl);
+        if (r.bad || r.left || queue_push_(sv, k, kl, v, vl)) return -1;
+        unpark_(sv);
+        return reply_byte_(c, REPLY_YES);
+    case CMD_QUEUE_POP: {
+        /* A block byte and the server's deadline in ms; REPLY_YES and the
+         * item, REPLY_NO for an empty queue when not blocking, REPLY_TIMED_OUT. */
+        k = read_str_(&r, &kl);
+        const char *p = read_raw_(&r, 9);
+        if (r.bad || r.left) return -1;
+        int64_t timeout_ms;
+        memcpy(&timeout_ms, p + 1, 8);
+        queue_ *q = find_queue_(sv, k, kl);
+        if (q) return queue_pop_(sv, q, c);
+        return p[0] ? park_(c, PARK_POP, k, kl, 0, timeout_ms) : reply_byte_(c, REPLY_NO);
+    }
+    case CMD_QUEUE_LEN: {
+        k = read_str_(&r, &kl);
+        if (r.bad || r.left) return -1;
+        queue_ *q = find_queue_(sv, k, kl);
+        int64_t n = q ? (int64_t)(q->n - q->head) : 0;
+        return reply_(c, &n, 8);
+    }
+    case CMD_BARRIER: {
+        /* Adds one to the key's counter, then answers REPLY_YES (or
+         * REPLY_TIMED_OUT at the deadline, in ms) and the count once it
+         * reaches the world size. */
+        k = read_str_(&r, &kl);
+        const char *p = read_raw_(&r, 16);
+        if (r.bad || r.left) return -1;
+        int64_t world_size, timeout_ms, arrived;
+        memcpy(&world_size, p, 8);
+        memcpy(&timeout_ms, p + 8, 8);
+        if (add_counter_(sv, k, kl, 1, &arrived)) return -1;
+        unpark_(sv);
+        if (arrived >= world_size) return reply_status_(c, REPLY_YES, &arrived, 8);
+        return park_(c, PARK_BARRIER, k, kl, world_size, timeout_ms);
     }
     default:
         return -1;
@@ -456,12 +712,14 @@ static void *server_main_(void *arg) {
     struct pollfd *pfds = malloc((MAX_CONNS + 2) * sizeof *pfds);
     if (!pfds) return NULL;
     for (;;) {
+        /* Parked pops and barriers are answered at their deadline: poll wakes for the next one. */
+        int timeout_ms = expire_parked_(sv);
         pfds[0] = (struct pollfd){sv->wake_pipe[0], POLLIN, 0};
         pfds[1] = (struct pollfd){sv->listen_fd, sv->nconns < MAX_CONNS ? POLLIN : 0, 0};
         int n = sv->nconns;
         for (int i = 0; i < n; i++)
             pfds[2 + i] = (struct pollfd){sv->conns[i].fd, (short)(POLLIN | (sv->conns[i].out.len ? POLLOUT : 0)), 0};
-        if (poll(pfds, (nfds_t)(2 + n), -1) < 0 && errno != EINTR) break;
+        if (poll(pfds, (nfds_t)(2 + n), timeout_ms) < 0 && errno != EINTR) break;
         if (pfds[0].revents) break;
         /* Walk backwards: closing swaps the last connection into slot i. */
         for (int i = n - 1; i >= 0; i--) {
@@ -501,6 +759,8 @@ static void server_free_(server_ *sv) {
         conn_close_(sv, i);
     }
     for (size_t i = 0; i < sv->nentries; i++) free(sv->entries[i].key), free(sv->entries[i].val);
+    while (sv->nqueues) queue_drop_(sv, &sv->queues[sv->nqueues - 1]);
+    free(sv->queues);
     for (int i = 0; i < sv->nevents; i++) free(sv->events[i].text);
     free(sv->events);
     free(sv->entries);
@@ -827,6 +1087,216 @@ ddpc_status ddpc_store_num_keys(ddpc_store *s, int64_t *n) {
     memcpy(n, rep, 8);
     free(rep);
     return DDPC_OK;
+}
+
+ddpc_status ddpc_store_clone(const ddpc_store *s, ddpc_store **out) {
+    CHECK(ddpc_store_init(out, s->host, s->port, 0, s->token, s->timeout_s));
+    snprintf((*out)->given_host, sizeof (*out)->given_host, "%s", s->given_host);
+    return DDPC_OK;
+}
+
+/* A deadline for the server in ms, -1 for none (as ddpc_deadline_after reads a timeout). */
+static int64_t server_timeout_ms_(double timeout_s) {
+    return timeout_s < 0 || timeout_s > 1e9 ? -1 : (int64_t)(timeout_s * 1e3);
+}
+
+/* How long the client waits for the answer to a request the server answers by `timeout_s`. */
+static double client_timeout_(double timeout_s) { return timeout_s < 0 ? timeout_s : timeout_s + REPLY_GRACE_S; }
+
+static ddpc_status malformed_(char *rep) {
+    free(rep);
+    return DDPC_ERROR(DDPC_ERR_STORE, "the store sent a malformed reply");
+}
+
+void ddpc_store_list_free(ddpc_store_list *l) {
+    free(l->buf);
+    free(l->items);
+    free(l->lens);
+    *l = (ddpc_store_list){0};
+}
+
+/* Makes `l` own the reply `rep` and room for `n` items. */
+static ddpc_status list_init_(ddpc_store_list *l, char *rep, size_t n) {
+    *l = (ddpc_store_list){.buf = rep, .n = n};
+    l->items = malloc((n ? n : 1) * sizeof *l->items);
+    l->lens = malloc((n ? n : 1) * sizeof *l->lens);
+    if (!l->items || !l->lens) {
+        ddpc_store_list_free(l);
+        return DDPC_ERROR(DDPC_ERR_OOM, "out of memory for a store reply");
+    }
+    return DDPC_OK;
+}
+
+ddpc_status ddpc_store_append(ddpc_store *s, const char *key, const void *val, size_t len) {
+    bytes_ b = {0};
+    char *rep;
+    uint32_t rl;
+    ddpc_status st = build_(&b, CMD_APPEND, key, val, len, 1);
+    if (st != DDPC_OK) { free(b.data); return st; }
+    CHECK(simple_(s, &b, s->timeout_s, &rep, &rl, 1));
+    uint8_t status = (uint8_t)rep[0];
+    free(rep);
+    if (status != REPLY_YES)
+        return DDPC_ERROR(DDPC_ERR_ARG, "appending %zu bytes to store key '%s' would grow its value past the %u-byte limit",
+                          len, key, MAX_VALUE_);
+    return DDPC_OK;
+}
+
+ddpc_status ddpc_store_multi_set(ddpc_store *s, const char *const *keys, const void *const *vals, const size_t *lens,
+                                 int n) {
+    size_t total = 1 + 4;
+    for (int i = 0; i < n; i++) total += 8 + strlen(keys[i]) + lens[i];
+    if (total > DDPC_STORE_MAX_FRAME - 64)
+        return DDPC_ERROR(DDPC_ERR_ARG, "store multi_set of %d keys and values of %zu bytes exceeds the %u-byte limit", n,
+                          total, DDPC_STORE_MAX_FRAME);
+    bytes_ b = {0};
+    char *rep;
+    uint32_t rl;
+    uint8_t cmd = CMD_MULTI_SET;
+    int bad = bytes_append_(&b, &cmd, 1) || bytes_u32_(&b, (uint32_t)n);
+    for (int i = 0; i < n && !bad; i++)
+        bad = bytes_u32_(&b, (uint32_t)strlen(keys[i])) || bytes_append_(&b, keys[i], strlen(keys[i])) ||
+              bytes_u32_(&b, (uint32_t)lens[i]) || bytes_append_(&b, vals[i], lens[i]);
+    if (bad) {
+        free(b.data);
+        return DDPC_ERROR(DDPC_ERR_OOM, "out of memory");
+    }
+    CHECK(simple_(s, &b, s->timeout_s, &rep, &rl, 1));
+    free(rep);
+    return DDPC_OK;
+}
+
+ddpc_status ddpc_store_multi_get(ddpc_store *s, const char *const *keys, int n, double timeout_s,
+                                 ddpc_store_list *out) {
+    CHECK(wait_(s, keys, n, timeout_s, NULL));
+    bytes_ b = {0};
+    char *rep;
+    uint32_t rl;
+    CHECK(keys_body_(&b, CMD_MULTI_GET, keys, n));
+    CHECK(simple_(s, &b, s->timeout_s, &rep, &rl, 0));
+    if (rl == 1 && rep[0] == REPLY_NO) {
+        free(rep);
+        return DDPC_ERROR(DDPC_ERR_STORE, "the values of the %d keys of a store multi_get exceed the %u-byte reply limit",
+                          n, DDPC_STORE_MAX_FRAME);
+    }
+    if (rl < 1 || rep[0] != REPLY_YES) return malformed_(rep);
+    CHECK(list_init_(out, rep, (size_t)n));
+    reader_ r = {rep + 1, rl - 1, 0};
+    for (int i = 0; i < n; i++) {
+        const char *found = read_raw_(&r, 1);
+        uint32_t len;
+        out->items[i] = read_str_(&r, &len);
+        out->lens[i] = len;
+        if (r.bad) break;
+        if (!found[0]) {
+            ddpc_store_list_free(out);
+            return DDPC_ERROR(DDPC_ERR_STORE, "store key '%s' vanished (deleted by another client)", keys[i]);
+        }
+    }
+    if (r.bad || r.left) {
+        ddpc_store_list_free(out);
+        return DDPC_ERROR(DDPC_ERR_STORE, "the store sent a malformed reply");
+    }
+    return DDPC_OK;
+}
+
+ddpc_status ddpc_store_list_keys(ddpc_store *s, ddpc_store_list *out) {
+    bytes_ b = {0};
+    char *rep;
+    uint32_t rl;
+    ddpc_status st = build_(&b, CMD_LIST_KEYS, NULL, NULL, 0, 0);
+    if (st != DDPC_OK) { free(b.data); return st; }
+    CHECK(simple_(s, &b, s->timeout_s, &rep, &rl, 0));
+    if (rl == 1 && rep[0] == REPLY_NO) {
+        free(rep);
+        return DDPC_ERROR(DDPC_ERR_STORE, "the store's keys exceed the %u-byte reply limit", DDPC_STORE_MAX_FRAME);
+    }
+    if (rl < 1 || rep[0] != REPLY_YES) return malformed_(rep);
+    reader_ r = {rep + 1, rl - 1, 0};
+    uint32_t n = read_u32_(&r);
+    if (r.bad || n > r.left / 4) return malformed_(rep);
+    CHECK(list_init_(out, rep, n));
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t len;
+        out->items[i] = read_str_(&r, &len);
+        out->lens[i] = len;
+    }
+    if (r.bad || r.left) {
+        ddpc_store_list_free(out);
+        return DDPC_ERROR(DDPC_ERR_STORE, "the store sent a malformed reply");
+    }
+    return DDPC_OK;
+}
+
+ddpc_status ddpc_store_queue_push(ddpc_store *s, const char *key, const void *val, size_t len) {
+    bytes_ b = {0};
+    char *rep;
+    uint32_t rl;
+    ddpc_status st = build_(&b, CMD_QUEUE_PUSH, key, val, len, 1);
+    if (st != DDPC_OK) { free(b.data); return st; }
+    CHECK(simple_(s, &b, s->timeout_s, &rep, &rl, 1));
+    free(rep);
+    return DDPC_OK;
+}
+
+ddpc_status ddpc_store_queue_pop(ddpc_store *s, const char *key, int block, double timeout_s, void **val,
+                                 size_t *len) {
+    bytes_ b = {0};
+    char *rep;
+    uint32_t rl;
+    uint8_t blocking = block != 0;
+    int64_t ms = server_timeout_ms_(timeout_s);
+    ddpc_status st = build_(&b, CMD_QUEUE_POP, key, NULL, 0, 0);
+    if (st == DDPC_OK && (bytes_append_(&b, &blocking, 1) || bytes_append_(&b, &ms, 8)))
+        st = DDPC_ERROR(DDPC_ERR_OOM, "out of memory");
+    if (st != DDPC_OK) { free(b.data); return st; }
+    CHECK(simple_(s, &b, blocking ? client_timeout_(timeout_s) : s->timeout_s, &rep, &rl, 0));
+    if (rl >= 1 && rep[0] == REPLY_YES) {
+        memmove(rep, rep + 1, rl - 1);
+        *val = rep;
+        *len = rl - 1;
+        return DDPC_OK;
+    }
+    if (rl != 1) return malformed_(rep);
+    uint8_t status = (uint8_t)rep[0];
+    free(rep);
+    if (status == REPLY_NO) return DDPC_ERROR(DDPC_ERR_QUEUE_EMPTY, "store queue '%s' is empty", key);
+    if (status == REPLY_TIMED_OUT)
+        return DDPC_ERROR(DDPC_ERR_STORE_TIMEOUT, "store queue_pop from '%s' timed out after %.1f s", key, timeout_s);
+    return DDPC_ERROR(DDPC_ERR_STORE, "the store sent a malformed reply");
+}
+
+ddpc_status ddpc_store_queue_len(ddpc_store *s, const char *key, int64_t *n) {
+    bytes_ b = {0};
+    char *rep;
+    uint32_t rl;
+    ddpc_status st = build_(&b, CMD_QUEUE_LEN, key, NULL, 0, 0);
+    if (st != DDPC_OK) { free(b.data); return st; }
+    CHECK(simple_(s, &b, s->timeout_s, &rep, &rl, 8));
+    memcpy(n, rep, 8);
+    free(rep);
+    return DDPC_OK;
+}
+
+ddpc_status ddpc_store_barrier(ddpc_store *s, const char *key, int64_t world_size, double timeout_s) {
+    bytes_ b = {0};
+    char *rep;
+    uint32_t rl;
+    int64_t ms = server_timeout_ms_(timeout_s);
+    ddpc_status st = build_(&b, CMD_BARRIER, key, NULL, 0, 0);
+    if (st == DDPC_OK && (bytes_append_(&b, &world_size, 8) || bytes_append_(&b, &ms, 8)))
+        st = DDPC_ERROR(DDPC_ERR_OOM, "out of memory");
+    if (st != DDPC_OK) { free(b.data); return st; }
+    CHECK(simple_(s, &b, client_timeout_(timeout_s), &rep, &rl, 9));
+    uint8_t status = (uint8_t)rep[0];
+    int64_t arrived;
+    memcpy(&arrived, rep + 1, 8);
+    free(rep);
+    if (status == REPLY_YES) return DDPC_OK;
+    if (status == REPLY_TIMED_OUT)
+        return DDPC_ERROR(DDPC_ERR_STORE_TIMEOUT, "store barrier '%s' timed out after %.1f s with %lld of %lld workers arrived",
+                          key, timeout_s, (long long)arrived, (long long)world_size);
+    return DDPC_ERROR(DDPC_ERR_STORE, "the store sent a malformed reply");
 }
 
 ddpc_status ddpc_store_watch(ddpc_store *s, int rank, int *fd) {

@@ -14,10 +14,19 @@
  * publishes (ranks that disagree about a collective), so ranks on other hosts
  * stop waiting for it too.
  *
+ * Queues: queue_push appends to a FIFO kept apart from the keys (list_keys
+ * and num_keys leave it out; check and wait see a non-empty one as present).
+ * A blocking queue_pop on an empty queue is parked on the server like a wait,
+ * and each pushed item wakes one parked pop; the server answers a parked pop,
+ * and a parked barrier, with "timed out" at the deadline the request carries,
+ * so an item is never handed to a client that gave up.
+ *
  * Failures: a store that cannot be reached or whose connection breaks is
  * DDPC_ERR_NET (DDPC_ERR_NET_TIMEOUT when no connection came before the
  * deadline); a refusal, a malformed reply or a vanished key DDPC_ERR_STORE;
- * a wait, get or request that passed its deadline DDPC_ERR_STORE_TIMEOUT. */
+ * a wait, get, pop, barrier or request that passed its deadline
+ * DDPC_ERR_STORE_TIMEOUT; a pop that does not block on an empty queue
+ * DDPC_ERR_QUEUE_EMPTY. */
 #ifndef DDPC_COMM_STORE_H
 #define DDPC_COMM_STORE_H
 
@@ -65,6 +74,37 @@ ddpc_status ddpc_store_compare_set(ddpc_store *s, const char *key, const void *e
                                   const void *desired, size_t dlen, void **val, size_t *len);
 ddpc_status ddpc_store_delete(ddpc_store *s, const char *key, int *deleted);
 ddpc_status ddpc_store_num_keys(ddpc_store *s, int64_t *n);
+/* A new client of the same server with a connection of its own (for another thread). */
+ddpc_status ddpc_store_clone(const ddpc_store *s, ddpc_store **out);
+
+/* Byte strings from one reply: items[i], lens[i] bytes long, point into buf. */
+typedef struct {
+    char *buf;
+    size_t n;
+    const char **items;
+    size_t *lens;
+} ddpc_store_list;
+void ddpc_store_list_free(ddpc_store_list *l);
+
+/* Appends to `key`'s value (a missing key starts empty). */
+ddpc_status ddpc_store_append(ddpc_store *s, const char *key, const void *val, size_t len);
+/* Sets every key at once. */
+ddpc_status ddpc_store_multi_set(ddpc_store *s, const char *const *keys, const void *const *vals, const size_t *lens,
+                                 int n);
+/* Waits until every key exists, then returns their values, read at once. */
+ddpc_status ddpc_store_multi_get(ddpc_store *s, const char *const *keys, int n, double timeout_s,
+                                 ddpc_store_list *out);
+/* The keys (not the queues). */
+ddpc_status ddpc_store_list_keys(ddpc_store *s, ddpc_store_list *out);
+ddpc_status ddpc_store_queue_push(ddpc_store *s, const char *key, const void *val, size_t len);
+/* Takes the oldest item of the queue `key`, waiting up to `timeout_s` for
+ * one where `block`; returns a malloc'ed copy. */
+ddpc_status ddpc_store_queue_pop(ddpc_store *s, const char *key, int block, double timeout_s, void **val,
+                                 size_t *len);
+/* The items in the queue `key` (0 for a missing queue). */
+ddpc_status ddpc_store_queue_len(ddpc_store *s, const char *key, int64_t *n);
+/* Adds one to the counter `key` and waits until it reaches `world_size`. */
+ddpc_status ddpc_store_barrier(ddpc_store *s, const char *key, int64_t world_size, double timeout_s);
 
 /* Opens this rank's watch connection and asks for the first failure event;
  * the socket becomes readable when there is one (ddpc_store_read_event) or
