@@ -24,8 +24,8 @@ request. Timeouts are ``DistTimeoutError`` (also a TimeoutError): a
 collective's (``DistBackendTimeoutError``, a DistBackendError too, as
 PyTorch's NCCL watchdog raises), the store's (``DistStoreTimeoutError``, a
 DistStoreError too) and a connection's that never came (``DistNetworkTimeoutError``, a
-DistNetworkError too). ``QueueEmptyError`` (a DistStoreError) is there for
-code that names it; ddpc's stores have no queues. Debugging: ``DebugLevel``
+DistNetworkError too). ``QueueEmptyError`` (a DistStoreError) is a store's
+``queue_pop(key, block=False)`` on an empty queue. Debugging: ``DebugLevel``
 (from ``DDPC_DISTRIBUTED_DEBUG`` or ``TORCH_DISTRIBUTED_DEBUG``) and
 ``breakpoint``; ``_debug.py`` says what each level does.
 

@@ -5,13 +5,23 @@ keys under a prefix). Values are bytes (a str is stored encoded); ``add``
 keeps counters as decimal text, as PyTorch's stores do.
 ``init_process_group(store=...)`` takes any of them (a HashStore for one rank).
 
+Every store has PyTorch 2.15's extended API (``has_extended_api()`` is True):
+``append``, ``multi_get``, ``multi_set``, ``list_keys``, ``barrier``,
+``clone`` and the queues ``queue_push``, ``queue_pop``, ``queue_len``. A
+queue is kept apart from the keys, as in PyTorch: ``list_keys`` and
+``num_keys`` leave it out, while ``check`` and ``wait`` see a non-empty queue
+under its key as present.
+
 Errors, as torch.distributed's: a ``get`` or ``wait`` that passes its
 deadline raises DistStoreTimeoutError (a DistStoreError, and a
 DistTimeoutError as ddpc's timeouts are); a key deleted under a ``get``,
 a refused client (a wrong token) or a malformed reply DistStoreError; a
 TCPStore whose server cannot be reached or whose connection breaks
 DistNetworkError (DistNetworkTimeoutError, also a DistTimeoutError, where
-no connection came before the timeout)."""
+no connection came before the timeout). A ``queue_pop`` that blocks and
+finds no item before the store's timeout raises DistStoreTimeoutError too,
+and one with ``block=False`` on an empty queue QueueEmptyError (a
+DistStoreError)."""
 
 import base64
 import fcntl
@@ -22,7 +32,7 @@ import time
 from datetime import timedelta
 
 from .. import _C
-from .._C import DistStoreError, DistStoreTimeoutError
+from .._C import DistStoreError, DistStoreTimeoutError, QueueEmptyError
 
 _STORE_TIMEOUT = timedelta(seconds=300)  # PyTorch's default for every store
 
@@ -39,6 +49,21 @@ def _as_bytes(value):
     return value.encode() if isinstance(value, str) else bytes(value)
 
 
+def _check_multi_set(keys, values):
+    keys, values = list(keys), list(values)
+    if len(keys) != len(values):
+        raise DistStoreError(f"multi_set: keys and values must be of the same length, got {len(keys)} keys and "
+                             f"{len(values)} values")
+    return keys, [_as_bytes(v) for v in values]
+
+
+def _check_world_size(world_size):
+    world_size = int(world_size)
+    if world_size < 1:
+        raise ValueError(f"barrier: world_size must be at least 1, got {world_size}")
+    return world_size
+
+
 class Store:
     """Base of the stores, as ``torch.distributed.Store``: ``timeout`` is the
     deadline of ``get`` and ``wait`` where they are given none."""
@@ -53,6 +78,10 @@ class Store:
     def set_timeout(self, timeout):
         self._timeout_s = _seconds(timeout)
 
+    def has_extended_api(self):
+        """Whether the store has append, multi_get, multi_set, queues and the rest (every ddpc store has)."""
+        return True
+
 
 class TCPStore(Store):
     """Key-value store over TCP; the master (``is_master=True``) hosts the server.
@@ -60,11 +89,19 @@ class TCPStore(Store):
     ``token`` (default: ``DDPC_STORE_TOKEN`` from the environment, as set by
     ddpc-run) must match between server and clients; other clients are refused.
 
+    Each operation is one request that the server carries out at once (a
+    ``multi_set`` is seen whole or not at all); a blocked ``queue_pop``,
+    ``wait`` or ``barrier`` waits on the server, not by polling, and each
+    pushed item wakes one blocked ``queue_pop``. ``clone()`` opens a new
+    connection to the same server, for another thread.
+
     Differences from PyTorch: ``world_size``, ``wait_for_workers`` and
-    ``use_libuv`` are ignored, ``master_listen_fd`` is refused, and with
-    ``multi_tenant`` a port still has one master (a second one fails: the
-    port is in use); ``set_timeout`` bounds ``get`` and ``wait``, while the
-    other calls keep the timeout the store was made with.
+    ``use_libuv`` are ignored (``libuvBackend`` is False: ddpc's server is
+    its own), ``master_listen_fd`` is refused, and with ``multi_tenant`` a
+    port still has one master (a second one fails: the port is in use);
+    ``set_timeout`` bounds ``get``, ``wait``, ``multi_get``, ``queue_pop``
+    and ``barrier``, while the other calls keep the timeout the store was
+    made with.
     """
 
     def __init__(self, host_name, port, world_size=None, is_master=False, timeout=_STORE_TIMEOUT,
@@ -78,11 +115,29 @@ class TCPStore(Store):
             token = os.environ.get("DDPC_STORE_TOKEN", "")
         self.world_size = world_size
         self._c = _C.Store(str(host_name), int(port), bool(is_master), token, self._timeout_s)
-        self.host = host_name
+        self._host = host_name
+
+    @property
+    def host(self):
+        return self._host
 
     @property
     def port(self):
         return self._c.port
+
+    @property
+    def libuvBackend(self):  # noqa: N802 (PyTorch's name)
+        return False
+
+    def clone(self):
+        """A new TCPStore on a connection of its own to the same server (not
+        the server's owner: the server lives as long as this store's master)."""
+        clone = TCPStore.__new__(TCPStore)
+        Store.__init__(clone, self.timeout)
+        clone.world_size = self.world_size
+        clone._c = self._c.clone()
+        clone._host = self._host
+        return clone
 
     def set(self, key, value):
         self._c.set(key, _as_bytes(value))
@@ -111,16 +166,62 @@ class TCPStore(Store):
     def num_keys(self):
         return self._c.num_keys()
 
+    def append(self, key, value):
+        self._c.append(key, _as_bytes(value))
+
+    def multi_get(self, keys):
+        return self._c.multi_get(list(keys), self._timeout_s)
+
+    def multi_set(self, keys, values):
+        self._c.multi_set(*_check_multi_set(keys, values))
+
+    def list_keys(self):
+        return self._c.list_keys()
+
+    def barrier(self, key, world_size, timeout=None):
+        self._c.barrier(key, _check_world_size(world_size), _seconds(timeout, self._timeout_s))
+
+    def queue_push(self, key, value):
+        self._c.queue_push(key, _as_bytes(value))
+
+    def queue_pop(self, key, block=True):
+        return self._c.queue_pop(key, bool(block), self._timeout_s)
+
+    def queue_len(self, key):
+        return self._c.queue_len(key)
+
     def __reduce__(self):
         raise TypeError("cannot pickle a TCPStore: it is tied to this process's connection")
 
 
 class _DictStore(Store):
-    """A store kept as a dict of bytes that ``_update(fn)`` hands to ``fn``
-    under a lock (``fn``'s changes are kept; its result is returned)."""
+    """A store kept as a dict of bytes and a dict of queues (lists of bytes)
+    that ``_locked(fn)`` hands to ``fn(keys, queues)`` under a lock (``fn``'s
+    changes are kept; its result is returned). Blocking calls poll. A store
+    of this kind is safe to share between threads: ``clone()`` is the store
+    itself, as PyTorch's HashStore's is."""
+
+    def _locked(self, fn):
+        raise NotImplementedError
 
     def _update(self, fn):
-        raise NotImplementedError
+        return self._locked(lambda keys, queues: fn(keys))
+
+    def _poll(self, attempt, timeout_s, what):
+        """The first result of ``attempt()`` that is not None, trying until ``timeout_s`` passes."""
+        deadline = time.monotonic() + timeout_s
+        delay = 0.001
+        while True:
+            result = attempt()
+            if result is not None:
+                return result
+            if time.monotonic() > deadline:
+                raise DistStoreTimeoutError(f"{type(self).__name__} {what} timed out after {timeout_s:.1f} s")
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
+
+    def clone(self):
+        return self
 
     def set(self, key, value):
         value = _as_bytes(value)
@@ -148,7 +249,7 @@ class _DictStore(Store):
         return self._update(compare_set)
 
     def check(self, keys):
-        return self._update(lambda d: all(k in d for k in keys))
+        return self._locked(lambda d, queues: all(k in d or bool(queues.get(k)) for k in keys))
 
     def delete_key(self, key):
         return self._update(lambda d: d.pop(key, None) is not None)
@@ -156,30 +257,70 @@ class _DictStore(Store):
     def num_keys(self):
         return self._update(len)
 
+    def list_keys(self):
+        return self._update(list)
+
     def wait(self, keys, timeout=None):
-        timeout_s = _seconds(timeout, self._timeout_s)
-        deadline = time.monotonic() + timeout_s
-        delay = 0.001
-        while not self.check(keys):
-            if time.monotonic() > deadline:
-                raise DistStoreTimeoutError(f"{type(self).__name__} wait for {list(keys)} timed out after "
-                                            f"{timeout_s:.1f} s")
-            time.sleep(delay)
-            delay = min(delay * 2, 0.05)
+        keys = list(keys)
+        self._poll(lambda: True if self.check(keys) else None, _seconds(timeout, self._timeout_s),
+                   f"wait for {keys}")
 
     def get(self, key):
-        self.wait([key])
-        value = self._update(lambda d: d.get(key))
+        return self.multi_get([key])[0]
+
+    def multi_get(self, keys):
+        keys = list(keys)
+        self.wait(keys)
+        values = self._update(lambda d: [d.get(k) for k in keys])
+        for k, value in zip(keys, values):
+            if value is None:
+                raise DistStoreError(f"store key '{k}' vanished (deleted by another client)")
+        return values
+
+    def multi_set(self, keys, values):
+        keys, values = _check_multi_set(keys, values)
+        self._update(lambda d: d.update(zip(keys, values)))
+
+    def append(self, key, value):
+        value = _as_bytes(value)
+        self._update(lambda d: d.__setitem__(key, d.get(key, b"") + value))
+
+    def barrier(self, key, world_size, timeout=None):
+        world_size = _check_world_size(world_size)
+        self.add(key, 1)
+        self._poll(lambda: True if int(self._update(lambda d: d.get(key, b"0"))) >= world_size else None,
+                   _seconds(timeout, self._timeout_s), f"barrier '{key}' of {world_size} workers")
+
+    def queue_push(self, key, value):
+        value = _as_bytes(value)
+        self._locked(lambda d, queues: queues.setdefault(key, []).append(value))
+
+    def queue_pop(self, key, block=True):
+        def pop(d, queues):
+            queue = queues.get(key)
+            if not queue:
+                return None
+            value = queue.pop(0)
+            if not queue:
+                del queues[key]
+            return value
+
+        if block:
+            return self._poll(lambda: self._locked(pop), self._timeout_s, f"queue_pop from '{key}'")
+        value = self._locked(pop)
         if value is None:
-            raise DistStoreError(f"store key '{key}' vanished (deleted by another client)")
+            raise QueueEmptyError(f"store queue '{key}' is empty")
         return value
+
+    def queue_len(self, key):
+        return self._locked(lambda d, queues: len(queues.get(key, ())))
 
 
 class FileStore(_DictStore):
     """Key-value store in a file shared by all ranks (a local or network file
     system), serialised with an exclusive lock. Waits poll the file. Unlike
-    PyTorch's, the file holds ddpc's own format (JSON) and stays when the
-    last store on it is gone."""
+    PyTorch's, the file holds ddpc's own format (JSON: the keys and the
+    queues, values in base64) and stays when the last store on it is gone."""
 
     def __init__(self, file_name, world_size=-1):
         super().__init__()
@@ -188,16 +329,20 @@ class FileStore(_DictStore):
         with open(self.path, "a"):
             pass
 
-    def _update(self, fn):
+    def _locked(self, fn):
         with open(self.path, "r+") as f:
             fcntl.flock(f, fcntl.LOCK_EX)
             try:
                 text = f.read()
-                data = {k: base64.b64decode(v) for k, v in json.loads(text).items()} if text else {}
-                result = fn(data)
+                state = json.loads(text) if text else {"keys": {}, "queues": {}}
+                keys = {k: base64.b64decode(v) for k, v in state["keys"].items()}
+                queues = {k: [base64.b64decode(v) for v in q] for k, q in state["queues"].items()}
+                result = fn(keys, queues)
                 f.seek(0)
                 f.truncate()
-                f.write(json.dumps({k: base64.b64encode(v).decode() for k, v in data.items()}))
+                f.write(json.dumps({"keys": {k: base64.b64encode(v).decode() for k, v in keys.items()},
+                                    "queues": {k: [base64.b64encode(v).decode() for v in q]
+                                               for k, q in queues.items()}}))
                 f.flush()
                 return result
             finally:
@@ -210,16 +355,18 @@ class HashStore(_DictStore):
     def __init__(self):
         super().__init__()
         self._data = {}
+        self._queues = {}
         self._lock = threading.Lock()
 
-    def _update(self, fn):
+    def _locked(self, fn):
         with self._lock:
-            return fn(self._data)
+            return fn(self._data, self._queues)
 
 
 class PrefixStore(Store):
-    """The keys of ``store`` under ``prefix + "/"``; ``timeout`` and
-    ``num_keys`` are the underlying store's."""
+    """The keys of ``store`` under ``prefix + "/"``, queue and barrier keys
+    included; ``list_keys`` gives the keys under the prefix without it, while
+    ``timeout`` and ``num_keys`` are the underlying store's."""
 
     def __init__(self, prefix, store):
         if not isinstance(store, Store):
@@ -257,3 +404,36 @@ class PrefixStore(Store):
 
     def num_keys(self):
         return self.underlying_store.num_keys()
+
+    def append(self, key, value):
+        self.underlying_store.append(self.prefix + key, value)
+
+    def multi_get(self, keys):
+        return self.underlying_store.multi_get([self.prefix + k for k in keys])
+
+    def multi_set(self, keys, values):
+        keys, values = _check_multi_set(keys, values)
+        self.underlying_store.multi_set([self.prefix + k for k in keys], values)
+
+    def list_keys(self):
+        n = len(self.prefix)
+        return [k[n:] for k in self.underlying_store.list_keys() if k.startswith(self.prefix)]
+
+    def barrier(self, key, world_size, timeout=None):
+        self.underlying_store.barrier(self.prefix + key, world_size, timeout)
+
+    def queue_push(self, key, value):
+        self.underlying_store.queue_push(self.prefix + key, value)
+
+    def queue_pop(self, key, block=True):
+        return self.underlying_store.queue_pop(self.prefix + key, block)
+
+    def queue_len(self, key):
+        return self.underlying_store.queue_len(self.prefix + key)
+
+    def clone(self):
+        """A PrefixStore with the same prefix over a clone of the underlying store."""
+        clone = PrefixStore.__new__(PrefixStore)
+        clone.prefix = self.prefix
+        clone.underlying_store = self.underlying_store.clone()
+        return clone
