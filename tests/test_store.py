@@ -1,18 +1,25 @@
 """The stores: the TCP rendezvous store's key-value API, timeouts, token
 checks, and a server that survives garbage, oversized and unauthenticated
-clients; every kind's compare_set and set_timeout, as PyTorch's; PrefixStore."""
+clients; every kind's compare_set and set_timeout, as PyTorch's; PrefixStore;
+PyTorch 2.15's extended API (append, multi_get/multi_set, list_keys, barrier,
+clone, the queues) on every kind, and on TCPStore and FileStore across two
+processes."""
 
+import os
 import socket
 import struct
+import subprocess
 import sys
 import threading
 import time
 from datetime import timedelta
 
 import pytest
+from procs import kill_processes_with
 
 import ddpc
-from ddpc.distributed import FileStore, HashStore, PrefixStore, Store, TCPStore
+from ddpc.distributed import (DistStoreError, FileStore, HashStore, PrefixStore, QueueEmptyError, Store,
+                              TCPStore)
 
 
 @pytest.fixture
@@ -279,3 +286,204 @@ def test_compare_set_wakes_a_waiting_get(master):
     c = client(master)
     threading.Timer(0.2, lambda: master.compare_set("late", "", "v")).start()
     assert c.get("late") == b"v"
+
+
+def test_extended_api_as_in_pytorch(any_store):
+    s = any_store
+    assert s.has_extended_api()
+    s.append("greeting", "po")  # a missing key is created
+    s.append("greeting", b"tato")
+    assert s.get("greeting") == b"potato"
+    s.multi_set(["a", "b"], ["1", b"2"])
+    assert s.multi_get(["b", "a", "greeting"]) == [b"2", b"1", b"potato"]
+    assert s.multi_get([]) == []
+    with pytest.raises(DistStoreError, match="same length"):
+        s.multi_set(["x", "y"], ["1"])
+    assert not s.check(["x"])
+    assert sorted(s.list_keys()) == ["a", "b", "greeting"]
+    s.barrier("alone", 1)
+    assert s.get("alone") == b"1"
+    with pytest.raises(ValueError, match="world_size"):
+        s.barrier("none", 0)
+    assert s.clone().get("a") == b"1"
+
+
+def test_queues_as_in_pytorch(any_store):
+    s = any_store
+    assert s.queue_len("q") == 0 and not s.check(["q"])
+    for item in ("first", b"second", "third"):
+        s.queue_push("q", item)
+    assert s.queue_len("q") == 3 and s.check(["q"])
+    s.wait(["q"])
+    assert s.list_keys() == [] and s.num_keys() == 0  # queues are kept apart from the keys
+    assert [s.queue_pop("q"), s.queue_pop("q", block=False), s.queue_pop("q")] == [b"first", b"second", b"third"]
+    assert s.queue_len("q") == 0 and not s.check(["q"])
+    with pytest.raises(QueueEmptyError, match="'(job/)?q' is empty") as info:
+        s.queue_pop("q", block=False)
+    assert isinstance(info.value, DistStoreError)
+    s.queue_push("q", "again")
+    assert s.queue_pop("q", False) == b"again"
+
+
+def test_queue_pop_and_barrier_time_out(any_store):
+    s = any_store
+    s.set_timeout(timedelta(milliseconds=200))
+    with pytest.raises(ddpc.DistTimeoutError, match="queue_pop from '(job/)?empty'") as info:
+        s.queue_pop("empty")
+    assert isinstance(info.value, DistStoreError) and not isinstance(info.value, QueueEmptyError)
+    with pytest.raises(ddpc.DistTimeoutError, match="'(job/)?gate'"):
+        s.barrier("gate", 2)
+    with pytest.raises(ddpc.DistTimeoutError, match="never"):
+        s.multi_get(["never"])
+    # the item pushed after a pop gave up is still there
+    s.queue_push("empty", "kept")
+    assert s.queue_len("empty") == 1 and s.queue_pop("empty") == b"kept"
+    s.barrier("gate", 2, timedelta(seconds=5))  # the second arrival opens it
+
+
+def test_tcp_blocked_pops_take_one_item_each(master):
+    """Each push wakes one of the pops parked on the server; a pop that timed out takes nothing."""
+    popped = []
+
+    def pop(store):
+        popped.append(store.queue_pop("jobs"))
+
+    clients = [client(master, timeout=30) for _ in range(2)]
+    threads = [threading.Thread(target=pop, args=(c,)) for c in clients]
+    for t in threads:
+        t.start()
+    master.queue_push("jobs", "one")
+    deadline = time.monotonic() + 30
+    while not popped and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert popped == [b"one"] and master.queue_len("jobs") == 0
+    master.queue_push("jobs", "two")
+    for t in threads:
+        t.join(30)
+    assert sorted(popped) == [b"one", b"two"] and master.queue_len("jobs") == 0
+
+
+def test_tcp_store_properties_and_clone(master):
+    c = client(master)
+    assert c.host == "127.0.0.1" and c.libuvBackend is False
+    clone = c.clone()
+    assert clone is not c and isinstance(clone, TCPStore) and clone.port == c.port
+    assert clone.timeout == c.timeout
+    clone.set("k", "from the clone")
+    assert c.get("k") == b"from the clone"
+    master_clone = master.clone()
+    del master_clone  # a clone does not own the server
+    assert c.get("k") == b"from the clone"
+    hash_store = HashStore()
+    assert hash_store.clone() is hash_store
+
+
+def test_tcp_values_past_the_limits_are_refused(master):
+    c = client(master)
+    c.set("big", b"x" * (9 << 20))
+    with pytest.raises(ValueError, match="past the"):
+        c.append("big", b"y" * (9 << 20))
+    assert len(c.get("big")) == 9 << 20
+    with pytest.raises(ValueError, match="exceeds"):
+        c.multi_set(["m", "n"], [b"x" * (9 << 20), b"y" * (9 << 20)])
+    c.set("big2", b"y" * (9 << 20))
+    with pytest.raises(DistStoreError, match="reply limit"):
+        c.multi_get(["big", "big2"])
+    assert c.multi_get(["big2"]) == [b"y" * (9 << 20)]
+
+
+def test_prefix_store_prefixes_the_extended_api():
+    base = HashStore()
+    outer = PrefixStore("a", PrefixStore("b", base))
+    base.set("elsewhere", "v")
+    outer.append("k", "v")
+    outer.multi_set(["m"], ["1"])
+    assert base.multi_get(["b/a/k", "b/a/m"]) == [b"v", b"1"]
+    assert sorted(outer.list_keys()) == ["k", "m"] and sorted(PrefixStore("b", base).list_keys()) == ["a/k", "a/m"]
+    outer.queue_push("q", "item")
+    assert base.queue_len("b/a/q") == 1 and outer.queue_len("q") == 1 and outer.check(["q"])
+    assert outer.queue_pop("q") == b"item" and base.queue_len("b/a/q") == 0
+    outer.barrier("bar", 1)
+    assert base.get("b/a/bar") == b"1"
+    clone = outer.clone()
+    assert clone.prefix == outer.prefix and clone.get("k") == b"v"
+
+
+RANK1 = """
+import sys, time
+from datetime import timedelta
+from ddpc.distributed import FileStore, TCPStore
+kind, where = sys.argv[1], sys.argv[2]
+if kind == "tcp":
+    s = TCPStore("127.0.0.1", int(where), timeout=timedelta(seconds=60), token="secret")
+else:
+    s = FileStore(where)
+s.multi_set(["from1/a", "from1/b"], ["x", "y"])
+s.append("shared", "1")
+for i in range(3):
+    s.queue_push("fifo", str(i))
+s.barrier("b1", 2, timedelta(seconds=60))
+s.wait(["popping"], timedelta(seconds=60))
+time.sleep(0.3)  # most likely after rank 0's pop is parked; the test holds either way
+s.queue_push("wake", "pushed by rank 1")
+assert s.queue_pop("reply") == b"done"
+print("rank 1 ok")
+"""
+
+
+@pytest.mark.parametrize("kind", ["tcp", "file"])
+def test_extended_api_across_two_processes(master, tmp_path, kind):
+    """A second process sets, appends and pushes, meets this one at a barrier,
+    and pushes the item this one's blocked pop is waiting for."""
+    master.set_timeout(timedelta(seconds=60))
+    s = master if kind == "tcp" else FileStore(str(tmp_path / "store"))
+    s.set_timeout(timedelta(seconds=60))
+    where = str(master.port) if kind == "tcp" else str(tmp_path / "store")
+    marker = f"ddpc-store-rank1-{os.getpid()}-{kind}"
+    script = tmp_path / f"{marker}.py"
+    script.write_text(RANK1)
+    proc = subprocess.Popen([sys.executable, str(script), kind, where], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        s.append("shared", "0")
+        s.barrier("b1", 2)
+        assert s.multi_get(["from1/a", "from1/b"]) == [b"x", b"y"]
+        assert s.get("shared") in (b"01", b"10")
+        assert sorted(s.list_keys()) == ["b1", "from1/a", "from1/b", "shared"]
+        assert [s.queue_pop("fifo") for _ in range(3)] == [b"0", b"1", b"2"]
+        s.set("popping", "1")
+        assert s.queue_pop("wake") == b"pushed by rank 1"
+        s.queue_push("reply", "done")
+        out, _ = proc.communicate(timeout=60)
+        assert proc.returncode == 0 and "rank 1 ok" in out, out
+    finally:
+        proc.kill()
+        proc.wait()
+        kill_processes_with(marker)
+
+
+BODIES = {
+    "append": struct.pack("<BI", 14, 5) + b"ab",                           # a key shorter than its length
+    "multi_get": struct.pack("<BI", 15, 0xFFFFFFFF),                        # 4 billion keys, none sent
+    "multi_set": struct.pack("<BII", 16, 2, 1) + b"k" + struct.pack("<I", 1) + b"v",  # the second pair missing
+    "list_keys": struct.pack("<Bx", 17),                                    # a byte too many
+    "queue_push": struct.pack("<BI", 18, 1) + b"q",                         # no value
+    "queue_pop": struct.pack("<BI", 19, 1) + b"q" + b"\x01",               # no deadline
+    "queue_len": struct.pack("<BI", 20, 1) + b"q" + b"extra",
+    "barrier": struct.pack("<BI", 21, 1) + b"b" + struct.pack("<q", 2),     # no deadline
+}
+
+
+@pytest.mark.parametrize("name", sorted(BODIES))
+def test_malformed_extended_requests_are_disconnected(master, name):
+    c = client(master)
+    c.queue_push("q", "kept")
+    s = raw_connection(master)
+    tok = b"secret"
+    s.sendall(struct.pack("<IB I", 1 + 4 + len(tok) + 4, 1, len(tok)) + tok + struct.pack("<i", -1))
+    assert _recv_exactly(s, 5) == struct.pack("<IB", 1, 1)
+    body = BODIES[name]
+    s.sendall(struct.pack("<I", len(body)) + body)
+    assert closed_by_server(s)
+    s.close()
+    assert c.queue_len("q") == 1 and c.queue_pop("q") == b"kept" and not c.check(["b"])
