@@ -59,6 +59,7 @@ C_TESTS = {
     "search": (f"{ROOT}/tests/c/test_search.c", []),
     "crc": (f"{ROOT}/tests/c/test_crc.c", _sources("common", "crc")),
     "net": (f"{ROOT}/tests/c/test_net.c", _sources("common")),  # includes comm/net.c
+    "store": (f"{ROOT}/tests/c/test_store.c", _sources("common", "comm/net", "comm/store")),
     "complex": (f"{ROOT}/tests/c/test_complex_math.c", []),  # kernels/complex_math.h is header-only
 }
 
