@@ -1137,8 +1137,9 @@ ddpc_status ddpc_store_append(ddpc_store *s, const char *key, const void *val, s
     uint8_t status = (uint8_t)rep[0];
     free(rep);
     if (status != REPLY_YES)
-        return DDPC_ERROR(DDPC_ERR_ARG, "appending %zu bytes to store key '%s' would grow its value past the %u-byte limit",
-                          len, key, MAX_VALUE_);
+        return DDPC_ERROR(DDPC_ERR_ARG,
+                          "appending %zu bytes to store key '%s' would grow its value past the %u-byte limit", len,
+                          key, MAX_VALUE_);
     return DDPC_OK;
 }
 
@@ -1147,8 +1148,8 @@ ddpc_status ddpc_store_multi_set(ddpc_store *s, const char *const *keys, const v
     size_t total = 1 + 4;
     for (int i = 0; i < n; i++) total += 8 + strlen(keys[i]) + lens[i];
     if (total > DDPC_STORE_MAX_FRAME - 64)
-        return DDPC_ERROR(DDPC_ERR_ARG, "store multi_set of %d keys and values of %zu bytes exceeds the %u-byte limit", n,
-                          total, DDPC_STORE_MAX_FRAME);
+        return DDPC_ERROR(DDPC_ERR_ARG, "store multi_set of %d keys and values of %zu bytes exceeds the %u-byte limit",
+                          n, total, DDPC_STORE_MAX_FRAME);
     bytes_ b = {0};
     char *rep;
     uint32_t rl;
@@ -1176,8 +1177,9 @@ ddpc_status ddpc_store_multi_get(ddpc_store *s, const char *const *keys, int n, 
     CHECK(simple_(s, &b, s->timeout_s, &rep, &rl, 0));
     if (rl == 1 && rep[0] == REPLY_NO) {
         free(rep);
-        return DDPC_ERROR(DDPC_ERR_STORE, "the values of the %d keys of a store multi_get exceed the %u-byte reply limit",
-                          n, DDPC_STORE_MAX_FRAME);
+        return DDPC_ERROR(DDPC_ERR_STORE,
+                          "the values of the %d keys of a store multi_get exceed the %u-byte reply limit", n,
+                          DDPC_STORE_MAX_FRAME);
     }
     if (rl < 1 || rep[0] != REPLY_YES) return malformed_(rep);
     CHECK(list_init_(out, rep, (size_t)n));
@@ -1294,8 +1296,9 @@ ddpc_status ddpc_store_barrier(ddpc_store *s, const char *key, int64_t world_siz
     free(rep);
     if (status == REPLY_YES) return DDPC_OK;
     if (status == REPLY_TIMED_OUT)
-        return DDPC_ERROR(DDPC_ERR_STORE_TIMEOUT, "store barrier '%s' timed out after %.1f s with %lld of %lld workers arrived",
-                          key, timeout_s, (long long)arrived, (long long)world_size);
+        return DDPC_ERROR(DDPC_ERR_STORE_TIMEOUT,
+                          "store barrier '%s' timed out after %.1f s with %lld of %lld workers arrived", key, timeout_s,
+                          (long long)arrived, (long long)world_size);
     return DDPC_ERROR(DDPC_ERR_STORE, "the store sent a malformed reply");
 }
 
