@@ -5,6 +5,8 @@ PyTorch 2.15's extended API (append, multi_get/multi_set, list_keys, barrier,
 clone, the queues) on every kind, and on TCPStore and FileStore across two
 processes."""
 
+import base64
+import json
 import os
 import socket
 import struct
@@ -221,6 +223,16 @@ def test_file_store(tmp_path):
     assert a.delete_key("x") and not b.check(["x"])
     with pytest.raises(ddpc.DistTimeoutError):
         a.wait(["never"], timeout=0.2)
+
+
+def test_file_store_reads_a_file_from_before_the_queues(tmp_path):
+    """A file an earlier ddpc wrote (the keys alone, even one named "keys") still loads."""
+    path = tmp_path / "store"
+    path.write_text(json.dumps({"x": base64.b64encode(b"1").decode(), "keys": base64.b64encode(b"2").decode()}))
+    s = FileStore(str(path))
+    assert s.get("x") == b"1" and s.get("keys") == b"2"
+    s.queue_push("q", b"a")
+    assert s.queue_len("q") == 1 and s.multi_get(["x", "keys"]) == [b"1", b"2"]
 
 
 @pytest.fixture(params=["tcp", "file", "hash", "prefix"])

@@ -316,6 +316,10 @@ class _DictStore(Store):
         return self._locked(lambda d, queues: len(queues.get(key, ())))
 
 
+# FileStore's file: {_FILE_FORMAT: 2, "keys": ..., "queues": ...}; before the queues, the keys alone.
+_FILE_FORMAT = "ddpc FileStore format"
+
+
 class FileStore(_DictStore):
     """Key-value store in a file shared by all ranks (a local or network file
     system), serialised with an exclusive lock. Waits poll the file. Unlike
@@ -334,13 +338,16 @@ class FileStore(_DictStore):
             fcntl.flock(f, fcntl.LOCK_EX)
             try:
                 text = f.read()
-                state = json.loads(text) if text else {"keys": {}, "queues": {}}
+                state = json.loads(text) if text else {}
+                if state.get(_FILE_FORMAT) != 2:  # an earlier ddpc's file: its keys only
+                    state = {"keys": state, "queues": {}}
                 keys = {k: base64.b64decode(v) for k, v in state["keys"].items()}
                 queues = {k: [base64.b64decode(v) for v in q] for k, q in state["queues"].items()}
                 result = fn(keys, queues)
                 f.seek(0)
                 f.truncate()
-                f.write(json.dumps({"keys": {k: base64.b64encode(v).decode() for k, v in keys.items()},
+                f.write(json.dumps({_FILE_FORMAT: 2,
+                                    "keys": {k: base64.b64encode(v).decode() for k, v in keys.items()},
                                     "queues": {k: [base64.b64encode(v).decode() for v in q]
                                                for k, q in queues.items()}}))
                 f.flush()
