@@ -502,6 +502,32 @@ def test_load_post_hooks_see_the_loaded_values():
     np.testing.assert_array_equal(model[0].weight.numpy(), np.full((2, 2), 7.0))
 
 
+def test_non_full_backward_hooks_see_the_last_op_and_exclude_full_ones():
+    """register_backward_hook (PyTorch's deprecated kind): the gradients of the last op's inputs
+    and of the output; a returned tuple replaces them; one module takes one kind of hook."""
+    relu = nn.ReLU()
+    seen = []
+    relu.register_backward_hook(lambda m, gi, go: seen.append((gi[0].numpy().copy(), go[0].numpy().copy())))
+    x = ddpc.tensor([[1.0, -2.0, 3.0]], requires_grad=True)
+    (relu(x) * ddpc.tensor([[1.0, 2.0, 3.0]])).sum().backward()
+    (gi, go), = seen
+    np.testing.assert_array_equal(go, [[1.0, 2.0, 3.0]])
+    np.testing.assert_array_equal(gi, [[1.0, 0.0, 3.0]])
+    doubled = nn.ReLU()
+    doubled.register_backward_hook(lambda m, gi, go: tuple(g * 2 for g in gi))
+    x.grad = None
+    doubled(x).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [[2.0, 0.0, 2.0]])
+    with pytest.raises(RuntimeError, match="Cannot use both regular backward hooks and full backward hooks"):
+        relu.register_full_backward_hook(lambda *args: None)
+    full = nn.ReLU()
+    full.register_full_backward_hook(lambda *args: None)
+    with pytest.raises(RuntimeError, match="Cannot use both"):
+        full.register_backward_hook(lambda *args: None)
+    full.compile(mode="max-autotune")  # eager: calls stay as they are
+    np.testing.assert_array_equal(full(ddpc.tensor([-1.0, 2.0])).numpy(), [0.0, 2.0])
+
+
 def test_failed_load_copies_nothing_even_through_load_from_state_dict():
     model = nn.Sequential(_Scaled(), nn.Linear(2, 2))
     before = {k: v.clone() for k, v in model.state_dict().items()}

@@ -10,7 +10,8 @@ import pytest
 from procs import run_torch_case
 
 
-@pytest.mark.parametrize("case", ["layers", "creation", "hooks", "instance_norm_running_stats", "state_dict_protocol"])
+@pytest.mark.parametrize("case", ["layers", "creation", "hooks", "instance_norm_running_stats", "state_dict_protocol",
+                                  "non_full_backward_hooks"])
 def test_matches_pytorch(case):
     out = run_torch_case(__file__, case)
     assert out.strip().endswith("ok"), out
@@ -181,6 +182,61 @@ def state_dict_protocol():
     assert len(want) == len(ours), (want, ours)
     for w, o in zip(want, ours):
         assert w == o, (w, o)
+
+
+def _non_full_run(lib):
+    """register_backward_hook on modules whose last op is plain (a product, a ReLU, a sum of two
+    outputs in a tuple): what the hooks see, a hook's replacement, and the mixing error."""
+    log = []
+
+    class Scale(lib.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = lib.nn.Parameter(lib.tensor([2.0, 3.0, 4.0], dtype=lib.float64))
+
+        def forward(self, x):
+            return (x * self.w, x.sum())
+
+    def record(name):
+        return lambda m, gi, go: log.append((name, [None if g is None else g.tolist() for g in gi],
+                                             [g.tolist() for g in go]))
+
+    scale, relu = Scale(), lib.nn.ReLU()
+    scale.register_backward_hook(record("scale"))
+    relu.register_backward_hook(record("relu"))
+    x = lib.tensor([[1.0, -2.0, 3.0]], dtype=lib.float64, requires_grad=True)
+    y, _ = scale(x)
+    (relu(y) * lib.tensor([[1.0, 2.0, 3.0]], dtype=lib.float64)).sum().backward()
+    log.append(("grads", x.grad.tolist(), scale.w.grad.tolist()))
+    zero = lib.nn.ReLU()
+    zero.register_backward_hook(lambda m, gi, go: tuple(g * 0 for g in gi))
+    x.grad = None
+    zero(x).sum().backward()
+    log.append(("replaced", x.grad.tolist()))
+    try:
+        relu.register_full_backward_hook(lambda *args: None)
+    except RuntimeError as e:
+        log.append(str(e))
+    full = lib.nn.ReLU()
+    full.register_full_backward_hook(lambda *args: None)
+    try:
+        full.register_backward_hook(lambda *args: None)
+    except RuntimeError as e:
+        log.append(str(e))
+    return log
+
+
+def non_full_backward_hooks():
+    import warnings
+
+    import torch
+    import ddpc
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # PyTorch's deprecation of these hooks
+        want = _non_full_run(torch)
+    ours = _non_full_run(ddpc)
+    assert want == ours, (want, ours)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import threading
 import warnings
 from collections import OrderedDict, namedtuple
 
-from ..autograd import RemovableHandle, no_grad
+from ..autograd import RemovableHandle, is_grad_enabled, no_grad
 from ..tensor import Tensor, arange, empty, empty_like, full, parse_to_args, zero_grads
 from .._dtype import checked_memory_format, device_of, get_dtype, ordinal, preserve_format
 from . import _conv, _embedding_bag
@@ -130,6 +130,10 @@ class _StagedCopies(threading.local):
 _staged = _StagedCopies()
 
 
+def _call_non_full_hook(hook, module, grad_inputs, grad_outputs):
+    return hook(module, grad_inputs, grad_outputs)
+
+
 class Module:
     """Base class of every layer and model."""
 
@@ -187,10 +191,46 @@ class Module:
         computed; returning a tuple replaces grad_output."""
         return self._add_hook(self._backward_pre_hooks, hook, prepend)
 
+    # Whether _backward_hooks holds full backward hooks (True), PyTorch's deprecated
+    # non-full ones (False) or none yet (None): one module takes one kind.
+    _is_full_backward_hook = None
+
+    def _backward_hook_kind(self, full):
+        if self._is_full_backward_hook is (not full):
+            raise RuntimeError("Cannot use both regular backward hooks and full backward hooks on a single Module. "
+                               "Please use only one of them.")
+        object.__setattr__(self, "_is_full_backward_hook", full)
+
     def register_full_backward_hook(self, hook, prepend=False):
         """``hook(module, grad_input, grad_output)`` runs when the gradients w.r.t. the module's
         tensor inputs are computed; returning a tuple replaces grad_input."""
+        self._backward_hook_kind(True)
         return self._add_hook(self._backward_hooks, hook, prepend)
+
+    def register_backward_hook(self, hook):
+        """PyTorch's deprecated non-full backward hook: ``hook(module, grad_input, grad_output)``
+        runs with the gradients of the inputs of the op that made forward's output (its first
+        tensor, looked for in the first element of a sequence or the first tensor of a dict) and of
+        that output; returning a tuple replaces grad_input. As in PyTorch, grad_input is that op's
+        (which op, and its inputs' order, are ddpc's), not the module's; use
+        register_full_backward_hook for the module's. A module takes one kind of backward hook."""
+        self._backward_hook_kind(False)
+        return self._add_hook(self._backward_hooks, hook, False)
+
+    def _attach_non_full_backward_hooks(self, result):
+        var = result
+        while not isinstance(var, Tensor):
+            if isinstance(var, dict):
+                var = next((v for v in var.values() if isinstance(v, Tensor)), None)
+            elif isinstance(var, (list, tuple)) and var:
+                var = var[0]
+            else:
+                return
+        node = var.grad_fn
+        if node is None:
+            return
+        for hook in self._backward_hooks.values():
+            node.register_hook(functools.partial(_call_non_full_hook, hook, self))
 
     def _call_with_hooks(self, args, kwargs):
         for hook, with_kwargs in [*_global_forward_pre_hooks.values(), *self._forward_pre_hooks.values()]:
@@ -206,8 +246,9 @@ class Module:
                 if res is not None:
                     args = res if isinstance(res, tuple) else (res,)
         bw_hook = None
-        if self._backward_hooks or self._backward_pre_hooks:
-            bw_hook = BackwardHook(self, self._backward_hooks.values(), self._backward_pre_hooks.values())
+        full = self._backward_hooks if self._is_full_backward_hook else {}
+        if full or self._backward_pre_hooks:
+            bw_hook = BackwardHook(self, full.values(), self._backward_pre_hooks.values())
             args = bw_hook.setup_input_hook(args)
         called = set()
         try:
@@ -222,6 +263,8 @@ class Module:
             raise
         if bw_hook is not None:
             result = bw_hook.setup_output_hook(result)
+        if self._backward_hooks and self._is_full_backward_hook is False and is_grad_enabled():
+            self._attach_non_full_backward_hooks(result)
         return result
 
     def _run_always_call_hooks(self, args, kwargs, called):
@@ -720,6 +763,13 @@ class Module:
         """Casts every parameter and buffer, integer ones included, to ``dst_type``."""
         dt = get_dtype(dst_type)
         return self._apply(lambda t: t if t.dtype is dt else t.to(dtype=dt))
+
+    def compile(self, *args, **kwargs):
+        """As PyTorch's Module.compile, which compiles the module's calls in place: ddpc runs
+        eagerly, so the arguments are checked as ``ddpc.compile`` checks them and calls stay as they are."""
+        from ..backends import compile as compile_
+
+        compile_(self, *args, **kwargs)
 
     def train(self, mode=True):
         if not isinstance(mode, bool):
