@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 
 import numpy as np
 import pytest
@@ -469,3 +470,17 @@ def test_no_batch_memory_left_when_the_loaders_process_raises():
     pids = [int(p) for p in done.stdout.split()]
     assert len(pids) == 2 and settles(lambda: all(gone(p) for p in pids))
     assert not shm_names(pids)
+
+
+def test_more_workers_than_cpus_warns_as_pytorch(monkeypatch):
+    """check_worker_number_rationality: a warning naming the counts when the
+    workers outnumber the CPUs this process may use, none otherwise."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
+    loader = DataLoader(Tagged(4), batch_size=2, num_workers=2)
+    with pytest.warns(UserWarning, match="will create 2 worker processes in total. Our suggested max number of "
+                                         "worker in current system is 1,"):
+        assert sorted(sum(rows(loader), [])) == [0, 1, 2, 3]
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loader.check_worker_number_rationality()

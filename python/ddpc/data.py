@@ -65,6 +65,7 @@ import numbers
 import os
 import queue
 import threading
+import warnings
 import weakref
 
 import numpy as np
@@ -1366,11 +1367,30 @@ class DataLoader:
                 return self._pool, False
             self._pool.close()
         seed = _next_seed(self._generator) if seed is None else seed
+        self.check_worker_number_rationality()
         pool = WorkerPool(fetcher, self.num_workers, seed, self.worker_init_fn, self._context, rng)
         if not self.persistent_workers:
             return pool, True
         self._pool = pool
         return pool, False
+
+    def check_worker_number_rationality(self):
+        """Warns, as PyTorch's DataLoader does when it starts its workers, where
+        ``num_workers`` is more than the CPUs this process may run on."""
+        if not self.num_workers:
+            return
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        if cpus is not None and self.num_workers <= cpus:
+            return
+        suggestion = ("DataLoader is not able to compute a suggested max number of worker in current system."
+                      if cpus is None else
+                      f"Our suggested max number of worker in current system is {cpus}"
+                      f"{'' if hasattr(os, 'sched_getaffinity') else ' (`cpuset` is not taken into account)'}, "
+                      "which is smaller than what this DataLoader is going to create.")
+        warnings.warn(f"This DataLoader will create {self.num_workers} worker processes in total. {suggestion} "
+                      "Please be aware that excessive worker creation might get DataLoader running slow or even "
+                      "freeze, lower the worker number to avoid potential slowness/freeze if necessary.",
+                      UserWarning, stacklevel=3)
 
     def _length_or(self, default):
         try:
