@@ -3,7 +3,7 @@
     python benchmarks/ddp.py [--ranks 1 2] [--batch 64] [--steps 20]
 
 For a ~5M-parameter MLP it prints per-step time and samples/s of plain
-training (no DDP) and of DDP with overlap on (25 MB buckets, all-reduce
+training (no DDP) and of DDP with overlap on (its default buckets: 1 MiB, then 25 MiB; all-reduce
 launched during backward) and off (one bucket holding every gradient, reduced
 after backward), and, with the ranks on one host, of DDP all-reducing every
 gradient (the linear weights' exchange, nn/_grad_exchange.py, turned off by a
@@ -104,7 +104,8 @@ def main():
     parser.add_argument("--batch", type=int, default=64, help="per-rank batch")
     parser.add_argument("--steps", type=int, default=15, help="timed steps per mode")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    parser.add_argument("--bucket-cap-mb", type=float, default=25)
+    parser.add_argument("--bucket-cap-mb", type=float, default=None,
+                        help="DDP's bucket_cap_mb (default: its own, 25 MiB after a first bucket of 1 MiB)")
     args = parser.parse_args()
     from common import machine, print_table
     print(f"machine: {machine()}")
