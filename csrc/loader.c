@@ -523,10 +523,13 @@ static ddpc_status wait_(ddpc_loader *l, int64_t batch) {
         return DDPC_ERROR(DDPC_ERR_INTERNAL, "batch %lld was never queued", (long long)batch);
     }
     /* The waiting thread gathers rows rather than sleep: of its own batch,
-     * or once all of them are taken, of the next ones (a chunk is short, so
-     * its batch is handed back at most one chunk late). */
+     * or once all of them are taken, of the next ones on the host (a chunk is
+     * short, so its batch is handed back at most one chunk late). For a GPU it
+     * helps with its own batch only: it has the device work of every batch
+     * (the wait on the copy, the next batch's allocation and event) to do on
+     * its own, so a chunk of a later batch would hold up each handover. */
     while (!s->done) {
-        slot_ *w = has_work_(s) ? s : pick_(l, 1);
+        slot_ *w = has_work_(s) ? s : l->device == DDPC_CPU ? pick_(l, 1) : NULL;
         if (w) {
             work_on_(l, w);
             continue;
