@@ -256,3 +256,53 @@ def test_calls_outside_the_group(single_rank):
     assert len(seen) == 2 and all("not a member of the group" in str(w.message) for w in seen)
     dist.set_timeout(timedelta(seconds=5))
     assert dist.split_group(split_ranks=[[0]]) is not outside
+
+
+def test_process_group_methods(tmp_path):
+    """PyTorch's ProcessGroup driven directly: allreduce, broadcast, reduce, allgather,
+    barrier, send and recv in their list-with-options and short forms (roots and peers
+    as group ranks), each returning a Work; name, group_name, group_desc, set_timeout."""
+    run_ranks(3, """
+    pg = dist.group.WORLD
+    assert pg.name() == dist.get_backend() == "cpu" and pg.group_desc == "default_pg"
+    assert pg.bound_device_id is None
+    t = ddpc.full((2,), rank + 1.0)
+    pg.allreduce([t]).wait()
+    assert t.tolist() == [6.0, 6.0], t.tolist()
+    pg.allreduce([t], dist.AllreduceOptions(reduceOp=dist.ReduceOp.MAX)).wait()
+    t = ddpc.full((2,), rank + 1.0)
+    pg.allreduce([t], dist.ReduceOp.MIN).wait()
+    assert t.tolist() == [1.0, 1.0]
+    raises(ValueError, "a list of one tensor", pg.allreduce, [t, t])
+    raises(TypeError, "has no option", dist.AllreduceOptions, root=1)
+    # a subgroup of ranks 1 and 2: roots and peers are ranks within it
+    sub = dist.new_group([1, 2], group_desc="pair")
+    if rank > 0:
+        assert sub.group_desc == "pair" and sub.group_name != pg.group_name
+        b = ddpc.full((3,), float(rank))
+        sub.broadcast([b], dist.BroadcastOptions(rootRank=1)).wait()
+        assert b.tolist() == [2.0] * 3
+        b = ddpc.full((3,), float(rank))
+        sub.broadcast(b, 0).wait()
+        assert b.tolist() == [1.0] * 3
+        r = ddpc.full((1,), float(rank))
+        sub.reduce([r], dist.ReduceOptions(rootRank=1, reduceOp=dist.ReduceOp.SUM)).wait()
+        if rank == 2:
+            assert r.tolist() == [3.0]
+        outs = [ddpc.zeros(1) for _ in range(2)]
+        sub.allgather([outs], [ddpc.full((1,), float(rank))]).wait()
+        assert [o.item() for o in outs] == [1.0, 2.0]
+        msg = ddpc.zeros(2)
+        if rank == 1:
+            sub.send([ddpc.tensor([5.0, 6.0])], 1, 0).wait()
+        else:
+            sub.recv([msg], 0, 0).wait()
+            assert msg.tolist() == [5.0, 6.0]
+        sub.set_timeout(timedelta(seconds=7))
+        assert sub._timeout_s == 7.0
+    pg.barrier().wait()
+    pg.barrier(dist.BarrierOptions(timeout=timedelta(seconds=30))).wait()
+    w = ddpc.full((1,), 1.0)
+    pg.allreduce([w], dist.AllreduceOptions(timeout=timedelta(seconds=20))).wait()
+    assert w.item() == 3.0 and pg._timeout_s == 1800.0  # the group's timeout is back after the call
+    """, tmp_path)

@@ -58,10 +58,13 @@ import numpy as np
 from .. import _C, profiler
 from .._C import (DistBackendError, DistBackendTimeoutError, DistError, DistNetworkError, DistNetworkTimeoutError,
                   DistStoreError, DistStoreTimeoutError, DistTimeoutError, QueueEmptyError)
-from .._dtype import real_pairs
+from .._dtype import device as _device_of, real_pairs
 from .._procs import new_token
 from . import _debug
 from ._debug import DebugLevel, breakpoint, get_debug_level, set_debug_level, set_debug_level_from_env
+from ._process_group import (AllgatherOptions, AllreduceCoalescedOptions, AllreduceOptions, AllToAllOptions,
+                             BarrierOptions, BroadcastOptions, GatherOptions, ReduceOptions, ReduceScatterOptions,
+                             ScatterOptions, _CollectiveMethods)
 from ._store import FileStore, HashStore, PrefixStore, Store, TCPStore, _seconds
 
 __all__ = [
@@ -85,6 +88,10 @@ __all__ += [
     "all_gather_coalesced", "all_gather_single", "all_reduce_coalesced", "gather_into_tensor", "gather_single",
     "get_backend_config", "reduce_scatter_single", "register_rendezvous_handler", "rendezvous", "set_timeout",
     "split_group",
+]
+__all__ += [
+    "AllToAllOptions", "AllgatherOptions", "AllreduceCoalescedOptions", "AllreduceOptions", "BarrierOptions",
+    "BroadcastOptions", "GatherOptions", "ReduceOptions", "ReduceScatterOptions", "ScatterOptions",
 ]
 
 _DTYPE_CODES = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 3, "int32": 4, "int64": 5, "uint8": 6,
@@ -173,15 +180,21 @@ class GroupMember:
 group = GroupMember  # dist.group.WORLD, as in PyTorch
 
 
-class ProcessGroup:
+class ProcessGroup(_CollectiveMethods):
     """A set of ranks that run collectives together. ``rank()`` and ``size()``
-    are within the group; ``ranks`` are the members' ranks in the default group."""
+    are within the group; ``ranks`` are the members' ranks in the default group.
+    As PyTorch's, it also runs collectives itself (``pg.allreduce([t]).wait()``,
+    see _process_group.py) and has ``name()``, ``group_name``, ``group_desc``
+    and ``bound_device_id``."""
 
-    def __init__(self, c_group, ranks, backend, store, prefix):
+    def __init__(self, c_group, ranks, backend, store, prefix, timeout_s):
         self._c = c_group
         self.ranks = list(ranks)
         self.backend = backend
-        self.name = backend    # what get_backend() says: "gloo" where the caller asked for it by that name
+        self._backend_name = backend  # what get_backend() and name() say: "gloo" where asked for by that name
+        self._timeout_s = timeout_s   # of its collectives (set_timeout changes it)
+        self.group_name = prefix      # unique in the job: its keys' prefix in the store
+        self.group_desc = "undefined"
         self._store = store
         self._prefix = prefix  # of the group's keys in the store
         self._monitored = 0    # monitored_barrier calls so far
@@ -209,6 +222,15 @@ class ProcessGroup:
 
     def size(self):
         return self._c.size
+
+    def name(self):
+        """The backend's name, as get_backend gives it."""
+        return self._backend_name
+
+    @property
+    def bound_device_id(self):
+        """The device init_process_group was given as ``device_id`` (a ddpc.device), or None."""
+        return _world.bound_device if self in (_world.default, getattr(_world.default, "_host", None)) else None
 
     def _close(self, wait):
         """Closes the group (and its host companion); with ``wait``, after finishing dropped collectives.
@@ -243,6 +265,7 @@ class _World:
         self.rank = -1
         self.timeout = None
         self.device = None       # this rank's GPU on the nccl backend
+        self.bound_device = None  # init_process_group's device_id (the default group's bound_device_id)
 
 
 _world = _World()
@@ -493,11 +516,11 @@ def _new_process_group(store, prefix, rank, ranks, backend, timeout_s, with_host
     takes the collectives of host tensors (as PyTorch's default backend
     pairs gloo with nccl)."""
     group = ProcessGroup(_make_group(store, prefix, rank, len(ranks), ranks, backend, timeout_s), ranks, backend,
-                         store, prefix)
+                         store, prefix, timeout_s)
     if backend == "nccl" and with_host:
         try:
             group._host = ProcessGroup(_make_group(store, prefix + "host/", rank, len(ranks), ranks, "cpu", timeout_s),
-                                       ranks, "cpu", store, prefix + "host/")
+                                       ranks, "cpu", store, prefix + "host/", timeout_s)
         except BaseException:
             group._close(wait=False)
             raise
@@ -505,7 +528,7 @@ def _new_process_group(store, prefix, rank, ranks, backend, timeout_s, with_host
 
 
 def init_process_group(backend=None, init_method=None, timeout=None, world_size=-1, rank=-1, store=None,
-                       group_name="", device_id=None):
+                       group_name="", pg_options=None, device_id=None):
     """Joins the default process group (collective: every rank calls it).
 
     ``init_method``: ``env://`` (default; RANK, WORLD_SIZE, MASTER_ADDR,
@@ -529,7 +552,7 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
     its prefix). A missing ``rank`` or ``world_size`` is a ValueError
     (PyTorch asserts).
     """
-    del group_name
+    del group_name, pg_options
     if _world.default is not None:
         raise RuntimeError("the default process group is already initialised; call destroy_process_group() first")
     timeout_s = _seconds(timeout, _DEFAULT_TIMEOUT.total_seconds())
@@ -573,8 +596,10 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
     _world.rank = rank
     _world.timeout = timeout_s
     _world.default = default
+    _world.bound_device = None if device_id is None else _device_of(device_id)
     if gloo:
-        default.name = "gloo"
+        default._backend_name = "gloo"
+    default.group_desc = "default_pg"
     GroupMember.WORLD = _world.default
 
 
@@ -636,7 +661,7 @@ def get_world_size(group=None):
 def get_backend(group=None):
     """The group's backend: "nccl", "cpu", or "gloo" where it was asked for by
     that name (the cpu backend either way)."""
-    return _group(group).name
+    return _group(group)._backend_name
 
 
 def get_group_rank(group, global_rank):
@@ -686,9 +711,9 @@ def new_group(ranks=None, timeout=None, backend=None, pg_options=None, use_local
     group must call it, in the same order; ranks outside get
     ``GroupMember.NON_GROUP_MEMBER``. With ``use_local_synchronization=True``
     only the members call it (in the same order among themselves).
-    ``pg_options`` (NCCL's tuning in PyTorch) and ``group_desc`` are taken
-    for PyTorch's signature."""
-    del pg_options, group_desc
+    ``pg_options`` (NCCL's tuning in PyTorch) is taken for PyTorch's
+    signature; ``group_desc`` becomes the group's ``group_desc``."""
+    del pg_options
     world = _group(None)
     ranks = sorted(set(range(world.size()) if ranks is None else (int(r) for r in ranks)))
     if not ranks or ranks[0] < 0 or ranks[-1] >= world.size():
@@ -703,9 +728,9 @@ def new_group(ranks=None, timeout=None, backend=None, pg_options=None, use_local
         if _world.rank not in ranks:
             return GroupMember.NON_GROUP_MEMBER
     with_host = backend is None and world._host is not None
-    name = world.name if backend is None else str(backend).lower()
+    name = world._backend_name if backend is None else str(backend).lower()
     backend = world.backend if backend is None else ("cpu" if backend == "gloo" else backend)
-    return _add_group(ranks, group_id, backend, name, with_host, _seconds(timeout, _world.timeout))
+    return _add_group(ranks, group_id, backend, name, with_host, _seconds(timeout, _world.timeout), group_desc)
 
 
 def _local_group_id(ranks):
@@ -717,13 +742,15 @@ def _local_group_id(ranks):
     return f"l{members}n{count}"
 
 
-def _add_group(ranks, group_id, backend, name, with_host, timeout_s):
+def _add_group(ranks, group_id, backend, name, with_host, timeout_s, desc=None):
     """This rank's new ProcessGroup of ``ranks`` (default-group ranks, in
     group-rank order), its keys named by ``group_id``."""
     group = _new_process_group(_world.store, f"{_world.prefix}g{group_id}/", ranks.index(_world.rank), ranks,
                                backend, timeout_s, with_host)
     if name == "gloo":
-        group.name = name
+        group._backend_name = name
+    if desc is not None:
+        group.group_desc = desc
     _world.groups.append(group)
     return group
 
@@ -737,9 +764,9 @@ def split_group(parent_pg=None, split_ranks=None, timeout=None, pg_options=None,
     make it (ranks outside the parent need not call it). ``backend``
     keeps a part of the parent's backends (say, "cpu:gloo" of a
     "cpu:gloo,cuda:nccl" parent, see get_backend_config); ``timeout`` is
-    new_group's; ``pg_options`` and ``group_desc`` are taken for PyTorch's
-    signature."""
-    del pg_options, group_desc
+    new_group's; ``pg_options`` is taken for PyTorch's signature;
+    ``group_desc`` becomes the group's ``group_desc``."""
+    del pg_options
     if not split_ranks:
         raise ValueError("split_group: split_ranks cannot be None or empty")
     parent = _group(parent_pg)
@@ -760,8 +787,9 @@ def split_group(parent_pg=None, split_ranks=None, timeout=None, pg_options=None,
         return GroupMember.NON_GROUP_MEMBER
     ranks = [parent.ranks[r] for r in mine]
     kind, with_host = _split_backend(parent, backend)
-    name = parent.name if backend is None else str(backend).lower()
-    return _add_group(ranks, _local_group_id(ranks), kind, name, with_host, _seconds(timeout, _world.timeout))
+    name = parent._backend_name if backend is None else str(backend).lower()
+    return _add_group(ranks, _local_group_id(ranks), kind, name, with_host, _seconds(timeout, _world.timeout),
+                      group_desc)
 
 
 def _split_backend(parent, backend):
@@ -808,6 +836,7 @@ def set_timeout(timeout, group=None):
     for pg in (g, g._host):
         if pg is not None:
             pg._c.set_timeout(seconds)
+            pg._timeout_s = seconds
 
 
 def get_pg_count():
