@@ -39,6 +39,7 @@ from ..func import functional_call
 from .. import _dtype
 from .._dtype import bfloat16, device as _device, float16
 from .._sparse_coo import SparseTensor
+from ..optim.optimizer import Optimizer
 from ..tensor import Tensor, cat, from_numpy, zeros
 from . import _grad_exchange
 from ._parallel_apply import _refuse_uninitialized
@@ -233,6 +234,7 @@ class _Bucket:
         self.flat = flat
         self.pending = len(params)
         self.future = None
+        self.settled = False  # the comm hook's result is in flat (and, with optimizers in backward, stepped)
 
     def view(self, i):
         p = self.params[i]
@@ -377,6 +379,18 @@ class DistributedDataParallel(Module, _GroupJoinable):
     * ``check_reduction`` is deprecated (a FutureWarning when True) and does
       nothing, as in PyTorch.
 
+    Optimizers in backward, as PyTorch's: where the module's parameters have
+    optimizers from ``ddpc.distributed.optim._apply_optimizer_in_backward``
+    at the first forward, their own hooks (which would step on this rank's
+    gradient) are removed and the reducer steps them on the averaged
+    gradient, bucket by bucket as each bucket's average arrives during
+    backward (the rest at its end), then sets their ``.grad`` to None.
+    ``_register_fused_optim`` does the same with an optimizer it makes, and
+    leaves the averaged ``.grad`` in place. Both step on the comm hook's
+    result, whichever hook is registered; under ``no_sync()`` nothing steps
+    and the next reducing backward steps on the accumulated gradients. The
+    linear weights' exchange is off with them (it bypasses the buckets).
+
     Where the work goes: a linear layer's fresh weight and bias gradients are
     written by backward straight into their bucket slots (nothing is copied
     into the buckets), and host buckets lie in a
@@ -499,8 +513,16 @@ class DistributedDataParallel(Module, _GroupJoinable):
                     b.data = b.to(mixed_precision.buffer_dtype)
         self._index = {id(p): k for k, (_, p) in enumerate(self._named_params)}
         self._exchange_settled = False  # (see _finish_reduction)
-        # (the exchange averages in the gradients' own dtype, not in a mixed precision's reduce_dtype)
-        self._build_reducer(exchange=not find_unused_parameters and self._reduce_dtype is None)
+        # Parameter -> the optimizers the reducer steps on its averaged gradient
+        # (see _setup_in_backward_optimizers and _register_fused_optim), and
+        # the parameters whose gradient is then dropped.
+        self._steppers, self._drop_grads = {}, set()
+        self._fused_optim_registered = False
+        self._lazy_init_ran = False
+        # (the exchange averages in the gradients' own dtype, not in a mixed precision's reduce_dtype, and
+        # outside the buckets, where no optimizer in backward would step)
+        self._build_reducer(exchange=not find_unused_parameters and self._reduce_dtype is None
+                            and not any("_in_backward_optimizers" in p.__dict__ for _, p in self._named_params))
         if dist.get_debug_level() is not dist.DebugLevel.OFF and dist.get_rank(self.process_group) == 0:
             self._log_layout()
         for _, p in self._named_params:
@@ -508,10 +530,10 @@ class DistributedDataParallel(Module, _GroupJoinable):
         if self._delayed:  # after the reducer's own hook: a bucket the same gradient completes goes first
             param_to_hook_all_reduce.register_post_accumulate_grad_hook(self._on_delayed_hook)
         self._delayed_sync = False
-        self._next_launch = 0
+        self._next_launch = self._next_settle = 0
         self._got_grad = {}
         self._hook_fired = False
-        self._unused, self._used_mask = [], None
+        self._unused, self._used_mask, self._used = [], None, None
         self._expect_reduction = self._gather_sparse = False
         self._join_steps, self._join_active, self._join_divide_by_world = 0, None, True
         self.dim = dim
@@ -685,15 +707,15 @@ class DistributedDataParallel(Module, _GroupJoinable):
         self._check_reducer_finalized()
         # A forward without a backward (e.g. evaluation with grad mode on) launched nothing: start afresh.
         for b in self._buckets:
-            b.pending, b.future = len(b.params), None
-        self._next_launch = 0
+            b.pending, b.future, b.settled = len(b.params), None, False
+        self._next_launch = self._next_settle = 0
         self._exchange_pending = len(self._exchange.params) if self._exchange else 0
         self._got_grad = {}
         self._hook_fired = False
-        self._unused, self._used_mask, self._skipped = [], None, None
+        self._unused, self._used_mask, self._used, self._skipped = [], None, None, None
         # A group of one with the default hook has nothing to average: skip the buckets entirely.
         alone = (self._comm_hook is allreduce_hook and dist.get_world_size(self.process_group) == 1
-                 and self._reduce_dtype is None and not self._manual_finalization)
+                 and self._reduce_dtype is None and not self._manual_finalization and not self._steppers)
         self._expect_reduction = self.require_backward_grad_sync and not alone
         if self._exchange:
             self._exchange.begin(self._expect_reduction and self._comm_hook is allreduce_hook)
@@ -732,6 +754,10 @@ class DistributedDataParallel(Module, _GroupJoinable):
             p.grad = self._gathered_sparse(p.grad)
         else:  # a dense gradient reached a sparse table (e.g. its weight used outside the lookup)
             dist.all_reduce(p.grad, op=dist.ReduceOp.AVG, group=self.process_group)
+        for optimizer in self._steppers.get(id(p), ()):
+            optimizer.step()
+        if id(p) in self._drop_grads:
+            p.grad = None
 
     def _gathered_sparse(self, grad):
         """Every rank's sparse gradient concatenated in rank order (uncoalesced), over the world size."""
@@ -759,7 +785,7 @@ class DistributedDataParallel(Module, _GroupJoinable):
         none anywhere keep ``.grad`` None after the reduction, as in PyTorch."""
         unused = {id(q) for q in self._unused}
         used = np.array([id(q) not in unused or q.grad is not None for _, q in self._named_params], dtype=np.int32)
-        self._used_mask = self._collective_tensor(used)
+        self._used_mask, self._used = self._collective_tensor(used), None
         self._used_mask_work = dist.all_reduce(self._used_mask, op=dist.ReduceOp.MAX, group=self.process_group,
                                                async_op=True)
 
@@ -798,17 +824,64 @@ class DistributedDataParallel(Module, _GroupJoinable):
             b.future = self._bucket_hook(self._comm_state, GradBucket(b.index, b.flat, b.params, last))
             if rec:
                 profiler._close(rec)
+        if self._steppers:
+            # The optimizers step on each bucket whose average has arrived,
+            # in bucket order, while backward goes on; _finish_reduction
+            # waits for the rest.
+            while self._next_settle < self._next_launch:
+                b = self._buckets[self._next_settle]
+                if b.future is not None:  # (None: skipped, all its parameters unused)
+                    if not b.future.done():
+                        break
+                    self._settle(b)
+                self._next_settle += 1
         if self._next_launch == len(self._buckets) and not self._exchange_pending:
             if self._manual_finalization:
                 self._awaiting_finalize = True  # the caller's finalize_backward() finishes
             else:
                 self._finish_reduction()
 
+    def _rescale(self):
+        """Under join(divide_by_initial_world_size=False) with ranks joined: the
+        factor that turns an average over the world into one over the active ranks; else None."""
+        world = dist.get_world_size(self.process_group)
+        if (self._join_config.enable and not self._join_divide_by_world and self._join_active is not None
+                and 0 < self._join_active < world):
+            return world / self._join_active
+        return None
+
+    def _used_flags(self):
+        """With find_unused_parameters: which parameters (by _index) have a gradient on some rank; else None."""
+        if self._used_mask is None:
+            return None
+        if self._used is None:
+            self._used_mask_work.wait()
+            self._used = self._used_mask.cpu().numpy()
+        return self._used
+
+    def _settle(self, b):
+        """Waits for bucket ``b``'s comm hook and puts its result in the bucket;
+        then the optimizers stepped in backward step its parameters on it."""
+        result = _hook_result(b.future.wait())
+        if result is not b.flat:
+            b.flat.copy_(result)
+        scale = self._rescale()
+        if scale is not None:  # averaged over the ranks still active, not over the whole world
+            b.flat.mul_(scale)
+        b.settled = True
+        if not self._steppers:
+            return
+        used = self._used_flags()
+        for i, p in enumerate(b.params):
+            optimizers = self._steppers.get(id(p))
+            if optimizers and (used is None or used[self._index[id(p)]]):
+                p.grad = b.view(i)
+                for optimizer in optimizers:
+                    optimizer.step()
+
     def _finish_reduction(self):
         rec = profiler._is_profiler_enabled and profiler._open("DistributedDataParallel.finish_reduction")
-        world = dist.get_world_size(self.process_group)
-        rescale = (self._join_config.enable and not self._join_divide_by_world and self._join_active is not None
-                   and 0 < self._join_active < world)
+        rescale = self._rescale()
         if self._exchange:  # (while the collectives' thread reduces the buckets)
             ex = profiler._is_profiler_enabled and profiler._open("DistributedDataParallel.exchange_gradients")
             self._exchange.finish(self.process_group)
@@ -816,25 +889,19 @@ class DistributedDataParallel(Module, _GroupJoinable):
                 profiler._close(ex)
             for p, slot in zip(self._exchange.params, self._exchange.slots):
                 if rescale:
-                    slot.mul_(world / self._join_active)
+                    slot.mul_(rescale)
                 p.grad = slot
         for b in self._buckets:
-            if b.future is None:  # all its parameters unused, with skip_all_reduce_unused_params
-                continue
-            result = _hook_result(b.future.wait())
-            if result is not b.flat:
-                b.flat.copy_(result)
-            if rescale:  # averaged over the ranks still active, not over the whole world
-                b.flat.mul_(world / self._join_active)
-        used = None
-        if self._used_mask is not None:
-            self._used_mask_work.wait()
-            used = self._used_mask.cpu().numpy()
+            # (b.future None: all its parameters unused, with skip_all_reduce_unused_params)
+            if b.future is not None and not b.settled:
+                self._settle(b)
+        used = self._used_flags()
         skipped = self._skipped or ()
         for b in self._buckets:
             for i, p in enumerate(b.params):
                 if (used is None or used[self._index[id(p)]]) and id(p) not in skipped:
-                    p.grad = b.view(i)  # the reduced gradient, in place: no copy back
+                    # the reduced gradient, in place: no copy back; none once an optimizer in backward used it
+                    p.grad = None if id(p) in self._drop_grads else b.view(i)
         self._expect_reduction = False
         self._reductions += 1
         if self._exchange and not self._exchange_settled:
@@ -851,6 +918,9 @@ class DistributedDataParallel(Module, _GroupJoinable):
 
     # ---- public API --------------------------------------------------------------------
     def forward(self, *inputs, **kwargs):
+        if not self._lazy_init_ran:
+            self._lazy_init_ran = True
+            self._setup_in_backward_optimizers()
         sync_buffers = self.will_sync_module_buffers()
         if self._join_config.enable:
             Join.notify_join_context(self)
@@ -1015,6 +1085,71 @@ class DistributedDataParallel(Module, _GroupJoinable):
         self._comm_hook, self._comm_state = hook, state
         self._bucket_hook = hook if self._reduce_dtype is None else _compress_wrapper(self._reduce_dtype, hook)
 
+    def _optimizable_params(self):
+        """The parameters whose averaged gradient the reducer has during backward:
+        the bucketed ones and the sparse tables."""
+        return [p for _, p in self._named_params] + self._sparse_params
+
+    def _setup_in_backward_optimizers(self):
+        """At the first forward, as PyTorch: where the parameters have
+        optimizers in backward (_apply_optimizer_in_backward), their own hooks,
+        which would step on this rank's gradient, are removed, and the reducer
+        steps them on the averaged one instead."""
+        from ..distributed.optim.apply_optimizer_in_backward import param_to_optim_hook_handle_map
+
+        params = [p for p in self._optimizable_params() if "_in_backward_optimizers" in p.__dict__]
+        delayed = self._delayed.params if self._delayed else []
+        if any("_in_backward_optimizers" in p.__dict__ for p in delayed):
+            raise RuntimeError("DistributedDataParallel: the parameters of delay_all_reduce_named_params cannot have "
+                               "optimizers in backward (_apply_optimizer_in_backward)")
+        if not params:
+            return
+        if self._fused_optim_registered:
+            raise RuntimeError("DistributedDataParallel: _register_fused_optim and _apply_optimizer_in_backward do "
+                               "not compose; use one of them")
+        for p in params:
+            for handle in param_to_optim_hook_handle_map.pop(p, ()):
+                handle.remove()
+            self._steppers[id(p)] = p._in_backward_optimizers  # (the list itself: optimizers added later step too)
+            self._drop_grads.add(id(p))
+        if self._exchange:
+            self._build_reducer(exchange=False)
+
+    def _register_fused_optim(self, optim, *args, optim_params=None, **kwargs):
+        """Registers an optimizer that steps each parameter right after its
+        gradient's bucket has been averaged, inside backward, instead of after
+        every bucket's reduction, as PyTorch's: ``optim(params, *args,
+        **kwargs)`` over ``optim_params`` (default: every parameter this
+        wrapper reduces), one instance per parameter (PyTorch's functional
+        optimizers also keep a state per parameter and step one at a time).
+        As in PyTorch, ``.grad`` holds the averaged gradient afterwards, so
+        call ``zero_grad()`` before the next backward; it can be registered
+        once per wrapper, and not together with _apply_optimizer_in_backward.
+        Unlike PyTorch's, it composes with any comm hook (it steps on the
+        hook's result) and, under ``no_sync()``, steps at the next reducing
+        backward on the accumulated gradients. Collective, the first time it
+        turns off the exchange of linear weights' gradients (which bypasses
+        the buckets): call it on every rank."""
+        if self._fused_optim_registered:
+            raise RuntimeError("_register_fused_optim should only be called once on a DDP instance")
+        if not (isinstance(optim, type) and issubclass(optim, Optimizer)):
+            raise TypeError(f"_register_fused_optim: optim must be a ddpc.optim.Optimizer subclass, got {optim!r}")
+        managed = {id(p) for p in self._optimizable_params()}
+        params = self._optimizable_params() if optim_params is None else list(optim_params)
+        for p in params:
+            if id(p) not in managed:
+                raise ValueError("_register_fused_optim: optim_params must be parameters of the module that "
+                                 f"DistributedDataParallel reduces, got a {type(p).__name__} of shape "
+                                 f"{tuple(getattr(p, 'shape', ()))}")
+        if any("_in_backward_optimizers" in p.__dict__ for p in self._optimizable_params()):
+            raise RuntimeError("DistributedDataParallel: _register_fused_optim and _apply_optimizer_in_backward do "
+                               "not compose; use one of them")
+        optimizers = {id(p): [optim([p], *args, **kwargs)] for p in params}
+        self._steppers.update(optimizers)
+        self._fused_optim_registered = True
+        if self._exchange:
+            self._build_reducer(exchange=False)
+
     def _register_builtin_comm_hook(self, comm_hook_type):
         """Registers one of the hooks ``BuiltinCommHookType`` names, with this DDP's
         process group as its state (PyTorch runs these in C++; here they are the
@@ -1059,13 +1194,14 @@ class DistributedDataParallel(Module, _GroupJoinable):
             self._broadcast_states(0, with_params=False)
         if not grads:  # the active ranks' step is inside no_sync() or without grad mode
             return
-        self._used_mask, self._skipped = None, None
+        self._used_mask, self._used, self._skipped = None, None, None
         if self.find_unused_parameters:
             self._used_mask = self._collective_tensor(np.zeros(len(self._named_params), dtype=np.int32))
             self._used_mask_work = dist.all_reduce(self._used_mask, op=dist.ReduceOp.MAX, group=self.process_group,
                                                    async_op=True)
         for b in self._buckets:
             b.flat.fill_(0)
+            b.settled = False
             b.future = self._bucket_hook(self._comm_state, GradBucket(b.index, b.flat, b.params, False))
         if self._exchange:
             self._exchange.shadow()
