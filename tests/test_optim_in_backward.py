@@ -114,6 +114,9 @@ def ddp_worker(rank, mode, name, kwargs, options):
     grads_none = []
     for x in batches(10 + rank):  # different data on every rank
         ddp.zero_grad()
+        if options.get("accumulate"):
+            with ddp.no_sync():
+                loss(ddp(x * 2)).backward()
         loss(ddp(x)).backward()
         grads_none.append([p.grad is None for p in ddp.parameters()])
         if opt is not None:
@@ -155,6 +158,18 @@ def test_ddp_small_buckets_and_a_subset(mode):
         assert all(g[4:] == [False, False] for g in grads_none)
         assert all(g[:4] == [mode == "in_backward"] * 4 for g in grads_none)
     for a, b in zip(got[0][0][4:], start[4:]):  # not stepped: no optimizer over them
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("mode", ["in_backward", "fused"])
+def test_ddp_no_sync_steps_on_the_accumulated_gradient(mode):
+    kwargs = dict(lr=0.01)
+    want = ddpc.spawn(ddp_worker, args=("plain", "Adam", kwargs, {"accumulate": True}), nprocs=2)
+    got = ddpc.spawn(ddp_worker, args=(mode, "Adam", kwargs, {"accumulate": True}), nprocs=2)
+    for (g, _, _), (w, _, _) in zip(got, want):
+        for a, b in zip(g, w):
+            np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
+    for a, b in zip(got[0][0], got[1][0]):
         np.testing.assert_array_equal(a, b)
 
 
@@ -200,3 +215,34 @@ def test_fused_optim_errors():
         assert errors[:2] == ["TypeError", "ValueError"]
         assert "only be called once" in errors[2]
         assert "do not compose" in errors[3]
+
+
+def unused_worker(rank):
+    import ddpc.distributed as dist
+    from ddpc import nn
+
+    dist.init_process_group("cpu")
+    m = nn.ModuleDict({"body": model(), "unused": nn.Linear(3, 3)})
+    _apply_optimizer_in_backward(ddpc.optim.SGD, m.parameters(), {"lr": 0.1, "momentum": 0.9})
+
+    class Body(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = m
+
+        def forward(self, x):
+            return self.m["body"](x)
+
+    ddp = nn.parallel.DistributedDataParallel(Body(), find_unused_parameters=True)
+    for x in batches(20 + rank, n=2):
+        loss(ddp(x)).backward()
+    stepped = [bool(o.state) for o in _get_in_backward_optimizers(m)]
+    dist.destroy_process_group()
+    return stepped, values(m)
+
+
+def test_ddp_unused_parameters_are_not_stepped():
+    a, b = ddpc.spawn(unused_worker, nprocs=2)
+    assert a[0] == b[0] == [True] * 6 + [False, False]  # (momentum buffers only where a step ran)
+    for x, y in zip(a[1], b[1]):
+        np.testing.assert_array_equal(x, y)
