@@ -893,6 +893,13 @@ static PyObject *get_views_shared(ddpc_buffer *b, void *c) {
     return PyBool_FromLong(b->base && ddpc_buffer_check(b->base) && Py_REFCNT(b->base) > 1);
 }
 
+static PyObject *get_view_count(ddpc_buffer *b, void *c) {
+    (void)c;
+    Py_ssize_t n = 0;
+    for (const ddpc_buffer *v = b->views; v; v = v->next_view) n++;
+    return PyLong_FromSsize_t(n);
+}
+
 static PyObject *get_base(ddpc_buffer *b, void *c) {
     (void)c;
     PyObject *r = b->base ? b->base : Py_None;
@@ -960,6 +967,8 @@ static PyGetSetDef buffer_getset[] = {
     {"is_pinned", (getter)get_is_pinned, NULL, "whether the memory is page-locked host memory", NULL},
     {"is_shared", (getter)get_is_shared, NULL, "whether the memory is in a shared-memory segment", NULL},
     {"base", (getter)get_base, NULL, "the object owning a view's memory", NULL},
+    {"view_count", (getter)get_view_count, NULL,
+     "how many live views have this buffer as their base (its memory can't move without them)", NULL},
     {"storage_released", (getter)get_storage_released, NULL, "whether release_storage_() freed the memory", NULL},
     {"storage_nbytes", (getter)get_storage_nbytes, NULL,
      "bytes the storage this buffer views holds now (0 while released)", NULL},
