@@ -1368,6 +1368,130 @@ class Tensor:
     def char(self): return self.to(dtype="int8")
     def short(self): return self.to(dtype="int16")
 
+    # ---- storage and layout ------------------------------------------------------------
+    def untyped_storage(self): return _storage.untyped_storage(self)
+    def storage(self): return _storage.typed_storage(self)
+    def as_strided(self, size, stride, storage_offset=None):
+        return _storage.as_strided(self, size, stride, storage_offset)
+    def as_strided_(self, size, stride, storage_offset=None):
+        return _storage.as_strided_(self, size, stride, storage_offset)
+    def as_strided_scatter(self, src, size, stride, storage_offset=None):
+        return _storage.as_strided_scatter(self, src, size, stride, storage_offset)
+    def resize_(self, *sizes, memory_format=None): return _storage.resize_(self, _size_args(sizes))
+    def resize_as_(self, the_template, memory_format=None): return _storage.resize_(self, the_template.shape, "resize_as_")
+    def set_(self, source=None, storage_offset=0, size=None, stride=None):
+        return _storage.set_(self, source, storage_offset, size, stride)
+    def is_set_to(self, tensor): return _storage.is_set_to(self, tensor)
+
+    def resize(self, *sizes):
+        """PyTorch's deprecated out-of-place resize: a reshape to as many elements."""
+        warnings.warn("non-inplace resize is deprecated", UserWarning, stacklevel=2)
+        sizes = _size_args(sizes)
+        if math.prod(sizes) != self.numel():
+            raise RuntimeError(f"requested resize to {'x'.join(map(str, sizes))} ({math.prod(sizes)} elements in "
+                               f"total), but the given tensor has a size of {'x'.join(map(str, self.shape))} "
+                               f"({self.numel()} elements); resize can only change the shape, keeping the number of "
+                               "elements")
+        return _ag.reshape(self, sizes)
+
+    def resize_as(self, tensor):
+        """PyTorch's deprecated out-of-place resize_as: a reshape to tensor's shape."""
+        warnings.warn("non-inplace resize_as is deprecated", UserWarning, stacklevel=2)
+        return _ag.reshape(self, tensor.shape) if tensor.numel() == self.numel() else self.resize(tensor.shape)
+
+    def dim_order(self, *, ambiguity_check=False):
+        """The dims from outermost to innermost in memory: always in order, as
+        ddpc tensors are contiguous. ``ambiguity_check=True`` raises where two
+        dims have one stride (a dim of size 1), a list of memory formats where
+        contiguous_format is not among them, as in PyTorch."""
+        strides = self.stride()
+        if ambiguity_check is True and len(set(strides)) < len(strides) or (
+                isinstance(ambiguity_check, (list, tuple)) and contiguous_format not in ambiguity_check):
+            raise RuntimeError("The tensor does not have unique dim order, or cannot map to exact one of the given "
+                               "memory formats.")
+        if not isinstance(ambiguity_check, (bool, list, tuple)):
+            raise TypeError(f"dim_order: ambiguity_check must be a bool or a list of memory formats, got "
+                            f"{ambiguity_check!r}")
+        return tuple(range(self.ndim))
+
+    def const_data_ptr(self): return self.data_ptr()
+
+    @property
+    def output_nr(self):
+        """Which output of its grad_fn this tensor is: 0 but for the outputs of
+        a multi-output autograd.Function (ddpc records chunk, split, unbind and
+        the like as one node per output, where PyTorch numbers them 0, 1, ...)."""
+        return self.grad_fn.index if isinstance(self.grad_fn, _function._OutputOf) else 0
+
+    def new(self, *args, device=None):
+        """PyTorch's legacy constructor in this tensor's dtype and on its device
+        (or ``device``): ``new(2, 3)`` or ``new(Size)`` uninitialised, ``new(data)``
+        of that data, ``new()`` empty."""
+        if len(args) == 1 and isinstance(args[0], Tensor) and args[0].dtype is not self.dtype:
+            raise TypeError(f"new: expected a tensor of {self.dtype}, got one of {args[0].dtype}")
+        if len(args) == 1 and isinstance(args[0], Size):
+            args = tuple(args[0])
+        buf = _legacy_buffer(args[0] if args else (), args[1:], "new", self.dtype)
+        return Tensor(buf).to(device=self.device if device is None else device)
+
+    def apply_(self, callable):
+        """Each element replaced by ``callable(element)``, in place; cpu only and
+        slow, as in PyTorch (one Python call per element)."""
+        return _each_element(self, "apply_", callable, ())
+    def map_(self, tensor, callable):
+        """Each element replaced by ``callable(element, other)``, ``tensor`` broadcast to this shape."""
+        return _each_element(self, "map_", callable, (tensor,))
+    def map2_(self, x, y, callable):
+        """Each element replaced by ``callable(element, x's, y's)``, x and y broadcast to this shape."""
+        return _each_element(self, "map2_", callable, (x, y))
+
+    def addmm_(self, mat1, mat2, *, beta=1, alpha=1):
+        return _ag.inplace_apply(self, lambda t: _ag.addmm(t, mat1, mat2, beta=beta, alpha=alpha), "addmm_",
+                                 (mat1, mat2))
+    def addmv_(self, mat, vec, *, beta=1, alpha=1):
+        return _ag.inplace_apply(self, lambda t: _la.addmv(t, mat, vec, beta=beta, alpha=alpha), "addmv_", (mat, vec))
+    def addr_(self, vec1, vec2, *, beta=1, alpha=1):
+        return _ag.inplace_apply(self, lambda t: _la.addr(t, vec1, vec2, beta=beta, alpha=alpha), "addr_",
+                                 (vec1, vec2))
+    def addbmm_(self, batch1, batch2, *, beta=1, alpha=1):
+        return _ag.inplace_apply(self, lambda t: _la.addbmm(t, batch1, batch2, beta=beta, alpha=alpha), "addbmm_",
+                                 (batch1, batch2))
+    def baddbmm_(self, batch1, batch2, *, beta=1, alpha=1):
+        return _ag.inplace_apply(self, lambda t: _la.baddbmm(t, batch1, batch2, beta=beta, alpha=alpha), "baddbmm_",
+                                 (batch1, batch2))
+
+    def cfloat(self, memory_format=preserve_format): return self.to(dtype=complex64)
+    def cdouble(self, memory_format=preserve_format): return self.to(dtype=complex128)
+    def chalf(self, memory_format=preserve_format):
+        raise TypeError("chalf: ddpc has no complex32 dtype (its complex dtypes are complex64 and complex128: "
+                        "cfloat(), cdouble())")
+
+    def nonzero_static(self, *, size, fill_value=-1):
+        """nonzero() cut or padded with rows of ``fill_value`` to ``size`` rows."""
+        if not isinstance(size, numbers.Integral) or isinstance(size, bool) or size < 0:
+            raise RuntimeError(f"nonzero_static: 'size' must be an non-negative integer, got {size!r}")
+        found = _ag.nonzero(self.detach())[:size]
+        if found.shape[0] == size:
+            return found
+        pad = full((size - found.shape[0], self.ndim), fill_value, dtype=int64, device=self.device)
+        return cat([found, pad])
+
+    def prelu(self, weight):
+        from .nn import functional  # ddpc.nn builds on this module
+        return functional.prelu(self, weight)
+
+    def record_stream(self, stream):
+        """Keeps this tensor's memory from reuse until ``stream``'s work queued
+        so far is done. ddpc runs every op on a device on its one compute
+        stream, which the caching allocator already orders reuse after, so for
+        a ddpc.cuda stream this is a no-op; a cpu tensor raises
+        NotImplementedError, as in PyTorch, and anything but a stream TypeError."""
+        from .cuda import _ComputeStream
+        if not isinstance(stream, _ComputeStream):
+            raise TypeError(f"record_stream: expected a ddpc.cuda stream, got {type(stream).__name__}")
+        if not self.is_cuda:
+            raise NotImplementedError("record_stream: a cpu tensor has no stream to be recorded on")
+
     # ---- printing -------------------------------------------------------------------
     def __repr__(self):
         return self._repr()
@@ -1590,6 +1714,26 @@ def _check_no_grad_inplace(t, what):
     if t.requires_grad and _ag.is_grad_enabled():
         raise RuntimeError(f"{what}: a tensor that requires grad can't be modified in place while grad mode is on; "
                            "wrap the update in ddpc.no_grad()")
+
+
+def _each_element(t, what, fn, others):
+    """t's elements replaced, in place, by fn(element, the others' elements):
+    PyTorch's apply_, map_ and map2_, which call Python once per element."""
+    if not callable(fn):
+        raise TypeError(f"{what}: '{type(fn).__name__}' object is not callable")
+    for o in (t, *others):
+        if not isinstance(o, Tensor):
+            raise TypeError(f"{what}: expected ddpc tensors, got {type(o).__name__}")
+        if o.is_cuda:
+            raise TypeError(f"{what} is only implemented on cpu tensors, got one on {o.device}")
+        if o.dtype is not t.dtype:
+            raise TypeError(f"{what}: expected a tensor of {t.dtype} for the others, got {o.dtype}")
+    if t.requires_grad:
+        raise RuntimeError(f"Can't call {what}() on a tensor that requires grad; use t.detach().{what}() instead")
+    cast = complex if t.dtype.is_complex else float if t.dtype.is_floating_point else bool if t.dtype is bool_ else int
+    columns = [t.reshape(-1).tolist()] + [o.expand(t.shape).reshape(-1).tolist() for o in others]
+    values = [cast(fn(*vs)) for vs in zip(*columns)]
+    return t.copy_(tensor(values, dtype=t.dtype).reshape(t.shape))
 
 
 def _check_inplace(out):
@@ -2137,6 +2281,7 @@ from . import special as _sp  # noqa: E402  (as autograd)
 from . import _stats as _st  # noqa: E402  (as autograd)
 from . import _matrix as _mx  # noqa: E402  (as autograd)
 from . import _complex  # noqa: E402  (as autograd)
+from . import _function, _storage  # noqa: E402  (as autograd)
 
 _TYPE_NAMES = {float32: "FloatTensor", float64: "DoubleTensor", float16: "HalfTensor", bfloat16: "BFloat16Tensor",
                int32: "IntTensor", int64: "LongTensor", uint8: "ByteTensor", complex64: "ComplexFloatTensor",
