@@ -11,6 +11,7 @@ which must keep the tensor on the storage, refuses it.
 
 import math
 import numbers
+import sys
 import warnings
 
 from . import _C, _indexing
@@ -243,7 +244,10 @@ def resize_(t, sizes, what="resize_"):
         _place_on_storage(t, offset, sizes, what)
         return t
     root = storage_root(t._buf)
-    own = root.base is None and not root.is_shared and root.dtype == t._buf.dtype and (
+    # t alone holds the storage when nothing views it but t's buffer and no
+    # other object refers to it: the references are t's buffer (or its
+    # view's base), `root` here and getrefcount's argument.
+    own = root.base is None and not root.is_shared and root.dtype == t._buf.dtype and sys.getrefcount(root) == 3 and (
         root.view_count == 0 if t._buf is root else t._buf.base is root and root.view_count == 1)
     if not own or t._not_a_view is not None:
         raise RuntimeError(f"{what}: trying to resize storage that is not resizable: ddpc grows only the storage of "

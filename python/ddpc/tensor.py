@@ -1732,8 +1732,14 @@ def _each_element(t, what, fn, others):
         raise RuntimeError(f"Can't call {what}() on a tensor that requires grad; use t.detach().{what}() instead")
     cast = complex if t.dtype.is_complex else float if t.dtype.is_floating_point else bool if t.dtype is bool_ else int
     columns = [t.reshape(-1).tolist()] + [o.expand(t.shape).reshape(-1).tolist() for o in others]
-    values = [cast(fn(*vs)) for vs in zip(*columns)]
+    values = [cast(_callback_result(fn(*vs), what)) for vs in zip(*columns)]
     return t.copy_(tensor(values, dtype=t.dtype).reshape(t.shape))
+
+
+def _callback_result(value, what):
+    if not isinstance(value, numbers.Number):
+        raise TypeError(f"{what}: the callable must return a number, not {type(value).__name__}")
+    return value
 
 
 def _check_inplace(out):
