@@ -172,7 +172,7 @@ def test_more_torchrun_flags(tmp_path):
     (["--monitor-interval", "0"], "--monitor-interval must be > 0"),
     (["--max-restarts", "-1"], "--max-restarts must be >= 0"),
     (["--nproc-per-node", "many"], "--nproc-per-node must be a number, cpu, gpu or auto; got 'many'"),
-    (["--nnodes", "1:4"], "elastic ranges are not offered"),
+    (["--nnodes", "2:1"], "--nnodes must be a number N, or MIN:MAX with MIN <= MAX"),
     (["--standalone", "--nnodes", "2", "--master-addr", "h"], "--standalone is for one node"),
     (["--rdzv-endpoint", "h:x"], "--rdzv-endpoint is HOST[:PORT]"),
     (["-r", "4"], "--redirects takes 0 (neither stream), 1 (stdout), 2 (stderr) or 3 (both)"),

@@ -56,6 +56,8 @@ from string import Template
 from . import _C
 from ._elastic import read_error_file
 from ._procs import describe_exit, die_with_parent, free_port, new_token, remove_shm_segments
+from ._C import DistError
+from ._rendezvous import CONF_DEFAULTS, Rendezvous, RendezvousClosed, RendezvousError, Round
 from ._threads import per_rank_threads, user_chose_threads
 
 _TAIL_LINES = 40
@@ -249,7 +251,10 @@ def get_args_parser():
     p.add_argument("--nproc-per-node", "--nproc_per_node", default="1",
                    help="workers on this node: a number, cpu (one per core), gpu (one per GPU) or auto (one per "
                         "GPU, or 1 without GPUs)")
-    p.add_argument("--nnodes", default="1", help="nodes in the job: N (or N:N; elastic ranges are not offered)")
+    p.add_argument("--nnodes", default="1",
+                   help="nodes in the job: N (or N:N), each naming its --node-rank; or MIN:MAX, elastic: the nodes "
+                        "meet at --rdzv-endpoint and get their ranks there, and the workers restart when nodes come "
+                        "or go")
     p.add_argument("--node-rank", "--node_rank", type=int, default=0)
     p.add_argument("--standalone", action="store_true", help="one node with a store of its own (the default on "
                                                              "one node; taken for torchrun's command lines)")
@@ -257,6 +262,12 @@ def get_args_parser():
                    help="HOST[:PORT] of the store: the same as --master-addr and --master-port")
     p.add_argument("--rdzv-backend", "--rdzv_backend", default="static", choices=["static", "c10d"],
                    help="taken for torchrun's command lines: ranks come from --node-rank either way")
+    p.add_argument("--rdzv-conf", "--rdzv_conf", default="",
+                   help="with --nnodes MIN:MAX, KEY=VALUE,...: join_timeout (seconds to wait for MIN nodes, default "
+                        "600), last_call_timeout (seconds with MIN nodes and no new one before a round closes, "
+                        "default 30), keep_alive_interval (seconds between heartbeats, default 5), "
+                        "keep_alive_max_attempt (heartbeats missed before a node counts as dead, default 3), "
+                        "is_host (whether this node hosts the store; default: where the endpoint is local)")
     p.add_argument("--rdzv-id", "--rdzv_id", default=None,
                    help="the job's id (TORCHELASTIC_RUN_ID; default: a new UUID on one node, none on several)")
     p.add_argument("--master-addr", "--master_addr", default=None,
@@ -305,10 +316,13 @@ def parse_args(argv, parser=None):
         p.error("--no-python and -m don't go together")
     if not a.monitor_interval > 0:
         p.error("--monitor-interval must be > 0")
-    low, _, high = a.nnodes.partition(":")
-    if not low.isdigit() or (high and high != low):
-        p.error(f"--nnodes must be a number N (or N:N): elastic ranges are not offered, got {a.nnodes!r}")
-    a.nnodes = int(low)
+    low, colon, high = a.nnodes.partition(":")
+    if not low.isdigit() or (colon and not high.isdigit()) or int(high or low) < int(low):
+        p.error(f"--nnodes must be a number N, or MIN:MAX with MIN <= MAX; got {a.nnodes!r}")
+    a.min_nodes, a.max_nodes = int(low), int(high or low)
+    a.elastic = a.min_nodes < a.max_nodes
+    a.nnodes = a.max_nodes
+    a.rdzv_conf = _rdzv_conf(p, a.rdzv_conf)
     if a.standalone and a.nnodes != 1:
         p.error("--standalone is for one node")
     if a.rdzv_endpoint:
@@ -316,10 +330,12 @@ def parse_args(argv, parser=None):
         if (a.master_addr or a.master_port) or (port and not port.isdigit()):
             p.error("--rdzv-endpoint is HOST[:PORT] and replaces --master-addr/--master-port")
         a.master_addr, a.master_port = host, int(port) if port else None
-    if a.nproc_per_node < 1 or a.nnodes < 1 or not 0 <= a.node_rank < a.nnodes:
+    if a.nproc_per_node < 1 or a.min_nodes < 1 or not (a.elastic or 0 <= a.node_rank < a.nnodes):
         p.error("need --nproc-per-node >= 1, --nnodes >= 1 and 0 <= --node-rank < --nnodes")
     if a.max_restarts < 0:
         p.error("--max-restarts must be >= 0")
+    if a.elastic and a.master_addr is None:
+        p.error("--nnodes MIN:MAX needs --rdzv-endpoint (or --master-addr): where the nodes meet")
     if a.nnodes > 1 and a.master_addr is None:
         p.error("--master-addr is required with --nnodes > 1")
     a.redirects = _std(p, "--redirects", a.redirects)
@@ -334,6 +350,26 @@ def parse_args(argv, parser=None):
     if a.log_line_prefix_template is None:
         a.log_line_prefix_template = os.environ.get("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE") or _PREFIX_TEMPLATE
     return a
+
+
+def _rdzv_conf(p, text):
+    """--rdzv-conf: the settings of the elastic rendezvous, as a dict of CONF_DEFAULTS's keys and is_host."""
+    conf = dict(CONF_DEFAULTS, is_host=None)
+    for item in filter(None, text.split(",")):
+        key, eq, value = item.partition("=")
+        key = key.strip()
+        if key == "is_host" and value.strip().lower() in ("1", "true", "0", "false"):
+            conf[key] = value.strip().lower() in ("1", "true")
+            continue
+        try:
+            number = float(value) if eq and key in CONF_DEFAULTS else None
+        except ValueError:
+            number = None
+        if number is None or not number > 0:
+            p.error(f"--rdzv-conf takes KEY=VALUE,... with keys {', '.join(CONF_DEFAULTS)} (numbers > 0) and "
+                    f"is_host (true or false); got {item!r}")
+        conf[key] = number
+    return conf
 
 
 def _job_log_dir(a, run_id):
@@ -363,11 +399,16 @@ def _attempt_dir(job_dir, restart):
     return path
 
 
-def _run_group(a, restart, interrupted, run_id, job_dir):
-    """Runs one attempt; returns (exit status, failed worker or None)."""
-    port = a.master_port if a.master_port is not None else (free_port() if a.nnodes == 1 else 29500)
+def _run_group(a, restart, interrupted, run_id, job_dir, rnd=None, rdzv=None):
+    """Runs one attempt; returns (exit status, failed worker or None). With
+    --nnodes MIN:MAX ``rnd`` is the rendezvous round it runs in, which
+    ``rdzv`` is asked about as the workers run: the status is None where the
+    workers were stopped for a new round."""
+    if rnd is None:
+        port = a.master_port if a.master_port is not None else (free_port() if a.nnodes == 1 else 29500)
+        rnd = Round(0, a.node_rank, a.nnodes, a.master_addr or "127.0.0.1", port, restart, None)
     token = os.environ.get("DDPC_STORE_TOKEN") or (new_token() if a.nnodes == 1 else "")
-    world = a.nnodes * a.nproc_per_node
+    world = rnd.nnodes * a.nproc_per_node
     if a.no_python:
         program = [a.script]
     else:
@@ -376,13 +417,13 @@ def _run_group(a, restart, interrupted, run_id, job_dir):
     workers = []
     try:
         for local_rank in range(a.nproc_per_node):
-            rank = a.node_rank * a.nproc_per_node + local_rank
+            rank = rnd.node_rank * a.nproc_per_node + local_rank
             log_dir = os.path.join(attempt_dir, str(local_rank))
             os.mkdir(log_dir)
             env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(local_rank), WORLD_SIZE=str(world),
-                       LOCAL_WORLD_SIZE=str(a.nproc_per_node), GROUP_RANK=str(a.node_rank),
-                       GROUP_WORLD_SIZE=str(a.nnodes), ROLE_NAME=a.role, ROLE_RANK=str(rank),
-                       ROLE_WORLD_SIZE=str(world), MASTER_ADDR=a.master_addr or "127.0.0.1", MASTER_PORT=str(port),
+                       LOCAL_WORLD_SIZE=str(a.nproc_per_node), GROUP_RANK=str(rnd.node_rank),
+                       GROUP_WORLD_SIZE=str(rnd.nnodes), ROLE_NAME=a.role, ROLE_RANK=str(rank),
+                       ROLE_WORLD_SIZE=str(world), MASTER_ADDR=rnd.master_addr, MASTER_PORT=str(rnd.master_port),
                        DDPC_STORE_TOKEN=token, DDPC_RESTART_COUNT=str(restart),
                        TORCHELASTIC_RESTART_COUNT=str(restart), TORCHELASTIC_MAX_RESTARTS=str(a.max_restarts),
                        TORCHELASTIC_RUN_ID=run_id, TORCHELASTIC_ERROR_FILE=os.path.join(log_dir, "error.json"))
@@ -412,6 +453,11 @@ def _run_group(a, restart, interrupted, run_id, job_dir):
                     w.join_readers(timeout=2)
                 remove_shm_segments(w.proc.pid for w in workers)
                 return 0, None
+            reason = rdzv.changed(rnd) if rdzv is not None else None
+            if reason:
+                print(f"ddpc-run: stopping the workers of round {rnd.number}: {reason}", file=sys.stderr, flush=True)
+                stop_all(workers, a.grace)
+                return None, None
             time.sleep(a.monitor_interval)
     except BaseException:
         stop_all(workers, a.grace)
@@ -443,6 +489,8 @@ def run(a):
     # PR_SET_PDEATHSIG would kill the workers, orphaning what they started.
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
         signal.signal(sig, on_signal)
+    if a.elastic:
+        return _run_elastic(a, interrupted, run_id, job_dir)
     for restart in range(a.max_restarts + 1):
         status, failed = _run_group(a, restart, interrupted, run_id, job_dir)
         if status == 0 or interrupted.is_set():
@@ -453,6 +501,52 @@ def run(a):
             print(f"ddpc-run: restarting the group ({restart + 1}/{a.max_restarts})", file=sys.stderr, flush=True)
     print(f"ddpc-run: giving up: rank {failed.rank} failed", file=sys.stderr)
     return status
+
+
+def _run_elastic(a, interrupted, run_id, job_dir):
+    """Runs the workers of --nnodes MIN:MAX round after round of the
+    rendezvous until they succeed, fail past --max-restarts, the job ends on
+    another node or the rendezvous fails; returns the exit status."""
+    port = a.master_port if a.master_port is not None else 29400  # torchrun's c10d port
+    try:
+        rdzv = Rendezvous(a.master_addr, port, run_id, a.min_nodes, a.max_nodes, a.rdzv_conf, a.monitor_interval)
+    except DistError as e:
+        print(f"ddpc-run: cannot reach the rendezvous store at {a.master_addr}:{port}: {e}", file=sys.stderr)
+        return 1
+    try:
+        while True:
+            rnd = rdzv.next_round(interrupted)
+            if rnd is None:
+                print("ddpc-run: interrupted; all workers stopped", file=sys.stderr)
+                return 130
+            print(f"ddpc-run: round {rnd.number} of rendezvous {run_id}: node rank {rnd.node_rank} of "
+                  f"{rnd.nnodes}", file=sys.stderr, flush=True)
+            status, failed = _run_group(a, rnd.restarts, interrupted, run_id, job_dir, rnd, rdzv)
+            if interrupted.is_set():
+                print("ddpc-run: interrupted; all workers stopped", file=sys.stderr)
+                return status
+            if status == 0:
+                rdzv.finish(rnd)
+                return 0
+            if failed is None:
+                continue
+            if not rdzv.fail(rnd, a.max_restarts):
+                print(f"ddpc-run: giving up: rank {failed.rank} failed", file=sys.stderr)
+                return status
+            print(f"ddpc-run: restarting the group in a new round ({rnd.restarts + 1}/{a.max_restarts})",
+                  file=sys.stderr, flush=True)
+    except RendezvousClosed as e:
+        print(f"ddpc-run: the job {'finished' if e.finished else 'was given up'} on another node"
+              f"{'' if e.finished else f': {e}'}", file=sys.stderr)
+        return 0 if e.finished else 1
+    except RendezvousError as e:
+        print(f"ddpc-run: rendezvous {run_id}: {e}", file=sys.stderr)
+        return 1
+    except DistError as e:
+        print(f"ddpc-run: lost the rendezvous store at {a.master_addr}:{port}: {e}", file=sys.stderr)
+        return 1
+    finally:
+        rdzv.leave()
 
 
 def main(args=None):
