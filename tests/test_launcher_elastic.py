@@ -4,6 +4,7 @@ larger world when a node comes, restart after a failure (and give up past
 --max-restarts), and fail clearly when too few nodes come."""
 
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -42,8 +43,9 @@ class Agents:
         self.script = tmp_path / "worker.py"
         self.script.write_text(textwrap.dedent(WORKER.format(before=textwrap.dedent(before).strip()
                                                               .replace("\n", "\n    "))))
+        self.port = free_port()
         self.cmd = [sys.executable, "-m", "ddpc.run", "--nnodes", nnodes, "--nproc-per-node", "1",
-                    "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--rdzv-id", "job",
+                    "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{self.port}", "--rdzv-id", "job",
                     "--rdzv-conf", conf, "--monitor-interval", "0.05", "--grace", "1", *args]
         self.procs = []
 
@@ -167,6 +169,34 @@ def test_restarts_used_up_fail_every_node(agents):
     errs = "".join(err for _, _, err in results)
     assert "restarting the group in a new round (1/1)" in errs and "giving up" in errs
     assert worker_lines(results) == []
+
+
+def test_a_node_that_dies_is_dropped_by_its_heartbeat(agents, tmp_path):
+    job = agents(conf="last_call_timeout=1,join_timeout=15,keep_alive_interval=0.2,keep_alive_max_attempt=3",
+                 before=f"""
+        if env["WORLD_SIZE"] == "2":
+            open(r"{tmp_path}/up" + env["RANK"], "w").close()
+            time.sleep(60)
+        while not os.path.exists(r"{tmp_path}/killed"):
+            time.sleep(0.05)
+    """)
+    job.start()
+    # The first agent hosts the store (and lives on): the second starts once it listens.
+    deadline = time.monotonic() + 30
+    while True:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", job.port)) == 0:
+                break
+        assert time.monotonic() < deadline, "the first agent's store never listened"
+        time.sleep(0.05)
+    job.start()
+    wait_for(tmp_path / "up1")
+    job.procs[1].kill()
+    (tmp_path / "killed").touch()
+    status, out, err = job.finish()[0]
+    assert status == 0, err
+    assert worker_lines([(status, out, err)]) == ["W rank=0 world=1 group=0/1 role=0 restart=0/0 sum=1.0"]
+    assert "stopping the workers of round" in err and "1 node(s) left" in err
 
 
 def test_join_timeout_with_fewer_than_min_nodes(agents):
