@@ -35,6 +35,24 @@ which ddpc-run names on stderr (torchrun does not); the run id is
 nothing to files. ``--local-ranks-filter 0,2`` shows only those local
 ranks' streams on the console (the files keep everything). The failure
 report names the failed rank's stderr file where there is one.
+
+Elastic jobs, as torchrun's c10d rendezvous: with ``--nnodes MIN:MAX`` the
+agents (one ddpc-run per node) meet in a store at ``--rdzv-endpoint``
+(default port 29400), hosted by the agent on that machine, under
+``--rdzv-id``, and --node-rank is not used. A round closes when MAX nodes
+joined, or when MIN did and ``last_call_timeout`` seconds passed without a
+new one (torchrun counts them from the MIN-th); node ranks follow the join
+order, and the first node's address and a port of its own are the workers'
+MASTER_ADDR and MASTER_PORT. A worker that fails on any node stops every
+node's workers for a new round, counted in TORCHELASTIC_RESTART_COUNT
+against ``--max-restarts`` (used up, every node exits non-zero); a node
+that comes while the workers run (up to MAX), or one whose heartbeat stops,
+stops them for a new round that is not counted. ``--rdzv-conf`` takes
+``join_timeout`` (default 600: how long a node waits for a round to close;
+past it the agent exits non-zero, naming how many nodes joined),
+``last_call_timeout`` (30), ``keep_alive_interval`` (5),
+``keep_alive_max_attempt`` (3) and ``is_host``. An agent whose workers
+succeeded waits for the other nodes' before leaving, as it may host the store.
 """
 
 import argparse
@@ -261,7 +279,8 @@ def get_args_parser():
     p.add_argument("--rdzv-endpoint", "--rdzv_endpoint", default=None,
                    help="HOST[:PORT] of the store: the same as --master-addr and --master-port")
     p.add_argument("--rdzv-backend", "--rdzv_backend", default="static", choices=["static", "c10d"],
-                   help="taken for torchrun's command lines: ranks come from --node-rank either way")
+                   help="taken for torchrun's command lines: either way N nodes take their ranks from "
+                        "--node-rank, and MIN:MAX nodes from the rendezvous")
     p.add_argument("--rdzv-conf", "--rdzv_conf", default="",
                    help="with --nnodes MIN:MAX, KEY=VALUE,...: join_timeout (seconds to wait for MIN nodes, default "
                         "600), last_call_timeout (seconds with MIN nodes and no new one before a round closes, "
