@@ -168,6 +168,7 @@ def test_restarts_used_up_fail_every_node(agents):
     assert all(r[0] != 0 for r in results), results
     errs = "".join(err for _, _, err in results)
     assert "restarting the group in a new round (1/1)" in errs and "giving up" in errs
+    assert "the job was given up on another node" in errs
     assert worker_lines(results) == []
 
 

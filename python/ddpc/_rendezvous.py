@@ -114,6 +114,7 @@ class Rendezvous:
             except DistError:
                 if is_host:
                     raise
+        self.hosting = store is not None
         if store is None:  # another agent on this machine hosts it, or another machine does
             store = TCPStore(host, port, timeout=self.join_timeout)
         store.set_timeout(_STORE_TIMEOUT_S)
@@ -308,7 +309,20 @@ class Rendezvous:
         self._stop.set()
         self._beater.join(timeout=self.interval + _STORE_TIMEOUT_S)
         try:
-            self._update(self._leave_step)
+            state = self._update(self._leave_step)
             self._beat(value="gone")
+            if self.hosting and state["closed"]:
+                self._linger(state)
         except DistError:
             pass
+
+    def _linger(self, state):
+        """Keeps the store up (bounded) until the other nodes saw the job end
+        and left: without it they would be left retrying a store gone."""
+        deadline = time.monotonic() + self.dead_after
+        while time.monotonic() < deadline:
+            others = {p[0] for p in state["participants"]} | set(state["waiting"])
+            if not others - {self.node} - self._dead(state):
+                return
+            time.sleep(self.poll)
+            _, state = self._load()
