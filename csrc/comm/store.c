@@ -960,13 +960,23 @@ static ddpc_status simple_(ddpc_store *s, bytes_ *b, double timeout_s, char **re
     return exchange_(s, b, timeout_s, NULL, rep, len, want);
 }
 
-ddpc_status ddpc_store_set(ddpc_store *s, const char *key, const void *val, size_t len) {
+/* Sends `cmd` for `key` (with `val` where has_val) and waits up to the store's
+ * timeout for the reply, of at least `want` bytes. */
+static ddpc_status ask_(ddpc_store *s, uint8_t cmd, const char *key, const void *val, size_t len, int has_val,
+                        uint32_t want, char **rep, uint32_t *rl) {
     bytes_ b = {0};
+    ddpc_status st = build_(&b, cmd, key, val, len, has_val);
+    if (st != DDPC_OK) {
+        free(b.data);
+        return st;
+    }
+    return simple_(s, &b, s->timeout_s, rep, rl, want);
+}
+
+ddpc_status ddpc_store_set(ddpc_store *s, const char *key, const void *val, size_t len) {
     char *rep;
     uint32_t rl;
-    ddpc_status st = build_(&b, CMD_SET, key, val, len, 1);
-    if (st != DDPC_OK) { free(b.data); return st; }
-    CHECK(simple_(s, &b, s->timeout_s, &rep, &rl, 1));
+    CHECK(ask_(s, CMD_SET, key, val, len, 1, 1, &rep, &rl));
     free(rep);
     return DDPC_OK;
 }
@@ -1018,12 +1028,9 @@ ddpc_status ddpc_store_get(ddpc_store *s, const char *key, void **val, size_t *l
 ddpc_status ddpc_store_get_unless(ddpc_store *s, const char *key, void **val, size_t *len, double timeout_s,
                                   const atomic_int *abort) {
     CHECK(wait_(s, &key, 1, timeout_s, abort));
-    bytes_ b = {0};
     char *rep;
     uint32_t rl;
-    ddpc_status st = build_(&b, CMD_GET, key, NULL, 0, 0);
-    if (st != DDPC_OK) { free(b.data); return st; }
-    CHECK(simple_(s, &b, s->timeout_s, &rep, &rl, 0));
+    CHECK(ask_(s, CMD_GET, key, NULL, 0, 0, 0, &rep, &rl));
     if (rl < 1 || !rep[0]) {
         free(rep);
         return DDPC_ERROR(DDPC_ERR_STORE, "store key '%s' vanished (deleted by another client)", key);
@@ -1066,24 +1073,18 @@ ddpc_status ddpc_store_compare_set(ddpc_store *s, const char *key, const void *e
 }
 
 ddpc_status ddpc_store_delete(ddpc_store *s, const char *key, int *deleted) {
-    bytes_ b = {0};
     char *rep;
     uint32_t rl;
-    ddpc_status st = build_(&b, CMD_DELETE, key, NULL, 0, 0);
-    if (st != DDPC_OK) { free(b.data); return st; }
-    CHECK(simple_(s, &b, s->timeout_s, &rep, &rl, 1));
+    CHECK(ask_(s, CMD_DELETE, key, NULL, 0, 0, 1, &rep, &rl));
     *deleted = rep[0];
     free(rep);
     return DDPC_OK;
 }
 
 ddpc_status ddpc_store_num_keys(ddpc_store *s, int64_t *n) {
-    bytes_ b = {0};
     char *rep;
     uint32_t rl;
-    ddpc_status st = build_(&b, CMD_NUMKEYS, NULL, NULL, 0, 0);
-    if (st != DDPC_OK) { free(b.data); return st; }
-    CHECK(simple_(s, &b, s->timeout_s, &rep, &rl, 8));
+    CHECK(ask_(s, CMD_NUMKEYS, NULL, NULL, 0, 0, 8, &rep, &rl));
     memcpy(n, rep, 8);
     free(rep);
     return DDPC_OK;
@@ -1128,12 +1129,9 @@ static ddpc_status list_init_(ddpc_store_list *l, char *rep, size_t n) {
 }
 
 ddpc_status ddpc_store_append(ddpc_store *s, const char *key, const void *val, size_t len) {
-    bytes_ b = {0};
     char *rep;
     uint32_t rl;
-    ddpc_status st = build_(&b, CMD_APPEND, key, val, len, 1);
-    if (st != DDPC_OK) { free(b.data); return st; }
-    CHECK(simple_(s, &b, s->timeout_s, &rep, &rl, 1));
+    CHECK(ask_(s, CMD_APPEND, key, val, len, 1, 1, &rep, &rl));
     uint8_t status = (uint8_t)rep[0];
     free(rep);
     if (status != REPLY_YES)
@@ -1203,12 +1201,9 @@ ddpc_status ddpc_store_multi_get(ddpc_store *s, const char *const *keys, int n, 
 }
 
 ddpc_status ddpc_store_list_keys(ddpc_store *s, ddpc_store_list *out) {
-    bytes_ b = {0};
     char *rep;
     uint32_t rl;
-    ddpc_status st = build_(&b, CMD_LIST_KEYS, NULL, NULL, 0, 0);
-    if (st != DDPC_OK) { free(b.data); return st; }
-    CHECK(simple_(s, &b, s->timeout_s, &rep, &rl, 0));
+    CHECK(ask_(s, CMD_LIST_KEYS, NULL, NULL, 0, 0, 0, &rep, &rl));
     if (rl == 1 && rep[0] == REPLY_NO) {
         free(rep);
         return DDPC_ERROR(DDPC_ERR_STORE, "the store's keys exceed the %u-byte reply limit", DDPC_STORE_MAX_FRAME);
@@ -1231,12 +1226,9 @@ ddpc_status ddpc_store_list_keys(ddpc_store *s, ddpc_store_list *out) {
 }
 
 ddpc_status ddpc_store_queue_push(ddpc_store *s, const char *key, const void *val, size_t len) {
-    bytes_ b = {0};
     char *rep;
     uint32_t rl;
-    ddpc_status st = build_(&b, CMD_QUEUE_PUSH, key, val, len, 1);
-    if (st != DDPC_OK) { free(b.data); return st; }
-    CHECK(simple_(s, &b, s->timeout_s, &rep, &rl, 1));
+    CHECK(ask_(s, CMD_QUEUE_PUSH, key, val, len, 1, 1, &rep, &rl));
     free(rep);
     return DDPC_OK;
 }
@@ -1269,12 +1261,9 @@ ddpc_status ddpc_store_queue_pop(ddpc_store *s, const char *key, int block, doub
 }
 
 ddpc_status ddpc_store_queue_len(ddpc_store *s, const char *key, int64_t *n) {
-    bytes_ b = {0};
     char *rep;
     uint32_t rl;
-    ddpc_status st = build_(&b, CMD_QUEUE_LEN, key, NULL, 0, 0);
-    if (st != DDPC_OK) { free(b.data); return st; }
-    CHECK(simple_(s, &b, s->timeout_s, &rep, &rl, 8));
+    CHECK(ask_(s, CMD_QUEUE_LEN, key, NULL, 0, 0, 8, &rep, &rl));
     memcpy(n, rep, 8);
     free(rep);
     return DDPC_OK;
