@@ -187,8 +187,10 @@ class GradExchange:
         for i, k in exchanged:  # this rank's rows of the average
             lay = self.layouts[i]
             lo, hi = self._share(lay, self.me)
-            np.dot(self._rows(self.me, lay, "g", k)[:, lo:hi].T, self._rows(self.me, lay, "x", k),
-                   out=self.grads[self.me][i][lo:hi])
+            # matmul hands the column slice of g to BLAS as a transposed
+            # operand; np.dot would first copy it out, element by element.
+            np.matmul(self._rows(self.me, lay, "g", k)[:, lo:hi].T, self._rows(self.me, lay, "x", k),
+                      out=self.grads[self.me][i][lo:hi])
         self.memory.signal(self.ready_at, it)
         # The other ranks' rows, copied from their gradients into this rank's
         # (reading them here leaves them in this core's cache for the optimizer).
