@@ -17,6 +17,16 @@ typedef struct {
     ddpc_store *store;
 } store_obj;
 
+/* Runs `call` (a ddpc_status) with the GIL released; on failure, returns
+ * its exception from the calling method. */
+#define CALL_RELEASED_(call)                                                       \
+    do {                                                                           \
+        ddpc_status st_;                                                           \
+        Py_BEGIN_ALLOW_THREADS st_ = (call);                                       \
+        Py_END_ALLOW_THREADS                                                       \
+        if (st_ != DDPC_OK) return ddpc_raise(st_);                                \
+    } while (0)
+
 static PyTypeObject *StoreType, *GroupType, *WorkType;
 
 static PyObject *refuse_pickle_(PyObject *self, PyObject *unused) {
@@ -77,11 +87,7 @@ static PyObject *store_get(store_obj *self, PyObject *args) {
     if (PyErr_Occurred()) return NULL;
     void *val;
     size_t len;
-    ddpc_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = ddpc_store_get(self->store, key, &val, &len, timeout);
-    Py_END_ALLOW_THREADS
-    if (st != DDPC_OK) return ddpc_raise(st);
+    CALL_RELEASED_(ddpc_store_get(self->store, key, &val, &len, timeout));
     PyObject *r = PyBytes_FromStringAndSize(val, (Py_ssize_t)len);
     free(val);
     return r;
@@ -92,11 +98,7 @@ static PyObject *store_add(store_obj *self, PyObject *args) {
     long long delta;
     if (!PyArg_ParseTuple(args, "sL", &key, &delta) || !store_ready_(self)) return NULL;
     int64_t r;
-    ddpc_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = ddpc_store_add(self->store, key, delta, &r);
-    Py_END_ALLOW_THREADS
-    if (st != DDPC_OK) return ddpc_raise(st);
+    CALL_RELEASED_(ddpc_store_add(self->store, key, delta, &r));
     return PyLong_FromLongLong(r);
 }
 
@@ -175,11 +177,7 @@ static PyObject *store_delete_key(store_obj *self, PyObject *args) {
     const char *key;
     if (!PyArg_ParseTuple(args, "s", &key) || !store_ready_(self)) return NULL;
     int deleted;
-    ddpc_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = ddpc_store_delete(self->store, key, &deleted);
-    Py_END_ALLOW_THREADS
-    if (st != DDPC_OK) return ddpc_raise(st);
+    CALL_RELEASED_(ddpc_store_delete(self->store, key, &deleted));
     return PyBool_FromLong(deleted);
 }
 
@@ -187,11 +185,7 @@ static PyObject *store_num_keys(store_obj *self, PyObject *unused) {
     (void)unused;
     if (!store_ready_(self)) return NULL;
     int64_t n;
-    ddpc_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = ddpc_store_num_keys(self->store, &n);
-    Py_END_ALLOW_THREADS
-    if (st != DDPC_OK) return ddpc_raise(st);
+    CALL_RELEASED_(ddpc_store_num_keys(self->store, &n));
     return PyLong_FromLongLong(n);
 }
 
@@ -311,11 +305,7 @@ static PyObject *store_list_keys(store_obj *self, PyObject *unused) {
     (void)unused;
     if (!store_ready_(self)) return NULL;
     ddpc_store_list l;
-    ddpc_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = ddpc_store_list_keys(self->store, &l);
-    Py_END_ALLOW_THREADS
-    if (st != DDPC_OK) return ddpc_raise(st);
+    CALL_RELEASED_(ddpc_store_list_keys(self->store, &l));
     return list_from_(&l, 1);
 }
 
@@ -328,11 +318,7 @@ static PyObject *store_queue_pop(store_obj *self, PyObject *args) {
     if (PyErr_Occurred()) return NULL;
     void *val;
     size_t len;
-    ddpc_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = ddpc_store_queue_pop(self->store, key, block, timeout, &val, &len);
-    Py_END_ALLOW_THREADS
-    if (st != DDPC_OK) return ddpc_raise(st);
+    CALL_RELEASED_(ddpc_store_queue_pop(self->store, key, block, timeout, &val, &len));
     PyObject *r = PyBytes_FromStringAndSize(val, (Py_ssize_t)len);
     free(val);
     return r;
@@ -342,11 +328,7 @@ static PyObject *store_queue_len(store_obj *self, PyObject *args) {
     const char *key;
     if (!PyArg_ParseTuple(args, "s", &key) || !store_ready_(self)) return NULL;
     int64_t n;
-    ddpc_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = ddpc_store_queue_len(self->store, key, &n);
-    Py_END_ALLOW_THREADS
-    if (st != DDPC_OK) return ddpc_raise(st);
+    CALL_RELEASED_(ddpc_store_queue_len(self->store, key, &n));
     return PyLong_FromLongLong(n);
 }
 
@@ -357,11 +339,7 @@ static PyObject *store_barrier(store_obj *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "sL|O", &key, &world_size, &t) || !store_ready_(self)) return NULL;
     double timeout = timeout_arg_(self->store, t);
     if (PyErr_Occurred()) return NULL;
-    ddpc_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = ddpc_store_barrier(self->store, key, world_size, timeout);
-    Py_END_ALLOW_THREADS
-    if (st != DDPC_OK) return ddpc_raise(st);
+    CALL_RELEASED_(ddpc_store_barrier(self->store, key, world_size, timeout));
     Py_RETURN_NONE;
 }
 
@@ -385,11 +363,7 @@ static PyObject *store_wait_departed(store_obj *self, PyObject *args) {
     int n;
     double timeout;
     if (!PyArg_ParseTuple(args, "id", &n, &timeout) || !store_ready_(self)) return NULL;
-    ddpc_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = ddpc_store_wait_departed(self->store, n, timeout);
-    Py_END_ALLOW_THREADS
-    if (st != DDPC_OK) return ddpc_raise(st);
+    CALL_RELEASED_(ddpc_store_wait_departed(self->store, n, timeout));
     Py_RETURN_NONE;
 }
 
@@ -492,11 +466,7 @@ static PyObject *work_wait(work_obj *self, PyObject *args, PyObject *kwds) {
     double timeout = t == Py_None ? -1 : PyFloat_AsDouble(t);
     if (PyErr_Occurred()) return NULL;
     if (!self->work) Py_RETURN_TRUE;
-    ddpc_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = ddpc_work_wait(self->work, timeout);
-    Py_END_ALLOW_THREADS
-    if (st != DDPC_OK) return ddpc_raise(st);
+    CALL_RELEASED_(ddpc_work_wait(self->work, timeout));
     /* Done: the memory is the caller's again. The group keeps this handle
      * until its next call, and the views must not pin that memory so long
      * (a tensor whose storage is released right after the wait). */
@@ -1082,11 +1052,7 @@ static PyObject *py_monitor_start(PyObject *m, PyObject *args) {
     const char *prefix;
     if (!PyArg_ParseTuple(args, "O!is", StoreType, &store, &rank, &prefix) || !store_ready_((store_obj *)store))
         return NULL;
-    ddpc_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = ddpc_monitor_start(((store_obj *)store)->store, rank, prefix);
-    Py_END_ALLOW_THREADS
-    if (st != DDPC_OK) return ddpc_raise(st);
+    CALL_RELEASED_(ddpc_monitor_start(((store_obj *)store)->store, rank, prefix));
     Py_RETURN_NONE;
 }
 
