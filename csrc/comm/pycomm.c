@@ -78,7 +78,6 @@ static double timeout_arg_(ddpc_store *s, PyObject *t) {
     return t == NULL || t == Py_None ? ddpc_store_timeout(s) : PyFloat_AsDouble(t);
 }
 
-
 static PyObject *store_get(store_obj *self, PyObject *args) {
     const char *key;
     PyObject *t = NULL;
@@ -141,13 +140,20 @@ static const char **keys_arg_(PyObject *seq, Py_ssize_t *n) {
     return keys;
 }
 
-static PyObject *store_wait(store_obj *self, PyObject *args) {
+/* The arguments (keys, timeout=None) of wait and multi_get: the keys
+ * (PyMem_Free them), or NULL with an exception set. */
+static const char **keys_timeout_args_(store_obj *self, PyObject *args, Py_ssize_t *n, double *timeout) {
     PyObject *seq, *t = NULL;
     if (!PyArg_ParseTuple(args, "O|O", &seq, &t) || !store_ready_(self)) return NULL;
-    double timeout = timeout_arg_(self->store, t);
+    *timeout = timeout_arg_(self->store, t);
     if (PyErr_Occurred()) return NULL;
+    return keys_arg_(seq, n);
+}
+
+static PyObject *store_wait(store_obj *self, PyObject *args) {
     Py_ssize_t n;
-    const char **keys = keys_arg_(seq, &n);
+    double timeout;
+    const char **keys = keys_timeout_args_(self, args, &n, &timeout);
     if (!keys) return NULL;
     ddpc_status st;
     Py_BEGIN_ALLOW_THREADS
@@ -284,12 +290,9 @@ static PyObject *list_from_(ddpc_store_list *l, int as_str) {
 }
 
 static PyObject *store_multi_get(store_obj *self, PyObject *args) {
-    PyObject *seq, *t = NULL;
-    if (!PyArg_ParseTuple(args, "O|O", &seq, &t) || !store_ready_(self)) return NULL;
-    double timeout = timeout_arg_(self->store, t);
-    if (PyErr_Occurred()) return NULL;
     Py_ssize_t n;
-    const char **keys = keys_arg_(seq, &n);
+    double timeout;
+    const char **keys = keys_timeout_args_(self, args, &n, &timeout);
     if (!keys) return NULL;
     ddpc_store_list l;
     ddpc_status st;
