@@ -1367,6 +1367,26 @@ def new_arguments_worker(rank, scenario):
             ddp.broadcast_buffers = False  # the deprecated name sets the new one
             out.append(ddp.forward_sync_buffers)
             return out
+        if scenario == "runtime_stats":
+            m = model(extra=True)
+            ddp = DDP(m, find_unused_parameters=True, bucket_cap_mb=0.0005)
+            ddp._set_ddp_runtime_logging_sample_rate(4)
+            X = ddpc.from_numpy(data(4, seed=rank)[0])
+            logged = [ddp._get_ddp_logging_data()]
+            for i in range(14):
+                if i == 5:
+                    with ddp.no_sync():
+                        ddp(X).sum().backward()
+                with ddpc.no_grad():
+                    ddp(X)
+                ddp(X).square().sum().backward()
+                logged.append(ddp._get_ddp_logging_data())
+            refused = []
+            for bad in (0, 2.5):
+                with pytest.raises(ValueError) as e:
+                    ddp._set_ddp_runtime_logging_sample_rate(bad)
+                refused.append(str(e.value))
+            return logged, refused
         if scenario == "manual_finalization":
             def error(fn):
                 try:
@@ -1442,6 +1462,38 @@ def test_manual_backward_finalization_as_pytorch():
         assert len(scattered) == 2 and [tuple(a[0].shape) for a in scattered] == [(3, FEATURES)] * 2
         assert skw == ({}, {})
         assert tuple(gathered.shape) == (12, FEATURES)
+
+
+def test_runtime_stats_as_pytorch_logs_them():
+    """_get_ddp_logging_data's runtime stats: the first ten reducing
+    iterations and every sample_rate-th after are logged at the next reducing
+    forward (no_sync and no_grad forwards do not count); the times hold
+    together, the averages average the logged ones, and the unused
+    parameters' bytes are reported."""
+    for logged, refused in ddpc.spawn(new_arguments_worker, args=("runtime_stats",), nprocs=2):
+        # reducing iterations 1..14 (one a step); after step i, iteration i is running and the last one
+        # sampled before it (1-10, then multiples of 4) is logged
+        assert [d["iteration"] for d in logged] == [0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 10, 12, 12]
+        assert "backward_comm_time" not in logged[0] and "unused_parameter_size" not in logged[0]
+        spans = ["forward_compute_time", "backward_compute_time", "backward_comm_time",
+                 "backward_compute_comm_overlap_time"]
+        seen = {k: [] for k in spans}
+        for before, d in zip(logged, logged[1:]):
+            if d["iteration"] == before["iteration"]:
+                continue  # (nothing logged since)
+            assert d["unused_parameter_size"] == 4 * (3 * 3 + 3)  # the extra Linear(3, 3)
+            assert all(d[k] > 0 for k in spans), d
+            assert d["backward_compute_comm_overlap_time"] <= d["backward_comm_time"]
+            assert d["backward_compute_time_start"] - d["forward_compute_time_start"] == d["forward_compute_time"]
+            assert d["backward_comm_time_end"] - d["backward_comm_time_start"] == d["backward_comm_time"]
+            assert d["backward_compute_time_start"] < d["backward_comm_time_start"] <= d["backward_compute_time_end"]
+            assert d["backward_compute_time_end"] <= d["backward_comm_time_end"]
+            for k in spans:
+                seen[k].append(d[k])
+                # a running mean in integer nanoseconds: within a nanosecond a step of the exact mean
+                assert abs(d["avg_" + k] - np.mean(seen[k])) <= len(seen[k]), (k, d["avg_" + k], seen[k])
+        assert len(seen["backward_comm_time"]) == 11
+        assert all("sample rate should be equal or greater than 1" in e for e in refused), refused
 
 
 def test_delayed_all_reduce_equals_plain_ddp_and_comes_last():

@@ -26,6 +26,7 @@ import dataclasses
 import enum
 import logging
 import os
+import time
 import warnings
 
 import numpy as np
@@ -239,6 +240,64 @@ class _Bucket:
     def view(self, i):
         p = self.params[i]
         return self.flat[self.offsets[i]:self.offsets[i] + p.numel()].view(p.shape)
+
+
+class _RuntimeStats:
+    """PyTorch's DDP runtime stats (``_get_ddp_logging_data``): when a
+    reducing iteration's forward began, its backward compute (from the end of
+    forward until every gradient was ready) and its communication (from the
+    first bucket's launch until the averaged gradients were in place), in
+    nanoseconds. As PyTorch's, they are taken on the first ten reducing
+    iterations and then on every ``sample_rate``-th, each iteration's logged
+    at the next reducing forward, with running averages over those logged
+    (``avg_*``, integer nanoseconds). ``backward_compute_comm_overlap_time``
+    runs from the first launch to the end of backward compute: the part of
+    the communication window that backward's computation covers."""
+
+    # (logged duration, its start event, its end event)
+    SPANS = (("forward_compute_time", "forward", "backward_compute_start"),
+             ("backward_compute_time", "backward_compute_start", "backward_compute_end"),
+             ("backward_comm_time", "backward_comm_start", "backward_comm_end"),
+             ("backward_compute_comm_overlap_time", "backward_comm_start", "backward_compute_end"))
+    STARTS = (("forward_compute_time_start", "forward"), ("backward_compute_time_start", "backward_compute_start"),
+              ("backward_comm_time_start", "backward_comm_start"), ("backward_compute_time_end", "backward_compute_end"),
+              ("backward_comm_time_end", "backward_comm_end"))
+
+    def __init__(self):
+        self.iterations = 0  # reducing forwards so far
+        self.sample_rate = 100
+        self.logged = 0
+        self.events = None  # this iteration's {event: ns} while it is sampled
+        self.unused_bytes = 0  # the size of the parameters the last reducing forward did not reach
+        self.data = {}
+
+    def record(self, event):
+        if self.events is not None and event not in self.events:
+            self.events[event] = time.time_ns()
+
+    def next_iteration(self):
+        """At a reducing forward: logs the previous iteration if it was sampled, and starts the next."""
+        if self.events is not None:
+            self._log()
+        self.iterations += 1
+        n = self.iterations
+        self.events = {} if n <= 10 or n % self.sample_rate == 0 else None
+        self.record("forward")
+
+    def _log(self):
+        self.logged += 1
+        self.data["iteration"] = self.iterations
+        self.data["unused_parameter_size"] = self.unused_bytes
+        for name, start, end in self.SPANS:
+            self.data[name] = 0
+            if start in self.events and end in self.events:
+                took = self.events[end] - self.events[start]
+                self.data[name] = took
+                avg = "avg_" + name
+                self.data[avg] = (took + self.data.get(avg, 0) * (self.logged - 1)) // self.logged
+            self.data.setdefault("avg_" + name, 0)
+        for name, event in self.STARTS:
+            self.data[name] = self.events.get(event, 0)
 
 
 def _reachable_leaves(outputs):
@@ -539,7 +598,7 @@ class DistributedDataParallel(Module, _GroupJoinable):
         self.dim = dim
         self._manual_finalization = False
         self._awaiting_finalize = False  # (manual finalization) every bucket launched, not yet finished
-        self._reductions = 0
+        self._stats = _RuntimeStats()
 
     # ---- construction --------------------------------------------------------------
     def _world(self):
@@ -705,6 +764,7 @@ class DistributedDataParallel(Module, _GroupJoinable):
 
     def _prepare_for_backward(self, outputs):
         self._check_reducer_finalized()
+        self._stats.record("backward_compute_start")
         # A forward without a backward (e.g. evaluation with grad mode on) launched nothing: start afresh.
         for b in self._buckets:
             b.pending, b.future, b.settled = len(b.params), None, False
@@ -725,6 +785,7 @@ class DistributedDataParallel(Module, _GroupJoinable):
             self._unused = [p for _, p in self._named_params if id(p) not in used]
             if self.skip_all_reduce_unused_params:  # unused here means unused on every rank
                 self._skipped = {id(p) for p in self._unused}
+            self._stats.unused_bytes = sum(p.nbytes for p in self._unused)
 
     def _on_grad_ready(self, p):
         if not self._expect_reduction:
@@ -821,6 +882,7 @@ class DistributedDataParallel(Module, _GroupJoinable):
             last = b.index == len(self._buckets) - 1
             rec = profiler._is_profiler_enabled and profiler._open("DistributedDataParallel.launch_bucket", (b.flat,),
                                                                    {"bucket": b.index, "bytes": b.flat.nbytes})
+            self._stats.record("backward_comm_start")
             b.future = self._bucket_hook(self._comm_state, GradBucket(b.index, b.flat, b.params, last))
             if rec:
                 profiler._close(rec)
@@ -836,6 +898,7 @@ class DistributedDataParallel(Module, _GroupJoinable):
                     self._settle(b)
                 self._next_settle += 1
         if self._next_launch == len(self._buckets) and not self._exchange_pending:
+            self._stats.record("backward_compute_end")
             if self._manual_finalization:
                 self._awaiting_finalize = True  # the caller's finalize_backward() finishes
             else:
@@ -903,7 +966,6 @@ class DistributedDataParallel(Module, _GroupJoinable):
                     # the reduced gradient, in place: no copy back; none once an optimizer in backward used it
                     p.grad = None if id(p) in self._drop_grads else b.view(i)
         self._expect_reduction = False
-        self._reductions += 1
         if self._exchange and not self._exchange_settled:
             # After the first reduction: the weights that every rank computed
             # itself (too many rows, a layer used twice, no_sync accumulation)
@@ -913,6 +975,7 @@ class DistributedDataParallel(Module, _GroupJoinable):
             left = [p for i, p in enumerate(self._exchange.params) if i not in self._exchange.computed_by_all]
             if len(left) < len(self._exchange.params):
                 self._build_reducer(exchange=True, only=left)
+        self._stats.record("backward_comm_end")
         if rec:
             profiler._close(rec)
 
@@ -921,6 +984,8 @@ class DistributedDataParallel(Module, _GroupJoinable):
         if not self._lazy_init_ran:
             self._lazy_init_ran = True
             self._setup_in_backward_optimizers()
+        if is_grad_enabled() and self.require_backward_grad_sync:
+            self._stats.next_iteration()
         sync_buffers = self.will_sync_module_buffers()
         if self._join_config.enable:
             Join.notify_join_context(self)
@@ -1043,9 +1108,10 @@ class DistributedDataParallel(Module, _GroupJoinable):
         return gather(outputs, output_device, dim=self.dim)
 
     def _get_ddp_logging_data(self):
-        """PyTorch's dict of this DDP's configuration (its keys; ddpc's values:
-        its dtype names and backend names, ``iteration`` counting the finished
-        reductions)."""
+        """PyTorch's dict of this DDP's configuration and runtime stats (its
+        keys; ddpc's dtype and backend names). ``iteration`` is the reducing
+        iteration whose stats were logged last (0 before any); the runtime
+        stats are _RuntimeStats'."""
         world, rank = self._world()
         params = [p for _, p in self._all_params]
         env = os.environ.get
@@ -1063,11 +1129,19 @@ class DistributedDataParallel(Module, _GroupJoinable):
             "num_parameter_tensors": len(params), "total_parameter_size_bytes": sum(p.nbytes for p in params),
             "bucket_sizes": ", ".join(str(b.flat.nbytes) for b in self._buckets),
             "dtypes": ", ".join(sorted({str(p.dtype).removeprefix("ddpc.") for p in params})),
-            "iteration": self._reductions,
+            "iteration": 0,
             "master_addr": env("MASTER_ADDR", "N/A"), "master_port": env("MASTER_PORT", "N/A"),
             "cuda_visible_devices": env("CUDA_VISIBLE_DEVICES", "N/A"),
             "torch_distributed_debug": env("TORCH_DISTRIBUTED_DEBUG", "N/A"),
+            **self._stats.data,
         }
+
+    def _set_ddp_runtime_logging_sample_rate(self, sample_rate):
+        """After the first ten reducing iterations, runtime stats are taken on
+        every ``sample_rate``-th (PyTorch's default: 100)."""
+        if isinstance(sample_rate, bool) or not isinstance(sample_rate, int) or sample_rate < 1:
+            raise ValueError("DDP runtime logging sample rate should be equal or greater than 1")
+        self._stats.sample_rate = sample_rate
 
     def _set_static_graph(self):
         """PyTorch's switch for graphs that do not change between iterations: nothing to do here."""
