@@ -11,8 +11,14 @@ comm hook that is the default all-reduce under another name), the DDP
 overhead ratio (DDP step / plain step at the same per-rank batch), the time
 of all-reducing the gradients alone (in a dist.shared_buffer on the cpu
 backend, as DDP's buckets are), and the fraction of that time hidden behind
-backward:
-    hidden = 1 - (DDP step - plain step) / all-reduce time.
+backward, two ways:
+    hidden = 1 - (DDP step - plain step) / all-reduce time
+(the time the all-reduce would have added that the step does not show), and
+    overlap = backward_compute_comm_overlap_time / backward_comm_time
+from DDP's runtime stats (PyTorch's ``_get_ddp_logging_data()`` fields,
+taken every step here): the part of each step's communication window, from
+the first bucket's launch until the averaged gradients are in place, that
+backward's computation covers.
 """
 
 import argparse
@@ -75,12 +81,21 @@ def rank_main(rank, args):
     # untimed step (the plain steps let the ranks drift apart).
     loss_fn = nn.CrossEntropyLoss()
     times = {name: [] for name in setups}
+    overlaps = {name: [] for name in setups if name != "plain"}
+    for name in overlaps:
+        setups[name][0]._set_ddp_runtime_logging_sample_rate(1)
     for _ in range(-(-args.steps // BLOCK)):
         for name, (m, opt) in setups.items():
             dist.barrier()
             step(m, opt, loss_fn, x, y, sync)
-            times[name] += [step(m, opt, loss_fn, x, y, sync) for _ in range(BLOCK)]
+            for _ in range(BLOCK):
+                times[name].append(step(m, opt, loss_fn, x, y, sync))
+                if name in overlaps:  # (the stats of the step before this one, logged by its forward)
+                    stats = m._get_ddp_logging_data()
+                    if stats.get("backward_comm_time"):
+                        overlaps[name].append(stats["backward_compute_comm_overlap_time"] / stats["backward_comm_time"])
     out = {name: float(np.median(t)) for name, t in times.items()}
+    out["covered"] = {name: float(np.median(o)) for name, o in overlaps.items() if o}
     # All-reduced alone the way DDP reduces its buckets: in place in a shared buffer on the cpu backend.
     n = sum(p.numel() for p in model.parameters())
     memory = dist.shared_buffer(4 * n)
@@ -121,9 +136,10 @@ def main():
             t = r[name]
             ratio = t / r["plain"]
             hidden = "" if name == "plain" or n == 1 else f"{max(0.0, 1 - (t - r['plain']) / r['allreduce']):.2f}"
+            overlap = f"{r['covered'][name]:.2f}" if name in r["covered"] else ""
             rows.append((n, name, f"{t * 1e3:.1f}", f"{n * args.batch / t:.0f}", f"{ratio:.3f}",
-                         f"{r['allreduce'] * 1e3:.1f}", hidden))
-    print_table(["ranks", "mode", "step ms", "samples/s", "overhead", "allreduce ms", "hidden"], rows)
+                         f"{r['allreduce'] * 1e3:.1f}", hidden, overlap))
+    print_table(["ranks", "mode", "step ms", "samples/s", "overhead", "allreduce ms", "hidden", "overlap"], rows)
 
 
 if __name__ == "__main__":
