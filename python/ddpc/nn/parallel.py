@@ -252,7 +252,9 @@ class _RuntimeStats:
     at the next reducing forward, with running averages over those logged
     (``avg_*``, integer nanoseconds). ``backward_compute_comm_overlap_time``
     runs from the first launch to the end of backward compute: the part of
-    the communication window that backward's computation covers."""
+    the communication window that backward's computation covers. The times
+    are the host's clock (PyTorch times CUDA modules with CUDA events), so on
+    a GPU they tell when work was queued and waited for."""
 
     # (logged duration, its start event, its end event)
     SPANS = (("forward_compute_time", "forward", "backward_compute_start"),
