@@ -1,25 +1,257 @@
 """DefaultSavePlanner and DefaultLoadPlanner, at PyTorch's path
-torch.distributed.checkpoint.default_planner: save and load take them as
-their default behaviour (flattened state dicts, every tensor whole). Other
-planners are not supported (see ddpc.distributed.checkpoint)."""
+torch.distributed.checkpoint.default_planner: what save and load do without
+a planner, and the classes to subclass to change one step of it.
+
+Saving: the state dict is flattened to dotted keys; each rank offers every
+tensor (its own part of a DTensor: a SHARD item at the part's offsets) and
+every non-tensor value; the coordinator keeps one offer of each: a part
+several ranks offer is replicated and goes to the rank among them with the
+fewest bytes so far (largest parts first), a value to the lowest rank that
+has it (a tensor wins over a value under the same key). Loading: each rank
+asks, for each key of its state dict, for the regions of the saved chunks
+that overlap what it holds (the whole of a plain tensor, its own part of a
+DTensor), and replaces non-tensor values.
+"""
+
+import io
+import math
+
+from ...serialization import load as _load_bytes
+from ...serialization import save as _save_bytes
+from ...tensor import Size, Tensor
+from ..tensor import DTensor, _local_shape_and_offset
+from .metadata import (BytesStorageMetadata, ChunkStorageMetadata, Metadata, MetadataIndex, TensorProperties,
+                       TensorStorageMetadata)
+from .planner import (LoadItemType, LoadPlan, LoadPlanner, ReadItem, SavePlan, SavePlanner, TensorWriteData,
+                      WriteItem, WriteItemType)
 
 __all__ = ["DefaultLoadPlanner", "DefaultSavePlanner"]
 
 
-class DefaultSavePlanner:
-    """What ``save`` does without a planner; ``flatten_state_dict=False`` is not offered."""
+def _flatten(obj, path, out):
+    """out[dotted key] = (path of keys and indices to the value, value) for every leaf of obj."""
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            _flatten(v, path + (k,), out)
+    elif isinstance(obj, (list, tuple)) and path:
+        for i, v in enumerate(obj):
+            _flatten(v, path + (i,), out)
+    else:
+        out[".".join(map(str, path))] = (path, obj)
+    return out
+
+
+def _replaced(obj, path, value):
+    """obj with the element at path replaced by value (a tuple on the way rebuilt, as it cannot change)."""
+    if not path:
+        return value
+    if isinstance(obj, tuple):
+        items = list(obj)
+        items[path[0]] = _replaced(obj[path[0]], path[1:], value)
+        return type(obj)(items)
+    obj[path[0]] = _replaced(obj[path[0]], path[1:], value)
+    return obj
+
+
+def _is_tensor(v):
+    return isinstance(v, (Tensor, DTensor))
+
+
+def _part(value):
+    """(the tensor this rank holds, its offsets in the whole, the whole's shape) of a tensor value: a
+    DTensor's local part, or a whole tensor."""
+    if isinstance(value, DTensor):
+        _, offsets = _local_shape_and_offset(tuple(value.shape), value.device_mesh, value.placements)
+        return value.to_local(), tuple(offsets), tuple(value.shape)
+    return value, (0,) * value.ndim, tuple(value.shape)
+
+
+def _assign_writers(offers, size):
+    """Which rank writes each part: offers[r] maps rank r's parts (MetadataIndex) to their bytes. A part
+    several ranks offer goes to the rank among them with the fewest bytes so far, largest parts first."""
+    holders = {}
+    for r, parts in enumerate(offers):
+        for index, nbytes in parts.items():
+            holders.setdefault(index, (nbytes, []))[1].append(r)
+    load, writer = [0] * size, {}
+    for index, (nbytes, ranks) in sorted(holders.items(), key=lambda item: (-item[1][0], item[0].fqn,
+                                                                             tuple(item[0].offset))):
+        r = min(ranks, key=lambda r: (load[r], r))
+        writer[index] = r
+        load[r] += nbytes
+    return writer
+
+
+class DefaultSavePlanner(SavePlanner):
+    """What ``save`` does without a planner (see the module's docstring); ``flatten_state_dict=False``
+    is not offered, and replicated parts are always written once."""
 
     def __init__(self, flatten_state_dict=True, flatten_sharded_tensors=True, dedup_replicated_tensors=None,
                  dedup_save_to_lowest_rank=False, enable_plan_caching=False):
         if not flatten_state_dict:
             raise NotImplementedError("DefaultSavePlanner: ddpc always flattens the state dict")
 
+    def set_up_planner(self, state_dict, storage_meta=None, is_coordinator=False):
+        self.original_state_dict = state_dict
+        self.state_dict = {k: v for k, (_, v) in _flatten(state_dict, (), {}).items()}
+        self.storage_meta, self.is_coordinator = storage_meta, is_coordinator
 
-class DefaultLoadPlanner:
-    """What ``load`` does without a planner; ``flatten_state_dict=False`` and
-    ``allow_partial_load=True`` are not offered."""
+    def create_local_plan(self):
+        items = []
+        for fqn, value in self.state_dict.items():
+            if not _is_tensor(value):
+                items.append(WriteItem(MetadataIndex(fqn), WriteItemType.BYTE_IO))
+                continue
+            local, offsets, shape = _part(value)
+            chunk = ChunkStorageMetadata(Size(offsets), Size(local.shape))
+            items.append(WriteItem(MetadataIndex(fqn, offsets),
+                                   WriteItemType.SHARD if isinstance(value, DTensor) else WriteItemType.TENSOR,
+                                   tensor_data=TensorWriteData(chunk, TensorProperties.create_from_tensor(local),
+                                                               Size(shape))))
+        self.plan = SavePlan(items)
+        return self.plan
+
+    def create_global_plan(self, all_plans):
+        writer = _assign_writers([{item.index: item.tensor_storage_size() for item in plan.items
+                                   if item.tensor_data is not None and item.tensor_storage_size()}
+                                  for plan in all_plans], len(all_plans))
+        entries = {}
+        for rank, plan in enumerate(all_plans):
+            for item in plan.items:
+                if item.tensor_data is None:
+                    continue
+                fqn, data = item.index.fqn, item.tensor_data
+                entry = entries.get(fqn)
+                if entry is None:
+                    entries[fqn] = TensorStorageMetadata(data.properties, data.size, [])
+                elif (entry.properties.dtype, tuple(entry.size)) != (data.properties.dtype, tuple(data.size)):
+                    raise ValueError(f"save: {fqn!r} is a {entry.properties.dtype.name} tensor of shape "
+                                     f"{tuple(entry.size)} on one rank, {data.properties.dtype.name} of shape "
+                                     f"{tuple(data.size)} on rank {rank}")
+        plans = []
+        for rank, plan in enumerate(all_plans):
+            items = []
+            for item in plan.items:
+                fqn = item.index.fqn
+                if item.tensor_data is not None:
+                    if writer.get(item.index) != rank:
+                        continue
+                    chunks = entries[fqn].chunks
+                    chunks.append(item.tensor_data.chunk)
+                    item = WriteItem(MetadataIndex(fqn, item.index.offset, len(chunks) - 1), item.type,
+                                     item.bytes_io_data, item.tensor_data)
+                elif fqn in entries:  # a tensor on another rank, or a value a lower rank writes
+                    continue
+                else:
+                    entries[fqn] = BytesStorageMetadata()
+                items.append(item)
+            plans.append(SavePlan(items, plan.storage_data, plan.planner_data, plan.usable))
+        return plans, Metadata(state_dict_metadata=entries)
+
+    def finish_plan(self, new_plan):
+        self.plan = new_plan
+        return new_plan
+
+    def resolve_data(self, write_item):
+        """A tensor's part (as the state dict holds it), or a value as ddpc.save's bytes."""
+        value = self.state_dict[write_item.index.fqn]
+        if write_item.type == WriteItemType.BYTE_IO:
+            buf = io.BytesIO()
+            _save_bytes(value, buf)
+            buf.seek(0)
+            return buf
+        return _part(value)[0]
+
+
+class DefaultLoadPlanner(LoadPlanner):
+    """What ``load`` does without a planner (see the module's docstring). With
+    ``allow_partial_load`` keys of the state dict that the checkpoint lacks are left as they are
+    instead of raising KeyError. ``flatten_state_dict=False`` is not offered."""
 
     def __init__(self, flatten_state_dict=True, flatten_sharded_tensors=True, allow_partial_load=False):
-        if not flatten_state_dict or allow_partial_load:
-            raise NotImplementedError("DefaultLoadPlanner: ddpc always flattens the state dict and loads every key "
-                                      "asked for")
+        if not flatten_state_dict:
+            raise NotImplementedError("DefaultLoadPlanner: ddpc always flattens the state dict")
+        self.allow_partial_load = bool(allow_partial_load)
+
+    def set_up_planner(self, state_dict, metadata=None, is_coordinator=False):
+        self.original_state_dict = state_dict
+        self.paths = {}
+        self.state_dict = {}
+        for fqn, (path, value) in _flatten(state_dict, (), {}).items():
+            self.paths[fqn], self.state_dict[fqn] = path, value
+        self.metadata, self.is_coordinator = metadata, is_coordinator
+
+    def _where(self):
+        meta = self.metadata.storage_meta if self.metadata is not None else None
+        return f" at {meta.checkpoint_id}" if meta is not None and meta.checkpoint_id is not None else ""
+
+    def create_local_plan(self):
+        items = []
+        for fqn, value in self.state_dict.items():
+            saved = self.metadata.state_dict_metadata.get(fqn)
+            if saved is None:
+                if self.allow_partial_load:
+                    continue
+                raise KeyError(f"load: {fqn!r} is not in the checkpoint{self._where()}")
+            if isinstance(saved, BytesStorageMetadata):
+                index = MetadataIndex(fqn)
+                items.append(ReadItem(LoadItemType.BYTE_IO, index, Size((0,)), index, Size((0,)), Size((0,))))
+            else:
+                items.extend(self._tensor_reads(fqn, value, saved))
+        self.plan = LoadPlan(items)
+        return self.plan
+
+    def _tensor_reads(self, fqn, value, saved):
+        """The ReadItems filling what this rank holds of value from the saved chunks that overlap it."""
+        if not _is_tensor(value):
+            raise TypeError(f"load: {fqn!r} is a tensor in the checkpoint; the state dict holds a "
+                            f"{type(value).__name__} there (give a tensor of its shape to load into)")
+        if tuple(value.shape) != tuple(saved.size):
+            raise ValueError(f"load: {fqn!r} has shape {tuple(saved.size)} in the checkpoint, {tuple(value.shape)} "
+                             "in the state dict")
+        if value.dtype != saved.properties.dtype:
+            raise ValueError(f"load: {fqn!r} is {saved.properties.dtype.name} in the checkpoint, {value.dtype.name} "
+                             "in the state dict")
+        local, offsets, _ = _part(value)
+        if not local.numel():
+            return []
+        reads, covered, dest = [], 0, MetadataIndex(fqn, offsets)
+        for i, chunk in enumerate(saved.chunks):
+            lo = [max(a, b) for a, b in zip(offsets, chunk.offsets)]
+            hi = [min(a + n, b + m) for a, n, b, m in zip(offsets, local.shape, chunk.offsets, chunk.sizes)]
+            if any(h <= l for l, h in zip(lo, hi)):
+                continue
+            covered += math.prod(h - l for l, h in zip(lo, hi))
+            reads.append(ReadItem(LoadItemType.TENSOR, dest, Size(l - o for l, o in zip(lo, offsets)),
+                                  MetadataIndex(fqn, chunk.offsets, i), Size(l - c for l, c in zip(lo, chunk.offsets)),
+                                  Size(h - l for l, h in zip(lo, hi))))
+        if covered != local.numel():
+            raise ValueError(f"load: the checkpoint{self._where()} holds {covered} of the {local.numel()} elements "
+                             f"of {fqn!r} this rank loads (is it complete?)")
+        return reads
+
+    def create_global_plan(self, global_plan):
+        return global_plan
+
+    def finish_plan(self, central_plan):
+        self.plan = central_plan
+        return central_plan
+
+    def load_bytes(self, read_item, value):
+        """Replaces the value at read_item's key with the one value's ddpc.save bytes hold."""
+        fqn = read_item.dest_index.fqn
+        self.state_dict[fqn] = _load_bytes(value, weights_only=True)
+        path = self.paths[fqn]
+        self.original_state_dict[path[0]] = _replaced(self.original_state_dict[path[0]], path[1:],
+                                                      self.state_dict[fqn])
+
+    def resolve_tensor(self, read_item):
+        """The region of the state dict's tensor (a DTensor's local part) that read_item fills: a view."""
+        tensor = _part(self.state_dict[read_item.dest_index.fqn])[0]
+        for dim, (start, length) in enumerate(zip(read_item.dest_offsets, read_item.lengths)):
+            if start or length != tensor.shape[dim]:
+                tensor = tensor.narrow(dim, start, length)
+        return tensor.detach()
+
+    def commit_tensor(self, read_item, tensor):
+        """Nothing to do: resolve_tensor's views are the state dict's tensors."""
