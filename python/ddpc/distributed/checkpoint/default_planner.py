@@ -16,6 +16,7 @@ DTensor), and replaces non-tensor values.
 import io
 import math
 
+from ...serialization import CheckpointError
 from ...serialization import load as _load_bytes
 from ...serialization import save as _save_bytes
 from ...tensor import Size, Tensor
@@ -240,7 +241,11 @@ class DefaultLoadPlanner(LoadPlanner):
     def load_bytes(self, read_item, value):
         """Replaces the value at read_item's key with the one value's ddpc.save bytes hold."""
         fqn = read_item.dest_index.fqn
-        self.state_dict[fqn] = _load_bytes(value, weights_only=True)
+        try:
+            self.state_dict[fqn] = _load_bytes(value, weights_only=True)
+        except CheckpointError as e:
+            raise ValueError(f"load: the bytes of {fqn!r} in the checkpoint are not ddpc.save's (did a planner of "
+                             f"its own write them?): {e}") from e
         path = self.paths[fqn]
         self.original_state_dict[path[0]] = _replaced(self.original_state_dict[path[0]], path[1:],
                                                       self.state_dict[fqn])

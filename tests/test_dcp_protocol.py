@@ -1,0 +1,406 @@
+"""ddpc.distributed.checkpoint's storage and planner protocol (PyTorch's): a user's in-memory
+StorageWriter/StorageReader, the order save and load call the steps in, planners that change a step,
+DefaultLoadPlanner(allow_partial_load=True), DTensors over 2 ranks through the user's storage, and the
+errors for storage and planners of the wrong type."""
+
+import concurrent.futures
+import dataclasses
+import io
+import os
+
+import numpy as np
+import pytest
+
+import ddpc
+import ddpc.distributed.checkpoint as dcp
+from ddpc.distributed import Future
+from ddpc.distributed.checkpoint.default_planner import DefaultLoadPlanner, DefaultSavePlanner
+from ddpc.distributed.checkpoint.metadata import BytesStorageMetadata, Metadata, TensorStorageMetadata
+from ddpc.distributed.checkpoint.planner import LoadItemType, SavePlanner, WriteItemType
+from ddpc.distributed.checkpoint.storage import StorageReader, StorageWriter, WriteResult
+
+
+class MemoryWriter(StorageWriter):
+    """Keeps the checkpoint in `store`: the metadata, and each item's data (a numpy copy of a tensor's
+    part, a value's bytes) under its MetadataIndex. `log` records the calls."""
+
+    def __init__(self, store, log=None):
+        self.store, self.log = store, log if log is not None else []
+
+    def reset(self, checkpoint_id=None):
+        self.log.append("reset")
+        self.checkpoint_id = checkpoint_id
+
+    def set_up_storage_writer(self, is_coordinator, *args, **kwargs):
+        self.log.append("set_up_storage_writer")
+        self.is_coordinator, self.rank = is_coordinator, kwargs["rank"]
+
+    def prepare_local_plan(self, plan):
+        self.log.append("prepare_local_plan")
+        return plan
+
+    def prepare_global_plan(self, plans):
+        self.log.append("prepare_global_plan")
+        return [dataclasses.replace(plan, storage_data=f"rank {r}") for r, plan in enumerate(plans)]
+
+    def write_data(self, plan, planner):
+        self.log.append("write_data")
+        results = []
+        for item in plan.items:
+            data = planner.resolve_data(item)
+            if item.type == WriteItemType.BYTE_IO:
+                stored = data.getvalue()
+            else:
+                stored = np.array(data.detach().numpy())
+            results.append(WriteResult(item.index, len(stored) if isinstance(stored, bytes) else stored.nbytes,
+                                       (plan.storage_data, stored)))
+        future = concurrent.futures.Future()
+        future.set_result(results)
+        return future
+
+    def finish(self, metadata, results):
+        self.log.append("finish")
+        self.store["metadata"] = metadata
+        self.store["data"] = {r.index: r.storage_data for rank_results in results for r in rank_results}
+        self.store["id"] = self.checkpoint_id
+
+    @classmethod
+    def validate_checkpoint_id(cls, checkpoint_id):
+        return True
+
+
+class MemoryReader(StorageReader):
+    def __init__(self, store, log=None):
+        self.store, self.log = store, log if log is not None else []
+
+    def reset(self, checkpoint_id=None):
+        self.log.append("reset")
+
+    def read_metadata(self, *args, **kwargs):
+        self.log.append("read_metadata")
+        return self.store["metadata"]
+
+    def set_up_storage_reader(self, metadata, is_coordinator, *args, **kwargs):
+        self.log.append("set_up_storage_reader")
+
+    def prepare_local_plan(self, plan):
+        self.log.append("prepare_local_plan")
+        return plan
+
+    def prepare_global_plan(self, plans):
+        self.log.append("prepare_global_plan")
+        return plans
+
+    def read_data(self, plan, planner):
+        self.log.append("read_data")
+        for item in plan.items:
+            _, stored = self.store["data"][item.storage_index]
+            if item.type == LoadItemType.BYTE_IO:
+                planner.load_bytes(item, io.BytesIO(stored))
+                continue
+            region = stored[tuple(slice(o, o + n) for o, n in zip(item.storage_offsets, item.lengths))]
+            target = planner.resolve_tensor(item)
+            target.copy_(ddpc.from_numpy(np.ascontiguousarray(region)))
+            planner.commit_tensor(item, target)
+        return Future(value=None)
+
+    @classmethod
+    def validate_checkpoint_id(cls, checkpoint_id):
+        return True
+
+
+def _logged(cls, log):
+    """A subclass of planner class cls that appends each protocol call's name to log."""
+    names = ["set_up_planner", "create_local_plan", "create_global_plan", "finish_plan", "resolve_data",
+             "load_bytes", "resolve_tensor", "commit_tensor"]
+
+    def wrap(name):
+        def method(self, *args, **kwargs):
+            log.append(name)
+            return getattr(super(sub, self), name)(*args, **kwargs)
+        return method
+
+    sub = type(f"Logged{cls.__name__}", (cls,), {n: wrap(n) for n in names if hasattr(cls, n)})
+    return sub
+
+
+def _state():
+    return {"model": {"w": ddpc.arange(6.0).reshape(2, 3), "b": ddpc.tensor([1.5, -2.0])},
+            "optim": {"param_groups": [{"lr": 0.1, "betas": (0.9, 0.99)}], "step": 3},
+            "epoch": 7, "name": "run"}
+
+
+def _empty():
+    return {"model": {"w": ddpc.zeros(2, 3), "b": ddpc.zeros(2)},
+            "optim": {"param_groups": [{"lr": 0.0, "betas": (0.0, 0.0)}], "step": 0}, "epoch": 0, "name": ""}
+
+
+def _check_loaded(state):
+    assert state["model"]["w"].tolist() == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
+    assert state["model"]["b"].tolist() == [1.5, -2.0]
+    assert state["optim"] == {"param_groups": [{"lr": 0.1, "betas": (0.9, 0.99)}], "step": 3}
+    assert state["epoch"] == 7 and state["name"] == "run"
+
+
+def test_user_storage_round_trips_and_the_steps_run_in_pytorchs_order():
+    store, log = {}, []
+    metadata = dcp.save(_state(), checkpoint_id="mem://a", storage_writer=MemoryWriter(store, log),
+                        planner=_logged(DefaultSavePlanner, log)())
+    assert log == ["reset", "set_up_planner", "set_up_storage_writer", "create_local_plan", "prepare_local_plan",
+                   "create_global_plan", "prepare_global_plan", "finish_plan", "write_data", *["resolve_data"] * 8,
+                   "finish"]
+    assert store["id"] == "mem://a" and metadata is store["metadata"] and isinstance(metadata, Metadata)
+    md = metadata.state_dict_metadata
+    assert isinstance(md["model.w"], TensorStorageMetadata) and tuple(md["model.w"].size) == (2, 3)
+    assert md["model.w"].properties.dtype == ddpc.float32
+    assert [(tuple(c.offsets), tuple(c.sizes)) for c in md["model.w"].chunks] == [((0, 0), (2, 3))]
+    assert isinstance(md["optim.param_groups.0.betas.1"], BytesStorageMetadata)
+    assert {k for k, v in md.items() if isinstance(v, BytesStorageMetadata)} == {
+        "optim.param_groups.0.lr", "optim.param_groups.0.betas.0", "optim.param_groups.0.betas.1", "optim.step",
+        "epoch", "name"}
+    assert {s for s, _ in store["data"].values()} == {"rank 0"}  # prepare_global_plan's storage_data reached write_data
+
+    log.clear()
+    state = _empty()
+    dcp.load(state, storage_reader=MemoryReader(store, log), planner=_logged(DefaultLoadPlanner, log)())
+    _check_loaded(state)
+    assert log[:9] == ["reset", "read_metadata", "set_up_planner", "set_up_storage_reader", "create_local_plan",
+                       "prepare_local_plan", "create_global_plan", "prepare_global_plan", "finish_plan"]
+    assert log[9] == "read_data"
+    assert sorted(log[10:]) == sorted(["load_bytes"] * 6 + ["resolve_tensor", "commit_tensor"] * 2)
+    assert log.index("resolve_tensor") < log.index("commit_tensor")
+
+    # the default planners with the user's storage, and the user's storage's checkpoint into the file system
+    store2 = {}
+    dcp.save(_state(), storage_writer=MemoryWriter(store2))
+    state = _empty()
+    dcp.load(state, storage_reader=MemoryReader(store2))
+    _check_loaded(state)
+
+
+def test_file_system_storage_through_the_protocol(tmp_path):
+    # FileSystemWriter/Reader are StorageWriter/Reader; subclassing one to change a step takes effect
+    class CountingReader(dcp.FileSystemReader):
+        def read_data(self, plan, planner):
+            self.items = len(plan.items)
+            return super().read_data(plan, planner)
+
+    assert issubclass(dcp.FileSystemWriter, StorageWriter) and issubclass(dcp.FileSystemReader, StorageReader)
+    metadata = dcp.save(_state(), checkpoint_id=tmp_path)
+    assert sorted(os.listdir(tmp_path)) == [".metadata", "__0_0.distcp"]
+    assert tuple(metadata.state_dict_metadata["model.w"].size) == (2, 3)
+    reader = CountingReader(tmp_path / "elsewhere")
+    state = _empty()
+    dcp.load(state, checkpoint_id=tmp_path, storage_reader=reader)  # reset to checkpoint_id
+    _check_loaded(state)
+    assert reader.items == 8
+    read = dcp.FileSystemReader(tmp_path).read_metadata()
+    assert read.state_dict_metadata.keys() == metadata.state_dict_metadata.keys()
+    assert read.storage_meta.checkpoint_id == os.fspath(tmp_path)
+
+
+class DoublingSavePlanner(DefaultSavePlanner):
+    """Saves tensors doubled, and records its own data in the metadata."""
+
+    def resolve_data(self, write_item):
+        data = super().resolve_data(write_item)
+        return data * 2 if write_item.type != WriteItemType.BYTE_IO else data
+
+    def create_global_plan(self, all_plans):
+        plans, metadata = super().create_global_plan(all_plans)
+        return plans, dataclasses.replace(metadata, planner_data={"scale": 2})
+
+
+class HalvingLoadPlanner(DefaultLoadPlanner):
+    """Reads tensors into fresh buffers and commits them halved; adds 1 to integer values."""
+
+    def resolve_tensor(self, read_item):
+        return ddpc.zeros(*read_item.lengths)
+
+    def commit_tensor(self, read_item, tensor):
+        super().resolve_tensor(read_item).copy_(tensor / self.metadata.planner_data["scale"])
+
+    def load_bytes(self, read_item, value):
+        loaded = ddpc.load(value)
+        if isinstance(loaded, int) and not isinstance(loaded, bool):
+            out = io.BytesIO()
+            ddpc.save(loaded + 1, out)
+            out.seek(0)
+            value = out
+        else:
+            value.seek(0)
+        super().load_bytes(read_item, value)
+
+
+@pytest.mark.parametrize("storage", ["memory", "files"])
+def test_a_planner_that_changes_a_step_takes_effect(tmp_path, storage):
+    store = {}
+    writer = MemoryWriter(store) if storage == "memory" else dcp.FileSystemWriter(tmp_path)
+    reader = MemoryReader(store) if storage == "memory" else dcp.FileSystemReader(tmp_path)
+    dcp.save(_state(), storage_writer=writer, planner=DoublingSavePlanner())
+    plain = _empty()
+    dcp.load(plain, storage_reader=reader)  # without the planner: the doubled tensors, the values as saved
+    assert plain["model"]["w"].tolist() == [[0.0, 2.0, 4.0], [6.0, 8.0, 10.0]] and plain["epoch"] == 7
+    state = _empty()
+    dcp.load(state, storage_reader=reader, planner=HalvingLoadPlanner())
+    assert state["model"]["w"].tolist() == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
+    assert state["model"]["b"].tolist() == [1.5, -2.0]
+    assert state["epoch"] == 8 and state["optim"]["step"] == 4 and state["name"] == "run"
+    assert state["optim"]["param_groups"][0]["betas"] == (0.9, 0.99)
+
+
+def test_a_planner_may_write_bytes_of_its_own(tmp_path):
+    class RawSave(DefaultSavePlanner):
+        def resolve_data(self, write_item):
+            if write_item.type == WriteItemType.BYTE_IO:
+                return io.BytesIO(f"raw:{self.state_dict[write_item.index.fqn]}".encode())
+            return super().resolve_data(write_item)
+
+    class RawLoad(DefaultLoadPlanner):
+        def load_bytes(self, read_item, value):
+            self.state_dict[read_item.dest_index.fqn] = value.getvalue()
+            self.original_state_dict[read_item.dest_index.fqn] = value.getvalue()
+
+    dcp.save({"epoch": 7, "w": ddpc.ones(2)}, checkpoint_id=tmp_path, planner=RawSave())
+    state = {"epoch": 0, "w": ddpc.zeros(2)}
+    dcp.load(state, checkpoint_id=tmp_path, planner=RawLoad())
+    assert state["epoch"] == b"raw:7" and state["w"].tolist() == [1.0, 1.0]
+    with pytest.raises(dcp.CheckpointException, match="the bytes of 'epoch' in the checkpoint are not ddpc.save's"):
+        dcp.load({"epoch": 0}, checkpoint_id=tmp_path)  # the default planner takes only ddpc.save's bytes
+
+
+def test_allow_partial_load(tmp_path):
+    dcp.save({"w": ddpc.arange(3.0), "epoch": 4}, checkpoint_id=tmp_path)
+    state = {"w": ddpc.zeros(3), "epoch": 0, "new": ddpc.full((2,), 9.0), "extra": {"n": 1}}
+    with pytest.raises(dcp.CheckpointException, match="'new' is not in the checkpoint"):
+        dcp.load(state, checkpoint_id=tmp_path)
+    dcp.load(state, checkpoint_id=tmp_path, planner=DefaultLoadPlanner(allow_partial_load=True))
+    assert state["w"].tolist() == [0.0, 1.0, 2.0] and state["epoch"] == 4
+    assert state["new"].tolist() == [9.0, 9.0] and state["extra"] == {"n": 1}
+    store = {}
+    dcp.save({"w": ddpc.arange(3.0)}, storage_writer=MemoryWriter(store))
+    state = {"w": ddpc.zeros(3), "gone": 5}
+    dcp.load(state, storage_reader=MemoryReader(store), planner=DefaultLoadPlanner(allow_partial_load=True))
+    assert state == {"w": state["w"], "gone": 5} and state["w"].tolist() == [0.0, 1.0, 2.0]
+
+
+def test_storage_and_planners_of_the_wrong_type_are_clear_errors(tmp_path):
+    state = {"w": ddpc.ones(2)}
+    with pytest.raises(TypeError, match="save: storage_writer must be a StorageWriter .*got FileSystemReader"):
+        dcp.save(state, storage_writer=dcp.FileSystemReader(tmp_path))
+    with pytest.raises(TypeError, match="storage_writer must be a StorageWriter .*got dict"):
+        dcp.save(state, storage_writer={})
+    with pytest.raises(TypeError, match="load: storage_reader must be a StorageReader .*got MemoryWriter"):
+        dcp.load(state, storage_reader=MemoryWriter({}))
+    with pytest.raises(TypeError, match="async_save: storage_writer must be a StorageWriter"):
+        dcp.async_save(state, storage_writer=MemoryReader({}))
+    with pytest.raises(TypeError, match="save: planner must be a SavePlanner .*got DefaultLoadPlanner"):
+        dcp.save(state, checkpoint_id=tmp_path, planner=DefaultLoadPlanner())
+    with pytest.raises(TypeError, match="load: planner must be a LoadPlanner .*got str"):
+        dcp.load(state, checkpoint_id=tmp_path, planner="default")
+    with pytest.raises(ValueError, match="give checkpoint_id"):
+        dcp.load(state)
+
+    class Incomplete(StorageWriter):  # no write_data, finish, ...
+        def reset(self, checkpoint_id=None):
+            pass
+
+    with pytest.raises(TypeError, match="abstract"):
+        Incomplete()
+
+    class HalfPlanner(SavePlanner):
+        def set_up_planner(self, state_dict, storage_meta=None, is_coordinator=False):
+            pass
+
+    with pytest.raises(TypeError, match="abstract"):
+        HalfPlanner()
+
+    # a step that raises is a CheckpointException naming it
+    class Broken(MemoryWriter):
+        def write_data(self, plan, planner):
+            raise OSError("disk full")
+
+    with pytest.raises(dcp.CheckpointException, match="save failed on rank.*OSError: disk full"):
+        dcp.save(state, storage_writer=Broken({}))
+
+    class BadGlobal(DefaultSavePlanner):
+        def create_global_plan(self, all_plans):
+            raise RuntimeError("no plan")
+
+    with pytest.raises(dcp.CheckpointException, match=r"global plan\) failed on rank\(s\) \[0\].*no plan"):
+        dcp.save(state, checkpoint_id=tmp_path, planner=BadGlobal())
+
+
+def test_async_save_with_user_storage():
+    store, state = {}, _state()
+    future = dcp.async_save(state, storage_writer=MemoryWriter(store))
+    with ddpc.no_grad():
+        state["model"]["w"].add_(100.0)  # after the call returns: not in the checkpoint
+    assert isinstance(future.result(timeout=60), Metadata)
+    loaded = _empty()
+    dcp.load(loaded, storage_reader=MemoryReader(store))
+    _check_loaded(loaded)
+
+
+# ---- 2 ranks: a DTensor through the user's storage ----------------------------------------------------
+
+def _dtensor_worker(rank, fail_rank):
+    import ddpc.distributed as dist
+    from ddpc.distributed.tensor import Replicate, Shard, distribute_tensor, init_device_mesh
+
+    dist.init_process_group("cpu")
+    mesh = init_device_mesh("cpu", (2,))
+    full = ddpc.from_numpy(np.arange(15, dtype=np.float32).reshape(5, 3))
+    store, log = {}, []
+    state = {"rows": distribute_tensor(full, mesh, [Shard(0)]), "rep": distribute_tensor(ddpc.arange(4.0), mesh,
+                                                                                         [Replicate()]),
+             "plain": ddpc.full((2,), float(rank)), "step": 11 + rank, "tags": ["a", "b"]}
+    dcp.save(state, storage_writer=MemoryWriter(store, log))
+    # the in-memory checkpoint is rank 0's (finish runs there); the test hands it to the other rank
+    box = [store if rank == 0 else None]
+    dist.broadcast_object_list(box, src=0)
+    store = box[0]
+    written = sorted((index.fqn, tuple(index.offset or ()), where) for index, (where, _) in store["data"].items())
+
+    # load into DTensors split by columns: each rank reads column parts of both ranks' row parts
+    target = {"rows": distribute_tensor(ddpc.zeros(5, 3), mesh, [Shard(1)]),
+              "rep": distribute_tensor(ddpc.zeros(4), mesh, [Shard(0)]), "plain": ddpc.zeros(2), "step": 0,
+              "tags": ["", ""]}
+    dcp.load(target, storage_reader=MemoryReader(store))
+    out = {"rows": target["rows"].to_local().numpy().copy(), "rep": target["rep"].to_local().numpy().copy(),
+           "plain": target["plain"].numpy().copy(), "step": target["step"], "tags": target["tags"],
+           "written": written, "log": log}
+
+    class FailsOnOneRank(MemoryReader):
+        def read_data(self, plan, planner):
+            if dist.get_rank() == fail_rank:
+                raise OSError("storage offline")
+            return super().read_data(plan, planner)
+
+    try:
+        dcp.load(target, storage_reader=FailsOnOneRank(store))
+        out["failure"] = None
+    except dcp.CheckpointException as e:
+        out["failure"] = (sorted(e.failures), str(e))
+    dist.destroy_process_group()
+    return out
+
+
+def test_dtensor_over_two_ranks_through_user_storage():
+    results = ddpc.spawn(_dtensor_worker, args=(1,), nprocs=2)
+    full = np.arange(15, dtype=np.float32).reshape(5, 3)
+    for rank, out in enumerate(results):
+        cols = slice(0, 2) if rank == 0 else slice(2, 3)  # 3 columns over 2 ranks: 2 and 1
+        np.testing.assert_array_equal(out["rows"], full[:, cols])
+        np.testing.assert_array_equal(out["rep"], np.arange(4.0)[2 * rank:2 * rank + 2])
+        assert out["plain"].tolist() == [0.0, 0.0]  # rank 0's (the coordinator's) value of a replicated key
+        assert out["step"] == 11 and out["tags"] == ["a", "b"]
+        assert out["failure"][0] == [1] and "OSError: storage offline" in out["failure"][1]
+        # every rank set up, planned and wrote; only rank 0 made the global plan and finished
+        assert out["log"].count("write_data") == 1
+        assert ("finish" in out["log"]) == (rank == 0) and ("prepare_global_plan" in out["log"]) == (rank == 0)
+    written = results[0]["written"]
+    # each rank wrote its rows; the replicated tensor and the values once
+    assert [w for w in written if w[0] == "rows"] == [("rows", (0, 0), "rank 0"), ("rows", (3, 0), "rank 1")]
+    assert len([w for w in written if w[0] in ("rep", "plain")]) == 2
+    assert [w[2] for w in written if w[0] in ("step", "tags.0", "tags.1")] == ["rank 0"] * 3
