@@ -100,7 +100,7 @@ def _state_of(state_dict, what):
 
 
 def _storage(checkpoint_id, storage, kind, default, what, argument):
-    """The storage to use: the one given (reset to checkpoint_id), or default(checkpoint_id)."""
+    """The storage to use: the one given (reset to checkpoint_id when there is one), or default(checkpoint_id)."""
     if storage is None:
         if checkpoint_id is None:
             raise ValueError(f"{what}: give checkpoint_id (a directory) or a {argument}")
@@ -108,7 +108,8 @@ def _storage(checkpoint_id, storage, kind, default, what, argument):
     if not isinstance(storage, kind):
         raise TypeError(f"{what}: {argument} must be a {kind.__name__} (of "
                         f"ddpc.distributed.checkpoint.storage), got {type(storage).__name__}")
-    storage.reset(checkpoint_id)
+    if checkpoint_id is not None:
+        storage.reset(checkpoint_id)
     return storage
 
 

@@ -1,11 +1,12 @@
 """The storage protocol, at PyTorch's path torch.distributed.checkpoint.storage.
 
 ``save`` calls a ``StorageWriter`` as PyTorch does: ``reset(checkpoint_id)``
-when the call gives one, ``set_up_storage_writer`` and
+when the call gives a checkpoint_id, ``set_up_storage_writer`` and
 ``prepare_local_plan`` on every rank, ``prepare_global_plan`` on the
 coordinator (rank 0), ``write_data`` on every rank (a future of its
 ``WriteResult``s), and ``finish`` on the coordinator with the metadata and
-every rank's results. ``load`` calls a ``StorageReader``: ``reset``,
+every rank's results. ``load`` calls a ``StorageReader``: ``reset`` (as
+``save``),
 ``read_metadata``, ``set_up_storage_reader`` and ``prepare_local_plan`` on
 every rank, ``prepare_global_plan`` on the coordinator, then ``read_data``
 (a future) on every rank.
