@@ -1,0 +1,223 @@
+"""Optional: the same user-written in-memory StorageWriter/StorageReader and planner subclasses run
+through ddpc.distributed.checkpoint and torch.distributed.checkpoint (skipped when torch is not
+installed): the protocol's calls come in the same order, the metadata has the same keys, kinds, sizes
+and chunks, a planner that changes a step changes the result alike, and allow_partial_load skips the
+same keys.
+
+Each group runs in a child process that imports torch before ddpc (see test_nn_extra_torch.py) and
+fails there, printing what differs.
+"""
+
+from procs import run_torch_group, torch_group_test
+
+
+def _classes(lib, make_future):
+    """The user's storage and planners, written once against lib's distributed.checkpoint."""
+    import io
+    from importlib import import_module
+
+    import numpy as np
+
+    dp = import_module(f"{lib.__name__}.distributed.checkpoint.default_planner")
+    planner = import_module(f"{lib.__name__}.distributed.checkpoint.planner")
+    storage = import_module(f"{lib.__name__}.distributed.checkpoint.storage")
+
+    class MemoryWriter(storage.StorageWriter):
+        def __init__(self, store, log):
+            self.store, self.log = store, log
+
+        def reset(self, checkpoint_id=None):
+            self.log.append("reset")
+
+        def set_up_storage_writer(self, is_coordinator, *args, **kwargs):
+            self.log.append("set_up_storage_writer")
+
+        def prepare_local_plan(self, plan):
+            self.log.append("prepare_local_plan")
+            return plan
+
+        def prepare_global_plan(self, plans):
+            self.log.append("prepare_global_plan")
+            return plans
+
+        def write_data(self, plan, planner_):
+            self.log.append("write_data")
+            results = []
+            for item in plan.items:
+                data = planner_.resolve_data(item)
+                stored = data.getvalue() if item.type == planner.WriteItemType.BYTE_IO else np.array(data.numpy())
+                results.append(storage.WriteResult(item.index, len(stored), stored))
+            return make_future(results)
+
+        def finish(self, metadata, results):
+            self.log.append("finish")
+            self.store["metadata"] = metadata
+            self.store["data"] = {r.index: r.storage_data for rank_results in results for r in rank_results}
+
+        @classmethod
+        def validate_checkpoint_id(cls, checkpoint_id):
+            return True
+
+    class MemoryReader(storage.StorageReader):
+        def __init__(self, store, log):
+            self.store, self.log = store, log
+
+        def reset(self, checkpoint_id=None):
+            self.log.append("reset")
+
+        def read_metadata(self, *args, **kwargs):
+            self.log.append("read_metadata")
+            return self.store["metadata"]
+
+        def set_up_storage_reader(self, metadata, is_coordinator, *args, **kwargs):
+            self.log.append("set_up_storage_reader")
+
+        def prepare_local_plan(self, plan):
+            self.log.append("prepare_local_plan")
+            return plan
+
+        def prepare_global_plan(self, plans):
+            self.log.append("prepare_global_plan")
+            return plans
+
+        def read_data(self, plan, planner_):
+            self.log.append("read_data")
+            for item in plan.items:
+                stored = self.store["data"][item.storage_index]
+                if item.type == planner.LoadItemType.BYTE_IO:
+                    planner_.load_bytes(item, io.BytesIO(stored))
+                    continue
+                region = stored[tuple(slice(o, o + n) for o, n in zip(item.storage_offsets, item.lengths))]
+                target = planner_.resolve_tensor(item)
+                target.copy_(lib.from_numpy(np.ascontiguousarray(region)))
+                planner_.commit_tensor(item, target)
+            return make_future(None)
+
+        @classmethod
+        def validate_checkpoint_id(cls, checkpoint_id):
+            return True
+
+    class LoggedSavePlanner(dp.DefaultSavePlanner):
+        """Logs its steps; saves tensors doubled."""
+
+        def __init__(self, log):
+            super().__init__()
+            self.log = log
+
+        def set_up_planner(self, state_dict, storage_meta=None, is_coordinator=False):
+            self.log.append("set_up_planner")
+            super().set_up_planner(state_dict, storage_meta=storage_meta, is_coordinator=is_coordinator)
+
+        def create_local_plan(self):
+            self.log.append("create_local_plan")
+            return super().create_local_plan()
+
+        def create_global_plan(self, all_plans):
+            self.log.append("create_global_plan")
+            return super().create_global_plan(all_plans)
+
+        def finish_plan(self, new_plan):
+            self.log.append("finish_plan")
+            return super().finish_plan(new_plan)
+
+        def resolve_data(self, write_item):
+            self.log.append("resolve_data")
+            data = super().resolve_data(write_item)
+            return data * 2 if write_item.type != planner.WriteItemType.BYTE_IO else data
+
+    class LoggedLoadPlanner(dp.DefaultLoadPlanner):
+        """Logs its steps; reads tensors into fresh buffers and commits them halved."""
+
+        def __init__(self, log, allow_partial_load=False):
+            super().__init__(allow_partial_load=allow_partial_load)
+            self.log = log
+
+        def set_up_planner(self, state_dict, metadata=None, is_coordinator=False):
+            self.log.append("set_up_planner")
+            super().set_up_planner(state_dict, metadata, is_coordinator)
+
+        def create_local_plan(self):
+            self.log.append("create_local_plan")
+            return super().create_local_plan()
+
+        def create_global_plan(self, global_plan):
+            self.log.append("create_global_plan")
+            return super().create_global_plan(global_plan)
+
+        def finish_plan(self, central_plan):
+            self.log.append("finish_plan")
+            return super().finish_plan(central_plan)
+
+        def load_bytes(self, read_item, value):
+            self.log.append("load_bytes")
+            super().load_bytes(read_item, value)
+
+        def resolve_tensor(self, read_item):
+            self.log.append("resolve_tensor")
+            return lib.zeros(*read_item.lengths)
+
+        def commit_tensor(self, read_item, tensor):
+            self.log.append("commit_tensor")
+            super().resolve_tensor(read_item).copy_(tensor / 2)
+
+    return MemoryWriter, MemoryReader, LoggedSavePlanner, LoggedLoadPlanner
+
+
+def _run(lib, make_future):
+    """Saves and loads one state dict through the user's classes; what the protocol did and gave."""
+    import numpy as np
+    from importlib import import_module
+
+    dcp = import_module(f"{lib.__name__}.distributed.checkpoint")
+    writer, reader, save_planner, load_planner = _classes(lib, make_future)
+    state = {"model": {"w": lib.arange(6.0).reshape(2, 3), "b": lib.tensor([1.5, -2.0])}, "epoch": 7,
+             "optim": {"lr": 0.1, "name": "adam"}}
+    store, save_log, load_log = {}, [], []
+    dcp.save(state, checkpoint_id="mem", storage_writer=writer(store, save_log), planner=save_planner(save_log),
+             no_dist=True)
+    md = store["metadata"].state_dict_metadata
+    kinds = {k: (type(v).__name__, tuple(v.size) if hasattr(v, "size") else None,
+                 [(tuple(c.offsets), tuple(c.sizes)) for c in getattr(v, "chunks", [])]) for k, v in md.items()}
+    target = {"model": {"w": lib.zeros(2, 3), "b": lib.zeros(2)}, "epoch": 0, "optim": {"lr": 0.0, "name": ""},
+              "new": lib.ones(2)}
+    dcp.load(target, storage_reader=reader(store, load_log), planner=load_planner(load_log, True), no_dist=True)
+    loaded = {"w": target["model"]["w"].numpy().tolist(), "b": target["model"]["b"].numpy().tolist(),
+              "epoch": target["epoch"], "optim": target["optim"], "new": target["new"].numpy().tolist()}
+    strict = "loaded"
+    try:
+        dcp.load({"new": lib.ones(2)}, storage_reader=reader(store, []), planner=load_planner([]), no_dist=True)
+    except BaseException:  # noqa: BLE001 - PyTorch's CheckpointException is a BaseException
+        strict = "raised"
+    # the tensors' read steps come in an order of each library's own
+    tail = sorted(load_log[load_log.index("read_data") + 1:])
+    return save_log, load_log[:load_log.index("read_data") + 1], tail, kinds, loaded, strict, np
+
+
+def _protocol(np, torch, ddpc):
+    import warnings
+
+    from ddpc.distributed import Future
+
+    def torch_future(value):
+        f = torch.futures.Future()
+        f.set_result(value)
+        return f
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want = _run(torch, torch_future)
+        got = _run(ddpc, lambda value: Future(value=value))
+    for what, g, w in zip(("save calls", "load calls", "read steps", "metadata", "loaded values",
+                           "without allow_partial_load"), got, want):
+        assert g == w, f"{what}: {g} where PyTorch has {w}"
+    assert got[4]["w"] == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]] and got[4]["new"] == [1.0, 1.0]
+
+
+GROUPS = {"protocol": _protocol}
+
+
+test_matches_pytorch = torch_group_test(__file__, GROUPS)
+
+
+if __name__ == "__main__":
+    run_torch_group(GROUPS)
