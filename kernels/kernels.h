@@ -349,6 +349,21 @@ struct ddpc_optim_consts;
 int ddpc_k_optim(void *p, const void *g, void *s1, void *s2, void *s3, int64_t n, int dtype,
                  const struct ddpc_optim_consts *c, void *stream);
 
+/* The loader's direct gather (kernels/gather.cu): for each of the n sources,
+ * row r of dst = row indices[r] of src, for r in [0, rows). src is device-
+ * readable memory (host memory mapped for the device), dst device memory. */
+#define DDPC_K_GATHER_MAX_SOURCES 16
+typedef struct {
+    const void *src;
+    void *dst;
+    size_t row_bytes;
+} ddpc_k_rows;
+typedef struct {
+    ddpc_k_rows part[DDPC_K_GATHER_MAX_SOURCES];
+    int n;
+} ddpc_k_gather;
+int ddpc_k_gather_rows(const ddpc_k_gather *g, const int64_t *indices, int64_t rows, void *stream);
+
 /* Gradient unscaling (kernels/amp.cu); see csrc/amp.c. */
 int ddpc_k_unscale(void *g, int64_t n, int dtype, double inv_scale, void *found_inf, void *stream);
 
