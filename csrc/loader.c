@@ -1,4 +1,5 @@
-/* The threaded batch loader: producer threads, the slot ring, GPU staging. */
+/* The threaded batch loader: producer threads, the slot ring, GPU staging,
+ * and the GPU's direct gather from the sources in place. */
 #include "loader.h"
 
 #include <errno.h>
@@ -15,6 +16,11 @@
 #include "alloc.h"
 #include "device.h"
 #include "npy.h"
+#ifdef DDPC_WITH_CUDA
+#include "kernels.h"
+
+_Static_assert(DDPC_K_GATHER_MAX_SOURCES == DDPC_LOADER_MAX_SOURCES, "one gather launch serves every source");
+#endif
 
 /* Rows a thread claims at once: about 128 KiB, large enough that the lock is
  * cold, small enough that two threads share one batch. */
@@ -57,6 +63,13 @@ struct ddpc_loader {
     pthread_cond_t work_cv, done_cv;
     int stop;
     void *compute_stream, *copy_stream;
+    /* Direct gather: no threads and no staging; the device reads row 0 of
+     * each source at src_dev[k] (pages registered through ranges[k]) and the
+     * index list from dev_indices. */
+    int direct;
+    const void *src_dev[DDPC_LOADER_MAX_SOURCES];
+    struct host_range_ *ranges[DDPC_LOADER_MAX_SOURCES];
+    ddpc_block *dev_indices;
     copy_lines_fn copy_lines;
     uint64_t started_ns;
     ddpc_loader_stats stats; /* under mu; elapsed_s is filled in when read */
@@ -385,16 +398,166 @@ static ddpc_status check_config_(const ddpc_loader_config *c) {
 }
 
 #ifdef DDPC_WITH_CUDA
-static ddpc_status init_device_on_(ddpc_loader *l) {
+/* ---- direct gather: the device reads the sources in place ------------------------ */
+
+/* CUDA registers host memory by whole pages, and a page only once: loaders
+ * over the same array share one registration of its pages, counted, and the
+ * last loader to go unregisters them. */
+typedef struct host_range_ {
+    char *start; /* page-aligned */
+    size_t len;  /* whole pages */
+    int refs;
+    struct host_range_ *next;
+} host_range_;
+
+static pthread_mutex_t ranges_mu_ = PTHREAD_MUTEX_INITIALIZER;
+static host_range_ *ranges_; /* pairwise disjoint */
+
+/* The registration of the pages holding [base, base + nbytes): the one made
+ * before for exactly these pages, or a new one. *out stays NULL (with DDPC_OK)
+ * where they overlap other registered pages or CUDA refuses them (memory
+ * registered by someone else, a mapping it cannot pin): the loader stages. */
+static ddpc_status range_acquire_(const char *base, size_t nbytes, unsigned flags, host_range_ **out) {
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    char *start = (char *)((uintptr_t)base & ~(page - 1));
+    size_t len = (size_t)(((uintptr_t)base + nbytes - (uintptr_t)start + page - 1) & ~(page - 1));
+    ddpc_status st = DDPC_OK;
+    *out = NULL;
+    pthread_mutex_lock(&ranges_mu_);
+    host_range_ *r = ranges_;
+    for (; r && !(r->start == start && r->len == len); r = r->next)
+        if (r->start < start + len && start < r->start + r->len) goto exit_;
+    if (r) {
+        r->refs++;
+        *out = r;
+        goto exit_;
+    }
+    r = calloc(1, sizeof *r);
+    if (!r) {
+        st = DDPC_ERROR(DDPC_ERR_OOM, "out of memory for a loader's host registration");
+        goto exit_;
+    }
+    if (cudaHostRegister(start, len, flags) != cudaSuccess) {
+        (void)cudaGetLastError(); /* not a sticky error: clear it, or the next launch's check would report it */
+        free(r);
+        goto exit_;
+    }
+    r->start = start;
+    r->len = len;
+    r->refs = 1;
+    r->next = ranges_;
+    ranges_ = r;
+    *out = r;
+exit_:
+    pthread_mutex_unlock(&ranges_mu_);
+    return st;
+}
+
+static void range_release_(host_range_ *r) {
+    pthread_mutex_lock(&ranges_mu_);
+    if (--r->refs == 0) {
+        host_range_ **link = &ranges_;
+        while (*link != r) link = &(*link)->next;
+        *link = r->next;
+        /* Teardown cannot fail; a failed unregister leaves the pages pinned. */
+        if (cudaHostUnregister(r->start) != cudaSuccess) (void)cudaGetLastError();
+        free(r);
+    }
+    pthread_mutex_unlock(&ranges_mu_);
+}
+
+static void release_ranges_(ddpc_loader *l) {
+    for (int k = 0; k < l->nsources; k++)
+        if (l->ranges[k]) range_release_(l->ranges[k]);
+    memset(l->ranges, 0, sizeof l->ranges);
+    memset(l->src_dev, 0, sizeof l->src_dev);
+}
+
+/* Sets up the direct gather where every source allows it; l->direct stays 0
+ * (the staging path) where a source is read with pread, the mapped files
+ * outgrow the resident budget (registered pages stay resident), the device
+ * cannot map host memory (read-only, for a file mapping), or a source's
+ * pages cannot be registered. The index list goes to the device once, on the
+ * compute stream: each gather waits for that stream's work (alloc_ready). */
+static ddpc_status init_direct_(ddpc_loader *l, int64_t nindices) {
+    int can_map, read_only;
+    CUDACHECK(cudaDeviceGetAttribute(&can_map, cudaDevAttrCanMapHostMemory, l->device));
+    CUDACHECK(cudaDeviceGetAttribute(&read_only, cudaDevAttrHostRegisterReadOnlySupported, l->device));
+    if (!can_map || l->mapped) return DDPC_OK;
+    for (int k = 0; k < l->nsources; k++)
+        if (l->src[k].kind == DDPC_SOURCE_FILE || (l->src[k].kind == DDPC_SOURCE_MAPPED && !read_only))
+            return DDPC_OK;
+    /* Portable: one registration serves loaders on every device. */
+    unsigned flags = cudaHostRegisterMapped | cudaHostRegisterPortable | (read_only ? cudaHostRegisterReadOnly : 0);
+    for (int k = 0; k < l->nsources; k++) {
+        const ddpc_loader_source *src = &l->src[k];
+        size_t nbytes = (size_t)src->rows * src->row_bytes;
+        if (nbytes == 0) continue; /* nothing to read */
+        CHECK(range_acquire_(src->base, nbytes, flags, &l->ranges[k]));
+        void *dev;
+        if (!l->ranges[k] || cudaHostGetDevicePointer(&dev, l->ranges[k]->start, 0) != cudaSuccess) {
+            (void)cudaGetLastError();
+            release_ranges_(l);
+            return DDPC_OK;
+        }
+        l->src_dev[k] = (char *)dev + (src->base - l->ranges[k]->start);
+    }
+    size_t bytes = (size_t)nindices * sizeof *l->indices;
+    CHECK(ddpc_alloc(l->device, bytes, 0, &l->dev_indices));
+    if (bytes > 0)
+        CUDACHECK(cudaMemcpyAsync(l->dev_indices->ptr, l->indices, bytes, cudaMemcpyHostToDevice,
+                                  (cudaStream_t)l->compute_stream));
+    l->direct = 1;
+    l->stats.direct = 1;
+    return DDPC_OK;
+}
+
+/* Queues batch `batch`'s gather into dst on the copy stream, ordered as
+ * issue_copy_ orders a copy: after the compute stream's work up to dst's
+ * allocation, and before `copied`. The slot is done at once: all that
+ * ddpc_loader_wait has left to do is order the compute stream after `copied`. */
+static ddpc_status submit_direct_(ddpc_loader *l, slot_ *s, int64_t batch, void *const *dst) {
+    int64_t rows = ddpc_loader_batch_rows(l, batch);
+    uint64_t t0 = ddpc_now_ns();
+    if (rows > 0) {
+        cudaStream_t copy = (cudaStream_t)l->copy_stream;
+        ddpc_k_gather g = {.n = l->nsources};
+        for (int k = 0; k < l->nsources; k++)
+            g.part[k] = (ddpc_k_rows){.src = l->src_dev[k], .dst = dst[k], .row_bytes = l->src[k].row_bytes};
+        const int64_t *idx = (const int64_t *)l->dev_indices->ptr + l->offsets[batch];
+        CUDACHECK(cudaSetDevice(l->device));
+        CUDACHECK(cudaEventRecord(s->alloc_ready, (cudaStream_t)l->compute_stream));
+        CUDACHECK(cudaStreamWaitEvent(copy, s->alloc_ready, 0));
+        CUDACHECK((cudaError_t)ddpc_k_gather_rows(&g, idx, rows, copy));
+        CUDACHECK(cudaEventRecord(s->copied, copy));
+    }
+    uint64_t t1 = ddpc_now_ns();
+    pthread_mutex_lock(&l->mu);
+    l->stats.copy_issue_s += (double)(t1 - t0) * 1e-9;
+    s->rows = s->next_row = s->done_rows = rows;
+    s->done = 1;
+    s->st = DDPC_OK;
+    s->batch = batch;
+    pthread_mutex_unlock(&l->mu);
+    return DDPC_OK;
+}
+
+/* ---- GPU setup and teardown ----------------------------------------------------------- */
+
+static ddpc_status init_device_on_(ddpc_loader *l, const ddpc_loader_config *cfg) {
     CHECK(ddpc_cuda_compute_stream(l->device, &l->compute_stream));
     CHECK(ddpc_cuda_copy_stream(l->device, &l->copy_stream));
+    for (int i = 0; i < l->prefetch; i++) {
+        CUDACHECK(cudaEventCreateWithFlags(&l->slots[i].alloc_ready, cudaEventDisableTiming));
+        CUDACHECK(cudaEventCreateWithFlags(&l->slots[i].copied, cudaEventDisableTiming));
+    }
+    if (cfg->gpu_gather) CHECK(init_direct_(l, cfg->nindices));
+    if (l->direct) return DDPC_OK;
     int64_t max_rows = 0;
     for (int64_t b = 0; b < l->nbatches; b++)
         if (ddpc_loader_batch_rows(l, b) > max_rows) max_rows = ddpc_loader_batch_rows(l, b);
     for (int i = 0; i < l->prefetch; i++) {
         slot_ *s = &l->slots[i];
-        CUDACHECK(cudaEventCreateWithFlags(&s->alloc_ready, cudaEventDisableTiming));
-        CUDACHECK(cudaEventCreateWithFlags(&s->copied, cudaEventDisableTiming));
         for (int k = 0; k < l->nsources; k++) {
             CHECK(ddpc_alloc(DDPC_CPU, (size_t)max_rows * l->src[k].row_bytes, 1, &s->staging[k]));
             s->dst[k] = s->staging[k]->ptr;
@@ -403,10 +566,10 @@ static ddpc_status init_device_on_(ddpc_loader *l) {
     return DDPC_OK;
 }
 
-static ddpc_status init_device_(ddpc_loader *l) {
+static ddpc_status init_device_(ddpc_loader *l, const ddpc_loader_config *cfg) {
     int prev;
     CHECK(ddpc_cuda_enter(l->device, &prev));
-    ddpc_status st = init_device_on_(l);
+    ddpc_status st = init_device_on_(l, cfg);
     ddpc_cuda_leave(prev);
     return st;
 }
@@ -414,15 +577,22 @@ static ddpc_status init_device_(ddpc_loader *l) {
 static void free_device_(ddpc_loader *l) {
     for (int i = 0; i < l->prefetch; i++) {
         slot_ *s = &l->slots[i];
-        /* A copy out of staging may still be queued: let it finish before the memory goes. */
+        /* A copy out of staging (or a gather) may still be queued: let it finish before the memory goes. */
         if (s->copied) cudaEventSynchronize(s->copied);
         if (s->alloc_ready) cudaEventDestroy(s->alloc_ready);
         if (s->copied) cudaEventDestroy(s->copied);
         for (int k = 0; k < l->nsources; k++) ddpc_free(s->staging[k]);
     }
+    /* Every gather is over (each was followed by its slot's `copied`): the
+     * registered pages and the index list are no longer read. */
+    release_ranges_(l);
+    ddpc_free(l->dev_indices);
 }
 #else
-static ddpc_status init_device_(ddpc_loader *l) { return ddpc_cuda_require(l->device); }
+static ddpc_status init_device_(ddpc_loader *l, const ddpc_loader_config *cfg) {
+    (void)cfg;
+    return ddpc_cuda_require(l->device);
+}
 static void free_device_(ddpc_loader *l) { (void)l; }
 #endif
 
@@ -470,8 +640,8 @@ ddpc_status ddpc_loader_init(const ddpc_loader_config *cfg, ddpc_loader **out) {
     memcpy(l->indices, cfg->indices, (size_t)cfg->nindices * sizeof *l->indices);
     memcpy(l->offsets, cfg->offsets, (size_t)(cfg->nbatches + 1) * sizeof *l->offsets);
     for (int i = 0; i < l->prefetch; i++) l->slots[i].batch = -1;
-    if (l->device != DDPC_CPU) CHECKGOTO(init_device_(l), st, fail_);
-    for (; l->nstarted < l->nthreads; l->nstarted++) {
+    if (l->device != DDPC_CPU) CHECKGOTO(init_device_(l, cfg), st, fail_);
+    for (; !l->direct && l->nstarted < l->nthreads; l->nstarted++) {
         int rc = pthread_create(&l->threads[l->nstarted], NULL, producer_main_, l);
         if (rc != 0) {
             st = DDPC_ERROR(DDPC_ERR_SYS, "could not start a loader thread: %s", strerror(rc));
@@ -494,6 +664,7 @@ static ddpc_status submit_(ddpc_loader *l, int64_t batch, void *const *dst) {
         return DDPC_ERROR(DDPC_ERR_INTERNAL, "loader slot for batch %lld still holds batch %lld", (long long)batch,
                           (long long)s->batch);
 #ifdef DDPC_WITH_CUDA
+    if (l->direct) return submit_direct_(l, s, batch, dst);
     if (l->device != DDPC_CPU) {
         CUDACHECK(cudaSetDevice(l->device));
         CUDACHECK(cudaEventRecord(s->alloc_ready, (cudaStream_t)l->compute_stream));

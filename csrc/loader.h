@@ -6,7 +6,11 @@
  * is indices[offsets[b] .. offsets[b+1])). The caller owns the ring order:
  * batch b goes into slot b % prefetch with ddpc_loader_submit and is taken
  * back with ddpc_loader_wait. Producer threads touch only the plain memory
- * described here, never a Python object, so they run without the GIL. */
+ * described here, never a Python object, so they run without the GIL.
+ *
+ * On request (gpu_gather) a GPU loader gathers rows on the device instead:
+ * the sources are registered with CUDA in place and the device reads their
+ * rows over the bus, with no producer threads and no staging (loader.c). */
 #ifndef DDPC_LOADER_H
 #define DDPC_LOADER_H
 
@@ -40,12 +44,15 @@ typedef struct {
     int nthreads;            /* producer threads */
     int device;              /* DDPC_CPU, or the CUDA ordinal the batches go to */
     size_t resident_budget;  /* resident file pages (bytes) the loader may add before dropping them */
+    int gpu_gather;          /* GPU: gather on the device from the sources in place where they allow it */
 } ddpc_loader_config;
 
 typedef struct ddpc_loader ddpc_loader;
 
 /* Checks the configuration (every index in range), starts the threads and,
- * for a GPU, allocates pinned staging for each slot. */
+ * for a GPU, allocates pinned staging for each slot; with gpu_gather, where
+ * every source can be read by the device in place, registers them and copies
+ * the index list to the device instead. */
 ddpc_status ddpc_loader_init(const ddpc_loader_config *cfg, ddpc_loader **out);
 /* Rows in batch b. */
 int64_t ddpc_loader_batch_rows(const ddpc_loader *l, int64_t batch);
@@ -65,11 +72,12 @@ typedef struct {
     int64_t batches;       /* taken back by ddpc_loader_wait */
     int64_t chunks;        /* pieces of rows gathered */
     double gather_s;       /* gathering rows */
-    double copy_issue_s;   /* queuing the copies of finished batches to the device */
+    double copy_issue_s;   /* queuing the copies of finished batches to the device (direct: the gathers) */
     double staging_wait_s; /* waiting for a copy out of a slot's staging before gathering into it again */
     double wait_s;         /* in ddpc_loader_wait, in all */
     double wait_idle_s;    /* ... of it asleep, with no rows left to gather */
     double elapsed_s;      /* since init */
+    int direct;            /* 1: the device gathers the rows itself (gpu_gather, and nothing made it stage) */
 } ddpc_loader_stats;
 void ddpc_loader_get_stats(ddpc_loader *l, ddpc_loader_stats *out);
 /* Stops and joins the threads (finishing no queued batch) and frees everything. */

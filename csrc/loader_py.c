@@ -261,12 +261,12 @@ static void loader_close_(loader_object *self) {
 
 static PyObject *loader_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"sources", "file_backed", "indices", "offsets", "prefetch", "num_threads",
-                             "device", "pin_memory", "resident_budget", NULL};
+                             "device", "pin_memory", "resident_budget", "gpu_gather", NULL};
     PyObject *sources_obj, *backed_obj, *indices_obj, *offsets_obj, *device_obj = Py_None;
-    int prefetch = 2, nthreads = 2, pinned = 0;
+    int prefetch = 2, nthreads = 2, pinned = 0, gpu_gather = 0;
     unsigned long long budget = 64ull << 20;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOO|iiOpK:Loader", kwlist, &sources_obj, &backed_obj, &indices_obj,
-                                     &offsets_obj, &prefetch, &nthreads, &device_obj, &pinned, &budget))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOO|iiOpKp:Loader", kwlist, &sources_obj, &backed_obj, &indices_obj,
+                                     &offsets_obj, &prefetch, &nthreads, &device_obj, &pinned, &budget, &gpu_gather))
         return NULL;
     int device;
     if (ddpc_parse_device(device_obj, &device) < 0) return NULL;
@@ -341,7 +341,7 @@ static PyObject *loader_new(PyTypeObject *type, PyObject *args, PyObject *kwds) 
     ddpc_loader_config cfg = {
         .sources = src, .nsources = (int)n, .indices = idx.buf, .nindices = idx.shape[0], .offsets = off.buf,
         .nbatches = self->nbatches, .prefetch = prefetch, .nthreads = nthreads, .device = device,
-        .resident_budget = (size_t)budget,
+        .resident_budget = (size_t)budget, .gpu_gather = gpu_gather,
     };
     ddpc_status st;
     Py_BEGIN_ALLOW_THREADS
@@ -418,10 +418,10 @@ static PyObject *loader_stats(loader_object *self, PyObject *unused) {
     (void)unused;
     ddpc_loader_stats t = self->stats;
     if (self->loader) ddpc_loader_get_stats(self->loader, &t);
-    return Py_BuildValue("{sLsLsdsdsdsdsdsd}", "batches", (long long)t.batches, "chunks", (long long)t.chunks,
+    return Py_BuildValue("{sLsLsdsdsdsdsdsdsi}", "batches", (long long)t.batches, "chunks", (long long)t.chunks,
                          "gather_s", t.gather_s, "copy_issue_s", t.copy_issue_s, "staging_wait_s",
                          t.staging_wait_s, "wait_s", t.wait_s, "wait_idle_s", t.wait_idle_s, "elapsed_s",
-                         t.elapsed_s);
+                         t.elapsed_s, "direct", t.direct);
 }
 
 static void loader_dealloc(loader_object *self) {
@@ -440,7 +440,8 @@ static PyMethodDef loader_methods[] = {
     {"stats", (PyCFunction)loader_stats, METH_NOARGS,
      "where the time went so far, in seconds: batches, chunks, gather_s, copy_issue_s and staging_wait_s "
      "(thread-seconds over every thread), wait_s and wait_idle_s (next()'s waits, and their part asleep), "
-     "elapsed_s (kept after the pass ends or close())"},
+     "elapsed_s (kept after the pass ends or close()); direct: 1 where the GPU gathers the rows itself "
+     "(gpu_gather), 0 where batches are staged"},
     {"__reduce__", refuse_pickle_, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
@@ -452,8 +453,10 @@ static PyType_Slot loader_slots[] = {
     {Py_tp_iternext, loader_iternext},
     {Py_tp_methods, loader_methods},
     {Py_tp_doc, "Loader(sources, file_backed, indices, offsets, prefetch=2, num_threads=2, device=None, "
-                "pin_memory=False, resident_budget=64 MiB): one pass over indices, batch b being "
-                "indices[offsets[b]:offsets[b+1]]; yields a tuple of new Buffers per batch"},
+                "pin_memory=False, resident_budget=64 MiB, gpu_gather=False): one pass over indices, batch b "
+                "being indices[offsets[b]:offsets[b+1]]; yields a tuple of new Buffers per batch. gpu_gather "
+                "(a CUDA device only; experimental): the GPU gathers the rows from the sources in place where "
+                "they allow it, instead of threads staging them through pinned memory"},
     {0, NULL},
 };
 
