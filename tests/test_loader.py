@@ -638,3 +638,129 @@ def test_cuda_prefetch_is_ordered_before_compute_stream_work():
     for (x,) in DataLoader(ds, batch_size=512, device="cuda:0", prefetch=4):
         total += float(x.sum())
     assert total == pytest.approx(float(a["d"].sum()), rel=1e-9)
+
+
+def paged(arr):
+    """A copy of `arr` in pages of its own (an anonymous mapping): CUDA registers
+    host memory by whole pages, and two small arrays often share one."""
+    import mmap
+    out = np.frombuffer(mmap.mmap(-1, max(arr.nbytes, 1)), dtype=arr.dtype, count=arr.size).reshape(arr.shape)
+    out[...] = arr
+    return out
+
+
+def check_gpu_batches(batches, sources, idx, batch_size, first=0):
+    """Batches `first`, `first` + 1, ... of `batches` (device tensors) against the numpy gather."""
+    count = 0
+    for b, batch in enumerate(batches, first):
+        want = idx[b * batch_size:(b + 1) * batch_size]
+        for t, src in zip(batch, sources):
+            assert t.is_cuda
+            np.testing.assert_array_equal(t.cpu().numpy(), src[want])
+        count += 1
+    return count
+
+
+def test_gpu_gather_changes_nothing_on_the_host(monkeypatch):
+    """DDPC_LOADER_GPU_GATHER=1 (_C.Loader's gpu_gather=True) is ignored for host batches."""
+    monkeypatch.setenv("DDPC_LOADER_GPU_GATHER", "1")
+    a = arrays()
+    sources = [a["x"], a["y"], a["u"]]
+    sampler = DistributedSampler(len(a["y"]), num_replicas=1, rank=0, seed=7)
+    loader = DataLoader(TensorDataset(*sources), batch_size=16, sampler=sampler, num_threads=2)
+    idx = sampler.indices()
+    check_batches(loader, sources, idx, [min(b * 16, len(idx)) for b in range(len(loader) + 1)])
+    it = iter(loader)
+    n = sum(1 for _ in it)
+    stats = it._loader.stats()
+    assert stats["direct"] == 0
+    assert stats["batches"] == n and stats["chunks"] >= n and stats["gather_s"] > 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("from_file", [False, True])
+def test_gpu_gather_equals_cpu_batches(tmp_path, monkeypatch, from_file):
+    """The GPU's own gather (float32 rows, int64 labels, rows of 3 bytes copied
+    byte by byte) gives the staged path's batches, from memory and from a mapped .npy."""
+    monkeypatch.setenv("DDPC_LOADER_GPU_GATHER", "1")
+    rng = np.random.default_rng(3)
+    n = 301
+    x = rng.standard_normal((n, 784)).astype(np.float32)
+    y = rng.integers(0, 10, n).astype(np.int64)
+    u = rng.integers(0, 256, (n, 3), dtype=np.uint8)
+    if from_file:
+        for name, arr in (("x", x), ("y", y), ("u", u)):
+            np.save(tmp_path / f"{name}.npy", arr)
+        sources = [np.load(tmp_path / f"{name}.npy", mmap_mode="r") for name in "xyu"]
+    else:
+        sources = [paged(x), paged(y), paged(u)]
+    sampler = DistributedSampler(n, num_replicas=2, rank=0, seed=4)
+    ds = TensorDataset(*sources)
+    cpu = list(DataLoader(ds, batch_size=32, sampler=sampler))
+    it = iter(DataLoader(ds, batch_size=32, sampler=sampler, device="cuda:0", prefetch=3))
+    gpu = list(it)
+    stats = it._loader.stats()
+    assert stats["direct"] == 1
+    assert stats["batches"] == len(cpu) == len(gpu)
+    assert stats["chunks"] == 0 and stats["gather_s"] == stats["staging_wait_s"] == 0.0
+    for c, g in zip(cpu, gpu):
+        for ct, gt in zip(c, g):
+            assert gt.is_cuda
+            np.testing.assert_array_equal(gt.cpu().numpy(), ct.numpy())
+
+
+@pytest.mark.gpu
+def test_gpu_gather_feeds_compute_stream_work(monkeypatch):
+    """A gathered batch consumed right away on the compute stream (no host sync) has its data."""
+    monkeypatch.setenv("DDPC_LOADER_GPU_GATHER", "1")
+    d = paged(arrays(4096)["d"])
+    it = iter(DataLoader(TensorDataset(d), batch_size=512, device="cuda:0", prefetch=4))
+    total = sum(float(x.sum()) for (x,) in it)
+    assert it._loader.stats()["direct"] == 1
+    assert total == pytest.approx(float(d.sum()), rel=1e-9)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dropped_first", [0, 1])
+def test_gpu_gather_loaders_share_registered_arrays(monkeypatch, dropped_first):
+    """Two loaders over the same arrays at once, dropped in either order, then a
+    third: one registration shared, released by the last, made again after."""
+    monkeypatch.setenv("DDPC_LOADER_GPU_GATHER", "1")
+    rng = np.random.default_rng(5)
+    x = paged(rng.standard_normal((500, 33)).astype(np.float32))
+    y = paged(np.arange(500, dtype=np.int64))
+    ds = TensorDataset(x, y)
+    samplers = [DistributedSampler(500, num_replicas=1, rank=0, seed=s) for s in range(3)]
+    its = [iter(DataLoader(ds, batch_size=20, sampler=samplers[i], device="cuda:0")) for i in range(2)]
+    for i, it in enumerate(its):
+        assert check_gpu_batches([next(it)], [x, y], samplers[i].indices(), 20) == 1
+        assert it._loader.stats()["direct"] == 1
+    kept = 1 - dropped_first
+    del its[dropped_first]
+    gc.collect()
+    assert check_gpu_batches(its[0], [x, y], samplers[kept].indices(), 20, first=1) == 24
+    del its
+    gc.collect()
+    it = iter(DataLoader(ds, batch_size=20, sampler=samplers[2], device="cuda:0"))
+    assert check_gpu_batches(it, [x, y], samplers[2].indices(), 20) == 25
+    assert it._loader.stats()["direct"] == 1
+
+
+@pytest.mark.gpu
+def test_gpu_gather_stages_a_view_overlapping_a_registered_array(monkeypatch):
+    """X[100:] starts pages into X, which another loader holds registered: its
+    pages overlap X's without being the same, so its loader stages, correctly."""
+    monkeypatch.setenv("DDPC_LOADER_GPU_GATHER", "1")
+    rng = np.random.default_rng(6)
+    X = paged(rng.standard_normal((4096, 64)).astype(np.float32))
+    y = paged(np.arange(4096, dtype=np.int64))
+    s1 = DistributedSampler(4096, num_replicas=1, rank=0, seed=1)
+    holder = iter(DataLoader(TensorDataset(X, y), batch_size=64, sampler=s1, device="cuda:0"))
+    assert check_gpu_batches([next(holder)], [X, y], s1.indices(), 64) == 1
+    assert holder._loader.stats()["direct"] == 1
+    view, labels = X[100:], y[100:]
+    s2 = DistributedSampler(len(view), num_replicas=1, rank=0, seed=2)
+    it = iter(DataLoader(TensorDataset(view, labels), batch_size=64, sampler=s2, device="cuda:0"))
+    assert it._loader.stats()["direct"] == 0
+    assert check_gpu_batches(it, [view, labels], s2.indices(), 64) == -(-len(view) // 64)
+    assert check_gpu_batches(holder, [X, y], s1.indices(), 64, first=1) == 63

@@ -1183,6 +1183,12 @@ class DataLoader:
     Batches of a TensorDataset are lists of ``ddpc.Tensor`` (one per array).
     ``device`` places batches on that device; ``pin_memory`` puts host
     batches in page-locked memory (in this process, after a worker made them).
+    Experimental: with ``DDPC_LOADER_GPU_GATHER=1`` in the environment, a
+    TensorDataset's batches for a CUDA ``device`` are gathered by the GPU
+    itself, reading the arrays in place (registered with CUDA, over the bus)
+    instead of threads staging them through pinned memory; a data set that
+    does not allow it (a ``.npy`` file beyond the resident budget, memory
+    another registration overlaps) is staged as before.
     ``generator`` draws the shuffle (see ``RandomSampler``) and, with
     workers, each pass's ``base_seed`` after it. ``in_order=False`` lets
     workers' batches out as they are ready instead of in the sampler's order
@@ -1301,7 +1307,8 @@ class DataLoader:
             if self._rows is not None:
                 idx = self._rows[idx]
             batches = _ArrayBatches(_C.Loader(ds._buffers, ds._file_backed, idx, offsets, self.prefetch,
-                                              self.num_threads, self.device, self.pin_memory, RESIDENT_BUDGET))
+                                              self.num_threads, self.device, self.pin_memory, RESIDENT_BUDGET,
+                                              gpu_gather=os.environ.get("DDPC_LOADER_GPU_GATHER") == "1"))
             batches._progress = progress
             return batches
         idx = idx.tolist()
