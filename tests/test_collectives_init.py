@@ -305,6 +305,37 @@ def test_forked_child_leaves_the_parents_group_alone():
     assert "PARENT OK 1.0 b'v'" in res.stdout
 
 
+def test_forked_child_dropping_its_copy_of_a_store_leaves_the_parents_alone():
+    """A store the parent made outside any group (so the child keeps its copy
+    as a plain object) and the child drops: the child waits for no server
+    thread (there is none in the child) and stops nothing of the parent's,
+    whose store goes on serving."""
+    code = textwrap.dedent("""
+        import gc, os, signal, sys, time
+        from datetime import timedelta
+        import ddpc.distributed as dist
+        store = dist.TCPStore("127.0.0.1", 0, is_master=True, timeout=timedelta(seconds=5))
+        store.set("k", "v")
+        pid = os.fork()
+        if pid == 0:
+            del store
+            gc.collect()
+            os._exit(0)
+        deadline = time.monotonic() + 20
+        while os.waitpid(pid, os.WNOHANG) == (0, 0):
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                sys.exit("the forked child hung dropping its copy of the store")
+            time.sleep(0.05)
+        client = dist.TCPStore("127.0.0.1", store.port, timeout=timedelta(seconds=5))
+        client.set("k2", "w")
+        print("PARENT OK", store.get("k"), store.get("k2"))
+    """)
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert "PARENT OK b'v' b'w'" in res.stdout
+
+
 def test_forked_child_does_not_keep_a_dead_rank_alive():
     """The others learn of a rank's death when its connection to the store
     closes; a child it forked must not hold that connection open."""

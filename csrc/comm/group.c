@@ -196,6 +196,7 @@ ddpc_status ddpc_group_init(ddpc_group **out, ddpc_store *store, const char *pre
     ddpc_group *g = calloc(1, sizeof *g);
     if (!g) return DDPC_ERROR(DDPC_ERR_OOM, "out of memory");
     g->rank = rank, g->size = size, g->store = store, g->timeout_s = timeout_s;
+    g->owner = getpid();
     g->listen_fd = -1;
     snprintf(g->prefix, sizeof g->prefix, "%s", prefix);
     pthread_mutex_init(&g->lock, NULL);
@@ -243,8 +244,23 @@ int ddpc_group_idle(ddpc_group *g, double seconds) {
     return idle;
 }
 
+/* A forked child dropping its copy of a parent's group: the workers run in
+ * the parent only, its locks may have been held at the fork, and the backend
+ * state (shared memory, NCCL) is the parent's. The child closes its copies of
+ * the group's sockets (the parent's stay open) and leaves the rest alone. */
+static void group_forget_(ddpc_group *g) {
+    if (g->peer_fd)
+        for (int i = 0; i < DDPC_NLINKS * g->size; i++)
+            if (g->peer_fd[i] >= 0) close(g->peer_fd[i]);
+    if (g->listen_fd >= 0) close(g->listen_fd);
+}
+
 void ddpc_group_free(ddpc_group *g) {
     if (!g) return;
+    if (g->owner != getpid()) {
+        group_forget_(g);
+        return;
+    }
     ddpc_monitor_unregister(g);
     pthread_mutex_lock(&g->lock);
     g->stop = 1;

@@ -12,6 +12,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "comm/reduce.h"
 #include "comm/store.h"
@@ -100,6 +101,7 @@ typedef struct ddpc_stash ddpc_stash;
 
 struct ddpc_group {
     int rank, size;
+    pid_t owner;               /* the process whose threads run the group: a forked child has only a copy */
     int *global_ranks;         /* group rank -> rank in the default group */
     atomic_uchar *departed;    /* by group rank: left the job (destroy_process_group or exit) */
     ddpc_store *store;         /* shared, not owned */

@@ -133,6 +133,7 @@ typedef struct {
     int listen_fd, wake_pipe[2];
     char token[DDPC_STORE_MAX_TOKEN + 1];
     pthread_t thread;
+    pid_t owner;  /* the process whose thread serves: a forked child has a copy but no thread */
     conn_ *conns;
     int nconns;
     entry_ *entries;
@@ -743,8 +744,23 @@ static void *server_main_(void *arg) {
     return NULL;
 }
 
+/* In a forked child that drops its copy of the parent's store: the server
+ * thread runs in the parent only, so nothing is woken (a byte in the shared
+ * pipe would stop the parent's server) and nothing joined; the child closes
+ * its copies of the descriptors, which leaves the parent's open, and leaves
+ * the memory alone (the thread may have been changing it at the fork). */
+static void server_forget_(server_ *sv) {
+    if (sv->listen_fd >= 0) close(sv->listen_fd);
+    for (int i = 0; i < sv->nconns; i++) close(sv->conns[i].fd);
+    if (sv->wake_pipe[0] >= 0) close(sv->wake_pipe[0]), close(sv->wake_pipe[1]);
+}
+
 static void server_free_(server_ *sv) {
     if (!sv) return;
+    if (sv->owner != getpid()) {
+        server_forget_(sv);
+        return;
+    }
     if (sv->wake_pipe[1] >= 0) {
         char b = 1;
         if (write(sv->wake_pipe[1], &b, 1) == 1) pthread_join(sv->thread, NULL);
@@ -787,6 +803,7 @@ static ddpc_status server_init_(const char *host, int port, const char *token, s
     server_ *sv = calloc(1, sizeof *sv);
     if (!sv) return DDPC_ERROR(DDPC_ERR_OOM, "out of memory for the store server");
     sv->listen_fd = sv->wake_pipe[0] = sv->wake_pipe[1] = -1;
+    sv->owner = getpid();
     snprintf(sv->token, sizeof sv->token, "%s", token);
     sv->conns = calloc(MAX_CONNS, sizeof *sv->conns);
     if (!sv->conns) { res = DDPC_ERROR(DDPC_ERR_OOM, "out of memory for the store server"); goto fail; }
