@@ -1306,9 +1306,15 @@ class DataLoader:
             ds = self._arrays
             if self._rows is not None:
                 idx = self._rows[idx]
-            batches = _ArrayBatches(_C.Loader(ds._buffers, ds._file_backed, idx, offsets, self.prefetch,
-                                              self.num_threads, self.device, self.pin_memory, RESIDENT_BUDGET,
-                                              gpu_gather=os.environ.get("DDPC_LOADER_GPU_GATHER") == "1"))
+            loader = _C.Loader(ds._buffers, ds._file_backed, idx, offsets, self.prefetch, self.num_threads,
+                               self.device, self.pin_memory, RESIDENT_BUDGET,
+                               gpu_gather=os.environ.get("DDPC_LOADER_GPU_GATHER") == "1")
+            if loader.stats()["direct"]:
+                # The arrays stay registered with CUDA while a loader over them
+                # lives: keeping this pass's until the next one is made spares
+                # each epoch registering them again.
+                self._direct_loader = loader
+            batches = _ArrayBatches(loader)
             batches._progress = progress
             return batches
         idx = idx.tolist()
