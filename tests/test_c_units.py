@@ -24,13 +24,13 @@ def cuda_home():
     return None
 
 
-def compile_and_run(tmp_path, test_source, sources, with_cuda):
+def compile_and_run(tmp_path, test_source, sources, with_cuda, kernel_objects=()):
     exe = str(tmp_path / ("test_cuda" if with_cuda else "test_cpu"))
     cmd = [CC] + WARN + SANITIZE + ["-I", f"{ROOT}/csrc", "-I", f"{ROOT}/kernels", test_source] + sources
     if with_cuda:
         home = cuda_home()
-        cmd += ["-DDDPC_WITH_CUDA=1", "-I", f"{home}/include", f"-L{home}/lib64", f"-Wl,-rpath,{home}/lib64",
-                "-lcudart", "-lcublas"]
+        cmd += ["-DDDPC_WITH_CUDA=1", "-I", f"{home}/include", *kernel_objects, f"-L{home}/lib64",
+                f"-Wl,-rpath,{home}/lib64", "-lcudart", "-lcublas"] + (["-lstdc++"] if kernel_objects else [])
     cmd += ["-o", exe, "-lm", "-pthread", "-lrt"]
     subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=300)
     env = dict(os.environ, ASAN_OPTIONS="detect_leaks=1:abort_on_error=0", UBSAN_OPTIONS="print_stacktrace=1")
@@ -62,16 +62,36 @@ C_TESTS = {
     "store": (f"{ROOT}/tests/c/test_store.c", _sources("common", "comm/net", "comm/store")),
     "complex": (f"{ROOT}/tests/c/test_complex_math.c", []),  # kernels/complex_math.h is header-only
 }
+# The CUDA kernels (kernels/<name>.cu) that a test's sources launch in the CUDA build (loader.c's direct gather).
+C_TEST_KERNELS = {"data": ["gather"], "copy": ["gather"]}
+
+
+@pytest.fixture(scope="session")
+def kernel_object(tmp_path_factory):
+    """kernel_object(name): kernels/<name>.cu compiled by nvcc (once a session), for a CUDA build to link."""
+    made = {}
+
+    def get(name):
+        if name not in made:
+            obj = str(tmp_path_factory.mktemp("kernels") / f"{name}.o")
+            subprocess.run([f"{cuda_home()}/bin/nvcc", "-c", "-O1", "-std=c++17", "-arch=sm_80", "-DDDPC_WITH_CUDA=1",
+                            "-I", f"{ROOT}/csrc", "-I", f"{ROOT}/kernels", f"{ROOT}/kernels/{name}.cu", "-o", obj],
+                           check=True, capture_output=True, text=True, timeout=300)
+            made[name] = obj
+        return made[name]
+
+    return get
 
 
 @pytest.mark.parametrize("with_cuda", [False, True], ids=["cpu-only", "cuda"])
 @pytest.mark.parametrize("name", sorted(C_TESTS))
-def test_c_unit_tests_under_asan(tmp_path, name, with_cuda):
+def test_c_unit_tests_under_asan(tmp_path, kernel_object, name, with_cuda):
     if with_cuda and not cuda_home():
         pytest.skip("no CUDA toolkit to compile against")
     source, deps = C_TESTS[name]
     try:
-        out = compile_and_run(tmp_path, source, deps, with_cuda)
+        kernels = [kernel_object(k) for k in C_TEST_KERNELS.get(name, ())] if with_cuda else []
+        out = compile_and_run(tmp_path, source, deps, with_cuda, kernels)
     except subprocess.CalledProcessError as e:
         pytest.fail(f"compile failed:\n{e.stderr}")
     assert "tests passed" in out

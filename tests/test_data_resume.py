@@ -189,9 +189,9 @@ def test_skipped_batches_are_not_gathered_on_the_c_path(monkeypatch):
     real = ddata._C.Loader
     plans = []
 
-    def recording(sources, backed, indices, offsets, *args):
+    def recording(sources, backed, indices, offsets, *args, **kwargs):
         plans.append((np.asarray(indices).copy(), np.asarray(offsets).copy()))
-        return real(sources, backed, indices, offsets, *args)
+        return real(sources, backed, indices, offsets, *args, **kwargs)
 
     loader = make_loader("c-gather", 20, batch_size=3)
     got, state = interrupt(loader, 4)
