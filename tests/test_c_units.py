@@ -68,7 +68,7 @@ C_TEST_KERNELS = {"data": ["gather"], "copy": ["gather"]}
 
 @pytest.fixture(scope="session")
 def kernel_object(tmp_path_factory):
-    """kernel_object(name): kernels/<name>.cu compiled by nvcc (once a session), for a CUDA build to link."""
+    """kernel_object(name): kernels/<name>.cu compiled by nvcc (once per test run), for a CUDA build to link."""
     made = {}
 
     def get(name):
