@@ -225,7 +225,7 @@ def main():
             print("the direct gather was not available for these arrays: that pass staged its batches")
         elif direct_registered:
             print(f"a direct-gather loader's setup, registering the arrays with CUDA: {register_s * 1e3:.0f} ms "
-                  f"(paid by each pass that no other loader over the arrays outlives)")
+                  f"(paid once by a DataLoader: it keeps its arrays registered between its passes)")
         bw = pinned_h2d_bandwidth(batch * sample_bytes * 16)
         print(f"pinned cudaMemcpy H2D: {bw:.2f} GB/s")
         for path, rate in (("staging", dd_mem), ("direct gather", dd_direct)):
