@@ -336,6 +336,45 @@ def test_forked_child_dropping_its_copy_of_a_store_leaves_the_parents_alone():
     assert "PARENT OK b'v' b'w'" in res.stdout
 
 
+def test_forked_child_waiting_on_its_copy_of_an_async_collective_is_told_at_once():
+    """Rank 0 forks while its all-reduce waits for rank 1: the child's copy of
+    the handle belongs to a collective that runs in the parent only, so its
+    wait() raises at once, naming that, instead of waiting for ever; the
+    parent's all-reduce completes."""
+    port = free_port()
+    code = textwrap.dedent("""
+        import os, signal, sys, time, numpy as np
+        import ddpc.distributed as dist
+        dist.init_process_group("cpu", timeout=30)
+        a = np.full(2, dist.get_rank() + 1.0)
+        if dist.get_rank() == 1:
+            time.sleep(2)  # rank 0's all-reduce is in flight when it forks
+            dist.all_reduce(a)
+        else:
+            work = dist.all_reduce(a, async_op=True)
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    work.wait()
+                except Exception as e:
+                    os._exit(0 if "forked from" in str(e) else 3)
+                os._exit(4)
+            deadline = time.monotonic() + 20
+            while (done := os.waitpid(pid, os.WNOHANG)) == (0, 0):
+                if time.monotonic() > deadline:
+                    os.kill(pid, signal.SIGKILL)
+                    sys.exit("the forked child hung in wait()")
+                time.sleep(0.05)
+            assert os.waitstatus_to_exitcode(done[1]) == 0, done
+            work.wait()
+        os.write(1, f"SUM {a[0]}\\n".encode())
+        dist.destroy_process_group()
+    """)
+    codes, outs = run_code(2, code, env_rank(port), timeout=60)
+    assert codes == [0, 0], outs
+    assert all("SUM 3.0" in out for out, _ in outs), outs
+
+
 def test_forked_child_does_not_keep_a_dead_rank_alive():
     """The others learn of a rank's death when its connection to the store
     closes; a child it forked must not hold that connection open."""

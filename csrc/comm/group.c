@@ -30,6 +30,7 @@ struct ddpc_work {
     ddpc_status status;
     char msg[1024];
     ddpc_work *next;
+    pid_t owner;          /* the process whose worker runs it (a forked child's copy never completes) */
 };
 
 /* ---- failure state -------------------------------------------------------------- */
@@ -349,6 +350,7 @@ ddpc_status ddpc_group_submit(ddpc_group *g, const ddpc_coll_args *a, ddpc_work 
     if (!w) return DDPC_ERROR(DDPC_ERR_OOM, "out of memory");
     w->args = *a;
     w->refs = 2;
+    w->owner = getpid();
     pthread_mutex_init(&w->lock, NULL);
     pthread_cond_init(&w->cond, NULL);
     int p2p = a->coll == DDPC_COLL_SEND || a->coll == DDPC_COLL_RECV;
@@ -416,6 +418,10 @@ int ddpc_work_done(ddpc_work *w) {
 }
 
 ddpc_status ddpc_work_wait(ddpc_work *w, double timeout_s) {
+    if (w->owner != getpid())
+        return DDPC_ERROR(DDPC_ERR_DIST, "%s (collective #%llu) was started by the process this one was forked "
+                          "from: it runs there, and this copy of its handle never completes",
+                          ddpc_coll_name(w->args.coll), (unsigned long long)w->args.seq);
     /* The collective bounds itself by the group timeout; a queued one may
      * wait behind others, so the default bound leaves room for those. */
     uint64_t deadline = timeout_s < 0 ? DDPC_NO_DEADLINE : ddpc_deadline_after(timeout_s);
@@ -438,6 +444,7 @@ ddpc_status ddpc_work_wait(ddpc_work *w, double timeout_s) {
 }
 
 void ddpc_work_release(ddpc_work *w) {
+    if (w->owner != getpid()) return; /* a forked child's copy: its lock may have been held at the fork */
     pthread_mutex_lock(&w->lock);
     int left = --w->refs;
     pthread_mutex_unlock(&w->lock);
