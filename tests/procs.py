@@ -105,6 +105,14 @@ def free_port():
         return s.getsockname()[1]
 
 
+def init_torch_and_ddpc_groups(torch, ddpc, rank, world, torch_port, ddpc_port):
+    """In a child of run_torch_ranks: this rank joins a gloo group of torch's and a cpu group of ddpc's."""
+    torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{torch_port}", rank=rank,
+                                         world_size=world)
+    ddpc.distributed.init_process_group("cpu", init_method=f"tcp://127.0.0.1:{ddpc_port}", rank=rank,
+                                        world_size=world)
+
+
 def run_torch_ranks(script, world, tmp_path, timeout=240):
     """Runs `script` (a *_torch.py file) as `world` processes, each given its rank, a store port for
     torch and one for ddpc, and the path of the .npz it writes its results to; returns each rank's

@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 
-from procs import run_torch_ranks
+from procs import init_torch_and_ddpc_groups, run_torch_ranks
 
 WORLD, STEPS, BATCH = 2, 8, 6
 
@@ -67,10 +67,7 @@ def _rank_main(rank, torch_port, ddpc_port, path):
 
     import ddpc
 
-    torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{torch_port}", rank=rank,
-                                         world_size=WORLD)
-    ddpc.distributed.init_process_group("cpu", init_method=f"tcp://127.0.0.1:{ddpc_port}", rank=rank,
-                                        world_size=WORLD)
+    init_torch_and_ddpc_groups(torch, ddpc, rank, WORLD, torch_port, ddpc_port)
     arrays = {}
     for with_ddp in (True, False):
         for lib, model in _models(torch, ddpc).items():

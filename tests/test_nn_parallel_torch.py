@@ -20,7 +20,7 @@ import sys
 import numpy as np
 import pytest
 
-from procs import run_torch_ranks
+from procs import init_torch_and_ddpc_groups, run_torch_ranks
 
 WORLD = 2
 # (hook, bucket length, channel length, magnitude): tiny values span less than 255 float32 epsilons (the
@@ -186,10 +186,7 @@ def _rank_main(rank, torch_port, ddpc_port, path):
     from ddpc.distributed.algorithms.ddp_comm_hooks import quantization_hooks as ours
 
     _let_cuda_of_cpu_be_to(torch)
-    torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{torch_port}", rank=rank,
-                                         world_size=WORLD)
-    ddpc.distributed.init_process_group("cpu", init_method=f"tcp://127.0.0.1:{ddpc_port}", rank=rank,
-                                        world_size=WORLD)
+    init_torch_and_ddpc_groups(torch, ddpc, rank, WORLD, torch_port, ddpc_port)
     arrays = {}
     for i, (kind, n, channel, magnitude) in enumerate(QUANTIZATION_CASES):
         g = _gradients(rank, n, magnitude)
