@@ -28,6 +28,21 @@ os.write(1, f"RANK {{dist.get_rank()}} OF {{dist.get_world_size()}} SUM {{a[0]}}
 """
 
 
+# For the scripts that fork: waits for the child, bounded, killing it and failing where it hangs.
+WAIT_FOR_CHILD = textwrap.dedent("""
+    import os, signal, sys, time
+
+    def wait_for_child(pid, what):
+        deadline = time.monotonic() + 20
+        while (done := os.waitpid(pid, os.WNOHANG)) == (0, 0):
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                sys.exit(f"the forked child hung {what}")
+            time.sleep(0.05)
+        return os.waitstatus_to_exitcode(done[1])
+""")
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("", 0))
@@ -276,8 +291,8 @@ def test_forked_child_leaves_the_parents_group_alone():
     exits normally without closing what it inherited: the parent's group and
     the store it hosts keep working."""
     port, child_port = free_port(), free_port()
-    code = textwrap.dedent(f"""
-        import os, signal, sys, time, numpy as np
+    code = WAIT_FOR_CHILD + textwrap.dedent(f"""
+        import numpy as np
         import ddpc.distributed as dist
         dist.init_process_group("cpu", init_method="tcp://127.0.0.1:{port}", rank=0, world_size=1)
         dist.all_reduce(np.ones(2), async_op=True).wait()  # the group has a worker thread now
@@ -287,12 +302,7 @@ def test_forked_child_leaves_the_parents_group_alone():
             dist.init_process_group("cpu", init_method="tcp://127.0.0.1:{child_port}", rank=0, world_size=1)
             dist.destroy_process_group()
             sys.exit(0)  # through atexit handlers and the interpreter's cleanup
-        deadline = time.monotonic() + 20
-        while os.waitpid(pid, os.WNOHANG) == (0, 0):
-            if time.monotonic() > deadline:
-                os.kill(pid, signal.SIGKILL)
-                sys.exit("the forked child hung on exit")
-            time.sleep(0.05)
+        wait_for_child(pid, "on exit")
         a = np.ones(2)
         dist.all_reduce(a)
         store = dist.TCPStore("127.0.0.1", {port}, timeout=5)
@@ -310,8 +320,8 @@ def test_forked_child_dropping_its_copy_of_a_store_leaves_the_parents_alone():
     as a plain object) and the child drops: the child waits for no server
     thread (there is none in the child) and stops nothing of the parent's,
     whose store goes on serving."""
-    code = textwrap.dedent("""
-        import gc, os, signal, sys, time
+    code = WAIT_FOR_CHILD + textwrap.dedent("""
+        import gc
         from datetime import timedelta
         import ddpc.distributed as dist
         store = dist.TCPStore("127.0.0.1", 0, is_master=True, timeout=timedelta(seconds=5))
@@ -321,12 +331,7 @@ def test_forked_child_dropping_its_copy_of_a_store_leaves_the_parents_alone():
             del store
             gc.collect()
             os._exit(0)
-        deadline = time.monotonic() + 20
-        while os.waitpid(pid, os.WNOHANG) == (0, 0):
-            if time.monotonic() > deadline:
-                os.kill(pid, signal.SIGKILL)
-                sys.exit("the forked child hung dropping its copy of the store")
-            time.sleep(0.05)
+        wait_for_child(pid, "dropping its copy of the store")
         client = dist.TCPStore("127.0.0.1", store.port, timeout=timedelta(seconds=5))
         client.set("k2", "w")
         print("PARENT OK", store.get("k"), store.get("k2"))
@@ -342,8 +347,8 @@ def test_forked_child_waiting_on_its_copy_of_an_async_collective_is_told_at_once
     wait() raises at once, naming that, instead of waiting for ever; the
     parent's all-reduce completes."""
     port = free_port()
-    code = textwrap.dedent("""
-        import os, signal, sys, time, numpy as np
+    code = WAIT_FOR_CHILD + textwrap.dedent("""
+        import numpy as np
         import ddpc.distributed as dist
         dist.init_process_group("cpu", timeout=30)
         a = np.full(2, dist.get_rank() + 1.0)
@@ -359,13 +364,7 @@ def test_forked_child_waiting_on_its_copy_of_an_async_collective_is_told_at_once
                 except Exception as e:
                     os._exit(0 if "forked from" in str(e) else 3)
                 os._exit(4)
-            deadline = time.monotonic() + 20
-            while (done := os.waitpid(pid, os.WNOHANG)) == (0, 0):
-                if time.monotonic() > deadline:
-                    os.kill(pid, signal.SIGKILL)
-                    sys.exit("the forked child hung in wait()")
-                time.sleep(0.05)
-            assert os.waitstatus_to_exitcode(done[1]) == 0, done
+            assert wait_for_child(pid, "in wait()") == 0
             work.wait()
         os.write(1, f"SUM {a[0]}\\n".encode())
         dist.destroy_process_group()
