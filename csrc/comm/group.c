@@ -245,21 +245,14 @@ int ddpc_group_idle(ddpc_group *g, double seconds) {
     return idle;
 }
 
-/* A forked child dropping its copy of a parent's group: the workers run in
- * the parent only, its locks may have been held at the fork, and the backend
- * state (shared memory, NCCL) is the parent's. The child closes its copies of
- * the group's sockets (the parent's stay open) and leaves the rest alone. */
-static void group_forget_(ddpc_group *g) {
-    if (g->peer_fd)
-        for (int i = 0; i < DDPC_NLINKS * g->size; i++)
-            if (g->peer_fd[i] >= 0) close(g->peer_fd[i]);
-    if (g->listen_fd >= 0) close(g->listen_fd);
-}
-
 void ddpc_group_free(ddpc_group *g) {
     if (!g) return;
     if (g->owner != getpid()) {
-        group_forget_(g);
+        /* A forked child dropping its copy of a parent's group: the workers
+         * run in the parent only, its locks may have been held at the fork,
+         * and the backend state (shared memory, NCCL) is the parent's. The
+         * child closes its copies of the sockets and leaves the rest alone. */
+        ddpc_p2p_close(g);
         return;
     }
     ddpc_monitor_unregister(g);

@@ -230,6 +230,9 @@ ddpc_status ddpc_ring_broadcast(ddpc_group *g, const ddpc_coll_args *a, int root
 /* Point-to-point links (p2p.c). */
 ddpc_status ddpc_p2p_init(ddpc_group *g);
 void ddpc_p2p_free(ddpc_group *g);
+/* Closes this process's descriptors of the links and the listening socket
+ * (a forked child's copies: the parent's stay open), and frees nothing. */
+void ddpc_p2p_close(ddpc_group *g);
 /* Shuts the links down so peers blocked on them see the failure at once. */
 void ddpc_p2p_shutdown(ddpc_group *g);
 ddpc_status ddpc_p2p_link(ddpc_group *g, int peer, int link, uint64_t deadline, int *fd);

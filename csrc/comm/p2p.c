@@ -45,16 +45,20 @@ ddpc_status ddpc_p2p_init(ddpc_group *g) {
     return ddpc_store_set(g->store, key, addr, strlen(addr) + 1);
 }
 
-void ddpc_p2p_free(ddpc_group *g) {
+void ddpc_p2p_close(ddpc_group *g) {
     if (g->peer_fd)
         for (int i = 0; i < DDPC_NLINKS * g->size; i++)
-            if (g->peer_fd[i] >= 0) close(g->peer_fd[i]);
+            if (g->peer_fd[i] >= 0) close(g->peer_fd[i]), g->peer_fd[i] = -1;
+    if (g->listen_fd >= 0) close(g->listen_fd);
+    g->listen_fd = -1;
+}
+
+void ddpc_p2p_free(ddpc_group *g) {
+    ddpc_p2p_close(g);
     free(g->peer_fd);
     g->peer_fd = NULL;
     ddpc_stash_free(g->stash);
     g->stash = NULL;
-    if (g->listen_fd >= 0) close(g->listen_fd);
-    g->listen_fd = -1;
 }
 
 void ddpc_p2p_shutdown(ddpc_group *g) {
