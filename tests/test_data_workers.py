@@ -70,6 +70,15 @@ def rows(loader):
     return [b[:, 0].tolist() for b in loader]
 
 
+def exited(pid):
+    """Whether process pid has ended (reaped, or a zombie waiting to be)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
 def gone(pid):
     try:
         os.kill(pid, 0)
@@ -430,6 +439,28 @@ def test_no_batch_memory_left_after_a_pass_with_each_start_method(method):
     pids = one_pass()
     assert settles(lambda: all(gone(p) for p in pids))
     assert batch_maps() == maps and open_fds() == fds and not shm_names(pids + [os.getpid()])
+
+
+def test_a_task_for_a_worker_that_died_names_its_death():
+    """Both workers killed once their batches in flight are in their pipes:
+    the next batch is taken from there, and the task sent after it finds the
+    pipe closed, which is reported as the worker's death (not a
+    BrokenPipeError)."""
+    it = iter(DataLoader(Wide(80), batch_size=4, num_workers=2, prefetch_factor=2))
+    next(it)
+    pids = worker_pids(it)
+    deadline = time.monotonic() + 20
+    pool = it._pool  # each worker's answers received, or at least one waiting in its pipe
+    while not all(n == 0 or c.poll() for n, c in zip(pool.outstanding, pool.conns)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 20  # until each has exited (a zombie: its pipe is closed), not yet reaped
+    while not all(exited(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    with pytest.raises(RuntimeError, match="killed by signal SIGKILL"):
+        for _ in range(20):
+            next(it)
 
 
 def test_no_batch_memory_left_after_a_pass_is_dropped_a_worker_dies_or_the_loop_raises():

@@ -543,7 +543,11 @@ class WorkerPool:
         """Sends worker w a task, with the generators to set first and the blocks it may fill again (their
         batches are gone)."""
         self._collect()
-        self.conns[w].send(task + (self._rng_next[w], self._released[w]))
+        try:
+            self.conns[w].send(task + (self._rng_next[w], self._released[w]))
+        except OSError:  # its end of the pipe is closed: it died (its exit status may take a moment)
+            self.procs[w].join(5)
+            self._report_dead([(w, self.procs[w])])
         self._rng_next[w] = None
         self._released[w] = []
         self.outstanding[w] += 1
@@ -571,10 +575,13 @@ class WorkerPool:
         if not got:
             dead = [(w, p) for w, p in enumerate(self.procs) if p.exitcode is not None]
             if dead:
-                self.close()
-                raise RuntimeError("; ".join(f"DataLoader worker {w} (pid {p.pid}) {_describe_exit(p)}"
-                                             for w, p in dead))
+                self._report_dead(dead)
         return got
+
+    def _report_dead(self, dead):
+        """Closes the pool and raises RuntimeError naming the dead workers ((worker, process) pairs) and how each ended."""
+        self.close()
+        raise RuntimeError("; ".join(f"DataLoader worker {w} (pid {p.pid}) {_describe_exit(p)}" for w, p in dead))
 
     @property
     def alive(self):
