@@ -10,103 +10,24 @@ import os
 
 import numpy as np
 import pytest
+from dcp_memory import memory_storage
 
 import ddpc
 import ddpc.distributed.checkpoint as dcp
-from ddpc.distributed import Future
 from ddpc.distributed.checkpoint.default_planner import DefaultLoadPlanner, DefaultSavePlanner
 from ddpc.distributed.checkpoint.metadata import BytesStorageMetadata, Metadata, TensorStorageMetadata
 from ddpc.distributed.checkpoint.planner import LoadItemType, SavePlanner, WriteItemType
-from ddpc.distributed.checkpoint.storage import StorageReader, StorageWriter, WriteResult
+from ddpc.distributed.checkpoint.storage import StorageReader, StorageWriter
 
 
-class MemoryWriter(StorageWriter):
-    """Keeps the checkpoint in `store`: the metadata, and each item's data (a numpy copy of a tensor's
-    part, a value's bytes) under its MetadataIndex. `log` records the calls."""
-
-    def __init__(self, store, log=None):
-        self.store, self.log, self.checkpoint_id = store, log if log is not None else [], None
-
-    def reset(self, checkpoint_id=None):
-        self.log.append("reset")
-        self.checkpoint_id = checkpoint_id
-
-    def set_up_storage_writer(self, is_coordinator, *args, **kwargs):
-        self.log.append("set_up_storage_writer")
-        self.is_coordinator, self.rank = is_coordinator, kwargs["rank"]
-
-    def prepare_local_plan(self, plan):
-        self.log.append("prepare_local_plan")
-        return plan
-
-    def prepare_global_plan(self, plans):
-        self.log.append("prepare_global_plan")
-        return [dataclasses.replace(plan, storage_data=f"rank {r}") for r, plan in enumerate(plans)]
-
-    def write_data(self, plan, planner):
-        self.log.append("write_data")
-        results = []
-        for item in plan.items:
-            data = planner.resolve_data(item)
-            if item.type == WriteItemType.BYTE_IO:
-                stored = data.getvalue()
-            else:
-                stored = np.array(data.detach().numpy())
-            results.append(WriteResult(item.index, len(stored) if isinstance(stored, bytes) else stored.nbytes,
-                                       (plan.storage_data, stored)))
-        future = concurrent.futures.Future()
-        future.set_result(results)
-        return future
-
-    def finish(self, metadata, results):
-        self.log.append("finish")
-        self.store["metadata"] = metadata
-        self.store["data"] = {r.index: r.storage_data for rank_results in results for r in rank_results}
-        self.store["id"] = self.checkpoint_id
-
-    @classmethod
-    def validate_checkpoint_id(cls, checkpoint_id):
-        return True
+def _done(value):
+    """What the user's storage returns from write_data and read_data: a concurrent.futures.Future."""
+    future = concurrent.futures.Future()
+    future.set_result(value)
+    return future
 
 
-class MemoryReader(StorageReader):
-    def __init__(self, store, log=None):
-        self.store, self.log = store, log if log is not None else []
-
-    def reset(self, checkpoint_id=None):
-        self.log.append("reset")
-
-    def read_metadata(self, *args, **kwargs):
-        self.log.append("read_metadata")
-        return self.store["metadata"]
-
-    def set_up_storage_reader(self, metadata, is_coordinator, *args, **kwargs):
-        self.log.append("set_up_storage_reader")
-
-    def prepare_local_plan(self, plan):
-        self.log.append("prepare_local_plan")
-        return plan
-
-    def prepare_global_plan(self, plans):
-        self.log.append("prepare_global_plan")
-        return plans
-
-    def read_data(self, plan, planner):
-        self.log.append("read_data")
-        for item in plan.items:
-            _, stored = self.store["data"][item.storage_index]
-            if item.type == LoadItemType.BYTE_IO:
-                planner.load_bytes(item, io.BytesIO(stored))
-                continue
-            region = stored[tuple(slice(o, o + n) for o, n in zip(item.storage_offsets, item.lengths))]
-            target = planner.resolve_tensor(item)
-            target.copy_(ddpc.from_numpy(np.ascontiguousarray(region)))
-            planner.commit_tensor(item, target)
-        return Future(value=None)
-
-    @classmethod
-    def validate_checkpoint_id(cls, checkpoint_id):
-        return True
+MemoryWriter, MemoryReader = memory_storage(ddpc, _done)
 
 
 def _logged(cls, log):

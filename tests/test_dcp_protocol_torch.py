@@ -8,94 +8,17 @@ Each group runs in a child process that imports torch before ddpc (see test_nn_e
 fails there, printing what differs.
 """
 
+from dcp_memory import memory_storage
 from procs import run_torch_group, torch_group_test
 
 
 def _classes(lib, make_future):
     """The user's storage and planners, written once against lib's distributed.checkpoint."""
-    import io
     from importlib import import_module
-
-    import numpy as np
 
     dp = import_module(f"{lib.__name__}.distributed.checkpoint.default_planner")
     planner = import_module(f"{lib.__name__}.distributed.checkpoint.planner")
-    storage = import_module(f"{lib.__name__}.distributed.checkpoint.storage")
-
-    class MemoryWriter(storage.StorageWriter):
-        def __init__(self, store, log):
-            self.store, self.log = store, log
-
-        def reset(self, checkpoint_id=None):
-            self.log.append("reset")
-
-        def set_up_storage_writer(self, is_coordinator, *args, **kwargs):
-            self.log.append("set_up_storage_writer")
-
-        def prepare_local_plan(self, plan):
-            self.log.append("prepare_local_plan")
-            return plan
-
-        def prepare_global_plan(self, plans):
-            self.log.append("prepare_global_plan")
-            return plans
-
-        def write_data(self, plan, planner_):
-            self.log.append("write_data")
-            results = []
-            for item in plan.items:
-                data = planner_.resolve_data(item)
-                stored = data.getvalue() if item.type == planner.WriteItemType.BYTE_IO else np.array(data.numpy())
-                results.append(storage.WriteResult(item.index, len(stored), stored))
-            return make_future(results)
-
-        def finish(self, metadata, results):
-            self.log.append("finish")
-            self.store["metadata"] = metadata
-            self.store["data"] = {r.index: r.storage_data for rank_results in results for r in rank_results}
-
-        @classmethod
-        def validate_checkpoint_id(cls, checkpoint_id):
-            return True
-
-    class MemoryReader(storage.StorageReader):
-        def __init__(self, store, log):
-            self.store, self.log = store, log
-
-        def reset(self, checkpoint_id=None):
-            self.log.append("reset")
-
-        def read_metadata(self, *args, **kwargs):
-            self.log.append("read_metadata")
-            return self.store["metadata"]
-
-        def set_up_storage_reader(self, metadata, is_coordinator, *args, **kwargs):
-            self.log.append("set_up_storage_reader")
-
-        def prepare_local_plan(self, plan):
-            self.log.append("prepare_local_plan")
-            return plan
-
-        def prepare_global_plan(self, plans):
-            self.log.append("prepare_global_plan")
-            return plans
-
-        def read_data(self, plan, planner_):
-            self.log.append("read_data")
-            for item in plan.items:
-                stored = self.store["data"][item.storage_index]
-                if item.type == planner.LoadItemType.BYTE_IO:
-                    planner_.load_bytes(item, io.BytesIO(stored))
-                    continue
-                region = stored[tuple(slice(o, o + n) for o, n in zip(item.storage_offsets, item.lengths))]
-                target = planner_.resolve_tensor(item)
-                target.copy_(lib.from_numpy(np.ascontiguousarray(region)))
-                planner_.commit_tensor(item, target)
-            return make_future(None)
-
-        @classmethod
-        def validate_checkpoint_id(cls, checkpoint_id):
-            return True
+    MemoryWriter, MemoryReader = memory_storage(lib, make_future)
 
     class LoggedSavePlanner(dp.DefaultSavePlanner):
         """Logs its steps; saves tensors doubled."""
