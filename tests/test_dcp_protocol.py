@@ -325,3 +325,76 @@ def test_dtensor_over_two_ranks_through_user_storage():
     assert [w for w in written if w[0] == "rows"] == [("rows", (0, 0), "rank 0"), ("rows", (3, 0), "rank 1")]
     assert len([w for w in written if w[0] in ("rep", "plain")]) == 2
     assert [w[2] for w in written if w[0] in ("step", "tags.0", "tags.1")] == ["rank 0"] * 3
+
+
+# ---- 3 ranks: what goes through the coordinator ------------------------------------------------------
+
+def _coordinator_worker(rank):
+    """Saves and loads on the 3 ranks, recording what each collective of the checkpoint module left on this
+    rank; then saves on a group of ranks 1 and 2 (whose coordinator is rank 1), once with a storage whose
+    global plan is one plan short."""
+    import ddpc.distributed as dist
+
+    dist.init_process_group("cpu")
+    received = []
+
+    def spy(name, collective):
+        def call(*args, **kwargs):
+            collective(*args, **kwargs)
+            received.append((name, repr(args[1] if name == "gather_object" else args[0])))
+        return call
+
+    for name in ("gather_object", "scatter_object_list", "broadcast_object_list"):
+        setattr(dcp, name, spy(name, getattr(dcp, name)))
+    store = {}
+    dcp.save({f"mine{rank}": ddpc.full((2,), float(rank)), "shared": ddpc.ones(3)}, storage_writer=MemoryWriter(store))
+    box = [store if rank == 0 else None]
+    dist.broadcast_object_list(box, src=0)
+    state = {f"mine{rank}": ddpc.zeros(2), "shared": ddpc.zeros(3)}
+    dcp.load(state, storage_reader=MemoryReader(box[0]))
+    out = {"received": list(received), "loaded": state[f"mine{rank}"].tolist() + state["shared"].tolist()}
+
+    sub = dist.new_group([1, 2])
+    if rank:
+        store = {}
+        dcp.save({"w": ddpc.full((2,), float(rank)), "step": rank}, storage_writer=MemoryWriter(store),
+                 process_group=sub)
+        out["sub"] = sorted(store["metadata"].state_dict_metadata) if store else None
+
+        class OnePlanShort(MemoryWriter):
+            def prepare_global_plan(self, plans):
+                return super().prepare_global_plan(plans)[:1]
+
+        try:
+            dcp.save({"w": ddpc.ones(2)}, storage_writer=OnePlanShort({}), process_group=sub)
+            out["short"] = None
+        except dcp.CheckpointException as e:
+            out["short"] = (sorted(e.failures), str(e))
+    dist.destroy_process_group()
+    return out
+
+
+def test_plans_and_results_go_to_the_coordinator_and_each_rank_gets_back_its_own_plan():
+    results = ddpc.spawn(_coordinator_worker, nprocs=3)
+    for rank, out in enumerate(results):
+        assert out["loaded"] == [float(rank)] * 2 + [1.0] * 3
+        # save: plans gathered, each rank's plan scattered, results gathered, the metadata broadcast; load:
+        # plans gathered and scattered, read outcomes gathered and the verdict broadcast
+        names = [name for name, _ in out["received"]]
+        assert names == ["gather_object", "scatter_object_list", "gather_object", "broadcast_object_list"] * 2, names
+        (_, plans), (_, plan), (_, results_), _, (_, load_plans), (_, load_plan), _, _ = out["received"]
+        others = [f"'mine{r}'" for r in range(3) if r != rank]
+        if rank == 0:  # the coordinator gathers every rank's plan and its write results
+            assert all(f"'mine{r}'" in plans and f"'mine{r}'" in load_plans for r in range(3))
+            assert all(f"'mine{r}'" in results_ for r in range(3))
+        else:  # the others receive nothing from a gather, and from a scatter their own plan alone
+            assert plans == results_ == load_plans == "None"
+        assert f"'mine{rank}'" in plan and not any(o in plan for o in others), plan
+        assert f"'mine{rank}'" in load_plan and not any(o in load_plan for o in others), load_plan
+    assert "sub" not in results[0]
+    # on the group of ranks 1 and 2, rank 1 coordinates: it finished the checkpoint
+    assert results[1]["sub"] == ["step", "w"] and results[2]["sub"] is None
+    for out in results[1:]:
+        assert out["short"][0] == [0], out["short"]
+        assert "global plan) failed on rank(s) [0]: rank 0: ValueError: the global plan holds 1 plans for 2 ranks" \
+            in out["short"][1]

@@ -34,9 +34,13 @@ Storage and planning are PyTorch's protocol (``storage``, ``planner``,
 ``metadata``): ``save`` and ``load`` take any ``StorageWriter`` /
 ``StorageReader`` and any ``SavePlanner`` / ``LoadPlanner`` (a subclass of
 ``DefaultSavePlanner`` or ``DefaultLoadPlanner`` that changes one step, or
-one's own) and call their methods in PyTorch's order, rank 0 the
-coordinator; ``FileSystemWriter`` and ``FileSystemReader`` are such storage.
-A failure in any step on any rank is a ``CheckpointException`` on every rank.
+one's own) and call their methods in PyTorch's order, rank 0 of the group
+the coordinator: as in PyTorch, every rank's local plan goes to the
+coordinator alone, which makes the global plan and sends each rank back its
+own plan, and every rank's write results go to it alone, which finishes
+the checkpoint. ``FileSystemWriter`` and ``FileSystemReader`` are such
+storage. A failure in any step on any rank is a ``CheckpointException`` on
+every rank.
 
 Where ddpc differs: its files are its own (``__<rank>_0.distcp`` holds raw
 tensor bytes, ``.metadata`` a ddpc checkpoint of their places and of the
@@ -54,7 +58,8 @@ import inspect
 import threading
 import warnings
 
-from .. import all_gather_object, broadcast_object_list, get_rank, get_world_size, is_initialized
+from .. import (broadcast_object_list, gather_object, get_rank, get_world_size, is_initialized,
+                scatter_object_list)
 from .default_planner import DefaultLoadPlanner, DefaultSavePlanner, _is_tensor
 from .filesystem import FileSystemReader, FileSystemWriter
 from .metadata import (BytesStorageMetadata, ChunkStorageMetadata, Metadata, MetadataIndex, StorageMeta,
@@ -140,7 +145,7 @@ def _result(future):
 
 
 class _Group:
-    """The ranks taking part: a process group's, or this process alone. Rank 0 coordinates."""
+    """The ranks taking part: a process group's, or this process alone. Rank 0 of it coordinates."""
 
     def __init__(self, process_group, no_dist):
         self.alone = bool(no_dist) or not is_initialized()
@@ -148,18 +153,23 @@ class _Group:
         self.rank = 0 if self.alone else get_rank(process_group)
         self.size = 1 if self.alone else get_world_size(process_group)
 
-    def gather(self, obj):
+    def _gather(self, obj):
+        """Every rank's obj, in rank order, on the coordinator; None on the others."""
         if self.alone:
             return [obj]
-        out = [None] * self.size
-        all_gather_object(out, obj, group=self.group)
+        out = [None] * self.size if self.rank == 0 else None
+        gather_object(obj, out, group=self.group, group_dst=0)
         return out
 
-    def from_rank0(self, obj):
+    def _reply(self, reply, per_rank):
+        """The coordinator's reply on every rank: its reply[rank] when per_rank (a scatter), else all of it."""
         if self.alone:
-            return obj
-        box = [obj]
-        broadcast_object_list(box, src=0, group=self.group)
+            return reply[0] if per_rank else reply
+        box = [reply]
+        if per_rank:
+            scatter_object_list(box, reply, group=self.group, group_src=0)
+        else:
+            broadcast_object_list(box, group=self.group, group_src=0)
         return box[0]
 
     @staticmethod
@@ -174,47 +184,61 @@ class _Group:
         detail = "; ".join(f"rank {r}: {e}" for r, e in failures.items())
         raise CheckpointException(f"{what} failed on rank(s) {sorted(failures)}: {detail}", failures) from error
 
-    def run(self, fn, what):
-        """fn() on every rank, and every rank's result; if it raises on any rank, every rank raises
-        CheckpointException naming them, instead of the others waiting for it."""
-        result, message, error = self._outcome(fn)
-        outcomes = self.gather((result, message))
-        failures = {r: e for r, (_, e) in enumerate(outcomes) if e is not None}
-        if failures:
-            self._failed(what, failures, error)
-        return [r for r, _ in outcomes]
+    def step(self, local, what, coordinate, coordinate_what, per_rank):
+        """PyTorch's reduce_scatter (per_rank) and all_reduce: local() on every rank, the results gathered to
+        the coordinator alone, coordinate(them) there, and what that returns back to every rank: each rank its
+        own entry of it when per_rank, else all of it. If local raises on any rank, or coordinate on the
+        coordinator, every rank raises CheckpointException naming them (and the step: what or coordinate_what)
+        instead of the others waiting for it."""
+        result, message, error = self._outcome(local)
+        gathered = self._gather((result, message))
+        reply = None
+        if self.rank == 0:
+            failures = {r: m for r, (_, m) in enumerate(gathered) if m is not None}
+            failed = (what, failures) if failures else None
+            if not failed:
+                def coordinated():
+                    out = coordinate([r for r, _ in gathered])
+                    if per_rank and len(out) != self.size:
+                        raise ValueError(f"the global plan holds {len(out)} plans for {self.size} ranks")
+                    return out
 
-    def on_rank0(self, fn, what):
-        """fn() on rank 0, its result on every rank; if it raises, every rank raises CheckpointException."""
-        result, message, error = self._outcome(fn) if self.rank == 0 else (None, None, None)
-        result, message = self.from_rank0((result, message))
-        if message is not None:
-            self._failed(what, {0: message}, error)
+                result, message, error = self._outcome(coordinated)
+                failed = (coordinate_what, {0: message}) if message is not None else None
+            if failed:
+                reply = [(None, failed)] * self.size if per_rank else (None, failed)
+            else:
+                reply = [(r, None) for r in result] if per_rank else (result, None)
+        result, failed = self._reply(reply, per_rank)
+        if failed:
+            self._failed(*failed, error)
         return result
 
 
 def _save(state_dict, writer, planner, group):
-    """PyTorch's order: set up and plan locally on every rank, the global plan and metadata on rank 0,
-    every rank writes its plan, rank 0 finishes the checkpoint. Returns the Metadata."""
-    coordinator = group.rank == 0
+    """PyTorch's order: set up and plan locally on every rank, the global plan and metadata on rank 0 (each
+    rank given back its own plan), every rank writes its plan, rank 0 finishes the checkpoint with every
+    rank's results. Returns the Metadata."""
+    coordinator, metadata = group.rank == 0, None
 
     def local_plan():
         planner.set_up_planner(state_dict, storage_meta=writer.storage_meta(), is_coordinator=coordinator)
         _with_rank(writer.set_up_storage_writer, coordinator, rank=group.rank)
         return writer.prepare_local_plan(planner.create_local_plan())
 
-    plans = group.run(local_plan, "distributed checkpoint save (planning)")
+    def global_plan(plans):
+        nonlocal metadata
+        plans, metadata = planner.create_global_plan(plans)
+        return writer.prepare_global_plan(plans)
 
-    def global_plan():
-        global_plans, metadata = planner.create_global_plan(plans)
-        return writer.prepare_global_plan(global_plans), metadata
+    def finish(results):
+        writer.finish(metadata=metadata, results=results)
+        return metadata
 
-    plans, metadata = group.on_rank0(global_plan, "distributed checkpoint save (global plan)")
-    results = group.run(lambda: _result(writer.write_data(planner.finish_plan(plans[group.rank]), planner)),
-                        "distributed checkpoint save")
-    group.on_rank0(lambda: writer.finish(metadata=metadata, results=results),
-                   "distributed checkpoint save (metadata)")
-    return metadata
+    plan = group.step(local_plan, "distributed checkpoint save (planning)", global_plan,
+                      "distributed checkpoint save (global plan)", per_rank=True)
+    return group.step(lambda: _result(writer.write_data(planner.finish_plan(plan), planner)),
+                      "distributed checkpoint save", finish, "distributed checkpoint save (metadata)", per_rank=False)
 
 
 def save(state_dict, *, checkpoint_id=None, storage_writer=None, planner=None, process_group=None, no_dist=False):
@@ -260,8 +284,8 @@ def async_save(state_dict, *, checkpoint_id=None, storage_writer=None, planner=N
 
 
 def _load(state_dict, reader, planner, group):
-    """PyTorch's order: metadata, set up and plan locally on every rank, the global plan on rank 0, every
-    rank reads its plan."""
+    """PyTorch's order: metadata, set up and plan locally on every rank, the global plan on rank 0 (each rank
+    given back its own plan), every rank reads its plan."""
     coordinator = group.rank == 0
 
     def local_plan():
@@ -270,11 +294,11 @@ def _load(state_dict, reader, planner, group):
         _with_rank(reader.set_up_storage_reader, metadata, coordinator, rank=group.rank)
         return reader.prepare_local_plan(planner.create_local_plan())
 
-    plans = group.run(local_plan, "distributed checkpoint load")
-    plans = group.on_rank0(lambda: reader.prepare_global_plan(planner.create_global_plan(plans)),
-                           "distributed checkpoint load (global plan)")
-    group.run(lambda: _result(reader.read_data(planner.finish_plan(plans[group.rank]), planner)),
-              "distributed checkpoint load")
+    plan = group.step(local_plan, "distributed checkpoint load",
+                      lambda plans: reader.prepare_global_plan(planner.create_global_plan(plans)),
+                      "distributed checkpoint load (global plan)", per_rank=True)
+    group.step(lambda: _result(reader.read_data(planner.finish_plan(plan), planner)), "distributed checkpoint load",
+               lambda results: None, None, per_rank=False)
 
 
 def load(state_dict, *, checkpoint_id=None, storage_reader=None, planner=None, process_group=None, no_dist=False):
