@@ -136,7 +136,66 @@ def _protocol(np, torch, ddpc):
     assert got[4]["w"] == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]] and got[4]["new"] == [1.0, 1.0]
 
 
-GROUPS = {"protocol": _protocol}
+def _shapes(lib, zero=False):
+    """A state dict of every shape flattening treats apart, with its values (zero: of the same shapes, zeros)."""
+    def t(*values):
+        return lib.zeros(len(values)) if zero else lib.tensor(list(values))
+
+    def n(value):
+        return type(value)() if zero else value
+
+    return {"model": {"w": t(1.0, 2.0), "sub": {"b": t(3.0)}}, "tensors": [t(1.0), t(2.0, 3.0)],
+            "ints": [n(3), n(6), n(9)], "sched": {"milestones": [n(3), n(6)], "gamma": n(0.1)},
+            "betas": (n(0.9), n(0.99)), "tensor_pair": (t(4.0), t(5.0)), "mixed": [t(6.0), n(7)], "empty": [],
+            "none": None, "nested": [[n(1), n(2)], [n(3)]], "deep": [[t(8.0)], n(9)],
+            "dicts": [{"a": n(1)}, {"b": t(10.0)}], "nones": [None, n(1)], "pair_in_list": [(t(11.0),), n(12)],
+            "text": n("run")}
+
+
+def _plain(obj):
+    """obj with its tensors as ("tensor", values) and its tuples as lists."""
+    if isinstance(obj, dict):
+        return {str(k): _plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v) for v in obj]
+    return ("tensor", obj.detach().numpy().tolist()) if hasattr(obj, "detach") else obj
+
+
+def _flattened(lib, make_future):
+    """The metadata keys (and kinds) of _shapes saved through the user's storage, and what loads back."""
+    from importlib import import_module
+
+    dcp = import_module(f"{lib.__name__}.distributed.checkpoint")
+    writer, reader = memory_storage(lib, make_future)
+    store = {}
+    dcp.save(_shapes(lib), storage_writer=writer(store), no_dist=True)
+    keys = {k: type(v).__name__ for k, v in store["metadata"].state_dict_metadata.items()}
+    target = _shapes(lib, zero=True)
+    dcp.load(target, storage_reader=reader(store), no_dist=True)
+    return keys, _plain(target)
+
+
+def _flattening(np, torch, ddpc):
+    import warnings
+
+    from ddpc.distributed import Future
+
+    def torch_future(value):
+        f = torch.futures.Future()
+        f.set_result(value)
+        return f
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want = _flattened(torch, torch_future)
+        got = _flattened(ddpc, lambda value: Future(value=value))
+    assert sorted(got[0]) == sorted(want[0]), f"keys {sorted(got[0])} where PyTorch has {sorted(want[0])}"
+    assert got[0] == want[0], f"kinds {got[0]} where PyTorch has {want[0]}"
+    assert got[1] == want[1], f"loaded {got[1]} where PyTorch loads {want[1]}"
+    assert got[1] == _plain(_shapes(ddpc))
+
+
+GROUPS = {"protocol": _protocol, "flattening": _flattening}
 
 
 test_matches_pytorch = torch_group_test(__file__, GROUPS)

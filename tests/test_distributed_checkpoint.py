@@ -384,3 +384,21 @@ def test_checkpoints_of_the_first_format_still_load(tmp_path):
     state = {"w": ddpc.zeros(2, 3), "n": 0}
     dcp.load(state, checkpoint_id=tmp_path)
     assert state["w"].tolist() == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]] and state["n"] == 3
+
+
+def test_checkpoints_keyed_element_by_element_still_load(tmp_path):
+    # Before ddpc flattened as PyTorch does, it keyed every list and tuple element by element
+    # ("sched.milestones.0"); a state dict saved already flattened so is such a checkpoint.
+    dcp.save({"sched.milestones.0": 3, "sched.milestones.1": 6, "betas.0": 0.9, "betas.1": 0.99,
+              "pair.0": ddpc.ones(2), "pair.1": ddpc.full((3,), 2.0), "w": ddpc.arange(3.0)}, checkpoint_id=tmp_path)
+    pair = (ddpc.zeros(2), ddpc.zeros(3))
+    state = {"sched": {"milestones": [0, 0]}, "betas": (0.0, 0.0), "pair": pair, "w": ddpc.zeros(3)}
+    dcp.load(state, checkpoint_id=tmp_path)
+    assert state["sched"] == {"milestones": [3, 6]} and state["betas"] == (0.9, 0.99)
+    assert state["pair"] is pair and pair[0].tolist() == [1.0, 1.0] and pair[1].tolist() == [2.0, 2.0, 2.0]
+    assert state["w"].tolist() == [0.0, 1.0, 2.0]
+    # what the same state dict saves now: the list and the tuples whole, as PyTorch keys them
+    metadata = dcp.save(state, checkpoint_id=tmp_path / "now")
+    assert sorted(metadata.state_dict_metadata) == ["betas", "pair", "sched.milestones", "w"]
+    with pytest.raises(dcp.CheckpointException, match="ValueError: two values of the state dict flatten to the key 'a.b'"):
+        dcp.save({"a": {"b": 1}, "a.b": 2}, checkpoint_id=tmp_path / "clash")

@@ -12,23 +12,29 @@ state dict in place from it, on any number of ranks::
     dcp.load(state, checkpoint_id="ckpt/step100")   # tensors copied into, other values replaced
     model.load_state_dict(state["model"]); optimizer.load_state_dict(state["optim"])
 
-As PyTorch's: nested dicts and lists are flattened to dotted keys
-("model.fc.weight", "optim.param_groups.0.lr"); a value with
-``state_dict``/``load_state_dict`` (a Module, an optimizer: ``Stateful``) is
-saved through its state dict and loaded back into it. A DTensor
-(``ddpc.distributed.tensor``, the values of FSDP's SHARDED_STATE_DICT) is
-saved shard by shard: each rank writes only its own part, and the metadata
-records each part's offsets in the tensor and the tensor's global shape. A
-tensor, or a part of one, that several ranks hold is taken to be replicated
-and is written once, by the rank with the fewest bytes to write so far, so
-the ranks share the writing; each rank writes its own file and rank 0 the
-metadata last, so a directory with metadata is a complete checkpoint.
-Loading reads only the keys the given state dict asks for, and for each
-tensor only the rows of the saved parts that overlap what this rank holds:
-the whole of a plain tensor, its own part of a DTensor, however the saved
-tensor was split. So a checkpoint saved on N ranks loads on M, into
-DTensors laid out for M ranks or into plain tensors (full values).
-Without a process group (or with ``no_dist=True``) both run in one process.
+As PyTorch's: nested dicts, and lists that hold a tensor or a dict, are
+flattened to dotted keys ("model.fc.weight", "optim.param_groups.0.lr"); any
+other list, and every tuple, is one value ("sched.milestones",
+"optim.param_groups.0.betas"). Checkpoints ddpc saved before it flattened so
+(every list and tuple element by element: "sched.milestones.0") still load:
+as PyTorch does for its older layout, a state dict whose keys the checkpoint
+lacks is flattened the older way when the checkpoint has those keys. A value
+with ``state_dict``/``load_state_dict`` (a Module, an optimizer:
+``Stateful``) is saved through its state dict and loaded back into it. A
+DTensor (``ddpc.distributed.tensor``, the values of FSDP's
+SHARDED_STATE_DICT) is saved shard by shard: each rank writes only its own
+part, and the metadata records each part's offsets in the tensor and the
+tensor's global shape. A tensor, or a part of one, that several ranks hold
+is taken to be replicated and is written once, by the rank with the fewest
+bytes to write so far, so the ranks share the writing; each rank writes its
+own file and rank 0 the metadata last, so a directory with metadata is a
+complete checkpoint. Loading reads only the keys the given state dict asks
+for, and for each tensor only the rows of the saved parts that overlap what
+this rank holds: the whole of a plain tensor, its own part of a DTensor,
+however the saved tensor was split. So a checkpoint saved on N ranks loads
+on M, into DTensors laid out for M ranks or into plain tensors (full
+values). Without a process group (or with ``no_dist=True``) both run in one
+process.
 
 Storage and planning are PyTorch's protocol (``storage``, ``planner``,
 ``metadata``): ``save`` and ``load`` take any ``StorageWriter`` /
@@ -47,10 +53,12 @@ tensor bytes, ``.metadata`` a ddpc checkpoint of their places and of the
 non-tensor values, loaded with ``weights_only``); PyTorch's DCP directories
 do not load here nor ddpc's there. The bytes of a non-tensor value that a
 planner's ``resolve_data`` gives and ``load_bytes`` takes are ddpc.save's,
-not torch.save's. ``TensorProperties`` holds dtype, requires_grad and
-pin_memory (no layout or memory_format). ``save_state_dict`` and
-``load_state_dict``, PyTorch's deprecated forms, warn as PyTorch's do and
-call ``save`` and ``load``.
+not torch.save's. A non-tensor value under a key that is not a string (an
+int key of an optimizer's state) loads back under that key; PyTorch's loader
+adds it under the key's string. ``TensorProperties`` holds dtype,
+requires_grad and pin_memory (no layout or memory_format).
+``save_state_dict`` and ``load_state_dict``, PyTorch's deprecated forms,
+warn as PyTorch's do and call ``save`` and ``load``.
 """
 
 import concurrent.futures

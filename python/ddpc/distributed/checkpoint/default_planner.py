@@ -29,17 +29,38 @@ from .planner import (LoadItemType, LoadPlan, LoadPlanner, ReadItem, SavePlan, S
 __all__ = ["DefaultLoadPlanner", "DefaultSavePlanner"]
 
 
-def _flatten(obj, path, out):
-    """out[dotted key] = (path of keys and indices to the value, value) for every leaf of obj."""
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            _flatten(v, path + (k,), out)
-    elif isinstance(obj, (list, tuple)) and path:
-        for i, v in enumerate(obj):
-            _flatten(v, path + (i,), out)
-    else:
-        out[".".join(map(str, path))] = (path, obj)
+def _flatten(state_dict, whole):
+    """{dotted key: (path of keys and indices to the value, value)} for state_dict: its nested dicts,
+    lists and tuples entered down to the values whole(value) keeps whole."""
+    out = {}
+
+    def visit(path, value):
+        if whole(value):
+            key = ".".join(map(str, path))
+            if key in out:
+                raise ValueError(f"two values of the state dict flatten to the key {key!r}")
+            out[key] = (path, value)
+        else:
+            for k, v in value.items() if isinstance(value, dict) else enumerate(value):
+                visit(path + (k,), v)
+
+    for k, v in state_dict.items():
+        visit((k,), v)
     return out
+
+
+def _whole(value):
+    """PyTorch's rule (flatten_state_dict): dicts are entered, and lists holding a tensor, a dict or
+    such a list; any other list, every tuple and every other value is one value."""
+    if isinstance(value, dict):
+        return False
+    return not isinstance(value, list) or all(not _is_tensor(v) and _whole(v) for v in value)
+
+
+def _element(value):
+    """How ddpc flattened before it followed PyTorch: every dict, list and tuple entered. Checkpoints
+    saved so are keyed by element ("milestones.0", ...)."""
+    return not isinstance(value, (dict, list, tuple))
 
 
 def _replaced(obj, path, value):
@@ -94,7 +115,7 @@ class DefaultSavePlanner(SavePlanner):
 
     def set_up_planner(self, state_dict, storage_meta=None, is_coordinator=False):
         self.original_state_dict = state_dict
-        self.state_dict = {k: v for k, (_, v) in _flatten(state_dict, (), {}).items()}
+        self.state_dict = {k: v for k, (_, v) in _flatten(state_dict, _whole).items()}
         self.storage_meta, self.is_coordinator = storage_meta, is_coordinator
 
     def create_local_plan(self):
@@ -176,10 +197,14 @@ class DefaultLoadPlanner(LoadPlanner):
 
     def set_up_planner(self, state_dict, metadata=None, is_coordinator=False):
         self.original_state_dict = state_dict
-        self.paths = {}
-        self.state_dict = {}
-        for fqn, (path, value) in _flatten(state_dict, (), {}).items():
-            self.paths[fqn], self.state_dict[fqn] = path, value
+        flat = _flatten(state_dict, _whole)
+        saved = metadata.state_dict_metadata.keys() if metadata is not None else flat.keys()
+        if saved - flat.keys():  # as PyTorch reads its older checkpoints: the keys may be of the older layout
+            older = _flatten(state_dict, _element)
+            if older.keys() & (saved - flat.keys()):
+                flat = older
+        self.paths = {fqn: path for fqn, (path, _) in flat.items()}
+        self.state_dict = {fqn: value for fqn, (_, value) in flat.items()}
         self.metadata, self.is_coordinator = metadata, is_coordinator
 
     def _where(self):
