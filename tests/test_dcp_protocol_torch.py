@@ -2,14 +2,20 @@
 through ddpc.distributed.checkpoint and torch.distributed.checkpoint (skipped when torch is not
 installed): the protocol's calls come in the same order, the metadata has the same keys, kinds, sizes
 and chunks, a planner that changes a step changes the result alike, and allow_partial_load skips the
-same keys.
+same keys; state dicts of every shape flattening treats apart (nested dicts, lists of tensors, of
+values, of both, tuples, empty lists, None) give the same keys and load back alike; on 2 ranks, a
+value or tensor several ranks hold is saved from the same rank, and one only rank 1 holds is saved.
 
 Each group runs in a child process that imports torch before ddpc (see test_nn_extra_torch.py) and
-fails there, printing what differs.
+fails there, printing what differs; the 2-rank case runs as two such processes.
 """
 
+import json
+import sys
+
+import pytest
 from dcp_memory import memory_storage
-from procs import run_torch_group, torch_group_test
+from procs import init_torch_and_ddpc_groups, run_torch_group, run_torch_ranks, torch_group_test
 
 
 def _classes(lib, make_future):
@@ -116,9 +122,8 @@ def _run(lib, make_future):
     return save_log, load_log[:load_log.index("read_data") + 1], tail, kinds, loaded, strict, np
 
 
-def _protocol(np, torch, ddpc):
-    import warnings
-
+def _futures(torch):
+    """(make_future for torch's storage, for ddpc's): a future of each library, done with the value."""
     from ddpc.distributed import Future
 
     def torch_future(value):
@@ -126,10 +131,17 @@ def _protocol(np, torch, ddpc):
         f.set_result(value)
         return f
 
+    return torch_future, lambda value: Future(value=value)
+
+
+def _protocol(np, torch, ddpc):
+    import warnings
+
+    torch_future, ddpc_future = _futures(torch)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         want = _run(torch, torch_future)
-        got = _run(ddpc, lambda value: Future(value=value))
+        got = _run(ddpc, ddpc_future)
     for what, g, w in zip(("save calls", "load calls", "read steps", "metadata", "loaded values",
                            "without allow_partial_load"), got, want):
         assert g == w, f"{what}: {g} where PyTorch has {w}"
@@ -178,17 +190,11 @@ def _flattened(lib, make_future):
 def _flattening(np, torch, ddpc):
     import warnings
 
-    from ddpc.distributed import Future
-
-    def torch_future(value):
-        f = torch.futures.Future()
-        f.set_result(value)
-        return f
-
+    torch_future, ddpc_future = _futures(torch)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         want = _flattened(torch, torch_future)
-        got = _flattened(ddpc, lambda value: Future(value=value))
+        got = _flattened(ddpc, ddpc_future)
     assert sorted(got[0]) == sorted(want[0]), f"keys {sorted(got[0])} where PyTorch has {sorted(want[0])}"
     assert got[0] == want[0], f"kinds {got[0]} where PyTorch has {want[0]}"
     assert got[1] == want[1], f"loaded {got[1]} where PyTorch loads {want[1]}"
@@ -201,5 +207,72 @@ GROUPS = {"protocol": _protocol, "flattening": _flattening}
 test_matches_pytorch = torch_group_test(__file__, GROUPS)
 
 
+# ---- 2 ranks: which rank's value is saved ------------------------------------------------------------
+
+def _saved_from_ranks(lib, rank, make_future, lowest_rank):
+    """Saves, from 2 ranks, values and tensors both ranks hold (with values of their own) and some only rank 1
+    holds; on rank 0, which rank wrote each key and what loads back."""
+    from importlib import import_module
+
+    dcp = import_module(f"{lib.__name__}.distributed.checkpoint")
+    dp = import_module(f"{lib.__name__}.distributed.checkpoint.default_planner")
+    writer, reader = memory_storage(lib, make_future)
+    state = {"a": 100 + rank, "t": lib.full((4,), float(rank)), "b": 200 + rank, "c": 300 + rank,
+             "big": lib.full((10,), float(rank)), "d": 400 + rank, "e": 500 + rank}
+    if rank == 1:
+        state.update(only1="from rank 1", t1=lib.ones(3))
+    store = {}
+    dcp.save(state, storage_writer=writer(store), planner=dp.DefaultSavePlanner(dedup_save_to_lowest_rank=lowest_rank))
+    if rank:
+        return None
+    written = {index.fqn: where for index, (where, _) in store["data"].items()}
+    target = {k: None for k in "abcde"}
+    target.update(t=lib.zeros(4), big=lib.zeros(10), only1=None, t1=lib.zeros(3))
+    dcp.load(target, storage_reader=reader(store), no_dist=True)
+    return {"written": written, "loaded": _plain(target)}
+
+
+def _rank_main(rank, torch_port, ddpc_port, path):
+    import warnings
+
+    import numpy as np
+    import torch
+
+    import ddpc
+
+    init_torch_and_ddpc_groups(torch, ddpc, rank, 2, torch_port, ddpc_port)
+    torch_future, ddpc_future = _futures(torch)
+    out = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for lowest_rank in (False, True):
+            out[f"torch {lowest_rank}"] = _saved_from_ranks(torch, rank, torch_future, lowest_rank)
+            out[f"ddpc {lowest_rank}"] = _saved_from_ranks(ddpc, rank, ddpc_future, lowest_rank)
+    np.savez(path, result=np.array(json.dumps(out)))
+    torch.distributed.destroy_process_group()
+    ddpc.distributed.destroy_process_group()
+
+
+def test_values_several_ranks_or_one_hold_are_saved_from_the_ranks_pytorch_saves_them_from(tmp_path):
+    pytest.importorskip("torch")
+    out = json.loads(str(run_torch_ranks(__file__, 2, tmp_path)[0]["result"]))
+    for lowest_rank in (False, True):
+        got, want = out[f"ddpc {lowest_rank}"], out[f"torch {lowest_rank}"]
+        assert got == want, f"dedup_save_to_lowest_rank={lowest_rank}: {got} where PyTorch has {want}"
+    # In the order the plans name them, each key goes to the rank with the least to write so far (a tensor
+    # counted by its bytes, a value as 1): "a" to rank 0, "t" (16 bytes) to rank 1, "b", "c" and "big" to
+    # rank 0, the rest to rank 1; with dedup_save_to_lowest_rank, to the lowest rank that holds it.
+    assert out["ddpc False"]["written"] == {"a": "rank 0", "t": "rank 1", "b": "rank 0", "c": "rank 0",
+                                            "big": "rank 0", "d": "rank 1", "e": "rank 1", "only1": "rank 1",
+                                            "t1": "rank 1"}
+    assert out["ddpc False"]["loaded"]["d"] == 401 and out["ddpc False"]["loaded"]["only1"] == "from rank 1"
+    assert set(out["ddpc True"]["written"].values()) == {"rank 0", "rank 1"}
+    assert [k for k, where in out["ddpc True"]["written"].items() if where == "rank 1"] == ["only1", "t1"]
+    assert out["ddpc True"]["loaded"]["d"] == 400
+
+
 if __name__ == "__main__":
-    run_torch_group(GROUPS)
+    if len(sys.argv) == 5:  # a rank of run_torch_ranks
+        _rank_main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
+    else:
+        run_torch_group(GROUPS)

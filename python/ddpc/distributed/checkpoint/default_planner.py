@@ -2,15 +2,18 @@
 torch.distributed.checkpoint.default_planner: what save and load do without
 a planner, and the classes to subclass to change one step of it.
 
-Saving: the state dict is flattened to dotted keys; each rank offers every
+Saving: the state dict is flattened to dotted keys (PyTorch's rule: dicts
+are entered, and lists holding a tensor or a dict); each rank offers every
 tensor (its own part of a DTensor: a SHARD item at the part's offsets) and
-every non-tensor value; the coordinator keeps one offer of each: a part
-several ranks offer is replicated and goes to the rank among them with the
-fewest bytes so far (largest parts first), a value to the lowest rank that
-has it (a tensor wins over a value under the same key). Loading: each rank
-asks, for each key of its state dict, for the regions of the saved chunks
-that overlap what it holds (the whole of a plain tensor, its own part of a
-DTensor), and replaces non-tensor values.
+every other value; the coordinator keeps one offer of each, as PyTorch's
+dedup_save_plans does: in the order the plans first name them, what several
+ranks offer goes to the rank among them with the least to write so far (a
+tensor's bytes, 1 for a value; the lowest rank of equals), or with
+``dedup_save_to_lowest_rank`` to the lowest (a tensor wins over a value
+under the same key). Loading: each rank asks, for each key of its state
+dict, for the regions of the saved chunks that overlap what it holds (the
+whole of a plain tensor, its own part of a DTensor), and replaces non-tensor
+values.
 """
 
 import io
@@ -88,19 +91,20 @@ def _part(value):
     return value, (0,) * value.ndim, tuple(value.shape)
 
 
-def _assign_writers(offers, size):
-    """Which rank writes each part: offers[r] maps rank r's parts (MetadataIndex) to their bytes. A part
-    several ranks offer goes to the rank among them with the fewest bytes so far, largest parts first."""
+def _writers(all_plans, lowest_rank):
+    """PyTorch's dedup_save_plans: the rank that writes each item (MetadataIndex) of the ranks' plans. An
+    item several ranks' plans hold goes, in the order the plans first name the items, to the lowest of
+    those ranks (lowest_rank) or to the one with the least to write so far (a tensor's part counted by its
+    bytes, a value as 1; the lowest rank of equals)."""
     holders = {}
-    for r, parts in enumerate(offers):
-        for index, nbytes in parts.items():
-            holders.setdefault(index, (nbytes, []))[1].append(r)
-    load, writer = [0] * size, {}
-    for index, (nbytes, ranks) in sorted(holders.items(), key=lambda item: (-item[1][0], item[0].fqn,
-                                                                             tuple(item[0].offset))):
-        r = min(ranks, key=lambda r: (load[r], r))
-        writer[index] = r
-        load[r] += nbytes
+    for rank, plan in enumerate(all_plans):
+        for item in plan.items:
+            holders.setdefault(item.index, (item, []))[1].append(rank)
+    planned, writer = [0] * len(all_plans), {}
+    for index, (item, ranks) in holders.items():
+        rank = ranks[0] if lowest_rank else min(ranks, key=planned.__getitem__)
+        writer[index] = rank
+        planned[rank] += item.tensor_storage_size() or 1
     return writer
 
 
@@ -112,6 +116,7 @@ class DefaultSavePlanner(SavePlanner):
                  dedup_save_to_lowest_rank=False, enable_plan_caching=False):
         if not flatten_state_dict:
             raise NotImplementedError("DefaultSavePlanner: ddpc always flattens the state dict")
+        self.dedup_save_to_lowest_rank = bool(dedup_save_to_lowest_rank)
 
     def set_up_planner(self, state_dict, storage_meta=None, is_coordinator=False):
         self.original_state_dict = state_dict
@@ -134,9 +139,7 @@ class DefaultSavePlanner(SavePlanner):
         return self.plan
 
     def create_global_plan(self, all_plans):
-        writer = _assign_writers([{item.index: item.tensor_storage_size() for item in plan.items
-                                   if item.tensor_data is not None and item.tensor_storage_size()}
-                                  for plan in all_plans], len(all_plans))
+        writer = _writers(all_plans, self.dedup_save_to_lowest_rank)
         entries = {}
         for rank, plan in enumerate(all_plans):
             for item in plan.items:
@@ -155,14 +158,14 @@ class DefaultSavePlanner(SavePlanner):
             items = []
             for item in plan.items:
                 fqn = item.index.fqn
+                if writer[item.index] != rank:
+                    continue
                 if item.tensor_data is not None:
-                    if writer.get(item.index) != rank:
-                        continue
                     chunks = entries[fqn].chunks
                     chunks.append(item.tensor_data.chunk)
                     item = WriteItem(MetadataIndex(fqn, item.index.offset, len(chunks) - 1), item.type,
                                      item.bytes_io_data, item.tensor_data)
-                elif fqn in entries:  # a tensor on another rank, or a value a lower rank writes
+                elif fqn in entries:  # a tensor under the same key on some rank wins over a value
                     continue
                 else:
                     entries[fqn] = BytesStorageMetadata()
