@@ -1,7 +1,8 @@
 """ddpc.distributed.checkpoint's storage and planner protocol (PyTorch's): a user's in-memory
 StorageWriter/StorageReader, the order save and load call the steps in, planners that change a step,
-DefaultLoadPlanner(allow_partial_load=True), DTensors over 2 ranks through the user's storage, and the
-errors for storage and planners of the wrong type."""
+DefaultLoadPlanner(allow_partial_load=True), the default planners with flatten_state_dict=False,
+DTensors over 2 ranks through the user's storage, what goes to and from the coordinator on 3 ranks
+(and on a group without rank 0), and the errors for storage and planners of the wrong type."""
 
 import concurrent.futures
 import dataclasses
@@ -202,6 +203,23 @@ def test_allow_partial_load(tmp_path):
     state = {"w": ddpc.zeros(3), "gone": 5}
     dcp.load(state, storage_reader=MemoryReader(store), planner=DefaultLoadPlanner(allow_partial_load=True))
     assert state == {"w": state["w"], "gone": 5} and state["w"].tolist() == [0.0, 1.0, 2.0]
+
+
+def test_without_flattening_the_state_dicts_own_values_are_the_items(tmp_path):
+    state = {"model": {"w": ddpc.arange(2.0), "sub": {"b": ddpc.ones(1)}}, "t": ddpc.tensor([4.0, 5.0]),
+             "mixed": [ddpc.ones(1), 7], "step": 8}
+    metadata = dcp.save(state, checkpoint_id=tmp_path, planner=DefaultSavePlanner(flatten_state_dict=False))
+    md = metadata.state_dict_metadata
+    assert sorted(md) == ["mixed", "model", "step", "t"] and isinstance(md["t"], TensorStorageMetadata)
+    assert all(isinstance(md[k], BytesStorageMetadata) for k in ("mixed", "model", "step"))
+    target = {"model": {"w": ddpc.zeros(2)}, "t": ddpc.zeros(2), "mixed": None, "step": 0}
+    t = target["t"]
+    dcp.load(target, checkpoint_id=tmp_path, planner=DefaultLoadPlanner(flatten_state_dict=False))
+    assert target["t"] is t and t.tolist() == [4.0, 5.0]  # a tensor is copied into, the rest replaced
+    assert target["model"]["w"].tolist() == [0.0, 1.0] and target["model"]["sub"]["b"].tolist() == [1.0]
+    assert target["mixed"][0].tolist() == [1.0] and target["mixed"][1] == 7 and target["step"] == 8
+    with pytest.raises(dcp.CheckpointException, match="'model.w' is not in the checkpoint"):
+        dcp.load({"model": {"w": ddpc.zeros(2)}}, checkpoint_id=tmp_path)  # the flattening planner's keys
 
 
 def test_storage_and_planners_of_the_wrong_type_are_clear_errors(tmp_path):

@@ -4,7 +4,8 @@ installed): the protocol's calls come in the same order, the metadata has the sa
 and chunks, a planner that changes a step changes the result alike, and allow_partial_load skips the
 same keys; state dicts of every shape flattening treats apart (nested dicts, lists of tensors, of
 values, of both, tuples, empty lists, None) give the same keys and load back alike; on 2 ranks, a
-value or tensor several ranks hold is saved from the same rank, and one only rank 1 holds is saved.
+value or tensor several ranks hold is saved from the same rank, and one only rank 1 holds is saved;
+and the default planners with flatten_state_dict=False save and load nested dicts alike.
 
 Each group runs in a child process that imports torch before ddpc (see test_nn_extra_torch.py) and
 fails there, printing what differs; the 2-rank case runs as two such processes.
@@ -201,7 +202,51 @@ def _flattening(np, torch, ddpc):
     assert got[1] == _plain(_shapes(ddpc))
 
 
-GROUPS = {"protocol": _protocol, "flattening": _flattening}
+def _unflattened(lib, make_future):
+    """A nested state dict saved and loaded by the default planners with flatten_state_dict=False: the
+    metadata's keys and kinds, what loads back, whether the top-level tensor was copied into, and whether
+    the flattening planner loads the checkpoint."""
+    from importlib import import_module
+
+    dcp = import_module(f"{lib.__name__}.distributed.checkpoint")
+    dp = import_module(f"{lib.__name__}.distributed.checkpoint.default_planner")
+    writer, reader = memory_storage(lib, make_future)
+    state = {"model": {"w": lib.tensor([1.0, 2.0]), "sub": {"b": lib.tensor([3.0])}}, "t": lib.tensor([4.0, 5.0]),
+             "mixed": [lib.tensor([6.0]), 7], "step": 8}
+    store = {}
+    dcp.save(state, storage_writer=writer(store), planner=dp.DefaultSavePlanner(flatten_state_dict=False),
+             no_dist=True)
+    keys = {k: type(v).__name__ for k, v in store["metadata"].state_dict_metadata.items()}
+    target = {"model": {"w": lib.zeros(2), "sub": {"b": lib.zeros(1)}}, "t": lib.zeros(2), "mixed": None, "step": 0}
+    t = target["t"]
+    # PyTorch's planner loses the values it replaces unless flatten_sharded_tensors=False (it loads them
+    # into a copy of the state dict); ddpc's loads them either way
+    dcp.load(target, storage_reader=reader(store), no_dist=True,
+             planner=dp.DefaultLoadPlanner(flatten_state_dict=False, flatten_sharded_tensors=False))
+    try:
+        dcp.load(_shapes(lib, zero=True), storage_reader=reader(store), no_dist=True)
+        flattened = "loaded"
+    except BaseException:  # noqa: BLE001 - PyTorch's CheckpointException is a BaseException
+        flattened = "raised"
+    return keys, _plain(target), target["t"] is t, flattened
+
+
+def _unflattening(np, torch, ddpc):
+    import warnings
+
+    torch_future, ddpc_future = _futures(torch)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want = _unflattened(torch, torch_future)
+        got = _unflattened(ddpc, ddpc_future)
+    for what, g, w in zip(("metadata", "loaded", "tensor copied into", "flattening load"), got, want):
+        assert g == w, f"{what}: {g} where PyTorch has {w}"
+    assert got[0] == {"model": "BytesStorageMetadata", "t": "TensorStorageMetadata",
+                      "mixed": "BytesStorageMetadata", "step": "BytesStorageMetadata"}
+    assert got[1]["model"] == {"w": ("tensor", [1.0, 2.0]), "sub": {"b": ("tensor", [3.0])}}
+
+
+GROUPS = {"protocol": _protocol, "flattening": _flattening, "unflattening": _unflattening}
 
 
 test_matches_pytorch = torch_group_test(__file__, GROUPS)

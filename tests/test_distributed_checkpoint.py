@@ -400,5 +400,5 @@ def test_checkpoints_keyed_element_by_element_still_load(tmp_path):
     # what the same state dict saves now: the list and the tuples whole, as PyTorch keys them
     metadata = dcp.save(state, checkpoint_id=tmp_path / "now")
     assert sorted(metadata.state_dict_metadata) == ["betas", "pair", "sched.milestones", "w"]
-    with pytest.raises(dcp.CheckpointException, match="ValueError: two values of the state dict flatten to the key 'a.b'"):
+    with pytest.raises(dcp.CheckpointException, match="two values of the state dict flatten to the key 'a.b'"):
         dcp.save({"a": {"b": 1}, "a.b": 2}, checkpoint_id=tmp_path / "clash")

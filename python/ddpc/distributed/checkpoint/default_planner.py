@@ -60,6 +60,11 @@ def _whole(value):
     return not isinstance(value, list) or all(not _is_tensor(v) and _whole(v) for v in value)
 
 
+def _top_level(value):
+    """flatten_state_dict=False, as PyTorch: every value of the state dict is one value, however nested."""
+    return True
+
+
 def _element(value):
     """How ddpc flattened before it followed PyTorch: every dict, list and tuple entered. Checkpoints
     saved so are keyed by element ("milestones.0", ...)."""
@@ -109,18 +114,21 @@ def _writers(all_plans, lowest_rank):
 
 
 class DefaultSavePlanner(SavePlanner):
-    """What ``save`` does without a planner (see the module's docstring); ``flatten_state_dict=False``
-    is not offered, and replicated parts are always written once."""
+    """What ``save`` does without a planner (see the module's docstring). With
+    ``flatten_state_dict=False``, as PyTorch's, only the state dict's own values are items: a tensor (or
+    DTensor) there is saved as one, anything else (a nested dict too, tensors and all) as one value.
+    Replicated parts are always written once (``dedup_replicated_tensors``, which PyTorch deprecates,
+    is ignored)."""
 
     def __init__(self, flatten_state_dict=True, flatten_sharded_tensors=True, dedup_replicated_tensors=None,
                  dedup_save_to_lowest_rank=False, enable_plan_caching=False):
-        if not flatten_state_dict:
-            raise NotImplementedError("DefaultSavePlanner: ddpc always flattens the state dict")
+        self.flatten_state_dict = bool(flatten_state_dict)
         self.dedup_save_to_lowest_rank = bool(dedup_save_to_lowest_rank)
 
     def set_up_planner(self, state_dict, storage_meta=None, is_coordinator=False):
         self.original_state_dict = state_dict
-        self.state_dict = {k: v for k, (_, v) in _flatten(state_dict, _whole).items()}
+        whole = _whole if self.flatten_state_dict else _top_level
+        self.state_dict = {k: v for k, (_, v) in _flatten(state_dict, whole).items()}
         self.storage_meta, self.is_coordinator = storage_meta, is_coordinator
 
     def create_local_plan(self):
@@ -191,18 +199,23 @@ class DefaultSavePlanner(SavePlanner):
 class DefaultLoadPlanner(LoadPlanner):
     """What ``load`` does without a planner (see the module's docstring). With
     ``allow_partial_load`` keys of the state dict that the checkpoint lacks are left as they are
-    instead of raising KeyError. ``flatten_state_dict=False`` is not offered."""
+    instead of raising KeyError. With ``flatten_state_dict=False`` only the state dict's own keys are
+    asked for, as ``DefaultSavePlanner(flatten_state_dict=False)`` saved them: a tensor there is
+    copied into, any other value (a nested dict too) replaced. Where ddpc differs: PyTorch's planner
+    then loses the replaced values unless ``flatten_sharded_tensors=False`` is also given (it loads
+    them into a copy of the state dict); ddpc's puts them in the state dict either way."""
 
     def __init__(self, flatten_state_dict=True, flatten_sharded_tensors=True, allow_partial_load=False):
-        if not flatten_state_dict:
-            raise NotImplementedError("DefaultLoadPlanner: ddpc always flattens the state dict")
+        self.flatten_state_dict = bool(flatten_state_dict)
         self.allow_partial_load = bool(allow_partial_load)
 
     def set_up_planner(self, state_dict, metadata=None, is_coordinator=False):
         self.original_state_dict = state_dict
-        flat = _flatten(state_dict, _whole)
+        flat = _flatten(state_dict, _whole if self.flatten_state_dict else _top_level)
         saved = metadata.state_dict_metadata.keys() if metadata is not None else flat.keys()
-        if saved - flat.keys():  # as PyTorch reads its older checkpoints: the keys may be of the older layout
+        # As PyTorch reads its older checkpoints: keys the checkpoint has and this flattening lacks may be
+        # of the older layout.
+        if self.flatten_state_dict and saved - flat.keys():
             older = _flatten(state_dict, _element)
             if older.keys() & (saved - flat.keys()):
                 flat = older
