@@ -299,6 +299,9 @@ def _dtensor_worker(rank, fail_rank):
     dist.broadcast_object_list(box, src=0)
     store = box[0]
     written = sorted((index.fqn, tuple(index.offset or ()), where) for index, (where, _) in store["data"].items())
+    lowest = {}
+    dcp.save(state, storage_writer=MemoryWriter(lowest), planner=DefaultSavePlanner(dedup_save_to_lowest_rank=True))
+    lowest = sorted((index.fqn, where) for index, (where, _) in lowest["data"].items()) if rank == 0 else None
 
     # load into DTensors split by columns: each rank reads column parts of both ranks' row parts
     target = {"rows": distribute_tensor(ddpc.zeros(5, 3), mesh, [Shard(1)]),
@@ -307,7 +310,7 @@ def _dtensor_worker(rank, fail_rank):
     dcp.load(target, storage_reader=MemoryReader(store))
     out = {"rows": target["rows"].to_local().numpy().copy(), "rep": target["rep"].to_local().numpy().copy(),
            "plain": target["plain"].numpy().copy(), "step": target["step"], "tags": target["tags"],
-           "written": written, "log": log}
+           "written": written, "lowest": lowest, "log": log}
 
     class FailsOnOneRank(MemoryReader):
         def read_data(self, plan, planner):
@@ -342,6 +345,9 @@ def test_dtensor_over_two_ranks_through_user_storage():
     # each rank wrote its rows; the replicated tensors and the values once
     assert [w for w in written if w[0] == "rows"] == [("rows", (0, 0), "rank 0"), ("rows", (3, 0), "rank 1")]
     assert [w[2] for w in written if w[0] in ("rep", "plain", "step", "tags")] == ["rank 1"] * 4
+    # with dedup_save_to_lowest_rank, what both ranks hold is written by rank 0
+    assert results[0]["lowest"] == [("plain", "rank 0"), ("rep", "rank 0"), ("rows", "rank 0"), ("rows", "rank 1"),
+                                    ("step", "rank 0"), ("tags", "rank 0")]
 
 
 # ---- 3 ranks: what goes through the coordinator ------------------------------------------------------

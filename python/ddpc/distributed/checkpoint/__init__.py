@@ -17,28 +17,28 @@ flattened to dotted keys ("model.fc.weight", "optim.param_groups.0.lr"); any
 other list, and every tuple, is one value ("sched.milestones",
 "optim.param_groups.0.betas"). Checkpoints ddpc saved before it flattened so
 (every list and tuple element by element: "sched.milestones.0") still load:
-as PyTorch does for its older layout, a state dict whose keys the checkpoint
-lacks is flattened the older way when the checkpoint has those keys. A value
-with ``state_dict``/``load_state_dict`` (a Module, an optimizer:
-``Stateful``) is saved through its state dict and loaded back into it. A
-DTensor (``ddpc.distributed.tensor``, the values of FSDP's
-SHARDED_STATE_DICT) is saved shard by shard: each rank writes only its own
-part, and the metadata records each part's offsets in the tensor and the
-tensor's global shape. A tensor, a part of one, or a non-tensor value that
-several ranks hold is taken to be replicated and is written once, from the
-rank PyTorch picks: going through them in the order the ranks' plans name
-them, the rank among those holding it with the least to write so far (a
-tensor's bytes, 1 for a value; the lowest rank of equals), so the ranks
-share the writing; a value that differs between ranks is saved as that rank
-holds it. A value or tensor only one rank holds is saved from it. Each rank
-writes its own file and rank 0 the metadata last, so a directory with
-metadata is a complete checkpoint. Loading reads only the keys the given
-state dict asks for, and for each tensor only the rows of the saved parts
-that overlap what this rank holds: the whole of a plain tensor, its own part
-of a DTensor, however the saved tensor was split. So a checkpoint saved on N
-ranks loads on M, into DTensors laid out for M ranks or into plain tensors
-(full values). Without a process group (or with ``no_dist=True``) both run
-in one process.
+as PyTorch does for its older layout, when the checkpoint has keys the state
+dict's flattening lacks and flattening it the older way gives some of them,
+it is flattened the older way. A value with
+``state_dict``/``load_state_dict`` (a Module, an optimizer: ``Stateful``) is
+saved through its state dict and loaded back into it. A DTensor
+(``ddpc.distributed.tensor``, the values of FSDP's SHARDED_STATE_DICT) is
+saved shard by shard: each rank writes only its own part, and the metadata
+records each part's offsets in the tensor and the tensor's global shape. A
+tensor, a part of one, or a non-tensor value that several ranks hold is
+taken to be replicated and is written once, from the rank PyTorch picks:
+going through them in the order the ranks' plans name them, the rank among
+those holding it with the least to write so far (a tensor's bytes, 1 for a
+value; the lowest rank of equals), so the ranks share the writing; a value
+that differs between ranks is saved as that rank holds it. A value or tensor
+only one rank holds is saved from it. Each rank writes its own file and rank
+0 the metadata last, so a directory with metadata is a complete checkpoint.
+Loading reads only the keys the given state dict asks for, and for each
+tensor only the rows of the saved parts that overlap what this rank holds:
+the whole of a plain tensor, its own part of a DTensor, however the saved
+tensor was split. So a checkpoint saved on N ranks loads on M, into DTensors
+laid out for M ranks or into plain tensors (full values). Without a process
+group (or with ``no_dist=True``) both run in one process.
 
 Storage and planning are PyTorch's protocol (``storage``, ``planner``,
 ``metadata``): ``save`` and ``load`` take any ``StorageWriter`` /
