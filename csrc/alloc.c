@@ -92,8 +92,14 @@ static ddpc_status device_alloc_(int device, size_t nbytes, ddpc_block **out) {
         cudaError_t e = cudaMalloc(&b->ptr, size);
         if (e == cudaErrorMemoryAllocation && c->free_list) { /* give the cache back and retry once */
             cudaGetLastError();
-            release_cached_(device, c); /* enters `device` itself, and leaves it current */
-            e = cudaMalloc(&b->ptr, size);
+            /* Cached blocks may still be in use by work queued on any of the
+             * device's streams, and cudaFree only "may" wait for that work:
+             * wait here, as ddpc_device_empty_cache does. */
+            e = cudaDeviceSynchronize();
+            if (e == cudaSuccess) {
+                release_cached_(device, c); /* enters `device` itself, and leaves it current */
+                e = cudaMalloc(&b->ptr, size);
+            }
         }
         ddpc_cuda_leave(prev);
         if (e != cudaSuccess) {
