@@ -54,10 +54,11 @@ const char *ddpc_shared_name(const ddpc_block *block);
  * the mappings stay usable until freed. */
 ddpc_status ddpc_shared_release_all(void);
 
-/* Pinned blocks are read by copies the host does not wait for: each such
- * copy records its completion in the block (on `stream` of `device`), and a
- * block is busy until the last one is done, so those who recycle pinned
- * memory (the loader's batch pool) wait for it. Only the last copy is tracked. */
+/* Pinned blocks are read or written by copies the host does not wait for:
+ * each such copy records its completion in the block (on `stream` of
+ * `device`), and a block is busy until the last one is done, so those who
+ * recycle pinned memory (ddpc_free, the loader's batch pool) wait for it.
+ * Only the last copy is tracked. */
 ddpc_status ddpc_block_record_use(ddpc_block *block, int device, void *stream);
 int ddpc_block_busy(ddpc_block *block);
 /* Freed pinned blocks are cached for reuse (alloc.c); this frees the cached

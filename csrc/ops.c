@@ -174,7 +174,7 @@ ddpc_status ddpc_op_fill_complex(ddpc_buffer *dst, double value, double imag) {
 }
 
 #ifdef DDPC_WITH_CUDA
-/* Records a pending copy out of host buffer `b` in the block that owns its memory. */
+/* Records a pending copy to or from host buffer `b` in the block that owns its memory. */
 static ddpc_status record_host_use_(const ddpc_buffer *b, int device, void *stream) {
     while (!b->block && b->base && ddpc_buffer_check(b->base)) b = (const ddpc_buffer *)b->base;
     return b->block ? ddpc_block_record_use(b->block, device, stream) : DDPC_OK;
@@ -241,12 +241,14 @@ ddpc_status ddpc_op_copy(ddpc_buffer *dst, const ddpc_buffer *src, int non_block
     cudaError_t e = cudaMemcpyAsync(dst->data, src->data, nbytes, cudaMemcpyDefault, (cudaStream_t)stream);
     /* A blocking copy is over when it returns, whichever way it goes (from
      * pinned memory cudaMemcpyAsync does not wait for the read either). A
-     * non-blocking one out of pinned memory marks the memory busy until the
-     * copy is done, so it is not recycled under the copy. */
+     * non-blocking one out of or into pinned memory marks the memory busy
+     * until the copy is done, so it is not recycled under the copy: freed,
+     * the block waits for it before going back to the pinned cache. */
     if (e == cudaSuccess && !non_blocking) e = cudaStreamSynchronize((cudaStream_t)stream);
     ddpc_cuda_leave(prev);
     CUDACHECK(e);
-    if (non_blocking && src->device == DDPC_CPU) CHECK(record_host_use_(src, dev, stream));
+    const ddpc_buffer *host = src->device == DDPC_CPU ? src : dst->device == DDPC_CPU ? dst : NULL;
+    if (non_blocking && host) CHECK(record_host_use_(host, dev, stream));
     return DDPC_OK;
 #else
     (void)non_blocking;
