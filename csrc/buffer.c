@@ -47,7 +47,7 @@ int ddpc_parse_device(PyObject *obj, int *device) {
     if (PyLong_Check(obj)) {
         long v = PyLong_AsLong(obj);
         if (v < -1) {
-            PyErr_Format(PyExc_ValueError, "invalid device index %ld", v);
+            PyErr_Format(ddpc_ArgumentError, "invalid device index %ld", v);
             return -1;
         }
         *device = (int)v;
@@ -75,7 +75,7 @@ int ddpc_parse_device(PyObject *obj, int *device) {
             return 0;
         }
     }
-    PyErr_Format(PyExc_ValueError, "invalid device string %R (expected 'cpu', 'cuda' or 'cuda:N')", obj);
+    PyErr_Format(ddpc_ArgumentError, "invalid device string %R (expected 'cpu', 'cuda' or 'cuda:N')", obj);
     return -1;
 }
 
@@ -85,7 +85,7 @@ int ddpc_parse_shape(PyObject *seq, int64_t *shape, int64_t *numel) {
     Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
     if (n > DDPC_MAX_NDIM) {
         Py_DECREF(fast);
-        PyErr_Format(PyExc_ValueError, "%zd dimensions requested; ddpc supports at most %d", n, DDPC_MAX_NDIM);
+        PyErr_Format(ddpc_ArgumentError, "%zd dimensions requested; ddpc supports at most %d", n, DDPC_MAX_NDIM);
         return -1;
     }
     int64_t total = 1;
@@ -103,12 +103,12 @@ int ddpc_parse_shape(PyObject *seq, int64_t *shape, int64_t *numel) {
         }
         if (v < 0) {
             Py_DECREF(fast);
-            PyErr_Format(PyExc_ValueError, "negative dimension %lld in shape %R", v, seq);
+            PyErr_Format(ddpc_ArgumentError, "negative dimension %lld in shape %R", v, seq);
             return -1;
         }
         if (v > 0 && total > INT64_MAX / 16 / v) {
             Py_DECREF(fast);
-            PyErr_Format(PyExc_ValueError, "shape %R is too large", seq);
+            PyErr_Format(ddpc_ArgumentError, "shape %R is too large", seq);
             return -1;
         }
         shape[i] = v;

@@ -12,8 +12,8 @@
 
 typedef enum {
     DDPC_OK = 0,
-    DDPC_ERR_ARG,      /* bad value from the caller          -> ValueError */
-    DDPC_ERR_TYPE,     /* wrong kind of object or dtype       -> TypeError */
+    DDPC_ERR_ARG,      /* bad value from the caller          -> ddpc.ArgumentError, a ValueError */
+    DDPC_ERR_TYPE,     /* wrong kind of object or dtype       -> ddpc.DtypeError, a TypeError */
     DDPC_ERR_OOM,      /* host allocation failed              -> MemoryError */
     DDPC_ERR_CUDA,     /* a CUDA, cuBLAS or NCCL call failed  -> RuntimeError */
     DDPC_ERR_NOCUDA,   /* CUDA asked for but not available    -> RuntimeError */
@@ -31,8 +31,10 @@ typedef enum {
                           -> ddpc.distributed.DistStoreError */
     DDPC_ERR_STORE_TIMEOUT, /* a store wait (or get) or request passed its deadline
                           -> DistStoreError, also a DistTimeoutError */
-    DDPC_ERR_QUEUE_EMPTY /* a store queue had no item for a pop that does not block
+    DDPC_ERR_QUEUE_EMPTY, /* a store queue had no item for a pop that does not block
                           -> ddpc.distributed.QueueEmptyError, a DistStoreError */
+    DDPC_ERR_INDEX     /* an index (or dim) outside the tensor it indexes
+                          -> ddpc.IndexOutOfRangeError, an ArgumentError and an IndexError */
 } ddpc_status;
 
 /* Records the message for `st` (printf-style) and returns `st`. The message

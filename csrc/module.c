@@ -28,13 +28,14 @@
 
 PyObject *ddpc_DistError, *ddpc_DistTimeoutError, *ddpc_DistBackendError, *ddpc_DistBackendTimeoutError,
     *ddpc_DistNetworkError, *ddpc_DistNetworkTimeoutError, *ddpc_DistStoreError, *ddpc_DistStoreTimeoutError, *ddpc_QueueEmptyError;
-PyObject *ddpc_OutOfMemoryError;
+PyObject *ddpc_OutOfMemoryError, *ddpc_ArgumentError, *ddpc_DtypeError, *ddpc_IndexOutOfRangeError;
 
 PyObject *ddpc_raise(ddpc_status st) {
     PyObject *type;
     switch (st) {
-    case DDPC_ERR_ARG: type = PyExc_ValueError; break;
-    case DDPC_ERR_TYPE: type = PyExc_TypeError; break;
+    case DDPC_ERR_ARG: type = ddpc_ArgumentError; break;
+    case DDPC_ERR_TYPE: type = ddpc_DtypeError; break;
+    case DDPC_ERR_INDEX: type = ddpc_IndexOutOfRangeError; break;
     case DDPC_ERR_OOM: type = PyExc_MemoryError; break;
     case DDPC_ERR_DEVICE_OOM: type = ddpc_OutOfMemoryError; break;
     case DDPC_ERR_SYS: type = PyExc_OSError; break;
@@ -430,13 +431,38 @@ static int add_dist_errors_(PyObject *m) {
     return 0;
 }
 
-static int module_exec(PyObject *m) {
-    if (add_dist_errors_(m) < 0) return -1;
-    /* torch.cuda.OutOfMemoryError is a RuntimeError; a MemoryError too, as ddpc raised before it existed. */
+/* The errors of bad arguments. PyTorch raises RuntimeError where an op's
+ * arguments do not fit (shapes, sizes, dtypes) and IndexError (or
+ * RuntimeError) for an index out of range; ddpc's are also the ValueError,
+ * TypeError or IndexError a Python library raises for them, so both a
+ * PyTorch user's `except RuntimeError` and a Python user's `except
+ * ValueError` catch them. torch.cuda.OutOfMemoryError is a RuntimeError; a
+ * MemoryError too, as ddpc raised before it existed. */
+static int add_argument_errors_(PyObject *m) {
+    ddpc_ArgumentError = add_error_(m, "ddpc.ArgumentError",
+                                    "An op's arguments do not fit: shapes that do not broadcast or multiply, a view "
+                                    "of the wrong size, a size or value the op cannot take (a ValueError, and the "
+                                    "RuntimeError PyTorch raises for them).",
+                                    PyExc_ValueError, PyExc_RuntimeError);
+    if (!ddpc_ArgumentError) return -1;
+    ddpc_IndexOutOfRangeError = add_error_(m, "ddpc.IndexOutOfRangeError",
+                                           "An index or dim outside the tensor it indexes (an ArgumentError and an "
+                                           "IndexError).",
+                                           ddpc_ArgumentError, PyExc_IndexError);
+    if (!ddpc_IndexOutOfRangeError) return -1;
+    ddpc_DtypeError = add_error_(m, "ddpc.DtypeError",
+                                 "An op was given a dtype it does not take, or dtypes that differ where they must "
+                                 "match (a TypeError, and the RuntimeError PyTorch raises for them).",
+                                 PyExc_TypeError, PyExc_RuntimeError);
+    if (!ddpc_DtypeError) return -1;
     ddpc_OutOfMemoryError = add_error_(m, "ddpc.OutOfMemoryError",
                                        "A device allocation failed: the GPU's memory is used up.", PyExc_RuntimeError,
                                        PyExc_MemoryError);
-    if (!ddpc_OutOfMemoryError) return -1;
+    return ddpc_OutOfMemoryError ? 0 : -1;
+}
+
+static int module_exec(PyObject *m) {
+    if (add_dist_errors_(m) < 0 || add_argument_errors_(m) < 0) return -1;
     if (ddpc_size_register(m) < 0 || ddpc_buffer_register(m) < 0 || ddpc_ops_register(m) < 0) return -1;
     if (ddpc_nn_register(m) < 0 || ddpc_conv_register(m) < 0 || ddpc_grid_register(m) < 0 || ddpc_dim_register(m) < 0 ||
         ddpc_sort_register(m) < 0 || ddpc_search_register(m) < 0 || ddpc_select_register(m) < 0 ||

@@ -13,7 +13,7 @@
  * DistTimeoutErrors. */
 extern PyObject *ddpc_DistError, *ddpc_DistTimeoutError, *ddpc_DistBackendError, *ddpc_DistBackendTimeoutError,
     *ddpc_DistNetworkError, *ddpc_DistNetworkTimeoutError, *ddpc_DistStoreError, *ddpc_DistStoreTimeoutError, *ddpc_QueueEmptyError;
-extern PyObject *ddpc_OutOfMemoryError;
+extern PyObject *ddpc_OutOfMemoryError, *ddpc_ArgumentError, *ddpc_DtypeError, *ddpc_IndexOutOfRangeError;
 
 /* Sets the Python exception for `st` with the recorded message, clears the
  * message, and returns NULL. */

@@ -377,8 +377,8 @@ ddpc_status ddpc_op_max_pool_backward(ddpc_buffer *gx, const ddpc_buffer *g, con
     const int64_t *at = indices->data;
     for (int64_t k = 0; k < indices->numel; k++)
         if (at[k] < -1 || at[k] >= in_volume)
-            return DDPC_ERROR(DDPC_ERR_ARG, "%s: index %lld is outside a plane of %lld elements", op, (long long)at[k],
-                              (long long)in_volume);
+            return DDPC_ERROR(DDPC_ERR_INDEX, "%s: index %lld is outside a plane of %lld elements", op,
+                              (long long)at[k], (long long)in_volume);
     ddpc_parallel_for(gx->shape[0], grain_(in_volume + out_volume), max_pool_backward_range_, &j);
     return DDPC_OK;
 }

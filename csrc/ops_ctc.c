@@ -58,7 +58,7 @@ static ddpc_status check_(const ddpc_ctc_inputs *in, const ddpc_buffer *scratch,
                               (long long)tl[n], (long long)n);
         for (int64_t j = off[n]; j < off[n] + tl[n]; j++)
             if (tg[j] < 0 || tg[j] >= C || tg[j] == in->blank)
-                return DDPC_ERROR(DDPC_ERR_ARG, "%s: target label %lld of sample %lld is not a class in [0, %lld) "
+                return DDPC_ERROR(DDPC_ERR_INDEX, "%s: target label %lld of sample %lld is not a class in [0, %lld) "
                                   "other than the blank %lld", op, (long long)tg[j], (long long)n, (long long)C,
                                   (long long)in->blank);
     }

@@ -97,7 +97,7 @@ static ddpc_status index_geo_(const ddpc_buffer *big, const ddpc_buffer *small, 
         return DDPC_ERROR(DDPC_ERR_ARG, "%s: the index has %d dims, the tensors %d and %d", op, index->ndim,
                           big->ndim, small->ndim);
     if (dim < 0 || dim >= big->ndim)
-        return DDPC_ERROR(DDPC_ERR_ARG, "%s: dim %d is out of range for %d dims", op, dim, big->ndim);
+        return DDPC_ERROR(DDPC_ERR_INDEX, "%s: dim %d is out of range for %d dims", op, dim, big->ndim);
     geo->ndim = big->ndim;
     int64_t sa = 1, sb = 1;
     for (int d = big->ndim - 1; d >= 0; d--) {
@@ -112,7 +112,7 @@ static ddpc_status index_geo_(const ddpc_buffer *big, const ddpc_buffer *small, 
     if (index->device == DDPC_CPU)
         for (int64_t k = 0; k < index->numel; k++)
             if (ix[k] < 0 || ix[k] >= big->shape[dim])
-                return DDPC_ERROR(DDPC_ERR_ARG, "%s: index %lld is out of range for dim %d of size %lld", op,
+                return DDPC_ERROR(DDPC_ERR_INDEX, "%s: index %lld is out of range for dim %d of size %lld", op,
                                   (long long)ix[k], dim, (long long)big->shape[dim]);
     return DDPC_OK;
 }

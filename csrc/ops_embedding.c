@@ -60,7 +60,7 @@ static ddpc_status bags_(const ddpc_bags *in, const ddpc_buffer *ref, int64_t ro
     const int64_t *ix = out->indices, *off = out->offsets;
     for (int64_t i = 0; i < out->n; i++)
         if (ix[i] < 0 || ix[i] >= rows)
-            return DDPC_ERROR(DDPC_ERR_ARG, "%s: index %lld is out of range for %lld rows", op, (long long)ix[i],
+            return DDPC_ERROR(DDPC_ERR_INDEX, "%s: index %lld is out of range for %lld rows", op, (long long)ix[i],
                               (long long)rows);
     if (off[0] != 0)
         return DDPC_ERROR(DDPC_ERR_ARG,
@@ -222,7 +222,7 @@ ddpc_status ddpc_op_embedding_bag_backward(ddpc_buffer *gweight, const ddpc_buff
         if (argmax->device == DDPC_CPU)
             for (int64_t k = 0; k < argmax->numel; k++)
                 if (j.argmax_in[k] < -1 || j.argmax_in[k] >= j.b.rows)
-                    return DDPC_ERROR(DDPC_ERR_ARG, "%s: argmax %lld is out of range for %lld rows", op,
+                    return DDPC_ERROR(DDPC_ERR_INDEX, "%s: argmax %lld is out of range for %lld rows", op,
                                       (long long)j.argmax_in[k], (long long)j.b.rows);
     }
     if (gweight->numel == 0) return DDPC_OK;

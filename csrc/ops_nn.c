@@ -652,7 +652,7 @@ ddpc_status ddpc_op_where(ddpc_buffer *out, const ddpc_buffer *cond, const ddpc_
 ddpc_status ddpc_dim_split(const ddpc_buffer *a, int dim, const char *op, int64_t *outer, int64_t *len,
                            int64_t *inner) {
     if (dim < 0 || dim >= a->ndim)
-        return DDPC_ERROR(DDPC_ERR_ARG, "%s: dim %d is out of range for %d dims", op, dim, a->ndim);
+        return DDPC_ERROR(DDPC_ERR_INDEX, "%s: dim %d is out of range for %d dims", op, dim, a->ndim);
     *outer = 1, *len = a->shape[dim], *inner = 1;
     for (int d = 0; d < dim; d++) *outer *= a->shape[d];
     for (int d = dim + 1; d < a->ndim; d++) *inner *= a->shape[d];
@@ -735,7 +735,7 @@ ddpc_status ddpc_op_put_dim(ddpc_buffer *out, const ddpc_buffer *g, const ddpc_b
     const int64_t *ix = indices->data;
     for (int64_t k = 0; k < outer * inner; k++)
         if (ix[k] < 0 || ix[k] >= len)
-            return DDPC_ERROR(DDPC_ERR_ARG, "%s: index %lld is out of range for a dim of %lld", op, (long long)ix[k],
+            return DDPC_ERROR(DDPC_ERR_INDEX, "%s: index %lld is out of range for a dim of %lld", op, (long long)ix[k],
                               (long long)len);
     memset(out->data, 0, ddpc_buffer_nbytes(out));
     DDPC_FLOAT_TYPES(out->dtype, {
@@ -760,7 +760,7 @@ static ddpc_status rows_args_(const ddpc_buffer *rows, const ddpc_buffer *table,
         const int64_t *ix = idx->data;
         for (int64_t k = 0; k < idx->numel; k++)
             if (ix[k] < 0 || ix[k] >= *n)
-                return DDPC_ERROR(DDPC_ERR_ARG, "%s: index %lld is out of range for %lld rows", op, (long long)ix[k],
+                return DDPC_ERROR(DDPC_ERR_INDEX, "%s: index %lld is out of range for %lld rows", op, (long long)ix[k],
                                   (long long)*n);
     }
     return DDPC_OK;
@@ -1077,7 +1077,7 @@ static ddpc_status check_ce_(const ddpc_buffer *logits, const ddpc_buffer *targe
 static ddpc_status check_targets_(const int64_t *t, int64_t rows, int64_t C, int64_t ignore_index) {
     for (int64_t i = 0; i < rows; i++)
         if (t[i] != ignore_index && (t[i] < 0 || t[i] >= C))
-            return DDPC_ERROR(DDPC_ERR_ARG, "cross entropy: target %lld of row %lld is not a class in [0, %lld)",
+            return DDPC_ERROR(DDPC_ERR_INDEX, "cross entropy: target %lld of row %lld is not a class in [0, %lld)",
                               (long long)t[i], (long long)i, (long long)C);
     return DDPC_OK;
 }

@@ -65,7 +65,7 @@ ddpc_status ddpc_op_searchsorted(ddpc_buffer *out, const ddpc_buffer *sorted, co
             for (int64_t k = 0; k < sorter->numel; k++) {
                 int64_t at = ((const int64_t *)sorter->data)[k];
                 if (at < 0 || at >= len)
-                    return DDPC_ERROR(DDPC_ERR_ARG, "%s: sorter index %lld is out of range for lines of %lld", op,
+                    return DDPC_ERROR(DDPC_ERR_INDEX, "%s: sorter index %lld is out of range for lines of %lld", op,
                                       (long long)at, (long long)len);
             }
     }

@@ -4,7 +4,7 @@ The public API is re-exported here; see the submodules for details.
 """
 
 from . import _C, backends, cuda
-from ._C import DistError, DistTimeoutError, OutOfMemoryError
+from ._C import ArgumentError, DistError, DistTimeoutError, DtypeError, IndexOutOfRangeError, OutOfMemoryError
 from ._dtype import bfloat16, device, dtype, finfo, float16, float32, float64, iinfo, int32, int64, uint8
 from ._dtype import cdouble, cfloat, complex64, complex128
 from ._dtype import channels_last, channels_last_3d, contiguous_format, memory_format, preserve_format
@@ -118,11 +118,14 @@ def build_info():
 
 __all__ = [
     "accelerator", "amp", "bool", "compiler", "jit", "Size", "get_autocast_dtype", "is_autocast_enabled", "multiprocessing", "random",
-    "arange", "argmax", "argmin", "autocast", "autograd", "bfloat16", "build_info", "cat", "checkpoint",
+    "ArgumentError", "arange", "argmax", "argmin", "autocast", "autograd", "bfloat16", "build_info", "cat",
+    "checkpoint",
     "CheckpointError", "cuda", "data", "DataParallel", "default_generator", "destroy_process_group", "device",
-    "DistError", "distributed", "DistributedDataParallel", "DistTimeoutError", "dtype", "empty", "empty_like",
+    "DistError", "distributed", "DistributedDataParallel", "DistTimeoutError", "dtype", "DtypeError", "empty",
+    "empty_like",
     "enable_grad", "exp", "func", "float16", "float32", "float64", "from_dlpack", "from_numpy", "full", "Generator",
-    "get_num_threads", "init_process_group", "initial_seed", "int32", "int64", "is_grad_enabled", "is_anomaly_enabled",
+    "get_num_threads", "IndexOutOfRangeError", "init_process_group", "initial_seed", "int32", "int64",
+    "is_grad_enabled", "is_anomaly_enabled",
     "is_anomaly_check_nan_enabled", "set_anomaly_enabled", "load", "log", "manual_seed", "matmul", "max", "min", "nn",
     "no_grad", "ones", "ones_like", "optim", "rand", "randint", "randn", "randperm", "relu", "save", "set_grad_enabled",
     "set_num_threads", "sigmoid", "spawn", "stack", "tanh", "Tensor", "tensor", "testing", "utils", "uint8", "zeros",

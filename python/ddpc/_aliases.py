@@ -17,6 +17,7 @@ import types
 
 from . import _linalg
 from . import autograd as _ag
+from ._C import ArgumentError
 from ._dtype import uint8
 from .tensor import Tensor, _check_no_grad_inplace, _size_args
 
@@ -72,14 +73,14 @@ def ravel(input):
 def fliplr(input):
     """Flipped left to right: along dim 1 (at least 2 dims)."""
     if input.ndim < 2:
-        raise ValueError("fliplr: input must be >= 2-d")
+        raise ArgumentError("fliplr: input must be >= 2-d")
     return input.flip(1)
 
 
 def flipud(input):
     """Flipped upside down: along dim 0 (at least 1 dim)."""
     if input.ndim < 1:
-        raise ValueError("flipud: input must be >= 1-d")
+        raise ArgumentError("flipud: input must be >= 1-d")
     return input.flip(0)
 
 
@@ -93,7 +94,7 @@ def inner(input, other):
 def vdot(input, other):
     """The dot product of two 1-d tensors, input conjugated first (as PyTorch's)."""
     if input.ndim != 1 or other.ndim != 1:
-        raise ValueError(f"vdot: expected 1-d tensors, got {input.ndim}-d and {other.ndim}-d")
+        raise ArgumentError(f"vdot: expected 1-d tensors, got {input.ndim}-d and {other.ndim}-d")
     return input.conj().dot(other)
 
 
@@ -117,7 +118,7 @@ def sum_to_size(self, *size):
     size = tuple(_size_args(size))
     lead = self.ndim - len(size)
     if lead < 0 or any(s != n and s != 1 for s, n in zip(size, self.shape[lead:])):
-        raise ValueError(f"sum_to_size: size {list(size)} is not expandable to shape {list(self.shape)}")
+        raise ArgumentError(f"sum_to_size: size {list(size)} is not expandable to shape {list(self.shape)}")
     dims = list(range(lead)) + [lead + i for i, s in enumerate(size) if s == 1 and self.shape[lead + i] != 1]
     return (self.sum(dims, keepdim=True) if dims else self).reshape(size)
 

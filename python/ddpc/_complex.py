@@ -17,6 +17,7 @@ import numbers
 
 from . import _C
 from . import autograd as _ag
+from ._C import ArgumentError, DtypeError, IndexOutOfRangeError
 from ._dtype import bool_, complex_of, float32, float64, real_of, result_type
 from .autograd import Node
 from .tensor import Tensor
@@ -199,7 +200,7 @@ def binary(a, b, op):
     """a op b where a or b is complex: add, sub, mul, div (and their swapped
     forms with a number b), and == and != (no gradient)."""
     if op not in (_ADD, _SUB, _MUL, _DIV, _RSUB, _RDIV, _EQ, _NE):
-        raise TypeError(f"{_BINARY_NAMES.get(op, 'this op')} does not support complex tensors")
+        raise DtypeError(f"{_BINARY_NAMES.get(op, 'this op')} does not support complex tensors")
     dt = result_type(a, b)
     if isinstance(b, numbers.Number):
         if op in (_EQ, _NE):
@@ -222,7 +223,7 @@ def binary(a, b, op):
     if op in (_RSUB, _RDIV):
         a, b, op = b, a, _SUB if op == _RSUB else _DIV
     if a._buf.device != b._buf.device:
-        raise ValueError(f"tensors are on different devices ({a.device} and {b.device})")
+        raise ArgumentError(f"tensors are on different devices ({a.device} and {b.device})")
     shape = _ag._broadcast_shape(a.shape, b.shape)
     x, y = _expand(_as_dtype(a, dt), shape), _expand(_as_dtype(b, dt), shape)
     if op in (_EQ, _NE):
@@ -299,7 +300,7 @@ def real_unary(x, op):
     if name in composed:
         return composed[name](x)
     if name not in _FROM_REAL_UNARY:
-        raise TypeError(f"{name} does not support {x.dtype}")
+        raise DtypeError(f"{name} does not support {x.dtype}")
     return unary(x, _FROM_REAL_UNARY[name])
 
 
@@ -371,8 +372,8 @@ def sgn(x):
 def pow(x, exponent):
     """x ** exponent for complex x and a real number exponent."""
     if isinstance(exponent, Tensor) or not isinstance(exponent, numbers.Real):
-        raise TypeError("pow of a complex tensor takes a real number exponent in ddpc (PyTorch also takes complex "
-                        "and tensor exponents)")
+        raise DtypeError("pow of a complex tensor takes a real number exponent in ddpc (PyTorch also takes complex "
+                         "and tensor exponents)")
     return unary(x, _POW, exponent)
 
 
@@ -386,7 +387,8 @@ def _pair_dims(x, dim):
     n = max(x.ndim, 1)
     for d in dims:
         if not -n <= d < n:
-            raise IndexError(f"Dimension out of range (expected to be in range of [{-n}, {n - 1}], but got {d})")
+            raise IndexOutOfRangeError(f"Dimension out of range (expected to be in range of [{-n}, {n - 1}], but got "
+                                       f"{d})")
     return tuple(d % n for d in dims)
 
 

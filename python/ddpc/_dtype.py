@@ -3,6 +3,7 @@
 import numpy as np
 
 from . import _C
+from ._C import ArgumentError
 
 
 class dtype:
@@ -251,16 +252,16 @@ class device:
             return
         if isinstance(spec, int) and not isinstance(spec, bool):
             if spec < 0:
-                raise ValueError(f"invalid device index {spec}")
+                raise ArgumentError(f"invalid device index {spec}")
             self.type, self.index = "cuda", spec
             return
         if not isinstance(spec, str):
             raise TypeError(f"device must be 'cpu', 'cuda', 'cuda:N', an int or a ddpc.device, got {spec!r}")
         kind, _, idx = spec.partition(":")
         if kind not in ("cpu", "cuda") or (idx and not idx.isdigit()) or (idx and index is not None):
-            raise ValueError(f"invalid device {spec!r} (expected 'cpu', 'cpu:N', 'cuda' or 'cuda:N')")
+            raise ArgumentError(f"invalid device {spec!r} (expected 'cpu', 'cpu:N', 'cuda' or 'cuda:N')")
         if index is not None and (isinstance(index, bool) or not isinstance(index, int) or index < -1):
-            raise ValueError(f"invalid device index {index!r} for {spec!r}")
+            raise ArgumentError(f"invalid device index {index!r} for {spec!r}")
         self.type = kind
         self.index = int(idx) if idx else (None if index == -1 else index)
 

@@ -6,6 +6,8 @@ those are lists (of tensors or numbers), else with the same value. The
 ddpc runs them as a loop over the tensors (PyTorch fuses them into fewer
 kernels on GPUs)."""
 
+from ._C import ArgumentError
+
 # Methods taking (self, *others) that have _foreach_ forms; a name ending in "_" is in-place.
 _METHODS = ("add", "sub", "mul", "div", "lerp", "addcmul", "addcdiv", "maximum", "minimum", "pow", "clamp_min",
             "clamp_max", "abs", "neg", "sqrt", "rsqrt", "exp", "log", "reciprocal", "sigmoid", "sign", "zero_", "copy_")
@@ -17,7 +19,7 @@ def _each(args, n):
     """The i-th value of each argument: lists (and tuples) are paired by position, anything else is shared."""
     for a in args:
         if isinstance(a, (list, tuple)) and len(a) != n:
-            raise ValueError(f"_foreach: argument lists must be as long as the tensor list ({n}), got {len(a)}")
+            raise ArgumentError(f"_foreach: argument lists must be as long as the tensor list ({n}), got {len(a)}")
     return [[a[i] if isinstance(a, (list, tuple)) else a for a in args] for i in range(n)]
 
 

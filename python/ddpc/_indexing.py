@@ -30,6 +30,7 @@ import warnings
 import numpy as np
 
 from . import _C
+from ._C import ArgumentError, IndexOutOfRangeError
 from ._dtype import real_pairs
 from .backends import alert_not_deterministic
 
@@ -48,7 +49,7 @@ def broadcast_strides(shape, target, what="value"):
     """The strides that read a contiguous ``shape`` as ``target`` by numpy's broadcasting (0 where repeated)."""
     lead = len(target) - len(shape)
     if lead < 0 or any(s not in (1, t) for s, t in zip(shape, target[lead:])):
-        raise ValueError(f"shape mismatch: {what} of shape {tuple(shape)} cannot be broadcast to {tuple(target)}")
+        raise ArgumentError(f"shape mismatch: {what} of shape {tuple(shape)} cannot be broadcast to {tuple(target)}")
     own = contiguous_strides(shape)
     return (0,) * lead + tuple(0 if s == 1 else st for s, st in zip(shape, own))
 
@@ -281,7 +282,7 @@ def select(shape, index):
                 raise IndexError(f"only integers, slices, None, ..., masks and integer tensors are valid "
                                  f"indices, got {type(item).__name__}") from None
             if not -n <= i < n:
-                raise IndexError(f"index {i} is out of range for dim {d - 1} of size {n}")
+                raise IndexOutOfRangeError(f"index {i} is out of range for dim {d - 1} of size {n}")
             offset += (i % n) * st
         else:
             raise IndexError(f"only integers, slices, None, ..., masks and integer tensors are valid indices, "
@@ -295,7 +296,7 @@ def _leading_rows(shape, index):
     row = math.prod(rest)
     if type(index) is int:
         if not -n <= index < n:
-            raise IndexError(f"index {index} is out of range for dim 0 of size {n}")
+            raise IndexOutOfRangeError(f"index {index} is out of range for dim 0 of size {n}")
         return Region((index % n) * row, rest, contiguous_strides(rest))
     start, stop, _ = index.indices(n)
     count = max(stop - start, 0)
@@ -317,7 +318,7 @@ def _rows(region, adv, numel, whole_rows=True):
         n = shape[d]
         if i.size and (i.min() < -n or i.max() >= n):
             bad = i[(i < -n) | (i >= n)].flat[0]
-            raise IndexError(f"index {bad} is out of bounds for dim {d} with size {n}")
+            raise IndexOutOfRangeError(f"index {bad} is out of bounds for dim {d} with size {n}")
         pos += np.where(i < 0, i + n, i) * strides[d]
     adjacent = dims == list(range(dims[0], dims[0] + len(dims)))
     rest = [d for d in range(len(shape)) if d not in dims]

@@ -13,6 +13,7 @@ import numpy as np
 
 from . import _C
 from . import autograd as _ag
+from ._C import ArgumentError, DtypeError, IndexOutOfRangeError
 from .backends import alert_not_deterministic
 from ._dtype import bfloat16, float16, float32, float64, iinfo, int32, int64, uint8
 from .tensor import Tensor, _size_args, full, ones, tensor, zeros
@@ -98,7 +99,7 @@ def cartesian_prod(*tensors):
     """Every combination of one element of each 1-d tensor, as rows (a 1-d tensor given alone is returned)."""
     ts = _tensors(tensors, "cartesian_prod")
     if any(t.ndim != 1 for t in ts):
-        raise ValueError(f"cartesian_prod: expected 1-d tensors, got shapes {[t.shape for t in ts]}")
+        raise ArgumentError(f"cartesian_prod: expected 1-d tensors, got shapes {[t.shape for t in ts]}")
     if len(ts) == 1:
         return ts[0]
     from .tensor import meshgrid
@@ -108,7 +109,8 @@ def cartesian_prod(*tensors):
 
 def _triangle_indices(row, col, offset, dtype, device, lower):
     if row < 0 or col < 0:
-        raise ValueError(f"{'tril' if lower else 'triu'}_indices: row and col must be non-negative, got {row}, {col}")
+        raise ArgumentError(f"{'tril' if lower else 'triu'}_indices: row and col must be non-negative, got {row}, "
+                            f"{col}")
     r, c = (np.tril_indices if lower else np.triu_indices)(row, offset, col)
     return tensor(np.stack([r, c]).astype(np.int64), dtype=dtype, device=device)
 
@@ -137,7 +139,7 @@ def trapezoid(y, x=None, *, dx=None, dim=-1):
         return _ag.mul(_ag.sum(pairs, d), 0.5 * (1.0 if dx is None else dx))
     if x.ndim == 1:
         if x.shape[0] != n:
-            raise ValueError(f"trapezoid: x has {x.shape[0]} points but y has {n} along dim {d}")
+            raise ArgumentError(f"trapezoid: x has {x.shape[0]} points but y has {n} along dim {d}")
         x = _ag.reshape(x, (n,) + (1,) * (y.ndim - d - 1))
         steps = _ag.diff(x, dim=0)
     else:
@@ -164,7 +166,7 @@ def cumulative_trapezoid(y, x=None, *, dx=None, dim=-1):
         return _ag.cumsum(_ag.mul(pairs, 0.5 * (1.0 if dx is None else dx)), d)
     if x.ndim == 1:
         if x.shape[0] != n:
-            raise ValueError(f"cumulative_trapezoid: x has {x.shape[0]} points but y has {n} along dim {d}")
+            raise ArgumentError(f"cumulative_trapezoid: x has {x.shape[0]} points but y has {n} along dim {d}")
         steps = _ag.reshape(_ag.diff(x, dim=0), (n - 1,) + (1,) * (y.ndim - d - 1))
     else:
         steps = _ag.diff(x, dim=d)
@@ -204,7 +206,7 @@ def _coordinate_gradient(f, d, x, edge_order):
     """numpy's second-order differences at the sample points x (1-d, along d)."""
     n = f.shape[d]
     if x.ndim != 1 or x.shape[0] != n:
-        raise ValueError(f"gradient: expected each coordinate tensor to be 1-d with {n} points, got shape {x.shape}")
+        raise ArgumentError(f"gradient: expected each coordinate tensor to be 1-d with {n} points, got shape {x.shape}")
     x = x.to(dtype=f.dtype)
     dx = _ag.diff(x)
     h1, h2 = dx.narrow(0, 0, n - 2), dx.narrow(0, 1, n - 2)
@@ -237,13 +239,13 @@ def gradient(input, *, spacing=1, dim=None, edge_order=1):
     if not isinstance(input, Tensor):
         raise TypeError(f"gradient: expected a ddpc.Tensor, got {type(input).__name__}")
     if edge_order not in (1, 2):
-        raise ValueError("torch.gradient only supports edge_order=1 and edge_order=2.")
+        raise ArgumentError("torch.gradient only supports edge_order=1 and edge_order=2.")
     dims = list(range(input.ndim)) if dim is None else [dim] if isinstance(dim, numbers.Integral) else list(dim)
     dims = [_ag._dim(input, d) for d in dims]
     if isinstance(spacing, (list, tuple)):
         if len(spacing) != len(dims):
-            raise ValueError(f"torch.gradient expected spacing to be unspecified, a scalar, or a list of length "
-                             f"{len(dims)} (one per dim), got {len(spacing)}")
+            raise ArgumentError("torch.gradient expected spacing to be unspecified, a scalar, or a list of length "
+                                f"{len(dims)} (one per dim), got {len(spacing)}")
         spacings = list(spacing)
     else:
         spacings = [spacing] * len(dims)
@@ -251,7 +253,7 @@ def gradient(input, *, spacing=1, dim=None, edge_order=1):
     out = []
     for d, h in zip(dims, spacings):
         if f.shape[d] < edge_order + 1:
-            raise ValueError("torch.gradient expected each dimension size to be at least edge_order+1")
+            raise ArgumentError("torch.gradient expected each dimension size to be at least edge_order+1")
         if isinstance(h, Tensor) and h.ndim == 1:
             out.append(_coordinate_gradient(f, d, h, edge_order))
         else:
@@ -264,12 +266,12 @@ def rot90(input, k=1, dims=(0, 1)):
     first dim towards the second (a copy where PyTorch gives a view)."""
     dims = tuple(dims)
     if len(dims) != 2:
-        raise ValueError(f"rot90: expected 2 dims, got {len(dims)}")
+        raise ArgumentError(f"rot90: expected 2 dims, got {len(dims)}")
     if input.ndim < 2:
-        raise ValueError(f"rot90: needs at least 2 dims, got {input.ndim}")
+        raise ArgumentError(f"rot90: needs at least 2 dims, got {input.ndim}")
     d0, d1 = _ag._dim(input, dims[0]), _ag._dim(input, dims[1])
     if d0 == d1:
-        raise ValueError(f"rot90: the two dims must differ, got {dims}")
+        raise ArgumentError(f"rot90: the two dims must differ, got {dims}")
     k %= 4
     if k == 1:
         return _ag.transpose(_ag.flip(input, (d1,)), d0, d1)
@@ -285,10 +287,10 @@ def vander(x, N=None, increasing=False):
     x ** j when ``increasing``; N columns (default len(x)). Integer x gives
     int64, as PyTorch. Built as running products, so differentiable."""
     if not isinstance(x, Tensor) or x.ndim != 1:
-        raise ValueError("vander: x must be a 1-d tensor")
+        raise ArgumentError("vander: x must be a 1-d tensor")
     n = x.shape[0] if N is None else int(N)
     if n < 0:
-        raise ValueError(f"vander: N must be non-negative, got {n}")
+        raise ArgumentError(f"vander: N must be non-negative, got {n}")
     if not x.dtype.is_floating_point:
         x = x.to(dtype=int64)
     if n == 0:
@@ -304,9 +306,9 @@ def combinations(input, r=2, with_replacement=False):
     lexicographic order of their positions (itertools.combinations, or
     combinations_with_replacement); r = 0 gives an empty 1-d tensor."""
     if not isinstance(input, Tensor) or input.ndim != 1:
-        raise ValueError("combinations: expected a 1-d tensor")
+        raise ArgumentError("combinations: expected a 1-d tensor")
     if not isinstance(r, numbers.Integral) or r < 0:
-        raise ValueError(f"combinations: r must be a non-negative int, got {r}")
+        raise ArgumentError(f"combinations: r must be a non-negative int, got {r}")
     if r == 0:
         return input.narrow(0, 0, 0).contiguous()
     n = input.shape[0]
@@ -319,12 +321,12 @@ def combinations(input, r=2, with_replacement=False):
 
 def _split_along(input, indices_or_sections, dim, min_ndim, what):
     if input.ndim < min_ndim:
-        raise ValueError(f"{what} requires a tensor with at least {min_ndim} dims, but got one with {input.ndim}")
+        raise ArgumentError(f"{what} requires a tensor with at least {min_ndim} dims, but got one with {input.ndim}")
     if isinstance(indices_or_sections, numbers.Integral):
         n = input.shape[dim]
         if indices_or_sections == 0 or n % indices_or_sections:
-            raise ValueError(f"{what} attempted to split along dimension {dim}, but the size of the dimension {n} "
-                             f"is not divisible by the split_size {indices_or_sections}!")
+            raise ArgumentError(f"{what} attempted to split along dimension {dim}, but the size of the dimension {n} "
+                                f"is not divisible by the split_size {indices_or_sections}!")
     return _ag.tensor_split(input, indices_or_sections, dim)
 
 
@@ -361,8 +363,8 @@ def unfold(input, dimension, size, step):
     d = _ag._dim(input, dimension)
     n = input.shape[d] if input.ndim else 1
     if size < 0 or size > n or step <= 0:
-        raise ValueError(f"unfold: size {size} and step {step} do not fit dim {d} of size {n} (0 <= size <= "
-                         "the dim's size, step > 0)")
+        raise ArgumentError(f"unfold: size {size} and step {step} do not fit dim {d} of size {n} (0 <= size <= "
+                            "the dim's size, step > 0)")
     if input.ndim == 0:  # one window of its element, or an empty one
         return _ag.reshape(input, (1,)).narrow(0, 0, size)
     count = (n - size) // step + 1
@@ -381,7 +383,7 @@ def _along(input, dim, index, what):
         raise IndexError(f"{what}: index must be a 0- or 1-d integer tensor")
     if input.ndim == 0:
         if index.numel() and bool(_ag.any_(_ag.logical_or(index < -1, index > 0))):
-            raise IndexError(f"{what}: a 0-d tensor takes only index 0 (or -1), got {index.tolist()}")
+            raise IndexOutOfRangeError(f"{what}: a 0-d tensor takes only index 0 (or -1), got {index.tolist()}")
         return (index.numel() > 0,)
     return (slice(None),) * d + (_ag.reshape(index, (-1,)),)
 
@@ -389,7 +391,7 @@ def _along(input, dim, index, what):
 def index_fill_(input, dim, index, value):
     """Sets input's slices at ``index`` along ``dim`` to ``value`` (a number or a 0-d tensor), in place."""
     if isinstance(value, Tensor) and value.ndim:
-        raise ValueError(f"index_fill_: value must be a number or a 0-d tensor, got shape {value.shape}")
+        raise ArgumentError(f"index_fill_: value must be a number or a 0-d tensor, got shape {value.shape}")
     input[_along(input, dim, index, "index_fill_")] = value
     return input
 
@@ -401,12 +403,12 @@ def index_copy_(input, dim, index, source):
     n = index.numel()
     if input.ndim <= 1 and source.ndim == 0:
         if n != 1:
-            raise ValueError(f"index_copy_: a 0-d source goes to one index, got {n}")
+            raise ArgumentError(f"index_copy_: a 0-d source goes to one index, got {n}")
     else:
         d = _ag._dim(input, dim)
         want = input.shape[:d] + (n,) + input.shape[d + 1:]
         if source.shape != want:
-            raise ValueError(f"index_copy_: source has shape {source.shape}, expected {want}")
+            raise ArgumentError(f"index_copy_: source has shape {source.shape}, expected {want}")
     input[sel] = source
     return input
 
@@ -425,13 +427,13 @@ def masked_scatter(input, mask, source):
     """input with the elements where ``mask`` (broadcast to input's shape) holds
     taken from source's first elements, in row-major order."""
     if mask.dtype.is_floating_point:
-        raise TypeError(f"masked_scatter: the mask must be a bool or integer tensor, got {mask.dtype}")
+        raise DtypeError(f"masked_scatter: the mask must be a bool or integer tensor, got {mask.dtype}")
     m = _ag.expand(_ag._mask(mask), input.shape)
     # Element i of the result takes source's element (the count of mask elements up to i) - 1.
     pos = _ag.cumsum(_ag.reshape(m, (-1,)).to(dtype=int64), 0)
     count = int(pos[-1].item()) if pos.numel() else 0
     if count > source.numel():
-        raise ValueError(f"masked_scatter: the mask selects {count} elements but source has only {source.numel()}")
+        raise ArgumentError(f"masked_scatter: the mask selects {count} elements but source has only {source.numel()}")
     if count == 0:
         return _ag.clone(input)
     picked = _ag.reshape(_ag.reshape(source, (-1,))[_ag.clamp_min(_ag.sub(pos, 1), 0)], input.shape)
@@ -578,9 +580,9 @@ def scatter_reduce(input, dim, index, src, reduce, *, include_self=True):
     equal to the result only, where PyTorch also counts an equal input
     element that took no part."""
     if reduce not in ("sum", "prod", "mean", "amax", "amin"):
-        raise ValueError(f"scatter_reduce: reduce must be 'sum', 'prod', 'mean', 'amax' or 'amin', got {reduce!r}")
+        raise ArgumentError(f"scatter_reduce: reduce must be 'sum', 'prod', 'mean', 'amax' or 'amin', got {reduce!r}")
     if not isinstance(src, Tensor) or src.dtype is not input.dtype:
-        raise TypeError("scatter_reduce: src must be a tensor of input's dtype")
+        raise DtypeError("scatter_reduce: src must be a tensor of input's dtype")
     d, index = _ag._index_args(input, dim, index, "scatter_reduce")
     if input.ndim == 0:
         flat = scatter_reduce(_ag.reshape(input, (1,)), 0, index.reshape(1), _ag.reshape(src, (1,)), reduce,
@@ -599,15 +601,15 @@ def index_reduce(input, dim, index, source, reduce, *, include_self=True):
     'amin', as PyTorch's index_reduce: scatter_reduce with the 1-d index
     spread over source's other dims, so its rounding, devices and gradients."""
     if reduce not in ("prod", "mean", "amax", "amin"):
-        raise ValueError(f"index_reduce(): Expected reduce to be one of prod, mean, amax or amin, got {reduce}.")
+        raise ArgumentError(f"index_reduce(): Expected reduce to be one of prod, mean, amax or amin, got {reduce}.")
     if not isinstance(index, Tensor) or index.ndim > 1:
         raise IndexError("index_reduce(): Index is supposed to be a vector")
     d = _ag._dim(input, dim)
     index = _ag.reshape(index, (-1,))
     if not isinstance(source, Tensor) or source.ndim != input.ndim or source.shape[d] != index.shape[0] or any(
             source.shape[i] != input.shape[i] for i in range(input.ndim) if i != d):
-        raise ValueError(f"index_reduce(): source of shape {getattr(source, 'shape', None)} does not fit "
-                         f"{input.shape} with {index.shape[0]} indices along dim {d}")
+        raise ArgumentError(f"index_reduce(): source of shape {getattr(source, 'shape', None)} does not fit "
+                            f"{input.shape} with {index.shape[0]} indices along dim {d}")
     spread = _ag.expand(_ag.reshape(index, tuple(-1 if i == d else 1 for i in range(input.ndim))), source.shape)
     return scatter_reduce(input, d, spread.contiguous(), source, reduce, include_self=include_self)
 
@@ -619,11 +621,11 @@ def put(input, index, source, accumulate=False):
     if not isinstance(index, Tensor) or index.dtype is not int64:
         raise TypeError("put(): Expected a long tensor for index")
     if not isinstance(source, Tensor) or source.dtype is not input.dtype:
-        raise TypeError(f"put(): self and source expected to have the same dtype, got {input.dtype} and "
-                        f"{getattr(source, 'dtype', type(source).__name__)}")
+        raise DtypeError(f"put(): self and source expected to have the same dtype, got {input.dtype} and "
+                         f"{getattr(source, 'dtype', type(source).__name__)}")
     if source.numel() != index.numel():
-        raise ValueError(f"put_(): Expected source and index to have the same number of elements, but got source "
-                         f"with {source.numel()} elements and index with {index.numel()} elements")
+        raise ArgumentError("put_(): Expected source and index to have the same number of elements, but got source "
+                            f"with {source.numel()} elements and index with {index.numel()} elements")
     flat = _ag.reshape(input, (-1,))
     out = _ag.index_put(flat, (_ag.reshape(index, (-1,)),), _ag.reshape(source, (-1,)), accumulate)
     return _ag.reshape(out, input.shape)
@@ -635,8 +637,8 @@ def _scattered(input, src, sel, want, what):
     if not isinstance(src, Tensor):
         raise TypeError(f"{what}: src must be a ddpc tensor, got {type(src).__name__}")
     if tuple(src.shape) != tuple(want):
-        raise ValueError(f"{what}: expected src to have a size equal to the slice of self. src size = "
-                         f"{list(src.shape)}, slice size = {list(want)}")
+        raise ArgumentError(f"{what}: expected src to have a size equal to the slice of self. src size = "
+                            f"{list(src.shape)}, slice size = {list(want)}")
     out = _ag.clone(input)
     out[sel] = src
     return out
@@ -647,8 +649,9 @@ def select_scatter(input, src, dim, index):
     d = _ag._dim(input, dim)
     n = input.shape[d]
     if not -n <= index < n:
-        raise IndexError(f"select_scatter(): index {index} out of range for tensor of size {list(input.shape)} at "
-                         f"dimension {d}")
+        raise IndexOutOfRangeError(f"select_scatter(): index {index} out of range for tensor of size "
+                                   f"{list(input.shape)} at "
+                                   f"dimension {d}")
     sel = (slice(None),) * d + (index % n,)
     return _scattered(input, src, sel, input.shape[:d] + input.shape[d + 1:], "select_scatter")
 
@@ -657,7 +660,7 @@ def slice_scatter(input, src, dim=0, start=None, end=None, step=1):
     """A copy of input with input[..., start:end:step, ...] (along dim) replaced by src."""
     d = _ag._dim(input, dim)
     if step <= 0:
-        raise ValueError("slice_scatter(): slice step must be positive")
+        raise ArgumentError("slice_scatter(): slice step must be positive")
     part = slice(start, end, step)
     want = input.shape[:d] + (len(range(*part.indices(input.shape[d]))),) + input.shape[d + 1:]
     return _scattered(input, src, (slice(None),) * d + (part,), want, "slice_scatter")
@@ -668,7 +671,7 @@ def diagonal_scatter(input, src, offset=0, dim1=0, dim2=1):
     the diagonal as the last dim) replaced by src."""
     d1, d2 = _ag._dim(input, dim1), _ag._dim(input, dim2)
     if d1 == d2:
-        raise ValueError(f"diagonal_scatter(): diagonal dimensions cannot be identical {dim1}, {dim2}")
+        raise ArgumentError(f"diagonal_scatter(): diagonal dimensions cannot be identical {dim1}, {dim2}")
     k = int(offset)
     rows = np.arange(max(0, -k), max(0, min(input.shape[d1], input.shape[d2] - k)))
     sel = [slice(None)] * input.ndim
@@ -689,9 +692,9 @@ def fill_diagonal_(input, fill_value, wrap=False):
     fill_value, in place; with ``wrap``, a tall matrix's diagonal starts again
     below each square block, as in PyTorch."""
     if input.ndim < 2:
-        raise ValueError(f"fill_diagonal_: needs at least 2 dims, got shape {input.shape}")
+        raise ArgumentError(f"fill_diagonal_: needs at least 2 dims, got shape {input.shape}")
     if input.ndim > 2 and len(set(input.shape)) != 1:
-        raise ValueError(f"fill_diagonal_: all dims must be equal beyond 2-d, got shape {input.shape}")
+        raise ArgumentError(f"fill_diagonal_: all dims must be equal beyond 2-d, got shape {input.shape}")
     rows, cols = input.shape[0], input.shape[1]
     step = sum(int(np.prod(input.shape[k + 1:])) for k in range(input.ndim))
     end = input.numel() if wrap and input.ndim == 2 and rows > cols + 1 else min(rows, cols) * step
@@ -711,7 +714,7 @@ def diag_embed(input, offset=0, dim1=-2, dim2=-1):
     nd = input.ndim + 1
     d1, d2 = (_ag._dim(input, d, nd) for d in (dim1, dim2))
     if d1 == d2:
-        raise ValueError(f"diag_embed: diagonal dimensions cannot be identical {dim1}, {dim2}")
+        raise ArgumentError(f"diag_embed: diagonal dimensions cannot be identical {dim1}, {dim2}")
     k, n = int(offset), input.shape[-1]
     m = n + abs(k)
     out = zeros(tuple(input.shape[:-1]) + (m, m), dtype=input.dtype, device=input.device)
@@ -731,17 +734,17 @@ def unravel_index(indices, shape):
     the indices' shape. Negative indices count from the end, as PyTorch's."""
     shape = tuple(int(s) for s in ((shape,) if isinstance(shape, numbers.Integral) else shape))
     if any(s < 0 for s in shape):
-        raise ValueError(f"unravel_index: 'shape' cannot have negative values, but got {shape}")
+        raise ArgumentError(f"unravel_index: 'shape' cannot have negative values, but got {shape}")
     if not isinstance(indices, Tensor):
         indices = tensor(indices, dtype=int64)
     if indices.dtype.is_floating_point:
-        raise TypeError(f"unravel_index: expected 'indices' to be an integer tensor, but got {indices.dtype}")
+        raise DtypeError(f"unravel_index: expected 'indices' to be an integer tensor, but got {indices.dtype}")
     size = math.prod(shape)
     flat = indices.detach().to(dtype=int64)
     if flat.numel():
         low, high = _ag._range_of(flat)
         if low < -size or high >= size:
-            raise ValueError(f"unravel_index: index out of bounds for a tensor of shape {shape}")
+            raise ArgumentError(f"unravel_index: index out of bounds for a tensor of shape {shape}")
     flat = flat % size if size else flat
     coords = []
     for s in reversed(shape):

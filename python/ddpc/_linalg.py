@@ -11,6 +11,7 @@ import numbers
 import numpy as np
 
 from . import autograd as _ag
+from ._C import ArgumentError, DtypeError
 from ._dtype import float32
 from .tensor import Tensor, tensor, zeros
 
@@ -28,10 +29,10 @@ def diagonal(input, offset=0, dim1=0, dim2=1):
     last dim (a copy where PyTorch gives a view; differentiable)."""
     _check_tensors("diagonal", input)
     if input.ndim < 2:
-        raise ValueError(f"diagonal: needs at least 2 dims, got shape {input.shape}")
+        raise ArgumentError(f"diagonal: needs at least 2 dims, got shape {input.shape}")
     d1, d2 = _ag._dim(input, dim1), _ag._dim(input, dim2)
     if d1 == d2:
-        raise ValueError(f"diagonal: dim1 and dim2 are both dim {d1}")
+        raise ArgumentError(f"diagonal: dim1 and dim2 are both dim {d1}")
     x = input.movedim((d1, d2), (-2, -1))
     rows, cols = x.shape[-2], x.shape[-1]
     k = int(offset)
@@ -42,7 +43,7 @@ def diagonal(input, offset=0, dim1=0, dim2=1):
 def trace(input):
     """The sum of the main diagonal of a 2-d tensor (integers sum to int64)."""
     if not isinstance(input, Tensor) or input.ndim != 2:
-        raise ValueError(f"trace: expected a 2-d tensor, got {getattr(input, 'shape', type(input).__name__)}")
+        raise ArgumentError(f"trace: expected a 2-d tensor, got {getattr(input, 'shape', type(input).__name__)}")
     return _ag.sum(diagonal(input))
 
 
@@ -53,7 +54,7 @@ def block_diag(*tensors):
     blocks = []
     for t in tensors:
         if t.ndim > 2:
-            raise ValueError(f"block_diag: the tensors must have at most 2 dims, got shape {t.shape}")
+            raise ArgumentError(f"block_diag: the tensors must have at most 2 dims, got shape {t.shape}")
         blocks.append(t.reshape((1,) * (2 - t.ndim) + t.shape))
     if not blocks:
         return zeros(1, 0)
@@ -77,7 +78,8 @@ def _scaled_sum(input, product, beta, alpha):
     (NaN and inf in it do not propagate), as in PyTorch."""
     product = product if alpha == 1 else _ag.mul(product, alpha)
     if _ag._broadcast_shape(input.shape, product.shape) != product.shape:
-        raise ValueError(f"the added tensor's shape {input.shape} does not broadcast to the product's {product.shape}")
+        raise ArgumentError(f"the added tensor's shape {input.shape} does not broadcast to the product's "
+                            f"{product.shape}")
     if beta == 0:
         return product
     return _ag.add(product, input if beta == 1 else _ag.mul(input, beta))
@@ -111,13 +113,13 @@ def tensordot(a, b, dims=2):
     _check_tensors("tensordot", a, b)
     if isinstance(dims, numbers.Integral):
         if dims < 0:
-            raise ValueError(f"tensordot: dims must be non-negative, got {dims}")
+            raise ArgumentError(f"tensordot: dims must be non-negative, got {dims}")
         da, db = list(range(a.ndim - dims, a.ndim)), list(range(dims))
     else:
         da, db = ([d] if isinstance(d, numbers.Integral) else list(d) for d in dims)
     da, db = [_ag._dim(a, d) for d in da], [_ag._dim(b, d) for d in db]
     if len(da) != len(db) or any(a.shape[i] != b.shape[j] for i, j in zip(da, db)):
-        raise ValueError(f"tensordot: dims {da} of shape {a.shape} and {db} of shape {b.shape} do not match")
+        raise ArgumentError(f"tensordot: dims {da} of shape {a.shape} and {db} of shape {b.shape} do not match")
     free_a = [d for d in range(a.ndim) if d not in da]
     free_b = [d for d in range(b.ndim) if d not in db]
     k = math.prod(a.shape[d] for d in da)
@@ -139,14 +141,14 @@ def kron(input, other):
 def _parse_operand(term, ndim, what):
     """The labels of one einsum operand: letters, and ('...', i) for each dim the ellipsis covers."""
     if term.count("...") > 1 or "." in term.replace("...", ""):
-        raise ValueError(f"{what}: invalid subscripts {term!r}")
+        raise ArgumentError(f"{what}: invalid subscripts {term!r}")
     head, dots, tail = term.partition("...")
     for c in head + tail:
         if not c.isalpha():
-            raise ValueError(f"{what}: invalid subscript {c!r}: subscripts are letters and '...'")
+            raise ArgumentError(f"{what}: invalid subscript {c!r}: subscripts are letters and '...'")
     n_ell = ndim - len(head) - len(tail) if dots else 0
     if n_ell < 0 or (not dots and len(head) != ndim):
-        raise ValueError(f"{what}: subscripts {term!r} do not fit an operand of {ndim} dims")
+        raise ArgumentError(f"{what}: subscripts {term!r} do not fit an operand of {ndim} dims")
     return list(head) + [("...", i) for i in range(n_ell)] + list(tail), n_ell
 
 
@@ -159,7 +161,8 @@ def _take_diagonals(t, labels):
         i = labels.index(dup)
         j = labels.index(dup, i + 1)
         if t.shape[i] != t.shape[j]:
-            raise ValueError(f"einsum: subscript {dup!r} is repeated for dims of sizes {t.shape[i]} and {t.shape[j]}")
+            raise ArgumentError(f"einsum: subscript {dup!r} is repeated for dims of sizes {t.shape[i]} and "
+                                f"{t.shape[j]}")
         t = diagonal(t, 0, i, j)
         labels = [lab for k, lab in enumerate(labels) if k not in (i, j)] + [dup]
 
@@ -209,7 +212,7 @@ def _sublist_equation(args):
             elif isinstance(d, numbers.Integral) and 0 <= d < 52:  # A-Z, then a-z: sorted as the numbers
                 letters.append(chr(ord("A") + d) if d < 26 else chr(ord("a") + d - 26))
             else:
-                raise ValueError(f"einsum: a sublist holds integers in [0, 52) and Ellipsis, got {d!r}")
+                raise ArgumentError(f"einsum: a sublist holds integers in [0, 52) and Ellipsis, got {d!r}")
         return "".join(letters)
 
     equation = ",".join(term(dims) for dims in pairs[1::2])
@@ -236,7 +239,7 @@ def einsum(equation, *operands):
     lhs, arrow, rhs = eq.partition("->")
     terms = lhs.split(",")
     if len(terms) != len(operands):
-        raise ValueError(f"einsum: the equation has {len(terms)} operands but {len(operands)} tensors were given")
+        raise ArgumentError(f"einsum: the equation has {len(terms)} operands but {len(operands)} tensors were given")
     parsed = [_parse_operand(term, t.ndim, "einsum") for term, t in zip(terms, operands)]
     n_ell = max(n for _, n in parsed)
     # Ellipsis dims are aligned at their last dims across operands, as in broadcasting.
@@ -246,13 +249,13 @@ def einsum(equation, *operands):
         out_labels, out_n = _parse_operand(rhs, len(rhs.replace("...", "")) + (n_ell if "..." in rhs else 0),
                                            "einsum")
         if out_n not in (0, n_ell):
-            raise ValueError(f"einsum: invalid output subscripts {rhs!r}")
+            raise ArgumentError(f"einsum: invalid output subscripts {rhs!r}")
         seen = [lab for ls in labels for lab in ls]
         for lab in out_labels:
             if out_labels.count(lab) > 1:
-                raise ValueError(f"einsum: output subscript {lab!r} appears more than once")
+                raise ArgumentError(f"einsum: output subscript {lab!r} appears more than once")
             if lab not in seen and not isinstance(lab, tuple):
-                raise ValueError(f"einsum: output subscript {lab!r} does not appear in the operands")
+                raise ArgumentError(f"einsum: output subscript {lab!r} does not appear in the operands")
     else:
         letters = [lab for ls in labels for lab in ls if not isinstance(lab, tuple)]
         out_labels = ellipsis + sorted(lab for lab in set(letters) if letters.count(lab) == 1)
@@ -284,7 +287,7 @@ def _pnorm(d, p, dim, keepdim=False):
     if p < 0:
         dims = _ag._reduction_dims(d, dim)
         if any(d.shape[k] == 0 for k in dims):
-            raise ValueError(f"the {p:g} norm over an empty dim has no value (a negative order has no identity)")
+            raise ArgumentError(f"the {p:g} norm over an empty dim has no value (a negative order has no identity)")
         return _ag.pow(_ag.sum(_ag.pow(_ag.abs(d), p), dims, keepdim), 1.0 / p)
     if p == 0:
         return _ag.sum((d.detach() != 0).to(dtype=d.dtype), dim, keepdim)
@@ -299,7 +302,7 @@ def _pnorm(d, p, dim, keepdim=False):
 
 def _check_p(p, what):
     if not isinstance(p, numbers.Real) or p < 0:
-        raise ValueError(f"{what}: p must be a non-negative number, got {p!r}")
+        raise ArgumentError(f"{what}: p must be a non-negative number, got {p!r}")
     return float(p)
 
 
@@ -318,12 +321,12 @@ def cdist(x1, x2, p=2.0, compute_mode="use_mm_for_euclid_dist_if_necessary"):
     _check_tensors("cdist", x1, x2)
     p = _check_p(p, "cdist")
     if x1.ndim < 2 or x2.ndim < 2 or x1.shape[-1] != x2.shape[-1]:
-        raise ValueError(f"cdist: expected (..., P, M) and (..., R, M) tensors, got {x1.shape} and {x2.shape}")
+        raise ArgumentError(f"cdist: expected (..., P, M) and (..., R, M) tensors, got {x1.shape} and {x2.shape}")
     if not x1.dtype.is_floating_point or not x2.dtype.is_floating_point:
-        raise TypeError(f"cdist: expected floating tensors, got {x1.dtype} and {x2.dtype}")
+        raise DtypeError(f"cdist: expected floating tensors, got {x1.dtype} and {x2.dtype}")
     modes = ("use_mm_for_euclid_dist_if_necessary", "use_mm_for_euclid_dist", "donot_use_mm_for_euclid_dist")
     if compute_mode not in modes:
-        raise ValueError(f"cdist: compute_mode must be one of {modes}, got {compute_mode!r}")
+        raise ArgumentError(f"cdist: compute_mode must be one of {modes}, got {compute_mode!r}")
     use_mm = p == 2 and (compute_mode == "use_mm_for_euclid_dist" or (
         compute_mode == modes[0] and (x1.shape[-2] > 25 or x2.shape[-2] > 25)))
     if use_mm:
@@ -342,7 +345,7 @@ def renorm(input, p, dim, maxnorm):
     _check_tensors("renorm", input)
     p = _check_p(p, "renorm")
     if p == 0:
-        raise ValueError("renorm: p must be positive")
+        raise ArgumentError("renorm: p must be positive")
     d = _ag._dim(input, dim)
     others = [k for k in range(input.ndim) if k != d]
     norms = _pnorm(input, p, others, keepdim=True) if others else _ag.abs(input)
@@ -359,10 +362,10 @@ def cross(input, other, dim=None):
     if dim is None:
         dim = next((k for k, s in enumerate(shape) if s == 3), None)
         if dim is None:
-            raise ValueError(f"cross: no dim of size 3 in shape {shape}")
+            raise ArgumentError(f"cross: no dim of size 3 in shape {shape}")
     d = _ag._dim(a, dim)
     if shape[d] != 3:
-        raise ValueError(f"cross: dim {d} has size {shape[d]}, not 3")
+        raise ArgumentError(f"cross: dim {d} has size {shape[d]}, not 3")
     i1, i2 = tensor([1, 2, 0], device=a.device), tensor([2, 0, 1], device=a.device)
     return _ag.sub(_ag.mul(a.index_select(d, i1), b.index_select(d, i2)),
                    _ag.mul(a.index_select(d, i2), b.index_select(d, i1)))
@@ -380,7 +383,7 @@ def cov(input, *, correction=1, fweights=None, aweights=None):
     are checked on the host."""
     _check_tensors("cov", input)
     if input.ndim > 2:
-        raise ValueError(f"cov: expected a tensor of at most 2 dims, got {input.ndim}")
+        raise ArgumentError(f"cov: expected a tensor of at most 2 dims, got {input.ndim}")
     x = _ag.reshape(input, (1, -1)) if input.ndim < 2 else input
     if not x.dtype.is_floating_point:
         x = x.to(dtype=float32)
@@ -391,11 +394,11 @@ def cov(input, *, correction=1, fweights=None, aweights=None):
             continue
         _check_tensors("cov", wt)
         if wt.ndim != 1 or wt.shape[0] != n:
-            raise ValueError(f"cov: {name} must be 1-d with one weight per observation ({n}), got shape {wt.shape}")
+            raise ArgumentError(f"cov: {name} must be 1-d with one weight per observation ({n}), got shape {wt.shape}")
         if integral and wt.dtype.is_floating_point:
-            raise TypeError(f"cov: fweights must be integral, got {wt.dtype}")
+            raise DtypeError(f"cov: fweights must be integral, got {wt.dtype}")
         if wt.numel() and float(_ag.amin(wt.detach(), 0).item()) < 0:
-            raise ValueError(f"cov: {name} cannot be negative")
+            raise ArgumentError(f"cov: {name} cannot be negative")
         wt = wt.to(dtype=x.dtype)
         w = wt if w is None else _ag.mul(w, wt)
     if w is None:

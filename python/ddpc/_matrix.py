@@ -10,6 +10,7 @@ import math
 
 from . import autograd as _ag
 from . import linalg as _lin
+from ._C import ArgumentError
 from .tensor import zeros
 
 SVDResult = collections.namedtuple("SVDResult", "U S V")
@@ -100,11 +101,11 @@ def lu_unpack(LU_data, LU_pivots, unpack_data=True, unpack_pivots=True):
     triangular (m x k), U upper triangular (k x n); what is not unpacked is an
     empty tensor. Differentiable in LU_data (through L and U)."""
     if LU_data.ndim < 2:
-        raise ValueError(f"lu_unpack: LU_data must be at least 2-d, got shape {LU_data.shape}")
+        raise ArgumentError(f"lu_unpack: LU_data must be at least 2-d, got shape {LU_data.shape}")
     m, n = LU_data.shape[-2:]
     if LU_pivots.shape != LU_data.shape[:-2] + (min(m, n),) or LU_pivots.dtype.is_floating_point:
-        raise ValueError(f"lu_unpack: LU_pivots must be an integer tensor of shape "
-                         f"{LU_data.shape[:-2] + (min(m, n),)}, got {LU_pivots.shape} {LU_pivots.dtype}")
+        raise ArgumentError("lu_unpack: LU_pivots must be an integer tensor of shape "
+                            f"{LU_data.shape[:-2] + (min(m, n),)}, got {LU_pivots.shape} {LU_pivots.dtype}")
     empty = zeros(0, dtype=LU_data.dtype, device=LU_data.device)
     L, U = _lin._unpack(LU_data, m, n) if unpack_data else (empty, empty)
     P = _lin._permutation_matrices(LU_pivots, m, LU_data) if unpack_pivots else empty
@@ -114,10 +115,10 @@ def lu_unpack(LU_data, LU_pivots, unpack_data=True, unpack_pivots=True):
 def chain_matmul(*matrices):
     """The product of the 2-d matrices, in the cheapest order (linalg.multi_dot); one matrix is returned as is."""
     if not matrices:
-        raise ValueError("chain_matmul(): Expected one or more matrices")
+        raise ArgumentError("chain_matmul(): Expected one or more matrices")
     for t in matrices:
         if t.ndim != 2:
-            raise ValueError(f"chain_matmul(): Tensor dimension is {t.ndim}, expected 2 instead.")
+            raise ArgumentError(f"chain_matmul(): Tensor dimension is {t.ndim}, expected 2 instead.")
     return _ag.clone(matrices[0]) if len(matrices) == 1 else _lin.multi_dot(matrices)
 
 
@@ -125,7 +126,7 @@ def frobenius_norm(input, dim, keepdim=False):
     """The 2-norm of the elements over one or two dims (linalg.vector_norm)."""
     dims = (dim,) if isinstance(dim, int) else tuple(dim)
     if len(dims) > 2:
-        raise ValueError(f"frobenius_norm: Expected at most 2 dimensions, but got {len(dims)} dimensions instead.")
+        raise ArgumentError(f"frobenius_norm: Expected at most 2 dimensions, but got {len(dims)} dimensions instead.")
     return _lin.vector_norm(input, 2, dims, keepdim)
 
 

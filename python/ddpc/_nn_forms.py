@@ -9,6 +9,7 @@ small wrapper maps it onto F or the nn layer's code."""
 import numbers
 
 from . import autograd as _ag
+from ._C import ArgumentError
 from ._dtype import int64
 from .nn import _embedding_bag
 from .nn import functional as F
@@ -24,7 +25,7 @@ def _reduction(reduction):
         return _REDUCTIONS[int(reduction)]
     if reduction in _REDUCTIONS.values():
         return reduction
-    raise ValueError(f"reduction must be 0 (none), 1 (mean) or 2 (sum), got {reduction!r}")
+    raise ArgumentError(f"reduction must be 0 (none), 1 (mean) or 2 (sum), got {reduction!r}")
 
 
 conv1d, conv2d, conv3d = F.conv1d, F.conv2d, F.conv3d
@@ -109,7 +110,7 @@ def embedding_bag(weight, indices, offsets, scale_grad_by_freq=False, mode=0, sp
 def _cell(mode, nstate, name):
     def cell(input, hx, w_ih, w_hh, b_ih=None, b_hh=None):
         if input.ndim != 2:  # (the nn cells also take one unbatched vector)
-            raise ValueError(f"{name}: Expected 2D input (batch x feature), but got {input.ndim}D input")
+            raise ArgumentError(f"{name}: Expected 2D input (batch x feature), but got {input.ndim}D input")
         return cell_step(mode, name, input, hx, nstate, (w_ih, b_ih, w_hh, b_hh))
 
     cell.__name__ = cell.__qualname__ = name
@@ -145,7 +146,7 @@ def threshold(input, threshold, value):
 def rrelu(input, lower=1.0 / 8, upper=1.0 / 3, training=False, generator=None):
     """ddpc's rrelu draws from the default generator (``generator`` must be None)."""
     if generator is not None:
-        raise ValueError("rrelu: ddpc draws from the default generator; pass generator=None")
+        raise ArgumentError("rrelu: ddpc draws from the default generator; pass generator=None")
     return F.rrelu(input, lower, upper, training)
 
 

@@ -14,6 +14,7 @@ import numbers
 from . import _C
 from . import _complex
 from . import autograd as _ag
+from ._C import ArgumentError, DtypeError
 from ._dtype import bool_, float32, float64, int32, promote, result_type, uint8
 from .tensor import (_BITAND, _BITOR, _BITXOR, _DIV_FLOOR, _DIV_TRUNC, _FMOD, _LSHIFT, _NEXTAFTER, _REMAINDER, _RSHIFT,
                      Tensor, _is_float_scalar, full)
@@ -157,7 +158,7 @@ def div(input, other, *, rounding_mode=None):
     if rounding_mode is None:
         return _ag.div(*_operands(input, other, 1, "div"))
     if rounding_mode not in ("trunc", "floor"):
-        raise ValueError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
+        raise ArgumentError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
     a, b = _pair(input, other, "div")
     return _rounded_division(a, b, _DIV_TRUNC if rounding_mode == "trunc" else _DIV_FLOOR, "div")
 
@@ -267,8 +268,8 @@ def fill(input, value):
         raise TypeError(f"fill: expected a ddpc.Tensor, got {type(input).__name__}")
     if isinstance(value, Tensor):
         if value.ndim:
-            raise ValueError(f"fill only supports 0-dimension value tensor but got tensor with {value.ndim} "
-                             "dimensions.")
+            raise ArgumentError(f"fill only supports 0-dimension value tensor but got tensor with {value.ndim} "
+                                "dimensions.")
         value = value.to(dtype=input.dtype)
     else:
         value = full((), value, dtype=input.dtype, device=input.device)
@@ -283,7 +284,7 @@ def nextafter(input, other):
     a, b = _pair(input, other, "nextafter")
     dt = result_type(a, b)
     if dt not in (float32, float64):
-        raise TypeError(f"nextafter: expected float32 or float64 tensors, got {a.dtype} and {b.dtype}")
+        raise DtypeError(f"nextafter: expected float32 or float64 tensors, got {a.dtype} and {b.dtype}")
     return _detached_binary(a, b, _NEXTAFTER, dt)
 
 
@@ -291,7 +292,7 @@ def _float_mask(input, fn, what):
     if not isinstance(input, Tensor):
         raise TypeError(f"{what}: expected a ddpc.Tensor, got {type(input).__name__}")
     if input.dtype.is_complex:
-        raise TypeError(f"{what} does not support complex inputs.")
+        raise DtypeError(f"{what} does not support complex inputs.")
     with _ag.no_grad():
         x = input.detach()
         return fn(x) if x.dtype.is_floating_point else _ag._empty(x.shape, x, bool_).fill_(0)
@@ -324,7 +325,7 @@ def sgn(input):
 def frac(input):
     """input - trunc(input): the fractional part, with input's sign."""
     if not input.dtype.is_floating_point:
-        raise TypeError(f"frac: expected a floating tensor, got {input.dtype}")
+        raise DtypeError(f"frac: expected a floating tensor, got {input.dtype}")
     return _ag.sub(input, _ag.trunc(input))
 
 
@@ -337,7 +338,7 @@ def bitwise_not(input):
     """~input for integer tensors (-input - 1; 255 - input for uint8), logical not
     for bool ones; floats have no bits to flip in PyTorch either."""
     if input.dtype.is_floating_point or input.dtype.is_complex:
-        raise TypeError(f"bitwise_not: expected an integer tensor, got {input.dtype}")
+        raise DtypeError(f"bitwise_not: expected an integer tensor, got {input.dtype}")
     if input.dtype is bool_:
         return _ag.logical_not(input)
     with _ag.no_grad():
@@ -412,7 +413,7 @@ def _logaddexp(input, other, log_of_1_plus, what):
     a, b = _pair(input, other, what)
     dt = promote(a.dtype, b.dtype)
     if not dt.is_floating_point:
-        raise TypeError(f"{what}: needs floating tensors, got {a.dtype} and {b.dtype}")
+        raise DtypeError(f"{what}: needs floating tensors, got {a.dtype} and {b.dtype}")
     if dt in _ag._HALVES:  # computed in float32 and rounded once, as PyTorch computes 16-bit floats
         return _logaddexp(a.to(dtype=float32), b.to(dtype=float32), log_of_1_plus, what).to(dtype=dt)
     a, b = a.to(dtype=dt), b.to(dtype=dt)
@@ -461,7 +462,7 @@ def heaviside(input, values):
     if not isinstance(input, Tensor) or not isinstance(values, Tensor):
         raise TypeError("heaviside: input and values must be ddpc tensors")
     if input.dtype is not values.dtype:
-        raise TypeError(f"heaviside: input is {input.dtype} and values {values.dtype}: heaviside takes one dtype")
+        raise DtypeError(f"heaviside: input is {input.dtype} and values {values.dtype}: heaviside takes one dtype")
     with _ag.no_grad():
         x = input.detach()
         return _ag.where(x == 0, values.detach(), (x > 0).to(dtype=x.dtype))
@@ -500,7 +501,7 @@ def frexp(input):
     (mantissa 0 and exponent 0 for zero; inf and NaN keep their value with
     exponent 0); exponent int32. Float input; exact (computed in float64)."""
     if not isinstance(input, Tensor) or not input.dtype.is_floating_point:
-        raise TypeError("frexp: expected a floating ddpc tensor")
+        raise DtypeError("frexp: expected a floating ddpc tensor")
     with _ag.no_grad():
         x = input.detach().to(dtype=float64)
         regular = _ag.logical_and(_ag.isfinite(x), x != 0)
@@ -526,7 +527,7 @@ def _gcd_lcm(input, other, want_lcm, what):
     a, b = _pair(input, other, what)
     dt = promote(a.dtype, b.dtype)
     if dt.is_floating_point:
-        raise TypeError(f"{what}: needs integer tensors, got {a.dtype} and {b.dtype}")
+        raise DtypeError(f"{what}: needs integer tensors, got {a.dtype} and {b.dtype}")
     shape = _ag._broadcast_shape(a.shape, b.shape)
     with _ag.no_grad():
         a, b = (_ag.expand(t.detach().to(dtype=dt), shape).contiguous() for t in (a, b))
@@ -551,7 +552,7 @@ def lcm(input, other):
 
 def _not_nan(input):
     if input.dtype.is_complex:
-        raise TypeError("nansum does not support complex inputs.")
+        raise DtypeError("nansum does not support complex inputs.")
     return _ag.where(_ag.isnan(input), 0.0, input) if input.dtype.is_floating_point else input
 
 
@@ -567,7 +568,7 @@ def nanmean(input, dim=None, keepdim=False, *, dtype=None):
     if dtype is not None:
         input = input.to(dtype=dtype)
     if not input.dtype.is_floating_point:
-        raise TypeError(f"nanmean: expected a floating tensor, got {input.dtype}")
+        raise DtypeError(f"nanmean: expected a floating tensor, got {input.dtype}")
     dims = _ag._reduction_dims(input, dim)
     count = _ag.sum(_ag.logical_not(_ag.isnan(input)).to(dtype=input.dtype), dims, keepdim)
     return _ag.div(_ag.sum(_not_nan(input), dims, keepdim), count)
@@ -604,8 +605,8 @@ def float_power(input, exponent):
 def float_power_(input, exponent):
     """float_power written into input, which must be float64 (the result's dtype), as in PyTorch."""
     if input.dtype is not float64:
-        raise TypeError(f"the base given to float_power_ has dtype {input.dtype} but the operation's result "
-                        "requires dtype float64")
+        raise DtypeError(f"the base given to float_power_ has dtype {input.dtype} but the operation's result "
+                         "requires dtype float64")
     return _ag.inplace_apply(input, lambda t: float_power(t, exponent), "float_power_", (exponent,))
 
 

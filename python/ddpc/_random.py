@@ -10,6 +10,7 @@ from math import inf, log1p, pi
 
 from . import _C
 from . import autograd as _ag
+from ._C import ArgumentError, DtypeError
 from ._dtype import bfloat16, finfo, float16, float32, float64, real_pairs, uint8
 from ._stats import searchsorted
 from .tensor import (_INT_BOUNDS, _RAND_INT, _RAND_NORMAL, _RAND_UNIFORM, Tensor, _check_no_grad_inplace, _write_back,
@@ -25,7 +26,7 @@ def fill_draws(t, kind, a, b, generator=None):
     if t.dtype.is_complex and kind == _RAND_NORMAL:
         b = b * math.sqrt(0.5)
     elif t.dtype.is_complex and kind != _RAND_UNIFORM:
-        raise TypeError(f"random integers can't be drawn as {t.dtype}")
+        raise DtypeError(f"random integers can't be drawn as {t.dtype}")
     seed, offset = (generator or default_generator).take(buf.numel)
     _C.random(buf, kind, seed, offset, float(a), float(b))
     return t
@@ -43,16 +44,16 @@ def draw_(t, kind, a, b, generator=None):
 def uniform_(t, a=0.0, b=1.0, *, generator=None):
     """Fills t with numbers drawn uniformly from [a, b) (each part of a complex t)."""
     if not (t.dtype.is_floating_point or t.dtype.is_complex):
-        raise TypeError(f"uniform_: expected a floating tensor, got {t.dtype}")
+        raise DtypeError(f"uniform_: expected a floating tensor, got {t.dtype}")
     return draw_(t, _RAND_UNIFORM, a, b, generator)
 
 
 def normal_(t, mean=0.0, std=1.0, *, generator=None):
     """Fills t with numbers drawn from the normal distribution N(mean, std ** 2)."""
     if not (t.dtype.is_floating_point or t.dtype.is_complex):
-        raise TypeError(f"normal_: expected a floating tensor, got {t.dtype}")
+        raise DtypeError(f"normal_: expected a floating tensor, got {t.dtype}")
     if std < 0:
-        raise ValueError(f"normal_: std must be >= 0, got {std}")
+        raise ArgumentError(f"normal_: std must be >= 0, got {std}")
     return draw_(t, _RAND_NORMAL, mean, std, generator)
 
 
@@ -71,16 +72,16 @@ def random_(t, from_=0, to=None, *, generator=None):
         to = _FLOAT_INTS[t.dtype] + 1 if t.dtype.is_floating_point else \
             (256 if t.dtype is uint8 else _INT_BOUNDS[t.dtype][1])
     if to <= from_:
-        raise ValueError(f"random_: expects from < to, got [{from_}, {to})")
+        raise ArgumentError(f"random_: expects from < to, got [{from_}, {to})")
     if to - from_ > 2 ** 53:
-        raise ValueError(f"random_: the range [{from_}, {to}) is wider than 2**53, more than ddpc draws exactly")
+        raise ArgumentError(f"random_: the range [{from_}, {to}) is wider than 2**53, more than ddpc draws exactly")
     return draw_(t, _RAND_INT, from_, to, generator)
 
 
 def exponential_(t, lambd=1.0, *, generator=None):
     """Fills t with draws from the exponential distribution of rate lambd: -log(1 - u) / lambd."""
     if lambd <= 0:
-        raise ValueError(f"exponential_: lambd must be positive, got {lambd}")
+        raise ArgumentError(f"exponential_: lambd must be positive, got {lambd}")
     _check_no_grad_inplace(t, "exponential_")  # (the fill itself runs outside grad mode)
     with _ag.no_grad():
         u = draw_(empty(t.shape, dtype=float64, device=t.device), _RAND_UNIFORM, 0.0, 1.0, generator)
@@ -90,9 +91,9 @@ def exponential_(t, lambd=1.0, *, generator=None):
 def cauchy_(t, median=0.0, sigma=1.0, *, generator=None):
     """Fills t with draws from the Cauchy distribution: median + sigma * tan(pi (u - 1/2))."""
     if not t.dtype.is_floating_point:
-        raise TypeError(f"cauchy_: expected a floating tensor, got {t.dtype}")
+        raise DtypeError(f"cauchy_: expected a floating tensor, got {t.dtype}")
     if sigma <= 0:
-        raise ValueError(f"cauchy_ expects sigma > 0.0, but found sigma={sigma}")
+        raise ArgumentError(f"cauchy_ expects sigma > 0.0, but found sigma={sigma}")
     _check_no_grad_inplace(t, "cauchy_")  # (the fill itself runs outside grad mode)
     with _ag.no_grad():
         u = uniform_draws(t.shape, t.device, generator)
@@ -102,9 +103,9 @@ def cauchy_(t, median=0.0, sigma=1.0, *, generator=None):
 def log_normal_(t, mean=1.0, std=2.0, *, generator=None):
     """Fills t with exp(N(mean, std ** 2)) draws."""
     if not t.dtype.is_floating_point:
-        raise TypeError(f"log_normal_: expected a floating tensor, got {t.dtype}")
+        raise DtypeError(f"log_normal_: expected a floating tensor, got {t.dtype}")
     if std <= 0:
-        raise ValueError(f"log_normal_ expects std > 0.0, but found std={std}")
+        raise ArgumentError(f"log_normal_ expects std > 0.0, but found std={std}")
     _check_no_grad_inplace(t, "log_normal_")  # (the fill itself runs outside grad mode)
     with _ag.no_grad():
         z = draw_(empty(t.shape, dtype=float64, device=t.device), _RAND_NORMAL, mean, std, generator)
@@ -115,7 +116,7 @@ def geometric_(t, p, *, generator=None):
     """Fills t with the number of Bernoulli(p) trials up to the first
     success (1, 2, ...): ceil(log(1 - u) / log(1 - p))."""
     if not 0 < p < 1:
-        raise ValueError(f"geometric_ expects p to be in (0, 1), but got p={p}")
+        raise ArgumentError(f"geometric_ expects p to be in (0, 1), but got p={p}")
     _check_no_grad_inplace(t, "geometric_")  # (the fill itself runs outside grad mode)
     with _ag.no_grad():
         u = uniform_draws(t.shape, t.device, generator)
@@ -127,12 +128,12 @@ def _probabilities(p, t, what):
     if isinstance(p, Tensor):
         p = p.detach()
         if p._buf.device != t._buf.device:
-            raise ValueError(f"{what}: p is on {p.device} but the tensor on {t.device}")
+            raise ArgumentError(f"{what}: p is on {p.device} but the tensor on {t.device}")
         low, high = (_ag.amin(p).item(), _ag.amax(p).item()) if p.numel() else (0.0, 1.0)
     else:
         low = high = float(p)
     if not (0 <= low and high <= 1):
-        raise ValueError(f"{what}: probabilities must be in [0, 1], got values in [{low}, {high}]")
+        raise ArgumentError(f"{what}: probabilities must be in [0, 1], got values in [{low}, {high}]")
     return p
 
 
@@ -158,7 +159,7 @@ def normal(mean, std=1.0, size=None, *, generator=None, dtype=None, device=None)
         ref = mean if isinstance(mean, Tensor) else std
         shape = _ag._broadcast_shape(getattr(mean, "shape", ()), getattr(std, "shape", ()))
         if isinstance(std, Tensor) and std.numel() and _ag.amin(std.detach()).item() < 0:
-            raise ValueError("normal: std must be >= 0")
+            raise ArgumentError("normal: std must be >= 0")
         dt = ref.dtype if ref.dtype.is_floating_point or ref.dtype.is_complex else float32
         with _ag.no_grad():
             z = normal_(empty(shape, dtype=dt, device=ref.device), generator=generator)
@@ -198,7 +199,7 @@ def rejection_rounds(params, propose):
         out = _ag.index_put(out, (index_select(waiting, 0, taken),), index_select(values, 0, taken))
         waiting = index_select(waiting, 0, _ag.nonzero(_ag.logical_not(accepted), as_tuple=True)[0])
     if waiting.numel():
-        raise ValueError("a rejection sampler accepted no draw: are the parameters finite?")
+        raise ArgumentError("a rejection sampler accepted no draw: are the parameters finite?")
     return out
 
 
@@ -301,10 +302,10 @@ def poisson(input, generator=None):
     transformed rejection method PTRS (PyTorch also switches at 10), every
     round over all the elements still waiting."""
     if not input.dtype.is_floating_point:
-        raise TypeError(f"poisson: expected a floating tensor of rates, got {input.dtype}")
+        raise DtypeError(f"poisson: expected a floating tensor of rates, got {input.dtype}")
     rate = input.detach().to(dtype=float64).reshape(-1)
     if rate.numel() and not _ag.amin(rate).item() >= 0:
-        raise ValueError("poisson: rates must be >= 0 (and not NaN)")
+        raise ArgumentError("poisson: rates must be >= 0 (and not NaN)")
     with _ag.no_grad():
         out = _split_by_mean(rate, (rate,), lambda r: _poisson_search(r, generator),
                              lambda r: _poisson_ptrs(r, generator))
@@ -362,7 +363,7 @@ def binomial(count, prob, generator=None):
     draw with 1 - prob; then means below 10 by searching the cumulative
     probabilities and larger ones by the transformed rejection method BTRS."""
     if not prob.dtype.is_floating_point:
-        raise TypeError(f"binomial: expected a floating tensor of probabilities, got {prob.dtype}")
+        raise DtypeError(f"binomial: expected a floating tensor of probabilities, got {prob.dtype}")
     with _ag.no_grad():
         n = count.detach().to(dtype=float64).reshape(-1)
         p = prob.detach().to(dtype=float64).reshape(-1)
@@ -384,25 +385,25 @@ def multinomial(input, num_samples, replacement=False, *, generator=None):
     arrive are taken in arrival order), which draws the same distribution as
     drawing one index at a time and removing it."""
     if not isinstance(input, Tensor) or input.ndim not in (1, 2):
-        raise ValueError(f"multinomial: expected a 1-d or 2-d tensor of weights, got "
-                         f"{getattr(input, 'shape', type(input).__name__)}")
+        raise ArgumentError("multinomial: expected a 1-d or 2-d tensor of weights, got "
+                            f"{getattr(input, 'shape', type(input).__name__)}")
     if num_samples <= 0:
-        raise ValueError(f"multinomial: num_samples must be positive, got {num_samples}")
+        raise ArgumentError(f"multinomial: num_samples must be positive, got {num_samples}")
     with _ag.no_grad():
         rows = input.detach().to(dtype=float64).reshape(-1, input.shape[-1])
         # NaN fails both comparisons, so two reductions check every weight.
         if not (_ag.amin(rows).item() >= 0 and _ag.amax(rows).item() < inf):
-            raise ValueError("multinomial: the weights must be finite and non-negative")
+            raise ArgumentError("multinomial: the weights must be finite and non-negative")
         if replacement:
             cumulative = _ag.cumsum(rows, -1)
             fewest = 1 if _ag.amin(cumulative[:, -1]).item() > 0 else 0
         else:
             fewest = _ag.amin((rows > 0).sum(-1)).item()
         if fewest == 0:
-            raise ValueError("multinomial: every weight of a row is zero")
+            raise ArgumentError("multinomial: every weight of a row is zero")
         if not replacement and num_samples > fewest:
-            raise ValueError(f"multinomial: {num_samples} draws without replacement, but a row has only {fewest} "
-                             "weights > 0")
+            raise ArgumentError(f"multinomial: {num_samples} draws without replacement, but a row has only {fewest} "
+                                "weights > 0")
         u = draw_(empty((rows.shape[0], num_samples if replacement else rows.shape[1]), dtype=float64,
                         device=rows.device), _RAND_UNIFORM, 0.0, 1.0, generator)
         if replacement:

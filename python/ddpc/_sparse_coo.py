@@ -17,6 +17,7 @@ import sys
 
 from . import _C
 from . import autograd as _ag
+from ._C import DtypeError
 from ._dtype import float32, int64, sparse_coo
 from .tensor import Size, Tensor, _size_args, tensor, zeros
 
@@ -396,7 +397,7 @@ def from_dense(t, sparse_dim=None):
     (all by default): the index rows whose dense part has a nonzero element."""
     sd = t.ndim if sparse_dim is None else int(sparse_dim)
     if t.dtype.is_complex:
-        raise TypeError(f"to_sparse: ddpc's sparse tensors do not hold {t.dtype}")
+        raise DtypeError(f"to_sparse: ddpc's sparse tensors do not hold {t.dtype}")
     if not 0 <= sd <= t.ndim:
         raise RuntimeError(f"to_sparse: sparse_dim must be within 0 and {t.ndim}, got {sparse_dim}")
     sizes = tuple(t.shape[:sd])

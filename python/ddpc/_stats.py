@@ -15,6 +15,7 @@ import numbers
 
 from . import _C
 from . import autograd as _ag
+from ._C import ArgumentError, DtypeError, IndexOutOfRangeError
 from ._dtype import bool_, float32, float64, int32, int64, promote, uint8
 from ._layout import scatter_reduce
 from .tensor import Tensor, arange, linspace, ones, tensor, zeros
@@ -52,30 +53,30 @@ def searchsorted(sorted_sequence, input, *, out_int32=False, right=False, side=N
     what = "searchsorted"
     _check_tensor(sorted_sequence, what, "sorted_sequence")
     if side not in (None, "left", "right"):
-        raise ValueError(f"{what}: side must be 'left' or 'right', got {side!r}")
+        raise ArgumentError(f"{what}: side must be 'left' or 'right', got {side!r}")
     if side == "left" and right:
-        raise ValueError(f"{what}: side and right can't be set to opposites, got side 'left' with right True")
+        raise ArgumentError(f"{what}: side and right can't be set to opposites, got side 'left' with right True")
     right = bool(right) or side == "right"
     scalar = not isinstance(input, Tensor)
     values = (tensor(input, dtype=sorted_sequence.dtype, device=sorted_sequence.device) if scalar
               else input.detach())
     if scalar and sorted_sequence.ndim != 1:
-        raise ValueError(f"{what}: a number as input needs a 1-d sorted_sequence, got {sorted_sequence.ndim} dims")
+        raise ArgumentError(f"{what}: a number as input needs a 1-d sorted_sequence, got {sorted_sequence.ndim} dims")
     if sorted_sequence.ndim == 0:
-        raise ValueError(f"{what}: sorted_sequence must have at least one dim")
+        raise ArgumentError(f"{what}: sorted_sequence must have at least one dim")
     if sorted_sequence._buf.device != values._buf.device:
-        raise ValueError(f"{what}: sorted_sequence is on {sorted_sequence.device}, input on {values.device}")
+        raise ArgumentError(f"{what}: sorted_sequence is on {sorted_sequence.device}, input on {values.device}")
     if sorted_sequence.ndim > 1 and (values.ndim != sorted_sequence.ndim
                                      or values.shape[:-1] != sorted_sequence.shape[:-1]):
-        raise ValueError(f"{what}: sorted_sequence of shape {sorted_sequence.shape} and input of shape "
-                         f"{values.shape} must have the same leading dims, or the sequence must be 1-d")
+        raise ArgumentError(f"{what}: sorted_sequence of shape {sorted_sequence.shape} and input of shape "
+                            f"{values.shape} must have the same leading dims, or the sequence must be 1-d")
     dt = promote(sorted_sequence.dtype, values.dtype)
     seq = sorted_sequence.detach().to(dtype=dt).contiguous()
     values = values.to(dtype=dt).contiguous()
     order = None
     if sorter is not None:
         if not isinstance(sorter, Tensor) or sorter.dtype is not int64 or sorter.shape != seq.shape:
-            raise ValueError(f"{what}: sorter must be an int64 tensor of sorted_sequence's shape {seq.shape}")
+            raise ArgumentError(f"{what}: sorter must be an int64 tensor of sorted_sequence's shape {seq.shape}")
         order = sorter.detach().contiguous()
         _ag._check_range(order, seq.shape[-1], what)
     out = _ag._empty(values.shape, values, int32 if out_int32 else int64)
@@ -90,7 +91,7 @@ def bucketize(input, boundaries, *, out_int32=False, right=False):
     (searchsorted(boundaries, input, right=right))."""
     _check_tensor(boundaries, "bucketize", "boundaries")
     if boundaries.ndim != 1:
-        raise ValueError(f"bucketize: boundaries must be 1-d, got shape {boundaries.shape}")
+        raise ArgumentError(f"bucketize: boundaries must be 1-d, got shape {boundaries.shape}")
     return searchsorted(boundaries, input, out_int32=out_int32, right=right)
 
 
@@ -231,7 +232,7 @@ def kthvalue(input, k, dim=-1, keepdim=False):
     a, d = _line(input, dim, "kthvalue")
     n = a.shape[d]
     if not isinstance(k, numbers.Integral) or not 1 <= k <= n:
-        raise IndexError(f"kthvalue: k={k} is out of range for a dim of size {n}")
+        raise IndexOutOfRangeError(f"kthvalue: k={k} is out of range for a dim of size {n}")
     return Kthvalue(*_order_stat(input, dim, keepdim, "kthvalue",
                                  lambda n, nans: _ag._like_scalar(k - 1, nans)))
 
@@ -261,7 +262,7 @@ def aminmax(input, *, dim=None, keepdim=False):
     _check_tensor(input, "aminmax")
     if dim is None:
         if input.numel() == 0:
-            raise ValueError("aminmax: cannot compute it over an empty tensor; give a dim of non-zero size")
+            raise ArgumentError("aminmax: cannot compute it over an empty tensor; give a dim of non-zero size")
         flat = input.reshape(-1)
         shape = (1,) * input.ndim if keepdim else ()
         return Aminmax(_ag.amin(flat, 0).reshape(shape), _ag.amax(flat, 0).reshape(shape))
@@ -274,26 +275,26 @@ _INTERPOLATIONS = ("linear", "lower", "higher", "midpoint", "nearest")
 def _quantile(input, q, dim, keepdim, interpolation, ignore_nan, what):
     _check_tensor(input, what)
     if input.dtype not in (float32, float64):
-        raise TypeError(f"{what}: the input must be float32 or float64, got {input.dtype}")
+        raise DtypeError(f"{what}: the input must be float32 or float64, got {input.dtype}")
     if interpolation not in _INTERPOLATIONS:
-        raise ValueError(f"{what}: interpolation must be one of {', '.join(_INTERPOLATIONS)}, got {interpolation!r}")
+        raise ArgumentError(f"{what}: interpolation must be one of {', '.join(_INTERPOLATIONS)}, got {interpolation!r}")
     scalar_q = not isinstance(q, Tensor) or q.ndim == 0
     if isinstance(q, Tensor):
         if q.ndim > 1:
-            raise ValueError(f"{what}: q must be a number or a 0- or 1-d tensor, got shape {q.shape}")
+            raise ArgumentError(f"{what}: q must be a number or a 0- or 1-d tensor, got shape {q.shape}")
         if q.dtype is not input.dtype:
-            raise TypeError(f"{what}: q is {q.dtype} but the input is {input.dtype}")
+            raise DtypeError(f"{what}: q is {q.dtype} but the input is {input.dtype}")
         if q._buf.device != input._buf.device:
-            raise ValueError(f"{what}: q is on {q.device}, the input on {input.device}")
+            raise ArgumentError(f"{what}: q is on {q.device}, the input on {input.device}")
         qs = q.detach().reshape(-1)
         if qs.numel() and bool(_ag.any_(_ag.logical_or(qs < 0, qs > 1))):
-            raise ValueError(f"{what}: q values must be in the range [0, 1]")
+            raise ArgumentError(f"{what}: q values must be in the range [0, 1]")
     else:
         if not 0 <= q <= 1:
-            raise ValueError(f"{what}: q must be in the range [0, 1], got {q}")
+            raise ArgumentError(f"{what}: q must be in the range [0, 1], got {q}")
         qs = tensor([float(q)], dtype=input.dtype, device=input.device)
     if input.numel() == 0:  # also along a dim that has elements, as PyTorch's
-        raise ValueError(f"{what}: the input must be non-empty, got shape {input.shape}")
+        raise ArgumentError(f"{what}: the input must be non-empty, got shape {input.shape}")
     a, d = _line(input, dim, what)
     a = a.movedim(d, -1) if d != a.ndim - 1 else a
     n = a.shape[-1]
@@ -356,18 +357,18 @@ def bincount(input, weights=None, minlength=0):
     it). Not differentiable."""
     _check_tensor(input, "bincount")
     if input.ndim != 1 or input.dtype.is_floating_point:
-        raise ValueError(f"bincount: input must be a 1-d integer tensor, got shape {input.shape} {input.dtype}")
+        raise ArgumentError(f"bincount: input must be a 1-d integer tensor, got shape {input.shape} {input.dtype}")
     if not isinstance(minlength, numbers.Integral) or minlength < 0:
-        raise ValueError(f"bincount: minlength must be a non-negative int, got {minlength}")
+        raise ArgumentError(f"bincount: minlength must be a non-negative int, got {minlength}")
     if weights is not None and (not isinstance(weights, Tensor) or weights.shape != input.shape):
-        raise ValueError("bincount: weights must be a tensor of input's shape")
+        raise ArgumentError("bincount: weights must be a tensor of input's shape")
     with _ag.no_grad():
         idx = input.detach().to(dtype=int64).contiguous()
         size = minlength
         if idx.numel():
             lo, hi = _ag.stack(list(aminmax(idx))).tolist()  # one read from the device
             if lo < 0:
-                raise ValueError(f"bincount: input must be non-negative, got {lo}")
+                raise ArgumentError(f"bincount: input must be non-negative, got {lo}")
             size = max(size, hi + 1)
         if weights is None:
             dt, src = int64, ones(idx.shape, dtype=int64, device=input.device)
@@ -438,13 +439,13 @@ def histc(input, bins=100, min=0, max=0):
     it is infinite."""
     _check_tensor(input, "histc")
     if not input.dtype.is_floating_point:
-        raise TypeError(f"histc: the input must be a floating tensor, got {input.dtype}")
+        raise DtypeError(f"histc: the input must be a floating tensor, got {input.dtype}")
     if not isinstance(bins, numbers.Integral) or bins <= 0:
-        raise ValueError(f"histc: bins must be a positive int, got {bins}")
+        raise ArgumentError(f"histc: bins must be a positive int, got {bins}")
     if min > max:
-        raise ValueError(f"histc: max must be larger than min, got min {min} and max {max}")
+        raise ArgumentError(f"histc: max must be larger than min, got min {min} and max {max}")
     if not (math.isfinite(min) and math.isfinite(max)):
-        raise ValueError(f"histc: range of [{min}, {max}] is not finite")
+        raise ArgumentError(f"histc: range of [{min}, {max}] is not finite")
     with _ag.no_grad():
         x = input.detach().reshape(-1).to(dtype=float64)
         lo = _ag._like_scalar(float(min), x)
@@ -479,23 +480,23 @@ def _bin_edges(points, bins, bounds, what):
     if isinstance(bins, Tensor) or (isinstance(bins, (list, tuple)) and bins and isinstance(bins[0], Tensor)):
         edges = [bins] if isinstance(bins, Tensor) else list(bins)
         if len(edges) != d:
-            raise ValueError(f"{what}: expected {d} bin tensors, got {len(edges)}")
+            raise ArgumentError(f"{what}: expected {d} bin tensors, got {len(edges)}")
         for e in edges:
             if e.ndim != 1 or e.numel() < 1:
-                raise ValueError(f"{what}: bins tensors must be 1-d with at least one edge")
+                raise ArgumentError(f"{what}: bins tensors must be 1-d with at least one edge")
             if e.dtype is not points.dtype:
-                raise TypeError(f"{what}: input tensor and bins tensors should have the same dtype, got "
-                                f"{points.dtype} and {e.dtype}")
+                raise DtypeError(f"{what}: input tensor and bins tensors should have the same dtype, got "
+                                 f"{points.dtype} and {e.dtype}")
             if e.numel() > 1 and bool(_ag.any_(_ag.diff(e.detach()) < 0)):
-                raise ValueError(f"{what}: bin edges must not decrease")
+                raise ArgumentError(f"{what}: bin edges must not decrease")
         return [e.detach().to(device=points.device) for e in edges]
     counts = [bins] * d if isinstance(bins, numbers.Integral) else [int(b) for b in bins]
     if len(counts) != d or any(c <= 0 for c in counts):
-        raise ValueError(f"{what}: expected {d} positive bin counts, got {bins}")
+        raise ArgumentError(f"{what}: expected {d} positive bin counts, got {bins}")
     if bounds is not None:
         bounds = [float(r) for r in bounds]
         if len(bounds) != 2 * d:
-            raise ValueError(f"{what}: expected {2 * d} range values (a min and a max per dim), got {len(bounds)}")
+            raise ArgumentError(f"{what}: expected {2 * d} range values (a min and a max per dim), got {len(bounds)}")
         lows, highs = bounds[0::2], bounds[1::2]
     elif points.shape[0]:
         low, high = aminmax(points, dim=0)
@@ -505,9 +506,9 @@ def _bin_edges(points, bins, bounds, what):
     edges = []
     for k, (lo, hi, n) in enumerate(zip(lows, highs, counts)):
         if lo > hi:
-            raise ValueError(f"{what}: min should not exceed max, but got min {lo} max {hi} for dimension {k}")
+            raise ArgumentError(f"{what}: min should not exceed max, but got min {lo} max {hi} for dimension {k}")
         if not (math.isfinite(lo) and math.isfinite(hi)):
-            raise ValueError(f"{what}: dimension {k}'s range [{lo}, {hi}] is not finite")
+            raise ArgumentError(f"{what}: dimension {k}'s range [{lo}, {hi}] is not finite")
         if lo == hi and bounds is None:
             lo, hi = lo - 0.5, hi + 0.5
         edges.append(linspace(lo, hi, n + 1, dtype=points.dtype, device=points.device))
@@ -519,9 +520,9 @@ def _histogramdd(points, bins, bounds, weight, density, what):
     where a binary search puts it among the edges (the last bin holding its
     right edge), the bins are added with scatter_add on the points' device."""
     if not points.dtype.is_floating_point:
-        raise TypeError(f"{what}: expected a floating tensor, got {points.dtype}")
+        raise DtypeError(f"{what}: expected a floating tensor, got {points.dtype}")
     if weight is not None and (not isinstance(weight, Tensor) or weight.numel() != points.shape[0]):
-        raise ValueError(f"{what}: weight must be a tensor with one element per point")
+        raise ArgumentError(f"{what}: weight must be a tensor with one element per point")
     edges = _bin_edges(points, bins, bounds, what)
     with _ag.no_grad():
         x = points.detach()
@@ -563,7 +564,7 @@ def histogram(input, bins, *, range=None, weight=None, density=False):
     refused, where PyTorch's result is undefined. Not differentiable."""
     _check_tensor(input, "histogram")
     if weight is not None and (not isinstance(weight, Tensor) or weight.shape != input.shape):
-        raise ValueError("histogram: weight must be a tensor of input's shape")
+        raise ArgumentError("histogram: weight must be a tensor of input's shape")
     hist, edges = _histogramdd(input.reshape(-1, 1), bins, range, weight, density, "histogram")
     return Histogram(hist, edges[0])
 
@@ -576,9 +577,9 @@ def histogramdd(input, bins, *, range=None, weight=None, density=False):
     edges; the rest as histogram."""
     _check_tensor(input, "histogramdd")
     if input.ndim < 1:
-        raise ValueError("histogramdd: input must have at least 1 dim")
+        raise ArgumentError("histogramdd: input must have at least 1 dim")
     if weight is not None and (not isinstance(weight, Tensor) or weight.shape != input.shape[:-1]):
-        raise ValueError(f"histogramdd: weight must be a tensor of shape {input.shape[:-1]}")
+        raise ArgumentError(f"histogramdd: weight must be a tensor of shape {input.shape[:-1]}")
     hist, edges = _histogramdd(input.reshape(-1, input.shape[-1]), bins, range, weight, density, "histogramdd")
     return Histogramdd(hist, tuple(edges))
 

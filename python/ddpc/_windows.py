@@ -8,6 +8,7 @@ cast to the dtype asked for.
 
 import numpy as np
 
+from ._C import ArgumentError, DtypeError
 from ._dtype import get_dtype
 from .tensor import get_default_dtype, tensor
 
@@ -17,9 +18,9 @@ def _window(name, window_length, periodic, dtype, device, requires_grad, shape):
     the N samples of the symmetric window of which the result is a prefix."""
     dtype = get_default_dtype() if dtype is None else get_dtype(dtype)
     if not dtype.is_floating_point:
-        raise TypeError(f"{name} expects floating point dtypes, got: {dtype}")
+        raise DtypeError(f"{name} expects floating point dtypes, got: {dtype}")
     if window_length < 0:
-        raise ValueError(f"{name} requires non-negative window_length, got window_length={window_length}")
+        raise ArgumentError(f"{name} requires non-negative window_length, got window_length={window_length}")
     if window_length <= 1:
         values = np.ones(window_length)
     else:

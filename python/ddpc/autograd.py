@@ -34,6 +34,7 @@ import warnings
 import numpy as np
 
 from . import _C, _indexing, _saved, profiler
+from ._C import ArgumentError, DtypeError, IndexOutOfRangeError
 from ._dtype import checked_memory_format, result_type
 from .backends import alert_not_deterministic
 from .amp import autocast_op
@@ -850,7 +851,7 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     if allow_unused is None:
         allow_unused = materialize_grads
     elif materialize_grads and not allow_unused:
-        raise ValueError("grad: materialize_grads=True needs allow_unused to be True or None")
+        raise ArgumentError("grad: materialize_grads=True needs allow_unused to be True or None")
     inputs = _targets(inputs, "grad")
     got = {}
 
@@ -932,7 +933,7 @@ def _broadcast_shape(x, y):
     n = len(x) if len(x) > len(y) else len(y)  # (max is the tensor op here)
     x, y = (1,) * (n - len(x)) + tuple(x), (1,) * (n - len(y)) + tuple(y)
     if any(p != q and 1 not in (p, q) for p, q in zip(x, y)):
-        raise ValueError(f"shapes {x} and {y} do not broadcast: each dim must match or be 1")
+        raise ArgumentError(f"shapes {x} and {y} do not broadcast: each dim must match or be 1")
     return tuple(q if p == 1 else p for p, q in zip(x, y))
 
 
@@ -977,7 +978,7 @@ def _reduce_to(g, shape, dtype):
 def _as_float(t):
     """t in a float dtype for the real ops of _C; a complex t is refused, in the caller's name."""
     if t.dtype.is_complex:
-        raise TypeError(f"{sys._getframe(1).f_code.co_name.strip('_')} does not support {t.dtype}")
+        raise DtypeError(f"{sys._getframe(1).f_code.co_name.strip('_')} does not support {t.dtype}")
     return t if t.dtype.is_floating_point else t.to(dtype=float32)
 
 
@@ -1106,7 +1107,7 @@ def _binary(a, b, op):
 
         b = _tensor(b, device=a.device)
     if b._buf.device != a._buf.device:
-        raise ValueError(f"tensors are on different devices ({a.device} and {b.device})")
+        raise ArgumentError(f"tensors are on different devices ({a.device} and {b.device})")
     if a.shape == b.shape:
         out = a._binary(b, op)
     else:
@@ -1352,7 +1353,7 @@ def gelu(input, approximate="none"):
         inner = mul(add(input, mul(pow(input, 3), 0.044715)), math.sqrt(2 / math.pi))
         return mul(mul(input, 0.5), add(tanh(inner), 1.0))
     if approximate != "none":
-        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+        raise ArgumentError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
     return _unary(input, _GELU)
 
 
@@ -1430,7 +1431,7 @@ def hardtanh(x, min_val=-1.0, max_val=1.0):
     """x clamped to [min_val, max_val]; an integer tensor stays integer, its
     bounds truncated to ints, as PyTorch."""
     if min_val > max_val:
-        raise ValueError(f"hardtanh: min_val ({min_val}) cannot be greater than max_val ({max_val})")
+        raise ArgumentError(f"hardtanh: min_val ({min_val}) cannot be greater than max_val ({max_val})")
     if not x.dtype.is_floating_point:
         return clamp(x, int(min_val), int(max_val))
     return _unary(x, _HARDTANH, min_val, max_val)
@@ -1615,7 +1616,7 @@ def polygamma(n, input):
     huge finite number there instead, from sin(pi x) rounding off 0); at +-inf
     it gives PyTorch's values."""
     if not isinstance(n, numbers.Integral) or isinstance(n, bool) or n < 0:
-        raise ValueError(f"polygamma: n must be a non-negative int, got {n!r}")
+        raise ArgumentError(f"polygamma: n must be a non-negative int, got {n!r}")
     return digamma(input) if n == 0 else _math(input, _POLYGAMMA, int(n))
 
 
@@ -1624,10 +1625,10 @@ def mvlgamma(input, p):
     p (p - 1) / 4 log(pi) + sum_i<p lgamma(x - i / 2). Every element must
     exceed (p - 1) / 2, as PyTorch checks."""
     if not isinstance(p, numbers.Integral) or p < 1:
-        raise ValueError(f"mvlgamma: p must be a positive int, got {p!r}")
+        raise ArgumentError(f"mvlgamma: p must be a positive int, got {p!r}")
     x = _as_float(input)
     if x.numel() and not bool(all_(x.detach() > (p - 1) / 2)):
-        raise ValueError(f"mvlgamma: all elements must be greater than (p-1)/2 = {(p - 1) / 2}")
+        raise ArgumentError(f"mvlgamma: all elements must be greater than (p-1)/2 = {(p - 1) / 2}")
     terms = stack([lgamma(sub(x, i / 2)) for i in range(p)])
     return add(sum(terms, 0), p * (p - 1) / 4 * math.log(math.pi))
 
@@ -1791,7 +1792,7 @@ def _operand(v, ref, what):
 
     if isinstance(v, Tensor):
         if v._buf.device != ref._buf.device:
-            raise ValueError(f"{what}: tensors are on different devices ({ref.device} and {v.device})")
+            raise ArgumentError(f"{what}: tensors are on different devices ({ref.device} and {v.device})")
         return v
     if not isinstance(v, numbers.Number):
         raise TypeError(f"{what}: expected a ddpc.Tensor or a number, got {type(v).__name__}")
@@ -1821,9 +1822,9 @@ def clamp(input, min=None, max=None):
     inside them (not at a bound, nor at NaN); tensor bounds are maximum and
     minimum, so a tie shares the gradient, as in PyTorch."""
     if min is None and max is None:
-        raise ValueError("clamp: at least one of min and max must be given")
+        raise ArgumentError("clamp: at least one of min and max must be given")
     if input.dtype.is_complex:
-        raise TypeError(f"clamp is not supported for complex types ({input.dtype})")
+        raise DtypeError(f"clamp is not supported for complex types ({input.dtype})")
     if isinstance(min, Tensor) or isinstance(max, Tensor):
         if min is not None:
             input = maximum(input, _operand(min, input, "clamp"))
@@ -1906,8 +1907,8 @@ def where(condition, input=None, other=None):
         other = _operand(other, input, "where")
     mask = _mask(condition)
     if mask._buf.device != input._buf.device or input._buf.device != other._buf.device:
-        raise ValueError(f"where: tensors are on different devices ({condition.device}, {input.device}, "
-                         f"{other.device})")
+        raise ArgumentError(f"where: tensors are on different devices ({condition.device}, {input.device}, "
+                            f"{other.device})")
     dt = result_type(input, other)
     if dt.is_complex:
         return _complex.where(mask, input.to(dtype=dt), other.to(dtype=dt))
@@ -1924,7 +1925,7 @@ def masked_fill(x, mask, value):
     mask broadcast together, as in PyTorch (the in-place form keeps x's shape)."""
     if isinstance(value, Tensor):
         if value.ndim:
-            raise ValueError(f"masked_fill: value must be a number or a 0-d tensor, got shape {value.shape}")
+            raise ArgumentError(f"masked_fill: value must be a number or a 0-d tensor, got shape {value.shape}")
         value = value if value.dtype is x.dtype else value.to(dtype=x.dtype)
     else:
         from .tensor import tensor as _tensor
@@ -2100,15 +2101,15 @@ def matmul(input, other):
     if not isinstance(input, Tensor) or not isinstance(other, Tensor):
         raise TypeError(f"matmul needs two ddpc tensors, got {type(input).__name__} and {type(other).__name__}")
     if input.ndim == 0 or other.ndim == 0:
-        raise ValueError(f"matmul: both operands need at least 1 dim, got shapes {input.shape} and {other.shape}")
+        raise ArgumentError(f"matmul: both operands need at least 1 dim, got shapes {input.shape} and {other.shape}")
     if input._buf.device != other._buf.device:
-        raise ValueError(f"matmul: tensors are on different devices ({input.device} and {other.device})")
+        raise ArgumentError(f"matmul: tensors are on different devices ({input.device} and {other.device})")
     if input.dtype.is_complex or other.dtype.is_complex:
         return _complex.matmul(input, other)
     if input.dtype is not other.dtype:
-        raise TypeError(f"matmul: dtypes differ ({input.dtype} and {other.dtype})")
+        raise DtypeError(f"matmul: dtypes differ ({input.dtype} and {other.dtype})")
     if input.shape[-1] != other.shape[-2 if other.ndim > 1 else 0]:
-        raise ValueError(f"matmul: shapes {input.shape} and {other.shape} cannot be multiplied")
+        raise ArgumentError(f"matmul: shapes {input.shape} and {other.shape} cannot be multiplied")
     if input.ndim == 1:
         out = matmul(reshape(input, (1, input.shape[0])), other)
         return reshape(out, out.shape[:-2] + out.shape[-1:] if other.ndim > 1 else ())
@@ -2175,11 +2176,11 @@ def linear(input, weight, bias=None):
         out = linear(input, reshape(weight, (1, weight.shape[0])))
         return reshape(out, out.shape[:-1])
     if input.ndim < 1 or input.shape[-1] != weight.shape[1]:
-        raise ValueError(f"linear: input of shape {input.shape} does not end in in_features={weight.shape[1]}")
+        raise ArgumentError(f"linear: input of shape {input.shape} does not end in in_features={weight.shape[1]}")
     if input.dtype is not weight.dtype:
-        raise TypeError(f"linear: input is {input.dtype} but the weight is {weight.dtype}")
+        raise DtypeError(f"linear: input is {input.dtype} but the weight is {weight.dtype}")
     if input._buf.device != weight._buf.device or (bias is not None and bias._buf.device != weight._buf.device):
-        raise ValueError(f"linear: input on {input.device}, weight on {weight.device}")
+        raise ArgumentError(f"linear: input on {input.device}, weight on {weight.device}")
     if input.dtype.is_complex:  # x @ weight.T from real products (no conjugate, as PyTorch's)
         out = _complex.matmul(input, transpose(weight, 0, 1))
         return out if bias is None else add(out, bias)
@@ -2258,7 +2259,7 @@ def _one_dim(a, dim):
     made non-negative (0 for a 0-d tensor)."""
     if isinstance(dim, (tuple, list)):
         if len(dim) != 1:
-            raise ValueError("ddpc reduces along one dim at a time")
+            raise ArgumentError("ddpc reduces along one dim at a time")
         dim = dim[0]
     return _dim(a, dim)
 
@@ -2329,7 +2330,7 @@ def extreme(a, dim, keepdim, want_max):
         return res.to(dtype=a.dtype) if dim is None else MinMax(res.values.to(dtype=a.dtype), res.indices)
     if dim is None:
         if a.numel() == 0:
-            raise ValueError(f"{'max' if want_max else 'min'}() of an empty tensor: give a dim")
+            raise ArgumentError(f"{'max' if want_max else 'min'}() of an empty tensor: give a dim")
         return _tied(a, extreme(a.detach().reshape(-1), 0, False, want_max).values)
     dim = _one_dim(a, dim)
     if a.ndim == 0:
@@ -2408,13 +2409,13 @@ def _dims(a, dim):
         for d in named:
             _dim(a, int(d))
         if len(named) > 1:  # its one dim, 0 or -1, named twice
-            raise ValueError(f"dim {named} names a dim twice")
+            raise ArgumentError(f"dim {named} names a dim twice")
         return ()
     if dim is None:
         return tuple(range(a.ndim))
     dims = sorted({_dim(a, int(d)) for d in ((dim,) if isinstance(dim, numbers.Integral) else dim)})
     if not isinstance(dim, numbers.Integral) and len(dims) != len(dim):
-        raise ValueError(f"dim {tuple(dim)} names a dim twice")
+        raise ArgumentError(f"dim {tuple(dim)} names a dim twice")
     return tuple(dims)
 
 
@@ -2450,7 +2451,7 @@ def _fold_dtype(a, dtype):
     if dtype is not None:
         return get_dtype(dtype)
     if a.dtype.is_complex:
-        raise TypeError(f"running sums and products of {a.dtype} are not supported (sum, mean and cumsum are)")
+        raise DtypeError(f"running sums and products of {a.dtype} are not supported (sum, mean and cumsum are)")
     return a.dtype if a.dtype.is_floating_point else int64
 
 
@@ -2651,7 +2652,7 @@ def logcumsumexp(input, dim):
     keeps a running maximum, so terms far below a slice's largest value still
     count (as PyTorch's). Floating dtypes only (16-bit ones computed in float32)."""
     if not input.dtype.is_floating_point:
-        raise TypeError(f"logcumsumexp() needs a floating dtype, got {input.dtype}")
+        raise DtypeError(f"logcumsumexp() needs a floating dtype, got {input.dtype}")
     if input.dtype in _HALVES:
         return logcumsumexp(input.to(dtype=float32), dim).to(dtype=input.dtype)
     if input.ndim == 0:
@@ -2665,7 +2666,7 @@ def logcumsumexp(input, dim):
 
 def _correction(unbiased, correction):
     if correction is not None and unbiased is not None:
-        raise ValueError("give either unbiased or correction, not both")
+        raise ArgumentError("give either unbiased or correction, not both")
     if correction is not None:
         return correction
     return 1 if unbiased is None or unbiased else 0
@@ -2675,7 +2676,7 @@ def var_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
     """(variance, mean) over ``dim``: the squared deviations summed and divided
     by max(0, N - correction), as torch 2.x (correction 1 by default)."""
     if not input.dtype.is_floating_point:
-        raise TypeError(f"var() needs a floating dtype, got {input.dtype}; cast with .float() first")
+        raise DtypeError(f"var() needs a floating dtype, got {input.dtype}; cast with .float() first")
     if isinstance(dim, bool):  # var(unbiased) as torch's positional form
         dim, unbiased = None, dim
     dims = _reduction_dims(input, dim)
@@ -2751,7 +2752,7 @@ def _tied(a, value):
 def _amax(a, dim, keepdim, want_max):
     dims = _reduction_dims(a, dim)
     if a.numel() == 0 and any(a.shape[d] == 0 for d in dims):
-        raise ValueError(f"{'amax' if want_max else 'amin'}() of an empty dim")
+        raise ArgumentError(f"{'amax' if want_max else 'amin'}() of an empty dim")
     if a.dtype in _HALVES or a.dtype is bool_:
         return _amax(a.to(dtype=uint8 if a.dtype is bool_ else float32), dim, keepdim, want_max).to(dtype=a.dtype)
     kept = a.detach().reshape(a.shape if a.ndim else (1,))
@@ -2830,7 +2831,7 @@ def norm(input, p="fro", dim=None, keepdim=False, dtype=None):
     if input.dtype.is_complex and p != "nuc":  # the norm of |z|, a real tensor, as PyTorch's
         input = abs(input)
     if not input.dtype.is_floating_point:
-        raise TypeError(f"norm() needs a floating dtype, got {input.dtype}")
+        raise DtypeError(f"norm() needs a floating dtype, got {input.dtype}")
     if input.dtype.name in ("float16", "bfloat16"):  # powers summed in float32, as PyTorch's (|x| > 256 overflows)
         return norm(input.float(), p, dim, keepdim).to(dtype=input.dtype)
     dims = _reduction_dims(input, dim)
@@ -2838,10 +2839,10 @@ def norm(input, p="fro", dim=None, keepdim=False, dtype=None):
         from .linalg import matrix_norm
 
         if dim is None and input.ndim != 2:
-            raise ValueError(f"norm: p='nuc' needs a 2-d input or two dims, got shape {input.shape}")
+            raise ArgumentError(f"norm: p='nuc' needs a 2-d input or two dims, got shape {input.shape}")
         return matrix_norm(input, "nuc", (-2, -1) if dim is None else dim, keepdim)
     if isinstance(p, str) and p != "fro":
-        raise ValueError(f"norm: p={p!r} is not supported (2, 'fro', 'nuc', 1, inf, -inf, 0 or a number)")
+        raise ArgumentError(f"norm: p={p!r} is not supported (2, 'fro', 'nuc', 1, inf, -inf, 0 or a number)")
     if p == -math.inf:
         return amin(abs(input), dims, keepdim)
     from ._linalg import _pnorm  # built on this module
@@ -2854,7 +2855,7 @@ def norm(input, p="fro", dim=None, keepdim=False, dtype=None):
 def split_with_sizes(a, split_sizes, dim=0):
     d = _dim(a, dim)
     if builtins.sum(split_sizes) != a.shape[d] or any(s < 0 for s in split_sizes):
-        raise ValueError(f"split_with_sizes: sizes {list(split_sizes)} do not add up to {a.shape[d]} (dim {d})")
+        raise ArgumentError(f"split_with_sizes: sizes {list(split_sizes)} do not add up to {a.shape[d]} (dim {d})")
     out, start = [], 0
     for s in split_sizes:
         out.append(a.narrow(d, start, s))
@@ -2868,7 +2869,7 @@ def split(a, split_size_or_sections, dim=0):
         return split_with_sizes(a, list(split_size_or_sections), dim)
     n, s = a.shape[_dim(a, dim)], int(split_size_or_sections)
     if s <= 0 and n:
-        raise ValueError(f"split: the split size must be positive, got {s}")
+        raise ArgumentError(f"split: the split size must be positive, got {s}")
     sizes = [s] * (n // s) + ([n % s] if n % s else []) if n else [0]
     return split_with_sizes(a, sizes, dim)
 
@@ -2876,7 +2877,7 @@ def split(a, split_size_or_sections, dim=0):
 def chunk(input, chunks, dim=0):
     """At most ``chunks`` pieces of ceil(n / chunks) along ``dim`` (``chunks`` empty ones of an empty dim), as torch."""
     if chunks <= 0:
-        raise ValueError(f"chunk: chunks must be positive, got {chunks}")
+        raise ArgumentError(f"chunk: chunks must be positive, got {chunks}")
     n = input.shape[_dim(input, dim)]
     return split(input, -(-n // chunks), dim) if n else split_with_sizes(input, [0] * chunks, dim)
 
@@ -2888,13 +2889,13 @@ def tensor_split(input, indices_or_sections, dim=0):
     n = input.shape[d]
     if isinstance(indices_or_sections, Tensor):
         if indices_or_sections.ndim > 1 or indices_or_sections.dtype.is_floating_point:
-            raise TypeError(f"tensor_split: a tensor of sections or indices must be a 0- or 1-d integer tensor, got "
-                            f"{indices_or_sections.dtype} of shape {tuple(indices_or_sections.shape)}")
+            raise DtypeError("tensor_split: a tensor of sections or indices must be a 0- or 1-d integer tensor, got "
+                             f"{indices_or_sections.dtype} of shape {tuple(indices_or_sections.shape)}")
         indices_or_sections = indices_or_sections.tolist()
     if isinstance(indices_or_sections, numbers.Integral):
         k = int(indices_or_sections)
         if k <= 0:
-            raise ValueError(f"tensor_split: sections must be positive, got {k}")
+            raise ArgumentError(f"tensor_split: sections must be positive, got {k}")
         return split_with_sizes(input, [n // k + (i < n % k) for i in range(k)], d)
     bounds = [0] + [builtins.min(builtins.max(int(i) + (n if i < 0 else 0), 0), n) for i in indices_or_sections] + [n]
     return tuple(input.narrow(d, lo, builtins.max(hi - lo, 0)) if hi >= lo else input.narrow(d, lo, 0)
@@ -2926,7 +2927,7 @@ def roll(input, shifts, dims=None):
     shifts = (shifts,) if isinstance(shifts, numbers.Integral) else tuple(shifts)
     dims = (dims,) if isinstance(dims, numbers.Integral) else tuple(dims)
     if len(shifts) != len(dims):
-        raise ValueError(f"roll: {len(shifts)} shifts for {len(dims)} dims")
+        raise ArgumentError(f"roll: {len(shifts)} shifts for {len(dims)} dims")
     out = input
     for s, d in zip(shifts, dims):
         d = _dim(input, d)
@@ -2938,7 +2939,7 @@ def roll(input, shifts, dims=None):
 
 def _triangle(a, diagonal, lower):
     if a.ndim < 2:
-        raise ValueError(f"{'tril' if lower else 'triu'}: needs at least 2 dims, got shape {a.shape}")
+        raise ArgumentError(f"{'tril' if lower else 'triu'}: needs at least 2 dims, got shape {a.shape}")
     from .tensor import arange
     rows, cols = a.shape[-2], a.shape[-1]
     if not (rows and cols):
@@ -2976,13 +2977,13 @@ def repeat_interleave(input, repeats=None, dim=None, *, output_size=None):
     in the counts' dtype, as torch.repeat_interleave(repeats)."""
     if repeats is None:
         if not isinstance(input, Tensor) or input.ndim != 1 or input.dtype.is_floating_point:
-            raise ValueError("repeat_interleave(repeats): repeats must be a 1-d integer tensor")
+            raise ArgumentError("repeat_interleave(repeats): repeats must be a 1-d integer tensor")
         out = _repeated(_host_tensor(np.arange(input.shape[0]), input.device, input.dtype), input, 0)
     else:
         out = _repeated(input, repeats, dim)
     length = out.shape[0 if repeats is None or dim is None else _dim(input, dim)]
     if output_size is not None and length != output_size:
-        raise ValueError(f"repeat_interleave: output_size {output_size} is not the repeated length {length}")
+        raise ArgumentError(f"repeat_interleave: output_size {output_size} is not the repeated length {length}")
     return out
 
 
@@ -2993,7 +2994,7 @@ def _repeated(input, repeats, dim):
     n = input.shape[d]
     if isinstance(repeats, numbers.Integral):
         if repeats < 0:
-            raise ValueError(f"repeat_interleave: negative repeats {repeats}")
+            raise ArgumentError(f"repeat_interleave: negative repeats {repeats}")
         shape = input.shape[:d + 1] + (int(repeats),) + input.shape[d + 1:]
         return reshape(expand(reshape(input, input.shape[:d + 1] + (1,) + input.shape[d + 1:]), shape),
                        input.shape[:d] + (n * int(repeats),) + input.shape[d + 1:])
@@ -3001,7 +3002,7 @@ def _repeated(input, repeats, dim):
     if len(counts) == 1:
         return _repeated(input, int(counts[0]), d)
     if len(counts) != n or any(c < 0 for c in counts):
-        raise ValueError(f"repeat_interleave: {len(counts)} repeats for a dim of {n} (each >= 0)")
+        raise ArgumentError(f"repeat_interleave: {len(counts)} repeats for a dim of {n} (each >= 0)")
     return input.index_select(d, _host_tensor(np.repeat(np.arange(n), counts), input.device))
 
 
@@ -3034,16 +3035,16 @@ def _check_range(index, size, what):
     if index.is_cuda and index.numel():  # the kernel skips out-of-range indices: refuse them here
         lo, hi = int(min(index)), int(max(index))
         if lo < 0 or hi >= size:
-            raise ValueError(f"{what}: index {lo if lo < 0 else hi} is out of range for a dim of size {size}")
+            raise ArgumentError(f"{what}: index {lo if lo < 0 else hi} is out of range for a dim of size {size}")
 
 
 def _index_args(a, dim, index, what):
     if isinstance(index, Tensor) and index.dtype is int32:  # token ids often come as int32
         index = index.to(dtype=int64)
     if not isinstance(index, Tensor) or index.dtype is not int64:
-        raise TypeError(f"{what}: the index must be an int64 (or int32) tensor")
+        raise DtypeError(f"{what}: the index must be an int64 (or int32) tensor")
     if index._buf.device != a._buf.device:
-        raise ValueError(f"{what}: the index is on {index.device}, the tensor on {a.device}")
+        raise ArgumentError(f"{what}: the index is on {index.device}, the tensor on {a.device}")
     d = _dim(a, dim)
     _check_range(index, a.shape[d] if a.ndim else 1, what)
     return d, index.detach().contiguous()
@@ -3144,7 +3145,7 @@ def _scatter(a, dim, index, src, accumulate, what):
         from .tensor import full
         src = full(index.shape, src, dtype=a.dtype, device=a.device)
     if src.dtype is not a.dtype:
-        raise TypeError(f"{what}: the source is {src.dtype}, the tensor {a.dtype}")
+        raise DtypeError(f"{what}: the source is {src.dtype}, the tensor {a.dtype}")
     wide = _scatter_add_dtype(a.dtype)
     if accumulate and wide is not a.dtype:
         return _scatter(a.to(dtype=wide), d, index, src.to(dtype=wide), True, what).to(dtype=a.dtype)
@@ -3167,10 +3168,10 @@ def scatter(input, dim, index, src=None, value=None, reduce=None):
     the reducing forms are differentiable (scatter_add's and scatter_reduce's
     gradients)."""
     if reduce not in (None, "add", "multiply"):
-        raise ValueError(f"scatter: reduce must be 'add' or 'multiply', got {reduce!r}")
+        raise ArgumentError(f"scatter: reduce must be 'add' or 'multiply', got {reduce!r}")
     if (src is None) == (value is None):
         if src is None:
-            raise ValueError("scatter: give src or value")
+            raise ArgumentError("scatter: give src or value")
     if reduce == "multiply":
         from ._layout import scatter_reduce
         from .tensor import full
@@ -3191,18 +3192,19 @@ def index_add(input, dim, index, source, alpha=1):
     """a copy of ``input`` with alpha * source[..., k, ...] added at input[..., index[k], ...] along ``dim``;
     ``index`` is 0- or 1-d, and a 0-d input takes a 0-d source at one index (as if both were of shape (1,))."""
     if not isinstance(index, Tensor) or index.ndim > 1:
-        raise ValueError("index_add: the index must be a 0- or 1-d integer tensor")
+        raise ArgumentError("index_add: the index must be a 0- or 1-d integer tensor")
     d = _dim(input, dim)
     if input.ndim == 0:
         if source.ndim or index.numel() != 1:
-            raise ValueError(f"index_add: a 0-d tensor takes a 0-d source at one index, got source of shape "
-                             f"{source.shape} and {index.numel()} indices")
+            raise ArgumentError("index_add: a 0-d tensor takes a 0-d source at one index, got source of shape "
+                                f"{source.shape} and {index.numel()} indices")
         return reshape(index_add(reshape(input, (1,)), 0, index, reshape(source, (1,)), alpha), ())
     index = reshape(index, (-1,))
     if source.ndim != input.ndim or source.shape[d] != index.shape[0] or any(
             source.shape[i] != input.shape[i] for i in range(input.ndim) if i != d):
-        raise ValueError(f"index_add: source of shape {source.shape} does not fit {input.shape} with {index.shape[0]} "
-                         f"indices along dim {d}")
+        raise ArgumentError(f"index_add: source of shape {source.shape} does not fit {input.shape} with "
+                            f"{index.shape[0]} "
+                            f"indices along dim {d}")
     full_index = index.reshape(tuple(-1 if i == d else 1 for i in range(input.ndim))).expand(source.shape)
     return scatter_add(input, d, full_index.contiguous(), source if alpha == 1 else mul(source, alpha))
 
@@ -3237,7 +3239,7 @@ def take_along_dim(input, indices, dim=None):
         return gather(reshape(input, (-1,)), 0, reshape(indices, (-1,)))
     d = _dim(input, dim)
     if indices.ndim != input.ndim:
-        raise ValueError(f"take_along_dim: indices of {indices.ndim} dims for a tensor of {input.ndim}")
+        raise ArgumentError(f"take_along_dim: indices of {indices.ndim} dims for a tensor of {input.ndim}")
     shape = _broadcast_shape(input.shape[:d] + (1,) + input.shape[d + 1:],
                              indices.shape[:d] + (1,) + indices.shape[d + 1:])
     return gather(expand(input, shape[:d] + (input.shape[d],) + shape[d + 1:]), d,
@@ -3346,7 +3348,7 @@ def topk(input, k, dim=-1, largest=True, sorted=True):
     d = _dim(input, dim)
     n = input.shape[d] if input.ndim else 1
     if not 0 <= k <= n:
-        raise ValueError(f"topk: k={k} is out of range for a dim of size {n}")
+        raise ArgumentError(f"topk: k={k} is out of range for a dim of size {n}")
     if input.ndim == 0:
         return sort(input)
     values, indices = _sort(input, d, largest)
@@ -3422,7 +3424,7 @@ def _check_mat(a, b, what, nd_a, nd_b):
     if not isinstance(a, Tensor) or not isinstance(b, Tensor):
         raise TypeError(f"{what} takes ddpc tensors")
     if a.ndim != nd_a or b.ndim != nd_b:
-        raise ValueError(f"{what}: expected {nd_a}-d and {nd_b}-d operands, got shapes {a.shape} and {b.shape}")
+        raise ArgumentError(f"{what}: expected {nd_a}-d and {nd_b}-d operands, got shapes {a.shape} and {b.shape}")
 
 
 def mm(input, b):
@@ -3438,7 +3440,7 @@ def mv(input, v):
 def dot(input, b):
     _check_mat(input, b, "dot", 1, 1)
     if input.shape != b.shape:
-        raise ValueError(f"dot: shapes {input.shape} and {b.shape} differ")
+        raise ArgumentError(f"dot: shapes {input.shape} and {b.shape} differ")
     out = sum(mul(input, b))
     return out if out.dtype is input.dtype else out.to(dtype=input.dtype)  # integers keep their dtype, as torch.dot's
 
@@ -3460,7 +3462,7 @@ def bmm(input, b):
     """a[i] @ b[i] for each batch entry i (matmul without broadcasting)."""
     _check_mat(input, b, "bmm", 3, 3)
     if input.shape[0] != b.shape[0] or input.shape[2] != b.shape[1]:
-        raise ValueError(f"bmm: shapes {input.shape} and {b.shape} cannot be multiplied batch by batch")
+        raise ArgumentError(f"bmm: shapes {input.shape} and {b.shape} cannot be multiplied batch by batch")
     return matmul(input, b)
 
 
@@ -3577,7 +3579,7 @@ def _dim(a, d, ndim=None):
     n = a.ndim if ndim is None else ndim
     n = n if n else 1
     if not -n <= d < n:
-        raise IndexError(f"dim {d} is out of range for a tensor of {a.ndim if ndim is None else ndim} dims")
+        raise IndexOutOfRangeError(f"dim {d} is out of range for a tensor of {a.ndim if ndim is None else ndim} dims")
     return d % n
 
 
@@ -3585,8 +3587,8 @@ def permute(input, dims):
     """input's dims in the order ``dims`` (a copy unless the order keeps the elements' order)."""
     dims = tuple(_dim(input, int(d)) for d in dims)
     if sorted(dims) != list(range(input.ndim)):
-        raise ValueError(f"permute: {dims} is not an ordering of the {input.ndim} dims of a tensor of shape "
-                         f"{input.shape}")
+        raise ArgumentError(f"permute: {dims} is not an ordering of the {input.ndim} dims of a tensor of shape "
+                            f"{input.shape}")
     strides = _indexing.contiguous_strides(input.shape)
     sel = _indexing.Region(0, [input.shape[d] for d in dims], [strides[d] for d in dims])
     return _select(input, sel, "permute")
@@ -3623,11 +3625,11 @@ def expand(a, shape):
     shape = list(shape)
     lead = len(shape) - a.ndim
     if lead < 0:
-        raise ValueError(f"expand: the shape {tuple(shape)} has fewer dims than the tensor's {a.shape}")
+        raise ArgumentError(f"expand: the shape {tuple(shape)} has fewer dims than the tensor's {a.shape}")
     for d, s in enumerate(shape):
         if s == -1:
             if d < lead:
-                raise ValueError(f"expand: -1 is not allowed for a new leading dim ({tuple(shape)})")
+                raise ArgumentError(f"expand: -1 is not allowed for a new leading dim ({tuple(shape)})")
             shape[d] = a.shape[d - lead]
     shape = tuple(shape)
     if shape == a.shape:
@@ -3635,8 +3637,8 @@ def expand(a, shape):
     try:
         strides = _indexing.broadcast_strides(a.shape, shape, "the tensor")
     except ValueError:
-        raise ValueError(f"expand: the tensor of shape {a.shape} can't be expanded to {shape} (only dims of "
-                         "size 1 repeat)") from None
+        raise ArgumentError(f"expand: the tensor of shape {a.shape} can't be expanded to {shape} (only dims of "
+                            "size 1 repeat)") from None
     out = _read(a, _indexing.Region(0, shape, strides), "expand")
     if _needs_grad(a):
         _attach(out, _ExpandBackward(a))
@@ -3713,10 +3715,10 @@ def check_inplace_result(t, res):
     """An in-place op's result, computed aside, checked to fit the tensor it goes
     into and cast to its dtype: as in PyTorch, any cast but floating to integer."""
     if res.shape != t.shape:
-        raise ValueError(f"in-place op: the result's shape {res.shape} is not the tensor's {t.shape}")
+        raise ArgumentError(f"in-place op: the result's shape {res.shape} is not the tensor's {t.shape}")
     if (res.dtype.is_floating_point and not (t.dtype.is_floating_point or t.dtype.is_complex)) or \
             (res.dtype.is_complex and not t.dtype.is_complex):
-        raise TypeError(f"result type {res.dtype} can't be cast to the in-place output's dtype {t.dtype}")
+        raise DtypeError(f"result type {res.dtype} can't be cast to the in-place output's dtype {t.dtype}")
     return res if res.dtype is t.dtype else res.to(dtype=t.dtype)
 
 
@@ -3889,7 +3891,7 @@ def dropout(x, p=0.5, training=True):
     from .tensor import default_generator
 
     if not 0 <= p <= 1:
-        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+        raise ArgumentError(f"dropout probability has to be between 0 and 1, but got {p}")
     if not training or p == 0:
         return x
     if x.dtype in _HALVES:
@@ -3967,23 +3969,23 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
     how often ``input`` holds it. With ``sparse``, the weight's gradient is a
     sparse COO tensor: one row per index looked up (uncoalesced), as PyTorch's."""
     if weight.ndim != 2:
-        raise ValueError(f"embedding: the weight must be 2-d, got shape {weight.shape}")
+        raise ArgumentError(f"embedding: the weight must be 2-d, got shape {weight.shape}")
     if input.dtype is int32:
         input = input.to(dtype=int64)
     if input.dtype is not int64:
-        raise TypeError(f"embedding: indices must be int64 or int32, got {input.dtype}")
+        raise DtypeError(f"embedding: indices must be int64 or int32, got {input.dtype}")
     if input._buf.device != weight._buf.device:
-        raise ValueError(f"embedding: indices on {input.device} and weight on {weight.device}")
+        raise ArgumentError(f"embedding: indices on {input.device} and weight on {weight.device}")
     n = weight.shape[0]
     if padding_idx is not None:
         if not -n <= padding_idx < n:
-            raise ValueError(f"embedding: padding_idx {padding_idx} is out of range for {n} rows")
+            raise ArgumentError(f"embedding: padding_idx {padding_idx} is out of range for {n} rows")
         padding_idx %= n
     idx = input.detach().reshape(-1)
     if idx._buf.device >= 0 and idx.numel():  # the C op checks host indices itself
         low, high = _range_of(idx)
         if low < 0 or high >= n:
-            raise ValueError(f"embedding: index {low if low < 0 else high} is out of range for {n} rows")
+            raise ArgumentError(f"embedding: index {low if low < 0 else high} is out of range for {n} rows")
     if max_norm is not None and idx.numel():
         _renorm_rows_(weight, idx, max_norm, norm_type)
     out = _empty(tuple(input.shape) + (weight.shape[1],), weight)
@@ -4034,7 +4036,7 @@ def _lengths(lengths, n, what):
         lengths = [lengths]
     lengths = [int(v) for v in lengths]
     if len(lengths) != n:
-        raise ValueError(f"ctc_loss: {what} must have {n} entries, one per sample, got {len(lengths)}")
+        raise ArgumentError(f"ctc_loss: {what} must have {n} entries, one per sample, got {len(lengths)}")
     return lengths
 
 
@@ -4046,28 +4048,28 @@ def ctc_nll(log_probs, targets, input_lengths, target_lengths, blank=0, zero_inf
         return ctc_nll(log_probs.float(), targets, input_lengths, target_lengths, blank,
                        zero_infinity).to(dtype=log_probs.dtype)
     if log_probs.ndim != 3 or not log_probs.dtype.is_floating_point:
-        raise ValueError(f"ctc_loss: log_probs must be a floating (T, N, C) tensor, got {log_probs.dtype} "
-                         f"{tuple(log_probs.shape)}")
+        raise ArgumentError(f"ctc_loss: log_probs must be a floating (T, N, C) tensor, got {log_probs.dtype} "
+                            f"{tuple(log_probs.shape)}")
     if targets.dtype.is_floating_point:
-        raise TypeError(f"ctc_loss: targets must be integers, got {targets.dtype}")
+        raise DtypeError(f"ctc_loss: targets must be integers, got {targets.dtype}")
     T, N, C = log_probs.shape
     ilen, tlen = _lengths(input_lengths, N, "input_lengths"), _lengths(target_lengths, N, "target_lengths")
     for n, (i, t) in enumerate(zip(ilen, tlen)):
         if not 0 <= i <= T:
-            raise ValueError(f"ctc_loss: input length {i} of sample {n} is outside [0, {T}]")
+            raise ArgumentError(f"ctc_loss: input length {i} of sample {n} is outside [0, {T}]")
         if t < 0 or (targets.ndim == 2 and t > targets.shape[1]):
-            raise ValueError(f"ctc_loss: target length {t} of sample {n} does not fit the targets {targets.shape}")
+            raise ArgumentError(f"ctc_loss: target length {t} of sample {n} does not fit the targets {targets.shape}")
     if targets.ndim == 2:
         if targets.shape[0] != N:
-            raise ValueError(f"ctc_loss: padded targets must have {N} rows, got {targets.shape[0]}")
+            raise ArgumentError(f"ctc_loss: padded targets must have {N} rows, got {targets.shape[0]}")
         offsets = [n * targets.shape[1] for n in range(N)]
     elif targets.ndim == 1:
         offsets = np.concatenate([[0], np.cumsum(tlen)[:-1]]).tolist() if N else []
         if builtins.sum(tlen) > targets.shape[0]:
-            raise ValueError(f"ctc_loss: the target lengths add up to {builtins.sum(tlen)}, targets has "
-                             f"{targets.shape[0]}")
+            raise ArgumentError(f"ctc_loss: the target lengths add up to {builtins.sum(tlen)}, targets has "
+                                f"{targets.shape[0]}")
     else:
-        raise ValueError(f"ctc_loss: targets must be (N, S) or 1-d, got {tuple(targets.shape)}")
+        raise ArgumentError(f"ctc_loss: targets must be (N, S) or 1-d, got {tuple(targets.shape)}")
     device = log_probs._buf.device
     flat = targets.detach().reshape(-1).to(dtype=int64, device=log_probs.device).contiguous()
     if device >= 0 and flat.numel():  # the C op checks host labels itself
@@ -4082,7 +4084,7 @@ def ctc_nll(log_probs, targets, input_lengths, target_lengths, blank=0, zero_inf
         low, high, n_blank = _values_of(amin(labels), amax(labels), blanks)
         if low < 0 or high >= C or n_blank:
             label = low if low < 0 else high if high >= C else int(blank)
-            raise ValueError(f"ctc_loss: target label {label} is not a class in [0, {C}) other than the blank "
+            raise ArgumentError(f"ctc_loss: target label {label} is not a class in [0, {C}) other than the blank "
                              f"{int(blank)}")
     args = (flat._buf,) + tuple(_host_tensor(np.asarray(v, np.int64), log_probs.device)._buf
                                 for v in (offsets, tlen, ilen)) + (int(blank),)
@@ -4135,10 +4137,11 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
         tuple(normalized_shape)
     k = len(normalized_shape)
     if k == 0 or tuple(input.shape[input.ndim - k:]) != normalized_shape:
-        raise ValueError(f"layer_norm: normalized_shape {normalized_shape} is not the input's last dims {input.shape}")
+        raise ArgumentError(f"layer_norm: normalized_shape {normalized_shape} is not the input's last dims "
+                            f"{input.shape}")
     for p, name in ((weight, "weight"), (bias, "bias")):
         if p is not None and tuple(p.shape) != normalized_shape:
-            raise ValueError(f"layer_norm: {name} has shape {p.shape}, expected {normalized_shape}")
+            raise ArgumentError(f"layer_norm: {name} has shape {p.shape}, expected {normalized_shape}")
     if input.dtype in _HALVES:
         return layer_norm(input.float(), normalized_shape, weight if weight is None else weight.float(),
                           bias if bias is None else bias.float(), eps).to(dtype=input.dtype)
@@ -4216,7 +4219,7 @@ def _reduction_code(reduction):
     try:
         return _REDUCTIONS[reduction]
     except KeyError:
-        raise ValueError(f"reduction must be 'none', 'mean' or 'sum', got {reduction!r}") from None
+        raise ArgumentError(f"reduction must be 'none', 'mean' or 'sum', got {reduction!r}") from None
 
 
 def _no_grad_weight(t, name, what):
@@ -4295,7 +4298,7 @@ def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean
     what = "nll_loss" if log_probs else "cross_entropy"
     red = _reduction_code(reduction)
     if not 0.0 <= label_smoothing <= 1.0:
-        raise ValueError(f"label_smoothing must be between 0.0 and 1.0, got {label_smoothing}")
+        raise ArgumentError(f"label_smoothing must be between 0.0 and 1.0, got {label_smoothing}")
     if not isinstance(target, Tensor):
         raise TypeError(f"{what}: target must be a ddpc tensor of class indices or class probabilities")
     weight = _no_grad_weight(weight, "weight", what)
@@ -4304,31 +4307,31 @@ def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean
                              None if weight is None else weight.float(), ignore_index, reduction, label_smoothing,
                              log_probs).to(dtype=input.dtype)
     if input.ndim == 0:
-        raise ValueError(f"{what}: the input needs a dim of classes, got a 0-d tensor")
+        raise ArgumentError(f"{what}: the input needs a dim of classes, got a 0-d tensor")
     c = input.shape[1 if input.ndim > 1 else 0]
     out_shape = input.shape[:1] + input.shape[2:] if input.ndim > 1 else ()
     n = math.prod(out_shape)
     if weight is not None and weight.shape != (c,):
-        raise ValueError(f"{what}: weight must have one element per class ({c}), got shape {weight.shape}")
+        raise ArgumentError(f"{what}: weight must have one element per class ({c}), got shape {weight.shape}")
     rows = _class_rows(input, n, c)
     x = _as_float(rows.detach())
     if target.dtype.is_floating_point:
         if log_probs:
-            raise TypeError("nll_loss: the target must be class indices (an integer tensor)")
+            raise DtypeError("nll_loss: the target must be class indices (an integer tensor)")
         if target.shape != input.shape:
-            raise ValueError(f"{what}: class probabilities must be shaped like the input {input.shape}, got "
-                             f"{target.shape}")
+            raise ArgumentError(f"{what}: class probabilities must be shaped like the input {input.shape}, got "
+                                f"{target.shape}")
         target = _class_rows(target, n, c)
         tgt = target.detach() if target.dtype is x.dtype else target.detach().to(dtype=x.dtype)
     else:
         if target.shape != out_shape:
-            raise ValueError(f"{what}: class indices must have shape {out_shape} for an input of shape "
-                             f"{input.shape}, got {target.shape}")
+            raise ArgumentError(f"{what}: class indices must have shape {out_shape} for an input of shape "
+                                f"{input.shape}, got {target.shape}")
         tgt = (target if target.dtype is int64 else target.to(dtype=int64)).reshape(n).detach()
         target = None
     for t in (tgt, weight):
         if t is not None and t._buf.device != x._buf.device:
-            raise ValueError(f"{what}: input on {input.device}, target or weight on {t.device}")
+            raise ArgumentError(f"{what}: input on {input.device}, target or weight on {t.device}")
     if weight is not None and weight.dtype is not x.dtype:
         weight = weight.to(dtype=x.dtype)
     args = (int(ignore_index), float(label_smoothing), red, bool(log_probs))

@@ -36,6 +36,7 @@ import numpy as np
 
 from . import _C, _complex
 from . import autograd as _ag
+from ._C import ArgumentError, IndexOutOfRangeError
 from ._dtype import (bfloat16, bool_, complex64, complex128, complex_of, float16, float32, float64, get_dtype, int32,
                      int64, numpy_dtype, ordinal, real_of, strided, uint8)
 from .autograd import Node
@@ -107,9 +108,10 @@ def _int_arg(name, what, value):
 
 def _wrap(d, ndim):
     if ndim == 0:
-        raise IndexError(f"Dimension specified as {d} but tensor has no dimensions")
+        raise IndexOutOfRangeError(f"Dimension specified as {d} but tensor has no dimensions")
     if not -ndim <= d < ndim:
-        raise IndexError(f"Dimension out of range (expected to be in range of [{-ndim}, {ndim - 1}], but got {d})")
+        raise IndexOutOfRangeError(f"Dimension out of range (expected to be in range of [{-ndim}, {ndim - 1}], but "
+                                   f"got {d})")
     return d % ndim
 
 
@@ -524,7 +526,7 @@ def _frequencies(name, values, n, d, out, dtype, layout, device, requires_grad):
     product taken in that dtype (float32 for the 16-bit ones) with 1 / (n d)
     rounded to it, as PyTorch's."""
     if layout is not None and layout is not strided:
-        raise ValueError(f"{name}: ddpc tensors are strided, got layout={layout}")
+        raise ArgumentError(f"{name}: ddpc tensors are strided, got layout={layout}")
     dt = get_dtype(dtype) if dtype is not None else (out.dtype if out is not None else get_default_dtype())
     if not (dt.is_floating_point or dt.is_complex):
         raise RuntimeError(f"{name} requires a floating point or complex dtype")

@@ -35,6 +35,7 @@ import numpy as np
 
 from . import _linalg as _la
 from . import autograd as _ag
+from ._C import ArgumentError, DtypeError
 from ._function import Function
 from .tensor import Tensor, bfloat16, float16, from_numpy, int32, int64, uint8, zeros
 
@@ -63,9 +64,9 @@ def _floating(A, what):
     if not isinstance(A, Tensor):
         raise TypeError(f"linalg.{what}: expected a ddpc tensor, got {type(A).__name__}")
     if A.dtype in (float16, bfloat16):
-        raise TypeError(f"linalg.{what}: Low precision dtypes not supported. Got {A.dtype}")
+        raise DtypeError(f"linalg.{what}: Low precision dtypes not supported. Got {A.dtype}")
     if not A.dtype.is_floating_point:
-        raise TypeError(f"linalg.{what}: Expected a floating point tensor as input. Got {A.dtype}")
+        raise DtypeError(f"linalg.{what}: Expected a floating point tensor as input. Got {A.dtype}")
     return A
 
 
@@ -73,10 +74,10 @@ def _matrices(A, what, square=False):
     """A, checked: a float32 or float64 tensor of at least 2 dims (square ones if ``square``)."""
     _floating(A, what)
     if A.ndim < 2:
-        raise ValueError(f"linalg.{what}: The input tensor A must have at least 2 dimensions, got shape {A.shape}")
+        raise ArgumentError(f"linalg.{what}: The input tensor A must have at least 2 dimensions, got shape {A.shape}")
     if square and A.shape[-1] != A.shape[-2]:
-        raise ValueError(f"linalg.{what}: A must be batches of square matrices, but they are {A.shape[-2]} by "
-                         f"{A.shape[-1]} matrices")
+        raise ArgumentError(f"linalg.{what}: A must be batches of square matrices, but they are {A.shape[-2]} by "
+                            f"{A.shape[-1]} matrices")
     return A
 
 
@@ -84,10 +85,10 @@ def _same_kind(A, B, what):
     if not isinstance(B, Tensor):
         raise TypeError(f"linalg.{what}: expected a ddpc tensor, got {type(B).__name__}")
     if B.dtype is not A.dtype:
-        raise TypeError(f"linalg.{what}: Expected A and B to have the same dtype, but found A of type {A.dtype} and "
-                        f"B of type {B.dtype} instead")
+        raise DtypeError(f"linalg.{what}: Expected A and B to have the same dtype, but found A of type {A.dtype} and "
+                         f"B of type {B.dtype} instead")
     if B._buf.device != A._buf.device:
-        raise ValueError(f"linalg.{what}: A is on {A.device} but B on {B.device}")
+        raise ArgumentError(f"linalg.{what}: A is on {A.device} but B on {B.device}")
 
 
 def _host(t):
@@ -280,7 +281,7 @@ def solve_ex(A, B, *, left=True, check_errors=False):
     elif not left:
         B = B.mT
     if B.shape[-2] != A.shape[-1]:
-        raise ValueError(f"linalg.solve: incompatible shapes of A {A.shape} and B {B.shape}")
+        raise ArgumentError(f"linalg.solve: incompatible shapes of A {A.shape} and B {B.shape}")
     X, info = _Solve.apply(A if left else A.mT, B, bool(check_errors))
     return SolveExResult(X.squeeze(-1) if vector else (X if left else X.mT), info)
 
@@ -308,7 +309,7 @@ def solve_triangular(A, B, *, upper, left=True, unitriangular=False):
     _matrices(A, "solve_triangular", square=True)
     _same_kind(A, B, "solve_triangular")
     if B.ndim < 2:
-        raise ValueError(f"linalg.solve_triangular: B must have at least 2 dimensions, got shape {B.shape}")
+        raise ArgumentError(f"linalg.solve_triangular: B must have at least 2 dimensions, got shape {B.shape}")
     return solve(_triangle(A, upper, unitriangular), B, left=left)
 
 
@@ -485,8 +486,8 @@ def qr(A, mode="reduced"):
     'r' (R alone; Q is empty, as in PyTorch)."""
     _matrices(A, "qr")
     if mode not in ("reduced", "complete", "r"):
-        raise ValueError(f"linalg.qr: qr received unrecognized mode '{mode}' but expected one of 'reduced' "
-                         "(default), 'r', or 'complete'")
+        raise ArgumentError(f"linalg.qr: qr received unrecognized mode '{mode}' but expected one of 'reduced' "
+                            "(default), 'r', or 'complete'")
     return QR(*_QR.apply(A, mode))
 
 
@@ -557,7 +558,7 @@ def svdvals(A, *, driver=None):
 
 def _check_uplo(UPLO, what):
     if UPLO not in ("L", "U"):
-        raise ValueError(f"linalg.{what}: UPLO must be 'L' or 'U', got {UPLO!r}")
+        raise ArgumentError(f"linalg.{what}: UPLO must be 'L' or 'U', got {UPLO!r}")
 
 
 class _Eigh(Function):
@@ -682,14 +683,14 @@ def lstsq(A, B, rcond=None, *, driver=None):
     _matrices(A, "lstsq")
     _same_kind(A, B, "lstsq")
     if driver not in (None,) + _LSTSQ_DRIVERS:
-        raise ValueError(f"torch.linalg.lstsq: parameter `driver` should be one of {_LSTSQ_DRIVERS}")
+        raise ArgumentError(f"torch.linalg.lstsq: parameter `driver` should be one of {_LSTSQ_DRIVERS}")
     driver = driver or "gelsy"
     vector = _is_vector_rhs(A, B)
     Bm = B.unsqueeze(-1) if vector else B
     m, n = A.shape[-2:]
     if Bm.ndim < 2 or Bm.shape[-2] != m:
-        raise ValueError(f"torch.linalg.lstsq: input.size(-2) should match other.size(-2), got A {A.shape} and "
-                         f"B {B.shape}")
+        raise ArgumentError(f"torch.linalg.lstsq: input.size(-2) should match other.size(-2), got A {A.shape} and "
+                            f"B {B.shape}")
     rtol = float(np.finfo(np.dtype(A.dtype.name)).eps * max(m, n)) if rcond is None or rcond < 0 else rcond
     X = pinv(A, rtol=rtol) @ Bm
     s = np.linalg.svd(_host(A), compute_uv=False)
@@ -782,7 +783,7 @@ def multi_dot(tensors):
     the fewest scalar multiplications."""
     tensors = list(tensors)
     if len(tensors) < 2:
-        raise ValueError(f"multi_dot(): expected at least 2 tensors but got {len(tensors)}")
+        raise ArgumentError(f"multi_dot(): expected at least 2 tensors but got {len(tensors)}")
     first_vec, last_vec = tensors[0].ndim == 1, tensors[-1].ndim == 1
     if first_vec:
         tensors[0] = tensors[0].unsqueeze(0)
@@ -790,10 +791,10 @@ def multi_dot(tensors):
         tensors[-1] = tensors[-1].unsqueeze(-1)
     for i, t in enumerate(tensors):
         if not isinstance(t, Tensor) or t.ndim != 2:
-            raise ValueError(f"multi_dot(): tensor {i} must be 2-D (the first and last may be 1-D)")
+            raise ArgumentError(f"multi_dot(): tensor {i} must be 2-D (the first and last may be 1-D)")
         if i and tensors[i - 1].shape[1] != t.shape[0]:
-            raise ValueError(f"multi_dot(): tensors {i - 1} and {i} with shapes {tensors[i - 1].shape} and "
-                             f"{t.shape} cannot be multiplied")
+            raise ArgumentError(f"multi_dot(): tensors {i - 1} and {i} with shapes {tensors[i - 1].shape} and "
+                                f"{t.shape} cannot be multiplied")
     dims = [tensors[0].shape[0]] + [t.shape[1] for t in tensors]
     k = len(tensors)
     cost = [[0] * k for _ in range(k)]
@@ -820,11 +821,11 @@ def tensorinv(A, ind=2):
     against the rest, as one square matrix, inverted; shape A.shape[ind:] + A.shape[:ind]."""
     _floating(A, "tensorinv")
     if ind <= 0:
-        raise ValueError(f"linalg.tensorinv: Expected a strictly positive integer for 'ind', but got {ind}")
+        raise ArgumentError(f"linalg.tensorinv: Expected a strictly positive integer for 'ind', but got {ind}")
     rows, cols = math.prod(A.shape[:ind]), math.prod(A.shape[ind:])
     if rows != cols:
-        raise ValueError(f"linalg.tensorinv: Expected self to satisfy the requirement prod(self.shape[ind:]) == "
-                         f"prod(self.shape[:ind]), but got {cols} != {rows}")
+        raise ArgumentError("linalg.tensorinv: Expected self to satisfy the requirement prod(self.shape[ind:]) == "
+                            f"prod(self.shape[:ind]), but got {cols} != {rows}")
     return inv(A.reshape(rows, cols)).reshape(A.shape[ind:] + A.shape[:ind])
 
 
@@ -839,8 +840,8 @@ def tensorsolve(A, B, dims=None):
     x_shape = A.shape[B.ndim:]
     rows, cols = math.prod(B.shape), math.prod(x_shape)
     if A.shape[:B.ndim] != B.shape or rows != cols:
-        raise ValueError(f"linalg.tensorsolve: A of shape {A.shape} and B of shape {B.shape} do not form a square "
-                         "system (A.shape must start with B.shape and the remaining dims hold as many elements)")
+        raise ArgumentError(f"linalg.tensorsolve: A of shape {A.shape} and B of shape {B.shape} do not form a square "
+                            "system (A.shape must start with B.shape and the remaining dims hold as many elements)")
     return solve(A.reshape(rows, cols), B.reshape(rows)).reshape(x_shape)
 
 
@@ -983,10 +984,10 @@ def vander(x, *, N=None):
     if not isinstance(x, Tensor):
         raise TypeError(f"linalg.vander: expected a ddpc tensor, got {type(x).__name__}")
     if x.ndim < 1:
-        raise ValueError("linalg.vander: x must have at least one dimension")
+        raise ArgumentError("linalg.vander: x must have at least one dimension")
     N = x.shape[-1] if N is None else int(N)
     if N <= 0:
-        raise ValueError(f"linalg.vander: N must be greater than 1, got {N}")
+        raise ArgumentError(f"linalg.vander: N must be greater than 1, got {N}")
     ones = _ag.add(_ag.mul(x.unsqueeze(-1), 0), 1)
     if N == 1:
         return ones
@@ -1000,7 +1001,7 @@ def _float_norm_input(x, dtype, what):
     if dtype is not None:
         x = x.to(dtype=dtype)
     if not x.dtype.is_floating_point:
-        raise TypeError(f"linalg.{what}: Expected a floating point tensor as input. Got {x.dtype}")
+        raise DtypeError(f"linalg.{what}: Expected a floating point tensor as input. Got {x.dtype}")
     return x
 
 
@@ -1015,7 +1016,7 @@ def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
         x = _ag.abs(x)
     x = _float_norm_input(x, None, "vector_norm")
     if isinstance(ord, str) or not isinstance(ord, numbers.Real):
-        raise ValueError(f"linalg.vector_norm: ord must be a real number, got {ord!r}")
+        raise ArgumentError(f"linalg.vector_norm: ord must be a real number, got {ord!r}")
     if x.dtype.name in ("float16", "bfloat16"):  # powers summed in float32, as PyTorch's
         return vector_norm(x.float(), ord, dim, keepdim).to(dtype=x.dtype)
     dims = None if dim is None else ([dim] if isinstance(dim, numbers.Integral) else list(dim))
@@ -1042,10 +1043,10 @@ def matrix_norm(A, ord="fro", dim=(-2, -1), keepdim=False, *, dtype=None):
     1 and -1 (the largest and smallest column sum of |A|), inf and -inf (row sums)."""
     A = _float_norm_input(A, dtype, "matrix_norm")
     if A.ndim < 2:
-        raise ValueError(f"linalg.matrix_norm: The input tensor A must have at least 2 dimensions, got {A.shape}")
+        raise ArgumentError(f"linalg.matrix_norm: The input tensor A must have at least 2 dimensions, got {A.shape}")
     d0, d1 = (_ag._dim(A, d) for d in dim)
     if d0 == d1:
-        raise ValueError(f"linalg.matrix_norm: dims must be different, got {tuple(dim)}")
+        raise ArgumentError(f"linalg.matrix_norm: dims must be different, got {tuple(dim)}")
     if ord == "fro":
         return vector_norm(A, 2, (d0, d1), keepdim)
     if ord in ("nuc", 2, -2):
@@ -1057,7 +1058,7 @@ def matrix_norm(A, ord="fro", dim=(-2, -1), keepdim=False, *, dtype=None):
         pick = _largest if ord > 0 else _ag.amin
         out = pick(_ag.sum(_ag.abs(A), summed, keepdim=True), over, True)
         return out if keepdim else out.squeeze(max(d0, d1)).squeeze(min(d0, d1))
-    raise ValueError(f"linalg.matrix_norm: Order {ord!r} not supported.")
+    raise ArgumentError(f"linalg.matrix_norm: Order {ord!r} not supported.")
 
 
 def norm(A, ord=None, dim=None, keepdim=False, *, dtype=None):
@@ -1069,14 +1070,14 @@ def norm(A, ord=None, dim=None, keepdim=False, *, dtype=None):
             return vector_norm(A, 2 if ord is None else ord, dims, keepdim, dtype=dtype)
         if len(dims) == 2:
             return matrix_norm(A, "fro" if ord is None else ord, dims, keepdim, dtype=dtype)
-        raise ValueError(f"linalg.norm: If dim is specified, it must be of length 1 or 2. Got {list(dims)}")
+        raise ArgumentError(f"linalg.norm: If dim is specified, it must be of length 1 or 2. Got {list(dims)}")
     if ord is None:
         return vector_norm(A, 2, None, keepdim, dtype=dtype)
     if A.ndim == 1:
         return vector_norm(A, ord, None, keepdim, dtype=dtype)
     if A.ndim == 2:
         return matrix_norm(A, ord, (-2, -1), keepdim, dtype=dtype)
-    raise ValueError(f"linalg.norm: If dim is not specified but ord is, the input must be 1D or 2D. Got {A.ndim}D.")
+    raise ArgumentError(f"linalg.norm: If dim is not specified but ord is, the input must be 1D or 2D. Got {A.ndim}D.")
 
 
 def cond(A, p=None):
@@ -1104,7 +1105,8 @@ def householder_product(A, tau):
     m, n = A.shape[-2:]
     k = tau.shape[-1]
     if n > m or k > n:
-        raise ValueError(f"torch.linalg.householder_product: expected m >= n >= k, got A {A.shape} and tau {tau.shape}")
+        raise ArgumentError(f"torch.linalg.householder_product: expected m >= n >= k, got A {A.shape} and tau "
+                            f"{tau.shape}")
     V = _ag.add(_ag.tril(A[..., :, :k], -1), _like(np.eye(m, k), A))
     Q = _ag.expand(_like(np.eye(m, n), A), A.shape[:-2] + (m, n))
     for i in range(k - 1, -1, -1):  # Q <- H_i Q, from the last reflector to the first

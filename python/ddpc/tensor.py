@@ -16,6 +16,7 @@ import weakref
 import numpy as np
 
 from . import _C, _indexing
+from ._C import ArgumentError, DtypeError, IndexOutOfRangeError
 from ._dtype import (bfloat16, bool_, checked_memory_format, complex64, complex128, complex_of,
                      contiguous_format, device, device_of, dtype, float16, float32, float64, get_dtype, int32, int64,
                      numpy_dtype, ordinal, preserve_format, promote, row_major_is, strided, uint8)
@@ -81,7 +82,7 @@ def set_default_dtype(d):
     global _default_dtype
     dt = get_dtype(d)
     if not dt.is_floating_point:
-        raise TypeError(f"only floating-point types are supported as the default type, got {dt}")
+        raise DtypeError(f"only floating-point types are supported as the default type, got {dt}")
     _default_dtype = dt
 
 
@@ -286,7 +287,7 @@ class Tensor:
 
     def item(self):
         if self.numel() != 1:
-            raise ValueError(f"item() needs a tensor with one element, this one has {self.numel()}")
+            raise ArgumentError(f"item() needs a tensor with one element, this one has {self.numel()}")
         t = self.cpu()
         if t.dtype in (bfloat16, float16):
             t = t.to(float32)
@@ -482,19 +483,19 @@ class Tensor:
         shape = list(_size_args(shape))
         unknown = [i for i, s in enumerate(shape) if s == -1]
         if len(unknown) > 1:
-            raise ValueError("only one dimension can be -1")
+            raise ArgumentError("only one dimension can be -1")
         known = 1
         for s in shape:
             if s != -1:
                 if s < 0:
-                    raise ValueError(f"invalid shape {tuple(shape)}")
+                    raise ArgumentError(f"invalid shape {tuple(shape)}")
                 known *= s
         if unknown:
             if known == 0 or self.numel() % known:
-                raise ValueError(f"shape {tuple(shape)} is invalid for a tensor of {self.numel()} elements")
+                raise ArgumentError(f"shape {tuple(shape)} is invalid for a tensor of {self.numel()} elements")
             shape[unknown[0]] = self.numel() // known
         elif known != self.numel():
-            raise ValueError(f"shape {tuple(shape)} is invalid for a tensor of {self.numel()} elements")
+            raise ArgumentError(f"shape {tuple(shape)} is invalid for a tensor of {self.numel()} elements")
         return tuple(shape)
 
     def reshape(self, *shape):
@@ -507,7 +508,7 @@ class Tensor:
             return self.reshape(1)
         s, e = _ag._dim(self, start_dim), _ag._dim(self, end_dim)
         if s > e:
-            raise ValueError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim}")
+            raise ArgumentError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim}")
         return self.reshape(self.shape[:s] + (math.prod(self.shape[s:e + 1]),) + self.shape[e + 1:])
 
     def __getitem__(self, index):
@@ -547,7 +548,7 @@ class Tensor:
             if src.numel() == 1 and not _in_graph(self, src):
                 return self.fill_(src.item())
             if broadcast_shapes(src.shape, self.shape) != self.shape:
-                raise ValueError(f"copy_: a source of shape {src.shape} does not broadcast to {self.shape}")
+                raise ArgumentError(f"copy_: a source of shape {src.shape} does not broadcast to {self.shape}")
             src = src.expand(self.shape)
         if _in_graph(self, src):
             return _ag.write(self, None, src.to(device=self.device, dtype=self.dtype))
@@ -566,7 +567,7 @@ class Tensor:
         _check_no_grad_inplace(self, "fill_")
         if isinstance(value, (complex, np.complexfloating)):
             if not self.dtype.is_complex:
-                raise TypeError(f"fill_: a complex value can't be stored in a {self.dtype} tensor")
+                raise DtypeError(f"fill_: a complex value can't be stored in a {self.dtype} tensor")
             self._buf.bump_version()
             _C.fill(self._buf, float(value.real), float(value.imag))
             _write_back(self)
@@ -617,9 +618,9 @@ class Tensor:
             # The C loop would read elements of `other` it has already overwritten.
             other = other.detach().clone()
         if other.shape != self.shape:
-            raise ValueError(f"shapes {self.shape} and {other.shape} differ (autograd's ops broadcast)")
+            raise ArgumentError(f"shapes {self.shape} and {other.shape} differ (autograd's ops broadcast)")
         if other._buf.device != self._buf.device:
-            raise ValueError(f"tensors are on different devices ({self.device} and {other.device})")
+            raise ArgumentError(f"tensors are on different devices ({self.device} and {other.device})")
         rdt = promote(self.dtype, other.dtype)
         if not rdt.is_floating_point and op in (_DIV, _RDIV):
             rdt = float32
@@ -718,7 +719,7 @@ class Tensor:
         src = [source] if isinstance(source, numbers.Integral) else list(source)
         dst = [destination] if isinstance(destination, numbers.Integral) else list(destination)
         if len(src) != len(dst):
-            raise ValueError(f"movedim: {len(src)} source dims but {len(dst)} destinations")
+            raise ArgumentError(f"movedim: {len(src)} source dims but {len(dst)} destinations")
         src = [_ag._dim(self, d) for d in src]
         dst = [_ag._dim(self, d) for d in dst]
         order = [None] * self.ndim
@@ -737,7 +738,7 @@ class Tensor:
         else:
             dims = [_ag._dim(self, d) for d in ((dim,) if isinstance(dim, numbers.Integral) else dim)]
             if len(set(dims)) != len(dims):
-                raise ValueError(f"squeeze: dim {tuple(dim)} names a dim twice")
+                raise ArgumentError(f"squeeze: dim {tuple(dim)} names a dim twice")
         return self.reshape(tuple(s for d, s in enumerate(self.shape) if not (d in dims and s == 1)))
 
     def expand(self, *sizes):
@@ -752,7 +753,7 @@ class Tensor:
         """Tiles the tensor ``sizes[d]`` times along each dim (new leading dims for extra sizes)."""
         sizes = _size_args(sizes)
         if len(sizes) < self.ndim:
-            raise ValueError(f"repeat: {len(sizes)} repeats for a tensor of {self.ndim} dims")
+            raise ArgumentError(f"repeat: {len(sizes)} repeats for a tensor of {self.ndim} dims")
         shape = (1,) * (len(sizes) - self.ndim) + self.shape
         # (1, s0, 1, s1, ...) expanded to (r0, s0, r1, s1, ...) lays the copies out as tiles.
         inter = tuple(x for s_ in shape for x in (1, s_))
@@ -763,7 +764,8 @@ class Tensor:
         d = _ag._dim(self, dim)
         start = start + self.shape[d] if start < 0 else start
         if not (0 <= start and 0 <= length and start + length <= self.shape[d]):
-            raise IndexError(f"narrow: [{start}, {start + length}) is outside dim {d} of size {self.shape[d]}")
+            raise IndexOutOfRangeError(f"narrow: [{start}, {start + length}) is outside dim {d} of size "
+                                       f"{self.shape[d]}")
         return self[(slice(None),) * d + (slice(start, start + length),)]
 
     def select(self, dim, index):
@@ -774,7 +776,7 @@ class Tensor:
         sel = _lo._along(self, dim, index, "index_select")
         if self.ndim == 0:
             if index.numel() != 1:
-                raise IndexError(f"index_select: a 0-d tensor takes one index, got {index.numel()}")
+                raise IndexOutOfRangeError(f"index_select: a 0-d tensor takes one index, got {index.numel()}")
             return self[sel].reshape(())
         return self[sel]
 
@@ -1056,7 +1058,7 @@ class Tensor:
             prefix, _, name = dtype.rpartition(".")
             by_name = {v: k for k, v in _TYPE_NAMES.items()}
             if name not in by_name or prefix not in ("ddpc", "torch", "ddpc.cuda", "torch.cuda"):
-                raise ValueError(f"type: unknown tensor type {dtype!r}")
+                raise ArgumentError(f"type: unknown tensor type {dtype!r}")
             dev = "cuda" if prefix.endswith("cuda") else "cpu"
             return self.to(device=self.device if (dev == "cuda") == self.is_cuda else dev, dtype=by_name[name],
                            non_blocking=non_blocking)
@@ -1428,7 +1430,7 @@ class Tensor:
         (or ``device``): ``new(2, 3)`` or ``new(Size)`` uninitialised, ``new(data)``
         of that data, ``new()`` empty."""
         if len(args) == 1 and isinstance(args[0], Tensor) and args[0].dtype is not self.dtype:
-            raise TypeError(f"new: expected a tensor of {self.dtype}, got one of {args[0].dtype}")
+            raise DtypeError(f"new: expected a tensor of {self.dtype}, got one of {args[0].dtype}")
         if len(args) == 1 and isinstance(args[0], Size):
             args = tuple(args[0])
         buf = _legacy_buffer(args[0] if args else (), args[1:], "new", self.dtype)
@@ -1463,8 +1465,8 @@ class Tensor:
     def cfloat(self, memory_format=preserve_format): return self.to(dtype=complex64)
     def cdouble(self, memory_format=preserve_format): return self.to(dtype=complex128)
     def chalf(self, memory_format=preserve_format):
-        raise TypeError("chalf: ddpc has no complex32 dtype (its complex dtypes are complex64 and complex128: "
-                        "cfloat(), cdouble())")
+        raise DtypeError("chalf: ddpc has no complex32 dtype (its complex dtypes are complex64 and complex128: "
+                         "cfloat(), cdouble())")
 
     def nonzero_static(self, *, size, fill_value=-1):
         """nonzero() cut or padded with rows of ``fill_value`` to ``size`` rows."""
@@ -1560,13 +1562,13 @@ def set_printoptions(precision=None, threshold=None, edgeitems=None, linewidth=N
     its linewidth 80); 'short' and 'full' change what PyTorch's do."""
     if profile is not None:
         if profile not in _PrintOptions.PROFILES:
-            raise ValueError(f"set_printoptions: profile must be 'default', 'short' or 'full', got {profile!r}")
+            raise ArgumentError(f"set_printoptions: profile must be 'default', 'short' or 'full', got {profile!r}")
         _print_options.values = dict(_PrintOptions.DEFAULTS, **_PrintOptions.PROFILES[profile])
     for name, value in (("precision", precision), ("threshold", threshold), ("edgeitems", edgeitems),
                         ("linewidth", linewidth)):
         if value is not None:
             if value < 0:
-                raise ValueError(f"set_printoptions: {name} must be non-negative, got {value}")
+                raise ArgumentError(f"set_printoptions: {name} must be non-negative, got {value}")
             _print_options.values[name] = value
     _print_options.values["sci_mode"] = None if sci_mode is None else bool(sci_mode)
 
@@ -1574,7 +1576,13 @@ def set_printoptions(precision=None, threshold=None, edgeitems=None, linewidth=N
 def _is_dtype_spec(a):
     if isinstance(a, (dtype, type, np.dtype)):
         return True
-    return isinstance(a, str) and not (a.startswith("cpu") or a.startswith("cuda"))
+    if not isinstance(a, str) or a.startswith(("cpu", "cuda")):
+        return False
+    try:  # a string that names no dtype is a device, so its error names the devices
+        get_dtype(a)
+    except TypeError:
+        return False
+    return True
 
 
 def parse_to_args(args, device, dtype):
@@ -1727,7 +1735,7 @@ def _each_element(t, what, fn, others):
         if o.is_cuda:
             raise TypeError(f"{what} is only implemented on cpu tensors, got one on {o.device}")
         if o.dtype is not t.dtype:
-            raise TypeError(f"{what}: expected a tensor of {t.dtype} for the others, got {o.dtype}")
+            raise DtypeError(f"{what}: expected a tensor of {t.dtype} for the others, got {o.dtype}")
     if t.requires_grad:
         raise RuntimeError(f"Can't call {what}() on a tensor that requires grad; use t.detach().{what}() instead")
     cast = complex if t.dtype.is_complex else float if t.dtype.is_floating_point else bool if t.dtype is bool_ else int
@@ -1906,9 +1914,9 @@ def arange(start=0, end=None, step=1, dtype=None, device=None, requires_grad=Fal
     if end is None:
         start, end = 0, start
     if step == 0:
-        raise ValueError("arange: step must be non-zero")
+        raise ArgumentError("arange: step must be non-zero")
     if (end - start) * step < 0:  # as PyTorch, where numpy gives an empty array
-        raise ValueError(f"arange: the step {step} leads away from end={end} (start={start})")
+        raise ArgumentError(f"arange: the step {step} leads away from end={end} (start={start})")
     is_float = any(_is_float_scalar(v) for v in (start, end, step))
     dt = get_dtype(dtype) if dtype is not None else (get_default_dtype() if is_float else int64)
     values = np.arange(start, end, step, dtype=np.float64 if is_float or dt.is_floating_point else np.int64)
@@ -1951,9 +1959,9 @@ def randint(low, high=None, size=None, generator=None, dtype=None, device=None):
     dt = int64 if dtype is None else get_dtype(dtype)
     lo, hi = (0, 256) if dt is uint8 else _INT_BOUNDS.get(dt, (-_DOUBLE_INTS, _DOUBLE_INTS + 1))
     if high > low and not (lo <= low and high - 1 < hi):
-        raise ValueError(f"randint: [{low}, {high}) does not fit {dt.name} (its range is [{lo}, {hi}))")
+        raise ArgumentError(f"randint: [{low}, {high}) does not fit {dt.name} (its range is [{lo}, {hi}))")
     if high - low > _DOUBLE_INTS:
-        raise ValueError(f"randint: the range [{low}, {high}) is wider than 2**53, more than ddpc draws exactly")
+        raise ArgumentError(f"randint: the range [{low}, {high}) is wider than 2**53, more than ddpc draws exactly")
     if abs(low) > _DOUBLE_INTS or abs(high) > _DOUBLE_INTS:
         # Draw the offset from low, which a double holds exactly, then add low in int64.
         return _random(tuple(size), _RAND_INT, 0, high - low, int64, device, False, default=int64,
@@ -1964,7 +1972,7 @@ def randint(low, high=None, size=None, generator=None, dtype=None, device=None):
 def randperm(n, generator=None, dtype=None, device=None):
     """A random permutation of 0..n-1 (drawn on the host, the same on every device kind)."""
     if n < 0:
-        raise ValueError(f"randperm: n must be non-negative, got {n}")
+        raise ArgumentError(f"randperm: n must be non-negative, got {n}")
     t = _new((n,), "int64", None)
     seed, offset = _generator(generator).take(n)
     _C.randperm(t._buf, seed, offset)
@@ -2044,7 +2052,7 @@ def asarray(obj, *, dtype=None, device=None, copy=None, requires_grad=False):
     else:
         out = as_tensor(obj, dtype=dtype, device=device)
         if copy is False and not _shares_source(out, obj):
-            raise ValueError(f"asarray: can't alias {type(obj).__name__} data without a copy (copy=False was given)")
+            raise ArgumentError(f"asarray: can't alias {type(obj).__name__} data without a copy (copy=False was given)")
     if requires_grad:
         out = out.detach() if out is obj else out  # a new leaf over obj's memory
         out.requires_grad = True
@@ -2073,10 +2081,10 @@ def empty_strided(size, stride, *, dtype=None, layout=None, device=None, require
     give one non-negative stride per dim)."""
     size, stride = tuple(size), tuple(stride)
     if len(size) != len(stride):
-        raise ValueError(f"empty_strided: mismatch in length of strides and shape ({len(stride)} strides for "
-                         f"{len(size)} dims)")
+        raise ArgumentError(f"empty_strided: mismatch in length of strides and shape ({len(stride)} strides for "
+                            f"{len(size)} dims)")
     if any(st < 0 for st in stride):
-        raise ValueError(f"empty_strided: strides must be non-negative, got {list(stride)}")
+        raise ArgumentError(f"empty_strided: strides must be non-negative, got {list(stride)}")
     return _new(size, dtype, device, requires_grad, pin_memory)
 
 
@@ -2087,18 +2095,18 @@ def frombuffer(buffer, *, dtype, count=-1, offset=0, requires_grad=False):
     dt = get_dtype(dtype)
     view = memoryview(buffer)
     if view.nbytes == 0:
-        raise ValueError("frombuffer: both buffer length (0) and count (-1) must not be 0")
+        raise ArgumentError("frombuffer: both buffer length (0) and count (-1) must not be 0")
     if not 0 <= offset < view.nbytes:
-        raise ValueError(f"frombuffer: offset ({offset} bytes) must be non-negative and no greater than buffer "
-                         f"length ({view.nbytes} bytes) minus 1")
+        raise ArgumentError(f"frombuffer: offset ({offset} bytes) must be non-negative and no greater than buffer "
+                            f"length ({view.nbytes} bytes) minus 1")
     if count <= 0 and count != -1:
-        raise ValueError(f"frombuffer: count must be positive or -1, got {count}")
+        raise ArgumentError(f"frombuffer: count must be positive or -1, got {count}")
     if count == -1 and (view.nbytes - offset) % dt.itemsize:
-        raise ValueError(f"frombuffer: buffer length ({view.nbytes - offset} bytes) after offset ({offset} bytes) "
-                         f"must be a multiple of element size ({dt.itemsize})")
+        raise ArgumentError(f"frombuffer: buffer length ({view.nbytes - offset} bytes) after offset ({offset} bytes) "
+                            f"must be a multiple of element size ({dt.itemsize})")
     if count > 0 and offset + count * dt.itemsize > view.nbytes:
-        raise ValueError(f"frombuffer: requested buffer length ({count} * {dt.itemsize} bytes) after offset "
-                         f"({offset} bytes) must not be greater than actual buffer length ({view.nbytes} bytes)")
+        raise ArgumentError(f"frombuffer: requested buffer length ({count} * {dt.itemsize} bytes) after offset "
+                            f"({offset} bytes) must not be greater than actual buffer length ({view.nbytes} bytes)")
     raw = np.frombuffer(buffer, dtype=np.uint16 if dt is bfloat16 else dt._np, count=count, offset=offset)
     out = Tensor(_C.Buffer.from_object(raw, "bfloat16") if dt is bfloat16 else _C.Buffer.from_object(raw))
     return out._with_grad(requires_grad)
@@ -2124,10 +2132,10 @@ def meshgrid(*tensors, indexing="ij"):
     if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)):
         tensors = tuple(tensors[0])
     if indexing not in ("ij", "xy"):
-        raise ValueError(f"meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
+        raise ArgumentError(f"meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
     for t in tensors:
         if t.ndim > 1:
-            raise ValueError(f"meshgrid expects 0-d or 1-d tensors, got shape {t.shape}")
+            raise ArgumentError(f"meshgrid expects 0-d or 1-d tensors, got shape {t.shape}")
     axes = list(range(len(tensors)))
     if indexing == "xy" and len(tensors) > 1:
         axes[0], axes[1] = 1, 0
@@ -2155,26 +2163,26 @@ def diag(input, diagonal=0):
     if input.ndim == 2:
         rows = np.arange(max(0, -k), min(input.shape[0], input.shape[1] - k))
         return input[rows, rows + k]
-    raise ValueError(f"diag expects a 1-d or 2-d tensor, got shape {input.shape}")
+    raise ArgumentError(f"diag expects a 1-d or 2-d tensor, got shape {input.shape}")
 
 
 def _gather_rows(tensors, name):
     tensors = list(tensors)
     if not tensors:
-        raise ValueError(f"{name}() needs at least one tensor")
+        raise ArgumentError(f"{name}() needs at least one tensor")
     for t in tensors:
         if not isinstance(t, Tensor):
             raise TypeError(f"{name}() takes ddpc tensors, got {type(t).__name__}")
     first = tensors[0]
     for t in tensors[1:]:
         if t._buf.device != first._buf.device:
-            raise ValueError(f"{name}(): tensors are on different devices ({first.device} and {t.device})")
+            raise ArgumentError(f"{name}(): tensors are on different devices ({first.device} and {t.device})")
     return tensors, first
 
 
 def _cat_dim(dim, ndim, name):
     if not -ndim <= dim < ndim:
-        raise IndexError(f"{name}(): dim {dim} is out of range for {ndim} dims")
+        raise IndexOutOfRangeError(f"{name}(): dim {dim} is out of range for {ndim} dims")
     return dim % ndim
 
 
@@ -2188,7 +2196,7 @@ def stack(tensors, dim=0):
     tensors, first = _gather_rows(tensors, "stack")
     for t in tensors[1:]:
         if t.shape != first.shape:
-            raise ValueError(f"stack(): shapes {first.shape} and {t.shape} differ")
+            raise ArgumentError(f"stack(): shapes {first.shape} and {t.shape} differ")
     dim = _cat_dim(dim, first.ndim + 1, "stack")
     dt = first.dtype
     for t in tensors[1:]:
@@ -2203,11 +2211,11 @@ def cat(tensors, dim=0):
     """Concatenates tensors along ``dim`` (all other dims equal)."""
     tensors, first = _gather_rows(tensors, "cat")
     if first.ndim == 0:
-        raise ValueError("cat(): zero-dimensional tensors cannot be concatenated")
+        raise ArgumentError("cat(): zero-dimensional tensors cannot be concatenated")
     dim = _cat_dim(dim, first.ndim, "cat")
     for t in tensors:
         if t.ndim != first.ndim or t.shape[:dim] != first.shape[:dim] or t.shape[dim + 1:] != first.shape[dim + 1:]:
-            raise ValueError(f"cat(): shapes {first.shape} and {t.shape} differ beyond dim {dim}")
+            raise ArgumentError(f"cat(): shapes {first.shape} and {t.shape} differ beyond dim {dim}")
     dt = first.dtype
     for t in tensors[1:]:
         dt = promote(dt, t.dtype)

@@ -34,6 +34,7 @@ import numpy as np
 
 from .. import _C
 from .. import autograd as _ag
+from .._C import ArgumentError, DtypeError
 from ..backends import alert_not_deterministic
 from ..amp import autocast_op
 from ..tensor import _ADD, Tensor, full, int64, tensor
@@ -53,7 +54,7 @@ def as_tuple(value, n, name):
     except TypeError:
         t = None
     if t is None or len(t) != n or not all(isinstance(v, numbers.Integral) for v in t):
-        raise ValueError(f"{name} must be an int or a tuple of {n} ints, got {value!r}")
+        raise ArgumentError(f"{name} must be an int or a tuple of {n} ints, got {value!r}")
     return tuple(int(v) for v in t)
 
 
@@ -65,29 +66,29 @@ def padding_pairs(padding, kernel, stride, dilation):
         if padding == "valid":
             return ((0, 0),) * n
         if padding != "same":
-            raise ValueError(f"Invalid padding string {padding!r}, should be one of ('valid', 'same')")
+            raise ArgumentError(f"Invalid padding string {padding!r}, should be one of ('valid', 'same')")
         if any(s != 1 for s in stride):
-            raise ValueError("padding='same' is not supported for strided convolutions")
+            raise ArgumentError("padding='same' is not supported for strided convolutions")
         totals = [d * (k - 1) for k, d in zip(kernel, dilation)]
         return tuple((t // 2, t - t // 2) for t in totals)
     pad = as_tuple(padding, n, "padding")
     if any(p < 0 for p in pad):
-        raise ValueError(f"negative padding is not supported, got padding={padding}")
+        raise ArgumentError(f"negative padding is not supported, got padding={padding}")
     return tuple((p, p) for p in pad)
 
 
 def _check_positive(values, name, what):
     if any(v <= 0 for v in values):
-        raise ValueError(f"{what}: {name} must be greater than zero, got {name}={values}")
+        raise ArgumentError(f"{what}: {name} must be greater than zero, got {name}={values}")
 
 
 def _check_ranks(name, nd, x_shape, w_shape, weight_dims):
     if len(x_shape) not in (nd + 1, nd + 2):
-        raise ValueError(f"Expected {nd + 1}D (unbatched) or {nd + 2}D (batched) input to {name}, but got input of "
-                         f"size: {list(x_shape)}")
+        raise ArgumentError(f"Expected {nd + 1}D (unbatched) or {nd + 2}D (batched) input to {name}, but got input of "
+                            f"size: {list(x_shape)}")
     if len(w_shape) != nd + 2:
-        raise ValueError(f"{name}: the weight must be {nd + 2}-d ({weight_dims}, *kernel_size), got shape "
-                         f"{tuple(w_shape)}")
+        raise ArgumentError(f"{name}: the weight must be {nd + 2}-d ({weight_dims}, *kernel_size), got shape "
+                            f"{tuple(w_shape)}")
 
 
 def conv_geometry(name, nd, x_shape, w_shape, stride, padding, dilation, groups):
@@ -95,14 +96,14 @@ def conv_geometry(name, nd, x_shape, w_shape, stride, padding, dilation, groups)
     convolution of an input of ``x_shape`` by a weight of ``w_shape``."""
     _check_ranks(name, nd, x_shape, w_shape, "out_channels, in_channels / groups")
     if not isinstance(groups, numbers.Integral) or groups <= 0:
-        raise ValueError(f"{name}: groups must be a positive integer, got {groups!r}")
+        raise ArgumentError(f"{name}: groups must be a positive integer, got {groups!r}")
     channels, (out_channels, group_channels), kernel = x_shape[-nd - 1], w_shape[:2], tuple(w_shape[2:])
     if out_channels % groups:
-        raise ValueError(f"Given groups={groups}, expected weight to be divisible by {groups} at dimension 0, but "
-                         f"got weight of size {list(w_shape)} instead")
+        raise ArgumentError(f"Given groups={groups}, expected weight to be divisible by {groups} at dimension 0, but "
+                            f"got weight of size {list(w_shape)} instead")
     if channels != group_channels * groups:
-        raise ValueError(f"Given groups={groups}, weight of size {list(w_shape)}, expected input{list(x_shape)} to "
-                         f"have {group_channels * groups} channels, but got {channels} channels instead")
+        raise ArgumentError(f"Given groups={groups}, weight of size {list(w_shape)}, expected input{list(x_shape)} to "
+                            f"have {group_channels * groups} channels, but got {channels} channels instead")
     _check_positive(kernel, "kernel_size", name)
     stride, dilation = as_tuple(stride, nd, "stride"), as_tuple(dilation, nd, "dilation")
     _check_positive(stride, "stride", name)
@@ -111,9 +112,9 @@ def conv_geometry(name, nd, x_shape, w_shape, stride, padding, dilation, groups)
     padded = [i + b + a for i, (b, a) in zip(x_shape[-nd:], pads)]
     spans = [d * (k - 1) + 1 for k, d in zip(kernel, dilation)]
     if any(p < s for p, s in zip(padded, spans)):
-        raise ValueError(f"{name}: calculated padded input size per channel: ({' x '.join(map(str, padded))}). "
-                         f"Kernel size: ({' x '.join(map(str, spans))}). Kernel size can't be greater than actual "
-                         f"input size")
+        raise ArgumentError(f"{name}: calculated padded input size per channel: ({' x '.join(map(str, padded))}). "
+                            f"Kernel size: ({' x '.join(map(str, spans))}). Kernel size can't be greater than actual "
+                            "input size")
     out = tuple((p - s) // st + 1 for p, s, st in zip(padded, spans, stride))
     return stride, tuple(b for b, _ in pads), dilation, out
 
@@ -122,10 +123,10 @@ def _check_planes(name, nd, input):
     if not isinstance(input, Tensor):
         raise TypeError(f"{name}: the input must be a ddpc tensor, got {type(input).__name__}")
     if input.ndim not in (nd + 1, nd + 2) or 0 in input.shape[-nd - 1:]:
-        raise ValueError(f"{name}: expected a {nd + 1}-d or {nd + 2}-d (batched) input with non-empty channel and "
-                         f"spatial dims, got shape {tuple(input.shape)}")
+        raise ArgumentError(f"{name}: expected a {nd + 1}-d or {nd + 2}-d (batched) input with non-empty channel and "
+                            f"spatial dims, got shape {tuple(input.shape)}")
     if not input.dtype.is_floating_point:
-        raise TypeError(f"{name}: needs a floating-point input, got {input.dtype}")
+        raise DtypeError(f"{name}: needs a floating-point input, got {input.dtype}")
 
 
 def pool_geometry(name, nd, x_shape, kernel_size, stride, padding, dilation, ceil_mode):
@@ -139,8 +140,8 @@ def pool_geometry(name, nd, x_shape, kernel_size, stride, padding, dilation, cei
     for values, what in ((kernel, "kernel_size"), (stride, "stride"), (dilation, "dilation")):
         _check_positive(values, what, name)
     if any(p < 0 or p > k // 2 for p, k in zip(pad, kernel)):
-        raise ValueError(f"{name}: pad should be at most half of kernel size and non-negative, but got "
-                         f"padding={pad} and kernel_size={kernel}")
+        raise ArgumentError(f"{name}: pad should be at most half of kernel size and non-negative, but got "
+                            f"padding={pad} and kernel_size={kernel}")
     out = []
     for i, k, s, p, d in zip(x_shape[-nd:], kernel, stride, pad, dilation):
         o = (i + 2 * p - d * (k - 1) - 1 + (s - 1 if ceil_mode else 0)) // s + 1
@@ -148,8 +149,8 @@ def pool_geometry(name, nd, x_shape, kernel_size, stride, padding, dilation, cei
             o -= 1
         out.append(o)
     if any(o < 1 for o in out):
-        raise ValueError(f"{name}: given input size: ({'x'.join(map(str, x_shape[-nd - 1:]))}). Calculated output "
-                         f"size: ({'x'.join(map(str, [x_shape[-nd - 1]] + out))}). Output size is too small")
+        raise ArgumentError(f"{name}: given input size: ({'x'.join(map(str, x_shape[-nd - 1:]))}). Calculated output "
+                            f"size: ({'x'.join(map(str, [x_shape[-nd - 1]] + out))}). Output size is too small")
     return kernel, stride, pad, dilation, tuple(out)
 
 
@@ -382,13 +383,13 @@ def _check_conv_operands(name, input, weight, bias, out_channels):
             raise TypeError(f"{name}: the {what} must be a ddpc tensor, got {type(t).__name__}")
     if not input.dtype.is_floating_point or input.dtype is not weight.dtype or \
             (bias is not None and bias.dtype is not weight.dtype):
-        raise TypeError(f"{name}: input, weight and bias must share one floating-point dtype, got {input.dtype}, "
-                        f"{weight.dtype} and {None if bias is None else bias.dtype}")
+        raise DtypeError(f"{name}: input, weight and bias must share one floating-point dtype, got {input.dtype}, "
+                         f"{weight.dtype} and {None if bias is None else bias.dtype}")
     if input._buf.device != weight._buf.device or (bias is not None and bias._buf.device != weight._buf.device):
-        raise ValueError(f"{name}: input on {input.device}, weight on {weight.device}"
-                         + ("" if bias is None else f", bias on {bias.device}"))
+        raise ArgumentError(f"{name}: input on {input.device}, weight on {weight.device}"
+                            + ("" if bias is None else f", bias on {bias.device}"))
     if bias is not None and tuple(bias.shape) != (out_channels,):
-        raise ValueError(f"{name}: the bias must have shape ({out_channels},), got {tuple(bias.shape)}")
+        raise ArgumentError(f"{name}: the bias must have shape ({out_channels},), got {tuple(bias.shape)}")
 
 
 @autocast_op("lower")
@@ -412,28 +413,28 @@ def transposed_geometry(name, nd, x_shape, w_shape, stride, padding, output_padd
     ``x_shape`` by a weight of ``w_shape`` (in_channels, out_channels / groups, *kernel)."""
     _check_ranks(name, nd, x_shape, w_shape, "in_channels, out_channels / groups")
     if not isinstance(groups, numbers.Integral) or groups <= 0 or w_shape[0] % groups:
-        raise ValueError(f"{name}: groups must be a positive integer dividing the weight's {w_shape[0]} input "
-                         f"channels, got {groups!r}")
+        raise ArgumentError(f"{name}: groups must be a positive integer dividing the weight's {w_shape[0]} input "
+                            f"channels, got {groups!r}")
     if x_shape[-nd - 1] != w_shape[0]:
-        raise ValueError(f"{name}: the input has {x_shape[-nd - 1]} channels, the weight expects {w_shape[0]}")
+        raise ArgumentError(f"{name}: the input has {x_shape[-nd - 1]} channels, the weight expects {w_shape[0]}")
     if isinstance(padding, str):
-        raise ValueError(f"{name}: padding must be an int or a tuple of ints (PyTorch's transposed convolutions "
-                         f"take no '{padding}')")
+        raise ArgumentError(f"{name}: padding must be an int or a tuple of ints (PyTorch's transposed convolutions "
+                            f"take no '{padding}')")
     kernel = tuple(w_shape[2:])
     stride, dilation = as_tuple(stride, nd, "stride"), as_tuple(dilation, nd, "dilation")
     padding, output_padding = as_tuple(padding, nd, "padding"), as_tuple(output_padding, nd, "output_padding")
     for values, what in ((kernel, "kernel_size"), (stride, "stride"), (dilation, "dilation")):
         _check_positive(values, what, name)
     if any(p < 0 for p in padding + output_padding):
-        raise ValueError(f"{name}: negative padding {padding} or output_padding {output_padding}")
+        raise ArgumentError(f"{name}: negative padding {padding} or output_padding {output_padding}")
     if any(op >= max(s, d) for op, s, d in zip(output_padding, stride, dilation)):
-        raise ValueError(f"{name}: output padding must be smaller than either stride or dilation, got "
-                         f"output_padding={output_padding}, stride={stride}, dilation={dilation}")
+        raise ArgumentError(f"{name}: output padding must be smaller than either stride or dilation, got "
+                            f"output_padding={output_padding}, stride={stride}, dilation={dilation}")
     out = tuple((i - 1) * s - 2 * p + d * (k - 1) + op + 1
                 for i, s, p, d, k, op in zip(x_shape[-nd:], stride, padding, dilation, kernel, output_padding))
     if any(o <= 0 for o in out):
-        raise ValueError(f"{name}: the output size {out} is too small (input {tuple(x_shape[-nd:])}, padding "
-                         f"{padding})")
+        raise ArgumentError(f"{name}: the output size {out} is too small (input {tuple(x_shape[-nd:])}, padding "
+                            f"{padding})")
     return stride, padding, dilation, out
 
 
@@ -494,7 +495,7 @@ def _window_args(name, kernel_size, dilation, padding, stride):
     for values, what in ((kernel, "kernel_size"), (dilation, "dilation"), (stride, "stride")):
         _check_positive(values, what, name)
     if any(p < 0 for p in padding):
-        raise ValueError(f"{name}: padding must be non-negative, got {padding}")
+        raise ArgumentError(f"{name}: padding must be non-negative, got {padding}")
     return kernel, (stride, padding, dilation)
 
 
@@ -508,15 +509,15 @@ def unfold(input, kernel_size, dilation=1, padding=0, stride=1):
     """The sliding blocks of (N, C, H, W) or (C, H, W) ``input``, as torch's
     F.unfold: (N, C * KH * KW, L) with L the blocks' count; im2col."""
     if not isinstance(input, Tensor) or input.ndim not in (3, 4):
-        raise ValueError(f"Input Error: Only 3D or 4D input Tensors are supported (got "
-                         f"{getattr(input, 'ndim', type(input).__name__)}D)")
+        raise ArgumentError("Input Error: Only 3D or 4D input Tensors are supported (got "
+                            f"{getattr(input, 'ndim', type(input).__name__)}D)")
     if input.dtype in _ag._HALVES:  # im2col moves float32 and float64
         return unfold(input.float(), kernel_size, dilation, padding, stride).to(dtype=input.dtype)
     kernel, geometry = _window_args("unfold", kernel_size, dilation, padding, stride)
     x = input if input.ndim == 4 else input.unsqueeze(0)
     blocks = _blocks(x.shape[2:], kernel, geometry)
     if any(b <= 0 for b in blocks):
-        raise ValueError(f"unfold: no block of {kernel} fits the padded input {tuple(x.shape[2:])}")
+        raise ArgumentError(f"unfold: no block of {kernel} fits the padded input {tuple(x.shape[2:])}")
     xd = x.detach()
     col = _ag._empty((x.shape[1],) + kernel + (x.shape[0],) + blocks, xd)
     _C.im2col(col._buf, xd._buf, *geometry)
@@ -533,8 +534,8 @@ def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):
     """Sums the sliding blocks of (N, C * KH * KW, L) or (C * KH * KW, L) ``input``
     into (N, C, *output_size), as torch's F.fold (col2im: overlapping blocks add up)."""
     if not isinstance(input, Tensor) or input.ndim not in (2, 3):
-        raise ValueError(f"Input Error: Only unbatched (2D) or batched (3D) input Tensors are supported (got "
-                         f"{getattr(input, 'ndim', type(input).__name__)}D)")
+        raise ArgumentError("Input Error: Only unbatched (2D) or batched (3D) input Tensors are supported (got "
+                            f"{getattr(input, 'ndim', type(input).__name__)}D)")
     if input.dtype in _ag._HALVES:  # col2im adds in float32 and float64
         return fold(input.float(), output_size, kernel_size, dilation, padding, stride).to(dtype=input.dtype)
     kernel, geometry = _window_args("fold", kernel_size, dilation, padding, stride)
@@ -543,13 +544,13 @@ def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):
     n, taps, length = x.shape
     blocks = _blocks(size, kernel, geometry)
     if taps % math.prod(kernel):
-        raise ValueError(f"fold: expected size of input's dimension 1 to be divisible by the product of "
-                         f"kernel_size, but got input.size(1)={taps} and kernel_size={kernel}")
+        raise ArgumentError("fold: expected size of input's dimension 1 to be divisible by the product of "
+                            f"kernel_size, but got input.size(1)={taps} and kernel_size={kernel}")
     if math.prod(blocks) != length or any(b <= 0 for b in blocks):
-        raise ValueError(f"fold: given output_size={size}, kernel_size={kernel}, dilation={geometry[2]}, "
-                         f"padding={geometry[1]}, stride={geometry[0]}, expected size of input's dimension 2 to "
-                         f"match the calculated number of sliding blocks {' * '.join(map(str, blocks))} = "
-                         f"{math.prod(blocks)}, but got input.size(2)={length}")
+        raise ArgumentError(f"fold: given output_size={size}, kernel_size={kernel}, dilation={geometry[2]}, "
+                            f"padding={geometry[1]}, stride={geometry[0]}, expected size of input's dimension 2 to "
+                            f"match the calculated number of sliding blocks {' * '.join(map(str, blocks))} = "
+                            f"{math.prod(blocks)}, but got input.size(2)={length}")
     xd = x.detach().contiguous()
     c = taps // math.prod(kernel)
     col = _ag._empty((c,) + kernel + (n,) + blocks, xd)
@@ -577,16 +578,16 @@ def pad_by_mode(input, pads, mode):
         idx = np.arange(-before, n + after)
         if mode == "reflect":
             if before >= n or after >= n:
-                raise ValueError(f"reflect padding ({before}, {after}) must be less than the input size {n} of dim "
-                                 f"{dim}")
+                raise ArgumentError(f"reflect padding ({before}, {after}) must be less than the input size {n} of dim "
+                                    f"{dim}")
             idx = np.abs(idx)
             idx = np.where(idx >= n, 2 * (n - 1) - idx, idx)
         elif mode == "replicate":
             idx = np.clip(idx, 0, n - 1)
         else:
             if before > n or after > n:
-                raise ValueError(f"circular padding ({before}, {after}) wraps around more than once over the input "
-                                 f"size {n} of dim {dim}")
+                raise ArgumentError(f"circular padding ({before}, {after}) wraps around more than once over the input "
+                                    f"size {n} of dim {dim}")
             idx = idx % n
         input = input.index_select(dim, tensor(idx.astype(np.int64), device=input.device))
     return input
@@ -601,8 +602,8 @@ def _pad_constant(input, pads, value):
         n = input.shape[dim]
         start, stop = max(-before, 0), n - max(-after, 0)
         if stop < start:
-            raise ValueError(f"pad: the negative padding ({before}, {after}) of dim {dim} crops more than its size "
-                             f"{n}")
+            raise ArgumentError(f"pad: the negative padding ({before}, {after}) of dim {dim} crops more than its size "
+                                f"{n}")
         input = input.narrow(dim, start, stop - start)
         pieces = []
         for width in (before, input, after):
@@ -623,26 +624,26 @@ def pad(input, pad, mode="constant", value=None):
     if not isinstance(input, Tensor):
         raise TypeError(f"pad: the input must be a ddpc tensor, got {type(input).__name__}")
     if mode not in PAD_MODES:
-        raise ValueError(f"pad: mode must be one of {PAD_MODES}, got {mode!r}")
+        raise ArgumentError(f"pad: mode must be one of {PAD_MODES}, got {mode!r}")
     try:
         widths = tuple(pad)
     except TypeError:
         widths = None
     if widths is None or len(widths) % 2 or not all(isinstance(w, numbers.Integral) for w in widths):
-        raise ValueError(f"pad: the padding must be a sequence of an even number of ints, got {pad!r}")
+        raise ArgumentError(f"pad: the padding must be a sequence of an even number of ints, got {pad!r}")
     if len(widths) // 2 > input.ndim:
-        raise ValueError(f"pad: padding length {len(widths)} is too large for a {input.ndim}-d input; at most "
-                         f"{2 * input.ndim}")
+        raise ArgumentError(f"pad: padding length {len(widths)} is too large for a {input.ndim}-d input; at most "
+                            f"{2 * input.ndim}")
     pads = tuple((int(widths[i]), int(widths[i + 1])) for i in range(len(widths) - 2, -1, -2))
     if mode == "constant":
         return _pad_constant(input, pads, 0.0 if value is None else value)
     if value:
-        raise ValueError(f"pad: padding mode {mode!r} doesn't take in value argument")
+        raise ArgumentError(f"pad: padding mode {mode!r} doesn't take in value argument")
     if not 1 <= len(pads) <= 3 or input.ndim not in (len(pads) + 1, len(pads) + 2):
         raise NotImplementedError(f"pad: mode {mode!r} pads the last 1 to 3 dims of an input with one or two dims "
                                   f"more, got a padding of length {len(widths)} for a {input.ndim}-d input")
     if any(w < 0 for w in widths):
-        raise ValueError(f"pad: mode {mode!r} takes no negative padding, got {pad!r}")
+        raise ArgumentError(f"pad: mode {mode!r} takes no negative padding, got {pad!r}")
     return pad_by_mode(input, pads, mode)
 
 
@@ -739,7 +740,7 @@ def avg_pool(name, nd, input, kernel_size, stride, padding, ceil_mode, count_inc
     _check_planes(name, nd, input)
     kernel, stride, pad, _, out = pool_geometry(name, nd, input.shape, kernel_size, stride, padding, 1, ceil_mode)
     if divisor_override is not None and (not isinstance(divisor_override, numbers.Integral) or divisor_override == 0):
-        raise ValueError(f"{name}: divisor_override must be a non-zero int, got {divisor_override!r}")
+        raise ArgumentError(f"{name}: divisor_override must be a non-zero int, got {divisor_override!r}")
     return _avg_volumes(input, nd, out, (kernel, stride, pad, bool(count_include_pad), int(divisor_override or 0)))
 
 
@@ -753,10 +754,10 @@ def _adaptive_size(name, nd, input, output_size):
     sizes = (output_size,) * nd if output_size is None or isinstance(output_size, numbers.Integral) \
         else tuple(output_size)
     if len(sizes) != nd or not all(s is None or isinstance(s, numbers.Integral) for s in sizes):
-        raise ValueError(f"{name}: output_size must be {_SIZE_WORDS[nd]} or None, got {output_size!r}")
+        raise ArgumentError(f"{name}: output_size must be {_SIZE_WORDS[nd]} or None, got {output_size!r}")
     out = tuple(int(i if s is None else s) for s, i in zip(sizes, input.shape[-nd:]))
     if any(o < 0 for o in out):
-        raise ValueError(f"{name}: elements of output_size must be >= 0, got {out}")
+        raise ArgumentError(f"{name}: elements of output_size must be >= 0, got {out}")
     return out
 
 
@@ -810,12 +811,12 @@ def _unpool_size(nd, input, kernel, stride, padding, output_size):
     if len(size) == nd + 2:
         size = size[2:]
     if len(size) != nd:
-        raise ValueError(f"output_size should be a sequence containing {nd} or {nd + 2} elements, but it has a "
-                         f"length of '{len(size)}'")
+        raise ArgumentError(f"output_size should be a sequence containing {nd} or {nd + 2} elements, but it has a "
+                            f"length of '{len(size)}'")
     for d, (o, s) in enumerate(zip(size, stride)):
         if not default[d] - s < o < default[d] + s:
-            raise ValueError(f'invalid output_size "{output_size}" (dim {d} must be between {default[d] - s} and '
-                             f'{default[d] + s})')
+            raise ArgumentError(f'invalid output_size "{output_size}" (dim {d} must be between {default[d] - s} and '
+                                f'{default[d] + s})')
     return tuple(int(o) for o in size)
 
 
@@ -828,13 +829,13 @@ def max_unpool(name, nd, input, indices, kernel_size, stride, padding, output_si
     stride = kernel if stride is None else as_tuple(stride, nd, "stride")
     padding = as_tuple(padding, nd, "padding")
     if not isinstance(indices, Tensor) or indices.dtype is not int64:
-        raise TypeError(f"{name}: indices must be an int64 ddpc tensor, got "
-                        f"{getattr(indices, 'dtype', type(indices).__name__)}")
+        raise DtypeError(f"{name}: indices must be an int64 ddpc tensor, got "
+                         f"{getattr(indices, 'dtype', type(indices).__name__)}")
     if tuple(indices.shape) != tuple(input.shape):
-        raise ValueError(f"Expected shape of indices to be same as that of the input tensor ({list(input.shape)}) "
-                         f"but got indices tensor with shape: {list(indices.shape)}")
+        raise ArgumentError(f"Expected shape of indices to be same as that of the input tensor ({list(input.shape)}) "
+                            f"but got indices tensor with shape: {list(indices.shape)}")
     if indices._buf.device != input._buf.device:
-        raise ValueError(f"{name}: input on {input.device}, indices on {indices.device}")
+        raise ArgumentError(f"{name}: input on {input.device}, indices on {indices.device}")
     out = _unpool_size(nd, input, kernel, stride, padding, output_size)
     if input.dtype in _ag._HALVES:
         return max_unpool(name, nd, input.float(), indices, kernel, stride, padding, out).to(dtype=input.dtype)

@@ -10,6 +10,7 @@ import numpy as np
 
 from .. import _C
 from .. import autograd as _ag
+from .._C import ArgumentError, DtypeError
 from ..backends import alert_not_deterministic
 from .._dtype import int32, int64
 from .._sparse_coo import rows_gradient
@@ -68,8 +69,8 @@ class _EmbeddingBagBackward(_ag.Node):
 
 def _as_index(t, what):
     if not isinstance(t, Tensor) or t.dtype not in (int32, int64):
-        raise TypeError(f"embedding_bag: {what} must be an int64 or int32 ddpc tensor, got "
-                        f"{getattr(t, 'dtype', type(t).__name__)}")
+        raise DtypeError(f"embedding_bag: {what} must be an int64 or int32 ddpc tensor, got "
+                         f"{getattr(t, 'dtype', type(t).__name__)}")
     return t.detach().to(dtype=int64).contiguous()
 
 
@@ -77,7 +78,7 @@ def _check_indices(indices, rows):
     if indices.numel():
         low, high = indices.min().item(), indices.max().item()
         if low < 0 or high >= rows:
-            raise ValueError(f"embedding_bag: index {low if low < 0 else high} is out of range for {rows} rows")
+            raise ArgumentError(f"embedding_bag: index {low if low < 0 else high} is out of range for {rows} rows")
 
 
 def _check_on_gpu(indices, offsets, rows):
@@ -88,12 +89,12 @@ def _check_on_gpu(indices, offsets, rows):
     _check_indices(indices, rows)
     off = offsets.cpu().numpy()
     if off[0] != 0:
-        raise ValueError(f"offsets[0] has to be 0, i.e., the first sequence in the mini-batch has to start from "
-                         f"position 0. However, got {off[0]}")
+        raise ArgumentError("offsets[0] has to be 0, i.e., the first sequence in the mini-batch has to start from "
+                            f"position 0. However, got {off[0]}")
     if (np.diff(off) < 0).any():
-        raise ValueError("embedding_bag: offsets must be non-decreasing")
+        raise ArgumentError("embedding_bag: offsets must be non-decreasing")
     if off[-1] > n:
-        raise ValueError(f"offsets[-1] can not be greater than input's length {n} but got offsets[-1] of {off[-1]}")
+        raise ArgumentError(f"offsets[-1] can not be greater than input's length {n} but got offsets[-1] of {off[-1]}")
 
 
 def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale_grad_by_freq=False, mode="mean",
@@ -121,60 +122,60 @@ def bags(input, weight, offsets=None, max_norm=None, norm_type=2, scale_grad_by_
     maximum came from in mode 'max' (else None), and the flat indices and
     the bag starts (the input's length appended) it read."""
     if not isinstance(weight, Tensor) or weight.ndim != 2 or not weight.dtype.is_floating_point:
-        raise ValueError(f"embedding_bag: the weight must be a 2-d floating-point ddpc tensor, got "
-                         f"{getattr(weight, 'shape', type(weight).__name__)}")
+        raise ArgumentError("embedding_bag: the weight must be a 2-d floating-point ddpc tensor, got "
+                            f"{getattr(weight, 'shape', type(weight).__name__)}")
     if mode not in MODES:
-        raise ValueError("mode has to be one of sum, mean or max")
+        raise ArgumentError("mode has to be one of sum, mean or max")
     if sparse and mode == "max":
-        raise ValueError("max mode does not support sparse weights")
+        raise ArgumentError("max mode does not support sparse weights")
     if sparse and weight.dtype in _ag._HALVES:
         raise NotImplementedError(f"embedding_bag: sparse gradients of a {weight.dtype} table are not supported; use "
                                   "a float32 table or sparse=False")
     if scale_grad_by_freq and mode == "max":
-        raise ValueError("max mode does not support scaling the gradient by the frequency")
+        raise ArgumentError("max mode does not support scaling the gradient by the frequency")
     if per_sample_weights is not None and mode != "sum":
         raise NotImplementedError(f"embedding_bag: per_sample_weights was not None. per_sample_weights is only "
                                   f"supported for mode='sum' (got mode='{mode}')")
     indices = _as_index(input, "input")
     if per_sample_weights is not None:
         if not isinstance(per_sample_weights, Tensor) or tuple(per_sample_weights.shape) != tuple(input.shape):
-            raise ValueError(f"embedding_bag: If per_sample_weights ({getattr(per_sample_weights, 'shape', None)}) "
-                             f"is not None, then it must have the same shape as the input ({tuple(input.shape)})")
+            raise ArgumentError(f"embedding_bag: If per_sample_weights ({getattr(per_sample_weights, 'shape', None)}) "
+                                f"is not None, then it must have the same shape as the input ({tuple(input.shape)})")
         if per_sample_weights.dtype is not weight.dtype:
-            raise TypeError(f"embedding_bag: per_sample_weights is {per_sample_weights.dtype}, the weight "
-                            f"{weight.dtype}")
+            raise DtypeError(f"embedding_bag: per_sample_weights is {per_sample_weights.dtype}, the weight "
+                             f"{weight.dtype}")
     if indices.ndim == 2:
         if offsets is not None:
-            raise ValueError(f"if input is 2D, then offsets has to be None, as input is treated is a mini-batch of "
-                             f"fixed length sequences. However, found offsets of type {type(offsets).__name__}")
+            raise ArgumentError("if input is 2D, then offsets has to be None, as input is treated is a mini-batch of "
+                                f"fixed length sequences. However, found offsets of type {type(offsets).__name__}")
         offsets = arange(0, indices.numel(), max(indices.shape[1], 1), dtype=int64, device=indices.device)
         indices = indices.reshape(-1)
         if per_sample_weights is not None:
             per_sample_weights = per_sample_weights.reshape(-1)
     elif indices.ndim == 1:
         if offsets is None:
-            raise ValueError("offsets has to be a 1D Tensor but got None")
+            raise ArgumentError("offsets has to be a 1D Tensor but got None")
         if not isinstance(offsets, Tensor) or offsets.ndim != 1:
-            raise ValueError("offsets has to be a 1D Tensor")
+            raise ArgumentError("offsets has to be a 1D Tensor")
         offsets = _as_index(offsets, "offsets")
     else:
-        raise ValueError(f"input has to be 1D or 2D Tensor, but got Tensor of dimension {indices.ndim}")
+        raise ArgumentError(f"input has to be 1D or 2D Tensor, but got Tensor of dimension {indices.ndim}")
     if indices._buf.device != weight._buf.device or offsets._buf.device != weight._buf.device:
-        raise ValueError(f"embedding_bag: input on {indices.device}, offsets on {offsets.device}, weight on "
-                         f"{weight.device}")
+        raise ArgumentError(f"embedding_bag: input on {indices.device}, offsets on {offsets.device}, weight on "
+                            f"{weight.device}")
     rows = weight.shape[0]
     if padding_idx is not None:
         if not isinstance(padding_idx, numbers.Integral) or not -rows <= padding_idx < rows:
-            raise ValueError(f"padding_idx must be within the number of embeddings, {-rows} through {rows - 1}, but "
-                             f"got {padding_idx}")
+            raise ArgumentError(f"padding_idx must be within the number of embeddings, {-rows} through {rows - 1}, but "
+                                f"got {padding_idx}")
         padding_idx %= rows
     n = indices.numel()
     if include_last_offset:
         if offsets.numel() == 0:
-            raise ValueError("embedding_bag: include_last_offset needs at least one offset")
+            raise ArgumentError("embedding_bag: include_last_offset needs at least one offset")
         last = offsets[-1].item()
         if last > n:
-            raise ValueError(f"offsets[-1] can not be greater than input's length {n} but got offsets[-1] of {last}")
+            raise ArgumentError(f"offsets[-1] can not be greater than input's length {n} but got offsets[-1] of {last}")
         offsets = offsets[:-1]
     offsets = _ag.cat([offsets, tensor(np.array([n], dtype=np.int64), device=offsets.device)])
     if max_norm is not None and n:  # on the table itself, before a 16-bit one is widened

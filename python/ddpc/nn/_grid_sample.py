@@ -23,6 +23,7 @@ import numpy as np
 
 from .. import _C
 from .. import autograd as _ag
+from .._C import ArgumentError, DtypeError
 from ..backends import alert_not_deterministic
 from ..tensor import Tensor, tensor
 
@@ -54,31 +55,31 @@ def _check_operands(input, grid, mode, padding_mode):
         if not isinstance(t, Tensor):
             raise TypeError(f"grid_sample(): the {what} must be a ddpc tensor, got {type(t).__name__}")
     if mode not in _MODES:
-        raise ValueError(f"nn.functional.grid_sample(): expected mode to be 'bilinear', 'nearest' or 'bicubic', but "
-                         f"got: {mode!r}")
+        raise ArgumentError("nn.functional.grid_sample(): expected mode to be 'bilinear', 'nearest' or 'bicubic', but "
+                            f"got: {mode!r}")
     if padding_mode not in _PADDING_MODES:
-        raise ValueError(f"nn.functional.grid_sample(): expected padding_mode to be 'zeros', 'border', or "
-                         f"'reflection', but got: {padding_mode!r}")
+        raise ArgumentError("nn.functional.grid_sample(): expected padding_mode to be 'zeros', 'border', or "
+                            f"'reflection', but got: {padding_mode!r}")
     if input.ndim not in (4, 5):
-        raise ValueError(f"grid_sampler(): expected 4D or 5D input, but got input with sizes {list(input.shape)}")
+        raise ArgumentError(f"grid_sampler(): expected 4D or 5D input, but got input with sizes {list(input.shape)}")
     dims = input.ndim - 2
     if grid.ndim != input.ndim or grid.shape[-1] != dims:
-        raise ValueError(f"grid_sampler(): expected a grid of shape (N, {', '.join('*' * dims)}, {dims}) for "
-                         f"{input.ndim}D input, but got grid with sizes {list(grid.shape)}")
+        raise ArgumentError(f"grid_sampler(): expected a grid of shape (N, {', '.join('*' * dims)}, {dims}) for "
+                            f"{input.ndim}D input, but got grid with sizes {list(grid.shape)}")
     if grid.shape[0] != input.shape[0]:
-        raise ValueError(f"grid_sampler(): expected grid and input to have same batch size, but got input with sizes "
-                         f"{list(input.shape)} and grid with sizes {list(grid.shape)}")
+        raise ArgumentError("grid_sampler(): expected grid and input to have same batch size, but got input with "
+                            f"sizes {list(input.shape)} and grid with sizes {list(grid.shape)}")
     if 0 in input.shape[2:]:
-        raise ValueError(f"grid_sampler(): expected input to have non-empty spatial dimensions, but input has sizes "
-                         f"{list(input.shape)}")
+        raise ArgumentError("grid_sampler(): expected input to have non-empty spatial dimensions, but input has sizes "
+                            f"{list(input.shape)}")
     if mode == "bicubic" and dims != 2:
-        raise ValueError("grid_sampler(): bicubic interpolation only supports 4D input")
+        raise ArgumentError("grid_sampler(): bicubic interpolation only supports 4D input")
     if not input.dtype.is_floating_point or input.dtype is not grid.dtype:
-        raise TypeError(f"grid_sampler(): expected input and grid to have the same floating-point dtype, but got "
-                        f"{input.dtype} and {grid.dtype}")
+        raise DtypeError("grid_sampler(): expected input and grid to have the same floating-point dtype, but got "
+                         f"{input.dtype} and {grid.dtype}")
     if input._buf.device != grid._buf.device:
-        raise ValueError(f"grid_sampler(): expected input and grid on one device, got {input.device} and "
-                         f"{grid.device}")
+        raise ArgumentError(f"grid_sampler(): expected input and grid on one device, got {input.device} and "
+                            f"{grid.device}")
 
 
 def grid_sample(input, grid, mode="bilinear", padding_mode="zeros", align_corners=None):
@@ -115,19 +116,19 @@ def affine_grid(theta, size, align_corners=None):
     if not isinstance(theta, Tensor):
         raise TypeError(f"affine_grid(): theta must be a ddpc tensor, got {type(theta).__name__}")
     if not theta.dtype.is_floating_point:
-        raise ValueError(f"Expected theta to have floating point type, but got {theta.dtype}")
+        raise ArgumentError(f"Expected theta to have floating point type, but got {theta.dtype}")
     size = [int(s) for s in size]
     if len(size) not in (4, 5):
         raise NotImplementedError(f"affine_grid only supports 4D and 5D sizes, for 2D and 3D affine transforms, "
                                   f"respectively. Got size {size}.")
     dims = len(size) - 2
     if theta.ndim != 3 or tuple(theta.shape[1:]) != (dims, dims + 1):
-        raise ValueError(f"Expected a batch of {dims}D affine matrices of shape Nx{dims}x{dims + 1} for size {size}. "
-                         f"Got {tuple(theta.shape)}.")
+        raise ArgumentError(f"Expected a batch of {dims}D affine matrices of shape Nx{dims}x{dims + 1} for size "
+                            f"{size}. Got {tuple(theta.shape)}.")
     if theta.shape[0] != size[0]:
-        raise ValueError(f"affine_grid(): theta holds {theta.shape[0]} matrices for a batch of {size[0]}")
+        raise ArgumentError(f"affine_grid(): theta holds {theta.shape[0]} matrices for a batch of {size[0]}")
     if min(size) <= 0 and not (align_corners and min(size[2:]) == 1):
-        raise ValueError(f"Expected non-zero, positive output size. Got {size}")
+        raise ArgumentError(f"Expected non-zero, positive output size. Got {size}")
     spatial = size[2:]
     # The identity grid's homogeneous points (x, y(, z), 1), x varying fastest.
     coords = np.meshgrid(*[_steps(n, align_corners) for n in spatial], indexing="ij")

@@ -6,6 +6,7 @@ so values and gradients agree with it also at ties and clamps."""
 import math
 
 from .. import autograd as _ag
+from .._C import ArgumentError, DtypeError
 from ..tensor import Tensor, full_like, zeros_like
 
 
@@ -17,7 +18,7 @@ def _reduce(loss, reduction):
         return loss.sum()
     if reduction == "none":
         return loss
-    raise ValueError(f"{reduction} is not a valid value for reduction (use 'none', 'mean' or 'sum')")
+    raise ArgumentError(f"{reduction} is not a valid value for reduction (use 'none', 'mean' or 'sum')")
 
 
 def _tensors(what, *values):
@@ -30,8 +31,8 @@ def margin_ranking_loss(input1, input2, target, margin, reduction):
     """max(0, -target * (input1 - input2) + margin): target 1 asks input1 to rank higher, -1 lower."""
     _tensors("margin_ranking_loss", input1, input2, target)
     if not input1.ndim == input2.ndim == target.ndim:
-        raise ValueError(f"margin_ranking_loss: all input tensors should have the same number of dims, got "
-                         f"{input1.shape}, {input2.shape} and {target.shape}")
+        raise ArgumentError("margin_ranking_loss: all input tensors should have the same number of dims, got "
+                            f"{input1.shape}, {input2.shape} and {target.shape}")
     return _reduce((-target * (input1 - input2) + margin).clamp_min(0), reduction)
 
 
@@ -58,8 +59,8 @@ def cosine_embedding_loss(input1, input2, target, margin, reduction):
     is -1; the cosine is along the last dim of (N, D) or (D,) inputs."""
     _tensors("cosine_embedding_loss", input1, input2, target)
     if input1.ndim not in (1, 2) or input1.shape != input2.shape or target.ndim != input1.ndim - 1:
-        raise ValueError(f"cosine_embedding_loss: expected (N, D) or (D,) inputs of one shape and an (N,) or () "
-                         f"target, got {input1.shape}, {input2.shape} and {target.shape}")
+        raise ArgumentError("cosine_embedding_loss: expected (N, D) or (D,) inputs of one shape and an (N,) or () "
+                            f"target, got {input1.shape}, {input2.shape} and {target.shape}")
     dot = (input1 * input2).sum(-1)
     mag = ((input1 * input1).sum(-1) + _COSINE_EPS) * ((input2 * input2).sum(-1) + _COSINE_EPS)
     cos = dot / mag.sqrt()
@@ -72,10 +73,10 @@ def triplet_margin_with_distance_loss(anchor, positive, negative, distance_funct
     the negative's distance is the smaller of d(anchor, negative) and d(positive, negative)."""
     _tensors("triplet_margin_loss", anchor, positive, negative)
     if not anchor.ndim == positive.ndim == negative.ndim:
-        raise ValueError(f"triplet_margin_loss: the anchor, positive and negative should have the same number of "
-                         f"dims, got {anchor.shape}, {positive.shape} and {negative.shape}")
+        raise ArgumentError("triplet_margin_loss: the anchor, positive and negative should have the same number of "
+                            f"dims, got {anchor.shape}, {positive.shape} and {negative.shape}")
     if margin <= 0:
-        raise ValueError(f"triplet_margin_loss: margin must be greater than 0, got {margin}")
+        raise ArgumentError(f"triplet_margin_loss: margin must be greater than 0, got {margin}")
     d_pos = distance_function(anchor, positive)
     d_neg = distance_function(anchor, negative)
     if swap:
@@ -90,17 +91,17 @@ def gaussian_nll_loss(input, target, var, full, eps, reduction):
     _tensors("gaussian_nll_loss", input, target)
     if isinstance(var, (int, float)):
         if var < 0:
-            raise ValueError("var has negative entry/entries")
+            raise ArgumentError("var has negative entry/entries")
         var = full_like(input, float(var))
     elif bool((var < 0).any()):
-        raise ValueError("var has negative entry/entries")
+        raise ArgumentError("var has negative entry/entries")
     if var.shape != input.shape:
         if input.shape[:-1] == var.shape:
             var = var.unsqueeze(-1)
         elif not (var.ndim == input.ndim and sum(v for i, v in zip(input.shape, var.shape) if i != v) == 1):
-            raise ValueError("var is of incorrect size")
+            raise ArgumentError("var is of incorrect size")
     if reduction not in ("none", "mean", "sum"):
-        raise ValueError(reduction + " is not valid")
+        raise ArgumentError(reduction + " is not valid")
     var = var + (var.detach().clamp_min(eps) - var.detach())
     loss = 0.5 * (var.log() + (input - target) ** 2 / var)
     if full:
@@ -138,11 +139,11 @@ def multi_margin_loss(input, target, p, margin, weight, reduction):
     (N, C) or (C,) ``input`` with class y = target (times weight[y])."""
     _tensors("multi_margin_loss", input, target)
     if p not in (1, 2):
-        raise ValueError(f"multi_margin_loss: only p == 1 and p == 2 are supported, got {p}")
+        raise ArgumentError(f"multi_margin_loss: only p == 1 and p == 2 are supported, got {p}")
     if input.ndim not in (1, 2) or target.ndim != input.ndim - 1 or (input.ndim == 2 and
                                                                       target.shape[0] != input.shape[0]):
-        raise ValueError(f"multi_margin_loss: expected an (N, C) or (C,) input and an (N,) or () target, got "
-                         f"{input.shape} and {target.shape}")
+        raise ArgumentError("multi_margin_loss: expected an (N, C) or (C,) input and an (N,) or () target, got "
+                            f"{input.shape} and {target.shape}")
     rows = input.reshape(-1, input.shape[-1])
     classes = target.reshape(-1, 1)
     z = (margin - rows.gather(1, classes) + rows).clamp_min(0)
@@ -166,15 +167,15 @@ def multilabel_margin_loss(input, target, reduction):
     the classes i that are not targets of max(0, 1 - (x[j] - x[i])), over C."""
     _tensors("multilabel_margin_loss", input, target)
     if input.ndim not in (1, 2) or target.shape != input.shape or input.shape[-1] == 0:
-        raise ValueError(f"multilabel_margin_loss: expected a non-empty (N, C) or (C,) input and a target of its "
-                         f"shape, got {input.shape} and {target.shape}")
+        raise ArgumentError("multilabel_margin_loss: expected a non-empty (N, C) or (C,) input and a target of its "
+                            f"shape, got {input.shape} and {target.shape}")
     if target.dtype.is_floating_point:
-        raise TypeError(f"multilabel_margin_loss: the target holds class indices, got dtype {target.dtype}")
+        raise DtypeError(f"multilabel_margin_loss: the target holds class indices, got dtype {target.dtype}")
     c = input.shape[-1]
     rows, labels = input.reshape(-1, c), target.reshape(-1, c)
     listed = (labels == -1).long().cumsum(1) == 0  # the entries before the first -1
     if bool((listed & ((labels < 0) | (labels >= c))).any()):
-        raise ValueError(f"multilabel_margin_loss: target class out of range [0, {c})")
+        raise ArgumentError(f"multilabel_margin_loss: target class out of range [0, {c})")
     classes = labels.masked_fill(~listed, 0)  # entries past the list may hold anything: they point at class 0
     listed = listed.to(rows.dtype)
     others = 1 - (zeros_like(rows).scatter_add(1, classes, listed) > 0).to(rows.dtype)

@@ -25,6 +25,7 @@ import numbers
 
 import numpy as np
 
+from .._C import ArgumentError, DtypeError
 from .._dtype import float64
 from ..tensor import Tensor, tensor
 from . import _conv
@@ -41,8 +42,8 @@ def _per_dim(value, nd, name):
         return (value,) * nd
     t = tuple(value)
     if len(t) != nd:
-        raise ValueError(f"interpolate: input and output must have the same number of spatial dimensions, but got "
-                         f"input with {nd} spatial dimensions and {name} {value!r}")
+        raise ArgumentError("interpolate: input and output must have the same number of spatial dimensions, but got "
+                            f"input with {nd} spatial dimensions and {name} {value!r}")
     return t
 
 
@@ -121,14 +122,14 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
         raise TypeError(f"interpolate: the input must be a ddpc tensor, got {type(input).__name__}")
     if mode in _NEAREST_MODES or mode == "area":
         if align_corners is not None:
-            raise ValueError("align_corners option can only be set with the interpolating modes: linear | bilinear | "
-                             "bicubic | trilinear")
+            raise ArgumentError("align_corners option can only be set with the interpolating modes: linear | bilinear "
+                                "| bicubic | trilinear")
     elif mode in _LINEAR_MODES:
         align_corners = bool(align_corners)
         if input.ndim != _LINEAR_MODES[mode]:
             raise NotImplementedError(f"Got {input.ndim}D input, but {mode} mode needs {_LINEAR_MODES[mode]}D input")
         if not input.dtype.is_floating_point:
-            raise TypeError(f"interpolate: mode {mode!r} needs a floating-point input, got {input.dtype}")
+            raise DtypeError(f"interpolate: mode {mode!r} needs a floating-point input, got {input.dtype}")
     else:
         raise NotImplementedError(f"interpolate: ddpc implements modes 'nearest', 'nearest-exact', 'linear', "
                                   f"'bilinear', 'bicubic', 'trilinear' and 'area', got mode={mode!r}")
@@ -138,23 +139,23 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
         raise NotImplementedError(f"interpolate: input must be 3-d (N, C, L), 4-d (N, C, H, W) or 5-d "
                                   f"(N, C, D, H, W), got shape {tuple(input.shape)}")
     if (size is None) == (scale_factor is None):
-        raise ValueError("only one of size or scale_factor should be defined" if size is not None else
-                         "either size or scale_factor should be defined")
+        raise ArgumentError("only one of size or scale_factor should be defined" if size is not None else
+                            "either size or scale_factor should be defined")
     nd, sizes = input.ndim - 2, tuple(input.shape[2:])
     if size is not None:
         if recompute_scale_factor:
-            raise ValueError("recompute_scale_factor is not meaningful with an explicit size.")
+            raise ArgumentError("recompute_scale_factor is not meaningful with an explicit size.")
         out, scales = _per_dim(size, nd, "output size"), (None,) * nd
         if not all(isinstance(o, numbers.Integral) and o > 0 for o in out):
-            raise ValueError(f"interpolate: the output size must be positive ints, got {size!r}")
+            raise ArgumentError(f"interpolate: the output size must be positive ints, got {size!r}")
     else:
         scales = tuple(float(s) for s in _per_dim(scale_factor, nd, "scale_factor"))
         if any(not s > 0 for s in scales):
-            raise ValueError(f"interpolate: scale_factor must be positive, got {scale_factor!r}")
+            raise ArgumentError(f"interpolate: scale_factor must be positive, got {scale_factor!r}")
         out = tuple(math.floor(n * s) for n, s in zip(sizes, scales))
         if any(o <= 0 for o in out):
-            raise ValueError(f"interpolate: scale_factor {scale_factor!r} makes an empty output from input size "
-                             f"{sizes}")
+            raise ArgumentError(f"interpolate: scale_factor {scale_factor!r} makes an empty output from input size "
+                                f"{sizes}")
         if recompute_scale_factor:
             scales = (None,) * nd
     if mode == "area":

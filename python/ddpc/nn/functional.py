@@ -15,6 +15,7 @@ import numpy as np
 
 from .. import autograd as _ag
 from .. import profiler
+from .._C import ArgumentError, DtypeError, IndexOutOfRangeError
 from .._pointwise import hardshrink
 from .._dtype import bfloat16, float16, uint8
 from ..tensor import Tensor, broadcast_tensors, ones, rand, zeros
@@ -41,8 +42,8 @@ def bilinear(input1, input2, weight, bias=None):
     [..., in2], weight (out, in1, in2). input1 meets every weight[k] in one GEMM."""
     out_features, in1, in2 = weight.shape
     if input1.shape[-1:] != (in1,) or input2.shape[-1:] != (in2,) or input1.shape[:-1] != input2.shape[:-1]:
-        raise ValueError(f"bilinear: inputs of shapes {input1.shape} and {input2.shape} do not fit a weight of shape "
-                         f"{weight.shape}")
+        raise ArgumentError(f"bilinear: inputs of shapes {input1.shape} and {input2.shape} do not fit a weight of "
+                            f"shape {weight.shape}")
     mixed = linear(input1, weight.transpose(1, 2).reshape(out_features * in2, in1))
     out = (mixed.reshape(input1.shape[:-1] + (out_features, in2)) * input2.unsqueeze(-2)).sum(-1)
     return out if bias is None else out + bias
@@ -97,7 +98,7 @@ def selu(input, inplace=False):
 def celu(input, alpha=1.0, inplace=False):
     """max(0, x) + min(0, alpha * (exp(x / alpha) - 1))."""
     if alpha == 0:
-        raise ValueError("celu: alpha must not be 0 (it divides the input)")
+        raise ArgumentError("celu: alpha must not be 0 (it divides the input)")
     return _apply(lambda t: _ag.elu(t / alpha, 1.0) * alpha, input, inplace, "celu_")
 
 
@@ -114,7 +115,7 @@ def softsign(input):
 def softshrink(input, lambd=0.5):
     """x - lambd above lambd, x + lambd below -lambd, 0 between (NaN stays NaN)."""
     if lambd < 0:
-        raise ValueError(f"softshrink: lambda must be greater or equal to 0, but found to be {lambd}")
+        raise ArgumentError(f"softshrink: lambda must be greater or equal to 0, but found to be {lambd}")
     return _ag.where(input > lambd, input - lambd, _ag.where(input < -lambd, input + lambd, input * 0))
 
 
@@ -127,7 +128,7 @@ def rrelu(input, lower=1.0 / 8, upper=1.0 / 3, training=False, inplace=False):
     """Leaky ReLU whose negative slope is drawn uniformly from [lower, upper]
     for each element while training, and is their mean otherwise."""
     if not 0 <= lower <= upper:
-        raise ValueError(f"rrelu: expected 0 <= lower <= upper, got lower={lower}, upper={upper}")
+        raise ArgumentError(f"rrelu: expected 0 <= lower <= upper, got lower={lower}, upper={upper}")
     if not training:
         return _apply(_ag.leaky_relu, input, inplace, "rrelu_", (lower + upper) / 2)
     slope = rand(input.shape, dtype=input.dtype, device=input.device) * (upper - lower) + lower
@@ -137,7 +138,7 @@ def rrelu(input, lower=1.0 / 8, upper=1.0 / 3, training=False, inplace=False):
 def _alpha_dropout(name, input, p, training, inplace, noise_shape):
     """Alpha dropout with one draw per element of ``noise_shape`` (broadcast over the input)."""
     if not 0 <= p <= 1:
-        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+        raise ArgumentError(f"dropout probability has to be between 0 and 1, but got {p}")
     if not training or p == 0:
         return input
     if p == 1:
@@ -160,8 +161,8 @@ def feature_alpha_dropout(input, p=0.5, training=False, inplace=False):
     """Alpha dropout of whole channels: one draw per (dim 0, dim 1) pair, as
     PyTorch takes an input of at least 2 dims (an unbatched one too)."""
     if not isinstance(input, Tensor) or input.ndim < 2:
-        raise ValueError(f"feature_alpha_dropout: expected an input of at least 2 dims, got "
-                         f"{getattr(input, 'shape', type(input).__name__)}")
+        raise ArgumentError("feature_alpha_dropout: expected an input of at least 2 dims, got "
+                            f"{getattr(input, 'shape', type(input).__name__)}")
     return _alpha_dropout("feature_alpha_dropout", input, p, training, inplace,
                           tuple(input.shape[:2]) + (1,) * (input.ndim - 2))
 
@@ -232,13 +233,13 @@ def _batch_norm(input, running_mean, running_var, weight, bias, training, moment
     mean and one for the variance about it (summing squares about each rank's
     own mean would lose digits where the mean is large)."""
     if input.ndim < 2:
-        raise ValueError(f"batch_norm: expected an input of at least 2 dims (N, C, ...), got {input.shape}")
+        raise ArgumentError(f"batch_norm: expected an input of at least 2 dims (N, C, ...), got {input.shape}")
     n, c = input.shape[0], input.shape[1]
     x = input.reshape(n, c, math.prod(input.shape[2:]))  # not -1, which an empty input leaves ambiguous
     if x.dtype in (float16, bfloat16):  # statistics in float32, the result in the input's dtype, as PyTorch's
         x = x.float()
     if not training and (running_mean is None or running_var is None):
-        raise ValueError("batch_norm: running_mean and running_var are needed outside training")
+        raise ArgumentError("batch_norm: running_mean and running_var are needed outside training")
     if training:
         count = n * x.shape[2]
         total = x.sum(2, keepdim=True).sum(0, keepdim=True)
@@ -246,7 +247,7 @@ def _batch_norm(input, running_mean, running_var, weight, bias, training, moment
             count = _count_over(count, group, input.device)
             total = _all_reduce_sum(total, group)
         if count == 1:
-            raise ValueError(f"Expected more than 1 value per channel when training, got input size {input.shape}")
+            raise ArgumentError(f"Expected more than 1 value per channel when training, got input size {input.shape}")
         # An empty batch (PyTorch's rule) normalises nothing and leaves the running statistics as they are.
         mean = total / max(count, 1)
         centred = x - mean
@@ -284,12 +285,12 @@ def flatten(input, start_dim=1, end_dim=-1):
     nd = input.ndim
     for d in (start_dim, end_dim):
         if not -max(nd, 1) <= d < max(nd, 1):  # a 0-d tensor flattens as if it had one dim
-            raise IndexError(f"flatten: dim {d} is out of range for a tensor of {nd} dims")
+            raise IndexOutOfRangeError(f"flatten: dim {d} is out of range for a tensor of {nd} dims")
     if nd == 0:
         return input.reshape(1)
     start, end = start_dim % nd, end_dim % nd
     if start > end:
-        raise ValueError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim}")
+        raise ArgumentError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim}")
     merged = 1
     for s in input.shape[start:end + 1]:
         merged *= s
@@ -372,9 +373,9 @@ def _regression_loss(kind, input, target, reduction, weight):
     if not isinstance(weight, Tensor):
         raise TypeError(f"{_ag._LOSS_NAMES[kind]}: weight must be a ddpc tensor, got {type(weight).__name__}")
     if isinstance(input, Tensor) and weight.shape != input.shape:
-        raise ValueError(f"Weights and input must have the same size: weight {weight.shape}, input {input.shape}.")
+        raise ArgumentError(f"Weights and input must have the same size: weight {weight.shape}, input {input.shape}.")
     if reduction not in ("none", "mean", "sum"):
-        raise ValueError(f"Invalid reduction mode: {reduction}. Expected one of 'none', 'mean', 'sum'.")
+        raise ArgumentError(f"Invalid reduction mode: {reduction}. Expected one of 'none', 'mean', 'sum'.")
     loss = _ag.pointwise_loss(kind, input, target, "none") * weight
     return loss if reduction == "none" else loss.sum() if reduction == "sum" else loss.sum() / weight.sum()
 
@@ -392,7 +393,7 @@ def l1_loss(input, target, size_average=None, reduce=None, reduction="mean", wei
 def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mean", beta=1.0):
     """0.5 (x - y)^2 / beta where |x - y| < beta, else |x - y| - 0.5 beta; l1_loss when beta is 0."""
     if beta < 0:
-        raise ValueError(f"smooth_l1_loss does not support negative values for beta, got {beta}")
+        raise ArgumentError(f"smooth_l1_loss does not support negative values for beta, got {beta}")
     _warn_broadcast(input, target)
     reduction = _legacy_reduction(size_average, reduce, reduction)
     if beta == 0:
@@ -405,13 +406,13 @@ def huber_loss(input, target, reduction="mean", delta=1.0, weight=None):
     with ``weight`` (the input's shape) each element's loss times its weight,
     then reduced (the mean over the elements, as PyTorch's)."""
     if not delta > 0:
-        raise ValueError(f"huber_loss does not support non-positive values for delta, got {delta}")
+        raise ArgumentError(f"huber_loss does not support non-positive values for delta, got {delta}")
     _warn_broadcast(input, target)
     if weight is None:
         return _ag.pointwise_loss(_ag._HUBER, input, target, reduction, delta)
     if tuple(weight.shape) != tuple(input.shape):
-        raise ValueError(f"huber_loss: the weight's shape {tuple(weight.shape)} must be the input's "
-                         f"{tuple(input.shape)}")
+        raise ArgumentError(f"huber_loss: the weight's shape {tuple(weight.shape)} must be the input's "
+                            f"{tuple(input.shape)}")
     return _losses._reduce(_ag.pointwise_loss(_ag._HUBER, input, target, "none", delta) * weight, reduction)
 
 
@@ -419,8 +420,8 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
     """-(y log x + (1 - y) log(1 - x)) for probabilities x (logs clamped at -100),
     times ``weight`` (broadcast to the input's shape)."""
     if _shapes_differ(input, target):
-        raise ValueError(f"Using a target size ({target.shape}) that is different to the input size ({input.shape}) "
-                         "is deprecated. Please ensure they have the same size.")
+        raise ArgumentError(f"Using a target size ({target.shape}) that is different to the input size ({input.shape}) "
+                            "is deprecated. Please ensure they have the same size.")
     return _ag.pointwise_loss(_ag._BCE, input, target, _legacy_reduction(size_average, reduce, reduction),
                               weight=weight)
 
@@ -431,7 +432,7 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
     without overflow; ``pos_weight`` (broadcast along the last dims, e.g. one
     per class) weighs the positive term."""
     if _shapes_differ(input, target):
-        raise ValueError(f"Target size ({target.shape}) must be the same as input size ({input.shape})")
+        raise ArgumentError(f"Target size ({target.shape}) must be the same as input size ({input.shape})")
     return _ag.pointwise_loss(_ag._BCE_LOGITS, input, target, _legacy_reduction(size_average, reduce, reduction),
                               weight=weight, pos_weight=pos_weight)
 
@@ -635,7 +636,7 @@ def _lp_pool(dims, input, norm_type, kernel_size, stride, ceil_mode):
     """(sum over each window of x^p)^(1/p), as PyTorch computes it: the mean
     of x^p times the window size; p = +-inf is the largest (smallest) |x|."""
     if norm_type == 0:
-        raise ValueError(f"norm_type must be a non-zero value, but got {norm_type}")
+        raise ArgumentError(f"norm_type must be a non-zero value, but got {norm_type}")
     if math.isinf(norm_type):
         max_pool = (max_pool1d, max_pool2d, max_pool3d)[dims - 1]
         sign = 1 if norm_type > 0 else -1
@@ -675,7 +676,7 @@ def local_response_norm(input, size, alpha=1e-4, beta=0.75, k=1.0):
     for (N, C, ...) ``input``, the window from c - size // 2 to
     c + (size - 1) // 2, as PyTorch's."""
     if input.ndim < 3:
-        raise ValueError(f"Expected 3D or higher dimensionality input (got {input.ndim} dimensions)")
+        raise ArgumentError(f"Expected 3D or higher dimensionality input (got {input.ndim} dimensions)")
     if input.numel() == 0:
         return input
     div = _channel_window_mean(input * input, size // 2, (size - 1) // 2)
@@ -758,8 +759,8 @@ def prelu(input, weight):
         raise TypeError("prelu: input and weight must be ddpc tensors")
     channels = input.shape[1] if input.ndim >= 2 else 1
     if weight.ndim > 1 or weight.numel() not in (1, channels):
-        raise ValueError(f"prelu: mismatch of parameter numbers and input channel size: found {weight.numel()} "
-                         f"parameters for {channels} channels")
+        raise ArgumentError(f"prelu: mismatch of parameter numbers and input channel size: found {weight.numel()} "
+                            f"parameters for {channels} channels")
     shape = () if weight.numel() == 1 else (channels,) + (1,) * (input.ndim - 2)
     return _ag.where(input > 0, input, weight.reshape(shape) * input)
 
@@ -773,10 +774,10 @@ def _channel_dropout(name, input, p, training, inplace, dims, unbatched):
     """Zeroes whole channels (all of dims 2.., or 1.. of an input of
     ``unbatched`` dims) with probability p and scales the rest by 1/(1-p)."""
     if not 0 <= p <= 1:
-        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+        raise ArgumentError(f"dropout probability has to be between 0 and 1, but got {p}")
     if not isinstance(input, Tensor) or input.ndim not in dims:
-        raise ValueError(f"{name}: expected a {' or '.join(map(str, dims))}-d input, got "
-                         f"{getattr(input, 'shape', type(input).__name__)}")
+        raise ArgumentError(f"{name}: expected a {' or '.join(map(str, dims))}-d input, got "
+                            f"{getattr(input, 'shape', type(input).__name__)}")
     if not training or p == 0:
         return input
     kept = 1 if input.ndim == unbatched else 2
@@ -828,9 +829,9 @@ def pdist(input, p=2):
     row-major order. The pairs are numpy index metadata; the differences of
     the selected rows take memory for N * (N - 1) / 2 * M elements."""
     if not isinstance(input, Tensor) or input.ndim != 2:
-        raise ValueError(f"pdist only supports 2D tensors, got: {getattr(input, 'ndim', type(input).__name__)}D")
+        raise ArgumentError(f"pdist only supports 2D tensors, got: {getattr(input, 'ndim', type(input).__name__)}D")
     if p < 0:
-        raise ValueError(f"pdist only supports non-negative p values, got {p}")
+        raise ArgumentError(f"pdist only supports non-negative p values, got {p}")
     first, second = np.triu_indices(input.shape[0], 1)
     index = [_tensor(i.astype(np.int64), device=input.device) for i in (first, second)]
     return (input.index_select(0, index[0]) - input.index_select(0, index[1])).norm(p, dim=1)
@@ -839,7 +840,7 @@ def pdist(input, p=2):
 def normalize(input, p=2.0, dim=1, eps=1e-12, out=None):
     """input divided by its p-norm along ``dim`` (at least ``eps``)."""
     if out is not None:
-        raise ValueError("normalize: ddpc has no out= argument; use the returned tensor")
+        raise ArgumentError("normalize: ddpc has no out= argument; use the returned tensor")
     return input / input.norm(p, dim=dim, keepdim=True).clamp_min(eps)
 
 
@@ -847,25 +848,25 @@ def one_hot(tensor, num_classes=-1):
     """An int64 tensor of tensor's shape plus a last dim of ``num_classes``
     (the largest class + 1 when -1: read from the device), 1 at each class index."""
     if not isinstance(tensor, Tensor) or tensor.dtype.is_floating_point:
-        raise TypeError("one_hot is only applicable to index tensor of integer dtype")
+        raise DtypeError("one_hot is only applicable to index tensor of integer dtype")
     if tensor.numel():
         low, high = _ag._range_of(tensor)
         if low < 0:
-            raise ValueError("one_hot: class values must be non-negative")
+            raise ArgumentError("one_hot: class values must be non-negative")
         if num_classes == -1:
             num_classes = high + 1
         elif high >= num_classes:
-            raise ValueError(f"one_hot: class values must be smaller than num_classes ({num_classes}), got {high}")
+            raise ArgumentError(f"one_hot: class values must be smaller than num_classes ({num_classes}), got {high}")
     elif num_classes == -1:
-        raise ValueError("one_hot: can not infer total number of classes from empty tensor")
+        raise ArgumentError("one_hot: can not infer total number of classes from empty tensor")
     index = tensor.to(dtype=_ag.int64).unsqueeze(-1)
     return zeros(tuple(tensor.shape) + (num_classes,), dtype=_ag.int64, device=tensor.device).scatter(-1, index, 1)
 
 
 def _check_rank(input, what, least):
     if not isinstance(input, Tensor) or input.ndim < least:
-        raise ValueError(f"{what}: expected a tensor of at least {least} dims, got "
-                         f"{getattr(input, 'shape', type(input).__name__)}")
+        raise ArgumentError(f"{what}: expected a tensor of at least {least} dims, got "
+                            f"{getattr(input, 'shape', type(input).__name__)}")
 
 
 def pixel_shuffle(input, upscale_factor):
@@ -874,8 +875,8 @@ def pixel_shuffle(input, upscale_factor):
     r = upscale_factor
     *lead, c, h, w = input.shape
     if c % (r * r):
-        raise ValueError(f"pixel_shuffle expects its input's channel dim {c} to be divisible by the square of "
-                         f"upscale_factor, but input.size(-3)={c} is not divisible by {r * r}")
+        raise ArgumentError(f"pixel_shuffle expects its input's channel dim {c} to be divisible by the square of "
+                            f"upscale_factor, but input.size(-3)={c} is not divisible by {r * r}")
     n = len(lead)
     x = input.reshape(*lead, c // (r * r), r, r, h, w)
     x = x.permute(*range(n), n, n + 3, n + 1, n + 4, n + 2)
@@ -888,7 +889,7 @@ def pixel_unshuffle(input, downscale_factor):
     r = downscale_factor
     *lead, c, h, w = input.shape
     if h % r or w % r:
-        raise ValueError(f"pixel_unshuffle expects height {h} and width {w} to be divisible by downscale_factor {r}")
+        raise ArgumentError(f"pixel_unshuffle expects height {h} and width {w} to be divisible by downscale_factor {r}")
     n = len(lead)
     x = input.reshape(*lead, c, h // r, r, w // r, r)
     x = x.permute(*range(n), n, n + 2, n + 4, n + 1, n + 3)
@@ -900,7 +901,7 @@ def channel_shuffle(input, groups):
     _check_rank(input, "channel_shuffle", 3)
     c = input.shape[1]
     if groups <= 0 or c % groups:
-        raise ValueError(f"channel_shuffle: number of channels {c} must be divisible by groups {groups}")
+        raise ArgumentError(f"channel_shuffle: number of channels {c} must be divisible by groups {groups}")
     x = input.reshape(input.shape[0], groups, c // groups, *input.shape[2:])
     return x.transpose(1, 2).reshape(input.shape)
 
@@ -930,8 +931,8 @@ def _channel_affine(out, weight, bias):
 def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
     """Normalises each group of ``C // num_groups`` channels of each sample (dims 1.. of (N, C, *))."""
     if input.ndim < 2 or input.shape[1] % num_groups:
-        raise ValueError(f"group_norm: expected an (N, C, *) input with C divisible by num_groups={num_groups}, "
-                         f"got shape {input.shape}")
+        raise ArgumentError(f"group_norm: expected an (N, C, *) input with C divisible by num_groups={num_groups}, "
+                            f"got shape {input.shape}")
     grouped = input.reshape(input.shape[0], num_groups, math.prod(input.shape[1:]) // num_groups)
     out = layer_norm(grouped, (grouped.shape[-1],), None, None, eps).reshape(input.shape)
     return _channel_affine(out, weight, bias)
@@ -944,7 +945,7 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
     Running statistics given with ``use_input_stats`` move towards the
     batch's average of the per-sample ones, as in PyTorch."""
     if not isinstance(input, Tensor) or input.ndim < 3:
-        raise ValueError(f"instance_norm: expected an (N, C, *) input, got {getattr(input, 'shape', input)}")
+        raise ArgumentError(f"instance_norm: expected an (N, C, *) input, got {getattr(input, 'shape', input)}")
     if not use_input_stats or running_mean is not None or running_var is not None:
         # PyTorch's formulation: batch norm of the (1, N C, *) view with the running statistics repeated per sample.
         n, c = input.shape[:2]
@@ -965,7 +966,7 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):
     the epsilon of the dtype it computes in (16-bit floats compute in float32, as in PyTorch)."""
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
     if tuple(input.shape[input.ndim - len(shape):]) != shape:
-        raise ValueError(f"rms_norm: the input's last dims {input.shape} do not end in normalized_shape {shape}")
+        raise ArgumentError(f"rms_norm: the input's last dims {input.shape} do not end in normalized_shape {shape}")
     if input.dtype.name in ("float16", "bfloat16"):
         out = rms_norm(input.float(), shape, None, eps).to(dtype=input.dtype)
         return out if weight is None else out * weight
@@ -979,7 +980,7 @@ def glu(input, dim=-1):
     """a * sigmoid(b), a and b the two halves of input along dim."""
     d = dim % input.ndim if input.ndim else 0
     if input.ndim == 0 or input.shape[d] % 2:
-        raise ValueError(f"glu: halving dim {dim} needs an even size, got shape {input.shape}")
+        raise ArgumentError(f"glu: halving dim {dim} needs an even size, got shape {input.shape}")
     half = input.shape[d] // 2
     return input.narrow(d, 0, half) * sigmoid(input.narrow(d, half, half))
 
@@ -1044,23 +1045,23 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     and value may have fewer heads (dim -3) than query, a divisor of its
     count: each key/value head serves that many query heads in turn."""
     if query.ndim < 2 or key.ndim < 2 or value.ndim < 2:
-        raise ValueError(f"scaled_dot_product_attention: query, key and value need at least 2 dims (..., L, E), got "
-                         f"shapes {query.shape}, {key.shape} and {value.shape}")
+        raise ArgumentError("scaled_dot_product_attention: query, key and value need at least 2 dims (..., L, E), got "
+                            f"shapes {query.shape}, {key.shape} and {value.shape}")
     if enable_gqa and query.ndim >= 3 and key.ndim >= 3 and key.shape[-3] != query.shape[-3]:
         heads, kv_heads = query.shape[-3], key.shape[-3]
         if heads % kv_heads or value.shape[-3] != kv_heads:
-            raise ValueError(f"scaled_dot_product_attention: with enable_gqa, query's {heads} heads must be a "
-                             f"multiple of key's and value's ({kv_heads} and {value.shape[-3]})")
+            raise ArgumentError(f"scaled_dot_product_attention: with enable_gqa, query's {heads} heads must be a "
+                                f"multiple of key's and value's ({kv_heads} and {value.shape[-3]})")
         key = key.repeat_interleave(heads // kv_heads, dim=-3)
         value = value.repeat_interleave(heads // kv_heads, dim=-3)
     if query.shape[-1] != key.shape[-1] or key.shape[-2] != value.shape[-2]:
-        raise ValueError(f"scaled_dot_product_attention: query {query.shape} and key {key.shape} must share E and key "
-                         f"and value {value.shape} must share S")
+        raise ArgumentError(f"scaled_dot_product_attention: query {query.shape} and key {key.shape} must share E and "
+                            f"key and value {value.shape} must share S")
     if not 0 <= dropout_p <= 1:
-        raise ValueError(f"scaled_dot_product_attention: dropout_p must be in [0, 1], got {dropout_p}")
+        raise ArgumentError(f"scaled_dot_product_attention: dropout_p must be in [0, 1], got {dropout_p}")
     if is_causal:
         if attn_mask is not None:
-            raise ValueError("scaled_dot_product_attention: pass either attn_mask or is_causal=True, not both")
+            raise ArgumentError("scaled_dot_product_attention: pass either attn_mask or is_causal=True, not both")
         attn_mask = _ag.tril(ones(query.shape[-2], key.shape[-2], dtype=uint8, device=query.device))
     scale = 1 / math.sqrt(query.shape[-1]) if scale is None else scale
     return _attention(query, key, value, attn_mask, True, dropout_p, scale)[0]

@@ -14,6 +14,7 @@ import threading
 import warnings
 from collections import OrderedDict, namedtuple
 
+from .._C import ArgumentError
 from ..autograd import RemovableHandle, is_grad_enabled, no_grad
 from ..tensor import Tensor, arange, empty, empty_like, full, parse_to_args, zero_grads
 from .._dtype import checked_memory_format, device_of, get_dtype, ordinal, preserve_format
@@ -1480,8 +1481,8 @@ class _BatchNorm(Module):
             raise ValueError(f"{type(self).__name__}: expected a {' or '.join(map(str, self._dims))}-d input, got "
                              f"{input.ndim}-d of shape {input.shape}")
         if input.shape[1] != self.num_features:
-            raise ValueError(f"{type(self).__name__}: expected {self.num_features} channels in dim 1, got "
-                             f"{input.shape[1]} (shape {input.shape})")
+            raise ArgumentError(f"{type(self).__name__}: expected {self.num_features} channels in dim 1, got "
+                                f"{input.shape[1]} (shape {input.shape})")
 
     def _statistics(self):
         """(training, momentum, running_mean, running_var) for this call, counting the batch."""

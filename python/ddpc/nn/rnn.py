@@ -12,6 +12,7 @@ import math
 import numbers
 import warnings
 
+from .._C import ArgumentError
 from ..autograd import cat, stack
 from ..tensor import Tensor, empty, zeros
 from . import functional as F
@@ -47,10 +48,10 @@ class RNNBase(Module):
                  bidirectional=False, proj_size=0, device=None, dtype=None):
         super().__init__()
         if mode not in GATES:
-            raise ValueError(f"Unrecognized RNN mode: {mode}")
+            raise ArgumentError(f"Unrecognized RNN mode: {mode}")
         if (not isinstance(dropout, numbers.Number) or isinstance(dropout, bool) or not 0 <= dropout <= 1):
-            raise ValueError("dropout should be a number in range [0, 1] representing the probability of an element "
-                             "being zeroed")
+            raise ArgumentError("dropout should be a number in range [0, 1] representing the probability of an element "
+                                "being zeroed")
         if dropout > 0 and num_layers == 1:
             warnings.warn("dropout option adds dropout after all but last recurrent layer, so non-zero dropout "
                           f"expects num_layers greater than 1, but got dropout={dropout} and num_layers={num_layers}")
@@ -58,13 +59,13 @@ class RNNBase(Module):
             if not isinstance(value, numbers.Integral) or isinstance(value, bool):
                 raise TypeError(f"{name} should be of type int, got: {type(value).__name__}")
             if value <= 0:
-                raise ValueError(f"{name} must be greater than zero")
+                raise ArgumentError(f"{name} must be greater than zero")
         if proj_size < 0:
-            raise ValueError("proj_size should be a positive integer or zero to disable projections")
+            raise ArgumentError("proj_size should be a positive integer or zero to disable projections")
         if proj_size >= hidden_size:
-            raise ValueError("proj_size has to be smaller than hidden_size")
+            raise ArgumentError("proj_size has to be smaller than hidden_size")
         if proj_size and mode != "LSTM":
-            raise ValueError("proj_size argument is only supported for LSTM, not RNN or GRU")
+            raise ArgumentError("proj_size argument is only supported for LSTM, not RNN or GRU")
         self.mode, self.input_size, self.hidden_size = mode, int(input_size), int(hidden_size)
         self.num_layers, self.bias, self.batch_first = int(num_layers), bool(bias), bool(batch_first)
         self.dropout, self.bidirectional, self.proj_size = float(dropout), bool(bidirectional), int(proj_size)
@@ -117,7 +118,7 @@ class RNNBase(Module):
             batch, unbatched = batch_sizes[0], False
         else:
             if input.ndim not in (2, 3):
-                raise ValueError(f"{name}: Expected input to be 2D or 3D, got {input.ndim}D tensor instead")
+                raise ArgumentError(f"{name}: Expected input to be 2D or 3D, got {input.ndim}D tensor instead")
             unbatched = input.ndim == 2
             x = input.unsqueeze(1) if unbatched else (input.transpose(0, 1) if self.batch_first else input)
             steps, batch = x.shape[0], x.shape[1]
@@ -196,7 +197,7 @@ class RNN(RNNBase):
     def __init__(self, input_size, hidden_size, num_layers=1, nonlinearity="tanh", bias=True, batch_first=False,
                  dropout=0.0, bidirectional=False, device=None, dtype=None):
         if nonlinearity not in ("tanh", "relu"):
-            raise ValueError(f"Unknown nonlinearity '{nonlinearity}'. Select from 'tanh' or 'relu'.")
+            raise ArgumentError(f"Unknown nonlinearity '{nonlinearity}'. Select from 'tanh' or 'relu'.")
         self.nonlinearity = nonlinearity
         super().__init__("RNN_TANH" if nonlinearity == "tanh" else "RNN_RELU", input_size, hidden_size, num_layers,
                          bias, batch_first, dropout, bidirectional, device=device, dtype=dtype)
@@ -234,7 +235,7 @@ def cell_step(mode, name, input, hx, nstate, weights):
     w_ih, _, w_hh, _ = weights
     input_size, hidden_size = w_ih.shape[1], w_hh.shape[1]
     if input.ndim not in (1, 2):
-        raise ValueError(f"{name}: Expected input to be 1D or 2D, got {input.ndim}D instead")
+        raise ArgumentError(f"{name}: Expected input to be 1D or 2D, got {input.ndim}D instead")
     if input.shape[-1] != input_size:
         raise RuntimeError(f"input has inconsistent input_size: got {input.shape[-1]} expected {input_size}")
     unbatched = input.ndim == 1
@@ -289,7 +290,7 @@ class RNNCellBase(Module):
 class RNNCell(RNNCellBase):
     def __init__(self, input_size, hidden_size, bias=True, nonlinearity="tanh", device=None, dtype=None):
         if nonlinearity not in ("tanh", "relu"):
-            raise ValueError(f"Unknown nonlinearity: {nonlinearity}")
+            raise ArgumentError(f"Unknown nonlinearity: {nonlinearity}")
         self.nonlinearity = nonlinearity
         super().__init__(input_size, hidden_size, bias, 1, device, dtype)
 
