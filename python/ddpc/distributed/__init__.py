@@ -104,6 +104,10 @@ _SHUTDOWN_GRACE_S = 10.0
 _ALL_TO_ALL_TAG = -(2**31)
 # The tag of send_object_list's messages, likewise.
 _OBJECT_TAG = -(2**31) + 1
+# The tag of gather_object's and scatter_object_list's messages: apart from
+# send_object_list's, so that their receives never take a send_object_list
+# message that is still waiting for its recv_object_list.
+_COLLECTIVE_OBJECT_TAG = -(2**31) + 2
 
 
 class ReduceOp:
@@ -1829,7 +1833,33 @@ def _all_gather_array(g, arr):
 
 
 def _object_bytes(obj):
+    """``obj`` pickled, as a numpy byte array: what the object calls move."""
     return np.frombuffer(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), dtype=np.uint8)
+
+
+def _bytes_object(data):
+    """The object that byte array ``data`` (an ``_object_bytes``) holds."""
+    return pickle.loads(data.tobytes())
+
+
+def _bytes_objects(payload, sizes):
+    """The objects of ``payload``, pickles of ``sizes`` bytes one after the other."""
+    ends = np.cumsum(sizes)
+    return [_bytes_object(payload[end - size:end]) for size, end in zip(sizes, ends)]
+
+
+def _send_bytes(g, data, dst, tag):
+    """Sends byte array ``data`` (if any) to rank ``dst`` of g."""
+    if data.size:
+        send(_to_group(g, data), dst, g, tag)
+
+
+def _recv_bytes(g, size, src, tag):
+    """The ``size`` bytes (if any) that rank ``src`` of g sends with ``_send_bytes``."""
+    buf = _to_group(g, np.empty(size, np.uint8))
+    if size:
+        recv(buf, src, g, tag)
+    return _to_numpy(buf, np.uint8)
 
 
 def _gather_objects(g, obj):
@@ -1840,7 +1870,7 @@ def _gather_objects(g, obj):
     mine = np.zeros(width, np.uint8)
     mine[:data.size] = data
     out = _all_gather_array(g, mine).reshape(g.size(), width)
-    return [pickle.loads(row[:size].tobytes()) for row, size in zip(out, sizes)]
+    return [_bytes_object(row[:size]) for row, size in zip(out, sizes)]
 
 
 def _broadcast_objects(g, objects, src, count):
@@ -1859,10 +1889,9 @@ def _broadcast_objects(g, objects, src, count):
         payload = _broadcast_array(g, payload, src)
     if at_src:
         return list(objects)
-    if count is not None and count != n:
+    if count != n:
         raise ValueError(f"rank {src} sent {n} objects, this rank's list holds {count}")
-    ends = np.cumsum(sizes)
-    return [pickle.loads(payload[end - size:end].tobytes()) for size, end in zip(sizes, ends)]
+    return _bytes_objects(payload, sizes)
 
 
 def all_gather_object(object_list, obj, group=None):
@@ -1875,7 +1904,9 @@ def all_gather_object(object_list, obj, group=None):
 
 
 def gather_object(obj, object_gather_list=None, dst=None, group=None, group_dst=None):
-    """Rank ``dst`` (default 0; or ``group_dst``) receives every rank's ``obj`` in ``object_gather_list``."""
+    """Rank ``dst`` (default 0; or ``group_dst``) receives every rank's ``obj``
+    in ``object_gather_list``. As in PyTorch, the ranks all_gather their
+    pickles' sizes, and each pickle then travels to rank dst alone."""
     g = _group(group, _HOST)
     dst = _global_peer(g, dst, group_dst, "dst", 0)
     at_dst = g.rank() == _group_rank(g, dst, "dst")
@@ -1883,9 +1914,16 @@ def gather_object(obj, object_gather_list=None, dst=None, group=None, group_dst=
         raise ValueError(f"gather_object: rank dst needs an object_gather_list of {g.size()} entries")
     if not at_dst and object_gather_list:
         raise ValueError("gather_object: only rank dst passes an object_gather_list")
-    objects = _gather_objects(g, obj)
-    if at_dst:
-        object_gather_list[:] = objects
+    data = _object_bytes(obj)
+    sizes = _all_gather_array(g, np.array([data.size], np.int64))
+    if not at_dst:
+        _send_bytes(g, data, dst, _COLLECTIVE_OBJECT_TAG)
+        return
+    # Every pickle is received before any is unpickled: one that fails to
+    # unpickle leaves no message behind to confuse the next call.
+    pickles = [data if r == g.rank() else _recv_bytes(g, int(size), g.ranks[r], _COLLECTIVE_OBJECT_TAG)
+               for r, size in enumerate(sizes)]
+    object_gather_list[:] = [_bytes_object(p) for p in pickles]
 
 
 def broadcast_object_list(object_list, src=None, group=None, device=None, group_src=None):
@@ -1899,7 +1937,9 @@ def broadcast_object_list(object_list, src=None, group=None, device=None, group_
 def scatter_object_list(scatter_object_output_list, scatter_object_input_list=None, src=None, group=None,
                         group_src=None):
     """Sets ``scatter_object_output_list[0]`` to rank ``src``'s (default 0; or
-    ``group_src``'s) ``scatter_object_input_list[r]`` on rank r."""
+    ``group_src``'s) ``scatter_object_input_list[r]`` on rank r. As in
+    PyTorch, rank src broadcasts the pickles' sizes, and each rank then
+    receives its own pickle alone."""
     g = _group(group, _HOST)
     src = _global_peer(g, src, group_src, "src", 0)
     at_src = g.rank() == _group_rank(g, src, "src")
@@ -1907,8 +1947,16 @@ def scatter_object_list(scatter_object_output_list, scatter_object_input_list=No
         raise ValueError("scatter_object_list: the output list needs at least one entry")
     if at_src and (scatter_object_input_list is None or len(scatter_object_input_list) != g.size()):
         raise ValueError(f"scatter_object_list: rank src needs an input list of {g.size()} entries")
-    objects = _broadcast_objects(g, scatter_object_input_list if at_src else [], src, None)
-    scatter_object_output_list[0] = objects[g.rank()]
+    data = [_object_bytes(o) for o in scatter_object_input_list] if at_src else []
+    sizes = _broadcast_array(g, np.array([d.size for d in data] if at_src else [0] * g.size(), np.int64), src)
+    if not at_src:
+        scatter_object_output_list[0] = _bytes_object(_recv_bytes(g, int(sizes[g.rank()]), src,
+                                                                  _COLLECTIVE_OBJECT_TAG))
+        return
+    for r, d in enumerate(data):
+        if r != g.rank():
+            _send_bytes(g, d, g.ranks[r], _COLLECTIVE_OBJECT_TAG)
+    scatter_object_output_list[0] = scatter_object_input_list[g.rank()]
 
 
 def send_object_list(object_list, dst=None, group=None, device=None, group_dst=None):
@@ -1920,8 +1968,8 @@ def send_object_list(object_list, dst=None, group=None, device=None, group_dst=N
     dst = _global_peer(g, dst, group_dst, "dst")
     data = [_object_bytes(o) for o in object_list]
     send(_to_group(g, np.array([len(data)] + [d.size for d in data], np.int64)), dst, g, _OBJECT_TAG)
-    if sum(d.size for d in data):
-        send(_to_group(g, np.concatenate(data)), dst, g, _OBJECT_TAG)
+    if data:
+        _send_bytes(g, np.concatenate(data), dst, _OBJECT_TAG)
 
 
 def recv_object_list(object_list, src=None, group=None, device=None, group_src=None):
@@ -1935,12 +1983,7 @@ def recv_object_list(object_list, src=None, group=None, device=None, group_src=N
     header = _to_group(g, np.zeros(1 + len(object_list), np.int64))
     sender = recv(header, src, g, _OBJECT_TAG)
     sizes = _to_numpy(header, np.int64)[1:]
-    payload = _to_group(g, np.empty(int(sizes.sum()), np.uint8))
-    if sizes.sum():
-        recv(payload, sender, g, _OBJECT_TAG)
-    payload = _to_numpy(payload, np.uint8)
-    ends = np.cumsum(sizes)
-    object_list[:] = [pickle.loads(payload[end - size:end].tobytes()) for size, end in zip(sizes, ends)]
+    object_list[:] = _bytes_objects(_recv_bytes(g, int(sizes.sum()), sender, _OBJECT_TAG), sizes)
     return sender
 
 
