@@ -819,6 +819,113 @@ def scenario_p2p_objects():
     dist.barrier()
 
 
+# The owners of the Traced objects unpickled in this process, in order.
+UNPICKLED = []
+# Payloads of very different sizes: none, 1 MiB, 1000 bytes.
+PAYLOADS = [b"", bytes(range(256)) * 4096, b"y" * 1000]
+
+
+def unpickle_traced(owner, payload):
+    UNPICKLED.append(owner)
+    return Traced(owner, payload)
+
+
+class Traced:
+    """An object that notes in UNPICKLED, in the process unpickling it, whose it is."""
+
+    def __init__(self, owner, payload):
+        self.owner, self.payload = owner, payload
+
+    def __reduce__(self):
+        return unpickle_traced, (self.owner, self.payload)
+
+
+def traced(owner):
+    return Traced(owner, PAYLOADS[owner % len(PAYLOADS)])
+
+
+def pickled_size(obj):
+    import pickle
+
+    return len(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def traffic(call):
+    """The collectives and messages of this rank that ``call()`` makes, as
+    (name, bytes of its buffer) in order; UNPICKLED holds what it unpickled."""
+    from ddpc.profiler import profile
+
+    UNPICKLED.clear()
+    with profile() as prof:
+        call()
+    return [(e.name, e.metadata["bytes"]) for e in prof.events() if e.name.startswith("c10d::")]
+
+
+def check_gather_object_traffic(group, members, root, **root_arg):
+    """gather_object to ``root`` among ``members``: every rank all_gathers the
+    sizes, the others send their pickle to the root alone, which receives and
+    unpickles each."""
+    rank = dist.get_rank()
+    got = [None] * len(members) if rank == root else None
+    moved = traffic(lambda: dist.gather_object(traced(rank), got, group=group, **root_arg))
+    sizes = ("c10d::_allgather_base_", 8 * len(members))
+    if rank != root:
+        assert moved == [sizes, ("c10d::send", pickled_size(traced(rank)))], (root, moved)
+        assert UNPICKLED == [] and got is None, (root, UNPICKLED)
+        return
+    assert moved == [sizes] + [("c10d::recv_", pickled_size(traced(r))) for r in members if r != root], (root, moved)
+    assert UNPICKLED == members, (root, UNPICKLED)
+    assert [(o.owner, o.payload) for o in got] == [(r, traced(r).payload) for r in members], root
+
+
+def check_scatter_object_list_traffic(group, members, root, **root_arg):
+    """scatter_object_list from ``root`` among ``members``: the root broadcasts
+    the sizes and sends each rank its own pickle alone, which that rank
+    unpickles; the root keeps its own object."""
+    rank = dist.get_rank()
+    objects = [traced(r) for r in members]
+    mine = [None]
+    moved = traffic(lambda: dist.scatter_object_list(mine, objects if rank == root else None, group=group,
+                                                     **root_arg))
+    sizes = ("c10d::broadcast_", 8 * len(members))
+    if rank != root:
+        assert moved == [sizes, ("c10d::recv_", pickled_size(traced(rank)))], (root, moved)
+        assert UNPICKLED == [rank], (root, UNPICKLED)
+    else:
+        assert moved == [sizes] + [("c10d::send", pickled_size(o)) for o in objects if o.owner != root], (root, moved)
+        assert UNPICKLED == [], (root, UNPICKLED)
+    assert (mine[0].owner, mine[0].payload) == (rank, traced(rank).payload), root
+
+
+def scenario_object_traffic():
+    """gather_object and scatter_object_list move what PyTorch's do: sizes to
+    every rank, each pickle to its destination alone, which alone unpickles
+    it. Objects of 0 bytes to 1 MiB of payload; every root of the default
+    group, and the second member of a group of ranks 1 and 2 (rank 0 is
+    not in it), named as dst/src and as group_dst/group_src."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    members = list(range(world))
+    for root in members:
+        check_gather_object_traffic(None, members, root, dst=root)
+        check_scatter_object_list_traffic(None, members, root, src=root)
+    pair = dist.new_group([1, 2])
+    if rank in (1, 2):
+        check_gather_object_traffic(pair, [1, 2], 2, dst=2)
+        check_gather_object_traffic(pair, [1, 2], 2, group_dst=1)
+        check_scatter_object_list_traffic(pair, [1, 2], 2, src=2)
+        check_scatter_object_list_traffic(pair, [1, 2], 2, group_src=1)
+    # A send_object_list message still waiting for its receive is not taken for a gathered pickle.
+    if rank == 1:
+        dist.send_object_list(["early"], 0)
+    got = [None] * world if rank == 0 else None
+    dist.gather_object(rank, got, dst=0)
+    if rank == 0:
+        early = [None]
+        assert dist.recv_object_list(early, 1) == 1 and early == ["early"], early
+        assert got == members, got
+    dist.barrier()
+
+
 def scenario_p2p_objects_mismatch():
     """Rank 0 sends 2 objects, rank 1 receives into a list of 3."""
     try:

@@ -136,6 +136,13 @@ def test_objects_between_two_ranks_and_subgroups_by_enumeration(world):
         assert f"RANK {r} PASS" in res.stdout, res.stdout + res.stderr
 
 
+def test_gather_object_and_scatter_object_list_move_each_pickle_to_its_destination_alone():
+    res = run_job(3, "object_traffic", timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    for r in range(3):
+        assert f"RANK {r} PASS" in res.stdout, res.stdout + res.stderr
+
+
 def test_recv_object_list_of_another_length_than_the_senders_is_a_mismatch():
     res = run_job(2, "p2p_objects_mismatch", timeout=120)
     assert res.returncode == 0, res.stdout + res.stderr
