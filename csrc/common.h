@@ -71,17 +71,24 @@ uint64_t ddpc_now_ns(void);
 
 #ifdef DDPC_WITH_CUDA
 #include <cuda_runtime_api.h>
+/* A failed call also leaves its error as the runtime's last error (CUB's
+ * launches, and kernels, for example); reading it here clears it, so the
+ * failure is reported once, by the call that failed, and not again by the
+ * next launch's cudaGetLastError(). Sticky errors stay, as they must. */
 #define CUDACHECK(call)                                                            \
     do {                                                                           \
         cudaError_t e_ = (call);                                                   \
-        if (e_ != cudaSuccess)                                                     \
+        if (e_ != cudaSuccess) {                                                   \
+            (void)cudaGetLastError();                                              \
             return DDPC_ERROR(DDPC_ERR_CUDA, "%s failed: %s (%s)", #call,           \
                               cudaGetErrorString(e_), cudaGetErrorName(e_));       \
+        }                                                                          \
     } while (0)
 #define CUDACHECKGOTO(call, res, label)                                            \
     do {                                                                           \
         cudaError_t e_ = (call);                                                   \
         if (e_ != cudaSuccess) {                                                   \
+            (void)cudaGetLastError();                                              \
             (res) = DDPC_ERROR(DDPC_ERR_CUDA, "%s failed: %s (%s)", #call,          \
                                cudaGetErrorString(e_), cudaGetErrorName(e_));      \
             goto label;                                                            \

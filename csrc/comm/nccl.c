@@ -940,12 +940,16 @@ static PyObject *work_is_completed(nccl_work *w, PyObject *unused) {
 static void work_dealloc_(nccl_work *w) {
     if (w->done) {
         /* Buffers go back to the caching allocator now; anything that reuses
-         * them runs on the compute stream, so order it after the collective. */
+         * them runs on the compute stream, so order it after the collective.
+         * Nothing can be raised from here: where the stream cannot be made
+         * to wait, the host waits for the collective instead. */
         void *compute;
-        if (!w->waited && ddpc_cuda_compute_stream(w->comm->device, &compute) == DDPC_OK)
-            cudaStreamWaitEvent((cudaStream_t)compute, w->done, 0);
-        else
+        if (!w->waited && (ddpc_cuda_compute_stream(w->comm->device, &compute) != DDPC_OK ||
+                           cudaStreamWaitEvent((cudaStream_t)compute, w->done, 0) != cudaSuccess)) {
             ddpc_clear_error();
+            (void)cudaGetLastError();
+            (void)cudaEventSynchronize(w->done);
+        }
         cudaEventDestroy(w->done);
     }
     Py_XDECREF(w->keep);
