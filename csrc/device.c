@@ -174,6 +174,8 @@ ddpc_status ddpc_cuda_properties(int device, ddpc_device_props *props) {
     props->major = p.major;
     props->minor = p.minor;
     props->multi_processor_count = p.multiProcessorCount;
+    props->can_map_host_memory = p.canMapHostMemory;
+    props->host_register_read_only = p.hostRegisterReadOnlySupported;
     CUDACHECK(cudaDeviceGetPCIBusId(props->pci_bus_id, sizeof props->pci_bus_id, device));
     return DDPC_OK;
 }

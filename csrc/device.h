@@ -19,6 +19,10 @@ typedef struct {
     int major, minor;
     int multi_processor_count;
     char pci_bus_id[32];
+    /* Whether host memory can be mapped into the device, and registered
+     * read-only (which a read-only file mapping needs): the loader's direct
+     * gather reads its sources through such mappings. */
+    int can_map_host_memory, host_register_read_only;
 } ddpc_device_props;
 
 int ddpc_cuda_compiled(void);

@@ -117,9 +117,11 @@ static PyObject *py_cuda_properties(PyObject *m, PyObject *arg) {
     ddpc_device_props p;
     ddpc_status st = ddpc_cuda_properties(device, &p);
     if (st != DDPC_OK) return ddpc_raise(st);
-    return Py_BuildValue("{s:s,s:n,s:(ii),s:i,s:s}", "name", p.name, "total_memory", (Py_ssize_t)p.total_memory,
-                         "capability", p.major, p.minor, "multi_processor_count", p.multi_processor_count,
-                         "pci_bus_id", p.pci_bus_id);
+    return Py_BuildValue("{s:s,s:n,s:(ii),s:i,s:s,s:O,s:O}", "name", p.name, "total_memory",
+                         (Py_ssize_t)p.total_memory, "capability", p.major, p.minor, "multi_processor_count",
+                         p.multi_processor_count, "pci_bus_id", p.pci_bus_id, "can_map_host_memory",
+                         p.can_map_host_memory ? Py_True : Py_False, "host_register_read_only",
+                         p.host_register_read_only ? Py_True : Py_False);
 }
 
 static PyObject *py_cuda_set_device(PyObject *m, PyObject *arg) {

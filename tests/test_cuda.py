@@ -37,6 +37,19 @@ def test_doctor_runs_and_reports(capsys):
     assert "CUDA compiled in" in out and "Communication backends" in out and "GPUs:" in out
 
 
+def test_doctor_describes_each_gpu(monkeypatch, capsys):
+    """A GPU's line, and what its host-memory mapping offers the loader (the C properties faked here)."""
+    from ddpc.__main__ import main
+    props = {"name": "Fake GPU", "total_memory": 80 * 2**30, "capability": (9, 0), "multi_processor_count": 132,
+             "pci_bus_id": "0000:01:00.0", "can_map_host_memory": True, "host_register_read_only": False}
+    monkeypatch.setattr(ddpc.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(ddpc._C, "cuda_properties", lambda i: props)
+    assert main(["doctor"]) == 0
+    out = capsys.readouterr().out
+    assert "cuda:0  Fake GPU  80.0 GiB  compute capability 9.0  132 SMs  PCI 0000:01:00.0" in out
+    assert "host memory mapped: yes, registered read-only: no" in out
+
+
 @pytest.mark.gpu
 def test_host_device_round_trip_every_dtype():
     for dt in (ddpc.float32, ddpc.float64, ddpc.float16, ddpc.bfloat16, ddpc.int32, ddpc.int64, ddpc.uint8):

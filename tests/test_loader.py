@@ -681,7 +681,9 @@ def test_gpu_gather_changes_nothing_on_the_host(monkeypatch):
 @pytest.mark.parametrize("from_file", [False, True])
 def test_gpu_gather_equals_cpu_batches(tmp_path, monkeypatch, from_file):
     """The GPU's own gather (float32 rows, int64 labels, rows of 3 bytes copied
-    byte by byte) gives the staged path's batches, from memory and from a mapped .npy."""
+    byte by byte) gives the staged path's batches, from memory and from a
+    mapped .npy (a read-only mapping: where the device cannot register memory
+    read-only, the loader stages it instead)."""
     monkeypatch.setenv("DDPC_LOADER_GPU_GATHER", "1")
     rng = np.random.default_rng(3)
     n = 301
@@ -700,9 +702,11 @@ def test_gpu_gather_equals_cpu_batches(tmp_path, monkeypatch, from_file):
     it = iter(DataLoader(ds, batch_size=32, sampler=sampler, device="cuda:0", prefetch=3))
     gpu = list(it)
     stats = it._loader.stats()
-    assert stats["direct"] == 1
+    direct = not from_file or ddpc._C.cuda_properties(0)["host_register_read_only"]
+    assert stats["direct"] == direct
     assert stats["batches"] == len(cpu) == len(gpu)
-    assert stats["chunks"] == 0 and stats["gather_s"] == stats["staging_wait_s"] == 0.0
+    if direct:
+        assert stats["chunks"] == 0 and stats["gather_s"] == stats["staging_wait_s"] == 0.0
     for c, g in zip(cpu, gpu):
         for ct, gt in zip(c, g):
             assert gt.is_cuda

@@ -28,9 +28,11 @@ def _nccl(info):
     return f"{_version(info['nccl_version'], 'nccl')} ({path})", True
 
 
-def doctor(out=sys.stdout):
+def doctor(out=None):
     import ddpc
     from ddpc import _C
+
+    out = sys.stdout if out is None else out  # the stream of the call, not of the import
 
     info = ddpc.build_info()
     p = lambda *a: print(*a, file=out)  # noqa: E731
@@ -49,6 +51,9 @@ def doctor(out=sys.stdout):
         props = ddpc.cuda.get_device_properties(i)
         p(f"  cuda:{i}  {props.name}  {props.total_memory / 2**30:.1f} GiB  "
           f"compute capability {props.major}.{props.minor}  {props.multi_processor_count} SMs  PCI {props.pci_bus_id}")
+        host = _C.cuda_properties(i)  # what the loader's direct gather needs of the device
+        p(f"          host memory mapped: {'yes' if host['can_map_host_memory'] else 'no'}, registered read-only: "
+          f"{'yes' if host['host_register_read_only'] else 'no'}")
     backends = ["cpu (shared memory within a host, TCP ring across hosts)"]
     if info["nccl"] and not nccl_loads:
         backends.append("nccl (compiled in; NCCL does not load, see above)")
