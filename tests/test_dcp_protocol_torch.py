@@ -135,14 +135,19 @@ def _futures(torch):
     return torch_future, lambda value: Future(value=value)
 
 
-def _protocol(np, torch, ddpc):
+def _in_both(torch, ddpc, fn):
+    """(ddpc's result, PyTorch's) of fn(lib, make_future), PyTorch's run first, warnings silenced."""
     import warnings
 
     torch_future, ddpc_future = _futures(torch)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        want = _run(torch, torch_future)
-        got = _run(ddpc, ddpc_future)
+        want = fn(torch, torch_future)
+        return fn(ddpc, ddpc_future), want
+
+
+def _protocol(np, torch, ddpc):
+    got, want = _in_both(torch, ddpc, _run)
     for what, g, w in zip(("save calls", "load calls", "read steps", "metadata", "loaded values",
                            "without allow_partial_load"), got, want):
         assert g == w, f"{what}: {g} where PyTorch has {w}"
@@ -189,13 +194,7 @@ def _flattened(lib, make_future):
 
 
 def _flattening(np, torch, ddpc):
-    import warnings
-
-    torch_future, ddpc_future = _futures(torch)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        want = _flattened(torch, torch_future)
-        got = _flattened(ddpc, ddpc_future)
+    got, want = _in_both(torch, ddpc, _flattened)
     assert sorted(got[0]) == sorted(want[0]), f"keys {sorted(got[0])} where PyTorch has {sorted(want[0])}"
     assert got[0] == want[0], f"kinds {got[0]} where PyTorch has {want[0]}"
     assert got[1] == want[1], f"loaded {got[1]} where PyTorch loads {want[1]}"
@@ -232,13 +231,7 @@ def _unflattened(lib, make_future):
 
 
 def _unflattening(np, torch, ddpc):
-    import warnings
-
-    torch_future, ddpc_future = _futures(torch)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        want = _unflattened(torch, torch_future)
-        got = _unflattened(ddpc, ddpc_future)
+    got, want = _in_both(torch, ddpc, _unflattened)
     for what, g, w in zip(("metadata", "loaded", "tensor copied into", "flattening load"), got, want):
         assert g == w, f"{what}: {g} where PyTorch has {w}"
     assert got[0] == {"model": "BytesStorageMetadata", "t": "TensorStorageMetadata",
