@@ -931,7 +931,7 @@ static PyMethodDef buffer_methods[] = {
     {"from_dlpack", (PyCFunction)buffer_from_dlpack, METH_O | METH_CLASS,
      "from_dlpack(capsule): zero-copy view of a DLPack capsule (consumes it)"},
     {"view", (PyCFunction)buffer_view_method, METH_VARARGS,
-     "view(offset, shape, dtype=None): a view of numel(shape) elements starting at element offset; "
+     "view(offset, shape, dtype=self.dtype): a view of numel(shape) elements starting at element offset; "
      "another dtype reinterprets the bytes"},
     {"__dlpack__", (PyCFunction)(void (*)(void))buffer_dlpack, METH_VARARGS | METH_KEYWORDS, "DLPack export"},
     {"__dlpack_device__", (PyCFunction)buffer_dlpack_device, METH_NOARGS, "DLPack device tuple"},

@@ -842,12 +842,12 @@ static PyObject *comm_reduce_(PyObject *self, PyObject *unused) {
 }
 
 static PyMethodDef comm_methods[] = {
-    {"all_reduce", (PyCFunction)comm_all_reduce, METH_VARARGS, "all_reduce(buf, op) -> Work"},
-    {"broadcast", (PyCFunction)comm_broadcast, METH_VARARGS, "broadcast(buf, root) -> Work"},
-    {"all_gather", (PyCFunction)comm_all_gather, METH_VARARGS, "all_gather(out, in) -> Work"},
-    {"reduce_scatter", (PyCFunction)comm_reduce_scatter, METH_VARARGS, "reduce_scatter(out, in, op) -> Work"},
-    {"send", (PyCFunction)comm_send, METH_VARARGS, "send(buf, peer) -> Work"},
-    {"recv", (PyCFunction)comm_recv, METH_VARARGS, "recv(buf, peer) -> Work"},
+    {"all_reduce", (PyCFunction)comm_all_reduce, METH_VARARGS, "all_reduce(buf, op) -> NcclWork"},
+    {"broadcast", (PyCFunction)comm_broadcast, METH_VARARGS, "broadcast(buf, root) -> NcclWork"},
+    {"all_gather", (PyCFunction)comm_all_gather, METH_VARARGS, "all_gather(out, in) -> NcclWork"},
+    {"reduce_scatter", (PyCFunction)comm_reduce_scatter, METH_VARARGS, "reduce_scatter(out, in, op) -> NcclWork"},
+    {"send", (PyCFunction)comm_send, METH_VARARGS, "send(buf, peer) -> NcclWork"},
+    {"recv", (PyCFunction)comm_recv, METH_VARARGS, "recv(buf, peer) -> NcclWork"},
     {"set_timeout", (PyCFunction)comm_set_timeout, METH_O,
      "set_timeout(seconds): the timeout of the collectives enqueued from now on"},
     {"group_start", (PyCFunction)comm_group_start, METH_NOARGS, "start coalescing collectives"},

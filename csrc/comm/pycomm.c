@@ -1003,7 +1003,8 @@ static PyObject *group_get_(group_obj *self, void *which) {
 static PyMethodDef group_methods[] = {
     {"all_reduce", (PyCFunction)group_all_reduce, METH_VARARGS, "all_reduce(buf, dtype, op, async_op=False)"},
     {"broadcast", (PyCFunction)group_broadcast, METH_VARARGS, "broadcast(buf, dtype, src, async_op=False)"},
-    {"all_gather", (PyCFunction)group_all_gather, METH_VARARGS, "all_gather(out, in, dtype, 0, async_op=False)"},
+    {"all_gather", (PyCFunction)group_all_gather, METH_VARARGS,
+     "all_gather(out, in, dtype, op, async_op=False): op is checked as a reduce op but not used (pass 0)"},
     {"reduce_scatter", (PyCFunction)group_reduce_scatter, METH_VARARGS, "reduce_scatter(out, in, dtype, op, async_op=False)"},
     {"barrier", (PyCFunction)group_barrier, METH_VARARGS, "barrier(async_op=False)"},
     {"send", (PyCFunction)group_send, METH_VARARGS, "send(buf, dtype, dst, tag=0, async_op=False)"},
