@@ -291,7 +291,7 @@ static void execute_(ddpc_queue *q, ddpc_work *w) {
     if (atomic_load(&g->failed)) {
         st = ddpc_group_error(g);
     } else {
-        st = g->backend->run(g, g->bstate, &w->args, ddpc_deadline_after(g->timeout_s));
+        st = g->backend->run(g, g->bstate, &w->args, ddpc_deadline_after(w->args.timeout_s));
         if (st == DDPC_ERR_DIST && !atomic_load(&g->failed)) st = ddpc_group_explain(g, st);
         if (st != DDPC_OK && st != DDPC_ERR_ARG && st != DDPC_ERR_TYPE) ddpc_group_fail(g, st, ddpc_last_error());
     }
@@ -342,6 +342,7 @@ ddpc_status ddpc_group_submit(ddpc_group *g, const ddpc_coll_args *a, ddpc_work 
     ddpc_work *w = calloc(1, sizeof *w);
     if (!w) return DDPC_ERROR(DDPC_ERR_OOM, "out of memory");
     w->args = *a;
+    if (!(w->args.timeout_s > 0)) w->args.timeout_s = atomic_load(&g->timeout_s);
     w->refs = 2;
     w->owner = getpid();
     pthread_mutex_init(&w->lock, NULL);
@@ -415,8 +416,8 @@ ddpc_status ddpc_work_wait(ddpc_work *w, double timeout_s) {
         return DDPC_ERROR(DDPC_ERR_DIST, "%s (collective #%llu) was started by the process this one was forked "
                           "from: it runs there, and this copy of its handle never completes",
                           ddpc_coll_name(w->args.coll), (unsigned long long)w->args.seq);
-    /* The collective bounds itself by the group timeout; a queued one may
-     * wait behind others, so the default bound leaves room for those. */
+    /* The collective bounds itself by its timeout; a queued one may wait
+     * behind others, so the default bound leaves room for those. */
     uint64_t deadline = timeout_s < 0 ? DDPC_NO_DEADLINE : ddpc_deadline_after(timeout_s);
     pthread_mutex_lock(&w->lock);
     while (!w->done) {
@@ -645,11 +646,13 @@ static ddpc_status hier_allreduce_(ddpc_group *g, ddpc_shm *s, const ddpc_coll_a
     b.op = a->op == DDPC_RED_AVG ? DDPC_RED_SUM : a->op;
     b.in = b.out;
     if (s) CHECK(ddpc_shm_run(s, &(ddpc_coll_args){.coll = DDPC_COLL_ALLREDUCE, .op = b.op, .dtype = b.dtype,
-                                                    .in = a->in, .out = a->out, .count = a->count, .seq = a->seq},
+                                                    .in = a->in, .out = a->out, .count = a->count, .seq = a->seq,
+                                                    .timeout_s = a->timeout_s},
                               deadline));
     if (is_leader_(g)) CHECK(ddpc_ring_allreduce(g, &b, deadline));
     if (s) CHECK(ddpc_shm_run(s, &(ddpc_coll_args){.coll = DDPC_COLL_BROADCAST, .dtype = b.dtype, .in = b.out,
-                                                    .out = b.out, .count = b.count, .peer = 0, .seq = a->seq},
+                                                    .out = b.out, .count = b.count, .peer = 0, .seq = a->seq,
+                                                    .timeout_s = a->timeout_s},
                               deadline));
     if (a->op == DDPC_RED_AVG) {
         const void *src = b.out;
@@ -698,7 +701,8 @@ static ddpc_status cpu_run_(ddpc_group *g, void *state, const ddpc_coll_args *a,
         uint8_t token = 0;
         return hier_allreduce_(g, s, &(ddpc_coll_args){.coll = a->coll, .op = DDPC_RED_MAX,
                                                         .dtype = DDPC_UINT8, .in = &token, .out = &token,
-                                                        .count = 1, .seq = a->seq}, deadline);
+                                                        .count = 1, .seq = a->seq,
+                                                        .timeout_s = a->timeout_s}, deadline);
     }
     case DDPC_COLL_ALLGATHER: {
         /* Zeros everywhere but this rank's block, then a bitwise-or all-reduce:
@@ -708,7 +712,8 @@ static ddpc_status cpu_run_(ddpc_group *g, void *state, const ddpc_coll_args *a,
         memcpy(out + (size_t)g->rank * n * es, a->in, n * es);
         return hier_allreduce_(g, s, &(ddpc_coll_args){.coll = a->coll, .op = DDPC_RED_BOR,
                                                         .dtype = DDPC_UINT8, .in = out, .out = out,
-                                                        .count = (size_t)g->size * n * es, .seq = a->seq}, deadline);
+                                                        .count = (size_t)g->size * n * es, .seq = a->seq,
+                                                        .timeout_s = a->timeout_s}, deadline);
     }
     case DDPC_COLL_REDUCE_SCATTER: {
         char *tmp = malloc((size_t)g->size * n * es + 1);
@@ -716,7 +721,8 @@ static ddpc_status cpu_run_(ddpc_group *g, void *state, const ddpc_coll_args *a,
         memcpy(tmp, a->in, (size_t)g->size * n * es);
         ddpc_status st = hier_allreduce_(g, s, &(ddpc_coll_args){.coll = a->coll, .op = a->op,
                                                                   .dtype = a->dtype, .in = tmp, .out = tmp,
-                                                                  .count = (size_t)g->size * n, .seq = a->seq}, deadline);
+                                                                  .count = (size_t)g->size * n, .seq = a->seq,
+                                                                  .timeout_s = a->timeout_s}, deadline);
         if (st == DDPC_OK) memcpy(a->out, tmp + (size_t)g->rank * n * es, n * es);
         free(tmp);
         return st;

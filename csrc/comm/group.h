@@ -1,10 +1,10 @@
 /* Process groups: rank, size, store, a backend behind a vtable, and work
  * handles executed in order by one worker thread per group.
  *
- * Every blocking wait inside a collective has the group's deadline, and every
- * wait also gives up as soon as the group is marked failed (a peer died, or
- * ranks disagreed about which collective they are in); from then on every
- * call on the group raises that same error. */
+ * Every blocking wait inside a collective has the collective's deadline, and
+ * every wait also gives up as soon as the group is marked failed (a peer
+ * died, or ranks disagreed about which collective they are in); from then on
+ * every call on the group raises that same error. */
 #ifndef DDPC_COMM_GROUP_H
 #define DDPC_COMM_GROUP_H
 
@@ -35,7 +35,11 @@ const char *ddpc_coll_name(ddpc_coll c);
 /* One collective call. `count` is the element count of this rank's
  * contribution: the whole tensor for all_reduce, broadcast, send and recv;
  * the input for all_gather (output is size*count); the output for
- * reduce_scatter (input is size*count). In-place ops have in == out. */
+ * reduce_scatter (input is size*count). In-place ops have in == out.
+ * `timeout_s` bounds the call once it starts running; it is fixed when the
+ * call is queued (ddpc_group_submit), so set_timeout on another thread
+ * changes neither a queued call nor the calls of another thread that give
+ * their own. */
 typedef struct {
     ddpc_coll coll;
     ddpc_redop op;
@@ -47,6 +51,7 @@ typedef struct {
     int tag;
     uint64_t seq;       /* position in this group's sequence of collectives */
     int *source;        /* recv: where the sender's rank is written, or NULL */
+    double timeout_s;   /* of this call; 0 when submitted: the group's at that moment */
 } ddpc_coll_args;
 
 /* The peer of a recv that takes the first matching send from any rank (cpu backend). */
@@ -72,7 +77,7 @@ enum { DDPC_LINK_RING, DDPC_LINK_P2P, DDPC_NLINKS };
 
 /* A backend executes collectives for a group. `init` runs collectively on
  * every member during group creation; `run` executes one collective before
- * the deadline; `abort` wakes every wait of the backend (called from any
+ * the deadline (a->timeout_s after it started); `abort` wakes every wait of the backend (called from any
  * thread once the group has failed). */
 typedef struct {
     const char *name;
@@ -106,7 +111,7 @@ struct ddpc_group {
     atomic_uchar *departed;    /* by group rank: left the job (destroy_process_group or exit) */
     ddpc_store *store;         /* shared, not owned */
     char prefix[96];           /* store key prefix of this group */
-    _Atomic double timeout_s;  /* of each collective; set_timeout changes it while others run */
+    _Atomic double timeout_s;  /* of the collectives queued from now on without one of their own */
     ddpc_topology topo;
     const ddpc_backend *backend;
     void *bstate;
@@ -167,7 +172,8 @@ ddpc_status ddpc_group_explain(ddpc_group *g, ddpc_status st);
 /* Records the group's failure as the current error and returns its status. */
 ddpc_status ddpc_group_error(ddpc_group *g);
 
-/* Work: one queued collective. */
+/* Work: one queued collective. A call without a timeout of its own
+ * (a->timeout_s 0) gets the group's at this moment. */
 ddpc_status ddpc_group_submit(ddpc_group *g, const ddpc_coll_args *a, ddpc_work **work);
 /* The sequence number the group's next collective gets (send and recv take none). */
 uint64_t ddpc_group_next_seq(ddpc_group *g);
@@ -235,7 +241,9 @@ void ddpc_p2p_free(ddpc_group *g);
 void ddpc_p2p_close(ddpc_group *g);
 /* Shuts the links down so peers blocked on them see the failure at once. */
 void ddpc_p2p_shutdown(ddpc_group *g);
-ddpc_status ddpc_p2p_link(ddpc_group *g, int peer, int link, uint64_t deadline, int *fd);
+/* The link to `peer`, made before `deadline`, which is `timeout_s` after the
+ * call that needs it started (for the message when the peer never comes). */
+ddpc_status ddpc_p2p_link(ddpc_group *g, int peer, int link, double timeout_s, uint64_t deadline, int *fd);
 ddpc_status ddpc_p2p_send(ddpc_group *g, const ddpc_coll_args *a, uint64_t deadline);
 ddpc_status ddpc_p2p_recv(ddpc_group *g, const ddpc_coll_args *a, uint64_t deadline);
 

@@ -115,14 +115,14 @@ static ddpc_status accept_one_(ddpc_group *g, uint64_t slice, uint64_t deadline)
  * another link is kept for whoever needs it. Other threads may accept at the
  * same time, so the lock is held only to look and to store, and each accept
  * waits a short slice before looking again. */
-static ddpc_status accept_peer_(ddpc_group *g, int peer, int link, uint64_t deadline) {
+static ddpc_status accept_peer_(ddpc_group *g, int peer, int link, double timeout_s, uint64_t deadline) {
     for (;;) {
         pthread_mutex_lock(&g->link_lock);
         int have = *slot_(g, peer, link) >= 0;
         pthread_mutex_unlock(&g->link_lock);
         if (have) return DDPC_OK;
         if (ddpc_ms_left(deadline, 1) == 0)
-            return DDPC_ERROR(DDPC_ERR_TIMEOUT, "timed out after %.1f s waiting for rank %d to connect", g->timeout_s,
+            return DDPC_ERROR(DDPC_ERR_TIMEOUT, "timed out after %.1f s waiting for rank %d to connect", timeout_s,
                               ddpc_global_rank(g, peer));
         ddpc_status st = accept_one_(g, ddpc_deadline_after(0.05), deadline);
         if (st == DDPC_ERR_TIMEOUT) ddpc_clear_error();
@@ -130,7 +130,7 @@ static ddpc_status accept_peer_(ddpc_group *g, int peer, int link, uint64_t dead
     }
 }
 
-ddpc_status ddpc_p2p_link(ddpc_group *g, int peer, int link, uint64_t deadline, int *fd) {
+ddpc_status ddpc_p2p_link(ddpc_group *g, int peer, int link, double timeout_s, uint64_t deadline, int *fd) {
     if (peer < 0 || peer >= g->size || peer == g->rank)
         return DDPC_ERROR(DDPC_ERR_ARG, "invalid peer rank %d for rank %d of a group of %d", peer, g->rank, g->size);
     ddpc_status st = DDPC_OK;
@@ -139,7 +139,7 @@ ddpc_status ddpc_p2p_link(ddpc_group *g, int peer, int link, uint64_t deadline, 
         if (*slot_(g, peer, link) < 0) st = connect_peer_(g, peer, link, deadline);
         pthread_mutex_unlock(&g->link_lock);
     } else {
-        st = accept_peer_(g, peer, link, deadline);
+        st = accept_peer_(g, peer, link, timeout_s, deadline);
     }
     CHECK(st);
     pthread_mutex_lock(&g->link_lock);
@@ -193,7 +193,7 @@ static ddpc_status send_(ddpc_group *g, const ddpc_coll_args *a, uint64_t deadli
     int fd;
     char what[64];
     peer_name_(g, a->peer, what, sizeof what);
-    CHECK(ddpc_p2p_link(g, a->peer, DDPC_LINK_P2P, deadline, &fd));
+    CHECK(ddpc_p2p_link(g, a->peer, DDPC_LINK_P2P, a->timeout_s, deadline, &fd));
     ddpc_msg_header h;
     ddpc_msg_header_fill(&h, a);
     CHECK(ddpc_net_send(fd, &h, sizeof h, deadline, &g->failed, what));
@@ -241,7 +241,7 @@ static ddpc_status tag_timeout_(ddpc_group *g, const ddpc_coll_args *a) {
     if (other) snprintf(kept, sizeof kept, " (it sent %d with other tags, kept for their recvs)", other);
     ddpc_clear_error();
     return DDPC_ERROR(DDPC_ERR_TIMEOUT, "timed out after %.1f s in recv from rank %d (tag %d): no message with tag %d "
-                      "came from rank %d%s", g->timeout_s, r, a->tag, a->tag, r, kept);
+                      "came from rank %d%s", a->timeout_s, r, a->tag, a->tag, r, kept);
 }
 
 /* A recv from rank a->peer: its oldest stashed message with a->tag, else the
@@ -252,7 +252,7 @@ static ddpc_status recv_from_(ddpc_group *g, const ddpc_coll_args *a, uint64_t d
     int fd;
     char what[64];
     peer_name_(g, a->peer, what, sizeof what);
-    ddpc_status st = ddpc_p2p_link(g, a->peer, DDPC_LINK_P2P, deadline, &fd);
+    ddpc_status st = ddpc_p2p_link(g, a->peer, DDPC_LINK_P2P, a->timeout_s, deadline, &fd);
     /* A lower rank connects on its first send: until then nothing came from it. */
     if (st == DDPC_ERR_TIMEOUT && a->peer < g->rank) return tag_timeout_(g, a);
     CHECK(st);
@@ -346,7 +346,7 @@ static ddpc_status recv_any_(ddpc_group *g, const ddpc_coll_args *a, uint64_t de
         }
         if (ddpc_ms_left(deadline, 1) == 0) {
             st = DDPC_ERROR(DDPC_ERR_TIMEOUT, "timed out after %.1f s in recv from any rank (tag %d): no rank sent a "
-                            "message with tag %d", g->timeout_s, a->tag, a->tag);
+                            "message with tag %d", a->timeout_s, a->tag, a->tag);
             goto done_;
         }
         if ((st = connect_higher_(g, deadline)) != DDPC_OK) goto done_;

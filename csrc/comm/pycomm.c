@@ -740,11 +740,31 @@ static int count_(const Py_buffer *v, ddpc_dtype dt, size_t *count) {
     return 0;
 }
 
-static PyObject *group_all_reduce(group_obj *self, PyObject *args) {
+int ddpc_arg_timeout(PyObject *o, double *seconds) {
+    if (o == Py_None) {
+        *seconds = 0;
+        return 1;
+    }
+    double s = PyFloat_AsDouble(o);
+    if (s == -1 && PyErr_Occurred()) return 0;
+    if (!(s > 0)) {
+        PyErr_Format(PyExc_ValueError, "timeout must be a positive number of seconds or None, got %g", s);
+        return 0;
+    }
+    *seconds = s;
+    return 1;
+}
+
+static PyObject *group_all_reduce(group_obj *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"buf", "dtype", "op", "async_op", "timeout", NULL};
     PyObject *obj;
     int code, op, async_op = 0;
-    if (!PyArg_ParseTuple(args, "Oii|p", &obj, &code, &op, &async_op) || !group_ready_(self)) return NULL;
-    ddpc_coll_args a = {.coll = DDPC_COLL_ALLREDUCE, .op = (ddpc_redop)op};
+    double timeout = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "Oii|p$O&", kwlist, &obj, &code, &op, &async_op, ddpc_arg_timeout,
+                                     &timeout) ||
+        !group_ready_(self))
+        return NULL;
+    ddpc_coll_args a = {.coll = DDPC_COLL_ALLREDUCE, .op = (ddpc_redop)op, .timeout_s = timeout};
     if (dtype_arg_(code, &a.dtype) < 0 || reduce_op_arg_(op, code, "all_reduce", &a.op) < 0) return NULL;
     Py_buffer v;
     if (view_(obj, 1, &v) < 0) return NULL;
@@ -753,11 +773,16 @@ static PyObject *group_all_reduce(group_obj *self, PyObject *args) {
     return launch_(self, &a, &v, 1, async_op);
 }
 
-static PyObject *group_broadcast(group_obj *self, PyObject *args) {
+static PyObject *group_broadcast(group_obj *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"buf", "dtype", "src", "async_op", "timeout", NULL};
     PyObject *obj;
     int code, src, async_op = 0;
-    if (!PyArg_ParseTuple(args, "Oii|p", &obj, &code, &src, &async_op) || !group_ready_(self)) return NULL;
-    ddpc_coll_args a = {.coll = DDPC_COLL_BROADCAST, .peer = src};
+    double timeout = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "Oii|p$O&", kwlist, &obj, &code, &src, &async_op, ddpc_arg_timeout,
+                                     &timeout) ||
+        !group_ready_(self))
+        return NULL;
+    ddpc_coll_args a = {.coll = DDPC_COLL_BROADCAST, .peer = src, .timeout_s = timeout};
     if (dtype_arg_(code, &a.dtype) < 0) return NULL;
     if (src < 0 || src >= self->group->size)
         return PyErr_Format(PyExc_ValueError, "src %d is not a rank of this group of %d", src, self->group->size);
@@ -769,11 +794,16 @@ static PyObject *group_broadcast(group_obj *self, PyObject *args) {
 }
 
 /* all_gather and reduce_scatter: an output and an input of size-fold lengths. */
-static PyObject *gather_scatter_(group_obj *self, PyObject *args, ddpc_coll coll) {
+static PyObject *gather_scatter_(group_obj *self, PyObject *args, PyObject *kwds, ddpc_coll coll) {
+    static char *kwlist[] = {"out", "in", "dtype", "op", "async_op", "timeout", NULL};
     PyObject *out, *in;
     int code, op = 0, async_op = 0;
-    if (!PyArg_ParseTuple(args, "OOii|p", &out, &in, &code, &op, &async_op) || !group_ready_(self)) return NULL;
-    ddpc_coll_args a = {.coll = coll, .op = (ddpc_redop)op};
+    double timeout = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOii|p$O&", kwlist, &out, &in, &code, &op, &async_op,
+                                     ddpc_arg_timeout, &timeout) ||
+        !group_ready_(self))
+        return NULL;
+    ddpc_coll_args a = {.coll = coll, .op = (ddpc_redop)op, .timeout_s = timeout};
     if (dtype_arg_(code, &a.dtype) < 0 || reduce_op_arg_(op, code, ddpc_coll_name(coll), &a.op) < 0) return NULL;
     Py_buffer v[2];
     if (view_(out, 1, &v[0]) < 0) return NULL;
@@ -798,13 +828,22 @@ static PyObject *gather_scatter_(group_obj *self, PyObject *args, ddpc_coll coll
     return launch_(self, &a, v, 2, async_op);
 }
 
-static PyObject *group_all_gather(group_obj *self, PyObject *args) { return gather_scatter_(self, args, DDPC_COLL_ALLGATHER); }
-static PyObject *group_reduce_scatter(group_obj *self, PyObject *args) { return gather_scatter_(self, args, DDPC_COLL_REDUCE_SCATTER); }
+static PyObject *group_all_gather(group_obj *self, PyObject *args, PyObject *kwds) {
+    return gather_scatter_(self, args, kwds, DDPC_COLL_ALLGATHER);
+}
 
-static PyObject *group_barrier(group_obj *self, PyObject *args) {
+static PyObject *group_reduce_scatter(group_obj *self, PyObject *args, PyObject *kwds) {
+    return gather_scatter_(self, args, kwds, DDPC_COLL_REDUCE_SCATTER);
+}
+
+static PyObject *group_barrier(group_obj *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"async_op", "timeout", NULL};
     int async_op = 0;
-    if (!PyArg_ParseTuple(args, "|p", &async_op) || !group_ready_(self)) return NULL;
-    ddpc_coll_args a = {.coll = DDPC_COLL_BARRIER, .dtype = DDPC_UINT8};
+    double timeout = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|p$O&", kwlist, &async_op, ddpc_arg_timeout, &timeout) ||
+        !group_ready_(self))
+        return NULL;
+    ddpc_coll_args a = {.coll = DDPC_COLL_BARRIER, .dtype = DDPC_UINT8, .timeout_s = timeout};
     return launch_(self, &a, NULL, 0, async_op);
 }
 
@@ -976,7 +1015,8 @@ static PyObject *group_close(group_obj *self, PyObject *unused) {
     Py_RETURN_NONE;
 }
 
-/* Collectives that start from now on get the new timeout; one running keeps its deadline. */
+/* Collectives queued from now on without a timeout of their own get the new
+ * one; those already queued or running keep theirs. */
 static PyObject *group_set_timeout(group_obj *self, PyObject *arg) {
     double seconds = PyFloat_AsDouble(arg);
     if (seconds == -1 && PyErr_Occurred()) return NULL;
@@ -1001,12 +1041,19 @@ static PyObject *group_get_(group_obj *self, void *which) {
 }
 
 static PyMethodDef group_methods[] = {
-    {"all_reduce", (PyCFunction)group_all_reduce, METH_VARARGS, "all_reduce(buf, dtype, op, async_op=False)"},
-    {"broadcast", (PyCFunction)group_broadcast, METH_VARARGS, "broadcast(buf, dtype, src, async_op=False)"},
-    {"all_gather", (PyCFunction)group_all_gather, METH_VARARGS,
-     "all_gather(out, in, dtype, op, async_op=False): op is checked as a reduce op but not used (pass 0)"},
-    {"reduce_scatter", (PyCFunction)group_reduce_scatter, METH_VARARGS, "reduce_scatter(out, in, dtype, op, async_op=False)"},
-    {"barrier", (PyCFunction)group_barrier, METH_VARARGS, "barrier(async_op=False)"},
+    /* A collective's timeout (seconds) bounds it once it starts; None: the
+     * group's timeout at the time it is queued. */
+    {"all_reduce", (PyCFunction)(void (*)(void))group_all_reduce, METH_VARARGS | METH_KEYWORDS,
+     "all_reduce(buf, dtype, op, async_op=False, *, timeout=None)"},
+    {"broadcast", (PyCFunction)(void (*)(void))group_broadcast, METH_VARARGS | METH_KEYWORDS,
+     "broadcast(buf, dtype, src, async_op=False, *, timeout=None)"},
+    {"all_gather", (PyCFunction)(void (*)(void))group_all_gather, METH_VARARGS | METH_KEYWORDS,
+     "all_gather(out, in, dtype, op, async_op=False, *, timeout=None): op is checked as a reduce op but not used "
+     "(pass 0)"},
+    {"reduce_scatter", (PyCFunction)(void (*)(void))group_reduce_scatter, METH_VARARGS | METH_KEYWORDS,
+     "reduce_scatter(out, in, dtype, op, async_op=False, *, timeout=None)"},
+    {"barrier", (PyCFunction)(void (*)(void))group_barrier, METH_VARARGS | METH_KEYWORDS,
+     "barrier(async_op=False, *, timeout=None)"},
     {"send", (PyCFunction)group_send, METH_VARARGS, "send(buf, dtype, dst, tag=0, async_op=False)"},
     {"recv", (PyCFunction)group_recv, METH_VARARGS,
      "recv(buf, dtype, src, tag=0, async_op=False) -> sender, or Work; src -1: from any rank"},
@@ -1018,7 +1065,7 @@ static PyMethodDef group_methods[] = {
      "SharedBuffer is at least `value` (see SharedBuffer.signal); raises if the group fails, a rank on this host "
      "leaves it, or the group timeout passes first"},
     {"set_timeout", (PyCFunction)group_set_timeout, METH_O,
-     "set_timeout(seconds): the timeout of the collectives that start from now on"},
+     "set_timeout(seconds): the timeout of the collectives queued from now on without one of their own"},
     {"close", (PyCFunction)group_close, METH_NOARGS, "release the group's threads, segment and sockets"},
     {"__reduce__", refuse_pickle_, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},

@@ -7,4 +7,9 @@
 
 int ddpc_comm_register(PyObject *module);
 
+/* O& converter of a collective's `timeout` keyword: a positive number of
+ * seconds, or None for the group's timeout at the time the call is queued
+ * (0 in *seconds). */
+int ddpc_arg_timeout(PyObject *o, double *seconds);
+
 #endif

@@ -33,8 +33,8 @@ static ddpc_status ring_open_(ddpc_group *g, const ddpc_coll_args *a, uint64_t d
     r->prev = t->leaders[(r->pos + r->len - 1) % r->len];
     snprintf(r->what, sizeof r->what, "ring neighbours (ranks %d and %d)", ddpc_global_rank(g, r->prev),
              ddpc_global_rank(g, r->next));
-    CHECK(ddpc_p2p_link(g, r->next, DDPC_LINK_RING, deadline, &r->next_fd));
-    CHECK(ddpc_p2p_link(g, r->prev, DDPC_LINK_RING, deadline, &r->prev_fd));
+    CHECK(ddpc_p2p_link(g, r->next, DDPC_LINK_RING, a->timeout_s, deadline, &r->next_fd));
+    CHECK(ddpc_p2p_link(g, r->prev, DDPC_LINK_RING, a->timeout_s, deadline, &r->prev_fd));
     ddpc_msg_header mine, theirs;
     ddpc_msg_header_fill(&mine, a);
     CHECK(ddpc_net_sendrecv(r->next_fd, &mine, sizeof mine, r->prev_fd, &theirs, sizeof theirs, deadline, &g->failed,

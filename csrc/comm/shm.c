@@ -547,7 +547,7 @@ static ddpc_status sync_(ddpc_shm *s, uint64_t deadline) {
                 return DDPC_ERROR(DDPC_ERR_TIMEOUT,
                                   "%s (collective #%llu of rank %d) timed out after %.1f s waiting for ranks [%s]",
                                   ddpc_coll_name(a->coll), (unsigned long long)a->seq,
-                                  ddpc_global_rank(s->g, s->g->rank), s->g->timeout_s, who);
+                                  ddpc_global_rank(s->g, s->g->rank), a->timeout_s, who);
             }
             atomic_fetch_add(&c->sleepers, 1);
             v = atomic_load(&c->arrive);
