@@ -597,12 +597,25 @@ ddpc_status ddpc_op_randperm(ddpc_buffer *dst, uint64_t seed, uint64_t offset) {
  * is held while arguments are parsed, so one static serves every thread). */
 static const char *parsing_op_ = "this op";
 
-int ddpc_parse_args(PyObject *args, const char *format, ...) {
+static void parsing_(const char *format) {
     const char *colon = strchr(format, ':');
     parsing_op_ = colon ? colon + 1 : "this op";
+}
+
+int ddpc_parse_args(PyObject *args, const char *format, ...) {
+    parsing_(format);
     va_list va;
     va_start(va, format);
     int ok = PyArg_VaParse(args, format, va);
+    va_end(va);
+    return ok;
+}
+
+int ddpc_parse_args_kw(PyObject *args, PyObject *kwds, const char *format, char **kwlist, ...) {
+    parsing_(format);
+    va_list va;
+    va_start(va, kwlist);
+    int ok = PyArg_VaParseTupleAndKeywords(args, kwds, format, kwlist, va);
     va_end(va);
     return ok;
 }

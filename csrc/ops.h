@@ -173,10 +173,12 @@ ddpc_status ddpc_op_randperm(ddpc_buffer *dst, uint64_t seed, uint64_t offset);
 /* Binding helpers shared by the op files: Buffer argument converters for
  * PyArg_ParseTuple's O&, and the release-the-GIL-and-return macro.
  * ddpc_arg_buffer refuses complex buffers with a TypeError that names the op
- * (the name after ':' in the format of the last ddpc_parse_args), so an op
- * whose loops know only real dtypes never sees one; ddpc_arg_any_buffer
- * takes every dtype, for the ops that handle complex ones. */
+ * (the name after ':' in the format of the last ddpc_parse_args or
+ * ddpc_parse_args_kw, the form that also takes keywords), so an op whose
+ * loops know only real dtypes never sees one; ddpc_arg_any_buffer takes every
+ * dtype, for the ops that handle complex ones. */
 int ddpc_parse_args(PyObject *args, const char *format, ...);
+int ddpc_parse_args_kw(PyObject *args, PyObject *kwds, const char *format, char **kwlist, ...);
 int ddpc_arg_buffer(PyObject *o, ddpc_buffer **out);
 /* Also bool buffers, for the ops that handle them (comparisons' results,
  * conditions, masks, the elementwise arithmetic of bool with bool). */

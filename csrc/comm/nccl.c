@@ -93,8 +93,10 @@ static ddpc_status check_same_(PyObject *bufs, const char *op, int reducing, ddp
 
 #ifdef DDPC_WITH_NCCL
 #include <cuda_runtime_api.h>
+#include <stdatomic.h>
 
 #include "comm/nccl_lib.h"
+#include "comm/pycomm.h"
 #include "comm/watchdog.h"
 
 /* Complex tensors reach NCCL as their real pairs (the Python layer's real_pairs), never as complex. */
@@ -349,6 +351,7 @@ typedef struct {
     pthread_mutex_t mu;
     int mu_ready;
     int device, rank, size;
+    _Atomic double timeout_s; /* of the collectives enqueued from now on without one of their own */
     cudaStream_t stream;
     ddpc_watchdog wd;
     int wd_ready;
@@ -361,6 +364,7 @@ typedef struct {
     PyObject_HEAD
     nccl_comm *comm;
     cudaEvent_t done;      /* recorded on the comm stream after the collective */
+    double timeout_s;      /* the collective's, for the watchdog entry group_end makes inside coalesce() */
     PyObject *keep;        /* buffers the collective reads or writes */
     int waited;
 } nccl_work;
@@ -379,12 +383,12 @@ static ddpc_status aborted_(nccl_comm *c) {
     return DDPC_ERROR(DDPC_ERR_DIST, "the NCCL communicator of rank %d was aborted", c->rank);
 }
 
-/* Waits out ncclInProgress of a non-blocking communicator, up to a deadline.
+/* Waits out ncclInProgress of a non-blocking communicator, up to `timeout_s`.
  * An enqueue settles within microseconds, so the first polls only yield; an
  * init or a split can take seconds, so later ones sleep, up to 1 ms a poll,
  * rather than hold a core the ranks' other threads may need. */
-static ddpc_status settle_(nccl_comm *c, const char *what) {
-    double deadline = ddpc_watchdog_now() + c->wd.timeout_s;
+static ddpc_status settle_(nccl_comm *c, const char *what, double timeout_s) {
+    double deadline = ddpc_watchdog_now() + timeout_s;
     long pause_ns = 0;
     for (;;) {
         ncclResult_t async = ncclSuccess, r = ncclSuccess;
@@ -408,7 +412,7 @@ static ddpc_status settle_(nccl_comm *c, const char *what) {
                               ddpc_nccl.GetErrorString(async), last);
         if (late)
             return DDPC_ERROR(DDPC_ERR_TIMEOUT, "%s on rank %d did not finish within %.1f s; the communicator was aborted",
-                              what, c->rank, c->wd.timeout_s);
+                              what, c->rank, timeout_s);
         if (pause_ns < 1000) {
             pause_ns += 10; /* about 100 yields first */
             sched_yield();
@@ -466,7 +470,7 @@ static ddpc_status comm_init_(nccl_comm *c, const ncclUniqueId *id) {
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0; /* so a stuck peer can be timed out and aborted */
     NCCLCHECK(CommInitRankConfig, (&c->comm, c->size, *id, c->rank, &config));
-    return settle_(c, "ncclCommInitRankConfig");
+    return settle_(c, "ncclCommInitRankConfig", c->timeout_s);
 }
 
 static PyObject *comm_new_(PyTypeObject *type, PyObject *args, PyObject *kwds) {
@@ -494,6 +498,7 @@ static PyObject *comm_new_(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     c->rank = rank;
     c->size = size;
     c->device = device;
+    c->timeout_s = timeout;
     int rc = pthread_mutex_init(&c->mu, NULL);
     if (rc) {
         PyBuffer_Release(&id);
@@ -507,7 +512,7 @@ static PyObject *comm_new_(PyTypeObject *type, PyObject *args, PyObject *kwds) {
         Py_DECREF(c);
         return NULL;
     }
-    st = ddpc_watchdog_init(&c->wd, &wd_ops_, c, rank, size, timeout);
+    st = ddpc_watchdog_init(&c->wd, &wd_ops_, c, rank, size);
     if (st == DDPC_OK) {
         c->wd_ready = 1;
         ncclUniqueId uid;
@@ -567,8 +572,10 @@ static ddpc_status comm_stream_after_compute_(nccl_comm *c) {
     return ddpc_cuda_stream_after(c->device, c->stream, c->device, compute);
 }
 
-/* Records the completion events of a collective (one for the work, one for the watchdog). */
-static ddpc_status record_done_(nccl_comm *c, const char *op, int64_t count, ddpc_dtype dt, cudaEvent_t *done) {
+/* Records the completion events of a collective (one for the work, one for
+ * the watchdog, which gives it `timeout_s` once it can start). */
+static ddpc_status record_done_(nccl_comm *c, const char *op, int64_t count, ddpc_dtype dt, double timeout_s,
+                                cudaEvent_t *done) {
     cudaEvent_t wd_ev;
     ddpc_status st = DDPC_OK;
     uint64_t seq;
@@ -576,7 +583,7 @@ static ddpc_status record_done_(nccl_comm *c, const char *op, int64_t count, ddp
     CUDACHECKGOTO(cudaEventCreateWithFlags(&wd_ev, cudaEventDisableTiming), st, fail_done_);
     CUDACHECKGOTO(cudaEventRecord(*done, c->stream), st, fail_);
     CUDACHECKGOTO(cudaEventRecord(wd_ev, c->stream), st, fail_);
-    CHECKGOTO(ddpc_watchdog_record(&c->wd, op, count, ddpc_dtype_name(dt), wd_ev, &seq), st, fail_);
+    CHECKGOTO(ddpc_watchdog_record(&c->wd, op, count, ddpc_dtype_name(dt), wd_ev, timeout_s, &seq), st, fail_);
     return DDPC_OK;
 fail_:
     cudaEventDestroy(wd_ev);
@@ -589,6 +596,7 @@ typedef struct {
     int kind; /* 0 all_reduce, 1 broadcast, 2 all_gather, 3 reduce_scatter, 4 send, 5 recv */
     ddpc_buffer *out, *in;
     int op, peer;
+    double timeout_s; /* 0 when parsed: the communicator's, fixed by comm_collective_ */
 } coll_;
 
 static const char *coll_names_[] = {"all_reduce", "broadcast", "all_gather", "reduce_scatter", "send", "recv"};
@@ -629,8 +637,8 @@ static ddpc_status coll_enqueue_(nccl_comm *c, const coll_ *a, cudaEvent_t *done
         *done = NULL; /* recorded by group_end, after ncclGroupEnd */
         return DDPC_OK;
     }
-    if (!empty) CHECK(settle_(c, coll_names_[a->kind]));
-    return record_done_(c, coll_names_[a->kind], a->in->numel, a->in->dtype, done);
+    if (!empty) CHECK(settle_(c, coll_names_[a->kind], a->timeout_s));
+    return record_done_(c, coll_names_[a->kind], a->in->numel, a->in->dtype, a->timeout_s, done);
 }
 
 /* coll_enqueue_ with the communicator's device current: the events it makes
@@ -667,7 +675,7 @@ static ddpc_status check_coll_(nccl_comm *c, const coll_ *a) {
     return DDPC_OK;
 }
 
-static PyObject *work_new_(nccl_comm *c, cudaEvent_t done, PyObject *keep) {
+static PyObject *work_new_(nccl_comm *c, cudaEvent_t done, double timeout_s, PyObject *keep) {
     nccl_work *w = (nccl_work *)nccl_work_type_->tp_alloc(nccl_work_type_, 0);
     if (!w) {
         if (done) cudaEventDestroy(done);
@@ -676,6 +684,7 @@ static PyObject *work_new_(nccl_comm *c, cudaEvent_t done, PyObject *keep) {
     Py_INCREF(c);
     w->comm = c;
     w->done = done;
+    w->timeout_s = timeout_s;
     Py_INCREF(keep);
     w->keep = keep;
     if (!done && PyList_Append(c->group_works, (PyObject *)w) < 0) {
@@ -685,7 +694,10 @@ static PyObject *work_new_(nccl_comm *c, cudaEvent_t done, PyObject *keep) {
     return (PyObject *)w;
 }
 
+/* The collective's timeout is fixed here, as it is enqueued: a later
+ * set_timeout changes only the collectives enqueued after it. */
 static PyObject *comm_collective_(nccl_comm *c, coll_ *a, PyObject *keep) {
+    if (!(a->timeout_s > 0)) a->timeout_s = atomic_load(&c->timeout_s);
     ddpc_status st = check_coll_(c, a);
     if (st == DDPC_OK && (a->kind == 0 || a->kind == 3)) {
         a->op = ddpc_redop_on((ddpc_redop)a->op, a->in->dtype);
@@ -699,32 +711,45 @@ static PyObject *comm_collective_(nccl_comm *c, coll_ *a, PyObject *keep) {
         Py_END_ALLOW_THREADS
     }
     if (st != DDPC_OK) return ddpc_raise(st);
-    return work_new_(c, done, keep);
+    return work_new_(c, done, a->timeout_s, keep);
 }
 
-static PyObject *comm_all_reduce(nccl_comm *c, PyObject *args) {
+/* A collective's arguments are positional (two or three of them), but for
+ * the keyword `timeout` (seconds, or None for the communicator's). */
+static char *two_then_timeout_[] = {"", "", "timeout", NULL};
+static char *three_then_timeout_[] = {"", "", "", "timeout", NULL};
+
+static PyObject *comm_all_reduce(nccl_comm *c, PyObject *args, PyObject *kwds) {
     coll_ a = {.kind = 0};
-    if (!ddpc_parse_args(args, "O&i:all_reduce", ddpc_arg_buffer, &a.in, &a.op)) return NULL;
+    if (!ddpc_parse_args_kw(args, kwds, "O&i|$O&:all_reduce", two_then_timeout_, ddpc_arg_buffer, &a.in, &a.op,
+                            ddpc_arg_timeout, &a.timeout_s))
+        return NULL;
     a.out = a.in;
     return comm_collective_(c, &a, args);
 }
 
-static PyObject *comm_broadcast(nccl_comm *c, PyObject *args) {
+static PyObject *comm_broadcast(nccl_comm *c, PyObject *args, PyObject *kwds) {
     coll_ a = {.kind = 1};
-    if (!ddpc_parse_args(args, "O&i:broadcast", ddpc_arg_buffer, &a.in, &a.peer)) return NULL;
+    if (!ddpc_parse_args_kw(args, kwds, "O&i|$O&:broadcast", two_then_timeout_, ddpc_arg_buffer, &a.in, &a.peer,
+                            ddpc_arg_timeout, &a.timeout_s))
+        return NULL;
     a.out = a.in;
     return comm_collective_(c, &a, args);
 }
 
-static PyObject *comm_all_gather(nccl_comm *c, PyObject *args) {
+static PyObject *comm_all_gather(nccl_comm *c, PyObject *args, PyObject *kwds) {
     coll_ a = {.kind = 2};
-    if (!ddpc_parse_args(args, "O&O&:all_gather", ddpc_arg_buffer, &a.out, ddpc_arg_buffer, &a.in)) return NULL;
+    if (!ddpc_parse_args_kw(args, kwds, "O&O&|$O&:all_gather", two_then_timeout_, ddpc_arg_buffer, &a.out,
+                            ddpc_arg_buffer, &a.in, ddpc_arg_timeout, &a.timeout_s))
+        return NULL;
     return comm_collective_(c, &a, args);
 }
 
-static PyObject *comm_reduce_scatter(nccl_comm *c, PyObject *args) {
+static PyObject *comm_reduce_scatter(nccl_comm *c, PyObject *args, PyObject *kwds) {
     coll_ a = {.kind = 3};
-    if (!ddpc_parse_args(args, "O&O&i:reduce_scatter", ddpc_arg_buffer, &a.out, ddpc_arg_buffer, &a.in, &a.op)) return NULL;
+    if (!ddpc_parse_args_kw(args, kwds, "O&O&i|$O&:reduce_scatter", three_then_timeout_, ddpc_arg_buffer, &a.out,
+                            ddpc_arg_buffer, &a.in, &a.op, ddpc_arg_timeout, &a.timeout_s))
+        return NULL;
     return comm_collective_(c, &a, args);
 }
 
@@ -742,13 +767,14 @@ static PyObject *comm_recv(nccl_comm *c, PyObject *args) {
     return comm_collective_(c, &a, args);
 }
 
-/* Collectives enqueued from now on get the new timeout; the watchdog keeps the deadlines of those pending. */
+/* Collectives enqueued from now on without a timeout of their own get the
+ * new one; those already enqueued keep theirs. */
 static PyObject *comm_set_timeout(nccl_comm *c, PyObject *arg) {
     double seconds = PyFloat_AsDouble(arg);
     if (seconds == -1 && PyErr_Occurred()) return NULL;
     if (!(seconds > 0))
         return PyErr_Format(PyExc_ValueError, "set_timeout: the timeout must be positive, got %g s", seconds);
-    atomic_store(&c->wd.timeout_s, seconds);
+    atomic_store(&c->timeout_s, seconds);
     Py_RETURN_NONE;
 }
 
@@ -773,7 +799,7 @@ static ddpc_status group_end_(nccl_comm *c) {
     pthread_mutex_unlock(&c->mu);
     if (r != ncclSuccess && r != ncclInProgress)
         return DDPC_ERROR(DDPC_ERR_DIST, "ncclGroupEnd on rank %d failed: %s", c->rank, ddpc_nccl.GetErrorString(r));
-    return settle_(c, "ncclGroupEnd");
+    return settle_(c, "ncclGroupEnd", c->timeout_s);
 }
 
 static PyObject *comm_group_end(nccl_comm *c, PyObject *unused) {
@@ -791,7 +817,7 @@ static PyObject *comm_group_end(nccl_comm *c, PyObject *unused) {
     if (st == DDPC_OK && n > 0) st = ddpc_cuda_enter(c->device, &prev);
     for (Py_ssize_t i = 0; i < n && st == DDPC_OK; i++) {
         nccl_work *w = (nccl_work *)PyList_GET_ITEM(c->group_works, i);
-        st = record_done_(c, "coalesced", 0, DDPC_UINT8, &w->done);
+        st = record_done_(c, "coalesced", 0, DDPC_UINT8, w->timeout_s, &w->done);
     }
     ddpc_cuda_leave(prev);
     /* Works left without an event would let their buffers be reused under
@@ -842,14 +868,18 @@ static PyObject *comm_reduce_(PyObject *self, PyObject *unused) {
 }
 
 static PyMethodDef comm_methods[] = {
-    {"all_reduce", (PyCFunction)comm_all_reduce, METH_VARARGS, "all_reduce(buf, op) -> NcclWork"},
-    {"broadcast", (PyCFunction)comm_broadcast, METH_VARARGS, "broadcast(buf, root) -> NcclWork"},
-    {"all_gather", (PyCFunction)comm_all_gather, METH_VARARGS, "all_gather(out, in) -> NcclWork"},
-    {"reduce_scatter", (PyCFunction)comm_reduce_scatter, METH_VARARGS, "reduce_scatter(out, in, op) -> NcclWork"},
+    {"all_reduce", (PyCFunction)(void (*)(void))comm_all_reduce, METH_VARARGS | METH_KEYWORDS,
+     "all_reduce(buf, op, *, timeout=None) -> NcclWork"},
+    {"broadcast", (PyCFunction)(void (*)(void))comm_broadcast, METH_VARARGS | METH_KEYWORDS,
+     "broadcast(buf, root, *, timeout=None) -> NcclWork"},
+    {"all_gather", (PyCFunction)(void (*)(void))comm_all_gather, METH_VARARGS | METH_KEYWORDS,
+     "all_gather(out, in, *, timeout=None) -> NcclWork"},
+    {"reduce_scatter", (PyCFunction)(void (*)(void))comm_reduce_scatter, METH_VARARGS | METH_KEYWORDS,
+     "reduce_scatter(out, in, op, *, timeout=None) -> NcclWork"},
     {"send", (PyCFunction)comm_send, METH_VARARGS, "send(buf, peer) -> NcclWork"},
     {"recv", (PyCFunction)comm_recv, METH_VARARGS, "recv(buf, peer) -> NcclWork"},
     {"set_timeout", (PyCFunction)comm_set_timeout, METH_O,
-     "set_timeout(seconds): the timeout of the collectives enqueued from now on"},
+     "set_timeout(seconds): the timeout of the collectives enqueued from now on without one of their own"},
     {"group_start", (PyCFunction)comm_group_start, METH_NOARGS, "start coalescing collectives"},
     {"group_end", (PyCFunction)comm_group_end, METH_NOARGS, "launch the coalesced collectives"},
     {"abort", (PyCFunction)comm_abort, METH_NOARGS, "abort the communicator"},

@@ -15,14 +15,12 @@ double ddpc_watchdog_now(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-ddpc_status ddpc_watchdog_init(ddpc_watchdog *wd, const ddpc_watchdog_ops *ops, void *ctx, int rank, int size,
-                               double timeout_s) {
+ddpc_status ddpc_watchdog_init(ddpc_watchdog *wd, const ddpc_watchdog_ops *ops, void *ctx, int rank, int size) {
     memset(wd, 0, sizeof *wd);
     wd->ops = *ops;
     wd->ctx = ctx;
     wd->rank = rank;
     wd->size = size;
-    wd->timeout_s = timeout_s;
     int rc = pthread_mutex_init(&wd->mu, NULL);
     if (rc) return DDPC_ERROR(DDPC_ERR_SYS, "pthread_mutex_init failed: %s", strerror(rc));
     pthread_condattr_t attr;
@@ -147,7 +145,7 @@ ddpc_status ddpc_watchdog_check(ddpc_watchdog *wd, double now) {
         /* The collectives run one after another on the communicator's
          * stream: one queued behind another that was still pending when this
          * pass began has not started, so its time has not begun to run. */
-        if (i > 0 && p.deadline < now + wd->timeout_s) p.deadline = now + wd->timeout_s;
+        if (i > 0 && p.deadline < now + p.timeout_s) p.deadline = now + p.timeout_s;
         int q = wd->failed != DDPC_OK ? -2 : wd->ops.query(wd->ctx, p.event, msg, sizeof msg);
         if (q == 1) {
             set_state_(wd, p.seq, DDPC_FLIGHT_COMPLETED);
@@ -165,7 +163,7 @@ ddpc_status ddpc_watchdog_check(ddpc_watchdog *wd, double now) {
             snprintf(what, sizeof what,
                      "%s did not complete within the %.1f s timeout on rank %d (waited %.1f s); "
                      "a peer is missing, stuck, or in a different collective",
-                     which, wd->timeout_s, wd->rank, e ? now - e->enqueued_at : wd->timeout_s);
+                     which, p.timeout_s, wd->rank, e ? now - e->enqueued_at : p.timeout_s);
             fail_locked_(wd, DDPC_ERR_TIMEOUT, what, now);
             /* the abort ends every other pending collective too */
         } else {
@@ -189,7 +187,7 @@ ddpc_status ddpc_watchdog_error(ddpc_watchdog *wd) {
 }
 
 ddpc_status ddpc_watchdog_record(ddpc_watchdog *wd, const char *op, int64_t count, const char *dtype, void *event,
-                                 uint64_t *seq) {
+                                 double timeout_s, uint64_t *seq) {
     CHECK(ddpc_watchdog_error(wd));
     ddpc_status st = DDPC_OK;
     pthread_mutex_lock(&wd->mu);
@@ -207,7 +205,8 @@ ddpc_status ddpc_watchdog_record(ddpc_watchdog *wd, const char *op, int64_t coun
     wd->ring[wd->next_seq % DDPC_FLIGHT_ENTRIES] = (ddpc_flight_entry){
         .seq = wd->next_seq, .op = op, .count = count, .dtype = dtype, .state = DDPC_FLIGHT_ENQUEUED,
         .enqueued_at = now};
-    wd->pending[wd->npending++] = (ddpc_pending){.seq = wd->next_seq, .event = event, .deadline = now + wd->timeout_s};
+    wd->pending[wd->npending++] =
+        (ddpc_pending){.seq = wd->next_seq, .event = event, .timeout_s = timeout_s, .deadline = now + timeout_s};
     *seq = wd->next_seq++;
 out_:
     pthread_mutex_unlock(&wd->mu);

@@ -2,21 +2,21 @@
  *
  * Every collective enqueued on a communicator is recorded in a ring buffer
  * (sequence number, op, count, dtype, state, enqueue time) and, while it runs,
- * in a pending list with its deadline. The deadline is the timeout after the
- * collective could start, that is after the one before it on the stream
- * completed (as seen by the next poll), not after it was enqueued: one queued
- * behind a long collective is not timed out for the time it waited. A
- * watchdog thread polls the backend through `ddpc_watchdog_ops` (for NCCL:
- * ncclCommGetAsyncError, cudaEventQuery and ncclCommAbort); on an
- * asynchronous error or a passed deadline it aborts the communicator and
- * records a failure that every later call reports, together with the
- * recorder's last entries, so a user can see which rank fell behind. The
- * ops are a table so tests can drive the logic with fakes. */
+ * in a pending list with its timeout and deadline. The timeout is fixed when
+ * the collective is enqueued (its own, or the communicator's then); the
+ * deadline is that timeout after the collective could start, that is after
+ * the one before it on the stream completed (as seen by the next poll), not
+ * after it was enqueued: one queued behind a long collective is not timed
+ * out for the time it waited. A watchdog thread polls the backend through
+ * `ddpc_watchdog_ops` (for NCCL: ncclCommGetAsyncError, cudaEventQuery and
+ * ncclCommAbort); on an asynchronous error or a passed deadline it aborts
+ * the communicator and records a failure that every later call reports,
+ * together with the recorder's last entries, so a user can see which rank
+ * fell behind. The ops are a table so tests can drive the logic with fakes. */
 #ifndef DDPC_COMM_WATCHDOG_H
 #define DDPC_COMM_WATCHDOG_H
 
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdint.h>
 
 #include "common.h"
@@ -34,11 +34,11 @@ typedef struct {
     double enqueued_at;  /* seconds, ddpc_watchdog_now() clock */
 } ddpc_flight_entry;
 
-/* A collective still running: its completion event and deadline. */
+/* A collective still running: its completion event, timeout and deadline. */
 typedef struct {
     uint64_t seq;
     void *event;
-    double deadline;
+    double timeout_s, deadline;
 } ddpc_pending;
 
 typedef struct {
@@ -58,7 +58,6 @@ typedef struct {
     ddpc_watchdog_ops ops;
     void *ctx;
     int rank, size;
-    _Atomic double timeout_s;  /* of collectives enqueued from now on; set_timeout changes it */
     pthread_mutex_t mu;
     pthread_cond_t cond;
     ddpc_flight_entry ring[DDPC_FLIGHT_ENTRIES];
@@ -73,17 +72,17 @@ typedef struct {
 } ddpc_watchdog;
 
 double ddpc_watchdog_now(void);
-ddpc_status ddpc_watchdog_init(ddpc_watchdog *wd, const ddpc_watchdog_ops *ops, void *ctx, int rank, int size,
-                               double timeout_s);
+ddpc_status ddpc_watchdog_init(ddpc_watchdog *wd, const ddpc_watchdog_ops *ops, void *ctx, int rank, int size);
 /* Starts the polling thread (interval in seconds). */
 ddpc_status ddpc_watchdog_start(ddpc_watchdog *wd, double interval_s);
 /* Stops the thread and releases the events of entries still pending. */
 void ddpc_watchdog_free(ddpc_watchdog *wd);
 
-/* Records a collective about to be enqueued; returns its sequence number.
- * Fails with the recorded failure if the communicator has already failed. */
+/* Records a collective about to be enqueued, which must complete within
+ * `timeout_s` once it can start; returns its sequence number. Fails with the
+ * recorded failure if the communicator has already failed. */
 ddpc_status ddpc_watchdog_record(ddpc_watchdog *wd, const char *op, int64_t count, const char *dtype, void *event,
-                                 uint64_t *seq);
+                                 double timeout_s, uint64_t *seq);
 /* One watchdog pass at time `now`: completes finished entries, and fails the
  * communicator on an async error or a passed deadline. Returns the failure. */
 ddpc_status ddpc_watchdog_check(ddpc_watchdog *wd, double now);

@@ -44,11 +44,11 @@ static const ddpc_watchdog_ops ops_ = {fake_async_, fake_query_, fake_abort_, fa
 static void test_timeout_aborts_and_reports_(void) {
     fake_ f = {.failed_event = -1};
     ddpc_watchdog wd;
-    EXPECT(ddpc_watchdog_init(&wd, &ops_, &f, 1, 2, 10.0) == DDPC_OK);
+    EXPECT(ddpc_watchdog_init(&wd, &ops_, &f, 1, 2) == DDPC_OK);
     uint64_t s0, s1, s2;
-    EXPECT(ddpc_watchdog_record(&wd, "all_reduce", 1024, "float32", EV(0), &s0) == DDPC_OK);
-    EXPECT(ddpc_watchdog_record(&wd, "broadcast", 7, "int64", EV(1), &s1) == DDPC_OK);
-    EXPECT(ddpc_watchdog_record(&wd, "all_gather", 3, "bfloat16", EV(2), &s2) == DDPC_OK);
+    EXPECT(ddpc_watchdog_record(&wd, "all_reduce", 1024, "float32", EV(0), 10.0, &s0) == DDPC_OK);
+    EXPECT(ddpc_watchdog_record(&wd, "broadcast", 7, "int64", EV(1), 10.0, &s1) == DDPC_OK);
+    EXPECT(ddpc_watchdog_record(&wd, "all_gather", 3, "bfloat16", EV(2), 10.0, &s2) == DDPC_OK);
     EXPECT(s0 == 0 && s1 == 1 && s2 == 2);
     double now = ddpc_watchdog_now();
     EXPECT(ddpc_watchdog_check(&wd, now + 1) == DDPC_OK);
@@ -65,7 +65,7 @@ static void test_timeout_aborts_and_reports_(void) {
     EXPECT(ddpc_watchdog_state(&wd, s2) == DDPC_FLIGHT_FAILED);
     EXPECT(ddpc_watchdog_check(&wd, now + 14) == DDPC_ERR_TIMEOUT && f.aborts == 1);
     uint64_t s3;
-    EXPECT(ddpc_watchdog_record(&wd, "barrier", 1, "float32", EV(3), &s3) == DDPC_ERR_TIMEOUT);
+    EXPECT(ddpc_watchdog_record(&wd, "barrier", 1, "float32", EV(3), 10.0, &s3) == DDPC_ERR_TIMEOUT);
     const char *msg = ddpc_last_error();
     EXPECT(strstr(msg, "broadcast of 7 int64 (collective #1) did not complete within the 10.0 s timeout on rank 1"));
     EXPECT(strstr(msg, "rank 1 #0 all_reduce of 1024 float32: completed"));
@@ -81,12 +81,12 @@ static void test_timeout_aborts_and_reports_(void) {
 static void test_deadline_runs_from_the_start_(void) {
     fake_ f = {.failed_event = -1};
     ddpc_watchdog wd;
-    EXPECT(ddpc_watchdog_init(&wd, &ops_, &f, 0, 2, 10.0) == DDPC_OK);
+    EXPECT(ddpc_watchdog_init(&wd, &ops_, &f, 0, 2) == DDPC_OK);
     uint64_t s0, s1, s2;
     double now = ddpc_watchdog_now();
-    EXPECT(ddpc_watchdog_record(&wd, "all_reduce", 1, "float32", EV(0), &s0) == DDPC_OK);
-    EXPECT(ddpc_watchdog_record(&wd, "all_reduce", 2, "float32", EV(1), &s1) == DDPC_OK);
-    EXPECT(ddpc_watchdog_record(&wd, "all_reduce", 3, "float32", EV(2), &s2) == DDPC_OK);
+    EXPECT(ddpc_watchdog_record(&wd, "all_reduce", 1, "float32", EV(0), 10.0, &s0) == DDPC_OK);
+    EXPECT(ddpc_watchdog_record(&wd, "all_reduce", 2, "float32", EV(1), 10.0, &s1) == DDPC_OK);
+    EXPECT(ddpc_watchdog_record(&wd, "all_reduce", 3, "float32", EV(2), 10.0, &s2) == DDPC_OK);
     for (int t = 1; t <= 9; t++) EXPECT(ddpc_watchdog_check(&wd, now + t) == DDPC_OK);
     f.done[0] = 1; /* #0 took 9.5 s, within its timeout */
     EXPECT(ddpc_watchdog_check(&wd, now + 9.6) == DDPC_OK);
@@ -107,12 +107,40 @@ static void test_deadline_runs_from_the_start_(void) {
     EXPECT(f.released == 3);
 }
 
+/* Each collective keeps the timeout it was enqueued with: a short one
+ * queued behind a long one gets its own once it can start, and the long one
+ * is not cut short by it. */
+static void test_each_collective_keeps_its_timeout_(void) {
+    fake_ f = {.failed_event = -1};
+    ddpc_watchdog wd;
+    EXPECT(ddpc_watchdog_init(&wd, &ops_, &f, 0, 2) == DDPC_OK);
+    uint64_t s0, s1;
+    double now = ddpc_watchdog_now();
+    EXPECT(ddpc_watchdog_record(&wd, "all_reduce", 1, "float32", EV(0), 30.0, &s0) == DDPC_OK);
+    EXPECT(ddpc_watchdog_record(&wd, "broadcast", 2, "float32", EV(1), 2.0, &s1) == DDPC_OK);
+    /* #0 runs 29 s, within its 30; #1 waits behind it all that time. */
+    for (int t = 1; t <= 29; t++) EXPECT(ddpc_watchdog_check(&wd, now + t) == DDPC_OK);
+    EXPECT(f.aborts == 0 && ddpc_watchdog_state(&wd, s1) == DDPC_FLIGHT_ENQUEUED);
+    f.done[0] = 1;
+    EXPECT(ddpc_watchdog_check(&wd, now + 29.5) == DDPC_OK);
+    EXPECT(ddpc_watchdog_state(&wd, s0) == DDPC_FLIGHT_COMPLETED);
+    /* #1 could start at 29.5: its 2 s end at 31.5. */
+    EXPECT(ddpc_watchdog_check(&wd, now + 31.4) == DDPC_OK && f.aborts == 0);
+    EXPECT(ddpc_watchdog_check(&wd, now + 31.6) == DDPC_ERR_TIMEOUT && f.aborts == 1);
+    EXPECT(ddpc_watchdog_state(&wd, s1) == DDPC_FLIGHT_TIMED_OUT);
+    EXPECT(ddpc_watchdog_error(&wd) == DDPC_ERR_TIMEOUT);
+    EXPECT(strstr(ddpc_last_error(), "broadcast of 2 float32 (collective #1) did not complete within the 2.0 s timeout"));
+    ddpc_clear_error();
+    ddpc_watchdog_free(&wd);
+    EXPECT(f.released == 2);
+}
+
 static void test_async_error_and_failed_event_(void) {
     fake_ f = {.failed_event = -1};
     ddpc_watchdog wd;
     uint64_t s;
-    EXPECT(ddpc_watchdog_init(&wd, &ops_, &f, 0, 4, 60.0) == DDPC_OK);
-    EXPECT(ddpc_watchdog_record(&wd, "all_reduce", 5, "float16", EV(0), &s) == DDPC_OK);
+    EXPECT(ddpc_watchdog_init(&wd, &ops_, &f, 0, 4) == DDPC_OK);
+    EXPECT(ddpc_watchdog_record(&wd, "all_reduce", 5, "float16", EV(0), 60.0, &s) == DDPC_OK);
     f.async_error = 1;
     EXPECT(ddpc_watchdog_check(&wd, ddpc_watchdog_now()) == DDPC_ERR_DIST && f.aborts == 1);
     EXPECT(ddpc_watchdog_error(&wd) == DDPC_ERR_DIST);
@@ -121,8 +149,8 @@ static void test_async_error_and_failed_event_(void) {
     ddpc_watchdog_free(&wd);
 
     fake_ g = {.failed_event = 0};
-    EXPECT(ddpc_watchdog_init(&wd, &ops_, &g, 2, 4, 60.0) == DDPC_OK);
-    EXPECT(ddpc_watchdog_record(&wd, "reduce_scatter", 8, "float32", EV(0), &s) == DDPC_OK);
+    EXPECT(ddpc_watchdog_init(&wd, &ops_, &g, 2, 4) == DDPC_OK);
+    EXPECT(ddpc_watchdog_record(&wd, "reduce_scatter", 8, "float32", EV(0), 60.0, &s) == DDPC_OK);
     EXPECT(ddpc_watchdog_check(&wd, ddpc_watchdog_now()) == DDPC_ERR_DIST && g.aborts == 1);
     EXPECT(ddpc_watchdog_error(&wd) == DDPC_ERR_DIST);
     EXPECT(strstr(ddpc_last_error(), "reduce_scatter of 8 float32 (collective #0) failed on rank 2: unspecified"));
@@ -133,11 +161,11 @@ static void test_async_error_and_failed_event_(void) {
 static void test_ring_keeps_the_last_entries_(void) {
     fake_ f = {.failed_event = -1};
     ddpc_watchdog wd;
-    EXPECT(ddpc_watchdog_init(&wd, &ops_, &f, 0, 2, 60.0) == DDPC_OK);
+    EXPECT(ddpc_watchdog_init(&wd, &ops_, &f, 0, 2) == DDPC_OK);
     for (int i = 0; i < 40; i++) {
         uint64_t s;
         f.done[i] = 1;
-        EXPECT(ddpc_watchdog_record(&wd, "all_reduce", i, "float32", EV(i), &s) == DDPC_OK);
+        EXPECT(ddpc_watchdog_record(&wd, "all_reduce", i, "float32", EV(i), 60.0, &s) == DDPC_OK);
     }
     char buf[8192];
     ddpc_watchdog_format(&wd, ddpc_watchdog_now(), buf, sizeof buf);
@@ -154,10 +182,10 @@ static void test_thread_completes_entries_(void) {
     fake_ f = {.failed_event = -1};
     ddpc_watchdog wd;
     uint64_t s;
-    EXPECT(ddpc_watchdog_init(&wd, &ops_, &f, 0, 2, 60.0) == DDPC_OK);
+    EXPECT(ddpc_watchdog_init(&wd, &ops_, &f, 0, 2) == DDPC_OK);
     EXPECT(ddpc_watchdog_start(&wd, 0.005) == DDPC_OK);
     f.done[0] = 1;
-    EXPECT(ddpc_watchdog_record(&wd, "all_reduce", 1, "float32", EV(0), &s) == DDPC_OK);
+    EXPECT(ddpc_watchdog_record(&wd, "all_reduce", 1, "float32", EV(0), 60.0, &s) == DDPC_OK);
     for (int i = 0; i < 400 && ddpc_watchdog_state(&wd, s) != DDPC_FLIGHT_COMPLETED; i++)
         nanosleep(&(struct timespec){0, 5000000}, NULL);
     EXPECT(ddpc_watchdog_state(&wd, s) == DDPC_FLIGHT_COMPLETED);
@@ -167,6 +195,7 @@ static void test_thread_completes_entries_(void) {
 int main(void) {
     test_timeout_aborts_and_reports_();
     test_deadline_runs_from_the_start_();
+    test_each_collective_keeps_its_timeout_();
     test_async_error_and_failed_event_();
     test_ring_keeps_the_last_entries_();
     test_thread_completes_entries_();
