@@ -154,6 +154,132 @@ def test_set_timeout_ends_a_collective_a_rank_never_joins(tmp_path):
     assert "RANK 0 TIMEOUT" in out, out
 
 
+def test_a_per_call_timeout_bounds_a_collective_queued_behind_another(tmp_path):
+    """ProcessGroup.allreduce with opts.timeout 1.5 s, queued behind an
+    all_reduce that rank 1 joins only after 2.5 s (so it starts running
+    later), and never joined itself: it times out 1.5 s after it starts, not
+    after the group's 40 s, which stays the group's. An asynchronous barrier
+    with a timeout of its own keeps it too."""
+    out = run_ranks(2, """
+    sub, other = dist.new_group([0, 1], timeout=timedelta(seconds=40)), dist.new_group([0, 1], timeout=40)
+    if rank == 0:
+        first = ddpc.ones(4)
+        ahead = sub.allreduce([first])
+        start = time.monotonic()
+        late = sub.allreduce([ddpc.ones(4)], dist.AllreduceOptions(timeout=timedelta(seconds=1.5)))
+        assert sub._timeout_s == 40.0
+        ahead.wait()
+        assert first.tolist() == [2.0] * 4, first.tolist()
+        e = raises(dist.DistBackendTimeoutError, "timed out after 1.5 s", late.wait)
+        took = time.monotonic() - start
+        assert 1.5 <= took < 20, took
+        print(f"RANK 0 TIMEOUT after {took:.1f} s: {e}", flush=True)
+        start = time.monotonic()
+        barrier = other.barrier(dist.BarrierOptions(timeout=timedelta(seconds=1.5)))
+        raises(dist.DistBackendTimeoutError, "timed out after 1.5 s", barrier.wait)
+        assert 1.5 <= time.monotonic() - start < 20, time.monotonic() - start
+    else:
+        time.sleep(2.5)
+        sub.allreduce([ddpc.ones(4)]).wait()
+    dist.barrier()
+    """, tmp_path, timeout=120)
+    assert "RANK 0 TIMEOUT" in out, out
+
+
+# Holds named threads inside a collective call, before its collective is
+# queued (in the record the DETAIL debug level logs there), until the test
+# lets each go on: a thread preempted in the middle of its call, on demand.
+HOLD = """
+import logging, threading
+dist.set_debug_level("DETAIL")
+
+
+class Hold(logging.Filter):
+    def __init__(self, *names):
+        super().__init__()
+        self.inside = {n: threading.Event() for n in names}
+        self.release = {n: threading.Event() for n in names}
+        logging.getLogger("ddpc.distributed").addFilter(self)
+
+    def filter(self, record):
+        name = threading.current_thread().name
+        if name in self.inside and not self.inside[name].is_set():
+            self.inside[name].set()
+            self.release[name].wait(60)
+        return True
+
+
+def allreduce_in_thread(name, works, **opts):
+    # thread `name` calls sub.allreduce with `opts`; its tensor and Work go to works[name]
+    def call():
+        t = ddpc.ones(2)
+        works[name] = (t, sub.allreduce([t], dist.AllreduceOptions(**opts)))
+    thread = threading.Thread(target=call, name=name)
+    thread.start()
+    return thread
+"""
+
+
+def test_a_per_call_timeout_leaves_another_threads_collective_alone(tmp_path):
+    """While thread A is inside an allreduce with a 1.5 s timeout of its own,
+    the main thread's all_reduce on the same group, which rank 1 joins only
+    after 3 s, keeps the group's 40 s; A's collective then runs, and the
+    group's timeout is still 40 s (a later all_reduce joined after 3 s)."""
+    run_ranks(2, HOLD + textwrap.dedent("""
+    sub = dist.new_group([0, 1], timeout=timedelta(seconds=40))
+    if rank == 0:
+        hold, works = Hold("A"), {}
+        thread = allreduce_in_thread("A", works, timeout=timedelta(seconds=1.5))
+        assert hold.inside["A"].wait(60)
+        mine = ddpc.ones(2)
+        dist.all_reduce(mine, group=sub)
+        assert mine.tolist() == [2.0, 2.0], mine.tolist()
+        hold.release["A"].set()
+        thread.join(60)
+        t, work = works["A"]
+        work.wait()
+        assert t.tolist() == [2.0, 2.0], t.tolist()
+        assert sub._timeout_s == 40.0
+        dist.all_reduce(mine, group=sub)
+        assert mine.tolist() == [3.0, 3.0], mine.tolist()
+    else:
+        for delay in (3, 0, 3):
+            time.sleep(delay)
+            dist.all_reduce(ddpc.ones(2), group=sub)
+    dist.barrier()
+    """), tmp_path, timeout=120)
+
+
+def test_per_call_timeouts_of_two_threads_leave_the_group_timeout(tmp_path):
+    """Threads A (1.5 s) and B (30 s) each inside an allreduce with a timeout
+    of its own at once, A's call ending first: both collectives run, and the
+    group keeps its 40 s (a later all_reduce joined after 3 s)."""
+    run_ranks(2, HOLD + textwrap.dedent("""
+    sub = dist.new_group([0, 1], timeout=timedelta(seconds=40))
+    if rank == 0:
+        hold, works = Hold("A", "B"), {}
+        a = allreduce_in_thread("A", works, timeout=timedelta(seconds=1.5))
+        assert hold.inside["A"].wait(60)
+        b = allreduce_in_thread("B", works, timeout=timedelta(seconds=30))
+        assert hold.inside["B"].wait(60)
+        for name, thread in (("A", a), ("B", b)):
+            hold.release[name].set()
+            thread.join(60)
+        for t, work in works.values():
+            work.wait()
+            assert t.tolist() == [2.0, 2.0], t.tolist()
+        assert sub._timeout_s == 40.0, sub._timeout_s
+        mine = ddpc.ones(2)
+        dist.all_reduce(mine, group=sub)
+        assert mine.tolist() == [2.0, 2.0], mine.tolist()
+    else:
+        for delay in (0, 0, 3):
+            time.sleep(delay)
+            dist.all_reduce(ddpc.ones(2), group=sub)
+    dist.barrier()
+    """), tmp_path, timeout=120)
+
+
 def test_split_group_and_backend_config(tmp_path):
     run_ranks(3, """
     assert dist.get_backend_config() == "cpu:gloo,cuda:gloo"
@@ -304,5 +430,5 @@ def test_process_group_methods(tmp_path):
     pg.barrier(dist.BarrierOptions(timeout=timedelta(seconds=30))).wait()
     w = ddpc.full((1,), 1.0)
     pg.allreduce([w], dist.AllreduceOptions(timeout=timedelta(seconds=20))).wait()
-    assert w.item() == 3.0 and pg._timeout_s == 1800.0  # the group's timeout is back after the call
+    assert w.item() == 3.0 and pg._timeout_s == 1800.0  # the call's timeout left the group's as it was
     """, tmp_path)

@@ -71,6 +71,8 @@ class NcclGroup:
     communicator's stream; a blocking call returns once the compute stream is
     ordered after the collective (as in PyTorch, the host does not wait), and
     ``async_op`` returns the NcclWork. ``barrier`` does wait on the host.
+    A collective's ``timeout`` (seconds; None: the group's at the time it is
+    enqueued) is what the watchdog gives it once it can start.
     """
 
     def __init__(self, store, prefix, rank, size, device, timeout_s, host=""):
@@ -85,17 +87,17 @@ class NcclGroup:
         work.wait()
         return None
 
-    def all_reduce(self, buf, code, op, async_op):
-        return self._finish(self._comm.all_reduce(buf, op), async_op)
+    def all_reduce(self, buf, code, op, async_op, timeout=None):
+        return self._finish(self._comm.all_reduce(buf, op, timeout=timeout), async_op)
 
-    def broadcast(self, buf, code, root, async_op):
-        return self._finish(self._comm.broadcast(buf, root), async_op)
+    def broadcast(self, buf, code, root, async_op, timeout=None):
+        return self._finish(self._comm.broadcast(buf, root, timeout=timeout), async_op)
 
-    def all_gather(self, out, inp, code, tag, async_op):
-        return self._finish(self._comm.all_gather(out, inp), async_op)
+    def all_gather(self, out, inp, code, tag, async_op, timeout=None):
+        return self._finish(self._comm.all_gather(out, inp, timeout=timeout), async_op)
 
-    def reduce_scatter(self, out, inp, code, op, async_op):
-        return self._finish(self._comm.reduce_scatter(out, inp, op), async_op)
+    def reduce_scatter(self, out, inp, code, op, async_op, timeout=None):
+        return self._finish(self._comm.reduce_scatter(out, inp, op, timeout=timeout), async_op)
 
     def send(self, buf, code, peer, tag, async_op):
         return self._finish(self._comm.send(buf, peer), async_op)
@@ -103,11 +105,13 @@ class NcclGroup:
     def recv(self, buf, code, peer, tag, async_op):
         return self._finish(self._comm.recv(buf, peer), async_op)
 
-    def barrier(self, async_op):
-        work = self._comm.all_reduce(self._scratch, 0)
+    def barrier(self, async_op, timeout=None):
+        if timeout is None:
+            timeout = self.timeout_s
+        work = self._comm.all_reduce(self._scratch, 0, timeout=timeout)
         if async_op:
             return work
-        work.wait(timeout=self.timeout_s)
+        work.wait(timeout=timeout)
         return None
 
     def set_timeout(self, seconds):

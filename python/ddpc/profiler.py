@@ -306,10 +306,10 @@ def _collective(c_call, group, args, api):
     buffer = args[0] if args and hasattr(args[0], "nbytes") else None
 
     @functools.wraps(c_call)
-    def call(*a):
+    def call(*a, **kw):
         frame = _open_collective(api, group, buffer)
         try:
-            return c_call(*a)
+            return c_call(*a, **kw)
         finally:
             if frame is not None:
                 _close(frame)

@@ -196,7 +196,7 @@ class ProcessGroup(_CollectiveMethods):
         self.ranks = list(ranks)
         self.backend = backend
         self._backend_name = backend  # what get_backend() and name() say: "gloo" where asked for by that name
-        self._timeout_s = timeout_s   # of its collectives (set_timeout changes it)
+        self._timeout_s = timeout_s   # of its collectives without one of their own (set_timeout changes it)
         self.group_name = prefix      # unique in the job: its keys' prefix in the store
         self.group_desc = "undefined"
         self._store = store
@@ -829,8 +829,10 @@ def set_timeout(timeout, group=None):
     """Sets the timeout (a timedelta, or seconds) of ``group``'s (default:
     the default group's) collectives from now on, its cpu companion's
     too: a collective that takes longer raises DistBackendTimeoutError.
-    Collectives already running keep the deadline they started with.
-    Groups made later keep the timeout init_process_group was given."""
+    Collectives already enqueued keep the timeout they were enqueued with,
+    and a collective given a timeout of its own (``opts.timeout`` of
+    ProcessGroup's methods, barrier's ``timeout``) keeps that one. Groups
+    made later keep the timeout init_process_group was given."""
     if group is GroupMember.NON_GROUP_MEMBER:
         raise ValueError("set_timeout: this rank is not a member of the group")
     g = _group(group)
@@ -1139,16 +1141,18 @@ class Work:
         raise TypeError("cannot pickle a Work handle")
 
 
-def _launch(api, g, c_call, async_op, finish, *args, outputs=None):
+def _launch(api, g, c_call, async_op, finish, *args, outputs=None, timeout=None):
     """Runs a C collective of group ``g`` for function ``api`` synchronously
-    or wraps its async handle (whose future delivers ``outputs``)."""
+    or wraps its async handle (whose future delivers ``outputs``). The
+    collective's ``timeout`` (seconds) is fixed as it is queued: None is the
+    group's at that moment."""
     if _debug.detail and g.backend == "cpu":
         _debug.log_collective(g, api, args, _dtype_name)
     if profiler._is_profiler_enabled:
         c_call = profiler._collective(c_call, g, args, api)
     if async_op:
-        return Work(c_call(*args, True), finish, group=g, outputs=outputs)
-    c_call(*args, False)
+        return Work(c_call(*args, True, timeout=timeout), finish, group=g, outputs=outputs)
+    c_call(*args, False, timeout=timeout)
     if finish is not None:
         finish()
     if g._dropped:
@@ -1227,20 +1231,24 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
     return _all_reduce("all_reduce", tensor, op, _group(group, tensor), async_op)
 
 
-def _all_reduce(api, tensor, op, g, async_op):
+def _all_reduce(api, tensor, op, g, async_op, timeout=None):
     a = _Arg(tensor, g)
     return _launch(api, g, g._c.all_reduce, async_op, _finisher(a.device_buf and a.finish), a.obj, a.code,
-                   _reduce_op(op, g, a.code), outputs=[tensor])
+                   _reduce_op(op, g, a.code), outputs=[tensor], timeout=timeout)
 
 
 def broadcast(tensor, src=None, group=None, async_op=False, group_src=None):
     """Copies ``tensor`` of rank ``src`` (a rank of the default group; or
     ``group_src``, a rank within ``group``) to every member."""
+    return _broadcast(tensor, src, group, async_op, group_src)
+
+
+def _broadcast(tensor, src, group, async_op, group_src, timeout=None):
     g = _group(group, tensor)
     src = _global_peer(g, src, group_src, "src")
     a = _Arg(tensor, g)
     return _launch("broadcast", g, g._c.broadcast, async_op, _finisher(a.device_buf and a.finish), a.obj, a.code,
-                   _group_rank(g, src, "src"), outputs=[tensor])
+                   _group_rank(g, src, "src"), outputs=[tensor], timeout=timeout)
 
 
 def all_gather_single(output_tensor, input_tensor, group=None, async_op=False):
@@ -1353,7 +1361,7 @@ def _blocks_of(what, g, like, tensors):
     return blocks
 
 
-def _all_gather_list(what, g, tensor_list, tensor, async_op, keep=True):
+def _all_gather_list(what, g, tensor_list, tensor, async_op, keep=True, timeout=None):
     """all_gather into a list (or, without ``keep``, into scratch, for gather's other ranks)."""
     inp = _Arg(tensor, g, writable=False)
     if keep:
@@ -1365,7 +1373,7 @@ def _all_gather_list(what, g, tensor_list, tensor, async_op, keep=True):
             _copy_out(t, out.view(r * inp.numel, (inp.numel,)))
 
     return _launch(what, g, g._c.all_gather, async_op, finish if keep else None, real_pairs(out), inp.obj, inp.code,
-                   0, outputs=tensor_list if keep else None)
+                   0, outputs=tensor_list if keep else None, timeout=timeout)
 
 
 def all_gather(tensor_list, tensor, group=None, async_op=False):
@@ -1424,15 +1432,19 @@ def scatter(tensor, scatter_list=None, src=None, group=None, async_op=False, gro
 def reduce(tensor, dst=None, op=ReduceOp.SUM, group=None, async_op=False, group_dst=None):
     """Reduces ``tensor`` across the group into rank ``dst``'s (or
     ``group_dst``'s) ``tensor``; the other ranks' tensors are left as they were."""
+    return _reduce(tensor, dst, op, group, async_op, group_dst)
+
+
+def _reduce(tensor, dst, op, group, async_op, group_dst, timeout=None):
     g = _group(group, tensor)
     dst = _global_peer(g, dst, group_dst, "dst")
     if g.rank() == _group_rank(g, dst, "dst"):
-        return _all_reduce("reduce", tensor, op, g, async_op)
+        return _all_reduce("reduce", tensor, op, g, async_op, timeout)
     a = _Arg(tensor, g, writable=False)
     scratch = _scratch(g, a, a.numel)
     _C.copy(scratch, _elements(a))
     return _launch("reduce", g, g._c.all_reduce, async_op, None, real_pairs(scratch), a.code,
-                   _reduce_op(op, g, a.code))
+                   _reduce_op(op, g, a.code), timeout=timeout)
 
 
 def reduce_scatter_single(output, input, op=ReduceOp.SUM, group=None, async_op=False):
@@ -1579,13 +1591,11 @@ def coalesce(group=None):
 
 def barrier(group=None, async_op=False, device_ids=None, timeout=None):
     """Waits until every rank of the group has entered the barrier (at most
-    ``timeout``, the group's by default)."""
+    ``timeout``, a timedelta or seconds; the group's by default). A barrier
+    that times out fails the group, as any collective that times out does."""
     del device_ids
     g = _group(group)
-    if timeout is None or async_op:
-        return _launch("barrier", g, g._c.barrier, async_op, None)
-    Work(g._c.barrier(True), group=g).wait(timeout)
-    return None
+    return _launch("barrier", g, g._c.barrier, async_op, None, timeout=_seconds(timeout))
 
 
 def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):

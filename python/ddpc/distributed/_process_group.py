@@ -5,10 +5,16 @@ functions: ``pg.allreduce([t]).wait()``, ``pg.broadcast([t], opts)``,
 ``pg.barrier()``. Each method here takes PyTorch's two forms (a list of
 tensors with an options object, or the short form with plain arguments),
 names roots by their rank in the group, always returns a Work, and runs the
-module function of the same collective on this group.
+collective on this group as the module function of the same name does. A
+timeout given to the call (``opts.timeout``, or ``timeout=``) is that
+collective's own, fixed as it is queued: it bounds the collective once it
+starts, on the cpu and the nccl backend alike, and the group's timeout,
+which the group's other collectives get, stays as it is.
 """
 
 from datetime import timedelta
+
+from ._store import _seconds
 
 # PyTorch's "no timeout given" value in its option objects.
 _NO_TIMEOUT = timedelta(milliseconds=-1)
@@ -61,70 +67,52 @@ def _one(tensors, method):
 
 
 def _timeout(opts, timeout):
+    """The call's timeout in seconds (``opts``'s where given, else
+    ``timeout``), or None where it has none: the group's then."""
     value = opts.timeout if opts is not None else timeout
-    return None if value is None or value == _NO_TIMEOUT else value
-
-
-def _with_timeout(group, timeout, run):
-    """``run()``, under ``timeout`` for this call where one is given."""
-    if timeout is None:
-        return run()
-    from . import set_timeout
-
-    before = group._timeout_s
-    set_timeout(timeout, group)
-    try:
-        return run()
-    finally:
-        set_timeout(before, group)
+    return None if value is None or value == _NO_TIMEOUT else _seconds(value)
 
 
 class _CollectiveMethods:
     """The methods of PyTorch's ProcessGroup that run collectives on it."""
 
     def allreduce(self, tensors, opts=None, *, op=None, timeout=None):
-        from . import all_reduce
+        from . import _all_reduce, _group
 
         if opts is not None and not isinstance(opts, _Options):  # allreduce(tensors, op)
             opts, op = None, opts
         op = opts.reduceOp if opts is not None else (op if op is not None else _sum())
         t = _one(tensors, "allreduce")
-        return _with_timeout(self, _timeout(opts, timeout),
-                             lambda: all_reduce(t, op=op, group=self, async_op=True))
+        return _all_reduce("all_reduce", t, op, _group(self, t), True, _timeout(opts, timeout))
 
     def broadcast(self, tensors, opts=None, *, timeout=None):
         """``broadcast(tensors, opts)`` or ``broadcast(tensor, root)``; the root is a group rank."""
-        from . import broadcast
+        from . import _broadcast
 
         root = opts.rootRank if isinstance(opts, _Options) else (0 if opts is None else int(opts))
         opts = opts if isinstance(opts, _Options) else None
-        t = _one(tensors, "broadcast")
-        return _with_timeout(self, _timeout(opts, timeout),
-                             lambda: broadcast(t, group=self, async_op=True, group_src=root))
+        return _broadcast(_one(tensors, "broadcast"), None, self, True, root, _timeout(opts, timeout))
 
     def reduce(self, tensors, opts=None, op=None, *, timeout=None):
         """``reduce(tensors, opts)`` or ``reduce(tensor, root, op)``; the root is a group rank."""
-        from . import reduce
+        from . import _reduce
 
         if isinstance(opts, _Options):
             root, op = opts.rootRank, opts.reduceOp
         else:
             root, op, opts = (0 if opts is None else int(opts)), (op if op is not None else _sum()), None
-        t = _one(tensors, "reduce")
-        return _with_timeout(self, _timeout(opts, timeout),
-                             lambda: reduce(t, op=op, group=self, async_op=True, group_dst=root))
+        return _reduce(_one(tensors, "reduce"), None, op, self, True, root, _timeout(opts, timeout))
 
     def allgather(self, output_tensors, input_tensors, opts=None, *, timeout=None):
         """``allgather([[outs]], [input], opts)`` or ``allgather(outs, input)``."""
-        from . import all_gather
+        from . import _all_gather_list, _group
 
         if isinstance(input_tensors, (list, tuple)):
             outs = _one(output_tensors, "allgather")
             t = _one(input_tensors, "allgather")
         else:
             outs, t = output_tensors, input_tensors
-        return _with_timeout(self, _timeout(opts, timeout),
-                             lambda: all_gather(list(outs), t, group=self, async_op=True))
+        return _all_gather_list("all_gather", _group(self, t), list(outs), t, True, timeout=_timeout(opts, timeout))
 
     def barrier(self, opts=None, *, timeout=None):
         from . import barrier
