@@ -18,11 +18,6 @@
 
 /* ---- Python: _C.NpyFile ----------------------------------------------------------- */
 
-static PyObject *refuse_pickle_(PyObject *self, PyObject *unused) {
-    (void)unused;
-    return PyErr_Format(PyExc_TypeError, "%s is tied to this process and cannot be pickled", Py_TYPE(self)->tp_name);
-}
-
 /* The NpyFile type (set at registration): the loader reads big ones with pread. */
 static PyTypeObject *npy_type_;
 
@@ -124,7 +119,7 @@ static PyGetSetDef npy_getset[] = {
 };
 
 static PyMethodDef npy_methods[] = {
-    {"__reduce__", refuse_pickle_, METH_NOARGS, NULL},
+    {"__reduce__", ddpc_refuse_pickle, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
 
@@ -442,7 +437,7 @@ static PyMethodDef loader_methods[] = {
      "(thread-seconds over every thread), wait_s and wait_idle_s (next()'s waits, and their part asleep), "
      "elapsed_s (kept after the pass ends or close()); direct: 1 where the GPU gathers the rows itself "
      "(gpu_gather), 0 where batches are staged"},
-    {"__reduce__", refuse_pickle_, METH_NOARGS, NULL},
+    {"__reduce__", ddpc_refuse_pickle, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
 

@@ -53,6 +53,11 @@ PyObject *ddpc_raise(ddpc_status st) {
     return NULL;
 }
 
+PyObject *ddpc_refuse_pickle(PyObject *self, PyObject *unused) {
+    (void)unused;
+    return PyErr_Format(PyExc_TypeError, "a %s is tied to this process and cannot be pickled", Py_TYPE(self)->tp_name);
+}
+
 /* ---- checksums ----------------------------------------------------------------- */
 
 /* Bytes from which a checksum is worth giving up the GIL for. */

@@ -19,4 +19,8 @@ extern PyObject *ddpc_OutOfMemoryError, *ddpc_ArgumentError, *ddpc_DtypeError, *
  * message, and returns NULL. */
 PyObject *ddpc_raise(ddpc_status st);
 
+/* __reduce__ of the handles tied to this process (loaders, mapped files,
+ * stores, groups, work, communicators): raises TypeError, returns NULL. */
+PyObject *ddpc_refuse_pickle(PyObject *self, PyObject *unused);
+
 #endif

@@ -861,12 +861,6 @@ static PyObject *comm_check(nccl_comm *c, PyObject *unused) {
     Py_RETURN_NONE;
 }
 
-static PyObject *comm_reduce_(PyObject *self, PyObject *unused) {
-    (void)self, (void)unused;
-    PyErr_SetString(PyExc_TypeError, "an NCCL communicator is tied to its process and cannot be pickled");
-    return NULL;
-}
-
 static PyMethodDef comm_methods[] = {
     {"all_reduce", (PyCFunction)(void (*)(void))comm_all_reduce, METH_VARARGS | METH_KEYWORDS,
      "all_reduce(buf, op, *, timeout=None) -> NcclWork"},
@@ -885,7 +879,7 @@ static PyMethodDef comm_methods[] = {
     {"abort", (PyCFunction)comm_abort, METH_NOARGS, "abort the communicator"},
     {"flight_record", (PyCFunction)comm_flight_record, METH_NOARGS, "the last collectives, one per line"},
     {"check", (PyCFunction)comm_check, METH_NOARGS, "raise the communicator's failure, if any"},
-    {"__reduce__", (PyCFunction)comm_reduce_, METH_NOARGS, NULL},
+    {"__reduce__", ddpc_refuse_pickle, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
 
@@ -993,7 +987,7 @@ static PyMethodDef work_methods[] = {
     {"wait", (PyCFunction)(void (*)(void))work_wait, METH_VARARGS | METH_KEYWORDS,
      "wait(timeout=None): order the compute stream after the collective (with a timeout: first wait on the host)"},
     {"is_completed", (PyCFunction)work_is_completed, METH_NOARGS, "whether the collective has finished on the GPU"},
-    {"__reduce__", (PyCFunction)comm_reduce_, METH_NOARGS, NULL},
+    {"__reduce__", ddpc_refuse_pickle, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
 

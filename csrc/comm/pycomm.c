@@ -29,13 +29,6 @@ typedef struct {
 
 static PyTypeObject *StoreType, *GroupType, *WorkType;
 
-static PyObject *refuse_pickle_(PyObject *self, PyObject *unused) {
-    (void)unused;
-    PyErr_Format(PyExc_TypeError, "cannot pickle '%s' object: it is tied to this process's connections",
-                 Py_TYPE(self)->tp_name);
-    return NULL;
-}
-
 static int store_init(store_obj *self, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"host", "port", "is_master", "token", "timeout", NULL};
     const char *host, *token = "";
@@ -405,7 +398,7 @@ static PyMethodDef store_methods[] = {
      "barrier(key, world_size, timeout=None): wait until world_size callers reached it"},
     {"clone", (PyCFunction)store_clone, METH_NOARGS, "a new connection to the same server"},
     {"wait_departed", (PyCFunction)store_wait_departed, METH_VARARGS, "wait until n ranks left or died"},
-    {"__reduce__", refuse_pickle_, METH_NOARGS, NULL},
+    {"__reduce__", ddpc_refuse_pickle, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
 
@@ -495,7 +488,7 @@ static PyMethodDef work_methods[] = {
      "wait(timeout=None): block until the collective finished; raises its error"},
     {"is_completed", (PyCFunction)work_is_completed, METH_NOARGS, "whether the collective finished"},
     {"source", (PyCFunction)work_source, METH_NOARGS, "a finished recv's sender (group rank); -1 for other calls"},
-    {"__reduce__", refuse_pickle_, METH_NOARGS, NULL},
+    {"__reduce__", ddpc_refuse_pickle, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
 
@@ -947,7 +940,7 @@ static PyMethodDef shared_methods[] = {
     {"signal", (PyCFunction)shared_signal, METH_VARARGS,
      "signal(offset, value): stores the 64-bit counter at byte `offset` (release ordering: what this rank wrote "
      "before is visible to a rank that sees the value); see ProcessGroup.await_value"},
-    {"__reduce__", refuse_pickle_, METH_NOARGS, NULL},
+    {"__reduce__", ddpc_refuse_pickle, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1067,7 +1060,7 @@ static PyMethodDef group_methods[] = {
     {"set_timeout", (PyCFunction)group_set_timeout, METH_O,
      "set_timeout(seconds): the timeout of the collectives queued from now on without one of their own"},
     {"close", (PyCFunction)group_close, METH_NOARGS, "release the group's threads, segment and sockets"},
-    {"__reduce__", refuse_pickle_, METH_NOARGS, NULL},
+    {"__reduce__", ddpc_refuse_pickle, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
 
