@@ -10,10 +10,13 @@ test_nn_extra_torch.py) and fails there, printing what differs.
 
 from procs import run_torch_group, torch_group_test
 
+# Each line in one write: the workers share the launcher's console, and a
+# line printed in pieces (print's arguments, unbuffered stderr) can be split
+# by the other worker's.
 PRINTS = """
 import os, sys
-print("out", os.environ["LOCAL_RANK"])
-print("err", os.environ["LOCAL_RANK"], file=sys.stderr)
+sys.stdout.write(f"out {os.environ['LOCAL_RANK']}\\n")
+sys.stderr.write(f"err {os.environ['LOCAL_RANK']}\\n")
 """
 
 FLAG_SETS = [
