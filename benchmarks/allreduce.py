@@ -1,8 +1,16 @@
-"""all_reduce bandwidth and latency, printed like nccl-tests.
+"""all_reduce (or another collective's) bandwidth and latency, printed like nccl-tests.
 
     python benchmarks/allreduce.py --nproc 2
     python benchmarks/allreduce.py --nproc 4 --compare-torch   # needs torch importable
     python benchmarks/allreduce.py --nproc 2 --shared          # buffers from dist.shared_buffer
+    python benchmarks/allreduce.py --nproc 2 --collective reduce
+
+--collective picks reduce, broadcast, all_gather, gather or scatter instead
+(root 0). As in nccl-tests, the size of a gathering or scattering collective
+is its whole (the gathered output, the scattered input), each rank's block a
+size-th of it, and busbw scales algbw by the share of the data that crosses
+a link: 2(n-1)/n for all_reduce, 1 for reduce and broadcast, (n-1)/n for the
+others.
 
 For each size: time per all_reduce (the slowest rank's mean over the timed
 iterations of a round, best of --rounds rounds), algbw = bytes / time and
@@ -33,6 +41,27 @@ OPS = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.AVG, "min": dist.ReduceOp.
        "prod": dist.ReduceOp.PROD}
 DTYPES = {"float32": np.float32, "float64": np.float64, "float16": np.float16, "int32": np.int32,
           "int64": np.int64, "uint8": np.uint8}
+
+
+BUS_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "reduce": lambda n: 1.0, "broadcast": lambda n: 1.0,
+              "gather": lambda n: (n - 1) / n, "scatter": lambda n: (n - 1) / n}
+BLOCKED = ("gather", "scatter")  # their size is the whole; each rank's block is a size-th of it
+
+
+def calls(lib, name, whole, mine, rank, world, op):
+    """One call of collective ``name`` through ``lib`` (ddpc.distributed or
+    torch.distributed), root 0, op ``op``: on ``whole`` or, for gather and
+    scatter, from or into ``mine`` (a rank's block) and the root's list of
+    ``whole``'s blocks."""
+    parts = [whole[r * len(mine):(r + 1) * len(mine)] for r in range(world)] if rank == 0 and mine is not None \
+        else None
+    return {
+        "all_reduce": lambda: lib.all_reduce(whole, op=op),
+        "reduce": lambda: lib.reduce(whole, 0, op=op),
+        "broadcast": lambda: lib.broadcast(whole, 0),
+        "gather": lambda: lib.gather(mine, parts, dst=0),
+        "scatter": lambda: lib.scatter(mine, parts, src=0),
+    }[name]
 
 
 def sizes(lo, hi):
@@ -104,21 +133,17 @@ def worker(rank, args):
         dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
         return float(slowest[0])
 
+    block = args.collective in BLOCKED
+    part = np.zeros(args.max_bytes // item // world, dtype) if block else None
     for nbytes in sizes(args.min_bytes, args.max_bytes):
-        count = max(nbytes // item, 1)
-        view = buf[:count]
+        count = max(nbytes // item // world * world, world) if block else max(nbytes // item, 1)
         best = [float("inf"), float("inf")]
-
-        def ddpc_op():
-            dist.all_reduce(view, op=OPS[args.op])
-
+        mine = part[:count // world] if block else None
+        ddpc_op = calls(dist, args.collective, buf[:count], mine, rank, world, OPS[args.op])
         iters = iterations(ddpc_op, dist.barrier, sync, device)
         if torch_dist is not None:
-            tview = tbuf[:count]
-
-            def gloo_op():
-                torch_dist.all_reduce(tview, op=top)
-
+            gloo_op = calls(torch_dist, args.collective, tbuf[:count], torch.from_numpy(mine) if block else None, rank,
+                            world, top)
             gloo_iters = iterations(gloo_op, torch_dist.barrier, lambda: None, device)
         for _ in range(args.rounds):
             best[0] = min(best[0], slowest_rank(time_loop(ddpc_op, iters, dist.barrier, sync)))
@@ -143,6 +168,7 @@ def main():
     p.add_argument("--backend", default="cpu")
     p.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
     p.add_argument("--op", default="sum", choices=sorted(OPS))
+    p.add_argument("--collective", default="all_reduce", choices=sorted(BUS_FACTOR))
     p.add_argument("--min-bytes", type=parse_size, default=8)
     p.add_argument("--max-bytes", type=parse_size, default=256 << 20)
     p.add_argument("--rounds", type=int, default=3, help="timed rounds per size; the best is kept")
@@ -150,6 +176,8 @@ def main():
     p.add_argument("--shared", action="store_true",
                    help="all-reduce in a dist.shared_buffer (cpu backend, 2 or more ranks), as DDP's buckets are")
     args = p.parse_args()
+    if (args.shared or args.backend != "cpu") and args.collective != "all_reduce":
+        sys.exit("--shared and --backend nccl time the all_reduce only")
     if args.shared and (args.backend != "cpu" or args.nproc < 2):
         sys.exit("--shared needs the cpu backend and at least 2 ranks")
     if args.compare_torch and args.backend == "nccl":
@@ -160,14 +188,14 @@ def main():
         from ddpc._procs import free_port
 
         args.torch_port = free_port()
-    print(f"# ddpc all_reduce: {args.nproc} ranks on one host, backend {args.backend}, {args.dtype} {args.op}"
+    print(f"# ddpc {args.collective}: {args.nproc} ranks on one host, backend {args.backend}, {args.dtype} {args.op}"
           + (", in a shared buffer" if args.shared else ""))
     print(f"# host: {machine()}; Python {platform.python_version()}, ddpc {ddpc.__version__}"
           + (f", torch {sys.modules['torch'].__version__}" if args.compare_torch else ""))
     print(f"# memcpy bandwidth (one process, 256 MiB): {memcpy_bandwidth():.2f} GB/s")
     rows = ddpc.spawn(worker, args=(args,), nprocs=args.nproc)[0]
     n = args.nproc
-    factor = 2 * (n - 1) / n if n > 1 else 1.0
+    factor = BUS_FACTOR[args.collective](n) if n > 1 else 1.0
     head = f"{'size':>12} {'count':>11} {'type':>8} {'redop':>6} {'time_us':>10} {'algbw':>7} {'busbw':>7}"
     if args.compare_torch:
         head += f" {'gloo_us':>10} {'gloo_bus':>8} {'ratio':>6}"

@@ -146,6 +146,77 @@ def scenario_async():
     check(b, np.full(10, world * (world - 1) // 2), "sync after async")
 
 
+def scenario_rooted():
+    """reduce, gather and scatter (the collectives with a root) against closed
+    forms: every dtype x size, roots first and last, every op on all but the
+    largest size; the other ranks' buffers are only read (reduce) or not
+    given (gather's output, scatter's input)."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    for dtype in DTYPES:
+        name = np.dtype(dtype).name
+        for k, n in enumerate(SIZES):
+            root = 0 if k % 2 else world - 1
+            for op in OPS if n < SIZES[-1] else [ReduceOp.SUM]:
+                a = contribution(op, rank, n, dtype)
+                dist.reduce(a, dst=root, op=op)
+                check(a, expected(op, world, n, dtype) if rank == root else contribution(op, rank, n, dtype),
+                      f"reduce {name} op {op} n {n} to {root}")
+            mine = ((np.arange(n) + rank) % 97).astype(dtype)
+            out = np.full(world * n, 99, dtype) if rank == root else None
+            dist.gather_into_tensor(mine, out, dst=root)
+            if rank == root:
+                want = np.concatenate([((np.arange(n) + r) % 97).astype(dtype) for r in range(world)])
+                check(out, want, f"gather_into_tensor {name} n {n} to {root}")
+            check(mine, ((np.arange(n) + rank) % 97).astype(dtype), f"gather's input {name} n {n}")
+            parts = [((np.arange(n) * 3 + r) % 89).astype(dtype) for r in range(world)] if rank == root else None
+            got = np.full(n, 99, dtype)
+            dist.scatter(got, parts, src=root)
+            check(got, ((np.arange(n) * 3 + rank) % 89).astype(dtype), f"scatter {name} n {n} from {root}")
+    # Complex (as pairs of reals) and bool (as bytes), on Tensors.
+    z = ddpc.full((5,), complex(rank, -rank), dtype=ddpc.complex64)
+    dist.reduce(z, dst=0)
+    s = world * (world - 1) // 2
+    check(z.numpy().view(np.float32), np.tile([s, -s], 5) if rank == 0 else np.tile([rank, -rank], 5),
+          "reduce complex64")
+    flags = [ddpc.zeros(3, dtype=ddpc.bool) for _ in range(world)] if rank == 0 else None
+    dist.gather(ddpc.full((3,), rank % 2 == 1, dtype=ddpc.bool), flags, dst=0)
+    if rank == 0:
+        check(np.concatenate([f.numpy() for f in flags]), np.repeat(np.arange(world) % 2 == 1, 3), "gather bool")
+    # Asynchronous, several in flight, in order.
+    a = np.full(4, rank + 1.0, np.float32)
+    got = np.zeros(2, np.int64)
+    outs = [np.zeros(2, np.int64) for _ in range(world)] if rank == world - 1 else None
+    works = [dist.reduce(a, dst=0, async_op=True),
+             dist.scatter(got, [np.full(2, r * 5, np.int64) for r in range(world)] if rank == 0 else None,
+                          async_op=True),
+             dist.gather(np.full(2, rank, np.int64), outs, dst=world - 1, async_op=True)]
+    for w in works:
+        w.wait()
+    check(a, np.full(4, s + world if rank == 0 else rank + 1.0), "async reduce")
+    check(got, np.full(2, rank * 5), "async scatter")
+    if rank == world - 1:
+        for r, o in enumerate(outs):
+            check(o, np.full(2, r), "async gather")
+
+
+def scenario_rooted_mismatch(what):
+    """Ranks that disagree about a rooted collective: each rank gets DistError."""
+    rank = dist.get_rank()
+    try:
+        if what == "roots":
+            dist.reduce(np.zeros(4, np.float32), dst=rank)
+        elif what == "reduce":  # rank 0 reduces, the others all-reduce
+            x = np.zeros(4, np.float32)
+            dist.reduce(x, dst=0) if rank == 0 else dist.all_reduce(x)
+        else:  # rank 0 gathers, the others all-gather
+            x, out = np.zeros(4, np.float32), np.zeros(4 * dist.get_world_size(), np.float32)
+            dist.gather_into_tensor(x, out, dst=0) if rank == 0 else dist.all_gather_into_tensor(out, x)
+    except dist.DistError as e:
+        say(f"RANK {rank} MISMATCH {e}")
+        return
+    raise AssertionError(f"{what}: the ranks' calls matched")
+
+
 def scenario_more():
     """reduce, gather, scatter, reduce_scatter of a list, all_to_all(_single),
     batch_isend_irecv, the object collectives, and results of async calls
@@ -1188,7 +1259,7 @@ def main():
         os.environ["DDPC_HOST_ID"] = os.environ["TEST_HOSTS"].split(",")[int(os.environ["RANK"])]
     dist.init_process_group("cpu", timeout=timeout)  # host arrays: the cpu backend, also beside a GPU
     if scenario == "all":
-        for name in ("matrix", "async", "more", "groups", "p2p", "p2p_any", "pickle", "mismatch"):
+        for name in ("matrix", "rooted", "async", "more", "groups", "p2p", "p2p_any", "pickle", "mismatch"):
             globals()["scenario_" + name]()
     elif "+" in scenario:
         for name in scenario.split("+"):

@@ -190,7 +190,7 @@ def test_collectives_across_simulated_hosts(hosts):
     (one rank per host) or the hierarchical path (shared memory within a host)."""
     world = len(hosts.split(","))
     # The full sizes run on one host above; here the largest is 64 Ki + 1 to bound the runtime.
-    res = run_job(world, "topology+matrix+async+groups+p2p+p2p_any+mismatch",
+    res = run_job(world, "topology+matrix+rooted+async+groups+p2p+p2p_any+mismatch",
                   env={"TEST_HOSTS": hosts, "TEST_SMALL_SIZES": "1"})
     assert res.returncode == 0, res.stdout + res.stderr
     for r in range(world):
@@ -207,6 +207,24 @@ def test_monitored_barrier_names_the_ranks_that_stay_away(wait_all):
     assert f"RANK 0 MONITORED monitored_barrier: {missing} reach the barrier within 2 s" in res.stdout, out
     assert "RANK 1 MONITORED monitored_barrier: rank 0 did not release rank 1 within 2 s" in res.stdout, out
     assert "NO ERROR" not in res.stdout, out
+
+
+@pytest.mark.parametrize("hosts", ["", "a,b"], ids=["shm", "ring"])
+@pytest.mark.parametrize("what,theirs", [
+    ("roots", "rank 1 called reduce(4 x float32, sum to rank 1)"),
+    ("reduce", "rank 1 called all_reduce(4 x float32, sum)"),
+    ("gather", "rank 1 called all_gather(4 x float32)"),
+])
+def test_rooted_collectives_that_differ_are_mismatches(what, theirs, hosts):
+    """reduce and gather are collectives of their own (not an all_reduce or an
+    all_gather that only the root keeps): a rank in another collective, or
+    with another root, is a mismatch, not a silently wrong result."""
+    res = run_job(2, "rooted_mismatch", what, timeout=120, env={"TEST_HOSTS": hosts} if hosts else None)
+    assert res.returncode == 0, res.stdout + res.stderr
+    for r in range(2):
+        assert f"RANK {r} MISMATCH collective mismatch" in res.stdout, res.stdout
+    if not hosts or what != "gather":  # across hosts an all_gather travels as bytes
+        assert theirs in res.stdout, res.stdout
 
 
 def test_a_broadcast_from_different_roots_names_them():

@@ -16,8 +16,24 @@
 
 const char *ddpc_coll_name(ddpc_coll c) {
     static const char *names[DDPC_NCOLLS] = {"all_reduce", "broadcast", "all_gather", "reduce_scatter",
-                                             "barrier", "send", "recv"};
+                                             "barrier", "send", "recv", "gather", "scatter", "reduce"};
     return c >= 0 && c < DDPC_NCOLLS ? names[c] : "?";
+}
+
+void ddpc_coll_detail(const ddpc_group *g, int coll, int op, int peer, int tag, char *buf, size_t cap) {
+    int root = peer >= 0 && peer < g->size ? ddpc_global_rank(g, peer) : -1;
+    const char *red = op >= 0 && op < DDPC_NREDOPS ? ddpc_redop_name((ddpc_redop)op) : "?";
+    switch (coll) {
+    case DDPC_COLL_ALLREDUCE:
+    case DDPC_COLL_REDUCE_SCATTER: snprintf(buf, cap, ", %s", red); break;
+    case DDPC_COLL_REDUCE: snprintf(buf, cap, ", %s to rank %d", red, root); break;
+    case DDPC_COLL_GATHER: snprintf(buf, cap, ", to rank %d", root); break;
+    case DDPC_COLL_BROADCAST:
+    case DDPC_COLL_SCATTER: snprintf(buf, cap, ", from rank %d", root); break;
+    case DDPC_COLL_SEND:
+    case DDPC_COLL_RECV: snprintf(buf, cap, ", tag %d", tag); break;
+    default: snprintf(buf, cap, "%s", "");
+    }
 }
 
 /* A work handle has its own lock so that it outlives its group: a handle
@@ -665,6 +681,7 @@ static ddpc_status hier_broadcast_(ddpc_group *g, ddpc_shm *s, const ddpc_coll_a
     const ddpc_topology *t = &g->topo;
     int root_node = t->node_of[a->peer];
     ddpc_coll_args local = *a;
+    local.coll = DDPC_COLL_BROADCAST; /* a scatter's too: the ring's header keeps the call's name */
     if (s && t->node == root_node) {
         for (int j = 0; j < t->local_size; j++)
             if (t->local_ranks[j] == a->peer) local.peer = j;
@@ -678,6 +695,45 @@ static ddpc_status hier_broadcast_(ddpc_group *g, ddpc_shm *s, const ddpc_coll_a
     return DDPC_OK;
 }
 
+/* gather, scatter and reduce across hosts: as all_gather, broadcast and
+ * all_reduce of the whole, every rank working in scratch memory but the
+ * root, which keeps the part it wants. */
+static ddpc_status hier_rooted_(ddpc_group *g, ddpc_shm *s, const ddpc_coll_args *a, uint64_t deadline) {
+    size_t es = ddpc_dtype_size(a->dtype), n = a->count, whole = (a->coll == DDPC_COLL_REDUCE ? 1 : (size_t)g->size) * n;
+    int root = g->rank == a->peer;
+    char *tmp = NULL;
+    ddpc_coll_args b = *a;
+    /* The root gathers and reduces into its output and scatters from its
+     * input (a broadcast only reads at its root); the others use scratch. */
+    if (root) {
+        b.out = a->coll == DDPC_COLL_SCATTER ? (void *)a->in : a->out;
+    } else {
+        if (!(tmp = malloc(whole * es + 1)))
+            return DDPC_ERROR(DDPC_ERR_OOM, "out of memory for the %zu bytes of a %s", whole * es,
+                              ddpc_coll_name(a->coll));
+        if (a->coll == DDPC_COLL_REDUCE) memcpy(tmp, a->in, n * es);
+        b.out = tmp;
+    }
+    ddpc_status st;
+    if (a->coll == DDPC_COLL_GATHER) {
+        /* As cpu_run_'s all_gather: zeros but this rank's block, then a bitwise-or all-reduce. */
+        char *out = b.out;
+        memset(out, 0, whole * es);
+        memcpy(out + (size_t)g->rank * n * es, a->in, n * es);
+        b.op = DDPC_RED_BOR, b.dtype = DDPC_UINT8, b.count = whole * es, b.in = out;
+        st = hier_allreduce_(g, s, &b, deadline);
+    } else if (a->coll == DDPC_COLL_SCATTER) {
+        b.in = b.out, b.count = whole;
+        st = hier_broadcast_(g, s, &b, deadline);
+        if (st == DDPC_OK) memcpy(a->out, (char *)b.out + (size_t)g->rank * n * es, n * es);
+    } else {
+        b.in = b.out;
+        st = hier_allreduce_(g, s, &b, deadline);
+    }
+    free(tmp);
+    return st;
+}
+
 static ddpc_status cpu_run_(ddpc_group *g, void *state, const ddpc_coll_args *a, uint64_t deadline) {
     ddpc_shm *s = state;
     size_t es = ddpc_dtype_size(a->dtype), n = a->count;
@@ -686,7 +742,8 @@ static ddpc_status cpu_run_(ddpc_group *g, void *state, const ddpc_coll_args *a,
     if (g->topo.nnodes == 1) {
         if (s) return ddpc_shm_run(s, a, deadline);
         /* A group of one: the only work is moving data into place. */
-        if (a->coll == DDPC_COLL_REDUCE_SCATTER || a->coll == DDPC_COLL_ALLGATHER)
+        if (a->coll == DDPC_COLL_REDUCE_SCATTER || a->coll == DDPC_COLL_ALLGATHER || a->coll == DDPC_COLL_GATHER ||
+            a->coll == DDPC_COLL_SCATTER)
             memmove(a->out, a->in, n * es);
         return DDPC_OK;
     }
@@ -727,6 +784,10 @@ static ddpc_status cpu_run_(ddpc_group *g, void *state, const ddpc_coll_args *a,
         free(tmp);
         return st;
     }
+    case DDPC_COLL_GATHER:
+    case DDPC_COLL_SCATTER:
+    case DDPC_COLL_REDUCE:
+        return hier_rooted_(g, s, a, deadline);
     default:
         return DDPC_ERROR(DDPC_ERR_INTERNAL, "unknown collective %d", (int)a->coll);
     }

@@ -27,15 +27,25 @@ typedef enum {
     DDPC_COLL_BARRIER,
     DDPC_COLL_SEND,
     DDPC_COLL_RECV,
+    DDPC_COLL_GATHER,
+    DDPC_COLL_SCATTER,
+    DDPC_COLL_REDUCE,
     DDPC_NCOLLS
 } ddpc_coll;
 
 const char *ddpc_coll_name(ddpc_coll c);
 
+/* Collectives with a root (`peer` of ddpc_coll_args): ranks must agree on it. */
+static inline int ddpc_coll_rooted(ddpc_coll c) {
+    return c == DDPC_COLL_BROADCAST || c == DDPC_COLL_GATHER || c == DDPC_COLL_SCATTER || c == DDPC_COLL_REDUCE;
+}
+
 /* One collective call. `count` is the element count of this rank's
- * contribution: the whole tensor for all_reduce, broadcast, send and recv;
- * the input for all_gather (output is size*count); the output for
- * reduce_scatter (input is size*count). In-place ops have in == out.
+ * contribution: the whole tensor for all_reduce, broadcast, reduce, send and
+ * recv; the input for all_gather and gather (output is size*count); the
+ * output for reduce_scatter and scatter (input is size*count). In-place ops
+ * have in == out. Only the root's output of gather and reduce, and only the
+ * root's input of scatter, is used: the other ranks' is NULL.
  * `timeout_s` bounds the call once it starts running; it is fixed when the
  * call is queued (ddpc_group_submit), so set_timeout on another thread
  * changes neither a queued call nor the calls of another thread that give
@@ -47,7 +57,7 @@ typedef struct {
     const void *in;
     void *out;
     size_t count;
-    int peer;           /* root of a broadcast, peer of send/recv (group ranks); DDPC_ANY_SOURCE for a recv */
+    int peer;           /* root of a rooted collective, peer of send/recv (group ranks); DDPC_ANY_SOURCE for a recv */
     int tag;
     uint64_t seq;       /* position in this group's sequence of collectives */
     int *source;        /* recv: where the sender's rank is written, or NULL */
@@ -147,6 +157,11 @@ ddpc_status ddpc_group_store_get(ddpc_group *g, const char *key, void **val, siz
 
 /* Messages name ranks as the default group numbers them, whatever the group. */
 static inline int ddpc_global_rank(const ddpc_group *g, int group_rank) { return g->global_ranks[group_rank]; }
+
+/* What error messages say of a call after its count and dtype: its
+ * reduction, its root (a group rank), or its tag (send and recv), as in
+ * ", sum to rank 1"; "" for the others. */
+void ddpc_coll_detail(const ddpc_group *g, int coll, int op, int peer, int tag, char *buf, size_t cap);
 
 ddpc_status ddpc_group_init(ddpc_group **out, ddpc_store *store, const char *prefix, int rank, int size,
                             const int *global_ranks, const ddpc_backend *backend, double timeout_s);

@@ -153,28 +153,30 @@ void ddpc_msg_header_fill(ddpc_msg_header *h, const ddpc_coll_args *a) {
     h->magic = MSG_MAGIC;
     h->coll = a->coll, h->op = a->op, h->dtype = a->dtype;
     h->seq = a->seq, h->count = a->count;
-    h->peer = a->coll == DDPC_COLL_BROADCAST ? a->peer : 0;
+    h->peer = ddpc_coll_rooted(a->coll) ? a->peer : 0;
     h->tag = a->tag;
 }
 
-static void describe_(const ddpc_msg_header *h, char *buf, size_t cap) {
+static void describe_(const ddpc_group *g, const ddpc_msg_header *h, char *buf, size_t cap) {
     if (h->magic != MSG_MAGIC || h->coll >= DDPC_NCOLLS || h->dtype >= DDPC_NDTYPES) {
         snprintf(buf, cap, "something unrecognised");
         return;
     }
-    snprintf(buf, cap, "%s(%llu x %s, tag %d) as collective #%llu", ddpc_coll_name((ddpc_coll)h->coll),
-             (unsigned long long)h->count, ddpc_dtype_name((ddpc_dtype)h->dtype), h->tag, (unsigned long long)h->seq);
+    char how[48];
+    ddpc_coll_detail(g, (int)h->coll, (int)h->op, h->peer, h->tag, how, sizeof how);
+    snprintf(buf, cap, "%s(%llu x %s%s) as collective #%llu", ddpc_coll_name((ddpc_coll)h->coll),
+             (unsigned long long)h->count, ddpc_dtype_name((ddpc_dtype)h->dtype), how, (unsigned long long)h->seq);
 }
 
 ddpc_status ddpc_msg_header_check(ddpc_group *g, const ddpc_coll_args *a, const ddpc_msg_header *theirs, int them) {
     ddpc_msg_header mine;
     ddpc_msg_header_fill(&mine, a);
     char x[160], y[160], msg[512];
-    describe_(&mine, x, sizeof x); /* before a recv is compared as the send it expects */
+    describe_(g, &mine, x, sizeof x); /* before a recv is compared as the send it expects */
     /* A recv matches a send with the same shape; collectives match themselves. */
     if (a->coll == DDPC_COLL_RECV) mine.coll = DDPC_COLL_SEND;
     if (memcmp(&mine, theirs, sizeof mine) == 0) return DDPC_OK;
-    describe_(theirs, y, sizeof y);
+    describe_(g, theirs, y, sizeof y);
     snprintf(msg, sizeof msg, "collective mismatch: rank %d called %s, rank %d called %s", ddpc_global_rank(g, g->rank),
              x, ddpc_global_rank(g, them), y);
     return ddpc_group_disagree(g, a, msg);

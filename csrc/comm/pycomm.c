@@ -786,47 +786,117 @@ static PyObject *group_broadcast(group_obj *self, PyObject *args, PyObject *kwds
     return launch_(self, &a, &v, 1, async_op);
 }
 
-/* all_gather and reduce_scatter: an output and an input of size-fold lengths. */
-static PyObject *gather_scatter_(group_obj *self, PyObject *args, PyObject *kwds, ddpc_coll coll) {
-    static char *kwlist[] = {"out", "in", "dtype", "op", "async_op", "timeout", NULL};
-    PyObject *out, *in;
-    int code, op = 0, async_op = 0;
-    double timeout = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOii|p$O&", kwlist, &out, &in, &code, &op, &async_op,
-                                     ddpc_arg_timeout, &timeout) ||
-        !group_ready_(self))
-        return NULL;
-    ddpc_coll_args a = {.coll = coll, .op = (ddpc_redop)op, .timeout_s = timeout};
-    if (dtype_arg_(code, &a.dtype) < 0 || reduce_op_arg_(op, code, ddpc_coll_name(coll), &a.op) < 0) return NULL;
+/* Whether `root` is a rank of the group, raising if not. */
+static int root_arg_(group_obj *self, int root, const char *what) {
+    if (root >= 0 && root < self->group->size) return 1;
+    PyErr_Format(PyExc_ValueError, "%s: root %d is not a rank of this group of %d", what, root, self->group->size);
+    return 0;
+}
+
+/* all_gather, reduce_scatter, gather and scatter: an output and an input,
+ * one of them size times the other (the whole). gather's output and
+ * scatter's input are the root's alone; the other ranks pass None. */
+static PyObject *blocks_(group_obj *self, ddpc_coll_args *a, PyObject *out, PyObject *in, int async_op) {
+    const char *what = ddpc_coll_name(a->coll);
+    int gathering = a->coll == DDPC_COLL_ALLGATHER || a->coll == DDPC_COLL_GATHER;
+    int rooted = ddpc_coll_rooted(a->coll), at_root = rooted && self->group->rank == a->peer;
+    /* The whole's buffer, which a rooted call's other ranks go without. */
+    PyObject *whole = gathering ? out : in;
+    if (rooted && !at_root != (whole == Py_None))
+        return PyErr_Format(PyExc_ValueError, "%s: the %s is %s", what, gathering ? "output" : "input",
+                            at_root ? "the root's: it must be given there" : "the root's alone: pass None here");
     Py_buffer v[2];
-    if (view_(out, 1, &v[0]) < 0) return NULL;
-    if (view_(in, 0, &v[1]) < 0) return PyBuffer_Release(&v[0]), NULL;
-    size_t nout, nin, n = (size_t)self->group->size;
-    if (count_(&v[0], a.dtype, &nout) < 0 || count_(&v[1], a.dtype, &nin) < 0) return release_views_(v, 2), NULL;
-    int ok = coll == DDPC_COLL_ALLGATHER ? nout == nin * n : nin == nout * n;
-    if (!ok) {
-        release_views_(v, 2);
+    int nv = 0;
+    if (out != Py_None && view_(out, 1, &v[nv++]) < 0) return NULL;
+    if (in != Py_None && view_(in, 0, &v[nv++]) < 0) return release_views_(v, nv - 1), NULL;
+    const Py_buffer *vo = out != Py_None ? &v[0] : NULL, *vi = in != Py_None ? &v[nv - 1] : NULL;
+    size_t nout = 0, nin = 0, n = (size_t)self->group->size;
+    if ((vo && count_(vo, a->dtype, &nout) < 0) || (vi && count_(vi, a->dtype, &nin) < 0))
+        return release_views_(v, nv), NULL;
+    if (vo && vi && (gathering ? nout != nin * n : nin != nout * n)) {
+        release_views_(v, nv);
         return PyErr_Format(PyExc_ValueError, "%s: output has %zu elements and input %zu; with %zu ranks the %s "
-                            "must be %zu times the %s", ddpc_coll_name(coll), nout, nin, n,
-                            coll == DDPC_COLL_ALLGATHER ? "output" : "input", n,
-                            coll == DDPC_COLL_ALLGATHER ? "input" : "output");
+                            "must be %zu times the %s", what, nout, nin, n, gathering ? "output" : "input", n,
+                            gathering ? "input" : "output");
     }
-    if (v[0].len && v[1].len && (char *)v[0].buf < (char *)v[1].buf + v[1].len && (char *)v[1].buf < (char *)v[0].buf + v[0].len) {
-        release_views_(v, 2);
-        return PyErr_Format(PyExc_ValueError, "%s: input and output must not overlap", ddpc_coll_name(coll));
+    if (vo && vi && vo->len && vi->len && (char *)vo->buf < (char *)vi->buf + vi->len &&
+        (char *)vi->buf < (char *)vo->buf + vo->len) {
+        release_views_(v, nv);
+        return PyErr_Format(PyExc_ValueError, "%s: input and output must not overlap", what);
     }
-    a.count = coll == DDPC_COLL_ALLGATHER ? nin : nout;
-    a.in = v[1].buf;
-    a.out = v[0].buf;
-    return launch_(self, &a, v, 2, async_op);
+    a->count = gathering ? nin : nout;
+    a->in = vi ? vi->buf : NULL;
+    a->out = vo ? vo->buf : NULL;
+    return launch_(self, a, v, nv, async_op);
 }
 
 static PyObject *group_all_gather(group_obj *self, PyObject *args, PyObject *kwds) {
-    return gather_scatter_(self, args, kwds, DDPC_COLL_ALLGATHER);
+    static char *kwlist[] = {"out", "in", "dtype", "async_op", "timeout", NULL};
+    PyObject *out, *in;
+    int code, async_op = 0;
+    ddpc_coll_args a = {.coll = DDPC_COLL_ALLGATHER};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOi|p$O&", kwlist, &out, &in, &code, &async_op, ddpc_arg_timeout,
+                                     &a.timeout_s) ||
+        !group_ready_(self) || dtype_arg_(code, &a.dtype) < 0)
+        return NULL;
+    return blocks_(self, &a, out, in, async_op);
 }
 
 static PyObject *group_reduce_scatter(group_obj *self, PyObject *args, PyObject *kwds) {
-    return gather_scatter_(self, args, kwds, DDPC_COLL_REDUCE_SCATTER);
+    static char *kwlist[] = {"out", "in", "dtype", "op", "async_op", "timeout", NULL};
+    PyObject *out, *in;
+    int code, op, async_op = 0;
+    ddpc_coll_args a = {.coll = DDPC_COLL_REDUCE_SCATTER};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOii|p$O&", kwlist, &out, &in, &code, &op, &async_op,
+                                     ddpc_arg_timeout, &a.timeout_s) ||
+        !group_ready_(self) || dtype_arg_(code, &a.dtype) < 0 || reduce_op_arg_(op, code, "reduce_scatter", &a.op) < 0)
+        return NULL;
+    return blocks_(self, &a, out, in, async_op);
+}
+
+/* gather and scatter: the root's output (gather) or input (scatter) is the whole. */
+static PyObject *rooted_blocks_(group_obj *self, PyObject *args, PyObject *kwds, ddpc_coll coll) {
+    static char *kwlist[] = {"out", "in", "dtype", "root", "async_op", "timeout", NULL};
+    PyObject *out, *in;
+    int code, async_op = 0;
+    ddpc_coll_args a = {.coll = coll};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOii|p$O&", kwlist, &out, &in, &code, &a.peer, &async_op,
+                                     ddpc_arg_timeout, &a.timeout_s) ||
+        !group_ready_(self) || dtype_arg_(code, &a.dtype) < 0 || !root_arg_(self, a.peer, ddpc_coll_name(coll)))
+        return NULL;
+    PyObject *part = coll == DDPC_COLL_GATHER ? in : out;
+    if (part == Py_None)
+        return PyErr_Format(PyExc_ValueError, "%s: every rank passes its %s", ddpc_coll_name(coll),
+                            coll == DDPC_COLL_GATHER ? "input" : "output");
+    return blocks_(self, &a, out, in, async_op);
+}
+
+static PyObject *group_gather(group_obj *self, PyObject *args, PyObject *kwds) {
+    return rooted_blocks_(self, args, kwds, DDPC_COLL_GATHER);
+}
+
+static PyObject *group_scatter(group_obj *self, PyObject *args, PyObject *kwds) {
+    return rooted_blocks_(self, args, kwds, DDPC_COLL_SCATTER);
+}
+
+/* reduce: in place at the root; the other ranks' buffers are only read. */
+static PyObject *group_reduce(group_obj *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"buf", "dtype", "op", "root", "async_op", "timeout", NULL};
+    PyObject *obj;
+    int code, op, async_op = 0;
+    ddpc_coll_args a = {.coll = DDPC_COLL_REDUCE};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "Oiii|p$O&", kwlist, &obj, &code, &op, &a.peer, &async_op,
+                                     ddpc_arg_timeout, &a.timeout_s) ||
+        !group_ready_(self) || dtype_arg_(code, &a.dtype) < 0 || reduce_op_arg_(op, code, "reduce", &a.op) < 0 ||
+        !root_arg_(self, a.peer, "reduce"))
+        return NULL;
+    int at_root = self->group->rank == a.peer;
+    Py_buffer v;
+    if (view_(obj, at_root, &v) < 0) return NULL;
+    if (count_(&v, a.dtype, &a.count) < 0) return PyBuffer_Release(&v), NULL;
+    a.in = v.buf;
+    a.out = at_root ? v.buf : NULL;
+    return launch_(self, &a, &v, 1, async_op);
 }
 
 static PyObject *group_barrier(group_obj *self, PyObject *args, PyObject *kwds) {
@@ -1041,10 +1111,18 @@ static PyMethodDef group_methods[] = {
     {"broadcast", (PyCFunction)(void (*)(void))group_broadcast, METH_VARARGS | METH_KEYWORDS,
      "broadcast(buf, dtype, src, async_op=False, *, timeout=None)"},
     {"all_gather", (PyCFunction)(void (*)(void))group_all_gather, METH_VARARGS | METH_KEYWORDS,
-     "all_gather(out, in, dtype, op, async_op=False, *, timeout=None): op is checked as a reduce op but not used "
-     "(pass 0)"},
+     "all_gather(out, in, dtype, async_op=False, *, timeout=None)"},
     {"reduce_scatter", (PyCFunction)(void (*)(void))group_reduce_scatter, METH_VARARGS | METH_KEYWORDS,
      "reduce_scatter(out, in, dtype, op, async_op=False, *, timeout=None)"},
+    {"gather", (PyCFunction)(void (*)(void))group_gather, METH_VARARGS | METH_KEYWORDS,
+     "gather(out, in, dtype, root, async_op=False, *, timeout=None): out (size times in) is the root's alone, "
+     "None on the other ranks"},
+    {"scatter", (PyCFunction)(void (*)(void))group_scatter, METH_VARARGS | METH_KEYWORDS,
+     "scatter(out, in, dtype, root, async_op=False, *, timeout=None): in (size times out) is the root's alone, "
+     "None on the other ranks"},
+    {"reduce", (PyCFunction)(void (*)(void))group_reduce, METH_VARARGS | METH_KEYWORDS,
+     "reduce(buf, dtype, op, root, async_op=False, *, timeout=None): into the root's buf; the other ranks' are "
+     "only read"},
     {"barrier", (PyCFunction)(void (*)(void))group_barrier, METH_VARARGS | METH_KEYWORDS,
      "barrier(async_op=False, *, timeout=None)"},
     {"send", (PyCFunction)group_send, METH_VARARGS, "send(buf, dtype, dst, tag=0, async_op=False)"},

@@ -569,12 +569,8 @@ static void describe_(const ddpc_group *g, const desc_ *d, char *buf, size_t cap
         snprintf(buf, cap, "?");
         return;
     }
-    char how[48] = "", where[64] = "";
-    if (d->coll == DDPC_COLL_ALLREDUCE || d->coll == DDPC_COLL_REDUCE_SCATTER)
-        snprintf(how, sizeof how, ", %s", ddpc_redop_name((ddpc_redop)d->op));
-    else if (d->coll == DDPC_COLL_BROADCAST)
-        snprintf(how, sizeof how, ", from rank %d",
-                 d->peer >= 0 && d->peer < g->size ? ddpc_global_rank(g, d->peer) : -1);
+    char how[48], where[64] = "";
+    ddpc_coll_detail(g, (int)d->coll, (int)d->op, d->peer, 0, how, sizeof how);
     if (d->shared_id)
         snprintf(where, sizeof where, " at offset %llu of shared buffer #%llu", (unsigned long long)d->shared_off,
                  (unsigned long long)d->shared_id);
@@ -588,7 +584,7 @@ static void describe_(const ddpc_group *g, const desc_ *d, char *buf, size_t cap
 static void begin_(ddpc_shm *s, const ddpc_coll_args *a, const ddpc_shm_reg *shared, size_t off) {
     desc_ *d = &s->desc[s->epoch & 1][s->me];
     d->coll = a->coll, d->op = a->op, d->dtype = a->dtype, d->count = a->count;
-    d->peer = a->coll == DDPC_COLL_BROADCAST ? a->peer : 0;
+    d->peer = ddpc_coll_rooted(a->coll) ? a->peer : 0;
     d->shared_id = shared ? shared->id : 0;
     d->shared_off = shared ? off : 0;
     atomic_store(&d->seq, a->seq + 1);
@@ -686,9 +682,12 @@ static ddpc_status allreduce_shared_(ddpc_shm *s, const ddpc_coll_args *a, const
     return sync_(s, deadline);
 }
 
-static ddpc_status allreduce_(ddpc_shm *s, const ddpc_coll_args *a, int divisor, uint64_t deadline) {
+/* all_reduce, or with `root` >= 0 a reduce: the same phases, but only the
+ * root copies the result out. */
+static ddpc_status allreduce_(ddpc_shm *s, const ddpc_coll_args *a, int root, int divisor, uint64_t deadline) {
     size_t es = ddpc_dtype_size(a->dtype), per_chunk = SLOT_BYTES / es, at;
-    ddpc_shm_reg *shared = a->in == a->out && a->count ? find_shared_(s, a->out, a->count * es, &at) : NULL;
+    ddpc_shm_reg *shared =
+        root < 0 && a->in == a->out && a->count ? find_shared_(s, a->out, a->count * es, &at) : NULL;
     if (shared) {
         ddpc_status st = allreduce_shared_(s, a, shared, at, divisor, deadline);
         reg_unref_(shared);
@@ -714,7 +713,8 @@ static ddpc_status allreduce_(ddpc_shm *s, const ddpc_coll_args *a, int divisor,
         ddpc_reduce(a->dtype, a->op, slot_(s, p ^ 1, 0) + lo * es, srcs, s->n, hi - lo, divisor);
         if (a->count * es >= STREAM_BYTES) prefetch_(in + (off + m) * es, (a->count - off - m) * es);
         CHECK(sync_(s, deadline));
-        copy_out_(out + off * es, slot_(s, p ^ 1, 0), m * es, a->count * es >= STREAM_BYTES);
+        if (root < 0 || s->me == root)
+            copy_out_(out + off * es, slot_(s, p ^ 1, 0), m * es, a->count * es >= STREAM_BYTES);
     }
     copy_out_done_();
     return DDPC_OK;
@@ -753,6 +753,49 @@ static ddpc_status allgather_(ddpc_shm *s, const ddpc_coll_args *a, uint64_t dea
     return DDPC_OK;
 }
 
+/* gather to local rank `root`: every rank fills its slot, the root alone
+ * copies every slot out. */
+static ddpc_status gather_(ddpc_shm *s, const ddpc_coll_args *a, int root, uint64_t deadline) {
+    size_t es = ddpc_dtype_size(a->dtype), per_chunk = SLOT_BYTES / es, total = a->count * es;
+    begin_(s, a, NULL, 0);
+    if (a->count == 0) return sync_(s, deadline);
+    char *out = a->out;
+    for (size_t off = 0; off < a->count; off += per_chunk) {
+        size_t m = a->count - off < per_chunk ? a->count - off : per_chunk;
+        int p = s->epoch & 1;
+        if (s->me != root) memcpy(slot_(s, p, s->me), (const char *)a->in + off * es, m * es);
+        CHECK(sync_(s, deadline));
+        if (s->me != root) continue;
+        for (int j = 0; j < s->n; j++)
+            copy_out_(out + (size_t)j * total + off * es,
+                      j == root ? (const char *)a->in + off * es : slot_(s, p, j), m * es,
+                      total * (size_t)s->n >= STREAM_BYTES);
+    }
+    copy_out_done_();
+    return DDPC_OK;
+}
+
+/* scatter from local rank `root`: the root fills every rank's slot with its
+ * block, each rank copies its own slot out. */
+static ddpc_status scatter_(ddpc_shm *s, const ddpc_coll_args *a, int root, uint64_t deadline) {
+    size_t es = ddpc_dtype_size(a->dtype), per_chunk = SLOT_BYTES / es, total = a->count * es;
+    begin_(s, a, NULL, 0);
+    if (a->count == 0) return sync_(s, deadline);
+    const char *in = a->in;
+    for (size_t off = 0; off < a->count; off += per_chunk) {
+        size_t m = a->count - off < per_chunk ? a->count - off : per_chunk;
+        int p = s->epoch & 1;
+        if (s->me == root)
+            for (int j = 0; j < s->n; j++)
+                if (j != root) memcpy(slot_(s, p, j), in + (size_t)j * total + off * es, m * es);
+        CHECK(sync_(s, deadline));
+        copy_out_((char *)a->out + off * es, s->me == root ? in + (size_t)root * total + off * es : slot_(s, p, s->me),
+                  m * es, total >= STREAM_BYTES);
+    }
+    copy_out_done_();
+    return DDPC_OK;
+}
+
 /* Each rank's slot holds one piece of every output block; rank r reduces
  * piece r of all slots straight into its output. */
 static ddpc_status reduce_scatter_(ddpc_shm *s, const ddpc_coll_args *a, int divisor, uint64_t deadline) {
@@ -778,7 +821,10 @@ ddpc_status ddpc_shm_run(ddpc_shm *s, const ddpc_coll_args *a, uint64_t deadline
     ddpc_coll_args b = *a;
     if (b.op == DDPC_RED_AVG) b.op = DDPC_RED_SUM;
     switch (a->coll) {
-    case DDPC_COLL_ALLREDUCE: return allreduce_(s, &b, divisor, deadline);
+    case DDPC_COLL_ALLREDUCE: return allreduce_(s, &b, -1, divisor, deadline);
+    case DDPC_COLL_REDUCE: return allreduce_(s, &b, b.peer, divisor, deadline);
+    case DDPC_COLL_GATHER: return gather_(s, &b, b.peer, deadline);
+    case DDPC_COLL_SCATTER: return scatter_(s, &b, b.peer, deadline);
     case DDPC_COLL_BROADCAST: return broadcast_(s, &b, b.peer, deadline);
     case DDPC_COLL_ALLGATHER: return allgather_(s, &b, deadline);
     case DDPC_COLL_REDUCE_SCATTER: return reduce_scatter_(s, &b, divisor, deadline);

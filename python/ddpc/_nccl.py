@@ -93,7 +93,7 @@ class NcclGroup:
     def broadcast(self, buf, code, root, async_op, timeout=None):
         return self._finish(self._comm.broadcast(buf, root, timeout=timeout), async_op)
 
-    def all_gather(self, out, inp, code, tag, async_op, timeout=None):
+    def all_gather(self, out, inp, code, async_op, timeout=None):
         return self._finish(self._comm.all_gather(out, inp, timeout=timeout), async_op)
 
     def reduce_scatter(self, out, inp, code, op, async_op, timeout=None):

@@ -303,7 +303,8 @@ def _open_collective(api, group, buffer):
 def _collective(c_call, group, args, api):
     """``c_call`` (a C collective of ``group``, called with ``args``, that
     runs ddpc.distributed's ``api``) made to record its range."""
-    buffer = args[0] if args and hasattr(args[0], "nbytes") else None
+    # The first buffer: the output, or the input of a rank that has no output (gather's other ranks).
+    buffer = next((a for a in args if hasattr(a, "nbytes")), None)
 
     @functools.wraps(c_call)
     def call(*a, **kw):

@@ -9,10 +9,11 @@ Differences from PyTorch: ``recv`` without ``src`` is for the cpu backend;
 an async ``all_gather`` into a list, ``gather``, ``scatter`` or async
 collective on a CUDA tensor staged by the cpu backend finishes with a copy,
 made by ``Work.wait()``, or, if the handle was dropped unwaited, by the
-group's next call after the collective is done; ``reduce``, ``gather`` and
-``scatter`` are an all_reduce, all_gather and broadcast underneath (every rank
-moves what the root moves), and ``all_to_all`` is sends and receives tagged
-``-2**31``; ``TCPStore`` and ``FileStore`` differ as their docstrings say.
+group's next call after the collective is done; on the nccl backend
+``reduce``, ``gather`` and ``scatter`` are an all_reduce, all_gather and
+broadcast underneath (every rank moves what the root moves; the cpu backend
+has them as collectives of their own, where only the root moves the whole),
+and ``all_to_all`` is sends and receives tagged ``-2**31``; ``TCPStore`` and ``FileStore`` differ as their docstrings say.
 
 Errors: every failure of a collective, the store or a connection is a
 ``DistError`` (a RuntimeError), of torch.distributed's subclass for what
@@ -1271,7 +1272,7 @@ def _all_gather_tensor(api, g, output_tensor, input_tensor, async_op):
     out, inp = _Arg(output_tensor, g), _Arg(input_tensor, g, writable=False)
     _check_blocks(api, g, out, inp, gathering=True)
     return _launch(api, g, g._c.all_gather, async_op, _finisher(out.device_buf and out.finish),
-                   out.obj, _apart_from(inp.obj, out.obj), out.code, 0, outputs=[output_tensor])
+                   out.obj, _apart_from(inp.obj, out.obj), out.code, outputs=[output_tensor])
 
 
 def _check_blocks(api, g, out, inp, gathering):
@@ -1373,7 +1374,7 @@ def _all_gather_list(what, g, tensor_list, tensor, async_op, keep=True, timeout=
             _copy_out(t, out.view(r * inp.numel, (inp.numel,)))
 
     return _launch(what, g, g._c.all_gather, async_op, finish if keep else None, real_pairs(out), inp.obj, inp.code,
-                   0, outputs=tensor_list if keep else None, timeout=timeout)
+                   outputs=tensor_list if keep else None, timeout=timeout)
 
 
 def all_gather(tensor_list, tensor, group=None, async_op=False):
@@ -1387,10 +1388,25 @@ def gather(tensor, gather_list=None, dst=None, group=None, async_op=False, group
     ranks pass no list."""
     g = _group(group, tensor)
     dst = _global_peer(g, dst, group_dst, "dst", 0)
-    at_dst = g.rank() == _group_rank(g, dst, "dst")
-    if not at_dst and gather_list:
+    root = _group_rank(g, dst, "dst")
+    if g.rank() != root and gather_list:
         raise ValueError("gather: only rank dst passes a gather_list")
-    return _all_gather_list("gather", g, gather_list, tensor, async_op, keep=at_dst)
+    if g.backend == "nccl":
+        return _all_gather_list("gather", g, gather_list, tensor, async_op, keep=g.rank() == root)
+    inp = _Arg(tensor, g, writable=False)
+    out = None
+    if g.rank() == root:
+        _member_args("gather", gather_list, g, inp)
+        out = _member_blocks(g, inp)
+
+    def finish():
+        for r, t in enumerate(gather_list):
+            _copy_out(t, out.view(r * inp.numel, (inp.numel,)))
+
+    if out is None:
+        return _launch("gather", g, g._c.gather, async_op, None, None, inp.obj, inp.code, root)
+    return _launch("gather", g, g._c.gather, async_op, finish, real_pairs(out), inp.obj, inp.code, root,
+                   outputs=gather_list)
 
 
 def gather_single(tensor, gather_tensor=None, dst=None, group=None, async_op=False, group_dst=None):
@@ -1400,13 +1416,21 @@ def gather_single(tensor, gather_tensor=None, dst=None, group=None, async_op=Fal
     the ranks' tensors); the other ranks' ``gather_tensor`` is not used."""
     g = _group(group, tensor)
     dst = _global_peer(g, dst, group_dst, "dst", 0)
-    if g.rank() == _group_rank(g, dst, "dst"):
+    root = _group_rank(g, dst, "dst")
+    if g.rank() == root:
         if gather_tensor is None:
             raise ValueError("gather_single: gather_tensor must be given on the destination rank")
-        return _all_gather_tensor("gather_single", g, gather_tensor, tensor, async_op)
+        if g.backend == "nccl":
+            return _all_gather_tensor("gather_single", g, gather_tensor, tensor, async_op)
+        out, inp = _Arg(gather_tensor, g), _Arg(tensor, g, writable=False)
+        _check_blocks("gather_single", g, out, inp, gathering=True)
+        return _launch("gather_single", g, g._c.gather, async_op, _finisher(out.device_buf and out.finish), out.obj,
+                       _apart_from(inp.obj, out.obj), out.code, root, outputs=[gather_tensor])
     inp = _Arg(tensor, g, writable=False)
-    return _launch("gather_single", g, g._c.all_gather, async_op, None, real_pairs(_member_blocks(g, inp)), inp.obj,
-                   inp.code, 0)
+    if g.backend == "nccl":
+        return _launch("gather_single", g, g._c.all_gather, async_op, None, real_pairs(_member_blocks(g, inp)),
+                       inp.obj, inp.code)
+    return _launch("gather_single", g, g._c.gather, async_op, None, None, inp.obj, inp.code, root)
 
 
 def gather_into_tensor(tensor, gather_tensor=None, dst=None, group=None, async_op=False, group_dst=None):
@@ -1419,14 +1443,19 @@ def scatter(tensor, scatter_list=None, src=None, group=None, async_op=False, gro
     into rank r's ``tensor``; the other ranks pass no list."""
     g = _group(group, tensor)
     src = _global_peer(g, src, group_src, "src", 0)
-    src_rank = _group_rank(g, src, "src")
-    out = _Arg(tensor, g, writable=False)  # written by the copy out of the broadcast blocks
-    if g.rank() != src_rank and scatter_list:
+    root = _group_rank(g, src, "src")
+    if g.rank() != root and scatter_list:
         raise ValueError("scatter: only rank src passes a scatter_list")
-    blocks = _blocks_of("scatter", g, out, scatter_list) if g.rank() == src_rank else _member_blocks(g, out)
-    mine = blocks.view(g.rank() * out.numel, (out.numel,))
-    return _launch("scatter", g, g._c.broadcast, async_op, lambda: _copy_out(tensor, mine), real_pairs(blocks),
-                   out.code, src_rank)
+    if g.backend == "nccl":  # a broadcast of every block, each rank keeping its own
+        out = _Arg(tensor, g, writable=False)  # written by the copy out of the broadcast blocks
+        blocks = _blocks_of("scatter", g, out, scatter_list) if g.rank() == root else _member_blocks(g, out)
+        mine = blocks.view(g.rank() * out.numel, (out.numel,))
+        return _launch("scatter", g, g._c.broadcast, async_op, lambda: _copy_out(tensor, mine), real_pairs(blocks),
+                       out.code, root)
+    out = _Arg(tensor, g)
+    blocks = real_pairs(_blocks_of("scatter", g, out, scatter_list)) if g.rank() == root else None
+    return _launch("scatter", g, g._c.scatter, async_op, _finisher(out.device_buf and out.finish), out.obj, blocks,
+                   out.code, root, outputs=[tensor])
 
 
 def reduce(tensor, dst=None, op=ReduceOp.SUM, group=None, async_op=False, group_dst=None):
@@ -1438,13 +1467,18 @@ def reduce(tensor, dst=None, op=ReduceOp.SUM, group=None, async_op=False, group_
 def _reduce(tensor, dst, op, group, async_op, group_dst, timeout=None):
     g = _group(group, tensor)
     dst = _global_peer(g, dst, group_dst, "dst")
-    if g.rank() == _group_rank(g, dst, "dst"):
-        return _all_reduce("reduce", tensor, op, g, async_op, timeout)
-    a = _Arg(tensor, g, writable=False)
-    scratch = _scratch(g, a, a.numel)
-    _C.copy(scratch, _elements(a))
-    return _launch("reduce", g, g._c.all_reduce, async_op, None, real_pairs(scratch), a.code,
-                   _reduce_op(op, g, a.code), timeout=timeout)
+    root = _group_rank(g, dst, "dst")
+    if g.backend == "nccl":  # an all_reduce, into scratch but at the root
+        if g.rank() == root:
+            return _all_reduce("reduce", tensor, op, g, async_op, timeout)
+        a = _Arg(tensor, g, writable=False)
+        scratch = _scratch(g, a, a.numel)
+        _C.copy(scratch, _elements(a))
+        return _launch("reduce", g, g._c.all_reduce, async_op, None, real_pairs(scratch), a.code,
+                       _reduce_op(op, g, a.code), timeout=timeout)
+    a = _Arg(tensor, g, writable=g.rank() == root)
+    return _launch("reduce", g, g._c.reduce, async_op, _finisher(a.device_buf and a.finish), a.obj, a.code,
+                   _reduce_op(op, g, a.code), root, outputs=[tensor], timeout=timeout)
 
 
 def reduce_scatter_single(output, input, op=ReduceOp.SUM, group=None, async_op=False):
@@ -1569,7 +1603,7 @@ def all_gather_coalesced(output_tensor_lists, input_tensor_list, group=None, asy
                     _copy_out(outs[i], out.view(r * block + int(start), (args[i].numel,)))
 
         works.append(_launch("all_gather_coalesced", g, g._c.all_gather, async_op, finish, real_pairs(out),
-                             real_pairs(mine), like.code, 0))
+                             real_pairs(mine), like.code))
     return _coalesced_result(works, async_op, [t for outs in output_tensor_lists for t in outs])
 
 
