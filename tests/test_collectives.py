@@ -209,6 +209,16 @@ def test_monitored_barrier_names_the_ranks_that_stay_away(wait_all):
     assert "NO ERROR" not in res.stdout, out
 
 
+@pytest.mark.parametrize("hosts", ["a,a,a", "a,b,b"], ids=["shm3", "alone+2"])
+def test_rooted_collectives_on_small_sizes(hosts):
+    """reduce, gather and scatter in shared memory and across hosts (test_all_collectives runs them too, on
+    larger sizes); test_c_units runs this one on the build with AddressSanitizer."""
+    res = run_job(3, "rooted", env={"TEST_HOSTS": hosts, "TEST_SMALL_SIZES": "1"})
+    assert res.returncode == 0, res.stdout + res.stderr
+    for r in range(3):
+        assert f"RANK {r} PASS" in res.stdout, res.stdout + res.stderr
+
+
 @pytest.mark.parametrize("hosts", ["", "a,b"], ids=["shm", "ring"])
 @pytest.mark.parametrize("what,theirs", [
     ("roots", "rank 1 called reduce(4 x float32, sum to rank 1)"),
