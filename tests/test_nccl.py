@@ -126,6 +126,16 @@ def test_every_collective_on_one_gpu(dt):
     out.fill_(0)
     comm.reduce_scatter(out._buf, x._buf, 0).wait()
     np.testing.assert_array_equal(out.cpu().to(ddpc.float64).numpy(), ref)
+    comm.reduce(x._buf, 3, 0).wait()
+    np.testing.assert_array_equal(x.cpu().to(ddpc.float64).numpy(), ref)
+    out.fill_(0)
+    comm.gather(out._buf, x._buf, 0).wait()  # the root's own block: a copy on the comm stream
+    np.testing.assert_array_equal(out.cpu().to(ddpc.float64).numpy(), ref)
+    back = ddpc.zeros(4097, dtype=dt, device="cuda")
+    comm.scatter(back._buf, out._buf, 0).wait()
+    np.testing.assert_array_equal(back.cpu().to(ddpc.float64).numpy(), ref)
+    with pytest.raises(ValueError, match="the root's: it must be given there"):
+        comm.gather(None, x._buf, 0)
     assert "all_reduce of 4097" in comm.flight_record()
 
 
@@ -160,7 +170,8 @@ def test_empty_tensors_reach_no_nccl_call_and_their_works_complete():
     before = comm.all_reduce(x._buf, 0)
     e, out = ddpc.zeros(0, device="cuda"), ddpc.zeros(0, device="cuda")
     works = [comm.all_reduce(e._buf, 0), comm.broadcast(e._buf, 0), comm.all_gather(out._buf, e._buf),
-             comm.reduce_scatter(out._buf, e._buf, 1)]
+             comm.reduce_scatter(out._buf, e._buf, 1), comm.reduce(e._buf, 0, 0), comm.gather(out._buf, e._buf, 0),
+             comm.scatter(out._buf, e._buf, 0)]
     for w in works:
         assert w.wait(timeout=10) and w.is_completed()
     assert before.is_completed()  # an empty collective's work completes after those queued before it

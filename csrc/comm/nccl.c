@@ -593,13 +593,47 @@ fail_done_:
 }
 
 typedef struct {
-    int kind; /* 0 all_reduce, 1 broadcast, 2 all_gather, 3 reduce_scatter, 4 send, 5 recv */
+    int kind; /* 0 all_reduce, 1 broadcast, 2 all_gather, 3 reduce_scatter, 4 send, 5 recv, 6 reduce, 7 gather,
+                 8 scatter; a gather's output and a scatter's input are the root's alone, the part elsewhere */
     ddpc_buffer *out, *in;
     int op, peer;
     double timeout_s; /* 0 when parsed: the communicator's, fixed by comm_collective_ */
 } coll_;
 
-static const char *coll_names_[] = {"all_reduce", "broadcast", "all_gather", "reduce_scatter", "send", "recv"};
+static const char *coll_names_[] = {"all_reduce", "broadcast", "all_gather", "reduce_scatter", "send", "recv",
+                                    "reduce", "gather", "scatter"};
+
+enum { KIND_SEND = 4, KIND_REDUCE = 6, KIND_GATHER = 7, KIND_SCATTER = 8 };
+
+static int reduces_(int kind) { return kind == 0 || kind == 3 || kind == KIND_REDUCE; }
+static int rooted_(int kind) { return kind == 1 || kind >= KIND_REDUCE; }
+
+/* This rank's block of a gather's output or a scatter's input (at the root). */
+static char *own_block_(const nccl_comm *c, const coll_ *a, int q) {
+    ddpc_buffer *whole = a->kind == KIND_GATHER ? a->out : a->in;
+    return (char *)whole->data + (size_t)q * (size_t)whole->numel / (size_t)c->size * ddpc_dtype_size(whole->dtype);
+}
+
+/* gather and scatter, which NCCL lacks, as PyTorch makes them: the root
+ * receives from (sends to) every other rank in one group of point-to-point
+ * calls; its own block is copied by coll_enqueue_. */
+static ncclResult_t gather_scatter_locked_(nccl_comm *c, const coll_ *a) {
+    int gather = a->kind == KIND_GATHER;
+    ddpc_buffer *part = gather ? a->in : a->out;
+    size_t n = (size_t)part->numel;
+    ncclDataType_t dt = nccl_types_[part->dtype];
+    if (c->rank != a->peer)
+        return gather ? ddpc_nccl.Send(part->data, n, dt, a->peer, c->comm, c->stream)
+                      : ddpc_nccl.Recv(part->data, n, dt, a->peer, c->comm, c->stream);
+    ncclResult_t r = ddpc_nccl.GroupStart();
+    if (r != ncclSuccess) return r;
+    for (int q = 0; q < c->size && r == ncclSuccess; q++)
+        if (q != c->rank)
+            r = gather ? ddpc_nccl.Recv(own_block_(c, a, q), n, dt, q, c->comm, c->stream)
+                       : ddpc_nccl.Send(own_block_(c, a, q), n, dt, q, c->comm, c->stream);
+    ncclResult_t e = ddpc_nccl.GroupEnd();
+    return r != ncclSuccess ? r : e;
+}
 
 /* Enqueues one collective; mu is held and the communicator is live. */
 static ncclResult_t enqueue_locked_(nccl_comm *c, const coll_ *a) {
@@ -612,7 +646,9 @@ static ncclResult_t enqueue_locked_(nccl_comm *c, const coll_ *a) {
     case 2: return ddpc_nccl.AllGather(in, out, n, dt, c->comm, c->stream);
     case 3: return ddpc_nccl.ReduceScatter(in, out, (size_t)a->out->numel, dt, nccl_ops_[a->op], c->comm, c->stream);
     case 4: return ddpc_nccl.Send(in, n, dt, a->peer, c->comm, c->stream);
-    default: return ddpc_nccl.Recv(out, n, dt, a->peer, c->comm, c->stream);
+    case 5: return ddpc_nccl.Recv(out, n, dt, a->peer, c->comm, c->stream);
+    case KIND_REDUCE: return ddpc_nccl.Reduce(in, out, n, dt, nccl_ops_[a->op], a->peer, c->comm, c->stream);
+    default: return gather_scatter_locked_(c, a);
     }
 }
 
@@ -633,6 +669,12 @@ static ddpc_status coll_enqueue_(nccl_comm *c, const coll_ *a, cudaEvent_t *done
     if (r != ncclSuccess && r != ncclInProgress)
         return DDPC_ERROR(DDPC_ERR_DIST, "%s on rank %d failed: %s", coll_names_[a->kind], c->rank,
                           ddpc_nccl.GetErrorString(r));
+    if (!empty && (a->kind == KIND_GATHER || a->kind == KIND_SCATTER) && c->rank == a->peer) {
+        size_t bytes = (size_t)(a->kind == KIND_GATHER ? a->in : a->out)->numel * ddpc_dtype_size(a->in->dtype);
+        CUDACHECK(cudaMemcpyAsync(a->kind == KIND_GATHER ? own_block_(c, a, c->rank) : a->out->data,
+                                  a->kind == KIND_GATHER ? a->in->data : own_block_(c, a, c->rank), bytes,
+                                  cudaMemcpyDeviceToDevice, c->stream));
+    }
     if (c->group_depth > 0) {
         *done = NULL; /* recorded by group_end, after ncclGroupEnd */
         return DDPC_OK;
@@ -660,17 +702,24 @@ static ddpc_status check_coll_(nccl_comm *c, const coll_ *a) {
     if (ddpc_dtype_is_complex(a->in->dtype))
         return DDPC_ERROR(DDPC_ERR_TYPE, "%s on nccl takes a complex tensor as its real pairs, not as %s", name,
                           ddpc_dtype_name(a->in->dtype));
-    if (a->kind != 4 && a->out->readonly) return DDPC_ERROR(DDPC_ERR_ARG, "%s: the output is read-only", name);
-    int64_t want_out = a->kind == 2 ? a->in->numel * c->size : a->kind == 3 ? a->in->numel / c->size : a->in->numel;
-    if (a->kind == 3 && a->in->numel != a->out->numel * c->size)
-        return DDPC_ERROR(DDPC_ERR_ARG, "reduce_scatter: input has %lld elements, expected %d x %lld",
+    int root = rooted_(a->kind) && c->rank == a->peer;
+    /* Only the root's buffer of a reduce is written, and a gather's other ranks have only their part. */
+    int writes = a->kind != KIND_SEND && (a->kind != KIND_REDUCE || root) && (a->kind != KIND_GATHER || root);
+    if (writes && a->out->readonly) return DDPC_ERROR(DDPC_ERR_ARG, "%s: the output is read-only", name);
+    if (rooted_(a->kind) && (a->peer < 0 || a->peer >= c->size))
+        return DDPC_ERROR(DDPC_ERR_ARG, "%s: root %d is not in a group of %d", name, a->peer, c->size);
+    if (a->kind >= 4 && a->kind <= 5 && (a->peer < 0 || a->peer >= c->size))
+        return DDPC_ERROR(DDPC_ERR_ARG, "%s: rank %d is not in a group of %d", name, a->peer, c->size);
+    int gathers = a->kind == 2 || (a->kind == KIND_GATHER && root);
+    int scatters = a->kind == 3 || (a->kind == KIND_SCATTER && root);
+    if (scatters && a->in->numel != a->out->numel * c->size)
+        return DDPC_ERROR(DDPC_ERR_ARG, "%s: input has %lld elements, expected %d x %lld", name,
                           (long long)a->in->numel, c->size, (long long)a->out->numel);
-    if (a->out->numel != want_out)
+    int64_t want_out = gathers ? a->in->numel * c->size : a->in->numel;
+    if (!scatters && a->out->numel != want_out)
         return DDPC_ERROR(DDPC_ERR_ARG, "%s: output has %lld elements, expected %lld", name, (long long)a->out->numel,
                           (long long)want_out);
-    if ((a->kind == 1 || a->kind >= 4) && (a->peer < 0 || a->peer >= c->size))
-        return DDPC_ERROR(DDPC_ERR_ARG, "%s: rank %d is not in a group of %d", name, a->peer, c->size);
-    if ((a->kind == 0 || a->kind == 3) && (a->op < 0 || a->op > RED_PROD))
+    if (reduces_(a->kind) && (a->op < 0 || a->op > RED_PROD))
         return DDPC_ERROR(DDPC_ERR_ARG, "%s: unknown reduce op %d", name, a->op);
     return DDPC_OK;
 }
@@ -699,7 +748,7 @@ static PyObject *work_new_(nccl_comm *c, cudaEvent_t done, double timeout_s, PyO
 static PyObject *comm_collective_(nccl_comm *c, coll_ *a, PyObject *keep) {
     if (!(a->timeout_s > 0)) a->timeout_s = atomic_load(&c->timeout_s);
     ddpc_status st = check_coll_(c, a);
-    if (st == DDPC_OK && (a->kind == 0 || a->kind == 3)) {
+    if (st == DDPC_OK && reduces_(a->kind)) {
         a->op = ddpc_redop_on((ddpc_redop)a->op, a->in->dtype);
         if (a->op < 0)
             st = DDPC_ERROR(DDPC_ERR_TYPE, "%s: Cannot use ReduceOp.AVG with boolean inputs", coll_names_[a->kind]);
@@ -751,6 +800,51 @@ static PyObject *comm_reduce_scatter(nccl_comm *c, PyObject *args, PyObject *kwd
                             ddpc_arg_buffer, &a.in, &a.op, ddpc_arg_timeout, &a.timeout_s))
         return NULL;
     return comm_collective_(c, &a, args);
+}
+
+static PyObject *comm_reduce(nccl_comm *c, PyObject *args, PyObject *kwds) {
+    coll_ a = {.kind = KIND_REDUCE};
+    if (!ddpc_parse_args_kw(args, kwds, "O&ii|$O&:reduce", three_then_timeout_, ddpc_arg_buffer, &a.in, &a.op,
+                            &a.peer, ddpc_arg_timeout, &a.timeout_s))
+        return NULL;
+    a.out = a.in;
+    return comm_collective_(c, &a, args);
+}
+
+/* gather(out, in, root) and scatter(out, in, root): the whole (gather's
+ * output, scatter's input) is None but at the root, where the rank's part
+ * stands in for it. */
+static int buffer_or_none_(PyObject *o, ddpc_buffer **out) {
+    if (o != Py_None) return ddpc_arg_buffer(o, out);
+    *out = NULL;
+    return 1;
+}
+
+static PyObject *gather_scatter_(nccl_comm *c, PyObject *args, PyObject *kwds, int kind) {
+    coll_ a = {.kind = kind};
+    if (!ddpc_parse_args_kw(args, kwds, kind == KIND_GATHER ? "O&O&i|$O&:gather" : "O&O&i|$O&:scatter",
+                            three_then_timeout_, buffer_or_none_, &a.out, buffer_or_none_, &a.in, &a.peer,
+                            ddpc_arg_timeout, &a.timeout_s))
+        return NULL;
+    ddpc_buffer **whole = kind == KIND_GATHER ? &a.out : &a.in, *part = kind == KIND_GATHER ? a.in : a.out;
+    int root = c->rank == a.peer;
+    if (!part)
+        return PyErr_Format(PyExc_ValueError, "%s: every rank passes its %s", coll_names_[kind],
+                            kind == KIND_GATHER ? "input" : "output");
+    if (root == !*whole)
+        return PyErr_Format(PyExc_ValueError, "%s: the %s is %s", coll_names_[kind],
+                            kind == KIND_GATHER ? "output" : "input",
+                            root ? "the root's: it must be given there" : "the root's alone: pass None here");
+    if (!*whole) *whole = part;
+    return comm_collective_(c, &a, args);
+}
+
+static PyObject *comm_gather(nccl_comm *c, PyObject *args, PyObject *kwds) {
+    return gather_scatter_(c, args, kwds, KIND_GATHER);
+}
+
+static PyObject *comm_scatter(nccl_comm *c, PyObject *args, PyObject *kwds) {
+    return gather_scatter_(c, args, kwds, KIND_SCATTER);
 }
 
 static PyObject *comm_send(nccl_comm *c, PyObject *args) {
@@ -870,6 +964,12 @@ static PyMethodDef comm_methods[] = {
      "all_gather(out, in, *, timeout=None) -> NcclWork"},
     {"reduce_scatter", (PyCFunction)(void (*)(void))comm_reduce_scatter, METH_VARARGS | METH_KEYWORDS,
      "reduce_scatter(out, in, op, *, timeout=None) -> NcclWork"},
+    {"reduce", (PyCFunction)(void (*)(void))comm_reduce, METH_VARARGS | METH_KEYWORDS,
+     "reduce(buf, op, root, *, timeout=None) -> NcclWork: into the root's buf; the other ranks' are only read"},
+    {"gather", (PyCFunction)(void (*)(void))comm_gather, METH_VARARGS | METH_KEYWORDS,
+     "gather(out, in, root, *, timeout=None) -> NcclWork: out (size times in) is the root's alone, None elsewhere"},
+    {"scatter", (PyCFunction)(void (*)(void))comm_scatter, METH_VARARGS | METH_KEYWORDS,
+     "scatter(out, in, root, *, timeout=None) -> NcclWork: in (size times out) is the root's alone, None elsewhere"},
     {"send", (PyCFunction)comm_send, METH_VARARGS, "send(buf, peer) -> NcclWork"},
     {"recv", (PyCFunction)comm_recv, METH_VARARGS, "recv(buf, peer) -> NcclWork"},
     {"set_timeout", (PyCFunction)comm_set_timeout, METH_O,

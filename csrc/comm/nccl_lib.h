@@ -17,7 +17,7 @@
 #define DDPC_NCCL_FUNCTIONS(X)                                                                                   \
     X(AllGather) X(AllReduce) X(Broadcast) X(CommAbort) X(CommDestroy) X(CommFinalize) X(CommGetAsyncError)      \
     X(CommInitAll) X(CommInitRankConfig) X(GetErrorString) X(GetLastError) X(GetUniqueId) X(GetVersion)          \
-    X(GroupEnd) X(GroupStart) X(Recv) X(ReduceScatter) X(Send)
+    X(GroupEnd) X(GroupStart) X(Recv) X(Reduce) X(ReduceScatter) X(Send)
 
 /* ddpc_nccl.AllReduce is ncclAllReduce, with nccl.h's own signature. */
 typedef struct {

@@ -99,6 +99,15 @@ class NcclGroup:
     def reduce_scatter(self, out, inp, code, op, async_op, timeout=None):
         return self._finish(self._comm.reduce_scatter(out, inp, op, timeout=timeout), async_op)
 
+    def reduce(self, buf, code, op, root, async_op, timeout=None):
+        return self._finish(self._comm.reduce(buf, op, root, timeout=timeout), async_op)
+
+    def gather(self, out, inp, code, root, async_op, timeout=None):
+        return self._finish(self._comm.gather(out, inp, root, timeout=timeout), async_op)
+
+    def scatter(self, out, inp, code, root, async_op, timeout=None):
+        return self._finish(self._comm.scatter(out, inp, root, timeout=timeout), async_op)
+
     def send(self, buf, code, peer, tag, async_op):
         return self._finish(self._comm.send(buf, peer), async_op)
 

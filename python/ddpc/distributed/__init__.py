@@ -9,11 +9,8 @@ Differences from PyTorch: ``recv`` without ``src`` is for the cpu backend;
 an async ``all_gather`` into a list, ``gather``, ``scatter`` or async
 collective on a CUDA tensor staged by the cpu backend finishes with a copy,
 made by ``Work.wait()``, or, if the handle was dropped unwaited, by the
-group's next call after the collective is done; on the nccl backend
-``reduce``, ``gather`` and ``scatter`` are an all_reduce, all_gather and
-broadcast underneath (every rank moves what the root moves; the cpu backend
-has them as collectives of their own, where only the root moves the whole),
-and ``all_to_all`` is sends and receives tagged ``-2**31``; ``TCPStore`` and ``FileStore`` differ as their docstrings say.
+group's next call after the collective is done; ``all_to_all`` is sends
+and receives tagged ``-2**31``; ``TCPStore`` and ``FileStore`` differ as their docstrings say.
 
 Errors: every failure of a collective, the store or a connection is a
 ``DistError`` (a RuntimeError), of torch.distributed's subclass for what
@@ -1362,19 +1359,23 @@ def _blocks_of(what, g, like, tensors):
     return blocks
 
 
-def _all_gather_list(what, g, tensor_list, tensor, async_op, keep=True, timeout=None):
-    """all_gather into a list (or, without ``keep``, into scratch, for gather's other ranks)."""
-    inp = _Arg(tensor, g, writable=False)
-    if keep:
-        _member_args(what, tensor_list, g, inp)
-    out = _member_blocks(g, inp)
+def _filler(tensors, blocks, numel):
+    """A finish that copies block r (``numel`` elements) of ``blocks`` into ``tensors[r]``."""
 
     def finish():
-        for r, t in enumerate(tensor_list):
-            _copy_out(t, out.view(r * inp.numel, (inp.numel,)))
+        for r, t in enumerate(tensors):
+            _copy_out(t, blocks.view(r * numel, (numel,)))
 
-    return _launch(what, g, g._c.all_gather, async_op, finish if keep else None, real_pairs(out), inp.obj, inp.code,
-                   outputs=tensor_list if keep else None, timeout=timeout)
+    return finish
+
+
+def _all_gather_list(what, g, tensor_list, tensor, async_op, timeout=None):
+    """all_gather into a list."""
+    inp = _Arg(tensor, g, writable=False)
+    _member_args(what, tensor_list, g, inp)
+    out = _member_blocks(g, inp)
+    return _launch(what, g, g._c.all_gather, async_op, _filler(tensor_list, out, inp.numel), real_pairs(out),
+                   inp.obj, inp.code, outputs=tensor_list, timeout=timeout)
 
 
 def all_gather(tensor_list, tensor, group=None, async_op=False):
@@ -1391,22 +1392,13 @@ def gather(tensor, gather_list=None, dst=None, group=None, async_op=False, group
     root = _group_rank(g, dst, "dst")
     if g.rank() != root and gather_list:
         raise ValueError("gather: only rank dst passes a gather_list")
-    if g.backend == "nccl":
-        return _all_gather_list("gather", g, gather_list, tensor, async_op, keep=g.rank() == root)
     inp = _Arg(tensor, g, writable=False)
-    out = None
-    if g.rank() == root:
-        _member_args("gather", gather_list, g, inp)
-        out = _member_blocks(g, inp)
-
-    def finish():
-        for r, t in enumerate(gather_list):
-            _copy_out(t, out.view(r * inp.numel, (inp.numel,)))
-
-    if out is None:
+    if g.rank() != root:
         return _launch("gather", g, g._c.gather, async_op, None, None, inp.obj, inp.code, root)
-    return _launch("gather", g, g._c.gather, async_op, finish, real_pairs(out), inp.obj, inp.code, root,
-                   outputs=gather_list)
+    _member_args("gather", gather_list, g, inp)
+    out = _member_blocks(g, inp)
+    return _launch("gather", g, g._c.gather, async_op, _filler(gather_list, out, inp.numel), real_pairs(out),
+                   inp.obj, inp.code, root, outputs=gather_list)
 
 
 def gather_single(tensor, gather_tensor=None, dst=None, group=None, async_op=False, group_dst=None):
@@ -1420,16 +1412,11 @@ def gather_single(tensor, gather_tensor=None, dst=None, group=None, async_op=Fal
     if g.rank() == root:
         if gather_tensor is None:
             raise ValueError("gather_single: gather_tensor must be given on the destination rank")
-        if g.backend == "nccl":
-            return _all_gather_tensor("gather_single", g, gather_tensor, tensor, async_op)
         out, inp = _Arg(gather_tensor, g), _Arg(tensor, g, writable=False)
         _check_blocks("gather_single", g, out, inp, gathering=True)
         return _launch("gather_single", g, g._c.gather, async_op, _finisher(out.device_buf and out.finish), out.obj,
                        _apart_from(inp.obj, out.obj), out.code, root, outputs=[gather_tensor])
     inp = _Arg(tensor, g, writable=False)
-    if g.backend == "nccl":
-        return _launch("gather_single", g, g._c.all_gather, async_op, None, real_pairs(_member_blocks(g, inp)),
-                       inp.obj, inp.code)
     return _launch("gather_single", g, g._c.gather, async_op, None, None, inp.obj, inp.code, root)
 
 
@@ -1446,12 +1433,6 @@ def scatter(tensor, scatter_list=None, src=None, group=None, async_op=False, gro
     root = _group_rank(g, src, "src")
     if g.rank() != root and scatter_list:
         raise ValueError("scatter: only rank src passes a scatter_list")
-    if g.backend == "nccl":  # a broadcast of every block, each rank keeping its own
-        out = _Arg(tensor, g, writable=False)  # written by the copy out of the broadcast blocks
-        blocks = _blocks_of("scatter", g, out, scatter_list) if g.rank() == root else _member_blocks(g, out)
-        mine = blocks.view(g.rank() * out.numel, (out.numel,))
-        return _launch("scatter", g, g._c.broadcast, async_op, lambda: _copy_out(tensor, mine), real_pairs(blocks),
-                       out.code, root)
     out = _Arg(tensor, g)
     blocks = real_pairs(_blocks_of("scatter", g, out, scatter_list)) if g.rank() == root else None
     return _launch("scatter", g, g._c.scatter, async_op, _finisher(out.device_buf and out.finish), out.obj, blocks,
@@ -1468,14 +1449,6 @@ def _reduce(tensor, dst, op, group, async_op, group_dst, timeout=None):
     g = _group(group, tensor)
     dst = _global_peer(g, dst, group_dst, "dst")
     root = _group_rank(g, dst, "dst")
-    if g.backend == "nccl":  # an all_reduce, into scratch but at the root
-        if g.rank() == root:
-            return _all_reduce("reduce", tensor, op, g, async_op, timeout)
-        a = _Arg(tensor, g, writable=False)
-        scratch = _scratch(g, a, a.numel)
-        _C.copy(scratch, _elements(a))
-        return _launch("reduce", g, g._c.all_reduce, async_op, None, real_pairs(scratch), a.code,
-                       _reduce_op(op, g, a.code), timeout=timeout)
     a = _Arg(tensor, g, writable=g.rank() == root)
     return _launch("reduce", g, g._c.reduce, async_op, _finisher(a.device_buf and a.finish), a.obj, a.code,
                    _reduce_op(op, g, a.code), root, outputs=[tensor], timeout=timeout)
