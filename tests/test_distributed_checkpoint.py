@@ -1,6 +1,7 @@
 """ddpc.distributed.checkpoint (save/load/async_save of a directory from every rank) and its
 state_dict helpers (names of the unwrapped model, optimizer state keyed by them)."""
 
+import io
 import os
 
 import numpy as np
@@ -373,6 +374,88 @@ def test_dtensors_are_saved_by_part_and_load_on_other_world_sizes(tmp_path, save
     with pytest.raises(dcp.CheckpointException, match=r"holds \d+ of the 21 elements of 'model.rows'"):
         dcp.load({"model": {"rows": ddpc.zeros(7, 3)}}, checkpoint_id=path)
 
+
+
+def _whole_dtensors_worker(rank, world, path):
+    """Saves DTensors inside values kept whole (a tuple, a list without a tensor), on a mesh and on a slice
+    of a 2-d one, whose Replicate values differ by rank; loads them back, and unpickles where it cannot."""
+    import io
+
+    import ddpc.distributed as dist
+    from ddpc.distributed.tensor import Replicate, Shard, distribute_tensor, init_device_mesh
+
+    dist.init_process_group("cpu")
+    mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("dp",))
+    grid = init_device_mesh("cpu", (1, world), mesh_dim_names=("pp", "dp"))
+    rows = distribute_tensor(ddpc.arange(4.0), mesh, [Shard(0)])
+    mine = distribute_tensor(ddpc.full((3,), 10.0 * rank), grid["dp"], [Replicate()], src_data_rank=None)
+    metadata = dcp.save({"pair": (rows, mine), "mixed": [(mine,), 3], "t": rows}, checkpoint_id=path)
+    state = {"pair": None, "mixed": None, "t": distribute_tensor(ddpc.zeros(4), mesh, [Shard(0)])}
+    dcp.load(state, checkpoint_id=path)
+    loaded_rows, loaded_mine = state["pair"]
+    out = {"kinds": {k: type(v).__name__ for k, v in metadata.state_dict_metadata.items()},
+           "rows": (loaded_rows.placements, loaded_rows.to_local().tolist(), tuple(loaded_rows.shape)),
+           "mine": (loaded_mine.placements, loaded_mine.to_local().tolist(), loaded_mine.full_tensor().tolist()),
+           # of the groups of the same ranks (the mesh's and the grid's "dp"), the latest made
+           "meshes": (loaded_rows.device_mesh == mesh, loaded_rows.device_mesh.get_group() is grid.get_group("dp"),
+                      loaded_mine.device_mesh == grid["dp"], loaded_mine.device_mesh.get_coordinate()),
+           "mixed": (state["mixed"][0][0].to_local().tolist(), state["mixed"][1]),
+           "t": state["t"].to_local().tolist()}
+
+    def pickled(value):
+        buf = io.BytesIO()
+        ddpc.save(value, buf)
+        return buf.getvalue()
+
+    # rank 0's part of 3 rows (2 of them) is not rank 1's share (1 row)
+    box = [pickled(distribute_tensor(ddpc.arange(3.0), mesh, [Shard(0)]))]
+    dist.broadcast_object_list(box, src=0)
+    try:
+        out["uneven"] = ddpc.load(io.BytesIO(box[0])).to_local().tolist()
+    except ValueError as e:
+        out["uneven"] = str(e)
+    out["blob"] = pickled((rows, mine))  # for the parent, which has no process group
+    dist.destroy_process_group(grid.get_group("pp"))  # the mesh loses a group in this process
+    try:
+        ddpc.load(io.BytesIO(out["blob"]))
+        out["lost group"] = None
+    except RuntimeError as e:
+        out["lost group"] = str(e)
+    dist.destroy_process_group()
+    return out
+
+
+@pytest.mark.parametrize("world", [1, 2])
+def test_dtensors_in_values_kept_whole_load_as_the_writing_rank_held_them(tmp_path, world):
+    results = ddpc.spawn(_whole_dtensors_worker, args=(world, str(tmp_path / "ckpt")), nprocs=world)
+    from ddpc.distributed.tensor import Replicate, Shard
+
+    for rank, out in enumerate(results):
+        assert out["kinds"] == {"pair": "BytesStorageMetadata", "mixed": "BytesStorageMetadata",
+                                "t": "TensorStorageMetadata"}
+        # one rank wrote each value (as PyTorch picks: "pair" rank 0, then "mixed" the rank with the least to
+        # write); every rank loads its copy: that rank's local tensors, on this rank's mesh
+        assert out["rows"] == ((Shard(0),), [0.0, 1.0, 2.0, 3.0][:4 // world], (4,))
+        assert out["mine"] == ((Replicate(),), [0.0] * 3, [0.0] * 3)
+        assert out["meshes"] == (True, True, True, (rank,))
+        assert out["mixed"] == ([10.0 * (world - 1)] * 3, 3)
+        assert out["t"] == [0.0, 1.0, 2.0, 3.0][rank * 4 // world:][:4 // world]  # a tensor by its parts
+        if rank:
+            assert out["uneven"].startswith("cannot unpickle a DTensor on rank 1: DTensor.from_local: a local "
+                                            "tensor of shape (2,) is not rank 1's share of a tensor of shape (3,)")
+        else:
+            assert out["uneven"] == [0.0, 1.0, 2.0][:-(-3 // world)]
+        if world == 1:  # the default group is the mesh's group of every rank
+            assert out["lost group"] is None
+        else:
+            assert out["lost group"] == (f"cannot unpickle a DeviceMesh of ranks [[0, 1]]: this process has no "
+                                         f"process group of ranks [{rank}] (the mesh's dimension 0 through rank "
+                                         f"{rank}); make the mesh in this process first, as where it was pickled "
+                                         "(init_device_mesh, DeviceMesh or DeviceMesh.from_group)")
+    with pytest.raises(RuntimeError, match=r"cannot unpickle a DeviceMesh of ranks \[0(, 1)?\]: this process has "
+                                           "no default process group"):
+        ddpc.load(io.BytesIO(results[0]["blob"]))
+    assert ddpc.serialization.get_safe_globals() == []  # DTensors load without the user allowing them
 
 def test_checkpoints_of_the_first_format_still_load(tmp_path):
     # version 1 recorded every tensor whole: (file, offset, bytes, dtype, shape)

@@ -35,7 +35,8 @@ objects), bytes object and numpy number is a persistent id, its version-1
 value (["tensor", j], ...), so tensors stay in the payload. ddpc.load
 unpickles it as torch.load does: with weights_only (the default) the only
 globals are ddpc's data types (OrderedDict, Counter, set, frozenset,
-bytearray, complex, dtypes, devices, Size) and those allowlisted with
+bytearray, complex, dtypes, devices, Size, and the DTensors, placements and
+DeviceMeshes of ddpc.distributed.tensor) and those allowlisted with
 add_safe_globals or safe_globals, and REDUCE, NEWOBJ and BUILD apply only to
 those, so nothing else in the file runs; weights_only=False unpickles
 everything, for files from a trusted source.
@@ -462,6 +463,14 @@ def _latin1_bytes(text, encoding):
 # The globals of plain data in a pickle, in ddpc's and in PyTorch's, as torch.load's weights_only allows them.
 _DATA_GLOBALS = {**_by_name(OrderedDict, Counter, set, frozenset, bytearray, complex), "_codecs.encode": _latin1_bytes}
 _DDPC_GLOBALS = {**_DATA_GLOBALS, **_by_name(get_dtype, _device, Size)}
+
+
+def _add_ddpc_globals(*objects):
+    """Allows ddpc's own objects of a module that loads after this one (a
+    DTensor's, a DeviceMesh's) in weights_only loading, as PyTorch allows its
+    DTensor's once torch.distributed.tensor is imported. They are not the
+    user's safe globals (get_safe_globals does not list them)."""
+    _DDPC_GLOBALS.update(_by_name(*objects))
 
 
 def _check_safe_global(entry):

@@ -735,6 +735,17 @@ def new_group(ranks=None, timeout=None, backend=None, pg_options=None, use_local
     return _add_group(ranks, group_id, backend, name, with_host, _seconds(timeout, _world.timeout), group_desc)
 
 
+def _group_with(ranks):
+    """This process's live group whose members are ``ranks``, or None. Of
+    several, the latest made (the default group last): the members made
+    them in one order, so each finds the same one."""
+    members = sorted(ranks)
+    for g in [*reversed(_world.groups), _world.default]:
+        if g is not None and sorted(g.ranks) == members:
+            return g
+    return None
+
+
 def _local_group_id(ranks):
     """The id of a group that only its members make: named by them (in the
     order given) and how many such groups they made before, so that ranks

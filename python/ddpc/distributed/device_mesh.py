@@ -10,6 +10,17 @@ makes a 1-d mesh of an existing group's ranks (no collective: it makes no
 group). ``with mesh:`` makes ``mesh`` the one ddpc.distributed.tensor's
 functions use when they are given none.
 
+A mesh pickles without its process groups (they are this process's
+connections), as PyTorch's does: as its ranks, dimensions and names. It
+unpickles in a process of the same job, on any rank in the mesh, as the
+mesh of those ranks through the unpickling rank, equal to the one pickled,
+with this process's groups of the same members (the latest made where
+several are; the default group serves a 1-d mesh of every rank). Where ddpc
+differs: PyTorch's finds the pickling rank's groups by name, and unpickles
+without them, failing when one is used; ddpc's raises RuntimeError at once
+where the process has no default group, is not in the mesh or lacks one of
+its groups (make the mesh there first).
+
 Differences from PyTorch: the constructor's mesh must hold every rank of the
 default group exactly once (PyTorch also takes a mesh of fewer ranks; a
 mesh of some of the ranks comes from ``from_group``), and
@@ -20,7 +31,9 @@ mesh of some of the ranks comes from ``from_group``), and
 
 import numpy as np
 
-from . import get_process_group_ranks, get_rank, get_world_size, is_initialized, new_subgroups_by_enumeration
+from ..serialization import _add_ddpc_globals
+from . import (_group_with, get_process_group_ranks, get_rank, get_world_size, is_initialized,
+               new_subgroups_by_enumeration)
 
 __all__ = ["DeviceMesh", "init_device_mesh"]
 
@@ -118,12 +131,7 @@ class DeviceMesh:
                              f"ranks {ranks.tolist()}")
         if get_rank() not in ranks:
             raise RuntimeError(f"DeviceMesh.from_group: rank {get_rank()} is not in the group {ranks.tolist()}")
-        out = DeviceMesh.__new__(DeviceMesh)
-        out._device_type = _checked_device_type(device_type)
-        out._root, out._dims, out._root_groups = ranks, (0,), [group]
-        out._coordinate_in_root = (int(np.argwhere(ranks == get_rank())[0, 0]),)
-        out._mesh_dim_names = _check_dim_names(mesh_dim_names, 1)
-        return out
+        return _mesh_of(device_type, ranks, (0,), [group], mesh_dim_names)
 
     # ---- layout ----------------------------------------------------------------------
     @property
@@ -226,6 +234,9 @@ class DeviceMesh:
         _current.pop()
 
     # ---- identity --------------------------------------------------------------------
+    def __reduce__(self):
+        return _unpickled_mesh, (self._device_type, self._root.tolist(), self._dims, self._mesh_dim_names)
+
     def _key(self):
         return (tuple(self._root.ravel().tolist()), self._root.shape, self._dims, self._device_type,
                 self._mesh_dim_names)
@@ -244,6 +255,50 @@ class DeviceMesh:
             else f"{shape}"
         strides = tuple(int(np.prod(self._root.shape[d + 1:], dtype=np.int64)) for d in self._dims)
         return f"DeviceMesh({sizes}, '{self._device_type}', stride={strides})"
+
+
+def _mesh_of(device_type, root, dims, root_groups, mesh_dim_names):
+    """The mesh of dimensions ``dims`` of the ranks ``root`` (this rank among
+    them) through this rank, whose groups along the dimensions of ``root``
+    are ``root_groups``; it makes no group."""
+    out = DeviceMesh.__new__(DeviceMesh)
+    out._device_type = _checked_device_type(device_type)
+    out._root, out._dims, out._root_groups = root, dims, root_groups
+    out._coordinate_in_root = tuple(int(c) for c in np.argwhere(root == get_rank())[0])
+    out._mesh_dim_names = _check_dim_names(mesh_dim_names, len(dims))
+    return out
+
+
+def _unpickled_mesh(device_type, ranks, dims, mesh_dim_names):
+    """The mesh a pickle of one holds (see the module's docstring): the mesh
+    of those ranks through this rank, with this process's groups."""
+    root = _ranks_array(ranks)
+    flat = root.ravel().tolist()
+    dims = tuple(dims)
+    if root.ndim == 0 or len(set(flat)) != len(flat) or not dims or not all(isinstance(d, int) for d in dims) \
+            or list(dims) != sorted(set(dims)) or not 0 <= dims[0] <= dims[-1] < root.ndim:
+        raise ValueError(f"a pickled DeviceMesh of ranks {root.tolist()} and dimensions {dims} is malformed")
+    what = f"cannot unpickle a DeviceMesh of ranks {root.tolist()}"
+    if not is_initialized():
+        raise RuntimeError(f"{what}: this process has no default process group (a mesh unpickles in a process of "
+                           "the job that pickled it, after init_process_group)")
+    rank = get_rank()
+    if rank not in flat:
+        raise RuntimeError(f"{what} on rank {rank}, which is not in it")
+    coordinate = tuple(int(c) for c in np.argwhere(root == rank)[0])
+    groups = []
+    for dim in range(root.ndim):
+        members = root[tuple(slice(None) if d == dim else c for d, c in enumerate(coordinate))].tolist()
+        group = _group_with(members)
+        if group is None:
+            raise RuntimeError(f"{what}: this process has no process group of ranks {members} (the mesh's "
+                               f"dimension {dim} through rank {rank}); make the mesh in this process first, as "
+                               "where it was pickled (init_device_mesh, DeviceMesh or DeviceMesh.from_group)")
+        groups.append(group)
+    return _mesh_of(device_type, root, dims, groups, mesh_dim_names)
+
+
+_add_ddpc_globals(_unpickled_mesh)
 
 
 def init_device_mesh(device_type, mesh_shape, *, mesh_dim_names=None):

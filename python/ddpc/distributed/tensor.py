@@ -21,6 +21,17 @@ What it is for in ddpc: the values of FSDP's SHARDED_STATE_DICT, which
 ``ddpc.distributed.checkpoint`` saves shard by shard and loads on any number
 of ranks.
 
+A DTensor pickles (``ddpc.save``; a value that a distributed checkpoint
+keeps whole, such as a tuple of DTensors) as PyTorch's does: its local
+tensor, placements, shape and mesh, which unpickles in a process of the
+same job (see ``device_mesh``). It unpickles on any rank as
+``DTensor.from_local(local, mesh, placements, shape=shape)``: where one
+rank's pickle is unpickled on every rank (the one copy a checkpoint keeps
+of such a value), each holds that rank's local tensor, as in PyTorch,
+which is the whole tensor only where the placements are all Replicate.
+Where that local tensor has not the shape of the unpickling rank's share,
+unpickling raises ValueError (unlike PyTorch's, which holds it regardless).
+
 Where ddpc differs: a DTensor is not a ``ddpc.Tensor`` (PyTorch's is a
 ``torch.Tensor`` subclass whose operators run distributed); it has no
 arithmetic, indexing or autograd: call ``to_local()`` or ``full_tensor()``
@@ -36,6 +47,7 @@ import math
 
 from .. import distributed as dist
 from ..autograd import no_grad
+from ..serialization import _add_ddpc_globals
 from ..tensor import Tensor, cat, zeros
 from .device_mesh import DeviceMesh, _current_mesh, init_device_mesh
 
@@ -69,6 +81,10 @@ class Shard(Placement):
     def __eq__(self, other):
         return isinstance(other, Shard) and other.dim == self.dim
 
+    def __reduce__(self):
+        # through the constructor, which checks dim: weights_only loading allows Shard
+        return Shard, (self.dim,)
+
     def __hash__(self):
         return hash((Shard, self.dim))
 
@@ -84,6 +100,9 @@ class Replicate(Placement):
 
     def __eq__(self, other):
         return isinstance(other, Replicate)
+
+    def __reduce__(self):
+        return Replicate, ()
 
     def __hash__(self):
         return hash(Replicate)
@@ -274,6 +293,9 @@ class DTensor:
     def requires_grad(self):
         return self._local.requires_grad
 
+    def __reduce__(self):
+        return _unpickled_dtensor, (self._local, self._mesh, self._placements, tuple(self._shape))
+
     def __repr__(self):
         return (f"DTensor(local_tensor={self._local!r}, device_mesh={self._mesh!r}, "
                 f"placements={self._placements!r}, shape={tuple(self._shape)})")
@@ -336,6 +358,17 @@ class DTensor:
                                f"{tuple(self._shape)}")
         self._local.copy_(src.redistribute(self._mesh, self._placements).to_local())
         return self
+
+
+def _unpickled_dtensor(local, mesh, placements, shape):
+    """The DTensor a pickle of one holds, on this rank (see the module's docstring)."""
+    try:
+        return DTensor.from_local(local, mesh, placements, shape=shape)
+    except ValueError as e:
+        raise ValueError(f"cannot unpickle a DTensor on rank {dist.get_rank()}: {e}") from e
+
+
+_add_ddpc_globals(_unpickled_dtensor, Shard, Replicate)
 
 
 def _row_major_strides(shape):

@@ -31,7 +31,11 @@ going through them in the order the ranks' plans name them, the rank among
 those holding it with the least to write so far (a tensor's bytes, 1 for a
 value; the lowest rank of equals), so the ranks share the writing; a value
 that differs between ranks is saved as that rank holds it. A value or tensor
-only one rank holds is saved from it. Each rank writes its own file and rank
+only one rank holds is saved from it. A DTensor inside a value kept whole
+(a tuple of DTensors) is part of that value: as in PyTorch, the value is
+written as its writing rank holds it, and every rank loads that rank's local
+tensors, on its own mesh (see ``ddpc.distributed.tensor``; loading it needs
+the process group and the mesh's groups). Each rank writes its own file and rank
 0 the metadata last, so a directory with metadata is a complete checkpoint.
 Loading reads only the keys the given state dict asks for, and for each
 tensor only the rows of the saved parts that overlap what this rank holds:
