@@ -113,10 +113,10 @@ def init_torch_and_ddpc_groups(torch, ddpc, rank, world, torch_port, ddpc_port):
                                         world_size=world)
 
 
-def run_torch_ranks(script, world, tmp_path, timeout=240):
+def run_torch_ranks(script, world, tmp_path, timeout=240, args=()):
     """Runs `script` (a *_torch.py file) as `world` processes, each given its rank, a store port for
-    torch and one for ddpc, and the path of the .npz it writes its results to; returns each rank's
-    arrays. Fails with a rank's output if it fails."""
+    torch and one for ddpc, the path of the .npz it writes its results to, and `args` (which of the
+    script's cases to run, say); returns each rank's arrays. Fails with a rank's output if it fails."""
     import subprocess
     import sys
 
@@ -124,8 +124,9 @@ def run_torch_ranks(script, world, tmp_path, timeout=240):
 
     ports = [str(free_port()), str(free_port())]
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    procs = [subprocess.Popen([sys.executable, str(script), str(r), *ports, str(tmp_path / f"rank{r}.npz")], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(world)]
+    procs = [subprocess.Popen([sys.executable, str(script), str(r), *ports, str(tmp_path / f"rank{r}.npz"), *args],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for r in range(world)]
     try:
         for p in procs:
             out, _ = p.communicate(timeout=timeout)

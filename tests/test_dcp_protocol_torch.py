@@ -5,7 +5,8 @@ and chunks, a planner that changes a step changes the result alike, and allow_pa
 same keys; state dicts of every shape flattening treats apart (nested dicts, lists of tensors, of
 values, of both, tuples, empty lists, None) give the same keys and load back alike; on 2 ranks, a
 value or tensor several ranks hold is saved from the same rank, and one only rank 1 holds is saved;
-and the default planners with flatten_state_dict=False save and load nested dicts alike.
+the default planners with flatten_state_dict=False save and load nested dicts alike; and DTensors
+inside values kept whole (a tuple of them) are saved and load back alike, on 1 rank and on 2.
 
 Each group runs in a child process that imports torch before ddpc (see test_nn_extra_torch.py) and
 fails there, printing what differs; the 2-rank case runs as two such processes.
@@ -239,7 +240,59 @@ def _unflattening(np, torch, ddpc):
     assert got[1]["model"] == {"w": ("tensor", [1.0, 2.0]), "sub": {"b": ("tensor", [3.0])}}
 
 
-GROUPS = {"protocol": _protocol, "flattening": _flattening, "unflattening": _unflattening}
+def _described(value):
+    """value with its DTensors as ("DTensor", placements, local values, shape, full values) and its tuples and
+    lists as [type name, elements] (the full values are a collective over the DTensor's mesh)."""
+    if hasattr(value, "placements"):
+        return ["DTensor", [repr(p) for p in value.placements], value.to_local().numpy().tolist(), list(value.shape),
+                value.full_tensor().numpy().tolist()]
+    if isinstance(value, (list, tuple)):
+        return [type(value).__name__, [_described(v) for v in value]]
+    return value
+
+
+def _whole_dtensors(lib, rank, make_future):
+    """DTensors inside values kept whole (a tuple, a list without a tensor), whose Replicate values differ by
+    rank, saved from every rank of the group through the user's storage: the metadata's kinds, which rank
+    wrote each item, and what this rank loads back."""
+    from importlib import import_module
+
+    dcp = import_module(f"{lib.__name__}.distributed.checkpoint")
+    tensor = import_module(f"{lib.__name__}.distributed.tensor")
+    world = lib.distributed.get_world_size()
+    mesh = tensor.init_device_mesh("cpu", (world,), mesh_dim_names=("dp",))
+    rows = tensor.distribute_tensor(lib.arange(4.0), mesh, [tensor.Shard(0)])
+    mine = tensor.distribute_tensor(lib.full((3,), 10.0 * rank), mesh, [tensor.Replicate()], src_data_rank=None)
+    writer, reader = memory_storage(lib, make_future)
+    store = {}
+    dcp.save({"pair": (rows, mine), "mixed": [(mine,), 3], "t": rows}, storage_writer=writer(store))
+    box = [store if rank == 0 else None]  # the in-memory checkpoint is rank 0's (finish runs there)
+    lib.distributed.broadcast_object_list(box, src=0)
+    store = box[0]
+    state = {"pair": None, "mixed": None, "t": tensor.distribute_tensor(lib.zeros(4), mesh, [tensor.Shard(0)])}
+    dcp.load(state, storage_reader=reader(store))
+    return {"kinds": {k: type(v).__name__ for k, v in store["metadata"].state_dict_metadata.items()},
+            "written": sorted([index.fqn, where] for index, (where, _) in store["data"].items()),
+            "loaded": {k: _described(v) for k, v in state.items()},
+            "same mesh": [state["pair"][0].device_mesh == mesh, state["mixed"][0][0].device_mesh == mesh]}
+
+
+def _whole_dtensors_in_one_process(np, torch, ddpc):
+    from procs import free_port
+
+    init_torch_and_ddpc_groups(torch, ddpc, 0, 1, free_port(), free_port())
+    got, want = _in_both(torch, ddpc, lambda lib, make_future: _whole_dtensors(lib, 0, make_future))
+    torch.distributed.destroy_process_group()
+    ddpc.distributed.destroy_process_group()
+    assert got == want, f"{got} where PyTorch has {want}"
+    assert got["kinds"] == {"pair": "BytesStorageMetadata", "mixed": "BytesStorageMetadata",
+                            "t": "TensorStorageMetadata"}
+    assert got["loaded"]["pair"][1][0] == ["DTensor", ["Shard(dim=0)"], [0.0, 1.0, 2.0, 3.0], [4],
+                                           [0.0, 1.0, 2.0, 3.0]]
+
+
+GROUPS = {"protocol": _protocol, "flattening": _flattening, "unflattening": _unflattening,
+          "whole dtensors": _whole_dtensors_in_one_process}
 
 
 test_matches_pytorch = torch_group_test(__file__, GROUPS)
@@ -270,7 +323,7 @@ def _saved_from_ranks(lib, rank, make_future, lowest_rank):
     return {"written": written, "loaded": _plain(target)}
 
 
-def _rank_main(rank, torch_port, ddpc_port, path):
+def _rank_main(rank, torch_port, ddpc_port, path, case):
     import warnings
 
     import numpy as np
@@ -283,9 +336,13 @@ def _rank_main(rank, torch_port, ddpc_port, path):
     out = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for lowest_rank in (False, True):
-            out[f"torch {lowest_rank}"] = _saved_from_ranks(torch, rank, torch_future, lowest_rank)
-            out[f"ddpc {lowest_rank}"] = _saved_from_ranks(ddpc, rank, ddpc_future, lowest_rank)
+        if case == "writers":
+            for lowest_rank in (False, True):
+                out[f"torch {lowest_rank}"] = _saved_from_ranks(torch, rank, torch_future, lowest_rank)
+                out[f"ddpc {lowest_rank}"] = _saved_from_ranks(ddpc, rank, ddpc_future, lowest_rank)
+        else:
+            out["torch"] = _whole_dtensors(torch, rank, torch_future)
+            out["ddpc"] = _whole_dtensors(ddpc, rank, ddpc_future)
     np.savez(path, result=np.array(json.dumps(out)))
     torch.distributed.destroy_process_group()
     ddpc.distributed.destroy_process_group()
@@ -293,7 +350,7 @@ def _rank_main(rank, torch_port, ddpc_port, path):
 
 def test_values_several_ranks_or_one_hold_are_saved_from_the_ranks_pytorch_saves_them_from(tmp_path):
     pytest.importorskip("torch")
-    out = json.loads(str(run_torch_ranks(__file__, 2, tmp_path)[0]["result"]))
+    out = json.loads(str(run_torch_ranks(__file__, 2, tmp_path, args=("writers",))[0]["result"]))
     for lowest_rank in (False, True):
         got, want = out[f"ddpc {lowest_rank}"], out[f"torch {lowest_rank}"]
         assert got == want, f"dedup_save_to_lowest_rank={lowest_rank}: {got} where PyTorch has {want}"
@@ -309,8 +366,22 @@ def test_values_several_ranks_or_one_hold_are_saved_from_the_ranks_pytorch_saves
     assert out["ddpc True"]["loaded"]["d"] == 400
 
 
+
+def test_dtensors_in_values_kept_whole_load_on_two_ranks_as_in_pytorch(tmp_path):
+    pytest.importorskip("torch")
+    for rank, result in enumerate(run_torch_ranks(__file__, 2, tmp_path, args=("whole",))):
+        out = json.loads(str(result["result"]))
+        assert out["ddpc"] == out["torch"], f"rank {rank}: {out['ddpc']} where PyTorch has {out['torch']}"
+        # "pair" is written by rank 0 and "mixed" by rank 1; every rank loads the writer's local tensors
+        assert [w for w in out["ddpc"]["written"] if w[0] != "t"] == [["mixed", "rank 1"], ["pair", "rank 0"]]
+        pair, mixed = out["ddpc"]["loaded"]["pair"], out["ddpc"]["loaded"]["mixed"]
+        assert pair[1][0] == ["DTensor", ["Shard(dim=0)"], [0.0, 1.0], [4], [0.0, 1.0, 0.0, 1.0]]
+        assert pair[1][1][2] == [0.0] * 3 and mixed[1][0][1][0][2] == [10.0] * 3
+        assert out["ddpc"]["same mesh"] == [True, True]
+
+
 if __name__ == "__main__":
-    if len(sys.argv) == 5:  # a rank of run_torch_ranks
-        _rank_main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
+    if len(sys.argv) == 6:  # a rank of run_torch_ranks, and its case
+        _rank_main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5])
     else:
         run_torch_group(GROUPS)
