@@ -14,6 +14,15 @@ from ..nn.modules import is_lazy
 from ..tensor import Tensor, zero_grads
 
 
+def _saved_state(saved_state, index):
+    """The state a state dict's ``state`` holds for parameter ``index``, or
+    None: its entries under the index and under the index's string, merged.
+    A distributed checkpoint of a state dict keyed by ints (as PyTorch's
+    does) loads the tensors in place and the other values (the int
+    ``step`` ddpc keeps, a tensor in PyTorch) under the key's string."""
+    return {**saved_state.get(index, {}), **saved_state.get(str(index), {})} or None
+
+
 def _profiled(method):
     """``method`` (step or zero_grad) recorded by ddpc.profiler as PyTorch names
     it, e.g. ``Optimizer.step#Adam.step``: once per call, also where a
@@ -149,7 +158,7 @@ class Optimizer:
         saved_state = state_dict["state"]
         for saved, own in zip(groups, self.param_groups):
             for idx, p in zip(saved["params"], own["params"]):
-                s = saved_state.get(idx, saved_state.get(str(idx)))
+                s = _saved_state(saved_state, idx)
                 if s is None:
                     continue
                 new_state[p] = {k: self._cast_state(p, k, v) for k, v in s.items()}

@@ -30,7 +30,7 @@ from .. import distributed as dist
 from .._join import Join, JoinHook, _GroupJoinable
 from ..autograd import no_grad
 from ..tensor import cat
-from .optimizer import Optimizer
+from .optimizer import Optimizer, _saved_state
 
 __all__ = ["ZeroRedundancyOptimizer"]
 
@@ -173,7 +173,7 @@ class ZeroRedundancyOptimizer(Optimizer, _GroupJoinable):
             for idx, p in zip(saved["params"], own["params"]):
                 if self._owner[id(p)] != self.rank:
                     continue
-                s = state_dict["state"].get(idx, state_dict["state"].get(str(idx)))
+                s = _saved_state(state_dict["state"], idx)
                 if s is not None:
                     local_state[n] = s
                 local["params"].append(n)
