@@ -115,13 +115,17 @@ def test_round_trip_in_one_process_resumes_training_exactly(tmp_path):
     assert np.array_equal(flat_params(model), flat_params(resumed))
 
 
-def test_stateful_values_are_saved_and_loaded_through_their_state_dicts(tmp_path):
+@pytest.mark.parametrize("make_optimizer", [lambda params: ddpc.optim.SGD(params, lr=0.1, momentum=0.9),
+                                            lambda params: ddpc.optim.Adam(params, lr=0.01)], ids=["SGD", "Adam"])
+def test_stateful_values_are_saved_and_loaded_through_their_state_dicts(tmp_path, make_optimizer):
+    # Adam's state holds an int step under each parameter's int key: it loads under the key's string, as
+    # PyTorch's flattening keys it, and load_state_dict takes it from there
     model = make_model()
-    optimizer = ddpc.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    optimizer = make_optimizer(model.parameters())
     train(model, optimizer, 2)
     dcp.save({"model": model, "optim": optimizer}, storage_writer=dcp.FileSystemWriter(tmp_path))
     other = make_model(seed=5)
-    other_optimizer = ddpc.optim.SGD(other.parameters(), lr=0.1, momentum=0.9)
+    other_optimizer = make_optimizer(other.parameters())
     train(other, other_optimizer, 1)  # so its optimizer has state tensors to load into
     dcp.load({"model": other, "optim": other_optimizer}, storage_reader=dcp.FileSystemReader(tmp_path))
     train(model, optimizer, 2, start=2)
@@ -456,6 +460,60 @@ def test_dtensors_in_values_kept_whole_load_as_the_writing_rank_held_them(tmp_pa
                                            "no default process group"):
         ddpc.load(io.BytesIO(results[0]["blob"]))
     assert ddpc.serialization.get_safe_globals() == []  # DTensors load without the user allowing them
+
+
+def _int_keys_worker(rank, world, path):
+    """Saves a state dict with keys that are not strings (an optimizer state's int keys, others nested, at
+    the top level) and loads it back into one with the same keys; and without flattening."""
+    import ddpc.distributed as dist
+    from ddpc.distributed.checkpoint.default_planner import DefaultLoadPlanner, DefaultSavePlanner
+
+    def plain(obj):
+        if isinstance(obj, dict):
+            return {k: plain(v) for k, v in obj.items()}
+        if isinstance(obj, list):
+            return [plain(v) for v in obj]
+        return obj.tolist() if isinstance(obj, ddpc.Tensor) else obj
+
+    dist.init_process_group("cpu")
+    state = {"optim": {"state": {0: {"step": 3, "exp_avg": ddpc.ones(2)}, 1: {"step": 4}},
+                       "param_groups": [{"params": [0, 1], "lr": 0.1}]},
+             "table": {(1, 2): "pair", None: "none", 2.5: "float"}, "rows": [{0: "in a list"}], 5: "five",
+             7: ddpc.tensor([7.0])}
+    metadata = dcp.save(state, checkpoint_id=f"{path}/flat")
+    exp_avg, seven = ddpc.zeros(2), ddpc.zeros(1)
+    target = {"optim": {"state": {0: {"step": 0, "exp_avg": exp_avg}, 1: {"step": 0}},
+                        "param_groups": [{"params": [], "lr": 0.0}]},
+              "table": {(1, 2): "", None: "", 2.5: ""}, "rows": [{0: ""}], 5: "", 7: seven}
+    dcp.load(target, checkpoint_id=f"{path}/flat")
+    out = {"keys": sorted(metadata.state_dict_metadata), "loaded": plain(target),
+           "in place": target["optim"]["state"][0]["exp_avg"] is exp_avg and target[7] is seven}
+    unflattened = {5: "five", 7: ddpc.tensor([7.0]), 9: {1: "x"}}
+    dcp.save(unflattened, checkpoint_id=f"{path}/unflattened", planner=DefaultSavePlanner(flatten_state_dict=False))
+    target = {5: "", 7: ddpc.zeros(1), 9: None}
+    dcp.load(target, checkpoint_id=f"{path}/unflattened", planner=DefaultLoadPlanner(flatten_state_dict=False))
+    out["unflattened"] = plain(target)
+    dist.destroy_process_group()
+    return out
+
+
+@pytest.mark.parametrize("world", [1, 2])
+def test_keys_that_are_not_strings_are_saved_and_loaded_as_their_strings_as_in_pytorch(tmp_path, world):
+    for out in ddpc.spawn(_int_keys_worker, args=(world, str(tmp_path)), nprocs=world):
+        assert out["keys"] == ["5", "7", "optim.param_groups.0.lr", "optim.param_groups.0.params",
+                               "optim.state.0.exp_avg", "optim.state.0.step", "optim.state.1.step", "rows.0.0",
+                               "table.(1, 2)", "table.2.5", "table.None"]
+        # a tensor is copied into where it is; another value goes under the key's string, beside the entry
+        # (which keeps its value), and at the top level, where load replaces only the keys given, nowhere
+        assert out["loaded"] == {
+            "optim": {"state": {0: {"step": 0, "exp_avg": [1.0, 1.0]}, 1: {"step": 0}, "0": {"step": 3},
+                                "1": {"step": 4}},
+                      "param_groups": [{"params": [0, 1], "lr": 0.1}]},
+            "table": {(1, 2): "", None: "", 2.5: "", "(1, 2)": "pair", "None": "none", "2.5": "float"},
+            "rows": [{0: "", "0": "in a list"}], 5: "", 7: [7.0]}
+        assert out["in place"]
+        # without flattening, the state dict's own keys, as PyTorch's planners keep them there
+        assert out["unflattened"] == {5: "five", 7: [7.0], 9: {1: "x"}}
 
 def test_checkpoints_of_the_first_format_still_load(tmp_path):
     # version 1 recorded every tensor whole: (file, offset, bytes, dtype, shape)

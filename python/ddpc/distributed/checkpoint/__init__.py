@@ -15,11 +15,17 @@ state dict in place from it, on any number of ranks::
 As PyTorch's: nested dicts, and lists that hold a tensor or a dict, are
 flattened to dotted keys ("model.fc.weight", "optim.param_groups.0.lr"); any
 other list, and every tuple, is one value ("sched.milestones",
-"optim.param_groups.0.betas"). Checkpoints ddpc saved before it flattened so
-(every list and tuple element by element: "sched.milestones.0") still load:
-as PyTorch does for its older layout, when the checkpoint has keys the state
-dict's flattening lacks and flattening it the older way gives some of them,
-it is flattened the older way. A value with
+"optim.param_groups.0.betas"). A key that is not a string is flattened to
+its string ("optim.state.0.step" of the int key 0), and, as in PyTorch, a
+non-tensor value under it loads back under that string: beside the entry
+of the key itself (which keeps its value) in a nested dict, nowhere at the
+top level (load replaces only the keys the state dict has); a tensor under
+it is copied into as any other. (An optimizer's ``load_state_dict`` takes
+a parameter's state from both keys.) Checkpoints ddpc saved before it
+flattened so (every list and tuple element by element: "sched.milestones.0")
+still load: as PyTorch does for its older layout, when the checkpoint has
+keys the state dict's flattening lacks and flattening it the older way gives
+some of them, it is flattened the older way. A value with
 ``state_dict``/``load_state_dict`` (a Module, an optimizer: ``Stateful``) is
 saved through its state dict and loaded back into it. A DTensor
 (``ddpc.distributed.tensor``, the values of FSDP's SHARDED_STATE_DICT) is
@@ -61,9 +67,7 @@ tensor bytes, ``.metadata`` a ddpc checkpoint of their places and of the
 non-tensor values, loaded with ``weights_only``); PyTorch's DCP directories
 do not load here nor ddpc's there. The bytes of a non-tensor value that a
 planner's ``resolve_data`` gives and ``load_bytes`` takes are ddpc.save's,
-not torch.save's. A non-tensor value under a key that is not a string (an
-int key of an optimizer's state) loads back under that key; PyTorch's loader
-adds it under the key's string. ``TensorProperties`` holds dtype,
+not torch.save's. ``TensorProperties`` holds dtype,
 requires_grad and pin_memory (no layout or memory_format).
 ``save_state_dict`` and ``load_state_dict``, PyTorch's deprecated forms,
 warn as PyTorch's do and call ``save`` and ``load``.

@@ -32,9 +32,11 @@ from .planner import (LoadItemType, LoadPlan, LoadPlanner, ReadItem, SavePlan, S
 __all__ = ["DefaultLoadPlanner", "DefaultSavePlanner"]
 
 
-def _flatten(state_dict, whole):
-    """{dotted key: (path of keys and indices to the value, value)} for state_dict: its nested dicts,
-    lists and tuples entered down to the values whole(value) keeps whole."""
+def _flatten(state_dict, whole, own_keys=False):
+    """{dotted key: (path to the value, value)} for state_dict: its nested dicts, lists and tuples entered
+    down to the values whole(value) keeps whole. A path holds the dicts' keys as strings, as PyTorch's
+    flattening does (a value under the int key 0 is at "0"), or with own_keys the state dict's keys as they
+    are (as PyTorch's planners keep them without flattening), and the lists' and tuples' indices."""
     out = {}
 
     def visit(path, value):
@@ -43,12 +45,15 @@ def _flatten(state_dict, whole):
             if key in out:
                 raise ValueError(f"two values of the state dict flatten to the key {key!r}")
             out[key] = (path, value)
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                visit(path + (str(k),), v)
         else:
-            for k, v in value.items() if isinstance(value, dict) else enumerate(value):
-                visit(path + (k,), v)
+            for i, v in enumerate(value):
+                visit(path + (i,), v)
 
     for k, v in state_dict.items():
-        visit((k,), v)
+        visit((k if own_keys else str(k),), v)
     return out
 
 
@@ -72,14 +77,22 @@ def _element(value):
 
 
 def _replaced(obj, path, value):
-    """obj with the element at path replaced by value (a tuple on the way rebuilt, as it cannot change)."""
+    """obj with the element at path (of _flatten) replaced by value, as PyTorch's set_element puts it: a
+    dict or list the path names and obj lacks is made (where a dict's key is not a string, its string
+    holds none), a list extended to the index, and a tuple on the way rebuilt, as it cannot change."""
     if not path:
         return value
+    key, rest = path[0], path[1:]
     if isinstance(obj, tuple):
         items = list(obj)
-        items[path[0]] = _replaced(obj[path[0]], path[1:], value)
+        items[key] = _replaced(obj[key], rest, value)
         return type(obj)(items)
-    obj[path[0]] = _replaced(obj[path[0]], path[1:], value)
+    if isinstance(obj, list):
+        obj.extend([None] * (key + 1 - len(obj)))
+    inner = obj.get(key) if isinstance(obj, dict) else obj[key]
+    if inner is None and rest:
+        inner = {} if isinstance(rest[0], str) else []
+    obj[key] = _replaced(inner, rest, value)
     return obj
 
 
@@ -211,7 +224,10 @@ class DefaultLoadPlanner(LoadPlanner):
 
     def set_up_planner(self, state_dict, metadata=None, is_coordinator=False):
         self.original_state_dict = state_dict
-        flat = _flatten(state_dict, _whole if self.flatten_state_dict else _top_level)
+        if self.flatten_state_dict:
+            flat = _flatten(state_dict, _whole)
+        else:
+            flat = _flatten(state_dict, _top_level, own_keys=True)
         saved = metadata.state_dict_metadata.keys() if metadata is not None else flat.keys()
         # As PyTorch reads its older checkpoints: keys the checkpoint has and this flattening lacks may be
         # of the older layout.
@@ -280,16 +296,15 @@ class DefaultLoadPlanner(LoadPlanner):
         return central_plan
 
     def load_bytes(self, read_item, value):
-        """Replaces the value at read_item's key with the one value's ddpc.save bytes hold."""
+        """Puts the one value its ddpc.save bytes hold at read_item's key: in the state dict at the key's path,
+        a dict's key as its string (as PyTorch's planner puts it)."""
         fqn = read_item.dest_index.fqn
         try:
             self.state_dict[fqn] = _load_bytes(value, weights_only=True)
         except CheckpointError as e:
             raise ValueError(f"load: the bytes of {fqn!r} in the checkpoint are not ddpc.save's (did a planner of "
                              f"its own write them?): {e}") from e
-        path = self.paths[fqn]
-        self.original_state_dict[path[0]] = _replaced(self.original_state_dict[path[0]], path[1:],
-                                                      self.state_dict[fqn])
+        _replaced(self.original_state_dict, self.paths[fqn], self.state_dict[fqn])
 
     def resolve_tensor(self, read_item):
         """The region of the state dict's tensor (a DTensor's local part) that read_item fills: a view."""
