@@ -6,7 +6,8 @@ same keys; state dicts of every shape flattening treats apart (nested dicts, lis
 values, of both, tuples, empty lists, None) give the same keys and load back alike; on 2 ranks, a
 value or tensor several ranks hold is saved from the same rank, and one only rank 1 holds is saved;
 the default planners with flatten_state_dict=False save and load nested dicts alike; and DTensors
-inside values kept whole (a tuple of them) are saved and load back alike, on 1 rank and on 2.
+inside values kept whole (a tuple of them), and values under keys that are not strings, are saved
+and load back alike, on 1 rank and on 2.
 
 Each group runs in a child process that imports torch before ddpc (see test_nn_extra_torch.py) and
 fails there, printing what differs; the 2-rank case runs as two such processes.
@@ -171,12 +172,12 @@ def _shapes(lib, zero=False):
             "text": n("run")}
 
 
-def _plain(obj):
-    """obj with its tensors as ("tensor", values) and its tuples as lists."""
+def _plain(obj, key=str):
+    """obj with its tensors as ("tensor", values), its tuples as lists and its dicts' keys as key(k)."""
     if isinstance(obj, dict):
-        return {str(k): _plain(v) for k, v in obj.items()}
+        return {key(k): _plain(v, key) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_plain(v) for v in obj]
+        return [_plain(v, key) for v in obj]
     return ("tensor", obj.detach().numpy().tolist()) if hasattr(obj, "detach") else obj
 
 
@@ -251,26 +252,36 @@ def _described(value):
     return value
 
 
+def _through_memory(lib, make_future, state, target, no_dist=False, save_planner=None, load_planner=None):
+    """Saves state through the user's in-memory storage and loads target from it; returns the store. On
+    several ranks every rank loads the checkpoint rank 0 finished (finish runs there), which it broadcasts."""
+    from importlib import import_module
+
+    dcp = import_module(f"{lib.__name__}.distributed.checkpoint")
+    writer, reader = memory_storage(lib, make_future)
+    store = {}
+    dcp.save(state, storage_writer=writer(store), planner=save_planner, no_dist=no_dist)
+    if not no_dist:
+        box = [store if lib.distributed.get_rank() == 0 else None]
+        lib.distributed.broadcast_object_list(box, src=0)
+        store = box[0]
+    dcp.load(target, storage_reader=reader(store), planner=load_planner, no_dist=no_dist)
+    return store
+
+
 def _whole_dtensors(lib, rank, make_future):
     """DTensors inside values kept whole (a tuple, a list without a tensor), whose Replicate values differ by
     rank, saved from every rank of the group through the user's storage: the metadata's kinds, which rank
     wrote each item, and what this rank loads back."""
     from importlib import import_module
 
-    dcp = import_module(f"{lib.__name__}.distributed.checkpoint")
     tensor = import_module(f"{lib.__name__}.distributed.tensor")
     world = lib.distributed.get_world_size()
     mesh = tensor.init_device_mesh("cpu", (world,), mesh_dim_names=("dp",))
     rows = tensor.distribute_tensor(lib.arange(4.0), mesh, [tensor.Shard(0)])
     mine = tensor.distribute_tensor(lib.full((3,), 10.0 * rank), mesh, [tensor.Replicate()], src_data_rank=None)
-    writer, reader = memory_storage(lib, make_future)
-    store = {}
-    dcp.save({"pair": (rows, mine), "mixed": [(mine,), 3], "t": rows}, storage_writer=writer(store))
-    box = [store if rank == 0 else None]  # the in-memory checkpoint is rank 0's (finish runs there)
-    lib.distributed.broadcast_object_list(box, src=0)
-    store = box[0]
     state = {"pair": None, "mixed": None, "t": tensor.distribute_tensor(lib.zeros(4), mesh, [tensor.Shard(0)])}
-    dcp.load(state, storage_reader=reader(store))
+    store = _through_memory(lib, make_future, {"pair": (rows, mine), "mixed": [(mine,), 3], "t": rows}, state)
     return {"kinds": {k: type(v).__name__ for k, v in store["metadata"].state_dict_metadata.items()},
             "written": sorted([index.fqn, where] for index, (where, _) in store["data"].items()),
             "loaded": {k: _described(v) for k, v in state.items()},
@@ -291,8 +302,56 @@ def _whole_dtensors_in_one_process(np, torch, ddpc):
                                            [0.0, 1.0, 2.0, 3.0]]
 
 
+def _int_keyed(lib, make_future, no_dist=True):
+    """State dicts with keys that are not strings (an optimizer state's int keys, others nested, and a state
+    dict of int keys) saved and loaded back into ones with the same keys, and the latter by the default
+    planners without flattening: the metadata's keys, and what loads back (the dicts' keys as their reprs)."""
+    from importlib import import_module
+
+    dp = import_module(f"{lib.__name__}.distributed.checkpoint.default_planner")
+
+    def nested(zero):
+        return {"optim": {"state": {0: {"step": 0 if zero else 3, "exp_avg": lib.zeros(2) if zero else lib.ones(2)},
+                                    1: {"step": 0 if zero else 4}},
+                          "param_groups": [{"params": [] if zero else [0, 1], "lr": 0.0 if zero else 0.1}]},
+                "table": {(1, 2): "" if zero else "pair", None: "" if zero else "none", 2.5: "" if zero else "float"},
+                "rows": [{0: "" if zero else "in a list"}]}
+
+    out = {}
+    for what, state, target in (("nested", nested(False), nested(True)),
+                                ("top level", {5: "five", 7: lib.tensor([7.0]), 9: {1: "x"}},
+                                 {5: "", 7: lib.zeros(1), 9: {1: ""}})):
+        store = _through_memory(lib, make_future, state, target, no_dist)
+        out[what] = (sorted(store["metadata"].state_dict_metadata), _plain(target, repr))
+    target = {5: "", 7: lib.zeros(1), 9: None}
+    # PyTorch's planners keep the keys as they are only without flatten_sharded_tensors too
+    _through_memory(lib, make_future, {5: "five", 7: lib.tensor([7.0]), 9: {1: "x"}}, target, no_dist,
+                    dp.DefaultSavePlanner(flatten_state_dict=False, flatten_sharded_tensors=False),
+                    dp.DefaultLoadPlanner(flatten_state_dict=False, flatten_sharded_tensors=False))
+    out["unflattened"] = _plain(target, repr)
+    return out
+
+
+def _check_int_keyed(got, want):
+    got, want = json.loads(json.dumps(got)), json.loads(json.dumps(want))  # as from 2 ranks: tuples as lists
+    assert got == want, f"{got} where PyTorch has {want}"
+    keys, loaded = got["nested"]
+    assert keys == ["optim.param_groups.0.lr", "optim.param_groups.0.params", "optim.state.0.exp_avg",
+                    "optim.state.0.step", "optim.state.1.step", "rows.0.0", "table.(1, 2)", "table.2.5", "table.None"]
+    # the int-keyed entries keep their values (their tensors copied into); the others come under the strings
+    assert loaded["'optim'"]["'state'"] == {"0": {"'step'": 0, "'exp_avg'": ["tensor", [1.0, 1.0]]},
+                                            "1": {"'step'": 0}, "'0'": {"'step'": 3}, "'1'": {"'step'": 4}}
+    assert loaded["'table'"]["'(1, 2)'"] == "pair" and loaded["'table'"]["(1, 2)"] == ""
+    assert got["top level"] == [["5", "7", "9.1"], {"5": "", "7": ["tensor", [7.0]], "9": {"1": ""}}]
+    assert got["unflattened"] == {"5": "five", "7": ["tensor", [7.0]], "9": {"1": "x"}}
+
+
+def _int_keys(np, torch, ddpc):
+    _check_int_keyed(*_in_both(torch, ddpc, _int_keyed))
+
+
 GROUPS = {"protocol": _protocol, "flattening": _flattening, "unflattening": _unflattening,
-          "whole dtensors": _whole_dtensors_in_one_process}
+          "whole dtensors": _whole_dtensors_in_one_process, "int keys": _int_keys}
 
 
 test_matches_pytorch = torch_group_test(__file__, GROUPS)
@@ -340,9 +399,12 @@ def _rank_main(rank, torch_port, ddpc_port, path, case):
             for lowest_rank in (False, True):
                 out[f"torch {lowest_rank}"] = _saved_from_ranks(torch, rank, torch_future, lowest_rank)
                 out[f"ddpc {lowest_rank}"] = _saved_from_ranks(ddpc, rank, ddpc_future, lowest_rank)
-        else:
+        elif case == "whole":
             out["torch"] = _whole_dtensors(torch, rank, torch_future)
             out["ddpc"] = _whole_dtensors(ddpc, rank, ddpc_future)
+        else:
+            out["torch"] = _int_keyed(torch, torch_future, no_dist=False)
+            out["ddpc"] = _int_keyed(ddpc, ddpc_future, no_dist=False)
     np.savez(path, result=np.array(json.dumps(out)))
     torch.distributed.destroy_process_group()
     ddpc.distributed.destroy_process_group()
@@ -378,6 +440,14 @@ def test_dtensors_in_values_kept_whole_load_on_two_ranks_as_in_pytorch(tmp_path)
         assert pair[1][0] == ["DTensor", ["Shard(dim=0)"], [0.0, 1.0], [4], [0.0, 1.0, 0.0, 1.0]]
         assert pair[1][1][2] == [0.0] * 3 and mixed[1][0][1][0][2] == [10.0] * 3
         assert out["ddpc"]["same mesh"] == [True, True]
+
+
+
+def test_keys_that_are_not_strings_load_on_two_ranks_as_in_pytorch(tmp_path):
+    pytest.importorskip("torch")
+    for result in run_torch_ranks(__file__, 2, tmp_path, args=("int keys",)):
+        out = json.loads(str(result["result"]))
+        _check_int_keyed(out["ddpc"], out["torch"])
 
 
 if __name__ == "__main__":
