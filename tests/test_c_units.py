@@ -58,6 +58,7 @@ C_TESTS = {
     "special": (f"{ROOT}/tests/c/test_special_functions.c", []),  # so are kernels/special_functions.h and the rest
     "search": (f"{ROOT}/tests/c/test_search.c", []),
     "crc": (f"{ROOT}/tests/c/test_crc.c", _sources("common", "crc")),
+    "index_error": (f"{ROOT}/tests/c/test_index_error.c", _sources("common", "index_error")),
     "net": (f"{ROOT}/tests/c/test_net.c", _sources("common")),  # includes comm/net.c
     "store": (f"{ROOT}/tests/c/test_store.c", _sources("common", "comm/net", "comm/store")),
     "complex": (f"{ROOT}/tests/c/test_complex_math.c", []),  # kernels/complex_math.h is header-only
