@@ -1,13 +1,17 @@
-/* CUDA device query and the lazily created per-device streams. */
+/* CUDA device query, and the lazily created per-device streams and index
+ * error records. */
 #include "device.h"
 
 #include <pthread.h>
 #include <stdio.h>
+#include <string.h>
 
 #ifdef DDPC_WITH_CUDA
 #include <cublas_api.h>
 #include <cuda.h> /* the driver API's types only: its two functions below come through the runtime */
 #include <cuda_runtime_api.h>
+
+#include "index_error.h"
 #ifdef DDPC_WITH_NCCL
 #include "comm/nccl_lib.h"
 #endif
@@ -217,6 +221,53 @@ ddpc_status ddpc_cuda_stream_synchronize(void *stream) {
     return DDPC_OK;
 }
 
+/* Each device's index error record, in pinned host memory mapped into the
+ * device: kernels write it over the bus only when an index is out of range,
+ * and the host reads it with a plain load, no copy and no synchronisation,
+ * so a check costs nothing where nothing went wrong. host_records_ is the
+ * host's view (NULL until made: no kernel of the device can have written
+ * it), device_records_ the pointer the kernels take; both are published
+ * once, under records_mu_, and read without it. */
+static pthread_mutex_t records_mu_ = PTHREAD_MUTEX_INITIALIZER;
+static ddpc_index_error *host_records_[DDPC_MAX_DEVICES], *device_records_[DDPC_MAX_DEVICES];
+
+static ddpc_status make_record_(int device) {
+    ddpc_status st = DDPC_OK;
+    void *host = NULL, *on_device = NULL;
+    int prev = -1;
+    pthread_mutex_lock(&records_mu_);
+    if (device_records_[device]) goto out_; /* another thread made it first */
+    ddpc_cuda_mark_initialized();
+    CHECKGOTO(ddpc_cuda_enter(device, &prev), st, out_);
+    CUDACHECKGOTO(cudaHostAlloc(&host, sizeof(ddpc_index_error), cudaHostAllocMapped), st, out_);
+    memset(host, 0, sizeof(ddpc_index_error)); /* DDPC_INDEX_CLEAR */
+    CUDACHECKGOTO(cudaHostGetDevicePointer(&on_device, host, 0), st, out_);
+    __atomic_store_n(&host_records_[device], (ddpc_index_error *)host, __ATOMIC_RELEASE);
+    __atomic_store_n(&device_records_[device], (ddpc_index_error *)on_device, __ATOMIC_RELEASE);
+out_:
+    if (st != DDPC_OK && host) cudaFreeHost(host); /* best effort: the allocation's error is the one to report */
+    if (prev >= 0) ddpc_cuda_leave(prev);
+    pthread_mutex_unlock(&records_mu_);
+    return st;
+}
+
+ddpc_status ddpc_cuda_index_check(int device, int op, ddpc_k_index_check *check) {
+    CHECK(ddpc_cuda_require(device));
+    if (!__atomic_load_n(&device_records_[device], __ATOMIC_ACQUIRE)) CHECK(make_record_(device));
+    *check = (ddpc_k_index_check){.record = __atomic_load_n(&device_records_[device], __ATOMIC_ACQUIRE), .op = op};
+    return DDPC_OK;
+}
+
+ddpc_status ddpc_cuda_check_index_errors(int device, const char *when) {
+    if (device < 0 || device >= DDPC_MAX_DEVICES) return DDPC_OK;
+    ddpc_index_error *record = __atomic_load_n(&host_records_[device], __ATOMIC_ACQUIRE);
+    ddpc_index_error e;
+    if (!record || !ddpc_index_error_take(record, &e)) return DDPC_OK;
+    char where[160];
+    snprintf(where, sizeof where, " (found on cuda:%d %s; the op ran asynchronously)", device, when);
+    return ddpc_index_error_at(__FILE__, __LINE__, &e, where);
+}
+
 ddpc_status ddpc_cuda_stream_after(int waiter_device, void *waiter, int device, void *stream) {
     cudaEvent_t ev;
     ddpc_status st = DDPC_OK;
@@ -370,6 +421,14 @@ ddpc_status ddpc_cuda_copy_stream(int device, void **stream) {
 ddpc_status ddpc_cuda_stream_synchronize(void *stream) {
     (void)stream;
     return ddpc_cuda_require(0);
+}
+ddpc_status ddpc_cuda_index_check(int device, int op, ddpc_k_index_check *check) {
+    *check = (ddpc_k_index_check){.record = NULL, .op = op};
+    return ddpc_cuda_require(device);
+}
+ddpc_status ddpc_cuda_check_index_errors(int device, const char *when) {
+    (void)device, (void)when;
+    return DDPC_OK;
 }
 ddpc_status ddpc_cuda_stream_after(int waiter_device, void *waiter, int device, void *stream) {
     (void)waiter_device, (void)waiter, (void)stream;

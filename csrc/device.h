@@ -9,6 +9,7 @@
 #define DDPC_DEVICE_H
 
 #include "common.h"
+#include "index_check.h"
 
 #define DDPC_CPU (-1)
 #define DDPC_MAX_DEVICES 64
@@ -56,6 +57,21 @@ ddpc_status ddpc_cuda_copy_stream(int device, void **stream);
 /* Makes `waiter` (a stream of `waiter_device`) wait for everything queued so
  * far on `stream` (a stream of `device`), through an event: no host sync. */
 ddpc_status ddpc_cuda_stream_after(int waiter_device, void *waiter, int device, void *stream);
+/* What a kernel of op `op` (a ddpc_index_op) on `device` reports an index
+ * out of range to: the device's error record (kernels/index_check.h), made
+ * on the device's first use. */
+ddpc_status ddpc_cuda_index_check(int device, int op, ddpc_k_index_check *check);
+/* The index error a kernel recorded on `device`, if any: the record is
+ * cleared and the error returned as the op's host loop returns it, its
+ * message saying where it was found (`when`: "when the device was next
+ * synchronized", ...), so it is raised once; DDPC_OK where none is recorded.
+ * A read of host memory, no synchronisation: call it where the host has
+ * waited for the device (every error of the work waited for is then in the
+ * record) or is about to launch work (errors may still be on their way; a
+ * later check finds them). */
+ddpc_status ddpc_cuda_check_index_errors(int device, const char *when);
+/* The `when` of the checks before a launch. */
+#define DDPC_AT_LAUNCH "when a later op was launched"
 /* Host synchronisation on one stream (GIL must already be released). */
 ddpc_status ddpc_cuda_stream_synchronize(void *stream);
 /* Free and total device memory as the driver reports them. */

@@ -5,6 +5,7 @@
 #define DDPC_OPS_H
 
 #include "buffer.h"
+#include "index_error.h"
 #include "scalar_ops.h"
 
 /* The comparisons write 1 where they hold and 0 elsewhere, in the operands'
@@ -153,12 +154,16 @@ ddpc_status ddpc_op_random(ddpc_buffer *dst, ddpc_random_kind kind, uint64_t see
 ddpc_status ddpc_op_randperm(ddpc_buffer *dst, uint64_t seed, uint64_t offset);
 
 /* Launches `call` (a kernels.h launcher using the local `stream`) on the
- * device's compute stream and returns its status. */
+ * device's compute stream and returns its status. An index out of range
+ * that an earlier kernel recorded on the device is raised instead, as soon
+ * as the host sees it (a read of host memory: launches stay asynchronous),
+ * rather than at the next synchronisation only. */
 #ifdef DDPC_WITH_CUDA
 #define DDPC_LAUNCH(device, call)                                                  \
     do {                                                                           \
         void *stream;                                                              \
         int prev_;                                                                 \
+        CHECK(ddpc_cuda_check_index_errors((device), DDPC_AT_LAUNCH)); \
         CHECK(ddpc_cuda_compute_stream((device), &stream));                        \
         CHECK(ddpc_cuda_enter((device), &prev_));                                  \
         cudaError_t launched_ = (cudaError_t)(call);                               \
@@ -166,8 +171,18 @@ ddpc_status ddpc_op_randperm(ddpc_buffer *dst, uint64_t seed, uint64_t offset);
         CUDACHECK(launched_);                                                      \
         return DDPC_OK;                                                            \
     } while (0)
+/* DDPC_LAUNCH of a kernel that takes indices: `call` also uses the local
+ * `index_check`, where the kernel reports an index out of range as op `op`
+ * (a ddpc_index_op of index_error.h). */
+#define DDPC_LAUNCH_INDEXED(device, op, call)                                      \
+    do {                                                                           \
+        ddpc_k_index_check index_check;                                            \
+        CHECK(ddpc_cuda_index_check((device), (op), &index_check));                \
+        DDPC_LAUNCH(device, call);                                                 \
+    } while (0)
 #else
 #define DDPC_LAUNCH(device, call) return ddpc_cuda_require(device)
+#define DDPC_LAUNCH_INDEXED(device, op, call) return ddpc_cuda_require(device)
 #endif
 
 /* Binding helpers shared by the op files: Buffer argument converters for

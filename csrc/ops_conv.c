@@ -352,7 +352,7 @@ ddpc_status ddpc_op_max_pool(ddpc_buffer *out, ddpc_buffer *indices, const ddpc_
 }
 
 ddpc_status ddpc_op_max_pool_backward(ddpc_buffer *gx, const ddpc_buffer *g, const ddpc_buffer *indices) {
-    const char *op = "max pool backward";
+    const char *op = ddpc_index_op_name(DDPC_IX_MAX_POOL_BACKWARD);
     window_job_ j = {.dtype = gx->dtype, .dst = gx->data, .src = g->data, .indices_in = indices->data};
     int dims;
     CHECK(check_writable_(gx, op));
@@ -372,13 +372,13 @@ ddpc_status ddpc_op_max_pool_backward(ddpc_buffer *gx, const ddpc_buffer *g, con
     j.w.in[1] = j.w.in[2] = j.w.out[1] = j.w.out[2] = 1;
     if (gx->numel == 0) return DDPC_OK;
     if (gx->device != DDPC_CPU)
-        DDPC_LAUNCH(gx->device, ddpc_k_max_pool_backward(gx->data, g->data, indices->data, gx->dtype, gx->shape[0],
-                                                         in_volume, out_volume, stream));
+        DDPC_LAUNCH_INDEXED(gx->device, DDPC_IX_MAX_POOL_BACKWARD,
+                            ddpc_k_max_pool_backward(gx->data, g->data, indices->data, gx->dtype, gx->shape[0],
+                                                     in_volume, out_volume, index_check, stream));
     const int64_t *at = indices->data;
     for (int64_t k = 0; k < indices->numel; k++)
         if (at[k] < -1 || at[k] >= in_volume)
-            return DDPC_ERROR(DDPC_ERR_INDEX, "%s: index %lld is outside a plane of %lld elements", op,
-                              (long long)at[k], (long long)in_volume);
+            return DDPC_INDEX_ERROR(.op = DDPC_IX_MAX_POOL_BACKWARD, .index = at[k], .bound = in_volume);
     ddpc_parallel_for(gx->shape[0], grain_(in_volume + out_volume), max_pool_backward_range_, &j);
     return DDPC_OK;
 }

@@ -25,7 +25,8 @@ static int is_index_vector_(const ddpc_buffer *b, int64_t n) {
 }
 
 /* Shapes and dtypes everywhere; lengths, offsets and labels where the host can read them. */
-static ddpc_status check_(const ddpc_ctc_inputs *in, const ddpc_buffer *scratch, const char *op) {
+static ddpc_status check_(const ddpc_ctc_inputs *in, const ddpc_buffer *scratch, ddpc_index_op code) {
+    const char *op = ddpc_index_op_name(code);
     const ddpc_buffer *lp = in->log_probs;
     if (lp->ndim != 3 || (lp->dtype != DDPC_FLOAT32 && lp->dtype != DDPC_FLOAT64))
         return DDPC_ERROR(DDPC_ERR_TYPE, "%s: log_probs must be (T, N, C) float32 or float64, got %d dims of %s", op,
@@ -58,9 +59,7 @@ static ddpc_status check_(const ddpc_ctc_inputs *in, const ddpc_buffer *scratch,
                               (long long)tl[n], (long long)n);
         for (int64_t j = off[n]; j < off[n] + tl[n]; j++)
             if (tg[j] < 0 || tg[j] >= C || tg[j] == in->blank)
-                return DDPC_ERROR(DDPC_ERR_INDEX, "%s: target label %lld of sample %lld is not a class in [0, %lld) "
-                                  "other than the blank %lld", op, (long long)tg[j], (long long)n, (long long)C,
-                                  (long long)in->blank);
+                return DDPC_INDEX_ERROR(.op = code, .index = tg[j], .bound = C, .at = n, .other = in->blank);
     }
     return DDPC_OK;
 }
@@ -152,8 +151,8 @@ static void backward_range_(void *ctx, int64_t lo, int64_t hi) {
 }
 
 ddpc_status ddpc_op_ctc_loss(ddpc_buffer *nll, ddpc_buffer *log_alpha, const ddpc_ctc_inputs *in) {
-    const char *op = "ctc_loss";
-    CHECK(check_(in, log_alpha, op));
+    const char *op = ddpc_index_op_name(DDPC_IX_CTC_LOSS);
+    CHECK(check_(in, log_alpha, DDPC_IX_CTC_LOSS));
     const ddpc_buffer *lp = in->log_probs;
     const int64_t N = lp->shape[1];
     if (nll->readonly || nll->dtype != lp->dtype || nll->numel != N || nll->device != lp->device)
@@ -161,10 +160,11 @@ ddpc_status ddpc_op_ctc_loss(ddpc_buffer *nll, ddpc_buffer *log_alpha, const ddp
                           ddpc_dtype_name(lp->dtype));
     if (N == 0) return DDPC_OK;
     if (lp->device != DDPC_CPU)
-        DDPC_LAUNCH(lp->device, ddpc_k_ctc_forward(nll->data, log_alpha->data, lp->data, lp->dtype, in->targets->data,
-                                                   in->offsets->data, in->target_lengths->data,
-                                                   in->input_lengths->data, lp->shape[0], N, lp->shape[2],
-                                                   log_alpha->shape[2], in->blank, stream));
+        DDPC_LAUNCH_INDEXED(lp->device, DDPC_IX_CTC_LOSS,
+                            ddpc_k_ctc_forward(nll->data, log_alpha->data, lp->data, lp->dtype, in->targets->data,
+                                               in->offsets->data, in->target_lengths->data, in->input_lengths->data,
+                                               lp->shape[0], N, lp->shape[2], log_alpha->shape[2], in->blank,
+                                               index_check, stream));
     job_ j = {.in = in, .S_max = log_alpha->shape[2], .alpha = log_alpha->data, .nll = nll->data};
     ddpc_parallel_for(N, 1, forward_range_, &j);
     return DDPC_OK;
@@ -173,9 +173,9 @@ ddpc_status ddpc_op_ctc_loss(ddpc_buffer *nll, ddpc_buffer *log_alpha, const ddp
 ddpc_status ddpc_op_ctc_loss_backward(ddpc_buffer *grad, ddpc_buffer *log_beta, const ddpc_buffer *g,
                                       const ddpc_buffer *nll, const ddpc_buffer *log_alpha,
                                       const ddpc_ctc_inputs *in, int zero_infinity) {
-    const char *op = "ctc_loss backward";
-    CHECK(check_(in, log_beta, op));
-    CHECK(check_(in, log_alpha, op));
+    const char *op = ddpc_index_op_name(DDPC_IX_CTC_LOSS_BACKWARD);
+    CHECK(check_(in, log_beta, DDPC_IX_CTC_LOSS_BACKWARD));
+    CHECK(check_(in, log_alpha, DDPC_IX_CTC_LOSS_BACKWARD));
     const ddpc_buffer *lp = in->log_probs;
     const int64_t N = lp->shape[1];
     if (log_beta->shape[2] != log_alpha->shape[2])
@@ -189,11 +189,12 @@ ddpc_status ddpc_op_ctc_loss_backward(ddpc_buffer *grad, ddpc_buffer *log_beta, 
                               ddpc_dtype_name(lp->dtype));
     if (lp->numel == 0) return DDPC_OK;
     if (lp->device != DDPC_CPU)
-        DDPC_LAUNCH(lp->device, ddpc_k_ctc_backward(grad->data, log_beta->data, g->data, nll->data, log_alpha->data,
-                                                    lp->data, lp->dtype, in->targets->data, in->offsets->data,
-                                                    in->target_lengths->data, in->input_lengths->data, lp->shape[0],
-                                                    N, lp->shape[2], log_alpha->shape[2], in->blank, zero_infinity,
-                                                    stream));
+        DDPC_LAUNCH_INDEXED(lp->device, DDPC_IX_CTC_LOSS_BACKWARD,
+                            ddpc_k_ctc_backward(grad->data, log_beta->data, g->data, nll->data, log_alpha->data,
+                                                lp->data, lp->dtype, in->targets->data, in->offsets->data,
+                                                in->target_lengths->data, in->input_lengths->data, lp->shape[0], N,
+                                                lp->shape[2], log_alpha->shape[2], in->blank, zero_infinity,
+                                                index_check, stream));
     job_ j = {.in = in, .S_max = log_alpha->shape[2], .alpha = log_alpha->data, .beta = log_beta->data,
               .nll = nll->data, .grad = grad->data, .g = g->data, .zero_infinity = zero_infinity};
     ddpc_parallel_for(N, 1, backward_range_, &j);

@@ -90,7 +90,8 @@ ddpc_status ddpc_op_fold_dim(ddpc_buffer *out, const ddpc_buffer *a, int dim, dd
  * of the tensor indexed along dim (a for gather, out for scatter) and `sb`
  * those of the other one (out for gather, src for scatter). */
 static ddpc_status index_geo_(const ddpc_buffer *big, const ddpc_buffer *small, const ddpc_buffer *index, int dim,
-                              const char *op, ddpc_k_bcast *geo) {
+                              ddpc_index_op code, ddpc_k_bcast *geo) {
+    const char *op = ddpc_index_op_name(code);
     if (index->dtype != DDPC_INT64 || index->device != big->device)
         return DDPC_ERROR(DDPC_ERR_TYPE, "%s: the index must be int64 on the tensor's device", op);
     if (index->ndim != big->ndim || index->ndim != small->ndim)
@@ -112,8 +113,7 @@ static ddpc_status index_geo_(const ddpc_buffer *big, const ddpc_buffer *small, 
     if (index->device == DDPC_CPU)
         for (int64_t k = 0; k < index->numel; k++)
             if (ix[k] < 0 || ix[k] >= big->shape[dim])
-                return DDPC_ERROR(DDPC_ERR_INDEX, "%s: index %lld is out of range for dim %d of size %lld", op,
-                                  (long long)ix[k], dim, (long long)big->shape[dim]);
+                return DDPC_INDEX_ERROR(.op = code, .index = ix[k], .bound = big->shape[dim], .at = dim);
     return DDPC_OK;
 }
 
@@ -135,20 +135,21 @@ static ddpc_status index_geo_(const ddpc_buffer *big, const ddpc_buffer *small, 
 #define MOVE_WORDS(W, dst, dst_off, src, src_off) ((W *)(dst))[dst_off] = ((const W *)(src))[src_off]
 
 ddpc_status ddpc_op_gather_dim(ddpc_buffer *out, const ddpc_buffer *a, const ddpc_buffer *index, int dim) {
-    const char *op = "gather";
+    const char *op = ddpc_index_op_name(DDPC_IX_GATHER);
     ddpc_k_bcast geo = {0};
     if (out->readonly) return DDPC_ERROR(DDPC_ERR_ARG, "%s: the output is read-only", op);
     CHECK(check_same_place_(a, out, op, "the output"));
     if (out->numel != index->numel)
         return DDPC_ERROR(DDPC_ERR_ARG, "%s: the output has %lld elements, the index %lld", op,
                           (long long)out->numel, (long long)index->numel);
-    CHECK(index_geo_(a, index, index, dim, op, &geo));
+    CHECK(index_geo_(a, index, index, dim, DDPC_IX_GATHER, &geo));
     int64_t n = index->numel;
     if (n == 0) return DDPC_OK;
     size_t w = ddpc_dtype_size(a->dtype);
     if (a->device != DDPC_CPU)
-        DDPC_LAUNCH(a->device, ddpc_k_index_dim((void *)a->data, out->data, index->data, a->dtype, n, geo, dim,
-                                                a->shape[dim], DDPC_K_GATHER, stream));
+        DDPC_LAUNCH_INDEXED(a->device, DDPC_IX_GATHER,
+                            ddpc_k_index_dim((void *)a->data, out->data, index->data, a->dtype, n, geo, dim,
+                                             a->shape[dim], DDPC_K_GATHER, index_check, stream));
     const int64_t *ix = index->data;
     switch (w) {
     case 1: INDEX_LOOP(geo, dim, ix, n, MOVE_WORDS(uint8_t, out->data, os, a->data, ob)); break;
@@ -161,20 +162,22 @@ ddpc_status ddpc_op_gather_dim(ddpc_buffer *out, const ddpc_buffer *a, const ddp
 
 ddpc_status ddpc_op_scatter_dim(ddpc_buffer *out, const ddpc_buffer *src, const ddpc_buffer *index, int dim,
                                 int accumulate) {
-    const char *op = accumulate ? "scatter_add" : "scatter";
+    ddpc_index_op code = accumulate ? DDPC_IX_SCATTER_ADD : DDPC_IX_SCATTER;
+    const char *op = ddpc_index_op_name(code);
     ddpc_k_bcast geo = {0};
     if (out->readonly) return DDPC_ERROR(DDPC_ERR_ARG, "%s: the output is read-only", op);
     CHECK(check_same_place_(out, src, op, "the source"));
     if (accumulate && out->dtype != DDPC_FLOAT32 && out->dtype != DDPC_FLOAT64 && out->dtype != DDPC_INT64)
         return DDPC_ERROR(DDPC_ERR_TYPE, "%s: adds float32, float64 or int64, got %s", op, ddpc_dtype_name(out->dtype));
-    CHECK(index_geo_(out, src, index, dim, op, &geo));
+    CHECK(index_geo_(out, src, index, dim, code, &geo));
     int64_t n = index->numel;
     if (n == 0) return DDPC_OK;
     size_t w = ddpc_dtype_size(out->dtype);
     if (out->device != DDPC_CPU)
-        DDPC_LAUNCH(out->device, ddpc_k_index_dim(out->data, (void *)src->data, index->data, out->dtype, n, geo, dim,
-                                                  out->shape[dim],
-                                                  accumulate ? DDPC_K_SCATTER_ADD : DDPC_K_SCATTER, stream));
+        DDPC_LAUNCH_INDEXED(out->device, code,
+                            ddpc_k_index_dim(out->data, (void *)src->data, index->data, out->dtype, n, geo, dim,
+                                             out->shape[dim], accumulate ? DDPC_K_SCATTER_ADD : DDPC_K_SCATTER,
+                                             index_check, stream));
     const int64_t *ix = index->data;
     if (accumulate) {
         if (out->dtype == DDPC_INT64) /* unsigned: wraps without undefined behaviour */
@@ -211,7 +214,7 @@ ddpc_status ddpc_op_scatter_dim(ddpc_buffer *out, const ddpc_buffer *src, const 
 
 ddpc_status ddpc_op_scatter_reduce_dim(ddpc_buffer *out, const ddpc_buffer *src, const ddpc_buffer *index, int dim,
                                        ddpc_scatter_reduce_op op) {
-    const char *name = "scatter_reduce";
+    const char *name = ddpc_index_op_name(DDPC_IX_SCATTER_REDUCE);
     ddpc_k_bcast geo = {0};
     if ((unsigned)op > DDPC_SCATTER_AMIN) return DDPC_ERROR(DDPC_ERR_ARG, "%s: unknown reduction %d", name, (int)op);
     if (out->readonly) return DDPC_ERROR(DDPC_ERR_ARG, "%s: the output is read-only", name);
@@ -220,12 +223,13 @@ ddpc_status ddpc_op_scatter_reduce_dim(ddpc_buffer *out, const ddpc_buffer *src,
         out->dtype != DDPC_INT64)
         return DDPC_ERROR(DDPC_ERR_TYPE, "%s: reduces float32, float64, int32 or int64, got %s", name,
                           ddpc_dtype_name(out->dtype));
-    CHECK(index_geo_(out, src, index, dim, name, &geo));
+    CHECK(index_geo_(out, src, index, dim, DDPC_IX_SCATTER_REDUCE, &geo));
     int64_t n = index->numel;
     if (n == 0) return DDPC_OK;
     if (out->device != DDPC_CPU)
-        DDPC_LAUNCH(out->device, ddpc_k_scatter_reduce_dim(out->data, src->data, index->data, out->dtype, n, geo, dim,
-                                                           out->shape[dim], (int)op, stream));
+        DDPC_LAUNCH_INDEXED(out->device, DDPC_IX_SCATTER_REDUCE,
+                            ddpc_k_scatter_reduce_dim(out->data, src->data, index->data, out->dtype, n, geo, dim,
+                                                      out->shape[dim], (int)op, index_check, stream));
     const int64_t *ix = index->data;
     switch (out->dtype) {
     case DDPC_FLOAT32: SCATTER_REDUCE_LOOP(float); break;

@@ -31,11 +31,13 @@ static ddpc_status check_int64_(const ddpc_buffer *b, const ddpc_buffer *ref, co
     return DDPC_OK;
 }
 
-/* The bags checked against a table of `rows` rows on `ref`'s device, as
- * the kernels take them. On the host the indices and offsets are checked
- * too (a GPU's would need a synchronisation; its kernels skip or clamp). */
-static ddpc_status bags_(const ddpc_bags *in, const ddpc_buffer *ref, int64_t rows, int64_t d, const char *op,
+/* The bags of op `code` checked against a table of `rows` rows on `ref`'s
+ * device, as the kernels take them. On the host the indices and offsets are
+ * checked too (a GPU's would need a synchronisation: its kernels skip or
+ * clamp them, and report them through the device's index error record). */
+static ddpc_status bags_(const ddpc_bags *in, const ddpc_buffer *ref, int64_t rows, int64_t d, ddpc_index_op code,
                          ddpc_k_bags *out) {
+    const char *op = ddpc_index_op_name(code);
     CHECK(check_int64_(in->indices, ref, op, "the indices"));
     CHECK(check_int64_(in->offsets, ref, op, "the offsets"));
     if (in->offsets->numel < 1) return DDPC_ERROR(DDPC_ERR_ARG, "%s: the offsets need at least one element", op);
@@ -59,20 +61,15 @@ static ddpc_status bags_(const ddpc_bags *in, const ddpc_buffer *ref, int64_t ro
     if (ref->device != DDPC_CPU) return DDPC_OK;
     const int64_t *ix = out->indices, *off = out->offsets;
     for (int64_t i = 0; i < out->n; i++)
-        if (ix[i] < 0 || ix[i] >= rows)
-            return DDPC_ERROR(DDPC_ERR_INDEX, "%s: index %lld is out of range for %lld rows", op, (long long)ix[i],
-                              (long long)rows);
-    if (off[0] != 0)
-        return DDPC_ERROR(DDPC_ERR_ARG,
-                          "%s: offsets[0] has to be 0, i.e., the first sequence in the mini-batch has to start from "
-                          "position 0. However, got %lld", op, (long long)off[0]);
+        if (ix[i] < 0 || ix[i] >= rows) return DDPC_INDEX_ERROR(.op = code, .index = ix[i], .bound = rows);
+    if (off[0] != 0) return DDPC_INDEX_ERROR(.op = code, .kind = DDPC_INDEX_BAD_FIRST_OFFSET, .index = off[0]);
     for (int64_t b = 0; b < out->bags; b++)
         if (off[b + 1] < off[b])
-            return DDPC_ERROR(DDPC_ERR_ARG, "%s: offsets must be non-decreasing, got offsets[%lld] = %lld after %lld",
-                              op, (long long)(b + 1), (long long)off[b + 1], (long long)off[b]);
+            return DDPC_INDEX_ERROR(.op = code, .kind = DDPC_INDEX_BAD_OFFSET_ORDER, .index = off[b + 1], .at = b + 1,
+                                    .other = off[b]);
     if (off[out->bags] > out->n)
-        return DDPC_ERROR(DDPC_ERR_ARG, "%s: offsets[-1] can not be greater than input's length %lld but got "
-                          "offsets[-1] of %lld", op, (long long)out->n, (long long)off[out->bags]);
+        return DDPC_INDEX_ERROR(.op = code, .kind = DDPC_INDEX_BAD_LAST_OFFSET, .index = off[out->bags],
+                                .bound = out->n, .at = out->bags);
     return DDPC_OK;
 }
 
@@ -178,13 +175,13 @@ static void bag_weights_backward_range_(void *ctx, int64_t lo, int64_t hi) {
 
 ddpc_status ddpc_op_embedding_bag(ddpc_buffer *out, ddpc_buffer *argmax, const ddpc_buffer *weight,
                                   const ddpc_bags *bags) {
-    const char *op = "embedding_bag";
+    const char *op = ddpc_index_op_name(DDPC_IX_EMBEDDING_BAG);
     bag_job_ j = {.dtype = weight->dtype, .dst = out->data, .table = weight->data};
     if (out->readonly) return DDPC_ERROR(DDPC_ERR_ARG, "%s: the output is read-only", op);
     if (weight->ndim != 2) return DDPC_ERROR(DDPC_ERR_ARG, "%s: the table must be 2-d, got %d dims", op, weight->ndim);
     CHECK(ddpc_check_float_like(weight, weight, op, "the table"));
     CHECK(ddpc_check_float_like(out, weight, op, "the output"));
-    CHECK(bags_(bags, weight, weight->shape[0], weight->shape[1], op, &j.b));
+    CHECK(bags_(bags, weight, weight->shape[0], weight->shape[1], DDPC_IX_EMBEDDING_BAG, &j.b));
     CHECK(check_shape_(out, j.b.bags, j.b.d, op, "the output"));
     if ((bags->mode == DDPC_BAG_MAX) != (argmax != NULL))
         return DDPC_ERROR(DDPC_ERR_ARG, "%s: argmax is taken with mode max and only then", op);
@@ -196,21 +193,23 @@ ddpc_status ddpc_op_embedding_bag(ddpc_buffer *out, ddpc_buffer *argmax, const d
     }
     if (out->numel == 0) return DDPC_OK;
     if (out->device != DDPC_CPU)
-        DDPC_LAUNCH(out->device, ddpc_k_embedding_bag(out->data, j.argmax, weight->data, weight->dtype, j.b, stream));
+        DDPC_LAUNCH_INDEXED(out->device, DDPC_IX_EMBEDDING_BAG,
+                            ddpc_k_embedding_bag(out->data, j.argmax, weight->data, weight->dtype, j.b, index_check,
+                                                 stream));
     ddpc_parallel_for(j.b.bags, grain_(j.b.d * (j.b.n / j.b.bags + 1)), bag_forward_range_, &j);
     return DDPC_OK;
 }
 
 ddpc_status ddpc_op_embedding_bag_backward(ddpc_buffer *gweight, const ddpc_buffer *g, const ddpc_buffer *argmax,
                                            const ddpc_bags *bags) {
-    const char *op = "embedding_bag backward";
+    const char *op = ddpc_index_op_name(DDPC_IX_EMBEDDING_BAG_BACKWARD);
     bag_job_ j = {.dtype = gweight->dtype, .dst = gweight->data, .src = g->data};
     if (gweight->readonly) return DDPC_ERROR(DDPC_ERR_ARG, "%s: the output is read-only", op);
     if (gweight->ndim != 2)
         return DDPC_ERROR(DDPC_ERR_ARG, "%s: the table's gradient must be 2-d, got %d dims", op, gweight->ndim);
     CHECK(ddpc_check_float_like(gweight, gweight, op, "the table's gradient"));
     CHECK(ddpc_check_float_like(g, gweight, op, "the output gradient"));
-    CHECK(bags_(bags, gweight, gweight->shape[0], gweight->shape[1], op, &j.b));
+    CHECK(bags_(bags, gweight, gweight->shape[0], gweight->shape[1], DDPC_IX_EMBEDDING_BAG_BACKWARD, &j.b));
     CHECK(check_shape_(g, j.b.bags, j.b.d, op, "the output gradient"));
     if ((bags->mode == DDPC_BAG_MAX) != (argmax != NULL))
         return DDPC_ERROR(DDPC_ERR_ARG, "%s: argmax is taken with mode max and only then", op);
@@ -222,13 +221,14 @@ ddpc_status ddpc_op_embedding_bag_backward(ddpc_buffer *gweight, const ddpc_buff
         if (argmax->device == DDPC_CPU)
             for (int64_t k = 0; k < argmax->numel; k++)
                 if (j.argmax_in[k] < -1 || j.argmax_in[k] >= j.b.rows)
-                    return DDPC_ERROR(DDPC_ERR_INDEX, "%s: argmax %lld is out of range for %lld rows", op,
-                                      (long long)j.argmax_in[k], (long long)j.b.rows);
+                    return DDPC_INDEX_ERROR(.op = DDPC_IX_EMBEDDING_BAG_BACKWARD, .kind = DDPC_INDEX_BAD_ARGMAX,
+                                            .index = j.argmax_in[k], .bound = j.b.rows);
     }
     if (gweight->numel == 0) return DDPC_OK;
     if (gweight->device != DDPC_CPU)
-        DDPC_LAUNCH(gweight->device,
-                    ddpc_k_embedding_bag_backward(gweight->data, g->data, j.argmax_in, gweight->dtype, j.b, stream));
+        DDPC_LAUNCH_INDEXED(gweight->device, DDPC_IX_EMBEDDING_BAG_BACKWARD,
+                            ddpc_k_embedding_bag_backward(gweight->data, g->data, j.argmax_in, gweight->dtype, j.b,
+                                                          index_check, stream));
     int64_t blocks = (j.b.d + BAG_COLUMNS - 1) / BAG_COLUMNS;
     ddpc_parallel_for(blocks, grain_(BAG_COLUMNS * (j.b.n + j.b.rows)), bag_backward_range_, &j);
     return DDPC_OK;
@@ -236,22 +236,23 @@ ddpc_status ddpc_op_embedding_bag_backward(ddpc_buffer *gweight, const ddpc_buff
 
 ddpc_status ddpc_op_embedding_bag_weights_backward(ddpc_buffer *gweights, const ddpc_buffer *g,
                                                    const ddpc_buffer *weight, const ddpc_bags *bags) {
-    const char *op = "embedding_bag per-sample weights backward";
+    const char *op = ddpc_index_op_name(DDPC_IX_EMBEDDING_BAG_WEIGHTS_BACKWARD);
     bag_job_ j = {.dtype = weight->dtype, .dst = gweights->data, .src = g->data, .table = weight->data};
     if (gweights->readonly) return DDPC_ERROR(DDPC_ERR_ARG, "%s: the output is read-only", op);
     if (weight->ndim != 2) return DDPC_ERROR(DDPC_ERR_ARG, "%s: the table must be 2-d, got %d dims", op, weight->ndim);
     CHECK(ddpc_check_float_like(weight, weight, op, "the table"));
     CHECK(ddpc_check_float_like(g, weight, op, "the output gradient"));
     CHECK(ddpc_check_float_like(gweights, weight, op, "the weights' gradient"));
-    CHECK(bags_(bags, weight, weight->shape[0], weight->shape[1], op, &j.b));
+    CHECK(bags_(bags, weight, weight->shape[0], weight->shape[1], DDPC_IX_EMBEDDING_BAG_WEIGHTS_BACKWARD, &j.b));
     CHECK(check_shape_(g, j.b.bags, j.b.d, op, "the output gradient"));
     if (gweights->numel != j.b.n)
         return DDPC_ERROR(DDPC_ERR_ARG, "%s: %lld weight gradients for %lld indices", op, (long long)gweights->numel,
                           (long long)j.b.n);
     if (j.b.n == 0) return DDPC_OK;
     if (gweights->device != DDPC_CPU)
-        DDPC_LAUNCH(gweights->device, ddpc_k_embedding_bag_weights_backward(gweights->data, g->data, weight->data,
-                                                                            weight->dtype, j.b, stream));
+        DDPC_LAUNCH_INDEXED(gweights->device, DDPC_IX_EMBEDDING_BAG_WEIGHTS_BACKWARD,
+                            ddpc_k_embedding_bag_weights_backward(gweights->data, g->data, weight->data, weight->dtype,
+                                                                  j.b, index_check, stream));
     memset(gweights->data, 0, (size_t)j.b.n * ddpc_dtype_size(gweights->dtype));
     ddpc_parallel_for(j.b.bags, grain_(j.b.d * (j.b.n / (j.b.bags + 1) + 1)), bag_weights_backward_range_, &j);
     return DDPC_OK;

@@ -720,7 +720,7 @@ ddpc_status ddpc_op_extreme_dim(ddpc_buffer *values, ddpc_buffer *indices, const
 }
 
 ddpc_status ddpc_op_put_dim(ddpc_buffer *out, const ddpc_buffer *g, const ddpc_buffer *indices, int dim) {
-    const char *op = "gradient of max/min along a dim";
+    const char *op = ddpc_index_op_name(DDPC_IX_PUT_DIM);
     int64_t outer = 0, len = 0, inner = 0;
     CHECK(check_out_(out, op));
     CHECK(ddpc_dim_split(out, dim, op, &outer, &len, &inner));
@@ -730,13 +730,11 @@ ddpc_status ddpc_op_put_dim(ddpc_buffer *out, const ddpc_buffer *g, const ddpc_b
                           (long long)(outer * inner));
     if (out->numel == 0) return DDPC_OK;
     if (out->device != DDPC_CPU)
-        DDPC_LAUNCH(out->device, ddpc_k_put_dim(out->data, g->data, indices->data, out->dtype, outer, len, inner,
-                                                stream));
+        DDPC_LAUNCH_INDEXED(out->device, DDPC_IX_PUT_DIM, ddpc_k_put_dim(out->data, g->data, indices->data, out->dtype,
+                                                                         outer, len, inner, index_check, stream));
     const int64_t *ix = indices->data;
     for (int64_t k = 0; k < outer * inner; k++)
-        if (ix[k] < 0 || ix[k] >= len)
-            return DDPC_ERROR(DDPC_ERR_INDEX, "%s: index %lld is out of range for a dim of %lld", op, (long long)ix[k],
-                              (long long)len);
+        if (ix[k] < 0 || ix[k] >= len) return DDPC_INDEX_ERROR(.op = DDPC_IX_PUT_DIM, .index = ix[k], .bound = len);
     memset(out->data, 0, ddpc_buffer_nbytes(out));
     DDPC_FLOAT_TYPES(out->dtype, {
         T *o = out->data;
@@ -749,8 +747,9 @@ ddpc_status ddpc_op_put_dim(ddpc_buffer *out, const ddpc_buffer *g, const ddpc_b
 /* ---- embedding rows and layer normalisation --------------------------------------- */
 
 /* table [N, D], idx [K], rows [K, D]: the shapes index_rows and its gradient share. */
-static ddpc_status rows_args_(const ddpc_buffer *rows, const ddpc_buffer *table, const ddpc_buffer *idx, const char *op,
-                              int64_t *n, int64_t *d) {
+static ddpc_status rows_args_(const ddpc_buffer *rows, const ddpc_buffer *table, const ddpc_buffer *idx,
+                              ddpc_index_op code, int64_t *n, int64_t *d) {
+    const char *op = ddpc_index_op_name(code);
     if (table->ndim != 2) return DDPC_ERROR(DDPC_ERR_ARG, "%s: the table must be 2-d, got %d dims", op, table->ndim);
     *n = table->shape[0], *d = table->shape[1];
     if (idx->dtype != DDPC_INT64 || idx->device != table->device)
@@ -759,24 +758,23 @@ static ddpc_status rows_args_(const ddpc_buffer *rows, const ddpc_buffer *table,
     if (idx->device == DDPC_CPU) {
         const int64_t *ix = idx->data;
         for (int64_t k = 0; k < idx->numel; k++)
-            if (ix[k] < 0 || ix[k] >= *n)
-                return DDPC_ERROR(DDPC_ERR_INDEX, "%s: index %lld is out of range for %lld rows", op, (long long)ix[k],
-                                  (long long)*n);
+            if (ix[k] < 0 || ix[k] >= *n) return DDPC_INDEX_ERROR(.op = code, .index = ix[k], .bound = *n);
     }
     return DDPC_OK;
 }
 
 /* rows = table[idx], or table[idx] = rows when `put` (const: the buffers'
  * memory is written, not their descriptions). */
-static ddpc_status move_rows_(const ddpc_buffer *rows, const ddpc_buffer *table, const ddpc_buffer *idx, int put,
-                              const char *op) {
+static ddpc_status move_rows_(const ddpc_buffer *rows, const ddpc_buffer *table, const ddpc_buffer *idx, int put) {
+    ddpc_index_op code = put ? DDPC_IX_PUT_ROWS : DDPC_IX_INDEX_ROWS;
     int64_t n = 0, d = 0;
-    CHECK(check_writable_(put ? table : rows, op));
-    CHECK(rows_args_(rows, table, idx, op, &n, &d));
+    CHECK(check_writable_(put ? table : rows, ddpc_index_op_name(code)));
+    CHECK(rows_args_(rows, table, idx, code, &n, &d));
     if (rows->numel == 0) return DDPC_OK;
     size_t row = (size_t)d * ddpc_dtype_size(rows->dtype);
     if (rows->device != DDPC_CPU)
-        DDPC_LAUNCH(rows->device, ddpc_k_move_rows(rows->data, table->data, idx->data, idx->numel, row, put, stream));
+        DDPC_LAUNCH_INDEXED(rows->device, code, ddpc_k_move_rows(rows->data, table->data, idx->data, idx->numel, n, row,
+                                                                 put, index_check, stream));
     const int64_t *ix = idx->data;
     char *r = rows->data, *t = table->data;
     for (int64_t k = 0; k < idx->numel; k++) {
@@ -787,21 +785,22 @@ static ddpc_status move_rows_(const ddpc_buffer *rows, const ddpc_buffer *table,
 }
 
 ddpc_status ddpc_op_index_rows(ddpc_buffer *out, const ddpc_buffer *table, const ddpc_buffer *idx) {
-    return move_rows_(out, table, idx, 0, "index rows");
+    return move_rows_(out, table, idx, 0);
 }
 
 ddpc_status ddpc_op_put_rows(ddpc_buffer *table, const ddpc_buffer *rows, const ddpc_buffer *idx) {
-    return move_rows_(rows, table, idx, 1, "put rows");
+    return move_rows_(rows, table, idx, 1);
 }
 
 ddpc_status ddpc_op_index_add_rows(ddpc_buffer *gtable, const ddpc_buffer *g, const ddpc_buffer *idx) {
     int64_t n = 0, d = 0;
-    CHECK(check_out_(gtable, "embedding gradient"));
-    CHECK(rows_args_(g, gtable, idx, "embedding gradient", &n, &d));
+    CHECK(check_out_(gtable, ddpc_index_op_name(DDPC_IX_INDEX_ADD_ROWS)));
+    CHECK(rows_args_(g, gtable, idx, DDPC_IX_INDEX_ADD_ROWS, &n, &d));
     if (g->numel == 0) return DDPC_OK;
     if (gtable->device != DDPC_CPU)
-        DDPC_LAUNCH(gtable->device, ddpc_k_index_add_rows(gtable->data, g->data, idx->data, gtable->dtype, idx->numel,
-                                                          d, stream));
+        DDPC_LAUNCH_INDEXED(gtable->device, DDPC_IX_INDEX_ADD_ROWS,
+                            ddpc_k_index_add_rows(gtable->data, g->data, idx->data, gtable->dtype, idx->numel, n, d,
+                                                  index_check, stream));
     const int64_t *ix = idx->data;
     DDPC_FLOAT_TYPES(gtable->dtype, {
         T *gt = gtable->data;
@@ -1077,8 +1076,7 @@ static ddpc_status check_ce_(const ddpc_buffer *logits, const ddpc_buffer *targe
 static ddpc_status check_targets_(const int64_t *t, int64_t rows, int64_t C, int64_t ignore_index) {
     for (int64_t i = 0; i < rows; i++)
         if (t[i] != ignore_index && (t[i] < 0 || t[i] >= C))
-            return DDPC_ERROR(DDPC_ERR_INDEX, "cross entropy: target %lld of row %lld is not a class in [0, %lld)",
-                              (long long)t[i], (long long)i, (long long)C);
+            return DDPC_INDEX_ERROR(.op = DDPC_IX_CROSS_ENTROPY, .index = t[i], .bound = C, .at = i);
     return DDPC_OK;
 }
 
@@ -1119,6 +1117,8 @@ static ddpc_status ce_cuda_(ddpc_buffer *out, ddpc_buffer *grad, const ddpc_buff
                     .weight = weight ? weight->data : NULL, .rows = N, .classes = C,
                     .ignore_index = args->ignore_index, .smoothing = args->label_smoothing,
                     .reduction = args->reduction, .log_probs = args->log_probs, .dtype = logits->dtype};
+    CHECKGOTO(ddpc_cuda_check_index_errors(device, DDPC_AT_LAUNCH), st, exit);
+    CHECKGOTO(ddpc_cuda_index_check(device, DDPC_IX_CROSS_ENTROPY, &ce.check), st, exit);
     CHECKGOTO(ddpc_cuda_compute_stream(device, &stream), st, exit);
     CHECKGOTO(ddpc_cuda_enter(device, &prev), st, exit);
     if (grad)

@@ -35,7 +35,7 @@ static void search_range_(void *ctx, int64_t lo, int64_t hi) {
 
 ddpc_status ddpc_op_searchsorted(ddpc_buffer *out, const ddpc_buffer *sorted, const ddpc_buffer *values,
                                  const ddpc_buffer *sorter, int right) {
-    const char *op = "searchsorted";
+    const char *op = ddpc_index_op_name(DDPC_IX_SEARCHSORTED);
     if (out->readonly) return DDPC_ERROR(DDPC_ERR_ARG, "%s: the output is read-only", op);
     if ((out->dtype != DDPC_INT64 && out->dtype != DDPC_INT32) || out->numel != values->numel)
         return DDPC_ERROR(DDPC_ERR_ARG, "%s: the output must be int64 or int32 with the values' size", op);
@@ -64,9 +64,7 @@ ddpc_status ddpc_op_searchsorted(ddpc_buffer *out, const ddpc_buffer *sorted, co
         if (sorter->device == DDPC_CPU)
             for (int64_t k = 0; k < sorter->numel; k++) {
                 int64_t at = ((const int64_t *)sorter->data)[k];
-                if (at < 0 || at >= len)
-                    return DDPC_ERROR(DDPC_ERR_INDEX, "%s: sorter index %lld is out of range for lines of %lld", op,
-                                      (long long)at, (long long)len);
+                if (at < 0 || at >= len) return DDPC_INDEX_ERROR(.op = DDPC_IX_SEARCHSORTED, .index = at, .bound = len);
             }
     }
     if (values->numel == 0) return DDPC_OK;
@@ -75,9 +73,9 @@ ddpc_status ddpc_op_searchsorted(ddpc_buffer *out, const ddpc_buffer *sorted, co
                        .sorted = sorted->data, .values = values->data, .sorter = sorter ? sorter->data : NULL,
                        .per_line = per_line, .len = len};
     if (out->device != DDPC_CPU)
-        DDPC_LAUNCH(out->device, ddpc_k_searchsorted(job.out, job.out_int32, job.sorted, job.sorter, job.values,
-                                                     job.dtype, values->numel, per_line, len, shared, right,
-                                                     stream));
+        DDPC_LAUNCH_INDEXED(out->device, DDPC_IX_SEARCHSORTED,
+                            ddpc_k_searchsorted(job.out, job.out_int32, job.sorted, job.sorter, job.values, job.dtype,
+                                                values->numel, per_line, len, shared, right, index_check, stream));
     ddpc_parallel_for(values->numel, SEARCH_GRAIN, search_range_, &job);
     return DDPC_OK;
 }

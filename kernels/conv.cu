@@ -3,6 +3,7 @@
 // window geometry of window.h, which the host loops in csrc/ops_conv.c share.
 #include <math.h>
 
+#include "index_check.cuh"
 #include "kernels.h"
 #include "nn_common.cuh"
 
@@ -83,13 +84,14 @@ __global__ void max_pool_kernel(T *out, int64_t *indices, const T *x, int64_t pl
     }
 }
 
-// One thread per output gradient, added at its index (windows may overlap).
+// One thread per output gradient, added at its index (windows may overlap);
+// index -1 (a window with no element) adds nothing.
 template <typename T>
 __global__ void max_pool_backward_kernel(T *gx, const T *g, const int64_t *indices, int64_t planes, int64_t in_plane,
-                                         int64_t out_plane) {
+                                         int64_t out_plane, ddpc_k_index_check check) {
     GRID_STRIDE(i, planes * out_plane) {
         int64_t at = indices[i];
-        if (at >= 0 && at < in_plane) atomicAdd(&gx[(i / out_plane) * in_plane + at], g[i]);
+        if (at != -1 && index_in_range(check, at, in_plane)) atomicAdd(&gx[(i / out_plane) * in_plane + at], g[i]);
     }
 }
 
@@ -148,13 +150,13 @@ extern "C" int ddpc_k_max_pool(void *out, int64_t *indices, const void *x, int d
 }
 
 extern "C" int ddpc_k_max_pool_backward(void *gx, const void *g, const int64_t *indices, int dtype, int64_t planes,
-                                        int64_t in_plane, int64_t out_plane, void *stream) {
+                                        int64_t in_plane, int64_t out_plane, ddpc_k_index_check check, void *stream) {
     cudaStream_t s = (cudaStream_t)stream;
     int rc = ddpc_k_fill(gx, dtype, planes * in_plane, 0.0, stream);
     if (rc) return rc;
     if (out_plane == 0) return 0;
     FLOAT_DISPATCH(dtype, max_pool_backward_kernel<T><<<grid_for(planes * out_plane, 256), 256, 0, s>>>(
-                              (T *)gx, (const T *)g, indices, planes, in_plane, out_plane))
+                              (T *)gx, (const T *)g, indices, planes, in_plane, out_plane, check))
     return (int)cudaGetLastError();
 }
 

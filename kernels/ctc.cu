@@ -6,11 +6,14 @@
 // row to -inf, one thread adds alpha * beta of each extended label into its
 // class (labels repeat, so this is serial and short), and the threads turn
 // the row into the gradient. float32 and float64 log-probabilities; the
-// recursions run in double.
+// recursions run in double. Each block first checks its sample's labels: a
+// sample with a label the host op refuses gets NaN and reads nothing
+// through that label.
 #include <math.h>
 
 #include "ctc_rules.h"
 #include "dispatch.cuh"
+#include "index_check.cuh"
 #include "kernels.h"
 
 namespace {
@@ -21,14 +24,34 @@ template <typename T> struct CtcArgs {
     const T *lp;
     const int64_t *targets, *offsets, *tlen, *ilen;
     int64_t T_, N, C, S_max, blank;
+    ddpc_k_index_check check;
 
     __device__ double emit(int64_t t, int64_t n, const int64_t *target, int64_t s) const {
         return (double)lp[(t * N + n) * C + ddpc_ctc_label(target, s, blank)];
+    }
+
+    // Whether sample n's labels are all classes other than the blank, as the
+    // host op requires; one that is not is reported. Every thread of the
+    // block calls it: it synchronises them.
+    __device__ bool labels_ok(int64_t n) const {
+        const int64_t *target = targets + offsets[n];
+        int bad = 0;
+        for (int64_t j = threadIdx.x; j < tlen[n]; j += blockDim.x) {
+            int64_t label = target[j];
+            if ((uint64_t)label < (uint64_t)C && label != blank) continue;
+            record_index_error(check, DDPC_INDEX_BAD_INDEX, label, C, n, blank);
+            bad = 1;
+        }
+        return !__syncthreads_or(bad);
     }
 };
 
 template <typename T> __global__ void ctc_forward_kernel(T *nll, double *alpha_all, CtcArgs<T> a) {
     const int64_t n = blockIdx.x, S = 2 * a.tlen[n] + 1, Tn = a.ilen[n];
+    if (!a.labels_ok(n)) {
+        if (threadIdx.x == 0) nll[n] = (T)NAN;
+        return;
+    }
     const int64_t *target = a.targets + a.offsets[n];
     double *alpha = alpha_all + n * a.T_ * a.S_max;
     if (Tn == 0) {
@@ -47,6 +70,7 @@ template <typename T> __global__ void ctc_forward_kernel(T *nll, double *alpha_a
 
 template <typename T> __global__ void ctc_beta_kernel(double *beta_all, CtcArgs<T> a) {
     const int64_t n = blockIdx.x, S = 2 * a.tlen[n] + 1, Tn = a.ilen[n];
+    if (!a.labels_ok(n)) return;
     const int64_t *target = a.targets + a.offsets[n];
     double *beta = beta_all + n * a.T_ * a.S_max;
     if (Tn == 0) return;
@@ -69,6 +93,10 @@ __global__ void ctc_grad_kernel(T *grad, const double *alpha_all, const double *
     const int64_t *target = a.targets + a.offsets[n];
     T *row = grad + (t * a.N + n) * a.C;
     const double loss = (double)nll[n], scale = (double)g[n];
+    if (!a.labels_ok(n)) {
+        for (int64_t c = threadIdx.x; c < a.C; c += blockDim.x) row[c] = (T)NAN;
+        return;
+    }
     if (t >= a.ilen[n] || scale == 0 || (zero_infinity && isinf(loss))) {
         for (int64_t c = threadIdx.x; c < a.C; c += blockDim.x) row[c] = (T)0;
         return;
@@ -90,8 +118,9 @@ __global__ void ctc_grad_kernel(T *grad, const double *alpha_all, const double *
 
 template <typename T>
 CtcArgs<T> args_of(const void *lp, const int64_t *targets, const int64_t *offsets, const int64_t *tlen,
-                   const int64_t *ilen, int64_t T_, int64_t N, int64_t C, int64_t S_max, int64_t blank) {
-    return CtcArgs<T>{(const T *)lp, targets, offsets, tlen, ilen, T_, N, C, S_max, blank};
+                   const int64_t *ilen, int64_t T_, int64_t N, int64_t C, int64_t S_max, int64_t blank,
+                   ddpc_k_index_check check) {
+    return CtcArgs<T>{(const T *)lp, targets, offsets, tlen, ilen, T_, N, C, S_max, blank, check};
 }
 
 unsigned threads_for(int64_t S_max) { return (unsigned)(S_max < kThreads ? ((S_max + 31) / 32) * 32 : kThreads); }
@@ -100,34 +129,36 @@ unsigned threads_for(int64_t S_max) { return (unsigned)(S_max < kThreads ? ((S_m
 
 extern "C" int ddpc_k_ctc_forward(void *nll, void *log_alpha, const void *log_probs, int dtype, const int64_t *targets,
                                   const int64_t *offsets, const int64_t *target_lengths, const int64_t *input_lengths,
-                                  int64_t T_, int64_t N, int64_t C, int64_t S_max, int64_t blank, void *stream) {
+                                  int64_t T_, int64_t N, int64_t C, int64_t S_max, int64_t blank,
+                                  ddpc_k_index_check check, void *stream) {
     cudaStream_t s = (cudaStream_t)stream;
     if (dtype == K_F32)
         ctc_forward_kernel<float><<<(unsigned)N, threads_for(S_max), 0, s>>>(
             (float *)nll, (double *)log_alpha,
-            args_of<float>(log_probs, targets, offsets, target_lengths, input_lengths, T_, N, C, S_max, blank));
+            args_of<float>(log_probs, targets, offsets, target_lengths, input_lengths, T_, N, C, S_max, blank, check));
     else
         ctc_forward_kernel<double><<<(unsigned)N, threads_for(S_max), 0, s>>>(
             (double *)nll, (double *)log_alpha,
-            args_of<double>(log_probs, targets, offsets, target_lengths, input_lengths, T_, N, C, S_max, blank));
+            args_of<double>(log_probs, targets, offsets, target_lengths, input_lengths, T_, N, C, S_max, blank, check));
     return (int)cudaGetLastError();
 }
 
 extern "C" int ddpc_k_ctc_backward(void *grad, void *log_beta, const void *g, const void *nll, const void *log_alpha,
                                    const void *log_probs, int dtype, const int64_t *targets, const int64_t *offsets,
                                    const int64_t *target_lengths, const int64_t *input_lengths, int64_t T_, int64_t N,
-                                   int64_t C, int64_t S_max, int64_t blank, int zero_infinity, void *stream) {
+                                   int64_t C, int64_t S_max, int64_t blank, int zero_infinity,
+                                   ddpc_k_index_check check, void *stream) {
     cudaStream_t s = (cudaStream_t)stream;
     if (dtype == K_F32) {
         CtcArgs<float> a = args_of<float>(log_probs, targets, offsets, target_lengths, input_lengths, T_, N, C, S_max,
-                                          blank);
+                                          blank, check);
         ctc_beta_kernel<float><<<(unsigned)N, threads_for(S_max), 0, s>>>((double *)log_beta, a);
         ctc_grad_kernel<float><<<(unsigned)(T_ * N), kThreads, 0, s>>>(
             (float *)grad, (const double *)log_alpha, (const double *)log_beta, (const float *)g, (const float *)nll,
             zero_infinity, a);
     } else {
         CtcArgs<double> a = args_of<double>(log_probs, targets, offsets, target_lengths, input_lengths, T_, N, C,
-                                            S_max, blank);
+                                            S_max, blank, check);
         ctc_beta_kernel<double><<<(unsigned)N, threads_for(S_max), 0, s>>>((double *)log_beta, a);
         ctc_grad_kernel<double><<<(unsigned)(T_ * N), kThreads, 0, s>>>(
             (double *)grad, (const double *)log_alpha, (const double *)log_beta, (const double *)g,

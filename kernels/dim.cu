@@ -4,6 +4,7 @@
 // The formulas match the host loops in csrc/ops_dim.c.
 #include <type_traits>
 
+#include "index_check.cuh"
 #include "kernels.h"
 #include "nn_common.cuh"
 #include "scalar_ops.h"
@@ -54,10 +55,10 @@ __device__ __forceinline__ void index_offsets(int64_t k, const ddpc_k_bcast &geo
 
 template <typename T>
 __global__ void index_dim_kernel(T *big, T *small, const int64_t *index, int64_t n, ddpc_k_bcast geo, int dim,
-                                 int64_t len, int mode) {
+                                 int64_t len, int mode, ddpc_k_index_check check) {
     GRID_STRIDE(k, n) {
         int64_t at = index[k];
-        if (at < 0 || at >= len) continue;
+        if (!index_in_range(check, at, len, dim)) continue;
         int64_t ob, os;
         index_offsets(k, geo, dim, at, &ob, &os);
         if (mode == DDPC_K_GATHER) small[os] = big[ob];
@@ -67,10 +68,10 @@ __global__ void index_dim_kernel(T *big, T *small, const int64_t *index, int64_t
 
 template <typename T>
 __global__ void index_add_dim_kernel(T *big, const T *small, const int64_t *index, int64_t n, ddpc_k_bcast geo,
-                                     int dim, int64_t len) {
+                                     int dim, int64_t len, ddpc_k_index_check check) {
     GRID_STRIDE(k, n) {
         int64_t at = index[k];
-        if (at < 0 || at >= len) continue;
+        if (!index_in_range(check, at, len, dim)) continue;
         int64_t ob, os;
         index_offsets(k, geo, dim, at, &ob, &os);
         atomic_add(&big[ob], small[os]);
@@ -113,11 +114,11 @@ template <> struct Wrapping<int64_t> { typedef unsigned long long type; };
 
 template <typename T>
 __global__ void scatter_reduce_dim_kernel(T *big, const T *small, const int64_t *index, int64_t n, ddpc_k_bcast geo,
-                                          int dim, int64_t len, int op) {
+                                          int dim, int64_t len, int op, ddpc_k_index_check check) {
     typedef typename Wrapping<T>::type U;
     GRID_STRIDE(k, n) {
         int64_t at = index[k];
-        if (at < 0 || at >= len) continue;
+        if (!index_in_range(check, at, len, dim)) continue;
         int64_t ob, os;
         index_offsets(k, geo, dim, at, &ob, &os);
         if (op == 0) atomic_combine((U *)&big[ob], (U)small[os], 0);
@@ -151,17 +152,17 @@ extern "C" int ddpc_k_fold_dim(void *out, const void *a, int dtype, int64_t oute
 }
 
 extern "C" int ddpc_k_index_dim(void *big, void *small, const int64_t *index, int dtype, int64_t n, ddpc_k_bcast geo,
-                                int dim, int64_t len, int mode, void *stream) {
+                                int dim, int64_t len, int mode, ddpc_k_index_check check, void *stream) {
     cudaStream_t s = (cudaStream_t)stream;
     unsigned grid = grid_for(n, 256);
     if (mode == DDPC_K_SCATTER_ADD) {
         switch (dtype) {
         case K_F32: index_add_dim_kernel<float><<<grid, 256, 0, s>>>((float *)big, (const float *)small, index, n, geo,
-                                                                      dim, len); break;
+                                                                      dim, len, check); break;
         case K_F64: index_add_dim_kernel<double><<<grid, 256, 0, s>>>((double *)big, (const double *)small, index, n,
-                                                                       geo, dim, len); break;
+                                                                       geo, dim, len, check); break;
         case K_I64: index_add_dim_kernel<int64_t><<<grid, 256, 0, s>>>((int64_t *)big, (const int64_t *)small, index,
-                                                                        n, geo, dim, len); break;
+                                                                        n, geo, dim, len, check); break;
         default: return (int)cudaErrorInvalidValue;
         }
         return (int)cudaGetLastError();
@@ -170,33 +171,34 @@ extern "C" int ddpc_k_index_dim(void *big, void *small, const int64_t *index, in
     switch (dtype) {
     case K_U8: case K_BOOL:
         index_dim_kernel<uint8_t><<<grid, 256, 0, s>>>((uint8_t *)big, (uint8_t *)small, index, n, geo, dim, len,
-                                                       mode); break;
+                                                       mode, check); break;
     case K_F16: case K_BF16:
         index_dim_kernel<uint16_t><<<grid, 256, 0, s>>>((uint16_t *)big, (uint16_t *)small, index, n, geo, dim, len,
-                                                        mode); break;
+                                                        mode, check); break;
     case K_F32: case K_I32:
         index_dim_kernel<uint32_t><<<grid, 256, 0, s>>>((uint32_t *)big, (uint32_t *)small, index, n, geo, dim, len,
-                                                        mode); break;
+                                                        mode, check); break;
     default:
         index_dim_kernel<uint64_t><<<grid, 256, 0, s>>>((uint64_t *)big, (uint64_t *)small, index, n, geo, dim, len,
-                                                        mode); break;
+                                                        mode, check); break;
     }
     return (int)cudaGetLastError();
 }
 
 extern "C" int ddpc_k_scatter_reduce_dim(void *big, const void *small, const int64_t *index, int dtype, int64_t n,
-                                         ddpc_k_bcast geo, int dim, int64_t len, int op, void *stream) {
+                                         ddpc_k_bcast geo, int dim, int64_t len, int op, ddpc_k_index_check check,
+                                         void *stream) {
     cudaStream_t s = (cudaStream_t)stream;
     unsigned grid = grid_for(n, 256);
     switch (dtype) {
     case K_F32: scatter_reduce_dim_kernel<float><<<grid, 256, 0, s>>>((float *)big, (const float *)small, index, n,
-                                                                       geo, dim, len, op); break;
+                                                                       geo, dim, len, op, check); break;
     case K_F64: scatter_reduce_dim_kernel<double><<<grid, 256, 0, s>>>((double *)big, (const double *)small, index,
-                                                                        n, geo, dim, len, op); break;
+                                                                        n, geo, dim, len, op, check); break;
     case K_I32: scatter_reduce_dim_kernel<int32_t><<<grid, 256, 0, s>>>((int32_t *)big, (const int32_t *)small,
-                                                                         index, n, geo, dim, len, op); break;
+                                                                         index, n, geo, dim, len, op, check); break;
     case K_I64: scatter_reduce_dim_kernel<int64_t><<<grid, 256, 0, s>>>((int64_t *)big, (const int64_t *)small,
-                                                                         index, n, geo, dim, len, op); break;
+                                                                         index, n, geo, dim, len, op, check); break;
     default: return (int)cudaErrorInvalidValue;
     }
     return (int)cudaGetLastError();

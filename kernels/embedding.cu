@@ -1,6 +1,7 @@
 // Embedding bag kernels (float32 and float64): the bags' sums, means and
 // maxima, the table's gradient and the per-sample weights' gradient, with the
 // rules of the host loops in csrc/ops_embedding.c.
+#include "index_check.cuh"
 #include "kernels.h"
 #include "nn_common.cuh"
 
@@ -14,13 +15,31 @@ __device__ inline void bag_range(const ddpc_k_bags &b, int64_t bag, int64_t *lo,
     *hi = z < *lo ? *lo : (z > b.n ? b.n : z);
 }
 
+// Whether row r counts in its bag: not the padding, and within the table
+// (check_bags reports the indices outside it).
 __device__ inline bool counts(const ddpc_k_bags &b, int64_t r) {
     return r != b.padding_idx && r >= 0 && r < b.rows;
 }
 
+// Reports what the host op refuses: an index outside the table, offsets
+// that do not start at 0, decrease, or end past the indices. The threads of
+// the grid share the work, each index and each bag's offsets looked at once
+// (the launches have a thread per index where they can: blocks_for).
+__device__ void check_bags(const ddpc_k_bags &b, ddpc_k_index_check check) {
+    GRID_STRIDE(i, b.n) index_in_range(check, b.indices[i], b.rows);
+    GRID_STRIDE(bag, b.bags) {
+        int64_t a = b.offsets[bag], z = b.offsets[bag + 1];
+        if (bag == 0 && a != 0) record_index_error(check, DDPC_INDEX_BAD_FIRST_OFFSET, a, 0, 0, 0);
+        if (z < a) record_index_error(check, DDPC_INDEX_BAD_OFFSET_ORDER, z, 0, bag + 1, a);
+        if (bag == b.bags - 1 && z > b.n) record_index_error(check, DDPC_INDEX_BAD_LAST_OFFSET, z, b.n, bag + 1, 0);
+    }
+}
+
 // One thread per output element (bag, k).
-template <typename T> __global__ void bag_kernel(T *out, int64_t *argmax, const T *w, ddpc_k_bags b) {
+template <typename T>
+__global__ void bag_kernel(T *out, int64_t *argmax, const T *w, ddpc_k_bags b, ddpc_k_index_check check) {
     const T *scale = (const T *)b.weights;
+    check_bags(b, check);
     GRID_STRIDE(t, b.bags * b.d) {
         int64_t bag = t / b.d, k = t % b.d, lo, hi, count = 0, at = -1;
         bag_range(b, bag, &lo, &hi);
@@ -43,13 +62,17 @@ template <typename T> __global__ void bag_kernel(T *out, int64_t *argmax, const 
 }
 
 // One thread per output gradient element (bag, k), added to the rows of its bag (bags share rows: atomics).
-template <typename T> __global__ void bag_backward_kernel(T *gw, const T *g, const int64_t *argmax, ddpc_k_bags b) {
+template <typename T>
+__global__ void bag_backward_kernel(T *gw, const T *g, const int64_t *argmax, ddpc_k_bags b,
+                                    ddpc_k_index_check check) {
     const T *scale = (const T *)b.weights;
+    check_bags(b, check);
     GRID_STRIDE(t, b.bags * b.d) {
         int64_t bag = t / b.d, k = t % b.d, lo, hi;
-        if (b.mode == DDPC_BAG_MAX) {
+        if (b.mode == DDPC_BAG_MAX) {  // argmax -1: an empty bag, whose maximum came from no row
             int64_t r = argmax[t];
-            if (r >= 0 && r < b.rows) atomicAdd(&gw[r * b.d + k], g[t]);
+            if ((uint64_t)r < (uint64_t)b.rows) atomicAdd(&gw[r * b.d + k], g[t]);
+            else if (r != -1) record_index_error(check, DDPC_INDEX_BAD_ARGMAX, r, b.rows, 0, 0);
             continue;
         }
         bag_range(b, bag, &lo, &hi);
@@ -64,7 +87,9 @@ template <typename T> __global__ void bag_backward_kernel(T *gw, const T *g, con
 }
 
 // One thread per entry: its bag found by binary search over the offsets, then a dot product.
-template <typename T> __global__ void bag_weights_backward_kernel(T *gs, const T *g, const T *w, ddpc_k_bags b) {
+template <typename T>
+__global__ void bag_weights_backward_kernel(T *gs, const T *g, const T *w, ddpc_k_bags b, ddpc_k_index_check check) {
+    check_bags(b, check);
     GRID_STRIDE(i, b.n) {
         int64_t lo = 0, hi = b.bags;  // the last bag whose start is <= i
         while (lo < hi) {
@@ -81,32 +106,37 @@ template <typename T> __global__ void bag_weights_backward_kernel(T *gs, const T
     }
 }
 
+// The blocks of a launch over `total` units: a thread per unit, and at
+// least one per index, for check_bags.
+unsigned blocks_for(const ddpc_k_bags &b, int64_t total) { return grid_for(total > b.n ? total : b.n, 256); }
+
 }  // namespace
 
 extern "C" int ddpc_k_embedding_bag(void *out, int64_t *argmax, const void *weight, int dtype, ddpc_k_bags b,
-                                    void *stream) {
+                                    ddpc_k_index_check check, void *stream) {
     cudaStream_t s = (cudaStream_t)stream;
     int64_t total = b.bags * b.d;
-    FLOAT_DISPATCH(dtype, bag_kernel<T><<<grid_for(total, 256), 256, 0, s>>>((T *)out, argmax, (const T *)weight, b))
+    FLOAT_DISPATCH(dtype, bag_kernel<T><<<blocks_for(b, total), 256, 0, s>>>((T *)out, argmax, (const T *)weight, b,
+                                                                              check))
     return (int)cudaGetLastError();
 }
 
 extern "C" int ddpc_k_embedding_bag_backward(void *gweight, const void *g, const int64_t *argmax, int dtype,
-                                             ddpc_k_bags b, void *stream) {
+                                             ddpc_k_bags b, ddpc_k_index_check check, void *stream) {
     cudaStream_t s = (cudaStream_t)stream;
     int rc = ddpc_k_fill(gweight, dtype, b.rows * b.d, 0.0, stream);
     if (rc) return rc;
     int64_t total = b.bags * b.d;
     if (total == 0) return 0;
-    FLOAT_DISPATCH(dtype, bag_backward_kernel<T><<<grid_for(total, 256), 256, 0, s>>>((T *)gweight, (const T *)g,
-                                                                                      argmax, b))
+    FLOAT_DISPATCH(dtype, bag_backward_kernel<T><<<blocks_for(b, total), 256, 0, s>>>((T *)gweight, (const T *)g,
+                                                                                       argmax, b, check))
     return (int)cudaGetLastError();
 }
 
 extern "C" int ddpc_k_embedding_bag_weights_backward(void *gweights, const void *g, const void *weight, int dtype,
-                                                     ddpc_k_bags b, void *stream) {
+                                                     ddpc_k_bags b, ddpc_k_index_check check, void *stream) {
     cudaStream_t s = (cudaStream_t)stream;
     FLOAT_DISPATCH(dtype, bag_weights_backward_kernel<T><<<grid_for(b.n, 256), 256, 0, s>>>(
-                              (T *)gweights, (const T *)g, (const T *)weight, b))
+                              (T *)gweights, (const T *)g, (const T *)weight, b, check))
     return (int)cudaGetLastError();
 }

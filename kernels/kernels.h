@@ -1,7 +1,9 @@
 /* Host-callable launchers of the CUDA kernels in kernels/, declared in
  * plain C so csrc/ compiles with cc. Each returns a cudaError_t as an int
  * (0 on success) so the caller's CUDACHECK records file and line. `stream` is
- * a cudaStream_t. dtype codes are ddpc_dtype values (csrc/dtype.h). */
+ * a cudaStream_t. dtype codes are ddpc_dtype values (csrc/dtype.h). The
+ * kernels that take indices skip each one out of its range and report it
+ * through their `check` (index_check.h); the host ops refuse such indices. */
 #ifndef DDPC_KERNELS_H
 #define DDPC_KERNELS_H
 
@@ -15,6 +17,7 @@
 #endif
 
 #include "grid_sample.h"
+#include "index_check.h"
 #include "window.h"
 
 #ifdef __cplusplus
@@ -102,7 +105,7 @@ static inline DDPC_HD int ddpc_sort_key_is_nan(int dtype, uint64_t key) {
  * search, it compares with < and <=, which are false for a NaN on either
  * side, so a NaN value lands at the end and a NaN in the line counts as
  * smaller than the value. Sorter entries outside [0, len) are clamped (the
- * ops refuse them before launching). */
+ * host op refuses them, the kernel reports them). */
 static inline DDPC_HD int64_t ddpc_search_sorted(const void *line, const int64_t *sorter, int dtype, int width,
                                                  int64_t len, uint64_t value, int right) {
     uint64_t key = ddpc_sort_key(dtype, value);
@@ -183,9 +186,12 @@ int ddpc_k_where(void *out, const void *cond, const void *a, const void *b, int 
 int ddpc_k_sum_dim(void *out, const void *a, int dtype, int64_t outer, int64_t len, int64_t inner, void *stream);
 int ddpc_k_extreme_dim(void *values, void *indices, const void *a, int dtype, int64_t outer, int64_t len,
                        int64_t inner, int want_max, void *stream);
-/* rows[k] = table[idx[k]], or the reverse when `put`. */
-int ddpc_k_move_rows(void *rows, void *table, const void *idx, int64_t k, size_t row_bytes, int put, void *stream);
-int ddpc_k_index_add_rows(void *gtable, const void *g, const void *idx, int dtype, int64_t k, int64_t d, void *stream);
+/* rows[k] = table[idx[k]] for the k indices into the table's n rows, or the
+ * reverse when `put`. */
+int ddpc_k_move_rows(void *rows, void *table, const void *idx, int64_t k, int64_t n, size_t row_bytes, int put,
+                     ddpc_k_index_check check, void *stream);
+int ddpc_k_index_add_rows(void *gtable, const void *g, const void *idx, int dtype, int64_t k, int64_t n, int64_t d,
+                          ddpc_k_index_check check, void *stream);
 int ddpc_k_layer_norm(void *y, void *mean, void *rstd, const void *x, const void *w, const void *b, int dtype,
                       int64_t rows, int64_t d, double eps, void *stream);
 int ddpc_k_layer_norm_backward(void *gx, void *gw, void *gb, const void *gy, const void *x, const void *mean,
@@ -201,7 +207,7 @@ int ddpc_k_gru_cell(void *h, void *gi, const void *gh, const void *h_prev, int d
 int ddpc_k_gru_cell_backward(void *ggi, void *ggh, void *gh_prev, const void *grad, const void *gates, const void *gh,
                              const void *h_prev, int dtype, int64_t n, int64_t H, void *stream);
 int ddpc_k_put_dim(void *out, const void *g, const void *indices, int dtype, int64_t outer, int64_t len,
-                   int64_t inner, void *stream);
+                   int64_t inner, ddpc_k_index_check check, void *stream);
 int ddpc_k_transpose(void *out, const void *a, int dtype, int64_t rows, int64_t cols, void *stream);
 /* dst (sa strides) = src (sb strides) over geo's shape, as words of `size` bytes. */
 int ddpc_k_strided_copy(void *dst, const void *src, int size, int64_t n, ddpc_k_bcast geo, void *stream);
@@ -213,14 +219,14 @@ int ddpc_k_fold_dim(void *out, const void *a, int dtype, int64_t outer, int64_t 
  * those of `small`), with ob the offset in big at index[k] along dim and os
  * the offset in small: GATHER small[os] = big[ob] (any dtype), SCATTER
  * big[ob] = small[os] (any dtype), SCATTER_ADD big[ob] += small[os] (float32,
- * float64, int64). Indices outside [0, len) are skipped. */
+ * float64, int64). */
 enum { DDPC_K_GATHER = 0, DDPC_K_SCATTER, DDPC_K_SCATTER_ADD };
 int ddpc_k_index_dim(void *big, void *small, const int64_t *index, int dtype, int64_t n, ddpc_k_bcast geo, int dim,
-                     int64_t len, int mode, void *stream);
+                     int64_t len, int mode, ddpc_k_index_check check, void *stream);
 /* big[ob] = op(big[ob], small[os]) over index as above, op a ddpc_scatter_reduce_op
  * (csrc/ops_dim.h: 0 product, 1 max, 2 min); float32, float64, int32, int64. */
 int ddpc_k_scatter_reduce_dim(void *big, const void *small, const int64_t *index, int dtype, int64_t n,
-                              ddpc_k_bcast geo, int dim, int64_t len, int op, void *stream);
+                              ddpc_k_bcast geo, int dim, int64_t len, int op, ddpc_k_index_check check, void *stream);
 /* Stable sort along a dim (kernels/sort.cu), every dtype: indices (int64) and,
  * unless NULL, values as ddpc_op_sort_dim describes them. `scratch` is device
  * memory of the size ddpc_k_sort_scratch gives for that many lines. */
@@ -234,7 +240,8 @@ int ddpc_k_sort_dim(int64_t *indices, void *values, const void *a, int dtype, in
  * cum_extreme: running max (min) along a dim with its index, as
  * ddpc_cum_extreme_takes decides. */
 int ddpc_k_searchsorted(void *out, int out_int32, const void *sorted, const int64_t *sorter, const void *values,
-                        int dtype, int64_t n, int64_t per_line, int64_t len, int shared, int right, void *stream);
+                        int dtype, int64_t n, int64_t per_line, int64_t len, int shared, int right,
+                        ddpc_k_index_check check, void *stream);
 int ddpc_k_cum_extreme(void *values, int64_t *indices, const void *a, int dtype, int64_t outer, int64_t len,
                        int64_t inner, int want_max, void *stream);
 /* gcd or lcm elementwise (kernels/intmath.cu): uint8, int32, int64. */
@@ -261,17 +268,19 @@ int ddpc_k_dropout(void *out, const void *x, double p, uint64_t seed, uint64_t o
 
 /* Softmax and losses (kernels/loss.cu). A cross entropy as csrc/ops_nn.h's
  * ddpc_op_cross_entropy describes it: target (int64 classes) or probs
- * (class probabilities) is NULL, weight may be. */
+ * (class probabilities) is NULL, weight may be; `check` takes the targets
+ * out of range. */
 typedef struct {
     const void *logits, *probs, *weight;
     const int64_t *target;
     int64_t rows, classes, ignore_index;
     double smoothing;
     int reduction, log_probs, dtype;
+    ddpc_k_index_check check;
 } ddpc_k_ce;
 /* `scratch` is device memory for `rows` doubles plus one, used by the
  * reductions (unused for reduction NONE in the forward pass). An
- * out-of-range target makes its row NaN (the host op raises instead). */
+ * out-of-range target makes its row NaN. */
 int ddpc_k_cross_entropy(void *out, double *scratch, const ddpc_k_ce *ce, void *stream);
 int ddpc_k_cross_entropy_backward(void *glogits, double *scratch, const void *gout, const ddpc_k_ce *ce, void *stream);
 int ddpc_k_softmax(void *out, const void *x, int64_t rows, int64_t cols, int take_log, int dtype, void *stream);
@@ -286,13 +295,15 @@ int ddpc_k_loss_backward(int kind, int wrt_target, void *g, const void *gout, co
 /* The CTC loss (kernels/ctc.cu), as csrc/ops_ctc.h's entry points describe
  * it: log_probs (T, N, C) float32 or float64, the int64 per-sample vectors
  * on the device, log_alpha and log_beta float64 (N, T, S_max). */
+/* A sample with a target label outside [0, C) or equal to the blank gets a
+ * NaN loss and NaN gradients. */
 int ddpc_k_ctc_forward(void *nll, void *log_alpha, const void *log_probs, int dtype, const int64_t *targets,
                        const int64_t *offsets, const int64_t *target_lengths, const int64_t *input_lengths, int64_t T,
-                       int64_t N, int64_t C, int64_t S_max, int64_t blank, void *stream);
+                       int64_t N, int64_t C, int64_t S_max, int64_t blank, ddpc_k_index_check check, void *stream);
 int ddpc_k_ctc_backward(void *grad, void *log_beta, const void *g, const void *nll, const void *log_alpha,
                         const void *log_probs, int dtype, const int64_t *targets, const int64_t *offsets,
                         const int64_t *target_lengths, const int64_t *input_lengths, int64_t T, int64_t N, int64_t C,
-                        int64_t S_max, int64_t blank, int zero_infinity, void *stream);
+                        int64_t S_max, int64_t blank, int zero_infinity, ddpc_k_index_check check, void *stream);
 
 /* Convolution and pooling (kernels/conv.cu), float32 and float64, over the
  * window geometry of window.h; the layouts are those of csrc/ops_conv.h.
@@ -302,9 +313,9 @@ int ddpc_k_im2col(void *col, const void *x, int dtype, int64_t n, int64_t c, ddp
 int ddpc_k_col2im(void *gx, const void *col, int dtype, int64_t n, int64_t c, ddpc_window w, void *stream);
 int ddpc_k_max_pool(void *out, int64_t *indices, const void *x, int dtype, int64_t planes, ddpc_window w,
                     void *stream);
-/* Indices outside [0, in_plane) (in_plane: the elements of a volume) add nothing (the host op refuses them). */
+/* Indices in [0, in_plane) (in_plane: the elements of a volume) or -1 (no element, which adds nothing). */
 int ddpc_k_max_pool_backward(void *gx, const void *g, const int64_t *indices, int dtype, int64_t planes,
-                             int64_t in_plane, int64_t out_plane, void *stream);
+                             int64_t in_plane, int64_t out_plane, ddpc_k_index_check check, void *stream);
 int ddpc_k_avg_pool(void *out, const void *x, int dtype, int64_t planes, ddpc_window w, void *stream);
 int ddpc_k_avg_pool_backward(void *gx, const void *g, int dtype, int64_t planes, ddpc_window w, void *stream);
 
@@ -319,8 +330,9 @@ int ddpc_k_grid_sample_backward(void *gx, void *ggrid, const void *g, const void
 
 /* Embedding bags (kernels/embedding.cu), float32 and float64; see
  * csrc/ops_embedding.h for the layouts and rules. On a GPU an index outside
- * the table adds nothing and offsets are clamped into [0, n] (the host op
- * refuses both). */
+ * the table (or an argmax outside it and not -1) adds nothing, and offsets
+ * are clamped into [0, n] and made non-decreasing; `check` takes those that
+ * the host op refuses. */
 typedef enum { DDPC_BAG_SUM = 0, DDPC_BAG_MEAN = 1, DDPC_BAG_MAX = 2 } ddpc_bag_mode;
 typedef struct {
     const int64_t *indices; /* [n] rows of the weight */
@@ -330,12 +342,13 @@ typedef struct {
     int mode;            /* ddpc_bag_mode */
     int64_t padding_idx; /* left out of every bag; -1: none */
 } ddpc_k_bags;
-int ddpc_k_embedding_bag(void *out, int64_t *argmax, const void *weight, int dtype, ddpc_k_bags b, void *stream);
+int ddpc_k_embedding_bag(void *out, int64_t *argmax, const void *weight, int dtype, ddpc_k_bags b,
+                         ddpc_k_index_check check, void *stream);
 /* Overwrites gweight. */
 int ddpc_k_embedding_bag_backward(void *gweight, const void *g, const int64_t *argmax, int dtype, ddpc_k_bags b,
-                                  void *stream);
+                                  ddpc_k_index_check check, void *stream);
 int ddpc_k_embedding_bag_weights_backward(void *gweights, const void *g, const void *weight, int dtype, ddpc_k_bags b,
-                                          void *stream);
+                                          ddpc_k_index_check check, void *stream);
 
 /* Optimizer steps on one tensor (kernels/optim.cu); see csrc/optim.c for the update rules. */
 int ddpc_k_sgd(void *p, const void *g, void *buf, int64_t n, int dtype, double lr, double momentum, double dampening,

@@ -7,6 +7,7 @@
 // Reductions: 0 none, 1 mean, 2 sum.
 #include <math.h>
 
+#include "index_check.cuh"
 #include "kernels.h"
 #include "nn_common.cuh"
 #include "pointwise_loss.h"
@@ -35,10 +36,11 @@ template <typename T> struct Ce {
     int64_t N, C, ignore;
     double eps;
     int log_probs;
+    ddpc_k_index_check check;
 
     explicit Ce(const ddpc_k_ce &a)
         : x((const T *)a.logits), probs((const T *)a.probs), weight((const T *)a.weight), target(a.target),
-          N(a.rows), C(a.classes), ignore(a.ignore_index), eps(a.smoothing), log_probs(a.log_probs) {}
+          N(a.rows), C(a.classes), ignore(a.ignore_index), eps(a.smoothing), log_probs(a.log_probs), check(a.check) {}
 
     __device__ double w(int64_t c) const { return weight ? (double)weight[c] : 1.0; }
     // Class c's weight times its smoothed probability in row `row` (probs only).
@@ -65,7 +67,7 @@ template <typename T> __device__ double ce_row_loss(const Ce<T> &a, int64_t row)
     }
     int64_t t = a.target[row];
     if (t == a.ignore) return 0;
-    if (t < 0 || t >= a.C) return NAN;
+    if (!index_in_range(a.check, t, a.C, row)) return NAN;
     a.stats(row, &mx, &ls);
     if (a.eps > 0) {
         for (int64_t c = lane; c < a.C; c += 32) acc += a.w(c) * (((double)x[c] - mx) - ls);
@@ -125,7 +127,7 @@ __global__ void ce_backward_kernel(T *gx, const double *denom, const T *gout, Ce
         return;
     }
     double scale = reduction == 0 ? (double)gout[row] : reduction == 2 ? (double)gout[0] : (double)gout[0] / *denom;
-    if (a.target && (t < 0 || t >= a.C)) scale = NAN;
+    if (a.target && !index_in_range(a.check, t, a.C, row)) scale = NAN;
     double mx, ls, mass = 0, off = a.eps / (double)a.C;
     a.stats(row, &mx, &ls);
     if (a.probs) {

@@ -5,6 +5,7 @@
 // The formulas match the host loops in csrc/ops_nn.c.
 #include <math.h>
 
+#include "index_check.cuh"
 #include "kernels.h"
 #include "nn_common.cuh"
 #include "bessel.h"
@@ -111,24 +112,35 @@ __global__ void extreme_dim_kernel(T *values, int64_t *indices, const T *a, int6
 }
 
 template <typename T>
-__global__ void put_dim_kernel(T *out, const T *g, const int64_t *indices, int64_t outer, int64_t len, int64_t inner) {
-    GRID_STRIDE(k, outer * inner) out[(k / inner) * len * inner + indices[k] * inner + k % inner] = g[k];
+__global__ void put_dim_kernel(T *out, const T *g, const int64_t *indices, int64_t outer, int64_t len, int64_t inner,
+                               ddpc_k_index_check check) {
+    GRID_STRIDE(k, outer * inner) {
+        int64_t at = indices[k];
+        if (index_in_range(check, at, len)) out[(k / inner) * len * inner + at * inner + k % inner] = g[k];
+    }
 }
 
-// Rows gathered from (or, with `put`, written into) the table, copied as
-// bytes (any dtype): one thread per byte.
-__global__ void move_rows_kernel(char *rows, char *table, const int64_t *idx, int64_t k, size_t row, int put) {
+// Rows gathered from (or, with `put`, written into) the table of n rows,
+// copied as bytes (any dtype): one thread per byte. A row whose index is
+// out of range is left as it was.
+__global__ void move_rows_kernel(char *rows, char *table, const int64_t *idx, int64_t k, int64_t n, size_t row,
+                                 int put, ddpc_k_index_check check) {
     GRID_STRIDE(i, k * (int64_t)row) {
-        int64_t r = i / (int64_t)row, c = i % (int64_t)row;
-        char *t = table + idx[r] * (int64_t)row + c;
+        int64_t r = i / (int64_t)row, c = i % (int64_t)row, at = idx[r];
+        if (!index_in_range(check, at, n)) continue;
+        char *t = table + at * (int64_t)row + c;
         if (put) *t = rows[i];
         else rows[i] = *t;
     }
 }
 
 template <typename T>
-__global__ void index_add_rows_kernel(T *gtable, const T *g, const int64_t *idx, int64_t k, int64_t d) {
-    GRID_STRIDE(i, k * d) atomicAdd(&gtable[idx[i / d] * d + i % d], g[i]);
+__global__ void index_add_rows_kernel(T *gtable, const T *g, const int64_t *idx, int64_t k, int64_t n, int64_t d,
+                                      ddpc_k_index_check check) {
+    GRID_STRIDE(i, k * d) {
+        int64_t at = idx[i / d];
+        if (index_in_range(check, at, n)) atomicAdd(&gtable[at * d + i % d], g[i]);
+    }
 }
 
 // Layer norm: one block per row, sums in double through block_sum (as the host loop).
@@ -463,29 +475,29 @@ extern "C" int ddpc_k_extreme_dim(void *values, void *indices, const void *a, in
 }
 
 extern "C" int ddpc_k_put_dim(void *out, const void *g, const void *indices, int dtype, int64_t outer, int64_t len,
-                              int64_t inner, void *stream) {
+                              int64_t inner, ddpc_k_index_check check, void *stream) {
     cudaStream_t s = (cudaStream_t)stream;
     int rc = ddpc_k_fill(out, dtype, outer * len * inner, 0.0, stream);
     if (rc) return rc;
     FLOAT_DISPATCH(dtype, put_dim_kernel<T><<<grid_for(outer * inner, 256), 256, 0, s>>>((T *)out, (const T *)g,
                                                                                        (const int64_t *)indices,
-                                                                                       outer, len, inner))
+                                                                                       outer, len, inner, check))
     return (int)cudaGetLastError();
 }
 
-extern "C" int ddpc_k_move_rows(void *rows, void *table, const void *idx, int64_t k, size_t row_bytes, int put,
-                                void *stream) {
+extern "C" int ddpc_k_move_rows(void *rows, void *table, const void *idx, int64_t k, int64_t n, size_t row_bytes,
+                                int put, ddpc_k_index_check check, void *stream) {
     cudaStream_t s = (cudaStream_t)stream;
-    move_rows_kernel<<<grid_for(k * (int64_t)row_bytes, 256), 256, 0, s>>>((char *)rows, (char *)table,
-                                                                          (const int64_t *)idx, k, row_bytes, put);
+    move_rows_kernel<<<grid_for(k * (int64_t)row_bytes, 256), 256, 0, s>>>(
+        (char *)rows, (char *)table, (const int64_t *)idx, k, n, row_bytes, put, check);
     return (int)cudaGetLastError();
 }
 
-extern "C" int ddpc_k_index_add_rows(void *gtable, const void *g, const void *idx, int dtype, int64_t k, int64_t d,
-                                     void *stream) {
+extern "C" int ddpc_k_index_add_rows(void *gtable, const void *g, const void *idx, int dtype, int64_t k, int64_t n,
+                                     int64_t d, ddpc_k_index_check check, void *stream) {
     cudaStream_t s = (cudaStream_t)stream;
-    FLOAT_DISPATCH(dtype, index_add_rows_kernel<T><<<grid_for(k * d, 256), 256, 0, s>>>((T *)gtable, (const T *)g,
-                                                                                      (const int64_t *)idx, k, d))
+    FLOAT_DISPATCH(dtype, index_add_rows_kernel<T><<<grid_for(k * d, 256), 256, 0, s>>>(
+                              (T *)gtable, (const T *)g, (const int64_t *)idx, k, n, d, check))
     return (int)cudaGetLastError();
 }
 

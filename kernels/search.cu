@@ -4,13 +4,18 @@
 // per-element rules are kernels.h's, shared with the host loops of
 // csrc/ops_search.c, so both give the same positions and indices.
 #include "dispatch.cuh"
+#include "index_check.cuh"
 #include "kernels.h"
 
 namespace {
 
+// The searches read a few sorter entries each (clamped into the line); the
+// threads also look at every entry once, so that the kernel reports any the
+// host op refuses.
 __global__ void searchsorted_kernel(void *out, int out_int32, const void *sorted, const int64_t *sorter,
                                     const void *values, int dtype, int width, int64_t n, int64_t per_line,
-                                    int64_t len, int shared, int right) {
+                                    int64_t len, int shared, int right, int64_t sorter_n, ddpc_k_index_check check) {
+    GRID_STRIDE(i, sorter_n) index_in_range(check, sorter[i], len);
     GRID_STRIDE(k, n) {
         int64_t line = shared ? 0 : k / per_line;
         int64_t at = ddpc_search_sorted((const char *)sorted + line * len * width, sorter ? sorter + line * len : NULL,
@@ -49,12 +54,12 @@ __host__ int dtype_width(int dtype) {
 
 extern "C" int ddpc_k_searchsorted(void *out, int out_int32, const void *sorted, const int64_t *sorter,
                                    const void *values, int dtype, int64_t n, int64_t per_line, int64_t len, int shared,
-                                   int right, void *stream) {
+                                   int right, ddpc_k_index_check check, void *stream) {
     int width = dtype_width(dtype);
     if (!width) return (int)cudaErrorInvalidValue;
-    searchsorted_kernel<<<grid_for(n, 256), 256, 0, (cudaStream_t)stream>>>(out, out_int32, sorted, sorter, values,
-                                                                             dtype, width, n, per_line, len, shared,
-                                                                             right);
+    int64_t sorter_n = sorter ? (shared ? 1 : n / per_line) * len : 0;
+    searchsorted_kernel<<<grid_for(n > sorter_n ? n : sorter_n, 256), 256, 0, (cudaStream_t)stream>>>(
+        out, out_int32, sorted, sorter, values, dtype, width, n, per_line, len, shared, right, sorter_n, check);
     return (int)cudaGetLastError();
 }
 

@@ -43,7 +43,7 @@ def _sources(*names):
     return [f"{ROOT}/csrc/{n}.c" for n in names]
 
 
-CORE = _sources("common", "dtype", "alloc", "pool", "device")
+CORE = _sources("common", "dtype", "alloc", "pool", "device", "index_error")
 # name: (test program, the sources it links)
 C_TESTS = {
     "core": (f"{ROOT}/tests/c/test_core.c", CORE),
