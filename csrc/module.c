@@ -163,6 +163,7 @@ static PyObject *py_cuda_synchronize(PyObject *m, PyObject *arg) {
     Py_BEGIN_ALLOW_THREADS
     st = ddpc_cuda_synchronize(device);
     Py_END_ALLOW_THREADS
+    if (st == DDPC_OK) st = ddpc_cuda_check_index_errors(device, "when the device was next synchronized");
     if (st != DDPC_OK) return ddpc_raise(st);
     Py_RETURN_NONE;
 }
@@ -229,18 +230,27 @@ static PyObject *py_cuda_mem_info(PyObject *m, PyObject *arg) {
     return Py_BuildValue("(nn)", (Py_ssize_t)free_bytes, (Py_ssize_t)total);
 }
 
-/* ---- events: a cudaEvent_t in a capsule that destroys it ---- */
+/* ---- events: a cudaEvent_t and its device in a capsule that destroys it ---- */
+
+/* The device is kept with the event: once the host has seen the event's work
+ * done, the index errors of that work are in the device's record. */
+typedef struct {
+    void *event;
+    int device;
+} event_;
 
 static const char *const event_capsule_ = "ddpc.cuda_event";
 
 static void event_capsule_free_(PyObject *capsule) {
-    ddpc_cuda_event_destroy(PyCapsule_GetPointer(capsule, event_capsule_));
+    event_ *ev = PyCapsule_GetPointer(capsule, event_capsule_);
+    ddpc_cuda_event_destroy(ev->event);
+    PyMem_RawFree(ev);
 }
 
 static int arg_event_(PyObject *obj, void *out) {
-    void *ev = PyCapsule_GetPointer(obj, event_capsule_);
+    event_ *ev = PyCapsule_GetPointer(obj, event_capsule_);
     if (!ev) return 0;
-    *(void **)out = ev;
+    *(event_ **)out = ev;
     return 1;
 }
 
@@ -248,62 +258,72 @@ static PyObject *py_cuda_event_create(PyObject *m, PyObject *args) {
     (void)m;
     int device, timing;
     if (!PyArg_ParseTuple(args, "ip:cuda_event_create", &device, &timing)) return NULL;
-    void *ev;
-    ddpc_status st = ddpc_cuda_event_create(device, timing, &ev);
-    if (st != DDPC_OK) return ddpc_raise(st);
+    event_ *ev = PyMem_RawMalloc(sizeof *ev);
+    if (!ev) return PyErr_NoMemory();
+    ev->device = device;
+    ddpc_status st = ddpc_cuda_event_create(device, timing, &ev->event);
+    if (st != DDPC_OK) {
+        PyMem_RawFree(ev);
+        return ddpc_raise(st);
+    }
     PyObject *capsule = PyCapsule_New(ev, event_capsule_, event_capsule_free_);
-    if (!capsule) ddpc_cuda_event_destroy(ev);
+    if (!capsule) {
+        ddpc_cuda_event_destroy(ev->event);
+        PyMem_RawFree(ev);
+    }
     return capsule;
 }
 
 static PyObject *py_cuda_event_record(PyObject *m, PyObject *args) {
     (void)m;
-    void *ev;
+    event_ *ev;
     int device;
     if (!PyArg_ParseTuple(args, "O&i:cuda_event_record", arg_event_, &ev, &device)) return NULL;
-    ddpc_status st = ddpc_cuda_event_record(ev, device);
+    ddpc_status st = ddpc_cuda_event_record(ev->event, device);
     if (st != DDPC_OK) return ddpc_raise(st);
     Py_RETURN_NONE;
 }
 
 static PyObject *py_cuda_event_wait(PyObject *m, PyObject *args) {
     (void)m;
-    void *ev;
+    event_ *ev;
     int device;
     if (!PyArg_ParseTuple(args, "O&i:cuda_event_wait", arg_event_, &ev, &device)) return NULL;
-    ddpc_status st = ddpc_cuda_event_wait(ev, device);
+    ddpc_status st = ddpc_cuda_event_wait(ev->event, device);
     if (st != DDPC_OK) return ddpc_raise(st);
     Py_RETURN_NONE;
 }
 
 static PyObject *py_cuda_event_query(PyObject *m, PyObject *arg) {
     (void)m;
-    void *ev;
+    event_ *ev;
     int done;
     if (!arg_event_(arg, &ev)) return NULL;
-    ddpc_status st = ddpc_cuda_event_query(ev, &done);
+    ddpc_status st = ddpc_cuda_event_query(ev->event, &done);
+    if (st == DDPC_OK && done) st = ddpc_cuda_check_index_errors(ev->device, "when an event was next queried");
     if (st != DDPC_OK) return ddpc_raise(st);
     return PyBool_FromLong(done);
 }
 
 static PyObject *py_cuda_event_synchronize(PyObject *m, PyObject *arg) {
     (void)m;
-    void *ev;
+    event_ *ev;
     if (!arg_event_(arg, &ev)) return NULL;
     ddpc_status st;
     Py_BEGIN_ALLOW_THREADS
-    st = ddpc_cuda_event_synchronize(ev);
+    st = ddpc_cuda_event_synchronize(ev->event);
     Py_END_ALLOW_THREADS
+    if (st == DDPC_OK) st = ddpc_cuda_check_index_errors(ev->device, "when an event was next waited for");
     if (st != DDPC_OK) return ddpc_raise(st);
     Py_RETURN_NONE;
 }
 
 static PyObject *py_cuda_event_elapsed(PyObject *m, PyObject *args) {
     (void)m;
-    void *start, *end;
+    event_ *start, *end;
     if (!PyArg_ParseTuple(args, "O&O&:cuda_event_elapsed", arg_event_, &start, arg_event_, &end)) return NULL;
     float ms;
-    ddpc_status st = ddpc_cuda_event_elapsed(start, end, &ms);
+    ddpc_status st = ddpc_cuda_event_elapsed(start->event, end->event, &ms);
     if (st != DDPC_OK) return ddpc_raise(st);
     return PyFloat_FromDouble(ms);
 }

@@ -247,6 +247,7 @@ ddpc_status ddpc_op_copy(ddpc_buffer *dst, const ddpc_buffer *src, int non_block
     if (e == cudaSuccess && !non_blocking) e = cudaStreamSynchronize((cudaStream_t)stream);
     ddpc_cuda_leave(prev);
     CUDACHECK(e);
+    if (!non_blocking) CHECK(ddpc_cuda_check_index_errors(dev, "when a blocking copy next waited for the device"));
     const ddpc_buffer *host = src->device == DDPC_CPU ? src : dst->device == DDPC_CPU ? dst : NULL;
     if (non_blocking && host) CHECK(record_host_use_(host, dev, stream));
     return DDPC_OK;
