@@ -48,8 +48,9 @@ def searchsorted(sorted_sequence, input, *, out_int32=False, right=False, side=N
     its shape) orders an unsorted sequence, as argsort gives. ``input`` may be
     a number (a 0-d result). A binary search per element on the tensors'
     device; int64 positions, int32 with ``out_int32``. NaN follows PyTorch's
-    comparisons: a NaN value goes to the end. A sorter on a GPU has its range
-    checked on the host (one read)."""
+    comparisons: a NaN value goes to the end. A sorter entry out of range
+    raises ``IndexOutOfRangeError``; on a GPU the kernel finds it, and the
+    error is raised when the host next waits for the device."""
     what = "searchsorted"
     _check_tensor(sorted_sequence, what, "sorted_sequence")
     if side not in (None, "left", "right"):
@@ -78,7 +79,6 @@ def searchsorted(sorted_sequence, input, *, out_int32=False, right=False, side=N
         if not isinstance(sorter, Tensor) or sorter.dtype is not int64 or sorter.shape != seq.shape:
             raise ArgumentError(f"{what}: sorter must be an int64 tensor of sorted_sequence's shape {seq.shape}")
         order = sorter.detach().contiguous()
-        _ag._check_range(order, seq.shape[-1], what)
     out = _ag._empty(values.shape, values, int32 if out_int32 else int64)
     _C.searchsorted(out._buf, seq._buf, values._buf, None if order is None else order._buf, right)
     return out

@@ -3031,13 +3031,6 @@ def _from_front(a, d):
 
 # -- gather and scatter --
 
-def _check_range(index, size, what):
-    if index.is_cuda and index.numel():  # the kernel skips out-of-range indices: refuse them here
-        lo, hi = int(min(index)), int(max(index))
-        if lo < 0 or hi >= size:
-            raise ArgumentError(f"{what}: index {lo if lo < 0 else hi} is out of range for a dim of size {size}")
-
-
 def _index_args(a, dim, index, what):
     if isinstance(index, Tensor) and index.dtype is int32:  # token ids often come as int32
         index = index.to(dtype=int64)
@@ -3045,9 +3038,7 @@ def _index_args(a, dim, index, what):
         raise DtypeError(f"{what}: the index must be an int64 (or int32) tensor")
     if index._buf.device != a._buf.device:
         raise ArgumentError(f"{what}: the index is on {index.device}, the tensor on {a.device}")
-    d = _dim(a, dim)
-    _check_range(index, a.shape[d] if a.ndim else 1, what)
-    return d, index.detach().contiguous()
+    return _dim(a, dim), index.detach().contiguous()
 
 
 class _GatherBackward(Node):
@@ -3071,7 +3062,11 @@ class _GatherBackward(Node):
 
 
 def gather(input, dim, index):
-    """out[i][j][k] = a[i][index[i][j][k]][k] for dim 1 (likewise for any dim); out has index's shape."""
+    """out[i][j][k] = a[i][index[i][j][k]][k] for dim 1 (likewise for any dim); out has index's shape.
+    An index out of range raises IndexOutOfRangeError; on a GPU (as for
+    every op that takes an index tensor) when the host next waits for the
+    device, and the device stays usable, where PyTorch's device-side assert
+    leaves it unusable."""
     d, index = _index_args(input, dim, index, "gather")
     if input.ndim == 0:
         return reshape(gather(reshape(input, (1,)), 0, index.reshape(-1)), index.shape)
@@ -3166,7 +3161,7 @@ def scatter(input, dim, index, src=None, value=None, reduce=None):
     instead (repeats all taking part, as scatter_reduce's 'sum' and 'prod').
     Where indices repeat without reduce, one write lands. Unlike PyTorch's,
     the reducing forms are differentiable (scatter_add's and scatter_reduce's
-    gradients)."""
+    gradients). An index out of range raises as in gather."""
     if reduce not in (None, "add", "multiply"):
         raise ArgumentError(f"scatter: reduce must be 'add' or 'multiply', got {reduce!r}")
     if (src is None) == (value is None):
@@ -3967,7 +3962,9 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
     looked up are first renormalised in place to at most that norm, as in
     PyTorch; with ``scale_grad_by_freq`` each row's gradient is divided by
     how often ``input`` holds it. With ``sparse``, the weight's gradient is a
-    sparse COO tensor: one row per index looked up (uncoalesced), as PyTorch's."""
+    sparse COO tensor: one row per index looked up (uncoalesced), as PyTorch's.
+    An index out of range raises IndexOutOfRangeError, on a GPU when the host
+    next waits for the device (see gather)."""
     if weight.ndim != 2:
         raise ArgumentError(f"embedding: the weight must be 2-d, got shape {weight.shape}")
     if input.dtype is int32:
@@ -3982,10 +3979,6 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
             raise ArgumentError(f"embedding: padding_idx {padding_idx} is out of range for {n} rows")
         padding_idx %= n
     idx = input.detach().reshape(-1)
-    if idx._buf.device >= 0 and idx.numel():  # the C op checks host indices itself
-        low, high = _range_of(idx)
-        if low < 0 or high >= n:
-            raise ArgumentError(f"embedding: index {low if low < 0 else high} is out of range for {n} rows")
     if max_norm is not None and idx.numel():
         _renorm_rows_(weight, idx, max_norm, norm_type)
     out = _empty(tuple(input.shape) + (weight.shape[1],), weight)
@@ -4294,7 +4287,10 @@ def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean
     negative log likelihood (nll_loss) when ``log_probs`` says the input holds
     log-probabilities. ``weight`` [C] weighs the classes; the mean divides by
     the summed weights of the targets' classes (by the number of rows for
-    class probabilities), as in PyTorch."""
+    class probabilities), as in PyTorch. A class index out of range (and not
+    ``ignore_index``) raises IndexOutOfRangeError; on a GPU its row's loss is
+    NaN and the error is raised when the host next waits for the device (see
+    gather)."""
     what = "nll_loss" if log_probs else "cross_entropy"
     red = _reduction_code(reduction)
     if not 0.0 <= label_smoothing <= 1.0:

@@ -81,22 +81,6 @@ def _check_indices(indices, rows):
             raise ArgumentError(f"embedding_bag: index {low if low < 0 else high} is out of range for {rows} rows")
 
 
-def _check_on_gpu(indices, offsets, rows):
-    """What the host op checks itself: indices within the table, offsets
-    from 0, non-decreasing, ending within the input (one copy of the
-    offsets to the host, as embedding's index check does)."""
-    n = indices.numel()
-    _check_indices(indices, rows)
-    off = offsets.cpu().numpy()
-    if off[0] != 0:
-        raise ArgumentError("offsets[0] has to be 0, i.e., the first sequence in the mini-batch has to start from "
-                            f"position 0. However, got {off[0]}")
-    if (np.diff(off) < 0).any():
-        raise ArgumentError("embedding_bag: offsets must be non-decreasing")
-    if off[-1] > n:
-        raise ArgumentError(f"offsets[-1] can not be greater than input's length {n} but got offsets[-1] of {off[-1]}")
-
-
 def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale_grad_by_freq=False, mode="mean",
                   sparse=False, per_sample_weights=None, include_last_offset=False, padding_idx=None):
     """The bags of rows of ``weight`` (V, D) at the indices ``input``, summed,
@@ -111,7 +95,10 @@ def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale
     ``scale_grad_by_freq`` (not in mode 'max') each row's gradient is
     divided by how often the input holds it; both as PyTorch's. With
     ``sparse`` (not in mode 'max') the weight's gradient is a sparse COO
-    tensor with one row per index, as PyTorch's."""
+    tensor with one row per index, as PyTorch's. An index out of the table
+    raises IndexOutOfRangeError, and malformed offsets ArgumentError; on a
+    GPU the kernel finds them (skipping the index, clamping the offsets) and
+    the error is raised when the host next waits for the device."""
     return bags(input, weight, offsets, max_norm, norm_type, scale_grad_by_freq, mode, sparse, per_sample_weights,
                 include_last_offset, padding_idx)[0]
 
@@ -186,8 +173,6 @@ def bags(input, weight, offsets=None, max_norm=None, norm_type=2, scale_grad_by_
                                  per_sample_weights=None if per_sample_weights is None else per_sample_weights.float(),
                                  padding_idx=padding_idx, scale_grad_by_freq=scale_grad_by_freq)
         return out.to(dtype=weight.dtype), argmax, indices, offsets
-    if weight._buf.device >= 0:
-        _check_on_gpu(indices, offsets, rows)
     w = weight.detach().contiguous()
     weights = None if per_sample_weights is None else per_sample_weights.detach().contiguous()
     count = offsets.numel() - 1
