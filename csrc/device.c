@@ -240,7 +240,7 @@ static ddpc_status make_record_(int device) {
     ddpc_cuda_mark_initialized();
     CHECKGOTO(ddpc_cuda_enter(device, &prev), st, out_);
     CUDACHECKGOTO(cudaHostAlloc(&host, sizeof(ddpc_index_error), cudaHostAllocMapped), st, out_);
-    memset(host, 0, sizeof(ddpc_index_error)); /* DDPC_INDEX_CLEAR */
+    memset(host, 0, sizeof(ddpc_index_error)); /* CLEAR, in epoch 0 */
     CUDACHECKGOTO(cudaHostGetDevicePointer(&on_device, host, 0), st, out_);
     __atomic_store_n(&host_records_[device], (ddpc_index_error *)host, __ATOMIC_RELEASE);
     __atomic_store_n(&device_records_[device], (ddpc_index_error *)on_device, __ATOMIC_RELEASE);
@@ -254,7 +254,9 @@ out_:
 ddpc_status ddpc_cuda_index_check(int device, int op, ddpc_k_index_check *check) {
     CHECK(ddpc_cuda_require(device));
     if (!__atomic_load_n(&device_records_[device], __ATOMIC_ACQUIRE)) CHECK(make_record_(device));
-    *check = (ddpc_k_index_check){.record = __atomic_load_n(&device_records_[device], __ATOMIC_ACQUIRE), .op = op};
+    const ddpc_index_error *host = __atomic_load_n(&host_records_[device], __ATOMIC_ACQUIRE);
+    *check = (ddpc_k_index_check){.record = __atomic_load_n(&device_records_[device], __ATOMIC_ACQUIRE),
+                                  .epoch = __atomic_load_n(&host->state, __ATOMIC_ACQUIRE) >> 2, .op = op};
     return DDPC_OK;
 }
 

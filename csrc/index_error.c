@@ -88,13 +88,16 @@ ddpc_status ddpc_index_error_at(const char *file, int line, const ddpc_index_err
  * device moves a record only out of CLEAR, the host only out of SET). */
 static pthread_mutex_t take_mu_ = PTHREAD_MUTEX_INITIALIZER;
 
+static int is_set_(uint32_t word) { return (word & DDPC_INDEX_STATE_MASK) == DDPC_INDEX_SET; }
+
 int ddpc_index_error_take(ddpc_index_error *record, ddpc_index_error *out) {
-    if (__atomic_load_n(&record->state, __ATOMIC_ACQUIRE) != DDPC_INDEX_SET) return 0;
+    if (!is_set_(__atomic_load_n(&record->state, __ATOMIC_ACQUIRE))) return 0;
     pthread_mutex_lock(&take_mu_);
-    int taken = __atomic_load_n(&record->state, __ATOMIC_ACQUIRE) == DDPC_INDEX_SET;
+    uint32_t word = __atomic_load_n(&record->state, __ATOMIC_ACQUIRE);
+    int taken = is_set_(word);
     if (taken) {
         *out = *record;
-        __atomic_store_n(&record->state, DDPC_INDEX_CLEAR, __ATOMIC_RELEASE);
+        __atomic_store_n(&record->state, DDPC_INDEX_WORD((word >> 2) + 1, DDPC_INDEX_CLEAR), __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&take_mu_);
     return taken;

@@ -46,9 +46,10 @@ ddpc_status ddpc_index_error_at(const char *file, int line, const ddpc_index_err
 #define DDPC_INDEX_ERROR(...) ddpc_index_error_at(__FILE__, __LINE__, &(const ddpc_index_error){__VA_ARGS__}, "")
 
 /* Copies the error out of a record that a device has SET into *out and
- * clears the record (the host's one write to it), returning 1; returns 0,
- * touching nothing, where the record holds no error or one still being
- * written. Safe from any number of threads: each error is taken once. */
+ * clears the record in the next epoch (the host's one write to it),
+ * returning 1; returns 0, touching nothing, where the record holds no error
+ * or one still being written. Safe from any number of threads: each error
+ * is taken once. */
 int ddpc_index_error_take(ddpc_index_error *record, ddpc_index_error *out);
 
 #endif

@@ -14,8 +14,17 @@
 /* A record's states. A kernel moves it from CLEAR to WRITING (by
  * compare-and-swap, so the first error wins) and, its fields written, to
  * SET; the host takes a SET record and puts it back to CLEAR. Neither side
- * writes a record in a state the other one moves it out of. */
+ * writes a record in a state the other one moves it out of.
+ *
+ * The state word also holds the record's epoch (DDPC_INDEX_WORD), which the
+ * host advances with each error it takes. A kernel claims only a CLEAR word
+ * of the epoch it was launched in, so once an error has been raised, the
+ * work queued before that (the kernel that failed, still running when a
+ * launch took its error, included) reports nothing more: each failure is
+ * raised once, and the work queued after the raise is checked afresh. */
 enum { DDPC_INDEX_CLEAR = 0, DDPC_INDEX_WRITING = 1, DDPC_INDEX_SET = 2 };
+#define DDPC_INDEX_STATE_MASK 3u
+#define DDPC_INDEX_WORD(epoch, state) ((uint32_t)(epoch) << 2 | (uint32_t)(state))
 
 /* Which of an op's checks failed: its indices (each op's own rule and
  * message), or one of an embedding bag's other inputs. */
@@ -32,15 +41,17 @@ typedef struct {
     int64_t bound; /* what it must stay below: the size it indexes */
     int64_t at;    /* where: the dim indexed, the row or sample that holds the index, the offset's position */
     int64_t other; /* the blank a CTC label must differ from, or the offset a decreasing one follows */
-    uint32_t state;
-    int32_t op;   /* a ddpc_index_op (csrc/index_error.h): whose check, and so whose message */
+    uint32_t state; /* DDPC_INDEX_WORD(epoch, state) */
+    int32_t op;     /* a ddpc_index_op (csrc/index_error.h): whose check, and so whose message */
     int32_t kind; /* a ddpc_index_kind */
 } ddpc_index_error;
 
 /* What a kernel that takes indices is launched with: its device's record
- * (as a device pointer) and the op to name when an index is out of range. */
+ * (as a device pointer), the record's epoch at the launch, and the op to
+ * name when an index is out of range. */
 typedef struct {
     ddpc_index_error *record;
+    uint32_t epoch;
     int32_t op;
 } ddpc_k_index_check;
 

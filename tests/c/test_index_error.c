@@ -80,23 +80,28 @@ static void test_suffix_and_unknown_records_(void) {
                     "an op taking indices: a check of unknown kind 99 failed for index 1");
 }
 
-/* As record_index_error in kernels/index_check.cuh leaves a record. */
-static void fill_(ddpc_index_error *r, uint32_t state, int64_t index) {
-    *r = (ddpc_index_error){.index = index, .bound = 10, .at = 1, .op = DDPC_IX_GATHER, .state = state};
+/* As record_index_error in kernels/index_check.cuh leaves a record in `epoch`. */
+static void fill_(ddpc_index_error *r, uint32_t epoch, uint32_t state, int64_t index) {
+    *r = (ddpc_index_error){.index = index, .bound = 10, .at = 1, .op = DDPC_IX_GATHER,
+                            .state = DDPC_INDEX_WORD(epoch, state)};
 }
 
 static void test_take_leaves_records_without_an_error_(void) {
     ddpc_index_error r, out = {.index = -7};
-    fill_(&r, DDPC_INDEX_CLEAR, 3);
-    EXPECT(!ddpc_index_error_take(&r, &out) && out.index == -7 && r.state == DDPC_INDEX_CLEAR);
+    fill_(&r, 5, DDPC_INDEX_CLEAR, 3);
+    EXPECT(!ddpc_index_error_take(&r, &out) && out.index == -7 && r.state == DDPC_INDEX_WORD(5, DDPC_INDEX_CLEAR));
     /* A kernel is still writing it: its fields may be half there, so it is left for a later check. */
-    fill_(&r, DDPC_INDEX_WRITING, 3);
-    EXPECT(!ddpc_index_error_take(&r, &out) && out.index == -7 && r.state == DDPC_INDEX_WRITING);
-    fill_(&r, DDPC_INDEX_SET, 12);
+    fill_(&r, 5, DDPC_INDEX_WRITING, 3);
+    EXPECT(!ddpc_index_error_take(&r, &out) && out.index == -7 && r.state == DDPC_INDEX_WORD(5, DDPC_INDEX_WRITING));
+    fill_(&r, 5, DDPC_INDEX_SET, 12);
     EXPECT(ddpc_index_error_take(&r, &out));
     EXPECT(out.index == 12 && out.bound == 10 && out.at == 1 && out.op == DDPC_IX_GATHER);
-    EXPECT(r.state == DDPC_INDEX_CLEAR, "a taken record is cleared for the next error");
+    /* Cleared in the next epoch: the kernels launched before the take (in epoch 5) record no more. */
+    EXPECT(r.state == DDPC_INDEX_WORD(6, DDPC_INDEX_CLEAR), "state word %#x after the take", r.state);
     EXPECT(!ddpc_index_error_take(&r, &out), "an error is taken once");
+    /* The epoch wraps within its 30 bits. */
+    fill_(&r, 0x3fffffff, DDPC_INDEX_SET, 12);
+    EXPECT(ddpc_index_error_take(&r, &out) && r.state == DDPC_INDEX_WORD(0, DDPC_INDEX_CLEAR));
 }
 
 typedef struct {
@@ -110,7 +115,7 @@ static void *race_(void *arg) {
     while (!__atomic_load_n(r->go, __ATOMIC_ACQUIRE)) {
     }
     r->taken = ddpc_index_error_take(r->record, &out);
-    if (r->taken) EXPECT(out.index == 12 && out.state == DDPC_INDEX_SET);
+    if (r->taken) EXPECT(out.index == 12 && (out.state & DDPC_INDEX_STATE_MASK) == DDPC_INDEX_SET);
     return NULL;
 }
 
@@ -119,7 +124,7 @@ static void test_racing_threads_take_an_error_once_(void) {
     for (int round = 0; round < ROUNDS; round++) {
         ddpc_index_error record;
         int go = 0, takers = 0;
-        fill_(&record, DDPC_INDEX_SET, 12);
+        fill_(&record, (uint32_t)round, DDPC_INDEX_SET, 12);
         racer_ racers[THREADS];
         pthread_t threads[THREADS];
         for (int i = 0; i < THREADS; i++) {
@@ -131,7 +136,8 @@ static void test_racing_threads_take_an_error_once_(void) {
             pthread_join(threads[i], NULL);
             takers += racers[i].taken;
         }
-        EXPECT(takers == 1 && record.state == DDPC_INDEX_CLEAR, "round %d: %d threads took the error", round, takers);
+        EXPECT(takers == 1 && record.state == DDPC_INDEX_WORD(round + 1, DDPC_INDEX_CLEAR),
+               "round %d: %d threads took the error", round, takers);
     }
 }
 
