@@ -5,9 +5,10 @@
     python benchmarks/allreduce.py --nproc 2 --shared          # buffers from dist.shared_buffer
     python benchmarks/allreduce.py --nproc 2 --collective reduce
 
---collective picks reduce, broadcast, all_gather, gather or scatter instead
-(root 0). As in nccl-tests, the size of a gathering or scattering collective
-is its whole (the gathered output, the scattered input), each rank's block a
+--collective picks reduce, broadcast, all_gather, reduce_scatter, gather or
+scatter instead (root 0), the last four on lists of tensors, as users call
+them. As in nccl-tests, the size of a gathering or scattering collective is
+its whole (the gathered output, the scattered input), each rank's block a
 size-th of it, and busbw scales algbw by the share of the data that crosses
 a link: 2(n-1)/n for all_reduce, 1 for reduce and broadcast, (n-1)/n for the
 others.
@@ -44,23 +45,27 @@ DTYPES = {"float32": np.float32, "float64": np.float64, "float16": np.float16, "
 
 
 BUS_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "reduce": lambda n: 1.0, "broadcast": lambda n: 1.0,
+              "all_gather": lambda n: (n - 1) / n, "reduce_scatter": lambda n: (n - 1) / n,
               "gather": lambda n: (n - 1) / n, "scatter": lambda n: (n - 1) / n}
-BLOCKED = ("gather", "scatter")  # their size is the whole; each rank's block is a size-th of it
+# Their size is the whole (the list of every rank's block); each rank's block is a size-th of it.
+BLOCKED = ("all_gather", "reduce_scatter", "gather", "scatter")
 
 
 def calls(lib, name, whole, mine, rank, world, op):
     """One call of collective ``name`` through ``lib`` (ddpc.distributed or
-    torch.distributed), root 0, op ``op``: on ``whole`` or, for gather and
-    scatter, from or into ``mine`` (a rank's block) and the root's list of
-    ``whole``'s blocks."""
-    parts = [whole[r * len(mine):(r + 1) * len(mine)] for r in range(world)] if rank == 0 and mine is not None \
-        else None
+    torch.distributed), root 0, op ``op``: on ``whole`` or, for the others,
+    from or into ``mine`` (a rank's block) and the list of ``whole``'s blocks
+    (the root's, for gather and scatter), as users call them."""
+    parts = None if mine is None else [whole[r * len(mine):(r + 1) * len(mine)] for r in range(world)]
+    at_root = parts if rank == 0 else None
     return {
         "all_reduce": lambda: lib.all_reduce(whole, op=op),
         "reduce": lambda: lib.reduce(whole, 0, op=op),
         "broadcast": lambda: lib.broadcast(whole, 0),
-        "gather": lambda: lib.gather(mine, parts, dst=0),
-        "scatter": lambda: lib.scatter(mine, parts, src=0),
+        "all_gather": lambda: lib.all_gather(parts, mine),
+        "reduce_scatter": lambda: lib.reduce_scatter(mine, parts, op=op),
+        "gather": lambda: lib.gather(mine, at_root, dst=0),
+        "scatter": lambda: lib.scatter(mine, at_root, src=0),
     }[name]
 
 
