@@ -172,6 +172,37 @@ def scenario_rooted():
             got = np.full(n, 99, dtype)
             dist.scatter(got, parts, src=root)
             check(got, ((np.arange(n) * 3 + rank) % 89).astype(dtype), f"scatter {name} n {n} from {root}")
+    # Lists of blocks (written or read in place): all_gather, reduce_scatter, gather, scatter, on a size
+    # that takes several chunks of the shared segment, and with a rank's part inside the list.
+    for n in (5, SIZES[-1]):
+        want = [((np.arange(n) + r) % 97).astype(np.float32) for r in range(world)]
+        outs = [np.full(n, -1, np.float32) for _ in range(world)]
+        dist.all_gather(outs, want[rank])
+        for r in range(world):
+            check(outs[r], want[r], f"all_gather list n {n} block {r}")
+        got = np.zeros(n, np.int64)
+        dist.reduce_scatter(got, [np.full(n, rank + 10 * r, np.int64) for r in range(world)])
+        check(got, np.full(n, s_ranks(world) + 10 * rank * world), f"reduce_scatter list n {n}")
+        root = world - 1
+        outs = [ddpc.full((n,), -1.0) for _ in range(world)] if rank == root else None
+        dist.gather(ddpc.tensor(want[rank]), outs, dst=root)
+        if rank == root:
+            for r in range(world):
+                check(outs[r].numpy(), want[r], f"gather list n {n} block {r}")
+        got = np.zeros(n, np.float32)
+        dist.scatter(got, [w.copy() for w in want] if rank == root else None, src=root)
+        check(got, want[rank], f"scatter list n {n}")
+    blocks = [np.full(3, 7 * (r + 1) if r == rank else 0, np.int32) for r in range(world)]
+    dist.all_gather(blocks, blocks[rank])  # the input is this rank's block of the output
+    check(np.concatenate(blocks), np.repeat(7 * np.arange(1, world + 1), 3), "all_gather list in place")
+    parts = [np.full(2, 3.0 * r) for r in range(world)] if rank == 0 else None
+    mine = parts[0] if rank == 0 else np.zeros(2)
+    dist.scatter(mine, parts, src=0)  # the root's output is its own block of the input
+    check(mine, np.full(2, 3.0 * rank), "scatter into the root's own block")
+    zs = [ddpc.zeros(2, dtype=ddpc.complex128) for _ in range(world)]
+    dist.all_gather(zs, ddpc.full((2,), complex(rank, 1), dtype=ddpc.complex128))
+    check(np.concatenate([z.numpy() for z in zs]).view(np.float64),
+          np.concatenate([[r, 1, r, 1] for r in range(world)]), "all_gather list complex128")
     # Complex (as pairs of reals) and bool (as bytes), on Tensors.
     z = ddpc.full((5,), complex(rank, -rank), dtype=ddpc.complex64)
     dist.reduce(z, dst=0)
@@ -197,6 +228,11 @@ def scenario_rooted():
     if rank == world - 1:
         for r, o in enumerate(outs):
             check(o, np.full(2, r), "async gather")
+
+
+def s_ranks(world):
+    """0 + 1 + ... + world - 1."""
+    return world * (world - 1) // 2
 
 
 def scenario_rooted_mismatch(what):

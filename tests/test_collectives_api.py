@@ -280,6 +280,30 @@ def test_per_call_timeouts_of_two_threads_leave_the_group_timeout(tmp_path):
     """), tmp_path, timeout=120)
 
 
+def test_lists_of_blocks_are_checked_in_c(tmp_path):
+    """The C calls take the whole of all_gather, reduce_scatter, gather and scatter as one buffer or as a list
+    of one block per rank, and refuse a list of the wrong length or block size, and overlaps."""
+    run_ranks(2, """
+    c = dist.GroupMember.WORLD._c
+    f32 = dist._dtype_code("float32")
+    mine = np.full(3, rank + 1.0, np.float32)
+    outs = [np.zeros(3, np.float32) for _ in range(world)]
+    c.all_gather(outs, mine, f32)
+    assert [o.tolist() for o in outs] == [[1.0] * 3, [2.0] * 3], outs
+    c.all_gather(tuple(outs), mine * 2, f32)
+    assert [o.tolist() for o in outs] == [[2.0] * 3, [4.0] * 3], outs
+    raises(ValueError, "the output list holds 1 buffers; a group of 2 takes one per rank", c.all_gather,
+           outs[:1], mine, f32)
+    raises(ValueError, "block 1 of the input list has 4 elements and the output 3", c.reduce_scatter, mine,
+           [np.zeros(3, np.float32), np.zeros(4, np.float32)], f32, 0)
+    big = np.zeros(6, np.float32)
+    raises(ValueError, "input and output must not overlap", c.all_gather, [big[:3], big[3:]], big[1:4], f32)
+    raises(ValueError, "the root's alone: pass None here" if rank else "the root's: it must be given there",
+           c.gather, outs if rank else None, mine, f32, 0)
+    raises(ValueError, "every rank passes its output", c.scatter, None, outs if rank == 0 else None, f32, 0)
+    """, tmp_path)
+
+
 def test_split_group_and_backend_config(tmp_path):
     run_ranks(3, """
     assert dist.get_backend_config() == "cpu:gloo,cuda:gloo"

@@ -734,6 +734,34 @@ static ddpc_status hier_rooted_(ddpc_group *g, ddpc_shm *s, const ddpc_coll_args
     return st;
 }
 
+static int gathering_(ddpc_coll c) { return c == DDPC_COLL_ALLGATHER || c == DDPC_COLL_GATHER; }
+static int scattering_(ddpc_coll c) { return c == DDPC_COLL_REDUCE_SCATTER || c == DDPC_COLL_SCATTER; }
+
+static ddpc_status cpu_run_(ddpc_group *g, void *state, const ddpc_coll_args *a, uint64_t deadline);
+
+/* A collective whose whole is a list of blocks, across hosts: through one
+ * buffer, since the paths across hosts move the whole at once. */
+static ddpc_status hier_blocks_(ddpc_group *g, ddpc_shm *s, const ddpc_coll_args *a, uint64_t deadline) {
+    size_t bytes = a->count * ddpc_dtype_size(a->dtype);
+    char *whole = malloc((size_t)g->size * bytes + 1);
+    if (!whole)
+        return DDPC_ERROR(DDPC_ERR_OOM, "out of memory for the %zu bytes of a %s", (size_t)g->size * bytes,
+                          ddpc_coll_name(a->coll));
+    ddpc_coll_args b = *a;
+    b.blocks = NULL;
+    if (gathering_(a->coll)) {
+        b.out = whole;
+    } else {
+        for (int r = 0; r < g->size; r++) memcpy(whole + (size_t)r * bytes, a->blocks[r], bytes);
+        b.in = whole;
+    }
+    ddpc_status st = cpu_run_(g, s, &b, deadline);
+    if (st == DDPC_OK && gathering_(a->coll))
+        for (int r = 0; r < g->size; r++) memcpy(a->blocks[r], whole + (size_t)r * bytes, bytes);
+    free(whole);
+    return st;
+}
+
 static ddpc_status cpu_run_(ddpc_group *g, void *state, const ddpc_coll_args *a, uint64_t deadline) {
     ddpc_shm *s = state;
     size_t es = ddpc_dtype_size(a->dtype), n = a->count;
@@ -742,11 +770,11 @@ static ddpc_status cpu_run_(ddpc_group *g, void *state, const ddpc_coll_args *a,
     if (g->topo.nnodes == 1) {
         if (s) return ddpc_shm_run(s, a, deadline);
         /* A group of one: the only work is moving data into place. */
-        if (a->coll == DDPC_COLL_REDUCE_SCATTER || a->coll == DDPC_COLL_ALLGATHER || a->coll == DDPC_COLL_GATHER ||
-            a->coll == DDPC_COLL_SCATTER)
-            memmove(a->out, a->in, n * es);
+        if (gathering_(a->coll)) memmove(ddpc_coll_block(a, a->out, 0), a->in, n * es);
+        if (scattering_(a->coll)) memmove(a->out, ddpc_coll_block(a, a->in, 0), n * es);
         return DDPC_OK;
     }
+    if (a->blocks) return hier_blocks_(g, s, a, deadline);
     switch (a->coll) {
     case DDPC_COLL_ALLREDUCE:
         return hier_allreduce_(g, s, a, deadline);

@@ -61,8 +61,18 @@ typedef struct {
     int tag;
     uint64_t seq;       /* position in this group's sequence of collectives */
     int *source;        /* recv: where the sender's rank is written, or NULL */
+    /* The whole (all_gather's and gather's output, reduce_scatter's and
+     * scatter's input) as one block of `count` elements per rank, where it
+     * is a list of buffers rather than one: ddpc_coll_block. NULL: one
+     * buffer, at out or in. */
+    void *const *blocks;
     double timeout_s;   /* of this call; 0 when submitted: the group's at that moment */
 } ddpc_coll_args;
+
+/* Rank r's block of the whole of `a` (see `blocks`), which is at `whole` when it is one buffer. */
+static inline char *ddpc_coll_block(const ddpc_coll_args *a, const void *whole, int r) {
+    return a->blocks ? (char *)a->blocks[r] : (char *)whole + (size_t)r * a->count * ddpc_dtype_size(a->dtype);
+}
 
 /* The peer of a recv that takes the first matching send from any rank (cpu backend). */
 #define DDPC_ANY_SOURCE (-1)

@@ -424,18 +424,25 @@ static PyType_Spec store_spec = {"ddpc._C.Store", sizeof(store_obj), 0, Py_TPFLA
 
 /* ---- Work ----------------------------------------------------------------------- */
 
-#define MAX_VIEWS 2
-
 typedef struct {
     PyObject_HEAD
     ddpc_work *work;
-    Py_buffer views[MAX_VIEWS];
+    Py_buffer *views;    /* of the memory the collective uses, held until it is done */
     int nviews;
+    void **blocks;       /* the block pointers of a list the collective uses (ddpc_coll_args.blocks), or NULL */
     int source;          /* a recv's sender (group rank), once done */
 } work_obj;
 
 static void release_views_(Py_buffer *views, int n) {
     for (int i = 0; i < n; i++) PyBuffer_Release(&views[i]);
+}
+
+/* The collective is done: its memory is the caller's again. */
+static void work_let_go_(work_obj *self) {
+    release_views_(self->views, self->nviews);
+    PyMem_Free(self->views);
+    PyMem_Free(self->blocks);
+    self->views = NULL, self->blocks = NULL, self->nviews = 0;
 }
 
 static void work_dealloc(work_obj *self) {
@@ -449,7 +456,7 @@ static void work_dealloc(work_obj *self) {
         ddpc_work_release(w);
         Py_END_ALLOW_THREADS
     }
-    release_views_(self->views, self->nviews);
+    work_let_go_(self);
     PyTypeObject *tp = Py_TYPE(self);
     tp->tp_free(self);
     Py_DECREF(tp);
@@ -466,8 +473,7 @@ static PyObject *work_wait(work_obj *self, PyObject *args, PyObject *kwds) {
     /* Done: the memory is the caller's again. The group keeps this handle
      * until its next call, and the views must not pin that memory so long
      * (a tensor whose storage is released right after the wait). */
-    release_views_(self->views, self->nviews);
-    self->nviews = 0;
+    work_let_go_(self);
     Py_RETURN_TRUE;
 }
 
@@ -650,7 +656,9 @@ static int view_(PyObject *obj, int writable, Py_buffer *view) {
     return PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0));
 }
 
-/* Submits `a` and either waits (GIL released) or returns a Work that holds the views. */
+/* Submits `a` and either waits (GIL released) or returns a Work that holds
+ * the views (their contents: the caller frees the array) and a->blocks
+ * (PyMem-allocated, or NULL), which it takes in either case. */
 static PyObject *launch_(group_obj *self, ddpc_coll_args *a, Py_buffer *views, int nviews, int async_op) {
     ddpc_status st;
     ddpc_group *g = group_enter_(self);
@@ -660,18 +668,29 @@ static PyObject *launch_(group_obj *self, ddpc_coll_args *a, Py_buffer *views, i
         Py_END_ALLOW_THREADS
         group_leave_(self);
         release_views_(views, nviews);
+        PyMem_Free((void *)a->blocks);
         if (st != DDPC_OK) return ddpc_raise(st);
         /* Lets go of the handles (and the memory they hold) of the calls done by now. */
         if (self->group && keep_pending_(self, NULL) < 0) return NULL;
         Py_RETURN_NONE;
     }
     work_obj *w = PyObject_New(work_obj, WorkType);
-    if (!w) return group_leave_(self), release_views_(views, nviews), NULL;
+    Py_buffer *held = nviews ? PyMem_Malloc((size_t)nviews * sizeof *views) : NULL;
+    if (!w || (nviews && !held)) {
+        group_leave_(self), release_views_(views, nviews), PyMem_Free((void *)a->blocks), PyMem_Free(held);
+        if (w) {
+            w->work = NULL, w->views = NULL, w->blocks = NULL, w->nviews = 0;
+            Py_DECREF(w);
+        }
+        return PyErr_NoMemory();
+    }
     w->work = NULL;
     w->source = -1;
     if (a->source) a->source = &w->source; /* written when the recv completes: w outlives it */
     w->nviews = nviews;
-    memcpy(w->views, views, (size_t)nviews * sizeof *views);
+    w->views = held;
+    w->blocks = (void **)a->blocks;
+    if (nviews) memcpy(w->views, views, (size_t)nviews * sizeof *views);
     Py_BEGIN_ALLOW_THREADS
     st = ddpc_group_submit(g, a, &w->work);
     Py_END_ALLOW_THREADS
@@ -793,41 +812,76 @@ static int root_arg_(group_obj *self, int root, const char *what) {
     return 0;
 }
 
-/* all_gather, reduce_scatter, gather and scatter: an output and an input,
- * one of them size times the other (the whole). gather's output and
- * scatter's input are the root's alone; the other ranks pass None. */
+static int overlap_(const Py_buffer *x, const Py_buffer *y) {
+    return x->len && y->len && (char *)x->buf < (char *)y->buf + y->len && (char *)y->buf < (char *)x->buf + x->len;
+}
+
+/* all_gather, reduce_scatter, gather and scatter: a rank's part (all_gather's
+ * and gather's input, the others' output) and the whole, of one block of
+ * the part's size per rank: one buffer, or a list or tuple of the blocks
+ * (which no copy joins). gather's output and scatter's input are the
+ * root's alone; the other ranks pass None. */
 static PyObject *blocks_(group_obj *self, ddpc_coll_args *a, PyObject *out, PyObject *in, int async_op) {
     const char *what = ddpc_coll_name(a->coll);
     int gathering = a->coll == DDPC_COLL_ALLGATHER || a->coll == DDPC_COLL_GATHER;
     int rooted = ddpc_coll_rooted(a->coll), at_root = rooted && self->group->rank == a->peer;
-    /* The whole's buffer, which a rooted call's other ranks go without. */
-    PyObject *whole = gathering ? out : in;
+    PyObject *whole = gathering ? out : in, *part = gathering ? in : out;
+    const char *whole_name = gathering ? "output" : "input", *part_name = gathering ? "input" : "output";
     if (rooted && !at_root != (whole == Py_None))
-        return PyErr_Format(PyExc_ValueError, "%s: the %s is %s", what, gathering ? "output" : "input",
+        return PyErr_Format(PyExc_ValueError, "%s: the %s is %s", what, whole_name,
                             at_root ? "the root's: it must be given there" : "the root's alone: pass None here");
-    Py_buffer v[2];
-    int nv = 0;
-    if (out != Py_None && view_(out, 1, &v[nv++]) < 0) return NULL;
-    if (in != Py_None && view_(in, 0, &v[nv++]) < 0) return release_views_(v, nv - 1), NULL;
-    const Py_buffer *vo = out != Py_None ? &v[0] : NULL, *vi = in != Py_None ? &v[nv - 1] : NULL;
-    size_t nout = 0, nin = 0, n = (size_t)self->group->size;
-    if ((vo && count_(vo, a->dtype, &nout) < 0) || (vi && count_(vi, a->dtype, &nin) < 0))
-        return release_views_(v, nv), NULL;
-    if (vo && vi && (gathering ? nout != nin * n : nin != nout * n)) {
-        release_views_(v, nv);
-        return PyErr_Format(PyExc_ValueError, "%s: output has %zu elements and input %zu; with %zu ranks the %s "
-                            "must be %zu times the %s", what, nout, nin, n, gathering ? "output" : "input", n,
-                            gathering ? "input" : "output");
+    int n = self->group->size, listed = PyList_Check(whole) || PyTuple_Check(whole), nv = 0;
+    if (listed && PySequence_Fast_GET_SIZE(whole) != n)
+        return PyErr_Format(PyExc_ValueError, "%s: the %s list holds %zd buffers; a group of %d takes one per rank",
+                            what, whole_name, PySequence_Fast_GET_SIZE(whole), n);
+    Py_buffer *v = PyMem_Calloc((size_t)n + 2, sizeof *v);
+    void **blocks = listed ? PyMem_Malloc((size_t)n * sizeof *blocks) : NULL;
+    if (!v || (listed && !blocks)) {
+        PyErr_NoMemory();
+        goto fail;
     }
-    if (vo && vi && vo->len && vi->len && (char *)vo->buf < (char *)vi->buf + vi->len &&
-        (char *)vi->buf < (char *)vo->buf + vo->len) {
-        release_views_(v, nv);
-        return PyErr_Format(PyExc_ValueError, "%s: input and output must not overlap", what);
+    size_t count, nwhole;
+    if (view_(part, !gathering, &v[nv]) < 0) goto fail;
+    if (count_(&v[nv++], a->dtype, &count) < 0) goto fail;
+    if (listed) {
+        for (int r = 0; r < n; r++) {
+            if (view_(PySequence_Fast_GET_ITEM(whole, r), gathering, &v[nv]) < 0) goto fail;
+            if (count_(&v[nv++], a->dtype, &nwhole) < 0) goto fail;
+            if (nwhole != count) {
+                PyErr_Format(PyExc_ValueError, "%s: block %d of the %s list has %zu elements and the %s %zu", what,
+                             r, whole_name, nwhole, part_name, count);
+                goto fail;
+            }
+            blocks[r] = v[nv - 1].buf;
+        }
+    } else if (whole != Py_None) {
+        if (view_(whole, gathering, &v[nv]) < 0) goto fail;
+        if (count_(&v[nv++], a->dtype, &nwhole) < 0) goto fail;
+        if (nwhole != count * (size_t)n) {
+            PyErr_Format(PyExc_ValueError, "%s: output has %zu elements and input %zu; with %d ranks the %s must be "
+                         "%d times the %s", what, gathering ? nwhole : count, gathering ? count : nwhole, n,
+                         whole_name, n, part_name);
+            goto fail;
+        }
     }
-    a->count = gathering ? nin : nout;
-    a->in = vi ? vi->buf : NULL;
-    a->out = vo ? vo->buf : NULL;
-    return launch_(self, a, v, nv, async_op);
+    for (int i = 1; i < nv; i++)
+        if (overlap_(&v[0], &v[i])) {
+            PyErr_Format(PyExc_ValueError, "%s: input and output must not overlap", what);
+            goto fail;
+        }
+    void *whole_buf = nv == 2 && !listed ? v[1].buf : NULL;
+    a->count = count;
+    a->in = gathering ? v[0].buf : whole_buf;
+    a->out = gathering ? whole_buf : v[0].buf;
+    a->blocks = blocks;
+    PyObject *res = launch_(self, a, v, nv, async_op);
+    PyMem_Free(v);
+    return res;
+fail:
+    if (v) release_views_(v, nv);
+    PyMem_Free(v);
+    PyMem_Free(blocks);
+    return NULL;
 }
 
 static PyObject *group_all_gather(group_obj *self, PyObject *args, PyObject *kwds) {
@@ -1110,16 +1164,20 @@ static PyMethodDef group_methods[] = {
      "all_reduce(buf, dtype, op, async_op=False, *, timeout=None)"},
     {"broadcast", (PyCFunction)(void (*)(void))group_broadcast, METH_VARARGS | METH_KEYWORDS,
      "broadcast(buf, dtype, src, async_op=False, *, timeout=None)"},
+    /* The whole of the next four (all_gather's and gather's out, the others' in) is one buffer of every
+     * rank's block, or a list or tuple of the blocks. */
     {"all_gather", (PyCFunction)(void (*)(void))group_all_gather, METH_VARARGS | METH_KEYWORDS,
-     "all_gather(out, in, dtype, async_op=False, *, timeout=None)"},
+     "all_gather(out, in, dtype, async_op=False, *, timeout=None): out holds size blocks of in's size, in one "
+     "buffer or a list"},
     {"reduce_scatter", (PyCFunction)(void (*)(void))group_reduce_scatter, METH_VARARGS | METH_KEYWORDS,
-     "reduce_scatter(out, in, dtype, op, async_op=False, *, timeout=None)"},
+     "reduce_scatter(out, in, dtype, op, async_op=False, *, timeout=None): in holds size blocks of out's size, in "
+     "one buffer or a list"},
     {"gather", (PyCFunction)(void (*)(void))group_gather, METH_VARARGS | METH_KEYWORDS,
-     "gather(out, in, dtype, root, async_op=False, *, timeout=None): out (size times in) is the root's alone, "
-     "None on the other ranks"},
+     "gather(out, in, dtype, root, async_op=False, *, timeout=None): out holds size blocks of in's size, in one "
+     "buffer or a list, and is the root's alone: None on the other ranks"},
     {"scatter", (PyCFunction)(void (*)(void))group_scatter, METH_VARARGS | METH_KEYWORDS,
-     "scatter(out, in, dtype, root, async_op=False, *, timeout=None): in (size times out) is the root's alone, "
-     "None on the other ranks"},
+     "scatter(out, in, dtype, root, async_op=False, *, timeout=None): in holds size blocks of out's size, in one "
+     "buffer or a list, and is the root's alone: None on the other ranks"},
     {"reduce", (PyCFunction)(void (*)(void))group_reduce, METH_VARARGS | METH_KEYWORDS,
      "reduce(buf, dtype, op, root, async_op=False, *, timeout=None): into the root's buf; the other ranks' are "
      "only read"},

@@ -747,7 +747,8 @@ static ddpc_status allgather_(ddpc_shm *s, const ddpc_coll_args *a, uint64_t dea
         memcpy(slot_(s, p, s->me), (const char *)a->in + off * es, m * es);
         CHECK(sync_(s, deadline));
         for (int j = 0; j < s->n; j++)
-            copy_out_(out + (size_t)j * total + off * es, slot_(s, p, j), m * es, total * (size_t)s->n >= STREAM_BYTES);
+            copy_out_(ddpc_coll_block(a, out, j) + off * es, slot_(s, p, j), m * es,
+                      total * (size_t)s->n >= STREAM_BYTES);
     }
     copy_out_done_();
     return DDPC_OK;
@@ -767,7 +768,7 @@ static ddpc_status gather_(ddpc_shm *s, const ddpc_coll_args *a, int root, uint6
         CHECK(sync_(s, deadline));
         if (s->me != root) continue;
         for (int j = 0; j < s->n; j++)
-            copy_out_(out + (size_t)j * total + off * es,
+            copy_out_(ddpc_coll_block(a, out, j) + off * es,
                       j == root ? (const char *)a->in + off * es : slot_(s, p, j), m * es,
                       total * (size_t)s->n >= STREAM_BYTES);
     }
@@ -787,10 +788,11 @@ static ddpc_status scatter_(ddpc_shm *s, const ddpc_coll_args *a, int root, uint
         int p = s->epoch & 1;
         if (s->me == root)
             for (int j = 0; j < s->n; j++)
-                if (j != root) memcpy(slot_(s, p, j), in + (size_t)j * total + off * es, m * es);
+                if (j != root) memcpy(slot_(s, p, j), ddpc_coll_block(a, in, j) + off * es, m * es);
         CHECK(sync_(s, deadline));
-        copy_out_((char *)a->out + off * es, s->me == root ? in + (size_t)root * total + off * es : slot_(s, p, s->me),
-                  m * es, total >= STREAM_BYTES);
+        copy_out_((char *)a->out + off * es,
+                  s->me == root ? ddpc_coll_block(a, in, root) + off * es : slot_(s, p, s->me), m * es,
+                  total >= STREAM_BYTES);
     }
     copy_out_done_();
     return DDPC_OK;
@@ -808,7 +810,7 @@ static ddpc_status reduce_scatter_(ddpc_shm *s, const ddpc_coll_args *a, int div
         size_t m = a->count - off < per_chunk ? a->count - off : per_chunk;
         int p = s->epoch & 1;
         char *mine = slot_(s, p, s->me);
-        for (int j = 0; j < s->n; j++) memcpy(mine + (size_t)j * m * es, in + ((size_t)j * a->count + off) * es, m * es);
+        for (int j = 0; j < s->n; j++) memcpy(mine + (size_t)j * m * es, ddpc_coll_block(a, in, j) + off * es, m * es);
         CHECK(sync_(s, deadline));
         for (int j = 0; j < s->n; j++) srcs[j] = slot_(s, p, j) + (size_t)s->me * m * es;
         ddpc_reduce(a->dtype, a->op, (char *)a->out + off * es, srcs, s->n, m, divisor);

@@ -294,17 +294,18 @@ _COLLECTIVE_NAMES = {
 
 def _open_collective(api, group, buffer):
     """Opens the range of collective ``api`` (a ddpc.distributed function's
-    name) of ``group`` on ``buffer`` (None: none); None when no profile records."""
-    nbytes = getattr(buffer, "nbytes", 0)
-    return _open(_COLLECTIVE_NAMES[api], () if buffer is None else (buffer,),
-                 {"bytes": nbytes, "group size": group.size()})
+    name) of ``group`` on ``buffer`` (a list of them: a list's blocks; None:
+    none); None when no profile records."""
+    buffers = () if buffer is None else tuple(buffer) if isinstance(buffer, list) else (buffer,)
+    return _open(_COLLECTIVE_NAMES[api], buffers, {"bytes": sum(b.nbytes for b in buffers),
+                                                   "group size": group.size()})
 
 
 def _collective(c_call, group, args, api):
     """``c_call`` (a C collective of ``group``, called with ``args``, that
     runs ddpc.distributed's ``api``) made to record its range."""
-    # The first buffer: the output, or the input of a rank that has no output (gather's other ranks).
-    buffer = next((a for a in args if hasattr(a, "nbytes")), None)
+    # The first buffer or list of them: the output, or the input of a rank that has no output (gather's other ranks).
+    buffer = next((a for a in args if hasattr(a, "nbytes") or isinstance(a, list)), None)
 
     @functools.wraps(c_call)
     def call(*a, **kw):

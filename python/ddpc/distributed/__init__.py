@@ -1307,18 +1307,32 @@ def _as_buffer(obj):
     return _C.Buffer.from_object(obj)
 
 
+def _overlap(x, y):
+    a, b = _as_buffer(x), _as_buffer(y)
+    return a.device == b.device and a.nbytes and b.nbytes and a.data_ptr < b.data_ptr + b.nbytes and \
+        b.data_ptr < a.data_ptr + a.nbytes
+
+
+def _copy_of(x):
+    a = _as_buffer(x)
+    copy = _C.Buffer(a.shape, a.dtype, a.device)
+    _C.copy(copy, a)
+    return copy
+
+
 def _apart_from(inp, out):
-    """``inp``, or a copy of it where it overlaps ``out`` (an in-place gather,
-    whose input is this rank's block of the output): the C layer reads its
-    input while it writes the output."""
-    a, b = _as_buffer(inp), _as_buffer(out)
-    if a.device != b.device or not a.nbytes or not b.nbytes:
-        return inp
-    if a.data_ptr < b.data_ptr + b.nbytes and b.data_ptr < a.data_ptr + a.nbytes:
-        copy = _C.Buffer(a.shape, a.dtype, a.device)
-        _C.copy(copy, a)
-        return copy
-    return inp
+    """``inp``, or a copy of it where it overlaps ``out`` (a buffer, or a list
+    of them: an in-place gather, whose input is this rank's block of the
+    output): the C layer reads its input while it writes the output."""
+    outs = out if isinstance(out, list) else [out]
+    return _copy_of(inp) if any(_overlap(inp, o) for o in outs) else inp
+
+
+def _apart(inputs, out):
+    """``inputs`` (a scattering collective's list), each that overlaps
+    ``out`` replaced by a copy (see _apart_from)."""
+    return [_copy_of(x) if _overlap(x, out) else x for x in inputs] if isinstance(inputs, list) else \
+        _apart_from(inputs, out)
 
 
 def _copy_out(dst, src_buf):
@@ -1334,12 +1348,12 @@ def _dtype_name(code):
     return next(k for k, v in _DTYPE_CODES.items() if v == code)
 
 
-def _member_args(what, tensors, g, like):
+def _member_args(what, tensors, g, like, writable=False):
     """_Args of a list of one tensor per group member, each of ``like``'s dtype and size."""
     if tensors is None or len(tensors) != g.size():
         got = "none" if tensors is None else len(tensors)
         raise ValueError(f"{what}: the list needs one tensor per group member ({g.size()}), got {got}")
-    args = [_Arg(t, g, writable=False) for t in tensors]
+    args = [_Arg(t, g, writable=writable) for t in tensors]
     if any(a.numel != like.numel or a.code != like.code for a in args):
         raise ValueError(f"{what}: every tensor in the list must have the dtype and number of elements of "
                          f"the other tensor ({_dtype_name(like.code)}, {like.numel} elements)")
@@ -1370,6 +1384,22 @@ def _blocks_of(what, g, like, tensors):
     return blocks
 
 
+def _whole(what, g, like, tensors, gathering):
+    """The whole of a collective given as ``tensors`` (one per member, of
+    ``like``'s dtype and size, checked), as (what the C call takes, its
+    finish). The cpu backend takes the list of their buffers, which it
+    writes (``gathering``) or reads in place; an nccl call takes one buffer,
+    which the tensors are copied into, or out of after the call."""
+    if g.backend == "nccl":
+        if not gathering:
+            return real_pairs(_blocks_of(what, g, like, tensors)), None
+        _member_args(what, tensors, g, like)
+        flat = _member_blocks(g, like)
+        return real_pairs(flat), _filler(tensors, flat, like.numel)
+    args = _member_args(what, tensors, g, like, writable=gathering)
+    return [a.obj for a in args], _finisher(*(a.finish for a in args if a.device_buf))
+
+
 def _filler(tensors, blocks, numel):
     """A finish that copies block r (``numel`` elements) of ``blocks`` into ``tensors[r]``."""
 
@@ -1383,10 +1413,9 @@ def _filler(tensors, blocks, numel):
 def _all_gather_list(what, g, tensor_list, tensor, async_op, timeout=None):
     """all_gather into a list."""
     inp = _Arg(tensor, g, writable=False)
-    _member_args(what, tensor_list, g, inp)
-    out = _member_blocks(g, inp)
-    return _launch(what, g, g._c.all_gather, async_op, _filler(tensor_list, out, inp.numel), real_pairs(out),
-                   inp.obj, inp.code, outputs=tensor_list, timeout=timeout)
+    outs, finish = _whole(what, g, inp, tensor_list, gathering=True)
+    return _launch(what, g, g._c.all_gather, async_op, finish, outs, _apart_from(inp.obj, outs), inp.code,
+                   outputs=tensor_list, timeout=timeout)
 
 
 def all_gather(tensor_list, tensor, group=None, async_op=False):
@@ -1406,10 +1435,9 @@ def gather(tensor, gather_list=None, dst=None, group=None, async_op=False, group
     inp = _Arg(tensor, g, writable=False)
     if g.rank() != root:
         return _launch("gather", g, g._c.gather, async_op, None, None, inp.obj, inp.code, root)
-    _member_args("gather", gather_list, g, inp)
-    out = _member_blocks(g, inp)
-    return _launch("gather", g, g._c.gather, async_op, _filler(gather_list, out, inp.numel), real_pairs(out),
-                   inp.obj, inp.code, root, outputs=gather_list)
+    outs, finish = _whole("gather", g, inp, gather_list, gathering=True)
+    return _launch("gather", g, g._c.gather, async_op, finish, outs, _apart_from(inp.obj, outs), inp.code, root,
+                   outputs=gather_list)
 
 
 def gather_single(tensor, gather_tensor=None, dst=None, group=None, async_op=False, group_dst=None):
@@ -1445,8 +1473,8 @@ def scatter(tensor, scatter_list=None, src=None, group=None, async_op=False, gro
     if g.rank() != root and scatter_list:
         raise ValueError("scatter: only rank src passes a scatter_list")
     out = _Arg(tensor, g)
-    blocks = real_pairs(_blocks_of("scatter", g, out, scatter_list)) if g.rank() == root else None
-    return _launch("scatter", g, g._c.scatter, async_op, _finisher(out.device_buf and out.finish), out.obj, blocks,
+    ins = _apart(_whole("scatter", g, out, scatter_list, gathering=False)[0], out.obj) if g.rank() == root else None
+    return _launch("scatter", g, g._c.scatter, async_op, _finisher(out.device_buf and out.finish), out.obj, ins,
                    out.code, root, outputs=[tensor])
 
 
@@ -1489,9 +1517,9 @@ def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op=Fal
     """Reduces ``input_list[r]`` across ranks into rank r's ``output``."""
     g = _group(group, output)
     out = _Arg(output, g)
-    blocks = _blocks_of("reduce_scatter", g, out, input_list)
+    ins = _whole("reduce_scatter", g, out, input_list, gathering=False)[0]
     return _launch("reduce_scatter", g, g._c.reduce_scatter, async_op, _finisher(out.device_buf and out.finish),
-                   out.obj, real_pairs(blocks), out.code, _reduce_op(op, g, out.code))
+                   out.obj, _apart(ins, out.obj), out.code, _reduce_op(op, g, out.code))
 
 
 def _by_dtype(args):
