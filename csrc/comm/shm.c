@@ -736,40 +736,22 @@ static ddpc_status broadcast_(ddpc_shm *s, const ddpc_coll_args *a, int root, ui
     return DDPC_OK;
 }
 
-static ddpc_status allgather_(ddpc_shm *s, const ddpc_coll_args *a, uint64_t deadline) {
-    size_t es = ddpc_dtype_size(a->dtype), per_chunk = SLOT_BYTES / es, total = a->count * es;
-    begin_(s, a, NULL, 0);
-    if (a->count == 0) return sync_(s, deadline);
-    char *out = a->out;
-    for (size_t off = 0; off < a->count; off += per_chunk) {
-        size_t m = a->count - off < per_chunk ? a->count - off : per_chunk;
-        int p = s->epoch & 1;
-        memcpy(slot_(s, p, s->me), (const char *)a->in + off * es, m * es);
-        CHECK(sync_(s, deadline));
-        for (int j = 0; j < s->n; j++)
-            copy_out_(ddpc_coll_block(a, out, j) + off * es, slot_(s, p, j), m * es,
-                      total * (size_t)s->n >= STREAM_BYTES);
-    }
-    copy_out_done_();
-    return DDPC_OK;
-}
-
-/* gather to local rank `root`: every rank fills its slot, the root alone
- * copies every slot out. */
+/* all_gather, or with `root` >= 0 a gather to that local rank: every rank
+ * (but the root) fills its slot, and every rank (the root alone) copies
+ * every slot out, its own block straight from its input. */
 static ddpc_status gather_(ddpc_shm *s, const ddpc_coll_args *a, int root, uint64_t deadline) {
     size_t es = ddpc_dtype_size(a->dtype), per_chunk = SLOT_BYTES / es, total = a->count * es;
     begin_(s, a, NULL, 0);
     if (a->count == 0) return sync_(s, deadline);
-    char *out = a->out;
+    const char *in = a->in;
     for (size_t off = 0; off < a->count; off += per_chunk) {
         size_t m = a->count - off < per_chunk ? a->count - off : per_chunk;
         int p = s->epoch & 1;
-        if (s->me != root) memcpy(slot_(s, p, s->me), (const char *)a->in + off * es, m * es);
+        if (s->me != root) memcpy(slot_(s, p, s->me), in + off * es, m * es);
         CHECK(sync_(s, deadline));
-        if (s->me != root) continue;
+        if (root >= 0 && s->me != root) continue;
         for (int j = 0; j < s->n; j++)
-            copy_out_(ddpc_coll_block(a, out, j) + off * es,
-                      j == root ? (const char *)a->in + off * es : slot_(s, p, j), m * es,
+            copy_out_(ddpc_coll_block(a, a->out, j) + off * es, j == s->me ? in + off * es : slot_(s, p, j), m * es,
                       total * (size_t)s->n >= STREAM_BYTES);
     }
     copy_out_done_();
@@ -828,7 +810,7 @@ ddpc_status ddpc_shm_run(ddpc_shm *s, const ddpc_coll_args *a, uint64_t deadline
     case DDPC_COLL_GATHER: return gather_(s, &b, b.peer, deadline);
     case DDPC_COLL_SCATTER: return scatter_(s, &b, b.peer, deadline);
     case DDPC_COLL_BROADCAST: return broadcast_(s, &b, b.peer, deadline);
-    case DDPC_COLL_ALLGATHER: return allgather_(s, &b, deadline);
+    case DDPC_COLL_ALLGATHER: return gather_(s, &b, -1, deadline);
     case DDPC_COLL_REDUCE_SCATTER: return reduce_scatter_(s, &b, divisor, deadline);
     case DDPC_COLL_BARRIER: begin_(s, &b, NULL, 0); return sync_(s, deadline);
     default: return DDPC_ERROR(DDPC_ERR_INTERNAL, "%s is not a shared-memory collective", ddpc_coll_name(a->coll));
