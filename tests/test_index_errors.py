@@ -82,6 +82,10 @@ def test_scatter_family(device):
     # index_put with accumulate adds rows at the flat positions; put adds elements at them
     _check(device, lambda: x.index_put((_index([3], device),), ones.reshape(4), accumulate=True), good,
            "scatter_add: index 3 is out of range for dim 0 of size 3")
+    # with several index tensors, an index past its own dim (not only past the flat rows) is refused
+    _check(device, lambda: x.index_put((_index([0], device), _index([4], device)), ddpc.ones(1, device=device),
+                                       accumulate=True), good,
+           "scatter_add: index 12 is out of range for dim 0 of size 12")
     _check(device, lambda: x.put(_index([12], device), ddpc.ones(1, device=device), accumulate=True), good,
            "scatter_add: index 12 is out of range for dim 0 of size 12")
     y = ddpc.ones((1, 1, 2, 2), device=device)

@@ -3252,13 +3252,18 @@ def index_put(a, indices, values, accumulate=False):
         return out
     lead = a.shape[:len(indices)]
     shape = functools.reduce(_broadcast_shape, (i.shape for i in indices), ())
-    flat = None
+    flat = outside = None
     for i, n in zip(indices, lead):
         i = expand(i.detach().to(dtype=int64), shape)
         i = where(i < 0, add(i, n), i)
+        if len(indices) > 1:  # an index past its dim would land in the next row of the flat positions
+            bad = logical_or(i < 0, i >= n)
+            outside = bad if outside is None else logical_or(outside, bad)
         flat = i if flat is None else add(mul(flat, n), i)
     width = math.prod(a.shape[len(indices):])  # named, not -1, which an empty tensor leaves ambiguous
     rows = reshape(a, (math.prod(lead), width))
+    if outside is not None:  # made a row past the end, which index_add refuses (on a GPU, with no host sync)
+        flat = where(outside, rows.shape[0], flat)
     vals = values if isinstance(values, Tensor) else _operand(values, a, "index_put")
     vals = reshape(expand(vals.to(dtype=a.dtype), shape + a.shape[len(indices):]), (math.prod(shape), width))
     return reshape(index_add(rows, 0, reshape(flat, (-1,)), vals), a.shape)
