@@ -94,6 +94,7 @@ __all__ += [
 
 _DTYPE_CODES = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 3, "int32": 4, "int64": 5, "uint8": 6,
                 "complex64": 7, "complex128": 8, "bool": 9}
+_DTYPE_NAMES = {code: name for name, code in _DTYPE_CODES.items()}
 _DEFAULT_TIMEOUT = timedelta(minutes=30)  # PyTorch's for gloo: a dead peer is noticed in seconds anyway
 default_pg_timeout = _DEFAULT_TIMEOUT  # torch.distributed's name for it
 # How long rank 0 keeps the store up at shutdown for the others to leave.
@@ -985,6 +986,13 @@ atexit.register(_leave_at_exit)
 # ---- tensors -----------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=None)
+def _np_dtype_name(dtype):
+    """A numpy dtype's name, remembered: numpy works ``dtype.name`` out in
+    Python each time, a cost every collective on an array would pay."""
+    return dtype.name
+
+
 def _dtype_code(name):
     try:
         return _DTYPE_CODES[name]
@@ -1034,7 +1042,7 @@ class _Arg:
             if not t.dtype.isnative:
                 raise TypeError(f"the array's bytes are in the other byte order ({t.dtype.str}); convert it first, "
                                 "e.g. a.astype(a.dtype.newbyteorder('='))")
-            self.code = _dtype_code("bfloat16" if t.dtype.name == "bfloat16" else t.dtype.name)
+            self.code = _dtype_code(_np_dtype_name(t.dtype))
             self.numel = t.size
             self.obj = t
         else:
@@ -1302,7 +1310,7 @@ def _as_buffer(obj):
     """A _C.Buffer over a buffer or C-contiguous numpy array (bfloat16 ones too)."""
     if isinstance(obj, _C.Buffer):
         return obj
-    if obj.dtype.name == "bfloat16":  # ml_dtypes arrays don't export the buffer protocol; view the bits
+    if _np_dtype_name(obj.dtype) == "bfloat16":  # ml_dtypes arrays don't export the buffer protocol; view the bits
         return _C.Buffer.from_object(obj.view(np.uint16), "bfloat16")
     return _C.Buffer.from_object(obj)
 
@@ -1345,7 +1353,7 @@ def _copy_out(dst, src_buf):
 
 
 def _dtype_name(code):
-    return next(k for k, v in _DTYPE_CODES.items() if v == code)
+    return _DTYPE_NAMES[code]
 
 
 def _member_args(what, tensors, g, like, writable=False):
