@@ -163,7 +163,7 @@ ddpc_status ddpc_op_randperm(ddpc_buffer *dst, uint64_t seed, uint64_t offset);
     do {                                                                           \
         void *stream;                                                              \
         int prev_;                                                                 \
-        CHECK(ddpc_cuda_check_index_errors((device), DDPC_AT_LAUNCH)); \
+        CHECK(ddpc_cuda_check_index_errors((device), DDPC_AT_LAUNCH));             \
         CHECK(ddpc_cuda_compute_stream((device), &stream));                        \
         CHECK(ddpc_cuda_enter((device), &prev_));                                  \
         cudaError_t launched_ = (cudaError_t)(call);                               \
