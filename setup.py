@@ -96,19 +96,20 @@ if SANITIZE:
     ldflags += ["-fsanitize=" + SANITIZE]
 
 include_dirs = [os.path.join(ROOT, "csrc"), os.path.join(ROOT, "kernels")]
-library_dirs, libraries, rpaths, macros = [], ["rt"], [], []
+library_dirs, libraries, rpaths, macros = [], ["rt", "dl"], [], []
 if CUDA_HOME:
     macros.append(("DDPC_WITH_CUDA", "1"))
     include_dirs.append(os.path.join(CUDA_HOME, "include"))
     libdir = cuda_libdir(CUDA_HOME)
     library_dirs.append(libdir)
     rpaths.append(libdir)
+    # cuBLAS and cuFFT are loaded on first use (csrc/cuda_libs.h), from this directory unless found elsewhere.
+    macros.append(("DDPC_CUDA_LIBDIR", f'"{libdir}"'))
     # The kernels' host code is C++ (nvcc), so it needs libstdc++ (exception handling, static locals).
-    libraries += ["cudart", "cublas", "cufft", "stdc++"]
+    libraries += ["cudart", "stdc++"]
     if NCCL:
         macros += [("DDPC_WITH_NCCL", "1"), ("DDPC_NCCL_LIBDIR", f'"{NCCL[1]}"')]
         include_dirs.insert(0, NCCL[0])
-        libraries.append("dl")
 
 sources = sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "csrc", "**", "*.c"), recursive=True))
 

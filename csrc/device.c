@@ -7,7 +7,6 @@
 #include <string.h>
 
 #ifdef DDPC_WITH_CUDA
-#include <cublas_api.h>
 #include <cuda.h> /* the driver API's types only: its two functions below come through the runtime */
 #include <cuda_runtime_api.h>
 
@@ -368,15 +367,6 @@ int ddpc_cuda_driver_version(void) {
     return cudaDriverGetVersion(&v) == cudaSuccess ? v : 0;
 }
 
-int ddpc_cublas_version(void) {
-    int major = 0, minor = 0, patch = 0;
-    if (cublasGetProperty(MAJOR_VERSION, &major) != CUBLAS_STATUS_SUCCESS ||
-        cublasGetProperty(MINOR_VERSION, &minor) != CUBLAS_STATUS_SUCCESS ||
-        cublasGetProperty(PATCH_LEVEL, &patch) != CUBLAS_STATUS_SUCCESS)
-        return 0;
-    return major * 10000 + minor * 100 + patch;
-}
-
 int ddpc_nccl_version(void) {
 #ifdef DDPC_WITH_NCCL
     int v = 0;
@@ -470,7 +460,6 @@ ddpc_status ddpc_cuda_event_elapsed(void *start, void *end, float *ms) {
 void ddpc_cuda_event_destroy(void *event) { (void)event; }
 int ddpc_cuda_runtime_version(void) { return 0; }
 int ddpc_cuda_driver_version(void) { return 0; }
-int ddpc_cublas_version(void) { return 0; }
 int ddpc_nccl_version(void) { return 0; }
 
 #endif

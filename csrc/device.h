@@ -90,7 +90,6 @@ void ddpc_cuda_event_destroy(void *event);
 /* Versions as integers (e.g. 12040), or 0 where unavailable. */
 int ddpc_cuda_runtime_version(void);
 int ddpc_cuda_driver_version(void);
-int ddpc_cublas_version(void);
 /* 0 also where NCCL cannot be loaded (see comm/nccl_lib.h); call with the GIL held. */
 int ddpc_nccl_version(void);
 

@@ -24,7 +24,7 @@
 static int allow_tf32_;
 
 #ifdef DDPC_WITH_CUDA
-#include <cublas_v2.h>
+#include "cuda_libs.h"
 
 static pthread_mutex_t handles_mu_ = PTHREAD_MUTEX_INITIALIZER;
 static cublasHandle_t handles_[DDPC_MAX_DEVICES];
@@ -33,19 +33,20 @@ static cublasHandle_t handles_[DDPC_MAX_DEVICES];
     do {                                                                           \
         cublasStatus_t s_ = (call);                                                \
         if (s_ != CUBLAS_STATUS_SUCCESS)                                           \
-            return DDPC_ERROR(DDPC_ERR_CUDA, "%s failed: %s", #call, cublasGetStatusString(s_)); \
+            return DDPC_ERROR(DDPC_ERR_CUDA, "%s failed: %s", #call, ddpc_cublas.GetStatusString(s_)); \
     } while (0)
 
 static ddpc_status handle_for_(int device, cublasHandle_t *out) {
     void *stream;
+    CHECK(ddpc_cublas_load());
     CHECK(ddpc_cuda_compute_stream(device, &stream));
     pthread_mutex_lock(&handles_mu_);
     cublasStatus_t s = CUBLAS_STATUS_SUCCESS;
     if (!handles_[device]) {
-        s = cublasCreate(&handles_[device]);
-        if (s == CUBLAS_STATUS_SUCCESS) s = cublasSetStream(handles_[device], (cudaStream_t)stream);
+        s = ddpc_cublas.Create(&handles_[device]);
+        if (s == CUBLAS_STATUS_SUCCESS) s = ddpc_cublas.SetStream(handles_[device], (cudaStream_t)stream);
         if (s != CUBLAS_STATUS_SUCCESS && handles_[device]) {
-            cublasDestroy(handles_[device]);
+            ddpc_cublas.Destroy(handles_[device]);
             handles_[device] = NULL;
         }
     }
@@ -53,7 +54,7 @@ static ddpc_status handle_for_(int device, cublasHandle_t *out) {
     pthread_mutex_unlock(&handles_mu_);
     if (s != CUBLAS_STATUS_SUCCESS)
         return DDPC_ERROR(DDPC_ERR_CUDA, "creating the cuBLAS handle of cuda:%d failed: %s", device,
-                          cublasGetStatusString(s));
+                          ddpc_cublas.GetStatusString(s));
     return DDPC_OK;
 }
 
@@ -76,12 +77,12 @@ static ddpc_status gemm_cuda_on_(ddpc_buffer *out, const ddpc_buffer *a, const d
     if (out->dtype == DDPC_FLOAT32) {
         const float one = 1.0f, beta = (bias || accumulate) ? 1.0f : 0.0f;
         const int tf32 = __atomic_load_n(&allow_tf32_, __ATOMIC_RELAXED);
-        CUBLASCHECK(cublasSetMathMode(h, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
-        CUBLASCHECK(cublasSgemm(h, opb, opa, (int)N, (int)M, (int)K, &one, b->data, ldb, a->data, lda, &beta, out->data,
+        CUBLASCHECK(ddpc_cublas.SetMathMode(h, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+        CUBLASCHECK(ddpc_cublas.Sgemm(h, opb, opa, (int)N, (int)M, (int)K, &one, b->data, ldb, a->data, lda, &beta, out->data,
                                 (int)N));
     } else {
         const double one = 1.0, beta = (bias || accumulate) ? 1.0 : 0.0;
-        CUBLASCHECK(cublasDgemm(h, opb, opa, (int)N, (int)M, (int)K, &one, b->data, ldb, a->data, lda, &beta, out->data,
+        CUBLASCHECK(ddpc_cublas.Dgemm(h, opb, opa, (int)N, (int)M, (int)K, &one, b->data, ldb, a->data, lda, &beta, out->data,
                                 (int)N));
     }
     return DDPC_OK;

@@ -5,6 +5,7 @@
 #include "amp.h"
 #include "buffer.h"
 #include "crc.h"
+#include "cuda_libs.h"
 #include "comm/nccl.h"
 #include "comm/pycomm.h"
 #include "device.h"
@@ -342,12 +343,30 @@ static PyObject *py_build_info(PyObject *m, PyObject *unused) {
 #else
     const char *cuda_compiled = NULL;
 #endif
-    return Py_BuildValue("{s:O,s:O,s:N,s:N,s:N,s:N,s:s,s:s}", "cuda", cuda_compiled ? Py_True : Py_False, "nccl",
+    return Py_BuildValue("{s:O,s:O,s:N,s:N,s:N,s:N,s:N,s:s,s:s}", "cuda", cuda_compiled ? Py_True : Py_False, "nccl",
                          nccl ? Py_True : Py_False, "cuda_runtime_version",
                          version_or_none_(ddpc_cuda_runtime_version()), "cuda_driver_version",
                          version_or_none_(ddpc_cuda_driver_version()), "cublas_version",
-                         version_or_none_(ddpc_cublas_version()), "nccl_version", version_or_none_(ddpc_nccl_version()),
+                         version_or_none_(ddpc_cublas_version()), "cufft_version",
+                         version_or_none_(ddpc_cufft_version()), "nccl_version", version_or_none_(ddpc_nccl_version()),
                          "compiler", __VERSION__, "build_date", __DATE__);
+}
+
+/* The file a library loaded at run time came from, loading it; its loader's error where none loads. */
+static PyObject *library_path_(ddpc_status (*load)(void), const char *(*path)(void)) {
+    ddpc_status st = load();
+    if (st != DDPC_OK) return ddpc_raise(st);
+    return PyUnicode_DecodeFSDefault(path());
+}
+
+static PyObject *py_cublas_library(PyObject *m, PyObject *unused) {
+    (void)m, (void)unused;
+    return library_path_(ddpc_cublas_load, ddpc_cublas_path);
+}
+
+static PyObject *py_cufft_library(PyObject *m, PyObject *unused) {
+    (void)m, (void)unused;
+    return library_path_(ddpc_cufft_load, ddpc_cufft_path);
 }
 
 static PyObject *py_release_shared_memory(PyObject *m, PyObject *unused) {
@@ -394,6 +413,10 @@ static PyMethodDef module_methods[] = {
     {"crc32c", (PyCFunction)(void (*)(void))py_crc32c, METH_VARARGS | METH_KEYWORDS,
      "crc32c(data, value=0): the CRC-32C (Castagnoli) of a bytes-like object, extending value as zlib.crc32 does"},
     {"build_info", py_build_info, METH_NOARGS, "what this build was compiled with"},
+    {"cublas_library", py_cublas_library, METH_NOARGS,
+     "the path of the libcublas ddpc uses, loaded on first use; RuntimeError saying what was tried when none loads"},
+    {"cufft_library", py_cufft_library, METH_NOARGS,
+     "the path of the libcufft ddpc uses, loaded on first use; RuntimeError saying what was tried when none loads"},
     {"release_shared_memory", py_release_shared_memory, METH_NOARGS,
      "drops this process's references to shared-memory segments (at its end); its mappings stay usable"},
     {NULL, NULL, 0, NULL},

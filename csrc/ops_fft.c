@@ -79,7 +79,7 @@ static ddpc_status check_(ddpc_fft_kind kind, const ddpc_buffer *out, const ddpc
 }
 
 #ifdef DDPC_WITH_CUDA
-#include <cufft.h>
+#include "cuda_libs.h"
 #include <pthread.h>
 
 static const char *cufft_reason_(cufftResult r) {
@@ -143,7 +143,7 @@ static ddpc_status plan_destroy_(plan_ *p) {
     CHECK(ddpc_cuda_compute_stream(p->device, &stream));
     CHECK(ddpc_cuda_enter(p->device, &prev));
     CUDACHECKGOTO(cudaStreamSynchronize((cudaStream_t)stream), st, exit);
-    CUFFTCHECKGOTO(cufftDestroy(p->handle), st, exit);
+    CUFFTCHECKGOTO(ddpc_cufft.Destroy(p->handle), st, exit);
 exit:
     ddpc_cuda_leave(prev);
     p->used = 0;
@@ -170,11 +170,11 @@ static ddpc_status plan_for_(const plan_ *key, plan_ **out) {
     long long n[3];
     memcpy(n, key->n, sizeof n);
     size_t work = 0;
-    CUFFTCHECKGOTO(cufftCreate(&h), st, fail);
-    CUFFTCHECKGOTO(cufftSetAutoAllocation(h, 0), st, destroy);
+    CUFFTCHECKGOTO(ddpc_cufft.Create(&h), st, fail);
+    CUFFTCHECKGOTO(ddpc_cufft.SetAutoAllocation(h, 0), st, destroy);
     /* NULL embeddings: each batch element is a row-major block of its sizes
      * (n[rank - 1] / 2 + 1 complex numbers in the last dim on the complex side). */
-    CUFFTCHECKGOTO(cufftMakePlanMany64(h, key->rank, n, NULL, 1, 0, NULL, 1, 0, key->type, key->batch, &work), st,
+    CUFFTCHECKGOTO(ddpc_cufft.MakePlanMany64(h, key->rank, n, NULL, 1, 0, NULL, 1, 0, key->type, key->batch, &work), st,
                    destroy);
     *slot = *key;
     slot->handle = h;
@@ -183,7 +183,7 @@ static ddpc_status plan_for_(const plan_ *key, plan_ **out) {
     *out = slot;
     return DDPC_OK;
 destroy:
-    cufftDestroy(h);
+    ddpc_cufft.Destroy(h);
 fail:
     return st;
 }
@@ -203,16 +203,16 @@ static ddpc_status exec_(cufftHandle h, ddpc_fft_kind kind, ddpc_dtype in_dtype,
     int dbl = in_dtype == DDPC_FLOAT64 || in_dtype == DDPC_COMPLEX128;
     switch (kind) {
     case DDPC_FFT_R2C:
-        if (dbl) CUFFTCHECKGOTO(cufftExecD2Z(h, in, out), st, exit);
-        else CUFFTCHECKGOTO(cufftExecR2C(h, in, out), st, exit);
+        if (dbl) CUFFTCHECKGOTO(ddpc_cufft.ExecD2Z(h, in, out), st, exit);
+        else CUFFTCHECKGOTO(ddpc_cufft.ExecR2C(h, in, out), st, exit);
         break;
     case DDPC_FFT_C2R:
-        if (dbl) CUFFTCHECKGOTO(cufftExecZ2D(h, in, out), st, exit);
-        else CUFFTCHECKGOTO(cufftExecC2R(h, in, out), st, exit);
+        if (dbl) CUFFTCHECKGOTO(ddpc_cufft.ExecZ2D(h, in, out), st, exit);
+        else CUFFTCHECKGOTO(ddpc_cufft.ExecC2R(h, in, out), st, exit);
         break;
     default:
-        if (dbl) CUFFTCHECKGOTO(cufftExecZ2Z(h, in, out, dir), st, exit);
-        else CUFFTCHECKGOTO(cufftExecC2C(h, in, out, dir), st, exit);
+        if (dbl) CUFFTCHECKGOTO(ddpc_cufft.ExecZ2Z(h, in, out, dir), st, exit);
+        else CUFFTCHECKGOTO(ddpc_cufft.ExecC2C(h, in, out, dir), st, exit);
         break;
     }
 exit:
@@ -222,6 +222,7 @@ exit:
 /* With the device current: the plan, its work area, the transform and the scaling, all on the compute stream. */
 static ddpc_status fft_on_(ddpc_fft_kind kind, ddpc_buffer *out, const ddpc_buffer *in, int rank, int inverse,
                            double scale, void *stream) {
+    CHECK(ddpc_cufft_load());
     const ddpc_buffer *signal = kind == DDPC_FFT_C2R ? out : in;
     plan_ key = {.used = 1, .device = in->device, .type = cufft_type_(kind, in->dtype), .rank = rank, .batch = 1};
     for (int d = 0; d < signal->ndim - rank; d++) key.batch *= signal->shape[d];
@@ -250,10 +251,10 @@ static ddpc_status fft_on_(ddpc_fft_kind kind, ddpc_buffer *out, const ddpc_buff
     pthread_mutex_lock(&plans_mu_);
     plan_ *p = NULL;
     CHECKGOTO(plan_for_(&key, &p), st, unlock);
-    CUFFTCHECKGOTO(cufftSetStream(p->handle, (cudaStream_t)stream), st, unlock);
+    CUFFTCHECKGOTO(ddpc_cufft.SetStream(p->handle, (cudaStream_t)stream), st, unlock);
     if (p->work_size) {
         CHECKGOTO(ddpc_alloc(in->device, p->work_size, 0, &work), st, unlock);
-        CUFFTCHECKGOTO(cufftSetWorkArea(p->handle, work->ptr), st, unlock);
+        CUFFTCHECKGOTO(ddpc_cufft.SetWorkArea(p->handle, work->ptr), st, unlock);
     }
     CHECKGOTO(exec_(p->handle, kind, in->dtype, src, out->data, inverse), st, unlock);
 unlock:

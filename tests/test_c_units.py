@@ -30,7 +30,7 @@ def compile_and_run(tmp_path, test_source, sources, with_cuda, kernel_objects=()
     if with_cuda:
         home = cuda_home()
         cmd += ["-DDDPC_WITH_CUDA=1", "-I", f"{home}/include", *kernel_objects, f"-L{home}/lib64",
-                f"-Wl,-rpath,{home}/lib64", "-lcudart", "-lcublas"] + (["-lstdc++"] if kernel_objects else [])
+                f"-Wl,-rpath,{home}/lib64", "-lcudart"] + (["-lstdc++"] if kernel_objects else [])
     cmd += ["-o", exe, "-lm", "-pthread", "-lrt"]
     subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=300)
     env = dict(os.environ, ASAN_OPTIONS="detect_leaks=1:abort_on_error=0", UBSAN_OPTIONS="print_stacktrace=1")

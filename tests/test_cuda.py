@@ -12,10 +12,12 @@ import ddpc
 
 def test_build_info_reports_what_was_compiled():
     info = ddpc.build_info()
-    for key in ("cuda", "nccl", "cuda_runtime_version", "cuda_driver_version", "cublas_version", "nccl_version"):
+    for key in ("cuda", "nccl", "cuda_runtime_version", "cuda_driver_version", "cublas_version", "cufft_version",
+                "nccl_version"):
         assert key in info
     if not info["cuda"]:
         assert info["cuda_runtime_version"] is None and info["cublas_version"] is None
+        assert info["cufft_version"] is None
     if not info["nccl"]:
         assert info["nccl_version"] is None
 

@@ -734,7 +734,6 @@ static ddpc_status hier_rooted_(ddpc_group *g, ddpc_shm *s, const ddpc_coll_args
     return st;
 }
 
-static int gathering_(ddpc_coll c) { return c == DDPC_COLL_ALLGATHER || c == DDPC_COLL_GATHER; }
 static int scattering_(ddpc_coll c) { return c == DDPC_COLL_REDUCE_SCATTER || c == DDPC_COLL_SCATTER; }
 
 static ddpc_status cpu_run_(ddpc_group *g, void *state, const ddpc_coll_args *a, uint64_t deadline);
@@ -749,14 +748,14 @@ static ddpc_status hier_blocks_(ddpc_group *g, ddpc_shm *s, const ddpc_coll_args
                           ddpc_coll_name(a->coll));
     ddpc_coll_args b = *a;
     b.blocks = NULL;
-    if (gathering_(a->coll)) {
+    if (ddpc_coll_gathers(a->coll)) {
         b.out = whole;
     } else {
         for (int r = 0; r < g->size; r++) memcpy(whole + (size_t)r * bytes, a->blocks[r], bytes);
         b.in = whole;
     }
     ddpc_status st = cpu_run_(g, s, &b, deadline);
-    if (st == DDPC_OK && gathering_(a->coll))
+    if (st == DDPC_OK && ddpc_coll_gathers(a->coll))
         for (int r = 0; r < g->size; r++) memcpy(a->blocks[r], whole + (size_t)r * bytes, bytes);
     free(whole);
     return st;
@@ -770,7 +769,7 @@ static ddpc_status cpu_run_(ddpc_group *g, void *state, const ddpc_coll_args *a,
     if (g->topo.nnodes == 1) {
         if (s) return ddpc_shm_run(s, a, deadline);
         /* A group of one: the only work is moving data into place. */
-        if (gathering_(a->coll)) memmove(ddpc_coll_block(a, a->out, 0), a->in, n * es);
+        if (ddpc_coll_gathers(a->coll)) memmove(ddpc_coll_block(a, a->out, 0), a->in, n * es);
         if (scattering_(a->coll)) memmove(a->out, ddpc_coll_block(a, a->in, 0), n * es);
         return DDPC_OK;
     }

@@ -40,6 +40,10 @@ static inline int ddpc_coll_rooted(ddpc_coll c) {
     return c == DDPC_COLL_BROADCAST || c == DDPC_COLL_GATHER || c == DDPC_COLL_SCATTER || c == DDPC_COLL_REDUCE;
 }
 
+/* Collectives whose output is one block per rank (all_gather, gather); their
+ * input is this rank's block. reduce_scatter and scatter are the reverse. */
+static inline int ddpc_coll_gathers(ddpc_coll c) { return c == DDPC_COLL_ALLGATHER || c == DDPC_COLL_GATHER; }
+
 /* One collective call. `count` is the element count of this rank's
  * contribution: the whole tensor for all_reduce, broadcast, reduce, send and
  * recv; the input for all_gather and gather (output is size*count); the

@@ -29,12 +29,13 @@
 #include <Python.h>
 #include <dlfcn.h>
 #include <limits.h>
-#include <link.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include "dynlib.h"
 
 #define SONAME_ "libnccl.so.2"
 
@@ -45,21 +46,6 @@ static int tried_;           /* under mu_; once set, the three below no longer c
 static ddpc_status result_;
 static char path_[PATH_MAX]; /* the library loaded */
 static char why_[8192];      /* why none was */
-
-/* Appends one "  source: reason" line to the list of what was tried. */
-static void note_(char *tried, size_t n, const char *source, const char *reason) {
-    size_t len = strlen(tried);
-    if (len < n) snprintf(tried + len, n - len, "\n  %s: %s", source, reason);
-}
-
-static void *open_(const char *path, const char *source, char *tried, size_t n) {
-    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (!h) {
-        const char *err = dlerror();
-        note_(tried, n, source, err ? err : "dlopen failed");
-    }
-    return h;
-}
 
 /* The nvidia-nccl wheel's library: nvidia/nccl/lib under a sys.path entry.
  * Runs no Python code, so the GIL is not given up while mu_ is held. */
@@ -82,20 +68,20 @@ static int wheel_library_(char *out, size_t n) {
 /* The first library of the search order (see the top of this file) that loads. */
 static void *open_first_(char *tried, size_t n) {
     const char *env = getenv("DDPC_NCCL_LIBRARY");
-    if (env && *env) return open_(env, "DDPC_NCCL_LIBRARY", tried, n);
+    if (env && *env) return ddpc_dynlib_open(env, "DDPC_NCCL_LIBRARY", tried, n);
     void *h = dlopen(SONAME_, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
     if (h) return h;
-    note_(tried, n, "a copy already in this process", "none");
+    ddpc_dynlib_note(tried, n, "a copy already in this process", "none");
     char wheel[PATH_MAX];
     if (wheel_library_(wheel, sizeof wheel)) {
-        h = open_(wheel, "the nvidia-nccl wheel", tried, n);
+        h = ddpc_dynlib_open(wheel, "the nvidia-nccl wheel", tried, n);
         if (h) return h;
     } else {
-        note_(tried, n, "the nvidia-nccl wheel", "no nvidia/nccl/lib/" SONAME_ " under any sys.path entry");
+        ddpc_dynlib_note(tried, n, "the nvidia-nccl wheel", "no nvidia/nccl/lib/" SONAME_ " under any sys.path entry");
     }
-    h = open_(DDPC_NCCL_LIBDIR "/" SONAME_, "the NCCL ddpc was built with", tried, n);
+    h = ddpc_dynlib_open(DDPC_NCCL_LIBDIR "/" SONAME_, "the NCCL ddpc was built with", tried, n);
     if (h) return h;
-    return open_(SONAME_, "the dynamic linker's search path", tried, n);
+    return ddpc_dynlib_open(SONAME_, "the dynamic linker's search path", tried, n);
 }
 
 /* The error for a library that lacks `symbol`, naming the library's version; closes it. */
@@ -124,9 +110,7 @@ static ddpc_status load_(void) {
                  tried);
         return DDPC_ERR_CUDA;
     }
-    struct link_map *map = NULL;
-    if (dlinfo(h, RTLD_DI_LINKMAP, &map) == 0 && map->l_name[0]) snprintf(path_, sizeof path_, "%s", map->l_name);
-    else snprintf(path_, sizeof path_, "%s", SONAME_);
+    ddpc_dynlib_path(h, SONAME_, path_, sizeof path_);
     /* Filled aside, so `ddpc_nccl` is never half set. */
     ddpc_nccl_api api;
 #define DDPC_NCCL_RESOLVE_(name)                                                                                   \

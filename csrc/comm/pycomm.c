@@ -823,7 +823,7 @@ static int overlap_(const Py_buffer *x, const Py_buffer *y) {
  * root's alone; the other ranks pass None. */
 static PyObject *blocks_(group_obj *self, ddpc_coll_args *a, PyObject *out, PyObject *in, int async_op) {
     const char *what = ddpc_coll_name(a->coll);
-    int gathering = a->coll == DDPC_COLL_ALLGATHER || a->coll == DDPC_COLL_GATHER;
+    int gathering = ddpc_coll_gathers(a->coll);
     int rooted = ddpc_coll_rooted(a->coll), at_root = rooted && self->group->rank == a->peer;
     PyObject *whole = gathering ? out : in, *part = gathering ? in : out;
     const char *whole_name = gathering ? "output" : "input", *part_name = gathering ? "input" : "output";

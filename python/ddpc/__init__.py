@@ -112,7 +112,8 @@ __version__ = "0.1.0"
 
 
 def build_info():
-    """What this build was compiled with: CUDA, NCCL and their versions (None where absent)."""
+    """What this build was compiled with: CUDA, NCCL and their versions (None where absent). cuBLAS,
+    cuFFT and NCCL are loaded on first use, not at import; asking for their versions loads them."""
     return _C.build_info()
 
 

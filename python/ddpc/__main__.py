@@ -10,22 +10,19 @@ def _version(v, kind):
         return "not available"
     if kind == "cuda":
         return f"{v // 1000}.{v % 1000 // 10}"
-    if kind == "nccl":
-        return f"{v // 10000}.{v // 100 % 100}.{v % 100}"
     return f"{v // 10000}.{v // 100 % 100}.{v % 100}"
 
 
-def _nccl(info):
-    """(what to print for NCCL, whether it loads): its version and library, or why it cannot be used."""
-    from ddpc import _C
-
-    if not info["nccl"]:
+def _library(compiled, version, library):
+    """(what to print for a library loaded at run time, whether it loads): its version and file, or why it
+    cannot be used."""
+    if not compiled:
         return "not compiled in", False
     try:
-        path = _C.nccl_library()
+        path = library()
     except RuntimeError as e:
         return "does not load: " + str(e).replace("\n", "\n" + " " * 21), False
-    return f"{_version(info['nccl_version'], 'nccl')} ({path})", True
+    return f"{_version(version, 'library')} ({path})", True
 
 
 def doctor(out=None):
@@ -40,8 +37,9 @@ def doctor(out=None):
     p(f"  CUDA compiled in:  {'yes' if info['cuda'] else 'no'}")
     p(f"  CUDA runtime:      {_version(info['cuda_runtime_version'], 'cuda')}")
     p(f"  CUDA driver:       {_version(info['cuda_driver_version'], 'cuda')}")
-    p(f"  cuBLAS:            {_version(info['cublas_version'], 'cublas')}")
-    nccl, nccl_loads = _nccl(info)
+    p(f"  cuBLAS:            {_library(info['cuda'], info['cublas_version'], _C.cublas_library)[0]}")
+    p(f"  cuFFT:             {_library(info['cuda'], info['cufft_version'], _C.cufft_library)[0]}")
+    nccl, nccl_loads = _library(info["nccl"], info["nccl_version"], getattr(_C, "nccl_library", None))
     p(f"  NCCL:              {nccl}")
     n = ddpc.cuda.device_count()
     p(f"GPUs: {n}")
