@@ -329,6 +329,15 @@ static PyObject *py_cuda_event_elapsed(PyObject *m, PyObject *args) {
     return PyFloat_FromDouble(ms);
 }
 
+static PyObject *py_cuda_compiled(PyObject *m, PyObject *unused) {
+    (void)m, (void)unused;
+#ifdef DDPC_WITH_CUDA
+    Py_RETURN_TRUE;
+#else
+    Py_RETURN_FALSE;
+#endif
+}
+
 static PyObject *version_or_none_(int v) { return v ? PyLong_FromLong(v) : Py_NewRef(Py_None); }
 
 static PyObject *py_build_info(PyObject *m, PyObject *unused) {
@@ -413,6 +422,8 @@ static PyMethodDef module_methods[] = {
     {"crc32c", (PyCFunction)(void (*)(void))py_crc32c, METH_VARARGS | METH_KEYWORDS,
      "crc32c(data, value=0): the CRC-32C (Castagnoli) of a bytes-like object, extending value as zlib.crc32 does"},
     {"build_info", py_build_info, METH_NOARGS, "what this build was compiled with"},
+    {"cuda_compiled", py_cuda_compiled, METH_NOARGS,
+     "whether this build has CUDA (build_info() says too, but loads cuBLAS, cuFFT and NCCL for their versions)"},
     {"cublas_library", py_cublas_library, METH_NOARGS,
      "the path of the libcublas ddpc uses, loaded on first use; RuntimeError saying what was tried when none loads"},
     {"cufft_library", py_cufft_library, METH_NOARGS,

@@ -61,7 +61,7 @@ class _Cuda:
 
     @staticmethod
     def is_built():
-        return bool(_C.build_info()["cuda"])
+        return _C.cuda_compiled()
 
     def sdp_kernel(self, enable_flash=True, enable_math=True, enable_mem_efficient=True, enable_cudnn=True):
         return self._sdp_choice(dict(flash=enable_flash, math=enable_math, mem_efficient=enable_mem_efficient,
