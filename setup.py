@@ -112,6 +112,9 @@ if CUDA_HOME:
         include_dirs.insert(0, NCCL[0])
 
 sources = sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "csrc", "**", "*.c"), recursive=True))
+# The headers the C sources include: an edited header rebuilds the extension, as an edited source does.
+headers = sorted(os.path.relpath(p, ROOT) for pattern in ("csrc/**/*.h", "kernels/*.h")
+                 for p in glob.glob(os.path.join(ROOT, pattern), recursive=True))
 
 
 def build_jobs():
@@ -183,6 +186,7 @@ class BuildExt(build_ext):
 ext = Extension(
     "ddpc._C",
     sources=sources,
+    depends=headers,
     include_dirs=include_dirs,
     define_macros=macros,
     library_dirs=library_dirs,
