@@ -237,18 +237,22 @@ ddpc_status ddpc_op_copy(ddpc_buffer *dst, const ddpc_buffer *src, int non_block
         CUDACHECK(e);
         return ddpc_cuda_stream_after(src->device, src_stream, dst->device, stream);
     }
+    const ddpc_buffer *host = src->device == DDPC_CPU ? src : dst->device == DDPC_CPU ? dst : NULL;
     CHECK(ddpc_cuda_enter(dev, &prev));
     cudaError_t e = cudaMemcpyAsync(dst->data, src->data, nbytes, cudaMemcpyDefault, (cudaStream_t)stream);
-    /* A blocking copy is over when it returns, whichever way it goes (from
-     * pinned memory cudaMemcpyAsync does not wait for the read either). A
-     * non-blocking one out of or into pinned memory marks the memory busy
-     * until the copy is done, so it is not recycled under the copy: freed,
-     * the block waits for it before going back to the pinned cache. */
-    if (e == cudaSuccess && !non_blocking) e = cudaStreamSynchronize((cudaStream_t)stream);
+    /* A blocking copy to or from the host is over when it returns, whichever
+     * way it goes (from pinned memory cudaMemcpyAsync does not wait for the
+     * read either). A copy within the device never blocks, as in PyTorch:
+     * only the stream it is queued on, which every later op is queued on
+     * too, reads its result. A non-blocking one out of or into pinned
+     * memory marks the memory busy until the copy is done, so it is not
+     * recycled under the copy: freed, the block waits for it before going
+     * back to the pinned cache. */
+    int wait = host && !non_blocking;
+    if (e == cudaSuccess && wait) e = cudaStreamSynchronize((cudaStream_t)stream);
     ddpc_cuda_leave(prev);
     CUDACHECK(e);
-    if (!non_blocking) CHECK(ddpc_cuda_check_index_errors(dev, "when a blocking copy next waited for the device"));
-    const ddpc_buffer *host = src->device == DDPC_CPU ? src : dst->device == DDPC_CPU ? dst : NULL;
+    if (wait) CHECK(ddpc_cuda_check_index_errors(dev, "when a blocking copy next waited for the device"));
     if (non_blocking && host) CHECK(record_host_use_(host, dev, stream));
     return DDPC_OK;
 #else

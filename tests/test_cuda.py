@@ -72,6 +72,24 @@ def test_pinned_non_blocking_copies():
 
 
 @pytest.mark.gpu
+def test_a_copy_within_the_device_does_not_wait_for_it():
+    """As in PyTorch: clone, copy_ and to(copy=True) on one GPU are queued on its stream, and the host
+    goes on at once (it used to wait for the stream after each). Queued behind tens of milliseconds of
+    GEMMs, the copies return with the stream still busy, and hold the right values once it is done."""
+    a = ddpc.randn(4096, 4096, device="cuda")
+    x = ddpc.arange(1 << 20, dtype=ddpc.float32, device="cuda")
+    ddpc.cuda.synchronize()
+    stream = ddpc.cuda.current_stream()
+    for _ in range(20):  # far longer than the host takes to queue the copies below
+        a = a @ a / 64
+    copies = [x.clone(), ddpc.empty_like(x).copy_(x), x.to("cuda", copy=True)]
+    assert not stream.query()
+    ddpc.cuda.synchronize()
+    for c in copies:
+        np.testing.assert_array_equal(c.cpu().numpy(), np.arange(1 << 20, dtype=np.float32))
+
+
+@pytest.mark.gpu
 def test_device_ops_match_host():
     x = ddpc.randn(4097, dtype=ddpc.float32)
     gx = x.cuda()
