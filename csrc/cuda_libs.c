@@ -77,8 +77,9 @@ static ddpc_status load_(lib_ *lib) {
     char tried[4096] = "";
     void *h = open_first_(lib, tried, sizeof tried);
     if (!h) {
-        snprintf(lib->why, sizeof lib->why, "cannot load %s (%s); tried:%s\nInstall the CUDA toolkit's %s or set %s to a %s",
-                 lib->name, lib->soname, tried, lib->name, lib->env, lib->soname);
+        snprintf(lib->why, sizeof lib->why,
+                 "cannot load %s (%s); tried:%s\nInstall the CUDA toolkit's %s or set %s to a %s", lib->name,
+                 lib->soname, tried, lib->name, lib->env, lib->soname);
         return DDPC_ERR_CUDA;
     }
     ddpc_dynlib_path(h, lib->soname, lib->path, sizeof lib->path);

@@ -5,11 +5,12 @@
  * `import ddpc` mapped libcublasLt (half a gigabyte of code) into every
  * process, GPU or not: about 0.2 s and 220 MB of resident memory per
  * process, paid by each rank of a job on the cpu backend. And, as with NCCL
- * (comm/nccl_lib.h), the first libcublas.so.N in a process is the one every
- * later library needing that soname is bound to, so a later `import torch`
- * got the toolkit's copy instead of its own. Now a GEMM or FFT on a GPU loads
- * them, and uses the copies torch loaded where torch came first. Every entry
- * point that needs one calls its loader first and calls through the table. */
+ * (comm/nccl_lib.h), the first libcublas.so.N in a process is the one a
+ * later library needing that soname is bound to, so with ddpc imported
+ * first torch got the toolkit's copy beside its own. Now a GEMM or FFT on a
+ * GPU loads them, and uses the copies torch loaded where torch came first.
+ * Every entry point that needs one calls its loader first and calls through
+ * the table. */
 #ifndef DDPC_CUDA_LIBS_H
 #define DDPC_CUDA_LIBS_H
 

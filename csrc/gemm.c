@@ -29,10 +29,10 @@ static int allow_tf32_;
 static pthread_mutex_t handles_mu_ = PTHREAD_MUTEX_INITIALIZER;
 static cublasHandle_t handles_[DDPC_MAX_DEVICES];
 
-#define CUBLASCHECK(call)                                                          \
-    do {                                                                           \
-        cublasStatus_t s_ = (call);                                                \
-        if (s_ != CUBLAS_STATUS_SUCCESS)                                           \
+#define CUBLASCHECK(call)                                                                          \
+    do {                                                                                           \
+        cublasStatus_t s_ = (call);                                                                \
+        if (s_ != CUBLAS_STATUS_SUCCESS)                                                           \
             return DDPC_ERROR(DDPC_ERR_CUDA, "%s failed: %s", #call, ddpc_cublas.GetStatusString(s_)); \
     } while (0)
 
@@ -78,12 +78,12 @@ static ddpc_status gemm_cuda_on_(ddpc_buffer *out, const ddpc_buffer *a, const d
         const float one = 1.0f, beta = (bias || accumulate) ? 1.0f : 0.0f;
         const int tf32 = __atomic_load_n(&allow_tf32_, __ATOMIC_RELAXED);
         CUBLASCHECK(ddpc_cublas.SetMathMode(h, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
-        CUBLASCHECK(ddpc_cublas.Sgemm(h, opb, opa, (int)N, (int)M, (int)K, &one, b->data, ldb, a->data, lda, &beta, out->data,
-                                (int)N));
+        CUBLASCHECK(ddpc_cublas.Sgemm(h, opb, opa, (int)N, (int)M, (int)K, &one, b->data, ldb, a->data, lda, &beta,
+                                      out->data, (int)N));
     } else {
         const double one = 1.0, beta = (bias || accumulate) ? 1.0 : 0.0;
-        CUBLASCHECK(ddpc_cublas.Dgemm(h, opb, opa, (int)N, (int)M, (int)K, &one, b->data, ldb, a->data, lda, &beta, out->data,
-                                (int)N));
+        CUBLASCHECK(ddpc_cublas.Dgemm(h, opb, opa, (int)N, (int)M, (int)K, &one, b->data, ldb, a->data, lda, &beta,
+                                      out->data, (int)N));
     }
     return DDPC_OK;
 }

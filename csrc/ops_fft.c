@@ -174,8 +174,8 @@ static ddpc_status plan_for_(const plan_ *key, plan_ **out) {
     CUFFTCHECKGOTO(ddpc_cufft.SetAutoAllocation(h, 0), st, destroy);
     /* NULL embeddings: each batch element is a row-major block of its sizes
      * (n[rank - 1] / 2 + 1 complex numbers in the last dim on the complex side). */
-    CUFFTCHECKGOTO(ddpc_cufft.MakePlanMany64(h, key->rank, n, NULL, 1, 0, NULL, 1, 0, key->type, key->batch, &work), st,
-                   destroy);
+    CUFFTCHECKGOTO(
+        ddpc_cufft.MakePlanMany64(h, key->rank, n, NULL, 1, 0, NULL, 1, 0, key->type, key->batch, &work), st, destroy);
     *slot = *key;
     slot->handle = h;
     slot->work_size = work;
