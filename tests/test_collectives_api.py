@@ -456,3 +456,32 @@ def test_process_group_methods(tmp_path):
     pg.allreduce([w], dist.AllreduceOptions(timeout=timedelta(seconds=20))).wait()
     assert w.item() == 3.0 and pg._timeout_s == 1800.0  # the call's timeout left the group's as it was
     """, tmp_path)
+
+
+def test_a_future_made_alone_is_completed_by_hand():
+    """ddpc.futures.Future() as torch.futures.Future(): done once set_result or
+    set_exception completes it (once), also from another thread."""
+    import threading
+
+    fut = ddpc.futures.Future()
+    later = fut.then(lambda f: f.wait() * 2)
+    assert not fut.done() and not later.done()
+    fut.set_result(21)
+    assert fut.done() and later.done() and fut.wait() == 21 and later.value() == 42
+    with pytest.raises(RuntimeError, match="only be marked completed once"):
+        fut.set_result(1)
+    with pytest.raises(RuntimeError, match="only be marked completed once"):
+        ddpc.futures.Future(value=None).set_result(1)  # (completed as made)
+    failed = ddpc.futures.Future()
+    failed.set_exception(ValueError("no data"))
+    with pytest.raises(ValueError, match="no data"):
+        failed.wait()
+    with pytest.raises(TypeError, match="takes an exception"):
+        ddpc.futures.Future().set_exception("no data")
+    other = ddpc.futures.Future()
+    timer = threading.Timer(0.05, other.set_result, args=("from a thread",))
+    timer.start()
+    both = ddpc.futures.collect_all([fut, other])
+    assert [f.wait() for f in both.wait()] == [21, "from a thread"]
+    assert ddpc.futures.wait_all([fut, other]) == [21, "from a thread"]
+    timer.join()

@@ -339,7 +339,14 @@ def test_builtin_comm_hooks():
     assert ddpc.distributed.GradBucket is ddpc.nn.parallel.GradBucket
 
 
-def noop_worker(rank):
+def set_by_hand_hook(state, bucket):
+    """PyTorch's documented no-op hook, on a Future completed by hand."""
+    fut = ddpc.futures.Future()
+    fut.set_result(bucket.buffer())
+    return fut
+
+
+def noop_worker(rank, by_hand):
     import ddpc.distributed as dist
     from ddpc import nn
     from ddpc.distributed.algorithms.ddp_comm_hooks import debugging_hooks
@@ -348,7 +355,7 @@ def noop_worker(rank):
     X, y = data(16)
     m = model()
     ddp = nn.parallel.DistributedDataParallel(m)
-    ddp.register_comm_hook(None, debugging_hooks.noop_hook)
+    ddp.register_comm_hook(None, set_by_hand_hook if by_hand else debugging_hooks.noop_hook)
     xb, yb = ddpc.from_numpy(X[rank * 8:rank * 8 + 8]), ddpc.from_numpy(y[rank * 8:rank * 8 + 8])
     nn.CrossEntropyLoss()(ddp(xb), yb).backward()
     grads = {n: p.grad.numpy().copy() for n, p in m.named_parameters()}
@@ -356,11 +363,12 @@ def noop_worker(rank):
     return grads
 
 
-def test_noop_hook_leaves_each_ranks_own_gradients():
+@pytest.mark.parametrize("by_hand", [False, True])
+def test_noop_hook_leaves_each_ranks_own_gradients(by_hand):
     from ddpc import nn
 
     X, y = data(16)
-    results = ddpc.spawn(noop_worker, nprocs=2)
+    results = ddpc.spawn(noop_worker, args=(by_hand,), nprocs=2)
     for rank, got in enumerate(results):
         m = model()
         nn.CrossEntropyLoss()(m(ddpc.from_numpy(X[rank * 8:rank * 8 + 8])),
@@ -511,6 +519,79 @@ def test_gpu_device_ids_without_a_gpu_raise_pytorchs_value_error():
 def test_find_unused_parameters_keeps_ranks_identical():
     results = ddpc.spawn(unused_worker, args=(True,), nprocs=2)
     assert_params_close(results[0], results[1], atol=0)
+
+
+def _TwoHeads():
+    from ddpc import nn
+
+    class TwoHeads(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = model()
+            self.aux = nn.Linear(CLASSES, 2)
+            self.never = nn.Linear(3, 3)
+
+        def forward(self, x):
+            h = self.body(x)
+            return {"cls": h, "aux": self.aux(h)}
+
+    return TwoHeads()
+
+
+def unused_by_loss_worker(rank, options):
+    import ddpc.distributed as dist
+    from ddpc import nn
+
+    dist.init_process_group("cpu")
+    X, y = data(32, seed=rank)
+    m = _TwoHeads()
+    ddp = nn.parallel.DistributedDataParallel(m, bucket_cap_mb=0.0001, **options)
+    if options.get("static_graph") is None:
+        ddp._set_static_graph()
+    grads = []
+    for i in range(3):  # the next iteration would raise if a reduction had not finished
+        ddp.zero_grad()
+        # rank 1 leaves the aux head out of its loss in the last iteration only, rank 0 always
+        out = ddp(ddpc.from_numpy(X[i * 8:i * 8 + 8]))
+        loss = nn.CrossEntropyLoss()(out["cls"], ddpc.from_numpy(y[i * 8:i * 8 + 8]))
+        if rank == 1 and i < 2:
+            loss = loss + out["aux"].sum()
+        loss.backward()
+        grads.append({n: None if p.grad is None else p.grad.numpy().copy() for n, p in m.named_parameters()})
+    dist.destroy_process_group()
+    return grads
+
+
+def _local_grads(rank, i, with_aux):
+    from ddpc import nn
+
+    X, y = data(32, seed=rank)
+    m = _TwoHeads()
+    out = m(ddpc.from_numpy(X[i * 8:i * 8 + 8]))
+    loss = nn.CrossEntropyLoss()(out["cls"], ddpc.from_numpy(y[i * 8:i * 8 + 8]))
+    (loss + out["aux"].sum() if with_aux else loss).backward()
+    return {n: p.grad for n, p in m.named_parameters()}
+
+
+@pytest.mark.parametrize("options", [{"find_unused_parameters": True}, {"static_graph": True},
+                                     {"static_graph": None}], ids=["find_unused", "static_graph", "set_static_graph"])
+def test_outputs_left_out_of_the_loss_and_parameters_never_used_get_no_gradient(options):
+    """As PyTorch's: parameters forward used but the loss does not reach are
+    ready with no gradient, averaged with the ranks whose loss reached them;
+    None where no rank's did; and the same with a static graph."""
+    results = ddpc.spawn(unused_by_loss_worker, args=(options,), nprocs=2)
+    for i in range(3):
+        local = [_local_grads(rank, i, with_aux=rank == 1 and i < 2) for rank in range(2)]
+        for got in (results[0][i], results[1][i]):
+            assert got["never.weight"] is None and got["never.bias"] is None
+            for n, g in got.items():
+                if n.startswith("body."):
+                    np.testing.assert_allclose(g, (local[0][n].numpy() + local[1][n].numpy()) / 2, atol=1e-6,
+                                               err_msg=n)
+            if i < 2:  # rank 1's loss reached the aux head: half its gradient everywhere
+                np.testing.assert_allclose(got["aux.weight"], local[1]["aux.weight"].numpy() / 2, atol=1e-6)
+            else:
+                assert got["aux.weight"] is None and got["aux.bias"] is None
 
 
 def join_worker(rank, hidden=HIDDEN):
@@ -688,6 +769,65 @@ def test_weights_not_exchanged_on_every_rank_are_all_reduced(tied):
         opt.step()
     assert_params_close(results[0][0], results[1][0], atol=0)
     assert_params_close(results[0][0], params(m))
+
+
+def _bn_batch(s):
+    return ddpc.from_numpy(np.arange(12, dtype=np.float32).reshape(4, 3) * (s + 1) + 10.0 * s)
+
+
+def join_buffers_worker(rank, world):
+    import ddpc.distributed as dist
+    from ddpc import nn
+
+    dist.init_process_group("cpu")
+    ddpc.manual_seed(0)
+    m = nn.Sequential(nn.Linear(3, 3), nn.BatchNorm1d(3))
+    ddp = nn.parallel.DistributedDataParallel(m)
+    with ddp.join():
+        for s in range(1 + 2 * rank):  # the last rank runs longest; rank 0 joins first
+            ddp.zero_grad()
+            ddp(_bn_batch(s)).sum().backward()
+    out = {k: v.numpy().copy() for k, v in m.named_buffers()}
+    dist.destroy_process_group()
+    return out
+
+
+def test_join_keeps_the_buffers_of_the_ranks_still_active():
+    """Once rank 0 has joined, the highest active rank's buffers (BatchNorm's
+    running statistics) are broadcast, not rank 0's stale ones, as in
+    PyTorch: here every step but the first runs on the last rank only, so
+    every rank ends with the statistics of the last rank's batches alone."""
+    results = ddpc.spawn(join_buffers_worker, args=(3,), nprocs=3)
+    ddpc.manual_seed(0)
+    m = ddpc.nn.Sequential(ddpc.nn.Linear(3, 3), ddpc.nn.BatchNorm1d(3))
+    for s in range(5):
+        m(_bn_batch(s))
+    for got in results:
+        assert int(got["1.num_batches_tracked"]) == 5
+        np.testing.assert_allclose(got["1.running_mean"], m[1].running_mean.numpy(), rtol=1e-6)
+        np.testing.assert_allclose(got["1.running_var"], m[1].running_var.numpy(), rtol=1e-6)
+
+
+def hook_twice_worker(rank):
+    import ddpc.distributed as dist
+    from ddpc import nn
+    from ddpc.distributed.algorithms.ddp_comm_hooks import debugging_hooks
+
+    dist.init_process_group("cpu")
+    ddp = nn.parallel.DistributedDataParallel(model())
+    ddp.register_comm_hook(None, debugging_hooks.noop_hook)
+    try:
+        with pytest.raises(RuntimeError, match="can only be called once"):
+            ddp.register_comm_hook(None, debugging_hooks.noop_hook)
+        with pytest.raises(RuntimeError, match="can only be called once"):
+            ddp._register_builtin_comm_hook(dist.BuiltinCommHookType.ALLREDUCE)
+    finally:
+        dist.destroy_process_group()
+    return True
+
+
+def test_a_comm_hook_is_registered_once():
+    assert ddpc.spawn(hook_twice_worker, nprocs=2) == [True, True]
 
 
 def test_join_throw_on_early_termination_raises_on_every_rank():
@@ -1534,9 +1674,9 @@ def test_skip_all_reduce_unused_params_leaves_unused_gradients_local():
         assert plain[1] == [[3.0] * 4] * 2
         assert skipped[1] == [[2.0 * (rank + 1)] * 4] * 2
         assert plain[2] == skipped[2] == [[9.0] * 4] * 2  # a is averaged either way
-        # a bucket per parameter (b.bias, b.weight, a.bias, a.weight): plain all-reduces the used mask
-        # (4 flags) and every bucket; skipping all-reduces a's two buckets only
-        assert plain[3] == [4, 2, 8, 2, 8] * 2
+        # a bucket per parameter (b.bias, b.weight, a.bias, a.weight): plain all-reduces every bucket and
+        # then the used mask (4 flags); skipping all-reduces a's two buckets only
+        assert plain[3] == [2, 8, 2, 8, 4] * 2
         assert skipped[3] == [2, 8] * 2
 
 

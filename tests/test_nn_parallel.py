@@ -130,6 +130,54 @@ def test_data_parallel_goes_through_its_overridable_steps(fresh):
     assert dp.calls == [("scatter", 3), ("replicate", 2), ("parallel_apply", 2), ("gather", 2)]
 
 
+class Scaled(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Linear(4, 6)
+        self.head = nn.Linear(6, 2)
+        self.scale = 1.0
+
+    def forward(self, x):
+        return self.head(self.body(x).tanh()) * self.scale
+
+
+def _same_as_module(dp, m, x):
+    """dp(x) and its gradients equal the module's own on the whole batch."""
+    m.zero_grad()
+    out = dp(x)
+    out.sum().backward()
+    got = _grads(m)
+    m.zero_grad()
+    want = m(x)
+    want.sum().backward()
+    np.testing.assert_allclose(out.detach().numpy(), want.detach().numpy(), atol=1e-5)
+    _assert_close(got, _grads(m))
+
+
+def test_data_parallel_follows_the_module_changed_after_wrapping():
+    """As PyTorch's, which replicates the module on each call: a layer
+    replaced, parameters assigned or cast, hooks registered and settings
+    changed after wrapping reach every replica."""
+    ddpc.manual_seed(0)
+    m = Scaled()
+    dp = nn.DataParallel(m, device_ids=CPUS)
+    x = ddpc.from_numpy(_array((6, 4)))
+    _same_as_module(dp, m, x)
+    m.head = nn.Linear(6, 2)
+    m.scale = 3.0
+    _same_as_module(dp, m, x)
+    m.load_state_dict({k: v * 0.5 for k, v in m.state_dict().items()}, assign=True)
+    _same_as_module(dp, m, x)
+    seen = []
+    handle = m.body.register_forward_hook(lambda mod, args, out: seen.append(args[0].shape[0]) or out * 2)
+    _same_as_module(dp, m, x)
+    assert seen == [2, 2, 2, 6]  # each replica's chunk, then the module alone
+    handle.remove()
+    dp.double()
+    _same_as_module(dp, m, x.double())
+    assert dp(x.double()).dtype == ddpc.float64
+
+
 def test_data_parallel_dim_errors_and_dim_0_unchanged():
     dp = nn.DataParallel(nn.Linear(3, 2), device_ids=["cpu", "cpu"], dim=2)
     with pytest.raises(IndexError, match="along dim 2"):

@@ -35,7 +35,7 @@ from ._sparse_coo import sparse_coo_tensor
 from . import accelerator, amp, compiler, data, distributed, distributions, func, nn, optim, random, testing, utils
 from .amp import autocast, get_autocast_dtype, is_autocast_enabled
 from .func import vmap
-from . import checkpoint, jit, profiler
+from . import checkpoint, futures, jit, profiler
 from .distributed import destroy_process_group, init_process_group
 from .nn.parallel import DataParallel, DistributedDataParallel
 from ._threads import get_num_threads, set_num_threads
@@ -120,7 +120,7 @@ def build_info():
 __all__ = [
     "accelerator", "amp", "bool", "compiler", "jit", "Size", "get_autocast_dtype", "is_autocast_enabled", "multiprocessing", "random",
     "ArgumentError", "arange", "argmax", "argmin", "autocast", "autograd", "bfloat16", "build_info", "cat",
-    "checkpoint",
+    "checkpoint", "futures",
     "CheckpointError", "cuda", "data", "DataParallel", "default_generator", "destroy_process_group", "device",
     "DistError", "distributed", "DistributedDataParallel", "DistTimeoutError", "dtype", "DtypeError", "empty",
     "empty_like",

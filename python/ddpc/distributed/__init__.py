@@ -45,6 +45,7 @@ import os
 import pickle
 import socket
 import sys
+import threading
 import time
 import types
 import warnings
@@ -1053,26 +1054,40 @@ class _Arg:
             _C.copy(self.device_buf, self.obj)
 
 
+_UNSET = object()  # (a Future's value not given)
+
+
 class Future:
     """A value that an asynchronous collective delivers, like
     ``torch.futures.Future``: ``wait()`` (or ``value()``) waits and returns
     it; ``then(fn)`` is a new Future whose value is ``fn(this_future)``;
     ``done()`` says whether waiting would return at once. What comm hooks
     return, and what ``Work.get_future()`` gives (its value is the list of
-    the collective's output tensors, as in PyTorch)."""
+    the collective's output tensors, as in PyTorch). ``Future()`` alone is
+    completed by ``set_result`` or ``set_exception``, as PyTorch's (waiting
+    for it blocks until then); ``devices`` is taken and changes nothing."""
 
-    def __init__(self, work=None, value=None, parent=None, fn=None):
-        self._work, self._value, self._parent, self._fn = work, value, parent, fn
+    def __init__(self, work=None, value=_UNSET, parent=None, fn=None, *, devices=None):
+        del devices  # (PyTorch's CUDA devices to synchronise; a value here is ready when set)
+        self._work, self._parent, self._fn = work, parent, fn
+        self._value = None if value is _UNSET else value
+        self._error = None
         self._pending = work is not None or parent is not None
+        # Set by set_result or set_exception: a Future given nothing to wait for or deliver.
+        self._set = threading.Event() if not self._pending and value is _UNSET else None
 
     def wait(self):
-        if self._pending:
+        if self._set is not None:
+            self._set.wait()
+        elif self._pending:
             if self._parent is not None:
                 self._parent.wait()
                 self._value = self._fn(self._parent)
             else:
                 self._work.wait()
             self._pending = False
+        if self._error is not None:
+            raise self._error
         return self._value
 
     def value(self):
@@ -1082,9 +1097,52 @@ class Future:
         return Future(parent=self, fn=fn)
 
     def done(self):
+        if self._set is not None:
+            return self._set.is_set()
         if not self._pending:
             return True
         return self._parent.done() if self._parent is not None else self._work.is_completed()
+
+    def set_result(self, result):
+        """Completes a ``Future()`` with ``result``."""
+        self._complete(result, None)
+
+    def set_exception(self, error):
+        """Completes a ``Future()`` with an error that ``wait()`` raises."""
+        if not isinstance(error, BaseException):
+            raise TypeError(f"set_exception takes an exception, got {type(error).__name__}")
+        self._complete(None, error)
+
+    def _complete(self, value, error):
+        if self._set is None or self._set.is_set():
+            raise RuntimeError("Future can only be marked completed once (and only one made without a collective "
+                               "or a value)")
+        self._value, self._error = value, error
+        self._set.set()
+
+
+def collect_all(futures):
+    """A Future whose value, once every one of ``futures`` is done, is that list."""
+    futures = list(futures)
+    return Future(parent=_All(futures), fn=lambda _: futures)
+
+
+def wait_all(futures):
+    """Waits for every one of ``futures`` and returns their values, in order."""
+    return [f.wait() for f in futures]
+
+
+class _All:
+    """Several futures waited for as one (collect_all's parent)."""
+
+    def __init__(self, futures):
+        self._futures = futures
+
+    def wait(self):
+        wait_all(self._futures)
+
+    def done(self):
+        return all(f.done() for f in self._futures)
 
 
 class Work:

@@ -27,7 +27,9 @@ import enum
 import logging
 import os
 import time
+import types
 import warnings
+import weakref
 
 import numpy as np
 
@@ -379,15 +381,20 @@ class DistributedDataParallel(Module, _GroupJoinable):
     ``device_ids`` names this process's device (one entry), where the module
     is moved (PyTorch expects it there already), or is None for a module on
     the cpu or already on its device; a CUDA device on a machine without a
-    usable GPU raises PyTorch's ValueError for device_ids with a CPU module. Gradients are averaged over
-    the group. Differences from PyTorch: after each reduction a parameter's
-    ``.grad`` is a view of its bucket (no copy back), as PyTorch gives only
-    with ``gradient_as_bucket_view=True``, which here also makes the gradients
+    usable GPU raises PyTorch's ValueError for device_ids with a CPU module.
+    Gradients are averaged over the group. With ``find_unused_parameters``,
+    parameters forward did not use, and those the loss does not reach (an
+    output left out of it), are ready with no gradient, as in PyTorch.
+    Differences from PyTorch: after each reduction a parameter's ``.grad``
+    is a view of its bucket (no copy back), as PyTorch gives only with
+    ``gradient_as_bucket_view=True``, which here also makes the gradients
     views before the first reduction; a group of one skips the buckets;
-    ``static_graph`` is taken and changes nothing (the buckets are launched
-    in a fixed order already); ``init_sync=False`` skips the check that every
-    rank has the same model and the broadcast of rank 0's state;
-    ``gradient_predivide_factor`` is not offered.
+    ``static_graph=True`` looks for parameters that get no gradient in every
+    iteration, as ``find_unused_parameters=True`` does (PyTorch looks in the
+    first and keeps what it found, the same for a static graph);
+    ``init_sync=False`` skips the check that every rank has the same model
+    and the broadcast of rank 0's state; ``gradient_predivide_factor`` is not
+    offered.
 
     Buckets fill in reduction order (the last parameters first). Under the
     default ``bucket_cap_mb`` (None: 25 MiB) the first bucket takes at most
@@ -397,8 +404,10 @@ class DistributedDataParallel(Module, _GroupJoinable):
     The rest of PyTorch 2.15's arguments, as it defines them:
 
     * ``forward_sync_buffers`` (default True): rank 0's buffers are broadcast
-      at the start of each forward (see ``will_sync_module_buffers``) and to
-      the ranks that joined early; the init sync always includes them.
+      at the start of each forward (see ``will_sync_module_buffers``), and to
+      the ranks that joined early; once a rank has joined, the highest rank
+      still active broadcasts its buffers instead; the init sync always
+      includes them.
       ``broadcast_buffers`` is its deprecated name (a FutureWarning): given
       alone, ``False`` also leaves the buffers out of the init sync; it is
       ignored when ``forward_sync_buffers`` is given. The attribute
@@ -472,7 +481,6 @@ class DistributedDataParallel(Module, _GroupJoinable):
                  skip_all_reduce_unused_params=False, bucket_cap_mb_list=None, batched_grad_copy=False,
                  forward_sync_buffers=None, lazy_bucket_allocation=False):
         super().__init__()
-        del static_graph  # PyTorch's argument that changes nothing (see the docstring)
         if dim != 0:
             raise ValueError("DistributedDataParallel splits nothing (each rank brings its own batch): dim must be 0")
         _refuse_uninitialized(module, "DistributedDataParallel")
@@ -542,6 +550,7 @@ class DistributedDataParallel(Module, _GroupJoinable):
         self.device_mesh = device_mesh
         self.process_group = process_group
         self.find_unused_parameters = find_unused_parameters
+        self.static_graph = bool(static_graph)
         self.gradient_as_bucket_view = gradient_as_bucket_view
         self.require_backward_grad_sync = True
         self.require_forward_param_sync = True  # as PyTorch's: cleared by a forward that will not reduce
@@ -549,6 +558,7 @@ class DistributedDataParallel(Module, _GroupJoinable):
         self.mixed_precision = mixed_precision
         self._reduce_dtype = mixed_precision and (mixed_precision.reduce_dtype or mixed_precision.param_dtype)
         self._set_comm_hook(allreduce_hook, process_group)
+        self._comm_hook_registered = False
         delayed = self._delayed_params(module, delay_all_reduce_named_params, param_to_hook_all_reduce)
         # frozen ones too: verified and broadcast (the delayed ones are broadcast apart, as in PyTorch)
         self._all_params = [(n, p) for n, p in module.named_parameters() if id(p) not in {id(q) for q in delayed}]
@@ -582,7 +592,7 @@ class DistributedDataParallel(Module, _GroupJoinable):
         self._lazy_init_ran = False
         # (the exchange averages in the gradients' own dtype, not in a mixed precision's reduce_dtype, and
         # outside the buckets, where no optimizer in backward would step)
-        self._build_reducer(exchange=not find_unused_parameters and self._reduce_dtype is None
+        self._build_reducer(exchange=not self._finds_unused() and self._reduce_dtype is None
                             and not any("_in_backward_optimizers" in p.__dict__ for _, p in self._named_params))
         if dist.get_debug_level() is not dist.DebugLevel.OFF and dist.get_rank(self.process_group) == 0:
             self._log_layout()
@@ -593,7 +603,7 @@ class DistributedDataParallel(Module, _GroupJoinable):
         self._delayed_sync = False
         self._next_launch = self._next_settle = 0
         self._got_grad = {}
-        self._hook_fired = False
+        self._hook_fired = self._ends_with_backward = False
         self._unused, self._used_mask, self._used = [], None, None
         self._expect_reduction = self._gather_sparse = False
         self._join_steps, self._join_active, self._join_divide_by_world = 0, None, True
@@ -773,7 +783,7 @@ class DistributedDataParallel(Module, _GroupJoinable):
         self._next_launch = self._next_settle = 0
         self._exchange_pending = len(self._exchange.params) if self._exchange else 0
         self._got_grad = {}
-        self._hook_fired = False
+        self._hook_fired = self._ends_with_backward = False
         self._unused, self._used_mask, self._used, self._skipped = [], None, None, None
         # A group of one with the default hook has nothing to average: skip the buckets entirely.
         alone = (self._comm_hook is allreduce_hook and dist.get_world_size(self.process_group) == 1
@@ -782,12 +792,18 @@ class DistributedDataParallel(Module, _GroupJoinable):
         if self._exchange:
             self._exchange.begin(self._expect_reduction and self._comm_hook is allreduce_hook)
         self._gather_sparse = self._expect_reduction  # (the buckets may finish before the sparse tables' turn)
-        if self._expect_reduction and self.find_unused_parameters:
+        if self._expect_reduction and self._finds_unused():
             used = _reachable_leaves(outputs)
             self._unused = [p for _, p in self._named_params if id(p) not in used]
             if self.skip_all_reduce_unused_params:  # unused here means unused on every rank
                 self._skipped = {id(p) for p in self._unused}
             self._stats.unused_bytes = sum(p.nbytes for p in self._unused)
+
+    def _finds_unused(self):
+        """Whether each backward pass looks for parameters that get no gradient:
+        with find_unused_parameters, or a static graph (which PyTorch looks at
+        in its first iteration only; the same set every time, for a static graph)."""
+        return self.find_unused_parameters or self.static_graph
 
     def _on_grad_ready(self, p):
         if not self._expect_reduction:
@@ -797,9 +813,9 @@ class DistributedDataParallel(Module, _GroupJoinable):
             # The first gradient of this backward pass: the parameters forward did not
             # reach are ready now (as PyTorch marks them), with any gradient they hold.
             self._hook_fired = True
-            if self.find_unused_parameters:
-                if self._skipped is None:
-                    self._launch_used_mask()
+            if self._finds_unused():
+                self._ends_with_backward = True
+                queue_callback(self._mark_unreached_by_loss)
                 for q in self._unused:
                     self._mark_ready(q, q.grad)
         if self._got_grad.get(id(p)) and any(q is p for q in self._unused):
@@ -808,6 +824,23 @@ class DistributedDataParallel(Module, _GroupJoinable):
                 "gradient; with find_unused_parameters=True, return from forward every tensor the loss is computed "
                 "from")
         self._mark_ready(p, p.grad)
+
+    def _mark_unreached_by_loss(self):
+        """End of a backward pass that looks for unused parameters: those that
+        forward's outputs reach but the loss does not (an output left out of
+        it) got no gradient, and are ready now, as PyTorch marks them. Then
+        which parameters got a gradient anywhere is all-reduced: on every rank
+        after every bucket, whichever buckets such parameters held."""
+        if not self._expect_reduction:
+            return
+        late = [p for _, p in self._named_params if id(p) not in self._got_grad]
+        self._unused += late
+        for p in late:
+            self._mark_ready(p, p.grad)
+        if self._skipped is None:
+            self._launch_used_mask()
+        self._ends_with_backward = False
+        self._launch_ready()
 
     def _on_sparse_grad_ready(self, p):
         if not self._gather_sparse:
@@ -888,10 +921,11 @@ class DistributedDataParallel(Module, _GroupJoinable):
             b.future = self._bucket_hook(self._comm_state, GradBucket(b.index, b.flat, b.params, last))
             if rec:
                 profiler._close(rec)
-        if self._steppers:
+        if self._steppers and not self._ends_with_backward:
             # The optimizers step on each bucket whose average has arrived,
             # in bucket order, while backward goes on; _finish_reduction
-            # waits for the rest.
+            # waits for the rest. (Looking for unused parameters, which of
+            # them got a gradient anywhere is known only once backward ends.)
             while self._next_settle < self._next_launch:
                 b = self._buckets[self._next_settle]
                 if b.future is not None:  # (None: skipped, all its parameters unused)
@@ -899,7 +933,7 @@ class DistributedDataParallel(Module, _GroupJoinable):
                         break
                     self._settle(b)
                 self._next_settle += 1
-        if self._next_launch == len(self._buckets) and not self._exchange_pending:
+        if self._next_launch == len(self._buckets) and not self._exchange_pending and not self._ends_with_backward:
             self._stats.record("backward_compute_end")
             if self._manual_finalization:
                 self._awaiting_finalize = True  # the caller's finalize_backward() finishes
@@ -995,7 +1029,8 @@ class DistributedDataParallel(Module, _GroupJoinable):
             self._join_active = self._join_vote(1, syncing, int(sync_buffers))[0]
             self._join_steps += 1
         if sync_buffers:
-            self._broadcast_states(0, with_params=False)
+            joined = self._join_config.enable and self._join_active < dist.get_world_size(self.process_group)
+            self._broadcast_states(self._highest_active_rank(True) if joined else 0, with_params=False)
         if self.device is not None:
             dev = self.device if not isinstance(self.device, int) else f"cuda:{self.device}"
             inputs, kwargs = _to_device(inputs, dev), _to_device(kwargs, dev)
@@ -1125,6 +1160,7 @@ class DistributedDataParallel(Module, _GroupJoinable):
             "broadcast_buffers": int(self.forward_sync_buffers),
             "bucket_cap_bytes": self._bucket_caps[-1],
             "find_unused_parameters": int(self.find_unused_parameters),
+            "static_graph": int(self.static_graph),
             "gradient_as_bucket_view": int(self.gradient_as_bucket_view),
             "has_sync_bn": int(any(isinstance(m, SyncBatchNorm) for m in self.module.modules())),
             "is_multi_device_module": int(len({str(p.device) for p in params}) > 1),
@@ -1146,12 +1182,23 @@ class DistributedDataParallel(Module, _GroupJoinable):
         self._stats.sample_rate = sample_rate
 
     def _set_static_graph(self):
-        """PyTorch's switch for graphs that do not change between iterations: nothing to do here."""
+        """``static_graph=True`` set after construction (on every rank, before
+        the first iteration), as PyTorch's."""
+        if self.static_graph:
+            warnings.warn("You've set static_graph to be True, no need to set it again.", stacklevel=2)
+            return
+        self.static_graph = True
+        if self._exchange:  # (collective, as the call is on every rank)
+            self._build_reducer(exchange=False)
 
     def register_comm_hook(self, state, hook):
-        """``hook(state, bucket) -> future``: replaces the default all-reduce of each bucket."""
+        """``hook(state, bucket) -> future``: replaces the default all-reduce of
+        each bucket. Once per wrapper, as in PyTorch."""
         if not callable(hook):
             raise TypeError("hook must be callable: hook(state, bucket) -> future")
+        if self._comm_hook_registered:
+            raise RuntimeError("register_comm_hook or register_builtin_comm_hook can only be called once.")
+        self._comm_hook_registered = True
         if self._exchange and hook is not allreduce_hook:  # the hook sees every gradient, in buckets
             self._build_reducer(exchange=False)
         self._set_comm_hook(hook, state)
@@ -1261,24 +1308,31 @@ class DistributedDataParallel(Module, _GroupJoinable):
         self._join_divide_by_world = bool(divide_by_initial_world_size)
         return _DDPJoinHook(self)
 
+    def _highest_active_rank(self, active):
+        """Once a rank has joined: the highest group rank still active, whose
+        buffers the forwards broadcast (rank 0's may be stale), as in PyTorch."""
+        key = self._collective_tensor(np.array([self._world()[1] if active else -1], dtype=np.int64))
+        dist.all_reduce(key, op=dist.ReduceOp.MAX, group=self.process_group)
+        return int(key.item())
+
     def _shadow_step(self):
         """One step of the ranks still active, on a rank that has run out: the
         same collectives with zero gradients; the averaged gradients land in
         ``.grad`` as on the active ranks (a joined optimizer step uses them)."""
         self._join_active, grads, buffers = self._join_vote(0, 0, 0)
         if buffers:
-            self._broadcast_states(0, with_params=False)
+            self._broadcast_states(self._highest_active_rank(False), with_params=False)
         if not grads:  # the active ranks' step is inside no_sync() or without grad mode
             return
         self._used_mask, self._used, self._skipped = None, None, None
-        if self.find_unused_parameters:
-            self._used_mask = self._collective_tensor(np.zeros(len(self._named_params), dtype=np.int32))
-            self._used_mask_work = dist.all_reduce(self._used_mask, op=dist.ReduceOp.MAX, group=self.process_group,
-                                                   async_op=True)
         for b in self._buckets:
             b.flat.fill_(0)
             b.settled = False
             b.future = self._bucket_hook(self._comm_state, GradBucket(b.index, b.flat, b.params, False))
+        if self._finds_unused() and not self.skip_all_reduce_unused_params:  # after the buckets, as the others
+            self._used_mask = self._collective_tensor(np.zeros(len(self._named_params), dtype=np.int32))
+            self._used_mask_work = dist.all_reduce(self._used_mask, op=dist.ReduceOp.MAX, group=self.process_group,
+                                                   async_op=True)
         if self._exchange:
             self._exchange.shadow()
         self._finish_reduction()
@@ -1307,6 +1361,23 @@ class _DDPJoinHook(JoinHook):
         self.ddp._sync_from_last_joiner()
 
 
+# A replica's own: its tensors, and what holds them.
+_REPLICA_OWN = frozenset(("_parameters", "_buffers", "_modules"))
+
+
+def _replica_own(value, module):
+    """Whether a module attribute stays the replica's own rather than shared:
+    tensors (also in a list, tuple or dict: an RNN's flat weights, say) and
+    methods bound to the module (its own forward, patched in)."""
+    if isinstance(value, types.MethodType):
+        return value.__self__ is module
+    if isinstance(value, dict):
+        value = value.values()
+    elif not isinstance(value, (list, tuple)):
+        return isinstance(value, Tensor)
+    return any(isinstance(v, Tensor) for v in value)
+
+
 class DataParallel(Module):
     """One process, one replica per device, gradients summed in place across replicas.
 
@@ -1314,8 +1385,11 @@ class DataParallel(Module):
     "cpu"]`` runs CPU replicas); the default is every visible GPU. Replicas are
     made once and kept: after a backward pass their gradients are summed with
     an in-process all-reduce, and before the next forward the replicas take
-    the first replica's parameters with an in-process broadcast (instead of
-    PyTorch's rebuilding the replicas on every call). Tensors in the inputs,
+    the first replica's parameters and buffers with an in-process broadcast,
+    and share its other attributes (mode, hooks, settings), instead of
+    PyTorch's rebuilding the replicas on every call; a module whose layout
+    changed (a layer replaced, parameters assigned or cast) is copied again
+    then. Tensors in the inputs,
     also inside lists, tuples and dicts and in keyword arguments, are split
     along ``dim`` as ``ddpc.nn.parallel.scatter`` splits them (``dim=1`` for
     a sequence-first batch, an LSTM's say), and outputs are concatenated
@@ -1347,24 +1421,45 @@ class DataParallel(Module):
         self.output_device = self.device_ids[0] if output_device is None else _device_name(output_device)
         self.dim = dim
         self.module = module.to(self.device_ids[0])
-        self._replicas = [self.module] + [copy.deepcopy(module).to(d) for d in self.device_ids[1:]]
-        # Every parameter, frozen ones too: requires_grad may change after wrapping.
-        self._params = [list(r.parameters()) for r in self._replicas]
-        self._ready = [0] * len(self._params[0])
+        self._hooked = {}  # id -> weakref of each parameter whose gradient this wrapper listens to
+        self._make_replicas()
         self._ran = len(self._replicas)  # replicas that got a chunk in the last forward
         self._finishing = False
-        self._hooked = set()
+
+    def _layout(self):
+        """What the kept replicas copy of the module: its modules and their
+        parameters and buffers (which tensors, of what dtype and shape)."""
+        return [(id(m), [(n, id(t), t.dtype, tuple(t.shape)) if t is not None else (n,)
+                         for n, t in (*m._parameters.items(), *m._buffers.items())])
+                for m in self.module.modules()]
+
+    def _make_replicas(self):
+        """Copies of the module on the other devices, made again when its
+        layout changed (a layer replaced, parameters assigned or cast)."""
+        self._replicas = [self.module] + [copy.deepcopy(self.module).to(d) for d in self.device_ids[1:]]
+        # Every parameter, frozen ones too: requires_grad may change after wrapping.
+        self._params = [list(r.parameters()) for r in self._replicas]
+        self._slot = {id(p): k for ps in self._params for k, p in enumerate(ps)}
+        self._ready = [0] * len(self._params[0])
+        self._made = self._layout()
+        self._hooked = {i: ref for i, ref in self._hooked.items() if ref() is not None}
         self._hook_trainable()
 
     def _hook_trainable(self):
         """Listens to the gradients of every parameter that requires one (once each)."""
-        for k, ps in enumerate(zip(*self._params)):
-            if ps[0].requires_grad and k not in self._hooked:
-                self._hooked.add(k)
-                for p in ps:
-                    p.register_post_accumulate_grad_hook(lambda _p, k=k: self._on_grad_ready(k))
+        for ps in zip(*self._params):
+            if not ps[0].requires_grad:
+                continue
+            for p in ps:
+                ref = self._hooked.get(id(p))
+                if ref is None or ref() is not p:
+                    self._hooked[id(p)] = weakref.ref(p)
+                    p.register_post_accumulate_grad_hook(self._on_grad_ready)
 
-    def _on_grad_ready(self, k):
+    def _on_grad_ready(self, p):
+        k = self._slot.get(id(p))
+        if k is None:  # a parameter the module no longer holds
+            return
         _refuse_recorded_grad(self._params[0][k], "DataParallel")
         if not self._finishing:
             self._finishing = True
@@ -1397,6 +1492,12 @@ class DataParallel(Module):
                 self._reduce(k)
 
     def _sync_replicas(self):
+        """The module's state on every replica: its parameters and buffers
+        broadcast, and its other attributes (train or eval mode, hooks,
+        settings) shared, as PyTorch's replicas share them; replicas made
+        again where the module's layout changed."""
+        if self._layout() != self._made:
+            self._make_replicas()
         with no_grad():
             for ps in zip(*self._params):
                 _C.multi_broadcast([p._buf for p in ps], 0)
@@ -1404,9 +1505,10 @@ class DataParallel(Module):
                     p.requires_grad = ps[0].requires_grad
             for bs in zip(*(list(r.buffers()) for r in self._replicas)):
                 _C.multi_broadcast([b._buf for b in bs], 0)
-        for ms in zip(*(r.modules() for r in self._replicas)):  # train() / eval() set on the wrapper
+        for ms in zip(*(r.modules() for r in self._replicas)):
+            shared = {k: v for k, v in ms[0].__dict__.items() if k not in _REPLICA_OWN and not _replica_own(v, ms[0])}
             for m in ms[1:]:
-                m.training = ms[0].training
+                m.__dict__.update(shared)
         self._hook_trainable()
 
     def forward(self, *inputs, **kwargs):
