@@ -301,9 +301,14 @@ static PyObject *loader_new(PyTypeObject *type, PyObject *args, PyObject *kwds) 
         src[k].kind = fb ? DDPC_SOURCE_MAPPED : DDPC_SOURCE_MEMORY;
         src[k].fd = -1;
         src[k].file_offset = 0;
-        if (b->base && Py_IS_TYPE(b->base, npy_type_) && ddpc_buffer_nbytes(b) > budget) {
+        const npy_object *npy = b->base && Py_IS_TYPE(b->base, npy_type_) ? (const npy_object *)b->base : NULL;
+        if (npy && ddpc_npy_check(&npy->file, PyBytes_AS_STRING(npy->path)) != DDPC_OK) {
+            ddpc_raise(DDPC_ERR_ARG);
+            goto fail_;
+        }
+        if (npy && ddpc_buffer_nbytes(b) > budget) {
             /* Bigger than the resident budget: read rows with pread, which maps nothing. */
-            const ddpc_npy_file *f = &((npy_object *)b->base)->file;
+            const ddpc_npy_file *f = &npy->file;
             src[k].kind = DDPC_SOURCE_FILE;
             src[k].fd = f->fd;
             src[k].file_offset = f->header.data_offset + (uint64_t)((const char *)b->data - f->data);

@@ -121,7 +121,7 @@ ddpc_status ddpc_npy_parse_header(const void *buf, size_t len, const char *name,
     }
     if (hlen > len - prefix) return DDPC_ERROR(DDPC_ERR_ARG, "%s: .npy file truncated in its header", name);
     cursor_ c = {(const char *)b + prefix, (const char *)b + prefix + hlen, name};
-    int have_descr = 0, have_order = 0, have_shape = 0;
+    int have_descr = 0, have_order = 0, have_shape = 0, fortran = 0;
     CHECK(expect_(&c, '{', "expected a dict"));
     for (;;) {
         skip_ws_(&c);
@@ -137,9 +137,8 @@ ddpc_status ddpc_npy_parse_header(const void *buf, size_t len, const char *name,
             if ((size_t)(c.end - c.p) >= 5 && memcmp(c.p, "False", 5) == 0) {
                 c.p += 5;
             } else if ((size_t)(c.end - c.p) >= 4 && memcmp(c.p, "True", 4) == 0) {
-                return DDPC_ERROR(DDPC_ERR_ARG,
-                                  "%s: Fortran-order arrays are not supported; save np.ascontiguousarray(a) instead",
-                                  name);
+                c.p += 4;
+                fortran = 1;
             } else {
                 return malformed_(&c, "fortran_order must be True or False");
             }
@@ -154,6 +153,12 @@ ddpc_status ddpc_npy_parse_header(const void *buf, size_t len, const char *name,
         if (c.p < c.end && *c.p == ',') c.p++;
     }
     if (!have_descr || !have_order || !have_shape) return malformed_(&c, "descr, fortran_order or shape missing");
+    /* In Fortran order, an array with at most one dimension longer than 1 lies as in C order. */
+    int long_dims = 0;
+    for (int i = 0; i < h->ndim; i++) long_dims += h->shape[i] > 1;
+    if (fortran && long_dims > 1)
+        return DDPC_ERROR(DDPC_ERR_ARG,
+                          "%s: Fortran-order arrays are not supported; save np.ascontiguousarray(a) instead", name);
     size_t nbytes = ddpc_dtype_size(h->dtype);
     for (int i = 0; i < h->ndim; i++) {
         if (h->shape[i] != 0 && nbytes > SIZE_MAX / 2 / (size_t)h->shape[i])
@@ -199,6 +204,23 @@ ddpc_status ddpc_npy_open(const char *path, ddpc_npy_file *f) {
 fail_:
     ddpc_npy_close(f);
     return st;
+}
+
+ddpc_status ddpc_npy_check(const ddpc_npy_file *f, const char *path) {
+    struct stat sb;
+    if (fstat(f->fd, &sb) != 0) return DDPC_ERROR(DDPC_ERR_SYS, "cannot stat %s: %s", path, strerror(errno));
+    /* (The header is read again only from a file still as long as the mapping.) */
+    ddpc_npy_header now;
+    int same = (size_t)sb.st_size >= f->map_len && ddpc_npy_parse_header(f->map, f->map_len, path, &now) == DDPC_OK &&
+               now.dtype == f->header.dtype && now.ndim == f->header.ndim &&
+               now.data_offset == f->header.data_offset && now.nbytes == f->header.nbytes &&
+               memcmp(now.shape, f->header.shape, sizeof now.shape) == 0;
+    if (!same)
+        return DDPC_ERROR(DDPC_ERR_ARG,
+                          "%s changed since it was opened (%zu bytes then, %lld now): a mapped .npy file rewritten "
+                          "in place is refused, as reading past its new end would kill the process; open it again",
+                          path, f->map_len, (long long)sb.st_size);
+    return DDPC_OK;
 }
 
 void ddpc_npy_close(ddpc_npy_file *f) {

@@ -1,7 +1,8 @@
 /* .npy files: header parsing and read-only memory mapping.
  *
  * Plain C (no Python), unit-tested under AddressSanitizer. Understands format
- * versions 1.0, 2.0 and 3.0 with a C-order array of one of ddpc's dtypes in
+ * versions 1.0, 2.0 and 3.0 with a C-order array (or a Fortran-order one laid
+ * out alike: one dimension longer than 1 at most) of one of ddpc's dtypes in
  * little-endian byte order; anything else is refused with a message that
  * names the file and the reason. */
 #ifndef DDPC_NPY_H
@@ -33,6 +34,10 @@ typedef struct {
 } ddpc_npy_file;
 
 ddpc_status ddpc_npy_open(const char *path, ddpc_npy_file *f);
+/* Whether the file still holds the array that was mapped: a file rewritten
+ * in place (np.save to the same path truncates it) is an error, as reading a
+ * mapping past a file's new end kills the process with SIGBUS. */
+ddpc_status ddpc_npy_check(const ddpc_npy_file *f, const char *path);
 /* Unmaps and closes; safe on a file whose open failed (fd -1). */
 void ddpc_npy_close(ddpc_npy_file *f);
 

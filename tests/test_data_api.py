@@ -92,10 +92,10 @@ def test_num_workers_zero_reads_in_the_calling_thread_none_in_the_background():
     assert ds.readers == {threading.get_ident()}
     ds = Items(6)
     inits = []
-    loader = DataLoader(ds, batch_size=4, worker_init_fn=lambda w: inits.append((w, threading.get_ident())),
-                        prefetch_factor=1, pin_memory_device="cuda")
+    loader = DataLoader(ds, batch_size=4, worker_init_fn=inits.append, prefetch_factor=1, pin_memory_device="cuda")
     assert batches(loader) == [[0, 1, 2, 3], [4, 5]]
-    assert len(inits) == 1 and inits[0][0] == 0 and ds.readers == {inits[0][1]} != {threading.get_ident()}
+    assert len(ds.readers) == 1 and ds.readers != {threading.get_ident()}
+    assert inits == [] and loader.num_workers == 0  # worker_init_fn runs in worker processes only, as in PyTorch
     with pytest.raises(ValueError, match="num_workers"):
         DataLoader(ds, num_workers=-1)
     for kwargs in ({"persistent_workers": True}, {"multiprocessing_context": "spawn", "num_workers": 0}):
@@ -103,13 +103,7 @@ def test_num_workers_zero_reads_in_the_calling_thread_none_in_the_background():
             DataLoader(ds, **kwargs)
 
 
-def test_a_failing_worker_init_fn_and_a_timeout_are_raised():
-    def bad_init(worker_id):
-        raise KeyError("no seed")
-
-    with pytest.raises(KeyError, match="no seed"):
-        list(DataLoader(Items(4), batch_size=2, worker_init_fn=bad_init))
-
+def test_a_timeout_is_raised():
     class Slow(Items):
         def __getitem__(self, i):
             time.sleep(1.0)
@@ -205,7 +199,7 @@ def test_subsets_of_a_tensor_dataset_load_through_the_c_threads():
     inner = Subset(ds, np.arange(19, -1, -1))  # reversed
     outer = Subset(inner, [1, 3, 5, 7, 9])     # ds rows 18, 16, 14, 12, 10
     loader = DataLoader(outer, batch_size=2)
-    assert loader._arrays is ds
+    assert data._array_rows(outer)[0] is ds
     got = [(x.numpy().tolist(), y.tolist()) for x, y in loader]
     assert [y for _, ys in got for y in ys] == [18, 16, 14, 12, 10]
     assert [row for xs, _ in got for row in xs] == X[[18, 16, 14, 12, 10]].tolist()

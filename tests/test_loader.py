@@ -597,6 +597,33 @@ def test_malformed_npy_files(tmp_path, make, exc, match):
         ShardedLoader(path, 2)
 
 
+def test_fortran_order_files_laid_out_as_c_order_load(tmp_path):
+    """numpy reads a Fortran-order file with one dimension longer than 1 (another
+    writer's, say) as a C-order one: so does ddpc."""
+    data = np.arange(6, dtype=np.float32)
+    for shape in ((6,), (6, 1)):
+        header = npy_header(f"{{'descr': '<f4', 'fortran_order': True, 'shape': {shape}, }}")
+        path = write_raw(tmp_path / f"f{len(shape)}.npy", header, data.tobytes())
+        assert np.load(path).reshape(-1).tolist() == data.tolist()
+        got = np.concatenate([b.numpy() for b in ShardedLoader(path, 4, shuffle=False, rank=0, world_size=1)])
+        assert got.shape == shape and got.reshape(-1).tolist() == data.tolist()
+
+
+@pytest.mark.parametrize("rewrite", [np.zeros((100, 8), np.float32), np.zeros((1024, 4), np.float32)],
+                         ids=["shorter", "same_size_other_shape"])
+def test_a_npy_file_rewritten_in_place_is_refused_at_the_next_pass(tmp_path, rewrite):
+    """np.save to the path of a mapped file truncates it: reading the mapping
+    past the new end would kill the process (SIGBUS), so the next pass raises."""
+    path = tmp_path / "x.npy"
+    np.save(path, np.arange(4096, dtype=np.float32).reshape(512, 8))
+    loader = DataLoader(TensorDataset(str(path)), batch_size=64, shuffle=True)
+    assert sum(len(b) for (b,) in loader) == 512
+    np.save(path, rewrite)
+    with pytest.raises(ValueError, match=r"x.npy changed since it was opened \(16512 bytes then, \d+ now\).*open it "
+                       "again"):
+        iter(loader)
+
+
 def test_npy_versions_2_and_3_and_header_padding(tmp_path):
     data = np.arange(12, dtype=np.int32).reshape(6, 2)
     for version in (2, 3):

@@ -7,9 +7,11 @@ batch" (an IterableDataset, which each worker iterates from its start, so it
 reads the stream once per worker unless the data set splits itself with
 ``get_worker_info()``). Tasks go out round-robin, ``prefetch`` per worker
 ahead, and the batches are handed out in task order whatever order they come
-back in (or as they come, with ``in_order=False``). A worker that fails sends its exception (re-raised in the loader with
-the worker's traceback); a worker that dies is noticed through its process
-sentinel, so the loader raises instead of waiting for it.
+back in (or as they come, with ``in_order=False``). A worker that fails sends
+its exception, re-raised in the loader with the worker's traceback in the
+failed batch's place (the pass goes on after it); a worker that dies is
+noticed through its process sentinel, so the loader raises instead of waiting
+for it.
 
 A pass that resumes one taken mid-way (DataLoader.load_state_dict) gives
 each worker of an IterableDataset, with its first task, where its stream
@@ -106,11 +108,14 @@ def get_worker_info():
 
 class _Raised:
     """An exception raised in a worker, as text: its type's module and name
-    and the worker's traceback (the exception itself may not pickle)."""
+    and the worker's traceback (the exception itself may not pickle).
+    ``ends_pass``: the worker can make no batch (its worker_init_fn failed);
+    otherwise the exception is one batch's and the pass goes on after it."""
 
-    def __init__(self, exc, worker_id, where="in"):
+    def __init__(self, exc, worker_id, where="in", ends_pass=False):
         self.module, self.name = type(exc).__module__, type(exc).__qualname__
         self.text = caught_text(exc, f"{where} DataLoader worker process {worker_id}")
+        self.ends_pass = ends_pass
 
     def exception(self):
         """The exception to raise in the loader: the worker's type where it can
@@ -397,7 +402,7 @@ def _worker_main(conn, fetcher, worker_id, num_workers, seed, init_fn, parent_pi
         try:
             init_fn(worker_id)
         except BaseException as exc:
-            failed = _Raised(exc, worker_id, "in worker_init_fn of")
+            failed = _Raised(exc, worker_id, "in worker_init_fn of", ends_pass=True)
     generators = _Generators()  # as seeded (and as worker_init_fn left them): what the loader takes None for
     stream, generation, stream_state, blocks = None, None, None, _Blocks()
     while True:
@@ -707,7 +712,11 @@ class WorkerBatches:
             del self._worker_of[number]
             self._taken += 1
             if isinstance(result, _Raised):
-                self.close()
+                if result.ends_pass:
+                    self.close()
+                else:  # one batch failed: as in PyTorch, the next next() goes on with the batch after it
+                    self._send()
+                    self._remaining = max(self._remaining - 1, 0)
                 raise result.exception()
             if isinstance(result, _Exhausted):
                 if w in self._active:  # its later tasks come back exhausted too: skipped

@@ -71,6 +71,7 @@ import weakref
 import numpy as np
 
 from . import _C, profiler
+from ._C import IndexOutOfRangeError
 from ._dtype import ordinal
 from ._workers import WorkerBatches, WorkerInfo, WorkerPool, context, get_worker_info, rng_snapshot, rng_state
 from .tensor import Generator, Tensor, default_generator, from_numpy, stack
@@ -535,13 +536,20 @@ class SubsetRandomSampler(_PassSeedMixin, Sampler):
 
 
 def _int_indices(values, what):
-    """``values`` as a flat int64 array; anything but integers is an error, not truncated."""
-    idx = np.asarray(values)
-    if idx.size == 0:
+    """``values`` as a 1-d int64 array; anything but integers is an error, not truncated or flattened."""
+    try:
+        idx = np.asarray(values)
+    except ValueError:  # sequences of different lengths
+        idx = None
+    if idx is not None and idx.size == 0:
         return np.empty(0, dtype=np.int64)
+    if idx is None or idx.ndim > 1:
+        raise TypeError(f"{what} must yield integer indices, got sequences of them (a sampler yielding lists of "
+                        "indices, such as a BatchSampler, goes in batch_sampler=, or in sampler= with "
+                        "batch_size=None to pass each list to dataset[...] as it is)")
     if idx.dtype.kind not in "iu":
         raise TypeError(f"{what} must yield integer indices, got {idx.dtype} (e.g. {idx.reshape(-1)[0]!r})")
-    return np.ascontiguousarray(idx, dtype=np.int64).reshape(-1)
+    return np.ascontiguousarray(idx, dtype=np.int64)
 
 
 def _sampler_indices(sampler):
@@ -708,7 +716,7 @@ def random_split(dataset, lengths, generator=None):
     perm = np.asarray(_C.random_sampler_indices(n, n, False, _next_seed(_pass_seeds(generator)))) if n else \
         np.empty(0, np.int64)
     ends = np.cumsum(lengths)
-    return [Subset(dataset, perm[end - k:end]) for k, end in zip(lengths, ends)]
+    return [Subset(dataset, perm[end - k:end].tolist()) for k, end in zip(lengths, ends)]
 
 
 def _as_source(obj):
@@ -736,7 +744,13 @@ def _as_source(obj):
 
 class TensorDataset(Dataset):
     """Samples are rows of equal-length arrays: numpy arrays, ddpc tensors, or paths of
-    ``.npy`` files (memory-mapped). ``dataset[i]`` is a tuple of the i-th rows."""
+    ``.npy`` files (memory-mapped). ``dataset[i]`` is a tuple of the i-th rows.
+
+    A mapped file must not be rewritten in place (``np.save`` to its path truncates
+    it) while it is read: a loader's next pass over a file that changed raises,
+    but a read of a shortened mapping during one kills the process (SIGBUS), as
+    with ``np.load(path, mmap_mode="r")``. Write a new file and rename it over
+    the old one instead: the mapping keeps the old file."""
 
     def __init__(self, *arrays):
         if not arrays:
@@ -780,25 +794,45 @@ class TensorDataset(Dataset):
 # ---- collation ---------------------------------------------------------------------------
 
 
+# Integer dtypes ddpc has no tensors of, and the smallest of its own that holds all their values.
+_WIDENED = {np.dtype(np.int8): np.int32, np.dtype(np.int16): np.int32, np.dtype(np.uint16): np.int32,
+            np.dtype(np.uint32): np.int64}
+
+
 def _to_tensor(arr):
+    arr = np.asarray(arr)
+    if arr.dtype == np.uint64:
+        raise TypeError("a uint64 array or scalar has no ddpc dtype that holds all its values (int64 ends at "
+                        "2**63 - 1): convert it in the data set or in a collate_fn of your own")
+    if arr.dtype in _WIDENED:
+        arr = arr.astype(_WIDENED[arr.dtype], order="C")
+    elif not arr.flags.c_contiguous:  # not for 0-d arrays, always contiguous: np.ascontiguousarray makes them 1-d
+        arr = np.ascontiguousarray(arr)
     try:
-        return from_numpy(np.ascontiguousarray(arr))
-    except TypeError:  # a dtype ddpc has no tensor for (bool, strings, ...): keep the array
+        return from_numpy(arr)
+    except TypeError:  # a dtype ddpc has no tensor for (strings, objects, other byte order): keep the array
         return arr
 
 
 def default_collate(batch):
     """Stacks a list of samples: tensors and arrays along a new dim 0, numbers into a
-    1-d tensor (int64 or float64), tuples/lists per field (into a list), dicts per key."""
+    1-d tensor (int64 or float64), bools into a bool tensor, strings into a list,
+    tuples/lists per field (into a list), dicts per key. None is a TypeError, as in
+    PyTorch. Unlike PyTorch, int8, int16 and uint16 arrays and numpy scalars become
+    int32 tensors and uint32 ones int64 (ddpc has no such dtypes; every value is
+    kept), and uint64 ones are a TypeError."""
     elem = batch[0]
+    if elem is None:
+        raise TypeError("default_collate: a sample (or a field of one) is None, which has no batched form: return "
+                        "a value from the data set, or pass a collate_fn that handles None")
     if isinstance(elem, Tensor):
         return stack(batch)
+    if isinstance(elem, (str, bytes)):  # also np.str_ and np.bytes_
+        return batch
     if isinstance(elem, np.ndarray):
         return _to_tensor(np.stack(batch))
-    if isinstance(elem, np.generic):  # numpy scalars keep their dtype
+    if isinstance(elem, (np.generic, bool)):  # numpy scalars keep their dtype
         return _to_tensor(np.asarray(batch))
-    if isinstance(elem, bool):
-        return np.asarray(batch)
     if isinstance(elem, numbers.Integral):
         arr = np.asarray(batch)  # ints, or ints with floats among them (as PyTorch: float32)
         return _to_tensor(arr.astype(np.float32 if arr.dtype.kind == "f" else np.int64))
@@ -816,8 +850,11 @@ def default_collate(batch):
 
 
 def default_convert(data):
-    """What an unbatched sample (``batch_size=None``) is handed out as: numpy arrays (of a dtype ddpc has) and numpy scalars as tensors, also
-    inside dicts, tuples and lists; anything else as it is."""
+    """What an unbatched sample (``batch_size=None``) is handed out as: numpy
+    arrays and numpy scalars as tensors of their shape (a scalar's is ()), also
+    inside dicts, tuples and lists; anything else as it is. Arrays of a dtype
+    ddpc has no tensor of stay arrays, but int8, int16, uint16 and uint32 ones
+    are widened as in ``default_collate``, and uint64 ones are a TypeError."""
     if isinstance(data, (np.ndarray, np.generic)) and not isinstance(data, (np.str_, np.bytes_)):
         return _to_tensor(data)
     if isinstance(data, collections.abc.Mapping):
@@ -840,13 +877,20 @@ class _Fetcher:
 
     def __init__(self, dataset, auto, batch_size, drop_last, collate_fn):
         self.dataset, self.auto, self.batch_size, self.drop_last = dataset, auto, batch_size, drop_last
-        self.collate_fn = collate_fn or (default_collate if auto else default_convert)
+        self.collate_fn = collate_fn
 
     def fetch(self, indices):
-        """The batch of a map-style data set's ``indices`` (one index without automatic batching)."""
-        if self.auto:
-            return self.collate_fn(_samples(self.dataset, indices))
-        return self.collate_fn(self.dataset[indices[0]])
+        """The batch of a map-style data set's ``indices`` (without automatic batching,
+        ``indices`` holds one sampler element, the key of ``dataset[key]``)."""
+        if not self.auto:
+            return self.collate_fn(self.dataset[indices[0]])
+        samples = _samples(self.dataset, indices)
+        # A __getitems__ may return a batch already collated, for a collate_fn of its own (as in PyTorch).
+        if self.collate_fn is default_collate and len(samples) != len(indices):
+            raise ValueError(f"{type(self.dataset).__name__}.__getitems__ returned {len(samples)} samples for "
+                             f"{len(indices)} indices (one that returns a batch collated already needs a "
+                             "collate_fn of its own)")
+        return self.collate_fn(samples)
 
     def draw(self, stream):
         """The next batch's samples from an iterator over an IterableDataset (one
@@ -882,14 +926,11 @@ def _stateful(obj):
 
 def _samples(dataset, indices):
     """The samples at ``indices``: one ``__getitems__(indices)`` call where the data
-    set has it (a batched read, as PyTorch's loader makes), else one read each."""
+    set has it (a batched read, as PyTorch's loader makes; what it returns is for
+    the collate_fn, as is), else one read each."""
     getitems = getattr(dataset, "__getitems__", None)
     if callable(getitems):
-        samples = getitems(indices)
-        if len(samples) != len(indices):
-            raise ValueError(f"{type(dataset).__name__}.__getitems__ returned {len(samples)} samples "
-                             f"for {len(indices)} indices")
-        return samples
+        return getitems(indices)
     return [dataset[i] for i in indices]
 
 
@@ -1014,15 +1055,11 @@ class _Failure:
         self.exc = exc
 
 
-def _produce(fetch, batches, out, stop, init):
-    """Background thread of _ThreadedBatches: fetches batches in order until told to stop."""
+def _produce(fetch, batches, out, stop):
+    """Background thread of _ThreadedBatches: fetches batches in order until told to stop.
+    A batch that raises an Exception is handed on as a _Failure and the ones after it
+    follow, as they do when the caller fetches them (num_workers=0)."""
     try:
-        if init is not None:
-            try:
-                init(0)
-            except BaseException as exc:  # the queue is empty yet: this put does not block
-                out.put(_Failure(exc))
-                return
         batches = iter(batches)
         while not stop.is_set():
             try:
@@ -1045,7 +1082,7 @@ def _produce(fetch, batches, out, stop, init):
                     break
                 except queue.Full:
                     continue
-            if isinstance(item, _Failure):
+            if isinstance(item, _Failure) and not isinstance(item.exc, Exception):  # KeyboardInterrupt, ...
                 return
     finally:
         while not stop.is_set():
@@ -1067,10 +1104,10 @@ class _ThreadedBatches(_Batches):
     at most ``prefetch`` ahead. The thread holds no reference to this iterator, so
     dropping the iterator stops and joins it."""
 
-    def __init__(self, fetch, batches, prefetch, remaining, timeout=0, init=None):
+    def __init__(self, fetch, batches, prefetch, remaining, timeout=0):
         self._queue = queue.Queue(maxsize=prefetch)
         stop = threading.Event()
-        thread = threading.Thread(target=_produce, args=(fetch, batches, self._queue, stop, init), daemon=True,
+        thread = threading.Thread(target=_produce, args=(fetch, batches, self._queue, stop), daemon=True,
                                   name="ddpc-data-prefetch")
         thread.start()
         self._finalizer = weakref.finalize(self, _shutdown, stop, thread)
@@ -1093,10 +1130,12 @@ class _ThreadedBatches(_Batches):
         if item is _END:
             self.close()
             raise StopIteration
-        if isinstance(item, _Failure):
-            self.close()
-            raise item.exc
         self._remaining = max(self._remaining - 1, 0)
+        if isinstance(item, _Failure):  # the thread goes on with the next batch (after a BaseException, it ends)
+            try:
+                raise item.exc
+            finally:  # not held by its own traceback: dropping the error lets the iterator (and thread) go
+                del item
         return item
 
     def __length_hint__(self):
@@ -1119,9 +1158,9 @@ class _CallerBatches(_Batches):
         self._fetch, self._batches, self._remaining = fetch, iter(batches), remaining
 
     def _next(self):
-        item = self._fetch(next(self._batches))
+        task = next(self._batches)
         self._remaining = max(self._remaining - 1, 0)
-        return item
+        return self._fetch(task)
 
     def __length_hint__(self):
         return self._remaining
@@ -1131,17 +1170,36 @@ class _CallerBatches(_Batches):
 
 
 def _array_rows(dataset):
-    """(TensorDataset, rows) when ``dataset`` is a TensorDataset, maybe through
-    Subsets (``rows`` maps its indices to the TensorDataset's, None for itself),
-    whose rows the C threads can gather; (None, None) otherwise."""
-    rows = None
+    """(TensorDataset, rows) when ``dataset`` is a TensorDataset whose rows the C
+    threads can gather (a subclass overriding neither ``__getitem__`` nor
+    ``__getitems__``), maybe through Subsets (``rows`` maps its indices to the
+    TensorDataset's, None for itself); (None, None) otherwise. The Subsets'
+    indices are read as they are now: a loader calls this for each pass, as
+    PyTorch's reads them in each pass."""
+    subsets = []
     while type(dataset) is Subset:
-        ind = _int_indices(dataset.indices, "Subset indices")
-        rows = ind if rows is None else ind[rows]
+        subsets.append(dataset)
         dataset = dataset.dataset
-    if isinstance(dataset, TensorDataset) and type(dataset).__getitem__ is TensorDataset.__getitem__:
-        return dataset, rows
-    return None, None
+    if not isinstance(dataset, TensorDataset) or type(dataset).__getitem__ is not TensorDataset.__getitem__ \
+            or hasattr(type(dataset), "__getitems__"):
+        return None, None
+    rows = None
+    for subset in subsets:
+        ind = _int_indices(subset.indices, "Subset indices")
+        rows = ind if rows is None else ind[_wrapped(rows, len(ind))]
+    return dataset, rows
+
+
+def _wrapped(idx, n):
+    """Row indices ``idx`` of a data set of ``n`` with negative ones counted from the end, as
+    ``dataset[-1]`` does; IndexOutOfRangeError for one outside -n .. n - 1."""
+    if idx.size == 0:
+        return idx
+    low, high = idx.min(), idx.max()
+    if low < -n or high >= n:
+        raise IndexOutOfRangeError(f"index {low if low < -n else high} is out of range for a data set of {n} "
+                                   "samples")
+    return idx + n * (idx < 0) if low < 0 else idx
 
 
 # ---- loaders -------------------------------------------------------------------------------
@@ -1150,14 +1208,21 @@ def _array_rows(dataset):
 class DataLoader:
     """Batches of a data set, prefetched in the background, like ``torch.utils.data.DataLoader``.
 
-    A ``TensorDataset`` (or a ``Subset`` of one) with the default collation is
-    gathered by ``num_threads`` C threads (by default one fewer than this
-    rank's share of the cores, at most 4), helped by the thread waiting for a
-    batch, straight into new batch tensors (pinned staging and a copy stream
-    when ``device`` is a GPU), whatever ``num_workers`` says. Any other data
-    set is read with ``__getitem__`` (one call per batch to
-    ``__getitems__(indices)`` where it has one, as in PyTorch; an
-    ``IterableDataset`` by iterating it) and collated by ``collate_fn``:
+    A ``TensorDataset`` (or a ``Subset`` of one, whose indices are read at
+    each ``iter()`` as PyTorch's loader reads them) with the default
+    collation and automatic batching is gathered by ``num_threads`` C threads
+    (by default one fewer than this rank's share of the cores, at most 4),
+    helped by the thread waiting for a batch, straight into new batch tensors
+    (pinned staging and a copy stream when ``device`` is a GPU), whatever
+    ``num_workers`` says; negative indices count from the end, and one out of
+    range is an ``IndexOutOfRangeError`` (an IndexError). Any other data
+    set (a TensorDataset subclass overriding ``__getitem__`` or
+    ``__getitems__`` too) is read with ``__getitem__`` (one call per batch to
+    ``__getitems__(indices)`` where it has one, as in PyTorch, its result
+    passed to ``collate_fn`` as it is; an ``IterableDataset`` by iterating
+    it) and collated by ``collate_fn``. With ``batch_size=None`` each element
+    the sampler yields is passed to ``dataset[...]`` as it is (a
+    ``BatchSampler`` as ``sampler`` reads a batch with one call):
 
     - ``num_workers=N > 0``: in N worker processes, as PyTorch's: each has
       its own copy of the data set (inherited with the ``fork`` start method,
@@ -1169,16 +1234,19 @@ class DataLoader:
       set, e.g. to split an IterableDataset, which every worker otherwise
       reads whole; ``prefetch`` (``prefetch_factor``)
       batches per worker are asked for ahead and handed out in order; an
-      exception in a worker is raised here with the worker's traceback, a
+      exception in a worker is raised here with the worker's traceback (the
+      next ``next()`` goes on with the batch after it, as in PyTorch), a
       worker that dies raises RuntimeError instead of hanging, and
       ``timeout`` > 0 bounds each wait for a batch; ``persistent_workers``
       keeps the workers from one pass to the next; ``multiprocessing_context``
       is a start method name or context (the default context otherwise);
     - ``num_workers=0``: in the thread that asks for each batch, as PyTorch
       does (for data sets tied to their thread, e.g. holding a connection);
-    - ``num_workers`` left out (ddpc's default): in one background thread of
-      this process, ``prefetch`` batches ahead, where ``worker_init_fn(0)``
-      runs first and ``timeout`` bounds each wait.
+    - ``num_workers`` left out (ddpc's default; the attribute reads 0): in
+      one background thread of this process, ``prefetch`` batches ahead,
+      where ``timeout`` bounds each wait. As with ``num_workers=0`` (and in
+      PyTorch), ``worker_init_fn`` is not called, and an exception raised
+      for one batch leaves the pass going on with the next.
 
     Batches of a TensorDataset are lists of ``ddpc.Tensor`` (one per array).
     ``device`` places batches on that device; ``pin_memory`` puts host
@@ -1190,7 +1258,13 @@ class DataLoader:
     does not allow it (a ``.npy`` file beyond the resident budget, memory
     another registration overlaps) is staged as before.
     ``generator`` draws the shuffle (see ``RandomSampler``) and, with
-    workers, each pass's ``base_seed`` after it. ``in_order=False`` lets
+    workers, each pass's ``base_seed`` after it; the ``generator`` attribute
+    is the ``ddpc.Generator`` drawing them (None: ddpc's global one). As in
+    PyTorch, ``collate_fn`` reads ``default_collate`` (``default_convert``
+    with ``batch_size=None``) where none is given, ``batch_sampler`` a
+    ``BatchSampler`` over ``sampler`` where a ``batch_size`` is (made at
+    each access: the loader itself reads the sampler's indices), and
+    ``prefetch_factor`` None without worker processes. ``in_order=False`` lets
     workers' batches out as they are ready instead of in the sampler's order
     (a slow batch no longer holds up the ones after it); ``pin_memory_device``
     changes nothing.
@@ -1212,7 +1286,7 @@ class DataLoader:
         del pin_memory_device  # see the docstring
         self.in_order = bool(in_order)
         self.dataset = dataset
-        self._generator = _pass_seeds(generator)
+        self.generator = _pass_seeds(generator)
         self._iterable = isinstance(dataset, IterableDataset)
         if self._iterable:
             if shuffle or sampler is not None or batch_sampler is not None:
@@ -1225,16 +1299,21 @@ class DataLoader:
             batch_size = None
         else:
             batch_size = None if batch_size is None else _positive_int(batch_size, "batch_size")
+            if batch_size is None and drop_last:
+                raise ValueError("batch_size=None (no automatic batching) is mutually exclusive with drop_last")
             if sampler is not None and shuffle:
                 raise ValueError("sampler is mutually exclusive with shuffle")
             if sampler is None and not self._iterable:
-                sampler = (RandomSampler(dataset, generator=self._generator) if shuffle
+                sampler = (RandomSampler(dataset, generator=self.generator) if shuffle
                            else SequentialSampler(dataset))
         self.batch_size = batch_size
         self.drop_last = bool(drop_last)
         self.sampler = sampler
-        self.batch_sampler = batch_sampler
-        self.collate_fn = collate_fn
+        self._batch_sampler = batch_sampler
+        batched = batch_size is not None or batch_sampler is not None
+        self.collate_fn = collate_fn if collate_fn is not None else default_collate if batched else default_convert
+        # The C threads gather a TensorDataset's batches as default_collate would collate them (see _array_rows).
+        self._gathered = batched and self.collate_fn is default_collate
         self.pin_memory = bool(pin_memory)
         self.device = None if device is None else ordinal(device)
         if self.device == -1:
@@ -1247,7 +1326,11 @@ class DataLoader:
         if num_workers is not None and (isinstance(num_workers, bool) or not isinstance(num_workers, numbers.Integral)
                                         or num_workers < 0):
             raise ValueError(f"num_workers must be an integer >= 0, got {num_workers!r}")
-        self.num_workers = num_workers
+        if num_workers == 0 and prefetch_factor is not None:
+            raise ValueError("prefetch_factor needs worker processes (num_workers > 0), as in PyTorch; prefetch= "
+                             "sets how far ahead ddpc's own threads load")
+        self.num_workers = num_workers or 0
+        self._threaded = num_workers is None  # ddpc's default: a background thread, not the caller's
         if (persistent_workers or multiprocessing_context is not None) and not num_workers:
             raise ValueError("persistent_workers and multiprocessing_context need worker processes "
                              f"(num_workers > 0), got num_workers={num_workers!r}")
@@ -1262,19 +1345,32 @@ class DataLoader:
         # The thread waiting for a batch gathers too: one thread fewer than this rank's cores, 1 to 4.
         self.num_threads = (max(1, min(4, _C.get_num_threads() - 1)) if num_threads is None
                             else _positive_int(num_threads, "num_threads"))
-        # A subclass that overrides __getitem__ is read item by item, as PyTorch would.
-        batched = batch_size is not None or batch_sampler is not None
-        self._arrays, self._rows = _array_rows(dataset) if collate_fn is None and batched else (None, None)
         self._progress = None  # the latest pass's
         self._resume = None  # a state load_state_dict took, for the next pass
 
+    @property
+    def batch_sampler(self):
+        """The ``batch_sampler`` given; else, with a ``batch_size``, a BatchSampler over ``sampler`` (see above)."""
+        return self._batch_sampler if self._batch_sampler is not None or self.batch_size is None or \
+            self.sampler is None else BatchSampler(self.sampler, self.batch_size, self.drop_last)
+
+    @property
+    def prefetch_factor(self):
+        """Batches asked for ahead per worker process; None without them, as in PyTorch."""
+        return self.prefetch if self.num_workers else None
+
     def _plan(self):
-        """The epoch's (indices, offsets): batch b is indices[offsets[b]:offsets[b + 1]]."""
-        if self.batch_sampler is None:
-            return _fixed_batches(_sampler_indices(self.sampler), self.batch_size or 1, self.drop_last)
-        if isinstance(self.batch_sampler, BatchSampler) and type(self.batch_sampler).__iter__ is BatchSampler.__iter__:
-            return self.batch_sampler.plan()
-        batches = [_int_indices(list(b), "batch_sampler") for b in self.batch_sampler]
+        """The epoch's (indices, offsets): batch b is indices[offsets[b]:offsets[b + 1]].
+        Without automatic batching the indices are a list of the sampler's elements as they are."""
+        if self._batch_sampler is None:
+            if self.batch_size is None:
+                keys = list(self.sampler)
+                return keys, np.arange(len(keys) + 1, dtype=np.int64)
+            return _fixed_batches(_sampler_indices(self.sampler), self.batch_size, self.drop_last)
+        if isinstance(self._batch_sampler, BatchSampler) and \
+                type(self._batch_sampler).__iter__ is BatchSampler.__iter__:
+            return self._batch_sampler.plan()
+        batches = [_int_indices(list(b), "batch_sampler") for b in self._batch_sampler]
         offsets = np.zeros(len(batches) + 1, dtype=np.int64)
         np.cumsum([len(b) for b in batches], out=offsets[1:])
         idx = np.concatenate(batches) if batches else np.empty(0, dtype=np.int64)
@@ -1282,7 +1378,7 @@ class DataLoader:
 
     def __iter__(self):
         resume = self._resume if self._resume is not None and not self._resume["finished"] else None
-        fetcher = _Fetcher(self.dataset, self.batch_size is not None or self.batch_sampler is not None,
+        fetcher = _Fetcher(self.dataset, self.batch_size is not None or self._batch_sampler is not None,
                            self.batch_size, self.drop_last, self.collate_fn)
         if self._iterable:
             self._resume = None
@@ -1300,12 +1396,13 @@ class DataLoader:
                              assume_unique=True)
         progress = _Progress(order, nb, done, ahead)
         self._progress = progress
-        if self._arrays is not None:
+        ds, rows = _array_rows(self.dataset) if self._gathered else (None, None)
+        if ds is not None:
             # Skipped batches are left out of the plan, so their rows are never gathered.
             idx, offsets = (idx, offsets[done:]) if not ahead else _select_batches(idx, offsets, order)
-            ds = self._arrays
-            if self._rows is not None:
-                idx = self._rows[idx]
+            if rows is not None:
+                idx = rows[_wrapped(idx, len(rows))]
+            idx = _wrapped(idx, len(ds))
             loader = _C.Loader(ds._buffers, ds._file_backed, idx, offsets, self.prefetch, self.num_threads,
                                self.device, self.pin_memory, RESIDENT_BUDGET,
                                gpu_gather=os.environ.get("DDPC_LOADER_GPU_GATHER") == "1")
@@ -1317,7 +1414,7 @@ class DataLoader:
             batches = _ArrayBatches(loader)
             batches._progress = progress
             return batches
-        idx = idx.tolist()
+        idx = idx.tolist() if isinstance(idx, np.ndarray) else idx
         tasks = [idx[offsets[b]:offsets[b + 1]] for b in order.tolist()]
         if self.num_workers:
             return self._in_workers(fetcher, list(zip(order.tolist(), tasks)), progress, resume)
@@ -1326,7 +1423,7 @@ class DataLoader:
 
     def _stream(self, fetcher, resume):
         """A pass over an IterableDataset, from the start or from where ``resume`` says it was."""
-        streams = [[0, None] for _ in range(self.num_workers or 1)]
+        streams = [[0, None] for _ in range(max(self.num_workers, 1))]
         progress = _Progress(None, None, streams=streams)
         if resume is not None:
             progress.done, progress.schedule = resume["batches_yielded"], resume["schedule"]
@@ -1360,10 +1457,10 @@ class DataLoader:
         return batches
 
     def _batches(self, fetch, batches, remaining, progress):
-        if self.num_workers == 0:
-            batches = _CallerBatches(fetch, batches, remaining)
+        if self._threaded:
+            batches = _ThreadedBatches(fetch, batches, self.prefetch, remaining, self.timeout)
         else:
-            batches = _ThreadedBatches(fetch, batches, self.prefetch, remaining, self.timeout, self.worker_init_fn)
+            batches = _CallerBatches(fetch, batches, remaining)
         batches._progress = progress
         return batches
 
@@ -1379,7 +1476,7 @@ class DataLoader:
             if seed is None:
                 return self._pool, False
             self._pool.close()
-        seed = _next_seed(self._generator) if seed is None else seed
+        seed = _next_seed(self.generator) if seed is None else seed
         self.check_worker_number_rationality()
         pool = WorkerPool(fetcher, self.num_workers, seed, self.worker_init_fn, self._context, rng)
         if not self.persistent_workers:
@@ -1418,21 +1515,22 @@ class DataLoader:
                    "base_seed", "streams", "schedule")
 
     def _index_sampler(self):
-        return self.sampler if self.batch_sampler is None else self.batch_sampler
+        return self.sampler if self._batch_sampler is None else self._batch_sampler
 
     def _shape(self):
         """What a state must have been taken from a loader alike in: the batching, the
         data set's length, the rank's share, and for a stream the worker count."""
-        sampler = self.sampler if self.batch_sampler is None else getattr(self.batch_sampler, "sampler", None)
-        batch_size = self.batch_size if self.batch_sampler is None else getattr(self.batch_sampler, "batch_size", None)
-        drop_last = self.drop_last if self.batch_sampler is None else getattr(self.batch_sampler, "drop_last", None)
+        given = self._batch_sampler
+        sampler = self.sampler if given is None else getattr(given, "sampler", None)
+        batch_size = self.batch_size if given is None else getattr(given, "batch_size", None)
+        drop_last = self.drop_last if given is None else getattr(given, "drop_last", None)
         try:
             length = len(self.dataset)
         except (TypeError, NotImplementedError):
             length = None
         return {"batch_size": batch_size, "drop_last": drop_last, "dataset_length": length,
                 "num_replicas": getattr(sampler, "num_replicas", None), "rank": getattr(sampler, "rank", None),
-                "num_workers": (self.num_workers or 0) if self._iterable else None}
+                "num_workers": self.num_workers if self._iterable else None}
 
     def state_dict(self):
         """Where the current pass stands, as torchdata's ``StatefulDataLoader``:
@@ -1463,7 +1561,7 @@ class DataLoader:
             "batches_ahead": [] if progress is None else sorted(progress.ahead),
             "finished": False if progress is None else progress.finished,
             "sampler": method() if callable(method) else None,
-            "generator": _generator_state(self._generator),
+            "generator": _generator_state(self.generator),
             "base_seed": None if progress is None else progress.base_seed,
             "streams": None if progress is None or progress.streams is None
             else [list(stream) for stream in progress.streams],
@@ -1541,7 +1639,7 @@ class DataLoader:
         streams = values["streams"]
         if streams is not None and (
                 not self._iterable or not isinstance(streams, (list, tuple))
-                or len(streams) != max(self.num_workers or 0, 1)
+                or len(streams) != max(self.num_workers, 1)
                 or any(not isinstance(s, (list, tuple)) or len(s) != 2 for s in streams)):
             raise ValueError(f"DataLoader.load_state_dict: streams must be one [batches, state] per worker "
                              f"of a loader over an IterableDataset, got {streams!r}")
@@ -1568,7 +1666,7 @@ class DataLoader:
                 raise ValueError(f"DataLoader.load_state_dict: the state holds a sampler's state, but this "
                                  f"loader's {type(sampler).__name__} has no load_state_dict")
             sampler.load_state_dict(_without_pass_seed(sampler_state) if values["finished"] else sampler_state)
-        _set_generator_state(self._generator, values["generator"], "DataLoader")
+        _set_generator_state(self.generator, values["generator"], "DataLoader")
         self._resume = copy.deepcopy(values)
         self._resume["batches_ahead"] = sorted(int(b) for b in ahead)
 
@@ -1583,8 +1681,8 @@ class DataLoader:
                          "set_epoch with the saved epoch, or none, before iterating a resumed loader")
 
     def __len__(self):
-        if self.batch_sampler is not None:
-            return len(self.batch_sampler)
+        if self._batch_sampler is not None:
+            return len(self._batch_sampler)
         if self._iterable:
             try:
                 n = len(self.dataset)

@@ -176,11 +176,21 @@ static void test_npy_headers_(void) {
     EXPECT(ddpc_npy_parse_header(buf, 12 + n, "b.npy", &h) == DDPC_OK);
     EXPECT(h.dtype == DDPC_UINT8 && h.ndim == 1 && h.shape[0] == 7 && h.data_offset == 12 + n);
 
+    /* Fortran order with one dimension longer than 1 lies as C order. */
+    const char *v3 = "{'fortran_order': True, 'shape': (1, 5, 1), 'descr': '<i8', }";
+    n = strlen(v3);
+    memcpy(buf, "\x93NUMPY\x01\x00", 8);
+    buf[8] = (char)n;
+    buf[9] = 0;
+    memcpy(buf + 10, v3, n);
+    EXPECT(ddpc_npy_parse_header(buf, 10 + n, "f.npy", &h) == DDPC_OK);
+    EXPECT(h.dtype == DDPC_INT64 && h.ndim == 3 && h.shape[1] == 5 && h.nbytes == 40);
+
     struct {
         const char *body;
         const char *message;
     } bad[] = {
-        {"{'descr': '<f4', 'fortran_order': True, 'shape': (3,), }", "Fortran-order"},
+        {"{'descr': '<f4', 'fortran_order': True, 'shape': (3, 2), }", "Fortran-order"},
         {"{'descr': '>i4', 'fortran_order': False, 'shape': (3,), }", "dtype '>i4' is not supported"},
         {"{'descr': '<i2', 'fortran_order': False, 'shape': (3,), }", "dtype '<i2' is not supported"},
         {"{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (3,), }", "structured dtypes"},
