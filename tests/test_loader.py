@@ -555,7 +555,7 @@ def test_errors_at_construction(tmp_path):
     with pytest.raises(ValueError, match="0-d"):
         TensorDataset(np.float32(1.0))
     with pytest.raises(TypeError, match="unsupported element format"):
-        TensorDataset(np.zeros(4, dtype=np.int16))
+        TensorDataset(np.zeros(4, dtype=np.uint64))
     if not ddpc.cuda.is_available():
         with pytest.raises(RuntimeError, match="cuda:0 was requested"):
             DataLoader(TensorDataset(a["x"]), device="cuda:0")
@@ -582,8 +582,8 @@ def npy_header(body, version=1):
      ValueError, "Fortran-order"),
     (lambda p: write_raw(p, npy_header("{'descr': '>f4', 'fortran_order': False, 'shape': (2,), }"), bytes(8)),
      TypeError, "dtype '>f4' is not supported"),
-    (lambda p: write_raw(p, npy_header("{'descr': '<i2', 'fortran_order': False, 'shape': (2,), }"), bytes(4)),
-     TypeError, "not supported"),
+    (lambda p: write_raw(p, npy_header("{'descr': '<u8', 'fortran_order': False, 'shape': (2,), }"), bytes(16)),
+     TypeError, "dtype '<u8' is not supported"),
     (lambda p: write_raw(p, npy_header("{'descr': '<f4', 'fortran_order': False, 'shape': (100,), }"), bytes(16)),
      ValueError, "truncated"),
     (lambda p: write_raw(p, npy_header("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }", 9)),
@@ -595,6 +595,32 @@ def test_malformed_npy_files(tmp_path, make, exc, match):
     path = make(tmp_path / "bad.npy")
     with pytest.raises(exc, match=match):
         ShardedLoader(path, 2)
+
+
+@pytest.mark.parametrize("dtype,wide", [("uint16", "int32"), ("int16", "int32"), ("int8", "int32"),
+                                        ("uint32", "int64")])
+def test_integer_dtypes_ddpc_lacks_are_gathered_and_widened(tmp_path, dtype, wide):
+    """Token ids in uint16, say, from an array, a .npy path or a memory-mapped
+    array: batches and rows come widened, every value kept (the extremes too)."""
+    info = np.iinfo(dtype)
+    a = np.random.default_rng(0).integers(info.min, info.max, (300, 5), endpoint=True).astype(dtype)
+    a[0], a[1] = info.min, info.max
+    path = str(tmp_path / "tokens.npy")
+    np.save(path, a)
+    for source in (a, path, np.load(path, mmap_mode="r")):
+        ds = TensorDataset(source, np.arange(300))
+        batches = list(DataLoader(ds, batch_size=32, shuffle=True))
+        got = np.concatenate([x.numpy() for x, _ in batches])
+        rows = np.concatenate([i.numpy() for _, i in batches])
+        assert got.dtype == wide and sorted(rows.tolist()) == list(range(300))
+        np.testing.assert_array_equal(got, a[rows])
+        assert ds[-1][0].dtype == getattr(ddpc, wide) and ds[-1][0].numpy().tolist() == a[-1].tolist()
+        np.testing.assert_array_equal(ds.tensors[0].numpy(), a)
+    import pickle
+    np.testing.assert_array_equal(pickle.loads(pickle.dumps(TensorDataset(a)))[:3][0].numpy(), a[:3])
+    flat = np.concatenate([b.numpy() for b in ShardedLoader(a[:, 0].copy(), 64, shuffle=False, rank=0,
+                                                            world_size=1)])
+    np.testing.assert_array_equal(flat, a[:, 0])
 
 
 def test_fortran_order_files_laid_out_as_c_order_load(tmp_path):

@@ -72,7 +72,7 @@ import numpy as np
 
 from . import _C, profiler
 from ._C import IndexOutOfRangeError
-from ._dtype import ordinal
+from ._dtype import int32, int64, ordinal
 from ._workers import WorkerBatches, WorkerInfo, WorkerPool, context, get_worker_info, rng_snapshot, rng_state
 from .tensor import Generator, Tensor, default_generator, from_numpy, stack
 
@@ -720,18 +720,26 @@ def random_split(dataset, lengths, generator=None):
 
 
 def _as_source(obj):
-    """(Buffer, file_backed) for an array, tensor, Buffer or .npy path."""
+    """(Buffer, file_backed, dtype) for an array, tensor, Buffer or .npy path. An
+    array (or file) of an integer dtype ddpc lacks (see _WIDENED) gives its bytes,
+    as uint8 with a last dimension of the element's size, and that dtype: its
+    rows are gathered as they are and widened batch by batch (_widened)."""
     if isinstance(obj, (str, bytes, os.PathLike)):
         path = os.fsdecode(obj)
         if not os.path.exists(path):
             raise FileNotFoundError(f"no such .npy file: {path!r}")
-        return _C.Buffer.from_object(_C.NpyFile(path)), True
+        try:
+            return _C.Buffer.from_object(_C.NpyFile(path)), True, None
+        except TypeError as error:  # (the C reader maps ddpc's dtypes only)
+            obj = np.load(path, mmap_mode="r")
+            if obj.dtype not in _WIDENED:
+                raise error
     if isinstance(obj, Tensor):
         obj = obj._buf
     if isinstance(obj, _C.Buffer):
         if obj.device != -1:
             raise ValueError("data set arrays must be in host memory; the loader moves batches to the device")
-        return obj, False
+        return obj, False, None
     # A read-only np.memmap (np.load(mmap_mode="r")) maps a file: its pages may be dropped.
     file_backed = isinstance(obj, np.memmap) and obj.mode == "r"
     arr = np.asarray(obj)
@@ -739,12 +747,34 @@ def _as_source(obj):
         if file_backed:
             raise ValueError("a memory-mapped array must be C-contiguous to be read row by row")
         arr = np.ascontiguousarray(arr)
-    return from_numpy(arr)._buf, file_backed
+    if arr.dtype in _WIDENED and arr.ndim:
+        raw = arr.view(np.uint8).reshape(arr.shape + (arr.dtype.itemsize,))
+        return from_numpy(raw)._buf, file_backed, arr.dtype
+    return from_numpy(arr)._buf, file_backed, None
+
+
+def _widened(raw, dtype):
+    """Rows of a source of ``dtype`` (one of _WIDENED's) from their bytes (``raw``,
+    uint8, the last dimension little-endian), in the dtype _WIDENED gives, on the
+    device ``raw`` is on (a batch crosses to a GPU at the source's width)."""
+    wide = int32 if _WIDENED[dtype] is np.int32 else int64
+    value = raw[..., 0].to(wide)
+    for k in range(1, dtype.itemsize):
+        value = value + raw[..., k].to(wide) * (1 << 8 * k)
+    if dtype.kind == "i":  # two's complement
+        bits = 8 * dtype.itemsize
+        value = value - (value >= 1 << bits - 1).to(wide) * (1 << bits)
+    return value
 
 
 class TensorDataset(Dataset):
     """Samples are rows of equal-length arrays: numpy arrays, ddpc tensors, or paths of
     ``.npy`` files (memory-mapped). ``dataset[i]`` is a tuple of the i-th rows.
+
+    Arrays and files of int8, int16, uint16 (token ids, say) or uint32, dtypes
+    ddpc has no tensors of, are read at their width and each batch (and row)
+    widened to int32 (uint32: int64), every value kept, as ``default_collate``
+    widens them; ``tensors`` then holds such an array widened whole.
 
     A mapped file must not be rewritten in place (``np.save`` to its path truncates
     it) while it is read: a loader's next pass over a file that changed raises,
@@ -760,22 +790,27 @@ class TensorDataset(Dataset):
         self._open(arrays)
 
     def _open(self, arrays):
-        sources = [_as_source(a) for a in arrays]
+        self._buffers, self._file_backed, self._widen = (list(column) for column in
+                                                         zip(*(_as_source(a) for a in arrays)))
         self._paths = [os.fsdecode(a) if isinstance(a, (str, bytes, os.PathLike)) else None for a in arrays]
-        for i, (buf, _) in enumerate(sources):
+        for i, buf in enumerate(self._buffers):
             if buf.ndim < 1:
                 raise ValueError(f"array {i} is 0-d; every array needs a first (sample) dimension")
-        lengths = [buf.shape[0] for buf, _ in sources]
+        lengths = [buf.shape[0] for buf in self._buffers]
         if len(set(lengths)) != 1:
             raise ValueError(f"arrays have different lengths {lengths}; every array needs one row per sample")
-        self._buffers = [buf for buf, _ in sources]
-        self._file_backed = [fb for _, fb in sources]
-        self.tensors = tuple(Tensor(buf) for buf in self._buffers)
+
+    @property
+    def tensors(self):
+        return tuple(Tensor(buf) if dtype is None else _widened(Tensor(buf), dtype)
+                     for buf, dtype in zip(self._buffers, self._widen))
 
     def __getstate__(self):
         """Pickles ``.npy`` paths as paths and arrays by value (e.g. for spawned DataLoader workers)."""
-        state = {k: v for k, v in self.__dict__.items() if k not in ("_buffers", "_file_backed", "tensors", "_paths")}
-        state["_sources"] = [t if p is None else p for p, t in zip(self._paths, self.tensors)]
+        state = {k: v for k, v in self.__dict__.items() if k not in ("_buffers", "_file_backed", "_widen", "_paths")}
+        state["_sources"] = [p if p is not None else Tensor(buf) if dtype is None
+                             else np.asarray(buf).view(dtype).reshape(buf.shape[:-1])
+                             for p, buf, dtype in zip(self._paths, self._buffers, self._widen)]
         return state
 
     def __setstate__(self, state):
@@ -785,7 +820,8 @@ class TensorDataset(Dataset):
         self._open(sources)
 
     def __getitem__(self, index):
-        return tuple(t[index] for t in self.tensors)
+        return tuple(Tensor(buf)[index] if dtype is None else _widened(Tensor(buf)[index], dtype)
+                     for buf, dtype in zip(self._buffers, self._widen))
 
     def __len__(self):
         return self._buffers[0].shape[0]
@@ -1028,14 +1064,15 @@ class _Batches:
 
 
 class _ArrayBatches(_Batches):
-    """Batches of a TensorDataset gathered by _C.Loader's threads."""
+    """Batches of a TensorDataset gathered by _C.Loader's threads (and widened, see _widened)."""
 
-    def __init__(self, loader):
-        self._loader = loader
+    def __init__(self, loader, widen):
+        self._loader, self._widen = loader, widen
         self._count = 0
 
     def _next(self):
-        batch = [Tensor(buf) for buf in next(self._loader)]
+        batch = [Tensor(buf) if dtype is None else _widened(Tensor(buf), dtype)
+                 for buf, dtype in zip(next(self._loader), self._widen)]
         self._count += 1
         return batch, (self._count - 1, None, None, None)
 
@@ -1411,7 +1448,7 @@ class DataLoader:
                 # lives: keeping this pass's until the next one is made spares
                 # each epoch registering them again.
                 self._direct_loader = loader
-            batches = _ArrayBatches(loader)
+            batches = _ArrayBatches(loader, ds._widen)
             batches._progress = progress
             return batches
         idx = idx.tolist() if isinstance(idx, np.ndarray) else idx
