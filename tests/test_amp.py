@@ -61,6 +61,51 @@ def test_autocast_linear_matches_the_rounded_float32_computation():
     np.testing.assert_allclose(got, expect, rtol=8e-3, atol=1e-6)
 
 
+def test_cpu_autocast_casts_every_input_of_the_products_with_an_added_term():
+    # 1 + 2^-10 is not a bfloat16 (8 significant bits): cast, it rounds to 1, so every sum is exactly 3
+    near_one = 1.0 + 2.0 ** -10
+    a, b = ddpc.ones(2, 2), ddpc.ones(2, 2)
+    with autocast("cpu"):
+        results = [ddpc.addmm(ddpc.full((2,), near_one), a, b),
+                   ddpc.baddbmm(ddpc.full((1, 2, 2), near_one), a[None], b[None]),
+                   ddpc.addbmm(ddpc.full((2, 2), near_one), ddpc.full((2, 2, 2), 0.5), b[None].expand(2, 2, 2)),
+                   ddpc.full((2,), near_one).addmm(a, b)]  # the method too
+    for r in results:
+        assert r.dtype is ddpc.bfloat16 and r.float().numpy().ravel().tolist() == [3.0] * r.numel()
+
+
+def test_cpu_autocast_runs_prelu_in_bfloat16_and_mv_in_float32():
+    near_one = 1.0 + 2.0 ** -10
+    with autocast("cpu"):
+        out = F.prelu(ddpc.tensor([near_one, -4.0]), ddpc.tensor([0.25]))
+        product = ddpc.mv(ddpc.full((2, 2), near_one), ddpc.ones(2))
+    assert out.dtype is ddpc.bfloat16 and out.float().tolist() == [1.0, -1.0]
+    # PyTorch's CPU list leaves mv out: 2 + 2^-9 exactly, in float32
+    assert product.dtype is ddpc.float32 and product.tolist() == [2.0 + 2.0 ** -9] * 2
+
+
+def test_cpu_autocast_runs_an_lstm_in_bfloat16_on_rounded_inputs():
+    ddpc.manual_seed(0)
+    lstm = nn.LSTM(8, 4, num_layers=2)
+    x = ddpc.randn(5, 3, 8)
+    with autocast("cpu"):
+        out, (h, c) = lstm(x)
+    assert out.dtype is h.dtype is c.dtype is ddpc.bfloat16
+    # the same LSTM on the bfloat16-rounded weights and input, computed in float32, each layer's output rounded
+    ref = nn.LSTM(8, 4, num_layers=2)
+    for name, p in lstm.named_parameters():
+        getattr(ref, name).data = ddpc.tensor(_bf16_round(p.numpy()))
+    expect = ddpc.tensor(_bf16_round(x.numpy()))
+    for layer in range(2):
+        single = nn.LSTM(expect.shape[-1], 4)
+        for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
+            getattr(single, name + "_l0").data = getattr(ref, f"{name}_l{layer}").detach()
+        expect = ddpc.tensor(_bf16_round(single(expect)[0].detach().numpy()))
+    np.testing.assert_array_equal(out.float().detach().numpy(), expect.numpy())
+    out.float().sum().backward()
+    assert lstm.weight_ih_l0.grad.dtype is ddpc.float32
+
+
 def test_gradients_reach_float32_parameters_in_float32():
     ddpc.manual_seed(5)
     x = ddpc.randn(12, 8)
@@ -324,7 +369,7 @@ def test_scaler_misuse_is_refused():
     for bad in (dict(growth_factor=1.0), dict(backoff_factor=1.0), dict(growth_interval=0), dict(init_scale=0)):
         with pytest.raises(ValueError):
             GradScaler("cpu", **bad)
-    with pytest.raises(TypeError, match="tensor"):
+    with pytest.raises(ValueError, match="Tensor"):  # PyTorch's error
         scaler.scale(3.0)
 
 
@@ -341,6 +386,56 @@ def test_disabled_scaler_passes_through_and_state_round_trips():
         b.load_state_dict({})
     scaled = a.scale([loss, (loss, loss)])
     assert isinstance(scaled, list) and isinstance(scaled[1], tuple) and scaled[1][0].item() == 8.0
+
+
+def test_scale_maps_over_any_iterable_as_pytorch():
+    a, b = ddpc.ones(()), ddpc.full((), 2.0)
+    scaler = GradScaler("cpu", init_scale=8.0)
+    # lists and tuples keep their type; other iterables (a dict's values, a generator) give a lazy map
+    values = scaler.scale({"a": a, "b": [b]}.values())
+    assert isinstance(values, map)
+    first, second = values
+    assert first.item() == 8.0 and isinstance(second, list) and second[0].item() == 16.0
+    assert [t.item() for t in scaler.scale(t for t in (a, b))] == [8.0, 16.0]
+
+
+def test_update_with_a_new_scale_keeps_the_growth_tracker():
+    p = ddpc.ones(2, requires_grad=True)
+    opt = ddpc.optim.SGD([p], lr=0.1)
+    scaler = GradScaler("cpu", init_scale=8.0, growth_interval=3)
+    seen = []
+    for i in range(4):
+        opt.zero_grad()
+        scaler.scale((p * p).sum()).backward()
+        scaler.step(opt)
+        scaler.update(1024.0) if i == 1 else scaler.update()
+        seen.append((scaler.get_scale(), scaler.state_dict()["_growth_tracker"]))
+    # the tracker counts 1, (kept at 1 by update(1024)), 2, then 3 = growth_interval: the scale doubles
+    assert seen == [(8.0, 1), (1024.0, 1), (1024.0, 2), (2048.0, 0)]
+
+
+@pytest.mark.parametrize("bad", [None, float("inf"), float("nan")])
+def test_sparse_gradients_are_unscaled_and_checked(bad):
+    emb = nn.Embedding(5, 3, sparse=True)
+    start = emb.weight.numpy().copy()
+    opt = ddpc.optim.SGD(emb.parameters(), lr=0.1)
+    scaler = GradScaler("cpu", init_scale=4.0)
+    loss = emb(ddpc.tensor(np.array([1, 1, 2]))).sum()
+    if bad is not None:
+        loss = loss * bad
+    scaler.scale(loss).backward()
+    scaler.unscale_(opt)
+    if bad is None:
+        # one row of ones per lookup, uncoalesced: 4 / 4
+        np.testing.assert_array_equal(emb.weight.grad._values().numpy(), np.ones((3, 3), np.float32))
+    scaler.step(opt)
+    scaler.update()
+    expected = start.copy()
+    if bad is None:
+        expected[1] -= 0.2  # looked up twice
+        expected[2] -= 0.1
+    np.testing.assert_allclose(emb.weight.numpy(), expected, rtol=1e-6)
+    assert scaler.get_scale() == (4.0 if bad is None else 2.0)
 
 
 def scaler_worker(rank, steps):

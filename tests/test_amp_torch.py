@@ -1,6 +1,8 @@
 """Optional: ddpc.amp against torch.amp (skipped when torch is not
-installed): an MLP's loss and gradients under CPU autocast, and GradScaler's
-scale sequence and parameters over steps with injected overflows.
+installed): an MLP's loss and gradients under CPU autocast, the dtypes of
+the products with an added term, prelu, LSTM and mv under it, and
+GradScaler's scale sequence and parameters over steps with injected
+overflows, after update(new_scale), over iterables and sparse gradients.
 
 Each comparison runs in a child process that imports torch before ddpc (see
 test_nn_torch.py) and fails there, printing what it measured.
@@ -12,7 +14,7 @@ import pytest
 from procs import run_torch_case
 
 
-@pytest.mark.parametrize("case", ["autocast", "scaler", "scaler_without_gpu"])
+@pytest.mark.parametrize("case", ["autocast", "autocast_dtypes", "scaler", "scaler_without_gpu", "scaler_more"])
 def test_matches_pytorch(case):
     out = run_torch_case(__file__, case)
     assert out.strip().endswith("ok"), out
@@ -123,6 +125,68 @@ def _case_scaler_without_gpu():
     theirs = [(s.is_enabled(), s.get_scale(), s.state_dict()) for _, s in made]
     print("scalers", ours, theirs)
     assert ours == theirs
+
+
+def _case_autocast_dtypes():
+    import torch
+
+    import ddpc
+
+    def dtypes(lib):
+        a, b, v = lib.ones(4, 8), lib.ones(8, 5), lib.ones(8)
+        with lib.autocast("cpu", dtype=lib.bfloat16):
+            out = {"addmm": lib.addmm(lib.zeros(5), a, b), "baddbmm": lib.baddbmm(lib.zeros(1, 4, 5), a[None], b[None]),
+                   "addbmm": lib.addbmm(lib.zeros(4, 5), a[None], b[None]),
+                   "prelu": lib.nn.functional.prelu(a, lib.ones(1)), "LSTM": lib.nn.LSTM(8, 4)(a[None])[0],
+                   "mv": lib.mv(a, v), "mm": lib.mm(a, b)}
+        return {k: str(t.dtype).split(".")[-1] for k, t in out.items()}
+
+    ours, theirs = dtypes(ddpc), dtypes(torch)
+    print("dtypes", ours, theirs)
+    assert ours == theirs
+
+
+def _case_scaler_more():
+    import numpy as np
+    import torch
+
+    import ddpc
+
+    def trajectory(lib):
+        p = lib.ones(2, requires_grad=True)
+        opt = lib.optim.SGD([p], lr=0.1)
+        sc = lib.amp.GradScaler("cpu", init_scale=8.0, growth_interval=3)
+        out = []
+        for i in range(6):
+            opt.zero_grad()
+            sc.scale((p * p).sum()).backward()
+            sc.step(opt)
+            sc.update(1024.0) if i == 1 else sc.update()
+            out.append((sc.get_scale(), sc.state_dict()["_growth_tracker"]))
+        scaled = sc.scale({"a": lib.ones(1), "b": [lib.ones(1)]}.values())
+        kinds = [type(scaled).__name__] + [type(x).__name__ for x in scaled]
+        return out, kinds
+
+    def sparse(lib, bad):
+        lib.manual_seed(0)
+        emb = lib.nn.Embedding(5, 3, sparse=True)
+        with lib.no_grad():
+            emb.weight.copy_(lib.tensor(np.arange(15, dtype=np.float32).reshape(5, 3)))
+        opt = lib.optim.SGD(emb.parameters(), lr=0.1)
+        sc = lib.amp.GradScaler("cpu", init_scale=4.0)
+        sc.scale(emb(lib.tensor(np.array([1, 1, 2]))).sum() * bad).backward()
+        sc.step(opt)
+        sc.update()
+        return emb.weight.detach().numpy(), sc.get_scale()
+
+    ours, theirs = trajectory(ddpc), trajectory(torch)
+    print("scaler", ours, theirs)
+    assert ours == theirs
+    for bad in (1.0, float("inf")):
+        (w, scale), (tw, tscale) = sparse(ddpc, bad), sparse(torch, bad)
+        print("sparse", bad, scale, tscale)
+        assert scale == tscale
+        np.testing.assert_allclose(w, tw, rtol=1e-6)
 
 
 if __name__ == "__main__":

@@ -282,6 +282,42 @@ def test_state_dict_round_trip_continues_identically():
         optim.Adam([{"params": clone[:1]}, {"params": clone[1:]}]).load_state_dict(sd)
 
 
+@pytest.mark.parametrize("cls, kw", [(optim.Adam, {}), (optim.AdamW, {"amsgrad": True}), (optim.NAdam, {}),
+                                     (optim.RAdam, {}), (optim.Adamax, {}), (optim.Adagrad, {}),
+                                     (optim.Rprop, {}), (optim.ASGD, {"t0": 0}), (optim.Adafactor, {})])
+def test_pytorch_shaped_state_of_a_0d_parameter_continues_identically(cls, kw):
+    """PyTorch keeps step (and NAdam's mu_product, ASGD's eta and mu) in 0-d
+    tensors, and a 0-d parameter's other state is 0-d as well: the numbers
+    ddpc keeps are told apart by key."""
+    def fresh():
+        return [ddpc.tensor([0.5, -1.0, 2.0], requires_grad=True), ddpc.tensor(1.5, requires_grad=True)]
+
+    def step(opt, params, k):
+        for p in params:
+            p.grad = ddpc.full(p.shape, 0.25 * k)
+        opt.step()
+
+    ref, first = fresh(), fresh()
+    opt = cls(ref, lr=0.1, **kw)
+    step(opt, ref, 1)
+    step(opt, ref, 2)
+    opt_first = cls(first, lr=0.1, **kw)
+    step(opt_first, first, 1)
+    sd = opt_first.state_dict()
+    for s in sd["state"].values():  # as PyTorch saves them (float64 here, so that the numbers come back exactly)
+        for key in ("step", "mu_product", "eta", "mu"):
+            if key in s:
+                s[key] = ddpc.tensor(float(s[key]), dtype=ddpc.float64)
+    assert any(v.ndim == 0 for k, v in sd["state"][1].items() if k != "step")  # 0-d state besides the scalars
+    resumed = [ddpc.tensor(p.numpy(), requires_grad=True) for p in first]
+    opt2 = cls(resumed, lr=0.1, **kw)
+    opt2.load_state_dict(sd)
+    assert all(type(opt2.state[p]["step"]) is int for p in resumed)
+    step(opt2, resumed, 2)
+    for p, q in zip(ref, resumed):
+        np.testing.assert_array_equal(p.numpy(), q.numpy())
+
+
 def test_argument_checks():
     p = make_params()
     with pytest.raises(ValueError):
@@ -384,7 +420,7 @@ def test_multiplicative_lr_scales_the_current_lr():
     S = optim.lr_scheduler
     lrs, s = _lrs(lambda o: S.MultiplicativeLR(o, lambda e: 0.9 if e % 3 else 0.5))
     assert lrs == pytest.approx([0.5 * math.prod(0.9 if e % 3 else 0.5 for e in range(1, n + 1)) for n in range(1, 13)])
-    assert "lr_lambdas" not in s.state_dict() and s.state_dict()["last_epoch"] == 12
+    assert s.state_dict()["lr_lambdas"] == [None] and s.state_dict()["last_epoch"] == 12  # a function: not saved
     s.optimizer.param_groups[0]["lr"] = 2.0  # set by hand: the schedule carries on from it
     s.step()
     assert s.get_last_lr() == [2.0 * 0.9]

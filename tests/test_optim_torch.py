@@ -2,8 +2,10 @@
 installed): maximize, float16 and bfloat16 parameters, RMSprop, Adagrad,
 Adamax, NAdam, RAdam and Adadelta over their options (trajectories and
 state), schedulers driving them and their betas, the cyclic
-schedulers' lr and momentum sequences, and the chainable schedulers alone,
-composed on one optimizer, chained and in sequence.
+schedulers' lr and momentum sequences, the chainable schedulers alone,
+composed on one optimizer, chained and in sequence, state dicts saved by
+PyTorch (MultiStepLR, LambdaLR, Adam with a 0-d parameter) continued in
+ddpc, the optimizer hooks' calls, and AveragedModel over integer buffers.
 
 Each comparison runs in a child process that imports torch before ddpc (see
 test_nn_torch.py) and fails there, printing what it measured.
@@ -16,7 +18,7 @@ from procs import run_torch_case
 
 
 @pytest.mark.parametrize("case", ["maximize", "sixteen_bit", "more_optimizers", "schedulers",
-                                  "chainable_schedulers"])
+                                  "chainable_schedulers", "pytorch_state_dicts", "hooks", "swa_integer_buffers"])
 def test_matches_pytorch(case):
     out = run_torch_case(__file__, case)
     assert out.strip().endswith("ok"), out
@@ -250,6 +252,112 @@ def _case_chainable_schedulers():
         got, want = trace(ddpc, cases[name], epochs), trace(torch, cases[name], epochs)
         print(name, "at epochs", epochs, "equal" if got == want else f"{got} != {want}")
         assert got == want
+
+
+def _through_a_file(torch, ddpc, obj):
+    """obj saved by torch.save and loaded by ddpc.load."""
+    import io
+
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    buf.seek(0)
+    return ddpc.load(buf)
+
+
+def _case_pytorch_state_dicts():
+    import numpy as np
+    import torch
+
+    import ddpc
+
+    def schedule(lib, make, sd=None, steps=9):
+        p = lib.zeros(1, requires_grad=True)
+        o = lib.optim.SGD([p], lr=1.0)
+        s = make(lib, o)
+        if sd is not None:
+            o.load_state_dict(sd["o"])
+            s.load_state_dict(sd["s"])
+        lrs = []
+        for _ in range(steps):
+            o.step()
+            s.step()
+            lrs.append(s.get_last_lr()[0])
+        return o, s, lrs
+
+    for make in (lambda lib, o: lib.optim.lr_scheduler.MultiStepLR(o, milestones=[3, 6, 6, 9], gamma=0.1),
+                 lambda lib, o: lib.optim.lr_scheduler.LambdaLR(o, lambda e: 0.5 ** e),
+                 lambda lib, o: lib.optim.lr_scheduler.MultiplicativeLR(o, lambda e: 0.9)):
+        o, s, _ = schedule(torch, make, steps=2)
+        saved = _through_a_file(torch, ddpc, {"o": o.state_dict(), "s": s.state_dict()})
+        theirs = schedule(torch, make, {"o": o.state_dict(), "s": s.state_dict()})[2]
+        ours = schedule(ddpc, make, saved)[2]
+        print(type(s).__name__, ours, theirs)
+        np.testing.assert_allclose(ours, theirs, rtol=1e-12)
+
+    w, t = torch.zeros(3, requires_grad=True), torch.tensor(1.0, requires_grad=True)
+    opt = torch.optim.Adam([w, t], lr=0.1)
+    for _ in range(2):
+        opt.zero_grad()
+        (w.sum() * t).backward()
+        opt.step()
+    saved = _through_a_file(torch, ddpc, opt.state_dict())
+    dw, dt = ddpc.tensor(w.detach().numpy()).requires_grad_(), ddpc.tensor(t.item()).requires_grad_()
+    dopt = ddpc.optim.Adam([dw, dt], lr=0.1)
+    dopt.load_state_dict(saved)
+    for lib_opt, ps in ((opt, (w, t)), (dopt, (dw, dt))):
+        lib_opt.zero_grad()
+        (ps[0].sum() * ps[1]).backward()
+        lib_opt.step()
+    print("0-d parameter", dt.item(), t.item())
+    np.testing.assert_allclose([dt.item(), *dw.detach().numpy()], [t.item(), *w.detach().numpy()], rtol=1e-6)
+
+
+def _case_hooks():
+    import torch
+
+    import ddpc
+
+    def calls(lib):
+        p = lib.ones(2, requires_grad=True)
+        opt = lib.optim.SGD([p], lr=0.5)
+        seen = []
+        opt.register_step_pre_hook(lambda o, a, k: seen.append(("pre", len(a), sorted(k))))
+        opt.register_step_post_hook(lambda o, a, k: seen.append(("post", len(a), sorted(k))))
+        opt.register_state_dict_pre_hook(lambda o: seen.append("sd pre"))
+        opt.register_state_dict_post_hook(lambda o, sd: seen.append(("sd post", sorted(sd))))
+        opt.register_load_state_dict_pre_hook(lambda o, sd: {**sd, "param_groups": [
+            {**sd["param_groups"][0], "lr": 0.25}]})
+        opt.register_load_state_dict_post_hook(lambda o: seen.append(("load post", o.param_groups[0]["lr"])))
+        p.grad = lib.ones(2)
+        opt.step()
+        opt.step(closure=None)
+        opt.load_state_dict(opt.state_dict())
+        return seen
+
+    ours, theirs = calls(ddpc), calls(torch)
+    print("hooks", ours, theirs)
+    assert ours == theirs
+
+
+def _case_swa_integer_buffers():
+    import torch
+
+    import ddpc
+
+    def run(lib):
+        lib.manual_seed(0)
+        m = lib.nn.Sequential(lib.nn.Linear(3, 4), lib.nn.BatchNorm1d(4))
+        swa = lib.optim.swa_utils.AveragedModel(m, use_buffers=True)
+        counts = []
+        for n in (1, 3, 9):
+            m[1].num_batches_tracked.fill_(n)
+            swa.update_parameters(m)
+            counts.append(int(swa.module[1].num_batches_tracked))
+        return counts
+
+    ours, theirs = run(ddpc), run(torch)
+    print("num_batches_tracked", ours, theirs)
+    assert ours == theirs
 
 
 if __name__ == "__main__":

@@ -55,6 +55,21 @@ def test_use_buffers_averages_the_buffers_too():
     np.testing.assert_allclose(avg.module[1].running_mean.numpy(), np.full(4, 1.5))
 
 
+def test_default_swa_with_buffers_truncates_the_mean_of_integer_buffers():
+    models = [model_at(s) for s in range(3)]
+    for m, count, mean in zip(models, (1, 2, 7), (1.0, 2.0, 6.0)):
+        m[1].num_batches_tracked.fill_(count)
+        m[1].running_mean.fill_(mean)
+    avg = AveragedModel(models[0], use_buffers=True)
+    counts = []
+    for m in models:
+        avg.update_parameters(m)
+        counts.append(avg.module[1].num_batches_tracked.item())
+    # 1; trunc(1 + (2 - 1) / 2) = 1; trunc(1 + (7 - 1) / 3) = 3. The float buffers take the plain mean: 3.
+    assert counts == [1, 1, 3] and avg.module[1].num_batches_tracked.dtype is ddpc.int64
+    np.testing.assert_array_equal(avg.module[1].running_mean.numpy(), np.full(4, 3.0))
+
+
 def test_averaged_model_forward_and_state_dict():
     m = model_at(0).eval()
     avg = AveragedModel(m)

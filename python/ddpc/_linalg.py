@@ -13,6 +13,7 @@ import numpy as np
 from . import autograd as _ag
 from ._C import ArgumentError, DtypeError
 from ._dtype import float32
+from .amp import autocast_op
 from .tensor import Tensor, tensor, zeros
 
 
@@ -85,11 +86,13 @@ def _scaled_sum(input, product, beta, alpha):
     return _ag.add(product, input if beta == 1 else _ag.mul(input, beta))
 
 
+@autocast_op("lower")
 def baddbmm(input, batch1, batch2, *, beta=1, alpha=1):
     """beta * input + alpha * (batch1 @ batch2), batch by batch."""
     return _scaled_sum(input, _ag.bmm(batch1, batch2), beta, alpha)
 
 
+@autocast_op("lower")
 def addbmm(input, batch1, batch2, *, beta=1, alpha=1):
     """beta * input + alpha * the sum over the batch of batch1[i] @ batch2[i]."""
     return _scaled_sum(input, _ag.sum(_ag.bmm(batch1, batch2), 0), beta, alpha)

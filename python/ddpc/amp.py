@@ -2,9 +2,12 @@
 
 ``autocast(device_type, dtype=None)`` runs the ops of a region in a lower
 precision where that is safe and in float32 where it is not, as PyTorch's
-autocast does: inside it, the GEMM-type ops (``linear``, ``matmul``, the
-convolutions) cast their floating inputs (float64 excepted) to the autocast
-dtype, and the losses cast theirs to float32. On ``"cuda"`` softmax,
+autocast does: inside it, the GEMM-type ops (``linear``, ``matmul``, ``mm``,
+``bmm``, ``addmm``, ``baddbmm``, ``addbmm``, the convolutions), ``prelu``
+and ``nn.LSTM`` cast their floating inputs (float64 excepted) to the
+autocast dtype, all of them (an added bias too), and the losses cast theirs
+to float32. ``mv`` runs in the autocast dtype on ``"cuda"`` only, as
+PyTorch's CPU list leaves it out. On ``"cuda"`` softmax,
 log_softmax, layer_norm, exp, log, log1p, expm1, pow, rsqrt, reciprocal and
 sum also run in float32, following PyTorch's CUDA list; on ``"cpu"`` they
 keep their input's dtype, following its CPU list. The casts are recorded by
@@ -27,6 +30,7 @@ GPU warns and disables itself, so a script written for GPUs that keeps its
 scaler runs unscaled on the host.
 """
 
+import collections.abc
 import functools
 import sys
 import threading
@@ -139,8 +143,8 @@ def _cast_inputs(policy, dtypes, values):
     for v in values:
         if isinstance(v, Tensor) and v.dtype.is_floating_point and v.dtype is not float64:
             kind = "cuda" if v._buf.device >= 0 else "cpu"
-            if kind in dtypes and (policy != "float32_cuda" or kind == "cuda"):
-                lower = policy == "lower"
+            if kind in dtypes and (not policy.endswith("_cuda") or kind == "cuda"):
+                lower = policy.startswith("lower")
                 target = dtypes[kind] if lower else float32
                 if v.dtype is not target:
                     v = _cast(v, target, lower and _state.cache_enabled)
@@ -150,9 +154,11 @@ def _cast_inputs(policy, dtypes, values):
 
 def autocast_op(policy):
     """Decorates an op whose floating inputs autocast casts: ``"lower"`` to the
-    autocast dtype (GEMM-type ops), ``"float32"`` to float32 (losses),
-    ``"float32_cuda"`` to float32 on CUDA only. The op's own inner ops are not
-    autocast again (PyTorch's autocast also dispatches them as they are)."""
+    autocast dtype (GEMM-type ops), ``"float32"`` to float32 (losses);
+    ``"lower_cuda"`` and ``"float32_cuda"`` do so on CUDA only (ops that
+    PyTorch's CUDA list holds and its CPU list does not). The op's own inner
+    ops are not autocast again (PyTorch's autocast also dispatches them as
+    they are)."""
 
     def wrap(fn):
         @functools.wraps(fn)
@@ -296,14 +302,19 @@ class GradScaler:
         self._growth_interval = int(new_interval)
 
     def scale(self, outputs):
-        """outputs (a tensor, or lists/tuples of them) times the scale."""
+        """outputs times the scale: a tensor, or an iterable of them (nested)
+        in the same shape, as PyTorch's: a list or tuple as a list or tuple,
+        any other iterable (a generator, a dict's values) as a lazy ``map``."""
         if not self._enabled:
             return outputs
         if isinstance(outputs, Tensor):
             return outputs * self._scale
         if isinstance(outputs, (list, tuple)):
             return type(outputs)(self.scale(o) for o in outputs)
-        raise TypeError(f"GradScaler.scale: expected a tensor or a list/tuple of tensors, got {type(outputs).__name__}")
+        if isinstance(outputs, collections.abc.Iterable):
+            return map(self.scale, outputs)
+        raise ValueError(f"GradScaler.scale: outputs must be a Tensor or an iterable of Tensors, got "
+                         f"{type(outputs).__name__}")
 
     def _state_of(self, optimizer):
         return self._per_optimizer.setdefault(id(optimizer), {"stage": _READY, "found_inf": []})
@@ -326,6 +337,8 @@ class GradScaler:
                     continue
                 if g.dtype is float16:
                     raise ValueError("Attempting to unscale FP16 gradients.")
+                if g.is_sparse:  # as PyTorch: its values, repeated indices unsummed, are unscaled and checked
+                    g = g._values()
                 by_device.setdefault(g._buf.device, []).append(g)
         flags = []
         inv_scale = 1.0 / self._scale
@@ -363,9 +376,8 @@ class GradScaler:
         found, or sets it to ``new_scale``."""
         if not self._enabled:
             return
-        if new_scale is not None:
+        if new_scale is not None:  # the growth tracker carries on, as in PyTorch
             self._scale = float(new_scale.item() if isinstance(new_scale, Tensor) else new_scale)
-            self._growth_tracker = 0
         else:
             flags = [f for s in self._per_optimizer.values() for f in s["found_inf"]]
             if not flags:

@@ -3432,6 +3432,7 @@ def mm(input, b):
     return matmul(input, b)
 
 
+@autocast_op("lower_cuda")
 def mv(input, v):
     _check_mat(input, v, "mv", 2, 1)
     return matmul(input, v)
@@ -3450,6 +3451,7 @@ def outer(input, b):
     return mul(reshape(input, (-1, 1)), reshape(b, (1, -1)))
 
 
+@autocast_op("lower")
 def addmm(input, m1, m2, *, beta=1, alpha=1):
     """beta * input + alpha * (m1 @ m2), input broadcast to the product's shape."""
     prod_ = mm(m1, m2)

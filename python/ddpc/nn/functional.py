@@ -18,6 +18,7 @@ from .. import profiler
 from .._C import ArgumentError, DtypeError, IndexOutOfRangeError
 from .._pointwise import hardshrink
 from .._dtype import bfloat16, float16, uint8
+from ..amp import autocast_op
 from ..tensor import Tensor, broadcast_tensors, ones, rand, zeros
 from ..tensor import tensor as _tensor
 from . import _conv, _embedding_bag, _fractional, _grid_sample, _losses, _upsample
@@ -752,6 +753,7 @@ def fractional_max_pool3d(input, kernel_size, output_size=None, output_ratio=Non
                                            return_indices, _random_samples)
 
 
+@autocast_op("lower")
 def prelu(input, weight):
     """input where it is positive, else weight * input, ``weight`` holding
     one slope or one per channel (dim 1 of the input)."""

@@ -6,13 +6,16 @@ arguments, parameter names, shapes, initialisation and gate order.
 Each layer's direction is one autograd node (nn/_recurrence.py): one GEMM
 projects the whole sequence's input, then each time step is one GEMM and one
 fused cell op, forward and backward. DDP reduces their gradients like any
-other layer's. Half-precision inputs and weights are computed in float32."""
+other layer's. Half-precision inputs and weights are computed in float32.
+Under autocast an LSTM runs in the autocast dtype, as PyTorch's does (its
+CPU list holds the LSTM layer, and its cuDNN RNNs are cast on GPUs)."""
 
 import math
 import numbers
 import warnings
 
 from .._C import ArgumentError
+from ..amp import autocast_op
 from ..autograd import cat, stack
 from ..tensor import Tensor, empty, zeros
 from . import functional as F
@@ -38,6 +41,13 @@ def _final_state(seqs, batch_sizes, reverse):
     ranges = final_ranges(batch_sizes, reverse)
     return tuple(_rows(s, *ranges[0]) if len(ranges) == 1 else cat([_rows(s, lo, hi) for lo, hi in ranges])
                  for s in seqs)
+
+
+@autocast_op("lower")
+def _lstm_recurrence(x, batch_sizes, reverse, h, c, *weights):
+    """recurrence for one direction of one LSTM layer, with the tensors as
+    arguments so that autocast casts them all."""
+    return recurrence("LSTM", x, batch_sizes, reverse, (h, c), weights)
 
 
 class RNNBase(Module):
@@ -135,8 +145,11 @@ class RNNBase(Module):
             outs = []
             for direction in range(directions):
                 k = layer * directions + direction
-                seqs = recurrence(self.mode, data, batch_sizes, direction == 1, tuple(s[k] for s in state),
-                                  self._weights(layer, direction))
+                layer_state, weights = tuple(s[k] for s in state), self._weights(layer, direction)
+                if self.mode == "LSTM":
+                    seqs = _lstm_recurrence(data, batch_sizes, direction == 1, *layer_state, *weights)
+                else:
+                    seqs = recurrence(self.mode, data, batch_sizes, direction == 1, layer_state, weights)
                 outs.append(seqs[0])
                 finals.append(_final_state(seqs, batch_sizes, direction == 1))
             data = outs[0] if directions == 1 else cat(outs, 1)

@@ -16,7 +16,9 @@ the lr, as PyTorch's ``cycle_momentum`` does.
 """
 
 import bisect
+import collections
 import math
+import types
 
 
 def _per_group(name, optimizer, value):
@@ -330,30 +332,42 @@ def _lambdas(optimizer, lr_lambda):
     return lambdas
 
 
-class LambdaLR(LRScheduler):
-    """lr = base_lr * lr_lambda(epoch), one function for all groups or one per group.
-    Lambdas are code, so state_dict() saves only the epoch count and base rates."""
+class _LambdaScheduler(LRScheduler):
+    """A schedule driven by one lr_lambda per group. Lambdas are code, so, as
+    in PyTorch, state_dict() saves under ``lr_lambdas`` None for a plain
+    function and a copy of the ``__dict__`` of a callable object, and
+    load_state_dict() restores only those ``__dict__`` entries."""
 
     _unsaved = ("optimizer", "lr_lambdas")
 
     def __init__(self, optimizer, lr_lambda, last_epoch=-1):
         self.lr_lambdas = _lambdas(optimizer, lr_lambda)
         super().__init__(optimizer, last_epoch)
+
+    def state_dict(self):
+        state = super().state_dict()
+        state["lr_lambdas"] = [None if isinstance(f, types.FunctionType) else f.__dict__.copy()
+                               for f in self.lr_lambdas]
+        return state
+
+    def load_state_dict(self, state_dict):
+        state = dict(state_dict)
+        for f, saved in zip(self.lr_lambdas, state.pop("lr_lambdas", ())):
+            if saved is not None:
+                f.__dict__.update(saved)
+        super().load_state_dict(state)
+
+
+class LambdaLR(_LambdaScheduler):
+    """lr = base_lr * lr_lambda(epoch), one function for all groups or one per group."""
 
     def get_lr(self):
         return [base * f(self.last_epoch) for base, f in zip(self.base_lrs, self.lr_lambdas)]
 
 
-class MultiplicativeLR(LRScheduler):
+class MultiplicativeLR(_LambdaScheduler):
     """lr *= lr_lambda(epoch) on every step, one function for all groups or one per group. Chainable, with
-    no closed form: step(epoch) scales the current lr by lr_lambda(epoch). As for LambdaLR, state_dict()
-    leaves the lambdas out."""
-
-    _unsaved = ("optimizer", "lr_lambdas")
-
-    def __init__(self, optimizer, lr_lambda, last_epoch=-1):
-        self.lr_lambdas = _lambdas(optimizer, lr_lambda)
-        super().__init__(optimizer, last_epoch)
+    no closed form: step(epoch) scales the current lr by lr_lambda(epoch)."""
 
     def get_lr(self):
         if self._is_initial:
@@ -378,6 +392,13 @@ class MultiStepLR(LRScheduler):
 
     def _get_closed_form_lr(self):
         return [base * self.gamma ** bisect.bisect_right(self.milestones, self.last_epoch) for base in self.base_lrs]
+
+    def load_state_dict(self, state_dict):
+        """Also takes PyTorch's state, whose milestones are a collections.Counter (ddpc keeps a sorted list)."""
+        milestones = state_dict.get("milestones")
+        if isinstance(milestones, collections.Counter):
+            state_dict = {**state_dict, "milestones": sorted(milestones.elements())}
+        super().load_state_dict(state_dict)
 
 
 class ExponentialLR(LRScheduler):

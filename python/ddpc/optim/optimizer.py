@@ -1,17 +1,26 @@
 """Optimizer base class: parameter groups, per-parameter state, zero_grad and
-state_dict/load_state_dict in PyTorch's layout.
+state_dict/load_state_dict in PyTorch's layout, and PyTorch's optimizer hooks
+(step, state_dict and load_state_dict pre and post hooks; the global step
+hooks of register_optimizer_step_pre_hook / _post_hook).
 
 Subclasses implement ``_step_group(group)``, which hands a whole group to one
 fused multi-tensor _C call.
 """
 
+import contextlib
 import functools
-from collections import defaultdict
+import itertools
+from collections import OrderedDict, defaultdict
 
 from .. import profiler
-from ..autograd import no_grad
+from ..autograd import RemovableHandle, no_grad
 from ..nn.modules import is_lazy
 from ..tensor import Tensor, zero_grads
+
+
+# The per-parameter scalars ddpc keeps as Python numbers, which PyTorch keeps
+# in 0-d tensors: every optimizer's step, NAdam's mu_product, ASGD's eta and mu.
+_SCALAR_STATE = {"step": int, "mu_product": float, "eta": float, "mu": float}
 
 
 def _saved_state(saved_state, index):
@@ -23,18 +32,70 @@ def _saved_state(saved_state, index):
     return {**saved_state.get(index, {}), **saved_state.get(str(index), {})} or None
 
 
+# An optimizer's hook tables (OrderedDicts: id -> hook), PyTorch's attribute names.
+_HOOK_TABLES = ("_optimizer_step_pre_hooks", "_optimizer_step_post_hooks", "_optimizer_state_dict_pre_hooks",
+                "_optimizer_state_dict_post_hooks", "_optimizer_load_state_dict_pre_hooks",
+                "_optimizer_load_state_dict_post_hooks")
+_global_optimizer_pre_hooks = OrderedDict()
+_global_optimizer_post_hooks = OrderedDict()
+
+
+def register_optimizer_step_pre_hook(hook):
+    """Registers ``hook(optimizer, args, kwargs)`` to run before every
+    optimizer's step, before the optimizer's own pre hooks; it may return
+    ``(new_args, new_kwargs)`` for the step (args hold the optimizer first)."""
+    return _register(_global_optimizer_pre_hooks, hook)
+
+
+def register_optimizer_step_post_hook(hook):
+    """Registers ``hook(optimizer, args, kwargs)`` to run after every optimizer's step, after its own post hooks."""
+    return _register(_global_optimizer_post_hooks, hook)
+
+
+def _register(hooks, hook, prepend=False):
+    handle = RemovableHandle(hooks)
+    hooks[handle.id] = hook
+    if prepend:
+        hooks.move_to_end(handle.id, last=False)
+    return handle
+
+
+def _or(result, value):
+    """A hook's result where it returned one, else value."""
+    return value if result is None else result
+
+
+def _hooked_step(self, step, args, kwargs):
+    """step(*args, **kwargs), args holding the optimizer first, between the
+    step hooks, as PyTorch's profile_hook_step runs it."""
+    for hook in itertools.chain(_global_optimizer_pre_hooks.values(), self._optimizer_step_pre_hooks.values()):
+        result = hook(self, args, kwargs)
+        if result is not None:
+            if not (isinstance(result, tuple) and len(result) == 2):
+                raise RuntimeError(f"{step} must return None or a tuple of (new_args, new_kwargs), but got {result}.")
+            args, kwargs = result
+    out = step(*args, **kwargs)
+    for hook in itertools.chain(self._optimizer_step_post_hooks.values(), _global_optimizer_post_hooks.values()):
+        hook(self, args, kwargs)
+    return out
+
+
 def _profiled(method):
     """``method`` (step or zero_grad) recorded by ddpc.profiler as PyTorch names
-    it, e.g. ``Optimizer.step#Adam.step``: once per call, also where a
-    subclass's method calls its base's."""
+    it, e.g. ``Optimizer.step#Adam.step``, and step run between its hooks:
+    once per call, also where a subclass's method calls its base's."""
     name = method.__name__
 
     @functools.wraps(method)
     def profiled(self, *args, **kwargs):
-        if profiler._is_profiler_enabled and getattr(type(self), name) is profiled:
-            with profiler.record_function(f"Optimizer.{name}#{type(self).__name__}.{name}"):
-                return method(self, *args, **kwargs)
-        return method(self, *args, **kwargs)
+        if getattr(type(self), name) is not profiled:  # a base's method called by a subclass's: done there
+            return method(self, *args, **kwargs)
+        record = (profiler.record_function(f"Optimizer.{name}#{type(self).__name__}.{name}")
+                  if profiler._is_profiler_enabled else contextlib.nullcontext())
+        with record:
+            if name == "step":
+                return _hooked_step(self, method, (self,) + args, kwargs)
+            return method(self, *args, **kwargs)
 
     return profiled
 
@@ -48,6 +109,14 @@ class Optimizer:
         for name in ("step", "zero_grad"):
             if name in cls.__dict__:
                 setattr(cls, name, _profiled(cls.__dict__[name]))
+
+    def __getattr__(self, name):
+        # The hook tables are made on first use: a subclass may skip
+        # Optimizer.__init__ (PostLocalSGDOptimizer shares a wrapped one's state).
+        if name in _HOOK_TABLES:
+            table = self.__dict__[name] = OrderedDict()
+            return table
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def __init__(self, params, defaults):
         self.defaults = dict(defaults)
@@ -124,9 +193,40 @@ class Optimizer:
     _sparse_grads = False  # whether _step_group takes sparse COO gradients
     _sparse_refusal = None  # the error for sparse gradients where it is not PyTorch's generic one
 
+    # ---- hooks ---------------------------------------------------------------------
+    def register_step_pre_hook(self, hook):
+        """Registers ``hook(optimizer, args, kwargs)`` to run before each step;
+        it may return ``(new_args, new_kwargs)`` for the step (args hold the optimizer first)."""
+        return _register(self._optimizer_step_pre_hooks, hook)
+
+    def register_step_post_hook(self, hook):
+        """Registers ``hook(optimizer, args, kwargs)`` to run after each step."""
+        return _register(self._optimizer_step_post_hooks, hook)
+
+    def register_state_dict_pre_hook(self, hook, prepend=False):
+        """Registers ``hook(optimizer)`` to run at the start of state_dict()."""
+        return _register(self._optimizer_state_dict_pre_hooks, hook, prepend)
+
+    def register_state_dict_post_hook(self, hook, prepend=False):
+        """Registers ``hook(optimizer, state_dict)`` to run at the end of
+        state_dict(); it may change the state dict in place or return another."""
+        return _register(self._optimizer_state_dict_post_hooks, hook, prepend)
+
+    def register_load_state_dict_pre_hook(self, hook, prepend=False):
+        """Registers ``hook(optimizer, state_dict)`` to run at the start of
+        load_state_dict() on a shallow copy of the state dict given; it may
+        change it in place or return the one to load."""
+        return _register(self._optimizer_load_state_dict_pre_hooks, hook, prepend)
+
+    def register_load_state_dict_post_hook(self, hook, prepend=False):
+        """Registers ``hook(optimizer)`` to run at the end of load_state_dict()."""
+        return _register(self._optimizer_load_state_dict_post_hooks, hook, prepend)
+
     # ---- state dicts ---------------------------------------------------------------
     def state_dict(self):
         """{'state': {index: {...}}, 'param_groups': [{..., 'params': [indices]}]}; tensors are shared, not copied."""
+        for hook in self._optimizer_state_dict_pre_hooks.values():
+            hook(self)
         index, groups, n = {}, [], 0
         for g in self.param_groups:
             packed = {k: v for k, v in g.items() if k != "params"}
@@ -143,9 +243,15 @@ class Optimizer:
             for p in g["params"]:
                 if p in self.state and self.state[p]:
                     state[index[id(p)]] = dict(self.state[p])
-        return {"state": state, "param_groups": groups}
+        state_dict = {"state": state, "param_groups": groups}
+        for hook in self._optimizer_state_dict_post_hooks.values():
+            state_dict = _or(hook(self, state_dict), state_dict)
+        return state_dict
 
     def load_state_dict(self, state_dict):
+        state_dict = dict(state_dict)  # the pre hooks change a shallow copy, as PyTorch's
+        for hook in self._optimizer_load_state_dict_pre_hooks.values():
+            state_dict = _or(hook(self, state_dict), state_dict)
         groups = state_dict["param_groups"]
         if len(groups) != len(self.param_groups):
             raise ValueError(f"loaded state dict has {len(groups)} parameter groups, the optimizer has "
@@ -167,14 +273,16 @@ class Optimizer:
             for k, v in saved.items():
                 if k != "params":
                     own[k] = v
+        for hook in self._optimizer_load_state_dict_post_hooks.values():
+            hook(self)
 
     @staticmethod
     def _cast_state(p, key, value):
         if not isinstance(value, Tensor):
             return value
-        if value.ndim == 0 and p.ndim != 0:  # PyTorch keeps scalar state (step, mu_product) in 0-d tensors
-            number = value.item()
-            return int(number) if key == "step" else number
+        # Told by key, not shape: a 0-d parameter's other state is 0-d too.
+        if key in _SCALAR_STATE and value.ndim == 0:
+            return _SCALAR_STATE[key](value.item())
         if value.shape != p.shape:
             raise ValueError(f"state {key!r} has shape {value.shape}, its parameter has shape {p.shape}")
         return value.to(device=p.device, dtype=p.dtype, copy=True)

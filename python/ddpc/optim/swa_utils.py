@@ -34,11 +34,17 @@ def get_ema_multi_avg_fn(decay=0.999):
 
 
 def get_swa_multi_avg_fn():
-    """Averages in place: the equal-weight mean of every model seen so far, for lists of tensors."""
+    """Averages in place: the equal-weight mean of every model seen so far, for
+    lists of tensors. An integer tensor (BatchNorm's num_batches_tracked)
+    takes the float32 mean truncated toward zero, as PyTorch's AveragedModel
+    gives it on the host."""
     def swa_update(averaged_params, current_params, num_averaged):
         n = float(num_averaged)
         for avg, cur in zip(averaged_params, current_params):
-            avg.add_((cur - avg) / (n + 1))
+            if avg.dtype.is_floating_point or avg.dtype.is_complex:
+                avg.add_((cur - avg) / (n + 1))
+            else:
+                avg.copy_(avg + (cur - avg) / (n + 1))
     return swa_update
 
 

@@ -20,25 +20,32 @@ def _grads(parameters):
     return [p.grad for p in _tensors(parameters) if p.grad is not None]
 
 
+def _norm_dtype(tensors):
+    """The dtype of a total norm: float64 where a tensor is float64 (or
+    complex128), as PyTorch's type promotion gives; float32 otherwise."""
+    return float64 if any(t.dtype is float64 or t.dtype.name == "complex128" for t in tensors) else float32
+
+
 def get_total_norm(tensors, norm_type=2.0, error_if_nonfinite=False, foreach=None):
-    """The ``norm_type``-norm of all of ``tensors`` taken as one vector: a 0-d
-    float32 tensor on the first tensor's device, computed there (16-bit
-    tensors widened) without waiting for the device, unless
-    ``error_if_nonfinite`` asks to look at the result."""
+    """The ``norm_type``-norm of all of ``tensors`` taken as one vector (any
+    order: inf, -inf, 0 counting the nonzero per-tensor norms as PyTorch
+    does, or a number): a 0-d tensor on the first tensor's device, computed
+    there without waiting for the device, unless ``error_if_nonfinite`` asks
+    to look at the result. It is float64 where a tensor is float64, as in
+    PyTorch, and float32 otherwise: where ddpc differs, 16-bit tensors are
+    widened and their norm is float32 (PyTorch's is 16-bit)."""
     del foreach
     # a sparse gradient's norm is its coalesced values' (repeated indices add up first)
     tensors = [t.coalesce()._values() if t.is_sparse else t for t in _tensors(tensors)]
     tensors = [t for t in tensors if t.numel()]
     norm_type = float(norm_type)
-    if norm_type <= 0:
-        raise ValueError(f"norm_type must be > 0 or inf, got {norm_type}")
     if not tensors:
         return tensor(0.0, dtype=float32)
     device = tensors[0].device
     with autograd.no_grad():
         norms = [autograd.norm(t if t.dtype in (float32, float64) or t.dtype.is_complex else t.to(dtype=float32),
                                norm_type).to(device=device, dtype=float64).reshape(1) for t in tensors]
-        total = autograd.norm(autograd.cat(norms), norm_type).to(dtype=float32)
+        total = autograd.norm(autograd.cat(norms), norm_type).to(dtype=_norm_dtype(tensors))
     if error_if_nonfinite and not math.isfinite(total.item()):
         raise RuntimeError(f"the total norm of order {norm_type} of the gradients is {total.item()}: not finite "
                            "(error_if_nonfinite=True)")
@@ -47,7 +54,8 @@ def get_total_norm(tensors, norm_type=2.0, error_if_nonfinite=False, foreach=Non
 
 def clip_grads_with_norm_(parameters, max_norm, total_norm, foreach=None):
     """Scales the gradients of ``parameters`` in place by max_norm / (total_norm
-    + 1e-6) where that is below 1 (total_norm as get_total_norm gives it). With
+    + 1e-6) where that is below 1 (total_norm as get_total_norm gives it); a
+    NaN total_norm makes them NaN, as PyTorch's clamped factor does. With
     total_norm on a GPU the factor stays there, clamped to 1, and every
     gradient is multiplied, as PyTorch does, so that nothing waits for the device."""
     del foreach
@@ -56,12 +64,13 @@ def clip_grads_with_norm_(parameters, max_norm, total_norm, foreach=None):
         return
     with autograd.no_grad():
         if isinstance(total_norm, Tensor) and total_norm._buf.device >= 0:
-            coef = autograd.clamp(float(max_norm) / (total_norm.to(dtype=float32) + 1e-6), max=1.0)
+            norm = total_norm if total_norm.dtype is float64 else total_norm.to(dtype=float32)
+            coef = autograd.clamp(float(max_norm) / (norm + 1e-6), max=1.0)
             for g in grads:
                 g.mul_(coef.to(device=g.device, dtype=g.dtype))
             return
         coef = float(max_norm) / (float(total_norm) + 1e-6)
-        if coef < 1.0:
+        if not coef >= 1.0:  # below 1, or NaN
             for g in grads:
                 g.mul_(coef)
 
@@ -69,12 +78,14 @@ def clip_grads_with_norm_(parameters, max_norm, total_norm, foreach=None):
 def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=False, foreach=None):
     """Scales the gradients of ``parameters`` in place so that their joint
     ``norm_type``-norm (over all of them, as one vector) is at most
-    ``max_norm``; returns that norm before scaling (a 0-d float32 tensor).
+    ``max_norm``; returns that norm before scaling, a 0-d tensor whose dtype
+    get_total_norm tells.
 
     Parameters that ``fully_shard`` sharded (each rank holding some of their
     rows) count with every rank's rows, as PyTorch's DTensor gradients do:
     the norm is the whole model's, the same on every rank of their mesh (one
-    all-reduce per mesh, so every rank of it must call this)."""
+    all-reduce per mesh, so every rank of it must call this); for them
+    norm_type must be positive or inf."""
     parameters = _tensors(parameters)
     total = _total_grad_norm(parameters, norm_type, error_if_nonfinite, foreach)
     clip_grads_with_norm_(parameters, max_norm, total, foreach)
@@ -92,8 +103,13 @@ def _total_grad_norm(parameters, norm_type, error_if_nonfinite, foreach):
                 by_mesh.setdefault(p.device_mesh, []).append(p.grad)
             else:
                 whole.append(p.grad)
+    if by_mesh and not float(norm_type) > 0:
+        # the shards' norms are combined as sums of powers (or a max), which orders <= 0 do not follow
+        raise ValueError(f"norm_type must be > 0 or inf for parameters sharded by fully_shard, got {norm_type}")
+    # the meshes' norms are float64: the total is rounded once, to the gradients' own norm dtype
     norms = [sharded_grad_norm(mesh, grads, norm_type) for mesh, grads in by_mesh.items()]
-    return get_total_norm(norms + whole, norm_type, error_if_nonfinite, foreach)
+    total = get_total_norm(norms + whole, norm_type, error_if_nonfinite, foreach)
+    return total.to(dtype=_norm_dtype([g for grads in by_mesh.values() for g in grads] + whole))
 
 
 def parameters_to_vector(parameters):

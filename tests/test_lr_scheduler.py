@@ -1,0 +1,82 @@
+"""Learning-rate scheduler state dicts in PyTorch's shape: MultiStepLR's
+milestones saved as a collections.Counter, and LambdaLR / MultiplicativeLR's
+``lr_lambdas`` (None for a plain function, the ``__dict__`` of a callable
+object)."""
+
+import collections
+
+import pytest
+
+import ddpc
+from ddpc import optim
+from ddpc.optim import lr_scheduler
+
+
+def sgd(lr=1.0):
+    return optim.SGD([ddpc.zeros(1, requires_grad=True)], lr=lr)
+
+
+def lrs_of(o, s, steps):
+    out = []
+    for _ in range(steps):
+        o.step()
+        s.step()
+        out.append(s.get_last_lr()[0])
+    return out
+
+
+@pytest.mark.parametrize("milestones", [collections.Counter([3, 6, 9, 9]), [3, 6, 9, 9]])
+def test_multistep_lr_loads_milestones_as_a_counter_or_a_sorted_list(milestones):
+    saved = lr_scheduler.MultiStepLR(sgd(), milestones=[3, 6, 9, 9], gamma=0.1).state_dict()
+    saved.update(milestones=milestones, last_epoch=2, _last_lr=[1.0])
+    o = sgd()
+    s = lr_scheduler.MultiStepLR(o, milestones=[1], gamma=0.1)  # the loaded milestones replace [1]
+    s.load_state_dict(saved)
+    # epochs 3..10: gamma once at 3 and 6, twice at 9 (listed twice)
+    assert lrs_of(o, s, 8) == pytest.approx([1e-1, 1e-1, 1e-1, 1e-2, 1e-2, 1e-2, 1e-4, 1e-4])
+    s.step(7)  # the closed form counts the milestones reached: 3 and 6
+    assert s.get_last_lr() == pytest.approx([1e-2])
+    assert s.state_dict()["milestones"] == [3, 6, 9, 9]  # ddpc's own form, whichever was loaded
+
+
+class HalfLife:
+    """A callable object whose state (its rate) a state dict carries."""
+
+    def __init__(self, rate):
+        self.rate = rate
+
+    def __call__(self, epoch):
+        return self.rate ** epoch
+
+
+@pytest.mark.parametrize("cls", [lr_scheduler.LambdaLR, lr_scheduler.MultiplicativeLR])
+def test_lambda_schedulers_keep_plain_functions_on_a_saved_none(cls):
+    o = sgd()
+    s = cls(o, lambda e: 0.5)
+    # as PyTorch saves it after one step of lambda e: 0.5
+    s.load_state_dict({"base_lrs": [1.0], "last_epoch": 1, "_step_count": 2, "_last_lr": [0.5],
+                       "lr_lambdas": [None]})
+    o.param_groups[0]["lr"] = 0.5
+    o.step()
+    s.step()
+    # LambdaLR: 1.0 * 0.5; MultiplicativeLR: 0.5 * 0.5
+    assert s.get_last_lr() == [0.5 if cls is lr_scheduler.LambdaLR else 0.25]
+    assert callable(s.lr_lambdas[0])
+
+
+@pytest.mark.parametrize("cls", [lr_scheduler.LambdaLR, lr_scheduler.MultiplicativeLR])
+def test_lambda_schedulers_save_and_restore_a_callable_objects_state(cls):
+    o = optim.SGD([{"params": [ddpc.zeros(1, requires_grad=True)]},
+                   {"params": [ddpc.zeros(1, requires_grad=True)]}], lr=1.0)
+    s = cls(o, [HalfLife(0.5), lambda e: 1.0])
+    saved = s.state_dict()
+    assert saved["lr_lambdas"] == [{"rate": 0.5}, None]
+    o2 = optim.SGD([{"params": [ddpc.zeros(1, requires_grad=True)]},
+                    {"params": [ddpc.zeros(1, requires_grad=True)]}], lr=1.0)
+    s2 = cls(o2, [HalfLife(0.1), lambda e: 1.0])
+    s2.load_state_dict(saved)
+    assert s2.lr_lambdas[0].rate == 0.5 and s2.lr_lambdas[1](3) == 1.0
+    assert "lr_lambdas" in saved  # the caller's dict is left as it was
+    o2.step()
+    s2.step()
+    assert s2.get_last_lr() == [0.5, 1.0]  # LambdaLR: 1 * 0.5 ** 1; MultiplicativeLR: 1 * 0.5 ** 1
