@@ -123,6 +123,18 @@ def scenario_matrix():
         a = np.full(9, 40000, dtype)
         dist.all_reduce(a, op=ReduceOp.AVG)
         check(a, np.full(9, 40000, dtype), f"all_reduce {np.dtype(dtype).name} AVG of large values")
+    # So is an integer average whose sum leaves the type's range (truncated toward zero, as one division).
+    for dtype, big in ((np.uint8, 200), (np.int32, 2_000_000_000), (np.int64, 2**62 + 1)):
+        for sign in ((1,) if dtype is np.uint8 else (1, -1)):
+            total = sum(sign * (big + r) for r in range(world))
+            want = [abs(total) // world * (1 if total > 0 else -1)]
+            a = np.full(5, sign * (big + rank), dtype)
+            dist.all_reduce(a, op=ReduceOp.AVG)
+            out = np.empty(2, dtype)
+            dist.reduce_scatter_tensor(out, np.full(2 * world, sign * (big + rank), dtype), op=ReduceOp.AVG)
+            if a.tolist() != want * 5 or out.tolist() != want * 2:
+                raise AssertionError(f"{np.dtype(dtype).name} AVG of {sign * big} + rank: got {a} and {out}, "
+                                     f"want {want}")
     dist.barrier()
 
 

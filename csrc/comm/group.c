@@ -655,9 +655,43 @@ static ddpc_status half_average_(ddpc_group *g, ddpc_shm *s, const ddpc_coll_arg
     return st;
 }
 
+/* Integer average across hosts, exact: the partial sums between hosts could
+ * leave the type's range where the average does not. Each rank sends its
+ * values as int64 quotients and remainders by the group size, x = n*q + r,
+ * whose sums Q and R cannot overflow (|Q| <= the type's limit, |R| < n*n);
+ * the average is Q + R/n, truncated toward zero as one division would. */
+static ddpc_status int_average_(ddpc_group *g, ddpc_shm *s, const ddpc_coll_args *a, uint64_t deadline) {
+    const int64_t n = g->size;
+    const size_t count = a->count;
+    int64_t *qr = malloc((count ? 2 * count : 1) * sizeof *qr);
+    if (!qr) return DDPC_ERROR(DDPC_ERR_OOM, "out of memory for an int64 copy of %zu elements", 2 * count);
+    for (size_t i = 0; i < count; i++) {
+        int64_t x = a->dtype == DDPC_INT64   ? ((const int64_t *)a->in)[i]
+                    : a->dtype == DDPC_INT32 ? ((const int32_t *)a->in)[i]
+                                             : ((const uint8_t *)a->in)[i];
+        qr[i] = x / n;
+        qr[count + i] = x % n;
+    }
+    ddpc_coll_args w = *a;
+    w.op = DDPC_RED_SUM, w.dtype = DDPC_INT64, w.in = w.out = qr, w.count = 2 * count;
+    ddpc_status st = hier_allreduce_(g, s, &w, deadline);
+    for (size_t i = 0; st == DDPC_OK && i < count; i++) {
+        int64_t r = qr[count + i], t = qr[i] + r / n, rem = r % n;
+        if (rem < 0 && t > 0) t--; /* the quotient's remainder must have the sum's sign */
+        else if (rem > 0 && t < 0) t++;
+        if (a->dtype == DDPC_INT64) ((int64_t *)a->out)[i] = t;
+        else if (a->dtype == DDPC_INT32) ((int32_t *)a->out)[i] = (int32_t)t;
+        else ((uint8_t *)a->out)[i] = (uint8_t)t;
+    }
+    free(qr);
+    return st;
+}
+
 static ddpc_status hier_allreduce_(ddpc_group *g, ddpc_shm *s, const ddpc_coll_args *a, uint64_t deadline) {
     if (a->op == DDPC_RED_AVG && (a->dtype == DDPC_FLOAT16 || a->dtype == DDPC_BFLOAT16))
         return half_average_(g, s, a, deadline);
+    if (a->op == DDPC_RED_AVG && (a->dtype == DDPC_INT64 || a->dtype == DDPC_INT32 || a->dtype == DDPC_UINT8))
+        return int_average_(g, s, a, deadline);
     ddpc_coll_args b = *a;
     b.op = a->op == DDPC_RED_AVG ? DDPC_RED_SUM : a->op;
     b.in = b.out;

@@ -23,6 +23,15 @@ int ddpc_redop_on(ddpc_redop op, ddpc_dtype dt) {
 #define MIN_(T, U, a, b) ((b) < (a) || (b) != (b) ? (b) : (a))
 #define MAX_(T, U, a, b) ((b) > (a) || (b) != (b) ? (b) : (a))
 
+/* An integer average, exact: the sum in type W, wide enough for it, then
+ * divided (truncating, as C and NCCL divide integers). */
+#define AVERAGE_(T, W, d, srcs, nsrc, n, divisor)                                            \
+    for (size_t i = 0; i < (n); i++) {                                                        \
+        W acc = 0;                                                                            \
+        for (int j = 0; j < (nsrc); j++) acc += ((const T *)(srcs)[j])[i];                    \
+        (d)[i] = (T)(acc / (divisor));                                                        \
+    }
+
 #define DEFINE_NATIVE_(T, U, NAME)                                                           \
     static void reduce_##NAME##_(ddpc_redop op, T *d, const void *const *srcs, int nsrc,     \
                                  size_t n, int divisor) {                                     \
@@ -83,6 +92,14 @@ void ddpc_reduce(ddpc_dtype dt, ddpc_redop op, void *dst, const void *const *src
     if (op == DDPC_RED_BOR || op == DDPC_RED_BAND || op == DDPC_RED_BXOR) {
         reduce_bits_(op, dst, srcs, nsrc, count * ddpc_dtype_size(dt));
         return;
+    }
+    if (op == DDPC_RED_SUM && divisor > 1) { /* an average of integers: their sum may not fit their type */
+        switch (dt) {
+        case DDPC_INT32: AVERAGE_(int32_t, int64_t, (int32_t *)dst, srcs, nsrc, count, divisor); return;
+        case DDPC_INT64: AVERAGE_(int64_t, __int128, (int64_t *)dst, srcs, nsrc, count, divisor); return;
+        case DDPC_UINT8: AVERAGE_(uint8_t, int64_t, (uint8_t *)dst, srcs, nsrc, count, divisor); return;
+        default: break;
+        }
     }
     switch (dt) {
     case DDPC_FLOAT32: reduce_f32_(op, dst, srcs, nsrc, count, divisor); break;

@@ -30,8 +30,9 @@ int ddpc_redop_on(ddpc_redop op, ddpc_dtype dt);
 /* dst[i] = op(srcs[0][i], ..., srcs[nsrc-1][i]), then divided by `divisor`
  * when it is > 1 (integers truncate). AVG reduces as SUM: the caller passes
  * the divisor once all contributions are in. dst may alias srcs[0] only.
- * float16 and bfloat16 accumulate in float and round once. Integer sums and
- * products wrap around. The bitwise ops work byte by byte, whatever the
+ * float16 and bfloat16 accumulate in float and round once; an integer
+ * average sums in a wider type, so it is exact. Other integer sums, and
+ * products, wrap around. The bitwise ops work byte by byte, whatever the
  * dtype (for integers that is element by element). */
 void ddpc_reduce(ddpc_dtype dt, ddpc_redop op, void *dst, const void *const *srcs, int nsrc, size_t count,
                  int divisor);

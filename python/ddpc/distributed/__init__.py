@@ -1302,7 +1302,9 @@ def _reduce_op(op, g, code):
 
 
 def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
-    """Reduces ``tensor`` across the group in place. AVG of integers truncates."""
+    """Reduces ``tensor`` across the group in place. AVG of integers truncates
+    toward zero; on the cpu backend it is exact (summed in a wider type), on
+    nccl NCCL's sum wraps around first."""
     return _all_reduce("all_reduce", tensor, op, _group(group, tensor), async_op)
 
 
