@@ -458,6 +458,53 @@ def test_process_group_methods(tmp_path):
     """, tmp_path)
 
 
+def test_futures_in_place_exchanges_and_object_copies_as_pytorch(tmp_path):
+    run_ranks(2, """
+    # then() runs its callback once, when the collective completes: waiting for the first future is enough
+    t = ddpc.full((2,), float(rank + 1))
+    fut = dist.all_reduce(t, async_op=True).get_future()
+    fut.then(lambda f: f.value()[0].div_(world))
+    fut.wait()
+    assert t.tolist() == [1.5, 1.5], t.tolist()
+    calls = []
+
+    def failing(f):
+        calls.append(f.value())
+        raise KeyError("in the callback")
+
+    child = dist.all_reduce(ddpc.ones(1), async_op=True).get_future().then(failing)
+    for _ in range(3):
+        raises(KeyError, "in the callback", child.wait)
+    assert len(calls) == 1 and child.done()
+    # all_to_all_single in place: the blocks received do not overwrite the blocks still to send
+    for trial in range(20):
+        x = ddpc.arange(4.0 * world) + 100 * rank + trial
+        work = dist.all_to_all_single(x, x, async_op=True)
+        assert work.get_future().wait()[0] is x
+        want = [100 * r + trial + 4 * rank + k for r in range(world) for k in range(4)]
+        assert x.tolist() == want, (trial, x.tolist(), want)
+    # complex tensors and buffers through all_to_all_single
+    z = ddpc.view_as_complex(ddpc.arange(4.0).reshape(2, 2) + 10 * rank)
+    out = ddpc.zeros(2, dtype=ddpc.complex64)
+    dist.all_to_all_single(out, z)
+    assert out.tolist() == [complex(10 * r + 2 * rank, 10 * r + 2 * rank + 1) for r in range(world)], out.tolist()
+    # scatter_object_list gives rank src a copy too
+    given = [[r] for r in range(world)] if rank == 0 else None
+    got = [None]
+    dist.scatter_object_list(got, given, src=0)
+    assert got[0] == [rank] and (rank != 0 or got[0] is not given[0])
+    raises(ValueError, "ranks must not repeat", dist.new_group, [0, 0, 1])
+    """, tmp_path)
+
+
+def test_a_store_counter_adds_integers_only():
+    for store in (dist.HashStore(), dist.TCPStore("127.0.0.1", 0, is_master=True, timeout=timedelta(seconds=5))):
+        assert store.add("n", 2) == 2 and store.add("n", -5) == -3
+        with pytest.raises(TypeError):
+            store.add("n", 1.7)  # (PyTorch's is an error too; it added 1)
+        assert store.get("n") == b"-3"
+
+
 def test_a_future_made_alone_is_completed_by_hand():
     """ddpc.futures.Future() as torch.futures.Future(): done once set_result or
     set_exception completes it (once), also from another thread."""

@@ -719,7 +719,10 @@ def new_group(ranks=None, timeout=None, backend=None, pg_options=None, use_local
     signature; ``group_desc`` becomes the group's ``group_desc``."""
     del pg_options
     world = _group(None)
-    ranks = sorted(set(range(world.size()) if ranks is None else (int(r) for r in ranks)))
+    given = list(range(world.size()) if ranks is None else (int(r) for r in ranks))
+    if len(set(given)) != len(given):
+        raise ValueError(f"new_group: ranks must not repeat, got {given}")
+    ranks = sorted(given)
     if not ranks or ranks[0] < 0 or ranks[-1] >= world.size():
         raise ValueError(f"new_group: ranks must be in [0, {world.size()}), got {ranks}")
     if use_local_synchronization:
@@ -1021,7 +1024,7 @@ class _Arg:
             self.numel = buf.numel
             buf = real_pairs(buf)  # a complex tensor as its view_as_real pairs, as in PyTorch
             if writable:
-                if t is not buf and t._not_a_view is not None:
+                if getattr(t, "_not_a_view", None) is not None:  # (a Tensor's; a Buffer is itself)
                     raise ValueError(f"collectives write into contiguous tensors only, and this one is a copy made "
                                      f"by {t._not_a_view.what} (as PyTorch refuses a non-contiguous view); pass "
                                      "x[index].contiguous() and assign the result back (x[index] = result)")
@@ -1055,37 +1058,69 @@ class _Arg:
 
 
 _UNSET = object()  # (a Future's value not given)
+_futures_lock = threading.Lock()  # a Future's completion against then() registering on it
 
 
 class Future:
     """A value that an asynchronous collective delivers, like
     ``torch.futures.Future``: ``wait()`` (or ``value()``) waits and returns
-    it; ``then(fn)`` is a new Future whose value is ``fn(this_future)``;
-    ``done()`` says whether waiting would return at once. What comm hooks
-    return, and what ``Work.get_future()`` gives (its value is the list of
-    the collective's output tensors, as in PyTorch). ``Future()`` alone is
-    completed by ``set_result`` or ``set_exception``, as PyTorch's (waiting
-    for it blocks until then); ``devices`` is taken and changes nothing."""
+    it (or raises the collective's error); ``done()`` says whether waiting
+    would return at once. What comm hooks return, and what
+    ``Work.get_future()`` gives (its value is the list of the collective's
+    output tensors, as in PyTorch). ``then(fn)`` is a new Future whose value
+    is ``fn(this_future)``: fn runs once, when this one completes (at once if
+    it has), and an error it raises is the new Future's. A collective's
+    Future completes when something waits for it, or for a Future after it,
+    or asks whether it is done (ddpc has no completion thread), where
+    PyTorch's completes on its own. ``Future()`` alone is completed by
+    ``set_result`` or ``set_exception``, as PyTorch's (waiting for it blocks
+    until then); ``devices`` is taken and changes nothing."""
 
     def __init__(self, work=None, value=_UNSET, parent=None, fn=None, *, devices=None):
         del devices  # (PyTorch's CUDA devices to synchronise; a value here is ready when set)
         self._work, self._parent, self._fn = work, parent, fn
         self._value = None if value is _UNSET else value
-        self._error = None
-        self._pending = work is not None or parent is not None
-        # Set by set_result or set_exception: a Future given nothing to wait for or deliver.
-        self._set = threading.Event() if not self._pending and value is _UNSET else None
+        self._error, self._children = None, []
+        self._done = threading.Event()
+        self._by_hand = work is None and parent is None and value is _UNSET
+        if work is None and parent is None and value is not _UNSET:
+            self._done.set()
+        if parent is not None:
+            with _futures_lock:
+                waiting = not parent._done.is_set()
+                if waiting:
+                    parent._children.append(self)
+            if not waiting:
+                self._run(parent)
+
+    def _run(self, parent):
+        """A then() Future: fn on its completed parent."""
+        try:
+            value, error = self._fn(parent), None
+        except Exception as e:  # noqa: BLE001  (whatever fn raises is this Future's error)
+            value, error = None, e
+        self._complete(value, error)
+
+    def _complete(self, value, error):
+        with _futures_lock:
+            self._value, self._error = value, error
+            self._done.set()
+            children, self._children = self._children, []
+        for child in children:
+            child._run(self)
 
     def wait(self):
-        if self._set is not None:
-            self._set.wait()
-        elif self._pending:
-            if self._parent is not None:
-                self._parent.wait()
-                self._value = self._fn(self._parent)
-            else:
-                self._work.wait()
-            self._pending = False
+        if not self._done.is_set():
+            if self._work is not None:
+                try:
+                    self._work.wait()
+                except Exception as e:  # noqa: BLE001  (the collective's error, for every waiter)
+                    self._complete(None, e)
+                else:
+                    self._complete(self._value, None)
+            elif self._parent is not None:
+                self._parent.wait()  # (completes this one, raising or not)
+            self._done.wait()
         if self._error is not None:
             raise self._error
         return self._value
@@ -1097,34 +1132,37 @@ class Future:
         return Future(parent=self, fn=fn)
 
     def done(self):
-        if self._set is not None:
-            return self._set.is_set()
-        if not self._pending:
-            return True
-        return self._parent.done() if self._parent is not None else self._work.is_completed()
+        if not self._done.is_set():
+            ready = self._work.is_completed() if self._work is not None else \
+                self._parent is not None and self._parent.done()
+            if ready:
+                try:
+                    self.wait()
+                except Exception:  # noqa: BLE001  (done, with an error that wait() raises)
+                    pass
+        return self._done.is_set()
 
     def set_result(self, result):
         """Completes a ``Future()`` with ``result``."""
-        self._complete(result, None)
+        self._complete_by_hand(result, None)
 
     def set_exception(self, error):
         """Completes a ``Future()`` with an error that ``wait()`` raises."""
         if not isinstance(error, BaseException):
             raise TypeError(f"set_exception takes an exception, got {type(error).__name__}")
-        self._complete(None, error)
+        self._complete_by_hand(None, error)
 
-    def _complete(self, value, error):
-        if self._set is None or self._set.is_set():
+    def _complete_by_hand(self, value, error):
+        if not self._by_hand or self._done.is_set():
             raise RuntimeError("Future can only be marked completed once (and only one made without a collective "
                                "or a value)")
-        self._value, self._error = value, error
-        self._set.set()
+        self._complete(value, error)
 
 
 def collect_all(futures):
     """A Future whose value, once every one of ``futures`` is done, is that list."""
     futures = list(futures)
-    return Future(parent=_All(futures), fn=lambda _: futures)
+    return Future(_All(futures), futures)
 
 
 def wait_all(futures):
@@ -1133,15 +1171,19 @@ def wait_all(futures):
 
 
 class _All:
-    """Several futures waited for as one (collect_all's parent)."""
+    """Several futures waited for as one collective (collect_all's)."""
 
     def __init__(self, futures):
         self._futures = futures
 
     def wait(self):
-        wait_all(self._futures)
+        for f in self._futures:
+            try:
+                f.wait()
+            except Exception:  # noqa: BLE001  (as PyTorch's: each future keeps its error, for its own wait)
+                pass
 
-    def done(self):
+    def is_completed(self):
         return all(f.done() for f in self._futures)
 
 
@@ -1848,6 +1890,11 @@ def _exchange(what, g, outs, ins, async_op):
     for name, blocks in (("output", outs), ("input", ins)):
         if len(blocks) != n:
             raise ValueError(f"{what}: the {name} list needs one tensor per group member ({n}), got {len(blocks)}")
+    # An input block the outputs overlap (all_to_all_single(x, x)) is sent from a copy: a block received
+    # could otherwise overwrite it before it is sent.
+    outs_bufs = [getattr(o, "_buf", o) for o in outs]
+    ins = [_copy_of(getattr(i, "_buf", i)) if any(_overlap(getattr(i, "_buf", i), o) for o in outs_bufs) else i
+           for i in ins]
     mine_in, mine_out = _Arg(ins[me], g, writable=False), _Arg(outs[me], g)
     if mine_in.numel != mine_out.numel or mine_in.code != mine_out.code:
         raise ValueError(f"{what}: this rank's own input and output blocks differ in dtype or size")
@@ -1912,7 +1959,10 @@ def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=
     g = _group(group, output)
     outs = _row_blocks("output", output, output_split_sizes, g.size())
     ins = _row_blocks("input", input, input_split_sizes, g.size())
-    return _exchange("all_to_all_single", g, outs, ins, async_op)
+    handle = _exchange("all_to_all_single", g, outs, ins, async_op)
+    if handle is not None:
+        handle._outputs = [output]  # what its future delivers, as PyTorch's
+    return handle
 
 
 def all_to_all(output_tensor_list, input_tensor_list, group=None, async_op=False):
@@ -2080,7 +2130,7 @@ def scatter_object_list(scatter_object_output_list, scatter_object_input_list=No
     for r, d in enumerate(data):
         if r != g.rank():
             _send_bytes(g, d, g.ranks[r], _COLLECTIVE_OBJECT_TAG)
-    scatter_object_output_list[0] = scatter_object_input_list[g.rank()]
+    scatter_object_output_list[0] = _bytes_object(data[g.rank()])  # a copy, as every other rank gets
 
 
 def send_object_list(object_list, dst=None, group=None, device=None, group_dst=None):

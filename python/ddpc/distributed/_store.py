@@ -26,6 +26,7 @@ DistStoreError)."""
 import base64
 import fcntl
 import json
+import operator
 import os
 import threading
 import time
@@ -146,7 +147,7 @@ class TCPStore(Store):
         return self._c.get(key, self._timeout_s)
 
     def add(self, key, amount):
-        return self._c.add(key, int(amount))
+        return self._c.add(key, operator.index(amount))  # an int, as PyTorch's: 1.7 is an error, not 1
 
     def compare_set(self, key, expected_value, desired_value):
         """Sets ``key`` to ``desired_value`` where it holds ``expected_value``
@@ -229,7 +230,7 @@ class _DictStore(Store):
 
     def add(self, key, amount):
         def add(d):
-            value = int(d.get(key, b"0")) + int(amount)
+            value = int(d.get(key, b"0")) + operator.index(amount)
             d[key] = str(value).encode()
             return value
 
