@@ -33,7 +33,7 @@ def test_normal_initialisers_use_pytorchs_fans_and_gains():
     assert init.calculate_gain("selu") == 0.75 and init.calculate_gain("conv2d") == 1.0
     with pytest.raises(ValueError, match="mode"):
         init.kaiming_normal_(w, mode="fan_avg")
-    with pytest.raises(ValueError, match="at least 2 dims"):
+    with pytest.raises(ValueError, match="fewer than 2 dimensions"):
         init.xavier_normal_(ddpc.empty(3))
 
 

@@ -310,3 +310,30 @@ def test_a_small_transformer_learns_to_copy():
         opt.step()
         losses.append(loss.item())
     assert losses[-1] < 0.7 * losses[0], losses
+
+
+def test_a_query_masked_from_every_key_attends_to_nothing():
+    """As PyTorch's fused attention: its output row is 0 and no gradient is NaN
+    (a plain softmax over all -inf gives NaN); MultiheadAttention likewise
+    without weights (with them, NaN as in PyTorch)."""
+    rng = np.random.default_rng(0)
+    q, k, v = (ddpc.from_numpy(rng.standard_normal((2, 3, 4))).requires_grad_() for _ in range(3))
+    keep = np.ones((2, 3, 3), bool)
+    keep[0, 1] = False  # query 1 of batch 0 sees no key
+    for mask in (ddpc.from_numpy(keep), ddpc.from_numpy(np.where(keep, 0.0, -np.inf))):
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        assert out[0, 1].tolist() == [0.0] * 4 and np.isfinite(out.numpy()).all()
+        out.sum().backward()
+        for t in (q, k, v):
+            assert np.isfinite(t.grad.numpy()).all()
+            t.grad = None
+        # the other rows are plain attention
+        s = (q.detach().numpy() @ k.detach().numpy().transpose(0, 2, 1)) / 2
+        w = np.exp(s[1] - s[1].max(-1, keepdims=True))
+        np.testing.assert_allclose(out[1].detach().numpy(), (w / w.sum(-1, keepdims=True)) @ v.detach().numpy()[1],
+                                   rtol=1e-6)
+    mha = nn.MultiheadAttention(4, 2, batch_first=True, dtype=ddpc.float64)
+    padded = ddpc.from_numpy(np.array([[True, True, True], [False, False, True]]))
+    out, _ = mha(q, k, v, key_padding_mask=padded, need_weights=False)
+    assert out[0].tolist() == mha.out_proj.bias.expand(3, 4).tolist()  # attention of 0, then the projection
+    assert np.isnan(mha(q, k, v, key_padding_mask=padded)[0][0].numpy()).all()

@@ -611,3 +611,55 @@ def test_module_pickled_without_the_state_dict_hook_tables_still_works():
     back.register_state_dict_pre_hook(lambda mod, prefix, keep_vars: calls.append(prefix))
     back.state_dict()
     assert calls == [""]
+
+
+def test_sequential_and_module_list_edit_in_place_as_pytorch():
+    s = nn.Sequential(nn.Linear(2, 2), nn.ReLU(), nn.Linear(2, 3), nn.Tanh())
+    del s[1]
+    assert list(s._modules) == ["0", "1", "2"]  # renumbered
+    assert [type(m).__name__ for m in s] == ["Linear", "Linear", "Tanh"]
+    s.insert(1, nn.Sigmoid()).insert(-1, nn.ReLU())
+    assert [type(m).__name__ for m in s] == ["Linear", "Sigmoid", "Linear", "ReLU", "Tanh"]
+    assert type(s.pop(0)).__name__ == "Linear" and list(s._modules) == ["0", "1", "2", "3"]
+    s[0] = nn.Identity()
+    assert [type(m).__name__ for m in s] == ["Identity", "Linear", "ReLU", "Tanh"]
+    assert len(s + nn.Sequential(nn.ReLU())) == 5 and len(s * 2) == len(2 * s) == 8 and (s * 2)[4] is s[0]
+    del s[1:3]
+    assert list(s._modules) == ["0", "1"] and [type(m).__name__ for m in s] == ["Identity", "Tanh"]
+    with pytest.raises(IndexError):
+        s.insert(5, nn.ReLU())
+    layers = nn.ModuleList([nn.ReLU(), nn.Tanh(), nn.Sigmoid()])
+    del layers[0]
+    assert list(layers._modules) == ["0", "1"] and type(layers[0]).__name__ == "Tanh"
+    layers += [nn.ReLU()]
+    assert len(layers) == 3 and type(layers.pop(-1)).__name__ == "ReLU" and len(layers + layers) == 4
+
+
+def test_a_buffer_assigned_is_registered():
+    m = nn.Module()
+    m.kept = nn.Buffer(ddpc.ones(2))
+    m.scratch = nn.Buffer(ddpc.zeros(1), persistent=False)
+    assert list(m.state_dict()) == ["kept"] and [n for n, _ in m.named_buffers()] == ["kept", "scratch"]
+    assert isinstance(m.kept, nn.Buffer) and not isinstance(ddpc.ones(1), nn.Buffer)
+    assert nn.init._calculate_fan_in_and_fan_out(ddpc.zeros(4, 3, 5)) == (15, 20)
+
+
+def test_instance_norm_is_not_a_group_norm():
+    """torchvision-style init tells them apart: InstanceNorm's default has no weight."""
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.InstanceNorm2d(4), nn.GroupNorm(2, 4))
+    for m in model.modules():
+        if isinstance(m, (nn.BatchNorm2d, nn.GroupNorm)):
+            nn.init.constant_(m.weight, 1)
+    assert not isinstance(model[1], nn.GroupNorm) and model[1].weight is None
+    assert "InstanceNorm2d(4, eps=1e-05, momentum=0.1, affine=False" in repr(model[1])
+    x = ddpc.from_numpy(np.arange(2 * 4 * 9, dtype=np.float32).reshape(2, 4, 3, 3) ** 1.5)
+    got = model[1](x).numpy()
+    want = (x.numpy() - x.numpy().mean((2, 3), keepdims=True)) / np.sqrt(x.numpy().var((2, 3), keepdims=True) + 1e-5)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_gradient_of_another_dtype_is_cast_to_the_outputs():
+    x = ddpc.ones(3, requires_grad=True)
+    y = ddpc.nn.functional.softmax(x, 0, dtype=ddpc.float64)
+    y.backward(ddpc.from_numpy(np.array([1.0, 0.0, 0.0], np.float32)))
+    np.testing.assert_allclose(x.grad.numpy(), [2 / 9, -1 / 9, -1 / 9], rtol=1e-6)

@@ -777,6 +777,10 @@ def _roots(tensors, grads, what, create_graph=False):
             g = _like_scalar(g, t)
         if g.shape != t.shape:
             raise RuntimeError(f"gradient has shape {g.shape}, but the output has shape {t.shape}")
+        if g.dtype is not t.dtype:  # cast to the output's dtype, as PyTorch's engine casts it
+            g = (g if create_graph else g.detach()).to(dtype=t.dtype)
+            roots.append((t, g, True))
+            continue
         roots.append((t, g if create_graph else g.detach(), False))
     return roots
 

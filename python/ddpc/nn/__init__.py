@@ -52,6 +52,8 @@ __all__ += ["AlphaDropout", "CELU", "ChannelShuffle", "CosineEmbeddingLoss", "Ga
             "HingeEmbeddingLoss", "LogSigmoid", "MarginRankingLoss", "MultiLabelSoftMarginLoss", "MultiMarginLoss",
             "PixelShuffle", "PixelUnshuffle", "PoissonNLLLoss", "RReLU", "SELU", "Softmax2d", "SoftMarginLoss",
             "Softshrink", "Softsign", "Tanhshrink", "TripletMarginLoss", "TripletMarginWithDistanceLoss"]
+from .modules import Buffer
+__all__ += ["Buffer"]
 from .modules import (CircularPad3d, ConstantPad3d, CrossMapLRN2d, Dropout3d, FeatureAlphaDropout, LocalResponseNorm,
                       LPPool1d, LPPool2d, LPPool3d, MultiLabelMarginLoss, ReflectionPad3d, ReplicationPad3d,
                       UninitializedBuffer, UninitializedParameter, ZeroPad3d)

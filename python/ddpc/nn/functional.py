@@ -1030,9 +1030,17 @@ def _mask_scores(scores, mask, true_takes_part):
     return _ag.where(mask, float("-inf"), scores)
 
 
-def _attention(query, key, value, mask, true_takes_part, dropout_p, scale):
-    """softmax(query @ key^T * scale, masked) (dropped out with dropout_p) @ value, and those weights."""
-    weights = softmax(_mask_scores(query @ key.transpose(-2, -1) * scale, mask, true_takes_part), -1)
+def _attention(query, key, value, mask, true_takes_part, dropout_p, scale, safe=False):
+    """softmax(query @ key^T * scale, masked) (dropped out with dropout_p) @ value, and those weights.
+    ``safe``: a query the mask shuts out of every key gets weights of 0 (an output of
+    0, and no NaN in any gradient), as PyTorch's fused attention gives it, where a
+    plain softmax gives NaN."""
+    scores = _mask_scores(query @ key.transpose(-2, -1) * scale, mask, true_takes_part)
+    if safe and mask is not None:
+        shut = scores.detach().amax(-1, keepdim=True) == float("-inf")
+        weights = _ag.where(shut, 0.0, softmax(_ag.where(shut, 0.0, scores), -1))
+    else:
+        weights = softmax(scores, -1)
     weights = _ag.dropout(weights, dropout_p, True)
     return weights @ value, weights
 
@@ -1066,7 +1074,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
             raise ArgumentError("scaled_dot_product_attention: pass either attn_mask or is_causal=True, not both")
         attn_mask = _ag.tril(ones(query.shape[-2], key.shape[-2], dtype=uint8, device=query.device))
     scale = 1 / math.sqrt(query.shape[-1]) if scale is None else scale
-    return _attention(query, key, value, attn_mask, True, dropout_p, scale)[0]
+    # (a causal mask shuts no query out of every key: query i sees key 0)
+    return _attention(query, key, value, attn_mask, True, dropout_p, scale, safe=not is_causal)[0]
 
 
 def _inplace_form(fn):

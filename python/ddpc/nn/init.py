@@ -34,13 +34,18 @@ def ones_(tensor):
     return constant_(tensor, 1.0)
 
 
-def _fans(tensor):
+def _calculate_fan_in_and_fan_out(tensor):
+    """(fan_in, fan_out) of a weight, as PyTorch's function of this name
+    (private there too, and called by layers' reset_parameters)."""
     if tensor.ndim < 2:
-        raise ValueError("fan in and fan out need a tensor of at least 2 dims")
+        raise ValueError("Fan in and fan out can not be computed for tensor with fewer than 2 dimensions")
     receptive = 1
     for s in tensor.shape[2:]:
         receptive *= s
     return tensor.shape[1] * receptive, tensor.shape[0] * receptive
+
+
+_fans = _calculate_fan_in_and_fan_out
 
 
 _LINEAR = ("linear", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",

@@ -174,8 +174,6 @@ class _LazyNorm(LazyModuleMixin):
 
     def _set_num_features(self, n):
         self.num_features = n
-        if isinstance(self, _InstanceNorm):  # a GroupNorm with one group per channel
-            self.num_channels = self.num_groups = n
 
     def initialize_parameters(self, input):
         unbatched = isinstance(self, _InstanceNorm) and input.ndim == self._dims[0]

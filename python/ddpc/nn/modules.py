@@ -297,6 +297,12 @@ class Module:
             buffers.pop(name, None)
             self.__dict__.pop(name, None)
             modules[name] = value
+        elif isinstance(value, Buffer):
+            params, buffers, modules = self._dicts()
+            params.pop(name, None)
+            modules.pop(name, None)
+            self.__dict__.pop(name, None)
+            self.register_buffer(name, value, value.persistent)
         else:
             params = self.__dict__.get("_parameters")
             if params is not None and name in params:
@@ -1924,9 +1930,80 @@ class Sequential(Module):
             raise IndexError(f"index {idx} is out of range for a Sequential of {n} modules")
         return next(itertools.islice(self._modules.values(), idx % n, None))
 
+    def __setitem__(self, idx, module):
+        setattr(self, self._key(idx), module)
+
+    def __delitem__(self, idx):
+        _delete_renumbered(self, idx)
+
+    def _key(self, idx):
+        n = len(self)
+        idx = operator.index(idx)
+        if not -n <= idx < n:
+            raise IndexError(f"index {idx} is out of range for a Sequential of {n} modules")
+        return next(itertools.islice(self._modules, idx % n, None))
+
     def append(self, module):
         self.add_module(str(len(self)), module)
         return self
+
+    def insert(self, index, module):
+        """Puts ``module`` at ``index``, the modules from there on moving up one, as PyTorch's."""
+        if not isinstance(module, Module):
+            raise AssertionError(f"module should be of type: {Module}")
+        n = len(self)
+        if not -n <= index <= n:
+            raise IndexError(f"Index out of range: {index}")
+        if index < 0:
+            index += n
+        for i in range(n, index, -1):
+            self._modules[str(i)] = self._modules[str(i - 1)]
+        self._modules[str(index)] = module
+        return self
+
+    def extend(self, sequential):
+        for m in sequential:
+            self.append(m)
+        return self
+
+    def pop(self, key):
+        module = self[key]
+        del self[key]
+        return module
+
+    def __add__(self, other):
+        if not isinstance(other, Sequential):
+            raise ValueError(f"add operator supports only objects of Sequential class, but {type(other)} is given.")
+        return Sequential().extend(self).extend(other)
+
+    def __iadd__(self, other):
+        if not isinstance(other, Sequential):
+            raise ValueError(f"add operator supports only objects of Sequential class, but {type(other)} is given.")
+        return self.extend(other)
+
+    def __mul__(self, other):
+        """The modules repeated ``other`` times (the same modules, as in PyTorch)."""
+        if not isinstance(other, int) or other <= 0:
+            raise ValueError(f"Non-positive multiplication factor {other} for {type(self)}")
+        return Sequential().extend(list(self) * other)
+
+    __rmul__ = __mul__
+
+    def __imul__(self, other):
+        if not isinstance(other, int) or other <= 0:
+            raise ValueError(f"Non-positive multiplication factor {other} for {type(self)}")
+        return self.extend(list(self) * (other - 1))
+
+
+def _delete_renumbered(container, idx):
+    """del container[idx] (an index or a slice) of a Sequential or ModuleList;
+    the rest are numbered 0, 1, ... again, as PyTorch's."""
+    keys = list(container._modules)
+    for key in (keys[idx] if isinstance(idx, slice) else [container._key(idx)]):
+        delattr(container, key)
+    modules = list(container._modules.values())
+    container._modules.clear()
+    container._modules.update((str(i), m) for i, m in enumerate(modules))
 
 
 class ModuleList(Module):
@@ -1976,6 +2053,14 @@ class ModuleList(Module):
     def __setitem__(self, idx, module):
         self.add_module(self._key(idx), module)
 
+    def __delitem__(self, idx):
+        _delete_renumbered(self, idx)
+
+    def pop(self, key):
+        module = self[key]
+        del self[key]
+        return module
+
     def append(self, module):
         self.add_module(str(len(self)), module)
         return self
@@ -1984,6 +2069,12 @@ class ModuleList(Module):
         for m in modules:
             self.append(m)
         return self
+
+    def __iadd__(self, modules):
+        return self.extend(modules)
+
+    def __add__(self, other):
+        return ModuleList(list(self) + list(other))
 
     def insert(self, index, module):
         mods = list(self._modules.values())
@@ -2249,6 +2340,23 @@ class MultiMarginLoss(_WeightedLoss):
 
 # ---- parameter containers, normalisation over groups, gated activations ---------------------
 
+class _BufferMeta(type):
+    def __instancecheck__(cls, instance):
+        return isinstance(instance, Tensor) and getattr(instance, "_is_buffer", False)
+
+
+class Buffer(metaclass=_BufferMeta):
+    """``nn.Buffer(data, persistent=True)``: a tensor marked to become a buffer
+    when assigned to a Module attribute, as PyTorch's (``persistent=False``
+    keeps it out of the state dict). What it makes is a ddpc.Tensor (sharing
+    ``data``'s memory) that ``isinstance(t, nn.Buffer)`` recognises."""
+
+    def __new__(cls, data=None, *, persistent=True):
+        t = (data if data is not None else empty(0)).detach()
+        t._is_buffer, t.persistent = True, bool(persistent)
+        return t
+
+
 class ParameterList(Module):
     """Parameters held in a list (registered as "0", "1", ...); tensors are wrapped as Parameters."""
 
@@ -2363,11 +2471,12 @@ class GroupNorm(Module):
                 f"bias={self.bias is not None}")
 
 
-class _InstanceNorm(GroupNorm):
+class _InstanceNorm(Module):
     """Per-sample, per-channel normalisation with torch's defaults (affine=False,
     no running statistics). With ``track_running_stats`` the running mean and
     variance are buffers, updated in training mode and used in eval mode;
-    ``momentum=None`` is 0 (PyTorch keeps no cumulative average here either)."""
+    ``momentum=None`` is 0 (PyTorch keeps no cumulative average here either).
+    Not a GroupNorm, as in PyTorch (init code tells them apart)."""
 
     _dims = ()
     _optional_buffers = ("num_batches_tracked",)
@@ -2375,8 +2484,10 @@ class _InstanceNorm(GroupNorm):
 
     def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=False, track_running_stats=False,
                  device=None, dtype=None, *, bias=True):
-        super().__init__(num_features, num_features, eps, affine, device, dtype, bias=bias)
-        self.num_features, self.momentum, self.track_running_stats = num_features, momentum, track_running_stats
+        super().__init__()
+        self.num_features, self.eps, self.affine = num_features, float(eps), affine
+        self.momentum, self.track_running_stats = momentum, track_running_stats
+        _channel_parameters(self, num_features, affine, bias, dtype, device)
         _running_statistics(self, num_features, track_running_stats, dtype, device)
 
     def forward(self, input):
@@ -2390,7 +2501,7 @@ class _InstanceNorm(GroupNorm):
                                0.0 if self.momentum is None else self.momentum, self.eps)
 
     def extra_repr(self):
-        return (f"{self.num_channels}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
+        return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
                 f"bias={self.bias is not None}, track_running_stats={self.track_running_stats}")
 
 

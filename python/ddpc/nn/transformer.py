@@ -147,8 +147,10 @@ class MultiheadAttention(Module):
         if mask is not None and k.shape[2] > source:
             # The appended positions are attended by every query: False in a bool mask, 0 in an additive one.
             mask = F.pad(mask, (0, k.shape[2] - source))
+        # Without the weights, PyTorch's fused path gives a query every key is masked from an output of 0 (with
+        # them, NaN, as its softmax does).
         out, weights = F._attention(self._project(query, 0), k, v, mask, False, self.dropout if self.training else 0.0,
-                                    1 / math.sqrt(self.head_dim))
+                                    1 / math.sqrt(self.head_dim), safe=not need_weights)
         out = self.out_proj(out.permute(0, 2, 1, 3).reshape(n, target, self.embed_dim))
         if batched and not self.batch_first:
             out = out.transpose(0, 1)
