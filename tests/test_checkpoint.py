@@ -9,6 +9,7 @@ import pickle
 import re
 import select
 import signal
+import stat
 import struct
 import subprocess
 import sys
@@ -835,3 +836,23 @@ def test_a_pytorch_optimizer_state_continues_in_ddpc():
     model(ddpc.randn(5, 3)).sum().backward()
     opt.step()
     assert opt.state[first]["step"] == 2 and not np.array_equal(first.detach().numpy(), before)
+
+
+def test_files_are_written_as_open_would_write_them(tmp_path):
+    """torch.save's file modes: 0666 less the umask for a new file, an existing
+    file's own when it is written over (the temporary file starts at 0600),
+    and a symbolic link written through, not replaced."""
+    old = os.umask(0o027)
+    try:
+        ddpc.save({"a": ddpc.ones(2)}, tmp_path / "new.ckpt")
+        assert stat.S_IMODE(os.stat(tmp_path / "new.ckpt").st_mode) == 0o640
+        (tmp_path / "kept.ckpt").write_bytes(b"")
+        os.chmod(tmp_path / "kept.ckpt", 0o604)
+        ddpc.save({"a": ddpc.ones(2)}, tmp_path / "kept.ckpt")
+        assert stat.S_IMODE(os.stat(tmp_path / "kept.ckpt").st_mode) == 0o604
+    finally:
+        os.umask(old)
+    os.symlink("target.ckpt", tmp_path / "latest.ckpt")
+    ddpc.save({"a": ddpc.full((2,), 7.0)}, tmp_path / "latest.ckpt")
+    assert os.path.islink(tmp_path / "latest.ckpt")
+    assert ddpc.load(tmp_path / "target.ckpt")["a"].tolist() == [7.0, 7.0]

@@ -543,3 +543,24 @@ def test_checkpoints_keyed_element_by_element_still_load(tmp_path):
     assert sorted(metadata.state_dict_metadata) == ["betas", "pair", "sched.milestones", "w"]
     with pytest.raises(dcp.CheckpointException, match="two values of the state dict flatten to the key 'a.b'"):
         dcp.save({"a": {"b": 1}, "a.b": 2}, checkpoint_id=tmp_path / "clash")
+
+
+def test_a_save_over_a_checkpoint_that_dies_midway_leaves_none_not_a_mixed_one(tmp_path, monkeypatch):
+    """The old metadata (and the non-tensor values it holds) goes before any
+    data file is rewritten: a save that dies part way cannot load as new
+    tensors with the old step."""
+    dcp.save({"w": ddpc.ones(2), "step": 100}, checkpoint_id=tmp_path)
+
+    def dies(self, plan, planner):
+        raise RuntimeError("killed while writing")
+
+    monkeypatch.setattr(dcp.FileSystemWriter, "write_data", dies)
+    with pytest.raises(dcp.CheckpointException, match="killed while writing"):
+        dcp.save({"w": ddpc.full((2,), 2.0), "step": 200}, checkpoint_id=tmp_path)
+    with pytest.raises(dcp.CheckpointException, match="holds no distributed checkpoint"):
+        dcp.load({"w": ddpc.zeros(2), "step": 0}, checkpoint_id=tmp_path)
+    monkeypatch.undo()
+    dcp.save({"w": ddpc.full((2,), 3.0), "step": 300}, checkpoint_id=tmp_path)
+    state = {"w": ddpc.zeros(2), "step": 0}
+    dcp.load(state, checkpoint_id=tmp_path)
+    assert state["w"].tolist() == [3.0, 3.0] and state["step"] == 300

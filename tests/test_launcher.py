@@ -402,7 +402,7 @@ def test_hangup_and_quit_stop_workers_and_what_they_started(tmp_path, sig):
             assert p.stdout.readline().strip() == "UP"
         p.send_signal(sig)
         out, err = p.communicate(timeout=30)
-        assert p.returncode == 130 and "interrupted" in err
+        assert p.returncode == 128 + sig and "interrupted" in err
         assert processes_left_after(marker, 5) == []
     finally:
         p.kill()
@@ -424,18 +424,36 @@ def test_rank_zero_failure_is_reported_promptly(tmp_path):
     assert res.returncode != 0 and "ValueError: bad batch on rank 0" in res.stderr
 
 
-def test_ctrl_c_stops_everything(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_and_sigterm_reach_the_workers_which_may_save_before_stopping(tmp_path, sig):
+    """The workers get the launcher's signal, as under torchrun: Ctrl-C is a
+    KeyboardInterrupt in them; a handler has the grace period (30 s by
+    default) to save; the launcher exits 128 + the signal's number."""
     marker = uuid.uuid4().hex
     script = tmp_path / "job.py"
-    script.write_text("import os, time\nos.write(1, b'UP\\n')\ntime.sleep(120)\n")  # one write: two workers share the pipe
-    p = subprocess.Popen([sys.executable, "-m", "ddpc.run", "--nproc-per-node", "2", "--grace", "1", str(script),
+    script.write_text(textwrap.dedent("""
+        import os, signal, sys, time
+        def save(*_):
+            time.sleep(5.5)  # (a checkpoint being written: longer than the 5 s grace of before)
+            open(os.path.join(sys.argv[1], "saved_" + os.environ["RANK"]), "w").close()
+            sys.exit(0)
+        signal.signal(signal.SIGTERM, save)
+        try:
+            os.write(1, b"UP\\n")  # one write: two workers share the pipe
+            time.sleep(120)
+        except KeyboardInterrupt:
+            open(os.path.join(sys.argv[1], "interrupted_" + os.environ["RANK"]), "w").close()
+    """))
+    p = subprocess.Popen([sys.executable, "-m", "ddpc.run", "--nproc-per-node", "2", str(script), str(tmp_path),
                           marker], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     for _ in range(2):
         assert p.stdout.readline().strip() == "UP"
-    p.send_signal(signal.SIGINT)
+    p.send_signal(sig)
     out, err = p.communicate(timeout=30)
-    assert p.returncode == 130
+    assert p.returncode == 128 + sig
     assert "interrupted" in err
+    kind = "interrupted" if sig == signal.SIGINT else "saved"
+    assert sorted(f for f in os.listdir(tmp_path) if f != "job.py") == [f"{kind}_0", f"{kind}_1"]
     assert processes_with(marker) == []
 
 

@@ -11,7 +11,8 @@ and --rdzv-endpoint/--rdzv-backend/--rdzv-id are taken (the endpoint is the
 store's address), as are --role, --monitor-interval, --no-python (the script
 is a program of its own), --run-path and --start-method (workers are fresh
 processes either way); every node names its --node-rank. When a worker fails,
-the others are stopped (SIGTERM, then SIGKILL after a grace period), the
+the others are stopped (SIGTERM, then SIGKILL after a grace period of 30 s
+by default, as torchrun's, time for a handler to save a checkpoint), the
 failed rank, its exit code or signal and the tail of its stderr are printed
 (with the error an entry point decorated with
 ``ddpc.distributed.elastic.multiprocessing.errors.record`` raised: each worker
@@ -19,7 +20,10 @@ gets a TORCHELASTIC_ERROR_FILE, and the first error recorded names the rank
 that failed first),
 and the launcher exits non-zero, or restarts the whole group while
 ``--max-restarts`` allows. Workers die with the launcher (PR_SET_PDEATHSIG);
-Ctrl-C, SIGTERM, SIGHUP and SIGQUIT stop everything in order. Everything
+Ctrl-C, SIGTERM, SIGHUP and SIGQUIT stop everything in order: the workers
+get the signal the launcher got (so a worker's ``except KeyboardInterrupt``
+runs on Ctrl-C, as under torchrun), and the launcher exits 128 + its
+number (130 for Ctrl-C, 143 for SIGTERM). Everything
 after the script (or the -m module) is passed to it.
 
 Logs, as torchrun keeps them: ``-r/--redirects`` sends workers' streams to
@@ -171,10 +175,10 @@ class _Worker:
                 pass
 
 
-def stop_all(workers, grace):
-    """SIGTERM every live worker's process group, SIGKILL what is left after `grace` seconds."""
+def stop_all(workers, grace, sig=signal.SIGTERM):
+    """``sig`` to every live worker's process group, SIGKILL what is left after `grace` seconds."""
     for w in workers:
-        w.signal(signal.SIGTERM)
+        w.signal(sig)
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline and any(w.proc.poll() is None for w in workers):
         time.sleep(0.02)
@@ -307,7 +311,8 @@ def get_args_parser():
                         "'[${role_name}${local_rank}]:')")
     p.add_argument("--local-ranks-filter", "--local_ranks_filter", default="",
                    help="show only these local ranks' output on the console, as 0,1 (log files keep everything)")
-    p.add_argument("--grace", type=float, default=5.0, help="seconds between SIGTERM and SIGKILL when stopping")
+    p.add_argument("--grace", type=float, default=30.0,
+                   help="seconds between SIGTERM (or the signal the launcher got) and SIGKILL when stopping")
     p.add_argument("-m", "--module", action="store_true", help="run the script argument as a module, like python -m")
     p.add_argument("--no-python", "--no_python", action="store_true",
                    help="run the script argument as a program of its own, not with python")
@@ -457,8 +462,8 @@ def _run_group(a, restart, interrupted, run_id, job_dir, rnd=None, rdzv=None):
                                    _bits(a.tee, local_rank), shown, prefix))
         while True:
             if interrupted.is_set():
-                stop_all(workers, a.grace)
-                return 130, None
+                stop_all(workers, a.grace, interrupted.signum)
+                return 128 + interrupted.signum, None
             codes = [w.proc.poll() for w in workers]
             failed = [(w, c) for w, c in zip(workers, codes) if c not in (None, 0)]
             if failed:
@@ -499,8 +504,11 @@ def run(a):
         print(f"ddpc-run: cannot make the folder for the workers' logs: {e}", file=sys.stderr)
         return 1
     interrupted = threading.Event()
+    interrupted.signum = signal.SIGINT  # the first signal caught: passed on to the workers
 
     def on_signal(signum, frame):
+        if not interrupted.is_set():
+            interrupted.signum = signum
         interrupted.set()
 
     # A hangup (the terminal closed) or a quit stops the workers in order too:
@@ -537,7 +545,7 @@ def _run_elastic(a, interrupted, run_id, job_dir):
             rnd = rdzv.next_round(interrupted)
             if rnd is None:
                 print("ddpc-run: interrupted; all workers stopped", file=sys.stderr)
-                return 130
+                return 128 + interrupted.signum
             print(f"ddpc-run: round {rnd.number} of rendezvous {run_id}: node rank {rnd.node_rank} of "
                   f"{rnd.nnodes}", file=sys.stderr, flush=True)
             status, failed = _run_group(a, rnd.restarts, interrupted, run_id, job_dir, rnd, rdzv)

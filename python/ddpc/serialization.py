@@ -67,6 +67,7 @@ import mmap as _mmap
 import os
 import pickle
 import pickletools
+import stat
 import struct
 import tempfile
 import zipfile
@@ -811,6 +812,25 @@ def _torch_deserialize(data, map_location, path, unpickle):
 
 # ---- public API --------------------------------------------------------------------------
 
+def _file_mode(path):
+    """The permissions a file written at ``path`` gets, as open() would give
+    it: an existing file's own, else 0666 less the umask (the temporary file
+    the write goes through starts at 0600)."""
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except FileNotFoundError:
+        pass
+    try:  # (read, not set: os.umask would change it for every thread a moment)
+        with open("/proc/self/status") as status:
+            umask = next((int(line.split()[1], 8) for line in status if line.startswith("Umask:")), None)
+    except OSError:
+        umask = None
+    if umask is None:
+        umask = os.umask(0o022)
+        os.umask(umask)
+    return 0o666 & ~umask
+
+
 def save(obj, f, pickle_module=pickle, pickle_protocol=DEFAULT_PROTOCOL):
     """Writes obj to the path f atomically, or to a writable binary file
     object, as torch.save: a state dict, or any picklable object (a whole
@@ -835,10 +855,11 @@ def save(obj, f, pickle_module=pickle, pickle_protocol=DEFAULT_PROTOCOL):
         for piece in pieces:
             f.write(piece)
         return
-    path = os.fspath(f)
-    directory = os.path.dirname(os.path.abspath(path))
+    path = os.path.realpath(os.fspath(f))  # through a symbolic link, as torch.save writes
+    directory = os.path.dirname(path)
     fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=directory)
     try:
+        os.fchmod(fd, _file_mode(path))
         with os.fdopen(fd, "wb") as out:
             for piece in pieces:
                 out.write(piece)

@@ -64,7 +64,15 @@ class FileSystemWriter(StorageWriter):
         return plan
 
     def prepare_global_plan(self, plans):
-        """Names each rank's file in its plan's storage_data."""
+        """Names each rank's file in its plan's storage_data. Over an existing
+        checkpoint, first removes its metadata, before any rank rewrites its
+        data file: a save that dies part way leaves no checkpoint there, not
+        the old metadata (and the old non-tensor values it holds) over new data."""
+        if self.overwrite:
+            try:
+                os.unlink(os.path.join(self.path, _METADATA))
+            except FileNotFoundError:
+                pass
         return [type(plan)(plan.items, f"__{rank}_0.distcp", plan.planner_data, plan.usable)
                 for rank, plan in enumerate(plans)]
 
