@@ -594,6 +594,32 @@ def test_outputs_left_out_of_the_loss_and_parameters_never_used_get_no_gradient(
                 assert got["aux.weight"] is None and got["aux.bias"] is None
 
 
+def skip_left_out_worker(rank):
+    import ddpc.distributed as dist
+    from ddpc import nn
+
+    dist.init_process_group("cpu")
+    m = _TwoHeads()
+    ddp = nn.parallel.DistributedDataParallel(m, find_unused_parameters=True, skip_all_reduce_unused_params=True)
+    before = m.aux.weight.numpy().copy()
+    opt = ddpc.optim.SGD(ddp.parameters(), lr=0.1, weight_decay=0.1)
+    X, y = data(16, seed=rank)
+    for i in range(2):
+        opt.zero_grad()
+        nn.CrossEntropyLoss()(ddp(ddpc.from_numpy(X[i * 8:i * 8 + 8]))["cls"], ddpc.from_numpy(y[i * 8:i * 8 + 8])
+                              ).backward()
+        assert m.aux.weight.grad is None and m.never.weight.grad is None
+        opt.step()
+    dist.destroy_process_group()
+    return np.array_equal(m.aux.weight.numpy(), before)
+
+
+def test_skipping_unused_parameters_leaves_an_output_no_loss_reaches_alone():
+    """With skip_all_reduce_unused_params, a head every rank leaves out of the
+    loss keeps .grad None (it got zeros), so weight decay leaves it as it was."""
+    assert ddpc.spawn(skip_left_out_worker, nprocs=2) == [True, True]
+
+
 def join_worker(rank, hidden=HIDDEN):
     import ddpc.distributed as dist
     from ddpc import nn

@@ -178,6 +178,47 @@ def test_data_parallel_follows_the_module_changed_after_wrapping():
     assert dp(x.double()).dtype == ddpc.float64
 
 
+def test_data_parallel_shares_attributes_as_pytorchs_replicas_do():
+    """Plain tensors, attributes deleted and a forward patched in after
+    wrapping reach every replica (an LSTM's flat weights stay each replica's)."""
+    ddpc.manual_seed(0)
+    m = Scaled()
+    dp = nn.DataParallel(m, device_ids=CPUS)
+    x = ddpc.from_numpy(_array((6, 4)))
+    m.scale = ddpc.full((2,), 2.0)
+    _same_as_module(dp, m, x)
+    m.scale.fill_(3.0)
+    _same_as_module(dp, m, x)
+    m.boost = 3.0
+    m.scale = 1.0
+    original = type(m).forward
+    m.forward = lambda inp: original(m, inp) * getattr(m, "boost", 1.0)
+    _same_as_module(dp, m, x)
+    del m.boost
+    _same_as_module(dp, m, x)
+    seq = SeqFirst()
+    ddpc.manual_seed(1)
+    xs = ddpc.from_numpy(_array((5, 6, 3)))
+    out = nn.DataParallel(seq, device_ids=CPUS, dim=1)(xs)[0]
+    np.testing.assert_allclose(out.detach().numpy(), seq(xs)[0].detach().numpy(), atol=1e-5)
+
+
+@pytest.mark.parametrize("hook", ["tensor", "post_accumulate"])
+def test_gradient_hooks_on_the_module_see_the_replicas_gradients_summed(hook):
+    ddpc.manual_seed(0)
+    m = Scaled()
+    seen = []
+    if hook == "tensor":
+        m.head.weight.register_hook(lambda g: g * 10)
+    else:
+        m.head.weight.register_post_accumulate_grad_hook(lambda p: seen.append(p.grad.numpy().copy()))
+    dp = nn.DataParallel(m, device_ids=CPUS)
+    x = ddpc.from_numpy(_array((6, 4)))
+    _same_as_module(dp, m, x)
+    if hook == "post_accumulate":
+        np.testing.assert_allclose(seen[0], seen[1], rtol=1e-5)  # DataParallel's backward, then the module's
+
+
 def test_data_parallel_dim_errors_and_dim_0_unchanged():
     dp = nn.DataParallel(nn.Linear(3, 2), device_ids=["cpu", "cpu"], dim=2)
     with pytest.raises(IndexError, match="along dim 2"):

@@ -86,3 +86,50 @@ def test_sparse_embedding_under_ddp_equals_one_process_on_the_combined_batch(wor
         assert r.keys() == ref.keys()
         for k in ref:
             np.testing.assert_allclose(r[k], ref[k], atol=1e-5, rtol=0, err_msg=k)
+
+
+def tables_worker(rank, find_unused, with_dense):
+    import ddpc.distributed as dist
+    from ddpc import nn
+
+    dist.init_process_group("cpu")
+
+    class Tables(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.e = nn.Embedding(4, 1, sparse=True)
+            self.e2 = nn.Embedding(4, 1, sparse=True)
+            if with_dense:
+                self.head = nn.Linear(1, 1)
+
+        def forward(self, idx):
+            out = {"e": self.e(idx), "e2": self.e2(idx)}
+            return {k: self.head(v) for k, v in out.items()} if with_dense else out
+
+    m = Tables()
+    ddp = nn.parallel.DistributedDataParallel(m, find_unused_parameters=find_unused)
+    out = ddp(ddpc.tensor([rank]))
+    # rank 0's loss reaches table e, rank 1's table e2 (without find_unused, both reach e)
+    (out["e2" if rank == 1 and find_unused else "e"]).sum().backward()
+    grads = {n: None if t.grad is None else t.grad.to_dense().numpy().ravel().tolist()
+             for n, t in (("e", m.e.weight), ("e2", m.e2.weight))}
+    dist.destroy_process_group()
+    return grads
+
+
+@pytest.mark.parametrize("with_dense", [True, False], ids=["with_a_dense_layer", "tables_alone"])
+@pytest.mark.parametrize("find_unused", [True, False])
+def test_sparse_tables_each_ranks_loss_reaches_are_averaged_table_by_table(find_unused, with_dense):
+    """Every table's gradients are gathered in one order on every rank, whichever
+    tables each rank's loss reached (a table none reached keeps None), also in a
+    model of sparse tables alone (whose gradients were left unaveraged)."""
+    results = ddpc.spawn(tables_worker, args=(find_unused, with_dense), nprocs=2)
+    assert results[0] == results[1], results
+    got = results[0]
+    if find_unused:  # e: rank 0's row 0, halved; e2: rank 1's row 1, halved
+        assert got["e"][1:] == [0.0] * 3 and got["e2"][0] == 0.0 and got["e2"][2:] == [0.0] * 2
+        assert got["e"][0] != 0.0 and got["e"][0] == pytest.approx(got["e2"][1])
+    else:  # both ranks' losses reach e (rows 0 and 1), none reaches e2
+        assert got["e2"] is None and got["e"][2:] == [0.0] * 2 and got["e"][0] == pytest.approx(got["e"][1])
+    if not with_dense:  # the gradient of the sum over one row is 1, averaged over 2 ranks
+        assert max(got["e"]) == pytest.approx(0.5)

@@ -24,6 +24,7 @@ import contextlib
 import copy
 import dataclasses
 import enum
+import itertools
 import logging
 import os
 import time
@@ -604,7 +605,7 @@ class DistributedDataParallel(Module, _GroupJoinable):
         self._next_launch = self._next_settle = 0
         self._got_grad = {}
         self._hook_fired = self._ends_with_backward = False
-        self._unused, self._used_mask, self._used = [], None, None
+        self._unused, self._used_mask, self._used, self._sparse_ready = [], None, None, set()
         self._expect_reduction = self._gather_sparse = False
         self._join_steps, self._join_active, self._join_divide_by_world = 0, None, True
         self.dim = dim
@@ -785,6 +786,7 @@ class DistributedDataParallel(Module, _GroupJoinable):
         self._got_grad = {}
         self._hook_fired = self._ends_with_backward = False
         self._unused, self._used_mask, self._used, self._skipped = [], None, None, None
+        self._sparse_ready = set()
         # A group of one with the default hook has nothing to average: skip the buckets entirely.
         alone = (self._comm_hook is allreduce_hook and dist.get_world_size(self.process_group) == 1
                  and self._reduce_dtype is None and not self._manual_finalization and not self._steppers)
@@ -805,19 +807,22 @@ class DistributedDataParallel(Module, _GroupJoinable):
         in its first iteration only; the same set every time, for a static graph)."""
         return self.find_unused_parameters or self.static_graph
 
+    def _first_gradient(self):
+        """The first gradient of this backward pass: the parameters forward did
+        not reach are ready now (as PyTorch marks them), with any gradient they hold."""
+        self._hook_fired = True
+        if self._finds_unused():
+            self._ends_with_backward = True
+            queue_callback(self._end_of_backward)
+            for q in self._unused:
+                self._mark_ready(q, q.grad)
+
     def _on_grad_ready(self, p):
         if not self._expect_reduction:
             return
         _refuse_recorded_grad(p, "DistributedDataParallel")
         if not self._hook_fired:
-            # The first gradient of this backward pass: the parameters forward did not
-            # reach are ready now (as PyTorch marks them), with any gradient they hold.
-            self._hook_fired = True
-            if self._finds_unused():
-                self._ends_with_backward = True
-                queue_callback(self._mark_unreached_by_loss)
-                for q in self._unused:
-                    self._mark_ready(q, q.grad)
+            self._first_gradient()
         if self._got_grad.get(id(p)) and any(q is p for q in self._unused):
             raise RuntimeError(
                 f"DistributedDataParallel: a parameter ({tuple(p.shape)}) that forward's outputs do not reach got a "
@@ -825,20 +830,26 @@ class DistributedDataParallel(Module, _GroupJoinable):
                 "from")
         self._mark_ready(p, p.grad)
 
-    def _mark_unreached_by_loss(self):
+    def _end_of_backward(self):
         """End of a backward pass that looks for unused parameters: those that
         forward's outputs reach but the loss does not (an output left out of
-        it) got no gradient, and are ready now, as PyTorch marks them. Then
-        which parameters got a gradient anywhere is all-reduced: on every rank
-        after every bucket, whichever buckets such parameters held."""
+        it) got no gradient, and are ready now, as PyTorch marks them (with
+        skip_all_reduce_unused_params, unused on every rank, so left alone).
+        Then which parameters got a gradient anywhere is all-reduced, and the
+        sparse tables' gradients are gathered in their order, on every rank
+        after every bucket, whichever buckets or tables this rank's loss reached."""
         if not self._expect_reduction:
             return
         late = [p for _, p in self._named_params if id(p) not in self._got_grad]
         self._unused += late
+        if self._skipped is not None:
+            self._skipped.update(id(p) for p in late)
         for p in late:
             self._mark_ready(p, p.grad)
         if self._skipped is None:
             self._launch_used_mask()
+        for p in self._sparse_params:
+            self._reduce_sparse(p, p.grad if id(p) in self._sparse_ready else None)
         self._ends_with_backward = False
         self._launch_ready()
 
@@ -846,10 +857,25 @@ class DistributedDataParallel(Module, _GroupJoinable):
         if not self._gather_sparse:
             return
         _refuse_recorded_grad(p, "DistributedDataParallel")
-        if p.grad.is_sparse:
-            p.grad = self._gathered_sparse(p.grad)
-        else:  # a dense gradient reached a sparse table (e.g. its weight used outside the lookup)
-            dist.all_reduce(p.grad, op=dist.ReduceOp.AVG, group=self.process_group)
+        if self._finds_unused():  # another rank's loss may reach other tables: all are gathered at the end
+            if not self._hook_fired:
+                self._first_gradient()
+            self._sparse_ready.add(id(p))
+            return
+        self._reduce_sparse(p, p.grad)
+
+    def _reduce_sparse(self, p, grad):
+        """A sparse table's gradient, ``grad`` (None where this rank's loss did
+        not reach it), averaged over the ranks: their sparse gradients
+        gathered, None where no rank has one."""
+        if grad is not None and not grad.is_sparse:  # a dense gradient (its weight used outside the lookup)
+            dist.all_reduce(grad, op=dist.ReduceOp.AVG, group=self.process_group)
+        else:
+            mine = grad if grad is not None else SparseTensor(
+                zeros((1, 0), dtype=_dtype.int64, device=p.device),
+                zeros((0,) + tuple(p.shape[1:]), dtype=p.dtype, device=p.device), p.shape)
+            gathered = self._gathered_sparse(mine)
+            p.grad = gathered if gathered._nnz() or grad is not None else None
         for optimizer in self._steppers.get(id(p), ()):
             optimizer.step()
         if id(p) in self._drop_grads:
@@ -1043,7 +1069,7 @@ class DistributedDataParallel(Module, _GroupJoinable):
             outputs = functional_call(self.module, copies, inputs, kwargs)
         else:
             outputs = self.module(*inputs, **kwargs)
-        if (self._buckets or self._exchange) and is_grad_enabled():  # also in eval mode, as PyTorch's
+        if (self._buckets or self._exchange or self._sparse_params) and is_grad_enabled():  # eval mode too, as PyTorch
             self._prepare_for_backward(outputs)
         self.require_forward_param_sync = self.require_backward_grad_sync and is_grad_enabled()
         if self._delayed:
@@ -1365,17 +1391,30 @@ class _DDPJoinHook(JoinHook):
 _REPLICA_OWN = frozenset(("_parameters", "_buffers", "_modules"))
 
 
-def _replica_own(value, module):
-    """Whether a module attribute stays the replica's own rather than shared:
-    tensors (also in a list, tuple or dict: an RNN's flat weights, say) and
-    methods bound to the module (its own forward, patched in)."""
-    if isinstance(value, types.MethodType):
-        return value.__self__ is module
+def _holds_own(value, own):
+    """Whether a module attribute holds one of the module's own parameters or
+    buffers (ids in ``own``), itself or in a list, tuple or dict (an RNN's
+    flat weights, say): a replica keeps its copy, which holds the replica's."""
     if isinstance(value, dict):
         value = value.values()
     elif not isinstance(value, (list, tuple)):
-        return isinstance(value, Tensor)
-    return any(isinstance(v, Tensor) for v in value)
+        return isinstance(value, Tensor) and id(value) in own
+    return any(isinstance(v, Tensor) and id(v) in own for v in value)
+
+
+def _share_attributes(module, replica):
+    """The module's attributes on a replica of it, as PyTorch's replicas share
+    them: all but its tensors (and what holds them), a method bound to the
+    module bound to the replica (a forward patched in), none the module lost."""
+    own = {id(t) for t in itertools.chain(module._parameters.values(), module._buffers.values()) if t is not None}
+    for k in [k for k in replica.__dict__ if k not in module.__dict__ and k not in _REPLICA_OWN]:
+        del replica.__dict__[k]
+    for k, v in module.__dict__.items():
+        if k in _REPLICA_OWN or _holds_own(v, own):
+            continue
+        if isinstance(v, types.MethodType) and v.__self__ is module:
+            v = types.MethodType(v.__func__, replica)
+        replica.__dict__[k] = v
 
 
 class DataParallel(Module):
@@ -1506,10 +1545,20 @@ class DataParallel(Module):
             for bs in zip(*(list(r.buffers()) for r in self._replicas)):
                 _C.multi_broadcast([b._buf for b in bs], 0)
         for ms in zip(*(r.modules() for r in self._replicas)):
-            shared = {k: v for k, v in ms[0].__dict__.items() if k not in _REPLICA_OWN and not _replica_own(v, ms[0])}
             for m in ms[1:]:
-                m.__dict__.update(shared)
+                _share_attributes(ms[0], m)
         self._hook_trainable()
+
+    def _hooked_elsewhere(self):
+        """Whether a parameter of the module has gradient hooks (an optimizer
+        in backward's too) besides this wrapper's: they must see the gradient
+        summed over the replicas, as PyTorch's replicas give it."""
+        for p in self.module.parameters():
+            hooks = p.__dict__
+            if hooks.get("_grad_hooks") or "_in_backward_optimizers" in hooks or any(
+                    h != self._on_grad_ready for h in hooks.get("_post_accumulate_hooks", {}).values()):
+                return True
+        return False
 
     def forward(self, *inputs, **kwargs):
         if len(self._replicas) == 1:
@@ -1543,10 +1592,13 @@ class DataParallel(Module):
     def replicate(self, module, device_ids):
         """The kept replicas for ``device_ids`` (a prefix of this wrapper's),
         given the first replica's parameters and buffers, which the optimizer
-        or load_state_dict changed (and its train or eval mode); for another
-        module or other devices, ``nn.parallel.replicate``'s copies."""
+        or load_state_dict changed (and its other attributes); for another
+        module or other devices, or where the module's parameters have
+        gradient hooks of their own (which must see the replicas' gradients
+        summed), ``nn.parallel.replicate``'s copies, through which autograd
+        sums them, as PyTorch's."""
         devices = [_device_name(d) for d in device_ids]
-        if module is not self.module or devices != self.device_ids[:len(devices)]:
+        if module is not self.module or devices != self.device_ids[:len(devices)] or self._hooked_elsewhere():
             return replicate(module, devices, not is_grad_enabled())
         self._sync_replicas()
         return self._replicas[:len(devices)]
