@@ -1323,7 +1323,10 @@ class DistributedDataParallel(Module, _GroupJoinable):
         steps. As in PyTorch, gradients are averaged over the whole world
         size, or with ``divide_by_initial_world_size=False`` over the ranks
         still active; ``throw_on_early_termination=True`` makes every rank
-        raise instead as soon as one runs out of inputs. ``Join([ddp, ...])``
+        raise instead as soon as one runs out of inputs. With
+        ``find_unused_parameters``, a parameter no active rank used in a step
+        keeps ``.grad`` None (PyTorch's joined ranks resend their last used
+        map, which can make it zeros). ``Join([ddp, ...])``
         (ddpc.distributed.algorithms.Join) does the same for several joinables,
         a ZeroRedundancyOptimizer say."""
         return Join([self], enable, throw_on_early_termination,
@@ -1428,7 +1431,10 @@ class DataParallel(Module):
     and share its other attributes (mode, hooks, settings), instead of
     PyTorch's rebuilding the replicas on every call; a module whose layout
     changed (a layer replaced, parameters assigned or cast) is copied again
-    then. Tensors in the inputs,
+    then; where the module's parameters have gradient hooks of their own
+    (or optimizers in backward), the replicas are made afresh through
+    autograd, as PyTorch's, so the hooks see the summed gradient. Tensors in
+    the inputs,
     also inside lists, tuples and dicts and in keyword arguments, are split
     along ``dim`` as ``ddpc.nn.parallel.scatter`` splits them (``dim=1`` for
     a sequence-first batch, an LSTM's say), and outputs are concatenated
