@@ -1899,7 +1899,29 @@ class Flatten(Module):
 
 # ---- containers ---------------------------------------------------------------------------
 
-class Sequential(Module):
+class _Numbered:
+    """What Sequential and ModuleList share: modules under "0", "1", ...,
+    numbered again after a deletion, as PyTorch's."""
+
+    def append(self, module):
+        self.add_module(str(len(self)), module)
+        return self
+
+    def __delitem__(self, idx):
+        keys = list(self._modules)
+        for key in (keys[idx] if isinstance(idx, slice) else [self._key(idx)]):
+            delattr(self, key)
+        modules = list(self._modules.values())
+        self._modules.clear()
+        self._modules.update((str(i), m) for i, m in enumerate(modules))
+
+    def pop(self, key):
+        module = self[key]
+        del self[key]
+        return module
+
+
+class Sequential(_Numbered, Module):
     """Modules applied in order; built from modules or one OrderedDict of them."""
 
     def __init__(self, *args):
@@ -1933,19 +1955,12 @@ class Sequential(Module):
     def __setitem__(self, idx, module):
         setattr(self, self._key(idx), module)
 
-    def __delitem__(self, idx):
-        _delete_renumbered(self, idx)
-
     def _key(self, idx):
         n = len(self)
         idx = operator.index(idx)
         if not -n <= idx < n:
             raise IndexError(f"index {idx} is out of range for a Sequential of {n} modules")
         return next(itertools.islice(self._modules, idx % n, None))
-
-    def append(self, module):
-        self.add_module(str(len(self)), module)
-        return self
 
     def insert(self, index, module):
         """Puts ``module`` at ``index``, the modules from there on moving up one, as PyTorch's."""
@@ -1965,11 +1980,6 @@ class Sequential(Module):
         for m in sequential:
             self.append(m)
         return self
-
-    def pop(self, key):
-        module = self[key]
-        del self[key]
-        return module
 
     def __add__(self, other):
         if not isinstance(other, Sequential):
@@ -1995,18 +2005,7 @@ class Sequential(Module):
         return self.extend(list(self) * (other - 1))
 
 
-def _delete_renumbered(container, idx):
-    """del container[idx] (an index or a slice) of a Sequential or ModuleList;
-    the rest are numbered 0, 1, ... again, as PyTorch's."""
-    keys = list(container._modules)
-    for key in (keys[idx] if isinstance(idx, slice) else [container._key(idx)]):
-        delattr(container, key)
-    modules = list(container._modules.values())
-    container._modules.clear()
-    container._modules.update((str(i), m) for i, m in enumerate(modules))
-
-
-class ModuleList(Module):
+class ModuleList(_Numbered, Module):
     """A list of modules, registered so their parameters are found."""
 
     def __init__(self, modules=None):
@@ -2052,18 +2051,6 @@ class ModuleList(Module):
 
     def __setitem__(self, idx, module):
         self.add_module(self._key(idx), module)
-
-    def __delitem__(self, idx):
-        _delete_renumbered(self, idx)
-
-    def pop(self, key):
-        module = self[key]
-        del self[key]
-        return module
-
-    def append(self, module):
-        self.add_module(str(len(self)), module)
-        return self
 
     def extend(self, modules):
         for m in modules:
