@@ -771,3 +771,71 @@ def test_gradients_of_many_slices_of_one_tensor_add_up():
     b = ddpc.tensor(x, requires_grad=True)
     b[2:4].sum().backward()
     assert b.grad.shape == x.shape and b.grad.numpy()[2:4].all() and not b.grad.numpy()[:2].any()
+
+
+def test_requires_grad_of_a_computed_tensor_cannot_be_switched_off():
+    x = ddpc.ones(3, requires_grad=True)
+    y = x * 2
+    with pytest.raises(RuntimeError, match="only change requires_grad flags of leaf variables"):
+        y.requires_grad = False
+    (y * x).sum().backward()
+    assert x.grad.tolist() == [4.0, 4.0, 4.0]
+
+
+def test_grad_modes_decorate_generators_and_bare_functions():
+    x = ddpc.ones(2, requires_grad=True)
+
+    @ddpc.no_grad()
+    def steps():
+        for _ in range(2):
+            got = yield ddpc.is_grad_enabled(), (x * 2).requires_grad
+            assert got is None or got == "sent"
+
+    gen = steps()
+    assert next(gen) == (False, False) and gen.send("sent") == (False, False)
+    assert ddpc.is_grad_enabled()
+
+    @ddpc.no_grad
+    def bare():
+        return (x * 2).requires_grad
+
+    @ddpc.inference_mode
+    def inferred():
+        return (x * 2).requires_grad
+
+    assert bare() is False and inferred() is False and ddpc.is_grad_enabled()
+
+
+def test_a_gradient_a_hook_keeps_is_not_changed_by_the_next_accumulation():
+    x = ddpc.ones(3, requires_grad=True)
+    seen = []
+    x.register_hook(seen.append)
+    (x * 2).sum().backward()
+    (x * 3).sum().backward()
+    assert [g.tolist() for g in seen] == [[2.0] * 3, [3.0] * 3] and x.grad.tolist() == [5.0] * 3
+
+
+def test_fill_and_zero_on_a_computed_tensor_are_recorded():
+    x = ddpc.ones(3, requires_grad=True)
+    y = x * 2
+    y.zero_()
+    (y + x).sum().backward()
+    assert y.tolist() == [0.0] * 3 and x.grad.tolist() == [1.0] * 3  # none through the zeroed y
+    z = x * 3
+    z.fill_(7.0)
+    assert z.tolist() == [7.0] * 3 and z.grad_fn is not None
+
+
+def test_writes_through_diagonal_land_in_the_matrix_or_are_refused():
+    k = ddpc.ones(3, 3)
+    k.diagonal().add_(1.0)  # GP jitter
+    assert k.tolist() == [[2.0, 1.0, 1.0], [1.0, 2.0, 1.0], [1.0, 1.0, 2.0]]
+    k.diagonal(1).fill_(5.0)
+    assert k[0, 1].item() == 5.0 and k[1, 2].item() == 5.0
+    x = ddpc.ones(3, 3, requires_grad=True)
+    with pytest.raises(RuntimeError, match="copy made by diagonal"):
+        (x @ x).diagonal().add_(1.0)  # not lost silently: refused
+    for view, what in ((ddpc.arange(6.0).reshape(2, 3).unfold(1, 2, 1), "unfold"),
+                       (ddpc.complex(ddpc.ones(2), ddpc.ones(2)).conj(), "conj")):
+        with pytest.raises(RuntimeError, match=f"copy made by {what}"):
+            view.mul_(2)

@@ -20,7 +20,7 @@ from . import autograd as _ag
 from ._C import ArgumentError, DtypeError, IndexOutOfRangeError
 from ._dtype import bool_, complex_of, float32, float64, real_of, result_type
 from .autograd import Node
-from .tensor import Tensor
+from .tensor import Tensor, _CopyOf
 
 # csrc/ops_complex.h's codes; the binary ones are tensor.py's first eight.
 _ADD, _SUB, _MUL, _DIV, _RSUB, _RDIV, _EQ, _NE = range(8)
@@ -338,9 +338,14 @@ def neg(x):
 
 def conj(input):
     """The complex conjugate. ddpc computes it (PyTorch returns a lazily
-    conjugated view; ddpc's is a new tensor, so ``is_conj()`` is False and
-    writes into it do not reach input). A real tensor is returned as it is."""
-    return unary(input, _CONJ) if input.dtype.is_complex else input
+    conjugated view; ddpc's is a new tensor, so ``is_conj()`` is False and a
+    write into it, which would not reach input, is refused). A real tensor
+    is returned as it is."""
+    if not input.dtype.is_complex:
+        return input
+    out = unary(input, _CONJ)
+    out._not_a_view = _CopyOf(None, None, "conj")
+    return out
 
 
 def conj_physical(input):

@@ -16,7 +16,7 @@ from . import autograd as _ag
 from ._C import ArgumentError, DtypeError, IndexOutOfRangeError
 from .backends import alert_not_deterministic
 from ._dtype import bfloat16, float16, float32, float64, iinfo, int32, int64, uint8
-from .tensor import Tensor, _size_args, full, ones, tensor, zeros
+from .tensor import Tensor, _CopyOf, _size_args, full, ones, tensor, zeros
 
 
 def _tensors(args, what):
@@ -370,8 +370,9 @@ def unfold(input, dimension, size, step):
     count = (n - size) // step + 1
     idx = (np.arange(count)[:, None] * step + np.arange(size)).reshape(-1)
     windows = input.index_select(d, tensor(idx, device=input.device))
-    windows = _ag.reshape(windows, input.shape[:d] + (count, size) + input.shape[d + 1:])
-    return windows.movedim(d + 1, -1)
+    windows = _ag.reshape(windows, input.shape[:d] + (count, size) + input.shape[d + 1:]).movedim(d + 1, -1)
+    windows._not_a_view = _CopyOf(None, None, "unfold")  # (windows may overlap: a write is refused, not lost)
+    return windows
 
 
 def _along(input, dim, index, what):

@@ -14,7 +14,7 @@ from . import autograd as _ag
 from ._C import ArgumentError, DtypeError
 from ._dtype import float32
 from .amp import autocast_op
-from .tensor import Tensor, tensor, zeros
+from .tensor import Tensor, _CopyOf, tensor, zeros
 
 
 def _check_tensors(what, *tensors):
@@ -38,7 +38,21 @@ def diagonal(input, offset=0, dim1=0, dim2=1):
     rows, cols = x.shape[-2], x.shape[-1]
     k = int(offset)
     i = np.arange(max(0, -k), max(max(0, -k), min(rows, cols - k)))
-    return x[(Ellipsis, i, i + k)]
+    out = x[(Ellipsis, i, i + k)]
+    # A write into it (K.diagonal().add_(eps)) goes back into input, as through PyTorch's view.
+    out._not_a_view = _CopyOf(x, _Indexed((Ellipsis, i, i + k)), "diagonal")
+    return out
+
+
+class _Indexed:
+    """A selection of a tensor by an index (advanced too), as _CopyOf writes back into it."""
+
+    def __init__(self, index):
+        self.index = index
+
+    def write(self, buf, values):
+        with _ag.no_grad():
+            Tensor(buf)[self.index] = Tensor(values)
 
 
 def trace(input):

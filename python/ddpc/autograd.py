@@ -23,6 +23,7 @@ import collections
 import copy
 import functools
 import heapq
+import inspect
 import itertools
 import math
 import numbers
@@ -90,14 +91,32 @@ class _ModeContext:
 
     def __call__(self, fn):
         value = self._mode_value
-
-        def wrapper(*args, **kwargs):
-            with set_grad_enabled(value):
-                return fn(*args, **kwargs)
+        if inspect.isgeneratorfunction(fn):
+            def wrapper(*args, **kwargs):  # the mode holds in the generator's body, each time it runs
+                gen = fn(*args, **kwargs)
+                sent = None
+                while True:
+                    with set_grad_enabled(value):
+                        try:
+                            item = gen.send(sent)
+                        except StopIteration as stop:
+                            return stop.value
+                    sent = yield item
+        else:
+            def wrapper(*args, **kwargs):
+                with set_grad_enabled(value):
+                    return fn(*args, **kwargs)
 
         wrapper.__name__ = getattr(fn, "__name__", "wrapper")
         wrapper.__doc__ = getattr(fn, "__doc__", None)
         return wrapper
+
+    def __new__(cls, *args, **kwargs):
+        # A bare @no_grad (or @enable_grad, @inference_mode) decorates the function, as PyTorch's do.
+        if cls in (no_grad, enable_grad, inference_mode) and len(args) == 1 and not kwargs and callable(args[0]) \
+                and not isinstance(args[0], bool):
+            return cls()(args[0])
+        return super().__new__(cls)
 
 
 class no_grad(_ModeContext):
@@ -545,8 +564,8 @@ def _accumulate_leaf(leaf, grad, owned):
             res = _hooked(fn, grad)
             if res is not None:
                 grad, owned = res, False
-    if leaf.grad is None:
-        leaf.grad = grad if owned else grad.clone()
+    if leaf.grad is None:  # (a gradient a hook was handed may be kept by it: the next accumulation must not change it)
+        leaf.grad = grad if owned and not hooks else grad.clone()
     elif _mode.enabled or leaf.grad.is_sparse:  # create_graph: the sum stays in the graph; sparse ones concatenate
         leaf.grad = grad + leaf.grad if leaf.grad.is_sparse and not grad.is_sparse else leaf.grad + grad
     else:

@@ -175,6 +175,10 @@ class Tensor:
 
     @requires_grad.setter
     def requires_grad(self, value):
+        if not value and self.__dict__.get("grad_fn") is not None:  # (as PyTorch's: it would cut the tensor's history out)
+            raise RuntimeError("you can only change requires_grad flags of leaf variables. If you want to use a "
+                               "computed variable in a subgraph that doesn't require differentiation use "
+                               "var_no_grad = var.detach().")
         if value and not (self.dtype.is_floating_point or self.dtype.is_complex):
             raise RuntimeError(f"only tensors of floating point and complex dtype can require gradients, this one is "
                                f"{self.dtype}")
@@ -564,6 +568,8 @@ class Tensor:
         return self
 
     def fill_(self, value):
+        if self.grad_fn is not None and _ag.is_grad_enabled():  # recorded, as PyTorch's (no gradient flows back)
+            return self.copy_(full(self.shape, value, dtype=self.dtype, device=self.device))
         _check_no_grad_inplace(self, "fill_")
         if isinstance(value, (complex, np.complexfloating)):
             if not self.dtype.is_complex:
