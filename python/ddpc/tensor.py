@@ -175,7 +175,8 @@ class Tensor:
 
     @requires_grad.setter
     def requires_grad(self, value):
-        if not value and self.__dict__.get("grad_fn") is not None:  # (as PyTorch's: it would cut the tensor's history out)
+        # As PyTorch's: switched off on a computed tensor, it would cut that tensor's history out.
+        if not value and self.__dict__.get("grad_fn") is not None:
             raise RuntimeError("you can only change requires_grad flags of leaf variables. If you want to use a "
                                "computed variable in a subgraph that doesn't require differentiation use "
                                "var_no_grad = var.detach().")
