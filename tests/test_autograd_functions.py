@@ -335,3 +335,28 @@ class DirtyButNotReturned(Function):
 def test_mark_dirty_errors():
     with pytest.raises(RuntimeError, match="must be returned as an output"):
         DirtyButNotReturned.apply(leaf([1.0]) * 1)
+
+
+def test_the_newer_form_with_setup_context_and_keyword_arguments():
+    class Scaled(ddpc.autograd.Function):
+        @staticmethod
+        def forward(x, scale=2.0):
+            return x * x * scale
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            x, scale = inputs
+            ctx.save_for_backward(x)
+            ctx.scale = scale
+
+        @staticmethod
+        def backward(ctx, grad):
+            (x,) = ctx.saved_tensors
+            return grad * 2 * x * ctx.scale, None
+
+    x = ddpc.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    y = Scaled.apply(x, scale=3.0)
+    assert y.tolist() == [3.0, 12.0, 27.0]
+    y.sum().backward()
+    assert x.grad.tolist() == [6.0, 12.0, 18.0]
+    assert Scaled.apply(x).tolist() == [2.0, 8.0, 18.0]  # the default, bound from forward's signature

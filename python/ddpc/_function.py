@@ -5,6 +5,8 @@ its outputs (with no graph recorded) and saves what backward needs with
 ``ctx.save_for_backward``, and ``backward(ctx, *grads)``, which takes one
 gradient per output and returns one per input of forward (None where an
 input needs none). ``MyOp.apply(*args)`` runs forward and records one node.
+PyTorch's newer form works too: ``forward(*args)`` without ctx, and
+``setup_context(ctx, inputs, output)`` saving what backward needs.
 
 The node is the ``ctx``: the engine checks the saved tensors' versions before
 backward (an in-place change since forward raises, as for ddpc's own ops) and
@@ -16,6 +18,8 @@ that gradient again raises. A forward that modifies an input in place
 says so with ``ctx.mark_dirty(input)`` and returns that input, which then
 takes the function's node as its history, as PyTorch's.
 """
+
+import inspect
 
 from ._saved import Packed
 from .autograd import Node, _attach, _mode, _packed, no_grad
@@ -152,11 +156,27 @@ class Function:
     def backward(ctx, *grads):
         raise NotImplementedError("a Function subclass must define backward(ctx, *grads) to be differentiated")
 
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        """PyTorch's newer form, where a subclass defines it: forward(*args)
+        takes no ctx, and setup_context(ctx, inputs, output) then saves what
+        backward needs."""
+        raise NotImplementedError
+
     @classmethod
-    def apply(cls, *args):
+    def apply(cls, *args, **kwargs):
+        new_style = cls.setup_context is not Function.setup_context
+        if kwargs or new_style:  # as PyTorch's: bound to forward's parameters (defaults too), passed by position
+            bound = inspect.signature(cls.forward).bind(*((() if new_style else (None,)) + args), **kwargs)
+            bound.apply_defaults()
+            args = bound.args if new_style else bound.args[1:]
         ctx = FunctionCtx(cls, args)
         with no_grad():
-            result = cls.forward(ctx, *args)
+            if new_style:
+                result = cls.forward(*args)
+                cls.setup_context(ctx, args, result)
+            else:
+                result = cls.forward(ctx, *args)
         single = not isinstance(result, tuple)
         outputs = (result,) if single else result
         _check_dirty(ctx, args, outputs)
