@@ -839,3 +839,13 @@ def test_writes_through_diagonal_land_in_the_matrix_or_are_refused():
                        (ddpc.complex(ddpc.ones(2), ddpc.ones(2)).conj(), "conj")):
         with pytest.raises(RuntimeError, match=f"copy made by {what}"):
             view.mul_(2)
+
+
+def test_a_retained_gradient_follows_an_in_place_op_to_the_new_value():
+    x = ddpc.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    y = x * 2
+    y.retain_grad()
+    y.mul_(3)
+    (y * y).sum().backward()
+    assert y.grad.tolist() == [12.0, 24.0, 36.0]  # 2y of the new y, not of the old
+    assert x.grad.tolist() == [72.0, 144.0, 216.0]

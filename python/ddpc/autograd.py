@@ -3704,6 +3704,11 @@ def _write_into(t, sel, values, node):
         sel.write(t._buf, values._buf)
     t.grad_fn = node
     t.requires_grad = node is not None
+    retained = t.__dict__.get("_retain_hook")
+    if retained is not None and node is not None:  # .grad is the new value's gradient, as in PyTorch
+        keep, handle = retained
+        handle.remove()
+        t._retain_hook = (keep, t.register_hook(keep))
     return t
 
 

@@ -1084,7 +1084,8 @@ class Tensor:
             if t is not None:
                 t.grad = grad.clone() if t.grad is None else t.grad + grad
 
-        self.register_hook(keep)
+        # (kept with its handle: an in-place op that gives this tensor a new history moves it there)
+        self._retain_hook = (keep, self.register_hook(keep))
         self._retains_grad = True
 
     @property
