@@ -849,3 +849,15 @@ def test_a_retained_gradient_follows_an_in_place_op_to_the_new_value():
     (y * y).sum().backward()
     assert y.grad.tolist() == [12.0, 24.0, 36.0]  # 2y of the new y, not of the old
     assert x.grad.tolist() == [72.0, 144.0, 216.0]
+
+
+def test_a_node_that_saved_nothing_can_be_differentiated_again():
+    x = ddpc.ones(3, requires_grad=True)
+    s = (x + 1).sum()  # neither node saves a tensor
+    s.backward()
+    s.backward()
+    assert x.grad.tolist() == [2.0, 2.0, 2.0]
+    y = x * x  # this one does, and is freed as before
+    y.sum().backward()
+    with pytest.raises(RuntimeError, match="a second time"):
+        y.sum().backward()

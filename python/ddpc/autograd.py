@@ -708,7 +708,8 @@ def _run_nodes(ready, grads, deps, retain_graph, targets, expands):
         if node.node_hooks is not None:
             in_grads = node.node_hooks.run_post(node, g, in_grads)
         if not retain_graph:
-            node.saved = None
+            if packed is not None or node.saved != ():  # a node that saved nothing runs again, as PyTorch's
+                node.saved = None
         elif packed is not None:
             node.saved = packed  # the next pass unpacks again
         owned = not node.passes_through
