@@ -10,6 +10,7 @@ import numbers
 
 import numpy as np
 
+from . import _indexing
 from . import autograd as _ag
 from ._C import ArgumentError, DtypeError
 from ._dtype import float32
@@ -39,20 +40,12 @@ def diagonal(input, offset=0, dim1=0, dim2=1):
     k = int(offset)
     i = np.arange(max(0, -k), max(max(0, -k), min(rows, cols - k)))
     out = x[(Ellipsis, i, i + k)]
-    # A write into it (K.diagonal().add_(eps)) goes back into input, as through PyTorch's view.
-    out._not_a_view = _CopyOf(x, _Indexed((Ellipsis, i, i + k)), "diagonal")
+    # A write into it (K.diagonal().add_(eps)) goes back into input, as through PyTorch's view:
+    # the diagonal is the region of x's elements (cols + 1) apart from its first.
+    strides = _indexing.contiguous_strides(x.shape)
+    first = int(i[0]) * cols + int(i[0]) + k if len(i) else 0
+    out._not_a_view = _CopyOf(x, _indexing.Region(first, out.shape, strides[:-2] + (cols + 1,)), "diagonal")
     return out
-
-
-class _Indexed:
-    """A selection of a tensor by an index (advanced too), as _CopyOf writes back into it."""
-
-    def __init__(self, index):
-        self.index = index
-
-    def write(self, buf, values):
-        with _ag.no_grad():
-            Tensor(buf)[self.index] = Tensor(values)
 
 
 def trace(input):
