@@ -75,9 +75,7 @@ def view_as_real(input):
     if not isinstance(input, Tensor) or not input.dtype.is_complex:
         raise RuntimeError("view_as_real is only supported for complex tensors")
     out = Tensor(input._buf.view(0, tuple(input.shape) + (2,), real_of(input.dtype).name))
-    if _ag._needs_grad(input):
-        _ag._attach(out, _ViewAsRealBackward(input))
-    return out
+    return _ag._attach_view(out, input, None, _ViewAsRealBackward, writable=False)
 
 
 def view_as_complex(input):
@@ -97,9 +95,7 @@ def view_as_complex(input):
     if input.numel() and input._buf.data_ptr % (2 * input.dtype.itemsize):
         raise RuntimeError("Tensor must have a storage_offset divisible by 2")
     out = Tensor(input._buf.view(0, tuple(input.shape[:-1]), complex_of(input.dtype).name))
-    if _ag._needs_grad(input):
-        _ag._attach(out, _ViewAsComplexBackward(input))
-    return out
+    return _ag._attach_view(out, input, None, _ViewAsComplexBackward, writable=False)
 
 
 def real(input):

@@ -31,6 +31,7 @@ import sys
 import threading
 import traceback
 import warnings
+import weakref
 
 import numpy as np
 
@@ -474,6 +475,63 @@ def _attach(out, node):
     out.requires_grad = True
     out.grad_fn = node
     return out
+
+
+def _attach_view(out, a, sel, make_node, writable=True):
+    """Makes out, a tensor over a's elements ``sel`` (None: all of them,
+    reshaped), a view in the graph, as PyTorch's views are. Where out shares
+    a's memory, it remembers a and sel (made with grad mode on; unless not
+    ``writable``: then such a write is refused), so that an
+    in-place write into out is also one into a (``_propagate``); where it
+    has a history from a computed tensor, a remembers it, so that an in-place
+    write into a gives out its new history too (``_rebase_views``)."""
+    if not _mode.enabled:
+        return out
+    if a.requires_grad:
+        _attach(out, make_node(a))
+    if out._buf.base is not None:
+        if writable:
+            out._view_of = (a, sel)
+        if a.grad_fn is not None:
+            views = a.__dict__.get("_graph_views")
+            if views is None:
+                views = a._graph_views = _Views()
+            views.add(out, make_node)
+    return out
+
+
+class _Views:
+    """The views of a computed tensor made in the graph: (view, its memory,
+    the node maker) with weak references, dropping the dead ones whenever the
+    list has doubled since the last look (so that a loop taking many views of
+    one tensor stays linear)."""
+
+    __slots__ = ("items", "limit")
+
+    def __init__(self):
+        self.items, self.limit = [], 16
+
+    def add(self, view, make_node):
+        self.items.append((weakref.ref(view), weakref.ref(view._buf), make_node))
+        if len(self.items) > self.limit:
+            self.items = [v for v in self.items if v[0]() is not None]
+            self.limit = builtins.max(16, 2 * len(self.items))
+
+    def __iter__(self):
+        return iter(self.items)
+
+
+def _rebase_views(t):
+    """After an in-place write gave t new history: each view of t made in the
+    graph, whose elements the write may have changed, now reads them from t's
+    new history (and so on for the views of those views), as in PyTorch."""
+    for view, buf, make_node in t.__dict__.get("_graph_views", ()):
+        v = view()
+        if v is None or v._buf is not buf():  # gone, or no longer a view of t (.data, set_)
+            continue
+        v.grad_fn, v.requires_grad = make_node(t), True
+        _follow_retain(v)
+        _rebase_views(v)
 
 
 # ---- the engine ----------------------------------------------------------------------
@@ -3509,17 +3567,13 @@ class _ViewBackward(Node):
 def reshape(input, shape):
     out = Tensor(input._buf.view(0, input._normalize_shape(shape)))
     out._not_a_view = _copy_view(input)
-    if _needs_grad(input):
-        _attach(out, _ViewBackward(input))
-    return out
+    return _attach_view(out, input, None, _ViewBackward)
 
 
 def alias(a):
     """A tensor over a's elements that is not marked as a copy (``contiguous()``)."""
     out = Tensor(a._buf.view(0, a.shape))
-    if _needs_grad(a):
-        _attach(out, _ViewBackward(a))
-    return out
+    return _attach_view(out, a, None, _ViewBackward)
 
 
 class _SelectBackward(Node):
@@ -3590,10 +3644,7 @@ def _place(shape, sel, g):
 
 
 def _select(a, sel, what):
-    out = _read(a, sel, what)
-    if _needs_grad(a):
-        _attach(out, _SelectBackward(a, sel))
-    return out
+    return _attach_view(_read(a, sel, what), a, sel, functools.partial(_SelectBackward, sel=sel))
 
 
 def index(a, idx):
@@ -3678,19 +3729,42 @@ def expand(a, shape):
 # edge to the old values is the tensor's previous history.
 
 
+def _source_of(t):
+    """(tensor, selection) where t is a view made in the graph of that
+    tensor's elements (selection None: all of them, reshaped), or a copy
+    standing for them; None where t owns its memory, or its source is unknown."""
+    view = t.__dict__.get("_view_of")
+    if view is not None and t._buf.base is not None and (t._buf.base is view[0]._buf or
+                                                          t._buf.base is view[0]._buf.base):
+        return view
+    c = t._not_a_view
+    if c is not None and c.source is not None and c.sel is not None:
+        return c.source, c.sel
+    return None
+
+
 def _writable_history(t, what):
-    """A tensor standing for ``t`` before the write (same memory, t's history)."""
-    if t._not_a_view is not None:
-        raise RuntimeError(f"{what}: this tensor is a copy made by {t._not_a_view.what} (a view in PyTorch, but ddpc "
+    """A tensor standing for ``t`` before the write (same memory, t's
+    history), once the write is one autograd can follow: into t and, where t
+    is a view (or a copy standing for one), into the tensors it views."""
+    v = t
+    while True:
+        if v.requires_grad and v.grad_fn is None:
+            whose = "a leaf tensor that requires grad" if v is t else "a view of a leaf tensor that requires grad"
+            raise RuntimeError(f"{what}: {whose} can't be modified in place while grad mode is on; wrap the "
+                               "update in ddpc.no_grad()")
+        link = _source_of(v)
+        if link is None:
+            break
+        v = link[0]
+    if v._not_a_view is not None:
+        raise RuntimeError(f"{what}: this tensor is a copy made by {v._not_a_view.what} (a view in PyTorch, but ddpc "
                            "tensors are contiguous), and a write into it can't be followed by autograd; write "
                            "through an index of the tensor it came from (x[index] = value)")
-    if t.requires_grad and t.grad_fn is None:
-        raise RuntimeError(f"{what}: a leaf tensor that requires grad can't be modified in place while grad mode "
-                           "is on; wrap the update in ddpc.no_grad()")
-    if t._buf.views_shared:
-        raise RuntimeError(f"{what}: a view of another tensor can't take part in the graph through an in-place "
-                           "write (the tensor it views would not know); write into that tensor, or build the "
-                           "result out of place (x = x + y, ddpc.cat, ddpc.stack)")
+    if v._buf.views_shared:
+        raise RuntimeError(f"{what}: this tensor shares memory with another one (a view made with grad mode off, "
+                           "or by detach()), and autograd can't follow a write into it to that tensor; write "
+                           "into that tensor, or build the result out of place (x = x + y, ddpc.cat, ddpc.stack)")
     old = Tensor(t._buf)
     old.requires_grad, old.grad_fn = t.requires_grad, t.grad_fn
     return old
@@ -3703,14 +3777,39 @@ def _write_into(t, sel, values, node):
         _C.copy(t._buf, values._buf)
     else:
         sel.write(t._buf, values._buf)
+    _write_back(t)
     t.grad_fn = node
     t.requires_grad = node is not None
+    if node is not None:
+        _follow_retain(t)
+        _propagate(t)
+    return t
+
+
+def _follow_retain(t):
+    """After t took new history: ``retain_grad``'s .grad is the new value's gradient, as in PyTorch."""
     retained = t.__dict__.get("_retain_hook")
-    if retained is not None and node is not None:  # .grad is the new value's gradient, as in PyTorch
+    if retained is not None:
         keep, handle = retained
         handle.remove()
         t._retain_hook = (keep, t.register_hook(keep))
-    return t
+
+
+def _propagate(t):
+    """After an in-place write into t: where t is a view of another tensor,
+    that tensor's history becomes its old one with t's new values written
+    into t's part (PyTorch's CopySlices), and so on up to the tensor owning
+    the memory; the views of each then read from its new history."""
+    link = _source_of(t)
+    if link is not None:
+        src, sel = link
+        old = Tensor(src._buf)
+        old.requires_grad, old.grad_fn = src.requires_grad, src.grad_fn
+        value = t if sel is not None else reshape(t, src.shape)
+        src.grad_fn, src.requires_grad = _WriteBackward(old, value, sel), True
+        _follow_retain(src)
+        _propagate(src)
+    _rebase_views(t)
 
 
 def inplace_binary(t, other, op):

@@ -165,10 +165,42 @@ class Tensor:
             raise TypeError("Tensor(buffer) takes one buffer")
         self._buf = buf
         self.requires_grad = requires_grad
-        self.grad = None
+        self._grad = None
         self.grad_fn = None
 
     # ---- metadata -------------------------------------------------------------
+    @property
+    def grad(self):
+        return self._grad
+
+    @grad.setter
+    def grad(self, value):
+        # As PyTorch's: a gradient unlike the tensor is refused here, rather than
+        # broadcast into (or cast by) the optimizer's update later.
+        if value is not None:
+            if not isinstance(value, Tensor):
+                raise TypeError(f"assigned grad expected to be a Tensor or None but got grad of type "
+                                f"{type(value).__name__}")
+            if value.dtype is not self.dtype:
+                raise TypeError(f"assigned grad has data of a different type: {value.dtype} for a tensor of "
+                                f"{self.dtype}")
+            if value.device != self.device:
+                raise TypeError(f"assigned grad has data located on a different device: {value.device} for a "
+                                f"tensor on {self.device}")
+            if tuple(value.shape) != tuple(self.shape):
+                raise RuntimeError(f"attempting to assign a gradient of size {list(value.shape)} to a tensor of "
+                                   f"size {list(self.shape)}; the gradient and the tensor must be the same size")
+        self._grad = value
+
+    @grad.deleter
+    def grad(self):
+        self._grad = None
+
+    @property
+    def _version(self):
+        """How many in-place writes the tensor's memory has had (shared with its views), as PyTorch's."""
+        return self._buf.version
+
     @property
     def requires_grad(self):
         return self._requires_grad

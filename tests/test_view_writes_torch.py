@@ -1,0 +1,92 @@
+"""In-place writes into views of computed tensors (and into the tensors
+they view) against PyTorch: the values, the gradients, and which writes are
+refused. Each case runs the same code with L = ddpc and with L = torch."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import ddpc  # noqa: E402
+
+
+def _loss(L, y):
+    """A weighted sum, so that each element's gradient differs."""
+    return (y * L.tensor(np.arange(1.0, y.numel() + 1).reshape(tuple(y.shape)))).sum()
+
+
+def _grid(L):
+    return L.tensor(np.arange(6.0).reshape(2, 3) - 2.5, requires_grad=True)
+
+
+def _row(L):
+    return L.tensor(np.arange(4.0) - 1.5, requires_grad=True)
+
+
+CASES = {
+    # into a view: the write reaches the tensor viewed, whose history takes it
+    "augmented_slice": (_grid, lambda L, x: _set(x * 1, lambda y: y[:, :2].__imul__(2))),
+    "augmented_row": (_grid, lambda L, x: _set(x * 1, lambda y: y[0].__iadd__(x[1]))),
+    "row_mul_": (_grid, lambda L, x: _set(x * 1, lambda y: y[1].mul_(x[0]))),
+    "column_zero_": (_grid, lambda L, x: _set(x * 1, lambda y: y[:, 0].zero_())),
+    "flat_range": (_grid, lambda L, x: _set(x * 1, lambda y: y.view(-1)[2:4].mul_(x.view(-1)[:2]))),
+    "relu_inplace_row": (_grid, lambda L, x: _set(x * 1, lambda y: L.nn.functional.relu(y[0], inplace=True))),
+    "view_of_view": (_row, lambda L, x: _set(x * 1, lambda y: y.view(2, 2)[1].add_(x[:2] ** 2))),
+    "transpose_row": (_grid, lambda L, x: _set(x * 1, lambda y: y.t()[2].mul_(3))),
+    "diagonal": (_grid, lambda L, x: _set(x[:, :2] @ x[:, 1:].t(), lambda y: y.diagonal().mul_(x[0, 1]))),
+    "setitem_on_row": (_grid, lambda L, x: _set(x * 1, lambda y: y[1].__setitem__(slice(1, None), x[0, :2]))),
+    "copy_into_buffer_row": (_row, lambda L, x: _set(L.zeros(2, 4), lambda y: y[1].copy_(x.exp()))),
+    # into the tensor viewed: an earlier view reads the new values
+    "base_then_view": (_row, lambda L, x: _base_then_view(x * 1, lambda y: y.mul_(x), lambda y: y[1:3])),
+    "base_slice_then_reshape": (_grid, lambda L, x: _base_then_view(
+        x * 1, lambda y: y[1].mul_(x[0]), lambda y: y.reshape(3, 2)[1:])),
+    "base_then_view_of_view": (_row, lambda L, x: _base_then_view(
+        x * 2, lambda y: y.add_(x.exp()), lambda y: y.view(2, 2)[0][1:])),
+}
+
+
+def _set(y, write):
+    write(y)
+    return y
+
+
+def _base_then_view(y, write, view):
+    v = view(y)
+    write(y)
+    return v * v
+
+
+def _run(L, case):
+    make, fn = CASES[case]
+    x = make(L)
+    out = fn(L, x)
+    _loss(L, out).backward()
+    return out.detach().numpy(), x.grad.numpy()
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_in_place_writes_through_views_match_pytorch(case):
+    got, want = _run(ddpc, case), _run(torch, case)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
+
+
+REFUSED = {
+    "view_of_leaf": lambda L: L.ones(3, requires_grad=True)[:2].mul_(2),
+    "saved_then_view_write": lambda L: _saved_then_view_write(L),
+}
+
+
+def _saved_then_view_write(L):
+    x = L.ones(4, requires_grad=True)
+    z = (x * 1).sigmoid()
+    z[:2].mul_(2)  # sigmoid saved its output, which the write changed
+    z.sum().backward()
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED))
+def test_writes_autograd_cannot_follow_are_refused_as_in_pytorch(case):
+    with pytest.raises(RuntimeError):
+        REFUSED[case](torch)
+    with pytest.raises(RuntimeError):
+        REFUSED[case](ddpc)
