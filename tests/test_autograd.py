@@ -871,3 +871,32 @@ def test_a_node_that_saved_nothing_can_be_differentiated_again():
     y.sum().backward()
     with pytest.raises(RuntimeError, match="a second time"):
         y.sum().backward()
+
+
+def test_grad_assignment_is_checked_as_in_pytorch():
+    w = ddpc.zeros(3, requires_grad=True)
+    with pytest.raises(RuntimeError, match="size"):
+        w.grad = ddpc.ones(1)  # would be broadcast into every element by the optimizer's update
+    with pytest.raises(TypeError, match="different type"):
+        w.grad = ddpc.ones(3, dtype=ddpc.float64)
+    with pytest.raises(TypeError, match="Tensor or None"):
+        w.grad = [1.0, 2.0, 3.0]
+    assert w.grad is None
+    w.grad = ddpc.ones(3)
+    assert w.grad.tolist() == [1.0] * 3
+    del w.grad
+    assert w.grad is None
+
+
+def test_version_counts_in_place_writes_shared_with_views():
+    x = ddpc.zeros(4)
+    v = x[:2]
+    start = x._version
+    assert v._version == start
+    x.add_(1)
+    v.mul_(2)
+    assert x._version == v._version == start + 2
+    y = x + 1
+    before = y._version
+    y[0] = 5.0
+    assert y._version == before + 1 and x._version == start + 2

@@ -369,7 +369,8 @@ def test_lr_schedulers():
 def test_a_step_that_raises_leaves_the_state_as_it_was(cls, kw):
     p, q = (ddpc.nn.Parameter(ddpc.ones(4, dtype=ddpc.float64)) for _ in range(2))
     failing, clean = cls([p], **kw), cls([q], **kw)
-    p.grad = ddpc.ones(4, dtype=ddpc.float32)  # wrong dtype: the step raises
+    p.grad = ddpc.ones(4, dtype=ddpc.float64)
+    p.grad.data = ddpc.ones(4, dtype=ddpc.float32)  # a gradient of the wrong dtype after all: the step raises
     with pytest.raises(ValueError, match="does not match"):
         failing.step()
     assert "momentum_buffer" not in failing.state[p] and failing.state[p].get("step", 0) == 0

@@ -175,5 +175,11 @@ from ._foreach import _forms as _foreach_forms  # noqa: E402
 
 globals().update(_foreach_forms())
 
+# ddpc.abs_(x), ddpc.clamp_(x, 0, 1), ...: x's in-place methods.
+from .tensor import _MORE_INPLACE  # noqa: E402
+
+globals().update(_MORE_INPLACE)
+__all__ += list(_MORE_INPLACE)
+
 _aliases.take_numpy_names(globals())
 _aliases.take_numpy_names(Tensor)

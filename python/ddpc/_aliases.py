@@ -7,8 +7,8 @@ and logical ops write 0 or 1 in the tensor's dtype, as PyTorch's). The
 in-place view ops (t_, transpose_, swapaxes_, swapdims_, squeeze_,
 unsqueeze_) change the tensor's shape; ddpc tensors are contiguous, so a
 transposing one gives the tensor a transposed copy of its elements, which
-other views of its old storage do not see (PyTorch only changes its
-strides). They run outside the graph only.
+writes into it reach (PyTorch only changes its strides); see
+autograd.rearrange_in_place.
 """
 
 import functools
@@ -19,7 +19,7 @@ from . import _linalg
 from . import autograd as _ag
 from ._C import ArgumentError
 from ._dtype import uint8
-from .tensor import Tensor, _check_no_grad_inplace, _size_args
+from .tensor import Tensor, _size_args
 
 # alias -> the Tensor method it names
 _ALIASES = {"multiply": "mul", "divide": "div", "subtract": "sub", "greater": "gt", "greater_equal": "ge",
@@ -51,9 +51,7 @@ def _inplace(name, method):
 
 def _inplace_view(name, method):
     def op(self, *args, **kwargs):
-        _check_no_grad_inplace(self, name)
-        self._buf = getattr(self, method)(*args, **kwargs)._buf
-        return self
+        return _ag.rearrange_in_place(self, method, args, kwargs, name)
 
     op.__name__ = op.__qualname__ = name
     op.__doc__ = f"This tensor rearranged by ``{method}``, in place (see ddpc._aliases)."

@@ -24,6 +24,11 @@ class dtype:
     def __reduce__(self):
         return (get_dtype, (self.name,))
 
+    @property
+    def is_signed(self):
+        """Whether the dtype holds negative values (all but uint8 and bool)."""
+        return self.name not in ("uint8", "bool")
+
 
 float32 = dtype("float32", 4, True, np.dtype(np.float32))
 float64 = dtype("float64", 8, True, np.dtype(np.float64))

@@ -45,6 +45,79 @@ def contiguous_strides(shape):
     return tuple(reversed(strides))
 
 
+def view_strides(shape, strides, new_shape):
+    """The strides of elements laid out by (shape, strides) seen with the shape
+    ``new_shape`` without moving them, or None where no strides can (PyTorch's
+    rule for ``view``; ``reshape`` copies there)."""
+    shape, new_shape = tuple(shape), tuple(new_shape)
+    if not math.prod(shape):
+        return contiguous_strides(new_shape)
+    if not shape:
+        return (1,) * len(new_shape)
+    out = [0] * len(new_shape)
+    d = len(new_shape) - 1
+    base, old_n, new_n = strides[-1], 1, 1
+    for i in range(len(shape) - 1, -1, -1):
+        old_n *= shape[i]
+        if i == 0 or (shape[i - 1] != 1 and strides[i - 1] != old_n * base):  # the end of a chunk of dims
+            while d >= 0 and (new_n < old_n or new_shape[d] == 1):
+                out[d] = new_n * base
+                new_n *= new_shape[d]
+                d -= 1
+            if new_n != old_n:
+                return None
+            if i > 0:
+                base, old_n, new_n = strides[i - 1], 1, 1
+    return tuple(out) if d == -1 else None
+
+
+def block_layout(shape, strides, first, n):
+    """(shape, strides) of the ``n`` elements from the ``first`` on, in row-major
+    order, of elements laid out by (shape, strides), where they form a box
+    (a range of one dim, the dims after it whole, those before it fixed);
+    else None."""
+    index, rest = [], first
+    for size in reversed(shape):
+        index.append(rest % size)
+        rest //= size
+    index.reverse()
+    unit = 1  # elements per step of dim k
+    for k in range(len(shape) - 1, -1, -1):
+        if n % unit == 0 and n // unit <= shape[k] - index[k]:
+            return (n // unit,) + tuple(shape[k + 1:]), tuple(strides[k:])
+        if index[k]:
+            return None
+        unit *= shape[k]
+    return ((), ()) if not shape and n == 1 else None
+
+
+def compose_layout(shape, strides, region, offset=0):
+    """(shape, strides, offset) of the elements ``region`` selects from a
+    row-major tensor whose own elements lie at offset + sum of i_d * strides[d]
+    for each index i of shape in some memory, where they are strided in that
+    memory; else None."""
+    if not math.prod(region.shape):
+        return tuple(region.shape), contiguous_strides(region.shape), offset
+    flat = np.full(tuple(region.shape), region.offset, dtype=np.int64)
+    for d, (n, st) in enumerate(zip(region.shape, region.strides)):
+        flat = flat + (np.arange(n, dtype=np.int64) * st).reshape((n,) + (1,) * (len(region.shape) - d - 1))
+    at = sum(i * st for i, st in zip(np.unravel_index(flat, tuple(shape)), strides)) if shape else flat * 0
+    first = int(at.reshape(-1)[0])
+    out = tuple(int(at[tuple(1 if e == d else 0 for e in range(at.ndim))]) - first if n > 1 else 0
+                for d, n in enumerate(region.shape))
+    want = np.full(at.shape, first, dtype=np.int64)
+    for d, (n, st) in enumerate(zip(region.shape, out)):
+        want = want + (np.arange(n, dtype=np.int64) * st).reshape((n,) + (1,) * (len(region.shape) - d - 1))
+    return (tuple(region.shape), out, offset + first) if np.array_equal(at, want) else None
+
+
+def compose(outer, inner):
+    """The Region of outer's buffer holding the elements ``inner`` selects from
+    the row-major tensor of outer's elements; None where they are not strided."""
+    layout = compose_layout(outer.shape, outer.strides, inner, outer.offset)
+    return None if layout is None else Region(layout[2], layout[0], layout[1])
+
+
 def broadcast_strides(shape, target, what="value"):
     """The strides that read a contiguous ``shape`` as ``target`` by numpy's broadcasting (0 where repeated)."""
     lead = len(target) - len(shape)

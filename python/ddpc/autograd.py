@@ -43,8 +43,9 @@ from .amp import autocast_op
 from .tensor import (_ADD, _BITAND, _BITOR, _BITXOR, _DIV, _EQ, _GE, _GT, _INT_BOUNDS, _LE, _LSHIFT, _LT, _MAX, _MIN,
                      _MUL, _NE, _POWER, _RDIV, _RLSHIFT, _RPOWER, _RRSHIFT, _RSHIFT,
                      _RSUB, _SUB, Tensor, _check_no_grad_inplace, _copy_view, _CopyOf, _is_float_scalar, _read,
-                     _shares_memory, _write_back,
-                     bfloat16, bool_, float16, float32, float64, get_dtype, int32, int64, promote, uint8)
+                     _refresh, _reshaped_copy_view, _shares_memory, _write_back,
+                     bfloat16, bool_, float16, float32, float64, get_default_dtype, get_dtype, int32, int64, promote,
+                     uint8)
 from .tensor import _along
 from .tensor import cat as _cat_storage
 from .tensor import stack as _stack_storage
@@ -483,8 +484,8 @@ def _attach_view(out, a, sel, make_node, writable=True):
     a's memory, it remembers a and sel (made with grad mode on; unless not
     ``writable``: then such a write is refused), so that an
     in-place write into out is also one into a (``_propagate``); where it
-    has a history from a computed tensor, a remembers it, so that an in-place
-    write into a gives out its new history too (``_rebase_views``)."""
+    has a history, or may get one, a remembers it, so that an in-place write
+    into a gives out its new history too (``_rebase_views``)."""
     if not _mode.enabled:
         return out
     if a.requires_grad:
@@ -492,12 +493,18 @@ def _attach_view(out, a, sel, make_node, writable=True):
     if out._buf.base is not None:
         if writable:
             out._view_of = (a, sel)
-        if a.grad_fn is not None:
-            views = a.__dict__.get("_graph_views")
-            if views is None:
-                views = a._graph_views = _Views()
-            views.add(out, make_node)
+        _track_view(a, out, make_node)
     return out
+
+
+def _track_view(a, out, make_node):
+    """Remembers out, a view of a's memory, in a (unless a is a leaf that
+    requires grad, which no write in the graph changes)."""
+    if a.grad_fn is not None or not a.requires_grad:
+        views = a.__dict__.get("_graph_views")
+        if views is None:
+            views = a._graph_views = _Views()
+        views.add(out, make_node)
 
 
 class _Views:
@@ -516,6 +523,11 @@ class _Views:
         if len(self.items) > self.limit:
             self.items = [v for v in self.items if v[0]() is not None]
             self.limit = builtins.max(16, 2 * len(self.items))
+
+    def replace(self, view, by):
+        """Follows ``by`` (on the same memory) where ``view`` was followed."""
+        self.items = [(weakref.ref(by), weakref.ref(by._buf), make) if v() is view else (v, buf, make)
+                      for v, buf, make in self.items]
 
     def __iter__(self):
         return iter(self.items)
@@ -1061,7 +1073,7 @@ def _as_float(t):
     """t in a float dtype for the real ops of _C; a complex t is refused, in the caller's name."""
     if t.dtype.is_complex:
         raise DtypeError(f"{sys._getframe(1).f_code.co_name.strip('_')} does not support {t.dtype}")
-    return t if t.dtype.is_floating_point else t.to(dtype=float32)
+    return t if t.dtype.is_floating_point else t.to(dtype=get_default_dtype())
 
 
 # The nn ops of _C take float32 and float64. For 16-bit floats the ops below
@@ -1097,6 +1109,8 @@ class _ScalarBackward(Node):
         elif op == _RPOWER:  # s ** a: g * out * log(s)
             r = _binary(mul(g, _output(self, self.saved[1])),
                         math.log(s) if s > 0 else math.nan if s < 0 else -math.inf, _MUL)
+            if s == 0:  # as PyTorch's: 0 where a >= 0 (out * log(0) would be 0 * -inf there)
+                r = where(self.saved[0].detach() >= 0, 0.0, r)
         else:  # s / a: -g * out / a
             a, out = self.saved
             r = neg(div(mul(g, _output(self, out)), a))
@@ -1195,7 +1209,7 @@ def _binary(a, b, op):
     else:
         dt = result_type(a, b)
         if not dt.is_floating_point and op == _DIV:
-            dt = float32
+            dt = get_default_dtype()
         if dt in _HALVES:
             return _binary(a.to(dtype=float32), b.to(dtype=float32), op).to(dtype=dt)
         x, y = (a if a.dtype is dt else a.to(dtype=dt)), (b if b.dtype is dt else b.to(dtype=dt))
@@ -1869,7 +1883,8 @@ def isfinite(input):
 
 def _operand(v, ref, what):
     """A tensor operand on ref's device: ``v`` itself, or a number as a 0-d tensor of
-    ref's dtype (float32 for a float beside an integer tensor, as PyTorch promotes)."""
+    ref's dtype, as PyTorch promotes: the default float dtype for a float beside an
+    integer tensor, int64 for an integer beside a bool one."""
     from .tensor import tensor as _tensor
 
     if isinstance(v, Tensor):
@@ -1878,7 +1893,14 @@ def _operand(v, ref, what):
         return v
     if not isinstance(v, numbers.Number):
         raise TypeError(f"{what}: expected a ddpc.Tensor or a number, got {type(v).__name__}")
-    dt = ref.dtype if ref.dtype.is_floating_point or not _is_float_scalar(v) else float32
+    if ref.dtype.is_floating_point:
+        dt = ref.dtype
+    elif _is_float_scalar(v):
+        dt = get_default_dtype()
+    elif ref.dtype is bool_ and not isinstance(v, (bool, np.bool_)):
+        dt = int64  # bool with an int number is int64
+    else:
+        dt = ref.dtype
     return _tensor(v, dtype=dt, device=ref.device)
 
 
@@ -1916,6 +1938,10 @@ def clamp(input, min=None, max=None):
     bounds = [v for v in (min, max) if v is not None]
     if not isinstance(input, Tensor):
         raise TypeError(f"expected a ddpc.Tensor, got {type(input).__name__}")
+    if input.dtype is bool_:
+        if all(isinstance(v, (bool, np.bool_)) for v in bounds):
+            raise DtypeError("clamp is not implemented for bool tensors with bool bounds")
+        input = input.to(dtype=int64)  # bool with number bounds is int64 (or a float), as PyTorch promotes
     if not input.dtype.is_floating_point and not any(_is_float_scalar(v) for v in bounds):
         with no_grad():
             if min is not None:
@@ -1980,7 +2006,8 @@ def where(condition, input=None, other=None):
     if input is None and other is None:
         return nonzero(condition, as_tuple=True)
     if not isinstance(input, Tensor) and not isinstance(other, Tensor):
-        ref = Tensor(_C.Buffer((), (float32 if any(_is_float_scalar(v) for v in (input, other)) else int64).name,
+        ref = Tensor(_C.Buffer((), (get_default_dtype() if any(_is_float_scalar(v) for v in (input, other))
+                                    else int64).name,
                                condition._buf.device))
         input, other = _operand(input, ref, "where"), _operand(other, ref, "where")
     elif not isinstance(input, Tensor):
@@ -2438,15 +2465,19 @@ def arg_extreme(a, dim, keepdim, want_max):
     return extreme(a.detach(), dim, keepdim, want_max).indices
 
 
-def max(input, dim=None, keepdim=False):
+def max(input, dim=None, keepdim=False, *, other=None):
     """The largest element, or with ``dim`` (values, indices) along it (a NaN
-    wins, as in PyTorch); with a tensor in place of dim, maximum(a, it)."""
+    wins, as in PyTorch); with a tensor ``other`` (or in place of dim), maximum(a, it)."""
+    if other is not None:
+        return maximum(input, other)
     return maximum(input, dim) if isinstance(dim, Tensor) else extreme(input, dim, keepdim, True)
 
 
-def min(input, dim=None, keepdim=False):
+def min(input, dim=None, keepdim=False, *, other=None):
     """The smallest element, or with ``dim`` (values, indices) along it (a NaN
-    wins, as in PyTorch); with a tensor in place of dim, minimum(a, it)."""
+    wins, as in PyTorch); with a tensor ``other`` (or in place of dim), minimum(a, it)."""
+    if other is not None:
+        return minimum(input, other)
     return minimum(input, dim) if isinstance(dim, Tensor) else extreme(input, dim, keepdim, False)
 
 
@@ -3565,8 +3596,12 @@ class _ViewBackward(Node):
 
 
 def reshape(input, shape):
-    out = Tensor(input._buf.view(0, input._normalize_shape(shape)))
-    out._not_a_view = _copy_view(input)
+    shape = input._normalize_shape(shape)
+    out = Tensor(input._buf.view(0, shape))
+    out._not_a_view = _reshaped_copy_view(input, shape)
+    if out._not_a_view is False:  # a copy of its own, as PyTorch's reshape makes of such a view
+        out = Tensor(_C.Buffer(shape, input._buf.dtype, input._buf.device))
+        _C.copy(out._buf, input._buf.view(0, shape))
     return _attach_view(out, input, None, _ViewBackward)
 
 
@@ -3765,9 +3800,60 @@ def _writable_history(t, what):
         raise RuntimeError(f"{what}: this tensor shares memory with another one (a view made with grad mode off, "
                            "or by detach()), and autograd can't follow a write into it to that tensor; write "
                            "into that tensor, or build the result out of place (x = x + y, ddpc.cat, ddpc.stack)")
+    _refresh(t, _reread)
     old = Tensor(t._buf)
     old.requires_grad, old.grad_fn = t.requires_grad, t.grad_fn
     return old
+
+
+def rearrange_in_place(t, method, args, kwargs, what):
+    """t rearranged in place by the Tensor method ``method`` (t_, transpose_,
+    squeeze_, unsqueeze_), as PyTorch's in-place view ops: t takes the
+    rearrangement's shape, memory and history, and stays a view of its old
+    elements, which a stand-in tensor now holds with t's old history, views
+    and links. Where the elements keep their places (squeeze, unsqueeze) t is
+    a view of that memory; where they move (a transpose: ddpc tensors are
+    contiguous) t is a copy standing for them, written back when written into."""
+    if _mode.enabled and t.requires_grad and t.grad_fn is None:
+        raise RuntimeError(f"{what}: a leaf tensor that requires grad can't be rearranged in place while grad mode "
+                           "is on; wrap it in ddpc.no_grad()")
+    if _mode.enabled and t.requires_grad:
+        _writable_history(t, what)  # (the checks and refresh of a write into t)
+    else:
+        _check_no_grad_inplace(t, what)
+    new = getattr(t, method)(*args, **kwargs)
+    old = Tensor(t._buf)
+    old.requires_grad, old.grad_fn, old._not_a_view = t.requires_grad, t.grad_fn, t._not_a_view
+    for name in ("_graph_views", "_view_of"):
+        if name in t.__dict__:
+            setattr(old, name, t.__dict__.pop(name))
+    if "_view_of" in old.__dict__:  # old is the view its source now follows
+        source_views = old._view_of[0].__dict__.get("_graph_views")
+        if source_views is not None:
+            source_views.replace(t, old)
+    moved = new._buf.base is None or not (new._buf.base is t._buf or new._buf.base is t._buf.base)
+    t._buf = new._buf
+    if moved:  # a copy of old's elements in their new order
+        rel = new._not_a_view.sel if new._not_a_view is not None else None
+        t._not_a_view = _CopyOf(old, rel, what) if isinstance(rel, _indexing.Region) else None
+    else:
+        t._not_a_view = _copy_view(old)
+        if _mode.enabled:
+            t._view_of = (old, None)
+            _track_view(old, t, _ViewBackward)
+    if new.requires_grad:
+        t.grad_fn, t.requires_grad = new.grad_fn, True
+        _follow_retain(t)
+    return t
+
+
+def _reread(t, source, sel):
+    """After _refresh gave the copy t its source's current elements: t's
+    history is that of those elements (the source's, selected), and t's views
+    read from it."""
+    if source.requires_grad:
+        t.grad_fn, t.requires_grad = _SelectBackward(source, sel), True
+        _rebase_views(t)
 
 
 def _write_into(t, sel, values, node):
@@ -3870,7 +3956,10 @@ class _WriteBackward(Node):
             part = g if self.sel is None else _select(g, self.sel, "indexing") if _mode.enabled \
                 else Tensor(self.sel.read(g._buf))
             gv = _reduce_to(clone(part), self.value_shape, self.value_dtype)
-        if need_old and self.sel is not None:
+        if need_old and self.sel is None:  # all overwritten: zeros, as PyTorch's (not None: optimizers skip those)
+            go = _empty(g.shape, g)
+            _C.fill(go._buf, 0.0)
+        elif need_old:
             zero = _empty((), g)
             _C.fill(zero._buf, 0.0)
             if _mode.enabled:  # create_graph: g times a mask that is 0 where written

@@ -66,7 +66,9 @@ class Generator:
         return self.seed, offset
 
 
-default_generator = Generator()
+# As PyTorch's, the global generator starts from a seed of the operating
+# system's entropy (new Generators from the fixed default), so unseeded runs differ.
+default_generator = Generator(int.from_bytes(os.urandom(8), "little"))
 
 
 _default_dtype = float32
@@ -120,6 +122,7 @@ def _size_args(size):
 
 
 Size = _C.Size
+_dtype_type = dtype  # (Tensor.view's argument of that name hides it)
 
 
 def _legacy_buffer(first, sizes, what, dtype=None):
@@ -307,8 +310,11 @@ class Tensor:
         return self.shape[0]
 
     # ---- conversion -------------------------------------------------------------
-    def numpy(self):
-        """A zero-copy numpy view of a cpu tensor."""
+    def numpy(self, *, force=False):
+        """A zero-copy numpy view of a cpu tensor (``force``: of a detached
+        host copy of any tensor, as PyTorch's)."""
+        if force:
+            return self.detach().cpu().resolve_conj().numpy()
         if self.is_cuda:
             raise TypeError(f"can't convert a {self.device} tensor to numpy; copy it to the host with .cpu() first")
         arr = np.asarray(self._buf)
@@ -440,7 +446,9 @@ class Tensor:
     def data(self):
         """This tensor's storage as a tensor outside the graph, whose in-place
         writes autograd does not count (as in PyTorch); assigning replaces the storage."""
-        return Tensor(self._buf.unversioned())
+        out = Tensor(self._buf.unversioned())
+        out._not_a_view = _copy_view(self)
+        return out
 
     @data.setter
     def data(self, value):
@@ -538,7 +546,14 @@ class Tensor:
     def reshape(self, *shape):
         return _ag.reshape(self, shape)
 
-    view = reshape
+    def view(self, *shape, dtype=None):
+        """reshape (ddpc's views are its reshapes); or, given a dtype, the
+        tensor's memory read as that dtype, as PyTorch's ``view(dtype)``."""
+        if dtype is None and len(shape) == 1 and isinstance(shape[0], (_dtype_type, str, np.dtype, type)):
+            dtype = shape[0]
+        elif dtype is None:
+            return _ag.reshape(self, shape)
+        return _view_as_dtype(self, get_dtype(dtype))
 
     def flatten(self, start_dim=0, end_dim=-1):
         if self.ndim == 0:
@@ -546,6 +561,8 @@ class Tensor:
         s, e = _ag._dim(self, start_dim), _ag._dim(self, end_dim)
         if s > e:
             raise ArgumentError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim}")
+        if s == e:  # nothing to merge: the tensor itself, as PyTorch returns
+            return self
         return self.reshape(self.shape[:s] + (math.prod(self.shape[s:e + 1]),) + self.shape[e + 1:])
 
     def __getitem__(self, index):
@@ -560,6 +577,9 @@ class Tensor:
         if not isinstance(value, Tensor):
             value = full((), value, dtype=self.dtype, device=self.device) if isinstance(value, numbers.Number) \
                 else tensor(value, dtype=self.dtype, device=self.device)
+        extra = value.ndim - len(sel.shape)
+        if extra > 0 and all(n == 1 for n in value.shape[:extra]):  # dropped, as PyTorch drops them
+            value = value.reshape(value.shape[extra:])
         if _in_graph(self, value):
             _ag.write(self, sel, value.to(device=self.device, dtype=self.dtype))
             return
@@ -638,7 +658,7 @@ class Tensor:
             if rdt is bool_ and not isinstance(other, (bool, np.bool_)):  # bool with an int number is int64
                 rdt = int64
             if not rdt.is_floating_point and (_is_float_scalar(other) or op in (_DIV, _RDIV)):
-                rdt = float32
+                rdt = get_default_dtype()
             if not rdt.is_floating_point:
                 other = _int_scalar(other, rdt)
                 if abs(other) > _DOUBLE_INTS:  # _C.scalar's double would round it
@@ -662,7 +682,7 @@ class Tensor:
             raise ArgumentError(f"tensors are on different devices ({self.device} and {other.device})")
         rdt = promote(self.dtype, other.dtype)
         if not rdt.is_floating_point and op in (_DIV, _RDIV):
-            rdt = float32
+            rdt = get_default_dtype()
         if out is not None and out.dtype is not rdt:
             return out.copy_(_ag.check_inplace_result(out, self._binary(other, op)))
         a = self if rdt is self.dtype else self.to(dtype=rdt)
@@ -877,11 +897,11 @@ class Tensor:
     def mean(self, dim=None, keepdim=False, *, dtype=None):
         return _ag.mean(self, dim, keepdim, dtype=dtype)
 
-    def max(self, dim=None, keepdim=False):
-        return _ag.max(self, dim, keepdim)
+    def max(self, dim=None, keepdim=False, *, other=None):
+        return _ag.max(self, dim, keepdim, other=other)
 
-    def min(self, dim=None, keepdim=False):
-        return _ag.min(self, dim, keepdim)
+    def min(self, dim=None, keepdim=False, *, other=None):
+        return _ag.min(self, dim, keepdim, other=other)
 
     def argmax(self, dim=None, keepdim=False):
         return _ag.argmax(self, dim, keepdim)
@@ -1728,6 +1748,43 @@ def _copy_view(t):
     return _CopyOf(t, None, c.what)
 
 
+def _reshaped_copy_view(t, shape):
+    """What a reshape of t to ``shape`` stands for, as _copy_view; False where
+    t is a copy standing for a strided part of another tensor that PyTorch's
+    reshape would copy (no strides see those elements with the new shape), so
+    that the reshape is a tensor of its own, whose writes stay in it."""
+    layout = _strided_layout(t)
+    if layout is None or _indexing.view_strides(*layout, shape) is not None:
+        return _copy_view(t)
+    return False
+
+
+def _strided_layout(t):
+    """(shape, strides) of PyTorch's view where t is a copy standing for one
+    (strides counted in the elements of the tensor it was taken from); None
+    where t is its own memory, or the layout is not known."""
+    c = t._not_a_view
+    if c is None or c.source is None:
+        return None
+    if c.sel is not None:
+        if not isinstance(c.sel, _indexing.Region):
+            return None
+        outer = _strided_layout(c.source)  # where c.source is itself such a copy, the layout is in its source's
+        if outer is None:
+            return c.sel.shape, c.sel.strides
+        layout = _indexing.compose_layout(*outer, c.sel)
+        return None if layout is None else layout[:2]
+    outer = _strided_layout(c.source)  # t is a view of the copy c.source: a block of its elements
+    if outer is None or not t.numel():
+        return outer and (t.shape, _indexing.contiguous_strides(t.shape))
+    first = (t._buf.data_ptr - c.source._buf.data_ptr) // t.element_size()
+    block = _indexing.block_layout(outer[0], outer[1], first, t.numel())
+    if block is None:
+        return None
+    strides = _indexing.view_strides(*block, t.shape)
+    return None if strides is None else (t.shape, strides)
+
+
 def _check_writable(t, what):
     """Refuses a write into a copy that can't be written back where PyTorch
     would write through a view (and one whose source refuses the write)."""
@@ -1739,7 +1796,23 @@ def _check_writable(t, what):
                            "are contiguous) whose elements can't be written back into the tensor it came from; "
                            "write through an index of that tensor (x[index] = value), or .clone() this one first "
                            "to change the copy only")
-    _check_no_grad_inplace(c.source, what)
+    _check_no_grad_inplace(c.source, what, refresh=False)
+
+
+def _refresh(t, rebase=None):
+    """Before a write into a copy standing for part of another tensor: the
+    copy takes that part's current values, which writes into the tensor (or
+    through another copy of it) may have changed since it was made, so that
+    writing the copy back keeps them, as a write through PyTorch's view
+    would. ``rebase(t, source, sel)`` then runs for each copy refreshed."""
+    c = t._not_a_view
+    if c is None or c.source is None:
+        return
+    _refresh(c.source, rebase)
+    if c.sel is not None:
+        _C.copy(t._buf, c.sel.read(c.source._buf))
+        if rebase is not None:
+            rebase(t, c.source, c.sel)
 
 
 def _write_back(t):
@@ -1753,15 +1826,18 @@ def _write_back(t):
         _write_back(c.source)
 
 
-def _check_no_grad_inplace(t, what):
+def _check_no_grad_inplace(t, what, refresh=True):
     """Refuses an in-place write into t that autograd would miss, or that
-    would land in a copy only. (Each write also bumps t's version once its
-    arguments are checked, so that backward can tell a tensor it saved was
-    changed.)"""
+    would land in a copy only; where t is a copy standing for part of another
+    tensor, ``refresh`` gives it that part's current values first. (Each
+    write also bumps t's version once its arguments are checked, so that
+    backward can tell a tensor it saved was changed.)"""
     _check_writable(t, what)
     if t.requires_grad and _ag.is_grad_enabled():
         raise RuntimeError(f"{what}: a tensor that requires grad can't be modified in place while grad mode is on; "
                            "wrap the update in ddpc.no_grad()")
+    if refresh:
+        _refresh(t)
 
 
 def _each_element(t, what, fn, others):
@@ -1825,6 +1901,42 @@ def _array_default_dtype(arr):
         raise
 
 
+def _view_as_dtype(t, dt):
+    """t's memory read as dtype dt (Tensor.view(dtype)): the last dim scales by
+    the ratio of the item sizes; outside the graph, as in PyTorch."""
+    shape, a, b = list(t.shape), t.element_size(), dt.itemsize
+    if a != b:
+        if not shape:
+            raise RuntimeError(f"view(dtype): a 0-d tensor of {t.dtype} can't be viewed as {dt}, whose item size "
+                               "differs")
+        if a > b:
+            shape[-1] *= a // b
+        elif shape[-1] % (b // a):
+            raise RuntimeError(f"view(dtype): the last dim ({shape[-1]}) of a tensor of {t.dtype} must be a "
+                               f"multiple of {b // a} to be viewed as {dt}")
+        else:
+            shape[-1] //= b // a
+    out = Tensor(t._buf.view(0, tuple(shape), dt.name))
+    out._not_a_view = _copy_view(t)
+    return out
+
+
+def _holds_double(data):
+    """Whether (nested) sequence data holds a float64 or complex128 numpy scalar,
+    array or tensor: these keep their precision in tensor(), as in PyTorch
+    (Python floats take the default dtype)."""
+    todo = [data]
+    while todo:
+        v = todo.pop()
+        if isinstance(v, (list, tuple)):
+            todo.extend(v)
+        elif isinstance(v, (np.ndarray, np.generic)) and v.dtype in (np.float64, np.complex128):
+            return True
+        elif isinstance(v, Tensor) and v.dtype in (float64, complex128):
+            return True
+    return False
+
+
 def tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False):
     """A new tensor holding a copy of data (nested lists, numbers, arrays, tensors)."""
     if isinstance(data, Tensor):
@@ -1846,13 +1958,13 @@ def tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False)
             if arr.dtype.kind == "c" and not dt.is_complex:  # as PyTorch (a numpy array only warns, as it does)
                 raise TypeError("must be real number, not complex")
         elif arr.dtype.kind == "f":
-            dt = get_default_dtype()
+            dt = float64 if arr.dtype == np.float64 and _holds_double(data) else get_default_dtype()
         elif arr.dtype.kind == "b":
             dt = bool_
         elif arr.dtype.kind in "iu":
             dt = int64
         elif arr.dtype.kind == "c":
-            dt = complex_of(get_default_dtype())
+            dt = complex128 if arr.dtype == np.complex128 and _holds_double(data) else complex_of(get_default_dtype())
         else:
             raise TypeError(f"can't build a tensor from data of numpy dtype {arr.dtype}")
         bounds = _INT_BOUNDS.get(dt)
@@ -2302,6 +2414,14 @@ _INPLACE_FUNCTIONS = ("tan_", "asin_", "acos_", "atan_", "acosh_", "atanh_", "as
 (tan_, asin_, acos_, atan_, acosh_, atanh_, asinh_, sinh_, cosh_, arcsin_, arccos_, arctan_, arcsinh_, arccosh_,
  arctanh_, erfc_, i0_, exp2_, log2_, log10_, frac_, logit_) = map(_method_form, _INPLACE_FUNCTIONS)
 xlogy_ = _comparison_form("xlogy_")
+# The others of PyTorch's module-level in-place functions that are Tensor methods.
+_MORE_INPLACE_NAMES = ("abs_", "addmv_", "as_strided_", "ceil_", "clamp_", "clamp_max_", "clamp_min_", "clip_",
+                       "cos_", "deg2rad_", "detach_", "erf_", "exp_", "expm1_", "fill_", "fix_", "floor_", "gcd_",
+                       "index_put_", "lcm_", "ldexp_", "log1p_", "log_", "nan_to_num_", "neg_", "negative_",
+                       "rad2deg_", "reciprocal_", "resize_as_", "round_", "rsqrt_", "sin_", "sinc_", "sqrt_",
+                       "square_", "trunc_", "zero_")
+_MORE_INPLACE = {name: _method_form(name) for name in _MORE_INPLACE_NAMES}
+globals().update(_MORE_INPLACE)
 
 
 def is_tensor(obj):
