@@ -150,10 +150,14 @@ class Tensor:
     copy where PyTorch gives a view (x[:, 0], x[::2], x.t()), and
     ``is_contiguous()`` is False for it. In-place ops on such a copy are
     written back into the tensor it came from, as through PyTorch's view
-    (``x[:, 0] += 1``, ``x.t().zero_()``), but the copy does not see later
-    changes of that tensor. Writes into a copy that can't be written back (an
-    expand, or a view of such a copy) raise; ``contiguous()`` or ``clone()``
-    gives a tensor of its own.
+    (``x[:, 0] += 1``, ``x.t().zero_()``), also in the graph; before such a
+    write the copy takes that tensor's current values, so that writes made
+    since through the tensor or another copy are kept. Reading the copy does
+    not see later changes of that tensor. A reshape of such a copy is a view
+    of it where PyTorch's reshape of the view would be a view, and a tensor of
+    its own where PyTorch's copies. Writes into a copy that can't be written
+    back (an expand, or a view of such a copy) raise; ``contiguous()`` or
+    ``clone()`` gives a tensor of its own.
     """
 
     __array_priority__ = 1000
