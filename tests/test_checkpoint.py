@@ -856,3 +856,144 @@ def test_files_are_written_as_open_would_write_them(tmp_path):
     ddpc.save({"a": ddpc.full((2,), 7.0)}, tmp_path / "latest.ckpt")
     assert os.path.islink(tmp_path / "latest.ckpt")
     assert ddpc.load(tmp_path / "target.ckpt")["a"].tolist() == [7.0, 7.0]
+
+
+def test_a_fifo_is_written_into_not_replaced(tmp_path):
+    """As torch.save: a FIFO (or a device, os.devnull) at the path, or behind
+    a symbolic link there, gets the bytes; a rename over it would replace it."""
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    os.symlink("pipe", tmp_path / "link")
+    expected = io.BytesIO()
+    ddpc.save({"a": ddpc.arange(3)}, expected)
+    for target in (fifo, tmp_path / "link"):
+        got = []
+        reader = threading.Thread(target=lambda: got.append(open(fifo, "rb").read()), daemon=True)
+        reader.start()
+        ddpc.save({"a": ddpc.arange(3)}, target)
+        reader.join(30)
+        assert stat.S_ISFIFO(os.stat(fifo).st_mode) and os.path.islink(tmp_path / "link")
+        assert got == [expected.getvalue()]
+        assert ddpc.load(io.BytesIO(got[0]))["a"].tolist() == [0, 1, 2]
+    assert sorted(os.listdir(tmp_path)) == ["link", "pipe"]  # no temporary file left
+
+
+class Transposed(ddpc.nn.Module):
+    """A module whose version 1 stored its weight transposed: loading a state
+    dict of an older version (or of none) converts it."""
+
+    _version = 2
+
+    def __init__(self):
+        super().__init__()
+        self.lin = ddpc.nn.Linear(2, 2)
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                              error_msgs):
+        if local_metadata.get("version", 1) < 2:
+            state_dict[prefix + "lin.weight"] = state_dict[prefix + "lin.weight"].t()
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                                      error_msgs)
+
+
+@pytest.mark.parametrize("extra", [{}, {"z": 1j}], ids=["format1", "format2"])
+def test_a_state_dicts_module_versions_survive_save_and_load(tmp_path, extra):
+    model = Transposed()
+    with ddpc.no_grad():
+        model.lin.weight.copy_(ddpc.tensor([[1.0, 2.0], [3.0, 4.0]]))
+    ddpc.save({"model": model.state_dict(), **extra}, tmp_path / "ck")
+    back = ddpc.load(tmp_path / "ck")["model"]
+    assert back._metadata == model.state_dict()._metadata == OrderedDict([("", {"version": 2}),
+                                                                          ("lin", {"version": 1})])
+    fresh = Transposed()
+    fresh.load_state_dict(back)
+    assert fresh.lin.weight.tolist() == [[1.0, 2.0], [3.0, 4.0]]  # not converted a second time
+    # A state dict without versions (a file written before they were kept) is converted.
+    old = OrderedDict(back)
+    fresh.load_state_dict(old)
+    assert fresh.lin.weight.tolist() == [[1.0, 3.0], [2.0, 4.0]]
+
+
+def test_an_ordered_dict_with_other_attributes_is_pickled_whole(tmp_path):
+    d = OrderedDict(a=ddpc.ones(1))
+    d._metadata, d.note = OrderedDict(x={"version": 3}), "kept"
+    ddpc.save(d, tmp_path / "ck")
+    back = ddpc.load(tmp_path / "ck", weights_only=False)
+    assert (back._metadata, back.note, back["a"].tolist()) == (d._metadata, "kept", [1.0])
+
+
+class ComplexScale(ddpc.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = ddpc.nn.Parameter(ddpc.ones(2, dtype=ddpc.complex64))
+
+    def forward(self, x):
+        return (self.w * x).abs().sum()
+
+
+def test_complex_tensors_and_parameters_keep_requires_grad(tmp_path):
+    ddpc.save({"z": ddpc.ones(2, dtype=ddpc.complex64, requires_grad=True),
+               "p": ddpc.nn.Parameter(ddpc.ones(2, dtype=ddpc.complex128))}, tmp_path / "ck")
+    back = ddpc.load(tmp_path / "ck")
+    assert back["z"].requires_grad and back["p"].requires_grad and isinstance(back["p"], ddpc.nn.Parameter)
+    ddpc.save(ComplexScale(), tmp_path / "model")
+    model = ddpc.load(tmp_path / "model", weights_only=False)
+    assert model.w.requires_grad
+    model(ddpc.ones(2, dtype=ddpc.complex64)).backward()
+    assert model.w.grad is not None
+
+
+def test_checkpoint_load_gives_none_only_for_a_missing_file(tmp_path):
+    assert ddpc.checkpoint.load(tmp_path / "none-yet.ddpc") is None
+    (tmp_path / "empty.ddpc").write_bytes(b"")
+    with pytest.raises(ddpc.serialization.CheckpointError, match=r"empty\.ddpc: .*truncated \(0 bytes\)"):
+        ddpc.checkpoint.load(tmp_path / "empty.ddpc")
+    (tmp_path / "damaged.ddpc").write_bytes(b"DDPCCK")
+    with pytest.raises(ddpc.serialization.CheckpointError, match=r"damaged\.ddpc: .*truncated \(6 bytes\)"):
+        ddpc.checkpoint.load(str(tmp_path / "damaged.ddpc"))
+
+
+def _load_missing_and_empty_worker(rank, directory):
+    import ddpc.distributed as dist
+
+    dist.init_process_group("cpu")
+    out = [ddpc.checkpoint.load(os.path.join(directory, "missing"))]
+    try:
+        ddpc.checkpoint.load(os.path.join(directory, "empty"))
+        out.append("returned")
+    except Exception as e:
+        out.append(f"{type(e).__name__}: {e}")
+    dist.destroy_process_group()
+    return out
+
+
+def test_an_empty_checkpoint_is_an_error_on_every_rank(tmp_path):
+    (tmp_path / "empty").write_bytes(b"")
+    for missing, error in ddpc.spawn(_load_missing_and_empty_worker, args=(str(tmp_path),), nprocs=2):
+        assert missing is None
+        assert error.startswith("CheckpointError: ") and "empty: not a loadable ddpc checkpoint" in error, error
+
+
+@pytest.mark.parametrize("extra", [{}, {"z": 1j}], ids=["format1", "format2"])
+def test_numpy_numbers_keep_their_type_with_weights_only_false(tmp_path, extra):
+    numbers = {"i": np.int32(-3), "u": np.uint64(2**63), "f": np.float32(0.1), "h": np.float16("nan"),
+               "b": np.bool_(True), "s": np.str_("x"), "y": np.bytes_(b"\x00a")}
+    ddpc.save({**numbers, **extra}, tmp_path / "ck")
+    back = ddpc.load(tmp_path / "ck", weights_only=False)
+    for k, v in numbers.items():
+        assert type(back[k]) is type(v) and (back[k] == v or v != v), k
+    # Under weights_only (where torch.load refuses numpy numbers) they load as Python's, as before.
+    plain = ddpc.load(tmp_path / "ck")
+    assert [type(plain[k]) for k in numbers] == [int, int, float, float, bool, str, bytes]
+    assert plain["f"] == float(np.float32(0.1))
+
+
+def test_a_numpy_number_of_a_forged_dtype_is_refused():
+    out = io.BytesIO()
+    ddpc.save({"n": np.int32(1)}, out)
+    _, header = ddpc_header(out.getvalue())
+    header["root"][1][0][1][2] = "O"
+    blob = json.dumps(header).encode()
+    data = struct.pack("<8sIQQI", b"DDPCCKPT", 1, len(blob), 0, zlib.crc32(blob)) + blob
+    with pytest.raises(ddpc.serialization.CheckpointError, match="numpy dtype object"):
+        ddpc.load(io.BytesIO(data), weights_only=False)

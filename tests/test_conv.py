@@ -453,7 +453,7 @@ ERRORS = [
     (lambda: F.max_pool2d(ddpc.zeros(1, 1, 5, 5), 2, stride=0), ValueError, "stride must be greater than zero"),
     (lambda: F.max_pool2d(ddpc.zeros(5, 5), 2), ValueError, "3-d or 4-d"),
     (lambda: F.max_pool1d(ddpc.zeros(1, 0, 5), 2), ValueError, "non-empty"),
-    (lambda: F.max_pool2d(ddpc.zeros(1, 1, 5, 5, dtype=ddpc.int64), 2), TypeError, "floating-point"),
+    (lambda: F.max_pool2d(ddpc.zeros(1, 1, 5, 5, dtype=ddpc.bool), 2), TypeError, "floating-point"),
     (lambda: F.avg_pool2d(ddpc.zeros(1, 1, 5, 5), 2, divisor_override=0), ValueError, "non-zero"),
     (lambda: F.adaptive_avg_pool2d(ddpc.zeros(1, 2, 3), (-1, 2)), ValueError, ">= 0"),
     (lambda: F.adaptive_avg_pool2d(ddpc.zeros(1, 2, 3), (1, 2, 3)), ValueError, "pair of ints"),

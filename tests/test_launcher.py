@@ -119,12 +119,15 @@ def test_deprecated_launch_module_passes_the_local_rank(tmp_path):
 def test_nproc_per_node_by_device(monkeypatch, capsys):
     from ddpc.run import parse_args
 
-    assert parse_args(["--nproc-per-node", "cpu", "job.py"]).nproc_per_node == os.cpu_count()
-    monkeypatch.setattr(ddpc._C, "cuda_device_count", lambda: 3)
-    assert parse_args(["--nproc-per-node", "gpu", "job.py"]).nproc_per_node == 3
-    assert parse_args(["--nproc-per-node", "auto", "job.py"]).nproc_per_node == 3
+    # As torchrun: the cores this process may use, without a GPU for auto too.
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 2, 5})
+    assert parse_args(["--nproc-per-node", "cpu", "job.py"]).nproc_per_node == 3
     monkeypatch.setattr(ddpc._C, "cuda_device_count", lambda: 0)
-    assert parse_args(["--nproc-per-node", "auto", "job.py"]).nproc_per_node == 1
+    assert parse_args(["--nproc-per-node", "auto", "job.py"]).nproc_per_node == 3
+    monkeypatch.setattr(ddpc._C, "cuda_device_count", lambda: 2)
+    assert parse_args(["--nproc-per-node", "gpu", "job.py"]).nproc_per_node == 2
+    assert parse_args(["--nproc-per-node", "auto", "job.py"]).nproc_per_node == 2
+    monkeypatch.setattr(ddpc._C, "cuda_device_count", lambda: 0)
     with pytest.raises(SystemExit):
         parse_args(["--nproc-per-node", "gpu", "job.py"])
     assert "--nproc-per-node gpu:" in capsys.readouterr().err
@@ -489,6 +492,21 @@ def test_spawn_returns_values_by_rank():
     assert out == [{"rank": r, "sum": 12.0} for r in range(3)]
 
 
+def _draws(rank):
+    import numpy as np
+
+    return ddpc.rand(2).tolist(), np.random.rand(2).tolist(), ddpc.initial_seed()
+
+
+def test_spawned_children_draw_numbers_of_their_own():
+    """As the fresh interpreters of torch's spawn: forked children do not repeat the parent's (or each other's)
+    ddpc and numpy draws, also after the parent seeded."""
+    ddpc.manual_seed(0)
+    out = ddpc.spawn(_draws, nprocs=2)
+    assert out[0][0] != out[1][0] and out[0][1] != out[1][1] and out[0][2] != out[1][2]
+    assert ddpc.rand(2).tolist() not in (out[0][0], out[1][0])
+
+
 def _fail_on_rank_two(rank):
     import time
 
@@ -556,6 +574,80 @@ def test_spawn_join_false():
     ctx = ddpc.spawn(_allreduce_rank, args=(1,), nprocs=2, join=False)
     assert len(ctx.pids()) == 2
     assert [r["sum"] for r in ctx.join()] == [3.0, 3.0]
+
+
+_SPAWN_ENV_KEYS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                   "DDPC_STORE_TOKEN")
+
+
+def _environment(rank):
+    return {k: os.environ.get(k) for k in _SPAWN_ENV_KEYS}
+
+
+def test_spawn_fills_in_only_what_the_parent_has_not_set(monkeypatch):
+    for k in _SPAWN_ENV_KEYS:
+        monkeypatch.delenv(k, raising=False)
+    own = ddpc.spawn(_environment, nprocs=2)
+    assert [(e["RANK"], e["LOCAL_RANK"], e["WORLD_SIZE"], e["LOCAL_WORLD_SIZE"]) for e in own] == [
+        ("0", "0", "2", "2"), ("1", "1", "2", "2")]
+    assert own[0]["MASTER_ADDR"] == "127.0.0.1" and own[0]["MASTER_PORT"] == own[1]["MASTER_PORT"]
+    assert len(own[0]["DDPC_STORE_TOKEN"]) >= 16 and own[0]["DDPC_STORE_TOKEN"] == own[1]["DDPC_STORE_TOKEN"]
+    # As torch.multiprocessing.spawn, which sets none of them: a master the
+    # parent names is kept, with no token, so other parents' children get in.
+    monkeypatch.setenv("MASTER_ADDR", "10.1.2.3")
+    monkeypatch.setenv("MASTER_PORT", "23456")
+    monkeypatch.setenv("RANK", "2")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    assert ddpc.spawn(_environment, nprocs=2) == [
+        {"RANK": "2", "WORLD_SIZE": "4", "LOCAL_RANK": str(r), "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "10.1.2.3",
+         "MASTER_PORT": "23456", "DDPC_STORE_TOKEN": ""} for r in range(2)]
+    monkeypatch.setenv("DDPC_STORE_TOKEN", "the-job-secret")
+    assert {e["DDPC_STORE_TOKEN"] for e in ddpc.multiprocessing.spawn(_environment, nprocs=2)} == {"the-job-secret"}
+
+
+_TWO_PARENTS = """
+    import sys
+    import numpy as np
+    import ddpc.distributed as dist
+    import ddpc.multiprocessing as mp
+
+    def work(local_rank, node, init_method):
+        dist.init_process_group("cpu", init_method=init_method, rank=node + local_rank, world_size=2, timeout=30)
+        a = np.full(4, float(node + 1))
+        dist.all_reduce(a)
+        dist.destroy_process_group()
+        return float(a[0])
+
+    if __name__ == "__main__":
+        node, init_method = int(sys.argv[1]), sys.argv[2]
+        print("SUM", mp.spawn(work, args=(node, init_method), nprocs=1)[0], flush=True)
+"""
+
+
+@pytest.mark.parametrize("init_method, parents_set", [("env://", "master"), ("tcp://127.0.0.1:{port}", "master"),
+                                                      ("tcp://127.0.0.1:{port}", "token")])
+def test_children_of_two_parents_meet(tmp_path, init_method, parents_set):
+    """Two parents (two nodes, say) spawn one child each, and the children
+    pass their global rank, as PyTorch's multi-node spawn scripts do."""
+    from procs import free_port
+
+    script = tmp_path / "node.py"
+    script.write_text(textwrap.dedent(_TWO_PARENTS))
+    env = {k: v for k, v in os.environ.items() if k not in _SPAWN_ENV_KEYS}
+    if parents_set == "master":
+        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    else:
+        env.update(DDPC_STORE_TOKEN="shared-secret")
+    url = init_method.format(port=free_port())
+    nodes = [subprocess.Popen([sys.executable, str(script), str(node), url], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for node in range(2)]
+    try:
+        outs = [p.communicate(timeout=90) for p in nodes]
+    finally:
+        for p in nodes:
+            p.kill()
+    for p, (out, err) in zip(nodes, outs):
+        assert p.returncode == 0 and "SUM 3.0" in out, err
 
 
 def test_spawn_starts_fresh_interpreters_once_cuda_is_up(monkeypatch):

@@ -3060,7 +3060,7 @@ def _triangle(a, diagonal, lower):
     with no_grad():  # column minus row, for each element
         offset = sub(arange(cols, device=a.device).reshape(1, cols), arange(rows, device=a.device).reshape(rows, 1))
     keep = (offset <= diagonal) if lower else (offset >= diagonal)
-    return where(keep, a, 0)
+    return where(keep, a, False if a.dtype is bool_ else 0)
 
 
 def tril(input, diagonal=0):

@@ -125,16 +125,23 @@ def load_loader_state(loader, states, group=None):
 
 def load(path, map_location=None, group=None, *, weights_only=None):
     """Rank 0 reads `path` and broadcasts it; returns None on every rank when it
-    does not exist. ``weights_only`` is ddpc.load's: a checkpoint holding more
-    than data (a whole module, an optimizer object) loads with
-    weights_only=False, or with its classes allowlisted."""
+    does not exist. A file that exists but is empty or damaged raises
+    ddpc.serialization.CheckpointError on every rank, as ddpc.load does,
+    rather than passing for a first start whose saves would overwrite it.
+    ``weights_only`` is ddpc.load's: a checkpoint holding more than data (a
+    whole module, an optimizer object) loads with weights_only=False, or
+    with its classes allowlisted."""
     def read():
-        if not os.path.exists(path):
+        try:
+            with open(path, "rb") as f:
+                return b"\x01" + f.read()  # the leading byte: the file is there, even if empty
+        except FileNotFoundError:
             return b""
-        with open(path, "rb") as f:
-            return f.read()
 
     data = _from_rank0(read, f"read the checkpoint {path!r}", group)
     if not data:
         return None
-    return _load(io.BytesIO(data), map_location=map_location, weights_only=weights_only)
+    f = io.BytesIO(data)
+    f.seek(1)
+    f.name = os.fspath(path)  # what ddpc.load's errors name
+    return _load(f, map_location=map_location, weights_only=weights_only)

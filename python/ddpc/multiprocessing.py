@@ -15,9 +15,10 @@ shares it by inheriting the mapping.
 Where ddpc differs: any other tensor, cuda tensors included, is pickled with
 its data, so the receiver gets a copy (PyTorch moves a cpu tensor into shared
 memory first, and passes CUDA IPC handles), and so is an instance of a
-Tensor subclass other than Parameter. ``spawn`` also gives each child
-the environment ``init_process_group()`` reads, as ``ddpc.spawn`` does. Plain
-``pickle`` and ``copy.deepcopy`` copy shared tensors too, as in PyTorch.
+Tensor subclass other than Parameter. ``spawn`` also fills in, where the
+parent has not set them, the variables ``init_process_group()`` reads, as
+``ddpc.spawn`` does. Plain ``pickle`` and ``copy.deepcopy`` copy shared
+tensors too, as in PyTorch.
 
 How long shared memory lives: a segment (``/dev/shm/ddpc_<pid>_<n>``, named
 after the process that made it) counts its references, one for each process

@@ -233,16 +233,25 @@ def _report(w, code, out):
     out.flush()
 
 
+def _cpu_count():
+    """The cores this process may run on (its affinity mask, which taskset and
+    cgroups narrow), as torchrun counts them."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def _nproc_per_node(p, value):
     """--nproc-per-node: a number; or, as in torchrun, cpu (one worker per
-    core), gpu (one per GPU), auto (one per GPU, or one where there is none)."""
+    core this process may use), gpu (one per GPU), auto (one per GPU, or one
+    per core where there is none)."""
     if value == "cpu":
-        return os.cpu_count() or 1
+        return _cpu_count()
     if value in ("gpu", "auto"):
         gpus = _C.cuda_device_count()
         if value == "gpu" and gpus == 0:
             p.error(f"--nproc-per-node gpu: {_C.cuda_unavailable_reason() or 'no GPU found'}")
-        return gpus or 1
+        return gpus or _cpu_count()
     try:
         return int(value)
     except ValueError:
@@ -272,7 +281,7 @@ def get_args_parser():
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--nproc-per-node", "--nproc_per_node", default="1",
                    help="workers on this node: a number, cpu (one per core), gpu (one per GPU) or auto (one per "
-                        "GPU, or 1 without GPUs)")
+                        "GPU, or one per core without GPUs)")
     p.add_argument("--nnodes", default="1",
                    help="nodes in the job: N (or N:N), each naming its --node-rank; or MIN:MAX, elastic: the nodes "
                         "meet at --rdzv-endpoint and get their ranks there, and the workers restart when nodes come "

@@ -20,14 +20,21 @@ over one buffer; a tensor the object refers to twice has one entry.
 Version 1 holds data and loading it runs nothing. A value in the header is
 a tagged list: ["none"], ["bool", b], ["int", n], ["float", x], ["str", s],
 ["list", [...]], ["tuple", [...]], ["dict", [[key, value], ...]] (keys are
-values too, so int keys of optimizer state survive), ["odict", ...],
+values too, so int keys of optimizer state survive), ["odict", [...]]
+or, for one with a ``_metadata`` attribute (a state_dict()'s module
+versions), ["odict", [...], metadata], which readers that predate the
+third item load without it,
 ["set", [...]], ["frozenset", [...]] or ["tensor", i]; a sparse COO tensor
 is ["sparse_coo", indices, values, size, coalesced, requires_grad] (indices
 and values tensor values). A numpy array is
 ["ndarray", numpy dtype string, shape, i] and a bytes object ["bytes", i],
-entry i holding their bytes (as a uint8 tensor). ddpc.save writes version 1
-whenever the object is such data (of exactly these types; numpy numbers
-become Python numbers), so every ddpc reads it.
+entry i holding their bytes (as a uint8 tensor). A numpy number (np.int32,
+np.float32, np.bool_, np.str_, np.bytes_, ...) is its Python value with its
+numpy dtype string as a third item (["int", 1, "<i4"]): it loads as that
+numpy number with weights_only=False, as torch.load's, and as the Python
+number under weights_only (where torch.load refuses it), as readers that
+predate the third item load it. ddpc.save writes version 1 whenever the
+object is such data (of exactly these types), so every ddpc reads it.
 
 Version 2 holds any picklable object: the root is ["pickle", i], entry i
 holding a pickle of it in which each tensor, numpy array (but one of
@@ -41,9 +48,11 @@ add_safe_globals or safe_globals, and REDUCE, NEWOBJ and BUILD apply only to
 those, so nothing else in the file runs; weights_only=False unpickles
 everything, for files from a trusted source.
 
-A save writes a temporary file in the target's directory, fsyncs it, renames
-it over the target and fsyncs the directory, so a crash at any point leaves
-either the old or the new checkpoint, never a torn one.
+A save to a path writes a temporary file in the target's directory, fsyncs
+it, renames it over the target and fsyncs the directory, so a crash at any
+point leaves either the old or the new checkpoint, never a torn one. A
+target that exists and is not a regular file (a device, a FIFO) is written
+into instead, as torch.save writes it.
 
 ddpc.load also reads what PyTorch's torch.save writes (the zip archive it has
 written since PyTorch 1.6): ``<root>/data.pkl``, a pickle of the object in
@@ -150,10 +159,15 @@ def _encode(obj, table, depth=0):
     if kind in _DATA_CONTAINERS:
         return [_DATA_CONTAINERS[kind], [_encode(v, table, depth + 1) for v in obj]]
     if kind in (dict, OrderedDict):
-        return ["odict" if kind is OrderedDict else "dict",
-                [[_encode(k, table, depth + 1), _encode(v, table, depth + 1)] for k, v in obj.items()]]
+        items = [[_encode(k, table, depth + 1), _encode(v, table, depth + 1)] for k, v in obj.items()]
+        if kind is dict:
+            return ["dict", items]
+        attrs = vars(obj)
+        if attrs.keys() - {"_metadata"}:
+            raise _NotData  # attributes of its own: the pickle keeps them all, as PyTorch's
+        return ["odict", items] + ([_encode(attrs["_metadata"], table, depth + 1)] if attrs else [])
     if isinstance(obj, _NUMPY_NUMBERS):
-        return _encode(obj.item(), table, depth + 1)
+        return _encode(obj.item(), table, depth + 1) + [obj.dtype.str]
     if isinstance(obj, np.ndarray) and not obj.dtype.hasobject and obj.dtype.fields is None:
         return ["ndarray", obj.dtype.str, list(obj.shape), table.add(obj, _raw)]
     if kind is bytes:
@@ -274,8 +288,9 @@ def _placed(t, saved_device, map_location):
 
 
 def _leaf(buf, requires_grad, parameter=False):
-    """A tensor over buf requiring grad as saved (if it is floating), a Parameter if saved as one."""
-    requires_grad = bool(requires_grad) and get_dtype(buf.dtype).is_floating_point
+    """A tensor over buf requiring grad as saved (if it is floating or complex), a Parameter if saved as one."""
+    dt = get_dtype(buf.dtype)
+    requires_grad = bool(requires_grad) and (dt.is_floating_point or dt.is_complex)
     if parameter:
         from .nn.modules import Parameter
 
@@ -288,9 +303,10 @@ class _Stored:
     once when first asked for, on the device map_location gives; entries at
     one offset (one memory when saved) share one buffer."""
 
-    def __init__(self, entries, payload, map_location, path):
+    def __init__(self, entries, payload, map_location, path, numpy_numbers=False):
         self._entries, self._payload, self._map_location, self._path = entries, payload, map_location, path
         self._tensors, self._buffers = {}, {}
+        self.numpy_numbers = numpy_numbers  # whether numpy numbers load as such (else as Python numbers)
 
     def _entry(self, i):
         try:
@@ -334,11 +350,21 @@ class _Stored:
         return self._tensors[i]
 
 
+# The tags of a numpy number's value, and the kinds of numpy dtypes it may have.
+_NUMPY_NUMBER_TAGS, _NUMPY_NUMBER_KINDS = ("bool", "int", "float", "str", "bytes"), "biufSU"
+
+
 def _decode(v, stored, path, depth=0):
     if depth > 500 or not isinstance(v, list) or not v or not isinstance(v[0], str):
         _fail(path, "malformed header")
     tag = v[0]
     try:
+        if len(v) > 2 and tag in _NUMPY_NUMBER_TAGS:
+            value = _decode(v[:2], stored, path, depth + 1)
+            dt = np.dtype(v[2])
+            if dt.kind not in _NUMPY_NUMBER_KINDS:
+                _fail(path, f"a {tag} value of numpy dtype {dt}")
+            return dt.type(value) if stored.numpy_numbers else value
         if tag == "none":
             return None
         if tag in ("bool", "int", "str"):
@@ -362,6 +388,8 @@ def _decode(v, stored, path, depth=0):
             out = OrderedDict() if tag == "odict" else {}
             for k, x in v[1]:
                 out[_decode(k, stored, path, depth + 1)] = _decode(x, stored, path, depth + 1)
+            if tag == "odict" and len(v) > 2:
+                out._metadata = _decode(v[2], stored, path, depth + 1)
             return out
         if tag in ("set", "frozenset"):
             items = (_decode(x, stored, path, depth + 1) for x in v[1])
@@ -405,7 +433,7 @@ class _DdpcPickle:
         return self._loaded[key]
 
 
-def _deserialize(data, map_location, path, unpickle):
+def _deserialize(data, map_location, path, unpickle, numpy_numbers=False):
     if len(data) < _PREFIX.size:
         if not _MAGIC.startswith(data[:8]):
             _fail(path, "wrong magic bytes (this is not a ddpc checkpoint)")
@@ -430,7 +458,7 @@ def _deserialize(data, map_location, path, unpickle):
             raise TypeError
     except (UnicodeDecodeError, ValueError, KeyError, TypeError):
         _fail(path, "malformed header")
-    stored = _Stored(entries, payload, map_location, path)
+    stored = _Stored(entries, payload, map_location, path, numpy_numbers)
     if version == _DATA_VERSION:
         return _decode(root, stored, path)
     if not (isinstance(root, list) and len(root) == 2 and root[0] == "pickle"):
@@ -832,10 +860,10 @@ def _file_mode(path):
 
 
 def save(obj, f, pickle_module=pickle, pickle_protocol=DEFAULT_PROTOCOL):
-    """Writes obj to the path f atomically, or to a writable binary file
-    object, as torch.save: a state dict, or any picklable object (a whole
-    Module, an optimizer or lr scheduler, an argparse.Namespace, a dataclass,
-    a dict of these).
+    """Writes obj to the path f atomically (a device or FIFO there is written
+    into), or to a writable binary file object, as torch.save: a state dict,
+    or any picklable object (a whole Module, an optimizer or lr scheduler, an
+    argparse.Namespace, a dataclass, a dict of these).
 
     Tensors are never pickled: each is stored once in ddpc's format with its
     dtype, shape, device, requires_grad and whether it is a Parameter (not
@@ -856,6 +884,17 @@ def save(obj, f, pickle_module=pickle, pickle_protocol=DEFAULT_PROTOCOL):
             f.write(piece)
         return
     path = os.path.realpath(os.fspath(f))  # through a symbolic link, as torch.save writes
+    try:
+        special = not stat.S_ISREG(os.stat(path).st_mode)
+    except FileNotFoundError:
+        special = False
+    if special:
+        # A device or a FIFO (os.devnull, a pipe to a compressor) is written
+        # into, as torch.save writes it: renaming a file over it would replace it.
+        with open(path, "wb") as out:
+            for piece in pieces:
+                out.write(piece)
+        return
     directory = os.path.dirname(path)
     fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=directory)
     try:
@@ -941,6 +980,6 @@ def load(f, map_location=None, pickle_module=None, *, weights_only=None, mmap=No
             _fail(path, "it is in PyTorch's format before 1.6 (or _use_new_zipfile_serialization=False), which "
                         "ddpc does not read: load it with torch.load and save it again with a recent torch.save",
                   "PyTorch")
-        return _deserialize(data, map_location, path, unpickle)
+        return _deserialize(data, map_location, path, unpickle, numpy_numbers=not weights_only)
     except _WeightsOnlyError as e:
         raise pickle.UnpicklingError(str(e)) from None

@@ -4,8 +4,11 @@ Children are forked, so a function defined in a notebook cell works, unless
 this process has already used CUDA: the driver does not survive a fork, so
 then they start as fresh interpreters, as torch.multiprocessing.spawn's do,
 and ``fn`` must be importable. Each
-child gets the environment ddpc-run would give it; ``fn(rank, *args)`` may
-call ``init_process_group()`` with no arguments. Return values come back to
+child keeps the parent's environment, with what ``init_process_group()``
+reads filled in where the parent has none (``_child_env`` says which), so
+``fn(rank, *args)`` may call it with no arguments, and children of several
+parents that name one MASTER_ADDR and MASTER_PORT meet there, as
+torch.multiprocessing.spawn's do. Return values come back to
 the parent by rank; a child's exception is re-raised in the parent with the
 child's rank and traceback, after the other children have been stopped.
 """
@@ -65,11 +68,56 @@ def _exit_code(e):
     return e.code & 0xFF if isinstance(e.code, int) else 1
 
 
-def _child(fn, rank, args, env, conn, forked_by_main_thread):
+def _child_env(rank, nprocs, port, token, own_rendezvous):
+    """The variables that child ``rank`` gets on top of the parent's environment.
+
+    What the parent has set is kept, as torch.multiprocessing.spawn keeps
+    it (it sets none of these), so that a multi-node script, whose parents
+    each name the master and whose children pass their global rank and the
+    world size, rendezvous as under PyTorch: RANK and WORLD_SIZE (the
+    child's rank and ``nprocs``) come only where the parent has neither,
+    LOCAL_RANK and LOCAL_WORLD_SIZE likewise, MASTER_ADDR (127.0.0.1) and
+    MASTER_PORT (``port``) each where missing. The store's token: the
+    parent's DDPC_STORE_TOKEN, else ``token`` where spawn picked the port
+    (the rendezvous is these children's alone), else none, as ddpc-run's on
+    several nodes, so that other parents' children are let in. With
+    ``own_rendezvous`` (the parent is a rank of a running group, whose store
+    holds MASTER_PORT) every one of them is spawn's."""
+    env = {} if own_rendezvous else os.environ
+    out = {}
+    if "RANK" not in env and "WORLD_SIZE" not in env:
+        out.update(RANK=str(rank), WORLD_SIZE=str(nprocs))
+    if "LOCAL_RANK" not in env and "LOCAL_WORLD_SIZE" not in env:
+        out.update(LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(nprocs))
+    if not env.get("MASTER_ADDR"):
+        out["MASTER_ADDR"] = "127.0.0.1"
+    if not env.get("MASTER_PORT"):
+        out["MASTER_PORT"] = str(port)
+    if not env.get("DDPC_STORE_TOKEN"):
+        out["DDPC_STORE_TOKEN"] = token if "MASTER_PORT" in out else ""
+    if "DDPC_RESTART_COUNT" not in env:
+        out["DDPC_RESTART_COUNT"] = "0"
+    return out
+
+
+def _fresh_random_state():
+    """A forked child draws numbers of its own, as a fresh interpreter (torch's
+    spawned children) does: ddpc's global generator and numpy's get seeds of
+    the operating system's entropy (Python's random reseeds itself after a fork)."""
+    import numpy as np
+
+    from .tensor import seed
+
+    seed()
+    np.random.seed()
+
+
+def _child(fn, rank, nprocs, args, env, conn, forked_by_main_thread):
     die_with_parent(forked_by_main_thread)
     if not user_chose_threads():  # the ranks share the machine's cores
-        set_num_threads(per_rank_threads(int(env["LOCAL_WORLD_SIZE"])))
+        set_num_threads(per_rank_threads(nprocs))
     os.environ.update(env)
+    _fresh_random_state()
     exit_exc = None
     try:
         result = ("ok", fn(rank, *args))
@@ -186,7 +234,12 @@ class SpawnContext:
 def spawn(fn, args=(), nprocs=1, join=True, daemon=False, start_method=None):
     """Runs ``fn(rank, *args)`` in ``nprocs`` processes with RANK, LOCAL_RANK,
     WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT and a store token
-    set, and returns ``[fn(0, ...), fn(1, ...), ...]``.
+    set where the parent's environment has none, and returns
+    ``[fn(0, ...), fn(1, ...), ...]``.
+
+    Where ddpc differs: torch.multiprocessing.spawn sets none of them.
+    A parent that is a rank of a running process group gives its children
+    a rendezvous of their own (its group's store holds its MASTER_PORT).
 
     ``start_method``: 'fork', or 'spawn'/'forkserver' (fresh interpreters that
     import ``fn`` and unpickle ``args``). The default forks, and starts fresh
@@ -201,15 +254,16 @@ def spawn(fn, args=(), nprocs=1, join=True, daemon=False, start_method=None):
     if nprocs < 1:
         raise ValueError("nprocs must be at least 1")
     ctx = multiprocessing.get_context(start_method)
-    port, token = free_port(), new_token()
+    from . import distributed
+
+    port, token, in_group = free_port(), new_token(), distributed.is_initialized()
     forked_by_main_thread = threading.current_thread() is threading.main_thread()
     processes, conns = [], []
     for rank in range(nprocs):
-        env = {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(nprocs),
-               "LOCAL_WORLD_SIZE": str(nprocs), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-               "DDPC_STORE_TOKEN": token, "DDPC_RESTART_COUNT": "0"}
+        env = _child_env(rank, nprocs, port, token, in_group)
         reader, writer = ctx.Pipe(duplex=False)
-        p = ctx.Process(target=_child, args=(fn, rank, args, env, writer, forked_by_main_thread), daemon=daemon)
+        p = ctx.Process(target=_child, args=(fn, rank, nprocs, args, env, writer, forked_by_main_thread),
+                        daemon=daemon)
         try:
             p.start()
         except (pickle.PicklingError, AttributeError, TypeError) as e:

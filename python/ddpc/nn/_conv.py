@@ -37,7 +37,7 @@ from .. import autograd as _ag
 from .._C import ArgumentError, DtypeError
 from ..backends import alert_not_deterministic
 from ..amp import autocast_op
-from ..tensor import _ADD, Tensor, full, int64, tensor
+from ..tensor import _ADD, Tensor, arange, full, int64, tensor
 
 PADDING_MODES = ("zeros", "reflect", "replicate", "circular")
 PAD_MODES = ("constant", "reflect", "replicate", "circular")
@@ -119,14 +119,17 @@ def conv_geometry(name, nd, x_shape, w_shape, stride, padding, dilation, groups)
     return stride, tuple(b for b, _ in pads), dilation, out
 
 
-def _check_planes(name, nd, input):
+def _check_planes(name, nd, input, integers=()):
+    """An (N, C, *nd) or (C, *nd) input with non-empty channel and spatial
+    dims, of a floating-point dtype or one of ``integers``."""
     if not isinstance(input, Tensor):
         raise TypeError(f"{name}: the input must be a ddpc tensor, got {type(input).__name__}")
     if input.ndim not in (nd + 1, nd + 2) or 0 in input.shape[-nd - 1:]:
         raise ArgumentError(f"{name}: expected a {nd + 1}-d or {nd + 2}-d (batched) input with non-empty channel and "
                             f"spatial dims, got shape {tuple(input.shape)}")
-    if not input.dtype.is_floating_point:
-        raise DtypeError(f"{name}: needs a floating-point input, got {input.dtype}")
+    if not input.dtype.is_floating_point and input.dtype.name not in integers:
+        kinds = " or ".join(("floating-point",) + integers)
+        raise DtypeError(f"{name}: needs a {kinds} input, got {input.dtype}")
 
 
 def pool_geometry(name, nd, x_shape, kernel_size, stride, padding, dilation, ceil_mode):
@@ -241,16 +244,19 @@ def _channels_first(src, slot):
     return out
 
 
-def _pointwise(kernel, geometry):
+def _pointwise(kernel, geometry, size, out):
     """Whether each output position reads one input position, the same one:
-    then the columns are the image with its two leading dims swapped."""
-    return all(k == 1 for k in kernel) and all(s == 1 for s in geometry[0]) and not any(geometry[1])
+    then the columns are the image with its two leading dims swapped. The
+    image's spatial ``size`` must equal ``out``: a transposed convolution's
+    output_padding (possible at stride 1 with dilation) makes it larger."""
+    return (all(k == 1 for k in kernel) and all(s == 1 for s in geometry[0]) and not any(geometry[1])
+            and tuple(size) == tuple(out))
 
 
 def _columns(x, kernel, out, geometry):
     """im2col of the image buffer x (N, C, *in): (C, *kernel, N, *out), in
     the temporary that the input gradient's columns reuse once these are read."""
-    if _pointwise(kernel, geometry):
+    if _pointwise(kernel, geometry, x.shape[2:], out):
         return _channels_first(x, "columns").view(0, (x.shape[1],) + tuple(kernel) + (x.shape[0],) + tuple(out))
     col = _temporary("columns", (x.shape[1],) + tuple(kernel) + (x.shape[0],) + tuple(out), x.dtype, x.device)
     _C.im2col(col, x, *geometry)
@@ -269,7 +275,7 @@ def _input_grad_step(gx_n, g_t, w, geometry, groups):
     """gx_n (n, C, *in) = col2im(W^T @ g_t [O, n*out]): one step of a
     convolution's input gradient, which is also the transposed convolution."""
     (n, c), o, kernel, out = gx_n.shape[:2], w.shape[0], tuple(w.shape[2:]), tuple(g_t.shape[2:])
-    taps, pointwise = c * math.prod(kernel), _pointwise(kernel, geometry)
+    taps, pointwise = c * math.prod(kernel), _pointwise(kernel, geometry, gx_n.shape[2:], out)
     # A pointwise convolution's col2im is the swap back, none for one sample (see _channels_first)
     pointwise_one = pointwise and n == 1
     gcol = gx_n if pointwise_one else _temporary("columns", (c,) + kernel + (n,) + out, gx_n.dtype, gx_n.device)
@@ -568,13 +574,34 @@ def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):
 def pad_by_mode(input, pads, mode):
     """``input`` padded along its last len(pads) dims by (before, after)
     elements each, as PyTorch's 'reflect', 'replicate' or 'circular' modes:
-    one gather per dim, so the gradient adds up where an element repeats."""
+    one gather per dim, so the gradient adds up where an element repeats.
+    A negative pad crops, as in PyTorch: 'reflect' and 'replicate' still
+    reflect about (or repeat) the edges of the whole input, 'circular' wraps
+    around what is left after cropping."""
     nd = len(pads)
     for i, (before, after) in enumerate(pads):
         if not before and not after:
             continue
         dim = input.ndim - nd + i
         n = input.shape[dim]
+        if mode == "circular":
+            if before > n or after > n:
+                raise ArgumentError(f"circular padding ({before}, {after}) wraps around more than once over the input "
+                                    f"size {n} of dim {dim}")
+            start, stop = max(-before, 0), n - max(-after, 0)
+            if stop < start:
+                raise ArgumentError(f"pad: the negative padding ({before}, {after}) of dim {dim} crops more than its "
+                                    f"size {n}")
+            input, n = input.narrow(dim, start, stop - start), stop - start
+            before, after = max(before, 0), max(after, 0)
+            if not before and not after:
+                continue
+            if before > n or after > n:
+                raise ArgumentError(f"circular padding ({before}, {after}) wraps around more than once over the size "
+                                    f"{n} left of dim {dim} after cropping")
+        elif n + before + after <= 0:
+            raise ArgumentError(f"pad: input size {n} of dim {dim} is too small for {mode} padding ({before}, {after}): "
+                                f"calculated output size {n + before + after}")
         idx = np.arange(-before, n + after)
         if mode == "reflect":
             if before >= n or after >= n:
@@ -585,9 +612,6 @@ def pad_by_mode(input, pads, mode):
         elif mode == "replicate":
             idx = np.clip(idx, 0, n - 1)
         else:
-            if before > n or after > n:
-                raise ArgumentError(f"circular padding ({before}, {after}) wraps around more than once over the input "
-                                    f"size {n} of dim {dim}")
             idx = idx % n
         input = input.index_select(dim, tensor(idx.astype(np.int64), device=input.device))
     return input
@@ -618,9 +642,9 @@ def _pad_constant(input, pads, value):
 
 def pad(input, pad, mode="constant", value=None):
     """torch.nn.functional.pad: ``pad`` holds (before, after) pairs from the
-    last dim backwards; 'constant' pads with ``value`` (0 for None) and crops
-    where a pad is negative; the other modes pad the last one to three dims
-    of a batched or unbatched input, as PyTorch does."""
+    last dim backwards; 'constant' pads with ``value`` (0 for None); the
+    other modes pad the last one to three dims of a batched or unbatched
+    input, as PyTorch does. A negative pad crops, in every mode."""
     if not isinstance(input, Tensor):
         raise TypeError(f"pad: the input must be a ddpc tensor, got {type(input).__name__}")
     if mode not in PAD_MODES:
@@ -642,8 +666,6 @@ def pad(input, pad, mode="constant", value=None):
     if not 1 <= len(pads) <= 3 or input.ndim not in (len(pads) + 1, len(pads) + 2):
         raise NotImplementedError(f"pad: mode {mode!r} pads the last 1 to 3 dims of an input with one or two dims "
                                   f"more, got a padding of length {len(widths)} for a {input.ndim}-d input")
-    if any(w < 0 for w in widths):
-        raise ArgumentError(f"pad: mode {mode!r} takes no negative padding, got {pad!r}")
     return pad_by_mode(input, pads, mode)
 
 
@@ -694,11 +716,45 @@ def _max_volumes(input, nd, out, geometry):
     return values.reshape(shape), Tensor(indices._buf.view(0, shape))
 
 
+def _integer_windows(x, nd, kernel, stride, padding, dilation, out, fill):
+    """The pooling windows of the integer volumes x (P, *in) as (P, *out,
+    prod(kernel)), elements in the order a window is scanned, ``fill``
+    where a window reaches past the input: the _C pools take floating point
+    only, and a round trip through float64 would change large int64 values."""
+    pads = tuple((p, max(0, (o - 1) * s + (k - 1) * d + 1 - p - n))
+                 for k, s, p, d, o, n in zip(kernel, stride, padding, dilation, out, x.shape[1:]))
+    x = _pad_constant(x, pads, fill)
+    for i in range(nd):
+        x = x.unfold(1 + i, (kernel[i] - 1) * dilation[i] + 1, stride[i]).narrow(1 + i, 0, out[i])
+        if dilation[i] > 1:
+            x = x[..., ::dilation[i]]
+    return x.reshape(tuple(x.shape[:1 + nd]) + (math.prod(kernel),))
+
+
+def _max_integer_volumes(input, nd, out, geometry):
+    """_max_volumes of an integer input: each window's largest element and
+    the flattened position of its first occurrence, as PyTorch's CPU pools."""
+    kernel, stride, pad, dilation = geometry
+    x = _volumes(input, nd)
+    lowest = int(np.iinfo(np.dtype(input.dtype.name)).min)
+    windows = _integer_windows(x, nd, kernel, stride, pad, dilation, out, lowest)
+    positions = arange(math.prod(x.shape[1:]), device=input.device).reshape((1,) + tuple(x.shape[1:]))
+    positions = _integer_windows(positions, nd, kernel, stride, pad, dilation, out, -1)
+    values = windows.amax(-1)
+    hits = (windows == values.unsqueeze(-1)) & (positions >= 0)
+    rank = arange(windows.shape[-1], device=input.device)
+    first = _ag.where(hits, rank, windows.shape[-1]).amin(-1, keepdim=True)
+    indices = positions.expand(windows.shape).gather(-1, first).squeeze(-1)
+    shape = tuple(input.shape[:-nd]) + tuple(out)
+    return values.reshape(shape), indices.reshape(shape)
+
+
 def max_pool(name, nd, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices):
-    _check_planes(name, nd, input)
+    _check_planes(name, nd, input, ("uint8", "int32", "int64"))
     kernel, stride, pad, dilation, out = pool_geometry(name, nd, input.shape, kernel_size, stride, padding,
                                                        dilation, ceil_mode)
-    values, indices = _max_volumes(input, nd, out, (kernel, stride, pad, dilation))
+    volumes = _max_volumes if input.dtype.is_floating_point else _max_integer_volumes
+    values, indices = volumes(input, nd, out, (kernel, stride, pad, dilation))
     return (values, indices) if return_indices else values
 
 
@@ -736,12 +792,33 @@ def _avg_volumes(input, nd, out, args):
     return y.reshape(tuple(input.shape[:-nd]) + tuple(out))
 
 
+def _avg_integer_volumes(input, nd, out, args):
+    """_avg_volumes of an int64 input as PyTorch's CPU pools: each window's
+    int64 sum divided by its divisor in integer arithmetic, rounding toward zero."""
+    kernel, stride, pad, count_include_pad, divisor_override = args
+    x = _volumes(input, nd)
+    sums = _integer_windows(x, nd, kernel, stride, pad, (1,) * nd, out, 0).sum(-1)
+    if divisor_override:
+        divisor = np.full(out, divisor_override, dtype=np.int64)
+    else:
+        divisor = np.ones((), dtype=np.int64)
+        for k, s, p, n, o in zip(kernel, stride, pad, x.shape[1:], out):
+            start = np.arange(o, dtype=np.int64) * s - p
+            stop = np.minimum(start + k, n + p)  # a ceil_mode window's part past the padding does not count
+            if not count_include_pad:
+                start, stop = np.maximum(start, 0), np.minimum(stop, n)
+            divisor = np.multiply.outer(divisor, stop - start)
+    quotient = sums.div(tensor(divisor, device=input.device), rounding_mode="trunc")
+    return quotient.reshape(tuple(input.shape[:-nd]) + tuple(out))
+
+
 def avg_pool(name, nd, input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
-    _check_planes(name, nd, input)
+    _check_planes(name, nd, input, ("int64",))
     kernel, stride, pad, _, out = pool_geometry(name, nd, input.shape, kernel_size, stride, padding, 1, ceil_mode)
     if divisor_override is not None and (not isinstance(divisor_override, numbers.Integral) or divisor_override == 0):
         raise ArgumentError(f"{name}: divisor_override must be a non-zero int, got {divisor_override!r}")
-    return _avg_volumes(input, nd, out, (kernel, stride, pad, bool(count_include_pad), int(divisor_override or 0)))
+    volumes = _avg_volumes if input.dtype.is_floating_point else _avg_integer_volumes
+    return volumes(input, nd, out, (kernel, stride, pad, bool(count_include_pad), int(divisor_override or 0)))
 
 
 _SIZE_WORDS = {1: "an int", 2: "a pair of ints", 3: "a triple of ints"}

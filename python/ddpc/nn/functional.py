@@ -795,7 +795,16 @@ def dropout1d(input, p=0.5, training=True, inplace=False):
 
 def dropout2d(input, p=0.5, training=True, inplace=False):
     """Zeroes whole channels of (N, C, H, W) ``input``; a 3-d input is (N, C,
-    L), as PyTorch takes it (with a warning)."""
+    L), and one of 5 or more dims (N, C, *), as PyTorch takes them (with a
+    warning). Unlike PyTorch, which warns and drops single elements, ddpc
+    refuses a 2-d input."""
+    if isinstance(input, Tensor) and input.ndim > 4 and 0 <= p <= 1:
+        warnings.warn(f"dropout2d: Received a {input.ndim}-D input to dropout2d, which is deprecated and will result "
+                      "in an error in a future release. To retain the behavior and silence this warning, please use "
+                      "dropout instead. Note that dropout2d exists to provide channel-wise dropout on inputs with 2 "
+                      "spatial dimensions, a channel dimension, and an optional batch dimension (i.e. 3D or 4D "
+                      "inputs).", stacklevel=2)
+        return _channel_dropout("dropout2d", input, p, training, inplace, (input.ndim,), None)
     if isinstance(input, Tensor) and input.ndim == 3:
         warnings.warn("dropout2d: Received a 3D input to dropout2d and assuming that channel-wise 1D dropout behavior "
                       "is desired - input is interpreted as shape (N, C, L), where C is the channel dim. This behavior "
@@ -948,6 +957,8 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
     batch's average of the per-sample ones, as in PyTorch."""
     if not isinstance(input, Tensor) or input.ndim < 3:
         raise ArgumentError(f"instance_norm: expected an (N, C, *) input, got {getattr(input, 'shape', input)}")
+    if use_input_stats and math.prod(input.shape[2:]) == 1:
+        raise ValueError(f"Expected more than 1 spatial element when training, got input size {input.shape}")
     if not use_input_stats or running_mean is not None or running_var is not None:
         # PyTorch's formulation: batch norm of the (1, N C, *) view with the running statistics repeated per sample.
         n, c = input.shape[:2]

@@ -138,10 +138,6 @@ def _call_non_full_hook(hook, module, grad_inputs, grad_outputs):
 class Module:
     """Base class of every layer and model."""
 
-    # Buffers a state_dict may lack (they then keep their value), as PyTorch's
-    # norm layers accept state dicts saved without num_batches_tracked.
-    _optional_buffers = ()
-
     def __init__(self):
         object.__setattr__(self, "training", True)
         object.__setattr__(self, "_parameters", OrderedDict())
@@ -347,13 +343,13 @@ class Module:
     def register_parameter(self, name, param):
         if param is not None and not isinstance(param, Parameter):
             raise TypeError(f"register_parameter: {name!r} must be a Parameter or None")
-        self._check_name(name)
+        self._check_name(name, self._parameters)
         self._parameters[name] = param
 
     def register_buffer(self, name, tensor, persistent=True):
         if tensor is not None and not isinstance(tensor, Tensor):
             raise TypeError(f"register_buffer: {name!r} must be a ddpc.Tensor or None")
-        self._check_name(name)
+        self._check_name(name, self._buffers)
         self._buffers[name] = tensor
         if persistent:
             self._non_persistent.discard(name)
@@ -363,15 +359,19 @@ class Module:
     def add_module(self, name, module):
         if module is not None and not isinstance(module, Module):
             raise TypeError(f"add_module: {name!r} must be a Module or None")
-        self._check_name(name)
+        self._check_name(name, self._modules)
         self._modules[name] = module
 
     register_module = add_module
 
-    def _check_name(self, name):
+    def _check_name(self, name, table):
+        """A name to register in ``table``, by PyTorch's rule: one that is
+        already an attribute, other than an entry of ``table`` itself (a
+        parameter, a buffer or a submodule of another kind, also one set to
+        None, or a plain attribute), is refused."""
         if not isinstance(name, str) or not name or "." in name:
             raise KeyError(f"invalid name {name!r}: a non-empty string without '.' is needed")
-        if name in self.__dict__ and name not in ("training",):
+        if name not in table and hasattr(self, name):
             raise KeyError(f"attribute {name!r} already exists")
 
     # ---- traversal -------------------------------------------------------------------
@@ -645,7 +645,7 @@ class Module:
         for name, target in own.items():
             key = prefix + name
             if key not in state_dict:
-                if strict and name not in self._optional_buffers:
+                if strict:
                     missing_keys.append(key)
                 continue
             value = state_dict[key]
@@ -661,13 +661,14 @@ class Module:
             elif is_lazy(value) != is_lazy(target):
                 error_msgs.append(f"{key} is uninitialized in the {'checkpoint' if is_lazy(value) else 'current model'}"
                                   " and not in the other: run a forward pass through the lazy module first.")
+            elif not is_lazy(target) and target.ndim == 0 and tuple(value.shape) == (1,):
+                # PyTorch's shim for checkpoints from before 0-d tensors (a num_batches_tracked of shape [1])
+                self._stage_copy(copies, assign, name, target, value.reshape(()))
             elif value.shape != target.shape:
                 error_msgs.append(f"size mismatch for {key}: copying a param with shape {value.shape} from "
                                   f"checkpoint, the shape in current model is {target.shape}.")
-            elif assign:
-                copies.append(functools.partial(self._assign_state, name, target, value))
-            elif not is_lazy(target):
-                copies.append(functools.partial(target.copy_, value))
+            else:
+                self._stage_copy(copies, assign, name, target, value)
         extra_key = prefix + _EXTRA_STATE
         if type(self).set_extra_state is not Module.set_extra_state:
             if extra_key in state_dict:
@@ -688,6 +689,12 @@ class Module:
         with no_grad():
             for apply in copies:
                 apply()
+
+    def _stage_copy(self, copies, assign, name, target, value):
+        if assign:
+            copies.append(functools.partial(self._assign_state, name, target, value))
+        elif not is_lazy(target):
+            copies.append(functools.partial(target.copy_, value))
 
     def _assign_state(self, name, target, value):
         if isinstance(target, Parameter):
@@ -928,6 +935,10 @@ class _ConvNd(Module):
         self.padding = padding if isinstance(padding, str) else _conv.as_tuple(padding, n, "padding")
         self._pads = _conv.padding_pairs(self.padding, self.kernel_size, self.stride, self.dilation)
         self.padding_mode = padding_mode
+        self.transposed, self.output_padding = False, (0,) * n
+        # PyTorch's F.pad argument for the padding modes, which tools read: a list for 'same'/'valid', else a tuple.
+        reversed_pads = [p for pair in reversed(self._pads) for p in pair]
+        self._reversed_padding_repeated_twice = reversed_pads if isinstance(padding, str) else tuple(reversed_pads)
         self.weight = Parameter(empty(self.out_channels, self.in_channels // groups, *self.kernel_size, dtype=dtype,
                                       device=device))
         if bias:
@@ -1004,7 +1015,7 @@ class _ConvTransposeNd(_ConvNd):
         # (in_channels, out_channels / groups, ...), the bias still one per output channel.
         super().__init__(out_channels, in_channels, kernel_size, stride, padding, dilation, groups, False,
                          padding_mode, device, dtype)
-        self.in_channels, self.out_channels = int(in_channels), int(out_channels)
+        self.in_channels, self.out_channels, self.transposed = int(in_channels), int(out_channels), True
         self.output_padding = _conv.as_tuple(output_padding, self._dims, "output_padding")
         if bias:  # the weight is drawn already: only the bias now, as after PyTorch's one reset
             self.bias = Parameter(empty(self.out_channels, dtype=dtype, device=device))
@@ -1457,7 +1468,26 @@ def _running_statistics(module, channels, track, dtype, device):
                                           device=device) if track else None)
 
 
-class _BatchNorm(Module):
+class _NormBase(Module):
+    """What the batch and instance norms share with PyTorch's _NormBase: their
+    state-dict version (2 since num_batches_tracked) and its rule for
+    checkpoints of an older version or none: a num_batches_tracked they
+    lack keeps the module's own, where a version-2 one must have it."""
+
+    _version = 2
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                              error_msgs):
+        version = local_metadata.get("version", None)
+        key = prefix + "num_batches_tracked"
+        if (version is None or version < 2) and self.track_running_stats and key not in state_dict:
+            state_dict[key] = (self.num_batches_tracked if self.num_batches_tracked is not None
+                               else full((), 0, dtype="int64"))
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                                      error_msgs)
+
+
+class _BatchNorm(_NormBase):
     """Batch normalisation over dim 1 (the channels) of ``_dims``-d inputs, as
     torch.nn.BatchNorm*d: running statistics (``running_mean``,
     ``running_var``, ``num_batches_tracked``) are buffers, so DDP broadcasts
@@ -1465,8 +1495,6 @@ class _BatchNorm(Module):
     cumulative average."""
 
     _dims = ()
-    _optional_buffers = ("num_batches_tracked",)
-    _version = 2  # as PyTorch's norm layers since they have num_batches_tracked
 
     def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True, track_running_stats=True, device=None,
                  dtype=None, *, bias=True):
@@ -1491,10 +1519,15 @@ class _BatchNorm(Module):
                                 f"{input.shape[1]} (shape {input.shape})")
 
     def _statistics(self):
-        """(training, momentum, running_mean, running_var) for this call, counting the batch."""
-        use_batch = self.training or not self.track_running_stats
+        """(use batch statistics, momentum, running_mean, running_var) for this
+        call, counting the batch, by PyTorch's rule: batch statistics in
+        training and in eval when both running buffers are None (test-time
+        adaptation); the buffers are passed outside training (to normalise
+        with) and in training only while ``track_running_stats`` (to update),
+        so flipping that flag after construction behaves as in PyTorch."""
+        use_batch = self.training or (self.running_mean is None and self.running_var is None)
         momentum = 0.0 if self.momentum is None else self.momentum
-        if self.training and self.track_running_stats:
+        if self.training and self.track_running_stats and self.num_batches_tracked is not None:
             with no_grad():
                 self.num_batches_tracked.add_(1)
             if self.momentum is None:
@@ -1550,9 +1583,11 @@ class SyncBatchNorm(_BatchNorm):
         from .. import distributed as dist
 
         self._check_input(input)
+        if self.training and self.track_running_stats and self.num_batches_tracked is None:
+            raise AssertionError("num_batches_tracked must not be None")  # PyTorch's SyncBatchNorm's check
         use_batch, momentum, rm, rv = self._statistics()
         group = None
-        if use_batch and dist.is_initialized() and dist.get_world_size(self.process_group) > 1:
+        if use_batch and self.training and dist.is_initialized() and dist.get_world_size(self.process_group) > 1:
             group = self.process_group if self.process_group is not None else dist.group.WORLD
         return F._batch_norm(input, rm, rv, self.weight, self.bias, use_batch, momentum, self.eps, group)
 
@@ -2458,7 +2493,7 @@ class GroupNorm(Module):
                 f"bias={self.bias is not None}")
 
 
-class _InstanceNorm(Module):
+class _InstanceNorm(_NormBase):
     """Per-sample, per-channel normalisation with torch's defaults (affine=False,
     no running statistics). With ``track_running_stats`` the running mean and
     variance are buffers, updated in training mode and used in eval mode;
@@ -2466,8 +2501,6 @@ class _InstanceNorm(Module):
     Not a GroupNorm, as in PyTorch (init code tells them apart)."""
 
     _dims = ()
-    _optional_buffers = ("num_batches_tracked",)
-    _version = 2  # as PyTorch's norm layers since they have num_batches_tracked
 
     def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=False, track_running_stats=False,
                  device=None, dtype=None, *, bias=True):

@@ -95,6 +95,7 @@ class RNNBase(Module):
                 for name, shape in shapes:
                     setattr(self, name + suffix, Parameter(empty(*shape, dtype=dtype, device=device)))
                 self._all_weights.append([name + suffix for name, _ in shapes])
+        self._flat_weights_names = [name for names in self._all_weights for name in names]
         self.reset_parameters()
 
     def reset_parameters(self):
@@ -104,6 +105,12 @@ class RNNBase(Module):
 
     def flatten_parameters(self):
         """PyTorch packs the weights for cuDNN here; ddpc's stay as they are, so there is nothing to do."""
+
+    @property
+    def _flat_weights(self):
+        """The parameters named in ``_flat_weights_names``, in that order (None
+        where one was deleted), as PyTorch's list that tools read."""
+        return [getattr(self, name, None) for name in self._flat_weights_names]
 
     @property
     def all_weights(self):

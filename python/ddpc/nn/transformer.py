@@ -10,7 +10,8 @@ from ..autograd import cat, where
 from ..tensor import empty, full, zeros
 from . import functional as F
 from . import init
-from .modules import Dropout, LayerNorm, Linear, Module, ModuleList, NonDynamicallyQuantizableLinear, Parameter
+from .modules import (GELU, Dropout, LayerNorm, Linear, Module, ModuleList, NonDynamicallyQuantizableLinear, Parameter,
+                      ReLU)
 
 __all__ = ["MultiheadAttention", "Transformer", "TransformerDecoder", "TransformerDecoderLayer", "TransformerEncoder",
            "TransformerEncoderLayer"]
@@ -108,6 +109,10 @@ class MultiheadAttention(Module):
         """attn_mask ((L, S) or (N * num_heads, L, S)) and key_padding_mask
         ((N, S)) shaped to broadcast against (N, H, L, S) scores, combined:
         as additive masks (bool True as -inf) when both are given."""
+        for name, mask in (("attn_mask", attn_mask), ("key_padding_mask", key_padding_mask)):
+            # PyTorch's check; ddpc also takes uint8 masks as bool ones, as its selections do.
+            if mask is not None and not (mask.dtype.is_floating_point or mask.dtype.name in ("bool", "uint8")):
+                raise AssertionError(f"only bool and floating types of {name} are supported")
         masks = []
         if attn_mask is not None:
             if attn_mask.shape not in ((target, source), (n * self.num_heads, target, source)):
@@ -195,6 +200,9 @@ class TransformerEncoderLayer(Module):
         self.dropout1 = Dropout(dropout)
         self.dropout2 = Dropout(dropout)
         self.activation = _activation(activation, "TransformerEncoderLayer")
+        # PyTorch's flag for its fused path, which tools read: 1 for relu, 2 for gelu, else 0.
+        self.activation_relu_or_gelu = (1 if self.activation is F.relu or isinstance(self.activation, ReLU) else
+                                        2 if self.activation is F.gelu or isinstance(self.activation, GELU) else 0)
 
     def _sa_block(self, x, attn_mask, key_padding_mask, is_causal):
         x = self.self_attn(x, x, x, attn_mask=attn_mask, key_padding_mask=key_padding_mask, need_weights=False,
