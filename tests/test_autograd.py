@@ -400,7 +400,7 @@ def test_grad_fn_and_repr():
     x = leaf(2)
     y = (x * 2).sum()
     assert "grad_fn" in repr(y)
-    assert y.grad_fn.next_functions[0] is not None
+    assert y.grad_fn.next_functions[0][0] is not None
 
 
 def test_set_grad_enabled_as_call_context_and_decorator():
@@ -900,3 +900,46 @@ def test_version_counts_in_place_writes_shared_with_views():
     before = y._version
     y[0] = 5.0
     assert y._version == before + 1 and x._version == start + 2
+
+
+def test_next_functions_are_pytorchs_pairs_with_accumulate_grad_nodes():
+    p = ddpc.nn.Parameter(ddpc.ones(3))
+    y = (p * 2 + ddpc.ones(3)).sum()
+    names, todo = [], [y.grad_fn]
+    while todo:
+        node = todo.pop()
+        names.append(type(node).__name__)
+        for nxt, index in node.next_functions:
+            assert isinstance(index, int)
+            if nxt is not None:
+                todo.append(nxt)
+    assert names[-1] == "AccumulateGrad" and len(names) == 4
+    acc = p.expand_as(p).grad_fn.next_functions[0][0]
+    assert acc.variable is p and acc is p.view(3).grad_fn.next_functions[0][0] and acc.next_functions == ()
+
+
+def test_hooks_on_a_leafs_accumulate_grad_node_run_after_accumulation():
+    """Horovod's and Apex's idiom: p.expand_as(p).grad_fn.next_functions[0][0].register_hook(...)."""
+    p = ddpc.nn.Parameter(ddpc.ones(3))
+    seen = []
+    acc = p.expand_as(p).grad_fn.next_functions[0][0]
+    acc.register_hook(lambda grad_inputs, grad_outputs: seen.append((p.grad.tolist(), grad_inputs)))
+    handle = acc.register_prehook(lambda grad_outputs: (grad_outputs[0] * 10,))
+    (p * 2).sum().backward()
+    assert seen == [([20.0] * 3, ())]
+    handle.remove()
+    (p * 1).sum().backward()
+    assert seen[-1][0] == [21.0] * 3
+
+
+def test_retain_grad_runs_after_the_tensors_hooks_and_counts_once_with_inputs():
+    x = ddpc.tensor([1.0, 2.0], requires_grad=True)
+    y = x * 2
+    y.retain_grad()
+    y.register_hook(lambda g: g * 3)  # registered later, still runs first: .grad holds what it returns
+    y.sum().backward()
+    assert y.grad.tolist() == [3.0, 3.0] and x.grad.tolist() == [6.0, 6.0]
+    z = x * 3
+    z.retain_grad()
+    (z * z).sum().backward(inputs=[z])  # z's gradient lands in .grad once
+    assert z.grad.tolist() == [6.0, 12.0]

@@ -314,7 +314,7 @@ def test_node_hooks_on_a_custom_function_with_two_outputs():
     x = ddpc.tensor(A, requires_grad=True)
     p, q = Split.apply(x)
     seen = []
-    node = p.grad_fn.next_functions[0]
+    node = p.grad_fn.next_functions[0][0]
     node.register_prehook(lambda go: seen.append(len(go)) or (go[0], go[1] * 10))
     (p.sum() + q.sum()).backward()
     assert seen == [2]

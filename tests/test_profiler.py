@@ -45,15 +45,17 @@ def counts(prof):
 
 
 def grad_fn_names(loss):
-    """The names of the nodes of loss's graph, one per node."""
+    """The names of the nodes of loss's graph that backward runs, one per node
+    (not the AccumulateGrad nodes standing for leaves)."""
     names, seen, todo = [], set(), [loss.grad_fn]
     while todo:
         node = todo.pop()
-        if not isinstance(node, ddpc.autograd.Node) or id(node) in seen:
+        if not isinstance(node, ddpc.autograd.Node) or isinstance(node, ddpc.autograd.AccumulateGrad) or \
+                id(node) in seen:
             continue
         seen.add(id(node))
         names.append(node.name())
-        todo.extend(node.next_functions)
+        todo.extend(fn for fn, _ in node.next_functions)
     return names
 
 

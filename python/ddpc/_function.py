@@ -50,14 +50,17 @@ class _OutputOf(Node):
 
     def __init__(self, fn, index):
         super().__init__(())
-        self.next_functions = (fn,)
+        self.edges = (fn,)
         self.index = index
 
     def backward(self, g):
         return (_OutputGrads({self.index: g}),)
 
+    def output_of(self):
+        return self.edges[0], self.index
+
     def name(self):
-        return self.next_functions[0].name()
+        return self.edges[0].name()
 
 
 class FunctionCtx(Node):

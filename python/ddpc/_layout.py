@@ -546,9 +546,9 @@ class _ScatterReduceBackward(_ag.Node):
             g_taken = _ag.mul(src_is, _ag.gather(share, d, index))
         if not self.include_self:
             g_self = _ag.scatter(g_self, d, index, value=0.0)
-        g_self = g_self.to(dtype=dt) if self.next_functions[0] is not None else None
+        g_self = g_self.to(dtype=dt) if self.edges[0] is not None else None
         g_src = None
-        if self.next_functions[1] is not None:
+        if self.edges[1] is not None:
             g_src = _ag._padded(g_taken.contiguous(), src.shape).to(dtype=dt)
         return g_self, g_src
 

@@ -285,8 +285,10 @@ class RemovableHandle:
 
 
 class Node:
-    """A recorded op. ``next_functions`` holds, per input, the input's Node,
-    the input itself when it is a leaf that requires grad, or None.
+    """A recorded op. ``edges`` holds, per input, the input's Node, the input
+    itself when it is a leaf that requires grad, or None; ``next_functions``
+    shows them as PyTorch does, (node, output index) pairs with an
+    AccumulateGrad node standing for each such leaf.
 
     Subclasses implement ``backward(grad)`` returning one gradient per input
     (None for inputs that need none), and set ``passes_through`` when a
@@ -301,9 +303,10 @@ class Node:
     passes_through = False
     double_backward = False
     node_hooks = None  # a _NodeHooks once register_prehook or register_hook was called
+    retain = None  # retain_grad's keep(grad) of the tensor this node made, run after its tensor hooks
 
     def __init__(self, inputs, saved=()):
-        self.next_functions = tuple(_edge(t) for t in inputs)
+        self.edges = tuple(_edge(t) for t in inputs)
         self.seq = next(_sequence)
         if _saved.active and saved:
             self.saved, self.saved_versions = _packed(saved)
@@ -327,11 +330,23 @@ class Node:
                     f"{saved[0].version}; expected version {saved[1]} instead. Make the in-place change after "
                     "backward(), or on a copy (.clone())")
 
+    @property
+    def next_functions(self):
+        return tuple(_public_edge(e) for e in self.edges)
+
+    @property
+    def metadata(self):
+        """A dict kept with the node for the caller's own use, as PyTorch's."""
+        meta = self.__dict__.get("_metadata")
+        if meta is None:
+            meta = self._metadata = {}
+        return meta
+
     def input_wanted(self, i):
         """Whether the running backward pass takes a gradient for input i: not
         where the input needs none, nor where autograd.grad asks for others only
         (so that a node without some gradient raises only when that one is asked for)."""
-        e = self.next_functions[i]
+        e = self.edges[i]
         return e is not None and id(e) in _mode.pass_edges
 
     def name(self):
@@ -366,6 +381,57 @@ class Node:
             raise RuntimeError(f"a pre-hook of {self.name()} returned None for the gradient of its output; ddpc "
                                "needs a tensor there")
         return grads[0]
+
+
+def _public_edge(e):
+    """An edge as PyTorch's next_functions shows it: (node, output index)."""
+    if e is None:
+        return None, 0
+    if isinstance(e, Tensor):
+        return AccumulateGrad.of(e), 0
+    output_of = getattr(e, "output_of", None)  # one output of a node with several
+    return output_of() if output_of is not None else (e, 0)
+
+
+class AccumulateGrad(Node):
+    """The node that stands for a leaf tensor requiring grad in
+    ``next_functions``, as PyTorch's (one per leaf, kept while the leaf
+    lives): ``variable`` is the leaf. Its hooks are the leaf's: one
+    registered with ``register_hook`` runs once the gradient is in the leaf's
+    ``.grad`` (Horovod's and Apex's way of launching a reduction per
+    parameter), one with ``register_prehook`` before, with the gradient
+    arriving (it may return a replacement)."""
+
+    def __init__(self, variable):  # (no inputs, nothing recorded)
+        self.edges, self.variable = (), variable
+
+    @staticmethod
+    def of(leaf):
+        node = leaf.__dict__.get("_accumulate_grad")
+        if node is None:
+            node = leaf._accumulate_grad = AccumulateGrad(leaf)
+        return node
+
+    def name(self):
+        return "torch::autograd::AccumulateGrad"
+
+    def __repr__(self):
+        return "<AccumulateGrad>"
+
+    def register_hook(self, fn):
+        """``fn(grad_inputs, grad_outputs)`` once the gradient is accumulated: ((), (the leaf's .grad,))."""
+        return self.variable.register_post_accumulate_grad_hook(lambda leaf: fn((), (leaf.grad,)))
+
+    def register_prehook(self, fn):
+        """``fn((grad,))`` with each gradient arriving for the leaf; a tuple it returns replaces it."""
+        def hook(g):
+            res = fn((g,))
+            return None if res is None else _hook_result(fn, res, (g,), self, "grad_outputs")[0]
+
+        return self.variable.register_hook(hook)
+
+    def backward(self, g):
+        raise RuntimeError("AccumulateGrad stands for a leaf in next_functions; backward runs through the leaf")
 
 
 class _NodeHooks:
@@ -679,7 +745,7 @@ def _run_graph(seeds, retain_graph, targets, create_graph):
     stack = list(nodes)
     deps = {}
     while stack:
-        for e in stack.pop().next_functions:
+        for e in stack.pop().edges:
             if e is None:
                 continue
             k = id(e)
@@ -694,13 +760,13 @@ def _run_graph(seeds, retain_graph, targets, create_graph):
         # before the ops that read them, so by seq children come first).
         wanted = set(targets)
         for node in sorted(nodes, key=lambda n: n.seq):
-            if any(id(e) in wanted for e in node.next_functions if e is not None):
+            if any(id(e) in wanted for e in node.edges if e is not None):
                 wanted.add(id(node))
-        expands = {id(n) for n in nodes if any(id(e) in wanted for e in n.next_functions if e is not None)}
+        expands = {id(n) for n in nodes if any(id(e) in wanted for e in n.edges if e is not None)}
         deps = {}
         for node in nodes:
             if id(node) in expands:
-                for e in node.next_functions:
+                for e in node.edges:
                     if e is not None and id(e) in wanted:
                         deps[id(e)] = deps.get(id(e), 0) + 1
     # Only where the pass accumulates, and keeps no graph of the gradients, may
@@ -747,6 +813,8 @@ def _run_nodes(ready, grads, deps, retain_graph, targets, expands):
                 res = _hooked(fn, g)
                 if res is not None:
                     g, owned = res, False
+        if node.retain is not None:  # after every tensor hook, as PyTorch's retains_grad hook
+            node.retain(g)
         if node.node_hooks is not None and node.node_hooks.pre:
             g, owned = node.node_hooks.run_pre(node, g), False
         if targets is not None and id(node) in targets:
@@ -783,7 +851,7 @@ def _run_nodes(ready, grads, deps, retain_graph, targets, expands):
         elif packed is not None:
             node.saved = packed  # the next pass unpacks again
         owned = not node.passes_through
-        for e, ig in zip(node.next_functions, in_grads):
+        for e, ig in zip(node.edges, in_grads):
             k = id(e)
             if e is None or k not in deps:
                 continue
@@ -803,7 +871,7 @@ class _NoDoubleBackward(Node):
     def __init__(self, node, g):
         super().__init__(())
         grads_in = g.grads.values() if hasattr(g, "grads") else (g,)  # a custom Function's several outputs
-        self.next_functions = node.next_functions + tuple(_edge(x) for x in grads_in)
+        self.edges = node.edges + tuple(_edge(x) for x in grads_in)
         self.of = node.name()
 
     def backward(self, g):
@@ -839,7 +907,7 @@ def _drain(e, deps, grads, ready, targets):
     """Counts a gradient-less node's edges as delivered, so later nodes still run."""
     if not isinstance(e, Node):
         return
-    for sub in e.next_functions:
+    for sub in e.edges:
         if sub is not None and id(sub) in deps:
             _arrived(sub, deps, grads, ready, targets)
 
@@ -913,6 +981,8 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
 
 
 def _accumulate_non_leaf(t, grad, owned):
+    if t.grad_fn.retain is not None and t.__dict__.get("_retains_grad"):
+        return  # retain_grad has put it in .grad already
     t.grad = (grad if owned else grad.clone()) if t.grad is None else t.grad + grad
 
 
@@ -999,7 +1069,7 @@ def _output(node, value):
     if not _mode.enabled:
         return value
     twin = copy.copy(node)
-    twin.seq, twin.pre_hooks, twin.node_hooks = next(_sequence), None, None
+    twin.seq, twin.pre_hooks, twin.node_hooks, twin.retain = next(_sequence), None, None, None
     return _attach(value.detach(), twin)
 
 
@@ -1131,7 +1201,7 @@ class _BinaryBackward(Node):
 
     def backward(self, g):
         (sa, sb), (da, db) = self.shapes, self.dtypes
-        need_a, need_b = self.next_functions[0] is not None, self.next_functions[1] is not None
+        need_a, need_b = self.edges[0] is not None, self.edges[1] is not None
         ga = gb = None
         if self.op == _ADD:
             ga = _reduce_to(g, sa, da) if need_a else None
@@ -1979,7 +2049,7 @@ class _WhereBackward(Node):
         _C.fill(zero._buf, 0.0)
         pick = where if _mode.enabled else _select_where
         grads = []
-        for i, (edge, shape, dtype) in enumerate(zip(self.next_functions, self.shapes, self.dtypes)):
+        for i, (edge, shape, dtype) in enumerate(zip(self.edges, self.shapes, self.dtypes)):
             picked = (g, zero) if i == 0 else (zero, g)
             grads.append(None if edge is None else _reduce_to(pick(mask, *picked), shape, dtype))
         return grads
@@ -2183,17 +2253,17 @@ class _MatmulBackward(Node):
         a, b = self.saved
         if _mode.enabled:
             return (_reduce_to(matmul(g, transpose(b, -1, -2)), a.shape, a.dtype)
-                    if self.next_functions[0] is not None else None,
+                    if self.edges[0] is not None else None,
                     _reduce_to(matmul(transpose(a, -1, -2), g), b.shape, b.dtype)
-                    if self.next_functions[1] is not None else None)
+                    if self.edges[1] is not None else None)
         m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
         x, y, g3 = _as_batches(a), _as_batches(b), _as_batches(g)
         ai, bi, gi = _batch_slices(a.shape[:-2], self.batch), _batch_slices(b.shape[:-2], self.batch), range(len(g3))
         ga = gb = None
-        if self.next_functions[0] is not None:
+        if self.edges[0] is not None:
             ga = _batched_gemm((len(g3), m, k), g3, y, False, True, gi, bi)
             ga = _reduce_to(ga.reshape(self.batch + (m, k)), a.shape, a.dtype)
-        if self.next_functions[1] is not None:
+        if self.edges[1] is not None:
             gb = _batched_gemm((len(g3), k, n), x, g3, True, False, ai, gi)
             gb = _reduce_to(gb.reshape(self.batch + (k, n)), b.shape, b.dtype)
         return ga, gb
@@ -2254,24 +2324,24 @@ class _LinearBackward(Node):
         g2 = g.reshape(x2.shape[0], w.shape[0])  # not -1: out_features may be 0
         gx = gw = gb = None
         if _mode.enabled:
-            if self.next_functions[0] is not None:
+            if self.edges[0] is not None:
                 gx = reshape(matmul(g2, weight), self.in_shape)
-            if self.next_functions[1] is not None:
+            if self.edges[1] is not None:
                 gw = matmul(transpose(g2), reshape(x, x2.shape))
-            if self.next_functions[2] is not None:
+            if self.edges[2] is not None:
                 gb = sum(g2, 0)
             return gx, gw, gb
-        if self.next_functions[0] is not None:
+        if self.edges[0] is not None:
             gx = _empty(x2.shape, g2)
             _C.gemm(gx._buf, g2._buf, w._buf)
             gx = gx.reshape(self.in_shape)
-        if self.next_functions[1] is not None:
-            gw = _exchanged_grad(self.next_functions[1], g2, x2)
+        if self.edges[1] is not None:
+            gw = _exchanged_grad(self.edges[1], g2, x2)
             if gw is None:
-                gw = _grad_out(self.next_functions[1], w.shape, g2)
+                gw = _grad_out(self.edges[1], w.shape, g2)
                 _C.gemm(gw._buf, g2._buf, x2._buf, True, False)
-        if self.next_functions[2] is not None:
-            gb = _grad_out(self.next_functions[2], self.bias_shape, g2)
+        if self.edges[2] is not None:
+            gb = _grad_out(self.edges[2], self.bias_shape, g2)
             _C.sum_dim(gb._buf, g2._buf, 0)
         return gx, gw, gb
 
@@ -3212,9 +3282,9 @@ class _ScatterBackward(Node):
 
     def _recorded(self, g):
         ga = gsrc = None
-        if self.next_functions[0] is not None:
+        if self.edges[0] is not None:
             ga = g if self.accumulate else _scatter(g, self.dim, self.index, 0.0, False, "scatter")
-        if self.next_functions[1] is not None:
+        if self.edges[1] is not None:
             gsrc = gather(g, self.dim, self.index)
             if gsrc.shape != tuple(self.src_shape):
                 front = _indexing.select(self.src_shape, tuple(slice(0, s) for s in gsrc.shape))
@@ -3226,14 +3296,14 @@ class _ScatterBackward(Node):
             return self._recorded(g)
         g = g.contiguous()
         ga = gsrc = None
-        if self.next_functions[0] is not None:
+        if self.edges[0] is not None:
             ga = g
             if not self.accumulate:  # the overwritten elements take no gradient
                 ga = g.clone()
                 zeros = _empty(self.index.shape, g)
                 _C.fill(zeros._buf, 0.0)
                 _C.scatter_dim(ga._buf, zeros._buf, self.index._buf, self.dim, False)
-        if self.next_functions[1] is not None:
+        if self.edges[1] is not None:
             taken = _empty(self.index.shape, g)
             _C.gather_dim(taken._buf, g._buf, self.index._buf, self.dim)
             gsrc = _padded(taken, self.src_shape)
@@ -3663,7 +3733,7 @@ def recomputed_grads(node, g, forward, inputs):
     ``inputs`` (one per input, None where absent) and is differentiated with
     create_graph. Each stand-in is a view of its input, so that an input
     computed from another still gets its own partial derivative."""
-    stand_ins = [None if e is None else alias(t) for t, e in zip(inputs, node.next_functions)]
+    stand_ins = [None if e is None else alias(t) for t, e in zip(inputs, node.edges)]
     out = forward(*(t if s is None else s for s, t in zip(stand_ins, inputs)))
     got = iter(grad(out, [s for s in stand_ins if s is not None], g, create_graph=True, allow_unused=True))
     return tuple(None if s is None else next(got) for s in stand_ins)
@@ -3874,11 +3944,11 @@ def _write_into(t, sel, values, node):
 
 def _follow_retain(t):
     """After t took new history: ``retain_grad``'s .grad is the new value's gradient, as in PyTorch."""
-    retained = t.__dict__.get("_retain_hook")
-    if retained is not None:
-        keep, handle = retained
-        handle.remove()
-        t._retain_hook = (keep, t.register_hook(keep))
+    keep = t.__dict__.get("_retain_keep")
+    if keep is not None:
+        if t._retained_by.retain is keep:
+            t._retained_by.retain = None
+        t.grad_fn.retain, t._retained_by = keep, t.grad_fn
 
 
 def _propagate(t):
@@ -3950,7 +4020,7 @@ class _WriteBackward(Node):
         self.sel, self.value_shape, self.value_dtype = sel, value.shape, value.dtype
 
     def backward(self, g):
-        need_old, need_value = self.next_functions[0] is not None, self.next_functions[1] is not None
+        need_old, need_value = self.edges[0] is not None, self.edges[1] is not None
         gv = go = None
         if need_value:
             part = g if self.sel is None else _select(g, self.sel, "indexing") if _mode.enabled \
@@ -4469,7 +4539,7 @@ class _CrossEntropyBackward(Node):
         """The input's gradient in recorded ops. The loss is -sum(q * log_softmax(x)) (or -sum(q * x) for
         log-probabilities) with q fixed by the targets, weights, smoothing and reduction, so it is
         g (softmax(x) sum(q) - q); -q is the gradient with respect to log-probabilities at g = 1."""
-        if self.next_functions[1] is not None:
+        if self.edges[1] is not None:
             raise NotImplementedError("create_graph=True: ddpc has no double backward for cross_entropy with "
                                       "class-probability targets that require grad")
         ones = _empty(g.shape, g)
@@ -4485,9 +4555,9 @@ class _CrossEntropyBackward(Node):
         rows, tgt, weight, _ = self.saved
         _, eps, red, log_probs = self.args
         gx = gt = None
-        if self.next_functions[0] is not None:
+        if self.edges[0] is not None:
             gx = self._recorded(g) if _mode.enabled else self._raw(g, log_probs)
-        if self.next_functions[1] is not None:  # class probabilities: -(1 - eps) * weight * log-probability
+        if self.edges[1] is not None:  # class probabilities: -(1 - eps) * weight * log-probability
             gt = (rows if log_probs else _softmax(rows, -1, True)) * -(1 - eps)
             if weight is not None:
                 gt = gt * weight
@@ -4585,7 +4655,7 @@ class _PointwiseLossBackward(Node):
     def backward(self, g):
         x, y, pw = self.saved[:3]
         grads = []
-        for wrt_target, (edge, dtype) in enumerate(zip(self.next_functions, self.dtypes)):
+        for wrt_target, (edge, dtype) in enumerate(zip(self.edges, self.dtypes)):
             if edge is None:
                 grads.append(None)
                 continue

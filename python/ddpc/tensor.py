@@ -1140,8 +1140,10 @@ class Tensor:
             if t is not None:
                 t.grad = grad.clone() if t.grad is None else t.grad + grad
 
-        # (kept with its handle: an in-place op that gives this tensor a new history moves it there)
-        self._retain_hook = (keep, self.register_hook(keep))
+        # Run by the node after the tensor's hooks; an in-place op that gives this tensor a
+        # new history moves it there (autograd._follow_retain).
+        self._retain_keep, self._retained_by = keep, self.grad_fn
+        self.grad_fn.retain = keep
         self._retains_grad = True
 
     @property

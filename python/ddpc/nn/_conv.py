@@ -345,21 +345,21 @@ class _ConvBackward(_ag.Node):
     def backward(self, g):
         x, w, input, weight = self.saved
         (c, o), kernel, out = (x.shape[1], w.shape[0]), w.shape[2:], tuple(g.shape[2:])
-        need_x, need_w, need_b = (e is not None for e in self.next_functions)
+        need_x, need_w, need_b = (e is not None for e in self.edges)
         if _ag._mode.enabled:  # create_graph: the transposed convolution of g, and the recorded weight gradient
             return (_transposed_planes(g, weight, None, self.geometry, tuple(x.shape[2:]), self.groups)
                     if need_x else None,
                     _weight_grad(g, input, kernel, self.geometry, self.groups) if need_w else None,
                     _bias_grad_recorded(g) if need_b else None)
         gx = _ag._empty(x.shape, g) if need_x else None
-        gw = _ag._grad_out(self.next_functions[1], w.shape, g) if need_w else None
+        gw = _ag._grad_out(self.edges[1], w.shape, g) if need_w else None
         for n0, n1 in _steps(x, c * math.prod(kernel), o, out):
             g_t = _channels_first(_samples(g, n0, n1), "out")
             if need_w:
                 _weight_grad_step(gw._buf, g_t, _samples(x, n0, n1), kernel, out, self.geometry, self.groups, n0 > 0)
             if need_x:
                 _input_grad_step(_samples(gx, n0, n1), g_t, w._buf, self.geometry, self.groups)
-        return gx, gw, _bias_grad(g, self.next_functions[2]) if need_b else None
+        return gx, gw, _bias_grad(g, self.edges[2]) if need_b else None
 
 
 def _conv_planes(input, weight, bias, geometry, out, groups):
@@ -451,16 +451,16 @@ class _ConvTransposeBackward(_ConvBackward):
 
     def backward(self, g):
         x, w, input, weight = self.saved
-        need_x, need_w, need_b = (e is not None for e in self.next_functions)
+        need_x, need_w, need_b = (e is not None for e in self.edges)
         if _ag._mode.enabled:  # create_graph
             x, w = input, weight
         gx = _conv_planes(g, w, None, self.geometry, tuple(x.shape[2:]), self.groups) if need_x else None
         gw = None
         if need_w:
-            into = None if _ag._mode.enabled else _ag._grad_out(self.next_functions[1], w.shape, g)
+            into = None if _ag._mode.enabled else _ag._grad_out(self.edges[1], w.shape, g)
             gw = _weight_grad(x, g, w.shape[2:], self.geometry, self.groups, into)
         if need_b:
-            return gx, gw, _bias_grad_recorded(g) if _ag._mode.enabled else _bias_grad(g, self.next_functions[2])
+            return gx, gw, _bias_grad_recorded(g) if _ag._mode.enabled else _bias_grad(g, self.edges[2])
         return gx, gw, None
 
 

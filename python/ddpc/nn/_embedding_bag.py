@@ -31,20 +31,20 @@ class _EmbeddingBagBackward(_ag.Node):
 
     def backward(self, g):
         w, argmax, indices, offsets, weights = self.saved
-        need_w, need_s = (e is not None for e in self.next_functions)
+        need_w, need_s = (e is not None for e in self.edges)
         args = (indices._buf, offsets._buf)
         gw = gs = None
         if need_w and self.sparse:
             gw = self._sparse_weight_grad(g, indices, offsets, weights, w.shape)
         elif need_w:
-            gw = _ag._grad_out(self.next_functions[0], w.shape, g)
+            gw = _ag._grad_out(self.edges[0], w.shape, g)
             alert_not_deterministic("embedding_bag's backward", gw)
             _C.embedding_bag_backward(gw._buf, g._buf, None if argmax is None else argmax._buf, *args,
                                       None if weights is None else weights._buf, self.mode, self.padding_idx)
             if self.scale_grad_by_freq:  # each row's gradient over how often the batch looks it up
                 _C.binary_broadcast(_MUL, gw._buf, gw._buf, _ag._inverse_counts(indices, w)._buf)
         if need_s:
-            gs = _ag._grad_out(self.next_functions[1], indices.shape, g)
+            gs = _ag._grad_out(self.edges[1], indices.shape, g)
             _C.embedding_bag_weights_backward(gs._buf, g._buf, w._buf, *args, self.padding_idx)
         return gw, gs
 

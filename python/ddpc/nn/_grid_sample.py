@@ -41,7 +41,7 @@ class _GridSamplerBackward(_ag.Node):
 
     def backward(self, g):
         x, points = self.saved
-        need_x, need_grid = (e is not None for e in self.next_functions)
+        need_x, need_grid = (e is not None for e in self.edges)
         gx = _ag._empty(x.shape, g) if need_x else None
         ggrid = _ag._empty(points.shape, g) if need_grid else None
         alert_not_deterministic("grid_sample's backward", g)

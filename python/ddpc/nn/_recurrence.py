@@ -127,7 +127,7 @@ class _RecurrenceBackward(_ag.Node):
         if _ag._mode.enabled:
             return _ag.recomputed_grads(self, g, lambda *inputs: _recorded(p, *inputs), self.saved[11:])
         x, w_ih, w_hh, w_hr, out, gates, prev_h, prev_c, cells, raw, hidden_gates = self.saved[:11]
-        need = [e is not None for e in self.next_functions]
+        need = [e is not None for e in self.edges]
         rows, out_size, width = p.rows, p.out_size, gates.shape[1]
         batch = p.batch_sizes[0] if p.batch_sizes else 0
         # grad_out: the gradient of every step's output, to which each step adds
@@ -174,19 +174,19 @@ class _RecurrenceBackward(_ag.Node):
             gx = _ag._empty(x.shape, g)
             _C.gemm(gx._buf, grad_gates._buf, w_ih._buf)
         if need[1]:
-            gw_ih = _ag._grad_out(self.next_functions[1], w_ih.shape, g)
+            gw_ih = _ag._grad_out(self.edges[1], w_ih.shape, g)
             _C.gemm(gw_ih._buf, grad_gates._buf, x._buf, True, False)
         if need[2]:
-            gb_ih = _ag._grad_out(self.next_functions[2], (width,), g)
+            gb_ih = _ag._grad_out(self.edges[2], (width,), g)
             _C.sum_dim(gb_ih._buf, grad_gates._buf, 0)
         if need[3]:
-            gw_hh = _ag._grad_out(self.next_functions[3], w_hh.shape, g)
+            gw_hh = _ag._grad_out(self.edges[3], w_hh.shape, g)
             _C.gemm(gw_hh._buf, grad_hidden._buf, prev_h, True, False)
         if need[4]:
-            gb_hh = _ag._grad_out(self.next_functions[4], (width,), g)
+            gb_hh = _ag._grad_out(self.edges[4], (width,), g)
             _C.sum_dim(gb_hh._buf, grad_hidden._buf, 0)
         if need[5]:
-            gw_hr = _ag._grad_out(self.next_functions[5], w_hr.shape, g)
+            gw_hr = _ag._grad_out(self.edges[5], w_hr.shape, g)
             _C.gemm(gw_hr._buf, grad_out._buf, raw, True, False)
         return gx, gw_ih, gb_ih, gw_hh, gb_hh, gw_hr, grad_h, grad_c
 

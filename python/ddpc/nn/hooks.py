@@ -47,7 +47,7 @@ class _Slot(Node):
 
     def __init__(self, gather, index):
         super().__init__(())
-        self.next_functions = (gather,)
+        self.edges = (gather,)
         self.gather, self.index = gather, index
 
     def backward(self, g):

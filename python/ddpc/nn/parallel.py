@@ -318,7 +318,7 @@ def _reachable_leaves(outputs):
         if id(node) in seen:
             continue
         seen.add(id(node))
-        for e in node.next_functions:
+        for e in node.edges:
             if isinstance(e, Node):
                 stack.append(e)
             elif isinstance(e, Tensor):
