@@ -392,3 +392,26 @@ def test_negative_padding_crops_as_torch(mode, pad):
         (y * lib.tensor(w[:y.numel()].reshape(tuple(y.shape)))).sum().backward()
         got.append((_np(y).tolist(), _np(t.grad).tolist()))
     assert got[0] == got[1]
+
+
+# ---- double backward through piecewise-linear activations -----------------------------------------------------
+
+@pytest.mark.parametrize("act", ["relu", "leaky_relu", "hardtanh", "relu6"])
+def test_parameters_reached_only_through_a_piecewise_linear_slope_get_zero_gradients(act):
+    """A gradient penalty through Linear -> ReLU -> Linear: the first bias enters the input gradient only
+    through ReLU's slope, so its gradient is zeros, not None (AdamW then decays it, as in PyTorch)."""
+    rng = np.random.default_rng(0)
+    values = [rng.standard_normal(s) for s in ((4, 3), (4,), (1, 4), (1,))]
+    x0 = rng.standard_normal((5, 3))
+    got = []
+    for L in LIBS:
+        lin1, lin2 = L.nn.Linear(3, 4).double(), L.nn.Linear(4, 1).double()
+        with L.no_grad():
+            for p, v in zip(list(lin1.parameters()) + list(lin2.parameters()), values):
+                p.copy_(L.tensor(v))
+        x = L.tensor(x0, requires_grad=True)
+        g, = L.autograd.grad(lin2(getattr(L.nn.functional, act)(lin1(x))).sum(), x, create_graph=True)
+        (g ** 2).sum().backward()
+        got.append([None if p.grad is None else p.grad.tolist() for p in (lin1.weight, lin1.bias, lin2.bias)])
+    assert [g is None for g in got[0]] == [g is None for g in got[1]] and got[0][1] == [0.0] * 4
+    np.testing.assert_allclose(got[0][0], got[1][0], rtol=1e-12)

@@ -1382,8 +1382,33 @@ class _UnaryBackward(Node):
         if derivative is None:
             ones = _empty(s.shape, s)
             _C.fill(ones._buf, 1.0)
-            return (mul(g, self._raw(ones, s.detach())),)
+            slope = self._raw(ones, s.detach())
+            with no_grad():
+                out = mul(g, slope)
+            return (_attach(out, _SlopeBackward(g, s, slope)) if _needs_grad(g, s) else out,)
         return (mul(g, derivative(s, self.p, self.q)),)
+
+
+class _SlopeBackward(Node):
+    """g * slope, the gradient of a piecewise-linear op at x (relu, hardtanh,
+    ...): slope times the incoming gradient for g, and zeros for x, the
+    derivative of a piecewise-constant slope, as PyTorch's double backward
+    gives (so that a parameter reached only through x gets a zero gradient,
+    not None, and weight decay still applies to it)."""
+
+    double_backward = True
+
+    def __init__(self, g, x, slope):
+        super().__init__((g, x), ())
+        self.slope, self.x_shape, self.x = slope, tuple(x.shape), x.detach()
+
+    def backward(self, gg):
+        gg_slope = mul(gg, self.slope) if self.edges[0] is not None else None
+        zeros = None
+        if self.edges[1] is not None:
+            zeros = _empty(self.x_shape, self.x)
+            _C.fill(zeros._buf, 0.0)
+        return gg_slope, zeros
 
 
 def _between(x, lo, hi):
