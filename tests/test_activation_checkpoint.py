@@ -10,7 +10,8 @@ import pytest
 
 import ddpc
 from ddpc import nn
-from ddpc.utils.checkpoint import checkpoint, checkpoint_sequential
+from ddpc.utils.checkpoint import (CheckpointError, checkpoint, checkpoint_sequential, noop_context_fn,
+                                   set_checkpoint_debug_enabled)
 
 
 class Blocks(nn.Module):
@@ -227,3 +228,95 @@ def test_apply_activation_checkpointing_takes_an_auto_wrap_policy():
     apply_activation_checkpointing(model, auto_wrap_policy=functools.partial(transformer_auto_wrap_policy,
                                                                              transformer_layer_cls={Scaled}))
     assert [isinstance(m, CheckpointWrapper) for m in model] == [True, False, True]
+
+
+def test_pytorch_keyword_arguments_are_not_passed_to_the_function():
+    lin = nn.Linear(3, 3)
+    seen = []
+
+    def fn(x, **kwargs):
+        seen.append(kwargs)
+        return lin(x)
+
+    x = ddpc.randn(2, 3)
+    checkpoint(fn, x, use_reentrant=False, preserve_rng_state=True, context_fn=noop_context_fn,
+               determinism_check="default", debug=False, early_stop=True, scale=2).sum().backward()
+    assert seen == [{"scale": 2}, {"scale": 2}]  # the first run and the recompute
+    forward, recompute = noop_context_fn()
+    with forward, recompute:
+        pass
+
+
+def test_context_fn_wraps_the_first_run_and_the_recompute():
+    lin = nn.Linear(3, 3)
+    events = []
+
+    class Context:
+        def __init__(self, name):
+            self.name = name
+
+        def __enter__(self):
+            events.append(f"enter {self.name}")
+
+        def __exit__(self, *exc):
+            events.append(f"exit {self.name}")
+
+    def fn(x):
+        events.append("run")
+        return lin(x)
+
+    out = checkpoint(fn, ddpc.randn(2, 3), use_reentrant=False,
+                     context_fn=lambda: (Context("forward"), Context("recompute")))
+    assert events == ["enter forward", "run", "exit forward"]
+    out.sum().backward()
+    assert events[3:] == ["enter recompute", "run", "exit recompute"]
+
+
+def test_arguments_of_the_non_reentrant_form_are_refused_otherwise():
+    x = ddpc.randn(2, 3)
+    for use_reentrant in (True, None):
+        with pytest.raises(ValueError, match="only supported when use_reentrant=False"):
+            checkpoint(ddpc.sin, x, use_reentrant=use_reentrant, context_fn=lambda: noop_context_fn())
+        with pytest.raises(ValueError, match="only supported when use_reentrant=False"):
+            checkpoint(ddpc.sin, x, use_reentrant=use_reentrant, debug=True)
+    with pytest.raises(ValueError, match="incompatible with non-default context_fn"):
+        checkpoint(ddpc.sin, x, use_reentrant=False, debug=True, context_fn=lambda: noop_context_fn())
+    with pytest.raises(ValueError, match="determinism_check should be one of"):
+        checkpoint(ddpc.sin, x, use_reentrant=False, determinism_check="all")
+
+
+def test_determinism_check_compares_the_recomputed_tensors_metadata():
+    lin = nn.Linear(3, 3)
+    scales = [ddpc.ones(3), ddpc.ones(1)]  # the second run multiplies by a scale of another shape
+
+    def fn(x, runs):
+        return lin(x) * scales[len(runs.append(1) or runs) - 1]
+
+    x = ddpc.randn(2, 3)
+    out = checkpoint(fn, x, [], use_reentrant=False)
+    with pytest.raises(CheckpointError, match=r"other metadata.*shape \(3,\).*shape \(1,\)"):
+        out.sum().backward()
+    out = checkpoint(fn, x, [], use_reentrant=False, determinism_check="none")
+    out.sum().backward()  # not compared: the same values either way
+    assert lin.weight.grad is not None
+
+
+def test_debug_lists_the_ops_of_both_runs():
+    lin = nn.Linear(3, 3)
+    calls = []
+
+    def unstable(x):
+        calls.append(1)
+        return lin(x) if len(calls) % 2 else ddpc.relu(lin(x))
+
+    out = checkpoint(unstable, ddpc.randn(2, 3), use_reentrant=False, debug=True)
+    with pytest.raises(CheckpointError, match=r"ops of the first run: LinearBackward\n.*recompute: LinearBackward, "):
+        out.sum().backward()
+    with set_checkpoint_debug_enabled(False):
+        out = checkpoint(unstable, ddpc.randn(2, 3), use_reentrant=False, debug=True)
+    with pytest.raises(CheckpointError, match="pass debug=True"):
+        out.sum().backward()
+    with set_checkpoint_debug_enabled(True):
+        out = checkpoint(unstable, ddpc.randn(2, 3))
+    with pytest.raises(CheckpointError, match="ops of the first run"):
+        out.sum().backward()

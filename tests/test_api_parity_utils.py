@@ -447,8 +447,8 @@ def test_grad_takes_only_inputs_and_clone_a_memory_format():
     x = ddpc.ones(3, requires_grad=True)
     (g,) = ddpc.autograd.grad((x * x).sum(), x, create_graph=True, only_inputs=True)
     assert g.tolist() == [2.0] * 3
-    with pytest.raises(NotImplementedError, match="is_grads_batched"):
-        ddpc.autograd.grad((x * x).sum(), x, is_grads_batched=True)
+    (rows,) = ddpc.autograd.grad(x * x, x, ddpc.eye(3), is_grads_batched=True)  # one vector-Jacobian product a row
+    assert rows.tolist() == [[2.0, 0.0, 0.0], [0.0, 2.0, 0.0], [0.0, 0.0, 2.0]]
     y = ddpc.clone(ddpc.ones(1, 2, 3, 3), memory_format=ddpc.channels_last)
     assert y.shape == (1, 2, 3, 3)
     with pytest.raises(TypeError, match="memory_format"):

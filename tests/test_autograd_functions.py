@@ -285,6 +285,55 @@ def test_custom_function_backward_errors_name_the_function():
         WrongCount()
 
 
+class Scale(Function):
+    @staticmethod
+    def forward(ctx, x, s):
+        ctx.save_for_backward(x, s)
+        return x * s
+
+    @staticmethod
+    def backward(ctx, g):  # s's gradient as large as x's: PyTorch sums it down to s's shape
+        x, s = ctx.saved_tensors
+        return g * s, g * x
+
+
+class Widen(Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, g):
+        return g.reshape(2, 1) * ddpc.ones(1, 3, dtype=g.dtype)
+
+
+class TrailingNone(Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 2, None
+
+
+def test_custom_function_gradient_for_a_broadcast_input_is_summed_to_its_shape():
+    x = leaf([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    for s, want in ((leaf([1.0, 2.0, 3.0]), [5.0, 7.0, 9.0]), (leaf([[2.0], [3.0]]), [[6.0], [15.0]]),
+                    (leaf([[1.0, 2.0, 3.0]]), [[5.0, 7.0, 9.0]])):
+        Scale.apply(x, s).sum().backward()
+        close(s.grad, want)
+    with pytest.raises(RuntimeError, match=r"WidenBackward returned an invalid gradient at index 0: got shape "
+                                           r"\(2, 3\) but expected shape compatible with \(2,\)"):
+        Widen.apply(leaf([1.0, 2.0])).sum().backward()  # (2,) does not broadcast to (2, 3)
+
+
+def test_custom_function_may_return_trailing_nones():
+    x = leaf([1.0, 2.0])
+    TrailingNone.apply(x).sum().backward()
+    close(x.grad, [2.0, 2.0])
+
+
 class ReluInPlace(Function):
     @staticmethod
     def forward(ctx, x):

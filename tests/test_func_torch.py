@@ -1,8 +1,10 @@
 """Optional: ddpc.func's transforms against torch.func's (skipped when torch
 is not installed): values of grad, grad_and_value, vjp, jvp, linearize,
 jacrev, jacfwd, hessian and vmap on the same functions, per-sample gradients
-of a module, a model ensemble, and the exception types of bad calls. Each
-group runs in a child process that imports torch before ddpc."""
+of a module, a model ensemble, transforms of functions that capture a
+module's parameters, functional_call's handling of names, and the
+exception types of bad calls. Each group runs in a child process that
+imports torch before ddpc."""
 
 from procs import run_torch_group, torch_group_test
 
@@ -137,6 +139,107 @@ def _per_sample_and_ensemble(np, torch, ddpc):
     _close(results[ddpc][1], results[torch][1])
 
 
+def _captured(np, torch, ddpc):
+    """Transforms of functions that capture a module: results keep the graph
+    to its parameters (a physics-informed loss), with torch's values, flags
+    and parameter gradients."""
+    rng = np.random.default_rng(5)
+    weights = [rng.standard_normal((8, 2)), rng.standard_normal(8), rng.standard_normal((1, 8)), rng.standard_normal(1)]
+    X, v = rng.standard_normal((5, 2)), rng.standard_normal(2)
+
+    def run(lib, case):
+        nn, F = lib.nn, lib.func
+        m = nn.Sequential(nn.Linear(2, 8), nn.Tanh(), nn.Linear(8, 1)).double()
+        with lib.no_grad():
+            for p, w in zip(m.parameters(), weights):
+                p.copy_(lib.tensor(w))
+        x, t = lib.tensor(X), lib.tensor(v)
+        u = lambda a: m(a).squeeze()  # noqa: E731
+        outs = {
+            "pinn": lambda: (F.vmap(F.grad(u))(x) ** 2).mean() + (m(x) ** 2).mean(),
+            "second": lambda: F.vmap(F.grad(lambda a: F.grad(u)(a).sum()))(x).sum(),
+            "jacrev": lambda: F.jacrev(m)(x[0]),
+            "jacfwd": lambda: F.jacfwd(m)(x[0]),
+            "hessian": lambda: F.hessian(u)(x[0]),
+            "vjp": lambda: F.vjp(m, x[0])[1](lib.ones(1, dtype=lib.float64))[0],
+            "jvp": lambda: F.jvp(m, (x[0],), (t,))[1],
+            "linearize": lambda: F.linearize(m, x[0])[1](t),
+            "grad_and_value": lambda: F.grad_and_value(lambda a: (a * a).sum() + m(a).sum())(x[0]),
+        }
+        out = outs[case]()
+        flat = list(out) if isinstance(out, tuple) else [out]
+        sum(o.sum() for o in flat).backward()
+        return [o.detach().numpy() for o in flat], [o.requires_grad for o in flat], [p.grad for p in m.parameters()]
+
+    for case in ("pinn", "second", "jacrev", "jacfwd", "hessian", "vjp", "jvp", "linearize", "grad_and_value"):
+        (tv, tf, tg), (dv, df, dg) = run(torch, case), run(ddpc, case)
+        assert tf == df, (case, tf, df)
+        for a, b in zip(dv, tv):
+            np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-10, err_msg=case)
+        if case == "linearize":  # torch traces func with the parameters folded in: they get no gradient
+            continue
+        for a, b in zip(dg, tg):
+            assert (a is None) == (b is None), case
+            if a is not None:
+                np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-10, atol=1e-10, err_msg=case)
+
+    x = np.array([0.5, -1.0])
+    for lib in (torch, ddpc):  # nothing outside requires grad: the results are detached
+        m = lib.nn.Linear(2, 1).double()
+        a = lib.tensor(x)
+        assert not lib.func.grad(lambda y: (y * y).sum() + m.bias.sum())(a).requires_grad
+        assert not lib.func.jacrev(lambda y: y.sin())(a).requires_grad
+        with lib.no_grad():
+            assert not lib.func.grad(lambda y: m(y).sum())(a).requires_grad
+        cotangent = lib.ones(2, dtype=lib.float64, requires_grad=True)  # cotangents that require grad keep it
+        assert lib.func.vjp(lambda y: y.sin(), a)[1](cotangent)[0].requires_grad
+
+
+def _functional_call(np, torch, ddpc):
+    """functional_call's names: unexpected ones as attributes for the call
+    (strict=False), strict's errors, and conflicting values for tied ones."""
+    rng = np.random.default_rng(6)
+    W, V, X = rng.standard_normal((3, 3)), rng.standard_normal((3, 3)), rng.standard_normal((2, 3))
+
+    def outcome(lib, values, **kw):
+        class Tied(lib.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.a, self.b = lib.nn.Linear(3, 3, bias=False), lib.nn.Linear(3, 3)
+                self.b.weight = self.a.weight
+
+            def forward(self, x):
+                return self.b(self.a(x)) * getattr(self, "scale", 1.0)
+
+        m = Tied().double()
+        w, v, x = lib.tensor(W), lib.tensor(V), lib.tensor(X)
+        with lib.no_grad():
+            m.a.weight.copy_(v.T)
+            m.b.bias.zero_()
+        named = {"w": w, "v": v, "w2": w, "one": lib.ones(3, dtype=lib.float64)}
+        try:
+            out = lib.func.functional_call(m, {k: named[n] for k, n in values.items()}, (x,), **kw)
+        except Exception as e:  # noqa: BLE001  (the type is what is compared)
+            return type(e).__name__
+        assert not hasattr(m, "scale")
+        return out.detach().numpy().round(10).tolist()
+
+    cases = [
+        ({"a.weight": "w", "scale": "one"}, {}),
+        ({"a.weight": "w", "extra": "one"}, {}),
+        ({"a.weight": "w", "b.weight": "v"}, {}),
+        ({"a.weight": "w", "b.weight": "w2"}, {}),
+        ({"a.weight": "w", "b.weight": "v"}, dict(tie_weights=False)),
+        ({"a.weight": "w", "b.bias": "one"}, dict(strict=True)),
+        ({"a.weight": "w"}, dict(strict=True)),
+        ({"a.weight": "w", "b.bias": "one"}, dict(strict=True, tie_weights=False)),
+        ({"a.weight": "w", "b.bias": "one", "scale": "one"}, dict(strict=True)),
+        ({"c.weight": "w"}, {}),
+    ]
+    for values, kw in cases:
+        assert outcome(ddpc, values, **kw) == outcome(torch, values, **kw), (values, kw)
+
+
 def _errors(np, torch, ddpc):
     def kind(call):
         try:
@@ -160,7 +263,8 @@ def _errors(np, torch, ddpc):
 
 
 GROUPS = {"grads": _grads, "products": _products, "jacobians": _jacobians, "vmaps": _vmaps,
-          "per_sample_and_ensemble": _per_sample_and_ensemble, "errors": _errors}
+          "per_sample_and_ensemble": _per_sample_and_ensemble, "captured": _captured,
+          "functional_call": _functional_call, "errors": _errors}
 test_matches_pytorch = torch_group_test(__file__, GROUPS)
 
 if __name__ == "__main__":

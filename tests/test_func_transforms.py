@@ -221,6 +221,21 @@ def test_vmap_randomness_modes():
     assert not np.allclose(different[0], different[1])
 
 
+def test_vmap_over_an_empty_batch_gives_empty_outputs():
+    x = ddpc.zeros(0, 3, dtype=ddpc.float64, requires_grad=True)
+    w = t64(np.ones((3, 2)))
+    y, total = F.vmap(lambda a, b: (a @ b, a.sum()), in_dims=(0, None), out_dims=(1, 0))(x, w)
+    assert y.shape == (2, 0) and total.shape == (0,) and y.dtype is ddpc.float64
+    (y.sum() + total.sum()).backward()  # as PyTorch's, in the graph of the input
+    assert x.grad.shape == (0, 3)
+    assert F.vmap(lambda a: a + 1)(ddpc.zeros(0, 2, dtype=ddpc.int32)).shape == (0, 2)
+    state = ddpc.default_generator.get_state()
+    F.vmap(lambda a: a + ddpc.randn(3), randomness="different")(ddpc.zeros(0, 3))
+    assert np.array_equal(ddpc.default_generator.get_state().numpy(), state.numpy())
+    with pytest.raises(RuntimeError, match="randomness"):
+        F.vmap(lambda a: a + ddpc.randn(3))(ddpc.zeros(0, 3))
+
+
 # ---- ensembles ----------------------------------------------------------------------------------
 
 def test_stack_module_state_runs_an_ensemble_under_vmap():

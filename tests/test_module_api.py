@@ -291,6 +291,25 @@ def test_functional_call_replaces_parameters_for_one_call_and_restores_them():
     assert isinstance(net[0].weight, nn.Parameter) and net[0].weight.shape == (2, 3)
 
 
+class Scaled(nn.Linear):
+    def forward(self, x):
+        return super().forward(x) * getattr(self, "scale", 1.0)
+
+
+def test_functional_call_sets_other_names_as_attributes_for_the_call():
+    layer = Scaled(2, 2)
+    x = ddpc.ones(1, 2)
+    plain = layer(x).detach().numpy()
+    out = ddpc.func.functional_call(layer, {"scale": ddpc.tensor(3.0), "extra": x}, x)
+    np.testing.assert_allclose(out.detach().numpy(), 3 * plain, rtol=1e-6)
+    assert not hasattr(layer, "scale") and not hasattr(layer, "extra")
+    with pytest.raises(AttributeError, match="has no attribute `nosub`"):
+        ddpc.func.functional_call(layer, {"nosub.weight": x}, x)
+    with pytest.raises(TypeError, match="'in_features' names a int attribute"):
+        ddpc.func.functional_call(layer, {"in_features": x}, x)
+    assert layer.in_features == 2
+
+
 class Raises(nn.Module):
     def forward(self, x):
         raise ZeroDivisionError
@@ -315,10 +334,12 @@ def test_functional_call_buffers_ties_and_errors():
     np.testing.assert_allclose(out.numpy(), [[9.0, 9.0]])  # both uses of the shared weight replaced
     out = ddpc.func.functional_call(tied, {"0.weight": w}, ddpc.ones(1, 2), tie_weights=False)
     assert not np.allclose(out.detach().numpy(), [[9.0, 9.0]])
-    with pytest.raises(ValueError, match="no parameter or buffer named 'weight'"):
-        ddpc.func.functional_call(tied, {"weight": w}, ddpc.ones(1, 2))
-    with pytest.raises(RuntimeError, match="strict=True"):
-        ddpc.func.functional_call(nn.Linear(2, 2), {"weight": w}, ddpc.ones(1, 2), strict=True)
+    with pytest.raises(ValueError, match=r"multiple values for keys \['0.weight', '1.weight'\], which are tied"):
+        ddpc.func.functional_call(tied, {"0.weight": w, "1.weight": w * 1}, ddpc.ones(1, 2))
+    out = ddpc.func.functional_call(tied, {"0.weight": w, "1.weight": w}, ddpc.ones(1, 2), strict=True)
+    np.testing.assert_allclose(out.numpy(), [[9.0, 9.0]])  # the same tensor under both names is no conflict
+    with pytest.raises(RuntimeError, match="Unexpected key\\(s\\): 'extra'.\n\tMissing key\\(s\\): 'bias'."):
+        ddpc.func.functional_call(nn.Linear(2, 2), {"weight": w, "extra": w}, ddpc.ones(1, 2), strict=True)
     with pytest.raises(ValueError, match="more than one"):
         ddpc.func.functional_call(nn.Linear(2, 2), ({"weight": w}, {"weight": w}), ddpc.ones(1, 2))
     assert ddpc.nn.utils.stateless.functional_call is ddpc.func.functional_call

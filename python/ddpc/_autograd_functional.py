@@ -64,6 +64,34 @@ def _grads(outputs, inputs, vectors, create_graph, strict, what):
     return tuple(out)
 
 
+def _batched_grad(outputs, inputs, grad_outputs, retain_graph, create_graph, allow_unused, materialize_grads):
+    """``autograd.grad`` with ``is_grads_batched``: each of ``grad_outputs``
+    has a leading batch dim, one backward pass runs per index of it (PyTorch
+    vmaps a single one), and the gradients come back stacked along a new
+    leading dim (None where an input is unused)."""
+    outputs, _ = _as_tuple(outputs, "outputs")
+    if grad_outputs is None:
+        raise RuntimeError("grad: is_grads_batched=True needs grad_outputs, each with a leading batch dim")
+    vectors, _ = _as_tuple(grad_outputs, "grad_outputs")
+    if len(vectors) != len(outputs) or any(v.ndim != o.ndim + 1 or v.shape[1:] != o.shape
+                                           for v, o in zip(vectors, outputs)):
+        raise RuntimeError(f"grad: with is_grads_batched=True each grad_output must be its output's shape "
+                           f"{[tuple(o.shape) for o in outputs]} after a batch dim, got "
+                           f"{[tuple(v.shape) for v in vectors]}")
+    sizes = {v.shape[0] for v in vectors}
+    if len(sizes) != 1:
+        raise RuntimeError(f"grad: with is_grads_batched=True the grad_outputs' batch dims must agree, got "
+                           f"{sorted(sizes)}")
+    batch = sizes.pop()
+    if batch == 0:
+        raise RuntimeError("grad: with is_grads_batched=True the grad_outputs' batch dim must not be empty")
+    retain_graph = create_graph if retain_graph is None else retain_graph
+    per_index = [_ag.grad(outputs, inputs, [v[b] for v in vectors], retain_graph=retain_graph or b + 1 < batch,
+                          create_graph=create_graph, allow_unused=allow_unused, materialize_grads=materialize_grads)
+                 for b in range(batch)]
+    return tuple(None if g is None else _ag.stack([p[i] for p in per_index]) for i, g in enumerate(per_index[0]))
+
+
 def _call(func, inputs, what):
     outputs, single = _as_tuple(func(*inputs), f"output of the function given to {what}")
     return outputs, single
@@ -121,29 +149,41 @@ def jacobian(func, inputs, create_graph=False, strict=False, vectorize=False, st
     with _ag.enable_grad():
         outputs, out_single = _call(func, xs, "jacobian")
         if strategy == "reverse-mode":
-            rows = [[] for _ in inputs]  # per input, the gradient of each output element
-            for i, o in enumerate(outputs):
-                flat = o.reshape(-1)
-                for k in range(flat.numel()):
-                    for j, g in enumerate(_grads_of_scalar(flat[k], xs, create_graph, strict, "jacobian")):
-                        rows[j].append(g)
-            blocks = [[_block(rows[j], outputs, i, inputs[j], False) for j in range(len(inputs))]
-                      for i in range(len(outputs))]
+            blocks = _reverse_blocks(outputs, xs, create_graph, strict)
         else:
-            cols = [[] for _ in outputs]  # per output, its derivative along each input element
-            for j, x in enumerate(inputs):
-                for k in range(x.numel()):
-                    v = tuple(_one_hot(t, k) if n == j else zeros(t.shape, dtype=t.dtype, device=t.device)
-                              for n, t in enumerate(inputs))
-                    _, res = jvp(func, inputs, v, create_graph, strict)
-                    for i, r in enumerate((res,) if isinstance(res, Tensor) else res):
-                        cols[i].append(r)
-            blocks = [[_block(cols[i], inputs, j, outputs[i], True) for j in range(len(inputs))]
-                      for i in range(len(outputs))]
+            def column(v):
+                res = jvp(func, inputs, v, create_graph, strict)[1]
+                return (res,) if isinstance(res, Tensor) else res
+
+            blocks = _forward_blocks(column, inputs, outputs)
     blocks = [[b if create_graph else b.detach() for b in row] for row in blocks]
     if out_single:
         return blocks[0][0] if in_single else tuple(blocks[0])
     return tuple(row[0] if in_single else tuple(row) for row in blocks)
+
+
+def _reverse_blocks(outputs, xs, create_graph, strict):
+    """The Jacobian blocks, [output][input], by one backward pass per output element."""
+    rows = [[] for _ in xs]  # per input, the gradient of each output element
+    for o in outputs:
+        flat = o.reshape(-1)
+        for k in range(flat.numel()):
+            for j, g in enumerate(_grads_of_scalar(flat[k], xs, create_graph, strict, "jacobian")):
+                rows[j].append(g)
+    return [[_block(rows[j], outputs, i, xs[j], False) for j in range(len(xs))] for i in range(len(outputs))]
+
+
+def _forward_blocks(column, inputs, outputs):
+    """The Jacobian blocks, [output][input], one column per input element:
+    ``column(v)`` gives J v (one tensor per output) for one-hot tangents v."""
+    cols = [[] for _ in outputs]  # per output, its derivative along each input element
+    for j, x in enumerate(inputs):
+        for k in range(x.numel()):
+            v = tuple(_one_hot(t, k) if n == j else zeros(t.shape, dtype=t.dtype, device=t.device)
+                      for n, t in enumerate(inputs))
+            for i, r in enumerate(column(v)):
+                cols[i].append(r)
+    return [[_block(cols[i], inputs, j, outputs[i], True) for j in range(len(inputs))] for i in range(len(outputs))]
 
 
 def _one_hot(t, k):

@@ -22,7 +22,7 @@ takes the function's node as its history, as PyTorch's.
 import inspect
 
 from ._saved import Packed
-from .autograd import Node, _attach, _mode, _packed, no_grad
+from .autograd import Node, _attach, _mode, _packed, _reduce_to, no_grad
 from .tensor import Tensor, zeros
 
 
@@ -127,6 +127,8 @@ class FunctionCtx(Node):
             outs.append(got)
         res = self._fn.backward(self, *outs)
         res = res if isinstance(res, tuple) else (res,)
+        if len(res) > len(self._inputs) and all(gi is None for gi in res[len(self._inputs):]):
+            res = res[:len(self._inputs)]  # trailing Nones beyond the inputs are allowed, as in PyTorch
         if len(res) != len(self._inputs):
             raise RuntimeError(f"function {self.name()} returned an incorrect number of gradients (expected "
                                f"{len(self._inputs)}, got {len(res)})")
@@ -138,11 +140,16 @@ class FunctionCtx(Node):
             if not isinstance(gi, Tensor):
                 raise TypeError(f"function {self.name()} returned a {type(gi).__name__} as the gradient of input "
                                 f"{i}; expected a tensor or None")
-            if tuple(gi.shape) != tuple(want[0]):
+            if tuple(gi.shape) != tuple(want[0]) and not _expandable(want[0], gi.shape):
                 raise RuntimeError(f"function {self.name()} returned an invalid gradient at index {i}: got shape "
-                                   f"{tuple(gi.shape)} but expected {tuple(want[0])}")
-            out.append(gi if gi.dtype is want[1] else gi.to(dtype=want[1]))
+                                   f"{tuple(gi.shape)} but expected shape compatible with {tuple(want[0])}")
+            out.append(_reduce_to(gi, want[0], want[1]))  # a gradient of the input broadcast: summed back, as PyTorch's
         return tuple(out)
+
+
+def _expandable(shape, target):
+    """Whether a tensor of ``shape`` broadcasts to ``target``."""
+    return len(shape) <= len(target) and all(s in (1, t) for s, t in zip(reversed(shape), reversed(target)))
 
 
 class Function:

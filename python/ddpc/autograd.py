@@ -1004,12 +1004,15 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     (its gradient is then None, or zeros with ``materialize_grads``). Only the
     ops between the outputs and the inputs run backward. ``create_graph`` is
     as for ``backward``. ``only_inputs`` is taken for PyTorch's signature
-    (which ignores it too); ``is_grads_batched`` is not offered (use
-    ddpc.func.vmap over grad)."""
+    (which ignores it too). With ``is_grads_batched`` the first dim of each
+    grad_outputs tensor is a batch: one vector-Jacobian product per index,
+    stacked (one backward pass each, where PyTorch vmaps)."""
     del only_inputs
     if is_grads_batched:
-        raise NotImplementedError("grad: is_grads_batched=True is not offered; vmap a function that calls grad "
-                                  "with ddpc.func.vmap instead")
+        from ._autograd_functional import _batched_grad  # (that module imports this one)
+
+        return _batched_grad(outputs, inputs, grad_outputs, retain_graph, create_graph, allow_unused,
+                             materialize_grads)
     create_graph = bool(create_graph)
     retain_graph = create_graph if retain_graph is None else bool(retain_graph)
     if allow_unused is None:

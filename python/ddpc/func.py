@@ -40,38 +40,76 @@ def _merged(dicts):
     return merged
 
 
+def _untied(values, members):
+    """``values`` with a tensor given for one name of a shared parameter or
+    buffer put under all its names; different tensors given for two names of
+    one raise, as in PyTorch."""
+    names_of = {}
+    for name, (m, table, key) in members.items():
+        names_of.setdefault(id(getattr(m, table)[key]), []).append(name)
+    untied = dict(values)
+    for names in names_of.values():
+        given = [n for n in names if n in values]
+        if len({id(values[n]) for n in given}) > 1:
+            raise ValueError(f"functional_call got multiple values for keys {sorted(names)}, which are tied. "
+                             "Consider using tie_weights=False")
+        if given:
+            untied.update((n, values[given[0]]) for n in names)
+    return untied
+
+
+def _swap(module, name, value):
+    """Puts ``value`` under the dotted ``name`` in ``module``, as PyTorch's
+    functional_call does: into the parameter or buffer table that holds the
+    name, else as a plain attribute (which must not be anything but a tensor
+    already); returns the function that undoes it."""
+    prefix, _, attr = name.rpartition(".")
+    m = module.get_submodule(prefix)
+    for table in (m._parameters, m._buffers):
+        if attr in table:
+            original = table[attr]
+            table[attr] = value
+            return lambda: table.__setitem__(attr, original)
+    if not hasattr(m, attr):
+        setattr(m, attr, value)
+        return lambda: delattr(m, attr)
+    original = getattr(m, attr)
+    if not isinstance(original, Tensor):
+        raise TypeError(f"functional_call: {name!r} names a {type(original).__name__} attribute of "
+                        f"{type(m).__name__}, not a tensor")
+    setattr(m, attr, value)
+    return lambda: setattr(m, attr, original)
+
+
 def functional_call(module, parameter_and_buffer_dicts, args=None, kwargs=None, *, tie_weights=True, strict=False):
     """``module(*args, **kwargs)`` with the parameters and buffers named in
     ``parameter_and_buffer_dicts`` (a dict, or a tuple of dicts, of full
     names as ``named_parameters`` gives them) replaced by the given tensors
     for this call only; the module is as before afterwards, also when the
     call raises. With ``tie_weights`` a tensor given for one of several
-    names of a shared parameter replaces it under all of them; ``strict``
-    requires a tensor for every parameter and buffer. A name the module does
-    not have raises."""
+    names of a shared parameter replaces it under all of them (two different
+    tensors for names of one raise); ``strict`` requires a tensor for every
+    parameter and buffer and no other names. Without it, as in PyTorch, a
+    name that is not a parameter or buffer becomes a plain attribute of its
+    submodule for the call."""
     values = _merged(parameter_and_buffer_dicts)
     members = _members(module)
-    unknown = sorted(set(values) - set(members))
-    if unknown:
-        raise ValueError(f"functional_call: the module has no parameter or buffer named {unknown[0]!r}")
-    if tie_weights:  # a given tensor stands for every name of the same original
-        originals = {name: id(getattr(m, table)[key]) for name, (m, table, key) in members.items()}
-        by_original = {originals[name]: value for name, value in values.items()}
-        values = {name: by_original[originals[name]] for name in members if originals[name] in by_original}
-    if strict and set(values) != set(members):
-        missing = sorted(set(members) - set(values))
-        raise RuntimeError(f"functional_call: strict=True and no tensor was given for {missing[0]!r}")
-    saved = []
+    if tie_weights:
+        values = _untied(values, members)
+    if strict:
+        errors = [f"{what} key(s): {', '.join(map(repr, sorted(keys)))}." for what, keys in
+                  (("Unexpected", set(values) - set(members)), ("Missing", set(members) - set(values))) if keys]
+        if errors:
+            raise RuntimeError(f"Error(s) in reparametrizing for {type(module).__name__}:\n\t" + "\n\t".join(errors))
+    undo = []
     try:
         for name, value in values.items():
-            m, table, key = members[name]
-            saved.append((getattr(m, table), key, getattr(m, table)[key]))
-            getattr(m, table)[key] = value
+            undo.append(_swap(module, name, value))
         args = () if args is None else args if isinstance(args, tuple) else (args,)
         return module(*args, **(kwargs or {}))
     finally:
-        for table, key, original in reversed(saved):
-            table[key] = original
+        for restore in reversed(undo):
+            restore()
 
 
 # ---- derivative transforms -----------------------------------------------------------
@@ -79,8 +117,11 @@ def functional_call(module, parameter_and_buffer_dicts, args=None, kwargs=None, 
 # Each transform runs ``func`` on fresh leaves that require grad and asks
 # ``autograd.grad`` for the derivatives. Results keep their graph only where
 # something outside can still differentiate them: inside another transform
-# (grad of grad, a Hessian), or where an argument already required grad.
-# Elsewhere they come back detached, as torch.func's do.
+# (grad of grad, a Hessian), where an argument already required grad, or,
+# with grad mode on, where a result depends on a tensor that requires grad
+# which func captured (a module's parameters: a physics-informed loss on
+# vmap(grad(model)) trains the model). Elsewhere they come back detached, as
+# torch.func's do.
 
 _state = threading.local()
 
@@ -96,6 +137,31 @@ def _transform():
 
 def _keeps_graph(leaves):
     return getattr(_state, "depth", 0) > 0 or any(isinstance(t, Tensor) and t.requires_grad for t in leaves)
+
+
+def _reaches_outside(tree, inner):
+    """Whether the graph of a tensor in ``tree`` reaches a tensor that
+    requires grad other than the leaves ``inner``: one the function captured,
+    whose gradient an outer backward must still get through the result."""
+    inner = {id(t) for t in inner}
+    stack, seen = [], set()
+    for t in _pytree.flatten(tree)[0]:
+        if isinstance(t, Tensor) and t.requires_grad:
+            if t.grad_fn is None and id(t) not in inner:
+                return True
+            stack.append(t.grad_fn)
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        for e in node.edges:
+            if isinstance(e, Tensor):
+                if id(e) not in inner:
+                    return True
+            elif e is not None:
+                stack.append(e)
+    return False
 
 
 def _tensor_leaves(tree, what):
@@ -135,10 +201,20 @@ class _Differentiated:
             self.structures.append((len(leaves), len(found), structure))
             leaves.extend(found)
         self.keep = _keeps_graph(leaves)
+        self.grad_enabled = _ag.is_grad_enabled()
+        self.captures = False
         self.leaves = _fn._differentiable(leaves, self.keep)
+        self.inner = list(self.leaves)  # the tensors whose graph ends with the transform
         self.args = list(args)
         for i, (start, n, structure) in zip(self.positions, self.structures):
             self.args[i] = _pytree.unflatten(self.leaves[start:start + n], structure)
+
+    def capture(self, outputs):
+        """Notes, once func ran, whether its outputs depend on captured
+        tensors that require grad; returns whether the derivatives must be
+        taken with ``create_graph`` for results to keep their graph."""
+        self.captures = not self.keep and self.grad_enabled and _reaches_outside(outputs, self.inner)
+        return self.keep or self.captures
 
     def arranged(self, per_leaf):
         """``per_leaf`` (one value per leaf) in the structure of the arguments at argnums."""
@@ -147,7 +223,11 @@ class _Differentiated:
         return trees[0] if self.single else trees
 
     def finish(self, tree):
-        return tree if self.keep else _pytree.tree_map(_detached, tree)
+        if self.keep:
+            return tree
+        if self.captures:
+            return _pytree.tree_map(lambda v: v if _reaches_outside(v, self.inner) else _detached(v), tree)
+        return _pytree.tree_map(_detached, tree)
 
 
 def _detached(value):
@@ -177,7 +257,7 @@ def grad_and_value(func, argnums=0, has_aux=False):
             if not isinstance(out, Tensor) or out.numel() != 1:
                 got = f"a tensor of shape {tuple(out.shape)}" if isinstance(out, Tensor) else type(out).__name__
                 raise RuntimeError(f"grad(f)(*args): expected f(*args) to return a one-element tensor, got {got}")
-            grads = _fn._grads_of_scalar(out, d.leaves, d.keep, False, "grad")
+            grads = _fn._grads_of_scalar(out, d.leaves, d.capture(out), False, "grad")
         value = d.finish(out if not has_aux else (out, aux))
         return d.finish(d.arranged(grads)), value
 
@@ -196,45 +276,65 @@ def grad(func, argnums=0, has_aux=False):
     return functools.wraps(func)(wrapper)
 
 
+class _Traced:
+    """``func`` run once on the arguments at ``argnums`` made differentiable:
+    its output and aux, the output's tensor leaves, and whether derivatives
+    of them must be taken with ``create_graph``."""
+
+    def __init__(self, func, args, argnums, has_aux, what, kwargs=None):
+        self.d = _Differentiated(args, argnums, what)
+        self.what = what
+        with _ag.enable_grad(), _transform():
+            self.out, self.aux = _split_aux(func(*self.d.args, **(kwargs or {})), has_aux, what)
+        self.outputs, self.structure = _tensor_leaves(self.out, f"{what}: the output of f")
+        self.create_graph = self.d.capture(self.outputs)
+
+
 def vjp(func, *primals, has_aux=False):
     """``(func(*primals), vjp_fn)`` (and ``aux`` with ``has_aux``):
     ``vjp_fn(cotangents)``, with cotangents shaped as the output, returns the
     vector-Jacobian product as a tuple with one entry per primal. It can be
     called any number of times; func runs once."""
-    d = _Differentiated(primals, tuple(range(len(primals))), "vjp") if primals else None
-    if d is None:
+    if not primals:
         raise RuntimeError("vjp(f, *primals): expected at least one primal")
-    with _ag.enable_grad(), _transform():
-        out, aux = _split_aux(func(*d.args), has_aux, "vjp")
-    outputs, out_structure = _tensor_leaves(out, "vjp: the output of f")
+    run = _Traced(func, primals, tuple(range(len(primals))), has_aux, "vjp")
+    d, outputs = run.d, run.outputs
 
     def vjp_fn(cotangents):
         vectors, structure = _tensor_leaves(cotangents, "vjp_fn: the cotangents")
-        if structure != out_structure or any(v.shape != o.shape for v, o in zip(vectors, outputs)):
+        if structure != run.structure or any(v.shape != o.shape for v, o in zip(vectors, outputs)):
             raise RuntimeError(f"vjp_fn: the cotangents must have the output's structure and shapes "
                                f"{[tuple(o.shape) for o in outputs]}, got {[tuple(v.shape) for v in vectors]}")
-        grads = _fn._grads(outputs, d.leaves, vectors, d.keep or _keeps_graph(vectors), False, "vjp")
-        return d.finish(d.arranged(grads))  # a tuple: argnums covers every primal
+        outer = _keeps_graph(vectors)
+        grads = d.arranged(_fn._grads(outputs, d.leaves, vectors, run.create_graph or outer, False, "vjp"))
+        return grads if outer else d.finish(grads)  # a tuple: argnums covers every primal
 
-    res = (d.finish(out), vjp_fn)
-    return res + (d.finish(aux),) if has_aux else res
+    res = (d.finish(run.out), vjp_fn)
+    return res + (d.finish(run.aux),) if has_aux else res
 
 
-class _Linearized:
-    """func at ``primals``, with the graph of its vector-Jacobian product
-    against zero cotangents ``us`` that require grad: J v is then the
-    gradient in u of <J^T u, v> (forward mode by reverse mode twice)."""
+class _Linearized(_Traced):
+    """func at the arguments at ``argnums``, with the graph of its
+    vector-Jacobian product against zero cotangents ``us`` that require
+    grad: J v is then the gradient in u of <J^T u, v> (forward mode by
+    reverse mode twice)."""
 
-    def __init__(self, func, primals, has_aux, what):
-        if not isinstance(primals, tuple) or not primals:
-            raise RuntimeError(f"{what}: expected primals to be a non-empty tuple")
-        self.d = _Differentiated(primals, tuple(range(len(primals))), what)
-        self.what = what
-        with _ag.enable_grad(), _transform():
-            self.out, self.aux = _split_aux(func(*self.d.args), has_aux, what)
-            self.outputs, self.structure = _tensor_leaves(self.out, f"{what}: the output of f")
-            self.us = tuple(zeros(o.shape, dtype=o.dtype, device=o.device, requires_grad=True) for o in self.outputs)
+    def __init__(self, func, args, argnums, has_aux, what, kwargs=None):
+        super().__init__(func, args, argnums, has_aux, what, kwargs)
+        with _ag.enable_grad():
+            self.us = tuple(zeros(o.shape, dtype=o.dtype, device=o.device, requires_grad=True)
+                            for o in self.outputs)
             self.transposed = _fn._grads(self.outputs, self.d.leaves, self.us, True, False, what)
+        self.d.inner.extend(self.us)
+
+    def column(self, vectors):
+        """J v, one tensor per output leaf, for ``vectors`` one per differentiated leaf."""
+        with _ag.enable_grad():
+            dot = [(t * v).sum() for t, v in zip(self.transposed, vectors) if t.requires_grad]
+            if not dot:
+                return [zeros(o.shape, dtype=o.dtype, device=o.device) for o in self.outputs]
+            keep = self.create_graph or _keeps_graph(vectors)
+            return list(_fn._grads((_ag.stack(dot).sum(),), self.us, (None,), keep, False, self.what))
 
     def product(self, tangents):
         vectors, structure = _tensor_leaves(tangents, f"{self.what}: the tangents")
@@ -242,15 +342,14 @@ class _Linearized:
         if structure != primal_structure or any(v.shape != x.shape for v, x in zip(vectors, self.d.leaves)):
             raise RuntimeError(f"{self.what}: the tangents must have the primals' structure and shapes "
                                f"{[tuple(x.shape) for x in self.d.leaves]}, got {[tuple(v.shape) for v in vectors]}")
-        keep = self.d.keep or _keeps_graph(vectors)
-        with _ag.enable_grad():
-            dot = [(t * v).sum() for t, v in zip(self.transposed, vectors) if t.requires_grad]
-            if dot:
-                res = _fn._grads((_ag.stack(dot).sum(),), self.us, (None,), keep, False, self.what)
-            else:
-                res = tuple(zeros(o.shape, dtype=o.dtype, device=o.device) for o in self.outputs)
-        res = _pytree.unflatten(list(res), self.structure)
-        return res if keep else _pytree.tree_map(_detached, res)
+        res = _pytree.unflatten(self.column(vectors), self.structure)
+        return res if _keeps_graph(vectors) else self.d.finish(res)
+
+
+def _linearized(func, primals, has_aux, what):
+    if not isinstance(primals, tuple) or not primals:
+        raise RuntimeError(f"{what}: expected primals to be a non-empty tuple")
+    return _Linearized(func, primals, tuple(range(len(primals))), has_aux, what)
 
 
 def jvp(func, primals, tangents, *, strict=False, has_aux=False):
@@ -260,7 +359,7 @@ def jvp(func, primals, tangents, *, strict=False, has_aux=False):
     backward passes (the double-vjp trick, as ddpc.autograd.forward_ad) and
     gives the same values. ``strict`` is
     accepted for PyTorch's signature."""
-    lin = _Linearized(func, primals, has_aux, "jvp")
+    lin = _linearized(func, primals, has_aux, "jvp")
     if not isinstance(tangents, tuple):
         raise RuntimeError("jvp: expected tangents to be a tuple")
     res = (lin.d.finish(lin.out), lin.product(tangents))
@@ -270,7 +369,7 @@ def jvp(func, primals, tangents, *, strict=False, has_aux=False):
 def linearize(func, *primals):
     """``(func(*primals), jvp_fn)``: ``jvp_fn(*tangents)`` gives the
     Jacobian-vector product at the primals without running func again."""
-    lin = _Linearized(func, primals, False, "linearize")
+    lin = _linearized(func, primals, False, "linearize")
 
     def jvp_fn(*tangents):
         return lin.product(tangents)
@@ -280,22 +379,16 @@ def linearize(func, *primals):
 
 def _jacobian_transform(func, argnums, has_aux, strategy, what):
     def wrapper(*args, **kwargs):
-        d = _Differentiated(args, argnums, what)
-        found = {}
-
-        def flat(*leaves):
-            call = list(d.args)
-            for i, (start, n, structure) in zip(d.positions, d.structures):
-                call[i] = _pytree.unflatten(list(leaves[start:start + n]), structure)
-            out, aux = _split_aux(func(*call, **kwargs), has_aux, what)
-            outputs, found["structure"] = _tensor_leaves(out, f"{what}: the output of f")
-            found.setdefault("aux", aux)
-            return tuple(outputs)
-
-        with _transform():
-            blocks = _fn.jacobian(flat, tuple(d.leaves), create_graph=d.keep, strategy=strategy)
-        jac = _pytree.unflatten([d.arranged(list(row)) for row in blocks], found["structure"])
-        return (d.finish(jac), d.finish(found["aux"])) if has_aux else d.finish(jac)
+        if strategy == "reverse-mode":
+            run = _Traced(func, args, argnums, has_aux, what, kwargs)
+            with _ag.enable_grad():
+                blocks = _fn._reverse_blocks(run.outputs, run.d.leaves, run.create_graph, False)
+        else:
+            run = _Linearized(func, args, argnums, has_aux, what, kwargs)
+            blocks = _fn._forward_blocks(run.column, run.d.leaves, run.outputs)
+        d = run.d
+        jac = _pytree.unflatten([d.arranged(list(row)) for row in blocks], run.structure)
+        return (d.finish(jac), d.finish(run.aux)) if has_aux else d.finish(jac)
 
     return functools.wraps(func)(wrapper)
 
@@ -345,6 +438,14 @@ def _normal_dim(dim, ndim, what):
     return dim % ndim
 
 
+def _zero_slice(leaf, dim):
+    """A slice of ``leaf`` (empty along ``dim``) as vmap would pass it: zeros,
+    in the graph of leaf where it is a floating tensor."""
+    if leaf.dtype.is_floating_point:
+        return leaf.sum(dim)
+    return zeros(leaf.shape[:dim] + leaf.shape[dim + 1:], dtype=leaf.dtype, device=leaf.device)
+
+
 def vmap(func, in_dims=0, out_dims=0, randomness="error", *, chunk_size=None):
     """``func`` mapped over a dim of its inputs, as torch.func.vmap:
     ``in_dims`` gives, per positional argument (or once for all), the dim to
@@ -358,7 +459,9 @@ def vmap(func, in_dims=0, out_dims=0, randomness="error", *, chunk_size=None):
     per-sample gradients). ``randomness="error"`` raises if ``func`` draws
     from the global generator, ``"same"`` gives every slice the same draws,
     ``"different"`` different ones. With ``out_dims=None`` for an output,
-    the first slice's value of it is returned."""
+    the first slice's value of it is returned. Over an empty batch ``func``
+    runs once on zeros, for the shapes of its outputs, which come back empty
+    along their mapped dims."""
     _check_randomness(randomness, "vmap")
     _check_chunk_size(chunk_size, "vmap")
 
@@ -380,19 +483,20 @@ def vmap(func, in_dims=0, out_dims=0, randomness="error", *, chunk_size=None):
         if len(sizes) != 1:
             raise ValueError(f"vmap: the mapped dims must have one size, got sizes {sorted(sizes)}")
         batch = sizes.pop()
-        if batch == 0:
-            raise ValueError("vmap: the mapped dims have size 0")
         start = default_generator.get_state()
         results = []
-        for b in range(batch):
+        for b in range(batch or 1):  # an empty batch: one call on a slice of zeros gives the outputs' shapes
             if randomness == "same":
                 default_generator.set_state(start)
-            call = [leaf if dim is None else leaf.select(dim, b) for leaf, dim in zip(leaves, dims)]
+            call = [leaf if dim is None else leaf.select(dim, b) if batch else _zero_slice(leaf, dim)
+                    for leaf, dim in zip(leaves, dims)]
             drawn_before = default_generator.offset
             results.append(func(*_pytree.unflatten(call, structure), **kwargs))
             if randomness == "error" and default_generator.offset != drawn_before:
                 raise RuntimeError("vmap: the function drew random numbers while randomness='error'; pass "
                                    "randomness='different' or 'same'")
+        if not batch:
+            default_generator.set_state(start)
         outs, out_structure = _tensor_leaves(results[0], "vmap: the output of the function")
         per_call = [_tensor_leaves(r, "vmap: the output of the function")[0] for r in results]
         out_dim_leaves = _pytree.leaves_for(out_dims, results[0], "vmap: out_dims")
@@ -401,7 +505,9 @@ def vmap(func, in_dims=0, out_dims=0, randomness="error", *, chunk_size=None):
             if dim is None:
                 stacked.append(first)
             else:
-                stacked.append(_ag.stack([p[k] for p in per_call], _normal_dim(dim, first.ndim + 1, "out_dim")))
+                dim = _normal_dim(dim, first.ndim + 1, "out_dim")
+                stacked.append(_ag.stack([p[k] for p in per_call], dim) if batch else
+                               first.unsqueeze(dim).narrow(dim, 0, 0))
         return _pytree.unflatten(stacked, out_structure)
 
     return functools.wraps(func)(wrapper)
