@@ -105,6 +105,8 @@ def test_scalars_and_0d_arrays_keep_their_shape_without_batching():
     assert tuple(t.shape) == () and t.dtype == ddpc.float32 and t.item() == 1.5
     f = default_convert(np.arange(6.0).reshape(2, 3).T)  # not contiguous: copied
     assert tuple(f.shape) == (3, 2) and f.numpy().tolist() == [[0.0, 3.0], [1.0, 4.0], [2.0, 5.0]]
+    pair = default_convert((np.ones(2), 3))  # a plain tuple comes out a list, as from PyTorch's
+    assert isinstance(pair, list) and pair[0].tolist() == [1.0, 1.0] and pair[1] == 3
 
 
 def test_collate_bools_strings_and_none():

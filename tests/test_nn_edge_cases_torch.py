@@ -415,3 +415,19 @@ def test_parameters_reached_only_through_a_piecewise_linear_slope_get_zero_gradi
         got.append([None if p.grad is None else p.grad.tolist() for p in (lin1.weight, lin1.bias, lin2.bias)])
     assert [g is None for g in got[0]] == [g is None for g in got[1]] and got[0][1] == [0.0] * 4
     np.testing.assert_allclose(got[0][0], got[1][0], rtol=1e-12)
+
+
+# ---- group and instance norms keep a low-precision input's dtype ---------------------------------------------
+
+
+def test_group_and_instance_norm_of_bfloat16_with_float32_parameters_stay_bfloat16():
+    got = []
+    for lib in LIBS:
+        x = lib.ones(1, 4, 2, 2, dtype=lib.bfloat16)
+        with lib.autocast("cpu", dtype=lib.bfloat16):
+            conv_out = lib.nn.Conv2d(4, 4, 1)(lib.ones(1, 4, 2, 2))
+            in_autocast = lib.nn.GroupNorm(2, 4)(conv_out).dtype
+        got.append([str(d).split(".")[-1] for d in (
+            lib.nn.GroupNorm(2, 4)(x).dtype, in_autocast,
+            lib.nn.functional.instance_norm(x, weight=lib.ones(4), bias=lib.zeros(4)).dtype)])
+    assert got[0] == got[1] == ["bfloat16"] * 3

@@ -73,7 +73,21 @@ CASES = {
     "is_signed": lambda L: [d.is_signed for d in (L.float32, L.uint8, L.int64, L.bool)],
     "numpy_force": lambda L: L.ones(2, requires_grad=True).numpy(force=True).tolist(),
     "flatten_same_dims_is_itself": lambda L: _flatten_identity(L),
+    "legacy_constructor_of_a_size": lambda L: [tuple(L.FloatTensor(L.ones(3, 4).size()).shape),
+                                               tuple(L.LongTensor(L.ones(2, 5).shape).shape), L.FloatTensor((2, 3))],
+    "type_of_a_legacy_class": lambda L: L.ones(2, dtype=L.long).type(L.FloatTensor),
+    "from_numpy_of_strided_arrays": lambda L: _from_strided(L),
 }
+
+
+def _from_strided(L):
+    img = np.arange(24.0).reshape(2, 3, 4)
+    chw = L.from_numpy(img.transpose(2, 0, 1))
+    chw.mul_(2)  # reaches the array
+    data = np.arange(20.0).reshape(4, 5)
+    window = L.from_numpy(data[1:, :-1])
+    window[0, 0] = -1.0
+    return chw, img.tolist(), window, data.tolist(), L.from_numpy(np.asfortranarray(data[:2]))
 
 
 def _setitems(L):

@@ -888,7 +888,8 @@ def default_collate(batch):
 def default_convert(data):
     """What an unbatched sample (``batch_size=None``) is handed out as: numpy
     arrays and numpy scalars as tensors of their shape (a scalar's is ()), also
-    inside dicts, tuples and lists; anything else as it is. Arrays of a dtype
+    inside dicts, tuples (which become lists, as in PyTorch) and lists;
+    anything else as it is. Arrays of a dtype
     ddpc has no tensor of stay arrays, but int8, int16, uint16 and uint32 ones
     are widened as in ``default_collate``, and uint64 ones are a TypeError."""
     if isinstance(data, (np.ndarray, np.generic)) and not isinstance(data, (np.str_, np.bytes_)):
@@ -898,7 +899,9 @@ def default_convert(data):
         return converted if type(data) is dict else _rebuild(data, converted)
     if isinstance(data, tuple) and hasattr(data, "_fields"):
         return type(data)(*(default_convert(v) for v in data))
-    if isinstance(data, (tuple, list)):
+    if isinstance(data, tuple):  # a plain tuple comes out a list, as from PyTorch's
+        return [default_convert(v) for v in data]
+    if isinstance(data, list):
         return type(data)(default_convert(v) for v in data)
     return data
 

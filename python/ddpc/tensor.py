@@ -133,6 +133,8 @@ def _legacy_buffer(first, sizes, what, dtype=None):
     name = get_dtype(spec).name
     if isinstance(first, int) and not isinstance(first, bool) and all(isinstance(n, int) for n in sizes):
         return _C.Buffer((first, *sizes), name)
+    if isinstance(first, Size) and not sizes:  # FloatTensor(x.size()): of that size, as PyTorch's
+        return _C.Buffer(tuple(first), name)
     if isinstance(first, (tuple, list)) and not first and not sizes:
         return _C.Buffer((0,), name)
     if sizes:
@@ -1117,6 +1119,8 @@ class Tensor:
         name (with 'ddpc.' or 'torch.'), the tensor cast to it."""
         if dtype is None:
             return ("ddpc.cuda." if self.is_cuda else "ddpc.") + _TYPE_NAMES[self.dtype]
+        if isinstance(dtype, _LegacyTensorType):  # t.type(ddpc.FloatTensor)
+            dtype = f"{dtype.__module__}.{dtype.__name__}"
         if isinstance(dtype, str) and dtype.endswith("Tensor"):
             prefix, _, name = dtype.rpartition(".")
             by_name = {v: k for k, v in _TYPE_NAMES.items()}
@@ -1994,12 +1998,25 @@ def tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False)
 
 
 def from_numpy(arr):
-    """A tensor sharing arr's memory (no copy). arr must be C-contiguous."""
+    """A tensor sharing arr's memory (no copy). A strided array (a transpose,
+    a slice with steps) gives a copy standing for it, as for ddpc's other
+    strided views (see Tensor): in-place writes into it reach the array."""
     if not isinstance(arr, np.ndarray):
         raise TypeError(f"from_numpy expects a numpy.ndarray, got {type(arr).__name__}")
-    if arr.dtype.name == "bfloat16":  # ml_dtypes arrays don't export the buffer protocol; view the bits
-        return Tensor(_C.Buffer.from_object(arr.view(np.uint16), "bfloat16"))
-    return Tensor(_C.Buffer.from_object(arr))
+    if arr.flags.c_contiguous or not arr.size:
+        arr = arr if arr.flags.c_contiguous else arr.copy()  # (an empty array: no memory to share)
+        if arr.dtype.name == "bfloat16":  # ml_dtypes arrays don't export the buffer protocol; view the bits
+            return Tensor(_C.Buffer.from_object(arr.view(np.uint16), "bfloat16"))
+        return Tensor(_C.Buffer.from_object(arr))
+    item = arr.itemsize
+    if any(st < 0 for st in arr.strides):
+        raise ValueError("from_numpy: at least one stride of the array is negative (PyTorch refuses such "
+                         "arrays too); copy it with arr.copy() first")
+    if any(st % item for st in arr.strides):
+        raise ValueError(f"from_numpy: the array's strides {arr.strides} are not multiples of its item size {item}")
+    span = sum((n - 1) * st for n, st in zip(arr.shape, arr.strides)) // item + 1
+    memory = from_numpy(np.lib.stride_tricks.as_strided(arr, shape=(span,), strides=(item,)))
+    return _read(memory, _indexing.Region(0, arr.shape, [st // item for st in arr.strides]), "from_numpy")
 
 
 def from_dlpack(obj):

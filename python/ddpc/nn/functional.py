@@ -930,13 +930,16 @@ _DTYPE_EPS = {"float32": 2.0 ** -23, "float64": 2.0 ** -52}
 
 
 def _channel_affine(out, weight, bias):
-    """out * weight + bias with (C,) weight and bias broadcast over dim 1 of out."""
+    """out * weight + bias with (C,) weight and bias broadcast over dim 1 of
+    out, in out's dtype (a bfloat16 input with float32 parameters gives
+    bfloat16, as PyTorch's group and instance norms do)."""
     shape = (out.shape[1],) + (1,) * (out.ndim - 2)
+    dtype = out.dtype
     if weight is not None:
         out = out * weight.reshape(shape)
     if bias is not None:
         out = out + bias.reshape(shape)
-    return out
+    return out if out.dtype is dtype else out.to(dtype=dtype)
 
 
 def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
