@@ -431,3 +431,34 @@ def test_group_and_instance_norm_of_bfloat16_with_float32_parameters_stay_bfloat
             lib.nn.GroupNorm(2, 4)(x).dtype, in_autocast,
             lib.nn.functional.instance_norm(x, weight=lib.ones(4), bias=lib.zeros(4)).dtype)])
     assert got[0] == got[1] == ["bfloat16"] * 3
+
+
+# ---- F.multi_head_attention_forward --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("separate", [False, True])
+@pytest.mark.parametrize("bias_kv", [False, True])
+@pytest.mark.parametrize("zero_attn", [False, True])
+def test_multi_head_attention_forward_matches_torch(separate, bias_kv, zero_attn):
+    rng = np.random.default_rng(0)
+    e, heads, target, source, n = 8, 2, 3, 5, 2
+    arrays = dict(q=rng.standard_normal((target, n, e)), k=rng.standard_normal((source, n, e)),
+                  v=rng.standard_normal((source, n, e)), w=rng.standard_normal((3 * e, e)) * 0.3,
+                  b=rng.standard_normal(3 * e) * 0.1, ow=rng.standard_normal((e, e)) * 0.3,
+                  ob=rng.standard_normal(e) * 0.1, bk=rng.standard_normal((1, 1, e)), bv=rng.standard_normal((1, 1, e)),
+                  qw=rng.standard_normal((e, e)), kw=rng.standard_normal((e, e)), vw=rng.standard_normal((e, e)))
+    padding = rng.random((n, source)) < 0.3
+    padding[:, 0] = False
+    got = []
+    for lib in LIBS:
+        t = {k: lib.tensor(v, requires_grad=True) for k, v in arrays.items()}
+        out, weights = lib.nn.functional.multi_head_attention_forward(
+            t["q"], t["k"], t["v"], e, heads, None if separate else t["w"], t["b"], t["bk"] if bias_kv else None,
+            t["bv"] if bias_kv else None, zero_attn, 0.0, t["ow"], t["ob"], training=False,
+            key_padding_mask=lib.tensor(padding), use_separate_proj_weight=separate,
+            q_proj_weight=t["qw"] if separate else None, k_proj_weight=t["kw"] if separate else None,
+            v_proj_weight=t["vw"] if separate else None)
+        (out.sum() + (weights * weights).sum()).backward()
+        got.append([_np(out), _np(weights), _np(t["q"].grad), _np(t["ob"].grad)])
+    for a, b in zip(*got):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)

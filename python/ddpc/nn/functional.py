@@ -1105,3 +1105,13 @@ def _inplace_form(fn):
 relu_, leaky_relu_, elu_, hardtanh_, rrelu_, threshold_, celu_, selu_ = (
     _inplace_form(f) for f in (relu, leaky_relu, elu, hardtanh, rrelu, threshold, celu, selu))
 __all__ += ["relu_", "leaky_relu_", "elu_", "hardtanh_", "rrelu_", "threshold_", "celu_", "selu_"]
+
+
+def multi_head_attention_forward(*args, **kwargs):
+    """MultiheadAttention's forward with the weights passed in: see nn.transformer.multi_head_attention_forward."""
+    from .transformer import multi_head_attention_forward as forward  # (transformer imports this module)
+
+    return forward(*args, **kwargs)
+
+
+__all__ += ["multi_head_attention_forward"]

@@ -169,6 +169,35 @@ class MultiheadAttention(Module):
         return out, weights
 
 
+def multi_head_attention_forward(query, key, value, embed_dim_to_check, num_heads, in_proj_weight, in_proj_bias,
+                                 bias_k, bias_v, add_zero_attn, dropout_p, out_proj_weight, out_proj_bias,
+                                 training=True, key_padding_mask=None, need_weights=True, attn_mask=None,
+                                 use_separate_proj_weight=False, q_proj_weight=None, k_proj_weight=None,
+                                 v_proj_weight=None, static_k=None, static_v=None, average_attn_weights=True,
+                                 is_causal=False):
+    """torch.nn.functional.multi_head_attention_forward: MultiheadAttention's
+    forward (sequence-first, or unbatched inputs) with the weights passed in,
+    as CLIP's attention pooling calls it. ``static_k``/``static_v``
+    (precomputed keys and values) are not offered."""
+    if static_k is not None or static_v is not None:
+        raise NotImplementedError("multi_head_attention_forward: static_k and static_v are not offered")
+    if query.shape[-1] != embed_dim_to_check:
+        raise AssertionError(f"was expecting embedding dimension of {embed_dim_to_check}, but got {query.shape[-1]}")
+    if embed_dim_to_check % num_heads:
+        raise AssertionError(f"embed_dim {embed_dim_to_check} not divisible by num_heads {num_heads}")
+    # The module's forward on a stand-in holding these weights (not a registered module: no hooks, no state).
+    m = object.__new__(MultiheadAttention)
+    m.__dict__.update(
+        embed_dim=embed_dim_to_check, num_heads=num_heads, dropout=dropout_p, batch_first=False,
+        kdim=key.shape[-1], vdim=value.shape[-1], head_dim=embed_dim_to_check // num_heads,
+        _qkv_same_embed_dim=not use_separate_proj_weight, in_proj_weight=in_proj_weight,
+        q_proj_weight=q_proj_weight, k_proj_weight=k_proj_weight, v_proj_weight=v_proj_weight,
+        in_proj_bias=in_proj_bias, bias_k=bias_k, bias_v=bias_v, add_zero_attn=add_zero_attn, training=training,
+        out_proj=lambda x: F.linear(x, out_proj_weight, out_proj_bias))
+    return MultiheadAttention.forward(m, query, key, value, key_padding_mask, need_weights, attn_mask,
+                                      average_attn_weights, is_causal)
+
+
 _ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
 
 
