@@ -462,3 +462,38 @@ def test_multi_head_attention_forward_matches_torch(separate, bias_kv, zero_attn
         got.append([_np(out), _np(weights), _np(t["q"].grad), _np(t["ob"].grad)])
     for a, b in zip(*got):
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+
+
+# ---- TransformerEncoder where PyTorch takes its nested-tensor path ----------------------------------------------
+
+
+def _encoder(lib, batch_first, heads):
+    lib.manual_seed(0)
+    layer = lib.nn.TransformerEncoderLayer(8, heads, 16, dropout=0.0, batch_first=batch_first)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        encoder = lib.nn.TransformerEncoder(layer, 2, norm=lib.nn.LayerNorm(8))
+    return encoder, [str(w.message) for w in caught]
+
+
+@pytest.mark.parametrize("left_aligned", [True, False])
+@pytest.mark.parametrize("batch_first,heads,grad", [(True, 2, False), (False, 2, False), (True, 1, False),
+                                                    (True, 2, True)])
+def test_transformer_encoder_padded_positions_and_warnings_match_torch(left_aligned, batch_first, heads, grad):
+    """In inference with a key padding mask whose padding ends each sequence, PyTorch's nested-tensor path
+    leaves the padded positions 0 (then the final norm); elsewhere they hold what the layers computed."""
+    padding = np.array([[False, False, True, True], [False, False, False, True]] if left_aligned else
+                       [[False, True, False, False], [False, False, False, False]])
+    x = np.random.default_rng(0).standard_normal((2, 4, 8)).astype(np.float32)
+    reference, torch_warnings = _encoder(torch, batch_first, heads)
+    encoder, ddpc_warnings = _encoder(ddpc, batch_first, heads)
+    encoder.load_state_dict({k: ddpc.tensor(v.detach().numpy()) for k, v in reference.state_dict().items()})
+    assert ddpc_warnings == torch_warnings
+    got = []
+    for lib, module in ((torch, reference), (ddpc, encoder)):
+        module.eval()
+        src = lib.tensor(x if batch_first else x.transpose(1, 0, 2).copy())
+        with (lib.enable_grad() if grad else lib.no_grad()), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # (PyTorch's note that nested tensors are a prototype)
+            got.append(_np(module(src, src_key_padding_mask=lib.tensor(padding)).detach()))
+    np.testing.assert_allclose(got[1], got[0], rtol=1e-5, atol=2e-6)

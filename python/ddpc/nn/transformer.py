@@ -5,8 +5,11 @@ that may NOT be attended; scaled_dot_product_attention's the opposite)."""
 
 import copy
 import math
+import warnings
 
-from ..autograd import cat, where
+from .._dtype import bool_
+from ..amp import is_autocast_enabled
+from ..autograd import cat, is_grad_enabled, where
 from ..tensor import empty, full, zeros
 from . import functional as F
 from . import init
@@ -201,6 +204,25 @@ def multi_head_attention_forward(query, key, value, embed_dim_to_check, num_head
 _ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
 
 
+def _why_no_nested_tensor(layer):
+    """Why PyTorch's TransformerEncoder rules out its nested-tensor path for
+    copies of ``layer`` ("" where it does not), in PyTorch's words."""
+    if not isinstance(layer, TransformerEncoderLayer):
+        return "encoder_layer was not TransformerEncoderLayer"
+    attn = layer.self_attn
+    for failed, why in ((layer.norm_first, "norm_first was True"),
+                        (not attn.batch_first, "self_attn.batch_first was not True(use batch_first for better "
+                                               "inference performance)"),
+                        (not attn._qkv_same_embed_dim, "self_attn._qkv_same_embed_dim was not True"),
+                        (attn.in_proj_bias is None, "self_attn was passed bias=False"),
+                        (not layer.activation_relu_or_gelu, "activation_relu_or_gelu was not True"),
+                        (layer.norm1.eps != layer.norm2.eps, "norm1.eps was not equal to encoder_layer.norm2.eps"),
+                        (attn.num_heads % 2 == 1, "self_attn.num_heads is odd")):
+        if failed:
+            return "encoder_layer." + why
+    return ""
+
+
 def _activation(activation, layer):
     """The feed-forward activation: "relu", "gelu" or a callable."""
     if not isinstance(activation, str):
@@ -255,18 +277,50 @@ class TransformerEncoder(Module):
 
     def __init__(self, encoder_layer, num_layers, norm=None, enable_nested_tensor=True, mask_check=True):
         """``enable_nested_tensor`` and ``mask_check`` are PyTorch's switches
-        for its nested-tensor fast path, which ddpc does not have: taken, and
-        the results are the same."""
-        del enable_nested_tensor, mask_check
+        for its nested-tensor fast path. ddpc has no nested tensors, but
+        gives what that path gives where PyTorch would take it (see
+        forward), and PyTorch's warning where the layer rules it out."""
         super().__init__()
         self.layers = ModuleList([copy.deepcopy(encoder_layer) for _ in range(num_layers)])
         self.num_layers, self.norm = num_layers, norm
+        self.enable_nested_tensor, self.mask_check = enable_nested_tensor, mask_check
+        why_not = _why_no_nested_tensor(encoder_layer)
+        if enable_nested_tensor and why_not:
+            warnings.warn(f"enable_nested_tensor is True, but self.use_nested_tensor is False because {why_not}",
+                          stacklevel=2)
+        self.use_nested_tensor = enable_nested_tensor and not why_not
 
     def forward(self, src, mask=None, src_key_padding_mask=None, is_causal=False):
+        """The layers in turn, then ``norm``. Where PyTorch would run its
+        nested-tensor fast path (inference with a key padding mask whose
+        padding is at the end of each sequence, no other mask), the padded
+        positions come out 0 before ``norm``, as that path leaves them;
+        elsewhere they hold what the layers computed there."""
         out = src
         for layer in self.layers:
             out = layer(out, src_mask=mask, src_key_padding_mask=src_key_padding_mask, is_causal=is_causal)
+        if self._nested_path(src, mask, src_key_padding_mask):
+            padded = src_key_padding_mask if src_key_padding_mask.dtype is bool_ else src_key_padding_mask != 0
+            out = out.masked_fill(padded.unsqueeze(-1), 0.0)
         return out if self.norm is None else self.norm(out)
+
+    def _nested_path(self, src, mask, key_padding_mask):
+        """Whether PyTorch's TransformerEncoder takes its nested-tensor path here."""
+        first = self.layers[0]
+        if not (getattr(self, "use_nested_tensor", False) and not first.training and src.ndim == 3 and
+                key_padding_mask is not None and mask is None and not is_autocast_enabled("cuda")):
+            return False
+        attn = first.self_attn
+        weights = (src, attn.in_proj_weight, attn.in_proj_bias, attn.out_proj.weight, attn.out_proj.bias,
+                   first.norm1.weight, first.norm1.bias, first.norm2.weight, first.norm2.bias, first.linear1.weight,
+                   first.linear1.bias, first.linear2.weight, first.linear2.bias)
+        if is_grad_enabled() and any(w is not None and w.requires_grad for w in weights):
+            return False
+        if getattr(self, "mask_check", True):  # each sequence's padding must come after its tokens
+            kept = (key_padding_mask if key_padding_mask.dtype is bool_ else key_padding_mask != 0).logical_not()
+            if bool((kept[:, 1:] & ~kept[:, :-1]).any()):
+                return False
+        return True
 
 
 class TransformerDecoderLayer(Module):
