@@ -167,8 +167,9 @@ def test_channel_dropout_refusals_and_edges():
         F.dropout1d(ddpc.zeros(2, 3), p=-0.1)
     with pytest.raises(ValueError, match="2 or 3-d"):
         F.dropout1d(ddpc.zeros(2, 3, 4, 5))
-    with pytest.raises(ValueError, match="3 or 4-d"):
-        F.dropout2d(ddpc.zeros(2, 3))
+    with pytest.warns(UserWarning, match="2-D input to dropout2d"):  # as PyTorch: single elements
+        dropped = F.dropout2d(ddpc.ones(200, 50), p=0.5)
+    assert 0.3 < float((dropped == 0).float().mean()) < 0.7 and set(dropped.unique().tolist()) <= {0.0, 2.0}
     with pytest.warns(UserWarning, match="3D input to dropout2d"):
         F.dropout2d(ddpc.ones(2, 3, 4))
     assert F.dropout2d(ddpc.ones(2, 3, 4, 4), p=1.0).numpy().sum() == 0

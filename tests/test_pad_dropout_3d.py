@@ -98,8 +98,9 @@ def test_feature_alpha_dropout_keeps_selu_statistics_per_channel():
 
 
 def test_dropout_checks():
-    with pytest.raises(ValueError, match="expected a 4 or 5-d input"):
-        nn.Dropout3d()(ddpc.randn(2, 3, 4))
+    with pytest.warns(UserWarning, match="3-D input to dropout3d"):  # as PyTorch: channels of (N, C, *)
+        dropped = nn.Dropout3d()(ddpc.ones(40, 30, 4))
+    assert (dropped.amin(-1) == dropped.amax(-1)).all() and set(dropped.unique().tolist()) <= {0.0, 2.0}
     with pytest.raises(ValueError, match="at least 2 dims"):
         nn.FeatureAlphaDropout().train()(ddpc.randn(5))
     with pytest.raises(ValueError, match="between 0 and 1"):

@@ -793,18 +793,24 @@ def dropout1d(input, p=0.5, training=True, inplace=False):
     return _channel_dropout("dropout1d", input, p, training, inplace, (2, 3), 2)
 
 
+def _other_channel_dropout(name, input, p, training, inplace, spatial):
+    """dropout2d or dropout3d of an input of another number of dims (at least
+    2), as PyTorch takes it: with its deprecation warning, whole channels of
+    (N, C, *) zeroed (single elements of a 2-d input)."""
+    warnings.warn(f"{name}: Received a {input.ndim}-D input to {name}, which is deprecated and will result in an "
+                  "error in a future release. To retain the behavior and silence this warning, please use dropout "
+                  f"instead. Note that {name} exists to provide channel-wise dropout on inputs with {spatial} spatial "
+                  "dimensions, a channel dimension, and an optional batch dimension (i.e. "
+                  f"{spatial + 1}D or {spatial + 2}D inputs).", stacklevel=3)
+    return _channel_dropout(name, input, p, training, inplace, (input.ndim,), None)
+
+
 def dropout2d(input, p=0.5, training=True, inplace=False):
     """Zeroes whole channels of (N, C, H, W) ``input``; a 3-d input is (N, C,
-    L), and one of 5 or more dims (N, C, *), as PyTorch takes them (with a
-    warning). Unlike PyTorch, which warns and drops single elements, ddpc
-    refuses a 2-d input."""
-    if isinstance(input, Tensor) and input.ndim > 4 and 0 <= p <= 1:
-        warnings.warn(f"dropout2d: Received a {input.ndim}-D input to dropout2d, which is deprecated and will result "
-                      "in an error in a future release. To retain the behavior and silence this warning, please use "
-                      "dropout instead. Note that dropout2d exists to provide channel-wise dropout on inputs with 2 "
-                      "spatial dimensions, a channel dimension, and an optional batch dimension (i.e. 3D or 4D "
-                      "inputs).", stacklevel=2)
-        return _channel_dropout("dropout2d", input, p, training, inplace, (input.ndim,), None)
+    L), and one of 2 or of 5 or more dims (N, C, *), as PyTorch takes them
+    (with a warning)."""
+    if isinstance(input, Tensor) and input.ndim not in (3, 4) and input.ndim >= 2 and 0 <= p <= 1:
+        return _other_channel_dropout("dropout2d", input, p, training, inplace, 2)
     if isinstance(input, Tensor) and input.ndim == 3:
         warnings.warn("dropout2d: Received a 3D input to dropout2d and assuming that channel-wise 1D dropout behavior "
                       "is desired - input is interpreted as shape (N, C, L), where C is the channel dim. This behavior "
@@ -815,9 +821,11 @@ def dropout2d(input, p=0.5, training=True, inplace=False):
 
 
 def dropout3d(input, p=0.5, training=True, inplace=False):
-    """Zeroes whole channels of (N, C, D, H, W) or (C, D, H, W) ``input``
-    (PyTorch takes inputs of other sizes with a deprecation warning; ddpc
-    refuses them)."""
+    """Zeroes whole channels of (N, C, D, H, W) or (C, D, H, W) ``input``; of
+    other inputs of at least 2 dims, those of (N, C, *), as PyTorch (with a
+    warning)."""
+    if isinstance(input, Tensor) and input.ndim not in (4, 5) and input.ndim >= 2 and 0 <= p <= 1:
+        return _other_channel_dropout("dropout3d", input, p, training, inplace, 3)
     return _channel_dropout("dropout3d", input, p, training, inplace, (4, 5), 4)
 
 
