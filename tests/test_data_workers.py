@@ -166,6 +166,19 @@ def test_worker_info_and_seeds_per_worker_reproducible_from_the_generator():
     assert "id=1" in repr(WorkerInfo(1, 2, 5, None))
 
 
+def test_workers_draw_anew_in_each_pass():
+    """Each pass's base seed is unrelated to the last (as PyTorch's random ones): worker w of one epoch must not
+    take the seed, and so repeat the draws, of worker w + 1 of the epoch before."""
+    ddpc.manual_seed(1234)
+    loader = DataLoader(Draws(), batch_size=2, num_workers=2, collate_fn=lambda s: s)
+    passes = [{(d[gen], d["seed"]) for batch in loader for d in batch for gen in ("ddpc", "numpy", "python")}
+              for _ in range(3)]
+    seeds = [{seed for _, seed in p} for p in passes]
+    values = [{v for v, _ in p} for p in passes]
+    assert not seeds[0] & seeds[1] and not seeds[1] & seeds[2]
+    assert not values[0] & values[1] and not values[1] & values[2]
+
+
 def test_worker_init_fn_runs_in_each_worker_before_its_samples():
     class Inited(Dataset):
         def __len__(self):

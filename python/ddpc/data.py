@@ -179,9 +179,16 @@ def _pass_seeds(generator):
 
 
 def _next_seed(generator):
-    """A fresh 64-bit seed from ``generator`` (None: the global one): each pass draws anew."""
+    """A fresh 64-bit seed from ``generator`` (None: the global one): each pass
+    draws anew. The generator's seed and offset are mixed (splitmix64's
+    finalizer), so that consecutive passes get unrelated seeds: the workers
+    seeded with ``base_seed + id`` must not take the seeds of the previous
+    pass's other workers, as PyTorch's random base seeds do not."""
     gseed, offset = (generator or default_generator).take(1)
-    return (gseed * 0x9E3779B97F4A7C15 + offset) & _MASK64
+    z = (gseed * 0x9E3779B97F4A7C15 + offset) & _MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return z ^ (z >> 31)
 
 
 def _generator_state(generator):
