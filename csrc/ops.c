@@ -551,14 +551,35 @@ ddpc_status ddpc_op_nan_to_num(ddpc_buffer *out, const ddpc_buffer *x, double na
 
 /* ---- random numbers ------------------------------------------------------------ */
 
+/* The largest value of floating dtype dt below b: a uniform draw in [a, b)
+ * that would round up to b when stored is stored as that instead. */
+static double below_(ddpc_dtype dt, double b) {
+    if (!(b > -INFINITY)) return b; /* NaN, or nothing below */
+    if (dt == DDPC_FLOAT64) return nextafter(b, -INFINITY);
+    float f = (float)b;
+    if (dt == DDPC_FLOAT32) return (double)f >= b ? (double)nextafterf(f, -INFINITY) : (double)f;
+    int half = dt == DDPC_FLOAT16;
+    uint16_t h = half ? ddpc_float_to_half(f) : ddpc_float_to_bf16(f);
+    for (;;) {
+        double v = half ? ddpc_half_to_float(h) : ddpc_bf16_to_float(h);
+        if (v < b) return v;
+        h = (uint16_t)((h & 0x7fffu) == 0 ? 0x8001u : (h & 0x8000u) ? h + 1u : h - 1u); /* one value down */
+    }
+}
+
 /* The mapping from random bits to values is part of ddpc's reproducibility
- * contract; kernels/random.cu implements the same formulas. */
-static double draw_(ddpc_random_kind kind, ddpc_dtype dt, uint64_t bits, double a, double b) {
+ * contract; kernels/random.cu implements the same formulas. ``cap`` is
+ * below_(dt, b). */
+static double draw_(ddpc_random_kind kind, ddpc_dtype dt, uint64_t bits, double a, double b, double cap) {
+    double v;
     switch (kind) {
     case DDPC_RAND_UNIFORM:
         if (dt == DDPC_FLOAT16 || dt == DDPC_BFLOAT16)
-            return a + (b - a) * ddpc_uniform_bits(bits, dt == DDPC_FLOAT16 ? 11 : 8);
-        return dt == DDPC_FLOAT64 ? a + (b - a) * ddpc_uniform_f64(bits) : (double)(float)(a + (b - a) * ddpc_uniform_f32(bits));
+            v = a + (b - a) * ddpc_uniform_bits(bits, dt == DDPC_FLOAT16 ? 11 : 8);
+        else
+            v = dt == DDPC_FLOAT64 ? a + (b - a) * ddpc_uniform_f64(bits)
+                                   : (double)(float)(a + (b - a) * ddpc_uniform_f32(bits));
+        return v > cap && cap >= a ? cap : v;
     case DDPC_RAND_NORMAL: {
         double u1 = ((double)(bits >> 32) + 1.0) * (1.0 / 4294967296.0);
         double u2 = (double)(bits & 0xffffffffu) * (1.0 / 4294967296.0);
@@ -576,13 +597,15 @@ ddpc_status ddpc_op_random(ddpc_buffer *dst, ddpc_random_kind kind, uint64_t see
     if (kind == DDPC_RAND_INT && !(b > a))
         return DDPC_ERROR(DDPC_ERR_ARG, "randint: high (%g) must be greater than low (%g)", b, a);
     if (dst->numel == 0) return DDPC_OK;
+    double cap = kind == DDPC_RAND_UNIFORM ? below_(dst->dtype, b) : b;
     if (dst->device != DDPC_CPU)
-        DDPC_LAUNCH(dst->device, ddpc_k_random(dst->data, dst->dtype, kind, seed, offset, a, b, dst->numel, stream));
+        DDPC_LAUNCH(dst->device,
+                    ddpc_k_random(dst->data, dst->dtype, kind, seed, offset, a, b, cap, dst->numel, stream));
     double t[CHUNK];
     for (int64_t i = 0; i < dst->numel; i += CHUNK) {
         int64_t m = dst->numel - i < CHUNK ? dst->numel - i : CHUNK;
         for (int64_t j = 0; j < m; j++)
-            t[j] = draw_(kind, dst->dtype, ddpc_random_bits(seed, offset + (uint64_t)(i + j)), a, b);
+            t[j] = draw_(kind, dst->dtype, ddpc_random_bits(seed, offset + (uint64_t)(i + j)), a, b, cap);
         store_f64_(dst->data, dst->dtype, i, m, t);
     }
     return DDPC_OK;

@@ -160,8 +160,8 @@ int ddpc_k_scalar(int op, void *out, const void *a, double s, int dtype, int64_t
  * the size ddpc_k_sum_scratch gives (sized on the device that runs it). */
 int ddpc_k_sum_scratch(int64_t n, int dtype, size_t *bytes);
 int ddpc_k_sum(void *out, const void *a, int dtype, int64_t n, void *scratch, size_t bytes, void *stream);
-int ddpc_k_random(void *dst, int dtype, int kind, uint64_t seed, uint64_t offset, double a, double b, int64_t n,
-                  void *stream);
+int ddpc_k_random(void *dst, int dtype, int kind, uint64_t seed, uint64_t offset, double a, double b, double cap,
+                  int64_t n, void *stream);
 
 /* nn ops (kernels/nn.cu): float32 and float64; binary_rows also takes the integer
  * types, sum_dim int64, and transpose every dtype. */

@@ -182,7 +182,7 @@ def test_get_worker_info_and_default_convert():
     out = data.default_convert({"a": np.arange(3), "b": [np.float32(2.0), "s"], "c": (1, np.ones((2, 2)))})
     assert isinstance(out["a"], ddpc.Tensor) and out["a"].tolist() == [0, 1, 2]
     assert isinstance(out["b"][0], ddpc.Tensor) and out["b"][1] == "s"
-    assert out["c"][0] == 1 and isinstance(out["c"][1], ddpc.Tensor) and isinstance(out["c"], tuple)
+    assert out["c"][0] == 1 and isinstance(out["c"][1], ddpc.Tensor) and isinstance(out["c"], list)  # as PyTorch
     arrays = list(data.DataLoader([np.arange(2), np.arange(2) + 5], batch_size=None))
     assert [a.tolist() for a in arrays] == [[0, 1], [5, 6]]
 

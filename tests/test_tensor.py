@@ -263,8 +263,8 @@ def test_bad_inputs_raise_clear_errors():
         ddpc.zeros(2, dtype="complex32")
     with pytest.raises(ValueError, match="negative dimension"):
         ddpc.zeros(2, -1)
-    with pytest.raises(ValueError, match="not C-contiguous"):
-        ddpc.from_numpy(np.zeros((4, 4), np.float32)[:, ::2])
+    with pytest.raises(ValueError, match="negative"):
+        ddpc.from_numpy(np.zeros((4, 4), np.float32)[:, ::-1])
     copied = ddpc.tensor(np.arange(16, dtype=np.float32).reshape(4, 4)[:, ::2])
     assert copied.tolist()[1] == [4.0, 6.0]
     with pytest.raises(TypeError, match="unsupported element format"):
@@ -506,7 +506,7 @@ def test_16_bit_floats_broadcast_reduce_and_activate_in_float32_rounded_once(dt)
     np.testing.assert_allclose(w.grad.float().numpy(), wf.grad.numpy(), rtol=2e-2, atol=1e-3)
 
 
-def test_16_bit_rand_stays_below_one_and_randint_refuses_what_it_cannot_draw():
+def test_16_bit_rand_stays_below_one_and_randint_refuses_what_the_dtype_cannot_hold():
     for dt, levels in ((ddpc.float16, 2048), (ddpc.bfloat16, 256)):
         x = ddpc.rand(100000, dtype=dt).float().numpy()
         assert x.max() < 1.0 and x.min() >= 0.0 and len(np.unique(x)) == levels
@@ -516,8 +516,6 @@ def test_16_bit_rand_stays_below_one_and_randint_refuses_what_it_cannot_draw():
         ddpc.randint(0, 2 ** 40, (3,), dtype=ddpc.int32)
     with pytest.raises(ValueError, match="does not fit uint8"):
         ddpc.randint(0, 300, (3,), dtype=ddpc.uint8)
-    with pytest.raises(ValueError, match="wider than 2\\*\\*53"):
-        ddpc.randint(0, 2 ** 62, (3,))
 
 
 def test_comparisons_are_elementwise_uint8_masks():

@@ -6,15 +6,16 @@ host and on any GPU, but not PyTorch's numbers.
 
 import math
 import numbers
+import warnings
 from math import inf, log1p, pi
 
 from . import _C
 from . import autograd as _ag
 from ._C import ArgumentError, DtypeError
-from ._dtype import bfloat16, finfo, float16, float32, float64, real_pairs, uint8
+from ._dtype import bfloat16, bool_, finfo, float16, float32, float64, int64, real_of, real_pairs, uint8
 from ._stats import searchsorted
 from .tensor import (_INT_BOUNDS, _RAND_INT, _RAND_NORMAL, _RAND_UNIFORM, Tensor, _check_no_grad_inplace, _write_back,
-                     arange, default_generator, empty, index_select, zeros)
+                     arange, broadcast_tensors, default_generator, empty, index_select, zeros)
 
 
 def fill_draws(t, kind, a, b, generator=None):
@@ -22,14 +23,120 @@ def fill_draws(t, kind, a, b, generator=None):
     or integers on [a, b)) from ``generator`` (the global one for None) into t's
     memory. A complex t gets them in each part, as PyTorch: uniform parts, or
     normal ones of variance std ** 2 / 2 (so that |z - a| ** 2 has mean std ** 2)."""
+    if kind == _RAND_INT:
+        if t.dtype.is_complex:
+            raise DtypeError(f"random integers can't be drawn as {t.dtype}")
+        return _fill_ints(t, a, b, generator or default_generator)
     buf = real_pairs(t._buf)
     if t.dtype.is_complex and kind == _RAND_NORMAL:
         b = b * math.sqrt(0.5)
-    elif t.dtype.is_complex and kind != _RAND_UNIFORM:
-        raise DtypeError(f"random integers can't be drawn as {t.dtype}")
     seed, offset = (generator or default_generator).take(buf.numel)
     _C.random(buf, kind, seed, offset, float(a), float(b))
     return t
+
+
+# The C generator draws an integer from a range up to this wide exactly: the
+# top bits of one 53-bit uniform draw, or a + floor(u (b - a)) in a double.
+_EXACT_INTS = 2 ** 53
+# PyTorch takes the bounds of random integers as int64s.
+_INT64_LOW, _INT64_END = -2 ** 63, 2 ** 63
+
+
+def _offsets(shape, device, width, generator):
+    """int64 integers uniform on [0, width), width <= 2**53, from one draw each."""
+    out = empty(tuple(shape), dtype=int64, device=device)
+    seed, offset = generator.take(out.numel())
+    _C.random(out._buf, _RAND_INT, seed, offset, 0.0, float(width))
+    return out
+
+
+def _wide_ints(n, device, low, width, generator):
+    """n int64 integers uniform on [low, low + width) for a width above 2**53
+    (up to 2**64): x = hi 2**32 + lo from two draws of whole bits (hi of just
+    enough of them to reach width), drawn again while x >= width (in fewer
+    than half of the draws)."""
+    high_bits = (width - 1).bit_length() - 32
+    width_hi, width_lo = divmod(width, 2 ** 32)
+
+    def propose(positions):
+        hi = _offsets(positions.shape, device, 2 ** high_bits, generator)
+        lo = _offsets(positions.shape, device, 2 ** 32, generator)
+        accepted = _ag.logical_or(hi < width_hi, _ag.logical_and(hi == width_hi, lo < width_lo))
+        hi = _ag.where(accepted, hi, 0)
+        # low + x, added so that no partial sum of an accepted draw leaves
+        # int64 (hi 2**32 alone may: hi goes up to 2**32 - 1).
+        return accepted, _ag.add(_ag.add(_ag.add(lo, low), hi * 2 ** 31), hi * 2 ** 31)
+
+    return rejection_rounds((arange(n, device=device),), propose, dtype=int64)
+
+
+def _fill_ints(t, low, high, generator):
+    """Writes integers uniform on [low, high) (int64 bounds) into t's memory:
+    in one C call where doubles hold the whole range exactly, else through
+    int64 draws of the offsets from low."""
+    low, high = int(low), int(high)
+    width = high - low
+    if width <= _EXACT_INTS and -_EXACT_INTS <= low and high <= _EXACT_INTS and t.dtype is not bool_:
+        seed, offset = generator.take(t.numel())
+        _C.random(t._buf, _RAND_INT, seed, offset, float(low), float(high))
+        return t
+    with _ag.no_grad():
+        if width <= _EXACT_INTS:
+            values = _ag.add(_offsets(t.shape, t.device, width, generator), low)
+        else:
+            values = _wide_ints(t.numel(), t.device, low, width, generator)
+        if t.dtype is int64:
+            _C.copy(t._buf, values.reshape(t.shape)._buf, False)
+        else:
+            _C.cast(t._buf, values.reshape(t.shape)._buf)
+    return t
+
+
+def _integer(value, what):
+    """value as an int, refusing a fractional number (PyTorch takes ints only)."""
+    if isinstance(value, Tensor):
+        value = value.item()
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real) and float(value).is_integer():
+        return int(value)
+    raise TypeError(f"{what} expects integer bounds, got {value!r}")
+
+
+# The integers a float dtype holds exactly, from 0: PyTorch's default range of random_.
+_FLOAT_INTS = {float16: 2 ** 11, bfloat16: 2 ** 8, float32: 2 ** 24, float64: 2 ** 53}
+
+
+def _dtype_values(dt):
+    """The smallest and largest values of dt: PyTorch's bounds for from and to - 1."""
+    if dt is bool_:
+        return 0, 1
+    if dt is uint8:
+        return 0, 255
+    if dt.is_floating_point:
+        largest = int(finfo(dt).max)
+        return -largest, largest
+    low, end = _INT_BOUNDS[dt]
+    return low, end - 1
+
+
+def int_range(what, low, high, dt):
+    """The integer bounds [low, high) for draws into dt, refused as PyTorch's
+    random_ refuses them: empty, or with low or high - 1 out of dt's range
+    or of int64's. A float dt holds only some integers above 2 ** its
+    mantissa bits; there the draws are rounded, with PyTorch's warning."""
+    low, high = _integer(low, what), _integer(high, what)
+    if not low < high:
+        raise ArgumentError(f"{what}: expects from < to, got from={low} >= to={high}")
+    smallest, largest = _dtype_values(dt)
+    for name, value in (("from", low), ("to - 1", high - 1)):
+        if not (smallest <= value <= largest and _INT64_LOW <= value < _INT64_END):
+            raise ArgumentError(f"{what}: [{low}, {high}) does not fit {dt.name}: {name} = {value} is out of bounds "
+                                f"[{max(smallest, _INT64_LOW)}, {min(largest, _INT64_END - 1)}]")
+    if dt.is_floating_point and max(-low, high - 1) > _FLOAT_INTS[dt]:
+        warnings.warn(f"{what}: [{low}, {high}) reaches beyond +-2**{_FLOAT_INTS[dt].bit_length() - 1}, where "
+                      f"{dt.name} holds only some of the integers; the draws are rounded to it", stacklevel=3)
+    return low, high
 
 
 def draw_(t, kind, a, b, generator=None):
@@ -42,9 +149,19 @@ def draw_(t, kind, a, b, generator=None):
 
 
 def uniform_(t, a=0.0, b=1.0, *, generator=None):
-    """Fills t with numbers drawn uniformly from [a, b) (each part of a complex t)."""
+    """Fills t with numbers drawn uniformly from [a, b) (each part of a complex t).
+    As PyTorch, a and b must be finite values of t's dtype with a <= b."""
     if not (t.dtype.is_floating_point or t.dtype.is_complex):
         raise DtypeError(f"uniform_: expected a floating tensor, got {t.dtype}")
+    real = real_of(t.dtype) if t.dtype.is_complex else t.dtype
+    largest = finfo(real).max
+    for name, value in (("from", a), ("to", b)):
+        if not -largest <= value <= largest:
+            raise ArgumentError(f"uniform_: {name}={value} is out of bounds for {real.name}")
+    if a > b:
+        raise ArgumentError(f"uniform_: expects a [from, to) range, but got from={a} > to={b}")
+    if b - a > largest:
+        raise ArgumentError(f"uniform_: to - from = {b - a} is larger than the largest {real.name}")
     return draw_(t, _RAND_UNIFORM, a, b, generator)
 
 
@@ -52,35 +169,37 @@ def normal_(t, mean=0.0, std=1.0, *, generator=None):
     """Fills t with numbers drawn from the normal distribution N(mean, std ** 2)."""
     if not (t.dtype.is_floating_point or t.dtype.is_complex):
         raise DtypeError(f"normal_: expected a floating tensor, got {t.dtype}")
-    if std < 0:
-        raise ArgumentError(f"normal_: std must be >= 0, got {std}")
+    _check_std(std, "normal_")
     return draw_(t, _RAND_NORMAL, mean, std, generator)
 
 
-# The integers a float dtype holds exactly, from 0: PyTorch's default range of random_.
-_FLOAT_INTS = {float16: 2 ** 11, bfloat16: 2 ** 8, float32: 2 ** 24, float64: 2 ** 53}
+def _check_std(std, what):
+    """Refuses a negative or NaN std (a number or a tensor), as PyTorch."""
+    if isinstance(std, Tensor):
+        if std.numel() and not _ag.amin(std.detach()).item() >= 0:
+            raise ArgumentError(f"{what}: all elements of std must be >= 0 (and not NaN)")
+    elif not std >= 0:
+        raise ArgumentError(f"{what}: std must be >= 0, got {std}")
 
 
 def random_(t, from_=0, to=None, *, generator=None):
     """Fills t with integers drawn uniformly from [from_, to); to None gives
-    PyTorch's default: up to the dtype's largest value (for floats, the largest
-    integer the mantissa holds exactly, included). ``random_(to)`` alone draws
-    from [0, to). ddpc draws integers exactly from ranges up to 2**53 wide."""
+    PyTorch's default: from 0 up to the dtype's largest value (for floats,
+    the largest integer the mantissa holds exactly, included). ``random_(to)``
+    alone draws from [0, to). Every range int64 holds is drawn exactly."""
     if to is None and from_ != 0:
         from_, to = 0, from_
+    if t.dtype.is_complex:
+        raise DtypeError(f"random_: random integers can't be drawn as {t.dtype}")
     if to is None:
-        to = _FLOAT_INTS[t.dtype] + 1 if t.dtype.is_floating_point else \
-            (256 if t.dtype is uint8 else _INT_BOUNDS[t.dtype][1])
-    if to <= from_:
-        raise ArgumentError(f"random_: expects from < to, got [{from_}, {to})")
-    if to - from_ > 2 ** 53:
-        raise ArgumentError(f"random_: the range [{from_}, {to}) is wider than 2**53, more than ddpc draws exactly")
+        to = (_FLOAT_INTS[t.dtype] if t.dtype.is_floating_point else _dtype_values(t.dtype)[1]) + 1
+    from_, to = int_range("random_", from_, to, t.dtype)
     return draw_(t, _RAND_INT, from_, to, generator)
 
 
 def exponential_(t, lambd=1.0, *, generator=None):
     """Fills t with draws from the exponential distribution of rate lambd: -log(1 - u) / lambd."""
-    if lambd <= 0:
+    if not lambd > 0:
         raise ArgumentError(f"exponential_: lambd must be positive, got {lambd}")
     _check_no_grad_inplace(t, "exponential_")  # (the fill itself runs outside grad mode)
     with _ag.no_grad():
@@ -92,7 +211,7 @@ def cauchy_(t, median=0.0, sigma=1.0, *, generator=None):
     """Fills t with draws from the Cauchy distribution: median + sigma * tan(pi (u - 1/2))."""
     if not t.dtype.is_floating_point:
         raise DtypeError(f"cauchy_: expected a floating tensor, got {t.dtype}")
-    if sigma <= 0:
+    if not sigma > 0:
         raise ArgumentError(f"cauchy_ expects sigma > 0.0, but found sigma={sigma}")
     _check_no_grad_inplace(t, "cauchy_")  # (the fill itself runs outside grad mode)
     with _ag.no_grad():
@@ -104,7 +223,7 @@ def log_normal_(t, mean=1.0, std=2.0, *, generator=None):
     """Fills t with exp(N(mean, std ** 2)) draws."""
     if not t.dtype.is_floating_point:
         raise DtypeError(f"log_normal_: expected a floating tensor, got {t.dtype}")
-    if std <= 0:
+    if not std > 0:
         raise ArgumentError(f"log_normal_ expects std > 0.0, but found std={std}")
     _check_no_grad_inplace(t, "log_normal_")  # (the fill itself runs outside grad mode)
     with _ag.no_grad():
@@ -158,13 +277,13 @@ def normal(mean, std=1.0, size=None, *, generator=None, dtype=None, device=None)
     if isinstance(mean, Tensor) or isinstance(std, Tensor):
         ref = mean if isinstance(mean, Tensor) else std
         shape = _ag._broadcast_shape(getattr(mean, "shape", ()), getattr(std, "shape", ()))
-        if isinstance(std, Tensor) and std.numel() and _ag.amin(std.detach()).item() < 0:
-            raise ArgumentError("normal: std must be >= 0")
+        _check_std(std, "normal")
+        # As PyTorch, the result has the dtype of mean (of std where mean is a number).
         dt = ref.dtype if ref.dtype.is_floating_point or ref.dtype.is_complex else float32
         with _ag.no_grad():
             z = normal_(empty(shape, dtype=dt, device=ref.device), generator=generator)
-            return _ag.add(_ag.mul(z, std.detach() if isinstance(std, Tensor) else std),
-                           mean.detach() if isinstance(mean, Tensor) else mean)
+            return _ag.add(_ag.mul(z, std.detach().to(dtype=dt) if isinstance(std, Tensor) else std),
+                           mean.detach().to(dtype=dt) if isinstance(mean, Tensor) else mean)
     if size is None:
         raise TypeError("normal: with a number mean and std, give the size of the result")
     t = empty(*((size,) if isinstance(size, numbers.Integral) else tuple(size)), dtype=dtype, device=device)
@@ -179,17 +298,18 @@ def uniform_draws(shape, device, generator):
 # The rejection samplers over these rounds (gamma, Poisson and binomial here,
 # von Mises in ddpc.distributions) accept a proposal with probability above
 # 0.6, so this many rounds leave an element undrawn with probability below
-# 1e-25: reaching the bound means a parameter is NaN or infinite.
+# 1e-25: reaching the bound means a parameter is NaN or infinite. (Wide
+# integer ranges accept above 0.5: below 1e-19 an element.)
 _MAX_ROUNDS = 64
 
 
-def rejection_rounds(params, propose):
-    """Draws one value per element of the flat float64 tensors ``params`` by
-    rounds of ``propose(*params_of_the_waiting)`` -> (accepted, values) over
+def rejection_rounds(params, propose, dtype=float64):
+    """Draws one value (of ``dtype``) per element of the flat tensors ``params``
+    by rounds of ``propose(*params_of_the_waiting)`` -> (accepted, values) over
     the elements still waiting, so Python loops over rounds, not elements."""
     n = params[0].numel()
     device = params[0].device
-    out = zeros((n,), dtype=float64, device=device)
+    out = zeros((n,), dtype=dtype, device=device)
     waiting = arange(n, device=device)
     for _ in range(_MAX_ROUNDS):
         if waiting.numel() == 0:
@@ -359,12 +479,13 @@ def _binomial_btrs(count, prob, generator):
 
 def binomial(count, prob, generator=None):
     """Draws from the binomial distribution of ``count`` trials of success
-    probability ``prob`` (tensors of one shape): for prob > 1/2, count minus a
-    draw with 1 - prob; then means below 10 by searching the cumulative
+    probability ``prob`` (tensors that broadcast): for prob > 1/2, count minus
+    a draw with 1 - prob; then means below 10 by searching the cumulative
     probabilities and larger ones by the transformed rejection method BTRS."""
     if not prob.dtype.is_floating_point:
         raise DtypeError(f"binomial: expected a floating tensor of probabilities, got {prob.dtype}")
     with _ag.no_grad():
+        count, prob = broadcast_tensors(count, prob)
         n = count.detach().to(dtype=float64).reshape(-1)
         p = prob.detach().to(dtype=float64).reshape(-1)
         flipped = p > 0.5

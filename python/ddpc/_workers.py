@@ -328,7 +328,7 @@ class _Generators:
         self.moved()
 
     def moved(self):
-        ddpc_state = (default_generator.seed, default_generator.offset)
+        ddpc_state = (default_generator._seed, default_generator.offset)
         python, words = random.getstate(), _numpy_words()
         if ddpc_state == self._ddpc and python == self._random and words == self._words and not self._spare:
             return None
@@ -346,7 +346,7 @@ class _Generators:
 
 def _restore_rng(snapshot):
     seed, offset, words, gauss_next, key, pos, has_gauss, gauss = snapshot
-    default_generator.seed, default_generator.offset = seed, offset
+    default_generator._seed, default_generator.offset = seed, offset
     random.setstate((3, tuple(array.array("I", words)), gauss_next))
     if key is not None:
         np.random.set_state(("MT19937", np.frombuffer(key, np.uint32), pos, has_gauss, gauss))

@@ -193,7 +193,7 @@ def _next_seed(generator):
 
 def _generator_state(generator):
     """A private generator's (seed, offset) for a state dict; None for the global one, which is the caller's to save."""
-    return None if generator is None else [generator.seed, generator.offset]
+    return None if generator is None else [generator._seed, generator.offset]
 
 
 def _set_generator_state(generator, state, owner):
@@ -204,7 +204,7 @@ def _set_generator_state(generator, state, owner):
                          "generator (restore that with ddpc.set_rng_state)")
     if not isinstance(state, (list, tuple)) or len(state) != 2 or not all(isinstance(v, int) for v in state):
         raise ValueError(f"{owner}: a generator state is [seed, offset], got {state!r}")
-    generator.seed, generator.offset = int(state[0]) & _MASK64, int(state[1])
+    generator._seed, generator.offset = int(state[0]) & _MASK64, int(state[1])
 
 
 def _state_entries(state, owner, keys):

@@ -34,36 +34,68 @@ class Generator:
 
     Every draw of n numbers uses counters [offset, offset + n) of the
     counter-based generator in _C, so the same seed gives the same numbers on
-    the host and on any GPU.
+    the host and on any GPU: ``device`` (any, as in ``Generator("cuda")``)
+    is kept for ``.device`` and changes no draw. ddpc also takes a seed in
+    its place: ``Generator(3)`` is ``Generator().manual_seed(3)``.
     """
 
-    def __init__(self, seed=67280421310721):
+    def __init__(self, device="cpu"):
+        if isinstance(device, numbers.Integral) and not isinstance(device, bool):
+            device, seed = "cpu", device
+        else:
+            seed = _DEFAULT_SEED
+        self._device = _device_class(device)
         self.manual_seed(seed)
 
+    @property
+    def device(self):
+        return self._device
+
     def manual_seed(self, seed):
-        self.seed = int(seed) & 0xFFFFFFFFFFFFFFFF
+        """Starts the stream of seed (an int in [-2**63, 2**64), negative ones
+        taken modulo 2**64, as PyTorch) from its first number; returns self."""
+        seed = int(seed)
+        if not -2 ** 63 <= seed < 2 ** 64:
+            raise ValueError(f"manual_seed: the seed must be in [-2**63, 2**64), got {seed}")
+        self._seed = seed & 0xFFFFFFFFFFFFFFFF
         self.offset = 0
         return self
 
+    def seed(self):
+        """Seeds the generator from the operating system's entropy; returns that seed."""
+        return self.manual_seed(int.from_bytes(os.urandom(8), "little"))._seed
+
     def initial_seed(self):
-        return self.seed
+        """The seed the generator was last seeded with."""
+        return self._seed
 
     def get_state(self):
         """The state as a uint8 tensor of 16 bytes: the seed, then the offset (little-endian uint64s)."""
-        return tensor(np.array([self.seed, self.offset], dtype="<u8").view(np.uint8))
+        return tensor(np.array([self._seed, self.offset], dtype="<u8").view(np.uint8))
 
     def set_state(self, new_state):
         """Restores a state that get_state returned."""
         if not isinstance(new_state, Tensor) or new_state.dtype is not uint8 or new_state.shape != (16,):
             got = f"{new_state.dtype} {new_state.shape}" if isinstance(new_state, Tensor) else type(new_state).__name__
             raise TypeError(f"set_state expects the uint8 tensor of 16 bytes that get_state returns, got {got}")
-        self.seed, self.offset = (int(v) for v in new_state.cpu().numpy().view("<u8"))
+        self._seed, self.offset = (int(v) for v in new_state.cpu().numpy().view("<u8"))
         return self
 
+    def clone_state(self):
+        """A new generator on the same device in the same state, which then draws on by itself."""
+        clone = Generator(self._device)
+        clone._seed, clone.offset = self._seed, self.offset
+        return clone
+
     def take(self, n):
+        """(seed, offset) of the next n counters, which it marks as drawn."""
         offset = self.offset
         self.offset += max(int(n), 1)
-        return self.seed, offset
+        return self._seed, offset
+
+
+_DEFAULT_SEED = 67280421310721  # a new torch.Generator's seed
+_device_class = device  # (Generator.__init__'s argument of that name hides it)
 
 
 # As PyTorch's, the global generator starts from a seed of the operating
@@ -90,17 +122,16 @@ def set_default_dtype(d):
 
 def manual_seed(seed):
     """Seeds the global generator (host and every device draw from it)."""
-    default_generator.manual_seed(seed)
-    return default_generator
+    return default_generator.manual_seed(seed)
 
 
 def initial_seed():
-    return default_generator.seed
+    return default_generator.initial_seed()
 
 
 def seed():
     """Seeds the global generator from the operating system's entropy; returns the seed."""
-    return default_generator.manual_seed(int.from_bytes(os.urandom(8), "little")).seed
+    return default_generator.seed()
 
 
 def get_rng_state():
@@ -2122,37 +2153,42 @@ def randn(*size, generator=None, dtype=None, device=None, requires_grad=False):
     return _random(size, _RAND_NORMAL, 0.0, 1.0, dtype, device, requires_grad, generator=generator)
 
 
-def randint(low, high=None, size=None, generator=None, dtype=None, device=None):
-    """Integers uniform on [low, high); ``randint(high, size)`` as in PyTorch."""
-    if size is None:
-        if high is None or not isinstance(high, (tuple, list)):
-            raise TypeError("randint() needs a size, e.g. randint(0, 10, (3,))")
+def randint(low=0, high=None, size=None, generator=None, dtype=None, device=None):
+    """Integers uniform on [low, high), as PyTorch's: ``randint(high, size)``,
+    ``randint(low, high, size)`` or by keyword; any range int64 holds, drawn
+    exactly, into any integer, bool or float dtype that holds it."""
+    if size is None and isinstance(high, (tuple, list)):
         low, high, size = 0, low, high
+    if size is None:
+        raise TypeError("randint() needs a size, e.g. randint(0, 10, (3,))")
     if high is None:
         low, high = 0, low
-    low, high = int(low), int(high)
     dt = int64 if dtype is None else get_dtype(dtype)
-    lo, hi = (0, 256) if dt is uint8 else _INT_BOUNDS.get(dt, (-_DOUBLE_INTS, _DOUBLE_INTS + 1))
-    if high > low and not (lo <= low and high - 1 < hi):
-        raise ArgumentError(f"randint: [{low}, {high}) does not fit {dt.name} (its range is [{lo}, {hi}))")
-    if high - low > _DOUBLE_INTS:
-        raise ArgumentError(f"randint: the range [{low}, {high}) is wider than 2**53, more than ddpc draws exactly")
-    if abs(low) > _DOUBLE_INTS or abs(high) > _DOUBLE_INTS:
-        # Draw the offset from low, which a double holds exactly, then add low in int64.
-        return _random(tuple(size), _RAND_INT, 0, high - low, int64, device, False, default=int64,
-                       generator=generator).add(low).to(dtype=dt)
-    return _random(tuple(size), _RAND_INT, low, high, dtype, device, False, default=int64, generator=generator)
+    low, high = _rnd.int_range("randint", low, high, dt)
+    return _random(tuple(size), _RAND_INT, low, high, dt, device, False, generator=generator)
+
+
+# The largest n whose permutation a dtype holds exactly (PyTorch checks all but bfloat16's).
+_RANDPERM_LIMITS = {uint8: 256, int32: 2 ** 31, float16: 2 ** 11 + 1, bfloat16: 2 ** 8 + 1, float32: 2 ** 24 + 1,
+                    float64: 2 ** 53 + 1}
 
 
 def randperm(n, generator=None, dtype=None, device=None):
-    """A random permutation of 0..n-1 (drawn on the host, the same on every device kind)."""
+    """A random permutation of 0..n-1 (drawn on the host, the same on every
+    device kind), refusing a dtype that can't hold each of 0..n-1 exactly, as
+    PyTorch (which lets bfloat16 through; ddpc refuses it above n = 257)."""
     if n < 0:
         raise ArgumentError(f"randperm: n must be non-negative, got {n}")
+    dt = int64 if dtype is None else get_dtype(dtype)
+    if dt is bool_ or dt.is_complex:
+        raise NotImplementedError(f"randperm is not implemented for {dt.name}")
+    if n > _RANDPERM_LIMITS.get(dt, n):
+        raise ArgumentError(f"randperm: n={n} does not fit {dt.name} (at most n={_RANDPERM_LIMITS[dt]})")
     t = _new((n,), "int64", None)
     seed, offset = _generator(generator).take(n)
     _C.randperm(t._buf, seed, offset)
-    if dtype is not None and get_dtype(dtype) is not int64:
-        t = t.to(dtype=dtype)
+    if dt is not int64:
+        t = t.to(dtype=dt)
     return t.to(device=device) if device is not None else t
 
 

@@ -2,6 +2,7 @@
 along the last dim."""
 
 from .. import autograd as _ag
+from .._dtype import finfo, float64
 from .._pointwise import xlogy
 from ..nn.functional import one_hot
 from . import constraints
@@ -32,8 +33,17 @@ class Dirichlet(ExponentialFamily):
         return self._expand_parameters(Dirichlet, batch_shape, _instance, ("concentration",), self.event_shape)
 
     def rsample(self, sample_shape=()):
-        gammas = rsample_standard_gamma(self.concentration.expand(self._extended_shape(sample_shape)))
-        return gammas / gammas.sum(-1, keepdim=True)
+        """Gamma draws normalised in float64, as PyTorch: at small concentrations
+        they are far below float32's smallest normal number, where clamping
+        them would tie the coordinates. As PyTorch's, the coordinates are then
+        kept inside (0, 1), so that log_prob stays finite; that moves a draw by
+        a rounding error and leaves its gradient alone."""
+        concentration = self.concentration.expand(self._extended_shape(sample_shape))
+        gammas = rsample_standard_gamma(concentration.to(dtype=float64))
+        x = (gammas / gammas.sum(-1, keepdim=True)).to(dtype=concentration.dtype)
+        info = finfo(x.dtype)
+        inside = _ag.clamp(x.detach(), info.tiny, 1.0 - info.eps / 2)
+        return x + (inside - x.detach())
 
     def log_prob(self, value):
         if self._validate_args:

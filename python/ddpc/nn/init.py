@@ -5,6 +5,7 @@ import math
 import numpy as np
 
 from .. import _random
+from .. import autograd as _ag
 from ..autograd import no_grad
 
 __all__ = ["calculate_gain", "constant_", "dirac_", "eye_", "kaiming_normal_", "kaiming_uniform_", "normal_", "ones_",
@@ -99,22 +100,30 @@ def xavier_normal_(tensor, gain=1.0, generator=None):
     return normal_(tensor, 0.0, _xavier_std(tensor, gain), generator)
 
 
+def _normal_cdf(z):
+    return 0.5 * math.erfc(-z / math.sqrt(2.0))
+
+
 def trunc_normal_(tensor, mean=0.0, std=1.0, a=-2.0, b=2.0, generator=None):
-    """Draws from N(mean, std ** 2) restricted to [a, b]. PyTorch inverts the
-    normal CDF; ddpc redraws the values outside [a, b] until none is left (a
-    few rounds while [a, b] holds a fair share of the mass), and clamps what
-    is still outside after 100 rounds."""
+    """Draws from N(mean, std ** 2) restricted to [a, b] by inverting the
+    normal cdf, as PyTorch: u uniform between the cdf's values at a and b,
+    then mean + std * ndtri(u), clamped to [a, b] against rounding. ddpc
+    works in float64 and on the lower tail (an interval above the mean is
+    drawn mirrored), so a narrow interval or one far in a tail keeps its
+    precision."""
     if not a < b:
         raise ValueError(f"trunc_normal_: expects a < b, got [{a}, {b}]")
+    low, high = (a - mean) / std, (b - mean) / std
+    mirrored = low + high > 0
+    if mirrored:
+        low, high = -high, -low
     with no_grad():
-        normal_(tensor, mean, std, generator)
-        for _ in range(100):
-            outside = (tensor < a).logical_or(tensor > b)
-            if not outside.numel() or not outside.max().item():
-                return tensor
-            fresh = _random.normal_(tensor.new_empty(tensor.shape), mean, std, generator=generator)
-            tensor.copy_(fresh.where(outside, tensor))
-        return tensor.clamp_(a, b)
+        u = _random.uniform_(tensor.new_empty(tensor.shape, dtype="float64"), _normal_cdf(low), _normal_cdf(high),
+                             generator=generator)
+        z = _ag.ndtri(u)
+        if mirrored:
+            z = _ag.neg(z)
+        return tensor.copy_(_ag.clamp(_ag.add(_ag.mul(z, std), mean), a, b))
 
 
 def orthogonal_(tensor, gain=1.0, generator=None):

@@ -84,7 +84,7 @@ def checkpoint(function, *args, use_reentrant=None, preserve_rng_state=True, con
     if not _ag.is_grad_enabled() or _ag._mode.recording is not None:
         with forward_context:  # nothing is saved, or an enclosing checkpoint recomputes this one
             return function(*args, **kwargs)
-    rng = (default_generator.seed, default_generator.offset)
+    rng = (default_generator._seed, default_generator.offset)
     autocast = amp._state.dtypes
     nodes = []
     with forward_context, _ag.recording(nodes), _no_cast_cache():
@@ -95,16 +95,16 @@ def checkpoint(function, *args, use_reentrant=None, preserve_rng_state=True, con
 
     def restore():
         fresh = []
-        now = (default_generator.seed, default_generator.offset)
+        now = (default_generator._seed, default_generator.offset)
         outer_autocast = amp._state.dtypes
         if preserve_rng_state:
-            default_generator.seed, default_generator.offset = rng
+            default_generator._seed, default_generator.offset = rng
         amp._state.dtypes = autocast
         try:
             with recompute_context, _ag.enable_grad(), _ag.recording(fresh), _no_cast_cache():
                 function(*args, **kwargs)
         finally:
-            default_generator.seed, default_generator.offset = now
+            default_generator._seed, default_generator.offset = now
             amp._state.dtypes = outer_autocast
         name = getattr(function, "__name__", function)
         if len(fresh) != len(nodes) or any(type(a) is not type(b) for a, b in zip(nodes, fresh)):
