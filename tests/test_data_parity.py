@@ -267,3 +267,31 @@ def test_getitems_may_return_a_collated_batch_for_a_collate_fn():
     assert [b["x"].tolist() for b in via_subset] == [[7, 5]]
     with pytest.raises(ValueError, match="returned 2 samples for 4 indices.*collate_fn"):
         list(DataLoader(Collated(), batch_size=4, num_workers=0))
+
+
+def test_loader_arguments_in_pytorchs_positional_order():
+    """The 6th positional argument is num_workers and the 9th drop_last, as in PyTorch (drop_last was 6th)."""
+    ds = TensorDataset(ddpc.arange(10))
+    assert [len(b[0]) for b in DataLoader(ds, 4, False, None, None, 0)] == [4, 4, 2]
+    assert [len(b[0]) for b in DataLoader(ds, 4, False, None, None, 0, None, False, True)] == [4, 4]
+
+
+def test_data_classes_are_generic_as_pytorchs():
+    from typing import List
+
+    class Pairs(data.Sampler[List[int]]):
+        def __iter__(self):
+            return iter([[0, 1], [2]])
+
+        def __len__(self):
+            return 2
+
+    class Squares(Dataset[int]):
+        def __getitem__(self, i):
+            return i * i
+
+        def __len__(self):
+            return 3
+
+    assert [b.tolist() for b in DataLoader(Squares(), batch_sampler=Pairs())] == [[0, 1], [4]]
+    assert DataLoader[int] is not None and IterableDataset[int] is not None and Subset[int] is not None

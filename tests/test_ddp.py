@@ -1772,3 +1772,101 @@ def bad_delay_worker(rank):
 def test_delay_all_reduce_refuses_what_is_not_the_modules():
     for errors in ddpc.spawn(bad_delay_worker, nprocs=2):
         assert errors == ["delay_all_reduce_named_params", "delay_all_reduce_named_params", "param_to_hook_all_reduce"]
+
+
+def kept_gradient_worker(rank):
+    import ddpc.distributed as dist
+    from ddpc import nn
+
+    dist.init_process_group("cpu")
+    ddpc.manual_seed(0)
+    m = nn.Sequential(nn.Linear(600, 600), nn.Linear(600, 2))  # the first weight's gradient goes by the exchange
+    ddp = nn.parallel.DistributedDataParallel(m)
+    ddp(ddpc.ones(4, 600)).sum().backward()
+    kept = [p.grad for p in m.parameters()]
+    before = [g.clone() for g in kept]
+    m.zero_grad(set_to_none=True)
+    (ddp(ddpc.ones(4, 600)) * 5).sum().backward()
+    unchanged = all(bool((g == b).all()) for g, b in zip(kept, before))
+    scaled = all(bool(ddpc.allclose(p.grad, b * 5)) for p, b in zip(m.parameters(), before))
+    dist.destroy_process_group()
+    return unchanged, scaled
+
+
+def test_a_gradient_kept_across_steps_keeps_its_values():
+    """g = p.grad; zero_grad(); backward: g keeps the earlier step's values, as under PyTorch's DDP (the reducer
+    reuses its buckets, which the handed-out gradients are views of)."""
+    assert ddpc.spawn(kept_gradient_worker, nprocs=2) == [(True, True)] * 2
+
+
+def join_buffers_worker(rank):
+    import ddpc.distributed as dist
+    from ddpc import nn
+
+    dist.init_process_group("cpu")
+    m = nn.Sequential(nn.Linear(1, 1), nn.BatchNorm1d(1, momentum=0.5))
+    with ddpc.no_grad():
+        m[0].weight.fill_(1.0)
+        m[0].bias.fill_(0.0)
+    ddp = nn.parallel.DistributedDataParallel(m)
+    with ddp.join():
+        for step in range(2):
+            ddp(ddpc.tensor([[1.0 + rank + 10 * step], [3.0 + rank]])).sum().backward()
+    mean = m[1].running_mean.item()
+    dist.destroy_process_group()
+    return mean
+
+
+def test_buffers_come_from_the_highest_rank_under_join():
+    """Under join() the forward broadcasts the buffers of the highest active rank, as PyTorch's, also while every
+    rank is active: rank 1's statistics after its first step, then its own second step."""
+    first = 0.5 * (2.0 + 4.0) / 2  # rank 1's batch mean, momentum 0.5 from 0
+    second = 0.5 * first + 0.5 * (12.0 + 4.0) / 2
+    assert ddpc.spawn(join_buffers_worker, nprocs=2) == [second, second]
+
+
+def parametrized_worker(rank):
+    import ddpc.distributed as dist
+    from ddpc import nn
+    from ddpc.nn.utils import parametrize
+
+    class Counted(nn.Module):
+        calls = 0
+
+        def forward(self, w):
+            Counted.calls += 1
+            return w * 2
+
+    dist.init_process_group("cpu")
+    m = nn.Sequential(nn.Linear(3, 3))
+    parametrize.register_parametrization(m[0], "weight", Counted())
+    Counted.calls = 0
+    nn.parallel.DistributedDataParallel(m)
+    calls = Counted.calls
+    dist.destroy_process_group()
+    return calls
+
+
+def test_wrapping_runs_no_parametrization():
+    """Reading a parametrized Linear's weight runs its parametrization (one more power iteration of spectral_norm);
+    wrapping in DDP does not read it, as in PyTorch."""
+    assert ddpc.spawn(parametrized_worker, nprocs=2) == [0, 0]
+
+
+def frozen_worker(rank):
+    import ddpc.distributed as dist
+    from ddpc import nn
+
+    dist.init_process_group("cpu")
+    m = nn.Linear(2, 2).requires_grad_(False)
+    try:
+        nn.parallel.DistributedDataParallel(m)
+        return "accepted"
+    except RuntimeError as e:
+        return str(e)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_a_module_with_nothing_to_train_is_refused():
+    assert all("not needed" in r for r in ddpc.spawn(frozen_worker, nprocs=2))

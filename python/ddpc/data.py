@@ -65,6 +65,7 @@ import numbers
 import os
 import queue
 import threading
+import types
 import warnings
 import weakref
 
@@ -248,7 +249,10 @@ def _f64_vector(values, what):
 
 class Sampler:
     """Base class: a sampler yields sample indices. Subclasses implement ``indices()``,
-    the epoch's index list as an int64 numpy array, which the loaders read directly."""
+    the epoch's index list as an int64 numpy array, which the loaders read directly.
+    As PyTorch's, it is generic in what it yields (``Sampler[list[int]]``)."""
+
+    __class_getitem__ = classmethod(types.GenericAlias)
 
     def indices(self):
         raise NotImplementedError
@@ -591,7 +595,10 @@ def _select_batches(idx, offsets, order):
 class Dataset:
     """A map-style data set: ``__getitem__(i)`` and ``__len__()`` (which
     subclasses define; as in PyTorch the base class has none, so ``len()`` of
-    a stream without one is a TypeError and ``list(stream)`` works)."""
+    a stream without one is a TypeError and ``list(stream)`` works). Generic
+    in its samples, as PyTorch's (``Dataset[int]``)."""
+
+    __class_getitem__ = classmethod(types.GenericAlias)
 
     def __getitem__(self, index):
         raise NotImplementedError
@@ -1314,7 +1321,8 @@ class DataLoader:
     ``prefetch_factor`` None without worker processes. ``in_order=False`` lets
     workers' batches out as they are ready instead of in the sampler's order
     (a slow batch no longer holds up the ones after it); ``pin_memory_device``
-    changes nothing.
+    changes nothing. The arguments come in PyTorch's positional order;
+    ddpc's own (``device``, ``prefetch``, ``num_threads``) are keyword-only.
 
     ``state_dict()`` / ``load_state_dict()`` resume a pass interrupted in
     the middle (a job restarted from a checkpoint), worker processes' random
@@ -1326,10 +1334,12 @@ class DataLoader:
     over); one without them is fast-forwarded.
     """
 
-    def __init__(self, dataset, batch_size=1, shuffle=False, sampler=None, batch_sampler=None, drop_last=False,
-                 collate_fn=None, pin_memory=False, device=None, prefetch=2, num_threads=None, *, num_workers=None,
-                 timeout=0, worker_init_fn=None, generator=None, prefetch_factor=None, persistent_workers=False,
-                 pin_memory_device="", multiprocessing_context=None, in_order=True):
+    __class_getitem__ = classmethod(types.GenericAlias)  # DataLoader[Batch], as PyTorch's
+
+    def __init__(self, dataset, batch_size=1, shuffle=False, sampler=None, batch_sampler=None, num_workers=None,
+                 collate_fn=None, pin_memory=False, drop_last=False, timeout=0, worker_init_fn=None,
+                 multiprocessing_context=None, generator=None, *, prefetch_factor=None, persistent_workers=False,
+                 pin_memory_device="", in_order=True, device=None, prefetch=2, num_threads=None):
         del pin_memory_device  # see the docstring
         self.in_order = bool(in_order)
         self.dataset = dataset

@@ -27,6 +27,7 @@ import enum
 import itertools
 import logging
 import os
+import sys
 import time
 import types
 import warnings
@@ -566,6 +567,9 @@ class DistributedDataParallel(Module, _GroupJoinable):
         sparse = {id(m.weight) for m in module.modules() if getattr(m, "sparse", False) is True
                   and isinstance(getattr(m, "weight", None), Tensor)}
         trained = [(n, p) for n, p in self._all_params if p.requires_grad]
+        if not trained:
+            raise RuntimeError("DistributedDataParallel is not needed when a module doesn't have any parameter that "
+                               "requires a gradient.")
         self._named_params = [(n, p) for n, p in trained if id(p) not in sparse]  # these are reduced in buckets
         self._sparse_params = [p for _, p in trained if id(p) in sparse]  # these are all-gathered
         for p in self._sparse_params:
@@ -668,8 +672,9 @@ class DistributedDataParallel(Module, _GroupJoinable):
         params = [p for _, p in self._named_params]
         swapped = []
         if exchange and _grad_exchange.host_group(self.process_group) is not None:
-            weights = ({id(m.weight) for m in self.module.modules() if isinstance(m, Linear)} if only is None
-                       else {id(p) for p in only})
+            # (the weights of a Linear's own table: reading a parametrized one's weight would run its parametrization)
+            weights = ({id(m._parameters.get("weight")) for m in self.module.modules() if isinstance(m, Linear)}
+                       if only is None else {id(p) for p in only})
             swapped = [p for p in params if id(p) in weights and _grad_exchange.exchangeable(p)]
         self._exchange = None
         if swapped:
@@ -682,6 +687,7 @@ class DistributedDataParallel(Module, _GroupJoinable):
         exchanged = {id(p) for p in self._exchange.params} if self._exchange else set()
         self._buckets = self._make_buckets([p for p in params if id(p) not in exchanged])
         self._where = {}
+        self._handed, self._warned_alias = [], False  # (p, the gradient handed out): see _hand_out
         for b in self._buckets:
             for i, p in enumerate(b.params):
                 self._where[id(p)] = (b, i)
@@ -1004,6 +1010,35 @@ class DistributedDataParallel(Module, _GroupJoinable):
                 for optimizer in optimizers:
                     optimizer.step()
 
+    def _hand_out(self, p, slot):
+        """Makes the reduced gradient in ``slot`` p's ``.grad``: the bucket's
+        memory itself, with no copy (as with PyTorch's gradient_as_bucket_view).
+        Without gradient_as_bucket_view, where the caller keeps it after
+        dropping it from p (``g = p.grad; zero_grad()``), the next forward
+        gives it memory of its own first (_keep_handed_out), so that the next
+        backward, which reuses the bucket, leaves it as it was, as in PyTorch."""
+        p.grad = Tensor(slot._buf.view(0, tuple(slot.shape)))  # (an alias of its own: the slots stay the reducer's)
+        if not self.gradient_as_bucket_view:
+            self._handed.append((p, p.grad))
+
+    def _keep_handed_out(self):
+        """Before a backward reuses the buckets: each gradient handed out last
+        time that is no longer its parameter's but is still held elsewhere
+        takes a copy of its values into memory of its own. (A detached alias
+        or a view of one would still follow the bucket: warned of once.)"""
+        handed, self._handed = self._handed, []
+        while handed:
+            p, g = handed.pop()
+            if g is p.grad:
+                continue
+            if sys.getrefcount(g) > 2:  # (this local and the call's argument, else held elsewhere)
+                g.data = g.detach().clone()
+            elif sys.getrefcount(g._buf) > 2 and not self._warned_alias:
+                self._warned_alias = True
+                warnings.warn("DistributedDataParallel: a gradient of an earlier step is still referenced through "
+                              "detach(), .data or a view; the next backward reuses its memory (clone() gradients "
+                              "that you keep across steps)", RuntimeWarning, stacklevel=3)
+
     def _finish_reduction(self):
         rec = profiler._is_profiler_enabled and profiler._open("DistributedDataParallel.finish_reduction")
         rescale = self._rescale()
@@ -1015,7 +1050,7 @@ class DistributedDataParallel(Module, _GroupJoinable):
             for p, slot in zip(self._exchange.params, self._exchange.slots):
                 if rescale:
                     slot.mul_(rescale)
-                p.grad = slot
+                self._hand_out(p, slot)
         for b in self._buckets:
             # (b.future None: all its parameters unused, with skip_all_reduce_unused_params)
             if b.future is not None and not b.settled:
@@ -1025,8 +1060,10 @@ class DistributedDataParallel(Module, _GroupJoinable):
         for b in self._buckets:
             for i, p in enumerate(b.params):
                 if (used is None or used[self._index[id(p)]]) and id(p) not in skipped:
-                    # the reduced gradient, in place: no copy back; none once an optimizer in backward used it
-                    p.grad = None if id(p) in self._drop_grads else b.view(i)
+                    if id(p) in self._drop_grads:  # none once an optimizer in backward used it
+                        p.grad = None
+                    else:
+                        self._hand_out(p, b.view(i))
         self._expect_reduction = False
         if self._exchange and not self._exchange_settled:
             # After the first reduction: the weights that every rank computed
@@ -1054,9 +1091,11 @@ class DistributedDataParallel(Module, _GroupJoinable):
             syncing = int(self.require_backward_grad_sync and is_grad_enabled())
             self._join_active = self._join_vote(1, syncing, int(sync_buffers))[0]
             self._join_steps += 1
-        if sync_buffers:
-            joined = self._join_config.enable and self._join_active < dist.get_world_size(self.process_group)
-            self._broadcast_states(self._highest_active_rank(True) if joined else 0, with_params=False)
+        if sync_buffers:  # from the highest active rank under join(), as PyTorch's (also while every rank is)
+            self._broadcast_states(self._highest_active_rank(True) if self._join_config.enable else 0,
+                                   with_params=False)
+        if self._handed and is_grad_enabled():
+            self._keep_handed_out()
         if self.device is not None:
             dev = self.device if not isinstance(self.device, int) else f"cuda:{self.device}"
             inputs, kwargs = _to_device(inputs, dev), _to_device(kwargs, dev)
