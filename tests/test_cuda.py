@@ -27,9 +27,23 @@ def test_no_gpu_means_clear_errors():
         pytest.skip("a GPU is present")
     assert ddpc.cuda.device_count() == 0
     for call in (lambda: ddpc.zeros(3, device="cuda"), lambda: ddpc.ones(2).cuda(), lambda: ddpc.cuda.synchronize(0),
-                 lambda: ddpc.cuda.memory_allocated(0), lambda: ddpc.cuda.get_device_properties(0)):
+                 lambda: ddpc.cuda.get_device_properties(0)):
         with pytest.raises(RuntimeError, match="cuda:0 was requested but"):
             call()
+
+
+def test_memory_statistics_are_zero_before_cuda_is_used():
+    """As PyTorch's: training loops log them unguarded, also on machines without a GPU."""
+    if ddpc.cuda.is_initialized():
+        pytest.skip("this process has used CUDA")
+    for stat in (ddpc.cuda.memory_allocated, ddpc.cuda.max_memory_allocated, ddpc.cuda.memory_reserved,
+                 ddpc.cuda.max_memory_reserved):
+        assert stat() == 0 and stat(0) == 0 and stat("cuda:1") == 0
+    assert ddpc.cuda.memory_stats()["peak_allocated"] == 0
+    ddpc.cuda.reset_peak_memory_stats()
+    ddpc.cuda.reset_max_memory_allocated(0)
+    with pytest.raises(ValueError, match="expected a cuda device"):
+        ddpc.cuda.memory_allocated("cpu")
 
 
 def test_doctor_runs_and_reports(capsys):

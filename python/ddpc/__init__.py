@@ -33,6 +33,7 @@ from ._complex import (angle, complex, conj, conj_physical, imag, is_conj, polar
 from . import sparse
 from ._sparse_coo import sparse_coo_tensor
 from . import accelerator, amp, compiler, data, distributed, distributions, func, nn, optim, random, testing, utils
+from . import hub, version
 from .amp import autocast, get_autocast_dtype, is_autocast_enabled
 from .func import vmap
 from . import checkpoint, futures, jit, profiler
@@ -44,6 +45,7 @@ from . import multiprocessing
 from .tensor import (as_tensor, broadcast_shapes, broadcast_tensors, diag, eye, full_like, get_default_dtype,
                      get_rng_state, linspace, logspace, meshgrid, rand_like, randint_like, randn_like, seed,
                      set_default_dtype, set_printoptions, set_rng_state)
+from .tensor import get_default_device, set_default_device
 from .autograd import inference_mode
 from .autograd import asinh, atan, cosh, exp2, index_put, log2, log10, logcumsumexp, neg, pow, sinh, take_along_dim
 from .autograd import (acos, acosh, arccos, arccosh, arcsin, arcsinh, arctan, arctanh, asin, atanh, digamma, erfc,
@@ -102,13 +104,16 @@ from . import _aliases, _layout, _linalg, _matrix, _nn_forms, _pointwise, _rando
 from . import fft, special
 from .special import gammainc as igamma, gammaincc as igammac
 
+from math import e, inf, nan, pi  # torch.pi and the like
+
+newaxis = None
 half = float16
 float = float32
 double = float64
 long = int64
 int = int32
 
-__version__ = "0.1.0"
+from .version import __version__  # noqa: E402
 
 
 def build_info():
@@ -157,7 +162,7 @@ __all__ = [
         "unique_consecutive", "can_cast", "promote_types", "result_type", "asarray", "empty_strided", "frombuffer",
         "scalar_tensor", "are_deterministic_algorithms_enabled", "is_deterministic_algorithms_warn_only_enabled",
         "use_deterministic_algorithms", "profiler", "layout", "sparse_coo", "strided", "sparse_coo_tensor", "sparse",
-        "fft"]
+        "fft", "e", "inf", "nan", "pi", "newaxis", "get_default_device", "set_default_device", "hub", "version"]
 
 # PyTorch's legacy per-type constructors (ddpc.FloatTensor(2, 3), ddpc.cuda.LongTensor([1, 2]), ...).
 from .tensor import _legacy_tensor_types  # noqa: E402

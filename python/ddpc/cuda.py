@@ -75,27 +75,36 @@ def synchronize(device=None):
     _C.cuda_synchronize(_index(device))
 
 
+_NO_MEMORY = {"allocated": 0, "reserved": 0, "peak_allocated": 0, "peak_reserved": 0, "num_device_mallocs": 0}
+
+
+def memory_stats(device=None):
+    """The caching allocator's statistics of the device; all 0 before this
+    process has used CUDA (also without a GPU), where PyTorch reports none."""
+    if not is_initialized():
+        if device is not None:
+            _index(device)  # refuses a device that is not a cuda one
+        return dict(_NO_MEMORY)
+    return _C.cuda_memory_stats(_index(device))
+
+
 def memory_allocated(device=None):
     """Bytes held by live tensors on the device (in the caching allocator's size classes)."""
-    return _C.cuda_memory_stats(_index(device))["allocated"]
+    return memory_stats(device)["allocated"]
 
 
 def max_memory_allocated(device=None):
-    return _C.cuda_memory_stats(_index(device))["peak_allocated"]
+    return memory_stats(device)["peak_allocated"]
 
 
 def memory_reserved(device=None):
     """Bytes obtained from the driver: allocated plus cached for reuse."""
-    return _C.cuda_memory_stats(_index(device))["reserved"]
+    return memory_stats(device)["reserved"]
 
 
 def max_memory_reserved(device=None):
     """The most bytes obtained from the driver at once since the start or reset_peak_memory_stats."""
-    return _C.cuda_memory_stats(_index(device))["peak_reserved"]
-
-
-def memory_stats(device=None):
-    return _C.cuda_memory_stats(_index(device))
+    return memory_stats(device)["peak_reserved"]
 
 
 def memory_summary(device=None, abbreviated=False):
@@ -123,8 +132,11 @@ atexit.register(_C.cuda_host_empty_cache)
 
 
 def reset_peak_memory_stats(device=None):
-    """Starts max_memory_allocated and max_memory_reserved again from what is allocated and reserved now."""
-    _C.cuda_reset_peak_memory(_index(device))
+    """Starts max_memory_allocated and max_memory_reserved again from what is
+    allocated and reserved now; nothing to do before this process has used
+    CUDA (where PyTorch raises on a machine without a GPU)."""
+    if is_initialized():
+        _C.cuda_reset_peak_memory(_index(device))
 
 
 reset_max_memory_allocated = reset_peak_memory_stats

@@ -120,6 +120,20 @@ def set_default_dtype(d):
     _default_dtype = dt
 
 
+def get_default_device():
+    """The device that creation functions put tensors on by default: the host (see set_default_device)."""
+    return _device_class("cpu")
+
+
+def set_default_device(device):
+    """As torch.set_default_device for "cpu" and None, which ddpc's creation
+    functions use by default already. ddpc has no other default device:
+    others raise NotImplementedError (give ``device=`` or move with ``.to``)."""
+    if device is not None and _device_class(device).type != "cpu":
+        raise NotImplementedError(f"set_default_device({device!r}): ddpc creates tensors on the host unless "
+                                  "given device=; pass device= to the creation functions or move with .to()")
+
+
 def manual_seed(seed):
     """Seeds the global generator (host and every device draw from it)."""
     return default_generator.manual_seed(seed)
@@ -150,6 +164,17 @@ def _size_args(size):
         if not isinstance(s, numbers.Integral):
             raise TypeError(f"size must be ints, got {size!r}")
     return tuple(int(s) for s in size)
+
+
+def _size_or_keyword(args, value, what, name):
+    """The sizes given to ``what`` as ``*args``, or by the keyword ``name`` PyTorch
+    also takes (``zeros(size=(2, 3))``, ``x.permute(dims=(1, 0))``), in the form
+    ``_size_args`` reads."""
+    if value is None:
+        return args
+    if args:
+        raise TypeError(f"{what}() got multiple values for argument '{name}'")
+    return (value,)
 
 
 Size = _C.Size
@@ -580,12 +605,13 @@ class Tensor:
             raise ArgumentError(f"shape {tuple(shape)} is invalid for a tensor of {self.numel()} elements")
         return tuple(shape)
 
-    def reshape(self, *shape):
-        return _ag.reshape(self, shape)
+    def reshape(self, *args, shape=None):
+        return _ag.reshape(self, _size_or_keyword(args, shape, "reshape", "shape"))
 
-    def view(self, *shape, dtype=None):
+    def view(self, *args, size=None, dtype=None):
         """reshape (ddpc's views are its reshapes); or, given a dtype, the
         tensor's memory read as that dtype, as PyTorch's ``view(dtype)``."""
+        shape = _size_or_keyword(args, size, "view", "size")
         if dtype is None and len(shape) == 1 and isinstance(shape[0], (_dtype_type, str, np.dtype, type)):
             dtype = shape[0]
         elif dtype is None:
@@ -805,8 +831,8 @@ class Tensor:
 
     swapaxes = swapdims = transpose
 
-    def permute(self, *dims):
-        return _ag.permute(self, _size_args(dims))
+    def permute(self, *args, dims=None):
+        return _ag.permute(self, _size_args(_size_or_keyword(args, dims, "permute", "dims")))
 
     def moveaxis(self, source, destination):
         return self.movedim(source, destination)
@@ -837,17 +863,17 @@ class Tensor:
                 raise ArgumentError(f"squeeze: dim {tuple(dim)} names a dim twice")
         return self.reshape(tuple(s for d, s in enumerate(self.shape) if not (d in dims and s == 1)))
 
-    def expand(self, *sizes):
-        return _ag.expand(self, _size_args(sizes))
+    def expand(self, *args, size=None):
+        return _ag.expand(self, _size_args(_size_or_keyword(args, size, "expand", "size")))
 
     def expand_as(self, other):
         return _ag.expand(self, other.shape)
 
     broadcast_to = expand
 
-    def repeat(self, *sizes):
-        """Tiles the tensor ``sizes[d]`` times along each dim (new leading dims for extra sizes)."""
-        sizes = _size_args(sizes)
+    def repeat(self, *args, repeats=None):
+        """Tiles the tensor ``repeats[d]`` times along each dim (new leading dims for extra repeats)."""
+        sizes = _size_args(_size_or_keyword(args, repeats, "repeat", "repeats"))
         if len(sizes) < self.ndim:
             raise ArgumentError(f"repeat: {len(sizes)} repeats for a tensor of {self.ndim} dims")
         shape = (1,) * (len(sizes) - self.ndim) + self.shape
@@ -966,7 +992,8 @@ class Tensor:
     def split_with_sizes(self, split_sizes, dim=0): return _ag.split_with_sizes(self, split_sizes, dim)
     def tensor_split(self, indices_or_sections, dim=0): return _ag.tensor_split(self, indices_or_sections, dim)
     def unbind(self, dim=0): return _ag.unbind(self, dim)
-    def flip(self, *dims): return _ag.flip(self, _size_args(dims))
+    def flip(self, *args, dims=None):
+        return _ag.flip(self, _size_args(_size_or_keyword(args, dims, "flip", "dims")))
     def roll(self, shifts, dims=None): return _ag.roll(self, shifts, dims)
     def tril(self, diagonal=0): return _ag.tril(self, diagonal)
     def triu(self, diagonal=0): return _ag.triu(self, diagonal)
@@ -1113,12 +1140,15 @@ class Tensor:
 
     # ---- new tensors like this one (its dtype and device unless given)
     def type_as(self, other): return self.to(dtype=other.dtype)
-    def new_empty(self, *size, dtype=None, device=None, requires_grad=False):
-        return empty(*size, dtype=dtype or self.dtype, device=device or self.device, requires_grad=requires_grad)
-    def new_zeros(self, *size, dtype=None, device=None, requires_grad=False):
-        return zeros(*size, dtype=dtype or self.dtype, device=device or self.device, requires_grad=requires_grad)
-    def new_ones(self, *size, dtype=None, device=None, requires_grad=False):
-        return ones(*size, dtype=dtype or self.dtype, device=device or self.device, requires_grad=requires_grad)
+    def new_empty(self, *args, size=None, dtype=None, device=None, requires_grad=False):
+        return empty(*args, size=size, dtype=dtype or self.dtype, device=device or self.device,
+                     requires_grad=requires_grad)
+    def new_zeros(self, *args, size=None, dtype=None, device=None, requires_grad=False):
+        return zeros(*args, size=size, dtype=dtype or self.dtype, device=device or self.device,
+                     requires_grad=requires_grad)
+    def new_ones(self, *args, size=None, dtype=None, device=None, requires_grad=False):
+        return ones(*args, size=size, dtype=dtype or self.dtype, device=device or self.device,
+                    requires_grad=requires_grad)
     def new_full(self, size, fill_value, dtype=None, device=None, requires_grad=False):
         return full(size, fill_value, dtype=dtype or self.dtype, device=device or self.device,
                     requires_grad=requires_grad)
@@ -1305,7 +1335,8 @@ class Tensor:
     def cholesky(self, upper=False): return _mx.cholesky(self, upper)
     def cholesky_solve(self, input2, upper=False): return _mx.cholesky_solve(self, input2, upper)
     def cholesky_inverse(self, upper=False): return _mx.cholesky_inverse(self, upper)
-    def tile(self, *dims): return _lo.tile(self, _size_args(dims))
+    def tile(self, *args, dims=None):
+        return _lo.tile(self, _size_args(_size_or_keyword(args, dims, "tile", "dims")))
     def unfold(self, dimension, size, step): return _lo.unfold(self, dimension, size, step)
     def index_fill(self, dim, index, value): return _lo.index_fill(self, dim, index, value)
     def index_fill_(self, dim, index, value): return _lo.index_fill_(self, dim, index, value)
@@ -2070,15 +2101,17 @@ def _new(size, dtype, device, requires_grad=False, pin_memory=False, default=Non
     return Tensor(buf, requires_grad=requires_grad)
 
 
-def empty(*size, dtype=None, device=None, requires_grad=False, pin_memory=False):
-    return _new(size, dtype, device, requires_grad, pin_memory)
+def empty(*args, size=None, dtype=None, device=None, requires_grad=False, pin_memory=False):
+    return _new(_size_or_keyword(args, size, "empty", "size"), dtype, device, requires_grad, pin_memory)
 
 
-def zeros(*size, dtype=None, device=None, requires_grad=False, pin_memory=False):
+def zeros(*args, size=None, dtype=None, device=None, requires_grad=False, pin_memory=False):
+    size = _size_or_keyword(args, size, "zeros", "size")
     return _new(size, dtype, device, False, pin_memory).fill_(0)._with_grad(requires_grad)
 
 
-def ones(*size, dtype=None, device=None, requires_grad=False, pin_memory=False):
+def ones(*args, size=None, dtype=None, device=None, requires_grad=False, pin_memory=False):
+    size = _size_or_keyword(args, size, "ones", "size")
     return _new(size, dtype, device, False, pin_memory).fill_(1)._with_grad(requires_grad)
 
 
@@ -2143,13 +2176,15 @@ def _random(size, kind, a, b, dtype, device, requires_grad, default=None, genera
     return _rnd.fill_draws(t, kind, a, b, _generator(generator))._with_grad(requires_grad)
 
 
-def rand(*size, generator=None, dtype=None, device=None, requires_grad=False):
+def rand(*args, size=None, generator=None, dtype=None, device=None, requires_grad=False):
     """Uniform on [0, 1), drawn from ``generator`` (the global one when None)."""
+    size = _size_or_keyword(args, size, "rand", "size")
     return _random(size, _RAND_UNIFORM, 0.0, 1.0, dtype, device, requires_grad, generator=generator)
 
 
-def randn(*size, generator=None, dtype=None, device=None, requires_grad=False):
+def randn(*args, size=None, generator=None, dtype=None, device=None, requires_grad=False):
     """Standard normal, drawn from ``generator`` (the global one when None)."""
+    size = _size_or_keyword(args, size, "randn", "size")
     return _random(size, _RAND_NORMAL, 0.0, 1.0, dtype, device, requires_grad, generator=generator)
 
 
@@ -2479,7 +2514,8 @@ _MORE_INPLACE_NAMES = ("abs_", "addmv_", "as_strided_", "ceil_", "clamp_", "clam
                        "index_put_", "lcm_", "ldexp_", "log1p_", "log_", "nan_to_num_", "neg_", "negative_",
                        "rad2deg_", "reciprocal_", "resize_as_", "round_", "rsqrt_", "sin_", "sinc_", "sqrt_",
                        "square_", "trunc_", "zero_")
-_MORE_INPLACE = {name: _method_form(name) for name in _MORE_INPLACE_NAMES}
+_MORE_INPLACE = {name: _comparison_form(name) if name in ("gcd_", "lcm_", "ldexp_") else _method_form(name)
+                 for name in _MORE_INPLACE_NAMES}  # (input, other), as PyTorch names their arguments
 globals().update(_MORE_INPLACE)
 
 

@@ -86,3 +86,8 @@ for _name, _module in dict(activation=modules, batchnorm=modules, channelshuffle
                            transformer=transformer).items():
     setattr(modules, _name, _module)
     _sys.modules.setdefault(f"{modules.__name__}.{_name}", _module)
+# torch.nn.modules holds every layer, also those in files of their own here, so
+# ``nn.modules.activation.MultiheadAttention`` and ``nn.modules.linear.LazyLinear`` resolve.
+for _module in (adaptive, lazy, rnn, transformer):
+    for _name in _module.__all__:
+        setattr(modules, _name, getattr(_module, _name))

@@ -1,7 +1,8 @@
 """``ddpc.nn.modules.utils``, torch.nn.modules.utils' helpers that ported
 code imports: the argument expanders ``_single``, ``_pair``, ``_triple``,
-``_quadruple``, ``_ntuple``, and ``consume_prefix_in_state_dict_if_present``
-(a DistributedDataParallel's state_dict keys start with ``module.``)."""
+``_quadruple``, ``_ntuple``, ``_reverse_repeat_tuple``, and
+``consume_prefix_in_state_dict_if_present`` (a DistributedDataParallel's
+state_dict keys start with ``module.``)."""
 
 import collections.abc
 import itertools
@@ -24,6 +25,11 @@ _single = _ntuple(1, "_single")
 _pair = _ntuple(2, "_pair")
 _triple = _ntuple(3, "_triple")
 _quadruple = _ntuple(4, "_quadruple")
+
+
+def _reverse_repeat_tuple(t, n):
+    """``t`` reversed, each element ``n`` times: a conv's padding in F.pad's order (last dim first)."""
+    return tuple(x for x in reversed(t) for _ in range(n))
 
 
 def consume_prefix_in_state_dict_if_present(state_dict, prefix):

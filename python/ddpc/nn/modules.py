@@ -813,13 +813,19 @@ class Module:
         if extra:
             lines = extra.split("\n")
         for name, m in self._modules.items():
-            body = repr(m).replace("\n", "\n  ")
-            lines.append(f"({name}): {body}")
+            lines.append(f"({name}): {_addindent(repr(m), 2)}")
         if not lines:
             return f"{type(self).__name__}()"
         if len(lines) == 1 and not self._modules:
             return f"{type(self).__name__}({lines[0]})"
         return f"{type(self).__name__}(\n  " + "\n  ".join(lines) + "\n)"
+
+
+def _addindent(s_, numSpaces):
+    """``s_`` with its non-blank lines after the first indented by ``numSpaces``:
+    torch's helper for nested reprs, which custom ``__repr__`` methods import."""
+    first, *rest = s_.split("\n")
+    return "\n".join([first] + [" " * numSpaces + line if line.strip() else "" for line in rest])
 
 
 # ---- layers ------------------------------------------------------------------------------
@@ -1185,7 +1191,14 @@ class MaxUnpool3d(_MaxUnpoolNd):
     _dims = 3
 
 
-class AvgPool1d(Module):
+class _AvgPoolNd(Module):
+    """What the average pools share (torch's base class of AvgPool1d/2d/3d, for isinstance checks)."""
+
+    def extra_repr(self):
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+
+class AvgPool1d(_AvgPoolNd):
     def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True):
         super().__init__()
         self.kernel_size = _conv.as_tuple(kernel_size, 1, "kernel_size")
@@ -1196,11 +1209,8 @@ class AvgPool1d(Module):
     def forward(self, input):
         return F.avg_pool1d(input, self.kernel_size, self.stride, self.padding, self.ceil_mode, self.count_include_pad)
 
-    def extra_repr(self):
-        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
 
-
-class AvgPool2d(Module):
+class AvgPool2d(_AvgPoolNd):
     def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
                  divisor_override=None):
         super().__init__()
@@ -1211,9 +1221,6 @@ class AvgPool2d(Module):
     def forward(self, input):
         return F.avg_pool2d(input, self.kernel_size, self.stride, self.padding, self.ceil_mode,
                             self.count_include_pad, self.divisor_override)
-
-    def extra_repr(self):
-        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
 
 
 class AvgPool3d(AvgPool2d):
@@ -1267,17 +1274,21 @@ class _AdaptivePoolNd(Module):
         return f"output_size={self.output_size}"
 
 
-class AdaptiveAvgPool1d(_AdaptivePoolNd):
+class _AdaptiveAvgPoolNd(_AdaptivePoolNd):
+    """torch's base class of the adaptive average pools, for isinstance checks."""
+
+
+class AdaptiveAvgPool1d(_AdaptiveAvgPoolNd):
     def forward(self, input):
         return F.adaptive_avg_pool1d(input, self.output_size)
 
 
-class AdaptiveAvgPool2d(_AdaptivePoolNd):
+class AdaptiveAvgPool2d(_AdaptiveAvgPoolNd):
     def forward(self, input):
         return F.adaptive_avg_pool2d(input, self.output_size)
 
 
-class AdaptiveAvgPool3d(_AdaptivePoolNd):
+class AdaptiveAvgPool3d(_AdaptiveAvgPoolNd):
     def forward(self, input):
         return F.adaptive_avg_pool3d(input, self.output_size)
 
@@ -1889,8 +1900,9 @@ class LogSoftmax(Module):
         return f"dim={self.dim}"
 
 
-class Dropout(Module):
-    """Zeroes each element with probability p in training mode (mask from ddpc's generator)."""
+class _DropoutNd(Module):
+    """What the dropouts share: the probability ``p`` and ``inplace`` (torch's
+    base class, which custom dropouts subclass)."""
 
     def __init__(self, p=0.5, inplace=False):
         super().__init__()
@@ -1898,11 +1910,15 @@ class Dropout(Module):
             raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
         self.p, self.inplace = p, inplace
 
-    def forward(self, input):
-        return F.dropout(input, self.p, self.training, self.inplace)
-
     def extra_repr(self):
         return f"p={self.p}, inplace={self.inplace}"
+
+
+class Dropout(_DropoutNd):
+    """Zeroes each element with probability p in training mode (mask from ddpc's generator)."""
+
+    def forward(self, input):
+        return F.dropout(input, self.p, self.training, self.inplace)
 
 
 class AlphaDropout(Dropout):
@@ -2642,7 +2658,23 @@ class _PadNd(Module):
         return f"{self.padding}"
 
 
-class ConstantPad1d(_PadNd):
+class _ConstantPadNd(_PadNd):
+    """torch's base class of the constant (and zero) pads, for isinstance checks."""
+
+
+class _ReflectionPadNd(_PadNd):
+    _mode = "reflect"
+
+
+class _ReplicationPadNd(_PadNd):
+    _mode = "replicate"
+
+
+class _CircularPadNd(_PadNd):
+    _mode = "circular"
+
+
+class ConstantPad1d(_ConstantPadNd):
     _dims = 1
 
     def __init__(self, padding, value):
@@ -2656,56 +2688,56 @@ class ConstantPad2d(ConstantPad1d):
     _dims = 2
 
 
-class ZeroPad1d(_PadNd):
+class ZeroPad1d(_ConstantPadNd):
     _dims = 1
 
 
-class ZeroPad2d(_PadNd):
+class ZeroPad2d(_ConstantPadNd):
     _dims = 2
 
 
-class ReflectionPad1d(_PadNd):
-    _dims, _mode = 1, "reflect"
+class ReflectionPad1d(_ReflectionPadNd):
+    _dims = 1
 
 
-class ReflectionPad2d(_PadNd):
-    _dims, _mode = 2, "reflect"
+class ReflectionPad2d(_ReflectionPadNd):
+    _dims = 2
 
 
-class ReplicationPad1d(_PadNd):
-    _dims, _mode = 1, "replicate"
+class ReplicationPad1d(_ReplicationPadNd):
+    _dims = 1
 
 
-class ReplicationPad2d(_PadNd):
-    _dims, _mode = 2, "replicate"
+class ReplicationPad2d(_ReplicationPadNd):
+    _dims = 2
 
 
-class CircularPad1d(_PadNd):
-    _dims, _mode = 1, "circular"
+class CircularPad1d(_CircularPadNd):
+    _dims = 1
 
 
-class CircularPad2d(_PadNd):
-    _dims, _mode = 2, "circular"
+class CircularPad2d(_CircularPadNd):
+    _dims = 2
 
 
 class ConstantPad3d(ConstantPad1d):
     _dims = 3
 
 
-class ZeroPad3d(_PadNd):
+class ZeroPad3d(_ConstantPadNd):
     _dims = 3
 
 
-class ReflectionPad3d(_PadNd):
-    _dims, _mode = 3, "reflect"
+class ReflectionPad3d(_ReflectionPadNd):
+    _dims = 3
 
 
-class ReplicationPad3d(_PadNd):
-    _dims, _mode = 3, "replicate"
+class ReplicationPad3d(_ReplicationPadNd):
+    _dims = 3
 
 
-class CircularPad3d(_PadNd):
-    _dims, _mode = 3, "circular"
+class CircularPad3d(_CircularPadNd):
+    _dims = 3
 
 
 class PReLU(Module):

@@ -232,6 +232,18 @@ def _activation(activation, layer):
     return _ACTIVATIONS[activation]
 
 
+def _get_activation_fn(activation):
+    """F.relu or F.gelu by name: torch.nn.modules.transformer's helper, which custom layers import."""
+    if activation not in _ACTIVATIONS:
+        raise RuntimeError(f"activation should be relu/gelu, not {activation}")
+    return _ACTIVATIONS[activation]
+
+
+def _get_clones(module, N):
+    """A ModuleList of ``N`` deep copies of ``module``: the stacked layers of an encoder or decoder."""
+    return ModuleList([copy.deepcopy(module) for _ in range(N)])
+
+
 class TransformerEncoderLayer(Module):
     """Self-attention then a feed-forward block (linear1, activation, linear2),
     each with dropout, a residual connection and a LayerNorm: after the
@@ -281,7 +293,7 @@ class TransformerEncoder(Module):
         gives what that path gives where PyTorch would take it (see
         forward), and PyTorch's warning where the layer rules it out."""
         super().__init__()
-        self.layers = ModuleList([copy.deepcopy(encoder_layer) for _ in range(num_layers)])
+        self.layers = _get_clones(encoder_layer, num_layers)
         self.num_layers, self.norm = num_layers, norm
         self.enable_nested_tensor, self.mask_check = enable_nested_tensor, mask_check
         why_not = _why_no_nested_tensor(encoder_layer)
@@ -382,7 +394,7 @@ class TransformerDecoder(Module):
 
     def __init__(self, decoder_layer, num_layers, norm=None):
         super().__init__()
-        self.layers = ModuleList([copy.deepcopy(decoder_layer) for _ in range(num_layers)])
+        self.layers = _get_clones(decoder_layer, num_layers)
         self.num_layers, self.norm = num_layers, norm
 
     def forward(self, tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,

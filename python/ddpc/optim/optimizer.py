@@ -11,11 +11,31 @@ import contextlib
 import functools
 import itertools
 from collections import OrderedDict, defaultdict
+from collections.abc import Iterable
+from typing import Any
 
 from .. import profiler
 from ..autograd import RemovableHandle, no_grad
 from ..nn.modules import is_lazy
 from ..tensor import Tensor, zero_grads
+
+
+# What an optimizer's ``params`` may be, as torch.optim.optimizer.ParamsT (for annotations).
+ParamsT = Iterable[Tensor] | Iterable[dict[str, Any]] | Iterable[tuple[str, Tensor]]
+
+
+class _RequiredParameter:
+    """The default of a hyper-parameter that every param group must give
+    (``def __init__(self, params, lr=required)``), as torch's ``required``."""
+
+    def __repr__(self):
+        return "<required parameter>"
+
+    def __reduce__(self):
+        return "required"  # copies and pickles are the one object, so ``is required`` holds
+
+
+required = _RequiredParameter()
 
 
 # The per-parameter scalars ddpc keeps as Python numbers, which PyTorch keeps
@@ -153,6 +173,8 @@ class Optimizer:
             if not (p.dtype.is_floating_point or p.dtype.is_complex):
                 raise TypeError(f"can't optimize a tensor of dtype {p.dtype}")
         for k, v in self.defaults.items():
+            if v is required and k not in group:
+                raise ValueError(f"parameter group didn't specify a value of required optimization parameter {k}")
             group.setdefault(k, v)
         existing = {id(p) for g in self.param_groups for p in g["params"]}
         if any(id(p) in existing for p in group["params"]):
