@@ -1799,7 +1799,7 @@ def test_a_gradient_kept_across_steps_keeps_its_values():
     assert ddpc.spawn(kept_gradient_worker, nprocs=2) == [(True, True)] * 2
 
 
-def join_buffers_worker(rank):
+def join_broadcast_worker(rank):
     import ddpc.distributed as dist
     from ddpc import nn
 
@@ -1822,7 +1822,7 @@ def test_buffers_come_from_the_highest_rank_under_join():
     rank is active: rank 1's statistics after its first step, then its own second step."""
     first = 0.5 * (2.0 + 4.0) / 2  # rank 1's batch mean, momentum 0.5 from 0
     second = 0.5 * first + 0.5 * (12.0 + 4.0) / 2
-    assert ddpc.spawn(join_buffers_worker, nprocs=2) == [second, second]
+    assert ddpc.spawn(join_broadcast_worker, nprocs=2) == [second, second]
 
 
 def parametrized_worker(rank):
