@@ -669,8 +669,7 @@ class _Scattered:
         return dense
 
     def dense(self):
-        out = _empty(self.shape, self.g)
-        _C.fill(out._buf, 0.0)
+        out = _zeros(self.shape, self.g)
         return self.add_into(out)
 
 
@@ -1080,6 +1079,13 @@ def _empty(shape, ref, dtype=None):
     return Tensor(_C.Buffer(tuple(shape), (dtype or ref.dtype).name, ref._buf.device))
 
 
+def _zeros(shape, ref, dtype=None):
+    """Zeros of ``shape`` in ref's dtype (or ``dtype``) on ref's device, outside the graph."""
+    out = _empty(shape, ref, dtype)
+    _C.fill(out._buf, 0.0)
+    return out
+
+
 def _host_tensor(arr, device, dtype=int64):
     """A numpy array as a tensor on ``device``."""
     from .tensor import tensor as _tensor
@@ -1406,12 +1412,8 @@ class _SlopeBackward(Node):
         self.slope, self.x_shape, self.x = slope, tuple(x.shape), x.detach()
 
     def backward(self, gg):
-        gg_slope = mul(gg, self.slope) if self.edges[0] is not None else None
-        zeros = None
-        if self.edges[1] is not None:
-            zeros = _empty(self.x_shape, self.x)
-            _C.fill(zeros._buf, 0.0)
-        return gg_slope, zeros
+        return (mul(gg, self.slope) if self.edges[0] is not None else None,
+                _zeros(self.x_shape, self.x) if self.edges[1] is not None else None)
 
 
 def _between(x, lo, hi):
@@ -2073,8 +2075,7 @@ class _WhereBackward(Node):
 
     def backward(self, g):
         (mask,) = self.saved
-        zero = _empty((), g)
-        _C.fill(zero._buf, 0.0)
+        zero = _zeros((), g)
         pick = where if _mode.enabled else _select_where
         grads = []
         for i, (edge, shape, dtype) in enumerate(zip(self.edges, self.shapes, self.dtypes)):
@@ -3265,8 +3266,7 @@ class _GatherBackward(Node):
             return (_scatter(zeros(self.shape, dtype=g.dtype, device=g.device), self.dim, self.index, g, True,
                              "gather"),)
         wide = _scatter_add_dtype(g.dtype)
-        ga = _empty(self.shape, g, wide)
-        _C.fill(ga._buf, 0.0)
+        ga = _zeros(self.shape, g, wide)
         alert_not_deterministic("gather's backward", ga)
         _C.scatter_dim(ga._buf, g.to(dtype=wide).contiguous()._buf, self.index._buf, self.dim, True)
         return (ga.to(dtype=g.dtype),)
@@ -3294,8 +3294,7 @@ def _padded(g, shape):
     """g (the index's shape) placed at the front of zeros of ``shape``."""
     if g.shape == tuple(shape):
         return g
-    out = _empty(shape, g)
-    _C.fill(out._buf, 0.0)
+    out = _zeros(shape, g)
     _indexing.select(out.shape, tuple(slice(0, s) for s in g.shape)).write(out._buf, g._buf)
     return out
 
@@ -3328,8 +3327,7 @@ class _ScatterBackward(Node):
             ga = g
             if not self.accumulate:  # the overwritten elements take no gradient
                 ga = g.clone()
-                zeros = _empty(self.index.shape, g)
-                _C.fill(zeros._buf, 0.0)
+                zeros = _zeros(self.index.shape, g)
                 _C.scatter_dim(ga._buf, zeros._buf, self.index._buf, self.dim, False)
         if self.edges[1] is not None:
             taken = _empty(self.index.shape, g)
@@ -4055,11 +4053,9 @@ class _WriteBackward(Node):
                 else Tensor(self.sel.read(g._buf))
             gv = _reduce_to(clone(part), self.value_shape, self.value_dtype)
         if need_old and self.sel is None:  # all overwritten: zeros, as PyTorch's (not None: optimizers skip those)
-            go = _empty(g.shape, g)
-            _C.fill(go._buf, 0.0)
+            go = _zeros(g.shape, g)
         elif need_old:
-            zero = _empty((), g)
-            _C.fill(zero._buf, 0.0)
+            zero = _zeros((), g)
             if _mode.enabled:  # create_graph: g times a mask that is 0 where written
                 kept = _empty(g.shape, g)
                 _C.fill(kept._buf, 1.0)
@@ -4237,8 +4233,7 @@ class _EmbeddingBackward(Node):
         (idx,) = self.saved
         if g.dtype in _HALVES:  # summed in float32
             return (self.backward(g.float())[0].to(dtype=g.dtype),)
-        gw = _empty(self.shape, g)
-        _C.fill(gw._buf, 0.0)
+        gw = _zeros(self.shape, g)
         alert_not_deterministic("embedding's backward", gw)
         _C.index_add_rows(gw._buf, g.reshape(-1, self.shape[1])._buf, idx._buf)
         scale = _inverse_counts(idx, gw) if self.scale_grad_by_freq else None
