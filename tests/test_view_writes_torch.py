@@ -177,3 +177,38 @@ def test_random_chains_of_views_and_writes_match_pytorch(graph):
         assert len(got) == len(want), seed
         for g, w in zip(got, want):
             np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12, err_msg=f"seed {seed}")
+
+
+class _Tripled:
+    """A custom Function that writes into its input and marks it dirty, for either library."""
+
+    @staticmethod
+    def make(L):
+        class Tripled(L.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                ctx.mark_dirty(x)
+                x.mul_(3.0)
+                return x
+
+            @staticmethod
+            def backward(ctx, g):
+                return g * 3.0
+
+        return Tripled
+
+
+@pytest.mark.parametrize("target", ["linear_output", "row", "column"])
+def test_a_function_marking_a_view_dirty_matches_pytorch(target):
+    """mark_dirty on a linear layer's output or on a view of a computed tensor: the tensor viewed takes the write
+    (it was refused as a view)."""
+    got = []
+    for L in (ddpc, torch):
+        x = L.tensor(np.arange(6.0).reshape(2, 3), requires_grad=True)
+        y = L.nn.functional.linear(x, L.tensor(np.arange(9.0).reshape(3, 3))) if target == "linear_output" else x * 1
+        view = {"linear_output": lambda: y, "row": lambda: y[0], "column": lambda: y[:, 1]}[target]()
+        _Tripled.make(L).apply(view)
+        _loss(L, y).backward()
+        got.append((y.detach().numpy(), x.grad.numpy()))
+    for g, w in zip(*got):
+        np.testing.assert_allclose(g, w, rtol=1e-12)

@@ -22,6 +22,7 @@ takes the function's node as its history, as PyTorch's.
 import inspect
 
 from ._saved import Packed
+from . import autograd as _ag
 from .autograd import Node, _attach, _mode, _packed, _reduce_to, no_grad
 from .tensor import Tensor, zeros
 
@@ -202,6 +203,9 @@ class Function:
             for i, (o, d) in enumerate(zip(outputs, differentiable)):
                 if d:
                     _attach(o, ctx if single else _OutputOf(ctx, i))
+                    if any(o is t for t in ctx.dirty):  # written in place: as after any in-place op
+                        _ag._follow_retain(o)
+                        _ag._propagate(o)
         return outputs[0] if single else outputs
 
 
@@ -220,9 +224,8 @@ def _check_dirty(ctx, args, outputs):
         if in_graph and t.grad_fn is None:
             raise RuntimeError(f"{ctx.name()}: a leaf tensor that requires grad is being used in an in-place "
                                "operation")
-        if in_graph and (t._buf.views_shared or t._not_a_view is not None):
-            raise RuntimeError(f"{ctx.name()}: an input marked dirty that is a view of another tensor can't take "
-                               "part in the graph (the tensor it views would not know)")
+        if in_graph:  # a view of another tensor: that tensor takes the write too (see apply)
+            _ag._writable_history(t, f"{ctx.name()} (an input marked dirty)")
 
 
 def once_differentiable(fn):
