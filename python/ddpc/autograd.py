@@ -3910,11 +3910,8 @@ def rearrange_in_place(t, method, args, kwargs, what):
     and links. Where the elements keep their places (squeeze, unsqueeze) t is
     a view of that memory; where they move (a transpose: ddpc tensors are
     contiguous) t is a copy standing for them, written back when written into."""
-    if _mode.enabled and t.requires_grad and t.grad_fn is None:
-        raise RuntimeError(f"{what}: a leaf tensor that requires grad can't be rearranged in place while grad mode "
-                           "is on; wrap it in ddpc.no_grad()")
     if _mode.enabled and t.requires_grad:
-        _writable_history(t, what)  # (the checks and refresh of a write into t)
+        _writable_history(t, what)  # (the checks, a leaf's refusal among them, and refresh of a write into t)
     else:
         _check_no_grad_inplace(t, what)
     new = getattr(t, method)(*args, **kwargs)

@@ -100,7 +100,8 @@ _device_class = device  # (Generator.__init__'s argument of that name hides it)
 
 # As PyTorch's, the global generator starts from a seed of the operating
 # system's entropy (new Generators from the fixed default), so unseeded runs differ.
-default_generator = Generator(int.from_bytes(os.urandom(8), "little"))
+default_generator = Generator()
+default_generator.seed()
 
 
 _default_dtype = float32
