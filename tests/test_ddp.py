@@ -975,6 +975,7 @@ def semantics_worker(rank, scenario):
     """One PyTorch DDP behaviour per scenario; returns what the test compares across ranks."""
     import contextlib
     import dataclasses
+    import time
 
     import ddpc.distributed as dist
     from ddpc import nn
@@ -1010,6 +1011,19 @@ def semantics_worker(rank, scenario):
             ddp = DDP(m)
             ddp(ddpc.ones(1, 600)).sum().backward()
             return m.bias.grad.numpy()[:3].tolist()
+        if scenario == "late_post_hook":  # hooks registered after DDP's still see this rank's own gradient
+            m = nn.Linear(4, 2)
+            ddp = DDP(m)
+            seen = []
+
+            def slow_hook(p):  # (time enough for a bucket's all-reduce launched before it to finish)
+                time.sleep(0.2)
+                seen.append(float(p.grad.numpy().sum()))
+
+            for p in m.parameters():
+                p.register_post_accumulate_grad_hook(slow_hook)
+            (ddp(x).sum() * (rank + 1)).backward()
+            return sorted(seen), float(m.weight.grad.numpy().sum())
         if scenario == "eval_mode":  # eval() does not turn the reduction off
             ddp = DDP(_two_branches()).eval()
             ddp(x).sum().backward()
@@ -1112,7 +1126,7 @@ def semantics_worker(rank, scenario):
 @pytest.mark.parametrize("scenario", ["frozen_broadcast", "unused_everywhere", "unused_after_no_sync",
                                       "used_on_one_rank", "hook_on_one_rank", "eval_mode", "skip_backward",
                                       "dataclass_output", "join_no_sync", "join_lone_bucket", "join_throw",
-                                      "join_active_average", "bucket_gradients", "buffer_sync_rule"])
+                                      "join_active_average", "bucket_gradients", "buffer_sync_rule", "late_post_hook"])
 def test_ddp_behaves_as_pytorch_ddp(scenario):
     r0, r1 = ddpc.spawn(semantics_worker, args=(scenario,), nprocs=2)
     if isinstance(r0, dict):
@@ -1121,6 +1135,9 @@ def test_ddp_behaves_as_pytorch_ddp(scenario):
         flags = [True, False, False, False, True, False, True]
         assert r0 == list(zip([10.0, 10.0, 1.0, 1.0, 1.0, 1.0, 1.0], flags))
         assert r1 == list(zip([10.0, 10.0, 2.0, 1.0, 2.0], [f for i, f in enumerate(flags) if i not in (2, 3)]))
+        return
+    elif scenario == "late_post_hook":  # rank r: bias 2 entries of 2 (r + 1), weight 8 of 2 (r + 1) ** 2
+        assert r0 == ([4.0, 16.0], 40.0) and r1 == ([8.0, 64.0], 40.0)
         return
     elif scenario == "join_active_average":
         assert r1 == 4.0  # rank 1's own gradient (2 rows of 2.0) once rank 0 has joined, not half of it

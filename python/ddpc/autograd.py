@@ -707,8 +707,22 @@ def _accumulate_leaf(leaf, grad, owned):
         leaf.grad.add_(grad)
     post = leaf.__dict__.get("_post_accumulate_hooks")
     if post:
-        for fn in list(post.values()):
+        for fn in sorted(post.values(), key=_runs_last):
             fn(leaf)
+
+
+def _run_last(hook):
+    """Marks a post-accumulate-grad hook that runs after the leaf's others,
+    whenever it was registered: a data-parallel reducer's, which starts the
+    gradient's all-reduce, so that the others see this rank's own gradient
+    (PyTorch's reducer hooks the AccumulateGrad node, whose hooks run after
+    the tensor's)."""
+    hook.runs_last = True
+    return hook
+
+
+def _runs_last(hook):
+    return getattr(hook, "runs_last", False)  # (a bound method reads its function's attribute)
 
 
 def _run_backward(roots, retain_graph, targets=None, create_graph=False):

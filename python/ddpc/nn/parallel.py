@@ -39,7 +39,7 @@ from .. import _C
 from .. import profiler
 from .. import distributed as dist
 from .._join import Join, JoinHook, _GroupJoinable
-from ..autograd import Node, is_grad_enabled, no_grad, queue_callback
+from ..autograd import Node, is_grad_enabled, no_grad, queue_callback, _run_last
 from ..func import functional_call
 from .. import _dtype
 from .._dtype import bfloat16, device as _device, float16
@@ -823,6 +823,7 @@ class DistributedDataParallel(Module, _GroupJoinable):
             for q in self._unused:
                 self._mark_ready(q, q.grad)
 
+    @_run_last
     def _on_grad_ready(self, p):
         if not self._expect_reduction:
             return
@@ -859,6 +860,7 @@ class DistributedDataParallel(Module, _GroupJoinable):
         self._ends_with_backward = False
         self._launch_ready()
 
+    @_run_last
     def _on_sparse_grad_ready(self, p):
         if not self._gather_sparse:
             return
@@ -1116,6 +1118,7 @@ class DistributedDataParallel(Module, _GroupJoinable):
             self._delayed_sync = self.require_forward_param_sync and dist.get_world_size(self.process_group) > 1
         return outputs
 
+    @_run_last
     def _on_delayed_hook(self, _param):
         """param_to_hook_all_reduce's gradient is ready: average the delayed parameters' gradients."""
         if self._delayed_sync:
