@@ -251,3 +251,19 @@ def test_uniform_never_gives_its_upper_bound(dtype, low, high):
     x = ddpc.empty(200_000, dtype=getattr(ddpc, dtype)).uniform_(low, high)
     assert (x >= high).sum().item() == 0 and (x < low).sum().item() == 0
     assert abs(x.double().mean().item() - (low + high) / 2) < 0.2
+
+
+def test_random_overloads_as_pytorch():
+    ddpc.manual_seed(7)
+    x = ddpc.empty(2000, dtype=ddpc.uint8).random_(250, None).numpy()  # from 250 to the dtype's largest
+    assert sorted(set(x.tolist())) == [250, 251, 252, 253, 254, 255]
+    y = ddpc.empty(2000, dtype=ddpc.int64).random_(2 ** 62, None).numpy()
+    assert y.min() >= 2 ** 62 and y.max() > 2 ** 62 + 2 ** 61  # up to 2 ** 63 - 1
+    h = ddpc.empty(2000, dtype=ddpc.float16).random_(2040, None).float().numpy()
+    assert sorted(set(h.tolist())) == list(range(2040, 2049))  # the mantissa's last exact integer, 2048, included
+    assert set(ddpc.empty(500).random_(**{"from": 3, "to": 5}).tolist()) == {3.0, 4.0}
+    assert set(ddpc.empty(500).random_(to=3).tolist()) == {0.0, 1.0, 2.0}
+    with pytest.raises(Exception, match="from"):
+        ddpc.empty(5).random_(0)  # [0, 0): empty
+    with pytest.raises(TypeError):
+        ddpc.empty(5).random_(1, 2, bad=3)

@@ -182,13 +182,24 @@ def _check_std(std, what):
         raise ArgumentError(f"{what}: std must be >= 0, got {std}")
 
 
-def random_(t, from_=0, to=None, *, generator=None):
-    """Fills t with integers drawn uniformly from [from_, to); to None gives
-    PyTorch's default: from 0 up to the dtype's largest value (for floats,
-    the largest integer the mantissa holds exactly, included). ``random_(to)``
-    alone draws from [0, to). Every range int64 holds is drawn exactly."""
-    if to is None and from_ != 0:
-        from_, to = 0, from_
+_NO_TO = object()
+
+
+def random_(t, from_=None, to=_NO_TO, *, generator=None, **kwargs):
+    """Fills t with integers drawn uniformly from [from_, to), PyTorch's
+    overloads: ``random_()`` from 0, ``random_(to)`` from 0 to ``to``, and
+    ``random_(from_, None)`` from ``from_``, each up to the dtype's largest
+    value where no ``to`` is given (for floats, the largest integer the
+    mantissa holds exactly, included). PyTorch's keyword ``from`` is taken
+    too. Every range int64 holds is drawn exactly."""
+    if "from" in kwargs:
+        from_ = kwargs.pop("from")
+    if kwargs:
+        raise TypeError(f"random_() got an unexpected keyword argument {next(iter(kwargs))!r}")
+    if to is _NO_TO:
+        from_, to = (0, from_) if from_ is not None else (0, None)
+    elif from_ is None:
+        from_ = 0
     if t.dtype.is_complex:
         raise DtypeError(f"random_: random integers can't be drawn as {t.dtype}")
     if to is None:

@@ -1350,7 +1350,7 @@ class Tensor:
     def normal_(self, mean=0.0, std=1.0, *, generator=None): return _rnd.normal_(self, mean, std, generator=generator)
     def bernoulli_(self, p=0.5, *, generator=None): return _rnd.bernoulli_(self, p, generator=generator)
     def bernoulli(self, p=None, *, generator=None): return _rnd.bernoulli(self, p, generator=generator)
-    def random_(self, from_=0, to=None, *, generator=None): return _rnd.random_(self, from_, to, generator=generator)
+    def random_(self, *args, **kwargs): return _rnd.random_(self, *args, **kwargs)
     def exponential_(self, lambd=1.0, *, generator=None): return _rnd.exponential_(self, lambd, generator=generator)
     def multinomial(self, num_samples, replacement=False, *, generator=None):
         return _rnd.multinomial(self, num_samples, replacement, generator=generator)
