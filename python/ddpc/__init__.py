@@ -188,3 +188,10 @@ __all__ += list(_MORE_INPLACE)
 
 _aliases.take_numpy_names(globals())
 _aliases.take_numpy_names(Tensor)
+
+# PyTorch's out= keyword: ddpc.max(a, b, out=a), ddpc.linalg.inv(x, out=y), ...
+from . import _out  # noqa: E402
+
+_out.take_out_forms(globals(), _out.TOP_LEVEL)
+_out.take_out_forms(linalg, _out.LINALG, "linalg_")
+_out.take_out_forms(special, _out.SPECIAL, "special_")

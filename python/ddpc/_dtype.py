@@ -46,6 +46,9 @@ _BY_NAME = {d.name: d for d in (float32, float64, float16, bfloat16, int32, int6
                                 bool_)}
 _ALIASES = {"float": float32, "double": float64, "half": float16, "long": int64, "int": int32,
             "cfloat": complex64, "cdouble": complex128}
+# PyTorch's names of the dtypes in its messages ("result type Float can't be cast to ... Long").
+TORCH_NAMES = {float16: "Half", bfloat16: "BFloat16", float32: "Float", float64: "Double", complex64: "ComplexFloat",
+               complex128: "ComplexDouble", int32: "Int", int64: "Long", uint8: "Byte", bool_: "Bool"}
 # Promotion order for mixed-dtype arithmetic; float16 with bfloat16 gives float32, bool with any other dtype that one.
 _RANK = {bool_: -1, uint8: 0, int32: 1, int64: 2, float16: 3, bfloat16: 3, float32: 4, float64: 5}
 # The complex dtype of each real one and back (PyTorch's: complex32 is not in ddpc, so the 16-bit floats and the

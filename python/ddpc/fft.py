@@ -37,8 +37,8 @@ import numpy as np
 from . import _C, _complex
 from . import autograd as _ag
 from ._C import ArgumentError, IndexOutOfRangeError
-from ._dtype import (bfloat16, bool_, complex64, complex128, complex_of, float16, float32, float64, get_dtype, int32,
-                     int64, numpy_dtype, ordinal, real_of, strided, uint8)
+from ._dtype import (TORCH_NAMES, bfloat16, bool_, complex64, complex128, complex_of, float16, float32, float64,
+                     get_dtype, int32, int64, numpy_dtype, ordinal, real_of, strided, uint8)
 from .autograd import Node
 from .tensor import Tensor, from_numpy, get_default_dtype, tensor, zeros
 
@@ -61,8 +61,7 @@ _NUMPY_OUT = int(np.__version__.split(".")[0]) >= 2
 _RFFTN_REAL = "rfftn expects a real-valued input tensor, but got {}"
 _IHFFTN_REAL = "Only supports floating-point dtypes, but found: {}"
 
-_TORCH_NAMES = {float16: "Half", bfloat16: "BFloat16", float32: "Float", float64: "Double", complex64: "ComplexFloat",
-                complex128: "ComplexDouble", int32: "Int", int64: "Long", uint8: "Byte", bool_: "Bool"}
+_TORCH_NAMES = TORCH_NAMES
 
 
 def _scaling(norm, forward):
