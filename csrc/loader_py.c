@@ -520,15 +520,17 @@ static PyObject *py_dist_sampler_indices(PyObject *m, PyObject *args) {
 
 static PyObject *py_random_sampler_indices(PyObject *m, PyObject *args) {
     (void)m;
-    long long n, num_samples;
+    long long n, num_samples, first = 0;
     int replacement;
     unsigned long long seed;
-    if (!PyArg_ParseTuple(args, "LLpK:random_sampler_indices", &n, &num_samples, &replacement, &seed)) return NULL;
+    if (!PyArg_ParseTuple(args, "LLpK|L:random_sampler_indices", &n, &num_samples, &replacement, &seed, &first))
+        return NULL;
     if (num_samples < 0) return PyErr_Format(PyExc_ValueError, "num_samples must be >= 0, got %lld", num_samples);
+    if (first < 0) return PyErr_Format(PyExc_ValueError, "first must be >= 0, got %lld", first);
     ddpc_buffer *out = new_indices_(num_samples);
     if (!out) return NULL;
     int64_t *p = out->data;
-    RUN_RELEASED_(out, ddpc_random_sampler_indices(n, num_samples, replacement, seed, p));
+    RUN_RELEASED_(out, ddpc_random_sampler_indices(n, num_samples, replacement, seed, first, p));
     return (PyObject *)out;
 }
 
@@ -591,7 +593,7 @@ static PyMethodDef loader_functions[] = {
     {"dist_sampler_indices", py_dist_sampler_indices, METH_VARARGS,
      "dist_sampler_indices(n, num_replicas, rank, shuffle, seed, drop_last) -> int64 Buffer"},
     {"random_sampler_indices", py_random_sampler_indices, METH_VARARGS,
-     "random_sampler_indices(n, num_samples, replacement, seed) -> int64 Buffer"},
+     "random_sampler_indices(n, num_samples, replacement, seed, first=0) -> int64 Buffer: draws first.. of the sequence"},
     {"weighted_sampler_indices", py_weighted_sampler_indices, METH_VARARGS,
      "weighted_sampler_indices(weights, total, replacement, num_replicas, rank, seed) -> int64 Buffer"},
     {"balanced_sampler_indices", py_balanced_sampler_indices, METH_VARARGS,

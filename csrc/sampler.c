@@ -68,21 +68,26 @@ ddpc_status ddpc_dist_sampler_indices(int64_t n, int64_t num_replicas, int64_t r
     return DDPC_OK;
 }
 
-ddpc_status ddpc_random_sampler_indices(int64_t n, int64_t num_samples, int replacement, uint64_t seed, int64_t *out) {
-    if (n < 1 || num_samples < 0)
-        return DDPC_ERROR(DDPC_ERR_ARG, "random sampler: need n >= 1 and num_samples >= 0 (got %lld, %lld)",
-                          (long long)n, (long long)num_samples);
+ddpc_status ddpc_random_sampler_indices(int64_t n, int64_t num_samples, int replacement, uint64_t seed, int64_t first,
+                                        int64_t *out) {
+    if (n < 1 || num_samples < 0 || first < 0 || num_samples > INT64_MAX - first)
+        return DDPC_ERROR(DDPC_ERR_ARG,
+                          "random sampler: need n >= 1, num_samples >= 0 and first >= 0 (got %lld, %lld, %lld)",
+                          (long long)n, (long long)num_samples, (long long)first);
     if (replacement) {
-        for (int64_t k = 0; k < num_samples; k++) out[k] = below_(ddpc_random_bits(seed, (uint64_t)k), (uint64_t)n);
+        for (int64_t k = 0; k < num_samples; k++)
+            out[k] = below_(ddpc_random_bits(seed, (uint64_t)(first + k)), (uint64_t)n);
         return DDPC_OK;
     }
     int64_t *perm;
     CHECK(alloc_i64_(n, &perm));
     /* Block b is a fresh permutation drawn from counters b*n + 1 .. b*n + n-1. */
-    for (int64_t start = 0; start < num_samples; start += n) {
+    for (int64_t i = 0; i < num_samples;) {
+        int64_t start = (first + i) / n * n, off = first + i - start;
         ddpc_randperm_fill(perm, n, seed, (uint64_t)start);
-        int64_t m = num_samples - start < n ? num_samples - start : n;
-        memcpy(out + start, perm, (size_t)m * sizeof *perm);
+        int64_t m = n - off < num_samples - i ? n - off : num_samples - i;
+        memcpy(out + i, perm + off, (size_t)m * sizeof *perm);
+        i += m;
     }
     free(perm);
     return DDPC_OK;

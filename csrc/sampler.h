@@ -25,8 +25,10 @@ ddpc_status ddpc_dist_sampler_indices(int64_t n, int64_t num_replicas, int64_t r
                                       int drop_last, int64_t *out);
 
 /* num_samples draws from 0..n-1: uniform with replacement, or successive
- * permutations (a new one every n draws) without. */
-ddpc_status ddpc_random_sampler_indices(int64_t n, int64_t num_samples, int replacement, uint64_t seed, int64_t *out);
+ * permutations (a new one every n draws) without. out[i] is draw first + i of
+ * that sequence, so a long one can be drawn a window at a time. */
+ddpc_status ddpc_random_sampler_indices(int64_t n, int64_t num_samples, int replacement, uint64_t seed, int64_t first,
+                                        int64_t *out);
 
 /* Rank's share of a weighted draw of `total` indices (a multiple of R):
  * positions rank, rank + R, ... of one global draw sequence, so the ranks'

@@ -10,6 +10,7 @@ another loader; a job killed after a mid-epoch checkpoint under ddpc-run
 --max-restarts ends with the parameters and the sample order of an
 uninterrupted one."""
 
+import itertools
 import json
 import multiprocessing
 import os
@@ -715,3 +716,40 @@ def test_states_without_worker_generators_still_load():
     broken = dict(state["worker_rng"][0], numpy=[b"\0" * 5, 0, 0, 0.0])
     with pytest.raises(ValueError, match="generator state must be what state_dict"):
         augmented_loader(Augmented(30), 2).load_state_dict(dict(state, worker_rng=[broken, None]))
+
+
+@pytest.mark.parametrize("path", ["c-gather", "caller", "workers"])
+@pytest.mark.parametrize("sampling", ["shuffle-generator", "random-seeded", "random-replacement", "batch-sampler",
+                                      "drop-last"])
+def test_long_samplers_drawn_as_they_go_give_the_planned_batches(path, sampling, monkeypatch):
+    # A sampler longer than the plan limit is drawn a window at a time (here windows of 5 across batches of 3 to 6),
+    # with the same batches, also after a resume, as a planned one.
+    n, k = 37, 3
+    expected = [rows(b) for b in make_loader(path, n, **SAMPLERS[sampling](n))]
+    monkeypatch.setattr(ddata, "_PLAN_LIMIT", 8)
+    monkeypatch.setattr(ddata, "_WINDOW", 5)
+    monkeypatch.setattr(ddata.DataLoader, "_plan", None)  # (never planned up front)
+    loader = make_loader(path, n, **SAMPLERS[sampling](n))
+    assert len(loader) == len(expected) and [rows(b) for b in loader] == expected
+    got, state = interrupt(make_loader(path, n, **SAMPLERS[sampling](n)), k)
+    assert got == expected[:k]
+    resumed = make_loader(path, n, **SAMPLERS[sampling](n))
+    resumed.load_state_dict(state)
+    assert [rows(b) for b in resumed] == expected[k:] and resumed.state_dict()["finished"]
+
+
+def test_a_sampler_of_1e12_draws_hands_out_batches_at_once(monkeypatch):
+    # minGPT's idiom: RandomSampler(data, replacement=True, num_samples=int(1e10)), then next() forever.
+    monkeypatch.setattr(ddata, "_WINDOW", 1000)
+    sampler = RandomSampler(Items(50), replacement=True, num_samples=10 ** 12, generator=ddpc.Generator(1))
+    loader = DataLoader(Items(50), batch_size=64, sampler=sampler, num_workers=0)
+    assert len(loader) == 10 ** 12 // 64
+    it = iter(loader)
+    batches = [rows(next(it)) for _ in range(40)]  # past the first window of draws
+    flat = sum(batches, [])
+    assert all(len(b) == 64 for b in batches) and set(flat) == set(range(50))
+    first = list(itertools.islice(iter(RandomSampler(Items(50), replacement=True, num_samples=10 ** 12,
+                                                     generator=ddpc.Generator(1))), len(flat)))
+    assert first == flat  # the sampler's own order
+    pairs = BatchSampler(sampler, 64, drop_last=False)
+    assert len(next(iter(pairs))) == 64

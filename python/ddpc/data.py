@@ -85,6 +85,11 @@ __all__ = [
 ]
 
 _MASK64 = (1 << 64) - 1
+# A sampler longer than this is not planned up front but drawn _WINDOW indices
+# at a time as its batches are asked for (minGPT's RandomSampler(replacement=True,
+# num_samples=int(1e10)) would otherwise take 80 GB of indices).
+_PLAN_LIMIT = 1 << 25
+_WINDOW = 1 << 20
 
 
 def _memory_limit():
@@ -257,8 +262,13 @@ class Sampler:
     def indices(self):
         raise NotImplementedError
 
+    def _windows(self):
+        """The pass's indices in order, as int64 arrays: ``indices()`` whole,
+        or, for a sampler too long to hold, consecutive parts drawn as asked for."""
+        yield self.indices()
+
     def __iter__(self):
-        return iter(self.indices().tolist())
+        return itertools.chain.from_iterable(w.tolist() for w in self._windows())
 
     def __len__(self):
         raise NotImplementedError
@@ -362,6 +372,15 @@ class RandomSampler(_PassSeedMixin, _EpochMixin, Sampler):
         seed = self._draw_seed() if self.seed is None else self._epoch_seed()
         return np.asarray(_C.random_sampler_indices(n, self.num_samples, self.replacement, seed))
 
+    def _windows(self):
+        n, total = _length_of(self.data_source), self.num_samples
+        if n == 0 or total <= _PLAN_LIMIT:
+            yield self.indices()
+            return
+        seed = self._draw_seed() if self.seed is None else self._epoch_seed()
+        for first in range(0, total, _WINDOW):  # the same draws as indices(), a window at a time
+            yield np.asarray(_C.random_sampler_indices(n, min(_WINDOW, total - first), self.replacement, seed, first))
+
     def __len__(self):
         return self.num_samples
 
@@ -389,6 +408,8 @@ class BatchSampler(Sampler):
         return _fixed_batches(_sampler_indices(self.sampler), self.batch_size, self.drop_last)
 
     def __iter__(self):
+        if _is_long(self.sampler):
+            return (batch.tolist() for _, batch in _drawn_batches(self.sampler, self.batch_size, self.drop_last))
         idx, off = self.plan()
         idx = idx.tolist()
         return (idx[off[b]:off[b + 1]] for b in range(len(off) - 1))
@@ -571,6 +592,58 @@ def _sampler_indices(sampler):
     if callable(method) and method is not Sampler.indices and type(sampler).__iter__ is Sampler.__iter__:
         return _int_indices(sampler.indices(), "sampler")
     return _int_indices(list(sampler), "sampler")
+
+
+def _is_long(sampler):
+    """Whether ``sampler`` is too long to plan a pass of up front (see _PLAN_LIMIT)."""
+    try:
+        return len(sampler) > _PLAN_LIMIT
+    except TypeError:  # (no length)
+        return False
+
+
+def _drawn_batches(sampler, batch_size, drop_last, skip=0):
+    """(batch number, indices) of a long sampler's pass, drawn a window at a
+    time as they are asked for; the first ``skip`` batches are left out. The
+    first window is drawn now, on the caller's thread (a pass's seed with it)."""
+    if isinstance(sampler, Sampler) and type(sampler).__iter__ is Sampler.__iter__:
+        windows = sampler._windows()
+    else:
+        windows = _windows_of(iter(sampler))
+    first = next(windows, None)
+    return _cut(itertools.chain(() if first is None else (first,), windows), batch_size, drop_last, skip)
+
+
+def _cut(windows, batch_size, drop_last, skip):
+    rest, b = np.empty(0, dtype=np.int64), 0
+    for w in windows:
+        rest = np.concatenate([rest, w]) if len(rest) else w
+        whole = len(rest) // batch_size
+        for k in range(max(skip - b, 0), whole):
+            yield b + k, rest[k * batch_size:(k + 1) * batch_size]
+        b += whole
+        rest = rest[whole * batch_size:]
+    if len(rest) and not drop_last and b >= skip:
+        yield b, rest
+
+
+def _windows_of(it):
+    while window := list(itertools.islice(it, _WINDOW)):
+        yield _int_indices(window, "sampler")
+
+
+class _Order:
+    """A long pass's batch numbers, task by task: ``start`` on, without those
+    in ``skip`` (handed out before a resume), computed rather than held."""
+
+    def __init__(self, start, skip):
+        self.start, self.skip = start, sorted(skip)
+
+    def __getitem__(self, task):
+        number = self.start + task
+        for a in self.skip:
+            number += a <= number
+        return number
 
 
 def _fixed_batches(idx, batch_size, drop_last):
@@ -1442,6 +1515,10 @@ class DataLoader:
             return self._stream(fetcher, resume)
         if resume is not None:
             self._check_sampler(resume)  # before the plan: a sampler repeating a pass does it once
+        long = self._long_pass()
+        if long is not None:
+            self._resume = None
+            return self._drawn_pass(fetcher, resume, *long)
         idx, offsets = self._plan()
         self._resume = None
         nb = len(offsets) - 1
@@ -1478,6 +1555,39 @@ class DataLoader:
         return self._batches(lambda task: (self._finish(fetcher.fetch(task[1])), (task[0], None, None, None)),
                              enumerate(tasks), len(tasks), progress)
 
+    def _long_pass(self):
+        """(sampler, batch_size, drop_last) where the pass's sampler is too long
+        to plan up front, so its batches are drawn as they are asked for;
+        else None."""
+        bs = self._batch_sampler
+        if bs is None and self.batch_size is not None:
+            sampler, size, drop = self.sampler, self.batch_size, self.drop_last
+        elif isinstance(bs, BatchSampler) and type(bs).__iter__ is BatchSampler.__iter__:
+            sampler, size, drop = bs.sampler, bs.batch_size, bs.drop_last
+        else:
+            return None
+        return (sampler, size, drop) if _is_long(sampler) else None
+
+    def _drawn_pass(self, fetcher, resume, sampler, batch_size, drop_last):
+        """A pass over a long sampler: each batch fetched as a generic data
+        set's (arrays too), from indices drawn a window at a time."""
+        n = len(sampler)
+        nb = n // batch_size if drop_last else -(-n // batch_size)
+        done, ahead = (0, ()) if resume is None else (resume["batches_yielded"], resume["batches_ahead"])
+        if resume is not None and resume["num_batches"] not in (None, nb):
+            raise ValueError(f"DataLoader: the state was taken in a pass of {resume['num_batches']} batches, but "
+                             f"this pass has {nb}: the sampler does not give the order it gave then")
+        skip = set(ahead)
+        progress = _Progress(_Order(done, skip), nb, done, ahead)
+        self._progress = progress
+        tasks = ((b, batch.tolist()) for b, batch in _drawn_batches(sampler, batch_size, drop_last, done)
+                 if b not in skip)
+        remaining = nb - done - len(skip)
+        if self.num_workers:
+            return self._in_workers(fetcher, tasks, progress, resume, remaining)
+        return self._batches(lambda task: (self._finish(fetcher.fetch(task[1][1])), (task[0], None, None, None)),
+                             enumerate(tasks), remaining, progress)
+
     def _stream(self, fetcher, resume):
         """A pass over an IterableDataset, from the start or from where ``resume`` says it was."""
         streams = [[0, None] for _ in range(max(self.num_workers, 1))]
@@ -1497,7 +1607,7 @@ class DataLoader:
         return self._batches(lambda item: (self._finish(fetcher.collate_fn(item[0])), (None, None, item[1], None)),
                              draws(), max(self._length_or(0) - progress.done, 0), progress)
 
-    def _in_workers(self, fetcher, tasks, progress, resume):
+    def _in_workers(self, fetcher, tasks, progress, resume, remaining=None):
         # Where each worker's generators stood; from an earlier ddpc or another number of workers, as seeded.
         saved = None if resume is None else resume["worker_rng"]
         rng = [rng_snapshot(r, "DataLoader") for r in saved] if saved and len(saved) == self.num_workers else None
@@ -1506,7 +1616,8 @@ class DataLoader:
         start = schedule = None
         if resume is not None and self._iterable:
             start, schedule = [tuple(s) for s in resume["streams"]], resume["schedule"]
-        remaining = len(tasks) if tasks is not None else max(self._length_or(0) - progress.done, 0)
+        if remaining is None:
+            remaining = len(tasks) if tasks is not None else max(self._length_or(0) - progress.done, 0)
         batches = _WorkerBatches(pool, tasks, self.prefetch, self.timeout, self._finish, owned, remaining,
                                  self.in_order, start, schedule)
         progress.rng = rng or batches.starts

@@ -82,13 +82,20 @@ static void test_distributed_matches_reference_(void) {
 }
 
 static void test_random_sampler_(void) {
-    int64_t out[100];
-    EXPECT(ddpc_random_sampler_indices(30, 100, 0, 5, out) == DDPC_OK);
+    int64_t out[100], window[50];
+    EXPECT(ddpc_random_sampler_indices(30, 100, 0, 5, 0, out) == DDPC_OK);
     for (int b = 0; b < 3; b++) EXPECT(is_permutation_(out + 30 * b, 30));
     EXPECT(memcmp(out, out + 30, 30 * sizeof *out) != 0);
-    EXPECT(ddpc_random_sampler_indices(30, 100, 1, 5, out) == DDPC_OK);
+    /* A window of the sequence is that part of the whole (here across two permutations). */
+    EXPECT(ddpc_random_sampler_indices(30, 50, 0, 5, 17, window) == DDPC_OK);
+    EXPECT(memcmp(window, out + 17, 50 * sizeof *out) == 0);
+    EXPECT(ddpc_random_sampler_indices(30, 100, 1, 5, 0, out) == DDPC_OK);
     for (int i = 0; i < 100; i++) EXPECT(out[i] >= 0 && out[i] < 30);
-    EXPECT(ddpc_random_sampler_indices(0, 1, 1, 5, out) == DDPC_ERR_ARG);
+    EXPECT(ddpc_random_sampler_indices(30, 50, 1, 5, 41, window) == DDPC_OK);
+    EXPECT(memcmp(window, out + 41, 50 * sizeof *out) == 0);
+    EXPECT(ddpc_random_sampler_indices(0, 1, 1, 5, 0, out) == DDPC_ERR_ARG);
+    ddpc_clear_error();
+    EXPECT(ddpc_random_sampler_indices(30, 1, 1, 5, -1, out) == DDPC_ERR_ARG);
     ddpc_clear_error();
 }
 
