@@ -103,3 +103,10 @@ def test_signatures_are_the_functions_own():
     assert "out" not in inspect.signature(ddpc.add).parameters
     assert inspect.signature(ddpc.add) == inspect.signature(ddpc.add.__wrapped__)
     assert ddpc.add(ddpc.ones(1), 1).tolist() == [2.0]  # without out, the function as it is
+
+
+def test_aliases_stay_one_function():
+    assert ddpc.arcsin is ddpc.asin and ddpc.clip is ddpc.clamp and ddpc.special.expit is ddpc.sigmoid
+    o = ddpc.empty(1)
+    ddpc.arcsin(ddpc.zeros(1), out=o)
+    assert o.tolist() == [0.0]

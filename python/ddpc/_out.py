@@ -71,6 +71,9 @@ _CREATION = frozenset(("arange", "empty", "eye", "full", "linspace", "logspace",
                        "randperm", "zeros"))
 
 
+_WRAPPED = {}  # id(function) -> its out= form, so that aliases stay one function (ddpc.arcsin is ddpc.asin)
+
+
 def take_out_forms(namespace, names, prefix=""):
     """Gives each function ``names`` lists in ``namespace`` (a module's
     globals or a module) the ``out=`` keyword, unless it has one already."""
@@ -80,7 +83,9 @@ def take_out_forms(namespace, names, prefix=""):
         fn = get(name, None)
         if fn is None or isinstance(fn, type) or getattr(fn, "_takes_out", False):
             continue
-        put(name, _with_out(fn, prefix + name, name in _CREATION))
+        if id(fn) not in _WRAPPED:
+            _WRAPPED[id(fn)] = _with_out(fn, prefix + name, name in _CREATION)
+        put(name, _WRAPPED[id(fn)])
 
 
 def _with_out(fn, name, creation):
