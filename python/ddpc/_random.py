@@ -14,8 +14,8 @@ from . import autograd as _ag
 from ._C import ArgumentError, DtypeError
 from ._dtype import bfloat16, bool_, finfo, float16, float32, float64, int64, real_of, real_pairs, uint8
 from ._stats import searchsorted
-from .tensor import (_INT_BOUNDS, _RAND_INT, _RAND_NORMAL, _RAND_UNIFORM, Tensor, _check_no_grad_inplace, _write_back,
-                     arange, broadcast_tensors, default_generator, empty, index_select, zeros)
+from .tensor import (_INT_BOUNDS, _RAND_INT, _RAND_NORMAL, _RAND_UNIFORM, Tensor, _check_no_grad_inplace, _draws_from,
+                     _write_back, arange, broadcast_tensors, empty, index_select, zeros)
 
 
 def fill_draws(t, kind, a, b, generator=None):
@@ -26,11 +26,11 @@ def fill_draws(t, kind, a, b, generator=None):
     if kind == _RAND_INT:
         if t.dtype.is_complex:
             raise DtypeError(f"random integers can't be drawn as {t.dtype}")
-        return _fill_ints(t, a, b, generator or default_generator)
+        return _fill_ints(t, a, b, generator or _draws_from())
     buf = real_pairs(t._buf)
     if t.dtype.is_complex and kind == _RAND_NORMAL:
         b = b * math.sqrt(0.5)
-    seed, offset = (generator or default_generator).take(buf.numel)
+    seed, offset = (generator or _draws_from()).take(buf.numel)
     _C.random(buf, kind, seed, offset, float(a), float(b))
     return t
 

@@ -4212,7 +4212,7 @@ def _dropout_with(x, p, seed, offset):
 
 
 def dropout(x, p=0.5, training=True):
-    from .tensor import default_generator
+    from .tensor import _draws_from
 
     if not 0 <= p <= 1:
         raise ArgumentError(f"dropout probability has to be between 0 and 1, but got {p}")
@@ -4220,7 +4220,7 @@ def dropout(x, p=0.5, training=True):
         return x
     if x.dtype in _HALVES:
         return dropout(x.float(), p, training).to(dtype=x.dtype)
-    seed, offset = default_generator.take(x.numel())
+    seed, offset = _draws_from().take(x.numel())
     return _dropout_with(x, float(p), seed, offset)
 
 

@@ -75,7 +75,8 @@ from . import _C, profiler
 from ._C import IndexOutOfRangeError
 from ._dtype import int32, int64, ordinal
 from ._workers import WorkerBatches, WorkerInfo, WorkerPool, context, get_worker_info, rng_snapshot, rng_state
-from .tensor import Generator, Tensor, default_generator, from_numpy, stack
+from .autograd import is_grad_enabled, set_grad_enabled
+from .tensor import Generator, Tensor, _thread_draws, default_generator, from_numpy, stack
 
 __all__ = [
     "BalancedDistributedSampler", "BatchSampler", "ConcatDataset", "DataLoader", "Dataset", "DistributedSampler",
@@ -1182,10 +1183,13 @@ class _Failure:
         self.exc = exc
 
 
-def _produce(fetch, batches, out, stop):
+def _produce(fetch, batches, out, stop, setting):
     """Background thread of _ThreadedBatches: fetches batches in order until told to stop.
     A batch that raises an Exception is handed on as a _Failure and the ones after it
-    follow, as they do when the caller fetches them (num_workers=0)."""
+    follow, as they do when the caller fetches them (num_workers=0). ``setting``:
+    the thread's (generator, grad mode)."""
+    _thread_draws.generator, grad = setting
+    set_grad_enabled(grad)
     try:
         batches = iter(batches)
         while not stop.is_set():
@@ -1231,11 +1235,16 @@ class _ThreadedBatches(_Batches):
     at most ``prefetch`` ahead. The thread holds no reference to this iterator, so
     dropping the iterator stops and joins it."""
 
-    def __init__(self, fetch, batches, prefetch, remaining, timeout=0):
+    def __init__(self, fetch, batches, prefetch, remaining, timeout=0, seed=0):
         self._queue = queue.Queue(maxsize=prefetch)
         stop = threading.Event()
-        thread = threading.Thread(target=_produce, args=(fetch, batches, self._queue, stop), daemon=True,
-                                  name="ddpc-data-prefetch")
+        # The thread fetches as the caller would (num_workers=0): in the grad mode of the thread starting the
+        # pass, and drawing from a generator of its own, seeded from the loader's, so a data set's random
+        # augmentation is the same run to run whatever the training loop draws meanwhile.
+        generator, grad = Generator(), is_grad_enabled()
+        generator.manual_seed(seed)
+        thread = threading.Thread(target=_produce, args=(fetch, batches, self._queue, stop, (generator, grad)),
+                                  daemon=True, name="ddpc-data-prefetch")
         thread.start()
         self._finalizer = weakref.finalize(self, _shutdown, stop, thread)
         self._remaining = remaining
@@ -1626,7 +1635,7 @@ class DataLoader:
 
     def _batches(self, fetch, batches, remaining, progress):
         if self._threaded:
-            batches = _ThreadedBatches(fetch, batches, self.prefetch, remaining, self.timeout)
+            batches = _ThreadedBatches(fetch, batches, self.prefetch, remaining, self.timeout, _next_seed(self.generator))
         else:
             batches = _CallerBatches(fetch, batches, remaining)
         batches._progress = progress

@@ -10,6 +10,7 @@ ops never record and refuse tensors that require grad while it is on.
 import math
 import numbers
 import os
+import threading
 import warnings
 import weakref
 
@@ -102,6 +103,21 @@ _device_class = device  # (Generator.__init__'s argument of that name hides it)
 # system's entropy (new Generators from the fixed default), so unseeded runs differ.
 default_generator = Generator()
 default_generator.seed()
+
+
+class _ThreadDraws(threading.local):
+    generator = None  # a DataLoader fetch thread's own (see data._ThreadedBatches); None: the global one
+
+
+_thread_draws = _ThreadDraws()
+
+
+def _draws_from():
+    """The generator that draws without a ``generator=`` use on this thread:
+    ddpc's global one, or the one a DataLoader's fetch thread was given, so
+    that a data set's random augmentation in that thread neither depends on
+    nor changes the order of the training loop's draws."""
+    return _thread_draws.generator or default_generator
 
 
 _default_dtype = float32
@@ -2164,9 +2180,9 @@ def arange(start=0, end=None, step=1, dtype=None, device=None, requires_grad=Fal
 
 
 def _generator(generator):
-    """The generator a random function draws from: the one given, else the global one."""
+    """The generator a random function draws from: the one given, else this thread's (see _draws_from)."""
     if generator is None:
-        return default_generator
+        return _draws_from()
     if not isinstance(generator, Generator):
         raise TypeError(f"generator must be a ddpc.Generator, got {type(generator).__name__}")
     return generator
