@@ -3,6 +3,7 @@ and scale schedule, the fused unscale op, and a scaler under DDP on 2 ranks
 (real processes started by ddpc.spawn on the cpu backend)."""
 
 import threading
+import warnings
 
 import numpy as np
 import pytest
@@ -235,8 +236,19 @@ def test_custom_fwd_casts_inputs_and_custom_bwd_restores_the_forward_autocast_st
 def test_autocast_rejects_bad_arguments():
     with pytest.raises(ValueError, match="device_type"):
         autocast("tpu")
-    with pytest.raises(ValueError, match="dtype"):
-        autocast("cpu", dtype=ddpc.float32)
+
+
+def test_cpu_autocast_to_another_dtype_warns_and_turns_autocast_off():
+    x, w = ddpc.randn(2, 3), ddpc.randn(4, 3)
+    with pytest.warns(UserWarning, match="In CPU autocast, but the target dtype is not supported. Disabling autocast."):
+        region = autocast("cpu", dtype=ddpc.float32)
+    with autocast("cpu"), region:  # as PyTorch: the region runs with autocast off, also inside an enabled one
+        assert not ddpc.is_autocast_enabled("cpu")
+        assert F.linear(x, w).dtype is ddpc.float32
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with autocast("cpu", dtype=ddpc.float64, enabled=False):  # off already: nothing to warn about
+            assert F.linear(x, w).dtype is ddpc.float32
 
 
 # ---- the unscale op --------------------------------------------------------------------
@@ -412,6 +424,20 @@ def test_update_with_a_new_scale_keeps_the_growth_tracker():
         seen.append((scaler.get_scale(), scaler.state_dict()["_growth_tracker"]))
     # the tracker counts 1, (kept at 1 by update(1024)), 2, then 3 = growth_interval: the scale doubles
     assert seen == [(8.0, 1), (1024.0, 1), (1024.0, 2), (2048.0, 0)]
+
+
+def test_the_scale_grows_only_while_it_stays_finite_in_float32():
+    p = ddpc.ones(2, requires_grad=True)
+    opt = ddpc.optim.SGD([p], lr=0.1)
+    scaler = GradScaler("cpu", init_scale=2.0 ** 127, growth_interval=1)
+    for _ in range(3):
+        opt.zero_grad()
+        scaler.scale(p.sum()).backward()
+        scaler.step(opt)
+        scaler.update()
+    # as PyTorch: 2 ** 128 is no float32, so the scale stays (and the tracker restarts); no step is skipped
+    assert scaler.get_scale() == 2.0 ** 127 and scaler.state_dict()["_growth_tracker"] == 0
+    assert p.tolist() == pytest.approx([0.7, 0.7])
 
 
 @pytest.mark.parametrize("bad", [None, float("inf"), float("nan")])

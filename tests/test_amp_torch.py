@@ -1,8 +1,9 @@
 """Optional: ddpc.amp against torch.amp (skipped when torch is not
 installed): an MLP's loss and gradients under CPU autocast, the dtypes of
-the products with an added term, prelu, LSTM and mv under it, and
-GradScaler's scale sequence and parameters over steps with injected
-overflows, after update(new_scale), over iterables and sparse gradients.
+the products with an added term, prelu, LSTM and mv under it (and in a
+float32 region, which turns it off), and GradScaler's scale sequence and
+parameters over steps with injected overflows, after update(new_scale),
+near float32's largest scale, over iterables and sparse gradients.
 
 Each comparison runs in a child process that imports torch before ddpc (see
 test_nn_torch.py) and fails there, printing what it measured.
@@ -139,6 +140,8 @@ def _case_autocast_dtypes():
                    "addbmm": lib.addbmm(lib.zeros(4, 5), a[None], b[None]),
                    "prelu": lib.nn.functional.prelu(a, lib.ones(1)), "LSTM": lib.nn.LSTM(8, 4)(a[None])[0],
                    "mv": lib.mv(a, v), "mm": lib.mm(a, b)}
+            with lib.autocast("cpu", dtype=lib.float32):  # not a CPU autocast dtype: autocast off within
+                out["mm in a float32 region"] = lib.mm(a, b)
         return {k: str(t.dtype).split(".")[-1] for k, t in out.items()}
 
     ours, theirs = dtypes(ddpc), dtypes(torch)
@@ -179,8 +182,22 @@ def _case_scaler_more():
         sc.update()
         return emb.weight.detach().numpy(), sc.get_scale()
 
+    def near_float32_max(lib):
+        p = lib.ones(2, requires_grad=True)
+        opt = lib.optim.SGD([p], lr=0.1)
+        sc = lib.amp.GradScaler("cpu", init_scale=2.0 ** 127, growth_interval=1)
+        for _ in range(3):
+            opt.zero_grad()
+            sc.scale(p.sum()).backward()
+            sc.step(opt)
+            sc.update()
+        return sc.get_scale(), sc.state_dict()["_growth_tracker"], p.detach().numpy().tolist()
+
     ours, theirs = trajectory(ddpc), trajectory(torch)
     print("scaler", ours, theirs)
+    assert ours == theirs
+    ours, theirs = near_float32_max(ddpc), near_float32_max(torch)
+    print("near float32's max", ours, theirs)
     assert ours == theirs
     for bad in (1.0, float("inf")):
         (w, scale), (tw, tscale) = sparse(ddpc, bad), sparse(torch, bad)

@@ -1,7 +1,7 @@
 """Learning-rate scheduler state dicts in PyTorch's shape: MultiStepLR's
 milestones saved as a collections.Counter, and LambdaLR / MultiplicativeLR's
 ``lr_lambdas`` (None for a plain function, the ``__dict__`` of a callable
-object)."""
+object); and schedulers over a param group added after them, as PyTorch's."""
 
 import collections
 
@@ -80,3 +80,44 @@ def test_lambda_schedulers_save_and_restore_a_callable_objects_state(cls):
     o2.step()
     s2.step()
     assert s2.get_last_lr() == [0.5, 1.0]  # LambdaLR: 1 * 0.5 ** 1; MultiplicativeLR: 1 * 0.5 ** 1
+
+
+def test_reduce_lr_on_plateau_reduces_groups_added_later_to_its_min_lr():
+    o = sgd(1.0)
+    s = lr_scheduler.ReduceLROnPlateau(o, patience=0, factor=0.5, min_lr=0.3)
+    o.add_param_group({"params": [ddpc.zeros(1, requires_grad=True)], "lr": 2.0})
+    for _ in range(3):  # the first metric is the best; each later one halves every group's lr, to min_lr at least
+        s.step(1.0)
+    assert s.get_last_lr() == [0.3, 0.5] and s.min_lrs == [0.3, 0.3]
+
+
+def test_reduce_lr_on_plateau_with_a_min_lr_per_group_refuses_groups_added_later():
+    o = sgd()
+    s = lr_scheduler.ReduceLROnPlateau(o, patience=0, min_lr=[0.0])
+    o.add_param_group({"params": [ddpc.zeros(1, requires_grad=True)]})
+    s.step(1.0)  # nothing to reduce yet
+    with pytest.raises(RuntimeError, match="differs from when `ReduceLROnPlateau` was initialized"):
+        s.step(1.0)
+
+
+@pytest.mark.parametrize("make", [lambda o: lr_scheduler.LambdaLR(o, lambda e: 0.5 ** e),
+                                  lambda o: lr_scheduler.MultiplicativeLR(o, lambda e: 0.9),
+                                  lambda o: lr_scheduler.CyclicLR(o, 0.1, 1.0, step_size_up=2),
+                                  lambda o: lr_scheduler.CosineAnnealingWarmRestarts(o, 2)],
+                         ids=["LambdaLR", "MultiplicativeLR", "CyclicLR", "CosineAnnealingWarmRestarts"])
+def test_schedulers_with_values_per_group_refuse_groups_added_later(make):
+    o = sgd()
+    s = make(o)
+    o.add_param_group({"params": [ddpc.zeros(1, requires_grad=True)], "lr": 0.2})
+    with pytest.raises(ValueError, match="zip"):  # PyTorch's strict zip of the groups and their values
+        s.step()
+
+
+def test_chainable_schedulers_drive_groups_added_later_but_not_their_closed_form():
+    o = sgd()
+    s = lr_scheduler.StepLR(o, 1, gamma=0.5)
+    o.add_param_group({"params": [ddpc.zeros(1, requires_grad=True)], "lr": 0.2})
+    s.step()
+    assert s.get_last_lr() == [0.5, 0.1]
+    with pytest.raises(ValueError, match="zip"):  # the closed form reads base_lrs, one per group it was built with
+        s.step(3)

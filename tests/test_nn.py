@@ -333,3 +333,14 @@ def test_embedding_max_norm_renormalises_the_rows_looked_up_in_place():
     emb = nn.Embedding(4, 2, max_norm=1.0, norm_type=1.0)
     emb(ddpc.tensor([0, 1, 2, 3]))
     assert float(emb.weight.detach().abs().sum(1).max()) <= 1.0 + 1e-6
+
+
+def test_module_zero_grad_in_place_detaches_gradients_that_have_a_graph():
+    lin = nn.Linear(2, 1)
+    (lin(ddpc.ones(1, 2)) ** 2).sum().backward(create_graph=True)
+    grads = [p.grad for p in lin.parameters()]
+    assert all(g.grad_fn is not None for g in grads)
+    lin.zero_grad(set_to_none=False)
+    # as PyTorch: each gradient zeroed in place and out of the graph
+    assert all(p.grad is g and g.grad_fn is None and not g.requires_grad for p, g in zip(lin.parameters(), grads))
+    assert all(np.all(np.asarray(g) == 0) for g in grads)

@@ -282,6 +282,103 @@ def test_state_dict_round_trip_continues_identically():
         optim.Adam([{"params": clone[:1]}, {"params": clone[1:]}]).load_state_dict(sd)
 
 
+def test_state_dict_holds_the_live_state_of_each_parameter(tmp_path):
+    params = make_params()
+    opt = optim.Adam(params, lr=1e-2)
+    run(opt, params, 1)
+    sd = opt.state_dict()
+    run(opt, params, 2)
+    # as PyTorch's: the per-parameter dicts themselves, so step and the moments taken later agree
+    assert sd["state"][0] is opt.state[params[0]] and sd["state"][0]["step"] == 3
+    ddpc.save(sd, tmp_path / "opt.pt")
+    clone = [ddpc.tensor(np.asarray(p), requires_grad=True, dtype=p.dtype) for p in params]
+    opt2 = optim.Adam(clone, lr=0.5)
+    opt2.load_state_dict(ddpc.load(tmp_path / "opt.pt"))
+    for o, ps in ((opt, params), (opt2, clone)):
+        for p in ps:
+            p.grad = ddpc.ones(p.shape, dtype=p.dtype)
+        o.step()
+    for p, q in zip(params, clone):
+        np.testing.assert_array_equal(np.asarray(p), np.asarray(q))
+    opt.load_state_dict(opt.state_dict())  # loading copies: the state it loaded is not its own
+    loaded = opt.state[params[0]]
+    assert loaded is not sd["state"][0] and loaded["exp_avg"] is not sd["state"][0]["exp_avg"]
+
+
+def test_zero_grad_in_place_detaches_a_gradient_that_has_a_graph():
+    p = ddpc.tensor([1.0, 2.0], requires_grad=True)
+    opt = optim.SGD([p], lr=0.1)
+    (p ** 3).sum().backward(create_graph=True)
+    grad = p.grad
+    assert grad.grad_fn is not None
+    opt.zero_grad(set_to_none=False)
+    # as PyTorch: the same tensor, zeroed, out of the graph, so that the next backward does not grow it
+    assert p.grad is grad and grad.grad_fn is None and not grad.requires_grad and grad.tolist() == [0.0, 0.0]
+    (p ** 3).sum().backward(create_graph=True)
+    assert p.grad.tolist() == [3.0, 12.0]
+    p.grad = ddpc.ones(2, requires_grad=True)  # a leaf gradient that requires grad stops requiring it
+    opt.zero_grad(set_to_none=False)
+    assert not p.grad.requires_grad and p.grad.tolist() == [0.0, 0.0]
+
+
+def test_named_parameters_are_optimized_and_their_names_kept():
+    m = ddpc.nn.Linear(3, 2)
+    opt = optim.AdamW(m.named_parameters(), lr=1e-2)
+    group = opt.param_groups[0]
+    assert group["param_names"] == ["weight", "bias"] and group["params"][0] is m.weight
+    m(ddpc.ones(1, 3)).sum().backward()
+    opt.step()
+    assert opt.state[m.bias]["step"] == 1
+    opt = optim.SGD([{"params": [("weight", m.weight)], "lr": 0.5}, {"params": [("bias", m.bias)]}], lr=0.1)
+    sd = opt.state_dict()
+    assert [(g["params"], g["param_names"], g["lr"]) for g in sd["param_groups"]] == [([0], ["weight"], 0.5),
+                                                                                        ([1], ["bias"], 0.1)]
+    sd["param_groups"][1]["param_names"] = ["renamed"]
+    opt.load_state_dict(sd)  # names from the state dict replace the optimizer's, as PyTorch's
+    assert opt.param_groups[1]["param_names"] == ["renamed"]
+    del sd["param_groups"][0]["param_names"]
+    opt.load_state_dict(sd)  # a state dict without names leaves them as they were
+    assert opt.param_groups[0]["param_names"] == ["weight"]
+    with pytest.raises(ValueError, match="Some param names are missing"):
+        optim.SGD([("weight", m.weight), m.bias], lr=0.1)
+    with pytest.raises(ValueError, match="cannot add param group without names"):
+        optim.SGD([("weight", m.weight)], lr=0.1).add_param_group({"params": [m.bias]})
+    with pytest.raises(ValueError, match="cannot add param group with names"):
+        optim.SGD([m.weight], lr=0.1).add_param_group({"params": [("bias", m.bias)]})
+
+
+class _OwnStep(optim.Optimizer):
+    """An optimizer with a step of its own, whose state is not shaped as its parameters."""
+
+    def __init__(self, params):
+        super().__init__(params, {"lr": 0.1})
+
+    def step(self, closure=None):
+        for p in self.param_groups[0]["params"]:
+            s = self.state[p]
+            s["scalar"] = ddpc.tensor(2.0, dtype=ddpc.float64)
+            s["history"] = ddpc.ones(4, dtype=ddpc.float64)
+
+
+def test_a_custom_optimizers_state_of_other_shapes_loads_cast_to_its_parameter():
+    opt = _OwnStep([ddpc.ones(3, requires_grad=True)])
+    opt.step()
+    q = ddpc.ones(3, requires_grad=True)
+    resumed = _OwnStep([q])
+    resumed.load_state_dict(opt.state_dict())
+    s = resumed.state[q]
+    # as PyTorch: any shape, cast to the parameter's dtype
+    assert s["scalar"].shape == () and s["scalar"].dtype is ddpc.float32 and s["scalar"].item() == 2.0
+    assert s["history"].shape == (4,) and s["history"].dtype is ddpc.float32
+    # ddpc's own optimizers step their state alongside the parameter: one that does not fit is refused
+    p = ddpc.ones(3, requires_grad=True)
+    adam = optim.Adam([p])
+    p.grad = ddpc.ones(3)
+    adam.step()
+    with pytest.raises(ValueError, match="its parameter has shape"):
+        optim.Adam([ddpc.ones(2, requires_grad=True)]).load_state_dict(adam.state_dict())
+
+
 @pytest.mark.parametrize("cls, kw", [(optim.Adam, {}), (optim.AdamW, {"amsgrad": True}), (optim.NAdam, {}),
                                      (optim.RAdam, {}), (optim.Adamax, {}), (optim.Adagrad, {}),
                                      (optim.Rprop, {}), (optim.ASGD, {"t0": 0}), (optim.Adafactor, {})])

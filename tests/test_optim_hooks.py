@@ -1,7 +1,10 @@
 """Optimizer hooks, as PyTorch's: step pre and post hooks (per optimizer and
 global, for every optimizer class, also one defined outside ddpc), state_dict
-and load_state_dict pre and post hooks, their order, prepend, and removal
-through the returned handles."""
+and load_state_dict pre and post hooks, their order, prepend, removal
+through the returned handles, and copies and pickles that leave them behind."""
+
+import copy
+import pickle
 
 import pytest
 
@@ -145,3 +148,28 @@ def test_load_state_dict_hooks_see_a_shallow_copy_and_may_replace_it():
     handle.remove()
     opt.load_state_dict(saved)
     assert len(order) == 5 and opt.param_groups[0]["lr"] == 0.125  # the pre hooks still replace lr
+
+
+class _Restoring(optim.SGD):
+    """A subclass that extends __setstate__, as PyTorch's optimizers do to fill in defaults."""
+
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        self.restored = True
+
+
+@pytest.mark.parametrize("duplicate", [copy.deepcopy, lambda opt: pickle.loads(pickle.dumps(opt))],
+                         ids=["deepcopy", "pickle"])
+def test_copies_and_pickles_leave_the_hooks_behind(duplicate):
+    p, _ = sgd()
+    opt = _Restoring([p], lr=0.5)
+    opt.register_step_post_hook(lambda o, args, kwargs: None)  # a lambda: it could not be pickled
+    opt.register_state_dict_pre_hook(lambda o: None)
+    twin = duplicate(opt)
+    assert twin.restored and twin.param_groups[0]["lr"] == 0.5
+    assert not twin._optimizer_step_post_hooks and not twin._optimizer_state_dict_pre_hooks
+    assert len(opt._optimizer_step_post_hooks) == 1  # the original keeps them
+    q = twin.param_groups[0]["params"][0]
+    q.grad = ddpc.tensor([2.0])
+    twin.step()
+    assert q.item() == 0.0 and p.item() == 1.0

@@ -3,9 +3,11 @@ installed): maximize, float16 and bfloat16 parameters, RMSprop, Adagrad,
 Adamax, NAdam, RAdam and Adadelta over their options (trajectories and
 state), schedulers driving them and their betas, the cyclic
 schedulers' lr and momentum sequences, the chainable schedulers alone,
-composed on one optimizer, chained and in sequence, state dicts saved by
-PyTorch (MultiStepLR, LambdaLR, Adam with a 0-d parameter) continued in
-ddpc, the optimizer hooks' calls, and AveragedModel over integer buffers.
+composed on one optimizer, chained and in sequence, every scheduler over a
+param group added after it, state dicts saved by PyTorch (MultiStepLR,
+LambdaLR, Adam with a 0-d parameter) continued in ddpc, optimizers over
+named parameters, the optimizer hooks' calls, and AveragedModel over
+integer buffers.
 
 Each comparison runs in a child process that imports torch before ddpc (see
 test_nn_torch.py) and fails there, printing what it measured.
@@ -18,7 +20,8 @@ from procs import run_torch_case
 
 
 @pytest.mark.parametrize("case", ["maximize", "sixteen_bit", "more_optimizers", "schedulers",
-                                  "chainable_schedulers", "pytorch_state_dicts", "hooks", "swa_integer_buffers"])
+                                  "chainable_schedulers", "schedulers_after_add_param_group", "pytorch_state_dicts",
+                                  "named_parameters", "hooks", "swa_integer_buffers"])
 def test_matches_pytorch(case):
     out = run_torch_case(__file__, case)
     assert out.strip().endswith("ok"), out
@@ -254,6 +257,56 @@ def _case_chainable_schedulers():
         assert got == want
 
 
+def _case_schedulers_after_add_param_group():
+    import torch
+
+    import ddpc
+
+    def trace(lib, make, epochs):
+        """The lrs after each step of a scheduler built before a second group was added, or the error it raised."""
+        p, q = lib.zeros(1, requires_grad=True), lib.zeros(1, requires_grad=True)
+        opt = lib.optim.SGD([p], lr=0.1, momentum=0.9)
+        sched = make(lib.optim.lr_scheduler, opt)
+        opt.add_param_group({"params": [q], "lr": 0.2})
+        out = []
+        try:
+            for e in epochs:
+                sched.step(1.0) if isinstance(sched, lib.optim.lr_scheduler.ReduceLROnPlateau) else (
+                    sched.step() if e is None else sched.step(e))
+                out.append([g["lr"] for g in opt.param_groups])
+        except (ValueError, KeyError, RuntimeError) as e:
+            out.append(f"{type(e).__name__}: {e}")
+        return out
+
+    chainable = {
+        "StepLR": lambda S, o: S.StepLR(o, 2),
+        "MultiStepLR": lambda S, o: S.MultiStepLR(o, [1, 3]),
+        "ExponentialLR": lambda S, o: S.ExponentialLR(o, 0.5),
+        "ConstantLR": lambda S, o: S.ConstantLR(o, 0.5, total_iters=2),
+        "LinearLR": lambda S, o: S.LinearLR(o, 0.5, total_iters=3),
+        "PolynomialLR": lambda S, o: S.PolynomialLR(o, 4),
+        "CosineAnnealingLR": lambda S, o: S.CosineAnnealingLR(o, 3),
+    }
+    others = {
+        "MultiplicativeLR": lambda S, o: S.MultiplicativeLR(o, lambda e: 0.9),
+        "LambdaLR": lambda S, o: S.LambdaLR(o, lambda e: 0.5 ** e),
+        "CosineAnnealingWarmRestarts": lambda S, o: S.CosineAnnealingWarmRestarts(o, 2),
+        "CyclicLR": lambda S, o: S.CyclicLR(o, 0.01, 0.1, step_size_up=2),
+        "OneCycleLR": lambda S, o: S.OneCycleLR(o, 0.1, total_steps=10),
+        "SequentialLR": lambda S, o: S.SequentialLR(o, [S.ConstantLR(o, 0.5, total_iters=2),
+                                                        S.ExponentialLR(o, 0.5)], [2]),
+        "ChainedScheduler": lambda S, o: S.ChainedScheduler([S.ConstantLR(o, 0.5, total_iters=2),
+                                                             S.ExponentialLR(o, 0.5)]),
+        "ReduceLROnPlateau": lambda S, o: S.ReduceLROnPlateau(o, patience=0),
+        "ReduceLROnPlateau with min_lr per group": lambda S, o: S.ReduceLROnPlateau(o, patience=0, min_lr=[0.0]),
+    }
+    for name, make in {**chainable, **others}.items():
+        for epochs in ([None] * 4, [1, 2, 3]) if name in chainable else ([None] * 4,):
+            got, want = trace(ddpc, make, epochs), trace(torch, make, epochs)
+            print(name, epochs, got, want)
+            assert got == want
+
+
 def _through_a_file(torch, ddpc, obj):
     """obj saved by torch.save and loaded by ddpc.load."""
     import io
@@ -310,6 +363,42 @@ def _case_pytorch_state_dicts():
         lib_opt.step()
     print("0-d parameter", dt.item(), t.item())
     np.testing.assert_allclose([dt.item(), *dw.detach().numpy()], [t.item(), *w.detach().numpy()], rtol=1e-6)
+
+
+def _case_named_parameters():
+    import numpy as np
+    import torch
+
+    import ddpc
+
+    def run(lib):
+        lib.manual_seed(0)
+        m = lib.nn.Linear(3, 2)
+        with lib.no_grad():
+            m.weight.copy_(lib.tensor(np.arange(6.0).reshape(2, 3)))
+            m.bias.fill_(1.0)
+        opts = [lib.optim.AdamW(m.named_parameters(), lr=0.1),
+                lib.optim.SGD([{"params": [("weight", m.weight)]}, {"params": [("bias", m.bias)], "lr": 0.2}],
+                              lr=0.1, momentum=0.9)]
+        for opt in opts:
+            opt.zero_grad()
+            m(lib.ones(1, 3)).sum().backward()
+            opt.step()
+        out = [[{k: v for k, v in g.items() if k in ("params", "param_names", "lr")} for g in
+                opt.state_dict()["param_groups"]] for opt in opts]
+        out.append(m.weight.detach().numpy().round(6).tolist())
+        for bad in (lambda: lib.optim.SGD([("weight", m.weight), m.bias], lr=0.1),
+                    lambda: opts[0].add_param_group({"params": [lib.zeros(1, requires_grad=True)]}),
+                    lambda: lib.optim.SGD([m.weight], lr=0.1).add_param_group({"params": [("bias", m.bias)]})):
+            try:
+                bad()
+            except ValueError as e:
+                out.append(str(e))
+        return out
+
+    ours, theirs = run(ddpc), run(torch)
+    print("named parameters", ours, theirs)
+    assert ours == theirs
 
 
 def _case_hooks():

@@ -38,7 +38,7 @@ import types
 import warnings
 
 from . import _C
-from ._dtype import bfloat16, float16, float32, float64
+from ._dtype import bfloat16, finfo, float16, float32, float64
 from .tensor import Tensor, zeros
 
 __all__ = ["autocast", "GradScaler", "is_autocast_enabled", "get_autocast_dtype", "is_autocast_available",
@@ -81,13 +81,19 @@ def _check_device_type(device_type):
 class autocast:
     """Context manager (or decorator) that turns autocast on or off for
     ``device_type`` ("cpu" or "cuda") in this thread; ``dtype`` is float16 or
-    bfloat16 (default: bfloat16 on cpu, float16 on cuda)."""
+    bfloat16 (default: bfloat16 on cpu, float16 on cuda). On cpu another
+    dtype warns and turns autocast off in the region, as PyTorch's does."""
 
     def __init__(self, device_type, dtype=None, enabled=True, cache_enabled=None):
         _check_device_type(device_type)
         dtype = _DEFAULT_DTYPE[device_type] if dtype is None else dtype
         if dtype not in (float16, bfloat16):
-            raise ValueError(f"autocast: dtype must be ddpc.float16 or ddpc.bfloat16, got {dtype}")
+            if device_type != "cpu":
+                raise ValueError(f"autocast: dtype must be ddpc.float16 or ddpc.bfloat16, got {dtype}")
+            if enabled:
+                warnings.warn("In CPU autocast, but the target dtype is not supported. Disabling autocast.\n"
+                              f"CPU Autocast only supports dtypes of {bfloat16}, {float16} currently.", stacklevel=2)
+            enabled = False
         self.device_type, self.fast_dtype, self.enabled = device_type, dtype, bool(enabled)
         self.cache_enabled = True if cache_enabled is None else bool(cache_enabled)
 
@@ -388,7 +394,10 @@ class GradScaler:
             else:
                 self._growth_tracker += 1
                 if self._growth_tracker == self._growth_interval:
-                    self._scale *= self._growth_factor
+                    # PyTorch keeps the scale in float32 and grows it only while it stays finite there.
+                    grown = self._scale * self._growth_factor
+                    if grown <= finfo(float32).max:
+                        self._scale = grown
                     self._growth_tracker = 0
         self._per_optimizer = {}
 

@@ -1748,13 +1748,19 @@ def parse_to_args(args, device, dtype):
 
 
 def zero_grads(params, set_to_none=True):
-    """Sets each parameter's gradient to None, or to zeros in place."""
+    """Sets each parameter's gradient to None, or to zeros in place, out of
+    any graph (as PyTorch's): a gradient from backward(create_graph=True)
+    would otherwise carry its graph, and the zeroing, into the next one."""
     for p in params:
         if p.grad is None:
             continue
         if set_to_none:
             p.grad = None
         else:
+            if p.grad.grad_fn is not None:
+                p.grad.detach_()
+            else:
+                p.grad.requires_grad_(False)
             p.grad.zero_()
 
 

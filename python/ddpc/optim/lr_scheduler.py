@@ -97,7 +97,9 @@ class LRScheduler:
         return [g["lr"] for g in self.optimizer.param_groups]
 
     def _set_lrs(self, lrs):
-        for g, lr in zip(self.optimizer.param_groups, lrs):
+        # Strict, as PyTorch's: values computed per group the scheduler was built with (base_lrs, lr_lambdas)
+        # do not reach a group added to the optimizer later, so that raises instead.
+        for g, lr in zip(self.optimizer.param_groups, lrs, strict=True):
             g["lr"] = lr
         self._last_lr = self._current_lrs()
 
@@ -142,7 +144,7 @@ class CosineAnnealingLR(LRScheduler):
         if (self.last_epoch - 1 - self.T_max) % (2 * self.T_max) == 0:
             # Leaving the minimum, where the ratio's denominator is 0: add the first step up instead.
             return [g["lr"] + (base - self.eta_min) * (1 - math.cos(math.pi / self.T_max)) / 2
-                    for base, g in zip(self.base_lrs, self.optimizer.param_groups)]
+                    for base, g in zip(self.base_lrs, self.optimizer.param_groups, strict=True)]
         ratio = (1 + math.cos(math.pi * self.last_epoch / self.T_max)) / (
             1 + math.cos(math.pi * (self.last_epoch - 1) / self.T_max))
         return [ratio * (g["lr"] - self.eta_min) + self.eta_min for g in self.optimizer.param_groups]
@@ -248,7 +250,8 @@ class CyclicLR(LRScheduler):
         rise = x / self.step_ratio if x <= self.step_ratio else (x - 1) / (self.step_ratio - 1)
         scale = self.scale_fn(cycle if self.scale_mode == "cycle" else self.last_epoch)
         if self.cycle_momentum:
-            for g, low, high in zip(self.optimizer.param_groups, self.base_momentums, self.max_momentums):
+            for g, low, high in zip(self.optimizer.param_groups, self.base_momentums, self.max_momentums,
+                                    strict=True):
                 _set_momentum(g, self._momentum, high - (high - low) * rise * scale)
         return [base + (top - base) * rise * scale for base, top in zip(self.base_lrs, self.max_lrs)]
 
@@ -318,10 +321,12 @@ class OneCycleLR(LRScheduler):
         else:
             end, lr0, lr1, m0, m1 = self._phases[-1]
         pct = (step - begin) / (end - begin)
-        if self.cycle_momentum:
-            for g in self.optimizer.param_groups:
+        lrs = []
+        for g in self.optimizer.param_groups:  # group by group, lr first: a group added later fails as in PyTorch
+            lrs.append(self._anneal(g[lr0], g[lr1], pct))
+            if self.cycle_momentum:
                 _set_momentum(g, self._momentum, self._anneal(g[m0], g[m1], pct))
-        return [self._anneal(g[lr0], g[lr1], pct) for g in self.optimizer.param_groups]
+        return lrs
 
 
 def _lambdas(optimizer, lr_lambda):
@@ -372,7 +377,8 @@ class MultiplicativeLR(_LambdaScheduler):
     def get_lr(self):
         if self._is_initial:
             return self._current_lrs()
-        return [g["lr"] * f(self.last_epoch) for f, g in zip(self.lr_lambdas, self.optimizer.param_groups)]
+        return [g["lr"] * f(self.last_epoch) for f, g in zip(self.lr_lambdas, self.optimizer.param_groups,
+                                                             strict=True)]
 
 
 class MultiStepLR(LRScheduler):
@@ -566,7 +572,8 @@ class ReduceLROnPlateau:
     """Scales every group's lr by ``factor`` once the metric passed to
     ``step(metric)`` has not improved for ``patience`` epochs (improved:
     below the best by ``threshold``, relative or absolute, in mode "min";
-    above it in mode "max"), then waits ``cooldown`` epochs; never below ``min_lr``."""
+    above it in mode "max"), then waits ``cooldown`` epochs; never below ``min_lr``.
+    A group added to the optimizer later gets a single ``min_lr``; one per group refuses it."""
 
     def __init__(self, optimizer, mode="min", factor=0.1, patience=10, threshold=1e-4, threshold_mode="rel",
                  cooldown=0, min_lr=0, eps=1e-8):
@@ -575,6 +582,7 @@ class ReduceLROnPlateau:
         if mode not in ("min", "max") or threshold_mode not in ("rel", "abs"):
             raise ValueError("ReduceLROnPlateau: mode is min or max, threshold_mode rel or abs")
         self.min_lrs = _per_group("min_lrs", optimizer, min_lr)
+        self.default_min_lr = None if isinstance(min_lr, (list, tuple)) else min_lr
         self.optimizer, self.mode, self.factor, self.patience = optimizer, mode, factor, int(patience)
         self.threshold, self.threshold_mode, self.cooldown, self.eps = threshold, threshold_mode, int(cooldown), eps
         self.best = math.inf if mode == "min" else -math.inf
@@ -597,12 +605,24 @@ class ReduceLROnPlateau:
             self.cooldown_counter -= 1
             self.num_bad_epochs = 0
         if self.num_bad_epochs > self.patience:
+            self._cover_added_groups()
             for g, low in zip(self.optimizer.param_groups, self.min_lrs):
                 new = max(g["lr"] * self.factor, low)
                 if g["lr"] - new > self.eps:
                     g["lr"] = new
             self.cooldown_counter, self.num_bad_epochs = self.cooldown, 0
         self._last_lr = [g["lr"] for g in self.optimizer.param_groups]
+
+    def _cover_added_groups(self):
+        n = len(self.optimizer.param_groups)
+        if n == len(self.min_lrs):
+            return
+        if self.default_min_lr is None:
+            raise RuntimeError(f"The number of param groups in the `optimizer` ({n}) differs from when "
+                               f"`ReduceLROnPlateau` was initialized ({len(self.min_lrs)}), usually due to a new "
+                               "param group being added to the optimizer. Please modify the `min_lrs` field to "
+                               "match the length of the `optimizer` param groups.")
+        self.min_lrs = [self.default_min_lr] * n
 
     def get_last_lr(self):
         return list(self._last_lr)

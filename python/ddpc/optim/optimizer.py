@@ -138,6 +138,15 @@ class Optimizer:
             return table
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
+    def __getstate__(self):
+        # Copies and pickles leave the hooks behind, as PyTorch's (they are often lambdas or bound methods).
+        return {k: v for k, v in self.__dict__.items() if k not in _HOOK_TABLES}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        for name in _HOOK_TABLES:
+            self.__dict__.setdefault(name, OrderedDict())
+
     def __init__(self, params, defaults):
         self.defaults = dict(defaults)
         self.state = defaultdict(dict)  # as PyTorch's: a parameter not stepped yet reads as {}
@@ -157,7 +166,14 @@ class Optimizer:
             raise TypeError(f"a param group must be a dict, got {type(param_group).__name__}")
         group = dict(param_group)
         params = group["params"]
-        group["params"] = [params] if isinstance(params, Tensor) else list(params)
+        params = [params] if isinstance(params, Tensor) else list(params)
+        # (name, parameter) pairs, as named_parameters() yields them: the names are kept in "param_names".
+        names = [p[0] for p in params if isinstance(p, tuple)]
+        group["params"] = [p[1] if isinstance(p, tuple) else p for p in params]
+        if names:
+            if len(names) != len(params):
+                raise ValueError("all optimizer params should be with/without names. Some param names are missing")
+            group["param_names"] = names
         for p in group["params"]:
             if not isinstance(p, Tensor):
                 raise TypeError(f"optimizers can only optimize ddpc tensors, got {type(p).__name__}")
@@ -176,6 +192,10 @@ class Optimizer:
             if v is required and k not in group:
                 raise ValueError(f"parameter group didn't specify a value of required optimization parameter {k}")
             group.setdefault(k, v)
+        for g in self.param_groups:
+            if ("param_names" in group) != ("param_names" in g):
+                raise ValueError("all optimizer param groups should be with/without names. cannot add param group "
+                                 f"{'with' if 'param_names' in group else 'without'} names to the optimizer")
         existing = {id(p) for g in self.param_groups for p in g["params"]}
         if any(id(p) in existing for p in group["params"]):
             raise ValueError("some parameters appear in more than one parameter group")
@@ -246,7 +266,8 @@ class Optimizer:
 
     # ---- state dicts ---------------------------------------------------------------
     def state_dict(self):
-        """{'state': {index: {...}}, 'param_groups': [{..., 'params': [indices]}]}; tensors are shared, not copied."""
+        """{'state': {index: {...}}, 'param_groups': [{..., 'params': [indices]}]}: the optimizer's own
+        per-parameter dicts, not copies (``param_names`` too where the group has them)."""
         for hook in self._optimizer_state_dict_pre_hooks.values():
             hook(self)
         index, groups, n = {}, [], 0
@@ -260,11 +281,13 @@ class Optimizer:
                 ids.append(index[id(p)])
             packed["params"] = ids
             groups.append(packed)
+        # Each parameter's own state dict, as PyTorch's: a state dict taken before
+        # later steps stays consistent (step and the tensors both move on).
         state = {}
         for g in self.param_groups:
             for p in g["params"]:
                 if p in self.state and self.state[p]:
-                    state[index[id(p)]] = dict(self.state[p])
+                    state[index[id(p)]] = self.state[p]
         state_dict = {"state": state, "param_groups": groups}
         for hook in self._optimizer_state_dict_post_hooks.values():
             state_dict = _or(hook(self, state_dict), state_dict)
@@ -298,14 +321,16 @@ class Optimizer:
         for hook in self._optimizer_load_state_dict_post_hooks.values():
             hook(self)
 
-    @staticmethod
-    def _cast_state(p, key, value):
+    @classmethod
+    def _cast_state(cls, p, key, value):
         if not isinstance(value, Tensor):
             return value
         # Told by key, not shape: a 0-d parameter's other state is 0-d too.
         if key in _SCALAR_STATE and value.ndim == 0:
             return _SCALAR_STATE[key](value.item())
-        if value.shape != p.shape:
+        # ddpc's own steps (a _step_group) read each state tensor alongside its parameter, so one that does not
+        # fit is refused here; an optimizer with a step of its own keeps state of any shape, as PyTorch loads it.
+        if cls._step_group is not Optimizer._step_group and value.shape != p.shape:
             raise ValueError(f"state {key!r} has shape {value.shape}, its parameter has shape {p.shape}")
         return value.to(device=p.device, dtype=p.dtype, copy=True)
 
