@@ -4,6 +4,7 @@ core: subclassed samplers, collation, PyTorch's DataLoader arguments
 Subset, ConcatDataset, random_split and the single-process samplers."""
 
 import collections
+import itertools
 import threading
 import time
 
@@ -13,7 +14,7 @@ import pytest
 import ddpc
 from ddpc import data
 from ddpc.data import (BatchSampler, ConcatDataset, DataLoader, Dataset, DistributedSampler, IterableDataset,
-                       RandomSampler, SequentialSampler, Subset, SubsetRandomSampler, TensorDataset,
+                       RandomSampler, Sampler, SequentialSampler, Subset, SubsetRandomSampler, TensorDataset,
                        WeightedRandomSampler, default_collate, random_split)
 
 
@@ -71,6 +72,57 @@ def test_collation_of_numbers_tuples_and_mappings():
     assert isinstance(pair, Pair) and pair.x.shape == (2, 2) and pair.y.tolist() == [1, 2]
     od = default_collate([collections.OrderedDict(a=1), collections.OrderedDict(a=2)])
     assert isinstance(od, collections.OrderedDict) and od["a"].tolist() == [1, 2]
+
+
+def test_collation_and_tensor_dataset_rows_keep_the_autograd_graph():
+    a = ddpc.ones(2, requires_grad=True)
+    batch = default_collate([a, a * 2])
+    assert batch.requires_grad
+    batch.sum().backward()
+    assert a.grad.tolist() == [3.0, 3.0]
+    assert not default_collate([ddpc.ones(2), ddpc.ones(2)]).requires_grad
+    w = ddpc.arange(4.0, requires_grad=True)
+    ds = TensorDataset(w.reshape(2, 2), np.arange(2))
+    x, y = ds[1]
+    assert x.requires_grad and not y.requires_grad
+    x.sum().backward()
+    assert w.grad.tolist() == [0.0, 0.0, 1.0, 1.0]
+    rows, labels = next(iter(DataLoader(ds, batch_size=2, num_workers=0)))  # not gathered by the C threads
+    assert rows.requires_grad and rows.tolist() == [[0.0, 1.0], [2.0, 3.0]] and labels.tolist() == [0, 1]
+
+
+def test_collate_registry_at_torchs_path():
+    import ddpc.utils.data._utils.collate as module
+    from ddpc.utils.data._utils.collate import collate, collate_tensor_fn, default_collate_fn_map
+
+    assert module.default_collate is default_collate and module.default_convert is data.default_convert
+
+    def ints(batch, *, collate_fn_map=None):
+        return ("ints", list(batch))
+
+    def joined(batch, *, collate_fn_map=None):
+        return "".join(batch)
+
+    samples = [(1, "a", {"k": 2}), (3, "b", {"k": 4})]
+    got = collate(samples, collate_fn_map={int: ints, str: joined})
+    assert got == [("ints", [1, 3]), "ab", {"k": ("ints", [2, 4])}]
+    assert collate([True, False], collate_fn_map={str: joined, int: ints}) == ("ints", [True, False])  # isinstance
+    with pytest.raises(TypeError, match="found <class 'float'>"):
+        collate([1.5, 2.5], collate_fn_map={int: ints})
+    assert collate_tensor_fn([ddpc.ones(2), ddpc.zeros(2)]).tolist() == [[1.0, 1.0], [0.0, 0.0]]
+
+    class Box:
+        pass
+
+    default_collate_fn_map[Box] = lambda batch, *, collate_fn_map=None: len(batch)  # extends default_collate
+    try:
+        assert default_collate([(Box(), 1), (Box(), 2)])[0] == 2
+        loader = DataLoader(TensorDataset(np.arange(4)), batch_size=2, collate_fn=default_collate)
+        default_collate_fn_map[ddpc.Tensor] = lambda batch, *, collate_fn_map=None: "mine"
+        assert next(iter(loader)) == ["mine"]  # the C threads gather only what default_collate would make
+    finally:
+        del default_collate_fn_map[Box]
+        default_collate_fn_map[ddpc.Tensor] = collate_tensor_fn
 
 
 def test_pin_memory_and_device_reach_tensors_in_tuples(monkeypatch):
@@ -233,6 +285,80 @@ def test_single_process_weighted_and_subset_samplers():
     assert sorted(first) == sorted(second) == list(range(5, 45, 2)) and len(s) == 20
     assert first != second
     assert first == list(SubsetRandomSampler(range(5, 45, 2), generator=7))
+
+
+def test_samplers_without_a_length_are_drawn_as_they_go_and_may_be_endless():
+    class Two(Sampler):
+        def __iter__(self):
+            return iter([2, 1])
+
+    class Endless(Sampler):
+        def __iter__(self):
+            return itertools.cycle(range(3))
+
+    with pytest.raises(TypeError):
+        len(Two())
+    for mode in (dict(num_workers=0), dict()):
+        loader = DataLoader(Items(3), batch_size=2, sampler=Two(), **mode)
+        assert batches(loader) == [[2, 1]] and batches(loader) == [[2, 1]]
+        with pytest.raises(TypeError):
+            len(loader)
+        it = iter(DataLoader(Items(3), batch_size=2, sampler=Endless(), **mode))
+        assert [next(it).tolist() for _ in range(3)] == [[0, 1], [2, 0], [1, 2]]
+        it = iter(DataLoader(Items(3), batch_size=None, sampler=Endless(), **mode))
+        assert [next(it) for _ in range(4)] == [0, 1, 2, 0]
+        it = iter(DataLoader(Items(3), batch_sampler=itertools.cycle([[2], [0, 1]]), **mode))
+        assert [next(it).tolist() for _ in range(3)] == [[2], [0, 1], [2]]
+        it = iter(DataLoader(TensorDataset(np.arange(3)), batch_size=2, sampler=Endless(), **mode))
+        assert [next(it)[0].tolist() for _ in range(2)] == [[0, 1], [2, 0]]
+    assert list(itertools.islice(BatchSampler(Endless(), 2, False), 2)) == [[0, 1], [2, 0]]
+    loader = DataLoader(Items(3), batch_size=2, sampler=Two(), num_workers=0)
+    it = iter(loader)
+    next(it)
+    state = loader.state_dict()
+    assert state["num_batches"] is None and state["batches_yielded"] == 1 and not state["finished"]
+    assert list(it) == [] and loader.state_dict()["finished"]
+
+
+def test_subset_random_sampler_indices_are_its_sequence_and_an_indices_attribute_breaks_nothing():
+    s = SubsetRandomSampler([3, 5], generator=1)
+    r = range(5, 45, 2)
+    assert s.indices == [3, 5] and SubsetRandomSampler(r).indices is r
+    assert sorted(s) == [3, 5] and len(s) == 2
+    assert sorted(batches(DataLoader(Items(10), batch_size=2, sampler=s))[0]) == [3, 5]
+    s.indices = [7]  # read at each pass, as PyTorch's
+    assert list(s) == [7] and len(s) == 1
+
+    class Kept(DistributedSampler):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.indices = [0]  # an attribute of the subclass's own
+
+    k = Kept(10, num_replicas=2, rank=1, shuffle=False)
+    assert list(k) == [1, 3, 5, 7, 9] and list(BatchSampler(k, 3, False)) == [[1, 3, 5], [7, 9]]
+    for ds in (Items(10), TensorDataset(np.arange(10))):
+        loader = DataLoader(ds, batch_size=5, sampler=k)
+        assert [b.tolist() if isinstance(b, ddpc.Tensor) else b[0].tolist() for b in loader] == [[1, 3, 5, 7, 9]]
+
+
+def test_len_of_an_iterator_is_the_number_of_batches_of_its_pass():
+    for mode in (dict(num_workers=0), dict()):
+        it = iter(DataLoader(Items(5), batch_size=2, **mode))
+        assert len(it) == 3
+        next(it)
+        assert len(it) == 3  # the pass's, as PyTorch's (len(loader))
+        assert len(iter(DataLoader(Items(5), batch_size=None, **mode))) == 5
+        assert len(iter(DataLoader(TensorDataset(np.arange(5)), batch_size=2, drop_last=True, **mode))) == 2
+
+    class Stream(IterableDataset):
+        def __iter__(self):
+            return iter(range(3))
+
+        def __len__(self):
+            return 3
+
+    with pytest.raises(TypeError):  # as PyTorch's, whose stream has no sampler with a length
+        len(iter(DataLoader(Stream(), batch_size=2, num_workers=0)))
 
 
 def test_distributed_sampler_under_a_launcher_without_a_group_is_an_error(monkeypatch):

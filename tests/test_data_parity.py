@@ -6,6 +6,7 @@ batch that leaves the pass going, and the DataLoader's arguments and
 attributes. Expected values are worked out by hand (the comparison with
 PyTorch itself is in the *_torch.py files)."""
 
+import collections
 import math
 
 import numpy as np
@@ -121,6 +122,19 @@ def test_collate_bools_strings_and_none():
         default_collate([None, None])
     with pytest.raises(TypeError, match="None"):
         default_collate([{"y": None}, {"y": None}])
+
+
+def test_collate_keeps_the_strings_of_tuples_and_refuses_other_types():
+    Pair = collections.namedtuple("Pair", "x y")
+    n, s = default_collate([(1, "a"), (2, "b")])  # as PyTorch: the strings of a field as the tuple zip makes
+    assert n.tolist() == [1, 2] and s == ("a", "b")
+    pair = default_collate([Pair(1, "a"), Pair(2, "b")])
+    assert isinstance(pair, Pair) and pair.x.tolist() == [1, 2] and pair.y == ("a", "b")
+    assert default_collate([["a", "b"], ["c", "d"]]) == [("a", "c"), ("b", "d")]
+    assert default_collate([{"s": "a"}, {"s": "b"}]) == {"s": ["a", "b"]}
+    for odd in (object(), {1}, frozenset(), 1j):
+        with pytest.raises(TypeError, match=f"found {type(odd)}"):
+            default_collate([odd, odd])
 
 
 def test_integer_dtypes_ddpc_lacks_are_widened_exactly():

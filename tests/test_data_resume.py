@@ -257,6 +257,30 @@ def test_user_samplers_without_a_state_are_fast_forwarded(path):
         assert got + [rows(b) for b in resumed] == reference
 
 
+class Unsized:
+    """A sampler (or batch sampler) without __len__: its pass is drawn as it goes and ends when it ends."""
+
+    def __init__(self, items):
+        self.items = items
+
+    def __iter__(self):
+        return iter(self.items)
+
+
+@pytest.mark.parametrize("path", ["c-gather", "thread", "workers"])
+def test_samplers_without_a_length_resume_and_end_when_they_end(path):
+    for kw in (dict(batch_size=3, sampler=Unsized(Deterministic(20))), dict(batch_sampler=Unsized(Batches())),
+               dict(batch_size=None, sampler=Unsized([4, 2, 7, 9]))):
+        reference = [rows(b) for b in make_loader(path, 20, **kw)]
+        with pytest.raises(TypeError):
+            len(make_loader(path, 20, **kw))
+        got, state = interrupt(make_loader(path, 20, **kw), 2)
+        assert got == reference[:2] and state["num_batches"] is None and not state["finished"]
+        resumed = make_loader(path, 20, forbidden={i for b in got for i in b}, **kw)
+        resumed.load_state_dict(state)
+        assert got + [rows(b) for b in resumed] == reference and resumed.state_dict()["finished"]
+
+
 def test_a_state_after_the_last_batch_starts_the_next_pass():
     loader = DataLoader(Items(10), batch_size=4, shuffle=True, generator=ddpc.Generator(1))
     passes = [[rows(b) for b in loader] for _ in range(3)]

@@ -5,6 +5,7 @@ exceptions and dead workers raised instead of hanging, timeouts, workers
 stopped when the iterator goes and kept with persistent_workers, spawn."""
 
 import gc
+import itertools
 import multiprocessing
 import os
 import random
@@ -177,6 +178,42 @@ def test_workers_draw_anew_in_each_pass():
     values = [{v for v, _ in p} for p in passes]
     assert not seeds[0] & seeds[1] and not seeds[1] & seeds[2]
     assert not values[0] & values[1] and not values[1] & values[2]
+
+
+def test_workers_seeds_after_seeding_0_are_drawn_not_the_main_processs():
+    """Seeding 0 (ddpc.manual_seed(0), or a generator's) must not make base seed 0: worker 0 would then draw
+    what the main process draws after manual_seed(0), and the seeds would be 0, 1, 2, ..."""
+    def draws(generator=None):
+        return [(d["seed"], d["ddpc"]) for batch in DataLoader(Draws(), batch_size=2, num_workers=2,
+                                                               generator=generator, collate_fn=lambda s: s)
+                for d in batch]
+
+    def seed_the_global_one():
+        ddpc.manual_seed(0)  # (and the loader draws from it: generator None)
+
+    seed_the_global_one()
+    main = [ddpc.rand(1).item() for _ in range(4)]
+    for make in (seed_the_global_one, lambda: ddpc.Generator().manual_seed(0)):
+        first, again = draws(make()), draws(make())
+        assert first == again  # reproducible
+        seeds = sorted({seed for seed, _ in first})
+        assert len(seeds) == 2 and seeds[0] >= 1 << 32 and seeds[1] == seeds[0] + 1
+        assert not {value for _, value in first} & set(main)
+
+
+def test_an_endless_sampler_feeds_the_workers_as_batches_are_asked_for():
+    class Endless:
+        def __iter__(self):
+            return itertools.cycle(range(5))
+
+    loader = DataLoader(Tagged(5), batch_size=2, sampler=Endless(), num_workers=2)
+    it = iter(loader)
+    assert [next(it)[:, 0].tolist() for _ in range(4)] == [[0, 1], [2, 3], [4, 0], [1, 2]]
+    with pytest.raises(TypeError):
+        len(it)
+    it.close()
+    it = iter(DataLoader(Tagged(5), batch_size=2, num_workers=2))
+    assert len(it) == 3 and rows(it) == [[0, 1], [2, 3], [4]]
 
 
 def test_worker_init_fn_runs_in_each_worker_before_its_samples():

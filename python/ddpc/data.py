@@ -75,8 +75,9 @@ from . import _C, profiler
 from ._C import IndexOutOfRangeError
 from ._dtype import int32, int64, ordinal
 from ._workers import WorkerBatches, WorkerInfo, WorkerPool, context, get_worker_info, rng_snapshot, rng_state
+from ._collate import _WIDENED, _rebuild, collate_tensor_fn, default_collate, default_collate_fn_map, default_convert
 from .autograd import is_grad_enabled, set_grad_enabled
-from .tensor import Generator, Tensor, _thread_draws, default_generator, from_numpy, stack
+from .tensor import Generator, Tensor, _thread_draws, default_generator, from_numpy
 
 __all__ = [
     "BalancedDistributedSampler", "BatchSampler", "ConcatDataset", "DataLoader", "Dataset", "DistributedSampler",
@@ -188,11 +189,13 @@ def _pass_seeds(generator):
 def _next_seed(generator):
     """A fresh 64-bit seed from ``generator`` (None: the global one): each pass
     draws anew. The generator's seed and offset are mixed (splitmix64's
-    finalizer), so that consecutive passes get unrelated seeds: the workers
-    seeded with ``base_seed + id`` must not take the seeds of the previous
-    pass's other workers, as PyTorch's random base seeds do not."""
+    increment and finalizer), so that consecutive passes get unrelated seeds:
+    the workers seeded with ``base_seed + id`` must not take the seeds of the
+    previous pass's other workers, as PyTorch's random base seeds do not. The
+    increment keeps seed 0 at offset 0 (``manual_seed(0)``) from mixing to 0,
+    which the finalizer keeps: worker 0 would draw the main process's numbers."""
     gseed, offset = (generator or default_generator).take(1)
-    z = (gseed * 0x9E3779B97F4A7C15 + offset) & _MASK64
+    z = (gseed * 0x9E3779B97F4A7C15 + offset + 0x9E3779B97F4A7C15) & _MASK64
     z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
     z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
     return z ^ (z >> 31)
@@ -255,8 +258,12 @@ def _f64_vector(values, what):
 
 class Sampler:
     """Base class: a sampler yields sample indices. Subclasses implement ``indices()``,
-    the epoch's index list as an int64 numpy array, which the loaders read directly.
-    As PyTorch's, it is generic in what it yields (``Sampler[list[int]]``)."""
+    the epoch's index list as an int64 numpy array, which the loaders read directly
+    (as ``type(s).indices(s)``, so that an instance attribute of that name, as
+    SubsetRandomSampler's, hides nothing), or ``__iter__`` as PyTorch's do.
+    As PyTorch's, it is generic in what it yields (``Sampler[list[int]]``), and
+    has no ``__len__``: a sampler without one has no length (``len()`` is a
+    TypeError), and a DataLoader draws its pass as it goes, which may never end."""
 
     __class_getitem__ = classmethod(types.GenericAlias)
 
@@ -266,13 +273,10 @@ class Sampler:
     def _windows(self):
         """The pass's indices in order, as int64 arrays: ``indices()`` whole,
         or, for a sampler too long to hold, consecutive parts drawn as asked for."""
-        yield self.indices()
+        yield type(self).indices(self)
 
     def __iter__(self):
         return itertools.chain.from_iterable(w.tolist() for w in self._windows())
-
-    def __len__(self):
-        raise NotImplementedError
 
 
 class _EpochMixin:
@@ -376,7 +380,7 @@ class RandomSampler(_PassSeedMixin, _EpochMixin, Sampler):
     def _windows(self):
         n, total = _length_of(self.data_source), self.num_samples
         if n == 0 or total <= _PLAN_LIMIT:
-            yield self.indices()
+            yield type(self).indices(self)
             return
         seed = self._draw_seed() if self.seed is None else self._epoch_seed()
         for first in range(0, total, _WINDOW):  # the same draws as indices(), a window at a time
@@ -552,20 +556,29 @@ class WeightedRandomSampler(_PassSeedMixin, WeightedDistributedSampler):
 
 
 class SubsetRandomSampler(_PassSeedMixin, Sampler):
-    """The given indices in a random order, drawn afresh each pass from ``generator``."""
+    """The given indices in a random order, drawn afresh each pass from ``generator``.
+    As PyTorch's, its ``indices`` attribute is the sequence given, read at each pass."""
 
     def __init__(self, indices, generator=None):
-        self.subset = _int_indices(list(indices) if not isinstance(indices, np.ndarray) else indices, "indices")
+        if isinstance(indices, collections.abc.Iterator):  # (a generator would give one pass)
+            indices = list(indices)
+        _subset(indices)  # (checked now, read at each pass)
+        self.indices = indices
         self.generator = _pass_seeds(generator)
 
-    def indices(self):
-        n = len(self.subset)
+    def indices(self):  # (the class's: self.indices is the instance's sequence)
+        subset = _subset(self.indices)
+        n = len(subset)
         if n == 0:
-            return self.subset
-        return self.subset[np.asarray(_C.random_sampler_indices(n, n, False, self._draw_seed()))]
+            return subset
+        return subset[np.asarray(_C.random_sampler_indices(n, n, False, self._draw_seed()))]
 
     def __len__(self):
-        return len(self.subset)
+        return len(self.indices)
+
+
+def _subset(indices):
+    return _int_indices(list(indices) if not isinstance(indices, np.ndarray) else indices, "indices")
 
 
 def _int_indices(values, what):
@@ -591,26 +604,35 @@ def _sampler_indices(sampler):
     ddpc sampler that overrides ``__iter__``)."""
     method = getattr(type(sampler), "indices", None)
     if callable(method) and method is not Sampler.indices and type(sampler).__iter__ is Sampler.__iter__:
-        return _int_indices(sampler.indices(), "sampler")
+        return _int_indices(method(sampler), "sampler")
     return _int_indices(list(sampler), "sampler")
 
 
-def _is_long(sampler):
-    """Whether ``sampler`` is too long to plan a pass of up front (see _PLAN_LIMIT)."""
+def _length(sized):
+    """len(sized), or None where it has no length."""
     try:
-        return len(sampler) > _PLAN_LIMIT
-    except TypeError:  # (no length)
-        return False
+        return len(sized)
+    except (TypeError, NotImplementedError):
+        return None
+
+
+def _is_long(sampler):
+    """Whether a pass over ``sampler`` is drawn as it goes instead of planned up
+    front: it is too long to plan (see _PLAN_LIMIT), or has no length, so may never end."""
+    n = _length(sampler)
+    return n is None or n > _PLAN_LIMIT
 
 
 def _drawn_batches(sampler, batch_size, drop_last, skip=0):
     """(batch number, indices) of a long sampler's pass, drawn a window at a
-    time as they are asked for; the first ``skip`` batches are left out. The
-    first window is drawn now, on the caller's thread (a pass's seed with it)."""
+    time as they are asked for (a batch at a time from a sampler without a
+    length, which may yield slowly, or forever); the first ``skip`` batches
+    are left out. The first window is drawn now, on the caller's thread (a
+    pass's seed with it)."""
     if isinstance(sampler, Sampler) and type(sampler).__iter__ is Sampler.__iter__:
         windows = sampler._windows()
     else:
-        windows = _windows_of(iter(sampler))
+        windows = _windows_of(iter(sampler), _WINDOW if _length(sampler) is not None else batch_size)
     first = next(windows, None)
     return _cut(itertools.chain(() if first is None else (first,), windows), batch_size, drop_last, skip)
 
@@ -628,8 +650,8 @@ def _cut(windows, batch_size, drop_last, skip):
         yield b, rest
 
 
-def _windows_of(it):
-    while window := list(itertools.islice(it, _WINDOW)):
+def _windows_of(it, size):
+    while window := list(itertools.islice(it, size)):
         yield _int_indices(window, "sampler")
 
 
@@ -880,6 +902,8 @@ class TensorDataset(Dataset):
     def _open(self, arrays):
         self._buffers, self._file_backed, self._widen = (list(column) for column in
                                                          zip(*(_as_source(a) for a in arrays)))
+        # Tensors requiring grad, indexed as they are so that rows stay in their graph (as PyTorch's); None elsewhere.
+        self._graphed = [a if isinstance(a, Tensor) and a.requires_grad else None for a in arrays]
         self._paths = [os.fsdecode(a) if isinstance(a, (str, bytes, os.PathLike)) else None for a in arrays]
         for i, buf in enumerate(self._buffers):
             if buf.ndim < 1:
@@ -890,12 +914,13 @@ class TensorDataset(Dataset):
 
     @property
     def tensors(self):
-        return tuple(Tensor(buf) if dtype is None else _widened(Tensor(buf), dtype)
-                     for buf, dtype in zip(self._buffers, self._widen))
+        return tuple(t if t is not None else Tensor(buf) if dtype is None else _widened(Tensor(buf), dtype)
+                     for buf, dtype, t in zip(self._buffers, self._widen, self._graphed))
 
     def __getstate__(self):
         """Pickles ``.npy`` paths as paths and arrays by value (e.g. for spawned DataLoader workers)."""
-        state = {k: v for k, v in self.__dict__.items() if k not in ("_buffers", "_file_backed", "_widen", "_paths")}
+        state = {k: v for k, v in self.__dict__.items()
+                 if k not in ("_buffers", "_file_backed", "_widen", "_paths", "_graphed")}
         state["_sources"] = [p if p is not None else Tensor(buf) if dtype is None
                              else np.asarray(buf).view(dtype).reshape(buf.shape[:-1])
                              for p, buf, dtype in zip(self._paths, self._buffers, self._widen)]
@@ -908,90 +933,15 @@ class TensorDataset(Dataset):
         self._open(sources)
 
     def __getitem__(self, index):
-        return tuple(Tensor(buf)[index] if dtype is None else _widened(Tensor(buf)[index], dtype)
-                     for buf, dtype in zip(self._buffers, self._widen))
+        return tuple(t[index] if t is not None else Tensor(buf)[index] if dtype is None
+                     else _widened(Tensor(buf)[index], dtype)
+                     for buf, dtype, t in zip(self._buffers, self._widen, self._graphed))
 
     def __len__(self):
         return self._buffers[0].shape[0]
 
 
-# ---- collation ---------------------------------------------------------------------------
-
-
-# Integer dtypes ddpc has no tensors of, and the smallest of its own that holds all their values.
-_WIDENED = {np.dtype(np.int8): np.int32, np.dtype(np.int16): np.int32, np.dtype(np.uint16): np.int32,
-            np.dtype(np.uint32): np.int64}
-
-
-def _to_tensor(arr):
-    arr = np.asarray(arr)
-    if arr.dtype == np.uint64:
-        raise TypeError("a uint64 array or scalar has no ddpc dtype that holds all its values (int64 ends at "
-                        "2**63 - 1): convert it in the data set or in a collate_fn of your own")
-    if arr.dtype in _WIDENED:
-        arr = arr.astype(_WIDENED[arr.dtype], order="C")
-    elif not arr.flags.c_contiguous:  # not for 0-d arrays, always contiguous: np.ascontiguousarray makes them 1-d
-        arr = np.ascontiguousarray(arr)
-    try:
-        return from_numpy(arr)
-    except TypeError:  # a dtype ddpc has no tensor for (strings, objects, other byte order): keep the array
-        return arr
-
-
-def default_collate(batch):
-    """Stacks a list of samples: tensors and arrays along a new dim 0, numbers into a
-    1-d tensor (int64 or float64), bools into a bool tensor, strings into a list,
-    tuples/lists per field (into a list), dicts per key. None is a TypeError, as in
-    PyTorch. Unlike PyTorch, int8, int16 and uint16 arrays and numpy scalars become
-    int32 tensors and uint32 ones int64 (ddpc has no such dtypes; every value is
-    kept), and uint64 ones are a TypeError."""
-    elem = batch[0]
-    if elem is None:
-        raise TypeError("default_collate: a sample (or a field of one) is None, which has no batched form: return "
-                        "a value from the data set, or pass a collate_fn that handles None")
-    if isinstance(elem, Tensor):
-        return stack(batch)
-    if isinstance(elem, (str, bytes)):  # also np.str_ and np.bytes_
-        return batch
-    if isinstance(elem, np.ndarray):
-        return _to_tensor(np.stack(batch))
-    if isinstance(elem, (np.generic, bool)):  # numpy scalars keep their dtype
-        return _to_tensor(np.asarray(batch))
-    if isinstance(elem, numbers.Integral):
-        arr = np.asarray(batch)  # ints, or ints with floats among them (as PyTorch: float32)
-        return _to_tensor(arr.astype(np.float32 if arr.dtype.kind == "f" else np.int64))
-    if isinstance(elem, numbers.Real):
-        return _to_tensor(np.asarray(batch, dtype=np.float64))
-    if isinstance(elem, collections.abc.Mapping):
-        collated = {k: default_collate([s[k] for s in batch]) for k in elem}
-        return collated if type(elem) is dict else _rebuild(elem, collated)
-    if isinstance(elem, (tuple, list)):
-        if any(len(s) != len(elem) for s in batch):
-            raise ValueError("each sample in a batch must have the same number of fields")
-        fields = [default_collate(list(field)) for field in zip(*batch)]
-        return type(elem)(*fields) if hasattr(elem, "_fields") else fields  # namedtuples keep their type
-    return batch
-
-
-def default_convert(data):
-    """What an unbatched sample (``batch_size=None``) is handed out as: numpy
-    arrays and numpy scalars as tensors of their shape (a scalar's is ()), also
-    inside dicts, tuples (which become lists, as in PyTorch) and lists;
-    anything else as it is. Arrays of a dtype
-    ddpc has no tensor of stay arrays, but int8, int16, uint16 and uint32 ones
-    are widened as in ``default_collate``, and uint64 ones are a TypeError."""
-    if isinstance(data, (np.ndarray, np.generic)) and not isinstance(data, (np.str_, np.bytes_)):
-        return _to_tensor(data)
-    if isinstance(data, collections.abc.Mapping):
-        converted = {k: default_convert(v) for k, v in data.items()}
-        return converted if type(data) is dict else _rebuild(data, converted)
-    if isinstance(data, tuple) and hasattr(data, "_fields"):
-        return type(data)(*(default_convert(v) for v in data))
-    if isinstance(data, tuple):  # a plain tuple comes out a list, as from PyTorch's
-        return [default_convert(v) for v in data]
-    if isinstance(data, list):
-        return type(data)(default_convert(v) for v in data)
-    return data
+# ---- fetching (collation is _collate.py's) -----------------------------------------------
 
 
 class _Fetcher:
@@ -1061,14 +1011,6 @@ def _samples(dataset, indices):
     return [dataset[i] for i in indices]
 
 
-def _rebuild(like, mapping):
-    """A mapping of ``like``'s type holding ``mapping``'s items, or a dict where that type cannot be made so."""
-    try:
-        return type(like)(mapping)
-    except TypeError:
-        return mapping
-
-
 def _move(value, device, pin_memory):
     if isinstance(value, Tensor):
         if device is not None:
@@ -1106,7 +1048,9 @@ class _Progress:
 
     @property
     def finished(self):
-        return self.done >= self.num_batches if self.order is not None else self.ended
+        """Whether every batch was handed out: a pass of no known length (a stream's, or a sampler's without
+        one) once its iterator said so."""
+        return self.ended if self.num_batches is None else self.done >= self.num_batches
 
     def hand_out(self, task, worker, state, schedule, rng=None):
         """Counts a batch handed out (not one merely prefetched)."""
@@ -1137,6 +1081,13 @@ class _Batches:
 
     def __iter__(self):
         return self
+
+    def __len__(self):
+        """The number of batches of the pass (not of those left), as PyTorch's iterators give: len(loader)."""
+        if self._progress is None or self._progress.num_batches is None:
+            raise TypeError("this pass's number of batches is not known: its sampler (or batch_sampler, or "
+                            "IterableDataset stream) has no len()")
+        return self._progress.num_batches
 
     def __next__(self):
         try:
@@ -1308,16 +1259,19 @@ class _CallerBatches(_Batches):
 def _array_rows(dataset):
     """(TensorDataset, rows) when ``dataset`` is a TensorDataset whose rows the C
     threads can gather (a subclass overriding neither ``__getitem__`` nor
-    ``__getitems__``), maybe through Subsets (``rows`` maps its indices to the
-    TensorDataset's, None for itself); (None, None) otherwise. The Subsets'
-    indices are read as they are now: a loader calls this for each pass, as
-    PyTorch's reads them in each pass."""
+    ``__getitems__``, holding no tensor that requires grad, while
+    ``default_collate_fn_map`` collates tensors as ddpc does), maybe through
+    Subsets (``rows`` maps its indices to the TensorDataset's, None for
+    itself); (None, None) otherwise. The Subsets' indices are read as they are
+    now: a loader calls this for each pass, as PyTorch's reads them in each
+    pass."""
     subsets = []
     while type(dataset) is Subset:
         subsets.append(dataset)
         dataset = dataset.dataset
     if not isinstance(dataset, TensorDataset) or type(dataset).__getitem__ is not TensorDataset.__getitem__ \
-            or hasattr(type(dataset), "__getitems__"):
+            or hasattr(type(dataset), "__getitems__") or any(t is not None for t in dataset._graphed) \
+            or default_collate_fn_map.get(Tensor) is not collate_tensor_fn:
         return None, None
     rows = None
     for subset in subsets:
@@ -1405,6 +1359,10 @@ class DataLoader:
     (a slow batch no longer holds up the ones after it); ``pin_memory_device``
     changes nothing. The arguments come in PyTorch's positional order;
     ddpc's own (``device``, ``prefetch``, ``num_threads``) are keyword-only.
+    As PyTorch's, a ``sampler`` (or ``batch_sampler``) without ``__len__`` is
+    read as the batches are asked for, so it may be endless, and the pass
+    ends when it does (``len()`` of the loader is then a TypeError); ``len()``
+    of an iterator is its pass's number of batches.
 
     ``state_dict()`` / ``load_state_dict()`` resume a pass interrupted in
     the middle (a job restarted from a checkpoint), worker processes' random
@@ -1537,7 +1495,7 @@ class DataLoader:
                              f"this pass has {nb}: the sampler does not give the order it gave then")
         order = np.setdiff1d(np.arange(done, nb, dtype=np.int64), np.asarray(ahead, dtype=np.int64),
                              assume_unique=True)
-        progress = _Progress(order, nb, done, ahead)
+        progress = _Progress(order, nb, done, ahead, base_seed=None if resume is None else resume["base_seed"])
         self._progress = progress
         ds, rows = _array_rows(self.dataset) if self._gathered else (None, None)
         if ds is not None:
@@ -1565,33 +1523,43 @@ class DataLoader:
                              enumerate(tasks), len(tasks), progress)
 
     def _long_pass(self):
-        """(sampler, batch_size, drop_last) where the pass's sampler is too long
-        to plan up front, so its batches are drawn as they are asked for;
-        else None."""
+        """(draw, number of batches) where the pass is drawn as its batches are
+        asked for instead of planned up front: its sampler is too long to plan,
+        or it (or a batch_sampler of the user's) has no length, so may never end
+        (the number of batches is then None); else None. ``draw(skip)`` gives
+        the pass's (batch number, indices) from batch ``skip`` on."""
         bs = self._batch_sampler
         if bs is None and self.batch_size is not None:
             sampler, size, drop = self.sampler, self.batch_size, self.drop_last
         elif isinstance(bs, BatchSampler) and type(bs).__iter__ is BatchSampler.__iter__:
             sampler, size, drop = bs.sampler, bs.batch_size, bs.drop_last
-        else:
+        else:  # the sampler's elements as they are (no automatic batching), or a batch_sampler's lists
+            source = self.sampler if bs is None else bs
+            if _length(source) is not None:
+                return None
+            tasks = ([key] for key in source) if bs is None else \
+                (_int_indices(list(b), "batch_sampler").tolist() for b in source)
+            return (lambda skip: itertools.islice(enumerate(tasks), skip, None)), None
+        if not _is_long(sampler):
             return None
-        return (sampler, size, drop) if _is_long(sampler) else None
+        n = _length(sampler)
+        nb = None if n is None else n // size if drop else -(-n // size)
+        return (lambda skip: ((b, batch.tolist()) for b, batch in _drawn_batches(sampler, size, drop, skip))), nb
 
-    def _drawn_pass(self, fetcher, resume, sampler, batch_size, drop_last):
-        """A pass over a long sampler: each batch fetched as a generic data
-        set's (arrays too), from indices drawn a window at a time."""
-        n = len(sampler)
-        nb = n // batch_size if drop_last else -(-n // batch_size)
+    def _drawn_pass(self, fetcher, resume, draw, nb):
+        """A pass drawn as it goes (see _long_pass): each batch fetched as a
+        generic data set's (arrays too); ``nb`` batches, or None where it ends
+        when its sampler ends."""
         done, ahead = (0, ()) if resume is None else (resume["batches_yielded"], resume["batches_ahead"])
         if resume is not None and resume["num_batches"] not in (None, nb):
             raise ValueError(f"DataLoader: the state was taken in a pass of {resume['num_batches']} batches, but "
                              f"this pass has {nb}: the sampler does not give the order it gave then")
         skip = set(ahead)
-        progress = _Progress(_Order(done, skip), nb, done, ahead)
+        progress = _Progress(_Order(done, skip), nb, done, ahead,
+                             base_seed=None if resume is None else resume["base_seed"])
         self._progress = progress
-        tasks = ((b, batch.tolist()) for b, batch in _drawn_batches(sampler, batch_size, drop_last, done)
-                 if b not in skip)
-        remaining = nb - done - len(skip)
+        tasks = ((b, indices) for b, indices in draw(done) if b not in skip)
+        remaining = 0 if nb is None else nb - done - len(skip)  # (only a length hint)
         if self.num_workers:
             return self._in_workers(fetcher, tasks, progress, resume, remaining)
         return self._batches(lambda task: (self._finish(fetcher.fetch(task[1][1])), (task[0], None, None, None)),
@@ -1603,7 +1571,7 @@ class DataLoader:
         progress = _Progress(None, None, streams=streams)
         if resume is not None:
             progress.done, progress.schedule = resume["batches_yielded"], resume["schedule"]
-            progress.streams = [list(s) for s in resume["streams"]]
+            progress.streams, progress.base_seed = [list(s) for s in resume["streams"]], resume["base_seed"]
         self._progress = progress
         if self.num_workers:
             return self._in_workers(fetcher, None, progress, resume)
@@ -1635,7 +1603,9 @@ class DataLoader:
 
     def _batches(self, fetch, batches, remaining, progress):
         if self._threaded:
-            batches = _ThreadedBatches(fetch, batches, self.prefetch, remaining, self.timeout, _next_seed(self.generator))
+            if progress.base_seed is None:  # (a resumed pass keeps the seed its thread had: none is drawn again)
+                progress.base_seed = _next_seed(self.generator)
+            batches = _ThreadedBatches(fetch, batches, self.prefetch, remaining, self.timeout, progress.base_seed)
         else:
             batches = _CallerBatches(fetch, batches, remaining)
         batches._progress = progress
@@ -1810,9 +1780,10 @@ class DataLoader:
             raise ValueError(f"DataLoader.load_state_dict: {done} batches handed out of a pass of {nb}")
         ahead = values["batches_ahead"]
         if not isinstance(ahead, (list, tuple)) or any(
-                isinstance(b, bool) or not isinstance(b, numbers.Integral) or not done < b < (nb or 0) for b in ahead):
+                isinstance(b, bool) or not isinstance(b, numbers.Integral) or not done < b
+                or (nb is not None and b >= nb) or values["streams"] is not None for b in ahead):
             raise ValueError(f"DataLoader.load_state_dict: batches_ahead must list batch numbers after the "
-                             f"{done} handed out and below {nb}, got {ahead!r}")
+                             f"{done} handed out{'' if nb is None else f' and below {nb}'}, got {ahead!r}")
         streams = values["streams"]
         if streams is not None and (
                 not self._iterable or not isinstance(streams, (list, tuple))
@@ -1927,6 +1898,9 @@ class _Single:
 
     def __next__(self):
         return next(self._batches)[0]
+
+    def __len__(self):
+        return len(self._batches)
 
     def close(self):
         self._batches.close()
