@@ -119,7 +119,32 @@ def test_arithmetic_and_promotion():
         a - b
     with pytest.raises(RuntimeError, match="Negation, the `-` operator, on a bool tensor is not supported"):
         -a
-    assert (a - 1).tolist() == [0, 0, -1]
+    for sub in (lambda: a - 1, lambda: 1.5 - a, lambda: ddpc.tensor([1, 2, 3]) - a, lambda: ddpc.sub(a, 2, alpha=2)):
+        with pytest.raises(RuntimeError, match="Subtraction, the `-` operator, with a bool tensor is not supported"):
+            sub()
+
+
+def test_in_place_ops_on_bool_keep_bool_results_and_refuse_others():
+    """As PyTorch: a bool tensor takes an in-place result that is bool and
+    refuses any other (int64 from an int operand), and the ops without a bool
+    form (subtraction, rounding, abs) raise; the tensor is left unchanged."""
+    m, n, x = ddpc.tensor([True, False, True]), ddpc.tensor([True, True, False]), ddpc.tensor([1, 0, 2])
+    for op in (lambda: m.__iadd__(1), lambda: m.__imul__(2), lambda: m.__ifloordiv__(2), lambda: m.__imod__(2),
+               lambda: m.__ipow__(2), lambda: m.__iand__(1), lambda: m.__ior__(2), lambda: m.__iadd__(x),
+               lambda: m.div_(2, rounding_mode="floor"), lambda: m.remainder_(2), lambda: m.fmod_(2)):
+        with pytest.raises(RuntimeError, match="result type ddpc.int64 can't be cast"):
+            op()
+    for op in (lambda: m.__isub__(1), lambda: m.__isub__(n), lambda: x.__isub__(m), lambda: x.sub_(m, alpha=2),
+               lambda: m.abs_(), lambda: m.floor_(), lambda: m.round_(), lambda: m.__ifloordiv__(n),
+               lambda: m.__imod__(n), lambda: m.__ipow__(n), lambda: m.div_(n, rounding_mode="trunc")):
+        with pytest.raises(RuntimeError):
+            op()
+    assert m.tolist() == [True, False, True] and x.tolist() == [1, 0, 2]
+    m += n
+    m *= ddpc.tensor([True, False, True])
+    m ^= n
+    assert m.dtype is ddpc.bool and m.tolist() == [False, True, True]
+    assert m.add_(n, alpha=2).tolist() == [True, True, True] and m.sign_().tolist() == [True, True, True]
 
 
 def test_casts():

@@ -114,13 +114,36 @@ def test_printing_matches_pytorch():
         repr(torch.tensor([], dtype=torch.bool))
 
 
-@pytest.mark.parametrize("expr", ["a - b", "-a", "a - True"])
+@pytest.mark.parametrize("expr", ["a - b", "-a", "a - True", "a - 1", "2.5 - a", "i - a", "a.sub(i, alpha=2)"])
 def test_errors_match_pytorch(expr):
     with pytest.raises(RuntimeError) as want:
-        eval(expr, {"a": torch.tensor([True]), "b": torch.tensor([False])})
+        eval(expr, {"a": torch.tensor([True]), "b": torch.tensor([False]), "i": torch.tensor([3])})
     with pytest.raises(RuntimeError) as got:
-        eval(expr, {"a": ddpc.tensor([True]), "b": ddpc.tensor([False])})
+        eval(expr, {"a": ddpc.tensor([True]), "b": ddpc.tensor([False]), "i": ddpc.tensor([3])})
     assert str(got.value) == str(want.value)
+
+
+# In-place ops on a bool tensor m (n another, x an int64 one): PyTorch keeps the bool
+# results and refuses the others, and the ops that have no bool form.
+_IN_PLACE = ["m += 1", "m += x", "m -= 1", "m -= n", "m *= 2", "m //= 2", "m //= n", "m %= 2", "m %= n", "m **= 2",
+             "m **= n", "m &= 1", "m |= 2", "m ^= 1", "m.add_(1)", "m.sub_(n)", "m.div_(2, rounding_mode='floor')",
+             "m.div_(n, rounding_mode='trunc')", "m.remainder_(2)", "m.fmod_(n)", "m.abs_()", "m.floor_()",
+             "m.round_()", "m.clamp_(min=0)", "m.square_()", "x -= m", "x.sub_(m, alpha=2)",
+             "m += n", "m += True", "m *= n", "m *= True", "m &= n", "m |= n", "m ^= n", "m **= True",
+             "m.add_(n, alpha=2)", "m.mul_(n)", "m.logical_and_(n)", "m.logical_or_(x)", "m.sign_()", "m.sgn_()"]
+
+
+def test_in_place_ops_on_bool_refuse_what_pytorch_refuses():
+    def run(lib, stmt):
+        names = {"m": lib.tensor([True, False, True]), "n": lib.tensor([True, True, False]), "x": lib.tensor([1, 0, 2])}
+        try:
+            exec(stmt, names)
+        except RuntimeError:
+            return "raises"
+        return [(names[k].tolist(), str(names[k].dtype).split(".")[1]) for k in ("m", "x")]
+
+    differ = [(stmt, run(ddpc, stmt), run(torch, stmt)) for stmt in _IN_PLACE]
+    assert not [d for d in differ if d[1] != d[2]]
 
 
 def test_mean_error_matches_pytorch():

@@ -441,6 +441,16 @@ def test_gradients_at_zero_and_singular_points():
     np.testing.assert_allclose(d.grad.numpy(), np.diag([0.0, 0.0, 6.0]), atol=1e-12)
 
 
+def test_zero_norms_are_recorded_with_zero_gradients():
+    """The 0-norm counts the non-zero elements: piecewise constant, so its
+    gradient is zeros, but it is in the graph, as PyTorch's."""
+    x, y = t([1.5, 0.0, -2.0], requires_grad=True), t([1.5, 1.0, 3.0], requires_grad=True)
+    norms = (LA.vector_norm(x, 0), ddpc.norm(x, 0), x.norm(0, dim=0), ddpc.dist(x, y, 0))
+    assert [n.item() for n in norms] == [2.0] * 4 and all(n.requires_grad for n in norms)
+    sum(norms).backward()
+    assert x.grad.tolist() == [0.0] * 3 and y.grad.tolist() == [0.0] * 3
+
+
 HVP_CASES = {
     "inv": (lambda a: (LA.inv(a) ** 2).sum(), [A[0, 0]]),
     "solve": (lambda a, b: (LA.solve(a, b) ** 2).sum(), [A[0, 0], B[0, 0]]),

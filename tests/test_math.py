@@ -512,6 +512,17 @@ def test_fmod_and_remainder_gradients():
         np.testing.assert_array_equal(y.grad.numpy(), -q.sum(1, keepdims=True))
 
 
+def test_rounded_division_gradients_are_zeros():
+    """div's rounding modes are recorded with zero gradients, as PyTorch's
+    (floor_divide stays outside the graph: PyTorch's backward raises there)."""
+    x, y = ddpc.tensor([[5.3, -5.3, 7.1]], requires_grad=True), ddpc.tensor([[2.0], [-3.0]], requires_grad=True)
+    out = x.div(y, rounding_mode="floor") + ddpc.div(x, 2, rounding_mode="trunc")
+    assert out.requires_grad
+    (out * 3).sum().backward()
+    assert x.grad.tolist() == [[0.0, 0.0, 0.0]] and y.grad.tolist() == [[0.0], [0.0]]
+    assert not ddpc.floor_divide(x, y).requires_grad and not (x // 2).requires_grad
+
+
 def test_integer_division_with_rounding_is_exact_beyond_2_53():
     a = np.array([2 ** 62 + 1, -(2 ** 62) - 3, 2 ** 53 + 1, -7, 7, 0, -(2 ** 63)], dtype=np.int64)
     b = np.array([3, -3, 7, 2, -2, 5, 1], dtype=np.int64)

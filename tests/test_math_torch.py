@@ -61,7 +61,7 @@ SPECIAL_CASES = {
     "rpow_number": lambda L, a, b: L.stack([e ** a for e in SPECIAL]),
     "fmod": lambda L, a, b: L.fmod(a, b),
     "remainder": lambda L, a, b: L.remainder(a, b) + b.remainder(1.5) + (-2.5) % a.detach(),
-    # (outputs only: PyTorch's rounding divisions give zero gradients, ddpc's none)
+    # (outputs only: PyTorch's floor_divide has no backward; div's zero gradients are in test_math.py)
     "floor_divide": lambda L, a, b: L.stack([a.detach() // b.detach(), L.floor_divide(a.detach(), -1.5),
                                              L.div(a.detach(), b.detach(), rounding_mode="floor")]),
     "div_trunc": lambda L, a, b: L.stack([L.div(a.detach(), b.detach(), rounding_mode="trunc"),

@@ -108,6 +108,26 @@ def test_prod_cumsum_cumprod(dtype):
     close(ddpc.cumsum(a, 1, dtype=ddpc.float64), np.cumsum(x, 1))
 
 
+def test_sums_and_products_in_a_narrow_integer_dtype_wrap_to_it():
+    """dtype=int32 gives int32, the int64 result wrapped, as PyTorch's."""
+    a = ddpc.tensor([2 ** 31 - 1, 1, 3], dtype=ddpc.int32)
+    for out in (a.sum(dtype=ddpc.int32), a.sum(0, dtype=ddpc.int32), ddpc.nansum(a, dtype=ddpc.int32),
+                ddpc.nansum(a, 0, dtype=ddpc.int32)):
+        assert out.dtype is ddpc.int32 and out.item() == -2 ** 31 + 3
+    for out in (a.prod(dtype=ddpc.int32), a.prod(0, dtype=ddpc.int32)):
+        assert out.dtype is ddpc.int32 and out.item() == 2 ** 31 - 3  # (2**31 - 1) * 3 wrapped
+    assert ddpc.tensor([200, 100]).sum(dtype=ddpc.uint8).item() == 44
+
+
+def test_running_sums_and_products_in_a_narrow_integer_dtype_wrap_to_it():
+    """cumsum and cumprod with dtype=int32 run in int64 and wrap to int32, as PyTorch's."""
+    a = ddpc.tensor([2 ** 31 - 1, 1, 3])
+    cumsum, cumprod = a.cumsum(0, dtype=ddpc.int32), ddpc.cumprod(a, 0, dtype=ddpc.int32)
+    assert cumsum.dtype is ddpc.int32 and cumsum.tolist() == [2 ** 31 - 1, -2 ** 31, -2 ** 31 + 3]
+    assert cumprod.dtype is ddpc.int32 and cumprod.tolist() == [2 ** 31 - 1, 2 ** 31 - 1, 2 ** 31 - 3]
+    assert ddpc.tensor([200, 100]).cumsum(0, dtype=ddpc.uint8).tolist() == [200, 44]
+
+
 def test_float32_prod_multiplies_in_float32_and_cumprod_in_double():
     """As PyTorch's CPU ops: a running float32 product that leaves the range
     gives inf or 0 even where the whole product fits; cumprod carries on in

@@ -299,8 +299,9 @@ def _pnorm(d, p, dim, keepdim=False):
         if any(d.shape[k] == 0 for k in dims):
             raise ArgumentError(f"the {p:g} norm over an empty dim has no value (a negative order has no identity)")
         return _ag.pow(_ag.sum(_ag.pow(_ag.abs(d), p), dims, keepdim), 1.0 / p)
-    if p == 0:
-        return _ag.sum((d.detach() != 0).to(dtype=d.dtype), dim, keepdim)
+    if p == 0:  # the number of non-zero elements: piecewise constant, its gradient zeros
+        out = _ag.sum((d.detach() != 0).to(dtype=d.dtype), dim, keepdim)
+        return _ag._attach(out, _ag._ZeroBackward((d,), "NormBackward")) if _ag._needs_grad(d) else out
     if p == math.inf:
         return _ag.amax(_ag.abs(d), dim, keepdim)
     if p == 1:

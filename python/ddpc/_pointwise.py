@@ -62,6 +62,7 @@ def add(input, other, *, alpha=1):
 
 def sub(input, other, *, alpha=1):
     """input - alpha * other."""
+    _ag.check_bool_sub(input, other)  # before alpha scales a bool other to int64
     return _ag.sub(*_operands(input, other, alpha, "sub"))
 
 
@@ -84,6 +85,8 @@ def _rounded_division(a, b, op, what):
     promoted dtype (16-bit floats through float32). An integer zero divisor
     raises ZeroDivisionError, as in PyTorch."""
     dt = result_type(a, b)
+    if dt is bool_:
+        raise NotImplementedError(f"{what}: not implemented for bool tensors")
     if not dt.is_floating_point and b.numel() and bool(_ag.any_(b == 0)):
         raise ZeroDivisionError(f"{what}: integer division by zero")
     work = float32 if dt in _ag._HALVES else dt
@@ -145,8 +148,10 @@ def remainder(input, other):
 
 def floor_divide(input, other):
     """input / other rounded down, in the operands' promoted dtype (as PyTorch's
-    floor_divide since 1.13); no gradient flows through it."""
-    return div(input, other, rounding_mode="floor")
+    floor_divide since 1.13); no gradient flows through it (PyTorch's backward
+    raises, where div's rounding modes give zeros)."""
+    a, b = _pair(input, other, "floor_divide")
+    return _rounded_division(a, b, _DIV_FLOOR, "floor_divide")
 
 
 def div(input, other, *, rounding_mode=None):
@@ -154,13 +159,16 @@ def div(input, other, *, rounding_mode=None):
     rounds toward zero and 'floor' down, keeping the promoted dtype, as
     PyTorch's: 'trunc' is trunc(input / other), 'floor' Python's // (the
     exact remainder taken out first), and a zero quotient keeps the sign of
-    input / other. The rounded forms have no gradient, as in PyTorch."""
+    input / other. The rounded forms' gradients are zeros, as in PyTorch."""
     if rounding_mode is None:
         return _ag.div(*_operands(input, other, 1, "div"))
     if rounding_mode not in ("trunc", "floor"):
         raise ArgumentError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
     a, b = _pair(input, other, "div")
-    return _rounded_division(a, b, _DIV_TRUNC if rounding_mode == "trunc" else _DIV_FLOOR, "div")
+    out = _rounded_division(a, b, _DIV_TRUNC if rounding_mode == "trunc" else _DIV_FLOOR, "div")
+    if _ag._needs_grad(a, b):
+        _ag._attach(out, _ag._ZeroBackward((a, b), "DivBackward"))
+    return out
 
 
 divide = true_divide = div
@@ -560,7 +568,7 @@ def nansum(input, dim=None, keepdim=False, *, dtype=None):
     """The sum (over ``dim``) with NaN counted as zero."""
     if dtype is not None:
         input = input.to(dtype=dtype)
-    return _ag.sum(_not_nan(input), dim, keepdim)
+    return _ag.sum(_not_nan(input), dim, keepdim, dtype=dtype)
 
 
 def nanmean(input, dim=None, keepdim=False, *, dtype=None):

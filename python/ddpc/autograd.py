@@ -1268,15 +1268,23 @@ _SWAPPED = {_ADD: _ADD, _SUB: _RSUB, _MUL: _MUL, _DIV: _RDIV, _MAX: _MAX, _MIN: 
 
 _BOOL_SUB = ("Subtraction, the `-` operator, with two bool tensors is not supported. Use the `^` or "
              "`logical_xor()` operator instead.")
+_BOOL_SUB_ONE = ("Subtraction, the `-` operator, with a bool tensor is not supported. If you are trying to invert a "
+                 "mask, use the `~` or `logical_not()` operator instead.")
 _BOOL_NEG = ("Negation, the `-` operator, on a bool tensor is not supported. If you are trying to invert a mask, use "
              "the `~` or `logical_not()` operator instead.")
 
 
+def check_bool_sub(a, b):
+    """PyTorch refuses a - b where either operand is bool (a Python bool counts as one)."""
+    a_bool, b_bool = (v.dtype is bool_ if isinstance(v, Tensor) else isinstance(v, (bool, np.bool_)) for v in (a, b))
+    if a_bool or b_bool:
+        raise RuntimeError(_BOOL_SUB if a_bool and b_bool else _BOOL_SUB_ONE)
+
+
 def _binary(a, b, op):
     """a op b for op in add/sub/mul/div, a a Tensor, b a Tensor or a number."""
-    if op in (_SUB, _RSUB) and a.dtype is bool_ and (b.dtype is bool_ if isinstance(b, Tensor)
-                                                     else isinstance(b, (bool, np.bool_))):
-        raise RuntimeError(_BOOL_SUB)
+    if op in (_SUB, _RSUB):
+        check_bool_sub(a, b)
     if _complex.is_complex_operand(a) or _complex.is_complex_operand(b):
         return _complex.binary(a, b, op)
     if isinstance(b, Tensor) and b.is_sparse:  # dense + sparse is dense (sparse + x goes through SparseTensor)
@@ -1428,6 +1436,25 @@ class _SlopeBackward(Node):
     def backward(self, gg):
         return (mul(gg, self.slope) if self.edges[0] is not None else None,
                 _zeros(self.x_shape, self.x) if self.edges[1] is not None else None)
+
+
+class _ZeroBackward(Node):
+    """An output that is piecewise constant in its inputs and that PyTorch
+    still records (div's rounding modes, the 0-norm): each input's gradient
+    is zeros, of its shape and dtype."""
+
+    double_backward = True  # zeros are constants: a create_graph pass has nothing to record
+
+    def __init__(self, inputs, name):
+        super().__init__(inputs, ())
+        self.like, self._name = tuple((t.shape, t.dtype) for t in inputs), name
+
+    def name(self):
+        return self._name
+
+    def backward(self, g):
+        return tuple(_zeros(shape, g, dtype) if e is not None else None
+                     for (shape, dtype), e in zip(self.like, self.edges))
 
 
 def _between(x, lo, hi):
@@ -1597,6 +1624,8 @@ def pow(input, exponent):
     if input.dtype.is_complex:
         return _complex.pow(input, exponent)
     if isinstance(exponent, Tensor) or not input.dtype.is_floating_point:
+        if isinstance(exponent, Tensor) and input.dtype is bool_ and exponent.dtype is bool_:
+            raise NotImplementedError("pow: not implemented for bool tensors")
         if (isinstance(exponent, numbers.Integral) and exponent < 0 and not input.dtype.is_floating_point):
             raise RuntimeError("Integers to negative integer powers are not allowed.")
         return _binary(input, _operand(exponent, input, "pow"), _POWER)
@@ -1670,6 +1699,8 @@ def hardsigmoid(x):
 
 # Exact on integers, which keep their dtype (the other unary functions compute in float32).
 _INTEGER_UNARY = (_ABS, _SQUARE, _SIGN, _FLOOR, _CEIL, _TRUNC, _ROUND)
+# Those that PyTorch has no bool kernel for.
+_NOT_FOR_BOOL = {_ABS: "abs", _FLOOR: "floor", _CEIL: "ceil", _TRUNC: "trunc", _ROUND: "round"}
 
 
 def _math(x, op, p=0.0, q=0.0):
@@ -1678,8 +1709,12 @@ def _math(x, op, p=0.0, q=0.0):
     if not (isinstance(x, Tensor) and not x.dtype.is_floating_point and not x.dtype.is_complex and
             op in _INTEGER_UNARY):
         return _unary(x, op, p, q)
-    if op == _SQUARE:
-        return mul(x, x)
+    if x.dtype is bool_ and op in _NOT_FOR_BOOL:
+        raise NotImplementedError(f"{_NOT_FOR_BOOL[op]}: not implemented for bool tensors")
+    if op == _SQUARE:  # a mask's square is int64, as PyTorch's pow(mask, 2)
+        return mul(x, x.to(dtype=int64) if x.dtype is bool_ else x)
+    if op == _SIGN and x.dtype is bool_:  # a mask's sign is the mask, as PyTorch's
+        return clone(x)
     if op in (_ABS, _SIGN):
         sgn = sub(x._binary(0, _GT), x._binary(0, _LT))
         return mul(x, sgn) if op == _ABS else sgn
@@ -2488,9 +2523,10 @@ def _one_dim(a, dim):
 
 @autocast_op("float32_cuda")
 def sum(input, dim=None, keepdim=False, *, dtype=None):
-    """The sum of all elements or over ``dim``, in ``dtype`` when given (a cast first, as PyTorch's)."""
+    """The sum of all elements or over ``dim``, in ``dtype`` when given (a cast
+    first, as PyTorch's, and the int64 sum of integers cast back, wrapping)."""
     if dtype is not None or input.dtype is bool_:  # bool sums count, in int64
-        return sum(input.to(dtype=dtype or int64), dim, keepdim)
+        return sum(input.to(dtype=dtype or int64), dim, keepdim).to(dtype=dtype or int64)
     if input.dtype.is_complex:
         return _complex.sum(input, dim, keepdim)
     if isinstance(dim, (tuple, list)) and len(dim) != 1:
@@ -2681,6 +2717,12 @@ def _fold_dtype(a, dtype):
     return a.dtype if a.dtype.is_floating_point else int64
 
 
+def _folds_in_int64(dt):
+    """Whether sums and products in dt run in int64, then wrap back to dt as
+    PyTorch's: the integer dtypes narrower than int64."""
+    return not (dt.is_floating_point or dt.is_complex or dt in (int64, bool_))
+
+
 def _fold(a, dim, op, flags):
     """The fold op of _C along one dim (a float32, float64 or int64, outside the graph)."""
     shape = a.shape if flags & _CUMULATIVE else a.shape[:dim] + a.shape[dim + 1:]
@@ -2709,6 +2751,8 @@ def cumsum(input, dim, dtype=None):
     dt = _fold_dtype(input, dtype)
     if dt in _HALVES:
         return cumsum(input.to(dtype=float32), dim).to(dtype=dt)
+    if _folds_in_int64(dt):
+        return cumsum(input.to(dtype=dt), dim).to(dtype=dt)
     x = input if input.dtype is dt else input.to(dtype=dt)
     if x.ndim == 0:
         return clone(x)
@@ -2797,6 +2841,8 @@ def prod(input, dim=None, keepdim=False, dtype=None):
     dt = _fold_dtype(input, dtype)
     if dt in _HALVES:
         return prod(input.to(dtype=float32), dim, keepdim).to(dtype=dt)
+    if _folds_in_int64(dt):
+        return prod(input.to(dtype=dt), dim, keepdim).to(dtype=dt)
     x = input if input.dtype is dt else input.to(dtype=dt)
     if dim is None:
         return reshape(prod(reshape(x, (-1,)), 0), (1,) * input.ndim if keepdim else ())
@@ -2841,6 +2887,8 @@ def cumprod(input, dim, dtype=None):
     dt = _fold_dtype(input, dtype)
     if dt in _HALVES:
         return cumprod(input.to(dtype=float32), dim).to(dtype=dt)
+    if _folds_in_int64(dt):
+        return cumprod(input.to(dtype=dt), dim).to(dtype=dt)
     x = input if input.dtype is dt else input.to(dtype=dt)
     if x.ndim == 0:
         return clone(x)
@@ -4036,11 +4084,12 @@ def inplace_apply(t, fn, what, others=()):
 
 def check_inplace_result(t, res):
     """An in-place op's result, computed aside, checked to fit the tensor it goes
-    into and cast to its dtype: as in PyTorch, any cast but floating to integer."""
+    into and cast to its dtype: as in PyTorch, any cast but floating to integer,
+    complex to real, or anything but bool to bool."""
     if res.shape != t.shape:
         raise ArgumentError(f"in-place op: the result's shape {res.shape} is not the tensor's {t.shape}")
     if (res.dtype.is_floating_point and not (t.dtype.is_floating_point or t.dtype.is_complex)) or \
-            (res.dtype.is_complex and not t.dtype.is_complex):
+            (res.dtype.is_complex and not t.dtype.is_complex) or (t.dtype is bool_ and res.dtype is not bool_):
         raise DtypeError(f"result type {res.dtype} can't be cast to the in-place output's dtype {t.dtype}")
     return res if res.dtype is t.dtype else res.to(dtype=t.dtype)
 

@@ -784,10 +784,11 @@ class Tensor:
     def __neg__(self): return _ag.neg(self)
     def __pow__(self, e): return _ag.pow(self, e)
     def __rpow__(self, base): return _ag.rpow(self, base)
-    def __ipow__(self, e): return self.copy_(_ag.pow(self, e)) if not _in_graph(self, e) else _ag.inplace_apply(
-        self, lambda t: _ag.pow(t, e), "pow_")
+    def __ipow__(self, e): return self.pow_(e)
     def __matmul__(self, o): return _ag.matmul(self, o)
     def _inplace(self, o, op):
+        if op == _SUB:
+            _ag.check_bool_sub(self, o)
         if isinstance(o, Tensor) and o.is_sparse:  # the engine's dense_grad += sparse_grad, optimizers' p.add_(sparse)
             if op not in (_ADD, _SUB):
                 raise NotImplementedError("in-place mul or div of a dense tensor by a sparse COO one: convert it "
@@ -962,8 +963,13 @@ class Tensor:
     gt = __gt__
     ge = __ge__
 
-    def add_(self, o, *, alpha=1): return self.__iadd__(o if alpha == 1 else o * alpha)
-    def sub_(self, o, *, alpha=1): return self.__isub__(o if alpha == 1 else o * alpha)
+    def add_(self, o, *, alpha=1):
+        if self.dtype is bool_:  # PyTorch takes alpha as a bool here, so that mask.add_(mask2, alpha=2) stays bool
+            alpha = bool(alpha)
+        return self.__iadd__(o if alpha == 1 else o * alpha)
+    def sub_(self, o, *, alpha=1):
+        _ag.check_bool_sub(self, o)  # before alpha scales a bool o to int64
+        return self.__isub__(o if alpha == 1 else o * alpha)
     def mul_(self, o): return self.__imul__(o)
 
     def div_(self, o, *, rounding_mode=None):
