@@ -532,3 +532,39 @@ def test_a_future_made_alone_is_completed_by_hand():
     assert [f.wait() for f in both.wait()] == [21, "from a thread"]
     assert ddpc.futures.wait_all([fut, other]) == [21, "from a thread"]
     timer.join()
+
+
+def test_collectives_write_through_copies_standing_for_views_and_fill_outputs_as_pytorch(tmp_path):
+    run_ranks(2, """
+    import ddpc.distributed.nn.functional as F
+    # A transposed or column view (a copy in ddpc) takes the result, and so does the tensor it views.
+    x = ddpc.arange(6.0).reshape(2, 3) + rank
+    dist.all_reduce(x.t())
+    assert x.tolist() == [[1.0, 3.0, 5.0], [7.0, 9.0, 11.0]], x.tolist()
+    y = ddpc.full((2, 3), float(rank))
+    dist.broadcast(y[:, 1], src=1)
+    assert y.tolist() == [[rank, 1.0, rank], [rank, 1.0, rank]], y.tolist()
+    z = ddpc.ones(3, 2) * (rank + 1)
+    z.add_(0)  # (a write into z after the view below was made: the collective reads z's current values)
+    zt = z.t()
+    z.mul_(2)
+    dist.all_reduce(zt, async_op=True).wait()
+    assert z.tolist() == [[6.0, 6.0]] * 3 and zt.tolist() == [[6.0] * 3] * 2, (z.tolist(), zt.tolist())
+    # all_gather_object fills a longer list's first entries, as PyTorch's
+    objs = [None, None, "kept"]
+    dist.all_gather_object(objs, {"rank": rank})
+    assert objs == [{"rank": 0}, {"rank": 1}, "kept"], objs
+    # the autograd-aware collectives fill the outputs they are given
+    out = ddpc.zeros(2)
+    got = F.reduce_scatter(out, [ddpc.ones(2) * (rank + i) for i in range(2)])
+    assert out.tolist() == got.tolist() == [2 * rank + 1.0] * 2, out.tolist()
+    out = ddpc.zeros(4)
+    got = F.all_to_all_single(out, ddpc.arange(4.0) + 10 * rank)
+    assert out.tolist() == got.tolist() == [2.0 * rank, 2.0 * rank + 1, 10 + 2.0 * rank, 11 + 2.0 * rank], out.tolist()
+    outs = [ddpc.zeros(1), ddpc.zeros(1)]
+    F.all_to_all(outs, [ddpc.full((1,), 10.0 * rank + i) for i in range(2)])
+    assert [o.item() for o in outs] == [rank, 10.0 + rank], outs
+    whole = ddpc.zeros(4)
+    F._all_gather_base(whole, ddpc.full((2,), float(rank)))
+    assert whole.tolist() == [0.0, 0.0, 1.0, 1.0]
+    """, tmp_path)

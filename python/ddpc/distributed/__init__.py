@@ -59,6 +59,7 @@ from .._C import (DistBackendError, DistBackendTimeoutError, DistError, DistNetw
                   DistStoreError, DistStoreTimeoutError, DistTimeoutError, QueueEmptyError)
 from .._dtype import device as _device_of, real_pairs
 from .._procs import new_token
+from ..tensor import _refresh, _write_back
 from . import _debug
 from ._debug import DebugLevel, breakpoint, get_debug_level, set_debug_level, set_debug_level_from_env
 from ._process_group import (AllgatherOptions, AllreduceCoalescedOptions, AllreduceOptions, AllToAllOptions,
@@ -1014,7 +1015,7 @@ class _Arg:
 
     def __init__(self, t, group, writable=True):
         buf = getattr(t, "_buf", t)
-        self.device_buf = None
+        self.device_buf = self.copy = None
         if group.backend == "nccl" and not (isinstance(buf, _C.Buffer) and buf.device >= 0):
             raise TypeError(f"the nccl backend reduces CUDA tensors; got {type(t).__name__} on the host (move "
                             "it with .cuda(), use backend='cpu', or init_process_group() without a backend, "
@@ -1023,11 +1024,14 @@ class _Arg:
             self.code = _dtype_code(buf.dtype)
             self.numel = buf.numel
             buf = real_pairs(buf)  # a complex tensor as its view_as_real pairs, as in PyTorch
+            # A copy standing for a view (x.t(), x[:, 0]) goes with its source's current values, and a result
+            # written into it goes back into the source when the collective finishes, as through PyTorch's view.
+            self.copy = t if getattr(t, "_not_a_view", None) is not None else None  # (a Tensor's; a Buffer is itself)
+            if self.copy is not None:
+                _refresh(t)
+                if not writable:
+                    self.copy = None
             if writable:
-                if getattr(t, "_not_a_view", None) is not None:  # (a Tensor's; a Buffer is itself)
-                    raise ValueError(f"collectives write into contiguous tensors only, and this one is a copy made "
-                                     f"by {t._not_a_view.what} (as PyTorch refuses a non-contiguous view); pass "
-                                     "x[index].contiguous() and assign the result back (x[index] = result)")
                 buf.bump_version()  # an in-place write, as autograd counts them
             if buf.device >= 0 and group.backend != "nccl":
                 # A blocking copy waits for the compute stream only: a whole-device
@@ -1055,6 +1059,12 @@ class _Arg:
     def finish(self):
         if self.device_buf is not None:
             _C.copy(self.device_buf, self.obj)
+        if self.copy is not None:
+            _write_back(self.copy)
+
+    def after(self):
+        """What must run once the collective is done, or None."""
+        return self.finish if self.device_buf is not None or self.copy is not None else None
 
 
 _UNSET = object()  # (a Future's value not given)
@@ -1352,7 +1362,7 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
 
 def _all_reduce(api, tensor, op, g, async_op, timeout=None):
     a = _Arg(tensor, g)
-    return _launch(api, g, g._c.all_reduce, async_op, _finisher(a.device_buf and a.finish), a.obj, a.code,
+    return _launch(api, g, g._c.all_reduce, async_op, _finisher(a.after()), a.obj, a.code,
                    _reduce_op(op, g, a.code), outputs=[tensor], timeout=timeout)
 
 
@@ -1366,7 +1376,7 @@ def _broadcast(tensor, src, group, async_op, group_src, timeout=None):
     g = _group(group, tensor)
     src = _global_peer(g, src, group_src, "src")
     a = _Arg(tensor, g)
-    return _launch("broadcast", g, g._c.broadcast, async_op, _finisher(a.device_buf and a.finish), a.obj, a.code,
+    return _launch("broadcast", g, g._c.broadcast, async_op, _finisher(a.after()), a.obj, a.code,
                    _group_rank(g, src, "src"), outputs=[tensor], timeout=timeout)
 
 
@@ -1389,7 +1399,7 @@ def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=Fal
 def _all_gather_tensor(api, g, output_tensor, input_tensor, async_op):
     out, inp = _Arg(output_tensor, g), _Arg(input_tensor, g, writable=False)
     _check_blocks(api, g, out, inp, gathering=True)
-    return _launch(api, g, g._c.all_gather, async_op, _finisher(out.device_buf and out.finish),
+    return _launch(api, g, g._c.all_gather, async_op, _finisher(out.after()),
                    out.obj, _apart_from(inp.obj, out.obj), out.code, outputs=[output_tensor])
 
 
@@ -1507,7 +1517,7 @@ def _whole(what, g, like, tensors, gathering):
         flat = _member_blocks(g, like)
         return real_pairs(flat), _filler(tensors, flat, like.numel)
     args = _member_args(what, tensors, g, like, writable=gathering)
-    return [a.obj for a in args], _finisher(*(a.finish for a in args if a.device_buf))
+    return [a.obj for a in args], _finisher(*(a.after() for a in args if a.after()))
 
 
 def _filler(tensors, blocks, numel):
@@ -1563,7 +1573,7 @@ def gather_single(tensor, gather_tensor=None, dst=None, group=None, async_op=Fal
             raise ValueError("gather_single: gather_tensor must be given on the destination rank")
         out, inp = _Arg(gather_tensor, g), _Arg(tensor, g, writable=False)
         _check_blocks("gather_single", g, out, inp, gathering=True)
-        return _launch("gather_single", g, g._c.gather, async_op, _finisher(out.device_buf and out.finish), out.obj,
+        return _launch("gather_single", g, g._c.gather, async_op, _finisher(out.after()), out.obj,
                        _apart_from(inp.obj, out.obj), out.code, root, outputs=[gather_tensor])
     inp = _Arg(tensor, g, writable=False)
     return _launch("gather_single", g, g._c.gather, async_op, None, None, inp.obj, inp.code, root)
@@ -1584,7 +1594,7 @@ def scatter(tensor, scatter_list=None, src=None, group=None, async_op=False, gro
         raise ValueError("scatter: only rank src passes a scatter_list")
     out = _Arg(tensor, g)
     ins = _apart(_whole("scatter", g, out, scatter_list, gathering=False)[0], out.obj) if g.rank() == root else None
-    return _launch("scatter", g, g._c.scatter, async_op, _finisher(out.device_buf and out.finish), out.obj, ins,
+    return _launch("scatter", g, g._c.scatter, async_op, _finisher(out.after()), out.obj, ins,
                    out.code, root, outputs=[tensor])
 
 
@@ -1599,7 +1609,7 @@ def _reduce(tensor, dst, op, group, async_op, group_dst, timeout=None):
     dst = _global_peer(g, dst, group_dst, "dst")
     root = _group_rank(g, dst, "dst")
     a = _Arg(tensor, g, writable=g.rank() == root)
-    return _launch("reduce", g, g._c.reduce, async_op, _finisher(a.device_buf and a.finish), a.obj, a.code,
+    return _launch("reduce", g, g._c.reduce, async_op, _finisher(a.after()), a.obj, a.code,
                    _reduce_op(op, g, a.code), root, outputs=[tensor], timeout=timeout)
 
 
@@ -1619,7 +1629,7 @@ def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op=F
 def _reduce_scatter_tensor(api, g, output, input, op, async_op):
     out, inp = _Arg(output, g), _Arg(input, g, writable=False)
     _check_blocks(api, g, out, inp, gathering=False)
-    return _launch(api, g, g._c.reduce_scatter, async_op, _finisher(out.device_buf and out.finish), out.obj,
+    return _launch(api, g, g._c.reduce_scatter, async_op, _finisher(out.after()), out.obj,
                    _apart_from(inp.obj, out.obj), out.code, _reduce_op(op, g, out.code), outputs=[output])
 
 
@@ -1628,7 +1638,7 @@ def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op=Fal
     g = _group(group, output)
     out = _Arg(output, g)
     ins = _whole("reduce_scatter", g, out, input_list, gathering=False)[0]
-    return _launch("reduce_scatter", g, g._c.reduce_scatter, async_op, _finisher(out.device_buf and out.finish),
+    return _launch("reduce_scatter", g, g._c.reduce_scatter, async_op, _finisher(out.after()),
                    out.obj, _apart(ins, out.obj), out.code, _reduce_op(op, g, out.code))
 
 
@@ -1799,7 +1809,7 @@ def _p2p(tensor, peer, group, tag, sending, async_op):
         call = profiler._collective(call, g, (a.obj,), "send" if sending else "recv" if peer is not None else
                                     "recv_any_source")
     peer_rank = -1 if peer is None else _group_rank(g, peer, "dst" if sending else "src")
-    finish = None if sending else _finisher(a.device_buf and a.finish)
+    finish = None if sending else _finisher(a.after())
     if async_op:
         work = call(a.obj, a.code, peer_rank, int(tag), True)
         if sending:
@@ -1899,8 +1909,7 @@ def _exchange(what, g, outs, ins, async_op):
     if mine_in.numel != mine_out.numel or mine_in.code != mine_out.code:
         raise ValueError(f"{what}: this rank's own input and output blocks differ in dtype or size")
     _C.copy(_as_buffer(mine_out.obj), _as_buffer(mine_in.obj))
-    if mine_out.device_buf is not None:
-        mine_out.finish()
+    mine_out.finish()
     frame = profiler._open_collective(what, g, None) if profiler._is_profiler_enabled else None
     try:
         return _exchange_blocks(g, outs, ins, async_op)
@@ -2069,12 +2078,13 @@ def _broadcast_objects(g, objects, src, count):
 
 
 def all_gather_object(object_list, obj, group=None):
-    """Fills ``object_list[r]`` with rank r's ``obj`` (any picklable object)."""
+    """Fills ``object_list[r]`` with rank r's ``obj`` (any picklable object);
+    entries past the group's size are left as they are."""
     g = _group(group, _HOST)
-    if len(object_list) != g.size():
+    if len(object_list) < g.size():  # (a longer one keeps its entries past the group's, as PyTorch's)
         raise ValueError(f"all_gather_object: object_list needs one entry per group member ({g.size()}), "
                          f"got {len(object_list)}")
-    object_list[:] = _gather_objects(g, obj)
+    object_list[:g.size()] = _gather_objects(g, obj)
 
 
 def gather_object(obj, object_gather_list=None, dst=None, group=None, group_dst=None):
@@ -2084,7 +2094,7 @@ def gather_object(obj, object_gather_list=None, dst=None, group=None, group_dst=
     g = _group(group, _HOST)
     dst = _global_peer(g, dst, group_dst, "dst", 0)
     at_dst = g.rank() == _group_rank(g, dst, "dst")
-    if at_dst and (object_gather_list is None or len(object_gather_list) != g.size()):
+    if at_dst and (object_gather_list is None or len(object_gather_list) < g.size()):
         raise ValueError(f"gather_object: rank dst needs an object_gather_list of {g.size()} entries")
     if not at_dst and object_gather_list:
         raise ValueError("gather_object: only rank dst passes an object_gather_list")
@@ -2097,7 +2107,7 @@ def gather_object(obj, object_gather_list=None, dst=None, group=None, group_dst=
     # unpickle leaves no message behind to confuse the next call.
     pickles = [data if r == g.rank() else _recv_bytes(g, int(size), g.ranks[r], _COLLECTIVE_OBJECT_TAG)
                for r, size in enumerate(sizes)]
-    object_gather_list[:] = [_bytes_object(p) for p in pickles]
+    object_gather_list[:g.size()] = [_bytes_object(p) for p in pickles]
 
 
 def broadcast_object_list(object_list, src=None, group=None, device=None, group_src=None):

@@ -1,6 +1,8 @@
 """Collectives that autograd differentiates, as torch.distributed.nn.functional.
 
-Each returns new tensors (its inputs are left alone) and records a node whose
+Each returns new tensors (the output tensors given to ``reduce_scatter``,
+``_all_gather_base`` and the all-to-alls are also filled, as PyTorch's; the
+inputs are left alone) and records a node whose
 backward is the collective that carries the gradients back: the backward of
 ``all_gather`` is a reduce-scatter of the gathered outputs' gradients, of
 ``all_reduce`` an all-reduce, of ``broadcast`` a reduce to the source, of
@@ -21,6 +23,7 @@ on every rank (only the source's values are sent).
 """
 
 from ... import _C
+from ...autograd import no_grad
 from ...tensor import Tensor, zeros_like
 from ..._function import Function
 from .. import ReduceOp
@@ -43,6 +46,14 @@ __all__ = ["broadcast", "gather", "scatter", "reduce", "reduce_scatter", "all_ga
 
 def _copies(tensors):
     return [t.detach().contiguous().clone() for t in tensors]
+
+
+def _filled(outputs, results):
+    """The outputs the caller gave take the results, as PyTorch's collectives write into them."""
+    with no_grad():
+        for out, result in zip(outputs, results):
+            out.copy_(result)
+    return results
 
 
 def _fresh(like, n):
@@ -225,9 +236,10 @@ def reduce(tensor, dst, op=ReduceOp.SUM, group=None):
 
 
 def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None):
-    """The reduction over ranks of ``input_list[rank]``, shaped like ``output`` (which is not written)."""
-    return _ReduceScatter.apply(op, group, _tensor(output, "reduce_scatter"),
-                                *[_tensor(t, "reduce_scatter") for t in input_list])
+    """The reduction over ranks of ``input_list[rank]``, written into ``output`` too."""
+    result = _ReduceScatter.apply(op, group, _tensor(output, "reduce_scatter"),
+                                  *[_tensor(t, "reduce_scatter") for t in input_list])
+    return _filled([output], [result])[0]
 
 
 def all_gather(tensor, group=None):
@@ -236,21 +248,25 @@ def all_gather(tensor, group=None):
 
 
 def _all_gather_base(output_tensor, input_tensor, group=None):
-    """Every rank's ``input_tensor`` concatenated along dim 0, shaped like ``output_tensor`` (not written)."""
-    return _AllGatherBase.apply(_tensor(output_tensor, "_all_gather_base"),
-                                _tensor(input_tensor, "_all_gather_base"), group)
+    """Every rank's ``input_tensor`` concatenated along dim 0, written into ``output_tensor`` too."""
+    result = _AllGatherBase.apply(_tensor(output_tensor, "_all_gather_base"),
+                                  _tensor(input_tensor, "_all_gather_base"), group)
+    return _filled([output_tensor], [result])[0]
 
 
 def all_to_all(output_tensor_list, input_tensor_list, group=None):
-    """A tuple whose entry ``r`` is rank ``r``'s ``input_tensor_list[rank]``, shaped like ``output_tensor_list``."""
-    return _AllToAll.apply(group, [_tensor(t, "all_to_all") for t in output_tensor_list],
-                           *[_tensor(t, "all_to_all") for t in input_tensor_list])
+    """A tuple whose entry ``r`` is rank ``r``'s ``input_tensor_list[rank]``, also written into
+    ``output_tensor_list``."""
+    results = _AllToAll.apply(group, [_tensor(t, "all_to_all") for t in output_tensor_list],
+                              *[_tensor(t, "all_to_all") for t in input_tensor_list])
+    return _filled(output_tensor_list, results)
 
 
 def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=None, group=None):
-    """``input``'s rows split among the ranks and each rank's share concatenated, shaped like ``output``."""
-    return _AllToAllSingle.apply(group, _tensor(output, "all_to_all_single"), output_split_sizes, input_split_sizes,
-                                 _tensor(input, "all_to_all_single"))
+    """``input``'s rows split among the ranks and each rank's share concatenated, written into ``output`` too."""
+    result = _AllToAllSingle.apply(group, _tensor(output, "all_to_all_single"), output_split_sizes,
+                                   input_split_sizes, _tensor(input, "all_to_all_single"))
+    return _filled([output], [result])[0]
 
 
 def all_reduce(tensor, op=ReduceOp.SUM, group=None):
