@@ -337,3 +337,17 @@ def test_a_query_masked_from_every_key_attends_to_nothing():
     out, _ = mha(q, k, v, key_padding_mask=padded, need_weights=False)
     assert out[0].tolist() == mha.out_proj.bias.expand(3, 4).tolist()  # attention of 0, then the projection
     assert np.isnan(mha(q, k, v, key_padding_mask=padded)[0][0].numpy()).all()
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_half_precision_attention_on_the_host_rounds_once(causal):
+    # As PyTorch's CPU kernel: bfloat16 scores and weights are kept in float32 and only the output is rounded,
+    # so each output is within half a bfloat16 ulp of the exact attention of the same (rounded) inputs.
+    rng = np.random.default_rng(0)
+    q, k, v = [ddpc.from_numpy(rng.standard_normal((2, 4, 64, 32)).astype(np.float32)).to(dtype=ddpc.bfloat16)
+               for _ in range(3)]
+    exact = F.scaled_dot_product_attention(*[t.double() for t in (q, k, v)], is_causal=causal).numpy()
+    got = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    assert got.dtype is ddpc.bfloat16
+    err = np.abs(got.float().numpy() - exact)
+    assert np.all(err <= np.abs(exact) * 2.0 ** -8 + 1e-6), err.max()
