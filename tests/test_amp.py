@@ -107,6 +107,45 @@ def test_cpu_autocast_runs_an_lstm_in_bfloat16_on_rounded_inputs():
     assert lstm.weight_ih_l0.grad.dtype is ddpc.float32
 
 
+@pytest.mark.parametrize("dtype", [ddpc.bfloat16, ddpc.float16])
+def test_cpu_autocast_runs_the_ops_of_pytorchs_cpu_float32_list_in_float32(dtype):
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((4, 4)).astype(np.float32) + 4 * np.eye(4, dtype=np.float32)
+    leaf = ddpc.tensor(a, requires_grad=True)
+    x = ddpc.randn(1, 2, 4, 4, 4)
+    with autocast("cpu", dtype=dtype):
+        m = leaf @ ddpc.eye(4)  # a 16-bit matrix, as a layer's output would be
+        v = x @ ddpc.eye(4)
+        assert m.dtype is v.dtype is dtype
+        inverse = ddpc.linalg.inv(m)
+        results = [inverse, m.inverse(), ddpc.linalg.solve(m, m[:, :2]), ddpc.pinverse(m), m.prod(), m.trace(),
+                   ddpc.cdist(m, m), ddpc.quantile(m, 0.5), F.avg_pool3d(v, 2), F.max_pool3d(v, 2),
+                   F.pad(v[0], (1, 1, 1, 1), mode="reflect"), F.pad(v, (1, 1, 1, 1, 1, 1), mode="replicate"),
+                   F.grid_sample(v[:, :, 0], ddpc.zeros(1, 2, 2, 2), align_corners=False),
+                   F.triplet_margin_loss(m, m.flip(0), m.flip(1)), F.hinge_embedding_loss(m, ddpc.ones(4, 4)),
+                   F.multi_margin_loss(m, ddpc.tensor([0, 1, 2, 3]))]
+        spectrum = ddpc.fft.rfft(m)
+        with pytest.warns(UserWarning, match="size_average") as caught:
+            results.append(F.margin_ranking_loss(m[0], m[1], ddpc.ones(4), size_average=False))
+        assert caught[0].filename == __file__  # the caller's line, past the autocast wrapper
+        # not on the list: they keep the autocast dtype
+        kept = [F.max_pool3d(v, 2, return_indices=True)[0], F.pad(v, (1, 1, 1, 1, 1, 1), mode="reflect"),
+                F.pad(v[0], (1, 1, 1, 1), mode="circular"), F.avg_pool2d(v[0], 2),
+                F.triplet_margin_with_distance_loss(m, m.flip(0), m.flip(1))]
+        with pytest.raises(NotImplementedError):  # out= forms run as they are, as in PyTorch
+            ddpc.fft.rfft(m, out=ddpc.empty(4, 3, dtype=ddpc.complex64))
+    assert [r.dtype for r in results] == [ddpc.float32] * len(results)
+    assert spectrum.dtype is ddpc.complex64 and [k.dtype for k in kept] == [dtype] * len(kept)
+    # the inverse of the rounded matrix, computed in float32; its gradient reaches the leaf in float32
+    np.testing.assert_allclose(inverse.detach().numpy(), np.linalg.inv(m.float().detach().numpy()), rtol=1e-5,
+                               atol=1e-6)
+    inverse.sum().backward()
+    assert leaf.grad.dtype is ddpc.float32 and np.isfinite(leaf.grad.numpy()).all()
+    with autocast("cuda"), pytest.raises(ddpc.DtypeError):  # float32 on the host only under its own autocast
+        ddpc.linalg.inv(m)
+    assert ddpc.prod(m).dtype is dtype  # outside autocast, as before
+
+
 def test_gradients_reach_float32_parameters_in_float32():
     ddpc.manual_seed(5)
     x = ddpc.randn(12, 8)

@@ -3,7 +3,10 @@ installed): an MLP's loss and gradients under CPU autocast, the dtypes of
 the products with an added term, prelu, LSTM and mv under it (and in a
 float32 region, which turns it off), and GradScaler's scale sequence and
 parameters over steps with injected overflows, after update(new_scale),
-near float32's largest scale, over iterables and sparse gradients.
+near float32's largest scale, over iterables and sparse gradients; and the
+ops of PyTorch's CPU autocast float32 list (with a few of their neighbours
+that stay in 16 bits, or that both refuse) under bfloat16 and float16 CPU
+autocast: dtypes, values and gradients, group by group.
 
 Each comparison runs in a child process that imports torch before ddpc (see
 test_nn_torch.py) and fails there, printing what it measured.
@@ -18,6 +21,12 @@ from procs import run_torch_case
 @pytest.mark.parametrize("case", ["autocast", "autocast_dtypes", "scaler", "scaler_without_gpu", "scaler_more"])
 def test_matches_pytorch(case):
     out = run_torch_case(__file__, case)
+    assert out.strip().endswith("ok"), out
+
+
+@pytest.mark.parametrize("group", ["linalg", "fft", "reductions", "pooling", "losses"])
+def test_cpu_autocast_float32_ops_match_pytorch(group):
+    out = run_torch_case(__file__, "float32_ops", group)
     assert out.strip().endswith("ok"), out
 
 
@@ -206,11 +215,246 @@ def _case_scaler_more():
         np.testing.assert_allclose(w, tw, rtol=1e-6)
 
 
+# ---- PyTorch's CPU autocast float32 list ----------------------------------------------------
+# Each group maps a name to (arrays, fn): fn(lib, F, *inputs) runs under CPU
+# autocast on the arrays as they come out of a matmul there (in 16 bits).
+
+
+def _linalg_ops(np):
+    rng = np.random.default_rng(0)
+    eye = np.eye(4, dtype=np.float32)
+    a, m, b = (rng.standard_normal(s).astype(np.float32) for s in ((4, 4), (4, 4), (4, 2)))
+    a += 4 * eye
+    spd = m @ m.T + 4 * eye
+    low = np.tril(m, -1) + 3 * eye
+    tall, rhs, tau = (rng.standard_normal(s).astype(np.float32) for s in ((5, 3), (5, 2), (3,)))
+    la = lambda lib: lib.linalg  # noqa: E731
+    return {
+        "inverse": ([a], lambda lib, F, x: lib.inverse(x)),
+        "Tensor.inverse": ([a], lambda lib, F, x: x.inverse()),
+        "pinverse": ([a], lambda lib, F, x: lib.pinverse(x)),
+        # the factor detached: PyTorch's gradient reaches its unread upper triangle too, ddpc's does not
+        "cholesky_solve": ([b, low], lambda lib, F, x, f: lib.cholesky_solve(x, f.detach())),
+        "cholesky_inverse": ([low], lambda lib, F, f: lib.cholesky_inverse(f.detach())),
+        "lu_solve": ([b, a], lambda lib, F, x, y: lib.lu_solve(x, *la(lib).lu_factor(y.detach().float()))),
+        "triangular_solve": ([b, low.T.copy()], lambda lib, F, x, u: lib.triangular_solve(x, u)[0]),
+        "svd": ([a], lambda lib, F, x: lib.svd(x)[1]),
+        "linalg.inv": ([a], lambda lib, F, x: la(lib).inv(x)),
+        "linalg.inv_ex": ([a], lambda lib, F, x: la(lib).inv_ex(x)[0]),
+        "linalg.solve": ([a, b], lambda lib, F, x, y: la(lib).solve(x, y)),
+        "linalg.cholesky": ([spd], lambda lib, F, x: la(lib).cholesky(x)),
+        "linalg.cholesky_ex": ([spd], lambda lib, F, x: la(lib).cholesky_ex(x)[0]),
+        "linalg.cond": ([a], lambda lib, F, x: la(lib).cond(x)),
+        "linalg.matrix_rank": ([a], lambda lib, F, x: la(lib).matrix_rank(x)),
+        "linalg.svdvals": ([a], lambda lib, F, x: la(lib).svdvals(x)),
+        "linalg.svd": ([a], lambda lib, F, x: la(lib).svd(x)[1]),
+        "linalg.eigvalsh": ([spd], lambda lib, F, x: la(lib).eigvalsh(x)),
+        "linalg.eigh": ([spd], lambda lib, F, x: la(lib).eigh(x)[0]),
+        "linalg.qr": ([a], lambda lib, F, x: la(lib).qr(x)[1]),
+        "linalg.householder_product": ([tall[:4], tau], lambda lib, F, x, t: la(lib).householder_product(x, t)),
+        "linalg.tensorinv": ([a], lambda lib, F, x: la(lib).tensorinv(x.reshape(4, 2, 2), ind=1)),
+        "linalg.tensorsolve": ([a, b.reshape(2, 4)[:, :2].copy()],
+                               lambda lib, F, x, y: la(lib).tensorsolve(x.reshape(2, 2, 4), y)),
+        "linalg.lstsq": ([tall, rhs], lambda lib, F, x, y: la(lib).lstsq(x, y)[0]),
+        # not on the list: both refuse 16-bit matrices
+        "linalg.pinv": ([a], lambda lib, F, x: la(lib).pinv(x)),
+        "linalg.solve_ex": ([a, b], lambda lib, F, x, y: la(lib).solve_ex(x, y)[0]),
+        "linalg.lu_factor": ([a], lambda lib, F, x: la(lib).lu_factor(x)[0]),
+        "linalg.det": ([a], lambda lib, F, x: la(lib).det(x)),
+    }
+
+
+def _fft_ops(np):
+    rng = np.random.default_rng(1)
+    x, x2 = rng.standard_normal(8).astype(np.float32), rng.standard_normal((4, 6)).astype(np.float32)
+    names = ("fft", "ifft", "rfft", "irfft", "hfft", "ihfft", "fft2", "ifft2", "fftn", "ifftn", "rfft2", "rfftn",
+             "irfft2", "irfftn", "hfft2", "ihfftn")  # the last two are not on the list: both refuse 16 bits
+    ops = {f"fft.{name}": ([x if name[-1] == "t" else x2], lambda lib, F, t, name=name: getattr(lib.fft, name)(t))
+           for name in names}
+    ops["fft.rfft with out="] = ([x], lambda lib, F, t: lib.fft.rfft(t, out=lib.empty(5, dtype=lib.complex64)))
+    return ops
+
+
+def _reduction_ops(np):
+    rng = np.random.default_rng(2)
+    r = lambda *s: rng.standard_normal(s).astype(np.float32)  # noqa: E731
+    q = lambda lib, t: lib.tensor([0.25, 0.5]).to(dtype=t.dtype)  # noqa: E731
+    return {
+        "prod": ([r(5)], lambda lib, F, t: lib.prod(t)),
+        "prod over a dim": ([r(3, 4)], lambda lib, F, t: lib.prod(t, 1)),
+        "prod to bfloat16": ([r(3, 4)], lambda lib, F, t: lib.prod(t, 1, dtype=lib.bfloat16)),
+        "Tensor.prod": ([r(5)], lambda lib, F, t: t.prod()),
+        "trace": ([r(3, 3)], lambda lib, F, t: lib.trace(t)),
+        "Tensor.trace": ([r(3, 3)], lambda lib, F, t: t.trace()),
+        "quantile": ([r(7)], lambda lib, F, t: lib.quantile(t, 0.3)),
+        "quantile of a 16-bit q": ([r(2, 7)], lambda lib, F, t: lib.quantile(t, q(lib, t), dim=1)),
+        "Tensor.quantile": ([r(7)], lambda lib, F, t: t.quantile(0.7)),
+        "nanquantile": ([r(7)], lambda lib, F, t: lib.nanquantile(
+            lib.where(lib.tensor([False, True] + [False] * 5), float("nan"), t), 0.4)),
+        "cdist": ([r(3, 2), r(4, 2)], lambda lib, F, x, y: lib.cdist(x, y)),
+        "cdist by a matmul": ([r(30, 3), r(28, 3)], lambda lib, F, x, y: lib.cdist(x, y)),
+        "polar": ([np.abs(r(4)) + 0.1, r(4)], lambda lib, F, x, y: lib.polar(x, y)),
+        "view_as_complex": ([r(3, 2)], lambda lib, F, t: lib.view_as_complex(t)),
+        "sum": ([r(5)], lambda lib, F, t: lib.sum(t)),  # float32 on cuda only
+    }
+
+
+def _pooling_ops(np):
+    rng = np.random.default_rng(3)
+    r = lambda *s: rng.standard_normal(s).astype(np.float32)  # noqa: E731
+    line, plane, volume = r(1, 2, 6), r(1, 2, 4, 4), r(1, 2, 4, 4, 4)
+    samples2, samples3 = (rng.uniform(0, 1, s).astype(np.float32) for s in ((1, 2, 2), (1, 2, 3)))
+    grid2, grid3 = (rng.uniform(-1, 1, s).astype(np.float32) for s in ((1, 3, 3, 2), (1, 2, 2, 2, 3)))
+
+    def unpool(nd):
+        def fn(lib, F, t):
+            pool, unpool = getattr(F, f"max_pool{nd}d"), getattr(F, f"max_unpool{nd}d")
+            return unpool(*pool(t, 2, return_indices=True), 2)
+        return fn
+
+    ops = {
+        "avg_pool3d": ([volume], lambda lib, F, t: F.avg_pool3d(t, 2)),
+        "nn.AvgPool3d": ([volume], lambda lib, F, t: lib.nn.AvgPool3d(2)(t)),
+        "max_pool3d": ([volume], lambda lib, F, t: F.max_pool3d(t, 2)),
+        "max_pool3d with indices": ([volume], lambda lib, F, t: F.max_pool3d(t, 2, return_indices=True)[0]),
+        "adaptive_avg_pool3d": ([volume], lambda lib, F, t: F.adaptive_avg_pool3d(t, 3)),
+        "adaptive_max_pool3d": ([volume], lambda lib, F, t: F.adaptive_max_pool3d(t, 3)),
+        "fractional_max_pool2d": ([r(1, 2, 6, 6)], lambda lib, F, t: F.fractional_max_pool2d(
+            t, 2, output_size=3, _random_samples=lib.tensor(samples2))),
+        "fractional_max_pool3d": ([r(1, 2, 6, 6, 6)], lambda lib, F, t: F.fractional_max_pool3d(
+            t, 2, output_size=3, _random_samples=lib.tensor(samples3))),
+        "lp_pool3d": ([volume], lambda lib, F, t: F.lp_pool3d(t, 2, 2)),
+        "local_response_norm 4-d": ([plane], lambda lib, F, t: F.local_response_norm(t, 3)),
+        "grid_sample": ([plane, grid2], lambda lib, F, t, g: F.grid_sample(t, g, align_corners=False)),
+        "grid_sample 3-d": ([volume, grid3], lambda lib, F, t, g: F.grid_sample(t, g, align_corners=True)),
+        "pad reflect 1-d": ([line], lambda lib, F, t: F.pad(t, (2, 1), mode="reflect")),
+        "pad reflect 2-d": ([plane], lambda lib, F, t: F.pad(t, (1, 2, 2, 1), mode="reflect")),
+        "nn.ReflectionPad2d": ([plane], lambda lib, F, t: lib.nn.ReflectionPad2d(1)(t)),
+        "pad replicate 1-d": ([line], lambda lib, F, t: F.pad(t, (2, 1), mode="replicate")),
+        "pad replicate 2-d": ([plane], lambda lib, F, t: F.pad(t, (1, 2, 2, 1), mode="replicate")),
+        "pad replicate 3-d": ([volume], lambda lib, F, t: F.pad(t, (1, 1, 2, 0, 0, 2), mode="replicate")),
+        # not on the list: they keep 16 bits
+        "avg_pool2d": ([plane], lambda lib, F, t: F.avg_pool2d(t, 2)),
+        "local_response_norm 3-d": ([line], lambda lib, F, t: F.local_response_norm(t, 3)),
+        "pad reflect 3-d": ([volume], lambda lib, F, t: F.pad(t, (1, 1, 1, 1, 1, 1), mode="reflect")),
+        "pad circular": ([plane], lambda lib, F, t: F.pad(t, (1, 1, 1, 1), mode="circular")),
+        "pad constant": ([plane], lambda lib, F, t: F.pad(t, (1, 1, 1, 1))),
+        "conv1d with reflect padding": ([line], lambda lib, F, t: F.conv1d(F.pad(t, (1, 1), mode="reflect"),
+                                                                            lib.ones(3, 2, 3))),
+    }
+    ops.update({f"max_unpool{nd}d": ([(line, plane, volume)[nd - 1]], unpool(nd)) for nd in (1, 2, 3)})
+    return ops
+
+
+def _loss_ops(np):
+    rng = np.random.default_rng(4)
+    r = lambda *s: rng.standard_normal(s).astype(np.float32)  # noqa: E731
+    x, y, z = r(3, 4), r(3, 4), r(3, 4)
+    probs, labels = rng.uniform(0.05, 0.95, (2, 3, 4)).astype(np.float32)
+    signs = np.float32([[1, -1, 1, -1]] * 3)
+    logits = r(6, 2, 4)
+    log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    t = lambda lib, values: lib.tensor(np.asarray(values))  # noqa: E731
+    return {
+        "mse_loss": ([x, y], lambda lib, F, a, b: F.mse_loss(a, b)),
+        "l1_loss": ([x, y], lambda lib, F, a, b: F.l1_loss(a, b)),
+        "smooth_l1_loss": ([x, y], lambda lib, F, a, b: F.smooth_l1_loss(a, b)),
+        "huber_loss": ([x, y], lambda lib, F, a, b: F.huber_loss(a, b, delta=0.5)),
+        "binary_cross_entropy": ([probs, labels], lambda lib, F, a, b: F.binary_cross_entropy(a, b)),
+        "binary_cross_entropy_with_logits": ([x, labels],
+                                             lambda lib, F, a, b: F.binary_cross_entropy_with_logits(a, b)),
+        "kl_div": ([x, y], lambda lib, F, a, b: F.kl_div(a, b, reduction="batchmean", log_target=True)),
+        "nll_loss": ([x], lambda lib, F, a: F.nll_loss(a, t(lib, [0, 3, 2]))),
+        "cross_entropy": ([x], lambda lib, F, a: F.cross_entropy(a, t(lib, [0, 3, 2]))),
+        "ctc_loss": ([log_probs], lambda lib, F, a: F.ctc_loss(a, t(lib, [[1, 2], [3, 3]]), t(lib, [6, 5]),
+                                                               t(lib, [2, 2]))),
+        "cosine_embedding_loss": ([x, y], lambda lib, F, a, b: F.cosine_embedding_loss(a, b, t(lib, [1, -1, 1]))),
+        "hinge_embedding_loss": ([x], lambda lib, F, a: F.hinge_embedding_loss(a, t(lib, signs))),
+        "poisson_nll_loss": ([x, np.abs(y)], lambda lib, F, a, b: F.poisson_nll_loss(a, b)),
+        "margin_ranking_loss": ([x, y], lambda lib, F, a, b: F.margin_ranking_loss(a, b, t(lib, signs))),
+        "soft_margin_loss": ([x], lambda lib, F, a: F.soft_margin_loss(a, t(lib, signs))),
+        "triplet_margin_loss": ([x, y, z], lambda lib, F, a, b, c: F.triplet_margin_loss(a, b, c)),
+        "nn.TripletMarginLoss": ([x, y, z], lambda lib, F, a, b, c: lib.nn.TripletMarginLoss(p=1)(a, b, c)),
+        "multi_margin_loss": ([x], lambda lib, F, a: F.multi_margin_loss(a, t(lib, [0, 3, 2]))),
+        "multilabel_margin_loss": ([x], lambda lib, F, a: F.multilabel_margin_loss(
+            a, t(lib, [[0, 1, -1, 0], [2, -1, 0, 0], [3, 1, 0, -1]]))),
+        # not on the list: they keep 16 bits
+        "gaussian_nll_loss": ([x, y, np.abs(z) + 0.5], lambda lib, F, a, b, c: F.gaussian_nll_loss(a, b, c)),
+        "multilabel_soft_margin_loss": ([x, labels], lambda lib, F, a, b: F.multilabel_soft_margin_loss(a, b)),
+        "triplet_margin_with_distance_loss": ([x, y, z], lambda lib, F, a, b, c:
+                                              F.triplet_margin_with_distance_loss(a, b, c)),
+    }
+
+
+_FLOAT32_OPS = {"linalg": _linalg_ops, "fft": _fft_ops, "reductions": _reduction_ops, "pooling": _pooling_ops,
+                "losses": _loss_ops}
+
+
+def _autocast_run(np, lib, dtype, arrays, fn):
+    """(error, result, gradients): fn on the arrays rounded to ``dtype`` by a
+    matmul under CPU autocast to it, and the float32 arrays' gradients of a
+    weighted sum of the result (its real and imaginary parts if complex)."""
+    leaves = [lib.tensor(a, requires_grad=True) for a in arrays]
+    try:
+        with lib.autocast("cpu", dtype=getattr(lib, dtype)):
+            out = fn(lib, lib.nn.functional, *[x @ lib.eye(x.shape[-1]) for x in leaves])
+    except Exception as e:  # noqa: BLE001  (each library raises its own kind)
+        return e, None, None
+    grads = None
+    if out.requires_grad:
+        parts = lib.view_as_real(lib.resolve_conj(out)) if out.dtype.is_complex else out.float()
+        weights = np.random.default_rng(5).standard_normal(tuple(parts.shape)).astype(np.float32)
+        (parts * lib.tensor(weights)).sum().backward()
+        grads = [x.grad for x in leaves]
+    return None, out, grads
+
+
+def _numpy(np, t):
+    if t.dtype.is_complex:
+        return t.detach().resolve_conj().numpy().astype(np.complex128)
+    return (t.detach().float() if str(t.dtype).endswith("16") else t.detach()).numpy().astype(np.float64)
+
+
+def _case_float32_ops(group):
+    import numpy as np
+    import torch
+
+    import ddpc
+
+    failures = []
+    for dtype in ("bfloat16", "float16"):
+        for name, (arrays, fn) in _FLOAT32_OPS[group](np).items():
+            what = f"{name} under {dtype} autocast"
+            terr, want, want_grads = _autocast_run(np, torch, dtype, arrays, fn)
+            err, got, got_grads = _autocast_run(np, ddpc, dtype, arrays, fn)
+            try:
+                if terr is not None:
+                    assert err is not None, f"PyTorch raises {terr!r}, ddpc gives {got.dtype}"
+                    continue
+                assert err is None, f"ddpc raises {err!r}, PyTorch gives {want.dtype}"
+                dt, tdt = str(got.dtype).split(".")[-1], str(want.dtype).split(".")[-1]
+                assert dt == tdt, f"dtype {dt}, PyTorch's {tdt}"
+                assert tuple(got.shape) == tuple(want.shape), f"shape {tuple(got.shape)}, PyTorch's {tuple(want.shape)}"
+                tol = 1e-2 if dt.endswith("16") else 1e-4
+                np.testing.assert_allclose(_numpy(np, got), _numpy(np, want), rtol=tol, atol=tol, equal_nan=True)
+                assert (got_grads is None) == (want_grads is None), "differentiable in one library only"
+                for i, (g, tg) in enumerate(zip(got_grads or (), want_grads or ())):
+                    assert (g is None) == (tg is None), f"input {i} gets a gradient in one library only"
+                    if tg is not None:
+                        scale = max(1.0, float(np.abs(_numpy(np, tg)).max()))
+                        np.testing.assert_allclose(_numpy(np, g), _numpy(np, tg), rtol=1e-2, atol=1e-2 * scale,
+                                                   err_msg=f"gradient of input {i}")
+            except AssertionError as e:
+                failures.append(f"{what}: {e}")
+    print("\n".join(failures))
+    assert not failures, f"{len(failures)} ops differ from PyTorch's"
+
+
 if __name__ == "__main__":
     import warnings
 
     import torch  # noqa: F401  (first, see the module docstring)
 
     warnings.simplefilter("ignore")
-    globals()["_case_" + sys.argv[1]]()
+    globals()["_case_" + sys.argv[1]](*sys.argv[2:])
     print("ok")

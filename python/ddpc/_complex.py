@@ -19,6 +19,7 @@ from . import _C
 from . import autograd as _ag
 from ._C import ArgumentError, DtypeError, IndexOutOfRangeError
 from ._dtype import bool_, complex_of, float32, float64, real_of, result_type
+from .amp import autocast_op
 from .autograd import Node
 from .tensor import Tensor, _CopyOf
 
@@ -78,6 +79,7 @@ def view_as_real(input):
     return _ag._attach_view(out, input, None, _ViewAsRealBackward, writable=False)
 
 
+@autocast_op("float32_cpu")
 def view_as_complex(input):
     """The float32 or float64 tensor of shape (*shape, 2) as a complex one of
     shape ``shape``, sharing its memory. As PyTorch, the last dim must be 2
@@ -125,6 +127,7 @@ def complex(real, imag):
     return view_as_complex(_ag.stack([real, imag], -1))
 
 
+@autocast_op("float32_cpu")
 def polar(abs, angle):
     """abs * (cos(angle) + i sin(angle)), as torch.polar."""
     return complex(_ag.mul(abs, _ag.cos(angle)), _ag.mul(abs, _ag.sin(angle)))

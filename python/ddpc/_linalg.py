@@ -48,6 +48,7 @@ def diagonal(input, offset=0, dim1=0, dim2=1):
     return out
 
 
+@autocast_op("float32_cpu")
 def trace(input):
     """The sum of the main diagonal of a 2-d tensor (integers sum to int64)."""
     if not isinstance(input, Tensor) or input.ndim != 2:
@@ -323,6 +324,7 @@ def dist(input, other, p=2):
     return _pnorm(_ag.sub(input, other), _check_p(p, "dist"), None)
 
 
+@autocast_op("float32")
 def cdist(x1, x2, p=2.0, compute_mode="use_mm_for_euclid_dist_if_necessary"):
     """The p-norm distance between each row of x1 (..., P, M) and each row of x2
     (..., R, M), as (..., P, R). For p = 2 with more than 25 rows (or with

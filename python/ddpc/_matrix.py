@@ -11,6 +11,7 @@ import math
 from . import autograd as _ag
 from . import linalg as _lin
 from ._C import ArgumentError
+from .amp import autocast_op
 from .tensor import zeros
 
 SVDResult = collections.namedtuple("SVDResult", "U S V")
@@ -35,11 +36,13 @@ def logdet(input):
     return _ag.where(sign < 0, math.nan, logabsdet)
 
 
+@autocast_op("float32_cpu")
 def inverse(input):
     """The inverse of each square matrix of input (as linalg.inv)."""
     return _lin.inv(input)
 
 
+@autocast_op("float32_cpu")
 def pinverse(input, rcond=1e-15):
     """The pseudo-inverse, singular values at or below rcond times the largest taken as zero."""
     return _lin.pinv(input, rtol=rcond)
@@ -53,6 +56,7 @@ def matrix_exp(input):
     return _lin.matrix_exp(input)
 
 
+@autocast_op("float32_cpu")
 def svd(input, some=True, compute_uv=True):
     """(U, S, V) with input = U diag(S) V^T (V, not linalg.svd's Vh); ``some``
     gives the reduced factors. With compute_uv False, U and V are zeros of
@@ -66,15 +70,18 @@ def svd(input, some=True, compute_uv=True):
     return SVDResult(U, S, Vh.mT)
 
 
+@autocast_op("float32_cpu")
 def qr(input, some=True):
     """(Q, R): the reduced factors with ``some``, the complete ones without."""
     return QRResult(*_lin.qr(input, "reduced" if some else "complete"))
 
 
+@autocast_op("float32_cpu")
 def cholesky(input, upper=False):
     return _lin.cholesky(input, upper=upper)
 
 
+@autocast_op("float32_cpu")
 def cholesky_solve(input, input2, upper=False):
     """The solution X of A X = input, A = L L^T given its Cholesky factor
     ``input2`` (A = U^T U with ``upper``): two triangular solves."""
@@ -85,12 +92,14 @@ def cholesky_solve(input, input2, upper=False):
     return _lin.solve_triangular(input2.mT, Y, upper=True)
 
 
+@autocast_op("float32_cpu")
 def cholesky_inverse(input, upper=False):
     """The inverse of A = L L^T (U^T U with ``upper``) from its Cholesky factor ``input``."""
     eye = _lin._eye(input.shape[-1], input)
     return cholesky_solve(_ag.expand(eye, input.shape), input, upper)
 
 
+@autocast_op("float32_cpu")
 def lu_solve(b, LU_data, LU_pivots):
     """The solution X of A X = b from lu_factor's (LU, pivots) of A (as linalg.lu_solve)."""
     return _lin.lu_solve(LU_data, LU_pivots, b)
@@ -138,6 +147,7 @@ def nuclear_norm(input, dim=(-2, -1), keepdim=False):
     return _lin.matrix_norm(input, "nuc", dim, keepdim)
 
 
+@autocast_op("float32_cpu")
 def triangular_solve(b, A, upper=True, transpose=False, unitriangular=False):
     """(solution, cloned_coefficient): X with A X = b (A^T X = b with
     ``transpose``) reading A's upper or lower triangle, and a copy of A."""

@@ -18,6 +18,7 @@ from . import autograd as _ag
 from ._C import ArgumentError, DtypeError, IndexOutOfRangeError
 from ._dtype import bool_, float32, float64, int32, int64, promote, uint8
 from ._layout import scatter_reduce
+from .amp import autocast_op
 from .tensor import Tensor, arange, linspace, ones, tensor, zeros
 
 _HALVES = _ag._HALVES
@@ -331,6 +332,7 @@ def _quantile(input, q, dim, keepdim, interpolation, ignore_nan, what):
     return out.reshape(out.shape[1:]) if scalar_q else out
 
 
+@autocast_op("float32_cpu")
 def quantile(input, q, dim=None, keepdim=False, *, interpolation="linear"):
     """The q-th quantiles of input (over all elements, or along ``dim``): q a
     number or a 0- or 1-d tensor of input's dtype in [0, 1]; a 1-d q adds a
@@ -341,6 +343,7 @@ def quantile(input, q, dim=None, keepdim=False, *, interpolation="linear"):
     return _quantile(input, q, dim, keepdim, interpolation, False, "quantile")
 
 
+@autocast_op("float32_cpu")
 def nanquantile(input, q, dim=None, keepdim=False, *, interpolation="linear"):
     """quantile over the elements that are not NaN (NaN where all are)."""
     return _quantile(input, q, dim, keepdim, interpolation, True, "nanquantile")

@@ -10,9 +10,18 @@ to float32. ``mv`` runs in the autocast dtype on ``"cuda"`` only, as
 PyTorch's CPU list leaves it out. On ``"cuda"`` softmax,
 log_softmax, layer_norm, exp, log, log1p, expm1, pow, rsqrt, reciprocal and
 sum also run in float32, following PyTorch's CUDA list; on ``"cpu"`` they
-keep their input's dtype, following its CPU list. The casts are recorded by
-autograd, so gradients reach the float32 parameters in float32. Within a
-region a parameter is cast once and the cast reused (``cache_enabled``).
+keep their input's dtype, following its CPU list. ``prod`` and ``cdist``
+run in float32 on both. On ``"cpu"`` so do the ops that only PyTorch's CPU
+list holds: the linear algebra (``inverse``, ``pinverse``, ``trace``, the
+solves, factorizations and inverses of ``ddpc.linalg``), the transforms of
+``ddpc.fft`` (not hfft2, hfftn, ihfft2, ihfftn), ``quantile``, ``polar``,
+``view_as_complex``, ``grid_sample``, the 3-d pools (``max_pool3d`` without
+indices), the unpools and fractional pools, 'reflect' padding of one or two
+dims, 'replicate' padding and ``ctc_loss``. A call with ``out=`` is run as
+it is (PyTorch's autocast does not cast the out= forms). The casts are
+recorded by autograd, so gradients reach the float32 parameters in float32.
+Within a region a parameter is cast once and the cast reused
+(``cache_enabled``).
 
 Where ddpc differs: it computes 16-bit GEMMs in float32 on the host and
 rounds the result, so on the host autocast gives PyTorch's numerics and
@@ -144,13 +153,15 @@ def _cast(t, dtype, cache):
     return out
 
 
-def _cast_inputs(policy, dtypes, values):
+_POLICIES = ("lower", "lower_cuda", "float32", "float32_cuda", "float32_cpu")
+
+
+def _cast_inputs(lower, only_on, dtypes, values):
     out = []
     for v in values:
         if isinstance(v, Tensor) and v.dtype.is_floating_point and v.dtype is not float64:
             kind = "cuda" if v._buf.device >= 0 else "cpu"
-            if kind in dtypes and (not policy.endswith("_cuda") or kind == "cuda"):
-                lower = policy.startswith("lower")
+            if kind in dtypes and only_on in ("", kind):
                 target = dtypes[kind] if lower else float32
                 if v.dtype is not target:
                     v = _cast(v, target, lower and _state.cache_enabled)
@@ -160,21 +171,27 @@ def _cast_inputs(policy, dtypes, values):
 
 def autocast_op(policy):
     """Decorates an op whose floating inputs autocast casts: ``"lower"`` to the
-    autocast dtype (GEMM-type ops), ``"float32"`` to float32 (losses);
-    ``"lower_cuda"`` and ``"float32_cuda"`` do so on CUDA only (ops that
-    PyTorch's CUDA list holds and its CPU list does not). The op's own inner
-    ops are not autocast again (PyTorch's autocast also dispatches them as
-    they are)."""
+    autocast dtype (GEMM-type ops), ``"float32"`` to float32 (losses, ops on
+    both of PyTorch's lists); ``"lower_cuda"`` and ``"float32_cuda"`` do so on
+    CUDA only (ops that PyTorch's CUDA list holds and its CPU list does not),
+    ``"float32_cpu"`` on the host only (ops on PyTorch's CPU float32 list
+    that its CUDA list leaves out). The op's own inner ops are not autocast
+    again (PyTorch's autocast also dispatches them as they are), and neither
+    is a call with ``out=`` (PyTorch's autocast leaves the out= forms alone)."""
+    if policy not in _POLICIES:
+        raise ValueError(f"autocast_op: policy must be one of {_POLICIES}, got {policy!r}")
+    precision, _, only_on = policy.partition("_")
+    lower = precision == "lower"
 
     def wrap(fn):
         @functools.wraps(fn)
         def op(*args, **kwargs):
             dtypes = _state.dtypes
-            if not dtypes:
+            if not dtypes or kwargs.get("out") is not None:
                 return fn(*args, **kwargs)
-            args = _cast_inputs(policy, dtypes, args)
+            args = _cast_inputs(lower, only_on, dtypes, args)
             keys = list(kwargs)
-            kwargs = dict(zip(keys, _cast_inputs(policy, dtypes, kwargs.values())))
+            kwargs = dict(zip(keys, _cast_inputs(lower, only_on, dtypes, kwargs.values())))
             _state.dtypes = {}
             try:
                 return fn(*args, **kwargs)

@@ -2825,6 +2825,7 @@ class _ProdBackward(_ScanBackward):
             return (mul(others, g),)
 
 
+@autocast_op("float32")
 def prod(input, dim=None, keepdim=False, dtype=None):
     """The product of all elements, or along one ``dim`` (integers multiply in int64;
     as in PyTorch, ``dim`` is one int, not a tuple). float32 multiplies in

@@ -39,6 +39,7 @@ from . import autograd as _ag
 from ._C import ArgumentError, IndexOutOfRangeError
 from ._dtype import (TORCH_NAMES, bfloat16, bool_, complex64, complex128, complex_of, float16, float32, float64,
                      get_dtype, int32, int64, numpy_dtype, ordinal, real_of, strided, uint8)
+from .amp import autocast_op
 from .autograd import Node
 from .tensor import Tensor, from_numpy, get_default_dtype, tensor, zeros
 
@@ -422,53 +423,63 @@ def _real_signal(name, input, s, dim, norm, forward, out, one):
     return _deliver(out, _c2r(x, dims, last, scaling, _out_for(name, out, input, shape, real_of(x.dtype))))
 
 
+@autocast_op("float32_cpu")
 def fft(input, n=None, dim=-1, norm=None, *, out=None):
     """The discrete Fourier transform of input along ``dim`` (of n points:
     input padded with zeros or cut short to n)."""
     return _complex_transform("fft", input, n, dim, norm, True, out, one=True)
 
 
+@autocast_op("float32_cpu")
 def ifft(input, n=None, dim=-1, norm=None, *, out=None):
     """The inverse discrete Fourier transform along ``dim``."""
     return _complex_transform("ifft", input, n, dim, norm, False, out, one=True)
 
 
+@autocast_op("float32_cpu")
 def fft2(input, s=None, dim=(-2, -1), norm=None, *, out=None):
     """The 2-d discrete Fourier transform (fftn over two dims)."""
     return _complex_transform("fft2", input, s, dim, norm, True, out)
 
 
+@autocast_op("float32_cpu")
 def ifft2(input, s=None, dim=(-2, -1), norm=None, *, out=None):
     """The inverse 2-d transform (ifftn over two dims)."""
     return _complex_transform("ifft2", input, s, dim, norm, False, out)
 
 
+@autocast_op("float32_cpu")
 def fftn(input, s=None, dim=None, norm=None, *, out=None):
     """The n-d discrete Fourier transform over ``dim`` (the last len(s) dims
     when only s is given, every dim when neither is)."""
     return _complex_transform("fftn", input, s, dim, norm, True, out)
 
 
+@autocast_op("float32_cpu")
 def ifftn(input, s=None, dim=None, norm=None, *, out=None):
     """The inverse n-d transform, over the dims fftn takes."""
     return _complex_transform("ifftn", input, s, dim, norm, False, out)
 
 
+@autocast_op("float32_cpu")
 def rfft(input, n=None, dim=-1, norm=None, *, out=None):
     """The one-sided Fourier transform of a real input: frequencies 0 to n // 2."""
     return _half_spectrum("rfft", input, n, dim, norm, True, out, True, "rfft expects a real input tensor, but got {}")
 
 
+@autocast_op("float32_cpu")
 def rfft2(input, s=None, dim=(-2, -1), norm=None, *, out=None):
     """rfftn over two dims."""
     return _half_spectrum("rfftn", input, s, dim, norm, True, out, False, _RFFTN_REAL)
 
 
+@autocast_op("float32_cpu")
 def rfftn(input, s=None, dim=None, norm=None, *, out=None):
     """The one-sided n-d transform of a real input: the last of ``dim`` keeps frequencies 0 to n // 2."""
     return _half_spectrum("rfftn", input, s, dim, norm, True, out, False, _RFFTN_REAL)
 
 
+@autocast_op("float32_cpu")
 def ihfft(input, n=None, dim=-1, norm=None, *, out=None):
     """The inverse of hfft: the one-sided inverse transform of a real input."""
     return _half_spectrum("ihfft", input, n, dim, norm, False, out, True,
@@ -485,22 +496,26 @@ def ihfftn(input, s=None, dim=None, norm=None, *, out=None):
     return _half_spectrum("ihfftn", input, s, dim, norm, False, out, False, _IHFFTN_REAL)
 
 
+@autocast_op("float32_cpu")
 def irfft(input, n=None, dim=-1, norm=None, *, out=None):
     """The inverse of rfft: the real signal of n points (2 (m - 1) by default)
     whose one-sided spectrum input is."""
     return _real_signal("irfft", input, n, dim, norm, False, out, True)
 
 
+@autocast_op("float32_cpu")
 def irfft2(input, s=None, dim=(-2, -1), norm=None, *, out=None):
     """irfftn over two dims."""
     return _real_signal("irfftn", input, s, dim, norm, False, out, False)
 
 
+@autocast_op("float32_cpu")
 def irfftn(input, s=None, dim=None, norm=None, *, out=None):
     """The inverse of rfftn: a real signal, the last of ``dim`` n points long (2 (m - 1) by default)."""
     return _real_signal("irfftn", input, s, dim, norm, False, out, False)
 
 
+@autocast_op("float32_cpu")
 def hfft(input, n=None, dim=-1, norm=None, *, out=None):
     """The transform of a Hermitian-symmetric signal given by its first half:
     real, n points (2 (m - 1) by default)."""

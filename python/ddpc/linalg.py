@@ -37,6 +37,7 @@ from . import _linalg as _la
 from . import autograd as _ag
 from ._C import ArgumentError, DtypeError
 from ._function import Function
+from .amp import autocast_op
 from .tensor import Tensor, bfloat16, float16, from_numpy, int32, int64, uint8, zeros
 
 
@@ -232,6 +233,7 @@ class _Inverse(Function):
         return -(Xt @ g @ Xt), None
 
 
+@autocast_op("float32_cpu")
 def inv_ex(A, *, check_errors=False):
     """(inverse, info): A's inverse and, per matrix, 0 or the 1-based index of
     the first zero pivot of its LU factorization (the inverse is NaN there)."""
@@ -239,6 +241,7 @@ def inv_ex(A, *, check_errors=False):
     return InvExResult(*_Inverse.apply(A, bool(check_errors)))
 
 
+@autocast_op("float32_cpu")
 def inv(A):
     """The inverse of each square matrix of A; a singular one raises LinAlgError."""
     _matrices(A, "inv", square=True)
@@ -286,6 +289,7 @@ def solve_ex(A, B, *, left=True, check_errors=False):
     return SolveExResult(X.squeeze(-1) if vector else (X if left else X.mT), info)
 
 
+@autocast_op("float32_cpu")
 def solve(A, B, *, left=True):
     """The solution X of A X = B (X A = B with ``left=False``); see solve_ex. A
     singular A raises LinAlgError."""
@@ -438,6 +442,7 @@ class _Cholesky(Function):
         return solve_triangular(L, gA, upper=False, left=False), None, None
 
 
+@autocast_op("float32_cpu")
 def cholesky_ex(A, *, upper=False, check_errors=False):
     """(L, info): the Cholesky factor L of each symmetric positive-definite
     matrix of A (reading its lower triangle), A = L L^T (U^T U with ``upper``),
@@ -447,6 +452,7 @@ def cholesky_ex(A, *, upper=False, check_errors=False):
     return CholeskyExResult(*_Cholesky.apply(A, bool(upper), bool(check_errors)))
 
 
+@autocast_op("float32_cpu")
 def cholesky(A, *, upper=False):
     """The Cholesky factor of A (see cholesky_ex); a matrix that is not positive-definite raises LinAlgError."""
     return cholesky_ex(A, upper=upper, check_errors=True).L
@@ -480,6 +486,7 @@ class _QR(Function):
         return solve_triangular(R.mT, gA, upper=False, left=False), None
 
 
+@autocast_op("float32_cpu")
 def qr(A, mode="reduced"):
     """(Q, R) with A = Q R, Q's columns orthonormal and R upper triangular:
     mode 'reduced' (Q m x k, R k x n, k = min(m, n)), 'complete' (Q m x m) or
@@ -539,6 +546,7 @@ class _SVD(Function):
         return gA, None
 
 
+@autocast_op("float32_cpu")
 def svd(A, full_matrices=True, *, driver=None):
     """(U, S, Vh) with A = U diag(S) Vh, S descending. Its gradient is PyTorch's:
     well defined for losses that do not depend on the signs of U's and V's
@@ -548,6 +556,7 @@ def svd(A, full_matrices=True, *, driver=None):
     return SVD(*_SVD.apply(A, bool(full_matrices)))
 
 
+@autocast_op("float32_cpu")
 def svdvals(A, *, driver=None):
     """A's singular values, descending (differentiable: U diag(gS) Vh)."""
     _matrices(A, "svdvals")
@@ -583,6 +592,7 @@ class _Eigh(Function):
         return V @ inner @ V.mT, None
 
 
+@autocast_op("float32_cpu")
 def eigh(A, UPLO="L"):
     """(eigenvalues, eigenvectors) of the symmetric matrices A, reading the
     lower (``UPLO='L'``) or upper triangle; eigenvalues ascending. The gradient
@@ -593,6 +603,7 @@ def eigh(A, UPLO="L"):
     return EighResult(*_Eigh.apply(A, UPLO))
 
 
+@autocast_op("float32_cpu")
 def eigvalsh(A, UPLO="L"):
     """The eigenvalues of the symmetric matrices A, ascending (see eigh)."""
     _matrices(A, "eigvalsh", square=True)
@@ -659,6 +670,7 @@ def pinv(A, *, atol=None, rtol=None, hermitian=False):
     return _Pinv.apply(A, atol, rtol, bool(hermitian))
 
 
+@autocast_op("float32_cpu")
 def matrix_rank(A, *, atol=None, rtol=None, hermitian=False):
     """The number of singular values (|eigenvalues| with ``hermitian``) of A
     above max(atol, rtol * the largest), rtol defaulting to eps * max(m, n)
@@ -672,6 +684,7 @@ def matrix_rank(A, *, atol=None, rtol=None, hermitian=False):
 _LSTSQ_DRIVERS = ("gels", "gelsy", "gelsd", "gelss")
 
 
+@autocast_op("float32_cpu")
 def lstsq(A, B, rcond=None, *, driver=None):
     """(solution, residuals, rank, singular_values): the X minimising |A X - B|
     (the minimum-norm one where A is rank-deficient), as pinv(A, rtol=rcond) @ B
@@ -816,6 +829,7 @@ def multi_dot(tensors):
     return out
 
 
+@autocast_op("float32_cpu")
 def tensorinv(A, ind=2):
     """The inverse of A in the sense of tensordot: A's first ``ind`` dims
     against the rest, as one square matrix, inverted; shape A.shape[ind:] + A.shape[:ind]."""
@@ -829,6 +843,7 @@ def tensorinv(A, ind=2):
     return inv(A.reshape(rows, cols)).reshape(A.shape[ind:] + A.shape[:ind])
 
 
+@autocast_op("float32_cpu")
 def tensorsolve(A, B, dims=None):
     """The X with tensordot(A, X, X.ndim) = B: A's dims ``dims`` moved last,
     then A's leading B.ndim dims against the rest as one square system."""
@@ -1080,6 +1095,7 @@ def norm(A, ord=None, dim=None, keepdim=False, *, dtype=None):
     raise ArgumentError(f"linalg.norm: If dim is not specified but ord is, the input must be 1D or 2D. Got {A.ndim}D.")
 
 
+@autocast_op("float32_cpu")
 def cond(A, p=None):
     """The condition number of A in the matrix norm p: for None and 2 the
     ratio of the largest singular value to the smallest (-2: its inverse),
@@ -1095,6 +1111,7 @@ def cond(A, p=None):
     return _ag.where(info.detach() != 0, math.inf, out)
 
 
+@autocast_op("float32_cpu")
 def householder_product(A, tau):
     """The first n columns of the product H_1 ... H_k of the Householder
     reflectors H_i = I - tau_i v_i v_i^T, v_i the i-th column of A below its

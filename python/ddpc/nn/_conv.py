@@ -666,7 +666,13 @@ def pad(input, pad, mode="constant", value=None):
     if not 1 <= len(pads) <= 3 or input.ndim not in (len(pads) + 1, len(pads) + 2):
         raise NotImplementedError(f"pad: mode {mode!r} pads the last 1 to 3 dims of an input with one or two dims "
                                   f"more, got a padding of length {len(widths)} for a {input.ndim}-d input")
+    # PyTorch's CPU autocast casts reflection_pad1d/2d and replication_pad1d/2d/3d, not reflection_pad3d nor circular
+    if mode == "replicate" or (mode == "reflect" and len(pads) < 3):
+        return _pad_by_mode_float32_cpu(input, pads, mode)
     return pad_by_mode(input, pads, mode)
+
+
+_pad_by_mode_float32_cpu = autocast_op("float32_cpu")(pad_by_mode)
 
 
 # ---- pooling ------------------------------------------------------------------------

@@ -24,6 +24,7 @@ import numpy as np
 from .. import _C
 from .. import autograd as _ag
 from .._C import ArgumentError, DtypeError
+from ..amp import autocast_op
 from ..backends import alert_not_deterministic
 from ..tensor import Tensor, tensor
 
@@ -82,6 +83,7 @@ def _check_operands(input, grid, mode, padding_mode):
                             f"{grid.device}")
 
 
+@autocast_op("float32_cpu")
 def grid_sample(input, grid, mode="bilinear", padding_mode="zeros", align_corners=None):
     """``input`` (N, C, H, W) or (N, C, D, H, W) sampled at the points of
     ``grid`` (N, Ho, Wo, 2) or (N, Do, Ho, Wo, 3), coordinates in [-1, 1],

@@ -14,6 +14,7 @@ import warnings
 import numpy as np
 
 from .. import autograd as _ag
+from .._indexing import _caller_level
 from .. import profiler
 from .._C import ArgumentError, DtypeError, IndexOutOfRangeError
 from .._pointwise import hardshrink
@@ -308,8 +309,9 @@ def _legacy_reduction(size_average, reduce, reduction):
     size_average = True if size_average is None else size_average
     reduce = True if reduce is None else reduce
     reduction = "mean" if size_average and reduce else "sum" if reduce else "none"
+    # the caller's line, past the autocast wrapper of the losses that have one
     warnings.warn(f"size_average and reduce args will be deprecated, please use reduction='{reduction}' instead.",
-                  stacklevel=3)
+                  stacklevel=_caller_level())
     return reduction
 
 
@@ -340,6 +342,7 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, r
                              log_probs=True)
 
 
+@autocast_op("float32_cpu")
 def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, reduction="mean", zero_infinity=False):
     """The connectionist temporal classification loss of log-probabilities
     ``log_probs`` (T, N, C), or (T, C) for one sample, against unaligned
@@ -457,24 +460,29 @@ def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_
     return total / input.shape[0] if input.ndim else total
 
 
+@autocast_op("float32")
 def margin_ranking_loss(input1, input2, target, margin=0.0, size_average=None, reduce=None, reduction="mean"):
     return _losses.margin_ranking_loss(input1, input2, target, margin,
                                        _legacy_reduction(size_average, reduce, reduction))
 
 
+@autocast_op("float32")
 def hinge_embedding_loss(input, target, margin=1.0, size_average=None, reduce=None, reduction="mean"):
     return _losses.hinge_embedding_loss(input, target, margin, _legacy_reduction(size_average, reduce, reduction))
 
 
+@autocast_op("float32")
 def soft_margin_loss(input, target, size_average=None, reduce=None, reduction="mean"):
     return _losses.soft_margin_loss(input, target, _legacy_reduction(size_average, reduce, reduction))
 
 
+@autocast_op("float32")
 def cosine_embedding_loss(input1, input2, target, margin=0.0, size_average=None, reduce=None, reduction="mean"):
     return _losses.cosine_embedding_loss(input1, input2, target, margin,
                                          _legacy_reduction(size_average, reduce, reduction))
 
 
+@autocast_op("float32")
 def triplet_margin_loss(anchor, positive, negative, margin=1.0, p=2.0, eps=1e-6, swap=False, size_average=None,
                         reduce=None, reduction="mean"):
     """triplet_margin_with_distance_loss with the p-norm distance (pairwise_distance)."""
@@ -493,6 +501,7 @@ def gaussian_nll_loss(input, target, var, full=False, eps=1e-6, reduction="mean"
     return _losses.gaussian_nll_loss(input, target, var, full, eps, reduction)
 
 
+@autocast_op("float32")
 def poisson_nll_loss(input, target, log_input=True, full=False, size_average=None, eps=1e-8, reduce=None,
                      reduction="mean"):
     return _losses.poisson_nll_loss(input, target, log_input, full, eps,
@@ -504,10 +513,12 @@ def multilabel_soft_margin_loss(input, target, weight=None, size_average=None, r
                                                _legacy_reduction(size_average, reduce, reduction))
 
 
+@autocast_op("float32")
 def multilabel_margin_loss(input, target, size_average=None, reduce=None, reduction="mean"):
     return _losses.multilabel_margin_loss(input, target, _legacy_reduction(size_average, reduce, reduction))
 
 
+@autocast_op("float32")
 def multi_margin_loss(input, target, p=1, margin=1.0, weight=None, size_average=None, reduce=None, reduction="mean"):
     return _losses.multi_margin_loss(input, target, p, margin, weight,
                                      _legacy_reduction(size_average, reduce, reduction))
@@ -591,21 +602,29 @@ def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
     """The largest element of each window of (N, C, D, H, W) or (C, D, H, W)
     ``input`` (and, with ``return_indices``, its position (d * H + h) * W + w
     in its volume)."""
-    return _conv.max_pool("max_pool3d", 3, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
+    if return_indices:  # PyTorch's CPU autocast casts max_pool3d, not max_pool3d_with_indices
+        return _conv.max_pool("max_pool3d", 3, input, kernel_size, stride, padding, dilation, ceil_mode, True)
+    return _max_pool3d_values("max_pool3d", 3, input, kernel_size, stride, padding, dilation, ceil_mode, False)
 
 
+_max_pool3d_values = autocast_op("float32_cpu")(_conv.max_pool)
+
+
+@autocast_op("float32_cpu")  # PyTorch unpools one dim through max_unpool2d
 def max_unpool1d(input, indices, kernel_size, stride=None, padding=0, output_size=None):
     """Places each value of (N, C, L) or (C, L) ``input`` at its index from
     max_pool1d(return_indices=True), zeros elsewhere."""
     return _conv.max_unpool("max_unpool1d", 1, input, indices, kernel_size, stride, padding, output_size)
 
 
+@autocast_op("float32_cpu")
 def max_unpool2d(input, indices, kernel_size, stride=None, padding=0, output_size=None):
     """Places each value of (N, C, H, W) or (C, H, W) ``input`` at its index
     from max_pool2d(return_indices=True), zeros elsewhere."""
     return _conv.max_unpool("max_unpool2d", 2, input, indices, kernel_size, stride, padding, output_size)
 
 
+@autocast_op("float32_cpu")
 def max_unpool3d(input, indices, kernel_size, stride=None, padding=0, output_size=None):
     """Places each value of (N, C, D, H, W) or (C, D, H, W) ``input`` at its
     index from max_pool3d(return_indices=True), zeros elsewhere."""
@@ -625,6 +644,7 @@ def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False, coun
                           divisor_override)
 
 
+@autocast_op("float32_cpu")
 def avg_pool3d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
                divisor_override=None):
     """The mean of each window of (N, C, D, H, W) or (C, D, H, W) ``input``,
@@ -666,10 +686,15 @@ def lp_pool3d(input, norm_type, kernel_size, stride=None, ceil_mode=False):
 def _channel_window_mean(input, before, after):
     """The mean over channels c - before .. c + after (dim 1; channels past
     either end count as zeros) of (N, C, ...) ``input``: an average pool of
-    its channels as the depth of one (N, 1, C, rest, 1) volume."""
+    its channels as the depth of one (N, 1, C, rest, 1) volume. As in
+    PyTorch, which pools a 3-d input with avg_pool2d, CPU autocast runs it
+    in float32 for 4-d and larger inputs only."""
     n, c = input.shape[:2]
     volume = pad(input.reshape(n, 1, c, -1, 1), (0, 0, 0, 0, before, after))
-    return avg_pool3d(volume, (before + after + 1, 1, 1), stride=1).reshape(input.shape)
+    window = (before + after + 1, 1, 1)
+    if input.ndim == 3:
+        return _conv.avg_pool("avg_pool3d", 3, volume, window, 1, 0, False, True, None).reshape(input.shape)
+    return avg_pool3d(volume, window, stride=1).reshape(input.shape)
 
 
 def local_response_norm(input, size, alpha=1e-4, beta=0.75, k=1.0):
@@ -697,6 +722,7 @@ def adaptive_avg_pool2d(input, output_size):
     return _conv.adaptive_avg_pool("adaptive_avg_pool2d", 2, input, output_size)
 
 
+@autocast_op("float32_cpu")
 def adaptive_avg_pool3d(input, output_size):
     """The mean over PyTorch's adaptive windows of (N, C, D, H, W) or
     (C, D, H, W) ``input``."""
@@ -715,6 +741,7 @@ def adaptive_max_pool2d(input, output_size, return_indices=False):
     return _conv.adaptive_max_pool("adaptive_max_pool2d", 2, input, output_size, return_indices)
 
 
+@autocast_op("float32_cpu")
 def adaptive_max_pool3d(input, output_size, return_indices=False):
     """The largest element over the adaptive windows of (N, C, D, H, W) or
     (C, D, H, W) ``input`` (and its position (d * H + h) * W + w in its volume)."""
@@ -735,6 +762,7 @@ grid_sample = _grid_sample.grid_sample
 affine_grid = _grid_sample.affine_grid
 
 
+@autocast_op("float32_cpu")
 def fractional_max_pool2d(input, kernel_size, output_size=None, output_ratio=None, return_indices=False,
                           _random_samples=None):
     """The largest element of pseudo-random kernel-sized windows of (N, C, H,
@@ -745,6 +773,7 @@ def fractional_max_pool2d(input, kernel_size, output_size=None, output_ratio=Non
                                            return_indices, _random_samples)
 
 
+@autocast_op("float32_cpu")
 def fractional_max_pool3d(input, kernel_size, output_size=None, output_ratio=None, return_indices=False,
                           _random_samples=None):
     """fractional_max_pool2d over (N, C, D, H, W) or (C, D, H, W) ``input``,
