@@ -293,6 +293,17 @@ def test_consume_prefix_strips_ddps_module_prefix():
     assert _single(3) == (3,) and _pair(3) == (3, 3) and _pair([1, 2]) == (1, 2) and _quadruple(0) == (0,) * 4
 
 
+def test_consume_prefix_also_renames_the_metadata():
+    from ddpc.nn.modules.utils import consume_prefix_in_state_dict_if_present
+    wrapper = nn.Module()
+    wrapper.module = nn.Sequential(nn.Linear(2, 3), nn.BatchNorm1d(3))
+    state = wrapper.state_dict()
+    consume_prefix_in_state_dict_if_present(state, "module.")
+    assert list(state) == list(wrapper.module.state_dict())
+    assert list(state._metadata) == ["", "0", "1"]  # "module" took the wrapper's "" over, as in PyTorch
+    assert state._metadata["1"] == {"version": 2}
+
+
 def test_default_backend_for_a_device_and_backend_availability():
     assert dist.get_default_backend_for_device("cpu") == "cpu"
     assert dist.get_default_backend_for_device("cuda:1") == "nccl"

@@ -1,7 +1,8 @@
 """nn.Module's hooks and helpers: forward (pre-)hooks, also the global ones, full
 backward (pre-)hooks, get_submodule/get_parameter/get_buffer/set_submodule, dtype casts, to_empty,
-extra state, and the state dict protocol (_save_to_state_dict, _load_from_state_dict, _version and
-_metadata, the state dict and load hooks, assign=True)."""
+extra state, the state dict protocol (_save_to_state_dict, _load_from_state_dict, _version and
+_metadata, the state dict and load hooks, assign=True, the strict rule for unexpected keys), train()
+through each child's own, the assignments PyTorch refuses, ParameterDict's dict methods and dir()."""
 
 import copy
 import math
@@ -504,9 +505,8 @@ def test_load_state_dict_hooks_order_and_strict_rescue():
 
 def test_load_post_hooks_see_the_loaded_values():
     """As in PyTorch, a module's load post-hook runs after its values are
-    copied (a hook that derives something from them sees the new ones); with a
-    post-hook in the tree a load that raises for missing keys leaves loaded
-    what it copied, as PyTorch's does."""
+    copied (a hook that derives something from them sees the new ones); a load
+    that raises for missing keys leaves loaded what it copied, as PyTorch's does."""
     model = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 1))
     seen = []
     model[1].register_load_state_dict_post_hook(
@@ -549,14 +549,15 @@ def test_non_full_backward_hooks_see_the_last_op_and_exclude_full_ones():
     np.testing.assert_array_equal(full(ddpc.tensor([-1.0, 2.0])).numpy(), [0.0, 2.0])
 
 
-def test_failed_load_copies_nothing_even_through_load_from_state_dict():
+def test_failed_load_keeps_what_checked_out_as_pytorch():
+    """Each tensor is copied as its module loads; a mismatch is reported at the end, with the others."""
     model = nn.Sequential(_Scaled(), nn.Linear(2, 2))
-    before = {k: v.clone() for k, v in model.state_dict().items()}
+    bias = model[1].bias.clone()
     bad = {"0.weight": ddpc.ones(2), "1.weight": ddpc.ones(2, 2), "1.bias": ddpc.ones(3)}
     with pytest.raises(RuntimeError, match="size mismatch for 1.bias"):
         model.load_state_dict(bad)
-    for k, v in model.state_dict().items():
-        np.testing.assert_array_equal(v.numpy(), before[k].numpy())
+    assert model[0].weight.tolist() == [1.0, 1.0] and model[1].weight.tolist() == [[1.0, 1.0], [1.0, 1.0]]
+    np.testing.assert_array_equal(model[1].bias.numpy(), bias.numpy())
     missing, unexpected, errors = [], [], []
     model[0]._load_from_state_dict({"0.weight": ddpc.ones(2)}, "0.", {}, True, missing, unexpected, errors)
     assert model[0].weight.tolist() == [1.0, 1.0] and (missing, unexpected, errors) == ([], [], [])
@@ -684,3 +685,131 @@ def test_a_gradient_of_another_dtype_is_cast_to_the_outputs():
     y = ddpc.nn.functional.softmax(x, 0, dtype=ddpc.float64)
     y.backward(ddpc.from_numpy(np.array([1.0, 0.0, 0.0], np.float32)))
     np.testing.assert_allclose(x.grad.numpy(), [2 / 9, -1 / 9, -1 / 9], rtol=1e-6)
+
+
+class _FrozenNorm(nn.Module):
+    """The frozen batch norm pattern: train() is overridden to keep the norm in eval mode."""
+
+    def __init__(self):
+        super().__init__()
+        self.bn = nn.BatchNorm1d(2)
+        self.modes = []
+
+    def train(self, mode=True):
+        self.modes.append(mode)
+        super().train(mode)
+        self.bn.eval()
+        return self
+
+
+def test_train_and_eval_call_each_childs_own_train():
+    model = nn.Sequential(nn.Linear(2, 2), nn.Sequential(_FrozenNorm()))
+    assert model.train() is model
+    frozen = model[1][0]
+    assert frozen.modes == [True] and frozen.training and not frozen.bn.training
+    assert model.eval() is model
+    assert frozen.modes == [True, False] and not any(m.training for m in model.modules())
+    with pytest.raises(ValueError, match="training mode is expected to be boolean"):
+        model.train(1)
+
+
+class _Derived(nn.Module):
+    """Derives a value from its weight right after loading it, as PyTorch's modules may."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(ddpc.zeros(2))
+        self.derived = None
+
+    def _load_from_state_dict(self, *args):
+        super()._load_from_state_dict(*args)
+        self.derived = (self.weight * 2).tolist()
+
+
+def test_load_from_state_dict_override_sees_the_values_it_loaded():
+    model = nn.Sequential(_Derived(), nn.Linear(2, 2))
+    sd = {k: v.clone() for k, v in model.state_dict().items()}
+    sd["0.weight"] = ddpc.tensor([1.0, 2.0])
+    assert model.load_state_dict(sd) == ([], [])
+    assert model[0].derived == [2.0, 4.0]
+    sd["0.weight"] = ddpc.tensor([3.0, 4.0])
+    model.load_state_dict(sd, assign=True)
+    assert model[0].derived == [6.0, 8.0] and model[0].weight.requires_grad
+
+
+def test_strict_load_refuses_keys_that_name_no_tensor_as_pytorch():
+    """A key is this module's own only as ``prefix + name`` of a tensor, and a child's only with a dot
+    after the child's name: a bare child name or a key below a parameter is unexpected."""
+    model = nn.Sequential(nn.Linear(1, 1))
+    sd = model.state_dict()
+    sd["0"] = ddpc.zeros(1)
+    sd["0.weight.orig"] = ddpc.zeros(1)
+    with pytest.raises(RuntimeError, match=r'Unexpected key\(s\) in state_dict: "0", "0.weight.orig"\.'):
+        model.load_state_dict(sd)
+    result = model.load_state_dict({"0": ddpc.zeros(1), "0.weight.x": ddpc.zeros(1)}, strict=False)
+    assert result == (["0.weight", "0.bias"], ["0", "0.weight.x"])
+
+
+def test_assignments_over_another_kind_of_member_are_refused_as_in_pytorch():
+    lin = nn.Linear(1, 1)
+    with pytest.raises(TypeError, match=r"cannot assign 'ReLU' as parameter 'weight' \(ddpc.nn.Parameter or None"):
+        lin.weight = nn.ReLU()
+    with pytest.raises(TypeError, match="as parameter 'bias'"):
+        lin.bias = nn.Buffer(ddpc.zeros(1))
+    assert [n for n, _ in lin.named_parameters()] == ["weight", "bias"] and not list(lin.children())
+    seq = nn.Sequential(nn.ReLU())
+    with pytest.raises(TypeError, match=r"cannot assign 'Tensor' as child module '0' \(ddpc.nn.Module or None"):
+        setattr(seq, "0", nn.Buffer(ddpc.zeros(1)))
+    assert type(seq[0]).__name__ == "ReLU" and not list(seq.buffers())
+    setattr(seq, "0", nn.Parameter(ddpc.zeros(1)))  # what PyTorch allows: a Parameter over a child
+    bn = nn.BatchNorm1d(1)
+    bn.running_mean = nn.ReLU()  # and a module over a buffer
+    assert list(seq._parameters) == ["0"] and not seq._modules
+    assert "running_mean" not in bn._buffers and bn._modules["running_mean"] is bn.running_mean
+
+
+def test_get_parameter_of_one_registered_as_none_raises():
+    net = nn.Sequential(nn.Linear(1, 1, bias=False), nn.BatchNorm1d(1, affine=False))
+    with pytest.raises(AttributeError, match="`bias` is not an nn.Parameter"):
+        net.get_parameter("0.bias")
+    assert net.get_buffer("1.running_mean") is net[1].running_mean
+
+
+def test_parameter_dict_orders_plain_dicts_and_has_dicts_methods():
+    a, z = nn.Parameter(ddpc.zeros(1)), nn.Parameter(ddpc.ones(2))
+    pd = nn.ParameterDict({"z": z, "a": a})
+    assert list(pd) == ["a", "z"]  # a plain dict's keys sorted, as PyTorch's
+    pd.update(OrderedDict([("y", ddpc.zeros(1)), ("b", ddpc.zeros(1))]))
+    assert list(pd) == ["a", "z", "y", "b"]  # an OrderedDict's order kept
+    pd.update({"d": ddpc.zeros(1), "c": ddpc.zeros(1)})
+    assert list(pd)[-2:] == ["c", "d"]
+    assert pd.get("a") is a and pd.get("nothing") is None and pd.get("nothing", 3) == 3
+    assert pd.setdefault("a", z) is a and isinstance(pd.setdefault("e", ddpc.ones(1)), nn.Parameter)
+    assert pd.popitem()[0] == "e" and "e" not in pd
+    copied = pd.copy()
+    assert type(copied) is nn.ParameterDict and list(copied) == list(pd) and copied["z"] is z
+    made = pd.fromkeys(["q", "p"])
+    assert list(made) == ["q", "p"] and made["p"] is None
+
+
+def test_dir_name_and_slices_of_container_subclasses_as_pytorch():
+    lin = nn.Linear(1, 1)
+    assert lin._get_name() == "Linear"
+    assert {"weight", "bias", "forward", "training"} <= set(dir(lin))
+    net = nn.Sequential(nn.Linear(1, 1))
+    net.register_buffer("steps", ddpc.zeros(1))
+    assert "steps" in dir(net) and "0" not in dir(net)
+
+    class Named(nn.Linear):
+        def _get_name(self):
+            return "Renamed"
+
+    assert repr(Named(1, 1)).startswith("Renamed(")
+
+    class Steps(nn.Sequential):
+        pass
+
+    class Blocks(nn.ModuleList):
+        pass
+
+    assert type(Steps(nn.ReLU(), nn.Tanh())[1:]) is Steps and type(Blocks([nn.ReLU()])[:1]) is Blocks

@@ -11,7 +11,7 @@ from procs import run_torch_case
 
 
 @pytest.mark.parametrize("case", ["layers", "creation", "hooks", "instance_norm_running_stats", "state_dict_protocol",
-                                  "non_full_backward_hooks"])
+                                  "non_full_backward_hooks", "module_semantics"])
 def test_matches_pytorch(case):
     out = run_torch_case(__file__, case)
     assert out.strip().endswith("ok"), out
@@ -236,6 +236,90 @@ def non_full_backward_hooks():
         warnings.simplefilter("ignore", FutureWarning)  # PyTorch's deprecation of these hooks
         want = _non_full_run(torch)
     ours = _non_full_run(ddpc)
+    assert want == ours, (want, ours)
+
+
+def _semantics_run(lib):
+    """train() through each child's override, values seen after super()._load_from_state_dict, the strict
+    rule for unexpected keys, refused assignments, get_parameter of a None, ParameterDict's order and
+    methods, dir(), slices of container subclasses and consume_prefix_in_state_dict_if_present's metadata."""
+    import importlib
+    from collections import OrderedDict
+
+    nn, log = lib.nn, []
+
+    def error(fn):
+        try:
+            fn()
+        except Exception as e:
+            return type(e).__name__
+        return None
+
+    class Frozen(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bn = nn.BatchNorm1d(2)
+
+        def train(self, mode=True):
+            log.append(("train", mode))
+            super().train(mode)
+            self.bn.eval()
+            return self
+
+    model = nn.Sequential(nn.Linear(2, 2), Frozen())
+    model.eval()
+    model.train()
+    log.append([m.training for m in model.modules()])
+    log.append(error(lambda: model.train(1)))
+
+    class Derived(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = nn.Parameter(lib.zeros(2))
+
+        def _load_from_state_dict(self, *args):
+            super()._load_from_state_dict(*args)
+            log.append(("derived", self.weight.tolist()))
+
+    model = nn.Sequential(Derived(), nn.Linear(2, 2))
+    sd = {k: v.clone() for k, v in model.state_dict().items()}
+    sd["0.weight"] = lib.tensor([1.0, 2.0])
+    sd["1.bias"] = lib.zeros(3)
+    log.append(error(lambda: model.load_state_dict(sd)))
+    log.append(model[0].weight.tolist())
+    sd = nn.Sequential(nn.Linear(1, 1)).state_dict()
+    sd["0"], sd["0.weight.orig"] = lib.zeros(1), lib.zeros(1)
+    log.append(tuple(nn.Sequential(nn.Linear(1, 1)).load_state_dict(sd, strict=False)))
+    lin = nn.Linear(1, 1, bias=False)
+    log.append([error(lambda: setattr(lin, "weight", nn.ReLU())), error(lambda: lin.get_parameter("bias")),
+                error(lambda: setattr(nn.Sequential(nn.ReLU()), "0", nn.Buffer(lib.zeros(1))))])
+    log.append([n for n in dir(lin) if n in ("weight", "bias", "forward")] + [lin._get_name()])
+    pd = nn.ParameterDict({"z": nn.Parameter(lib.zeros(1)), "a": nn.Parameter(lib.zeros(1))})
+    pd.update({"y": lib.zeros(1), "b": lib.zeros(1)})
+    log.append([list(pd), pd.get("x", 3), type(pd.setdefault("c", lib.ones(1))).__name__, pd.popitem()[0],
+                list(pd.copy()), list(pd.fromkeys(["q", "p"]))])
+
+    class Steps(nn.Sequential):
+        pass
+
+    class Blocks(nn.ModuleList):
+        pass
+
+    log.append([type(Steps(nn.ReLU(), nn.Tanh())[1:]).__name__, type(Blocks([nn.ReLU()])[:1]).__name__])
+    utils = importlib.import_module(lib.__name__ + ".nn.modules.utils")
+    wrapper = nn.Module()
+    wrapper.module = nn.Sequential(nn.Linear(1, 1))
+    sd = wrapper.state_dict()
+    utils.consume_prefix_in_state_dict_if_present(sd, "module.")
+    log.append([list(sd), list(sd._metadata)])
+    return log
+
+
+def module_semantics():
+    import torch
+    import ddpc
+
+    want, ours = _semantics_run(torch), _semantics_run(ddpc)
     assert want == ours, (want, ours)
 
 

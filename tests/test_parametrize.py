@@ -185,3 +185,30 @@ def test_older_weight_norm_recomputes_the_weight_before_each_forward():
     nn.utils.remove_weight_norm(m)
     assert sorted(n for n, _ in m.named_parameters()) == ["bias", "weight"]
     np.testing.assert_allclose(m.weight.detach().numpy(), 2 * w, rtol=1e-12)
+
+
+def test_weight_norm_loads_a_checkpoint_of_the_older_weight_norm():
+    old = nn.Sequential(linear())
+    w = old[0].weight.detach().numpy().copy()
+    nn.utils.weight_norm(old[0])
+    checkpoint = old.state_dict()  # weight_g and weight_v
+    new = nn.Sequential(parametrizations.weight_norm(linear(seed=1)))
+    assert new.load_state_dict(checkpoint) == ([], [])
+    np.testing.assert_allclose(new[0].weight.detach().numpy(), w, rtol=1e-12)
+    assert list(new.state_dict()) == ["0.bias", "0.parametrizations.weight.original0",
+                                      "0.parametrizations.weight.original1"]
+
+
+class Doubled(nn.Module):
+    def forward(self, x):
+        return x * 2
+
+
+@pytest.mark.parametrize("unsafe", [False, True])
+def test_assigning_needs_a_right_inverse_in_every_parametrization(unsafe):
+    m = linear()
+    parametrize.register_parametrization(m, "weight", Doubled(), unsafe=unsafe)
+    before = m.weight.detach().numpy().copy()
+    with pytest.raises(RuntimeError, match=r"^parametrization Doubled does not implement right_inverse\.$"):
+        m.weight = ddpc.zeros(3, 4, dtype=ddpc.float64)
+    np.testing.assert_array_equal(m.weight.detach().numpy(), before)

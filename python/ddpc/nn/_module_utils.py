@@ -35,6 +35,14 @@ def _reverse_repeat_tuple(t, n):
 def consume_prefix_in_state_dict_if_present(state_dict, prefix):
     """Strips ``prefix`` from the keys of ``state_dict`` that start with it, in
     place: a checkpoint of ``ddp.state_dict()`` then loads into the bare
-    model. Keys without the prefix stay as they are."""
+    model. Keys without the prefix stay as they are. As PyTorch's, the keys of
+    ``state_dict._metadata`` are renamed too: ``"module"`` (the wrapped
+    model's) takes the wrapper's ``""`` over."""
     for key in [k for k in state_dict if k.startswith(prefix)]:
         state_dict[key[len(prefix):]] = state_dict.pop(key)
+    metadata = getattr(state_dict, "_metadata", None)
+    if metadata is None:
+        return
+    for key in [k for k in metadata if k]:
+        if key == prefix.replace(".", "") or key.startswith(prefix):
+            metadata[key[len(prefix):]] = metadata.pop(key)

@@ -10,9 +10,9 @@ import functools
 import itertools
 import math
 import operator
-import threading
 import warnings
 from collections import OrderedDict, namedtuple
+from collections.abc import Mapping
 
 from .._C import ArgumentError
 from ..autograd import RemovableHandle, is_grad_enabled, no_grad
@@ -120,15 +120,6 @@ def register_module_forward_hook(hook, *, with_kwargs=False, always_call=False):
 
 _EXTRA_STATE = "_extra_state"
 _IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
-
-
-# The copies that Module._load_from_state_dict stages while load_state_dict runs in this thread
-# (None outside it): load_state_dict makes them once every module checked out.
-class _StagedCopies(threading.local):
-    copies = None
-
-
-_staged = _StagedCopies()
 
 
 def _call_non_full_hook(hook, module, grad_inputs, grad_outputs):
@@ -281,41 +272,41 @@ class Module:
         return params, self.__dict__["_buffers"], self.__dict__["_modules"]
 
     def __setattr__(self, name, value):
+        # In PyTorch's order: a Parameter takes any name; a parameter's name then takes only None, a
+        # Module any other name, a child's name only None, and a buffer's name a tensor or None.
+        params = self.__dict__.get("_parameters")
         if isinstance(value, Parameter):
             params, buffers, modules = self._dicts()
             buffers.pop(name, None)
             modules.pop(name, None)
             self.__dict__.pop(name, None)
             params[name] = value
+        elif params is not None and name in params:
+            if value is not None:
+                raise TypeError(f"cannot assign '{type(value).__name__}' as parameter '{name}' "
+                                "(ddpc.nn.Parameter or None expected)")
+            params[name] = None
         elif isinstance(value, Module):
             params, buffers, modules = self._dicts()
-            params.pop(name, None)
             buffers.pop(name, None)
             self.__dict__.pop(name, None)
             modules[name] = value
+        elif params is not None and name in self._modules:
+            if value is not None:
+                raise TypeError(f"cannot assign '{type(value).__name__}' as child module '{name}' "
+                                "(ddpc.nn.Module or None expected)")
+            self._modules[name] = None
         elif isinstance(value, Buffer):
-            params, buffers, modules = self._dicts()
-            params.pop(name, None)
-            modules.pop(name, None)
+            self._dicts()  # refuses a module whose Module.__init__ has not run
             self.__dict__.pop(name, None)
             self.register_buffer(name, value, value.persistent)
+        elif params is not None and name in self._buffers:
+            if value is not None and not isinstance(value, Tensor):
+                raise TypeError(f"cannot assign '{type(value).__name__}' as buffer '{name}' "
+                                "(ddpc.nn.Buffer, ddpc.Tensor or None expected)")
+            self._buffers[name] = value
         else:
-            params = self.__dict__.get("_parameters")
-            if params is not None and name in params:
-                if value is not None:
-                    raise TypeError(f"cannot assign a {type(value).__name__} as parameter {name!r} "
-                                    "(a ddpc.nn.Parameter or None is expected)")
-                params[name] = None
-            elif params is not None and name in self._modules:
-                if value is not None:
-                    raise TypeError(f"cannot assign a {type(value).__name__} as child module {name!r}")
-                self._modules[name] = None
-            elif params is not None and name in self._buffers:
-                if value is not None and not isinstance(value, Tensor):
-                    raise TypeError(f"cannot assign a {type(value).__name__} as buffer {name!r}")
-                self._buffers[name] = value
-            else:
-                object.__setattr__(self, name, value)
+            object.__setattr__(self, name, value)
 
     def __setstate__(self, state):
         """Unpickling: a module pickled by an older ddpc lacks the hook tables added since (as PyTorch's)."""
@@ -454,18 +445,19 @@ class Module:
             raise AttributeError(f"`{name}` is not an nn.Module")
         setattr(parent, name, module)
 
-    def _get_member(self, target, table, kind):
+    def _get_member(self, target, table, kind, cls=object):
         module_path, _, name = target.rpartition(".")
         mod = self.get_submodule(module_path)
         if not hasattr(mod, name):
             raise AttributeError(f"{type(mod).__name__} has no attribute `{name}`")
-        if name not in getattr(mod, table):
+        member = getattr(mod, name)
+        if name not in getattr(mod, table) or not isinstance(member, cls):
             raise AttributeError(f"`{name}` is not {kind}")
-        return getattr(mod, name)
+        return member
 
     def get_parameter(self, target):
-        """The parameter at dotted path ``target``."""
-        return self._get_member(target, "_parameters", "an nn.Parameter")
+        """The parameter at dotted path ``target`` (one registered as None is refused, as in PyTorch)."""
+        return self._get_member(target, "_parameters", "an nn.Parameter", Parameter)
 
     def get_buffer(self, target):
         """The buffer at dotted path ``target``."""
@@ -571,15 +563,11 @@ class Module:
         requires_grad).
 
         As PyTorch's, each module, parents before children, gets its ``local_metadata`` (its entry of
-        ``state_dict._metadata``, or ``{}``) and runs its load pre-hooks and ``_load_from_state_dict``;
-        its load post-hooks run once its children are loaded. Missing and unexpected keys then raise
-        (strict=True) or are returned; a shape or type mismatch always raises. All problems are reported
-        together. Unlike PyTorch's, nothing is copied (nor assigned, nor extra state set) unless every
-        key checks out: the base ``_load_from_state_dict`` only stages its copies, which load_state_dict
-        makes at the end (so an override's code after ``super()._load_from_state_dict`` still sees the
-        values from before the load). Where a module in the tree has a load post-hook, loading goes as
-        PyTorch's instead: each module's values are copied when it is reached, so that its post-hooks
-        see them, and a load that raises leaves loaded what it copied before.
+        ``state_dict._metadata``, or ``{}``) and runs its load pre-hooks and ``_load_from_state_dict``,
+        which copies its values (so an override's code after ``super()._load_from_state_dict`` sees
+        them); its load post-hooks run once its children are loaded. Missing and unexpected keys then
+        raise (strict=True) or are returned; a shape or type mismatch always raises. All problems are
+        reported together, and, as in PyTorch, what checked out before stays loaded.
         """
         if not hasattr(state_dict, "items"):
             raise TypeError(f"expected a dict-like state_dict, got {type(state_dict).__name__}")
@@ -588,13 +576,7 @@ class Module:
         if metadata is not None:
             state_dict._metadata = metadata
         missing, unexpected, errors = [], [], []
-        outer_staged = _staged.copies
-        hooked = any(m._load_state_dict_post_hooks for m in self.modules())
-        _staged.copies = staged = None if hooked else []
-        try:
-            self._load_tree(state_dict, "", metadata, assign, missing, unexpected, errors)
-        finally:
-            _staged.copies = outer_staged
+        self._load_tree(state_dict, "", metadata, assign, missing, unexpected, errors)
         if strict:
             if unexpected:
                 errors.insert(0, "Unexpected key(s) in state_dict: " + ", ".join(f'"{k}"' for k in unexpected) + ". ")
@@ -602,9 +584,6 @@ class Module:
                 errors.insert(0, "Missing key(s) in state_dict: " + ", ".join(f'"{k}"' for k in missing) + ". ")
         if errors:
             raise RuntimeError(f"Error(s) in loading state_dict for {type(self).__name__}:\n\t" + "\n\t".join(errors))
-        with no_grad():
-            for apply in staged or ():
-                apply()
         return _IncompatibleKeys(missing, unexpected)
 
     def _load_tree(self, state_dict, prefix, metadata, assign, missing, unexpected, errors):
@@ -628,10 +607,10 @@ class Module:
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                               error_msgs):
         """Loads this module's own parameters, buffers and extra state (not its children's) from the keys
-        of ``state_dict`` under ``prefix``, after running its load pre-hooks: problems are appended to
-        ``error_msgs``, and with ``strict`` absent keys to ``missing_keys`` and keys under ``prefix``
-        that name nothing here nor a child to ``unexpected_keys``. Within load_state_dict the copies
-        wait until every module checked out; called on its own, it copies at once.
+        of ``state_dict`` under ``prefix``, after running its load pre-hooks, each tensor as it checks
+        out: problems are appended to ``error_msgs``, and with ``strict`` absent keys to
+        ``missing_keys`` and, by PyTorch's rule, keys under ``prefix`` that are neither ``prefix +``
+        the name of a tensor here nor ``prefix + child + "." + ...`` to ``unexpected_keys``.
 
         Override it to convert an old checkpoint's keys (``local_metadata.get("version")`` is the
         ``_version`` it was saved with) before calling this one."""
@@ -641,7 +620,6 @@ class Module:
         assign = local_metadata.get("assign_to_params_buffers", False)
         own = {name: p for name, p in self._parameters.items() if p is not None}
         own.update((name, b) for name, b in self._buffers.items() if b is not None and name not in self._non_persistent)
-        copies = []
         for name, target in own.items():
             key = prefix + name
             if key not in state_dict:
@@ -663,16 +641,16 @@ class Module:
                                   " and not in the other: run a forward pass through the lazy module first.")
             elif not is_lazy(target) and target.ndim == 0 and tuple(value.shape) == (1,):
                 # PyTorch's shim for checkpoints from before 0-d tensors (a num_batches_tracked of shape [1])
-                self._stage_copy(copies, assign, name, target, value.reshape(()))
+                self._load_value(error_msgs, assign, key, name, target, value.reshape(()))
             elif value.shape != target.shape:
                 error_msgs.append(f"size mismatch for {key}: copying a param with shape {value.shape} from "
                                   f"checkpoint, the shape in current model is {target.shape}.")
             else:
-                self._stage_copy(copies, assign, name, target, value)
+                self._load_value(error_msgs, assign, key, name, target, value)
         extra_key = prefix + _EXTRA_STATE
         if type(self).set_extra_state is not Module.set_extra_state:
             if extra_key in state_dict:
-                copies.append(functools.partial(self.set_extra_state, state_dict[extra_key]))
+                self.set_extra_state(state_dict[extra_key])
             elif strict:
                 missing_keys.append(extra_key)
         elif strict and extra_key in state_dict:
@@ -680,21 +658,22 @@ class Module:
         if strict:
             for key in state_dict:
                 if key.startswith(prefix) and key != extra_key:
-                    first = key[len(prefix):].split(".", 1)[0]
-                    if first not in self._modules and first not in own:
+                    parts = key[len(prefix):].split(".", 1)
+                    if parts[0] not in (self._modules if len(parts) > 1 else own):
                         unexpected_keys.append(key)
-        if _staged.copies is not None:
-            _staged.copies.extend(copies)
-            return
-        with no_grad():
-            for apply in copies:
-                apply()
 
-    def _stage_copy(self, copies, assign, name, target, value):
-        if assign:
-            copies.append(functools.partial(self._assign_state, name, target, value))
-        elif not is_lazy(target):
-            copies.append(functools.partial(target.copy_, value))
+    def _load_value(self, error_msgs, assign, key, name, target, value):
+        """Copies (with ``assign``: assigns) ``value`` into ``target``; a failure goes to error_msgs, as PyTorch's."""
+        try:
+            with no_grad():
+                if assign:
+                    self._assign_state(name, target, value)
+                elif not is_lazy(target):
+                    target.copy_(value)
+        except Exception as e:
+            error_msgs.append(f'While copying the parameter named "{key}", whose dimensions in the model are '
+                              f"{target.shape} and whose dimensions in the checkpoint are {value.shape}, an "
+                              f"exception occurred : {e.args}.")
 
     def _assign_state(self, name, target, value):
         if isinstance(target, Parameter):
@@ -786,10 +765,13 @@ class Module:
         compile_(self, *args, **kwargs)
 
     def train(self, mode=True):
+        """Sets this module's ``training`` and calls each child's ``train(mode)``, as PyTorch's (so a
+        child that overrides train, say to keep a frozen norm in eval mode, has its say)."""
         if not isinstance(mode, bool):
-            raise ValueError("training mode is expected to be a bool")
-        for m in self.modules():
-            object.__setattr__(m, "training", mode)
+            raise ValueError("training mode is expected to be boolean")
+        self.training = mode
+        for m in self.children():
+            m.train(mode)
         return self
 
     def eval(self):
@@ -804,6 +786,10 @@ class Module:
         zero_grads(self.parameters(), set_to_none)
 
     # ---- printing ------------------------------------------------------------------------
+    def _get_name(self):
+        """The name the repr starts with: the class's, unless a subclass overrides this."""
+        return type(self).__name__
+
     def extra_repr(self):
         return ""
 
@@ -815,10 +801,16 @@ class Module:
         for name, m in self._modules.items():
             lines.append(f"({name}): {_addindent(repr(m), 2)}")
         if not lines:
-            return f"{type(self).__name__}()"
+            return f"{self._get_name()}()"
         if len(lines) == 1 and not self._modules:
-            return f"{type(self).__name__}({lines[0]})"
-        return f"{type(self).__name__}(\n  " + "\n  ".join(lines) + "\n)"
+            return f"{self._get_name()}({lines[0]})"
+        return f"{self._get_name()}(\n  " + "\n  ".join(lines) + "\n)"
+
+    def __dir__(self):
+        """As PyTorch's: the class's and the instance's attributes with the parameters, submodules and
+        buffers, less the names that start with a digit (a Sequential's "0")."""
+        keys = [*dir(type(self)), *self.__dict__, *self._parameters, *self._modules, *self._buffers]
+        return sorted(key for key in keys if not key[0].isdigit())
 
 
 def _addindent(s_, numSpaces):
@@ -1997,7 +1989,7 @@ class Sequential(_Numbered, Module):
 
     def __getitem__(self, idx):
         if isinstance(idx, slice):
-            return Sequential(OrderedDict(list(self._modules.items())[idx]))
+            return self.__class__(OrderedDict(list(self._modules.items())[idx]))
         n = len(self)
         if not -n <= idx < n:
             raise IndexError(f"index {idx} is out of range for a Sequential of {n} modules")
@@ -2081,10 +2073,10 @@ class ModuleList(_Numbered, Module):
             else:
                 runs.append([i, i, text])
         if not runs:
-            return f"{type(self).__name__}()"
+            return f"{self._get_name()}()"
         lines = [f"({first}): {text}" if first == last else f"({first}-{last}): {last - first + 1} x {text}"
                  for first, last, text in runs]
-        return f"{type(self).__name__}(\n  " + "\n  ".join(line.replace("\n", "\n  ") for line in lines) + "\n)"
+        return f"{self._get_name()}(\n  " + "\n  ".join(line.replace("\n", "\n  ") for line in lines) + "\n)"
 
     def _key(self, idx):
         # operator.index takes what indexes a list, a one-element integer
@@ -2097,7 +2089,7 @@ class ModuleList(_Numbered, Module):
 
     def __getitem__(self, idx):
         if isinstance(idx, slice):
-            return ModuleList(list(self._modules.values())[idx])
+            return self.__class__(list(self._modules.values())[idx])
         return self._modules[self._key(idx)]
 
     def __setitem__(self, idx, module):
@@ -2431,7 +2423,9 @@ class ParameterList(Module):
 
 
 class ParameterDict(Module):
-    """Parameters by name, in insertion order; tensors are wrapped as Parameters."""
+    """Parameters by name, in insertion order; tensors are wrapped as Parameters. As in PyTorch, the
+    keys of a plain dict (given to the constructor or to ``update``) go in sorted; an OrderedDict's,
+    a ParameterDict's or a sequence of pairs' keep their order."""
 
     def __init__(self, parameters=None):
         super().__init__()
@@ -2467,8 +2461,34 @@ class ParameterDict(Module):
     def pop(self, key):
         return self._parameters.pop(key)
 
+    def popitem(self):
+        """Removes and returns the last inserted ``(key, parameter)``."""
+        return self._parameters.popitem()
+
+    def get(self, key, default=None):
+        return self[key] if key in self else default
+
+    def setdefault(self, key, default=None):
+        if key not in self:
+            self[key] = default
+        return self[key]
+
+    def copy(self):
+        """A new ParameterDict holding the same parameters, in the same order."""
+        return ParameterDict(OrderedDict(self.items()))
+
+    def fromkeys(self, keys, default=None):
+        """A new ParameterDict with ``keys``, each holding ``default`` (as PyTorch's, called on an instance)."""
+        return ParameterDict((k, default) for k in keys)
+
     def update(self, parameters):
-        for k, p in (parameters.items() if hasattr(parameters, "items") else parameters):
+        if isinstance(parameters, (OrderedDict, ParameterDict)):
+            items = parameters.items()
+        elif isinstance(parameters, Mapping):
+            items = sorted(parameters.items())
+        else:
+            items = parameters
+        for k, p in items:
             self[k] = p
 
     def extra_repr(self):

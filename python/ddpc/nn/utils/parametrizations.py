@@ -42,8 +42,20 @@ class _WeightNorm(Module):
 
 def weight_norm(module, name="weight", dim=0):
     """Reparametrizes ``module.<name>`` as g * v / ||v||, the norm taken over
-    every dim but ``dim`` (over the whole tensor for None or -1)."""
-    return register_parametrization(module, name, _WeightNorm(dim), unsafe=True)
+    every dim but ``dim`` (over the whole tensor for None or -1). As PyTorch's,
+    the module then also loads a checkpoint of the older nn.utils.weight_norm
+    (``<name>_g`` and ``<name>_v`` become ``original0`` and ``original1``)."""
+    register_parametrization(module, name, _WeightNorm(dim), unsafe=True)
+
+    def _weight_norm_compat_hook(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                                 error_msgs):
+        g_key, v_key = f"{prefix}{name}_g", f"{prefix}{name}_v"
+        if g_key in state_dict and v_key in state_dict:
+            state_dict[f"{prefix}parametrizations.{name}.original0"] = state_dict.pop(g_key)
+            state_dict[f"{prefix}parametrizations.{name}.original1"] = state_dict.pop(v_key)
+
+    module._register_load_state_dict_pre_hook(_weight_norm_compat_hook)
+    return module
 
 
 def _as_matrix(weight, dim):

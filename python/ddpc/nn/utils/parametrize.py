@@ -77,14 +77,14 @@ class ParametrizationList(ModuleList):
         return x
 
     def right_inverse(self, value):
-        """Stores what the chain maps to ``value`` in the originals (their objects stay, as optimizers hold them)."""
+        """Stores what the chain maps to ``value`` in the originals (their objects stay, as optimizers hold them).
+        As in PyTorch, every parametrization needs a right_inverse here, where registering takes one without it
+        as the identity."""
         with autograd.no_grad():
             for m in reversed(list(self)):
-                if hasattr(m, "right_inverse"):
-                    value = m.right_inverse(value)
-                elif not self.unsafe and m is not self[0]:
-                    raise RuntimeError(f"parametrization {type(m).__name__} has no right_inverse: the "
-                                       "parametrized tensor cannot be assigned")
+                if not hasattr(m, "right_inverse"):
+                    raise RuntimeError(f"parametrization {type(m).__name__} does not implement right_inverse.")
+                value = m.right_inverse(value)
             new = (value,) if self.is_tensor else tuple(value)
             if len(new) != self.ntensors:
                 raise ValueError(f"right_inverse returned {len(new)} tensors, expected {self.ntensors}")
