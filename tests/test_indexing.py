@@ -120,12 +120,17 @@ def test_copies_standing_for_views_write_back():
     assert w.tolist() == [[11.0, 2.0], [13.0, 4.0]]
 
 
-def test_collectives_refuse_copies_standing_for_views():
+def test_collectives_write_through_copies_standing_for_views():
     import ddpc.distributed as dist
 
     x = ddpc.zeros(3, 4)
-    with pytest.raises(ValueError, match="contiguous"):
-        dist._Arg(x[:, 0], type("G", (), {"backend": "cpu"})())
+    column = x[:, 0]
+    x.add_(1)  # after the copy was made: a collective reads x's current values
+    arg = dist._Arg(column, type("G", (), {"backend": "cpu"})())
+    assert np.asarray(arg.obj).tolist() == [1.0, 1.0, 1.0]
+    np.asarray(arg.obj)[:] = 5.0  # what the collective writes
+    arg.finish()  # ... goes back into x
+    assert x[:, 0].tolist() == [5.0] * 3 and x[:, 1].tolist() == [1.0] * 3
 
 
 LAYOUT = [
