@@ -398,3 +398,53 @@ def test_torch_import_paths_reach_the_same_classes():
     assert ModuleBatchSampler is data.BatchSampler
     loader = PathLoader(ddpc.utils.data.TensorDataset(np.arange(6.0)), batch_size=4)
     assert [b[0].tolist() for b in loader] == [[0.0, 1.0, 2.0, 3.0], [4.0, 5.0]]
+
+
+class Named(Dataset):
+    """Sample "k<i>" is i."""
+
+    def __getitem__(self, key):
+        return np.int64(int(key[1:]))
+
+    def __len__(self):
+        return 10
+
+
+class Endless(Sampler):
+    """Keys without a length: "k0" .. "k<n-1>", drawn as the loader asks."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __iter__(self):
+        return (f"k{i}" for i in range(self.n))
+
+
+@pytest.mark.parametrize("num_workers", [None, 0, 2])
+@pytest.mark.parametrize("sampling", ["planned", "drawn", "batch-sampler", "drawn-batch-sampler"])
+def test_keys_that_are_not_integers_resume_mid_pass(num_workers, sampling):
+    def loader():
+        keys = [f"k{i}" for i in (3, 1, 4, 0, 9, 2, 6)]
+        kwargs = {"planned": dict(batch_size=2, sampler=keys), "drawn": dict(batch_size=2, sampler=Endless(7)),
+                  "batch-sampler": dict(batch_sampler=BatchSampler(keys, 3, False)),
+                  "drawn-batch-sampler": dict(batch_sampler=BatchSampler(Endless(7), 3, True))}[sampling]
+        return DataLoader(Named(), num_workers=num_workers, **kwargs)
+
+    expected = [b.numpy().tolist() for b in loader()]
+    assert expected[0] == ([3, 1] if sampling == "planned" else [3, 1, 4] if sampling == "batch-sampler"
+                           else [0, 1] if sampling == "drawn" else [0, 1, 2])
+    first = loader()
+    it = iter(first)
+    got = [next(it).numpy().tolist() for _ in range(2)]
+    state = first.state_dict()
+    del it
+    resumed = loader()
+    resumed.load_state_dict(state)
+    assert got + [b.numpy().tolist() for b in resumed] == expected
+
+
+def test_the_c_gather_refuses_keys_that_are_not_integers():
+    x = np.arange(4.0)
+    for kwargs in (dict(batch_size=2, sampler=["a", "b"]), dict(batch_sampler=[[(0, 2), (1, 2)]])):
+        with pytest.raises(TypeError, match="integer indices.*gathered by C threads"):
+            list(DataLoader(TensorDataset(x), **kwargs))

@@ -777,3 +777,42 @@ def test_a_sampler_of_1e12_draws_hands_out_batches_at_once(monkeypatch):
     assert first == flat  # the sampler's own order
     pairs = BatchSampler(sampler, 64, drop_last=False)
     assert len(next(iter(pairs))) == 64
+
+
+class Noisy(Dataset):
+    """Sample i: [i, two numbers from ddpc.rand], drawn as it is read (random augmentation)."""
+
+    def __len__(self):
+        return 20
+
+    def __getitem__(self, i):
+        return ddpc.cat([ddpc.tensor([float(i)]), ddpc.rand(2)])
+
+
+class NoisyStream(IterableDataset):
+    def __iter__(self):
+        return (ddpc.cat([ddpc.tensor([float(i)]), ddpc.rand(2)]) for i in range(20))
+
+
+@pytest.mark.parametrize("cut", [1, 4])
+@pytest.mark.parametrize("source", ["planned", "drawn", "stream"])
+def test_random_augmentation_in_the_fetch_thread_resumes_where_it_stood(source, cut):
+    """The background thread (PATHS['thread']) draws ahead of the batches handed out; a resumed
+    pass's thread draws on from where it stood after the last batch handed out."""
+    def loader():
+        dataset, kwargs = {"planned": (Noisy(), dict(shuffle=True)),
+                           "drawn": (Noisy(), dict(sampler=iter(range(20)))),  # (no length: drawn as it goes)
+                           "stream": (NoisyStream(), {})}[source]
+        return DataLoader(dataset, batch_size=3, generator=ddpc.Generator(17), **PATHS["thread"], **kwargs)
+
+    expected = [b.numpy().tobytes() for b in loader()]
+    assert [b.numpy().tobytes() for b in loader()] == expected  # the uninterrupted pass is itself repeatable
+    first = loader()
+    it = iter(first)
+    got = [next(it).numpy().tobytes() for _ in range(cut)]
+    state = first.state_dict()
+    del it
+    ddpc.manual_seed(99)  # a new process
+    resumed = loader()
+    resumed.load_state_dict(_reloaded(state))
+    assert got + [b.numpy().tobytes() for b in resumed] == expected

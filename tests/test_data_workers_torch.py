@@ -108,3 +108,43 @@ def test_worker_seeds_are_base_seed_plus_id_in_both():
         assert (seed[1] - seed[0]) % 1000003 == 1, lib
         assert len({r[2] for r in rows}) == 2
     assert ddpc.data.WorkerInfo.__slots__ == ("id", "num_workers", "seed", "dataset")
+
+
+class Keyed:
+    """Samples looked up by whatever key a sampler yields: a name, a float, an (index, size) pair."""
+
+    def __getitem__(self, key):
+        if isinstance(key, str):
+            return np.int64({"a": 1, "b": 2, "c": 3}[key])
+        if isinstance(key, tuple):
+            index, size = key
+            return np.arange(size) + 10 * index
+        return np.float64(2 * key)
+
+    def __len__(self):
+        return 3
+
+
+KEYED = {
+    "names": dict(batch_size=2, sampler=["a", "b", "c"]),
+    "floats": dict(batch_size=2, sampler=[0.5, 1.5, 2.5]),
+    "index-size-pairs": dict(batch_sampler=[[(0, 2), (1, 2)], [(2, 3)], [(1, 4), (0, 4), (2, 4)]]),
+    "batch-sampler-of-names": lambda base: dict(batch_sampler=base.BatchSampler(["b", "c", "a"], 2, False)),
+}
+
+
+@pytest.mark.parametrize("workers", [None, 0, 2])
+@pytest.mark.parametrize("kind", list(KEYED))
+def test_sampler_keys_that_are_not_integers_reach_the_data_set_as_pytorchs_do(workers, kind):
+    def batches(lib):
+        base = {"ddpc": data, "torch": tdata}[lib]
+        kwargs = KEYED[kind](base) if callable(KEYED[kind]) else dict(KEYED[kind])
+        dataset = type("KeyedItems", (Keyed, base.Dataset), {})()
+        loader = base.DataLoader(dataset, num_workers=workers if lib == "ddpc" else workers or 0, **kwargs)
+        return [np.asarray(b).tolist() if lib == "torch" else b.numpy().tolist() for b in loader]
+
+    assert batches("ddpc") == batches("torch")
+
+
+def test_a_batch_sampler_of_keys_that_are_not_integers_yields_them_as_pytorchs():
+    assert list(data.BatchSampler(["a", "b", "c"], 2, False)) == list(tdata.BatchSampler(["a", "b", "c"], 2, False))

@@ -43,9 +43,9 @@ Loaders resume in the middle of an epoch, as torchdata's
 ``StatefulDataLoader``: ``DataLoader.state_dict()`` records the batches of
 the pass handed out so far, and after ``load_state_dict`` the next pass hands
 out the rest, skipping the others without reading them; worker processes'
-random number generators go on from where they stood, so random
-augmentation draws what it would have drawn uninterrupted (see
-``DataLoader.load_state_dict``).
+(and the background thread's) random number generators go on from where
+they stood, so random augmentation draws what it would have drawn
+uninterrupted (see ``DataLoader.load_state_dict``).
 
 Differences from PyTorch: leaving ``num_workers`` out loads in a background
 thread rather than in the caller (``num_workers=0`` does that), and a
@@ -414,9 +414,9 @@ class BatchSampler(Sampler):
 
     def __iter__(self):
         if _is_long(self.sampler):
-            return (batch.tolist() for _, batch in _drawn_batches(self.sampler, self.batch_size, self.drop_last))
+            return (_key_list(batch) for _, batch in _drawn_batches(self.sampler, self.batch_size, self.drop_last))
         idx, off = self.plan()
-        idx = idx.tolist()
+        idx = _key_list(idx)
         return (idx[off[b]:off[b + 1]] for b in range(len(off) - 1))
 
     def __len__(self):
@@ -598,14 +598,30 @@ def _int_indices(values, what):
     return np.ascontiguousarray(idx, dtype=np.int64)
 
 
+def _keys(values, what):
+    """A sampler's elements: as a 1-d int64 array where they are integers (what
+    a TensorDataset's C gather reads), else as the list they are, each key
+    passed to ``dataset[key]`` as it is (names, floats, ``(index, size)``
+    pairs), as PyTorch's loader passes them."""
+    try:
+        return _int_indices(values, what)
+    except TypeError:
+        return list(values)
+
+
+def _key_list(keys):
+    """Keys (an int64 array or a list) as a list for ``dataset[...]``, integers as Python ints."""
+    return keys.tolist() if isinstance(keys, np.ndarray) else list(keys)
+
+
 def _sampler_indices(sampler):
-    """The epoch's indices: a ddpc sampler's ``indices()``, or any iterable of ints (e.g. a
-    PyTorch-style sampler that only defines ``__iter__``, or a subclass of a
-    ddpc sampler that overrides ``__iter__``)."""
+    """The epoch's keys (see _keys): a ddpc sampler's ``indices()``, or what any
+    iterable yields (e.g. a PyTorch-style sampler that only defines ``__iter__``,
+    or a subclass of a ddpc sampler that overrides ``__iter__``)."""
     method = getattr(type(sampler), "indices", None)
     if callable(method) and method is not Sampler.indices and type(sampler).__iter__ is Sampler.__iter__:
         return _int_indices(method(sampler), "sampler")
-    return _int_indices(list(sampler), "sampler")
+    return _keys(list(sampler), "sampler")
 
 
 def _length(sized):
@@ -640,7 +656,7 @@ def _drawn_batches(sampler, batch_size, drop_last, skip=0):
 def _cut(windows, batch_size, drop_last, skip):
     rest, b = np.empty(0, dtype=np.int64), 0
     for w in windows:
-        rest = np.concatenate([rest, w]) if len(rest) else w
+        rest = _joined(rest, w) if len(rest) else w
         whole = len(rest) // batch_size
         for k in range(max(skip - b, 0), whole):
             yield b + k, rest[k * batch_size:(k + 1) * batch_size]
@@ -650,9 +666,15 @@ def _cut(windows, batch_size, drop_last, skip):
         yield b, rest
 
 
+def _joined(keys, more):
+    if isinstance(keys, np.ndarray) and isinstance(more, np.ndarray):
+        return np.concatenate([keys, more])
+    return _key_list(keys) + _key_list(more)
+
+
 def _windows_of(it, size):
     while window := list(itertools.islice(it, size)):
-        yield _int_indices(window, "sampler")
+        yield _keys(window, "sampler")
 
 
 class _Order:
@@ -1034,9 +1056,10 @@ class _Progress:
     """Where a pass over a DataLoader stands, for its ``state_dict()``: the
     batches handed out (all before ``done``, and with ``in_order=False`` those
     in ``ahead``), over an IterableDataset each stream's (batches handed out,
-    data set state after them) and the workers' round-robin, and with worker
+    data set state after them) and the workers' round-robin, with worker
     processes each one's generators before the first of its batches not
-    handed out (None: as seeded)."""
+    handed out (None: as seeded), and with the fetch thread its generator's
+    offset after the last batch handed out (None: as seeded)."""
 
     def __init__(self, order, num_batches, done=0, ahead=(), streams=None, schedule=None, base_seed=None):
         self.order = order  # map-style: the pass's batch numbers, task by task; None for a stream
@@ -1045,6 +1068,7 @@ class _Progress:
         self.streams, self.schedule, self.base_seed = streams, schedule, base_seed
         self.ended = False
         self.rng = None  # with workers: a list, one per worker
+        self.thread_offset = None  # with the fetch thread (_ThreadedBatches)
 
     @property
     def finished(self):
@@ -1053,9 +1077,13 @@ class _Progress:
         return self.ended if self.num_batches is None else self.done >= self.num_batches
 
     def hand_out(self, task, worker, state, schedule, rng=None):
-        """Counts a batch handed out (not one merely prefetched)."""
+        """Counts a batch handed out (not one merely prefetched). ``rng``: where the
+        generators of what made it stood after it, a worker's snapshot or the
+        fetch thread's generator offset."""
         if self.rng is not None:
             self.rng[worker] = rng
+        elif rng is not None:
+            self.thread_offset = rng
         if self.order is None:
             self.done += 1
             stream = self.streams[worker or 0]
@@ -1138,8 +1166,11 @@ def _produce(fetch, batches, out, stop, setting):
     """Background thread of _ThreadedBatches: fetches batches in order until told to stop.
     A batch that raises an Exception is handed on as a _Failure and the ones after it
     follow, as they do when the caller fetches them (num_workers=0). ``setting``:
-    the thread's (generator, grad mode)."""
-    _thread_draws.generator, grad = setting
+    the thread's (generator, grad mode). Each batch goes with its note for
+    ``_Progress.hand_out`` and the generator's offset after making it (drawing
+    it from a stream included), where a resumed pass's thread starts."""
+    generator, grad = setting
+    _thread_draws.generator = generator
     set_grad_enabled(grad)
     try:
         batches = iter(batches)
@@ -1153,7 +1184,8 @@ def _produce(fetch, batches, out, stop, setting):
             if not isinstance(item, _Failure):
                 rec = profiler._is_profiler_enabled and profiler._open("DataLoader.fetch")
                 try:
-                    item = fetch(item)
+                    batch, note = fetch(item)
+                    item = batch, note + (generator.offset,)
                 except BaseException as exc:
                     item = _Failure(exc)
                 if rec:
@@ -1186,14 +1218,16 @@ class _ThreadedBatches(_Batches):
     at most ``prefetch`` ahead. The thread holds no reference to this iterator, so
     dropping the iterator stops and joins it."""
 
-    def __init__(self, fetch, batches, prefetch, remaining, timeout=0, seed=0):
+    def __init__(self, fetch, batches, prefetch, remaining, timeout=0, seed=0, offset=0):
         self._queue = queue.Queue(maxsize=prefetch)
         stop = threading.Event()
         # The thread fetches as the caller would (num_workers=0): in the grad mode of the thread starting the
-        # pass, and drawing from a generator of its own, seeded from the loader's, so a data set's random
-        # augmentation is the same run to run whatever the training loop draws meanwhile.
+        # pass, and drawing from a generator of its own, seeded from the loader's (from ``offset`` on: a resumed
+        # pass's), so a data set's random augmentation is the same run to run whatever the training loop draws
+        # meanwhile.
         generator, grad = Generator(), is_grad_enabled()
         generator.manual_seed(seed)
+        generator.offset = offset
         thread = threading.Thread(target=_produce, args=(fetch, batches, self._queue, stop, (generator, grad)),
                                   daemon=True, name="ddpc-data-prefetch")
         thread.start()
@@ -1310,8 +1344,11 @@ class DataLoader:
     ``__getitems__`` too) is read with ``__getitem__`` (one call per batch to
     ``__getitems__(indices)`` where it has one, as in PyTorch, its result
     passed to ``collate_fn`` as it is; an ``IterableDataset`` by iterating
-    it) and collated by ``collate_fn``. With ``batch_size=None`` each element
-    the sampler yields is passed to ``dataset[...]`` as it is (a
+    it) and collated by ``collate_fn``; keys a sampler or batch_sampler
+    yields that are not integers (names, floats, ``(index, size)`` pairs for
+    multi-scale batches) are passed to it as they are, as in PyTorch (the C
+    threads of a TensorDataset take integers only). With ``batch_size=None``
+    each element the sampler yields is passed to ``dataset[...]`` as it is (a
     ``BatchSampler`` as ``sampler`` reads a batch with one call):
 
     - ``num_workers=N > 0``: in N worker processes, as PyTorch's: each has
@@ -1467,11 +1504,10 @@ class DataLoader:
         if isinstance(self._batch_sampler, BatchSampler) and \
                 type(self._batch_sampler).__iter__ is BatchSampler.__iter__:
             return self._batch_sampler.plan()
-        batches = [_int_indices(list(b), "batch_sampler") for b in self._batch_sampler]
+        batches = [list(b) for b in self._batch_sampler]
         offsets = np.zeros(len(batches) + 1, dtype=np.int64)
         np.cumsum([len(b) for b in batches], out=offsets[1:])
-        idx = np.concatenate(batches) if batches else np.empty(0, dtype=np.int64)
-        return np.ascontiguousarray(idx), offsets
+        return _keys(list(itertools.chain.from_iterable(batches)), "batch_sampler"), offsets
 
     def __iter__(self):
         resume = self._resume if self._resume is not None and not self._resume["finished"] else None
@@ -1499,6 +1535,12 @@ class DataLoader:
         self._progress = progress
         ds, rows = _array_rows(self.dataset) if self._gathered else (None, None)
         if ds is not None:
+            if not isinstance(idx, np.ndarray):
+                try:
+                    _int_indices(idx, "sampler" if self._batch_sampler is None else "batch_sampler")
+                except TypeError as error:
+                    raise TypeError(f"{error}: a TensorDataset's rows are gathered by C threads, which take "
+                                    "integer indices only") from None
             # Skipped batches are left out of the plan, so their rows are never gathered.
             idx, offsets = (idx, offsets[done:]) if not ahead else _select_batches(idx, offsets, order)
             if rows is not None:
@@ -1515,12 +1557,12 @@ class DataLoader:
             batches = _ArrayBatches(loader, ds._widen)
             batches._progress = progress
             return batches
-        idx = idx.tolist() if isinstance(idx, np.ndarray) else idx
+        idx = _key_list(idx)
         tasks = [idx[offsets[b]:offsets[b + 1]] for b in order.tolist()]
         if self.num_workers:
             return self._in_workers(fetcher, list(zip(order.tolist(), tasks)), progress, resume)
         return self._batches(lambda task: (self._finish(fetcher.fetch(task[1])), (task[0], None, None, None)),
-                             enumerate(tasks), len(tasks), progress)
+                             enumerate(tasks), len(tasks), progress, resume)
 
     def _long_pass(self):
         """(draw, number of batches) where the pass is drawn as its batches are
@@ -1538,13 +1580,13 @@ class DataLoader:
             if _length(source) is not None:
                 return None
             tasks = ([key] for key in source) if bs is None else \
-                (_int_indices(list(b), "batch_sampler").tolist() for b in source)
+                (_key_list(_keys(list(b), "batch_sampler")) for b in source)
             return (lambda skip: itertools.islice(enumerate(tasks), skip, None)), None
         if not _is_long(sampler):
             return None
         n = _length(sampler)
         nb = None if n is None else n // size if drop else -(-n // size)
-        return (lambda skip: ((b, batch.tolist()) for b, batch in _drawn_batches(sampler, size, drop, skip))), nb
+        return (lambda skip: ((b, _key_list(batch)) for b, batch in _drawn_batches(sampler, size, drop, skip))), nb
 
     def _drawn_pass(self, fetcher, resume, draw, nb):
         """A pass drawn as it goes (see _long_pass): each batch fetched as a
@@ -1563,7 +1605,7 @@ class DataLoader:
         if self.num_workers:
             return self._in_workers(fetcher, tasks, progress, resume, remaining)
         return self._batches(lambda task: (self._finish(fetcher.fetch(task[1][1])), (task[0], None, None, None)),
-                             enumerate(tasks), remaining, progress)
+                             enumerate(tasks), remaining, progress, resume)
 
     def _stream(self, fetcher, resume):
         """A pass over an IterableDataset, from the start or from where ``resume`` says it was."""
@@ -1582,7 +1624,7 @@ class DataLoader:
                 yield samples, fetcher.stream_state()
 
         return self._batches(lambda item: (self._finish(fetcher.collate_fn(item[0])), (None, None, item[1], None)),
-                             draws(), max(self._length_or(0) - progress.done, 0), progress)
+                             draws(), max(self._length_or(0) - progress.done, 0), progress, resume)
 
     def _in_workers(self, fetcher, tasks, progress, resume, remaining=None):
         # Where each worker's generators stood; from an earlier ddpc or another number of workers, as seeded.
@@ -1601,11 +1643,14 @@ class DataLoader:
         batches._progress = progress
         return batches
 
-    def _batches(self, fetch, batches, remaining, progress):
+    def _batches(self, fetch, batches, remaining, progress, resume):
         if self._threaded:
-            if progress.base_seed is None:  # (a resumed pass keeps the seed its thread had: none is drawn again)
+            if progress.base_seed is None:
                 progress.base_seed = _next_seed(self.generator)
-            batches = _ThreadedBatches(fetch, batches, self.prefetch, remaining, self.timeout, progress.base_seed)
+            elif resume is not None:  # a resumed pass keeps the seed its thread had, and goes on from where it stood
+                progress.thread_offset = resume["thread_rng_offset"]
+            batches = _ThreadedBatches(fetch, batches, self.prefetch, remaining, self.timeout, progress.base_seed,
+                                       progress.thread_offset or 0)
         else:
             batches = _CallerBatches(fetch, batches, remaining)
         batches._progress = progress
@@ -1692,7 +1737,9 @@ class DataLoader:
         as usual. With worker processes it also holds, in ``worker_rng``,
         each worker's random number generators (ddpc's, Python's ``random``
         and numpy's global one, a few KB) as they stood before the first of
-        its batches not yet handed out. A plain dict of ints, bytes, lists and
+        its batches not yet handed out, and with the background thread, in
+        ``thread_rng_offset``, its generator's offset after the last batch
+        handed out. A plain dict of ints, bytes, lists and
         the samplers' and data sets' states, for ``ddpc.save`` /
         ``ddpc.checkpoint.save``."""
         if self._resume is not None:  # loaded, not iterated yet
@@ -1715,6 +1762,7 @@ class DataLoader:
             "schedule": None if progress is None else copy.deepcopy(progress.schedule),
             "worker_rng": None if progress is None or progress.rng is None or progress.finished
             else [rng_state(r) for r in progress.rng],
+            "thread_rng_offset": None if progress is None or progress.finished else progress.thread_offset,
         })
         return state
 
@@ -1758,11 +1806,15 @@ class DataLoader:
         is made when asked for, so the generator states a checkpoint saves
         with the loader's (``ddpc.get_rng_state()``, ``random.getstate()``,
         ``numpy.random.get_state()``) carry the draws on; the background
-        thread (``num_workers`` left out) draws ahead of the batches handed
-        out, so its draws do not resume exactly.
+        thread (``num_workers`` left out) draws from a ddpc generator of its
+        own, which a resumed pass starts where it stood after the last batch
+        handed out (``thread_rng_offset``), so its ``ddpc`` draws resume
+        exactly too (Python's ``random`` and numpy's global generator, which
+        it shares with this process, do not).
         """
         values = dict(zip(self._STATE_KEYS, _state_entries(state_dict, "DataLoader", self._STATE_KEYS)))
-        values["worker_rng"] = state_dict.get("worker_rng")  # absent from states of ddpc before it
+        for key in ("worker_rng", "thread_rng_offset"):  # absent from states of ddpc before them
+            values[key] = state_dict.get(key)
         for key, what in (("batch_size", "batch size"), ("drop_last", "drop_last"),
                           ("dataset_length", "data set length"), ("num_replicas", "world size (num_replicas)"),
                           ("rank", "rank"), ("num_workers", "number of workers")):
@@ -1805,8 +1857,9 @@ class DataLoader:
                                      or sorted(schedule) != ["active", "pending", "turn"]):
             raise ValueError(f"DataLoader.load_state_dict: schedule must be a dict of active, turn and pending, "
                              f"got {schedule!r}")
-        if values["base_seed"] is not None:
-            _int_entry(values["base_seed"], "base_seed", "DataLoader")
+        for key in ("base_seed", "thread_rng_offset"):
+            if values[key] is not None:
+                _int_entry(values[key], key, "DataLoader")
         sampler_state = values["sampler"]
         if sampler_state is not None:
             sampler = self._index_sampler()
