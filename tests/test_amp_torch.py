@@ -1,7 +1,8 @@
 """Optional: ddpc.amp against torch.amp (skipped when torch is not
 installed): an MLP's loss and gradients under CPU autocast, the dtypes of
 the products with an added term, prelu, LSTM and mv under it (and in a
-float32 region, which turns it off), and GradScaler's scale sequence and
+float32 region, which turns it off), the dtypes of the outputs and states
+of each recurrent layer and cell, plain and packed, and GradScaler's scale sequence and
 parameters over steps with injected overflows, after update(new_scale),
 near float32's largest scale, over iterables and sparse gradients; and the
 ops of PyTorch's CPU autocast float32 list (with a few of their neighbours
@@ -18,7 +19,7 @@ import pytest
 from procs import run_torch_case
 
 
-@pytest.mark.parametrize("case", ["autocast", "autocast_dtypes", "scaler", "scaler_without_gpu", "scaler_more"])
+@pytest.mark.parametrize("case", ["autocast", "autocast_dtypes", "rnn_autocast_dtypes", "scaler", "scaler_without_gpu", "scaler_more"])
 def test_matches_pytorch(case):
     out = run_torch_case(__file__, case)
     assert out.strip().endswith("ok"), out
@@ -155,6 +156,46 @@ def _case_autocast_dtypes():
 
     ours, theirs = dtypes(ddpc), dtypes(torch)
     print("dtypes", ours, theirs)
+    assert ours == theirs
+
+
+def _case_rnn_autocast_dtypes():
+    import numpy as np
+    import torch
+
+    import ddpc
+
+    x = np.random.default_rng(0).standard_normal((5, 2, 3)).astype(np.float32)
+
+    def dtype_names(out):
+        if hasattr(out, "batch_sizes"):
+            return "packed " + dtype_names(out.data)
+        if isinstance(out, tuple):
+            return tuple(dtype_names(o) for o in out)
+        return str(out.dtype).split(".")[-1]
+
+    def dtypes(lib):
+        lib.manual_seed(0)
+        out = {}
+        with lib.autocast("cpu", dtype=lib.bfloat16):
+            for cls in ("RNN", "GRU", "LSTM"):
+                for layers, bidirectional in ((1, False), (2, True)):
+                    layer = getattr(lib.nn, cls)(3, 4, num_layers=layers, bidirectional=bidirectional)
+                    for packed in (False, True):
+                        inp = lib.tensor(x)
+                        if packed:
+                            inp = lib.nn.utils.rnn.pack_padded_sequence(inp, [5, 3])
+                        out[cls, layers, bidirectional, packed] = dtype_names(layer(inp))
+            layer = lib.nn.RNN(3, 4, nonlinearity="relu")
+            out["RNN relu"] = dtype_names(layer(lib.tensor(x)))
+            for cls in ("RNNCell", "GRUCell", "LSTMCell"):
+                cell = getattr(lib.nn, cls)(3, 4)
+                out[cls] = dtype_names(cell(lib.tensor(x[0])))
+                out[cls, "unbatched"] = dtype_names(cell(lib.tensor(x[0, 0])))
+        return out
+
+    ours, theirs = dtypes(ddpc), dtypes(torch)
+    print("rnn dtypes", ours, theirs)
     assert ours == theirs
 
 

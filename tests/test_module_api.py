@@ -13,6 +13,7 @@ import pytest
 
 import ddpc
 from ddpc import nn
+from ddpc.nn.modules import module as module_api
 from ddpc.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
 
@@ -405,6 +406,65 @@ def test_global_always_call_forward_hook_sees_a_failing_forward():
         with pytest.raises(ValueError, match="boom"):
             Fails()(ddpc.ones(1))
     assert outputs == [None]
+
+
+@pytest.fixture
+def global_backward_kind():
+    """Restores the kind the global backward hooks are bound to, which registering one fixes for the process."""
+    kind = module_api._global_is_full_backward_hook
+    yield
+    module_api._global_is_full_backward_hook = kind
+
+
+def test_global_full_backward_hooks_run_before_a_modules_own(global_backward_kind):
+    order = []
+    layer = nn.Linear(2, 2)
+    layer.register_full_backward_pre_hook(lambda m, go: order.append("own pre"))
+    layer.register_full_backward_hook(lambda m, gi, go: order.append("own"))
+    with module_api.register_module_full_backward_pre_hook(lambda m, go: order.append("pre")), \
+            module_api.register_module_full_backward_hook(lambda m, gi, go: (order.append("full"),
+                                                                             (gi[0] * 0,))[1]):
+        x = ddpc.ones(1, 2, requires_grad=True)
+        layer(x).sum().backward()
+        with pytest.raises(RuntimeError, match="global Module hook"):
+            module_api.register_module_backward_hook(lambda m, gi, go: None)
+    assert order == ["pre", "own pre", "full", "own"]
+    np.testing.assert_array_equal(x.grad.numpy(), np.zeros((1, 2), np.float32))
+    order.clear()
+    layer(x).sum().backward()
+    assert order == ["own pre", "own"]
+
+
+def test_global_non_full_backward_hook_sees_the_last_ops_gradients(global_backward_kind):
+    seen = []
+    module_api._global_is_full_backward_hook = None
+    with module_api.register_module_backward_hook(lambda m, gi, go: seen.append((gi[0].tolist(), go[0].tolist()))):
+        x = ddpc.tensor([[1.0, -2.0]], requires_grad=True)
+        (nn.ReLU()(x) * ddpc.tensor([[3.0, 4.0]])).sum().backward()
+    assert seen == [([[3.0, 0.0]], [[3.0, 4.0]])]
+
+
+def test_global_registration_hooks_see_and_replace_what_is_registered():
+    seen, swap = [], nn.Parameter(ddpc.zeros(1))
+    hooks = [module_api.register_module_parameter_registration_hook(
+                 lambda m, name, p: seen.append(("parameter", name)) or (swap if name == "swapped" else None)),
+             module_api.register_module_buffer_registration_hook(lambda m, name, b: seen.append(("buffer", name))),
+             module_api.register_module_module_registration_hook(lambda m, name, c: seen.append(("module", name)))]
+    try:
+        m = nn.Module()
+        m.weight = nn.Parameter(ddpc.zeros(1))
+        m.register_parameter("none", None)
+        m.register_parameter("swapped", nn.Parameter(ddpc.ones(1)))
+        m.register_buffer("stat", ddpc.zeros(1))
+        m.stat = ddpc.ones(1)
+        m.child = nn.ReLU()
+    finally:
+        for h in hooks:
+            h.remove()
+    m.other = nn.ReLU()
+    assert m.swapped is swap
+    assert seen == [("parameter", "weight"), ("parameter", "swapped"), ("buffer", "stat"), ("buffer", "stat"),
+                    ("module", "child")]
 
 
 class _Scaled(nn.Module):

@@ -1,4 +1,4 @@
-"""Optional: module hooks, the state dict protocol, the new layers and creation functions against PyTorch
+"""Optional: module hooks (also the global ones of nn.modules.module), the state dict protocol, the new layers and creation functions against PyTorch
 (skipped when torch is not installed). Each comparison runs in a child process
 that imports torch before ddpc (see test_nn_torch.py) and fails there, printing
 what differs."""
@@ -11,7 +11,8 @@ from procs import run_torch_case
 
 
 @pytest.mark.parametrize("case", ["layers", "creation", "hooks", "instance_norm_running_stats", "state_dict_protocol",
-                                  "non_full_backward_hooks", "module_semantics"])
+                                  "non_full_backward_hooks", "module_semantics", "global_backward_hooks",
+                                  "global_non_full_backward_hooks", "global_registration_hooks"])
 def test_matches_pytorch(case):
     out = run_torch_case(__file__, case)
     assert out.strip().endswith("ok"), out
@@ -320,6 +321,159 @@ def module_semantics():
     import ddpc
 
     want, ours = _semantics_run(torch), _semantics_run(ddpc)
+    assert want == ours, (want, ours)
+
+
+def _global_backward_run(lib, x, g, weights):
+    """register_module_full_backward_pre_hook and register_module_full_backward_hook
+    around a model with a module's own full backward hooks: the order of the calls,
+    the gradients they see, a global replacement, and the global mixing error."""
+    module_api = __import__(lib.__name__ + ".nn.modules.module", fromlist=["module"])
+    nn, log = lib.nn, []
+
+    def record(kind):
+        def hook(m, *grads):
+            log.append((kind, type(m).__name__, [[None if t is None else t.tolist() for t in gs] for gs in grads]))
+        return hook
+
+    model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2)).double()
+    with lib.no_grad():
+        for layer, w in zip((model[0], model[2]), weights):
+            layer.weight.copy_(lib.tensor(w))
+            layer.bias.fill_(0.5)
+    model[2].register_full_backward_pre_hook(record("own pre"))
+    model[2].register_full_backward_hook(record("own"))
+    handles = [module_api.register_module_full_backward_pre_hook(record("global pre")),
+               module_api.register_module_full_backward_hook(record("global"))]
+    t = lib.tensor(x, requires_grad=True)
+    model(t).backward(lib.tensor(g))
+    log.append(("grads", t.grad.tolist(), model[0].weight.grad.tolist()))
+    scale = module_api.register_module_full_backward_hook(
+        lambda m, gi, go: tuple(None if v is None else v * 3 for v in gi) if isinstance(m, nn.Tanh) else None)
+    t.grad = None
+    model(t).backward(lib.tensor(g))
+    log.append(("scaled", t.grad.tolist()))
+    try:
+        module_api.register_module_backward_hook(record("non-full"))
+    except RuntimeError as e:
+        log.append(str(e))
+    for h in handles + [scale]:
+        h.remove()
+    t.grad = None
+    calls = len(log)
+    model(t).backward(lib.tensor(g))
+    log.append(("removed", [len(log) - calls], t.grad.tolist()))
+    return log
+
+
+def global_backward_hooks():
+    import torch
+    import ddpc
+
+    rng = np.random.default_rng(2)
+    x, g = rng.standard_normal((5, 3)), rng.standard_normal((5, 2))
+    weights = rng.standard_normal((4, 3)), rng.standard_normal((2, 4))
+    want, ours = _global_backward_run(torch, x, g, weights), _global_backward_run(ddpc, x, g, weights)
+    assert len(want) == len(ours), (want, ours)
+    for w, o in zip(want, ours):
+        if not isinstance(w, tuple):
+            assert w == o, (w, o)
+            continue
+        labels = 1 if w[0] in ("grads", "scaled", "removed") else 2
+        assert w[:labels] == o[:labels], (w, o)
+        np.testing.assert_allclose(_flat(o[labels:]), _flat(w[labels:]), rtol=1e-12)
+
+
+def _flat(value):
+    """The numbers in nested lists (None as nan), in order."""
+    if value is None:
+        return [float("nan")]
+    if isinstance(value, (list, tuple)):
+        return [v for item in value for v in _flat(item)]
+    return [float(value)]
+
+
+def global_non_full_backward_hooks():
+    """register_module_backward_hook on ReLUs (whose one op makes grad_input the module's), before a
+    module's own non-full hook, then the mixing error."""
+    import warnings
+
+    import torch
+    import ddpc
+
+    def run(lib):
+        module_api = __import__(lib.__name__ + ".nn.modules.module", fromlist=["module"])
+        log = []
+        relu, own = lib.nn.ReLU(), lib.nn.ReLU()
+        own.register_backward_hook(lambda m, gi, go: log.append(("own", gi[0].tolist())))
+        handle = module_api.register_module_backward_hook(
+            lambda m, gi, go: log.append(("global", [v.tolist() for v in gi], [v.tolist() for v in go])))
+        x = lib.tensor([[1.0, -2.0, 3.0]], dtype=lib.float64, requires_grad=True)
+        (own(relu(x)) * lib.tensor([[1.0, 2.0, 3.0]], dtype=lib.float64)).sum().backward()
+        log.append(x.grad.tolist())
+        try:
+            module_api.register_module_full_backward_hook(lambda *args: None)
+        except RuntimeError as e:
+            log.append(str(e))
+        handle.remove()
+        return log
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        want = run(torch)
+    ours = run(ddpc)
+    assert want == ours, (want, ours)
+
+
+def global_registration_hooks():
+    """register_module_{buffer,module,parameter}_registration_hook: which registrations call them (the
+    register_* methods and assignment, None included or not) and a returned replacement."""
+    import torch
+    import ddpc
+
+    def run(lib):
+        module_api = __import__(lib.__name__ + ".nn.modules.module", fromlist=["module"])
+        nn, log = lib.nn, []
+        replacement = nn.Parameter(lib.zeros(1))
+
+        def record(kind):
+            def hook(module, name, value):
+                log.append((kind, type(module).__name__, name, type(value).__name__))
+                if name == "swapped":
+                    return replacement if kind == "parameter" else (nn.Tanh() if kind == "module" else lib.ones(2))
+            return hook
+
+        handles = [getattr(module_api, f"register_module_{kind}_registration_hook")(record(kind))
+                   for kind in ("buffer", "module", "parameter")]
+        m = nn.Module()
+        m.register_parameter("p", nn.Parameter(lib.zeros(1)))
+        m.register_parameter("none", None)
+        m.q = nn.Parameter(lib.zeros(1))
+        m.q = None
+        m.register_buffer("b", lib.zeros(1))
+        m.register_buffer("empty", None)
+        m.b = lib.ones(1)
+        m.c = nn.Buffer(lib.zeros(1))
+        m.add_module("child", nn.ReLU())
+        m.add_module("nothing", None)
+        m.child = None
+        m.register_module("other", nn.Identity())
+        m.register_parameter("swapped", nn.Parameter(lib.ones(3)))
+        m.register_buffer("swapped_b", lib.zeros(1))
+        m.add_module("swapped_m", nn.ReLU())
+        log.append(m.swapped is replacement)
+        m2 = nn.Module()
+        m2.swapped = nn.ReLU()
+        m3 = nn.Module()
+        m3.register_buffer("swapped", lib.zeros(3))
+        log.append([type(m2.swapped).__name__, m3.swapped.tolist()])
+        nn.Linear(2, 2, bias=False)
+        for h in handles:
+            h.remove()
+        nn.Linear(2, 2)
+        return log
+
+    want, ours = run(torch), run(ddpc)
     assert want == ours, (want, ours)
 
 

@@ -30,7 +30,10 @@ __all__ = ["Module", "Parameter", "Linear", "ReLU", "GELU", "Tanh", "Sigmoid", "
            "BatchNorm3d", "SyncBatchNorm",
            "ParameterList", "ParameterDict", "Unflatten", "GroupNorm", "InstanceNorm1d", "InstanceNorm2d",
            "InstanceNorm3d", "RMSNorm", "GLU", "Softmin", "EmbeddingBag", "UninitializedParameter",
-           "UninitializedBuffer", "register_module_forward_hook", "register_module_forward_pre_hook"]
+           "UninitializedBuffer", "register_module_forward_hook", "register_module_forward_pre_hook",
+           "register_module_full_backward_pre_hook", "register_module_full_backward_hook",
+           "register_module_backward_hook", "register_module_buffer_registration_hook",
+           "register_module_module_registration_hook", "register_module_parameter_registration_hook"]
 
 
 class Parameter(Tensor):
@@ -97,10 +100,18 @@ def is_lazy(tensor):
     return isinstance(tensor, _UninitializedTensor)
 
 
-# Hooks of every module's forward (register_module_forward_pre_hook / register_module_forward_hook),
-# in the form of a module's own tables; they run before the module's own.
+# Hooks of every module (torch.nn.modules.module's register_module_*_hook), in the
+# form of a module's own tables; they run before the module's own.
 _global_forward_pre_hooks = OrderedDict()
 _global_forward_hooks = OrderedDict()
+_global_backward_pre_hooks = OrderedDict()
+_global_backward_hooks = OrderedDict()
+# Whether _global_backward_hooks holds full backward hooks (True), non-full ones
+# (False) or none yet (None); as in PyTorch, the kind stays once chosen.
+_global_is_full_backward_hook = None
+_global_buffer_registration_hooks = OrderedDict()
+_global_module_registration_hooks = OrderedDict()
+_global_parameter_registration_hooks = OrderedDict()
 
 
 def register_module_forward_pre_hook(hook):
@@ -116,6 +127,62 @@ def register_module_forward_hook(hook, *, with_kwargs=False, always_call=False):
     forward hooks), as torch.nn.modules.module's; returning a value replaces
     the output. ``always_call`` hooks also run (with output None) when forward raises."""
     return Module._add_hook(_global_forward_hooks, (hook, with_kwargs, always_call), False)
+
+
+def register_module_full_backward_pre_hook(hook):
+    """Module.register_full_backward_pre_hook for every module, run before the module's own."""
+    return Module._add_hook(_global_backward_pre_hooks, hook, False)
+
+
+def _global_backward_hook_kind(full):
+    global _global_is_full_backward_hook
+    if _global_is_full_backward_hook is (not full):
+        raise RuntimeError("Cannot use both regular backward hooks and full backward hooks as a global Module hook. "
+                           "Please use only one of them.")
+    _global_is_full_backward_hook = full
+
+
+def register_module_full_backward_hook(hook):
+    """Module.register_full_backward_hook for every module, run before the module's own."""
+    _global_backward_hook_kind(True)
+    return Module._add_hook(_global_backward_hooks, hook, False)
+
+
+def register_module_backward_hook(hook):
+    """Module.register_backward_hook (PyTorch's deprecated non-full form) for
+    every module, run before the module's own. The global hooks take one kind;
+    a module's own may be of the other. On a module that also has full backward
+    hooks it still sees forward's last op's gradients, where PyTorch's sees the
+    outputs' gradients as both grad_input and grad_output."""
+    _global_backward_hook_kind(False)
+    return Module._add_hook(_global_backward_hooks, hook, False)
+
+
+def register_module_buffer_registration_hook(hook):
+    """``hook(module, name, buffer)`` runs whenever a buffer is registered on any
+    module (register_buffer or assignment); returning a value registers that instead."""
+    return Module._add_hook(_global_buffer_registration_hooks, hook, False)
+
+
+def register_module_module_registration_hook(hook):
+    """``hook(module, name, submodule)`` runs whenever a submodule (or None) is
+    registered (add_module or assignment); returning a value registers that instead."""
+    return Module._add_hook(_global_module_registration_hooks, hook, False)
+
+
+def register_module_parameter_registration_hook(hook):
+    """``hook(module, name, param)`` runs whenever a parameter (not None) is
+    registered (register_parameter or assignment); returning a value registers that instead."""
+    return Module._add_hook(_global_parameter_registration_hooks, hook, False)
+
+
+def _registered_value(hooks, module, name, value):
+    """``value`` after the registration hooks ``hooks``, each of which may replace it."""
+    for hook in hooks.values():
+        res = hook(module, name, value)
+        if res is not None:
+            value = res
+    return value
 
 
 _EXTRA_STATE = "_extra_state"
@@ -143,7 +210,8 @@ class Module:
 
     def __call__(self, *args, **kwargs):
         if not (self._forward_pre_hooks or self._forward_hooks or self._backward_hooks
-                or self._backward_pre_hooks or _global_forward_pre_hooks or _global_forward_hooks):
+                or self._backward_pre_hooks or _global_forward_pre_hooks or _global_forward_hooks
+                or _global_backward_pre_hooks or _global_backward_hooks):
             return self.forward(*args, **kwargs)
         return self._call_with_hooks(args, kwargs)
 
@@ -205,7 +273,17 @@ class Module:
         self._backward_hook_kind(False)
         return self._add_hook(self._backward_hooks, hook, False)
 
-    def _attach_non_full_backward_hooks(self, result):
+    def _backward_hook_lists(self):
+        """The full and the non-full backward hooks of a call: the global ones of
+        their kind, then the module's own of theirs."""
+        full, non_full = [], []
+        for is_full, hooks in ((_global_is_full_backward_hook, _global_backward_hooks),
+                               (self._is_full_backward_hook, self._backward_hooks)):
+            if is_full is not None:
+                (full if is_full else non_full).extend(hooks.values())
+        return full, non_full
+
+    def _attach_non_full_backward_hooks(self, result, hooks):
         var = result
         while not isinstance(var, Tensor):
             if isinstance(var, dict):
@@ -217,7 +295,7 @@ class Module:
         node = var.grad_fn
         if node is None:
             return
-        for hook in self._backward_hooks.values():
+        for hook in hooks:
             node.register_hook(functools.partial(_call_non_full_hook, hook, self))
 
     def _call_with_hooks(self, args, kwargs):
@@ -234,9 +312,10 @@ class Module:
                 if res is not None:
                     args = res if isinstance(res, tuple) else (res,)
         bw_hook = None
-        full = self._backward_hooks if self._is_full_backward_hook else {}
-        if full or self._backward_pre_hooks:
-            bw_hook = BackwardHook(self, full.values(), self._backward_pre_hooks.values())
+        full, non_full = self._backward_hook_lists()
+        pre = [*_global_backward_pre_hooks.values(), *self._backward_pre_hooks.values()]
+        if full or pre:
+            bw_hook = BackwardHook(self, full, pre)
             args = bw_hook.setup_input_hook(args)
         called = set()
         try:
@@ -249,10 +328,13 @@ class Module:
         except BaseException:
             self._run_always_call_hooks(args, kwargs, called)
             raise
+        # Non-full hooks go on the node of forward's last op, not on the full hooks'
+        # gather node, whose gradients are ddpc's bookkeeping (PyTorch's would show
+        # the outputs' gradients as both grad_input and grad_output there).
+        if non_full and is_grad_enabled():
+            self._attach_non_full_backward_hooks(result, non_full)
         if bw_hook is not None:
             result = bw_hook.setup_output_hook(result)
-        if self._backward_hooks and self._is_full_backward_hook is False and is_grad_enabled():
-            self._attach_non_full_backward_hooks(result)
         return result
 
     def _run_always_call_hooks(self, args, kwargs, called):
@@ -280,7 +362,7 @@ class Module:
             buffers.pop(name, None)
             modules.pop(name, None)
             self.__dict__.pop(name, None)
-            params[name] = value
+            params[name] = _registered_value(_global_parameter_registration_hooks, self, name, value)
         elif params is not None and name in params:
             if value is not None:
                 raise TypeError(f"cannot assign '{type(value).__name__}' as parameter '{name}' "
@@ -290,12 +372,12 @@ class Module:
             params, buffers, modules = self._dicts()
             buffers.pop(name, None)
             self.__dict__.pop(name, None)
-            modules[name] = value
+            modules[name] = _registered_value(_global_module_registration_hooks, self, name, value)
         elif params is not None and name in self._modules:
             if value is not None:
                 raise TypeError(f"cannot assign '{type(value).__name__}' as child module '{name}' "
                                 "(ddpc.nn.Module or None expected)")
-            self._modules[name] = None
+            self._modules[name] = _registered_value(_global_module_registration_hooks, self, name, None)
         elif isinstance(value, Buffer):
             self._dicts()  # refuses a module whose Module.__init__ has not run
             self.__dict__.pop(name, None)
@@ -304,7 +386,7 @@ class Module:
             if value is not None and not isinstance(value, Tensor):
                 raise TypeError(f"cannot assign '{type(value).__name__}' as buffer '{name}' "
                                 "(ddpc.nn.Buffer, ddpc.Tensor or None expected)")
-            self._buffers[name] = value
+            self._buffers[name] = _registered_value(_global_buffer_registration_hooks, self, name, value)
         else:
             object.__setattr__(self, name, value)
 
@@ -335,13 +417,15 @@ class Module:
         if param is not None and not isinstance(param, Parameter):
             raise TypeError(f"register_parameter: {name!r} must be a Parameter or None")
         self._check_name(name, self._parameters)
+        if param is not None:
+            param = _registered_value(_global_parameter_registration_hooks, self, name, param)
         self._parameters[name] = param
 
     def register_buffer(self, name, tensor, persistent=True):
         if tensor is not None and not isinstance(tensor, Tensor):
             raise TypeError(f"register_buffer: {name!r} must be a ddpc.Tensor or None")
         self._check_name(name, self._buffers)
-        self._buffers[name] = tensor
+        self._buffers[name] = _registered_value(_global_buffer_registration_hooks, self, name, tensor)
         if persistent:
             self._non_persistent.discard(name)
         else:
@@ -351,7 +435,7 @@ class Module:
         if module is not None and not isinstance(module, Module):
             raise TypeError(f"add_module: {name!r} must be a Module or None")
         self._check_name(name, self._modules)
-        self._modules[name] = module
+        self._modules[name] = _registered_value(_global_module_registration_hooks, self, name, module)
 
     register_module = add_module
 

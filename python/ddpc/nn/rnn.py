@@ -7,8 +7,8 @@ Each layer's direction is one autograd node (nn/_recurrence.py): one GEMM
 projects the whole sequence's input, then each time step is one GEMM and one
 fused cell op, forward and backward. DDP reduces their gradients like any
 other layer's. Half-precision inputs and weights are computed in float32.
-Under autocast an LSTM runs in the autocast dtype, as PyTorch's does (its
-CPU list holds the LSTM layer, and its cuDNN RNNs are cast on GPUs)."""
+Under autocast the layers and cells run in the dtypes PyTorch's do (see
+_recurrence_policy)."""
 
 import math
 import numbers
@@ -43,11 +43,25 @@ def _final_state(seqs, batch_sizes, reverse):
                  for s in seqs)
 
 
-@autocast_op("lower")
-def _lstm_recurrence(x, batch_sizes, reverse, h, c, *weights):
-    """recurrence for one direction of one LSTM layer, with the tensors as
-    arguments so that autocast casts them all."""
-    return recurrence("LSTM", x, batch_sizes, reverse, (h, c), weights)
+def _recurrence_with_tensor_args(mode, x, batch_sizes, reverse, nstate, *tensors):
+    """recurrence with the states and weights as separate arguments, so that autocast casts them all."""
+    return recurrence(mode, x, batch_sizes, reverse, tensors[:nstate], tensors[nstate:])
+
+
+_lower_recurrence = autocast_op("lower")(_recurrence_with_tensor_args)
+_lower_cuda_recurrence = autocast_op("lower_cuda")(_recurrence_with_tensor_args)
+
+
+def _recurrence_policy(mode, packed, cell):
+    """The autocast form of recurrence for a layer or cell of ``mode`` (packed:
+    a layer's input is a PackedSequence). PyTorch's CPU autocast runs the tanh
+    and relu RNNs (layers and cells are linear ops there) and the LSTM layer on
+    padded input (mkldnn_rnn_layer) in the autocast dtype, and leaves GRU, the
+    LSTM layer on packed input and the LSTM and GRU cells in float32; on CUDA
+    its cuDNN layers and all three cells are cast."""
+    if mode in ("RNN_TANH", "RNN_RELU") or (mode == "LSTM" and not packed and not cell):
+        return _lower_recurrence
+    return _lower_cuda_recurrence
 
 
 class RNNBase(Module):
@@ -145,6 +159,7 @@ class RNNBase(Module):
                                f"{data.shape[-1]}")
         state = self._initial_state(hx, data, batch, unbatched, input.sorted_indices if packed else None)
         directions = 2 if self.bidirectional else 1
+        run = _recurrence_policy(self.mode, packed, False)
         finals = []
         for layer in range(self.num_layers):
             if layer and self.dropout and self.training:
@@ -153,10 +168,7 @@ class RNNBase(Module):
             for direction in range(directions):
                 k = layer * directions + direction
                 layer_state, weights = tuple(s[k] for s in state), self._weights(layer, direction)
-                if self.mode == "LSTM":
-                    seqs = _lstm_recurrence(data, batch_sizes, direction == 1, *layer_state, *weights)
-                else:
-                    seqs = recurrence(self.mode, data, batch_sizes, direction == 1, layer_state, weights)
+                seqs = run(self.mode, data, batch_sizes, direction == 1, len(layer_state), *layer_state, *weights)
                 outs.append(seqs[0])
                 finals.append(_final_state(seqs, batch_sizes, direction == 1))
             data = outs[0] if directions == 1 else cat(outs, 1)
@@ -273,7 +285,7 @@ def cell_step(mode, name, input, hx, nstate, weights):
         for s in state:
             if tuple(s.shape) != (x.shape[0], hidden_size):
                 raise RuntimeError(f"{name}: hidden has shape {list(s.shape)}, expected {[x.shape[0], hidden_size]}")
-    out = recurrence(mode, x, [x.shape[0]], False, state, tuple(weights) + (None,))
+    out = _recurrence_policy(mode, False, True)(mode, x, [x.shape[0]], False, nstate, *state, *weights, None)
     out = tuple(o.squeeze(0) for o in out) if unbatched else out
     return out if nstate == 2 else out[0]
 
