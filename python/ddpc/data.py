@@ -677,6 +677,18 @@ def _windows_of(it, size):
         yield _keys(window, "sampler")
 
 
+def _resumed_at(resume, num_batches):
+    """(batches handed out, those handed out ahead) of a pass of ``num_batches``
+    that ``resume`` (a loader's state, or None) continues; refuses a state taken
+    in a pass of another length."""
+    if resume is None:
+        return 0, ()
+    if resume["num_batches"] not in (None, num_batches):
+        raise ValueError(f"DataLoader: the state was taken in a pass of {resume['num_batches']} batches, but "
+                         f"this pass has {num_batches}: the sampler does not give the order it gave then")
+    return resume["batches_yielded"], resume["batches_ahead"]
+
+
 class _Order:
     """A long pass's batch numbers, task by task: ``start`` on, without those
     in ``skip`` (handed out before a resume), computed rather than held."""
@@ -1525,10 +1537,7 @@ class DataLoader:
         idx, offsets = self._plan()
         self._resume = None
         nb = len(offsets) - 1
-        done, ahead = (0, ()) if resume is None else (resume["batches_yielded"], resume["batches_ahead"])
-        if resume is not None and resume["num_batches"] not in (None, nb):
-            raise ValueError(f"DataLoader: the state was taken in a pass of {resume['num_batches']} batches, but "
-                             f"this pass has {nb}: the sampler does not give the order it gave then")
+        done, ahead = _resumed_at(resume, nb)
         order = np.setdiff1d(np.arange(done, nb, dtype=np.int64), np.asarray(ahead, dtype=np.int64),
                              assume_unique=True)
         progress = _Progress(order, nb, done, ahead, base_seed=None if resume is None else resume["base_seed"])
@@ -1592,10 +1601,7 @@ class DataLoader:
         """A pass drawn as it goes (see _long_pass): each batch fetched as a
         generic data set's (arrays too); ``nb`` batches, or None where it ends
         when its sampler ends."""
-        done, ahead = (0, ()) if resume is None else (resume["batches_yielded"], resume["batches_ahead"])
-        if resume is not None and resume["num_batches"] not in (None, nb):
-            raise ValueError(f"DataLoader: the state was taken in a pass of {resume['num_batches']} batches, but "
-                             f"this pass has {nb}: the sampler does not give the order it gave then")
+        done, ahead = _resumed_at(resume, nb)
         skip = set(ahead)
         progress = _Progress(_Order(done, skip), nb, done, ahead,
                              base_seed=None if resume is None else resume["base_seed"])
