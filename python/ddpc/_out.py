@@ -94,7 +94,8 @@ def _with_out(fn, name, creation):
         if out is None:
             return fn(*args, **kwargs)
         outs = _out_tensors(name, out)
-        if _ag.is_grad_enabled() and (any(o.requires_grad for o in outs) or _needs_grad(args, kwargs)):
+        given = [*outs, *args, *kwargs.values()]
+        if _ag._needs_grad(*given, *(t for v in given if isinstance(v, (tuple, list)) for t in v)):
             raise RuntimeError(f"{name}(): functions with out=... arguments don't support automatic "
                                "differentiation, but one of the arguments requires grad.")
         if creation and kwargs.get("dtype") is None:
@@ -119,14 +120,6 @@ def _out_tensors(name, out):
     if outs is None or not all(isinstance(o, Tensor) for o in outs):
         raise TypeError(f"{name}(): argument 'out' must be Tensor (or a tuple of Tensors), not {type(out).__name__}")
     return outs
-
-
-def _needs_grad(args, kwargs):
-    def grad(v):
-        if isinstance(v, Tensor):
-            return v.requires_grad
-        return isinstance(v, (tuple, list)) and any(isinstance(t, Tensor) and t.requires_grad for t in v)
-    return any(map(grad, args)) or any(map(grad, kwargs.values()))
 
 
 def _write(name, out, result):
