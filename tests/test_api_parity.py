@@ -416,14 +416,16 @@ def test_index_fill_copy_and_masked_scatter():
     source = RNG.standard_normal(12)
     want = A.copy()
     want[mask] = source[:mask.sum()]
-    np.testing.assert_array_equal(ddpc.masked_scatter(t, ddpc.tensor(mask.astype(np.uint8)),
+    np.testing.assert_array_equal(ddpc.masked_scatter(t, ddpc.tensor(mask),
                                                       ddpc.tensor(source)).numpy(), want)
     c = t.clone()
-    c.masked_scatter_(ddpc.tensor(mask.astype(np.uint8)), ddpc.tensor(source))
+    c.masked_scatter_(ddpc.tensor(mask), ddpc.tensor(source))
     np.testing.assert_array_equal(c.numpy(), want)
-    _check_grad(lambda a, s: a.masked_scatter(ddpc.tensor(mask.astype(np.uint8)), s), A, source)
+    _check_grad(lambda a, s: a.masked_scatter(ddpc.tensor(mask), s), A, source)
     with pytest.raises(ValueError, match="selects"):
-        t.masked_scatter(ddpc.ones(3, 4, dtype=ddpc.uint8), ddpc.zeros(5))
+        t.masked_scatter(ddpc.ones(3, 4, dtype=ddpc.bool), ddpc.zeros(5))
+    with pytest.raises(ddpc.DtypeError, match="only supports boolean masks"):
+        t.masked_scatter(ddpc.tensor(mask.astype(np.uint8)), ddpc.tensor(source))  # as PyTorch refuses it
     with pytest.raises(ValueError, match="source has shape"):
         t.index_copy(1, idx, ddpc.zeros(3, 3))
     with pytest.raises(IndexError, match="integer"):

@@ -224,9 +224,10 @@ def test_masks_index_and_select():
     assert ddpc.masked_select(x, mask).tolist() == [3.0, 4.0, 5.0]
     assert ddpc.where(mask, x, -x).tolist() == [[-0.0, -1.0, -2.0], [3.0, 4.0, 5.0]]
     assert mask.nonzero().tolist() == [[1, 0], [1, 1], [1, 2]]
-    byte = mask.to(ddpc.uint8)  # uint8 masks keep working as before
+    byte = mask.to(ddpc.uint8)  # uint8 masks keep working as before (where warns, as PyTorch does)
     assert x[byte].tolist() == [3.0, 4.0, 5.0]
-    assert ddpc.where(byte, x, 0.0).tolist() == [[0.0, 0.0, 0.0], [3.0, 4.0, 5.0]]
+    with pytest.warns(UserWarning, match="uint8 condition"):
+        assert ddpc.where(byte, x, 0.0).tolist() == [[0.0, 0.0, 0.0], [3.0, 4.0, 5.0]]
     assert mask[1].tolist() == [True, True, True] and mask.t().dtype is ddpc.bool
     assert ddpc.cat([mask, ~mask]).tolist() == [[False] * 3, [True] * 3, [True] * 3, [False] * 3]
     assert mask.flatten().index_select(0, ddpc.tensor([5, 0])).tolist() == [True, False]
@@ -332,3 +333,30 @@ def test_gpu_bool_ops_match_host():
               lambda t: t[t > 0], lambda t: (t > 0).any()):
         host, dev = f(x), f(xc)
         assert dev.dtype is host.dtype and dev.cpu().tolist() == host.tolist()
+
+
+def test_conditions_and_masks_must_be_bool():
+    x = ddpc.tensor([1.0, 2.0, 3.0])
+    ints = ddpc.tensor([1, 0, 1])
+    with pytest.raises(ddpc.DtypeError, match="where expected condition to be a boolean tensor"):
+        ddpc.where(ints, x, 0.0)
+    with pytest.warns(UserWarning, match="uint8 condition tensor"):  # deprecated in PyTorch, still taken
+        assert ddpc.where(ints.to(ddpc.uint8), x, 0.0).tolist() == [1.0, 0.0, 3.0]
+    for mask in (ints, ints.to(ddpc.uint8)):
+        with pytest.raises(ddpc.DtypeError, match="masked_fill_ only supports boolean masks"):
+            x.masked_fill(mask, 0.0)
+        with pytest.raises(ddpc.DtypeError, match="masked_fill_ only supports boolean masks"):
+            x.clone().masked_fill_(mask, 0.0)
+        with pytest.raises(ddpc.DtypeError, match="expected BoolTensor for mask"):
+            x.masked_select(mask)
+        with pytest.raises(ddpc.DtypeError, match="masked_scatter_ only supports boolean masks"):
+            x.masked_scatter(mask, x)
+    assert x.masked_fill(ints > 0, 0.0).tolist() == [0.0, 2.0, 0.0]
+
+
+def test_relu_refuses_bool():
+    with pytest.raises(ddpc.DtypeError, match="Boolean inputs not supported for relu"):
+        ddpc.relu(ddpc.tensor([True, False]))
+    with pytest.raises(ddpc.DtypeError, match="Boolean inputs not supported for relu"):
+        ddpc.nn.functional.relu(ddpc.tensor([True, False]))
+    assert ddpc.relu(ddpc.tensor([-1, 2])).tolist() == [0, 2]

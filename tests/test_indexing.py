@@ -2,6 +2,8 @@
 transpose, expand, repeat, squeeze...) and their gradients, against numpy's
 results; copies that stand where PyTorch has a view write back."""
 
+import math
+
 import numpy as np
 import pytest
 
@@ -247,3 +249,35 @@ def test_a_bool_index_is_a_new_dim_not_an_integer():
     assert y.tolist() == x.tolist()
     y[True] = 7.0
     assert y.tolist() == [[7.0] * 3] * 2
+
+
+@pytest.mark.parametrize("write", [
+    lambda t, v: t.__setitem__(ddpc.tensor([True, False]), v),
+    lambda t, v: t.__setitem__(0, v),
+    lambda t, v: t.__setitem__(slice(None), v),
+    lambda t, v: t.__setitem__([0], v),
+    lambda t, v: t.fill_(v),
+    lambda t, v: t.masked_fill_(ddpc.tensor([True, False]), v),
+    lambda t, v: t.masked_fill(ddpc.tensor([True, False]), v),
+    lambda t, v: t.index_fill_(0, ddpc.tensor([0]), v),
+    lambda t, v: ddpc.full((2,), v, dtype=t.dtype),
+], ids=["mask", "int", "slice", "list", "fill_", "masked_fill_", "masked_fill", "index_fill_", "full"])
+def test_numbers_an_integer_dtype_cannot_hold_are_refused(write):
+    # What PyTorch refuses: NaN, infinities, floats whose integer part the dtype
+    # can't hold, and ints beyond it, where uint8 lets ints down to -255 wrap.
+    refused = {"uint8": [256, -256, -1.5, -0.5, 256.0, math.nan, math.inf],
+               "int32": [2 ** 31, -2 ** 31 - 1, 2.0 ** 31, -2.0 ** 31 - 1, math.nan, -math.inf],
+               "int64": [2 ** 63, 1e30, math.nan, math.inf]}
+    taken = {"uint8": [(-1, 255), (-255, 1), (255.5, 255), (1.5, 1), (True, 1)],
+             "int32": [(-2 ** 31, -2 ** 31), (2147483647.5, 2 ** 31 - 1), (-1.5, -1)],
+             "int64": [(-2 ** 63, -2 ** 63), (-1.5, -1)]}
+    for name in refused:
+        dt = getattr(ddpc, name)
+        for v in refused[name]:
+            with pytest.raises(OverflowError, match="without overflow"):
+                write(ddpc.zeros(2, dtype=dt), v)
+        for v, want in taken[name]:
+            t = ddpc.zeros(2, dtype=dt)
+            out = write(t, v)
+            got = t if out is None or out is t else out
+            assert got.tolist()[0] == want

@@ -211,15 +211,17 @@ def test_where_broadcasts_promotes_and_routes_gradients():
     x = ddpc.tensor([1, -2, 3])
     assert ddpc.where(x > 0, x, 0).tolist() == [1, 0, 3] and ddpc.where(x > 0, x, 0).dtype is ddpc.int64
     assert ddpc.where(x > 0, x, 0.5).dtype is ddpc.float32
-    assert ddpc.where(x, 1.0, 0.0).tolist() == [1.0, 1.0, 1.0]  # any non-zero is true
+    with pytest.raises(ddpc.DtypeError, match="condition to be a boolean tensor"):
+        ddpc.where(x, 1.0, 0.0)  # an int64 condition, as PyTorch refuses it
     assert x.where(x < 0, 9).tolist() == [9, -2, 9]
     for dt in (ddpc.float16, ddpc.bfloat16, ddpc.uint8, ddpc.int32):
         t = ddpc.tensor([1, 2, 3], dtype=dt)
-        assert ddpc.where(ddpc.tensor([1, 0, 1], dtype=ddpc.uint8), t, ddpc.zeros(1, dtype=dt)).tolist() == [1, 0, 3]
-    z = ddpc.where(ddpc.tensor(1, dtype=ddpc.uint8), ddpc.tensor(2.0), ddpc.tensor(3.0))
+        assert ddpc.where(ddpc.tensor([True, False, True]), t, ddpc.zeros(1, dtype=dt)).tolist() == [1, 0, 3]
+    with pytest.warns(UserWarning, match="uint8 condition"):  # taken, with PyTorch's deprecation warning
+        z = ddpc.where(ddpc.tensor(1, dtype=ddpc.uint8), ddpc.tensor(2.0), ddpc.tensor(3.0))
     assert z.shape == () and z.item() == 2.0
     with pytest.raises(ValueError, match="broadcast"):
-        ddpc.where(ddpc.ones(2), ddpc.ones(3), 0.0)
+        ddpc.where(ddpc.ones(2, dtype=ddpc.bool), ddpc.ones(3), 0.0)
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
@@ -251,9 +253,9 @@ def test_masked_fill_and_inplace_form():
     assert v.grad.item() == 4.0
     u = ddpc.tensor(x)
     assert u.masked_fill_(u > 3, 0.0) is u and u.tolist() == [[0.0, 1.0, 2.0], [3.0, 0.0, 0.0]]
-    i = ddpc.tensor([1, 2, 3]).masked_fill(ddpc.tensor([0, 1, 0], dtype=ddpc.uint8), 7)
+    i = ddpc.tensor([1, 2, 3]).masked_fill(ddpc.tensor([False, True, False]), 7)
     assert i.dtype is ddpc.int64 and i.tolist() == [1, 7, 3]
-    wide = ddpc.tensor([1.0, 2.0]).masked_fill(ddpc.tensor([[1, 0], [0, 0]], dtype=ddpc.uint8), 0.0)
+    wide = ddpc.tensor([1.0, 2.0]).masked_fill(ddpc.tensor([[True, False], [False, False]]), 0.0)
     assert wide.tolist() == [[0.0, 2.0], [1.0, 2.0]]  # x and mask broadcast together, as in PyTorch
     with pytest.raises(ValueError, match="shape"):
         ddpc.tensor([1.0, 2.0]).masked_fill_(ddpc.ones(2, 2) > 0, 0.0)
@@ -649,3 +651,26 @@ def test_float32_fast_paths_edge_values():
         assert (_ulps(got[finite], want[finite]) <= bound).all(), (name, x[finite], got[finite], want[finite])
         special = ~np.isfinite(want)
         np.testing.assert_array_equal(got[special], want[special], err_msg=name)
+
+
+def test_isclose_refuses_tensors_of_two_dtypes():
+    for a, b in [(ddpc.tensor([1, 2]), ddpc.tensor([1.0, 2.0])),
+                 (ddpc.tensor([1.0]), ddpc.tensor([1.0], dtype=ddpc.float64))]:
+        with pytest.raises(ddpc.DtypeError, match="did not match"):
+            ddpc.isclose(a, b)
+        with pytest.raises(ddpc.DtypeError, match="did not match"):
+            ddpc.allclose(a, b)
+    assert ddpc.isclose(ddpc.tensor([1, 2]), ddpc.tensor([1, 3])).tolist() == [True, False]
+    assert ddpc.isclose(ddpc.tensor([1.0, 2.0]), 1.0).tolist() == [True, False]  # a number takes the tensor's dtype
+
+
+def test_clamp_with_a_nan_bound_gives_nan():
+    x = ddpc.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    for kwargs in ({"min": math.nan}, {"max": math.nan}, {"min": 0.0, "max": math.nan}):
+        y = ddpc.clamp(x, **kwargs)
+        assert all(math.isnan(v) for v in y.tolist())
+    y.sum().backward()
+    assert x.grad.tolist() == [0.0, 0.0, 0.0]  # no element lies within the bounds, as PyTorch's gradient says
+    assert all(math.isnan(v) for v in ddpc.tensor([1.0]).clamp_min(math.nan).tolist())
+    z = ddpc.clamp(ddpc.tensor([1, 2]), min=math.nan)
+    assert z.dtype is ddpc.float32 and all(math.isnan(v) for v in z.tolist())

@@ -620,6 +620,24 @@ def test_cross_entropy_errors():
         F.cross_entropy(x, ddpc.tensor([0, 1, 2]), label_smoothing=1.5)
 
 
+def test_class_index_targets_must_be_int64_as_pytorch_says():
+    x = t64(np.zeros((2, 3)))
+    for dtype in ("int32", "bool"):
+        target = ddpc.tensor([0, 1]).to(dtype=dtype)
+        for loss in (F.cross_entropy, F.nll_loss, nn.CrossEntropyLoss(), nn.NLLLoss()):
+            with pytest.raises(ddpc.DtypeError, match="expected target dtype to be Long or Byte"):
+                loss(x, target)
+        with pytest.raises(ddpc.DtypeError, match="expected scalar type Long"):
+            F.multi_margin_loss(x, target)
+    with pytest.raises(ddpc.DtypeError, match="expected scalar type Long"):
+        F.multilabel_margin_loss(x, ddpc.tensor([[0, -1, 1], [1, -1, 0]], dtype=ddpc.int32))
+    with pytest.raises(ddpc.DtypeError, match="expected target dtype to be Long or Byte"):
+        F.cross_entropy(t64(np.zeros((2, 3, 2))), ddpc.zeros(2, 2, dtype=ddpc.int32))
+    byte = ddpc.tensor([0, 2], dtype=ddpc.uint8)  # PyTorch takes Byte class indices too
+    assert F.cross_entropy(x, byte).item() == pytest.approx(math.log(3))
+    assert F.nll_loss(x, byte).item() == 0.0
+
+
 def test_loss_modules_match_the_functions():
     x, y = t64(rng.standard_normal((4, 3))), t64(rng.uniform(0, 1, (4, 3)))
     w = t64([1.0, 2.0, 0.5])

@@ -390,8 +390,8 @@ def test_index_add_take_masked_select():
     close(t(x).take(t([[0, 11], [-1, 5]])), np.take(x, [[0, 11], [-1, 5]]))
     check_grad(lambda v: ddpc.take(v, t([0, 0, 7])), x)
     mask = x > 0
-    close(t(x).masked_select(t(mask.astype(np.uint8))), x[mask])
-    close(ddpc.masked_select(t(x), t(np.array([1, 0, 1], dtype=np.uint8))), x[:, [0, 2]].reshape(-1))
+    close(t(x).masked_select(t(mask)), x[mask])
+    close(ddpc.masked_select(t(x), t(np.array([True, False, True]))), x[:, [0, 2]].reshape(-1))
 
 
 # ---- sorting ---------------------------------------------------------------------------------

@@ -164,19 +164,19 @@ def test_nonzero_argwhere_and_masked_select(shape):
     for got, ref in zip(a.nonzero(as_tuple=True), np.nonzero(x) if x.ndim else (np.flatnonzero(x),)):
         np.testing.assert_array_equal(got.numpy(), ref)
     vals = ddpc.tensor(RNG.standard_normal(shape))
-    mask = ddpc.tensor((x != 0).astype(np.uint8))
+    mask = ddpc.tensor(x != 0)
     np.testing.assert_array_equal(vals.masked_select(mask).numpy(), vals.numpy()[x != 0])
 
 
 def test_masked_select_broadcasts_and_takes_the_gradient():
     x = RNG.standard_normal((3, 4))
-    cols = np.array([1, 0, 0, 1], dtype=np.uint8)
-    np.testing.assert_array_equal(ddpc.masked_select(ddpc.tensor(x), ddpc.tensor(cols)).numpy(), x[:, cols != 0].ravel())
+    cols = np.array([True, False, False, True])
+    np.testing.assert_array_equal(ddpc.masked_select(ddpc.tensor(x), ddpc.tensor(cols)).numpy(), x[:, cols].ravel())
     row = RNG.standard_normal(4)
-    mask = (RNG.random((3, 4)) < 0.5).astype(np.uint8)
+    mask = RNG.random((3, 4)) < 0.5
     np.testing.assert_array_equal(ddpc.tensor(row).masked_select(ddpc.tensor(mask)).numpy(),
-                                  np.broadcast_to(row, (3, 4))[mask != 0])
-    assert ddpc.masked_select(ddpc.tensor(x), ddpc.zeros(3, 4, dtype=ddpc.uint8)).shape == (0,)
+                                  np.broadcast_to(row, (3, 4))[mask])
+    assert ddpc.masked_select(ddpc.tensor(x), ddpc.zeros(3, 4, dtype=ddpc.bool)).shape == (0,)
     check_grad(lambda v: v.masked_select(ddpc.tensor(mask)) * 2, x)
 
 

@@ -80,7 +80,7 @@ def _unique(np, torch, ddpc):
             nan = np.isnan(x)
             for inverse in (got[1], want[1]):
                 assert sorted(inverse.numpy()[nan]) == list(range(want[0].numel() - nan.sum(), want[0].numel()))
-            got[1], want[1] = got[1].masked_fill(ddpc.tensor(nan.astype(np.uint8)), -1), want[1].masked_fill(
+            got[1], want[1] = got[1].masked_fill(ddpc.tensor(nan), -1), want[1].masked_fill(
                 torch.tensor(nan), -1)
             for g, w, part in zip(got, want, ("values", "inverse", "counts")):
                 _same(np, g, w, f"unique {dtype} {x.shape} {part}")
@@ -114,7 +114,7 @@ def _select(np, torch, ddpc):
         _same(np, dt.masked_select(dt > 0), tt.masked_select(tt > 0), f"masked_select {shape}")
     x = rng.standard_normal((3, 4))
     mask = np.array([1, 0, 0, 1], dtype=bool)
-    _same(np, ddpc.masked_select(ddpc.tensor(x), ddpc.tensor(mask.astype(np.uint8))),
+    _same(np, ddpc.masked_select(ddpc.tensor(x), ddpc.tensor(mask)),
           torch.masked_select(torch.tensor(x), torch.tensor(mask)), "masked_select broadcast mask")
     _same(np, ddpc.masked_select(ddpc.tensor(x[0]), ddpc.tensor(x > 0)),
           torch.masked_select(torch.tensor(x[0]), torch.tensor(x > 0)), "masked_select broadcast input")

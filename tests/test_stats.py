@@ -322,7 +322,7 @@ def test_histc_matches_numpy():
         got = a.histc(bins=10)
         np.testing.assert_array_equal(got.numpy(), np.histogram(held, 10, range=(held.min(), held.max()))[0])
     np.testing.assert_array_equal(ddpc.histc(ddpc.tensor([2.0, 2.0]), bins=4).numpy(), [0, 0, 2, 0])
-    np.testing.assert_array_equal(ddpc.histc(ddpc.tensor([1.0, np.nan, 3.0]), bins=2).numpy(), [1, 1])
+    np.testing.assert_array_equal(ddpc.histc(ddpc.tensor([1.0, np.nan, 3.0]), bins=2, min=0, max=4).numpy(), [1, 1])
     with pytest.raises(TypeError):
         ddpc.histc(ddpc.tensor([1, 2]))
     with pytest.raises(ValueError):
@@ -373,3 +373,11 @@ def test_gpu_order_statistics_and_counts_stay_on_the_device():
     x = ddpc.tensor(RNG.integers(0, 30, 1000))
     np.testing.assert_array_equal(ddpc.bincount(x.cuda()).cpu().numpy(), ddpc.bincount(x).numpy())
     np.testing.assert_array_equal(ddpc.histc(c, 9).cpu().numpy(), ddpc.histc(a, 9).numpy())
+
+
+def test_histc_refuses_a_data_range_that_is_not_finite():
+    for data in ([1.0, np.nan, 3.0], [np.nan], [1.0, np.inf], [-np.inf, 1.0]):
+        with pytest.raises(ValueError, match="is not finite"):
+            ddpc.histc(ddpc.tensor(data), bins=2)
+    # With a range given, NaN is not counted and infinities fall outside it, as in PyTorch.
+    assert ddpc.histc(ddpc.tensor([1.0, np.nan, np.inf, 3.0]), bins=2, min=0, max=4).tolist() == [1.0, 1.0]

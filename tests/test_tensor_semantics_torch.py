@@ -223,3 +223,24 @@ def test_a_tensor_overwritten_in_the_graph_gets_zero_gradient_not_none():
         y.sum().backward()
         grads.append(x.grad.tolist())
     assert grads[0] == grads[1] == [0.0] * 3
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int32", "int64"])
+def test_numbers_written_into_integer_tensors_are_refused_as_pytorch_refuses_them(dtype):
+    """Item assignment, fill_ and masked_fill_ of a number the dtype can't hold
+    raise in both; the rest are stored alike."""
+    values = [-256, -255, -1, 255, 256, 2 ** 31 - 1, 2 ** 31, -2 ** 31, -2 ** 31 - 1, -0.5, -1.5, 255.5, 256.0,
+              2147483647.5, 2147483648.0, -2147483648.5, 1e30, np.nan, np.inf, -np.inf, True]
+    writes = [lambda L, t, v: t.__setitem__(L.tensor([True, False]), v), lambda L, t, v: t.__setitem__(0, v),
+              lambda L, t, v: t.fill_(v), lambda L, t, v: t.masked_fill_(L.tensor([True, False]), v)]
+    for v in values:
+        for write in writes:
+            got = []
+            for L in (ddpc, torch):
+                t = L.zeros(2, dtype=getattr(L, dtype))
+                try:
+                    write(L, t, v)
+                    got.append(t.tolist())
+                except (RuntimeError, OverflowError):
+                    got.append("refused")
+            assert got[0] == got[1], (dtype, v)

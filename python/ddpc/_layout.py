@@ -426,10 +426,9 @@ def index_copy(input, dim, index, source):
 
 def masked_scatter(input, mask, source):
     """input with the elements where ``mask`` (broadcast to input's shape) holds
-    taken from source's first elements, in row-major order."""
-    if mask.dtype.is_floating_point:
-        raise DtypeError(f"masked_scatter: the mask must be a bool or integer tensor, got {mask.dtype}")
-    m = _ag.expand(_ag._mask(mask), input.shape)
+    taken from source's first elements, in row-major order; the mask must be bool, as in PyTorch."""
+    _ag._bool_mask(mask, "masked_scatter_")
+    m = _ag.expand(mask.detach(), input.shape)
     # Element i of the result takes source's element (the count of mask elements up to i) - 1.
     pos = _ag.cumsum(_ag.reshape(m, (-1,)).to(dtype=int64), 0)
     count = int(pos[-1].item()) if pos.numel() else 0

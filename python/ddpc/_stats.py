@@ -16,7 +16,7 @@ import numbers
 from . import _C
 from . import autograd as _ag
 from ._C import ArgumentError, DtypeError, IndexOutOfRangeError
-from ._dtype import bool_, float32, float64, int32, int64, promote, uint8
+from ._dtype import bool_, float32, float64, int32, int64, promote
 from ._layout import scatter_reduce
 from .amp import autocast_op
 from .tensor import Tensor, arange, linspace, ones, tensor, zeros
@@ -249,7 +249,7 @@ def mode(input, dim=-1, keepdim=False):
         # Each sorted element's run of equal values starts at the latest
         # position up to it where the value differs from the one before.
         steps = arange(n, device=a.device).reshape((n,) + (1,) * (a.ndim - d - 1))
-        starts = ones(values.narrow(d, 0, 1).shape, dtype=uint8, device=a.device)
+        starts = ones(values.narrow(d, 0, 1).shape, dtype=bool_, device=a.device)
         if n > 1:
             starts = _ag.cat([starts, values.narrow(d, 1, n - 1)._compare(values.narrow(d, 0, n - 1), _ag._NE)], d)
         run_length = _ag.sub(steps, cummax(_ag.where(starts, steps, 0), d).values)
@@ -436,10 +436,9 @@ def histc(input, bins=100, min=0, max=0):
     """A histogram of ``bins`` equal bins over [min, max] (the data's own range
     when min and max are equal, widened by 1 each way if all elements are
     equal); elements outside the range and NaN are not counted, the last bin
-    includes max. Float input; the counts have its dtype. The range stays on
-    the device (no host read), so where PyTorch raises for a data range that
-    is not finite, ddpc leaves NaN out of the range and counts nothing when
-    it is infinite."""
+    includes max. Float input; the counts have its dtype. The data's range is
+    read to the host, as PyTorch reads it, to refuse one that is not finite
+    (the data holds NaN or an infinity)."""
     _check_tensor(input, "histc")
     if not input.dtype.is_floating_point:
         raise DtypeError(f"histc: the input must be a floating tensor, got {input.dtype}")
@@ -454,8 +453,10 @@ def histc(input, bins=100, min=0, max=0):
         lo = _ag._like_scalar(float(min), x)
         hi = _ag._like_scalar(float(max), x)
         if min == max and x.numel():
-            lo = _ag.amin(_ag.where(_ag.isnan(x), math.inf, x), 0)
-            hi = _ag.amax(_ag.where(_ag.isnan(x), -math.inf, x), 0)
+            lo, hi = _ag.amin(x, 0), _ag.amax(x, 0)
+            data_lo, data_hi = lo.item(), hi.item()
+            if not (math.isfinite(data_lo) and math.isfinite(data_hi)):
+                raise ArgumentError(f"histc: range of [{data_lo}, {data_hi}] is not finite")
         if min == max:
             same = lo == hi
             lo, hi = _ag.where(same, _ag.sub(lo, 1.0), lo), _ag.where(same, _ag.add(hi, 1.0), hi)
@@ -531,7 +532,7 @@ def _histogramdd(points, bins, bounds, weight, density, what):
         x = points.detach()
         sizes = [e.numel() - 1 for e in edges]
         flat = zeros(x.shape[0], dtype=int64, device=x.device)
-        inside = ones(x.shape[0], dtype=uint8, device=x.device)
+        inside = ones(x.shape[0], dtype=bool_, device=x.device)
         for k, e in enumerate(edges):  # one pass per dim
             col = x.select(1, k).contiguous()
             last = e.narrow(0, e.numel() - 1, 1)

@@ -1575,7 +1575,9 @@ def _unary(x, op, p=0.0, q=0.0):
 
 
 def relu(x):
-    """max(x, 0); integer tensors keep their dtype, as in PyTorch."""
+    """max(x, 0); integer tensors keep their dtype, as in PyTorch, which refuses bool ones."""
+    if isinstance(x, Tensor) and x.dtype is bool_:
+        raise DtypeError("Boolean inputs not supported for relu")
     if isinstance(x, Tensor) and not x.dtype.is_floating_point:
         return maximum(x, 0)
     return _unary(x, _RELU)
@@ -2100,6 +2102,8 @@ def clamp(input, min=None, max=None):
         return input
     lo = -math.inf if min is None else float(min)
     hi = math.inf if max is None else float(max)
+    if math.isnan(lo) or math.isnan(hi):  # every element NaN and a zero gradient, as PyTorch gives
+        return add(mul(input, 0.0), math.nan)
     return _unary(input, _CLAMP, lo, hi)
 
 
@@ -2140,6 +2144,14 @@ def _mask(cond):
     return cond.detach() if cond.dtype in (bool_, uint8) else cond._compare(0, _NE)
 
 
+def _bool_mask(mask, what):
+    """Refuses a mask that is not bool, as PyTorch's masked ops do."""
+    if not isinstance(mask, Tensor):
+        raise TypeError(f"{what}: the mask must be a ddpc.Tensor, got {type(mask).__name__}")
+    if mask.dtype is not bool_:
+        raise DtypeError(f"{what} only supports boolean masks, but got mask with dtype {mask.dtype}")
+
+
 def _select_where(mask, a, b):
     """mask ? a : b over the broadcast of the three shapes (a and b of one dtype); outside the graph."""
     out = _empty(_broadcast_shape(_broadcast_shape(mask.shape, a.shape), b.shape), a)
@@ -2148,11 +2160,18 @@ def _select_where(mask, a, b):
 
 
 def where(condition, input=None, other=None):
-    """input where condition holds (is non-zero), else other, elementwise with
-    broadcasting; input and other are tensors or numbers. With the condition
-    alone, nonzero(condition, as_tuple=True)."""
+    """input where the bool condition holds, else other, elementwise with
+    broadcasting; input and other are tensors or numbers. A uint8 condition
+    is taken with PyTorch's deprecation warning, other dtypes are refused.
+    With the condition alone, nonzero(condition, as_tuple=True)."""
     if input is None and other is None:
         return nonzero(condition, as_tuple=True)
+    if isinstance(condition, Tensor) and condition.dtype is not bool_:
+        if condition.dtype is not uint8:
+            raise DtypeError(f"where expected condition to be a boolean tensor, but got a tensor with dtype "
+                             f"{condition.dtype}")
+        warnings.warn("where received a uint8 condition tensor. This behavior is deprecated and will be removed "
+                      "in a future version of PyTorch. Use a boolean condition instead.", stacklevel=2)
     if not isinstance(input, Tensor) and not isinstance(other, Tensor):
         ref = Tensor(_C.Buffer((), (get_default_dtype() if any(_is_float_scalar(v) for v in (input, other))
                                     else int64).name,
@@ -2179,15 +2198,17 @@ def where(condition, input=None, other=None):
 
 def masked_fill(x, mask, value):
     """x with ``value`` (a number or a 0-d tensor) where ``mask`` holds; x and
-    mask broadcast together, as in PyTorch (the in-place form keeps x's shape)."""
+    mask broadcast together, as in PyTorch (the in-place form keeps x's shape).
+    The mask must be bool; a number x's dtype can't hold is refused, as by fill_."""
+    _bool_mask(mask, "masked_fill_")
     if isinstance(value, Tensor):
         if value.ndim:
             raise ArgumentError(f"masked_fill: value must be a number or a 0-d tensor, got shape {value.shape}")
         value = value if value.dtype is x.dtype else value.to(dtype=x.dtype)
     else:
-        from .tensor import tensor as _tensor
+        from .tensor import full as _full
 
-        value = _tensor(value, dtype=x.dtype, device=x.device)
+        value = _full((), value, dtype=x.dtype, device=x.device)
     return where(mask, value, x)
 
 
@@ -2267,7 +2288,10 @@ def logical_xor(input, other):
 
 def isclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):
     """|a - b| <= atol + rtol * |b| elementwise (a mask), or a == b (infinities);
-    NaNs are close to each other only with ``equal_nan``."""
+    NaNs are close to each other only with ``equal_nan``. Two tensors must
+    have one dtype, as in PyTorch."""
+    if isinstance(input, Tensor) and isinstance(other, Tensor) and input.dtype is not other.dtype:
+        raise DtypeError(f"isclose: {input.dtype} did not match {other.dtype}")
     if _complex.is_complex_operand(input) or _complex.is_complex_operand(other):
         return _complex.isclose(input, other, rtol, atol, equal_nan)
     with no_grad():
@@ -3559,7 +3583,10 @@ def argwhere(input):
 
 def masked_select(input, mask):
     """The elements where ``mask`` (broadcast with a's shape) is non-zero, as a
-    1-d tensor, selected on a's device; only their count reaches the host."""
+    1-d tensor, selected on a's device; only their count reaches the host.
+    The mask must be bool, as in PyTorch."""
+    if not isinstance(mask, Tensor) or mask.dtype is not bool_:
+        raise DtypeError("masked_select: expected BoolTensor for mask")
     shape = _broadcast_shape(mask.shape, input.shape)
     if mask.shape != shape:
         mask = expand(mask.detach(), shape)
@@ -4660,12 +4687,12 @@ def _class_rows(t, n, c):
 def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0,
                   log_probs=False):
     """Softmax cross entropy of logits with the classes along dim 1 ([N, C],
-    or [C], or [N, C, d1, ...]) against int64 class indices ([N], [], or [N,
-    d1, ...]) or against class probabilities shaped like the logits; the
-    negative log likelihood (nll_loss) when ``log_probs`` says the input holds
-    log-probabilities. ``weight`` [C] weighs the classes; the mean divides by
-    the summed weights of the targets' classes (by the number of rows for
-    class probabilities), as in PyTorch. A class index out of range (and not
+    or [C], or [N, C, d1, ...]) against int64 (or uint8, as PyTorch takes)
+    class indices ([N], [], or [N, d1, ...]) or against class probabilities
+    shaped like the logits; the negative log likelihood (nll_loss) when
+    ``log_probs`` says the input holds log-probabilities. ``weight`` [C] weighs
+    the classes; the mean divides by the summed weights of the targets'
+    classes (by the number of rows for class probabilities), as in PyTorch. A class index out of range (and not
     ``ignore_index``) raises IndexOutOfRangeError; on a GPU its row's loss is
     NaN and the error is raised when the host next waits for the device (see
     gather)."""
@@ -4698,6 +4725,8 @@ def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean
         target = _class_rows(target, n, c)
         tgt = target.detach() if target.dtype is x.dtype else target.detach().to(dtype=x.dtype)
     else:
+        if target.dtype not in (int64, uint8):
+            raise DtypeError(f"{what}: expected target dtype to be Long or Byte, but got {target.dtype}")
         if target.shape != out_shape:
             raise ArgumentError(f"{what}: class indices must have shape {out_shape} for an input of shape "
                                 f"{input.shape}, got {target.shape}")

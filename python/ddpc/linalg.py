@@ -36,9 +36,10 @@ import numpy as np
 from . import _linalg as _la
 from . import autograd as _ag
 from ._C import ArgumentError, DtypeError
+from ._dtype import bool_
 from ._function import Function
 from .amp import autocast_op
-from .tensor import Tensor, bfloat16, float16, from_numpy, int32, int64, uint8, zeros
+from .tensor import Tensor, bfloat16, float16, from_numpy, int32, int64, zeros
 
 
 class LinAlgError(RuntimeError):
@@ -727,7 +728,7 @@ def matrix_power(A, n):
     if not isinstance(n, numbers.Integral):
         raise TypeError(f"linalg.matrix_power: n must be an integer, got {type(n).__name__}")
     if n == 0:  # the identity, in the graph with a zero gradient (also where A holds inf or NaN)
-        return _ag.where(zeros(A.shape, dtype=uint8, device=A.device), A, _eye(A.shape[-1], A))
+        return _ag.where(zeros(A.shape, dtype=bool_, device=A.device), A, _eye(A.shape[-1], A))
     base, n = (inv(A), -n) if n < 0 else (A, n)
     out = None
     while n:

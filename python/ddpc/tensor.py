@@ -711,6 +711,8 @@ class Tensor:
             _C.fill(self._buf, float(value.real), float(value.imag))
             _write_back(self)
             return self
+        if not isinstance(value, Tensor):
+            _check_storable(value, self.dtype)
         if not self.dtype.is_floating_point and isinstance(value, numbers.Integral):
             value = _int_scalar(value, self.dtype)
             if abs(value) > _DOUBLE_INTS:
@@ -1794,6 +1796,19 @@ def _int_scalar(value, dt):
     if bounds is not None and not bounds[0] <= value < bounds[1]:
         raise OverflowError(f"value {value} cannot be converted to {dt.name} without overflow")
     return value
+
+
+def _check_storable(value, dt):
+    """Refuses a number that PyTorch refuses to store in integer dtype dt (its
+    fill_, full, item assignment and masked_fill check it): NaN, an infinity,
+    or a value whose integer part dt can't hold, where uint8 also takes ints
+    down to -255 (they wrap, as PyTorch lets them)."""
+    if dt is uint8:
+        bounds = (-255, 256) if isinstance(value, numbers.Integral) else (0, 256)
+    else:
+        bounds = _INT_BOUNDS.get(dt)
+    if bounds is not None and isinstance(value, numbers.Real) and not bounds[0] <= value < bounds[1]:
+        raise OverflowError(f"value {value} cannot be converted to {dt.name} without overflow")
 
 
 def _shares_memory(a, b):

@@ -7,6 +7,7 @@ import math
 
 from .. import autograd as _ag
 from .._C import ArgumentError, DtypeError
+from .._dtype import int64
 from ..tensor import Tensor, full_like, zeros_like
 
 
@@ -25,6 +26,12 @@ def _tensors(what, *values):
     for v in values:
         if not isinstance(v, Tensor):
             raise TypeError(f"{what} takes ddpc tensors, got {type(v).__name__}")
+
+
+def _long_target(what, target):
+    """Refuses class indices that are not int64, as PyTorch's margin losses do."""
+    if target.dtype is not int64:
+        raise DtypeError(f"{what}: expected scalar type Long but found {target.dtype}")
 
 
 def margin_ranking_loss(input1, input2, target, margin, reduction):
@@ -138,6 +145,7 @@ def multi_margin_loss(input, target, p, margin, weight, reduction):
     """sum over i != y of max(0, margin - x[y] + x[i])^p / C for each sample of
     (N, C) or (C,) ``input`` with class y = target (times weight[y])."""
     _tensors("multi_margin_loss", input, target)
+    _long_target("multi_margin_loss", target)
     if p not in (1, 2):
         raise ArgumentError(f"multi_margin_loss: only p == 1 and p == 2 are supported, got {p}")
     if input.ndim not in (1, 2) or target.ndim != input.ndim - 1 or (input.ndim == 2 and
@@ -169,8 +177,7 @@ def multilabel_margin_loss(input, target, reduction):
     if input.ndim not in (1, 2) or target.shape != input.shape or input.shape[-1] == 0:
         raise ArgumentError("multilabel_margin_loss: expected a non-empty (N, C) or (C,) input and a target of its "
                             f"shape, got {input.shape} and {target.shape}")
-    if target.dtype.is_floating_point:
-        raise DtypeError(f"multilabel_margin_loss: the target holds class indices, got dtype {target.dtype}")
+    _long_target("multilabel_margin_loss", target)
     c = input.shape[-1]
     rows, labels = input.reshape(-1, c), target.reshape(-1, c)
     listed = (labels == -1).long().cumsum(1) == 0  # the entries before the first -1

@@ -18,7 +18,7 @@ from .._indexing import _caller_level
 from .. import profiler
 from .._C import ArgumentError, DtypeError, IndexOutOfRangeError
 from .._pointwise import hardshrink
-from .._dtype import bfloat16, float16, uint8
+from .._dtype import bfloat16, bool_, float16
 from ..amp import autocast_op
 from ..tensor import Tensor, broadcast_tensors, ones, rand, zeros
 from ..tensor import tensor as _tensor
@@ -1076,6 +1076,8 @@ def _mask_scores(scores, mask, true_takes_part):
         return scores
     if mask.dtype.is_floating_point:
         return scores + (mask if mask.dtype is scores.dtype else mask.to(dtype=scores.dtype))
+    if mask.dtype is not bool_:  # where takes bool conditions only
+        mask = mask != 0
     if true_takes_part:
         return _ag.where(mask, scores, float("-inf"))
     return _ag.where(mask, float("-inf"), scores)
@@ -1130,7 +1132,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     if is_causal:
         if attn_mask is not None:
             raise ArgumentError("scaled_dot_product_attention: pass either attn_mask or is_causal=True, not both")
-        attn_mask = _ag.tril(ones(query.shape[-2], key.shape[-2], dtype=uint8, device=query.device))
+        attn_mask = _ag.tril(ones(query.shape[-2], key.shape[-2], dtype=bool_, device=query.device))
     scale = 1 / math.sqrt(query.shape[-1]) if scale is None else scale
     # (a causal mask shuts no query out of every key: query i sees key 0)
     return _attention(query, key, value, attn_mask, True, dropout_p, scale, safe=not is_causal)[0]

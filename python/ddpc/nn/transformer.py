@@ -130,7 +130,8 @@ class MultiheadAttention(Module):
             masks.append(key_padding_mask.reshape(n, 1, 1, source))
         if len(masks) < 2:
             return masks[0] if masks else None
-        return sum(m if m.dtype.is_floating_point else where(m, float("-inf"), 0.0) for m in masks)
+        return sum(m if m.dtype.is_floating_point else where(m if m.dtype is bool_ else m != 0, float("-inf"), 0.0)
+                   for m in masks)
 
     def forward(self, query, key, value, key_padding_mask=None, need_weights=True, attn_mask=None,
                 average_attn_weights=True, is_causal=False):
