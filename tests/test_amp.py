@@ -277,6 +277,27 @@ def test_autocast_rejects_bad_arguments():
         autocast("tpu")
 
 
+@pytest.mark.skipif(ddpc.cuda.is_available(), reason="needs a machine without a usable GPU")
+def test_cuda_autocast_without_a_gpu_warns_and_turns_itself_off():
+    x, w = ddpc.randn(2, 3).bfloat16(), ddpc.randn(4, 3).bfloat16()
+    for dtype in (None, ddpc.float32):  # cuda takes float32 too, as PyTorch's
+        with pytest.warns(UserWarning, match="CUDA is not available. Disabling autocast."):
+            region = autocast("cuda", dtype=dtype)
+        with region:
+            assert not ddpc.is_autocast_enabled("cuda")
+            assert F.linear(x, w).dtype is ddpc.bfloat16
+    with pytest.raises(ValueError, match="floating"):
+        autocast("cuda", dtype=ddpc.int64)
+
+
+@pytest.mark.gpu
+def test_cuda_autocast_to_float32_upcasts_half_inputs():
+    x, w = ddpc.randn(2, 3, device="cuda").half(), ddpc.randn(4, 3, device="cuda").half()
+    with autocast("cuda", dtype=ddpc.float32):
+        assert ddpc.is_autocast_enabled("cuda")
+        assert F.linear(x, w).dtype is ddpc.float32
+
+
 def test_cpu_autocast_to_another_dtype_warns_and_turns_autocast_off():
     x, w = ddpc.randn(2, 3), ddpc.randn(4, 3)
     with pytest.warns(UserWarning, match="In CPU autocast, but the target dtype is not supported. Disabling autocast."):

@@ -34,9 +34,9 @@ any, and adapts the scale: ``init_scale`` halved (``backoff_factor``) after
 an overflow, doubled (``growth_factor``) after ``growth_interval`` steps
 without one. Under DistributedDataParallel the gradients are already averaged
 over the ranks when the scaler looks at them, so every rank skips the same
-steps. As PyTorch's, a scaler for ``"cuda"`` on a machine without a usable
-GPU warns and disables itself, so a script written for GPUs that keeps its
-scaler runs unscaled on the host.
+steps. As PyTorch's, a scaler for ``"cuda"`` (and ``autocast("cuda")``) on a
+machine without a usable GPU warns and disables itself, so a script written
+for GPUs runs unscaled, in full precision, on the host.
 """
 
 import collections.abc
@@ -90,15 +90,21 @@ def _check_device_type(device_type):
 class autocast:
     """Context manager (or decorator) that turns autocast on or off for
     ``device_type`` ("cpu" or "cuda") in this thread; ``dtype`` is float16 or
-    bfloat16 (default: bfloat16 on cpu, float16 on cuda). On cpu another
-    dtype warns and turns autocast off in the region, as PyTorch's does."""
+    bfloat16 (default: bfloat16 on cpu, float16 on cuda). As PyTorch's, on
+    cpu another dtype warns and turns autocast off in the region; cuda takes
+    any floating dtype (float32 upcasts the 16-bit inputs of the GEMM-type
+    ops), and on a machine without a usable GPU it warns and turns itself off."""
 
     def __init__(self, device_type, dtype=None, enabled=True, cache_enabled=None):
         _check_device_type(device_type)
         dtype = _DEFAULT_DTYPE[device_type] if dtype is None else dtype
-        if dtype not in (float16, bfloat16):
-            if device_type != "cpu":
-                raise ValueError(f"autocast: dtype must be ddpc.float16 or ddpc.bfloat16, got {dtype}")
+        if device_type == "cuda":
+            if not getattr(dtype, "is_floating_point", False):
+                raise ValueError(f"autocast: dtype must be a floating ddpc dtype, got {dtype}")
+            if enabled and _C.cuda_device_count() == 0:
+                warnings.warn("CUDA is not available. Disabling autocast.", stacklevel=2)
+                enabled = False
+        elif dtype not in (float16, bfloat16):
             if enabled:
                 warnings.warn("In CPU autocast, but the target dtype is not supported. Disabling autocast.\n"
                               f"CPU Autocast only supports dtypes of {bfloat16}, {float16} currently.", stacklevel=2)
