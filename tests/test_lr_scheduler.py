@@ -91,6 +91,16 @@ def test_reduce_lr_on_plateau_reduces_groups_added_later_to_its_min_lr():
     assert s.get_last_lr() == [0.3, 0.5] and s.min_lrs == [0.3, 0.3]
 
 
+def test_reduce_lr_on_plateau_is_an_lr_scheduler_and_takes_an_epoch():
+    o = sgd(1.0)
+    s = lr_scheduler.ReduceLROnPlateau(o, patience=0, factor=0.5)
+    assert isinstance(s, lr_scheduler.LRScheduler)  # code that sorts schedulers by isinstance, as Lightning does
+    s.step(1.0)
+    s.step(2.0, epoch=7)
+    assert s.last_epoch == 7 and s.get_last_lr() == [0.5]
+    assert "optimizer" not in s.state_dict() and s.state_dict()["num_bad_epochs"] == 0
+
+
 def test_reduce_lr_on_plateau_with_a_min_lr_per_group_refuses_groups_added_later():
     o = sgd()
     s = lr_scheduler.ReduceLROnPlateau(o, patience=0, min_lr=[0.0])

@@ -568,12 +568,13 @@ class ChainedScheduler(_Composite):
         self._last_lr = self._current_lrs()
 
 
-class ReduceLROnPlateau:
+class ReduceLROnPlateau(LRScheduler):
     """Scales every group's lr by ``factor`` once the metric passed to
     ``step(metric)`` has not improved for ``patience`` epochs (improved:
     below the best by ``threshold``, relative or absolute, in mode "min";
     above it in mode "max"), then waits ``cooldown`` epochs; never below ``min_lr``.
-    A group added to the optimizer later gets a single ``min_lr``; one per group refuses it."""
+    A group added to the optimizer later gets a single ``min_lr``; one per group refuses it.
+    An LRScheduler, as PyTorch's, though it takes no ``base_lrs``: it follows the groups' current lrs."""
 
     def __init__(self, optimizer, mode="min", factor=0.1, patience=10, threshold=1e-4, threshold_mode="rel",
                  cooldown=0, min_lr=0, eps=1e-8):
@@ -594,9 +595,9 @@ class ReduceLROnPlateau:
             return a < (self.best * (1 - self.threshold) if self.threshold_mode == "rel" else self.best - self.threshold)
         return a > (self.best * (1 + self.threshold) if self.threshold_mode == "rel" else self.best + self.threshold)
 
-    def step(self, metrics):
+    def step(self, metrics, epoch=None):
         current = float(metrics)
-        self.last_epoch += 1
+        self.last_epoch = self.last_epoch + 1 if epoch is None else int(epoch)
         if self._better(current):
             self.best, self.num_bad_epochs = current, 0
         else:
@@ -623,15 +624,6 @@ class ReduceLROnPlateau:
                                "param group being added to the optimizer. Please modify the `min_lrs` field to "
                                "match the length of the `optimizer` param groups.")
         self.min_lrs = [self.default_min_lr] * n
-
-    def get_last_lr(self):
-        return list(self._last_lr)
-
-    def state_dict(self):
-        return {k: v for k, v in self.__dict__.items() if k != "optimizer"}
-
-    def load_state_dict(self, state_dict):
-        self.__dict__.update(state_dict)
 
 
 _LRScheduler = LRScheduler
