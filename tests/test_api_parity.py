@@ -89,6 +89,24 @@ def test_xlogy_is_zero_where_x_is_zero():
     _check_grad(ddpc.xlogy, A, POS)
 
 
+def test_xlogy_and_xlog1py_give_x_the_log_as_gradient_also_where_x_is_zero():
+    # PyTorch's rule: d/dx x*log(y) = log(y), zero only where y is outside the log's domain
+    x = ddpc.tensor([0.0, 0.0, 0.0, 1.0], dtype=ddpc.float64, requires_grad=True)
+    y = ddpc.tensor([0.2, 0.0, -1.0, 0.3], dtype=ddpc.float64, requires_grad=True)
+    out = ddpc.xlogy(x, y)
+    out.sum().backward()
+    np.testing.assert_array_equal(out.detach().numpy(), [0.0, 0.0, 0.0, np.log(0.3)])
+    np.testing.assert_allclose(x.grad.numpy(), [np.log(0.2), 0.0, 0.0, np.log(0.3)])
+    np.testing.assert_allclose(y.grad.numpy(), [0.0, 0.0, 0.0, 1 / 0.3])
+    x.grad = None
+    ddpc.special.xlog1py(x, ddpc.tensor([0.5, -1.0, -2.0, 1.0], dtype=ddpc.float64)).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), [np.log1p(0.5), 0.0, 0.0, np.log(2.0)])
+    # Dirichlet at concentration 1 (a uniform prior): d/dc_i log p = log x_i + digamma(sum c) - digamma(c_i)
+    c = ddpc.ones(3, dtype=ddpc.float64, requires_grad=True)
+    ddpc.distributions.Dirichlet(c).log_prob(ddpc.tensor([0.2, 0.3, 0.5], dtype=ddpc.float64)).backward()
+    np.testing.assert_allclose(c.grad.numpy(), np.log([0.2, 0.3, 0.5]) + 1.5, rtol=1e-12)
+
+
 def test_logit_eps_clamps():
     p = np.array([0.0, 0.3, 1.0])
     got = ddpc.logit(ddpc.tensor(p), eps=1e-3).numpy()

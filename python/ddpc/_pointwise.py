@@ -15,7 +15,7 @@ from . import _C
 from . import _complex
 from . import autograd as _ag
 from ._C import ArgumentError, DtypeError
-from ._dtype import bool_, float32, float64, int32, promote, result_type, uint8
+from ._dtype import bool_, finfo, float32, float64, int32, promote, result_type, uint8
 from .tensor import (_BITAND, _BITOR, _BITXOR, _DIV_FLOOR, _DIV_TRUNC, _FMOD, _LSHIFT, _NEXTAFTER, _REMAINDER, _RSHIFT,
                      Tensor, _is_float_scalar, full)
 
@@ -234,26 +234,34 @@ def hypot(input, other):
     return _ag.where(_ag.logical_or(_ag.isinf(a.detach()), _ag.isinf(b.detach())), math.inf, out)
 
 
-def _times_log(input, other, log_fn, what):
+def _times_log(input, other, log_fn, bound, what):
     """input * log_fn(other), and 0 where input is 0 (NaN where other is NaN), as
-    in PyTorch; the gradient is 0 where input is 0."""
+    in PyTorch. As there, input's gradient is log_fn(other) also where input is
+    0 (0 where other is at most ``bound``, outside log_fn's domain): with the
+    log-density of Beta, Gamma or Dirichlet at concentration 1, the gradient
+    of the concentration rests on it."""
     x, y = _float_pair(input, other, what)
     zero = (x == 0)
-    safe = _ag.where(zero, 1.0, y)
-    out = _ag.where(zero, 0.0, _ag.mul(x, log_fn(safe)))
+    safe = 1.0 if bound == 0 else 0.0  # log_fn(safe) == 0
+    # Where input is 0, input times a finite stand-in for log_fn(other): the
+    # value 0, and log_fn(other) as input's gradient. Each log_fn reads only
+    # the elements its branch keeps, so the other's do not bring NaN gradients.
+    big = finfo(x.dtype).max
+    at_zero = _ag.clamp(log_fn(_ag.where(zero & (y > bound), y, safe)), -big, big)
+    out = _ag.where(zero, _ag.add(_ag.mul(x, at_zero), 0.0), _ag.mul(x, log_fn(_ag.where(zero, safe, y))))
     return _ag.where(_ag.isnan(y), math.nan, out)
 
 
 def xlogy(input, other):
     """input * log(other), and 0 where input is 0 (NaN where other is NaN), as
-    in PyTorch; the gradient is 0 where input is 0."""
-    return _times_log(input, other, _ag.log, "xlogy")
+    in PyTorch, whose gradients it has (input's is log(other) also where input is 0)."""
+    return _times_log(input, other, _ag.log, 0.0, "xlogy")
 
 
 def xlog1py(input, other):
     """input * log1p(other), and 0 where input is 0 (NaN where other is NaN),
-    as PyTorch's torch.special.xlog1py; the gradient is 0 where input is 0."""
-    return _times_log(input, other, _ag.log1p, "xlog1py")
+    as PyTorch's torch.special.xlog1py, whose gradients it has."""
+    return _times_log(input, other, _ag.log1p, -1.0, "xlog1py")
 
 
 def logit(input, eps=None):
