@@ -138,6 +138,16 @@ def test_pin_memory_and_device_reach_tensors_in_tuples(monkeypatch):
     assert len(pinned) == 4 and isinstance(out, tuple) and isinstance(out[2], Pair)
 
 
+def test_pin_memory_with_a_device_pins_before_the_copy(monkeypatch):
+    # a copy to a GPU runs asynchronously from pinned memory only, so pin_memory=True holds with device= too
+    calls = []
+    monkeypatch.setattr(ddpc.Tensor, "pin_memory", lambda self: calls.append("pin") or self)
+    moved = ddpc.Tensor.to
+    monkeypatch.setattr(ddpc.Tensor, "to", lambda self, *a, **k: calls.append(("to", a, k)) or moved(self, *a, **k))
+    out = ddpc.data._move([ddpc.arange(3)], "cpu", True)  # what a pass does with each batch
+    assert calls == ["pin", ("to", ("cpu",), {"non_blocking": True})] and out[0].tolist() == [0, 1, 2]
+
+
 def test_num_workers_zero_reads_in_the_calling_thread_none_in_the_background():
     ds = Items(6)
     assert batches(DataLoader(ds, batch_size=4, num_workers=0)) == [[0, 1, 2, 3], [4, 5]]

@@ -1047,9 +1047,9 @@ def _samples(dataset, indices):
 
 def _move(value, device, pin_memory):
     if isinstance(value, Tensor):
-        if device is not None:
-            return value.to(device, non_blocking=True)
-        return value.pin_memory() if pin_memory else value
+        if pin_memory and not value.is_cuda and not value.is_pinned():  # a copy to a GPU from pinned memory runs asynchronously
+            value = value.pin_memory()
+        return value if device is None else value.to(device, non_blocking=True)
     if isinstance(value, list):
         return [_move(v, device, pin_memory) for v in value]
     if isinstance(value, tuple):
