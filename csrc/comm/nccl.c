@@ -174,8 +174,19 @@ static ddpc_status multi_comms_destroy_(multi_comms_ *m) {
     int prev;
     ddpc_status r = ddpc_cuda_enter(m->devices[0], &prev);
     if (r != DDPC_OK) return st == DDPC_OK ? r : st;
+    /* One thread drives every communicator of the set, and finalizing one
+     * waits for its peers to quiesce: they are finalized in one group, as
+     * their collectives are run, then destroyed (locally) one by one. */
+    ncclResult_t fins[DDPC_MAX_DEVICES];
+    ncclResult_t group = ddpc_nccl.GroupStart();
+    for (int i = 0; i < m->n; i++) fins[i] = group == ncclSuccess ? ddpc_nccl.CommFinalize(m->comms[i]) : group;
+    if (group == ncclSuccess) {
+        ncclResult_t end = ddpc_nccl.GroupEnd();
+        for (int i = 0; i < m->n && end != ncclSuccess; i++)
+            if (fins[i] == ncclSuccess) fins[i] = end;
+    }
     for (int i = 0; i < m->n; i++) {
-        ncclResult_t fin = ddpc_nccl.CommFinalize(m->comms[i]);
+        ncclResult_t fin = fins[i];
         ncclResult_t res = fin == ncclSuccess ? ddpc_nccl.CommDestroy(m->comms[i]) : ddpc_nccl.CommAbort(m->comms[i]);
         if (fin != ncclSuccess && st == DDPC_OK)
             st = DDPC_ERROR(DDPC_ERR_DIST, "ncclCommFinalize of the communicator on cuda:%d failed: %s", m->devices[i],
