@@ -465,7 +465,8 @@ def test_launcher_killed_takes_workers_with_it(tmp_path):
     script = tmp_path / "job.py"
     script.write_text("import os, time\nos.write(1, b'UP\\n')\ntime.sleep(120)\n")  # one write: two workers share the pipe
     p = subprocess.Popen([sys.executable, "-m", "ddpc.run", "--nproc-per-node", "2", str(script), marker],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=dict(os.environ, TMPDIR=str(tmp_path)))  # (its temporary folders stay in tmp_path)
     for _ in range(2):
         assert p.stdout.readline().strip() == "UP"
     p.kill()

@@ -55,7 +55,9 @@ class Agents:
         err = open(self.tmp_path / f"agent{i}.err", "w")
         with out, err:
             self.procs.append(subprocess.Popen([*self.cmd, str(self.script), self.marker], stdout=out, stderr=err,
-                                               cwd=self.tmp_path, env=dict(os.environ, OMP_NUM_THREADS="1")))
+                                               cwd=self.tmp_path,
+                                               # (the temporary folders of an agent killed here stay in tmp_path)
+                                               env=dict(os.environ, OMP_NUM_THREADS="1", TMPDIR=str(self.tmp_path))))
 
     def finish(self, timeout=60):
         """[(exit status, stdout, stderr)] of every agent."""
