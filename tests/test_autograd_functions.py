@@ -213,6 +213,14 @@ def test_custom_function_with_several_outputs_gets_zeros_for_unused_ones():
     close(x.grad, 2 + 3 * 2 * 3 * np.array([1.0, -2.0]))
 
 
+
+def test_custom_function_grad_fn_is_named_after_the_function():
+    x = leaf([1.0, -2.0])
+    a, b, _ = SplitScale.apply(x)
+    assert type(a.grad_fn).__name__ == type(b.grad_fn).__name__ == "SplitScaleBackward"
+    assert type(NoMaterialize.apply(x)[0].grad_fn).__name__ == "NoMaterializeBackward"
+
+
 class NoMaterialize(Function):
     @staticmethod
     def forward(ctx, x):

@@ -122,3 +122,117 @@ def test_an_op_without_double_backward_raises_naming_it():
         loss = F.ctc_loss(x.reshape(3, 1, 4).log_softmax(2), targets, [3], [2])
         with pytest.raises(NotImplementedError, match="forward-mode AD.*CTCBackward"):
             fwAD.unpack_dual(loss)
+
+
+class _Exp(ag.Function):
+    """exp with a detached backward and a jvp that scales by 5 (not exp's), so only jvp can give the tangent."""
+
+    @staticmethod
+    def forward(x):
+        return x.exp()
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(output)
+        ctx.save_for_forward(output)
+        ctx.scale = 5.0
+
+    @staticmethod
+    def backward(ctx, g):
+        return g.detach() * ctx.saved_tensors[0].detach()
+
+    @staticmethod
+    def jvp(ctx, t):
+        assert np.allclose(ctx.saved_tensors[0].detach().numpy(), np.exp([1.0, 2.0]))
+        return t * ctx.scale
+
+
+class _MulAdd(ag.Function):
+    """(x * y, x + k): old-style, two outputs, a non-tensor input; jvp is the exact one."""
+
+    @staticmethod
+    def forward(ctx, x, y, k):
+        ctx.save_for_forward(x, y)
+        ctx.save_for_backward(x, y)
+        return x * y, x + k
+
+    @staticmethod
+    def backward(ctx, g1, g2):
+        x, y = ctx.saved_tensors
+        return g1 * y + g2, g1 * x, None
+
+    @staticmethod
+    def jvp(ctx, tx, ty, tk):
+        assert tk is None
+        x, y = ctx.saved_tensors
+        return tx * y + x * ty, tx
+
+
+class _NoJvp(ag.Function):
+    @staticmethod
+    def forward(x):
+        return x * 2
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 2
+
+
+def test_a_custom_function_tangent_is_its_jvp():
+    x = ddpc.tensor([1.0, 2.0])
+    np.testing.assert_allclose(ddpc.func.jvp(_Exp.apply, (x,), (ddpc.ones(2),))[1].numpy(), [5.0, 5.0])
+    np.testing.assert_allclose(ddpc.func.jacfwd(_Exp.apply)(x).numpy(), 5.0 * np.eye(2))
+    with fwAD.dual_level():
+        np.testing.assert_allclose(fwAD.unpack_dual(_Exp.apply(fwAD.make_dual(x, ddpc.ones(2)))).tangent.numpy(),
+                                   [5.0, 5.0])
+
+
+def test_a_custom_function_jvp_gets_zeros_for_inputs_without_a_tangent():
+    xs, ys = np.array([1.0, 2.0]), np.array([3.0, -1.0])
+    tx = np.array([0.5, 2.0])
+    with fwAD.dual_level():
+        x = fwAD.make_dual(ddpc.tensor(xs), ddpc.tensor(tx))
+        a, b = _MulAdd.apply(x, ddpc.tensor(ys, requires_grad=True), 4.0)
+        np.testing.assert_allclose(fwAD.unpack_dual(a).tangent.numpy(), tx * ys)
+        np.testing.assert_allclose(fwAD.unpack_dual(b).tangent.numpy(), tx)
+        np.testing.assert_allclose(fwAD.unpack_dual((a * b).sum()).tangent.numpy(),
+                                   (tx * ys * (xs + 4) + xs * ys * tx).sum())
+    ty = np.array([1.0, -3.0])
+    (ta, tb) = ddpc.func.jvp(lambda x, y: _MulAdd.apply(x, y, 4.0), (ddpc.tensor(xs), ddpc.tensor(ys)),
+                             (ddpc.tensor(tx), ddpc.tensor(ty)))[1]
+    np.testing.assert_allclose(ta.numpy(), tx * ys + xs * ty)
+    np.testing.assert_allclose(tb.numpy(), tx)
+
+
+def test_a_custom_function_without_jvp_raises_in_forward_mode_only_where_it_gets_a_tangent():
+    x = ddpc.tensor([1.0, 2.0])
+    with pytest.raises(NotImplementedError, match="must implement the jvp function"):
+        ddpc.func.jvp(_NoJvp.apply, (x,), (ddpc.ones(2),))
+    with fwAD.dual_level():
+        with pytest.raises(NotImplementedError, match="must implement the jvp function"):
+            fwAD.unpack_dual(_NoJvp.apply(fwAD.make_dual(x, ddpc.ones(2))))
+        dual = fwAD.make_dual(x, ddpc.tensor([1.0, 3.0]))
+        out = _NoJvp.apply(ddpc.tensor([1.0, 1.0], requires_grad=True)) + dual
+        np.testing.assert_allclose(fwAD.unpack_dual(out).tangent.numpy(), [1.0, 3.0])
+    # reverse-mode double differentiation (autograd.functional.jvp) still uses backward
+    np.testing.assert_allclose(ag.functional.jvp(_NoJvp.apply, x, ddpc.ones(2))[1].numpy(), [2.0, 2.0])
+
+
+def test_a_gradient_detached_from_its_cotangent_raises_instead_of_a_zero_tangent():
+    def f(x):
+        h = x * 3
+        h.register_hook(lambda g: g.detach())
+        return h * 2
+
+    x = ddpc.tensor([1.0, 2.0])
+    with pytest.raises(RuntimeError, match="detaches it"):
+        ddpc.func.jvp(f, (x,), (ddpc.ones(2),))
+    with fwAD.dual_level():
+        with pytest.raises(RuntimeError, match="detaches it"):
+            fwAD.unpack_dual(f(fwAD.make_dual(x, ddpc.ones(2))))
+    # a Jacobian that is zero stays a zero tangent
+    np.testing.assert_allclose(ddpc.func.jvp(lambda x: x.floor() * 2, (x,), (ddpc.ones(2),))[1].numpy(), [0.0, 0.0])

@@ -262,9 +262,52 @@ def _errors(np, torch, ddpc):
         assert kind(lambda: case(ddpc)) is kind(lambda: case(torch)) is not None, case
 
 
+def _custom_function(np, torch, ddpc):
+    def exp_function(lib, with_jvp):
+        class Exp(lib.autograd.Function):
+            @staticmethod
+            def forward(x, k):
+                return (x * k).exp()
+
+            @staticmethod
+            def setup_context(ctx, inputs, output):
+                ctx.save_for_backward(output)
+                ctx.save_for_forward(output)
+                ctx.k = inputs[1]
+
+            @staticmethod
+            def backward(ctx, g):
+                return g.detach() * ctx.saved_tensors[0].detach() * ctx.k, None
+
+        if with_jvp:
+            Exp.jvp = staticmethod(lambda ctx, t, tk: t * ctx.saved_tensors[0] * ctx.k * 0.5)
+        return Exp
+
+    x, t = np.array([0.5, -1.0, 2.0]), np.array([1.0, 3.0, -2.0])
+    fa, fb = exp_function(torch, True), exp_function(ddpc, True)
+    _close(ddpc.func.jvp(lambda v: fb.apply(v, 3.0), (ddpc.tensor(x),), (ddpc.tensor(t),))[1],
+           torch.func.jvp(lambda v: fa.apply(v, 3.0), (torch.tensor(x),), (torch.tensor(t),))[1])
+    tangents = []
+    for lib, fn in ((torch, fa), (ddpc, fb)):
+        with lib.autograd.forward_ad.dual_level():
+            dual = lib.autograd.forward_ad.make_dual(lib.tensor(x), lib.tensor(t))
+            tangents.append(lib.autograd.forward_ad.unpack_dual(fn.apply(dual, 3.0).sin()).tangent)
+    _close(tangents[1], tangents[0])
+    for lib in (torch, ddpc):
+        bare = exp_function(lib, False)
+        try:
+            lib.func.jvp(lambda v: bare.apply(v, 3.0), (lib.tensor(x),), (lib.tensor(t),))
+            raise AssertionError("no jvp: expected NotImplementedError")
+        except NotImplementedError as e:
+            assert "must implement the jvp function" in str(e)
+        name = type(bare.apply(lib.tensor(x, requires_grad=True), 3.0).grad_fn).__name__
+        assert name == "ExpBackward", name
+
+
 GROUPS = {"grads": _grads, "products": _products, "jacobians": _jacobians, "vmaps": _vmaps,
           "per_sample_and_ensemble": _per_sample_and_ensemble, "captured": _captured,
-          "functional_call": _functional_call, "errors": _errors}
+          "functional_call": _functional_call, "errors": _errors,
+          "custom_function": _custom_function}
 test_matches_pytorch = torch_group_test(__file__, GROUPS)
 
 if __name__ == "__main__":

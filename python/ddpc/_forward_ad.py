@@ -9,7 +9,12 @@ y against a zero cotangent u that requires grad is J^T u, a linear function
 of u recorded with ``create_graph``; the gradient in u of <J^T u, t> is J t.
 So forward mode covers exactly the ops that have double backward (as
 ``ddpc.func.jvp``, which computes the same), and an op without one raises
-NotImplementedError naming it.
+NotImplementedError naming it. A custom autograd.Function's tangent is its
+``jvp`` (its node records, in the first pass, its backward as a linear
+function whose transpose is jvp), and one without jvp raises
+NotImplementedError, as in PyTorch. A gradient cut from u (a backward or hook
+that detaches it) would make the tangent silently zero: it raises instead,
+unless the Jacobian it stands for is zero (a step function's, say).
 
 Where ddpc differs: ops record the graph (grad mode must be on, and a dual
 tensor requires grad); each ``unpack_dual`` costs two backward passes over
@@ -21,7 +26,8 @@ import collections
 import weakref
 
 from . import autograd as _ag
-from .tensor import Tensor, zeros
+from ._function import NoJvpError, forward_mode_pass
+from .tensor import Tensor, arange, zeros
 
 __all__ = ["UnpackedDualTensor", "dual_level", "enter_dual_level", "exit_dual_level", "make_dual", "unpack_dual"]
 
@@ -128,8 +134,9 @@ def _tangent(y, nodes):
     targets = [_ag._attach(n.tangent.detach(), n) for n in nodes]
     u = zeros(y.shape, dtype=y.dtype, device=y.device, requires_grad=True)
     try:
-        with _ag.enable_grad():
+        with _ag.enable_grad(), forward_mode_pass():
             grads = _ag.grad(y, targets, u, retain_graph=True, create_graph=True, allow_unused=True)
+            check_linked((y,), targets, grads, "unpack_dual")
             terms = [(g * n.tangent).sum() for g, n in zip(grads, nodes) if g is not None]
             if not terms:
                 return None
@@ -139,7 +146,29 @@ def _tangent(y, nodes):
         if not dot.requires_grad:
             return zeros(y.shape, dtype=y.dtype, device=y.device)
         (jt,) = _ag.grad(dot, u, allow_unused=True, materialize_grads=True)
+    except NoJvpError:
+        raise
     except NotImplementedError as e:
         raise NotImplementedError(f"forward-mode AD (unpack_dual) needs double backward of every op between the "
                                   f"dual tensors and the result: {e}") from None
     return jt
+
+
+def check_linked(outputs, inputs, transposed, what):
+    """Raises where an entry of ``transposed`` (J^T u for ``outputs`` over
+    ``inputs``, computed at u = 0 with create_graph) does not depend on u
+    although J is not zero: it is J^T r for a generic r that tells them apart."""
+    loose = [i for i, t in enumerate(transposed) if t is not None and not t.requires_grad]
+    if not loose:
+        return
+    live = [o for o in outputs if o.requires_grad]
+    # sqrt(1), sqrt(2), ...: no pattern (constant, alternating, summing to 0) that a Jacobian's null space might hold
+    probe = [arange(1, o.numel() + 1, dtype=o.dtype, device=o.device).sqrt().reshape(o.shape) for o in live]
+    with forward_mode_pass():
+        got = _ag.grad(live, [inputs[i] for i in loose], probe, retain_graph=True, allow_unused=True)
+    for i, g in zip(loose, got):
+        if g is not None and bool((g != 0).any()):
+            raise RuntimeError(f"{what}: forward mode computes tangents by differentiating gradients, and the "
+                               f"gradient for input {i} was computed by a backward (or a hook) that detaches it "
+                               "from the gradient it got, so its tangent cannot be derived; write that backward "
+                               "in differentiable ops (or give a custom Function a jvp)")

@@ -13,6 +13,8 @@ import threading
 from . import _autograd_functional as _fn
 from . import _pytree
 from . import autograd as _ag
+from ._forward_ad import check_linked
+from ._function import forward_mode_pass
 from .tensor import Tensor, default_generator, zeros
 
 
@@ -317,14 +319,15 @@ class _Linearized(_Traced):
     """func at the arguments at ``argnums``, with the graph of its
     vector-Jacobian product against zero cotangents ``us`` that require
     grad: J v is then the gradient in u of <J^T u, v> (forward mode by
-    reverse mode twice)."""
+    reverse mode twice; a custom Function's part is its jvp, see _forward_ad)."""
 
     def __init__(self, func, args, argnums, has_aux, what, kwargs=None):
         super().__init__(func, args, argnums, has_aux, what, kwargs)
-        with _ag.enable_grad():
+        with _ag.enable_grad(), forward_mode_pass():
             self.us = tuple(zeros(o.shape, dtype=o.dtype, device=o.device, requires_grad=True)
                             for o in self.outputs)
             self.transposed = _fn._grads(self.outputs, self.d.leaves, self.us, True, False, what)
+            check_linked(self.outputs, self.d.leaves, self.transposed, what)
         self.d.inner.extend(self.us)
 
     def column(self, vectors):
@@ -357,7 +360,8 @@ def jvp(func, primals, tangents, *, strict=False, has_aux=False):
     Jacobian-vector product, primals and tangents being tuples of the same
     structure. ddpc carries no tangents through its ops: this takes two
     backward passes (the double-vjp trick, as ddpc.autograd.forward_ad) and
-    gives the same values. ``strict`` is
+    gives the same values; a custom autograd.Function's tangent is its
+    ``jvp`` (NotImplementedError without one, as in PyTorch). ``strict`` is
     accepted for PyTorch's signature."""
     lin = _linearized(func, primals, has_aux, "jvp")
     if not isinstance(tangents, tuple):
