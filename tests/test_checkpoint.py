@@ -543,6 +543,63 @@ def test_tensors_saved_twice_or_over_one_memory_come_back_shared(tmp_path, extra
     assert copies["b"][0] is not copies["a"]
 
 
+@pytest.mark.parametrize("extra", [{}, {"args": argparse.Namespace(lr=0.1)}], ids=["format1", "format2"])
+def test_slices_and_dtype_views_of_one_storage_come_back_views_of_one_storage(tmp_path, extra):
+    x = ddpc.arange(10.0)
+    ddpc.save({"x": x, "v": x[2:5], "w": x[6:8].view(2, 1), "i": x.view(ddpc.int32)[8:9], **extra}, tmp_path / "ck")
+    data = (tmp_path / "ck").read_bytes()
+    _, header = ddpc_header(data)
+    spans = {tuple(e["storage"]) for e in header["tensors"] if e["dtype"] != "uint8"}
+    assert len(spans) == 1 and next(iter(spans))[1] == 40  # the storage's 40 bytes, once
+    ck = ddpc.load(tmp_path / "ck", weights_only=False)
+    ck["x"].add_(1000)
+    assert ck["v"].tolist() == [1002.0, 1003.0, 1004.0] and ck["w"].tolist() == [[1006.0], [1007.0]]
+    assert ck["i"].tolist() == [int(np.array(1008.0, np.float32).view(np.int32))]
+    assert ck["v"].storage_offset() == 2
+    assert ck["v"].untyped_storage().data_ptr() == ck["x"].untyped_storage().data_ptr()
+    # Each entry also names its own bytes, as files without the storage field (older ddpc) have them.
+    payload = data[32 + len(json.dumps(header, separators=(",", ":")).encode()):]
+    entry = header["tensors"][1]
+    assert "storage" in entry and np.frombuffer(payload, np.float32, 3, entry["offset"]).tolist() == [2.0, 3.0, 4.0]
+    lone = io.BytesIO()
+    ddpc.save(x[2:5], lone)  # alone on its storage: its own bytes, not the storage's
+    assert "storage" not in ddpc_header(lone.getvalue())[1]["tensors"][0] and len(lone.getvalue()) < 32 + 200 + 12
+
+
+def test_a_file_without_storage_fields_loads_each_entry_by_itself():
+    header = json.dumps({"root": ["list", [["tensor", 0], ["tensor", 1]]], "tensors": [
+        {"dtype": "float32", "shape": [4], "device": "cpu", "requires_grad": False, "offset": 0, "nbytes": 16},
+        {"dtype": "float32", "shape": [2], "device": "cpu", "requires_grad": False, "offset": 4, "nbytes": 8}]},
+        separators=(",", ":")).encode()
+    payload = np.arange(4, dtype=np.float32).tobytes()
+    crc = zlib.crc32(payload, zlib.crc32(header))
+    prefix = struct.pack("<8sIQQI", b"DDPCCKPT", 1, len(header), len(payload), crc)
+    ck = ddpc.load(io.BytesIO(prefix + header + payload))
+    ck[0].add_(10)
+    assert ck[0].tolist() == [10.0, 11.0, 12.0, 13.0] and ck[1].tolist() == [1.0, 2.0]
+
+
+def test_containers_held_twice_or_inside_themselves_keep_their_identity():
+    a = []
+    a.append(a)
+    shared = [1, ddpc.ones(1)]
+    buf = io.BytesIO()
+    ddpc.save({"a": a, "l": shared, "m": shared, "d": {}, "e": {}}, buf)
+    buf.seek(0)
+    back = ddpc.load(buf)
+    assert back["a"][0] is back["a"] and back["l"] is back["m"] and back["l"][0] == 1
+    assert back["d"] == {} and back["d"] is not back["e"]
+
+
+@pytest.mark.parametrize("zipfile_format", [True, False])
+def test_save_takes_torch_saves_format_keywords(zipfile_format):
+    buf = io.BytesIO()
+    ddpc.save({"w": ddpc.ones(2)}, buf, _use_new_zipfile_serialization=zipfile_format, _disable_byteorder_record=True)
+    assert buf.getvalue()[:8] == b"DDPCCKPT"
+    buf.seek(0)
+    assert ddpc.load(buf)["w"].tolist() == [1.0, 1.0]
+
+
 def test_load_takes_torch_loads_pickle_module_weights_only_and_mmap(tmp_path):
     used = []
 

@@ -1285,3 +1285,22 @@ def test_wishart_bregman_entropy_and_kl():
     x = p.sample((N,))
     ratio = arr(p.log_prob(x) - q.log_prob(x))
     assert_mean_within(ratio[:, None], float(D.kl_divergence(p, q)), "KL(Wishart || Wishart)")
+
+
+def test_batch_and_event_shapes_are_sizes():
+    d = D.Independent(D.Normal(ddpc.zeros(3, 2), 1.0), 1)
+    assert isinstance(d.batch_shape, ddpc.Size) and isinstance(d.event_shape, ddpc.Size)
+    assert d.batch_shape == (3,) and d.event_shape == (2,) and d.batch_shape.numel() == 3
+    assert isinstance(D.Normal(0.0, 1.0).batch_shape, ddpc.Size) and D.Normal(0.0, 1.0).batch_shape.numel() == 1
+
+
+def test_multivariate_normal_log_prob_has_the_distributions_dtype():
+    # As PyTorch's (whose solve_triangular reads the value in the factor's dtype): float32 for a float32
+    # distribution, also of a float64 value; float64 for a float64 one.
+    value = ddpc.tensor([[0.3, -1.0], [2.0, 1.0]], dtype=ddpc.float64)
+    m = D.MultivariateNormal(ddpc.zeros(2), ddpc.eye(2) * 2)
+    expected = [-math.log(2 * math.pi) - math.log(2) - 0.25 * (v[0] ** 2 + v[1] ** 2) for v in value.tolist()]
+    out = m.log_prob(value)
+    assert out.dtype is ddpc.float32
+    np.testing.assert_allclose(out.tolist(), expected, rtol=1e-6)
+    assert D.MultivariateNormal(t64([0.0, 0.0]), t64(np.eye(2))).log_prob(ddpc.ones(2)).dtype is ddpc.float64

@@ -176,6 +176,22 @@ def test_registering_again_in_the_same_table_replaces():
     assert bn.running_mean is None
 
 
+def test_instance_norm_refuses_running_stats_of_an_unversioned_state_dict():
+    m = nn.InstanceNorm2d(3, affine=True)
+    sd = {"weight": ddpc.full((3,), 2.0), "bias": ddpc.zeros(3), "running_mean": ddpc.zeros(3),
+          "running_var": ddpc.ones(3)}
+    with pytest.raises(RuntimeError, match='Unexpected running stats buffer\\(s\\) "running_mean" and "running_var" '
+                                           "for InstanceNorm2d with track_running_stats=False"):
+        m.load_state_dict(dict(sd), strict=False)
+    versioned = collections.OrderedDict(sd)
+    versioned._metadata = {"": {"version": 2}}  # a state_dict() of these days: the stats are unexpected keys
+    assert m.load_state_dict(versioned, strict=False).unexpected_keys == ["running_mean", "running_var"]
+    assert m.weight.tolist() == [2.0, 2.0, 2.0]
+    tracked = nn.InstanceNorm1d(2, track_running_stats=True)
+    tracked.load_state_dict({"running_mean": ddpc.ones(2), "running_var": ddpc.ones(2)})
+    assert tracked.running_mean.tolist() == [1.0, 1.0]
+
+
 def test_instance_norm_of_one_spatial_element_raises_when_using_input_stats():
     for fn in (lambda: nn.InstanceNorm1d(3)(ddpc.ones(2, 3, 1)), lambda: nn.InstanceNorm1d(3).eval()(ddpc.ones(3, 1)),
                lambda: F.instance_norm(ddpc.ones(2, 3, 1, 1))):

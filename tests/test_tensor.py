@@ -1,5 +1,6 @@
 """Tensor storage API on the host: dtypes, casts, views, arithmetic, random numbers, pickling."""
 
+import copy
 import multiprocessing as mp
 import pickle
 
@@ -296,6 +297,43 @@ def test_pickle_by_value():
         u = pickle.loads(pickle.dumps(t))
         assert u.dtype is dt and u.shape == (2, 3) and u.to(ddpc.float64).tolist() == t.to(ddpc.float64).tolist()
         assert u.data_ptr() != t.data_ptr()
+
+
+def test_deepcopy_keeps_views_of_one_storage_together_and_copies_grad_and_attributes():
+    x = ddpc.arange(6.0)
+    r = copy.deepcopy({"x": x, "v": x.view(2, 3), "d": x.detach(), "s": x[2:4]})
+    r["x"][0], r["x"][3] = 99.0, -1.0
+    assert r["v"].tolist() == [[99.0, 1.0, 2.0], [-1.0, 4.0, 5.0]] and r["d"].tolist() == r["x"].tolist()
+    assert r["s"].tolist() == [2.0, -1.0] and r["s"].storage_offset() == 2
+    assert x.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]  # the original keeps its memory
+    a = ddpc.ones(2, requires_grad=True)
+    (a * 3).sum().backward()
+    a.foo = [3]
+    b = copy.deepcopy(a)
+    assert b.requires_grad and b.is_leaf and b.grad.tolist() == [3.0, 3.0] and b.grad.data_ptr() != a.grad.data_ptr()
+    assert b.foo == [3] and b.foo is not a.foo
+    with pytest.raises(RuntimeError, match=r"Only Tensors created explicitly by the user \(graph leaves\)"):
+        copy.deepcopy(a * 2)
+    g = ddpc.zeros(2)
+    a.grad = g
+    c, h = copy.deepcopy([a, g])
+    assert c.grad is h
+
+
+def test_deepcopy_of_a_parameter_and_copy_copy_of_a_tensor():
+    p = ddpc.nn.Parameter(ddpc.ones(3))
+    p.foo = 1
+    (p * 2).sum().backward()
+    q = copy.deepcopy(p)  # as PyTorch's: the data alone, as a parameter of the class
+    assert type(q) is ddpc.nn.Parameter and q.requires_grad and q.grad is None and not hasattr(q, "foo")
+    assert not copy.deepcopy(ddpc.nn.Parameter(ddpc.ones(1), requires_grad=False)).requires_grad
+    a = ddpc.ones(2, requires_grad=True)
+    (a * 3).sum().backward()
+    a.foo = 3
+    c = copy.copy(a)  # the same memory, a leaf without the grad
+    assert c.data_ptr() == a.data_ptr() and c.requires_grad and c.grad is None and c.foo == 3
+    cp = copy.copy(p)
+    assert type(cp) is ddpc.nn.Parameter and cp.data_ptr() == p.data_ptr() and cp.foo == 1
 
 
 def _double_in_child(t):

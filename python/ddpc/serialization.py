@@ -16,6 +16,12 @@ requires_grad, its payload offset and nbytes, and "parameter": true for a
 Parameter. Entries of the same memory (a tensor and its detach(), a
 parameter and its state_dict() value) name one offset and load as tensors
 over one buffer; a tensor the object refers to twice has one entry.
+Entries at other places of one storage (a tensor and its slices, a
+view(dtype)) also have "storage": [offset, nbytes], the payload's copy of
+the span of that storage that holds them all, and load as views of one
+buffer of it (readers that predate the field load each as a tensor of its
+own). A tensor alone on its storage stores its own bytes, not the storage's
+(where torch.save writes the whole storage).
 
 Version 1 holds data and loading it runs nothing. A value in the header is
 a tagged list: ["none"], ["bool", b], ["int", n], ["float", x], ["str", s],
@@ -34,7 +40,8 @@ numpy dtype string as a third item (["int", 1, "<i4"]): it loads as that
 numpy number with weights_only=False, as torch.load's, and as the Python
 number under weights_only (where torch.load refuses it), as readers that
 predate the third item load it. ddpc.save writes version 1 whenever the
-object is such data (of exactly these types), so every ddpc reads it.
+object is such data (of exactly these types, and holding no list, dict or
+set twice or inside itself), so every ddpc reads it.
 
 Version 2 holds any picklable object: the root is ["pickle", i], entry i
 holding a pickle of it in which each tensor, numpy array (but one of
@@ -115,6 +122,7 @@ class _Table:
 
     def __init__(self):
         self.items, self._index, self._alive = [], {}, []
+        self.containers = set()  # the ids of the lists, dicts and sets encoded so far (see _encode)
 
     def add(self, obj, stored=lambda obj: obj):
         """The index of obj's entry, whose item is stored(obj) (obj, or its bytes as a uint8 array)."""
@@ -156,6 +164,12 @@ def _encode(obj, table, depth=0):
             raise TypeError(f"ddpc.save can't store an uninitialized tensor ({type(obj).__name__}, of a lazy "
                             "module): run a forward pass through the module first, so it has a shape")
         return ["tensor", table.add(obj)]
+    if kind in (list, dict, OrderedDict, set):
+        # One the object holds twice, or inside itself: a header value can't share it, the pickle keeps it one
+        # object (as torch.save's).
+        if id(obj) in table.containers:
+            raise _NotData
+        table.containers.add(id(obj))
     if kind in _DATA_CONTAINERS:
         return [_DATA_CONTAINERS[kind], [_encode(v, table, depth + 1) for v in obj]]
     if kind in (dict, OrderedDict):
@@ -191,12 +205,46 @@ def _pickled(obj, table, pickle_module, protocol):
     return out.getvalue()
 
 
+def _spans(items):
+    """For each tensor of a table's items that shares its storage with another of them at other bytes or as
+    another dtype (a slice, a view(dtype)): the (root, start, end) byte span of that storage, relative to its
+    start, that covers them all (starting at a multiple of 16 bytes, so every dtype keeps its alignment)."""
+    from ._storage import storage_root
+
+    groups = {}
+    for item in items:
+        if isinstance(item, Tensor) and item.numel():
+            root = storage_root(item._buf)
+            groups.setdefault((str(item.device), root.data_ptr), (root, []))[1].append(item)
+    spans = {}
+    for root, members in groups.values():
+        if len({(t._buf.data_ptr, t._buf.nbytes, t.dtype) for t in members}) > 1:
+            start = min(t._buf.data_ptr - root.data_ptr for t in members) // 16 * 16
+            end = max(t._buf.data_ptr - root.data_ptr + t._buf.nbytes for t in members)
+            spans.update((id(t), (root, start, end)) for t in members)
+    return spans
+
+
 def _payload(items):
     """The header's entries and the payload chunks of a table's items; tensors
-    over the same memory (device, address, size, dtype) share one chunk."""
+    over the same memory (device, address, size, dtype) share one chunk, and
+    tensors at other places of one storage share the chunk of its span that holds them all."""
     from .nn.modules import Parameter
 
-    entries, chunks, offset, chunk_of = [], [], 0, {}
+    entries, chunks, offset, chunk_of, spans = [], [], 0, {}, _spans(items)
+
+    def add_chunk(data, nbytes):
+        nonlocal offset
+        pad = (-offset) % _ALIGN
+        if pad:
+            chunks.append(b"\0" * pad)
+            offset += pad
+        at = offset
+        if nbytes:
+            chunks.append(data())
+            offset += nbytes
+        return at
+
     for item in items:
         if isinstance(item, Tensor):
             nbytes = item.numel() * item.dtype.itemsize
@@ -206,17 +254,22 @@ def _payload(items):
         else:
             nbytes, memory = item.nbytes, None
             entry = {"dtype": "uint8", "shape": [nbytes], "device": "cpu", "requires_grad": False}
-        at = chunk_of.get(memory) if nbytes else None
-        if at is None:
-            pad = (-offset) % _ALIGN
-            if pad:
-                chunks.append(b"\0" * pad)
-                offset += pad
-            at = offset
-            if nbytes:
-                chunks.append(memoryview(item.detach().cpu()._buf).cast("B") if isinstance(item, Tensor) else item)
-                offset += nbytes
-                if memory is not None:
+        span = spans.get(id(item))
+        if span is not None:
+            root, start, end = span
+            key = (str(item.device), root.data_ptr, start, end)
+            at = chunk_of.get(key)
+            if at is None:
+                stored = Tensor(root.view(0, (root.storage_nbytes,), "uint8").view(start, (end - start,), "uint8"))
+                at = chunk_of[key] = add_chunk(lambda: memoryview(stored.cpu()._buf).cast("B"), end - start)
+            entry["storage"] = [at, end - start]
+            at += item._buf.data_ptr - root.data_ptr - start
+        else:
+            at = chunk_of.get(memory) if nbytes else None
+            if at is None:
+                at = add_chunk(lambda: memoryview(item.detach().cpu()._buf).cast("B") if isinstance(item, Tensor)
+                               else item, nbytes)
+                if nbytes and memory is not None:
                     chunk_of[memory] = at
         entry.update(offset=at, nbytes=nbytes)
         if isinstance(item, Parameter):
@@ -331,12 +384,35 @@ class _Stored:
         _, _, offset, nbytes, *_ = self._entry(i)
         return self._payload[offset:offset + nbytes]
 
+    def _storage(self, i, offset, nbytes, saved_device):
+        """The buffer (uint8, on the device map_location gives) of the storage span entry i lies in, made once
+        for all of its entries, and entry i's place in it; None where entry i has no storage span."""
+        span = self._entries[i].get("storage")
+        if span is None:
+            return None
+        try:
+            start, length = (int(n) for n in span)
+        except (TypeError, ValueError):
+            _fail(self._path, "malformed tensor entry")
+        if not (0 <= start <= offset and offset + nbytes <= start + length <= len(self._payload)):
+            _fail(self._path, "a tensor's storage disagrees with the payload")
+        key = ("storage", start, length)
+        buf = self._buffers.get(key)
+        if buf is None:
+            host = _C.Buffer((length,), "uint8")
+            np.asarray(host)[:] = np.frombuffer(self._payload, np.uint8, length, start)
+            buf = self._buffers[key] = _placed(Tensor(host), saved_device, self._map_location)._buf
+        return buf, offset - start
+
     def tensor(self, i):
         if i not in self._tensors:
             dt, shape, offset, nbytes, saved_device, requires_grad, parameter = self._entry(i)
             memory = (offset, nbytes, dt.name)
             buf = self._buffers.get(memory) if nbytes else None
-            if buf is None:
+            storage = self._storage(i, offset, nbytes, saved_device) if nbytes and buf is None else None
+            if storage is not None:  # a view into a storage other entries view too
+                buf = self._buffers[memory] = storage[0].view(storage[1], shape, dt.name)
+            elif buf is None:
                 host = _C.Buffer(shape, dt.name)
                 if nbytes:
                     np.asarray(host).reshape(-1).view(np.uint8)[:] = np.frombuffer(self._payload, np.uint8, nbytes,
@@ -859,7 +935,8 @@ def _file_mode(path):
     return 0o666 & ~umask
 
 
-def save(obj, f, pickle_module=pickle, pickle_protocol=DEFAULT_PROTOCOL):
+def save(obj, f, pickle_module=pickle, pickle_protocol=DEFAULT_PROTOCOL, _use_new_zipfile_serialization=True,
+         _disable_byteorder_record=False):
     """Writes obj to the path f atomically (a device or FIFO there is written
     into), or to a writable binary file object, as torch.save: a state dict,
     or any picklable object (a whole Module, an optimizer or lr scheduler, an
@@ -874,7 +951,10 @@ def save(obj, f, pickle_module=pickle, pickle_protocol=DEFAULT_PROTOCOL):
     is pickled with ``pickle_module`` at ``pickle_protocol`` (2 or higher,
     or negative for the highest)
     and loads with ``weights_only=False``, or with its classes allowlisted
-    (``ddpc.serialization.add_safe_globals``)."""
+    (``ddpc.serialization.add_safe_globals``). ``_use_new_zipfile_serialization``
+    and ``_disable_byteorder_record``, which pick among PyTorch's formats, are
+    taken (as scripts written for PyTorch pass them) and change nothing: the
+    file is in ddpc's format either way."""
     if 0 <= pickle_protocol < 2:
         raise ValueError(f"ddpc.save: pickle_protocol must be 2 or higher (tensors are persistent ids, which "
                          f"protocols 0 and 1 write only as text), got {pickle_protocol}")

@@ -7,6 +7,7 @@ through autograd.py, which records the graph when grad mode is on; in-place
 ops never record and refuse tensors that require grad while it is on.
 """
 
+import copy
 import math
 import numbers
 import os
@@ -601,6 +602,40 @@ class Tensor:
         host = self.cpu()
         return (_rebuild_tensor, (bytes(memoryview(host._buf).cast("B")), self.shape, self.dtype.name,
                                   str(self.device), self.requires_grad))
+
+    def __copy__(self):
+        """``copy.copy``: a leaf of this class over this tensor's memory, as PyTorch's: it requires grad as
+        this one, has no ``.grad``, and has this one's Python attributes (see ``__deepcopy__``)."""
+        return _copied(self, self.detach() if self.is_sparse else self._buf, lambda value: value)
+
+    def __deepcopy__(self, memo):
+        """``copy.deepcopy``: a tensor of this class with memory of its own, as PyTorch's. Tensors that share
+        memory (views, ``detach()``, a tensor and its slices) and are copied in one deepcopy share the copy's
+        memory at the same places, so writes through one show in the others; the copy requires grad as this
+        one, its ``.grad`` is a copy of this one's, and its Python attributes are copies of this one's. Only
+        leaves can be copied (a computed tensor raises RuntimeError, as in PyTorch). Differences from
+        PyTorch: a tensor ddpc copies where PyTorch has a view (``x[::2]``, ``x.t()``; see Tensor) copies as a
+        tensor of its own, and attributes whose names begin with an underscore are left out (there ddpc keeps
+        its autograd and view bookkeeping, which belongs to this tensor)."""
+        if self.grad_fn is not None:
+            raise RuntimeError("Only Tensors created explicitly by the user (graph leaves) support the deepcopy "
+                               "protocol at the moment.  If you were attempting to deepcopy a module, this may be "
+                               "because of a torch.nn.utils.weight_norm usage, see "
+                               "https://github.com/pytorch/pytorch/pull/103001")
+        if self.is_sparse:
+            new = _copied(self, self.clone(), lambda value: copy.deepcopy(value, memo))
+        else:
+            # The memo maps the storage (which self keeps alive) to its copy, as PyTorch's storage deepcopy.
+            root = _storage.storage_root(self._buf)
+            twin = memo.get(id(root))
+            if twin is None:
+                twin = memo[id(root)] = Tensor(root).clone()._buf
+            buf = twin if self._buf is root else twin.view(0, (root.storage_nbytes,), "uint8").view(
+                self._buf.data_ptr - root.data_ptr, tuple(self.shape), self._buf.dtype)
+            new = _copied(self, buf, lambda value: copy.deepcopy(value, memo))
+        if self._grad is not None:
+            new.grad = copy.deepcopy(self._grad, memo)
+        return new
 
     # ---- views and indexing -------------------------------------------------------
     def _normalize_shape(self, shape):
@@ -1986,6 +2021,21 @@ def _check_inplace(out):
     if out is not None:
         _check_no_grad_inplace(out, "in-place op")
         out._buf.bump_version()
+
+
+def _copied(t, data, copy_value):
+    """A leaf copy of t for copy.copy and copy.deepcopy over data (a buffer, or a sparse tensor to take):
+    of t's class, requiring grad as t, with copy_value of each of t's public Python attributes."""
+    if isinstance(data, Tensor):
+        new = data
+    else:
+        new = Tensor.__new__(type(t))
+        Tensor.__init__(new, data)
+    new.requires_grad = t.requires_grad
+    for name, value in t.__dict__.items():
+        if not name.startswith("_") and name != "grad_fn":
+            new.__dict__[name] = copy_value(value)
+    return new
 
 
 def _rebuild_tensor(data, shape, dtype_name, device_str, requires_grad):

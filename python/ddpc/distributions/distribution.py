@@ -6,7 +6,7 @@ sample validation, sample under no_grad over rsample, and the interface
 import warnings
 
 from .. import autograd as _ag
-from ..tensor import Tensor
+from ..tensor import Size, Tensor
 from . import constraints
 from .utils import lazy_property
 
@@ -14,8 +14,8 @@ __all__ = ["Distribution"]
 
 
 def _shape(size):
-    """A shape given as an int, a tuple, a list or a tensor's shape, as a tuple."""
-    return (size,) if isinstance(size, int) else tuple(size)
+    """A shape given as an int, a tuple, a list or a tensor's shape, as a ``Size`` (as PyTorch's shapes are)."""
+    return Size((size,) if isinstance(size, int) else tuple(size))
 
 
 class Distribution:

@@ -21,7 +21,7 @@ def batch_mv(bmat, bvec):
 
 def batch_mahalanobis(bL, bx):
     """x^T (L L^T)^{-1} x for lower-triangular factors bL and vectors bx whose
-    batch shapes broadcast. The dims bx has beyond bL's batch dims become the
+    batch shapes broadcast, in bL's dtype. The dims bx has beyond bL's batch dims become the
     columns of one triangular solve, so L is not repeated for every draw."""
     n = bx.shape[-1]
     outer = bx.ndim - bL.ndim + 1
@@ -31,7 +31,9 @@ def batch_mahalanobis(bL, bx):
     outer_shape = tuple(bx.shape[:outer])
     inner = broadcast_shapes(tuple(bL.shape[:-2]), tuple(bx.shape[outer:-1]))
     columns = bx.expand(outer_shape + inner + (n,)).reshape((math.prod(outer_shape),) + inner + (n,)).movedim(0, -1)
-    solved = linalg.solve_triangular(bL.expand(inner + (n, n)), columns, upper=False)
+    # PyTorch's solve_triangular reads B in A's dtype, so the distance has bL's dtype (a float32 distribution's
+    # log_prob of a float64 value is float32 there); ddpc's refuses mixed dtypes, so the cast is explicit.
+    solved = linalg.solve_triangular(bL.expand(inner + (n, n)), columns.to(bL.dtype), upper=False)
     return solved.pow(2).sum(-2).movedim(-1, 0).reshape(outer_shape + inner)
 
 

@@ -51,8 +51,14 @@ class Parameter(Tensor):
         return "Parameter containing:\n" + super().__repr__()
 
     def __reduce__(self):
-        """Pickles (and deep-copies) by value as a Parameter."""
+        """Pickles by value as a Parameter."""
         return (Parameter, (self.detach(), self.requires_grad))
+
+    def __deepcopy__(self, memo):
+        """A parameter of this class over a copy of the data, requiring grad as this one. As PyTorch's, and
+        unlike a plain tensor's deepcopy: no ``.grad`` and no Python attributes come along, and the copy's
+        memory is its own even where other tensors of the same deepcopy shared this one's."""
+        return type(self)(self.detach().clone(), self.requires_grad)
 
 
 class _UninitializedTensor:
@@ -72,6 +78,9 @@ class _UninitializedTensor:
 
     def __reduce__(self):
         return (type(self), (self.requires_grad, str(self.device), self.dtype))
+
+    def __deepcopy__(self, memo):
+        return type(self)(self.requires_grad, self.device, self.dtype)
 
 
 class UninitializedParameter(_UninitializedTensor, Parameter):
@@ -2643,6 +2652,25 @@ class _InstanceNorm(_NormBase):
     def extra_repr(self):
         return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
                 f"bias={self.bias is not None}, track_running_stats={self.track_running_stats}")
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                              error_msgs):
+        """As PyTorch's: running statistics in a checkpoint of no version (from before PyTorch 0.4, when
+        instance norms kept them by default) for a module that keeps none are an error, even with
+        strict=False; a versioned state dict's are unexpected keys."""
+        names = [prefix + name for name in ("running_mean", "running_var") if prefix + name in state_dict]
+        if local_metadata.get("version", None) is None and not self.track_running_stats and names:
+            klass, quoted = type(self).__name__, " and ".join(f'"{k}"' for k in names)
+            error_msgs.append(
+                f"Unexpected running stats buffer(s) {quoted} for {klass} with track_running_stats=False. If "
+                f"state_dict is a checkpoint saved before 0.4.0, this may be expected because {klass} does not track "
+                f"running stats by default since 0.4.0. Please remove these keys from state_dict. If the running "
+                f"stats are actually needed, instead set track_running_stats=True in {klass} to enable them. See the "
+                f"documentation of {klass} for details.")
+            for key in names:
+                state_dict.pop(key)
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                                      error_msgs)
 
 
 class InstanceNorm1d(_InstanceNorm):

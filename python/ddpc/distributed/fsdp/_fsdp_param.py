@@ -40,6 +40,13 @@ class ShardedParameter(Parameter):
         self._placements = shard_placements(mesh)
         self.full_shape = type(local.shape)(shape)
 
+    def __copy__(self):
+        return ShardedParameter(self.detach(), self._mesh, self.full_shape, self.requires_grad)
+
+    def __deepcopy__(self, memo):
+        """Rows of their own over the same mesh (a mesh names process groups, which stay as they are)."""
+        return ShardedParameter(self.detach().clone(), self._mesh, self.full_shape, self.requires_grad)
+
     @property
     def device_mesh(self):
         return self._mesh
