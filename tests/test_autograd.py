@@ -277,8 +277,8 @@ def test_every_kind_of_in_place_write_to_saved_memory_is_caught(change, monkeypa
     import ddpc.distributed as dist
 
     lin = ddpc.nn.Linear(4, 3)
-    x = ddpc.randn(5, 4)
-    loss = lin(x).sum()  # saves x and the weight
+    x = ddpc.randn(5, 4, requires_grad=True)
+    loss = lin(x).sum()  # saves x (for the weight's gradient) and the weight (for x's)
     with ddpc.no_grad():
         if change == "setitem on a view":
             x[1:3][0] = 7.0  # a view of x's memory
@@ -943,3 +943,121 @@ def test_retain_grad_runs_after_the_tensors_hooks_and_counts_once_with_inputs():
     z.retain_grad()
     (z * z).sum().backward(inputs=[z])  # z's gradient lands in .grad once
     assert z.grad.tolist() == [6.0, 12.0]
+
+
+_X23 = [[0.5, 2.0, -1.0], [1.5, -0.5, 0.7]]
+
+
+@pytest.mark.parametrize("op", ["sort", "topk", "max", "kthvalue", "median", "mode", "cummax", "gather", "scatter",
+                                "scatter_add", "scatter_reduce"])
+def test_an_index_changed_in_place_before_backward_raises(op):
+    # As PyTorch: the index is saved, so its change is caught rather than giving a wrong gradient.
+    x = ddpc.tensor(_X23, requires_grad=True)
+    idx = ddpc.tensor([[2, 1], [0, 2]])
+    if op in ("gather", "scatter", "scatter_add", "scatter_reduce"):
+        out = {"gather": lambda: x.gather(1, idx), "scatter": lambda: x.scatter(1, idx, ddpc.ones(2, 2)),
+               "scatter_add": lambda: x.scatter_add(1, idx, ddpc.ones(2, 2)),
+               "scatter_reduce": lambda: x.scatter_reduce(1, idx, ddpc.ones(2, 2), "amax")}[op]()
+    else:
+        args = {"topk": (2, 1), "kthvalue": (2, 1), "sort": (1,), "max": (1,), "median": (1,), "mode": (1,),
+                "cummax": (1,)}[op]
+        out, idx = getattr(x, op)(*args)
+    idx.zero_()
+    with pytest.raises(RuntimeError, match="modified by an in-place operation"):
+        (out * ddpc.arange(out.numel(), dtype=ddpc.float32).reshape(out.shape)).sum().backward()
+
+
+def test_an_index_kept_unchanged_gives_the_gradient_and_double_backward():
+    x = ddpc.tensor(_X23, dtype=ddpc.float64, requires_grad=True)
+    v, _ = x.topk(2, 1)
+    gx, = ddpc.autograd.grad((v * v).sum(), x, create_graph=True)
+    assert gx.tolist() == [[1.0, 4.0, 0.0], [3.0, 0.0, 1.4]]
+    (gx * ddpc.arange(6.0, dtype=ddpc.float64).reshape(2, 3)).sum().backward()
+    assert x.grad.tolist() == [[0.0, 2.0, 0.0], [6.0, 0.0, 10.0]]
+
+
+def test_a_write_into_non_overlapping_unfold_windows_lands_in_the_tensor():
+    w = ddpc.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], requires_grad=True)
+    x = w * 1
+    x.unfold(1, 2, 2).mul_(3)  # the windows [1, 2] and [4, 5], as through PyTorch's view
+    assert x.tolist() == [[3.0, 6.0, 3.0], [12.0, 15.0, 6.0]]
+    x.sum().backward()
+    assert w.grad.tolist() == [[3.0, 3.0, 1.0], [3.0, 3.0, 1.0]]
+    y = ddpc.arange(6.0)
+    y.unfold(0, 2, 3)[1].fill_(0)  # a gap between the windows
+    assert y.tolist() == [0.0, 1.0, 2.0, 0.0, 0.0, 5.0]
+
+
+def test_contiguous_of_a_non_contiguous_view_of_a_leaf_is_a_tensor_of_its_own():
+    w = ddpc.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], requires_grad=True)
+    for x, want in ((w.t().contiguous(), [[2.0] * 3] * 2), (w[:, ::2].contiguous(), [[2.0, 0.0, 2.0]] * 2)):
+        x.mul_(2)  # as PyTorch: a new tensor, so no in-place write into a view of a leaf
+        w.grad = None
+        x.sum().backward()
+        assert w.grad.tolist() == want and w.tolist() == [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]
+    assert w.t().contiguous().tolist() == [[1.0, 4.0], [2.0, 5.0], [3.0, 6.0]]
+    own = ddpc.ones(2, 3)
+    assert own.contiguous() is own
+
+
+def test_linear_saves_only_what_its_gradients_need():
+    lin = ddpc.nn.Linear(2, 2)
+    y = lin(ddpc.ones(1, 2)).sum()
+    with ddpc.no_grad():  # the weight is needed for the input's gradient only, which this input takes none of
+        lin.weight.clamp_(-0.01, 0.01)
+    y.backward()
+    assert lin.weight.grad.tolist() == [[1.0, 1.0], [1.0, 1.0]] and lin.bias.grad.tolist() == [1.0, 1.0]
+    x, w = ddpc.ones(1, 2, requires_grad=True), ddpc.ones(2, 2)
+    y = F.linear(x, w).sum()
+    w.mul_(2)  # needed for x's gradient
+    with pytest.raises(RuntimeError, match="modified by an in-place operation"):
+        y.backward()
+
+
+def test_l1_loss_keeps_its_gradient_when_the_target_changes_after():
+    x = ddpc.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    t = ddpc.tensor([0.0, 5.0, 1.0])
+    loss = F.l1_loss(x, t)
+    t.zero_()  # as PyTorch, which saves x - t only
+    loss.backward()
+    np.testing.assert_allclose(x.grad.numpy(), [1 / 3, -1 / 3, 1 / 3], rtol=1e-6)
+    x2, t2 = ddpc.tensor([1.0, 7.0], requires_grad=True), ddpc.tensor([0.0, 5.0], requires_grad=True)
+    gx, gt = ddpc.autograd.grad(F.l1_loss(x2, t2, reduction="sum") ** 2, (x2, t2), create_graph=True)
+    assert gx.tolist() == [6.0, 6.0] and gt.tolist() == [-6.0, -6.0]  # 2 * |d|.sum() * ±sign(d)
+    (gx.sum() + 2 * gt.sum()).backward()
+    assert x2.grad.tolist() == [-4.0, -4.0] and t2.grad.tolist() == [4.0, 4.0]
+
+
+def test_inference_mode_and_its_flag_as_pytorch():
+    assert not ddpc.is_inference_mode_enabled()
+    with ddpc.inference_mode():
+        assert ddpc.is_inference_mode_enabled() and not ddpc.is_grad_enabled()
+        with ddpc.enable_grad():
+            assert ddpc.is_inference_mode_enabled() and ddpc.is_grad_enabled()
+    with ddpc.no_grad():
+        with ddpc.inference_mode(False):  # re-enables grad mode
+            assert ddpc.is_grad_enabled() and not ddpc.is_inference_mode_enabled()
+        assert not ddpc.is_grad_enabled()
+
+    @ddpc.inference_mode(False)
+    def recording():
+        return ddpc.is_grad_enabled()
+
+    with ddpc.no_grad():
+        assert recording()
+    assert ddpc.is_grad_enabled() and not ddpc.is_inference_mode_enabled()
+
+
+def test_detach_in_place_refuses_a_view_and_grad_of_a_non_leaf_warns():
+    w = ddpc.ones(2, 3, requires_grad=True)
+    for view in (w[:1], w.t(), (w * 1).view(6)):
+        with pytest.raises(RuntimeError, match="Can't detach views in-place"):
+            view.detach_()
+    own = w[:1].detach()
+    assert own.detach_() is own and not own.requires_grad
+    y = w * 2
+    with pytest.warns(UserWarning, match="not a leaf Tensor"):
+        assert y.grad is None
+    y.retain_grad()
+    y.sum().backward()
+    assert y.grad.tolist() == [[1.0] * 3] * 2  # no warning once retained

@@ -46,7 +46,7 @@ from .tensor import (as_tensor, broadcast_shapes, broadcast_tensors, diag, eye, 
                      get_rng_state, linspace, logspace, meshgrid, rand_like, randint_like, randn_like, seed,
                      set_default_dtype, set_printoptions, set_rng_state)
 from .tensor import get_default_device, set_default_device
-from .autograd import inference_mode
+from .autograd import inference_mode, is_inference_mode_enabled
 from .autograd import asinh, atan, cosh, exp2, index_put, log2, log10, logcumsumexp, neg, pow, sinh, take_along_dim
 from .autograd import (acos, acosh, arccos, arccosh, arcsin, arcsinh, arctan, arctanh, asin, atanh, digamma, erfc,
                        erfinv, i0, lgamma, mvlgamma, polygamma, tan)
@@ -136,7 +136,8 @@ __all__ = [
     "no_grad", "ones", "ones_like", "optim", "rand", "randint", "randn", "randperm", "relu", "save", "set_grad_enabled",
     "set_num_threads", "sigmoid", "spawn", "stack", "tanh", "Tensor", "tensor", "testing", "utils", "uint8", "zeros",
     "zeros_like", "as_tensor", "broadcast_shapes", "broadcast_tensors", "diag", "eye", "full_like", "get_default_dtype",
-    "get_rng_state", "inference_mode", "linspace", "logspace", "meshgrid", "rand_like", "randint_like", "randn_like",
+    "get_rng_state", "inference_mode", "is_inference_mode_enabled", "linspace", "logspace", "meshgrid", "rand_like",
+    "randint_like", "randn_like",
     "seed", "set_default_dtype", "set_printoptions", "set_rng_state", "finfo", "iinfo", "addmm", "all", "amax", "amin",
     "any", "argsort", "argwhere", "bmm", "chunk", "clone", "count_nonzero", "cumprod", "cumsum", "diff", "dot",
     "flatten", "flip", "gather", "index_add", "index_select", "is_tensor", "logsumexp", "masked_select", "mean", "mm",

@@ -11,7 +11,7 @@ import numbers
 
 import numpy as np
 
-from . import _C
+from . import _C, _indexing
 from . import autograd as _ag
 from ._C import ArgumentError, DtypeError, IndexOutOfRangeError
 from .backends import alert_not_deterministic
@@ -359,7 +359,10 @@ def is_nonzero(input):
 def unfold(input, dimension, size, step):
     """The windows of ``size`` elements, ``step`` apart, along ``dimension``: that
     dim becomes the window count and a last dim of ``size`` is added (a copy
-    where PyTorch gives a view; gradients of overlapping windows add up)."""
+    where PyTorch gives a view; gradients of overlapping windows add up). A
+    write into windows that do not overlap lands in input, as through
+    PyTorch's view; one into overlapping windows is refused (PyTorch's
+    writes each shared element once per window it is in)."""
     d = _ag._dim(input, dimension)
     n = input.shape[d] if input.ndim else 1
     if size < 0 or size > n or step <= 0:
@@ -368,6 +371,11 @@ def unfold(input, dimension, size, step):
     if input.ndim == 0:  # one window of its element, or an empty one
         return _ag.reshape(input, (1,)).narrow(0, 0, size)
     count = (n - size) // step + 1
+    if step >= size:  # each element in one window at most: the strided selection PyTorch's view is
+        strides = _indexing.contiguous_strides(input.shape)
+        return _ag._select(input, _indexing.Region(0, input.shape[:d] + (count,) + input.shape[d + 1:] + (size,),
+                                                   strides[:d] + (step * strides[d],) + strides[d + 1:]
+                                                   + (strides[d],)), "unfold")
     idx = (np.arange(count)[:, None] * step + np.arange(size)).reshape(-1)
     windows = input.index_select(d, tensor(idx, device=input.device))
     windows = _ag.reshape(windows, input.shape[:d] + (count, size) + input.shape[d + 1:]).movedim(d + 1, -1)
@@ -505,12 +513,12 @@ class _ScatterReduceBackward(_ag.Node):
     equal to the result."""
 
     def __init__(self, a, src, d, index, reduce, include_self, result, count):
-        super().__init__((a, src), (a.detach(), src.detach(), result, count))
-        self.d, self.index, self.reduce, self.include_self = d, index, reduce, include_self
+        super().__init__((a, src), (a.detach(), src.detach(), result, count, index))
+        self.d, self.reduce, self.include_self = d, reduce, include_self
 
     def backward(self, g):
-        a, src, result, count = self.saved
-        d, index, reduce = self.d, self.index, self.reduce
+        a, src, result, count, index = self.saved
+        d, reduce = self.d, self.reduce
         dt = g.dtype
         if dt in (float16, bfloat16):  # the scatter ops add float32 and float64
             a, src, result, g = a.float(), src.float(), result.float(), g.float()

@@ -66,6 +66,7 @@ class _GradMode(threading.local):
     sole_leaves = frozenset()  # ids of the leaves one gradient reaches in the running backward pass
     pass_edges = frozenset()  # ids of the edges the running backward pass delivers gradients to
     callbacks = None  # functions to run when the running backward pass ends (queue_callback)
+    inference = False  # inside inference_mode()
     recording = None  # the nodes a checkpointed forward creates, in order (see ddpc.utils.checkpoint)
 
 
@@ -91,14 +92,17 @@ class _ModeContext:
         _mode.enabled = self.prev
         return False
 
+    def _for_call(self):
+        """A context manager that sets the mode for one call of a decorated function."""
+        return set_grad_enabled(self._mode_value)
+
     def __call__(self, fn):
-        value = self._mode_value
         if inspect.isgeneratorfunction(fn):
             def wrapper(*args, **kwargs):  # the mode holds in the generator's body, each time it runs
                 gen = fn(*args, **kwargs)
                 sent = None
                 while True:
-                    with set_grad_enabled(value):
+                    with self._for_call():
                         try:
                             item = gen.send(sent)
                         except StopIteration as stop:
@@ -106,7 +110,7 @@ class _ModeContext:
                     sent = yield item
         else:
             def wrapper(*args, **kwargs):
-                with set_grad_enabled(value):
+                with self._for_call():
                     return fn(*args, **kwargs)
 
         wrapper.__name__ = getattr(fn, "__name__", "wrapper")
@@ -151,21 +155,29 @@ class set_grad_enabled(_ModeContext):
 
 
 class inference_mode(_ModeContext):
-    """As no_grad (ddpc has no separate inference tensors); ``inference_mode(False)`` leaves grad mode as it is."""
-
-    _mode_value = False
+    """As no_grad (ddpc has no separate inference tensors), and
+    ``is_inference_mode_enabled()`` says True inside; ``inference_mode(False)``
+    turns both off, re-enabling grad mode inside no_grad, as PyTorch's."""
 
     def __init__(self, mode=True):
         self.mode = bool(mode)
 
     def __enter__(self):
-        self.prev = _mode.enabled
-        if self.mode:
-            _mode.enabled = False
+        self.prev = _mode.enabled, _mode.inference
+        _mode.enabled, _mode.inference = not self.mode, self.mode
         return self
 
-    def __call__(self, fn):
-        return super().__call__(fn) if self.mode else fn
+    def __exit__(self, *exc):
+        _mode.enabled, _mode.inference = self.prev
+        return False
+
+    def _for_call(self):
+        return inference_mode(self.mode)
+
+
+def is_inference_mode_enabled():
+    """Whether this thread is inside inference_mode()."""
+    return _mode.inference
 
 
 # ---- anomaly detection --------------------------------------------------------------
@@ -996,7 +1008,7 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
 def _accumulate_non_leaf(t, grad, owned):
     if t.grad_fn.retain is not None and t.__dict__.get("_retains_grad"):
         return  # retain_grad has put it in .grad already
-    t.grad = (grad if owned else grad.clone()) if t.grad is None else t.grad + grad
+    t.grad = (grad if owned else grad.clone()) if t._grad is None else t._grad + grad  # (_grad: not warned of)
 
 
 def Variable(data, requires_grad=False, volatile=False):
@@ -2416,14 +2428,18 @@ class _LinearBackward(Node):
     double_backward = True
 
     def __init__(self, x, weight, bias, x2):
-        # x and weight themselves are for a create_graph pass, which needs them in the graph.
-        super().__init__((x, weight, bias), (x2, weight.detach(), x, weight))
-        self.in_shape = x.shape
+        # As PyTorch: the weight is saved only for x's gradient, x only for the weight's, so that
+        # a change to the other one (a frozen first layer's weight) is no error. x and weight
+        # themselves are for a create_graph pass, which needs them in the graph.
+        keep_w, keep_x = _edge(x) is not None, _edge(weight) is not None
+        super().__init__((x, weight, bias), (x2 if keep_x else None, weight.detach() if keep_w else None,
+                                             x if keep_x else None, weight if keep_w else None))
+        self.in_shape, self.out_shape = x.shape, (x2.shape[0], weight.shape[0])
         self.bias_shape = None if bias is None else bias.shape
 
     def backward(self, g):
         x2, w, x, weight = self.saved
-        g2 = g.reshape(x2.shape[0], w.shape[0])  # not -1: out_features may be 0
+        g2 = g.reshape(self.out_shape)  # not -1: out_features may be 0
         gx = gw = gb = None
         if _mode.enabled:
             if self.edges[0] is not None:
@@ -2434,13 +2450,13 @@ class _LinearBackward(Node):
                 gb = sum(g2, 0)
             return gx, gw, gb
         if self.edges[0] is not None:
-            gx = _empty(x2.shape, g2)
+            gx = _empty((self.out_shape[0], w.shape[1]), g2)
             _C.gemm(gx._buf, g2._buf, w._buf)
             gx = gx.reshape(self.in_shape)
         if self.edges[1] is not None:
             gw = _exchanged_grad(self.edges[1], g2, x2)
             if gw is None:
-                gw = _grad_out(self.edges[1], w.shape, g2)
+                gw = _grad_out(self.edges[1], (self.out_shape[1], x2.shape[1]), g2)
                 _C.gemm(gw._buf, g2._buf, x2._buf, True, False)
         if self.edges[2] is not None:
             gb = _grad_out(self.edges[2], self.bias_shape, g2)
@@ -2587,14 +2603,15 @@ class _ExtremeBackward(Node):
     double_backward = True
 
     def __init__(self, a, dim, keepdim, indices):
-        super().__init__((a,), ())
-        self.shape, self.dim, self.keepdim, self.indices = a.shape, dim, keepdim, indices
+        super().__init__((a,), (indices,))  # saved: indices changed in place before backward raise
+        self.shape, self.dim, self.keepdim = a.shape, dim, keepdim
 
     def backward(self, g):
+        (indices,) = self.saved
         ga = _empty(self.shape, g)
-        _C.put_dim(ga._buf, g._buf, self.indices._buf, self.dim)
+        _C.put_dim(ga._buf, g._buf, indices._buf, self.dim)
         if _needs_grad(g):  # create_graph: the adjoint takes the incoming gradient at the same indices
-            dim, indices = self.dim, self.indices
+            dim = self.dim
             _attach(ga, AdjointBackward(g, lambda u: reshape(gather(u, dim, indices.unsqueeze(dim)), indices.shape),
                                         "MaxBackwardBackward"))
         return (ga,)
@@ -3344,18 +3361,19 @@ class _GatherBackward(Node):
     double_backward = True
 
     def __init__(self, a, dim, index):
-        super().__init__((a,), ())
-        self.shape, self.dim, self.index = a.shape, dim, index
+        super().__init__((a,), (index,))  # saved: an index changed in place before backward raises
+        self.shape, self.dim = a.shape, dim
 
     def backward(self, g):
+        (index,) = self.saved
         if _mode.enabled:  # create_graph: the recorded scatter-add into zeros
             from .tensor import zeros
-            return (_scatter(zeros(self.shape, dtype=g.dtype, device=g.device), self.dim, self.index, g, True,
+            return (_scatter(zeros(self.shape, dtype=g.dtype, device=g.device), self.dim, index, g, True,
                              "gather"),)
         wide = _scatter_add_dtype(g.dtype)
         ga = _zeros(self.shape, g, wide)
         alert_not_deterministic("gather's backward", ga)
-        _C.scatter_dim(ga._buf, g.to(dtype=wide).contiguous()._buf, self.index._buf, self.dim, True)
+        _C.scatter_dim(ga._buf, g.to(dtype=wide).contiguous()._buf, index._buf, self.dim, True)
         return (ga.to(dtype=g.dtype),)
 
 
@@ -3390,35 +3408,36 @@ class _ScatterBackward(Node):
     double_backward = True
 
     def __init__(self, a, src, dim, index, accumulate):
-        super().__init__((a, src), ())
-        self.dim, self.index, self.accumulate = dim, index, accumulate
+        super().__init__((a, src), (index,))  # saved: an index changed in place before backward raises
+        self.dim, self.accumulate = dim, accumulate
         self.src_shape = None if not isinstance(src, Tensor) else src.shape
 
-    def _recorded(self, g):
+    def _recorded(self, g, index):
         ga = gsrc = None
         if self.edges[0] is not None:
-            ga = g if self.accumulate else _scatter(g, self.dim, self.index, 0.0, False, "scatter")
+            ga = g if self.accumulate else _scatter(g, self.dim, index, 0.0, False, "scatter")
         if self.edges[1] is not None:
-            gsrc = gather(g, self.dim, self.index)
+            gsrc = gather(g, self.dim, index)
             if gsrc.shape != tuple(self.src_shape):
                 front = _indexing.select(self.src_shape, tuple(slice(0, s) for s in gsrc.shape))
                 gsrc = _place(self.src_shape, front, gsrc)
         return ga, gsrc
 
     def backward(self, g):
+        (index,) = self.saved
         if _mode.enabled:  # create_graph
-            return self._recorded(g)
+            return self._recorded(g, index)
         g = g.contiguous()
         ga = gsrc = None
         if self.edges[0] is not None:
             ga = g
             if not self.accumulate:  # the overwritten elements take no gradient
                 ga = g.clone()
-                zeros = _zeros(self.index.shape, g)
-                _C.scatter_dim(ga._buf, zeros._buf, self.index._buf, self.dim, False)
+                zeros = _zeros(index.shape, g)
+                _C.scatter_dim(ga._buf, zeros._buf, index._buf, self.dim, False)
         if self.edges[1] is not None:
-            taken = _empty(self.index.shape, g)
-            _C.gather_dim(taken._buf, g._buf, self.index._buf, self.dim)
+            taken = _empty(index.shape, g)
+            _C.gather_dim(taken._buf, g._buf, index._buf, self.dim)
             gsrc = _padded(taken, self.src_shape)
         return ga, gsrc
 
@@ -4758,23 +4777,30 @@ class _PointwiseLossBackward(Node):
 
     def __init__(self, input, target, kind, x, y, pos_weight, p, red):
         """x, y, pos_weight: what the forward op took."""
-        # input and target themselves are for a create_graph pass, which needs them in the graph.
-        super().__init__((input, target), (x, y, pos_weight, input, target))
+        if kind == _L1:  # the gradient is sign(x - y): only that difference is saved, as PyTorch's abs saves it
+            saved = (sub(x, y),)
+        else:  # input and target themselves are for a create_graph pass, which needs them in the graph.
+            saved = (x, y, pos_weight, input, target)
+        super().__init__((input, target), saved)
         self.kind, self.p, self.red, self.dtypes = kind, p, red, (input.dtype, target.dtype)
 
     def name(self):
         return self._NAMES[self.kind]
 
     def backward(self, g):
-        x, y, pw = self.saved[:3]
         grads = []
         for wrt_target, (edge, dtype) in enumerate(zip(self.edges, self.dtypes)):
             if edge is None:
                 grads.append(None)
                 continue
-            if _mode.enabled:  # create_graph: in recorded ops
+            if self.kind == _L1:  # in recorded ops, for a create_graph pass too (sign's derivative is 0)
+                (d,) = self.saved
+                slope = sign(d)
+                gi = mul(neg(slope) if wrt_target else slope, div(g, d.numel()) if self.red == 1 else g)
+            elif _mode.enabled:  # create_graph: in recorded ops
                 gi = self._recorded(g, wrt_target)
             else:
+                x, y, pw = self.saved[:3]
                 gi = _empty(x.shape, x)
                 _C.loss_backward(self.kind, wrt_target, gi._buf, g._buf, x._buf, y._buf,
                                  None if pw is None else pw._buf, self.p, self.red)
@@ -4790,11 +4816,11 @@ class _PointwiseLossBackward(Node):
         d, kind, p = sub(x, y), self.kind, self.p
         if kind == _MSE:
             dx, dy = mul(d, 2.0), mul(d, -2.0)
-        elif kind in (_L1, _SMOOTH_L1, _HUBER):  # piecewise: constant slopes, linear inside |d| <= p
+        elif kind in (_SMOOTH_L1, _HUBER):  # piecewise: constant slopes, linear inside |d| <= p
             dx = sign(d.detach())
             if kind == _HUBER:
                 dx = mul(dx, p)
-            if kind != _L1 and p > 0:
+            if p > 0:
                 dx = where(_between(d, -p, p), div(d, p) if kind == _SMOOTH_L1 else d, dx)
             dy = neg(dx)
         elif kind == _BCE:

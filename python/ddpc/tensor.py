@@ -254,6 +254,13 @@ class Tensor:
     # ---- metadata -------------------------------------------------------------
     @property
     def grad(self):
+        """The gradient backward accumulated; None, with a UserWarning as PyTorch's,
+        on a non-leaf tensor that does not retain its gradient."""
+        if self._grad is None and self.grad_fn is not None and not self.__dict__.get("_retains_grad"):
+            warnings.warn("The .grad attribute of a Tensor that is not a leaf Tensor is being accessed. Its .grad "
+                          "attribute won't be populated during autograd.backward(). If you indeed want the .grad "
+                          "field to be populated for a non-leaf Tensor, use .retain_grad() on the non-leaf Tensor.",
+                          UserWarning, stacklevel=2)
         return self._grad
 
     @grad.setter
@@ -379,10 +386,11 @@ class Tensor:
         return self._not_a_view is None and row_major_is(fmt, self.shape)
 
     def contiguous(self, memory_format=contiguous_format):
-        """This tensor, or, for a copy that stands where PyTorch has a view, one
-        over the same elements that may be written (row-major in any memory_format)."""
+        """This tensor where ``is_contiguous()`` (row-major in any memory_format),
+        else, for a copy that stands where PyTorch has a non-contiguous view, a
+        new tensor with its elements, as PyTorch's: writes into it stay in it."""
         checked_memory_format(memory_format, "contiguous")
-        return self if self._not_a_view is None else _ag.alias(self)
+        return self if self._not_a_view is None else _ag.clone(self)
 
     def __len__(self):
         if self.ndim == 0:
@@ -517,6 +525,11 @@ class Tensor:
         return out
 
     def detach_(self):
+        """Takes this tensor out of the graph; a view of a tensor that requires
+        grad (or a copy standing for one) raises, as PyTorch's views do."""
+        source = _ag._source_of(self)
+        if source is not None and source[0].requires_grad:
+            raise RuntimeError("Can't detach views in-place. Use detach() instead.")
         self.grad_fn = None
         self.requires_grad = False
         return self
