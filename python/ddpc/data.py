@@ -1047,7 +1047,8 @@ def _samples(dataset, indices):
 
 def _move(value, device, pin_memory):
     if isinstance(value, Tensor):
-        if pin_memory and not value.is_cuda and not value.is_pinned():  # a copy to a GPU from pinned memory runs asynchronously
+        # (a copy to a GPU runs asynchronously only from pinned memory)
+        if pin_memory and not value.is_cuda and not value.is_pinned():
             value = value.pin_memory()
         return value if device is None else value.to(device, non_blocking=True)
     if isinstance(value, list):
