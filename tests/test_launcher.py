@@ -4,7 +4,9 @@ behind; ddpc.spawn."""
 
 import glob
 import os
+import pty
 import resource
+import select
 import shutil
 import signal
 import socket
@@ -149,6 +151,31 @@ def test_torchrun_command_lines_are_taken(tmp_path):
     assert res.returncode == 0, res.stderr
     assert sorted(line for line in res.stdout.splitlines() if line.startswith("ENV")) == [
         "ENV 0 1 0 0 0 job7", "ENV 0 1 1 0 0 job7"]
+
+
+def test_port_zero_and_standalone_take_a_free_port_as_torchrun(tmp_path):
+    """torchrun's single-node c10d line, --rdzv-endpoint localhost:0; --standalone ignores the endpoint."""
+    from ddpc.run import parse_args
+
+    a = parse_args(["--standalone", "--rdzv-endpoint", "node0:29400", "job.py"])
+    assert (a.master_addr, a.master_port) == (None, None)
+    body = """
+        import os, numpy as np
+        import ddpc.distributed as dist
+        dist.init_process_group()
+        a = np.ones(1)
+        dist.all_reduce(a)
+        os.write(1, f"SUM {a[0]} PORT {os.environ['MASTER_PORT']} ADDR {os.environ['MASTER_ADDR']}\\n".encode())
+    """
+    for args in (["--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:0"],
+                 ["--standalone", "--rdzv-endpoint", "localhost:1"]):
+        res = launch(tmp_path, body, "--nproc-per-node", "2", *args)
+        assert res.returncode == 0, res.stderr
+        lines = sorted(line for line in res.stdout.splitlines() if line.startswith("SUM"))
+        assert len(lines) == 2 and all(line.startswith("SUM 2.0 PORT ") for line in lines), lines
+        assert int(lines[0].split()[3]) not in (0, 1) and lines[0] == lines[1]
+    res = launch(tmp_path, "print('RAN')\n", "--nnodes", "2", "--node-rank", "0", "--rdzv-endpoint", "h:0")
+    assert res.returncode == 2 and "port 0 (a free port) is for one node" in res.stderr
 
 
 def test_more_torchrun_flags(tmp_path):
@@ -412,6 +439,82 @@ def test_hangup_and_quit_stop_workers_and_what_they_started(tmp_path, sig):
         kill_processes_with(marker)
 
 
+def on_a_terminal(tmp_path, body, *launcher_args, answer=None, timeout=30):
+    """Runs the launcher on a new pseudo-terminal (its stdin, stdout, stderr and
+    controlling terminal, as in an interactive shell), typing ``answer`` once
+    the output shows PROMPT; returns (exit status, output), the status None
+    where it did not end within ``timeout`` (it is then killed, with its workers)."""
+    marker = uuid.uuid4().hex
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent(body))
+    cmd = [sys.executable, "-m", "ddpc.run", *launcher_args, str(script), marker]
+    pid, fd = pty.fork()
+    if pid == 0:
+        try:
+            os.chdir(tmp_path)
+            os.execv(cmd[0], cmd)
+        finally:
+            os._exit(127)
+    out, status = b"", None
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            if select.select([fd], [], [], 0.2)[0]:
+                try:
+                    data = os.read(fd, 4096)
+                except OSError:  # the terminal's last writer is gone
+                    data = b""
+                out += data
+                if answer is not None and b"PROMPT" in out:
+                    os.write(fd, answer)
+                    answer = None
+            done, code = os.waitpid(pid, os.WNOHANG)
+            if done:
+                status, pid = os.waitstatus_to_exitcode(code), None
+                break
+    finally:
+        if pid is not None:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        left = processes_left_after(marker, 10)
+        kill_processes_with(marker)
+        os.close(fd)
+    assert left == []
+    return status, out.decode(errors="replace")
+
+
+def test_a_worker_reads_the_terminal(tmp_path):
+    """As under torchrun, whose workers start in a session of their own: in the
+    launcher's session they would be a background process group, stopped
+    (SIGTTIN) when they read the terminal."""
+    status, out = on_a_terminal(tmp_path, """
+        line = input("PROMPT\\n")
+        print("GOT", line[::-1], flush=True)
+    """, answer=b"hello\n")
+    assert status == 0 and "GOT olleh" in out, out
+
+
+_STDERR_IS_A_TTY = """
+    import os, sys
+    print("ERR-TTY", os.environ["RANK"], sys.stderr.isatty(), file=sys.stderr, flush=True)
+    if os.environ["RANK"] == "1":
+        sys.exit(3)
+"""
+
+
+def test_a_worker_writes_its_stderr_to_the_launchers_terminal(tmp_path):
+    """As under torchrun: a progress bar or coloured log sees a tty, unless -r or -t
+    passes the stream through the launcher (or --local-ranks-filter hides it)."""
+    status, out = on_a_terminal(tmp_path, _STDERR_IS_A_TTY, "--nproc-per-node", "2", "--grace", "1")
+    assert status == 1 and "ERR-TTY 0 True" in out and "ERR-TTY 1 True" in out, out
+    assert "rank 1's stderr went to the terminal, above" in out and "last lines of rank 1's stderr" not in out
+    status, out = on_a_terminal(tmp_path, _STDERR_IS_A_TTY, "--nproc-per-node", "2", "--grace", "1", "-t", "0:2")
+    assert status == 1 and "[default0]:ERR-TTY 0 False" in out and "ERR-TTY 1 True" in out, out
+    status, out = on_a_terminal(tmp_path, _STDERR_IS_A_TTY, "--nproc-per-node", "2", "--grace", "1",
+                                "--local-ranks-filter", "1")
+    assert status == 1 and "ERR-TTY 0" not in out and "ERR-TTY 1 True" in out, out
+
+
 def test_rank_zero_failure_is_reported_promptly(tmp_path):
     res = launch(tmp_path, """
         import os, time, numpy as np
@@ -569,6 +672,26 @@ def test_a_failed_spawn_leaves_no_shared_memory_behind(tmp_path):
     pids = [int((tmp_path / str(r)).read_text()) for r in range(2)]
     left = [f for f in os.listdir("/dev/shm") for pid in pids if f.startswith((f"ddpc_{pid}_", f"ddpc-{pid}-"))]
     assert not left
+
+
+def test_spawn_gives_none_with_a_warning_for_a_return_value_that_cannot_be_pickled(tmp_path):
+    """torch.multiprocessing.spawn ignores return values; ddpc returns the ones it can send."""
+    script = tmp_path / "ret.py"
+    script.write_text(textwrap.dedent("""
+        import threading
+        import ddpc
+
+        def lock_on_rank_zero(rank):
+            return threading.Lock() if rank == 0 else rank
+
+        if __name__ == "__main__":
+            print("RESULT", ddpc.spawn(lock_on_rank_zero, nprocs=2))
+    """))
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "RESULT [None, 1]" in r.stdout
+    assert "RuntimeWarning: ddpc.spawn: the return value of rank 0 (lock) cannot be sent" in r.stderr
+    assert "rank 1" not in r.stderr
 
 
 def test_spawn_join_false():

@@ -120,6 +120,33 @@ def test_two_agents_of_one_to_three_form_a_world_of_two(agents):
     assert all("round 0 of rendezvous job" in err for _, _, err in results)
 
 
+def test_two_agents_of_a_c10d_job_of_two_nodes_get_their_node_ranks_from_the_rendezvous(agents):
+    """As torchrun: --nnodes 2 --rdzv-backend c10d, no --node-rank."""
+    job = agents(nnodes="2", conf="join_timeout=15")
+    job.start()
+    job.start()
+    results = job.finish()
+    assert [r[0] for r in results] == [0, 0], results
+    assert worker_lines(results) == ["W rank=0 world=2 group=0/2 role=0 restart=0/0 sum=2.0",
+                                     "W rank=1 world=2 group=1/2 role=1 restart=0/0 sum=2.0"]
+
+
+def test_which_launches_meet_in_the_rendezvous():
+    from ddpc.run import parse_args
+
+    def parsed(*args):
+        a = parse_args([*args, "job.py"])
+        return a.elastic, a.min_nodes, a.max_nodes, a.master_addr, a.master_port
+
+    assert parsed("--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h:1") == (True, 2, 2, "h", 1)
+    assert parsed("--nnodes", "2", "--rdzv-backend", "c10d", "--node-rank", "1", "--rdzv-endpoint", "h") == (
+        True, 2, 2, "h", None)
+    assert parsed("--nnodes", "2", "--rdzv-endpoint", "h:1") == (True, 2, 2, "h", 1)
+    assert parsed("--nnodes", "2", "--node-rank", "1", "--rdzv-endpoint", "h:1") == (False, 2, 2, "h", 1)
+    assert parsed("--nnodes", "2", "--node-rank", "1", "--master-addr", "h") == (False, 2, 2, "h", None)
+    assert parsed("--nnodes", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h:1") == (False, 1, 1, "h", 1)
+
+
 def test_a_late_node_restarts_the_others_into_a_larger_world(agents, tmp_path):
     # In a world of two the workers only wait; the third node's arrival stops them.
     job = agents(before=f"""

@@ -147,17 +147,27 @@ def test_parameters_keep_their_class_and_requires_grad():
     assert p.tolist() == [2, 2, 2]
 
 
-def test_tensors_not_shared_and_plain_pickles_are_copies():
+def test_multiprocessing_moves_a_tensor_into_shared_memory_in_place_and_plain_pickles_copy():
     t = ddpc.arange(3, dtype=ddpc.float32)
-    u = pickle.loads(ForkingPickler.dumps(t))
-    assert not t.is_shared() and not u.is_shared()  # PyTorch would move t into shared memory
+    head = t[:2]
+    before = t.data_ptr()
+    u = pickle.loads(ForkingPickler.dumps(t))  # as PyTorch's reduction: t moves, its views follow
+    assert t.is_shared() and head.is_shared() and u.is_shared() and t.data_ptr() != before
     u.fill_(9)
-    assert t.tolist() == [0, 1, 2]
-    t.share_memory_()
+    assert t.tolist() == [9, 9, 9] and head.tolist() == [9, 9]
     for v in (pickle.loads(pickle.dumps(t)), copy.deepcopy(t)):  # as PyTorch's: by value
         assert not v.is_shared()
-        v.fill_(9)
-        assert t.tolist() == [0, 1, 2]
+        v.fill_(1)
+        assert t.tolist() == [9, 9, 9]
+
+
+def test_a_non_leaf_tensor_that_requires_grad_is_refused_as_in_pytorch():
+    x = ddpc.ones(2, requires_grad=True) * 2
+    with pytest.raises(RuntimeError, match="Cowardly refusing to serialize non-leaf tensor which requires_grad"):
+        ForkingPickler.dumps(x)
+    assert not x.is_shared()
+    u = pickle.loads(ForkingPickler.dumps(x.detach()))
+    assert u.tolist() == [2, 2] and not u.requires_grad
 
 
 def test_module_share_memory_shares_parameters_buffers_and_the_grads_there_are():
@@ -183,6 +193,59 @@ def test_a_child_writes_into_the_parents_tensor(method, started):
     t.share_memory_()
     join(start(mp.get_context(method), started, _write_in_child, t, t[1]))
     assert t.tolist() == [[1, 2, 3], [2, 4, 6], [18, 18, 18]]
+
+
+def _write_rank(rank, t):
+    t[rank] = rank + 1
+
+
+def _train_three_steps(rank, model):
+    optimizer = ddpc.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(3):
+        optimizer.zero_grad()
+        model(ddpc.ones(1, 2)).sum().backward()
+        optimizer.step()
+
+
+@pytest.mark.parametrize("method", START_METHODS)
+def test_spawn_args_are_the_parents_tensors_and_model(method):
+    """As torch.multiprocessing.spawn: what the children write into a tensor or
+    train in a model passed in ``args`` is the parent's, forked children's too."""
+    t = ddpc.zeros(2)
+    mp.start_processes(_write_rank, args=(t,), nprocs=2, start_method=method)
+    assert t.tolist() == [1, 2]
+    model = nn.Linear(2, 1)
+    nn.init.zeros_(model.weight)
+    nn.init.zeros_(model.bias)
+    mp.start_processes(_train_three_steps, args=(model,), nprocs=1, start_method=method)
+    # d(sum of outputs)/dW = [1, 1] and /db = 1 at every step: 3 steps of lr 0.1.
+    assert np.allclose(model.weight.tolist(), [[-0.3, -0.3]]) and np.allclose(model.bias.tolist(), [-0.3])
+    assert model.weight.is_shared() and model.weight.grad is None
+
+
+def _write_rank_and_call(rank, t, f):
+    t[rank] = f(rank)
+    return f(rank)
+
+
+def test_forked_children_take_args_that_cannot_be_pickled_as_copies():
+    t = ddpc.zeros(2)
+    assert ddpc.spawn(_write_rank_and_call, args=(t, lambda r: r + 5), nprocs=2, start_method="fork") == [5, 6]
+    assert t.tolist() == [0, 0] and not t.is_shared()
+    with pytest.raises(RuntimeError, match="Cowardly refusing"):
+        ddpc.spawn(_write_rank, args=(ddpc.ones(2, requires_grad=True) * 2,), nprocs=1, start_method="fork")
+
+
+def test_forked_children_inherit_args_without_tensors_unpickled(monkeypatch):
+    # a large array passed to forked children is not copied into a pickle per child (they inherit it)
+    from multiprocessing.reduction import ForkingPickler
+
+    from ddpc.spawn import _fork_payloads
+
+    dumped = []
+    monkeypatch.setattr(ForkingPickler, "dumps", classmethod(lambda cls, obj, protocol=None: dumped.append(obj)))
+    assert _fork_payloads((np.zeros(4), "name"), 2) is None
+    assert dumped == []
 
 
 def _send_and_exit(queue, keep):

@@ -25,14 +25,22 @@ def new_token():
 
 
 def die_with_parent(forked_by_main_thread=True):
-    """In a child right after fork: its own process group (so the launcher can
-    signal the worker and everything it starts) and SIGKILL when the parent dies.
+    """In a child right after fork: a session of its own, whose process group
+    is the child's pid (so the launcher can signal the worker and everything
+    it starts), and SIGKILL when the parent dies.
+
+    A new session, as torchrun's workers get (start_new_session), rather than
+    a process group in the launcher's: a background group of the terminal's
+    session is stopped (SIGTTIN) when it reads the terminal (``input()``, pdb),
+    where a process of another session reads the inherited terminal as a file.
+    Either way, Ctrl-C at the terminal reaches only the launcher, which passes
+    it on.
 
     The kernel sends PR_SET_PDEATHSIG's signal when the thread that forked
     ends, which for any thread but the main one can be long before its
     process does; a multiprocessing child forked by another thread watches
     its parent process from a thread instead."""
-    os.setpgid(0, 0)
+    os.setsid()
     if forked_by_main_thread:
         _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     else:

@@ -4,21 +4,24 @@ with ``spawn`` and ``start_processes`` from ``ddpc.spawn``, so that
 ``import torch.multiprocessing as mp; mp.spawn(main, args=(world,), nprocs=world)``
 ports by renaming.
 
-A tensor in shared memory (``Tensor.share_memory_()``,
-``Module.share_memory()``) crosses to another process by name: passed to a
-Process started with 'spawn' or 'forkserver', or put on a Queue or Pipe, it
-is pickled as its segment's name, offset, shape and dtype, and the receiver
-maps the same memory, so each process sees the others' writes (lock-free
-Hogwild training, as in PyTorch's examples/mnist_hogwild). A forked child
-shares it by inheriting the mapping.
+A cpu tensor crosses to another process by name, as in PyTorch: passed to a
+Process started with 'spawn' or 'forkserver', in ``spawn``'s args (forked
+children included), or put on a Queue or Pipe, its storage is moved into
+shared memory in place (``Tensor.share_memory_()``; every tensor viewing it,
+a module's parameter included, follows) and it is pickled as its segment's
+name, offset, shape and dtype, and the receiver maps the same memory, so
+each process sees the others' writes (a model trained in spawned children is
+the parent's; lock-free Hogwild training, as in PyTorch's
+examples/mnist_hogwild). A child forked with a Process shares what is in
+shared memory by inheriting the mapping, and has a copy of anything else. A
+non-leaf tensor that requires grad is refused, as in PyTorch.
 
-Where ddpc differs: any other tensor, cuda tensors included, is pickled with
-its data, so the receiver gets a copy (PyTorch moves a cpu tensor into shared
-memory first, and passes CUDA IPC handles), and so is an instance of a
+Where ddpc differs: a cuda tensor is pickled with its data, so the receiver
+gets a copy (PyTorch passes CUDA IPC handles), and so is an instance of a
 Tensor subclass other than Parameter. ``spawn`` also fills in, where the
 parent has not set them, the variables ``init_process_group()`` reads, as
-``ddpc.spawn`` does. Plain ``pickle`` and ``copy.deepcopy`` copy shared
-tensors too, as in PyTorch.
+``ddpc.spawn`` does. Plain ``pickle`` and ``copy.deepcopy`` copy tensors,
+shared ones too, as in PyTorch.
 
 How long shared memory lives: a segment (``/dev/shm/ddpc_<pid>_<n>``, named
 after the process that made it) counts its references, one for each process
@@ -35,6 +38,7 @@ limits; its 'file_descriptor' strategy, which passes descriptors instead of
 names, has no ddpc equivalent, so both names mean the segments above.
 """
 
+import io
 import multiprocessing as _mp
 from multiprocessing import reduction as _reduction
 from multiprocessing import util as _util
@@ -55,13 +59,50 @@ def _rebuild_shared_tensor(name, offset, shape, dtype_name, requires_grad):
     return t
 
 
+def _check_sendable(t):
+    """Refuses, with PyTorch's message, to send a non-leaf tensor that requires grad to another process."""
+    if t.requires_grad and not t.is_leaf:
+        raise RuntimeError("Cowardly refusing to serialize non-leaf tensor which requires_grad, since autograd "
+                           "does not support crossing process boundaries.  If you just want to transfer the data, "
+                           "call detach() on the tensor before serializing (e.g., putting it on the queue).")
+
+
 def _reduce_tensor(t):
     """How multiprocessing pickles a Tensor (and, through its own reduction, a
-    Parameter): a shared one by its segment's name, any other with its data."""
-    if not t.is_shared():
+    Parameter), as PyTorch's reduction does: a cpu tensor's storage moves into
+    shared memory in place (every tensor viewing it follows) and the tensor is
+    sent by its segment's name; a cuda tensor is sent with its data."""
+    _check_sendable(t)
+    if t.is_cuda:
         return t.__reduce__()
+    t.share_memory_()
     name, offset = t._buf.send_shared()
     return _rebuild_shared_tensor, (name, offset, t.shape, t.dtype.name, t.requires_grad)
+
+
+class _CheckingPickler(_reduction.ForkingPickler):
+    """Walks what it pickles as multiprocessing's pickler does, but leaves the
+    tensors it meets where they are and sends none of them; counts them."""
+
+    def __init__(self, file):
+        super().__init__(file)
+        self.tensors = 0
+        self.dispatch_table[Tensor] = self._check_only
+
+    def _check_only(self, t):
+        _check_sendable(t)
+        self.tensors += 1
+        return int, ()  # nothing of t is sent: it stays where it is, and no reference to a segment is taken
+
+
+def _tensors_to_send(obj):
+    """How many tensors pickling ``obj`` for another process would send;
+    raises what that pickling would raise, without moving a tensor into
+    shared memory or leaving a reference to a segment behind (as a pickle
+    that fails part of the way would)."""
+    pickler = _CheckingPickler(io.BytesIO())
+    pickler.dump(obj)
+    return pickler.tensors
 
 
 def _release_shared_memory_at_exit(_=None):

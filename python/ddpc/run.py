@@ -7,10 +7,13 @@ Each worker gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR,
 MASTER_PORT, DDPC_STORE_TOKEN and DDPC_RESTART_COUNT, and torchrun's
 GROUP_RANK, GROUP_WORLD_SIZE, ROLE_*, TORCHELASTIC_RESTART_COUNT,
 TORCHELASTIC_MAX_RESTARTS and TORCHELASTIC_RUN_ID. torchrun's --standalone
-and --rdzv-endpoint/--rdzv-backend/--rdzv-id are taken (the endpoint is the
-store's address), as are --role, --monitor-interval, --no-python (the script
-is a program of its own), --run-path and --start-method (workers are fresh
-processes either way); every node names its --node-rank. When a worker fails,
+(which, as torchrun's, ignores --rdzv-endpoint and takes a free port) and
+--rdzv-endpoint/--rdzv-backend/--rdzv-id are taken (on one node the endpoint
+is the store's address, port 0 a free one), as are --role,
+--monitor-interval, --no-python (the script is a program of its own),
+--run-path and --start-method (workers are fresh processes either way). On
+several nodes, each names its --node-rank, or they meet in the rendezvous
+below. When a worker fails,
 the others are stopped (SIGTERM, then SIGKILL after a grace period of 30 s
 by default, as torchrun's, time for a handler to save a checkpoint), the
 failed rank, its exit code or signal and the tail of its stderr are printed
@@ -19,7 +22,11 @@ failed rank, its exit code or signal and the tail of its stderr are printed
 gets a TORCHELASTIC_ERROR_FILE, and the first error recorded names the rank
 that failed first),
 and the launcher exits non-zero, or restarts the whole group while
-``--max-restarts`` allows. Workers die with the launcher (PR_SET_PDEATHSIG);
+``--max-restarts`` allows. Where the launcher's stderr is a terminal and
+nothing (-r, -t, --local-ranks-filter) changes a worker's, the worker writes
+there itself, as under torchrun, so that it sees a tty, and the report has
+no tail of it (the recorded error, or -t 2's file, has what it raised).
+Workers die with the launcher (PR_SET_PDEATHSIG);
 Ctrl-C, SIGTERM, SIGHUP and SIGQUIT stop everything in order: the workers
 get the signal the launcher got (so a worker's ``except KeyboardInterrupt``
 runs on Ctrl-C, as under torchrun), and the launcher exits 128 + its
@@ -40,8 +47,9 @@ nothing to files. ``--local-ranks-filter 0,2`` shows only those local
 ranks' streams on the console (the files keep everything). The failure
 report names the failed rank's stderr file where there is one.
 
-Elastic jobs, as torchrun's c10d rendezvous: with ``--nnodes MIN:MAX`` the
-agents (one ddpc-run per node) meet in a store at ``--rdzv-endpoint``
+Elastic jobs, as torchrun's c10d rendezvous: with ``--nnodes MIN:MAX`` (or
+``--nnodes N`` with ``--rdzv-backend c10d``, or with ``--rdzv-endpoint`` and
+no ``--node-rank``: MIN = MAX = N) the agents (one ddpc-run per node) meet in a store at ``--rdzv-endpoint``
 (default port 29400), hosted by the agent on that machine, under
 ``--rdzv-id``, and --node-rank is not used. A round closes when MAX nodes
 joined, or when MIN did and ``last_call_timeout`` seconds passed without a
@@ -116,6 +124,14 @@ def _pump(pipe, log, console, prefix, tail):
             log.close()
 
 
+def _is_terminal(stream):
+    """Whether ``stream`` (the launcher's sys.stderr, say) writes to a terminal."""
+    try:
+        return os.isatty(stream.fileno())
+    except (AttributeError, OSError, ValueError):  # None, or a stream with no descriptor (a notebook's)
+        return False
+
+
 def _stream(bit, redirects, tee, shown):
     """Where a worker's stdout (``bit`` _STDOUT) or stderr goes, as torchrun
     sends it: (to its log file, to the console, with the line prefix)."""
@@ -138,14 +154,18 @@ class _Worker:
         self.stderr_log = os.path.join(log_dir, "stderr.log") if err_file else None
         stdout_log = open(os.path.join(log_dir, "stdout.log"), "wb") if out_file else None
         stderr_log = open(self.stderr_log, "wb") if err_file else None
-        # Stdout is piped only where it goes to both places; stderr always is,
-        # for the tail the failure report shows.
+        # Stdout is piped only where it goes to both places. Stderr is piped,
+        # for the tail the failure report shows, unless it goes unchanged to
+        # the launcher's terminal: the worker then writes there itself, as
+        # under torchrun, and sees a tty (live progress bars, coloured logs).
         if out_file and out_console:
             stdout = subprocess.PIPE
         else:
             stdout = stdout_log if out_file else None if out_console else subprocess.DEVNULL
+        self.stderr_on_terminal = err_console and not err_file and _is_terminal(sys.stderr)
         try:
-            self.proc = subprocess.Popen(cmd, env=env, stdout=stdout, stderr=subprocess.PIPE,
+            self.proc = subprocess.Popen(cmd, env=env, stdout=stdout,
+                                         stderr=None if self.stderr_on_terminal else subprocess.PIPE,
                                          preexec_fn=die_with_parent)
         except BaseException:
             for f in (stdout_log, stderr_log):
@@ -153,8 +173,10 @@ class _Worker:
                     f.close()
             raise
         prefix = prefix.encode()
-        pumps = [(self.proc.stderr, stderr_log, sys.stderr.buffer if err_console else None,
-                  prefix if err_prefixed else b"", self.tail)]
+        pumps = []
+        if not self.stderr_on_terminal:
+            pumps.append((self.proc.stderr, stderr_log, sys.stderr.buffer if err_console else None,
+                          prefix if err_prefixed else b"", self.tail))
         if stdout is subprocess.PIPE:
             pumps.append((self.proc.stdout, stdout_log, sys.stdout.buffer, prefix if out_prefixed else b"", None))
         elif stdout_log is not None:
@@ -228,6 +250,9 @@ def _report(w, code, out):
         print(f"ddpc-run: last lines of rank {w.rank}'s stderr:", file=out)
         for line in w.tail:
             print(f"  [rank {w.rank}] {line}", file=out)
+    elif w.stderr_on_terminal:
+        print(f"ddpc-run: rank {w.rank}'s stderr went to the terminal, above (with -r 2 or -t 2 it is kept in a "
+              "file, and this report shows its last lines)", file=out)
     if w.stderr_log:
         print(f"ddpc-run: rank {w.rank}'s stderr is in {w.stderr_log}", file=out)
     out.flush()
@@ -283,17 +308,22 @@ def get_args_parser():
                    help="workers on this node: a number, cpu (one per core), gpu (one per GPU) or auto (one per "
                         "GPU, or one per core without GPUs)")
     p.add_argument("--nnodes", default="1",
-                   help="nodes in the job: N (or N:N), each naming its --node-rank; or MIN:MAX, elastic: the nodes "
+                   help="nodes in the job: N (or N:N), each naming its --node-rank (or meeting in the rendezvous, see "
+                        "--rdzv-backend); or MIN:MAX, elastic: the nodes "
                         "meet at --rdzv-endpoint and get their ranks there, and the workers restart when nodes come "
                         "or go")
-    p.add_argument("--node-rank", "--node_rank", type=int, default=0)
+    p.add_argument("--node-rank", "--node_rank", type=int, default=None,
+                   help="this node's rank among --nnodes N (default 0); not used where the rendezvous assigns the "
+                        "node ranks (--nnodes MIN:MAX, --rdzv-backend c10d, or --rdzv-endpoint without --node-rank)")
     p.add_argument("--standalone", action="store_true", help="one node with a store of its own (the default on "
                                                              "one node; taken for torchrun's command lines)")
     p.add_argument("--rdzv-endpoint", "--rdzv_endpoint", default=None,
-                   help="HOST[:PORT] of the store: the same as --master-addr and --master-port")
+                   help="HOST[:PORT] of the store: the same as --master-addr and --master-port, or, where the "
+                        "rendezvous assigns the node ranks, where the nodes meet (default port 29400); port 0 on "
+                        "one node: a free port; ignored with --standalone")
     p.add_argument("--rdzv-backend", "--rdzv_backend", default="static", choices=["static", "c10d"],
-                   help="taken for torchrun's command lines: either way N nodes take their ranks from "
-                        "--node-rank, and MIN:MAX nodes from the rendezvous")
+                   help="c10d: with --nnodes > 1 the nodes meet at --rdzv-endpoint, which assigns their ranks; "
+                        "static: each node names its --node-rank (unless --rdzv-endpoint is given without it)")
     p.add_argument("--rdzv-conf", "--rdzv_conf", default="",
                    help="with --nnodes MIN:MAX, KEY=VALUE,...: join_timeout (seconds to wait for MIN nodes, default "
                         "600), last_call_timeout (seconds with MIN nodes and no new one before a round closes, "
@@ -353,7 +383,11 @@ def parse_args(argv, parser=None):
     if not low.isdigit() or (colon and not high.isdigit()) or int(high or low) < int(low):
         p.error(f"--nnodes must be a number N, or MIN:MAX with MIN <= MAX; got {a.nnodes!r}")
     a.min_nodes, a.max_nodes = int(low), int(high or low)
-    a.elastic = a.min_nodes < a.max_nodes
+    # As torchrun's c10d rendezvous, which assigns the node ranks: with MIN < MAX,
+    # with --rdzv-backend c10d, or with an endpoint and no --node-rank.
+    a.elastic = a.min_nodes < a.max_nodes or (a.max_nodes > 1 and (
+        a.rdzv_backend == "c10d" or (a.rdzv_endpoint is not None and a.node_rank is None)))
+    a.node_rank = a.node_rank or 0
     a.nnodes = a.max_nodes
     a.rdzv_conf = _rdzv_conf(p, a.rdzv_conf)
     if a.standalone and a.nnodes != 1:
@@ -363,12 +397,19 @@ def parse_args(argv, parser=None):
         if (a.master_addr or a.master_port) or (port and not port.isdigit()):
             p.error("--rdzv-endpoint is HOST[:PORT] and replaces --master-addr/--master-port")
         a.master_addr, a.master_port = host, int(port) if port else None
+    if a.standalone:  # as torchrun, which then meets at localhost:0 whatever --rdzv-endpoint says
+        a.master_addr = a.master_port = None
+    if a.master_port == 0:
+        if a.nnodes > 1:
+            p.error("port 0 (a free port) is for one node: the other nodes could not know it")
+        a.master_port = None  # a free port, as torchrun's localhost:0
     if a.nproc_per_node < 1 or a.min_nodes < 1 or not (a.elastic or 0 <= a.node_rank < a.nnodes):
         p.error("need --nproc-per-node >= 1, --nnodes >= 1 and 0 <= --node-rank < --nnodes")
     if a.max_restarts < 0:
         p.error("--max-restarts must be >= 0")
     if a.elastic and a.master_addr is None:
-        p.error("--nnodes MIN:MAX needs --rdzv-endpoint (or --master-addr): where the nodes meet")
+        p.error("--nnodes MIN:MAX needs --rdzv-endpoint (or --master-addr): where the nodes meet (as does "
+                "--rdzv-backend c10d on several nodes)")
     if a.nnodes > 1 and a.master_addr is None:
         p.error("--master-addr is required with --nnodes > 1")
     a.redirects = _std(p, "--redirects", a.redirects)

@@ -8,9 +8,12 @@ child keeps the parent's environment, with what ``init_process_group()``
 reads filled in where the parent has none (``_child_env`` says which), so
 ``fn(rank, *args)`` may call it with no arguments, and children of several
 parents that name one MASTER_ADDR and MASTER_PORT meet there, as
-torch.multiprocessing.spawn's do. Return values come back to
-the parent by rank; a child's exception is re-raised in the parent with the
-child's rank and traceback, after the other children have been stopped.
+torch.multiprocessing.spawn's do. Tensors in ``args`` are the parent's, as
+under torch.multiprocessing.spawn (see ``spawn``). Return values come back
+to the parent by rank (None, with a warning from the child, for one that
+cannot be pickled; torch.multiprocessing.spawn returns none); a child's
+exception is re-raised in the parent with the child's rank and traceback,
+after the other children have been stopped.
 """
 
 import multiprocessing
@@ -21,6 +24,8 @@ import signal
 import threading
 import time
 import traceback
+import warnings
+from multiprocessing.reduction import ForkingPickler
 
 from . import _C
 from ._procs import describe_exit, die_with_parent, free_port, new_token, remove_shm_segments
@@ -112,7 +117,26 @@ def _fresh_random_state():
     np.random.seed()
 
 
-def _child(fn, rank, nprocs, args, env, conn, forked_by_main_thread):
+def _fork_payloads(args, nprocs):
+    """What forked children get of ``args``: a pickle each, made by
+    multiprocessing's pickler as for a 'spawn' child (torch.multiprocessing.spawn's
+    default), which moves cpu tensors into shared memory so that the
+    children's writes reach the parent's tensors and modules; or None where
+    ``args`` hold no tensor (forked children then inherit them, large arrays
+    included, without a copy) or cannot be pickled (a lambda, a lock), which
+    forked children can do without: they inherit copy-on-write copies,
+    sharing only the tensors already in shared memory."""
+    from .multiprocessing import _tensors_to_send
+
+    try:
+        if not _tensors_to_send(args):
+            return None
+    except (pickle.PicklingError, AttributeError, TypeError):
+        return None
+    return [ForkingPickler.dumps(args) for _ in range(nprocs)]
+
+
+def _child(fn, rank, nprocs, args, pickled, env, conn, forked_by_main_thread):
     die_with_parent(forked_by_main_thread)
     if not user_chose_threads():  # the ranks share the machine's cores
         set_num_threads(per_rank_threads(nprocs))
@@ -120,6 +144,8 @@ def _child(fn, rank, nprocs, args, env, conn, forked_by_main_thread):
     _fresh_random_state()
     exit_exc = None
     try:
+        if pickled:
+            args = pickle.loads(args)
         result = ("ok", fn(rank, *args))
     except SystemExit as e:
         # As in torch.multiprocessing.spawn: sys.exit(0) is a success (the
@@ -138,10 +164,13 @@ def _child(fn, rank, nprocs, args, env, conn, forked_by_main_thread):
     except Exception:
         pass
     try:
-        conn.send_bytes(pickle.dumps(result))
+        payload = pickle.dumps(result)
     except Exception as e:
-        conn.send_bytes(pickle.dumps(("error", f"cannot send the return value of rank {rank} to the parent: {e}",
-                                      traceback.format_exc())))
+        # torch.multiprocessing.spawn drops every return value; ddpc keeps the ones it can send.
+        warnings.warn(f"ddpc.spawn: the return value of rank {rank} ({type(result[1]).__name__}) cannot be sent to "
+                      f"the parent ({type(e).__name__}: {e}); the parent gets None for it", RuntimeWarning)
+        payload = pickle.dumps(("ok", None))
+    conn.send_bytes(payload)
     conn.close()
     if exit_exc is not None:
         raise exit_exc
@@ -241,6 +270,13 @@ def spawn(fn, args=(), nprocs=1, join=True, daemon=False, start_method=None):
     A parent that is a rank of a running process group gives its children
     a rendezvous of their own (its group's store holds its MASTER_PORT).
 
+    ``args`` reach the children pickled as by torch.multiprocessing.spawn, forked
+    children's included: a cpu tensor, a module's parameters among them, is
+    moved into shared memory in place and the children map it, so what they
+    write into it (a model they train) is the parent's (see
+    ddpc.multiprocessing); a forked child is given ``args`` that cannot be
+    pickled as copies.
+
     ``start_method``: 'fork', or 'spawn'/'forkserver' (fresh interpreters that
     import ``fn`` and unpickle ``args``). The default forks, and starts fresh
     interpreters once this process has used CUDA (``ddpc.cuda.is_available()``
@@ -258,11 +294,13 @@ def spawn(fn, args=(), nprocs=1, join=True, daemon=False, start_method=None):
 
     port, token, in_group = free_port(), new_token(), distributed.is_initialized()
     forked_by_main_thread = threading.current_thread() is threading.main_thread()
+    payloads = _fork_payloads(args, nprocs) if start_method == "fork" else None
     processes, conns = [], []
     for rank in range(nprocs):
         env = _child_env(rank, nprocs, port, token, in_group)
         reader, writer = ctx.Pipe(duplex=False)
-        p = ctx.Process(target=_child, args=(fn, rank, nprocs, args, env, writer, forked_by_main_thread),
+        child_args = (args, False) if payloads is None else (payloads[rank], True)
+        p = ctx.Process(target=_child, args=(fn, rank, nprocs, *child_args, env, writer, forked_by_main_thread),
                         daemon=daemon)
         try:
             p.start()
