@@ -451,6 +451,11 @@ class DistributedDataParallel(Module, _GroupJoinable):
     * ``check_reduction`` is deprecated (a FutureWarning when True) and does
       nothing, as in PyTorch.
 
+    As PyTorch's, the parameters and buffers named by
+    ``_set_params_and_buffers_to_ignore_for_model`` (``parameters_to_ignore``)
+    are left alone, and ``copy.deepcopy`` or pickling gives a DDP of its own
+    over the default process group (see ``__setstate__``).
+
     Optimizers in backward, as PyTorch's: where the module's parameters have
     optimizers from ``ddpc.distributed.optim._apply_optimizer_in_backward``
     at the first forward, their own hooks (which would step on this rank's
@@ -531,17 +536,18 @@ class DistributedDataParallel(Module, _GroupJoinable):
         if device_ids is not None and len(device_ids) != 1:
             raise ValueError("DistributedDataParallel drives one device per process: pass device_ids=[i] or None")
         self.module = module
-        self.device = device_ids[0] if device_ids else None
-        if self.device is not None and _device(self.device).type == "cuda" and _C.cuda_device_count() == 0:
+        target = device_ids[0] if device_ids else None
+        if target is not None and _device(target).type == "cuda" and _C.cuda_device_count() == 0:
             devices = {p.device for p in module.parameters()}
             raise ValueError(
                 "DistributedDataParallel device_ids and output_device arguments only work with "
                 f"single-device/multiple-device GPU modules or CPU modules, but got device_ids {list(device_ids)}, "
                 f"output_device {output_device}, and module parameters {devices}. There is no usable GPU here: "
                 "pass device_ids=None for a module on the cpu")
-        if self.device is not None:
-            module.to(self.device if not isinstance(self.device, int) else f"cuda:{self.device}")
-        self.output_device = output_device
+        # where the module is moved and forward moves the inputs
+        self._input_device = None if target is None else target if not isinstance(target, int) else f"cuda:{target}"
+        if self._input_device is not None:
+            module.to(self._input_device)
         self.forward_sync_buffers = forward_sync_buffers
         if device_mesh is not None:
             if process_group is not None:
@@ -550,43 +556,70 @@ class DistributedDataParallel(Module, _GroupJoinable):
                 raise RuntimeError(f"Only 1D device mesh is supported, but got {device_mesh}.")
             process_group = device_mesh.get_group(mesh_dim=0)
         self.device_mesh = device_mesh
-        self.process_group = process_group
+        self._join_group = process_group  # (as given: Join compares it with its other joinables')
+        self.process_group = dist._group(process_group)
         self.find_unused_parameters = find_unused_parameters
         self.static_graph = bool(static_graph)
         self.gradient_as_bucket_view = gradient_as_bucket_view
+        self.bucket_bytes_cap = int((max(bucket_cap_mb_list) if bucket_cap_mb_list else bucket_cap_mb) * (1 << 20))
         self.require_backward_grad_sync = True
         self.require_forward_param_sync = True  # as PyTorch's: cleared by a forward that will not reduce
         self.skip_all_reduce_unused_params = skip_all_reduce_unused_params
         self.mixed_precision = mixed_precision
         self._reduce_dtype = mixed_precision and (mixed_precision.reduce_dtype or mixed_precision.param_dtype)
-        self._set_comm_hook(allreduce_hook, process_group)
-        self._comm_hook_registered = False
-        delayed = self._delayed_params(module, delay_all_reduce_named_params, param_to_hook_all_reduce)
-        # frozen ones too: verified and broadcast (the delayed ones are broadcast apart, as in PyTorch)
-        self._all_params = [(n, p) for n, p in module.named_parameters() if id(p) not in {id(q) for q in delayed}]
-        sparse = {id(m.weight) for m in module.modules() if getattr(m, "sparse", False) is True
-                  and isinstance(getattr(m, "weight", None), Tensor)}
-        trained = [(n, p) for n, p in self._all_params if p.requires_grad]
-        if not trained:
+        # As PyTorch's: the names of _set_params_and_buffers_to_ignore_for_model, and those of the delayed parameters.
+        self.parameters_to_ignore = set(getattr(module, "_ddp_params_and_buffers_to_ignore", ()))
+        if delay_all_reduce_named_params is not None:
+            delay_all_reduce_named_params = list(delay_all_reduce_named_params)
+        self._delay_all_reduce_params = self._delayed_params(module, delay_all_reduce_named_params,
+                                                             param_to_hook_all_reduce)
+        self._param_to_hook_all_reduce = param_to_hook_all_reduce
+        self.parameters_to_ignore.update(n for n, _ in delay_all_reduce_named_params or ())
+        # frozen ones too: verified and broadcast (not the ignored ones; the delayed ones apart, as in PyTorch)
+        self._all_params = [(n, p) for n, p in module.named_parameters() if n not in self.parameters_to_ignore]
+        if not any(p.requires_grad for _, p in self._all_params):
             raise RuntimeError("DistributedDataParallel is not needed when a module doesn't have any parameter that "
                                "requires a gradient.")
+        self.device = self._all_params[0][1].device
+        self.device_type = self.device.type
+        self.is_multi_device_module = len({str(p.device) for _, p in self._all_params}) > 1
+        if target is None or self.device_type == "cpu":
+            self.device_ids = self.output_device = None
+        else:
+            self.device_ids = [self.device.index]
+            self.output_device = _device(output_device if output_device is not None else target).index
+        if init_sync:
+            _verify_same_model(self._all_params, self.process_group, "DistributedDataParallel")
+            self._broadcast_states(0, with_params=True, with_buffers=init_sync_buffers)
+        if self._delay_all_reduce_params:
+            with no_grad():
+                for p in self._delay_all_reduce_params:
+                    dist.broadcast(p, src=dist.get_global_rank(self.process_group, 0), group=self.process_group)
+        if mixed_precision is not None and mixed_precision.buffer_dtype is not None:
+            for b in self.modules_buffers:
+                if b.dtype.is_floating_point:
+                    b.data = b.to(mixed_precision.buffer_dtype)
+        self.dim = dim
+        self._manual_finalization = False
+        self._init_reducer()
+
+    _private_buckets = False  # (see _bucket_memory)
+
+    def _init_reducer(self):
+        """The reducer of the parameters in ``_all_params`` that require a gradient: the default comm hook, the
+        buckets, the parameters' hooks, and what each iteration tracks. Collective (the memory the ranks on a
+        host share, see _build_reducer), unless ``_private_buckets``: then every gradient goes through buckets
+        in memory of this rank's own."""
+        self._set_comm_hook(allreduce_hook, self.process_group)
+        self._comm_hook_registered = False
+        sparse = {id(m.weight) for m in self.module.modules() if getattr(m, "sparse", False) is True
+                  and isinstance(getattr(m, "weight", None), Tensor)}
+        trained = [(n, p) for n, p in self._all_params if p.requires_grad]
         self._named_params = [(n, p) for n, p in trained if id(p) not in sparse]  # these are reduced in buckets
         self._sparse_params = [p for _, p in trained if id(p) in sparse]  # these are all-gathered
         for p in self._sparse_params:
             p.register_post_accumulate_grad_hook(self._on_sparse_grad_ready)
-        if init_sync:
-            _verify_same_model(self._all_params, self.process_group, "DistributedDataParallel")
-            self._broadcast_states(0, with_params=True, with_buffers=init_sync_buffers)
-        self._delayed = None
-        if delayed:
-            with no_grad():
-                for p in delayed:
-                    dist.broadcast(p, src=dist.get_global_rank(self.process_group, 0), group=self.process_group)
-            self._delayed = _DelayedAllReduce(delayed)
-        if mixed_precision is not None and mixed_precision.buffer_dtype is not None:
-            for b in module.buffers():
-                if b.dtype.is_floating_point:
-                    b.data = b.to(mixed_precision.buffer_dtype)
+        self._delayed = _DelayedAllReduce(self._delay_all_reduce_params) if self._delay_all_reduce_params else None
         self._index = {id(p): k for k, (_, p) in enumerate(self._named_params)}
         self._exchange_settled = False  # (see _finish_reduction)
         # Parameter -> the optimizers the reducer steps on its averaged gradient
@@ -597,14 +630,15 @@ class DistributedDataParallel(Module, _GroupJoinable):
         self._lazy_init_ran = False
         # (the exchange averages in the gradients' own dtype, not in a mixed precision's reduce_dtype, and
         # outside the buckets, where no optimizer in backward would step)
-        self._build_reducer(exchange=not self._finds_unused() and self._reduce_dtype is None
+        self._build_reducer(exchange=not self._private_buckets and not self._finds_unused()
+                            and self._reduce_dtype is None
                             and not any("_in_backward_optimizers" in p.__dict__ for _, p in self._named_params))
         if dist.get_debug_level() is not dist.DebugLevel.OFF and dist.get_rank(self.process_group) == 0:
             self._log_layout()
         for _, p in self._named_params:
             p.register_post_accumulate_grad_hook(self._on_grad_ready)
         if self._delayed:  # after the reducer's own hook: a bucket the same gradient completes goes first
-            param_to_hook_all_reduce.register_post_accumulate_grad_hook(self._on_delayed_hook)
+            self._param_to_hook_all_reduce.register_post_accumulate_grad_hook(self._on_delayed_hook)
         self._delayed_sync = False
         self._next_launch = self._next_settle = 0
         self._got_grad = {}
@@ -612,8 +646,6 @@ class DistributedDataParallel(Module, _GroupJoinable):
         self._unused, self._used_mask, self._used, self._sparse_ready = [], None, None, set()
         self._expect_reduction = self._gather_sparse = False
         self._join_steps, self._join_active, self._join_divide_by_world = 0, None, True
-        self.dim = dim
-        self._manual_finalization = False
         self._awaiting_finalize = False  # (manual finalization) every bucket launched, not yet finished
         self._stats = _RuntimeStats()
 
@@ -647,6 +679,33 @@ class DistributedDataParallel(Module, _GroupJoinable):
         return delayed
 
     @property
+    def named_module_buffers(self):
+        """The module's buffers by name, less those in ``parameters_to_ignore``: those that are broadcast."""
+        return {n: b for n, b in self.module.named_buffers() if n not in self.parameters_to_ignore}
+
+    @property
+    def modules_buffers(self):
+        """The buffers of ``named_module_buffers``, in the module's order."""
+        return list(self.named_module_buffers.values())
+
+    @property
+    def join_process_group(self):
+        """The process group as given (None: the default one), which Join compares with its other joinables'."""
+        return self._join_group
+
+    @staticmethod
+    def _set_params_and_buffers_to_ignore_for_model(module, params_and_buffers_to_ignore):
+        """Names (fully qualified, as ``named_parameters()`` and ``named_buffers()`` give them) the parameters and
+        buffers that a DistributedDataParallel made over ``module`` afterwards leaves alone, as PyTorch's: they are
+        neither verified nor broadcast, at construction or in forward, and their gradients are not averaged (each
+        rank keeps its own). Stored as given in ``module._ddp_params_and_buffers_to_ignore``; each of them is
+        marked ``_ddp_ignored``."""
+        module._ddp_params_and_buffers_to_ignore = params_and_buffers_to_ignore
+        for name, tensor in itertools.chain(module.named_parameters(), module.named_buffers()):
+            if name in params_and_buffers_to_ignore:
+                tensor._ddp_ignored = True
+
+    @property
     def broadcast_buffers(self):
         """The deprecated name of ``forward_sync_buffers``."""
         return self.forward_sync_buffers
@@ -659,7 +718,7 @@ class DistributedDataParallel(Module, _GroupJoinable):
         """Copies the parameters (if asked) and buffers (if asked) of one group member to all."""
         src = dist.get_global_rank(self.process_group, group_rank)
         tensors = (([p for _, p in self._all_params] if with_params else [])
-                   + (list(self.module.buffers()) if with_buffers else []))
+                   + (self.modules_buffers if with_buffers else []))
         with no_grad():
             for t in tensors:
                 dist.broadcast(t, src=src, group=self.process_group)
@@ -743,13 +802,14 @@ class DistributedDataParallel(Module, _GroupJoinable):
     def _bucket_memory(self, buckets):
         """Zeroed flat storage for each bucket. On the host, all of it lies in one
         buffer that the ranks on this host share (dist.shared_buffer), at the same
-        offsets on every rank, so the cpu backend reduces the buckets in place."""
+        offsets on every rank, so the cpu backend reduces the buckets in place;
+        a copy's buckets (``_private_buckets``, see __setstate__) lie in memory of its own."""
         counts = [sum(p.numel() for p in ps) for ps in buckets]
         offsets, end, memory = [], 0, None
         for ps, n in zip(buckets, counts):
             offsets.append(end)
             end += -(-n * ps[0].element_size() // 64) * 64  # 64-byte aligned: no cache line spans two buckets
-        if buckets and all(ps[0].device.type == "cpu" for ps in buckets):
+        if buckets and all(ps[0].device.type == "cpu" for ps in buckets) and not self._private_buckets:
             try:
                 memory = dist.shared_buffer(end, self.process_group)
             except (dist.DistError, OSError) as e:  # e.g. /dev/shm too small: every rank on the host gets an error
@@ -1098,15 +1158,16 @@ class DistributedDataParallel(Module, _GroupJoinable):
                                    with_params=False)
         if self._handed and is_grad_enabled():
             self._keep_handed_out()
-        if self.device is not None:
-            dev = self.device if not isinstance(self.device, int) else f"cuda:{self.device}"
-            inputs, kwargs = _to_device(inputs, dev), _to_device(kwargs, dev)
+        if self._input_device is not None:
+            inputs, kwargs = _to_device(inputs, self._input_device), _to_device(kwargs, self._input_device)
         compute_dtype = self.mixed_precision and self.mixed_precision.param_dtype
         if compute_dtype is not None:
             # The module runs on copies in param_dtype, through whose casts the
             # gradients come back to the parameters in their own dtype.
             inputs, kwargs = _cast_floating((inputs, kwargs), compute_dtype)
-            copies = {n: p.to(compute_dtype) for n, p in self.module.named_parameters() if p.dtype.is_floating_point}
+            ignored = getattr(self.module, "_ddp_params_and_buffers_to_ignore", ())  # (they stay as they are)
+            copies = {n: p.to(compute_dtype) for n, p in self.module.named_parameters()
+                      if p.dtype.is_floating_point and n not in ignored}
             outputs = functional_call(self.module, copies, inputs, kwargs)
         else:
             outputs = self.module(*inputs, **kwargs)
@@ -1130,8 +1191,7 @@ class DistributedDataParallel(Module, _GroupJoinable):
         after a forward that reduced gradients (and before the first), so that
         forwards under ``no_grad`` or ``no_sync`` after the first (evaluation,
         perhaps on one rank only) communicate nothing."""
-        return (self.require_forward_param_sync and self.forward_sync_buffers
-                and any(True for _ in self.module.buffers()))
+        return self.require_forward_param_sync and self.forward_sync_buffers and bool(self.modules_buffers)
 
     @contextlib.contextmanager
     def no_sync(self):
@@ -1222,7 +1282,7 @@ class DistributedDataParallel(Module, _GroupJoinable):
         env = os.environ.get
         return {
             "world_size": world, "rank": rank, "module_name": type(self.module).__name__,
-            "device_ids": "" if self.device is None else str(self.device),
+            "device_ids": "" if self.device_ids is None else ", ".join(map(str, self.device_ids)),
             "output_device": -1 if self.output_device is None else self.output_device,
             "backend_name": dist.get_backend(self.process_group),
             "broadcast_buffers": int(self.forward_sync_buffers),
@@ -1231,7 +1291,7 @@ class DistributedDataParallel(Module, _GroupJoinable):
             "static_graph": int(self.static_graph),
             "gradient_as_bucket_view": int(self.gradient_as_bucket_view),
             "has_sync_bn": int(any(isinstance(m, SyncBatchNorm) for m in self.module.modules())),
-            "is_multi_device_module": int(len({str(p.device) for p in params}) > 1),
+            "is_multi_device_module": int(self.is_multi_device_module),
             "num_parameter_tensors": len(params), "total_parameter_size_bytes": sum(p.nbytes for p in params),
             "bucket_sizes": ", ".join(str(b.flat.nbytes) for b in self._buckets),
             "dtypes": ", ".join(sorted({str(p.dtype).removeprefix("ddpc.") for p in params})),
@@ -1416,9 +1476,36 @@ class DistributedDataParallel(Module, _GroupJoinable):
         dist.all_reduce(key, op=dist.ReduceOp.MAX, group=self.process_group)
         self._broadcast_states(int(key.item()) % size, with_params=True, with_buffers=self.forward_sync_buffers)
 
+    # What _init_reducer and the iterations set: left out of a copy's state (see __getstate__).
+    _REDUCER_STATE = frozenset((
+        "process_group", "_join_group", "_join_config", "_comm_hook", "_comm_state", "_bucket_hook",
+        "_comm_hook_registered", "_named_params", "_sparse_params", "_delayed", "_index", "_exchange_settled",
+        "_steppers", "_drop_grads", "_fused_optim_registered", "_lazy_init_ran", "_exchange", "_exchange_pending",
+        "_buckets", "_where", "_handed", "_warned_alias", "_delayed_sync", "_next_launch", "_next_settle",
+        "_got_grad", "_hook_fired", "_ends_with_backward", "_unused", "_used_mask", "_used_mask_work", "_used",
+        "_skipped", "_sparse_ready", "_expect_reduction", "_gather_sparse", "_join_steps", "_join_active",
+        "_join_divide_by_world", "_awaiting_finalize", "_stats"))
+
     def __getstate__(self):
-        raise TypeError("DistributedDataParallel is tied to its process group and cannot be pickled; "
-                        "save model.module.state_dict() instead")
+        """``copy.deepcopy`` and pickling, as PyTorch's: only over the default process group (else
+        RuntimeError). The state is the module and the configuration, without the group and the reducer."""
+        if self.process_group is not dist.group.WORLD:
+            raise RuntimeError("DDP Pickling/Unpickling are only supported when using DDP with the default process "
+                               "group. That is, when you have called init_process_group and have not passed "
+                               "process_group argument to DDP constructor")
+        return {k: v for k, v in self.__dict__.items() if k not in self._REDUCER_STATE}
+
+    def __setstate__(self, state):
+        """The copy, as PyTorch's, runs over the default process group with a reducer of its own and the default
+        all-reduce (a comm hook registered on the original is not carried over); it neither verifies the model
+        nor broadcasts rank 0's state again. Making it communicates nothing, so one rank may copy alone (a
+        snapshot of the model, say), as in PyTorch: its gradients are averaged through buckets in memory of its
+        own, not through the memory the ranks on a host share, whose setup all of them take part in."""
+        super().__setstate__(state)
+        self.process_group = dist._group(None)
+        self._join_group = None
+        self._private_buckets = True
+        self._init_reducer()
 
 
 class _DDPJoinHook(JoinHook):
