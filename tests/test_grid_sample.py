@@ -277,3 +277,16 @@ def test_cuda_matches_host(mode, padding, align_corners, ndim):
         results.append([np.asarray(t.cpu()) for t in (y.detach(), x.grad, grid.grad)])
     for host, cuda in zip(*results):
         np.testing.assert_allclose(cuda, host, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("mode, padding_mode, nd, reads_nan", [
+    ("bilinear", "zeros", 2, True), ("bicubic", "zeros", 2, True), ("bicubic", "border", 2, True),
+    ("bicubic", "reflection", 2, True), ("nearest", "zeros", 2, False), ("bilinear", "zeros", 3, False)])
+def test_a_nan_or_infinite_grid_point_reads_nan_where_pytorch_does(mode, padding_mode, nd, reads_nan):
+    # PyTorch's outputs: NaN in bicubic mode and 4-d bilinear mode with zeros padding, 0 in these others
+    x = ddpc.ones((1, 2) + (3,) * nd, dtype=ddpc.float64)
+    points = [[float("nan")] + [0.0] * (nd - 1), [0.0] * (nd - 1) + [float("inf")], [0.0] * nd]
+    grid = ddpc.tensor(points, dtype=ddpc.float64).reshape((1,) * nd + (3, nd))
+    got = F.grid_sample(x, grid, mode=mode, padding_mode=padding_mode, align_corners=False).reshape(2, 3).numpy()
+    bad = np.full((2, 2), np.nan if reads_nan else 0.0)
+    np.testing.assert_array_equal(got, np.concatenate([bad, np.ones((2, 1))], axis=1))

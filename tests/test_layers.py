@@ -206,9 +206,13 @@ def test_pairwise_distance(p, keepdim):
 
 def _np_nearest(x, out, scales, exact=False):
     """PyTorch's host rule: source min(floor(i * scale), n - 1), or
-    min(floor((i + 0.5) * scale), n - 1) when ``exact``, scale in float32."""
+    min(floor((i + 0.5) * scale), n - 1) when ``exact``, scale in float32;
+    but 'nearest' on 4-d input reads i in a kept dim and i // 2 in a doubled one."""
     for d, (o, s) in enumerate(zip(out, scales)):
         n = x.shape[2 + d]
+        if x.ndim == 4 and not exact and o in (n, 2 * n):
+            x = np.take(x, np.arange(o) // (o // n), axis=2 + d)
+            continue
         step = np.float32(1.0 / s) if s else np.float32(n) / np.float32(o)
         at = ((np.arange(o) + 0.5) * np.float64(step)).astype(np.float32) if exact else \
             np.arange(o, dtype=np.float32) * step
@@ -246,6 +250,8 @@ def _np_linear(x, out, scales, align_corners):
     ((1, 2, 3, 3), {"scale_factor": 0.5}, (1, 1), (0.5, 0.5)),
     ((1, 2, 5, 3), {"scale_factor": 1.5, "recompute_scale_factor": True}, (7, 4), (None, None)),
     ((1, 2, 2), {"scale_factor": 1.3}, (2,), (1.3,)),  # the size is kept, yet element 1 reads element 0
+    ((1, 2, 3, 2), {"scale_factor": 1.33}, (3, 2), (1.33, 1.33)),  # 4-d 'nearest' copies a kept size
+    ((1, 2, 3, 10), {"scale_factor": (1.6, 2.05)}, (4, 20), (1.6, 2.05)),  # and reads i // 2 in a doubled one
     ((1, 2, 2, 3, 4), {"scale_factor": (2, 1.5, 0.5)}, (4, 4, 2), (2.0, 1.5, 0.5)),
     ((1, 2, 3, 2, 4), {"size": (5, 2, 3)}, (5, 2, 3), (None, None, None)),
 ])
@@ -255,6 +261,18 @@ def test_nearest_upsample(shape, kwargs, out, scales, mode):
     _check(nn.Upsample(mode=mode, **kwargs), ref, _x(*shape))
     _check(lambda t: F.interpolate(t, mode=mode, **kwargs), ref, _x(*shape))
     assert ref(_x(*shape)).shape[2:] == out
+
+
+def test_nearest_upsample_of_4d_input_copies_kept_and_halves_doubled_dims():
+    # PyTorch's values: its 4-d kernel does not scale a dim whose size is kept or doubled
+    x = ddpc.arange(3.0).reshape(1, 1, 3, 1)
+    assert F.interpolate(x, scale_factor=1.33).flatten().tolist() == [0.0, 1.0, 2.0]
+    assert F.interpolate(x.reshape(1, 1, 1, 3), scale_factor=(1, 2.05)).flatten().tolist() == [0, 0, 1, 1, 2, 2]
+    assert F.interpolate(x.reshape(1, 1, 3), scale_factor=1.33).flatten().tolist() == [0.0, 0.0, 1.0]  # 3-d scales
+    x = ddpc.arange(12.0).reshape(1, 1, 3, 4).requires_grad_()
+    F.interpolate(x, scale_factor=1.33).sum().backward()
+    assert x.grad[0, 0, :, 0].tolist() == [2.0, 2.0, 2.0]  # rows kept, columns 0, 0, 1, 2, 3
+    assert x.grad[0, 0, 0].tolist() == [2.0, 1.0, 1.0, 1.0]
 
 
 @pytest.mark.parametrize("shape, kwargs, out, scales", [

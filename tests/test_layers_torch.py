@@ -126,19 +126,24 @@ def _resample_cases():
             if all(math.floor(n * f) > 0 for n, f in zip(shape[2:], s if isinstance(s, tuple) else (s,) * 3)):
                 cases.append(({"scale_factor": s}, shape))
     cases.append(({"scale_factor": 1.02}, (1, 1, 30)))  # out equals in, yet nearest-exact reads other elements
+    # sizes kept or doubled by other factors than 1 and 2: 4-d 'nearest' reads element i or i // 2 there
+    for s, shape in ((1.33, (1, 2, 3)), (2.05, (1, 2, 10)), ((1.33, 2.05), (1, 2, 3, 10)), ((2.1, 1.1), (2, 1, 7, 4)),
+                     (1.2, (1, 1, 4, 5)), ((1.33, 2.05, 1.5), (1, 1, 3, 10, 2))):
+        cases.append(({"scale_factor": s}, shape))
     return cases
 
 
-def _kept_size_rescaled(kwargs, shape):
-    """Whether a dim keeps its size under a scale_factor other than 1: there
-    PyTorch's nearest forward reads element floor(i / scale_factor), its host
-    backward element i, so its gradient is not that of its output; ddpc's
-    follows the forward."""
-    if "scale_factor" not in kwargs or kwargs.get("recompute_scale_factor"):
+def _nearest_grad_differs(kwargs, shape):
+    """Whether 3-d or 5-d input has a dim that keeps or doubles its size under
+    a scale_factor other than 1 or 2: there PyTorch's nearest forward reads
+    element floor(i / scale_factor), its host backward element i or i // 2
+    (as its 4-d forward and backward do), so its gradient is not that of its
+    output; ddpc's follows the forward."""
+    if len(shape) == 4 or "scale_factor" not in kwargs or kwargs.get("recompute_scale_factor"):
         return False
     factors = kwargs["scale_factor"] if isinstance(kwargs["scale_factor"], tuple) else \
         (kwargs["scale_factor"],) * (len(shape) - 2)
-    return any(math.floor(n * f) == n and f != 1 for n, f in zip(shape[2:], factors))
+    return any(math.floor(n * f) == k * n and f != k for n, f in zip(shape[2:], factors) for k in (1, 2))
 
 
 def resample():
@@ -153,7 +158,7 @@ def resample():
         if len(shape) == 4:
             modes += [("bicubic", None), ("bicubic", False), ("bicubic", True)]
         for mode, corners in modes:
-            if mode == "nearest" and _kept_size_rescaled(kwargs, shape):
+            if mode == "nearest" and _nearest_grad_differs(kwargs, shape):
                 continue  # compared forward only, below
             kw = dict(kwargs, mode=mode, align_corners=corners)
             cases.append((lambda lib, kw=kw: lambda t: lib.nn.functional.interpolate(t, **kw), [shape]))

@@ -1,6 +1,9 @@
 """nn.utils.parametrize, parametrizations.weight_norm / spectral_norm and the
 older nn.utils.weight_norm, against numpy: values, gradients, state-dict
-keys, assignment and removal."""
+keys, assignment, removal and pickling."""
+
+import io
+import pickle
 
 import numpy as np
 import pytest
@@ -185,6 +188,28 @@ def test_older_weight_norm_recomputes_the_weight_before_each_forward():
     nn.utils.remove_weight_norm(m)
     assert sorted(n for n, _ in m.named_parameters()) == ["bias", "weight"]
     np.testing.assert_allclose(m.weight.detach().numpy(), 2 * w, rtol=1e-12)
+
+
+@pytest.mark.parametrize("norm, remove, hook", [
+    (nn.utils.weight_norm, nn.utils.remove_weight_norm, "WeightNorm"),
+    (nn.utils.spectral_norm, nn.utils.remove_spectral_norm, "SpectralNorm")])
+def test_older_weight_and_spectral_norm_modules_pickle_whole(norm, remove, hook):
+    m = norm(linear())
+    x = ddpc.ones(2, 4, dtype=ddpc.float64)
+    m(x)
+    m.eval()
+    want = m(x).detach().numpy()
+    buf = io.BytesIO()
+    ddpc.save(m, buf)
+    buf.seek(0)
+    for copy in (ddpc.load(buf, weights_only=False), pickle.loads(pickle.dumps(m))):
+        assert [type(h).__name__ for h, _ in copy._forward_pre_hooks.values()] == [hook]
+        assert sorted(copy.state_dict()) == sorted(m.state_dict())
+        np.testing.assert_allclose(copy(x).detach().numpy(), want, rtol=1e-12)
+        remove(copy)
+        assert not copy._forward_pre_hooks and sorted(dict(copy.named_parameters())) == ["bias", "weight"]
+        np.testing.assert_allclose(copy.weight.detach().numpy(), m.weight.detach().numpy(), rtol=1e-12)
+    assert len(m._forward_pre_hooks) == 1
 
 
 def test_weight_norm_loads_a_checkpoint_of_the_older_weight_norm():

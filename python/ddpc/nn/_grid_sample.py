@@ -13,7 +13,10 @@ the gradients of grid_sample cannot be differentiated again. The
 coordinates are computed in double for every dtype (PyTorch's in the
 element type), so a float32 point lying within rounding of a pixel boundary
 may fall on the other side of it than in PyTorch: the grid gradient, the
-interpolant's slope, jumps there, and 'nearest' may pick the neighbour.
+interpolant's slope, jumps there, and 'nearest' may pick the neighbour. A
+point with a NaN or infinite coordinate reads NaN in 'bicubic' mode and in
+4-d 'bilinear' mode with 'zeros' padding, as in PyTorch, 0 otherwise (its
+gradients are 0).
 
 affine_grid is a product of the identity grid by the affine matrices, so
 its gradient with respect to theta comes from the matmul.
@@ -96,6 +99,10 @@ def grid_sample(input, grid, mode="bilinear", padding_mode="zeros", align_corner
     args = (_MODES[mode], _PADDING_MODES[padding_mode], bool(align_corners))
     out = _ag._empty(tuple(input.shape[:2]) + tuple(grid.shape[1:-1]), x)
     _C.grid_sample(out._buf, x._buf, points._buf, *args)
+    if mode == "bicubic" or (mode == "bilinear" and padding_mode == "zeros" and input.ndim == 4):
+        # PyTorch's weights make NaN of a point with a NaN or infinite coordinate in these modes (its others read
+        # some element there, or crash): a diverging grid shows in the output
+        out.masked_fill_(~points.isfinite().all(-1).unsqueeze(1), float("nan"))
     if _ag._needs_grad(input, grid):
         _ag._attach(out, _GridSamplerBackward(input, grid, x, points, args))
     return out

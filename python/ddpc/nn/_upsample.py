@@ -8,8 +8,10 @@ Each dim is resampled in turn. Nearest modes gather one input element per
 output element: min(floor(i * scale), n - 1), or with 'nearest-exact'
 min(floor((i + 0.5) * scale), n - 1), where scale is 1 / scale_factor when
 one is given, else in / out, computed in float32 as PyTorch does so that the
-same elements are picked. Linear modes gather the two neighbours of source
-position i * (n - 1) / (out - 1) (align_corners) or max((i + 0.5) * scale -
+same elements are picked; on 4-d input, as PyTorch's kernel for it, 'nearest'
+reads element i of a dim whose size is kept and i // 2 of one whose size
+doubles, whatever the scale factor. Linear modes gather the two neighbours of
+source position i * (n - 1) / (out - 1) (align_corners) or max((i + 0.5) * scale -
 0.5, 0) and weigh them by their distances, in the input's precision (float32
 below float64) as PyTorch does. The bicubic mode gathers the four
 neighbours floor(x) - 1 .. floor(x) + 2 of source position x (clamped into
@@ -47,8 +49,11 @@ def _per_dim(value, nd, name):
     return t
 
 
-def _nearest_index(n, out, scale, exact):
-    """The input element each of ``out`` output elements reads along a dim of size n."""
+def _nearest_index(n, out, scale, exact, shortcut=False):
+    """The input element each of ``out`` output elements reads along a dim of
+    size n; with ``shortcut``, element i when out == n and i // 2 when out == 2 * n."""
+    if shortcut and not exact and out in (n, 2 * n):
+        return np.arange(out) // (out // n)
     step = np.float32(1.0 / scale) if scale else np.float32(n) / np.float32(out)
     if exact:  # PyTorch forms (i + 0.5) * scale in double and floors it in float
         pos = ((np.arange(out) + 0.5) * np.float64(step)).astype(np.float32)
@@ -99,7 +104,10 @@ def _resample_dim(input, dim, n, out, scale, mode, align_corners):
         return input.index_select(dim, tensor(index, device=input.device))
 
     if mode in _NEAREST_MODES:
-        return take(_nearest_index(n, out, scale, mode == "nearest-exact"))
+        # PyTorch's 'nearest' kernel for 4-d input (forward and backward) copies a dim whose size is kept and halves
+        # the index of one whose size doubles; its 3-d and 5-d forwards do not (their backwards do, so that their
+        # gradients are not those of their results: ddpc's are).
+        return take(_nearest_index(n, out, scale, mode == "nearest-exact", shortcut=input.ndim == 4))
     real = np.float64 if input.dtype is float64 else np.float32
     if mode == "bicubic":
         taps, weights = _cubic_weights(n, out, scale, align_corners, real)
@@ -170,7 +178,8 @@ def _resample_dims(input, sizes, out, scales, mode, align_corners, every):
     size changes or (nearest modes) that have a scale factor."""
     for i, (n, o, s) in enumerate(zip(sizes, out, scales)):
         # A dim whose size is kept is a copy in PyTorch's linear modes whatever the scale, while its nearest modes
-        # still read element floor(i / scale_factor) (with no scale_factor they read element i).
+        # (but 'nearest' on 4-d input) still read element min(floor(i * float(1 / scale_factor)), n - 1), and with no
+        # scale_factor element i.
         if every or o != n or (mode in _NEAREST_MODES and s is not None):
             input = _resample_dim(input, 2 + i, n, int(o), s, mode, align_corners)
     return input

@@ -148,45 +148,84 @@ def clip_grad_value_(parameters, clip_value, foreach=None):
             g.clamp_(-c, c)
 
 
+class WeightNorm:
+    """The forward pre-hook of the older ``weight_norm``: sets ``<name>`` from
+    ``<name>_g`` and ``<name>_v``. An object of a module-level class, as
+    PyTorch's, so that a module holding it pickles and deep-copies."""
+
+    def __init__(self, name, dim):
+        self.name, self.dim = name, dim
+
+    def compute_weight(self, module):
+        from .parametrizations import _weight_norm
+
+        return _weight_norm(getattr(module, self.name + "_v"), getattr(module, self.name + "_g"), self.dim)
+
+    def __call__(self, module, inputs):
+        setattr(module, self.name, self.compute_weight(module))
+
+
+class SpectralNorm:
+    """The forward pre-hook of the older ``spectral_norm``: sets ``<name>`` to
+    ``<name>_orig`` / sigma after ``n_power_iterations`` power steps in
+    training mode (none in eval mode). A module-level class, as PyTorch's."""
+
+    def __init__(self, name, n_power_iterations, dim, eps):
+        self.name, self.n_power_iterations, self.dim, self.eps = name, n_power_iterations, dim, eps
+
+    def compute_weight(self, module, iterations):
+        """``<name>_orig`` / sigma after ``iterations`` power steps on the module's vectors."""
+        from .parametrizations import _as_matrix, _power_iteration, _sigma
+
+        weight, u, v = (getattr(module, self.name + suffix) for suffix in ("_orig", "_u", "_v"))
+        mat = _as_matrix(weight, self.dim)
+        # v = normalize(W^T u), then u = normalize(W v): the power step on W^T with the vectors' roles swapped
+        _power_iteration(mat.detach().t(), v, u, iterations, self.eps)
+        return weight / _sigma(mat, u, v)
+
+    def __call__(self, module, inputs):
+        setattr(module, self.name, self.compute_weight(module, self.n_power_iterations if module.training else 0))
+
+
+def _norm_hook(module, kind, name):
+    """The id under which ``module`` holds its ``kind`` forward pre-hook for ``name``, or None."""
+    return next((key for key, (hook, _) in module._forward_pre_hooks.items()
+                 if isinstance(hook, kind) and hook.name == name), None)
+
+
 def weight_norm(module, name="weight", dim=0):
     """The older form of ``parametrizations.weight_norm``: parameters
     ``<name>_g`` and ``<name>_v``, and ``<name>`` recomputed from them by a
-    forward pre-hook before every forward. ``remove_weight_norm`` undoes it."""
+    ``WeightNorm`` forward pre-hook before every forward. ``remove_weight_norm``
+    undoes it."""
     from ..modules import Parameter
-    from .parametrizations import _weight_norm, _WeightNorm
+    from .parametrizations import _WeightNorm
 
-    hooks = module.__dict__.setdefault("_weight_norm_hooks", {})
-    if name in hooks:
+    if _norm_hook(module, WeightNorm, name) is not None:
         raise RuntimeError(f"cannot register two weight_norm hooks on the same parameter {name}")
     weight = module._parameters.get(name)
     if weight is None:
         raise ValueError(f"module {type(module).__name__} has no parameter named {name!r}")
-    dim = -1 if dim is None else dim
-    g, v = _WeightNorm(dim).right_inverse(weight.detach())
+    hook = WeightNorm(name, -1 if dim is None else dim)
+    g, v = _WeightNorm(hook.dim).right_inverse(weight.detach())
     del module._parameters[name]
     module.register_parameter(name + "_g", Parameter(g))
     module.register_parameter(name + "_v", Parameter(weight.detach()))
-
-    def recompute(m, inputs):
-        setattr(m, name, _weight_norm(getattr(m, name + "_v"), getattr(m, name + "_g"), dim))
-
-    recompute(module, ())
-    hooks[name] = (module.register_forward_pre_hook(recompute), dim)
+    hook(module, ())
+    module.register_forward_pre_hook(hook)
     return module
 
 
 def remove_weight_norm(module, name="weight"):
     """Makes ``<name>`` a plain parameter again, holding its current value."""
     from ..modules import Parameter
-    from .parametrizations import _weight_norm
 
-    hooks = module.__dict__.get("_weight_norm_hooks", {})
-    if name not in hooks:
+    key = _norm_hook(module, WeightNorm, name)
+    if key is None:
         raise ValueError(f"weight_norm of {name!r} not found in {type(module).__name__}")
-    handle, dim = hooks.pop(name)
-    handle.remove()
+    hook, _ = module._forward_pre_hooks.pop(key)
     with autograd.no_grad():
-        weight = _weight_norm(getattr(module, name + "_v"), getattr(module, name + "_g"), dim)
+        weight = hook.compute_weight(module)
     del module._parameters[name + "_g"], module._parameters[name + "_v"]
     module.__dict__.pop(name, None)
     module.register_parameter(name, Parameter(weight.detach()))
@@ -196,17 +235,16 @@ def remove_weight_norm(module, name="weight"):
 def spectral_norm(module, name="weight", n_power_iterations=1, eps=1e-12, dim=None):
     """The older form of ``parametrizations.spectral_norm``: parameter
     ``<name>_orig``, buffers ``<name>_u`` and ``<name>_v``, and ``<name>`` =
-    W / sigma(W) recomputed by a forward pre-hook before every forward, with
-    ``n_power_iterations`` power steps in training mode (v first, as in
-    PyTorch's older form). ``dim`` (1 for transposed convolutions, else 0)
-    gives the rows of W as a matrix. ``remove_spectral_norm`` undoes it."""
+    W / sigma(W) recomputed by a ``SpectralNorm`` forward pre-hook before every
+    forward, with ``n_power_iterations`` power steps in training mode (v first,
+    as in PyTorch's older form). ``dim`` (1 for transposed convolutions, else
+    0) gives the rows of W as a matrix. ``remove_spectral_norm`` undoes it."""
     from ...tensor import randn
     from .. import functional as F
     from ..modules import ConvTranspose1d, ConvTranspose2d, ConvTranspose3d
     from .parametrizations import _as_matrix
 
-    hooks = module.__dict__.setdefault("_spectral_norm_hooks", {})
-    if name in hooks:
+    if _norm_hook(module, SpectralNorm, name) is not None:
         raise RuntimeError(f"Cannot register two spectral_norm hooks on the same parameter {name}")
     weight = module._parameters.get(name)
     if weight is None:
@@ -223,36 +261,20 @@ def spectral_norm(module, name="weight", n_power_iterations=1, eps=1e-12, dim=No
         module.register_buffer(name + suffix, F.normalize(randn(n, dtype=weight.dtype, device=weight.device), dim=0,
                                                           eps=eps))
     setattr(module, name, weight.detach())
-
-    def recompute(m, inputs):
-        setattr(m, name, _spectral_weight(m, name, dim, eps, n_power_iterations if m.training else 0))
-
-    hooks[name] = (module.register_forward_pre_hook(recompute), dim, eps)
+    module.register_forward_pre_hook(SpectralNorm(name, n_power_iterations, dim, eps))
     return module
-
-
-def _spectral_weight(module, name, dim, eps, iterations):
-    """``<name>_orig`` / sigma after ``iterations`` power steps on the module's vectors."""
-    from .parametrizations import _as_matrix, _power_iteration, _sigma
-
-    weight, u, v = (getattr(module, name + suffix) for suffix in ("_orig", "_u", "_v"))
-    mat = _as_matrix(weight, dim)
-    # v = normalize(W^T u), then u = normalize(W v): the power step on W^T with the vectors' roles swapped
-    _power_iteration(mat.detach().t(), v, u, iterations, eps)
-    return weight / _sigma(mat, u, v)
 
 
 def remove_spectral_norm(module, name="weight"):
     """Makes ``<name>`` a plain parameter again, holding its current value."""
     from ..modules import Parameter
 
-    hooks = module.__dict__.get("_spectral_norm_hooks", {})
-    if name not in hooks:
+    key = _norm_hook(module, SpectralNorm, name)
+    if key is None:
         raise ValueError(f"spectral_norm of {name!r} not found in {type(module).__name__}")
-    handle, dim, eps = hooks.pop(name)
-    handle.remove()
+    hook, _ = module._forward_pre_hooks.pop(key)
     with autograd.no_grad():
-        weight = _spectral_weight(module, name, dim, eps, 0)
+        weight = hook.compute_weight(module, 0)
     del module._parameters[name + "_orig"], module._buffers[name + "_u"], module._buffers[name + "_v"]
     module.__dict__.pop(name, None)
     module.register_parameter(name, Parameter(weight.detach()))
