@@ -880,6 +880,29 @@ def test_loss_modules_of_the_composed_losses():
         nn.TripletMarginLoss(margin=-1.0)
 
 
+def test_refusals_of_one_hot_data_and_calculate_gain_as_pytorch():
+    with pytest.raises(RuntimeError, match="LongTensor"):
+        F.one_hot(ddpc.tensor([0, 1], dtype=ddpc.int32))
+    p = ddpc.nn.Parameter(ddpc.zeros(2))
+    with pytest.raises(RuntimeError, match="must be floating point or complex dtype"):
+        ddpc.nn.utils.vector_to_parameters(ddpc.arange(2), [p])
+    assert p.dtype is ddpc.float32 and p.requires_grad
+    for param in (True, "x"):
+        with pytest.raises(ValueError, match="not a valid number"):
+            ddpc.nn.init.calculate_gain("leaky_relu", param)
+    assert ddpc.nn.init.calculate_gain("leaky_relu", 1) == 1.0
+
+
+def test_packed_sequence_casts_and_pins_its_data_only():
+    packed = ddpc.nn.utils.rnn.pack_sequence([ddpc.ones(3), ddpc.ones(2)], enforce_sorted=False)
+    for cast, dtype in (("double", ddpc.float64), ("half", ddpc.float16), ("long", ddpc.int64),
+                        ("int", ddpc.int32), ("byte", ddpc.uint8), ("float", ddpc.float32)):
+        out = getattr(packed, cast)()
+        assert type(out) is type(packed) and out.data.dtype is dtype and out.data.tolist() == [1] * 5
+        assert out.batch_sizes.tolist() == [2, 2, 1] and out.sorted_indices.tolist() == [0, 1]
+    assert not packed.is_pinned() and packed.pin_memory().data.tolist() == packed.data.tolist()
+
+
 def test_one_hot_normalize_and_pixel_layouts():
     idx = ddpc.tensor([[0, 3], [2, 1]])
     got = F.one_hot(idx)

@@ -547,6 +547,8 @@ class Tensor:
     def data(self, value):
         if not isinstance(value, Tensor):
             raise TypeError(f"data must be a ddpc.Tensor, got {type(value).__name__}")
+        if self.requires_grad and not (value.dtype.is_floating_point or value.dtype.is_complex):
+            raise RuntimeError("data set to a tensor that requires gradients must be floating point or complex dtype")
         self._buf = value._buf
 
     @property

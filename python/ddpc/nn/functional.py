@@ -893,10 +893,10 @@ def normalize(input, p=2.0, dim=1, eps=1e-12, out=None):
 
 
 def one_hot(tensor, num_classes=-1):
-    """An int64 tensor of tensor's shape plus a last dim of ``num_classes``
+    """An int64 tensor of int64 ``tensor``'s shape plus a last dim of ``num_classes``
     (the largest class + 1 when -1: read from the device), 1 at each class index."""
-    if not isinstance(tensor, Tensor) or tensor.dtype.is_floating_point:
-        raise DtypeError("one_hot is only applicable to index tensor of integer dtype")
+    if not isinstance(tensor, Tensor) or tensor.dtype is not _ag.int64:  # int64 only, as PyTorch's
+        raise DtypeError("one_hot is only applicable to index tensor of type LongTensor.")
     if tensor.numel():
         low, high = _ag._range_of(tensor)
         if low < 0:

@@ -64,7 +64,12 @@ def calculate_gain(nonlinearity, param=None):
     if nonlinearity == "relu":
         return math.sqrt(2.0)
     if nonlinearity == "leaky_relu":
-        slope = 0.01 if param is None else param
+        if param is None:
+            slope = 0.01
+        elif isinstance(param, (int, float)) and not isinstance(param, bool):
+            slope = param
+        else:  # as PyTorch's (True is no slope)
+            raise ValueError(f"negative_slope {param} not a valid number")
         return math.sqrt(2.0 / (1 + slope ** 2))
     raise ValueError(f"unsupported nonlinearity {nonlinearity!r}")
 

@@ -8,6 +8,7 @@ from collections import namedtuple
 
 import numpy as np
 
+from ... import _dtype
 from ...autograd import cat
 from ...tensor import Tensor, full, tensor
 
@@ -46,6 +47,32 @@ class PackedSequence(namedtuple("PackedSequence", ["data", "batch_sizes", "sorte
     @property
     def is_cuda(self):
         return self.data.is_cuda
+
+    def is_pinned(self):
+        return self.data.is_pinned()
+
+    def pin_memory(self):
+        """The same sequences with ``data`` in pinned host memory, as PyTorch's (the indices stay)."""
+        return type(self)(self.data.pin_memory(), self.batch_sizes, self.sorted_indices, self.unsorted_indices)
+
+    # The casts of Tensor, of ``data`` only, as PyTorch's.
+    def double(self):
+        return self.to(dtype=_dtype.float64)
+
+    def float(self):
+        return self.to(dtype=_dtype.float32)
+
+    def half(self):
+        return self.to(dtype=_dtype.float16)
+
+    def long(self):
+        return self.to(dtype=_dtype.int64)
+
+    def int(self):
+        return self.to(dtype=_dtype.int32)
+
+    def byte(self):
+        return self.to(dtype=_dtype.uint8)
 
 
 def _invert(perm):
