@@ -1191,7 +1191,8 @@ class DistributedDataParallel(Module, _GroupJoinable):
         after a forward that reduced gradients (and before the first), so that
         forwards under ``no_grad`` or ``no_sync`` after the first (evaluation,
         perhaps on one rank only) communicate nothing."""
-        return self.require_forward_param_sync and self.forward_sync_buffers and bool(self.modules_buffers)
+        return (self.require_forward_param_sync and self.forward_sync_buffers
+                and any(n not in self.parameters_to_ignore for n, _ in self.module.named_buffers()))
 
     @contextlib.contextmanager
     def no_sync(self):
