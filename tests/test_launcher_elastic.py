@@ -109,26 +109,25 @@ ALONE_WAITS = """
 """
 
 
-def test_two_agents_of_one_to_three_form_a_world_of_two(agents):
-    job = agents(before=ALONE_WAITS)
+def two_agents_form_a_world_of_two(job):
+    """Starts two agents of ``job``; their results, each agent's rank and worker checked."""
     job.start()
     job.start()
     results = job.finish()
     assert [r[0] for r in results] == [0, 0], results
     assert worker_lines(results) == ["W rank=0 world=2 group=0/2 role=0 restart=0/0 sum=2.0",
                                      "W rank=1 world=2 group=1/2 role=1 restart=0/0 sum=2.0"]
+    return results
+
+
+def test_two_agents_of_one_to_three_form_a_world_of_two(agents):
+    results = two_agents_form_a_world_of_two(agents(before=ALONE_WAITS))
     assert all("round 0 of rendezvous job" in err for _, _, err in results)
 
 
 def test_two_agents_of_a_c10d_job_of_two_nodes_get_their_node_ranks_from_the_rendezvous(agents):
     """As torchrun: --nnodes 2 --rdzv-backend c10d, no --node-rank."""
-    job = agents(nnodes="2", conf="join_timeout=15")
-    job.start()
-    job.start()
-    results = job.finish()
-    assert [r[0] for r in results] == [0, 0], results
-    assert worker_lines(results) == ["W rank=0 world=2 group=0/2 role=0 restart=0/0 sum=2.0",
-                                     "W rank=1 world=2 group=1/2 role=1 restart=0/0 sum=2.0"]
+    two_agents_form_a_world_of_two(agents(nnodes="2", conf="join_timeout=15"))
 
 
 def test_which_launches_meet_in_the_rendezvous():
