@@ -248,6 +248,14 @@ def test_forked_children_inherit_args_without_tensors_unpickled(monkeypatch):
     assert dumped == []
 
 
+def test_a_tensor_a_numpy_array_views_is_sent_as_a_copy_with_a_warning():
+    t = ddpc.zeros(2)
+    view = t.numpy()  # its memory can't move into shared memory while the array views it
+    with pytest.warns(RuntimeWarning, match="sent to another process as a copy"):
+        ddpc.spawn(_write_rank, args=(t,), nprocs=2, start_method="fork")
+    assert t.tolist() == [0, 0] and not t.is_shared() and view.tolist() == [0, 0]  # the children wrote copies
+
+
 def _send_and_exit(queue, keep):
     t = ddpc.arange(5, dtype=ddpc.int32).share_memory_()
     keep.append(t)  # alive until this process ends: released at its exit, not freed

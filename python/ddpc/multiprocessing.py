@@ -17,7 +17,9 @@ shared memory by inheriting the mapping, and has a copy of anything else. A
 non-leaf tensor that requires grad is refused, as in PyTorch.
 
 Where ddpc differs: a cuda tensor is pickled with its data, so the receiver
-gets a copy (PyTorch passes CUDA IPC handles), and so is an instance of a
+gets a copy (PyTorch passes CUDA IPC handles), and so, with a warning, is a
+cpu tensor whose memory a numpy array views (its memory can't move; PyTorch
+moves it, leaving the array on freed memory), and so is an instance of a
 Tensor subclass other than Parameter. ``spawn`` also fills in, where the
 parent has not set them, the variables ``init_process_group()`` reads, as
 ``ddpc.spawn`` does. Plain ``pickle`` and ``copy.deepcopy`` copy tensors,
@@ -40,6 +42,7 @@ names, has no ddpc equivalent, so both names mean the segments above.
 
 import io
 import multiprocessing as _mp
+import warnings
 from multiprocessing import reduction as _reduction
 from multiprocessing import util as _util
 
@@ -71,11 +74,18 @@ def _reduce_tensor(t):
     """How multiprocessing pickles a Tensor (and, through its own reduction, a
     Parameter), as PyTorch's reduction does: a cpu tensor's storage moves into
     shared memory in place (every tensor viewing it follows) and the tensor is
-    sent by its segment's name; a cuda tensor is sent with its data."""
+    sent by its segment's name; a cuda tensor is sent with its data, and so,
+    with a warning, is one whose memory a numpy array (or another consumer
+    of its address) views, which can't move (see Tensor.share_memory_)."""
     _check_sendable(t)
     if t.is_cuda:
         return t.__reduce__()
-    t.share_memory_()
+    try:
+        t.share_memory_()
+    except BufferError as e:
+        warnings.warn(f"ddpc.multiprocessing: a tensor is sent to another process as a copy, so that process's "
+                      f"writes into it will not show in this one: {e}", RuntimeWarning, stacklevel=2)
+        return t.__reduce__()
     name, offset = t._buf.send_shared()
     return _rebuild_shared_tensor, (name, offset, t.shape, t.dtype.name, t.requires_grad)
 
