@@ -529,10 +529,88 @@ ddpc_status ddpc_shared_release_all(void) {
     return st;
 }
 
+/* ---- cached host memory --------------------------------------------------------- */
+
+/* Freed host blocks of 1 MiB and more are kept for reuse, up to
+ * DDPC_HOST_CACHE_MB (256 MiB unless set; 0 turns the cache off). A fresh
+ * block of that size comes from mmap, and its first write faults in each
+ * page, a microsecond or more apiece: a step that allocates a few
+ * activations of several MB each spent most of its time in the kernel.
+ * glibc keeps one freed large block in its heap, but trims the heap when
+ * two or more are freed together. Under AddressSanitizer nothing is cached,
+ * so a use after free is still caught. A forked child keeps the cached
+ * blocks: they are its own copies. */
+#define HOST_CACHE_MIN ((size_t)1 << 20)
+#define HOST_CACHE_DEFAULT_MB 256
+
+#if defined(__SANITIZE_ADDRESS__)
+#define HOST_CACHE_OFF 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define HOST_CACHE_OFF 1
+#endif
+#endif
+
+static ddpc_status host_page_alloc_(size_t nbytes, void **ptr) { return host_alloc_(nbytes, PAGE_ALIGN, ptr); }
+
+static pthread_mutex_t host_mu_ = PTHREAD_MUTEX_INITIALIZER;
+static ddpc_pool host_pool_ = {host_page_alloc_, free, 0, NULL, 0};
+static pthread_once_t host_once_ = PTHREAD_ONCE_INIT;
+
+static void host_lock_(void) { pthread_mutex_lock(&host_mu_); }
+static void host_unlock_(void) { pthread_mutex_unlock(&host_mu_); }
+
+/* The limit from the environment, read once; fork handlers keep the lock usable in a child. */
+static void host_cache_init_(void) {
+#ifndef HOST_CACHE_OFF
+    size_t mb = HOST_CACHE_DEFAULT_MB;
+    const char *env = getenv("DDPC_HOST_CACHE_MB");
+    if (env && *env) {
+        char *end;
+        errno = 0;
+        unsigned long long v = strtoull(env, &end, 10);
+        if (errno == 0 && *end == '\0' && v <= SIZE_MAX >> 20) mb = (size_t)v;
+    }
+    host_pool_.limit = mb << 20;
+#endif
+    (void)pthread_atfork(host_lock_, host_unlock_, host_unlock_);
+}
+
+static ddpc_status host_cached_get_(size_t nbytes, ddpc_block **out) {
+    pthread_once(&host_once_, host_cache_init_);
+    host_lock_();
+    ddpc_status st = ddpc_pool_get(&host_pool_, nbytes, out);
+    host_unlock_();
+    if (st == DDPC_OK) (*out)->kind = DDPC_MEM_HOST_CACHED;
+    return st;
+}
+
+static void host_cached_put_(ddpc_block *b) {
+    host_lock_();
+    ddpc_pool_put(&host_pool_, b);
+    host_unlock_();
+}
+
+size_t ddpc_host_empty_cache(void) {
+    pthread_once(&host_once_, host_cache_init_);
+    host_lock_();
+    size_t freed = ddpc_pool_release(&host_pool_);
+    host_unlock_();
+    return freed;
+}
+
+void ddpc_host_cache_info(size_t *cached, size_t *limit) {
+    pthread_once(&host_once_, host_cache_init_);
+    host_lock_();
+    *cached = host_pool_.cached_bytes, *limit = host_pool_.limit;
+    host_unlock_();
+}
+
 ddpc_status ddpc_alloc(int device, size_t nbytes, int pinned, ddpc_block **out) {
     *out = NULL;
     if (device != DDPC_CPU) return device_alloc_(device, nbytes, out);
     if (pinned && ddpc_cuda_device_count() > 0) return pinned_get_(nbytes, out);
+    if (nbytes >= HOST_CACHE_MIN) return host_cached_get_(nbytes, out);
     ddpc_block *b = calloc(1, sizeof *b);
     if (!b) return DDPC_ERROR(DDPC_ERR_OOM, "out of host memory for a block header");
     b->device = DDPC_CPU;
@@ -560,6 +638,9 @@ ddpc_status ddpc_free(ddpc_block *b) {
     case DDPC_MEM_PINNED:
         forget_use_(b); /* waits for the last copy out of it: the block may be handed out again */
         pinned_put_(b);
+        return DDPC_OK;
+    case DDPC_MEM_HOST_CACHED:
+        host_cached_put_(b);
         return DDPC_OK;
     case DDPC_MEM_HOST:
         free(b->ptr);

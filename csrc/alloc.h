@@ -11,7 +11,8 @@
 
 #include "common.h"
 
-typedef enum { DDPC_MEM_HOST = 0, DDPC_MEM_PINNED, DDPC_MEM_DEVICE, DDPC_MEM_SHARED } ddpc_mem_kind;
+/* DDPC_MEM_HOST_CACHED: host memory of 1 MiB or more, which goes back to a cache when freed (alloc.c). */
+typedef enum { DDPC_MEM_HOST = 0, DDPC_MEM_PINNED, DDPC_MEM_DEVICE, DDPC_MEM_SHARED, DDPC_MEM_HOST_CACHED } ddpc_mem_kind;
 
 typedef struct ddpc_block {
     void *ptr;
@@ -64,6 +65,10 @@ int ddpc_block_busy(ddpc_block *block);
 /* Freed pinned blocks are cached for reuse (alloc.c); this frees the cached
  * ones and returns how many bytes that was. */
 size_t ddpc_pinned_empty_cache(void);
+/* The same for freed host blocks of 1 MiB and more. */
+size_t ddpc_host_empty_cache(void);
+/* The bytes the host cache holds now, and the most it may hold. */
+void ddpc_host_cache_info(size_t *cached, size_t *limit);
 
 typedef struct {
     size_t allocated;  /* bytes in blocks handed out */

@@ -212,6 +212,22 @@ static PyObject *py_cuda_host_empty_cache(PyObject *m, PyObject *unused) {
     return PyLong_FromSize_t(freed);
 }
 
+static PyObject *py_host_empty_cache(PyObject *m, PyObject *unused) {
+    (void)m, (void)unused;
+    size_t freed;
+    Py_BEGIN_ALLOW_THREADS
+    freed = ddpc_host_empty_cache();
+    Py_END_ALLOW_THREADS
+    return PyLong_FromSize_t(freed);
+}
+
+static PyObject *py_host_cache_info(PyObject *m, PyObject *unused) {
+    (void)m, (void)unused;
+    size_t cached, limit;
+    ddpc_host_cache_info(&cached, &limit);
+    return Py_BuildValue("(nn)", (Py_ssize_t)cached, (Py_ssize_t)limit);
+}
+
 static PyObject *py_cuda_reset_peak_memory(PyObject *m, PyObject *arg) {
     (void)m;
     int device = PyLong_AsLong(arg);
@@ -405,6 +421,10 @@ static PyMethodDef module_methods[] = {
     {"cuda_empty_cache", py_cuda_empty_cache, METH_O, "return cached device blocks to the driver"},
     {"cuda_host_empty_cache", py_cuda_host_empty_cache, METH_NOARGS,
      "free the cached pinned host blocks; returns how many bytes that was"},
+    {"host_empty_cache", py_host_empty_cache, METH_NOARGS,
+     "host_empty_cache() -> bytes: frees the cached host blocks of 1 MiB and more"},
+    {"host_cache_info", py_host_cache_info, METH_NOARGS,
+     "host_cache_info() -> (cached bytes, limit): the host block cache (DDPC_HOST_CACHE_MB)"},
     {"cuda_reset_peak_memory", py_cuda_reset_peak_memory, METH_O, "start a GPU's peak_allocated and peak_reserved from now"},
     {"cuda_mem_info", py_cuda_mem_info, METH_O, "(free, total) bytes of a GPU, as the driver reports them"},
     {"cuda_event_create", py_cuda_event_create, METH_VARARGS, "cuda_event_create(device, timing): a new event"},
