@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdarg.h>
 
+#include "fastmath.h"
 #include "kernels.h"
 #include "module.h"
 #include "parallel.h"
@@ -261,6 +262,41 @@ ddpc_status ddpc_op_copy(ddpc_buffer *dst, const ddpc_buffer *src, int non_block
 #endif
 }
 
+/* The common host casts in one pass the compiler vectorises (the general
+ * loops below go through a chunk of doubles or int64s): to and between the
+ * float dtypes, and floats to bool (v != 0, so NaN is true, as in PyTorch).
+ * Returns 0 for a pair it does not take. */
+#define CAST_PAIR(S, D) ((int)(S) * 64 + (int)(D))
+#define CAST_DIRECT(TS, TD, EXPR)                                                  \
+    do {                                                                           \
+        const TS *s_ = src->data;                                                  \
+        TD *d_ = dst->data;                                                        \
+        for (int64_t i = 0; i < n; i++) {                                          \
+            TS v = s_[i];                                                          \
+            d_[i] = (EXPR);                                                        \
+        }                                                                          \
+        return 1;                                                                  \
+    } while (0)
+
+static DDPC_ROW_TARGETS int cast_direct_(ddpc_buffer *dst, const ddpc_buffer *src) {
+    const int64_t n = dst->numel;
+    switch (CAST_PAIR(src->dtype, dst->dtype)) {
+    case CAST_PAIR(DDPC_FLOAT32, DDPC_FLOAT64): CAST_DIRECT(float, double, (double)v);
+    case CAST_PAIR(DDPC_FLOAT64, DDPC_FLOAT32): CAST_DIRECT(double, float, (float)v);
+    case CAST_PAIR(DDPC_FLOAT32, DDPC_BOOL): CAST_DIRECT(float, uint8_t, (uint8_t)(v != 0));
+    case CAST_PAIR(DDPC_FLOAT64, DDPC_BOOL): CAST_DIRECT(double, uint8_t, (uint8_t)(v != 0));
+    case CAST_PAIR(DDPC_INT64, DDPC_FLOAT32): CAST_DIRECT(int64_t, float, (float)v);
+    case CAST_PAIR(DDPC_INT64, DDPC_FLOAT64): CAST_DIRECT(int64_t, double, (double)v);
+    case CAST_PAIR(DDPC_INT32, DDPC_FLOAT32): CAST_DIRECT(int32_t, float, (float)v);
+    case CAST_PAIR(DDPC_INT32, DDPC_FLOAT64): CAST_DIRECT(int32_t, double, (double)v);
+    case CAST_PAIR(DDPC_UINT8, DDPC_FLOAT32): case CAST_PAIR(DDPC_BOOL, DDPC_FLOAT32):
+        CAST_DIRECT(uint8_t, float, (float)v);
+    case CAST_PAIR(DDPC_UINT8, DDPC_FLOAT64): case CAST_PAIR(DDPC_BOOL, DDPC_FLOAT64):
+        CAST_DIRECT(uint8_t, double, (double)v);
+    default: return 0;
+    }
+}
+
 ddpc_status ddpc_op_cast(ddpc_buffer *dst, const ddpc_buffer *src) {
     CHECK(check_writable_(dst, "cast"));
     CHECK(check_pair_(dst, src, "cast", 0, 1));
@@ -283,6 +319,7 @@ ddpc_status ddpc_op_cast(ddpc_buffer *dst, const ddpc_buffer *src) {
         }
         return DDPC_OK;
     }
+    if (cast_direct_(dst, src)) return DDPC_OK;
     int ints = !ddpc_dtype_is_float(dst->dtype) && !ddpc_dtype_is_float(src->dtype);
     for (int64_t i = 0; i < dst->numel; i += CHUNK) {
         int64_t n = dst->numel - i < CHUNK ? dst->numel - i : CHUNK;
@@ -453,6 +490,21 @@ ddpc_status ddpc_op_scalar(ddpc_binary_op op, ddpc_buffer *out, const ddpc_buffe
     return DDPC_OK;
 }
 
+#define SUM_LANES 16
+#define SUM_IN_LANES(T, x, n)                                                      \
+    do {                                                                           \
+        double acc_[SUM_LANES] = {0}, s_ = 0;                                      \
+        int64_t i_ = 0;                                                            \
+        for (; i_ + SUM_LANES <= (n); i_ += SUM_LANES)                             \
+            for (int k_ = 0; k_ < SUM_LANES; k_++) acc_[k_] += (double)(x)[i_ + k_]; \
+        for (; i_ < (n); i_++) s_ += (double)(x)[i_];                              \
+        for (int k_ = 0; k_ < SUM_LANES; k_++) s_ += acc_[k_];                     \
+        return s_;                                                                 \
+    } while (0)
+
+DDPC_ROW_TARGETS double ddpc_sum_f32(const float *x, int64_t n) { SUM_IN_LANES(float, x, n); }
+DDPC_ROW_TARGETS double ddpc_sum_f64(const double *x, int64_t n) { SUM_IN_LANES(double, x, n); }
+
 /* The CUDA path: CUB's reduction over the whole GPU in stream-ordered scratch. */
 static ddpc_status sum_cuda_(ddpc_buffer *out, const ddpc_buffer *a) {
 #ifdef DDPC_WITH_CUDA
@@ -497,15 +549,16 @@ ddpc_status ddpc_op_sum(ddpc_buffer *out, const ddpc_buffer *a) {
         *(int64_t *)out->data = (int64_t)acc;
         return DDPC_OK;
     }
-    /* Double accumulation in blocks: accurate for float32 sums of any length. */
+    /* Double accumulation: accurate for float32 sums of any length. */
     double acc = 0, t[CHUNK];
-    for (int64_t i = 0; i < a->numel; i += CHUNK) {
-        int64_t m = a->numel - i < CHUNK ? a->numel - i : CHUNK;
-        load_f64_(a->data, a->dtype, i, m, t);
-        double part = 0;
-        for (int64_t j = 0; j < m; j++) part += t[j];
-        acc += part;
-    }
+    if (a->dtype == DDPC_FLOAT32) acc = ddpc_sum_f32(a->data, a->numel);
+    else if (a->dtype == DDPC_FLOAT64) acc = ddpc_sum_f64(a->data, a->numel);
+    else
+        for (int64_t i = 0; i < a->numel; i += CHUNK) {
+            int64_t m = a->numel - i < CHUNK ? a->numel - i : CHUNK;
+            load_f64_(a->data, a->dtype, i, m, t);
+            acc += ddpc_sum_f64(t, m);
+        }
     store_f64_(out->data, out->dtype, 0, 1, &acc);
     return DDPC_OK;
 }

@@ -144,6 +144,10 @@ ddpc_status ddpc_op_binary(ddpc_binary_op op, ddpc_buffer *out, const ddpc_buffe
 ddpc_status ddpc_op_scalar(ddpc_binary_op op, ddpc_buffer *out, const ddpc_buffer *a, double s);
 /* out (one element; float dtypes keep theirs, integers give int64) = sum of a. */
 ddpc_status ddpc_op_sum(ddpc_buffer *out, const ddpc_buffer *a);
+/* Host sums of n values in double, in lanes the compiler vectorises (a
+ * single running sum waits out each addition's latency). */
+double ddpc_sum_f32(const float *x, int64_t n);
+double ddpc_sum_f64(const double *x, int64_t n);
 /* out = x with NaN, +inf and -inf replaced by nan, posinf and neginf (each
  * rounded to the dtype once); float dtypes, one pass. */
 ddpc_status ddpc_op_nan_to_num(ddpc_buffer *out, const ddpc_buffer *x, double nan, double posinf, double neginf);

@@ -135,7 +135,13 @@ static DDPC_ROW_TARGETS void unary_range_(void *ctx, int64_t lo, int64_t hi) {
         case DDPC_SIGMOID: for (int64_t i = 0; i < n; i++) o[i] = SIGMOID_T(T, a[i]); break;
         case DDPC_EXP: for (int64_t i = 0; i < n; i++) o[i] = EXP_T(T, a[i]); break;
         case DDPC_LOG: for (int64_t i = 0; i < n; i++) o[i] = LOG_T(T, a[i]); break;
-        case DDPC_POW: for (int64_t i = 0; i < n; i++) o[i] = DDPC_POW_NUMBER(T, a[i], pt); break;
+        case DDPC_POW: /* DDPC_POW_NUMBER's products in loops of their own, which vectorise */
+            if (pt == (T)2) for (int64_t i = 0; i < n; i++) o[i] = a[i] * a[i];
+            else if (pt == (T)3) for (int64_t i = 0; i < n; i++) o[i] = a[i] * a[i] * a[i];
+            else if (pt == (T)-1) for (int64_t i = 0; i < n; i++) o[i] = (T)1 / a[i];
+            else if (pt == (T)0.5) for (int64_t i = 0; i < n; i++) o[i] = (T)sqrt(a[i]);
+            else for (int64_t i = 0; i < n; i++) o[i] = DDPC_POW_NUMBER(T, a[i], pt);
+            break;
         case DDPC_LEAKY_RELU: for (int64_t i = 0; i < n; i++) o[i] = a[i] > 0 ? a[i] : a[i] * pt; break;
         case DDPC_ELU: for (int64_t i = 0; i < n; i++) o[i] = a[i] <= 0 ? EXPM1_T(T, a[i]) * pt : a[i]; break;
         case DDPC_SILU: for (int64_t i = 0; i < n; i++) o[i] = SIGMOID_TIMES_T(T, a[i], a[i]); break;
@@ -274,7 +280,8 @@ static DDPC_ROW_TARGETS void unary_backward_range_(void *ctx, int64_t lo, int64_
         case DDPC_EXP: for (int64_t i = 0; i < n; i++) o[i] = g[i] * s[i]; break;
         case DDPC_LOG: for (int64_t i = 0; i < n; i++) o[i] = g[i] / s[i]; break;
         case DDPC_POW:
-            for (int64_t i = 0; i < n; i++) o[i] = pt == 0 ? (T)0 : g[i] * pt * DDPC_POW_NUMBER(T, s[i], pt - (T)1);
+            if (pt == (T)2) for (int64_t i = 0; i < n; i++) o[i] = g[i] * pt * s[i];
+            else for (int64_t i = 0; i < n; i++) o[i] = pt == 0 ? (T)0 : g[i] * pt * DDPC_POW_NUMBER(T, s[i], pt - (T)1);
             break;
         case DDPC_LEAKY_RELU: for (int64_t i = 0; i < n; i++) o[i] = s[i] > 0 ? g[i] : g[i] * pt; break;
         case DDPC_ELU: for (int64_t i = 0; i < n; i++) o[i] = s[i] <= 0 ? g[i] * pt * EXP_T(T, s[i]) : g[i]; break;
@@ -432,6 +439,11 @@ ddpc_status ddpc_op_binary_rows(ddpc_binary_op op, ddpc_buffer *out, const ddpc_
     if (out->device != DDPC_CPU)
         DDPC_LAUNCH(out->device, ddpc_k_binary_rows(op, out->data, a->data, row->data, out->dtype, total, n, stream));
     int64_t rows = total / n;
+    if (n == 1) { /* one value for every element: the scalar loop, not a loop per element */
+        double v = 0;
+        DDPC_REAL_TYPES(out->dtype, v = (double)*(const T *)row->data);
+        if (ddpc_dtype_is_float(out->dtype) || fabs(v) <= 9007199254740992.0) return ddpc_op_scalar(op, out, a, v);
+    }
     DDPC_REAL_TYPES(out->dtype, ROWS_LOOP(T));
     return DDPC_OK;
 }
@@ -671,30 +683,115 @@ ddpc_status ddpc_op_sum_dim(ddpc_buffer *out, const ddpc_buffer *a, int dim) {
     if (out->numel == 0) return DDPC_OK;
     if (out->device != DDPC_CPU)
         DDPC_LAUNCH(out->device, ddpc_k_sum_dim(out->data, a->data, out->dtype, outer, len, inner, stream));
+    if (inner == 1 && ddpc_dtype_is_float(out->dtype)) { /* contiguous rows: each summed in lanes */
+        DDPC_FLOAT_TYPES(out->dtype, {
+            T *o = out->data;
+            const T *x = a->data;
+            for (int64_t r = 0; r < outer; r++)
+                o[r] = (T)(sizeof(T) == 4 ? ddpc_sum_f32((const float *)x + r * len, len)
+                                          : ddpc_sum_f64((const double *)x + r * len, len));
+        });
+        return DDPC_OK;
+    }
     if (out->dtype == DDPC_INT64) SUM_DIM_LOOP(int64_t, uint64_t, out->data, a->data, outer, len, inner);
     else DDPC_FLOAT_TYPES(out->dtype, SUM_DIM_LOOP(T, double, out->data, a->data, outer, len, inner));
     return DDPC_OK;
 }
 
-/* `v != v` holds for a NaN only (never for integers). */
-#define EXTREME_LOOP(T)                                                            \
+/* `v != v` holds for a NaN only (never for integers). The first NaN wins,
+ * else the first of the largest (smallest) values. A contiguous float row
+ * is read once in vectors (GCC's vector extensions: the loop vectoriser
+ * does not take a select between a value and a running choice), each lane
+ * keeping its choice and where it took it; the lanes are then merged, and
+ * the tail read one by one. Along an inner dim, a chunk of columns at a
+ * time keeps the running choices, so the reads are contiguous. */
+#define EXTREME_CHUNK 256
+#define EXTREME_BETTER(v, b) (max_ ? (v) > (b) : (v) < (b))
+#define EXTREME_TAKES(v, b) ((b) == (b) && ((v) != (v) || EXTREME_BETTER(v, b)))
+#define EXTREME_VECS 4
+typedef float extreme_f32v_ __attribute__((vector_size(32)));
+typedef int32_t extreme_i32v_ __attribute__((vector_size(32)));
+typedef double extreme_f64v_ __attribute__((vector_size(32)));
+typedef int64_t extreme_i64v_ __attribute__((vector_size(32)));
+
+/* The row x[0 .. n) (n >= 1, n < 2^31 for float) into OUT_V and OUT_AT. */
+#define VEC_EXTREME(T, VF, VI, IT, x, n, OUT_V, OUT_AT)                            \
     do {                                                                           \
+        enum { W_ = (int)(sizeof(VF) / sizeof(T)) };                               \
+        VF a_[EXTREME_VECS];                                                       \
+        VI at_[EXTREME_VECS], iota_;                                               \
+        for (int k_ = 0; k_ < W_; k_++) iota_[k_] = (IT)k_;                        \
+        for (int j_ = 0; j_ < EXTREME_VECS; j_++)                                  \
+            for (int k_ = 0; k_ < W_; k_++) a_[j_][k_] = (x)[0], at_[j_][k_] = 0;  \
+        int64_t l_ = 0;                                                            \
+        for (; l_ + EXTREME_VECS * W_ <= (n); l_ += EXTREME_VECS * W_)             \
+            for (int j_ = 0; j_ < EXTREME_VECS; j_++) {                            \
+                VF v_;                                                             \
+                memcpy(&v_, (x) + l_ + j_ * W_, sizeof v_);                        \
+                VI m_ = (a_[j_] == a_[j_]) & ((v_ != v_) | (max_ ? v_ > a_[j_] : v_ < a_[j_])); \
+                a_[j_] = (VF)(((VI)v_ & m_) | ((VI)a_[j_] & ~m_));                 \
+                at_[j_] = ((iota_ + (IT)(l_ + j_ * W_)) & m_) | (at_[j_] & ~m_);   \
+            }                                                                      \
+        T b_ = (x)[0];                                                             \
+        int64_t bi_ = 0;                                                           \
+        for (int j_ = 0; j_ < EXTREME_VECS; j_++)                                  \
+            for (int k_ = 0; k_ < W_; k_++) {                                      \
+                T v_ = a_[j_][k_];                                                 \
+                int64_t i_ = (int64_t)at_[j_][k_];                                 \
+                int same_ = v_ != v_ ? b_ != b_ : v_ == b_;                        \
+                if (EXTREME_TAKES(v_, b_) || (same_ && i_ < bi_)) b_ = v_, bi_ = i_; \
+            }                                                                      \
+        for (; l_ < (n); l_++)                                                     \
+            if (EXTREME_TAKES((x)[l_], b_)) b_ = (x)[l_], bi_ = l_;                \
+        (OUT_V) = b_, (OUT_AT) = bi_;                                              \
+    } while (0)
+
+#define EXTREME_LOOP(T, WANT_MAX)                                                  \
+    do {                                                                           \
+        const int max_ = (WANT_MAX);                                               \
         const T *x_ = (const T *)a->data;                                          \
         T *v_ = (T *)values->data;                                                 \
         int64_t *ix_ = (int64_t *)indices->data;                                   \
-        for (int64_t o = 0; o < outer; o++)                                        \
-            for (int64_t i = 0; i < inner; i++) {                                  \
-                const T *src = x_ + o * len * inner + i;                           \
-                T best = src[0];                                                   \
+        for (int64_t o = 0; o < outer; o++) {                                      \
+            const T *row = x_ + o * len * inner;                                   \
+            if (inner == 1) {                                                      \
+                T best = row[0];                                                   \
                 int64_t at = 0;                                                    \
-                for (int64_t l = 1; l < len && best == best; l++) {                \
-                    T v = src[l * inner];                                          \
-                    if (v != v || (want_max ? v > best : v < best)) best = v, at = l; \
-                }                                                                  \
-                v_[o * inner + i] = best;                                          \
-                ix_[o * inner + i] = at;                                           \
+                if (sizeof(T) == 4 && ddpc_dtype_is_float(a->dtype) && len < INT32_MAX) \
+                    VEC_EXTREME(float, extreme_f32v_, extreme_i32v_, int32_t, (const float *)row, len, best, at); \
+                else if (sizeof(T) == 8 && ddpc_dtype_is_float(a->dtype))          \
+                    VEC_EXTREME(double, extreme_f64v_, extreme_i64v_, int64_t, (const double *)row, len, best, at); \
+                else                                                               \
+                    for (int64_t l = 1; l < len; l++)                              \
+                        if (EXTREME_TAKES(row[l], best)) best = row[l], at = l;    \
+                v_[o] = best;                                                      \
+                ix_[o] = at;                                                       \
+                continue;                                                          \
             }                                                                      \
+            for (int64_t i0 = 0; i0 < inner; i0 += EXTREME_CHUNK) {                \
+                int64_t m = inner - i0 < EXTREME_CHUNK ? inner - i0 : EXTREME_CHUNK; \
+                T best[EXTREME_CHUNK];                                             \
+                int64_t at[EXTREME_CHUNK] = {0};                                   \
+                for (int64_t i = 0; i < m; i++) best[i] = row[i0 + i];             \
+                for (int64_t l = 1; l < len; l++) {                                \
+                    const T *src = row + l * inner + i0;                           \
+                    for (int64_t i = 0; i < m; i++) {                              \
+                        T v = src[i], b = best[i];                                 \
+                        int take = EXTREME_TAKES(v, b);                            \
+                        best[i] = take ? v : b;                                    \
+                        at[i] = take ? l : at[i];                                  \
+                    }                                                              \
+                }                                                                  \
+                for (int64_t i = 0; i < m; i++) v_[o * inner + i0 + i] = best[i], ix_[o * inner + i0 + i] = at[i]; \
+            }                                                                      \
+        }                                                                          \
     } while (0)
+
+static DDPC_ROW_TARGETS void extreme_loop_(ddpc_buffer *values, ddpc_buffer *indices, const ddpc_buffer *a,
+                                           int64_t outer, int64_t len, int64_t inner, int want_max) {
+    if (want_max) DDPC_REAL_TYPES(a->dtype, EXTREME_LOOP(T, 1));
+    else DDPC_REAL_TYPES(a->dtype, EXTREME_LOOP(T, 0));
+}
 
 ddpc_status ddpc_op_extreme_dim(ddpc_buffer *values, ddpc_buffer *indices, const ddpc_buffer *a, int dim,
                                 int want_max) {
@@ -715,7 +812,7 @@ ddpc_status ddpc_op_extreme_dim(ddpc_buffer *values, ddpc_buffer *indices, const
     if (a->device != DDPC_CPU)
         DDPC_LAUNCH(a->device, ddpc_k_extreme_dim(values->data, indices->data, a->data, a->dtype, outer, len, inner,
                                                   want_max, stream));
-    DDPC_REAL_TYPES(a->dtype, EXTREME_LOOP(T));
+    extreme_loop_(values, indices, a, outer, len, inner, want_max);
     return DDPC_OK;
 }
 
@@ -903,8 +1000,8 @@ ddpc_status ddpc_op_layer_norm_backward(ddpc_buffer *gx, ddpc_buffer *gw, ddpc_b
             for (int64_t c0 = 0; c0 < C; c0 += TRANSPOSE_TILE) {                   \
                 int64_t r1 = r0 + TRANSPOSE_TILE < R ? r0 + TRANSPOSE_TILE : R;    \
                 int64_t c1 = c0 + TRANSPOSE_TILE < C ? c0 + TRANSPOSE_TILE : C;    \
-                for (int64_t r = r0; r < r1; r++)                                  \
-                    for (int64_t c = c0; c < c1; c++) o[c * R + r] = x[r * C + c]; \
+                for (int64_t c = c0; c < c1; c++) /* the writes run along a row */ \
+                    for (int64_t r = r0; r < r1; r++) o[c * R + r] = x[r * C + c]; \
             }                                                                      \
     } while (0)
 
@@ -1229,6 +1326,81 @@ static ddpc_status softmax_rows_(const ddpc_buffer *x, int64_t *rows, int64_t *c
     return DDPC_OK;
 }
 
+/* A float32 row of softmax (log-softmax with take_log) in lanes the
+ * compiler vectorises: the maximum, exp(x - max) by fastmath.h's exp with
+ * x - max carried exactly in two floats, their sum in double. Returns 0,
+ * writing nothing, for a row with a NaN or a maximum that is not finite,
+ * which the double loop below answers as it always has. */
+#define SOFTMAX_LANES 16
+static DDPC_ROW_TARGETS int softmax_row_f32_(float *o, const float *x, int64_t C, int take_log) {
+    const int max_ = 1;
+    float mx;
+    int64_t c;
+    if (C >= INT32_MAX) return 0;
+    VEC_EXTREME(float, extreme_f32v_, extreme_i32v_, int32_t, x, C, mx, c);
+    if (mx - mx != 0) return 0; /* NaN or infinite */
+    double acc[SOFTMAX_LANES] = {0}, sum = 0;
+    /* d + e = x - mx exactly (TwoSum; e is 0 where x is -inf), exp(d + e) = 2^n (1 + m). */
+#define SOFTMAX_EXP(v, out)                                                        \
+    do {                                                                           \
+        float d_ = (v) - mx, b_ = d_ - (v);                                        \
+        float e_ = ((v) - (d_ - b_)) + (-mx - b_);                                 \
+        int32_t n_;                                                                \
+        float m_ = ddpc_exp_reduce_f32_(d_, (v) == -INFINITY ? 0.0f : -e_, &n_);   \
+        (out) = ddpc_ldexp_f32_(m_ + 1.0f, n_);                                    \
+    } while (0)
+    for (c = 0; c + SOFTMAX_LANES <= C; c += SOFTMAX_LANES)
+        for (int k = 0; k < SOFTMAX_LANES; k++) {
+            float e;
+            SOFTMAX_EXP(x[c + k], e);
+            if (!take_log) o[c + k] = e;
+            acc[k] += (double)e;
+        }
+    for (; c < C; c++) {
+        float e;
+        SOFTMAX_EXP(x[c], e);
+        if (!take_log) o[c] = e;
+        sum += (double)e;
+    }
+#undef SOFTMAX_EXP
+    for (int k = 0; k < SOFTMAX_LANES; k++) sum += acc[k];
+    if (take_log) {
+        const double ls = log(sum);
+        for (c = 0; c < C; c++) o[c] = (float)(((double)x[c] - mx) - ls);
+    } else {
+        const double inv = 1.0 / sum;
+        for (c = 0; c < C; c++) o[c] = (float)((double)o[c] * inv);
+    }
+    return 1;
+}
+
+typedef struct {
+    void *out;
+    const void *x;
+    int64_t C;
+    int take_log;
+    ddpc_dtype dtype;
+} softmax_job_;
+
+static void softmax_rows_range_(void *ctx, int64_t lo, int64_t hi) {
+    const softmax_job_ *j = ctx;
+    const int64_t C = j->C;
+    DDPC_FLOAT_TYPES(j->dtype, {
+        for (int64_t r = lo; r < hi; r++) {
+            const T *xr = (const T *)j->x + r * C;
+            T *o = (T *)j->out + r * C;
+            if (sizeof(T) == 4 && softmax_row_f32_((float *)o, (const float *)xr, C, j->take_log)) continue;
+            double mx, ls;
+            ROW_LSE(T, xr, C, mx, ls);
+            if (j->take_log) {
+                for (int64_t c = 0; c < C; c++) o[c] = (T)(((double)xr[c] - mx) - ls);
+            } else {
+                for (int64_t c = 0; c < C; c++) o[c] = (T)exp(((double)xr[c] - mx) - ls);
+            }
+        }
+    });
+}
+
 ddpc_status ddpc_op_softmax(ddpc_buffer *out, const ddpc_buffer *x, int take_log) {
     CHECK(check_out_(out, "softmax"));
     CHECK(check_like_(out, x, out->numel, "softmax", "the input"));
@@ -1237,19 +1409,9 @@ ddpc_status ddpc_op_softmax(ddpc_buffer *out, const ddpc_buffer *x, int take_log
     if (R * C == 0) return DDPC_OK;
     if (out->device != DDPC_CPU)
         DDPC_LAUNCH(out->device, ddpc_k_softmax(out->data, x->data, R, C, take_log, out->dtype, stream));
-    DDPC_FLOAT_TYPES(out->dtype, {
-        for (int64_t r = 0; r < R; r++) {
-            const T *xr = (const T *)x->data + r * C;
-            T *o = (T *)out->data + r * C;
-            double mx, ls;
-            ROW_LSE(T, xr, C, mx, ls);
-            if (take_log) {
-                for (int64_t c = 0; c < C; c++) o[c] = (T)(((double)xr[c] - mx) - ls);
-            } else {
-                for (int64_t c = 0; c < C; c++) o[c] = (T)exp(((double)xr[c] - mx) - ls);
-            }
-        }
-    });
+    softmax_job_ job = {.out = out->data, .x = x->data, .C = C, .take_log = take_log, .dtype = out->dtype};
+    const int64_t grain = out->dtype == DDPC_FLOAT32 ? UNARY_VECTOR_GRAIN : UNARY_GRAIN; /* elements */
+    ddpc_parallel_for(R, (grain + C - 1) / C, softmax_rows_range_, &job);
     return DDPC_OK;
 }
 

@@ -101,11 +101,17 @@ static inline DDPC_HD int64_t ddpc_nextafter_int(int64_t a, int64_t b) { return 
 
 /* x ** p for a number p, x of the float type T, as PyTorch computes it: p =
  * 0.5 through sqrt and p = -0.5 through 1 / sqrt, so (-0) ** 0.5 is -0 and
- * (-inf) ** 0.5 NaN (C's pow gives +0 and +inf), every other p through pow.
- * A macro, so that sqrt and pow are the type's own (tgmath.h on the host,
- * the overloads in CUDA). */
-#define DDPC_POW_NUMBER(T, x, p) \
-    ((p) == (T)0.5 ? (T)sqrt(x) : ((p) == (T)-0.5 ? (T)1 / (T)sqrt(x) : (T)pow((x), (p))))
+ * (-inf) ** 0.5 NaN (C's pow gives +0 and +inf); p = 1, 2, 3 and -1 as
+ * products and a quotient (x * x is pow's correctly rounded square; x * x
+ * * x rounds twice, as PyTorch's cube), every other p through pow. A macro,
+ * so that sqrt and pow are the type's own (tgmath.h on the host, the
+ * overloads in CUDA); x is evaluated more than once. */
+#define DDPC_POW_NUMBER(T, x, p)                                                            \
+    ((p) == (T)2 ? (x) * (x)                                                                \
+     : (p) == (T)1 ? (T)(x)                                                                 \
+     : (p) == (T)3 ? (x) * (x) * (x)                                                        \
+     : (p) == (T)-1 ? (T)1 / (x)                                                            \
+     : (p) == (T)0.5 ? (T)sqrt(x) : ((p) == (T)-0.5 ? (T)1 / (T)sqrt(x) : (T)pow((x), (p))))
 
 /* log(exp(a) + exp(b)) without overflow or underflow: the larger plus
  * log1p of the smaller's share. An infinite larger value or a -inf smaller

@@ -1,0 +1,148 @@
+"""The host loops written in lanes and vectors (csrc/ops.c, csrc/ops_nn.c):
+sums, max/min with their indices, softmax and log-softmax, casts and the
+powers taken as products give what the plain loops gave, at every length
+around the vector widths and at the special values."""
+
+import math
+
+import numpy as np
+import pytest
+
+import ddpc
+
+LENGTHS = [1, 2, 7, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 1000, 4099]
+
+
+def _t(a):
+    return ddpc.tensor(a)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n", LENGTHS)
+def test_sums_match_an_exact_sum(dtype, n):
+    x = np.random.default_rng(n).standard_normal((3, n)).astype(dtype) * 1e3
+    exact = [math.fsum(map(float, row)) for row in x]
+    tol = 1e-6 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(ddpc.tensor(x).sum(1).numpy(), exact, rtol=tol, atol=tol * 1e3 * math.sqrt(n))
+    assert float(ddpc.tensor(x).sum()) == pytest.approx(math.fsum(map(float, x.ravel())), rel=tol, abs=tol * 1e3 * n)
+
+
+def test_sums_pass_on_nan_and_infinities():
+    x = np.ones(100, np.float32)
+    x[57] = np.nan
+    assert math.isnan(float(_t(x).sum()))
+    x[57] = np.inf
+    assert float(_t(x).sum()) == math.inf
+    x[3] = -np.inf
+    assert math.isnan(float(_t(x).sum()))
+
+
+def _first_extreme(row, want_max):
+    """The reference: the first NaN, else the first largest (smallest) value."""
+    best, at = row[0], 0
+    for i, v in enumerate(row):
+        if best != best:
+            break
+        if v != v or (v > best if want_max else v < best):
+            best, at = v, i
+    return best, at
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64, np.int32, np.uint8])
+@pytest.mark.parametrize("n", LENGTHS)
+def test_max_and_min_give_the_first_extreme(dtype, n):
+    rng = np.random.default_rng(n)
+    x = rng.integers(0, 5, (4, n)).astype(dtype)  # many ties
+    if np.dtype(dtype).kind == "f":
+        x[1, rng.integers(0, n)] = np.nan
+        x[2, n // 2] = np.nan
+        x[2, n - 1] = np.nan
+        x[3] = np.where(x[3] > 2, 0.0, -0.0).astype(dtype)
+    for want_max in (True, False):
+        res = (ddpc.max if want_max else ddpc.min)(_t(x), 1)
+        for r in range(4):
+            best, at = _first_extreme(list(x[r]), want_max)
+            assert int(res.indices[r]) == at, (r, want_max)
+            got = res.values.numpy()[r]
+            assert (got != got and best != best) or (got == best and np.signbit(got) == np.signbit(best))
+        # along a dim that is not the last (the chunked loop)
+        res = (ddpc.max if want_max else ddpc.min)(_t(np.ascontiguousarray(x.T)), 0)
+        assert [int(i) for i in res.indices] == [_first_extreme(list(x[r]), want_max)[1] for r in range(4)]
+
+
+def test_max_of_all_elements_and_argmax():
+    x = np.random.default_rng(0).standard_normal(100003).astype(np.float32)
+    x[77777] = 10.0
+    x[99999] = 10.0
+    assert float(_t(x).max()) == 10.0 and int(_t(x).argmax()) == 77777
+    x[5] = np.nan
+    assert math.isnan(float(_t(x).max())) and int(_t(x).argmax()) == 5
+
+
+@np.errstate(invalid="ignore")
+def _softmax64(x):
+    m = x.max(-1, keepdims=True)
+    e = np.exp(x - m)
+    return e / e.sum(-1, keepdims=True), (x - m) - np.log(e.sum(-1, keepdims=True))
+
+
+@pytest.mark.parametrize("n", LENGTHS)
+def test_float32_softmax_is_within_a_few_ulps(n):
+    x = (np.random.default_rng(n).standard_normal((5, n)) * 8).astype(np.float32)
+    x[1] += 1e4  # x - max needs more than a float's precision
+    if n > 1:
+        x[2, :: 3] = -np.inf  # masked entries
+    sm, lsm = _softmax64(x.astype(np.float64))
+    got = ddpc.tensor(x).softmax(-1).numpy()
+    ulp = np.spacing(sm.astype(np.float32))
+    assert (np.abs(got - sm) <= 4 * ulp + 1e-45).all()
+    got = ddpc.tensor(x).log_softmax(-1).numpy()
+    fin = np.isfinite(lsm)
+    assert (np.abs(got[fin] - lsm[fin]) <= 4 * np.spacing(np.abs(lsm[fin]).astype(np.float32)) + 1e-6).all()
+    assert (got[~fin] == -np.inf).all()
+
+
+def test_softmax_rows_with_nan_or_infinite_maxima_are_nan():
+    x = np.zeros((4, 40), np.float32)
+    x[0, 3] = np.nan
+    x[1, 39] = np.nan
+    x[2, 7] = np.inf
+    x[3] = -np.inf
+    for take_log in (False, True):
+        got = (ddpc.tensor(x).log_softmax(-1) if take_log else ddpc.tensor(x).softmax(-1)).numpy()
+        assert np.isnan(got).all()
+
+
+def test_casts_to_bool_and_between_floats():
+    x = np.array([0.0, -0.0, 1e-45, np.nan, np.inf, -2.5] * 7, np.float32)
+    for dt in (np.float32, np.float64):
+        got = ddpc.tensor(x.astype(dt)).to(dtype=ddpc.bool).numpy()
+        assert got.tolist() == (x != 0).tolist()  # NaN is true
+    assert np.array_equal(ddpc.tensor(x).double().numpy(), x.astype(np.float64), equal_nan=True)
+    big = np.array([2**40 + 1, -3, 2**24 + 1], np.int64)
+    assert ddpc.tensor(big).float().numpy().tolist() == big.astype(np.float32).tolist()
+    assert ddpc.tensor(np.array([0, 1, 255], np.uint8)).double().numpy().tolist() == [0.0, 1.0, 255.0]
+
+
+def test_comparisons_give_bool_masks():
+    x = ddpc.tensor([1.0, float("nan"), -1.0, 0.0])
+    assert (x > 0).tolist() == [True, False, False, False]
+    assert (x != x).tolist() == [False, True, False, False]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_small_integer_powers_are_products(dtype):
+    x = np.random.default_rng(1).standard_normal(1001).astype(dtype) * 100
+    x[:4] = [np.nan, np.inf, -0.0, -np.inf]
+    t = ddpc.tensor(x)
+    assert np.array_equal(t.pow(2).numpy(), x * x, equal_nan=True)
+    assert np.array_equal((t ** 3).numpy(), x * x * x, equal_nan=True)
+    with np.errstate(divide="ignore"):
+        assert np.array_equal(t.pow(-1).numpy(), 1 / x, equal_nan=True)
+    assert np.array_equal(t.pow(1).numpy(), x, equal_nan=True)
+    with np.errstate(invalid="ignore"):
+        ref = np.power(x.astype(np.float64), 2.5)
+    np.testing.assert_allclose(t.pow(2.5).numpy(), ref, rtol=1e-6 if dtype == np.float32 else 1e-14)
+    w = ddpc.tensor(x[4:], requires_grad=True)
+    w.pow(2).sum().backward()
+    assert np.array_equal(w.grad.numpy(), 2 * x[4:])
