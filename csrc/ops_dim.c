@@ -118,17 +118,20 @@ static ddpc_status index_geo_(const ddpc_buffer *big, const ddpc_buffer *small, 
 }
 
 /* Runs the statement for each index element k with ob its offset in `big`
- * (index[k] along dim) and os its offset in `small`. */
+ * (index[k] along dim) and os its offset in `small`. The coordinates step
+ * on as an odometer, so no element pays a division per dim. */
 #define INDEX_LOOP(geo, dim, ix, n, ...)                                           \
     do {                                                                           \
+        int64_t c_[DDPC_MAX_NDIM] = {0}, base_ = 0, os = 0;                        \
         for (int64_t k = 0; k < (n); k++) {                                        \
-            int64_t rest = k, ob = 0, os = 0;                                      \
-            for (int d = (geo).ndim - 1; d >= 0; d--) {                            \
-                int64_t c = rest % (geo).shape[d];                                 \
-                rest /= (geo).shape[d];                                            \
-                ob += (d == (dim) ? (ix)[k] : c) * (geo).sa[d], os += c * (geo).sb[d]; \
-            }                                                                      \
+            int64_t ob = base_ + (ix)[k] * (geo).sa[dim];                          \
             __VA_ARGS__;                                                           \
+            for (int d = (geo).ndim - 1; d >= 0; d--) {                            \
+                int64_t along_ = d == (dim) ? 0 : (geo).sa[d];                     \
+                base_ += along_, os += (geo).sb[d];                                \
+                if (++c_[d] < (geo).shape[d]) break;                               \
+                base_ -= along_ * (geo).shape[d], os -= (geo).sb[d] * (geo).shape[d], c_[d] = 0; \
+            }                                                                      \
         }                                                                          \
     } while (0)
 

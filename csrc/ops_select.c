@@ -75,16 +75,21 @@ ddpc_status ddpc_op_nonzero(ddpc_buffer *out, const ddpc_buffer *mask) {
     if (count != rows)
         return DDPC_ERROR(DDPC_ERR_ARG, "%s: the mask has %lld non-zero elements, the output %lld rows", op,
                           (long long)count, (long long)rows);
-    int64_t *o = out->data;
-    for (int64_t k = 0; k < n; k++) {
-        if (!m[k]) continue;
-        if (!coords) {
-            *o++ = k;
-            continue;
-        }
-        int64_t rest = k;
-        for (int d = geo.ndim - 1; d >= 0; d--) o[d] = rest % geo.shape[d], rest /= geo.shape[d];
-        o += geo.ndim;
+    /* The flat positions first, without a branch per element (a mask of
+     * random bits mispredicts half of them): each position is written, and
+     * the next one overwrites it unless the mask is set there. */
+    int64_t *o = out->data, j = 0;
+    if (coords && geo.ndim == 0) return DDPC_OK; /* [count, 0]: nothing to write */
+    for (int64_t k = 0; k < n && j < count; k++) {
+        o[j] = k;
+        j += m[k] != 0;
+    }
+    if (!coords) return DDPC_OK;
+    /* Row i's coordinates go to o[i * ndim ...], at or after its flat position
+     * o[i]: from the last row back, no position is overwritten before it is read. */
+    for (int64_t i = count - 1; i >= 0; i--) {
+        int64_t rest = o[i];
+        for (int d = geo.ndim - 1; d >= 0; d--) o[i * geo.ndim + d] = rest % geo.shape[d], rest /= geo.shape[d];
     }
     return DDPC_OK;
 }

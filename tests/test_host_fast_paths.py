@@ -146,3 +146,51 @@ def test_small_integer_powers_are_products(dtype):
     w = ddpc.tensor(x[4:], requires_grad=True)
     w.pow(2).sum().backward()
     assert np.array_equal(w.grad.numpy(), 2 * x[4:])
+
+
+@pytest.mark.parametrize("shape", [(), (1,), (37,), (5, 33), (3, 4, 17), (2, 0, 3)])
+@pytest.mark.parametrize("density", [0.0, 0.5, 1.0])
+def test_nonzero_masked_select_and_mask_indexing_match_numpy(shape, density):
+    rng = np.random.default_rng(len(shape))
+    x = rng.standard_normal(shape).astype(np.float32)
+    m = rng.random(shape) < density
+    t, tm = ddpc.tensor(x), ddpc.tensor(m)
+    assert np.array_equal(tm.nonzero().numpy(), np.argwhere(m))
+    assert np.array_equal(ddpc.masked_select(t, tm).numpy(), x[m])
+    if shape:
+        assert np.array_equal(t[tm].numpy(), x[m])
+        lead = m.reshape(-1)[: shape[0]] if m.size else np.zeros(shape[0], bool)
+        assert np.array_equal(t[ddpc.tensor(lead)].numpy(), x[lead])  # rows of a mask over dim 0
+        assert np.array_equal(ddpc.tensor(np.where(m, 3, 0).astype(np.uint8)).nonzero().numpy(), np.argwhere(m))
+
+
+def test_mask_indexing_gradients_and_writes_land_on_the_selected_rows():
+    x = ddpc.arange(24, dtype=ddpc.float32).reshape(4, 6).requires_grad_()
+    m = ddpc.tensor([True, False, True, True])
+    (x[m] * ddpc.arange(18, dtype=ddpc.float32).reshape(3, 6)).sum().backward()
+    want = np.zeros((4, 6), np.float32)
+    want[[0, 2, 3]] = np.arange(18).reshape(3, 6)
+    assert np.array_equal(x.grad.numpy(), want)
+    y = ddpc.zeros(4, 6)
+    y[m] = 7.0
+    y[y > 6] += 1.0
+    assert y.sum().item() == 18 * 8
+
+
+@pytest.mark.parametrize("shape,dim", [((50,), 0), ((7, 9), 0), ((7, 9), 1), ((3, 5, 11), 1), ((3, 5, 11), 2)])
+def test_gather_and_scatter_add_match_numpy_at_every_dim(shape, dim):
+    rng = np.random.default_rng(dim)
+    x = rng.standard_normal(shape).astype(np.float32)
+    ishape = tuple(s - (1 if d != dim and s > 1 else 0) for d, s in enumerate(shape))  # smaller than x off dim
+    idx = rng.integers(0, shape[dim], ishape)
+    got = ddpc.tensor(x).gather(dim, ddpc.tensor(idx)).numpy()
+    assert np.array_equal(got, np.take_along_axis(x[tuple(slice(0, s) if d != dim else slice(None)
+                                                          for d, s in enumerate(ishape))], idx, dim))
+    src = rng.standard_normal(ishape).astype(np.float32)
+    out = ddpc.zeros(*shape).scatter_add(dim, ddpc.tensor(idx), ddpc.tensor(src)).numpy()
+    want = np.zeros(shape, np.float32)
+    for pos in np.ndindex(*ishape):
+        tgt = list(pos)
+        tgt[dim] = idx[pos]
+        want[tuple(tgt)] += src[pos]
+    np.testing.assert_allclose(out, want, rtol=1e-6, atol=1e-6)

@@ -305,6 +305,12 @@ def select(shape, index):
     if shape and (type(index) is int or (type(index) is slice and index.step in (None, 1))):
         return _leading_rows(shape, index)  # the common x[i] and x[a:b], without the general parse
     items = _expand_index(index, len(shape))
+    mask = items[0][1] if items and isinstance(items[0], tuple) and items[0][0] == "mask" else None
+    if mask is not None and mask.ndim and mask.shape == tuple(shape[:mask.ndim]) and math.prod(shape) and \
+            all(type(i) is slice and i == slice(None) for i in items[1:]):
+        # x[mask] over the leading dims: the rows where it is set, in one flat pass
+        rows, rest = np.flatnonzero(mask), tuple(shape[mask.ndim:])
+        return Rows((len(rows),) + rest, rows, math.prod(rest))
     strides = contiguous_strides(shape)
     offset, out_shape, out_strides, adv = 0, [], [], []
     d = 0

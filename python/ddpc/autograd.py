@@ -3533,7 +3533,7 @@ def _nonzero(a, coords):
     """Where a is non-zero, by the _C nonzero op on a's device: flat indices
     [count], or coordinates [count, a.ndim] with ``coords``. The count is the
     one value that reaches the host (the result's size depends on it, as in PyTorch)."""
-    mask = a.detach()._compare(0, _NE)
+    mask = a.detach() if a.dtype is bool_ else a.detach()._compare(0, _NE)
     count = _empty((), mask, int64)
     _C.count_nonzero(count._buf, mask._buf)
     count = int(count.item())
