@@ -416,7 +416,48 @@ ddpc_status ddpc_bool_result(ddpc_buffer *out, ddpc_status st) {
     return ddpc_op_scalar(DDPC_NE, &bytes, &bytes, 0);
 }
 
+/* A host comparison of a (float32, float64, int32, int64 or uint8) with b of
+ * its dtype and shape, or with the number s where b is NULL, written as bool
+ * in one pass: the general loops compare in a's dtype and cast after. */
+static DDPC_ROW_TARGETS ddpc_status compare_into_bool_(ddpc_binary_op op, ddpc_buffer *out, const ddpc_buffer *a,
+                                                       const ddpc_buffer *b, double s) {
+    CHECK(check_writable_(out, "comparison"));
+    if (out->numel != a->numel || out->device != a->device || (b && (b->dtype != a->dtype || b->numel != a->numel ||
+                                                                      b->device != a->device)))
+        return DDPC_ERROR(DDPC_ERR_ARG, "comparison: the operands and the bool output must match in size and device, "
+                          "the operands in dtype");
+    if (a->device != DDPC_CPU)
+        return DDPC_ERROR(DDPC_ERR_TYPE, "comparison into bool: CUDA tensors compare in their dtype (cast after)");
+    const int64_t n = a->numel;
+    uint8_t *o_ = out->data;
+#define COMPARE_AS(T)                                                              \
+    do {                                                                           \
+        const T *x_ = a->data, *y_ = b ? (const T *)b->data : NULL, s_ = (T)s;     \
+        if (y_) {                                                                  \
+            DDPC_BINARY_LOOPS(op, n, o_[k_], x_[k_], y_[k_]);                      \
+        } else {                                                                   \
+            DDPC_BINARY_LOOPS(op, n, o_[k_], x_[k_], s_);                          \
+        }                                                                          \
+    } while (0)
+    switch (a->dtype) {
+    case DDPC_FLOAT32: COMPARE_AS(float); break;
+    case DDPC_FLOAT64: COMPARE_AS(double); break;
+    case DDPC_INT32: COMPARE_AS(int32_t); break;
+    case DDPC_INT64: COMPARE_AS(int64_t); break;
+    case DDPC_UINT8: COMPARE_AS(uint8_t); break;
+    default:
+        return DDPC_ERROR(DDPC_ERR_TYPE, "comparison into bool: %s is not compared directly", ddpc_dtype_name(a->dtype));
+    }
+#undef COMPARE_AS
+    return DDPC_OK;
+}
+
+static int compares_into_bool_(ddpc_binary_op op, const ddpc_buffer *out, const ddpc_buffer *a) {
+    return out->dtype == DDPC_BOOL && a->dtype != DDPC_BOOL && op >= DDPC_EQ && op <= DDPC_GE;
+}
+
 ddpc_status ddpc_op_binary(ddpc_binary_op op, ddpc_buffer *out, const ddpc_buffer *a, const ddpc_buffer *b) {
+    if (compares_into_bool_(op, out, a)) return compare_into_bool_(op, out, a, b, 0);
     if (out->dtype == DDPC_BOOL) {
         ddpc_buffer o = ddpc_bool_bytes(out), x = ddpc_bool_bytes(a), y = ddpc_bool_bytes(b);
         return ddpc_bool_result(out, ddpc_op_binary(op, &o, &x, &y));
@@ -454,6 +495,7 @@ ddpc_status ddpc_op_binary(ddpc_binary_op op, ddpc_buffer *out, const ddpc_buffe
 }
 
 ddpc_status ddpc_op_scalar(ddpc_binary_op op, ddpc_buffer *out, const ddpc_buffer *a, double s) {
+    if (compares_into_bool_(op, out, a)) return compare_into_bool_(op, out, a, NULL, s);
     if (out->dtype == DDPC_BOOL) {
         ddpc_buffer o = ddpc_bool_bytes(out), x = ddpc_bool_bytes(a);
         return ddpc_bool_result(out, ddpc_op_scalar(op, &o, &x, s));

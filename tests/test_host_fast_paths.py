@@ -124,10 +124,23 @@ def test_casts_to_bool_and_between_floats():
     assert ddpc.tensor(np.array([0, 1, 255], np.uint8)).double().numpy().tolist() == [0.0, 1.0, 255.0]
 
 
-def test_comparisons_give_bool_masks():
-    x = ddpc.tensor([1.0, float("nan"), -1.0, 0.0])
-    assert (x > 0).tolist() == [True, False, False, False]
-    assert (x != x).tolist() == [False, True, False, False]
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64, np.uint8])
+def test_comparisons_into_bool_match_numpy(dtype):
+    import operator
+
+    rng = np.random.default_rng(3)
+    x = rng.integers(0, 6, 1003).astype(dtype)
+    y = rng.integers(0, 6, 1003).astype(dtype)
+    if np.dtype(dtype).kind == "f":
+        x[::7] = np.nan
+    t, u = ddpc.tensor(x), ddpc.tensor(y)
+    for op in (operator.eq, operator.ne, operator.lt, operator.le, operator.gt, operator.ge):
+        for other, ref in ((u, y), (3, 3), (2.5, 2.5), (True, 1)):
+            got = op(t, other)
+            assert got.dtype is ddpc.bool and got.tolist() == op(x, ref).tolist(), (op, other)
+    big = ddpc.tensor(np.array([2 ** 62, 2 ** 62 + 1], np.int64))
+    assert (big == 2 ** 62 + 1).tolist() == [False, True]  # beyond a double's integers
+    assert (ddpc.tensor(np.array([1, 200], np.uint8)) < 300).tolist() == [True, True]
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

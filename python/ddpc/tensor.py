@@ -996,6 +996,17 @@ class Tensor:
             lo, hi = {uint8: (0, 256), bool_: (0, 2)}.get(a.dtype) or _INT_BOUNDS[a.dtype]
             if not lo <= other < hi:  # a value the dtype can't hold: compare in a wider one
                 a = a.to(dtype=int64 if a.dtype is not int64 else float64)
+        if a._buf.device < 0 and a.dtype in _COMPARED_DIRECTLY and (
+                isinstance(other, Tensor) and other.dtype is a.dtype and other.shape == a.shape and
+                other._buf.device == a._buf.device or
+                isinstance(other, numbers.Real) and (a.dtype.is_floating_point or isinstance(other, numbers.Integral)
+                                                     and abs(other) <= _DOUBLE_INTS)):
+            res = Tensor(_C.Buffer(a.shape, "bool", a._buf.device))  # into bool in one host pass
+            if isinstance(other, Tensor):
+                _C.binary(op, res._buf, a._buf, other._buf)
+            else:
+                _C.scalar(op, res._buf, a._buf, float(other))
+            return res
         with _ag.no_grad():
             res = _ag._binary(a, other, op)
         return res if res.dtype is bool_ else res.to(dtype=bool_)
@@ -1824,6 +1835,7 @@ def zero_grads(params, set_to_none=True):
 
 # Integers up to this size are exact in a double (the _C ops' scalar argument).
 _DOUBLE_INTS = 2 ** 53
+_COMPARED_DIRECTLY = (float32, float64, int32, int64, uint8)
 _INT_BOUNDS = {int32: (-2 ** 31, 2 ** 31), int64: (-2 ** 63, 2 ** 63)}
 
 
