@@ -4,13 +4,16 @@ chains whose intermediates are new buffers, as ms per call, against numpy
 and PyTorch (when importable) on the same values, each result checked
 against numpy's first.
 
-    PYTHONPATH=python python benchmarks/host_ops.py [--rows 1000] [--cols 1536] [--threads N] [--cpu-time]
+    PYTHONPATH=python python benchmarks/host_ops.py [--rows 1000] [--cols 1536] [--ops NAME ...] [--threads N]
 
-Run it again with DDPC_HOST_CACHE_MB=0 to see what the host block cache
-(csrc/alloc.c) saves on the chains.
+Run one chain alone with DDPC_HOST_CACHE_MB=0 to see what the host block
+cache (csrc/alloc.c) saves: `--ops "x.abs().sqrt()"`. (In a run of every
+op, earlier frees can leave glibc's heap holding enough memory that the
+chains fault less.)
 """
 
 import argparse
+import resource
 
 import numpy as np
 
@@ -59,10 +62,21 @@ def _numpy(v):
     return v.detach().cpu().numpy() if hasattr(v, "detach") else np.asarray(v)
 
 
+def _faults_per_call(fn, calls=20):
+    """Minor page faults per call of fn: what writing to fresh host memory costs."""
+    fn()
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(calls):
+        fn()
+    return (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / calls
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=1000)
     parser.add_argument("--cols", type=int, default=1536)
+    parser.add_argument("--ops", nargs="+", choices=list(CASES), default=list(CASES), metavar="NAME",
+                        help="the ops to time (default: all)")
     add_host_timing_args(parser)
     args = parser.parse_args()
     clock = start_host_timing(args, ddpc, torch, f", {args.rows} x {args.cols}")
@@ -71,7 +85,9 @@ def main():
     if torch is not None:
         libs.append(("torch", torch, torch.tensor(x)))
     rows = []
-    for name, (op, ref) in CASES.items():
+    for name in args.ops:
+        op, ref = CASES[name]
+        faults = _faults_per_call(lambda: op(ddpc, libs[0][2]))  # before anything else allocates
         want = np.asarray(ref(x))
         row, times = [name], {}
         for lib, L, t in libs:
@@ -80,11 +96,12 @@ def main():
                                        err_msg=f"{lib} {name}")
             times[lib] = best_time(lambda: op(L, t), repeat=args.repeat, clock=clock)
         times["numpy"] = best_time(lambda: ref(x), repeat=args.repeat, clock=clock)
-        row += [f"{times['ddpc'] * 1e3:.3f}", f"{times['numpy'] * 1e3:.3f}", f"{times['numpy'] / times['ddpc']:.2f}"]
+        row += [f"{times['ddpc'] * 1e3:.3f}", f"{faults:.0f}", f"{times['numpy'] * 1e3:.3f}",
+                f"{times['numpy'] / times['ddpc']:.2f}"]
         if torch is not None:
             row += [f"{times['torch'] * 1e3:.3f}", f"{times['torch'] / times['ddpc']:.2f}"]
         rows.append(row)
-    headers = ["op", "ddpc ms", "numpy ms", "numpy/ddpc"]
+    headers = ["op", "ddpc ms", "ddpc faults", "numpy ms", "numpy/ddpc"]
     if torch is not None:
         headers += ["torch ms", "torch/ddpc"]
     print_table(headers, rows)
