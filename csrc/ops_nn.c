@@ -1157,6 +1157,63 @@ static ddpc_status check_ce_(const ddpc_buffer *logits, const ddpc_buffer *targe
     return DDPC_OK;
 }
 
+/* The statistics of a float32 row that softmax, log-softmax and cross
+ * entropy take, in lanes the compiler vectorises: its maximum MX, exp(x -
+ * MX) by fastmath.h's exp with x - MX carried exactly in two floats
+ * (stored in e unless it is NULL), and their sum in double. Returns 0,
+ * having written nothing, for a row with a NaN or a maximum that is not
+ * finite, which the double loops answer as they always have. */
+#define SOFTMAX_LANES 16
+static DDPC_ROW_TARGETS int row_exp_sum_f32_(const float *x, int64_t C, float *e, double *mx_out, double *sum_out) {
+    const int max_ = 1;
+    float mx;
+    int64_t c;
+    if (C >= INT32_MAX) return 0;
+    VEC_EXTREME(float, extreme_f32v_, extreme_i32v_, int32_t, x, C, mx, c);
+    if (mx - mx != 0) return 0; /* NaN or infinite */
+    double acc[SOFTMAX_LANES] = {0}, sum = 0;
+    /* d + r = x - mx exactly (TwoSum; r is 0 where x is -inf), exp(d + r) = 2^n (1 + m). */
+#define SOFTMAX_EXP(v, out)                                                        \
+    do {                                                                           \
+        float d_ = (v) - mx, b_ = d_ - (v);                                        \
+        float r_ = ((v) - (d_ - b_)) + (-mx - b_);                                 \
+        int32_t n_;                                                                \
+        float m_ = ddpc_exp_reduce_f32_(d_, (v) == -INFINITY ? 0.0f : -r_, &n_);   \
+        (out) = ddpc_ldexp_f32_(m_ + 1.0f, n_);                                    \
+    } while (0)
+    for (c = 0; c + SOFTMAX_LANES <= C; c += SOFTMAX_LANES)
+        for (int k = 0; k < SOFTMAX_LANES; k++) {
+            float v;
+            SOFTMAX_EXP(x[c + k], v);
+            if (e) e[c + k] = v;
+            acc[k] += (double)v;
+        }
+    for (; c < C; c++) {
+        float v;
+        SOFTMAX_EXP(x[c], v);
+        if (e) e[c] = v;
+        sum += (double)v;
+    }
+#undef SOFTMAX_EXP
+    for (int k = 0; k < SOFTMAX_LANES; k++) sum += acc[k];
+    *mx_out = mx, *sum_out = sum;
+    return 1;
+}
+
+/* A float32 row of softmax (log-softmax with take_log); 0 where row_exp_sum_f32_ gives 0. */
+static DDPC_ROW_TARGETS int softmax_row_f32_(float *o, const float *x, int64_t C, int take_log) {
+    double mx, sum;
+    if (!row_exp_sum_f32_(x, C, take_log ? NULL : o, &mx, &sum)) return 0;
+    if (take_log) {
+        const double ls = log(sum);
+        for (int64_t c = 0; c < C; c++) o[c] = (float)(((double)x[c] - mx) - ls);
+    } else {
+        const double inv = 1.0 / sum;
+        for (int64_t c = 0; c < C; c++) o[c] = (float)((double)o[c] * inv);
+    }
+    return 1;
+}
+
 /* Row statistics in double: the row's max and log(sum(exp(x - max))).
  * log(sum(exp(x))) is their sum, but the two stay apart: with a max of 1e16
  * or more the sum would absorb the log; log-softmax is (x - max) - log. */
@@ -1179,11 +1236,20 @@ static ddpc_status check_targets_(const int64_t *t, int64_t rows, int64_t C, int
 
 /* Row i's log-softmax is (x[c] - MX) - LS; the rows of log-probabilities
  * (args->log_probs) are theirs already (MX = LS = 0). */
-#define CE_ROW_STATS(T, xr, C, log_probs, MX, LS)                                  \
+#define CE_ROW_STATS(T, xr, C, log_probs, MX, LS) CE_ROW_STATS_E(T, xr, C, log_probs, MX, LS, NULL, fast_)
+/* The same, float32 rows in lanes; those also leave exp(x[c] - MX) in E
+ * (unless NULL), and FAST (declared by the macro) says whether they did. */
+#define CE_ROW_STATS_E(T, xr, C, log_probs, MX, LS, E, FAST)                       \
+    int FAST = 0;                                                                  \
     do {                                                                           \
+        double sum_ = 0;                                                           \
         (MX) = 0, (LS) = 0;                                                        \
-        if (!(log_probs)) ROW_LSE(T, xr, C, MX, LS);                               \
-    } while (0)
+        if (log_probs) break;                                                      \
+        FAST = sizeof(T) == 4 && row_exp_sum_f32_((const float *)(xr), C, (E), &(MX), &sum_); \
+        if (FAST) (LS) = log(sum_);                                                \
+        else ROW_LSE(T, xr, C, MX, LS);                                            \
+    } while (0);                                                                   \
+    (void)(FAST)
 
 /* The class weight of c (1 without weights). */
 #define CE_W(w, c) ((w) ? (double)(w)[c] : 1.0)
@@ -1235,22 +1301,29 @@ exit:
 #endif
 }
 
-ddpc_status ddpc_op_cross_entropy(ddpc_buffer *out, const ddpc_buffer *logits, const ddpc_buffer *target,
-                                  const ddpc_buffer *weight, const ddpc_ce_args *args) {
-    CHECK(check_out_(out, "cross entropy"));
-    CHECK(check_ce_(logits, target, weight, args, "cross entropy"));
-    int64_t N = logits->shape[0], C = logits->shape[1];
-    CHECK(check_loss_out_(out, logits, N, args->reduction, "cross entropy"));
-    if (out->device != DDPC_CPU) return ce_cuda_(out, NULL, NULL, logits, target, weight, args);
-    const int64_t *t = target->dtype == DDPC_INT64 ? target->data : NULL;
-    if (t) CHECK(check_targets_(t, N, C, args->ignore_index));
-    const double eps = args->label_smoothing, off = eps / (double)C;
-    DDPC_FLOAT_TYPES(out->dtype, {
-        const T *x = logits->data, *w = weight ? weight->data : NULL, *prob = t ? NULL : target->data;
-        T *o = out->data;
-        double total = 0, denom;
-        CE_DENOMINATOR(t, w, N, args->ignore_index, denom);
-        for (int64_t i = 0; i < N; i++) {
+/* Host cross entropy runs rows in parallel (each row's terms in one
+ * thread, the losses summed in row order after, so the result does not
+ * depend on the threads). */
+#define CE_GRAIN (1 << 16) /* elements */
+typedef struct {
+    const void *x, *g, *w, *prob;
+    void *o;
+    const int64_t *t;
+    const ddpc_ce_args *args;
+    ddpc_dtype dtype;
+    int64_t C;
+    double eps, off, denom, wsum;
+    double *losses; /* the forward pass's, one per row */
+} ce_job_;
+
+static void ce_forward_rows_(void *ctx, int64_t lo, int64_t hi) {
+    const ce_job_ *j = ctx;
+    const ddpc_ce_args *args = j->args;
+    const int64_t C = j->C, *t = j->t;
+    const double eps = j->eps, off = j->off;
+    DDPC_FLOAT_TYPES(j->dtype, {
+        const T *x = j->x, *w = j->w, *prob = j->prob;
+        for (int64_t i = lo; i < hi; i++) {
             const T *xr = x + i * C;
             double loss = 0, mx, ls;
             if (prob) { /* -sum_c w_c q_c log p_c with the smoothed probabilities q */
@@ -1263,13 +1336,82 @@ ddpc_status ddpc_op_cross_entropy(ddpc_buffer *out, const ddpc_buffer *logits, c
                 for (int64_t c = 0; eps > 0 && c < C; c++) smooth += CE_W(w, c) * (((double)xr[c] - mx) - ls);
                 loss = -(1 - eps) * CE_W(w, t[i]) * (((double)xr[t[i]] - mx) - ls) - off * smooth;
             }
-            if (args->reduction == DDPC_REDUCE_NONE) o[i] = (T)loss;
-            total += loss;
+            j->losses[i] = loss;
+        }
+    });
+}
+
+ddpc_status ddpc_op_cross_entropy(ddpc_buffer *out, const ddpc_buffer *logits, const ddpc_buffer *target,
+                                  const ddpc_buffer *weight, const ddpc_ce_args *args) {
+    CHECK(check_out_(out, "cross entropy"));
+    CHECK(check_ce_(logits, target, weight, args, "cross entropy"));
+    int64_t N = logits->shape[0], C = logits->shape[1];
+    CHECK(check_loss_out_(out, logits, N, args->reduction, "cross entropy"));
+    if (out->device != DDPC_CPU) return ce_cuda_(out, NULL, NULL, logits, target, weight, args);
+    const int64_t *t = target->dtype == DDPC_INT64 ? target->data : NULL;
+    if (t) CHECK(check_targets_(t, N, C, args->ignore_index));
+    ce_job_ job = {.x = logits->data, .w = weight ? weight->data : NULL, .prob = t ? NULL : target->data,
+                   .t = t, .args = args, .dtype = out->dtype, .C = C, .eps = args->label_smoothing,
+                   .off = args->label_smoothing / (double)C};
+    job.losses = malloc((size_t)(N ? N : 1) * sizeof(double));
+    if (!job.losses) return DDPC_ERROR(DDPC_ERR_OOM, "cross entropy: out of memory for %lld row losses", (long long)N);
+    ddpc_parallel_for(N, C ? CE_GRAIN / C + 1 : N, ce_forward_rows_, &job);
+    DDPC_FLOAT_TYPES(out->dtype, {
+        const T *w = job.w;
+        T *o = out->data;
+        double total = 0, denom;
+        CE_DENOMINATOR(t, w, N, args->ignore_index, denom);
+        for (int64_t i = 0; i < N; i++) {
+            if (args->reduction == DDPC_REDUCE_NONE) o[i] = (T)job.losses[i];
+            total += job.losses[i];
         }
         if (args->reduction == DDPC_REDUCE_SUM) o[0] = (T)total;
         if (args->reduction == DDPC_REDUCE_MEAN) o[0] = (T)(total / denom);
     });
+    free(job.losses);
     return DDPC_OK;
+}
+
+static void ce_backward_rows_(void *ctx, int64_t lo, int64_t hi) {
+    const ce_job_ *j = ctx;
+    const ddpc_ce_args *args = j->args;
+    const int64_t C = j->C, *t = j->t;
+    const double eps = j->eps, off = j->off;
+    DDPC_FLOAT_TYPES(j->dtype, {
+        const T *x = j->x, *g = j->g, *w = j->w, *prob = j->prob;
+        T *o = j->o;
+        for (int64_t i = lo; i < hi; i++) {
+            const T *xr = x + i * C;
+            T *row = o + i * C;
+            if (t && t[i] == args->ignore_index) {
+                for (int64_t c = 0; c < C; c++) row[c] = 0;
+                continue;
+            }
+            double scale = args->reduction == DDPC_REDUCE_NONE ? (double)g[i] : (double)g[0] / j->denom;
+            double mx, ls;
+            CE_ROW_STATS_E(T, xr, C, args->log_probs, mx, ls, (float *)row, fast); /* exp(x - mx) in row */
+            const double inv = fast ? exp(-ls) : 0;
+            /* d/dx_c = softmax_c * (sum_k of what class k's log-probability is weighted by) - (that of c) */
+            double mass = 0;
+            if (prob) {
+                for (int64_t c = 0; c < C; c++) mass += CE_W(w, c) * ((1 - eps) * (double)prob[i * C + c] + off);
+            } else {
+                mass = (1 - eps) * CE_W(w, t[i]) + off * j->wsum;
+            }
+            if (fast && !prob) { /* class indices: loops without a call, which vectorise */
+                const double sm_scale = inv * mass * scale, own_scale = off * scale;
+                if (w) for (int64_t c = 0; c < C; c++) row[c] = (T)((double)row[c] * sm_scale - own_scale * w[c]);
+                else for (int64_t c = 0; c < C; c++) row[c] = (T)((double)row[c] * sm_scale - own_scale);
+            } else {
+                for (int64_t c = 0; c < C; c++) {
+                    double sm = args->log_probs ? 0.0 : fast ? (double)row[c] * inv : exp(((double)xr[c] - mx) - ls);
+                    double own = prob ? CE_W(w, c) * ((1 - eps) * (double)prob[i * C + c] + off) : off * CE_W(w, c);
+                    row[c] = (T)(scale * (sm * mass - own));
+                }
+            }
+            if (!prob) row[t[i]] -= (T)(scale * (1 - eps) * CE_W(w, t[i]));
+        }
+    });
 }
 
 ddpc_status ddpc_op_cross_entropy_backward(ddpc_buffer *glogits, const ddpc_buffer *gout, const ddpc_buffer *logits,
@@ -1284,38 +1426,16 @@ ddpc_status ddpc_op_cross_entropy_backward(ddpc_buffer *glogits, const ddpc_buff
     if (glogits->device != DDPC_CPU) return ce_cuda_(NULL, glogits, gout, logits, target, weight, args);
     const int64_t *t = target->dtype == DDPC_INT64 ? target->data : NULL;
     if (t) CHECK(check_targets_(t, N, C, args->ignore_index));
-    const double eps = args->label_smoothing, off = eps / (double)C;
+    ce_job_ job = {.x = logits->data, .g = gout->data, .w = weight ? weight->data : NULL,
+                   .prob = t ? NULL : target->data, .o = glogits->data, .t = t, .args = args,
+                   .dtype = glogits->dtype, .C = C, .eps = args->label_smoothing,
+                   .off = args->label_smoothing / (double)C, .denom = 1};
     DDPC_FLOAT_TYPES(glogits->dtype, {
-        const T *x = logits->data, *g = gout->data, *w = weight ? weight->data : NULL, *prob = t ? NULL : target->data;
-        T *o = glogits->data;
-        double denom = 1, wsum = 0;
-        if (args->reduction == DDPC_REDUCE_MEAN) CE_DENOMINATOR(t, w, N, args->ignore_index, denom);
-        for (int64_t c = 0; c < C; c++) wsum += CE_W(w, c);
-        for (int64_t i = 0; i < N; i++) {
-            const T *xr = x + i * C;
-            T *row = o + i * C;
-            if (t && t[i] == args->ignore_index) {
-                for (int64_t c = 0; c < C; c++) row[c] = 0;
-                continue;
-            }
-            double scale = args->reduction == DDPC_REDUCE_NONE ? (double)g[i] : (double)g[0] / denom;
-            double mx, ls;
-            CE_ROW_STATS(T, xr, C, args->log_probs, mx, ls);
-            /* d/dx_c = softmax_c * (sum_k of what class k's log-probability is weighted by) - (that of c) */
-            double mass = 0;
-            if (prob) {
-                for (int64_t c = 0; c < C; c++) mass += CE_W(w, c) * ((1 - eps) * (double)prob[i * C + c] + off);
-            } else {
-                mass = (1 - eps) * CE_W(w, t[i]) + off * wsum;
-            }
-            for (int64_t c = 0; c < C; c++) {
-                double sm = args->log_probs ? 0.0 : exp(((double)xr[c] - mx) - ls);
-                double own = prob ? CE_W(w, c) * ((1 - eps) * (double)prob[i * C + c] + off) : off * CE_W(w, c);
-                row[c] = (T)(scale * (sm * mass - own));
-            }
-            if (!prob) row[t[i]] -= (T)(scale * (1 - eps) * CE_W(w, t[i]));
-        }
+        const T *w = job.w;
+        if (args->reduction == DDPC_REDUCE_MEAN) CE_DENOMINATOR(t, w, N, args->ignore_index, job.denom);
+        for (int64_t c = 0; c < C; c++) job.wsum += CE_W(w, c);
     });
+    ddpc_parallel_for(N, CE_GRAIN / C + 1, ce_backward_rows_, &job);
     return DDPC_OK;
 }
 
@@ -1324,54 +1444,6 @@ static ddpc_status softmax_rows_(const ddpc_buffer *x, int64_t *rows, int64_t *c
     *cols = x->shape[x->ndim - 1];
     *rows = *cols ? x->numel / *cols : 0;
     return DDPC_OK;
-}
-
-/* A float32 row of softmax (log-softmax with take_log) in lanes the
- * compiler vectorises: the maximum, exp(x - max) by fastmath.h's exp with
- * x - max carried exactly in two floats, their sum in double. Returns 0,
- * writing nothing, for a row with a NaN or a maximum that is not finite,
- * which the double loop below answers as it always has. */
-#define SOFTMAX_LANES 16
-static DDPC_ROW_TARGETS int softmax_row_f32_(float *o, const float *x, int64_t C, int take_log) {
-    const int max_ = 1;
-    float mx;
-    int64_t c;
-    if (C >= INT32_MAX) return 0;
-    VEC_EXTREME(float, extreme_f32v_, extreme_i32v_, int32_t, x, C, mx, c);
-    if (mx - mx != 0) return 0; /* NaN or infinite */
-    double acc[SOFTMAX_LANES] = {0}, sum = 0;
-    /* d + e = x - mx exactly (TwoSum; e is 0 where x is -inf), exp(d + e) = 2^n (1 + m). */
-#define SOFTMAX_EXP(v, out)                                                        \
-    do {                                                                           \
-        float d_ = (v) - mx, b_ = d_ - (v);                                        \
-        float e_ = ((v) - (d_ - b_)) + (-mx - b_);                                 \
-        int32_t n_;                                                                \
-        float m_ = ddpc_exp_reduce_f32_(d_, (v) == -INFINITY ? 0.0f : -e_, &n_);   \
-        (out) = ddpc_ldexp_f32_(m_ + 1.0f, n_);                                    \
-    } while (0)
-    for (c = 0; c + SOFTMAX_LANES <= C; c += SOFTMAX_LANES)
-        for (int k = 0; k < SOFTMAX_LANES; k++) {
-            float e;
-            SOFTMAX_EXP(x[c + k], e);
-            if (!take_log) o[c + k] = e;
-            acc[k] += (double)e;
-        }
-    for (; c < C; c++) {
-        float e;
-        SOFTMAX_EXP(x[c], e);
-        if (!take_log) o[c] = e;
-        sum += (double)e;
-    }
-#undef SOFTMAX_EXP
-    for (int k = 0; k < SOFTMAX_LANES; k++) sum += acc[k];
-    if (take_log) {
-        const double ls = log(sum);
-        for (c = 0; c < C; c++) o[c] = (float)(((double)x[c] - mx) - ls);
-    } else {
-        const double inv = 1.0 / sum;
-        for (c = 0; c < C; c++) o[c] = (float)((double)o[c] * inv);
-    }
-    return 1;
 }
 
 typedef struct {

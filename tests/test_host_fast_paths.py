@@ -207,3 +207,39 @@ def test_gather_and_scatter_add_match_numpy_at_every_dim(shape, dim):
         tgt[dim] = idx[pos]
         want[tuple(tgt)] += src[pos]
     np.testing.assert_allclose(out, want, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("C", [3, 16, 33, 1000])
+@pytest.mark.parametrize("kw", [{}, {"label_smoothing": 0.1}, {"reduction": "none"}, {"reduction": "sum"},
+                                {"ignore_index": 1}, {"weight": True}, {"probs": True}])
+def test_float32_cross_entropy_matches_the_float64_loops(C, kw):
+    """float32 rows take the vectorised statistics; float64 the double loops,
+    the reference here (to float32's precision)."""
+    F = ddpc.nn.functional
+    rng = np.random.default_rng(C)
+    x = (rng.standard_normal((67, C)) * 4).astype(np.float32)
+    x[5, :: 2] = -np.inf  # masked classes
+    kw = dict(kw)
+    if kw.pop("probs", False):
+        p = rng.random((67, C))
+        y64 = ddpc.tensor(p / p.sum(1, keepdims=True))
+        y32 = y64.float()
+        x[5] = 0  # -inf logits with a probability are NaN in both
+    else:
+        y = rng.integers(0, C, 67)
+        y[5] = 1
+        y32 = y64 = ddpc.tensor(y)
+    if kw.pop("weight", False):
+        wt = rng.random(C)
+        kw32, kw64 = dict(kw, weight=ddpc.tensor(wt.astype(np.float32))), dict(kw, weight=ddpc.tensor(wt))
+    else:
+        kw32 = kw64 = kw
+    grads = []
+    for dt, yy, k in ((ddpc.float32, y32, kw32), (ddpc.float64, y64, kw64)):
+        t = ddpc.tensor(x.astype(np.float64)).to(dtype=dt).requires_grad_()
+        loss = F.cross_entropy(t, yy, **k)
+        loss.sum().backward()
+        grads.append((loss.detach().double().numpy(), t.grad.double().numpy()))
+    (l32, g32), (l64, g64) = grads
+    np.testing.assert_allclose(l32, l64, rtol=2e-6, atol=1e-6)
+    np.testing.assert_allclose(g32, g64, rtol=2e-5, atol=2e-7)
