@@ -1487,6 +1487,55 @@ ddpc_status ddpc_op_softmax(ddpc_buffer *out, const ddpc_buffer *x, int take_log
     return DDPC_OK;
 }
 
+/* A float32 row of the gradient: the dot product in double lanes, exp
+ * (log-softmax) by fastmath.h's, in loops that vectorise. */
+static DDPC_ROW_TARGETS void softmax_backward_row_f32_(float *o, const float *g, const float *y, int64_t C,
+                                                      int take_log) {
+    double acc[SOFTMAX_LANES] = {0}, dot = 0;
+    int64_t c = 0;
+    if (take_log) {
+        dot = ddpc_sum_f32(g, C);
+        for (c = 0; c < C; c++) o[c] = (float)((double)g[c] - (double)ddpc_exp_f32(y[c]) * dot);
+        return;
+    }
+    for (; c + SOFTMAX_LANES <= C; c += SOFTMAX_LANES)
+        for (int k = 0; k < SOFTMAX_LANES; k++) acc[k] += (double)g[c + k] * (double)y[c + k];
+    for (; c < C; c++) dot += (double)g[c] * (double)y[c];
+    for (int k = 0; k < SOFTMAX_LANES; k++) dot += acc[k];
+    for (c = 0; c < C; c++) o[c] = (float)((double)y[c] * ((double)g[c] - dot));
+}
+
+typedef struct {
+    void *gx;
+    const void *gy, *y;
+    int64_t C;
+    int take_log;
+    ddpc_dtype dtype;
+} softmax_backward_job_;
+
+static void softmax_backward_rows_(void *ctx, int64_t lo, int64_t hi) {
+    const softmax_backward_job_ *j = ctx;
+    const int64_t C = j->C;
+    DDPC_FLOAT_TYPES(j->dtype, {
+        for (int64_t r = lo; r < hi; r++) {
+            const T *g = (const T *)j->gy + r * C, *yr = (const T *)j->y + r * C;
+            T *o = (T *)j->gx + r * C;
+            if (sizeof(T) == 4) {
+                softmax_backward_row_f32_((float *)o, (const float *)g, (const float *)yr, C, j->take_log);
+                continue;
+            }
+            double dot = 0;
+            if (j->take_log) {
+                for (int64_t c = 0; c < C; c++) dot += (double)g[c];
+                for (int64_t c = 0; c < C; c++) o[c] = (T)((double)g[c] - exp((double)yr[c]) * dot);
+            } else {
+                for (int64_t c = 0; c < C; c++) dot += (double)g[c] * (double)yr[c];
+                for (int64_t c = 0; c < C; c++) o[c] = (T)((double)yr[c] * ((double)g[c] - dot));
+            }
+        }
+    });
+}
+
 ddpc_status ddpc_op_softmax_backward(ddpc_buffer *gx, const ddpc_buffer *gy, const ddpc_buffer *y, int take_log) {
     CHECK(check_out_(gx, "softmax backward"));
     CHECK(check_like_(gx, gy, gx->numel, "softmax backward", "the output gradient"));
@@ -1496,20 +1545,10 @@ ddpc_status ddpc_op_softmax_backward(ddpc_buffer *gx, const ddpc_buffer *gy, con
     if (R * C == 0) return DDPC_OK;
     if (gx->device != DDPC_CPU)
         DDPC_LAUNCH(gx->device, ddpc_k_softmax_backward(gx->data, gy->data, y->data, R, C, take_log, gx->dtype, stream));
-    DDPC_FLOAT_TYPES(gx->dtype, {
-        for (int64_t r = 0; r < R; r++) {
-            const T *g = (const T *)gy->data + r * C, *yr = (const T *)y->data + r * C;
-            T *o = (T *)gx->data + r * C;
-            double dot = 0;
-            if (take_log) {
-                for (int64_t c = 0; c < C; c++) dot += (double)g[c];
-                for (int64_t c = 0; c < C; c++) o[c] = (T)((double)g[c] - exp((double)yr[c]) * dot);
-            } else {
-                for (int64_t c = 0; c < C; c++) dot += (double)g[c] * (double)yr[c];
-                for (int64_t c = 0; c < C; c++) o[c] = (T)((double)yr[c] * ((double)g[c] - dot));
-            }
-        }
-    });
+    softmax_backward_job_ job = {.gx = gx->data, .gy = gy->data, .y = y->data, .C = C, .take_log = take_log,
+                                 .dtype = gx->dtype};
+    const int64_t grain = gx->dtype == DDPC_FLOAT32 ? UNARY_VECTOR_GRAIN : UNARY_GRAIN; /* elements */
+    ddpc_parallel_for(R, (grain + C - 1) / C, softmax_backward_rows_, &job);
     return DDPC_OK;
 }
 

@@ -243,3 +243,17 @@ def test_float32_cross_entropy_matches_the_float64_loops(C, kw):
     (l32, g32), (l64, g64) = grads
     np.testing.assert_allclose(l32, l64, rtol=2e-6, atol=1e-6)
     np.testing.assert_allclose(g32, g64, rtol=2e-5, atol=2e-7)
+
+
+@pytest.mark.parametrize("C", [1, 15, 16, 17, 1000])
+def test_float32_softmax_gradients_match_the_float64_loops(C):
+    rng = np.random.default_rng(C)
+    x = (rng.standard_normal((9, C)) * 3).astype(np.float32)
+    g = rng.standard_normal((9, C)).astype(np.float32)
+    for fn in (ddpc.softmax, ddpc.log_softmax):
+        grads = []
+        for dt in (ddpc.float32, ddpc.float64):
+            t = ddpc.tensor(x).to(dtype=dt).requires_grad_()
+            fn(t, 1).backward(ddpc.tensor(g).to(dtype=dt))
+            grads.append(t.grad.double().numpy())
+        np.testing.assert_allclose(grads[0], grads[1], rtol=1e-5, atol=1e-6 * max(1.0, C ** 0.5))
