@@ -2,7 +2,8 @@
 max/min with indices, softmax, comparisons, powers, transposes and short
 chains whose intermediates are new buffers, as ms per call, against numpy
 and PyTorch (when importable) on the same values, each result checked
-against numpy's first.
+against numpy's first; then losses over its rows as logits, with their
+backward pass, against PyTorch.
 
     PYTHONPATH=python python benchmarks/host_ops.py [--rows 1000] [--cols 1536] [--ops NAME ...] [--threads N]
 
@@ -56,6 +57,43 @@ CASES = {
 }
 
 
+# Losses with their backward pass (ddpc against torch), on the tensor's rows as logits of one class each.
+TRAINING = {
+    "cross_entropy": lambda L, x, y: L.nn.functional.cross_entropy(x, y),
+    "log_softmax + nll_loss": lambda L, x, y: L.nn.functional.nll_loss(L.log_softmax(x, 1), y),
+    "(softmax * x).sum()": lambda L, x, y: (L.softmax(x, 1) * x).sum(),
+}
+
+
+def _with_backward(libs, y, args, clock):
+    """ms per forward + backward of each TRAINING case, the gradients checked against ddpc's float64 ones."""
+    rows = []
+    for name, loss in TRAINING.items():
+        times, ref = {}, None
+        for lib, L, t in libs:
+            x = t.detach().clone().requires_grad_()
+            yt = L.tensor(y)
+
+            def step(L=L, x=x, yt=yt):
+                x.grad = None
+                loss(L, x, yt).backward()
+
+            step()
+            got = x.grad.numpy()
+            if ref is None:
+                x64 = x.detach().double().requires_grad_()
+                loss(L, x64, yt).backward()
+                ref = x64.grad.numpy()
+            np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-7, err_msg=f"{lib} {name}")
+            times[lib] = best_time(step, repeat=args.repeat, clock=clock)
+        row = [name, f"{times['ddpc'] * 1e3:.3f}"]
+        if "torch" in times:
+            row += [f"{times['torch'] * 1e3:.3f}", f"{times['torch'] / times['ddpc']:.2f}"]
+        rows.append(row)
+    print()
+    print_table(["forward + backward", "ddpc ms"] + (["torch ms", "torch/ddpc"] if len(libs) > 1 else []), rows)
+
+
 def _numpy(v):
     if isinstance(v, (np.ndarray, np.generic)):
         return np.asarray(v)
@@ -105,6 +143,7 @@ def main():
     if torch is not None:
         headers += ["torch ms", "torch/ddpc"]
     print_table(headers, rows)
+    _with_backward(libs, np.random.default_rng(1).integers(0, args.cols, args.rows), args, clock)
 
 
 if __name__ == "__main__":
