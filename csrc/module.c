@@ -203,22 +203,23 @@ static PyObject *py_cuda_empty_cache(PyObject *m, PyObject *arg) {
     Py_RETURN_NONE;
 }
 
-static PyObject *py_cuda_host_empty_cache(PyObject *m, PyObject *unused) {
-    (void)m, (void)unused;
+/* Empties a host block cache with the GIL released; the bytes freed. */
+static PyObject *empty_host_cache_(size_t (*empty)(void)) {
     size_t freed;
     Py_BEGIN_ALLOW_THREADS
-    freed = ddpc_pinned_empty_cache();
+    freed = empty();
     Py_END_ALLOW_THREADS
     return PyLong_FromSize_t(freed);
 }
 
+static PyObject *py_cuda_host_empty_cache(PyObject *m, PyObject *unused) {
+    (void)m, (void)unused;
+    return empty_host_cache_(ddpc_pinned_empty_cache);
+}
+
 static PyObject *py_host_empty_cache(PyObject *m, PyObject *unused) {
     (void)m, (void)unused;
-    size_t freed;
-    Py_BEGIN_ALLOW_THREADS
-    freed = ddpc_host_empty_cache();
-    Py_END_ALLOW_THREADS
-    return PyLong_FromSize_t(freed);
+    return empty_host_cache_(ddpc_host_empty_cache);
 }
 
 static PyObject *py_host_cache_info(PyObject *m, PyObject *unused) {

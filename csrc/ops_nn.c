@@ -1446,13 +1446,20 @@ static ddpc_status softmax_rows_(const ddpc_buffer *x, int64_t *rows, int64_t *c
     return DDPC_OK;
 }
 
+/* Rows of softmax (x the input) or of its gradient (x the output, gy its
+ * gradient), in parallel. */
 typedef struct {
     void *out;
-    const void *x;
+    const void *x, *gy;
     int64_t C;
     int take_log;
     ddpc_dtype dtype;
 } softmax_job_;
+
+static void softmax_parallel_(ddpc_range_fn rows_fn, softmax_job_ *job, int64_t R) {
+    const int64_t grain = job->dtype == DDPC_FLOAT32 ? UNARY_VECTOR_GRAIN : UNARY_GRAIN; /* elements */
+    ddpc_parallel_for(R, (grain + job->C - 1) / job->C, rows_fn, job);
+}
 
 static void softmax_rows_range_(void *ctx, int64_t lo, int64_t hi) {
     const softmax_job_ *j = ctx;
@@ -1482,8 +1489,7 @@ ddpc_status ddpc_op_softmax(ddpc_buffer *out, const ddpc_buffer *x, int take_log
     if (out->device != DDPC_CPU)
         DDPC_LAUNCH(out->device, ddpc_k_softmax(out->data, x->data, R, C, take_log, out->dtype, stream));
     softmax_job_ job = {.out = out->data, .x = x->data, .C = C, .take_log = take_log, .dtype = out->dtype};
-    const int64_t grain = out->dtype == DDPC_FLOAT32 ? UNARY_VECTOR_GRAIN : UNARY_GRAIN; /* elements */
-    ddpc_parallel_for(R, (grain + C - 1) / C, softmax_rows_range_, &job);
+    softmax_parallel_(softmax_rows_range_, &job, R);
     return DDPC_OK;
 }
 
@@ -1505,21 +1511,13 @@ static DDPC_ROW_TARGETS void softmax_backward_row_f32_(float *o, const float *g,
     for (c = 0; c < C; c++) o[c] = (float)((double)y[c] * ((double)g[c] - dot));
 }
 
-typedef struct {
-    void *gx;
-    const void *gy, *y;
-    int64_t C;
-    int take_log;
-    ddpc_dtype dtype;
-} softmax_backward_job_;
-
 static void softmax_backward_rows_(void *ctx, int64_t lo, int64_t hi) {
-    const softmax_backward_job_ *j = ctx;
+    const softmax_job_ *j = ctx;
     const int64_t C = j->C;
     DDPC_FLOAT_TYPES(j->dtype, {
         for (int64_t r = lo; r < hi; r++) {
-            const T *g = (const T *)j->gy + r * C, *yr = (const T *)j->y + r * C;
-            T *o = (T *)j->gx + r * C;
+            const T *g = (const T *)j->gy + r * C, *yr = (const T *)j->x + r * C;
+            T *o = (T *)j->out + r * C;
             if (sizeof(T) == 4) {
                 softmax_backward_row_f32_((float *)o, (const float *)g, (const float *)yr, C, j->take_log);
                 continue;
@@ -1545,10 +1543,9 @@ ddpc_status ddpc_op_softmax_backward(ddpc_buffer *gx, const ddpc_buffer *gy, con
     if (R * C == 0) return DDPC_OK;
     if (gx->device != DDPC_CPU)
         DDPC_LAUNCH(gx->device, ddpc_k_softmax_backward(gx->data, gy->data, y->data, R, C, take_log, gx->dtype, stream));
-    softmax_backward_job_ job = {.gx = gx->data, .gy = gy->data, .y = y->data, .C = C, .take_log = take_log,
-                                 .dtype = gx->dtype};
-    const int64_t grain = gx->dtype == DDPC_FLOAT32 ? UNARY_VECTOR_GRAIN : UNARY_GRAIN; /* elements */
-    ddpc_parallel_for(R, (grain + C - 1) / C, softmax_backward_rows_, &job);
+    softmax_job_ job = {.out = gx->data, .x = y->data, .gy = gy->data, .C = C, .take_log = take_log,
+                        .dtype = gx->dtype};
+    softmax_parallel_(softmax_backward_rows_, &job, R);
     return DDPC_OK;
 }
 
