@@ -547,6 +547,34 @@ ddpc_status ddpc_op_scalar(ddpc_binary_op op, ddpc_buffer *out, const ddpc_buffe
 DDPC_ROW_TARGETS double ddpc_sum_f32(const float *x, int64_t n) { SUM_IN_LANES(float, x, n); }
 DDPC_ROW_TARGETS double ddpc_sum_f64(const double *x, int64_t n) { SUM_IN_LANES(double, x, n); }
 
+/* A float sum of many elements in parts of SUM_PART each, summed on the
+ * cores in parallel and then in order: the parts do not depend on the
+ * threads, so neither does the result. */
+#define SUM_PART ((int64_t)1 << 16)
+#define SUM_PARTS_MAX 64 /* on the stack; longer sums take larger parts */
+typedef struct {
+    const void *x;
+    int64_t n, part;
+    int f32;
+    double sums[SUM_PARTS_MAX];
+} sum_parts_job_;
+
+static void sum_parts_range_(void *ctx, int64_t lo, int64_t hi) {
+    sum_parts_job_ *j = ctx;
+    for (int64_t p = lo; p < hi; p++) {
+        int64_t start = p * j->part, m = j->n - start < j->part ? j->n - start : j->part;
+        j->sums[p] = j->f32 ? ddpc_sum_f32((const float *)j->x + start, m) : ddpc_sum_f64((const double *)j->x + start, m);
+    }
+}
+
+static double sum_parts_(const ddpc_buffer *a) {
+    sum_parts_job_ job = {.x = a->data, .n = a->numel, .part = SUM_PART, .f32 = a->dtype == DDPC_FLOAT32};
+    if (job.n > SUM_PART * SUM_PARTS_MAX) job.part = (job.n + SUM_PARTS_MAX - 1) / SUM_PARTS_MAX;
+    int64_t parts = (job.n + job.part - 1) / job.part;
+    ddpc_parallel_for(parts, 4, sum_parts_range_, &job); /* 4 parts: a thread's work is worth starting */
+    return ddpc_sum_f64(job.sums, parts);
+}
+
 /* The CUDA path: CUB's reduction over the whole GPU in stream-ordered scratch. */
 static ddpc_status sum_cuda_(ddpc_buffer *out, const ddpc_buffer *a) {
 #ifdef DDPC_WITH_CUDA
@@ -593,8 +621,7 @@ ddpc_status ddpc_op_sum(ddpc_buffer *out, const ddpc_buffer *a) {
     }
     /* Double accumulation: accurate for float32 sums of any length. */
     double acc = 0, t[CHUNK];
-    if (a->dtype == DDPC_FLOAT32) acc = ddpc_sum_f32(a->data, a->numel);
-    else if (a->dtype == DDPC_FLOAT64) acc = ddpc_sum_f64(a->data, a->numel);
+    if (a->dtype == DDPC_FLOAT32 || a->dtype == DDPC_FLOAT64) acc = sum_parts_(a);
     else
         for (int64_t i = 0; i < a->numel; i += CHUNK) {
             int64_t m = a->numel - i < CHUNK ? a->numel - i : CHUNK;

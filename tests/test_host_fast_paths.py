@@ -27,6 +27,22 @@ def test_sums_match_an_exact_sum(dtype, n):
     assert float(ddpc.tensor(x).sum()) == pytest.approx(math.fsum(map(float, x.ravel())), rel=tol, abs=tol * 1e3 * n)
 
 
+@pytest.mark.parametrize("n", [(1 << 16) * 4 + 3, (1 << 16) * 64 + 1, 5_000_003])
+def test_long_sums_are_exact_to_double_and_do_not_depend_on_the_threads(n):
+    x = np.random.default_rng(n).standard_normal(n).astype(np.float32)
+    exact = math.fsum(map(float, x))
+    before = ddpc.get_num_threads()
+    try:
+        got = []
+        for threads in (1, 2, 3):
+            ddpc.set_num_threads(threads)
+            got.append(float(ddpc.tensor(x).double().sum()))
+    finally:
+        ddpc.set_num_threads(before)
+    assert got[0] == got[1] == got[2]
+    assert got[0] == pytest.approx(exact, rel=1e-12, abs=1e-9)
+
+
 def test_sums_pass_on_nan_and_infinities():
     x = np.ones(100, np.float32)
     x[57] = np.nan
