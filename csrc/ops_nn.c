@@ -635,31 +635,53 @@ ddpc_status ddpc_op_where(ddpc_buffer *out, const ddpc_buffer *cond, const ddpc_
  * kept for a chunk of the row at a time, so the reads stay contiguous, and
  * four rows go into them at once, which keeps the loop as fast as memory. */
 #define SUM_CHUNK 256
-#define SUM_DIM_LOOP(T, ACC, out, a, outer, len, inner)                            \
+/* The sums of one unit of work: columns [i0, i0 + SUM_CHUNK) of outer row r. */
+#define SUM_DIM_UNIT(T, ACC, out, a, r, i0, len, inner)                            \
     do {                                                                           \
         T *o_ = (T *)(out);                                                        \
         const T *x_ = (const T *)(a);                                              \
         ACC acc_[SUM_CHUNK];                                                       \
-        for (int64_t r = 0; r < (outer); r++) {                                    \
-            for (int64_t i0 = 0; i0 < (inner); i0 += SUM_CHUNK) {                  \
-                int64_t m = (inner) - i0 < SUM_CHUNK ? (inner) - i0 : SUM_CHUNK, l = 0; \
-                const T *src = x_ + r * (len) * (inner) + i0;                      \
-                for (int64_t i = 0; i < m; i++) acc_[i] = 0;                       \
-                if (m == 1) {                                                      \
-                    for (; l < (len); l++) acc_[0] += (ACC)src[l * (inner)];       \
-                } else {                                                           \
-                    for (; l + 4 <= (len); l += 4) {                               \
-                        const T *s0 = src + l * (inner), *s1 = s0 + (inner), *s2 = s1 + (inner), *s3 = s2 + (inner); \
-                        for (int64_t i = 0; i < m; i++)                            \
-                            acc_[i] += ((ACC)s0[i] + (ACC)s1[i]) + ((ACC)s2[i] + (ACC)s3[i]); \
-                    }                                                              \
-                    for (; l < (len); l++)                                         \
-                        for (int64_t i = 0; i < m; i++) acc_[i] += (ACC)src[l * (inner) + i]; \
-                }                                                                  \
-                for (int64_t i = 0; i < m; i++) o_[r * (inner) + i0 + i] = (T)acc_[i]; \
+        int64_t m = (inner) - (i0) < SUM_CHUNK ? (inner) - (i0) : SUM_CHUNK, l = 0; \
+        const T *src = x_ + (r) * (len) * (inner) + (i0);                          \
+        for (int64_t i = 0; i < m; i++) acc_[i] = 0;                               \
+        if (m == 1) {                                                              \
+            for (; l < (len); l++) acc_[0] += (ACC)src[l * (inner)];               \
+        } else {                                                                   \
+            for (; l + 4 <= (len); l += 4) {                                       \
+                const T *s0 = src + l * (inner), *s1 = s0 + (inner), *s2 = s1 + (inner), *s3 = s2 + (inner); \
+                for (int64_t i = 0; i < m; i++)                                    \
+                    acc_[i] += ((ACC)s0[i] + (ACC)s1[i]) + ((ACC)s2[i] + (ACC)s3[i]); \
             }                                                                      \
+            for (; l < (len); l++)                                                 \
+                for (int64_t i = 0; i < m; i++) acc_[i] += (ACC)src[l * (inner) + i]; \
         }                                                                          \
+        for (int64_t i = 0; i < m; i++) o_[(r) * (inner) + (i0) + i] = (T)acc_[i]; \
     } while (0)
+
+typedef struct {
+    void *out;
+    const void *a;
+    int64_t len, inner, chunks; /* chunks of SUM_CHUNK columns per outer row (1 for inner 1) */
+    ddpc_dtype dtype;
+} sum_dim_job_;
+
+/* Units [lo, hi): outer row u / chunks, its chunk u % chunks; each output
+ * element is one unit's, in the same order whatever the threads. */
+static void sum_dim_range_(void *ctx, int64_t lo, int64_t hi) {
+    const sum_dim_job_ *j = ctx;
+    const int64_t len = j->len, inner = j->inner;
+    for (int64_t u = lo; u < hi; u++) {
+        int64_t r = u / j->chunks, i0 = (u % j->chunks) * SUM_CHUNK;
+        if (inner == 1 && j->dtype == DDPC_FLOAT32)
+            ((float *)j->out)[r] = (float)ddpc_sum_f32((const float *)j->a + r * len, len);
+        else if (inner == 1 && j->dtype == DDPC_FLOAT64)
+            ((double *)j->out)[r] = ddpc_sum_f64((const double *)j->a + r * len, len);
+        else if (j->dtype == DDPC_INT64)
+            SUM_DIM_UNIT(int64_t, uint64_t, j->out, j->a, r, i0, len, inner);
+        else
+            DDPC_FLOAT_TYPES(j->dtype, SUM_DIM_UNIT(T, double, j->out, j->a, r, i0, len, inner));
+    }
+}
 
 ddpc_status ddpc_dim_split(const ddpc_buffer *a, int dim, const char *op, int64_t *outer, int64_t *len,
                            int64_t *inner) {
@@ -683,18 +705,11 @@ ddpc_status ddpc_op_sum_dim(ddpc_buffer *out, const ddpc_buffer *a, int dim) {
     if (out->numel == 0) return DDPC_OK;
     if (out->device != DDPC_CPU)
         DDPC_LAUNCH(out->device, ddpc_k_sum_dim(out->data, a->data, out->dtype, outer, len, inner, stream));
-    if (inner == 1 && ddpc_dtype_is_float(out->dtype)) { /* contiguous rows: each summed in lanes */
-        DDPC_FLOAT_TYPES(out->dtype, {
-            T *o = out->data;
-            const T *x = a->data;
-            for (int64_t r = 0; r < outer; r++)
-                o[r] = (T)(sizeof(T) == 4 ? ddpc_sum_f32((const float *)x + r * len, len)
-                                          : ddpc_sum_f64((const double *)x + r * len, len));
-        });
-        return DDPC_OK;
-    }
-    if (out->dtype == DDPC_INT64) SUM_DIM_LOOP(int64_t, uint64_t, out->data, a->data, outer, len, inner);
-    else DDPC_FLOAT_TYPES(out->dtype, SUM_DIM_LOOP(T, double, out->data, a->data, outer, len, inner));
+    /* Contiguous rows (inner 1) are each summed in lanes; the units go to the cores. */
+    sum_dim_job_ job = {.out = out->data, .a = a->data, .len = len, .inner = inner,
+                        .chunks = (inner + SUM_CHUNK - 1) / SUM_CHUNK, .dtype = out->dtype};
+    int64_t unit = len * (inner < SUM_CHUNK ? inner : SUM_CHUNK); /* elements read per unit */
+    ddpc_parallel_for(outer * job.chunks, (1 << 16) / (unit ? unit : 1) + 1, sum_dim_range_, &job);
     return DDPC_OK;
 }
 

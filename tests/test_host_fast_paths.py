@@ -43,6 +43,23 @@ def test_long_sums_are_exact_to_double_and_do_not_depend_on_the_threads(n):
     assert got[0] == pytest.approx(exact, rel=1e-12, abs=1e-9)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64])
+def test_sums_along_each_dim_match_numpy_whatever_the_threads(dtype):
+    x = np.random.default_rng(7).integers(-1000, 1000, (37, 300, 530)).astype(dtype)
+    before = ddpc.get_num_threads()
+    try:
+        for dim in range(3):
+            want = x.astype(np.float64).sum(dim)
+            got = []
+            for threads in (1, 2):
+                ddpc.set_num_threads(threads)
+                got.append(ddpc.tensor(x).sum(dim).numpy())
+            assert np.array_equal(got[0], got[1])
+            np.testing.assert_allclose(got[0].astype(np.float64), want, rtol=1e-6)
+    finally:
+        ddpc.set_num_threads(before)
+
+
 def test_sums_pass_on_nan_and_infinities():
     x = np.ones(100, np.float32)
     x[57] = np.nan
