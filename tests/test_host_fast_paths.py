@@ -1,7 +1,9 @@
-"""The host loops written in lanes and vectors (csrc/ops.c, csrc/ops_nn.c):
-sums, max/min with their indices, softmax and log-softmax, casts and the
-powers taken as products give what the plain loops gave, at every length
-around the vector widths and at the special values."""
+"""The host loops written in lanes, vectors and parallel parts (csrc/ops.c,
+csrc/ops_nn.c, csrc/ops_dim.c, csrc/ops_select.c): sums, max/min with their
+indices, softmax and its gradient, cross entropy, casts, comparisons, the
+powers taken as products, nonzero, mask indexing, gather and scatter give
+what numpy, an exact sum or ddpc's float64 loops give, at lengths around the
+vector widths, at the special values and whatever the threads."""
 
 import math
 
