@@ -452,6 +452,47 @@ static DDPC_ROW_TARGETS ddpc_status compare_into_bool_(ddpc_binary_op op, ddpc_b
     return DDPC_OK;
 }
 
+/* Binary ops (b set) and ops with a number (b NULL, the number s) on the
+ * host dtypes with loops of their own, split across the cores for large
+ * tensors: from 4M elements (one core nearly keeps up with memory below
+ * that, and a thread costs tens of microseconds to start), from 32K for
+ * powers, a libm call each. Each element is written by one range. */
+typedef struct {
+    ddpc_binary_op op;
+    ddpc_dtype dtype;
+    void *out;
+    const void *a, *b;
+    double s;
+} binary_job_;
+
+static DDPC_ROW_TARGETS void binary_range_(void *ctx, int64_t lo, int64_t hi) {
+    const binary_job_ *j = ctx;
+    const int64_t n = hi - lo;
+#define BINARY_RANGE_AS(T)                                                         \
+    do {                                                                           \
+        T *o = (T *)j->out + lo;                                                   \
+        const T *x = (const T *)j->a + lo;                                         \
+        if (j->b) BINARY_LOOP(T, o, x, (const T *)j->b + lo, n, j->op);            \
+        else SCALAR_LOOP(T, o, x, j->s, n, j->op);                                 \
+    } while (0)
+    switch (j->dtype) {
+    case DDPC_FLOAT32: BINARY_RANGE_AS(float); break;
+    case DDPC_FLOAT64: BINARY_RANGE_AS(double); break;
+    case DDPC_INT32: BINARY_RANGE_AS(int32_t); break;
+    case DDPC_INT64: BINARY_RANGE_AS(int64_t); break;
+    default: BINARY_RANGE_AS(uint8_t); break;
+    }
+#undef BINARY_RANGE_AS
+}
+
+static void binary_parallel_(ddpc_binary_op op, ddpc_buffer *out, const ddpc_buffer *a, const ddpc_buffer *b,
+                             double s) {
+    binary_job_ job = {.op = op, .dtype = out->dtype, .out = out->data, .a = a->data, .b = b ? b->data : NULL,
+                       .s = s};
+    int64_t grain = op == DDPC_POWER || op == DDPC_RPOWER ? (int64_t)1 << 15 : (int64_t)1 << 22;
+    ddpc_parallel_for(out->numel, grain, binary_range_, &job);
+}
+
 static int compares_into_bool_(ddpc_binary_op op, const ddpc_buffer *out, const ddpc_buffer *a) {
     return out->dtype == DDPC_BOOL && a->dtype != DDPC_BOOL && op >= DDPC_EQ && op <= DDPC_GE;
 }
@@ -472,11 +513,9 @@ ddpc_status ddpc_op_binary(ddpc_binary_op op, ddpc_buffer *out, const ddpc_buffe
     if (out->device != DDPC_CPU)
         DDPC_LAUNCH(out->device, ddpc_k_binary(op, out->data, a->data, b->data, out->dtype, n, stream));
     switch (out->dtype) {
-    case DDPC_FLOAT32: BINARY_LOOP(float, out->data, a->data, b->data, n, op); break;
-    case DDPC_FLOAT64: BINARY_LOOP(double, out->data, a->data, b->data, n, op); break;
-    case DDPC_INT32: BINARY_LOOP(int32_t, out->data, a->data, b->data, n, op); break;
-    case DDPC_INT64: BINARY_LOOP(int64_t, out->data, a->data, b->data, n, op); break;
-    case DDPC_UINT8: BINARY_LOOP(uint8_t, out->data, a->data, b->data, n, op); break;
+    case DDPC_FLOAT32: case DDPC_FLOAT64: case DDPC_INT32: case DDPC_INT64: case DDPC_UINT8:
+        binary_parallel_(op, out, a, b, 0);
+        break;
     default: { /* 16-bit floats: compute in float, round once */
         double ta[CHUNK], tb[CHUNK];
         for (int64_t i = 0; i < n; i += CHUNK) {
@@ -511,11 +550,9 @@ ddpc_status ddpc_op_scalar(ddpc_binary_op op, ddpc_buffer *out, const ddpc_buffe
     if (out->dtype == DDPC_UINT8) s = (double)(uint8_t)(int64_t)s;
     if (out->device != DDPC_CPU) DDPC_LAUNCH(out->device, ddpc_k_scalar(op, out->data, a->data, s, out->dtype, n, stream));
     switch (out->dtype) {
-    case DDPC_FLOAT32: SCALAR_LOOP(float, out->data, a->data, s, n, op); break;
-    case DDPC_FLOAT64: SCALAR_LOOP(double, out->data, a->data, s, n, op); break;
-    case DDPC_INT32: SCALAR_LOOP(int32_t, out->data, a->data, s, n, op); break;
-    case DDPC_INT64: SCALAR_LOOP(int64_t, out->data, a->data, s, n, op); break;
-    case DDPC_UINT8: SCALAR_LOOP(uint8_t, out->data, a->data, s, n, op); break;
+    case DDPC_FLOAT32: case DDPC_FLOAT64: case DDPC_INT32: case DDPC_INT64: case DDPC_UINT8:
+        binary_parallel_(op, out, a, NULL, s);
+        break;
     default: {
         double t[CHUNK];
         float f[CHUNK], fo[CHUNK];

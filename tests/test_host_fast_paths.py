@@ -292,3 +292,27 @@ def test_float32_softmax_gradients_match_the_float64_loops(C):
             fn(t, 1).backward(ddpc.tensor(g).to(dtype=dt))
             grads.append(t.grad.double().numpy())
         np.testing.assert_allclose(grads[0], grads[1], rtol=1e-5, atol=1e-6 * max(1.0, C ** 0.5))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64, np.uint8])
+def test_large_binary_ops_split_across_threads_match_numpy(dtype):
+    n = (1 << 22) + 1001  # above the split size
+    rng = np.random.default_rng(11)
+    x = rng.integers(1, 100, n).astype(dtype)
+    y = rng.integers(1, 100, n).astype(dtype)
+    before = ddpc.get_num_threads()
+    try:
+        for threads in (1, 2):
+            ddpc.set_num_threads(threads)
+            t, u = ddpc.tensor(x), ddpc.tensor(y)
+            assert np.array_equal((t + u).numpy(), x + y)
+            assert np.array_equal((t * 3).numpy(), x * dtype(3))
+            assert np.array_equal((t - u).numpy(), x - y)
+            t.add_(u)  # in place: each range reads and writes its own elements
+            assert np.array_equal(t.numpy(), x + y)
+        if np.dtype(dtype).kind == "f":
+            small = ddpc.tensor(x[:70000] / 50)
+            np.testing.assert_allclose((small ** ddpc.tensor(y[:70000] / 50)).numpy(),
+                                       (x[:70000] / 50) ** (y[:70000] / 50), rtol=1e-6)
+    finally:
+        ddpc.set_num_threads(before)
