@@ -416,50 +416,16 @@ ddpc_status ddpc_bool_result(ddpc_buffer *out, ddpc_status st) {
     return ddpc_op_scalar(DDPC_NE, &bytes, &bytes, 0);
 }
 
-/* A host comparison of a (float32, float64, int32, int64 or uint8) with b of
- * its dtype and shape, or with the number s where b is NULL, written as bool
- * in one pass: the general loops compare in a's dtype and cast after. */
-static DDPC_ROW_TARGETS ddpc_status compare_into_bool_(ddpc_binary_op op, ddpc_buffer *out, const ddpc_buffer *a,
-                                                       const ddpc_buffer *b, double s) {
-    CHECK(check_writable_(out, "comparison"));
-    if (out->numel != a->numel || out->device != a->device || (b && (b->dtype != a->dtype || b->numel != a->numel ||
-                                                                      b->device != a->device)))
-        return DDPC_ERROR(DDPC_ERR_ARG, "comparison: the operands and the bool output must match in size and device, "
-                          "the operands in dtype");
-    if (a->device != DDPC_CPU)
-        return DDPC_ERROR(DDPC_ERR_TYPE, "comparison into bool: CUDA tensors compare in their dtype (cast after)");
-    const int64_t n = a->numel;
-    uint8_t *o_ = out->data;
-#define COMPARE_AS(T)                                                              \
-    do {                                                                           \
-        const T *x_ = a->data, *y_ = b ? (const T *)b->data : NULL, s_ = (T)s;     \
-        if (y_) {                                                                  \
-            DDPC_BINARY_LOOPS(op, n, o_[k_], x_[k_], y_[k_]);                      \
-        } else {                                                                   \
-            DDPC_BINARY_LOOPS(op, n, o_[k_], x_[k_], s_);                          \
-        }                                                                          \
-    } while (0)
-    switch (a->dtype) {
-    case DDPC_FLOAT32: COMPARE_AS(float); break;
-    case DDPC_FLOAT64: COMPARE_AS(double); break;
-    case DDPC_INT32: COMPARE_AS(int32_t); break;
-    case DDPC_INT64: COMPARE_AS(int64_t); break;
-    case DDPC_UINT8: COMPARE_AS(uint8_t); break;
-    default:
-        return DDPC_ERROR(DDPC_ERR_TYPE, "comparison into bool: %s is not compared directly", ddpc_dtype_name(a->dtype));
-    }
-#undef COMPARE_AS
-    return DDPC_OK;
-}
-
 /* Binary ops (b set) and ops with a number (b NULL, the number s) on the
  * host dtypes with loops of their own, split across the cores for large
  * tensors: from 4M elements (one core nearly keeps up with memory below
  * that, and a thread costs tens of microseconds to start), from 32K for
- * powers, a libm call each. Each element is written by one range. */
+ * powers, a libm call each. Each element is written by one range. With
+ * into_bool, a comparison of the inputs (of `dtype`) writes bool. */
 typedef struct {
     ddpc_binary_op op;
     ddpc_dtype dtype;
+    int into_bool;
     void *out;
     const void *a, *b;
     double s;
@@ -468,12 +434,20 @@ typedef struct {
 static DDPC_ROW_TARGETS void binary_range_(void *ctx, int64_t lo, int64_t hi) {
     const binary_job_ *j = ctx;
     const int64_t n = hi - lo;
+#define BINARY_RANGE_INTO(T, TO)                                                   \
+    do {                                                                           \
+        TO *o = (TO *)j->out + lo;                                                 \
+        const T *x = (const T *)j->a + lo, *y = j->b ? (const T *)j->b + lo : NULL, s_ = (T)j->s; \
+        if (y) {                                                                   \
+            DDPC_BINARY_LOOPS(j->op, n, o[k_], x[k_], y[k_]);                      \
+        } else {                                                                   \
+            DDPC_BINARY_LOOPS(j->op, n, o[k_], x[k_], s_);                         \
+        }                                                                          \
+    } while (0)
 #define BINARY_RANGE_AS(T)                                                         \
     do {                                                                           \
-        T *o = (T *)j->out + lo;                                                   \
-        const T *x = (const T *)j->a + lo;                                         \
-        if (j->b) BINARY_LOOP(T, o, x, (const T *)j->b + lo, n, j->op);            \
-        else SCALAR_LOOP(T, o, x, j->s, n, j->op);                                 \
+        if (j->into_bool) BINARY_RANGE_INTO(T, uint8_t);                           \
+        else BINARY_RANGE_INTO(T, T);                                              \
     } while (0)
     switch (j->dtype) {
     case DDPC_FLOAT32: BINARY_RANGE_AS(float); break;
@@ -483,14 +457,36 @@ static DDPC_ROW_TARGETS void binary_range_(void *ctx, int64_t lo, int64_t hi) {
     default: BINARY_RANGE_AS(uint8_t); break;
     }
 #undef BINARY_RANGE_AS
+#undef BINARY_RANGE_INTO
 }
 
 static void binary_parallel_(ddpc_binary_op op, ddpc_buffer *out, const ddpc_buffer *a, const ddpc_buffer *b,
                              double s) {
-    binary_job_ job = {.op = op, .dtype = out->dtype, .out = out->data, .a = a->data, .b = b ? b->data : NULL,
-                       .s = s};
+    binary_job_ job = {.op = op, .dtype = a->dtype, .into_bool = out->dtype == DDPC_BOOL, .out = out->data,
+                       .a = a->data, .b = b ? b->data : NULL, .s = s};
     int64_t grain = op == DDPC_POWER || op == DDPC_RPOWER ? (int64_t)1 << 15 : (int64_t)1 << 22;
     ddpc_parallel_for(out->numel, grain, binary_range_, &job);
+}
+
+/* A host comparison of a (float32, float64, int32, int64 or uint8) with b of
+ * its dtype and shape, or with the number s where b is NULL, written as bool
+ * in one pass: the general loops compare in a's dtype and cast after. */
+static ddpc_status compare_into_bool_(ddpc_binary_op op, ddpc_buffer *out, const ddpc_buffer *a, const ddpc_buffer *b,
+                                      double s) {
+    CHECK(check_writable_(out, "comparison"));
+    if (out->numel != a->numel || out->device != a->device || (b && (b->dtype != a->dtype || b->numel != a->numel ||
+                                                                      b->device != a->device)))
+        return DDPC_ERROR(DDPC_ERR_ARG, "comparison: the operands and the bool output must match in size and device, "
+                          "the operands in dtype");
+    if (a->device != DDPC_CPU)
+        return DDPC_ERROR(DDPC_ERR_TYPE, "comparison into bool: CUDA tensors compare in their dtype (cast after)");
+    switch (a->dtype) {
+    case DDPC_FLOAT32: case DDPC_FLOAT64: case DDPC_INT32: case DDPC_INT64: case DDPC_UINT8:
+        binary_parallel_(op, out, a, b, s);
+        return DDPC_OK;
+    default:
+        return DDPC_ERROR(DDPC_ERR_TYPE, "comparison into bool: %s is not compared directly", ddpc_dtype_name(a->dtype));
+    }
 }
 
 static int compares_into_bool_(ddpc_binary_op op, const ddpc_buffer *out, const ddpc_buffer *a) {
