@@ -580,6 +580,24 @@ ddpc_status ddpc_op_scalar(ddpc_binary_op op, ddpc_buffer *out, const ddpc_buffe
 DDPC_ROW_TARGETS double ddpc_sum_f32(const float *x, int64_t n) { SUM_IN_LANES(float, x, n); }
 DDPC_ROW_TARGETS double ddpc_sum_f64(const double *x, int64_t n) { SUM_IN_LANES(double, x, n); }
 
+/* The squared deviations from c, in double, in the same lanes. */
+#define SQDEV_IN_LANES(T, x, n, c)                                                 \
+    do {                                                                           \
+        double acc_[SUM_LANES] = {0}, s_ = 0;                                      \
+        int64_t i_ = 0;                                                            \
+        for (; i_ + SUM_LANES <= (n); i_ += SUM_LANES)                             \
+            for (int k_ = 0; k_ < SUM_LANES; k_++) {                               \
+                double d_ = (double)(x)[i_ + k_] - (c);                            \
+                acc_[k_] += d_ * d_;                                               \
+            }                                                                      \
+        for (; i_ < (n); i_++) s_ += ((double)(x)[i_] - (c)) * ((double)(x)[i_] - (c)); \
+        for (int k_ = 0; k_ < SUM_LANES; k_++) s_ += acc_[k_];                     \
+        return s_;                                                                 \
+    } while (0)
+
+DDPC_ROW_TARGETS double ddpc_sqdev_f32(const float *x, int64_t n, double c) { SQDEV_IN_LANES(float, x, n, c); }
+DDPC_ROW_TARGETS double ddpc_sqdev_f64(const double *x, int64_t n, double c) { SQDEV_IN_LANES(double, x, n, c); }
+
 /* A float sum of many elements in parts of SUM_PART each, summed on the
  * cores in parallel and then in order: the parts do not depend on the
  * threads, so neither does the result. */
@@ -589,6 +607,7 @@ typedef struct {
     const void *x;
     int64_t n, part;
     int f32;
+    const double *center; /* the squared deviations from *center, when given */
     double sums[SUM_PARTS_MAX];
 } sum_parts_job_;
 
@@ -596,12 +615,17 @@ static void sum_parts_range_(void *ctx, int64_t lo, int64_t hi) {
     sum_parts_job_ *j = ctx;
     for (int64_t p = lo; p < hi; p++) {
         int64_t start = p * j->part, m = j->n - start < j->part ? j->n - start : j->part;
-        j->sums[p] = j->f32 ? ddpc_sum_f32((const float *)j->x + start, m) : ddpc_sum_f64((const double *)j->x + start, m);
+        const float *xf = (const float *)j->x + start;
+        const double *xd = (const double *)j->x + start;
+        if (j->center)
+            j->sums[p] = j->f32 ? ddpc_sqdev_f32(xf, m, *j->center) : ddpc_sqdev_f64(xd, m, *j->center);
+        else
+            j->sums[p] = j->f32 ? ddpc_sum_f32(xf, m) : ddpc_sum_f64(xd, m);
     }
 }
 
-static double sum_parts_(const ddpc_buffer *a) {
-    sum_parts_job_ job = {.x = a->data, .n = a->numel, .part = SUM_PART, .f32 = a->dtype == DDPC_FLOAT32};
+double ddpc_sum_parallel(const void *x, int64_t n, int f32, const double *center) {
+    sum_parts_job_ job = {.x = x, .n = n, .part = SUM_PART, .f32 = f32, .center = center};
     if (job.n > SUM_PART * SUM_PARTS_MAX) job.part = (job.n + SUM_PARTS_MAX - 1) / SUM_PARTS_MAX;
     int64_t parts = (job.n + job.part - 1) / job.part;
     ddpc_parallel_for(parts, 4, sum_parts_range_, &job); /* 4 parts: a thread's work is worth starting */
@@ -654,7 +678,7 @@ ddpc_status ddpc_op_sum(ddpc_buffer *out, const ddpc_buffer *a) {
     }
     /* Double accumulation: accurate for float32 sums of any length. */
     double acc = 0, t[CHUNK];
-    if (a->dtype == DDPC_FLOAT32 || a->dtype == DDPC_FLOAT64) acc = sum_parts_(a);
+    if (a->dtype == DDPC_FLOAT32 || a->dtype == DDPC_FLOAT64) acc = ddpc_sum_parallel(a->data, a->numel, a->dtype == DDPC_FLOAT32, NULL);
     else
         for (int64_t i = 0; i < a->numel; i += CHUNK) {
             int64_t m = a->numel - i < CHUNK ? a->numel - i : CHUNK;

@@ -148,6 +148,13 @@ ddpc_status ddpc_op_sum(ddpc_buffer *out, const ddpc_buffer *a);
  * single running sum waits out each addition's latency). */
 double ddpc_sum_f32(const float *x, int64_t n);
 double ddpc_sum_f64(const double *x, int64_t n);
+/* The sum of (x - c)^2 over n values, the same way. */
+double ddpc_sqdev_f32(const float *x, int64_t n, double c);
+double ddpc_sqdev_f64(const double *x, int64_t n, double c);
+/* The sum of n float32 (f32) or float64 values, or with `center` given the
+ * sum of their squared deviations from *center, in fixed parts summed on the
+ * cores and then in order, so the result does not depend on the threads. */
+double ddpc_sum_parallel(const void *x, int64_t n, int f32, const double *center);
 /* out = x with NaN, +inf and -inf replaced by nan, posinf and neginf (each
  * rounded to the dtype once); float dtypes, one pass. */
 ddpc_status ddpc_op_nan_to_num(ddpc_buffer *out, const ddpc_buffer *x, double nan, double posinf, double neginf);

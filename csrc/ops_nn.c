@@ -713,6 +713,96 @@ ddpc_status ddpc_op_sum_dim(ddpc_buffer *out, const ddpc_buffer *a, int dim) {
     return DDPC_OK;
 }
 
+/* The mean and the squared deviations from it of one unit (outer row r,
+ * columns [i0, i0 + SUM_CHUNK)), two passes in double: the same precision
+ * as the float64 sums, and no cancellation of E[x^2] - E[x]^2. */
+#define MOMENTS_UNIT(T, j, r, i0)                                                  \
+    do {                                                                           \
+        const int64_t len_ = (j)->len, inner_ = (j)->inner;                        \
+        int64_t m_ = inner_ - (i0) < SUM_CHUNK ? inner_ - (i0) : SUM_CHUNK;        \
+        const T *src_ = (const T *)(j)->a + (r) * len_ * inner_ + (i0);            \
+        double mean_[SUM_CHUNK], ss_[SUM_CHUNK];                                   \
+        for (int64_t i = 0; i < m_; i++) mean_[i] = ss_[i] = 0;                    \
+        for (int64_t l = 0; l < len_; l++)                                         \
+            for (int64_t i = 0; i < m_; i++) mean_[i] += (double)src_[l * inner_ + i]; \
+        for (int64_t i = 0; i < m_; i++) mean_[i] /= (double)len_;                 \
+        for (int64_t l = 0; l < len_; l++)                                         \
+            for (int64_t i = 0; i < m_; i++) {                                     \
+                double d_ = (double)src_[l * inner_ + i] - mean_[i];               \
+                ss_[i] += d_ * d_;                                                 \
+            }                                                                      \
+        for (int64_t i = 0; i < m_; i++) {                                         \
+            ((T *)(j)->mean)[(r) * inner_ + (i0) + i] = (T)mean_[i];               \
+            ((T *)(j)->var)[(r) * inner_ + (i0) + i] = (T)(ss_[i] / (j)->divisor); \
+        }                                                                          \
+    } while (0)
+
+typedef struct {
+    void *var, *mean;
+    const void *a;
+    int64_t len, inner, chunks; /* as sum_dim_job_'s */
+    double divisor;
+    ddpc_dtype dtype;
+} moments_job_;
+
+/* The row (inner 1) r: its sum in lanes, then its squared deviations. */
+static void row_moments_(const moments_job_ *j, int64_t r) {
+    const int f32 = j->dtype == DDPC_FLOAT32;
+    const float *xf = (const float *)j->a + r * j->len;
+    const double *xd = (const double *)j->a + r * j->len;
+    double mean = (f32 ? ddpc_sum_f32(xf, j->len) : ddpc_sum_f64(xd, j->len)) / (double)j->len;
+    double ss = f32 ? ddpc_sqdev_f32(xf, j->len, mean) : ddpc_sqdev_f64(xd, j->len, mean);
+    if (f32)
+        ((float *)j->mean)[r] = (float)mean, ((float *)j->var)[r] = (float)(ss / j->divisor);
+    else
+        ((double *)j->mean)[r] = mean, ((double *)j->var)[r] = ss / j->divisor;
+}
+
+static void moments_range_(void *ctx, int64_t lo, int64_t hi) {
+    const moments_job_ *j = ctx;
+    for (int64_t u = lo; u < hi; u++) {
+        int64_t r = u / j->chunks, i0 = (u % j->chunks) * SUM_CHUNK;
+        if (j->inner == 1)
+            row_moments_(j, r);
+        else
+            DDPC_FLOAT_TYPES(j->dtype, MOMENTS_UNIT(T, j, r, i0));
+    }
+}
+
+ddpc_status ddpc_op_var_dim(ddpc_buffer *var, ddpc_buffer *mean, const ddpc_buffer *a, int dim, double correction) {
+    const char *op = "var along a dim";
+    CHECK(check_out_(var, op));
+    CHECK(check_out_(mean, op));
+    int64_t outer = 0, len = 0, inner = 0;
+    CHECK(ddpc_dim_split(a, dim, op, &outer, &len, &inner));
+    CHECK(check_like_(var, a, -1, op, "the input"));
+    CHECK(check_like_(mean, a, -1, op, "the input"));
+    if (a->device != DDPC_CPU || (a->dtype != DDPC_FLOAT32 && a->dtype != DDPC_FLOAT64))
+        return DDPC_ERROR(DDPC_ERR_ARG, "%s: host float32 or float64 tensors only, got %s on %s", op,
+                          ddpc_dtype_name(a->dtype), a->device == DDPC_CPU ? "the host" : "a GPU");
+    if (var->numel != outer * inner || mean->numel != outer * inner)
+        return DDPC_ERROR(DDPC_ERR_ARG, "%s: the outputs have %lld and %lld elements, expected %lld", op,
+                          (long long)var->numel, (long long)mean->numel, (long long)(outer * inner));
+    if (var->numel == 0) return DDPC_OK;
+    moments_job_ job = {.var = var->data, .mean = mean->data, .a = a->data, .len = len, .inner = inner,
+                        .chunks = (inner + SUM_CHUNK - 1) / SUM_CHUNK, .dtype = a->dtype,
+                        /* PyTorch's max(0, N - correction): a slice too short gives inf, or NaN for 0 / 0 */
+                        .divisor = (double)len - correction > 0 ? (double)len - correction : 0.0};
+    if (outer == 1 && inner == 1) { /* one long row: each pass in parts across the cores */
+        const int f32 = a->dtype == DDPC_FLOAT32;
+        double m = ddpc_sum_parallel(a->data, len, f32, NULL) / (double)len;
+        double v = ddpc_sum_parallel(a->data, len, f32, &m) / job.divisor;
+        if (f32)
+            *(float *)var->data = (float)v, *(float *)mean->data = (float)m;
+        else
+            *(double *)var->data = v, *(double *)mean->data = m;
+        return DDPC_OK;
+    }
+    int64_t unit = 2 * len * (inner < SUM_CHUNK ? inner : SUM_CHUNK);
+    ddpc_parallel_for(outer * job.chunks, (1 << 16) / (unit ? unit : 1) + 1, moments_range_, &job);
+    return DDPC_OK;
+}
+
 /* `v != v` holds for a NaN only (never for integers). The first NaN wins,
  * else the first of the largest (smallest) values. A contiguous float row
  * is read once in vectors (GCC's vector extensions: the loop vectoriser
@@ -1733,6 +1823,17 @@ static PyObject *py_sum_dim(PyObject *m, PyObject *args) {
     DDPC_RUN_RELEASED(ddpc_buffer_nbytes(a), ddpc_op_sum_dim(out, a, dim));
 }
 
+static PyObject *py_var_dim(PyObject *m, PyObject *args) {
+    (void)m;
+    ddpc_buffer *var, *mean, *a;
+    int dim;
+    double correction;
+    if (!ddpc_parse_args(args, "O&O&O&id:var_dim", ddpc_arg_buffer, &var, ddpc_arg_buffer, &mean, ddpc_arg_buffer,
+                         &a, &dim, &correction))
+        return NULL;
+    DDPC_RUN_RELEASED(ddpc_buffer_nbytes(a), ddpc_op_var_dim(var, mean, a, dim, correction));
+}
+
 static PyObject *py_extreme_dim(PyObject *m, PyObject *args) {
     (void)m;
     ddpc_buffer *values, *indices, *a;
@@ -1963,6 +2064,7 @@ static PyMethodDef nn_methods[] = {
      "13 laguerre_polynomial_l 14 legendre_polynomial_p, with numpy's broadcasting"},
     {"where", py_where, METH_VARARGS, "where(out, cond, a, b): cond ? a : b with numpy's broadcasting; cond uint8"},
     {"sum_dim", py_sum_dim, METH_VARARGS, "sum_dim(out, a, dim)"},
+    {"var_dim", py_var_dim, METH_VARARGS, "var_dim(var, mean, a, dim, correction)"},
     {"extreme_dim", py_extreme_dim, METH_VARARGS,
      "extreme_dim(values, indices, a, dim, want_max): max or min along dim and where it first is"},
     {"put_dim", py_put_dim, METH_VARARGS, "put_dim(out, g, indices, dim): zeros, g put at indices along dim"},

@@ -89,6 +89,10 @@ ddpc_status ddpc_dim_split(const ddpc_buffer *a, int dim, const char *op, int64_
 /* out = a summed along `dim` (out has a's shape without that dim); float32,
  * float64 (both accumulated in double) or int64 (exact, wrapping on overflow). */
 ddpc_status ddpc_op_sum_dim(ddpc_buffer *out, const ddpc_buffer *a, int dim);
+/* var and mean (a's shape without `dim`) = the variance (squared deviations
+ * summed, over max(0, N - correction)) and mean of host float32/float64 a
+ * along dim: two passes in double, split across the cores. */
+ddpc_status ddpc_op_var_dim(ddpc_buffer *var, ddpc_buffer *mean, const ddpc_buffer *a, int dim, double correction);
 /* values and indices (a's shape without `dim`; indices int64) = the largest
  * (`want_max`) or smallest element of `a` along `dim` and where it first
  * occurs; a NaN wins, as in PyTorch. float32, float64, int32, int64, uint8. */

@@ -1,11 +1,13 @@
 """The host loops written in lanes, vectors and parallel parts (csrc/ops.c,
-csrc/ops_nn.c, csrc/ops_dim.c, csrc/ops_select.c): sums, max/min with their
-indices, softmax and its gradient, cross entropy, casts, comparisons, the
-powers taken as products, nonzero, mask indexing, gather and scatter give
-what numpy, an exact sum or ddpc's float64 loops give, at lengths around the
-vector widths, at the special values and whatever the threads."""
+csrc/ops_nn.c, csrc/ops_dim.c, csrc/ops_select.c): sums, variances, max/min
+with their indices, softmax and its gradient, cross entropy, casts,
+comparisons, the powers taken as products, nonzero, mask indexing, gather and
+scatter give what numpy, an exact sum or ddpc's float64 loops give, at
+lengths around the vector widths, at the special values and whatever the
+threads."""
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -60,6 +62,60 @@ def test_sums_along_each_dim_match_numpy_whatever_the_threads(dtype):
             np.testing.assert_allclose(got[0].astype(np.float64), want, rtol=1e-6)
     finally:
         ddpc.set_num_threads(before)
+
+
+def _moments(x, axis, correction):
+    """numpy's variance and mean in float64: the reference var_dim is checked against."""
+    x64 = x.astype(np.float64)
+    n = x64.size if axis is None else math.prod(x.shape[d] for d in np.atleast_1d(axis))
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # the mean of an empty slice is NaN, as wanted
+        dev = x64 - x64.mean(axis, keepdims=True)
+        return (dev * dev).sum(axis) / max(0, n - correction), x64.mean(axis)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape, dim", [((4099,), None), ((3, 17), 1), ((3, 17), 0), ((5, 300, 7), 1),
+                                        ((5, 300, 7), (1, 2)), ((2, 3, 4, 600), (0, 1)), ((6, 4, 9), (0, 2)),
+                                        ((1, 1), None), ((0, 4), 0)])
+@pytest.mark.parametrize("correction", [0, 1, 2])
+def test_var_and_std_match_numpy_in_double(dtype, shape, dim, correction):
+    # Far from zero, so that E[x^2] - E[x]^2 would lose digits where two passes do not.
+    x = (np.random.default_rng(len(shape)).standard_normal(shape) * 3 + 1e3).astype(dtype)
+    want_v, want_m = _moments(x, dim, correction)
+    v, m = ddpc.var_mean(_t(x), dim, correction=correction)
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(v.numpy(), want_v, rtol=tol, equal_nan=True)
+    np.testing.assert_allclose(m.numpy(), want_m, rtol=tol, equal_nan=True)
+    np.testing.assert_allclose(_t(x).std(dim, correction=correction, keepdim=True).numpy(),
+                               np.sqrt(want_v).reshape(_t(x).var(dim, keepdim=True).shape), rtol=tol, equal_nan=True)
+
+
+@pytest.mark.parametrize("shape, dim", [((3_000_001,), None), ((4, 200_001), 1), ((300, 2000), 0)])
+def test_var_does_not_depend_on_the_threads(shape, dim):
+    x = np.random.default_rng(5).standard_normal(shape).astype(np.float32)
+    before = ddpc.get_num_threads()
+    try:
+        got = []
+        for threads in (1, 2, 3):
+            ddpc.set_num_threads(threads)
+            got.append(ddpc.tensor(x).var(dim).numpy())
+    finally:
+        ddpc.set_num_threads(before)
+    assert np.array_equal(got[0], got[1]) and np.array_equal(got[0], got[2])
+    np.testing.assert_allclose(got[0], _moments(x, dim, 1)[0], rtol=1e-5)
+
+
+def test_var_with_a_gradient_or_a_nan_takes_the_same_values():
+    x = np.random.default_rng(3).standard_normal((6, 50)).astype(np.float32)
+    a = ddpc.tensor(x, requires_grad=True)
+    v = a.var(1)  # through the ops that record the graph
+    np.testing.assert_allclose(v.detach().numpy(), ddpc.tensor(x).var(1).numpy(), rtol=1e-6)
+    v.sum().backward()
+    np.testing.assert_allclose(a.grad.numpy(), 2 * (x - x.mean(1, keepdims=True)) / 49, rtol=1e-5, atol=1e-7)
+    x[2, 7] = np.nan
+    got = ddpc.tensor(x).var(1).numpy()
+    assert np.isnan(got[2]) and not np.isnan(np.delete(got, 2)).any()
 
 
 def test_sums_pass_on_nan_and_infinities():

@@ -2997,11 +2997,23 @@ def var_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
         dim, unbiased = None, dim
     dims = _reduction_dims(input, dim)
     n = math.prod(input.shape[d] for d in dims)
-    m = mean(input, dims, keepdim=True)
-    dev = sub(input, m)
     c = _correction(unbiased, correction)
-    v = div(sum(mul(dev, dev), dims, keepdim=True), float(n - c) if n > c else 0.0)
+    if _moments_in_one_op(input, dims):
+        outer, inner = math.prod(input.shape[:dims[0]]), math.prod(input.shape[dims[-1] + 1:])
+        v, m = _empty(_kept_shape(input, dims), input), _empty(_kept_shape(input, dims), input)
+        _C.var_dim(v._buf, m._buf, input._buf.view(0, (outer, n, inner)), 1, float(c))
+    else:
+        m = mean(input, dims, keepdim=True)
+        dev = sub(input, m)
+        v = div(sum(mul(dev, dev), dims, keepdim=True), float(n - c) if n > c else 0.0)
     return _reduced(v, input, dims, keepdim), _reduced(m, input, dims, keepdim)
+
+
+def _moments_in_one_op(input, dims):
+    """Whether var_dim computes the variance and mean: a host float32 or
+    float64 tensor that needs no gradient, over adjacent dims."""
+    return (input._buf.device < 0 and input.dtype in (float32, float64) and not _needs_grad(input) and
+            bool(dims) and dims[-1] - dims[0] == len(dims) - 1)
 
 
 def var(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
