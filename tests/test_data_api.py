@@ -458,3 +458,27 @@ def test_the_c_gather_refuses_keys_that_are_not_integers():
     for kwargs in (dict(batch_size=2, sampler=["a", "b"]), dict(batch_sampler=[[(0, 2), (1, 2)]])):
         with pytest.raises(TypeError, match="integer indices.*gathered by C threads"):
             list(DataLoader(TensorDataset(x), **kwargs))
+
+
+class _KeyValueStore(Dataset):
+    """A map-style data set without __len__ (a key-value store): a sampler names its keys."""
+
+    def __getitem__(self, key):
+        return key * 2
+
+
+@pytest.mark.parametrize("num_workers", [None, 0, 1])
+def test_a_data_set_without_a_length_loads_through_a_given_sampler(num_workers):
+    by_sampler = DataLoader(_KeyValueStore(), batch_size=2, sampler=[1, 2, 3], num_workers=num_workers)
+    by_batches = DataLoader(_KeyValueStore(), batch_sampler=[[1, 2], [3]], num_workers=num_workers)
+    assert [b.tolist() for b in by_sampler] == [b.tolist() for b in by_batches] == [[2, 4], [6]]
+    with pytest.raises(TypeError, match="__len__"):  # the default sampler needs the length, as PyTorch's
+        DataLoader(_KeyValueStore(), batch_size=2)
+
+
+@pytest.mark.parametrize("make", [np.ones, ddpc.ones])
+def test_collating_samples_of_different_shapes_names_them(make):
+    with pytest.raises(RuntimeError, match=r"equal size, but got \[2\] at entry 0 and \[3\] at entry 2"):
+        data.default_collate([make(2), make(2), make(3)])
+    with pytest.raises(RuntimeError, match="equal size"):
+        list(DataLoader([np.ones(2), np.ones(3)], batch_size=2))

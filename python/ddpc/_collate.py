@@ -17,6 +17,7 @@ import copy
 
 import numpy as np
 
+from ._C import ArgumentError
 from .autograd import stack
 from .tensor import Tensor, from_numpy
 
@@ -97,14 +98,25 @@ def collate(batch, *, collate_fn_map=None):
     raise TypeError(default_collate_err_msg_format.format(type(elem)))
 
 
+def _same_shapes(batch):
+    """batch, refused as PyTorch's stack refuses samples of different shapes
+    (variable-length samples want a collate_fn that pads them)."""
+    first = tuple(batch[0].shape)
+    for i, item in enumerate(batch):
+        if tuple(item.shape) != first:
+            raise ArgumentError(f"stack expects each tensor to be equal size, but got {list(first)} at entry 0 and "
+                                f"{list(item.shape)} at entry {i} (a collate_fn can pad samples of different sizes)")
+    return batch
+
+
 def collate_tensor_fn(batch, *, collate_fn_map=None):
     """Tensors stacked along a new dim 0 (in the autograd graph where one requires grad)."""
-    return stack(batch)
+    return stack(_same_shapes(batch))
 
 
 def collate_numpy_array_fn(batch, *, collate_fn_map=None):
     """Arrays stacked into a tensor (arrays of a dtype ddpc has no tensor of stay an array; see default_collate)."""
-    return _to_tensor(np.stack(batch))
+    return _to_tensor(np.stack(_same_shapes(batch)))
 
 
 def collate_numpy_scalar_fn(batch, *, collate_fn_map=None):

@@ -3243,9 +3243,11 @@ def flip(input, dims):
     for d in dims:
         offset += (input.shape[d] - 1) * strides[d] if input.shape[d] else 0
         strides[d] = -strides[d]
-    if input.numel() == 0 or not dims:
+    sel = _indexing.Region(offset, input.shape, strides)
+    if input.numel() == 0 or sel.is_view():  # nothing moves: no dims, or only dims of size 1
         return clone(input)
-    return _select(input, _indexing.Region(offset, input.shape, strides), "flip")
+    out = Tensor(sel.read(input._buf))  # a copy, as PyTorch's flip: writes into it stay in it
+    return _attach(out, _SelectBackward(input, sel)) if _needs_grad(input) else out
 
 
 def roll(input, shifts, dims=None):
@@ -3324,8 +3326,8 @@ def _repeated(input, repeats, dim):
         if repeats < 0:
             raise ArgumentError(f"repeat_interleave: negative repeats {repeats}")
         shape = input.shape[:d + 1] + (int(repeats),) + input.shape[d + 1:]
-        return reshape(expand(reshape(input, input.shape[:d + 1] + (1,) + input.shape[d + 1:]), shape),
-                       input.shape[:d] + (n * int(repeats),) + input.shape[d + 1:])
+        return _own(reshape(expand(reshape(input, input.shape[:d + 1] + (1,) + input.shape[d + 1:]), shape),
+                            input.shape[:d] + (n * int(repeats),) + input.shape[d + 1:]), input)
     counts = repeats.detach().cpu().numpy().reshape(-1) if isinstance(repeats, Tensor) else list(repeats)
     if len(counts) == 1:
         return _repeated(input, int(counts[0]), d)
@@ -4257,6 +4259,14 @@ class _CloneBackward(Node):
 
     def backward(self, g):
         return (g,)
+
+
+def _own(t, source):
+    """t, the result of an op on ``source`` that PyTorch always copies, where
+    it has memory of its own, else a clone of it: ddpc composes such ops of
+    views, which are ``source`` itself, share its memory or write back into
+    it where the op moves nothing (padding by 0, repeating once)."""
+    return t if t is not source and t._buf.base is None and t._not_a_view is None else clone(t)
 
 
 def clone(input, *, memory_format=None):

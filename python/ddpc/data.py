@@ -1438,7 +1438,8 @@ class DataLoader:
         if self._iterable:
             if shuffle or sampler is not None or batch_sampler is not None:
                 raise ValueError("an IterableDataset is read in its own order: no shuffle, sampler or batch_sampler")
-        elif _length_of(dataset) == 0:
+        elif sampler is None and batch_sampler is None and _length_of(dataset) == 0:
+            # Only the default samplers read the length: a given one may index a data set without __len__.
             raise ValueError("the data set is empty")
         if batch_sampler is not None:
             if batch_size != 1 or shuffle or sampler is not None or drop_last:

@@ -676,12 +676,18 @@ class Tensor:
         return _ag.reshape(self, _size_or_keyword(args, shape, "reshape", "shape"))
 
     def view(self, *args, size=None, dtype=None):
-        """reshape (ddpc's views are its reshapes); or, given a dtype, the
-        tensor's memory read as that dtype, as PyTorch's ``view(dtype)``."""
+        """reshape (ddpc's views are its reshapes), refused where PyTorch's
+        view is, where its reshape would copy (a copy standing for a
+        transposed or strided view whose elements no strides see in the new
+        shape); or, given a dtype, the tensor's memory read as that dtype, as
+        PyTorch's ``view(dtype)``."""
         shape = _size_or_keyword(args, size, "view", "size")
         if dtype is None and len(shape) == 1 and isinstance(shape[0], (_dtype_type, str, np.dtype, type)):
             dtype = shape[0]
         elif dtype is None:
+            if _reshaped_copy_view(self, self._normalize_shape(shape)) is False:
+                raise RuntimeError("view size is not compatible with input tensor's size and stride (at least one "
+                                   "dimension spans across two contiguous subspaces). Use .reshape(...) instead.")
             return _ag.reshape(self, shape)
         return _view_as_dtype(self, get_dtype(dtype))
 
@@ -950,7 +956,7 @@ class Tensor:
         # (1, s0, 1, s1, ...) expanded to (r0, s0, r1, s1, ...) lays the copies out as tiles.
         inter = tuple(x for s_ in shape for x in (1, s_))
         tiled = tuple(x for r, s_ in zip(sizes, shape) for x in (r, s_))
-        return self.reshape(inter).expand(tiled).reshape(tuple(r * s_ for r, s_ in zip(sizes, shape))).contiguous()
+        return _ag._own(self.reshape(inter).expand(tiled).reshape(tuple(r * s_ for r, s_ in zip(sizes, shape))), self)
 
     def narrow(self, dim, start, length):
         d = _ag._dim(self, dim)

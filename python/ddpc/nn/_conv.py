@@ -660,7 +660,7 @@ def pad(input, pad, mode="constant", value=None):
                             f"{2 * input.ndim}")
     pads = tuple((int(widths[i]), int(widths[i + 1])) for i in range(len(widths) - 2, -1, -2))
     if mode == "constant":
-        return _pad_constant(input, pads, 0.0 if value is None else value)
+        return _ag._own(_pad_constant(input, pads, 0.0 if value is None else value), input)  # a copy, as PyTorch's
     if value:
         raise ArgumentError(f"pad: padding mode {mode!r} doesn't take in value argument")
     if not 1 <= len(pads) <= 3 or input.ndim not in (len(pads) + 1, len(pads) + 2):
@@ -668,8 +668,8 @@ def pad(input, pad, mode="constant", value=None):
                                   f"more, got a padding of length {len(widths)} for a {input.ndim}-d input")
     # PyTorch's CPU autocast casts reflection_pad1d/2d and replication_pad1d/2d/3d, not reflection_pad3d nor circular
     if mode == "replicate" or (mode == "reflect" and len(pads) < 3):
-        return _pad_by_mode_float32_cpu(input, pads, mode)
-    return pad_by_mode(input, pads, mode)
+        return _ag._own(_pad_by_mode_float32_cpu(input, pads, mode), input)
+    return _ag._own(pad_by_mode(input, pads, mode), input)
 
 
 _pad_by_mode_float32_cpu = autocast_op("float32_cpu")(pad_by_mode)

@@ -27,6 +27,7 @@ import numbers
 
 import numpy as np
 
+from .. import autograd as _ag
 from .._C import ArgumentError, DtypeError
 from .._dtype import float64
 from ..tensor import Tensor, tensor
@@ -169,8 +170,9 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
     if mode == "area":
         return _conv.adaptive_avg_pool(f"adaptive_avg_pool{nd}d", nd, input, out)
     if mode == "bicubic":  # PyTorch copies the input when no size changes, else resamples every dim by its scale
-        return input if out == sizes else _resample_dims(input, sizes, out, scales, mode, align_corners, every=True)
-    return _resample_dims(input, sizes, out, scales, mode, align_corners, every=False)
+        return _ag.clone(input) if out == sizes else _resample_dims(input, sizes, out, scales, mode, align_corners,
+                                                                    every=True)
+    return _ag._own(_resample_dims(input, sizes, out, scales, mode, align_corners, every=False), input)  # a copy
 
 
 def _resample_dims(input, sizes, out, scales, mode, align_corners, every):

@@ -928,7 +928,7 @@ def pixel_shuffle(input, upscale_factor):
     n = len(lead)
     x = input.reshape(*lead, c // (r * r), r, r, h, w)
     x = x.permute(*range(n), n, n + 3, n + 1, n + 4, n + 2)
-    return x.reshape(*lead, c // (r * r), h * r, w * r)
+    return _ag._own(x.reshape(*lead, c // (r * r), h * r, w * r), input)
 
 
 def pixel_unshuffle(input, downscale_factor):
@@ -941,7 +941,7 @@ def pixel_unshuffle(input, downscale_factor):
     n = len(lead)
     x = input.reshape(*lead, c, h // r, r, w // r, r)
     x = x.permute(*range(n), n, n + 2, n + 4, n + 1, n + 3)
-    return x.reshape(*lead, c * r * r, h // r, w // r)
+    return _ag._own(x.reshape(*lead, c * r * r, h // r, w // r), input)
 
 
 def channel_shuffle(input, groups):
@@ -951,7 +951,7 @@ def channel_shuffle(input, groups):
     if groups <= 0 or c % groups:
         raise ArgumentError(f"channel_shuffle: number of channels {c} must be divisible by groups {groups}")
     x = input.reshape(input.shape[0], groups, c // groups, *input.shape[2:])
-    return x.transpose(1, 2).reshape(input.shape)
+    return _ag._own(x.transpose(1, 2).reshape(input.shape), input)
 
 
 __all__ += ["alpha_dropout", "celu", "channel_shuffle", "cosine_embedding_loss", "feature_alpha_dropout",

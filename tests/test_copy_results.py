@@ -1,0 +1,91 @@
+"""Ops that PyTorch always copies (flip, rot90, repeat, tile, pad,
+interpolate, pixel and channel shuffles, repeat_interleave) give tensors of
+their own in ddpc too, also where they move nothing: a write into the result
+leaves the input as it was, and an in-place op on the result gives the
+gradient that the same op on a fresh product gives. And ``view`` is refused
+where PyTorch's is, where its reshape would copy."""
+
+import numpy as np
+import pytest
+
+import ddpc
+import ddpc.nn.functional as F
+
+OPS = {
+    "flip": lambda x: x.flip(-1),
+    "flip_size_1_dim": lambda x: x.flip(0),
+    "flip_no_dims": lambda x: x.flip([]),
+    "fliplr": lambda x: ddpc.fliplr(x),
+    "flipud": lambda x: ddpc.flipud(x),
+    "rot90": lambda x: ddpc.rot90(x, 1, (2, 3)),
+    "rot90_k2": lambda x: ddpc.rot90(x, 2, (2, 3)),
+    "rot90_k0": lambda x: ddpc.rot90(x, 0, (2, 3)),
+    "repeat_ones": lambda x: x.repeat(1, 1, 1, 1),
+    "repeat": lambda x: x.repeat(1, 2, 1, 1),
+    "tile_ones": lambda x: x.tile((1, 1)),
+    "repeat_interleave_1": lambda x: x.repeat_interleave(1, dim=0),
+    "repeat_interleave_2": lambda x: x.repeat_interleave(2, dim=1),
+    "repeat_interleave_flat": lambda x: x.repeat_interleave(1),
+    "pixel_shuffle_1": lambda x: F.pixel_shuffle(x, 1),
+    "pixel_shuffle_2": lambda x: F.pixel_shuffle(x, 2),
+    "pixel_unshuffle_1": lambda x: F.pixel_unshuffle(x, 1),
+    "channel_shuffle_1": lambda x: F.channel_shuffle(x, 1),
+    "channel_shuffle_4": lambda x: F.channel_shuffle(x, 4),
+    "pad_crop": lambda x: F.pad(x, (-1, 0)),
+    "pad_1": lambda x: F.pad(x, (1, 1)),
+}
+OPS.update({f"pad_0_{m}": (lambda x, m=m: F.pad(x, (0, 0, 0, 0), mode=m))
+            for m in ("constant", "reflect", "replicate", "circular")})
+for _mode in ("nearest", "nearest-exact", "bilinear", "bicubic", "area"):
+    _kw = {"align_corners": False} if _mode in ("bilinear", "bicubic") else {}
+    OPS[f"interpolate_same_size_{_mode}"] = lambda x, m=_mode, kw=_kw: F.interpolate(x, size=(4, 4), mode=m, **kw)
+    OPS[f"interpolate_scale_1_{_mode}"] = lambda x, m=_mode, kw=_kw: F.interpolate(x, scale_factor=1, mode=m, **kw)
+
+
+def _input():
+    return np.arange(64, dtype=np.float32).reshape(1, 4, 4, 4) - 30
+
+
+@pytest.mark.parametrize("name", sorted(OPS))
+def test_writes_into_the_result_stay_in_it(name):
+    a = _input()
+    x = ddpc.tensor(a)
+    out = OPS[name](x)
+    assert out is not x
+    out.fill_(-1)
+    np.testing.assert_array_equal(x.numpy(), a)
+
+
+@pytest.mark.parametrize("name", sorted(OPS))
+def test_an_in_place_op_on_the_result_leaves_the_gradient_right(name):
+    def grad(fresh):
+        x = ddpc.tensor(_input(), requires_grad=True)
+        h = x * 2
+        y = OPS[name](h)
+        y = y * 1 if fresh else y  # a product is new memory whatever the op returns
+        y.relu_()
+        ((h * h).sum() + y.sum()).backward()
+        return x.grad.numpy()
+
+    np.testing.assert_array_equal(grad(fresh=False), grad(fresh=True))
+
+
+@pytest.mark.parametrize("view, shape", [(lambda a: a.transpose(0, 1), (6, 4)), (lambda a: a.transpose(1, 2), (2, 12)),
+                                         (lambda a: a.transpose(0, 1), (3, 8)), (lambda a: a[0].t(), (-1,))])
+def test_view_is_refused_where_pytorchs_is(view, shape):
+    a = ddpc.arange(24.0).reshape(2, 3, 4)
+    with pytest.raises(RuntimeError, match="view size is not compatible.*Use .reshape"):
+        view(a).view(*shape)
+    np.testing.assert_array_equal(view(a).reshape(*shape).numpy(), view(a).contiguous().view(*shape).numpy())
+
+
+@pytest.mark.parametrize("view, shape", [(lambda a: a.transpose(1, 2), (2, 4, 3)),
+                                         (lambda a: a.permute(0, 2, 1), (2, 2, 2, 3)),
+                                         (lambda a: a.transpose(0, 1), (3, 2, 4)), (lambda a: a[:, 1:], (2, 8)),
+                                         (lambda a: a[:, :, ::2], (2, 6)), (lambda a: a[:, :, :1], (6,))])
+def test_view_of_a_layout_strides_can_express_writes_back(view, shape):
+    a = ddpc.arange(24.0).reshape(2, 3, 4)
+    v = view(a).view(*shape)
+    v.fill_(-1)
+    assert (view(a) == -1).all()
+    assert int((a == -1).sum()) == v.numel()
