@@ -432,8 +432,13 @@ def test_new_names_are_exported():
 
 def test_memory_formats_are_accepted_and_contiguity_follows_pytorchs_rule():
     x = ddpc.randn(2, 3, 4, 5, requires_grad=True)
-    assert x.to(memory_format=ddpc.channels_last) is x  # nothing to convert: no copy, no new node
-    assert x.contiguous(memory_format=ddpc.channels_last) is x
+    # PyTorch copies into the layout asked for; ddpc copies (in row-major order), so writes stay in the copy
+    for y in (x.to(memory_format=ddpc.channels_last), x.contiguous(memory_format=ddpc.channels_last)):
+        assert y is not x and y.tolist() == x.tolist() and y.grad_fn is not None
+        y.detach().fill_(0)
+        assert x.abs().sum().item() > 0
+    one_channel = ddpc.randn(2, 1, 4, 5)  # contiguous as channels_last too: no copy, as in PyTorch
+    assert one_channel.contiguous(memory_format=ddpc.channels_last) is one_channel
     assert x.is_contiguous() and x.is_contiguous(memory_format=ddpc.contiguous_format)
     assert not x.is_contiguous(memory_format=ddpc.channels_last)  # row-major NCHW is not NHWC
     assert ddpc.empty(2, 1, 4, 5).is_contiguous(memory_format=ddpc.channels_last)  # one channel: both

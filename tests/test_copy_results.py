@@ -2,8 +2,10 @@
 interpolate, pixel and channel shuffles, repeat_interleave) give tensors of
 their own in ddpc too, also where they move nothing: a write into the result
 leaves the input as it was, and an in-place op on the result gives the
-gradient that the same op on a fresh product gives. And ``view`` is refused
-where PyTorch's is, where its reshape would copy."""
+gradient that the same op on a fresh product gives. So do bool indices and
+``contiguous`` into another memory format. ``view`` is refused where
+PyTorch's is, where its reshape would copy; a write into overlapping windows
+is refused, not lost, with grad mode on or off."""
 
 import numpy as np
 import pytest
@@ -89,3 +91,31 @@ def test_view_of_a_layout_strides_can_express_writes_back(view, shape):
     v.fill_(-1)
     assert (view(a) == -1).all()
     assert int((a == -1).sum()) == v.numel()
+
+
+@pytest.mark.parametrize("index", [True, False, (None, True), (True, 0), (0, True), (Ellipsis, True)])
+def test_a_bool_index_is_advanced_and_copies(index):
+    a = np.arange(6.0).reshape(2, 3)
+    x = ddpc.tensor(a)
+    out = x[index]
+    assert tuple(out.shape) == a[index].shape and out.tolist() == a[index].tolist()
+    out.fill_(-1)
+    np.testing.assert_array_equal(x.numpy(), a)
+
+
+def test_a_write_into_overlapping_windows_is_refused_in_grad_mode_too():
+    x = ddpc.ones(2, 3, requires_grad=True) * 1
+    windows = x.unfold(1, 2, 1)  # windows share elements: no single place for a write to go
+    for write in (lambda: windows.fill_(5), lambda: windows[0].fill_(5), lambda: windows.transpose(1, 2).fill_(5)):
+        with pytest.raises(RuntimeError, match="copy made by unfold"):
+            write()
+    assert x.tolist() == [[1.0] * 3] * 2
+
+
+def test_contiguous_in_another_layout_is_a_copy():
+    x = ddpc.arange(18.0).reshape(1, 2, 3, 3)
+    for y in (x.contiguous(memory_format=ddpc.channels_last), x.to(memory_format=ddpc.channels_last)):
+        assert y is not x
+        y.fill_(-1)
+        assert x.min().item() == 0
+    assert x.contiguous() is x and x.to(memory_format=ddpc.contiguous_format) is x

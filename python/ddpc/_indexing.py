@@ -317,12 +317,13 @@ def select(shape, index):
     # True, False and 0-d masks add a dim of length 1 or 0; beside other
     # advanced indices (or each other) they index a new dim of length 1 with
     # [0] or [], which broadcasts with the others (PyTorch's and numpy's rule).
+    # They are advanced indices, so the result is a copy, as PyTorch's.
     with_advanced = sum(_is_bool(i) or isinstance(i, tuple) for i in items) > 1
     for item in items:
         flag = _is_bool(item) or (isinstance(item, tuple) and item[0] == "mask" and item[1].ndim == 0)
         if item is None or flag:
             keep = 1 if item is None else int(bool(item if _is_bool(item) else item[1]))
-            if flag and with_advanced:
+            if flag:
                 adv.append((len(out_shape), np.arange(keep)))
             out_shape.append(1 if item is None or with_advanced else keep)
             out_strides.append(0)

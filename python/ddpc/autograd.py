@@ -4007,6 +4007,8 @@ def _writable_history(t, what):
             whose = "a leaf tensor that requires grad" if v is t else "a view of a leaf tensor that requires grad"
             raise RuntimeError(f"{what}: {whose} can't be modified in place while grad mode is on; wrap the "
                                "update in ddpc.no_grad()")
+        if v._not_a_view is not None and v._not_a_view.source is None:
+            break  # a copy whose writes go nowhere (repeated elements): refused below, even where it is a view
         link = _source_of(v)
         if link is None:
             break

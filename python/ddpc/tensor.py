@@ -386,11 +386,12 @@ class Tensor:
         return self._not_a_view is None and row_major_is(fmt, self.shape)
 
     def contiguous(self, memory_format=contiguous_format):
-        """This tensor where ``is_contiguous()`` (row-major in any memory_format),
-        else, for a copy that stands where PyTorch has a non-contiguous view, a
-        new tensor with its elements, as PyTorch's: writes into it stay in it."""
-        checked_memory_format(memory_format, "contiguous")
-        return self if self._not_a_view is None else _ag.clone(self)
+        """This tensor where ``is_contiguous(memory_format)``, else a new tensor
+        with its elements, as PyTorch's: writes into it stay in it (a copy
+        standing where PyTorch has a non-contiguous view, or a tensor asked
+        for in a layout it is not in, which ddpc does not lay out differently)."""
+        fmt = checked_memory_format(memory_format, "contiguous")
+        return self if self._not_a_view is None and row_major_is(fmt, self.shape) else _ag.clone(self)
 
     def __len__(self):
         if self.ndim == 0:
@@ -473,7 +474,7 @@ class Tensor:
             buf = _C.Buffer(out.shape, target_dtype.name, out._buf.device)
             _C.cast(buf, out._buf)
             out = Tensor(buf)
-        if copy and out is self:
+        if out is self and (copy or memory_format._dim_order is not None):  # PyTorch copies into the layout
             out = self.clone()
         return _ag.record_to(self, out)
 
