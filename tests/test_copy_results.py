@@ -119,3 +119,14 @@ def test_contiguous_in_another_layout_is_a_copy():
         y.fill_(-1)
         assert x.min().item() == 0
     assert x.contiguous() is x and x.to(memory_format=ddpc.contiguous_format) is x
+
+
+def test_the_parts_of_a_conjugate_refuse_writes_and_conj_physical_is_its_own():
+    c = ddpc.tensor([1 + 2j, 3 - 1j])
+    for part in (lambda: c.conj().real, lambda: c.conj().imag, lambda: ddpc.view_as_real(c.conj())):
+        with pytest.raises(RuntimeError, match="copy made by conj"):
+            part().fill_(0)  # PyTorch's would write into c; ddpc's conj is computed, so the write could only be lost
+    for own in (c.conj_physical(), ddpc.conj_physical(c)):
+        own.fill_(0)
+    c.real.fill_(5)  # the parts of c itself write into c
+    assert c.tolist() == [5 + 2j, 5 - 1j]

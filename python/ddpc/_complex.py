@@ -21,7 +21,7 @@ from ._C import ArgumentError, DtypeError, IndexOutOfRangeError
 from ._dtype import bool_, complex_of, float32, float64, real_of, result_type
 from .amp import autocast_op
 from .autograd import Node
-from .tensor import Tensor, _CopyOf
+from .tensor import Tensor, _CopyOf, _copy_view
 
 # csrc/ops_complex.h's codes; the binary ones are tensor.py's first eight.
 _ADD, _SUB, _MUL, _DIV, _RSUB, _RDIV, _EQ, _NE = range(8)
@@ -76,6 +76,7 @@ def view_as_real(input):
     if not isinstance(input, Tensor) or not input.dtype.is_complex:
         raise RuntimeError("view_as_real is only supported for complex tensors")
     out = Tensor(input._buf.view(0, tuple(input.shape) + (2,), real_of(input.dtype).name))
+    out._not_a_view = _copy_view(input)  # what input stands for, this stands for too (a conj's writes are refused)
     return _ag._attach_view(out, input, None, _ViewAsRealBackward, writable=False)
 
 
@@ -348,8 +349,8 @@ def conj(input):
 
 
 def conj_physical(input):
-    """The complex conjugate, computed (as conj in ddpc)."""
-    return conj(input)
+    """The complex conjugate, computed: a tensor of its own, as PyTorch's."""
+    return unary(input, _CONJ) if input.dtype.is_complex else input
 
 
 def abs(x):

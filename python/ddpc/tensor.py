@@ -1206,7 +1206,7 @@ class Tensor:
 
     # ---- complex numbers (see ddpc._complex)
     def conj(self): return _complex.conj(self)
-    def conj_physical(self): return _complex.conj(self)
+    def conj_physical(self): return _complex.conj_physical(self)
     def resolve_conj(self): return self
     def resolve_neg(self): return self
     def is_conj(self): return False
