@@ -530,6 +530,22 @@ def test_rank_zero_failure_is_reported_promptly(tmp_path):
     assert res.returncode != 0 and "ValueError: bad batch on rank 0" in res.stderr
 
 
+@pytest.mark.parametrize("then", ["time.sleep(30)", "dist.barrier()"])
+def test_a_rank_calling_sys_exit_is_reported_promptly_and_blamed(tmp_path, then):
+    res = launch(tmp_path, f"""
+        import os, sys, time
+        import ddpc.distributed as dist
+        dist.init_process_group("cpu", timeout=60)
+        if dist.get_rank() == 1:
+            os.write(1, f"EXITING {{time.time()}}\\n".encode())
+            sys.exit(3)
+        {then}
+    """, "--nproc-per-node", "2")
+    # sys.exit sets no sys.last_value: rank 1 used to wait 10 s at exit for rank 0, which blamed it meanwhile.
+    assert time.time() - float(res.stdout.split("EXITING ")[1].split()[0]) < 5
+    assert res.returncode != 0 and "rank 1 (local rank 1" in res.stderr and "exit code 3" in res.stderr, res.stderr
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_ctrl_c_and_sigterm_reach_the_workers_which_may_save_before_stopping(tmp_path, sig):
     """The workers get the launcher's signal, as under torchrun: Ctrl-C is a

@@ -944,10 +944,13 @@ def destroy_process_group(group=None):
     _leave(wait_for_others=True)
 
 
-def _leave(wait_for_others):
+def _leave(wait_for_others, at_exit=False):
     """Releases every group and the rendezvous. With ``wait_for_others``,
     rank 0 waits for the others to leave before it closes the store it
-    hosts, and the others wait for that (each wait brief)."""
+    hosts, and the others wait for that (each wait brief), unless ``at_exit``:
+    no init follows in a process that ends, and one that ends early (say by
+    sys.exit(1), which sets no sys.last_value) must not outlive its exit
+    while the others work on."""
     if _world.default is None:
         return
     size = _world.default.size()
@@ -961,7 +964,7 @@ def _leave(wait_for_others):
                 _world.store.wait_departed(size, grace)
                 if not _world.owns_store:
                     _world.store.set(_world.prefix + "released", b"")
-            else:
+            elif not at_exit:
                 # An init from here on must not begin before rank 0 has seen
                 # every rank leave (it would count as still here) and closed
                 # the store it made (it would be joined); the closing ends
@@ -982,7 +985,7 @@ def _leave_at_exit():
     # sys.last_value) ends this process: the other ranks may be waiting for
     # this one and leave only once they learn it is gone, so rank 0 does not
     # wait for them.
-    _leave(wait_for_others=getattr(sys, "last_value", None) is None)
+    _leave(wait_for_others=getattr(sys, "last_value", None) is None, at_exit=True)
 
 
 atexit.register(_leave_at_exit)
