@@ -1,9 +1,11 @@
 """Learning-rate scheduler state dicts in PyTorch's shape: MultiStepLR's
 milestones saved as a collections.Counter, and LambdaLR / MultiplicativeLR's
 ``lr_lambdas`` (None for a plain function, the ``__dict__`` of a callable
-object); and schedulers over a param group added after them, as PyTorch's."""
+object); schedulers over a param group added after them; and the warning
+for a schedule stepped before its optimizer, as PyTorch's."""
 
 import collections
+import warnings
 
 import pytest
 
@@ -131,3 +133,21 @@ def test_chainable_schedulers_drive_groups_added_later_but_not_their_closed_form
     assert s.get_last_lr() == [0.5, 0.1]
     with pytest.raises(ValueError, match="zip"):  # the closed form reads base_lrs, one per group it was built with
         s.step(3)
+
+
+@pytest.mark.parametrize("optimizer_first", [True, False])
+def test_stepping_the_schedule_before_the_optimizer_warns_once(optimizer_first):
+    p = ddpc.nn.Parameter(ddpc.ones(2))
+    opt = ddpc.optim.SGD([p], lr=0.1)
+    sched = ddpc.optim.lr_scheduler.StepLR(opt, 2)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            if optimizer_first:
+                opt.step()
+            sched.step()
+            if not optimizer_first:
+                opt.step()
+    order = [w for w in caught if "before `optimizer.step()`" in str(w.message)]
+    assert len(order) == (0 if optimizer_first else 1)
+    assert sched.state_dict()["_step_count"] == 4  # the constructor's step and three

@@ -18,6 +18,7 @@ the lr, as PyTorch's ``cycle_momentum`` does.
 import bisect
 import collections
 import math
+import warnings
 import types
 
 
@@ -72,10 +73,22 @@ class LRScheduler:
 
     def _initial_step(self):
         self._is_initial = True
+        self._step_count = 0  # steps taken, the constructor's among them (as PyTorch's, saved with the state)
         try:
             self.step()
         finally:
             self._is_initial = False
+
+    def _count_step(self):
+        """Counts a step, and warns as PyTorch does where the first after the
+        constructor's comes before any optimizer step: the schedule's first
+        value is then skipped."""
+        if getattr(self, "_step_count", 0) == 1 and not getattr(self.optimizer, "_opt_called", False):
+            warnings.warn("Detected call of `lr_scheduler.step()` before `optimizer.step()`. In PyTorch 1.1.0 and "
+                          "later, you should call them in the opposite order: `optimizer.step()` before "
+                          "`lr_scheduler.step()`.  Failure to do this will result in PyTorch skipping the first value "
+                          "of the learning rate schedule.", UserWarning, stacklevel=3)
+        self._step_count = getattr(self, "_step_count", 0) + 1
 
     def get_lr(self):
         """The lrs for self.last_epoch; a chainable schedule derives them from the groups' current lrs."""
@@ -86,6 +99,7 @@ class LRScheduler:
 
     def step(self, epoch=None):
         """The next epoch's lrs; with ``epoch``, that epoch's, from the closed form where the schedule has one."""
+        self._count_step()
         if epoch is None:
             self.last_epoch += 1
             self._set_lrs(self.get_lr())

@@ -95,6 +95,7 @@ def _hooked_step(self, step, args, kwargs):
                 raise RuntimeError(f"{step} must return None or a tuple of (new_args, new_kwargs), but got {result}.")
             args, kwargs = result
     out = step(*args, **kwargs)
+    self._opt_called = True  # an LR scheduler stepped before any of these warns (see LRScheduler)
     for hook in itertools.chain(self._optimizer_step_post_hooks.values(), _global_optimizer_post_hooks.values()):
         hook(self, args, kwargs)
     return out
