@@ -130,3 +130,30 @@ def test_the_parts_of_a_conjugate_refuse_writes_and_conj_physical_is_its_own():
         own.fill_(0)
     c.real.fill_(5)  # the parts of c itself write into c
     assert c.tolist() == [5 + 2j, 5 - 1j]
+
+
+def test_reading_a_copy_standing_for_a_view_sees_later_writes_into_its_source():
+    a = ddpc.arange(12.0).reshape(3, 4)
+    column, transposed, part, strided = a[:, 1], a.t(), a.t()[1:], a[::2, ::2]
+    of_copy = strided.t()  # a copy of a copy
+    a.mul_(2)
+    a[0] += 100
+    want = a.numpy().copy()
+    np.testing.assert_array_equal(column.numpy(), want[:, 1])
+    np.testing.assert_array_equal(transposed.numpy(), want.T)
+    np.testing.assert_array_equal(part.numpy(), want.T[1:])
+    np.testing.assert_array_equal(of_copy.numpy(), want[::2, ::2].T)
+    of_copy.add_(1)  # written back through the chain, and seen by the others
+    want[::2, ::2] += 1
+    np.testing.assert_array_equal(a.numpy(), want)
+    np.testing.assert_array_equal(transposed.numpy(), want.T)
+    assert float(column.sum()) == want[:, 1].sum()
+
+
+def test_a_transposed_parameter_follows_the_optimizers_step():
+    p = ddpc.nn.Parameter(ddpc.ones(2, 3))
+    pt = p.t()
+    opt = ddpc.optim.SGD([p], lr=0.5)
+    p.grad = ddpc.ones(2, 3)
+    opt.step()
+    assert pt.tolist() == [[0.5, 0.5]] * 3

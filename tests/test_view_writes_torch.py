@@ -160,6 +160,7 @@ def _chain(L, seed, graph):
         if rng.random() < 0.6:
             _write(L, v, rng, q)
             seen.append(base.detach().numpy().copy())
+    seen.extend(t.detach().numpy().copy() for t in tensors)  # each view read after the writes made since
     if graph:
         (base * L.tensor(np.arange(base.numel(), dtype=np.float64).reshape(shape))).sum().backward()
         seen.append(x.grad.numpy())
@@ -170,8 +171,9 @@ def _chain(L, seed, graph):
 def test_random_chains_of_views_and_writes_match_pytorch(graph):
     """After each in-place write into a view (a copy in ddpc where PyTorch's
     view is strided, which may have missed writes made since it was taken),
-    the tensor at the root of the chain holds PyTorch's values; in the graph,
-    the gradient through it is PyTorch's too."""
+    the tensor at the root of the chain holds PyTorch's values, and at the
+    end every view reads PyTorch's; in the graph, the gradient through it is
+    PyTorch's too."""
     for seed in range(300):
         got, want = _chain(ddpc, seed, graph), _chain(torch, seed, graph)
         assert len(got) == len(want), seed

@@ -157,8 +157,13 @@ class Region:
         if self.is_view():
             return buf.view(self.offset if math.prod(self.shape) else 0, self.shape)
         out = _C.Buffer(self.shape, buf.dtype, buf.device)
-        _C.strided_copy(out, 0, contiguous_strides(self.shape), buf, self.offset, self.strides, self.shape)
+        self.read_into(out, buf)
         return out
+
+    def read_into(self, out, buf):
+        """out (contiguous, of the region's shape) = the region's elements of buf."""
+        if math.prod(self.shape):
+            _C.strided_copy(out, 0, contiguous_strides(self.shape), buf, self.offset, self.strides, self.shape)
 
     def write(self, buf, value):
         if not math.prod(self.shape):  # as in _broadcast_to

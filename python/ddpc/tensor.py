@@ -228,8 +228,10 @@ class Tensor:
     written back into the tensor it came from, as through PyTorch's view
     (``x[:, 0] += 1``, ``x.t().zero_()``), also in the graph; before such a
     write the copy takes that tensor's current values, so that writes made
-    since through the tensor or another copy are kept. Reading the copy does
-    not see later changes of that tensor. A reshape of such a copy is a view
+    since through the tensor or another copy are kept. Reading the copy sees
+    later changes of that tensor, as a read through the view would: it takes
+    them before it is read, where that tensor's memory has been written since
+    (its version changed; see _SyncedBuffer). A reshape of such a copy is a view
     of it where PyTorch's reshape of the view would be a view, and a tensor of
     its own where PyTorch's copies. Writes into a copy that can't be written
     back (an expand, or a view of such a copy) raise; ``contiguous()`` or
@@ -237,7 +239,25 @@ class Tensor:
     """
 
     __array_priority__ = 1000
-    _not_a_view = None  # a _CopyOf when this tensor is a copy where PyTorch has a view
+
+    @property
+    def _not_a_view(self):
+        """A _CopyOf when this tensor is a copy where PyTorch has a view, else None."""
+        return self.__dict__.get("_nav")
+
+    @_not_a_view.setter
+    def _not_a_view(self, c):
+        # A copy with a source keeps its buffer as _b, read through _SyncedBuffer; others keep _buf.
+        d = self.__dict__
+        d["_nav"] = c
+        if c and c.source is not None:  # (False: a reshape about to copy, see autograd.reshape)
+            if "_buf" in d:
+                d["_b"] = d.pop("_buf")
+            if c.sel is not None and c.seen is None:
+                c.seen = c.source._buf.version  # the copy was just taken from the source's current elements
+        elif "_b" in d:
+            d.setdefault("_buf", d["_b"])
+            del d["_b"]
     is_sparse = False  # True for ddpc._sparse_coo.SparseTensor
     layout = strided
 
@@ -1903,12 +1923,38 @@ class _CopyOf:
     ``sel`` of ``source``, into which writes into the copy are written back
     (sel None: the copy is a view of ``source``, itself such a copy, and the
     write only goes on from there). With no source, writes are refused: the
-    copy's elements repeat (expand)."""
+    copy's elements repeat (expand). ``seen`` is the version of the source's
+    memory the copy last took its elements from (see _SyncedBuffer)."""
 
-    __slots__ = ("source", "sel", "what")
+    __slots__ = ("source", "sel", "what", "seen")
 
     def __init__(self, source, sel, what):
-        self.source, self.sel, self.what = source, sel, what
+        self.source, self.sel, self.what, self.seen = source, sel, what, None
+
+
+class _SyncedBuffer:
+    """``Tensor._buf`` of a copy standing for part of another tensor (kept as
+    ``_b``; every other tensor's ``_buf`` is in its ``__dict__``, which this
+    non-data descriptor leaves alone): before it is read, the copy takes the
+    part's current elements where that tensor's memory has been written
+    since (its version changed), as a read through PyTorch's view would see
+    them. The copy's own version counts that as a write, so that autograd
+    refuses a backward pass that saved its old elements, as PyTorch's does."""
+
+    def __get__(self, t, owner=None):
+        if t is None:
+            return self
+        d = t.__dict__
+        buf, c = d["_b"], d["_nav"]
+        source = c.source._buf  # itself brought up to date first, where it is such a copy too
+        if c.sel is not None and c.seen != source.version:
+            c.sel.read_into(buf, source)
+            c.seen = source.version
+            buf.bump_version()
+        return buf
+
+
+Tensor._buf = _SyncedBuffer()
 
 
 def _read(t, sel, what):
@@ -2005,9 +2051,13 @@ def _write_back(t):
     part takes the new values, as it would through PyTorch's view."""
     c = t._not_a_view
     if c is not None and c.source is not None:
-        c.source._buf.bump_version()
+        source = c.source._buf
         if c.sel is not None:
-            c.sel.write(c.source._buf, t._buf)
+            # t's memory as written: t._buf would first take the part's elements, older than these
+            c.sel.write(source, t.__dict__.get("_b", t.__dict__.get("_buf")))
+        source.bump_version()
+        if c.sel is not None:
+            c.seen = source.version
         _write_back(c.source)
 
 
