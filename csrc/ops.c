@@ -678,7 +678,8 @@ ddpc_status ddpc_op_sum(ddpc_buffer *out, const ddpc_buffer *a) {
     }
     /* Double accumulation: accurate for float32 sums of any length. */
     double acc = 0, t[CHUNK];
-    if (a->dtype == DDPC_FLOAT32 || a->dtype == DDPC_FLOAT64) acc = ddpc_sum_parallel(a->data, a->numel, a->dtype == DDPC_FLOAT32, NULL);
+    if (a->dtype == DDPC_FLOAT32 || a->dtype == DDPC_FLOAT64)
+        acc = ddpc_sum_parallel(a->data, a->numel, a->dtype == DDPC_FLOAT32, NULL);
     else
         for (int64_t i = 0; i < a->numel; i += CHUNK) {
             int64_t m = a->numel - i < CHUNK ? a->numel - i : CHUNK;

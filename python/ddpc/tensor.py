@@ -1938,14 +1938,17 @@ class _SyncedBuffer:
     non-data descriptor leaves alone): before it is read, the copy takes the
     part's current elements where that tensor's memory has been written
     since (its version changed), as a read through PyTorch's view would see
-    them. The copy's own version counts that as a write, so that autograd
-    refuses a backward pass that saved its old elements, as PyTorch's does."""
+    them. The copy's own version counts that as a write into it, as PyTorch
+    counts a write into the tensor viewed as one into each of its views."""
 
     def __get__(self, t, owner=None):
         if t is None:
             return self
         d = t.__dict__
-        buf, c = d["_b"], d["_nav"]
+        try:
+            buf, c = d["_b"], d["_nav"]
+        except KeyError:  # a tensor not yet initialised (being unpickled, say)
+            raise AttributeError("_buf") from None
         source = c.source._buf  # itself brought up to date first, where it is such a copy too
         if c.sel is not None and c.seen != source.version:
             c.sel.read_into(buf, source)
