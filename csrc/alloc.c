@@ -501,6 +501,20 @@ ddpc_status ddpc_shared_send(ddpc_block *b) {
     return DDPC_OK;
 }
 
+ddpc_status ddpc_shared_unsend(ddpc_block *b) {
+    shared_segment_ *s = b->segment;
+    /* This process's own reference stays: a receiver that dropped its
+     * reference before the signal came is not taken for one that did not. */
+    const int64_t floor = s->holder == getpid() ? 1 : 0;
+    int64_t refs = atomic_load(&s->header->refs);
+    do {
+        if (refs <= floor) return DDPC_OK;
+    } while (!atomic_compare_exchange_weak(&s->header->refs, &refs, refs - 1));
+    if (refs == 1 && shm_unlink(s->name) == -1 && errno != ENOENT)
+        return DDPC_ERROR(DDPC_ERR_SYS, "shm_unlink(%s) failed: %s", s->name, strerror(errno));
+    return DDPC_OK;
+}
+
 const char *ddpc_shared_name(const ddpc_block *b) { return ((const shared_segment_ *)b->segment)->name; }
 
 static ddpc_status free_shared_(ddpc_block *b) {

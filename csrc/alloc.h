@@ -50,6 +50,10 @@ ddpc_status ddpc_alloc_shared(size_t nbytes, ddpc_block **out);
 ddpc_status ddpc_open_shared(const char *name, ddpc_block **out);
 /* Takes a reference for a process the name is about to be sent to. */
 ddpc_status ddpc_shared_send(ddpc_block *block);
+/* Drops a reference ddpc_shared_send took for a process that will never
+ * drop it (killed by a signal), unlinking the name where it was the last;
+ * never this process's own, while it holds the segment. */
+ddpc_status ddpc_shared_unsend(ddpc_block *block);
 const char *ddpc_shared_name(const ddpc_block *block);
 /* Drops every reference this process holds, for a process about to end;
  * the mappings stay usable until freed. */

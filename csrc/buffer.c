@@ -758,6 +758,18 @@ static PyObject *buffer_send_shared(ddpc_buffer *b, PyObject *unused) {
                          (Py_ssize_t)((char *)b->data - (char *)root->block->ptr));
 }
 
+static PyObject *buffer_unsend_shared(ddpc_buffer *b, PyObject *unused) {
+    (void)unused;
+    ddpc_buffer *root = storage_root_(b);
+    if (!is_shared_(root)) {
+        PyErr_SetString(PyExc_ValueError, "unsend_shared: the memory is not shared");
+        return NULL;
+    }
+    ddpc_status st = ddpc_shared_unsend(root->block);
+    if (st != DDPC_OK) return ddpc_raise(st);
+    Py_RETURN_NONE;
+}
+
 static PyObject *buffer_from_shared(PyObject *cls, PyObject *args) {
     (void)cls;
     const char *name;
@@ -948,6 +960,8 @@ static PyMethodDef buffer_methods[] = {
      "allocates released memory again (contents undefined) and re-points every view at it"},
     {"send_shared", (PyCFunction)buffer_send_shared, METH_NOARGS,
      "(segment name, byte offset) of shared memory, with a reference taken for the process it is sent to"},
+    {"unsend_shared", (PyCFunction)buffer_unsend_shared, METH_NOARGS,
+     "drops a reference send_shared took for a process that will never drop it (killed by a signal)"},
     {"from_shared", (PyCFunction)buffer_from_shared, METH_VARARGS | METH_CLASS,
      "from_shared(name, offset, shape, dtype): a view of a segment send_shared named (takes over its reference)"},
     {NULL, NULL, 0, NULL},

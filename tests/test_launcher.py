@@ -690,6 +690,44 @@ def test_a_failed_spawn_leaves_no_shared_memory_behind(tmp_path):
     assert not left
 
 
+@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+def test_the_parents_tensors_sent_to_a_failed_spawn_leave_no_shared_memory_behind(tmp_path, start_method):
+    """A model in spawn's args moves into the parent's shared memory; a
+    failed run whose other rank is stopped by a signal (it never drops its
+    references) leaves the segments to the parent alone: there while it
+    holds the model (a next run sends them again), gone when it ends."""
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent("""
+        import glob, os, sys
+        import ddpc
+        import ddpc.distributed as dist
+        import ddpc.multiprocessing
+
+        def fn(rank, model):
+            dist.init_process_group("cpu", timeout=60)
+            if rank == 1:
+                raise RuntimeError("boom")
+            dist.barrier()
+
+        def ok(rank, model):
+            return float(model.weight.sum())
+
+        if __name__ == "__main__":
+            model = ddpc.nn.Linear(300, 300)
+            try:
+                ddpc.spawn(fn, args=(model,), nprocs=2, start_method=sys.argv[1])
+            except ddpc.multiprocessing.ProcessRaisedException:
+                pass
+            print(len(glob.glob(f"/dev/shm/ddpc_{os.getpid()}_*")), os.getpid())
+            print(ddpc.spawn(ok, args=(model,), nprocs=2, start_method=sys.argv[1]) == [float(model.weight.sum())] * 2)
+    """))
+    res = subprocess.run([sys.executable, str(script), start_method], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    (held, pid), again = res.stdout.split("\n")[0].split(), res.stdout.split("\n")[1]
+    assert held == "2" and again == "True"  # weight and bias, sent again to the second run
+    assert not [f for f in os.listdir("/dev/shm") if f.startswith(f"ddpc_{pid}_")]
+
+
 def test_spawn_gives_none_with_a_warning_for_a_return_value_that_cannot_be_pickled(tmp_path):
     """torch.multiprocessing.spawn ignores return values; ddpc returns the ones it can send."""
     script = tmp_path / "ret.py"

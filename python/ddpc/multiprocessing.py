@@ -35,13 +35,18 @@ the name. A process killed by a signal (SIGKILL, or SIGTERM, which
 ``Process.terminate()`` sends, unless handled) drops none, so its segments
 stay in /dev/shm until removed (``rm /dev/shm/ddpc_<pid>_*``); a pickle never
 unpickled keeps its segment there too, and one unpickled twice drops a
-reference it was not given. PyTorch's 'file_system' strategy has the same
+reference it was not given. ``spawn`` drops, for a child a signal ended
+(one it stopped after another failed, say), the references taken for the
+tensors it sent that child, so that a failed run leaves the parent's
+segments (a model in ``args``) to the parent alone. PyTorch's 'file_system' strategy has the same
 limits; its 'file_descriptor' strategy, which passes descriptors instead of
 names, has no ddpc equivalent, so both names mean the segments above.
 """
 
+import contextlib
 import io
 import multiprocessing as _mp
+import threading
 import warnings
 from multiprocessing import reduction as _reduction
 from multiprocessing import util as _util
@@ -87,7 +92,25 @@ def _reduce_tensor(t):
                       f"writes into it will not show in this one: {e}", RuntimeWarning, stacklevel=2)
         return t.__reduce__()
     name, offset = t._buf.send_shared()
+    log = getattr(_sends, "log", None)
+    if log is not None:
+        log.append(t._buf)
     return _rebuild_shared_tensor, (name, offset, t.shape, t.dtype.name, t.requires_grad)
+
+
+_sends = threading.local()
+
+
+@contextlib.contextmanager
+def _recording_sends():
+    """The buffers of the tensors sent by name while inside, one per
+    reference taken: spawn gives back those of a child killed by a signal,
+    which never drops them (``Buffer.unsend_shared``)."""
+    _sends.log = sent = []
+    try:
+        yield sent
+    finally:
+        _sends.log = None
 
 
 class _CheckingPickler(_reduction.ForkingPickler):

@@ -126,14 +126,18 @@ def _fork_payloads(args, nprocs):
     included, without a copy) or cannot be pickled (a lambda, a lock), which
     forked children can do without: they inherit copy-on-write copies,
     sharing only the tensors already in shared memory."""
-    from .multiprocessing import _tensors_to_send
+    from .multiprocessing import _recording_sends, _tensors_to_send
 
     try:
         if not _tensors_to_send(args):
             return None
     except (pickle.PicklingError, AttributeError, TypeError):
         return None
-    return [ForkingPickler.dumps(args) for _ in range(nprocs)]
+    payloads = []
+    for _ in range(nprocs):
+        with _recording_sends() as sent:
+            payloads.append((ForkingPickler.dumps(args), sent))
+    return payloads
 
 
 def _child(fn, rank, nprocs, args, pickled, env, conn, forked_by_main_thread):
@@ -184,10 +188,11 @@ def _time_left(deadline):
 class SpawnContext:
     """The running children of ``spawn(..., join=False)``; ``join()`` returns their results."""
 
-    def __init__(self, processes, conns):
+    def __init__(self, processes, conns, sends=None):
         self.processes = processes
         self._conns = conns
         self._results = {}
+        self._sends = sends or [[] for _ in processes]  # by rank: the shared buffers sent to it by name
 
     def pids(self):
         return [p.pid for p in self.processes]
@@ -202,6 +207,18 @@ class SpawnContext:
                 p.kill()
                 p.join()
         remove_shm_segments(self.pids(), stopped=True)
+        self._release_sends()
+
+    def _release_sends(self):
+        """Drops the references to this process's shared tensors (a model's
+        parameters in ``args``, say) taken for each child that a signal
+        ended: it never drops them, and they would keep the segments in
+        /dev/shm after this process ends."""
+        for p, sent in zip(self.processes, self._sends):
+            if p.exitcode is not None and p.exitcode < 0:
+                for buf in sent:
+                    buf.unsend_shared()
+                sent.clear()
 
     def join(self, timeout=None):
         """Waits for every child; returns the return values by rank, or raises
@@ -241,6 +258,7 @@ class SpawnContext:
             if p.is_alive():
                 return None
         remove_shm_segments(self.pids())
+        self._release_sends()
         return [self._results[r][1] for r in range(len(self.processes))]
 
     def _raise_failure(self):
@@ -291,19 +309,21 @@ def spawn(fn, args=(), nprocs=1, join=True, daemon=False, start_method=None):
         raise ValueError("nprocs must be at least 1")
     ctx = multiprocessing.get_context(start_method)
     from . import distributed
+    from .multiprocessing import _recording_sends
 
     port, token, in_group = free_port(), new_token(), distributed.is_initialized()
     forked_by_main_thread = threading.current_thread() is threading.main_thread()
     payloads = _fork_payloads(args, nprocs) if start_method == "fork" else None
-    processes, conns = [], []
+    processes, conns, sends = [], [], []
     for rank in range(nprocs):
         env = _child_env(rank, nprocs, port, token, in_group)
         reader, writer = ctx.Pipe(duplex=False)
-        child_args = (args, False) if payloads is None else (payloads[rank], True)
+        child_args = (args, False) if payloads is None else (payloads[rank][0], True)
         p = ctx.Process(target=_child, args=(fn, rank, nprocs, *child_args, env, writer, forked_by_main_thread),
                         daemon=daemon)
         try:
-            p.start()
+            with _recording_sends() as sent:  # a fresh interpreter's args are pickled here
+                p.start()
         except (pickle.PicklingError, AttributeError, TypeError) as e:
             reader.close()
             writer.close()
@@ -316,5 +336,6 @@ def spawn(fn, args=(), nprocs=1, join=True, daemon=False, start_method=None):
         writer.close()
         processes.append(p)
         conns.append(reader)
-    context = SpawnContext(processes, conns)
+        sends.append(sent + (payloads[rank][1] if payloads is not None else []))
+    context = SpawnContext(processes, conns, sends)
     return context.join() if join else context
