@@ -149,7 +149,11 @@ def test_truncated_files_raise_the_clear_error(tmp_path, make):
         cut.write_bytes(data[:n])
         with pytest.raises(ddpc.CheckpointError, match="not a loadable ddpc checkpoint"):
             ddpc.load(cut, weights_only=False)
-    assert issubclass(ddpc.CheckpointError, ValueError)
+    # Resume code written for PyTorch catches RuntimeError (a truncated file) and EOFError (an empty one).
+    assert issubclass(ddpc.CheckpointError, ValueError) and issubclass(ddpc.CheckpointError, RuntimeError)
+    cut.write_bytes(b"")
+    with pytest.raises(EOFError, match=r"truncated \(0 bytes\)"):
+        ddpc.load(cut)
 
 
 @pytest.mark.parametrize("make", [sample, pickled_sample])
@@ -1028,7 +1032,7 @@ def test_an_empty_checkpoint_is_an_error_on_every_rank(tmp_path):
     (tmp_path / "empty").write_bytes(b"")
     for missing, error in ddpc.spawn(_load_missing_and_empty_worker, args=(str(tmp_path),), nprocs=2):
         assert missing is None
-        assert error.startswith("CheckpointError: ") and "empty: not a loadable ddpc checkpoint" in error, error
+        assert error.startswith("EmptyCheckpointError: ") and "empty: not a loadable ddpc checkpoint" in error, error
 
 
 @pytest.mark.parametrize("extra", [{}, {"z": 1j}], ids=["format1", "format2"])

@@ -104,9 +104,16 @@ _ALIGN = 64
 DEFAULT_PROTOCOL = 2  # PyTorch's pickle protocol for torch.save
 
 
-class CheckpointError(ValueError):
+class CheckpointError(ValueError, RuntimeError):
     """The file is not a checkpoint ddpc reads (its own or PyTorch's), or it is
-    truncated or corrupted."""
+    truncated or corrupted: a RuntimeError too, as PyTorch's errors for a
+    truncated or foreign file are (an empty one is also an EOFError, as
+    PyTorch's; see EmptyCheckpointError), so resume code written for either
+    catches it."""
+
+
+class EmptyCheckpointError(CheckpointError, EOFError):
+    """The file is empty."""
 
 
 # ---- encoding ----------------------------------------------------------------------------
@@ -300,8 +307,8 @@ def _serialize(obj, pickle_module, pickle_protocol):
 
 # ---- decoding ----------------------------------------------------------------------------
 
-def _fail(path, why, kind="ddpc"):
-    raise CheckpointError(f"{path}: not a loadable {kind} checkpoint: {why}")
+def _fail(path, why, kind="ddpc", error=CheckpointError):
+    raise error(f"{path}: not a loadable {kind} checkpoint: {why}")
 
 
 def _takes_storage(fn):
@@ -511,6 +518,8 @@ class _DdpcPickle:
 
 def _deserialize(data, map_location, path, unpickle, numpy_numbers=False):
     if len(data) < _PREFIX.size:
+        if not data:
+            _fail(path, "the file is truncated (0 bytes)", error=EmptyCheckpointError)
         if not _MAGIC.startswith(data[:8]):
             _fail(path, "wrong magic bytes (this is not a ddpc checkpoint)")
         _fail(path, f"the file is truncated ({len(data)} bytes)")
