@@ -42,7 +42,7 @@ def test_iterative_pruning_prunes_among_what_is_left():
     m = linear(W)
     prune.l1_unstructured(m, "weight", amount=2)
     prune.l1_unstructured(m, "weight", amount=2)  # two more, among the ten left
-    hooks = [h for h, _ in m._forward_pre_hooks.values()]
+    hooks = list(m._forward_pre_hooks.values())
     assert len(hooks) == 1 and isinstance(hooks[0], prune.PruningContainer) and len(hooks[0]) == 2
     np.testing.assert_array_equal(m.weight_mask.numpy(), (np.abs(W) > 0.25).astype(np.float32) * (np.abs(W) != 0.3))
     # The row of the smallest L1 norm, of the unpruned weights (5.6, 5.5, 8.25), as PyTorch ranks them.
@@ -104,3 +104,15 @@ def test_bad_amounts_raise_and_leave_the_module_as_it_was():
     with pytest.raises(ValueError, match="multidimensional"):
         prune.ln_structured(m, "bias", amount=1, n=2, dim=0)
     assert [n for n, _ in m.named_parameters()] == ["weight", "bias"] and not m._forward_pre_hooks
+
+
+def test_the_forward_pre_hooks_table_holds_the_pruning_methods_as_pytorchs_tutorial_reads_it():
+    m = linear(W)
+    prune.random_unstructured(m, "weight", amount=0.3)
+    prune.l1_unstructured(m, "bias", amount=1)
+    hook = next(h for h in m._forward_pre_hooks.values() if h._tensor_name == "weight")
+    assert isinstance(hook, prune.RandomUnstructured)
+    handle = m.register_forward_pre_hook(lambda mod, args, kwargs: None, with_kwargs=True)
+    assert m._forward_pre_hooks_with_kwargs == {handle.id: True}
+    handle.remove()
+    assert not m._forward_pre_hooks_with_kwargs and len(m._forward_pre_hooks) == 2

@@ -282,12 +282,17 @@ class RemovableHandle:
 
     _ids = itertools.count()
 
-    def __init__(self, hooks):
+    def __init__(self, hooks, extra_dict=None):
         self.hooks = hooks
         self.id = next(RemovableHandle._ids)
+        # Tables of the hook's flags (PyTorch's with_kwargs and always_call ones), cleared with it.
+        self.extra_dicts = () if extra_dict is None else tuple(extra_dict) if isinstance(extra_dict, (list, tuple)) \
+            else (extra_dict,)
 
     def remove(self):
         self.hooks.pop(self.id, None)
+        for d in self.extra_dicts:
+            d.pop(self.id, None)
 
     def __enter__(self):
         return self

@@ -113,6 +113,9 @@ def is_lazy(tensor):
 # form of a module's own tables; they run before the module's own.
 _global_forward_pre_hooks = OrderedDict()
 _global_forward_hooks = OrderedDict()
+# The ids of the global forward hooks registered with_kwargs / always_call (PyTorch's tables).
+_global_forward_hooks_with_kwargs = {}
+_global_forward_hooks_always_called = {}
 _global_backward_pre_hooks = OrderedDict()
 _global_backward_hooks = OrderedDict()
 # Whether _global_backward_hooks holds full backward hooks (True), non-full ones
@@ -127,7 +130,7 @@ def register_module_forward_pre_hook(hook):
     """``hook(module, args)`` runs before every module's forward (before the
     module's own pre-hooks), as torch.nn.modules.module's; returning a value
     replaces the input. Returns a handle whose ``remove()`` unregisters it."""
-    return Module._add_hook(_global_forward_pre_hooks, (hook, False), False)
+    return Module._add_hook(_global_forward_pre_hooks, hook, False)
 
 
 def register_module_forward_hook(hook, *, with_kwargs=False, always_call=False):
@@ -135,7 +138,14 @@ def register_module_forward_hook(hook, *, with_kwargs=False, always_call=False):
     with_kwargs) runs after every module's forward (before the module's own
     forward hooks), as torch.nn.modules.module's; returning a value replaces
     the output. ``always_call`` hooks also run (with output None) when forward raises."""
-    return Module._add_hook(_global_forward_hooks, (hook, with_kwargs, always_call), False)
+    return Module._add_hook(_global_forward_hooks, hook, False,
+                            _flags(with_kwargs, _global_forward_hooks_with_kwargs,
+                                   always_call, _global_forward_hooks_always_called))
+
+
+def _flags(*pairs):
+    """The flag tables (of pairs: flag, table) a hook is marked in: those whose flag is set."""
+    return [table for flag, table in zip(pairs[::2], pairs[1::2]) if flag]
 
 
 def register_module_full_backward_pre_hook(hook):
@@ -225,17 +235,21 @@ class Module:
         return self._call_with_hooks(args, kwargs)
 
     # ---- hooks ------------------------------------------------------------------------
-    # Each table maps a handle id to its hook (forward hooks: with their flags).
-    # The state dict hooks: pre-hooks, post-hooks (with whether a public registration forbids a
+    # Each table maps a handle id to its hook, as PyTorch's (the forward hooks'
+    # flags are the ids in the tables named after them). The state dict hooks:
+    # pre-hooks, post-hooks (with whether a public registration forbids a
     # returned dict), load pre-hooks (with whether the module is passed) and load post-hooks.
-    _HOOK_TABLES = ("_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks", "_backward_hooks",
-                    "_state_dict_pre_hooks", "_state_dict_hooks", "_load_state_dict_pre_hooks",
+    _HOOK_TABLES = ("_forward_pre_hooks", "_forward_pre_hooks_with_kwargs", "_forward_hooks",
+                    "_forward_hooks_with_kwargs", "_forward_hooks_always_called", "_backward_pre_hooks",
+                    "_backward_hooks", "_state_dict_pre_hooks", "_state_dict_hooks", "_load_state_dict_pre_hooks",
                     "_load_state_dict_post_hooks")
 
     @staticmethod
-    def _add_hook(table, entry, prepend):
-        handle = RemovableHandle(table)
+    def _add_hook(table, entry, prepend, flag_tables=()):
+        handle = RemovableHandle(table, list(flag_tables))
         table[handle.id] = entry
+        for flags in flag_tables:
+            flags[handle.id] = True
         if prepend:
             table.move_to_end(handle.id, last=False)
         return handle
@@ -243,13 +257,16 @@ class Module:
     def register_forward_pre_hook(self, hook, *, prepend=False, with_kwargs=False):
         """``hook(module, args)`` (or ``hook(module, args, kwargs)`` with_kwargs) runs before
         forward; returning a value (a tuple, or ``(args, kwargs)`` with_kwargs) replaces the input."""
-        return self._add_hook(self._forward_pre_hooks, (hook, with_kwargs), prepend)
+        return self._add_hook(self._forward_pre_hooks, hook, prepend,
+                              _flags(with_kwargs, self._forward_pre_hooks_with_kwargs))
 
     def register_forward_hook(self, hook, *, prepend=False, with_kwargs=False, always_call=False):
         """``hook(module, args, output)`` (or ``hook(module, args, kwargs, output)``) runs after
         forward; returning a value replaces the output. ``always_call`` hooks also run (with
         output None) when forward raises."""
-        return self._add_hook(self._forward_hooks, (hook, with_kwargs, always_call), prepend)
+        return self._add_hook(self._forward_hooks, hook, prepend,
+                              _flags(with_kwargs, self._forward_hooks_with_kwargs,
+                                     always_call, self._forward_hooks_always_called))
 
     def register_full_backward_pre_hook(self, hook, prepend=False):
         """``hook(module, grad_output)`` runs when the gradients w.r.t. the module's outputs are
@@ -308,8 +325,8 @@ class Module:
             node.register_hook(functools.partial(_call_non_full_hook, hook, self))
 
     def _call_with_hooks(self, args, kwargs):
-        for hook, with_kwargs in [*_global_forward_pre_hooks.values(), *self._forward_pre_hooks.values()]:
-            if with_kwargs:
+        for key, hook in [*_global_forward_pre_hooks.items(), *self._forward_pre_hooks.items()]:
+            if key in self._forward_pre_hooks_with_kwargs:
                 res = hook(self, args, kwargs)
                 if res is not None:
                     if not (isinstance(res, tuple) and len(res) == 2):
@@ -329,9 +346,9 @@ class Module:
         called = set()
         try:
             result = self.forward(*args, **kwargs)
-            for key, (hook, with_kwargs, _) in [*_global_forward_hooks.items(), *self._forward_hooks.items()]:
+            for key, hook in [*_global_forward_hooks.items(), *self._forward_hooks.items()]:
                 called.add(key)
-                res = hook(self, args, kwargs, result) if with_kwargs else hook(self, args, result)
+                res = hook(self, args, kwargs, result) if self._with_kwargs(key) else hook(self, args, result)
                 if res is not None:
                     result = res
         except BaseException:
@@ -346,12 +363,17 @@ class Module:
             result = bw_hook.setup_output_hook(result)
         return result
 
+    def _with_kwargs(self, key):
+        """Whether the forward hook ``key`` (this module's or a global one) takes the kwargs."""
+        return key in self._forward_hooks_with_kwargs or key in _global_forward_hooks_with_kwargs
+
     def _run_always_call_hooks(self, args, kwargs, called):
         """After forward raised: the always_call forward hooks that have not run, with output None."""
-        for key, (hook, with_kwargs, always_call) in [*_global_forward_hooks.items(), *self._forward_hooks.items()]:
+        for key, hook in [*_global_forward_hooks.items(), *self._forward_hooks.items()]:
+            always_call = key in self._forward_hooks_always_called or key in _global_forward_hooks_always_called
             if always_call and key not in called:
                 try:
-                    hook(self, args, kwargs, None) if with_kwargs else hook(self, args, None)
+                    hook(self, args, kwargs, None) if self._with_kwargs(key) else hook(self, args, None)
                 except Exception as e:
                     warnings.warn(f"forward hook {hook!r} raised while forward was failing: {e!r}")
 

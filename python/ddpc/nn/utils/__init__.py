@@ -189,7 +189,7 @@ class SpectralNorm:
 
 def _norm_hook(module, kind, name):
     """The id under which ``module`` holds its ``kind`` forward pre-hook for ``name``, or None."""
-    return next((key for key, (hook, _) in module._forward_pre_hooks.items()
+    return next((key for key, hook in module._forward_pre_hooks.items()
                  if isinstance(hook, kind) and hook.name == name), None)
 
 
@@ -223,7 +223,7 @@ def remove_weight_norm(module, name="weight"):
     key = _norm_hook(module, WeightNorm, name)
     if key is None:
         raise ValueError(f"weight_norm of {name!r} not found in {type(module).__name__}")
-    hook, _ = module._forward_pre_hooks.pop(key)
+    hook = module._forward_pre_hooks.pop(key)
     with autograd.no_grad():
         weight = hook.compute_weight(module)
     del module._parameters[name + "_g"], module._parameters[name + "_v"]
@@ -272,7 +272,7 @@ def remove_spectral_norm(module, name="weight"):
     key = _norm_hook(module, SpectralNorm, name)
     if key is None:
         raise ValueError(f"spectral_norm of {name!r} not found in {type(module).__name__}")
-    hook, _ = module._forward_pre_hooks.pop(key)
+    hook = module._forward_pre_hooks.pop(key)
     with autograd.no_grad():
         weight = hook.compute_weight(module, 0)
     del module._parameters[name + "_orig"], module._buffers[name + "_u"], module._buffers[name + "_v"]

@@ -27,7 +27,7 @@ __all__ = ["BasePruningMethod", "PruningContainer", "Identity", "RandomUnstructu
 
 def _pruning_hooks(module, name=None):
     """(key, method) of the module's pruning pre-hooks (of parameter ``name`` only, when given)."""
-    return [(key, hook) for key, (hook, _) in module._forward_pre_hooks.items()
+    return [(key, hook) for key, hook in module._forward_pre_hooks.items()
             if isinstance(hook, BasePruningMethod) and (name is None or hook._tensor_name == name)]
 
 
