@@ -728,6 +728,25 @@ def test_the_parents_tensors_sent_to_a_failed_spawn_leave_no_shared_memory_behin
     assert not [f for f in os.listdir("/dev/shm") if f.startswith(f"ddpc_{pid}_")]
 
 
+def test_spawning_fresh_interpreters_refuses_a_function_of_an_interactive_session_up_front():
+    """A function typed into a REPL or a notebook cell can't be imported by
+    a fresh interpreter: refused before any child starts, with what to do;
+    forked children (the default) run it."""
+    session = textwrap.dedent("""
+        import ddpc
+        def f(rank):
+            return rank * 10
+        for method in ("spawn", "forkserver"):
+            try:
+                ddpc.spawn(f, nprocs=2, start_method=method)
+            except RuntimeError as e:
+                print(method, "refused:", "defined in an interactive session" in str(e))
+        print(ddpc.spawn(f, nprocs=2))
+    """)
+    res = subprocess.run([sys.executable, "-"], input=session, capture_output=True, text=True, timeout=120)
+    assert res.stdout.split("\n")[:3] == ["spawn refused: True", "forkserver refused: True", "[0, 10]"], res.stderr
+
+
 def test_spawn_gives_none_with_a_warning_for_a_return_value_that_cannot_be_pickled(tmp_path):
     """torch.multiprocessing.spawn ignores return values; ddpc returns the ones it can send."""
     script = tmp_path / "ret.py"

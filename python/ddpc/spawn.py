@@ -21,6 +21,7 @@ import multiprocessing.connection
 import os
 import pickle
 import signal
+import sys
 import threading
 import time
 import traceback
@@ -278,6 +279,20 @@ class SpawnContext:
             raise ProcessRaisedException(f"\n\n-- process {rank} raised {res[1]}\n\n{res[2]}", rank, res[2], pid)
 
 
+def _check_importable(fn, start_method):
+    """Refuses, before any child starts, an ``fn`` that a fresh interpreter
+    could not import: one defined in an interactive session (a notebook, a
+    REPL, ``python -c``), whose ``__main__`` has no file; each child would
+    otherwise die unpickling it, with the reason on its stderr only."""
+    path = getattr(sys.modules.get("__main__"), "__file__", None)  # '<stdin>' for python -
+    if getattr(fn, "__module__", None) == "__main__" and not (path and os.path.isfile(path)):
+        raise RuntimeError(f"start_method={start_method!r} starts fresh interpreters, which must import fn, and "
+                           f"{getattr(fn, '__qualname__', fn)!r} is defined in an interactive session (a notebook or "
+                           "a REPL), which they cannot import. Move fn into a module file and import it, or call "
+                           "ddpc.spawn before any CUDA call (ddpc.cuda.is_available() included) so that the "
+                           "children can be forked.")
+
+
 def spawn(fn, args=(), nprocs=1, join=True, daemon=False, start_method=None):
     """Runs ``fn(rank, *args)`` in ``nprocs`` processes with RANK, LOCAL_RANK,
     WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT and a store token
@@ -307,6 +322,8 @@ def spawn(fn, args=(), nprocs=1, join=True, daemon=False, start_method=None):
         raise ValueError(f"start_method must be 'fork', 'spawn' or 'forkserver', got {start_method!r}")
     if nprocs < 1:
         raise ValueError("nprocs must be at least 1")
+    if start_method != "fork":
+        _check_importable(fn, start_method)
     ctx = multiprocessing.get_context(start_method)
     from . import distributed
     from .multiprocessing import _recording_sends
