@@ -112,6 +112,7 @@ def test_reduce_lr_on_plateau_with_a_min_lr_per_group_refuses_groups_added_later
         s.step(1.0)
 
 
+@pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step\\(\\)` before:UserWarning")  # stepped alone
 @pytest.mark.parametrize("make", [lambda o: lr_scheduler.LambdaLR(o, lambda e: 0.5 ** e),
                                   lambda o: lr_scheduler.MultiplicativeLR(o, lambda e: 0.9),
                                   lambda o: lr_scheduler.CyclicLR(o, 0.1, 1.0, step_size_up=2),
@@ -125,6 +126,7 @@ def test_schedulers_with_values_per_group_refuse_groups_added_later(make):
         s.step()
 
 
+@pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step\\(\\)` before:UserWarning")  # stepped alone
 def test_chainable_schedulers_drive_groups_added_later_but_not_their_closed_form():
     o = sgd()
     s = lr_scheduler.StepLR(o, 1, gamma=0.5)

@@ -428,6 +428,7 @@ def test_argument_checks():
         optim.SGD([{"params": p}, {"params": p[:1]}], lr=0.1)
 
 
+@pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step\\(\\)` before:UserWarning")  # stepped alone
 def test_lr_schedulers():
     p = make_params(shapes=((1,),))
     opt = optim.SGD(p, lr=1.0)

@@ -102,6 +102,7 @@ def test_swalr_anneals_to_swa_lr(strategy, epochs):
     assert got[-1] == pytest.approx(0.05)
 
 
+@pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step\\(\\)` before:UserWarning")  # stepped alone
 def test_swalr_carries_on_from_an_lr_changed_by_hand():
     opt = optim.SGD(model_at(0).parameters(), lr=1.0)
     sched = SWALR(opt, swa_lr=0.0, anneal_epochs=2, anneal_strategy="linear")
