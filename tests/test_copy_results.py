@@ -157,3 +157,14 @@ def test_a_transposed_parameter_follows_the_optimizers_step():
     p.grad = ddpc.ones(2, 3)
     opt.step()
     assert pt.tolist() == [[0.5, 0.5]] * 3
+
+
+@pytest.mark.parametrize("make", [lambda x: x.expand(2, 2, 3).reshape(-1), lambda x: x[:1].expand(2, 3).flatten(),
+                                  lambda x: x.unsqueeze(1).expand(2, 2, 3).flatten(0, 1)])
+def test_a_reshape_of_an_expand_that_pytorch_copies_is_a_tensor_of_its_own(make):
+    x = ddpc.arange(6.0).reshape(2, 3)
+    out = make(x)
+    out.fill_(7)  # PyTorch's reshape copies here, so the write stays in it
+    assert x.tolist() == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]] and out.min().item() == 7
+    with pytest.raises(RuntimeError, match="copy made by expand"):
+        x.expand(2, 2, 3).reshape(2, 2, 3).fill_(7)  # a view of the repeated elements in PyTorch too

@@ -1970,7 +1970,8 @@ def _read(t, sel, what):
         out._not_a_view = _copy_view(t)
     elif isinstance(sel, _indexing.Region):
         repeats = any(n > 1 and st == 0 for n, st in zip(sel.shape, sel.strides))
-        out._not_a_view = _CopyOf(None if repeats else t, None if repeats else sel, what)
+        # Repeated elements have no one place for a write: no source (its layout is kept for reshapes)
+        out._not_a_view = _CopyOf(None if repeats else t, sel, what)
     return out
 
 
@@ -1998,12 +1999,13 @@ def _strided_layout(t):
     (strides counted in the elements of the tensor it was taken from); None
     where t is its own memory, or the layout is not known."""
     c = t._not_a_view
-    if c is None or c.source is None:
+    if c is None or (c.source is None and c.sel is None):
         return None
     if c.sel is not None:
         if not isinstance(c.sel, _indexing.Region):
             return None
-        outer = _strided_layout(c.source)  # where c.source is itself such a copy, the layout is in its source's
+        # where c.source is itself such a copy, the layout is in its source's (an expand's has no source to write)
+        outer = None if c.source is None else _strided_layout(c.source)
         if outer is None:
             return c.sel.shape, c.sel.strides
         layout = _indexing.compose_layout(*outer, c.sel)
