@@ -38,9 +38,10 @@ unpickled keeps its segment there too, and one unpickled twice drops a
 reference it was not given. ``spawn`` drops, for a child a signal ended
 (one it stopped after another failed, say), the references taken for the
 tensors it sent that child, so that a failed run leaves the parent's
-segments (a model in ``args``) to the parent alone. PyTorch's 'file_system' strategy has the same
-limits; its 'file_descriptor' strategy, which passes descriptors instead of
-names, has no ddpc equivalent, so both names mean the segments above.
+segments (a model in ``args``) to the parent alone. PyTorch's
+'file_system' strategy has the same limits; its 'file_descriptor'
+strategy, which passes descriptors instead of names, has no ddpc
+equivalent, so both names mean the segments above.
 """
 
 import contextlib
