@@ -2046,9 +2046,18 @@ def _refresh(t, rebase=None):
         return
     _refresh(c.source, rebase)
     if c.sel is not None:
-        _C.copy(t._buf, c.sel.read(c.source._buf))
+        source = c.source._buf
+        c.sel.read_into(_memory(t), source)  # also what a write into source bypassing its version (numpy) left
+        c.seen = source.version
         if rebase is not None:
             rebase(t, c.source, c.sel)
+
+
+def _memory(t):
+    """t's buffer as it is: t._buf of a copy standing for part of another
+    tensor first takes that part's elements (see _SyncedBuffer)."""
+    d = t.__dict__
+    return d["_b"] if "_buf" not in d else d["_buf"]
 
 
 def _write_back(t):
@@ -2058,8 +2067,7 @@ def _write_back(t):
     if c is not None and c.source is not None:
         source = c.source._buf
         if c.sel is not None:
-            # t's memory as written: t._buf would first take the part's elements, older than these
-            c.sel.write(source, t.__dict__.get("_b", t.__dict__.get("_buf")))
+            c.sel.write(source, _memory(t))  # as written (the part's elements are older)
         source.bump_version()
         if c.sel is not None:
             c.seen = source.version
