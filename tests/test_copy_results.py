@@ -168,3 +168,13 @@ def test_a_reshape_of_an_expand_that_pytorch_copies_is_a_tensor_of_its_own(make)
     assert x.tolist() == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]] and out.min().item() == 7
     with pytest.raises(RuntimeError, match="copy made by expand"):
         x.expand(2, 2, 3).reshape(2, 2, 3).fill_(7)  # a view of the repeated elements in PyTorch too
+
+
+def test_backward_refuses_a_saved_copy_whose_source_changed_in_place_as_pytorch():
+    w = ddpc.ones(2, 3, requires_grad=True)
+    x = w * 1
+    y = x.t()  # a copy standing for PyTorch's view, saved by the product
+    z = (y * y).sum()
+    x.add_(1)  # the view's elements change in PyTorch too: its backward refuses
+    with pytest.raises(RuntimeError, match="modified by an in-place operation"):
+        z.backward()

@@ -340,6 +340,8 @@ class Node:
 
     def check_saved(self):
         for i, (t, saved) in enumerate(zip(self.saved, self.saved_versions)):
+            if saved is not None and isinstance(t, Tensor) and t._not_a_view is not None:
+                t._buf  # a copy standing for a view takes its source's writes, counting them as its own
             if saved is not None and saved[0].version != saved[1]:
                 raise RuntimeError(
                     f"one of the tensors needed for gradient computation has been modified by an in-place operation: "
