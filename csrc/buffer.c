@@ -745,13 +745,18 @@ static PyObject *get_storage_nbytes(ddpc_buffer *b, void *c) {
     return PyLong_FromSize_t(root->released ? 0 : ddpc_buffer_nbytes(root));
 }
 
+/* b's storage root where its memory is shared, else NULL with a ValueError naming `what`. */
+static ddpc_buffer *shared_root_(ddpc_buffer *b, const char *what) {
+    ddpc_buffer *root = storage_root_(b);
+    if (is_shared_(root)) return root;
+    PyErr_Format(PyExc_ValueError, "%s: the memory is not shared (share_memory_() moves it there)", what);
+    return NULL;
+}
+
 static PyObject *buffer_send_shared(ddpc_buffer *b, PyObject *unused) {
     (void)unused;
-    ddpc_buffer *root = storage_root_(b);
-    if (!is_shared_(root)) {
-        PyErr_SetString(PyExc_ValueError, "send_shared: the memory is not shared (share_memory_() moves it there)");
-        return NULL;
-    }
+    ddpc_buffer *root = shared_root_(b, "send_shared");
+    if (!root) return NULL;
     ddpc_status st = ddpc_shared_send(root->block);
     if (st != DDPC_OK) return ddpc_raise(st);
     return Py_BuildValue("(sn)", ddpc_shared_name(root->block),
@@ -760,11 +765,8 @@ static PyObject *buffer_send_shared(ddpc_buffer *b, PyObject *unused) {
 
 static PyObject *buffer_unsend_shared(ddpc_buffer *b, PyObject *unused) {
     (void)unused;
-    ddpc_buffer *root = storage_root_(b);
-    if (!is_shared_(root)) {
-        PyErr_SetString(PyExc_ValueError, "unsend_shared: the memory is not shared");
-        return NULL;
-    }
+    ddpc_buffer *root = shared_root_(b, "unsend_shared");
+    if (!root) return NULL;
     ddpc_status st = ddpc_shared_unsend(root->block);
     if (st != DDPC_OK) return ddpc_raise(st);
     Py_RETURN_NONE;
