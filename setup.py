@@ -112,8 +112,10 @@ if CUDA_HOME:
         include_dirs.insert(0, NCCL[0])
 
 sources = sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "csrc", "**", "*.c"), recursive=True))
-# The headers the C sources include: an edited header rebuilds the extension, as an edited source does.
-headers = sorted(os.path.relpath(p, ROOT) for pattern in ("csrc/**/*.h", "kernels/*.h")
+# The headers the C sources include and the kernels: an edited one rebuilds the extension, as an edited
+# source does.
+headers = sorted(os.path.relpath(p, ROOT)
+                 for pattern in ("csrc/**/*.h", "kernels/*.h", "kernels/*.cuh", "kernels/*.cu")
                  for p in glob.glob(os.path.join(ROOT, pattern), recursive=True))
 
 
@@ -122,65 +124,87 @@ def build_jobs():
     return max(1, int(env_flag("DDPC_BUILD_JOBS", "") or os.cpu_count() or 1))
 
 
-def parallel_compile(compiler):
-    """Makes a distutils compiler build the sources of one extension at once,
-    where it would take them one after another."""
+def heaviest_first(paths):
+    """Sources in the order to start them: the longest compiles first, so that none starts last and runs
+    alone. CUDA sources that include CUB or Thrust take longest (their templates, not their length), then
+    the rest by size."""
 
-    def compile(sources, output_dir=None, macros=None, include_dirs=None, debug=0, extra_preargs=None,
-                extra_postargs=None, depends=None):
-        macros, objects, extra_postargs, pp_opts, build = compiler._setup_compile(
-            output_dir, macros, include_dirs, sources, depends, extra_postargs)
-        cc_args = compiler._get_cc_args(pp_opts, debug, extra_preargs)
+    def weight(path):
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        return ("#include <cub/" in text or "#include <thrust/" in text, len(text))
 
-        def one(obj):
-            src, ext = build[obj]
-            compiler._compile(obj, src, ext, cc_args, extra_postargs, pp_opts)
-
-        with concurrent.futures.ThreadPoolExecutor(build_jobs()) as pool:
-            list(pool.map(one, [obj for obj in objects if obj in build]))
-        return objects
-
-    compiler.compile = compile
+    return sorted(paths, key=weight, reverse=True)
 
 
 class BuildExt(build_ext):
-    """build_ext that first compiles kernels/*.cu with nvcc and links the objects in,
-    and compiles the C sources in parallel."""
+    """build_ext that compiles kernels/*.cu with nvcc and links the objects in. The CUDA and the C
+    sources are compiled by one pool of build_jobs() workers, heaviest first, where distutils would
+    compile them one after another."""
 
     def build_extensions(self):
-        parallel_compile(self.compiler)
-        for ext in self.extensions:
-            ext.include_dirs.append(numpy_include())
-            if CUDA_HOME:
-                ext.extra_objects += self.compile_cuda(ext)
-        super().build_extensions()
+        self.pool = concurrent.futures.ThreadPoolExecutor(build_jobs())
+        try:
+            for ext in self.extensions:
+                ext.include_dirs.append(numpy_include())
+            super().build_extensions()
+        finally:
+            self.pool.shutdown(cancel_futures=True)
+
+    def build_extension(self, ext):
+        self.cuda_jobs = self.compile_cuda(ext) if CUDA_HOME else []
+        ext.extra_objects += [obj for obj, _ in self.cuda_jobs]
+        compile_c = self.compiler.compile
+
+        def compile(sources, output_dir=None, macros=None, include_dirs=None, debug=0, extra_preargs=None,
+                    extra_postargs=None, depends=None):
+            c = self.compiler
+            macros, objects, extra_postargs, pp_opts, build = c._setup_compile(
+                output_dir, macros, include_dirs, sources, depends, extra_postargs)
+            cc_args = c._get_cc_args(pp_opts, debug, extra_preargs)
+            stale = heaviest_first([build[obj][0] for obj in objects if obj in build])
+            by_src = {src: obj for obj, (src, _) in build.items()}
+            jobs = [self.pool.submit(c._compile, by_src[src], src, build[by_src[src]][1], cc_args,
+                                     extra_postargs, pp_opts) for src in stale]
+            for job in jobs + [job for _, job in self.cuda_jobs]:
+                job.result()  # the first failure, raised as distutils raises it
+            return objects
+
+        self.compiler.compile = compile
+        try:
+            super().build_extension(ext)
+        finally:
+            self.compiler.compile = compile_c
 
     def compile_cuda(self, ext):
+        """Starts nvcc on each stale kernels/*.cu, heaviest first; returns (object, future) for every one."""
         nvcc = os.path.join(CUDA_HOME, "bin", "nvcc")
         archs = [a for a in env_flag("DDPC_CUDA_ARCHS", "80;90").replace(",", ";").split(";") if a]
         gencode = []
         for a in archs:
             gencode += ["-gencode", f"arch=compute_{a},code=sm_{a}"]
         gencode += ["-gencode", f"arch=compute_{archs[-1]},code=compute_{archs[-1]}"]
+        # --threads: nvcc compiles the architectures of one source at once (a CUB source's take minutes each).
         flags = ["-std=c++17", "-Xcompiler", "-fPIC,-Wall,-Wextra,-fvisibility=hidden",
-                 "--expt-relaxed-constexpr", "-DDDPC_WITH_CUDA=1"]
+                 "--expt-relaxed-constexpr", "-DDDPC_WITH_CUDA=1", "--threads", str(min(build_jobs(), len(archs)))]
         flags += ["-O0", "-g", "-G"] if DEBUG else ["-O3"]
         incs = [f"-I{d}" for d in ext.include_dirs]
-        objects, stale = [], []
         out_dir = os.path.join(self.build_temp, "kernels")
         os.makedirs(out_dir, exist_ok=True)
-        for cu in sorted(glob.glob(os.path.join(ROOT, "kernels", "*.cu"))):
+        shared = glob.glob(os.path.join(ROOT, "kernels", "*.h")) + glob.glob(os.path.join(ROOT, "kernels", "*.cuh"))
+        jobs = []
+        for cu in heaviest_first(glob.glob(os.path.join(ROOT, "kernels", "*.cu"))):
             obj = os.path.join(out_dir, os.path.basename(cu) + ".o")
-            deps = [cu] + glob.glob(os.path.join(ROOT, "kernels", "*.h")) + glob.glob(os.path.join(ROOT, "kernels", "*.cuh"))
-            if self.force or not os.path.exists(obj) or max(map(os.path.getmtime, deps)) > os.path.getmtime(obj):
-                stale.append([nvcc, "-c", cu, "-o", obj] + gencode + flags + incs)
-            objects.append(obj)
-        for cmd in stale:
-            print(" ".join(cmd))
-        with concurrent.futures.ThreadPoolExecutor(build_jobs()) as pool:
-            for _ in pool.map(subprocess.check_call, stale):
-                pass
-        return objects
+            stale = self.force or not os.path.exists(obj) or max(map(os.path.getmtime, [cu] + shared)) > \
+                os.path.getmtime(obj)
+            if stale:
+                cmd = [nvcc, "-c", cu, "-o", obj] + gencode + flags + incs
+                print(" ".join(cmd))
+                jobs.append((obj, self.pool.submit(subprocess.check_call, cmd)))
+            else:
+                jobs.append((obj, concurrent.futures.Future()))
+                jobs[-1][1].set_result(None)
+        return jobs
 
 
 ext = Extension(

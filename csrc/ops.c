@@ -431,33 +431,41 @@ typedef struct {
     double s;
 } binary_job_;
 
-static DDPC_ROW_TARGETS void binary_range_(void *ctx, int64_t lo, int64_t hi) {
-    const binary_job_ *j = ctx;
-    const int64_t n = hi - lo;
-#define BINARY_RANGE_INTO(T, TO)                                                   \
-    do {                                                                           \
-        TO *o = (TO *)j->out + lo;                                                 \
+/* One function for each dtype pair: gcc's register and data-flow passes grow
+ * faster than the function, and a single function for every dtype took most
+ * of the module's build time. */
+#define BINARY_RANGE_FN(NAME, T, TO)                                                \
+    static DDPC_ROW_TARGETS void NAME(const binary_job_ *j, int64_t lo, int64_t hi) { \
+        const int64_t n = hi - lo;                                                  \
+        TO *o = (TO *)j->out + lo;                                                  \
         const T *x = (const T *)j->a + lo, *y = j->b ? (const T *)j->b + lo : NULL, s_ = (T)j->s; \
-        if (y) {                                                                   \
-            DDPC_BINARY_LOOPS(j->op, n, o[k_], x[k_], y[k_]);                      \
-        } else {                                                                   \
-            DDPC_BINARY_LOOPS(j->op, n, o[k_], x[k_], s_);                         \
-        }                                                                          \
-    } while (0)
-#define BINARY_RANGE_AS(T)                                                         \
-    do {                                                                           \
-        if (j->into_bool) BINARY_RANGE_INTO(T, uint8_t);                           \
-        else BINARY_RANGE_INTO(T, T);                                              \
-    } while (0)
-    switch (j->dtype) {
-    case DDPC_FLOAT32: BINARY_RANGE_AS(float); break;
-    case DDPC_FLOAT64: BINARY_RANGE_AS(double); break;
-    case DDPC_INT32: BINARY_RANGE_AS(int32_t); break;
-    case DDPC_INT64: BINARY_RANGE_AS(int64_t); break;
-    default: BINARY_RANGE_AS(uint8_t); break;
+        if (y) {                                                                    \
+            DDPC_BINARY_LOOPS(j->op, n, o[k_], x[k_], y[k_]);                       \
+        } else {                                                                    \
+            DDPC_BINARY_LOOPS(j->op, n, o[k_], x[k_], s_);                          \
+        }                                                                           \
     }
-#undef BINARY_RANGE_AS
-#undef BINARY_RANGE_INTO
+BINARY_RANGE_FN(binary_range_f32_, float, float)
+BINARY_RANGE_FN(binary_range_f64_, double, double)
+BINARY_RANGE_FN(binary_range_i32_, int32_t, int32_t)
+BINARY_RANGE_FN(binary_range_i64_, int64_t, int64_t)
+BINARY_RANGE_FN(binary_range_u8_, uint8_t, uint8_t)
+BINARY_RANGE_FN(compare_range_f32_, float, uint8_t)
+BINARY_RANGE_FN(compare_range_f64_, double, uint8_t)
+BINARY_RANGE_FN(compare_range_i32_, int32_t, uint8_t)
+BINARY_RANGE_FN(compare_range_i64_, int64_t, uint8_t)
+BINARY_RANGE_FN(compare_range_u8_, uint8_t, uint8_t)
+#undef BINARY_RANGE_FN
+
+static void binary_range_(void *ctx, int64_t lo, int64_t hi) {
+    const binary_job_ *j = ctx;
+    switch (j->dtype) {
+    case DDPC_FLOAT32: (j->into_bool ? compare_range_f32_ : binary_range_f32_)(j, lo, hi); break;
+    case DDPC_FLOAT64: (j->into_bool ? compare_range_f64_ : binary_range_f64_)(j, lo, hi); break;
+    case DDPC_INT32: (j->into_bool ? compare_range_i32_ : binary_range_i32_)(j, lo, hi); break;
+    case DDPC_INT64: (j->into_bool ? compare_range_i64_ : binary_range_i64_)(j, lo, hi); break;
+    default: (j->into_bool ? compare_range_u8_ : binary_range_u8_)(j, lo, hi); break;
+    }
 }
 
 static void binary_parallel_(ddpc_binary_op op, ddpc_buffer *out, const ddpc_buffer *a, const ddpc_buffer *b,
