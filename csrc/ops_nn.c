@@ -666,8 +666,9 @@ typedef struct {
 } sum_dim_job_;
 
 /* Units [lo, hi): outer row u / chunks, its chunk u % chunks; each output
- * element is one unit's, in the same order whatever the threads. */
-static void sum_dim_range_(void *ctx, int64_t lo, int64_t hi) {
+ * element is one unit's, in the same order whatever the threads (and the
+ * same on every target: there are only additions). */
+static DDPC_ROW_TARGETS void sum_dim_range_(void *ctx, int64_t lo, int64_t hi) {
     const sum_dim_job_ *j = ctx;
     const int64_t len = j->len, inner = j->inner;
     for (int64_t u = lo; u < hi; u++) {
