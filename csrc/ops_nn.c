@@ -852,51 +852,141 @@ typedef int64_t extreme_i64v_ __attribute__((vector_size(32)));
         (OUT_V) = b_, (OUT_AT) = bi_;                                              \
     } while (0)
 
-#define EXTREME_LOOP(T, WANT_MAX)                                                  \
+/* The choice (and where it was taken) in row[0 .. n), n >= 1. */
+#define EXTREME_ROW(T, row, n, is_float, OUT_V, OUT_AT)                            \
     do {                                                                           \
-        const int max_ = (WANT_MAX);                                               \
-        const T *x_ = (const T *)a->data;                                          \
-        T *v_ = (T *)values->data;                                                 \
-        int64_t *ix_ = (int64_t *)indices->data;                                   \
-        for (int64_t o = 0; o < outer; o++) {                                      \
-            const T *row = x_ + o * len * inner;                                   \
-            if (inner == 1) {                                                      \
-                T best = row[0];                                                   \
-                int64_t at = 0;                                                    \
-                if (sizeof(T) == 4 && ddpc_dtype_is_float(a->dtype) && len < INT32_MAX) \
-                    VEC_EXTREME(float, extreme_f32v_, extreme_i32v_, int32_t, (const float *)row, len, best, at); \
-                else if (sizeof(T) == 8 && ddpc_dtype_is_float(a->dtype))          \
-                    VEC_EXTREME(double, extreme_f64v_, extreme_i64v_, int64_t, (const double *)row, len, best, at); \
-                else                                                               \
-                    for (int64_t l = 1; l < len; l++)                              \
-                        if (EXTREME_TAKES(row[l], best)) best = row[l], at = l;    \
-                v_[o] = best;                                                      \
-                ix_[o] = at;                                                       \
+        T row_best_ = (row)[0];                                                        \
+        int64_t row_at_ = 0;                                                           \
+        if (sizeof(T) == 4 && (is_float) && (n) < INT32_MAX)                       \
+            VEC_EXTREME(float, extreme_f32v_, extreme_i32v_, int32_t, (const float *)(row), n, row_best_, row_at_); \
+        else if (sizeof(T) == 8 && (is_float))                                     \
+            VEC_EXTREME(double, extreme_f64v_, extreme_i64v_, int64_t, (const double *)(row), n, row_best_, row_at_); \
+        else                                                                       \
+            for (int64_t l = 1; l < (n); l++)                                      \
+                if (EXTREME_TAKES((row)[l], row_best_)) row_best_ = (row)[l], row_at_ = l;     \
+        (OUT_V) = row_best_, (OUT_AT) = row_at_;                                           \
+    } while (0)
+
+/* A long single row is split into parts of at least EXTREME_PART elements,
+ * at most EXTREME_PARTS_MAX of them, whose choices are merged in order: the
+ * result does not depend on the threads. */
+#define EXTREME_PART ((int64_t)1 << 16)
+#define EXTREME_PARTS_MAX 64
+
+typedef struct {
+    ddpc_buffer *values, *indices;
+    const ddpc_buffer *a;
+    int64_t outer, len, inner;
+    int64_t chunks; /* units: chunks of EXTREME_CHUNK columns per outer row (1 for inner 1) */
+    int64_t part;   /* > 0: the units are the parts of one row (outer and inner 1), each this long */
+    int want_max;
+    union {
+        double f64;
+        float f32;
+        int64_t i64;
+        int32_t i32;
+        uint8_t u8;
+    } part_best[EXTREME_PARTS_MAX];
+    int64_t part_at[EXTREME_PARTS_MAX];
+} extreme_job_;
+
+/* Units [lo, hi) of the job: parts of one row, whole rows (inner 1), or a
+ * chunk of columns of an outer row. */
+#define EXTREME_UNITS(T, WANT_MAX, FIELD)                                          \
+    do {                                                                           \
+        const int max_ = (WANT_MAX), is_float = ddpc_dtype_is_float(j->a->dtype);  \
+        const int64_t len = j->len, inner = j->inner;                              \
+        const T *x_ = (const T *)j->a->data;                                       \
+        T *v_ = (T *)j->values->data;                                              \
+        int64_t *ix_ = (int64_t *)j->indices->data;                                \
+        for (int64_t u = lo; u < hi; u++) {                                        \
+            if (j->part) {                                                         \
+                int64_t start = u * j->part, n = len - start < j->part ? len - start : j->part; \
+                EXTREME_ROW(T, x_ + start, n, is_float, j->part_best[u].FIELD, j->part_at[u]); \
+                j->part_at[u] += start;                                            \
                 continue;                                                          \
             }                                                                      \
-            for (int64_t i0 = 0; i0 < inner; i0 += EXTREME_CHUNK) {                \
-                int64_t m = inner - i0 < EXTREME_CHUNK ? inner - i0 : EXTREME_CHUNK; \
-                T best[EXTREME_CHUNK];                                             \
-                int64_t at[EXTREME_CHUNK] = {0};                                   \
-                for (int64_t i = 0; i < m; i++) best[i] = row[i0 + i];             \
-                for (int64_t l = 1; l < len; l++) {                                \
-                    const T *src = row + l * inner + i0;                           \
-                    for (int64_t i = 0; i < m; i++) {                              \
-                        T v = src[i], b = best[i];                                 \
-                        int take = EXTREME_TAKES(v, b);                            \
-                        best[i] = take ? v : b;                                    \
-                        at[i] = take ? l : at[i];                                  \
-                    }                                                              \
-                }                                                                  \
-                for (int64_t i = 0; i < m; i++) v_[o * inner + i0 + i] = best[i], ix_[o * inner + i0 + i] = at[i]; \
+            if (inner == 1) {                                                      \
+                EXTREME_ROW(T, x_ + u * len, len, is_float, v_[u], ix_[u]);        \
+                continue;                                                          \
             }                                                                      \
+            int64_t o = u / j->chunks, i0 = (u % j->chunks) * EXTREME_CHUNK;       \
+            int64_t m = inner - i0 < EXTREME_CHUNK ? inner - i0 : EXTREME_CHUNK;   \
+            const T *row = x_ + o * len * inner;                                   \
+            T best[EXTREME_CHUNK];                                                 \
+            int64_t at[EXTREME_CHUNK] = {0};                                       \
+            for (int64_t i = 0; i < m; i++) best[i] = row[i0 + i];                 \
+            for (int64_t l = 1; l < len; l++) {                                    \
+                const T *src = row + l * inner + i0;                               \
+                for (int64_t i = 0; i < m; i++) {                                  \
+                    T v = src[i], b = best[i];                                     \
+                    int take = EXTREME_TAKES(v, b);                                \
+                    best[i] = take ? v : b;                                        \
+                    at[i] = take ? l : at[i];                                      \
+                }                                                                  \
+            }                                                                      \
+            for (int64_t i = 0; i < m; i++) v_[o * inner + i0 + i] = best[i], ix_[o * inner + i0 + i] = at[i]; \
         }                                                                          \
     } while (0)
 
-static DDPC_ROW_TARGETS void extreme_loop_(ddpc_buffer *values, ddpc_buffer *indices, const ddpc_buffer *a,
-                                           int64_t outer, int64_t len, int64_t inner, int want_max) {
-    if (want_max) DDPC_REAL_TYPES(a->dtype, EXTREME_LOOP(T, 1));
-    else DDPC_REAL_TYPES(a->dtype, EXTREME_LOOP(T, 0));
+#define EXTREME_BY_DTYPE(WANT_MAX)                                                 \
+    do {                                                                           \
+        switch (j->a->dtype) {                                                     \
+        case DDPC_FLOAT32: EXTREME_UNITS(float, WANT_MAX, f32); break;             \
+        case DDPC_FLOAT64: EXTREME_UNITS(double, WANT_MAX, f64); break;            \
+        case DDPC_INT32: EXTREME_UNITS(int32_t, WANT_MAX, i32); break;             \
+        case DDPC_INT64: EXTREME_UNITS(int64_t, WANT_MAX, i64); break;             \
+        default: EXTREME_UNITS(uint8_t, WANT_MAX, u8); break;                      \
+        }                                                                          \
+    } while (0)
+
+static DDPC_ROW_TARGETS void extreme_range_(void *ctx, int64_t lo, int64_t hi) {
+    extreme_job_ *j = ctx;
+    if (j->want_max) EXTREME_BY_DTYPE(1);
+    else EXTREME_BY_DTYPE(0);
+}
+
+/* The parts' choices of a split row, merged in order: a later part wins only
+ * where it takes the choice (NaN first, else strictly better), so ties go to
+ * the first index. */
+#define EXTREME_MERGE(T, FIELD)                                                    \
+    do {                                                                           \
+        const int max_ = j->want_max;                                              \
+        T b_ = j->part_best[0].FIELD;                                              \
+        int64_t at_ = j->part_at[0];                                               \
+        for (int64_t p = 1; p < parts; p++)                                        \
+            if (EXTREME_TAKES(j->part_best[p].FIELD, b_)) b_ = j->part_best[p].FIELD, at_ = j->part_at[p]; \
+        *(T *)j->values->data = b_;                                                \
+        *(int64_t *)j->indices->data = at_;                                        \
+    } while (0)
+
+static void extreme_merge_(extreme_job_ *j, int64_t parts) {
+    switch (j->a->dtype) {
+    case DDPC_FLOAT32: EXTREME_MERGE(float, f32); break;
+    case DDPC_FLOAT64: EXTREME_MERGE(double, f64); break;
+    case DDPC_INT32: EXTREME_MERGE(int32_t, i32); break;
+    case DDPC_INT64: EXTREME_MERGE(int64_t, i64); break;
+    default: EXTREME_MERGE(uint8_t, u8); break;
+    }
+}
+
+/* Splits the work into units across the cores: rows, chunks of columns, or
+ * the parts of one long row. */
+static void extreme_loop_(ddpc_buffer *values, ddpc_buffer *indices, const ddpc_buffer *a, int64_t outer,
+                          int64_t len, int64_t inner, int want_max) {
+    extreme_job_ job = {.values = values, .indices = indices, .a = a, .outer = outer, .len = len, .inner = inner,
+                        .chunks = inner == 1 ? 1 : (inner + EXTREME_CHUNK - 1) / EXTREME_CHUNK,
+                        .want_max = want_max};
+    if (outer == 1 && inner == 1 && len >= 2 * EXTREME_PART) {
+        job.part = len > EXTREME_PART * EXTREME_PARTS_MAX ? (len + EXTREME_PARTS_MAX - 1) / EXTREME_PARTS_MAX
+                                                          : EXTREME_PART;
+        int64_t parts = (len + job.part - 1) / job.part;
+        ddpc_parallel_for(parts, 2, extreme_range_, &job);
+        extreme_merge_(&job, parts);
+        return;
+    }
+    int64_t unit = len * (inner < EXTREME_CHUNK ? inner : EXTREME_CHUNK); /* elements read per unit */
+    ddpc_parallel_for(outer * job.chunks, EXTREME_PART / (unit ? unit : 1) + 1, extreme_range_, &job);
 }
 
 ddpc_status ddpc_op_extreme_dim(ddpc_buffer *values, ddpc_buffer *indices, const ddpc_buffer *a, int dim,

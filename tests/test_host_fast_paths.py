@@ -170,6 +170,41 @@ def test_max_of_all_elements_and_argmax():
     assert math.isnan(float(_t(x).max())) and int(_t(x).argmax()) == 5
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64, np.int32, np.uint8])
+@pytest.mark.parametrize("n", [2 * 65536, 3 * 65536 + 17, 65 * 65536 * 2 + 5])
+def test_a_long_row_split_across_threads_gives_the_first_extreme_whatever_the_threads(dtype, n):
+    """A long row is taken in parts on the cores and the parts merged in order: the first of equal extremes
+    (ties in several parts), and the first NaN, whatever the thread count."""
+    rng = np.random.default_rng(n)
+    x = rng.integers(0, 200, n).astype(dtype)
+    top = 250 if dtype is np.uint8 else 1000
+    for at in (n - 1, n // 2 + 3, 65536 + 1, 65536):  # equal maxima in several parts; the first wins
+        x[at] = top
+    low = 0 if dtype is np.uint8 else -5
+    x[x == low] = low + 1
+    x[n // 3] = x[n - 2] = low
+    cases = [(x, 65536, n // 3)]
+    if np.dtype(dtype).kind == "f":
+        nan = x.copy()
+        nan[n - 3], nan[n // 2] = np.nan, np.nan
+        cases.append((nan, n // 2, n // 2))
+    for values, first_max, first_min in cases:  # numpy's argmax and argmin take the first too
+        assert (np.argmax(values), np.argmin(values)) == (first_max, first_min)
+    before = ddpc.get_num_threads()
+    try:
+        for values, first_max, first_min in cases:
+            for threads in (1, 2, 3):
+                ddpc.set_num_threads(threads)
+                t = _t(values)
+                hi, lo = t.max(0), t.min(0)
+                assert (int(hi.indices), int(lo.indices)) == (first_max, first_min), threads
+                assert int(t.argmax()) == first_max and int(t.argmin()) == first_min
+                assert np.array_equal(np.asarray(hi.values.numpy()), values[first_max], equal_nan=True)
+                assert np.array_equal(np.asarray(t.max().numpy()), values[first_max], equal_nan=True)
+    finally:
+        ddpc.set_num_threads(before)
+
+
 @np.errstate(invalid="ignore")
 def _softmax64(x):
     m = x.max(-1, keepdims=True)
