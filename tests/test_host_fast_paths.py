@@ -407,3 +407,18 @@ def test_large_binary_ops_split_across_threads_match_numpy(dtype):
                                        (x[:70000] / 50) ** (y[:70000] / 50), rtol=1e-6)
     finally:
         ddpc.set_num_threads(before)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64, np.uint8, np.bool_, np.float16, np.complex128])
+@pytest.mark.parametrize("shape,perm", [((37, 45), (1, 0)), ((3, 19, 70), (0, 2, 1)), ((5, 9, 17), (2, 1, 0)),
+                                        ((4, 33, 6, 10), (0, 3, 2, 1)), ((2, 3, 40, 24), (1, 0, 3, 2))])
+def test_permuted_copies_in_tiles_match_numpy(dtype, shape, perm):
+    """Copies whose source runs along another dim than the destination are taken in tiles (a transpose at
+    every element size, the odd edges of the tiles, other dims walked around them)."""
+    a = np.random.default_rng(len(shape)).integers(0, 100, shape).astype(dtype)
+    got = ddpc.tensor(a).permute(*perm).contiguous().numpy()
+    assert got.dtype == a.dtype and np.array_equal(got, np.ascontiguousarray(a.transpose(perm)))
+    if len(shape) == 2:
+        assert np.array_equal(ddpc.tensor(a).t().numpy(), a.T)
+    flipped = ddpc.tensor(a).permute(*perm).flip(-1).contiguous().numpy()  # a negative stride along the last dim
+    assert np.array_equal(flipped, np.ascontiguousarray(a.transpose(perm)[..., ::-1]))
