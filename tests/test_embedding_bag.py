@@ -92,6 +92,14 @@ def test_a_2d_input_is_bags_of_its_rows_and_the_module_follows_pytorch():
     np.testing.assert_array_equal(out.detach().numpy(), ref_embedding_bag(w, idx.reshape(-1), [0, 3, 6, 9], "max",
                                                                           padding_idx=3))
     assert F.embedding_bag(ddpc.tensor(idx.astype(np.int32)), bag.weight, mode="sum").shape == (3, 5)
+    # A row is a bag whatever include_last_offset says (PyTorch ignores it for a 2-d input).
+    for mode in ("sum", "mean", "max"):
+        last = nn.EmbeddingBag(12, 5, mode=mode, include_last_offset=True, _weight=bag.weight.detach().clone())
+        np.testing.assert_array_equal(last(ddpc.tensor(idx)).detach().numpy(),
+                                      ref_embedding_bag(w, idx.reshape(-1), [0, 3, 6, 9], mode))
+    empty = F.embedding_bag(ddpc.tensor(idx.reshape(-1)), bag.weight, ddpc.tensor(np.array([0])),
+                            include_last_offset=True)
+    assert empty.shape == (0, 5)  # the last offset alone: no bags, as in PyTorch
     fixed = nn.EmbeddingBag(4, 2, _weight=ddpc.ones(4, 2), mode="sum")
     np.testing.assert_array_equal(fixed(ddpc.tensor(np.array([0, 1, 2])), ddpc.tensor(np.array([0, 1]))).numpy(),
                                   [[1, 1], [2, 2]])

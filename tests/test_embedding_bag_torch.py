@@ -32,7 +32,7 @@ def _case_bags():
     indices = rng.integers(0, 20, 40)
     # offsets (None: a 2-d input of 8 bags of 5), include_last_offset, padding_idx
     layouts = [([0, 7, 7, 19, 30], False, None), ([0, 3, 3, 25, 36], True, 5), (None, False, 4),
-               ([0, 40], True, -3), ([0, 1, 2, 3], False, int(indices[1]))]
+               ([0, 40], True, -3), ([0, 1, 2, 3], False, int(indices[1])), (None, True, None)]
     worst, checked = 0.0, 0
     for dtype, tol in (("float64", 1e-12), ("float32", 1e-5)):
         for mode in ("sum", "mean", "max"):

@@ -136,6 +136,7 @@ def bags(input, weight, offsets=None, max_norm=None, norm_type=2, scale_grad_by_
             raise ArgumentError("if input is 2D, then offsets has to be None, as input is treated is a mini-batch of "
                                 f"fixed length sequences. However, found offsets of type {type(offsets).__name__}")
         offsets = arange(0, indices.numel(), max(indices.shape[1], 1), dtype=int64, device=indices.device)
+        include_last_offset = False  # a row is a bag, whatever the flag (as PyTorch)
         indices = indices.reshape(-1)
         if per_sample_weights is not None:
             per_sample_weights = per_sample_weights.reshape(-1)
@@ -156,15 +157,17 @@ def bags(input, weight, offsets=None, max_norm=None, norm_type=2, scale_grad_by_
             raise ArgumentError(f"padding_idx must be within the number of embeddings, {-rows} through {rows - 1}, but "
                                 f"got {padding_idx}")
         padding_idx %= rows
-    n = indices.numel()
-    if include_last_offset:
+    n = end = indices.numel()
+    if include_last_offset:  # the last bag runs to the end of the input whatever the last offset says, as in PyTorch
         if offsets.numel() == 0:
             raise ArgumentError("embedding_bag: include_last_offset needs at least one offset")
         last = offsets[-1].item()
         if last > n:
             raise ArgumentError(f"offsets[-1] can not be greater than input's length {n} but got offsets[-1] of {last}")
         offsets = offsets[:-1]
-    offsets = _ag.cat([offsets, tensor(np.array([n], dtype=np.int64), device=offsets.device)])
+        if offsets.numel() == 0:  # the last offset alone: no bags
+            end = 0
+    offsets = _ag.cat([offsets, tensor(np.array([end], dtype=np.int64), device=offsets.device)])
     if max_norm is not None and n:  # on the table itself, before a 16-bit one is widened
         _check_indices(indices, rows)  # (before the renorm indexes the table with them)
         _ag._renorm_rows_(weight, indices, max_norm, norm_type)
