@@ -496,9 +496,9 @@ def test_integer_sum_along_a_dim_is_exact_int64():
 def test_reductions_take_a_dim_tuple_and_check_the_dim():
     t = ddpc.ones(2, 3)
     assert t.mean((1,)).tolist() == [1.0, 1.0] and t.mean(-2, keepdim=True).shape == (1, 3)
-    with pytest.raises(IndexError, match="dim 5 is out of range"):
+    with pytest.raises(IndexError, match=r"but got 5\)"):
         t.mean(5)
-    with pytest.raises(IndexError, match="dim -3 is out of range"):
+    with pytest.raises(IndexError, match=r"but got -3\)"):
         t.sum(-3)
 
 
@@ -506,7 +506,7 @@ def test_transposing_a_dim_with_itself_is_a_no_op():
     t = ddpc.arange(6, dtype=ddpc.float32).reshape(2, 3)
     assert t.transpose(1, 1).tolist() == t.tolist() and t.transpose(0, -2).shape == (2, 3)
     assert t.transpose(1, 0).shape == (3, 2)
-    with pytest.raises(IndexError, match="dim 2 is out of range"):
+    with pytest.raises(IndexError, match=r"but got 2\)"):
         t.transpose(0, 2)
 
 

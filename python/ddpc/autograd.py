@@ -3916,8 +3916,8 @@ def _dim(a, d, ndim=None):
     """Dim ``d`` of a (of ``ndim`` dims if given), counted from the front; a 0-d tensor takes 0 and -1."""
     n = a.ndim if ndim is None else ndim
     n = n if n else 1
-    if not -n <= d < n:
-        raise IndexOutOfRangeError(f"dim {d} is out of range for a tensor of {a.ndim if ndim is None else ndim} dims")
+    if not -n <= d < n:  # PyTorch's words
+        raise IndexOutOfRangeError(f"Dimension out of range (expected to be in range of [{-n}, {n - 1}], but got {d})")
     return d % n
 
 
@@ -4242,6 +4242,7 @@ def cat(tensors, dim=0):
     """Concatenates tensors along ``dim`` (all other dims equal). As in
     PyTorch, 1-d tensors of no elements (``tensor([])``, a loop's empty start)
     are left out, though their dtypes take part in the result's."""
+    _check_sequence(tensors, "cat")
     tensors = list(tensors)
     kept = [t for t in tensors if not (isinstance(t, Tensor) and t.shape == (0,))]
     if kept and len(kept) < len(tensors):
@@ -4253,8 +4254,16 @@ def cat(tensors, dim=0):
     return out
 
 
+def _check_sequence(tensors, op):
+    """A tensor where a sequence of them belongs (``cat(a, b)``, the brackets forgotten) is PyTorch's TypeError,
+    not an error from iterating over its rows."""
+    if isinstance(tensors, Tensor):
+        raise TypeError(f"{op}(): argument 'tensors' (position 1) must be tuple of Tensors, not Tensor")
+
+
 def stack(tensors, dim=0):
     """Stacks equal-shape tensors along a new dim ``dim``."""
+    _check_sequence(tensors, "stack")
     tensors = list(tensors)
     out = _stack_storage(tensors, dim)
     if _needs_grad(*tensors):
@@ -4767,8 +4776,8 @@ def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean
     rows = _class_rows(input, n, c)
     x = _as_float(rows.detach())
     if target.dtype.is_floating_point:
-        if log_probs:
-            raise DtypeError("nll_loss: the target must be class indices (an integer tensor)")
+        if log_probs or target.shape == out_shape:  # float class indices: PyTorch's words
+            raise DtypeError(f"{what}: expected target dtype to be Long or Byte, but got {target.dtype}")
         if target.shape != input.shape:
             raise ArgumentError(f"{what}: class probabilities must be shaped like the input {input.shape}, got "
                                 f"{target.shape}")

@@ -10,6 +10,7 @@ ops never record and refuse tensors that require grad while it is on.
 import copy
 import math
 import numbers
+import operator
 import os
 import threading
 import warnings
@@ -178,10 +179,10 @@ def set_rng_state(new_state):
 def _size_args(size):
     if len(size) == 1 and isinstance(size[0], (tuple, list)):
         size = tuple(size[0])
-    for s in size:
-        if not isinstance(s, numbers.Integral):
-            raise TypeError(f"size must be ints, got {size!r}")
-    return tuple(int(s) for s in size)
+    try:  # ints, and what stands for one (numpy integers, one-element integer tensors), as PyTorch takes
+        return tuple(operator.index(s) for s in size)
+    except TypeError:
+        raise TypeError(f"size must be ints, got {size!r}") from None
 
 
 def _size_or_keyword(args, value, what, name):
@@ -333,7 +334,11 @@ class Tensor:
 
     def size(self, dim=None):
         """The shape as a ``Size`` (a tuple with ``numel()``), or one dim's length."""
-        return self.shape if dim is None else self._buf.shape[dim]
+        if dim is None:
+            return self.shape
+        if not self.ndim:
+            raise IndexError(f"Dimension specified as {dim} but tensor has no dimensions")
+        return self._buf.shape[_ag._dim(self, dim)]
 
     @property
     def dtype(self):

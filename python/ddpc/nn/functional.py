@@ -16,7 +16,7 @@ import numpy as np
 from .. import autograd as _ag
 from .._indexing import _caller_level
 from .. import profiler
-from .._C import ArgumentError, DtypeError, IndexOutOfRangeError
+from .._C import ArgumentError, DtypeError
 from .._pointwise import hardshrink
 from .._dtype import bfloat16, bool_, float16
 from ..amp import autocast_op
@@ -286,8 +286,7 @@ def flatten(input, start_dim=1, end_dim=-1):
     """Merges dims start_dim..end_dim into one (a view)."""
     nd = input.ndim
     for d in (start_dim, end_dim):
-        if not -max(nd, 1) <= d < max(nd, 1):  # a 0-d tensor flattens as if it had one dim
-            raise IndexOutOfRangeError(f"flatten: dim {d} is out of range for a tensor of {nd} dims")
+        _ag._dim(input, d)  # a 0-d tensor flattens as if it had one dim
     if nd == 0:
         return input.reshape(1)
     start, end = start_dim % nd, end_dim % nd
