@@ -592,6 +592,44 @@ def test_in_place_ops_on_non_leaf_tensors_keep_their_history():
     assert np.allclose(r.grad.numpy(), [-12.0, 0.0, -108.0])
 
 
+def test_in_place_changes_of_what_no_gradient_reads_are_allowed_as_in_pytorch():
+    """A product keeps an operand only for the other's gradient, a quotient its operands (not its output), a
+    matmul each operand only for the other's: changing the rest in place, as a contrastive loss masking
+    (x @ x.T) / temperature does, is no error, and the gradients are those of the values used."""
+    rng = np.random.default_rng(0)
+    xv, wv = rng.standard_normal((4, 4)), rng.standard_normal((4, 4))
+    x, w = ddpc.tensor(xv, requires_grad=True), ddpc.tensor(wv, requires_grad=True)
+    y = (x @ w.T) / ddpc.tensor(0.5)  # the quotient's output is changed below
+    y.masked_fill_(ddpc.eye(4, dtype=ddpc.bool), -1e9)
+    y.sum().backward()
+    off = 1 - np.eye(4)
+    assert np.allclose(x.grad.numpy(), 2 * off @ wv) and np.allclose(w.grad.numpy(), 2 * off.T @ xv)
+    x.grad = None
+    r = 2.0 / (x.abs() + 1)  # a number over a tensor keeps the tensor, not its output
+    r.clamp_(max=0.9)
+    r.sum().backward()
+    want = np.where(2 / (abs(xv) + 1) > 0.9, 0.0, -2 / (abs(xv) + 1) ** 2 * np.sign(xv))
+    assert np.allclose(x.grad.numpy(), want)
+    x.grad = None
+    h = x * 1
+    y = h * ddpc.ones(4)  # a constant factor: h is not kept
+    m = h @ ddpc.ones(4, 2, dtype=ddpc.float64)  # nor by the matmul with a constant
+    h.add_(1)
+    (y.sum() + m.sum()).backward()
+    assert np.allclose(x.grad.numpy(), 3.0)
+    x.grad = w.grad = None
+    q = x / w  # the divisor's gradient reads x and w, which stay unchanged
+    q.mul_(2)
+    q.sum().backward()
+    assert np.allclose(x.grad.numpy(), 2 / wv) and np.allclose(w.grad.numpy(), -2 * xv / wv ** 2)
+    # what a gradient does read is still checked
+    c = x * 1
+    y = c * w
+    c.add_(1)
+    with pytest.raises(RuntimeError, match="modified by an in-place operation"):
+        y.sum().backward()
+
+
 def test_in_place_ops_on_layer_outputs_match_the_out_of_place_forms():
     """What a layer returns is its own memory even where the layer gave a
     fresh result its final shape (Linear, matmul, the norms, pooling):

@@ -230,7 +230,7 @@ def test_casts():
 
 def test_printing():
     assert repr(ddpc.tensor([1 + 2j, 3 - 1j])) == "tensor([1.+2.j, 3.-1.j])"
-    assert repr(ddpc.tensor([0.5j], dtype=ddpc.complex128)) == "tensor([0.+0.5j], dtype=ddpc.complex128)"
+    assert repr(ddpc.tensor([0.5j], dtype=ddpc.complex128)) == "tensor([0.+0.5000j], dtype=ddpc.complex128)"
 
 
 def test_complex_data_needs_a_complex_dtype():

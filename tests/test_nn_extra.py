@@ -610,8 +610,10 @@ def test_cross_entropy_errors():
         F.cross_entropy(x, ddpc.tensor([0, 1]))
     with pytest.raises(ValueError, match="shaped like the input"):
         F.cross_entropy(x, t64(np.ones((3, 3))))
-    with pytest.raises(TypeError, match="class indices"):
+    with pytest.raises(TypeError, match="expected target dtype to be Long or Byte, but got ddpc.float64"):
         F.nll_loss(x, t64(np.ones((3, 4))))
+    with pytest.raises(RuntimeError, match="expected target dtype to be Long or Byte"):  # float class indices
+        F.cross_entropy(x, t64(np.ones(3)))
     with pytest.raises(ValueError, match="not a class"):
         F.nll_loss(x, ddpc.tensor([0, 4, 1]))
     with pytest.raises(ValueError, match="0-d"):

@@ -1203,8 +1203,9 @@ class _ScalarBackward(Node):
     double_backward = True
 
     def __init__(self, a, op, s, out):
-        # The output is saved detached: out -> grad_fn -> out would be a reference cycle.
-        super().__init__((a,), (a, out.detach()) if op in (_RDIV, _RPOWER) else ())
+        # s / a keeps a, not its output, as PyTorch's reciprocal does (an in-place change of the output is
+        # allowed). The output is saved detached: out -> grad_fn -> out would be a reference cycle.
+        super().__init__((a,), (a,) if op == _RDIV else (a, out.detach()) if op == _RPOWER else ())
         self.op, self.s, self.dtype = op, s, a.dtype
         self.passes_through = op in (_ADD, _SUB)
 
@@ -1223,17 +1224,20 @@ class _ScalarBackward(Node):
                         math.log(s) if s > 0 else math.nan if s < 0 else -math.inf, _MUL)
             if s == 0:  # as PyTorch's: 0 where a >= 0 (out * log(0) would be 0 * -inf there)
                 r = where(self.saved[0].detach() >= 0, 0.0, r)
-        else:  # s / a: -g * out / a
-            a, out = self.saved
-            r = neg(div(mul(g, _output(self, out)), a))
+        else:  # s / a: -g * s / a^2
+            a, = self.saved
+            r = neg(div(_binary(g, s, _MUL), mul(a, a)))
         return (r if r.dtype is self.dtype else r.to(dtype=self.dtype),)
 
 
 class _BinaryBackward(Node):
     def __init__(self, a, b, op, out):
-        # The output is saved detached: out -> grad_fn -> out would be a reference cycle.
-        saved = {_MUL: (a, b), _DIV: (b, out.detach()), _MAX: (a, b), _MIN: (a, b),
-                 _POWER: (a, b, out.detach())}.get(op, ())
+        # As PyTorch, a product keeps each operand only where the other's gradient reads it, and a quotient
+        # its operands, not its output: an in-place change of what no gradient reads is allowed. The output
+        # of a power is saved detached: out -> grad_fn -> out would be a reference cycle.
+        wants_a, wants_b = a.requires_grad, b.requires_grad
+        saved = {_MUL: (a if wants_b else None, b if wants_a else None), _DIV: (a if wants_b else None, b),
+                 _MAX: (a, b), _MIN: (a, b), _POWER: (a, b, out.detach())}.get(op, ())
         super().__init__((a, b), saved)
         self.op = op
         self.double_backward = op in (_ADD, _SUB, _MUL, _DIV, _MAX, _MIN, _POWER)
@@ -1272,10 +1276,10 @@ class _BinaryBackward(Node):
             ga = _reduce_to(where(b == 0, 0.0, mul(g, mul(b, pow(a, sub(b, 1))))), sa, da) if need_a else None
             gb = _reduce_to(mul(g, where(logical_and(a == 0, b >= 0), 0.0, mul(out, log(a)))), sb, db) \
                 if need_b else None
-        else:
-            b, out = self.saved
+        else:  # a / b: g / b and -g * a / b^2
+            a, b = self.saved
             ga = _reduce_to(div(g, b), sa, da) if need_a else None
-            gb = _reduce_to(neg(div(mul(g, _output(self, out)), b)), sb, db) if need_b else None
+            gb = _reduce_to(neg(div(mul(g, a), mul(b, b))), sb, db) if need_b else None
         return ga, gb
 
 
@@ -2367,26 +2371,28 @@ class _MatmulBackward(Node):
     double_backward = True
 
     def __init__(self, a, b, batch):
-        super().__init__((a, b), (a, b))
-        self.batch = batch
+        # As PyTorch: each operand is saved only for the other's gradient, so that an in-place change of a
+        # constant operand is no error.
+        super().__init__((a, b), (a if _edge(b) is not None else None, b if _edge(a) is not None else None))
+        self.batch, self.shapes, self.dtypes = batch, (a.shape, b.shape), (a.dtype, b.dtype)
 
     def backward(self, g):
         a, b = self.saved
+        (sa, sb), (da, db) = self.shapes, self.dtypes
+        want_a, want_b = self.edges[0] is not None, self.edges[1] is not None
         if _mode.enabled:
-            return (_reduce_to(matmul(g, transpose(b, -1, -2)), a.shape, a.dtype)
-                    if self.edges[0] is not None else None,
-                    _reduce_to(matmul(transpose(a, -1, -2), g), b.shape, b.dtype)
-                    if self.edges[1] is not None else None)
-        m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
-        x, y, g3 = _as_batches(a), _as_batches(b), _as_batches(g)
-        ai, bi, gi = _batch_slices(a.shape[:-2], self.batch), _batch_slices(b.shape[:-2], self.batch), range(len(g3))
+            return (_reduce_to(matmul(g, transpose(b, -1, -2)), sa, da) if want_a else None,
+                    _reduce_to(matmul(transpose(a, -1, -2), g), sb, db) if want_b else None)
+        m, k, n = sa[-2], sa[-1], sb[-1]
+        g3 = _as_batches(g)
+        ai, bi, gi = _batch_slices(sa[:-2], self.batch), _batch_slices(sb[:-2], self.batch), range(len(g3))
         ga = gb = None
-        if self.edges[0] is not None:
-            ga = _batched_gemm((len(g3), m, k), g3, y, False, True, gi, bi)
-            ga = _reduce_to(ga.reshape(self.batch + (m, k)), a.shape, a.dtype)
-        if self.edges[1] is not None:
-            gb = _batched_gemm((len(g3), k, n), x, g3, True, False, ai, gi)
-            gb = _reduce_to(gb.reshape(self.batch + (k, n)), b.shape, b.dtype)
+        if want_a:
+            ga = _batched_gemm((len(g3), m, k), g3, _as_batches(b), False, True, gi, bi)
+            ga = _reduce_to(ga.reshape(self.batch + (m, k)), sa, da)
+        if want_b:
+            gb = _batched_gemm((len(g3), k, n), _as_batches(a), g3, True, False, ai, gi)
+            gb = _reduce_to(gb.reshape(self.batch + (k, n)), sb, db)
         return ga, gb
 
 
@@ -4126,8 +4132,8 @@ def _propagate(t):
 def inplace_binary(t, other, op):
     """``t op= other`` (add, sub, mul, div) recorded in the graph."""
     old = _writable_history(t, "in-place op")
-    if op == _MUL and isinstance(other, Tensor):
-        old = clone(old)  # the product's node keeps this operand, and t's memory is about to change
+    if op in (_MUL, _DIV) and isinstance(other, Tensor) and other.requires_grad:
+        old = clone(old)  # the node keeps this operand for other's gradient, and t's memory is about to change
     res = check_inplace_result(t, _binary(old, other, op))
     return _write_into(t, None, res, res.grad_fn)
 

@@ -18,7 +18,7 @@ import weakref
 
 import numpy as np
 
-from . import _C, _indexing
+from . import _C, _indexing, _tensor_str
 from ._C import ArgumentError, DtypeError, IndexOutOfRangeError
 from ._dtype import (bfloat16, bool_, checked_memory_format, complex64, complex128, complex_of,
                      contiguous_format, device, device_of, dtype, float16, float32, float64, get_dtype, int32, int64,
@@ -1752,15 +1752,18 @@ class Tensor:
         """The repr, laid out to follow ``lead`` on its first line (a sparse
         tensor's "indices="), without dtype and device when not ``extras``."""
         t = self.cpu()
-        arr = t.to(float32).numpy() if t.dtype is bfloat16 else t.numpy()
-        body = np.array2string(arr, separator=", ", prefix=lead + "tensor(", **_print_options.numpy_args())
+        arr = t.to(float32).numpy() if t.dtype in (bfloat16, float16) else t.numpy()
+        body = _tensor_str.format_elements(arr, lead=lead + "tensor(", options=_print_options.values)
         if not extras:
             return "tensor(" + body + ")"
         extras = []
         if self.is_cuda:
             extras.append(f"device='{self.device}'")
+        if not self.numel() and self.ndim != 1 or not _print_options.values["edgeitems"] and \
+                self.numel() > _print_options.values["threshold"]:  # as PyTorch: where the body hides the shape
+            extras.append(f"size={tuple(self.shape)}")
         if self.dtype not in (get_default_dtype(), int64, complex_of(get_default_dtype()), bool_) or \
-                not self.numel() and self.dtype is bool_:  # as PyTorch: an empty bool tensor says so
+                not self.numel() and self.dtype is not get_default_dtype():  # an empty tensor's dtype shows
             extras.append(f"dtype={self.dtype!r}")
         if self.grad_fn is not None:
             extras.append(f"grad_fn={self.grad_fn!r}")
@@ -1774,28 +1777,10 @@ class Tensor:
 
 
 class _PrintOptions:
-    """How Tensor repr prints elements: numpy's array2string settings, set by set_printoptions."""
-
-    # ddpc's defaults are numpy's printing; None leaves numpy's choice.
-    DEFAULTS = {"precision": 8, "threshold": 1000, "edgeitems": 3, "linewidth": 75, "sci_mode": None}
-    PROFILES = {"default": {}, "short": {"precision": 2, "edgeitems": 2},
-                "full": {"threshold": math.inf}}
+    """How Tensor repr prints elements: PyTorch's layout (_tensor_str), with the options set_printoptions sets."""
 
     def __init__(self):
-        self.values = dict(self.DEFAULTS)
-
-    def numpy_args(self):
-        v = self.values
-        args = {"precision": v["precision"], "threshold": v["threshold"], "edgeitems": v["edgeitems"],
-                "max_line_width": v["linewidth"]}
-        if args["threshold"] == math.inf:
-            args["threshold"] = np.iinfo(np.int64).max
-        if v["sci_mode"] is True:
-            digits = v["precision"]
-            args["formatter"] = {"float_kind": lambda x: f"{x:.{digits}e}"}
-        elif v["sci_mode"] is False:
-            args["suppress_small"] = True
-        return args
+        self.values = dict(_tensor_str.DEFAULTS)
 
 
 _print_options = _PrintOptions()
@@ -1803,17 +1788,15 @@ _print_options = _PrintOptions()
 
 def set_printoptions(precision=None, threshold=None, edgeitems=None, linewidth=None, profile=None, sci_mode=None):
     """How tensors print, as torch.set_printoptions: ``precision`` digits after
-    the point, summaries ("...") beyond ``threshold`` elements with
-    ``edgeitems`` shown at each end, lines of ``linewidth`` characters, and
-    ``sci_mode`` True (always scientific), False (never) or None (automatic).
-    ``profile`` 'default', 'short' or 'full' resets every option first.
-    ddpc prints through numpy, whose defaults it keeps ('default': precision
-    8, threshold 1000, edgeitems 3, linewidth 75; PyTorch's precision is 4 and
-    its linewidth 80); 'short' and 'full' change what PyTorch's do."""
+    the point (4), summaries ("...") beyond ``threshold`` elements (1000) with
+    ``edgeitems`` (3) shown at each end, lines of ``linewidth`` characters
+    (80), and ``sci_mode`` True (always scientific), False (never) or None
+    (automatic). ``profile`` 'default', 'short' or 'full' sets the first four
+    first."""
     if profile is not None:
-        if profile not in _PrintOptions.PROFILES:
+        if profile not in _tensor_str.PROFILES:
             raise ArgumentError(f"set_printoptions: profile must be 'default', 'short' or 'full', got {profile!r}")
-        _print_options.values = dict(_PrintOptions.DEFAULTS, **_PrintOptions.PROFILES[profile])
+        _print_options.values.update(_tensor_str.PROFILES[profile])
     for name, value in (("precision", precision), ("threshold", threshold), ("edgeitems", edgeitems),
                         ("linewidth", linewidth)):
         if value is not None:
