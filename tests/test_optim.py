@@ -760,3 +760,19 @@ def test_cuda_steps_match_the_host(dt, cls, kw):
         else:  # the GPU contracts a * b + c into one rounding: a float32 step apart, rarely a 16-bit one
             apart = ulps16(cuda, host, dt)
             assert apart.max() <= 1 and (apart > 0).mean() < 0.01
+
+
+def test_a_parameter_twice_in_a_group_warns_as_pytorch_and_is_stepped_once():
+    p = ddpc.nn.Parameter(ddpc.ones(2))
+    q = ddpc.nn.Parameter(ddpc.ones(2))
+    with pytest.warns(UserWarning, match="duplicate parameters"):
+        opt = ddpc.optim.SGD([p, q, p], lr=0.5)
+    assert [id(t) for t in opt.param_groups[0]["params"]] == [id(p), id(q)]
+    p.grad, q.grad = ddpc.ones(2), ddpc.ones(2)
+    opt.step()
+    assert p.tolist() == [0.5, 0.5] and q.tolist() == [0.5, 0.5]
+    with pytest.warns(UserWarning, match="duplicate parameters"):
+        named = ddpc.optim.Adam([("a", p), ("b", q), ("a2", p)])
+    assert named.param_groups[0]["param_names"] == ["a", "b"]
+    with pytest.raises(ValueError, match="more than one parameter group"):
+        ddpc.optim.SGD([{"params": [p]}, {"params": [p]}], lr=0.1)

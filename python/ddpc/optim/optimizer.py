@@ -10,6 +10,7 @@ fused multi-tensor _C call.
 import contextlib
 import functools
 import itertools
+import warnings
 from collections import OrderedDict, defaultdict
 from collections.abc import Iterable
 from typing import Any
@@ -201,7 +202,17 @@ class Optimizer:
         if any(id(p) in existing for p in group["params"]):
             raise ValueError("some parameters appear in more than one parameter group")
         if len({id(p) for p in group["params"]}) != len(group["params"]):
-            raise ValueError("a parameter group holds the same parameter twice")
+            # PyTorch warns and keeps both (stepping the parameter twice); ddpc warns alike and keeps the first.
+            warnings.warn("optimizer contains a parameter group with duplicate parameters; in future, this will "
+                          "cause an error; see github.com/pytorch/pytorch/issues/40967 for more information",
+                          stacklevel=3)
+            first = {}
+            for i, p in enumerate(group["params"]):
+                first.setdefault(id(p), i)
+            keep = sorted(first.values())
+            group["params"] = [group["params"][i] for i in keep]
+            if "param_names" in group:
+                group["param_names"] = [group["param_names"][i] for i in keep]
         self._check_group(group)
         self.param_groups.append(group)
 
