@@ -934,3 +934,32 @@ def test_one_hot_normalize_and_pixel_layouts():
         F.pixel_shuffle(planes, 5)
     with pytest.raises(ValueError, match="divisible"):
         F.channel_shuffle(planes, 5)
+
+
+def test_deprecated_forms_warn_and_call_the_current_ones():
+    """upsample*, nn.init's names without the underscore and clip_grad_norm: older code calls them; they
+    warn as PyTorch's do and give what the current forms give."""
+    x = ddpc.tensor(np.random.default_rng(0).standard_normal((1, 2, 3, 4)))
+    for old, kw, new in ((F.upsample, dict(scale_factor=2, mode="bilinear"), dict(mode="bilinear")),
+                         (F.upsample_nearest, dict(scale_factor=2), dict(mode="nearest")),
+                         (F.upsample_bilinear, dict(size=(5, 7)), dict(mode="bilinear", align_corners=True))):
+        with pytest.warns(UserWarning, match="is deprecated. Use `nn.functional.interpolate` instead"):
+            got = old(x, **kw)
+        want = F.interpolate(x, **{k: v for k, v in kw.items() if k != "mode"}, **new)
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+    for name, args in (("uniform", ()), ("normal", ()), ("constant", (0.5,)), ("xavier_uniform", ()),
+                       ("xavier_normal", ()), ("kaiming_uniform", ()), ("kaiming_normal", ()), ("orthogonal", ()),
+                       ("sparse", (0.5,)), ("eye", ()), ("dirac", ())):
+        shape = (2, 2, 3) if name == "dirac" else (3, 4)
+        a, b = ddpc.empty(*shape), ddpc.empty(*shape)
+        ddpc.manual_seed(1)
+        with pytest.warns(FutureWarning, match=f"`nn.init.{name}` is now deprecated in favor of `nn.init.{name}_`"):
+            assert getattr(nn.init, name)(a, *args) is a
+        ddpc.manual_seed(1)
+        getattr(nn.init, name + "_")(b, *args)
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    p = nn.Parameter(ddpc.ones(4))
+    p.grad = ddpc.full((4,), 3.0)
+    with pytest.warns(FutureWarning, match="clip_grad_norm_"):
+        assert float(nn.utils.clip_grad_norm([p], 1.0)) == 6.0
+    assert np.allclose(p.grad.numpy(), 0.5, atol=1e-6)

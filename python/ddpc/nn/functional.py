@@ -755,6 +755,27 @@ __all__ += ["cosine_similarity", "dropout1d", "dropout2d", "dropout3d", "interpo
 pad = _conv.pad
 interpolate = _upsample.interpolate
 
+
+# PyTorch's deprecated forms of interpolate, which older code still calls: they warn as PyTorch's do.
+def upsample(input, size=None, scale_factor=None, mode="nearest", align_corners=None):
+    warnings.warn("`nn.functional.upsample` is deprecated. Use `nn.functional.interpolate` instead.", stacklevel=2)
+    return interpolate(input, size, scale_factor, mode, align_corners)
+
+
+def upsample_nearest(input, size=None, scale_factor=None):
+    warnings.warn("`nn.functional.upsample_nearest` is deprecated. Use `nn.functional.interpolate` instead.",
+                  stacklevel=2)
+    return interpolate(input, size, scale_factor, mode="nearest")
+
+
+def upsample_bilinear(input, size=None, scale_factor=None):
+    warnings.warn("`nn.functional.upsample_bilinear` is deprecated. Use `nn.functional.interpolate` instead.",
+                  stacklevel=2)
+    return interpolate(input, size, scale_factor, mode="bilinear", align_corners=True)
+
+
+__all__ += ["upsample", "upsample_bilinear", "upsample_nearest"]
+
 __all__ += ["affine_grid", "fractional_max_pool2d", "fractional_max_pool3d", "grid_sample", "gumbel_softmax", "pdist"]
 
 grid_sample = _grid_sample.grid_sample

@@ -1,6 +1,7 @@
 """ddpc.nn.init: in-place initialisers drawing from ddpc's global generator."""
 
 import math
+import warnings
 
 import numpy as np
 
@@ -193,3 +194,22 @@ def sparse_(tensor, sparsity, std=0.01, generator=None):
             keys = _random.uniform_(tensor.new_empty((rows, cols), dtype="float32"), generator=generator)
             tensor.scatter_(0, keys.argsort(0)[:zeros_per_column], value=0.0)
     return tensor
+
+
+def _deprecated(new):
+    """PyTorch's deprecated name without the underscore for ``new``: it warns and calls ``new``."""
+    old_name = new.__name__[:-1]
+
+    def init(*args, **kwargs):
+        warnings.warn(f"`nn.init.{old_name}` is now deprecated in favor of `nn.init.{new.__name__}`.", FutureWarning,
+                      stacklevel=2)
+        return new(*args, **kwargs)
+
+    init.__name__ = init.__qualname__ = old_name
+    init.__doc__ = f"Deprecated: {new.__name__}."
+    return init
+
+
+uniform, normal, constant, eye, dirac, xavier_uniform, xavier_normal, kaiming_uniform, kaiming_normal, orthogonal, \
+    sparse = (_deprecated(f) for f in (uniform_, normal_, constant_, eye_, dirac_, xavier_uniform_, xavier_normal_,
+                                       kaiming_uniform_, kaiming_normal_, orthogonal_, sparse_))

@@ -204,8 +204,7 @@ class Optimizer:
         if len({id(p) for p in group["params"]}) != len(group["params"]):
             # PyTorch warns and keeps both (stepping the parameter twice); ddpc warns alike and keeps the first.
             warnings.warn("optimizer contains a parameter group with duplicate parameters; in future, this will "
-                          "cause an error; see github.com/pytorch/pytorch/issues/40967 for more information",
-                          stacklevel=3)
+                          "cause an error", stacklevel=3)
             first = {}
             for i, p in enumerate(group["params"]):
                 first.setdefault(id(p), i)

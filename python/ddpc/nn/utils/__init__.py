@@ -5,6 +5,7 @@ parametrizations (ddpc.nn.utils.parametrize, .parametrizations) and pruning
 (ddpc.nn.utils.prune)."""
 
 import math
+import warnings
 
 from ... import autograd
 from ...tensor import Tensor, float32, float64, tensor
@@ -90,6 +91,13 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
     total = _total_grad_norm(parameters, norm_type, error_if_nonfinite, foreach)
     clip_grads_with_norm_(parameters, max_norm, total, foreach)
     return total
+
+
+def clip_grad_norm(parameters, max_norm, norm_type=2.0, error_if_nonfinite=False, foreach=None):
+    """Deprecated (as in PyTorch): clip_grad_norm_."""
+    warnings.warn("`nn.utils.clip_grad_norm` is now deprecated in favor of `nn.utils.clip_grad_norm_`.", FutureWarning,
+                  stacklevel=2)
+    return clip_grad_norm_(parameters, max_norm, norm_type, error_if_nonfinite, foreach)
 
 
 def _total_grad_norm(parameters, norm_type, error_if_nonfinite, foreach):
