@@ -936,6 +936,8 @@ def destroy_process_group(group=None):
     before closing it."""
     if _world.default is None:
         return
+    if group is GroupMember.NON_GROUP_MEMBER:  # a rank outside the group has nothing to release (as PyTorch)
+        return
     if group is not None and group is not _world.default:
         group = _group(group)
         group._close(wait=True)
