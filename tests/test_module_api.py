@@ -873,3 +873,11 @@ def test_dir_name_and_slices_of_container_subclasses_as_pytorch():
         pass
 
     assert type(Steps(nn.ReLU(), nn.Tanh())[1:]) is Steps and type(Blocks([nn.ReLU()])[:1]) is Blocks
+
+
+def test_load_state_dict_result_prints_as_pytorch():
+    m = ddpc.nn.Linear(2, 2)
+    assert repr(m.load_state_dict(m.state_dict())) == "<All keys matched successfully>"
+    result = m.load_state_dict({"weight": m.weight.detach()}, strict=False)
+    assert result.missing_keys == ["bias"] and result.unexpected_keys == []
+    assert repr(result) == "_IncompatibleKeys(missing_keys=['bias'], unexpected_keys=[])"
