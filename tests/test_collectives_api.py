@@ -476,7 +476,8 @@ def test_futures_in_place_exchanges_and_object_copies_as_pytorch(tmp_path):
 
     child = dist.all_reduce(ddpc.ones(1), async_op=True).get_future().then(failing)
     for _ in range(3):
-        raises(KeyError, "in the callback", child.wait)
+        raises(RuntimeError, "Got the following error when running the callback: KeyError: 'in the callback'",
+               child.wait)
     assert len(calls) == 1 and child.done()
     # all_to_all_single in place: the blocks received do not overwrite the blocks still to send
     for trial in range(20):
@@ -525,6 +526,10 @@ def test_a_future_made_alone_is_completed_by_hand():
     failed.set_exception(ValueError("no data"))
     with pytest.raises(ValueError, match="no data"):
         failed.wait()
+    with pytest.raises(ValueError, match="no data"):  # the parent's error, re-raised by the callback, stays itself
+        failed.then(lambda f: f.wait()).wait()
+    with pytest.raises(RuntimeError, match="when running the callback: ZeroDivisionError"):  # the callback's own
+        fut.then(lambda f: 1 / 0).wait()
     with pytest.raises(TypeError, match="takes an exception"):
         ddpc.futures.Future().set_exception("no data")
     other = ddpc.futures.Future()

@@ -1114,6 +1114,10 @@ class Future:
             value, error = self._fn(parent), None
         except Exception as e:  # noqa: BLE001  (whatever fn raises is this Future's error)
             value, error = None, e
+            if e is not parent._error:  # the callback's own error, as PyTorch's RuntimeError; a failed
+                # collective's error (re-raised by the callback's wait) stays itself, DistError and all
+                error = RuntimeError(f"Got the following error when running the callback: {type(e).__name__}: {e}")
+                error.__cause__ = e
         self._complete(value, error)
 
     def _complete(self, value, error):
