@@ -963,3 +963,15 @@ def test_deprecated_forms_warn_and_call_the_current_ones():
     with pytest.warns(FutureWarning, match="clip_grad_norm_"):
         assert float(nn.utils.clip_grad_norm([p], 1.0)) == 6.0
     assert np.allclose(p.grad.numpy(), 0.5, atol=1e-6)
+
+
+def test_with_indices_forms_give_the_pools_output_and_indices():
+    x = ddpc.tensor(np.random.default_rng(1).standard_normal((2, 3, 8, 8)))
+    for form, pool, args in ((F.max_pool2d_with_indices, F.max_pool2d, (3, 2, 1)),
+                             (F.adaptive_max_pool2d_with_indices, F.adaptive_max_pool2d, (3,)),
+                             (F.max_pool1d_with_indices, F.max_pool1d, (2,))):
+        inp = x.reshape(2, 3, 64) if form is F.max_pool1d_with_indices else x
+        out, idx = form(inp, *args, return_indices=False)  # the indices whatever return_indices says
+        want, want_idx = pool(inp, *args, return_indices=True)
+        assert np.array_equal(out.numpy(), want.numpy()) and np.array_equal(idx.numpy(), want_idx.numpy())
+    assert F.max_pool3d_with_indices.__name__ == "max_pool3d_with_indices"

@@ -8,6 +8,7 @@ _upsample.py and _grid_sample.py, the margin and likelihood losses in _losses.py
 which then holds it as after PyTorch's in-place op.
 """
 
+import inspect
 import math
 import warnings
 
@@ -1181,3 +1182,26 @@ def multi_head_attention_forward(*args, **kwargs):
 
 
 __all__ += ["multi_head_attention_forward"]
+
+
+def _with_indices(pool):
+    """PyTorch's ``<pool>_with_indices``: the pool's (output, indices) whatever ``return_indices`` says."""
+    signature = inspect.signature(pool)
+
+    def with_indices(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs)
+        bound.arguments["return_indices"] = True
+        return pool(*bound.args, **bound.kwargs)
+
+    with_indices.__name__ = with_indices.__qualname__ = pool.__name__ + "_with_indices"
+    with_indices.__doc__ = f"{pool.__name__} with return_indices=True: (output, indices)."
+    return with_indices
+
+
+max_pool1d_with_indices, max_pool2d_with_indices, max_pool3d_with_indices, adaptive_max_pool1d_with_indices, \
+    adaptive_max_pool2d_with_indices, adaptive_max_pool3d_with_indices, fractional_max_pool2d_with_indices, \
+    fractional_max_pool3d_with_indices = (
+        _with_indices(f) for f in (max_pool1d, max_pool2d, max_pool3d, adaptive_max_pool1d, adaptive_max_pool2d,
+                                   adaptive_max_pool3d, fractional_max_pool2d, fractional_max_pool3d))
+__all__ += [f"{kind}max_pool{d}d_with_indices" for kind in ("", "adaptive_") for d in (1, 2, 3)]
+__all__ += ["fractional_max_pool2d_with_indices", "fractional_max_pool3d_with_indices"]
