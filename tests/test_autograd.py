@@ -1099,3 +1099,15 @@ def test_detach_in_place_refuses_a_view_and_grad_of_a_non_leaf_warns():
     y.retain_grad()
     y.sum().backward()
     assert y.grad.tolist() == [[1.0] * 3] * 2  # no warning once retained
+
+
+def test_arithmetic_nodes_have_pytorchs_names():
+    x, y = ddpc.ones(2, requires_grad=True), ddpc.ones(2, requires_grad=True)
+    names = {"x+y": "AddBackward0", "x-y": "SubBackward0", "x*y": "MulBackward0", "x/y": "DivBackward0",
+             "x**y": "PowBackward1", "ddpc.maximum(x,y)": "MaximumBackward0", "ddpc.minimum(x,y)": "MinimumBackward0",
+             "x+1": "AddBackward0", "1-x": "RsubBackward1", "x*2": "MulBackward0", "x/2": "DivBackward0",
+             "2/x": "MulBackward0", "2**x": "PowBackward2"}
+    for expr, name in names.items():
+        node = eval(expr, {"ddpc": ddpc, "x": x, "y": y}).grad_fn
+        assert node.name() == name and repr(node) == f"<{name}>", expr
+

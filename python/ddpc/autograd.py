@@ -1209,6 +1209,11 @@ class _ScalarBackward(Node):
         self.op, self.s, self.dtype = op, s, a.dtype
         self.passes_through = op in (_ADD, _SUB)
 
+    def name(self):
+        # PyTorch's node names (s / a is its reciprocal times s)
+        return {_ADD: "AddBackward0", _SUB: "SubBackward0", _RSUB: "RsubBackward1", _MUL: "MulBackward0",
+                _DIV: "DivBackward0", _RDIV: "MulBackward0", _RPOWER: "PowBackward2"}.get(self.op, "ScalarBackward")
+
     def backward(self, g):
         op, s = self.op, self.s
         if op in (_ADD, _SUB):
@@ -1244,6 +1249,12 @@ class _BinaryBackward(Node):
         self.shapes = (a.shape, b.shape)
         self.dtypes = (a.dtype, b.dtype)
         self.passes_through = op in (_ADD, _SUB)
+
+    _NAMES = {_ADD: "AddBackward0", _SUB: "SubBackward0", _MUL: "MulBackward0", _DIV: "DivBackward0",
+              _MAX: "MaximumBackward0", _MIN: "MinimumBackward0", _POWER: "PowBackward1"}
+
+    def name(self):  # PyTorch's node names
+        return self._NAMES.get(self.op, "BinaryBackward")
 
     def backward(self, g):
         (sa, sb), (da, db) = self.shapes, self.dtypes
