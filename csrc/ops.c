@@ -434,16 +434,16 @@ typedef struct {
 /* One function for each dtype pair: gcc's register and data-flow passes grow
  * faster than the function, and a single function for every dtype took most
  * of the module's build time. */
-#define BINARY_RANGE_FN(NAME, T, TO)                                                \
+#define BINARY_RANGE_FN(NAME, T, TO)                                               \
     static DDPC_ROW_TARGETS void NAME(const binary_job_ *j, int64_t lo, int64_t hi) { \
-        const int64_t n = hi - lo;                                                  \
-        TO *o = (TO *)j->out + lo;                                                  \
+        const int64_t n = hi - lo;                                                 \
+        TO *o = (TO *)j->out + lo;                                                 \
         const T *x = (const T *)j->a + lo, *y = j->b ? (const T *)j->b + lo : NULL, s_ = (T)j->s; \
-        if (y) {                                                                    \
-            DDPC_BINARY_LOOPS(j->op, n, o[k_], x[k_], y[k_]);                       \
-        } else {                                                                    \
-            DDPC_BINARY_LOOPS(j->op, n, o[k_], x[k_], s_);                          \
-        }                                                                           \
+        if (y) {                                                                   \
+            DDPC_BINARY_LOOPS(j->op, n, o[k_], x[k_], y[k_]);                      \
+        } else {                                                                   \
+            DDPC_BINARY_LOOPS(j->op, n, o[k_], x[k_], s_);                         \
+        }                                                                          \
     }
 BINARY_RANGE_FN(binary_range_f32_, float, float)
 BINARY_RANGE_FN(binary_range_f64_, double, double)

@@ -855,16 +855,16 @@ typedef int64_t extreme_i64v_ __attribute__((vector_size(32)));
 /* The choice (and where it was taken) in row[0 .. n), n >= 1. */
 #define EXTREME_ROW(T, row, n, is_float, OUT_V, OUT_AT)                            \
     do {                                                                           \
-        T row_best_ = (row)[0];                                                        \
-        int64_t row_at_ = 0;                                                           \
+        T row_best_ = (row)[0];                                                    \
+        int64_t row_at_ = 0;                                                       \
         if (sizeof(T) == 4 && (is_float) && (n) < INT32_MAX)                       \
             VEC_EXTREME(float, extreme_f32v_, extreme_i32v_, int32_t, (const float *)(row), n, row_best_, row_at_); \
         else if (sizeof(T) == 8 && (is_float))                                     \
             VEC_EXTREME(double, extreme_f64v_, extreme_i64v_, int64_t, (const double *)(row), n, row_best_, row_at_); \
         else                                                                       \
             for (int64_t l = 1; l < (n); l++)                                      \
-                if (EXTREME_TAKES((row)[l], row_best_)) row_best_ = (row)[l], row_at_ = l;     \
-        (OUT_V) = row_best_, (OUT_AT) = row_at_;                                           \
+                if (EXTREME_TAKES((row)[l], row_best_)) row_best_ = (row)[l], row_at_ = l; \
+        (OUT_V) = row_best_, (OUT_AT) = row_at_;                                   \
     } while (0)
 
 /* A long single row is split into parts of at least EXTREME_PART elements,
@@ -1283,7 +1283,31 @@ static int transposed_dim_(const ddpc_strided *g) {
 
 /* STRIDED_LOOP's work with dims t (transposed_dim_) and the last taken in
  * tiles, the other dims walked as there. */
-#define TILED_LOOP(W)                                                                  do {                                                                                   int64_t A = g->shape[t], B = g->shape[nd - 1], sda = g->dst_strides[t], ssa = g->src_strides[t];         int64_t ssb = g->src_strides[nd - 1], outer = total / (A * B), idx[DDPC_MAX_NDIM] = {0}, od = 0, os = 0;         W *o = (W *)dst->data + g->dst_offset;                                             const W *x = (const W *)src->data + g->src_offset;                                 for (int64_t r = 0; r < outer; r++) {                                                  for (int64_t a0 = 0; a0 < A; a0 += TRANSPOSE_TILE)                                     for (int64_t b0 = 0; b0 < B; b0 += TRANSPOSE_TILE) {                                   int64_t a1 = a0 + TRANSPOSE_TILE < A ? a0 + TRANSPOSE_TILE : A;                     int64_t b1 = b0 + TRANSPOSE_TILE < B ? b0 + TRANSPOSE_TILE : B;                     for (int64_t a = a0; a < a1; a++) {                                                    W *oa = o + od + a * sda;                                                          const W *xa = x + os + a * ssa;                                                    for (int64_t b = b0; b < b1; b++) oa[b] = xa[b * ssb];                         }                                                                              }                                                                              for (int d = nd - 2; d >= 0; d--) {                                                    if (d == t) continue;                                                              od += g->dst_strides[d], os += g->src_strides[d];                                  if (++idx[d] < g->shape[d]) break;                                                 od -= g->dst_strides[d] * g->shape[d], os -= g->src_strides[d] * g->shape[d], idx[d] = 0;             }                                                                              }                                                                              } while (0)
+#define TILED_LOOP(W)                                                              \
+    do {                                                                           \
+        int64_t A = g->shape[t], B = g->shape[nd - 1], sda = g->dst_strides[t], ssa = g->src_strides[t]; \
+        int64_t ssb = g->src_strides[nd - 1], outer = total / (A * B), idx[DDPC_MAX_NDIM] = {0}, od = 0, os = 0; \
+        W *o = (W *)dst->data + g->dst_offset;                                     \
+        const W *x = (const W *)src->data + g->src_offset;                         \
+        for (int64_t r = 0; r < outer; r++) {                                      \
+            for (int64_t a0 = 0; a0 < A; a0 += TRANSPOSE_TILE)                     \
+                for (int64_t b0 = 0; b0 < B; b0 += TRANSPOSE_TILE) {               \
+                    int64_t a1 = a0 + TRANSPOSE_TILE < A ? a0 + TRANSPOSE_TILE : A; \
+                    int64_t b1 = b0 + TRANSPOSE_TILE < B ? b0 + TRANSPOSE_TILE : B; \
+                    for (int64_t a = a0; a < a1; a++) {                            \
+                        W *oa = o + od + a * sda;                                  \
+                        const W *xa = x + os + a * ssa;                            \
+                        for (int64_t b = b0; b < b1; b++) oa[b] = xa[b * ssb];     \
+                    }                                                              \
+                }                                                                  \
+            for (int d = nd - 2; d >= 0; d--) {                                    \
+                if (d == t) continue;                                              \
+                od += g->dst_strides[d], os += g->src_strides[d];                  \
+                if (++idx[d] < g->shape[d]) break;                                 \
+                od -= g->dst_strides[d] * g->shape[d], os -= g->src_strides[d] * g->shape[d], idx[d] = 0; \
+            }                                                                      \
+        }                                                                          \
+    } while (0)
 
 ddpc_status ddpc_op_strided_copy(ddpc_buffer *dst, const ddpc_buffer *src, const ddpc_strided *geo) {
     CHECK(check_writable_(dst, "strided copy")); /* any dtype: it only moves elements */
