@@ -1193,6 +1193,7 @@ def _with_indices(pool):
         bound.arguments["return_indices"] = True
         return pool(*bound.args, **bound.kwargs)
 
+    with_indices.__signature__ = signature  # the pool's arguments, by their names
     with_indices.__name__ = with_indices.__qualname__ = pool.__name__ + "_with_indices"
     with_indices.__doc__ = f"{pool.__name__} with return_indices=True: (output, indices)."
     return with_indices

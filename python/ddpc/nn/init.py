@@ -1,5 +1,6 @@
 """ddpc.nn.init: in-place initialisers drawing from ddpc's global generator."""
 
+import inspect
 import math
 import warnings
 
@@ -205,6 +206,7 @@ def _deprecated(new):
                       stacklevel=2)
         return new(*args, **kwargs)
 
+    init.__signature__ = inspect.signature(new)
     init.__name__ = init.__qualname__ = old_name
     init.__doc__ = f"Deprecated: {new.__name__}."
     return init
