@@ -1186,6 +1186,19 @@ ddpc_status ddpc_op_layer_norm_backward(ddpc_buffer *gx, ddpc_buffer *gw, ddpc_b
     return DDPC_OK;
 }
 
+/* LOOP(W), W the unsigned word of an element of `size` bytes: the copies
+ * below move elements unchanged, whatever their dtype. */
+#define BY_WORD(size, LOOP)                                                        \
+    do {                                                                           \
+        switch (size) {                                                            \
+        case 1: LOOP(uint8_t); break;                                              \
+        case 2: LOOP(uint16_t); break;                                             \
+        case 4: LOOP(uint32_t); break;                                             \
+        case 8: LOOP(uint64_t); break;                                             \
+        default: LOOP(ddpc_word16); break;                                         \
+        }                                                                          \
+    } while (0)
+
 /* Tiles keep both the reads and the writes within a few cache lines. Eight:
  * the rows a tile reads are a row length apart, and where that is near a
  * multiple of 4 KiB (1536 floats, 1024, 4096) they fall into few sets of
@@ -1213,14 +1226,7 @@ ddpc_status ddpc_op_transpose(ddpc_buffer *out, const ddpc_buffer *a) {
     int64_t R = a->shape[0], C = a->shape[1];
     if (R * C == 0) return DDPC_OK;
     if (out->device != DDPC_CPU) DDPC_LAUNCH(out->device, ddpc_k_transpose(out->data, a->data, out->dtype, R, C, stream));
-    /* Elements move as unsigned words of their size. */
-    switch (ddpc_dtype_size(out->dtype)) {
-    case 1: TRANSPOSE_LOOP(uint8_t); break;
-    case 2: TRANSPOSE_LOOP(uint16_t); break;
-    case 4: TRANSPOSE_LOOP(uint32_t); break;
-    case 8: TRANSPOSE_LOOP(uint64_t); break;
-    default: TRANSPOSE_LOOP(ddpc_word16); break;
-    }
+    BY_WORD(ddpc_dtype_size(out->dtype), TRANSPOSE_LOOP);
     return DDPC_OK;
 }
 
@@ -1249,6 +1255,17 @@ static inline ddpc_k_bcast strided_geo_(const ddpc_strided *g) {
     return geo;
 }
 
+/* Steps idx over g's dims before the last (but `skip`) to the next row, and
+ * the offsets od and os with it. */
+static inline void next_strided_row_(const ddpc_strided *g, int skip, int64_t *idx, int64_t *od, int64_t *os) {
+    for (int d = g->ndim - 2; d >= 0; d--) {
+        if (d == skip) continue;
+        *od += g->dst_strides[d], *os += g->src_strides[d];
+        if (++idx[d] < g->shape[d]) return;
+        *od -= g->dst_strides[d] * g->shape[d], *os -= g->src_strides[d] * g->shape[d], idx[d] = 0;
+    }
+}
+
 /* Rows of the last dim, as BCAST_LOOP walks them; a row contiguous on both
  * sides is one memcpy. */
 #define STRIDED_LOOP(W)                                                            \
@@ -1260,11 +1277,7 @@ static inline ddpc_k_bcast strided_geo_(const ddpc_strided *g) {
         for (int64_t r = 0; r < rows; r++) {                                       \
             if (ld == 1 && ls == 1) memcpy(o + od, x + os, (size_t)last * sizeof(W)); \
             else for (int64_t k = 0; k < last; k++) o[od + k * ld] = x[os + k * ls]; \
-            for (int d = nd - 2; d >= 0; d--) {                                    \
-                od += g->dst_strides[d], os += g->src_strides[d];                  \
-                if (++idx[d] < g->shape[d]) break;                                 \
-                od -= g->dst_strides[d] * g->shape[d], os -= g->src_strides[d] * g->shape[d], idx[d] = 0; \
-            }                                                                      \
+            next_strided_row_(g, -1, idx, &od, &os);                               \
         }                                                                          \
     } while (0)
 
@@ -1300,12 +1313,7 @@ static int transposed_dim_(const ddpc_strided *g) {
                         for (int64_t b = b0; b < b1; b++) oa[b] = xa[b * ssb];     \
                     }                                                              \
                 }                                                                  \
-            for (int d = nd - 2; d >= 0; d--) {                                    \
-                if (d == t) continue;                                              \
-                od += g->dst_strides[d], os += g->src_strides[d];                  \
-                if (++idx[d] < g->shape[d]) break;                                 \
-                od -= g->dst_strides[d] * g->shape[d], os -= g->src_strides[d] * g->shape[d], idx[d] = 0; \
-            }                                                                      \
+            next_strided_row_(g, t, idx, &od, &os);                                \
         }                                                                          \
     } while (0)
 
@@ -1334,25 +1342,9 @@ ddpc_status ddpc_op_strided_copy(ddpc_buffer *dst, const ddpc_buffer *src, const
         DDPC_LAUNCH(dst->device, ddpc_k_strided_copy((char *)dst->data + g->dst_offset * (int64_t)w,
                                                      (const char *)src->data + g->src_offset * (int64_t)w, (int)w,
                                                      total, strided_geo_(g), stream));
-    /* Elements move as unsigned words of their size. */
     int t = transposed_dim_(g);
-    if (t >= 0) {
-        switch (w) {
-        case 1: TILED_LOOP(uint8_t); break;
-        case 2: TILED_LOOP(uint16_t); break;
-        case 4: TILED_LOOP(uint32_t); break;
-        case 8: TILED_LOOP(uint64_t); break;
-        default: TILED_LOOP(ddpc_word16); break;
-        }
-        return DDPC_OK;
-    }
-    switch (w) {
-    case 1: STRIDED_LOOP(uint8_t); break;
-    case 2: STRIDED_LOOP(uint16_t); break;
-    case 4: STRIDED_LOOP(uint32_t); break;
-    case 8: STRIDED_LOOP(uint64_t); break;
-    default: STRIDED_LOOP(ddpc_word16); break;
-    }
+    if (t >= 0) BY_WORD(w, TILED_LOOP);
+    else BY_WORD(w, STRIDED_LOOP);
     return DDPC_OK;
 }
 
