@@ -72,13 +72,6 @@ def test_complex():
     assert fmt([complex(1e-5, 1), complex(nan, inf)], np.complex64) == "[1.0000e-05+1.j,        nan+infj]"
 
 
-def test_complex_from_real_pairs():
-    pairs = np.array([[1.0, 2.0], [3.0, -1.0]], np.float32)
-    assert format_elements(pairs, lead="tensor(", options=DEFAULTS, is_complex=True) == "[1.+2.j, 3.-1.j]"
-    pairs = np.array([[nan, inf]], np.float64)
-    assert format_elements(pairs, lead="tensor(", options=DEFAULTS, is_complex=True) == "[nan+infj]"
-
-
 def test_empty():
     assert fmt([]) == "[]"
     assert format_elements(np.zeros((2, 0), np.float32), lead="tensor(", options=DEFAULTS) == "[]"

@@ -20,20 +20,15 @@ PROFILES = {
 }
 
 
-def format_elements(arr, *, lead, options, is_complex=False):
+def format_elements(arr, *, lead, options):
     """The body of a tensor's repr: what follows ``lead`` (e.g. "tensor(") up
     to its first suffix, such as "[1.5000, 2.0000]", "1.8515" or "[]".
 
     ``arr`` holds the values (bfloat16 and float16 already widened to
-    float32); with ``is_complex`` a real ``arr`` is (real, imaginary) pairs
-    along a last dim of 2. Continuation lines are indented past ``lead``.
+    float32). Continuation lines are indented past ``lead``.
     ``options`` has DEFAULTS' keys. Beyond ``threshold`` elements only the
     ``edgeitems`` at each end of each dim are taken, before any formatting."""
     arr = np.asarray(arr)
-    if is_complex and arr.dtype.kind != "c":
-        pairs = arr
-        arr = np.empty(pairs.shape[:-1], np.complex128 if pairs.dtype == np.float64 else np.complex64)
-        arr.real, arr.imag = pairs[..., 0], pairs[..., 1]  # not re + 1j * im: 1j * inf has a nan real part
     if arr.size == 0:
         return "[]"
     edge = options["edgeitems"]

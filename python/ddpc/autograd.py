@@ -1209,10 +1209,12 @@ class _ScalarBackward(Node):
         self.op, self.s, self.dtype = op, s, a.dtype
         self.passes_through = op in (_ADD, _SUB)
 
+    # PyTorch's node names (s / a is its reciprocal times s)
+    _NAMES = {_ADD: "AddBackward0", _SUB: "SubBackward0", _RSUB: "RsubBackward1", _MUL: "MulBackward0",
+              _DIV: "DivBackward0", _RDIV: "MulBackward0", _RPOWER: "PowBackward2"}
+
     def name(self):
-        # PyTorch's node names (s / a is its reciprocal times s)
-        return {_ADD: "AddBackward0", _SUB: "SubBackward0", _RSUB: "RsubBackward1", _MUL: "MulBackward0",
-                _DIV: "DivBackward0", _RDIV: "MulBackward0", _RPOWER: "PowBackward2"}.get(self.op, "ScalarBackward")
+        return self._NAMES.get(self.op, "ScalarBackward")
 
     def backward(self, g):
         op, s = self.op, self.s
