@@ -205,6 +205,8 @@ def _registered_value(hooks, module, name, value):
 
 
 _EXTRA_STATE = "_extra_state"
+
+
 class _IncompatibleKeys(namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])):
     """load_state_dict's result; it prints as PyTorch's where every key matched."""
 
@@ -213,8 +215,6 @@ class _IncompatibleKeys(namedtuple("IncompatibleKeys", ["missing_keys", "unexpec
     def __repr__(self):
         return "<All keys matched successfully>" if not self.missing_keys and not self.unexpected_keys else \
             super().__repr__()
-
-    __str__ = __repr__
 
 
 def _call_non_full_hook(hook, module, grad_inputs, grad_outputs):
